@@ -1,0 +1,28 @@
+"""The autodiff backend decorator: graph, gradients, ops with backward rules, checkpointing."""
+
+from .backend import Autodiff
+from .checkpoint import (
+    BalancedCheckpointing,
+    Checkpointer,
+    CheckpointerBuilder,
+    CheckpointStrategy,
+    NoCheckpointing,
+)
+from .gradients import Gradients
+from .graph import AutodiffPrimitive, Node, Requirement
+from .ops import OPS, Op
+
+__all__ = [
+    "OPS",
+    "Autodiff",
+    "AutodiffPrimitive",
+    "BalancedCheckpointing",
+    "CheckpointStrategy",
+    "Checkpointer",
+    "CheckpointerBuilder",
+    "Gradients",
+    "NoCheckpointing",
+    "Node",
+    "Op",
+    "Requirement",
+]

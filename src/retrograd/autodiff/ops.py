@@ -1,0 +1,509 @@
+"""Every differentiable operation, each declared once: forward, backward rule, boundedness.
+
+An entry reads ``unary("exp", lambda B, g, out: B.mul(g, out))``:
+
+- the *forward* is the backend-protocol method of the same name (or ``forward=``), and it is
+  also the op's *retro-forward*: the checkpointer recomputes a dropped output by calling it
+  again on the parents' outputs;
+- each *backward rule* (vector-Jacobian product) takes the backend ``B`` it runs on and the
+  incoming gradient ``g``, then names what it reads: ``out`` (the output), ``aux`` (a second,
+  untracked output such as indices), an input (``x``, ``y``, ...), an input's ``x_shape`` or
+  ``x_dtype``, or a parameter. The engine reads those names once, here, and saves exactly
+  what the rules of the inputs that need a gradient will read;
+- ``memory_bound`` marks ops cheap enough to recompute (elementwise, shape, slicing), as Burn
+  marks them; the others (matmul, reductions, cumulative, gather/scatter/select, masks, sort)
+  are compute-bound;
+- ``broadcast`` ops get their input gradients summed back to the input shapes, once, by the
+  engine (:func:`sum_to_shape`); ``broadcast="batch"`` broadcasts only leading (batch) dims.
+
+Rules are written against the backend protocol only, so running them on the autodiff backend
+records them too: that is ``backward(create_graph=True)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["OPS", "Op", "sum_to_shape"]
+
+OPS: dict[str, Op] = {}
+
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+_INV_SQRT_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+class Plan:
+    """What an op saves, and how each rule finds its arguments, for one requires-grad mask.
+
+    The node keeps ``params`` = (op parameters, then the ``meta`` shapes/dtypes, then ``aux``)
+    and at backward the engine lays out ``env = (out, *saved inputs, *node.params)``;
+    ``arguments[i]`` lists the ``env`` positions the rule of input ``i`` reads.
+    """
+
+    __slots__ = ("arguments", "meta", "save_out", "saved_inputs")
+
+    def __init__(self, op: Op, mask: tuple[bool, ...]):
+        if op.variadic:  # one rule for every input, reading only the params
+            self.saved_inputs, self.save_out, self.meta, self.arguments = (), False, (), ()
+            return
+        wanted = [op.rule_sources[i] for i, tracked in enumerate(mask) if tracked and op.vjps[i]]
+        sources = {source for rule in wanted for source in rule}
+        self.saved_inputs = tuple(sorted(i for kind, i in sources if kind == "input"))
+        self.save_out = ("out", 0) in sources
+        self.meta = tuple(sorted((kind, i) for kind, i in sources if kind in ("shape", "dtype")))
+        base_params = 1 + len(self.saved_inputs)
+        base_meta = base_params + len(op.params)
+        aux_position = base_meta + len(self.meta)
+
+        def position(source: tuple[str, int]) -> int:
+            kind, i = source
+            if kind == "out":
+                return 0
+            if kind == "aux":
+                return aux_position
+            if kind == "input":
+                return 1 + self.saved_inputs.index(i)
+            if kind == "param":
+                return base_params + i
+            return base_meta + self.meta.index(source)
+
+        self.arguments = tuple(
+            tuple(position(s) for s in op.rule_sources[i]) if tracked and op.vjps[i] else None
+            for i, tracked in enumerate(mask)
+        )
+
+
+class Op:
+    """A differentiable operation of the autodiff backend. See the module docstring."""
+
+    __slots__ = (
+        "_plans",
+        "aux",
+        "broadcast",
+        "forward",
+        "inputs",
+        "memory_bound",
+        "name",
+        "params",
+        "rule_sources",
+        "variadic",
+        "vjps",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        inputs: tuple[str, ...],
+        params: tuple[str, ...],
+        vjps: tuple[Callable | None, ...] | None,
+        *,
+        memory_bound: bool,
+        broadcast: bool = False,
+        aux: bool = False,
+        forward: Callable | None = None,
+        variadic: bool = False,
+    ):
+        self.name = name
+        self.inputs = inputs
+        self.params = params
+        self.vjps = vjps
+        self.memory_bound = memory_bound
+        self.broadcast = broadcast
+        self.aux = aux
+        self.forward = forward
+        self.variadic = variadic
+        self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
+        self._plans: dict[tuple[bool, ...], Plan] = {}
+        if name in OPS:
+            raise ValueError(f"op {name!r} declared twice")
+        OPS[name] = self
+
+    @property
+    def differentiable(self) -> bool:
+        return self.vjps is not None
+
+    def _sources(self, rule: Callable) -> tuple[tuple[str, int], ...]:
+        names = list(inspect.signature(rule).parameters)[2:]  # after (B, g)
+        if self.variadic:
+            return ()
+        sources = []
+        for name in names:
+            if name in ("out", "aux"):
+                sources.append((name, 0))
+            elif name in self.inputs:
+                sources.append(("input", self.inputs.index(name)))
+            elif name in self.params:
+                sources.append(("param", self.params.index(name)))
+            elif name.endswith(("_shape", "_dtype")) and name[:-6] in self.inputs:
+                sources.append((name[-5:], self.inputs.index(name[:-6])))
+            else:
+                raise TypeError(f"op {self.name!r}: a backward rule reads unknown {name!r}")
+        return tuple(sources)
+
+    def plan(self, mask: tuple[bool, ...]) -> Plan:
+        plan = self._plans.get(mask)
+        if plan is None:
+            plan = self._plans[mask] = Plan(self, mask)
+        return plan
+
+    def __repr__(self) -> str:
+        kind = "memory-bound" if self.memory_bound else "compute-bound"
+        return f"Op({self.name!r}, {kind})"
+
+
+def unary(name, vjp, params=(), *, memory_bound=True, **options):
+    return Op(name, ("x",), params, (vjp,), memory_bound=memory_bound, **options)
+
+
+def binary(name, vjp_x, vjp_y, params=(), *, memory_bound=True, broadcast=True, **options):
+    return Op(name, ("x", "y"), params, (vjp_x, vjp_y), memory_bound=memory_bound,
+              broadcast=broadcast, **options)  # fmt: skip
+
+
+def reduction(name, vjp, params=(), **options):
+    return Op(name, ("x",), params, (vjp,), memory_bound=False, **options)
+
+
+def untracked(name, inputs=("x",), params=()):
+    """An op whose output never carries a gradient (comparisons, argmax, ...)."""
+    return Op(name, inputs, params, None, memory_bound=True)
+
+
+# -- helpers the rules share ---------------------------------------------------------------------
+def sum_to_shape(B, g, shape):
+    """Sum a broadcast gradient back to ``shape`` (the one place broadcasting is undone)."""
+    g_shape = B.shape(g)
+    if g_shape == shape:
+        return g
+    lead = len(g_shape) - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and g_shape[lead + i] != 1
+    )
+    if dims:
+        g = B.sum_dim(g, dims)
+    return B.reshape(g, shape) if B.shape(g) != shape else g
+
+
+def zeros_for(B, g, shape):
+    """Zeros of ``shape`` in ``g``'s dtype and device."""
+    return B.zeros(shape, B.dtype(g), B.device(g))
+
+
+def _zeros_like_rule(B, g):
+    return B.zeros_like(g)
+
+
+def _along(dim, index):
+    return (slice(None),) * dim + (index,)
+
+
+def _exclusive_prod(B, x, dim):
+    """Product of the other elements along ``dim``, exact where ``x`` has zeros."""
+    shape = B.shape(x)
+    n = shape[dim]
+    if n == 1:
+        return B.ones_like(x)
+    one = B.ones(shape[:dim] + (1,) + shape[dim + 1 :], B.dtype(x), B.device(x))
+    head = _along(dim, slice(0, n - 1))
+    before = B.cat([one, B.slice(B.cumprod(x, dim), head)], dim)
+    after = B.flip(B.cat([one, B.slice(B.cumprod(B.flip(x, (dim,)), dim), head)], dim), (dim,))
+    return B.mul(before, after)
+
+
+def _prod_vjp(B, g, x, x_shape):
+    flat = B.reshape(x, (math.prod(x_shape),))
+    return B.mul(B.expand(g, x_shape), B.reshape(_exclusive_prod(B, flat, 0), x_shape))
+
+
+def _prod_dim_vjp(B, g, x, dim):
+    return B.mul(g, _exclusive_prod(B, x, dim))
+
+
+def _reverse_cumsum(B, g, dim):
+    return B.flip(B.cumsum(B.flip(g, (dim,)), dim), (dim,))
+
+
+def _cumprod_vjp(B, g, x, out, dim):
+    if not B.any(B.equal_elem(x, 0.0)):
+        return B.div(_reverse_cumsum(B, B.mul(g, out), dim), x)
+    # Exact with zeros: d out_i / d x_k = prod_{j<=i, j!=k} x_j for i >= k. Row k of a (n, n)
+    # matrix holds x with positions j <= k replaced by one; its cumprod along j gives
+    # prod_{k<j<=i} x_j, and the exclusive prefix product supplies prod_{j<k} x_j.
+    last = len(B.shape(x)) - 1
+    xs = B.swap_dims(x, dim, last)
+    gs = B.swap_dims(g, dim, last)
+    shape = B.shape(xs)
+    n = shape[-1]
+    positions = B.arange(0, n, 1, "int64", B.device(x))
+    strictly_after = B.greater(B.reshape(positions, (1, n)), B.reshape(positions, (n, 1)))
+    rows = B.expand(B.reshape(xs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
+    rows = B.mask_where(B.ones_like(rows), strictly_after, rows)
+    partial = B.cumprod(rows, last + 1)
+    reached = B.cast(B.logical_not(B.lower(B.reshape(positions, (1, n)),
+                                           B.reshape(positions, (n, 1)))), B.dtype(x))  # fmt: skip
+    weighted = B.mul(B.mul(partial, reached), B.reshape(gs, shape[:-1] + (1, n)))
+    inner = B.reshape(B.sum_dim(weighted, (last + 1,)), shape)
+    before = B.cat([B.ones(shape[:-1] + (1,), B.dtype(x), B.device(x)),
+                    B.slice(B.cumprod(xs, last), _along(last, slice(0, n - 1)))], last)  # fmt: skip
+    return B.swap_dims(B.mul(before, inner), dim, last)
+
+
+def _extreme_vjp(B, g, x, out):
+    """max()/min() of all elements: the gradient is shared evenly between ties (PyTorch)."""
+    hits = B.cast(B.equal(x, out), B.dtype(g))
+    return B.mul(hits, B.div(g, B.sum(hits)))
+
+
+def _cumulative_extreme_vjp(B, g, x_shape, aux, dim):
+    return B.scatter_add(zeros_for(B, g, x_shape), aux, g, dim)
+
+
+def _selected_vjp(B, g, x_shape, aux, dim):
+    return B.scatter_assign(zeros_for(B, g, x_shape), aux, g, dim)
+
+
+def _pow_x_vjp(B, g, x, y):
+    grad = B.mul(g, B.mul(y, B.pow(x, B.sub_scalar(y, 1.0))))
+    return B.mask_fill(grad, B.equal_elem(y, 0.0), 0.0)
+
+
+def _pow_y_vjp(B, g, x, y, out):
+    zero_base = B.equal_elem(x, 0.0)
+    grad = B.mul(g, B.mul(out, B.log(B.mask_fill(x, zero_base, 1.0))))
+    return B.mask_fill(grad, B.logical_and(zero_base, B.greater_equal_elem(y, 0.0)), 0.0)
+
+
+def _pow_scalar_vjp(B, g, x, s):
+    if s == 0:
+        return B.zeros_like(g)
+    return B.mul(g, B.mul_scalar(B.pow_scalar(x, s - 1.0), s))
+
+
+def _rpow_scalar_vjp(B, g, x, out, s):
+    if s > 0:
+        return B.mul_scalar(B.mul(g, out), math.log(s))
+    if s == 0:
+        grad = B.mul_scalar(B.mul(g, out), -math.inf)
+        return B.mask_fill(grad, B.greater_equal_elem(x, 0.0), 0.0)
+    return B.mul_scalar(g, math.nan)
+
+
+def _clamp_vjp(B, g, x, lo, hi):
+    outside = None if lo is None else B.lower_elem(x, lo)
+    if hi is not None:
+        above = B.greater_elem(x, hi)
+        outside = above if outside is None else B.logical_or(outside, above)
+    return g if outside is None else B.mask_fill(g, outside, 0.0)
+
+
+def _gelu_vjp(B, g, x):
+    cdf = B.mul_scalar(B.add_scalar(B.erf(B.mul_scalar(x, _INV_SQRT_2)), 1.0), 0.5)
+    pdf = B.mul_scalar(B.exp(B.mul_scalar(B.square(x), -0.5)), _INV_SQRT_2PI)
+    return B.mul(g, B.add(cdf, B.mul(x, pdf)))
+
+
+def _silu_vjp(B, g, x):
+    s = B.sigmoid(x)
+    return B.mul(g, B.mul(s, B.add_scalar(B.mul(x, B.rsub_scalar(s, 1.0)), 1.0)))
+
+
+def _inverse_permutation(dims):
+    inverse = [0] * len(dims)
+    for position, d in enumerate(dims):
+        inverse[d] = position
+    return tuple(inverse)
+
+
+def _repeat_dim_vjp(B, g, x_shape, dim, times):
+    n = x_shape[dim]
+    split = x_shape[:dim] + (times, n) + x_shape[dim + 1 :]
+    return B.reshape(B.sum_dim(B.reshape(g, split), (dim,)), x_shape)
+
+
+def _matmul_x_vjp(B, g, y):
+    return B.matmul(g, B.swap_dims(y, -1, -2))
+
+
+def _matmul_y_vjp(B, g, x):
+    return B.matmul(B.swap_dims(x, -1, -2), g)
+
+
+# -- elementwise binary ------------------------------------------------------------------------
+binary("add", lambda B, g: g, lambda B, g: g)
+binary("sub", lambda B, g: g, lambda B, g: B.neg(g))
+binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
+binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))
+binary("pow", _pow_x_vjp, _pow_y_vjp)
+binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, B.floor(B.div(x, y)))))
+binary("atan2",
+       lambda B, g, x, y: B.div(B.mul(g, y), B.add(B.square(x), B.square(y))),
+       lambda B, g, x, y: B.neg(B.div(B.mul(g, x), B.add(B.square(x), B.square(y)))))  # fmt: skip
+binary("hypot", lambda B, g, x, out: B.div(B.mul(g, x), out),
+       lambda B, g, y, out: B.div(B.mul(g, y), out))  # fmt: skip
+
+# -- with a Python scalar ----------------------------------------------------------------------
+unary("add_scalar", lambda B, g: g, ("s",))
+unary("sub_scalar", lambda B, g: g, ("s",))
+unary("mul_scalar", lambda B, g, s: B.mul_scalar(g, s), ("s",))
+unary("div_scalar", lambda B, g, s: B.div_scalar(g, s), ("s",))
+unary("pow_scalar", _pow_scalar_vjp, ("s",))
+unary("remainder_scalar", lambda B, g: g, ("s",))
+unary("rsub_scalar", lambda B, g: B.neg(g), ("s",))
+unary("rdiv_scalar", lambda B, g, x, out: B.neg(B.div(B.mul(g, out), x)), ("s",))
+unary("rpow_scalar", _rpow_scalar_vjp, ("s",))
+unary("rremainder_scalar", lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scalar(x, s)))),
+      ("s",))  # fmt: skip
+
+# -- elementwise unary -------------------------------------------------------------------------
+unary("neg", lambda B, g: B.neg(g))
+unary("abs", lambda B, g, x: B.mul(g, B.sign(x)))
+unary("exp", lambda B, g, out: B.mul(g, out))
+unary("expm1", lambda B, g, out: B.mul(g, B.add_scalar(out, 1.0)))
+unary("log", lambda B, g, x: B.div(g, x))
+unary("log1p", lambda B, g, x: B.div(g, B.add_scalar(x, 1.0)))
+unary("sqrt", lambda B, g, out: B.div(B.mul_scalar(g, 0.5), out))
+unary("square", lambda B, g, x: B.mul(g, B.mul_scalar(x, 2.0)))
+unary("recip", lambda B, g, out: B.neg(B.mul(g, B.square(out))))
+unary("sin", lambda B, g, x: B.mul(g, B.cos(x)))
+unary("cos", lambda B, g, x: B.neg(B.mul(g, B.sin(x))))
+unary("tan", lambda B, g, out: B.mul(g, B.add_scalar(B.square(out), 1.0)))
+unary("sinh", lambda B, g, x: B.mul(g, B.cosh(x)))
+unary("cosh", lambda B, g, x: B.mul(g, B.sinh(x)))
+unary("tanh", lambda B, g, out: B.mul(g, B.rsub_scalar(B.square(out), 1.0)))
+unary("asin", lambda B, g, x: B.div(g, B.sqrt(B.rsub_scalar(B.square(x), 1.0))))
+unary("acos", lambda B, g, x: B.neg(B.div(g, B.sqrt(B.rsub_scalar(B.square(x), 1.0)))))
+unary("atan", lambda B, g, x: B.div(g, B.add_scalar(B.square(x), 1.0)))
+unary("asinh", lambda B, g, x: B.div(g, B.sqrt(B.add_scalar(B.square(x), 1.0))))
+unary("acosh", lambda B, g, x: B.div(g, B.sqrt(B.sub_scalar(B.square(x), 1.0))))
+unary("atanh", lambda B, g, x: B.div(g, B.rsub_scalar(B.square(x), 1.0)))
+unary("erf", lambda B, g, x: B.mul(g, B.mul_scalar(B.exp(B.neg(B.square(x))), _TWO_OVER_SQRT_PI)))
+for _name in ("sign", "round", "floor", "ceil", "trunc"):
+    unary(_name, _zeros_like_rule)
+unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0))))
+unary("log_sigmoid", lambda B, g, x: B.mul(g, B.sigmoid(B.neg(x))))
+unary("softplus", lambda B, g, x, beta: B.mul(g, B.sigmoid(B.mul_scalar(x, beta))), ("beta",))
+unary("relu", lambda B, g, out: B.mask_fill(g, B.lower_equal_elem(out, 0.0), 0.0))
+unary("leaky_relu",
+      lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
+      ("slope",))  # fmt: skip
+unary("gelu", _gelu_vjp)
+unary("silu", _silu_vjp)
+unary("clamp", _clamp_vjp, ("lo", "hi"))
+unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))
+
+# -- selection -----------------------------------------------------------------------------------
+Op("mask_where", ("x", "mask", "values"), (),
+   (lambda B, g, mask: B.mask_fill(g, mask, 0.0), None,
+    lambda B, g, mask: B.mask_fill(g, B.logical_not(mask), 0.0)),
+   memory_bound=False, broadcast=True)  # fmt: skip
+Op("mask_fill", ("x", "mask"), ("value",), (lambda B, g, mask: B.mask_fill(g, mask, 0.0), None),
+   memory_bound=False, broadcast=True)  # fmt: skip
+
+# -- reductions ----------------------------------------------------------------------------------
+reduction("sum", lambda B, g, x_shape: B.expand(g, x_shape))
+reduction("sum_dim", lambda B, g, x_shape: B.expand(g, x_shape), ("dims",))
+reduction("mean", lambda B, g, x_shape: B.expand(B.div_scalar(g, math.prod(x_shape)), x_shape))
+reduction("mean_dim",
+          lambda B, g, x_shape, dims: B.expand(
+              B.div_scalar(g, math.prod(x_shape[d] for d in dims)), x_shape),
+          ("dims",))  # fmt: skip
+reduction("prod", _prod_vjp)
+reduction("prod_dim", _prod_dim_vjp, ("dim",))
+reduction("max", _extreme_vjp)
+reduction("min", _extreme_vjp)
+reduction("max_dim", _selected_vjp, ("dim",), aux=True)
+reduction("min_dim", _selected_vjp, ("dim",), aux=True)
+untracked("argmax", params=("dim",))
+untracked("argmin", params=("dim",))
+
+# -- cumulative, sorting -------------------------------------------------------------------------
+reduction("cumsum", lambda B, g, dim: _reverse_cumsum(B, g, dim), ("dim",))
+reduction("cumprod", _cumprod_vjp, ("dim",))
+reduction("cummax", _cumulative_extreme_vjp, ("dim",), aux=True)
+reduction("cummin", _cumulative_extreme_vjp, ("dim",), aux=True)
+reduction("sort", lambda B, g, x_shape, aux, dim, descending: _selected_vjp(B, g, x_shape, aux,
+                                                                            dim),
+          ("dim", "descending"), aux=True)  # fmt: skip
+reduction("topk", lambda B, g, x_shape, aux, k, dim: _selected_vjp(B, g, x_shape, aux, dim),
+          ("k", "dim"), aux=True)  # fmt: skip
+
+# -- shape ---------------------------------------------------------------------------------------
+unary("reshape", lambda B, g, x_shape: B.reshape(g, x_shape), ("shape",))
+unary("permute", lambda B, g, dims: B.permute(g, _inverse_permutation(dims)), ("dims",))
+unary("swap_dims", lambda B, g, a, b: B.swap_dims(g, a, b), ("a", "b"))
+unary("flip", lambda B, g, dims: B.flip(g, dims), ("dims",))
+unary("expand", lambda B, g, x_shape: sum_to_shape(B, g, x_shape), ("shape",))
+unary("slice", lambda B, g, x_shape, slices: B.slice_assign(zeros_for(B, g, x_shape), g, slices),
+      ("slices",))  # fmt: skip
+Op("slice_assign", ("x", "values"), ("slices",),
+   (lambda B, g, values_shape, slices: B.slice_assign(g, zeros_for(B, g, values_shape), slices),
+    lambda B, g, values_shape, slices: sum_to_shape(B, B.slice(g, slices), values_shape)),
+   memory_bound=True)  # fmt: skip
+Op("cat", (), ("dim", "bounds"),
+   (lambda B, g, index, dim, bounds: B.slice(g, _along(dim, slice(*bounds[index]))),),
+   memory_bound=True, variadic=True,
+   forward=lambda B, values, dim, bounds: B.cat(values, dim))  # fmt: skip
+unary("repeat_dim", _repeat_dim_vjp, ("dim", "times"))
+unary("unfold", lambda B, g, x_shape, dim, size, step: B.fold(g, dim, size, step, x_shape[dim]),
+      ("dim", "size", "step"))  # fmt: skip
+unary("fold", lambda B, g, dim, size, step, length: B.unfold(g, dim, size, step),
+      ("dim", "size", "step", "length"))  # fmt: skip
+
+# -- indexing ------------------------------------------------------------------------------------
+Op("gather", ("x", "indices"), ("dim",),
+   (lambda B, g, x_shape, indices, dim: B.scatter_add(zeros_for(B, g, x_shape), indices, g, dim),
+    None), memory_bound=False)  # fmt: skip
+Op("scatter_add", ("x", "indices", "values"), ("dim",),
+   (lambda B, g: g, None, lambda B, g, indices, dim: B.gather(g, indices, dim)),
+   memory_bound=False)  # fmt: skip
+Op("scatter_assign", ("x", "indices", "values"), ("dim",),
+   (lambda B, g, indices, values_shape, dim: B.scatter_assign(
+       g, indices, zeros_for(B, g, values_shape), dim),
+    None, lambda B, g, indices, dim: B.gather(g, indices, dim)), memory_bound=False)  # fmt: skip
+Op("select", ("x", "indices"), ("dim",),
+   (lambda B, g, x_shape, indices, dim: B.select_add(zeros_for(B, g, x_shape), indices, g, dim),
+    None), memory_bound=False)  # fmt: skip
+Op("select_add", ("x", "indices", "values"), ("dim",),
+   (lambda B, g: g, None, lambda B, g, indices, dim: B.select(g, indices, dim)),
+   memory_bound=False)  # fmt: skip
+Op("select_assign", ("x", "indices", "values"), ("dim",),
+   (lambda B, g, indices, values_shape, dim: B.select_assign(
+       g, indices, zeros_for(B, g, values_shape), dim),
+    None, lambda B, g, indices, dim: B.select(g, indices, dim)), memory_bound=False)  # fmt: skip
+
+# -- linear algebra, softmax ---------------------------------------------------------------------
+binary("matmul", _matmul_x_vjp, _matmul_y_vjp, memory_bound=False, broadcast="batch")
+binary("cross", lambda B, g, y, dim: B.cross(y, g, dim), lambda B, g, x, dim: B.cross(g, x, dim),
+       ("dim",))  # fmt: skip
+reduction("softmax",
+          lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
+          ("dim",))  # fmt: skip
+reduction("log_softmax",
+          lambda B, g, out, dim: B.sub(g, B.mul(B.exp(out), B.sum_dim(g, (dim,)))),
+          ("dim",))  # fmt: skip
+
+# -- never differentiable ------------------------------------------------------------------------
+for _name in ("equal", "not_equal", "greater", "greater_equal", "lower", "lower_equal",
+              "logical_and", "logical_or"):  # fmt: skip
+    untracked(_name, ("x", "y"))
+for _name in ("equal_elem", "not_equal_elem", "greater_elem", "greater_equal_elem",
+              "lower_elem", "lower_equal_elem"):  # fmt: skip
+    untracked(_name, params=("s",))
+for _name in ("is_nan", "is_inf", "logical_not"):
+    untracked(_name)
+
+
+def op_kind(name: str) -> str:
+    """``"memory-bound"`` or ``"compute-bound"``: how the checkpointing strategies treat it."""
+    return "memory-bound" if OPS[name].memory_bound else "compute-bound"
+
+
+def rule_reads(name: str) -> dict[str, Any]:
+    """What each input's backward rule of op ``name`` reads (for docs and the graph view)."""
+    op = OPS[name]
+    return {op.inputs[i] if i < len(op.inputs) else str(i): sources
+            for i, sources in enumerate(op.rule_sources)}  # fmt: skip

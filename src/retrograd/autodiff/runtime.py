@@ -1,0 +1,160 @@
+"""Backward: walk the graph from the root, build the tape and the checkpointer, run the steps.
+
+As in Burn's autodiff server: the walk collects every node reachable from the root (with an
+explicit stack, never recursion), groups the nodes by depth, and runs their steps deepest first,
+so every node has received all its gradient contributions before its own step runs. The walk
+consumes what it visits unless ``retain_graph``; a node consumed earlier stops the walk with an
+:class:`~retrograd.errors.AutodiffError` before anything is changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import AutodiffError
+from .checkpoint import Checkpointer, CheckpointerBuilder, checkpointer_checks_enabled
+from .gradients import Gradients
+from .graph import CONSUMED, AutodiffPrimitive, Node
+from .ops import sum_to_shape
+
+__all__ = ["Tape", "backward"]
+
+
+class Tape:
+    """The walked graph: nodes by depth, nodes by id, and each node's count of children."""
+
+    __slots__ = ("children", "levels", "nodes")
+
+    def __init__(self, root: Node):
+        levels: list[list[Node]] = [[] for _ in range(root.order + 1)]
+        nodes = {root.id: root}
+        children: dict[int, int] = {}
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node.plan is CONSUMED:
+                raise AutodiffError(
+                    f"backward: the graph through {node.describe()} was consumed by an earlier "
+                    "backward(), which frees what it walks; call that earlier backward with "
+                    "retain_graph=True to backpropagate through the same graph again"
+                )
+            levels[node.order].append(node)
+            for parent in node.parents:
+                if parent is not None:
+                    children[parent.id] = children.get(parent.id, 0) + 1
+                    if parent.id not in nodes:
+                        nodes[parent.id] = parent
+                        stack.append(parent)
+        self.levels = levels
+        self.nodes = nodes
+        self.children = children
+
+    def checkpointer(self, inner: Any, consume: bool) -> Checkpointer:
+        builder = CheckpointerBuilder()
+        for node in self.nodes.values():
+            actions = node.actions
+            if actions:
+                builder.extend(actions)
+                if consume:
+                    node.actions = None
+        return builder.build(self.nodes, inner)
+
+
+def backward(
+    backend: Any,
+    root: AutodiffPrimitive,
+    seed: Any = None,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+    device: Any = None,
+) -> Gradients:
+    """Backpropagate from ``root`` on the autodiff ``backend``; see ``Tensor.backward``."""
+    root_node = root.node
+    if root_node is None:
+        raise AutodiffError(
+            "backward: this tensor does not require grad and is not computed from anything that "
+            "does; call require_grad() on the leaves you want gradients for"
+        )
+    retain = retain_graph or create_graph
+    inner = backend.inner
+    tape = Tape(root_node)
+    checkpointer = tape.checkpointer(inner, consume=not retain)
+
+    rules_backend = backend if create_graph else inner
+    grads = Gradients(rules_backend, device, dict(tape.children))
+    for hook in backend.gradient_hooks:
+        hook(tape, grads)
+    if seed is None:
+        seed = inner.ones_like(root.value)
+    grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
+
+    nodes = tape.nodes if create_graph else None
+    for level in reversed(tape.levels):
+        for node in level:
+            if node.op is not None:
+                _step(node, rules_backend, grads, checkpointer, nodes)
+                if not retain:
+                    _release(node)
+
+    if checkpointer_checks_enabled() and not checkpointer.is_empty():
+        raise AssertionError(
+            f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
+        )
+    grads.remaining.clear()
+    return grads
+
+
+def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer, nodes) -> None:
+    op = node.op
+    plan = node.plan
+    keys = node.keys
+    if keys:
+        retrieve = checkpointer.retrieve
+        saved = [retrieve(key) for key in keys]
+        if nodes is not None:  # create_graph: rules run on tracked values
+            saved = [AutodiffPrimitive(v, nodes.get(k)) for k, v in zip(keys, saved)]
+        out = saved.pop() if plan.save_out else None
+        env = (out, *saved, *node.params)
+    else:
+        env = (None, *node.params)
+    g = grads.consume(node)
+    if g is None:
+        return
+    if nodes is not None and op.aux:
+        env = (*env[:-1], AutodiffPrimitive(env[-1], None))
+    parents = node.parents
+    if op.variadic:
+        rule = op.vjps[0]
+        for index, parent in enumerate(parents):
+            if parent is not None:
+                grads.register(parent, rule(backend, g, index, *node.params))
+        return
+    arguments = plan.arguments
+    bshapes = node.bshapes
+    rules = op.vjps
+    for index, parent in enumerate(parents):
+        if parent is None:
+            continue
+        positions = arguments[index]
+        if positions is None:
+            continue
+        count = len(positions)
+        if count == 0:
+            grad = rules[index](backend, g)
+        elif count == 1:
+            grad = rules[index](backend, g, env[positions[0]])
+        else:
+            grad = rules[index](backend, g, *[env[k] for k in positions])
+        if bshapes is not None and bshapes[index] is not None:
+            grad = sum_to_shape(backend, grad, bshapes[index])
+        grads.register(parent, grad)
+
+
+def _release(node: Node) -> None:
+    """Drop what a consumed node holds, so the graph above it can be freed, and mark it."""
+    node.parents = ()
+    node.params = ()
+    node.keys = ()
+    node.plan = CONSUMED
+    if node.bshapes is not None:
+        node.bshapes = None

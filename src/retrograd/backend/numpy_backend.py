@@ -1,0 +1,461 @@
+"""The NumPy backend: NumPy arrays (or NumPy scalars, for 0-d results) as primitives."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..errors import DTypeError
+from . import special
+from .protocol import Backend
+
+__all__ = ["NumpyBackend"]
+
+_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "int64": np.dtype(np.int64),
+    "bool": np.dtype(np.bool_),
+}
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+_INV_SQRT_2 = 0.7071067811865476
+
+
+class _Generator:
+    """The process-wide random generator behind ``rg.seed`` (NumPy's is thread-safe)."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng()
+        self.lock = threading.Lock()
+
+    def reseed(self, seed: int) -> None:
+        with self.lock:
+            self.rng = np.random.default_rng(seed)
+
+
+GENERATOR = _Generator()
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
+
+
+def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
+    """Map an array made from user data onto the four dtypes retrograd knows."""
+    kind = array.dtype.kind
+    if kind == "b":
+        return array
+    if isinstance(data, np.ndarray | np.generic):
+        if kind == "f":
+            return array if array.dtype in (np.float32, np.float64) else array.astype(np.float32)
+        if kind in "iu":
+            return array.astype(np.int64, copy=False)
+    elif kind in "fiu":
+        # Python floats and (nested lists of) numbers default to float32.
+        return array.astype(np.float32, copy=False)
+    raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
+
+
+def _window_index(dim: int, ndim: int, index: Any) -> tuple:
+    return (slice(None),) * dim + (index,) + (slice(None),) * (ndim - dim - 1)
+
+
+def _stable_argsort(x: np.ndarray, dim: int, descending: bool) -> np.ndarray:
+    if not descending:
+        return np.argsort(x, axis=dim, kind="stable")
+    # Sorting the reversed array stably and reversing again keeps ties in their original order.
+    reversed_order = np.argsort(np.flip(x, axis=dim), axis=dim, kind="stable")
+    return (x.shape[dim] - 1) - np.flip(reversed_order, axis=dim)
+
+
+def _scatter_index(indices: np.ndarray, dim: int) -> tuple:
+    grid = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)])
+    grid[dim] = indices
+    return tuple(grid)
+
+
+def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, Any]:
+    values = ufunc.accumulate(x, axis=dim)
+    positions = np.arange(x.shape[dim]).reshape((-1,) + (1,) * (x.ndim - dim - 1))
+    # The latest position where x reaches the running extreme, as PyTorch reports it.
+    candidates = np.where(x == values, positions, 0)
+    return values, np.maximum.accumulate(candidates, axis=dim)
+
+
+class NumpyBackend(Backend):
+    """CPU tensors as NumPy arrays; the embedded default inner backend.
+
+    >>> b = NumpyBackend()
+    >>> b.add(b.from_data([1.0, 2.0], None, None), b.ones((2,), "float32", None)).tolist()
+    [2.0, 3.0]
+    """
+
+    name = "numpy"
+
+    def __repr__(self) -> str:
+        return "NumpyBackend()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NumpyBackend)
+
+    def __hash__(self) -> int:
+        return hash(NumpyBackend)
+
+    # -- data, creation, metadata -------------------------------------------------------------
+    def from_data(self, data, dtype, device):
+        if isinstance(data, np.ndarray | np.generic):
+            array = np.array(data, copy=True)
+        else:
+            array = np.array(data)
+        if dtype is not None:
+            if array.dtype.kind not in "biuf":
+                raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
+            return array.astype(numpy_dtype(dtype), copy=False)
+        return _canonical(array, data)
+
+    def to_numpy(self, x):
+        return np.asarray(x)
+
+    def shape(self, x):
+        return x.shape
+
+    def dtype(self, x):
+        # A dict lookup: NumPy's ``dtype.name`` is a slow Python-level property.
+        return _NAMES[x.dtype]
+
+    def same_dtype(self, x, y):
+        return x.dtype is y.dtype or x.dtype == y.dtype
+
+    def device(self, x):
+        return None
+
+    def zeros(self, shape, dtype, device):
+        return np.zeros(shape, numpy_dtype(dtype))
+
+    def ones(self, shape, dtype, device):
+        return np.ones(shape, numpy_dtype(dtype))
+
+    def full(self, shape, value, dtype, device):
+        return np.full(shape, value, numpy_dtype(dtype))
+
+    def zeros_like(self, x):
+        return np.zeros(x.shape, x.dtype)
+
+    def ones_like(self, x):
+        return np.ones(x.shape, x.dtype)
+
+    def eye(self, n, m, dtype, device):
+        return np.eye(n, m, dtype=numpy_dtype(dtype))
+
+    def arange(self, start, end, step, dtype, device):
+        return np.arange(start, end, step, dtype=numpy_dtype(dtype))
+
+    def random(self, shape, distribution, dtype, device):
+        np_dtype = numpy_dtype(dtype)
+        with GENERATOR.lock:
+            if distribution == "uniform":
+                return GENERATOR.rng.random(shape, dtype=np_dtype)
+            return GENERATOR.rng.standard_normal(shape, dtype=np_dtype)
+
+    def bernoulli(self, shape, p, device):
+        with GENERATOR.lock:
+            return GENERATOR.rng.random(shape) < p
+
+    def seed(self, seed):
+        GENERATOR.reseed(seed)
+
+    def cast(self, x, dtype):
+        return np.asarray(x).astype(numpy_dtype(dtype))
+
+    def to_device(self, x, device):
+        return x
+
+    def any(self, x):
+        return bool(np.any(x))
+
+    # -- elementwise binary -------------------------------------------------------------------
+    add = staticmethod(np.add)
+    sub = staticmethod(np.subtract)
+    mul = staticmethod(np.multiply)
+    div = staticmethod(np.true_divide)
+    pow = staticmethod(np.power)
+    remainder = staticmethod(np.remainder)
+    atan2 = staticmethod(np.arctan2)
+    hypot = staticmethod(np.hypot)
+    add_scalar = staticmethod(np.add)
+    sub_scalar = staticmethod(np.subtract)
+    mul_scalar = staticmethod(np.multiply)
+    div_scalar = staticmethod(np.true_divide)
+    pow_scalar = staticmethod(np.power)
+    remainder_scalar = staticmethod(np.remainder)
+
+    def rsub_scalar(self, x, s):
+        return np.subtract(s, x)
+
+    def rdiv_scalar(self, x, s):
+        return np.true_divide(s, x)
+
+    def rpow_scalar(self, x, s):
+        return np.power(s, x)
+
+    def rremainder_scalar(self, x, s):
+        return np.remainder(s, x)
+
+    # -- elementwise unary --------------------------------------------------------------------
+    neg = staticmethod(np.negative)
+    abs = staticmethod(np.abs)
+    exp = staticmethod(np.exp)
+    expm1 = staticmethod(np.expm1)
+    log = staticmethod(np.log)
+    log1p = staticmethod(np.log1p)
+    sqrt = staticmethod(np.sqrt)
+    square = staticmethod(np.square)
+    recip = staticmethod(np.reciprocal)
+    sin = staticmethod(np.sin)
+    cos = staticmethod(np.cos)
+    tan = staticmethod(np.tan)
+    sinh = staticmethod(np.sinh)
+    cosh = staticmethod(np.cosh)
+    tanh = staticmethod(np.tanh)
+    asin = staticmethod(np.arcsin)
+    acos = staticmethod(np.arccos)
+    atan = staticmethod(np.arctan)
+    asinh = staticmethod(np.arcsinh)
+    acosh = staticmethod(np.arccosh)
+    atanh = staticmethod(np.arctanh)
+    sign = staticmethod(np.sign)
+    round = staticmethod(np.round)
+    floor = staticmethod(np.floor)
+    ceil = staticmethod(np.ceil)
+    trunc = staticmethod(np.trunc)
+
+    def erf(self, x):
+        return special.erf(x)
+
+    def sigmoid(self, x):
+        tail = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1.0 / (1.0 + tail), tail / (1.0 + tail)).astype(x.dtype, copy=False)
+
+    def log_sigmoid(self, x):
+        return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+
+    def softplus(self, x, beta):
+        scaled = x * beta if beta != 1 else x
+        out = np.maximum(scaled, 0) + np.log1p(np.exp(-np.abs(scaled)))
+        return out / beta if beta != 1 else out
+
+    def relu(self, x):
+        return np.maximum(x, 0)
+
+    def leaky_relu(self, x, slope):
+        return np.where(x > 0, x, x * slope)
+
+    def gelu(self, x):
+        # 0.5 * x * erfc(-x / sqrt(2)) keeps full precision where 1 + erf(x/sqrt(2)) cancels;
+        # float32 is computed in float64 and rounded once.
+        wide = np.asarray(x, dtype=np.float64)
+        return ((0.5 * wide) * special.erfc(-wide * _INV_SQRT_2)).astype(x.dtype, copy=False)
+
+    def silu(self, x):
+        return x * self.sigmoid(x)
+
+    def clamp(self, x, lo, hi):
+        if lo is None and hi is None:
+            return x
+        return np.clip(x, lo, hi)
+
+    # -- comparisons and logic ----------------------------------------------------------------
+    equal = equal_elem = staticmethod(np.equal)
+    not_equal = not_equal_elem = staticmethod(np.not_equal)
+    greater = greater_elem = staticmethod(np.greater)
+    greater_equal = greater_equal_elem = staticmethod(np.greater_equal)
+    lower = lower_elem = staticmethod(np.less)
+    lower_equal = lower_equal_elem = staticmethod(np.less_equal)
+    is_nan = staticmethod(np.isnan)
+    is_inf = staticmethod(np.isinf)
+    logical_not = staticmethod(np.logical_not)
+    logical_and = staticmethod(np.logical_and)
+    logical_or = staticmethod(np.logical_or)
+
+    # -- selection ----------------------------------------------------------------------------
+    def mask_where(self, x, mask, values):
+        return np.where(mask, values, x)
+
+    def mask_fill(self, x, mask, value):
+        return np.where(mask, x.dtype.type(value), x)
+
+    # -- reductions ---------------------------------------------------------------------------
+    def sum(self, x):
+        return np.sum(x)
+
+    def sum_dim(self, x, dims):
+        return np.sum(x, axis=dims, keepdims=True)
+
+    def mean(self, x):
+        return np.mean(x)
+
+    def mean_dim(self, x, dims):
+        return np.mean(x, axis=dims, keepdims=True)
+
+    def prod(self, x):
+        return np.prod(x)
+
+    def prod_dim(self, x, dim):
+        return np.prod(x, axis=dim, keepdims=True)
+
+    def max(self, x):
+        return np.max(x)
+
+    def min(self, x):
+        return np.min(x)
+
+    def max_dim(self, x, dim):
+        indices = np.argmax(x, axis=dim, keepdims=True)
+        return np.take_along_axis(x, indices, axis=dim), indices
+
+    def min_dim(self, x, dim):
+        indices = np.argmin(x, axis=dim, keepdims=True)
+        return np.take_along_axis(x, indices, axis=dim), indices
+
+    def argmax(self, x, dim):
+        return np.argmax(x, axis=dim, keepdims=True)
+
+    def argmin(self, x, dim):
+        return np.argmin(x, axis=dim, keepdims=True)
+
+    # -- cumulative, sorting ------------------------------------------------------------------
+    def cumsum(self, x, dim):
+        return np.cumsum(x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+    def cumprod(self, x, dim):
+        return np.cumprod(x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+    def cummax(self, x, dim):
+        return _cumulative_extreme(x, dim, np.maximum)
+
+    def cummin(self, x, dim):
+        return _cumulative_extreme(x, dim, np.minimum)
+
+    def sort(self, x, dim, descending):
+        indices = _stable_argsort(x, dim, descending)
+        return np.take_along_axis(x, indices, axis=dim), indices
+
+    def topk(self, x, k, dim):
+        indices = _stable_argsort(x, dim, True)
+        indices = indices[_window_index(dim, x.ndim, slice(0, k))]
+        return np.take_along_axis(x, indices, axis=dim), indices
+
+    # -- shape --------------------------------------------------------------------------------
+    def reshape(self, x, shape):
+        return np.reshape(x, shape)
+
+    def permute(self, x, dims):
+        return np.transpose(x, dims)
+
+    def swap_dims(self, x, a, b):
+        return np.swapaxes(x, a, b)
+
+    def flip(self, x, dims):
+        return np.flip(x, axis=dims)
+
+    def expand(self, x, shape):
+        return np.broadcast_to(x, shape)
+
+    def slice(self, x, slices):
+        return x[slices]
+
+    def slice_assign(self, x, values, slices):
+        out = np.array(x, copy=True)
+        out[slices] = values
+        return out
+
+    def cat(self, xs, dim):
+        return np.concatenate(xs, axis=dim)
+
+    def repeat_dim(self, x, dim, times):
+        reps = [1] * x.ndim
+        reps[dim] = times
+        return np.tile(x, reps)
+
+    def unfold(self, x, dim, size, step):
+        windows = sliding_window_view(x, size, axis=dim)
+        return windows[_window_index(dim, windows.ndim, slice(None, None, step))]
+
+    def fold(self, x, dim, size, step, length):
+        count = x.shape[dim]
+        shape = list(x.shape[:-1])
+        shape[dim] = length
+        out = np.zeros(shape, x.dtype)
+        for k in range(size):
+            target = _window_index(dim, out.ndim, slice(k, k + step * (count - 1) + 1, step))
+            out[target] += x[..., k]
+        return out
+
+    # -- indexing -----------------------------------------------------------------------------
+    def gather(self, x, indices, dim):
+        if indices.shape != x.shape:
+            # PyTorch's gather reads only the index-shaped corner of the other dimensions.
+            corner = tuple(
+                slice(None) if d == dim else slice(0, n) for d, n in enumerate(indices.shape)
+            )
+            x = x[corner]
+        return np.take_along_axis(x, indices, axis=dim)
+
+    def scatter_add(self, x, indices, values, dim):
+        out = np.array(x, copy=True)
+        np.add.at(out, _scatter_index(indices, dim), values)
+        return out
+
+    def scatter_assign(self, x, indices, values, dim):
+        out = np.array(x, copy=True)
+        out[_scatter_index(indices, dim)] = values
+        return out
+
+    def select(self, x, indices, dim):
+        return np.take(x, indices, axis=dim)
+
+    def select_add(self, x, indices, values, dim):
+        out = np.array(x, copy=True)
+        np.add.at(out, _window_index(dim, out.ndim, indices), values)
+        return out
+
+    def select_assign(self, x, indices, values, dim):
+        out = np.array(x, copy=True)
+        out[_window_index(dim, out.ndim, indices)] = values
+        return out
+
+    # -- linear algebra and fused activations -------------------------------------------------
+    matmul = staticmethod(np.matmul)
+
+    def cross(self, x, y, dim):
+        return np.cross(x, y, axis=dim)
+
+    def softmax(self, x, dim):
+        shifted = x - np.max(x, axis=dim, keepdims=True)
+        exps = np.exp(shifted)
+        return exps / np.sum(exps, axis=dim, keepdims=True)
+
+    def log_softmax(self, x, dim):
+        shifted = x - np.max(x, axis=dim, keepdims=True)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
+
+
+def _check_protocol() -> None:
+    missing = [
+        name
+        for name in dir(Backend)
+        if not name.startswith("_")
+        and callable(getattr(Backend, name))
+        and getattr(NumpyBackend, name) is getattr(Backend, name)
+    ]
+    if missing:
+        raise TypeError(f"NumpyBackend lacks protocol methods: {missing}")
+
+
+_check_protocol()

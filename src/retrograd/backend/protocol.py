@@ -1,0 +1,259 @@
+"""The backend protocol: every primitive operation the layers above need.
+
+A backend holds tensors as *primitives* of its own kind (NumPy arrays for :class:`NumpyBackend`,
+autodiff primitives for :class:`~retrograd.autodiff.Autodiff`, torch tensors for the planned
+GPU backend) and implements each method below on them. The tensor API calls these methods and
+nothing else, and the backward rules are written against them, so one rule serves every backend
+and, run on the autodiff backend itself, gives higher-order gradients.
+
+Conventions, so that implementations stay small:
+
+- Operations are dtype-polymorphic: ``add`` adds floats or ints; callers have already promoted
+  both operands to one dtype. Dtypes are named ``"float32" "float64" "int64" "bool"``.
+- Dimensions arrive normalized (``0 <= dim < ndim``) and validated by the tensor API, except
+  ``swap_dims``, which also accepts negative dims.
+- ``*_dim`` reductions keep the reduced dimensions with size 1, as in Burn.
+- Ops returning ``(values, indices)`` give int64 indices along the reduced/sorted dimension.
+- ``*_scalar`` operations take a Python scalar as second operand; ``r*_scalar`` put it first.
+- Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
+- Nothing is modified in place: every method returns a new primitive (which may share memory
+  with an input, as a view does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["PROTOCOL_OPS", "Backend"]
+
+
+def _required(*_args: Any, **_kwargs: Any) -> Any:
+    raise NotImplementedError
+
+
+class Backend:
+    """Abstract base of all backends; the method list *is* the protocol.
+
+    Subclasses implement every method. ``name`` labels the backend in messages.
+    """
+
+    name = "backend"
+    #: True for backends that record a graph (the autodiff decorator).
+    is_autodiff = False
+
+    # -- data, creation, metadata -------------------------------------------------------------
+    def from_data(self, data: Any, dtype: str | None, device: Any) -> Any:
+        """A primitive holding ``data`` (scalar, nested lists, NumPy array), copied."""
+        raise NotImplementedError
+
+    def to_numpy(self, x: Any) -> Any:
+        """The values of ``x`` as a NumPy array (may share memory)."""
+        raise NotImplementedError
+
+    def shape(self, x: Any) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def dtype(self, x: Any) -> str:
+        raise NotImplementedError
+
+    def same_dtype(self, x: Any, y: Any) -> bool:
+        """Whether ``x`` and ``y`` have one dtype (the tensor API's fast path asks this)."""
+        raise NotImplementedError
+
+    def device(self, x: Any) -> Any:
+        """The device ``x`` lives on, or ``None`` where the backend keeps no device label."""
+        raise NotImplementedError
+
+    def zeros(self, shape: Sequence[int], dtype: str, device: Any) -> Any:
+        raise NotImplementedError
+
+    def ones(self, shape: Sequence[int], dtype: str, device: Any) -> Any:
+        raise NotImplementedError
+
+    def full(self, shape: Sequence[int], value: float, dtype: str, device: Any) -> Any:
+        raise NotImplementedError
+
+    def zeros_like(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def ones_like(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def eye(self, n: int, m: int, dtype: str, device: Any) -> Any:
+        raise NotImplementedError
+
+    def arange(self, start: int, end: int, step: int, dtype: str, device: Any) -> Any:
+        raise NotImplementedError
+
+    def random(self, shape: Sequence[int], distribution: str, dtype: str, device: Any) -> Any:
+        """``"uniform"`` on [0, 1) or ``"normal"`` (mean 0, std 1), from the seeded generator."""
+        raise NotImplementedError
+
+    def bernoulli(self, shape: Sequence[int], p: float, device: Any) -> Any:
+        """A bool primitive, true with probability ``p``."""
+        raise NotImplementedError
+
+    def seed(self, seed: int) -> None:
+        raise NotImplementedError
+
+    def cast(self, x: Any, dtype: str) -> Any:
+        raise NotImplementedError
+
+    def to_device(self, x: Any, device: Any) -> Any:
+        raise NotImplementedError
+
+    def any(self, x: Any) -> bool:
+        """Whether any element is true (a Python bool: backward rules may branch on it)."""
+        raise NotImplementedError
+
+    # -- elementwise binary, broadcasting -----------------------------------------------------
+    add = sub = mul = div = pow = remainder = atan2 = hypot = _required
+    add_scalar = sub_scalar = mul_scalar = div_scalar = pow_scalar = remainder_scalar = _required
+    rsub_scalar = rdiv_scalar = rpow_scalar = rremainder_scalar = _required
+
+    # -- elementwise unary --------------------------------------------------------------------
+    neg = abs = exp = expm1 = log = log1p = sqrt = square = recip = _required
+    sin = cos = tan = sinh = cosh = tanh = asin = acos = atan = asinh = acosh = atanh = _required
+    erf = sign = round = floor = ceil = trunc = _required
+    sigmoid = log_sigmoid = relu = gelu = silu = _required
+
+    def softplus(self, x: Any, beta: float) -> Any:
+        raise NotImplementedError
+
+    def leaky_relu(self, x: Any, slope: float) -> Any:
+        raise NotImplementedError
+
+    def clamp(self, x: Any, lo: float | None, hi: float | None) -> Any:
+        raise NotImplementedError
+
+    # -- comparisons and logic (bool results) -------------------------------------------------
+    equal = not_equal = greater = greater_equal = lower = lower_equal = _required
+    equal_elem = not_equal_elem = greater_elem = greater_equal_elem = _required
+    lower_elem = lower_equal_elem = _required
+    is_nan = is_inf = logical_not = logical_and = logical_or = _required
+
+    # -- selection ----------------------------------------------------------------------------
+    def mask_where(self, x: Any, mask: Any, values: Any) -> Any:
+        """``values`` where ``mask`` is true, else ``x`` (broadcasting)."""
+        raise NotImplementedError
+
+    def mask_fill(self, x: Any, mask: Any, value: float) -> Any:
+        raise NotImplementedError
+
+    # -- reductions ---------------------------------------------------------------------------
+    def sum(self, x: Any) -> Any:
+        """0-d sum of all elements."""
+        raise NotImplementedError
+
+    def sum_dim(self, x: Any, dims: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    mean = prod = max = min = _required
+    mean_dim = _required
+
+    def prod_dim(self, x: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def max_dim(self, x: Any, dim: int) -> tuple[Any, Any]:
+        """``(values, indices)`` of the maximum along ``dim``; first occurrence wins."""
+        raise NotImplementedError
+
+    def min_dim(self, x: Any, dim: int) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    argmax = argmin = _required
+
+    # -- cumulative, sorting ------------------------------------------------------------------
+    cumsum = cumprod = _required
+
+    def cummax(self, x: Any, dim: int) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def cummin(self, x: Any, dim: int) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def sort(self, x: Any, dim: int, descending: bool) -> tuple[Any, Any]:
+        """Stable sort: ``(values, indices)``."""
+        raise NotImplementedError
+
+    def topk(self, x: Any, k: int, dim: int) -> tuple[Any, Any]:
+        """The ``k`` largest along ``dim``, largest first: ``(values, indices)``."""
+        raise NotImplementedError
+
+    # -- shape --------------------------------------------------------------------------------
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def permute(self, x: Any, dims: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def swap_dims(self, x: Any, a: int, b: int) -> Any:
+        raise NotImplementedError
+
+    def flip(self, x: Any, dims: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def expand(self, x: Any, shape: tuple[int, ...]) -> Any:
+        """Broadcast ``x`` to ``shape`` (NumPy's rules)."""
+        raise NotImplementedError
+
+    def slice(self, x: Any, slices: tuple[slice, ...]) -> Any:
+        """``x[slices]`` with one normalized ``slice`` per leading dimension."""
+        raise NotImplementedError
+
+    def slice_assign(self, x: Any, values: Any, slices: tuple[slice, ...]) -> Any:
+        raise NotImplementedError
+
+    def cat(self, xs: Sequence[Any], dim: int) -> Any:
+        raise NotImplementedError
+
+    def repeat_dim(self, x: Any, dim: int, times: int) -> Any:
+        raise NotImplementedError
+
+    def unfold(self, x: Any, dim: int, size: int, step: int) -> Any:
+        """Windows of ``size`` every ``step`` along ``dim``, as a new last dimension."""
+        raise NotImplementedError
+
+    def fold(self, x: Any, dim: int, size: int, step: int, length: int) -> Any:
+        """The adjoint of ``unfold``: sums the windows back into a dimension of ``length``."""
+        raise NotImplementedError
+
+    # -- indexing -----------------------------------------------------------------------------
+    def gather(self, x: Any, indices: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def scatter_add(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def scatter_assign(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def select(self, x: Any, indices: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def select_add(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def select_assign(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    # -- linear algebra and fused activations -------------------------------------------------
+    def matmul(self, x: Any, y: Any) -> Any:
+        """Batched matrix product of operands with at least 2 dims, batch dims broadcasting."""
+        raise NotImplementedError
+
+    def cross(self, x: Any, y: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def softmax(self, x: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def log_softmax(self, x: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+
+#: Names of the protocol's tensor operations (everything but data/creation/metadata).
+PROTOCOL_OPS = tuple(
+    name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_")
+)

@@ -1,0 +1,59 @@
+"""Which backend new tensors use: process-wide default, overridable per thread."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["current_backend", "default_backend", "set_default_backend", "use_backend"]
+
+_process_default: Any = None
+_thread_backend: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "retrograd_backend", default=None
+)
+
+
+def default_backend() -> Any:
+    """The process-wide default: ``Autodiff(NumpyBackend(), NoCheckpointing())`` unless set.
+
+    >>> import retrograd as rg
+    >>> rg.default_backend()
+    Autodiff(NumpyBackend(), checkpointing=NoCheckpointing())
+    """
+    global _process_default
+    if _process_default is None:
+        from .autodiff import Autodiff
+        from .backend import NumpyBackend
+
+        _process_default = Autodiff(NumpyBackend())
+    return _process_default
+
+
+def set_default_backend(backend: Any) -> None:
+    """Make ``backend`` the process-wide default for new tensors."""
+    global _process_default
+    _process_default = backend
+
+
+def current_backend() -> Any:
+    """The backend new tensors get here: the thread's ``use_backend`` one, else the default."""
+    backend = _thread_backend.get()
+    return backend if backend is not None else default_backend()
+
+
+@contextlib.contextmanager
+def use_backend(backend: Any) -> Iterator[Any]:
+    """Use ``backend`` for new tensors in this thread (and context) only.
+
+    >>> import retrograd as rg
+    >>> with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), rg.BalancedCheckpointing())) as B:
+    ...     rg.zeros((2,)).backend is B
+    True
+    """
+    token = _thread_backend.set(backend)
+    try:
+        yield backend
+    finally:
+        _thread_backend.reset(token)

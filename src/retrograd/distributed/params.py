@@ -1,0 +1,47 @@
+"""Parameter ids: the name a distributed parameter has on every device and process."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+__all__ = ["ParamId"]
+
+
+class ParamId:
+    """A parameter's identity across devices and processes.
+
+    Built from an int or a str; a str maps to a stable 64-bit value (a hash of its UTF-8 bytes,
+    not Python's salted ``hash``), so every rank derives the same id whatever ``PYTHONHASHSEED``.
+
+    >>> ParamId("layer1.weight") == ParamId("layer1.weight")
+    True
+    """
+
+    __slots__ = ("label", "value")
+
+    def __init__(self, value: int | str):
+        if isinstance(value, ParamId):
+            self.value, self.label = value.value, value.label
+        elif isinstance(value, str):
+            digest = hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest()
+            self.value = int.from_bytes(digest, "little") >> 1
+            self.label = value
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            self.value = int(value)
+            self.label = str(value)
+        else:
+            raise TypeError(f"ParamId: expected a non-negative int or a str, got {value!r}")
+
+    @classmethod
+    def of(cls, value: Any) -> ParamId:
+        return value if isinstance(value, ParamId) else cls(value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ParamId) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"ParamId({self.label!r})"
