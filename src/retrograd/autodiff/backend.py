@@ -13,7 +13,7 @@ from typing import Any
 from ..backend.numpy_backend import NumpyBackend
 from ..backend.protocol import Backend
 from ..errors import AutodiffError
-from . import runtime
+from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import RECOMPUTE, CheckpointStrategy, NoCheckpointing, run_forward
 from .graph import AutodiffPrimitive, Node, new_node_id
 from .ops import OPS, Op
@@ -46,8 +46,6 @@ class Autodiff(Backend):
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
         self._recomputes = self.checkpointing.recomputes
-        #: Called with ``(tape, gradients)`` at the start of every backward (distributed sync).
-        self.gradient_hooks: list = []
 
     @property
     def name(self) -> str:
@@ -209,6 +207,22 @@ class Autodiff(Backend):
                 node.bshapes = (x_shape if x_node is not None else None,
                                 y_shape if y_node is not None else None)  # fmt: skip
         return AutodiffPrimitive(out, node)
+
+    def apply(self, op: Op, *inputs: AutodiffPrimitive, params: tuple = ()) -> Any:
+        """Run ``op`` (declared with :class:`~retrograd.autodiff.ops.Op`) on ``inputs``: its
+        forward on the inner values, and a node if an input is tracked.
+
+        This is how code outside the op table (custom ops, collectives) joins the graph.
+        """
+        out = run_forward(op, self.inner, [x.value for x in inputs], params)
+        aux = None
+        if op.aux:
+            out, aux = out
+        if not op.differentiable or all(x.node is None for x in inputs):
+            result = AutodiffPrimitive(out, None)
+        else:
+            result = self._record(op, inputs, params, out, aux)
+        return (result, AutodiffPrimitive(aux, None)) if op.aux else result
 
     # -- data, creation, metadata (never tracked) ----------------------------------------------
     def from_data(self, data, dtype, device):

@@ -17,7 +17,12 @@ from .gradients import Gradients
 from .graph import CONSUMED, AutodiffPrimitive, Node
 from .ops import sum_to_shape
 
-__all__ = ["Tape", "backward"]
+__all__ = ["BACKWARD_HOOKS", "Tape", "backward"]
+
+#: Objects with ``begin(tape, grads)`` and ``end(grads)``, called around every backward, in
+#: every thread (a hook decides from ``grads.device`` and the tape whether it applies).
+#: Data-parallel training registers one to all-reduce gradients as they become final.
+BACKWARD_HOOKS: list = []
 
 
 class Tape:
@@ -82,8 +87,9 @@ def backward(
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
-    for hook in backend.gradient_hooks:
-        hook(tape, grads)
+    hooks = list(BACKWARD_HOOKS)
+    for hook in hooks:
+        hook.begin(tape, grads)
     if seed is None:
         seed = inner.ones_like(root.value)
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
@@ -100,6 +106,8 @@ def backward(
         raise AssertionError(
             f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
         )
+    for hook in hooks:
+        hook.end(grads)
     grads.remaining.clear()
     return grads
 
