@@ -97,7 +97,8 @@ class Autodiff(Backend):
                     actions.append((key, x.value, False))
                 else:
                     key = parent.id
-                    actions.append((key, RECOMPUTE if parent.recompute else x.value, False))
+                    kept = x.value if not (recompute and parent.recompute) else RECOMPUTE
+                    actions.append((key, kept, False))
                 keys.append(key)
             keys = tuple(keys)
         if plan.save_out:
@@ -130,7 +131,7 @@ class Autodiff(Backend):
         node_id = new_node_id()
         actions = None
         recompute = self._recomputes(op)
-        saved = RECOMPUTE if parent.recompute else x.value
+        saved = RECOMPUTE if recompute and parent.recompute else x.value
         if recompute:
             actions = [(parent.id, saved, True)]
         keys = ()
@@ -180,7 +181,8 @@ class Autodiff(Backend):
                 actions.append((key, source.value, False))
             else:
                 key = node.id
-                actions.append((key, RECOMPUTE if node.recompute else source.value, False))
+                kept = source.value if not (recompute and node.recompute) else RECOMPUTE
+                actions.append((key, kept, False))
             keys += (key,)
         if plan.save_out:
             keys += (node_id,)

@@ -130,14 +130,44 @@ class Checkpointer:
         return order
 
     def _recompute(self, key: int) -> None:
-        for node_id in self._topological_order(key):
-            node = self.tree[node_id]
+        """Recompute ``key`` and its missing ancestors, parents first.
+
+        Ancestors that later steps also read are by-products of this recomputation. Burn keeps
+        them until their last read; here a recomputable by-product is dropped again as soon as
+        this recomputation has finished reading it, provided its parents are still in the
+        checkpointer (held, or recomputable themselves; each gets one more read for that). It
+        then occupies memory only from its own first read on, instead of from the first read of
+        anything downstream of it.
+        """
+        order = self._topological_order(key)
+        states, tree = self.states, self.tree
+        chain_reads: dict[int, int] = {}
+        for node_id in order:
+            for parent in tree[node_id].parents:
+                chain_reads[parent.id] = chain_reads.get(parent.id, 0) + 1
+        for node_id in order:
+            node = tree[node_id]
             values = [self.retrieve(parent.id) for parent in node.parents]
             output = run_forward(node.op, self.inner, values, node.params[: len(node.op.params)])
             if node.op.aux:
                 output = output[0]
             self.recomputed_bytes += getattr(output, "nbytes", 0)
-            self.states[node_id][0] = output
+            states[node_id][0] = output
+            for parent in node.parents:
+                chain_reads[parent.id] -= 1
+                if chain_reads[parent.id] == 0:
+                    self._drop_if_recomputable(parent.id)
+
+    def _drop_if_recomputable(self, node_id: int) -> None:
+        state = self.states.get(node_id)
+        node = self.tree.get(node_id)
+        if state is None or state[0] is RECOMPUTE or node is None or not node.recompute:
+            return
+        parents = node.parents
+        if all(parent.id in self.states for parent in parents):
+            state[0] = RECOMPUTE
+            for parent in parents:
+                self.states[parent.id][1] += 1
 
     def is_empty(self) -> bool:
         return not self.states
