@@ -24,6 +24,7 @@ from .errors import (
     DistributedError,
     DTypeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
     RetrogradError,
     ShapeError,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "DistributedError",
     "Gradients",
     "IndexOutOfRangeError",
+    "InvalidArgumentError",
     "NoCheckpointing",
     "NumpyBackend",
     "ParamId",

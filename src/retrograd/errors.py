@@ -25,6 +25,10 @@ class ShapeError(RetrogradError, ValueError):
     """Shapes or dimensions that do not fit the operation."""
 
 
+class InvalidArgumentError(RetrogradError, ValueError):
+    """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
 

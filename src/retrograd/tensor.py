@@ -22,6 +22,7 @@ from .errors import (
     AutodiffError,
     DTypeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
     RetrogradError,
     ShapeError,
 )
@@ -1304,7 +1305,8 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
 
 def _broadcast_values(op: str, values: Tensor, region: tuple[int, ...]) -> Tensor:
     try:
-        np.broadcast_shapes(values.shape, region)
+        if np.broadcast_shapes(values.shape, region) != region:
+            raise ValueError
     except ValueError:
         raise ShapeError(
             f"{op}: values of shape {_shape_text(values.shape)} do not fit the region of shape "
@@ -1353,7 +1355,7 @@ def _mask_tensor(op: str, x: Tensor, mask: Any) -> Tensor:
 
 def _update_op(op: str, update: str, prefix: str) -> str:
     if update not in ("add", "assign"):
-        raise ValueError(f"{op}: update must be 'add' or 'assign', got {update!r}")
+        raise InvalidArgumentError(f"{op}: update must be 'add' or 'assign', got {update!r}")
     return f"{prefix}_{update}"
 
 
@@ -1542,7 +1544,7 @@ def random(
 ) -> Tensor:
     """Random values, ``"uniform"`` on [0, 1) or standard ``"normal"``; see :func:`seed`."""
     if distribution not in ("uniform", "normal"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"random: distribution must be 'uniform' or 'normal', got {distribution!r}"
         )
     if dtype not in FLOAT_DTYPES:

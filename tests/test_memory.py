@@ -1,0 +1,124 @@
+"""Memory is part of correctness: flat training loops, graphs freed when unreferenced, saved
+states released at their last use, deep graphs without recursion."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+STRATEGIES = [rg.NoCheckpointing(), rg.BalancedCheckpointing()]
+IDS = ["none", "balanced"]
+
+
+def _mlp_step(params, x, target):
+    w1, b1, w2, b2 = params
+    hidden = (x @ w1 + b1).gelu()
+    out = hidden @ w2 + b2
+    loss = ((out - target) ** 2).mean()
+    grads = loss.backward()
+    return [(p - 0.05 * p.grad(grads)).detach().require_grad() for p in params], loss.item()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=IDS)
+def test_training_loop_memory_stays_flat(strategy):
+    rng = np.random.default_rng(0)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        params = [
+            rg.tensor(rng.normal(0, 0.3, (8, 16))).require_grad(),
+            rg.tensor(np.zeros(16)).require_grad(),
+            rg.tensor(rng.normal(0, 0.3, (16, 2))).require_grad(),
+            rg.tensor(np.zeros(2)).require_grad(),
+        ]
+        x = rg.tensor(rng.normal(size=(32, 8)))
+        target = rg.tensor(rng.normal(size=(32, 2)))
+        tracemalloc.start()
+        try:
+            losses = [0.0, 0.0]  # first and last: a growing list would itself be a leak
+            for step in range(2000):
+                params, loss = _mlp_step(params, x, target)
+                losses[min(step, 1)] = loss
+                if step == 199:
+                    gc.collect()
+                    early = tracemalloc.get_traced_memory()[0]
+            gc.collect()
+            late = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+    assert losses[-1] < losses[0]
+    # 1,800 more steps may not leave more than a few KiB behind (no per-step leak).
+    assert late - early < 16 * 1024, f"memory grew by {late - early} bytes over 1800 steps"
+
+
+def test_unreferenced_graph_is_freed_without_backward():
+    x = rg.tensor(np.ones((64, 64))).require_grad()
+    y = (x * 2.0).exp().sin()
+    node = weakref.ref(y.primitive.node)
+    parent = weakref.ref(y.primitive.node.parents[0])
+    del y
+    assert node() is None and parent() is None
+
+
+def test_backward_releases_saved_states_even_if_the_root_is_kept():
+    x = rg.tensor(np.ones((256, 256))).require_grad()
+    tracemalloc.start()
+    try:
+        loss = ((x * 3.0).sin() * (x * 2.0).cos()).sum()  # saves several 512 KiB arrays
+        before = tracemalloc.get_traced_memory()[0]
+        grads = loss.backward()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    gradient_bytes = x.grad(grads).numpy().nbytes
+    assert before > 3 * gradient_bytes  # the saved intermediates
+    assert after < before - 2 * gradient_bytes  # released although `loss` is still alive
+    assert loss.primitive.node.consumed
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=IDS)
+def test_twenty_thousand_op_chain(strategy):
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x = rg.tensor([0.5, -0.25], dtype="float64").require_grad()
+        y = x
+        for _ in range(20_000):
+            y = y * 0.9999 + 0.0001
+        grads = y.sum().backward()
+    np.testing.assert_allclose(x.grad(grads).numpy(), [0.9999**20_000] * 2, rtol=1e-9)
+
+
+def test_deep_graph_is_freed_without_recursion_error():
+    x = rg.tensor([1.0]).require_grad()
+    y = x
+    for _ in range(100_000):
+        y = y + 1.0
+    head = weakref.ref(y.primitive.node)
+    del y  # deallocating 100,000 nested nodes must not overflow the C stack
+    assert head() is None
+
+
+def test_balanced_keeps_less_after_forward_than_no_checkpointing():
+    def saved_after_forward(strategy):
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+            w = rg.tensor(np.ones((128, 128), np.float32) * 0.01).require_grad()
+            x = rg.tensor(np.ones((128, 128), np.float32))
+            tracemalloc.start()
+            try:
+                h = x @ w
+                for _ in range(6):
+                    h = (h.sin() * 0.5 + h).tanh()  # memory-bound chain
+                loss = h.sum()
+                size = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+            grads = loss.backward()
+            return size, w.grad(grads).numpy()
+
+    plain_size, plain_grad = saved_after_forward(rg.NoCheckpointing())
+    balanced_size, balanced_grad = saved_after_forward(rg.BalancedCheckpointing())
+    assert np.array_equal(plain_grad, balanced_grad)
+    assert balanced_size < 0.3 * plain_size
