@@ -25,7 +25,10 @@ class Gradients:
     moment a gradient is final (data-parallel training launches its all-reduce there).
     """
 
-    __slots__ = ("__weakref__", "backend", "device", "on_register", "remaining", "values")
+    __slots__ = (
+        "__weakref__", "backend", "device", "on_register", "recomputed_bytes", "remaining",
+        "values",
+    )  # fmt: skip
 
     def __init__(self, backend: Any, device: Any = None, remaining: dict[int, int] | None = None):
         self.values: dict[int, Any] = {}
@@ -33,12 +36,15 @@ class Gradients:
         self.device = device
         self.remaining = remaining if remaining is not None else {}
         self.on_register: list[Callable[[Node, Gradients], None]] = []
+        #: bytes of outputs the checkpointer recomputed during this backward
+        self.recomputed_bytes = 0
 
     def register(self, node: Node, value: Any) -> None:
         """Add ``value`` to the gradient of ``node``."""
         values = self.values
-        old = values.get(node.id)
-        values[node.id] = value if old is None else self.backend.add(old, value)
+        node_id = node.id
+        old = values.get(node_id)
+        values[node_id] = value if old is None else self.backend.add(old, value)
         if self.on_register:
             left = self.remaining.get(node.id)
             if left is not None:

@@ -9,6 +9,7 @@ consumes what it visits unless ``retain_graph``; a node consumed earlier stops t
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from ..errors import AutodiffError
@@ -24,16 +25,22 @@ __all__ = ["BACKWARD_HOOKS", "Tape", "backward"]
 #: Data-parallel training registers one to all-reduce gradients as they become final.
 BACKWARD_HOOKS: list = []
 
+_depth = attrgetter("order")
+
 
 class Tape:
-    """The walked graph: nodes by depth, nodes by id, and each node's count of children."""
+    """The walked graph: its nodes deepest first, by id, and each node's count of children.
 
-    __slots__ = ("children", "levels", "nodes")
+    Burn groups the steps by depth and runs the deepest group first; ``steps`` is that order
+    (a stable sort by depth, so nodes of one depth keep the order the walk found them in).
+    """
+
+    __slots__ = ("children", "nodes", "steps")
 
     def __init__(self, root: Node):
-        levels: list[list[Node]] = [[] for _ in range(root.order + 1)]
         nodes = {root.id: root}
         children: dict[int, int] = {}
+        walked = []
         stack = [root]
         while stack:
             node = stack.pop()
@@ -43,16 +50,28 @@ class Tape:
                     "backward(), which frees what it walks; call that earlier backward with "
                     "retain_graph=True to backpropagate through the same graph again"
                 )
-            levels[node.order].append(node)
+            walked.append(node)
             for parent in node.parents:
                 if parent is not None:
-                    children[parent.id] = children.get(parent.id, 0) + 1
-                    if parent.id not in nodes:
-                        nodes[parent.id] = parent
+                    parent_id = parent.id
+                    if parent_id in nodes:
+                        children[parent_id] += 1
+                    else:
+                        children[parent_id] = 1
+                        nodes[parent_id] = parent
                         stack.append(parent)
-        self.levels = levels
+        walked.sort(key=_depth, reverse=True)
+        self.steps = walked
         self.nodes = nodes
         self.children = children
+
+    @property
+    def levels(self) -> list[list[Node]]:
+        """The walked nodes grouped by depth, shallowest first (Burn's tape)."""
+        levels: list[list[Node]] = [[] for _ in range(self.steps[0].order + 1)]
+        for node in self.steps:
+            levels[node.order].append(node)
+        return levels
 
     def checkpointer(self, inner: Any, consume: bool) -> Checkpointer:
         builder = CheckpointerBuilder()
@@ -95,17 +114,17 @@ def backward(
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
     nodes = tape.nodes if create_graph else None
-    for level in reversed(tape.levels):
-        for node in level:
-            if node.op is not None:
-                _step(node, rules_backend, grads, checkpointer, nodes)
-                if not retain:
-                    _release(node)
+    for node in tape.steps:
+        if node.op is not None:
+            _step(node, rules_backend, grads, checkpointer, nodes)
+            if not retain:
+                _release(node)
 
     if checkpointer_checks_enabled() and not checkpointer.is_empty():
         raise AssertionError(
             f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
         )
+    grads.recomputed_bytes = checkpointer.recomputed_bytes
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
@@ -113,10 +132,11 @@ def backward(
 
 
 def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer, nodes) -> None:
+    """Run ``node``'s backward rules and register the gradients of its tracked inputs."""
     op = node.op
     plan = node.plan
     keys = node.keys
-    if keys:
+    if keys:  # read even when no gradient arrived, so the checkpointer drains
         retrieve = checkpointer.retrieve
         saved = [retrieve(key) for key in keys]
         if nodes is not None:  # create_graph: rules run on tracked values
@@ -130,32 +150,31 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         return
     if nodes is not None and op.aux:
         env = (*env[:-1], AutodiffPrimitive(env[-1], None))
-    parents = node.parents
+    register = grads.register
     if op.variadic:
         rule = op.vjps[0]
-        for index, parent in enumerate(parents):
+        for index, parent in enumerate(node.parents):
             if parent is not None:
-                grads.register(parent, rule(backend, g, index, *node.params))
+                register(parent, rule(backend, g, index, *node.params))
         return
     arguments = plan.arguments
     bshapes = node.bshapes
     rules = op.vjps
-    for index, parent in enumerate(parents):
+    for index, parent in enumerate(node.parents):
         if parent is None:
             continue
         positions = arguments[index]
         if positions is None:
             continue
-        count = len(positions)
-        if count == 0:
+        if not positions:
             grad = rules[index](backend, g)
-        elif count == 1:
+        elif len(positions) == 1:
             grad = rules[index](backend, g, env[positions[0]])
         else:
             grad = rules[index](backend, g, *[env[k] for k in positions])
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
-        grads.register(parent, grad)
+        register(parent, grad)
 
 
 def _release(node: Node) -> None:

@@ -1,0 +1,96 @@
+"""Shared benchmark plumbing: one BLAS thread, interleaved timing, machine description, tables.
+
+Import this module before NumPy anywhere in a benchmark script: it pins every BLAS and OpenMP
+pool to one thread through the environment (and through threadpoolctl where installed).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+):
+    os.environ[_variable] = "1"
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import importlib  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+try:  # where installed, also cap pools that ignore the environment
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+except ImportError:  # pragma: no cover - optional
+    pass
+
+
+def optional(module: str):
+    """The module if it is installed, else ``None`` (comparisons skip it)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def torch_single_thread():
+    torch = optional("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    return torch
+
+
+def interleaved(
+    candidates: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Time each candidate ``repeats`` times, taking turns (A B C A B C ...), so that a
+    machine whose speed drifts affects all of them alike; returns seconds per call."""
+    for function in candidates.values():
+        for _ in range(warmup):
+            function()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, function in candidates.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> str:
+    versions = [f"Python {platform.python_version()}", f"NumPy {np.__version__}"]
+    for name in ("torch", "jax", "autograd"):
+        module = optional(name)
+        if module is not None:
+            versions.append(f"{name} {getattr(module, '__version__', '?')}")
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, one BLAS thread; " + ", ".join(versions)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    return "\n".join([line, rule, *body])
