@@ -3,7 +3,9 @@
 During forward every recorded op leaves *actions* on its node, ``(key, value, backup)``:
 
 - a *main* action for each value its backward rule will read: the value itself when the node
-  that made it is kept (``Computed``), or ``RECOMPUTE`` when that node's output is recomputed;
+  that made it is kept (``Computed``), or ``RECOMPUTE`` when that node's output is recomputed
+  and the reading op is itself recomputable (a compute-bound op keeps the inputs it reads,
+  which bounds every recomputation at the nearest compute-bound op; see docs/checkpointing.md);
 - under a strategy that recomputes an op, *backup* actions for each of its parents, so that
   its output can be recomputed later if anyone needs it.
 
@@ -76,7 +78,11 @@ class NoCheckpointing(CheckpointStrategy):
 
 
 class BalancedCheckpointing(CheckpointStrategy):
-    """Outputs of memory-bound ops are recomputed during backward; compute-bound ones kept."""
+    """Outputs of memory-bound ops are recomputed during backward; compute-bound ones kept.
+
+    A memory-bound output that a compute-bound op reads in its backward rule (the input of a
+    matmul, say) is kept too: recomputing it could mean recomputing a whole residual stream.
+    """
 
     def recomputes(self, op: Any) -> bool:
         return op.memory_bound
