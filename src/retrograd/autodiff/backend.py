@@ -86,21 +86,7 @@ class Autodiff(Backend):
             for x in inputs:
                 parent = x.node
                 actions.append((parent.id, RECOMPUTE if parent.recompute else x.value, True))
-        keys = ()
-        if plan.saved_inputs:
-            keys = []
-            for index in plan.saved_inputs:
-                x = inputs[index]
-                parent = x.node
-                if parent is None:
-                    key = new_node_id()
-                    actions.append((key, x.value, False))
-                else:
-                    key = parent.id
-                    kept = x.value if not (recompute and parent.recompute) else RECOMPUTE
-                    actions.append((key, kept, False))
-                keys.append(key)
-            keys = tuple(keys)
+        keys = tuple([_save(inputs[i], recompute, actions) for i in plan.saved_inputs])
         if plan.save_out:
             keys += (node_id,)
             actions.append((node_id, RECOMPUTE if recompute else out, False))
@@ -172,18 +158,13 @@ class Autodiff(Backend):
         if recompute:
             actions.append((x_node.id, RECOMPUTE if x_node.recompute else x.value, True))
             actions.append((y_node.id, RECOMPUTE if y_node.recompute else y.value, True))
-        keys = ()
-        for index in plan.saved_inputs:
-            source = y if index else x
-            node = source.node
-            if node is None:
-                key = new_node_id()
-                actions.append((key, source.value, False))
-            else:
-                key = node.id
-                kept = source.value if not (recompute and node.recompute) else RECOMPUTE
-                actions.append((key, kept, False))
-            keys += (key,)
+        saved = plan.saved_inputs
+        if not saved:
+            keys = ()
+        elif len(saved) == 2:
+            keys = (_save(x, recompute, actions), _save(y, recompute, actions))
+        else:
+            keys = (_save(y if saved[0] else x, recompute, actions),)
         if plan.save_out:
             keys += (node_id,)
             actions.append((node_id, RECOMPUTE if recompute else out, False))
@@ -345,6 +326,22 @@ class Autodiff(Backend):
 
     def wrap(self, value: Any) -> AutodiffPrimitive:
         return AutodiffPrimitive(value, None)
+
+
+def _save(x: AutodiffPrimitive, recompute: bool, actions: list) -> int:
+    """Record the main action that keeps input ``x`` for a backward rule; return its key.
+
+    An untracked input is kept under a fresh key. A tracked one is keyed by its node, and is
+    recomputed rather than kept only when both it and the op reading it are recomputable:
+    a compute-bound reader keeps its inputs (docs/checkpointing.md).
+    """
+    node = x.node
+    if node is None:
+        key = new_node_id()
+        actions.append((key, x.value, False))
+        return key
+    actions.append((node.id, RECOMPUTE if recompute and node.recompute else x.value, False))
+    return node.id
 
 
 def _untracked_method(op: Op):

@@ -84,41 +84,35 @@ def _as_float64(x):
     return x.astype(np.float64) if x.dtype != np.float64 else x
 
 
+def _evaluate(x, small_branch, large_branch):
+    """Shared driver: ``small_branch(x, erf_small)`` for ``|x| <= 0.46875`` and
+    ``large_branch(x, erfc(|x|))`` elsewhere, in float64, NaN preserved, cast back."""
+    x = np.asarray(x)
+    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    x64 = _as_float64(x)
+    y = np.abs(x64)
+    out = np.empty_like(x64)
+    small = y <= _SMALL
+    out[small] = small_branch(_erf_small(x64[small]))
+    rest = ~small
+    out[rest] = large_branch(x64[rest], _erfc_positive(y[rest]))
+    nan = np.isnan(x64)
+    if nan.any():
+        out[nan] = np.nan
+    return out.astype(dtype, copy=False)
+
+
 def erf(x):
     """The error function, elementwise, in the dtype of ``x`` (float64 for ints).
 
     >>> float(erf(np.array(0.5)))
     0.5204998778130465
     """
-    x = np.asarray(x)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    x64 = _as_float64(x)
-    y = np.abs(x64)
-    out = np.empty_like(x64)
-    small = y <= _SMALL
-    out[small] = _erf_small(x64[small])
-    rest = ~small
-    tail = _erfc_positive(y[rest])
-    out[rest] = np.copysign((0.5 - tail) + 0.5, x64[rest])
-    nan = np.isnan(x64)
-    if nan.any():
-        out[nan] = np.nan
-    return out.astype(dtype, copy=False)
+    return _evaluate(x, lambda value: value, lambda x, tail: np.copysign((0.5 - tail) + 0.5, x))
 
 
 def erfc(x):
     """The complementary error function ``1 - erf(x)``, accurate where erf(x) is near 1."""
-    x = np.asarray(x)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    x64 = _as_float64(x)
-    y = np.abs(x64)
-    out = np.empty_like(x64)
-    small = y <= _SMALL
-    out[small] = 1.0 - _erf_small(x64[small])
-    rest = ~small
-    tail = _erfc_positive(y[rest])
-    out[rest] = np.where(x64[rest] < 0, 2.0 - tail, tail)
-    nan = np.isnan(x64)
-    if nan.any():
-        out[nan] = np.nan
-    return out.astype(dtype, copy=False)
+    return _evaluate(
+        x, lambda value: 1.0 - value, lambda x, tail: np.where(x < 0, 2.0 - tail, tail)
+    )
