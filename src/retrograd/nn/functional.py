@@ -186,16 +186,19 @@ def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any
         raise _translate(fn, error, tensors) from None
 
 
-def _add_channel_bias(fn: str, out: Tensor, bias: Any, channels: int, spatial: int) -> Tensor:
+def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
+    """``bias`` checked to be ``[channels]``, in ``x``'s dtype, or the empty "no bias"."""
     if bias is None:
-        return out
-    bias = _as_tensor(fn, out, bias, "bias")
+        return x._wrap(x._backend.zeros((0,), x.dtype, x._device))
+    bias = _as_tensor(fn, x, bias, "bias")
     if bias.shape != (channels,):
         raise ShapeError(
             f"{fn}: bias must have shape [{channels}] (one per output channel), got "
             f"{_shape_text(bias.shape)}"
         )
-    return out + bias.reshape((channels,) + (1,) * spatial)
+    if bias.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
+    return bias.cast(x.dtype)
 
 
 # -- linear ---------------------------------------------------------------------------------------
@@ -280,10 +283,10 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
                 f"than the padded input {_shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
                 f"{shapes}"
             )
-    out = x._wrap(_primitive(fn, "conv", [x, weight], stride, padding, dilation, groups))
+    bias = _channel_bias(fn, x, bias, out_channels)
+    out = x._wrap(_primitive(fn, "conv", [x, weight, bias], stride, padding, dilation, groups))
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
-    out = _add_channel_bias(fn, out, bias, out_channels, spatial)
     return _unbatched(out, squeeze)
 
 
@@ -375,9 +378,9 @@ def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_paddin
             f"{fn}: the output size {_shape_text(out_size)} is not positive (padding "
             f"{_shape_text(padding)} too large); {shapes}"
         )
-    out = x._wrap(_primitive(fn, "conv_transpose", [x, weight], stride, padding, output_padding,
-                             dilation, groups))  # fmt: skip
-    out = _add_channel_bias(fn, out, bias, weight.shape[1] * groups, spatial)
+    bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
+    out = x._wrap(_primitive(fn, "conv_transpose", [x, weight, bias], stride, padding,
+                             output_padding, dilation, groups))  # fmt: skip
     return _unbatched(out, squeeze)
 
 
