@@ -445,7 +445,7 @@ class NumpyNNKernels:
             np.maximum(best, cell, out=best)
         number = np.int8 if len(cells) <= 127 else np.int64
         winner = np.zeros(best.shape, dtype=number)
-        for k in range(len(cells) - 1, 0, -1):  # the last write is the first equal offset
+        for k in range(len(cells) - 1, -1, -1):  # the last write is the first equal offset
             hit = np.equal(cells[k], best).view(np.int8).astype(number, copy=False)
             winner += hit * (number(k) - winner)
         indices = np.take(displacements, winner)
