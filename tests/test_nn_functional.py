@@ -547,3 +547,25 @@ def test_numeric_gradient_helper_detects_a_wrong_gradient():
     _, grads = analytic_gradients(wrong, [x], np.ones((1, 1, 2)), "none")
     numeric = numeric_gradient(wrong, [x], np.ones((1, 1, 2)), 0)
     assert not np.allclose(grads[0], numeric)
+
+
+@pytest.mark.parametrize("strategy", ["none", "balanced"])
+def test_an_empty_batch_goes_forward_and_backward(strategy):
+    with rg.use_backend(autodiff(strategy)):
+        x = rg.zeros((0, 2, 6, 6)).require_grad()
+        weight = rg.ones((3, 2, 3, 3)).require_grad()
+        calls = {
+            "conv2d": lambda: F.conv2d(x, weight, rg.ones((3,)), padding=1),
+            "conv_transpose2d": lambda: F.conv_transpose2d(x, weight.swap_dims(0, 1), stride=2),
+            "max_pool2d": lambda: F.max_pool2d(x, 2),
+            "avg_pool2d": lambda: F.avg_pool2d(x, 3, 1, 1),
+            "adaptive_avg_pool2d": lambda: F.adaptive_avg_pool2d(x, 4),
+            "interpolate": lambda: F.interpolate(x, scale_factor=2, mode="bicubic"),
+        }
+        for name, call in calls.items():
+            out = call()
+            assert out.shape[0] == 0, name
+            grads = out.sum().backward()
+            assert x.grad(grads).shape == x.shape, name
+            if name.startswith("conv"):
+                np.testing.assert_array_equal(weight.grad(grads).numpy(), 0.0)
