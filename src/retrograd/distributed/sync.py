@@ -62,17 +62,14 @@ def distributed_slots(tape: Any) -> list[ParamSlot]:
     become final: a leaf's gradient is final once the last node reading it has run its step,
     and backward runs the nodes level by level, deepest first."""
     last_use: dict[int, int] = {}
-    position = 0
-    for level in reversed(tape.levels):
-        for node in level:
-            position += 1
-            for parent in node.parents:
-                if parent is not None and parent.param_id is not None:
-                    last_use[parent.id] = position
+    for position, node in enumerate(tape.steps, start=1):  # the order backward runs them
+        for parent in node.parents:
+            if parent is not None and parent.param_id is not None:
+                last_use[parent.id] = position
     nodes = tape.nodes
-    for node in tape.levels[0]:  # a parameter that is itself the root
-        if node.param_id is not None and not tape.children.get(node.id):
-            last_use.setdefault(node.id, 0)
+    root = tape.steps[0]
+    if root.param_id is not None and not tape.children.get(root.id):  # a parameter as root
+        last_use.setdefault(root.id, 0)
     ordered = sorted(last_use, key=lambda i: (last_use[i], nodes[i].param_id.value))
     slots: list[ParamSlot] = []
     seen: dict[int, Any] = {}
