@@ -155,8 +155,13 @@ def _gather_pooled(B, g, indices):
 Op("max_pool", ("x",), ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
    (lambda B, g, x_shape, aux: B.max_pool_backward(g, aux, x_shape[2:]),),
    memory_bound=False, aux=True)  # fmt: skip
-Op("max_pool_backward", ("grad", "indices"), ("input_size",),
-   (lambda B, g, indices: _gather_pooled(B, g, indices), None), memory_bound=False)
+Op(
+    "max_pool_backward",
+    ("grad", "indices"),
+    ("input_size",),
+    (lambda B, g, indices: _gather_pooled(B, g, indices), None),
+    memory_bound=False,
+)
 
 Op("adaptive_avg_pool", ("x",), ("output_size",),
    (lambda B, g, x_shape: B.adaptive_avg_pool_backward(g, x_shape[2:]),),

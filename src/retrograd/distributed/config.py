@@ -6,6 +6,8 @@ import enum
 import math
 from dataclasses import dataclass
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["DistributedConfig", "ReduceOperation"]
 
 MIB = 1 << 20
@@ -53,14 +55,14 @@ class DistributedConfig:
         if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout)) or (
             self.timeout <= 0
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"DistributedConfig: timeout must be a positive number of seconds, "
                 f"got {self.timeout!r}"
             )
         for name in ("bucket_bytes", "first_bucket_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"DistributedConfig: {name} must be a non-negative int, got {value!r}"
                 )
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..errors import DistributedError
+from ..errors import DistributedError, InvalidArgumentError
 from .config import DistributedConfig, ReduceOperation
 from .engine import Collective, Pending
 from .server import SyncServer
@@ -71,7 +71,9 @@ class DistributedContext:
                 'DistributedContext.from_launcher(config, engine="mpi")'
             )
         else:
-            raise ValueError(f"DistributedContext: engine must be one of {ENGINES}, got {engine!r}")
+            raise InvalidArgumentError(
+                f"DistributedContext: engine must be one of {ENGINES}, got {engine!r}"
+            )
         self._server = SyncServer(self.engine, self.config, f"retrograd-sync-{self.engine.name}")
         self._lock = threading.Lock()
         self._sequence: dict[tuple[Device, tuple[Device, ...]], int] = {}
@@ -88,7 +90,9 @@ class DistributedContext:
         """
         config = config if config is not None else DistributedConfig()
         if engine != "mpi":
-            raise ValueError(f"DistributedContext.from_launcher: unknown engine {engine!r}")
+            raise InvalidArgumentError(
+                f"DistributedContext.from_launcher: unknown engine {engine!r}"
+            )
         from .mpi import MpiEngine
 
         context = cls((), config, engine=MpiEngine(config))

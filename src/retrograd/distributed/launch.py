@@ -32,6 +32,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["find_mpiexec", "mpiexec_command", "run"]
 
 HYDRA_OPTIONS = ("-launcher", "fork", "-iface", "lo", "-disable-auto-cleanup")
@@ -60,7 +62,7 @@ def mpiexec_command(
     ``PYTHONHASHSEED`` on each.
     """
     if ranks < 1:
-        raise ValueError(f"mpiexec_command: ranks must be positive, got {ranks}")
+        raise InvalidArgumentError(f"mpiexec_command: ranks must be positive, got {ranks}")
     mpiexec = mpiexec or find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError(
@@ -71,7 +73,9 @@ def mpiexec_command(
     if rank_env is None:
         return [*command, "-n", str(ranks), *program]
     if len(rank_env) != ranks:
-        raise ValueError(f"mpiexec_command: {len(rank_env)} rank_env entries for {ranks} ranks")
+        raise InvalidArgumentError(
+            f"mpiexec_command: {len(rank_env)} rank_env entries for {ranks} ranks"
+        )
     for rank, env in enumerate(rank_env):
         if rank:
             command.append(":")

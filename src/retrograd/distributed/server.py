@@ -449,9 +449,9 @@ class SyncServer:
             step.done.set()
             self._waiting.discard(step)
             self._update_urgency()
-            if all(s.done.is_set() for s in current.steps.values()) and len(
-                current.steps
-            ) == len(self.engine.local):
+            if all(s.done.is_set() for s in current.steps.values()) and len(current.steps) == len(
+                self.engine.local
+            ):
                 current.finished = True
                 if self._round is current:
                     self._round = None
@@ -570,8 +570,7 @@ class SyncServer:
             reason = f"{head}; " + "; ".join(text for text in known if text)
         else:
             reason = f"{head}: " + "; ".join(
-                _with_status(engine, i, f"{engine.member_name(i)} never joined it")
-                for i in missing
+                _with_status(engine, i, f"{engine.member_name(i)} never joined it") for i in missing
             )
         engine.abandon(inner, reason)
 
@@ -601,4 +600,3 @@ def _quote(labels: Sequence[str]) -> str:
     shown = ", ".join(repr(label) for label in labels[:6])
     more = f" and {len(labels) - 6} more" if len(labels) > 6 else ""
     return f"parameter{'s' if len(labels) > 1 else ''} {shown}{more}"
-

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backend.numpy_nn import conv_transpose_output_size, pool_output_size
-from ..errors import DTypeError, IndexOutOfRangeError, RetrogradError, ShapeError
+from ..errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    RetrogradError,
+    ShapeError,
+)
 from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate
 
 __all__ = [
@@ -636,8 +642,10 @@ def interpolate(
                 f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {_shape_text(x.shape)}"
             )
         if align_corners is not None:
-            raise ValueError(f"{fn}: align_corners can only be set with the interpolating "
-                             "modes (linear, bilinear, bicubic, trilinear)")  # fmt: skip
+            raise InvalidArgumentError(
+                f"{fn}: align_corners can only be set with the interpolating "
+                "modes (linear, bilinear, bicubic, trilinear)"
+            )
     elif mode in _INTERPOLATION_DIMS:
         if spatial != _INTERPOLATION_DIMS[mode]:
             raise ShapeError(
@@ -645,7 +653,7 @@ def interpolate(
                 f"{_shape_text(x.shape)}"
             )
     else:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{fn}: mode must be 'nearest', 'linear', 'bilinear', 'bicubic' or 'trilinear', "
             f"got {mode!r}"
         )
@@ -725,7 +733,9 @@ def _reduce(fn: str, losses: Tensor, reduction: str) -> Tensor:
         return losses.sum()
     if reduction == "none":
         return losses
-    raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise InvalidArgumentError(
+        f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+    )
 
 
 def cross_entropy(
@@ -743,7 +753,9 @@ def cross_entropy(
     fn = "cross_entropy"
     logits = _float_input(fn, logits)
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise InvalidArgumentError(
+            f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        )
     target = _as_tensor(fn, logits, target, "target")
     shapes = f"input {_shape_text(logits.shape)}, target {_shape_text(target.shape)}"
     if logits.ndim == 0:
@@ -753,9 +765,7 @@ def cross_entropy(
     log_probs = logits.log_softmax(class_dim)
     if target.dtype in FLOAT_DTYPES:
         if target.shape != logits.shape:
-            raise ShapeError(
-                f"{fn}: probability targets must have the input's shape; {shapes}"
-            )
+            raise ShapeError(f"{fn}: probability targets must have the input's shape; {shapes}")
         target = target.cast(logits.dtype)
         losses = -(log_probs * target).sum_dim(class_dim).squeeze_dim(class_dim)
         return _reduce(fn, losses, reduction)
@@ -853,7 +863,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     fn = "dropout"
     x = _float_input(fn, x)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
+        raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
