@@ -7,6 +7,9 @@ from typing import Any
 
 __all__ = ["ParamId"]
 
+#: Ids made from values already seen: parameters are marked again at every training step.
+_INTERNED: dict[Any, ParamId] = {}
+
 
 class ParamId:
     """A parameter's identity across devices and processes.
@@ -35,7 +38,14 @@ class ParamId:
 
     @classmethod
     def of(cls, value: Any) -> ParamId:
-        return value if isinstance(value, ParamId) else cls(value)
+        """``value`` as a ParamId, interned for ints and strs."""
+        if isinstance(value, ParamId):
+            return value
+        key = (type(value), value)
+        interned = _INTERNED.get(key)
+        if interned is None:
+            interned = _INTERNED[key] = cls(value)
+        return interned
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ParamId) and self.value == other.value
