@@ -85,5 +85,3 @@ def mlp_params(sizes, seed=0, dtype=np.float32):
         params[f"l{k}.w"] = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(dtype)
         params[f"l{k}.b"] = (rng.standard_normal(b) * 0.1).astype(dtype)
     return params
-
-

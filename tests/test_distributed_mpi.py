@@ -74,9 +74,7 @@ def test_gradient_checks_across_processes(ranks, tmp_path):
 
 def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(tmp_path):
     seeds = [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]
-    completed, reports = run_ranks(
-        2, "train_mlp.py", tmp_path=tmp_path, rank_env=seeds
-    )
+    completed, reports = run_ranks(2, "train_mlp.py", tmp_path=tmp_path, rank_env=seeds)
     assert completed.returncode == 0, output(completed)
     assert sorted(reports) == [0, 1], output(completed)
     for report in reports.values():
@@ -143,8 +141,9 @@ def test_mismatched_parameter_sets_fail_every_rank_and_the_next_step_works(tmp_p
     assert completed.returncode == 0, output(completed)  # MPI stays usable: no collective ran
     for rank in range(3):
         report = reports[rank]
-        assert "parameter 'extra' is registered on rank 1 but not on rank 0, rank 2" in (
-            report["error"]
+        assert (
+            "parameter 'extra' is registered on rank 1 but not on rank 0, rank 2"
+            in (report["error"])
         )
         assert report["elapsed"] < 1.0  # found from the metadata, not by waiting
         assert report["next_step"] == [[60.0] * 3] * 3

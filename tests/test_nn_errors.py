@@ -115,8 +115,11 @@ def test_out_of_range_targets_and_indices_raise_index_errors():
                    lambda: F.cross_entropy(zeros(4, 5), rg.tensor(np.array([0, 5, 1, 2]))),
                    "cross_entropy", "target 5", "5 classes", "[4, 5]")  # fmt: skip
     assert isinstance(error, IndexError) and isinstance(error, rg.RetrogradError)
-    raises(rg.IndexOutOfRangeError,
-           lambda: F.cross_entropy(zeros(2, 3), rg.tensor(np.array([-1, 0]))), "target -1")
+    raises(
+        rg.IndexOutOfRangeError,
+        lambda: F.cross_entropy(zeros(2, 3), rg.tensor(np.array([-1, 0]))),
+        "target -1",
+    )
     raises(rg.IndexOutOfRangeError,
            lambda: F.embedding(rg.tensor(np.array([[0, 7]])), zeros(4, 2)),
            "embedding", "index 7", "4 embeddings", "[1, 2]", "[4, 2]")  # fmt: skip
@@ -126,8 +129,12 @@ def test_out_of_range_targets_and_indices_raise_index_errors():
 
 
 def test_wrong_dtypes_raise_dtype_error():
-    raises(rg.DTypeError, lambda: F.conv1d(zeros(1, 1, 4, dtype="int64"),
-                                           zeros(1, 1, 2, dtype="int64")), "conv1d", "float")
+    raises(
+        rg.DTypeError,
+        lambda: F.conv1d(zeros(1, 1, 4, dtype="int64"), zeros(1, 1, 2, dtype="int64")),
+        "conv1d",
+        "float",
+    )
     raises(rg.DTypeError, lambda: F.max_pool1d(zeros(1, 1, 4, dtype="int64"), 2), "max_pool1d")
     raises(rg.DTypeError, lambda: F.embedding(zeros(2), zeros(3, 2)), "embedding", "int64")
     raises(rg.DTypeError, lambda: F.cross_entropy(zeros(2, 3), zeros(2, dtype="bool")),

@@ -257,9 +257,20 @@ def test_second_derivative_through_conv_transpose_and_pooling():
 
 
 def test_convolution_pooling_and_interpolation_ops_are_compute_bound():
-    for name in ("conv", "conv_transpose", "conv_weight_grad", "avg_pool", "avg_pool_backward",
-                 "max_pool", "max_pool_backward", "adaptive_avg_pool",
-                 "adaptive_avg_pool_backward", "interpolate", "interpolate_backward", "select"):
+    for name in (
+        "conv",
+        "conv_transpose",
+        "conv_weight_grad",
+        "avg_pool",
+        "avg_pool_backward",
+        "max_pool",
+        "max_pool_backward",
+        "adaptive_avg_pool",
+        "adaptive_avg_pool_backward",
+        "interpolate",
+        "interpolate_backward",
+        "select",
+    ):
         assert op_kind(name) == "compute-bound", name  # fmt: skip
 
 

@@ -54,8 +54,12 @@ def test_conv_matches_torch(case, spatial, dtype):
     rng = np.random.default_rng(100 * spatial + case)
     x, w, b, options = _conv_config(rng, spatial, transpose=False)
     ours, theirs = getattr(F, f"conv{spatial}d"), getattr(TF, f"conv{spatial}d")
-    _compare_or_both_reject(lambda x, w, b: ours(x, w, b, *options),
-                            lambda x, w, b: theirs(x, w, b, *options), [x, w, b], dtype)
+    _compare_or_both_reject(
+        lambda x, w, b: ours(x, w, b, *options),
+        lambda x, w, b: theirs(x, w, b, *options),
+        [x, w, b],
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -66,8 +70,12 @@ def test_conv_transpose_matches_torch(case, spatial, dtype):
     x, w, b, options = _conv_config(rng, spatial, transpose=True)
     ours = getattr(F, f"conv_transpose{spatial}d")
     theirs = getattr(TF, f"conv_transpose{spatial}d")
-    _compare_or_both_reject(lambda x, w, b: ours(x, w, b, *options),
-                            lambda x, w, b: theirs(x, w, b, *options), [x, w, b], dtype)
+    _compare_or_both_reject(
+        lambda x, w, b: ours(x, w, b, *options),
+        lambda x, w, b: theirs(x, w, b, *options),
+        [x, w, b],
+        dtype,
+    )
 
 
 def _pool_config(rng, spatial, with_dilation):
@@ -151,8 +159,12 @@ def test_adaptive_avg_pool_matches_torch(case, spatial, dtype):
     size = tuple(int(n) for n in rng.integers(1, 9, spatial))
     out = tuple(int(n) for n in rng.integers(1, 9, spatial))
     x = rng.standard_normal((2, 2, *size))
-    compare_with_torch(lambda x: getattr(F, f"adaptive_avg_pool{spatial}d")(x, out),
-                       lambda x: getattr(TF, f"adaptive_avg_pool{spatial}d")(x, out), [x], dtype)
+    compare_with_torch(
+        lambda x: getattr(F, f"adaptive_avg_pool{spatial}d")(x, out),
+        lambda x: getattr(TF, f"adaptive_avg_pool{spatial}d")(x, out),
+        [x],
+        dtype,
+    )
 
 
 INTERPOLATION_MODES = {"nearest": (1, 2, 3), "linear": (1,), "bilinear": (2,), "bicubic": (2,),
@@ -190,13 +202,20 @@ def test_losses_embedding_linear_layer_norm_match_torch(dtype):
     target[0, 0] = -100  # PyTorch's default ignore_index
     compare_with_torch(F.cross_entropy, TF.cross_entropy, [logits, target], dtype)
     probs = rng.random((4, 3))
-    compare_with_torch(F.cross_entropy, TF.cross_entropy,
-                       [rng.standard_normal((4, 3)), probs / probs.sum(1, keepdims=True)], dtype)
+    compare_with_torch(
+        F.cross_entropy,
+        TF.cross_entropy,
+        [rng.standard_normal((4, 3)), probs / probs.sum(1, keepdims=True)],
+        dtype,
+    )
     compare_with_torch(F.mse_loss, TF.mse_loss, [rng.standard_normal((3, 4)),
                                                  rng.standard_normal((3, 4))], dtype)  # fmt: skip
-    compare_with_torch(lambda i, w: F.embedding(i, w, padding_idx=0),
-                       lambda i, w: TF.embedding(i, w, padding_idx=0),
-                       [rng.integers(0, 6, (3, 4)), rng.standard_normal((6, 5))], dtype)
+    compare_with_torch(
+        lambda i, w: F.embedding(i, w, padding_idx=0),
+        lambda i, w: TF.embedding(i, w, padding_idx=0),
+        [rng.integers(0, 6, (3, 4)), rng.standard_normal((6, 5))],
+        dtype,
+    )
     compare_with_torch(F.linear, TF.linear, [rng.standard_normal((2, 3, 4)),
                                              rng.standard_normal((5, 4)),
                                              rng.standard_normal(5)], dtype)  # fmt: skip
@@ -223,8 +242,12 @@ def test_convolutions_in_small_batch_blocks_match_torch(monkeypatch, block_bytes
     monkeypatch.setattr(numpy_nn, "COLUMN_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(9)
     x, w, b = rng.standard_normal((7, 4, 6, 5)), rng.standard_normal((6, 2, 3, 2)), np.ones(6)
-    compare_with_torch(lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 2),
-                       lambda x, w, b: TF.conv2d(x, w, b, 1, 1, 1, 2), [x, w, b], "float64")
+    compare_with_torch(
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 2),
+        lambda x, w, b: TF.conv2d(x, w, b, 1, 1, 1, 2),
+        [x, w, b],
+        "float64",
+    )
     wt = rng.standard_normal((4, 3, 3, 2))
     compare_with_torch(lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1, 2),
                        lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2), [x, wt, b],

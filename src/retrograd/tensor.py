@@ -799,6 +799,18 @@ class Tensor:
     def lower_equal_elem(self, value: float) -> Tensor:
         return self._compare(_check_scalar("lower_equal_elem", value), "lower_equal")
 
+    def nonzero(self) -> list[Tensor]:
+        """int64 indices of the non-zero (true) elements, one 1-d tensor per dimension."""
+        return [self._wrap(index) for index in self._backend.nonzero(self._prim)]
+
+    def argwhere(self) -> Tensor:
+        """int64 indices ``[count, ndim]`` of the non-zero (true) elements."""
+        return (
+            stack(self.nonzero(), 1)
+            if self.ndim
+            else zeros((int(bool(self)), 0), "int64", self._backend, self._device)
+        )
+
     def is_nan(self) -> Tensor:
         return self._call("is_nan")
 
@@ -1005,6 +1017,17 @@ class Tensor:
         if not isinstance(times, numbers.Integral) or times < 0:
             raise ShapeError(f"repeat_dim: times must be a non-negative int, got {times!r}")
         return self if times == 1 else self._call("repeat_dim", d, int(times))
+
+    def repeat(self, sizes: Sequence[int]) -> Tensor:
+        """Tile the tensor ``sizes[d]`` times along each dimension ``d`` (PyTorch's ``repeat``,
+        Burn's ``repeat``); extra leading sizes add dimensions."""
+        sizes = _shape_arg(sizes)
+        if len(sizes) < self.ndim:
+            raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor with {self.ndim} dimensions")
+        out = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        for dim, times in enumerate(sizes):
+            out = out.repeat_dim(dim, times)
+        return out
 
     def squeeze_dim(self, dim: int) -> Tensor:
         """Remove dimension ``dim``, which must have size 1."""
@@ -1259,7 +1282,12 @@ def _infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:
-    """Normalize one ``(start, end)`` pair or ``slice`` per leading dimension."""
+    """Normalize one ``(start, end)`` pair or ``slice`` per leading dimension.
+
+    As in Burn, ``start`` and ``end`` bound the range ``[start, end)`` whatever the step, and
+    a negative step walks that range backwards from its last element: ``slice(0, 4, -2)``
+    takes elements 3 and 1.
+    """
     single_pair = (
         isinstance(ranges, tuple)
         and len(ranges) == 2
@@ -1286,8 +1314,8 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
                 ) from None
             step = None
         step = 1 if step is None else int(step)
-        if step <= 0:
-            raise ShapeError(f"{op}: step {step} for dimension {dim} must be positive")
+        if step == 0:
+            raise ShapeError(f"{op}: step for dimension {dim} must not be zero")
         start = 0 if start is None else int(start)
         end = size if end is None else int(end)
         if start < 0:
@@ -1299,7 +1327,10 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
                 f"{op}: range {start}..{end} is out of bounds for dimension {dim} of size {size} "
                 f"(shape {_shape_text(shape)})"
             )
-        slices.append(slice(start, end, step))
+        if step > 0 or start == end:
+            slices.append(slice(start, end, step))
+        else:
+            slices.append(slice(end - 1, start - 1 if start else None, step))
     return tuple(slices)
 
 
@@ -1416,11 +1447,11 @@ def _basic_index(t: Tensor, index: Any) -> Tensor:
             slices.append(slice(i, i + 1, 1))
         elif isinstance(item, slice):
             start, stop, step = item.indices(size)
-            if step <= 0:
-                raise IndexOutOfRangeError(f"indexing: step {step} must be positive")
-            stop = builtins.max(stop, start)
+            count = len(range(start, stop, step))
+            if step < 0 and stop < 0:  # Python's "before the first element"
+                stop = None
             slices.append(slice(start, stop, step))
-            out_shape.append(len(range(start, stop, step)))
+            out_shape.append(count)
         else:
             raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
         dim += 1

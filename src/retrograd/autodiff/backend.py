@@ -262,6 +262,9 @@ class Autodiff(Backend):
     def any(self, x):
         return self.inner.any(x.value)
 
+    def nonzero(self, x):
+        return tuple(AutodiffPrimitive(index, None) for index in self.inner.nonzero(x.value))
+
     def cast(self, x, dtype):
         value = self.inner.cast(x.value, dtype)
         if x.node is None or dtype not in _FLOAT_DTYPES:

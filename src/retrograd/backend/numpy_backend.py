@@ -449,6 +449,9 @@ class NumpyBackend(NumpyNNKernels, Backend):
         out[_window_index(dim, out.ndim, indices)] = values
         return out
 
+    def nonzero(self, x):
+        return tuple(index.astype(np.int64, copy=False) for index in np.nonzero(x))
+
     # -- linear algebra and fused activations -------------------------------------------------
     matmul = staticmethod(np.matmul)
 

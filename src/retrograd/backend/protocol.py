@@ -238,6 +238,10 @@ class Backend:
     def select_assign(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
         raise NotImplementedError
 
+    def nonzero(self, x: Any) -> tuple[Any, ...]:
+        """int64 indices of the non-zero (true) elements, one primitive per dimension."""
+        raise NotImplementedError
+
     # -- linear algebra and fused activations -------------------------------------------------
     def matmul(self, x: Any, y: Any) -> Any:
         """Batched matrix product of operands with at least 2 dims, batch dims broadcasting."""
