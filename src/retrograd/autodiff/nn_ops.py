@@ -1,2 +1,175 @@
 """The neural-network ops (convolution, pooling, interpolation...): declared like the ops of
-:mod:`.ops`, kept apart because their kernels are backend primitives of their own."""
+:mod:`.ops`, kept apart because their kernels are backend primitives of their own.
+
+Every forward here is linear in each tensor input, and each op's backward rules call the op's
+adjoint, itself an op of this table:
+
+- ``conv``, ``conv_transpose`` (each with its bias, added in the kernel as PyTorch's
+  ``convolution`` does) and ``conv_weight_grad`` are bilinear and close under
+  differentiation (the input gradient of a convolution is a transposed convolution of the
+  output gradient, its weight gradient a ``conv_weight_grad``, and so on round), so
+  ``backward(create_graph=True)`` differentiates through convolutions to any order;
+- each pooling/interpolation forward and its ``*_backward`` are adjoint linear maps, the
+  backward rule of one being the other (max pooling: its indices are an untracked output).
+
+All are compute-bound: under ``BalancedCheckpointing`` their outputs are kept, not recomputed.
+Reshapes, linear layers and the losses are compositions of the ops of :mod:`.ops`.
+"""
+
+# ruff: noqa: N803  (backward rules name the backend ``B``, as in ops.py)
+
+from __future__ import annotations
+
+from ..backend.numpy_nn import conv_output_size
+from .ops import Op
+
+__all__: list[str] = []
+
+
+def conv_transpose_output_padding(input_size, out_size, kernel, stride, padding, dilation):
+    """The ``output_padding`` that makes ``conv_transpose`` of a ``conv`` output of spatial
+    ``out_size`` give back ``input_size`` (the input cells a strided convolution skipped)."""
+    return tuple(
+        n - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
+        for n, o, k, s, p, d in zip(input_size, out_size, kernel, stride, padding, dilation)
+    )
+
+
+def _spatial(B, x):
+    return B.shape(x)[2:]
+
+
+def no_bias(B, like):
+    """The empty bias primitive that tells ``conv``/``conv_transpose`` to add none."""
+    return B.zeros((0,), B.dtype(like), B.device(like))
+
+
+def _channel_sum(B, g):
+    """The gradient of a per-channel bias: ``g`` summed over batch and spatial dims."""
+    dims = (0, *range(2, len(B.shape(g))))
+    return B.reshape(B.sum_dim(g, dims), (B.shape(g)[1],))
+
+
+def _extra_outputs(B, g, in_size, kernel, stride, padding, dilation):
+    """How many more outputs than ``in_size`` a convolution of ``g`` has, per dimension.
+
+    ``g`` is the output gradient of a transposed convolution of an input of ``in_size``; with
+    ``output_padding >= stride`` (allowed, as in Burn) it has trailing cells no input reaches,
+    and the convolution mapping it back has outputs past the input's end.
+    """
+    return tuple(
+        conv_output_size(n, k, s, p, d) - m
+        for n, m, k, s, p, d in zip(_spatial(B, g), in_size, kernel, stride, padding, dilation)
+    )
+
+
+# -- convolution -----------------------------------------------------------------------------------
+def _conv_x_vjp(B, g, weight, x_shape, stride, padding, dilation, groups):
+    kernel = B.shape(weight)[2:]
+    output_padding = conv_transpose_output_padding(x_shape[2:], _spatial(B, g), kernel, stride,
+                                                   padding, dilation)  # fmt: skip
+    return B.conv_transpose(g, weight, no_bias(B, g), stride, padding, output_padding, dilation,
+                            groups)  # fmt: skip
+
+
+def _conv_weight_vjp(B, g, x, weight_shape, stride, padding, dilation, groups):
+    return B.conv_weight_grad(x, g, weight_shape[2:], stride, padding, dilation, groups)
+
+
+def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding, dilation,
+                          groups):  # fmt: skip
+    grad = B.conv(g, weight, no_bias(B, g), stride, padding, dilation, groups)
+    extra = _extra_outputs(B, g, x_shape[2:], B.shape(weight)[2:], stride, padding, dilation)
+    if any(extra):  # outputs past the input's end read only the unreachable trailing cells
+        grad = B.slice(grad, (slice(None), slice(None), *(slice(0, n) for n in x_shape[2:])))
+    return grad
+
+
+def _conv_transpose_weight_vjp(B, g, x, weight_shape, stride, padding, output_padding, dilation,
+                               groups):  # fmt: skip
+    # conv_transpose(x, w) is the adjoint of conv(., w): <g, conv_t(x, w)> = <conv(g, w), x>,
+    # whose gradient in w is the weight gradient of a convolution of g with output gradient x.
+    kernel = weight_shape[2:]
+    extra = _extra_outputs(B, g, _spatial(B, x), kernel, stride, padding, dilation)
+    for axis, count in enumerate(extra, start=2):
+        if count:  # zero output gradients for the convolution's outputs past x's end
+            shape = list(B.shape(x))
+            shape[axis] = count
+            x = B.cat([x, B.zeros(tuple(shape), B.dtype(x), B.device(x))], axis)
+    return B.conv_weight_grad(g, x, kernel, stride, padding, dilation, groups)
+
+
+def _conv_weight_grad_x_vjp(B, g, out_grad, x_shape, kernel_size, stride, padding, dilation,
+                            groups):  # fmt: skip
+    # <g, conv_weight_grad(x, out_grad)> = <out_grad, conv(x, g)>
+    output_padding = conv_transpose_output_padding(
+        x_shape[2:], _spatial(B, out_grad), kernel_size, stride, padding, dilation
+    )
+    return B.conv_transpose(out_grad, g, no_bias(B, g), stride, padding, output_padding,
+                            dilation, groups)  # fmt: skip
+
+
+def _conv_weight_grad_out_grad_vjp(B, g, x, kernel_size, stride, padding, dilation, groups):
+    return B.conv(x, g, no_bias(B, g), stride, padding, dilation, groups)
+
+
+def _bias_vjp(B, g):
+    return _channel_sum(B, g)
+
+
+Op("conv", ("x", "weight", "bias"), ("stride", "padding", "dilation", "groups"),
+   (_conv_x_vjp, _conv_weight_vjp, _bias_vjp), memory_bound=False)  # fmt: skip
+Op("conv_transpose", ("x", "weight", "bias"),
+   ("stride", "padding", "output_padding", "dilation", "groups"),
+   (_conv_transpose_x_vjp, _conv_transpose_weight_vjp, _bias_vjp),
+   memory_bound=False)  # fmt: skip
+Op("conv_weight_grad", ("x", "out_grad"),
+   ("kernel_size", "stride", "padding", "dilation", "groups"),
+   (_conv_weight_grad_x_vjp, _conv_weight_grad_out_grad_vjp), memory_bound=False)  # fmt: skip
+
+
+# -- pooling ---------------------------------------------------------------------------------------
+_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
+
+Op("avg_pool", ("x",), _AVG_POOL,
+   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad:
+    B.avg_pool_backward(g, x_shape[2:], kernel_size, stride, padding, ceil_mode,
+                        count_include_pad),),
+   memory_bound=False)  # fmt: skip
+Op("avg_pool_backward", ("grad",), ("input_size", *_AVG_POOL),
+   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad:
+    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad),),
+   memory_bound=False)  # fmt: skip
+
+
+def _gather_pooled(B, g, indices):
+    """The adjoint of ``max_pool_backward``: each pooled cell reads its winner's gradient."""
+    shape = B.shape(g)
+    flat = B.reshape(g, (*shape[:2], -1))
+    index_shape = B.shape(indices)
+    flat_indices = B.reshape(indices, (*index_shape[:2], -1))
+    return B.reshape(B.gather(flat, flat_indices, 2), index_shape)
+
+
+Op("max_pool", ("x",), ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+   (lambda B, g, x_shape, aux: B.max_pool_backward(g, aux, x_shape[2:]),),
+   memory_bound=False, aux=True)  # fmt: skip
+Op("max_pool_backward", ("grad", "indices"), ("input_size",),
+   (lambda B, g, indices: _gather_pooled(B, g, indices), None), memory_bound=False)
+
+Op("adaptive_avg_pool", ("x",), ("output_size",),
+   (lambda B, g, x_shape: B.adaptive_avg_pool_backward(g, x_shape[2:]),),
+   memory_bound=False)  # fmt: skip
+Op("adaptive_avg_pool_backward", ("grad",), ("input_size",),
+   (lambda B, g, grad_shape: B.adaptive_avg_pool(g, grad_shape[2:]),),
+   memory_bound=False)  # fmt: skip
+
+# -- interpolation ---------------------------------------------------------------------------------
+Op("interpolate", ("x",), ("output_size", "mode", "align_corners", "scales"),
+   (lambda B, g, x_shape, mode, align_corners, scales:
+    B.interpolate_backward(g, x_shape[2:], mode, align_corners, scales),),
+   memory_bound=False)  # fmt: skip
+Op("interpolate_backward", ("grad",), ("input_size", "mode", "align_corners", "scales"),
+   (lambda B, g, grad_shape, mode, align_corners, scales:
+    B.interpolate(g, grad_shape[2:], mode, align_corners, scales),),
+   memory_bound=False)  # fmt: skip

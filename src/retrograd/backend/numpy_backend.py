@@ -10,6 +10,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import DTypeError
 from . import special
+from .numpy_nn import NumpyNNKernels
 from .protocol import Backend
 
 __all__ = ["NumpyBackend"]
@@ -98,7 +99,7 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 
-class NumpyBackend(Backend):
+class NumpyBackend(NumpyNNKernels, Backend):
     """CPU tensors as NumPy arrays; the embedded default inner backend.
 
     >>> b = NumpyBackend()

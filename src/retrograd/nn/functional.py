@@ -1,14 +1,53 @@
-"""Neural-network functions (PyTorch's signatures and argument meanings)."""
+"""Neural-network functions (PyTorch's signatures and argument meanings).
+
+Layout is PyTorch's: ``[N, C, *spatial]`` (an unbatched ``[C, *spatial]`` input works too).
+Convolution, pooling and interpolation run one backend primitive each (see the
+"neural-network kernels" section of :class:`~retrograd.backend.Backend`); the rest (linear,
+embedding, losses, normalization, dropout) are compositions of tensor operations. Everything
+is differentiable, to any order with ``backward(create_graph=True)``.
+
+Bad arguments raise :class:`~retrograd.ShapeError` (or :class:`~retrograd.DTypeError`,
+:class:`~retrograd.IndexOutOfRangeError`) naming the function and the shapes at fault, before
+anything is computed.
+"""
 
 from __future__ import annotations
 
-from ..tensor import Tensor
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from ..backend.numpy_nn import conv_transpose_output_size, pool_output_size
+from ..errors import DTypeError, IndexOutOfRangeError, RetrogradError, ShapeError
+from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate
 
 __all__ = [
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "cross_entropy",
+    "dropout",
+    "embedding",
     "gelu",
+    "interpolate",
+    "layer_norm",
     "leaky_relu",
+    "linear",
     "log_sigmoid",
     "log_softmax",
+    "max_pool1d",
+    "max_pool1d_with_indices",
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "mse_loss",
     "relu",
     "sigmoid",
     "silu",
@@ -16,6 +55,8 @@ __all__ = [
     "softplus",
     "tanh",
 ]
+
+IntOrTuple = int | Sequence[int]
 
 
 def relu(x: Tensor) -> Tensor:
@@ -62,3 +103,760 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 
 def tanh(x: Tensor) -> Tensor:
     return x.tanh()
+
+
+# -- argument handling -----------------------------------------------------------------------------
+def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
+    """``value`` (an int, or one int per spatial dimension) as a tuple of ``count`` ints."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        values = (int(value),) * count
+    else:
+        try:
+            values = tuple(value)
+        except TypeError:
+            raise ShapeError(
+                f"{fn}: {name} must be an int or a tuple of ints, got {value!r}"
+            ) from None
+        if len(values) == 1:
+            values *= count
+        if len(values) != count or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
+        ):
+            raise ShapeError(
+                f"{fn}: {name} must be an int or a tuple of {count} ints, got {value!r}"
+            )
+        values = tuple(int(v) for v in values)
+    if any(v < minimum for v in values):
+        bound = "positive" if minimum == 1 else "non-negative"
+        raise ShapeError(f"{fn}: {name} must be {bound}, got {value!r}")
+    return values
+
+
+def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
+    """``value`` (a tensor, array or nested list) on ``reference``'s backend and device."""
+    try:
+        return reference._lift(value, fn)
+    except DTypeError:
+        raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
+
+
+def _float_pair(fn: str, x: Any, other: Any, name: str) -> tuple[Tensor, Tensor]:
+    """``x`` and ``other`` on one backend and one float dtype."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    other = _as_tensor(fn, x, other, name)
+    x, other, _ = x._pair(other, fn)
+    if x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: expected float tensors, got {x.dtype} input and {name}")
+    return x, other
+
+
+def _float_input(fn: str, x: Any) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: expected a float input, got {x.dtype} {_shape_text(x.shape)}")
+    return x
+
+
+def _batched(fn: str, x: Tensor, spatial: int) -> tuple[Tensor, bool]:
+    """``x`` with a batch dimension (``[C, *spatial]`` inputs get one, as in PyTorch)."""
+    if x.ndim == spatial + 2:
+        return x, False
+    if x.ndim == spatial + 1:
+        return x.unsqueeze_dim(0), True
+    raise ShapeError(
+        f"{fn}: expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got "
+        f"input {_shape_text(x.shape)}"
+    )
+
+
+def _unbatched(out: Tensor, squeeze: bool) -> Tensor:
+    return out.squeeze_dim(0) if squeeze else out
+
+
+def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any:
+    """Run backend primitive ``op`` on the tensors' primitives, errors translated."""
+    first = tensors[0]
+    try:
+        return getattr(first._backend, op)(*[t._prim for t in tensors], *params)
+    except RetrogradError:
+        raise
+    except (ValueError, IndexError, TypeError) as error:
+        raise _translate(fn, error, tensors) from None
+
+
+def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
+    """``bias`` checked to be ``[channels]``, in ``x``'s dtype, or the empty "no bias"."""
+    if bias is None:
+        return x._wrap(x._backend.zeros((0,), x.dtype, x._device))
+    bias = _as_tensor(fn, x, bias, "bias")
+    if bias.shape != (channels,):
+        raise ShapeError(
+            f"{fn}: bias must have shape [{channels}] (one per output channel), got "
+            f"{_shape_text(bias.shape)}"
+        )
+    if bias.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
+    return bias.cast(x.dtype)
+
+
+# -- linear ---------------------------------------------------------------------------------------
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias``, weight ``[out_features, in_features]`` as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> linear(rg.ones((2, 3)), rg.ones((4, 3)), rg.zeros((4,))).shape
+    (2, 4)
+    """
+    fn = "linear"
+    x, weight = _float_pair(fn, x, weight, "weight")
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        features = x.shape[-1] if x.ndim else "no"
+        expected = weight.shape[1] if weight.ndim == 2 else "a 2-d weight [out, in]"
+        raise ShapeError(
+            f"{fn}: input has {features} features but weight expects {expected}; input "
+            f"{_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+        )
+    lead = x.shape[:-1]
+    # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
+    flat = x.reshape((-1, x.shape[-1])) if x.ndim > 2 else x
+    out = flat.matmul(weight.transpose())
+    if x.ndim > 2:
+        out = out.reshape((*lead, weight.shape[0]))
+    if bias is not None:
+        bias = _as_tensor(fn, out, bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ShapeError(
+                f"{fn}: bias must have shape [{weight.shape[0]}], got {_shape_text(bias.shape)}"
+            )
+        out = out + bias
+    return out
+
+
+# -- convolution -----------------------------------------------------------------------------------
+def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
+    x, weight = _float_pair(fn, x, weight, "weight")
+    x, squeeze = _batched(fn, x, spatial)
+    if weight.ndim != spatial + 2:
+        raise ShapeError(
+            f"{fn}: weight must be {spatial + 2}-d [out_channels, in_channels/groups, "
+            f"*kernel], got {_shape_text(weight.shape)}"
+        )
+    stride = _ints(fn, "stride", stride, spatial, 1)
+    dilation = _ints(fn, "dilation", dilation, spatial, 1)
+    groups = _ints(fn, "groups", groups, 1, 1)[0]
+    kernel = weight.shape[2:]
+    shapes = f"input {_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+    same_crop = None
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * spatial
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                raise ShapeError(f"{fn}: padding='same' needs stride 1, got stride {stride}")
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            # PyTorch puts an odd total's extra cell on the right: pad ceil(total/2) on both
+            # sides and drop the first output, which read the surplus left cell.
+            padding = tuple((t + 1) // 2 for t in totals)
+            same_crop = tuple(t % 2 for t in totals)
+        else:
+            raise ShapeError(f"{fn}: padding must be 'valid', 'same', an int or a tuple, got "
+                             f"{padding!r}")  # fmt: skip
+    else:
+        padding = _ints(fn, "padding", padding, spatial, 0)
+    channels, out_channels = x.shape[1], weight.shape[0]
+    if channels % groups or out_channels % groups:
+        raise ShapeError(
+            f"{fn}: groups={groups} must divide the input channels ({channels}) and the output "
+            f"channels ({out_channels}); {shapes}"
+        )
+    if weight.shape[1] * groups != channels:
+        raise ShapeError(
+            f"{fn}: input has {channels} channels but weight expects "
+            f"{weight.shape[1] * groups} (groups={groups}); {shapes}"
+        )
+    for n, k, p, d in zip(x.shape[2:], kernel, padding, dilation):
+        if d * (k - 1) + 1 > n + 2 * p:
+            raise ShapeError(
+                f"{fn}: kernel {_shape_text(kernel)} (dilation {_shape_text(dilation)}) is larger "
+                f"than the padded input {_shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
+                f"{shapes}"
+            )
+    bias = _channel_bias(fn, x, bias, out_channels)
+    out = x._wrap(_primitive(fn, "conv", [x, weight, bias], stride, padding, dilation, groups))
+    if same_crop is not None and any(same_crop):
+        out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
+    return _unbatched(out, squeeze)
+
+
+def conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-d convolution (cross-correlation) of ``x`` ``[N, C_in, L]`` with ``weight``
+    ``[C_out, C_in/groups, K]``; ``padding`` is symmetric, or ``"valid"``/``"same"``.
+
+    >>> import retrograd as rg
+    >>> conv1d(rg.ones((1, 2, 5)), rg.ones((3, 2, 3)), padding=1).shape
+    (1, 3, 5)
+    """
+    return _conv("conv1d", 1, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-d convolution of ``x`` ``[N, C_in, H, W]`` with ``weight`` ``[C_out, C_in/groups,
+    kH, kW]``, PyTorch's ``conv2d``.
+
+    >>> import retrograd as rg
+    >>> conv2d(rg.ones((2, 3, 8, 8)), rg.ones((4, 3, 3, 3)), stride=2).shape
+    (2, 4, 3, 3)
+    """
+    return _conv("conv2d", 2, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """3-d convolution of ``x`` ``[N, C_in, D, H, W]``, PyTorch's ``conv3d``."""
+    return _conv("conv3d", 3, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_padding, groups,
+                    dilation):  # fmt: skip
+    x, weight = _float_pair(fn, x, weight, "weight")
+    x, squeeze = _batched(fn, x, spatial)
+    if weight.ndim != spatial + 2:
+        raise ShapeError(
+            f"{fn}: weight must be {spatial + 2}-d [in_channels, out_channels/groups, *kernel], "
+            f"got {_shape_text(weight.shape)}"
+        )
+    stride = _ints(fn, "stride", stride, spatial, 1)
+    padding = _ints(fn, "padding", padding, spatial, 0)
+    # output_padding >= stride is accepted, as Burn does: the extra trailing cells are zero
+    # (plus bias). PyTorch would reject it.
+    output_padding = _ints(fn, "output_padding", output_padding, spatial, 0)
+    dilation = _ints(fn, "dilation", dilation, spatial, 1)
+    groups = _ints(fn, "groups", groups, 1, 1)[0]
+    shapes = f"input {_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+    channels = x.shape[1]
+    if channels % groups:
+        raise ShapeError(
+            f"{fn}: groups={groups} must divide the input channels ({channels}); {shapes}"
+        )
+    if weight.shape[0] != channels:
+        raise ShapeError(
+            f"{fn}: input has {channels} channels but weight expects {weight.shape[0]} "
+            f"(weight is [in_channels, out_channels/groups, *kernel], groups={groups}); {shapes}"
+        )
+    kernel = weight.shape[2:]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
+    )
+    if any(n < 1 for n in out_size):
+        raise ShapeError(
+            f"{fn}: the output size {_shape_text(out_size)} is not positive (padding "
+            f"{_shape_text(padding)} too large); {shapes}"
+        )
+    bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
+    out = x._wrap(_primitive(fn, "conv_transpose", [x, weight, bias], stride, padding,
+                             output_padding, dilation, groups))  # fmt: skip
+    return _unbatched(out, squeeze)
+
+
+def conv_transpose1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """1-d transposed convolution, weight ``[C_in, C_out/groups, K]`` (PyTorch's
+    ``conv_transpose1d``, argument order included).
+
+    >>> import retrograd as rg
+    >>> conv_transpose1d(rg.ones((1, 2, 4)), rg.ones((2, 3, 3)), stride=2).shape
+    (1, 3, 9)
+    """
+    return _conv_transpose("conv_transpose1d", 1, x, weight, bias, stride, padding,
+                           output_padding, groups, dilation)  # fmt: skip
+
+
+def conv_transpose2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """2-d transposed convolution, weight ``[C_in, C_out/groups, kH, kW]``."""
+    return _conv_transpose("conv_transpose2d", 2, x, weight, bias, stride, padding,
+                           output_padding, groups, dilation)  # fmt: skip
+
+
+def conv_transpose3d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """3-d transposed convolution, weight ``[C_in, C_out/groups, kD, kH, kW]``."""
+    return _conv_transpose("conv_transpose3d", 3, x, weight, bias, stride, padding,
+                           output_padding, groups, dilation)  # fmt: skip
+
+
+# -- pooling ---------------------------------------------------------------------------------------
+def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
+    kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
+    no_stride = stride is None or (not isinstance(stride, numbers.Integral) and len(stride) == 0)
+    stride = kernel if no_stride else _ints(fn, "stride", stride, spatial, 1)
+    padding = _ints(fn, "padding", padding, spatial, 0)
+    dilation = _ints(fn, "dilation", dilation, spatial, 1)
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(
+            f"{fn}: padding {_shape_text(padding)} must be at most half the kernel size "
+            f"{_shape_text(kernel)}; input {_shape_text(x.shape)}"
+        )
+    out_size = tuple(
+        pool_output_size(n, k, s, p, d, bool(ceil_mode))
+        for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
+    )
+    if any(n < 1 for n in out_size):
+        raise ShapeError(
+            f"{fn}: kernel {_shape_text(kernel)} (dilation {_shape_text(dilation)}) is larger "
+            f"than the padded input; input {_shape_text(x.shape)}, padding "
+            f"{_shape_text(padding)}"
+        )
+    return kernel, stride, padding, dilation
+
+
+def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_include_pad):
+    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    kernel, stride, padding, _ = _pool_args(fn, spatial, x, kernel_size, stride, padding, 1,
+                                            ceil_mode)  # fmt: skip
+    out = _primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
+                     bool(count_include_pad))  # fmt: skip
+    return _unbatched(x._wrap(out), squeeze)
+
+
+def avg_pool1d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    """Average over windows of ``kernel_size`` every ``stride`` (default: the kernel size)."""
+    return _avg_pool("avg_pool1d", 1, x, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad)  # fmt: skip
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    """2-d average pooling, PyTorch's ``avg_pool2d``.
+
+    >>> import retrograd as rg
+    >>> avg_pool2d(rg.ones((1, 1, 4, 4)), 2).tolist()
+    [[[[1.0, 1.0], [1.0, 1.0]]]]
+    """
+    return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad)  # fmt: skip
+
+
+def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
+    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    kernel, stride, padding, dilation = _pool_args(fn, spatial, x, kernel_size, stride, padding,
+                                                   dilation, ceil_mode)  # fmt: skip
+    values, indices = _primitive(fn, "max_pool", [x], kernel, stride, padding, dilation,
+                                 bool(ceil_mode))  # fmt: skip
+    return _unbatched(x._wrap(values), squeeze), _unbatched(x._wrap(indices), squeeze)
+
+
+def max_pool1d_with_indices(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """``(values, indices)`` of 1-d max pooling; int64 indices into the input's last dim."""
+    return _max_pool("max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool2d_with_indices(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """``(values, indices)`` of 2-d max pooling; the int64 indices are flat over ``H*W``, as
+    PyTorch's."""
+    return _max_pool("max_pool2d", 2, x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool1d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """Maximum over windows; the gradient goes to each window's (first) maximum."""
+    values, indices = max_pool1d_with_indices(x, kernel_size, stride, padding, dilation,
+                                              ceil_mode)  # fmt: skip
+    return (values, indices) if return_indices else values
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """2-d max pooling, PyTorch's ``max_pool2d``.
+
+    >>> import retrograd as rg
+    >>> max_pool2d(rg.tensor([[[[1.0, 2.0], [4.0, 3.0]]]]), 2).tolist()
+    [[[[4.0]]]]
+    """
+    values, indices = max_pool2d_with_indices(x, kernel_size, stride, padding, dilation,
+                                              ceil_mode)  # fmt: skip
+    return (values, indices) if return_indices else values
+
+
+def _adaptive_avg_pool(fn, spatial, x, output_size):
+    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    if output_size is None or isinstance(output_size, numbers.Integral):
+        output_size = (output_size,) * spatial
+    output_size = tuple(output_size)
+    if len(output_size) == 1:
+        output_size *= spatial
+    if len(output_size) != spatial:
+        raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
+    # None keeps the input's size, as in PyTorch.
+    sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
+    if not all(isinstance(o, numbers.Integral) and o >= 1 for o in sizes):
+        raise ShapeError(f"{fn}: output_size must be positive ints, got {output_size!r}")
+    if any(n == 0 for n in x.shape[2:]):
+        raise ShapeError(f"{fn}: input {_shape_text(x.shape)} has an empty spatial dimension")
+    out = _primitive(fn, "adaptive_avg_pool", [x], tuple(int(o) for o in sizes))
+    return _unbatched(x._wrap(out), squeeze)
+
+
+def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
+    """Average pooling to ``output_size`` cells, PyTorch's windows."""
+    return _adaptive_avg_pool("adaptive_avg_pool1d", 1, x, output_size)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> Tensor:
+    """Average pooling to ``output_size`` (``None`` keeps a dimension), PyTorch's windows.
+
+    >>> import retrograd as rg
+    >>> adaptive_avg_pool2d(rg.ones((2, 3, 7, 5)), 1).shape
+    (2, 3, 1, 1)
+    """
+    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
+
+
+# -- interpolation ---------------------------------------------------------------------------------
+_INTERPOLATION_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def interpolate(
+    x: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> Tensor:
+    """Resize the spatial dimensions to ``size``, or by ``scale_factor``, PyTorch's rules.
+
+    ``mode``: ``"nearest"`` (PyTorch's legacy floor rule; 1 to 3 spatial dims), ``"linear"``
+    (3-d input), ``"bilinear"``, ``"bicubic"`` (4-d, A = -0.75) or ``"trilinear"`` (5-d).
+    ``align_corners`` maps corner pixel centres onto each other (interpolating modes only).
+    With ``scale_factor`` the output is ``floor(size * scale_factor)`` and, unless
+    ``recompute_scale_factor``, the scale factor itself maps coordinates, as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> interpolate(rg.ones((1, 1, 2, 2)), scale_factor=2, mode="bilinear").shape
+    (1, 1, 4, 4)
+    """
+    fn = "interpolate"
+    x = _float_input(fn, x)
+    spatial = x.ndim - 2
+    if mode == "nearest":
+        if not 1 <= spatial <= 3:
+            raise ShapeError(
+                f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {_shape_text(x.shape)}"
+            )
+        if align_corners is not None:
+            raise ValueError(f"{fn}: align_corners can only be set with the interpolating "
+                             "modes (linear, bilinear, bicubic, trilinear)")  # fmt: skip
+    elif mode in _INTERPOLATION_DIMS:
+        if spatial != _INTERPOLATION_DIMS[mode]:
+            raise ShapeError(
+                f"{fn}: mode {mode!r} needs a {_INTERPOLATION_DIMS[mode] + 2}-d input, got "
+                f"{_shape_text(x.shape)}"
+            )
+    else:
+        raise ValueError(
+            f"{fn}: mode must be 'nearest', 'linear', 'bilinear', 'bicubic' or 'trilinear', "
+            f"got {mode!r}"
+        )
+    if (size is None) == (scale_factor is None):
+        raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
+    in_size = x.shape[2:]
+    if size is not None:
+        out_size = _ints(fn, "size", size, spatial, 1)
+        scales = (None,) * spatial
+    else:
+        if isinstance(scale_factor, numbers.Real):
+            factors = (float(scale_factor),) * spatial
+        else:
+            factors = tuple(float(f) for f in scale_factor)
+        if len(factors) != spatial or any(not f > 0 for f in factors):
+            raise ShapeError(
+                f"{fn}: scale_factor must be positive, one per spatial dimension, got "
+                f"{scale_factor!r}"
+            )
+        out_size = tuple(math.floor(n * f) for n, f in zip(in_size, factors))
+        scales = (None,) * spatial if recompute_scale_factor else factors
+    if any(n < 1 for n in out_size) or any(n < 1 for n in in_size):
+        raise ShapeError(
+            f"{fn}: input {_shape_text(x.shape)} and output size {_shape_text(out_size)} must "
+            "be non-empty"
+        )
+    kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else
+                                                       "linear")  # fmt: skip
+    out = _primitive(fn, "interpolate", [x], out_size, kernel_mode, bool(align_corners), scales)
+    return x._wrap(out)
+
+
+# -- embedding ------------------------------------------------------------------------------------
+def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` ``[num_embeddings, dim]`` at the int64 ``indices`` (any shape):
+    ``[*indices.shape, dim]``. The row at ``padding_idx`` gets no gradient, as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> embedding(rg.tensor([[0, 2]], dtype="int64"), rg.eye(3)).tolist()
+    [[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]
+    """
+    fn = "embedding"
+    if not isinstance(weight, Tensor):
+        raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
+    indices = _as_tensor(fn, weight, indices, "indices")
+    if indices.dtype != "int64":
+        raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
+    if weight.ndim != 2:
+        raise ShapeError(
+            f"{fn}: weight must be 2-d [num_embeddings, dim], got {_shape_text(weight.shape)}"
+        )
+    count = weight.shape[0]
+    values = indices.numpy()
+    if values.size and (values.min() < 0 or values.max() >= count):
+        bad = values[(values < 0) | (values >= count)].flat[0]
+        raise IndexOutOfRangeError(
+            f"{fn}: index {bad} is out of range for {count} embeddings; indices "
+            f"{_shape_text(indices.shape)}, weight {_shape_text(weight.shape)}"
+        )
+    flat = indices.reshape((-1,))
+    rows = weight.select(0, flat)
+    if padding_idx is not None:
+        if not -count <= padding_idx < count:
+            raise IndexOutOfRangeError(
+                f"{fn}: padding_idx {padding_idx} is out of range for {count} embeddings"
+            )
+        padding = (flat == (padding_idx % count)).reshape((-1, 1))
+        rows = rows.mask_where(padding, weight.detach().select(0, flat))
+    return rows.reshape((*indices.shape, weight.shape[1]))
+
+
+# -- losses ----------------------------------------------------------------------------------------
+def _reduce(fn: str, losses: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return losses.mean()
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "none":
+        return losses
+    raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def cross_entropy(
+    logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean"
+) -> Tensor:
+    """Cross-entropy of ``logits`` ``[N, C]`` or ``[N, C, d...]`` (or unbatched ``[C]``)
+    against class indices (int64 ``[N, d...]``) or class probabilities (float, the logits'
+    shape), through ``log_softmax`` so that large logits stay finite. ``"mean"`` averages over
+    the non-ignored targets (class indices) or over ``N * d...`` (probabilities), as PyTorch.
+
+    >>> import retrograd as rg
+    >>> round(cross_entropy(rg.zeros((2, 4)), rg.tensor([1, 3], dtype="int64")).item(), 4)
+    1.3863
+    """
+    fn = "cross_entropy"
+    logits = _float_input(fn, logits)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    target = _as_tensor(fn, logits, target, "target")
+    shapes = f"input {_shape_text(logits.shape)}, target {_shape_text(target.shape)}"
+    if logits.ndim == 0:
+        raise ShapeError(f"{fn}: input needs a class dimension; {shapes}")
+    class_dim = 0 if logits.ndim == 1 else 1
+    classes = logits.shape[class_dim]
+    log_probs = logits.log_softmax(class_dim)
+    if target.dtype in FLOAT_DTYPES:
+        if target.shape != logits.shape:
+            raise ShapeError(
+                f"{fn}: probability targets must have the input's shape; {shapes}"
+            )
+        target = target.cast(logits.dtype)
+        losses = -(log_probs * target).sum_dim(class_dim).squeeze_dim(class_dim)
+        return _reduce(fn, losses, reduction)
+    if target.dtype != "int64":
+        raise DTypeError(f"{fn}: target must be int64 class indices or float probabilities, "
+                         f"got {target.dtype}")  # fmt: skip
+    expected = logits.shape[:class_dim] + logits.shape[class_dim + 1 :]
+    if target.shape != expected:
+        raise ShapeError(
+            f"{fn}: class-index targets must have shape {_shape_text(expected)} (the input's "
+            f"without the class dimension); {shapes}"
+        )
+    values = target.numpy()
+    ignored = values == ignore_index
+    bad = (values < 0) | (values >= classes)
+    bad &= ~ignored
+    if bad.any():
+        raise IndexOutOfRangeError(
+            f"{fn}: target {values[bad].flat[0]} is out of range for {classes} classes; {shapes}"
+        )
+    if ignored.any():
+        keep = ~target.equal_elem(ignore_index)
+        safe = target.mask_fill(~keep, 0)
+    else:
+        keep, safe = None, target
+    picked = log_probs.gather(class_dim, safe.unsqueeze_dim(class_dim)).squeeze_dim(class_dim)
+    losses = -picked
+    if keep is None:
+        return _reduce(fn, losses, reduction)
+    losses = losses.mask_fill(~keep, 0.0)
+    if reduction == "mean":
+        # Over the targets that count; all ignored gives 0/0 = nan, as in PyTorch.
+        return losses.sum() / float(keep.int().sum().item())
+    return _reduce(fn, losses, reduction)
+
+
+def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean squared error ``mean((x - target)**2)`` (``reduction`` as in PyTorch)."""
+    fn = "mse_loss"
+    x, target = _float_pair(fn, x, target, "target")
+    if x.shape != target.shape:
+        raise ShapeError(
+            f"{fn}: input and target shapes differ; input {_shape_text(x.shape)}, target "
+            f"{_shape_text(target.shape)}"
+        )
+    return _reduce(fn, (x - target).square(), reduction)
+
+
+# -- normalization, dropout ------------------------------------------------------------------------
+def layer_norm(
+    x: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize over the trailing ``normalized_shape`` dims (biased variance, as PyTorch),
+    then scale by ``weight`` and shift by ``bias`` (both of ``normalized_shape``)."""
+    fn = "layer_norm"
+    x = _float_input(fn, x)
+    shape = _ints(fn, "normalized_shape", normalized_shape,
+                  1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
+                  1)  # fmt: skip
+    k = len(shape)
+    if x.shape[x.ndim - k :] != shape or x.ndim < k:
+        raise ShapeError(
+            f"{fn}: normalized_shape {_shape_text(shape)} must match the input's trailing "
+            f"dimensions; input {_shape_text(x.shape)}"
+        )
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and _as_tensor(fn, x, value, name).shape != shape:
+            raise ShapeError(
+                f"{fn}: {name} must have shape {_shape_text(shape)}, got "
+                f"{_shape_text(_as_tensor(fn, x, value, name).shape)}"
+            )
+    lead = x.shape[: x.ndim - k]
+    flat = x.reshape((*lead, -1))
+    centered = flat - flat.mean_dim(-1)
+    variance = centered.square().mean_dim(-1)
+    out = (centered * (variance + float(eps)).sqrt().recip()).reshape(x.shape)
+    if weight is not None:
+        out = out * _as_tensor(fn, x, weight, "weight")
+    if bias is not None:
+        out = out + _as_tensor(fn, x, bias, "bias")
+    return out
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``;
+    the identity unless ``training``. ``rg.seed`` makes the mask reproducible.
+
+    The mask is drawn once, here, as an untracked tensor, so the recorded graph is a plain
+    product that recomputes exactly under any checkpointing strategy.
+    """
+    fn = "dropout"
+    x = _float_input(fn, x)
+    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = x._wrap(x._backend.bernoulli(x.shape, 1.0 - float(p), x._device))
+    return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
