@@ -315,7 +315,12 @@ class Autodiff(Backend):
     def set_distributed(self, x: AutodiffPrimitive, param_id: Any) -> AutodiffPrimitive:
         """Mark a parameter (a leaf, made to require grad) for gradient all-reduce."""
         x = self.require_grad(x)
-        x.node.param_id = param_id
+        node = x.node
+        node.param_id = param_id
+        # Gradient sync plans its buckets when backward starts, before any gradient exists,
+        # so the node (all the tape holds) carries the parameter's size and dtype.
+        node.param_shape = tuple(self.inner.shape(x.value))
+        node.param_dtype = self.inner.dtype(x.value)
         return x
 
     def param_id(self, x: AutodiffPrimitive) -> Any:

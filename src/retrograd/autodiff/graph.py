@@ -55,8 +55,9 @@ class Node:
     - ``recompute``: this node's output is recomputed during backward, not kept.
 
     Rarely set, so they live in the class until set: ``retain`` (``retain_grad()`` was
-    called), ``param_id`` (a distributed parameter), ``bshapes`` (input shapes broadcasting
-    changed, for the engine to sum gradients back to).
+    called), ``param_id`` (a distributed parameter) with its ``param_shape`` and
+    ``param_dtype``, ``bshapes`` (input shapes broadcasting changed, for the engine to sum
+    gradients back to).
     """
 
     __slots__ = (
@@ -75,6 +76,8 @@ class Node:
 
     retain = False
     param_id = None
+    param_shape = None
+    param_dtype = None
     bshapes = None
 
     def __init__(self, node_id, op, parents, params, order, plan, keys, actions, recompute):

@@ -1,0 +1,70 @@
+"""What a distributed context is configured with: the reduction, the timeout, the buckets."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+__all__ = ["DistributedConfig", "ReduceOperation"]
+
+MIB = 1 << 20
+
+
+class ReduceOperation(enum.Enum):
+    """How values from every device are combined: their sum or their mean."""
+
+    SUM = "sum"
+    MEAN = "mean"
+
+    def __repr__(self) -> str:
+        return f"ReduceOperation.{self.name}"
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Settings of a :class:`~retrograd.distributed.DistributedContext`.
+
+    - ``all_reduce_op``: how distributed parameters' gradients are combined (``MEAN`` averages
+      them, as data-parallel training wants; ``SUM`` adds them).
+    - ``timeout``: seconds a device waits for its peers before giving up with
+      :class:`~retrograd.DistributedError` (a peer that died, never arrived, or disagreed).
+    - ``bucket_bytes``: gradients are fused into buckets of about this size, in the order they
+      become final, and each bucket is all-reduced as one (25 MiB, PyTorch DDP's default);
+      ``0`` all-reduces every parameter on its own.
+    - ``first_bucket_bytes``: the cap of the first bucket (1 MiB, as DDP), so communication
+      starts early in backward instead of waiting for 25 MiB of gradients.
+
+    >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
+    26214400
+    """
+
+    all_reduce_op: ReduceOperation = ReduceOperation.MEAN
+    timeout: float = 60.0
+    bucket_bytes: int = 25 * MIB
+    first_bucket_bytes: int = 1 * MIB
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.all_reduce_op, ReduceOperation):
+            raise TypeError(
+                f"DistributedConfig: all_reduce_op must be a ReduceOperation, "
+                f"got {self.all_reduce_op!r}"
+            )
+        if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout)) or (
+            self.timeout <= 0
+        ):
+            raise ValueError(
+                f"DistributedConfig: timeout must be a positive number of seconds, "
+                f"got {self.timeout!r}"
+            )
+        for name in ("bucket_bytes", "first_bucket_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(
+                    f"DistributedConfig: {name} must be a non-negative int, got {value!r}"
+                )
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """How often a process tells its peers it is alive (engines across processes)."""
+        return min(1.0, max(0.05, self.timeout / 6))

@@ -1,0 +1,241 @@
+"""``DistributedContext``: starts and closes the communication server of a set of devices."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..errors import DistributedError
+from .config import DistributedConfig, ReduceOperation
+from .engine import Collective, Pending
+from .server import SyncServer
+from .sync import register_context, unregister_context
+
+__all__ = ["DistributedContext"]
+
+ENGINES = ("local", "mpi")
+
+
+class DistributedContext:
+    """The devices that train together, their engine and their sync server.
+
+    In one process (engine ``"local"``), one thread per device; the user starts the threads,
+    the context provides the server::
+
+        config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.MEAN, timeout=60.0)
+        with dist.DistributedContext(devices, config):
+            ...  # each device's thread: w.set_distributed("w"); grads = loss.backward()
+
+    Across processes started by ``mpiexec`` (one device per rank)::
+
+        with dist.DistributedContext.from_launcher(config, engine="mpi") as ctx:
+            x = rg.tensor(data, device=ctx.device)   # this rank's device; ctx.devices: all
+
+    ``backward()`` on a device the context hosts returns once its distributed parameters'
+    gradients are all-reduced; ``close()`` (or leaving the ``with``) stops the server thread.
+    """
+
+    def __init__(
+        self,
+        devices: Iterable[Any],
+        config: DistributedConfig | None = None,
+        *,
+        engine: str | Collective = "local",
+    ):
+        self.config = config if config is not None else DistributedConfig()
+        if not isinstance(self.config, DistributedConfig):
+            raise TypeError(
+                f"DistributedContext: config must be a DistributedConfig, got {config!r}"
+            )
+        if isinstance(engine, Collective):
+            self.engine = engine
+        elif engine == "local":
+            from .local import LocalEngine
+
+            devices = tuple(Device(d) for d in devices)
+            if not devices:
+                raise DistributedError("DistributedContext: needs at least one device")
+            if len(set(devices)) != len(devices):
+                raise DistributedError(
+                    f"DistributedContext: devices repeat: {', '.join(map(str, devices))}"
+                )
+            self.engine = LocalEngine(devices)
+        elif engine == "mpi":
+            raise DistributedError(
+                "DistributedContext: the mpi engine takes its devices from the launcher; use "
+                'DistributedContext.from_launcher(config, engine="mpi")'
+            )
+        else:
+            raise ValueError(f"DistributedContext: engine must be one of {ENGINES}, got {engine!r}")
+        self._server = SyncServer(self.engine, self.config, f"retrograd-sync-{self.engine.name}")
+        self._lock = threading.Lock()
+        self._sequence: dict[tuple[Device, tuple[Device, ...]], int] = {}
+        self._state = "new"
+        self.stats = _Stats()
+
+    @classmethod
+    def from_launcher(
+        cls, config: DistributedConfig | None = None, engine: str = "mpi"
+    ) -> DistributedContext:
+        """The context of this process in a job started by a launcher (``mpiexec``).
+
+        Creating it is collective: every rank must create it, within ``config.timeout``.
+        """
+        config = config if config is not None else DistributedConfig()
+        if engine != "mpi":
+            raise ValueError(f"DistributedContext.from_launcher: unknown engine {engine!r}")
+        from .mpi import MpiEngine
+
+        context = cls((), config, engine=MpiEngine(config))
+        # A context still running when the interpreter exits is closed first (this handler,
+        # registered after the engine's, runs before it): its server thread must not be
+        # polling MPI while MPI finalizes.
+        atexit.register(context.close)
+        return context
+
+    # -- what it hosts --------------------------------------------------------------------------
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """Every participating device, in rank order."""
+        return self.engine.members
+
+    @property
+    def local_devices(self) -> tuple[Device, ...]:
+        """The devices hosted by this process."""
+        return self.engine.local
+
+    @property
+    def device(self) -> Device:
+        """This process's device (one per rank across processes)."""
+        if len(self.engine.local) != 1:
+            raise DistributedError(
+                "DistributedContext.device: this context hosts "
+                f"{len(self.engine.local)} devices; use ctx.devices"
+            )
+        return self.engine.local[0]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (its device's index in ``devices``)."""
+        return self.engine.index[self.engine.local[0]]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.engine.members)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> DistributedContext:
+        with self._lock:
+            if self._state != "new":
+                raise DistributedError(f"DistributedContext: cannot start a {self._state} context")
+            register_context(self)
+            self._server.start()
+            self._state = "running"
+        return self
+
+    def close(self) -> None:
+        """Stop the server thread; collectives still in flight fail. Idempotent."""
+        with self._lock:
+            if self._state != "running":
+                self._state = "closed"
+                return
+            self._state = "closed"
+        try:
+            self._server.close()
+        finally:
+            unregister_context(self)
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running" and self._server.alive
+
+    def __enter__(self) -> DistributedContext:
+        if self._state == "new":
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        devices = ", ".join(map(str, self.devices))
+        return f"DistributedContext({self.engine.name}: {devices}, {self._state})"
+
+    # -- collectives for all_reduce ---------------------------------------------------------
+    def _start_op(
+        self, device: Device, devices: tuple, array: np.ndarray, op: ReduceOperation
+    ) -> Pending:
+        if not self.running:
+            raise DistributedError(f"all_reduce: the distributed context is {self._state}")
+        members = self.engine.members
+        strangers = [d for d in devices if d not in self.engine.index]
+        if strangers or len(set(devices)) != len(devices):
+            raise DistributedError(
+                f"all_reduce: devices must be distinct devices of the context "
+                f"({', '.join(map(str, members))}), got {', '.join(map(str, devices))}"
+            )
+        group = tuple(sorted(devices, key=self.engine.index.__getitem__))
+        with self._lock:
+            number = self._sequence.get((device, group), 0)
+            self._sequence[(device, group)] = number + 1
+        pending = Pending(("op", group, number))
+        self._server.all_reduce(pending, device, [array], op, ("op", group, number), group)
+        return pending
+
+    def _wait_op(self, pending: Pending, what: str) -> Any:
+        if not pending.wait(self.config.timeout):
+            self._server.op_stalled(pending, what)
+            pending.wait(1.0)
+        return pending.outcome()
+
+    def _all_reduce_array(
+        self, device: Device, devices: tuple, array: np.ndarray, op: ReduceOperation
+    ) -> np.ndarray:
+        pending = self._start_op(device, devices, array, op)
+        return self._wait_op(pending, f"all_reduce backward ({op.name}) on {device}")[0]
+
+    def _record_step(self, step: Any, waited: float) -> None:
+        self.stats.add(step, waited)
+
+
+class _Stats:
+    """Totals over the gradient syncs of a context (for benchmarks)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with getattr(self, "_lock", threading.Lock()):
+            self.steps = 0
+            self.buckets = 0
+            self.comm_seconds = 0.0
+            self.wait_seconds = 0.0
+
+    def add(self, step: Any, waited: float) -> None:
+        with self._lock:
+            self.steps += 1
+            self.buckets += len(step.intervals)
+            self.comm_seconds += step.comm_seconds()
+            self.wait_seconds += waited
+
+    @property
+    def hidden_fraction(self) -> float:
+        """The share of all-reduce time that overlapped backward (1 - waiting / in flight)."""
+        if self.comm_seconds <= 0:
+            return 1.0
+        return max(0.0, 1.0 - self.wait_seconds / self.comm_seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "steps": self.steps,
+            "buckets": self.buckets,
+            "comm_seconds": self.comm_seconds,
+            "wait_seconds": self.wait_seconds,
+            "hidden_fraction": self.hidden_fraction,
+        }

@@ -1,0 +1,149 @@
+"""The collective interface every engine implements, and the handle of an operation in flight.
+
+An engine connects the *members* of a context (one per device, in rank order) and offers two
+non-blocking collectives: an all-reduce of NumPy buffers and an all-gather of small int64
+arrays (the metadata devices agree on before a backward's gradients are reduced). Each returns a
+:class:`Pending`; ``progress()`` drives what is in flight. Every engine method is called from
+the context's server thread only, so engines need no locks of their own; device threads only
+wait on :class:`Pending` handles.
+
+Engines here: ``local`` (threads of one process, shared memory) and ``mpi`` (one process per
+rank, ``mpi4py``). A ``torch.distributed`` engine (gloo, NCCL) fits the same shape: its
+``all_reduce`` is ``dist.all_reduce(tensor, async_op=True)``, ``progress`` polls each
+``Work.is_completed()``, ``ordered`` is true as for MPI, and the heartbeats of the MPI engine
+can ride on its store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..errors import DistributedError
+from .config import ReduceOperation
+
+__all__ = ["Collective", "Pending"]
+
+
+class Pending:
+    """A collective in flight; completes once, with a result or an error message.
+
+    ``wait(timeout)`` blocks the calling (device) thread until it completes and says whether
+    it did; ``outcome()`` then returns the result or raises :class:`DistributedError`.
+    """
+
+    __slots__ = ("_event", "callbacks", "error", "finished_at", "key", "launched_at", "result")
+
+    def __init__(self, key: Hashable):
+        self.key = key
+        self.result: Any = None
+        self.error: str | None = None
+        self.callbacks: list[Callable[[Pending], None]] = []
+        self.launched_at = time.perf_counter()
+        self.finished_at: float | None = None
+        self._event = threading.Event()
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise DistributedError(self.error)
+        return self.result
+
+    def then(self, callback: Callable[[Pending], None]) -> None:
+        """Call ``callback(self)`` on completion (now, if already complete)."""
+        if self._event.is_set():
+            callback(self)
+        else:
+            self.callbacks.append(callback)
+
+    def finish(self, result: Any = None, error: str | None = None) -> None:
+        """Complete with ``result`` or ``error`` (first call wins); runs the callbacks."""
+        if self._event.is_set():
+            return
+        self.result, self.error = result, error
+        self.finished_at = time.perf_counter()
+        self._event.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def __repr__(self) -> str:
+        state = "error" if self.error else ("done" if self.done() else "in flight")
+        return f"Pending({self.key!r}, {state})"
+
+
+class Collective:
+    """Base of the engines. See the module docstring."""
+
+    #: the engine's name in messages
+    name = "?"
+    #: collectives must be launched in the same order on every member (MPI, NCCL); the local
+    #: engine matches them by key and accepts any order
+    ordered = False
+    #: a timed-out collective leaves the engine usable for the next step
+    recoverable = True
+
+    def __init__(self, members: Sequence[Device], local: Sequence[Device]):
+        #: every participant's device, in rank order
+        self.members: tuple[Device, ...] = tuple(members)
+        #: the members hosted by this process
+        self.local: tuple[Device, ...] = tuple(local)
+        self.index = {device: i for i, device in enumerate(self.members)}
+        #: set when a fault left the engine unusable (``recoverable`` engines never set it)
+        self.broken: str | None = None
+
+    # -- the collectives -------------------------------------------------------------------
+    def all_reduce(
+        self,
+        device: Device,
+        buffers: Sequence[np.ndarray],
+        op: ReduceOperation,
+        key: Hashable,
+        group: tuple[Device, ...],
+    ) -> Pending:
+        """Start reducing ``buffers`` (this member's contribution) with every member of
+        ``group``; the result is one array per buffer, same shapes."""
+        raise NotImplementedError
+
+    def all_gather(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
+        """Start gathering a 1-d int64 array from every member; the result is the list of
+        arrays in member order (lengths may differ)."""
+        raise NotImplementedError
+
+    def progress(self) -> float | None:
+        """Drive operations in flight; return how soon to call again (``None``: only when a
+        new operation is started)."""
+        return None
+
+    # -- faults ----------------------------------------------------------------------------
+    def missing(self, pending: Pending) -> list[int] | None:
+        """Member indices that have not joined ``pending`` yet, or ``None`` if unknown."""
+        return None
+
+    def member_name(self, index: int) -> str:
+        """A member, as error messages name it."""
+        return str(self.members[index])
+
+    def member_status(self, index: int) -> str | None:
+        """What is known of a member's state (a sentence that names it), if anything."""
+        return None
+
+    def abandon(self, pending: Pending, reason: str) -> None:
+        """Give up on ``pending`` (it timed out): fail it and whatever it cannot outlive."""
+        pending.finish(error=reason)
+
+    def set_state(self, step: int, state: int) -> None:
+        """This process's progress, told to peers in heartbeats (engines across processes)."""
+
+    def close(self, timeout: float) -> None:
+        """Release what the engine holds; pending operations fail."""

@@ -1,0 +1,379 @@
+"""The ``mpi`` engine: one device per process, processes started by ``mpiexec``, via mpi4py.
+
+Only buffers cross the wire, with the uppercase (buffer) mpi4py calls: ``Iallreduce`` of the
+gradients' NumPy arrays and small int64 arrays of metadata; nothing is pickled.
+
+Three duplicates of ``COMM_WORLD`` keep traffic apart: gradient buckets, user ``all_reduce``
+calls (each issued in the same order on every rank, as MPI requires of collectives on one
+communicator), and control messages (registrations and heartbeats, point to point).
+
+Faults never hang a rank, because nothing here blocks inside MPI: every operation is
+non-blocking and the server thread polls it against a deadline.
+
+- Before a backward's gradients are reduced, ranks exchange their registrations point to point,
+  so a rank that never registers is named (its message is the one that did not arrive), and
+  differing parameter sets are found from the metadata, before any collective starts.
+- Every rank sends a heartbeat to every other rank a few times per timeout (with its step and
+  state), so a collective that times out can say which rank went silent (died), closed its
+  context (exited), or is alive but elsewhere.
+
+MPI cannot cancel a collective a peer never joins, nor finalize with a peer gone: after a
+timeout the engine is *broken*. Every later operation fails at once, and when the process
+exits it skips ``MPI_Finalize`` (which would hang) and ends with status 1. A mismatch of the
+parameter sets is found before any collective starts, so it fails that step on every rank and
+leaves the engine usable. Launch with ``mpiexec -disable-auto-cleanup`` (see
+:mod:`retrograd.distributed.launch`) so that survivors of a dead rank live long enough to
+report it; without it Hydra kills the whole job at once, which ends the run too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import time
+import weakref
+from collections.abc import Hashable
+
+import numpy as np
+
+from ..device import Device
+from ..errors import DistributedError
+from .config import DistributedConfig, ReduceOperation
+from .engine import Collective, Pending
+
+__all__ = ["MpiEngine"]
+
+_TAG_HEARTBEAT, _TAG_REG_HEAD, _TAG_REG_BODY = 11, 12, 13
+_STATES = {0: "not in a backward", 1: "in its backward", 2: "waiting for its all-reduces",
+           3: "closing its distributed context (exiting)"}  # fmt: skip
+_CLOSING = 3
+#: How often to poll while operations are in flight: MPI progresses only inside MPI calls.
+_POLL_SECONDS = 0.0002
+
+_ENGINES: weakref.WeakSet = weakref.WeakSet()
+_EXIT_HANDLER_REGISTERED = False
+
+
+def _load_mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise DistributedError(
+            'the mpi engine needs mpi4py and an MPI library: pip install "retrograd[distributed]"'
+            f" ({error})"
+        ) from None
+    return MPI
+
+
+class _InFlight:
+    __slots__ = ("keep", "op", "pending", "request", "result", "size", "views")
+
+    def __init__(self, pending, request, result, views, keep, op, size):
+        self.pending = pending
+        self.request = request
+        self.result = result
+        self.views = views
+        self.keep = keep  # buffers MPI reads until completion
+        self.op = op
+        self.size = size
+
+
+class _Exchange:
+    """An all-gather of int64 arrays, point to point, so a missing rank can be named."""
+
+    def __init__(self, engine: MpiEngine, pending: Pending, number: int, values: np.ndarray):
+        self.engine = engine
+        self.pending = pending
+        self.number = number
+        comm, rank = engine.ctl, engine.rank
+        self.values = np.ascontiguousarray(values, dtype=np.int64)
+        self.header = np.array([number, len(self.values)], dtype=np.int64)
+        self.received: dict[int, np.ndarray] = {rank: self.values}
+        self.heads: dict[int, tuple[object, np.ndarray]] = {}
+        self.bodies: dict[int, tuple[object, np.ndarray]] = {}
+        for peer in engine.peers:
+            engine._send(comm.Isend(self.header, peer, _TAG_REG_HEAD), self.header)
+            engine._send(comm.Isend(self.values, peer, _TAG_REG_BODY), self.values)
+            head = np.empty(2, dtype=np.int64)
+            self.heads[peer] = (comm.Irecv(head, peer, _TAG_REG_HEAD), head)
+
+    def poll(self) -> bool:
+        """Advance; true once complete (or failed)."""
+        comm = self.engine.ctl
+        for peer, (request, head) in list(self.heads.items()):
+            if request.Test():
+                del self.heads[peer]
+                if int(head[0]) != self.number:
+                    self.engine._break(
+                        f"rank {peer} is at backward step {int(head[0])} but rank "
+                        f"{self.engine.rank} is at step {self.number}: the ranks ran different "
+                        "numbers of distributed backward steps"
+                    )
+                    return True
+                body = np.empty(int(head[1]), dtype=np.int64)
+                self.bodies[peer] = (comm.Irecv(body, peer, _TAG_REG_BODY), body)
+        for peer, (request, body) in list(self.bodies.items()):
+            if request.Test():
+                del self.bodies[peer]
+                self.received[peer] = body
+        if len(self.received) == self.engine.size:
+            self.pending.finish([self.received[r] for r in range(self.engine.size)])
+            return True
+        return False
+
+    def missing(self) -> list[int]:
+        return [r for r in range(self.engine.size) if r not in self.received]
+
+
+class MpiEngine(Collective):
+    """Collectives between ranks. See the module docstring."""
+
+    name = "mpi"
+    ordered = True
+    recoverable = False
+
+    def __init__(self, config: DistributedConfig):
+        MPI = _load_mpi()  # noqa: N806
+        self.MPI = MPI
+        global _EXIT_HANDLER_REGISTERED
+        if not _EXIT_HANDLER_REGISTERED:
+            atexit.register(_exit_without_finalize_if_broken)
+            _EXIT_HANDLER_REGISTERED = True
+        world = MPI.COMM_WORLD
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        members = [Device("cpu", r) for r in range(self.size)]
+        super().__init__(members, [members[self.rank]])
+        self.peers = [r for r in range(self.size) if r != self.rank]
+        self.timeout = config.timeout
+        self.heartbeat_interval = config.heartbeat_interval
+        self._in_flight: list[_InFlight] = []
+        self._exchanges: list[_Exchange] = []
+        self._outgoing: list[tuple[object, np.ndarray]] = []
+        self._closing = False
+        self._closed = False
+        self.grads, self.ops, self.ctl = self._duplicate(world, 3)
+        started = time.monotonic()
+        self._step, self._state = 0, 0
+        self._last_seen = dict.fromkeys(self.peers, started)
+        self._peer_state = {peer: (0, 0) for peer in self.peers}
+        self._heartbeats: dict[int, tuple[object, np.ndarray]] = {}
+        for peer in self.peers:
+            self._listen(peer)
+        self._next_heartbeat = started
+        self._heartbeat_number = 0
+        _ENGINES.add(self)
+
+    def _duplicate(self, world, count: int):
+        """``count`` duplicates of ``world``, without blocking past the timeout if a rank
+        never creates its context."""
+        try:
+            pairs = [world.Idup() for _ in range(count)]
+        except self.MPI.Exception as error:
+            raise DistributedError(f"mpi: cannot duplicate COMM_WORLD: {error}") from None
+        deadline = time.monotonic() + self.timeout
+        requests = [request for _, request in pairs]
+        while not self.MPI.Request.Testall(requests):
+            if time.monotonic() > deadline:
+                self.broken = "not every rank created its DistributedContext"
+                _ENGINES.add(self)
+                raise DistributedError(
+                    f"mpi: rank {self.rank} of {self.size}: not every rank created its "
+                    f"DistributedContext within {self.timeout:g} s"
+                )
+            time.sleep(0.001)
+        return [comm for comm, _ in pairs]
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_reduce(self, device, buffers, op, key: Hashable, group) -> Pending:
+        pending = Pending(key)
+        if self.broken:
+            pending.finish(error=f"mpi: {self.broken}")
+            return pending
+        if tuple(group) != self.members:
+            pending.finish(error=(
+                "mpi: all_reduce runs over every rank (ctx.devices); subgroups are not "
+                f"supported, got {', '.join(map(str, group))}"
+            ))  # fmt: skip
+            return pending
+        comm = self.grads if key[0] == "grad" else self.ops
+        arrays = [np.asarray(b) for b in buffers]
+        dtype = arrays[0].dtype
+        if any(a.dtype != dtype for a in arrays):
+            pending.finish(error="mpi: a fused all-reduce needs one dtype")
+            return pending
+        try:
+            if len(arrays) == 1:
+                send = np.ascontiguousarray(arrays[0]).reshape(-1)
+                result = np.empty(send.shape, dtype)
+                request = comm.Iallreduce(send, result, op=self.MPI.SUM)
+                keep = send
+            else:  # a bucket: packed into one buffer, reduced in place
+                result = np.empty(sum(a.size for a in arrays), dtype)
+                offset = 0
+                for a in arrays:
+                    result[offset : offset + a.size] = a.reshape(-1)
+                    offset += a.size
+                request = comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM)
+                keep = None
+        except self.MPI.Exception as error:
+            self._break(f"all-reduce failed to start: {error}")
+            pending.finish(error=f"mpi: {self.broken}")
+            return pending
+        views, offset = [], 0
+        for a in arrays:
+            views.append(result[offset : offset + a.size].reshape(a.shape))
+            offset += a.size
+        self._in_flight.append(_InFlight(pending, request, result, views, keep, op, self.size))
+        return pending
+
+    def all_gather(self, device, values, key: Hashable) -> Pending:
+        pending = Pending(key)
+        if self.broken:
+            pending.finish(error=f"mpi: {self.broken}")
+            return pending
+        exchange = _Exchange(self, pending, int(key[1]), values)
+        if not exchange.poll():
+            self._exchanges.append(exchange)
+        return pending
+
+    def progress(self) -> float | None:
+        if self._closed:
+            return None
+        try:
+            if self._in_flight:
+                still = []
+                for item in self._in_flight:
+                    if item.request.Test():
+                        if item.op is ReduceOperation.MEAN:
+                            np.divide(item.result, item.size, out=item.result)
+                        item.pending.finish(item.views)
+                    else:
+                        still.append(item)
+                self._in_flight = still
+            if self._exchanges:
+                self._exchanges = [e for e in self._exchanges if not e.poll()]
+            self._heartbeat()
+        except self.MPI.Exception as error:
+            self._break(f"MPI error: {error}")
+        if self._in_flight or self._exchanges:
+            return _POLL_SECONDS
+        return max(0.0, self._next_heartbeat - time.monotonic())
+
+    # -- heartbeats ---------------------------------------------------------------------------
+    def _listen(self, peer: int) -> None:
+        buffer = np.zeros(3, dtype=np.int64)
+        self._heartbeats[peer] = (self.ctl.Irecv(buffer, peer, _TAG_HEARTBEAT), buffer)
+
+    def _send(self, request, buffer: np.ndarray) -> None:
+        self._outgoing.append((request, buffer))
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        for peer, (request, buffer) in list(self._heartbeats.items()):
+            while request.Test():  # several may be queued
+                self._last_seen[peer] = now
+                self._peer_state[peer] = (int(buffer[1]), int(buffer[2]))
+                self._listen(peer)
+                request, buffer = self._heartbeats[peer]
+        if self._outgoing:
+            self._outgoing = [(r, b) for r, b in self._outgoing if not r.Test()]
+        if now >= self._next_heartbeat and not self._closing:
+            self._broadcast_state()
+            self._next_heartbeat = now + self.heartbeat_interval
+
+    def _broadcast_state(self) -> None:
+        self._heartbeat_number += 1
+        message = np.array([self._heartbeat_number, self._step, self._state], dtype=np.int64)
+        for peer in self.peers:
+            self._send(self.ctl.Isend(message, peer, _TAG_HEARTBEAT), message)
+
+    def set_state(self, step: int, state: int) -> None:
+        if (step, state) != (self._step, self._state) and not self._closing:
+            self._step, self._state = step, state
+            try:
+                self._broadcast_state()
+            except self.MPI.Exception as error:
+                self._break(f"MPI error: {error}")
+
+    # -- faults -------------------------------------------------------------------------------
+    def missing(self, pending: Pending) -> list[int] | None:
+        for exchange in self._exchanges:
+            if exchange.pending is pending:
+                return exchange.missing()
+        return None  # a collective: MPI does not say who has not joined
+
+    def member_name(self, index: int) -> str:
+        return f"rank {index}"
+
+    def member_status(self, index: int) -> str | None:
+        if index == self.rank:
+            return None
+        silent = time.monotonic() - self._last_seen[index]
+        step, state = self._peer_state[index]
+        if state == _CLOSING:
+            return f"rank {index} closed its distributed context (its process is exiting)"
+        if silent > 3 * self.heartbeat_interval:
+            return f"rank {index} has sent no heartbeat for {silent:.1f} s, so it has probably died"
+        return (
+            f"rank {index} is alive (last heartbeat {silent:.1f} s ago) at backward step {step}, "
+            f"{_STATES.get(state, '?')}"
+        )
+
+    def abandon(self, pending: Pending, reason: str) -> None:
+        """A timed-out collective or exchange cannot be taken back: the engine breaks."""
+        self._break(reason)
+
+    def _break(self, reason: str) -> None:
+        if self.broken is None:
+            self.broken = f"unusable after an earlier fault ({reason})"
+        message = f"mpi: {reason}"
+        for item in self._in_flight:
+            item.pending.finish(error=message)
+        for exchange in self._exchanges:
+            exchange.pending.finish(error=message)
+        self._in_flight, self._exchanges = [], []
+
+    def close(self, timeout: float) -> None:
+        """Tell peers, wait (at most ``timeout``) until every rank closes, free the
+        communicators. On a broken engine, only mark it closed (it cannot finalize)."""
+        if self._closed:
+            return
+        if self.broken is None:
+            self._state = _CLOSING
+            self._broadcast_state()
+            self._closing = True
+            barrier = self.ctl.Ibarrier()
+            deadline = time.monotonic() + timeout
+            while not barrier.Test():
+                self._heartbeat()
+                if time.monotonic() > deadline:
+                    waiting = "; ".join(self.member_status(p) for p in self.peers)
+                    self._break(f"closing: not every rank closed its context ({waiting})")
+                    break
+                time.sleep(0.001)
+        if self.broken is None:
+            for request, _ in self._heartbeats.values():
+                request.Cancel()
+                request.Wait()
+            status = self.MPI.Status()
+            while self.ctl.Iprobe(self.MPI.ANY_SOURCE, _TAG_HEARTBEAT, status):
+                self.ctl.Recv(np.zeros(3, dtype=np.int64), status.Get_source(), _TAG_HEARTBEAT)
+            deadline = time.monotonic() + timeout
+            while self._outgoing and time.monotonic() < deadline:
+                self._outgoing = [(r, b) for r, b in self._outgoing if not r.Test()]
+                time.sleep(0.0005)
+            for comm in (self.grads, self.ops, self.ctl):
+                comm.Free()
+        self._closed = True
+
+
+def _exit_without_finalize_if_broken() -> None:
+    """At exit: MPI_Finalize (mpi4py calls it from ``Py_AtExit``, after every ``atexit``
+    handler) would hang with a peer gone, so a broken engine ends the process here."""
+    if any(engine.broken for engine in list(_ENGINES)):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # nothing left to report to
+                stream.flush()
+        os._exit(1)

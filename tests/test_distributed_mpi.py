@@ -1,0 +1,170 @@
+"""Distributed data parallel across processes: ``mpiexec -n 2`` and ``-n 3`` from pytest.
+
+Each test runs a script of ``tests/mpi_scripts`` as several ranks (every launch has a
+subprocess timeout and is killed whole past it) and reads the JSON each rank wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "mpi4py",
+    reason='mpi4py is not installed: pip install -e ".[distributed]" (CI installs it)',
+)
+
+import retrograd
+from retrograd.distributed import launch
+
+if launch.find_mpiexec() is None:
+    pytest.skip(
+        'mpiexec not found: pip install -e ".[distributed]" installs MPICH\'s',
+        allow_module_level=True,
+    )
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
+LAUNCH_SECONDS = 120.0
+
+
+def run_ranks(ranks, script, *args, tmp_path, rank_env=None, timeout=LAUNCH_SECONDS):
+    """Run ``script args... OUT`` as ``ranks`` ranks; (completed process, {rank: report})."""
+    env = dict(os.environ)
+    source = str(Path(retrograd.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    started = time.monotonic()
+    completed = launch.run(
+        ranks,
+        [str(SCRIPTS / script), *map(str, args), str(tmp_path)],
+        timeout=timeout,
+        env=env,
+        rank_env=rank_env,
+    )
+    completed.wall = time.monotonic() - started
+    reports = {}
+    for path in tmp_path.glob("rank*.json"):
+        report = json.loads(path.read_text())
+        reports[report["rank"]] = report
+    return completed, reports
+
+
+def output(completed) -> str:
+    return f"exit {completed.returncode}\nstdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_gradient_checks_across_processes(ranks, tmp_path):
+    completed, reports = run_ranks(ranks, "grad_checks.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] == 57
+        assert report["devices"] == [f"cpu:{r}" for r in range(ranks)]
+        # SUM: every parameter on its own; MEAN: 200-byte buckets fuse the MLP's 8 into 3
+        assert report["buckets"] == {"SUM": 17, "MEAN": 11}
+
+
+def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(tmp_path):
+    seeds = [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]
+    completed, reports = run_ranks(
+        2, "train_mlp.py", tmp_path=tmp_path, rank_env=seeds
+    )
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == [0, 1], output(completed)
+    for report in reports.values():
+        assert report["steps_synced"] == 20
+        assert report["moved"] > 0.05  # training did change the weights...
+        assert report["max_difference"] < 1e-12  # ...exactly as full-batch training did
+    # Python's hash of the names differs between the ranks, the parameter ids do not
+    assert reports[0]["python_hashes"] != reports[1]["python_hashes"]
+    assert reports[0]["param_ids"] == reports[1]["param_ids"]
+
+
+FAULT_TIMEOUT = 2.0
+#: a survivor must raise within the timeout, plus this much for scheduling on a busy machine
+SLACK = 1.5
+
+
+def run_fault(mode, tmp_path, ranks=3):
+    completed, reports = run_ranks(ranks, "faults.py", mode, FAULT_TIMEOUT, tmp_path=tmp_path)
+    for rank in (0, 2):
+        assert rank in reports, output(completed)
+        assert reports[rank]["first_step"] is not None
+    return completed, reports
+
+
+def test_a_rank_that_exits_fails_the_others_within_the_timeout(tmp_path):
+    completed, reports = run_fault("exit", tmp_path)
+    assert completed.returncode != 0  # the job reports the dead rank
+    assert 1 not in reports
+    for rank in (0, 2):
+        error = reports[rank]["error"]
+        assert "rank 1 never registered" in error, error
+        assert "rank 1 has sent no heartbeat" in error, error
+        assert reports[rank]["elapsed"] < FAULT_TIMEOUT + SLACK
+    assert completed.wall < 30.0
+
+
+def test_a_rank_that_dies_inside_backward_is_named_with_the_stalled_parameter(tmp_path):
+    completed, reports = run_fault("die_in_backward", tmp_path)
+    assert completed.returncode != 0
+    for rank in (0, 2):
+        error = reports[rank]["error"]
+        assert "the all-reduce of parameter 'w'" in error, error
+        assert "rank 1 has sent no heartbeat" in error, error
+        assert reports[rank]["elapsed"] < FAULT_TIMEOUT + SLACK
+    assert completed.wall < 30.0
+
+
+def test_a_rank_that_never_calls_backward_fails_the_others_and_the_run_ends(tmp_path):
+    completed, reports = run_fault("no_backward", tmp_path)
+    for rank in (0, 2):
+        error = reports[rank]["error"]
+        assert "rank 1 never registered" in error, error
+        assert "rank 1 is alive" in error and "not in a backward" in error, error
+        assert reports[rank]["elapsed"] < FAULT_TIMEOUT + SLACK
+    assert reports[1]["closing"]
+    # survivors cannot finalize MPI after a fault: they exit with status 1, and so does the
+    # late rank, whose close() waits a timeout for peers that are gone
+    assert completed.returncode != 0
+    assert completed.wall < 30.0
+
+
+def test_mismatched_parameter_sets_fail_every_rank_and_the_next_step_works(tmp_path):
+    completed, reports = run_fault("mismatch", tmp_path)
+    assert completed.returncode == 0, output(completed)  # MPI stays usable: no collective ran
+    for rank in range(3):
+        report = reports[rank]
+        assert "parameter 'extra' is registered on rank 1 but not on rank 0, rank 2" in (
+            report["error"]
+        )
+        assert report["elapsed"] < 1.0  # found from the metadata, not by waiting
+        assert report["next_step"] == [[60.0] * 3] * 3
+
+
+def test_launch_cli_runs_a_script(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text(
+        "from retrograd import distributed as dist\n"
+        "with dist.DistributedContext.from_launcher(dist.DistributedConfig(timeout=20)) as c:\n"
+        "    print('rank', c.rank, 'of', c.world_size, c.device, flush=True)\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(retrograd.__file__).resolve().parents[1])
+    completed = subprocess.run(
+        [sys.executable, "-m", "retrograd.distributed.launch", "-n", "2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_SECONDS,
+        env=env,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(completed.stdout.split("\n")[:2]) == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1"]
