@@ -20,6 +20,8 @@ Reshapes, linear layers and the losses are compositions of the ops of :mod:`.ops
 
 from __future__ import annotations
 
+import math
+
 from ..backend.numpy_nn import conv_output_size
 from .ops import Op
 
@@ -144,10 +146,9 @@ Op("avg_pool_backward", ("grad",), ("input_size", *_AVG_POOL),
 
 def _gather_pooled(B, g, indices):
     """The adjoint of ``max_pool_backward``: each pooled cell reads its winner's gradient."""
-    shape = B.shape(g)
-    flat = B.reshape(g, (*shape[:2], -1))
-    index_shape = B.shape(indices)
-    flat_indices = B.reshape(indices, (*index_shape[:2], -1))
+    shape, index_shape = B.shape(g), B.shape(indices)
+    flat = B.reshape(g, (*shape[:2], math.prod(shape[2:])))
+    flat_indices = B.reshape(indices, (*index_shape[:2], math.prod(index_shape[2:])))
     return B.reshape(B.gather(flat, flat_indices, 2), index_shape)
 
 

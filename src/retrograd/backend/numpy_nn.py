@@ -367,12 +367,12 @@ class NumpyNNKernels:
         c_out = out_grad.shape[1]
         out_size = out_grad.shape[2:]
         g = out_grad.reshape(out_grad.shape[0], groups, c_out // groups, math.prod(out_size))
-        grad = None
+        grad = np.zeros((groups, c_out // groups, (c_in // groups) * math.prod(kernel_size)),
+                        dtype=x.dtype)  # fmt: skip
         for start, stop, columns in _im2col_blocks(x, kernel_size, stride, padding, dilation,
                                                    groups, out_size):  # fmt: skip
             # [B, G, O/G, L] @ [B, G, L, C/G*K], summed over the block
-            part = np.matmul(g[start:stop], columns.transpose(0, 1, 3, 2)).sum(axis=0)
-            grad = part if grad is None else np.add(grad, part, out=grad)
+            grad += np.matmul(g[start:stop], columns.transpose(0, 1, 3, 2)).sum(axis=0)
         return grad.reshape(c_out, c_in // groups, *kernel_size)
 
     # -- pooling ----------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ class NumpyNNKernels:
         cells = np.empty((*kernel_size, n, c, *out_size), dtype=x.dtype)
         order = (*range(2, 2 + ndim), 0, 1, *range(2 + ndim, 2 + 2 * ndim))
         np.copyto(cells, windows.transpose(order))
-        cells = cells.reshape(-1, n, c, *out_size)
+        cells = cells.reshape(math.prod(kernel_size), n, c, *out_size)
         # Flat input index of each window's first cell, and each kernel offset's displacement.
         places = [math.prod(spatial[axis + 1 :]) for axis in range(ndim)]
         window_start = np.zeros((), dtype=np.int64)
@@ -445,7 +445,7 @@ class NumpyNNKernels:
             np.maximum(best, cell, out=best)
         number = np.int8 if len(cells) <= 127 else np.int64
         winner = np.zeros(best.shape, dtype=number)
-        for k in range(len(cells) - 1, 0, -1):  # the last write is the first equal offset
+        for k in range(len(cells) - 1, -1, -1):  # the last write is the first equal offset
             hit = np.equal(cells[k], best).view(np.int8).astype(number, copy=False)
             winner += hit * (number(k) - winner)
         indices = np.take(displacements, winner)
@@ -455,7 +455,8 @@ class NumpyNNKernels:
     def max_pool_backward(self, grad, indices, input_size):
         n, c = grad.shape[:2]
         cells = math.prod(input_size)
-        flat = indices.reshape(n * c, -1) + (np.arange(n * c) * cells)[:, None]
+        pooled = math.prod(indices.shape[2:])
+        flat = indices.reshape(n * c, pooled) + (np.arange(n * c) * cells)[:, None]
         out = np.zeros(n * c * cells, dtype=grad.dtype)
         # Overlapping windows can pick one cell several times: add, not assign.
         np.add.at(out, flat.ravel(), grad.reshape(-1))

@@ -255,9 +255,11 @@ class Backend:
     # =========================================================================================
     # -- neural-network kernels ---------------------------------------------------------------
     # Fused kernels for convolution, pooling and interpolation, each one library call on a GPU
-    # backend (torch: ``convolution``, ``convolution_backward``, ``avg_pool2d`` and its
-    # backward, ``max_pool2d_with_indices`` and its backward, ``upsample_*`` and their
-    # backwards). Layout is ``[N, C, *spatial]`` with 1 to 3 spatial dimensions; ``stride``,
+    # backend (torch: ``convolution`` for conv and conv_transpose, ``convolution_backward``
+    # with only the weight for conv_weight_grad, ``avg_pool*d`` and ``avg_pool*d_backward``,
+    # ``max_pool*d_with_indices`` and a ``scatter_add`` for its backward,
+    # ``adaptive_avg_pool*d`` and its backward, ``upsample_*`` and their backwards). Layout
+    # is ``[N, C, *spatial]`` with 1 to 3 spatial dimensions; ``stride``,
     # ``padding``, ``dilation``, ``kernel_size``... are tuples with one int per spatial
     # dimension, already validated; ``padding`` is symmetric zero padding. Each forward and its
     # backward are adjoint linear maps (in each argument), so the autodiff ops differentiate
@@ -298,7 +300,9 @@ class Backend:
         ``x`` is ``[N, C_in, *size]``, ``weight`` ``[C_in, C_out / groups, *kernel]``; output
         length ``(size-1)*stride - 2*padding + dilation*(kernel-1) + output_padding + 1``.
         ``output_padding`` may exceed ``stride`` (as Burn allows): the extra trailing cells,
-        which no input reaches, are zero.
+        which no input reaches, hold just the bias (torch refuses an ``output_padding`` of
+        ``max(stride, dilation)`` or more: a torch backend computes the reachable part and
+        pads it).
         """
         raise NotImplementedError
 
