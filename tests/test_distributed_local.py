@@ -286,6 +286,39 @@ def test_gradients_are_submitted_during_backward_last_layer_first():
         assert seen.index("<end of backward>") >= len(params) - 1
 
 
+def test_the_predicted_finality_order_is_the_order_gradients_become_final():
+    """Buckets are planned from a prediction made on the tape before backward runs; here one
+    weight is tied between the first and the last layer, so it is final only at the end."""
+    from retrograd.autodiff.runtime import Tape
+    from retrograd.distributed.sync import distributed_slots
+
+    device = devices_of(1)[0]
+    rng = np.random.default_rng(6)
+
+    def build():
+        tied = rg.tensor(rng.standard_normal((4, 4)), device=device).set_distributed("tied")
+        inner = rg.tensor(rng.standard_normal((4, 4)), device=device).set_distributed("inner")
+        bias = rg.tensor(rng.standard_normal(4), device=device).set_distributed("bias")
+        x = rg.tensor(rng.standard_normal((3, 4)), device=device)
+        h = (x @ tied).relu()
+        h = (h @ inner + bias).tanh()
+        return (h @ tied).square().sum()
+
+    predicted = [slot.label for slot in distributed_slots(Tape(build().primitive.node))]
+    observed = []
+    config = dist.DistributedConfig(SUM, timeout=10.0, bucket_bytes=0)
+    with dist.DistributedContext([device], config) as ctx:
+        submit = ctx._server.submit
+
+        def spy(step, index, array):
+            observed.append(step.slots[index].label)
+            submit(step, index, array)
+
+        ctx._server.submit = spy
+        build().backward()
+    assert predicted == observed == ["bias", "inner", "tied"]
+
+
 def test_sgd_with_mean_sync_equals_full_batch_training():
     n, steps, lr = 3, 5, 0.1
     devices = devices_of(n)

@@ -35,9 +35,11 @@ class Pending:
 
     ``wait(timeout)`` blocks the calling (device) thread until it completes and says whether
     it did; ``outcome()`` then returns the result or raises :class:`DistributedError`.
+    ``then`` and ``finish`` run on the server thread only.
     """
 
-    __slots__ = ("_event", "callbacks", "error", "finished_at", "key", "launched_at", "result")
+    __slots__ = ("_done", "_event", "callbacks", "error", "finished_at", "key", "launched_at",
+                 "result")  # fmt: skip
 
     def __init__(self, key: Hashable):
         self.key = key
@@ -46,13 +48,26 @@ class Pending:
         self.callbacks: list[Callable[[Pending], None]] = []
         self.launched_at = time.perf_counter()
         self.finished_at: float | None = None
-        self._event = threading.Event()
+        self._done = False
+        # Made on the first wait only: most handles (a bucket's) are never waited on by a
+        # thread, and an Event costs a lock and a condition.
+        self._event: threading.Event | None = None
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        if self._done:
+            return True
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        # finish() sets _done before it looks for the event, and the event is published
+        # before _done is read again here: one of the two sides sees the other.
+        if self._done:
+            return True
+        return event.wait(timeout)
 
     def outcome(self) -> Any:
         if self.error is not None:
@@ -61,25 +76,31 @@ class Pending:
 
     def then(self, callback: Callable[[Pending], None]) -> None:
         """Call ``callback(self)`` on completion (now, if already complete)."""
-        if self._event.is_set():
+        if self._done:
             callback(self)
         else:
             self.callbacks.append(callback)
 
     def finish(self, result: Any = None, error: str | None = None) -> None:
         """Complete with ``result`` or ``error`` (first call wins); runs the callbacks."""
-        if self._event.is_set():
+        if self._done:
             return
         self.result, self.error = result, error
         self.finished_at = time.perf_counter()
-        self._event.set()
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()
         callbacks, self.callbacks = self.callbacks, []
         for callback in callbacks:
             callback(self)
 
     def __repr__(self) -> str:
-        state = "error" if self.error else ("done" if self.done() else "in flight")
+        state = "error" if self.error else ("done" if self._done else "in flight")
         return f"Pending({self.key!r}, {state})"
+
+
+_EVENT_LOCK = threading.Lock()
 
 
 class Collective:
@@ -92,6 +113,9 @@ class Collective:
     ordered = False
     #: a timed-out collective leaves the engine usable for the next step
     recoverable = True
+    #: set by the server while a device thread is blocked on a result: engines that must be
+    #: polled poll as fast as they can then
+    urgent = False
 
     def __init__(self, members: Sequence[Device], local: Sequence[Device]):
         #: every participant's device, in rank order

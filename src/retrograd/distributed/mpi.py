@@ -49,8 +49,17 @@ _TAG_HEARTBEAT, _TAG_REG_HEAD, _TAG_REG_BODY = 11, 12, 13
 _STATES = {0: "not in a backward", 1: "in its backward", 2: "waiting for its all-reduces",
            3: "closing its distributed context (exiting)"}  # fmt: skip
 _CLOSING = 3
-#: How often to poll while operations are in flight: MPI progresses only inside MPI calls.
-_POLL_SECONDS = 0.0002
+# MPI progresses only inside MPI calls, and a collective takes several rounds in which both
+# ranks must call in, so how often we poll sets its latency (a 40 KB all-reduce: 0.02 ms when
+# polled back to back, 1.4 ms with 0.2 ms sleeps in between). While backward still computes,
+# poll gently: the collective is hidden behind it, and polling steals CPU from it. While a
+# device is blocked waiting for a result, poll back to back, but only briefly: mostly it is
+# waiting for a peer still computing, and on a machine whose cores are shared (a VM) spinning
+# slows that peer down: on the 2-vCPU VM of docs/benchmarks_ddp.md, no spin and a 2 ms spin
+# both beat a 20 ms spin, neither consistently better than the other.
+_POLL_SECONDS = 0.001
+_SPIN_SECONDS = 0.002
+_BACKED_OFF_POLL_SECONDS = 0.0002
 
 _ENGINES: weakref.WeakSet = weakref.WeakSet()
 _EXIT_HANDLER_REGISTERED = False
@@ -153,6 +162,7 @@ class MpiEngine(Collective):
         self._outgoing: list[tuple[object, np.ndarray]] = []
         self._closing = False
         self._closed = False
+        self._spinning_since: float | None = None
         self.grads, self.ops, self.ctl = self._duplicate(world, 3)
         started = time.monotonic()
         self._step, self._state = 0, 0
@@ -246,6 +256,7 @@ class MpiEngine(Collective):
                 still = []
                 for item in self._in_flight:
                     if item.request.Test():
+                        self._spinning_since = None  # progress: a fresh spin budget
                         if item.op is ReduceOperation.MEAN:
                             np.divide(item.result, item.size, out=item.result)
                         item.pending.finish(item.views)
@@ -258,7 +269,14 @@ class MpiEngine(Collective):
         except self.MPI.Exception as error:
             self._break(f"MPI error: {error}")
         if self._in_flight or self._exchanges:
-            return _POLL_SECONDS
+            if not self.urgent:
+                return _POLL_SECONDS
+            if self._spinning_since is None:
+                self._spinning_since = time.monotonic()
+            elif time.monotonic() - self._spinning_since > _SPIN_SECONDS:
+                return _BACKED_OFF_POLL_SECONDS
+            return 0.0
+        self._spinning_since = None
         return max(0.0, self._next_heartbeat - time.monotonic())
 
     # -- heartbeats ---------------------------------------------------------------------------

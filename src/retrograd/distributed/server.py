@@ -125,7 +125,7 @@ class DeviceStep:
         self.slots = slots
         self.by_value = {slot.pid.value: slot for slot in slots}
         self.by_node = {slot.node.id: slot for slot in slots}
-        self.payload = _payload(slots)
+        self.payload = _cached_payload(slots)
         self.done = threading.Event()
         self.error: str | None = None
         self.results: dict[int, np.ndarray] = {}
@@ -150,6 +150,28 @@ class DeviceStep:
             total += finish - max(start, end)
             end = finish
         return total
+
+
+#: Registration payloads and agreement verdicts repeat from one step to the next (the same
+#: parameters, in the same order): they are built once. Bounded, in case they keep changing.
+_CACHE_SIZE = 64
+_PAYLOADS: dict[tuple, np.ndarray] = {}
+
+
+def _remember(cache: dict, key: Any, value: Any) -> Any:
+    if len(cache) >= _CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value
+
+
+def _cached_payload(slots: list[ParamSlot]) -> np.ndarray:
+    key = tuple((slot.pid.value, slot.label, slot.shape, slot.dtype) for slot in slots)
+    payload = _PAYLOADS.get(key)
+    if payload is None:
+        payload = _remember(_PAYLOADS, key, _payload(slots))
+        payload.flags.writeable = False  # shared by every step that registers the same list
+    return payload
 
 
 def _payload(slots: list[ParamSlot]) -> np.ndarray:
@@ -201,6 +223,8 @@ class SyncServer:
         self._round: Round | None = None
         self._round_number = 0
         self._op_links: dict[Pending, Pending] = {}
+        self._waiting: set[DeviceStep] = set()
+        self._verdicts: dict[tuple[bytes, ...], tuple] = {}
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -256,7 +280,10 @@ class SyncServer:
                 self._internal_error()
                 delay = None
             try:
-                message = messages.get(timeout=0.5 if delay is None else delay)
+                if delay == 0.0:
+                    message = messages.get_nowait()
+                else:
+                    message = messages.get(timeout=0.5 if delay is None else delay)
             except queue.Empty:
                 continue
             while True:
@@ -309,13 +336,16 @@ class SyncServer:
             self._fail_round(current, pending.error)
             return
         if current.plan is None:
-            problem = self._disagreement(current, pending.result)
+            gathered = pending.result
+            key = tuple(payload.tobytes() for payload in gathered)
+            verdict = self._verdicts.get(key)
+            if verdict is None:
+                verdict = _remember(self._verdicts, key, self._agree(gathered))
+            problem, labels, plan = verdict
             if problem is not None:
-                self._fail_round(current, problem)
+                self._fail_round(current, f"backward step {current.number}: {problem}")
                 return
-            first = _parse(pending.result[0])
-            current.labels = {value: label for value, _, _, _, label in first}
-            current.plan = plan_buckets([(v, n, d) for v, n, d, _, _ in first], self.config)
+            current.labels, current.plan = labels, plan
         step.bucket_slots = [[step.by_value[v].index for v in b.values] for b in current.plan]
         step.bucket_of = [0] * len(step.slots)
         for bucket, slots in enumerate(step.bucket_slots):
@@ -328,7 +358,16 @@ class SyncServer:
         step.buckets_left = len(current.plan)
         self._launch_ready(step)
 
-    def _disagreement(self, current: Round, gathered: list[np.ndarray]) -> str | None:
+    def _agree(self, gathered: list[np.ndarray]) -> tuple[str | None, dict, list[Bucket]]:
+        """(why the members' registrations differ or ``None``, labels by id, bucket plan)."""
+        problem = self._disagreement(gathered)
+        if problem is not None:
+            return problem, {}, []
+        first = _parse(gathered[0])
+        labels = {value: label for value, _, _, _, label in first}
+        return None, labels, plan_buckets([(v, n, d) for v, n, d, _, _ in first], self.config)
+
+    def _disagreement(self, gathered: list[np.ndarray]) -> str | None:
         """Why the members' registrations differ, or ``None`` if they agree."""
         engine = self.engine
         tables = [{entry[0]: entry for entry in _parse(payload)} for payload in gathered]
@@ -357,8 +396,8 @@ class SyncServer:
         if not problems:
             return None
         return (
-            f"backward step {current.number}: the devices' distributed parameters differ, so "
-            f"their gradients cannot be all-reduced: {'; '.join(problems)}"
+            "the devices' distributed parameters differ, so their gradients cannot be "
+            f"all-reduced: {'; '.join(problems)}"
         )
 
     def _on_submit(self, step: DeviceStep, slot_index: int, array: np.ndarray) -> None:
@@ -408,6 +447,8 @@ class SyncServer:
         step.buckets_left -= 1
         if step.buckets_left == 0:
             step.done.set()
+            self._waiting.discard(step)
+            self._update_urgency()
             if all(s.done.is_set() for s in current.steps.values()) and len(
                 current.steps
             ) == len(self.engine.local):
@@ -417,8 +458,15 @@ class SyncServer:
                 self.engine.set_state(current.number, IDLE)
 
     def _on_waiting(self, step: DeviceStep) -> None:
-        if step.round is not None and not step.round.failed:
+        if step.round is not None and not step.round.failed and not step.done.is_set():
             self.engine.set_state(step.round.number, WAITING)
+            self._waiting.add(step)
+            self._update_urgency()
+
+    def _update_urgency(self) -> None:
+        # A device blocked in backward's end, or on a user all_reduce (those are waited on
+        # right away), has nothing else to do: results are wanted as soon as possible.
+        self.engine.urgent = bool(self._waiting or self._op_links)
 
     def _fail_round(self, current: Round, message: str) -> None:
         if current.failed:
@@ -433,6 +481,8 @@ class SyncServer:
                 if pending is not None and not pending.done():
                     self.engine.abandon(pending, message)
             step.done.set()
+            self._waiting.discard(step)
+        self._update_urgency()
         self.engine.set_state(current.number, IDLE)
 
     # -- diagnosis --------------------------------------------------------------------------
@@ -499,9 +549,11 @@ class SyncServer:
     def _on_op(self, outer: Pending, device, buffers, op, key, group) -> None:
         inner = self.engine.all_reduce(device, buffers, op, key, group)
         self._op_links[outer] = inner
+        self._update_urgency()
 
         def forward(done: Pending) -> None:
             self._op_links.pop(outer, None)
+            self._update_urgency()
             outer.finish(done.result, done.error)
 
         inner.then(forward)

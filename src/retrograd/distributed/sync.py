@@ -160,6 +160,11 @@ class GradientSyncHook:
         waited = time.perf_counter() - started
         if step.error is not None:
             raise DistributedError(step.error)
+        if not step.done.is_set():  # the server is gone (the context closed meanwhile)
+            raise DistributedError(
+                f"gradient sync on {step.device} did not complete within "
+                f"{context.config.timeout:g} s: the distributed context is no longer running"
+            )
         backend = grads.backend
         for slot in step.slots:
             result = step.results[slot.index]
@@ -185,6 +190,9 @@ def _primitive(result: np.ndarray, old: Any, backend: Any, slot, context, step) 
     if getattr(backend, "is_autodiff", False):
         # backward(create_graph=True): the gradient stays differentiable through the sync.
         from .collective import record_all_reduce
+
+        if old is None:  # no gradient reached this parameter here: nothing to differentiate
+            return backend.wrap(result)
 
         return record_all_reduce(
             backend, old, result, context.config.all_reduce_op, context.devices, step.device

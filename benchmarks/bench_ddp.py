@@ -1,0 +1,210 @@
+"""Data-parallel MLP training throughput with 1 and 2 MPI ranks, and how much of the
+all-reduce time hides behind backward, with and without bucketing.
+
+Run as a script; it starts the ranks itself (``mpiexec -n 1`` and ``-n 2``, one BLAS thread
+per rank)::
+
+    python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks_ddp.md
+    python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
+
+Each rank trains the same MLP on its own batch (``--batch`` samples per rank and step, so 2
+ranks process twice the samples of 1 per step) with MEAN gradient sync and plain SGD.
+Throughput is samples per second over the timed steps (the slowest rank's time). The
+baseline is one process training without any distributed context.
+
+Hidden fraction = 1 - (time backward spent waiting for its all-reduces at its end) / (time
+during which at least one of its all-reduces was in flight), summed over the timed steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread per rank, set before NumPy is imported (here and in every rank).
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+MODELS = {
+    # a few wide layers: large gradients, communication in a few big all-reduces
+    "wide": [256, 1024, 1024, 1024, 10],
+    # many narrow layers: many small gradients, where per-collective cost matters
+    "deep": [128] + [128] * 16 + [10],
+}
+MIB = 1 << 20
+
+
+# -- one rank ----------------------------------------------------------------------------------
+def init_params(sizes: list[int], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    params = {}
+    for k in range(len(sizes) - 1):
+        fan_in, fan_out = sizes[k], sizes[k + 1]
+        params[f"layer{k:02d}.weight"] = (
+            rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)
+        ).astype(np.float32)
+        params[f"layer{k:02d}.bias"] = np.zeros(fan_out, np.float32)
+    return params
+
+
+def train_step(rg, params, x, y, device, distributed: bool, lr: float = 0.01):
+    tensors = {}
+    for name, value in params.items():
+        t = rg.tensor(value, device=device)
+        tensors[name] = t.set_distributed(name) if distributed else t.require_grad()
+    layers = len(params) // 2
+    h = rg.tensor(x, device=device)
+    for k in range(layers):
+        h = h @ tensors[f"layer{k:02d}.weight"] + tensors[f"layer{k:02d}.bias"]
+        if k < layers - 1:
+            h = h.relu()
+    loss = (h - rg.tensor(y, device=device)).square().mean()
+    grads = loss.backward()
+    for name, t in tensors.items():
+        params[name] = params[name] - lr * t.grad(grads).numpy()
+
+
+def worker(options) -> None:
+    import retrograd as rg
+
+    sizes = MODELS[options.model]
+    params = init_params(sizes)
+    if options.no_context:
+        rank, world, device, ctx = 0, 1, rg.Device("cpu", 0), None
+    else:
+        from retrograd import distributed as dist
+
+        config = dist.DistributedConfig(
+            dist.ReduceOperation.MEAN, timeout=120.0, bucket_bytes=options.bucket_bytes
+        )
+        ctx = dist.DistributedContext.from_launcher(config).start()
+        rank, world, device = ctx.rank, ctx.world_size, ctx.device
+    rng = np.random.default_rng(100 + rank)
+    x = rng.standard_normal((options.batch, sizes[0])).astype(np.float32)
+    y = rng.standard_normal((options.batch, sizes[-1])).astype(np.float32)
+
+    def barrier():
+        if ctx is not None:
+            dist.all_reduce(rg.tensor([0.0], device=device), dist.ReduceOperation.SUM,
+                            ctx.devices).resolve()  # fmt: skip
+
+    for _ in range(options.warmup):
+        train_step(rg, params, x, y, device, ctx is not None)
+    barrier()
+    if ctx is not None:
+        ctx.stats.reset()
+    started = time.perf_counter()
+    for _ in range(options.steps):
+        train_step(rg, params, x, y, device, ctx is not None)
+    elapsed = time.perf_counter() - started
+    stats = ctx.stats.as_dict() if ctx is not None else {}
+    barrier()
+    print("RESULT " + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **stats}),
+          flush=True)  # fmt: skip
+    if ctx is not None:
+        ctx.close()
+
+
+# -- the driver ------------------------------------------------------------------------------
+#: (label, ranks, bucket_bytes); bucket_bytes None: ranks train alone, without any context
+CASES = [
+    ("1 process, no context (baseline)", 1, None),
+    ("2 processes, no context, side by side (the machine's ceiling)", 2, None),
+    ("1 rank, no bucketing", 1, 0),
+    ("1 rank, 25 MiB buckets", 1, 25 * MIB),
+    ("2 ranks, no bucketing", 2, 0),
+    ("2 ranks, 25 MiB buckets", 2, 25 * MIB),
+]
+_RESULT = re.compile(r"RESULT (\{[^}]*\})")
+
+
+def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
+    """One configuration, once: every rank's RESULT, combined."""
+    here = Path(__file__).resolve()
+    argv = [str(here), "--worker", "--model", options.model, "--steps", str(options.steps),
+            "--warmup", str(options.warmup), "--batch", str(options.batch)]  # fmt: skip
+    env = dict(os.environ)
+    source = here.parents[1] / "src"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    sys.path.insert(0, str(source))
+    from retrograd.distributed.launch import mpiexec_command
+
+    if bucket_bytes is None:  # independent processes: no MPI inside, mpiexec only starts them
+        command = mpiexec_command(ranks, [*argv, "--no-context"])
+    else:
+        command = mpiexec_command(ranks, [*argv, "--bucket-bytes", str(bucket_bytes)])
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    results = [json.loads(found) for found in _RESULT.findall(completed.stdout)]
+    if completed.returncode != 0 or len(results) != ranks:
+        raise RuntimeError(f"{command} failed:\n{completed.stdout}\n{completed.stderr}")
+    seconds = max(r["seconds"] for r in results)
+    summary = {"samples_per_s": ranks * options.batch * options.steps / seconds}
+    if bucket_bytes is not None:
+        comm = sum(r["comm_seconds"] for r in results)
+        wait = sum(r["wait_seconds"] for r in results)
+        summary.update(
+            comm_ms=1000 * comm / len(results) / options.steps,
+            wait_ms=1000 * wait / len(results) / options.steps,
+            hidden=max(0.0, 1.0 - wait / comm) if comm > 0 else 1.0,
+            collectives=results[0]["buckets"] / options.steps,
+        )
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bucket-bytes", type=int, default=25 * MIB, help=argparse.SUPPRESS)
+    parser.add_argument("--model", choices=sorted(MODELS), default="wide")
+    parser.add_argument("--models", default="wide,deep", help="models the driver runs")
+    parser.add_argument("--batch", type=int, default=128, help="samples per rank and step")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=5, help="rounds over every case")
+    options = parser.parse_args()
+    if options.worker:
+        worker(options)
+        return
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+          f"batch {options.batch} per rank, {options.steps} timed steps after "
+          f"{options.warmup}, median of {options.trials} rounds (cases interleaved)\n")  # fmt: skip
+    for model in options.models.split(","):
+        options.model = model
+        trials: dict[str, list[dict]] = {label: [] for label, _, _ in CASES}
+        for _ in range(options.trials):  # round-robin, so drift in the machine hits every case
+            for label, ranks, bucket_bytes in CASES:
+                trials[label].append(run_case(options, ranks, bucket_bytes))
+        median = {
+            label: {key: statistics.median(t[key] for t in runs) for key in runs[0]}
+            for label, runs in trials.items()
+        }
+        base = median[CASES[0][0]]["samples_per_s"]
+        print(f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters")
+        print("| case | samples/s | vs baseline | all-reduce in flight ms/step "
+              "| waited at end ms/step | hidden | all-reduces/step |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for label, _, bucket_bytes in CASES:
+            case = median[label]
+            row = f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
+            if bucket_bytes is None:
+                row += " | | | | |"
+            else:
+                row += (f" | {case['comm_ms']:.1f} | {case['wait_ms']:.1f} "
+                        f"| {100 * case['hidden']:.0f}% | {case['collectives']:.0f} |")  # fmt: skip
+            print(row, flush=True)
+        print()
+
+
+if __name__ == "__main__":
+    main()
