@@ -19,13 +19,20 @@ from pathlib import Path
 
 from ._usage import UsageError
 
-__all__ = ["BenchmarksNotFound", "BenchResult", "find_benchmarks", "list_scripts", "run_benchmarks"]
+__all__ = [
+    "BenchResult",
+    "BenchmarksNotFoundError",
+    "as_markdown",
+    "find_benchmarks",
+    "list_scripts",
+    "run_benchmarks",
+]
 
 #: the order the scripts run in (others found in the folder follow, sorted)
 PREFERRED_ORDER = ("bench_overhead", "bench_mlp", "bench_cnn", "bench_checkpointing", "bench_ddp")
 
 
-class BenchmarksNotFound(FileNotFoundError):
+class BenchmarksNotFoundError(FileNotFoundError):
     """The benchmark scripts are not where an editable install would have them."""
 
 
@@ -37,7 +44,7 @@ def find_benchmarks(directory: str | os.PathLike | None = None) -> Path:
     else:
         candidate = Path(__file__).resolve().parents[2] / "benchmarks"
     if not candidate.is_dir() or not any(candidate.glob("bench_*.py")):
-        raise BenchmarksNotFound(
+        raise BenchmarksNotFoundError(
             f"no benchmark scripts (bench_*.py) in {candidate}: retrograd bench runs the "
             "scripts in the repository's benchmarks/ folder, which an installed package does "
             "not include. Clone the repository and install it editable "

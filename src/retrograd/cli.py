@@ -71,21 +71,37 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpointing", choices=tuple(STRATEGIES), default=defaults.checkpointing,
                        help="none: keep every intermediate; balanced: recompute memory-bound "
                             "outputs in backward")  # fmt: skip
-    train.add_argument("--workers", type=_positive_int, default=defaults.workers,
-                       help="data-parallel replicas in this process (one thread each)")
+    train.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=defaults.workers,
+        help="data-parallel replicas in this process (one thread each)",
+    )
     train.add_argument("--engine", choices=ENGINES, default=defaults.engine,
                        help="local: threads of this process; mpi: one process per rank, "
                             "started by mpiexec")  # fmt: skip
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--out", default=defaults.out, help="output folder (default: %(default)s)")
-    train.add_argument("--max-train-samples", type=_positive_int,
-                       help="use only the first N training samples (quick runs)")
-    train.add_argument("--max-test-samples", type=_positive_int,
-                       help="use only the first N test samples")
-    train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bars (default: when stderr is a terminal)")
-    train.add_argument("--timeout", type=_positive_float, default=defaults.timeout,
-                       help="seconds a data-parallel worker waits for its peers")
+    train.add_argument(
+        "--max-train-samples",
+        type=_positive_int,
+        help="use only the first N training samples (quick runs)",
+    )
+    train.add_argument(
+        "--max-test-samples", type=_positive_int, help="use only the first N test samples"
+    )
+    train.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars (default: when stderr is a terminal)",
+    )
+    train.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=defaults.timeout,
+        help="seconds a data-parallel worker waits for its peers",
+    )
 
     graph = commands.add_parser(
         "graph", help="draw the autodiff graph of one training step",
@@ -94,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "vs memory-bound, marked saved or recomputed under the strategy.",
     )  # fmt: skip
     graph.add_argument("--model", choices=MODELS, default="cnn")
-    graph.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
-                       help="sets the image size (8x8 or 28x28); no data is read")
+    graph.add_argument(
+        "--dataset",
+        choices=("digits", "mnist"),
+        default="digits",
+        help="sets the image size (8x8 or 28x28); no data is read",
+    )
     graph.add_argument("--batch-size", type=_positive_int, default=4)
     graph.add_argument("--checkpointing", choices=tuple(STRATEGIES), default="balanced")
     graph.add_argument("--seed", type=int, default=0)

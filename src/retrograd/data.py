@@ -69,7 +69,7 @@ def load_digits(split_seed: int = 0, test_fraction: float = 0.2) -> Dataset:
         from sklearn.model_selection import train_test_split
     except ImportError:
         raise ImportError(
-            "the digits data set comes with scikit-learn: pip install \"retrograd[examples]\" "
+            'the digits data set comes with scikit-learn: pip install "retrograd[examples]" '
             "(or pip install scikit-learn)"
         ) from None
     bunch = sklearn_digits()
@@ -181,7 +181,8 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             f"{path}: IDX header says shape {list(shape)} ({expected} bytes of data), "
             f"the file has {len(data) - header}"
         )
-    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    values = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+    return values.astype(dtype.newbyteorder("="))  # native byte order, a writable copy
 
 
 def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:

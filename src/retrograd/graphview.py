@@ -187,8 +187,11 @@ def _legend() -> list[str]:
     lines = ["  subgraph cluster_legend {", '    label="legend"; fontsize=10; color="#bbbbbb";']
     for number, (kind, status, text) in enumerate(entries):
         style, border = BORDER[status]
-        lines.append(f'    legend{number} [label="{text}", fillcolor="{FILL[kind]}", '
-                     f'style="filled,rounded,{style}", color="{border}", class="legend"];')  # fmt: skip
+        attributes = (
+            f'label="{text}", fillcolor="{FILL[kind]}", '
+            f'style="filled,rounded,{style}", color="{border}", class="legend"'
+        )
+        lines.append(f"    legend{number} [{attributes}];")
     lines.append("  }")
     return lines
 

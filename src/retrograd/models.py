@@ -16,7 +16,7 @@ MODELS = ("cnn", "mlp")
 
 
 def build_model(name: str, image_shape: tuple[int, int, int], classes: int = 10) -> nn.Module:
-    """``"cnn"``: two 3x3 convolutions (32 and 64 channels, padding 1), each followed by ReLU
+    """``"cnn"``: two 3x3 convolutions (64 and 128 channels, padding 1), each followed by ReLU
     and 2x2 max pooling, then a linear classifier. ``"mlp"``: flatten, a 128-wide hidden layer
     with layer norm and GELU, then a linear classifier.
 
@@ -27,14 +27,14 @@ def build_model(name: str, image_shape: tuple[int, int, int], classes: int = 10)
     if name == "cnn":
         pooled = (height // 2 // 2) * (width // 2 // 2)
         return nn.Sequential(
-            nn.Conv2d(channels, 32, 3, padding=1),
+            nn.Conv2d(channels, 64, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1),
+            nn.Conv2d(64, 128, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(64 * pooled, classes),
+            nn.Linear(128 * pooled, classes),
         )
     if name == "mlp":
         hidden = 128

@@ -46,9 +46,7 @@ class Optimizer:
             state = self.state.setdefault(name, {"step": 0})
             state["step"] += 1
             new = self.update(value, grad, state)
-            self.module.set_parameter(
-                name, Tensor.from_inner(new, backend=parameter.backend)
-            )
+            self.module.set_parameter(name, Tensor.from_inner(new, backend=parameter.backend))
 
     def update(self, value: Tensor, grad: Tensor, state: dict[str, Any]) -> Tensor:
         raise NotImplementedError
