@@ -35,6 +35,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: ...)`` except for options whose default is "not given"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .models import MODELS
@@ -50,23 +59,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a model on digits or MNIST",
+        formatter_class=_DefaultsHelp,
         description="Train a CNN or an MLP; writes metrics.json, curves.png and model.npz to "
                     "--out.",
     )  # fmt: skip
-    train.add_argument("--model", choices=MODELS, default=defaults.model)
+    train.add_argument("--model", choices=MODELS, default=defaults.model,
+                       help="cnn: two convolutions and a linear layer; mlp: one hidden layer")
     train.add_argument("--dataset", choices=("digits", "mnist"), default=defaults.dataset,
                        help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in "
                             "--data-dir")  # fmt: skip
     train.add_argument("--data-dir", help="folder with the four MNIST IDX files")
-    train.add_argument("--epochs", type=_positive_int, default=defaults.epochs)
-    train.add_argument("--batch-size", type=_positive_int, default=defaults.batch_size)
+    train.add_argument("--epochs", type=_positive_int, default=defaults.epochs,
+                       help="passes over the training set")
+    train.add_argument("--batch-size", type=_positive_int, default=defaults.batch_size,
+                       help="samples per step, split among the workers")
     train.add_argument("--lr", type=_positive_float,
                        help=f"learning rate (default: {DEFAULT_LR['adam']} for adam, "
                             f"{DEFAULT_LR['sgd']} for sgd)")  # fmt: skip
     train.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
                        help="adam, or sgd with Nesterov momentum 0.9")  # fmt: skip
     train.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule,
-                       help="learning-rate schedule over the epochs")  # fmt: skip
+                       help="learning rate over the epochs: cosine down to 0, step (x0.3 "
+                            "every third of the epochs) or none")  # fmt: skip
     train.add_argument("--clip-norm", type=_positive_float, help="clip gradients to this norm")
     train.add_argument("--checkpointing", choices=tuple(STRATEGIES), default=defaults.checkpointing,
                        help="none: keep every intermediate; balanced: recompute memory-bound "
@@ -80,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--engine", choices=ENGINES, default=defaults.engine,
                        help="local: threads of this process; mpi: one process per rank, "
                             "started by mpiexec")  # fmt: skip
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--out", default=defaults.out, help="output folder (default: %(default)s)")
+    train.add_argument("--seed", type=int, default=defaults.seed,
+                       help="initial parameters and batch order")
+    train.add_argument("--out", default=defaults.out, help="output folder")
     train.add_argument(
         "--max-train-samples",
         type=_positive_int,
