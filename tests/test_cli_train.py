@@ -99,6 +99,10 @@ def test_workers_give_the_same_losses(workers, batch_size, samples):
     assert parallel["epochs"][0]["train_accuracy"] == single["epochs"][0]["train_accuracy"]
     assert parallel["epochs"][0]["test_loss"] == pytest.approx(
         single["epochs"][0]["test_loss"], rel=WORKERS_RTOL)  # fmt: skip
+    # with data parallelism too, the strategy changes nothing
+    balanced = quiet(batch_size=batch_size, max_train_samples=samples, workers=workers,
+                     checkpointing="balanced")  # fmt: skip
+    assert balanced["step_losses"] == parallel["step_losses"]
 
 
 def test_same_seed_same_curve_different_seed_different_curve():
