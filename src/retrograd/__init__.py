@@ -7,7 +7,7 @@
 (3,)
 """
 
-from . import nn
+from . import nn, optim
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
@@ -73,6 +73,7 @@ __all__ = [
     "nn",
     "ones",
     "ones_like",
+    "optim",
     "random",
     "seed",
     "set_default_backend",

@@ -1,0 +1,199 @@
+"""Data sets for ``retrograd train``: scikit-learn's 8x8 digits and MNIST from IDX files.
+
+Both come back as a :class:`Dataset` of NumPy arrays: images ``float32 [N, 1, H, W]`` scaled to
+[0, 1] and labels ``int64 [N]``, split into train and test.
+
+>>> import numpy as np, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "labels-idx1-ubyte")
+>>> write_idx(path, np.array([3, 1, 4], dtype=np.uint8))
+>>> read_idx(path).tolist()
+[3, 1, 4]
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "MNIST_FILES",
+    "Dataset",
+    "load_dataset",
+    "load_digits",
+    "load_mnist",
+    "read_idx",
+    "write_idx",
+]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test images ``[N, 1, H, W]`` (float32 in [0, 1]) and labels (int64)."""
+
+    name: str
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    classes: int = 10
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_images.shape[1:])
+
+    def limited(self, train: int | None = None, test: int | None = None) -> Dataset:
+        """The first ``train`` training and ``test`` test samples (for quick runs)."""
+        return Dataset(
+            self.name,
+            self.train_images[:train],
+            self.train_labels[:train],
+            self.test_images[:test],
+            self.test_labels[:test],
+            self.classes,
+        )
+
+
+def load_digits(split_seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's bundled 8x8 handwritten digits (1797 images, no download), split into
+    train (80%) and test (20%) by a stratified shuffle with ``split_seed``.
+
+    ``retrograd train`` always uses split 0, whatever its ``--seed``: the training seed changes
+    the initialization and batch order, never which images are held out.
+    """
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError:
+        raise ImportError(
+            'the digits data set comes with scikit-learn: pip install "retrograd[examples]" '
+            "(or pip install scikit-learn)"
+        ) from None
+    bunch = sklearn_digits()
+    images = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
+    labels = bunch.target.astype(np.int64)
+    train_x, test_x, train_y, test_y = train_test_split(
+        images, labels, test_size=test_fraction, random_state=split_seed, stratify=labels
+    )
+    return Dataset("digits", train_x, train_y, test_x, test_y)
+
+
+#: The four files of the standard MNIST distribution (each may also be gzipped, ``.gz``).
+MNIST_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+
+
+def load_mnist(data_dir: str | os.PathLike) -> Dataset:
+    """MNIST from the standard IDX files in ``data_dir`` (names in :data:`MNIST_FILES`,
+    plain or ``.gz``; ``train-images.idx3-ubyte``-style names with a dot are accepted too).
+
+    Raises ``FileNotFoundError`` naming every missing file and the names expected.
+    """
+    directory = Path(data_dir)
+    found: dict[str, Path] = {}
+    missing = []
+    for key, name in MNIST_FILES.items():
+        dotted = name.replace("-idx", ".idx")
+        candidates = [directory / f"{stem}{suffix}" for stem in (name, dotted)
+                      for suffix in ("", ".gz")]  # fmt: skip
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            missing.append(name)
+        else:
+            found[key] = path
+    if missing:
+        expected = ", ".join(MNIST_FILES.values())
+        raise FileNotFoundError(
+            f"MNIST files missing in {directory}: {', '.join(missing)} "
+            f"(expected the four IDX files {expected}, each optionally gzipped as .gz; "
+            "download them from the MNIST distribution and pass their folder as --data-dir)"
+        )
+    arrays = {key: read_idx(path) for key, path in found.items()}
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(
+                f"MNIST {split} files disagree: images {list(images.shape)} (expected "
+                f"[N, rows, cols]), labels {list(labels.shape)} (expected [N])"
+            )
+
+    def scaled(images: np.ndarray) -> np.ndarray:
+        return (images.astype(np.float32) / 255.0)[:, None, :, :]
+
+    return Dataset(
+        "mnist",
+        scaled(arrays["train_images"]),
+        arrays["train_labels"].astype(np.int64),
+        scaled(arrays["test_images"]),
+        arrays["test_labels"].astype(np.int64),
+    )
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
+    """``"digits"`` or ``"mnist"`` (the latter from ``data_dir``)."""
+    if name == "digits":
+        return load_digits()
+    if name == "mnist":
+        if data_dir is None:
+            raise FileNotFoundError(
+                "the mnist data set needs --data-dir, the folder holding "
+                + ", ".join(MNIST_FILES.values())
+            )
+        return load_mnist(data_dir)
+    raise ValueError(f"unknown data set {name!r}; expected 'digits' or 'mnist'")
+
+
+# IDX: a big-endian header (two zero bytes, a type code, the number of dims, then each dim as a
+# uint32) followed by the values, row-major.
+_IDX_TYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_IDX_CODES = {dtype.newbyteorder(">") if dtype.itemsize > 1 else dtype: code
+              for code, dtype in _IDX_TYPES.items()}  # fmt: skip
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """The array stored in an IDX file (``.gz`` files are decompressed)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as file:
+        data = file.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
+        raise ValueError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
+    dtype, ndim = _IDX_TYPES[data[2]], data[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(data) - header != expected:
+        raise ValueError(
+            f"{path}: IDX header says shape {list(shape)} ({expected} bytes of data), "
+            f"the file has {len(data) - header}"
+        )
+    values = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+    return values.astype(dtype.newbyteorder("="))  # native byte order, a writable copy
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Write ``array`` as an IDX file (gzipped when ``path`` ends in ``.gz``)."""
+    array = np.asarray(array)
+    big = array.dtype.newbyteorder(">") if array.dtype.itemsize > 1 else array.dtype
+    if big not in _IDX_CODES:
+        raise ValueError(f"write_idx: IDX cannot store dtype {array.dtype}")
+    header = bytes([0, 0, _IDX_CODES[big], array.ndim])
+    header += b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    payload = header + np.ascontiguousarray(array, dtype=big).tobytes()
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wb") as file:
+        file.write(payload)

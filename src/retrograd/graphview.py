@@ -1,0 +1,282 @@
+"""The autodiff graph of one training step, as DOT (and SVG through Graphviz's ``dot``).
+
+Each node is one recorded op (or a parameter), labelled with its op and output shape,
+coloured by whether the op is compute-bound or memory-bound, and marked with what the chosen
+checkpointing strategy does with its output during backward:
+
+- **saved**: kept from forward until backward reads it (solid bold border);
+- **recomputed**: dropped after forward and recomputed from its parents when backward reads it
+  (dashed red border);
+- **freed**: no backward rule reads it, so it is freed as soon as forward no longer needs it.
+
+The marks are not guessed from op kinds: they are the plan the engine itself builds when
+backward starts (the :class:`~retrograd.autodiff.checkpoint.Checkpointer` of the step's tape),
+computed before running backward. Constants that backward rules read (the input batch a
+convolution's weight gradient needs, say) appear as grey ellipses.
+
+Shapes come from a :class:`RecordingAutodiff` backend, which notes each node's output shape
+as it is recorded; the engine's nodes themselves carry no shapes, and the ordinary backend
+pays nothing for this.
+
+>>> step = trace_step("mlp", (1, 8, 8), batch_size=2, checkpointing="balanced")
+>>> "layer_norm" in step.to_dot() or "recomputed" in step.to_dot()
+True
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import retrograd as rg
+
+from .autodiff import Autodiff
+from .autodiff.checkpoint import RECOMPUTE
+from .autodiff.runtime import Tape
+from .models import build_model
+from .nn import functional as F  # noqa: N812  (PyTorch's idiom)
+
+__all__ = ["GraphNode", "RecordingAutodiff", "StepGraph", "render_svg", "trace_step"]
+
+SAVED, RECOMPUTED, FREED = "saved", "recomputed", "freed"
+FILL = {"compute": "#f6bd60", "memory": "#90caf9", "parameter": "#b7e4c7", "constant": "#e9ecef"}
+PARAMETER = "parameter"  # the status of parameters: they live on, whatever the strategy
+BORDER = {SAVED: ("solid,bold", "#222222"), RECOMPUTED: ("dashed,bold", "#d00000"),
+          FREED: ("solid", "#9e9e9e"), PARAMETER: ("solid", "#2d6a4f")}  # fmt: skip
+
+
+class RecordingAutodiff(Autodiff):
+    """An :class:`~retrograd.Autodiff` backend that also notes the output shape and dtype of
+    every node it records (``shapes[node.id]``), for drawing graphs."""
+
+    def __init__(self, inner: Any = None, checkpointing: Any = None):
+        super().__init__(inner, checkpointing)
+        self.shapes: dict[int, tuple[tuple[int, ...], str]] = {}
+
+    def _note(self, primitive: Any) -> Any:
+        node = primitive.node
+        if node is not None:
+            value = primitive.value
+            self.shapes[node.id] = (tuple(self.inner.shape(value)), self.inner.dtype(value))
+        return primitive
+
+    def _record(self, *args: Any) -> Any:
+        return self._note(super()._record(*args))
+
+    def _record_unary(self, *args: Any) -> Any:
+        return self._note(super()._record_unary(*args))
+
+    def _record_binary(self, *args: Any) -> Any:
+        return self._note(super()._record_binary(*args))
+
+    def require_grad(self, x: Any) -> Any:
+        return self._note(super().require_grad(x))
+
+
+@dataclass
+class GraphNode:
+    """One node of a :class:`StepGraph`."""
+
+    index: int
+    label: str  # the op's name, a parameter's name, or "constant"
+    kind: str  # "compute", "memory", "parameter" or "constant"
+    shape: tuple[int, ...] | None
+    status: str  # SAVED, RECOMPUTED, FREED, or PARAMETER for parameters
+    parents: list[int] = field(default_factory=list)
+    nbytes: int = 0
+    is_loss: bool = False
+
+
+@dataclass
+class StepGraph:
+    """The graph of one training step and what checkpointing does with each output."""
+
+    nodes: list[GraphNode]
+    strategy: str
+    description: str
+    recomputed_bytes: int = 0
+
+    def counts(self) -> Counter:
+        return Counter((n.kind, n.status) for n in self.nodes)
+
+    def bytes_by_status(self) -> dict[str, int]:
+        """Bytes of op outputs (and saved constants) by status."""
+        totals = {SAVED: 0, RECOMPUTED: 0, FREED: 0}
+        for node in self.nodes:
+            if node.status in totals:
+                totals[node.status] += node.nbytes
+        return totals
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz's DOT language (forward flows top to bottom)."""
+        lines = [
+            "digraph retrograd_step {",
+            f'  label="{_escape(self.description)}";',
+            '  labelloc="t"; fontname="Helvetica"; rankdir="TB";',
+            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
+            '  edge [color="#555555", arrowsize=0.6];',
+        ]
+        for node in self.nodes:
+            lines.append(f"  {_dot_node(node)}")
+        for node in self.nodes:
+            for parent in node.parents:
+                dotted = self.nodes[parent].kind == "constant"  # read by backward, not an op
+                lines.append(f"  n{parent} -> n{node.index}{' [style=dotted]' if dotted else ''};")
+        lines += _legend()
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> str:
+        ops = [n for n in self.nodes if n.kind in ("compute", "memory")]
+        totals = self.bytes_by_status()
+        return "\n".join([
+            f"{len(ops)} ops ({sum(n.kind == 'compute' for n in ops)} compute-bound, "
+            f"{sum(n.kind == 'memory' for n in ops)} memory-bound), "
+            f"{sum(n.kind == 'parameter' for n in self.nodes)} parameters",
+            f"outputs under {self.strategy}: "
+            f"{sum(n.status == SAVED for n in ops)} saved ({_kib(totals[SAVED])}), "
+            f"{sum(n.status == RECOMPUTED for n in ops)} recomputed ({_kib(totals[RECOMPUTED])}), "
+            f"{sum(n.status == FREED for n in ops)} freed after forward ({_kib(totals[FREED])})",
+            f"backward recomputed {_kib(self.recomputed_bytes)}",
+        ])  # fmt: skip
+
+
+def _kib(count: int) -> str:
+    return f"{count / 1024:.1f} KiB"
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _dot_node(node: GraphNode) -> str:
+    shape = "" if node.shape is None else "[" + ", ".join(map(str, node.shape)) + "]"
+    kind_text = {"compute": "compute-bound", "memory": "memory-bound"}.get(node.kind, node.kind)
+    status = "" if node.status == PARAMETER else node.status
+    label = "\\n".join(filter(None, [_escape(node.label), shape, status]))
+    style, border = BORDER[node.status]
+    attributes = {
+        "label": label,
+        "fillcolor": FILL[node.kind],
+        "style": f"filled,{style}" + (",rounded" if node.kind != "constant" else ""),
+        "color": border,
+        "class": " ".join(filter(None, [kind_text, status, "loss" if node.is_loss else ""])),
+        "tooltip": f"{node.label} {shape}: {kind_text}, {node.status}",
+    }
+    if node.kind == "constant":
+        attributes["shape"] = "ellipse"
+    if node.is_loss:
+        attributes["peripheries"] = "2"
+    body = ", ".join(f'{key}="{value}"' for key, value in attributes.items())
+    return f"n{node.index} [{body}];"
+
+
+def _legend() -> list[str]:
+    entries = [
+        ("compute", SAVED, "compute-bound op\\nsaved"),
+        ("memory", RECOMPUTED, "memory-bound op\\nrecomputed"),
+        ("memory", FREED, "memory-bound op\\nfreed after forward"),
+        ("parameter", PARAMETER, "parameter"),
+    ]
+    lines = ["  subgraph cluster_legend {", '    label="legend"; fontsize=10; color="#bbbbbb";']
+    for number, (kind, status, text) in enumerate(entries):
+        style, border = BORDER[status]
+        attributes = (
+            f'label="{text}", fillcolor="{FILL[kind]}", '
+            f'style="filled,rounded,{style}", color="{border}", class="legend"'
+        )
+        lines.append(f"    legend{number} [{attributes}];")
+    lines.append("  }")
+    return lines
+
+
+def trace_step(
+    model: str = "cnn",
+    image_shape: tuple[int, int, int] = (1, 8, 8),
+    batch_size: int = 4,
+    checkpointing: str = "balanced",
+    seed: int = 0,
+    classes: int = 10,
+) -> StepGraph:
+    """Record one training step (forward and loss of ``model`` on a batch of random images)
+    and return its graph with the checkpointing plan of ``checkpointing``
+    (``"none"`` or ``"balanced"``); the step's backward is then run, to report the bytes it
+    actually recomputed."""
+    from .trainer import STRATEGIES
+
+    strategy = STRATEGIES[checkpointing]()
+    backend = RecordingAutodiff(rg.NumpyBackend(), strategy)
+    rng = np.random.default_rng(seed)
+    with rg.use_backend(backend):
+        rg.seed(seed)
+        network = build_model(model, image_shape, classes)
+        names = {p.primitive.node.id: name for name, p in network.named_parameters()}
+        images = rg.tensor(rng.random((batch_size, *image_shape), dtype=np.float32))
+        labels = rg.tensor(rng.integers(0, classes, batch_size), dtype="int64")
+        loss = F.cross_entropy(network(images), labels)
+    graph = _graph_of(loss, backend, names)
+    graph.strategy = type(strategy).__name__
+    graph.description = (
+        f"one training step: {model}, batch {batch_size}x{'x'.join(map(str, image_shape))}, "
+        f"{graph.strategy}"
+    )
+    graph.recomputed_bytes = loss.backward().recomputed_bytes
+    return graph
+
+
+def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]) -> StepGraph:
+    root = loss.primitive.node
+    tape = Tape(root)
+    # The plan backward would follow: what each value read in backward is (kept or
+    # recomputed). Building it reads the nodes' actions without consuming them.
+    plan = tape.checkpointer(backend.inner, consume=False).states
+    ordered = sorted(tape.nodes.values(), key=lambda node: node.id)
+    index = {node.id: i for i, node in enumerate(ordered)}
+    nodes: list[GraphNode] = []
+    for node in ordered:
+        shape, dtype = backend.shapes.get(node.id, (None, "float32"))
+        if node.op is None:
+            label, kind = names.get(node.id, "leaf"), "parameter"
+        else:
+            label, kind = node.op.name, "memory" if node.op.memory_bound else "compute"
+        state = plan.get(node.id)
+        if kind == "parameter":
+            status = PARAMETER
+        elif state is None:
+            status = FREED
+        else:
+            status = RECOMPUTED if state[0] is RECOMPUTE else SAVED
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape is not None else 0
+        parents = [index[p.id] for p in node.parents if p is not None]
+        nodes.append(GraphNode(index[node.id], label, kind, shape, status, parents, nbytes,
+                               node is root))  # fmt: skip
+    # Untracked values a backward rule reads are saved under keys of their own.
+    for node in ordered:
+        for key, value, _ in node.actions or ():
+            if key in tape.nodes or key not in plan:
+                continue
+            shape = tuple(backend.inner.shape(value))
+            constant = GraphNode(len(nodes), "constant", "constant", shape, SAVED, [],
+                                 int(getattr(value, "nbytes", 0)))  # fmt: skip
+            nodes.append(constant)
+            nodes[index[node.id]].parents.append(constant.index)
+    return StepGraph(nodes, "", "")
+
+
+def render_svg(dot_path: Path, svg_path: Path) -> bool:
+    """Run Graphviz's ``dot`` to draw ``dot_path`` as SVG; ``False`` when ``dot`` is not
+    installed. A failing ``dot`` raises ``RuntimeError`` with its message."""
+    dot = shutil.which("dot")
+    if dot is None:
+        return False
+    completed = subprocess.run([dot, "-Tsvg", str(dot_path), "-o", str(svg_path)],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+    if completed.returncode != 0:
+        raise RuntimeError(f"dot failed: {completed.stderr.strip()}")
+    return True

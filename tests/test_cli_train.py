@@ -1,0 +1,221 @@
+"""``retrograd train`` end to end, at small sizes: outputs, equal curves, MNIST, MPI, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import retrograd
+from retrograd.cli import main
+from retrograd.trainer import TrainConfig, train
+from test_data import write_mnist
+
+pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')
+
+SMALL = ["--epochs", "1", "--max-train-samples", "150", "--max-test-samples", "60", "--no-progress"]
+SOURCE = str(Path(retrograd.__file__).resolve().parents[1])
+#: Relative agreement of per-step losses between 1 and N data-parallel workers (see
+#: test_workers_give_the_same_losses).
+WORKERS_RTOL = 1e-5
+
+
+def quiet(**settings) -> dict:
+    settings = {"epochs": 1, "max_train_samples": 150, "max_test_samples": 60, "out": None,
+                "progress": False} | settings  # fmt: skip
+    return train(TrainConfig(**settings), echo=lambda *args: None)
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOURCE, env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def test_one_epoch_writes_metrics_png_and_model(tmp_path, capsys):
+    assert main(["train", *SMALL, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "epoch 1/1" in printed and "summary" in printed
+    for phrase in ("test accuracy", "samples/s", "peak activation memory", "recomputed"):
+        assert phrase in printed
+
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["config"]["model"] == "cnn" and metrics["config"]["epochs"] == 1
+    assert metrics["dataset"] == {"name": "digits", "train_samples": 150, "test_samples": 60,
+                                  "image_shape": [1, 8, 8]}  # fmt: skip
+    assert len(metrics["step_losses"]) == math.ceil(150 / TrainConfig().batch_size)
+    assert all(math.isfinite(v) and v > 0 for v in metrics["step_losses"])
+    (epoch,) = metrics["epochs"]
+    assert set(epoch) >= {"train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr"}
+    summary = metrics["summary"]
+    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    assert summary["samples_per_second"] > 0 and summary["peak_activation_bytes"] > 0
+    assert summary["recomputed_bytes"] == 0  # checkpointing none recomputes nothing
+
+    png = (tmp_path / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    matplotlib_image = pytest.importorskip("matplotlib.image")
+    pixels = matplotlib_image.imread(tmp_path / "curves.png")
+    assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
+    assert pixels.std() > 0  # not a blank image
+
+    with np.load(tmp_path / "model.npz") as archive:
+        assert "0.weight" in archive.files
+
+
+def test_balanced_checkpointing_gives_identical_losses_and_parameters(tmp_path):
+    plain = quiet(out=str(tmp_path / "none"))
+    balanced = quiet(checkpointing="balanced", out=str(tmp_path / "balanced"))
+    assert balanced["step_losses"] == plain["step_losses"]  # bit for bit
+    assert balanced["epochs"][0]["test_loss"] == plain["epochs"][0]["test_loss"]
+    assert balanced["summary"]["recomputed_bytes"] > 0 == plain["summary"]["recomputed_bytes"]
+    with np.load(tmp_path / "none" / "model.npz") as a, \
+            np.load(tmp_path / "balanced" / "model.npz") as b:  # fmt: skip
+        for name in a.files:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("workers", "batch_size", "samples"), [(2, 32, 150), (3, 5, 22)])
+def test_workers_give_the_same_losses(workers, batch_size, samples):
+    """N in-process replicas reproduce the single-worker curve.
+
+    Not bit for bit: one worker's matmuls and convolutions sum the batch in one pass, N
+    workers sum their shards and then the shards' gradients, so float32 rounding differs
+    (about 1e-7 relative per step, growing slowly as training goes). The losses must agree to
+    ``WORKERS_RTOL``. (3, 5, 22): shards of unequal size, and a last batch of 2 samples that
+    leaves the third worker an empty shard.
+    """
+    single = quiet(batch_size=batch_size, max_train_samples=samples)
+    parallel = quiet(batch_size=batch_size, max_train_samples=samples, workers=workers)
+    assert parallel["config"]["world_size"] == workers
+    np.testing.assert_allclose(parallel["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
+    assert parallel["epochs"][0]["train_accuracy"] == single["epochs"][0]["train_accuracy"]
+    assert parallel["epochs"][0]["test_loss"] == pytest.approx(
+        single["epochs"][0]["test_loss"], rel=WORKERS_RTOL)  # fmt: skip
+    # with data parallelism too, the strategy changes nothing
+    balanced = quiet(batch_size=batch_size, max_train_samples=samples, workers=workers,
+                     checkpointing="balanced")  # fmt: skip
+    assert balanced["step_losses"] == parallel["step_losses"]
+
+
+def test_same_seed_same_curve_different_seed_different_curve():
+    assert quiet(seed=3)["step_losses"] == quiet(seed=3)["step_losses"]
+    assert quiet(seed=3)["step_losses"] != quiet(seed=4)["step_losses"]
+
+
+def test_mlp_sgd_step_schedule_and_clipping_run():
+    metrics = quiet(model="mlp", optimizer="sgd", schedule="step", clip_norm=1.0, epochs=2)
+    assert len(metrics["epochs"]) == 2
+    assert metrics["config"]["lr"] == 0.05
+    assert metrics["epochs"][1]["train_loss"] < metrics["epochs"][0]["train_loss"]
+
+
+def test_progress_bar_when_asked(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    assert main(["train", *SMALL[:-1], "--progress", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "epoch 1/1" in captured.err and "batch" in captured.err  # tqdm writes to stderr
+
+
+def test_mnist_from_idx_files(tmp_path, capsys):
+    (tmp_path / "mnist").mkdir()
+    write_mnist(tmp_path / "mnist", train=40, test=12)
+    out = tmp_path / "out"
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "mnist",
+            "--data-dir",
+            str(tmp_path / "mnist"),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["dataset"]["image_shape"] == [1, 28, 28]
+    assert metrics["dataset"]["train_samples"] == 40 and len(metrics["step_losses"]) == 3
+
+
+def test_missing_mnist_files_is_a_clear_error(tmp_path, capsys):
+    write_mnist(tmp_path)
+    (tmp_path / "train-images-idx3-ubyte").unlink()
+    code = main(["train", "--dataset", "mnist", "--data-dir", str(tmp_path), "--no-progress"])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert error.startswith("retrograd train: error: MNIST files missing")
+    assert "train-images-idx3-ubyte" in error and "Traceback" not in error
+    assert main(["train", "--dataset", "mnist"]) == 1
+    assert "--data-dir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments", [
+    ["--model", "resnet"], ["--epochs", "0"], ["--batch-size", "-3"], ["--lr", "abc"],
+    ["--checkpointing", "full"], ["--engine", "nccl"], ["--workers", "0"],
+])  # fmt: skip
+def test_bad_arguments_are_argparse_errors(arguments, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *arguments])
+    assert exit_info.value.code == 2
+    assert "retrograd train: error: argument" in capsys.readouterr().err
+
+
+def test_conflicting_settings_are_one_line_errors(capsys):
+    assert main(["train", "--engine", "mpi", "--workers", "2"]) == 1
+    assert "--workers is for the local engine" in capsys.readouterr().err
+
+
+def test_python_m_retrograd_train(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "retrograd", "train", "--model", "mlp", *SMALL[:-1],
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, env=child_env(), timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    # stderr is not a terminal here: no progress bars, but every epoch and the summary print
+    assert "epoch 1/1" in completed.stdout and "summary" in completed.stdout
+    assert (tmp_path / "metrics.json").is_file() and (tmp_path / "curves.png").is_file()
+
+
+def test_mpi_engine_under_mpiexec(tmp_path):
+    pytest.importorskip("mpi4py", reason='mpi4py is not installed (pip install -e ".[all]")')
+    from retrograd.distributed import launch
+
+    if launch.find_mpiexec() is None:
+        pytest.skip("mpiexec not found (the mpich wheel of the distributed extra provides it)")
+    command = launch.mpiexec_command(
+        2,
+        [
+            "-m",
+            "retrograd",
+            "train",
+            "--engine",
+            "mpi",
+            *SMALL[:-1],
+            "--timeout",
+            "30",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    completed = subprocess.run(command, capture_output=True, text=True, env=child_env(),
+                               timeout=180)  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.stdout.count("summary") == 1  # rank 0 alone reports
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["config"]["world_size"] == 2 and metrics["config"]["engine"] == "mpi"
+    single = quiet()
+    np.testing.assert_allclose(metrics["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
