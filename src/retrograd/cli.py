@@ -63,16 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a CNN or an MLP; writes metrics.json, curves.png and model.npz to "
                     "--out.",
     )  # fmt: skip
-    train.add_argument("--model", choices=MODELS, default=defaults.model,
-                       help="cnn: two convolutions and a linear layer; mlp: one hidden layer")
+    train.add_argument(
+        "--model",
+        choices=MODELS,
+        default=defaults.model,
+        help="cnn: two convolutions and a linear layer; mlp: one hidden layer",
+    )
     train.add_argument("--dataset", choices=("digits", "mnist"), default=defaults.dataset,
                        help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in "
                             "--data-dir")  # fmt: skip
     train.add_argument("--data-dir", help="folder with the four MNIST IDX files")
-    train.add_argument("--epochs", type=_positive_int, default=defaults.epochs,
-                       help="passes over the training set")
-    train.add_argument("--batch-size", type=_positive_int, default=defaults.batch_size,
-                       help="samples per step, split among the workers")
+    train.add_argument(
+        "--epochs", type=_positive_int, default=defaults.epochs, help="passes over the training set"
+    )
+    train.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=defaults.batch_size,
+        help="samples per step, split among the workers",
+    )
     train.add_argument("--lr", type=_positive_float,
                        help=f"learning rate (default: {DEFAULT_LR['adam']} for adam, "
                             f"{DEFAULT_LR['sgd']} for sgd)")  # fmt: skip
@@ -94,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--engine", choices=ENGINES, default=defaults.engine,
                        help="local: threads of this process; mpi: one process per rank, "
                             "started by mpiexec")  # fmt: skip
-    train.add_argument("--seed", type=int, default=defaults.seed,
-                       help="initial parameters and batch order")
+    train.add_argument(
+        "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
+    )
     train.add_argument("--out", default=defaults.out, help="output folder")
     train.add_argument(
         "--max-train-samples",

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InvalidArgumentError
+
 __all__ = [
     "MNIST_FILES",
     "Dataset",
@@ -119,7 +121,7 @@ def load_mnist(data_dir: str | os.PathLike) -> Dataset:
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MNIST {split} files disagree: images {list(images.shape)} (expected "
                 f"[N, rows, cols]), labels {list(labels.shape)} (expected [N])"
             )
@@ -147,7 +149,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Datase
                 + ", ".join(MNIST_FILES.values())
             )
         return load_mnist(data_dir)
-    raise ValueError(f"unknown data set {name!r}; expected 'digits' or 'mnist'")
+    raise InvalidArgumentError(f"unknown data set {name!r}; expected 'digits' or 'mnist'")
 
 
 # IDX: a big-endian header (two zero bytes, a type code, the number of dims, then each dim as a
@@ -171,13 +173,13 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     with opener(path, "rb") as file:
         data = file.read()
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
-        raise ValueError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
+        raise InvalidArgumentError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
     dtype, ndim = _IDX_TYPES[data[2]], data[3]
     header = 4 + 4 * ndim
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(data) - header != expected:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{path}: IDX header says shape {list(shape)} ({expected} bytes of data), "
             f"the file has {len(data) - header}"
         )
@@ -190,7 +192,7 @@ def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
     array = np.asarray(array)
     big = array.dtype.newbyteorder(">") if array.dtype.itemsize > 1 else array.dtype
     if big not in _IDX_CODES:
-        raise ValueError(f"write_idx: IDX cannot store dtype {array.dtype}")
+        raise InvalidArgumentError(f"write_idx: IDX cannot store dtype {array.dtype}")
     header = bytes([0, 0, _IDX_CODES[big], array.ndim])
     header += b"".join(int(n).to_bytes(4, "big") for n in array.shape)
     payload = header + np.ascontiguousarray(array, dtype=big).tobytes()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from . import nn
+from .errors import InvalidArgumentError
 
 __all__ = ["MODELS", "build_model"]
 
@@ -45,4 +46,4 @@ def build_model(name: str, image_shape: tuple[int, int, int], classes: int = 10)
             nn.GELU(),
             nn.Linear(hidden, classes),
         )
-    raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    raise InvalidArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import InvalidArgumentError, ShapeError
 from ..tensor import FLOAT_DTYPES, Tensor, random, tensor
 from . import functional as F  # noqa: N812  (PyTorch's idiom)
 
@@ -85,7 +85,7 @@ class Module:
     def register_parameter(self, name: str, value: Tensor) -> Tensor:
         """Own ``value`` as the parameter ``name`` (made a leaf that requires grad)."""
         if "." in name or not name:
-            raise ValueError(f"register_parameter: invalid name {name!r}")
+            raise InvalidArgumentError(f"register_parameter: invalid name {name!r}")
         if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
             raise TypeError(f"register_parameter: {name!r} must be a float Tensor, got {value!r}")
         self._modules.pop(name, None)
@@ -325,7 +325,7 @@ class Conv2d(Module):
     ):
         super().__init__()
         if in_channels % groups or out_channels % groups:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Conv2d: in_channels {in_channels} and out_channels {out_channels} must be "
                 f"divisible by groups {groups}"
             )
@@ -458,7 +458,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5):
         super().__init__()
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p must be between 0 and 1, got {p!r}")
+            raise InvalidArgumentError(f"Dropout: p must be between 0 and 1, got {p!r}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..tensor import Tensor, zeros_like
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer"]
@@ -25,7 +26,9 @@ class Optimizer:
 
     def __init__(self, module: Any, lr: float):
         if not lr >= 0.0:
-            raise ValueError(f"{type(self).__name__}: lr must be non-negative, got {lr!r}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: lr must be non-negative, got {lr!r}"
+            )
         self.module = module
         self.lr = float(lr)
         #: the learning rate given at construction (schedules scale from it)
@@ -73,7 +76,9 @@ class SGD(Optimizer):
                  weight_decay: float = 0.0, nesterov: bool = False):  # fmt: skip
         super().__init__(module, lr)
         if nesterov and (momentum <= 0.0 or dampening != 0.0):
-            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
+            raise InvalidArgumentError(
+                "SGD: Nesterov momentum requires a momentum and zero dampening"
+            )
         self.momentum, self.dampening = float(momentum), float(dampening)
         self.weight_decay, self.nesterov = float(weight_decay), nesterov
 
@@ -106,7 +111,9 @@ class Adam(Optimizer):
         super().__init__(module, lr)
         beta1, beta2 = betas
         if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
-            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas!r}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: betas must be in [0, 1), got {betas!r}"
+            )
         self.betas = (float(beta1), float(beta2))
         self.eps, self.weight_decay = float(eps), float(weight_decay)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["CosineAnnealingLR", "LRScheduler", "StepLR"]
 
 
@@ -42,7 +44,7 @@ class StepLR(LRScheduler):
 
     def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1):
         if step_size < 1:
-            raise ValueError(f"StepLR: step_size must be positive, got {step_size}")
+            raise InvalidArgumentError(f"StepLR: step_size must be positive, got {step_size}")
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
@@ -62,7 +64,7 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0):  # noqa: N803
         if T_max < 1:
-            raise ValueError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
+            raise InvalidArgumentError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer)
 
