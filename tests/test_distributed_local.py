@@ -265,17 +265,17 @@ def test_gradients_are_submitted_during_backward_last_layer_first():
     config = dist.DistributedConfig(SUM, timeout=10.0, bucket_bytes=0)
     with dist.DistributedContext(devices, config) as ctx:
         server = ctx._server
-        submit, waiting = server.submit, server.waiting
+        submit_many, waiting = server.submit_many, server.waiting
 
-        def spy_submit(step, index, array):
-            order[step.device].append(step.slots[index].label)
-            submit(step, index, array)
+        def spy_submit(step, items):
+            order[step.device].extend(step.slots[index].label for index, _ in items)
+            submit_many(step, items)
 
         def spy_waiting(step):
             order[step.device].append("<end of backward>")
             waiting(step)
 
-        server.submit, server.waiting = spy_submit, spy_waiting
+        server.submit_many, server.waiting = spy_submit, spy_waiting
         x, y = np.ones((3, 4), np.float32), np.zeros((3, 2), np.float32)
         values(on_devices(devices, lambda i, d: mlp_grads(d, x, y, params, True)))
     for device in devices:
@@ -308,13 +308,13 @@ def test_the_predicted_finality_order_is_the_order_gradients_become_final():
     observed = []
     config = dist.DistributedConfig(SUM, timeout=10.0, bucket_bytes=0)
     with dist.DistributedContext([device], config) as ctx:
-        submit = ctx._server.submit
+        submit_many = ctx._server.submit_many
 
-        def spy(step, index, array):
-            observed.append(step.slots[index].label)
-            submit(step, index, array)
+        def spy(step, items):
+            observed.extend(step.slots[index].label for index, _ in items)
+            submit_many(step, items)
 
-        ctx._server.submit = spy
+        ctx._server.submit_many = spy
         build().backward()
     assert predicted == observed == ["bias", "inner", "tied"]
 

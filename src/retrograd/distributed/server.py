@@ -140,6 +140,8 @@ class DeviceStep:
         self.next_bucket = 0
         self.buckets_left = 0
         self.intervals: list[tuple[float, float]] = []
+        #: final gradients the backward hook holds until their bucket is complete
+        self.unsent: list[list] = []
 
     def comm_seconds(self) -> float:
         """Wall time during which at least one of this step's all-reduces was in flight."""
@@ -172,6 +174,29 @@ def _cached_payload(slots: list[ParamSlot]) -> np.ndarray:
         payload = _remember(_PAYLOADS, key, _payload(slots))
         payload.flags.writeable = False  # shared by every step that registers the same list
     return payload
+
+
+_LOCAL_PLANS: dict[tuple, tuple[list[int], list[int]]] = {}
+
+
+def local_bucket_plan(
+    slots: list[ParamSlot], config: DistributedConfig
+) -> tuple[list[int], list[int]]:
+    """``(bucket of each slot, slots per bucket)`` as this device would plan them: the plan
+    the members agree on whenever they register the same parameters in the same order."""
+    key = (config.bucket_bytes, config.first_bucket_bytes) + tuple(
+        (slot.pid.value, slot.numel, slot.dtype) for slot in slots
+    )
+    plan = _LOCAL_PLANS.get(key)
+    if plan is None:
+        buckets = plan_buckets([(s.pid.value, s.numel, s.dtype) for s in slots], config)
+        index_of = {slot.pid.value: slot.index for slot in slots}
+        bucket_of = [0] * len(slots)
+        for bucket in buckets:
+            for value in bucket.values:
+                bucket_of[index_of[value]] = bucket.index
+        plan = _remember(_LOCAL_PLANS, key, (bucket_of, [len(b.values) for b in buckets]))
+    return plan
 
 
 def _payload(slots: list[ParamSlot]) -> np.ndarray:
@@ -239,8 +264,10 @@ class SyncServer:
     def register(self, step: DeviceStep) -> None:
         self._queue.put((self._on_register, step))
 
-    def submit(self, step: DeviceStep, slot_index: int, array: np.ndarray) -> None:
-        self._queue.put((self._on_submit, step, slot_index, array))
+    def submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
+        """Several final gradients in one message: one wake-up of the server thread (and one
+        handoff of the interpreter lock) per bucket, not per parameter."""
+        self._queue.put((self._on_submit_many, step, items))
 
     def waiting(self, step: DeviceStep) -> None:
         self._queue.put((self._on_waiting, step))
@@ -407,6 +434,10 @@ class SyncServer:
         if step.round.plan is not None:
             step.unsubmitted[step.bucket_of[slot_index]] -= 1
             self._launch_ready(step)
+
+    def _on_submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
+        for slot_index, array in items:
+            self._on_submit(step, slot_index, array)
 
     def _launch_ready(self, step: DeviceStep) -> None:
         """Launch the buckets whose gradients are all in (in plan order on ordered engines)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import DistributedError
-from .server import DeviceStep, ParamSlot
+from .server import DeviceStep, ParamSlot, local_bucket_plan
 
 __all__ = ["GradientSyncHook", "active_context", "register_context", "unregister_context"]
 
@@ -110,6 +110,12 @@ class GradientSyncHook:
         step = DeviceStep(grads.device, slots)
         server = context._server
         by_node = step.by_node
+        # Final gradients go to the server a bucket at a time (as this device plans buckets;
+        # the server launches by the plan the members agree on, normally the same one).
+        bucket_of, bucket_sizes = local_bucket_plan(slots, context.config)
+        waiting_for = list(bucket_sizes)
+        batches: list[list] = [[] for _ in bucket_sizes]
+        step.unsent = batches
 
         def on_register(node: Any, grads: Any) -> None:
             # Runs on every registration of the backward: return fast unless a parameter
@@ -120,7 +126,13 @@ class GradientSyncHook:
             if slot is None or slot.sent:
                 return
             slot.sent = True
-            server.submit(step, slot.index, _buffer(grads.values[node.id], grads.backend))
+            bucket = bucket_of[slot.index]
+            batch = batches[bucket]
+            batch.append((slot.index, _buffer(grads.values[node.id], grads.backend)))
+            waiting_for[bucket] -= 1
+            if waiting_for[bucket] == 0:
+                batches[bucket] = []
+                server.submit_many(step, batch)
 
         with self._lock:
             stale = [key for key, entry in self._steps.items() if entry[0].device == step.device]
@@ -140,6 +152,7 @@ class GradientSyncHook:
         server = context._server
         # A parameter whose gradient never arrived (no path carried one) contributes zeros,
         # so its peers are not left waiting.
+        late = [item for batch in step.unsent for item in batch]
         for slot in step.slots:
             if not slot.sent:
                 slot.sent = True
@@ -148,7 +161,9 @@ class GradientSyncHook:
                     array = np.zeros(slot.shape, dtype=slot.dtype)
                 else:
                     array = _buffer(value, grads.backend)
-                server.submit(step, slot.index, array)
+                late.append((slot.index, array))
+        if late:
+            server.submit_many(step, late)
         started = time.perf_counter()
         server.waiting(step)
         if not step.done.wait(context.config.timeout):
