@@ -77,16 +77,13 @@ def _load_mpi():
 
 
 class _InFlight:
-    __slots__ = ("keep", "op", "pending", "request", "result", "size", "views")
+    __slots__ = ("pending", "request", "result", "views")
 
-    def __init__(self, pending, request, result, views, keep, op, size):
+    def __init__(self, pending, request, result, views):
         self.pending = pending
         self.request = request
-        self.result = result
+        self.result = result  # the buffer MPI reduces in place, kept until completion
         self.views = views
-        self.keep = keep  # buffers MPI reads until completion
-        self.op = op
-        self.size = size
 
 
 class _Exchange:
@@ -213,20 +210,24 @@ class MpiEngine(Collective):
         if any(a.dtype != dtype for a in arrays):
             pending.finish(error="mpi: a fused all-reduce needs one dtype")
             return pending
+        if self.size == 1:  # nothing to reduce with: the gradients are the result
+            pending.finish([np.asarray(a) for a in arrays])
+            return pending
+        # One pass packs the gradients into the buffer MPI reduces in place and, for MEAN,
+        # divides them by the world size on the way (dividing after the sum would be a second
+        # pass over the result).
+        scale = self.size if op is ReduceOperation.MEAN else None
         try:
-            if len(arrays) == 1:
-                send = np.ascontiguousarray(arrays[0]).reshape(-1)
-                result = np.empty(send.shape, dtype)
-                request = comm.Iallreduce(send, result, op=self.MPI.SUM)
-                keep = send
-            else:  # a bucket: packed into one buffer, reduced in place
-                result = np.empty(sum(a.size for a in arrays), dtype)
-                offset = 0
-                for a in arrays:
-                    result[offset : offset + a.size] = a.reshape(-1)
-                    offset += a.size
-                request = comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM)
-                keep = None
+            result = np.empty(sum(a.size for a in arrays), dtype)
+            offset = 0
+            for a in arrays:
+                target = result[offset : offset + a.size]
+                if scale is None:
+                    target[...] = a.reshape(-1)
+                else:
+                    np.divide(a.reshape(-1), scale, out=target)
+                offset += a.size
+            request = comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM)
         except self.MPI.Exception as error:
             self._break(f"all-reduce failed to start: {error}")
             pending.finish(error=f"mpi: {self.broken}")
@@ -235,7 +236,7 @@ class MpiEngine(Collective):
         for a in arrays:
             views.append(result[offset : offset + a.size].reshape(a.shape))
             offset += a.size
-        self._in_flight.append(_InFlight(pending, request, result, views, keep, op, self.size))
+        self._in_flight.append(_InFlight(pending, request, result, views))
         return pending
 
     def all_gather(self, device, values, key: Hashable) -> Pending:
@@ -257,8 +258,6 @@ class MpiEngine(Collective):
                 for item in self._in_flight:
                     if item.request.Test():
                         self._spinning_since = None  # progress: a fresh spin budget
-                        if item.op is ReduceOperation.MEAN:
-                            np.divide(item.result, item.size, out=item.result)
                         item.pending.finish(item.views)
                     else:
                         still.append(item)
