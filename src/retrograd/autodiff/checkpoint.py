@@ -113,10 +113,6 @@ class Checkpointer:
             del self.states[key]
         return value
 
-    def retrieve_node_output(self, node_id: int) -> Any:
-        """Burn's name for :meth:`retrieve`."""
-        return self.retrieve(node_id)
-
     def _topological_order(self, key: int) -> list[int]:
         """Recomputed ancestors of ``key`` (and ``key``), parents first; no recursion."""
         order: list[int] = []

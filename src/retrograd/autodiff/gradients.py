@@ -52,10 +52,6 @@ class Gradients:
             for hook in self.on_register:
                 hook(node, self)
 
-    def is_final(self, node: Node) -> bool:
-        """Whether every contribution to ``node``'s gradient has arrived."""
-        return self.remaining.get(node.id, 0) <= 0
-
     def consume(self, node: Node) -> Any:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""
         if node.op is None or node.retain:  # a leaf (Requirement.GRAD), or retained

@@ -25,7 +25,6 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
 
 __all__ = ["OPS", "Op", "sum_to_shape"]
 
@@ -500,10 +499,3 @@ for _name in ("is_nan", "is_inf", "logical_not"):
 def op_kind(name: str) -> str:
     """``"memory-bound"`` or ``"compute-bound"``: how the checkpointing strategies treat it."""
     return "memory-bound" if OPS[name].memory_bound else "compute-bound"
-
-
-def rule_reads(name: str) -> dict[str, Any]:
-    """What each input's backward rule of op ``name`` reads (for docs and the graph view)."""
-    op = OPS[name]
-    return {op.inputs[i] if i < len(op.inputs) else str(i): sources
-            for i, sources in enumerate(op.rule_sources)}  # fmt: skip

@@ -65,14 +65,6 @@ class Tape:
         self.nodes = nodes
         self.children = children
 
-    @property
-    def levels(self) -> list[list[Node]]:
-        """The walked nodes grouped by depth, shallowest first (Burn's tape)."""
-        levels: list[list[Node]] = [[] for _ in range(self.steps[0].order + 1)]
-        for node in self.steps:
-            levels[node.order].append(node)
-        return levels
-
     def checkpointer(self, inner: Any, consume: bool) -> Checkpointer:
         builder = CheckpointerBuilder()
         for node in self.nodes.values():
