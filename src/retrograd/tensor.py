@@ -1360,14 +1360,24 @@ def _index_tensor(op: str, x: Tensor, indices: Any, dim: int, size: int, one_dim
             f"{op}: indices of shape {_shape_text(indices.shape)} must have as many dimensions "
             f"as the input of shape {_shape_text(x.shape)}"
         )
-    values = indices.numpy()
-    if values.size and (values.min() < 0 or values.max() >= size):
-        bad = values[(values < 0) | (values >= size)].flat[0]
+    bad = first_out_of_range(indices, size)
+    if bad is not None:
         raise IndexOutOfRangeError(
             f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
             f"(input shape {_shape_text(x.shape)})"
         )
     return indices
+
+
+def first_out_of_range(indices: Tensor, size: int, ignore: int | None = None) -> int | None:
+    """The first index outside ``[0, size)`` (skipping the value ``ignore``), or ``None``."""
+    values = indices.numpy()
+    if not values.size or (values.min() >= 0 and values.max() < size):
+        return None
+    bad = (values < 0) | (values >= size)
+    if ignore is not None:
+        bad &= values != ignore
+    return int(values[bad].flat[0]) if bad.any() else None
 
 
 def _mask_tensor(op: str, x: Tensor, mask: Any) -> Tensor:

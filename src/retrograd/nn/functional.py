@@ -26,7 +26,7 @@ from ..errors import (
     RetrogradError,
     ShapeError,
 )
-from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate
+from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate, first_out_of_range
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -706,9 +706,8 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
             f"{fn}: weight must be 2-d [num_embeddings, dim], got {_shape_text(weight.shape)}"
         )
     count = weight.shape[0]
-    values = indices.numpy()
-    if values.size and (values.min() < 0 or values.max() >= count):
-        bad = values[(values < 0) | (values >= count)].flat[0]
+    bad = first_out_of_range(indices, count)
+    if bad is not None:
         raise IndexOutOfRangeError(
             f"{fn}: index {bad} is out of range for {count} embeddings; indices "
             f"{_shape_text(indices.shape)}, weight {_shape_text(weight.shape)}"
@@ -778,15 +777,12 @@ def cross_entropy(
             f"{fn}: class-index targets must have shape {_shape_text(expected)} (the input's "
             f"without the class dimension); {shapes}"
         )
-    values = target.numpy()
-    ignored = values == ignore_index
-    bad = (values < 0) | (values >= classes)
-    bad &= ~ignored
-    if bad.any():
+    bad = first_out_of_range(target, classes, ignore=ignore_index)
+    if bad is not None:
         raise IndexOutOfRangeError(
-            f"{fn}: target {values[bad].flat[0]} is out of range for {classes} classes; {shapes}"
+            f"{fn}: target {bad} is out of range for {classes} classes; {shapes}"
         )
-    if ignored.any():
+    if (target.numpy() == ignore_index).any():
         keep = ~target.equal_elem(ignore_index)
         safe = target.mask_fill(~keep, 0)
     else:
