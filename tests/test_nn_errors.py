@@ -94,6 +94,11 @@ SHAPE_ERRORS = {
         ["cross_entropy", "probability", "input [4, 5], target [4, 4]"]),
     "mse_loss shapes": (lambda: F.mse_loss(zeros(2, 3), zeros(3, 2)),
                         ["mse_loss", "input [2, 3], target [3, 2]"]),
+    "mse_loss weight": (lambda: F.mse_loss(zeros(2, 3), zeros(2, 3), weight=zeros(3)),
+                        ["mse_loss", "weight", "input [2, 3]", "weight [3]"]),
+    "cross_entropy weight": (
+        lambda: F.cross_entropy(zeros(4, 5), rg.zeros((4,), "int64"), zeros(4)),
+        ["cross_entropy", "weight", "[5]", "[4]", "input [4, 5]"]),
     "layer_norm shape": (lambda: F.layer_norm(zeros(2, 3, 4), (3,)),
                          ["layer_norm", "[3]", "[2, 3, 4]"]),
     "layer_norm weight": (lambda: F.layer_norm(zeros(2, 4), 4, zeros(3)),
@@ -148,6 +153,13 @@ def test_bad_options_raise_value_error():
            "align_corners")  # fmt: skip
     raises(ValueError, lambda: F.dropout(zeros(3), 1.5), "dropout", "1.5")
     raises(ValueError, lambda: F.mse_loss(zeros(3), zeros(3), reduction="avg"), "'avg'")
+    raises(ValueError, lambda: F.cross_entropy(zeros(2, 3), rg.zeros((2,), "int64"),
+                                               label_smoothing=1.5),
+           "cross_entropy", "label_smoothing", "1.5")  # fmt: skip
+    raises(ValueError, lambda: F.avg_pool2d(zeros(1, 1, 4, 4), 2, divisor_override=0),
+           "avg_pool2d", "divisor_override")  # fmt: skip
+    raises(ValueError, lambda: F.cross_entropy(zeros(2, 3), zeros(2, 3), ignore_index=0),
+           "cross_entropy", "ignore_index", "probabilities")  # fmt: skip
 
 
 def test_a_failed_call_leaves_tensors_and_graph_usable():

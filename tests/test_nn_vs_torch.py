@@ -4,6 +4,8 @@ convolutions run in small batch blocks. Skipped when torch is not installed."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -95,6 +97,8 @@ def test_avg_pool_matches_torch(case, spatial, dtype):
     kernel, stride, padding, _, ceil_mode, size = _pool_config(rng, spatial, False)
     include_pad = bool(rng.integers(0, 2))
     options = (kernel, stride, padding, ceil_mode, include_pad)
+    if spatial == 2 and case % 2:  # PyTorch has divisor_override for 2-d pooling only
+        options += (int(rng.integers(1, 6)) * (-1 if case % 4 == 3 else 1),)
     x = rng.standard_normal((2, 3, *size))
     _compare_or_both_reject(lambda x: getattr(F, f"avg_pool{spatial}d")(x, *options),
                             lambda x: getattr(TF, f"avg_pool{spatial}d")(x, *options), [x],
@@ -195,6 +199,32 @@ def test_interpolate_matches_torch(case, mode, dtype):
                        scale_atol=10.0)  # fmt: skip
 
 
+def probs_of(rng, shape):
+    p = rng.random(shape)
+    return p / p.sum(1, keepdims=True)
+
+
+def test_deprecated_size_average_and_reduce_mean_what_they_mean_in_torch():
+    rng = np.random.default_rng(701)
+    logits, target = rng.standard_normal((4, 3)), rng.integers(0, 3, 4)
+    x, t = rg.tensor(logits), rg.tensor(target)
+    for size_average, reduce in ((False, None), (None, False), (True, True), (False, True)):
+        with pytest.warns(UserWarning):  # torch warns that they are deprecated
+            expected = TF.cross_entropy(
+                torch.tensor(logits), torch.tensor(target), size_average=size_average, reduce=reduce
+            ).numpy()
+            expected_mse = TF.mse_loss(
+                torch.tensor(logits),
+                torch.tensor(logits[::-1].copy()),
+                size_average=size_average,
+                reduce=reduce,
+            ).numpy()
+        got = F.cross_entropy(x, t, size_average=size_average, reduce=reduce).numpy()
+        got_mse = F.mse_loss(x, rg.tensor(logits[::-1].copy()), size_average, reduce).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+        np.testing.assert_allclose(got_mse, expected_mse, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_losses_embedding_linear_layer_norm_match_torch(dtype):
     rng = np.random.default_rng(700)
@@ -210,6 +240,26 @@ def test_losses_embedding_linear_layer_norm_match_torch(dtype):
     )
     compare_with_torch(F.mse_loss, TF.mse_loss, [rng.standard_normal((3, 4)),
                                                  rng.standard_normal((3, 4))], dtype)  # fmt: skip
+    # PyTorch does not differentiate with respect to the loss weights: they are constants.
+    weights = rng.random(5) + 0.5
+    torch_weights = torch.tensor(weights, dtype=getattr(torch, dtype))
+    for reduction, smoothing in (("mean", 0.0), ("mean", 0.25), ("sum", 0.1), ("none", 0.4)):
+        options = {"reduction": reduction, "label_smoothing": smoothing}
+        for inputs, ignore in (
+            ([logits, target % 5], {"ignore_index": 2}),
+            ([rng.standard_normal((4, 5)), probs_of(rng, (4, 5))], {}),
+        ):
+            compare_with_torch(partial(F.cross_entropy, weight=weights, **options, **ignore),
+                               partial(TF.cross_entropy, weight=torch_weights, **options,
+                                       **ignore),
+                               inputs, dtype)  # fmt: skip
+    squared_weights = rng.random((3, 4))
+    torch_squared_weights = torch.tensor(squared_weights, dtype=getattr(torch, dtype))
+    for reduction in ("mean", "sum", "none"):
+        compare_with_torch(partial(F.mse_loss, reduction=reduction, weight=squared_weights),
+                           partial(TF.mse_loss, reduction=reduction, weight=torch_squared_weights),
+                           [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
+                           dtype)  # fmt: skip
     compare_with_torch(
         lambda i, w: F.embedding(i, w, padding_idx=0),
         lambda i, w: TF.embedding(i, w, padding_idx=0),

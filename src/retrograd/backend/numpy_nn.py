@@ -35,6 +35,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = [
     "NumpyNNKernels",
+    "avg_pool_divisor",
     "conv_output_size",
     "conv_transpose_output_size",
     "pool_output_size",
@@ -231,7 +232,9 @@ def _window_counts(length, kernel, stride, padding, count, include_pad):
     return np.minimum(ends, length) - np.maximum(starts, 0)
 
 
-def _avg_divisor(spatial, out_size, kernel, stride, padding, count_include_pad, dtype):
+def avg_pool_divisor(spatial, out_size, kernel, stride, padding, count_include_pad, dtype):
+    """PyTorch's divisor of each average-pooling window, ``out_size`` shaped (shared with the
+    functional layer, which scales by it for ``divisor_override``)."""
     divisor = np.ones((), dtype=dtype)
     for axis, (n, o, k, s, p) in enumerate(zip(spatial, out_size, kernel, stride, padding)):
         counts = _window_counts(n, k, s, p, o, count_include_pad).astype(dtype)
@@ -490,14 +493,14 @@ class NumpyNNKernels:
                 part = out[tuple(index)]
                 total = part.copy() if total is None else np.add(total, part, out=total)
             out = total
-        divisor = _avg_divisor(spatial, out_size, kernel_size, stride, padding,
+        divisor = avg_pool_divisor(spatial, out_size, kernel_size, stride, padding,
                                count_include_pad, x.dtype)  # fmt: skip
         return out / divisor
 
     def avg_pool_backward(self, grad, input_size, kernel_size, stride, padding, ceil_mode,
                           count_include_pad):  # fmt: skip
         out_size = grad.shape[2:]
-        divisor = _avg_divisor(input_size, out_size, kernel_size, stride, padding,
+        divisor = avg_pool_divisor(input_size, out_size, kernel_size, stride, padding,
                                count_include_pad, grad.dtype)  # fmt: skip
         g = grad / divisor
         for axis, (n, k, s, p) in enumerate(zip(input_size, kernel_size, stride, padding),

@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend.numpy_nn import conv_transpose_output_size, pool_output_size
+from ..backend.numpy_nn import avg_pool_divisor, conv_transpose_output_size, pool_output_size
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -466,13 +466,24 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     return kernel, stride, padding, dilation
 
 
-def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_include_pad):
+def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override=None):  # fmt: skip
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
     kernel, stride, padding, _ = _pool_args(fn, spatial, x, kernel_size, stride, padding, 1,
                                             ceil_mode)  # fmt: skip
-    out = _primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
-                     bool(count_include_pad))  # fmt: skip
-    return _unbatched(x._wrap(out), squeeze)
+    if divisor_override is not None:
+        if not isinstance(divisor_override, numbers.Integral) or divisor_override == 0:
+            raise InvalidArgumentError(
+                f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
+            )
+        count_include_pad = True  # window sums: the means times PyTorch's padded divisors
+    out = x._wrap(_primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
+                             bool(count_include_pad)))  # fmt: skip
+    if divisor_override is not None:
+        divisor = avg_pool_divisor(x.shape[2:], out.shape[2:], kernel, stride, padding, True,
+                                   "float64")  # fmt: skip
+        out = out * _as_tensor(fn, out, divisor / divisor_override, "divisor").cast(out.dtype)
+    return _unbatched(out, squeeze)
 
 
 def avg_pool1d(
@@ -495,15 +506,19 @@ def avg_pool2d(
     padding: IntOrTuple = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
+    divisor_override: int | None = None,
 ) -> Tensor:
-    """2-d average pooling, PyTorch's ``avg_pool2d``.
+    """2-d average pooling, PyTorch's ``avg_pool2d`` (``divisor_override``: divide every
+    window's sum by it instead).
 
     >>> import retrograd as rg
     >>> avg_pool2d(rg.ones((1, 1, 4, 4)), 2).tolist()
     [[[[1.0, 1.0], [1.0, 1.0]]]]
+    >>> avg_pool2d(rg.ones((1, 1, 4, 4)), 2, divisor_override=1).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
     """
     return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad)  # fmt: skip
+                     count_include_pad, divisor_override)  # fmt: skip
 
 
 def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -725,25 +740,61 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
 
 
 # -- losses ----------------------------------------------------------------------------------------
-def _reduce(fn: str, losses: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":
-        return losses.mean()
-    if reduction == "sum":
-        return losses.sum()
+def _reduction(fn: str, reduction: str, size_average: bool | None, reduce: bool | None) -> str:
+    """``reduction``, or what PyTorch's deprecated ``size_average``/``reduce`` say instead."""
+    if size_average is not None or reduce is not None:
+        if reduce is False:
+            reduction = "none"
+        else:
+            reduction = "sum" if size_average is False else "mean"
+    if reduction not in ("mean", "sum", "none"):
+        raise InvalidArgumentError(
+            f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        )
+    return reduction
+
+
+def _reduce(losses: Tensor, reduction: str, total: Tensor | None = None) -> Tensor:
+    """``losses`` reduced; ``"mean"`` divides the sum by ``total`` when given (a weighted
+    mean), by the number of losses otherwise."""
     if reduction == "none":
         return losses
-    raise InvalidArgumentError(
-        f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
-    )
+    if reduction == "sum" or total is not None:
+        summed = losses.sum()
+        return summed if reduction == "sum" else summed / total
+    return losses.mean()
+
+
+def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim: int) -> Tensor:
+    """``weight`` ``[C]`` checked, in the logits' dtype, shaped to broadcast along classes."""
+    weight = _as_tensor(fn, logits, weight, "weight")
+    if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
+        raise ShapeError(
+            f"{fn}: weight must be a float tensor of one value per class, shape [{classes}]; "
+            f"got {weight.dtype} {_shape_text(weight.shape)}, input {_shape_text(logits.shape)}"
+        )
+    shape = [1] * logits.ndim
+    shape[class_dim] = classes
+    return weight.cast(logits.dtype).reshape(tuple(shape))
 
 
 def cross_entropy(
-    logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean"
+    logits: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    ignore_index: int = -100,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """Cross-entropy of ``logits`` ``[N, C]`` or ``[N, C, d...]`` (or unbatched ``[C]``)
     against class indices (int64 ``[N, d...]``) or class probabilities (float, the logits'
-    shape), through ``log_softmax`` so that large logits stay finite. ``"mean"`` averages over
-    the non-ignored targets (class indices) or over ``N * d...`` (probabilities), as PyTorch.
+    shape), through ``log_softmax`` so that large logits stay finite. PyTorch's arguments:
+    ``weight`` ``[C]`` rescales each class, ``label_smoothing`` mixes the target with the
+    uniform distribution; ``"mean"`` divides by the summed weights of the non-ignored targets
+    (class indices; their count without ``weight``) or by ``N * d...`` (probabilities).
+    ``size_average``/``reduce`` are PyTorch's deprecated spellings of ``reduction``.
 
     >>> import retrograd as rg
     >>> round(cross_entropy(rg.zeros((2, 4)), rg.tensor([1, 3], dtype="int64")).item(), 4)
@@ -751,9 +802,10 @@ def cross_entropy(
     """
     fn = "cross_entropy"
     logits = _float_input(fn, logits)
-    if reduction not in ("mean", "sum", "none"):
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    if not 0.0 <= label_smoothing <= 1.0:
         raise InvalidArgumentError(
-            f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+            f"{fn}: label_smoothing must be in [0, 1], got {label_smoothing!r}"
         )
     target = _as_tensor(fn, logits, target, "target")
     shapes = f"input {_shape_text(logits.shape)}, target {_shape_text(target.shape)}"
@@ -761,13 +813,26 @@ def cross_entropy(
         raise ShapeError(f"{fn}: input needs a class dimension; {shapes}")
     class_dim = 0 if logits.ndim == 1 else 1
     classes = logits.shape[class_dim]
+    weights = None if weight is None else _class_weights(fn, logits, weight, classes, class_dim)
     log_probs = logits.log_softmax(class_dim)
+
+    def per_target(values: Tensor) -> Tensor:  # -sum over classes, the class dim removed
+        if weights is not None:
+            values = values * weights
+        return -values.sum_dim(class_dim).squeeze_dim(class_dim)
+
     if target.dtype in FLOAT_DTYPES:
         if target.shape != logits.shape:
             raise ShapeError(f"{fn}: probability targets must have the input's shape; {shapes}")
+        if ignore_index != -100:
+            raise InvalidArgumentError(
+                f"{fn}: ignore_index ({ignore_index}) applies to class-index targets, not to "
+                f"probabilities; {shapes}"
+            )
         target = target.cast(logits.dtype)
-        losses = -(log_probs * target).sum_dim(class_dim).squeeze_dim(class_dim)
-        return _reduce(fn, losses, reduction)
+        if label_smoothing:
+            target = target * (1.0 - label_smoothing) + label_smoothing / classes
+        return _reduce(per_target(log_probs * target), reduction)
     if target.dtype != "int64":
         raise DTypeError(f"{fn}: target must be int64 class indices or float probabilities, "
                          f"got {target.dtype}")  # fmt: skip
@@ -787,27 +852,55 @@ def cross_entropy(
         safe = target.mask_fill(~keep, 0)
     else:
         keep, safe = None, target
-    picked = log_probs.gather(class_dim, safe.unsqueeze_dim(class_dim)).squeeze_dim(class_dim)
-    losses = -picked
-    if keep is None:
-        return _reduce(fn, losses, reduction)
-    losses = losses.mask_fill(~keep, 0.0)
-    if reduction == "mean":
-        # Over the targets that count; all ignored gives 0/0 = nan, as in PyTorch.
-        return losses.sum() / float(keep.int().sum().item())
-    return _reduce(fn, losses, reduction)
+    index = safe.unsqueeze_dim(class_dim)
+    losses = -log_probs.gather(class_dim, index).squeeze_dim(class_dim)
+    # What "mean" divides by: the weights of the targets that count (their number without
+    # weights; all ignored gives 0/0 = nan, as in PyTorch).
+    total = None
+    if weights is not None:
+        picked = weights.expand(logits.shape).gather(class_dim, index).squeeze_dim(class_dim)
+        losses = losses * picked
+        total = (picked if keep is None else picked.mask_fill(~keep, 0.0)).sum()
+    elif keep is not None:
+        total = keep.sum().cast(logits.dtype)
+    if label_smoothing:
+        uniform = per_target(log_probs) * (label_smoothing / classes)
+        losses = losses * (1.0 - label_smoothing) + uniform
+    if keep is not None:
+        losses = losses.mask_fill(~keep, 0.0)
+    return _reduce(losses, reduction, total)
 
 
-def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Mean squared error ``mean((x - target)**2)`` (``reduction`` as in PyTorch)."""
+def mse_loss(
+    x: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
+) -> Tensor:
+    """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
+    input's shape) scales each squared error and ``"mean"`` then divides by its sum.
+    Unlike PyTorch, a target of another shape is an error, not broadcast with a warning."""
     fn = "mse_loss"
     x, target = _float_pair(fn, x, target, "target")
+    reduction = _reduction(fn, reduction, size_average, reduce)
     if x.shape != target.shape:
         raise ShapeError(
             f"{fn}: input and target shapes differ; input {_shape_text(x.shape)}, target "
             f"{_shape_text(target.shape)}"
         )
-    return _reduce(fn, (x - target).square(), reduction)
+    errors = (x - target).square()
+    if weight is None:
+        return _reduce(errors, reduction)
+    weight = _as_tensor(fn, x, weight, "weight")
+    if weight.shape != x.shape:
+        raise ShapeError(
+            f"{fn}: weight and input shapes differ; input {_shape_text(x.shape)}, weight "
+            f"{_shape_text(weight.shape)}"
+        )
+    weight = weight.cast(x.dtype)
+    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
 
 
 # -- normalization, dropout ------------------------------------------------------------------------
