@@ -279,3 +279,31 @@ def test_default_backend_can_be_set():
     finally:
         rg.set_default_backend(original)
     assert repr(original) == "Autodiff(NumpyBackend(), checkpointing=NoCheckpointing())"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("value", [0.0, -0.0, -2.5])
+@pytest.mark.parametrize("special", [False, True])
+def test_masked_selects_on_large_arrays_equal_np_where_bit_for_bit(dtype, value, special):
+    """Large arrays are selected on their bits; the result must be np.where's, bit for bit
+    (NaN, infinities and signed zeros included), broadcasting and strided views too."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((40, 300)) * 10).astype(dtype)
+    if dtype != "int64":
+        x[0, :50] = -0.0
+        if special:
+            x[1, :3] = [np.inf, -np.inf, np.nan]
+    backend = rg.NumpyBackend()
+    fill = x.dtype.type(value)
+    cases = [
+        (x, rng.random(x.shape) < 0.5),
+        (x, rng.random((1, 300)) < 0.5),  # the mask broadcasts
+        (x.T, rng.random((300, 40)) < 0.5),  # a strided view
+    ]
+    for array, mask in cases:
+        expected = np.where(mask, fill, array)
+        for got in (backend.mask_fill(array, mask, value),
+                    backend.mask_where(array, mask, np.full_like(array, value)),
+                    backend.mask_where(array, mask, np.asarray(fill))):  # fmt: skip
+            assert got.dtype == array.dtype and got.shape == expected.shape
+            assert got.tobytes() == expected.tobytes()

@@ -63,14 +63,32 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
     raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
 
 
-def _blendable(x: Any, mask: Any) -> bool:
-    """Whether a masked select may run as ``x * ~mask + fill * mask``.
+_SAME_SIZE_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
-    With finite floats that blend is exact (x * 1 + 0 = x and x * 0 + v = v), and it is
-    branch-free: about five times faster than ``np.where`` on an unpredictable mask of a large
-    array. Small arrays and non-finite inputs (inf * 0 is nan) take ``np.where``.
+
+def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
+    """``np.where(mask, values, x)`` computed on the bits, ``x ^ ((x ^ values) & -mask)``, or
+    ``None`` where ``np.where`` should do it (small or non-numeric arrays).
+
+    Integer bit operations select exactly (NaN payloads, infinities, signed zeros) and without
+    branches: on a large array with an unpredictable mask, 2-3x faster than ``np.where``.
     """
-    return x.dtype.kind == "f" and x.size >= 4096 and np.isfinite(x).all()
+    if x.dtype.kind not in "fiu" or x.size < 4096:
+        return None
+    mask = np.asarray(mask)
+    values = np.asarray(values)
+    if mask.dtype != np.bool_ or values.dtype != x.dtype:
+        return None
+    bits = _SAME_SIZE_INT[x.dtype.itemsize]
+    x_bits, value_bits = x.view(bits), values.view(bits)
+    if value_bits.ndim == 0 and value_bits == 0:  # fill with zero bits: x & (mask - 1)
+        keep = np.subtract(mask.view(np.int8), 1, dtype=bits)
+        return np.bitwise_and(x_bits, keep, out=keep if keep.shape == x.shape else None).view(
+            x.dtype
+        )
+    select = np.negative(mask.view(np.int8), dtype=bits)  # all ones where the mask is set
+    out = np.bitwise_and(np.bitwise_xor(x_bits, value_bits), select)
+    return np.bitwise_xor(x_bits, out, out=out).view(x.dtype)
 
 
 def _window_index(dim: int, ndim: int, index: Any) -> tuple:
@@ -296,18 +314,13 @@ class NumpyBackend(NumpyNNKernels, Backend):
 
     # -- selection ----------------------------------------------------------------------------
     def mask_where(self, x, mask, values):
-        if _blendable(x, mask) and values.dtype == x.dtype and np.isfinite(values).all():
-            out = np.multiply(x, np.logical_not(mask), dtype=x.dtype)
-            out += np.multiply(values, mask, dtype=x.dtype)
-            return out
-        return np.where(mask, values, x)
+        out = _select_bits(x, mask, values)
+        return np.where(mask, values, x) if out is None else out
 
     def mask_fill(self, x, mask, value):
-        if _blendable(x, mask) and np.isfinite(value):
-            out = np.multiply(x, np.logical_not(mask), dtype=x.dtype)
-            out += np.multiply(mask, value, dtype=x.dtype)
-            return out
-        return np.where(mask, x.dtype.type(value), x)
+        fill = x.dtype.type(value)
+        out = _select_bits(x, mask, fill)
+        return np.where(mask, fill, x) if out is None else out
 
     # -- reductions ---------------------------------------------------------------------------
     def sum(self, x):
