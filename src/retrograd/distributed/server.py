@@ -22,6 +22,7 @@ can recover, see ``Collective.recoverable``).
 from __future__ import annotations
 
 import hashlib
+import math
 import queue
 import threading
 import traceback
@@ -66,7 +67,7 @@ class ParamSlot:
         self.node = node
         self.shape = shape
         self.dtype = dtype
-        self.numel = int(np.prod(shape, dtype=np.int64))
+        self.numel = math.prod(shape)
         self.sent = False
 
     @property
