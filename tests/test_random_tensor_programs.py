@@ -243,3 +243,38 @@ def test_random_tensor_programs_match_torch_and_strategies(program, seed):
         else:
             assert ours is not None
             np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("strategy", [rg.NoCheckpointing(), rg.BalancedCheckpointing()])
+def test_large_masked_programs_match_torch(strategy):
+    """Arrays past the size where masked selects run on the bits (4096 elements), with
+    negative zeros, infinities masked away, and ties at the relu threshold."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    x_array = rng.standard_normal((4, 8, 16, 16))
+    x_array[0, 0, 0, :8] = -0.0
+    x_array[1, 1, 1, :8] = 0.0
+    other = rng.standard_normal((4, 8, 16, 16))
+    seed = rng.standard_normal((4, 8, 16, 16))
+
+    def program(x, y, api):
+        if api == "rg":
+            h = x.relu() + x.clamp(-0.5, 0.5) + x.leaky_relu(0.2)
+            h = h.mask_where(x.greater(y), y * 3.0).mask_fill(y.lower_elem(-1.5), 0.25)
+            return h * (x / y.abs().clamp_min(0.2)).mask_fill(y.abs().lower_elem(1e-9), 0.0)
+        nnf = torch.nn.functional
+        h = torch.relu(x) + x.clamp(-0.5, 0.5) + nnf.leaky_relu(x, 0.2)
+        h = torch.where(x > y, y * 3.0, h).masked_fill(y < -1.5, 0.25)
+        return h * (x / y.abs().clamp_min(0.2)).masked_fill(y.abs() < 1e-9, 0.0)
+
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x, y = rg.tensor(x_array).require_grad(), rg.tensor(other).require_grad()
+        out = program(x, y, "rg")
+        grads = (out * rg.tensor(seed)).sum().backward()
+        ours = [out.numpy(), x.grad(grads).numpy(), y.grad(grads).numpy()]
+    tx, ty = torch.tensor(x_array, requires_grad=True), torch.tensor(other, requires_grad=True)
+    tout = program(tx, ty, "torch")
+    (tout * torch.tensor(seed)).sum().backward()
+    np.testing.assert_array_equal(ours[0], tout.detach().numpy())  # elementwise: exact
+    for got, expected in zip(ours[1:], [tx.grad, ty.grad]):  # sums of several contributions
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-12, atol=1e-13)
