@@ -562,18 +562,23 @@ class NumpyNNKernels:
     def max_pool_backward(self, grad, indices, input_size):
         n, c = grad.shape[:2]
         cells = math.prod(input_size)
-        if channels_last(indices):  # the input was channels-last: so is its gradient
-            flat = np.moveaxis(indices, 1, -1) * c
-            flat += np.arange(c)
-            flat += (np.arange(n) * (cells * c)).reshape((n,) + (1,) * (flat.ndim - 1))
-            out = np.zeros(n * cells * c, dtype=grad.dtype)
-            np.add.at(out, flat.ravel(), np.moveaxis(grad, 1, -1).ravel())
-            return np.moveaxis(out.reshape(n, *input_size, c), -1, 1)
-        pooled = math.prod(indices.shape[2:])
-        flat = indices.reshape(n * c, pooled) + (np.arange(n * c) * cells)[:, None]
+        # Scatter in the input's memory order, so the gradient comes out in its layout:
+        # [N, C, cells], or [N, cells, C] for a channels-last input.
+        last = channels_last(indices)
+        if last:
+            indices, grad = np.moveaxis(indices, 1, -1), np.moveaxis(grad, 1, -1)
+        channel = np.arange(c).reshape((c,) + (1,) * (0 if last else indices.ndim - 2))
+        if last:
+            flat = indices * c
+            flat += channel
+        else:
+            flat = indices + channel * cells
+        flat += (np.arange(n) * (cells * c)).reshape((n,) + (1,) * (indices.ndim - 1))
         out = np.zeros(n * c * cells, dtype=grad.dtype)
         # Overlapping windows can pick one cell several times: add, not assign.
-        np.add.at(out, flat.ravel(), grad.reshape(-1))
+        np.add.at(out, flat.ravel(), grad.ravel())
+        if last:
+            return np.moveaxis(out.reshape(n, *input_size, c), -1, 1)
         return out.reshape(n, c, *input_size)
 
     def adaptive_avg_pool(self, x, output_size):
