@@ -356,13 +356,20 @@ class SyncServer:
         step.agreement = self.engine.all_gather(device, step.payload, ("reg", current.number))
         step.agreement.then(lambda pending: self._on_agreed(step, pending))
 
-    def _on_agreed(self, step: DeviceStep, pending: Pending) -> None:
-        current = step.round
-        if current.failed:
-            return
+    def _settled(self, step: DeviceStep, pending: Pending) -> bool:
+        """Whether ``pending`` (an operation of ``step``'s round) completed and its round goes
+        on; an error fails the round."""
+        if step.round.failed:
+            return False
         if pending.error is not None:
-            self._fail_round(current, pending.error)
+            self._fail_round(step.round, pending.error)
+            return False
+        return True
+
+    def _on_agreed(self, step: DeviceStep, pending: Pending) -> None:
+        if not self._settled(step, pending):
             return
+        current = step.round
         if current.plan is None:
             gathered = pending.result
             key = tuple(payload.tobytes() for payload in gathered)
@@ -467,12 +474,9 @@ class SyncServer:
         pending.then(lambda done: self._on_reduced(step, bucket, done))
 
     def _on_reduced(self, step: DeviceStep, bucket: int, pending: Pending) -> None:
+        if not self._settled(step, pending):
+            return
         current = step.round
-        if current.failed:
-            return
-        if pending.error is not None:
-            self._fail_round(current, pending.error)
-            return
         for index, result in zip(step.bucket_slots[bucket], pending.result):
             step.results[index] = result
         step.intervals.append((pending.launched_at, pending.finished_at))
