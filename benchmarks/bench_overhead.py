@@ -52,6 +52,14 @@ def numpy_chain(x: np.ndarray, w: np.ndarray):
     return grad_x + g, grad_w
 
 
+def chain_loss(xp, x, w):
+    """The chain's loss written against a NumPy-like module ``xp`` (autograd's, JAX's)."""
+    y = x
+    for _ in range(LINKS):
+        y = xp.sin(y * w) + x
+    return xp.sum(y)
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     x0 = rng.uniform(-1, 1, SHAPE).astype(np.float32)
@@ -83,27 +91,13 @@ def main() -> None:
     autograd = optional("autograd")
     if autograd is not None:
         anp = optional("autograd.numpy")
-
-        def loss(x, w):
-            y = x
-            for _ in range(LINKS):
-                y = anp.sin(y * w) + x
-            return anp.sum(y)
-
-        hips = autograd.grad(loss, argnum=(0, 1))
+        hips = autograd.grad(lambda x, w: chain_loss(anp, x, w), argnum=(0, 1))
         candidates["HIPS autograd"] = lambda: hips(x0, w0)
 
     jax = optional("jax")
     if jax is not None:
         jnp = optional("jax.numpy")
-
-        def jax_loss(x, w):
-            y = x
-            for _ in range(LINKS):
-                y = jnp.sin(y * w) + x
-            return jnp.sum(y)
-
-        eager = jax.grad(jax_loss, argnums=(0, 1))
+        eager = jax.grad(lambda x, w: chain_loss(jnp, x, w), argnums=(0, 1))
         jitted = jax.jit(eager)
         xj, wj = jnp.asarray(x0), jnp.asarray(w0)
         candidates["JAX eager"] = lambda: [g.block_until_ready() for g in eager(xj, wj)]
