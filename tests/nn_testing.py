@@ -1,5 +1,5 @@
-"""Shared checks for the nn.functional tests: finite differences, PyTorch comparisons,
-gradients under both checkpointing strategies.
+"""Shared checks for the tests of nn.functional and of random programs: finite differences,
+PyTorch comparisons, gradients under both checkpointing strategies.
 
 Expected values never come from the code under test: gradients are checked against central
 finite differences of the forward (run on the plain NumPy backend, no autodiff) and against
@@ -107,3 +107,21 @@ def compare_with_torch(rfn, tfn, arrays, dtype: str, *, scale_atol: float = 1.0)
     for i, (g, t) in enumerate(zip(grads, t_inputs)):
         if t.requires_grad:
             np.testing.assert_allclose(g, t.grad.numpy(), **tol, err_msg=f"gradient {i}")
+
+
+def assert_strategies_identical(plain: Sequence, balanced: Sequence) -> None:
+    """Gradients (``None`` where none) under NoCheckpointing and BalancedCheckpointing are
+    the same, bit for bit."""
+    for a, b in zip(plain, balanced):
+        assert (a is None and b is None) or np.array_equal(a, b)
+
+
+def assert_leaf_gradients_match(ours: Sequence, torch_leaves: Sequence, rtol, atol) -> None:
+    """Our gradient of each leaf equals ``leaf.grad`` of the PyTorch leaf; where PyTorch has
+    none, ours is absent or zero."""
+    for mine, leaf in zip(ours, torch_leaves):
+        if leaf.grad is None:
+            assert mine is None or not mine.any()
+        else:
+            assert mine is not None
+            np.testing.assert_allclose(mine, leaf.grad.numpy(), rtol=rtol, atol=atol)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retrograd as rg
+from nn_testing import assert_leaf_gradients_match, assert_strategies_identical
 
 SHAPE = (3, 4)
 
@@ -108,8 +109,7 @@ def test_random_programs_match_torch_and_strategies(program, seed):
     balanced = _retrograd_gradients(
         program, arrays, weights, rg.BalancedCheckpointing(), np.float64
     )
-    for a, b in zip(plain, balanced):
-        assert (a is None and b is None) or np.array_equal(a, b)
+    assert_strategies_identical(plain, balanced)
 
     leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
     tables = ({k: v[1] for k, v in UNARY.items()}, {k: v[1] for k, v in BINARY.items()})
@@ -118,12 +118,7 @@ def test_random_programs_match_torch_and_strategies(program, seed):
         return sum((v * torch.tensor(w)).sum() for v, w in zip(values[3:], weights))
 
     _evaluate(program, leaves, tables, combine).backward()
-    for ours, leaf in zip(plain, leaves):
-        if leaf.grad is None:
-            assert ours is None or not ours.any()
-        else:
-            assert ours is not None
-            np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-9, atol=1e-11)
+    assert_leaf_gradients_match(plain, leaves, rtol=1e-9, atol=1e-11)
 
 
 @settings(max_examples=40, deadline=None)
@@ -136,5 +131,4 @@ def test_random_programs_float32_identical_under_strategies(program, seed):
     balanced = _retrograd_gradients(
         program, arrays, weights, rg.BalancedCheckpointing(), np.float32
     )
-    for a, b in zip(plain, balanced):
-        assert (a is None and b is None) or np.array_equal(a, b)
+    assert_strategies_identical(plain, balanced)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retrograd as rg
+from nn_testing import assert_leaf_gradients_match, assert_strategies_identical
 
 SHAPE = (2, 3, 4)
 # Leaves: three of the running shape and three that broadcast against it.
@@ -229,20 +230,14 @@ def test_random_tensor_programs_match_torch_and_strategies(program, seed):
     weights = [rng.uniform(-1, 1, SHAPE) for _ in program]
     value, plain = retrograd_gradients(program, arrays, weights, rg.NoCheckpointing())
     _, balanced = retrograd_gradients(program, arrays, weights, rg.BalancedCheckpointing())
-    for a, b in zip(plain, balanced):
-        assert (a is None and b is None) or np.array_equal(a, b)
+    assert_strategies_identical(plain, balanced)
 
     leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
     loss = evaluate(program, leaves, [torch.tensor(w) for w in weights], steps(False))
     loss.backward()
     assert np.isfinite(value)
     np.testing.assert_allclose(value, loss.item(), rtol=1e-9, atol=1e-9)
-    for ours, leaf in zip(plain, leaves):
-        if leaf.grad is None:
-            assert ours is None or not ours.any()
-        else:
-            assert ours is not None
-            np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-8, atol=1e-9)
+    assert_leaf_gradients_match(plain, leaves, rtol=1e-8, atol=1e-9)
 
 
 @pytest.mark.parametrize("strategy", [rg.NoCheckpointing(), rg.BalancedCheckpointing()])
