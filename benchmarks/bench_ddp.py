@@ -6,6 +6,7 @@ per rank)::
 
     python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks_ddp.md
     python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
+    python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
 
 Each rank trains the same MLP on its own batch (``--batch`` samples per rank and step, so 2
 ranks process twice the samples of 1 per step) with MEAN gradient sync and plain SGD.
@@ -115,6 +116,36 @@ def worker(options) -> None:
         ctx.close()
 
 
+def context_overhead(options) -> None:
+    """What a context of one rank adds to a step (a world of one reduces nothing): in one
+    process, 4-step batches with and without distributed parameters, alternating."""
+    import retrograd as rg
+    from retrograd import distributed as dist
+
+    sizes = MODELS[options.model]
+    params = init_params(sizes)
+    config = dist.DistributedConfig(
+        dist.ReduceOperation.MEAN, timeout=120.0, bucket_bytes=options.bucket_bytes
+    )
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((options.batch, sizes[0])).astype(np.float32)
+    y = rng.standard_normal((options.batch, sizes[-1])).astype(np.float32)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with dist.DistributedContext.from_launcher(config, engine="mpi") as ctx:
+        for _ in range(options.warmup):
+            train_step(rg, params, x, y, ctx.device, True)
+        for _ in range(options.trials * 3):
+            for distributed in (True, False):
+                started = time.perf_counter()
+                for _ in range(4):
+                    train_step(rg, params, x, y, ctx.device, distributed)
+                times[distributed].append((time.perf_counter() - started) / 4)
+    with_context, without = (1000 * statistics.median(times[flag]) for flag in (True, False))
+    print(f"{options.model}, bucket_bytes {options.bucket_bytes}: {with_context:.2f} ms per step "
+          f"with a context of one rank, {without:.2f} ms without: {with_context - without:.2f} ms "
+          "of overhead")  # fmt: skip
+
+
 # -- the driver ------------------------------------------------------------------------------
 #: (label, ranks, bucket_bytes); bucket_bytes None: ranks train alone, without any context
 CASES = [
@@ -165,7 +196,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--bucket-bytes", type=int, default=25 * MIB, help=argparse.SUPPRESS)
+    parser.add_argument("--bucket-bytes", type=int, default=25 * MIB,
+                        help="with --overhead: the bucket size")  # fmt: skip
+    parser.add_argument("--overhead", action="store_true",
+                        help="time only what a 1-rank context adds to a step")  # fmt: skip
     parser.add_argument("--model", choices=sorted(MODELS), default="wide")
     parser.add_argument("--models", default="wide,deep", help="models the driver runs")
     parser.add_argument("--batch", type=int, default=128, help="samples per rank and step")
@@ -175,6 +209,11 @@ def main() -> None:
     options = parser.parse_args()
     if options.worker:
         worker(options)
+        return
+    if options.overhead:
+        for model in options.models.split(","):
+            options.model = model
+            context_overhead(options)
         return
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
           f"batch {options.batch} per rank, {options.steps} timed steps after "

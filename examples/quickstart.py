@@ -7,7 +7,7 @@ x = rg.random((64, 1))
 y = 3.0 * x + 0.5
 w = rg.zeros((1, 1)).require_grad()
 b = rg.zeros((1,)).require_grad()
-for step in range(200):
+for _ in range(200):
     loss = ((x @ w + b - y) ** 2).mean()
     grads = loss.backward()  # a value: nothing is mutated
     w = (w - 0.5 * w.grad(grads)).detach().require_grad()

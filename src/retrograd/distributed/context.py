@@ -192,7 +192,7 @@ class DistributedContext:
         return pending
 
     def _wait_op(self, pending: Pending, what: str) -> Any:
-        if not pending.wait(self.config.timeout):
+        if not self._server.drive_until(pending, self.config.timeout):
             self._server.op_stalled(pending, what)
             pending.wait(1.0)
         return pending.outcome()

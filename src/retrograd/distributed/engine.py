@@ -3,9 +3,9 @@
 An engine connects the *members* of a context (one per device, in rank order) and offers two
 non-blocking collectives: an all-reduce of NumPy buffers and an all-gather of small int64
 arrays (the metadata devices agree on before a backward's gradients are reduced). Each returns a
-:class:`Pending`; ``progress()`` drives what is in flight. Every engine method is called from
-the context's server thread only, so engines need no locks of their own; device threads only
-wait on :class:`Pending` handles.
+:class:`Pending`; ``progress()`` drives what is in flight. Engine methods are called under the
+sync server's lock (from a device thread or the server thread), one at a time, so engines need
+no locks of their own.
 
 Engines here: ``local`` (threads of one process, shared memory) and ``mpi`` (one process per
 rank, ``mpi4py``). A ``torch.distributed`` engine (gloo, NCCL) fits the same shape: its
@@ -35,7 +35,7 @@ class Pending:
 
     ``wait(timeout)`` blocks the calling (device) thread until it completes and says whether
     it did; ``outcome()`` then returns the result or raises :class:`DistributedError`.
-    ``then`` and ``finish`` run on the server thread only.
+    ``then`` and ``finish`` run under the sync server's lock only.
     """
 
     __slots__ = ("_done", "_event", "callbacks", "error", "finished_at", "key", "launched_at",

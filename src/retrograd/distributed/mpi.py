@@ -8,7 +8,7 @@ calls (each issued in the same order on every rank, as MPI requires of collectiv
 communicator), and control messages (registrations and heartbeats, point to point).
 
 Faults never hang a rank, because nothing here blocks inside MPI: every operation is
-non-blocking and the server thread polls it against a deadline.
+non-blocking, polled against a deadline.
 
 - Before a backward's gradients are reduced, ranks exchange their registrations point to point,
   so a rank that never registers is named (its message is the one that did not arrive), and

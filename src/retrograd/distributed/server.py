@@ -1,8 +1,12 @@
-"""The sync server: one thread per context that orchestrates gradient sync, as Burn's
-``DistributedSyncServer`` does.
+"""The sync server: the state of a context's gradient sync and the thread that watches it, as
+Burn's ``DistributedSyncServer``.
 
-Device threads never talk to the engine: they put messages on the server's queue and wait on
-events. For each backward that involves distributed parameters, the server
+Its handlers run under one lock, on the device thread that calls them: a message handed to a
+server thread would cost a wake-up and a switch of the interpreter lock on the step's
+critical path. The device thread also drives the engine between its backward's steps
+(``poll``) and while it waits for its results (``drive_until``); the server thread keeps the
+engine moving (heartbeats, collectives in flight) while no device thread does, and gives the
+timeouts their diagnosis. For each backward that involves distributed parameters, the server
 
 1. *registers* the device's parameters (ids, sizes, dtypes, in the order their gradients are
    predicted to become final) and gathers every member's registration through the engine;
@@ -25,6 +29,7 @@ import hashlib
 import math
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +53,8 @@ _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 # Registration payload: [count, label bytes, then per parameter: id, numel, dtype, shape digest]
 _HEADER, _FIELDS = 2, 4
 _SERVER_REPLY_SECONDS = 10.0
+#: how often the server thread polls while a device thread drives the engine itself
+_BACKSTOP_SECONDS = 0.05
 
 
 def _shape_digest(shape: tuple[int, ...]) -> int:
@@ -245,7 +252,12 @@ class SyncServer:
     def __init__(self, engine: Collective, config: DistributedConfig, name: str):
         self.engine = engine
         self.config = config
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        #: the engine and every round's state, held by whichever thread drives them
+        self._lock = threading.RLock()
+        #: wakes the server thread (its poll interval may have changed)
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()
+        #: device threads blocked in ``drive_until``
+        self._drivers = 0
         self._round: Round | None = None
         self._round_number = 0
         self._op_links: dict[Pending, Pending] = {}
@@ -255,6 +267,10 @@ class SyncServer:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- called from device threads -------------------------------------------------------
+    # Device threads run the handlers themselves, under the lock: handing each message to the
+    # server thread cost a wake-up and a switch of the interpreter lock (~0.1 ms each here),
+    # on the step's critical path. The server thread keeps the engine moving (heartbeats,
+    # collectives in flight) while no device thread does.
     def start(self) -> None:
         self._thread.start()
 
@@ -263,82 +279,110 @@ class SyncServer:
         return self._thread.is_alive()
 
     def register(self, step: DeviceStep) -> None:
-        self._queue.put((self._on_register, step))
+        self._run_handler(self._on_register, step)
 
     def submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
-        """Several final gradients in one message: one wake-up of the server thread (and one
-        handoff of the interpreter lock) per bucket, not per parameter."""
-        self._queue.put((self._on_submit_many, step, items))
+        """Several final gradients (a bucket's) at once; launches what is complete."""
+        self._run_handler(self._on_submit_many, step, items)
+
+    def poll(self) -> None:
+        """Advance collectives in flight, unless another thread is at it (backward calls
+        this between its steps: MPI progresses only inside MPI calls)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._progress()
+            finally:
+                self._lock.release()
 
     def waiting(self, step: DeviceStep) -> None:
-        self._queue.put((self._on_waiting, step))
+        self._run_handler(self._on_waiting, step)
+
+    def drive_until(self, done: threading.Event | Pending, timeout: float) -> bool:
+        """Block the calling device thread until ``done`` is set (or complete), driving the
+        engine meanwhile; false after ``timeout`` seconds."""
+        is_done = done.is_set if isinstance(done, threading.Event) else done.done
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._drivers += 1
+        try:
+            while not is_done():
+                with self._lock:
+                    delay = self._progress()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return is_done()
+                if delay is None or delay > 0.0:
+                    done.wait(remaining if delay is None else min(delay, remaining))
+            return True
+        finally:
+            with self._lock:
+                self._drivers -= 1
 
     def stalled(self, step: DeviceStep) -> None:
         """The device gave up waiting for ``step``: fail its round with a diagnosis."""
-        self._call(self._on_stalled, step)
+        self._run_handler(self._on_stalled, step, patience=_SERVER_REPLY_SECONDS)
 
     def all_reduce(self, outer: Pending, device, buffers, op, key, group) -> None:
-        self._queue.put((self._on_op, outer, device, buffers, op, key, group))
+        self._run_handler(self._on_op, outer, device, buffers, op, key, group)
 
     def op_stalled(self, outer: Pending, what: str) -> None:
-        self._call(self._on_op_stalled, outer, what)
+        self._run_handler(self._on_op_stalled, outer, what, patience=_SERVER_REPLY_SECONDS)
 
     def close(self) -> None:
         if not self._thread.is_alive():
             return
-        done = threading.Event()
-        self._queue.put((self._on_close, done))
         # Closing an engine across processes waits up to ``timeout`` for its peers.
-        self._thread.join(self.config.timeout + _SERVER_REPLY_SECONDS)
+        self._run_handler(self._on_close, patience=self.config.timeout + _SERVER_REPLY_SECONDS)
+        self._wake.put(None)
+        self._thread.join(_SERVER_REPLY_SECONDS)
 
-    def _call(self, handler, *args) -> None:
-        """Run ``handler`` on the server thread and wait for it."""
-        done = threading.Event()
-        self._queue.put((self._reply, done, handler, *args))
-        if not done.wait(_SERVER_REPLY_SECONDS) and self._thread.is_alive():
+    def _run_handler(self, handler, *args, patience: float | None = None) -> None:
+        """Run ``handler`` under the lock, on the calling thread; an exception in it fails
+        the round."""
+        if not self._lock.acquire(timeout=-1 if patience is None else patience):
             raise DistributedError("the distributed sync server did not answer")
+        try:
+            handler(*args)
+        except Exception:
+            self._internal_error()
+        finally:
+            self._lock.release()
+
+    def _progress(self) -> float | None:
+        try:
+            return self.engine.progress()
+        except Exception:  # an engine bug must not leave devices waiting forever
+            self._internal_error()
+            return None
 
     # -- the server thread ------------------------------------------------------------------
     def _run(self) -> None:
-        engine, messages = self.engine, self._queue
+        wake = self._wake
         while not self._closed:
-            try:
-                delay = engine.progress()
-            except Exception:  # an engine bug must not leave devices waiting forever
-                self._internal_error()
-                delay = None
-            try:
-                if delay == 0.0:
-                    message = messages.get_nowait()
-                else:
-                    message = messages.get(timeout=0.5 if delay is None else delay)
-            except queue.Empty:
-                continue
-            while True:
-                try:
-                    message[0](*message[1:])
-                except Exception:
-                    self._internal_error()
+            with self._lock:
                 if self._closed:
                     return
-                try:
-                    message = messages.get_nowait()
-                except queue.Empty:
-                    break
+                delay = self._progress()
+            if self._drivers:  # a device thread polls back to back: do not compete with it
+                delay = _BACKSTOP_SECONDS if delay is None else max(delay, _BACKSTOP_SECONDS)
+            try:
+                wake.get(timeout=0.5 if delay is None else delay)
+                while True:  # one pass of progress answers every wake-up so far
+                    wake.get_nowait()
+            except queue.Empty:
+                pass
 
     def _internal_error(self) -> None:
         text = traceback.format_exc(limit=6)
         if self._round is not None:
             self._fail_round(self._round, f"internal error in the distributed sync server:\n{text}")
 
-    def _reply(self, done: threading.Event, handler, *args) -> None:
-        try:
-            handler(*args)
-        finally:
-            done.set()
-
     # -- rounds ---------------------------------------------------------------------------
     def _on_register(self, step: DeviceStep) -> None:
+        if self._closed:
+            step.error = "the distributed context was closed"
+            step.done.set()
+            return
         device = step.device
         current = self._round
         if current is not None and device in current.steps:
@@ -583,6 +627,9 @@ class SyncServer:
 
     # -- user collectives ---------------------------------------------------------------------
     def _on_op(self, outer: Pending, device, buffers, op, key, group) -> None:
+        if self._closed:
+            outer.finish(error="the distributed context was closed")
+            return
         inner = self.engine.all_reduce(device, buffers, op, key, group)
         self._op_links[outer] = inner
         self._update_urgency()
@@ -611,7 +658,7 @@ class SyncServer:
         engine.abandon(inner, reason)
 
     # -- closing ------------------------------------------------------------------------------
-    def _on_close(self, done: threading.Event) -> None:
+    def _on_close(self) -> None:
         if self._round is not None:
             self._fail_round(self._round, "the distributed context was closed")
         for outer in list(self._op_links):
@@ -621,7 +668,6 @@ class SyncServer:
             self.engine.close(self.config.timeout)
         finally:
             self._closed = True
-            done.set()
 
 
 def _with_status(engine: Collective, index: int, text: str, otherwise: str = "") -> str:

@@ -3,14 +3,15 @@
 ``begin`` (backward starts) finds the distributed parameters in the walked graph, predicts the
 order their gradients will become final, and registers them with the device's context; the
 ``Gradients`` registration hook submits a parameter's gradient the moment its last contribution
-arrives (handing the buffer to the server thread, so backward goes on at once); ``end`` waits
-for this device's all-reduces and puts the reduced gradients into the result.
+arrives, a bucket at a time; ``end`` waits for this device's all-reduces (driving the engine)
+and puts the reduced gradients into the result.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from .server import DeviceStep, ParamSlot, local_bucket_plan
 
 __all__ = ["GradientSyncHook", "active_context", "register_context", "unregister_context"]
 
+#: how often backward polls collectives in flight (between its steps)
+_POLL_SECONDS = 0.0005
 _LOCK = threading.Lock()
 #: device -> the running context that hosts it
 _CONTEXTS: dict[Device, Any] = {}
@@ -117,9 +120,15 @@ class GradientSyncHook:
         batches: list[list] = [[] for _ in bucket_sizes]
         step.unsent = batches
 
+        poll_at = [0.0]
+
         def on_register(node: Any, grads: Any) -> None:
             # Runs on every registration of the backward: return fast unless a parameter
-            # just became final.
+            # just became final, or collectives in flight are due a poll.
+            now = perf_counter()
+            if now >= poll_at[0]:
+                poll_at[0] = now + _POLL_SECONDS
+                server.poll()
             if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
                 return
             slot = by_node.get(node.id)
@@ -166,7 +175,7 @@ class GradientSyncHook:
             server.submit_many(step, late)
         started = time.perf_counter()
         server.waiting(step)
-        if not step.done.wait(context.config.timeout):
+        if not server.drive_until(step.done, context.config.timeout):
             server.stalled(step)
             step.done.wait(1.0)
         waited = time.perf_counter() - started
