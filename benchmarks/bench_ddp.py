@@ -4,7 +4,7 @@ all-reduce time hides behind backward, with and without bucketing.
 Run as a script; it starts the ranks itself (``mpiexec -n 1`` and ``-n 2``, one BLAS thread
 per rank)::
 
-    python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks_ddp.md
+    python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks.md
     python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
     python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
 
@@ -86,7 +86,10 @@ def worker(options) -> None:
         from retrograd import distributed as dist
 
         config = dist.DistributedConfig(
-            dist.ReduceOperation.MEAN, timeout=120.0, bucket_bytes=options.bucket_bytes
+            dist.ReduceOperation.MEAN,
+            timeout=120.0,
+            bucket_bytes=options.bucket_bytes,
+            last_bucket_bytes=options.last_bucket_bytes,
         )
         ctx = dist.DistributedContext.from_launcher(config).start()
         rank, world, device = ctx.rank, ctx.world_size, ctx.device
@@ -163,7 +166,8 @@ def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
     """One configuration, once: every rank's RESULT, combined."""
     here = Path(__file__).resolve()
     argv = [str(here), "--worker", "--model", options.model, "--steps", str(options.steps),
-            "--warmup", str(options.warmup), "--batch", str(options.batch)]  # fmt: skip
+            "--warmup", str(options.warmup), "--batch", str(options.batch),
+            "--last-bucket-bytes", str(options.last_bucket_bytes)]  # fmt: skip
     env = dict(os.environ)
     source = here.parents[1] / "src"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
@@ -198,6 +202,8 @@ def main() -> None:
     parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bucket-bytes", type=int, default=25 * MIB,
                         help="with --overhead: the bucket size")  # fmt: skip
+    parser.add_argument("--last-bucket-bytes", type=int, default=MIB,
+                        help="DistributedConfig.last_bucket_bytes (0: off)")  # fmt: skip
     parser.add_argument("--overhead", action="store_true",
                         help="time only what a 1-rank context adds to a step")  # fmt: skip
     parser.add_argument("--model", choices=sorted(MODELS), default="wide")

@@ -243,7 +243,7 @@ def test_buckets_hold_one_dtype_and_mixed_dtypes_sync():
 
 
 def test_plan_buckets_fills_in_order_and_caps_the_first_bucket():
-    config = dist.DistributedConfig(bucket_bytes=100, first_bucket_bytes=40)
+    config = dist.DistributedConfig(bucket_bytes=100, first_bucket_bytes=40, last_bucket_bytes=0)
     entries = [(1, 5, "float32"), (2, 5, "float32"), (3, 10, "float64"), (4, 20, "float32"),
                (5, 1, "float32"), (6, 30, "float32")]  # fmt: skip
     plan = plan_buckets(entries, config)
@@ -254,6 +254,25 @@ def test_plan_buckets_fills_in_order_and_caps_the_first_bucket():
     ]
     no_buckets = plan_buckets(entries, dist.DistributedConfig(bucket_bytes=0))
     assert [b.values for b in no_buckets] == [[1], [2], [3], [4], [5], [6]]
+
+
+def test_plan_buckets_gives_the_gradients_final_last_buckets_of_their_own():
+    """A bucket launches only once its last gradient is final: the first layer's gradient
+    (final last) must not hold back earlier layers' gradients until backward has ended."""
+    # float32 bytes in finality order, an MLP's shape scaled down: 40, 400, 4, 400, 4, 100, 4
+    entries = [(1, 10, "float32"), (2, 100, "float32"), (3, 1, "float32"), (4, 100, "float32"),
+               (5, 1, "float32"), (6, 25, "float32"), (7, 1, "float32")]  # fmt: skip
+
+    def plan(last_bucket_bytes):
+        config = dist.DistributedConfig(
+            bucket_bytes=1000, first_bucket_bytes=100, last_bucket_bytes=last_bucket_bytes
+        )
+        return [b.values for b in plan_buckets(entries, config)]
+
+    assert plan(0) == [[1, 2], [3, 4, 5, 6, 7]]
+    assert plan(50) == [[1, 2], [3, 4, 5], [6, 7]]  # 7 (4 bytes), then 6 reaches the cap
+    assert plan(4) == [[1, 2], [3, 4, 5, 6], [7]]
+    assert plan(10**6) == plan(0)  # a tail of everything is the plain plan
 
 
 def test_gradients_are_submitted_during_backward_last_layer_first():

@@ -36,6 +36,11 @@ class DistributedConfig:
       ``0`` all-reduces every parameter on its own.
     - ``first_bucket_bytes``: the cap of the first bucket (1 MiB, as DDP), so communication
       starts early in backward instead of waiting for 25 MiB of gradients.
+    - ``last_bucket_bytes``: the gradients that become final last (the first layers') are
+      fused into buckets of their own, about this size in all (1 MiB; DDP has no such
+      setting): a bucket cannot launch before its last gradient is final, so whatever
+      shares a bucket with the first layer's gradient is all-reduced after backward, with
+      nothing left to hide it behind. ``0`` turns it off.
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400
@@ -45,6 +50,7 @@ class DistributedConfig:
     timeout: float = 60.0
     bucket_bytes: int = 25 * MIB
     first_bucket_bytes: int = 1 * MIB
+    last_bucket_bytes: int = 1 * MIB
 
     def __post_init__(self) -> None:
         if not isinstance(self.all_reduce_op, ReduceOperation):
@@ -59,7 +65,7 @@ class DistributedConfig:
                 f"DistributedConfig: timeout must be a positive number of seconds, "
                 f"got {self.timeout!r}"
             )
-        for name in ("bucket_bytes", "first_bucket_bytes"):
+        for name in ("bucket_bytes", "first_bucket_bytes", "last_bucket_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(

@@ -55,7 +55,7 @@ _CLOSING = 3
 # poll gently: the collective is hidden behind it, and polling steals CPU from it. While a
 # device is blocked waiting for a result, poll back to back, but only briefly: mostly it is
 # waiting for a peer still computing, and on a machine whose cores are shared (a VM) spinning
-# slows that peer down: on the 2-vCPU VM of docs/benchmarks_ddp.md, no spin and a 2 ms spin
+# slows that peer down: on the 2-vCPU VM of docs/benchmarks.md, no spin and a 2 ms spin
 # both beat a 20 ms spin, neither consistently better than the other.
 _POLL_SECONDS = 0.001
 _SPIN_SECONDS = 0.002

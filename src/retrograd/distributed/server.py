@@ -98,15 +98,33 @@ def plan_buckets(
     entries: Sequence[tuple[int, int, str]], config: DistributedConfig
 ) -> list[Bucket]:
     """Fuse parameters ``(id value, numel, dtype)``, in the order given (the order their
-    gradients become final), into buckets of about ``config.bucket_bytes``, one dtype each.
+    gradients become final), into buckets of about ``config.bucket_bytes``, one dtype each;
+    the last ``config.last_bucket_bytes`` or so get buckets of their own.
 
     >>> from retrograd.distributed import DistributedConfig
-    >>> config = DistributedConfig(bucket_bytes=64, first_bucket_bytes=16)
-    >>> [b.values for b in plan_buckets([(1, 4, "float32"), (2, 8, "float32"),
-    ...                                  (3, 8, "float32"), (4, 2, "float32")], config)]
+    >>> entries = [(1, 4, "float32"), (2, 8, "float32"), (3, 8, "float32"), (4, 2, "float32")]
+    >>> config = DistributedConfig(bucket_bytes=80, first_bucket_bytes=16, last_bucket_bytes=0)
+    >>> [b.values for b in plan_buckets(entries, config)]
     [[1], [2, 3, 4]]
+    >>> config = DistributedConfig(bucket_bytes=80, first_bucket_bytes=16, last_bucket_bytes=8)
+    >>> [b.values for b in plan_buckets(entries, config)]
+    [[1], [2, 3], [4]]
     """
+    entries = list(entries)
+    split = len(entries)
+    if config.bucket_bytes and config.last_bucket_bytes:
+        tail_bytes = 0
+        while split > 0 and tail_bytes < config.last_bucket_bytes:
+            split -= 1
+            tail_bytes += entries[split][1] * _ITEMSIZE.get(entries[split][2], 8)
     buckets: list[Bucket] = []
+    _fuse(entries[:split], config, buckets)
+    _fuse(entries[split:], config, buckets)
+    return buckets
+
+
+def _fuse(entries: Sequence[tuple[int, int, str]], config: DistributedConfig, buckets: list):
+    """Append the buckets of ``entries`` to ``buckets`` (see :func:`plan_buckets`)."""
     open_by_dtype: dict[str, Bucket] = {}
     for value, numel, dtype in entries:
         nbytes = numel * _ITEMSIZE.get(dtype, 8)
@@ -122,7 +140,6 @@ def plan_buckets(
             cap = min(cap, config.first_bucket_bytes)
         if bucket.nbytes >= cap:  # full (with bucket_bytes=0, every parameter is its own)
             del open_by_dtype[dtype]
-    return buckets
 
 
 class DeviceStep:
@@ -192,7 +209,7 @@ def local_bucket_plan(
 ) -> tuple[list[int], list[int]]:
     """``(bucket of each slot, slots per bucket)`` as this device would plan them: the plan
     the members agree on whenever they register the same parameters in the same order."""
-    key = (config.bucket_bytes, config.first_bucket_bytes) + tuple(
+    key = (config.bucket_bytes, config.first_bucket_bytes, config.last_bucket_bytes) + tuple(
         (slot.pid.value, slot.numel, slot.dtype) for slot in slots
     )
     plan = _LOCAL_PLANS.get(key)
