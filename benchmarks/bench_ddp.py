@@ -14,7 +14,11 @@ Throughput is samples per second over the timed steps (the slowest rank's time).
 baseline is one process training without any distributed context.
 
 Hidden fraction = 1 - (time backward spent waiting for its all-reduces at its end) / (time
-during which at least one of its all-reduces was in flight), summed over the timed steps.
+during which at least one of its all-reduces was in flight), summed over the timed steps and
+ranks. A rank ahead of its peer also waits for the peer's compute, which that counts as not
+hidden; so a second measure takes, per step, the communication still exposed once the *last*
+rank's backward has ended (until the last rank has its gradients; the ranks share one clock):
+hidden behind the last backward = 1 - exposed / (mean time in flight per rank).
 """
 
 from __future__ import annotations
@@ -187,10 +191,18 @@ def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
     if bucket_bytes is not None:
         comm = sum(r["comm_seconds"] for r in results)
         wait = sum(r["wait_seconds"] for r in results)
+        # One clock for the whole machine: step k's communication is exposed from the moment
+        # the last rank's backward ended until the last rank has its gradients.
+        exposed = sum(
+            max(0.0, max(synced for _, synced in ranks) - max(ended for ended, _ in ranks))
+            for ranks in zip(*(r["timeline"] for r in results))
+        )
         summary.update(
             comm_ms=1000 * comm / len(results) / options.steps,
             wait_ms=1000 * wait / len(results) / options.steps,
             hidden=max(0.0, 1.0 - wait / comm) if comm > 0 else 1.0,
+            exposed_ms=1000 * exposed / options.steps,
+            hidden_last=max(0.0, 1.0 - exposed * len(results) / comm) if comm > 0 else 1.0,
             collectives=results[0]["buckets"] / options.steps,
         )
     return summary
@@ -237,16 +249,20 @@ def main() -> None:
         base = median[CASES[0][0]]["samples_per_s"]
         print(f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters")
         print("| case | samples/s | vs baseline | all-reduce in flight ms/step "
-              "| waited at end ms/step | hidden | all-reduces/step |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
+              "| waited at end ms/step | hidden | exposed after the last backward ms/step "
+              "| hidden behind the last backward | all-reduces/step |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|")
         for label, _, bucket_bytes in CASES:
             case = median[label]
             row = f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
             if bucket_bytes is None:
-                row += " | | | | |"
+                row += " | | | | | | |"
             else:
-                row += (f" | {case['comm_ms']:.1f} | {case['wait_ms']:.1f} "
-                        f"| {100 * case['hidden']:.0f}% | {case['collectives']:.0f} |")  # fmt: skip
+                row += (
+                    f" | {case['comm_ms']:.1f} | {case['wait_ms']:.1f} "
+                    f"| {100 * case['hidden']:.0f}% | {case['exposed_ms']:.1f} "
+                    f"| {100 * case['hidden_last']:.0f}% | {case['collectives']:.0f} |"
+                )
             print(row, flush=True)
         print()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -203,8 +204,11 @@ class DistributedContext:
         pending = self._start_op(device, devices, array, op)
         return self._wait_op(pending, f"all_reduce backward ({op.name}) on {device}")[0]
 
-    def _record_step(self, step: Any, waited: float) -> None:
-        self.stats.add(step, waited)
+    def _record_step(self, step: Any, ended: float, waited: float) -> None:
+        self.stats.add(step, ended, waited)
+
+
+_TIMELINE_STEPS = 4096
 
 
 class _Stats:
@@ -220,13 +224,17 @@ class _Stats:
             self.buckets = 0
             self.comm_seconds = 0.0
             self.wait_seconds = 0.0
+            #: ``(backward ended, gradients synced)`` of the latest steps, ``time.perf_counter``
+            #: seconds (one clock for every process of a machine, so ranks can be compared)
+            self.timeline: deque[tuple[float, float]] = deque(maxlen=_TIMELINE_STEPS)
 
-    def add(self, step: Any, waited: float) -> None:
+    def add(self, step: Any, ended: float, waited: float) -> None:
         with self._lock:
             self.steps += 1
             self.buckets += len(step.intervals)
             self.comm_seconds += step.comm_seconds()
             self.wait_seconds += waited
+            self.timeline.append((ended, ended + waited))
 
     @property
     def hidden_fraction(self) -> float:
@@ -242,4 +250,5 @@ class _Stats:
             "comm_seconds": self.comm_seconds,
             "wait_seconds": self.wait_seconds,
             "hidden_fraction": self.hidden_fraction,
+            "timeline": list(self.timeline),
         }

@@ -55,6 +55,8 @@ _HEADER, _FIELDS = 2, 4
 _SERVER_REPLY_SECONDS = 10.0
 #: how often the server thread polls while a device thread drives the engine itself
 _BACKSTOP_SECONDS = 0.05
+#: a server thread told to sleep longer than this is woken when a device thread starts work
+_DOZE_SECONDS = 0.005
 
 
 def _shape_digest(shape: tuple[int, ...]) -> int:
@@ -275,6 +277,8 @@ class SyncServer:
         self._wake: queue.SimpleQueue = queue.SimpleQueue()
         #: device threads blocked in ``drive_until``
         self._drivers = 0
+        #: the server thread sleeps past the engine's poll interval (nothing was in flight)
+        self._dozing = False
         self._round: Round | None = None
         self._round_number = 0
         self._op_links: dict[Pending, Pending] = {}
@@ -364,6 +368,12 @@ class SyncServer:
             self._internal_error()
         finally:
             self._lock.release()
+        if self._dozing:
+            # The handler may have started a collective: backward polls it only between its
+            # steps, which can be far apart, so the server thread polls from now on too (a
+            # wake-up per step, not per bucket: it dozes off again only once all is done).
+            self._dozing = False
+            self._wake.put(None)
 
     def _progress(self) -> float | None:
         try:
@@ -382,6 +392,7 @@ class SyncServer:
                 delay = self._progress()
             if self._drivers:  # a device thread polls back to back: do not compete with it
                 delay = _BACKSTOP_SECONDS if delay is None else max(delay, _BACKSTOP_SECONDS)
+            self._dozing = delay is None or delay > _DOZE_SECONDS
             try:
                 wake.get(timeout=0.5 if delay is None else delay)
                 while True:  # one pass of progress answers every wake-up so far

@@ -121,6 +121,11 @@ class GradientSyncHook:
         step.unsent = batches
 
         poll_at = [0.0]
+        # The reduced gradient replaces the local one at the end; until then the local one is
+        # only the collective's input, and dropping it here lets its memory go once it is
+        # packed (keeping both raised each step's peak, and fresh memory costs page faults).
+        # A differentiable sync (create_graph) records the local one as its input, so keeps it.
+        keep_local = getattr(grads.backend, "is_autodiff", False)
 
         def on_register(node: Any, grads: Any) -> None:
             # Runs on every registration of the backward: return fast unless a parameter
@@ -137,7 +142,8 @@ class GradientSyncHook:
             slot.sent = True
             bucket = bucket_of[slot.index]
             batch = batches[bucket]
-            batch.append((slot.index, _buffer(grads.values[node.id], grads.backend)))
+            value = grads.values[node.id] if keep_local else grads.values.pop(node.id)
+            batch.append((slot.index, _buffer(value, grads.backend)))
             waiting_for[bucket] -= 1
             if waiting_for[bucket] == 0:
                 batches[bucket] = []
@@ -193,7 +199,7 @@ class GradientSyncHook:
                 result = result.reshape(slot.shape)
             old = grads.values.get(slot.node.id)
             grads.values[slot.node.id] = _primitive(result, old, backend, slot, context, step)
-        context._record_step(step, waited)
+        context._record_step(step, started, waited)
 
 
 def _buffer(value: Any, backend: Any) -> np.ndarray:
