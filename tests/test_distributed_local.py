@@ -597,3 +597,22 @@ def test_param_ids_from_strings_are_stable_and_distinct():
     assert dist.ParamId(7).value == 7
     with pytest.raises(TypeError):
         dist.ParamId(-1)
+
+
+def test_stats_keep_when_each_step_ended_backward_and_was_synced():
+    devices = devices_of(2)
+    params = mlp_params([4, 5, 2], seed=11)
+    x, y = np.ones((3, 4), np.float32), np.zeros((3, 2), np.float32)
+    config = dist.DistributedConfig(MEAN, timeout=10.0, bucket_bytes=0)
+    with dist.DistributedContext(devices, config) as ctx:
+        before = time.perf_counter()
+        for _ in range(3):
+            values(on_devices(devices, lambda i, d: mlp_grads(d, x, y, params, True)))
+        after = time.perf_counter()
+        stats = ctx.stats.as_dict()
+        ctx.stats.reset()
+        assert ctx.stats.as_dict()["timeline"] == []
+    assert stats["steps"] == 6 and len(stats["timeline"]) == 6  # 3 steps on each device
+    for ended, synced in stats["timeline"]:
+        assert before <= ended <= synced <= after
+    assert stats["buckets"] == 6 * len(params)
