@@ -149,6 +149,10 @@ class Collective:
         new operation is started)."""
         return None
 
+    def needs_progress(self) -> bool:
+        """Whether operations in flight complete only through ``progress()`` calls."""
+        return False
+
     # -- faults ----------------------------------------------------------------------------
     def missing(self, pending: Pending) -> list[int] | None:
         """Member indices that have not joined ``pending`` yet, or ``None`` if unknown."""

@@ -249,6 +249,9 @@ class MpiEngine(Collective):
             self._exchanges.append(exchange)
         return pending
 
+    def needs_progress(self) -> bool:
+        return bool(self._in_flight or self._exchanges)
+
     def progress(self) -> float | None:
         if self._closed:
             return None

@@ -367,12 +367,14 @@ class SyncServer:
         except Exception:
             self._internal_error()
         finally:
+            # If the handler started a collective: backward polls it only between its steps,
+            # which can be far apart, so the server thread polls from now on too (a wake-up
+            # per step, not per bucket: it dozes off again only once all is done).
+            wake = self._dozing and self.engine.needs_progress()
+            if wake:
+                self._dozing = False
             self._lock.release()
-        if self._dozing:
-            # The handler may have started a collective: backward polls it only between its
-            # steps, which can be far apart, so the server thread polls from now on too (a
-            # wake-up per step, not per bucket: it dozes off again only once all is done).
-            self._dozing = False
+        if wake:
             self._wake.put(None)
 
     def _progress(self) -> float | None:
