@@ -392,9 +392,10 @@ class SyncServer:
                 if self._closed:
                     return
                 delay = self._progress()
-            if self._drivers:  # a device thread polls back to back: do not compete with it
-                delay = _BACKSTOP_SECONDS if delay is None else max(delay, _BACKSTOP_SECONDS)
-            self._dozing = delay is None or delay > _DOZE_SECONDS
+                if self._drivers:  # a device thread polls back to back: do not compete
+                    delay = _BACKSTOP_SECONDS if delay is None else max(delay, _BACKSTOP_SECONDS)
+                # Under the lock, so a handler that starts work after this sees it.
+                self._dozing = delay is None or delay > _DOZE_SECONDS
             try:
                 wake.get(timeout=0.5 if delay is None else delay)
                 while True:  # one pass of progress answers every wake-up so far
