@@ -272,7 +272,9 @@ def test_plan_buckets_gives_the_gradients_final_last_buckets_of_their_own():
     assert plan(0) == [[1, 2], [3, 4, 5, 6, 7]]
     assert plan(50) == [[1, 2], [3, 4, 5], [6, 7]]  # 7 (4 bytes), then 6 reaches the cap
     assert plan(4) == [[1, 2], [3, 4, 5, 6], [7]]
-    assert plan(10**6) == plan(0)  # a tail of everything is the plain plan
+    # a tail of 4-7 (508 bytes) would leave only 3 (4 bytes) to launch early: not split
+    assert plan(200) == plan(0)
+    assert plan(10**6) == plan(0)
 
 
 def test_gradients_are_submitted_during_backward_last_layer_first():
@@ -616,3 +618,14 @@ def test_stats_keep_when_each_step_ended_backward_and_was_synced():
     for ended, synced in stats["timeline"]:
         assert before <= ended <= synced <= after
     assert stats["buckets"] == 6 * len(params)
+
+
+def test_plan_buckets_never_makes_an_empty_bucket():
+    entries = [(1, 300, "float32"), (2, 300, "float64"), (3, 10, "float32")]
+    for bucket_bytes in (0, 8, 10**6):
+        for last in (0, 4, 40, 10**6):
+            config = dist.DistributedConfig(bucket_bytes=bucket_bytes, last_bucket_bytes=last)
+            plan = plan_buckets(entries, config)
+            assert all(b.values for b in plan)
+            assert sorted(v for b in plan for v in b.values) == [1, 2, 3]
+            assert [b.index for b in plan] == list(range(len(plan)))

@@ -36,11 +36,11 @@ class DistributedConfig:
       ``0`` all-reduces every parameter on its own.
     - ``first_bucket_bytes``: the cap of the first bucket (1 MiB, as DDP), so communication
       starts early in backward instead of waiting for 25 MiB of gradients.
-    - ``last_bucket_bytes``: the gradients that become final last (the first layers') are
-      fused into buckets of their own, about this size in all (1 MiB; DDP has no such
-      setting): a bucket cannot launch before its last gradient is final, so whatever
-      shares a bucket with the first layer's gradient is all-reduced after backward, with
-      nothing left to hide it behind. ``0`` turns it off.
+    - ``last_bucket_bytes``: a bucket cannot launch before its last gradient is final, so
+      whatever shares a bucket with the first layer's gradient (final last) is all-reduced
+      after backward, with nothing left to hide it behind. If that bucket is more than
+      twice this size (1 MiB; DDP has no such setting), its last gradients, about this many
+      bytes, get a bucket of their own. ``0`` turns it off.
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400

@@ -100,8 +100,10 @@ def plan_buckets(
     entries: Sequence[tuple[int, int, str]], config: DistributedConfig
 ) -> list[Bucket]:
     """Fuse parameters ``(id value, numel, dtype)``, in the order given (the order their
-    gradients become final), into buckets of about ``config.bucket_bytes``, one dtype each;
-    the last ``config.last_bucket_bytes`` or so get buckets of their own.
+    gradients become final), into buckets of about ``config.bucket_bytes``, one dtype each.
+    The bucket that holds the gradient final last is split: its last
+    ``config.last_bucket_bytes`` or so go to a bucket of their own, so the rest of it launches
+    before backward ends, if that rest is the larger part (else it would gain little).
 
     >>> from retrograd.distributed import DistributedConfig
     >>> entries = [(1, 4, "float32"), (2, 8, "float32"), (3, 8, "float32"), (4, 2, "float32")]
@@ -111,25 +113,15 @@ def plan_buckets(
     >>> config = DistributedConfig(bucket_bytes=80, first_bucket_bytes=16, last_bucket_bytes=8)
     >>> [b.values for b in plan_buckets(entries, config)]
     [[1], [2, 3], [4]]
+    >>> config = DistributedConfig(bucket_bytes=80, first_bucket_bytes=16, last_bucket_bytes=40)
+    >>> [b.values for b in plan_buckets(entries, config)]  # 72 bytes: not split
+    [[1], [2, 3, 4]]
     """
-    entries = list(entries)
-    split = len(entries)
-    if config.bucket_bytes and config.last_bucket_bytes:
-        tail_bytes = 0
-        while split > 0 and tail_bytes < config.last_bucket_bytes:
-            split -= 1
-            tail_bytes += entries[split][1] * _ITEMSIZE.get(entries[split][2], 8)
     buckets: list[Bucket] = []
-    _fuse(entries[:split], config, buckets)
-    _fuse(entries[split:], config, buckets)
-    return buckets
-
-
-def _fuse(entries: Sequence[tuple[int, int, str]], config: DistributedConfig, buckets: list):
-    """Append the buckets of ``entries`` to ``buckets`` (see :func:`plan_buckets`)."""
     open_by_dtype: dict[str, Bucket] = {}
+    nbytes_of: dict[int, int] = {}
     for value, numel, dtype in entries:
-        nbytes = numel * _ITEMSIZE.get(dtype, 8)
+        nbytes = nbytes_of[value] = numel * _ITEMSIZE.get(dtype, 8)
         bucket = open_by_dtype.get(dtype)
         if bucket is None:
             bucket = Bucket(len(buckets), dtype)
@@ -142,6 +134,20 @@ def _fuse(entries: Sequence[tuple[int, int, str]], config: DistributedConfig, bu
             cap = min(cap, config.first_bucket_bytes)
         if bucket.nbytes >= cap:  # full (with bucket_bytes=0, every parameter is its own)
             del open_by_dtype[dtype]
+    cap = config.last_bucket_bytes
+    if cap and buckets:
+        last_value = entries[-1][0]
+        last = next(b for b in buckets if b.values[-1] == last_value)
+        split, tail_bytes = len(last.values), 0
+        while split > 1 and tail_bytes < cap:
+            split -= 1
+            tail_bytes += nbytes_of[last.values[split]]
+        if split < len(last.values) and last.nbytes - tail_bytes >= tail_bytes:
+            tail = Bucket(len(buckets), last.dtype)
+            tail.values, last.values = last.values[split:], last.values[:split]
+            tail.nbytes, last.nbytes = tail_bytes, last.nbytes - tail_bytes
+            buckets.append(tail)
+    return buckets
 
 
 class DeviceStep:
