@@ -554,7 +554,9 @@ def test_closing_fails_a_device_still_waiting():
 
     thread = threading.Thread(target=lone, daemon=True)
     thread.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10.0  # close only once the device waits (a loaded CI box)
+    while ctx._server._round is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     ctx.close()
     thread.join(5.0)
     assert not thread.is_alive()
