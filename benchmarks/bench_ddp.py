@@ -79,6 +79,25 @@ def train_step(rg, params, x, y, device, distributed: bool, lr: float = 0.01):
         params[name] = params[name] - lr * t.grad(grads).numpy()
 
 
+def sync_config(options):
+    """The context's settings: MEAN sync, the bucket sizes the options give."""
+    from retrograd import distributed as dist
+
+    return dist.DistributedConfig(
+        dist.ReduceOperation.MEAN,
+        timeout=120.0,
+        bucket_bytes=options.bucket_bytes,
+        last_bucket_bytes=options.last_bucket_bytes,
+    )
+
+
+def make_batch(options, sizes: list[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((options.batch, sizes[0])).astype(np.float32)
+    y = rng.standard_normal((options.batch, sizes[-1])).astype(np.float32)
+    return x, y
+
+
 def worker(options) -> None:
     import retrograd as rg
 
@@ -89,17 +108,9 @@ def worker(options) -> None:
     else:
         from retrograd import distributed as dist
 
-        config = dist.DistributedConfig(
-            dist.ReduceOperation.MEAN,
-            timeout=120.0,
-            bucket_bytes=options.bucket_bytes,
-            last_bucket_bytes=options.last_bucket_bytes,
-        )
-        ctx = dist.DistributedContext.from_launcher(config).start()
+        ctx = dist.DistributedContext.from_launcher(sync_config(options)).start()
         rank, world, device = ctx.rank, ctx.world_size, ctx.device
-    rng = np.random.default_rng(100 + rank)
-    x = rng.standard_normal((options.batch, sizes[0])).astype(np.float32)
-    y = rng.standard_normal((options.batch, sizes[-1])).astype(np.float32)
+    x, y = make_batch(options, sizes, 100 + rank)
 
     def barrier():
         if ctx is not None:
@@ -131,14 +142,9 @@ def context_overhead(options) -> None:
 
     sizes = MODELS[options.model]
     params = init_params(sizes)
-    config = dist.DistributedConfig(
-        dist.ReduceOperation.MEAN, timeout=120.0, bucket_bytes=options.bucket_bytes
-    )
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((options.batch, sizes[0])).astype(np.float32)
-    y = rng.standard_normal((options.batch, sizes[-1])).astype(np.float32)
+    x, y = make_batch(options, sizes, 0)
     times: dict[bool, list[float]] = {True: [], False: []}
-    with dist.DistributedContext.from_launcher(config, engine="mpi") as ctx:
+    with dist.DistributedContext.from_launcher(sync_config(options), engine="mpi") as ctx:
         for _ in range(options.warmup):
             train_step(rg, params, x, y, ctx.device, True)
         for _ in range(options.trials * 3):

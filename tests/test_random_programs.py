@@ -94,22 +94,26 @@ def _retrograd_gradients(program, arrays, weights, strategy, dtype):
 
         loss = _evaluate(program, leaves, tables, combine)
         grads = loss.backward()
-        return [None if leaf.grad(grads) is None else leaf.grad(grads).numpy() for leaf in leaves]
+        return [None if (g := leaf.grad(grads)) is None else g.numpy() for leaf in leaves]
+
+
+def _gradients_identical_under_strategies(program, seed, dtype):
+    """Random inputs for ``program``, its gradients under both checkpointing strategies
+    asserted identical: ``(arrays, weights, gradients)``."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-1.5, 1.5, SHAPE) for _ in range(3)]
+    weights = [rng.uniform(-1, 1, SHAPE) for _ in program]
+    plain = _retrograd_gradients(program, arrays, weights, rg.NoCheckpointing(), dtype)
+    balanced = _retrograd_gradients(program, arrays, weights, rg.BalancedCheckpointing(), dtype)
+    assert_strategies_identical(plain, balanced)
+    return arrays, weights, plain
 
 
 @settings(max_examples=60, deadline=None)
 @given(program=programs, seed=st.integers(0, 2**31 - 1))
 def test_random_programs_match_torch_and_strategies(program, seed):
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(seed)
-    arrays = [rng.uniform(-1.5, 1.5, SHAPE) for _ in range(3)]
-    weights = [rng.uniform(-1, 1, SHAPE) for _ in program]
-
-    plain = _retrograd_gradients(program, arrays, weights, rg.NoCheckpointing(), np.float64)
-    balanced = _retrograd_gradients(
-        program, arrays, weights, rg.BalancedCheckpointing(), np.float64
-    )
-    assert_strategies_identical(plain, balanced)
+    arrays, weights, plain = _gradients_identical_under_strategies(program, seed, np.float64)
 
     leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
     tables = ({k: v[1] for k, v in UNARY.items()}, {k: v[1] for k, v in BINARY.items()})
@@ -124,11 +128,4 @@ def test_random_programs_match_torch_and_strategies(program, seed):
 @settings(max_examples=40, deadline=None)
 @given(program=programs, seed=st.integers(0, 2**31 - 1))
 def test_random_programs_float32_identical_under_strategies(program, seed):
-    rng = np.random.default_rng(seed)
-    arrays = [rng.uniform(-1.5, 1.5, SHAPE) for _ in range(3)]
-    weights = [rng.uniform(-1, 1, SHAPE) for _ in program]
-    plain = _retrograd_gradients(program, arrays, weights, rg.NoCheckpointing(), np.float32)
-    balanced = _retrograd_gradients(
-        program, arrays, weights, rg.BalancedCheckpointing(), np.float32
-    )
-    assert_strategies_identical(plain, balanced)
+    _gradients_identical_under_strategies(program, seed, np.float32)

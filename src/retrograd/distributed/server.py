@@ -315,7 +315,7 @@ class SyncServer:
     def poll(self) -> None:
         """Advance collectives in flight, unless another thread is at it (backward calls
         this between its steps: MPI progresses only inside MPI calls)."""
-        if self._lock.acquire(blocking=False):
+        if self.engine.needs_progress() and self._lock.acquire(blocking=False):
             try:
                 self._progress()
             finally:

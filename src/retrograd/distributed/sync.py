@@ -10,7 +10,6 @@ and puts the reduced gradients into the result.
 from __future__ import annotations
 
 import threading
-import time
 from time import perf_counter
 from typing import Any
 
@@ -179,12 +178,12 @@ class GradientSyncHook:
                 late.append((slot.index, array))
         if late:
             server.submit_many(step, late)
-        started = time.perf_counter()
+        started = perf_counter()
         server.waiting(step)
         if not server.drive_until(step.done, context.config.timeout):
             server.stalled(step)
             step.done.wait(1.0)
-        waited = time.perf_counter() - started
+        waited = perf_counter() - started
         if step.error is not None:
             raise DistributedError(step.error)
         if not step.done.is_set():  # the server is gone (the context closed meanwhile)

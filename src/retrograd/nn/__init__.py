@@ -6,34 +6,7 @@
 ['0.bias', '0.weight', '2.bias', '2.weight']
 """
 
-from . import functional
-from .modules import (
-    GELU,
-    AvgPool2d,
-    Conv2d,
-    Dropout,
-    Embedding,
-    Flatten,
-    LayerNorm,
-    Linear,
-    MaxPool2d,
-    Module,
-    ReLU,
-    Sequential,
-)
+from . import functional, modules
+from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
 
-__all__ = [
-    "GELU",
-    "AvgPool2d",
-    "Conv2d",
-    "Dropout",
-    "Embedding",
-    "Flatten",
-    "LayerNorm",
-    "Linear",
-    "MaxPool2d",
-    "Module",
-    "ReLU",
-    "Sequential",
-    "functional",
-]
+__all__ = [*modules.__all__, "functional"]
