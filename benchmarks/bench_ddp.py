@@ -7,6 +7,7 @@ per rank)::
     python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks.md
     python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
     python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
+    python benchmarks/bench_ddp.py --models wide --batch 2048 --phases  # + each rank's pace
 
 Each rank trains the same MLP on its own batch (``--batch`` samples per rank and step, so 2
 ranks process twice the samples of 1 per step) with MEAN gradient sync and plain SGD.
@@ -62,7 +63,9 @@ def init_params(sizes: list[int], seed: int = 0) -> dict[str, np.ndarray]:
     return params
 
 
-def train_step(rg, params, x, y, device, distributed: bool, lr: float = 0.01):
+def train_step(rg, params, x, y, device, distributed: bool, lr: float = 0.01) -> tuple:
+    """One SGD step; returns ``(start, forward done, backward done)`` on ``perf_counter``."""
+    started = time.perf_counter()
     tensors = {}
     for name, value in params.items():
         t = rg.tensor(value, device=device)
@@ -74,9 +77,12 @@ def train_step(rg, params, x, y, device, distributed: bool, lr: float = 0.01):
         if k < layers - 1:
             h = h.relu()
     loss = (h - rg.tensor(y, device=device)).square().mean()
+    forward_done = time.perf_counter()
     grads = loss.backward()
+    backward_done = time.perf_counter()
     for name, t in tensors.items():
         params[name] = params[name] - lr * t.grad(grads).numpy()
+    return started, forward_done, backward_done
 
 
 def sync_config(options):
@@ -104,7 +110,8 @@ def worker(options) -> None:
     sizes = MODELS[options.model]
     params = init_params(sizes)
     if options.no_context:
-        rank, world, device, ctx = 0, 1, rg.Device("cpu", 0), None
+        # mpiexec's rank, though nothing is shared: each process reports as itself
+        rank, world, device, ctx = int(os.environ.get("PMI_RANK", 0)), 1, rg.Device("cpu", 0), None
     else:
         from retrograd import distributed as dist
 
@@ -122,14 +129,21 @@ def worker(options) -> None:
     barrier()
     if ctx is not None:
         ctx.stats.reset()
+    forward, backward = [], []  # per step; backward without the wait for its all-reduces
     started = time.perf_counter()
     for _ in range(options.steps):
-        train_step(rg, params, x, y, device, ctx is not None)
+        waited = ctx.stats.wait_seconds if ctx is not None else 0.0
+        begun, forward_done, backward_done = train_step(rg, params, x, y, device, ctx is not None)
+        waited = (ctx.stats.wait_seconds if ctx is not None else 0.0) - waited
+        forward.append(forward_done - begun)
+        backward.append(backward_done - forward_done - waited)
     elapsed = time.perf_counter() - started
     stats = ctx.stats.as_dict() if ctx is not None else {}
     barrier()
-    print("RESULT " + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **stats}),
-          flush=True)  # fmt: skip
+    phases = {"forward_ms": 1000 * statistics.median(forward),
+              "backward_ms": 1000 * statistics.median(backward)}  # fmt: skip
+    print("RESULT " + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **phases,
+                                  **stats}), flush=True)  # fmt: skip
     if ctx is not None:
         ctx.close()
 
@@ -194,6 +208,9 @@ def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
         raise RuntimeError(f"{command} failed:\n{completed.stdout}\n{completed.stderr}")
     seconds = max(r["seconds"] for r in results)
     summary = {"samples_per_s": ranks * options.batch * options.steps / seconds}
+    for r in results:  # each rank's own compute, per step: the pace the ranks keep
+        summary[f"forward_ms_rank{r['rank']}"] = r["forward_ms"]
+        summary[f"backward_ms_rank{r['rank']}"] = r["backward_ms"]
     if bucket_bytes is not None:
         comm = sum(r["comm_seconds"] for r in results)
         wait = sum(r["wait_seconds"] for r in results)
@@ -230,6 +247,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--trials", type=int, default=5, help="rounds over every case")
+    parser.add_argument("--phases", action="store_true",
+                        help="also print each rank's forward and backward per step")  # fmt: skip
     options = parser.parse_args()
     if options.worker:
         worker(options)
@@ -271,6 +290,15 @@ def main() -> None:
                 )
             print(row, flush=True)
         print()
+        if options.phases:
+            print("| case | rank | forward ms/step | backward ms/step, less the wait |")
+            print("|---|---|---|---|")
+            for label, ranks, _ in CASES:
+                for rank in range(ranks):
+                    case = median[label]
+                    print(f"| {label} | {rank} | {case[f'forward_ms_rank{rank}']:.1f} "
+                          f"| {case[f'backward_ms_rank{rank}']:.1f} |")  # fmt: skip
+            print()
 
 
 if __name__ == "__main__":
