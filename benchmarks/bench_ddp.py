@@ -129,17 +129,15 @@ def worker(options) -> None:
     barrier()
     if ctx is not None:
         ctx.stats.reset()
-    forward, backward = [], []  # per step; backward without the wait for its all-reduces
     started = time.perf_counter()
-    for _ in range(options.steps):
-        waited = ctx.stats.wait_seconds if ctx is not None else 0.0
-        begun, forward_done, backward_done = train_step(rg, params, x, y, device, ctx is not None)
-        waited = (ctx.stats.wait_seconds if ctx is not None else 0.0) - waited
-        forward.append(forward_done - begun)
-        backward.append(backward_done - forward_done - waited)
+    steps = [train_step(rg, params, x, y, device, ctx is not None) for _ in range(options.steps)]
     elapsed = time.perf_counter() - started
     stats = ctx.stats.as_dict() if ctx is not None else {}
     barrier()
+    # Each step's wait for its all-reduces, from the timeline: (backward ended, synced).
+    waits = [synced - ended for ended, synced in stats.get("timeline", ())] or [0.0] * len(steps)
+    forward = [done - begun for begun, done, _ in steps]
+    backward = [finished - done - wait for (_, done, finished), wait in zip(steps, waits)]
     phases = {"forward_ms": 1000 * statistics.median(forward),
               "backward_ms": 1000 * statistics.median(backward)}  # fmt: skip
     print("RESULT " + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **phases,
@@ -294,8 +292,8 @@ def main() -> None:
             print("| case | rank | forward ms/step | backward ms/step, less the wait |")
             print("|---|---|---|---|")
             for label, ranks, _ in CASES:
+                case = median[label]
                 for rank in range(ranks):
-                    case = median[label]
                     print(f"| {label} | {rank} | {case[f'forward_ms_rank{rank}']:.1f} "
                           f"| {case[f'backward_ms_rank{rank}']:.1f} |")  # fmt: skip
             print()

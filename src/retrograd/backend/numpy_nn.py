@@ -567,12 +567,10 @@ class NumpyNNKernels:
         last = channels_last(indices)
         if last:
             indices, grad = np.moveaxis(indices, 1, -1), np.moveaxis(grad, 1, -1)
-        channel = np.arange(c).reshape((c,) + (1,) * (0 if last else indices.ndim - 2))
-        if last:
             flat = indices * c
-            flat += channel
+            flat += np.arange(c)
         else:
-            flat = indices + channel * cells
+            flat = indices + (np.arange(c) * cells).reshape((c,) + (1,) * (indices.ndim - 2))
         flat += (np.arange(n) * (cells * c)).reshape((n,) + (1,) * (indices.ndim - 1))
         out = np.zeros(n * c * cells, dtype=grad.dtype)
         # Overlapping windows can pick one cell several times: add, not assign.

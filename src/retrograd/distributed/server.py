@@ -156,7 +156,7 @@ class DeviceStep:
     def __init__(self, device: Device, slots: list[ParamSlot]):
         self.device = device
         self.slots = slots
-        self.by_value = {slot.pid.value: slot for slot in slots}
+        self.index_of = {slot.pid.value: slot.index for slot in slots}
         self.by_node = {slot.node.id: slot for slot in slots}
         self.payload = _cached_payload(slots)
         self.done = threading.Event()
@@ -223,13 +223,20 @@ def local_bucket_plan(
     plan = _LOCAL_PLANS.get(key)
     if plan is None:
         buckets = plan_buckets([(s.pid.value, s.numel, s.dtype) for s in slots], config)
-        index_of = {slot.pid.value: slot.index for slot in slots}
-        bucket_of = [0] * len(slots)
-        for bucket in buckets:
-            for value in bucket.values:
-                bucket_of[index_of[value]] = bucket.index
-        plan = _remember(_LOCAL_PLANS, key, (bucket_of, [len(b.values) for b in buckets]))
+        bucket_slots, bucket_of = _assign(buckets, {s.pid.value: s.index for s in slots})
+        plan = _remember(_LOCAL_PLANS, key, (bucket_of, [len(b) for b in bucket_slots]))
     return plan
+
+
+def _assign(buckets: list[Bucket], index_of: dict[int, int]) -> tuple[list[list[int]], list[int]]:
+    """``(slot indices of each bucket, bucket of each slot)`` for a plan covering every slot;
+    ``index_of`` maps a parameter's id value to its slot index."""
+    bucket_slots = [[index_of[value] for value in bucket.values] for bucket in buckets]
+    bucket_of = [0] * len(index_of)
+    for bucket, indices in enumerate(bucket_slots):
+        for index in indices:
+            bucket_of[index] = bucket
+    return bucket_slots, bucket_of
 
 
 def _payload(slots: list[ParamSlot]) -> np.ndarray:
@@ -462,11 +469,7 @@ class SyncServer:
                 self._fail_round(current, f"backward step {current.number}: {problem}")
                 return
             current.labels, current.plan = labels, plan
-        step.bucket_slots = [[step.by_value[v].index for v in b.values] for b in current.plan]
-        step.bucket_of = [0] * len(step.slots)
-        for bucket, slots in enumerate(step.bucket_slots):
-            for index in slots:
-                step.bucket_of[index] = bucket
+        step.bucket_slots, step.bucket_of = _assign(current.plan, step.index_of)
         # Gradients submitted while the members were still agreeing count now.
         step.unsubmitted = [len(slots) for slots in step.bucket_slots]
         for index in step.submitted:
