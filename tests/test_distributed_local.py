@@ -6,8 +6,10 @@ any context, device by device; every thread is joined with a timeout, so nothing
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -395,6 +397,31 @@ def test_backward_without_distributed_parameters_is_untouched_by_a_context():
 
     with dist.DistributedContext(devices, dist.DistributedConfig(timeout=10.0)):
         assert values(on_devices(devices[:1], run)) == [[2.0, 4.0]]  # one device alone: no wait
+
+
+@pytest.mark.parametrize("bucket_bytes", [0, 1 << 20])
+def test_a_steps_gradients_are_freed_as_soon_as_the_caller_drops_them(bucket_bytes):
+    # Reference counting alone must free them: a cycle through the step's bookkeeping kept
+    # every step's gradients until the garbage collector ran, steps later.
+    devices = devices_of(2)
+    config = dist.DistributedConfig(SUM, timeout=10.0, bucket_bytes=bucket_bytes)
+
+    def run(i, device):
+        params = {name: rg.tensor(np.ones((8, 8), np.float32), device=device).set_distributed(name)
+                  for name in ("a", "b")}  # fmt: skip
+        x = rg.tensor(np.full((3, 8), i + 1.0, np.float32), device=device)
+        grads = ((x @ params["a"]).relu() @ params["b"]).sum().backward()
+        return [weakref.ref(t.grad(grads).numpy()) for t in params.values()]
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with dist.DistributedContext(devices, config):
+            refs = [ref for result in values(on_devices(devices, run)) for ref in result]
+            assert [ref() is None for ref in refs] == [True] * len(refs)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # -- faults ---------------------------------------------------------------------------------

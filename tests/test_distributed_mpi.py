@@ -82,6 +82,7 @@ def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(tmp_path):
         assert report["steps_synced"] == 20
         assert report["moved"] > 0.05  # training did change the weights...
         assert report["max_difference"] < 1e-12  # ...exactly as full-batch training did
+        assert report["gradient_buffers_outliving_their_step"] == 0
     # Python's hash of the names differs between the ranks, the parameter ids do not
     assert reports[0]["python_hashes"] != reports[1]["python_hashes"]
     assert reports[0]["param_ids"] == reports[1]["param_ids"]

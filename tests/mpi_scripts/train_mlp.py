@@ -1,12 +1,15 @@
 """Run as 2 ranks: 20 SGD steps of a data-parallel MLP (MEAN gradient sync, parameters named
 by strings) and, on each rank, the same 20 steps trained in one process on the full batch,
-without any distributed code. Writes ``OUT/rank{r}.json``: how far the two ended apart, and
-the string ids' ParamId values and Python hashes (ranks run with different PYTHONHASHSEED)."""
+without any distributed code. Writes ``OUT/rank{r}.json``: how far the two ended apart, the
+string ids' ParamId values and Python hashes (ranks run with different PYTHONHASHSEED), and how
+many of a step's gradient buffers outlived the step with the garbage collector off."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import weakref
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
@@ -31,9 +34,16 @@ def main() -> None:
         ys = np.tanh(xs[:, :3]) + 0.1 * rng.standard_normal((n * SHARD, 3))
         params = dict(start)
         shard = slice(rank * SHARD, (rank + 1) * SHARD)
+        outlived, previous = 0, []
+        gc.disable()  # reference counting alone must free each step's gradients
         for _ in range(STEPS):
             grads = mlp_grads(device, xs[shard], ys[shard], params, True)
             params = {k: params[k] - LR * grads[k] for k in params}
+            outlived += sum(ref() is not None for ref in previous)
+            # the buffer a gradient lives in (the reduced bucket, for a view into one)
+            previous = [weakref.ref(g if g.base is None else g.base) for g in grads.values()]
+            del grads
+        gc.enable()
         stats = ctx.stats.as_dict()
     # the same training in one process, on the whole batch
     reference = dict(start)
@@ -47,6 +57,7 @@ def main() -> None:
         "max_difference": apart,
         "moved": moved,
         "steps_synced": stats["steps"],
+        "gradient_buffers_outliving_their_step": outlived,
         "param_ids": {k: dist.ParamId(k).value for k in sorted(start)},
         "python_hashes": {k: hash(k) for k in sorted(start)},
     }

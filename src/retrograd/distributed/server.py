@@ -575,6 +575,10 @@ class SyncServer:
                 current.finished = True
                 if self._round is current:
                     self._round = None
+                # Each step keeps its round, so the round lets go of the steps: without
+                # that cycle, a step (and the gradients it holds) is freed once its backward
+                # returns, not steps later by the garbage collector.
+                current.steps.clear()
                 self.engine.set_state(current.number, IDLE)
 
     def _on_waiting(self, step: DeviceStep) -> None:
@@ -602,6 +606,7 @@ class SyncServer:
                     self.engine.abandon(pending, message)
             step.done.set()
             self._waiting.discard(step)
+        current.steps.clear()  # as when a round finishes
         self._update_urgency()
         self.engine.set_state(current.number, IDLE)
 

@@ -198,6 +198,7 @@ class GradientSyncHook:
                 result = result.reshape(slot.shape)
             old = grads.values.get(slot.node.id)
             grads.values[slot.node.id] = _primitive(result, old, backend, slot, context, step)
+        step.results.clear()  # the gradients hold them now
         context._record_step(step, started, waited)
 
 
