@@ -12,7 +12,9 @@ per rank)::
 Each rank trains the same MLP on its own batch (``--batch`` samples per rank and step, so 2
 ranks process twice the samples of 1 per step) with MEAN gradient sync and plain SGD.
 Throughput is samples per second over the timed steps (the slowest rank's time). The
-baseline is one process training without any distributed context.
+baseline is one process training without any distributed context. Every round runs each case
+once; the table gives medians over rounds, and the range of each case's ratio to the baseline
+of its own round.
 
 Hidden fraction = 1 - (time backward spent waiting for its all-reduces at its end) / (time
 during which at least one of its all-reduces was in flight), summed over the timed steps and
@@ -270,14 +272,20 @@ def main() -> None:
             for label, runs in trials.items()
         }
         base = median[CASES[0][0]]["samples_per_s"]
+        base_runs = trials[CASES[0][0]]
         print(f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters")
-        print("| case | samples/s | vs baseline | all-reduce in flight ms/step "
-              "| waited at end ms/step | hidden | exposed after the last backward ms/step "
-              "| hidden behind the last backward | all-reduces/step |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| case | samples/s | vs baseline | vs the same round's baseline, min-max "
+              "| all-reduce in flight ms/step | waited at end ms/step | hidden "
+              "| exposed after the last backward ms/step | hidden behind the last backward "
+              "| all-reduces/step |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for label, _, bucket_bytes in CASES:
             case = median[label]
-            row = f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
+            # round by round: how far the machine's drift between rounds moves the ratio
+            ratios = [run["samples_per_s"] / baseline["samples_per_s"]
+                      for run, baseline in zip(trials[label], base_runs)]  # fmt: skip
+            row = (f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
+                   f" | {min(ratios):.2f}-{max(ratios):.2f}x")  # fmt: skip
             if bucket_bytes is None:
                 row += " | | | | | | |"
             else:
