@@ -519,17 +519,14 @@ class SyncServer:
             f"all-reduced: {'; '.join(problems)}"
         )
 
-    def _on_submit(self, step: DeviceStep, slot_index: int, array: np.ndarray) -> None:
+    def _on_submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
         if step.round is None or step.round.failed or step.error is not None:
             return
-        step.submitted[slot_index] = array
+        step.submitted.update(items)
         if step.round.plan is not None:
-            step.unsubmitted[step.bucket_of[slot_index]] -= 1
+            for slot_index, _ in items:
+                step.unsubmitted[step.bucket_of[slot_index]] -= 1
             self._launch_ready(step)
-
-    def _on_submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
-        for slot_index, array in items:
-            self._on_submit(step, slot_index, array)
 
     def _launch_ready(self, step: DeviceStep) -> None:
         """Launch the buckets whose gradients are all in (in plan order on ordered engines)."""
@@ -573,13 +570,7 @@ class SyncServer:
                 self.engine.local
             ):
                 current.finished = True
-                if self._round is current:
-                    self._round = None
-                # Each step keeps its round, so the round lets go of the steps: without
-                # that cycle, a step (and the gradients it holds) is freed once its backward
-                # returns, not steps later by the garbage collector.
-                current.steps.clear()
-                self.engine.set_state(current.number, IDLE)
+                self._end_round(current)
 
     def _on_waiting(self, step: DeviceStep) -> None:
         if step.round is not None and not step.round.failed and not step.done.is_set():
@@ -596,8 +587,6 @@ class SyncServer:
         if current.failed:
             return
         current.failed = message
-        if self._round is current:
-            self._round = None
         for step in current.steps.values():
             step.error = message
             pendings = [step.agreement, *step.bucket_pendings.values()]
@@ -606,8 +595,17 @@ class SyncServer:
                     self.engine.abandon(pending, message)
             step.done.set()
             self._waiting.discard(step)
-        current.steps.clear()  # as when a round finishes
         self._update_urgency()
+        self._end_round(current)
+
+    def _end_round(self, current: Round) -> None:
+        """A round is over (finished or failed): the next backward starts a fresh one."""
+        if self._round is current:
+            self._round = None
+        # Each step keeps its round, so the round lets go of the steps: without that cycle,
+        # a step (and the gradients it holds) is freed once its backward returns, not steps
+        # later by the garbage collector.
+        current.steps.clear()
         self.engine.set_state(current.number, IDLE)
 
     # -- diagnosis --------------------------------------------------------------------------
