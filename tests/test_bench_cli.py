@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import retrograd
-from retrograd import bench
-from retrograd.cli import main
+from retrograd.app import bench
+from retrograd.app.cli import main
 
 REPOSITORY_BENCHMARKS = Path(retrograd.__file__).resolve().parents[2] / "benchmarks"
 

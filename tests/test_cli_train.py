@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import retrograd
-from retrograd.cli import main
-from retrograd.trainer import TrainConfig, train
+from retrograd.app.cli import main
+from retrograd.app.trainer import TrainConfig, train
 from test_data import write_mnist
 
 pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')

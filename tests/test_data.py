@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrograd import data
+from retrograd.app import data
 
 
 def write_mnist(folder, train=30, test=10, gz=False, size=28, seed=0):

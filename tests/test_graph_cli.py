@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from retrograd.cli import main
-from retrograd.graphview import FILL, RECOMPUTED, SAVED, RecordingAutodiff, trace_step
+from retrograd.app.cli import main
+from retrograd.app.graphview import FILL, RECOMPUTED, SAVED, RecordingAutodiff, trace_step
 
 
 def node_lines(dot: str) -> list[str]:

@@ -50,14 +50,14 @@ def test_readme_examples_run(index):
 
 MODULES = [
     "retrograd.nn", "retrograd.nn.modules", "retrograd.optim.optimizers", "retrograd.optim.clip",
-    "retrograd.optim.schedules", "retrograd.data", "retrograd.models", "retrograd.memory",
-    "retrograd.graphview", "retrograd.trainer",
+    "retrograd.optim.schedules", "retrograd.app.data", "retrograd.app.models", "retrograd.memory",
+    "retrograd.app.graphview", "retrograd.app.trainer",
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    if name in ("retrograd.trainer",):
+    if name in ("retrograd.app.trainer",):
         pytest.importorskip("sklearn", reason="trains on the digits data set")
     module = importlib.import_module(name)
     result = doctest.testmod(module, extraglobs={"rg": rg}, optionflags=doctest.ELLIPSIS)

@@ -45,7 +45,7 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
     from .models import MODELS
     from .trainer import DEFAULT_LR, ENGINES, OPTIMIZERS, SCHEDULES, STRATEGIES, TrainConfig
 

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-from . import nn
-from .errors import InvalidArgumentError
+from .. import nn
+from ..errors import InvalidArgumentError
 
 __all__ = ["MODELS", "build_model"]
 

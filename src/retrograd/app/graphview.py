@@ -36,11 +36,11 @@ import numpy as np
 
 import retrograd as rg
 
-from .autodiff import Autodiff
-from .autodiff.checkpoint import RECOMPUTE
-from .autodiff.runtime import Tape
+from ..autodiff import Autodiff
+from ..autodiff.checkpoint import RECOMPUTE
+from ..autodiff.runtime import Tape
+from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from .models import build_model
-from .nn import functional as F  # noqa: N812  (PyTorch's idiom)
 
 __all__ = ["GraphNode", "RecordingAutodiff", "StepGraph", "render_svg", "trace_step"]
 

@@ -42,7 +42,7 @@ def find_benchmarks(directory: str | os.PathLike | None = None) -> Path:
     if directory is not None:
         candidate = Path(directory)
     else:
-        candidate = Path(__file__).resolve().parents[2] / "benchmarks"
+        candidate = Path(__file__).resolve().parents[3] / "benchmarks"
     if not candidate.is_dir() or not any(candidate.glob("bench_*.py")):
         raise BenchmarksNotFoundError(
             f"no benchmark scripts (bench_*.py) in {candidate}: retrograd bench runs the "

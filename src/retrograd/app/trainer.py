@@ -37,12 +37,12 @@ import numpy as np
 
 import retrograd as rg
 
-from . import nn, optim
+from .. import nn, optim
+from ..memory import measure_step_memory
+from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError
 from .data import Dataset, load_dataset
-from .memory import measure_step_memory
 from .models import MODELS, build_model
-from .nn import functional as F  # noqa: N812  (PyTorch's idiom)
 
 __all__ = [
     "DEFAULT_LR",
@@ -192,7 +192,7 @@ class _LocalGroup:
     """The replicas of this process: one, or ``workers`` on threads with a local context."""
 
     def __init__(self, template: nn.Module, config: TrainConfig):
-        from .distributed import DistributedConfig, DistributedContext, ReduceOperation
+        from ..distributed import DistributedConfig, DistributedContext, ReduceOperation
 
         self.world = config.workers
         self.shards = list(range(self.world))
@@ -229,7 +229,7 @@ class _MpiGroup:
     """This rank's replica in a job started by ``mpiexec``."""
 
     def __init__(self, template: nn.Module, config: TrainConfig):
-        from .distributed import DistributedConfig, DistributedContext, ReduceOperation
+        from ..distributed import DistributedConfig, DistributedContext, ReduceOperation
 
         settings = DistributedConfig(ReduceOperation.SUM, timeout=config.timeout)
         self.context = DistributedContext.from_launcher(settings, engine="mpi").start()
@@ -243,7 +243,7 @@ class _MpiGroup:
         return [self.replicas[0].step(*shards[0], batch_size)]
 
     def reduce(self, array: np.ndarray) -> np.ndarray:
-        from .distributed import ReduceOperation, all_reduce
+        from ..distributed import ReduceOperation, all_reduce
 
         device = self.context.device
         summed = all_reduce(rg.tensor(array, backend=self.replicas[0].backend, device=device),
