@@ -7,6 +7,9 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 __all__ = [
     "AutodiffError",
     "DTypeError",
@@ -14,6 +17,8 @@ __all__ = [
     "IndexOutOfRangeError",
     "RetrogradError",
     "ShapeError",
+    "reported",
+    "translate",
 ]
 
 
@@ -43,3 +48,54 @@ class AutodiffError(RetrogradError, RuntimeError):
 
 class DistributedError(RetrogradError, RuntimeError):
     """A collective that failed: a peer that died, never arrived, or disagreed."""
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """``[2, 3]``: a shape as error messages write it."""
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def translate(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = ()) -> Exception:
+    """What the user sees for ``error``, raised by ``backend`` while running ``op`` on ``inputs``.
+
+    The backend says which class of the hierarchy its exception means
+    (``Backend.error_class``: NumPy's ``ValueError`` is a shape error, torch's ``RuntimeError``
+    about sizes too); errors already in the hierarchy, and exceptions the backend does not
+    recognise as bad input (bugs), come back unchanged, to be re-raised as they are.
+    ``inputs`` are tensors (anything with ``shape`` and ``dtype``) named in the message.
+    """
+    if isinstance(error, RetrogradError):
+        return error
+    kind = backend.error_class(error)
+    if kind is None:
+        return error
+    described = ", ".join(f"{shape_text(t.shape)} {t.dtype}" for t in inputs)
+    message = f"{op}: {error}" + (f" (inputs: {described})" if described else "")
+    return kind(message)
+
+
+class reported:  # noqa: N801  (used as a ``with`` statement, like contextlib's helpers)
+    """``with reported(op, backend, inputs): ...``: the one place a backend's exceptions become
+    the hierarchy's, naming the op and the inputs' shapes (:func:`translate`).
+
+    A class, not a ``contextlib`` generator: entering and leaving cost two plain method calls,
+    which matters on paths that run once per op.
+    """
+
+    __slots__ = ("backend", "inputs", "op")
+
+    def __init__(self, op: str, backend: Any, inputs: Sequence[Any] = ()):
+        self.op = op
+        self.backend = backend
+        self.inputs = inputs
+
+    def __enter__(self) -> reported:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+        if error is None or not isinstance(error, Exception):
+            return False
+        translated = translate(self.op, error, self.backend, self.inputs)
+        if translated is error:
+            return False
+        raise translated from None

@@ -262,6 +262,12 @@ class Autodiff(Backend):
     def any(self, x):
         return self.inner.any(x.value)
 
+    def check_index_range(self, indices, size, message, ignore=None):
+        self.inner.check_index_range(indices.value, size, message, ignore)
+
+    def error_class(self, error):
+        return self.inner.error_class(error)
+
     def nonzero(self, x):
         return tuple(AutodiffPrimitive(index, None) for index in self.inner.nonzero(x.value))
 

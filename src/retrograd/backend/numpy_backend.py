@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import DTypeError
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from . import special
 from .numpy_nn import NumpyNNKernels
 from .protocol import Backend
@@ -207,6 +207,24 @@ class NumpyBackend(NumpyNNKernels, Backend):
 
     def any(self, x):
         return bool(np.any(x))
+
+    def check_index_range(self, indices, size, message, ignore=None):
+        if not indices.size or (indices.min() >= 0 and indices.max() < size):
+            return
+        bad = (indices < 0) | (indices >= size)
+        if ignore is not None:
+            bad &= indices != ignore
+        if bad.any():
+            raise IndexOutOfRangeError(message(int(indices[bad].flat[0])))
+
+    def error_class(self, error):
+        if isinstance(error, IndexError):
+            return IndexOutOfRangeError
+        if isinstance(error, TypeError):
+            return DTypeError
+        if isinstance(error, ValueError):
+            return ShapeError
+        return None
 
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(np.add)

@@ -22,7 +22,7 @@ Conventions, so that implementations stay small:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["PROTOCOL_OPS", "Backend"]
@@ -106,6 +106,35 @@ class Backend:
     def any(self, x: Any) -> bool:
         """Whether any element is true (a Python bool: backward rules may branch on it)."""
         raise NotImplementedError
+
+    # -- validation and errors (no host round trip on a device backend) ----------------------
+    def check_index_range(
+        self,
+        indices: Any,
+        size: int,
+        message: Callable[[int | None], str],
+        ignore: int | None = None,
+    ) -> None:
+        """Raise ``IndexOutOfRangeError(message(bad))`` when an entry of the int64 ``indices``
+        lies outside ``[0, size)``; entries equal to ``ignore`` are allowed.
+
+        ``bad`` is the first offending value. A backend whose values live on an accelerator
+        may check asynchronously instead of copying the indices to the host: the error is
+        then raised at the next synchronisation (as CUDA's device-side asserts are), and
+        ``bad`` may be ``None``. The NumPy backend checks at once.
+        """
+        raise NotImplementedError
+
+    def error_class(self, error: Exception) -> type | None:
+        """The class of :mod:`retrograd.errors` that ``error``, raised by one of this
+        backend's kernels, means (a shape, dtype or index error of the user's input), or
+        ``None`` when it is not about the input and must propagate unchanged.
+
+        Each backend maps its own exceptions: NumPy's ``ValueError``/``IndexError``/
+        ``TypeError``; torch's ``RuntimeError`` with a size-mismatch message, and so on.
+        :func:`retrograd.errors.translate` asks this.
+        """
+        return None
 
     # -- elementwise binary, broadcasting -----------------------------------------------------
     add = sub = mul = div = pow = remainder = atan2 = hypot = _required
