@@ -38,6 +38,7 @@ import numpy as np
 import retrograd as rg
 
 from .. import nn, optim
+from ..distributed import ENGINES
 from ..memory import measure_step_memory
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError
@@ -62,7 +63,6 @@ STRATEGIES: dict[str, Callable[[], rg.CheckpointStrategy]] = {
 DEFAULT_LR = {"adam": 2e-3, "sgd": 0.05}
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("cosine", "step", "none")
-ENGINES = ("local", "mpi")
 EVAL_BATCH = 512
 
 

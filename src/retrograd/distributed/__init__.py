@@ -7,15 +7,32 @@ Each device's thread (engine ``"local"``) or each ``mpiexec`` rank (engine ``"mp
 its copy of a parameter with ``w.set_distributed(param_id)``; inside a running
 :class:`DistributedContext`, ``loss.backward()`` all-reduces those gradients while the rest of
 backward runs and returns them reduced. See ``docs/distributed.md``.
+
+Modules import one way, each only from those above it (none imports the package itself)::
+
+    config, params, cache, buffers     settings, parameter ids, bounded caches, NumPy buffers
+    engine                             the collective interface, Pending; member states
+    buckets                            bucket plans (pure)
+    registration                       the registration format, the members' agreement (pure)
+    rounds                             ParamSlot, DeviceStep (+ the server's StepSync), Round
+    diagnosis                          what a timeout says
+    server                             SyncServer: rounds and its thread
+    registry                           running contexts by device; the hook's install
+    collective                         the differentiable all_reduce, CollectiveTensor
+    sync                               the backward hook (GradientSyncHook, BackwardSync)
+    local, mpi                         the engines
+    context                            DistributedContext, ENGINES
+    launch                             mpiexec (imports nothing of the package)
 """
 
 from ..errors import DistributedError
 from .collective import CollectiveTensor, all_reduce
 from .config import DistributedConfig, ReduceOperation
-from .context import DistributedContext
+from .context import ENGINES, DistributedContext
 from .params import ParamId
 
 __all__ = [
+    "ENGINES",
     "CollectiveTensor",
     "DistributedConfig",
     "DistributedContext",

@@ -9,10 +9,14 @@ the collective.
 The autodiff node is an :class:`~retrograd.autodiff.ops.Op` created outside the op table and
 run with ``Autodiff.apply``. It is compute-bound, so no checkpointing strategy ever recomputes
 it: its "forward" only hands over the result the collective already produced.
+
+The running context of a device is found in :mod:`.registry`; the context starts and waits
+for the collective (``start_all_reduce``, ``wait_for``, ``all_reduce_array``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,7 +24,9 @@ import numpy as np
 from ..autodiff.ops import Op
 from ..device import Device
 from ..errors import DistributedError, DTypeError
+from .buffers import from_buffer, to_buffer
 from .config import ReduceOperation
+from .registry import active_context
 
 __all__ = ["CollectiveTensor", "all_reduce"]
 
@@ -48,15 +54,11 @@ def _forward(backend: Any, x: Any, op: Any, devices: Any, device: Any, result: _
 
 
 def _backward(B: Any, g: Any, op: ReduceOperation, devices: tuple, device: Device) -> Any:  # noqa: N803
-    from .sync import active_context
-
-    context = _context_for(device, "all_reduce backward", active_context)
+    context = _context_for(device, "all_reduce backward")
+    reduced = context.all_reduce_array(device, devices, to_buffer(B, g), op)
     if getattr(B, "is_autodiff", False):  # create_graph: the gradient's reduction is recorded
-        reduced = context._all_reduce_array(device, devices, np.asarray(B.to_numpy(g)), op)
         return record_all_reduce(B, g, reduced, op, devices, device)
-    array = g if isinstance(g, np.ndarray) else np.asarray(B.to_numpy(g))
-    reduced = context._all_reduce_array(device, devices, array, op)
-    return reduced if isinstance(g, np.ndarray) else B.from_data(reduced, B.dtype(g), device)
+    return from_buffer(B, reduced, g, device, B.dtype(g))
 
 
 ALL_REDUCE = Op(
@@ -70,17 +72,21 @@ ALL_REDUCE = Op(
 
 
 def record_all_reduce(
-    backend: Any, x: Any, reduced: np.ndarray, op: ReduceOperation, devices, device
+    backend: Any,
+    x: Any,
+    reduced: np.ndarray,
+    op: ReduceOperation,
+    devices: tuple[Device, ...],
+    device: Device,
 ) -> Any:
     """``reduced`` (the all-reduce of ``x``'s value, already computed) as the output of an
     all-reduce node of the autodiff ``backend`` over ``x``."""
-    inner = backend.inner
-    value = reduced if isinstance(x.value, np.ndarray) else inner.from_data(reduced, None, device)
+    value = from_buffer(backend.inner, reduced, backend.inner_value(x), device)
     return backend.apply(ALL_REDUCE, x, params=(op, tuple(devices), device, _Result(value)))
 
 
-def _context_for(device: Device, what: str, lookup) -> Any:
-    context = lookup(device)
+def _context_for(device: Device, what: str) -> Any:
+    context = active_context(device)
     if context is None:
         raise DistributedError(
             f"{what}: no running DistributedContext hosts {device}; create the tensor with "
@@ -97,7 +103,9 @@ class CollectiveTensor:
 
     __slots__ = ("_context", "_devices", "_op", "_pending", "_resolved", "_tensor")
 
-    def __init__(self, tensor: Any, pending: Any, op: ReduceOperation, devices, context: Any):
+    def __init__(
+        self, tensor: Any, pending: Any, op: ReduceOperation, devices: tuple, context: Any
+    ):
         self._tensor = tensor
         self._pending = pending
         self._op = op
@@ -121,21 +129,14 @@ class CollectiveTensor:
         from ..tensor import Tensor
 
         tensor = self._tensor
-        reduced = self._context._wait_op(self._pending, self._describe())[0]
-        backend = tensor.backend
+        reduced = self._context.wait_for(self._pending, self._describe())[0]
+        backend, device = tensor.backend, tensor.device
         if backend.is_autodiff:
-            primitive = backend.apply(
-                ALL_REDUCE,
-                tensor.primitive,
-                params=(self._op, self._devices, tensor.device, _Result(
-                    reduced if isinstance(backend.inner_value(tensor.primitive), np.ndarray)
-                    else backend.inner.from_data(reduced, None, tensor.device)
-                )),
-            )  # fmt: skip
-        elif isinstance(tensor.primitive, np.ndarray):
-            primitive = reduced
+            primitive = record_all_reduce(
+                backend, tensor.primitive, reduced, self._op, self._devices, device
+            )
         else:
-            primitive = backend.from_data(reduced, None, tensor.device)
+            primitive = from_buffer(backend, reduced, tensor.primitive, device)
         self._resolved = Tensor(primitive, backend, tensor.device)
         self._tensor = None
         return self._resolved
@@ -148,7 +149,7 @@ class CollectiveTensor:
         return f"CollectiveTensor({self._describe()}, {state})"
 
 
-def all_reduce(tensor: Any, op: ReduceOperation, devices) -> CollectiveTensor:
+def all_reduce(tensor: Any, op: ReduceOperation, devices: Iterable[Any]) -> CollectiveTensor:
     """Start reducing ``tensor`` with the tensors the other ``devices`` pass to their own
     ``all_reduce`` call (the k-th call of each device over the same devices are matched).
 
@@ -159,12 +160,14 @@ def all_reduce(tensor: Any, op: ReduceOperation, devices) -> CollectiveTensor:
     >>> # with dist.DistributedContext(devices, config):        (in each device's thread)
     >>> #     y = dist.all_reduce(x, dist.ReduceOperation.MEAN, devices).resolve()
     """
-    from .sync import active_context
+    from ..tensor import Tensor
 
+    if not isinstance(tensor, Tensor):
+        raise DTypeError(f"all_reduce: expected a Tensor, got {type(tensor).__name__}")
     if not isinstance(op, ReduceOperation):
-        raise TypeError(f"all_reduce: op must be a ReduceOperation, got {op!r}")
+        raise DTypeError(f"all_reduce: op must be a ReduceOperation, got {op!r}")
     device = tensor.device
-    context = _context_for(device, "all_reduce", active_context)
+    context = _context_for(device, "all_reduce")
     devices = tuple(Device(d) for d in devices)
     if device not in devices:
         raise DistributedError(
@@ -174,9 +177,6 @@ def all_reduce(tensor: Any, op: ReduceOperation, devices) -> CollectiveTensor:
     dtype = tensor.dtype
     if dtype not in ("float32", "float64") and (op is ReduceOperation.MEAN or dtype == "bool"):
         raise DTypeError(f"all_reduce: cannot take the {op.name} of a {dtype} tensor")
-    backend = tensor.backend
-    value = backend.inner_value(tensor.primitive) if backend.is_autodiff else tensor.primitive
-    inner = backend.inner if backend.is_autodiff else backend
-    array = value if isinstance(value, np.ndarray) else np.asarray(inner.to_numpy(value))
-    pending = context._start_op(device, devices, array, op)
+    array = to_buffer(tensor.backend, tensor.primitive)
+    pending = context.start_all_reduce(device, devices, array, op)
     return CollectiveTensor(tensor, pending, op, devices, context)

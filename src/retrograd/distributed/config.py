@@ -6,7 +6,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 
 __all__ = ["DistributedConfig", "ReduceOperation"]
 
@@ -54,7 +54,7 @@ class DistributedConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.all_reduce_op, ReduceOperation):
-            raise TypeError(
+            raise DTypeError(
                 f"DistributedConfig: all_reduce_op must be a ReduceOperation, "
                 f"got {self.all_reduce_op!r}"
             )

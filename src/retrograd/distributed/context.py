@@ -1,4 +1,10 @@
-"""``DistributedContext``: starts and closes the communication server of a set of devices."""
+"""``DistributedContext``: the devices that train together, their engine and sync server.
+
+It starts and closes the server, registers itself (:mod:`.registry`) so that backwards and
+``all_reduce`` calls on its devices find it, and offers its collaborators (the backward hook,
+``all_reduce``) what they need of it as public methods: ``server``, ``start_all_reduce``,
+``wait_for``, ``all_reduce_array``, ``record_step``.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +17,17 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..errors import DistributedError, InvalidArgumentError
+from ..errors import DistributedError, DTypeError, InvalidArgumentError
 from .config import DistributedConfig, ReduceOperation
 from .engine import Collective, Pending
+from .registry import register_context, unregister_context
+from .rounds import DeviceStep
 from .server import SyncServer
-from .sync import register_context, unregister_context
+from .sync import HOOK
 
-__all__ = ["DistributedContext"]
+__all__ = ["ENGINES", "DistributedContext"]
 
+#: the engines a context can be made with, by name
 ENGINES = ("local", "mpi")
 
 
@@ -50,7 +59,7 @@ class DistributedContext:
     ):
         self.config = config if config is not None else DistributedConfig()
         if not isinstance(self.config, DistributedConfig):
-            raise TypeError(
+            raise DTypeError(
                 f"DistributedContext: config must be a DistributedConfig, got {config!r}"
             )
         if isinstance(engine, Collective):
@@ -138,7 +147,7 @@ class DistributedContext:
         with self._lock:
             if self._state != "new":
                 raise DistributedError(f"DistributedContext: cannot start a {self._state} context")
-            register_context(self)
+            register_context(self, HOOK)
             self._server.start()
             self._state = "running"
         return self
@@ -153,7 +162,7 @@ class DistributedContext:
         try:
             self._server.close()
         finally:
-            unregister_context(self)
+            unregister_context(self, HOOK)
 
     @property
     def running(self) -> bool:
@@ -171,10 +180,21 @@ class DistributedContext:
         devices = ", ".join(map(str, self.devices))
         return f"DistributedContext({self.engine.name}: {devices}, {self._state})"
 
-    # -- collectives for all_reduce ---------------------------------------------------------
-    def _start_op(
-        self, device: Device, devices: tuple, array: np.ndarray, op: ReduceOperation
+    # -- for the backward hook and all_reduce ----------------------------------------------
+    @property
+    def server(self) -> SyncServer:
+        """The sync server (the backward hook registers and submits gradients to it)."""
+        return self._server
+
+    def start_all_reduce(
+        self,
+        device: Device,
+        devices: tuple[Device, ...],
+        array: np.ndarray,
+        op: ReduceOperation,
     ) -> Pending:
+        """Start ``device``'s part of an ``all_reduce`` of ``array`` over ``devices``: the
+        k-th call of each device over the same devices are matched."""
         if not self.running:
             raise DistributedError(f"all_reduce: the distributed context is {self._state}")
         members = self.engine.members
@@ -192,19 +212,29 @@ class DistributedContext:
         self._server.all_reduce(pending, device, [array], op, ("op", group, number), group)
         return pending
 
-    def _wait_op(self, pending: Pending, what: str) -> Any:
+    def wait_for(self, pending: Pending, what: str) -> Any:
+        """The result of ``pending`` (one array per buffer), driving the engine meanwhile;
+        past the timeout, :class:`~retrograd.DistributedError` saying who it waited for
+        (``what`` names the collective)."""
         if not self._server.drive_until(pending, self.config.timeout):
             self._server.op_stalled(pending, what)
             pending.wait(1.0)
         return pending.outcome()
 
-    def _all_reduce_array(
-        self, device: Device, devices: tuple, array: np.ndarray, op: ReduceOperation
+    def all_reduce_array(
+        self,
+        device: Device,
+        devices: tuple[Device, ...],
+        array: np.ndarray,
+        op: ReduceOperation,
     ) -> np.ndarray:
-        pending = self._start_op(device, devices, array, op)
-        return self._wait_op(pending, f"all_reduce backward ({op.name}) on {device}")[0]
+        """``array`` all-reduced over ``devices``, waited for (``all_reduce``'s backward)."""
+        pending = self.start_all_reduce(device, devices, array, op)
+        return self.wait_for(pending, f"all_reduce backward ({op.name}) on {device}")[0]
 
-    def _record_step(self, step: Any, ended: float, waited: float) -> None:
+    def record_step(self, step: DeviceStep, ended: float, waited: float) -> None:
+        """Count a synced backward in :attr:`stats` (``ended``: when its backward ended;
+        ``waited``: seconds it then waited for its gradients)."""
         self.stats.add(step, ended, waited)
 
 
@@ -228,7 +258,7 @@ class _Stats:
             #: seconds (one clock for every process of a machine, so ranks can be compared)
             self.timeline: deque[tuple[float, float]] = deque(maxlen=_TIMELINE_STEPS)
 
-    def add(self, step: Any, ended: float, waited: float) -> None:
+    def add(self, step: DeviceStep, ended: float, waited: float) -> None:
         with self._lock:
             self.steps += 1
             self.buckets += len(step.intervals)

@@ -27,7 +27,10 @@ from ..device import Device
 from ..errors import DistributedError
 from .config import ReduceOperation
 
-__all__ = ["Collective", "Pending"]
+__all__ = ["CLOSING", "IDLE", "IN_BACKWARD", "WAITING", "Collective", "Pending"]
+
+# A member's progress (``Collective.set_state``), as peers see it in heartbeats.
+IDLE, IN_BACKWARD, WAITING, CLOSING = 0, 1, 2, 3
 
 
 class Pending:

@@ -41,14 +41,14 @@ import numpy as np
 from ..device import Device
 from ..errors import DistributedError
 from .config import DistributedConfig, ReduceOperation
-from .engine import Collective, Pending
+from .engine import CLOSING, IDLE, IN_BACKWARD, WAITING, Collective, Pending
 
 __all__ = ["MpiEngine"]
 
 _TAG_HEARTBEAT, _TAG_REG_HEAD, _TAG_REG_BODY = 11, 12, 13
-_STATES = {0: "not in a backward", 1: "in its backward", 2: "waiting for its all-reduces",
-           3: "closing its distributed context (exiting)"}  # fmt: skip
-_CLOSING = 3
+_STATES = {IDLE: "not in a backward", IN_BACKWARD: "in its backward",
+           WAITING: "waiting for its all-reduces",
+           CLOSING: "closing its distributed context (exiting)"}  # fmt: skip
 # MPI progresses only inside MPI calls, and a collective takes several rounds in which both
 # ranks must call in, so how often we poll sets its latency (a 40 KB all-reduce: 0.02 ms when
 # polled back to back, 1.4 ms with 0.2 ms sleeps in between). While backward still computes,
@@ -332,7 +332,7 @@ class MpiEngine(Collective):
             return None
         silent = time.monotonic() - self._last_seen[index]
         step, state = self._peer_state[index]
-        if state == _CLOSING:
+        if state == CLOSING:
             return f"rank {index} closed its distributed context (its process is exiting)"
         if silent > 3 * self.heartbeat_interval:
             return f"rank {index} has sent no heartbeat for {silent:.1f} s, so it has probably died"
@@ -361,7 +361,7 @@ class MpiEngine(Collective):
         if self._closed:
             return
         if self.broken is None:
-            self._state = _CLOSING
+            self._state = CLOSING
             self._broadcast_state()
             self._closing = True
             barrier = self.ctl.Ibarrier()

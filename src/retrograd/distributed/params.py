@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ..errors import DTypeError
+
 __all__ = ["ParamId"]
 
 #: Ids made from values already seen: parameters are marked again at every training step.
@@ -34,7 +36,9 @@ class ParamId:
             self.value = int(value)
             self.label = str(value)
         else:
-            raise TypeError(f"ParamId: expected a non-negative int or a str, got {value!r}")
+            # DTypeError (a TypeError) also for a negative int: the accepted type is
+            # "non-negative int or str", and callers catch TypeError for it.
+            raise DTypeError(f"ParamId: expected a non-negative int or a str, got {value!r}")
 
     @classmethod
     def of(cls, value: Any) -> ParamId:

@@ -4,7 +4,7 @@
 order their gradients will become final, and registers them with the device's context; the
 ``Gradients`` registration hook submits a parameter's gradient the moment its last contribution
 arrives, a bucket at a time; ``end`` waits for this device's all-reduces (driving the engine)
-and puts the reduced gradients into the result.
+and puts the reduced gradients into the result. One backward's state is a :class:`BackwardSync`.
 """
 
 from __future__ import annotations
@@ -15,48 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
 from ..errors import DistributedError
-from .server import DeviceStep, ParamSlot, local_bucket_plan
+from .buckets import bucket_plan
+from .buffers import from_buffer, to_buffer
+from .collective import record_all_reduce
+from .registry import active_context
+from .rounds import DeviceStep, ParamSlot
 
-__all__ = ["GradientSyncHook", "active_context", "register_context", "unregister_context"]
+__all__ = ["HOOK", "BackwardSync", "GradientSyncHook", "distributed_slots"]
 
 #: how often backward polls collectives in flight (between its steps)
 _POLL_SECONDS = 0.0005
-_LOCK = threading.Lock()
-#: device -> the running context that hosts it
-_CONTEXTS: dict[Device, Any] = {}
-
-
-def active_context(device: Device) -> Any:
-    return _CONTEXTS.get(device)
-
-
-def register_context(context: Any) -> None:
-    from ..autodiff.runtime import BACKWARD_HOOKS
-
-    with _LOCK:
-        taken = [d for d in context.local_devices if d in _CONTEXTS]
-        if taken:
-            raise DistributedError(
-                f"DistributedContext: {', '.join(map(str, taken))} already belong to a running "
-                "context; close it first"
-            )
-        for device in context.local_devices:
-            _CONTEXTS[device] = context
-        if _HOOK not in BACKWARD_HOOKS:
-            BACKWARD_HOOKS.append(_HOOK)
-
-
-def unregister_context(context: Any) -> None:
-    from ..autodiff.runtime import BACKWARD_HOOKS
-
-    with _LOCK:
-        for device in context.local_devices:
-            if _CONTEXTS.get(device) is context:
-                del _CONTEXTS[device]
-        if not _CONTEXTS and _HOOK in BACKWARD_HOOKS:
-            BACKWARD_HOOKS.remove(_HOOK)
 
 
 def distributed_slots(tape: Any) -> list[ParamSlot]:
@@ -95,78 +64,64 @@ def distributed_slots(tape: Any) -> list[ParamSlot]:
     return slots
 
 
-class GradientSyncHook:
-    """The entry in ``BACKWARD_HOOKS``; applies to backwards on a device a context hosts."""
+class BackwardSync:
+    """One device's backward, as the hook sees it: its step, the gradients it holds until
+    their bucket is complete, and when it last polled the engine.
 
-    def __init__(self) -> None:
-        self._steps: dict[int, tuple[DeviceStep, Any, Any]] = {}
-        self._lock = threading.Lock()
+    :meth:`on_register` runs on every gradient registration of the backward, so it keeps what
+    it reads in slots, and returns at once unless a parameter just became final or a poll is
+    due.
+    """
 
-    def begin(self, tape: Any, grads: Any) -> None:
-        context = _CONTEXTS.get(grads.device)
-        if context is None:
-            return
-        slots = distributed_slots(tape)
-        if not slots:
-            return
-        step = DeviceStep(grads.device, slots)
-        server = context._server
-        by_node = step.by_node
+    __slots__ = ("batches", "bucket_of", "by_node", "context", "keep_local", "poll_at", "server",
+                 "step", "waiting_for")  # fmt: skip
+
+    def __init__(self, context: Any, step: DeviceStep, backend: Any):
+        self.context = context
+        self.server = context.server
+        self.step = step
+        self.by_node = step.by_node
         # Final gradients go to the server a bucket at a time (as this device plans buckets;
         # the server launches by the plan the members agree on, normally the same one).
-        bucket_of, bucket_sizes = local_bucket_plan(slots, context.config)
-        waiting_for = list(bucket_sizes)
-        batches: list[list] = [[] for _ in bucket_sizes]
-        step.unsent = batches
-
-        poll_at = [0.0]
+        entries = tuple((slot.pid.value, slot.numel, slot.dtype) for slot in step.slots)
+        self.bucket_of, sizes = bucket_plan(entries, context.config)
+        self.waiting_for = list(sizes)
+        #: per bucket, ``(slot index, buffer)`` of its final gradients not yet submitted
+        self.batches: list[list[tuple[int, np.ndarray]]] = [[] for _ in sizes]
+        self.poll_at = 0.0
         # The reduced gradient replaces the local one at the end; until then the local one is
         # only the collective's input, and dropping it here lets its memory go once it is
         # packed (keeping both raised each step's peak, and fresh memory costs page faults).
         # A differentiable sync (create_graph) records the local one as its input, so keeps it.
-        keep_local = getattr(grads.backend, "is_autodiff", False)
+        self.keep_local = getattr(backend, "is_autodiff", False)
 
-        def on_register(node: Any, grads: Any) -> None:
-            # Runs on every registration of the backward: return fast unless a parameter
-            # just became final, or collectives in flight are due a poll.
-            now = perf_counter()
-            if now >= poll_at[0]:
-                poll_at[0] = now + _POLL_SECONDS
-                server.poll()
-            if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
-                return
-            slot = by_node.get(node.id)
-            if slot is None or slot.sent:
-                return
-            slot.sent = True
-            bucket = bucket_of[slot.index]
-            batch = batches[bucket]
-            value = grads.values[node.id] if keep_local else grads.values.pop(node.id)
-            batch.append((slot.index, _buffer(value, grads.backend)))
-            waiting_for[bucket] -= 1
-            if waiting_for[bucket] == 0:
-                batches[bucket] = []
-                server.submit_many(step, batch)
-
-        with self._lock:
-            stale = [key for key, entry in self._steps.items() if entry[0].device == step.device]
-            for key in stale:
-                del self._steps[key]
-            self._steps[id(grads)] = (step, context, on_register)
-        grads.on_register.append(on_register)
-        server.register(step)
-
-    def end(self, grads: Any) -> None:
-        with self._lock:
-            entry = self._steps.pop(id(grads), None)
-        if entry is None:
+    def on_register(self, node: Any, grads: Any) -> None:
+        now = perf_counter()
+        if now >= self.poll_at:
+            self.poll_at = now + _POLL_SECONDS
+            self.server.poll()
+        if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
             return
-        step, context, on_register = entry
-        grads.on_register.remove(on_register)
-        server = context._server
+        slot = self.by_node.get(node.id)
+        if slot is None or slot.sent:
+            return
+        slot.sent = True
+        bucket = self.bucket_of[slot.index]
+        batch = self.batches[bucket]
+        value = grads.values[node.id] if self.keep_local else grads.values.pop(node.id)
+        batch.append((slot.index, to_buffer(grads.backend, value)))
+        self.waiting_for[bucket] -= 1
+        if self.waiting_for[bucket] == 0:
+            self.batches[bucket] = []
+            self.server.submit_many(self.step, batch)
+
+    def finish(self, grads: Any) -> None:
+        """Submit what is left, wait for the reduced gradients (driving the engine), and put
+        them in ``grads``."""
+        step, context, server = self.step, self.context, self.server
         # A parameter whose gradient never arrived (no path carried one) contributes zeros,
         # so its peers are not left waiting.
-        late = [item for batch in step.unsent for item in batch]
+        late = [item for batch in self.batches for item in batch]
         for slot in step.slots:
             if not slot.sent:
                 slot.sent = True
@@ -174,13 +129,14 @@ class GradientSyncHook:
                 if value is None:
                     array = np.zeros(slot.shape, dtype=slot.dtype)
                 else:
-                    array = _buffer(value, grads.backend)
+                    array = to_buffer(grads.backend, value)
                 late.append((slot.index, array))
         if late:
             server.submit_many(step, late)
         started = perf_counter()
         server.waiting(step)
-        if not server.drive_until(step.done, context.config.timeout):
+        timeout = context.config.timeout
+        if not server.drive_until(step.done, timeout):
             server.stalled(step)
             step.done.wait(1.0)
         waited = perf_counter() - started
@@ -188,8 +144,8 @@ class GradientSyncHook:
             raise DistributedError(step.error)
         if not step.done.is_set():  # the server is gone (the context closed meanwhile)
             raise DistributedError(
-                f"gradient sync on {step.device} did not complete within "
-                f"{context.config.timeout:g} s: the distributed context is no longer running"
+                f"gradient sync on {step.device} did not complete within {timeout:g} s: the "
+                "distributed context is no longer running"
             )
         backend = grads.backend
         for slot in step.slots:
@@ -197,36 +153,57 @@ class GradientSyncHook:
             if result.shape != slot.shape:
                 result = result.reshape(slot.shape)
             old = grads.values.get(slot.node.id)
-            grads.values[slot.node.id] = _primitive(result, old, backend, slot, context, step)
+            grads.values[slot.node.id] = self._primitive(result, old, backend, slot)
         step.results.clear()  # the gradients hold them now
-        context._record_step(step, started, waited)
+        context.record_step(step, started, waited)
+
+    def _primitive(self, result: np.ndarray, old: Any, backend: Any, slot: ParamSlot) -> Any:
+        """The reduced gradient as a primitive of the gradients' backend."""
+        device = self.step.device
+        if getattr(backend, "is_autodiff", False):
+            # backward(create_graph=True): the gradient stays differentiable through the sync.
+            if old is None:  # no gradient reached this parameter here: nothing to differentiate
+                return backend.wrap(result)
+            config = self.context.config
+            return record_all_reduce(
+                backend, old, result, config.all_reduce_op, self.context.devices, device
+            )
+        return from_buffer(backend, result, old, device, slot.dtype)
 
 
-def _buffer(value: Any, backend: Any) -> np.ndarray:
-    """A NumPy view of a gradient (the inner value of a tracked one)."""
-    if getattr(backend, "is_autodiff", False):
-        value = value.value
-        backend = backend.inner
-    if isinstance(value, np.ndarray):
-        return value
-    return np.asarray(backend.to_numpy(value))
+class GradientSyncHook:
+    """The entry in ``BACKWARD_HOOKS``; applies to backwards on a device a context hosts."""
+
+    def __init__(self) -> None:
+        self._syncs: dict[int, BackwardSync] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, tape: Any, grads: Any) -> None:
+        context = active_context(grads.device)
+        if context is None:
+            return
+        slots = distributed_slots(tape)
+        if not slots:
+            return
+        step = DeviceStep(grads.device, slots)
+        sync = BackwardSync(context, step, grads.backend)
+        with self._lock:
+            # A backward of this device that raised never reached ``end``: forget it.
+            stale = [key for key, other in self._syncs.items() if other.step.device == step.device]
+            for key in stale:
+                del self._syncs[key]
+            self._syncs[id(grads)] = sync
+        grads.on_register.append(sync.on_register)
+        context.server.register(step)
+
+    def end(self, grads: Any) -> None:
+        with self._lock:
+            sync = self._syncs.pop(id(grads), None)
+        if sync is None:
+            return
+        grads.on_register.remove(sync.on_register)
+        sync.finish(grads)
 
 
-def _primitive(result: np.ndarray, old: Any, backend: Any, slot, context, step) -> Any:
-    """The reduced gradient as a primitive of the gradients' backend."""
-    if getattr(backend, "is_autodiff", False):
-        # backward(create_graph=True): the gradient stays differentiable through the sync.
-        from .collective import record_all_reduce
-
-        if old is None:  # no gradient reached this parameter here: nothing to differentiate
-            return backend.wrap(result)
-
-        return record_all_reduce(
-            backend, old, result, context.config.all_reduce_op, context.devices, step.device
-        )
-    if isinstance(old, np.ndarray) or old is None:
-        return result
-    return backend.from_data(result, slot.dtype, step.device)
-
-
-_HOOK = GradientSyncHook()
+#: the one hook every running context installs (:func:`.registry.register_context`)
+HOOK = GradientSyncHook()

@@ -1,0 +1,103 @@
+"""What a timeout says: who a stalled gradient sync or ``all_reduce`` was waiting for, and
+what is known of them.
+
+Called by the sync server, under its lock, once a device has given up waiting; they only
+read the round's state and ask the engine (``missing``, ``member_name``, ``member_status``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .engine import Collective, Pending
+from .rounds import DeviceStep
+
+__all__ = ["describe_op_stall", "describe_stall"]
+
+
+def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
+    """Why ``step``'s gradient sync has not completed within ``timeout``."""
+    sync = step.sync
+    current = sync.round
+    head = (
+        f"gradient sync of backward step {current.number} on {step.device} timed out after "
+        f"{timeout:g} s"
+    )
+    if current.plan is None:
+        missing = engine.missing(sync.agreement) or []
+        return f"{head}: " + "; ".join(
+            with_status(
+                engine,
+                index,
+                f"{engine.member_name(index)} never registered its distributed parameters "
+                "for this step",
+                "it has not called backward, or its thread died",
+            )
+            for index in missing
+        )
+    stalled = [b for b, p in sorted(sync.bucket_pendings.items()) if not p.done()]
+    if not stalled:
+        return f"{head}: its own gradients were never all submitted"
+    bucket = stalled[0]
+    pending = sync.bucket_pendings[bucket]
+    labels = [current.labels.get(v, str(v)) for v in current.plan[bucket].values]
+    what = (
+        f"the all-reduce of {quote(labels)} "
+        f"(bucket {bucket + 1} of {len(current.plan)}) never completed"
+    )
+    missing = engine.missing(pending)
+    if missing is None:  # the engine cannot tell who: say what it knows of each peer
+        known = [engine.member_status(i) for i in range(len(engine.members))]
+        return f"{head}: {what}; " + "; ".join(text for text in known if text)
+    parts = []
+    for index in missing:
+        device = engine.members[index]
+        other = current.steps.get(device)
+        name = engine.member_name(index)
+        if other is None:
+            parts.append(f"{name} never registered for this step")
+            continue
+        absent = [
+            slot.label
+            for slot in (other.slots[i] for i in other.sync.bucket_slots[bucket])
+            if slot.index not in other.sync.submitted and not slot.sent
+        ]
+        if absent:
+            parts.append(
+                f"{name} has not submitted the gradient of {quote(absent)} (its backward "
+                "has not produced it)"
+            )
+        else:
+            parts.append(f"{name} has not joined it")
+    return f"{head}: {what}: {'; '.join(parts)}"
+
+
+def describe_op_stall(inner: Pending, engine: Collective, what: str, timeout: float) -> str:
+    """Why the user collective ``inner`` (described by ``what``) has not completed."""
+    missing = engine.missing(inner)
+    head = f"{what} timed out after {timeout:g} s"
+    if missing is None:
+        known = [engine.member_status(i) for i in range(len(engine.members))]
+        return f"{head}; " + "; ".join(text for text in known if text)
+    return f"{head}: " + "; ".join(
+        with_status(engine, i, f"{engine.member_name(i)} never joined it") for i in missing
+    )
+
+
+def with_status(engine: Collective, index: int, text: str, otherwise: str = "") -> str:
+    """``text``, then what the engine knows of the member (or ``otherwise``)."""
+    status = engine.member_status(index)
+    if status:
+        return f"{text}: {status}"
+    return f"{text} ({otherwise})" if otherwise else text
+
+
+def quote(labels: Sequence[str]) -> str:
+    """Parameters as messages name them, at most six.
+
+    >>> quote(["a"]), quote([str(i) for i in range(8)])
+    ("parameter 'a'", "parameters '0', '1', '2', '3', '4', '5' and 2 more")
+    """
+    shown = ", ".join(repr(label) for label in labels[:6])
+    more = f" and {len(labels) - 6} more" if len(labels) > 6 else ""
+    return f"parameter{'s' if len(labels) > 1 else ''} {shown}{more}"
