@@ -45,10 +45,17 @@ class LocalEngine(Collective):
         #: keys given up on, with why: a late contribution fails at once instead of waiting
         self._abandoned: dict[Hashable, str] = {}
 
-    def all_reduce(self, device, buffers, op, key, group) -> Pending:
+    def all_reduce(
+        self,
+        device: Device,
+        buffers: Sequence[np.ndarray],
+        op: ReduceOperation,
+        key: Hashable,
+        group: tuple[Device, ...],
+    ) -> Pending:
         return self._join("all_reduce", device, list(buffers), op, key, tuple(group))
 
-    def all_gather(self, device, values, key) -> Pending:
+    def all_gather(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
         return self._join("all_gather", device, values, None, key, self.members)
 
     def _join(self, kind, device, contribution, op, key, group) -> Pending:

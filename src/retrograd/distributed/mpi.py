@@ -34,7 +34,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -193,7 +193,14 @@ class MpiEngine(Collective):
         return [comm for comm, _ in pairs]
 
     # -- collectives -------------------------------------------------------------------------
-    def all_reduce(self, device, buffers, op, key: Hashable, group) -> Pending:
+    def all_reduce(
+        self,
+        device: Device,
+        buffers: Sequence[np.ndarray],
+        op: ReduceOperation,
+        key: Hashable,
+        group: tuple[Device, ...],
+    ) -> Pending:
         pending = Pending(key)
         if self.broken:
             pending.finish(error=f"mpi: {self.broken}")
@@ -239,7 +246,7 @@ class MpiEngine(Collective):
         self._in_flight.append(_InFlight(pending, request, result, views))
         return pending
 
-    def all_gather(self, device, values, key: Hashable) -> Pending:
+    def all_gather(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
         pending = Pending(key)
         if self.broken:
             pending.finish(error=f"mpi: {self.broken}")

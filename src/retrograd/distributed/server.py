@@ -33,14 +33,16 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Hashable
 
 import numpy as np
 
+from ..device import Device
 from ..errors import DistributedError
 from .buckets import assign
 from .buckets import plan_buckets as plan_buckets  # importable from here, as tests expect
 from .cache import remember
-from .config import DistributedConfig
+from .config import DistributedConfig, ReduceOperation
 from .diagnosis import describe_op_stall, describe_stall
 from .engine import IDLE, IN_BACKWARD, WAITING, Collective, Pending
 from .registration import Verdict, agree
@@ -133,7 +135,17 @@ class SyncServer:
         """The device gave up waiting for ``step``: fail its round with a diagnosis."""
         self._run_handler(self._on_stalled, step, patience=_SERVER_REPLY_SECONDS)
 
-    def all_reduce(self, outer: Pending, device, buffers, op, key, group) -> None:
+    def all_reduce(
+        self,
+        outer: Pending,
+        device: Device,
+        buffers: list[np.ndarray],
+        op: ReduceOperation,
+        key: Hashable,
+        group: tuple[Device, ...],
+    ) -> None:
+        """Start a user ``all_reduce`` (``context.start_all_reduce``); ``outer`` completes
+        with it."""
         self._run_handler(self._on_op, outer, device, buffers, op, key, group)
 
     def op_stalled(self, outer: Pending, what: str) -> None:
