@@ -6,9 +6,12 @@ sum), side by side with hand-written NumPy gradients (the floor: the same arithm
 graph), PyTorch eager, HIPS autograd and JAX (eager and jitted) when they are installed.
 
     python benchmarks/bench_overhead.py
+    python benchmarks/bench_overhead.py --retrograd-only --repeats 40  # for A/B runs of two trees
 """
 
 from __future__ import annotations
+
+import argparse
 
 import common  # noqa: F401  (pins BLAS threads before NumPy loads)
 
@@ -61,6 +64,14 @@ def chain_loss(xp, x, w):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=40, help="timed runs of each (default 40)")
+    parser.add_argument(
+        "--retrograd-only",
+        action="store_true",
+        help="time retrograd alone (for A/B runs of two source trees, alternated)",
+    )
+    args = parser.parse_args()
     rng = np.random.default_rng(0)
     x0 = rng.uniform(-1, 1, SHAPE).astype(np.float32)
     w0 = rng.uniform(-1, 1, SHAPE).astype(np.float32)
@@ -74,7 +85,9 @@ def main() -> None:
     for a, b in zip(ours, numpy_chain(x0, w0)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
-    torch = torch_single_thread()
+    if args.retrograd_only:
+        del candidates["NumPy by hand (floor)"]
+    torch = None if args.retrograd_only else torch_single_thread()
     if torch is not None:
 
         def torch_chain():
@@ -88,13 +101,13 @@ def main() -> None:
 
         candidates["PyTorch eager"] = torch_chain
 
-    autograd = optional("autograd")
+    autograd = None if args.retrograd_only else optional("autograd")
     if autograd is not None:
         anp = optional("autograd.numpy")
         hips = autograd.grad(lambda x, w: chain_loss(anp, x, w), argnum=(0, 1))
         candidates["HIPS autograd"] = lambda: hips(x0, w0)
 
-    jax = optional("jax")
+    jax = None if args.retrograd_only else optional("jax")
     if jax is not None:
         jnp = optional("jax.numpy")
         eager = jax.grad(lambda x, w: chain_loss(jnp, x, w), argnums=(0, 1))
@@ -105,7 +118,7 @@ def main() -> None:
             g.block_until_ready() for g in jitted(xj, wj)
         ]
 
-    times = interleaved(candidates, repeats=40)
+    times = interleaved(candidates, repeats=args.repeats)
     reference = median(times["retrograd"])
     rows = [
         [name, f"{median(t) / OPS * 1e6:.2f}", f"{median(t) / reference:.2f}"]
@@ -113,7 +126,7 @@ def main() -> None:
     ]
     print(f"Per-op overhead, {OPS}-op chain on {SHAPE} float32, forward + backward")
     print(machine())
-    print(table(rows, ["implementation", "µs/op (median of 40)", "time / retrograd"]))
+    print(table(rows, ["implementation", f"µs/op (median of {args.repeats})", "time / retrograd"]))
 
 
 if __name__ == "__main__":

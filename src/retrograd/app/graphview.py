@@ -53,30 +53,20 @@ BORDER = {SAVED: ("solid,bold", "#222222"), RECOMPUTED: ("dashed,bold", "#d00000
 
 class RecordingAutodiff(Autodiff):
     """An :class:`~retrograd.Autodiff` backend that also notes the output shape and dtype of
-    every node it records (``shapes[node.id]``), for drawing graphs."""
+    every node it records (``shapes[node.id]``), for drawing graphs, through the recording
+    hook of :meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`."""
 
     def __init__(self, inner: Any = None, checkpointing: Any = None):
         super().__init__(inner, checkpointing)
         self.shapes: dict[int, tuple[tuple[int, ...], str]] = {}
 
-    def _note(self, primitive: Any) -> Any:
-        node = primitive.node
-        if node is not None:
-            value = primitive.value
-            self.shapes[node.id] = (tuple(self.inner.shape(value)), self.inner.dtype(value))
-        return primitive
-
-    def _record(self, *args: Any) -> Any:
-        return self._note(super()._record(*args))
-
-    def _record_unary(self, *args: Any) -> Any:
-        return self._note(super()._record_unary(*args))
-
-    def _record_binary(self, *args: Any) -> Any:
-        return self._note(super()._record_binary(*args))
+    def _on_record(self, node: Any, out: Any) -> None:
+        self.shapes[node.id] = (tuple(self.inner.shape(out)), self.inner.dtype(out))
 
     def require_grad(self, x: Any) -> Any:
-        return self._note(super().require_grad(x))
+        x = super().require_grad(x)
+        self._on_record(x.node, x.value)  # leaves are not recorded ops, but are drawn too
+        return x
 
 
 @dataclass

@@ -3,7 +3,8 @@
 ``Autodiff(inner)`` implements every protocol method by running the inner backend on the inner
 primitives and, when an input is tracked, recording a node with what the op's backward rules
 will read. Its op methods are generated from the op table (:mod:`.ops`), so an op is declared
-once and this class holds no per-op code.
+once and this class holds no per-op code; all of them record through one method,
+:meth:`Autodiff._record`, which a subclass observes through one hook, ``_on_record``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Autodiff(Backend):
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
         self._recomputes = self.checkpointing.recomputes
+        self._hook = type(self)._on_record  # the recording hook, or None (see _record)
 
     @property
     def name(self) -> str:
@@ -65,130 +67,76 @@ class Autodiff(Backend):
         return hash((Autodiff, self.inner, self.checkpointing))
 
     # -- recording ----------------------------------------------------------------------------
-    def _record(
-        self, op: Op, inputs: tuple, params: tuple, out: Any, aux: Any
-    ) -> AutodiffPrimitive:
+    #: The recording hook. A subclass may define ``_on_record(self, node, out)``: it is then
+    #: called with every node this backend records (after the node is complete) and the inner
+    #: value of its output; graphview notes output shapes with it. ``__init__`` looks it up
+    #: once, so that the ordinary backend pays one ``is None`` test per node for it.
+    _on_record = None
+
+    def _record(self, recipe: tuple, inputs: tuple, parents: tuple, params: tuple, out: Any,
+                aux: Any) -> AutodiffPrimitive:  # fmt: skip
         """Make the node of a tracked op's output and the checkpointing actions it needs.
 
-        Written out flat: this runs once per tracked op and is most of autodiff's overhead.
+        Every recorded op comes here. The op methods pass the ``recipe`` of the op for the
+        requires-grad mask of this call (see :func:`_recipe`; they pick it with the tracking
+        check they make anyway), the ``inputs`` and their ``parents`` (``x.node``, ``None``
+        when untracked), the op's ``params``, its output ``out`` and its ``aux`` output.
+
+        This runs once per tracked op and is most of autodiff's overhead; one- and two-input
+        ops used to have hand-inlined copies of it for speed. It is written so that they need
+        none: what depends only on the op and the mask is decided once, in the recipe
+        (unpacked here in one step, cheaper than reading attributes), the cheap tests come
+        first, and loops are plain ``for`` loops: a comprehension is a function call, and the
+        local names it reads become cells, which every call pays for (the former copies paid
+        that). Nothing is built that the node does not keep. Measured in docs/benchmarks.md.
         """
-        parents = tuple([x.node for x in inputs])
-        mask = tuple([parent is not None for parent in parents])
-        plan = op._plans.get(mask) or op.plan(mask)
+        op, plan, all_tracked, single, saved_inputs, save_out, meta, has_aux, broadcast = recipe
         node_id = new_node_id()
-        order = 0
-        for parent in parents:
-            if parent is not None and parent.order > order:
-                order = parent.order
+        # Only an op whose inputs are all tracked can be recomputed from the graph.
+        recompute = all_tracked and self._recomputes(op)
         actions = []
-        recompute = self._recomputes(op) and False not in mask
         if recompute:  # back up the parents it would be recomputed from
             for x in inputs:
                 parent = x.node
                 actions.append((parent.id, RECOMPUTE if parent.recompute else x.value, True))
-        keys = tuple([_save(inputs[i], recompute, actions) for i in plan.saved_inputs])
-        if plan.save_out:
-            keys += (node_id,)
-            actions.append((node_id, RECOMPUTE if recompute else out, False))
-        if plan.meta:
-            inner = self.inner
-            params = params + tuple([
-                inner.shape(inputs[i].value) if kind == "shape" else inner.dtype(inputs[i].value)
-                for kind, i in plan.meta
-            ])  # fmt: skip
-        if op.aux:
-            params = (*params, aux)
-        node = Node(node_id, op, parents, params, order + 1, plan, keys, actions or None, recompute)
-        if op.broadcast:
-            shape = self.inner.shape
-            out_shape = shape(out)
-            shapes = tuple([
-                shape(x.value) if tracked and shape(x.value) != out_shape else None
-                for tracked, x in zip(mask, inputs)
-            ])  # fmt: skip
-            if shapes.count(None) != len(shapes):
-                node.bshapes = shapes
-        return AutodiffPrimitive(out, node)
-
-    def _record_unary(self, op: Op, x: AutodiffPrimitive, params: tuple, out: Any, aux: Any):
-        """:meth:`_record` for the commonest case, one tracked input."""
-        parent = x.node
-        plan = op._plans.get(_TRACKED) or op.plan(_TRACKED)
-        node_id = new_node_id()
-        actions = None
-        recompute = self._recomputes(op)
-        saved = RECOMPUTE if recompute and parent.recompute else x.value
-        if recompute:
-            actions = [(parent.id, saved, True)]
+        # What its rules read: a tracked input is keyed by its node, and recomputed rather than
+        # kept only when both it and this op are (a compute-bound reader keeps its inputs,
+        # docs/checkpointing.md); an untracked one is kept under a fresh key.
         keys = ()
-        if plan.saved_inputs:
-            keys = (parent.id,)
-            if actions is None:
-                actions = [(parent.id, saved, False)]
+        for i in saved_inputs:
+            parent = parents[i]
+            if parent is None:
+                key = new_node_id()
+                actions.append((key, inputs[i].value, False))
             else:
-                actions.append((parent.id, saved, False))
-        if plan.save_out:
-            keys += (node_id,)
-            action = (node_id, RECOMPUTE if recompute else out, False)
-            if actions is None:
-                actions = [action]
-            else:
-                actions.append(action)
-        if plan.meta:
-            value = x.value
-            params = params + tuple([
-                self.inner.shape(value) if kind == "shape" else self.inner.dtype(value)
-                for kind, _ in plan.meta
-            ])  # fmt: skip
-        if op.aux:
-            params = (*params, aux)
-        node = Node(node_id, op, (parent,), params, parent.order + 1, plan, keys, actions,
-                    recompute)  # fmt: skip
-        return AutodiffPrimitive(out, node)
-
-    def _record_binary(self, op: Op, x: AutodiffPrimitive, y: AutodiffPrimitive, params: tuple,
-                       out: Any) -> AutodiffPrimitive:  # fmt: skip
-        """:meth:`_record` for two inputs (elementwise ops, matmul)."""
-        x_node, y_node = x.node, y.node
-        mask = (x_node is not None, y_node is not None)
-        plan = op._plans.get(mask) or op.plan(mask)
-        node_id = new_node_id()
-        actions = []
-        recompute = x_node is not None and y_node is not None and self._recomputes(op)
-        if recompute:
-            actions.append((x_node.id, RECOMPUTE if x_node.recompute else x.value, True))
-            actions.append((y_node.id, RECOMPUTE if y_node.recompute else y.value, True))
-        saved = plan.saved_inputs
-        if not saved:
-            keys = ()
-        elif len(saved) == 2:
-            keys = (_save(x, recompute, actions), _save(y, recompute, actions))
-        else:
-            keys = (_save(y if saved[0] else x, recompute, actions),)
-        if plan.save_out:
+                key = parent.id
+                value = RECOMPUTE if recompute and parent.recompute else inputs[i].value
+                actions.append((key, value, False))
+            keys += (key,)
+        if save_out:
             keys += (node_id,)
             actions.append((node_id, RECOMPUTE if recompute else out, False))
-        if plan.meta:
+        if meta:
             inner = self.inner
-            params = params + tuple([
-                inner.shape((x, y)[i].value) if kind == "shape" else inner.dtype((x, y)[i].value)
-                for kind, i in plan.meta
-            ])  # fmt: skip
-        if x_node is None:
-            order = y_node.order
-        elif y_node is None or x_node.order >= y_node.order:
-            order = x_node.order
+            for kind, i in meta:
+                value = inputs[i].value
+                params = params + (inner.shape(value) if kind == "shape" else inner.dtype(value),)
+        if has_aux:
+            params = (*params, aux)
+        if single is not None:  # one tracked input: the commonest case, no loop
+            order = parents[single].order
         else:
-            order = y_node.order
-        node = Node(node_id, op, (x_node, y_node), params, order + 1, plan, keys, actions or None,
-                    recompute)  # fmt: skip
-        if op.broadcast:
-            shape = self.inner.shape
-            x_shape, y_shape = shape(x.value), shape(y.value)
-            # Equal shapes never broadcast (for matmul: equal batch dimensions).
-            if x_shape != y_shape if op.broadcast is True else x_shape[:-2] != y_shape[:-2]:
-                node.bshapes = (x_shape if x_node is not None else None,
-                                y_shape if y_node is not None else None)  # fmt: skip
+            order = 0
+            for parent in parents:
+                if parent is not None and parent.order > order:
+                    order = parent.order
+        node = Node(node_id, op, parents, params, order + 1, plan, keys, actions or None, recompute)
+        if broadcast is not None:
+            bshapes = broadcast(self.inner, op, inputs, parents, out)
+            if bshapes is not None:  # most nodes leave it unset (a class default, no dict)
+                node.bshapes = bshapes
+        if self._hook is not None:
+            self._hook(self, node, out)
         return AutodiffPrimitive(out, node)
 
     def apply(self, op: Op, *inputs: AutodiffPrimitive, params: tuple = ()) -> Any:
@@ -201,10 +149,12 @@ class Autodiff(Backend):
         aux = None
         if op.aux:
             out, aux = out
-        if not op.differentiable or all(x.node is None for x in inputs):
+        parents = tuple([x.node for x in inputs])
+        mask = tuple([parent is not None for parent in parents])
+        if not op.differentiable or True not in mask:
             result = AutodiffPrimitive(out, None)
         else:
-            result = self._record(op, inputs, params, out, aux)
+            result = self._record(_output_recipe(op, mask), inputs, parents, params, out, aux)
         return (result, AutodiffPrimitive(aux, None)) if op.aux else result
 
     # -- data, creation, metadata (never tracked) ----------------------------------------------
@@ -275,7 +225,7 @@ class Autodiff(Backend):
         value = self.inner.cast(x.value, dtype)
         if x.node is None or dtype not in _FLOAT_DTYPES:
             return AutodiffPrimitive(value, None)
-        return self._record_unary(_CAST, x, (dtype,), value, None)
+        return self._record(_CAST_RECIPE, (x,), (x.node,), (dtype,), value, None)
 
     # -- autodiff-specific --------------------------------------------------------------------
     def require_grad(self, x: AutodiffPrimitive) -> AutodiffPrimitive:
@@ -342,20 +292,59 @@ class Autodiff(Backend):
         return AutodiffPrimitive(value, None)
 
 
-def _save(x: AutodiffPrimitive, recompute: bool, actions: list) -> int:
-    """Record the main action that keeps input ``x`` for a backward rule; return its key.
+def _recipe(op: Op, mask: tuple, broadcast: Any) -> tuple:
+    """How :meth:`Autodiff._record` records ``op`` for the requires-grad ``mask``, decided once:
 
-    An untracked input is kept under a fresh key. A tracked one is keyed by its node, and is
-    recomputed rather than kept only when both it and the op reading it are recomputable:
-    a compute-bound reader keeps its inputs (docs/checkpointing.md).
+    ``(op, plan, all_tracked, single, saved_inputs, save_out, meta, aux, broadcast)``: the
+    op's :class:`~retrograd.autodiff.ops.Plan` for ``mask`` and its fields, whether every input
+    is tracked, the position of the only tracked input (``None`` unless exactly one is), whether
+    the op has an ``aux`` output, and the broadcast rule the recording op method uses
+    (:func:`_pairwise_bshapes`, :func:`_output_bshapes`, or ``None``). A plain tuple, which
+    ``_record`` unpacks in one step.
     """
-    node = x.node
-    if node is None:
-        key = new_node_id()
-        actions.append((key, x.value, False))
-        return key
-    actions.append((node.id, RECOMPUTE if recompute and node.recompute else x.value, False))
-    return node.id
+    plan = op.plan(mask)
+    tracked = [i for i, flag in enumerate(mask) if flag]
+    single = tracked[0] if len(tracked) == 1 else None
+    return (op, plan, False not in mask, single, plan.saved_inputs, plan.save_out, plan.meta,
+            op.aux, broadcast)  # fmt: skip
+
+
+_OUTPUT_RECIPES: dict[tuple[Op, tuple], tuple] = {}
+
+
+def _output_recipe(op: Op, mask: tuple) -> tuple:
+    """The recipe of ``op`` for ``mask`` when recorded by :meth:`Autodiff.apply`, by an op
+    method of three or more inputs, or by ``cat``: ones that broadcast use
+    :func:`_output_bshapes`."""
+    recipe = _OUTPUT_RECIPES.get((op, mask))
+    if recipe is None:
+        broadcast = _output_bshapes if op.broadcast else None
+        recipe = _OUTPUT_RECIPES[op, mask] = _recipe(op, mask, broadcast)
+    return recipe
+
+
+def _output_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
+    """The shapes of the tracked inputs whose shape differs from the output's (``None`` for the
+    others), or ``None`` when broadcasting changed none: what the engine sums gradients back to."""
+    shape = inner.shape
+    out_shape = shape(out)
+    shapes = tuple([
+        shape(x.value) if parent is not None and shape(x.value) != out_shape else None
+        for parent, x in zip(parents, inputs)
+    ])  # fmt: skip
+    return None if shapes.count(None) == len(shapes) else shapes
+
+
+def _pairwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
+    """For the two inputs of a binary op: both tracked inputs' shapes, or ``None``, when the two
+    shapes differ (for ``broadcast="batch"``, matmul: when their batch dimensions differ)."""
+    x, y = inputs
+    x_shape, y_shape = inner.shape(x.value), inner.shape(y.value)
+    # Equal shapes never broadcast (for matmul: equal batch dimensions).
+    if x_shape != y_shape if op.broadcast is True else x_shape[:-2] != y_shape[:-2]:
+        return (x_shape if parents[0] is not None else None,
+                y_shape if parents[1] is not None else None)  # fmt: skip
+    return None
 
 
 def _untracked_method(op: Op):
@@ -371,48 +360,70 @@ def _untracked_method(op: Op):
 
 def _unary_method(op: Op):
     name = op.name
-    has_aux = op.aux
-    if not op.params and not has_aux:
+    recipe = _recipe(op, _TRACKED, None)
+    if op.aux:
+
+        def method(self, x, *params):
+            out, aux = getattr(self.inner, name)(x.value, *params)
+            parent = x.node
+            if parent is None:
+                return AutodiffPrimitive(out, None), AutodiffPrimitive(aux, None)
+            result = self._record(recipe, (x,), (parent,), params, out, aux)
+            return result, AutodiffPrimitive(aux, None)
+
+        return method
+    if not op.params:
 
         def method(self, x):
             out = getattr(self.inner, name)(x.value)
-            if x.node is None:
+            parent = x.node
+            if parent is None:
                 return AutodiffPrimitive(out, None)
-            return self._record_unary(op, x, (), out, None)
+            return self._record(recipe, (x,), (parent,), (), out, None)
 
         return method
 
     def method(self, x, *params):
         out = getattr(self.inner, name)(x.value, *params)
-        if has_aux:
-            out, aux = out
-            if x.node is None:
-                return AutodiffPrimitive(out, None), AutodiffPrimitive(aux, None)
-            return self._record_unary(op, x, params, out, aux), AutodiffPrimitive(aux, None)
-        if x.node is None:
+        parent = x.node
+        if parent is None:
             return AutodiffPrimitive(out, None)
-        return self._record_unary(op, x, params, out, None)
+        return self._record(recipe, (x,), (parent,), params, out, None)
 
     return method
 
 
 def _binary_method(op: Op):
     name = op.name
+    broadcast = _pairwise_bshapes if op.broadcast else None
+    both = _recipe(op, (True, True), broadcast)
+    x_only = _recipe(op, (True, False), broadcast)
+    y_only = _recipe(op, (False, True), broadcast)
     if not op.params:
 
         def method(self, x, y):
             out = getattr(self.inner, name)(x.value, y.value)
-            if x.node is None and y.node is None:
-                return AutodiffPrimitive(out, None)
-            return self._record_binary(op, x, y, (), out)
+            x_node, y_node = x.node, y.node
+            if x_node is None:
+                if y_node is None:
+                    return AutodiffPrimitive(out, None)
+                recipe = y_only
+            else:
+                recipe = x_only if y_node is None else both
+            return self._record(recipe, (x, y), (x_node, y_node), (), out, None)
 
         return method
 
     def method(self, x, y, *params):
         out = getattr(self.inner, name)(x.value, y.value, *params)
-        if x.node is None and y.node is None:
-            return AutodiffPrimitive(out, None)
-        return self._record_binary(op, x, y, params, out)
+        x_node, y_node = x.node, y.node
+        if x_node is None:
+            if y_node is None:
+                return AutodiffPrimitive(out, None)
+            recipe = y_only
+        else:
+            recipe = x_only if y_node is None else both
+        return self._record(recipe, (x, y), (x_node, y_node), params, out, None)
 
     return method
 
@@ -423,9 +434,11 @@ def _general_method(op: Op):
     def method(self, *args):
         inputs, params = args[:n], args[n:]
         out = run_forward(op, self.inner, [x.value for x in inputs], params)
-        if all(x.node is None for x in inputs):
+        parents = tuple([x.node for x in inputs])
+        mask = tuple([parent is not None for parent in parents])
+        if True not in mask:
             return AutodiffPrimitive(out, None)
-        return self._record(op, inputs, params, out, None)
+        return self._record(_output_recipe(op, mask), inputs, parents, params, out, None)
 
     return method
 
@@ -433,17 +446,21 @@ def _general_method(op: Op):
 def _cat(self, xs, dim):
     values = [x.value for x in xs]
     out = self.inner.cat(values, dim)
-    if all(x.node is None for x in xs):
+    parents = tuple([x.node for x in xs])
+    mask = tuple([parent is not None for parent in parents])
+    if True not in mask:
         return AutodiffPrimitive(out, None)
     bounds, start = [], 0
     for value in values:
         end = start + self.inner.shape(value)[dim]
         bounds.append((start, end))
         start = end
-    return self._record(OPS["cat"], tuple(xs), (dim, tuple(bounds)), out, None)
+    recipe = _output_recipe(_CAT, mask)
+    return self._record(recipe, tuple(xs), parents, (dim, tuple(bounds)), out, None)
 
 
-_CAST = OPS["cast"]
+_CAST_RECIPE = _recipe(OPS["cast"], _TRACKED, None)
+_CAT = OPS["cat"]
 
 for _op in OPS.values():
     if _op.name in ("cast", "cat"):
