@@ -33,43 +33,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = [
-    "NumpyNNKernels",
-    "avg_pool_divisor",
-    "conv_output_size",
-    "conv_transpose_output_size",
-    "pool_output_size",
-]
+from .sizes import conv_output_size, conv_transpose_output_size, pool_output_size
 
-
-# -- sizes (shared with the functional layer, which validates with them) -----------------------
-def conv_output_size(length: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    """Output length of a convolution along one axis (may be < 1 for bad arguments)."""
-    return (length + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def conv_transpose_output_size(
-    length: int, kernel: int, stride: int, padding: int, output_padding: int, dilation: int
-) -> int:
-    """Output length of a transposed convolution along one axis."""
-    return (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
-
-
-def pool_output_size(
-    length: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool
-) -> int:
-    """Output length of a pooling window along one axis, PyTorch's rule.
-
-    With ``ceil_mode`` a last, partial window is kept only if it starts inside the input or
-    its left padding.
-    """
-    span = length + 2 * padding - dilation * (kernel - 1) - 1
-    if ceil_mode:
-        out = -(-span // stride) + 1
-        if (out - 1) * stride >= length + padding:
-            out -= 1
-        return out
-    return span // stride + 1
+__all__ = ["NumpyNNKernels"]
 
 
 # -- helpers --------------------------------------------------------------------------------------

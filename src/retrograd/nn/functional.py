@@ -18,7 +18,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend.numpy_nn import avg_pool_divisor, conv_transpose_output_size, pool_output_size
+from ..backend.numpy_nn import avg_pool_divisor
+from ..backend.sizes import conv_transpose_output_size, pool_output_size
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
