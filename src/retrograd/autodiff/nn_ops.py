@@ -122,16 +122,19 @@ Op("conv_weight_grad", ("x", "out_grad"),
 
 
 # -- pooling ---------------------------------------------------------------------------------------
-_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
+_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+             "divisor_override")
 
 Op("avg_pool", ("x",), _AVG_POOL,
-   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad:
+   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override:
     B.avg_pool_backward(g, x_shape[2:], kernel_size, stride, padding, ceil_mode,
-                        count_include_pad),),
+                        count_include_pad, divisor_override),),
    memory_bound=False)  # fmt: skip
 Op("avg_pool_backward", ("grad",), ("input_size", *_AVG_POOL),
-   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad:
-    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad),),
+   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override:
+    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad,
+               divisor_override),),
    memory_bound=False)  # fmt: skip
 
 

@@ -18,7 +18,6 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend.numpy_nn import avg_pool_divisor
 from ..backend.sizes import conv_transpose_output_size, pool_output_size
 from ..errors import (
     DTypeError,
@@ -477,13 +476,9 @@ def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_inc
             raise InvalidArgumentError(
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
-        count_include_pad = True  # window sums: the means times PyTorch's padded divisors
+        divisor_override = int(divisor_override)
     out = x._wrap(_primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
-                             bool(count_include_pad)))  # fmt: skip
-    if divisor_override is not None:
-        divisor = avg_pool_divisor(x.shape[2:], out.shape[2:], kernel, stride, padding, True,
-                                   "float64")  # fmt: skip
-        out = out * _as_tensor(fn, out, divisor / divisor_override, "divisor").cast(out.dtype)
+                             bool(count_include_pad), divisor_override))  # fmt: skip
     return _unbatched(out, squeeze)
 
 
