@@ -23,10 +23,10 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
-    RetrogradError,
     ShapeError,
+    reported,
 )
-from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate
+from ..tensor import FLOAT_DTYPES, Tensor, _shape_text
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -182,14 +182,12 @@ def _unbatched(out: Tensor, squeeze: bool) -> Tensor:
 
 
 def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any:
-    """Run backend primitive ``op`` on the tensors' primitives, errors translated."""
-    first = tensors[0]
-    try:
-        return getattr(first._backend, op)(*[t._prim for t in tensors], *params)
-    except RetrogradError:
-        raise
-    except (ValueError, IndexError, TypeError) as error:
-        raise _translate(fn, error, tensors) from None
+    """Run backend primitive ``op`` on the tensors' primitives; what the backend raises about
+    its input reaches the user as the hierarchy's error naming ``fn`` and the shapes (the
+    backend maps its own exceptions, :func:`~retrograd.errors.translate`)."""
+    backend = tensors[0]._backend
+    with reported(fn, backend, tensors):
+        return getattr(backend, op)(*[t._prim for t in tensors], *params)
 
 
 def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
