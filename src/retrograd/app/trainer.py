@@ -179,7 +179,7 @@ class Replica:
         loss, correct = self.loss(images, labels, batch_size)
         grads = loss.backward()
         if self.clip_norm is not None:
-            optim.clip_grad_norm(grads, self.model, self.clip_norm)
+            optim.clip_grad_norm(grads, self.model, self.clip_norm, as_tensor=True)
         self.optimizer.step(grads)
         return float(loss.item()), correct, len(images), grads.recomputed_bytes
 

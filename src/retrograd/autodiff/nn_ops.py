@@ -22,19 +22,10 @@ from __future__ import annotations
 
 import math
 
-from ..backend.numpy_nn import conv_output_size
+from ..backend.sizes import conv_output_size, conv_transpose_output_padding
 from .ops import Op
 
 __all__: list[str] = []
-
-
-def conv_transpose_output_padding(input_size, out_size, kernel, stride, padding, dilation):
-    """The ``output_padding`` that makes ``conv_transpose`` of a ``conv`` output of spatial
-    ``out_size`` give back ``input_size`` (the input cells a strided convolution skipped)."""
-    return tuple(
-        n - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
-        for n, o, k, s, p, d in zip(input_size, out_size, kernel, stride, padding, dilation)
-    )
 
 
 def _spatial(B, x):
@@ -131,16 +122,19 @@ Op("conv_weight_grad", ("x", "out_grad"),
 
 
 # -- pooling ---------------------------------------------------------------------------------------
-_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
+_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+             "divisor_override")
 
 Op("avg_pool", ("x",), _AVG_POOL,
-   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad:
+   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override:
     B.avg_pool_backward(g, x_shape[2:], kernel_size, stride, padding, ceil_mode,
-                        count_include_pad),),
+                        count_include_pad, divisor_override),),
    memory_bound=False)  # fmt: skip
 Op("avg_pool_backward", ("grad",), ("input_size", *_AVG_POOL),
-   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad:
-    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad),),
+   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override:
+    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad,
+               divisor_override),),
    memory_bound=False)  # fmt: skip
 
 

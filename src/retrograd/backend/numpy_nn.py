@@ -33,43 +33,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = [
-    "NumpyNNKernels",
-    "avg_pool_divisor",
-    "conv_output_size",
-    "conv_transpose_output_size",
-    "pool_output_size",
-]
+from .sizes import conv_output_size, conv_transpose_output_size, pool_output_size
 
-
-# -- sizes (shared with the functional layer, which validates with them) -----------------------
-def conv_output_size(length: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    """Output length of a convolution along one axis (may be < 1 for bad arguments)."""
-    return (length + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def conv_transpose_output_size(
-    length: int, kernel: int, stride: int, padding: int, output_padding: int, dilation: int
-) -> int:
-    """Output length of a transposed convolution along one axis."""
-    return (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
-
-
-def pool_output_size(
-    length: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool
-) -> int:
-    """Output length of a pooling window along one axis, PyTorch's rule.
-
-    With ``ceil_mode`` a last, partial window is kept only if it starts inside the input or
-    its left padding.
-    """
-    span = length + 2 * padding - dilation * (kernel - 1) - 1
-    if ceil_mode:
-        out = -(-span // stride) + 1
-        if (out - 1) * stride >= length + padding:
-            out -= 1
-        return out
-    return span // stride + 1
+__all__ = ["NumpyNNKernels"]
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -232,9 +198,12 @@ def _window_counts(length, kernel, stride, padding, count, include_pad):
     return np.minimum(ends, length) - np.maximum(starts, 0)
 
 
-def avg_pool_divisor(spatial, out_size, kernel, stride, padding, count_include_pad, dtype):
-    """PyTorch's divisor of each average-pooling window, ``out_size`` shaped (shared with the
-    functional layer, which scales by it for ``divisor_override``)."""
+def _avg_pool_divisor(spatial, out_size, kernel, stride, padding, count_include_pad,
+                      divisor_override, dtype):  # fmt: skip
+    """What each average-pooling window's sum is divided by: ``divisor_override`` when given,
+    else PyTorch's count of the window's cells, ``out_size`` shaped."""
+    if divisor_override is not None:
+        return np.asarray(divisor_override, dtype=dtype)
     divisor = np.ones((), dtype=dtype)
     for axis, (n, o, k, s, p) in enumerate(zip(spatial, out_size, kernel, stride, padding)):
         counts = _window_counts(n, k, s, p, o, count_include_pad).astype(dtype)
@@ -476,7 +445,8 @@ class NumpyNNKernels:
         return np.ascontiguousarray(grad.reshape(c_out, c_in // groups, *kernel_size))
 
     # -- pooling ----------------------------------------------------------------------------------
-    def avg_pool(self, x, kernel_size, stride, padding, ceil_mode, count_include_pad):
+    def avg_pool(self, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override=None):  # fmt: skip
         spatial = x.shape[2:]
         out_size = tuple(
             pool_output_size(n, k, s, p, 1, ceil_mode)
@@ -493,15 +463,15 @@ class NumpyNNKernels:
                 part = out[tuple(index)]
                 total = part.copy() if total is None else np.add(total, part, out=total)
             out = total
-        divisor = avg_pool_divisor(spatial, out_size, kernel_size, stride, padding,
-                               count_include_pad, x.dtype)  # fmt: skip
+        divisor = _avg_pool_divisor(spatial, out_size, kernel_size, stride, padding,
+                                    count_include_pad, divisor_override, x.dtype)  # fmt: skip
         return out / divisor
 
     def avg_pool_backward(self, grad, input_size, kernel_size, stride, padding, ceil_mode,
-                          count_include_pad):  # fmt: skip
+                          count_include_pad, divisor_override=None):  # fmt: skip
         out_size = grad.shape[2:]
-        divisor = avg_pool_divisor(input_size, out_size, kernel_size, stride, padding,
-                               count_include_pad, grad.dtype)  # fmt: skip
+        divisor = _avg_pool_divisor(input_size, out_size, kernel_size, stride, padding,
+                                    count_include_pad, divisor_override, grad.dtype)  # fmt: skip
         g = grad / divisor
         for axis, (n, k, s, p) in enumerate(zip(input_size, kernel_size, stride, padding),
                                             start=2):  # fmt: skip

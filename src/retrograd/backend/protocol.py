@@ -362,8 +362,16 @@ class Backend:
         padding: tuple[int, ...],
         ceil_mode: bool,
         count_include_pad: bool,
+        divisor_override: int | None = None,
     ) -> Any:
-        """Average pooling, PyTorch's ``avg_pool*d`` (its output size and divisor rules)."""
+        """Average pooling, PyTorch's ``avg_pool*d`` (its output size and divisor rules).
+
+        Each window's sum is divided by ``divisor_override`` when it is an int (nonzero,
+        validated), else by the number of cells the window covers: padding cells included
+        with ``count_include_pad``, the cells past the input that ``ceil_mode`` adds never.
+        The backend computes these divisors itself, as torch's ``avg_pool*d``, which take the
+        same arguments, do.
+        """
         raise NotImplementedError
 
     def avg_pool_backward(
@@ -375,8 +383,10 @@ class Backend:
         padding: tuple[int, ...],
         ceil_mode: bool,
         count_include_pad: bool,
+        divisor_override: int | None = None,
     ) -> Any:
-        """The adjoint of :meth:`avg_pool` for an input of spatial ``input_size``."""
+        """The adjoint of :meth:`avg_pool` for an input of spatial ``input_size``: ``grad``
+        divided by the same divisors, spread over each window's cells."""
         raise NotImplementedError
 
     def max_pool(

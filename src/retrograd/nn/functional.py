@@ -18,15 +18,15 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend.numpy_nn import avg_pool_divisor, conv_transpose_output_size, pool_output_size
+from ..backend.sizes import conv_transpose_output_size, pool_output_size
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
-    RetrogradError,
     ShapeError,
+    reported,
 )
-from ..tensor import FLOAT_DTYPES, Tensor, _shape_text, _translate, first_out_of_range
+from ..tensor import FLOAT_DTYPES, Tensor, _shape_text
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -182,14 +182,12 @@ def _unbatched(out: Tensor, squeeze: bool) -> Tensor:
 
 
 def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any:
-    """Run backend primitive ``op`` on the tensors' primitives, errors translated."""
-    first = tensors[0]
-    try:
-        return getattr(first._backend, op)(*[t._prim for t in tensors], *params)
-    except RetrogradError:
-        raise
-    except (ValueError, IndexError, TypeError) as error:
-        raise _translate(fn, error, tensors) from None
+    """Run backend primitive ``op`` on the tensors' primitives; what the backend raises about
+    its input reaches the user as the hierarchy's error naming ``fn`` and the shapes (the
+    backend maps its own exceptions, :func:`~retrograd.errors.translate`)."""
+    backend = tensors[0]._backend
+    with reported(fn, backend, tensors):
+        return getattr(backend, op)(*[t._prim for t in tensors], *params)
 
 
 def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
@@ -476,13 +474,9 @@ def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_inc
             raise InvalidArgumentError(
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
-        count_include_pad = True  # window sums: the means times PyTorch's padded divisors
+        divisor_override = int(divisor_override)
     out = x._wrap(_primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
-                             bool(count_include_pad)))  # fmt: skip
-    if divisor_override is not None:
-        divisor = avg_pool_divisor(x.shape[2:], out.shape[2:], kernel, stride, padding, True,
-                                   "float64")  # fmt: skip
-        out = out * _as_tensor(fn, out, divisor / divisor_override, "divisor").cast(out.dtype)
+                             bool(count_include_pad), divisor_override))  # fmt: skip
     return _unbatched(out, squeeze)
 
 
@@ -721,12 +715,13 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
             f"{fn}: weight must be 2-d [num_embeddings, dim], got {_shape_text(weight.shape)}"
         )
     count = weight.shape[0]
-    bad = first_out_of_range(indices, count)
-    if bad is not None:
-        raise IndexOutOfRangeError(
-            f"{fn}: index {bad} is out of range for {count} embeddings; indices "
-            f"{_shape_text(indices.shape)}, weight {_shape_text(weight.shape)}"
-        )
+
+    def out_of_range(bad: int | None) -> str:
+        index = "an index" if bad is None else f"index {bad}"
+        return (f"{fn}: {index} is out of range for {count} embeddings; indices "
+                f"{_shape_text(indices.shape)}, weight {_shape_text(weight.shape)}")  # fmt: skip
+
+    indices._backend.check_index_range(indices._prim, count, out_of_range)
     flat = indices.reshape((-1,))
     rows = weight.select(0, flat)
     if padding_idx is not None:
@@ -842,17 +837,17 @@ def cross_entropy(
             f"{fn}: class-index targets must have shape {_shape_text(expected)} (the input's "
             f"without the class dimension); {shapes}"
         )
-    bad = first_out_of_range(target, classes, ignore=ignore_index)
-    if bad is not None:
-        raise IndexOutOfRangeError(
-            f"{fn}: target {bad} is out of range for {classes} classes; {shapes}"
-        )
-    if (target.numpy() == ignore_index).any():
-        keep = ~target.equal_elem(ignore_index)
-        safe = target.mask_fill(~keep, 0)
-    else:
-        keep, safe = None, target
-    index = safe.unsqueeze_dim(class_dim)
+
+    def out_of_range(bad: int | None) -> str:
+        value = "a target" if bad is None else f"target {bad}"
+        return f"{fn}: {value} is out of range for {classes} classes; {shapes}"
+
+    target._backend.check_index_range(target._prim, classes, out_of_range, ignore_index)
+    # The ignored targets are masked whether there are any or not: finding out would read the
+    # targets on the host, a synchronisation on a device backend. Masking nothing changes no
+    # value.
+    ignored = target.equal_elem(ignore_index)
+    index = target.mask_fill(ignored, 0).unsqueeze_dim(class_dim)
     losses = -log_probs.gather(class_dim, index).squeeze_dim(class_dim)
     # What "mean" divides by: the weights of the targets that count (their number without
     # weights; all ignored gives 0/0 = nan, as in PyTorch).
@@ -860,14 +855,19 @@ def cross_entropy(
     if weights is not None:
         picked = weights.expand(logits.shape).gather(class_dim, index).squeeze_dim(class_dim)
         losses = losses * picked
-        total = (picked if keep is None else picked.mask_fill(~keep, 0.0)).sum()
-    elif keep is not None:
-        total = keep.sum().cast(logits.dtype)
+        if reduction == "mean":
+            total = picked.mask_fill(ignored, 0.0).sum()
     if label_smoothing:
         uniform = per_target(log_probs) * (label_smoothing / classes)
         losses = losses * (1.0 - label_smoothing) + uniform
-    if keep is not None:
-        losses = losses.mask_fill(~keep, 0.0)
+    losses = losses.mask_fill(ignored, 0.0)
+    if weights is None and reduction == "mean":
+        # The sum over the number of targets that count; with none ignored, mean(), the op
+        # this loss has always ended with (and that graphs show). The backend picks one, as
+        # the host would have to read the targets to know which applies.
+        counted = (~ignored).sum()
+        by_count = losses.sum() / counted.cast(logits.dtype)
+        return by_count.mask_where(counted.equal_elem(losses.numel()), losses.mean())
     return _reduce(losses, reduction, total)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import FLOAT_DTYPES, Tensor, random, tensor
 from . import functional as F  # noqa: N812  (PyTorch's idiom)
 
@@ -87,7 +87,7 @@ class Module:
         if "." in name or not name:
             raise InvalidArgumentError(f"register_parameter: invalid name {name!r}")
         if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"register_parameter: {name!r} must be a float Tensor, got {value!r}")
+            raise DTypeError(f"register_parameter: {name!r} must be a float Tensor, got {value!r}")
         self._modules.pop(name, None)
         self._parameters[name] = _as_leaf(value)
         return self._parameters[name]
@@ -145,7 +145,9 @@ class Module:
         module, leaf = self._owner(name)
         old = module._parameters[leaf]
         if not isinstance(value, Tensor):
-            raise TypeError(f"set_parameter: {name!r} must be a Tensor, got {type(value).__name__}")
+            raise DTypeError(
+                f"set_parameter: {name!r} must be a Tensor, got {type(value).__name__}"
+            )
         if value.shape != old.shape:
             raise ShapeError(
                 f"set_parameter: {name!r} has shape {list(old.shape)}, got {list(value.shape)}"
@@ -509,7 +511,7 @@ class Sequential(Module):
         super().__init__()
         for index, module in enumerate(modules):
             if not isinstance(module, Module):
-                raise TypeError(f"Sequential: item {index} is not a Module: {module!r}")
+                raise DTypeError(f"Sequential: item {index} is not a Module: {module!r}")
             self._modules[str(index)] = module
 
     def __len__(self) -> int:
