@@ -7,7 +7,7 @@
 (3,)
 """
 
-from . import nn, optim
+from . import distributed, nn, optim
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
@@ -15,10 +15,10 @@ from .autodiff import (
     Gradients,
     NoCheckpointing,
 )
+from .autodiff.params import ParamId
 from .backend import Backend, NumpyBackend
 from .context import current_backend, default_backend, set_default_backend, use_backend
 from .device import Device
-from .distributed.params import ParamId
 from .errors import (
     AutodiffError,
     DistributedError,
@@ -70,6 +70,7 @@ __all__ = [
     "default_backend",
     "eye",
     "full",
+    "distributed",
     "nn",
     "ones",
     "ones_like",

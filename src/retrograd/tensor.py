@@ -431,10 +431,8 @@ class Tensor:
 
     def set_distributed(self, param_id: Any) -> Tensor:
         """Mark this parameter's gradient for all-reduce during backward (returns ``self``)."""
-        from .distributed.params import ParamId
-
         backend = self._autodiff("set_distributed")
-        self._prim = backend.set_distributed(self._prim, ParamId.of(param_id))
+        self._prim = backend.set_distributed(self._prim, param_id)
         return self
 
     def is_distributed(self) -> bool:

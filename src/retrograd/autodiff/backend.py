@@ -18,6 +18,7 @@ from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OP
 from .checkpoint import RECOMPUTE, CheckpointStrategy, NoCheckpointing, run_forward
 from .graph import AutodiffPrimitive, Node, new_node_id
 from .ops import OPS, Op
+from .params import ParamId
 
 __all__ = ["Autodiff"]
 
@@ -272,7 +273,11 @@ class Autodiff(Backend):
         grads.replace(x.node.id, value)
 
     def set_distributed(self, x: AutodiffPrimitive, param_id: Any) -> AutodiffPrimitive:
-        """Mark a parameter (a leaf, made to require grad) for gradient all-reduce."""
+        """Mark a parameter (a leaf, made to require grad) for gradient all-reduce.
+
+        ``param_id``: an int, a str or a :class:`ParamId`, the parameter's name on every device.
+        """
+        param_id = ParamId.of(param_id)
         x = self.require_grad(x)
         node = x.node
         node.param_id = param_id

@@ -25,11 +25,11 @@ Modules import one way, each only from those above it (none imports the package 
     launch                             mpiexec (imports nothing of the package)
 """
 
+from ..autodiff.params import ParamId
 from ..errors import DistributedError
 from .collective import CollectiveTensor, all_reduce
 from .config import DistributedConfig, ReduceOperation
 from .context import ENGINES, DistributedContext
-from .params import ParamId
 
 __all__ = [
     "ENGINES",

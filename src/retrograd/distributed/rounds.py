@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.params import ParamId
 from ..device import Device
 from .buckets import Bucket, nbytes
 from .engine import Pending
-from .params import ParamId
 from .registration import payload
 
 __all__ = ["DeviceStep", "ParamSlot", "Round", "StepSync"]

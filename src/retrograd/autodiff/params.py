@@ -1,4 +1,8 @@
-"""Parameter ids: the name a distributed parameter has on every device and process."""
+"""Parameter ids: the name a distributed parameter has on every device and process.
+
+The autodiff side of data parallel owns them, as in Burn: a leaf's node carries its id
+(:meth:`Autodiff.set_distributed`), and the gradient sync of :mod:`retrograd.distributed` reads it.
+"""
 
 from __future__ import annotations
 

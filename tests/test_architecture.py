@@ -1,0 +1,163 @@
+"""The shape of the code, checked: no import cycle, layers import downward, every module says
+what it is for.
+
+The layers are those of docs/architecture.md, data flowing one way: the application on the
+library; within the library, nn / optim / distributed on the tensor API, the tensor API on the
+backend protocol, the autodiff decorator on an inner backend. Imports are read from the source
+with ``ast`` (module level and inside functions alike: a deferred import is still a
+dependency), so the check does not depend on what happens to be imported at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "retrograd"
+
+#: Each top-level part of ``retrograd`` and its layer. A module may import modules of its own
+#: part and of lower layers only; parts of one layer do not import each other.
+LAYERS = {
+    "errors": 0,
+    "device": 0,
+    "backend": 1,
+    "autodiff": 2,
+    "context": 3,
+    "tensor": 4,
+    "nn": 5,
+    "optim": 5,
+    "distributed": 5,
+    "memory": 5,
+    "__init__": 6,  # the public namespace ``rg``
+    "app": 7,
+    "__main__": 8,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = ["retrograd", *path.relative_to(PACKAGE).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _part(module: str) -> str:
+    """``retrograd.nn.functional`` -> ``nn``; the package itself -> ``__init__``."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def _imported(module: str, path: Path) -> set[str]:
+    """The ``retrograd`` modules that ``module`` imports, resolved to files that exist."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            # ``from . import functional`` imports the submodule, not the package's __init__.
+            named = [f"{target}.{alias.name}" for alias in node.names]
+            submodules = [name for name in named if name in MODULES]
+            targets = submodules if len(submodules) == len(node.names) else [target, *submodules]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+GRAPH = {module: _imported(module, path) for module, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_reader_sees_relative_and_deferred_imports():
+    assert "retrograd.errors" in GRAPH["retrograd.nn.modules"]  # from ..errors import ...
+    assert "retrograd.nn.functional" in GRAPH["retrograd.nn.modules"]  # from . import functional
+    assert "retrograd.app.graphview" in GRAPH["retrograd.app.cli"]  # inside a function
+
+
+def test_no_import_cycle():
+    assert _cycles(GRAPH) == []
+
+
+def test_every_part_has_a_layer():
+    assert {_part(module) for module in MODULES} <= set(LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_down_the_layers(module):
+    own = _part(module)
+    upward = sorted(
+        target
+        for target in GRAPH[module]
+        if _part(target) != own and LAYERS[_part(target)] >= LAYERS[own]
+    )
+    assert upward == [], f"{module} ({own}, layer {LAYERS[own]}) imports {upward}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_says_what_it_is_for(module):
+    docstring = ast.get_docstring(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+    assert docstring, f"{module} has no module docstring"
