@@ -2,13 +2,16 @@
 optimizers) uses to build operations on tensors, instead of the tensors' private attributes.
 
 Operations
-    ``apply(op, inputs, *params, kernel=None, scalar=None, promote=None)``
-        Run backend kernel ``kernel`` (default ``op``) on the tensors ``inputs`` and the
-        non-tensor ``params``; returns a tensor, or a tuple of tensors where the kernel returns a
-        tuple. Errors the backend raises become the hierarchy's (``Backend.error_class``),
-        naming ``op`` (the user-facing name, e.g. ``"conv2d"`` for kernel ``"conv"``) and the
-        inputs' shapes. ``promote`` (``COMMON``, ``FLOAT``, ``COMPARE``) lifts and promotes two
-        operands as the elementwise methods do; see :func:`._dispatch.apply`.
+    ``Op(name, kernel=None, scalar=None, promote=None, floats=False)``
+        An operation, declared once as a module constant: the name errors report (``"conv2d"``),
+        the backend kernel (``"conv"``), and how operands are made to fit (see :class:`Op`).
+    ``apply(op, inputs, params=()) -> Tensor | tuple[Tensor, ...]``
+        Run ``op`` (an ``Op``, or a kernel name whose operands already fit) on the tensors
+        ``inputs`` and the tuple of non-tensor ``params``; a tuple of primitives from the kernel
+        comes back as a tuple of tensors. Errors the backend raises become the hierarchy's
+        (``Backend.error_class``), naming the op and the inputs' shapes. With ``promote``
+        (``COMMON``, ``FLOAT``, ``COMPARE``), two operands are lifted and promoted as the
+        elementwise methods do.
 
 Operands
     ``lift(reference, value, op) -> Tensor``
@@ -34,6 +37,14 @@ Errors
 Dtypes
     ``FLOAT_DTYPES``, ``DTYPES``, ``result_dtype(a, b)``; the ``promote`` rules ``COMMON``,
     ``FLOAT``, ``COMPARE``.
+
+What ``nn/functional.py`` used, and what replaces it (phase 2)
+    ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
+    pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``primitive(x)``;
+    ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
+    + ``x._wrap`` -> ``apply(Op(fn, kernel=op), ts, ps)``; ``_translate`` -> ``reported``
+    or ``failure``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
+    ``check_indices`` (no host copy).
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from ._dispatch import (
     DTYPES,
     FLOAT,
     FLOAT_DTYPES,
+    Op,
     apply,
     check_scalar,
     failure,
@@ -63,6 +75,7 @@ __all__ = [
     "DTYPES",
     "FLOAT",
     "FLOAT_DTYPES",
+    "Op",
     "apply",
     "check_indices",
     "check_scalar",
