@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..device import CPU0, Device
-from ..errors import DTypeError, RetrogradError, ShapeError, translate
+from ..errors import DTypeError, RetrogradError, ShapeError, reported, translate
 
 __all__ = [
     "COMMON",
@@ -162,11 +162,9 @@ def failure(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = ())
 
 def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Device) -> Any:
     """A tensor of class ``cls`` holding a copy of host ``data`` (scalar, lists, array)."""
-    try:
-        return cls(backend.from_data(data, dtype, device), backend, device)
-    except Exception as error:
-        op = f"tensor: cannot make a tensor from {type(data).__name__}"
-        raise failure(op, error, backend)  # noqa: B904
+    with reported(f"tensor: cannot make a tensor from {type(data).__name__}", backend):
+        primitive = backend.from_data(data, dtype, device)
+    return cls(primitive, backend, device)
 
 
 def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
