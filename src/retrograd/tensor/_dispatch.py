@@ -1,0 +1,389 @@
+"""Dispatch: the one way a tensor operation reaches its backend.
+
+Every method of :class:`~retrograd.tensor.Tensor` that computes something ends in
+:func:`apply` (an :class:`Op`, the operands, the parameters), which
+
+- lifts its operands: a Python scalar goes to the op's ``*_scalar`` kernel, an array or a list
+  becomes a tensor, a tensor of the inner backend joins its autodiff decorator (:func:`lift`);
+- promotes them to one dtype (``bool < int64 < float32 < float64``; a scalar takes the
+  tensor's dtype unless it is wider, as in PyTorch) and, for float ops, to a float dtype;
+- calls the backend kernel on the primitives and wraps what comes back (one primitive or a
+  tuple of them) as tensors of the first operand's backend and device;
+- translates what the kernel raises into the hierarchy of :mod:`retrograd.errors`, naming the
+  op and the inputs' shapes: the backend says which class its exception means
+  (``Backend.error_class``), so nothing here knows NumPy's exceptions.
+
+Fast paths keep the common ops as cheap as the old per-kind helpers were, and are checked
+before anything else: two tensors of one backend, device and dtype go straight to the kernel;
+so does a float tensor with a Python ``float`` or ``int`` (either side), and a float tensor
+for a unary float op. They make the result without calling ``__init__`` and call the kernel
+without ``*args``; ``apply``'s signature is positional. (Measured with callgrind on
+``benchmarks/bench_overhead.py``'s chain: +0.1% instructions against the single-module
+``tensor.py``; keyword arguments or a ``staticmethod`` here cost +1-2%.) They raise through the
+same translation as the general path.
+
+:class:`TensorBase` is the data every tensor holds (a backend primitive, the backend, a device
+label); the mixins and :class:`~retrograd.tensor.Tensor` build on it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device import CPU0, Device
+from ..errors import DTypeError, RetrogradError, ShapeError, reported, translate
+
+__all__ = [
+    "COMMON",
+    "COMPARE",
+    "DTYPES",
+    "FLOAT",
+    "FLOAT_DTYPES",
+    "SCALARS",
+    "Op",
+    "TensorBase",
+    "apply",
+    "check_scalar",
+    "dispatch",
+    "failure",
+    "from_host",
+    "lift",
+    "normalize_dim",
+    "on_backend",
+    "primitive",
+    "promote",
+    "result_dtype",
+    "scalar_dtype",
+    "scalar_value",
+    "wrap",
+]
+
+FLOAT_DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64", "int64", "bool")
+_RANK = {"bool": 0, "int64": 1, "float32": 2, "float64": 3}
+SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
+
+# The dtype rules of a binary Op, compared by identity on the hot path.
+#: ``Op(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
+COMMON = "common"
+#: ``Op(..., promote=FLOAT)``: as COMMON, then compute in float (ints and bools as float32).
+FLOAT = "float"
+#: ``Op(..., promote=COMPARE)``: as COMMON for two tensors; a scalar is compared as it is,
+#: the tensor keeping its dtype.
+COMPARE = "compare"
+_RULES = {None: None, COMMON: COMMON, FLOAT: FLOAT, COMPARE: COMPARE}
+_new = object.__new__
+
+
+class TensorBase:
+    """What every tensor holds: a backend primitive, its backend and a device label.
+
+    :func:`apply` reads these three slots and nothing else; results are made by calling the
+    operand's class, so the mixins and :class:`~retrograd.tensor.Tensor` need no import of
+    each other here.
+    """
+
+    __slots__ = ("__weakref__", "_backend", "_device", "_prim")
+
+    def __init__(self, primitive: Any, backend: Any, device: Device = CPU0):
+        self._prim = primitive
+        self._backend = backend
+        self._device = device
+
+
+# -- dtype rules ---------------------------------------------------------------------------------
+def result_dtype(a: str, b: str) -> str:
+    """The dtype two tensors of dtypes ``a`` and ``b`` are promoted to."""
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
+    """The dtype of ``tensor op scalar`` (PyTorch's rule: the tensor's, unless it is wider)."""
+    if isinstance(scalar, bool | np.bool_):
+        return tensor_dtype
+    if isinstance(scalar, numbers.Integral):
+        return "int64" if tensor_dtype == "bool" else tensor_dtype
+    return tensor_dtype if tensor_dtype in FLOAT_DTYPES else "float32"
+
+
+def scalar_value(value: Any, dtype: str) -> Any:
+    """``value`` as the Python scalar a kernel of ``dtype`` takes."""
+    if dtype in FLOAT_DTYPES:
+        return float(value)
+    if dtype == "int64":
+        return int(value)
+    return bool(value)
+
+
+def check_scalar(op: str, value: Any) -> Any:
+    """``value`` checked to be a scalar (NumPy scalars become Python ones)."""
+    if not isinstance(value, SCALARS):
+        raise DTypeError(f"{op}: expected a Python scalar, got {type(value).__name__}")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
+    """``dim`` in ``[-(ndim+extra), ndim+extra)`` mapped to a non-negative index."""
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
+    size = ndim + extra
+    if not -size <= dim < size:
+        raise ShapeError(
+            f"{op}: dimension {dim} is out of range for a tensor with {ndim} dimensions "
+            f"(expected {-size} to {size - 1})"
+        )
+    return int(dim) % size if size else 0
+
+
+# -- operands ------------------------------------------------------------------------------------
+def primitive(t: TensorBase) -> Any:
+    """The backend primitive ``t`` wraps."""
+    return t._prim
+
+
+def wrap(reference: TensorBase, prim: Any) -> Any:
+    """``prim`` (a primitive of ``reference``'s backend) as a tensor on ``reference``'s device."""
+    return type(reference)(prim, reference._backend, reference._device)
+
+
+def failure(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = ()) -> Exception:
+    """What to raise for ``error`` from a kernel of ``backend``: :func:`errors.translate`'s
+    answer, its context hidden (the kernel's traceback is noise to the user); an error the
+    backend does not recognise as bad input (a bug) comes back unchanged, to propagate with
+    its own cause and context, which ``raise ... from None`` would wipe: hence
+    ``raise failure(...)`` without ``from``."""
+    translated = translate(op, error, backend, inputs)
+    if translated is not error:
+        translated.__suppress_context__ = True
+    return translated
+
+
+def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Device) -> Any:
+    """A tensor of class ``cls`` holding a copy of host ``data`` (scalar, lists, array)."""
+    with reported(f"tensor: cannot make a tensor from {type(data).__name__}", backend):
+        primitive = backend.from_data(data, dtype, device)
+    return cls(primitive, backend, device)
+
+
+def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
+    """``t`` moved onto ``backend``: equal backends share primitives, and an inner-backend
+    tensor lifts into its autodiff decorator untracked."""
+    source = t._backend
+    if source == backend:
+        return type(t)(t._prim, backend, t._device)
+    if backend.is_autodiff and backend.inner == source:
+        return type(t)(backend.wrap(t._prim), backend, t._device)
+    if source.is_autodiff and source.inner == backend:
+        return type(t)(source.inner_value(t._prim), backend, t._device)
+    raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
+
+
+def lift(reference: TensorBase, value: Any, op: str) -> Any:
+    """``value`` (a tensor, NumPy array or nested list) as a tensor ``reference`` can be
+    combined with: on its backend and device. Scalars are not lifted (a ``DTypeError``)."""
+    if isinstance(value, TensorBase):
+        if value._backend is not reference._backend:
+            value = on_backend(value, reference._backend, op)
+        if value._device is not reference._device:
+            raise RetrogradError(
+                f"{op}: tensors on different devices ({reference._device} and {value._device})"
+            )
+        return value
+    if isinstance(value, np.ndarray | list | tuple):
+        return from_host(type(reference), value, None, reference._backend, reference._device)
+    raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
+
+
+def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
+    """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend, in one dtype: the
+    wider of the two, and at least float32 when ``floats``."""
+    b = lift(a, b, op)
+    if a._backend is not b._backend:  # an inner-backend tensor lifted the other way round
+        a = on_backend(a, b._backend, op)
+    backend = b._backend
+    target = backend.dtype(a._prim)
+    b_dtype = backend.dtype(b._prim)
+    if target != b_dtype:
+        target = result_dtype(target, b_dtype)
+        a, b = a.cast(target), b.cast(target)
+    if floats and target not in FLOAT_DTYPES:
+        a, b = a.cast("float32"), b.cast("float32")
+    return a, b
+
+
+# -- the entry -----------------------------------------------------------------------------------
+class Op:
+    """An operation as :func:`apply` runs it: the name errors report, the backend kernel, and
+    how its operands are made to fit.
+
+    - ``promote`` (``COMMON``, ``FLOAT`` or ``COMPARE``): a binary elementwise op; its two
+      operands are lifted and promoted (see :func:`apply`), and ``scalar`` names the kernel
+      for a Python scalar operand (``add_scalar``; ``rsub_scalar`` for a reflected op).
+    - ``floats``: a unary op computed in float (an int or bool tensor as float32).
+    - neither: the operands already fit (one backend, the dtypes the kernel wants). Such an
+      op may also be given to :func:`apply` as the kernel's name alone.
+
+    A module declares its ops once, as constants (``ADD = Op("add", scalar="add_scalar",
+    promote=COMMON)``): :func:`apply` then reads a few slots per call.
+    """
+
+    __slots__ = ("floats", "kernel", "name", "promote", "scalar")
+
+    def __init__(
+        self,
+        name: str,
+        kernel: str | None = None,
+        scalar: str | None = None,
+        promote: str | None = None,
+        floats: bool = False,
+    ):
+        if promote not in _RULES:
+            raise ValueError(f"Op {name!r}: promote must be one of {list(_RULES)}, got {promote!r}")
+        if floats and promote is not None:
+            raise ValueError(f"Op {name!r}: floats is for unary ops; use promote=FLOAT")
+        self.name = name
+        self.kernel = kernel or name
+        self.scalar = scalar
+        self.promote = _RULES[promote]  # the module's own objects: apply compares identities
+        self.floats = bool(floats)
+
+    def __repr__(self) -> str:
+        return (f"Op({self.name!r}, kernel={self.kernel!r}, scalar={self.scalar!r}, "
+                f"promote={self.promote!r}, floats={self.floats!r})")  # fmt: skip
+
+
+def apply(op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
+    """Run ``op`` on the tensors ``inputs`` and the non-tensor ``params`` (a tuple, passed to
+    the kernel after the operands' primitives); errors are translated, naming ``op.name`` and
+    the inputs.
+
+    ``op`` is an :class:`Op`, or a string naming a kernel whose operands already fit. The
+    result is a tensor, or a tuple of tensors where the kernel returns a tuple of primitives,
+    on the first operand's backend and device.
+
+    For a binary op (``op.promote`` set), either of the two operands may also be a Python or
+    NumPy scalar, an array or a list. Tensors are lifted and promoted (:func:`promote`); a
+    scalar goes to kernel ``op.scalar`` as ``scalar(tensor, value)``: a scalar given first
+    makes a reflected op, whose ``scalar`` kernel takes it second (``rsub_scalar``). For a
+    unary op with ``op.floats``, an int or bool tensor is cast to float32 first.
+
+    Fast paths, checked first: two tensors of one backend, device and dtype; a float tensor
+    with a Python ``float`` or ``int``; a float tensor for a ``floats`` op. They go straight to
+    the kernel (and make the result without a call of ``__init__``).
+
+    The signature is positional, without ``*args`` or keywords, so that CPython (3.11)
+    specialises the calls: one method call plus this function is the whole Python overhead of
+    an op on the fast paths.
+    """
+    return dispatch(None, op, inputs, params)
+
+
+def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
+    """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
+    used: a plain function bound as a method is what CPython 3.11 specialises best, better than
+    a ``staticmethod``)."""
+    if op.__class__ is not Op:  # a kernel name: the operands fit as they are
+        return _run(op, op, inputs, params)
+    rule = op.promote
+    if rule is not None:  # a binary elementwise op
+        a, b = inputs
+        kind = type(a)
+        if kind is type(b):  # two tensors
+            backend = a._backend
+            if b._backend is backend and b._device is a._device:
+                pa, pb = a._prim, b._prim
+                if backend.same_dtype(pa, pb) and (
+                    rule is not FLOAT or backend.dtype(pa) in FLOAT_DTYPES
+                ):
+                    try:  # the common case, kept short: same backend, device and dtype
+                        out = getattr(backend, op.kernel)(pa, pb)
+                    except Exception as error:
+                        raise failure(op.name, error, backend, inputs)  # noqa: B904 (see failure)
+                    result = _new(kind)  # TensorBase.__init__, inlined (a Python call less)
+                    result._prim, result._backend, result._device = out, backend, a._device
+                    return result
+        elif op.scalar is not None:  # a Python number with a float tensor, either side
+            other = type(b)
+            if other is float or other is int:
+                t, value = a, b
+            elif kind is float or kind is int:  # reflected
+                t, value, other = b, a, kind
+            else:
+                return _binary(op, a, b, params)
+            backend, prim = t._backend, t._prim
+            if backend.dtype(prim) in FLOAT_DTYPES:
+                if other is int and rule is not COMPARE:
+                    value = float(value)
+                try:
+                    out = getattr(backend, op.scalar)(prim, value)
+                except Exception as error:
+                    raise failure(op.name, error, backend, (t,))  # noqa: B904
+                result = _new(type(t))
+                result._prim, result._backend, result._device = out, backend, t._device
+                return result
+        return _binary(op, inputs[0], inputs[1], params)
+    if not op.floats:
+        return _run(op.name, op.kernel, inputs, params)
+    x = inputs[0]  # a unary op computed in float
+    backend, prim = x._backend, x._prim
+    if backend.dtype(prim) not in FLOAT_DTYPES:
+        return _run(op.name, op.kernel, (x.cast("float32"), *inputs[1:]), params)
+    try:  # without params, a plain call: CPython inlines a Python kernel's frame then
+        out = getattr(backend, op.kernel)(prim, *params) if params else (
+            getattr(backend, op.kernel)(prim))  # fmt: skip
+    except Exception as error:
+        raise failure(op.name, error, backend, inputs)  # noqa: B904
+    result = _new(type(x))
+    result._prim, result._backend, result._device = out, backend, x._device
+    return result
+
+
+def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
+    """:func:`apply` for operands that fit the kernel as they are."""
+    first = inputs[0]
+    backend = first._backend
+    try:
+        if len(inputs) == 1:
+            out = getattr(backend, kernel)(first._prim, *params) if params else (
+                getattr(backend, kernel)(first._prim))  # fmt: skip
+        else:
+            out = getattr(backend, kernel)(*[t._prim for t in inputs], *params)
+    except Exception as error:
+        raise failure(name, error, backend, inputs)  # noqa: B904
+    if type(out) is tuple:
+        kind, device = type(first), first._device
+        return tuple(kind(value, backend, device) for value in out)
+    result = _new(type(first))
+    result._prim, result._backend, result._device = out, backend, first._device
+    return result
+
+
+def _binary(op: Op, a: Any, b: Any, params: tuple) -> Any:
+    """:func:`apply` for two operands that missed the fast paths."""
+    rule = op.promote
+    if op.scalar is not None:
+        if isinstance(b, SCALARS):
+            t, value = a, b
+        elif isinstance(a, SCALARS):
+            t, value = b, a
+        else:
+            t = None
+        if t is not None:
+            if rule is COMPARE:
+                return _run(op.name, op.scalar, (t,), (value,))
+            dtype = t._backend.dtype(t._prim)
+            target = "float32" if rule is FLOAT and dtype not in FLOAT_DTYPES else (
+                scalar_dtype(dtype, value))  # fmt: skip
+            source = t if target == dtype else t.cast(target)
+            return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
+    if isinstance(a, TensorBase):
+        a, b = promote(a, b, op.name, rule is FLOAT)
+    else:  # reflected: lift the left operand onto the tensor on the right
+        a, b = promote(lift(b, a, op.name), b, op.name, rule is FLOAT)
+    return _run(op.name, op.kernel, (a, b), params)

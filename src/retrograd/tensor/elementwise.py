@@ -1,0 +1,407 @@
+"""Elementwise operations: arithmetic, the Python operators, unary math, activations,
+comparisons and logic.
+
+:class:`ElementwiseMixin` needs one primitive from the class it is mixed into:
+``_apply(op, inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), which lifts
+scalars and other tensors, promotes dtypes and translates errors. Every method here is one call
+of it with an :class:`~retrograd.tensor._dispatch.Op` declared below (the backend kernel, its
+``*_scalar`` form, the dtype rule: ``COMMON``; ``FLOAT`` for ops computed in float; ``COMPARE``
+for comparisons) or the name of a kernel that takes any dtype. It also reads ``dtype`` and
+``shape``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import DTypeError, ShapeError, shape_text
+from ._dispatch import (
+    COMMON,
+    COMPARE,
+    FLOAT,
+    Op,
+    check_scalar,
+    lift,
+    normalize_dim,
+    promote,
+    wrap,
+)
+
+__all__ = ["ElementwiseMixin"]
+
+# -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.Op) -------------------
+ADD = Op("add", scalar="add_scalar", promote=COMMON)
+SUB = Op("sub", scalar="sub_scalar", promote=COMMON)
+RSUB = Op("sub", scalar="rsub_scalar", promote=COMMON)
+MUL = Op("mul", scalar="mul_scalar", promote=COMMON)
+DIV = Op("div", scalar="div_scalar", promote=FLOAT)
+RDIV = Op("div", scalar="rdiv_scalar", promote=FLOAT)
+POW = Op("pow", scalar="pow_scalar", promote=FLOAT)
+RPOW = Op("pow", scalar="rpow_scalar", promote=FLOAT)
+REMAINDER = Op("remainder", scalar="remainder_scalar", promote=COMMON)
+RREMAINDER = Op("remainder", scalar="rremainder_scalar", promote=COMMON)
+ATAN2 = Op("atan2", promote=FLOAT)
+HYPOT = Op("hypot", promote=FLOAT)
+
+EQUAL = Op("equal", scalar="equal_elem", promote=COMPARE)
+NOT_EQUAL = Op("not_equal", scalar="not_equal_elem", promote=COMPARE)
+GREATER = Op("greater", scalar="greater_elem", promote=COMPARE)
+GREATER_EQUAL = Op("greater_equal", scalar="greater_equal_elem", promote=COMPARE)
+LOWER = Op("lower", scalar="lower_elem", promote=COMPARE)
+LOWER_EQUAL = Op("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
+
+# Unary ops computed in float (an int tensor as float32); the others take any dtype and are
+# called by name.
+(EXP, EXPM1, LOG, LOG1P, SQRT, RECIP, SIN, COS, TAN, SINH, COSH, TANH, ASIN, ACOS, ATAN, ASINH,
+ ACOSH, ATANH, ERF, RELU, GELU, SIGMOID, LOG_SIGMOID, SILU, SOFTPLUS, LEAKY_RELU, SOFTMAX,
+ LOG_SOFTMAX) = (Op(name, floats=True) for name in (
+    "exp", "expm1", "log", "log1p", "sqrt", "recip", "sin", "cos", "tan", "sinh", "cosh", "tanh",
+    "asin", "acos", "atan", "asinh", "acosh", "atanh", "erf", "relu", "gelu", "sigmoid",
+    "log_sigmoid", "silu", "softplus", "leaky_relu", "softmax", "log_softmax"))
+
+class ElementwiseMixin:
+    """Elementwise methods and operators; needs ``_apply`` (see the module docstring)."""
+
+    __slots__ = ()
+    _apply: Callable[..., Any]  # the one primitive: retrograd.tensor._dispatch.apply
+    dtype: str
+    shape: tuple[int, ...]
+    ndim: int
+    _backend: Any
+    _device: Any
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def add(self, other: Any) -> Any:
+        """``self + other``, broadcasting; ``other`` may be a Python scalar."""
+        return self._apply(ADD, (self, other))
+
+    def sub(self, other: Any) -> Any:
+        return self._apply(SUB, (self, other))
+
+    def mul(self, other: Any) -> Any:
+        return self._apply(MUL, (self, other))
+
+    def div(self, other: Any) -> Any:
+        """True division; ints are divided as float32."""
+        return self._apply(DIV, (self, other))
+
+    def add_scalar(self, value: float) -> Any:
+        value = check_scalar("add_scalar", value)
+        return self._apply(ADD, (self, value))
+
+    def sub_scalar(self, value: float) -> Any:
+        value = check_scalar("sub_scalar", value)
+        return self._apply(SUB, (self, value))
+
+    def mul_scalar(self, value: float) -> Any:
+        value = check_scalar("mul_scalar", value)
+        return self._apply(MUL, (self, value))
+
+    def div_scalar(self, value: float) -> Any:
+        value = check_scalar("div_scalar", value)
+        return self._apply(DIV, (self, value))
+
+    def powf(self, other: Any) -> Any:
+        """``self ** other`` elementwise (float)."""
+        return self._apply(POW, (self, other))
+
+    def powf_scalar(self, value: float) -> Any:
+        value = check_scalar("powf_scalar", value)
+        return self._apply(POW, (self, value))
+
+    pow = powf
+
+    def remainder(self, other: Any) -> Any:
+        """Remainder with the sign of the divisor (Python's ``%``, PyTorch's ``remainder``)."""
+        return self._apply(REMAINDER, (self, other))
+
+    def remainder_scalar(self, value: float) -> Any:
+        value = check_scalar("remainder_scalar", value)
+        return self._apply(REMAINDER, (self, value))
+
+    def cross(self, other: Any, dim: int) -> Any:
+        """Cross product of 3-vectors along ``dim``."""
+        a, b = promote(self, other, "cross")
+        d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
+        if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
+            raise ShapeError(
+                f"cross: dimension {dim} must have size 3 in both inputs, got shapes "
+                f"{shape_text(a.shape)} and {shape_text(b.shape)}"
+            )
+        return self._apply("cross", (a, b), (d - max(a.ndim, b.ndim),))
+
+    def atan2(self, other: Any) -> Any:
+        return self._apply(ATAN2, (self, other))
+
+    def hypot(self, other: Any) -> Any:
+        return self._apply(HYPOT, (self, other))
+
+    # -- operators ----------------------------------------------------------------------------
+    def __add__(self, other):
+        return self._apply(ADD, (self, other))
+
+    def __radd__(self, other):
+        return self._apply(ADD, (other, self))
+
+    def __sub__(self, other):
+        return self._apply(SUB, (self, other))
+
+    def __rsub__(self, other):
+        return self._apply(RSUB, (other, self))
+
+    def __mul__(self, other):
+        return self._apply(MUL, (self, other))
+
+    def __rmul__(self, other):
+        return self._apply(MUL, (other, self))
+
+    def __truediv__(self, other):
+        return self._apply(DIV, (self, other))
+
+    def __rtruediv__(self, other):
+        return self._apply(RDIV, (other, self))
+
+    def __pow__(self, other):
+        return self._apply(POW, (self, other))
+
+    def __rpow__(self, other):
+        return self._apply(RPOW, (other, self))
+
+    def __mod__(self, other):
+        return self._apply(REMAINDER, (self, other))
+
+    def __rmod__(self, other):
+        return self._apply(RREMAINDER, (other, self))
+
+    def __neg__(self):
+        return self.neg()
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __eq__(self, other):  # type: ignore[override]
+        return self._apply(EQUAL, (self, other))
+
+    def __ne__(self, other):  # type: ignore[override]
+        return self._apply(NOT_EQUAL, (self, other))
+
+    def __lt__(self, other):
+        return self._apply(LOWER, (self, other))
+
+    def __le__(self, other):
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def __gt__(self, other):
+        return self._apply(GREATER, (self, other))
+
+    def __ge__(self, other):
+        return self._apply(GREATER_EQUAL, (self, other))
+
+    __hash__ = object.__hash__
+
+    def __invert__(self):
+        if self.dtype != "bool":
+            raise DTypeError(f"~: only bool tensors can be inverted, this one is {self.dtype}")
+        return self._apply("logical_not", (self,))
+
+    def __and__(self, other):
+        return self.logical_and(other)
+
+    def __or__(self, other):
+        return self.logical_or(other)
+
+    # -- unary --------------------------------------------------------------------------------
+    def neg(self) -> Any:
+        if self.dtype == "bool":
+            raise DTypeError("neg: bool tensors cannot be negated; use ~ (logical not)")
+        return self._apply("neg", (self,))
+
+    def abs(self) -> Any:
+        return self._apply("abs", (self,))
+
+    def exp(self) -> Any:
+        return self._apply(EXP, (self,))
+
+    def expm1(self) -> Any:
+        return self._apply(EXPM1, (self,))
+
+    def log(self) -> Any:
+        return self._apply(LOG, (self,))
+
+    def log1p(self) -> Any:
+        return self._apply(LOG1P, (self,))
+
+    def sqrt(self) -> Any:
+        return self._apply(SQRT, (self,))
+
+    def square(self) -> Any:
+        return self._apply("square", (self,))
+
+    def recip(self) -> Any:
+        """``1 / self``."""
+        return self._apply(RECIP, (self,))
+
+    def sin(self) -> Any:
+        return self._apply(SIN, (self,))
+
+    def cos(self) -> Any:
+        return self._apply(COS, (self,))
+
+    def tan(self) -> Any:
+        return self._apply(TAN, (self,))
+
+    def sinh(self) -> Any:
+        return self._apply(SINH, (self,))
+
+    def cosh(self) -> Any:
+        return self._apply(COSH, (self,))
+
+    def tanh(self) -> Any:
+        return self._apply(TANH, (self,))
+
+    def asin(self) -> Any:
+        return self._apply(ASIN, (self,))
+
+    def acos(self) -> Any:
+        return self._apply(ACOS, (self,))
+
+    def atan(self) -> Any:
+        return self._apply(ATAN, (self,))
+
+    def asinh(self) -> Any:
+        return self._apply(ASINH, (self,))
+
+    def acosh(self) -> Any:
+        return self._apply(ACOSH, (self,))
+
+    def atanh(self) -> Any:
+        return self._apply(ATANH, (self,))
+
+    def erf(self) -> Any:
+        return self._apply(ERF, (self,))
+
+    def sign(self) -> Any:
+        """-1, 0 or 1; its gradient is zero."""
+        return self._apply("sign", (self,))
+
+    def round(self) -> Any:
+        """Round half to even, as PyTorch; zero gradient."""
+        return self._apply("round", (self,))
+
+    def floor(self) -> Any:
+        return self._apply("floor", (self,))
+
+    def ceil(self) -> Any:
+        return self._apply("ceil", (self,))
+
+    def trunc(self) -> Any:
+        return self._apply("trunc", (self,))
+
+    def clamp(self, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002
+        """Limit values to ``[min, max]`` (either may be ``None``); the gradient passes inside."""
+        if min is not None and max is not None and min > max:
+            raise ShapeError(f"clamp: min {min} is greater than max {max}")
+        return self._apply("clamp", (self,), (min, max))
+
+    def clamp_min(self, min: float) -> Any:  # noqa: A002
+        return self.clamp(min, None)
+
+    def clamp_max(self, max: float) -> Any:  # noqa: A002
+        return self.clamp(None, max)
+
+    # -- activations --------------------------------------------------------------------------
+    def relu(self) -> Any:
+        return self._apply(RELU, (self,))
+
+    def gelu(self) -> Any:
+        """``x * Phi(x)`` with the exact normal CDF (PyTorch's default ``gelu``)."""
+        return self._apply(GELU, (self,))
+
+    def sigmoid(self) -> Any:
+        return self._apply(SIGMOID, (self,))
+
+    def log_sigmoid(self) -> Any:
+        return self._apply(LOG_SIGMOID, (self,))
+
+    def silu(self) -> Any:
+        return self._apply(SILU, (self,))
+
+    def softplus(self, beta: float = 1.0) -> Any:
+        return self._apply(SOFTPLUS, (self,), (float(beta),))
+
+    def leaky_relu(self, slope: float = 0.01) -> Any:
+        return self._apply(LEAKY_RELU, (self,), (float(slope),))
+
+    def softmax(self, dim: int) -> Any:
+        d = normalize_dim("softmax", dim, self.ndim)
+        return self._apply(SOFTMAX, (self,), (d,))
+
+    def log_softmax(self, dim: int) -> Any:
+        d = normalize_dim("log_softmax", dim, self.ndim)
+        return self._apply(LOG_SOFTMAX, (self,), (d,))
+
+    # -- comparisons --------------------------------------------------------------------------
+    def equal(self, other: Any) -> Any:
+        return self._apply(EQUAL, (self, other))
+
+    def not_equal(self, other: Any) -> Any:
+        return self._apply(NOT_EQUAL, (self, other))
+
+    def greater(self, other: Any) -> Any:
+        return self._apply(GREATER, (self, other))
+
+    def greater_equal(self, other: Any) -> Any:
+        return self._apply(GREATER_EQUAL, (self, other))
+
+    def lower(self, other: Any) -> Any:
+        return self._apply(LOWER, (self, other))
+
+    def lower_equal(self, other: Any) -> Any:
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def equal_elem(self, value: float) -> Any:
+        return self.equal(check_scalar("equal_elem", value))
+
+    def not_equal_elem(self, value: float) -> Any:
+        return self.not_equal(check_scalar("not_equal_elem", value))
+
+    def greater_elem(self, value: float) -> Any:
+        return self.greater(check_scalar("greater_elem", value))
+
+    def greater_equal_elem(self, value: float) -> Any:
+        return self.greater_equal(check_scalar("greater_equal_elem", value))
+
+    def lower_elem(self, value: float) -> Any:
+        return self.lower(check_scalar("lower_elem", value))
+
+    def lower_equal_elem(self, value: float) -> Any:
+        return self.lower_equal(check_scalar("lower_equal_elem", value))
+
+    def is_nan(self) -> Any:
+        return self._apply("is_nan", (self,))
+
+    def is_inf(self) -> Any:
+        return self._apply("is_inf", (self,))
+
+    # -- logic --------------------------------------------------------------------------------
+    def logical_not(self) -> Any:
+        return ~self
+
+    def logical_and(self, other: Any) -> Any:
+        return self._logical(other, "logical_and")
+
+    def logical_or(self, other: Any) -> Any:
+        return self._logical(other, "logical_or")
+
+    def _logical(self, other: Any, op: str) -> Any:
+        """Both operands checked to be bool (a Python bool fills this tensor's shape)."""
+        if isinstance(other, bool):
+            other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
+        other = lift(self, other, op)
+        if self.dtype != "bool" or other.dtype != "bool":
+            raise DTypeError(f"{op}: expected bool tensors, got {self.dtype} and {other.dtype}")
+        return self._apply(op, (self, other))

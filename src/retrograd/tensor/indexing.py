@@ -1,0 +1,344 @@
+"""Indexing: ``t[...]``, slicing, ``select``/``gather``/``scatter`` with index tensors, masks,
+and the indices of non-zero elements.
+
+:class:`IndexingMixin` needs one primitive from the class it is mixed into:
+``_apply(op, inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), and reads
+``shape``, ``ndim`` and ``dtype``. Slices and index arguments are validated here; the values of
+index tensors are checked by the backend (``Backend.check_index_range``), so no index tensor is
+copied to the host above the backend. Index lists and arrays given by the user are host data
+already and become tensors as they are.
+
+Out of range, the classes are API.md section 7's: an index, or a range running past a
+dimension's end, is an :class:`~retrograd.IndexOutOfRangeError`; a dimension is a
+:class:`~retrograd.ShapeError`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
+from .shape import stack
+
+__all__ = ["IndexingMixin", "check_indices"]
+
+
+class IndexingMixin:
+    """Indexing methods; needs ``_apply`` (see the module docstring)."""
+
+    __slots__ = ()
+    _apply: Callable[..., Any]  # the one primitive: retrograd.tensor._dispatch.apply
+    shape: tuple[int, ...]
+    ndim: int
+    dtype: str
+
+    def __getitem__(self, index: Any) -> Any:
+        return _basic_index(self, index)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def slice(self, ranges: Sequence[Any]) -> Any:
+        """Slice the leading dimensions: one ``(start, end)`` pair or ``slice`` per dimension.
+
+        An end past the dimension's size is an error, as in Burn.
+
+        >>> import retrograd as rg
+        >>> rg.tensor([[1.0, 2.0, 3.0]]).slice([(0, 1), (1, 3)]).tolist()
+        [[2.0, 3.0]]
+        """
+        return self._apply("slice", (self,), (_ranges("slice", self.shape, ranges),))
+
+    def slice_assign(self, ranges: Sequence[Any], values: Any) -> Any:
+        """A copy with the sliced region replaced by ``values``."""
+        shape = self.shape
+        slices = _ranges("slice_assign", shape, ranges)
+        region = tuple(len(range(*s.indices(n))) for s, n in zip(slices, shape))
+        region += shape[len(slices) :]
+        values = lift(self, values, "slice_assign")
+        if values.shape != region:
+            values = _broadcast_values("slice_assign", values, region)
+        a, b = promote(self, values, "slice_assign")
+        return self._apply("slice_assign", (a, b), (slices,))
+
+    def select(self, dim: int, indices: Any) -> Any:
+        """Take the entries of ``indices`` (int64, 1-d) along ``dim``."""
+        d = normalize_dim("select", dim, self.ndim)
+        indices = _index_tensor("select", self, indices, d, one_dim=True)
+        return self._apply("select", (self, indices), (d,))
+
+    def select_assign(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
+        """A copy with ``values`` added to (``update="add"``) or written over (``"assign"``) the
+        entries ``indices`` along ``dim``."""
+        d = normalize_dim("select_assign", dim, self.ndim)
+        indices = _index_tensor("select_assign", self, indices, d, one_dim=True)
+        shape = self.shape
+        expected = shape[:d] + (indices.shape[0],) + shape[d + 1 :]
+        values = lift(self, values, "select_assign")
+        if values.shape != expected:
+            raise ShapeError(
+                f"select_assign: values have shape {shape_text(values.shape)}, expected "
+                f"{shape_text(expected)} for {indices.shape[0]} indices along dimension {dim} "
+                f"of {shape_text(shape)}"
+            )
+        op = _update_op("select_assign", update, "select")
+        a, b = promote(self, values, "select_assign")
+        return self._apply(op, (a, indices, b), (d,))
+
+    def gather(self, dim: int, indices: Any) -> Any:
+        """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (PyTorch's ``gather``)."""
+        d = normalize_dim("gather", dim, self.ndim)
+        indices = _index_tensor("gather", self, indices, d)
+        _check_index_extent("gather", indices, self.shape, d)
+        return self._apply("gather", (self, indices), (d,))
+
+    def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
+        """A copy with ``values`` added at (``"add"``) or written to (``"assign"``) ``indices``
+        along ``dim``; ``values`` has the shape of ``indices``."""
+        d = normalize_dim("scatter", dim, self.ndim)
+        indices = _index_tensor("scatter", self, indices, d)
+        values = lift(self, values, "scatter")
+        if values.shape != indices.shape:
+            raise ShapeError(
+                f"scatter: values of shape {shape_text(values.shape)} must have the shape of "
+                f"indices {shape_text(indices.shape)}"
+            )
+        _check_index_extent("scatter", indices, self.shape, d)
+        op = _update_op("scatter", update, "scatter")
+        a, b = promote(self, values, "scatter")
+        return self._apply(op, (a, indices, b), (d,))
+
+    def mask_where(self, mask: Any, values: Any) -> Any:
+        """``values`` where ``mask`` is true, else ``self`` (broadcasting)."""
+        mask = _mask_tensor("mask_where", self, mask)
+        a, b = promote(self, values, "mask_where")
+        return self._apply("mask_where", (a, mask, b))
+
+    def mask_fill(self, mask: Any, value: float) -> Any:
+        """``value`` where ``mask`` is true, else ``self``."""
+        mask = _mask_tensor("mask_fill", self, mask)
+        value = check_scalar("mask_fill", value)
+        source = self
+        if isinstance(value, float) and not self.is_float():
+            source = self.cast("float32")
+        return self._apply("mask_fill", (source, mask), (value,))
+
+    def nonzero(self) -> list[Any]:
+        """int64 indices of the non-zero (true) elements, one 1-d tensor per dimension."""
+        return list(self._apply("nonzero", (self,)))
+
+    def argwhere(self) -> Any:
+        """int64 indices ``[count, ndim]`` of the non-zero (true) elements."""
+        if self.ndim:
+            return stack(self.nonzero(), 1)
+        # A 0-d tensor: one row when it is true. Its count is data, read as nonzero would.
+        return wrap(self, self._backend.zeros((int(bool(self)), 0), "int64", self._device))
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def check_indices(
+    indices: Any, size: int, message: Callable[[int | None], str], ignore: int | None = None
+) -> None:
+    """Raise ``IndexOutOfRangeError(message(bad))`` if an entry of the int64 tensor ``indices``
+    lies outside ``[0, size)`` (entries equal to ``ignore`` allowed): the backend checks, on its
+    device, without a host copy (``bad`` may be ``None`` where it reports no value)."""
+    indices._backend.check_index_range(indices._prim, size, message, ignore)
+
+
+def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:
+    """Normalize one ``(start, end)`` pair or ``slice`` per leading dimension.
+
+    As in Burn, ``start`` and ``end`` bound the range ``[start, end)`` whatever the step, and
+    a negative step walks that range backwards from its last element: ``slice(0, 4, -2)``
+    takes elements 3 and 1. A range past the dimension's end is an out-of-range index; more
+    ranges than dimensions, or a range ending before it starts, a shape error.
+    """
+    single_pair = (
+        isinstance(ranges, tuple)
+        and len(ranges) == 2
+        and all(isinstance(v, numbers.Integral | type(None)) for v in ranges)
+    )
+    if isinstance(ranges, slice) or single_pair:
+        ranges = [ranges]
+    ranges = list(ranges)
+    if len(ranges) > len(shape):
+        raise ShapeError(
+            f"{op}: {len(ranges)} ranges for a tensor with {len(shape)} dimensions "
+            f"({shape_text(shape)})"
+        )
+    slices = []
+    for dim, (item, size) in enumerate(zip(ranges, shape)):
+        if isinstance(item, slice):
+            start, end, step = item.start, item.stop, item.step
+        else:
+            try:
+                start, end = item
+            except (TypeError, ValueError):
+                raise ShapeError(
+                    f"{op}: range {item!r} for dimension {dim} is neither (start, end) nor a slice"
+                ) from None
+            step = None
+        step = 1 if step is None else int(step)
+        if step == 0:
+            raise ShapeError(f"{op}: step for dimension {dim} must not be zero")
+        start = 0 if start is None else int(start)
+        end = size if end is None else int(end)
+        if start < 0:
+            start += size
+        if end < 0:
+            end += size
+        if not 0 <= start <= end <= size:
+            message = (
+                f"{op}: range {start}..{end} is out of bounds for dimension {dim} of size {size} "
+                f"(shape {shape_text(shape)})"
+            )
+            if 0 <= start <= size and 0 <= end <= size:  # within the dimension, but reversed
+                raise ShapeError(message)
+            raise IndexOutOfRangeError(message)
+        if step > 0 or start == end:
+            slices.append(slice(start, end, step))
+        else:
+            slices.append(slice(end - 1, start - 1 if start else None, step))
+    return tuple(slices)
+
+
+def _broadcast_values(op: str, values: Any, region: tuple[int, ...]) -> Any:
+    try:
+        if np.broadcast_shapes(values.shape, region) != region:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(
+            f"{op}: values of shape {shape_text(values.shape)} do not fit the region of shape "
+            f"{shape_text(region)}"
+        ) from None
+    return values.expand(region)
+
+
+def _index_tensor(op: str, x: Any, indices: Any, dim: int, one_dim: bool = False) -> Any:
+    """``indices`` as an int64 tensor on ``x``'s backend, its shape and values checked for
+    indexing dimension ``dim`` of ``x``."""
+    if isinstance(indices, TensorBase):
+        indices = lift(x, indices, op)
+    else:  # user's host data: a list or an array
+        indices = from_host(type(x), np.asarray(indices), None, x._backend, x._device)
+    if indices.dtype != "int64":
+        raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
+    if one_dim and indices.ndim != 1:
+        raise ShapeError(f"{op}: indices must be 1-d, got shape {shape_text(indices.shape)}")
+    if not one_dim and indices.ndim != x.ndim:
+        raise ShapeError(
+            f"{op}: indices of shape {shape_text(indices.shape)} must have as many dimensions "
+            f"as the input of shape {shape_text(x.shape)}"
+        )
+    shape = x.shape
+    size = shape[dim]
+
+    def message(bad: int | None) -> str:
+        which = "an index" if bad is None else f"index {bad}"
+        return (f"{op}: {which} is out of range for dimension {dim} of size {size} "
+                f"(input shape {shape_text(shape)})")  # fmt: skip
+
+    check_indices(indices, size, message)
+    return indices
+
+
+def _check_index_extent(op: str, indices: Any, shape: tuple[int, ...], dim: int) -> None:
+    """Index tensors of gather/scatter may not be larger than the input outside ``dim``."""
+    for axis, (n, m) in enumerate(zip(indices.shape, shape)):
+        if axis != dim and n > m:
+            raise ShapeError(
+                f"{op}: indices of shape {shape_text(indices.shape)} exceed the input of "
+                f"shape {shape_text(shape)} in dimension {axis}"
+            )
+
+
+def _mask_tensor(op: str, x: Any, mask: Any) -> Any:
+    mask = lift(x, mask, op)
+    if mask.dtype != "bool":
+        raise DTypeError(f"{op}: mask must be a bool tensor, got {mask.dtype}")
+    try:
+        np.broadcast_shapes(mask.shape, x.shape)
+    except ValueError:
+        raise ShapeError(
+            f"{op}: mask of shape {shape_text(mask.shape)} does not broadcast with the tensor "
+            f"of shape {shape_text(x.shape)}"
+        ) from None
+    return mask
+
+
+def _update_op(op: str, update: str, prefix: str) -> str:
+    if update not in ("add", "assign"):
+        raise InvalidArgumentError(f"{op}: update must be 'add' or 'assign', got {update!r}")
+    return f"{prefix}_{update}"
+
+
+def _basic_index(t: Any, index: Any) -> Any:
+    """``t[index]`` with ints, slices, ``...``, ``None`` and one index tensor or list after
+    full slices (a ``select``)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    arrays = TensorBase | list | np.ndarray
+    if any(isinstance(i, arrays) for i in index):
+        positions = [k for k, i in enumerate(index) if isinstance(i, arrays)]
+        if len(positions) == 1 and all(
+            isinstance(i, slice) and i == slice(None) for i in index[: positions[0]]
+        ):
+            indices = index[positions[0]]
+            if not isinstance(indices, TensorBase):
+                indices = from_host(type(t), np.asarray(indices, dtype=np.int64), None, t._backend,
+                                    t._device)  # fmt: skip
+            selected = t.select(positions[0], indices)
+            rest = (slice(None),) * (positions[0] + 1) + tuple(index[positions[0] + 1 :])
+            return _basic_index(selected, rest) if len(rest) > positions[0] + 1 else selected
+        raise IndexOutOfRangeError(
+            "indexing: only one index tensor, after full slices, is supported; use gather/select"
+        )
+    shape = t.shape
+    ellipses = sum(1 for i in index if i is Ellipsis)
+    if ellipses > 1:
+        raise IndexOutOfRangeError("indexing: an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if consumed > len(shape):
+        raise IndexOutOfRangeError(
+            f"indexing: too many indices ({consumed}) for a tensor of shape {shape_text(shape)}"
+        )
+    if ellipses:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (len(shape) - consumed) + index[at + 1 :]
+    else:
+        index = index + (slice(None),) * (len(shape) - consumed)
+    slices, out_shape, dim = [], [], 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            continue
+        size = shape[dim]
+        if isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            i = int(item)
+            if not -size <= i < size:
+                raise IndexOutOfRangeError(
+                    f"indexing: index {i} is out of range for dimension {dim} of size {size}"
+                )
+            i %= size
+            slices.append(slice(i, i + 1, 1))
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(size)
+            count = len(range(start, stop, step))
+            if step < 0 and stop < 0:  # Python's "before the first element"
+                stop = None
+            slices.append(slice(start, stop, step))
+            out_shape.append(count)
+        else:
+            raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
+        dim += 1
+    out = t
+    if any(s != slice(0, n, 1) for s, n in zip(slices, shape)):
+        out = t._apply("slice", (t,), (tuple(slices),))
+    out_shape = tuple(out_shape)
+    return out if out.shape == out_shape else out._apply("reshape", (out,), (out_shape,))

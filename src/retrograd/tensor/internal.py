@@ -1,0 +1,91 @@
+"""The internal API: what library code outside this package (``nn/functional.py``, the
+optimizers) uses to build operations on tensors, instead of the tensors' private attributes.
+
+Operations
+    ``Op(name, kernel=None, scalar=None, promote=None, floats=False)``
+        An operation, declared once as a module constant: the name errors report (``"conv2d"``),
+        the backend kernel (``"conv"``), and how operands are made to fit (see :class:`Op`).
+    ``apply(op, inputs, params=()) -> Tensor | tuple[Tensor, ...]``
+        Run ``op`` (an ``Op``, or a kernel name whose operands already fit) on the tensors
+        ``inputs`` and the tuple of non-tensor ``params``; a tuple of primitives from the kernel
+        comes back as a tuple of tensors. Errors the backend raises become the hierarchy's
+        (``Backend.error_class``), naming the op and the inputs' shapes. With ``promote``
+        (``COMMON``, ``FLOAT``, ``COMPARE``), two operands are lifted and promoted as the
+        elementwise methods do.
+
+Operands
+    ``lift(reference, value, op) -> Tensor``
+        ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
+    ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
+        ``b`` lifted, both on one backend in one dtype (at least float32 when ``floats``).
+    ``primitive(t)``, ``wrap(reference, prim) -> Tensor``
+        A tensor's backend primitive; a primitive of ``reference``'s backend as a tensor on its
+        device. (``t.backend`` and ``t.device`` are public.)
+
+Validation
+    ``check_indices(indices, size, message, ignore=None)``
+        Raise ``IndexOutOfRangeError(message(bad))`` for an index outside ``[0, size)``; the
+        backend checks on its device (``Backend.check_index_range``), no host copy.
+    ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``
+    ``shape_text(shape) -> "[2, 3]"``
+
+Errors
+    ``reported(op, backend, inputs)``: a ``with`` block whose backend errors are translated
+    (:mod:`retrograd.errors`); ``failure(op, error, backend, inputs)``: the exception to raise
+    for ``error`` in an ``except`` clause on a hot path.
+
+Dtypes
+    ``FLOAT_DTYPES``, ``DTYPES``, ``result_dtype(a, b)``; the ``promote`` rules ``COMMON``,
+    ``FLOAT``, ``COMPARE``.
+
+What ``nn/functional.py`` used, and what replaces it (phase 2)
+    ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
+    pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``primitive(x)``;
+    ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
+    + ``x._wrap`` -> ``apply(Op(fn, kernel=op), ts, ps)``; ``_translate`` -> ``reported``
+    or ``failure``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
+    ``check_indices`` (no host copy).
+"""
+
+from __future__ import annotations
+
+from ..errors import reported, shape_text
+from ._dispatch import (
+    COMMON,
+    COMPARE,
+    DTYPES,
+    FLOAT,
+    FLOAT_DTYPES,
+    Op,
+    apply,
+    check_scalar,
+    failure,
+    lift,
+    normalize_dim,
+    primitive,
+    promote,
+    result_dtype,
+    wrap,
+)
+from .indexing import check_indices
+
+__all__ = [
+    "COMMON",
+    "COMPARE",
+    "DTYPES",
+    "FLOAT",
+    "FLOAT_DTYPES",
+    "Op",
+    "apply",
+    "check_indices",
+    "check_scalar",
+    "failure",
+    "lift",
+    "normalize_dim",
+    "primitive",
+    "promote",
+    "reported",
+    "result_dtype",
+    "shape_text",
+    "wrap",
+]
