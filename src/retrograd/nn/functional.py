@@ -26,7 +26,16 @@ from ..errors import (
     ShapeError,
     reported,
 )
-from ..tensor import FLOAT_DTYPES, Tensor, _shape_text
+from ..tensor import Tensor
+from ..tensor.internal import (
+    FLOAT_DTYPES,
+    check_indices,
+    lift,
+    primitive,
+    promote,
+    shape_text,
+    wrap,
+)
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -141,7 +150,7 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
 def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
     """``value`` (a tensor, array or nested list) on ``reference``'s backend and device."""
     try:
-        return reference._lift(value, fn)
+        return lift(reference, value, fn)
     except DTypeError:
         raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
 
@@ -151,7 +160,7 @@ def _float_pair(fn: str, x: Any, other: Any, name: str) -> tuple[Tensor, Tensor]
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     other = _as_tensor(fn, x, other, name)
-    x, other, _ = x._pair(other, fn)
+    x, other = promote(x, other, fn)
     if x.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: expected float tensors, got {x.dtype} input and {name}")
     return x, other
@@ -161,7 +170,7 @@ def _float_input(fn: str, x: Any) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{fn}: expected a float input, got {x.dtype} {_shape_text(x.shape)}")
+        raise DTypeError(f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}")
     return x
 
 
@@ -173,7 +182,7 @@ def _batched(fn: str, x: Tensor, spatial: int) -> tuple[Tensor, bool]:
         return x.unsqueeze_dim(0), True
     raise ShapeError(
         f"{fn}: expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got "
-        f"input {_shape_text(x.shape)}"
+        f"input {shape_text(x.shape)}"
     )
 
 
@@ -185,20 +194,20 @@ def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any
     """Run backend primitive ``op`` on the tensors' primitives; what the backend raises about
     its input reaches the user as the hierarchy's error naming ``fn`` and the shapes (the
     backend maps its own exceptions, :func:`~retrograd.errors.translate`)."""
-    backend = tensors[0]._backend
+    backend = tensors[0].backend
     with reported(fn, backend, tensors):
-        return getattr(backend, op)(*[t._prim for t in tensors], *params)
+        return getattr(backend, op)(*[primitive(t) for t in tensors], *params)
 
 
 def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
     """``bias`` checked to be ``[channels]``, in ``x``'s dtype, or the empty "no bias"."""
     if bias is None:
-        return x._wrap(x._backend.zeros((0,), x.dtype, x._device))
+        return wrap(x, x.backend.zeros((0,), x.dtype, x.device))
     bias = _as_tensor(fn, x, bias, "bias")
     if bias.shape != (channels,):
         raise ShapeError(
             f"{fn}: bias must have shape [{channels}] (one per output channel), got "
-            f"{_shape_text(bias.shape)}"
+            f"{shape_text(bias.shape)}"
         )
     if bias.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
@@ -220,7 +229,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         expected = weight.shape[1] if weight.ndim == 2 else "a 2-d weight [out, in]"
         raise ShapeError(
             f"{fn}: input has {features} features but weight expects {expected}; input "
-            f"{_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+            f"{shape_text(x.shape)}, weight {shape_text(weight.shape)}"
         )
     lead = x.shape[:-1]
     # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
@@ -232,7 +241,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         bias = _as_tensor(fn, out, bias, "bias")
         if bias.shape != (weight.shape[0],):
             raise ShapeError(
-                f"{fn}: bias must have shape [{weight.shape[0]}], got {_shape_text(bias.shape)}"
+                f"{fn}: bias must have shape [{weight.shape[0]}], got {shape_text(bias.shape)}"
             )
         out = out + bias
     return out
@@ -245,13 +254,13 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     if weight.ndim != spatial + 2:
         raise ShapeError(
             f"{fn}: weight must be {spatial + 2}-d [out_channels, in_channels/groups, "
-            f"*kernel], got {_shape_text(weight.shape)}"
+            f"*kernel], got {shape_text(weight.shape)}"
         )
     stride = _ints(fn, "stride", stride, spatial, 1)
     dilation = _ints(fn, "dilation", dilation, spatial, 1)
     groups = _ints(fn, "groups", groups, 1, 1)[0]
     kernel = weight.shape[2:]
-    shapes = f"input {_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+    shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
     same_crop = None
     if isinstance(padding, str):
         if padding == "valid":
@@ -283,12 +292,12 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     for n, k, p, d in zip(x.shape[2:], kernel, padding, dilation):
         if d * (k - 1) + 1 > n + 2 * p:
             raise ShapeError(
-                f"{fn}: kernel {_shape_text(kernel)} (dilation {_shape_text(dilation)}) is larger "
-                f"than the padded input {_shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
+                f"{fn}: kernel {shape_text(kernel)} (dilation {shape_text(dilation)}) is larger "
+                f"than the padded input {shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
                 f"{shapes}"
             )
     bias = _channel_bias(fn, x, bias, out_channels)
-    out = x._wrap(_primitive(fn, "conv", [x, weight, bias], stride, padding, dilation, groups))
+    out = wrap(x, _primitive(fn, "conv", [x, weight, bias], stride, padding, dilation, groups))
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
     return _unbatched(out, squeeze)
@@ -352,7 +361,7 @@ def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_paddin
     if weight.ndim != spatial + 2:
         raise ShapeError(
             f"{fn}: weight must be {spatial + 2}-d [in_channels, out_channels/groups, *kernel], "
-            f"got {_shape_text(weight.shape)}"
+            f"got {shape_text(weight.shape)}"
         )
     stride = _ints(fn, "stride", stride, spatial, 1)
     padding = _ints(fn, "padding", padding, spatial, 0)
@@ -361,7 +370,7 @@ def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_paddin
     output_padding = _ints(fn, "output_padding", output_padding, spatial, 0)
     dilation = _ints(fn, "dilation", dilation, spatial, 1)
     groups = _ints(fn, "groups", groups, 1, 1)[0]
-    shapes = f"input {_shape_text(x.shape)}, weight {_shape_text(weight.shape)}"
+    shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
     channels = x.shape[1]
     if channels % groups:
         raise ShapeError(
@@ -379,11 +388,11 @@ def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_paddin
     )
     if any(n < 1 for n in out_size):
         raise ShapeError(
-            f"{fn}: the output size {_shape_text(out_size)} is not positive (padding "
-            f"{_shape_text(padding)} too large); {shapes}"
+            f"{fn}: the output size {shape_text(out_size)} is not positive (padding "
+            f"{shape_text(padding)} too large); {shapes}"
         )
     bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
-    out = x._wrap(_primitive(fn, "conv_transpose", [x, weight, bias], stride, padding,
+    out = wrap(x, _primitive(fn, "conv_transpose", [x, weight, bias], stride, padding,
                              output_padding, dilation, groups))  # fmt: skip
     return _unbatched(out, squeeze)
 
@@ -448,8 +457,8 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     dilation = _ints(fn, "dilation", dilation, spatial, 1)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ShapeError(
-            f"{fn}: padding {_shape_text(padding)} must be at most half the kernel size "
-            f"{_shape_text(kernel)}; input {_shape_text(x.shape)}"
+            f"{fn}: padding {shape_text(padding)} must be at most half the kernel size "
+            f"{shape_text(kernel)}; input {shape_text(x.shape)}"
         )
     out_size = tuple(
         pool_output_size(n, k, s, p, d, bool(ceil_mode))
@@ -457,9 +466,9 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     )
     if any(n < 1 for n in out_size):
         raise ShapeError(
-            f"{fn}: kernel {_shape_text(kernel)} (dilation {_shape_text(dilation)}) is larger "
-            f"than the padded input; input {_shape_text(x.shape)}, padding "
-            f"{_shape_text(padding)}"
+            f"{fn}: kernel {shape_text(kernel)} (dilation {shape_text(dilation)}) is larger "
+            f"than the padded input; input {shape_text(x.shape)}, padding "
+            f"{shape_text(padding)}"
         )
     return kernel, stride, padding, dilation
 
@@ -475,7 +484,7 @@ def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_inc
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
         divisor_override = int(divisor_override)
-    out = x._wrap(_primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
+    out = wrap(x, _primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
                              bool(count_include_pad), divisor_override))  # fmt: skip
     return _unbatched(out, squeeze)
 
@@ -521,7 +530,7 @@ def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode)
                                                    dilation, ceil_mode)  # fmt: skip
     values, indices = _primitive(fn, "max_pool", [x], kernel, stride, padding, dilation,
                                  bool(ceil_mode))  # fmt: skip
-    return _unbatched(x._wrap(values), squeeze), _unbatched(x._wrap(indices), squeeze)
+    return _unbatched(wrap(x, values), squeeze), _unbatched(wrap(x, indices), squeeze)
 
 
 def max_pool1d_with_indices(
@@ -598,9 +607,9 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     if not all(isinstance(o, numbers.Integral) and o >= 1 for o in sizes):
         raise ShapeError(f"{fn}: output_size must be positive ints, got {output_size!r}")
     if any(n == 0 for n in x.shape[2:]):
-        raise ShapeError(f"{fn}: input {_shape_text(x.shape)} has an empty spatial dimension")
+        raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
     out = _primitive(fn, "adaptive_avg_pool", [x], tuple(int(o) for o in sizes))
-    return _unbatched(x._wrap(out), squeeze)
+    return _unbatched(wrap(x, out), squeeze)
 
 
 def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
@@ -648,7 +657,7 @@ def interpolate(
     if mode == "nearest":
         if not 1 <= spatial <= 3:
             raise ShapeError(
-                f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {_shape_text(x.shape)}"
+                f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {shape_text(x.shape)}"
             )
         if align_corners is not None:
             raise InvalidArgumentError(
@@ -659,7 +668,7 @@ def interpolate(
         if spatial != _INTERPOLATION_DIMS[mode]:
             raise ShapeError(
                 f"{fn}: mode {mode!r} needs a {_INTERPOLATION_DIMS[mode] + 2}-d input, got "
-                f"{_shape_text(x.shape)}"
+                f"{shape_text(x.shape)}"
             )
     else:
         raise InvalidArgumentError(
@@ -686,13 +695,13 @@ def interpolate(
         scales = (None,) * spatial if recompute_scale_factor else factors
     if any(n < 1 for n in out_size) or any(n < 1 for n in in_size):
         raise ShapeError(
-            f"{fn}: input {_shape_text(x.shape)} and output size {_shape_text(out_size)} must "
+            f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
     kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else
                                                        "linear")  # fmt: skip
     out = _primitive(fn, "interpolate", [x], out_size, kernel_mode, bool(align_corners), scales)
-    return x._wrap(out)
+    return wrap(x, out)
 
 
 # -- embedding ------------------------------------------------------------------------------------
@@ -712,16 +721,16 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
         raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
     if weight.ndim != 2:
         raise ShapeError(
-            f"{fn}: weight must be 2-d [num_embeddings, dim], got {_shape_text(weight.shape)}"
+            f"{fn}: weight must be 2-d [num_embeddings, dim], got {shape_text(weight.shape)}"
         )
     count = weight.shape[0]
 
     def out_of_range(bad: int | None) -> str:
         index = "an index" if bad is None else f"index {bad}"
         return (f"{fn}: {index} is out of range for {count} embeddings; indices "
-                f"{_shape_text(indices.shape)}, weight {_shape_text(weight.shape)}")  # fmt: skip
+                f"{shape_text(indices.shape)}, weight {shape_text(weight.shape)}")  # fmt: skip
 
-    indices._backend.check_index_range(indices._prim, count, out_of_range)
+    check_indices(indices, count, out_of_range)
     flat = indices.reshape((-1,))
     rows = weight.select(0, flat)
     if padding_idx is not None:
@@ -766,7 +775,7 @@ def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim
     if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
         raise ShapeError(
             f"{fn}: weight must be a float tensor of one value per class, shape [{classes}]; "
-            f"got {weight.dtype} {_shape_text(weight.shape)}, input {_shape_text(logits.shape)}"
+            f"got {weight.dtype} {shape_text(weight.shape)}, input {shape_text(logits.shape)}"
         )
     shape = [1] * logits.ndim
     shape[class_dim] = classes
@@ -803,7 +812,7 @@ def cross_entropy(
             f"{fn}: label_smoothing must be in [0, 1], got {label_smoothing!r}"
         )
     target = _as_tensor(fn, logits, target, "target")
-    shapes = f"input {_shape_text(logits.shape)}, target {_shape_text(target.shape)}"
+    shapes = f"input {shape_text(logits.shape)}, target {shape_text(target.shape)}"
     if logits.ndim == 0:
         raise ShapeError(f"{fn}: input needs a class dimension; {shapes}")
     class_dim = 0 if logits.ndim == 1 else 1
@@ -834,7 +843,7 @@ def cross_entropy(
     expected = logits.shape[:class_dim] + logits.shape[class_dim + 1 :]
     if target.shape != expected:
         raise ShapeError(
-            f"{fn}: class-index targets must have shape {_shape_text(expected)} (the input's "
+            f"{fn}: class-index targets must have shape {shape_text(expected)} (the input's "
             f"without the class dimension); {shapes}"
         )
 
@@ -842,7 +851,7 @@ def cross_entropy(
         value = "a target" if bad is None else f"target {bad}"
         return f"{fn}: {value} is out of range for {classes} classes; {shapes}"
 
-    target._backend.check_index_range(target._prim, classes, out_of_range, ignore_index)
+    check_indices(target, classes, out_of_range, ignore_index)
     # The ignored targets are masked whether there are any or not: finding out would read the
     # targets on the host, a synchronisation on a device backend. Masking nothing changes no
     # value.
@@ -887,8 +896,8 @@ def mse_loss(
     reduction = _reduction(fn, reduction, size_average, reduce)
     if x.shape != target.shape:
         raise ShapeError(
-            f"{fn}: input and target shapes differ; input {_shape_text(x.shape)}, target "
-            f"{_shape_text(target.shape)}"
+            f"{fn}: input and target shapes differ; input {shape_text(x.shape)}, target "
+            f"{shape_text(target.shape)}"
         )
     errors = (x - target).square()
     if weight is None:
@@ -896,8 +905,8 @@ def mse_loss(
     weight = _as_tensor(fn, x, weight, "weight")
     if weight.shape != x.shape:
         raise ShapeError(
-            f"{fn}: weight and input shapes differ; input {_shape_text(x.shape)}, weight "
-            f"{_shape_text(weight.shape)}"
+            f"{fn}: weight and input shapes differ; input {shape_text(x.shape)}, weight "
+            f"{shape_text(weight.shape)}"
         )
     weight = weight.cast(x.dtype)
     return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
@@ -921,14 +930,14 @@ def layer_norm(
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
         raise ShapeError(
-            f"{fn}: normalized_shape {_shape_text(shape)} must match the input's trailing "
-            f"dimensions; input {_shape_text(x.shape)}"
+            f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
+            f"dimensions; input {shape_text(x.shape)}"
         )
     for name, value in (("weight", weight), ("bias", bias)):
         if value is not None and _as_tensor(fn, x, value, name).shape != shape:
             raise ShapeError(
-                f"{fn}: {name} must have shape {_shape_text(shape)}, got "
-                f"{_shape_text(_as_tensor(fn, x, value, name).shape)}"
+                f"{fn}: {name} must have shape {shape_text(shape)}, got "
+                f"{shape_text(_as_tensor(fn, x, value, name).shape)}"
             )
     lead = x.shape[: x.ndim - k]
     flat = x.reshape((*lead, -1))
@@ -957,5 +966,5 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = x._wrap(x._backend.bernoulli(x.shape, 1.0 - float(p), x._device))
+    keep = wrap(x, x.backend.bernoulli(x.shape, 1.0 - float(p), x.device))
     return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))

@@ -9,11 +9,9 @@ of operation, each built on one primitive):
   dtype promotion, error translation, the binary fast paths);
 - :mod:`.creation`: ``tensor``, ``zeros``, ``ones``, ``full``, ``eye``, ``arange``,
   ``random``...; :func:`cat` and :func:`stack` live in :mod:`.shape`;
-- :mod:`.internal`: the named internal API for library code (``nn.functional``);
-- :mod:`._compat`: phase-1 shims of the old private names, to be deleted.
+- :mod:`.internal`: the named internal API for library code (``nn.functional``).
 """
 
-from ._compat import _shape_text, _translate, first_out_of_range
 from ._dispatch import DTYPES, FLOAT_DTYPES
 from .core import Tensor
 from .creation import (
@@ -34,12 +32,9 @@ __all__ = [
     "DTYPES",
     "FLOAT_DTYPES",
     "Tensor",
-    "_shape_text",
-    "_translate",
     "arange",
     "cat",
     "eye",
-    "first_out_of_range",
     "full",
     "ones",
     "ones_like",

@@ -38,7 +38,6 @@ from ._dispatch import (
     lift,
     normalize_dim,
     on_backend,
-    promote,
 )
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
@@ -179,20 +178,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
         """The same values labelled with (and moved to) ``device``."""
         device = Device(device)
         return Tensor(self._backend.to_device(self._prim, device), self._backend, device)
-
-    # -- phase-1 compatibility (nn/functional.py; phase 2 moves it to retrograd.tensor.internal)
-    def _wrap(self, primitive: Any) -> Tensor:
-        """Deprecated: :func:`retrograd.tensor.internal.wrap`."""
-        return Tensor(primitive, self._backend, self._device)
-
-    def _lift(self, other: Any, op: str) -> Tensor:
-        """Deprecated: :func:`retrograd.tensor.internal.lift`."""
-        return lift(self, other, op)
-
-    def _pair(self, other: Any, op: str) -> tuple[Tensor, Tensor, Any]:
-        """Deprecated: :func:`retrograd.tensor.internal.promote` (which returns the pair)."""
-        a, b = promote(self, other, op)
-        return a, b, b._backend
 
     # -- autodiff -----------------------------------------------------------------------------
     def _autodiff(self, op: str) -> Any:

@@ -38,7 +38,7 @@ Dtypes
     ``FLOAT_DTYPES``, ``DTYPES``, ``result_dtype(a, b)``; the ``promote`` rules ``COMMON``,
     ``FLOAT``, ``COMPARE``.
 
-What ``nn/functional.py`` used, and what replaces it (phase 2)
+What ``nn/functional.py`` used before this module existed, and what replaced it
     ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
     pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``primitive(x)``;
     ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
