@@ -147,10 +147,14 @@ def main() -> None:
     torch.set_num_threads(1)
     data = make_data()
 
-    print(f"python {platform.python_version()}, numpy {np.__version__}, torch "
-          f"{torch.__version__}, retrograd {rg.__version__}")  # fmt: skip
-    print(f"machine: {platform.machine()} {platform.processor() or ''} "
-          f"({os.cpu_count()} cpus; 1 thread used)")  # fmt: skip
+    print(
+        f"python {platform.python_version()}, numpy {np.__version__}, torch "
+        f"{torch.__version__}, retrograd {rg.__version__}"
+    )
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} "
+        f"({os.cpu_count()} cpus; 1 thread used)"
+    )
 
     # Both start from the same weights and agree on the first loss.
     reference = TorchCNN(torch, data)
@@ -164,14 +168,19 @@ def main() -> None:
     t1 = torch.from_numpy(data["x"])
     t2 = torch.from_numpy(x2.numpy().copy())
     convs = {}
-    for label, rx, tx, w, b in (("conv1 1->32", x1, t1, "w1", "b1"),
-                                ("conv2 32->64", x2, t2, "w2", "b2")):  # fmt: skip
+    for label, rx, tx, w, b in (
+        ("conv1 1->32", x1, t1, "w1", "b1"),
+        ("conv2 32->64", x2, t2, "w2", "b2"),
+    ):
         rw, rb = rg.tensor(data[w]), rg.tensor(data[b])
         tw, tb = torch.from_numpy(data[w]), torch.from_numpy(data[b])
-        medians = interleaved({
-            "retrograd": lambda rx=rx, rw=rw, rb=rb: F.conv2d(rx, rw, rb),
-            "torch": lambda tx=tx, tw=tw, tb=tb: torch.nn.functional.conv2d(tx, tw, tb),
-        }, args.reps)  # fmt: skip
+        medians = interleaved(
+            {
+                "retrograd": lambda rx=rx, rw=rw, rb=rb: F.conv2d(rx, rw, rb),
+                "torch": lambda tx=tx, tw=tw, tb=tb: torch.nn.functional.conv2d(tx, tw, tb),
+            },
+            args.reps,
+        )
         convs[label] = medians
         report(f"conv2d forward, {label} ({args.reps} reps, medians)", medians)
     total = {name: sum(m[name] for m in convs.values()) for name in ("retrograd", "torch")}
@@ -179,11 +188,14 @@ def main() -> None:
 
     # -- the training step --------------------------------------------------------------------
     balanced = RetrogradCNN(data, rg.BalancedCheckpointing())
-    medians = interleaved({
-        "retrograd NoCheckpointing": retro.step,
-        "retrograd Balanced": balanced.step,
-        "torch": reference.step,
-    }, args.reps)  # fmt: skip
+    medians = interleaved(
+        {
+            "retrograd NoCheckpointing": retro.step,
+            "retrograd Balanced": balanced.step,
+            "torch": reference.step,
+        },
+        args.reps,
+    )
     report(f"CNN training step ({args.reps} reps, medians)", medians)
 
 

@@ -123,8 +123,9 @@ def worker(options) -> None:
 
     def barrier():
         if ctx is not None:
-            dist.all_reduce(rg.tensor([0.0], device=device), dist.ReduceOperation.SUM,
-                            ctx.devices).resolve()  # fmt: skip
+            dist.all_reduce(
+                rg.tensor([0.0], device=device), dist.ReduceOperation.SUM, ctx.devices
+            ).resolve()
 
     for _ in range(options.warmup):
         train_step(rg, params, x, y, device, ctx is not None)
@@ -140,10 +141,15 @@ def worker(options) -> None:
     waits = [synced - ended for ended, synced in stats.get("timeline", ())] or [0.0] * len(steps)
     forward = [done - begun for begun, done, _ in steps]
     backward = [finished - done - wait for (_, done, finished), wait in zip(steps, waits)]
-    phases = {"forward_ms": 1000 * statistics.median(forward),
-              "backward_ms": 1000 * statistics.median(backward)}  # fmt: skip
-    print("RESULT " + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **phases,
-                                  **stats}), flush=True)  # fmt: skip
+    phases = {
+        "forward_ms": 1000 * statistics.median(forward),
+        "backward_ms": 1000 * statistics.median(backward),
+    }
+    print(
+        "RESULT "
+        + json.dumps({"rank": rank, "world": world, "seconds": elapsed, **phases, **stats}),
+        flush=True,
+    )
     if ctx is not None:
         ctx.close()
 
@@ -168,9 +174,11 @@ def context_overhead(options) -> None:
                     train_step(rg, params, x, y, ctx.device, distributed)
                 times[distributed].append((time.perf_counter() - started) / 4)
     with_context, without = (1000 * statistics.median(times[flag]) for flag in (True, False))
-    print(f"{options.model}, bucket_bytes {options.bucket_bytes}: {with_context:.2f} ms per step "
-          f"with a context of one rank, {without:.2f} ms without: {with_context - without:.2f} ms "
-          "of overhead")  # fmt: skip
+    print(
+        f"{options.model}, bucket_bytes {options.bucket_bytes}: {with_context:.2f} ms per step "
+        f"with a context of one rank, {without:.2f} ms without: {with_context - without:.2f} ms "
+        "of overhead"
+    )
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -189,9 +197,20 @@ _RESULT = re.compile(r"RESULT (\{[^}]*\})")
 def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
     """One configuration, once: every rank's RESULT, combined."""
     here = Path(__file__).resolve()
-    argv = [str(here), "--worker", "--model", options.model, "--steps", str(options.steps),
-            "--warmup", str(options.warmup), "--batch", str(options.batch),
-            "--last-bucket-bytes", str(options.last_bucket_bytes)]  # fmt: skip
+    argv = [
+        str(here),
+        "--worker",
+        "--model",
+        options.model,
+        "--steps",
+        str(options.steps),
+        "--warmup",
+        str(options.warmup),
+        "--batch",
+        str(options.batch),
+        "--last-bucket-bytes",
+        str(options.last_bucket_bytes),
+    ]
     env = dict(os.environ)
     source = here.parents[1] / "src"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
@@ -235,20 +254,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--bucket-bytes", type=int, default=25 * MIB,
-                        help="with --overhead: the bucket size")  # fmt: skip
-    parser.add_argument("--last-bucket-bytes", type=int, default=MIB,
-                        help="DistributedConfig.last_bucket_bytes (0: off)")  # fmt: skip
-    parser.add_argument("--overhead", action="store_true",
-                        help="time only what a 1-rank context adds to a step")  # fmt: skip
+    parser.add_argument(
+        "--bucket-bytes", type=int, default=25 * MIB, help="with --overhead: the bucket size"
+    )
+    parser.add_argument(
+        "--last-bucket-bytes",
+        type=int,
+        default=MIB,
+        help="DistributedConfig.last_bucket_bytes (0: off)",
+    )
+    parser.add_argument(
+        "--overhead", action="store_true", help="time only what a 1-rank context adds to a step"
+    )
     parser.add_argument("--model", choices=sorted(MODELS), default="wide")
     parser.add_argument("--models", default="wide,deep", help="models the driver runs")
     parser.add_argument("--batch", type=int, default=128, help="samples per rank and step")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--trials", type=int, default=5, help="rounds over every case")
-    parser.add_argument("--phases", action="store_true",
-                        help="also print each rank's forward and backward per step")  # fmt: skip
+    parser.add_argument(
+        "--phases", action="store_true", help="also print each rank's forward and backward per step"
+    )
     options = parser.parse_args()
     if options.worker:
         worker(options)
@@ -258,9 +284,11 @@ def main() -> None:
             options.model = model
             context_overhead(options)
         return
-    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
-          f"batch {options.batch} per rank, {options.steps} timed steps after "
-          f"{options.warmup}, median of {options.trials} rounds (cases interleaved)\n")  # fmt: skip
+    print(
+        f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+        f"batch {options.batch} per rank, {options.steps} timed steps after "
+        f"{options.warmup}, median of {options.trials} rounds (cases interleaved)\n"
+    )
     for model in options.models.split(","):
         options.model = model
         trials: dict[str, list[dict]] = {label: [] for label, _, _ in CASES}
@@ -274,18 +302,24 @@ def main() -> None:
         base = median[CASES[0][0]]["samples_per_s"]
         base_runs = trials[CASES[0][0]]
         print(f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters")
-        print("| case | samples/s | vs baseline | vs the same round's baseline, min-max "
-              "| all-reduce in flight ms/step | waited at end ms/step | hidden "
-              "| exposed after the last backward ms/step | hidden behind the last backward "
-              "| all-reduces/step |")  # fmt: skip
+        print(
+            "| case | samples/s | vs baseline | vs the same round's baseline, min-max "
+            "| all-reduce in flight ms/step | waited at end ms/step | hidden "
+            "| exposed after the last backward ms/step | hidden behind the last backward "
+            "| all-reduces/step |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|")
         for label, _, bucket_bytes in CASES:
             case = median[label]
             # round by round: how far the machine's drift between rounds moves the ratio
-            ratios = [run["samples_per_s"] / baseline["samples_per_s"]
-                      for run, baseline in zip(trials[label], base_runs)]  # fmt: skip
-            row = (f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
-                   f" | {min(ratios):.2f}-{max(ratios):.2f}x")  # fmt: skip
+            ratios = [
+                run["samples_per_s"] / baseline["samples_per_s"]
+                for run, baseline in zip(trials[label], base_runs)
+            ]
+            row = (
+                f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
+                f" | {min(ratios):.2f}-{max(ratios):.2f}x"
+            )
             if bucket_bytes is None:
                 row += " | | | | | | |"
             else:
@@ -302,8 +336,10 @@ def main() -> None:
             for label, ranks, _ in CASES:
                 case = median[label]
                 for rank in range(ranks):
-                    print(f"| {label} | {rank} | {case[f'forward_ms_rank{rank}']:.1f} "
-                          f"| {case[f'backward_ms_rank{rank}']:.1f} |")  # fmt: skip
+                    print(
+                        f"| {label} | {rank} | {case[f'forward_ms_rank{rank}']:.1f} "
+                        f"| {case[f'backward_ms_rank{rank}']:.1f} |"
+                    )
             print()
 
 

@@ -81,8 +81,9 @@ def check_finite_differences(fn, arrays, *, rtol=1e-5, atol=1e-6, seed_output=Tr
         assert grads[i] is not None, f"input {i} got no gradient"
         assert np.array_equal(grads[i], balanced[i]), f"input {i}: strategies differ"
         expected = numeric_gradient(fn, arrays, seed, i)
-        np.testing.assert_allclose(grads[i], expected, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input {i}")  # fmt: skip
+        np.testing.assert_allclose(
+            grads[i], expected, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}"
+        )
     return out
 
 

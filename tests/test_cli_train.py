@@ -27,8 +27,13 @@ WORKERS_RTOL = 1e-5
 
 
 def quiet(**settings) -> dict:
-    settings = {"epochs": 1, "max_train_samples": 150, "max_test_samples": 60, "out": None,
-                "progress": False} | settings  # fmt: skip
+    settings = {
+        "epochs": 1,
+        "max_train_samples": 150,
+        "max_test_samples": 60,
+        "out": None,
+        "progress": False,
+    } | settings
     return train(TrainConfig(**settings), echo=lambda *args: None)
 
 
@@ -48,8 +53,12 @@ def test_one_epoch_writes_metrics_png_and_model(tmp_path, capsys):
 
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["config"]["model"] == "cnn" and metrics["config"]["epochs"] == 1
-    assert metrics["dataset"] == {"name": "digits", "train_samples": 150, "test_samples": 60,
-                                  "image_shape": [1, 8, 8]}  # fmt: skip
+    assert metrics["dataset"] == {
+        "name": "digits",
+        "train_samples": 150,
+        "test_samples": 60,
+        "image_shape": [1, 8, 8],
+    }
     assert len(metrics["step_losses"]) == math.ceil(150 / TrainConfig().batch_size)
     assert all(math.isfinite(v) and v > 0 for v in metrics["step_losses"])
     (epoch,) = metrics["epochs"]
@@ -76,8 +85,10 @@ def test_balanced_checkpointing_gives_identical_losses_and_parameters(tmp_path):
     assert balanced["step_losses"] == plain["step_losses"]  # bit for bit
     assert balanced["epochs"][0]["test_loss"] == plain["epochs"][0]["test_loss"]
     assert balanced["summary"]["recomputed_bytes"] > 0 == plain["summary"]["recomputed_bytes"]
-    with np.load(tmp_path / "none" / "model.npz") as a, \
-            np.load(tmp_path / "balanced" / "model.npz") as b:  # fmt: skip
+    with (
+        np.load(tmp_path / "none" / "model.npz") as a,
+        np.load(tmp_path / "balanced" / "model.npz") as b,
+    ):
         for name in a.files:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
@@ -98,10 +109,12 @@ def test_workers_give_the_same_losses(workers, batch_size, samples):
     np.testing.assert_allclose(parallel["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
     assert parallel["epochs"][0]["train_accuracy"] == single["epochs"][0]["train_accuracy"]
     assert parallel["epochs"][0]["test_loss"] == pytest.approx(
-        single["epochs"][0]["test_loss"], rel=WORKERS_RTOL)  # fmt: skip
+        single["epochs"][0]["test_loss"], rel=WORKERS_RTOL
+    )
     # with data parallelism too, the strategy changes nothing
-    balanced = quiet(batch_size=batch_size, max_train_samples=samples, workers=workers,
-                     checkpointing="balanced")  # fmt: skip
+    balanced = quiet(
+        batch_size=batch_size, max_train_samples=samples, workers=workers, checkpointing="balanced"
+    )
     assert balanced["step_losses"] == parallel["step_losses"]
 
 
@@ -162,10 +175,18 @@ def test_missing_mnist_files_is_a_clear_error(tmp_path, capsys):
     assert "--data-dir" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arguments", [
-    ["--model", "resnet"], ["--epochs", "0"], ["--batch-size", "-3"], ["--lr", "abc"],
-    ["--checkpointing", "full"], ["--engine", "nccl"], ["--workers", "0"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--model", "resnet"],
+        ["--epochs", "0"],
+        ["--batch-size", "-3"],
+        ["--lr", "abc"],
+        ["--checkpointing", "full"],
+        ["--engine", "nccl"],
+        ["--workers", "0"],
+    ],
+)
 def test_bad_arguments_are_argparse_errors(arguments, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", *arguments])
@@ -180,10 +201,22 @@ def test_conflicting_settings_are_one_line_errors(capsys):
 
 def test_python_m_retrograd_train(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "retrograd", "train", "--model", "mlp", *SMALL[:-1],
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, env=child_env(), timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "retrograd",
+            "train",
+            "--model",
+            "mlp",
+            *SMALL[:-1],
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
     assert completed.returncode == 0, completed.stderr
     # stderr is not a terminal here: no progress bars, but every epoch and the summary print
     assert "epoch 1/1" in completed.stdout and "summary" in completed.stdout
@@ -211,8 +244,9 @@ def test_mpi_engine_under_mpiexec(tmp_path):
             str(tmp_path),
         ],
     )
-    completed = subprocess.run(command, capture_output=True, text=True, env=child_env(),
-                               timeout=180)  # fmt: skip
+    completed = subprocess.run(
+        command, capture_output=True, text=True, env=child_env(), timeout=180
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert completed.stdout.count("summary") == 1  # rank 0 alone reports
     metrics = json.loads((tmp_path / "metrics.json").read_text())

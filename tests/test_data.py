@@ -60,8 +60,9 @@ def test_load_mnist(tmp_path, gz):
     assert dataset.train_images.shape == (30, 1, 28, 28)
     assert dataset.train_images.dtype == np.float32
     assert dataset.test_labels.dtype == np.int64
-    np.testing.assert_allclose(dataset.train_images[:, 0], arrays["train_images"] / 255.0,
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        dataset.train_images[:, 0], arrays["train_images"] / 255.0, rtol=1e-6
+    )
     np.testing.assert_array_equal(dataset.test_labels, arrays["test_labels"])
     assert dataset.train_images.min() >= 0.0 and dataset.train_images.max() <= 1.0
 

@@ -246,8 +246,14 @@ def test_buckets_hold_one_dtype_and_mixed_dtypes_sync():
 
 def test_plan_buckets_fills_in_order_and_caps_the_first_bucket():
     config = dist.DistributedConfig(bucket_bytes=100, first_bucket_bytes=40, last_bucket_bytes=0)
-    entries = [(1, 5, "float32"), (2, 5, "float32"), (3, 10, "float64"), (4, 20, "float32"),
-               (5, 1, "float32"), (6, 30, "float32")]  # fmt: skip
+    entries = [
+        (1, 5, "float32"),
+        (2, 5, "float32"),
+        (3, 10, "float64"),
+        (4, 20, "float32"),
+        (5, 1, "float32"),
+        (6, 30, "float32"),
+    ]
     plan = plan_buckets(entries, config)
     assert [(b.values, b.dtype) for b in plan] == [
         ([1, 2], "float32"),  # 40 bytes: the first bucket's cap
@@ -262,8 +268,15 @@ def test_plan_buckets_gives_the_gradients_final_last_buckets_of_their_own():
     """A bucket launches only once its last gradient is final: the first layer's gradient
     (final last) must not hold back earlier layers' gradients until backward has ended."""
     # float32 bytes in finality order, an MLP's shape scaled down: 40, 400, 4, 400, 4, 100, 4
-    entries = [(1, 10, "float32"), (2, 100, "float32"), (3, 1, "float32"), (4, 100, "float32"),
-               (5, 1, "float32"), (6, 25, "float32"), (7, 1, "float32")]  # fmt: skip
+    entries = [
+        (1, 10, "float32"),
+        (2, 100, "float32"),
+        (3, 1, "float32"),
+        (4, 100, "float32"),
+        (5, 1, "float32"),
+        (6, 25, "float32"),
+        (7, 1, "float32"),
+    ]
 
     def plan(last_bucket_bytes):
         config = dist.DistributedConfig(
@@ -407,8 +420,10 @@ def test_a_steps_gradients_are_freed_as_soon_as_the_caller_drops_them(bucket_byt
     config = dist.DistributedConfig(SUM, timeout=10.0, bucket_bytes=bucket_bytes)
 
     def run(i, device):
-        params = {name: rg.tensor(np.ones((8, 8), np.float32), device=device).set_distributed(name)
-                  for name in ("a", "b")}  # fmt: skip
+        params = {
+            name: rg.tensor(np.ones((8, 8), np.float32), device=device).set_distributed(name)
+            for name in ("a", "b")
+        }
         x = rg.tensor(np.full((3, 8), i + 1.0, np.float32), device=device)
         grads = ((x @ params["a"]).relu() @ params["b"]).sum().backward()
         arrays = [t.grad(grads).numpy() for t in params.values()]
@@ -476,8 +491,14 @@ def _failing_op():
     def explode(B, g):  # noqa: N803 - backward rules name the backend B
         raise RuntimeError("this device's backward died")
 
-    return Op("test_explodes_in_backward", ("x",), (), (explode,), memory_bound=False,
-              forward=lambda backend, x: x)  # fmt: skip
+    return Op(
+        "test_explodes_in_backward",
+        ("x",),
+        (),
+        (explode,),
+        memory_bound=False,
+        forward=lambda backend, x: x,
+    )
 
 
 def test_a_device_whose_backward_dies_midway_is_named_with_the_parameter():

@@ -70,8 +70,22 @@ def test_marks_are_the_engines_plan(model):
 
 
 def test_mnist_sized_graph(tmp_path):
-    assert main(["graph", "--dataset", "mnist", "--model", "mlp", "--batch-size", "2",
-                 "--out", str(tmp_path)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "graph",
+                "--dataset",
+                "mnist",
+                "--model",
+                "mlp",
+                "--batch-size",
+                "2",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     dot = (tmp_path / "graph.dot").read_text()
     assert "[2, 1, 28, 28]" in dot or "[2, 784]" in dot
     assert 'label="layer_norm' in dot or 'label="mean_dim' in dot

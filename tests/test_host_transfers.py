@@ -82,10 +82,13 @@ def run_steps(plan: str = "adam adam sgd sgd"):
     def step(optimizer):
         logits = model(tokens)  # [4, 7, 5]
         scores = logits.permute((0, 2, 1))  # classes second: [4, 5, 7]
-        loss = (F.cross_entropy(scores, targets)
-                + F.cross_entropy(logits.reshape((-1, 5)), other.reshape((-1,)),
-                                  ignore_index=3, label_smoothing=0.1)
-                + F.cross_entropy(scores, other, reduction="sum") * 0.01)  # fmt: skip
+        loss = (
+            F.cross_entropy(scores, targets)
+            + F.cross_entropy(
+                logits.reshape((-1, 5)), other.reshape((-1,)), ignore_index=3, label_smoothing=0.1
+            )
+            + F.cross_entropy(scores, other, reduction="sum") * 0.01
+        )
         grads = loss.backward()
         norm = optim.clip_grad_norm(grads, model, max_norm=0.5, as_tensor=True)
         optimizer.step(grads)
@@ -122,8 +125,10 @@ def test_the_counter_sees_host_reads():
 def test_clip_grad_norm_returning_a_float_reads_the_norm_once():
     counting = CountingBackend()
     backend = rg.Autodiff(counting)
-    leaves = [rg.tensor(np.full(shape, 2.0), backend=backend).require_grad()
-              for shape in [(3, 4), (5,), (2, 2)]]  # fmt: skip
+    leaves = [
+        rg.tensor(np.full(shape, 2.0), backend=backend).require_grad()
+        for shape in [(3, 4), (5,), (2, 2)]
+    ]
     grads = sum((leaf * leaf).sum() for leaf in leaves).backward()
     counting.transfers.clear()
     norm = optim.clip_grad_norm(grads, leaves, max_norm=1.0)

@@ -47,61 +47,95 @@ FD_CASES = {
     "linear-1d": (lambda x, w, b: F.linear(x, w, b), [randn(3), randn(2, 3), randn(2)]),
     # convolutions
     "conv1d": (lambda x, w, b: F.conv1d(x, w, b), [randn(2, 2, 7), randn(3, 2, 3), randn(3)]),
-    "conv1d-stride-pad-dil": (lambda x, w: F.conv1d(x, w, None, 2, 2, 2),
-                              [randn(2, 2, 9), randn(2, 2, 3)]),
-    "conv1d-groups": (lambda x, w, b: F.conv1d(x, w, b, padding=1, groups=2),
-                      [randn(1, 4, 6), randn(6, 2, 3), randn(6)]),
-    "conv1d-same-even-kernel": (lambda x, w: F.conv1d(x, w, padding="same"),
-                                [randn(2, 2, 6), randn(2, 2, 4)]),
-    "conv1d-valid": (lambda x, w: F.conv1d(x, w, padding="valid"), [randn(1, 1, 5),
-                                                                     randn(1, 1, 2)]),
+    "conv1d-stride-pad-dil": (
+        lambda x, w: F.conv1d(x, w, None, 2, 2, 2),
+        [randn(2, 2, 9), randn(2, 2, 3)],
+    ),
+    "conv1d-groups": (
+        lambda x, w, b: F.conv1d(x, w, b, padding=1, groups=2),
+        [randn(1, 4, 6), randn(6, 2, 3), randn(6)],
+    ),
+    "conv1d-same-even-kernel": (
+        lambda x, w: F.conv1d(x, w, padding="same"),
+        [randn(2, 2, 6), randn(2, 2, 4)],
+    ),
+    "conv1d-valid": (
+        lambda x, w: F.conv1d(x, w, padding="valid"),
+        [randn(1, 1, 5), randn(1, 1, 2)],
+    ),
     "conv1d-unbatched": (lambda x, w: F.conv1d(x, w, padding=1), [randn(2, 5), randn(3, 2, 3)]),
-    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
-               [randn(2, 2, 5, 4), randn(3, 2, 3, 3), randn(3)]),
-    "conv2d-stride-dil-groups": (lambda x, w: F.conv2d(x, w, None, (2, 1), (1, 0), (1, 2), 2),
-                                 [randn(2, 4, 6, 7), randn(4, 2, 2, 3)]),
-    "conv2d-remainder": (lambda x, w: F.conv2d(x, w, stride=3), [randn(1, 2, 8, 7),
-                                                                 randn(2, 2, 2, 2)]),
-    "conv3d": (lambda x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1), padding=(1, 0, 1)),
-               [randn(1, 2, 4, 5, 3), randn(2, 2, 2, 2, 2), randn(2)]),
-    "conv_transpose1d": (lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1,
-                                                            output_padding=1),
-                         [randn(2, 2, 4), randn(2, 3, 3), randn(3)]),
-    "conv_transpose1d-groups-dil": (lambda x, w: F.conv_transpose1d(x, w, None, 2, 1, 1, 2, 2),
-                                    [randn(2, 4, 5), randn(4, 1, 3)]),
+    "conv2d": (
+        lambda x, w, b: F.conv2d(x, w, b, padding=1),
+        [randn(2, 2, 5, 4), randn(3, 2, 3, 3), randn(3)],
+    ),
+    "conv2d-stride-dil-groups": (
+        lambda x, w: F.conv2d(x, w, None, (2, 1), (1, 0), (1, 2), 2),
+        [randn(2, 4, 6, 7), randn(4, 2, 2, 3)],
+    ),
+    "conv2d-remainder": (
+        lambda x, w: F.conv2d(x, w, stride=3),
+        [randn(1, 2, 8, 7), randn(2, 2, 2, 2)],
+    ),
+    "conv3d": (
+        lambda x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1), padding=(1, 0, 1)),
+        [randn(1, 2, 4, 5, 3), randn(2, 2, 2, 2, 2), randn(2)],
+    ),
+    "conv_transpose1d": (
+        lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+        [randn(2, 2, 4), randn(2, 3, 3), randn(3)],
+    ),
+    "conv_transpose1d-groups-dil": (
+        lambda x, w: F.conv_transpose1d(x, w, None, 2, 1, 1, 2, 2),
+        [randn(2, 4, 5), randn(4, 1, 3)],
+    ),
     # Burn's extension: output_padding >= stride, also with padding >= stride
     "conv_transpose1d-big-output-padding": (
         lambda x, w, b: F.conv_transpose1d(x, w, b, stride=1, padding=2, output_padding=3),
-        [randn(2, 2, 5), randn(2, 3, 3), randn(3)]),
-    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, (2, 1), (1, 0), (1, 0),
-                                                            1, (1, 2)),
-                         [randn(2, 2, 3, 4), randn(2, 3, 3, 2), randn(3)]),
+        [randn(2, 2, 5), randn(2, 3, 3), randn(3)],
+    ),
+    "conv_transpose2d": (
+        lambda x, w, b: F.conv_transpose2d(x, w, b, (2, 1), (1, 0), (1, 0), 1, (1, 2)),
+        [randn(2, 2, 3, 4), randn(2, 3, 3, 2), randn(3)],
+    ),
     "conv_transpose2d-big-output-padding": (
         lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, (3, 2)),
-        [randn(1, 2, 3, 3), randn(2, 2, 2, 3)]),
-    "conv_transpose3d": (lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=(0, 1, 0)),
-                         [randn(1, 2, 2, 3, 2), randn(2, 2, 2, 2, 2)]),
+        [randn(1, 2, 3, 3), randn(2, 2, 2, 3)],
+    ),
+    "conv_transpose3d": (
+        lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=(0, 1, 0)),
+        [randn(1, 2, 2, 3, 2), randn(2, 2, 2, 2, 2)],
+    ),
     # pooling
     "avg_pool1d": (lambda x: F.avg_pool1d(x, 3), [randn(2, 2, 9)]),
-    "avg_pool1d-pad-exclude": (lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False),
-                               [randn(1, 2, 7)]),
+    "avg_pool1d-pad-exclude": (
+        lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False),
+        [randn(1, 2, 7)],
+    ),
     "avg_pool1d-ceil": (lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True), [randn(1, 2, 8)]),
     "avg_pool2d": (lambda x: F.avg_pool2d(x, (2, 3), (1, 2), (1, 1)), [randn(2, 2, 5, 6)]),
-    "avg_pool2d-ceil-exclude": (lambda x: F.avg_pool2d(x, 3, 2, 1, True, False),
-                                [randn(1, 2, 6, 7)]),
-    "avg_pool2d-divisor-override": (lambda x: F.avg_pool2d(x, 3, 2, 1, True, divisor_override=4),
-                                    [randn(1, 2, 6, 7)]),
+    "avg_pool2d-ceil-exclude": (
+        lambda x: F.avg_pool2d(x, 3, 2, 1, True, False),
+        [randn(1, 2, 6, 7)],
+    ),
+    "avg_pool2d-divisor-override": (
+        lambda x: F.avg_pool2d(x, 3, 2, 1, True, divisor_override=4),
+        [randn(1, 2, 6, 7)],
+    ),
     "max_pool1d": (lambda x: F.max_pool1d(x, 2), [distinct(2, 2, 8)]),
     "max_pool1d-dil-pad-ceil": (lambda x: F.max_pool1d(x, 3, 2, 1, 2, True), [distinct(1, 2, 10)]),
     "max_pool2d": (lambda x: F.max_pool2d(x, 2), [distinct(2, 3, 6, 6)]),
     "max_pool2d-overlap": (lambda x: F.max_pool2d(x, 3, 1, 1), [distinct(1, 2, 5, 5)]),
-    "max_pool2d-dil-ceil": (lambda x: F.max_pool2d(x, (2, 3), (2, 1), (1, 1), (2, 1), True),
-                            [distinct(1, 2, 7, 6)]),
+    "max_pool2d-dil-ceil": (
+        lambda x: F.max_pool2d(x, (2, 3), (2, 1), (1, 1), (2, 1), True),
+        [distinct(1, 2, 7, 6)],
+    ),
     "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 4), [randn(2, 2, 7)]),
     "adaptive_avg_pool1d-up": (lambda x: F.adaptive_avg_pool1d(x, 9), [randn(1, 2, 4)]),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), [randn(2, 2, 7, 5)]),
-    "adaptive_avg_pool2d-none": (lambda x: F.adaptive_avg_pool2d(x, (None, 2)),
-                                 [randn(1, 2, 3, 5)]),
+    "adaptive_avg_pool2d-none": (
+        lambda x: F.adaptive_avg_pool2d(x, (None, 2)),
+        [randn(1, 2, 3, 5)],
+    ),
     # interpolation
     "nearest-1d-size": (lambda x: F.interpolate(x, size=7), [randn(2, 2, 3)]),
     "nearest-2d-scale": (lambda x: F.interpolate(x, scale_factor=1.7), [randn(1, 2, 3, 4)]),
@@ -109,47 +143,73 @@ FD_CASES = {
     "nearest-3d": (lambda x: F.interpolate(x, scale_factor=2), [randn(1, 1, 2, 3, 2)]),
     "interpolate-linear": (lambda x: F.interpolate(x, size=6, mode="linear"), [randn(2, 2, 4)]),
     "bilinear": (lambda x: F.interpolate(x, size=(5, 3), mode="bilinear"), [randn(1, 2, 3, 4)]),
-    "bilinear-align": (lambda x: F.interpolate(x, scale_factor=2.5, mode="bilinear",
-                                               align_corners=True), [randn(1, 2, 3, 3)]),
-    "bilinear-down": (lambda x: F.interpolate(x, size=(2, 3), mode="bilinear"),
-                      [randn(1, 1, 5, 7)]),
+    "bilinear-align": (
+        lambda x: F.interpolate(x, scale_factor=2.5, mode="bilinear", align_corners=True),
+        [randn(1, 2, 3, 3)],
+    ),
+    "bilinear-down": (
+        lambda x: F.interpolate(x, size=(2, 3), mode="bilinear"),
+        [randn(1, 1, 5, 7)],
+    ),
     "bicubic": (lambda x: F.interpolate(x, size=(6, 5), mode="bicubic"), [randn(1, 2, 3, 4)]),
-    "bicubic-align": (lambda x: F.interpolate(x, size=(4, 7), mode="bicubic",
-                                              align_corners=True), [randn(1, 1, 5, 3)]),
-    "bicubic-scale": (lambda x: F.interpolate(x, scale_factor=(1.5, 0.75), mode="bicubic"),
-                      [randn(1, 1, 4, 6)]),
-    "trilinear": (lambda x: F.interpolate(x, size=(3, 2, 4), mode="trilinear"),
-                  [randn(1, 1, 2, 3, 2)]),
+    "bicubic-align": (
+        lambda x: F.interpolate(x, size=(4, 7), mode="bicubic", align_corners=True),
+        [randn(1, 1, 5, 3)],
+    ),
+    "bicubic-scale": (
+        lambda x: F.interpolate(x, scale_factor=(1.5, 0.75), mode="bicubic"),
+        [randn(1, 1, 4, 6)],
+    ),
+    "trilinear": (
+        lambda x: F.interpolate(x, size=(3, 2, 4), mode="trilinear"),
+        [randn(1, 1, 2, 3, 2)],
+    ),
     # embedding, losses, normalization
     "embedding": (lambda i, w: F.embedding(i, w), [ints(5, 2, 3), randn(5, 3)]),
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), [randn(4, 5), ints(5, 4)]),
     "cross_entropy-nd": (lambda x, t: F.cross_entropy(x, t), [randn(2, 3, 2, 2), ints(3, 2, 2, 2)]),
-    "cross_entropy-prob": (lambda x, t: F.cross_entropy(x, t),
-                           [randn(3, 4, 2), probabilities(3, 4, 2)]),
-    "cross_entropy-ignore": (lambda x, t: F.cross_entropy(x, t, ignore_index=2),
-                             [randn(5, 3), np.array([0, 2, 1, 2, 1])]),
-    "cross_entropy-sum": (lambda x, t: F.cross_entropy(x, t, reduction="sum"),
-                          [randn(3, 4), ints(4, 3)]),
-    "cross_entropy-none": (lambda x, t: F.cross_entropy(x, t, reduction="none"),
-                           [randn(3, 4), ints(4, 3)]),
+    "cross_entropy-prob": (
+        lambda x, t: F.cross_entropy(x, t),
+        [randn(3, 4, 2), probabilities(3, 4, 2)],
+    ),
+    "cross_entropy-ignore": (
+        lambda x, t: F.cross_entropy(x, t, ignore_index=2),
+        [randn(5, 3), np.array([0, 2, 1, 2, 1])],
+    ),
+    "cross_entropy-sum": (
+        lambda x, t: F.cross_entropy(x, t, reduction="sum"),
+        [randn(3, 4), ints(4, 3)],
+    ),
+    "cross_entropy-none": (
+        lambda x, t: F.cross_entropy(x, t, reduction="none"),
+        [randn(3, 4), ints(4, 3)],
+    ),
     "cross_entropy-unbatched": (lambda x, t: F.cross_entropy(x, t), [randn(4), np.array(2)]),
-    "cross_entropy-large-logits": (lambda x, t: F.cross_entropy(x * 1000.0, t),
-                                   [randn(3, 4), ints(4, 3)]),
+    "cross_entropy-large-logits": (
+        lambda x, t: F.cross_entropy(x * 1000.0, t),
+        [randn(3, 4), ints(4, 3)],
+    ),
     "cross_entropy-weight-smoothing-ignore": (
         lambda x, t, w: F.cross_entropy(x, t, w, ignore_index=1, label_smoothing=0.3),
-        [randn(2, 4, 3), np.array([[0, 1, 3], [2, 3, 1]]), RNG.random(4) + 0.5]),
+        [randn(2, 4, 3), np.array([[0, 1, 3], [2, 3, 1]]), RNG.random(4) + 0.5],
+    ),
     "cross_entropy-prob-weight-smoothing": (
         lambda x, t, w: F.cross_entropy(x, t, w, reduction="sum", label_smoothing=0.1),
-        [randn(3, 4), probabilities(3, 4), RNG.random(4) + 0.5]),
+        [randn(3, 4), probabilities(3, 4), RNG.random(4) + 0.5],
+    ),
     "mse_loss": (lambda x, t: F.mse_loss(x, t), [randn(3, 4), randn(3, 4)]),
-    "mse_loss-weight": (lambda x, t, w: F.mse_loss(x, t, weight=w),
-                        [randn(3, 4), randn(3, 4), RNG.random((3, 4)) + 0.5]),
+    "mse_loss-weight": (
+        lambda x, t, w: F.mse_loss(x, t, weight=w),
+        [randn(3, 4), randn(3, 4), RNG.random((3, 4)) + 0.5],
+    ),
     "mse_loss-sum": (lambda x, t: F.mse_loss(x, t, reduction="sum"), [randn(2, 3), randn(2, 3)]),
     "layer_norm": (lambda x: F.layer_norm(x, 4), [randn(3, 4)]),
-    "layer_norm-affine-2d": (lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
-                             [randn(2, 3, 4), randn(3, 4), randn(3, 4)]),
+    "layer_norm-affine-2d": (
+        lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
+        [randn(2, 3, 4), randn(3, 4), randn(3, 4)],
+    ),
     "layer_norm-eps": (lambda x, w: F.layer_norm(x, (5,), w, eps=0.1), [randn(2, 5), randn(5)]),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(FD_CASES))
@@ -178,28 +238,36 @@ def test_dropout_gradient_matches_finite_differences_with_a_fixed_seed():
 # -- checkpointing, higher order, op table --------------------------------------------------------
 COMPOSITES = {
     "conv-relu-pool": lambda x, w: F.max_pool2d(F.conv2d(x.tanh(), w, padding=1).relu(), 2),
-    "conv_transpose": lambda x, w: F.conv_transpose2d((x * 2.0).sin(), w.swap_dims(0, 1), None,
-                                                      2, 1, 1).exp(),
-    "avg-adaptive": lambda x, w: F.adaptive_avg_pool2d(F.avg_pool2d(x.square(), 3, 1, 1), 3)
-    * w.sum(),
-    "interpolate": lambda x, w: F.interpolate(x.sigmoid(), scale_factor=1.5, mode="bicubic")
-    + F.interpolate(x, size=(4, 4), mode="bilinear").mean(),
+    "conv_transpose": lambda x, w: F.conv_transpose2d(
+        (x * 2.0).sin(), w.swap_dims(0, 1), None, 2, 1, 1
+    ).exp(),
+    "avg-adaptive": lambda x, w: (
+        F.adaptive_avg_pool2d(F.avg_pool2d(x.square(), 3, 1, 1), 3) * w.sum()
+    ),
+    "interpolate": lambda x, w: (
+        F.interpolate(x.sigmoid(), scale_factor=1.5, mode="bicubic")
+        + F.interpolate(x, size=(4, 4), mode="bilinear").mean()
+    ),
     "layer-norm-ce": lambda x, w: F.cross_entropy(
-        F.layer_norm(x, (6, 6)).reshape((2, -1))[:, :5] * 3.0, rg.tensor(np.array([1, 4]))),
+        F.layer_norm(x, (6, 6)).reshape((2, -1))[:, :5] * 3.0, rg.tensor(np.array([1, 4]))
+    ),
     "dropout": lambda x, w: F.dropout(F.conv2d(x, w, padding=1), 0.3).square(),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(COMPOSITES))
 def test_gradients_are_bit_identical_under_both_strategies(name):
     rng = np.random.default_rng(10)
-    arrays = [rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
-              rng.standard_normal((3, 3, 3, 3)).astype(np.float32)]  # fmt: skip
+    arrays = [
+        rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
+        rng.standard_normal((3, 3, 3, 3)).astype(np.float32),
+    ]
     results = {}
     for strategy in ("none", "balanced"):
         rg.seed(3)  # dropout draws the same mask under both
-        results[strategy] = analytic_gradients(lambda x, w: COMPOSITES[name](x, w).sum(), arrays,
-                                               None, strategy)  # fmt: skip
+        results[strategy] = analytic_gradients(
+            lambda x, w: COMPOSITES[name](x, w).sum(), arrays, None, strategy
+        )
     for ours, theirs in zip(results["none"][1], results["balanced"][1]):
         if ours is not None or theirs is not None:
             assert np.array_equal(ours, theirs)
@@ -215,8 +283,9 @@ def _second_order_check(first_order, arrays):
         with rg.use_backend(autodiff("none")):
             tensors = [rg.tensor(a).require_grad() for a in arrays_now]
             grads = first_order(*tensors).backward()
-            return sum(float(np.sum(v * t.grad(grads).numpy()))
-                       for v, t in zip(directions, tensors))  # fmt: skip
+            return sum(
+                float(np.sum(v * t.grad(grads).numpy())) for v, t in zip(directions, tensors)
+            )
 
     for strategy in ("none", "balanced"):
         with rg.use_backend(autodiff(strategy)):
@@ -229,8 +298,7 @@ def _second_order_check(first_order, arrays):
             second = s.backward()
             for i, t in enumerate(tensors):
                 expected = _numeric(s_value, arrays, i)
-                np.testing.assert_allclose(t.grad(second).numpy(), expected, rtol=1e-5,
-                                           atol=1e-6)  # fmt: skip
+                np.testing.assert_allclose(t.grad(second).numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 def _numeric(scalar_fn, arrays, index, eps=1e-6):
@@ -250,20 +318,30 @@ def _numeric(scalar_fn, arrays, index, eps=1e-6):
 def test_second_derivative_through_conv2d_matches_finite_differences():
     seed = np.random.default_rng(12).standard_normal((2, 3, 3, 4))
     _second_order_check(
-        lambda x, w: (F.conv2d(x, w, stride=(2, 1), padding=1, dilation=(1, 2)).tanh()
-                      * rg.tensor(seed)).sum(),
-        [randn(2, 2, 5, 4) * 0.5, randn(3, 2, 2, 2) * 0.5])  # fmt: skip
+        lambda x, w: (
+            F.conv2d(x, w, stride=(2, 1), padding=1, dilation=(1, 2)).tanh() * rg.tensor(seed)
+        ).sum(),
+        [randn(2, 2, 5, 4) * 0.5, randn(3, 2, 2, 2) * 0.5],
+    )
 
 
 def test_second_derivative_through_conv_transpose_and_pooling():
     _second_order_check(
-        lambda x, w: F.max_pool1d(F.conv_transpose1d(x, w, stride=2, output_padding=1).sin(), 2)
-        .square().sum() + F.avg_pool1d(x.tanh(), 2, padding=1).exp().sum(),
-        [randn(1, 2, 4) * 0.5, randn(2, 2, 3) * 0.5])  # fmt: skip
+        lambda x, w: (
+            F.max_pool1d(F.conv_transpose1d(x, w, stride=2, output_padding=1).sin(), 2)
+            .square()
+            .sum()
+            + F.avg_pool1d(x.tanh(), 2, padding=1).exp().sum()
+        ),
+        [randn(1, 2, 4) * 0.5, randn(2, 2, 3) * 0.5],
+    )
     _second_order_check(
-        lambda x: (F.interpolate(x.sin(), size=(3, 5), mode="bicubic").square().sum()
-                   + F.adaptive_avg_pool2d(x.exp(), 2).square().sum()),
-        [randn(1, 1, 3, 3)])  # fmt: skip
+        lambda x: (
+            F.interpolate(x.sin(), size=(3, 5), mode="bicubic").square().sum()
+            + F.adaptive_avg_pool2d(x.exp(), 2).square().sum()
+        ),
+        [randn(1, 1, 3, 3)],
+    )
 
 
 def test_convolution_pooling_and_interpolation_ops_are_compute_bound():
@@ -281,7 +359,7 @@ def test_convolution_pooling_and_interpolation_ops_are_compute_bound():
         "interpolate_backward",
         "select",
     ):
-        assert op_kind(name) == "compute-bound", name  # fmt: skip
+        assert op_kind(name) == "compute-bound", name
 
 
 def test_functions_run_on_the_plain_numpy_backend():
@@ -322,18 +400,22 @@ def test_dropout_outside_training_and_extreme_probabilities():
 # -- a few exact values, computed by hand --------------------------------------------------------
 def test_hand_computed_values():
     x = rg.tensor([[[1.0, 2.0, 3.0, 4.0, 5.0]]])
-    np.testing.assert_allclose(F.conv1d(x, rg.tensor([[[1.0, 0.0, -1.0]]])).numpy(),
-                               [[[-2.0, -2.0, -2.0]]])  # fmt: skip
     np.testing.assert_allclose(
-        F.conv_transpose1d(rg.tensor([[[1.0, 2.0]]]), rg.tensor([[[1.0, 10.0]]]), stride=2)
-        .numpy(), [[[1.0, 10.0, 2.0, 20.0]]])  # fmt: skip
+        F.conv1d(x, rg.tensor([[[1.0, 0.0, -1.0]]])).numpy(), [[[-2.0, -2.0, -2.0]]]
+    )
+    np.testing.assert_allclose(
+        F.conv_transpose1d(rg.tensor([[[1.0, 2.0]]]), rg.tensor([[[1.0, 10.0]]]), stride=2).numpy(),
+        [[[1.0, 10.0, 2.0, 20.0]]],
+    )
     # windows [pad, 1, 2], [2, 3, 4], [4, 5, pad]: the pad counts, or not
     np.testing.assert_allclose(F.avg_pool1d(x, 3, 2, 1).numpy(), [[[1.0, 3.0, 3.0]]])
-    np.testing.assert_allclose(F.avg_pool1d(x, 3, 2, 1, count_include_pad=False).numpy(),
-                               [[[1.5, 3.0, 4.5]]])  # fmt: skip
+    np.testing.assert_allclose(
+        F.avg_pool1d(x, 3, 2, 1, count_include_pad=False).numpy(), [[[1.5, 3.0, 4.5]]]
+    )
     np.testing.assert_allclose(F.adaptive_avg_pool1d(x, 2).numpy(), [[[2.0, 4.0]]])
-    np.testing.assert_allclose(F.interpolate(x, size=3, mode="linear", align_corners=True)
-                               .numpy(), [[[1.0, 3.0, 5.0]]])  # fmt: skip
+    np.testing.assert_allclose(
+        F.interpolate(x, size=3, mode="linear", align_corners=True).numpy(), [[[1.0, 3.0, 5.0]]]
+    )
     np.testing.assert_allclose(F.interpolate(x, size=2).numpy(), [[[1.0, 3.0]]])
     ce = F.cross_entropy(rg.tensor([[0.0, 0.0]]), rg.tensor([1], dtype="int64"))
     np.testing.assert_allclose(ce.item(), np.log(2.0), rtol=1e-6)

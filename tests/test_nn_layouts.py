@@ -63,38 +63,51 @@ def test_convolution_kernels_agree_across_input_layouts(case, layout):
     x, weight, bias, (stride, padding, dilation, groups) = conv_case(case)
     out = KERNELS.conv(x, weight, bias, stride, padding, dilation, groups)
     g = RNG.standard_normal(out.shape)
-    weight_grad = KERNELS.conv_weight_grad(x, g, weight.shape[2:], stride, padding, dilation,
-                                           groups)  # fmt: skip
+    weight_grad = KERNELS.conv_weight_grad(
+        x, g, weight.shape[2:], stride, padding, dilation, groups
+    )
     output_padding = tuple(0 for _ in stride)
     transposed_bias = RNG.standard_normal(x.shape[1])
-    transposed = KERNELS.conv_transpose(g, weight, transposed_bias, stride, padding,
-                                        output_padding, dilation, groups)  # fmt: skip
+    transposed = KERNELS.conv_transpose(
+        g, weight, transposed_bias, stride, padding, output_padding, dilation, groups
+    )
 
     relaid = LAYOUTS[layout]
     np.testing.assert_allclose(
-        KERNELS.conv(relaid(x), weight, bias, stride, padding, dilation, groups), out,
-        rtol=1e-12, atol=1e-12)  # fmt: skip
+        KERNELS.conv(relaid(x), weight, bias, stride, padding, dilation, groups),
+        out,
+        rtol=1e-12,
+        atol=1e-12,
+    )
     np.testing.assert_allclose(
-        KERNELS.conv_weight_grad(relaid(x), relaid(g), weight.shape[2:], stride, padding,
-                                 dilation, groups),
-        weight_grad, rtol=1e-12, atol=1e-12)  # fmt: skip
+        KERNELS.conv_weight_grad(
+            relaid(x), relaid(g), weight.shape[2:], stride, padding, dilation, groups
+        ),
+        weight_grad,
+        rtol=1e-12,
+        atol=1e-12,
+    )
     np.testing.assert_allclose(
-        KERNELS.conv_transpose(relaid(g), weight, transposed_bias, stride, padding,
-                               output_padding, dilation, groups),
-        transposed, rtol=1e-12, atol=1e-12)  # fmt: skip
+        KERNELS.conv_transpose(
+            relaid(g), weight, transposed_bias, stride, padding, output_padding, dilation, groups
+        ),
+        transposed,
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_convolutions_write_channels_last_and_pooling_keeps_the_layout():
     x = RNG.standard_normal((2, 3, 8, 8))
-    out = KERNELS.conv(x, RNG.standard_normal((5, 3, 3, 3)), np.zeros(5), (1, 1), (0, 0),
-                       (1, 1), 1)  # fmt: skip
+    out = KERNELS.conv(x, RNG.standard_normal((5, 3, 3, 3)), np.zeros(5), (1, 1), (0, 0), (1, 1), 1)
     assert out.shape == (2, 5, 6, 6) and channels_last(out)
     pooled, indices = KERNELS.max_pool(out, (2, 2), (2, 2), (0, 0), (1, 1), False)
     assert channels_last(pooled) and channels_last(indices)
     back = KERNELS.max_pool_backward(np.ones(pooled.shape), indices, out.shape[2:])
     assert channels_last(back)
-    grouped = KERNELS.conv(out, RNG.standard_normal((5, 1, 3, 3)), np.zeros(5), (1, 1), (0, 0),
-                           (1, 1), 5)  # fmt: skip
+    grouped = KERNELS.conv(
+        out, RNG.standard_normal((5, 1, 3, 3)), np.zeros(5), (1, 1), (0, 0), (1, 1), 5
+    )
     assert grouped.flags.c_contiguous  # grouped convolutions stay NCHW
 
 
@@ -110,15 +123,22 @@ def test_pooling_and_interpolation_agree_across_input_layouts(layout):
         g = RNG.standard_normal(values.shape)
         np.testing.assert_array_equal(
             KERNELS.max_pool_backward(relaid(g), relaid(indices), x.shape[2:]),
-            KERNELS.max_pool_backward(g, indices, x.shape[2:]))  # fmt: skip
+            KERNELS.max_pool_backward(g, indices, x.shape[2:]),
+        )
     avg = ((3, 2), (2, 1), (1, 1), True, False)
-    np.testing.assert_allclose(KERNELS.avg_pool(relaid(x), *avg), KERNELS.avg_pool(x, *avg),
-                               rtol=1e-14)  # fmt: skip
-    np.testing.assert_allclose(KERNELS.adaptive_avg_pool(relaid(x), (3, 4)),
-                               KERNELS.adaptive_avg_pool(x, (3, 4)), rtol=1e-14)  # fmt: skip
+    np.testing.assert_allclose(
+        KERNELS.avg_pool(relaid(x), *avg), KERNELS.avg_pool(x, *avg), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        KERNELS.adaptive_avg_pool(relaid(x), (3, 4)),
+        KERNELS.adaptive_avg_pool(x, (3, 4)),
+        rtol=1e-14,
+    )
     np.testing.assert_allclose(
         KERNELS.interpolate(relaid(x), (9, 5), "bicubic", False, (None, None)),
-        KERNELS.interpolate(x, (9, 5), "bicubic", False, (None, None)), rtol=1e-14)  # fmt: skip
+        KERNELS.interpolate(x, (9, 5), "bicubic", False, (None, None)),
+        rtol=1e-14,
+    )
 
 
 def chain_arrays():

@@ -12,10 +12,17 @@ from retrograd.nn import functional as F  # noqa: N812
 
 def small_cnn() -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(4, 6, 3, padding=1), nn.GELU(), nn.AvgPool2d(2),
-        nn.Flatten(), nn.LayerNorm(6 * 2 * 2), nn.Dropout(0.25), nn.Linear(24, 3),
-    )  # fmt: skip
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(4, 6, 3, padding=1),
+        nn.GELU(),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.LayerNorm(6 * 2 * 2),
+        nn.Dropout(0.25),
+        nn.Linear(24, 3),
+    )
 
 
 def test_layer_output_shapes():
@@ -37,10 +44,26 @@ def test_layer_output_shapes():
 def test_named_parameters_are_dotted_and_ordered():
     model = small_cnn()
     names = [name for name, _ in model.named_parameters()]
-    assert names == ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias",
-                     "9.weight", "9.bias"]  # fmt: skip
+    assert names == [
+        "0.weight",
+        "0.bias",
+        "3.weight",
+        "3.bias",
+        "7.weight",
+        "7.bias",
+        "9.weight",
+        "9.bias",
+    ]
     assert [p.shape for p in model.parameters()] == [
-        (4, 1, 3, 3), (4,), (6, 4, 3, 3), (6,), (24,), (24,), (3, 24), (3,)]  # fmt: skip
+        (4, 1, 3, 3),
+        (4,),
+        (6, 4, 3, 3),
+        (6,),
+        (24,),
+        (24,),
+        (3, 24),
+        (3,),
+    ]
     assert all(p.is_require_grad() for p in model.parameters())
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
     assert [name for name, _ in nn.Linear(2, 2, bias=False).named_parameters()] == ["weight"]
@@ -60,7 +83,12 @@ def test_nested_modules_and_attribute_access():
 
     block = Block()
     assert [n for n, _ in block.named_parameters()] == [
-        "scale", "body.0.weight", "body.0.bias", "head.weight", "head.bias"]  # fmt: skip
+        "scale",
+        "body.0.weight",
+        "body.0.bias",
+        "head.weight",
+        "head.bias",
+    ]
     assert block.get_parameter("body.0.bias") is block.body[0].bias
     assert block(rg.ones((4, 3))).shape == (4, 1)
     with pytest.raises(KeyError, match="no parameter"):
@@ -178,11 +206,17 @@ def test_modules_match_pytorch_with_the_same_weights():
     rg.seed(3)
     model = small_cnn().eval()
     reference = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(4, 6, 3, padding=1), torch.nn.GELU(), torch.nn.AvgPool2d(2),
-        torch.nn.Flatten(), torch.nn.LayerNorm(24), torch.nn.Dropout(0.25),
+        torch.nn.Conv2d(1, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 6, 3, padding=1),
+        torch.nn.GELU(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.LayerNorm(24),
+        torch.nn.Dropout(0.25),
         torch.nn.Linear(24, 3),
-    ).eval()  # fmt: skip
+    ).eval()
     reference.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
     x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
     with torch.no_grad():

@@ -100,9 +100,12 @@ def test_avg_pool_matches_torch(case, spatial, dtype):
     if spatial == 2 and case % 2:  # PyTorch has divisor_override for 2-d pooling only
         options += (int(rng.integers(1, 6)) * (-1 if case % 4 == 3 else 1),)
     x = rng.standard_normal((2, 3, *size))
-    _compare_or_both_reject(lambda x: getattr(F, f"avg_pool{spatial}d")(x, *options),
-                            lambda x: getattr(TF, f"avg_pool{spatial}d")(x, *options), [x],
-                            dtype)  # fmt: skip
+    _compare_or_both_reject(
+        lambda x: getattr(F, f"avg_pool{spatial}d")(x, *options),
+        lambda x: getattr(TF, f"avg_pool{spatial}d")(x, *options),
+        [x],
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -113,9 +116,12 @@ def test_max_pool_matches_torch(case, spatial, dtype):
     kernel, stride, padding, dilation, ceil_mode, size = _pool_config(rng, spatial, True)
     options = (kernel, stride, padding, dilation, ceil_mode)
     x = rng.standard_normal((2, 3, *size))
-    _compare_or_both_reject(lambda x: getattr(F, f"max_pool{spatial}d")(x, *options),
-                            lambda x: getattr(TF, f"max_pool{spatial}d")(x, *options), [x],
-                            dtype)  # fmt: skip
+    _compare_or_both_reject(
+        lambda x: getattr(F, f"max_pool{spatial}d")(x, *options),
+        lambda x: getattr(TF, f"max_pool{spatial}d")(x, *options),
+        [x],
+        dtype,
+    )
     try:
         getattr(TF, f"max_pool{spatial}d")(torch.tensor(x), *options)
     except RuntimeError:  # invalid options, checked above
@@ -171,8 +177,13 @@ def test_adaptive_avg_pool_matches_torch(case, spatial, dtype):
     )
 
 
-INTERPOLATION_MODES = {"nearest": (1, 2, 3), "linear": (1,), "bilinear": (2,), "bicubic": (2,),
-                       "trilinear": (3,)}  # fmt: skip
+INTERPOLATION_MODES = {
+    "nearest": (1, 2, 3),
+    "linear": (1,),
+    "bilinear": (2,),
+    "bicubic": (2,),
+    "trilinear": (3,),
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -194,9 +205,13 @@ def test_interpolate_matches_torch(case, mode, dtype):
         if any(int(n * f) < 1 for n, f in zip(size, factors)):
             options["scale_factor"] = 2.0
         options["recompute_scale_factor"] = case == 7
-    compare_with_torch(lambda x: F.interpolate(x, mode=mode, **options),
-                       lambda x: TF.interpolate(x, mode=mode, **options), [x], dtype,
-                       scale_atol=10.0)  # fmt: skip
+    compare_with_torch(
+        lambda x: F.interpolate(x, mode=mode, **options),
+        lambda x: TF.interpolate(x, mode=mode, **options),
+        [x],
+        dtype,
+        scale_atol=10.0,
+    )
 
 
 def probs_of(rng, shape):
@@ -238,8 +253,9 @@ def test_losses_embedding_linear_layer_norm_match_torch(dtype):
         [rng.standard_normal((4, 3)), probs / probs.sum(1, keepdims=True)],
         dtype,
     )
-    compare_with_torch(F.mse_loss, TF.mse_loss, [rng.standard_normal((3, 4)),
-                                                 rng.standard_normal((3, 4))], dtype)  # fmt: skip
+    compare_with_torch(
+        F.mse_loss, TF.mse_loss, [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))], dtype
+    )
     # PyTorch does not differentiate with respect to the loss weights: they are constants.
     weights = rng.random(5) + 0.5
     torch_weights = torch.tensor(weights, dtype=getattr(torch, dtype))
@@ -249,30 +265,43 @@ def test_losses_embedding_linear_layer_norm_match_torch(dtype):
             ([logits, target % 5], {"ignore_index": 2}),
             ([rng.standard_normal((4, 5)), probs_of(rng, (4, 5))], {}),
         ):
-            compare_with_torch(partial(F.cross_entropy, weight=weights, **options, **ignore),
-                               partial(TF.cross_entropy, weight=torch_weights, **options,
-                                       **ignore),
-                               inputs, dtype)  # fmt: skip
+            compare_with_torch(
+                partial(F.cross_entropy, weight=weights, **options, **ignore),
+                partial(TF.cross_entropy, weight=torch_weights, **options, **ignore),
+                inputs,
+                dtype,
+            )
     squared_weights = rng.random((3, 4))
     torch_squared_weights = torch.tensor(squared_weights, dtype=getattr(torch, dtype))
     for reduction in ("mean", "sum", "none"):
-        compare_with_torch(partial(F.mse_loss, reduction=reduction, weight=squared_weights),
-                           partial(TF.mse_loss, reduction=reduction, weight=torch_squared_weights),
-                           [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
-                           dtype)  # fmt: skip
+        compare_with_torch(
+            partial(F.mse_loss, reduction=reduction, weight=squared_weights),
+            partial(TF.mse_loss, reduction=reduction, weight=torch_squared_weights),
+            [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
+            dtype,
+        )
     compare_with_torch(
         lambda i, w: F.embedding(i, w, padding_idx=0),
         lambda i, w: TF.embedding(i, w, padding_idx=0),
         [rng.integers(0, 6, (3, 4)), rng.standard_normal((6, 5))],
         dtype,
     )
-    compare_with_torch(F.linear, TF.linear, [rng.standard_normal((2, 3, 4)),
-                                             rng.standard_normal((5, 4)),
-                                             rng.standard_normal(5)], dtype)  # fmt: skip
-    compare_with_torch(lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
-                       lambda x, w, b: TF.layer_norm(x, (3, 4), w, b),
-                       [rng.standard_normal((2, 3, 4)) * 3 + 1, rng.standard_normal((3, 4)),
-                        rng.standard_normal((3, 4))], dtype)  # fmt: skip
+    compare_with_torch(
+        F.linear,
+        TF.linear,
+        [rng.standard_normal((2, 3, 4)), rng.standard_normal((5, 4)), rng.standard_normal(5)],
+        dtype,
+    )
+    compare_with_torch(
+        lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
+        lambda x, w, b: TF.layer_norm(x, (3, 4), w, b),
+        [
+            rng.standard_normal((2, 3, 4)) * 3 + 1,
+            rng.standard_normal((3, 4)),
+            rng.standard_normal((3, 4)),
+        ],
+        dtype,
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
@@ -280,9 +309,12 @@ def test_conv2d_padding_same_matches_torch():
     rng = np.random.default_rng(8)
     for kernel, dilation in (((2, 3), 1), ((4, 2), (1, 3)), ((3, 3), 2)):
         x, w = rng.standard_normal((2, 2, 7, 6)), rng.standard_normal((3, 2, *kernel))
-        compare_with_torch(lambda x, w, d=dilation: F.conv2d(x, w, padding="same", dilation=d),
-                           lambda x, w, d=dilation: TF.conv2d(x, w, padding="same", dilation=d),
-                           [x, w], "float64")  # fmt: skip
+        compare_with_torch(
+            lambda x, w, d=dilation: F.conv2d(x, w, padding="same", dilation=d),
+            lambda x, w, d=dilation: TF.conv2d(x, w, padding="same", dilation=d),
+            [x, w],
+            "float64",
+        )
 
 
 @pytest.mark.parametrize("block_bytes", [1, 3000])
@@ -299,6 +331,9 @@ def test_convolutions_in_small_batch_blocks_match_torch(monkeypatch, block_bytes
         "float64",
     )
     wt = rng.standard_normal((4, 3, 3, 2))
-    compare_with_torch(lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1, 2),
-                       lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2), [x, wt, b],
-                       "float64")  # fmt: skip
+    compare_with_torch(
+        lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1, 2),
+        lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2),
+        [x, wt, b],
+        "float64",
+    )

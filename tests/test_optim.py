@@ -33,8 +33,9 @@ def retrograd_run(make_optimizer, dtype, gradients, schedule=None):
 
 
 def torch_run(torch, make_optimizer, start, gradients, schedule=None):
-    parameters = [torch.nn.Parameter(torch.from_numpy(start[name].copy()))
-                  for name in ("weight", "bias")]  # fmt: skip
+    parameters = [
+        torch.nn.Parameter(torch.from_numpy(start[name].copy())) for name in ("weight", "bias")
+    ]
     optimizer = make_optimizer(parameters)
     scheduler = schedule(optimizer) if schedule else None
     for step in gradients:
@@ -87,11 +88,15 @@ def test_optimizer_matches_torch(case, dtype):
 
 
 SCHEDULES = {
-    "step": (lambda o: optim.StepLR(o, step_size=3, gamma=0.5),
-             lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)),
-    "cosine": (lambda o: optim.CosineAnnealingLR(o, T_max=5, eta_min=1e-3),
-               lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=1e-3)),
-}  # fmt: skip
+    "step": (
+        lambda o: optim.StepLR(o, step_size=3, gamma=0.5),
+        lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5),
+    ),
+    "cosine": (
+        lambda o: optim.CosineAnnealingLR(o, T_max=5, eta_min=1e-3),
+        lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=1e-3),
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
@@ -119,8 +124,9 @@ def test_scheduled_optimizer_matches_torch():
     schedule_ours, schedule_torch = SCHEDULES["cosine"]
     ours, theirs = CASES["adam"]
     start, result = retrograd_run(ours, "float64", gradients, schedule_ours)
-    expected = torch_run(torch, lambda p: theirs(torch, p), start, gradients,
-                         lambda o: schedule_torch(torch, o))  # fmt: skip
+    expected = torch_run(
+        torch, lambda p: theirs(torch, p), start, gradients, lambda o: schedule_torch(torch, o)
+    )
     for name in ("weight", "bias"):
         np.testing.assert_allclose(result[name], expected[name], rtol=1e-12, atol=1e-14)
 

@@ -19,8 +19,19 @@ from hypothesis import strategies as st
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 
-LAYERS = ["conv", "conv_transpose", "relu", "gelu", "tanh", "max_pool", "avg_pool",
-          "interpolate", "swap_hw", "flip_channels", "slice"]  # fmt: skip
+LAYERS = [
+    "conv",
+    "conv_transpose",
+    "relu",
+    "gelu",
+    "tanh",
+    "max_pool",
+    "avg_pool",
+    "interpolate",
+    "swap_hw",
+    "flip_channels",
+    "slice",
+]
 
 
 def plan(layers, seed):

@@ -225,8 +225,10 @@ def test_random_tensor_programs_match_torch_and_strategies(program, seed):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
     # Values spread apart so that sorts, maxima and cummax have no near ties.
-    arrays = [rng.permutation(int(np.prod(s))).reshape(s) * 0.13 - 1.1 + rng.uniform(0, 0.01, s)
-              for s in LEAF_SHAPES]  # fmt: skip
+    arrays = [
+        rng.permutation(int(np.prod(s))).reshape(s) * 0.13 - 1.1 + rng.uniform(0, 0.01, s)
+        for s in LEAF_SHAPES
+    ]
     weights = [rng.uniform(-1, 1, SHAPE) for _ in program]
     value, plain = retrograd_gradients(program, arrays, weights, rg.NoCheckpointing())
     _, balanced = retrograd_gradients(program, arrays, weights, rg.BalancedCheckpointing())

@@ -40,8 +40,9 @@ def test_readme_examples_run(index):
     block = python_blocks()[index]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    completed = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True,
-                               env=env, timeout=120)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, env=env, timeout=120
+    )
     assert completed.returncode == 0, completed.stderr
     if index == 0:  # the model learns the rule
         accuracy = float(completed.stdout.split()[-1])
@@ -49,10 +50,17 @@ def test_readme_examples_run(index):
 
 
 MODULES = [
-    "retrograd.nn", "retrograd.nn.modules", "retrograd.optim.optimizers", "retrograd.optim.clip",
-    "retrograd.optim.schedules", "retrograd.app.data", "retrograd.app.models", "retrograd.memory",
-    "retrograd.app.graphview", "retrograd.app.trainer",
-]  # fmt: skip
+    "retrograd.nn",
+    "retrograd.nn.modules",
+    "retrograd.optim.optimizers",
+    "retrograd.optim.clip",
+    "retrograd.optim.schedules",
+    "retrograd.app.data",
+    "retrograd.app.models",
+    "retrograd.memory",
+    "retrograd.app.graphview",
+    "retrograd.app.trainer",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -41,8 +41,14 @@ def _square_vjp(backend, g, x):
 
 
 #: an op from outside the op table, recorded through ``Autodiff.apply``
-_SQUARE = Op("test_recording_square", ("x",), (), (_square_vjp,), memory_bound=True,
-             forward=lambda backend, x: backend.mul(x, x))  # fmt: skip
+_SQUARE = Op(
+    "test_recording_square",
+    ("x",),
+    (),
+    (_square_vjp,),
+    memory_bound=True,
+    forward=lambda backend, x: backend.mul(x, x),
+)
 
 
 def _program(x, y, c):
@@ -75,8 +81,18 @@ def test_hook_sees_every_recorded_node_once_with_its_output(strategy):
         assert len(seen) == len({node.id for node, _ in seen})  # each node once
         assert {node.id for node, _ in seen} == set(recorded)
         names = {node.op.name for node, _ in seen}
-        for name in ("sin", "mul_scalar", "max_dim", "mul", "add", "mask_where", "cat", "cast",
-                     "test_recording_square", "sum"):  # fmt: skip
+        for name in (
+            "sin",
+            "mul_scalar",
+            "max_dim",
+            "mul",
+            "add",
+            "mask_where",
+            "cat",
+            "cast",
+            "test_recording_square",
+            "sum",
+        ):
             assert name in names
         # ``out`` is the inner value of the node's output, and the node is complete by then
         for node, out in seen:
@@ -155,8 +171,10 @@ def test_saved_keys_and_actions():
         a = x.exp()  # memory-bound, all inputs tracked: recomputed, its parent backed up
         node = _node(a)
         assert node.recompute and node.keys == (node.id,)
-        assert node.actions == [(x.primitive.node.id, x.primitive.value, True),
-                                (node.id, RECOMPUTE, False)]  # fmt: skip
+        assert node.actions == [
+            (x.primitive.node.id, x.primitive.value, True),
+            (node.id, RECOMPUTE, False),
+        ]
         b = a.sin()  # reads ``a``, recomputed, so its read is a recompute too
         assert _node(b).actions == [(node.id, RECOMPUTE, True), (node.id, RECOMPUTE, False)]
         d = a * c  # an untracked input: nothing recomputed, and it is kept under a fresh key

@@ -302,8 +302,10 @@ def test_masked_selects_on_large_arrays_equal_np_where_bit_for_bit(dtype, value,
     ]
     for array, mask in cases:
         expected = np.where(mask, fill, array)
-        for got in (backend.mask_fill(array, mask, value),
-                    backend.mask_where(array, mask, np.full_like(array, value)),
-                    backend.mask_where(array, mask, np.asarray(fill))):  # fmt: skip
+        for got in (
+            backend.mask_fill(array, mask, value),
+            backend.mask_where(array, mask, np.full_like(array, value)),
+            backend.mask_where(array, mask, np.asarray(fill)),
+        ):
             assert got.dtype == array.dtype and got.shape == expected.shape
             assert got.tobytes() == expected.tobytes()

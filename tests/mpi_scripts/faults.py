@@ -33,8 +33,14 @@ def dying_op():
         time.sleep(0.5)  # a long backward: registration and b's all-reduce are out by now
         os._exit(3)
 
-    return Op("test_dies_in_backward", ("x",), (), (die,), memory_bound=False,
-              forward=lambda backend, x: x)  # fmt: skip
+    return Op(
+        "test_dies_in_backward",
+        ("x",),
+        (),
+        (die,),
+        memory_bound=False,
+        forward=lambda backend, x: x,
+    )
 
 
 def step(device, extra=False, die=False):
@@ -67,8 +73,11 @@ def main() -> None:
         return
     started = time.monotonic()
     try:
-        step(device, extra=(mode == "mismatch" and rank == 1),
-             die=(mode == "die_in_backward" and rank == 1))  # fmt: skip
+        step(
+            device,
+            extra=(mode == "mismatch" and rank == 1),
+            die=(mode == "die_in_backward" and rank == 1),
+        )
         report["error"] = None
     except rg.DistributedError as error:
         report["error"] = str(error)

@@ -30,8 +30,10 @@ class Checks:
     def close(self, name: str, actual, expected, rtol=1e-5, atol=1e-6) -> None:
         self.count += 1
         if not np.allclose(actual, expected, rtol=rtol, atol=atol):
-            self.failures.append(f"{name}: got {np.asarray(actual).ravel()[:4]}..., expected "
-                                 f"{np.asarray(expected).ravel()[:4]}...")  # fmt: skip
+            self.failures.append(
+                f"{name}: got {np.asarray(actual).ravel()[:4]}..., expected "
+                f"{np.asarray(expected).ravel()[:4]}..."
+            )
 
 
 def reduce(arrays, op):

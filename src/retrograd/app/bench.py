@@ -93,9 +93,13 @@ def run_benchmarks(
         started = time.perf_counter()
         try:
             completed = subprocess.run(
-                [sys.executable, str(script)], cwd=directory.parent, env=env,
-                capture_output=True, text=True, timeout=timeout,
-            )  # fmt: skip
+                [sys.executable, str(script)],
+                cwd=directory.parent,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             code, output = completed.returncode, completed.stdout
             if code != 0:
                 output += f"\n(failed with exit code {code})\n{completed.stderr}"
@@ -112,6 +116,8 @@ def as_markdown(results: Sequence[BenchResult]) -> str:
     parts = ["# retrograd benchmarks\n"]
     for result in results:
         status = "" if result.returncode == 0 else f" (failed: exit {result.returncode})"
-        parts.append(f"## {result.script}{status}\n\n    python benchmarks/{result.script}\n\n"
-                     f"{result.output.rstrip()}\n")  # fmt: skip
+        parts.append(
+            f"## {result.script}{status}\n\n    python benchmarks/{result.script}\n\n"
+            f"{result.output.rstrip()}\n"
+        )
     return "\n".join(parts)

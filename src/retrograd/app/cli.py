@@ -58,20 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
-        "train", help="train a model on digits or MNIST",
+        "train",
+        help="train a model on digits or MNIST",
         formatter_class=_DefaultsHelp,
         description="Train a CNN or an MLP; writes metrics.json, curves.png and model.npz to "
-                    "--out.",
-    )  # fmt: skip
+        "--out.",
+    )
     train.add_argument(
         "--model",
         choices=MODELS,
         default=defaults.model,
         help="cnn: two convolutions and a linear layer; mlp: one hidden layer",
     )
-    train.add_argument("--dataset", choices=("digits", "mnist"), default=defaults.dataset,
-                       help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in "
-                            "--data-dir")  # fmt: skip
+    train.add_argument(
+        "--dataset",
+        choices=("digits", "mnist"),
+        default=defaults.dataset,
+        help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in --data-dir",
+    )
     train.add_argument("--data-dir", help="folder with the four MNIST IDX files")
     train.add_argument(
         "--epochs", type=_positive_int, default=defaults.epochs, help="passes over the training set"
@@ -82,27 +86,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.batch_size,
         help="samples per step, split among the workers",
     )
-    train.add_argument("--lr", type=_positive_float,
-                       help=f"learning rate (default: {DEFAULT_LR['adam']} for adam, "
-                            f"{DEFAULT_LR['sgd']} for sgd)")  # fmt: skip
-    train.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
-                       help="adam, or sgd with Nesterov momentum 0.9")  # fmt: skip
-    train.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule,
-                       help="learning rate over the epochs: cosine down to 0, step (x0.3 "
-                            "every third of the epochs) or none")  # fmt: skip
+    train.add_argument(
+        "--lr",
+        type=_positive_float,
+        help=f"learning rate (default: {DEFAULT_LR['adam']} for adam, {DEFAULT_LR['sgd']} for sgd)",
+    )
+    train.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=defaults.optimizer,
+        help="adam, or sgd with Nesterov momentum 0.9",
+    )
+    train.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=defaults.schedule,
+        help="learning rate over the epochs: cosine down to 0, step (x0.3 "
+        "every third of the epochs) or none",
+    )
     train.add_argument("--clip-norm", type=_positive_float, help="clip gradients to this norm")
-    train.add_argument("--checkpointing", choices=tuple(STRATEGIES), default=defaults.checkpointing,
-                       help="none: keep every intermediate; balanced: recompute memory-bound "
-                            "outputs in backward")  # fmt: skip
+    train.add_argument(
+        "--checkpointing",
+        choices=tuple(STRATEGIES),
+        default=defaults.checkpointing,
+        help="none: keep every intermediate; balanced: recompute memory-bound outputs in backward",
+    )
     train.add_argument(
         "--workers",
         type=_positive_int,
         default=defaults.workers,
         help="data-parallel replicas in this process (one thread each)",
     )
-    train.add_argument("--engine", choices=ENGINES, default=defaults.engine,
-                       help="local: threads of this process; mpi: one process per rank, "
-                            "started by mpiexec")  # fmt: skip
+    train.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=defaults.engine,
+        help="local: threads of this process; mpi: one process per rank, started by mpiexec",
+    )
     train.add_argument(
         "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
     )
@@ -129,11 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     graph = commands.add_parser(
-        "graph", help="draw the autodiff graph of one training step",
+        "graph",
+        help="draw the autodiff graph of one training step",
         description="Write graph.dot (and graph.svg when Graphviz's dot is installed): one "
-                    "training step's graph, ops labelled with their shapes, coloured compute- "
-                    "vs memory-bound, marked saved or recomputed under the strategy.",
-    )  # fmt: skip
+        "training step's graph, ops labelled with their shapes, coloured compute- "
+        "vs memory-bound, marked saved or recomputed under the strategy.",
+    )
     graph.add_argument("--model", choices=MODELS, default="cnn")
     graph.add_argument(
         "--dataset",
@@ -147,10 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--out", default="retrograd-graph", help="output folder")
 
     bench = commands.add_parser(
-        "bench", help="run the benchmark scripts of the source checkout",
+        "bench",
+        help="run the benchmark scripts of the source checkout",
         description="Run benchmarks/bench_*.py (retrograd beside NumPy floors, PyTorch and JAX "
-                    "when installed) and print their tables.",
-    )  # fmt: skip
+        "when installed) and print their tables.",
+    )
     bench.add_argument("names", nargs="*", help="only these (e.g. overhead mlp)")
     bench.add_argument("--list", action="store_true", help="list the scripts and exit")
     bench.add_argument("--dir", help="the benchmarks folder (default: the source checkout's)")
@@ -163,14 +185,25 @@ def _train(options: argparse.Namespace) -> int:
     from .trainer import TrainConfig, train
 
     config = TrainConfig(
-        model=options.model, dataset=options.dataset, data_dir=options.data_dir,
-        epochs=options.epochs, batch_size=options.batch_size, lr=options.lr,
-        optimizer=options.optimizer, schedule=options.schedule, clip_norm=options.clip_norm,
-        checkpointing=options.checkpointing, workers=options.workers, engine=options.engine,
-        seed=options.seed, out=options.out, max_train_samples=options.max_train_samples,
-        max_test_samples=options.max_test_samples, progress=options.progress,
+        model=options.model,
+        dataset=options.dataset,
+        data_dir=options.data_dir,
+        epochs=options.epochs,
+        batch_size=options.batch_size,
+        lr=options.lr,
+        optimizer=options.optimizer,
+        schedule=options.schedule,
+        clip_norm=options.clip_norm,
+        checkpointing=options.checkpointing,
+        workers=options.workers,
+        engine=options.engine,
+        seed=options.seed,
+        out=options.out,
+        max_train_samples=options.max_train_samples,
+        max_test_samples=options.max_test_samples,
+        progress=options.progress,
         timeout=options.timeout,
-    )  # fmt: skip
+    )
     train(config)
     return 0
 
@@ -179,8 +212,9 @@ def _graph(options: argparse.Namespace) -> int:
     from .graphview import render_svg, trace_step
 
     image_shape = (1, 8, 8) if options.dataset == "digits" else (1, 28, 28)
-    step = trace_step(options.model, image_shape, options.batch_size, options.checkpointing,
-                      options.seed)  # fmt: skip
+    step = trace_step(
+        options.model, image_shape, options.batch_size, options.checkpointing, options.seed
+    )
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     dot_path = out / "graph.dot"

@@ -103,8 +103,9 @@ def load_mnist(data_dir: str | os.PathLike) -> Dataset:
     missing = []
     for key, name in MNIST_FILES.items():
         dotted = name.replace("-idx", ".idx")
-        candidates = [directory / f"{stem}{suffix}" for stem in (name, dotted)
-                      for suffix in ("", ".gz")]  # fmt: skip
+        candidates = [
+            directory / f"{stem}{suffix}" for stem in (name, dotted) for suffix in ("", ".gz")
+        ]
         path = next((c for c in candidates if c.is_file()), None)
         if path is None:
             missing.append(name)
@@ -162,8 +163,10 @@ _IDX_TYPES = {
     0x0D: np.dtype(">f4"),
     0x0E: np.dtype(">f8"),
 }
-_IDX_CODES = {dtype.newbyteorder(">") if dtype.itemsize > 1 else dtype: code
-              for code, dtype in _IDX_TYPES.items()}  # fmt: skip
+_IDX_CODES = {
+    dtype.newbyteorder(">") if dtype.itemsize > 1 else dtype: code
+    for code, dtype in _IDX_TYPES.items()
+}
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:

@@ -47,8 +47,12 @@ __all__ = ["GraphNode", "RecordingAutodiff", "StepGraph", "render_svg", "trace_s
 SAVED, RECOMPUTED, FREED = "saved", "recomputed", "freed"
 FILL = {"compute": "#f6bd60", "memory": "#90caf9", "parameter": "#b7e4c7", "constant": "#e9ecef"}
 PARAMETER = "parameter"  # the status of parameters: they live on, whatever the strategy
-BORDER = {SAVED: ("solid,bold", "#222222"), RECOMPUTED: ("dashed,bold", "#d00000"),
-          FREED: ("solid", "#9e9e9e"), PARAMETER: ("solid", "#2d6a4f")}  # fmt: skip
+BORDER = {
+    SAVED: ("solid,bold", "#222222"),
+    RECOMPUTED: ("dashed,bold", "#d00000"),
+    FREED: ("solid", "#9e9e9e"),
+    PARAMETER: ("solid", "#2d6a4f"),
+}
 
 
 class RecordingAutodiff(Autodiff):
@@ -125,16 +129,20 @@ class StepGraph:
     def summary(self) -> str:
         ops = [n for n in self.nodes if n.kind in ("compute", "memory")]
         totals = self.bytes_by_status()
-        return "\n".join([
-            f"{len(ops)} ops ({sum(n.kind == 'compute' for n in ops)} compute-bound, "
-            f"{sum(n.kind == 'memory' for n in ops)} memory-bound), "
-            f"{sum(n.kind == 'parameter' for n in self.nodes)} parameters",
-            f"outputs under {self.strategy}: "
-            f"{sum(n.status == SAVED for n in ops)} saved ({_kib(totals[SAVED])}), "
-            f"{sum(n.status == RECOMPUTED for n in ops)} recomputed ({_kib(totals[RECOMPUTED])}), "
-            f"{sum(n.status == FREED for n in ops)} freed after forward ({_kib(totals[FREED])})",
-            f"backward recomputed {_kib(self.recomputed_bytes)}",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                f"{len(ops)} ops ({sum(n.kind == 'compute' for n in ops)} compute-bound, "
+                f"{sum(n.kind == 'memory' for n in ops)} memory-bound), "
+                f"{sum(n.kind == 'parameter' for n in self.nodes)} parameters",
+                f"outputs under {self.strategy}: "
+                f"{sum(n.status == SAVED for n in ops)} saved ({_kib(totals[SAVED])}), "
+                f"{sum(n.status == RECOMPUTED for n in ops)} recomputed "
+                f"({_kib(totals[RECOMPUTED])}), "
+                f"{sum(n.status == FREED for n in ops)} freed after forward "
+                f"({_kib(totals[FREED])})",
+                f"backward recomputed {_kib(self.recomputed_bytes)}",
+            ]
+        )
 
 
 def _kib(count: int) -> str:
@@ -244,16 +252,24 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
             status = RECOMPUTED if state[0] is RECOMPUTE else SAVED
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape is not None else 0
         parents = [index[p.id] for p in node.parents if p is not None]
-        nodes.append(GraphNode(index[node.id], label, kind, shape, status, parents, nbytes,
-                               node is root))  # fmt: skip
+        nodes.append(
+            GraphNode(index[node.id], label, kind, shape, status, parents, nbytes, node is root)
+        )
     # Untracked values a backward rule reads are saved under keys of their own.
     for node in ordered:
         for key, value, _ in node.actions or ():
             if key in tape.nodes or key not in plan:
                 continue
             shape = tuple(backend.inner.shape(value))
-            constant = GraphNode(len(nodes), "constant", "constant", shape, SAVED, [],
-                                 int(getattr(value, "nbytes", 0)))  # fmt: skip
+            constant = GraphNode(
+                len(nodes),
+                "constant",
+                "constant",
+                shape,
+                SAVED,
+                [],
+                int(getattr(value, "nbytes", 0)),
+            )
             nodes.append(constant)
             nodes[index[node.id]].parents.append(constant.index)
     return StepGraph(nodes, "", "")
@@ -265,8 +281,12 @@ def render_svg(dot_path: Path, svg_path: Path) -> bool:
     dot = shutil.which("dot")
     if dot is None:
         return False
-    completed = subprocess.run([dot, "-Tsvg", str(dot_path), "-o", str(svg_path)],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+    completed = subprocess.run(
+        [dot, "-Tsvg", str(dot_path), "-o", str(svg_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if completed.returncode != 0:
         raise RuntimeError(f"dot failed: {completed.stderr.strip()}")
     return True

@@ -103,9 +103,11 @@ class TrainConfig:
             (self.workers >= 1, "workers must be at least 1"),
             (self.lr is None or self.lr > 0, "lr must be positive"),
             (self.clip_norm is None or self.clip_norm > 0, "clip norm must be positive"),
-            (not (self.engine == "mpi" and self.workers > 1),
-             "--workers is for the local engine; under mpiexec every rank is one worker"),
-        ]  # fmt: skip
+            (
+                not (self.engine == "mpi" and self.workers > 1),
+                "--workers is for the local engine; under mpiexec every rank is one worker",
+            ),
+        ]
         for ok, message in checks:
             if not ok:
                 raise UsageError(f"train: {message}")
@@ -141,8 +143,9 @@ class _EpochTally:
 class Replica:
     """One device's model copy, with its backend, optimizer and schedule."""
 
-    def __init__(self, template: nn.Module, config: TrainConfig, device: rg.Device,
-                 distributed: bool):  # fmt: skip
+    def __init__(
+        self, template: nn.Module, config: TrainConfig, device: rg.Device, distributed: bool
+    ):
         self.backend = rg.Autodiff(rg.NumpyBackend(), STRATEGIES[config.checkpointing]())
         self.device = device
         self.model = template.replicate(backend=self.backend, device=device)
@@ -156,8 +159,9 @@ class Replica:
         if config.schedule == "cosine":
             self.schedule = optim.CosineAnnealingLR(self.optimizer, T_max=config.epochs)
         elif config.schedule == "step":
-            self.schedule = optim.StepLR(self.optimizer, step_size=max(1, config.epochs // 3),
-                                         gamma=0.3)  # fmt: skip
+            self.schedule = optim.StepLR(
+                self.optimizer, step_size=max(1, config.epochs // 3), gamma=0.3
+            )
         else:
             self.schedule = None
         self.clip_norm = config.clip_norm
@@ -211,8 +215,10 @@ class _LocalGroup:
     def run(self, shards: list[tuple[np.ndarray, np.ndarray]], batch_size: int) -> list:
         if self.pool is None:
             return [self.replicas[0].step(*shards[0], batch_size)]
-        futures = [self.pool.submit(replica.step, *shard, batch_size)
-                   for replica, shard in zip(self.replicas, shards)]  # fmt: skip
+        futures = [
+            self.pool.submit(replica.step, *shard, batch_size)
+            for replica, shard in zip(self.replicas, shards)
+        ]
         return [future.result() for future in futures]
 
     def reduce(self, array: np.ndarray) -> np.ndarray:
@@ -246,8 +252,11 @@ class _MpiGroup:
         from ..distributed import ReduceOperation, all_reduce
 
         device = self.context.device
-        summed = all_reduce(rg.tensor(array, backend=self.replicas[0].backend, device=device),
-                            ReduceOperation.SUM, self.context.devices)  # fmt: skip
+        summed = all_reduce(
+            rg.tensor(array, backend=self.replicas[0].backend, device=device),
+            ReduceOperation.SUM,
+            self.context.devices,
+        )
         return summed.resolve().numpy()
 
     def close(self) -> None:
@@ -382,7 +391,8 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
 
 def _banner(config: TrainConfig, dataset: Dataset, model: nn.Module, world: int) -> str:
     workers = f"{world} worker{'s' if world > 1 else ''}" + (
-        " (mpi)" if config.engine == "mpi" else "")  # fmt: skip
+        " (mpi)" if config.engine == "mpi" else ""
+    )
     return (
         f"retrograd train: {config.model} ({model.num_parameters():,} parameters) on "
         f"{dataset.name} ({len(dataset.train_labels)} train / {len(dataset.test_labels)} test), "
@@ -413,8 +423,9 @@ def _run_epochs(config, dataset, group, order_rng, say):
     for epoch in range(1, config.epochs + 1):
         order = order_rng.permutation(count)
         tally = _EpochTally(steps)
-        bar = _progress(steps, f"epoch {epoch}/{config.epochs}",
-                        config.progress if group.is_main else False)  # fmt: skip
+        bar = _progress(
+            steps, f"epoch {epoch}/{config.epochs}", config.progress if group.is_main else False
+        )
         local_loss = local_correct = local_samples = 0.0
         lr = group.replicas[0].optimizer.lr
         epoch_start = time.perf_counter()
@@ -432,14 +443,17 @@ def _run_epochs(config, dataset, group, order_rng, say):
                 local_samples += samples
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{local_loss / max(1, local_samples):.4f}",
-                                acc=f"{local_correct / max(1, local_samples):.3f}")  # fmt: skip
+                bar.set_postfix(
+                    loss=f"{local_loss / max(1, local_samples):.4f}",
+                    acc=f"{local_correct / max(1, local_samples):.3f}",
+                )
         train_seconds += time.perf_counter() - epoch_start
         for replica in group.replicas:
             replica.end_epoch()
         tally.unpack(group.reduce(tally.packed()))
-        test_loss, test_accuracy = evaluate(group.replicas[0].model, dataset.test_images,
-                                            dataset.test_labels)  # fmt: skip
+        test_loss, test_accuracy = evaluate(
+            group.replicas[0].model, dataset.test_images, dataset.test_labels
+        )
         sizes = np.array([len(order[s * batch : (s + 1) * batch]) for s in range(steps)])
         record = {
             "epoch": epoch,
@@ -454,9 +468,11 @@ def _run_epochs(config, dataset, group, order_rng, say):
         history.append(record)
         step_losses.extend(float(v) for v in tally.loss)
         recomputed_total += record["recomputed_bytes"]
-        line = (f"epoch {epoch}/{config.epochs}: train loss {record['train_loss']:.4f} "
-                f"acc {record['train_accuracy']:.2%} | test loss {test_loss:.4f} "
-                f"acc {test_accuracy:.2%} | {record['seconds']:.1f} s")  # fmt: skip
+        line = (
+            f"epoch {epoch}/{config.epochs}: train loss {record['train_loss']:.4f} "
+            f"acc {record['train_accuracy']:.2%} | test loss {test_loss:.4f} "
+            f"acc {test_accuracy:.2%} | {record['seconds']:.1f} s"
+        )
         if bar is not None:
             bar.set_postfix(loss=f"{record['train_loss']:.4f}", test_acc=f"{test_accuracy:.3f}")
             bar.close()
@@ -492,24 +508,38 @@ def plot_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
     steps = metrics["step_losses"]
     per_epoch = len(steps) / len(epochs)
     figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
-    loss_axes.plot(np.arange(1, len(steps) + 1) / per_epoch, steps, color="#9ecae1", lw=0.8,
-                   label="train (per step)")  # fmt: skip
+    loss_axes.plot(
+        np.arange(1, len(steps) + 1) / per_epoch,
+        steps,
+        color="#9ecae1",
+        lw=0.8,
+        label="train (per step)",
+    )
     numbers = [e["epoch"] for e in epochs]
-    loss_axes.plot(numbers, [e["train_loss"] for e in epochs], "o-", color="#3182bd",
-                   label="train (epoch mean)")  # fmt: skip
+    loss_axes.plot(
+        numbers,
+        [e["train_loss"] for e in epochs],
+        "o-",
+        color="#3182bd",
+        label="train (epoch mean)",
+    )
     loss_axes.plot(numbers, [e["test_loss"] for e in epochs], "s-", color="#e6550d", label="test")
     loss_axes.set(xlabel="epoch", ylabel="cross-entropy", title="loss", yscale="log")
     loss_axes.legend()
-    accuracy_axes.plot(numbers, [e["train_accuracy"] for e in epochs], "o-", color="#3182bd",
-                       label="train")  # fmt: skip
-    accuracy_axes.plot(numbers, [e["test_accuracy"] for e in epochs], "s-", color="#e6550d",
-                       label="test")  # fmt: skip
+    accuracy_axes.plot(
+        numbers, [e["train_accuracy"] for e in epochs], "o-", color="#3182bd", label="train"
+    )
+    accuracy_axes.plot(
+        numbers, [e["test_accuracy"] for e in epochs], "s-", color="#e6550d", label="test"
+    )
     accuracy_axes.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     accuracy_axes.legend()
     config = metrics["config"]
-    figure.suptitle(f"retrograd: {config['model']} on {metrics['dataset']['name']}, "
-                    f"checkpointing {config['checkpointing']}, "
-                    f"{config['world_size']} worker(s)")  # fmt: skip
+    figure.suptitle(
+        f"retrograd: {config['model']} on {metrics['dataset']['name']}, "
+        f"checkpointing {config['checkpointing']}, "
+        f"{config['world_size']} worker(s)"
+    )
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=100)
@@ -517,8 +547,9 @@ def plot_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def _summary_text(summary: dict[str, Any], config: TrainConfig, world: int,
-                  written: list[str]) -> str:  # fmt: skip
+def _summary_text(
+    summary: dict[str, Any], config: TrainConfig, world: int, written: list[str]
+) -> str:
     shard = math.ceil(config.batch_size / world)
     lines = [
         "summary",

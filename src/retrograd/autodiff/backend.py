@@ -74,8 +74,9 @@ class Autodiff(Backend):
     #: once, so that the ordinary backend pays one ``is None`` test per node for it.
     _on_record = None
 
-    def _record(self, recipe: tuple, inputs: tuple, parents: tuple, params: tuple, out: Any,
-                aux: Any) -> AutodiffPrimitive:  # fmt: skip
+    def _record(
+        self, recipe: tuple, inputs: tuple, parents: tuple, params: tuple, out: Any, aux: Any
+    ) -> AutodiffPrimitive:
         """Make the node of a tracked op's output and the checkpointing actions it needs.
 
         Every recorded op comes here. The op methods pass the ``recipe`` of the op for the
@@ -310,8 +311,17 @@ def _recipe(op: Op, mask: tuple, broadcast: Any) -> tuple:
     plan = op.plan(mask)
     tracked = [i for i, flag in enumerate(mask) if flag]
     single = tracked[0] if len(tracked) == 1 else None
-    return (op, plan, False not in mask, single, plan.saved_inputs, plan.save_out, plan.meta,
-            op.aux, broadcast)  # fmt: skip
+    return (
+        op,
+        plan,
+        False not in mask,
+        single,
+        plan.saved_inputs,
+        plan.save_out,
+        plan.meta,
+        op.aux,
+        broadcast,
+    )
 
 
 _OUTPUT_RECIPES: dict[tuple[Op, tuple], tuple] = {}
@@ -333,10 +343,12 @@ def _output_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: 
     others), or ``None`` when broadcasting changed none: what the engine sums gradients back to."""
     shape = inner.shape
     out_shape = shape(out)
-    shapes = tuple([
-        shape(x.value) if parent is not None and shape(x.value) != out_shape else None
-        for parent, x in zip(parents, inputs)
-    ])  # fmt: skip
+    shapes = tuple(
+        [
+            shape(x.value) if parent is not None and shape(x.value) != out_shape else None
+            for parent, x in zip(parents, inputs)
+        ]
+    )
     return None if shapes.count(None) == len(shapes) else shapes
 
 
@@ -347,8 +359,10 @@ def _pairwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out
     x_shape, y_shape = inner.shape(x.value), inner.shape(y.value)
     # Equal shapes never broadcast (for matmul: equal batch dimensions).
     if x_shape != y_shape if op.broadcast is True else x_shape[:-2] != y_shape[:-2]:
-        return (x_shape if parents[0] is not None else None,
-                y_shape if parents[1] is not None else None)  # fmt: skip
+        return (
+            x_shape if parents[0] is not None else None,
+            y_shape if parents[1] is not None else None,
+        )
     return None
 
 

@@ -26,9 +26,14 @@ class Gradients:
     """
 
     __slots__ = (
-        "__weakref__", "backend", "device", "on_register", "recomputed_bytes", "remaining",
+        "__weakref__",
+        "backend",
+        "device",
+        "on_register",
+        "recomputed_bytes",
+        "remaining",
         "values",
-    )  # fmt: skip
+    )
 
     def __init__(self, backend: Any, device: Any = None, remaining: dict[int, int] | None = None):
         self.values: dict[int, Any] = {}

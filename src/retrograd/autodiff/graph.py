@@ -72,7 +72,7 @@ class Node:
         "parents",
         "plan",
         "recompute",
-    )  # fmt: skip
+    )
 
     retain = False
     param_id = None

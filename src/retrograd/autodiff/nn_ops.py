@@ -59,18 +59,19 @@ def _extra_outputs(B, g, in_size, kernel, stride, padding, dilation):
 # -- convolution -----------------------------------------------------------------------------------
 def _conv_x_vjp(B, g, weight, x_shape, stride, padding, dilation, groups):
     kernel = B.shape(weight)[2:]
-    output_padding = conv_transpose_output_padding(x_shape[2:], _spatial(B, g), kernel, stride,
-                                                   padding, dilation)  # fmt: skip
-    return B.conv_transpose(g, weight, no_bias(B, g), stride, padding, output_padding, dilation,
-                            groups)  # fmt: skip
+    output_padding = conv_transpose_output_padding(
+        x_shape[2:], _spatial(B, g), kernel, stride, padding, dilation
+    )
+    return B.conv_transpose(
+        g, weight, no_bias(B, g), stride, padding, output_padding, dilation, groups
+    )
 
 
 def _conv_weight_vjp(B, g, x, weight_shape, stride, padding, dilation, groups):
     return B.conv_weight_grad(x, g, weight_shape[2:], stride, padding, dilation, groups)
 
 
-def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding, dilation,
-                          groups):  # fmt: skip
+def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding, dilation, groups):
     grad = B.conv(g, weight, no_bias(B, g), stride, padding, dilation, groups)
     extra = _extra_outputs(B, g, x_shape[2:], B.shape(weight)[2:], stride, padding, dilation)
     if any(extra):  # outputs past the input's end read only the unreachable trailing cells
@@ -78,8 +79,9 @@ def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding
     return grad
 
 
-def _conv_transpose_weight_vjp(B, g, x, weight_shape, stride, padding, output_padding, dilation,
-                               groups):  # fmt: skip
+def _conv_transpose_weight_vjp(
+    B, g, x, weight_shape, stride, padding, output_padding, dilation, groups
+):
     # conv_transpose(x, w) is the adjoint of conv(., w): <g, conv_t(x, w)> = <conv(g, w), x>,
     # whose gradient in w is the weight gradient of a convolution of g with output gradient x.
     kernel = weight_shape[2:]
@@ -92,14 +94,16 @@ def _conv_transpose_weight_vjp(B, g, x, weight_shape, stride, padding, output_pa
     return B.conv_weight_grad(g, x, kernel, stride, padding, dilation, groups)
 
 
-def _conv_weight_grad_x_vjp(B, g, out_grad, x_shape, kernel_size, stride, padding, dilation,
-                            groups):  # fmt: skip
+def _conv_weight_grad_x_vjp(
+    B, g, out_grad, x_shape, kernel_size, stride, padding, dilation, groups
+):
     # <g, conv_weight_grad(x, out_grad)> = <out_grad, conv(x, g)>
     output_padding = conv_transpose_output_padding(
         x_shape[2:], _spatial(B, out_grad), kernel_size, stride, padding, dilation
     )
-    return B.conv_transpose(out_grad, g, no_bias(B, g), stride, padding, output_padding,
-                            dilation, groups)  # fmt: skip
+    return B.conv_transpose(
+        out_grad, g, no_bias(B, g), stride, padding, output_padding, dilation, groups
+    )
 
 
 def _conv_weight_grad_out_grad_vjp(B, g, x, kernel_size, stride, padding, dilation, groups):
@@ -110,32 +114,68 @@ def _bias_vjp(B, g):
     return _channel_sum(B, g)
 
 
-Op("conv", ("x", "weight", "bias"), ("stride", "padding", "dilation", "groups"),
-   (_conv_x_vjp, _conv_weight_vjp, _bias_vjp), memory_bound=False)  # fmt: skip
-Op("conv_transpose", ("x", "weight", "bias"),
-   ("stride", "padding", "output_padding", "dilation", "groups"),
-   (_conv_transpose_x_vjp, _conv_transpose_weight_vjp, _bias_vjp),
-   memory_bound=False)  # fmt: skip
-Op("conv_weight_grad", ("x", "out_grad"),
-   ("kernel_size", "stride", "padding", "dilation", "groups"),
-   (_conv_weight_grad_x_vjp, _conv_weight_grad_out_grad_vjp), memory_bound=False)  # fmt: skip
+Op(
+    "conv",
+    ("x", "weight", "bias"),
+    ("stride", "padding", "dilation", "groups"),
+    (_conv_x_vjp, _conv_weight_vjp, _bias_vjp),
+    memory_bound=False,
+)
+Op(
+    "conv_transpose",
+    ("x", "weight", "bias"),
+    ("stride", "padding", "output_padding", "dilation", "groups"),
+    (_conv_transpose_x_vjp, _conv_transpose_weight_vjp, _bias_vjp),
+    memory_bound=False,
+)
+Op(
+    "conv_weight_grad",
+    ("x", "out_grad"),
+    ("kernel_size", "stride", "padding", "dilation", "groups"),
+    (_conv_weight_grad_x_vjp, _conv_weight_grad_out_grad_vjp),
+    memory_bound=False,
+)
 
 
 # -- pooling ---------------------------------------------------------------------------------------
-_AVG_POOL = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
-             "divisor_override")
+_AVG_POOL = (
+    "kernel_size",
+    "stride",
+    "padding",
+    "ceil_mode",
+    "count_include_pad",
+    "divisor_override",
+)
 
-Op("avg_pool", ("x",), _AVG_POOL,
-   (lambda B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
-    divisor_override:
-    B.avg_pool_backward(g, x_shape[2:], kernel_size, stride, padding, ceil_mode,
-                        count_include_pad, divisor_override),),
-   memory_bound=False)  # fmt: skip
-Op("avg_pool_backward", ("grad",), ("input_size", *_AVG_POOL),
-   (lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override:
-    B.avg_pool(g, kernel_size, stride, padding, ceil_mode, count_include_pad,
-               divisor_override),),
-   memory_bound=False)  # fmt: skip
+
+def _avg_pool_vjp(
+    B, g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    """The rule's parameter names say what it reads, as a lambda's would (too long for one)."""
+    pooling = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return B.avg_pool_backward(g, x_shape[2:], *pooling)
+
+
+Op(
+    "avg_pool",
+    ("x",),
+    _AVG_POOL,
+    (_avg_pool_vjp,),
+    memory_bound=False,
+)
+Op(
+    "avg_pool_backward",
+    ("grad",),
+    ("input_size", *_AVG_POOL),
+    (
+        lambda B, g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: (
+            B.avg_pool(
+                g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+            )
+        ),
+    ),
+    memory_bound=False,
+)
 
 
 def _gather_pooled(B, g, indices):
@@ -146,9 +186,14 @@ def _gather_pooled(B, g, indices):
     return B.reshape(B.gather(flat, flat_indices, 2), index_shape)
 
 
-Op("max_pool", ("x",), ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
-   (lambda B, g, x_shape, aux: B.max_pool_backward(g, aux, x_shape[2:]),),
-   memory_bound=False, aux=True)  # fmt: skip
+Op(
+    "max_pool",
+    ("x",),
+    ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+    (lambda B, g, x_shape, aux: B.max_pool_backward(g, aux, x_shape[2:]),),
+    memory_bound=False,
+    aux=True,
+)
 Op(
     "max_pool_backward",
     ("grad", "indices"),
@@ -157,19 +202,41 @@ Op(
     memory_bound=False,
 )
 
-Op("adaptive_avg_pool", ("x",), ("output_size",),
-   (lambda B, g, x_shape: B.adaptive_avg_pool_backward(g, x_shape[2:]),),
-   memory_bound=False)  # fmt: skip
-Op("adaptive_avg_pool_backward", ("grad",), ("input_size",),
-   (lambda B, g, grad_shape: B.adaptive_avg_pool(g, grad_shape[2:]),),
-   memory_bound=False)  # fmt: skip
+Op(
+    "adaptive_avg_pool",
+    ("x",),
+    ("output_size",),
+    (lambda B, g, x_shape: B.adaptive_avg_pool_backward(g, x_shape[2:]),),
+    memory_bound=False,
+)
+Op(
+    "adaptive_avg_pool_backward",
+    ("grad",),
+    ("input_size",),
+    (lambda B, g, grad_shape: B.adaptive_avg_pool(g, grad_shape[2:]),),
+    memory_bound=False,
+)
 
 # -- interpolation ---------------------------------------------------------------------------------
-Op("interpolate", ("x",), ("output_size", "mode", "align_corners", "scales"),
-   (lambda B, g, x_shape, mode, align_corners, scales:
-    B.interpolate_backward(g, x_shape[2:], mode, align_corners, scales),),
-   memory_bound=False)  # fmt: skip
-Op("interpolate_backward", ("grad",), ("input_size", "mode", "align_corners", "scales"),
-   (lambda B, g, grad_shape, mode, align_corners, scales:
-    B.interpolate(g, grad_shape[2:], mode, align_corners, scales),),
-   memory_bound=False)  # fmt: skip
+Op(
+    "interpolate",
+    ("x",),
+    ("output_size", "mode", "align_corners", "scales"),
+    (
+        lambda B, g, x_shape, mode, align_corners, scales: B.interpolate_backward(
+            g, x_shape[2:], mode, align_corners, scales
+        ),
+    ),
+    memory_bound=False,
+)
+Op(
+    "interpolate_backward",
+    ("grad",),
+    ("input_size", "mode", "align_corners", "scales"),
+    (
+        lambda B, g, grad_shape, mode, align_corners, scales: B.interpolate(
+            g, grad_shape[2:], mode, align_corners, scales
+        ),
+    ),
+    memory_bound=False,
+)

@@ -91,7 +91,7 @@ class Op:
         "rule_sources",
         "variadic",
         "vjps",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -159,8 +159,15 @@ def unary(name, vjp, params=(), *, memory_bound=True, **options):
 
 
 def binary(name, vjp_x, vjp_y, params=(), *, memory_bound=True, broadcast=True, **options):
-    return Op(name, ("x", "y"), params, (vjp_x, vjp_y), memory_bound=memory_bound,
-              broadcast=broadcast, **options)  # fmt: skip
+    return Op(
+        name,
+        ("x", "y"),
+        params,
+        (vjp_x, vjp_y),
+        memory_bound=memory_bound,
+        broadcast=broadcast,
+        **options,
+    )
 
 
 def reduction(name, vjp, params=(), **options):
@@ -242,12 +249,19 @@ def _cumprod_vjp(B, g, x, out, dim):
     rows = B.expand(B.reshape(xs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
     rows = B.mask_where(B.ones_like(rows), strictly_after, rows)
     partial = B.cumprod(rows, last + 1)
-    reached = B.cast(B.logical_not(B.lower(B.reshape(positions, (1, n)),
-                                           B.reshape(positions, (n, 1)))), B.dtype(x))  # fmt: skip
+    reached = B.cast(
+        B.logical_not(B.lower(B.reshape(positions, (1, n)), B.reshape(positions, (n, 1)))),
+        B.dtype(x),
+    )
     weighted = B.mul(B.mul(partial, reached), B.reshape(gs, shape[:-1] + (1, n)))
     inner = B.reshape(B.sum_dim(weighted, (last + 1,)), shape)
-    before = B.cat([B.ones(shape[:-1] + (1,), B.dtype(x), B.device(x)),
-                    B.slice(B.cumprod(xs, last), _along(last, slice(0, n - 1)))], last)  # fmt: skip
+    before = B.cat(
+        [
+            B.ones(shape[:-1] + (1,), B.dtype(x), B.device(x)),
+            B.slice(B.cumprod(xs, last), _along(last, slice(0, n - 1))),
+        ],
+        last,
+    )
     return B.swap_dims(B.mul(before, inner), dim, last)
 
 
@@ -338,11 +352,16 @@ binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
 binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))
 binary("pow", _pow_x_vjp, _pow_y_vjp)
 binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, B.floor(B.div(x, y)))))
-binary("atan2",
-       lambda B, g, x, y: B.div(B.mul(g, y), B.add(B.square(x), B.square(y))),
-       lambda B, g, x, y: B.neg(B.div(B.mul(g, x), B.add(B.square(x), B.square(y)))))  # fmt: skip
-binary("hypot", lambda B, g, x, out: B.div(B.mul(g, x), out),
-       lambda B, g, y, out: B.div(B.mul(g, y), out))  # fmt: skip
+binary(
+    "atan2",
+    lambda B, g, x, y: B.div(B.mul(g, y), B.add(B.square(x), B.square(y))),
+    lambda B, g, x, y: B.neg(B.div(B.mul(g, x), B.add(B.square(x), B.square(y)))),
+)
+binary(
+    "hypot",
+    lambda B, g, x, out: B.div(B.mul(g, x), out),
+    lambda B, g, y, out: B.div(B.mul(g, y), out),
+)
 
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
@@ -354,8 +373,7 @@ unary("remainder_scalar", lambda B, g: g, ("s",))
 unary("rsub_scalar", lambda B, g: B.neg(g), ("s",))
 unary("rdiv_scalar", lambda B, g, x, out: B.neg(B.div(B.mul(g, out), x)), ("s",))
 unary("rpow_scalar", _rpow_scalar_vjp, ("s",))
-unary("rremainder_scalar", lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scalar(x, s)))),
-      ("s",))  # fmt: skip
+unary("rremainder_scalar", lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scalar(x, s)))), ("s",))
 
 # -- elementwise unary -------------------------------------------------------------------------
 unary("neg", lambda B, g: B.neg(g))
@@ -386,30 +404,49 @@ unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0)))
 unary("log_sigmoid", lambda B, g, x: B.mul(g, B.sigmoid(B.neg(x))))
 unary("softplus", lambda B, g, x, beta: B.mul(g, B.sigmoid(B.mul_scalar(x, beta))), ("beta",))
 unary("relu", lambda B, g, out: B.mask_fill(g, B.lower_equal_elem(out, 0.0), 0.0))
-unary("leaky_relu",
-      lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
-      ("slope",))  # fmt: skip
+unary(
+    "leaky_relu",
+    lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
+    ("slope",),
+)
 unary("gelu", _gelu_vjp)
 unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))
 
 # -- selection -----------------------------------------------------------------------------------
-Op("mask_where", ("x", "mask", "values"), (),
-   (lambda B, g, mask: B.mask_fill(g, mask, 0.0), None,
-    lambda B, g, mask: B.mask_fill(g, B.logical_not(mask), 0.0)),
-   memory_bound=False, broadcast=True)  # fmt: skip
-Op("mask_fill", ("x", "mask"), ("value",), (lambda B, g, mask: B.mask_fill(g, mask, 0.0), None),
-   memory_bound=False, broadcast=True)  # fmt: skip
+Op(
+    "mask_where",
+    ("x", "mask", "values"),
+    (),
+    (
+        lambda B, g, mask: B.mask_fill(g, mask, 0.0),
+        None,
+        lambda B, g, mask: B.mask_fill(g, B.logical_not(mask), 0.0),
+    ),
+    memory_bound=False,
+    broadcast=True,
+)
+Op(
+    "mask_fill",
+    ("x", "mask"),
+    ("value",),
+    (lambda B, g, mask: B.mask_fill(g, mask, 0.0), None),
+    memory_bound=False,
+    broadcast=True,
+)
 
 # -- reductions ----------------------------------------------------------------------------------
 reduction("sum", lambda B, g, x_shape: B.expand(g, x_shape))
 reduction("sum_dim", lambda B, g, x_shape: B.expand(g, x_shape), ("dims",))
 reduction("mean", lambda B, g, x_shape: B.expand(B.div_scalar(g, math.prod(x_shape)), x_shape))
-reduction("mean_dim",
-          lambda B, g, x_shape, dims: B.expand(
-              B.div_scalar(g, math.prod(x_shape[d] for d in dims)), x_shape),
-          ("dims",))  # fmt: skip
+reduction(
+    "mean_dim",
+    lambda B, g, x_shape, dims: B.expand(
+        B.div_scalar(g, math.prod(x_shape[d] for d in dims)), x_shape
+    ),
+    ("dims",),
+)
 reduction("prod", _prod_vjp)
 reduction("prod_dim", _prod_dim_vjp, ("dim",))
 reduction("max", _extreme_vjp)
@@ -424,11 +461,18 @@ reduction("cumsum", lambda B, g, dim: _reverse_cumsum(B, g, dim), ("dim",))
 reduction("cumprod", _cumprod_vjp, ("dim",))
 reduction("cummax", _cumulative_extreme_vjp, ("dim",), aux=True)
 reduction("cummin", _cumulative_extreme_vjp, ("dim",), aux=True)
-reduction("sort", lambda B, g, x_shape, aux, dim, descending: _selected_vjp(B, g, x_shape, aux,
-                                                                            dim),
-          ("dim", "descending"), aux=True)  # fmt: skip
-reduction("topk", lambda B, g, x_shape, aux, k, dim: _selected_vjp(B, g, x_shape, aux, dim),
-          ("k", "dim"), aux=True)  # fmt: skip
+reduction(
+    "sort",
+    lambda B, g, x_shape, aux, dim, descending: _selected_vjp(B, g, x_shape, aux, dim),
+    ("dim", "descending"),
+    aux=True,
+)
+reduction(
+    "topk",
+    lambda B, g, x_shape, aux, k, dim: _selected_vjp(B, g, x_shape, aux, dim),
+    ("k", "dim"),
+    aux=True,
+)
 
 # -- shape ---------------------------------------------------------------------------------------
 unary("reshape", lambda B, g, x_shape: B.reshape(g, x_shape), ("shape",))
@@ -436,61 +480,145 @@ unary("permute", lambda B, g, dims: B.permute(g, _inverse_permutation(dims)), ("
 unary("swap_dims", lambda B, g, a, b: B.swap_dims(g, a, b), ("a", "b"))
 unary("flip", lambda B, g, dims: B.flip(g, dims), ("dims",))
 unary("expand", lambda B, g, x_shape: sum_to_shape(B, g, x_shape), ("shape",))
-unary("slice", lambda B, g, x_shape, slices: B.slice_assign(zeros_for(B, g, x_shape), g, slices),
-      ("slices",))  # fmt: skip
-Op("slice_assign", ("x", "values"), ("slices",),
-   (lambda B, g, values_shape, slices: B.slice_assign(g, zeros_for(B, g, values_shape), slices),
-    lambda B, g, values_shape, slices: sum_to_shape(B, B.slice(g, slices), values_shape)),
-   memory_bound=True)  # fmt: skip
-Op("cat", (), ("dim", "bounds"),
-   (lambda B, g, index, dim, bounds: B.slice(g, _along(dim, slice(*bounds[index]))),),
-   memory_bound=True, variadic=True,
-   forward=lambda B, values, dim, bounds: B.cat(values, dim))  # fmt: skip
+unary(
+    "slice",
+    lambda B, g, x_shape, slices: B.slice_assign(zeros_for(B, g, x_shape), g, slices),
+    ("slices",),
+)
+Op(
+    "slice_assign",
+    ("x", "values"),
+    ("slices",),
+    (
+        lambda B, g, values_shape, slices: B.slice_assign(g, zeros_for(B, g, values_shape), slices),
+        lambda B, g, values_shape, slices: sum_to_shape(B, B.slice(g, slices), values_shape),
+    ),
+    memory_bound=True,
+)
+Op(
+    "cat",
+    (),
+    ("dim", "bounds"),
+    (lambda B, g, index, dim, bounds: B.slice(g, _along(dim, slice(*bounds[index]))),),
+    memory_bound=True,
+    variadic=True,
+    forward=lambda B, values, dim, bounds: B.cat(values, dim),
+)
 unary("repeat_dim", _repeat_dim_vjp, ("dim", "times"))
-unary("unfold", lambda B, g, x_shape, dim, size, step: B.fold(g, dim, size, step, x_shape[dim]),
-      ("dim", "size", "step"))  # fmt: skip
-unary("fold", lambda B, g, dim, size, step, length: B.unfold(g, dim, size, step),
-      ("dim", "size", "step", "length"))  # fmt: skip
+unary(
+    "unfold",
+    lambda B, g, x_shape, dim, size, step: B.fold(g, dim, size, step, x_shape[dim]),
+    ("dim", "size", "step"),
+)
+unary(
+    "fold",
+    lambda B, g, dim, size, step, length: B.unfold(g, dim, size, step),
+    ("dim", "size", "step", "length"),
+)
 
 # -- indexing ------------------------------------------------------------------------------------
-Op("gather", ("x", "indices"), ("dim",),
-   (lambda B, g, x_shape, indices, dim: B.scatter_add(zeros_for(B, g, x_shape), indices, g, dim),
-    None), memory_bound=False)  # fmt: skip
-Op("scatter_add", ("x", "indices", "values"), ("dim",),
-   (lambda B, g: g, None, lambda B, g, indices, dim: B.gather(g, indices, dim)),
-   memory_bound=False)  # fmt: skip
-Op("scatter_assign", ("x", "indices", "values"), ("dim",),
-   (lambda B, g, indices, values_shape, dim: B.scatter_assign(
-       g, indices, zeros_for(B, g, values_shape), dim),
-    None, lambda B, g, indices, dim: B.gather(g, indices, dim)), memory_bound=False)  # fmt: skip
-Op("select", ("x", "indices"), ("dim",),
-   (lambda B, g, x_shape, indices, dim: B.select_add(zeros_for(B, g, x_shape), indices, g, dim),
-    None), memory_bound=False)  # fmt: skip
-Op("select_add", ("x", "indices", "values"), ("dim",),
-   (lambda B, g: g, None, lambda B, g, indices, dim: B.select(g, indices, dim)),
-   memory_bound=False)  # fmt: skip
-Op("select_assign", ("x", "indices", "values"), ("dim",),
-   (lambda B, g, indices, values_shape, dim: B.select_assign(
-       g, indices, zeros_for(B, g, values_shape), dim),
-    None, lambda B, g, indices, dim: B.select(g, indices, dim)), memory_bound=False)  # fmt: skip
+Op(
+    "gather",
+    ("x", "indices"),
+    ("dim",),
+    (
+        lambda B, g, x_shape, indices, dim: B.scatter_add(
+            zeros_for(B, g, x_shape), indices, g, dim
+        ),
+        None,
+    ),
+    memory_bound=False,
+)
+Op(
+    "scatter_add",
+    ("x", "indices", "values"),
+    ("dim",),
+    (lambda B, g: g, None, lambda B, g, indices, dim: B.gather(g, indices, dim)),
+    memory_bound=False,
+)
+Op(
+    "scatter_assign",
+    ("x", "indices", "values"),
+    ("dim",),
+    (
+        lambda B, g, indices, values_shape, dim: B.scatter_assign(
+            g, indices, zeros_for(B, g, values_shape), dim
+        ),
+        None,
+        lambda B, g, indices, dim: B.gather(g, indices, dim),
+    ),
+    memory_bound=False,
+)
+Op(
+    "select",
+    ("x", "indices"),
+    ("dim",),
+    (
+        lambda B, g, x_shape, indices, dim: B.select_add(zeros_for(B, g, x_shape), indices, g, dim),
+        None,
+    ),
+    memory_bound=False,
+)
+Op(
+    "select_add",
+    ("x", "indices", "values"),
+    ("dim",),
+    (lambda B, g: g, None, lambda B, g, indices, dim: B.select(g, indices, dim)),
+    memory_bound=False,
+)
+Op(
+    "select_assign",
+    ("x", "indices", "values"),
+    ("dim",),
+    (
+        lambda B, g, indices, values_shape, dim: B.select_assign(
+            g, indices, zeros_for(B, g, values_shape), dim
+        ),
+        None,
+        lambda B, g, indices, dim: B.select(g, indices, dim),
+    ),
+    memory_bound=False,
+)
 
 # -- linear algebra, softmax ---------------------------------------------------------------------
 binary("matmul", _matmul_x_vjp, _matmul_y_vjp, memory_bound=False, broadcast="batch")
-binary("cross", lambda B, g, y, dim: B.cross(y, g, dim), lambda B, g, x, dim: B.cross(g, x, dim),
-       ("dim",))  # fmt: skip
-reduction("softmax",
-          lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
-          ("dim",))  # fmt: skip
-reduction("log_softmax",
-          lambda B, g, out, dim: B.sub(g, B.mul(B.exp(out), B.sum_dim(g, (dim,)))),
-          ("dim",))  # fmt: skip
+binary(
+    "cross",
+    lambda B, g, y, dim: B.cross(y, g, dim),
+    lambda B, g, x, dim: B.cross(g, x, dim),
+    ("dim",),
+)
+reduction(
+    "softmax",
+    lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
+    ("dim",),
+)
+reduction(
+    "log_softmax",
+    lambda B, g, out, dim: B.sub(g, B.mul(B.exp(out), B.sum_dim(g, (dim,)))),
+    ("dim",),
+)
 
 # -- never differentiable ------------------------------------------------------------------------
-for _name in ("equal", "not_equal", "greater", "greater_equal", "lower", "lower_equal",
-              "logical_and", "logical_or"):  # fmt: skip
+for _name in (
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "lower",
+    "lower_equal",
+    "logical_and",
+    "logical_or",
+):
     untracked(_name, ("x", "y"))
-for _name in ("equal_elem", "not_equal_elem", "greater_elem", "greater_equal_elem",
-              "lower_elem", "lower_equal_elem"):  # fmt: skip
+for _name in (
+    "equal_elem",
+    "not_equal_elem",
+    "greater_elem",
+    "greater_equal_elem",
+    "lower_elem",
+    "lower_equal_elem",
+):
     untracked(_name, params=("s",))
 for _name in ("is_nan", "is_inf", "logical_not"):
     untracked(_name)

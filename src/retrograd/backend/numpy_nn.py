@@ -198,8 +198,9 @@ def _window_counts(length, kernel, stride, padding, count, include_pad):
     return np.minimum(ends, length) - np.maximum(starts, 0)
 
 
-def _avg_pool_divisor(spatial, out_size, kernel, stride, padding, count_include_pad,
-                      divisor_override, dtype):  # fmt: skip
+def _avg_pool_divisor(
+    spatial, out_size, kernel, stride, padding, count_include_pad, divisor_override, dtype
+):
     """What each average-pooling window's sum is divided by: ``divisor_override`` when given,
     else PyTorch's count of the window's cells, ``out_size`` shaped."""
     if divisor_override is not None:
@@ -381,8 +382,7 @@ class NumpyNNKernels:
                 block += per_channel
         return out.reshape(n, c_out, *out_size)
 
-    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation,
-                       groups):  # fmt: skip
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
         n, c_in = x.shape[:2]
         kernel = weight.shape[2:]
         per_group_out = weight.shape[1]
@@ -393,8 +393,10 @@ class NumpyNNKernels:
             for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
         )
         extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
-        full = [max(s * (m - 1) + e, p + o)
-                for s, m, e, p, o in zip(stride, in_size, extents, padding, out_size)]  # fmt: skip
+        full = [
+            max(s * (m - 1) + e, p + o)
+            for s, m, e, p, o in zip(stride, in_size, extents, padding, out_size)
+        ]
         crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
         if groups == 1:
             # Channels-last, as conv: columns [B, *in, *kernel, C_out] = x^T @ weight, folded
@@ -432,12 +434,15 @@ class NumpyNNKernels:
         c_in = x.shape[1]
         c_out = out_grad.shape[1]
         out_size = out_grad.shape[2:]
-        g = _channel_rows(out_grad).reshape(out_grad.shape[0], groups, c_out // groups,
-                                            math.prod(out_size))  # fmt: skip
-        grad = np.zeros((groups, c_out // groups, (c_in // groups) * math.prod(kernel_size)),
-                        dtype=x.dtype)  # fmt: skip
-        for start, stop, columns in _im2col_blocks(x, kernel_size, stride, padding, dilation,
-                                                   groups, out_size):  # fmt: skip
+        g = _channel_rows(out_grad).reshape(
+            out_grad.shape[0], groups, c_out // groups, math.prod(out_size)
+        )
+        grad = np.zeros(
+            (groups, c_out // groups, (c_in // groups) * math.prod(kernel_size)), dtype=x.dtype
+        )
+        for start, stop, columns in _im2col_blocks(
+            x, kernel_size, stride, padding, dilation, groups, out_size
+        ):
             # [B, G, O/G, L] @ [B, G, L, C/G*K], summed over the block
             grad += np.matmul(g[start:stop], columns.swapaxes(2, 3)).sum(axis=0)
         if _columns_channels_last(x, groups):  # rows (k..., c) -> (c, k...)
@@ -445,8 +450,9 @@ class NumpyNNKernels:
         return np.ascontiguousarray(grad.reshape(c_out, c_in // groups, *kernel_size))
 
     # -- pooling ----------------------------------------------------------------------------------
-    def avg_pool(self, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                 divisor_override=None):  # fmt: skip
+    def avg_pool(
+        self, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None
+    ):
         spatial = x.shape[2:]
         out_size = tuple(
             pool_output_size(n, k, s, p, 1, ceil_mode)
@@ -463,18 +469,42 @@ class NumpyNNKernels:
                 part = out[tuple(index)]
                 total = part.copy() if total is None else np.add(total, part, out=total)
             out = total
-        divisor = _avg_pool_divisor(spatial, out_size, kernel_size, stride, padding,
-                                    count_include_pad, divisor_override, x.dtype)  # fmt: skip
+        divisor = _avg_pool_divisor(
+            spatial,
+            out_size,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            divisor_override,
+            x.dtype,
+        )
         return out / divisor
 
-    def avg_pool_backward(self, grad, input_size, kernel_size, stride, padding, ceil_mode,
-                          count_include_pad, divisor_override=None):  # fmt: skip
+    def avg_pool_backward(
+        self,
+        grad,
+        input_size,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override=None,
+    ):
         out_size = grad.shape[2:]
-        divisor = _avg_pool_divisor(input_size, out_size, kernel_size, stride, padding,
-                                    count_include_pad, divisor_override, grad.dtype)  # fmt: skip
+        divisor = _avg_pool_divisor(
+            input_size,
+            out_size,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            divisor_override,
+            grad.dtype,
+        )
         g = grad / divisor
-        for axis, (n, k, s, p) in enumerate(zip(input_size, kernel_size, stride, padding),
-                                            start=2):  # fmt: skip
+        for axis, (n, k, s, p) in enumerate(zip(input_size, kernel_size, stride, padding), start=2):
             g = _fold_axis(g, axis, k, s, p, n)
         return g
 
@@ -501,15 +531,19 @@ class NumpyNNKernels:
         window_start = np.zeros((), dtype=np.int64)
         for o, s, p, place in zip(out_size, stride, padding, places):
             window_start = np.add.outer(window_start, (np.arange(o) * s - p) * place)
-        displacements = np.array([
-            sum(k * d * place for k, d, place in zip(offsets, dilation, places))
-            for offsets in itertools.product(*(range(k) for k in kernel_size))
-        ], dtype=np.int64)  # fmt: skip
+        displacements = np.array(
+            [
+                sum(k * d * place for k, d, place in zip(offsets, dilation, places))
+                for offsets in itertools.product(*(range(k) for k in kernel_size))
+            ],
+            dtype=np.int64,
+        )
         lowest = np.min(x) if x.size else np.inf
         if not lowest > -np.inf:  # NaN or -inf in the input: the careful, slower path
             first_real = _first_real_cells(spatial, out_size, stride, padding, dilation, places)
-            return _max_pool_masked(cells, window_start, displacements, first_real,
-                                    bool(np.isnan(lowest)))  # fmt: skip
+            return _max_pool_masked(
+                cells, window_start, displacements, first_real, bool(np.isnan(lowest))
+            )
         # Every window holds a finite cell, which beats the -inf padding: the value is the
         # maximum over the cells, the index the first cell equal to it (PyTorch's tie rule),
         # picked with branch-free integer arithmetic: on NumPy a masked copy with an

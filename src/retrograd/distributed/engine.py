@@ -41,8 +41,16 @@ class Pending:
     ``then`` and ``finish`` run under the sync server's lock only.
     """
 
-    __slots__ = ("_done", "_event", "callbacks", "error", "finished_at", "key", "launched_at",
-                 "result")  # fmt: skip
+    __slots__ = (
+        "_done",
+        "_event",
+        "callbacks",
+        "error",
+        "finished_at",
+        "key",
+        "launched_at",
+        "result",
+    )
 
     def __init__(self, key: Hashable):
         self.key = key

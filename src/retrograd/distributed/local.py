@@ -68,11 +68,13 @@ class LocalEngine(Collective):
         if rendezvous is None:
             rendezvous = self._open[key] = _Rendezvous(kind, group, op)
         elif rendezvous.group != group or rendezvous.kind != kind or rendezvous.op != op:
-            pending.finish(error=(
-                f"{kind} {key!r}: {device} joined with group {_names(group)} and op {op}, "
-                f"but the others with {rendezvous.kind} over {_names(rendezvous.group)} "
-                f"and op {rendezvous.op}"
-            ))  # fmt: skip
+            pending.finish(
+                error=(
+                    f"{kind} {key!r}: {device} joined with group {_names(group)} and op {op}, "
+                    f"but the others with {rendezvous.kind} over {_names(rendezvous.group)} "
+                    f"and op {rendezvous.op}"
+                )
+            )
             return pending
         if device in rendezvous.contributions:
             pending.finish(error=f"{kind} {key!r}: {device} joined twice")

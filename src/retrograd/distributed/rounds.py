@@ -50,8 +50,17 @@ class ParamSlot:
 class StepSync:
     """The server's bookkeeping of one :class:`DeviceStep`, from registration on."""
 
-    __slots__ = ("agreement", "bucket_of", "bucket_pendings", "bucket_slots", "buckets_left",
-                 "next_bucket", "round", "submitted", "unsubmitted")  # fmt: skip
+    __slots__ = (
+        "agreement",
+        "bucket_of",
+        "bucket_pendings",
+        "bucket_slots",
+        "buckets_left",
+        "next_bucket",
+        "round",
+        "submitted",
+        "unsubmitted",
+    )
 
     def __init__(self) -> None:
         self.round: Round | None = None

@@ -219,10 +219,13 @@ class SyncServer:
         device = step.device
         current = self._round
         if current is not None and device in current.steps:
-            self._fail_round(current, (
-                f"{device} started a new backward before its backward step {current.number} "
-                "finished syncing (did that backward raise?)"
-            ))  # fmt: skip
+            self._fail_round(
+                current,
+                (
+                    f"{device} started a new backward before its backward step {current.number} "
+                    "finished syncing (did that backward raise?)"
+                ),
+            )
             current = None
         if current is None or current.failed or current.finished:
             self._round_number += 1
@@ -409,4 +412,3 @@ class SyncServer:
             self.engine.close(self.config.timeout)
         finally:
             self._closed = True
-

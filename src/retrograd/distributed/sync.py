@@ -73,8 +73,17 @@ class BackwardSync:
     due.
     """
 
-    __slots__ = ("batches", "bucket_of", "by_node", "context", "keep_local", "poll_at", "server",
-                 "step", "waiting_for")  # fmt: skip
+    __slots__ = (
+        "batches",
+        "bucket_of",
+        "by_node",
+        "context",
+        "keep_local",
+        "poll_at",
+        "server",
+        "step",
+        "waiting_for",
+    )
 
     def __init__(self, context: Any, step: DeviceStep, backend: Any):
         self.context = context

@@ -274,8 +274,9 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
             padding = tuple((t + 1) // 2 for t in totals)
             same_crop = tuple(t % 2 for t in totals)
         else:
-            raise ShapeError(f"{fn}: padding must be 'valid', 'same', an int or a tuple, got "
-                             f"{padding!r}")  # fmt: skip
+            raise ShapeError(
+                f"{fn}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}"
+            )
     else:
         padding = _ints(fn, "padding", padding, spatial, 0)
     channels, out_channels = x.shape[1], weight.shape[0]
@@ -354,8 +355,9 @@ def conv3d(
     return _conv("conv3d", 3, x, weight, bias, stride, padding, dilation, groups)
 
 
-def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_padding, groups,
-                    dilation):  # fmt: skip
+def _conv_transpose(
+    fn, spatial, x, weight, bias, stride, padding, output_padding, groups, dilation
+):
     x, weight = _float_pair(fn, x, weight, "weight")
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
@@ -392,8 +394,19 @@ def _conv_transpose(fn, spatial, x, weight, bias, stride, padding, output_paddin
             f"{shape_text(padding)} too large); {shapes}"
         )
     bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
-    out = wrap(x, _primitive(fn, "conv_transpose", [x, weight, bias], stride, padding,
-                             output_padding, dilation, groups))  # fmt: skip
+    out = wrap(
+        x,
+        _primitive(
+            fn,
+            "conv_transpose",
+            [x, weight, bias],
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+        ),
+    )
     return _unbatched(out, squeeze)
 
 
@@ -414,8 +427,9 @@ def conv_transpose1d(
     >>> conv_transpose1d(rg.ones((1, 2, 4)), rg.ones((2, 3, 3)), stride=2).shape
     (1, 3, 9)
     """
-    return _conv_transpose("conv_transpose1d", 1, x, weight, bias, stride, padding,
-                           output_padding, groups, dilation)  # fmt: skip
+    return _conv_transpose(
+        "conv_transpose1d", 1, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )
 
 
 def conv_transpose2d(
@@ -429,8 +443,9 @@ def conv_transpose2d(
     dilation: IntOrTuple = 1,
 ) -> Tensor:
     """2-d transposed convolution, weight ``[C_in, C_out/groups, kH, kW]``."""
-    return _conv_transpose("conv_transpose2d", 2, x, weight, bias, stride, padding,
-                           output_padding, groups, dilation)  # fmt: skip
+    return _conv_transpose(
+        "conv_transpose2d", 2, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )
 
 
 def conv_transpose3d(
@@ -444,8 +459,9 @@ def conv_transpose3d(
     dilation: IntOrTuple = 1,
 ) -> Tensor:
     """3-d transposed convolution, weight ``[C_in, C_out/groups, kD, kH, kW]``."""
-    return _conv_transpose("conv_transpose3d", 3, x, weight, bias, stride, padding,
-                           output_padding, groups, dilation)  # fmt: skip
+    return _conv_transpose(
+        "conv_transpose3d", 3, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )
 
 
 # -- pooling ---------------------------------------------------------------------------------------
@@ -473,19 +489,41 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     return kernel, stride, padding, dilation
 
 
-def _avg_pool(fn, spatial, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-              divisor_override=None):  # fmt: skip
+def _avg_pool(
+    fn,
+    spatial,
+    x,
+    kernel_size,
+    stride,
+    padding,
+    ceil_mode,
+    count_include_pad,
+    divisor_override=None,
+):
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
-    kernel, stride, padding, _ = _pool_args(fn, spatial, x, kernel_size, stride, padding, 1,
-                                            ceil_mode)  # fmt: skip
+    kernel, stride, padding, _ = _pool_args(
+        fn, spatial, x, kernel_size, stride, padding, 1, ceil_mode
+    )
     if divisor_override is not None:
         if not isinstance(divisor_override, numbers.Integral) or divisor_override == 0:
             raise InvalidArgumentError(
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
         divisor_override = int(divisor_override)
-    out = wrap(x, _primitive(fn, "avg_pool", [x], kernel, stride, padding, bool(ceil_mode),
-                             bool(count_include_pad), divisor_override))  # fmt: skip
+    out = wrap(
+        x,
+        _primitive(
+            fn,
+            "avg_pool",
+            [x],
+            kernel,
+            stride,
+            padding,
+            bool(ceil_mode),
+            bool(count_include_pad),
+            divisor_override,
+        ),
+    )
     return _unbatched(out, squeeze)
 
 
@@ -498,8 +536,7 @@ def avg_pool1d(
     count_include_pad: bool = True,
 ) -> Tensor:
     """Average over windows of ``kernel_size`` every ``stride`` (default: the kernel size)."""
-    return _avg_pool("avg_pool1d", 1, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad)  # fmt: skip
+    return _avg_pool("avg_pool1d", 1, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
 def avg_pool2d(
@@ -520,16 +557,27 @@ def avg_pool2d(
     >>> avg_pool2d(rg.ones((1, 1, 4, 4)), 2, divisor_override=1).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
     """
-    return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, ceil_mode,
-                     count_include_pad, divisor_override)  # fmt: skip
+    return _avg_pool(
+        "avg_pool2d",
+        2,
+        x,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+    )
 
 
 def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
-    kernel, stride, padding, dilation = _pool_args(fn, spatial, x, kernel_size, stride, padding,
-                                                   dilation, ceil_mode)  # fmt: skip
-    values, indices = _primitive(fn, "max_pool", [x], kernel, stride, padding, dilation,
-                                 bool(ceil_mode))  # fmt: skip
+    kernel, stride, padding, dilation = _pool_args(
+        fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
+    )
+    values, indices = _primitive(
+        fn, "max_pool", [x], kernel, stride, padding, dilation, bool(ceil_mode)
+    )
     return _unbatched(wrap(x, values), squeeze), _unbatched(wrap(x, indices), squeeze)
 
 
@@ -568,8 +616,7 @@ def max_pool1d(
     return_indices: bool = False,
 ) -> Any:
     """Maximum over windows; the gradient goes to each window's (first) maximum."""
-    values, indices = max_pool1d_with_indices(x, kernel_size, stride, padding, dilation,
-                                              ceil_mode)  # fmt: skip
+    values, indices = max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
     return (values, indices) if return_indices else values
 
 
@@ -588,8 +635,7 @@ def max_pool2d(
     >>> max_pool2d(rg.tensor([[[[1.0, 2.0], [4.0, 3.0]]]]), 2).tolist()
     [[[[4.0]]]]
     """
-    values, indices = max_pool2d_with_indices(x, kernel_size, stride, padding, dilation,
-                                              ceil_mode)  # fmt: skip
+    values, indices = max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
     return (values, indices) if return_indices else values
 
 
@@ -698,8 +744,7 @@ def interpolate(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
-    kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else
-                                                       "linear")  # fmt: skip
+    kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
     out = _primitive(fn, "interpolate", [x], out_size, kernel_mode, bool(align_corners), scales)
     return wrap(x, out)
 
@@ -727,8 +772,10 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
 
     def out_of_range(bad: int | None) -> str:
         index = "an index" if bad is None else f"index {bad}"
-        return (f"{fn}: {index} is out of range for {count} embeddings; indices "
-                f"{shape_text(indices.shape)}, weight {shape_text(weight.shape)}")  # fmt: skip
+        return (
+            f"{fn}: {index} is out of range for {count} embeddings; indices "
+            f"{shape_text(indices.shape)}, weight {shape_text(weight.shape)}"
+        )
 
     check_indices(indices, count, out_of_range)
     flat = indices.reshape((-1,))
@@ -838,8 +885,9 @@ def cross_entropy(
             target = target * (1.0 - label_smoothing) + label_smoothing / classes
         return _reduce(per_target(log_probs * target), reduction)
     if target.dtype != "int64":
-        raise DTypeError(f"{fn}: target must be int64 class indices or float probabilities, "
-                         f"got {target.dtype}")  # fmt: skip
+        raise DTypeError(
+            f"{fn}: target must be int64 class indices or float probabilities, got {target.dtype}"
+        )
     expected = logits.shape[:class_dim] + logits.shape[class_dim + 1 :]
     if target.shape != expected:
         raise ShapeError(
@@ -924,9 +972,13 @@ def layer_norm(
     then scale by ``weight`` and shift by ``bias`` (both of ``normalized_shape``)."""
     fn = "layer_norm"
     x = _float_input(fn, x)
-    shape = _ints(fn, "normalized_shape", normalized_shape,
-                  1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
-                  1)  # fmt: skip
+    shape = _ints(
+        fn,
+        "normalized_shape",
+        normalized_shape,
+        1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
+        1,
+    )
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
         raise ShapeError(

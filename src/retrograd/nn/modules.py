@@ -213,8 +213,9 @@ class Module:
                     f"load_state_dict: {name!r} has shape {list(current.shape)}, "
                     f"the state has {list(array.shape)}"
                 )
-            fresh = tensor(array.astype(current.dtype), backend=current.backend,
-                           device=current.device)  # fmt: skip
+            fresh = tensor(
+                array.astype(current.dtype), backend=current.backend, device=current.device
+            )
             self.set_parameter(name, fresh)
         return self
 
@@ -227,11 +228,13 @@ class Module:
         """
         memo: dict[int, Any] = {}
         for _, value in self.named_parameters():
-            memo[id(value)] = _as_leaf(tensor(
-                np.array(value.numpy(), copy=True),
-                backend=backend if backend is not None else value.backend,
-                device=device if device is not None else value.device,
-            ))  # fmt: skip
+            memo[id(value)] = _as_leaf(
+                tensor(
+                    np.array(value.numpy(), copy=True),
+                    backend=backend if backend is not None else value.backend,
+                    device=device if device is not None else value.device,
+                )
+            )
         return copy.deepcopy(self, memo)
 
     # -- calling ------------------------------------------------------------------------------
@@ -245,8 +248,10 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        lines = [f"  ({name}): " + repr(child).replace("\n", "\n  ")
-                 for name, child in self._modules.items()]  # fmt: skip
+        lines = [
+            f"  ({name}): " + repr(child).replace("\n", "\n  ")
+            for name, child in self._modules.items()
+        ]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
 
@@ -282,16 +287,25 @@ class Linear(Module):
     (5, 2)
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 backend: Any = None, device: Any = None, dtype: str = "float32"):  # fmt: skip
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str = "float32",
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
         shape = (out_features, in_features)
         self.register_parameter("weight", _uniform(shape, bound, backend, device, dtype))
         if bias:
-            self.register_parameter("bias", _uniform((out_features,), bound, backend, device,
-                                                     dtype))  # fmt: skip
+            self.register_parameter(
+                "bias", _uniform((out_features,), bound, backend, device, dtype)
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self._parameters.get("bias"))
@@ -339,16 +353,26 @@ class Conv2d(Module):
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.register_parameter("weight", _uniform(shape, bound, backend, device, dtype))
         if bias:
-            self.register_parameter("bias", _uniform((out_channels,), bound, backend, device,
-                                                     dtype))  # fmt: skip
+            self.register_parameter(
+                "bias", _uniform((out_channels,), bound, backend, device, dtype)
+            )
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self._parameters.get("bias"), self.stride, self.padding,
-                        self.dilation, self.groups)  # fmt: skip
+        return F.conv2d(
+            x,
+            self.weight,
+            self._parameters.get("bias"),
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")  # fmt: skip
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}"
+        )
 
 
 class MaxPool2d(Module):
@@ -358,16 +382,22 @@ class MaxPool2d(Module):
     (1, 1, 2, 2)
     """
 
-    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-                 ceil_mode: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        ceil_mode: bool = False,
+    ):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode)  # fmt: skip
+        return F.max_pool2d(
+            x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode
+        )
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}"
@@ -380,16 +410,22 @@ class AvgPool2d(Module):
     (1, 1, 2, 2)
     """
 
-    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-                 count_include_pad: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad)  # fmt: skip
+        return F.avg_pool2d(
+            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
+        )
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}"
@@ -402,23 +438,39 @@ class LayerNorm(Module):
     (2, 4)
     """
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
-                 elementwise_affine: bool = True, bias: bool = True, *, backend: Any = None,
-                 device: Any = None, dtype: str = "float32"):  # fmt: skip
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str = "float32",
+    ):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
-            normalized_shape)  # fmt: skip
+        shape = (
+            (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        )
         self.normalized_shape, self.eps = shape, eps
         if elementwise_affine:
-            self.register_parameter("weight", tensor(np.ones(shape), dtype=dtype,
-                                                     backend=backend, device=device))  # fmt: skip
+            self.register_parameter(
+                "weight", tensor(np.ones(shape), dtype=dtype, backend=backend, device=device)
+            )
             if bias:
-                self.register_parameter("bias", tensor(np.zeros(shape), dtype=dtype,
-                                                       backend=backend, device=device))  # fmt: skip
+                self.register_parameter(
+                    "bias", tensor(np.zeros(shape), dtype=dtype, backend=backend, device=device)
+                )
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.normalized_shape, self._parameters.get("weight"),
-                            self._parameters.get("bias"), self.eps)  # fmt: skip
+        return F.layer_norm(
+            x,
+            self.normalized_shape,
+            self._parameters.get("weight"),
+            self._parameters.get("bias"),
+            self.eps,
+        )
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"
@@ -431,13 +483,22 @@ class Embedding(Module):
     (2, 2, 3)
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 *, backend: Any = None, device: Any = None, dtype: str = "float32"):  # fmt: skip
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str = "float32",
+    ):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = padding_idx
-        values = random((num_embeddings, embedding_dim), "normal", dtype=dtype, backend=backend,
-                        device=device).numpy()  # fmt: skip
+        values = random(
+            (num_embeddings, embedding_dim), "normal", dtype=dtype, backend=backend, device=device
+        ).numpy()
         if padding_idx is not None:
             values = values.copy()
             values[padding_idx] = 0.0

@@ -72,8 +72,15 @@ class SGD(Optimizer):
     >>> optim.SGD(model, lr=0.1, momentum=0.9).step(grads)
     """
 
-    def __init__(self, module: Any, lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        module: Any,
+        lr: float,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         super().__init__(module, lr)
         if nesterov and (momentum <= 0.0 or dampening != 0.0):
             raise InvalidArgumentError(
@@ -106,8 +113,14 @@ class Adam(Optimizer):
 
     decoupled = False
 
-    def __init__(self, module: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        module: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
         super().__init__(module, lr)
         beta1, beta2 = betas
         if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
@@ -143,6 +156,12 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, module: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):  # fmt: skip
+    def __init__(
+        self,
+        module: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
         super().__init__(module, lr, betas, eps, weight_decay)

@@ -254,8 +254,10 @@ class Op:
         self.floats = bool(floats)
 
     def __repr__(self) -> str:
-        return (f"Op({self.name!r}, kernel={self.kernel!r}, scalar={self.scalar!r}, "
-                f"promote={self.promote!r}, floats={self.floats!r})")  # fmt: skip
+        return (
+            f"Op({self.name!r}, kernel={self.kernel!r}, scalar={self.scalar!r}, "
+            f"promote={self.promote!r}, floats={self.floats!r})"
+        )
 
 
 def apply(op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
@@ -335,8 +337,11 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
     if backend.dtype(prim) not in FLOAT_DTYPES:
         return _run(op.name, op.kernel, (x.cast("float32"), *inputs[1:]), params)
     try:  # without params, a plain call: CPython inlines a Python kernel's frame then
-        out = getattr(backend, op.kernel)(prim, *params) if params else (
-            getattr(backend, op.kernel)(prim))  # fmt: skip
+        out = (
+            getattr(backend, op.kernel)(prim, *params)
+            if params
+            else (getattr(backend, op.kernel)(prim))
+        )
     except Exception as error:
         raise failure(op.name, error, backend, inputs)  # noqa: B904
     result = _new(type(x))
@@ -350,8 +355,11 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     backend = first._backend
     try:
         if len(inputs) == 1:
-            out = getattr(backend, kernel)(first._prim, *params) if params else (
-                getattr(backend, kernel)(first._prim))  # fmt: skip
+            out = (
+                getattr(backend, kernel)(first._prim, *params)
+                if params
+                else (getattr(backend, kernel)(first._prim))
+            )
         else:
             out = getattr(backend, kernel)(*[t._prim for t in inputs], *params)
     except Exception as error:
@@ -378,8 +386,11 @@ def _binary(op: Op, a: Any, b: Any, params: tuple) -> Any:
             if rule is COMPARE:
                 return _run(op.name, op.scalar, (t,), (value,))
             dtype = t._backend.dtype(t._prim)
-            target = "float32" if rule is FLOAT and dtype not in FLOAT_DTYPES else (
-                scalar_dtype(dtype, value))  # fmt: skip
+            target = (
+                "float32"
+                if rule is FLOAT and dtype not in FLOAT_DTYPES
+                else (scalar_dtype(dtype, value))
+            )
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
     if isinstance(a, TensorBase):

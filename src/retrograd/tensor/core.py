@@ -149,8 +149,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
         tracked = self._backend.is_autodiff and self._backend.is_tracked(self._prim)
-        suffix = ", requires_grad" if tracked and self.is_require_grad() else (
-            ", tracked" if tracked else "")  # fmt: skip
+        suffix = (
+            ", requires_grad"
+            if tracked and self.is_require_grad()
+            else (", tracked" if tracked else "")
+        )
         return f"tensor({body}, dtype={self.dtype}{suffix})"
 
     def cast(self, dtype: str) -> Tensor:

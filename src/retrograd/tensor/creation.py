@@ -86,8 +86,11 @@ def full(
 ) -> Tensor:
     """A tensor filled with ``value`` (float32 for floats, int64 for ints, bool for bools)."""
     if dtype is None:
-        dtype = "bool" if isinstance(value, bool) else (
-            "int64" if isinstance(value, numbers.Integral) else "float32")  # fmt: skip
+        dtype = (
+            "bool"
+            if isinstance(value, bool)
+            else ("int64" if isinstance(value, numbers.Integral) else "float32")
+        )
     _check_dtype("full", dtype)
     backend, device = _target(backend, device)
     return Tensor(
@@ -115,9 +118,13 @@ def eye(
 
 
 def arange(
-    start: int, end: int | None = None, step: int = 1, dtype: str = "int64", backend: Any = None,
+    start: int,
+    end: int | None = None,
+    step: int = 1,
+    dtype: str = "int64",
+    backend: Any = None,
     device: Any = None,
-) -> Tensor:  # fmt: skip
+) -> Tensor:
     """``start, start+step, ...`` below ``end``, int64 by default (``arange(n)`` counts from 0)."""
     if end is None:
         start, end = 0, start

@@ -53,12 +53,69 @@ LOWER_EQUAL = Op("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
 
 # Unary ops computed in float (an int tensor as float32); the others take any dtype and are
 # called by name.
-(EXP, EXPM1, LOG, LOG1P, SQRT, RECIP, SIN, COS, TAN, SINH, COSH, TANH, ASIN, ACOS, ATAN, ASINH,
- ACOSH, ATANH, ERF, RELU, GELU, SIGMOID, LOG_SIGMOID, SILU, SOFTPLUS, LEAKY_RELU, SOFTMAX,
- LOG_SOFTMAX) = (Op(name, floats=True) for name in (
-    "exp", "expm1", "log", "log1p", "sqrt", "recip", "sin", "cos", "tan", "sinh", "cosh", "tanh",
-    "asin", "acos", "atan", "asinh", "acosh", "atanh", "erf", "relu", "gelu", "sigmoid",
-    "log_sigmoid", "silu", "softplus", "leaky_relu", "softmax", "log_softmax"))
+(
+    EXP,
+    EXPM1,
+    LOG,
+    LOG1P,
+    SQRT,
+    RECIP,
+    SIN,
+    COS,
+    TAN,
+    SINH,
+    COSH,
+    TANH,
+    ASIN,
+    ACOS,
+    ATAN,
+    ASINH,
+    ACOSH,
+    ATANH,
+    ERF,
+    RELU,
+    GELU,
+    SIGMOID,
+    LOG_SIGMOID,
+    SILU,
+    SOFTPLUS,
+    LEAKY_RELU,
+    SOFTMAX,
+    LOG_SOFTMAX,
+) = (
+    Op(name, floats=True)
+    for name in (
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "sqrt",
+        "recip",
+        "sin",
+        "cos",
+        "tan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asin",
+        "acos",
+        "atan",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "relu",
+        "gelu",
+        "sigmoid",
+        "log_sigmoid",
+        "silu",
+        "softplus",
+        "leaky_relu",
+        "softmax",
+        "log_softmax",
+    )
+)
+
 
 class ElementwiseMixin:
     """Elementwise methods and operators; needs ``_apply`` (see the module docstring)."""

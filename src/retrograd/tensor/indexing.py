@@ -241,8 +241,10 @@ def _index_tensor(op: str, x: Any, indices: Any, dim: int, one_dim: bool = False
 
     def message(bad: int | None) -> str:
         which = "an index" if bad is None else f"index {bad}"
-        return (f"{op}: {which} is out of range for dimension {dim} of size {size} "
-                f"(input shape {shape_text(shape)})")  # fmt: skip
+        return (
+            f"{op}: {which} is out of range for dimension {dim} of size {size} "
+            f"(input shape {shape_text(shape)})"
+        )
 
     check_indices(indices, size, message)
     return indices
@@ -291,8 +293,9 @@ def _basic_index(t: Any, index: Any) -> Any:
         ):
             indices = index[positions[0]]
             if not isinstance(indices, TensorBase):
-                indices = from_host(type(t), np.asarray(indices, dtype=np.int64), None, t._backend,
-                                    t._device)  # fmt: skip
+                indices = from_host(
+                    type(t), np.asarray(indices, dtype=np.int64), None, t._backend, t._device
+                )
             selected = t.select(positions[0], indices)
             rest = (slice(None),) * (positions[0] + 1) + tuple(index[positions[0] + 1 :])
             return _basic_index(selected, rest) if len(rest) > positions[0] + 1 else selected

@@ -154,8 +154,10 @@ class ShapeMixin:
         if start < 0:
             start += size
         if length < 0 or not (0 <= start <= size and start + length <= size):
-            message = (f"narrow: start {start} and length {length} do not fit dimension {dim} "
-                       f"of size {size}")  # fmt: skip
+            message = (
+                f"narrow: start {start} and length {length} do not fit dimension {dim} "
+                f"of size {size}"
+            )
             raise ShapeError(message) if length < 0 else IndexOutOfRangeError(message)
         slices = (slice(None),) * d + (slice(start, start + length),)
         return self._apply("slice", (self,), (slices,))
@@ -273,8 +275,7 @@ def infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[
         known = math.prod(n for n in shape if n != -1)
         if known == 0 or count % known:
             raise ShapeError(
-                f"{op}: cannot reshape {shape_text(own)} ({count} elements) to "
-                f"{shape_text(shape)}"
+                f"{op}: cannot reshape {shape_text(own)} ({count} elements) to {shape_text(shape)}"
             )
         shape = tuple(count // known if n == -1 else n for n in shape)
     if math.prod(shape) != count:
