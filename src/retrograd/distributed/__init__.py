@@ -10,7 +10,7 @@ backward runs and returns them reduced. See ``docs/distributed.md``.
 
 Modules import one way, each only from those above it (none imports the package itself)::
 
-    config, params, cache, buffers     settings, parameter ids, bounded caches, NumPy buffers
+    config, cache, buffers             settings, bounded caches, NumPy buffers (ParamId: autodiff)
     engine                             the collective interface, Pending; member states
     buckets                            bucket plans (pure)
     registration                       the registration format, the members' agreement (pure)
