@@ -61,8 +61,11 @@ def translate(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = (
     The backend says which class of the hierarchy its exception means
     (``Backend.error_class``: NumPy's ``ValueError`` is a shape error, torch's ``RuntimeError``
     about sizes too); errors already in the hierarchy, and exceptions the backend does not
-    recognise as bad input (bugs), come back unchanged, to be re-raised as they are.
-    ``inputs`` are tensors (anything with ``shape`` and ``dtype``) named in the message.
+    recognise as bad input (bugs), come back unchanged, to propagate with their own cause and
+    context. ``inputs`` are tensors (anything with ``shape`` and ``dtype``) named in the
+    message. A translated error hides its context (the kernel's traceback is noise to the
+    user), so ``raise translate(...)`` in an ``except`` clause needs no ``from None``, which
+    would also wipe an untranslated error's context.
     """
     if isinstance(error, RetrogradError):
         return error
@@ -71,7 +74,9 @@ def translate(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = (
         return error
     described = ", ".join(f"{shape_text(t.shape)} {t.dtype}" for t in inputs)
     message = f"{op}: {error}" + (f" (inputs: {described})" if described else "")
-    return kind(message)
+    translated = kind(message)
+    translated.__suppress_context__ = True
+    return translated
 
 
 class reported:  # noqa: N801  (used as a ``with`` statement, like contextlib's helpers)
@@ -98,4 +103,4 @@ class reported:  # noqa: N801  (used as a ``with`` statement, like contextlib's 
         translated = translate(self.op, error, self.backend, self.inputs)
         if translated is error:
             return False
-        raise translated from None
+        raise translated

@@ -24,14 +24,14 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     ShapeError,
-    reported,
 )
 from ..tensor import Tensor
 from ..tensor.internal import (
     FLOAT_DTYPES,
+    Op,
+    apply,
     check_indices,
     lift,
-    primitive,
     promote,
     shape_text,
     wrap,
@@ -190,15 +190,6 @@ def _unbatched(out: Tensor, squeeze: bool) -> Tensor:
     return out.squeeze_dim(0) if squeeze else out
 
 
-def _primitive(fn: str, op: str, tensors: Sequence[Tensor], *params: Any) -> Any:
-    """Run backend primitive ``op`` on the tensors' primitives; what the backend raises about
-    its input reaches the user as the hierarchy's error naming ``fn`` and the shapes (the
-    backend maps its own exceptions, :func:`~retrograd.errors.translate`)."""
-    backend = tensors[0].backend
-    with reported(fn, backend, tensors):
-        return getattr(backend, op)(*[primitive(t) for t in tensors], *params)
-
-
 def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
     """``bias`` checked to be ``[channels]``, in ``x``'s dtype, or the empty "no bias"."""
     if bias is None:
@@ -298,7 +289,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
                 f"{shapes}"
             )
     bias = _channel_bias(fn, x, bias, out_channels)
-    out = wrap(x, _primitive(fn, "conv", [x, weight, bias], stride, padding, dilation, groups))
+    out = apply(Op(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
     return _unbatched(out, squeeze)
@@ -394,18 +385,10 @@ def _conv_transpose(
             f"{shape_text(padding)} too large); {shapes}"
         )
     bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
-    out = wrap(
-        x,
-        _primitive(
-            fn,
-            "conv_transpose",
-            [x, weight, bias],
-            stride,
-            padding,
-            output_padding,
-            dilation,
-            groups,
-        ),
+    out = apply(
+        Op(fn, kernel="conv_transpose"),
+        (x, weight, bias),
+        (stride, padding, output_padding, dilation, groups),
     )
     return _unbatched(out, squeeze)
 
@@ -510,20 +493,8 @@ def _avg_pool(
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
         divisor_override = int(divisor_override)
-    out = wrap(
-        x,
-        _primitive(
-            fn,
-            "avg_pool",
-            [x],
-            kernel,
-            stride,
-            padding,
-            bool(ceil_mode),
-            bool(count_include_pad),
-            divisor_override,
-        ),
-    )
+    pooling = (kernel, stride, padding, bool(ceil_mode), bool(count_include_pad), divisor_override)
+    out = apply(Op(fn, kernel="avg_pool"), (x,), pooling)
     return _unbatched(out, squeeze)
 
 
@@ -575,10 +546,9 @@ def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode)
     kernel, stride, padding, dilation = _pool_args(
         fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     )
-    values, indices = _primitive(
-        fn, "max_pool", [x], kernel, stride, padding, dilation, bool(ceil_mode)
-    )
-    return _unbatched(wrap(x, values), squeeze), _unbatched(wrap(x, indices), squeeze)
+    pooling = (kernel, stride, padding, dilation, bool(ceil_mode))
+    values, indices = apply(Op(fn, kernel="max_pool"), (x,), pooling)
+    return _unbatched(values, squeeze), _unbatched(indices, squeeze)
 
 
 def max_pool1d_with_indices(
@@ -654,8 +624,8 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
         raise ShapeError(f"{fn}: output_size must be positive ints, got {output_size!r}")
     if any(n == 0 for n in x.shape[2:]):
         raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
-    out = _primitive(fn, "adaptive_avg_pool", [x], tuple(int(o) for o in sizes))
-    return _unbatched(wrap(x, out), squeeze)
+    out = apply(Op(fn, kernel="adaptive_avg_pool"), (x,), (tuple(int(o) for o in sizes),))
+    return _unbatched(out, squeeze)
 
 
 def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
@@ -745,8 +715,9 @@ def interpolate(
             "be non-empty"
         )
     kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
-    out = _primitive(fn, "interpolate", [x], out_size, kernel_mode, bool(align_corners), scales)
-    return wrap(x, out)
+    return apply(
+        Op(fn, kernel="interpolate"), (x,), (out_size, kernel_mode, bool(align_corners), scales)
+    )
 
 
 # -- embedding ------------------------------------------------------------------------------------

@@ -49,7 +49,6 @@ __all__ = [
     "apply",
     "check_scalar",
     "dispatch",
-    "failure",
     "from_host",
     "lift",
     "normalize_dim",
@@ -150,18 +149,6 @@ def primitive(t: TensorBase) -> Any:
 def wrap(reference: TensorBase, prim: Any) -> Any:
     """``prim`` (a primitive of ``reference``'s backend) as a tensor on ``reference``'s device."""
     return type(reference)(prim, reference._backend, reference._device)
-
-
-def failure(op: str, error: Exception, backend: Any, inputs: Sequence[Any] = ()) -> Exception:
-    """What to raise for ``error`` from a kernel of ``backend``: :func:`errors.translate`'s
-    answer, its context hidden (the kernel's traceback is noise to the user); an error the
-    backend does not recognise as bad input (a bug) comes back unchanged, to propagate with
-    its own cause and context, which ``raise ... from None`` would wipe: hence
-    ``raise failure(...)`` without ``from``."""
-    translated = translate(op, error, backend, inputs)
-    if translated is not error:
-        translated.__suppress_context__ = True
-    return translated
 
 
 def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Device) -> Any:
@@ -306,7 +293,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
                     try:  # the common case, kept short: same backend, device and dtype
                         out = getattr(backend, op.kernel)(pa, pb)
                     except Exception as error:
-                        raise failure(op.name, error, backend, inputs)  # noqa: B904 (see failure)
+                        raise translate(op.name, error, backend, inputs)  # noqa: B904 (errors.translate)
                     result = _new(kind)  # TensorBase.__init__, inlined (a Python call less)
                     result._prim, result._backend, result._device = out, backend, a._device
                     return result
@@ -325,7 +312,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
                 try:
                     out = getattr(backend, op.scalar)(prim, value)
                 except Exception as error:
-                    raise failure(op.name, error, backend, (t,))  # noqa: B904
+                    raise translate(op.name, error, backend, (t,))  # noqa: B904
                 result = _new(type(t))
                 result._prim, result._backend, result._device = out, backend, t._device
                 return result
@@ -343,7 +330,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
             else (getattr(backend, op.kernel)(prim))
         )
     except Exception as error:
-        raise failure(op.name, error, backend, inputs)  # noqa: B904
+        raise translate(op.name, error, backend, inputs)  # noqa: B904
     result = _new(type(x))
     result._prim, result._backend, result._device = out, backend, x._device
     return result
@@ -363,7 +350,7 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
         else:
             out = getattr(backend, kernel)(*[t._prim for t in inputs], *params)
     except Exception as error:
-        raise failure(name, error, backend, inputs)  # noqa: B904
+        raise translate(name, error, backend, inputs)  # noqa: B904
     if type(out) is tuple:
         kind, device = type(first), first._device
         return tuple(kind(value, backend, device) for value in out)

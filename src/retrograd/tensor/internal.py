@@ -31,7 +31,7 @@ Validation
 
 Errors
     ``reported(op, backend, inputs)``: a ``with`` block whose backend errors are translated
-    (:mod:`retrograd.errors`); ``failure(op, error, backend, inputs)``: the exception to raise
+    (:mod:`retrograd.errors`); ``translate(op, error, backend, inputs)``: the exception to raise
     for ``error`` in an ``except`` clause on a hot path.
 
 Dtypes
@@ -43,13 +43,13 @@ What ``nn/functional.py`` used before this module existed, and what replaced it
     pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``primitive(x)``;
     ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
     + ``x._wrap`` -> ``apply(Op(fn, kernel=op), ts, ps)``; ``_translate`` -> ``reported``
-    or ``failure``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
+    or ``translate``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
     ``check_indices`` (no host copy).
 """
 
 from __future__ import annotations
 
-from ..errors import reported, shape_text
+from ..errors import reported, shape_text, translate
 from ._dispatch import (
     COMMON,
     COMPARE,
@@ -59,7 +59,6 @@ from ._dispatch import (
     Op,
     apply,
     check_scalar,
-    failure,
     lift,
     normalize_dim,
     primitive,
@@ -79,7 +78,6 @@ __all__ = [
     "apply",
     "check_indices",
     "check_scalar",
-    "failure",
     "lift",
     "normalize_dim",
     "primitive",
@@ -87,5 +85,6 @@ __all__ = [
     "reported",
     "result_dtype",
     "shape_text",
+    "translate",
     "wrap",
 ]
