@@ -53,7 +53,6 @@ __all__ = [
     "lift",
     "normalize_dim",
     "on_backend",
-    "primitive",
     "promote",
     "result_dtype",
     "scalar_dtype",
@@ -141,11 +140,6 @@ def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
 
 
 # -- operands ------------------------------------------------------------------------------------
-def primitive(t: TensorBase) -> Any:
-    """The backend primitive ``t`` wraps."""
-    return t._prim
-
-
 def wrap(reference: TensorBase, prim: Any) -> Any:
     """``prim`` (a primitive of ``reference``'s backend) as a tensor on ``reference``'s device."""
     return type(reference)(prim, reference._backend, reference._device)

@@ -18,9 +18,9 @@ Operands
         ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
     ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
         ``b`` lifted, both on one backend in one dtype (at least float32 when ``floats``).
-    ``primitive(t)``, ``wrap(reference, prim) -> Tensor``
-        A tensor's backend primitive; a primitive of ``reference``'s backend as a tensor on its
-        device. (``t.backend`` and ``t.device`` are public.)
+    ``wrap(reference, prim) -> Tensor``
+        A primitive of ``reference``'s backend as a tensor on its device. (``t.primitive``,
+        ``t.backend`` and ``t.device`` are public properties.)
 
 Validation
     ``check_indices(indices, size, message, ignore=None)``
@@ -40,7 +40,7 @@ Dtypes
 
 What ``nn/functional.py`` used before this module existed, and what replaced it
     ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
-    pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``primitive(x)``;
+    pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``x.primitive``;
     ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
     + ``x._wrap`` -> ``apply(Op(fn, kernel=op), ts, ps)``; ``_translate`` -> ``reported``
     or ``translate``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
@@ -61,7 +61,6 @@ from ._dispatch import (
     check_scalar,
     lift,
     normalize_dim,
-    primitive,
     promote,
     result_dtype,
     wrap,
@@ -80,7 +79,6 @@ __all__ = [
     "check_scalar",
     "lift",
     "normalize_dim",
-    "primitive",
     "promote",
     "reported",
     "result_dtype",
