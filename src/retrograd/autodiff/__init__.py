@@ -8,6 +8,7 @@ from .checkpoint import (
     CheckpointStrategy,
     NoCheckpointing,
 )
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradients import Gradients
 from .graph import AutodiffPrimitive, Node, Requirement
 from .ops import OPS, Op
@@ -25,4 +26,8 @@ __all__ = [
     "Node",
     "Op",
     "Requirement",
+    "enable_grad",
+    "is_grad_enabled",
+    "no_grad",
+    "set_grad_enabled",
 ]

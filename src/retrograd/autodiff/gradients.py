@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import AutodiffError
 from .graph import Node
 
 __all__ = ["Gradients"]
@@ -81,3 +83,63 @@ class Gradients:
 
     def __repr__(self) -> str:
         return f"Gradients({len(self.values)} tensors)"
+
+    # -- arithmetic, for gradient accumulation -----------------------------------------------
+    def _like(self, values: dict[int, Any]) -> Gradients:
+        """A new, finished ``Gradients`` on this backend holding ``values`` (no hooks)."""
+        result = Gradients(self.backend, self.device)
+        result.values = values
+        return result
+
+    def __add__(self, other: object) -> Gradients:
+        """The sum of two gradient sets, for accumulation over micro-batches.
+
+        The result holds the union of both sets of tensors: a tensor with a gradient in both
+        gets the sum, a tensor with a gradient in only one keeps that one (a missing gradient
+        counts as zero, as when torch accumulates into ``.grad`` and a parameter took no part
+        in one of the backward passes). Neither operand changes. Both must hold gradients on
+        the same backend (an ``AutodiffError`` otherwise).
+
+        >>> import retrograd as rg
+        >>> w = rg.tensor([1.0, 2.0]).require_grad()
+        >>> total = (w * 3).sum().backward() + (w * w).sum().backward()
+        >>> w.grad(total).tolist()
+        [5.0, 7.0]
+        """
+        if isinstance(other, numbers.Number) and other == 0:
+            return self._like(dict(self.values))  # sum(list_of_gradients) starts from 0
+        if not isinstance(other, Gradients):
+            return NotImplemented
+        if other.backend != self.backend:
+            raise AutodiffError(
+                f"Gradients +: the operands hold gradients on different backends "
+                f"({self.backend!r} and {other.backend!r})"
+            )
+        add = self.backend.add
+        values = dict(self.values)
+        for node_id, value in other.values.items():
+            old = values.get(node_id)
+            values[node_id] = value if old is None else add(old, value)
+        result = self._like(values)
+        result.recomputed_bytes = self.recomputed_bytes + other.recomputed_bytes
+        return result
+
+    __radd__ = __add__
+
+    def __mul__(self, scale: object) -> Gradients:
+        """Every gradient multiplied by the number ``scale`` (e.g. ``1 / accumulation_steps``);
+        dtypes are kept."""
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            return NotImplemented
+        mul = self.backend.mul_scalar
+        factor = float(scale)
+        return self._like({node_id: mul(value, factor) for node_id, value in self.values.items()})
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, divisor: object) -> Gradients:
+        if isinstance(divisor, bool) or not isinstance(divisor, numbers.Real):
+            return NotImplemented
+        if divisor == 0:
+            raise AutodiffError("Gradients /: division by zero")
+        return self * (1.0 / float(divisor))

@@ -18,6 +18,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..backend.sizes import conv_transpose_output_size, pool_output_size
 from ..errors import (
     DTypeError,
@@ -25,7 +27,7 @@ from ..errors import (
     InvalidArgumentError,
     ShapeError,
 )
-from ..tensor import Tensor
+from ..tensor import Tensor, cat, full
 from ..tensor.internal import (
     FLOAT_DTYPES,
     Op,
@@ -63,6 +65,7 @@ __all__ = [
     "max_pool2d",
     "max_pool2d_with_indices",
     "mse_loss",
+    "pad",
     "relu",
     "sigmoid",
     "silu",
@@ -991,3 +994,72 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x * 0.0
     keep = wrap(x, x.backend.bernoulli(x.shape, 1.0 - float(p), x.device))
     return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
+
+
+_PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pad (or, with negative entries, crop) the last dimensions, as ``torch.nn.functional.pad``.
+
+    ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
+    ``(l, r)`` pads the last one, ``(l, r, t, b)`` the last two. ``mode="constant"`` fills with
+    ``value``; ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
+    as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
+    untracked filled blocks, the other modes a ``select`` of the input's entries (built from
+    host index arrays: the pad amounts are host values already), so the gradient of each padded
+    element flows back to the element it copies.
+
+    >>> import retrograd as rg
+    >>> pad(rg.ones((1, 2)), (1, -1), value=5.0).tolist()
+    [[5.0, 1.0]]
+    """
+    fn = "pad"
+    if mode not in _PAD_MODES:
+        raise InvalidArgumentError(
+            f"{fn}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}"
+        )
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
+    amounts = list(pad)
+    if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
+        raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")
+    if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
+        raise ShapeError(
+            f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
+            f"{x.ndim} dimensions of the input of shape {shape_text(x.shape)}"
+        )
+    out = x
+    for pair in range(len(amounts) // 2):
+        dim = x.ndim - 1 - pair
+        left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
+        size = out.shape[dim]
+        # Crops first (torch applies negative amounts as crops).
+        start, stop = max(0, -left), size - max(0, -right)
+        if stop < start:
+            raise ShapeError(
+                f"{fn}: pad ({left}, {right}) crops more than dimension {dim} of size {size} "
+                f"(input shape {shape_text(x.shape)})"
+            )
+        if (start, stop) != (0, size):
+            out = out.narrow(dim, start, stop - start)
+        left, right = max(0, left), max(0, right)
+        if not (left or right):
+            continue
+        if mode == "constant":
+            parts = []
+            for amount in (left, right):
+                shape = out.shape[:dim] + (amount,) + out.shape[dim + 1 :]
+                parts.append(full(shape, value, out.dtype, out.backend, out.device))
+            out = cat([parts[0], out, parts[1]], dim)
+            continue
+        kept = out.shape[dim]
+        limit = kept - 1 if mode == "reflect" else (kept if mode == "circular" else None)
+        if kept == 0 or (limit is not None and max(left, right) > limit):
+            raise ShapeError(
+                f"{fn}: {mode} padding ({left}, {right}) needs dimension {dim} larger than the "
+                f"padding, got size {kept} (input shape {shape_text(x.shape)})"
+            )
+        indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode=_PAD_MODES[mode])
+        out = out.select(dim, indices)
+    return out

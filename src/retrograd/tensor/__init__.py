@@ -18,15 +18,20 @@ from .creation import (
     arange,
     eye,
     full,
+    multinomial,
     ones,
     ones_like,
+    rand,
+    randn,
     random,
     seed,
     tensor,
     zeros,
     zeros_like,
 )
-from .shape import cat, stack
+from .indexing import tril, triu
+from .reduce import topk
+from .shape import cat, flatten, stack
 
 __all__ = [
     "DTYPES",
@@ -35,13 +40,20 @@ __all__ = [
     "arange",
     "cat",
     "eye",
+    "flatten",
     "full",
+    "multinomial",
     "ones",
     "ones_like",
+    "rand",
+    "randn",
     "random",
     "seed",
     "stack",
     "tensor",
+    "topk",
+    "tril",
+    "triu",
     "zeros",
     "zeros_like",
 ]

@@ -96,10 +96,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
+    def dim(self) -> int:
+        """The number of dimensions (torch's ``dim()``; :attr:`ndim`)."""
+        return len(self._backend.shape(self._prim))
+
     def numel(self) -> int:
         return math.prod(self.shape)
 
     def size(self, dim: int | None = None) -> Any:
+        """The shape, or with ``dim`` the size of that dimension (negative counts from the end)."""
         shape = self.shape
         return shape if dim is None else shape[normalize_dim("size", dim, len(shape))]
 

@@ -25,7 +25,7 @@ from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, Sha
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
 
-__all__ = ["IndexingMixin", "check_indices"]
+__all__ = ["IndexingMixin", "check_indices", "tril", "triu"]
 
 
 class IndexingMixin:
@@ -129,6 +129,19 @@ class IndexingMixin:
             source = self.cast("float32")
         return self._apply("mask_fill", (source, mask), (value,))
 
+    def masked_fill(self, mask: Any, value: float) -> Any:
+        """:meth:`mask_fill` under torch's name."""
+        return self.mask_fill(mask, value)
+
+    def tril(self, diagonal: int = 0) -> Any:
+        """The lower triangle of the last two dimensions: elements above the ``diagonal``-th
+        diagonal become zero (``torch.tril``; 0 is the main diagonal, positive counts up)."""
+        return _triangle("tril", self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> Any:
+        """The upper triangle of the last two dimensions (``torch.triu``)."""
+        return _triangle("triu", self, diagonal)
+
     def nonzero(self) -> list[Any]:
         """int64 indices of the non-zero (true) elements, one 1-d tensor per dimension."""
         return list(self._apply("nonzero", (self,)))
@@ -141,7 +154,34 @@ class IndexingMixin:
         return wrap(self, self._backend.zeros((int(bool(self)), 0), "int64", self._device))
 
 
+def tril(t: Any, diagonal: int = 0) -> Any:
+    """``t.tril(diagonal)`` (``torch.tril``)."""
+    return t.tril(diagonal)
+
+
+def triu(t: Any, diagonal: int = 0) -> Any:
+    """``t.triu(diagonal)`` (``torch.triu``)."""
+    return t.triu(diagonal)
+
+
 # -- helpers -------------------------------------------------------------------------------------
+def _triangle(op: str, t: Any, diagonal: int) -> Any:
+    """Zero what lies outside the triangle: a ``mask_fill`` (differentiable, the gradient is
+    zero there too) with a mask built on the tensor's backend from two ``arange``s, so no host
+    array is made or copied to a device."""
+    if t.ndim < 2:
+        raise ShapeError(f"{op}: needs at least 2 dimensions, got shape {shape_text(t.shape)}")
+    if not isinstance(diagonal, numbers.Integral) or isinstance(diagonal, bool):
+        raise ShapeError(f"{op}: diagonal must be an int, got {diagonal!r}")
+    rows, cols = t.shape[-2:]
+    backend, device = t._backend, t._device
+    row = wrap(t, backend.arange(0, rows, 1, "int64", device)).reshape((rows, 1))
+    col = wrap(t, backend.arange(0, cols, 1, "int64", device)).reshape((1, cols))
+    offset = col - row  # j - i: which diagonal each element is on
+    outside = offset > diagonal if op == "tril" else offset < diagonal
+    return t.mask_fill(outside, False if t.dtype == "bool" else 0)
+
+
 def check_indices(
     indices: Any, size: int, message: Callable[[int | None], str], ignore: int | None = None
 ) -> None:
@@ -280,6 +320,25 @@ def _update_op(op: str, update: str, prefix: str) -> str:
     return f"{prefix}_{update}"
 
 
+def _host_indices(indices: Any, size: int, dim: int) -> np.ndarray:
+    """A list or array index as int64, its negative entries counted from the end as Python
+    and torch count them (``x[:, [-1], :]``); entries outside ``[-size, size)`` are an
+    :class:`~retrograd.IndexOutOfRangeError`. Host data already, so checked here."""
+    array = np.asarray(indices)
+    if array.dtype == np.bool_ or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
+        raise IndexOutOfRangeError(
+            f"indexing: a list index must hold ints, got {array.dtype} entries "
+            "(use mask_where/mask_fill for masks)"
+        )
+    array = array.astype(np.int64, copy=False)
+    bad = array[(array < -size) | (array >= size)]
+    if bad.size:
+        raise IndexOutOfRangeError(
+            f"indexing: index {int(bad[0])} is out of range for dimension {dim} of size {size}"
+        )
+    return np.where(array < 0, array + size, array)
+
+
 def _basic_index(t: Any, index: Any) -> Any:
     """``t[index]`` with ints, slices, ``...``, ``None`` and one index tensor or list after
     full slices (a ``select``)."""
@@ -293,9 +352,8 @@ def _basic_index(t: Any, index: Any) -> Any:
         ):
             indices = index[positions[0]]
             if not isinstance(indices, TensorBase):
-                indices = from_host(
-                    type(t), np.asarray(indices, dtype=np.int64), None, t._backend, t._device
-                )
+                indices = _host_indices(indices, t.shape[positions[0]], positions[0])
+                indices = from_host(type(t), indices, None, t._backend, t._device)
             selected = t.select(positions[0], indices)
             rest = (slice(None),) * (positions[0] + 1) + tuple(index[positions[0] + 1 :])
             return _basic_index(selected, rest) if len(rest) > positions[0] + 1 else selected

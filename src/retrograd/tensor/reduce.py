@@ -9,13 +9,13 @@ sorting, top-k, variance and the matrix product.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ShapeError, shape_text
 from ._dispatch import Op, lift, normalize_dim, promote
 
-__all__ = ["ReduceMixin"]
+__all__ = ["ReduceMixin", "topk"]
 
 _EMPTY_REFUSED = ("max_dim", "min_dim", "argmax", "argmin")
 MEAN = Op("mean", floats=True)
@@ -45,12 +45,33 @@ class ReduceMixin:
         return self
 
     # -- over all elements --------------------------------------------------------------------
-    def sum(self) -> Any:
-        """Sum of all elements, as a 0-d tensor."""
-        return self._apply("sum", (self,))
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+        """Sum of all elements, as a 0-d tensor; with ``dim`` (an int or several), torch's
+        ``sum(dim, keepdim)``."""
+        if dim is None:
+            return self._apply("sum", (self,))
+        return self._over_dims("sum", dim, keepdim)
 
-    def mean(self) -> Any:
-        return self._apply(MEAN, (self,))
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+        """Mean of all elements (0-d); with ``dim``, torch's ``mean(dim, keepdim)``."""
+        if dim is None:
+            return self._apply(MEAN, (self,))
+        return self._over_dims("mean", dim, keepdim)
+
+    def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
+        """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
+        ndim = self.ndim
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
+        if len(normalized) != len(dims):
+            raise ShapeError(f"{op}: dimensions {list(dims)} repeat")
+        out = self
+        for d in normalized:
+            out = out.sum_dim(d) if op == "sum" else out.mean_dim(d)
+        if keepdim:
+            return out
+        shape = tuple(n for axis, n in enumerate(out.shape) if axis not in normalized)
+        return out._apply("reshape", (out,), (shape,))
 
     def prod(self) -> Any:
         """Product of all elements; its gradient is exact where elements are zero."""
@@ -179,3 +200,19 @@ class ReduceMixin:
 
     def __rmatmul__(self, other):
         return lift(self, other, "matmul").matmul(self)
+
+
+def topk(
+    x: Any,
+    k: int,
+    dim: int = -1,
+    largest: bool = True,
+    sorted: bool = True,  # noqa: A002
+) -> tuple[Any, Any]:
+    """``(values, int64 indices)`` of the ``k`` largest (``largest=False``: smallest) entries
+    along ``dim``, as ``torch.topk`` (the method ``x.topk(k, d)`` keeps Burn's values-only
+    form). The result is always sorted, largest (or smallest) first."""
+    if largest:
+        return x.topk_with_indices(k, dim)
+    values, indices = (-x).topk_with_indices(k, dim)
+    return -values, indices

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import lift, normalize_dim, result_dtype
 
-__all__ = ["ShapeMixin", "cat", "stack"]
+__all__ = ["ShapeMixin", "cat", "flatten", "stack"]
 
 
 class ShapeMixin:
@@ -28,15 +28,31 @@ class ShapeMixin:
     shape: tuple[int, ...]
     ndim: int
 
-    def reshape(self, shape: Sequence[int]) -> Any:
-        """The same elements in ``shape``; one entry may be -1."""
-        target = infer_shape("reshape", self.shape, shape_arg(shape))
+    def reshape(self, *shape: Any) -> Any:
+        """The same elements in ``shape``, given as one sequence or as separate ints
+        (``t.reshape(2, -1)``, as torch); one entry may be -1."""
+        target = infer_shape("reshape", self.shape, varargs_shape("reshape", shape))
         return self._apply("reshape", (self,), (target,))
 
-    view = reshape
+    def view(self, *shape: Any) -> Any:
+        """:meth:`reshape` (tensors here have no strides a view could fail on)."""
+        target = infer_shape("view", self.shape, varargs_shape("view", shape))
+        return self._apply("reshape", (self,), (target,))
 
-    def transpose(self) -> Any:
-        """Swap the last two dimensions (a tensor with fewer than 2 is returned unchanged)."""
+    def contiguous(self) -> Any:
+        """``self``: memory layout is the backend's business (docs/architecture.md)."""
+        return self
+
+    def transpose(self, dim0: int | None = None, dim1: int | None = None) -> Any:
+        """Swap ``dim0`` and ``dim1`` (torch's ``transpose(d0, d1)``); without arguments, the
+        last two dimensions (Burn's ``transpose()``; a tensor with fewer than 2 is returned
+        unchanged)."""
+        if dim0 is not None or dim1 is not None:
+            if dim0 is None or dim1 is None:
+                raise ShapeError(
+                    f"transpose: give both dimensions or neither, got {dim0!r} and {dim1!r}"
+                )
+            return self.swap_dims(dim0, dim1)
         ndim = self.ndim
         if ndim < 2:
             return self
@@ -250,7 +266,22 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
     return cat([t.unsqueeze_dim(d) for t in tensors], d)
 
 
+def flatten(t: Any, start_dim: int = 0, end_dim: int = -1) -> Any:
+    """``t.flatten(start_dim, end_dim)`` (``torch.flatten``)."""
+    return t.flatten(start_dim, end_dim)
+
+
 # -- shape arguments -----------------------------------------------------------------------------
+def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
+    """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
+    takes both."""
+    if len(args) == 1 and not isinstance(args[0], numbers.Integral):
+        return shape_arg(args[0])
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in args):
+        raise ShapeError(f"{op}: expected a shape (ints or one sequence of ints), got {args!r}")
+    return tuple(int(n) for n in args)
+
+
 def shape_arg(shape: Any) -> tuple[int, ...]:
     """A shape argument (an int or a sequence of ints) as a tuple of ints."""
     if isinstance(shape, numbers.Integral):

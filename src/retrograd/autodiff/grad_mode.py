@@ -1,0 +1,110 @@
+"""Gradient mode: ``rg.no_grad()`` and ``rg.enable_grad()``, per thread.
+
+While gradient recording is off in a thread, the autodiff backend records no node for any op
+that thread runs (:meth:`~retrograd.autodiff.Autodiff._record` returns an untracked output),
+so evaluation and sampling keep no graph and no saved values. Leaves keep requiring grad; only
+new results are untracked, as in PyTorch.
+
+The flag is thread-local because graphs are: a data-parallel worker evaluating under
+``no_grad`` must not stop another worker's forward from recording. Nesting restores the
+state each block found, whatever it was, so ``enable_grad`` inside ``no_grad`` (or the reverse)
+works, and so does re-entering one context object (each entry pushes its own saved state).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["enable_grad", "is_grad_enabled", "no_grad", "set_grad_enabled"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Mode(threading.local):
+    # Class attributes are the defaults every new thread sees: recording on.
+    enabled = True
+
+    def __init__(self) -> None:
+        self.saved: list[bool] = []
+
+
+_MODE = _Mode()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops run by this thread are recorded for backward."""
+    return _MODE.enabled
+
+
+class _GradMode:
+    """A context manager and decorator setting the recording flag of the current thread."""
+
+    _target = True
+
+    def __enter__(self) -> None:
+        _MODE.saved.append(_MODE.enabled)
+        _MODE.enabled = self._target
+
+    def __exit__(self, *exc: object) -> None:
+        _MODE.enabled = _MODE.saved.pop()
+
+    def __call__(self, fn: F) -> F:
+        """Use as a decorator: ``fn`` runs inside the block at every call."""
+        mode = type(self)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with mode():
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class no_grad(_GradMode):  # noqa: N801  (PyTorch's name)
+    """Record nothing inside the block (or the decorated function), in this thread.
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([1.0, 2.0]).require_grad()
+    >>> with rg.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+
+    _target = False
+
+
+class enable_grad(_GradMode):  # noqa: N801  (PyTorch's name)
+    """Record again inside a ``no_grad`` block (or the decorated function)."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name)
+    """Recording on or off as ``mode`` says, for the block; as a plain call it sets the flag of
+    this thread at once (PyTorch's ``torch.set_grad_enabled(False)``)."""
+
+    def __init__(self, mode: bool) -> None:
+        self._target = bool(mode)
+        self._previous = _MODE.enabled
+        _MODE.enabled = self._target
+
+    def __enter__(self) -> None:
+        # The constructor already set the flag; restore what it found on exit.
+        _MODE.saved.append(self._previous)
+
+    def __call__(self, fn: F) -> F:
+        # As a decorator the constructor's change is undone at once (as torch does); each
+        # call of ``fn`` sets the mode for its own duration.
+        _MODE.enabled = self._previous
+        target = self._target
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_grad_enabled(target):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
