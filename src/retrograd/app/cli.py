@@ -1,6 +1,8 @@
-"""The ``retrograd`` command: ``train``, ``graph`` and ``bench``.
+"""The ``retrograd`` command: ``train``, ``sample``, ``graph`` and ``bench``.
 
     retrograd train                                  # a CNN on the 8x8 digits, ~98% in seconds
+    retrograd train --model gpt                      # a character GPT on Python's own source
+    retrograd sample --out retrograd-gpt             # text from the trained GPT
     retrograd train --workers 2                      # data parallel, 2 threads
     mpiexec -n 2 retrograd train --engine mpi        # data parallel, 2 processes
     retrograd graph --checkpointing balanced         # graph.dot (+ graph.svg with Graphviz)
@@ -66,9 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--model",
-        choices=MODELS,
+        choices=(*MODELS, "gpt"),
         default=defaults.model,
-        help="cnn: two convolutions and a linear layer; mlp: one hidden layer",
+        help="cnn: two convolutions and a linear layer; mlp: one hidden layer; gpt: a "
+        "character-level GPT on text (options below)",
     )
     train.add_argument(
         "--dataset",
@@ -148,6 +151,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a data-parallel worker waits for its peers",
     )
 
+    _add_gpt_options(train)
+
+    sample = commands.add_parser(
+        "sample",
+        help="print text from a GPT trained with train --model gpt",
+        formatter_class=_DefaultsHelp,
+        description="Load the checkpoint a GPT run wrote to --out and print generated text.",
+    )
+    sample.add_argument("--out", default="retrograd-gpt", help="the training run's folder")
+    sample.add_argument("--prompt", default="", help="text to continue (default: a new line)")
+    sample.add_argument("--tokens", type=_positive_int, default=500, help="characters to generate")
+    sample.add_argument("--temperature", type=_positive_float, default=0.8)
+    sample.add_argument("--top-k", type=_positive_int, help="sample among the k likeliest only")
+    sample.add_argument("--seed", type=int, default=0)
+
     graph = commands.add_parser(
         "graph",
         help="draw the autodiff graph of one training step",
@@ -181,8 +199,94 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_gpt_options(train: argparse.ArgumentParser) -> None:
+    """The options of ``train --model gpt`` (defaults: :class:`~.gpt.GPTTrainConfig`); of the
+    CNN's options it uses --batch-size, --lr, --clip-norm, --checkpointing, --workers, --seed,
+    --out, --progress and --timeout."""
+    from .gpt import GPTTrainConfig
+
+    gpt = GPTTrainConfig()
+    group = train.add_argument_group(
+        "gpt",
+        "with --model gpt: AdamW, warm-up + cosine learning rate, clipping (default "
+        f"{gpt.clip_norm}); --batch-size counts windows (default 16), --lr defaults to "
+        f"{gpt.lr}, --out to {gpt.out}",
+    )
+    group.add_argument(
+        "--text", help="a UTF-8 text file to learn (default: the Python standard library source)"
+    )
+    group.add_argument("--steps", type=_positive_int, default=gpt.steps, help="optimizer steps")
+    group.add_argument("--block-size", type=_positive_int, default=gpt.block_size)
+    group.add_argument("--n-layer", type=_positive_int, default=gpt.n_layer)
+    group.add_argument("--n-head", type=_positive_int, default=gpt.n_head)
+    group.add_argument("--n-embd", type=_positive_int, default=gpt.n_embd)
+    group.add_argument("--dropout", type=float, default=gpt.dropout)
+    group.add_argument(
+        "--eval-interval",
+        type=_positive_int,
+        default=gpt.eval_interval,
+        help="steps between evaluations (and checkpoints)",
+    )
+    group.add_argument(
+        "--resume", action="store_true", help="continue the run saved in --out to --steps"
+    )
+    group.add_argument("--stop-at", type=_positive_int, help=argparse.SUPPRESS)
+
+
+def _train_gpt(options: argparse.Namespace) -> int:
+    from .gpt import GPTTrainConfig, train_gpt
+    from .trainer import TrainConfig
+
+    defaults = TrainConfig()  # the CNN's --out default means "not given" here
+
+    config = GPTTrainConfig(
+        text=options.text,
+        steps=options.steps,
+        batch_size=options.batch_size,
+        block_size=options.block_size,
+        n_layer=options.n_layer,
+        n_head=options.n_head,
+        n_embd=options.n_embd,
+        dropout=options.dropout,
+        checkpointing=options.checkpointing,
+        workers=options.workers,
+        seed=options.seed,
+        out=options.out if options.out != defaults.out else GPTTrainConfig.out,
+        resume=options.resume,
+        progress=options.progress,
+        timeout=options.timeout,
+        eval_interval=options.eval_interval,
+        stop_at=options.stop_at,
+    )
+    if options.lr is not None:
+        config.lr = options.lr
+    if options.clip_norm is not None:
+        config.clip_norm = options.clip_norm
+    train_gpt(config)
+    return 0
+
+
+def _sample(options: argparse.Namespace) -> int:
+    from .gpt import sample
+
+    print(
+        sample(
+            options.out,
+            prompt=options.prompt,
+            tokens=options.tokens,
+            temperature=options.temperature,
+            top_k=options.top_k,
+            seed=options.seed,
+        )
+    )
+    return 0
+
+
 def _train(options: argparse.Namespace) -> int:
     from .trainer import TrainConfig, train
+
+    if options.model == "gpt":
+        return _train_gpt(options)
 
     config = TrainConfig(
         model=options.model,
@@ -249,7 +353,7 @@ def _bench(options: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "graph": _graph, "bench": _bench}
+COMMANDS = {"train": _train, "sample": _sample, "graph": _graph, "bench": _bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
