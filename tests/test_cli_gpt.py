@@ -133,3 +133,15 @@ def test_text_corpus_encoding_and_entropy():
     assert corpus.vocab == "ab" and corpus.decode(corpus.encode("ba")) == "ba"
     expected = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
     assert unigram_entropy(np.array([0, 0, 1] * 9)) == pytest.approx(expected)
+
+
+def test_cli_resume_without_steps_finishes_the_saved_run(text_file, tmp_path, capsys):
+    out = str(tmp_path / "run")
+    base = ["train", *TINY, "--text", text_file, "--out", out, "--eval-interval", "5"]
+    assert main([*base, "--steps", "12", "--stop-at", "5"]) == 0
+    assert main(["train", "--model", "gpt", "--out", out, "--resume", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "resumed at step 5" in printed and "step 12/12" in printed
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["summary"]["step"] == 12 and len(metrics["step_losses"]) == 12
+    assert metrics["config"]["n_embd"] == 32  # the saved run's settings, not the defaults

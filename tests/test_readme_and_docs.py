@@ -28,6 +28,12 @@ def test_readme_has_the_two_commands():
     assert 'pip install -e ".[dev]" && python -m pytest' in text
 
 
+def test_readme_shows_the_gpt_on_its_first_screen():
+    first_screen = "\n".join(README.read_text().splitlines()[:40])
+    assert "retrograd train --model gpt" in first_screen
+    assert "retrograd sample" in first_screen and "unigram" in first_screen
+
+
 def test_readme_ten_line_example_is_ten_lines_of_code():
     first = python_blocks()[0]
     code = [line for line in first.splitlines() if line.strip()]
@@ -60,6 +66,11 @@ MODULES = [
     "retrograd.memory",
     "retrograd.app.graphview",
     "retrograd.app.trainer",
+    "retrograd.app.text",
+    "retrograd.autodiff.grad_mode",
+    "retrograd.autodiff.gradients",
+    "retrograd.tensor.creation",
+    "retrograd.nn.functional",
 ]
 
 

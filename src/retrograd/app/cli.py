@@ -215,7 +215,11 @@ def _add_gpt_options(train: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--text", help="a UTF-8 text file to learn (default: the Python standard library source)"
     )
-    group.add_argument("--steps", type=_positive_int, default=gpt.steps, help="optimizer steps")
+    group.add_argument(
+        "--steps",
+        type=_positive_int,
+        help=f"optimizer steps in all (default: {gpt.steps}, or with --resume the saved run's)",
+    )
     group.add_argument("--block-size", type=_positive_int, default=gpt.block_size)
     group.add_argument("--n-layer", type=_positive_int, default=gpt.n_layer)
     group.add_argument("--n-head", type=_positive_int, default=gpt.n_head)
@@ -228,7 +232,9 @@ def _add_gpt_options(train: argparse.ArgumentParser) -> None:
         help="steps between evaluations (and checkpoints)",
     )
     group.add_argument(
-        "--resume", action="store_true", help="continue the run saved in --out to --steps"
+        "--resume",
+        action="store_true",
+        help="continue the run saved in --out (from its last evaluation) with its settings",
     )
     group.add_argument("--stop-at", type=_positive_int, help=argparse.SUPPRESS)
 
@@ -241,7 +247,9 @@ def _train_gpt(options: argparse.Namespace) -> int:
 
     config = GPTTrainConfig(
         text=options.text,
-        steps=options.steps,
+        steps=options.steps
+        if options.steps is not None or options.resume
+        else GPTTrainConfig.steps,
         batch_size=options.batch_size,
         block_size=options.block_size,
         n_layer=options.n_layer,

@@ -52,6 +52,7 @@ from .trainer import STRATEGIES, _format_bytes, _progress
 __all__ = ["GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
 CHECKPOINT = "checkpoint.npz"
+DEFAULT_STEPS = 250
 
 
 @dataclass
@@ -59,7 +60,7 @@ class GPTTrainConfig:
     """Everything a GPT run depends on (the ``retrograd train --model gpt`` options)."""
 
     text: str | None = None  # None: the standard library's source
-    steps: int = 250
+    steps: int | None = 250  # None: the default, or on --resume the checkpoint's
     batch_size: int = 16
     block_size: int = 64
     n_layer: int = 2
@@ -86,6 +87,8 @@ class GPTTrainConfig:
     stop_at: int | None = None
 
     def validate(self) -> None:
+        if self.steps is None:
+            self.steps = DEFAULT_STEPS
         checks = [
             (self.steps >= 1, "steps must be at least 1"),
             (self.batch_size >= self.workers, "batch size must be at least the worker count"),
@@ -329,7 +332,8 @@ _FIELDS = {f.name for f in fields(GPTTrainConfig)}
 # -- training -------------------------------------------------------------------------------------
 def train_gpt(config: GPTTrainConfig, echo: Callable[..., None] = print) -> dict[str, Any]:
     """Train as ``config`` says; return the metrics (also written to ``config.out``)."""
-    config.validate()
+    if not config.resume:
+        config.validate()  # a resumed run validates the checkpoint's settings
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # BLAS keeps its default
@@ -428,7 +432,8 @@ def _resumed_config(config: GPTTrainConfig, meta: dict[str, Any]) -> GPTTrainCon
     saved = {k: v for k, v in meta["config"].items() if k in _FIELDS}
     keep = ("steps", "stop_at", "progress", "resume", "out", "workers", "checkpointing", "timeout")
     for name in keep:
-        saved[name] = getattr(config, name)
+        if name != "steps" or config.steps is not None:
+            saved[name] = getattr(config, name)
     resumed = GPTTrainConfig(**saved)
     resumed.validate()
     return resumed
