@@ -220,6 +220,11 @@ def test_no_grad_nests_with_enable_grad_and_survives_exceptions():
     with mode, mode:  # one object entered twice
         pass
     assert rg.is_grad_enabled()
+    # The count of threads with recording off, which the recording path reads first, is
+    # back to zero.
+    from retrograd.autodiff.grad_mode import DISABLED_THREADS
+
+    assert DISABLED_THREADS[0] == 0
 
 
 def test_no_grad_as_a_decorator():

@@ -16,7 +16,7 @@ from ..backend.protocol import Backend
 from ..errors import AutodiffError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import RECOMPUTE, CheckpointStrategy, NoCheckpointing, run_forward
-from .grad_mode import _MODE
+from .grad_mode import _MODE, DISABLED_THREADS
 from .graph import AutodiffPrimitive, Node, new_node_id
 from .ops import OPS, Op
 from .params import ParamId
@@ -93,7 +93,7 @@ class Autodiff(Backend):
         local names it reads become cells, which every call pays for (the former copies paid
         that). Nothing is built that the node does not keep. Measured in docs/benchmarks.md.
         """
-        if not _MODE.enabled:  # inside rg.no_grad() in this thread: nothing is recorded
+        if DISABLED_THREADS[0] and not _MODE.enabled:  # in rg.no_grad() in this thread
             return AutodiffPrimitive(out, None)
         op, plan, all_tracked, single, saved_inputs, save_out, meta, has_aux, broadcast = recipe
         node_id = new_node_id()
