@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sample.add_argument("--out", default="retrograd-gpt", help="the training run's folder")
     sample.add_argument("--prompt", default="", help="text to continue (default: a new line)")
-    sample.add_argument("--tokens", type=_positive_int, default=500, help="characters to generate")
+    sample.add_argument("--tokens", type=_positive_int, default=300, help="characters to generate")
     sample.add_argument("--temperature", type=_positive_float, default=0.8)
     sample.add_argument("--top-k", type=_positive_int, help="sample among the k likeliest only")
     sample.add_argument("--seed", type=int, default=0)

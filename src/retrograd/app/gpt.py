@@ -27,6 +27,7 @@ free cores (2 cores, other processes running) a step was 4x slower (0.45 s again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -52,7 +53,7 @@ from .trainer import STRATEGIES, _format_bytes, _progress
 __all__ = ["GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
 CHECKPOINT = "checkpoint.npz"
-DEFAULT_STEPS = 250
+DEFAULT_STEPS = 500
 
 
 @dataclass
@@ -60,7 +61,7 @@ class GPTTrainConfig:
     """Everything a GPT run depends on (the ``retrograd train --model gpt`` options)."""
 
     text: str | None = None  # None: the standard library's source
-    steps: int | None = 250  # None: the default, or on --resume the checkpoint's
+    steps: int | None = 500  # None: the default, or on --resume the checkpoint's
     batch_size: int = 16
     block_size: int = 64
     n_layer: int = 2
@@ -72,7 +73,7 @@ class GPTTrainConfig:
     warmup_steps: int | None = None  # default steps / 20
     weight_decay: float = 0.1
     clip_norm: float = 1.0
-    eval_interval: int = 50
+    eval_interval: int = 100
     eval_batches: int = 4
     checkpointing: str = "none"
     workers: int = 1
@@ -330,15 +331,21 @@ _FIELDS = {f.name for f in fields(GPTTrainConfig)}
 
 
 # -- training -------------------------------------------------------------------------------------
+def _one_blas_thread() -> Any:
+    """A context limiting BLAS to one thread (see the module docstring), or a no-op without
+    threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # BLAS keeps its default
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
 def train_gpt(config: GPTTrainConfig, echo: Callable[..., None] = print) -> dict[str, Any]:
     """Train as ``config`` says; return the metrics (also written to ``config.out``)."""
     if not config.resume:
         config.validate()  # a resumed run validates the checkpoint's settings
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # BLAS keeps its default
-        return _train(config, echo)
-    with threadpool_limits(limits=1):
+    with _one_blas_thread():
         return _train(config, echo)
 
 
@@ -525,7 +532,7 @@ def generate_text(
 def sample(
     out: str,
     prompt: str = "",
-    tokens: int = 500,
+    tokens: int = 300,
     temperature: float = 0.8,
     top_k: int | None = None,
     seed: int = 0,
@@ -537,7 +544,7 @@ def sample(
         raise UsageError(f"sample: top-k must be at least 1, got {top_k}")
     model, corpus, _ = load_run(out)
     rg.seed(seed)
-    with rg.use_backend(rg.NumpyBackend()):
+    with rg.use_backend(rg.NumpyBackend()), _one_blas_thread():
         return generate_text(model, corpus, prompt, tokens, temperature, top_k)
 
 
