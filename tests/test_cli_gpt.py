@@ -114,6 +114,8 @@ def test_errors_are_one_line_usage_errors(text_file, tmp_path, capsys):
     assert "never saw" in capsys.readouterr().err
     assert main(["train", *TINY, "--text", text_file, "--n-head", "3"]) == 1
     assert "multiple of n_head" in capsys.readouterr().err
+    assert main(["train", *TINY, "--text", text_file, "--engine", "mpi"]) == 1
+    assert "--workers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["sample", "--tokens", "0"])
 

@@ -244,6 +244,11 @@ def _train_gpt(options: argparse.Namespace) -> int:
     from .trainer import TrainConfig
 
     defaults = TrainConfig()  # the CNN's --out default means "not given" here
+    if options.engine != "local":
+        raise UsageError(
+            "train: --model gpt runs data parallel on threads (--workers N); --engine mpi is "
+            "for the CNN and MLP"
+        )
 
     config = GPTTrainConfig(
         text=options.text,
