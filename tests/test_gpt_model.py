@@ -64,7 +64,7 @@ def test_gpt_matches_torch_from_identical_weights(fused):
     for block in model.h:
         block.attn.flash = fused and block.attn.flash  # the manual path, and the fused if any
     reference = TorchGPT(CONFIG)
-    state = {k: torch.tensor(v) for k, v in model.state_dict().items()}
+    state = {k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()}
     reference.load_state_dict(state, strict=True)
     rng = np.random.default_rng(0)
     idx = rng.integers(0, CONFIG.vocab_size, (3, 7))

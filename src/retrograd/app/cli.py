@@ -160,11 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load the checkpoint a GPT run wrote to --out and print generated text.",
     )
     sample.add_argument("--out", default="retrograd-gpt", help="the training run's folder")
-    sample.add_argument("--prompt", default="", help="text to continue (default: a new line)")
+    sample.add_argument("--prompt", help="text to continue (default: a new line)")
     sample.add_argument("--tokens", type=_positive_int, default=300, help="characters to generate")
-    sample.add_argument("--temperature", type=_positive_float, default=0.8)
+    sample.add_argument(
+        "--temperature", type=_positive_float, default=0.8, help="below 1: likelier characters"
+    )
     sample.add_argument("--top-k", type=_positive_int, help="sample among the k likeliest only")
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--seed", type=int, default=0, help="the sampler's seed")
 
     graph = commands.add_parser(
         "graph",
@@ -220,11 +222,13 @@ def _add_gpt_options(train: argparse.ArgumentParser) -> None:
         type=_positive_int,
         help=f"optimizer steps in all (default: {gpt.steps}, or with --resume the saved run's)",
     )
-    group.add_argument("--block-size", type=_positive_int, default=gpt.block_size)
-    group.add_argument("--n-layer", type=_positive_int, default=gpt.n_layer)
-    group.add_argument("--n-head", type=_positive_int, default=gpt.n_head)
-    group.add_argument("--n-embd", type=_positive_int, default=gpt.n_embd)
-    group.add_argument("--dropout", type=float, default=gpt.dropout)
+    group.add_argument(
+        "--block-size", type=_positive_int, default=gpt.block_size, help="context, characters"
+    )
+    group.add_argument("--n-layer", type=_positive_int, default=gpt.n_layer, help="blocks")
+    group.add_argument("--n-head", type=_positive_int, default=gpt.n_head, help="attention heads")
+    group.add_argument("--n-embd", type=_positive_int, default=gpt.n_embd, help="model width")
+    group.add_argument("--dropout", type=float, default=gpt.dropout, help="dropout probability")
     group.add_argument(
         "--eval-interval",
         type=_positive_int,
@@ -285,7 +289,7 @@ def _sample(options: argparse.Namespace) -> int:
     print(
         sample(
             options.out,
-            prompt=options.prompt,
+            prompt=options.prompt or "",
             tokens=options.tokens,
             temperature=options.temperature,
             top_k=options.top_k,

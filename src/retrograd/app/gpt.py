@@ -298,7 +298,7 @@ def _restore_optimizer(optimizer: Any, replica: _Replica, archive: Any, scalars:
 
 def save_checkpoint(path: Path, replica: _Replica, meta: dict[str, Any]) -> None:
     """Model and optimizer state plus ``meta`` (JSON), written atomically."""
-    arrays = {f"model/{k}": v for k, v in replica.model.state_dict().items()}
+    arrays = {f"model/{k}": np.asarray(v) for k, v in replica.model.state_dict().items()}
     optimizer_arrays, scalars = _optimizer_arrays(replica.optimizer)
     arrays.update(optimizer_arrays)
     meta = dict(meta, optimizer_scalars=scalars)

@@ -9,6 +9,7 @@ sorting, top-k, variance and the matrix product.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,7 +62,7 @@ class ReduceMixin:
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
         ndim = self.ndim
-        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
         normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
         if len(normalized) != len(dims):
             raise ShapeError(f"{op}: dimensions {list(dims)} repeat")
