@@ -77,6 +77,10 @@ _RULES = {None: None, COMMON: COMMON, FLOAT: FLOAT, COMPARE: COMPARE}
 _new = object.__new__
 
 
+#: Every tensor class (TensorBase's subclasses): the binary fast path takes two of them.
+_KINDS: set[type] = set()
+
+
 class TensorBase:
     """What every tensor holds: a backend primitive, its backend and a device label.
 
@@ -96,6 +100,7 @@ class TensorBase:
         super().__init_subclass__(**kwargs)
         if "_result" not in cls.__dict__:
             cls._result = cls
+        _KINDS.add(cls)
 
     def __init__(self, primitive: Any, backend: Any, device: Device = CPU0):
         self._prim = primitive
@@ -292,7 +297,8 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
     if rule is not None:  # a binary elementwise op
         a, b = inputs
         kind = type(a)
-        if kind is type(b):  # two tensors
+        # two tensors (of one class, or a Tensor and an nn.Parameter: both in _KINDS)
+        if kind is type(b) or (kind in _KINDS and type(b) in _KINDS):
             backend = a._backend
             if b._backend is backend and b._device is a._device:
                 pa, pb = a._prim, b._prim
