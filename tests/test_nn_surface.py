@@ -740,3 +740,36 @@ def test_load_state_dict_takes_arrays_retrograd_and_torch_tensors_and_checks_fir
     with pytest.raises(rg.ShapeError, match="running_var"):
         model.load_state_dict(bad)
     assert weight.tolist() == [[1.0, 1.0]] * 3  # nothing changed: checked before writing
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd", "rmsprop"])
+def test_optimizer_resumes_from_torchs_state_dict(kind):
+    """Three steps in torch, then its model and optimizer state dicts loaded into ours: the
+    next steps agree (torch's state keys: exp_avg, exp_avg_sq, momentum_buffer, square_avg)."""
+    ours, theirs = _linear_pair(seed=6)
+    make = {
+        "adamw": lambda lib, ps: lib.AdamW(ps, lr=1e-2, weight_decay=0.1),
+        "sgd": lambda lib, ps: lib.SGD(ps, lr=1e-2, momentum=0.9),
+        "rmsprop": lambda lib, ps: lib.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True),
+    }[kind]
+    opt_theirs = make(torch.optim, _groups(theirs, lambda m: m.named_parameters()))
+    rng = np.random.default_rng(3)
+    batches = [(rng.standard_normal((5, 4)), rng.standard_normal((5, 2))) for _ in range(6)]
+
+    def torch_step(x, y):
+        opt_theirs.zero_grad()
+        torch.nn.functional.mse_loss(theirs(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        opt_theirs.step()
+
+    for x, y in batches[:3]:
+        torch_step(x, y)
+    ours.load_state_dict(theirs.state_dict())
+    opt_ours = make(optim, _groups(ours, lambda m: m.named_parameters()))
+    opt_ours.load_state_dict(opt_theirs.state_dict())
+    for x, y in batches[3:]:
+        torch_step(x, y)
+        opt_ours.step(F.mse_loss(ours(rg.tensor(x)), rg.tensor(y)).backward())
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_allclose(
+            ours.state_dict()[name], value.numpy(), rtol=1e-11, atol=1e-13, err_msg=name
+        )

@@ -250,7 +250,7 @@ class Optimizer:
                     grad = grad.inner()
                 value = parameter.inner() if parameter.backend.is_autodiff else parameter
                 state = self.state.get(parameter) or {"step": 0}
-                state = {**state, "step": state["step"] + 1}
+                state = {**state, "step": state.get("step", 0) + 1}
                 new, self.state[parameter] = self.update(value, grad, state, group)
                 assign(parameter, new, f"{type(self).__name__}.step")
 
