@@ -468,6 +468,7 @@ def test_batch_norm_training_running_stats_and_eval_match_torch(rank, momentum):
         )
         theirs.zero_grad()
     assert ours.running_mean is running_mean  # updated in place, as torch
+    assert not running_mean.requires_grad and not ours.running_var.requires_grad  # no graph
     for name, value in theirs.state_dict().items():
         np.testing.assert_allclose(ours.state_dict()[name], value.numpy(), rtol=1e-12, err_msg=name)
     assert ours.state_dict()["num_batches_tracked"].dtype == np.int64
