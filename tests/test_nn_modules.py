@@ -113,11 +113,14 @@ def test_set_parameter_replaces_and_keeps_distributed_mark():
     old = model.get_parameter("0.weight")
     assert old.is_distributed()
     param_id = old.backend.param_id(old.primitive)
+    old_node = old.primitive.node
     new = model.set_parameter("0.weight", rg.zeros((2, 2)))
-    assert model[0].weight is new and new is not old
+    # API.md section 8: the Parameter object stays, its value (a fresh leaf) is replaced
+    assert model[0].weight is new and new is old and new.primitive.node is not old_node
+    assert new.tolist() == [[0.0, 0.0], [0.0, 0.0]]
     assert new.is_require_grad() and new.is_distributed()
     assert new.backend.param_id(new.primitive) == param_id == rg.ParamId("0.weight")
-    with pytest.raises(rg.ShapeError, match=r"0\.weight"):
+    with pytest.raises(rg.ShapeError, match=r"0\.weight.*\[2, 2\].*\[3, 2\]"):
         model.set_parameter("0.weight", rg.zeros((3, 2)))
     # a tracked intermediate becomes a fresh leaf, cut from its graph
     tracked = model.set_parameter("0.bias", model[0].bias * 2.0)

@@ -1,4 +1,6 @@
-"""Neural-network building blocks: functions (:mod:`.functional`) and modules.
+"""Neural-network building blocks: functions (:mod:`.functional`), modules (:mod:`.modules`),
+:class:`Parameter`, initialization (:mod:`.init`) and utilities (:mod:`.utils`), laid out as
+``torch.nn``.
 
 >>> from retrograd import nn
 >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -6,7 +8,8 @@
 ['0.bias', '0.weight', '2.bias', '2.weight']
 """
 
-from . import functional, modules
+from . import functional, init, modules, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
+from .parameter import Parameter
 
-__all__ = [*modules.__all__, "functional"]
+__all__ = [*modules.__all__, "Parameter", "functional", "init", "utils"]

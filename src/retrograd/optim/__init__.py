@@ -5,14 +5,17 @@ Gradients are a value (Burn's style): ``optimizer.step(grads)`` takes the
 the module with its updated value::
 
     model = nn.Linear(4, 2)
-    optimizer = optim.Adam(model, lr=1e-3)
+    optimizer = optim.Adam(model.parameters(), lr=1e-3)   # or the module, or param groups
     grads = loss.backward()
-    optim.clip_grad_norm(grads, model, max_norm=1.0)   # optional
+    optim.clip_grad_norm(grads, model, max_norm=1.0)   # optional; = nn.utils.clip_grad_norm_
     optimizer.step(grads)
+
+Parameters are updated in place (the object stays: ``nn.Parameter``), and ``param_groups``,
+``state_dict``/``load_state_dict`` are torch's.
 """
 
 from .clip import clip_grad_norm
-from .optimizers import SGD, Adam, AdamW, Optimizer
+from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from .schedules import CosineAnnealingLR, LRScheduler, StepLR
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "CosineAnnealingLR",
     "LRScheduler",
     "Optimizer",
+    "RMSprop",
     "StepLR",
     "clip_grad_norm",
 ]

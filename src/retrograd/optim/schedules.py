@@ -1,4 +1,5 @@
-"""Learning-rate schedules: they set ``optimizer.lr`` each time they are stepped."""
+"""Learning-rate schedules: they set each parameter group's ``"lr"`` each time they are stepped,
+from the group's own initial learning rate (``group["initial_lr"]``, as torch's)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,31 @@ class LRScheduler:
 
     def __init__(self, optimizer: Any):
         self.optimizer = optimizer
-        self.base_lr = optimizer.initial_lr
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        #: each group's initial learning rate
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.base_lr = self.base_lrs[0]
         self.last_epoch = 0
-        optimizer.lr = self.lr_at(0)
+        self._apply(0)
 
-    def lr_at(self, epoch: int) -> float:
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        """The learning rate at ``epoch`` of a group starting at ``base_lr`` (the first
+        group's by default)."""
         raise NotImplementedError
 
+    def _apply(self, epoch: int) -> None:
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = self.lr_at(epoch, base)
+
     def step(self) -> float:
-        """Advance one epoch and set the optimizer's learning rate; returns it."""
+        """Advance one epoch and set every group's learning rate; returns the first's."""
         self.last_epoch += 1
-        self.optimizer.lr = self.lr_at(self.last_epoch)
-        return self.optimizer.lr
+        self._apply(self.last_epoch)
+        return self.optimizer.param_groups[0]["lr"]
 
     def get_last_lr(self) -> float:
-        return self.optimizer.lr
+        return self.optimizer.param_groups[0]["lr"]
 
 
 class StepLR(LRScheduler):
@@ -48,8 +59,9 @@ class StepLR(LRScheduler):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
-    def lr_at(self, epoch: int) -> float:
-        return self.base_lr * self.gamma ** (epoch // self.step_size)
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * self.gamma ** (epoch // self.step_size)
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -68,6 +80,7 @@ class CosineAnnealingLR(LRScheduler):
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer)
 
-    def lr_at(self, epoch: int) -> float:
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
         cosine = (1.0 + math.cos(math.pi * epoch / self.T_max)) / 2.0
-        return self.eta_min + (self.base_lr - self.eta_min) * cosine
+        return self.eta_min + (base - self.eta_min) * cosine

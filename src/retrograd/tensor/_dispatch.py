@@ -77,6 +77,10 @@ _RULES = {None: None, COMMON: COMMON, FLOAT: FLOAT, COMPARE: COMPARE}
 _new = object.__new__
 
 
+#: Every tensor class (TensorBase's subclasses): the binary fast path takes two of them.
+_KINDS: set[type] = set()
+
+
 class TensorBase:
     """What every tensor holds: a backend primitive, its backend and a device label.
 
@@ -87,10 +91,24 @@ class TensorBase:
 
     __slots__ = ("__weakref__", "_backend", "_device", "_prim")
 
+    #: The class of what an operation on this tensor returns: the class itself, unless a
+    #: subclass names another in its body. ``nn.Parameter`` names ``Tensor``: ``2 * weight``
+    #: is a plain tensor, as in PyTorch, not a second parameter a module would register.
+    _result: type
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_result" not in cls.__dict__:
+            cls._result = cls
+        _KINDS.add(cls)
+
     def __init__(self, primitive: Any, backend: Any, device: Device = CPU0):
         self._prim = primitive
         self._backend = backend
         self._device = device
+
+
+TensorBase._result = TensorBase
 
 
 # -- dtype rules ---------------------------------------------------------------------------------
@@ -142,7 +160,7 @@ def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
 # -- operands ------------------------------------------------------------------------------------
 def wrap(reference: TensorBase, prim: Any) -> Any:
     """``prim`` (a primitive of ``reference``'s backend) as a tensor on ``reference``'s device."""
-    return type(reference)(prim, reference._backend, reference._device)
+    return type(reference)._result(prim, reference._backend, reference._device)
 
 
 def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Device) -> Any:
@@ -157,11 +175,11 @@ def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     tensor lifts into its autodiff decorator untracked."""
     source = t._backend
     if source == backend:
-        return type(t)(t._prim, backend, t._device)
+        return type(t)._result(t._prim, backend, t._device)
     if backend.is_autodiff and backend.inner == source:
-        return type(t)(backend.wrap(t._prim), backend, t._device)
+        return type(t)._result(backend.wrap(t._prim), backend, t._device)
     if source.is_autodiff and source.inner == backend:
-        return type(t)(source.inner_value(t._prim), backend, t._device)
+        return type(t)._result(source.inner_value(t._prim), backend, t._device)
     raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
 
 
@@ -177,7 +195,9 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
             )
         return value
     if isinstance(value, np.ndarray | list | tuple):
-        return from_host(type(reference), value, None, reference._backend, reference._device)
+        return from_host(
+            type(reference)._result, value, None, reference._backend, reference._device
+        )
     raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
 
 
@@ -277,7 +297,8 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
     if rule is not None:  # a binary elementwise op
         a, b = inputs
         kind = type(a)
-        if kind is type(b):  # two tensors
+        # two tensors (of one class, or a Tensor and an nn.Parameter: both in _KINDS)
+        if kind is type(b) or (kind in _KINDS and type(b) in _KINDS):
             backend = a._backend
             if b._backend is backend and b._device is a._device:
                 pa, pb = a._prim, b._prim
@@ -288,7 +309,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
                         out = getattr(backend, op.kernel)(pa, pb)
                     except Exception as error:
                         raise translate(op.name, error, backend, inputs)  # noqa: B904 (errors.translate)
-                    result = _new(kind)  # TensorBase.__init__, inlined (a Python call less)
+                    result = _new(kind._result)  # TensorBase.__init__, inlined (a Python call less)
                     result._prim, result._backend, result._device = out, backend, a._device
                     return result
         elif op.scalar is not None:  # a Python number with a float tensor, either side
@@ -307,7 +328,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
                     out = getattr(backend, op.scalar)(prim, value)
                 except Exception as error:
                     raise translate(op.name, error, backend, (t,))  # noqa: B904
-                result = _new(type(t))
+                result = _new(type(t)._result)
                 result._prim, result._backend, result._device = out, backend, t._device
                 return result
         return _binary(op, inputs[0], inputs[1], params)
@@ -325,7 +346,7 @@ def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple 
         )
     except Exception as error:
         raise translate(op.name, error, backend, inputs)  # noqa: B904
-    result = _new(type(x))
+    result = _new(type(x)._result)
     result._prim, result._backend, result._device = out, backend, x._device
     return result
 
@@ -346,9 +367,9 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     except Exception as error:
         raise translate(name, error, backend, inputs)  # noqa: B904
     if type(out) is tuple:
-        kind, device = type(first), first._device
+        kind, device = type(first)._result, first._device
         return tuple(kind(value, backend, device) for value in out)
-    result = _new(type(first))
+    result = _new(type(first)._result)
     result._prim, result._backend, result._device = out, backend, first._device
     return result
 

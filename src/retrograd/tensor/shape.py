@@ -249,7 +249,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     backend = first._backend
     with reported("cat", backend, lifted):
         out = backend.cat([t._prim for t in lifted], d)
-    return type(first)(out, backend, first._device)
+    return type(first)._result(out, backend, first._device)
 
 
 def stack(tensors: Sequence[Any], dim: int = 0) -> Any:

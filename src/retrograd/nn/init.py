@@ -1,0 +1,185 @@
+"""Parameter initialization, as ``torch.nn.init``: each ``*_`` function replaces a tensor's
+values in place (a ``Parameter`` stays the same object, so ties hold) and returns it.
+
+Random values come from the generator :func:`retrograd.seed` seeds. The formulas (gains,
+fans, bounds) are PyTorch's, so an initialization written for PyTorch ports line for line::
+
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    model.apply(_init_weights)
+
+>>> import retrograd as rg
+>>> from retrograd import nn
+>>> w = nn.Parameter(rg.zeros((2, 3)))
+>>> nn.init.ones_(w) is w, w.tolist()
+(True, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ShapeError
+from ..tensor import Tensor, random, tensor
+from ..tensor.inplace import assign
+
+__all__ = [
+    "calculate_gain",
+    "constant_",
+    "kaiming_normal_",
+    "kaiming_uniform_",
+    "normal_",
+    "ones_",
+    "trunc_normal_",
+    "uniform_",
+    "xavier_normal_",
+    "xavier_uniform_",
+    "zeros_",
+]
+
+
+def _draw(t: Tensor, distribution: str) -> np.ndarray:
+    """Host float64 draws of ``t``'s shape from the seeded generator."""
+    return random(
+        t.shape, distribution, dtype="float64", backend=t.backend, device=t.device
+    ).numpy()
+
+
+def _fill(t: Tensor, values: Any, op: str) -> Tensor:
+    fresh = tensor(np.asarray(values, dtype=t.dtype), backend=t.backend, device=t.device)
+    return assign(t, fresh, op)
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    """Values from U(a, b)."""
+    return _fill(tensor, a + (b - a) * _draw(tensor, "uniform"), "uniform_")
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    """Values from N(mean, std^2)."""
+    return _fill(tensor, mean + std * _draw(tensor, "normal"), "normal_")
+
+
+def trunc_normal_(
+    tensor: Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+) -> Tensor:
+    """Values from N(mean, std^2) truncated to ``[a, b]`` (absolute bounds, as PyTorch's):
+    draws outside are drawn again."""
+    if not a < b:
+        raise InvalidArgumentError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+    values = mean + std * _draw(tensor, "normal")
+    for _ in range(1000):
+        outside = (values < a) | (values > b)
+        if not outside.any():
+            break
+        values = np.where(outside, mean + std * _draw(tensor, "normal"), values)
+    else:
+        raise InvalidArgumentError(
+            f"trunc_normal_: [a, b] = [{a}, {b}] is too unlikely under N({mean}, {std}^2)"
+        )
+    return _fill(tensor, values, "trunc_normal_")
+
+
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    """Every value ``val``."""
+    return _fill(tensor, np.full(tensor.shape, float(val)), "constant_")
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
+
+
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
+    """PyTorch's recommended gain for ``nonlinearity`` (``"relu"``: sqrt(2), ``"tanh"``: 5/3,
+    ``"leaky_relu"``: sqrt(2 / (1 + slope^2)), linear and convolutions: 1, ...)."""
+    linear = {
+        "linear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "sigmoid",
+    }
+    if nonlinearity in linear:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3.0
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else float(param)
+        return math.sqrt(2.0 / (1.0 + slope**2))
+    if nonlinearity == "selu":
+        return 3.0 / 4.0
+    raise InvalidArgumentError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
+
+
+def _fans(t: Tensor, op: str) -> tuple[int, int]:
+    """PyTorch's fan in and fan out: dims 1 and 0 times the receptive field (the rest)."""
+    if t.ndim < 2:
+        raise ShapeError(
+            f"{op}: fan in and fan out need a tensor of at least 2 dimensions, got shape "
+            f"{list(t.shape)}"
+        )
+    receptive = math.prod(t.shape[2:])
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    """U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio)."""
+    fan_in, fan_out = _fans(tensor, "xavier_uniform_")
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return _fill(tensor, bound * (2.0 * _draw(tensor, "uniform") - 1.0), "xavier_uniform_")
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    """N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(tensor, "xavier_normal_")
+    std = gain * math.sqrt(2.0 / (fan_in + fan_out))
+    return _fill(tensor, std * _draw(tensor, "normal"), "xavier_normal_")
+
+
+def _kaiming_std(t: Tensor, a: float, mode: str, nonlinearity: str, op: str) -> float:
+    if mode not in ("fan_in", "fan_out"):
+        raise InvalidArgumentError(f"{op}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    fan_in, fan_out = _fans(t, op)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan) if fan else 0.0
+
+
+def kaiming_uniform_(
+    tensor: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+) -> Tensor:
+    """U(-b, b), b = sqrt(3) * gain / sqrt(fan) (He et al.); PyTorch's defaults."""
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
+    return _fill(tensor, bound * (2.0 * _draw(tensor, "uniform") - 1.0), "kaiming_uniform_")
+
+
+def kaiming_normal_(
+    tensor: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+) -> Tensor:
+    """N(0, std^2), std = gain / sqrt(fan) (He et al.); PyTorch's defaults."""
+    std = _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_")
+    return _fill(tensor, std * _draw(tensor, "normal"), "kaiming_normal_")

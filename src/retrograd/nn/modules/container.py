@@ -1,0 +1,178 @@
+"""Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``, as PyTorch's (sub-modules named
+by position, ``"0"``, ``"1"``, ..., or by key), so dotted names and state dicts match."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from ...errors import DTypeError, IndexOutOfRangeError
+from .module import Module
+
+__all__ = ["ModuleDict", "ModuleList", "Sequential"]
+
+
+def _checked(owner: str, index: Any, module: Any) -> Module:
+    if not isinstance(module, Module):
+        raise DTypeError(f"{owner}: item {index!r} is not a Module: {type(module).__name__}")
+    return module
+
+
+class _Indexed(Module):
+    """Sub-modules named ``"0"``, ``"1"``, ...: indexing, slicing, length, iteration."""
+
+    def _index(self, index: int) -> str:
+        size = len(self._modules)
+        if not isinstance(index, int) or not -size <= index < size:
+            raise IndexOutOfRangeError(
+                f"{type(self).__name__}: index {index!r} is out of range for {size} modules"
+            )
+        return list(self._modules)[index % size]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return type(self)(*list(self._modules.values())[index])
+        return self._modules[self._index(index)]
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        self._modules[self._index(index)] = _checked(type(self).__name__, index, module)
+
+    def __delitem__(self, index: int | slice) -> None:
+        keys = list(self._modules)
+        for key in keys[index] if isinstance(index, slice) else [self._index(index)]:
+            del self._modules[key]
+        # Renumber, as PyTorch does, so the names stay "0", "1", ...
+        modules = list(self._modules.values())
+        self._modules.clear()
+        for position, module in enumerate(modules):
+            self._modules[str(position)] = module
+
+    def append(self, module: Module) -> Any:
+        self._modules[str(len(self._modules))] = _checked(type(self).__name__, "new", module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> Any:
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        modules = list(self._modules.values())
+        modules.insert(index, _checked(type(self).__name__, index, module))
+        self._modules.clear()
+        for position, item in enumerate(modules):
+            self._modules[str(position)] = item
+
+
+class Sequential(_Indexed):
+    """Modules applied in order; sub-modules named ``"0"``, ``"1"``, ... (or by the keys of
+    an ``OrderedDict`` given as the only argument).
+
+    >>> from retrograd import nn
+    >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    >>> len(model), type(model[1]).__name__
+    (2, 'ReLU')
+    """
+
+    def __init__(self, *modules: Module | Mapping[str, Module]):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict | dict):
+            for name, module in modules[0].items():
+                self.register_module(name, _checked("Sequential", name, module))
+            return
+        for index, module in enumerate(modules):
+            self._modules[str(index)] = _checked("Sequential", index, module)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Sequential(OrderedDict(list(self._modules.items())[index]))
+        return self._modules[self._index(index)]
+
+    def forward(self, x: Any) -> Any:
+        for module in self._modules.values():
+            x = module(x)
+        return x
+
+
+class ModuleList(_Indexed):
+    """A list of sub-modules, registered (their parameters are the owner's), named by
+    position; it has no ``forward`` of its own.
+
+    >>> from retrograd import nn
+    >>> blocks = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+    >>> len(blocks), [name for name, _ in blocks.named_parameters()][:2]
+    (3, ['0.weight', '0.bias'])
+    """
+
+    def __init__(self, modules: Iterable[Module] | None = None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return ModuleList(list(self._modules.values())[index])
+        return self._modules[self._index(index)]
+
+    def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
+        return self.extend(modules)
+
+
+class ModuleDict(Module):
+    """A dict of sub-modules, registered under their keys (in insertion order).
+
+    >>> from retrograd import nn
+    >>> layers = nn.ModuleDict({"wte": nn.Embedding(5, 2), "ln_f": nn.LayerNorm(2)})
+    >>> [name for name, _ in layers.named_parameters()]
+    ['wte.weight', 'ln_f.weight', 'ln_f.bias']
+    """
+
+    def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.register_module(key, _checked("ModuleDict", key, module))
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._modules
+
+    def keys(self) -> Any:
+        return self._modules.keys()
+
+    def values(self) -> Any:
+        return self._modules.values()
+
+    def items(self) -> Any:
+        return self._modules.items()
+
+    def pop(self, key: str) -> Module:
+        return self._modules.pop(key)
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
+        pairs = modules.items() if isinstance(modules, Mapping) else modules
+        for key, module in pairs:
+            self[key] = module

@@ -1,0 +1,222 @@
+"""Convolution layers: ``Conv1d``, ``Conv2d``, ``ConvTranspose2d`` with PyTorch's signatures,
+weight layouts (``[out, in/groups, *k]``; transposed ``[in, out/groups, *k]``) and default
+initialization (U(-k, k), k = 1/sqrt(fan_in), fan_in from the weight's second dimension)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor
+from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..parameter import Parameter
+from .module import Module, _fan_in_bound, _uniform
+
+__all__ = ["Conv1d", "Conv2d", "ConvTranspose2d"]
+
+
+def _tuple(value: int | Sequence[int], count: int) -> tuple[int, ...]:
+    return (value,) * count if isinstance(value, int) else tuple(value)
+
+
+class _ConvNd(Module):
+    """What the convolutions share: arguments, checks, the weight and bias."""
+
+    spatial = 2
+    transposed = False
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int],
+        padding: int | Sequence[int] | str,
+        dilation: int | Sequence[int],
+        groups: int,
+        bias: bool,
+        padding_mode: str,
+        output_padding: int | Sequence[int] = 0,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        name = type(self).__name__
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise InvalidArgumentError(
+                f"{name}: in_channels {in_channels} and out_channels {out_channels} must be "
+                f"divisible by groups {groups}"
+            )
+        if padding_mode != "zeros":
+            raise InvalidArgumentError(
+                f"{name}: padding_mode {padding_mode!r} is not supported (only 'zeros')"
+            )
+        dtype = dtype or "float32"
+        n = self.spatial
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _tuple(kernel_size, n)
+        self.stride = _tuple(stride, n)
+        self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
+        self.dilation = _tuple(dilation, n)
+        self.output_padding = _tuple(output_padding, n)
+        self.groups, self.padding_mode = groups, padding_mode
+        if self.transposed:
+            shape = (in_channels, out_channels // groups, *self.kernel_size)
+        else:
+            shape = (out_channels, in_channels // groups, *self.kernel_size)
+        # PyTorch's fan_in: the weight's second dimension times the kernel's size.
+        bound = _fan_in_bound(shape[1] * math.prod(self.kernel_size))
+        self.weight = Parameter(_uniform(shape, bound, backend, device, dtype))
+        if bias:
+            self.bias = Parameter(_uniform((out_channels,), bound, backend, device, dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def extra_repr(self) -> str:
+        text = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self.spatial:
+            text += f", padding={self.padding}"
+        if self.dilation != (1,) * self.spatial:
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over ``[N, C, L]``, weight ``[out, in/groups, k]``.
+
+    >>> Conv1d(2, 4, 3, padding=1)(rg.ones((1, 2, 7))).shape
+    (1, 4, 7)
+    """
+
+    spatial = 1
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        **factory: Any,
+    ):
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            **factory,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution over ``[N, C, H, W]``, weight ``[out, in/groups, kh, kw]``.
+
+    >>> Conv2d(1, 4, 3, padding=1)(rg.ones((2, 1, 8, 8))).shape
+    (2, 4, 8, 8)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        **factory: Any,
+    ):
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            **factory,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class ConvTranspose2d(_ConvNd):
+    """2-d transposed convolution, weight ``[in, out/groups, kh, kw]`` (PyTorch's layout).
+
+    >>> ConvTranspose2d(4, 2, 2, stride=2)(rg.ones((1, 4, 3, 3))).shape
+    (1, 2, 6, 6)
+    """
+
+    transposed = True
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | Sequence[int] = 1,
+        padding_mode: str = "zeros",
+        **factory: Any,
+    ):
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            output_padding,
+            **factory,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )

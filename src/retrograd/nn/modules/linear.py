@@ -1,0 +1,149 @@
+"""Linear layers and their companions: ``Identity``, ``Linear``, ``Embedding``, ``Flatten``,
+``Dropout`` (PyTorch's constructor signatures, defaults, weight layouts and initializations).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor, random, tensor
+from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..parameter import Parameter
+from .module import Module, _fan_in_bound, _uniform
+
+__all__ = ["Dropout", "Embedding", "Flatten", "Identity", "Linear"]
+
+
+class Identity(Module):
+    """Returns its input; takes (and ignores) any arguments, as PyTorch's.
+
+    >>> Identity(54, unused="argument")(rg.ones((2,))).tolist()
+    [1.0, 1.0]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__()
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``, weight ``[out_features, in_features]``.
+
+    Initialized as PyTorch's ``nn.Linear``: U(-k, k), k = 1/sqrt(in_features). With
+    ``bias=False`` the ``bias`` attribute is ``None``.
+
+    >>> Linear(3, 2)(rg.ones((5, 3))).shape
+    (5, 2)
+    >>> Linear(3, 2, bias=False).bias is None
+    True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        self.in_features, self.out_features = in_features, out_features
+        bound = _fan_in_bound(in_features)
+        shape = (out_features, in_features)
+        self.weight = Parameter(_uniform(shape, bound, backend, device, dtype))
+        if bias:
+            self.bias = Parameter(_uniform((out_features,), bound, backend, device, dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, " + (
+            f"bias={self.bias is not None}"
+        )
+
+
+class Embedding(Module):
+    """A lookup table ``weight`` ``[num_embeddings, embedding_dim]``, rows drawn from N(0, 1)
+    (the ``padding_idx`` row zero), as PyTorch's.
+
+    >>> Embedding(10, 3)(rg.tensor([[1, 2], [3, 4]], dtype="int64")).shape
+    (2, 2, 3)
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        values = random(
+            (num_embeddings, embedding_dim), "normal", dtype=dtype, backend=backend, device=device
+        ).numpy()
+        if padding_idx is not None:
+            values = values.copy()
+            values[padding_idx] = 0.0
+        self.weight = Parameter(tensor(values, backend=backend, device=device))
+
+    def forward(self, indices: Tensor) -> Tensor:
+        return F.embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class Flatten(Module):
+    """Flatten dims ``start_dim`` to ``end_dim`` into one (by default all but the batch dim).
+
+    >>> Flatten()(rg.ones((2, 3, 4))).shape
+    (2, 12)
+    """
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` in training mode; the identity in eval mode.
+    ``inplace=True`` is accepted (nothing is modified in place).
+
+    >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise InvalidArgumentError(f"Dropout: p must be between 0 and 1, got {p!r}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

@@ -1,0 +1,558 @@
+"""The :class:`Module` base class: parameters, buffers and sub-modules registered by name.
+
+A module keeps three ordered dicts, as PyTorch's does: ``_parameters`` (:class:`Parameter`
+slots, or ``None`` for an absent one such as a ``bias=False`` layer's bias), ``_buffers``
+(tensors that are state but not trained: batch norm's running statistics) and ``_modules``.
+Assigning to an attribute registers: a ``Parameter`` as a parameter, a ``Module`` as a
+sub-module; ``register_buffer`` adds a buffer, and assigning a tensor to a buffer's name
+replaces it. Every parameter has a dotted name (``"0.weight"``, ``"encoder.fc.bias"``).
+
+Gradients stay a value: ``loss.backward()`` returns them and an optimizer reads them from it,
+then replaces each parameter's *value* (the ``Parameter`` object stays; see
+:mod:`retrograd.nn.parameter`). Parameters are identified by object: the same ``Parameter``
+under two names (weight tying) is listed once, under the first name met in registration order,
+by :meth:`Module.named_parameters`; ``state_dict`` has it under every name, as PyTorch's.
+
+>>> import retrograd as rg
+>>> from retrograd import nn
+>>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+>>> [name for name, _ in model.named_parameters()]
+['0.weight', '0.bias', '2.weight', '2.bias']
+>>> model(rg.zeros((3, 4))).shape
+(3, 2)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ...device import Device
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
+from ...tensor.inplace import assign
+from ..parameter import Parameter
+
+__all__ = ["Module"]
+
+StateSource = Mapping[str, Any] | str | os.PathLike
+
+
+class Module:
+    """Base class of layers and models.
+
+    Subclasses call ``super().__init__()``, assign parameters (``nn.Parameter``), sub-modules
+    and buffers (:meth:`register_buffer`) as attributes, and define :meth:`forward`.
+    """
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    # -- attributes ---------------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        state = self.__dict__
+        if "_parameters" not in state:
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() call in "
+                f"{type(self).__name__}.__init__"
+            )
+        params, buffers, modules = state["_parameters"], state["_buffers"], state["_modules"]
+        if isinstance(value, Parameter):
+            self._forget(name)
+            params[name] = value
+        elif name in params:
+            if value is None:
+                params[name] = None
+            else:  # a tensor given for a parameter: its values, the Parameter object stays
+                self.set_parameter(name, value)
+        elif isinstance(value, Module):
+            self._forget(name)
+            modules[name] = value
+        elif name in modules:
+            if value is not None:
+                raise DTypeError(
+                    f"{type(self).__name__}: cannot assign {type(value).__name__} as sub-module "
+                    f"{name!r} (a Module or None is expected)"
+                )
+            modules[name] = None
+        elif name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise DTypeError(
+                    f"{type(self).__name__}: cannot assign {type(value).__name__} as buffer "
+                    f"{name!r} (a Tensor or None is expected)"
+                )
+            buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: parameters, buffers, sub-modules live in dicts.
+        state = self.__dict__
+        for kind in ("_parameters", "_buffers", "_modules"):
+            registered = state.get(kind)
+            if registered is not None and name in registered:
+                return registered[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        if not self._forget(name):
+            object.__delattr__(self, name)
+
+    def _forget(self, name: str) -> bool:
+        """Drop ``name`` from every registry and the instance dict; whether it was registered."""
+        found = False
+        for kind in ("_parameters", "_buffers", "_modules"):
+            if self.__dict__[kind].pop(name, _MISSING) is not _MISSING:
+                found = True
+        self._non_persistent_buffers.discard(name)
+        self.__dict__.pop(name, None)
+        return found
+
+    def __dir__(self) -> list[str]:
+        names = set(super().__dir__())
+        names.update(self._parameters, self._buffers, self._modules)
+        return sorted(names)
+
+    @staticmethod
+    def _check_name(op: str, name: Any) -> None:
+        if not isinstance(name, str) or not name or "." in name:
+            raise InvalidArgumentError(f"{op}: invalid name {name!r} (a non-empty str without '.')")
+
+    def register_parameter(self, name: str, value: Any) -> Parameter | None:
+        """Own ``value`` as the parameter ``name``; returns it.
+
+        ``value`` is a :class:`Parameter` (registered as it is, so it may be shared), ``None``
+        (an absent parameter, as a ``bias=False`` layer's ``bias``) or a float tensor, which
+        becomes a new ``Parameter`` holding its values.
+        """
+        self._check_name("register_parameter", name)
+        if value is not None and not isinstance(value, Parameter):
+            if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
+                raise DTypeError(
+                    f"register_parameter: {name!r} must be a float Tensor or a Parameter, got "
+                    f"{_describe(value)}"
+                )
+            value = Parameter(value)
+        self._forget(name)
+        self._parameters[name] = value
+        return value
+
+    def register_buffer(self, name: str, value: Tensor | None, persistent: bool = True) -> None:
+        """Keep ``value`` (a tensor, or ``None``) as state that is not trained: it is listed by
+        :meth:`named_buffers`, saved by :meth:`state_dict` unless ``persistent=False``, cast by
+        :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
+        self._check_name("register_buffer", name)
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise DTypeError(
+                    f"register_buffer: {name!r} must be a Tensor or None, got {_describe(value)}"
+                )
+            value = _untracked(value)
+        self._forget(name)
+        self._buffers[name] = value
+        if not persistent:
+            self._non_persistent_buffers.add(name)
+
+    def register_module(self, name: str, module: Module | None) -> None:
+        """Own ``module`` as the sub-module ``name`` (as assigning it does)."""
+        self._check_name("register_module", name)
+        if module is not None and not isinstance(module, Module):
+            raise DTypeError(f"register_module: {name!r} is not a Module: {_describe(module)}")
+        self._forget(name)
+        self._modules[name] = module
+
+    add_module = register_module
+
+    # -- traversal ----------------------------------------------------------------------------
+    def named_modules(
+        self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """This module (name ``prefix``) and every sub-module, depth first, with dotted names;
+        a module reachable twice is listed once (unless ``remove_duplicate=False``)."""
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(
+                    memo, f"{prefix}.{name}" if prefix else name, remove_duplicate
+                )
+
+    def modules(self) -> Iterator[Module]:
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self) -> Iterator[Module]:
+        for _, child in self.named_children():
+            yield child
+
+    def _named_members(
+        self, kind: str, prefix: str, recurse: bool, remove_duplicate: bool
+    ) -> Iterator[tuple[str, Any]]:
+        seen: set[int] = set()
+        modules = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
+        for module_prefix, module in modules:
+            for name, value in getattr(module, kind).items():
+                if value is None or (remove_duplicate and id(value) in seen):
+                    continue
+                seen.add(id(value))
+                yield (f"{module_prefix}.{name}" if module_prefix else name), value
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """``(dotted name, parameter)`` for every parameter, in registration order; a
+        parameter reachable under two names is listed once, under the first.
+
+        >>> from retrograd import nn
+        >>> next(nn.Linear(2, 3).named_parameters())[0]
+        'weight'
+        """
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> list[Parameter]:
+        """Every parameter, in the order of :meth:`named_parameters` (each object once)."""
+        return [value for _, value in self.named_parameters(recurse=recurse)]
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, tensor)`` for every buffer, in registration order."""
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> list[Tensor]:
+        return [value for _, value in self.named_buffers(recurse=recurse)]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def _owner(self, name: str, kind: str = "_parameters") -> tuple[Module, str]:
+        *path, leaf = name.split(".")
+        module = self
+        for part in path:
+            child = module._modules.get(part)
+            if child is None:
+                raise KeyError(f"{type(self).__name__} has no sub-module {part!r} (in {name!r})")
+            module = child
+        if leaf not in getattr(module, kind):
+            what = "parameter" if kind == "_parameters" else "buffer"
+            raise KeyError(f"{type(self).__name__} has no {what} {name!r}")
+        return module, leaf
+
+    def get_parameter(self, name: str) -> Parameter:
+        """The parameter with dotted ``name``."""
+        module, leaf = self._owner(name)
+        return module._parameters[leaf]
+
+    def get_buffer(self, name: str) -> Tensor:
+        """The buffer with dotted ``name``."""
+        module, leaf = self._owner(name, "_buffers")
+        return module._buffers[leaf]
+
+    def get_submodule(self, target: str) -> Module:
+        module = self
+        for part in target.split(".") if target else ():
+            child = module._modules.get(part)
+            if child is None:
+                raise AttributeError(f"{type(module).__name__} has no sub-module {part!r}")
+            module = child
+        return module
+
+    def set_parameter(self, name: str, value: Tensor) -> Parameter:
+        """Give the parameter with dotted ``name`` the values of ``value``; returns it.
+
+        The :class:`Parameter` object stays (every name it is tied to, and every reference,
+        sees the new values); ``value`` must have its shape (a ``ShapeError`` otherwise) and
+        is cast to its dtype and cut from any graph. The parameter stays a leaf that requires
+        grad, with its distributed mark.
+        """
+        module, leaf = self._owner(name)
+        parameter = module._parameters[leaf]
+        if not isinstance(value, Tensor):
+            raise DTypeError(f"set_parameter: {name!r} must be a Tensor, got {_describe(value)}")
+        if parameter is None:
+            module._parameters[leaf] = Parameter(value)
+            return module._parameters[leaf]
+        if value.shape != parameter.shape:
+            raise ShapeError(
+                f"set_parameter: {name!r} has shape {list(parameter.shape)}, got "
+                f"{list(value.shape)}; a parameter keeps its shape (assign a new "
+                f"nn.Parameter to the attribute to change it)"
+            )
+        return assign(parameter, value, f"set_parameter {name!r}")
+
+    # -- modes, functions, dtypes -------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        """Training mode (dropout active, batch norm on batch statistics) for this module and
+        its sub-modules; returns self."""
+        for module in self.modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode (dropout is the identity, batch norm uses its running statistics)."""
+        return self.train(False)
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every sub-module (children first, as PyTorch) and on self; returns
+        self. The idiom of custom initialization: ``model.apply(self._init_weights)``."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def to(self, *args: Any, dtype: str | None = None, device: Any = None) -> Module:
+        """Cast floating parameters and buffers to ``dtype`` (``"float32"``/``"float64"``)
+        and/or move everything to ``device``, in place; returns self.
+
+        As ``torch.nn.Module.to``: ``to("float64")``, ``to(dtype="float64")``, ``to("cpu")``,
+        ``to(rg.Device("cpu", 1))``. Tied parameters stay one object; int buffers (batch
+        norm's ``num_batches_tracked``) keep their dtype.
+        """
+        for arg in args:
+            if isinstance(arg, str) and arg in DTYPES:
+                dtype = arg
+            elif isinstance(arg, Device | str):
+                device = arg
+            else:
+                raise InvalidArgumentError(f"Module.to: expected a dtype or a device, got {arg!r}")
+        if dtype is not None and dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"Module.to: only float dtypes are supported, got {dtype!r}")
+        target = Device(device) if device is not None else None
+        for parameter in self.parameters():
+            _convert(parameter, dtype, target, "Module.to")
+        for module in self.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = _converted(buffer, dtype, target)
+        return self
+
+    def float(self) -> Module:
+        """Floating parameters and buffers to float32; returns self."""
+        return self.to("float32")
+
+    def double(self) -> Module:
+        """Floating parameters and buffers to float64; returns self."""
+        return self.to("float64")
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Make every parameter a leaf that requires grad, or an untracked value (frozen:
+        backward computes no gradient for it, an optimizer skips it); returns self."""
+        for parameter in self.parameters():
+            _set_requires_grad(parameter, requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing to do: gradients are the value ``backward()`` returns, not module state.
+        Kept so that PyTorch training loops port unchanged."""
+
+    # -- distributed --------------------------------------------------------------------------
+    def set_distributed(self) -> Module:
+        """Mark every parameter for gradient all-reduce, its dotted name as the param id.
+
+        Every replica (device or process) names its parameters alike, so the ids agree; a tied
+        parameter is one parameter, marked once under its first name.
+        """
+        for name, value in list(self.named_parameters()):
+            value.set_distributed(name)
+        return self
+
+    # -- state ----------------------------------------------------------------------------------
+    def _state_items(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """PyTorch's ``state_dict`` walk: own parameters, own persistent buffers, then each
+        child's; a tied parameter (or shared module) under every name it has."""
+        for name, value in self._parameters.items():
+            if value is not None:
+                yield prefix + name, value
+        for name, value in self._buffers.items():
+            if value is not None and name not in self._non_persistent_buffers:
+                yield prefix + name, value
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child._state_items(f"{prefix}{name}.")
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Parameters and persistent buffers by dotted name, PyTorch's keys (a tied parameter
+        under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies.
+
+        ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
+        loads it into the same model written for PyTorch.
+        """
+        return {name: np.array(value.numpy(), copy=True) for name, value in self._state_items()}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state_dict` to an ``.npz`` file."""
+        np.savez(path, **self.state_dict())
+
+    def load_state_dict(self, state: StateSource, strict: bool = True) -> Module:
+        """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
+        tensors) or an ``.npz`` file; returns self.
+
+        Each value is written into the existing object (a ``Parameter`` stays the same object,
+        so ties hold), cast to its dtype. ``strict`` (the default) requires exactly this
+        module's keys (:meth:`state_dict`'s).
+        """
+        if not isinstance(state, Mapping):
+            with np.load(state) as archive:
+                state = {name: archive[name] for name in archive.files}
+        own = dict(self._state_items())
+        missing = [name for name in own if name not in state]
+        unexpected = [name for name in state if name not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(
+                f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
+            )
+        arrays = {}
+        for name, current in own.items():  # check everything before changing anything
+            if name not in state:
+                continue
+            array = _host_array(state[name])
+            if tuple(array.shape) != current.shape:
+                raise ShapeError(
+                    f"load_state_dict: {name!r} has shape {list(current.shape)}, "
+                    f"the state has {list(array.shape)}"
+                )
+            arrays[name] = array
+        for name, array in arrays.items():
+            current = own[name]
+            fresh = tensor(
+                np.asarray(array, dtype=current.dtype),
+                backend=current.backend,
+                device=current.device,
+            )
+            assign(current, fresh, f"load_state_dict {name!r}")
+        return self
+
+    def replicate(self, backend: Any = None, device: Any = None) -> Module:
+        """A copy of this module whose parameters and buffers are new tensors (same values) on
+        ``backend`` and ``device`` (this module's when ``None``); nothing is shared with the
+        original, and ties within it are kept.
+
+        Data-parallel training makes one replica per device this way; a replica on a backend
+        without autodiff (``rg.NumpyBackend()``) evaluates without recording any graph.
+        """
+        memo: dict[int, Any] = {}
+        for value in self.parameters():
+            fresh = tensor(
+                np.array(value.numpy(), copy=True),
+                backend=backend if backend is not None else value.backend,
+                device=device if device is not None else value.device,
+            )
+            memo[id(value)] = Parameter(
+                fresh, requires_grad=value.is_require_grad() or not value.backend.is_autodiff
+            )
+        for value in self.buffers():
+            memo[id(value)] = tensor(
+                np.array(value.numpy(), copy=True),
+                backend=backend if backend is not None else value.backend,
+                device=device if device is not None else value.device,
+            )
+        return copy.deepcopy(self, memo)
+
+    # -- calling ------------------------------------------------------------------------------
+    def forward(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [
+            f"  ({name}): " + repr(child).replace("\n", "\n  ")
+            for name, child in self._modules.items()
+        ]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+
+
+_MISSING = object()
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return type(value).__name__
+
+
+def _untracked(value: Tensor) -> Tensor:
+    """``value``'s values as a tensor without graph on its backend."""
+    backend = value.backend
+    if not backend.is_autodiff or not value.requires_grad:
+        return value
+    return Tensor.from_inner(value.inner(), backend=backend)
+
+
+def _host_array(value: Any) -> np.ndarray:
+    """A state-dict entry (array, retrograd tensor, PyTorch tensor) as a NumPy array."""
+    if isinstance(value, np.ndarray | Tensor):
+        return np.asarray(value)
+    detach = getattr(value, "detach", None)  # a PyTorch tensor, possibly on a GPU
+    if callable(detach):
+        return np.asarray(detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:
+    """A buffer cast to ``dtype`` (floats only) and moved to ``device``."""
+    if dtype is not None and value.dtype in FLOAT_DTYPES and value.dtype != dtype:
+        value = _untracked(value).cast(dtype)
+    if device is not None and value.device != device:
+        value = value.to(device)
+    return value
+
+
+def _convert(parameter: Parameter, dtype: str | None, device: Device | None, op: str) -> None:
+    """Cast / move a parameter in place: the object stays, its value is replaced."""
+    value = _converted(parameter, dtype, None)
+    if value is not parameter or (device is not None and parameter.device != device):
+        assign(parameter, value, op, keep_dtype=dtype is None, device=device)
+
+
+def _set_requires_grad(parameter: Parameter, requires_grad: bool) -> None:
+    backend = parameter.backend
+    if not backend.is_autodiff or parameter.is_require_grad() == requires_grad:
+        return
+    if requires_grad:
+        parameter.require_grad()
+    else:
+        assign(parameter, parameter, "requires_grad_", untrack=True)
+
+
+def _uniform(shape: tuple[int, ...], bound: float, backend: Any, device: Any, dtype: str) -> Tensor:
+    """U(-bound, bound) from the generator :func:`retrograd.seed` seeds; an untracked tensor."""
+    values = random(shape, "uniform", dtype=dtype, backend=backend, device=device).numpy()
+    return tensor((values * 2.0 - 1.0) * bound, dtype=dtype, backend=backend, device=device)
+
+
+def _fan_in_bound(fan_in: int) -> float:
+    """PyTorch's default bound for layers' weights and biases: ``1 / sqrt(fan_in)``."""
+    return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0

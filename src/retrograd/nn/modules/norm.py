@@ -1,0 +1,252 @@
+"""Normalization layers: ``LayerNorm``, ``BatchNorm1d``, ``BatchNorm2d``, ``GroupNorm``,
+``RMSNorm``, with PyTorch's signatures, parameters (``weight`` ones, ``bias`` zeros) and
+buffers (``running_mean``, ``running_var``, ``num_batches_tracked``), so state dicts match."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, ShapeError
+from ...tensor import Tensor, tensor
+from ...tensor.inplace import assign
+from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..parameter import Parameter
+from .module import Module
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
+
+
+def _filled(shape: tuple[int, ...], value: float, dtype: str, backend: Any, device: Any) -> Tensor:
+    return tensor(np.full(shape, value), dtype=dtype, backend=backend, device=device)
+
+
+def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(normalized_shape)
+
+
+class LayerNorm(Module):
+    """Normalize over the trailing ``normalized_shape`` dims, then scale and shift.
+
+    >>> LayerNorm(4)(rg.ones((2, 4))).shape
+    (2, 4)
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        shape = _shape(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_filled(shape, 1.0, dtype, backend, device))
+            if bias:
+                self.bias = Parameter(_filled(shape, 0.0, dtype, backend, device))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class _BatchNorm(Module):
+    """Batch normalization with running statistics, as PyTorch's ``_BatchNorm``."""
+
+    #: the input ranks this layer takes
+    ranks: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        shape = (num_features,)
+        if affine:
+            self.weight = Parameter(_filled(shape, 1.0, dtype, backend, device))
+            self.bias = Parameter(_filled(shape, 0.0, dtype, backend, device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", _filled(shape, 0.0, dtype, backend, device))
+            self.register_buffer("running_var", _filled(shape, 1.0, dtype, backend, device))
+            self.register_buffer(
+                "num_batches_tracked",
+                tensor(np.array(0, dtype=np.int64), backend=backend, device=device),
+            )
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
+                buffer = getattr(self, name)
+                assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
+            assign(self.num_batches_tracked, self.num_batches_tracked * 0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        if x.ndim not in self.ranks:
+            raise ShapeError(
+                f"{name}: expected a {' or '.join(f'{r}-d' for r in self.ranks)} input, got "
+                f"shape {list(x.shape)}"
+            )
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            counter = self.num_batches_tracked
+            assign(counter, counter + 1, name)
+            if self.momentum is None:  # a cumulative moving average
+                factor = 1.0 / float(counter.item())
+        # As PyTorch: batch statistics in training, and in eval when no running ones are kept.
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(
+            x,
+            self.running_mean if track else None,
+            self.running_var if track else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            factor,
+            self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of ``[N, C]`` or ``[N, C, L]`` per channel.
+
+    >>> BatchNorm1d(3)(rg.random((4, 3))).shape
+    (4, 3)
+    """
+
+    ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of ``[N, C, H, W]`` per channel; running statistics (buffers) are
+    updated in training mode with ``momentum`` and used in eval mode.
+
+    >>> bn = BatchNorm2d(3)
+    >>> sorted(bn.state_dict())
+    ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
+    """
+
+    ranks = (4,)
+
+
+class GroupNorm(Module):
+    """Group normalization of ``[N, C, *]``: ``num_groups`` groups of channels.
+
+    >>> GroupNorm(2, 4)(rg.random((3, 4, 5))).shape
+    (3, 4, 5)
+    """
+
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise InvalidArgumentError(
+                f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
+                f"{num_groups}"
+            )
+        dtype = dtype or "float32"
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups,
+            num_channels,
+            eps,
+            affine,
+        )
+        if affine:
+            self.weight = Parameter(_filled((num_channels,), 1.0, dtype, backend, device))
+            self.bias = Parameter(_filled((num_channels,), 0.0, dtype, backend, device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class RMSNorm(Module):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims
+    (``eps=None``: the dtype's machine epsilon), as PyTorch's.
+
+    >>> RMSNorm(4)(rg.ones((2, 4))).shape
+    (2, 4)
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        self.normalized_shape, self.eps = _shape(normalized_shape), eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_filled(self.normalized_shape, 1.0, dtype, backend, device))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"

@@ -1,0 +1,62 @@
+"""``nn.Parameter``: a named, mutable slot holding a leaf tensor that requires a gradient.
+
+A :class:`Parameter` *is* a tensor (``p.grad(grads)``, ``np.asarray(p)``, ``p * 2``,
+``F.linear(x, p)``); what sets it apart is identity. Assigning one to a module attribute
+registers it, and the object stays the same for the module's life: an optimizer step,
+``load_state_dict``, ``nn.init.*_`` and ``module.to(dtype)`` replace the value it holds
+(:func:`retrograd.tensor.inplace.assign`), never the object. So the same ``Parameter`` reachable
+under two names (weight tying) is one parameter everywhere: listed once, one gradient (its
+leaf's, the sum of both uses), one optimizer state, one object after every update.
+
+Operations on a parameter return plain tensors (``type(2 * p) is rg.Tensor``), as in PyTorch:
+only a ``Parameter`` assigned to a module registers as one.
+
+>>> import retrograd as rg
+>>> from retrograd import nn
+>>> p = nn.Parameter(rg.ones((2,)))
+>>> p.is_require_grad(), type(p * 2).__name__
+(True, 'Tensor')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DTypeError
+from ..tensor import FLOAT_DTYPES, Tensor, tensor
+
+__all__ = ["Parameter"]
+
+
+class Parameter(Tensor):
+    """A leaf tensor that requires grad (``requires_grad=False``: an untracked one), held in a
+    slot that updates replace the value of in place.
+
+    ``Parameter(t)`` shares ``t``'s values but is a new leaf: ``t`` itself is not marked or
+    changed. Arrays and nested lists are accepted too (as ``rg.tensor`` reads them).
+    """
+
+    __slots__ = ()
+    _result = Tensor  # what operations on a parameter return (see TensorBase._result)
+
+    def __init__(self, data: Any = None, requires_grad: bool = True):
+        if data is None:
+            data = tensor([])
+        elif not isinstance(data, Tensor):
+            data = tensor(data)
+        if requires_grad and data.dtype not in FLOAT_DTYPES:
+            raise DTypeError(
+                f"Parameter: only float tensors can require grad, got {data.dtype} of shape "
+                f"{list(data.shape)}"
+            )
+        backend = data.backend
+        primitive = data.primitive
+        if backend.is_autodiff:
+            # A fresh leaf on the same values: ``data``'s own node (if any) stays its own.
+            primitive = backend.wrap(backend.inner_value(primitive))
+            if requires_grad:
+                primitive = backend.require_grad(primitive)
+        super().__init__(primitive, backend, data.device)
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
