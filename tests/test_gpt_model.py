@@ -48,6 +48,7 @@ class TorchGPT(tnn.Module):
         self.h = tnn.ModuleList([TorchBlock(c) for _ in range(c.n_layer)])
         self.ln_f = tnn.LayerNorm(c.n_embd)
         self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # tied, as in nanoGPT
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
@@ -76,7 +77,8 @@ def test_gpt_matches_torch_from_identical_weights(fused):
     assert loss.item() == pytest.approx(t_loss.item(), rel=1e-5)
     grads = loss.backward()
     t_params = dict(reference.named_parameters())
-    assert len(t_params) == len(model.parameters())
+    assert len(t_params) == len(model.parameters()) == 28  # the tied weight listed once
+    assert model.wte.weight is model.lm_head.weight
     for name, p in model.named_parameters():
         np.testing.assert_allclose(
             p.grad(grads).numpy(), t_params[name].grad.numpy(), rtol=2e-3, atol=2e-6, err_msg=name
@@ -87,7 +89,9 @@ def test_gpt_starts_near_a_uniform_guess_and_generates_reproducibly():
     rg.seed(1)
     model = GPT(CONFIG)
     idx = rg.tensor(np.arange(8).reshape(1, 8) % CONFIG.vocab_size)
-    _, loss = model(idx, idx)
+    # targets differ from the inputs: with tied weights, predicting the input token itself
+    # starts out favoured
+    _, loss = model(idx, (idx + 3) % CONFIG.vocab_size)
     assert loss.item() == pytest.approx(math.log(CONFIG.vocab_size), abs=0.1)
     rg.seed(5)
     first = model.generate(idx[:, :2], 10, temperature=0.9, top_k=3)

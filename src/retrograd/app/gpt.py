@@ -132,27 +132,21 @@ class GPTTrainConfig:
 # -- replicas -------------------------------------------------------------------------------------
 def make_optimizer(model: GPT, config: GPTTrainConfig) -> Any:
     """AdamW as nanoGPT configures it: weight decay on the 2-d weights (matmuls, embeddings),
-    none on biases and layer-norm gains, betas (0.9, 0.99) for a small model.
-
-    With an optimizer that takes torch's parameter groups the two sets get their own decay;
-    one that takes only a module decays every parameter (the difference is small here)."""
+    none on biases and layer-norm gains (torch's parameter groups), betas (0.9, 0.99) for a small
+    model."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    grouped = optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99))
-    if hasattr(grouped, "param_groups"):
-        return grouped
-    return optim.AdamW(model, lr=config.lr, betas=(0.9, 0.99), weight_decay=config.weight_decay)
+    return optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99))
 
 
 def set_lr(optimizer: Any, lr: float) -> None:
-    """Set the learning rate as a torch schedule does (every group), or the single ``lr``."""
-    for group in getattr(optimizer, "param_groups", ()):
+    """Set the learning rate as a torch schedule does: in every parameter group."""
+    for group in optimizer.param_groups:
         group["lr"] = lr
-    optimizer.lr = lr
 
 
 class _Replica:
@@ -272,28 +266,32 @@ def estimate_loss(model: GPT, corpus: TextCorpus, config: GPTTrainConfig) -> dic
 
 # -- checkpoints ---------------------------------------------------------------------------------
 def _optimizer_arrays(optimizer: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The optimizer's per-parameter state (``optimizer.state``: name -> {key: tensor or
-    number}) as arrays and JSON scalars."""
+    """The optimizer's ``state_dict()`` (torch's layout: parameters numbered by position in the
+    groups) as arrays (``optim/<number>/<key>``) and JSON (scalars and the groups)."""
+    saved = optimizer.state_dict()
     arrays, scalars = {}, {}
-    for name, state in optimizer.state.items():
+    for number, state in saved["state"].items():
         for key, value in state.items():
-            if isinstance(value, rg.Tensor):
-                arrays[f"optim/{name}/{key}"] = np.array(value.numpy(), copy=True)
+            if isinstance(value, np.ndarray):
+                arrays[f"optim/{number}/{key}"] = value
             else:
-                scalars.setdefault(str(name), {})[key] = value
-    return arrays, scalars
+                scalars.setdefault(str(number), {})[key] = value
+    return arrays, {"state": scalars, "param_groups": saved["param_groups"]}
 
 
 def _restore_optimizer(optimizer: Any, replica: _Replica, archive: Any, scalars: dict) -> None:
-    inner = replica.backend.inner
-    state: dict[str, dict[str, Any]] = {name: dict(values) for name, values in scalars.items()}
+    state: dict[int, dict[str, Any]] = {
+        int(number): dict(values) for number, values in scalars["state"].items()
+    }
     for key in archive.files:
         if key.startswith("optim/"):
-            name, _, slot = key[len("optim/") :].rpartition("/")
-            state.setdefault(name, {})[slot] = rg.tensor(
-                archive[key], backend=inner, device=replica.device
-            )
-    optimizer.state = state
+            number, _, slot = key[len("optim/") :].rpartition("/")
+            state.setdefault(int(number), {})[slot] = archive[key]
+    groups = [
+        {k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
+        for group in scalars["param_groups"]
+    ]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
 def save_checkpoint(path: Path, replica: _Replica, meta: dict[str, Any]) -> None:

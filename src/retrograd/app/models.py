@@ -155,27 +155,24 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
-        # nn.Sequential registers the blocks under "h.0", "h.1", ... as nn.ModuleList would;
-        # forward walks them in order either way.
-        self.h = nn.Sequential(*[Block(config) for _ in range(config.n_layer)])
+        self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        # nanoGPT ties wte.weight to lm_head.weight; weight tying arrives with nn.Parameter, so
-        # the two are separate parameters here (a char vocabulary makes them small anyway).
+        # Weight tying, as nanoGPT: one parameter, listed once (as "wte.weight"), whose gradient
+        # sums the embedding's and the head's.
+        self.wte.weight = self.lm_head.weight
         self._init_weights(config)
 
     def _init_weights(self, config: GPTConfig) -> None:
         residual_std = 0.02 / math.sqrt(2 * config.n_layer)
-        for name, p in list(self.named_parameters()):
+        for name, p in self.named_parameters():
             if name.endswith("bias"):
-                value = p * 0.0
+                nn.init.zeros_(p)
             elif ".ln_" in name or name.startswith("ln_"):
                 continue  # layer norms keep weight 1, bias 0
             else:
                 std = residual_std if name.endswith("c_proj.weight") else 0.02
-                value = rg.randn(p.shape, dtype=p.dtype, backend=p.backend, device=p.device) * std
-            # in-place nn.init.normal_ / zeros_ replace this once they exist
-            self.set_parameter(name, value)
+                nn.init.normal_(p, mean=0.0, std=std)
 
     def forward(
         self, idx: rg.Tensor, targets: rg.Tensor | None = None
@@ -189,7 +186,8 @@ class GPT(nn.Module):
             )
         pos = rg.arange(0, t, backend=idx.backend, device=idx.device)  # (t,)
         x = self.drop(self.wte(idx) + self.wpe(pos))
-        x = self.h(x)
+        for block in self.h:
+            x = block(x)
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
