@@ -30,9 +30,10 @@ LAYERS = {
     "optim": 5,
     "distributed": 5,
     "memory": 5,
-    "__init__": 6,  # the public namespace ``rg``
-    "app": 7,
-    "__main__": 8,
+    "capture": 6,  # records and replays whole steps: forward, backward and optimizer
+    "__init__": 7,  # the public namespace ``rg``
+    "app": 8,
+    "__main__": 9,
 }
 
 

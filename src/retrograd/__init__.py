@@ -17,6 +17,7 @@ from .autodiff import (
 )
 from .autodiff.params import ParamId
 from .backend import Backend, NumpyBackend
+from .capture import CapturedStep, CaptureError, capture
 from .context import current_backend, default_backend, set_default_backend, use_backend
 from .device import Device
 from .errors import (
@@ -51,6 +52,8 @@ __all__ = [
     "AutodiffError",
     "Backend",
     "BalancedCheckpointing",
+    "CaptureError",
+    "CapturedStep",
     "CheckpointStrategy",
     "DTypeError",
     "Device",
@@ -65,6 +68,7 @@ __all__ = [
     "ShapeError",
     "Tensor",
     "arange",
+    "capture",
     "cat",
     "current_backend",
     "default_backend",
