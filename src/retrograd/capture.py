@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -74,8 +75,10 @@ class CaptureError(AutodiffError):
 class _Recorder:
     """The calls of one step, with every argument resolved to a slot or a constant.
 
-    A value is known by identity: each output of a recorded call gets a *slot*, and every value
-    seen is kept alive until the recording ends, so no ``id`` is reused meanwhile. An argument
+    A value is known by identity: each output of a recorded call gets a *slot*, found again by
+    ``id``. A slot keeps a weak reference to its value where the type allows one (arrays,
+    torch tensors), so the recording holds no more memory than the eager step, and a dead
+    value's reused ``id`` matches nothing; other values (NumPy scalars) are held. An argument
     that is no slot (a tensor made before the step and closed over, a dim, a scalar) is a
     constant of the program.
     """
@@ -85,20 +88,25 @@ class _Recorder:
         self.depth = 0  # > 0 inside a recorded call: a backend calling itself is not recorded
         self.paused = False  # inside an optimizer step, which is not recorded
         self.ids: dict[int, int] = {}
-        self.values: list[Any] = []
+        self.refs: list[Callable[[], Any]] = []  # slot -> () -> its value, or None once dead
+        self.on_cuda: list[bool] = []  # slot -> whether it held a torch CUDA tensor
         self.steps: list[tuple] = []
-        self.random_calls = 0
 
     def active(self) -> bool:
         return not self.depth and not self.paused and threading.get_ident() == self.thread
 
     def slot(self, value: Any) -> int | None:
         slot = self.ids.get(id(value))
-        return slot if slot is not None and self.values[slot] is value else None
+        return slot if slot is not None and self.refs[slot]() is value else None
 
     def new_slot(self, value: Any) -> int:
-        slot = len(self.values)
-        self.values.append(value)
+        slot = len(self.refs)
+        try:
+            ref = weakref.ref(value)
+        except TypeError:
+            ref = _Held(value)
+        self.refs.append(ref)
+        self.on_cuda.append(_is_torch_cuda(value))
         if not isinstance(value, _UNTRACKED_OUTPUTS):
             self.ids[id(value)] = slot
         return slot
@@ -125,8 +133,18 @@ class _Recorder:
         else:
             outs = self.new_slot(out)
         self.steps.append(("call", function, name, encoded, encoded_kwargs, outs))
-        if name in _RANDOM:
-            self.random_calls += 1
+
+
+class _Held:
+    """A strong reference with ``weakref.ref``'s interface, for values that take no weak one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
 
 
 def _user_frame() -> str:
@@ -723,7 +741,7 @@ def _compile(recorder: _Recorder, write_back: list, result: tuple, cuda_graph: b
         )
         last = {slot: last_call[(g, slot)] for slot in used if last_group[slot] == g}
         segment = _Segment(group, ins, outs, last, len(items))
-        on_cuda = bool(ins) and all(_is_torch_cuda(recorder.values[s]) for s in ins)
+        on_cuda = bool(ins) and all(recorder.on_cuda[s] for s in ins)
         if cuda_graph is True and not on_cuda:
             raise CaptureError(
                 "capture: cuda_graph=True, but the step's values are not torch CUDA tensors "
