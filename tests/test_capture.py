@@ -363,3 +363,32 @@ def test_bad_arguments():
         rg.capture(lambda x: (x * 2.0).sum(), rg.ones((2,)), state=[opt], cuda_graph=True)
     with pytest.raises(rg.CaptureError, match="autodiff backend"):
         rg.capture(lambda x: x, rg.tensor([1.0], backend=rg.NumpyBackend()))
+
+
+def test_parameters_outside_the_state_are_refused():
+    # a leaf with a gradient that no module in state= holds: were an optimizer to move it, the
+    # replayed forward would go on reading its captured value
+    model, _ = simple()
+    head = nn.Linear(2, 1)
+    both = optim.SGD(model, lr=0.1)
+
+    def train_step(x):
+        loss = head(model(x)).square().mean()
+        both.step(loss.backward())
+        return loss
+
+    with pytest.raises(rg.CaptureError, match=r"2 of the 4 gradients.*list every module"):
+        rg.capture(train_step, rg.ones((4, 3)), state=[both])
+
+
+def test_replay_in_another_train_eval_mode_is_refused():
+    rg.seed(0)
+    model = mlp(dropout=0.5)
+    opt = optim.SGD(model, lr=0.1)
+    x, t = batches((12,), n=1)[0]
+    step = rg.capture(train_step_for(model, opt), x, t, state=[opt])
+    model.eval()
+    with pytest.raises(rg.CaptureError, match=r"mode changed.*'2'"):
+        step(x, t)
+    model.train()
+    step(x, t)

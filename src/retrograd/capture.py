@@ -263,6 +263,26 @@ class _State:
                     f"capture: state must list modules and optimizers, got {type(item).__name__}"
                 )
         self.names = [self._names(module) for module in self.modules]
+        self.modes = self._modes()
+
+    def _modes(self) -> tuple:
+        """Each sub-module's ``training`` flag: dropout and normalisation branch on it in
+        Python, so the captured program is specialised to the modes at capture."""
+        return tuple(
+            (name, getattr(sub, "training", None))
+            for module in self.modules
+            for name, sub in module.named_modules()
+        )
+
+    def check_modes(self) -> None:
+        modes = self._modes()
+        if modes != self.modes:
+            changed = [name or "(root)" for (name, a), (_, b) in zip(modes, self.modes) if a != b]
+            raise CaptureError(
+                "captured step: train()/eval() mode changed since capture (in "
+                f"{changed or 'the module tree'}); the step was captured in the modes it had "
+                "then: capture it again for the other mode"
+            )
 
     def _add_module(self, module: Any) -> None:
         if not any(module is known for known in self.modules):
@@ -467,6 +487,7 @@ class CapturedStep:
 
     def __call__(self, *inputs: Any) -> Any:
         values = self._input_values(inputs)
+        self._state.check_modes()
         entries = self._state.entries()
         if len(entries) != len(self._state_specs):
             raise CaptureError("captured step: the number of state parameters changed")
@@ -589,10 +610,20 @@ def capture(
                 "gradients (its step count and bias corrections change every step)"
             )
         grad_slots = []
+        found = 0
         for index, (_, _, tensor) in enumerate(state.entries()):
             value = backend.grad(tensor.primitive, grads)
             if value is not None:
+                found += 1
                 grad_slots.append((index, recorder.encode(value)))
+        if found != len(grads):
+            # A gradient of a leaf outside the state: a parameter whose module is not listed
+            # would be a frozen constant of the replayed forward while the optimizer moves it.
+            raise CaptureError(
+                f"capture: {len(grads) - found} of the {len(grads)} gradients handed to "
+                f"{type(optimizer).__name__}.step belong to no parameter of the modules in "
+                "state=; list every module the step trains"
+            )
         recorder.paused = True
         try:
             out = run()
