@@ -392,3 +392,63 @@ def test_replay_in_another_train_eval_mode_is_refused():
         step(x, t)
     model.train()
     step(x, t)
+
+
+def test_two_models_two_optimizers_and_a_closed_over_constant():
+    def make():
+        rg.seed(0)
+        a, b = nn.Linear(3, 4), nn.Linear(4, 2)
+        return a, b, optim.Adam(a, lr=0.01), optim.SGD(b, lr=0.1, momentum=0.5)
+
+    weights = rg.tensor([[0.5, 2.0]])  # made before the step: a constant of the program
+
+    def step_for(a, b, opt_a, opt_b):
+        def train_step(x):
+            h = a(x).tanh()
+            loss_b = (b(h.detach()) * weights).square().mean()
+            opt_b.step(loss_b.backward())
+            loss_a = h.square().mean()
+            opt_a.step(loss_a.backward())
+            return loss_a, loss_b
+
+        return train_step
+
+    eager, captured = make(), make()
+    data = [rg.random((5, 3)) for _ in range(STEPS)]
+    expected = [[v.numpy() for v in step_for(*eager)(x)] for x in data]
+    step = rg.capture(step_for(*captured), data[0], state=captured[2:])
+    got = [[v.numpy() for v in step.result]] + [[v.numpy() for v in step(x)] for x in data[1:]]
+    assert all(np.array_equal(e, g) for es, gs in zip(expected, got) for e, g in zip(es, gs))
+    for eager_model, captured_model in zip(eager[:2], captured[:2]):
+        assert_same_parameters(eager_model, captured_model)
+
+
+def test_other_threads_are_not_recorded():
+    import threading
+
+    model, opt = simple()
+    backend = rg.default_backend()
+    started, release, done = threading.Event(), threading.Event(), threading.Event()
+    results = []
+
+    def other():
+        started.set()
+        release.wait(5)
+        results.append(rg.tensor([1.0, 2.0], backend=backend).sum().item())
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    started.wait(5)
+
+    def train_step(x):
+        release.set()  # the other thread computes and reads on the host while this records
+        done.wait(5)
+        loss = model(x).square().mean()
+        opt.step(loss.backward())
+        return loss
+
+    step = rg.capture(train_step, rg.ones((4, 3)), state=[opt])
+    thread.join(5)
+    assert results == [3.0]
+    assert step.num_calls == rg.capture(train_step, rg.ones((4, 3)), state=[opt]).num_calls
