@@ -320,7 +320,6 @@ class _Segment:
         namespace: dict[str, Any] = {}
         lines = [f"def segment_{index}({', '.join(f'v{s}' for s in ins)}):"]
         keep = set(outs)
-        produced_unused = []
         for position, (_, function, name, args, kwargs, call_outs) in enumerate(calls):
             fname = f"{name}_{position}"
             namespace[fname] = function
@@ -338,9 +337,10 @@ class _Segment:
             else:
                 targets = (call_outs,)
                 lines.append(f"    v{call_outs} = {call}")
+            # values read for the last time here, and outputs nothing reads
             dead = [s for s in _slots_of(args, kwargs) if last.get(s) == position and s not in keep]
-            produced_unused = [s for s in targets if s not in last and s not in keep]
-            dead = sorted(set(dead + produced_unused))
+            dead += [s for s in targets if s not in last and s not in keep]
+            dead = sorted(set(dead))
             if dead:
                 lines.append(f"    del {', '.join(f'v{s}' for s in dead)}")
         lines.append(f"    return ({''.join(f'v{s}, ' for s in outs)})")
@@ -426,7 +426,7 @@ class _CudaGraphSegment:
 
 
 def _is_torch_cuda(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", False)
+    return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", 0) is True
 
 
 # -- the public API ---------------------------------------------------------------------------
@@ -443,11 +443,19 @@ class CapturedStep:
 
     @property
     def code(self) -> str:
-        return "\n\n".join(
-            item.segment.source if isinstance(item, _CudaGraphSegment) else item.source
-            for item in self._items
-            if not isinstance(item, _OptimizerCall)
-        )
+        parts = []
+        for item in self._items:
+            if isinstance(item, _OptimizerCall):
+                grads = ", ".join(f"v{slot}" for slot in item.ins)
+                parts.append(
+                    f"# {type(item.optimizer).__name__}.step(gradients {grads}), called as in "
+                    "eager code; then the parameters are read again"
+                )
+            else:
+                segment = item.segment if isinstance(item, _CudaGraphSegment) else item
+                graph = "# replayed through a CUDA graph\n" if segment is not item else ""
+                parts.append(graph + segment.source)
+        return "\n\n".join(parts)
 
     def __repr__(self) -> str:
         return (
