@@ -452,3 +452,87 @@ def test_other_threads_are_not_recorded():
     thread.join(5)
     assert results == [3.0]
     assert step.num_calls == rg.capture(train_step, rg.ones((4, 3)), state=[opt]).num_calls
+
+
+# -- the CUDA-graph path, against a stand-in for torch.cuda -------------------------------------
+# No GPU here: a fake ``torch`` whose ``CUDAGraph`` behaves as a real one does (captured kernels
+# replay on the memory they were captured on, whatever the Python objects do afterwards) checks
+# the protocol _CudaGraphSegment follows: warm-up outside the capture, inputs copied into static
+# buffers, outputs cloned before the next replay overwrites them.
+class _FakeTensor:
+    def __init__(self, data):
+        self.data = np.array(data, dtype=np.float64)
+
+    def clone(self):
+        return _FakeTensor(self.data.copy())
+
+    def copy_(self, other):
+        self.data[...] = other.data
+
+
+class _FakeGraph:
+    capturing = None
+
+    def __init__(self):
+        self.kernels = []
+
+    def replay(self):
+        for kernel in self.kernels:
+            kernel()
+
+
+def _fake_torch():
+    import contextlib
+    import types
+
+    @contextlib.contextmanager
+    def graph(g):
+        _FakeGraph.capturing = g
+        try:
+            yield
+        finally:
+            _FakeGraph.capturing = None
+
+    stream = types.SimpleNamespace(wait_stream=lambda other: None)
+    cuda = types.SimpleNamespace(
+        Stream=lambda: stream,
+        current_stream=lambda: stream,
+        stream=lambda s: contextlib.nullcontext(),
+        CUDAGraph=_FakeGraph,
+        graph=graph,
+    )
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def _fake_kernel(ufunc, counter):
+    def launch(a, b):
+        counter.append(ufunc.__name__)
+        out = _FakeTensor(ufunc(a.data, b.data))
+        if _FakeGraph.capturing is not None:  # the graph keeps the launch, on these buffers
+            _FakeGraph.capturing.kernels.append(lambda: ufunc(a.data, b.data, out=out.data))
+        return out
+
+    return launch
+
+
+def test_cuda_graph_segments_use_static_buffers_warm_up_and_clone(monkeypatch):
+    import sys
+
+    from retrograd.capture import _CudaGraphSegment, _Segment
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    launches = []
+    add, mul = _fake_kernel(np.add, launches), _fake_kernel(np.multiply, launches)
+    calls = [
+        ("call", add, "add", [("s", 0), ("s", 1)], {}, 2),  # v2 = v0 + v1
+        ("call", mul, "mul", [("s", 2), ("s", 0)], {}, 3),  # v3 = v2 * v0
+    ]
+    segment = _CudaGraphSegment(_Segment(calls, [0, 1], [3], {0: 1, 1: 0, 2: 1}, 0))
+    results = []
+    for a, b in ([1.0, 2.0], [3.0, 4.0]), ([5.0, 6.0], [7.0, 8.0]), ([0.5, 1.0], [2.0, 3.0]):
+        (out,) = segment.run(_FakeTensor(a), _FakeTensor(b))
+        results.append(out)
+        np.testing.assert_array_equal(out.data, (np.array(a) + b) * a)
+    # earlier outputs survive later replays (cloned), and only warm-up + capture ran kernels
+    np.testing.assert_array_equal(results[0].data, [4.0, 12.0])
+    assert len(launches) == 2 * (_CudaGraphSegment.warmup + 1)
