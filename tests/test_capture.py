@@ -368,20 +368,49 @@ def test_bad_arguments():
         rg.capture(lambda x: x, rg.tensor([1.0], backend=rg.NumpyBackend()))
 
 
+class ListSGD(optim.Optimizer):
+    """An optimizer over a list of parameters of several modules, as torch's (nn-surface is
+    adding that form to optim): it brings no module into the state."""
+
+    def __init__(self, modules, lr):
+        super().__init__(None, lr)
+        self.modules = modules
+
+    def step(self, grads):
+        for module in self.modules:
+            for name, p in list(module.named_parameters()):
+                g = p.grad(grads)
+                if g is not None:
+                    module.set_parameter(name, rg.Tensor.from_inner(p.inner() - g * self.lr))
+
+
 def test_parameters_outside_the_state_are_refused():
-    # a leaf with a gradient that no module in state= holds: were an optimizer to move it, the
-    # replayed forward would go on reading its captured value
+    # the optimizer moves a parameter of a module not in state=: the replayed forward would go
+    # on reading its captured value
     model, _ = simple()
     head = nn.Linear(2, 1)
-    both = optim.SGD(model, lr=0.1)
+    opt = ListSGD([model, head], lr=0.1)
 
     def train_step(x):
         loss = head(model(x)).square().mean()
-        both.step(loss.backward())
+        opt.step(loss.backward())
         return loss
 
-    with pytest.raises(rg.CaptureError, match=r"2 of the 4 gradients.*list every module"):
-        rg.capture(train_step, rg.ones((4, 3)), state=[both])
+    with pytest.raises(rg.CaptureError, match=r"ListSGD.*2 parameter\(s\).*list every module"):
+        rg.capture(train_step, rg.ones((4, 3)), state=[model, opt])
+    # listed, it replays as eager code runs
+    eager_model, eager_head = simple()[0], nn.Linear(2, 1)
+    eager_head.load_state_dict(head.state_dict())
+    eager_model.load_state_dict(model.state_dict())
+    eager_opt = ListSGD([eager_model, eager_head], lr=0.1)
+    step = rg.capture(train_step, rg.ones((4, 3)), state=[model, head, opt])
+    for _ in range(3):
+        eager_loss = eager_head(eager_model(rg.ones((4, 3)))).square().mean()
+        eager_opt.step(eager_loss.backward())
+    step(rg.ones((4, 3)))
+    step(rg.ones((4, 3)))
+    assert_same_parameters(eager_model, model)
+    assert_same_parameters(eager_head, head)
 
 
 def test_replay_in_another_train_eval_mode_is_refused():
@@ -539,3 +568,29 @@ def test_cuda_graph_segments_use_static_buffers_warm_up_and_clone(monkeypatch):
     # earlier outputs survive later replays (cloned), and only warm-up + capture ran kernels
     np.testing.assert_array_equal(results[0].data, [4.0, 12.0])
     assert len(launches) == 2 * (_CudaGraphSegment.warmup + 1)
+
+
+def test_a_gradient_penalty_step_with_create_graph():
+    def make():
+        rg.seed(0)
+        model = nn.Sequential(nn.Linear(3, 8), nn.GELU(), nn.Linear(8, 1))
+        return model, optim.Adam(model, lr=0.01)
+
+    def step_for(model, opt):
+        def train_step(x):
+            x = x.detach().require_grad()  # a leaf made inside the step
+            out = model(x).sum()
+            penalty = x.grad(out.backward(create_graph=True)).square().sum()
+            loss = out.square() + penalty
+            opt.step(loss.backward())
+            return loss, penalty
+
+        return train_step
+
+    (eager, eager_opt), (captured, captured_opt) = make(), make()
+    data = [rg.random((4, 3)) for _ in range(STEPS)]
+    expected = [[v.numpy() for v in step_for(eager, eager_opt)(x)] for x in data]
+    step = rg.capture(step_for(captured, captured_opt), data[0], state=[captured_opt])
+    got = [[v.numpy() for v in step.result]] + [[v.numpy() for v in step(x)] for x in data[1:]]
+    assert all(np.array_equal(e, g) for es, gs in zip(expected, got) for e, g in zip(es, gs))
+    assert_same_parameters(eager, captured)

@@ -237,10 +237,34 @@ def _optimizer_step(recorder: _Recorder, step: Callable, on_step: Callable) -> C
     def recording_step(self: Any, grads: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorder.active():
             return step(self, grads, *args, **kwargs)
-        return on_step(self, lambda: step(self, grads, *args, **kwargs), grads)
+        return on_step(self, lambda watched: step(self, watched, *args, **kwargs), grads)
 
     recording_step.__wrapped__ = step  # type: ignore[attr-defined]
     return recording_step
+
+
+class _WatchedGradients(Gradients):
+    """The gradients an optimizer is handed during capture, noting every gradient it reads
+    (the same values: it shares the original's dict)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, grads: Gradients):
+        super().__init__(grads.backend, grads.device, grads.remaining)
+        self.values = grads.values
+        self.read: list[Any] = []
+
+    def get(self, node_id: int) -> Any:
+        value = self.values.get(node_id)
+        if value is not None:
+            self.read.append(value)
+        return value
+
+    def remove(self, node_id: int) -> Any:
+        value = self.values.pop(node_id, None)
+        if value is not None:
+            self.read.append(value)
+        return value
 
 
 # -- state --------------------------------------------------------------------------------
@@ -617,26 +641,27 @@ def capture(
                 "is not listed in state=; list it, so that a replay calls it on the replayed "
                 "gradients (its step count and bias corrections change every step)"
             )
-        grad_slots = []
-        found = 0
+        grad_slots, own = [], []
         for index, (_, _, tensor) in enumerate(state.entries()):
             value = backend.grad(tensor.primitive, grads)
             if value is not None:
-                found += 1
+                own.append(value)
                 grad_slots.append((index, recorder.encode(value)))
-        if found != len(grads):
-            # A gradient of a leaf outside the state: a parameter whose module is not listed
-            # would be a frozen constant of the replayed forward while the optimizer moves it.
-            raise CaptureError(
-                f"capture: {len(grads) - found} of the {len(grads)} gradients handed to "
-                f"{type(optimizer).__name__}.step belong to no parameter of the modules in "
-                "state=; list every module the step trains"
-            )
+        watched = _WatchedGradients(grads)
         recorder.paused = True
         try:
-            out = run()
+            out = run(watched)
         finally:
             recorder.paused = False
+        # A gradient the optimizer read that no state parameter has: it moved a parameter of a
+        # module not listed, which the replayed forward would go on reading as a constant.
+        outside = [v for v in watched.read if not any(v is value for value in own)]
+        if outside:
+            raise CaptureError(
+                f"capture: {type(optimizer).__name__}.step read the gradients of "
+                f"{len(outside)} parameter(s) of no module in state=; list every module the "
+                "step trains"
+            )
         now = state.entries()
         outs = [recorder.new_slot(_inner_value(tensor)) for _, _, tensor in now]
         loaded[:] = outs
