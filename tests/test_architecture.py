@@ -31,9 +31,10 @@ LAYERS = {
     "memory": 5,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm
     "optim": 6,
-    "__init__": 7,  # the public namespace ``rg``
-    "app": 8,
-    "__main__": 9,
+    "capture": 7,  # records and replays whole steps: forward, backward and optimizer
+    "__init__": 8,  # the public namespace ``rg``
+    "app": 9,
+    "__main__": 10,
 }
 
 

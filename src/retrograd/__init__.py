@@ -21,6 +21,7 @@ from .autodiff import (
 )
 from .autodiff.params import ParamId
 from .backend import Backend, NumpyBackend
+from .capture import CapturedStep, CaptureError, capture
 from .context import current_backend, default_backend, set_default_backend, use_backend
 from .device import Device
 from .errors import (
@@ -62,6 +63,8 @@ __all__ = [
     "AutodiffError",
     "Backend",
     "BalancedCheckpointing",
+    "CaptureError",
+    "CapturedStep",
     "CheckpointStrategy",
     "DTypeError",
     "Device",
@@ -76,6 +79,7 @@ __all__ = [
     "ShapeError",
     "Tensor",
     "arange",
+    "capture",
     "cat",
     "current_backend",
     "default_backend",
