@@ -25,4 +25,5 @@ def rank() -> int:
 
 
 def write_report(out: Path, report: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank()}.json").write_text(json.dumps(report))

@@ -232,7 +232,8 @@ class TorchEngine(Collective):
         self._step, self._state = 0, IDLE
         self._created_default_group = False
         self._groups: tuple[Any, Any] | None = None
-        self._last_registration: int | None = None
+        #: the steps this rank's registration keys are kept for
+        self._registered: list[int] = []
         global _EXIT_HANDLER_REGISTERED
         if not _EXIT_HANDLER_REGISTERED:
             atexit.register(_exit_without_teardown_if_broken)
@@ -458,14 +459,17 @@ class TorchEngine(Collective):
         values = np.ascontiguousarray(values, dtype=np.int64)
         try:
             self.store.set(f"reg/{number}/{self.rank}", values.tobytes())
-            # Every rank has read the previous step's registrations: each launched that
-            # step's collectives only after reading them, and this rank's ended.
-            if self._last_registration is not None:
-                self.store.delete_key(f"reg/{self._last_registration}/{self.rank}")
-            self._last_registration = number
+            # Every rank has read the registrations of two steps back: this rank's previous
+            # step agreed, so every rank had registered it, so every rank had read the ones
+            # before. (Not so for the previous step: a step that failed on a mismatch ends on
+            # one rank while a peer may still be reading.)
+            self._registered.append(number)
+            if len(self._registered) > 2:
+                self.store.delete_key(f"reg/{self._registered.pop(0)}/{self.rank}")
             exchange = _Exchange(self, pending, number, values)
-            if not exchange.poll():
-                self._exchanges.append(exchange)
+            self._exchanges.append(exchange)
+            if exchange.poll():
+                self._exchanges.remove(exchange)
         except Exception as error:  # the store is gone (the launcher died)
             self._break(f"the launcher's store failed: {error}")
             pending.finish(error=f"torch: {self.broken}")
@@ -479,24 +483,21 @@ class TorchEngine(Collective):
             return None
         if self._terminated and self.broken is None:
             self._break(self._termination_reason())
-        if self._in_flight:
-            still = []
-            for item in self._in_flight:
-                if not item.work.is_completed():
-                    still.append(item)
-                    continue
-                self._spinning_since = None  # progress: a fresh spin budget
-                try:
-                    item.work.wait()  # completed: returns at once, or raises its error
-                except Exception as error:
-                    self._in_flight = [i for i in self._in_flight if i is not item]
-                    self._break(self._failure(item.pending, error))
-                    return None
-                item.pending.finish(item.views)
-            self._in_flight = still
+        for item in list(self._in_flight):  # a completion's callbacks may launch more
+            if not item.work.is_completed():
+                continue
+            self._spinning_since = None  # progress: a fresh spin budget
+            try:
+                item.work.wait()  # completed: returns at once, or raises its error
+            except Exception as error:
+                self._break(self._failure(item.pending, error))  # fails it and the rest
+                return None
+            self._in_flight.remove(item)
+            item.pending.finish(item.views)
         try:
-            if self._exchanges:
-                self._exchanges = [e for e in self._exchanges if not e.poll()]
+            for exchange in list(self._exchanges):
+                if exchange.poll() and exchange in self._exchanges:
+                    self._exchanges.remove(exchange)
             self._heartbeat()
         except Exception as error:  # the store is gone (the launcher died)
             self._break(f"the launcher's store failed: {error}")
