@@ -3,6 +3,7 @@
     retrograd train                                  # a CNN on the 8x8 digits, ~98% in seconds
     retrograd train --workers 2                      # data parallel, 2 threads
     mpiexec -n 2 retrograd train --engine mpi        # data parallel, 2 processes
+    torchrun --nproc_per_node 2 -m retrograd train --engine torch   # the same, torch.distributed
     retrograd graph --checkpointing balanced         # graph.dot (+ graph.svg with Graphviz)
     retrograd bench                                  # the benchmark tables (source checkout)
 
@@ -121,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine",
         choices=ENGINES,
         default=defaults.engine,
-        help="local: threads of this process; mpi: one process per rank, started by mpiexec",
+        help="local: threads of this process; mpi: one process per rank, started by mpiexec; "
+        "torch: one process per rank, started by torchrun",
     )
     train.add_argument(
         "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
