@@ -58,7 +58,7 @@ def output(completed) -> str:
 
 
 def test_gradient_checks_over_gloo(tmp_path):
-    completed, reports = run_ranks("grad_checks.py", tmp_path=tmp_path)
+    completed, reports = run_ranks("torch_grad_checks.py", tmp_path=tmp_path)
     assert completed.returncode == 0, output(completed)
     reports = reports[tmp_path.name]
     assert sorted(reports) == [0, 1], output(completed)
@@ -72,7 +72,7 @@ def test_gradient_checks_over_gloo(tmp_path):
 
 
 def test_two_process_training_equals_full_batch_training(tmp_path):
-    completed, reports = run_ranks("train_mlp.py", tmp_path=tmp_path)
+    completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
     assert completed.returncode == 0, output(completed)
     assert sorted(reports) == ["buckets0", f"buckets{1 << 20}"], output(completed)
     for name, by_rank in reports.items():
@@ -93,7 +93,7 @@ SLACK = 1.5
 
 
 def run_fault(mode, tmp_path):
-    completed, reports = run_ranks("faults.py", mode, FAULT_TIMEOUT, tmp_path=tmp_path)
+    completed, reports = run_ranks("torch_faults.py", mode, FAULT_TIMEOUT, tmp_path=tmp_path)
     reports = reports.get(tmp_path.name, {})
     assert 0 in reports, output(completed)
     report = reports[0]

@@ -1,4 +1,4 @@
-"""Run under ``torchrun --nproc_per_node 2 train_mlp.py OUT``: 20 SGD steps of a data-parallel
+"""Run under ``torchrun --nproc_per_node 2 torch_train_mlp.py OUT``: 20 SGD steps of a data-parallel
 MLP over the torch engine (MEAN gradient sync, each rank an equal half of the batch) and, on
 each rank, the same 20 steps trained in one process on the full batch without any distributed
 code. Writes ``OUT/rank{r}.json``: how far the two ended apart, and how many of a step's
@@ -14,9 +14,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from torch_common import use_suite_backend, write_report
 
 import retrograd as rg
-from common import use_suite_backend, write_report
 from distributed_cases import mlp_grads, mlp_params
 from retrograd import distributed as dist
 

@@ -1,4 +1,4 @@
-"""Run under ``torchrun --nproc_per_node 2 faults.py MODE TIMEOUT OUT`` with a fault on rank 1:
+"""Run under ``torchrun --nproc_per_node 2 torch_faults.py MODE TIMEOUT OUT``, a fault on rank 1:
 
 - ``exit``: rank 1 dies (``os._exit``) after one good step (torchrun then stops rank 0 with
   SIGTERM: rank 0 must still raise ``DistributedError``, not vanish);
@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from torch_common import rank, use_suite_backend, write_report
 
 import retrograd as rg
-from common import rank, use_suite_backend, write_report
 from retrograd import distributed as dist
 
 

@@ -1,4 +1,4 @@
-"""Run under ``torchrun --nproc_per_node N grad_checks.py OUT``: the gradient checks of the
+"""Run under ``torchrun --nproc_per_node N torch_grad_checks.py OUT``: the gradient checks of the
 MPI scripts over the torch engine (gloo). Each rank compares its synced gradients with the sum
 (or mean) of every rank's unsynced gradients, which it computes itself from the same seeded
 data, and writes ``OUT/rank{r}.json`` with how many checks ran and what failed."""
@@ -12,9 +12,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from torch_common import rank, use_suite_backend, write_report
 
 import retrograd as rg
-from common import rank, use_suite_backend, write_report
 from distributed_cases import GRAPHS, data, gradients, mlp_grads, mlp_params
 from retrograd import distributed as dist
 
