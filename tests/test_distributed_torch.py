@@ -250,13 +250,19 @@ def test_a_reduced_buffer_comes_back_as_the_backends_kind_of_primitive():
     assert isinstance(host, np.ndarray) and host.tolist() == [4.0, 5.0, 6.0]
 
 
-def test_the_launch_cli_starts_torchrun(tmp_path):
+def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text(
+        "import torch, torch.distributed as td\n"
         "from retrograd import distributed as dist\n"
+        "td.init_process_group('gloo')  # the program's own, before the context\n"
         "config = dist.DistributedConfig(timeout=30)\n"
         "with dist.DistributedContext.from_launcher(config, engine='torch') as c:\n"
         "    print(f'rank {c.rank} of {c.world_size} {c.device}', flush=True)\n"
+        "t = torch.ones(1)\n"
+        "td.all_reduce(t)  # still usable: the context left it alone\n"
+        "print(f'sum {t.item():g}', flush=True)\n"
+        "td.destroy_process_group()\n"
     )
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(rg.__file__).resolve().parents[1])
@@ -269,7 +275,5 @@ def test_the_launch_cli_starts_torchrun(tmp_path):
         env=env,
     )
     assert completed.returncode == 0, completed.stderr
-    assert sorted(line for line in completed.stdout.splitlines() if line.startswith("rank")) == [
-        "rank 0 of 2 cpu:0",
-        "rank 1 of 2 cpu:1",
-    ]
+    lines = sorted(line for line in completed.stdout.splitlines() if line[:4] in ("rank", "sum "))
+    assert lines == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1", "sum 2", "sum 2"]
