@@ -64,7 +64,7 @@ def test_gradient_checks_over_gloo(tmp_path):
     assert sorted(reports) == [0, 1], output(completed)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
-        assert report["checks"] == 62
+        assert report["checks"] == 74
         assert report["devices"] == ["cpu:0", "cpu:1"]
         # SUM: every parameter on its own (+ the no-gradient checks' 2 x 2); MEAN: 200-byte
         # buckets fuse the MLP's 8 into 3

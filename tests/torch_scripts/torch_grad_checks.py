@@ -129,6 +129,29 @@ def no_gradient_check(ctx, checks: Checks) -> None:
         )
 
 
+def tensor_buffer_checks(ctx, checks: Checks) -> None:
+    """Buffers that stay torch tensors (device memory; here CPU tensors handed over as they
+    are, and bfloat16, which NumPy cannot hold) are reduced where they live and come back as
+    tensors: the path CUDA tensors take to NCCL."""
+    import torch
+
+    n, rank = ctx.world_size, ctx.rank
+    for dtype in (torch.float32, torch.bfloat16):
+        for op in (SUM, MEAN):
+            mine = torch.tensor([[1.0 + rank, -2.0], [0.5, 4.0 * rank]], dtype=dtype)
+            pending = ctx.start_all_reduce(ctx.device, ctx.devices, mine, op)
+            result = ctx.wait_for(pending, "a tensor all-reduce")[0]
+            rows = [[[1.0 + k, -2.0], [0.5, 4.0 * k]] for k in range(n)]
+            expected = reduce(np.array(rows), op)
+            name = f"tensor buffer {dtype} {op.name}"
+            checks.true(
+                f"{name}: a {type(result).__name__} of {getattr(result, 'dtype', '?')}",
+                isinstance(result, torch.Tensor) and result.dtype == dtype,
+            )
+            checks.close(name, result.float().numpy(), expected, rtol=1e-2)
+            checks.true(f"{name}: the input is untouched", mine[0, 0].item() == 1.0 + rank)
+
+
 def main() -> None:
     use_suite_backend()
     out = Path(sys.argv[1])
@@ -145,6 +168,7 @@ def main() -> None:
                 if op is SUM:
                     all_reduce_checks(ctx, checks)
                     no_gradient_check(ctx, checks)
+                    tensor_buffer_checks(ctx, checks)
                 report.setdefault("buckets", {})[op.name] = ctx.stats.buckets
     except Exception:
         checks.failures.append(traceback.format_exc())
