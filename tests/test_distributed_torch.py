@@ -277,3 +277,29 @@ def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tm
     assert completed.returncode == 0, completed.stderr
     lines = sorted(line for line in completed.stdout.splitlines() if line[:4] in ("rank", "sum "))
     assert lines == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1", "sum 2", "sum 2"]
+
+
+def test_train_with_workers_and_the_torch_engine_runs_torchrun_and_matches_threads(
+    tmp_path, monkeypatch
+):
+    from retrograd.app.cli import main
+
+    source = str(Path(rg.__file__).resolve().parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.delenv("RANK", raising=False)
+    common = ["--epochs", "1", "--max-train-samples", "48", "--max-test-samples", "16"]
+    common += ["--model", "mlp", "--seed", "3"]
+    assert (
+        main(
+            ["train", "--workers", "2", "--engine", "torch", *common, "--out", str(tmp_path / "t")]
+        )
+        == 0
+    )
+    assert main(["train", "--workers=2", *common, "--out", str(tmp_path / "l")]) == 0
+    ranks = json.loads((tmp_path / "t" / "metrics.json").read_text())
+    threads = json.loads((tmp_path / "l" / "metrics.json").read_text())
+    assert ranks["config"]["engine"] == "torch" and ranks["config"]["world_size"] == 2
+    # the same shards summed in the same order: the thread run's losses
+    np.testing.assert_allclose(ranks["step_losses"], threads["step_losses"], rtol=1e-5)
