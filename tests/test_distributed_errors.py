@@ -88,7 +88,7 @@ def test_the_messages_name_the_argument():
     assert "op must be a ReduceOperation" in str(
         raised(lambda: dist.all_reduce(rg.tensor([1.0]), "sum", devices_of(1)))
     )
-    assert "engine must be one of ('local', 'mpi')" in str(
+    assert "engine must be one of ('local', 'mpi', 'torch')" in str(
         raised(lambda: dist.DistributedContext(devices_of(1), engine="gloo"))
     )
 
@@ -99,6 +99,7 @@ def test_misuse_of_a_context_is_a_distributed_error():
         lambda: dist.DistributedContext([]),
         lambda: dist.DistributedContext([devices[0], devices[0]]),
         lambda: dist.DistributedContext(devices, engine="mpi"),
+        lambda: dist.DistributedContext(devices, engine="torch"),
         lambda: dist.all_reduce(rg.tensor([1.0], device=devices[0]), SUM, devices),
     ):
         error = raised(call)
@@ -115,5 +116,5 @@ def test_the_engine_names_are_defined_once():
     from retrograd.app import trainer
     from retrograd.distributed import context
 
-    assert dist.ENGINES == ("local", "mpi")
+    assert dist.ENGINES == ("local", "mpi", "torch")
     assert trainer.ENGINES is context.ENGINES is dist.ENGINES

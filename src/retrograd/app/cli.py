@@ -5,6 +5,8 @@
     retrograd sample --out retrograd-gpt             # text from the trained GPT
     retrograd train --workers 2                      # data parallel, 2 threads
     mpiexec -n 2 retrograd train --engine mpi        # data parallel, 2 processes
+    retrograd train --workers 2 --engine torch       # the same over torch.distributed: runs
+                                                     #   torchrun --nproc_per_node 2 -m retrograd
     retrograd graph --checkpointing balanced         # graph.dot (+ graph.svg with Graphviz)
     retrograd bench                                  # the benchmark tables (source checkout)
 
@@ -14,6 +16,8 @@ Also ``python -m retrograd``.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,13 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_positive_int,
         default=defaults.workers,
-        help="data-parallel replicas in this process (one thread each)",
+        help="data-parallel replicas in this process (one thread each); with --engine torch, "
+        "that many torchrun ranks",
     )
     train.add_argument(
         "--engine",
         choices=ENGINES,
         default=defaults.engine,
-        help="local: threads of this process; mpi: one process per rank, started by mpiexec",
+        help="local: threads of this process; mpi: one process per rank, started by mpiexec; "
+        "torch: one process per rank, started by torchrun (or by --workers N)",
     )
     train.add_argument(
         "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
@@ -250,8 +256,8 @@ def _train_gpt(options: argparse.Namespace) -> int:
     defaults = TrainConfig()  # the CNN's --out default means "not given" here
     if options.engine != "local":
         raise UsageError(
-            "train: --model gpt runs data parallel on threads (--workers N); --engine mpi is "
-            "for the CNN and MLP"
+            "train: --model gpt runs data parallel on threads (--workers N); --engine mpi and "
+            "--engine torch are for the CNN and MLP"
         )
 
     config = GPTTrainConfig(
@@ -304,7 +310,9 @@ def _train(options: argparse.Namespace) -> int:
 
     if options.model == "gpt":
         return _train_gpt(options)
-
+    relaunched = _relaunch_under_torchrun(options)
+    if relaunched is not None:
+        return relaunched
     config = TrainConfig(
         model=options.model,
         dataset=options.dataset,
@@ -327,6 +335,24 @@ def _train(options: argparse.Namespace) -> int:
     )
     train(config)
     return 0
+
+
+def _relaunch_under_torchrun(options: argparse.Namespace) -> int | None:
+    """``retrograd train --workers N --engine torch`` outside torchrun: the same command run as
+    N torchrun ranks of one worker each (``None``: nothing to relaunch). Under mpiexec and
+    torchrun every rank is one worker; only torchrun can be started from here portably."""
+    if options.engine != "torch" or options.workers < 2 or os.environ.get("RANK"):
+        return None
+    from ..distributed.launch import torchrun_command
+
+    argv, rest = list(options.argv), []
+    while argv:
+        token = argv.pop(0)
+        if token == "--workers":
+            argv.pop(0)
+        elif not token.startswith("--workers="):
+            rest.append(token)
+    return subprocess.call(torchrun_command(options.workers, ["-m", "retrograd", *rest]))
 
 
 def _graph(options: argparse.Namespace) -> int:
@@ -382,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     options = parser.parse_args(argv)
+    options.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return COMMANDS[options.command](options)
     except (FileNotFoundError, ImportError, UsageError) as error:

@@ -5,7 +5,8 @@ One loop serves every way of running:
 - one worker: one model replica, trained in the calling thread;
 - ``workers=N`` (in process): N replicas on devices ``cpu:0`` ... ``cpu:N-1``, one thread each,
   their gradients summed during backward by a local :class:`DistributedContext`;
-- ``engine="mpi"``: one replica per ``mpiexec`` rank, the same sum through MPI.
+- ``engine="mpi"``: one replica per ``mpiexec`` rank, the same sum through MPI;
+  ``engine="torch"``: one per ``torchrun`` rank, through torch.distributed (gloo).
 
 Each batch is split into as many contiguous shards as there are replicas, and each replica's
 loss is its shard's summed cross-entropy divided by the size of the *whole* batch. The
@@ -104,8 +105,9 @@ class TrainConfig:
             (self.lr is None or self.lr > 0, "lr must be positive"),
             (self.clip_norm is None or self.clip_norm > 0, "clip norm must be positive"),
             (
-                not (self.engine == "mpi" and self.workers > 1),
-                "--workers is for the local engine; under mpiexec every rank is one worker",
+                not (self.engine != "local" and self.workers > 1),
+                "--workers is for the local engine; under mpiexec or torchrun every rank is one "
+                "worker",
             ),
         ]
         for ok, message in checks:
@@ -232,13 +234,13 @@ class _LocalGroup:
 
 
 class _MpiGroup:
-    """This rank's replica in a job started by ``mpiexec``."""
+    """This rank's replica in a job started by ``mpiexec`` (or ``torchrun``: engine torch)."""
 
     def __init__(self, template: nn.Module, config: TrainConfig):
         from ..distributed import DistributedConfig, DistributedContext, ReduceOperation
 
         settings = DistributedConfig(ReduceOperation.SUM, timeout=config.timeout)
-        self.context = DistributedContext.from_launcher(settings, engine="mpi").start()
+        self.context = DistributedContext.from_launcher(settings, engine=config.engine).start()
         self.world = self.context.world_size
         self.rank = self.context.rank
         self.shards = [self.rank]
@@ -347,7 +349,7 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         template = build_model(config.model, dataset.image_shape, dataset.classes)
     order_rng = np.random.default_rng(config.seed)
 
-    group = (_MpiGroup if config.engine == "mpi" else _LocalGroup)(template, config)
+    group = (_LocalGroup if config.engine == "local" else _MpiGroup)(template, config)
     say = echo if group.is_main else (lambda *args, **kwargs: None)
     try:
         say(_banner(config, dataset, template, group.world))
@@ -391,7 +393,7 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
 
 def _banner(config: TrainConfig, dataset: Dataset, model: nn.Module, world: int) -> str:
     workers = f"{world} worker{'s' if world > 1 else ''}" + (
-        " (mpi)" if config.engine == "mpi" else ""
+        f" ({config.engine})" if config.engine != "local" else ""
     )
     return (
         f"retrograd train: {config.model} ({model.num_parameters():,} parameters) on "

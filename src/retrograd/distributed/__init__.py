@@ -3,14 +3,15 @@
 >>> from retrograd import distributed as dist
 >>> config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.MEAN, timeout=60.0)
 
-Each device's thread (engine ``"local"``) or each ``mpiexec`` rank (engine ``"mpi"``) marks
+Each device's thread (engine ``"local"``), each ``mpiexec`` rank (engine ``"mpi"``) or each
+``torchrun`` rank (engine ``"torch"``: gloo, NCCL) marks
 its copy of a parameter with ``w.set_distributed(param_id)``; inside a running
 :class:`DistributedContext`, ``loss.backward()`` all-reduces those gradients while the rest of
 backward runs and returns them reduced. See ``docs/distributed.md``.
 
 Modules import one way, each only from those above it (none imports the package itself)::
 
-    config, cache, buffers             settings, bounded caches, NumPy buffers (ParamId: autodiff)
+    config, cache, buffers             settings, bounded caches, buffers (ParamId: autodiff)
     engine                             the collective interface, Pending; member states
     buckets                            bucket plans (pure)
     registration                       the registration format, the members' agreement (pure)
@@ -20,9 +21,9 @@ Modules import one way, each only from those above it (none imports the package 
     registry                           running contexts by device; the hook's install
     collective                         the differentiable all_reduce, CollectiveTensor
     sync                               the backward hook (GradientSyncHook, BackwardSync)
-    local, mpi                         the engines
+    local, mpi, torch_engine           the engines
     context                            DistributedContext, ENGINES
-    launch                             mpiexec (imports nothing of the package)
+    launch                             mpiexec, torchrun (imports nothing of the package)
 """
 
 from ..autodiff.params import ParamId

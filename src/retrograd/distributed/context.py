@@ -28,7 +28,7 @@ from .sync import HOOK
 __all__ = ["ENGINES", "DistributedContext"]
 
 #: the engines a context can be made with, by name
-ENGINES = ("local", "mpi")
+ENGINES = ("local", "mpi", "torch")
 
 
 class DistributedContext:
@@ -41,9 +41,9 @@ class DistributedContext:
         with dist.DistributedContext(devices, config):
             ...  # each device's thread: w.set_distributed("w"); grads = loss.backward()
 
-    Across processes started by ``mpiexec`` (one device per rank)::
+    Across processes started by ``mpiexec`` or ``torchrun`` (one device per rank)::
 
-        with dist.DistributedContext.from_launcher(config, engine="mpi") as ctx:
+        with dist.DistributedContext.from_launcher(config, engine="mpi") as ctx:  # or "torch"
             x = rg.tensor(data, device=ctx.device)   # this rank's device; ctx.devices: all
 
     ``backward()`` on a device the context hosts returns once its distributed parameters'
@@ -75,10 +75,10 @@ class DistributedContext:
                     f"DistributedContext: devices repeat: {', '.join(map(str, devices))}"
                 )
             self.engine = LocalEngine(devices)
-        elif engine == "mpi":
+        elif engine in ("mpi", "torch"):
             raise DistributedError(
-                "DistributedContext: the mpi engine takes its devices from the launcher; use "
-                'DistributedContext.from_launcher(config, engine="mpi")'
+                f"DistributedContext: the {engine} engine takes its devices from the launcher; "
+                f'use DistributedContext.from_launcher(config, engine="{engine}")'
             )
         else:
             raise InvalidArgumentError(
@@ -92,23 +92,42 @@ class DistributedContext:
 
     @classmethod
     def from_launcher(
-        cls, config: DistributedConfig | None = None, engine: str = "mpi"
+        cls,
+        config: DistributedConfig | None = None,
+        engine: str = "mpi",
+        *,
+        device: str | None = None,
     ) -> DistributedContext:
-        """The context of this process in a job started by a launcher (``mpiexec``).
+        """The context of this process in a job started by a launcher: ``mpiexec`` for
+        ``engine="mpi"``, ``torchrun`` for ``engine="torch"``.
 
         Creating it is collective: every rank must create it, within ``config.timeout``.
+        ``device`` (torch engine only): ``"cpu"`` (gloo) or ``"cuda"`` (NCCL, this process on
+        GPU ``LOCAL_RANK``); by default, where the default backend keeps its tensors.
         """
         config = config if config is not None else DistributedConfig()
-        if engine != "mpi":
-            raise InvalidArgumentError(
-                f"DistributedContext.from_launcher: unknown engine {engine!r}"
-            )
-        from .mpi import MpiEngine
+        if engine == "mpi":
+            if device not in (None, "cpu"):
+                raise InvalidArgumentError(
+                    f"DistributedContext.from_launcher: the mpi engine reduces host memory "
+                    f'only, got device={device!r}; use engine="torch" for CUDA'
+                )
+            from .mpi import MpiEngine
 
-        context = cls((), config, engine=MpiEngine(config))
+            made: Collective = MpiEngine(config)
+        elif engine == "torch":
+            from .torch_engine import TorchEngine
+
+            made = TorchEngine(config, device)
+        else:
+            raise InvalidArgumentError(
+                f"DistributedContext.from_launcher: unknown engine {engine!r}; one of "
+                "'mpi', 'torch'"
+            )
+        context = cls((), config, engine=made)
         # A context still running when the interpreter exits is closed first (this handler,
         # registered after the engine's, runs before it): its server thread must not be
-        # polling MPI while MPI finalizes.
+        # polling the engine while it is torn down.
         atexit.register(context.close)
         return context
 

@@ -172,7 +172,7 @@ class BackwardSync:
         if getattr(backend, "is_autodiff", False):
             # backward(create_graph=True): the gradient stays differentiable through the sync.
             if old is None:  # no gradient reached this parameter here: nothing to differentiate
-                return backend.wrap(result)
+                return backend.wrap(from_buffer(backend.inner, result, None, device, slot.dtype))
             config = self.context.config
             return record_all_reduce(
                 backend, old, result, config.all_reduce_op, self.context.devices, device

@@ -1,0 +1,305 @@
+"""Distributed data parallel over ``torch.distributed`` (the ``torch`` engine, gloo): scripts of
+``tests/torch_scripts`` run under ``torchrun --standalone --nproc_per_node 2`` from pytest,
+each launch with a subprocess timeout past which the whole job is killed; each rank writes a
+JSON report. Plus the buffers the engines reduce, on torch tensors, and the engine's errors.
+
+Skipped only where torch is not installed (it is a dev dependency: CI runs these).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason='torch is not installed: pip install -e ".[dev]"')
+
+import torch
+
+import retrograd as rg
+from retrograd import distributed as dist
+from retrograd.distributed import buffers, launch
+
+SCRIPTS = Path(__file__).parent / "torch_scripts"
+LAUNCH_SECONDS = 120.0
+
+
+def run_ranks(script, *args, tmp_path, ranks=2, timeout=LAUNCH_SECONDS):
+    """Run ``script args... OUT`` under torchrun; (completed process, {rank: report})."""
+    env = dict(os.environ)
+    source = str(Path(rg.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    started = time.monotonic()
+    completed = launch.run(
+        ranks,
+        [str(SCRIPTS / script), *map(str, args), str(tmp_path)],
+        timeout=timeout,
+        env=env,
+        engine="torch",
+    )
+    completed.wall = time.monotonic() - started
+    reports = {}
+    for path in tmp_path.rglob("rank*.json"):
+        report = json.loads(path.read_text())
+        reports.setdefault(path.parent.name, {})[report["rank"]] = report
+    return completed, reports
+
+
+def output(completed) -> str:
+    return f"exit {completed.returncode}\nstdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
+
+
+def test_gradient_checks_over_gloo(tmp_path):
+    completed, reports = run_ranks("torch_grad_checks.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == [0, 1], output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] == 74
+        assert report["devices"] == ["cpu:0", "cpu:1"]
+        # SUM: every parameter on its own (+ the no-gradient checks' 2 x 2); MEAN: 200-byte
+        # buckets fuse the MLP's 8 into 3
+        assert report["buckets"] == {"SUM": 20, "MEAN": 11}
+
+
+def test_two_process_training_equals_full_batch_training(tmp_path):
+    completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == ["buckets0", f"buckets{1 << 20}"], output(completed)
+    for name, by_rank in reports.items():
+        assert sorted(by_rank) == [0, 1], output(completed)
+        for report in by_rank.values():
+            assert report["world_size"] == 2
+            assert report["steps_synced"] == 20
+            # the mean of the halves' gradients: one all-reduce per parameter, or one per step
+            assert report["buckets"] == (120 if name == "buckets0" else 20)
+            assert report["moved"] > 0.05  # training did change the weights...
+            assert report["max_difference"] < 1e-12  # ...exactly as full-batch training did
+            assert report["gradient_buffers_outliving_their_step"] == 0
+
+
+FAULT_TIMEOUT = 2.0
+#: a survivor must raise within the timeout, plus this much for scheduling on a busy machine
+SLACK = 1.5
+
+
+def run_fault(mode, tmp_path):
+    completed, reports = run_ranks("torch_faults.py", mode, FAULT_TIMEOUT, tmp_path=tmp_path)
+    reports = reports.get(tmp_path.name, {})
+    assert 0 in reports, output(completed)
+    report = reports[0]
+    assert report["elapsed"] < FAULT_TIMEOUT + SLACK, report
+    assert completed.wall < 60.0
+    return completed, report, reports
+
+
+def test_a_rank_that_dies_fails_the_survivor_before_torchrun_stops_it(tmp_path):
+    # torchrun stops the survivor with SIGTERM 0.1 s after rank 1 died: waiting on rank 1's
+    # registration, it raises DistributedError instead of vanishing
+    completed, report, _ = run_fault("exit", tmp_path)
+    assert completed.returncode != 0  # the job reports the dead rank
+    error = report["error"]
+    assert "rank 1 never registered" in error, error
+    assert "rank 1 has exited" in error, error
+
+
+def test_a_rank_that_dies_inside_backward_fails_the_survivor(tmp_path):
+    completed, report, _ = run_fault("die_in_backward", tmp_path)
+    assert completed.returncode != 0
+    error = report["error"]
+    assert "rank 1 has exited" in error, error
+    # gloo sees the connection close (or, if the timeout comes first, the stalled parameter)
+    assert "gradient bucket 2 of backward step 2" in error or "parameter 'w'" in error, error
+
+
+def test_a_rank_that_never_calls_backward_fails_the_survivor_within_the_timeout(tmp_path):
+    completed, report, _ = run_fault("no_backward", tmp_path)
+    assert completed.returncode != 0
+    error = report["error"]
+    assert "rank 1 never registered its distributed parameters" in error, error
+    assert "rank 1 is alive" in error and "not in a backward" in error, error
+    assert report["elapsed"] > FAULT_TIMEOUT - 0.1  # it did wait for rank 1, the timeout
+
+
+def test_a_rank_that_never_creates_its_context_fails_the_others_within_the_timeout(tmp_path):
+    _, report, _ = run_fault("no_context", tmp_path)
+    assert "rank 1 did not create its DistributedContext within 2 s" in report["error"]
+
+
+def test_mismatched_parameter_sets_fail_every_rank_at_once_and_the_next_step_works(tmp_path):
+    completed, _, reports = run_fault("mismatch", tmp_path)
+    assert completed.returncode == 0, output(completed)  # no collective ran: still usable
+    for rank in (0, 1):
+        report = reports[rank]
+        assert "parameter 'extra' is registered on rank 1 but not on rank 0" in report["error"]
+        assert report["elapsed"] < 1.0  # found from the registrations, not by waiting
+        assert report["next_step"] == [[40.0] * 3] * 3
+
+
+# -- in this process ------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_one_rank_without_torchrun_hosts_its_store_and_trains(monkeypatch):
+    """``RANK``/``WORLD_SIZE``/``MASTER_*`` set by hand (no torchelastic agent): rank 0 hosts
+    the store, as ``init_method="env://"`` does."""
+    for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    config = dist.DistributedConfig(dist.ReduceOperation.MEAN, timeout=20.0)
+    with dist.DistributedContext.from_launcher(config, engine="torch") as ctx:
+        assert (ctx.rank, ctx.world_size, ctx.devices) == (0, 1, (rg.Device("cpu", 0),))
+        w = rg.tensor([[1.0, -2.0]], device=ctx.device).set_distributed("w")
+        grads = (w * w).sum().backward()
+        np.testing.assert_allclose(w.grad(grads).numpy(), [[2.0, -4.0]])
+        y = dist.all_reduce(w, dist.ReduceOperation.SUM, ctx.devices).resolve()
+        np.testing.assert_allclose(y.numpy(), [[1.0, -2.0]])
+        assert ctx.stats.steps == 1
+    assert not torch.distributed.is_initialized()  # it made the default group, and freed it
+
+
+def test_from_launcher_outside_torchrun_says_how_to_launch(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(rg.DistributedError, match="under torchrun"):
+        dist.DistributedContext.from_launcher(engine="torch")
+    with pytest.raises(rg.InvalidArgumentError, match="device must be 'cpu' or 'cuda'"):
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "1")
+        dist.DistributedContext.from_launcher(engine="torch", device="tpu")
+    with pytest.raises(rg.InvalidArgumentError, match="mpi engine reduces host memory"):
+        dist.DistributedContext.from_launcher(engine="mpi", device="cuda")
+
+
+def test_torchrun_command_runs_this_python_on_one_machine():
+    command = launch.torchrun_command(2, ["train.py", "--epochs", "1"], python="py")
+    assert command == [
+        "py",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "train.py",
+        "--epochs",
+        "1",
+    ]
+    with pytest.raises(rg.InvalidArgumentError):
+        launch.torchrun_command(0, ["train.py"])
+    with pytest.raises(rg.InvalidArgumentError, match="same environment"):
+        launch.run(2, ["train.py"], timeout=1.0, engine="torch", rank_env=[{}, {}])
+
+
+# -- buffers on torch tensors ---------------------------------------------------------------
+class TorchPrimitives:
+    """The two methods of a backend whose primitives are torch tensors that ``from_buffer``
+    calls (a stand-in: the tests of the torch backend itself live with it)."""
+
+    def zeros(self, shape, dtype, device):
+        return torch.zeros(shape, dtype=getattr(torch, dtype))
+
+    def from_data(self, data, dtype, device):
+        return torch.tensor(
+            np.asarray(data), dtype=None if dtype is None else getattr(torch, dtype)
+        )
+
+
+def test_a_cpu_tensor_is_handed_over_as_a_numpy_view_of_its_memory():
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    array = buffers.to_buffer(None, t)
+    assert isinstance(array, np.ndarray) and array.dtype == np.float32
+    array[0, 0] = 7.0  # the same memory
+    assert t[0, 0].item() == 7.0
+
+
+def test_a_tensor_numpy_cannot_hold_is_handed_over_as_it_is():
+    t = torch.ones(3, dtype=torch.bfloat16)
+    assert buffers.to_buffer(None, t) is t
+
+
+def test_a_reduced_buffer_comes_back_as_the_backends_kind_of_primitive():
+    backend = TorchPrimitives()
+    like = torch.zeros(3, dtype=torch.float32)
+    result = np.array([1.0, 2.0, 3.0], np.float32)
+    for old in (like, None):  # None: the parameter had no gradient on this device
+        value = buffers.from_buffer(backend, result, old, None, "float32")
+        assert isinstance(value, torch.Tensor) and value.dtype == torch.float32
+        assert value.tolist() == [1.0, 2.0, 3.0]
+    reduced = torch.tensor([4.0, 5.0, 6.0])  # already a tensor where ``like`` lives: as it is
+    assert buffers.from_buffer(backend, reduced, like, None, "float32") is reduced
+    assert buffers.from_buffer(backend, reduced, None, None, "float32") is reduced
+    # and a tensor result for a NumPy backend is a NumPy array
+    host = buffers.from_buffer(rg.NumpyBackend(), reduced, None, None, "float32")
+    assert isinstance(host, np.ndarray) and host.tolist() == [4.0, 5.0, 6.0]
+
+
+def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text(
+        "import torch, torch.distributed as td\n"
+        "from retrograd import distributed as dist\n"
+        "td.init_process_group('gloo')  # the program's own, before the context\n"
+        "config = dist.DistributedConfig(timeout=30)\n"
+        "with dist.DistributedContext.from_launcher(config, engine='torch') as c:\n"
+        "    print(f'rank {c.rank} of {c.world_size} {c.device}', flush=True)\n"
+        "t = torch.ones(1)\n"
+        "td.all_reduce(t)  # still usable: the context left it alone\n"
+        "print(f'sum {t.item():g}', flush=True)\n"
+        "td.destroy_process_group()\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(rg.__file__).resolve().parents[1])
+    completed = subprocess.run(
+        [sys.executable, "-m", "retrograd.distributed.launch", "-n", "2", "--engine", "torch"]
+        + [str(script)],
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_SECONDS,
+        env=env,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = sorted(line for line in completed.stdout.splitlines() if line[:4] in ("rank", "sum "))
+    assert lines == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1", "sum 2", "sum 2"]
+
+
+def test_train_with_workers_and_the_torch_engine_runs_torchrun_and_matches_threads(
+    tmp_path, monkeypatch
+):
+    from retrograd.app.cli import main
+
+    source = str(Path(rg.__file__).resolve().parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.delenv("RANK", raising=False)
+    common = ["--epochs", "1", "--max-train-samples", "48", "--max-test-samples", "16"]
+    common += ["--model", "mlp", "--seed", "3"]
+    assert (
+        main(
+            ["train", "--workers", "2", "--engine", "torch", *common, "--out", str(tmp_path / "t")]
+        )
+        == 0
+    )
+    assert main(["train", "--workers=2", *common, "--out", str(tmp_path / "l")]) == 0
+    ranks = json.loads((tmp_path / "t" / "metrics.json").read_text())
+    threads = json.loads((tmp_path / "l" / "metrics.json").read_text())
+    assert ranks["config"]["engine"] == "torch" and ranks["config"]["world_size"] == 2
+    # the same shards summed in the same order: the thread run's losses
+    np.testing.assert_allclose(ranks["step_losses"], threads["step_losses"], rtol=1e-5)

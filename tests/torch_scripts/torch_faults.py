@@ -1,0 +1,110 @@
+"""Run under ``torchrun --nproc_per_node 2 torch_faults.py MODE TIMEOUT OUT``, a fault on rank 1:
+
+- ``exit``: rank 1 dies (``os._exit``) after one good step (torchrun then stops rank 0 with
+  SIGTERM: rank 0 must still raise ``DistributedError``, not vanish);
+- ``die_in_backward``: rank 1 registers step 2, then dies inside its backward (after its first
+  gradient was submitted, before its second);
+- ``no_backward``: rank 1 stays alive but never calls backward for step 2;
+- ``no_context``: rank 1 never creates its distributed context;
+- ``mismatch``: rank 1 registers a parameter the others do not have, then every rank runs one
+  more, matching step.
+
+Rank 0 writes ``OUT/rank0.json``: the error it got (if any), how long the faulty step took, and
+whether the step after it worked; rank 1 writes ``OUT/rank1.json`` where it lives to."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+from torch_common import rank, use_suite_backend, write_report
+
+import retrograd as rg
+from retrograd import distributed as dist
+
+
+def dying_op():
+    """An op whose backward ends the process: a rank that dies in the middle of backward."""
+    from retrograd.autodiff.ops import Op
+
+    def die(B, g):  # noqa: N803 - backward rules name the backend B
+        time.sleep(0.5)  # a long backward: registration and b's all-reduce are out by now
+        os._exit(3)
+
+    return Op(
+        "test_dies_in_backward",
+        ("x",),
+        (),
+        (die,),
+        memory_bound=False,
+        forward=lambda backend, x: x,
+    )
+
+
+def step(device, extra=False, die=False):
+    w = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("w")
+    b = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("b")
+    loss = (w * 2.0).sum()
+    if die:  # b's gradient is final first (it is used last); w's passes through the op
+        w = rg.Tensor(w.backend.apply(dying_op(), w.primitive), w.backend, device)
+        loss = (w * 2.0).sum()
+    loss = loss + (loss * b).sum()
+    if extra:
+        extra = rg.tensor(np.ones(2, np.float32), device=device).set_distributed("extra")
+        loss = loss + extra.sum()
+    return w.grad(loss.backward()).numpy()
+
+
+def main() -> None:
+    use_suite_backend()
+    mode, timeout, out = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
+    config = dist.DistributedConfig(dist.ReduceOperation.SUM, timeout=timeout, bucket_bytes=0)
+    report: dict = {"rank": rank()}
+    if mode == "no_context":
+        import torch.distributed  # noqa: F401 - imported before the clock starts
+
+        if rank() == 1:
+            time.sleep(timeout + 2.0)  # then exits without ever creating the context
+            return
+        started = time.monotonic()
+        try:
+            dist.DistributedContext.from_launcher(config, engine="torch")
+            report["error"] = None
+        except rg.DistributedError as error:
+            report["error"] = str(error)
+        report["elapsed"] = time.monotonic() - started
+        write_report(out, report)
+        return
+    ctx = dist.DistributedContext.from_launcher(config, engine="torch").start()
+    device = ctx.device
+    report["first_step"] = step(device).tolist()
+    if rank() == 1 and mode == "exit":
+        os._exit(3)
+    if rank() == 1 and mode == "no_backward":
+        time.sleep(timeout + 2.0)
+        write_report(out, report)
+        return
+    started = time.monotonic()
+    try:
+        step(
+            device,
+            extra=(mode == "mismatch" and rank() == 1),
+            die=(mode == "die_in_backward" and rank() == 1),
+        )
+        report["error"] = None
+    except rg.DistributedError as error:
+        report["error"] = str(error)
+    report["elapsed"] = time.monotonic() - started
+    if mode == "mismatch":
+        report["next_step"] = step(device).tolist()
+    write_report(out, report)
+    ctx.close()
+
+
+if __name__ == "__main__":
+    main()
