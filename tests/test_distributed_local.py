@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+from backends import inner_backend
 from distributed_cases import GRAPHS, data, gradients, mlp_grads, mlp_params
 from retrograd import distributed as dist
 from retrograd.distributed.server import plan_buckets
@@ -69,7 +70,7 @@ def reduce(arrays, op):
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("graph", list(GRAPHS))
 def test_synced_gradients_equal_reduced_unsynced_ones(graph, strategy, op, n):
-    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=STRATEGIES[strategy])
+    backend = rg.Autodiff(inner_backend(), checkpointing=STRATEGIES[strategy])
     devices = devices_of(n)
     w, v, xs = data(n, seed=n)
     graph_fn = GRAPHS[graph]
@@ -137,7 +138,7 @@ def test_all_reduce_inside_a_graph_under_balanced_checkpointing():
     """Memory-bound ops around the collective are recomputed; the collective never is."""
     n = 3
     devices = devices_of(n)
-    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=rg.BalancedCheckpointing())
+    backend = rg.Autodiff(inner_backend(), checkpointing=rg.BalancedCheckpointing())
     rng = np.random.default_rng(1)
     inputs = [rng.standard_normal(4).astype(np.float64) for _ in range(n)]
 
@@ -163,7 +164,7 @@ def test_all_reduce_over_a_subgroup_and_non_autodiff_tensors():
     def work(i, device):
         if device not in pair:
             return None
-        t = rg.tensor([float(i + 1)], backend=rg.NumpyBackend(), device=device)
+        t = rg.tensor([float(i + 1)], backend=inner_backend(), device=device)
         return dist.all_reduce(t, SUM, pair).resolve().tolist()
 
     with dist.DistributedContext(devices, dist.DistributedConfig(timeout=10.0)):
