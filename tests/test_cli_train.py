@@ -253,3 +253,21 @@ def test_mpi_engine_under_mpiexec(tmp_path):
     assert metrics["config"]["world_size"] == 2 and metrics["config"]["engine"] == "mpi"
     single = quiet()
     np.testing.assert_allclose(metrics["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
+
+
+def test_torch_backend_trains_like_numpy(tmp_path, capsys):
+    """``--backend torch``: the same run on rg.TorchBackend("cpu"), the same losses to float32
+    rounding (the seeded generator gives both backends the same initial weights)."""
+    pytest.importorskip("torch")
+    assert main(["train", *SMALL, "--backend", "torch", "--out", str(tmp_path)]) == 0
+    assert "torch backend on cpu" in capsys.readouterr().out
+    on_torch = json.loads((tmp_path / "metrics.json").read_text())
+    on_numpy = quiet()
+    np.testing.assert_allclose(
+        on_torch["step_losses"], on_numpy["step_losses"], rtol=1e-4, atol=1e-5
+    )
+
+
+def test_device_without_the_torch_backend_is_a_one_line_error(capsys):
+    assert main(["train", "--device", "cuda"]) == 1
+    assert "--device needs --backend torch" in capsys.readouterr().err

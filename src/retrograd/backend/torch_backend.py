@@ -158,16 +158,23 @@ class TorchBackend(TorchNNKernels, Backend):
     def __hash__(self) -> int:
         return hash((TorchBackend, str(self.torch_device)))
 
+    def _on(self, device: Any) -> torch.device:
+        """Where a tensor made for the label ``device`` goes: that GPU for a ``cuda`` label,
+        else this backend's device (cpu labels are logical: the in-process engine's cpu:1...)."""
+        if device is not None and device.__class__ is Device and device.kind == "cuda":
+            return torch.device("cuda", device.index)
+        return self.torch_device
+
     # -- data, creation, metadata -------------------------------------------------------------
     def from_data(self, data, dtype, device):
         if isinstance(data, torch.Tensor):
-            out = data.detach().to(self.torch_device, copy=True)
+            out = data.detach().to(self._on(device), copy=True)
             return out if dtype is None else out.to(torch_dtype(dtype))
         array = _host_array(data, dtype)
         # ``array`` is a fresh copy (never the user's memory): the CPU tensor may share it.
         if not array.flags.c_contiguous:  # (np.ascontiguousarray would make 0-d arrays 1-d)
             array = array.copy()
-        out = torch.from_numpy(array).to(self.torch_device)
+        out = torch.from_numpy(array).to(self._on(device))
         if dtype in _HALF:
             out = out.to(_DTYPES[dtype])
         return out
@@ -192,13 +199,13 @@ class TorchBackend(TorchNNKernels, Backend):
         return x.device
 
     def zeros(self, shape, dtype, device):
-        return torch.zeros(shape, dtype=torch_dtype(dtype), device=self.torch_device)
+        return torch.zeros(shape, dtype=torch_dtype(dtype), device=self._on(device))
 
     def ones(self, shape, dtype, device):
-        return torch.ones(shape, dtype=torch_dtype(dtype), device=self.torch_device)
+        return torch.ones(shape, dtype=torch_dtype(dtype), device=self._on(device))
 
     def full(self, shape, value, dtype, device):
-        return torch.full(shape, value, dtype=torch_dtype(dtype), device=self.torch_device)
+        return torch.full(shape, value, dtype=torch_dtype(dtype), device=self._on(device))
 
     def zeros_like(self, x):
         return torch.zeros_like(x)
@@ -207,10 +214,10 @@ class TorchBackend(TorchNNKernels, Backend):
         return torch.ones_like(x)
 
     def eye(self, n, m, dtype, device):
-        return torch.eye(n, m, dtype=torch_dtype(dtype), device=self.torch_device)
+        return torch.eye(n, m, dtype=torch_dtype(dtype), device=self._on(device))
 
     def arange(self, start, end, step, dtype, device):
-        return torch.arange(start, end, step, dtype=torch_dtype(dtype), device=self.torch_device)
+        return torch.arange(start, end, step, dtype=torch_dtype(dtype), device=self._on(device))
 
     def _device_generator(self) -> torch.Generator:
         if self._torch_generator is None:
@@ -232,7 +239,7 @@ class TorchBackend(TorchNNKernels, Backend):
                 values = GENERATOR.rng.random(shape, dtype=host_dtype)
             else:
                 values = GENERATOR.rng.standard_normal(shape, dtype=host_dtype)
-        return torch.from_numpy(values).to(self.torch_device, target)
+        return torch.from_numpy(values).to(self._on(device), target)
 
     def bernoulli(self, shape, p, device):
         if self.generator == "torch":
@@ -240,7 +247,7 @@ class TorchBackend(TorchNNKernels, Backend):
             return draws < p
         with GENERATOR.lock:
             mask = GENERATOR.rng.random(shape) < p
-        return torch.from_numpy(mask).to(self.torch_device)
+        return torch.from_numpy(mask).to(self._on(device))
 
     def seed(self, seed):
         GENERATOR.reseed(seed)
