@@ -462,3 +462,31 @@ def test_default_device_label_and_host_copies():
     array[0] = 9.0  # the tensor holds a copy
     assert u.numpy().tolist() == [1.0, 2.0]
     assert rg.TorchBackend("cpu") == TB and hash(rg.TorchBackend("cpu")) == hash(TB)
+
+
+def _cnn_gradients(inner, strategy):
+    """Gradients of a small CNN step (conv, pool, layer norm, GELU, cross-entropy)."""
+    F = rg.nn.functional  # noqa: N806  (PyTorch's idiom)
+    backend = rg.Autodiff(inner, strategy)
+    rng = np.random.default_rng(5)
+    x = rg.tensor(rng.standard_normal((3, 2, 8, 8)), dtype="float32", backend=backend)
+    k = rg.tensor(rng.standard_normal((4, 2, 3, 3)) * 0.3, backend=backend).require_grad()
+    w = rg.tensor(rng.standard_normal((5, 64)) * 0.1, backend=backend).require_grad()
+    h = F.max_pool2d(F.conv2d(x.float(), k.float(), None, padding=1), 2)
+    h = F.gelu(F.layer_norm(h.reshape((3, 64)), 64))
+    loss = F.cross_entropy(
+        F.linear(h, w.float()), rg.tensor([0, 3, 4], dtype="int64", backend=backend)
+    )
+    grads = loss.backward()
+    return [t.grad(grads).numpy() for t in (k, w)]
+
+
+def test_gradients_equal_the_numpy_backends_and_are_identical_across_strategies():
+    strategies = [rg.NoCheckpointing, rg.BalancedCheckpointing]
+    reference = _cnn_gradients(NP, rg.NoCheckpointing())
+    on_torch = [_cnn_gradients(TB, strategy()) for strategy in strategies]
+    for got in on_torch:
+        for a, b in zip(got, on_torch[0]):
+            np.testing.assert_array_equal(a, b)  # bit for bit across strategies
+    for a, b in zip(on_torch[0], reference):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)  # float32 rounding
