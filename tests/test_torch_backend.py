@@ -429,6 +429,18 @@ def test_index_checks_immediate_and_deferred():
     deferred.to_numpy(indices)  # reported once
 
 
+def test_many_deferred_checks_are_folded_and_the_first_failure_reported():
+    deferred = rg.TorchBackend("cpu", deferred_index_checks=True)
+    good = deferred.from_data(np.array([0, 1]), None, None)
+    bad = deferred.from_data(np.array([1, 7]), None, None)
+    for i in range(200):  # a loop that never reads back: the pending checks stay bounded
+        deferred.check_index_range(bad if i in (150, 170) else good, 3, lambda v, i=i: f"{i}:{v}")
+        assert len(deferred._pending) <= 65
+    with pytest.raises(rg.IndexOutOfRangeError, match="150:7"):
+        deferred.synchronize()
+    deferred.synchronize()
+
+
 def test_deferred_check_through_the_tensor_api():
     backend = rg.Autodiff(rg.TorchBackend("cpu", deferred_index_checks=True))
     weight = rg.tensor(X[0], backend=backend)

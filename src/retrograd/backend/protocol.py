@@ -1,10 +1,10 @@
 """The backend protocol: every primitive operation the layers above need.
 
 A backend holds tensors as *primitives* of its own kind (NumPy arrays for :class:`NumpyBackend`,
-autodiff primitives for :class:`~retrograd.autodiff.Autodiff`, torch tensors for
-:class:`TorchBackend`, CPU or CUDA) and implements each method below on them. The tensor API calls these methods and
-nothing else, and the backward rules are written against them, so one rule serves every backend
-and, run on the autodiff backend itself, gives higher-order gradients.
+autodiff primitives for :class:`~retrograd.autodiff.Autodiff`, torch tensors, CPU or CUDA, for
+:class:`TorchBackend`) and implements each method below on them. The tensor API calls these
+methods and nothing else, and the backward rules are written against them, so one rule serves
+every backend and, run on the autodiff backend itself, gives higher-order gradients.
 
 Conventions, so that implementations stay small:
 

@@ -96,6 +96,15 @@ def _positive_slices(x: torch.Tensor, slices: tuple[slice, ...]) -> tuple[tuple,
     return tuple(out), flips
 
 
+#: Deferred index checks held before they are folded into one pair of device vectors.
+_MAX_PENDING = 64
+
+
+def _messages(message: Any) -> tuple:
+    """A pending entry's message makers: one, or a folded entry's tuple of them."""
+    return message if isinstance(message, tuple) else (message,)
+
+
 def _window(dim: int, index: Any) -> tuple:
     return (slice(None),) * dim + (index,)
 
@@ -295,7 +304,17 @@ class TorchBackend(TorchNNKernels, Backend):
         flat = bad.flatten()
         first = indices.flatten()[torch.argmax(flat.to(torch.uint8))]
         with self._pending_lock:
-            self._pending.append((flat.any(), first, message))
+            self._pending.append((flat.any().reshape(1), first.reshape(1), message))
+            if len(self._pending) > _MAX_PENDING:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Fold the pending checks' device scalars into one pair of vectors (a device op, no
+        sync), so a loop that never reads a value back holds a bounded number of tensors."""
+        flags = torch.cat([flag for flag, _, _ in self._pending])
+        firsts = torch.cat([first for _, first, _ in self._pending])
+        messages = [m for _, _, message in self._pending for m in _messages(message)]
+        self._pending = [(flags, firsts, tuple(messages))]
 
     def synchronize(self) -> None:
         """Raise the first failed deferred index check (one host read for all pending)."""
@@ -303,12 +322,13 @@ class TorchBackend(TorchNNKernels, Backend):
             return
         with self._pending_lock:
             pending, self._pending = self._pending, []
-        flags = torch.stack([flag for flag, _, _ in pending]).cpu()
+        flags = torch.cat([flag for flag, _, _ in pending]).cpu()
         if not bool(flags.any()):
             return
         which = int(torch.argmax(flags.to(torch.uint8)))
-        _, first, message = pending[which]
-        raise IndexOutOfRangeError(message(int(first.cpu())))
+        firsts = torch.cat([first for _, first, _ in pending])
+        messages = [m for _, _, message in pending for m in _messages(message)]
+        raise IndexOutOfRangeError(messages[which](int(firsts[which].cpu())))
 
     def error_class(self, error):
         if isinstance(error, IndexError):
