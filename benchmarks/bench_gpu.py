@@ -412,7 +412,7 @@ def measure(work: Workload, repeats: int) -> dict[str, Any]:
         if jitted is not None:
             jitted()
             columns["JAX jit"] = jitted
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         print(f"  (JAX column skipped for {work.name}: {error})")
     # The same first loss everywhere: the columns compute one thing.
     first = {name: _value(fn()) for name, fn in columns.items()}
