@@ -271,3 +271,11 @@ def test_torch_backend_trains_like_numpy(tmp_path, capsys):
 def test_device_without_the_torch_backend_is_a_one_line_error(capsys):
     assert main(["train", "--device", "cuda"]) == 1
     assert "--device needs --backend torch" in capsys.readouterr().err
+
+
+def test_an_unavailable_device_is_a_one_line_error(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: cuda is available")
+    assert main(["train", "--backend", "torch", "--device", "cuda"]) == 1
+    assert "is not available" in capsys.readouterr().err

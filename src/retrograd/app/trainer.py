@@ -160,7 +160,7 @@ def inner_backend(config: TrainConfig) -> rg.Backend:
             raise UsageError(
                 'train: --backend torch needs torch (pip install "retrograd[torch]")'
             ) from None
-        except RuntimeError as error:  # no such device (no CUDA build, no GPU)
+        except (RuntimeError, ValueError) as error:  # no such device (no CUDA build, no GPU)
             raise UsageError(f"train: device {config.device!r}: {error}") from None
     return rg.NumpyBackend()
 

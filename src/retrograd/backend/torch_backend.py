@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..device import Device
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend
 from .torch_nn import TorchNNKernels
@@ -140,6 +140,11 @@ class TorchBackend(TorchNNKernels, Backend):
         if isinstance(device, Device):
             device = str(device)
         self.torch_device = torch.device(device)
+        if self.torch_device.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgumentError(
+                f"TorchBackend: device {str(device)!r} is not available "
+                f"(torch {torch.__version__}: torch.cuda.is_available() is False)"
+            )
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
         if generator not in ("numpy", "torch"):
