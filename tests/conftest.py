@@ -1,6 +1,47 @@
 """Test-suite setup: every backward asserts that the checkpointer was drained (Burn's test
-build does the same)."""
+build does the same), and the inner backend is chosen (``tests/backends.py``):
+``RETROGRAD_INNER=torch`` or ``--inner torch`` makes ``Autodiff(TorchBackend("cpu"))`` the
+default backend. Tests about NumPy alone carry ``@pytest.mark.numpy_only(reason)`` and are
+skipped, with that reason, on another backend."""
 
 import os
 
+import pytest
+
 os.environ["RETROGRAD_CHECK_CHECKPOINTER"] = "1"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--inner",
+        default=None,
+        help="inner backend of the suite: numpy (default), torch, torch:cuda "
+        "(overrides RETROGRAD_INNER)",
+    )
+
+
+def pytest_configure(config):
+    import backends
+    import retrograd as rg
+
+    config.addinivalue_line(
+        "markers", "numpy_only(reason): a test about the NumPy backend itself, not semantics"
+    )
+    choice = config.getoption("--inner")
+    if choice:
+        backends.select(choice)
+        os.environ["RETROGRAD_INNER"] = choice  # subprocesses (CLI, mpiexec) follow
+    if backends.on_torch():
+        rg.set_default_backend(rg.Autodiff(backends.inner_backend()))
+
+
+def pytest_collection_modifyitems(config, items):
+    import backends
+
+    if not backends.on_torch():
+        return
+    for item in items:
+        marker = item.get_closest_marker("numpy_only")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"NumPy backend only: {reason}"))

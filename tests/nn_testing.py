@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import retrograd as rg
+from backends import inner_backend
 
 STRATEGIES = {"none": rg.NoCheckpointing, "balanced": rg.BalancedCheckpointing}
 
 
 def autodiff(strategy: str) -> rg.Autodiff:
-    return rg.Autodiff(rg.NumpyBackend(), checkpointing=STRATEGIES[strategy]())
+    return rg.Autodiff(inner_backend(), checkpointing=STRATEGIES[strategy]())
 
 
 def is_float(array: np.ndarray) -> bool:
@@ -44,7 +45,7 @@ def analytic_gradients(
 
 def forward_value(fn: Callable, arrays: Sequence[np.ndarray], seed: np.ndarray | None) -> float:
     """``sum(seed * fn(...))`` on the plain NumPy backend (no graph)."""
-    with rg.use_backend(rg.NumpyBackend()):
+    with rg.use_backend(inner_backend()):
         out = fn(*[rg.tensor(a) for a in arrays]).numpy()
     return float(out if seed is None else np.sum(out * seed))
 
@@ -70,7 +71,7 @@ def check_finite_differences(fn, arrays, *, rtol=1e-5, atol=1e-6, seed_output=Tr
     under NoCheckpointing and BalancedCheckpointing."""
     arrays = [np.asarray(a) for a in arrays]
     rng = np.random.default_rng(1234)
-    with rg.use_backend(rg.NumpyBackend()):
+    with rg.use_backend(inner_backend()):
         shape = fn(*[rg.tensor(a) for a in arrays]).shape
     seed = rng.standard_normal(shape) if seed_output and shape else None
     out, grads = analytic_gradients(fn, arrays, seed, "none")

@@ -10,13 +10,14 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
+from backends import inner_backend
 
 STRATEGIES = [rg.NoCheckpointing(), rg.BalancedCheckpointing()]
 
 
 @pytest.fixture(autouse=True, params=STRATEGIES, ids=["none", "balanced"])
 def backend(request):
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), request.param)) as active:
+    with rg.use_backend(rg.Autodiff(inner_backend(), request.param)) as active:
         yield active
 
 

@@ -253,3 +253,29 @@ def test_mpi_engine_under_mpiexec(tmp_path):
     assert metrics["config"]["world_size"] == 2 and metrics["config"]["engine"] == "mpi"
     single = quiet()
     np.testing.assert_allclose(metrics["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
+
+
+def test_torch_backend_trains_like_numpy(tmp_path, capsys):
+    """``--backend torch``: the same run on rg.TorchBackend("cpu"), the same losses to float32
+    rounding (the seeded generator gives both backends the same initial weights)."""
+    pytest.importorskip("torch")
+    assert main(["train", *SMALL, "--backend", "torch", "--out", str(tmp_path)]) == 0
+    assert "torch backend on cpu" in capsys.readouterr().out
+    on_torch = json.loads((tmp_path / "metrics.json").read_text())
+    on_numpy = quiet()
+    np.testing.assert_allclose(
+        on_torch["step_losses"], on_numpy["step_losses"], rtol=1e-4, atol=1e-5
+    )
+
+
+def test_device_without_the_torch_backend_is_a_one_line_error(capsys):
+    assert main(["train", "--device", "cuda"]) == 1
+    assert "--device needs --backend torch" in capsys.readouterr().err
+
+
+def test_an_unavailable_device_is_a_one_line_error(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: cuda is available")
+    assert main(["train", "--backend", "torch", "--device", "cuda"]) == 1
+    assert "is not available" in capsys.readouterr().err

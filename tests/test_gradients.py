@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+from backends import inner_backend
 from op_cases import CASES
 
 CASE_IDS = [c.name for c in CASES]
@@ -16,7 +17,7 @@ SMOOTH_CASES = [c for c in CASES if "rounds" not in c.tags]
 def _run(case, arrays, dtype, strategy=None, cotangent=None):
     """Forward ``case`` on ``arrays``; backward seeded with ``cotangent``; return
     (output, [grad or None per input])."""
-    backend = rg.Autodiff(rg.NumpyBackend(), strategy or rg.NoCheckpointing())
+    backend = rg.Autodiff(inner_backend(), strategy or rg.NoCheckpointing())
     with rg.use_backend(backend):
         tensors = []
         for position, array in enumerate(arrays):
@@ -34,7 +35,7 @@ def _run(case, arrays, dtype, strategy=None, cotangent=None):
 
 
 def _forward(case, arrays):
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend())):
+    with rg.use_backend(rg.Autodiff(inner_backend())):
         tensors = [a if i in case.constant else rg.tensor(a) for i, a in enumerate(arrays)]
         return case.fn(*tensors).numpy()
 

@@ -1,10 +1,11 @@
 """A training step copies nothing to the host: on a device backend each copy (``to_numpy``, or
 ``any``, which answers with a host bool) stalls until the device has caught up.
 
-A ``NumpyBackend`` that counts those calls, under ``rg.Autodiff``, runs a real step: an
-embedding, dropout and a linear layer, cross-entropy with and without ``ignore_index``,
-backward, global-norm clipping, Adam and SGD. ``check_index_range`` is not a transfer: a
-device backend checks asynchronously (as CUDA's device-side asserts do).
+The suite's inner backend (``tests/backends.py``: NumPy or torch), made to count those
+calls, under ``rg.Autodiff``, runs a real step: an embedding, dropout and a linear layer,
+cross-entropy with and without ``ignore_index``, backward, global-norm clipping, Adam and SGD.
+``check_index_range`` is not a transfer: a device backend checks asynchronously (as CUDA's
+device-side asserts do).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+from backends import inner_backend
 from retrograd import nn, optim
 
 #: Functions of the tensor API that still validate indices on the host (``select`` and
@@ -23,7 +25,7 @@ from retrograd import nn, optim
 KNOWN_HOST_CHECKS = {"_index_tensor", "first_out_of_range"}
 
 
-class CountingBackend(rg.NumpyBackend):
+class CountingBackend(type(inner_backend())):
     """Records each host transfer with the function names on its call stack."""
 
     def __init__(self):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+from backends import inner_backend
 
 LAYERS = [
     "conv",
@@ -122,7 +123,7 @@ def run(steps, x, weights, weights_out, api):
 
 
 def retrograd_gradients(steps, x_array, strategy):
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         x = rg.tensor(x_array).require_grad()
         weights = [[rg.tensor(p).require_grad() for p in params] for _, params, _ in steps]
         seeds = shapes_seeds(steps, x_array)
@@ -137,7 +138,7 @@ def shapes_seeds(steps, x_array):
     """The loss weights of every layer's output (shapes found by running the layers)."""
     rng = np.random.default_rng(len(steps))
     seeds = []
-    with rg.use_backend(rg.NumpyBackend()):
+    with rg.use_backend(inner_backend()):
         x = rg.tensor(x_array)
         for name, params, options in steps:
             x = reshape_only(name, params, options, x)

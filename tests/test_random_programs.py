@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retrograd as rg
+from backends import inner_backend
 from nn_testing import assert_leaf_gradients_match, assert_strategies_identical
 
 SHAPE = (3, 4)
@@ -81,7 +82,7 @@ def _evaluate(program, leaves, tables, combine):
 
 
 def _retrograd_gradients(program, arrays, weights, strategy, dtype):
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         leaves = [rg.tensor(a.astype(dtype)).require_grad() for a in arrays]
         tables = ({k: v[0] for k, v in UNARY.items()}, {k: v[0] for k, v in BINARY.items()})
 

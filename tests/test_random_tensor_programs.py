@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retrograd as rg
+from backends import inner_backend
 from nn_testing import assert_leaf_gradients_match, assert_strategies_identical
 
 SHAPE = (2, 3, 4)
@@ -211,7 +212,7 @@ def evaluate(program, leaves, weights, api_steps):
 
 
 def retrograd_gradients(program, arrays, weights, strategy):
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         leaves = [rg.tensor(a).require_grad() for a in arrays]
         loss = evaluate(program, leaves, [rg.tensor(w) for w in weights], steps(True))
         grads = loss.backward()
@@ -264,7 +265,7 @@ def test_large_masked_programs_match_torch(strategy):
         h = torch.where(x > y, y * 3.0, h).masked_fill(y < -1.5, 0.25)
         return h * (x / y.abs().clamp_min(0.2)).masked_fill(y.abs() < 1e-9, 0.0)
 
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         x, y = rg.tensor(x_array).require_grad(), rg.tensor(other).require_grad()
         out = program(x, y, "rg")
         grads = (out * rg.tensor(seed)).sum().backward()

@@ -7,11 +7,12 @@ import threading
 import numpy as np
 
 import retrograd as rg
+from backends import inner_backend
 
 
 def _train(seed: int, strategy, steps: int = 40) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         w1 = rg.tensor(rng.normal(0, 0.5, (6, 12))).require_grad()
         w2 = rg.tensor(rng.normal(0, 0.5, (12, 3))).require_grad()
         x = rg.tensor(rng.normal(size=(16, 6)))
@@ -50,7 +51,7 @@ def test_eight_threads_match_sequential_training_exactly():
 
 
 def test_use_backend_is_per_thread():
-    balanced = rg.Autodiff(rg.NumpyBackend(), rg.BalancedCheckpointing())
+    balanced = rg.Autodiff(inner_backend(), rg.BalancedCheckpointing())
     seen = {}
 
     def other_thread():

@@ -58,6 +58,16 @@ from .tensor import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``rg.TorchBackend``, resolved on first use: ``import retrograd`` must not need torch."""
+    if name == "TorchBackend":
+        from .backend import torch_backend
+
+        return torch_backend.TorchBackend
+    raise AttributeError(f"module 'retrograd' has no attribute {name!r}")
+
+
 __all__ = [
     "Autodiff",
     "AutodiffError",

@@ -9,6 +9,11 @@ backward (saved and recomputed intermediates, graph nodes) and its transient tem
 The peak is sampled exactly: a backward hook reads and resets tracemalloc's peak at every
 gradient registration, so nothing between two registrations escapes it (the method of
 ``benchmarks/bench_checkpointing.py``).
+
+Where the tensors live in device memory (``TorchBackend("cuda")``), tracemalloc sees nothing:
+the backend's allocator counters (``Backend.memory_allocated``: torch's
+``memory_allocated``/``max_memory_allocated``, reset with ``reset_peak_memory_stats``) take
+its place, read and reset the same way. This module asks the backend, never torch.
 """
 
 from __future__ import annotations
@@ -36,18 +41,59 @@ class StepMemory:
     recomputed_bytes: int
 
 
+class _HostMeter:
+    """Host memory, as tracemalloc traces it (NumPy arrays, graph nodes)."""
+
+    def __init__(self) -> None:
+        self.was_tracing = tracemalloc.is_tracing()
+
+    def start(self) -> None:
+        if not self.was_tracing:
+            tracemalloc.start()
+
+    def stop(self) -> None:
+        if not self.was_tracing:
+            tracemalloc.stop()
+
+    def read(self) -> tuple[int, int]:
+        return tracemalloc.get_traced_memory()
+
+    def reset_peak(self) -> None:
+        tracemalloc.reset_peak()
+
+
+class _DeviceMeter:
+    """Device memory, as the backend's allocator counts it (torch's on CUDA)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def read(self) -> tuple[int, int]:
+        return self.backend.memory_allocated()
+
+    def reset_peak(self) -> None:
+        self.backend.reset_peak_memory()
+
+
 class _ActivationPeak:
     """A backward hook: traced peak minus live parameter gradients, between registrations."""
 
-    def __init__(self, parameter_ids: set[int]):
+    def __init__(self, parameter_ids: set[int], meter: Any):
         self.parameter_ids = parameter_ids
+        self.meter = meter
         self.thread = threading.get_ident()
         self.peak = 0
         self.gradient_bytes = 0
 
     def sample(self) -> None:
-        self.peak = max(self.peak, tracemalloc.get_traced_memory()[1] - self.gradient_bytes)
-        tracemalloc.reset_peak()
+        self.peak = max(self.peak, self.meter.read()[1] - self.gradient_bytes)
+        self.meter.reset_peak()
 
     def begin(self, tape: Any, grads: Any) -> None:
         if threading.get_ident() != self.thread:  # another thread's backward
@@ -81,22 +127,23 @@ def measure_step_memory(loss_fn: Callable[[], Any], parameters: Sequence[Any]) -
     >>> measure_step_memory(lambda: (x @ w).tanh().sum(), [w]).peak_activation_bytes > 0
     True
     """
+    parameters = list(parameters)
     parameter_ids = {p.primitive.node.id for p in parameters if p.primitive.node is not None}
-    probe = _ActivationPeak(parameter_ids)
-    was_tracing = tracemalloc.is_tracing()
+    backend = parameters[0].backend if parameters else None
+    on_device = backend is not None and backend.memory_allocated() is not None
+    meter = _DeviceMeter(backend) if on_device else _HostMeter()
+    probe = _ActivationPeak(parameter_ids, meter)
     runtime.BACKWARD_HOOKS.append(probe)
-    if not was_tracing:
-        tracemalloc.start()
+    meter.start()
     try:
-        tracemalloc.reset_peak()
-        start = tracemalloc.get_traced_memory()[0]
+        meter.reset_peak()
+        start = meter.read()[0]
         loss = loss_fn()
-        after_forward = tracemalloc.get_traced_memory()[0] - start
+        after_forward = meter.read()[0] - start
         probe.sample()
         grads = loss.backward()
         del loss
     finally:
-        if not was_tracing:
-            tracemalloc.stop()
+        meter.stop()
         runtime.BACKWARD_HOOKS.remove(probe)
     return StepMemory(max(0, probe.peak - start), after_forward, grads.recomputed_bytes)

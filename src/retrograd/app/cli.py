@@ -133,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
         "torch: one process per rank, started by torchrun (or by --workers N)",
     )
     train.add_argument(
+        "--backend",
+        choices=("numpy", "torch"),
+        default=defaults.backend,
+        help="inner backend: numpy (default) or torch (needs the torch extra)",
+    )
+    train.add_argument(
+        "--device", help="the torch backend's device: cpu (default), cuda, cuda:1 ..."
+    )
+    train.add_argument(
         "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
     )
     train.add_argument("--out", default=defaults.out, help="output folder")
@@ -332,6 +341,8 @@ def _train(options: argparse.Namespace) -> int:
         max_test_samples=options.max_test_samples,
         progress=options.progress,
         timeout=options.timeout,
+        backend=options.backend,
+        device=options.device,
     )
     train(config)
     return 0

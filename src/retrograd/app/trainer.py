@@ -63,6 +63,8 @@ STRATEGIES: dict[str, Callable[[], rg.CheckpointStrategy]] = {
 #: the learning rate each optimizer gets when ``--lr`` is not given
 DEFAULT_LR = {"adam": 2e-3, "sgd": 0.05}
 OPTIMIZERS = ("adam", "sgd")
+#: ``--backend`` names: the inner backend every replica runs on
+BACKENDS = ("numpy", "torch")
 SCHEDULES = ("cosine", "step", "none")
 EVAL_BATCH = 512
 
@@ -91,6 +93,10 @@ class TrainConfig:
     progress: bool | None = None
     #: seconds a replica waits for its peers in data-parallel runs
     timeout: float = 60.0
+    #: the inner backend: ``"numpy"`` or ``"torch"`` (``rg.TorchBackend(device)``)
+    backend: str = "numpy"
+    #: the torch backend's device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); numpy takes none
+    device: str | None = None
 
     def validate(self) -> None:
         checks = [
@@ -104,6 +110,11 @@ class TrainConfig:
             (self.workers >= 1, "workers must be at least 1"),
             (self.lr is None or self.lr > 0, "lr must be positive"),
             (self.clip_norm is None or self.clip_norm > 0, "clip norm must be positive"),
+            (self.backend in BACKENDS, f"backend must be one of {BACKENDS}"),
+            (
+                self.device is None or self.backend == "torch",
+                "--device needs --backend torch",
+            ),
             (
                 not (self.engine != "local" and self.workers > 1),
                 "--workers is for the local engine; under mpiexec or torchrun every rank is one "
@@ -142,13 +153,27 @@ class _EpochTally:
         self.loss, self.correct, self.samples, self.recomputed = (row.copy() for row in array)
 
 
+def inner_backend(config: TrainConfig) -> rg.Backend:
+    """The inner backend ``config`` asks for: NumPy, or torch on ``config.device``."""
+    if config.backend == "torch":
+        try:
+            return rg.TorchBackend(config.device or "cpu")
+        except ImportError:
+            raise UsageError(
+                'train: --backend torch needs torch (pip install "retrograd[torch]")'
+            ) from None
+        except (RuntimeError, ValueError) as error:  # no such device (no CUDA build, no GPU)
+            raise UsageError(f"train: device {config.device!r}: {error}") from None
+    return rg.NumpyBackend()
+
+
 class Replica:
     """One device's model copy, with its backend, optimizer and schedule."""
 
     def __init__(
         self, template: nn.Module, config: TrainConfig, device: rg.Device, distributed: bool
     ):
-        self.backend = rg.Autodiff(rg.NumpyBackend(), STRATEGIES[config.checkpointing]())
+        self.backend = rg.Autodiff(inner_backend(config), STRATEGIES[config.checkpointing]())
         self.device = device
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:
@@ -401,6 +426,7 @@ def _banner(config: TrainConfig, dataset: Dataset, model: nn.Module, world: int)
         f"{config.epochs} epochs, batch {config.batch_size}, {config.optimizer} "
         f"lr {config.learning_rate:g} ({config.schedule}), checkpointing {config.checkpointing}, "
         f"{workers}, seed {config.seed}"
+        + (f", torch backend on {config.device or 'cpu'}" if config.backend == "torch" else "")
     )
 
 

@@ -23,7 +23,7 @@ from .params import ParamId
 
 __all__ = ["Autodiff"]
 
-_FLOAT_DTYPES = ("float32", "float64")
+_FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 _TRACKED = (True,)
 
 
@@ -50,6 +50,10 @@ class Autodiff(Backend):
             )
         self._recomputes = self.checkpointing.recomputes
         self._hook = type(self)._on_record  # the recording hook, or None (see _record)
+
+    @property
+    def default_device(self) -> Any:
+        return self.inner.default_device
 
     @property
     def name(self) -> str:
@@ -216,6 +220,12 @@ class Autodiff(Backend):
 
     def any(self, x):
         return self.inner.any(x.value)
+
+    def memory_allocated(self):
+        return self.inner.memory_allocated()
+
+    def reset_peak_memory(self):
+        self.inner.reset_peak_memory()
 
     def check_index_range(self, indices, size, message, ignore=None):
         self.inner.check_index_range(indices.value, size, message, ignore)

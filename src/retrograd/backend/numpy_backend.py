@@ -44,6 +44,11 @@ def numpy_dtype(dtype: str) -> np.dtype:
     try:
         return _DTYPES[dtype]
     except KeyError:
+        if dtype in ("bfloat16", "float16"):
+            raise DTypeError(
+                f"dtype {dtype!r} is not supported by NumpyBackend; use rg.TorchBackend for "
+                "half-precision tensors"
+            ) from None
         raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
 
 
@@ -504,6 +509,7 @@ def _check_protocol() -> None:
         name
         for name in dir(Backend)
         if not name.startswith("_")
+        and name not in Backend.OPTIONAL
         and callable(getattr(Backend, name))
         and getattr(NumpyBackend, name) is getattr(Backend, name)
     ]

@@ -1,10 +1,10 @@
 """The backend protocol: every primitive operation the layers above need.
 
 A backend holds tensors as *primitives* of its own kind (NumPy arrays for :class:`NumpyBackend`,
-autodiff primitives for :class:`~retrograd.autodiff.Autodiff`, torch tensors for the planned
-GPU backend) and implements each method below on them. The tensor API calls these methods and
-nothing else, and the backward rules are written against them, so one rule serves every backend
-and, run on the autodiff backend itself, gives higher-order gradients.
+autodiff primitives for :class:`~retrograd.autodiff.Autodiff`, torch tensors, CPU or CUDA, for
+:class:`TorchBackend`) and implements each method below on them. The tensor API calls these
+methods and nothing else, and the backward rules are written against them, so one rule serves
+every backend and, run on the autodiff backend itself, gives higher-order gradients.
 
 Conventions, so that implementations stay small:
 
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..device import CPU0
+
 __all__ = ["PROTOCOL_OPS", "Backend"]
 
 
@@ -39,6 +41,11 @@ class Backend:
     """
 
     name = "backend"
+    #: Methods with a default here that a backend may keep (the rest must be implemented).
+    OPTIONAL = frozenset({"memory_allocated", "reset_peak_memory"})
+    #: The device label tensors made on this backend get when none is given (a GPU backend
+    #: says ``cuda:0``).
+    default_device = CPU0
     #: True for backends that record a graph (the autodiff decorator).
     is_autodiff = False
 
@@ -106,6 +113,15 @@ class Backend:
     def any(self, x: Any) -> bool:
         """Whether any element is true (a Python bool: backward rules may branch on it)."""
         raise NotImplementedError
+
+    def memory_allocated(self) -> tuple[int, int] | None:
+        """``(bytes allocated now, peak bytes since reset_peak_memory())`` of the device memory
+        this backend's allocator holds, or ``None`` where its values live in host memory that
+        ``tracemalloc`` sees (NumPy). :mod:`retrograd.memory` measures with it."""
+        return None
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak for :meth:`memory_allocated` (its current allocation)."""
 
     # -- validation and errors (no host round trip on a device backend) ----------------------
     def check_index_range(

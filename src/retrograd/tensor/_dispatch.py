@@ -60,9 +60,10 @@ __all__ = [
     "wrap",
 ]
 
-FLOAT_DTYPES = ("float32", "float64")
-DTYPES = ("float32", "float64", "int64", "bool")
-_RANK = {"bool": 0, "int64": 1, "float32": 2, "float64": 3}
+# The half types exist on backends that have them (TorchBackend); NumpyBackend refuses them.
+FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
+_RANK = {"bool": 0, "int64": 1, "bfloat16": 2, "float16": 2, "float32": 3, "float64": 4}
 SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
 
 # The dtype rules of a binary Op, compared by identity on the hot path.
@@ -113,8 +114,12 @@ TensorBase._result = TensorBase
 
 # -- dtype rules ---------------------------------------------------------------------------------
 def result_dtype(a: str, b: str) -> str:
-    """The dtype two tensors of dtypes ``a`` and ``b`` are promoted to."""
-    return a if _RANK[a] >= _RANK[b] else b
+    """The dtype two tensors of dtypes ``a`` and ``b`` are promoted to (PyTorch's rules:
+    ``bfloat16`` with ``float16`` gives ``float32``)."""
+    rank_a, rank_b = _RANK[a], _RANK[b]
+    if rank_a == rank_b and a != b:  # the two half types
+        return "float32"
+    return a if rank_a >= rank_b else b
 
 
 def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:

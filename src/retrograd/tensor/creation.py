@@ -39,7 +39,7 @@ __all__ = [
 
 def _target(backend: Any, device: Any) -> tuple[Any, Device]:
     backend = backend if backend is not None else current_backend()
-    return backend, CPU0 if device is None else Device(device)
+    return backend, getattr(backend, "default_device", CPU0) if device is None else Device(device)
 
 
 def _check_dtype(op: str, dtype: str | None) -> None:

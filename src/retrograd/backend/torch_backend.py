@@ -1,0 +1,630 @@
+"""The torch backend: torch tensors (CPU or CUDA) as primitives.
+
+``TorchBackend(device)`` implements the protocol of :class:`~retrograd.backend.protocol.Backend`
+on torch tensors, following :class:`~retrograd.backend.NumpyBackend`'s conventions exactly
+(the reference for every one of them). torch's own autograd is never used: every primitive is
+made here from host data, a torch factory or a kernel of tensors that do not require grad, so
+no primitive ever has ``requires_grad`` and torch records nothing. (Wrapping each kernel in
+``torch.no_grad()`` would cost about a microsecond per op for no effect; tests assert the
+invariant instead.) The neural-network kernels are torch's own (:mod:`.torch_nn`).
+
+torch is imported when this module is, and this module only when ``rg.TorchBackend`` is first
+used (``retrograd/__init__`` resolves the name lazily), so ``import retrograd`` works without
+torch.
+
+Random numbers are drawn on the host by the NumPy backend's seeded generator and copied to the
+device, so ``rg.seed(n)`` gives the same values, dropout masks and initial weights on both
+backends and tests compare them equal. ``TorchBackend(device, generator="torch")`` draws on
+the device instead (no host transfer; seeded by ``rg.seed`` too, but other values).
+
+Dtypes: ``float32 float64 int64 bool`` and the half types ``bfloat16 float16``.
+
+Index checks (:meth:`TorchBackend.check_index_range`) never copy indices to the host on a
+device: on CUDA (or with ``deferred_index_checks=True``) each check leaves two device scalars
+(whether an index is out of range, and the first bad one) and the error is raised at the next
+synchronisation (``to_numpy``, ``any``, :meth:`TorchBackend.synchronize`), as a CUDA
+device-side assert would be, but catchable and naming the op.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..device import Device
+from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
+from .numpy_backend import GENERATOR, numpy_dtype
+from .protocol import Backend
+from .torch_nn import TorchNNKernels
+
+__all__ = ["TorchBackend"]
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "bool": torch.bool,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+_HALF = ("bfloat16", "float16")
+_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
+
+
+def _host_array(data: Any, dtype: str | None) -> np.ndarray:
+    """``data`` as a NumPy array in one of the four host dtypes, NumPy backend's rules (a half
+    dtype is made from float32 and cast on the device)."""
+    from .numpy_backend import _canonical
+
+    if isinstance(data, np.ndarray | np.generic):
+        array = np.array(data, copy=True)
+    else:
+        array = np.array(data)
+    if dtype is None:
+        return _canonical(array, data)
+    if array.dtype.kind not in "biuf":
+        raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
+    return array.astype(numpy_dtype("float32" if dtype in _HALF else dtype), copy=False)
+
+
+def _positive_slices(x: torch.Tensor, slices: tuple[slice, ...]) -> tuple[tuple, list[int]]:
+    """torch slices take positive steps only: each negative-step slice becomes the positive
+    slice over the same elements, and its dimension is returned to be flipped."""
+    out, flips = [], []
+    for dim, s in enumerate(slices):
+        step = 1 if s.step is None else s.step
+        if step > 0:
+            out.append(s)
+            continue
+        cells = range(*s.indices(x.shape[dim]))
+        if not cells:
+            out.append(slice(0, 0))
+        else:
+            out.append(slice(cells[-1], cells[0] + 1, -step))
+            flips.append(dim)
+    return tuple(out), flips
+
+
+#: Deferred index checks held before they are folded into one pair of device vectors.
+_MAX_PENDING = 64
+
+
+def _messages(message: Any) -> tuple:
+    """A pending entry's message makers: one, or a folded entry's tuple of them."""
+    return message if isinstance(message, tuple) else (message,)
+
+
+def _window(dim: int, index: Any) -> tuple:
+    return (slice(None),) * dim + (index,)
+
+
+_SHAPE_WORDS = (
+    "size",
+    "shape",
+    "dimension",
+    "broadcast",
+    "must match",
+    "cannot be multiplied",
+    "mismatch",
+    "expected",
+)
+
+
+class TorchBackend(TorchNNKernels, Backend):
+    """Tensors as torch tensors on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+
+    >>> b = TorchBackend("cpu")
+    >>> b.add(b.from_data([1.0, 2.0], None, None), b.ones((2,), "float32", None)).tolist()
+    [2.0, 3.0]
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        device: str | torch.device = "cpu",
+        generator: str = "numpy",
+        deferred_index_checks: bool | None = None,
+    ):
+        if isinstance(device, Device):
+            device = str(device)
+        self.torch_device = torch.device(device)
+        if self.torch_device.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgumentError(
+                f"TorchBackend: device {str(device)!r} is not available "
+                f"(torch {torch.__version__}: torch.cuda.is_available() is False)"
+            )
+        if self.torch_device.type == "cuda" and self.torch_device.index is None:
+            self.torch_device = torch.device("cuda", torch.cuda.current_device())
+        if generator not in ("numpy", "torch"):
+            raise ValueError(
+                f"TorchBackend: generator must be 'numpy' or 'torch', not {generator!r}"
+            )
+        self.generator = generator
+        self._torch_generator: torch.Generator | None = None
+        self.deferred_index_checks = (
+            self.torch_device.type != "cpu"
+            if deferred_index_checks is None
+            else bool(deferred_index_checks)
+        )
+        self._pending: list[tuple[torch.Tensor, torch.Tensor, Any]] = []
+        self._pending_lock = threading.Lock()
+        kind, index = self.torch_device.type, self.torch_device.index or 0
+        self.default_device = Device(kind, index)
+
+    def __repr__(self) -> str:
+        return f"TorchBackend({str(self.torch_device)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TorchBackend) and other.torch_device == self.torch_device
+
+    def __hash__(self) -> int:
+        return hash((TorchBackend, str(self.torch_device)))
+
+    def _on(self, device: Any) -> torch.device:
+        """Where a tensor made for the label ``device`` goes: that GPU for a ``cuda`` label,
+        else this backend's device (cpu labels are logical: the in-process engine's cpu:1...)."""
+        if device is not None and device.__class__ is Device and device.kind == "cuda":
+            return torch.device("cuda", device.index)
+        return self.torch_device
+
+    # -- data, creation, metadata -------------------------------------------------------------
+    def from_data(self, data, dtype, device):
+        if isinstance(data, torch.Tensor):
+            out = data.detach().to(self._on(device), copy=True)
+            return out if dtype is None else out.to(torch_dtype(dtype))
+        array = _host_array(data, dtype)
+        # ``array`` is a fresh copy (never the user's memory): the CPU tensor may share it.
+        if not array.flags.c_contiguous:  # (np.ascontiguousarray would make 0-d arrays 1-d)
+            array = array.copy()
+        out = torch.from_numpy(array).to(self._on(device))
+        if dtype in _HALF:
+            out = out.to(_DTYPES[dtype])
+        return out
+
+    def to_numpy(self, x):
+        self.synchronize()
+        x = x.detach()
+        if x.dtype is torch.bfloat16:  # NumPy has no bfloat16: the values, widened exactly
+            x = x.float()
+        return x.cpu().numpy()
+
+    def shape(self, x):
+        return x.shape
+
+    def dtype(self, x):
+        return _NAMES[x.dtype]
+
+    def same_dtype(self, x, y):
+        return x.dtype is y.dtype
+
+    def device(self, x):
+        return x.device
+
+    def zeros(self, shape, dtype, device):
+        return torch.zeros(shape, dtype=torch_dtype(dtype), device=self._on(device))
+
+    def ones(self, shape, dtype, device):
+        return torch.ones(shape, dtype=torch_dtype(dtype), device=self._on(device))
+
+    def full(self, shape, value, dtype, device):
+        return torch.full(shape, value, dtype=torch_dtype(dtype), device=self._on(device))
+
+    def zeros_like(self, x):
+        return torch.zeros_like(x)
+
+    def ones_like(self, x):
+        return torch.ones_like(x)
+
+    def eye(self, n, m, dtype, device):
+        return torch.eye(n, m, dtype=torch_dtype(dtype), device=self._on(device))
+
+    def arange(self, start, end, step, dtype, device):
+        return torch.arange(start, end, step, dtype=torch_dtype(dtype), device=self._on(device))
+
+    def _device_generator(self) -> torch.Generator:
+        if self._torch_generator is None:
+            self._torch_generator = torch.Generator(self.torch_device)
+            self._torch_generator.seed()
+        return self._torch_generator
+
+    def random(self, shape, distribution, dtype, device):
+        target = torch_dtype(dtype)
+        if self.generator == "torch":
+            make = torch.rand if distribution == "uniform" else torch.randn
+            return make(
+                shape, dtype=target, device=self.torch_device, generator=self._device_generator()
+            )
+        # Drawn on the host by the NumPy backend's generator: the same values as NumpyBackend.
+        host_dtype = numpy_dtype("float32" if dtype in _HALF else dtype)
+        with GENERATOR.lock:
+            if distribution == "uniform":
+                values = GENERATOR.rng.random(shape, dtype=host_dtype)
+            else:
+                values = GENERATOR.rng.standard_normal(shape, dtype=host_dtype)
+        return torch.from_numpy(values).to(self._on(device), target)
+
+    def bernoulli(self, shape, p, device):
+        if self.generator == "torch":
+            draws = torch.rand(shape, device=self.torch_device, generator=self._device_generator())
+            return draws < p
+        with GENERATOR.lock:
+            mask = GENERATOR.rng.random(shape) < p
+        return torch.from_numpy(mask).to(self._on(device))
+
+    def seed(self, seed):
+        GENERATOR.reseed(seed)
+        if self.generator == "torch":
+            self._device_generator().manual_seed(seed)
+
+    def cast(self, x, dtype):
+        return x.to(torch_dtype(dtype))
+
+    def to_device(self, x, device):
+        device = Device(device)
+        if device.kind == "cuda":
+            return x.to(torch.device("cuda", device.index))
+        return x  # cpu labels are logical (the in-process engine's cpu:0, cpu:1...)
+
+    def any(self, x):
+        self.synchronize()
+        return bool(x.any())
+
+    def memory_allocated(self):
+        # CUDA memory comes from torch's caching allocator, which tracemalloc cannot see: its
+        # counters are exact. torch's CPU allocator keeps none (and tracemalloc sees no torch
+        # CPU tensor either), so on the CPU this says None like the host backends.
+        if self.torch_device.type != "cuda":
+            return None
+        device = self.torch_device
+        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+
+    def reset_peak_memory(self):
+        if self.torch_device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.torch_device)
+
+    # -- validation and errors ----------------------------------------------------------------
+    def check_index_range(self, indices, size, message, ignore=None):
+        if not indices.numel():
+            return
+        bad = (indices < 0) | (indices >= size)
+        if ignore is not None:
+            bad &= indices != ignore
+        if not self.deferred_index_checks:
+            if bad.any():
+                raise IndexOutOfRangeError(message(int(indices[bad].flatten()[0])))
+            return
+        # No host copy: keep device scalars, read at the next synchronisation.
+        flat = bad.flatten()
+        first = indices.flatten()[torch.argmax(flat.to(torch.uint8))]
+        with self._pending_lock:
+            self._pending.append((flat.any().reshape(1), first.reshape(1), message))
+            if len(self._pending) > _MAX_PENDING:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Fold the pending checks' device scalars into one pair of vectors (a device op, no
+        sync), so a loop that never reads a value back holds a bounded number of tensors."""
+        flags = torch.cat([flag for flag, _, _ in self._pending])
+        firsts = torch.cat([first for _, first, _ in self._pending])
+        messages = [m for _, _, message in self._pending for m in _messages(message)]
+        self._pending = [(flags, firsts, tuple(messages))]
+
+    def synchronize(self) -> None:
+        """Raise the first failed deferred index check (one host read for all pending)."""
+        if not self._pending:
+            return
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        flags = torch.cat([flag for flag, _, _ in pending]).cpu()
+        if not bool(flags.any()):
+            return
+        which = int(torch.argmax(flags.to(torch.uint8)))
+        firsts = torch.cat([first for _, first, _ in pending])
+        messages = [m for _, _, message in pending for m in _messages(message)]
+        raise IndexOutOfRangeError(messages[which](int(firsts[which].cpu())))
+
+    def error_class(self, error):
+        if isinstance(error, IndexError):
+            return IndexOutOfRangeError
+        if isinstance(error, TypeError):
+            return DTypeError
+        if isinstance(error, ValueError):
+            return ShapeError
+        if isinstance(error, RuntimeError | NotImplementedError):
+            text = str(error)
+            lowered = text.lower()
+            if "out of bounds" in lowered or "out of range" in lowered:
+                return IndexOutOfRangeError
+            if "not implemented for" in lowered or "dtype" in lowered or "scalar type" in lowered:
+                return DTypeError
+            if any(word in lowered for word in _SHAPE_WORDS):
+                return ShapeError
+        return None
+
+    # -- elementwise binary -------------------------------------------------------------------
+    add = staticmethod(torch.add)
+    sub = staticmethod(torch.sub)
+    mul = staticmethod(torch.mul)
+    div = staticmethod(torch.true_divide)
+    pow = staticmethod(torch.pow)
+    remainder = staticmethod(torch.remainder)
+    atan2 = staticmethod(torch.atan2)
+    hypot = staticmethod(torch.hypot)
+    add_scalar = staticmethod(torch.add)
+    sub_scalar = staticmethod(torch.sub)
+    mul_scalar = staticmethod(torch.mul)
+    div_scalar = staticmethod(torch.true_divide)
+    pow_scalar = staticmethod(torch.pow)
+    remainder_scalar = staticmethod(torch.remainder)
+
+    def rsub_scalar(self, x, s):
+        return torch.rsub(x, s)
+
+    def rdiv_scalar(self, x, s):
+        return s / x
+
+    def rpow_scalar(self, x, s):
+        return torch.pow(s, x)
+
+    def rremainder_scalar(self, x, s):
+        return torch.remainder(s, x)
+
+    # -- elementwise unary --------------------------------------------------------------------
+    neg = staticmethod(torch.neg)
+    abs = staticmethod(torch.abs)
+    exp = staticmethod(torch.exp)
+    expm1 = staticmethod(torch.expm1)
+    log = staticmethod(torch.log)
+    log1p = staticmethod(torch.log1p)
+    sqrt = staticmethod(torch.sqrt)
+    square = staticmethod(torch.square)
+    recip = staticmethod(torch.reciprocal)
+    sin = staticmethod(torch.sin)
+    cos = staticmethod(torch.cos)
+    tan = staticmethod(torch.tan)
+    sinh = staticmethod(torch.sinh)
+    cosh = staticmethod(torch.cosh)
+    tanh = staticmethod(torch.tanh)
+    asin = staticmethod(torch.asin)
+    acos = staticmethod(torch.acos)
+    atan = staticmethod(torch.atan)
+    asinh = staticmethod(torch.asinh)
+    acosh = staticmethod(torch.acosh)
+    atanh = staticmethod(torch.atanh)
+    erf = staticmethod(torch.erf)
+    sign = staticmethod(torch.sign)
+    round = staticmethod(torch.round)
+    floor = staticmethod(torch.floor)
+    ceil = staticmethod(torch.ceil)
+    trunc = staticmethod(torch.trunc)
+    sigmoid = staticmethod(torch.sigmoid)
+    log_sigmoid = staticmethod(torch.nn.functional.logsigmoid)
+    relu = staticmethod(torch.relu)
+    silu = staticmethod(torch.nn.functional.silu)
+
+    def gelu(self, x):
+        return torch.nn.functional.gelu(x)
+
+    def softplus(self, x, beta):
+        # NumPy backend's formula, exact for every input (torch's threshold switches to x).
+        scaled = x * beta if beta != 1 else x
+        out = torch.clamp_min(scaled, 0) + torch.log1p(torch.exp(-torch.abs(scaled)))
+        return out / beta if beta != 1 else out
+
+    def leaky_relu(self, x, slope):
+        return torch.where(x > 0, x, x * slope)
+
+    def clamp(self, x, lo, hi):
+        if lo is None and hi is None:
+            return x
+        return torch.clamp(x, lo, hi)
+
+    # -- comparisons and logic ----------------------------------------------------------------
+    equal = equal_elem = staticmethod(torch.eq)
+    not_equal = not_equal_elem = staticmethod(torch.ne)
+    greater = greater_elem = staticmethod(torch.gt)
+    greater_equal = greater_equal_elem = staticmethod(torch.ge)
+    lower = lower_elem = staticmethod(torch.lt)
+    lower_equal = lower_equal_elem = staticmethod(torch.le)
+    is_nan = staticmethod(torch.isnan)
+    is_inf = staticmethod(torch.isinf)
+    logical_not = staticmethod(torch.logical_not)
+    logical_and = staticmethod(torch.logical_and)
+    logical_or = staticmethod(torch.logical_or)
+
+    # -- selection ----------------------------------------------------------------------------
+    def mask_where(self, x, mask, values):
+        return torch.where(mask, values, x)
+
+    def mask_fill(self, x, mask, value):
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+        if shape != x.shape:  # masked_fill broadcasts the mask only; np.where both
+            x = x.expand(shape)
+        return x.masked_fill(mask, value)
+
+    # -- reductions ---------------------------------------------------------------------------
+    def sum(self, x):
+        return torch.sum(x)
+
+    def sum_dim(self, x, dims):
+        if not dims:  # torch sums over every dimension for dim=(); NumPy over none
+            return x.to(torch.int64) if x.dtype is torch.bool else x
+        return torch.sum(x, dim=dims, keepdim=True)
+
+    def mean(self, x):
+        return torch.mean(x)
+
+    def mean_dim(self, x, dims):
+        if not dims:
+            return x
+        return torch.mean(x, dim=dims, keepdim=True)
+
+    def prod(self, x):
+        return torch.prod(x)
+
+    def prod_dim(self, x, dim):
+        return torch.prod(x, dim, keepdim=True)
+
+    def max(self, x):
+        return torch.amax(x) if x.numel() else torch.max(x)
+
+    def min(self, x):
+        return torch.amin(x) if x.numel() else torch.min(x)
+
+    def max_dim(self, x, dim):
+        indices = self.argmax(x, dim)
+        return torch.gather(x, dim, indices), indices
+
+    def min_dim(self, x, dim):
+        indices = self.argmin(x, dim)
+        return torch.gather(x, dim, indices), indices
+
+    def argmax(self, x, dim):
+        # torch documents argmax's tie rule (the first maximum), not max(dim)'s.
+        return torch.argmax(x.to(torch.uint8) if x.dtype is torch.bool else x, dim, keepdim=True)
+
+    def argmin(self, x, dim):
+        return torch.argmin(x.to(torch.uint8) if x.dtype is torch.bool else x, dim, keepdim=True)
+
+    # -- cumulative, sorting ------------------------------------------------------------------
+    def cumsum(self, x, dim):
+        return torch.cumsum(x, dim)
+
+    def cumprod(self, x, dim):
+        return torch.cumprod(x, dim)
+
+    def cummax(self, x, dim):
+        values, indices = torch.cummax(x, dim)
+        return values, indices
+
+    def cummin(self, x, dim):
+        values, indices = torch.cummin(x, dim)
+        return values, indices
+
+    def sort(self, x, dim, descending):
+        values, indices = torch.sort(x, dim=dim, descending=descending, stable=True)
+        return values, indices
+
+    def topk(self, x, k, dim):
+        # A stable descending sort: ties in their original order (torch.topk does not promise
+        # one), as the NumPy backend.
+        values, indices = torch.sort(x, dim=dim, descending=True, stable=True)
+        return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
+
+    # -- shape --------------------------------------------------------------------------------
+    def reshape(self, x, shape):
+        return torch.reshape(x, shape)
+
+    def permute(self, x, dims):
+        return torch.permute(x, dims)
+
+    def swap_dims(self, x, a, b):
+        return torch.transpose(x, a, b)
+
+    def flip(self, x, dims):
+        return torch.flip(x, dims) if dims else x
+
+    def expand(self, x, shape):
+        return x.expand(shape)
+
+    def slice(self, x, slices):
+        positive, flips = _positive_slices(x, slices)
+        out = x[positive]
+        return torch.flip(out, flips) if flips else out
+
+    def slice_assign(self, x, values, slices):
+        positive, flips = _positive_slices(x, slices)
+        out = x.clone()
+        if flips:
+            region = out[positive].shape
+            values = torch.flip(values.expand(region), flips)
+        out[positive] = values
+        return out
+
+    def cat(self, xs, dim):
+        return torch.cat(list(xs), dim)
+
+    def repeat_dim(self, x, dim, times):
+        reps = [1] * x.ndim
+        reps[dim] = times
+        return x.repeat(reps)
+
+    def unfold(self, x, dim, size, step):
+        return x.unfold(dim, size, step)
+
+    def fold(self, x, dim, size, step, length):
+        count = x.shape[dim]
+        shape = list(x.shape[:-1])
+        shape[dim] = length
+        out = x.new_zeros(shape)
+        for k in range(size):
+            out[_window(dim, slice(k, k + step * (count - 1) + 1, step))] += x[..., k]
+        return out
+
+    # -- indexing -----------------------------------------------------------------------------
+    def gather(self, x, indices, dim):
+        return torch.gather(x, dim, indices)
+
+    def scatter_add(self, x, indices, values, dim):
+        return torch.scatter_add(x, dim, indices, values)
+
+    def scatter_assign(self, x, indices, values, dim):
+        return torch.scatter(x, dim, indices, values)
+
+    def select(self, x, indices, dim):
+        if indices.ndim == 1:
+            return torch.index_select(x, dim, indices)
+        out = torch.index_select(x, dim, indices.reshape(-1))  # np.take's n-d indices
+        return out.reshape(x.shape[:dim] + indices.shape + x.shape[dim + 1 :])
+
+    def select_add(self, x, indices, values, dim):
+        return torch.index_add(x, dim, indices, values)
+
+    def select_assign(self, x, indices, values, dim):
+        out = x.clone()
+        out[_window(dim, indices)] = values
+        return out
+
+    def nonzero(self, x):
+        return torch.nonzero(x, as_tuple=True)
+
+    # -- linear algebra and fused activations -------------------------------------------------
+    matmul = staticmethod(torch.matmul)
+
+    def cross(self, x, y, dim):
+        shape = torch.broadcast_shapes(x.shape, y.shape)
+        return torch.linalg.cross(x.expand(shape), y.expand(shape), dim=dim)
+
+    def softmax(self, x, dim):
+        return torch.softmax(x, dim)
+
+    def log_softmax(self, x, dim):
+        return torch.log_softmax(x, dim)
+
+
+def _check_protocol() -> None:
+    missing = [
+        name
+        for name in dir(Backend)
+        if not name.startswith("_")
+        and name not in Backend.OPTIONAL
+        and callable(getattr(Backend, name))
+        and getattr(TorchBackend, name) is getattr(Backend, name)
+    ]
+    if missing:
+        raise TypeError(f"TorchBackend lacks protocol methods: {missing}")
+
+
+_check_protocol()

@@ -1,0 +1,220 @@
+"""torch kernels of the neural-network primitives, one aten call each (cuDNN on a GPU).
+
+Every kernel follows the protocol's conventions (:class:`~retrograd.backend.protocol.Backend`),
+which are PyTorch's: ``[N, C, *spatial]`` with 1 to 3 spatial dimensions. torch lacks a few
+variants, which are made from the others:
+
+- 1-d pooling and adaptive pooling run the 2-d kernels on ``[N, C, 1, L]`` (``avg_pool1d``
+  takes no ``divisor_override``; the 2-d kernel gives the same windows and indices);
+- max-pool backward is a ``scatter_add`` of the gradient at the flat indices (the protocol
+  passes no window arguments, and overlapping windows add up, as torch's own backward does);
+- a transposed convolution whose ``output_padding`` torch refuses (``>= max(stride,
+  dilation)``, which Burn allows) is computed without padding and cropping, then padded with
+  the cells no input reaches, which hold just the bias;
+- backward kernels that take the forward's input only for its sizes get an uninitialised
+  tensor of that size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sizes import conv_transpose_output_size
+
+__all__ = ["TorchNNKernels"]
+
+aten = torch.ops.aten
+
+
+def _bias(bias: torch.Tensor) -> torch.Tensor | None:
+    return bias if bias.numel() else None
+
+
+def _proxy(reference: torch.Tensor, n: int, c: int, spatial) -> torch.Tensor:
+    """An uninitialised input of ``[n, c, *spatial]``: what a backward kernel reads sizes from."""
+    return reference.new_empty((n, c, *spatial))
+
+
+_AVG_POOL = {2: aten.avg_pool2d, 3: aten.avg_pool3d}
+_AVG_POOL_BACKWARD = {2: aten.avg_pool2d_backward, 3: aten.avg_pool3d_backward}
+_MAX_POOL = {2: aten.max_pool2d_with_indices, 3: aten.max_pool3d_with_indices}
+_ADAPTIVE = {2: aten._adaptive_avg_pool2d, 3: aten._adaptive_avg_pool3d}
+_ADAPTIVE_BACKWARD = {2: aten._adaptive_avg_pool2d_backward, 3: aten._adaptive_avg_pool3d_backward}
+_UPSAMPLE = {
+    ("nearest", 1): (aten.upsample_nearest1d, aten.upsample_nearest1d_backward),
+    ("nearest", 2): (aten.upsample_nearest2d, aten.upsample_nearest2d_backward),
+    ("nearest", 3): (aten.upsample_nearest3d, aten.upsample_nearest3d_backward),
+    ("linear", 1): (aten.upsample_linear1d, aten.upsample_linear1d_backward),
+    ("linear", 2): (aten.upsample_bilinear2d, aten.upsample_bilinear2d_backward),
+    ("linear", 3): (aten.upsample_trilinear3d, aten.upsample_trilinear3d_backward),
+    ("bicubic", 2): (aten.upsample_bicubic2d, aten.upsample_bicubic2d_backward),
+}
+
+
+def _lift1d(x: torch.Tensor, *params: tuple) -> tuple:
+    """A 1-d pooling call as a 2-d one: ``x`` ``[N, C, L]`` -> ``[N, C, 1, L]`` and each tuple
+    parameter ``(a,)`` -> ``(fill, a)``; ``params`` are ``(values, fill)`` pairs."""
+    return (x.unsqueeze(2), *((fill, *value) for value, fill in params))
+
+
+class TorchNNKernels:
+    """The neural-network primitives of :class:`~retrograd.backend.TorchBackend`."""
+
+    # -- convolution ----------------------------------------------------------------------------
+    def conv(self, x, weight, bias, stride, padding, dilation, groups):
+        zeros = [0] * len(stride)
+        return aten.convolution(
+            x, weight, _bias(bias), stride, padding, dilation, False, zeros, groups
+        )
+
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
+        if all(o < max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+            return aten.convolution(
+                x, weight, _bias(bias), stride, padding, dilation, True, output_padding, groups
+            )
+        # torch refuses this output_padding: the full, uncropped result, cropped by hand, and
+        # the trailing cells past its end (no input reaches them) hold zero, plus the bias.
+        zeros = [0] * len(stride)
+        full = aten.convolution(x, weight, None, stride, zeros, dilation, True, zeros, groups)
+        kernel = weight.shape[2:]
+        sizes = [
+            conv_transpose_output_size(*args)
+            for args in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
+        ]
+        region = tuple(
+            slice(p, min(p + n, length)) for p, n, length in zip(padding, sizes, full.shape[2:])
+        )
+        out = full.new_zeros((*full.shape[:2], *sizes))
+        out[(slice(None), slice(None), *(slice(0, r.stop - r.start) for r in region))] = full[
+            (slice(None), slice(None), *region)
+        ]
+        if bias.numel():
+            out += bias.reshape((-1,) + (1,) * len(sizes))
+        return out
+
+    def conv_weight_grad(self, x, out_grad, kernel_size, stride, padding, dilation, groups):
+        c_out, c_in = out_grad.shape[1], x.shape[1]
+        weight = x.new_empty((c_out, c_in // groups, *kernel_size))
+        zeros = [0] * len(stride)
+        _, grad, _ = aten.convolution_backward(
+            out_grad,
+            x,
+            weight,
+            None,
+            stride,
+            padding,
+            dilation,
+            False,
+            zeros,
+            groups,
+            [False, True, False],
+        )
+        return grad
+
+    # -- pooling ----------------------------------------------------------------------------------
+    def avg_pool(
+        self, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None
+    ):
+        if len(kernel_size) == 1:
+            lifted, k, s, p = _lift1d(x, (kernel_size, 1), (stride, 1), (padding, 0))
+            out = aten.avg_pool2d(lifted, k, s, p, ceil_mode, count_include_pad, divisor_override)
+            return out.squeeze(2)
+        return _AVG_POOL[len(kernel_size)](
+            x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        )
+
+    def avg_pool_backward(
+        self,
+        grad,
+        input_size,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override=None,
+    ):
+        n, c = grad.shape[:2]
+        if len(kernel_size) == 1:
+            lifted, k, s, p = _lift1d(grad, (kernel_size, 1), (stride, 1), (padding, 0))
+            proxy = _proxy(grad, n, c, (1, *input_size))
+            out = aten.avg_pool2d_backward(
+                lifted, proxy, k, s, p, ceil_mode, count_include_pad, divisor_override
+            )
+            return out.squeeze(2)
+        return _AVG_POOL_BACKWARD[len(kernel_size)](
+            grad,
+            _proxy(grad, n, c, input_size),
+            kernel_size,
+            stride,
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
+
+    def max_pool(self, x, kernel_size, stride, padding, dilation, ceil_mode):
+        if len(kernel_size) == 1:
+            lifted, k, s, p, d = _lift1d(
+                x, (kernel_size, 1), (stride, 1), (padding, 0), (dilation, 1)
+            )
+            values, indices = aten.max_pool2d_with_indices(lifted, k, s, p, d, ceil_mode)
+            # Flat over [1, L]: the index along L already.
+            return values.squeeze(2), indices.squeeze(2)
+        return _MAX_POOL[len(kernel_size)](x, kernel_size, stride, padding, dilation, ceil_mode)
+
+    def max_pool_backward(self, grad, indices, input_size):
+        n, c = grad.shape[:2]
+        cells = 1
+        for length in input_size:
+            cells *= length
+        out = grad.new_zeros((n, c, cells))
+        # Overlapping windows can pick one cell several times: add, not assign.
+        out.scatter_add_(2, indices.flatten(2), grad.flatten(2))
+        return out.reshape(n, c, *input_size)
+
+    def adaptive_avg_pool(self, x, output_size):
+        if len(output_size) == 1:
+            return aten._adaptive_avg_pool2d(x.unsqueeze(2), (1, *output_size)).squeeze(2)
+        return _ADAPTIVE[len(output_size)](x, output_size)
+
+    def adaptive_avg_pool_backward(self, grad, input_size):
+        n, c = grad.shape[:2]
+        if len(input_size) == 1:
+            proxy = _proxy(grad, n, c, (1, *input_size))
+            return aten._adaptive_avg_pool2d_backward(grad.unsqueeze(2), proxy).squeeze(2)
+        return _ADAPTIVE_BACKWARD[len(input_size)](grad, _proxy(grad, n, c, input_size))
+
+    # -- interpolation ----------------------------------------------------------------------------
+    def interpolate(self, x, output_size, mode, align_corners, scales):
+        if mode == "bicubic" and len(output_size) == 1:  # bicubic over [N, C, 1, L]
+            out = self.interpolate(
+                x.unsqueeze(2), (1, *output_size), mode, align_corners, (None, *scales)
+            )
+            return out.squeeze(2)
+        forward, _ = _upsample(mode, len(output_size))
+        if mode == "nearest":
+            return forward(x, output_size, *scales)
+        return forward(x, output_size, align_corners, *scales)
+
+    def interpolate_backward(self, grad, input_size, mode, align_corners, scales):
+        if mode == "bicubic" and len(input_size) == 1:
+            out = self.interpolate_backward(
+                grad.unsqueeze(2), (1, *input_size), mode, align_corners, (None, *scales)
+            )
+            return out.squeeze(2)
+        _, backward = _upsample(mode, len(input_size))
+        output_size = grad.shape[2:]
+        full_input = (*grad.shape[:2], *input_size)
+        if mode == "nearest":
+            return backward(grad, output_size, full_input, *scales)
+        return backward(grad, output_size, full_input, align_corners, *scales)
+
+
+def _upsample(mode: str, ndim: int):
+    try:
+        return _UPSAMPLE[(mode, ndim)]
+    except KeyError:
+        raise NotImplementedError(
+            f"interpolate: torch has no {mode} kernel for {ndim} spatial dimensions"
+        ) from None
