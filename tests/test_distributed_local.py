@@ -20,12 +20,6 @@ from distributed_cases import GRAPHS, data, gradients, mlp_grads, mlp_params
 from retrograd import distributed as dist
 from retrograd.distributed.server import plan_buckets
 
-#: Why these run on the NumPy backend only, for now: distributed/buffers.from_buffer returns
-#: the reduced NumPy buffer itself when the local gradient was dropped (like=None), so on
-#: another backend a synced gradient comes back as a NumPy array. Owned by distributed/; the
-#: fix (a new primitive unless the backend's primitives are NumPy arrays) makes all pass.
-FROM_BUFFER = "distributed/buffers.from_buffer hands back NumPy arrays to a torch backend"
-
 SUM, MEAN = dist.ReduceOperation.SUM, dist.ReduceOperation.MEAN
 STRATEGIES = {"none": rg.NoCheckpointing(), "balanced": rg.BalancedCheckpointing()}
 JOIN_SECONDS = 30.0
@@ -71,7 +65,6 @@ def reduce(arrays, op):
     return total / len(arrays) if op is MEAN else total
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("op", [SUM, MEAN], ids=["sum", "mean"])
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
@@ -179,7 +172,6 @@ def test_all_reduce_over_a_subgroup_and_non_autodiff_tensors():
 
 
 # -- gradient sync in more detail -------------------------------------------------------------
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_a_parameter_used_a_different_number_of_times_on_each_device():
     n = 3
     devices = devices_of(n)
@@ -204,7 +196,6 @@ def test_a_parameter_used_a_different_number_of_times_on_each_device():
         np.testing.assert_allclose(grad, np.sum(unsynced, axis=0), rtol=1e-5)
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 @pytest.mark.parametrize("bucket_bytes", [0, 200, 1 << 20, 25 << 20])
 def test_bucketing_changes_how_many_collectives_not_the_gradients(bucket_bytes):
     n = 2
@@ -229,7 +220,6 @@ def test_bucketing_changes_how_many_collectives_not_the_gradients(bucket_bytes):
         assert buckets == expected_buckets
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_buckets_hold_one_dtype_and_mixed_dtypes_sync():
     n = 2
     devices = devices_of(n)
@@ -303,7 +293,6 @@ def test_plan_buckets_gives_the_gradients_final_last_buckets_of_their_own():
     assert plan(10**6) == plan(0)
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_gradients_are_submitted_during_backward_last_layer_first():
     """The hook hands each gradient over as soon as it is final: the last layer's before the
     first layer's exists, and all but the first layer's before backward ends."""
@@ -367,7 +356,6 @@ def test_the_predicted_finality_order_is_the_order_gradients_become_final():
     assert predicted == observed == ["bias", "inner", "tied"]
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_sgd_with_mean_sync_equals_full_batch_training():
     n, steps, lr = 3, 5, 0.1
     devices = devices_of(n)
@@ -425,7 +413,6 @@ def test_backward_without_distributed_parameters_is_untouched_by_a_context():
         assert values(on_devices(devices[:1], run)) == [[2.0, 4.0]]  # one device alone: no wait
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 @pytest.mark.parametrize("bucket_bytes", [0, 1 << 20])
 def test_a_steps_gradients_are_freed_as_soon_as_the_caller_drops_them(bucket_bytes):
     # Reference counting alone must free them: a cycle through the step's bookkeeping kept
@@ -479,7 +466,6 @@ def _timed(work):
     return timed
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_a_device_that_never_calls_backward_fails_the_others_within_timeout_then_recovers():
     devices = devices_of(3)
     config = dist.DistributedConfig(SUM, timeout=FAULT_TIMEOUT)
@@ -516,7 +502,6 @@ def _failing_op():
     )
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_a_device_whose_backward_dies_midway_is_named_with_the_parameter():
     devices = devices_of(2)
     op = _failing_op()
@@ -542,7 +527,6 @@ def test_a_device_whose_backward_dies_midway_is_named_with_the_parameter():
         np.testing.assert_allclose(again[0], np.full((2, 2), 6.0))
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_mismatched_parameter_sets_fail_every_device_at_once_then_recover():
     devices = devices_of(3)
     config = dist.DistributedConfig(SUM, timeout=30.0)  # the mismatch must not wait for it
@@ -670,7 +654,6 @@ def test_param_ids_from_strings_are_stable_and_distinct():
         dist.ParamId(-1)
 
 
-@pytest.mark.numpy_only(FROM_BUFFER)
 def test_stats_keep_when_each_step_ended_backward_and_was_synced():
     devices = devices_of(2)
     params = mlp_params([4, 5, 2], seed=11)
