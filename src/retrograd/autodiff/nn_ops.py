@@ -240,3 +240,38 @@ Op(
     ),
     memory_bound=False,
 )
+
+
+# -- fused transformer ops -------------------------------------------------------------------------
+# Each has one joint rule (see ops.py): the backend's fused backward kernel computes every
+# input's gradient at once. Run on the autodiff backend (``create_graph=True``) the backward
+# kernels are the protocol's defaults, compositions of recorded primitives, so these ops
+# differentiate again. Both are compute-bound: their inputs are kept, never recomputed, and the
+# statistics they need (``aux``: layer norm's mean and 1/std, attention's log-sum-exp) are
+# small.
+def _layer_norm_vjp(B, g, needs, x, weight, aux, eps):
+    return B.layer_norm_backward(g, x, weight, aux, eps)
+
+
+def _attention_vjp(B, g, needs, q, k, v, out, aux, mask, drop, scale, causal):
+    return (*B.attention_backward(g, q, k, v, out, aux, mask, drop, scale, causal), None, None)
+
+
+Op(
+    "layer_norm",
+    ("x", "weight", "bias"),
+    ("eps",),
+    (_layer_norm_vjp,) * 3,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "attention",
+    ("q", "k", "v", "mask", "drop"),
+    ("scale", "causal"),
+    (_attention_vjp,) * 3 + (None, None),
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)

@@ -1,0 +1,164 @@
+"""NumPy kernels of the fused transformer primitives: layer norm and attention.
+
+Both follow one rule for temporaries: a kernel writes into arrays it has just created itself
+(``out=`` and in-place ufuncs on them), never into an argument, which the autodiff engine may
+still hold for another rule.
+
+Attention never materialises the whole ``[..., L, S]`` probability tensor: the leading (batch)
+dimension is processed in blocks whose ``L x S`` scores fit in cache
+(:data:`ATTENTION_BLOCK_ELEMENTS`), forward as in backward. Forward keeps the output and the
+log-sum-exp of each row (``[..., L]``); backward recomputes each block's probabilities as
+``exp(scores - lse)`` (one matmul and one ``exp``, measured cheaper than keeping them: keeping
+them costs a ``[..., L, S]`` array per layer for the whole forward, as much as the rest of the
+block's activations at block size 128) and needs two ``L x S`` temporaries per block, the
+probabilities and their gradient. FlashAttention's backward, blocked over the batch instead of
+over the sequence (NumPy pays per call, not per element).
+
+The outputs of attention and its gradients are laid out in memory as their inputs are (the
+shape is the protocol's, the layout the backend's choice): q, k, v of a transformer are views
+``[B, T, H, E] -> [B, H, T, E]``, and an output ``[B, H, T, E]`` lying in memory as
+``[B, T, H, E]`` makes the ``transpose(1, 2).reshape(B, T, C)`` that follows a free view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import special
+
+__all__ = ["ATTENTION_BLOCK_ELEMENTS", "NumpyTransformerKernels"]
+
+#: Scores per block of attention (float32: 1 MiB), so that the block's passes run in cache.
+ATTENTION_BLOCK_ELEMENTS = 1 << 18
+
+
+def _like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """An uninitialized array laid out in memory as ``x`` (its axis order), of ``shape``."""
+    if shape is None or tuple(shape) == x.shape:
+        return np.empty_like(x, order="K")
+    return np.empty(shape, x.dtype)
+
+
+def _causal_mask(length: int, source: int) -> np.ndarray:
+    """True where key ``j`` is hidden from query ``i`` (``j > i``), PyTorch's ``tril``."""
+    return np.triu(np.ones((length, source), dtype=bool), 1)
+
+
+def _block_rows(q: np.ndarray, length: int, source: int) -> int:
+    """How many entries of the leading dimension one block of attention takes."""
+    per_entry = length * source * (int(np.prod(q.shape[1:-2])) if q.ndim > 3 else 1)
+    return max(1, ATTENTION_BLOCK_ELEMENTS // max(per_entry, 1))
+
+
+def _part(x: np.ndarray, start: int, end: int, ndim: int) -> np.ndarray:
+    """The block ``[start:end]`` of a mask or dropout multiplier (broadcast along dim 0 when
+    its first dimension is 1)."""
+    if x.ndim == ndim and x.shape[0] != 1:
+        return x[start:end]
+    return x
+
+
+class NumpyTransformerKernels:
+    """The fused transformer kernels of :class:`~retrograd.backend.NumpyBackend`."""
+
+    def gelu_backward(self, grad, x, out):
+        return special.gelu_backward(grad, x, out)
+
+    # -- layer norm ---------------------------------------------------------------------------
+    def layer_norm(self, x, weight, bias, eps):
+        mean = np.mean(x, axis=-1, keepdims=True)
+        out = np.subtract(x, mean)
+        variance = np.mean(np.square(out), axis=-1, keepdims=True)
+        variance += eps
+        rstd = np.sqrt(variance, out=variance)
+        np.reciprocal(rstd, out=rstd)
+        out *= rstd
+        if weight.size:
+            out *= weight
+        if bias.size:
+            out += bias
+        return out, np.stack((mean[..., 0], rstd[..., 0]))
+
+    def layer_norm_backward(self, grad, x, weight, stats, eps):
+        mean, rstd = stats[0][..., None], stats[1][..., None]
+        lead = tuple(range(x.ndim - 1))
+        normalized = np.subtract(x, mean)
+        normalized *= rstd
+        dbias = np.sum(grad, axis=lead) if lead else grad
+        scaled = np.multiply(grad, normalized)  # first the weight's gradient, per element
+        dweight = np.sum(scaled, axis=lead) if lead else scaled.copy()
+        if weight.size:
+            np.multiply(grad, weight, out=scaled)
+        else:
+            np.copyto(scaled, grad)
+        width = x.shape[-1]
+        projection = np.einsum("...d,...d->...", scaled, normalized)[..., None]
+        projection /= width
+        offset = np.mean(scaled, axis=-1, keepdims=True)
+        normalized *= projection
+        scaled -= offset
+        scaled -= normalized
+        scaled *= rstd
+        return scaled, dweight, dbias
+
+    # -- attention ----------------------------------------------------------------------------
+    def attention(self, q, k, v, mask, drop, scale, causal):
+        length, source = q.shape[-2], k.shape[-2]
+        out = _like(q, (*q.shape[:-1], v.shape[-1]))
+        lse = np.empty(q.shape[:-1], q.dtype)
+        hidden = _causal_mask(length, source) if causal else None
+        step = _block_rows(q, length, source)
+        ndim = q.ndim
+        for start in range(0, q.shape[0], step):
+            end = min(start + step, q.shape[0])
+            scores = np.matmul(q[start:end], np.swapaxes(k[start:end], -1, -2))
+            scores *= scale
+            if mask.size:
+                scores += _part(mask, start, end, ndim)
+            if hidden is not None:
+                np.copyto(scores, -np.inf, where=hidden)
+            peak = np.max(scores, axis=-1, keepdims=True)
+            scores -= peak
+            np.exp(scores, out=scores)
+            total = np.sum(scores, axis=-1, keepdims=True)
+            scores /= total
+            np.log(total, out=total)
+            total += peak
+            lse[start:end] = total[..., 0]
+            if drop.size:
+                scores *= _part(drop, start, end, ndim)
+            np.matmul(scores, v[start:end], out=out[start:end])
+        return out, lse
+
+    def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
+        length, source = q.shape[-2], k.shape[-2]
+        dq, dk, dv = _like(q), _like(k), _like(v)
+        hidden = _causal_mask(length, source) if causal else None
+        step = _block_rows(q, length, source)
+        ndim = q.ndim
+        # rowsum(grad * out) = rowsum(dP * P): the softmax term, from the small tensors
+        row = np.einsum("...ld,...ld->...l", grad, out)[..., None]
+        for start in range(0, q.shape[0], step):
+            end = min(start + step, q.shape[0])
+            qb, kb, vb, gb = q[start:end], k[start:end], v[start:end], grad[start:end]
+            probs = np.matmul(qb, np.swapaxes(kb, -1, -2))
+            probs *= scale
+            if mask.size:
+                probs += _part(mask, start, end, ndim)
+            probs -= lse[start:end, ..., None]
+            if hidden is not None:  # exp(-inf) is 0, but -inf - (-inf) would not be
+                np.copyto(probs, -np.inf, where=hidden)
+            np.exp(probs, out=probs)
+            dprobs = np.matmul(gb, np.swapaxes(vb, -1, -2))
+            if drop.size:
+                part = _part(drop, start, end, ndim)
+                dprobs *= part
+                np.matmul(np.swapaxes(probs * part, -1, -2), gb, out=dv[start:end])
+            else:
+                np.matmul(np.swapaxes(probs, -1, -2), gb, out=dv[start:end])
+            dprobs -= row[start:end]
+            dprobs *= probs
+            dprobs *= scale
+            np.matmul(dprobs, kb, out=dq[start:end])
+            np.matmul(np.swapaxes(dprobs, -1, -2), qb, out=dk[start:end])
+        return dq, dk, dv
