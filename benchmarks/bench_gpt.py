@@ -11,9 +11,10 @@ the machine hits both alike; medians, min-max and the ratio retrograd / torch ar
 Peak activation memory of a step (forward + backward, parameter gradients excluded):
 retrograd's from :func:`retrograd.memory.measure_step_memory` (tracemalloc sees every NumPy
 allocation); torch's from the CPU allocation events of ``torch.profiler`` (tracemalloc cannot
-see torch's allocator): the running sum of allocations and frees in time order, its peak above
-the level at the start, minus the parameter gradients alive at that point (all of them, from
-the first step on: an upper bound on what they add, so a lower bound on torch's peak).
+see torch's allocator): each op's own allocations minus its own frees (``self_cpu_memory_usage``,
+children excluded), summed in the order the ops start; the peak of that running sum, minus all
+parameter gradients (which exist by then, as in retrograd's figure). An op's allocations and
+frees are netted at its start, so a temporary an op frees itself is not seen: a lower bound.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_gpt.py [--size small|medium|both] [--rounds 10]``
 """
@@ -262,10 +263,11 @@ class TorchRunner:
             loss = self.model(self.idx, self.targets)
             loss.backward()
             del loss
+        # each op's own allocations minus its frees (children excluded), in start order
         events = [
-            (e.time_range.start, e.cpu_memory_usage)
+            (e.time_range.start, e.self_cpu_memory_usage)
             for e in prof.events()
-            if e.name == "[memory]" and e.cpu_memory_usage
+            if e.self_cpu_memory_usage
         ]
         events.sort()
         level = peak = 0
@@ -332,6 +334,7 @@ def describe(size, config, times, losses, memory, rounds, strategy):
                 f"{common.median(theirs) * 1e3:.1f} "
                 f"({min(theirs) * 1e3:.1f}-{max(theirs) * 1e3:.1f})",
                 f"{common.median(ours) / common.median(theirs):.2f}x",
+                f"{common.median([a / b for a, b in zip(ours, theirs)]):.2f}x",
             ]
         )
     rows.append(
@@ -340,9 +343,11 @@ def describe(size, config, times, losses, memory, rounds, strategy):
             f"{memory['retrograd'] / 2**20:.1f} MiB",
             f"{memory['torch'] / 2**20:.1f} MiB",
             f"{memory['retrograd'] / max(memory['torch'], 1):.2f}x",
+            "",
         ]
     )
-    print(common.table(rows, ["phase", "retrograd ms (min-max)", "torch ms (min-max)", "ratio"]))
+    header = ["phase", "retrograd ms (min-max)", "torch ms (min-max)", "ratio", "per round"]
+    print(common.table(rows, header))
 
 
 def main() -> None:
