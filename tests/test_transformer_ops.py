@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pytest
 import scipy.special
-from nn_testing import check_finite_differences, compare_with_torch
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
+from nn_testing import check_finite_differences, compare_with_torch
 from retrograd.backend import numpy_transformer, special
 
 torch = pytest.importorskip("torch")

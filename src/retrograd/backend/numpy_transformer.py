@@ -75,7 +75,9 @@ def _row_blocks(length: int, source: int, causal: bool) -> list[tuple[slice, int
 def _rows(x: np.ndarray, rows: slice, keys: int) -> np.ndarray:
     """The part of a mask or dropout multiplier ``[..., L or 1, S or 1]`` for a row block."""
     return x[
-        ..., rows if x.shape[-2] != 1 else slice(None), slice(0, keys) if x.shape[-1] != 1 else slice(None)
+        ...,
+        rows if x.shape[-2] != 1 else slice(None),
+        slice(0, keys) if x.shape[-1] != 1 else slice(None),
     ]
 
 
@@ -209,7 +211,10 @@ class NumpyTransformerKernels:
                 dprobs *= probs
                 np.matmul(dprobs, keys[..., :width, :], out=dq_part[..., rows, :])
                 _accumulate(
-                    dk_part[..., :width, :], np.swapaxes(dprobs, -1, -2), scaled[..., rows, :], index
+                    dk_part[..., :width, :],
+                    np.swapaxes(dprobs, -1, -2),
+                    scaled[..., rows, :],
+                    index,
                 )
             dq_part *= factor
         return dq, dk, dv
