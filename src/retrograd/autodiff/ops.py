@@ -482,7 +482,7 @@ unary("flip", lambda B, g, dims: B.flip(g, dims), ("dims",))
 unary("expand", lambda B, g, x_shape: sum_to_shape(B, g, x_shape), ("shape",))
 unary(
     "slice",
-    lambda B, g, x_shape, slices: B.slice_assign(zeros_for(B, g, x_shape), g, slices),
+    lambda B, g, x_shape, slices: B.slice_backward(g, x_shape, slices),
     ("slices",),
 )
 Op(

@@ -422,6 +422,11 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
         out[slices] = values
         return out
 
+    def slice_backward(self, grad, shape, slices):
+        out = np.zeros(shape, grad.dtype)
+        out[slices] = grad
+        return out
+
     def cat(self, xs, dim):
         return np.concatenate(xs, axis=dim)
 

@@ -100,6 +100,12 @@ def _part(x: np.ndarray, start: int, end: int, ndim: int) -> np.ndarray:
 class NumpyTransformerKernels:
     """The fused transformer kernels of :class:`~retrograd.backend.NumpyBackend`."""
 
+    def linear(self, x, weight, bias):
+        out = np.matmul(x, weight.T)
+        if bias.size:
+            out += bias  # the product is this kernel's own array
+        return out
+
     def gelu_backward(self, grad, x, out):
         return special.gelu_backward(grad, x, out)
 

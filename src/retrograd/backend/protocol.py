@@ -248,6 +248,14 @@ class Backend:
     def slice_assign(self, x: Any, values: Any, slices: tuple[slice, ...]) -> Any:
         raise NotImplementedError
 
+    def slice_backward(self, grad: Any, shape: tuple[int, ...], slices: tuple[slice, ...]) -> Any:
+        """Zeros of ``shape`` in ``grad``'s dtype with ``grad`` at ``slices``: the adjoint of
+        :meth:`slice` (a kernel writes ``grad`` into fresh zeros, without the copy of them
+        ``slice_assign`` would make)."""
+        return self.slice_assign(
+            self.zeros(shape, self.dtype(grad), self.device(grad)), grad, slices
+        )
+
     def cat(self, xs: Sequence[Any], dim: int) -> Any:
         raise NotImplementedError
 
@@ -298,6 +306,13 @@ class Backend:
 
     def log_softmax(self, x: Any, dim: int) -> Any:
         raise NotImplementedError
+
+    def linear(self, x: Any, weight: Any, bias: Any) -> Any:
+        """``x @ weight^T + bias`` for ``x`` ``[N, in]``, ``weight`` ``[out, in]``, ``bias``
+        ``[out]`` or empty (none): PyTorch's ``addmm``, the bias added in the product's own
+        output (a kernel allocates one array, not two)."""
+        out = self.matmul(x, self.swap_dims(weight, 0, 1))
+        return self.add(out, bias) if self.shape(bias)[0] else out
 
     # -- fused transformer kernels --------------------------------------------------------------
     # Each has a default composed of the primitives above, so every backend has a correct one

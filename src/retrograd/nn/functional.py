@@ -233,19 +233,29 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"{shape_text(x.shape)}, weight {shape_text(weight.shape)}"
         )
     lead = x.shape[:-1]
-    # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
-    flat = x.reshape((-1, x.shape[-1])) if x.ndim > 2 else x
-    out = flat.matmul(weight.transpose())
-    if x.ndim > 2:
-        out = out.reshape((*lead, weight.shape[0]))
     if bias is not None:
-        bias = _as_tensor(fn, out, bias, "bias")
+        bias = _as_tensor(fn, x, bias, "bias")
         if bias.shape != (weight.shape[0],):
             raise ShapeError(
                 f"{fn}: bias must have shape [{weight.shape[0]}], got {shape_text(bias.shape)}"
             )
-        out = out + bias
+    # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
+    flat = x.reshape((-1, x.shape[-1])) if x.ndim > 2 else x
+    if x.ndim >= 2 and (bias is None or bias.dtype == x.dtype):
+        # one op, PyTorch's addmm: the bias lands in the product's own output, no second array
+        empty = bias is None
+        bias = wrap(x, x.backend.zeros((0,), x.dtype, x.device)) if empty else bias
+        out = apply(_LINEAR, (flat, weight, bias))
+    else:  # a vector input, or a bias of another dtype (the result takes the wider one)
+        out = flat.matmul(weight.transpose())
+        if bias is not None:
+            out = out + bias
+    if x.ndim > 2:
+        out = out.reshape((*lead, weight.shape[0]))
     return out
+
+
+_LINEAR = Op("linear")
 
 
 # -- convolution -----------------------------------------------------------------------------------
