@@ -396,3 +396,31 @@ def test_protocol_defaults_agree_with_the_numpy_kernels():
             composed.attention_backward(g, q, k, v, out, lse, m, empty, 0.5, causal),
         ):
             np.testing.assert_allclose(ours, ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("weight_decay", "decoupled"), [(0.0, False), (0.1, False), (0.1, True)])
+def test_adam_update_kernel_is_the_default_bit_for_bit(dtype, weight_decay, decoupled):
+    """The fused AdamW kernel keeps the composed default's order of operations, so the same
+    rounding (the optimizer tests compare the result with torch.optim)."""
+    from retrograd.backend.protocol import Backend
+
+    fused = rg.NumpyBackend()
+    arrays = [normal(5, 7).astype(dtype) for _ in range(3)] + [np.abs(normal(5, 7)).astype(dtype)]
+    hyper = (3, 1e-3, 0.9, 0.95, 1e-8, weight_decay, decoupled)
+    ours = fused.adam_update(*arrays, *hyper)
+    composed = Backend.adam_update(fused, *arrays, *hyper)
+    for a, b in zip(ours, composed):
+        assert a.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_linear_kernel_is_the_default():
+    from retrograd.backend.protocol import Backend
+
+    fused = rg.NumpyBackend()
+    x, w, b = normal(6, 4), normal(3, 4), normal(3)
+    for bias in (b, np.zeros((0,))):
+        np.testing.assert_allclose(
+            fused.linear(x, w, bias), Backend.linear(fused, x, w, bias), atol=1e-14
+        )

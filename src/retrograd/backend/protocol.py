@@ -22,6 +22,7 @@ Conventions, so that implementations stay small:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -313,6 +314,45 @@ class Backend:
         output (a kernel allocates one array, not two)."""
         out = self.matmul(x, self.swap_dims(weight, 0, 1))
         return self.add(out, bias) if self.shape(bias)[0] else out
+
+    def adam_update(
+        self,
+        value: Any,
+        grad: Any,
+        first: Any,
+        second: Any,
+        step: int,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        decoupled: bool,
+    ) -> tuple[Any, Any, Any]:
+        """One Adam/AdamW step of a parameter, ``torch.optim``'s formulas in their order of
+        operations: ``(new value, first moment, second moment)``.
+
+        With ``weight_decay``: ``value * (1 - lr * weight_decay)`` first when ``decoupled``
+        (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
+        beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
+        beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
+        primitives; a kernel fuses the passes.
+        """
+        if weight_decay:
+            if decoupled:
+                value = self.mul_scalar(value, 1.0 - lr * weight_decay)
+            else:
+                grad = self.add(grad, self.mul_scalar(value, weight_decay))
+        first = self.add(first, self.mul_scalar(self.sub(grad, first), 1.0 - beta1))
+        second = self.add(
+            self.mul_scalar(second, beta2), self.mul(self.mul_scalar(grad, 1.0 - beta2), grad)
+        )
+        step_size = lr / (1.0 - beta1**step)
+        denominator = self.add_scalar(
+            self.div_scalar(self.sqrt(second), math.sqrt(1.0 - beta2**step)), eps
+        )
+        update = self.div(self.mul_scalar(first, step_size), denominator)
+        return self.sub(value, update), first, second
 
     # -- fused transformer kernels --------------------------------------------------------------
     # Each has a default composed of the primitives above, so every backend has a correct one

@@ -8,11 +8,11 @@ agree on the same gradients up to float rounding; the test suite checks it.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, zeros_like
+from ..tensor.internal import apply
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer"]
 
@@ -131,23 +131,15 @@ class Adam(Optimizer):
         self.eps, self.weight_decay = float(eps), float(weight_decay)
 
     def update(self, value: Tensor, grad: Tensor, state: dict[str, Any]) -> Tensor:
-        beta1, beta2 = self.betas
-        step = state["step"]
-        if self.weight_decay:
-            if self.decoupled:  # AdamW: shrink the parameter, not the gradient
-                value = value * (1.0 - self.lr * self.weight_decay)
-            else:
-                grad = grad + value * self.weight_decay
         first = state.get("first_moment")
         second = state.get("second_moment")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
-        first = first + (grad - first) * (1.0 - beta1)
-        second = second * beta2 + grad * (1.0 - beta2) * grad
+        # one fused backend kernel (Backend.adam_update documents the formula)
+        hyper = (state["step"], self.lr, *self.betas, self.eps, self.weight_decay, self.decoupled)
+        value, first, second = apply("adam_update", (value, grad, first, second), hyper)
         state["first_moment"], state["second_moment"] = first, second
-        step_size = self.lr / (1.0 - beta1**step)
-        denominator = second.sqrt() / math.sqrt(1.0 - beta2**step) + self.eps
-        return value - first * step_size / denominator
+        return value
 
 
 class AdamW(Adam):
