@@ -34,6 +34,20 @@ __all__ = ["ATTENTION_BLOCK_ELEMENTS", "NumpyTransformerKernels"]
 ATTENTION_BLOCK_ELEMENTS = 1 << 18
 
 
+def _row_mean(x: np.ndarray) -> np.ndarray:
+    """The mean of each row (last dimension), kept as a dimension of size 1: a matrix-vector
+    product with ``1 / width`` (BLAS), about 4x faster than NumPy's reduction along a short
+    last axis, which pays per row."""
+    width = x.shape[-1]
+    return np.matmul(x, np.full((width, 1), 1.0 / width, dtype=x.dtype))
+
+
+def _column_sum(x: np.ndarray) -> np.ndarray:
+    """The sum over every leading dimension (a ``[D]`` result), as a vector-matrix product."""
+    rows = x.reshape(-1, x.shape[-1])
+    return np.matmul(np.ones(rows.shape[0], dtype=x.dtype), rows)
+
+
 def _like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """An uninitialized array laid out in memory as ``x`` (its axis order), of ``shape``."""
     if shape is None or tuple(shape) == x.shape:
@@ -137,9 +151,9 @@ class NumpyTransformerKernels:
 
     # -- layer norm ---------------------------------------------------------------------------
     def layer_norm(self, x, weight, bias, eps):
-        mean = np.mean(x, axis=-1, keepdims=True)
+        mean = _row_mean(x)
         out = np.subtract(x, mean)
-        variance = np.mean(np.square(out), axis=-1, keepdims=True)
+        variance = _row_mean(np.square(out))
         variance += eps
         rstd = np.sqrt(variance, out=variance)
         np.reciprocal(rstd, out=rstd)
@@ -152,20 +166,18 @@ class NumpyTransformerKernels:
 
     def layer_norm_backward(self, grad, x, weight, stats, eps):
         mean, rstd = stats[0][..., None], stats[1][..., None]
-        lead = tuple(range(x.ndim - 1))
+        lead = x.ndim > 1
         normalized = np.subtract(x, mean)
         normalized *= rstd
-        dbias = np.sum(grad, axis=lead) if lead else grad
+        dbias = _column_sum(grad) if lead else grad
         scaled = np.multiply(grad, normalized)  # first the weight's gradient, per element
-        dweight = np.sum(scaled, axis=lead) if lead else scaled.copy()
+        dweight = _column_sum(scaled) if lead else scaled.copy()
         if weight.size:
             np.multiply(grad, weight, out=scaled)
         else:
             np.copyto(scaled, grad)
-        width = x.shape[-1]
-        projection = np.einsum("...d,...d->...", scaled, normalized)[..., None]
-        projection /= width
-        offset = np.mean(scaled, axis=-1, keepdims=True)
+        projection = _row_mean(np.multiply(scaled, normalized))
+        offset = _row_mean(scaled)
         normalized *= projection
         scaled -= offset
         scaled -= normalized
@@ -182,6 +194,11 @@ class NumpyTransformerKernels:
         for start, end in _batch_blocks(q, length, source):
             scaled = np.multiply(q[start:end], q.dtype.type(scale))  # L x E, not L x S
             keys_t, values = np.swapaxes(k[start:end], -1, -2), v[start:end]
+            # values with a column of ones: the product with the unnormalised probabilities
+            # then also gives each row's sum (normalising after it, FlashAttention's way, on
+            # L x Ev values instead of L x S, and no reduction along a short axis)
+            ones = np.ones((*values.shape[:-1], 1), values.dtype)
+            extended = np.concatenate((values, ones), axis=-1)
             mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
             for rows, keys in _row_blocks(length, source, causal):
                 scores = np.matmul(scaled[..., rows, :], keys_t[..., :keys])
@@ -192,14 +209,17 @@ class NumpyTransformerKernels:
                 peak = np.max(scores, axis=-1, keepdims=True)
                 scores -= peak
                 np.exp(scores, out=scores)
-                total = np.sum(scores, axis=-1, keepdims=True)
-                scores *= np.reciprocal(total)  # a multiply per score, not a division
-                np.log(total, out=total)
-                total += peak
-                lse[start:end, ..., rows] = total[..., 0]
-                if drop.size:
+                target = out[start:end, ..., rows, :]
+                if drop.size:  # the sum of the kept probabilities, then dropout
+                    total = np.matmul(scores, ones[..., :keys, :])
                     scores *= _rows(drop_part, rows, keys)
-                np.matmul(scores, values[..., :keys, :], out=out[start:end, ..., rows, :])
+                    np.matmul(scores, values[..., :keys, :], out=target)
+                else:
+                    weighted = np.matmul(scores, extended[..., :keys, :])
+                    total = weighted[..., -1:]
+                    np.copyto(target, weighted[..., :-1])
+                target /= total
+                lse[start:end, ..., rows] = (np.log(total) + peak)[..., 0]
         return out, lse
 
     def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
