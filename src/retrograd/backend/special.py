@@ -3,14 +3,14 @@
 float64 goes to :mod:`scipy.special` (``erf``, ``erfc``: Cephes, accurate to about an ulp).
 
 float32 does not: scipy's ufuncs evaluate element by element, about 15 ns an element on one
-core of the benchmark machine (2**20 float32 values: scipy ``erf`` 15.8 ms, ``np.exp`` 0.5 ms,
-torch's vectorized ``erf`` 0.9 ms), which made the exact GELU most of a GPT step. float32 evaluates
-instead the rational approximation Eigen and XLA use for float32 ``erf``: the argument clamped to
-[-4, 4] (beyond, erf is +-1 in float32), then ``x * P(x^2) / Q(x^2)`` with P of degree 6 and Q of
-degree 4, as whole-array NumPy ufuncs on blocks small enough to stay in cache (one pass over
-memory instead of twenty). It agrees with the exact value to 4.2e-7 relative everywhere (about
-four float32 epsilons; tests/test_special.py checks it against scipy in float64) and runs about
-four times faster than scipy's float32 ``erf``.
+core of the benchmark machine (2**20 float32 values: scipy ``erf`` 15.8 ms, ``np.exp`` 0.5
+ms, torch's vectorized ``erf`` 0.9 ms), which made the exact GELU most of a GPT step. float32
+evaluates instead the rational approximation Eigen and XLA use for float32 ``erf``: the
+argument clamped to [-4, 4] (beyond, erf is +-1 in float32), then ``x * P(x^2) / Q(x^2)``
+with P of degree 6 and Q of degree 4, as whole-array NumPy ufuncs on blocks small enough to
+stay in cache (one pass over memory instead of twenty). It agrees with the exact value to
+4.2e-7 relative everywhere (about four float32 epsilons; tests/test_transformer_ops.py checks
+it against scipy in float64) and runs about four times faster than scipy's float32 ``erf``.
 
 :func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way.
 """
