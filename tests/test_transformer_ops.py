@@ -424,3 +424,21 @@ def test_linear_kernel_is_the_default():
         np.testing.assert_allclose(
             fused.linear(x, w, bias), Backend.linear(fused, x, w, bias), atol=1e-14
         )
+
+
+def test_attention_rows_with_every_key_masked_are_zero_as_in_torch():
+    q, k, v = normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 2)
+    keep = rng.random((2, 3, 5)) > 0.3
+    keep[:, :, 0] = True
+    keep[0, 1] = False  # query 1 of batch 0 sees nothing
+    tensors = [rg.tensor(a).require_grad() for a in (q, k, v)]
+    out = F.scaled_dot_product_attention(*tensors, attn_mask=rg.tensor(keep))
+    seed = normal(2, 3, 2)
+    grads = (out * rg.tensor(seed)).sum().backward()
+    t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    expected = tf.scaled_dot_product_attention(*t, attn_mask=torch.tensor(keep))
+    (expected * torch.tensor(seed)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), atol=1e-12)
+    assert not out.numpy()[0, 1].any()
+    for ours, theirs in zip(tensors, t):
+        np.testing.assert_allclose(ours.grad(grads).numpy(), theirs.grad.numpy(), atol=1e-12)

@@ -207,6 +207,10 @@ class NumpyTransformerKernels:
                 if hidden is not None:
                     scores += hidden[rows, :keys]
                 peak = np.max(scores, axis=-1, keepdims=True)
+                hidden_rows = np.isneginf(peak)  # every key masked: a zero row, as in torch
+                masked = hidden_rows.any()
+                if masked:
+                    peak[hidden_rows] = 0.0
                 scores -= peak
                 np.exp(scores, out=scores)
                 target = out[start:end, ..., rows, :]
@@ -218,6 +222,9 @@ class NumpyTransformerKernels:
                     weighted = np.matmul(scores, extended[..., :keys, :])
                     total = weighted[..., -1:]
                     np.copyto(target, weighted[..., :-1])
+                if masked:  # 0 / 1 = 0 there, and lse = +inf makes backward's exp 0
+                    total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
+                    peak[hidden_rows] = np.inf
                 target /= total
                 lse[start:end, ..., rows] = (np.log(total) + peak)[..., 0]
         return out, lse

@@ -430,6 +430,8 @@ class Backend:
         the dropout multiplier (0 or ``1 / (1 - p)``) of shape ``[..., L, S]``, or empty.
         ``lse`` (``[..., L]``) is the log-sum-exp of each row of masked scores, what
         :meth:`attention_backward` needs to recompute the probabilities without keeping them.
+        A row whose keys are all masked is zero with zero gradients in the NumPy kernel, as in
+        torch (``lse`` is then ``+inf``); this default gives NaN there.
         """
         scores = self._attention_scores(q, k, mask, scale, causal)
         last = len(self.shape(scores)) - 1
