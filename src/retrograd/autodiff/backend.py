@@ -463,6 +463,21 @@ def _binary_method(op: Op):
 def _general_method(op: Op):
     n = len(op.inputs)
 
+    if op.aux:  # a second, untracked output (attention's log-sum-exp, layer norm's statistics)
+
+        def method(self, *args):
+            inputs, params = args[:n], args[n:]
+            out, aux = run_forward(op, self.inner, [x.value for x in inputs], params)
+            parents = tuple([x.node for x in inputs])
+            mask = tuple([parent is not None for parent in parents])
+            if True not in mask:
+                return AutodiffPrimitive(out, None), AutodiffPrimitive(aux, None)
+            recipe = _output_recipe(op, mask)
+            result = self._record(recipe, inputs, parents, params, out, aux)
+            return result, AutodiffPrimitive(aux, None)
+
+        return method
+
     def method(self, *args):
         inputs, params = args[:n], args[n:]
         out = run_forward(op, self.inner, [x.value for x in inputs], params)

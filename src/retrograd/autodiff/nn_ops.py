@@ -240,3 +240,54 @@ Op(
     ),
     memory_bound=False,
 )
+
+
+# -- fused linear and transformer ops --------------------------------------------------------------
+# Each has one joint rule (see ops.py) computing every input's gradient at once: linear's from
+# plain products, the others' in the backend's fused backward kernels. Run on the autodiff
+# backend (``create_graph=True``), those kernels are the protocol's defaults, compositions of
+# recorded primitives, so these ops differentiate again. All are compute-bound: their inputs
+# are kept, never recomputed, and the statistics they need (``aux``: layer norm's mean and
+# 1/std, attention's log-sum-exp) are small.
+def _linear_vjp(B, g, needs, x, weight):
+    """A linear layer's three gradients from plain products (so any order differentiates)."""
+    dx = B.matmul(g, weight) if needs[0] else None
+    dweight = B.matmul(B.swap_dims(g, 0, 1), x) if needs[1] else None
+    dbias = B.reshape(B.sum_dim(g, (0,)), B.shape(g)[1:]) if needs[2] else None
+    return dx, dweight, dbias
+
+
+def _layer_norm_vjp(B, g, needs, x, weight, aux, eps):
+    return B.layer_norm_backward(g, x, weight, aux, eps)
+
+
+def _attention_vjp(B, g, needs, q, k, v, out, aux, mask, drop, scale, causal):
+    return (*B.attention_backward(g, q, k, v, out, aux, mask, drop, scale, causal), None, None)
+
+
+Op(
+    "linear",
+    ("x", "weight", "bias"),
+    (),
+    (_linear_vjp,) * 3,
+    memory_bound=False,
+    joint=True,
+)
+Op(
+    "layer_norm",
+    ("x", "weight", "bias"),
+    ("eps",),
+    (_layer_norm_vjp,) * 3,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "attention",
+    ("q", "k", "v", "mask", "drop"),
+    ("scale", "causal"),
+    (_attention_vjp,) * 3 + (None, None),
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)

@@ -14,7 +14,11 @@ An entry reads ``unary("exp", lambda B, g, out: B.mul(g, out))``:
   marks them; the others (matmul, reductions, cumulative, gather/scatter/select, masks, sort)
   are compute-bound;
 - ``broadcast`` ops get their input gradients summed back to the input shapes, once, by the
-  engine (:func:`sum_to_shape`); ``broadcast="batch"`` broadcasts only leading (batch) dims.
+  engine (:func:`sum_to_shape`); ``broadcast="batch"`` broadcasts only leading (batch) dims;
+- a ``joint`` op has one rule for all its differentiable inputs (a fused backward kernel that
+  computes them together, as attention's): it is given as the rule of each of them, takes
+  ``(B, g, needs, ...)``, ``needs`` saying which inputs want a gradient, and returns one
+  gradient (or ``None``) per input. The engine calls it once per node.
 
 Rules are written against the backend protocol only, so running them on the autodiff backend
 records them too: that is ``backward(create_graph=True)``.
@@ -31,8 +35,6 @@ __all__ = ["OPS", "Op", "sum_to_shape"]
 OPS: dict[str, Op] = {}
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
-_INV_SQRT_2 = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
 
 
 class Plan:
@@ -85,6 +87,7 @@ class Op:
         "broadcast",
         "forward",
         "inputs",
+        "joint",
         "memory_bound",
         "name",
         "params",
@@ -105,8 +108,10 @@ class Op:
         aux: bool = False,
         forward: Callable | None = None,
         variadic: bool = False,
+        joint: bool = False,
     ):
         self.name = name
+        self.joint = joint
         self.inputs = inputs
         self.params = params
         self.vjps = vjps
@@ -126,7 +131,8 @@ class Op:
         return self.vjps is not None
 
     def _sources(self, rule: Callable) -> tuple[tuple[str, int], ...]:
-        names = list(inspect.signature(rule).parameters)[2:]  # after (B, g)
+        # after (B, g), or (B, g, needs) for a joint rule
+        names = list(inspect.signature(rule).parameters)[3 if self.joint else 2 :]
         if self.variadic:
             return ()
         sources = []
@@ -313,12 +319,6 @@ def _clamp_vjp(B, g, x, lo, hi):
     return g if outside is None else B.mask_fill(g, outside, 0.0)
 
 
-def _gelu_vjp(B, g, x):
-    cdf = B.mul_scalar(B.add_scalar(B.erf(B.mul_scalar(x, _INV_SQRT_2)), 1.0), 0.5)
-    pdf = B.mul_scalar(B.exp(B.mul_scalar(B.square(x), -0.5)), _INV_SQRT_2PI)
-    return B.mul(g, B.add(cdf, B.mul(x, pdf)))
-
-
 def _silu_vjp(B, g, x):
     s = B.sigmoid(x)
     return B.mul(g, B.mul(s, B.add_scalar(B.mul(x, B.rsub_scalar(s, 1.0)), 1.0)))
@@ -409,7 +409,7 @@ unary(
     lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
     ("slope",),
 )
-unary("gelu", _gelu_vjp)
+unary("gelu", lambda B, g, x, out: B.gelu_backward(g, x, out))
 unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))
@@ -482,7 +482,7 @@ unary("flip", lambda B, g, dims: B.flip(g, dims), ("dims",))
 unary("expand", lambda B, g, x_shape: sum_to_shape(B, g, x_shape), ("shape",))
 unary(
     "slice",
-    lambda B, g, x_shape, slices: B.slice_assign(zeros_for(B, g, x_shape), g, slices),
+    lambda B, g, x_shape, slices: B.slice_backward(g, x_shape, slices),
     ("slices",),
 )
 Op(

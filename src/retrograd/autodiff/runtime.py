@@ -152,6 +152,20 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     arguments = plan.arguments
     bshapes = node.bshapes
     rules = op.vjps
+    if op.joint:  # one rule gives every input's gradient (a fused backward kernel)
+        needs = tuple([positions is not None for positions in arguments])
+        if True not in needs:
+            return
+        first = needs.index(True)
+        joint = rules[first](backend, g, needs, *[env[k] for k in arguments[first]])
+        for index, parent in enumerate(node.parents):
+            if parent is None or not needs[index]:
+                continue
+            grad = joint[index]
+            if bshapes is not None and bshapes[index] is not None:
+                grad = sum_to_shape(backend, grad, bshapes[index])
+            register(parent, grad)
+        return
     for index, parent in enumerate(node.parents):
         if parent is None:
             continue

@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from . import special
 from .numpy_nn import NumpyNNKernels
+from .numpy_transformer import NumpyTransformerKernels
 from .protocol import Backend
 
 __all__ = ["NumpyBackend"]
@@ -22,7 +23,6 @@ _DTYPES = {
     "bool": np.dtype(np.bool_),
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
-_INV_SQRT_2 = 0.7071067811865476
 
 
 class _Generator:
@@ -122,7 +122,7 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 
-class NumpyBackend(NumpyNNKernels, Backend):
+class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
     """CPU tensors as NumPy arrays; the embedded default inner backend.
 
     >>> b = NumpyBackend()
@@ -309,10 +309,7 @@ class NumpyBackend(NumpyNNKernels, Backend):
         return np.where(x > 0, x, x * slope)
 
     def gelu(self, x):
-        # 0.5 * x * erfc(-x / sqrt(2)) keeps full precision where 1 + erf(x/sqrt(2)) cancels;
-        # float32 is computed in float64 and rounded once.
-        wide = np.asarray(x, dtype=np.float64)
-        return ((0.5 * wide) * special.erfc(-wide * _INV_SQRT_2)).astype(x.dtype, copy=False)
+        return special.gelu(x)
 
     def silu(self, x):
         return x * self.sigmoid(x)
@@ -428,6 +425,11 @@ class NumpyBackend(NumpyNNKernels, Backend):
     def slice_assign(self, x, values, slices):
         out = np.array(x, copy=True)
         out[slices] = values
+        return out
+
+    def slice_backward(self, grad, shape, slices):
+        out = np.zeros(shape, grad.dtype)
+        out[slices] = grad
         return out
 
     def cat(self, xs, dim):

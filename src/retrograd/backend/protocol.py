@@ -22,12 +22,16 @@ Conventions, so that implementations stay small:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
 
 __all__ = ["PROTOCOL_OPS", "Backend"]
+
+_INV_SQRT_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
 
 
 def _required(*_args: Any, **_kwargs: Any) -> Any:
@@ -163,6 +167,17 @@ class Backend:
     erf = sign = round = floor = ceil = trunc = _required
     sigmoid = log_sigmoid = relu = gelu = silu = _required
 
+    def gelu_backward(self, grad: Any, x: Any, out: Any) -> Any:
+        """``grad * gelu'(x)`` = ``grad * (Phi(x) + x * phi(x))``: the exact GELU's gradient.
+
+        ``out`` is ``gelu(x)``, which a kernel may read instead of evaluating ``Phi`` again
+        (``Phi(x) = out / x``). This default composes protocol primitives and ignores ``out``;
+        on the autodiff backend it is recorded, so it differentiates again.
+        """
+        cdf = self.mul_scalar(self.add_scalar(self.erf(self.mul_scalar(x, _INV_SQRT_2)), 1.0), 0.5)
+        pdf = self.mul_scalar(self.exp(self.mul_scalar(self.square(x), -0.5)), _INV_SQRT_2PI)
+        return self.mul(grad, self.add(cdf, self.mul(x, pdf)))
+
     def softplus(self, x: Any, beta: float) -> Any:
         raise NotImplementedError
 
@@ -250,6 +265,14 @@ class Backend:
     def slice_assign(self, x: Any, values: Any, slices: tuple[slice, ...]) -> Any:
         raise NotImplementedError
 
+    def slice_backward(self, grad: Any, shape: tuple[int, ...], slices: tuple[slice, ...]) -> Any:
+        """Zeros of ``shape`` in ``grad``'s dtype with ``grad`` at ``slices``: the adjoint of
+        :meth:`slice` (a kernel writes ``grad`` into fresh zeros, without the copy of them
+        ``slice_assign`` would make)."""
+        return self.slice_assign(
+            self.zeros(shape, self.dtype(grad), self.device(grad)), grad, slices
+        )
+
     def cat(self, xs: Sequence[Any], dim: int) -> Any:
         raise NotImplementedError
 
@@ -300,6 +323,175 @@ class Backend:
 
     def log_softmax(self, x: Any, dim: int) -> Any:
         raise NotImplementedError
+
+    def linear(self, x: Any, weight: Any, bias: Any) -> Any:
+        """``x @ weight^T + bias`` for ``x`` ``[N, in]``, ``weight`` ``[out, in]``, ``bias``
+        ``[out]`` or empty (none): PyTorch's ``addmm``, the bias added in the product's own
+        output (a kernel allocates one array, not two)."""
+        out = self.matmul(x, self.swap_dims(weight, 0, 1))
+        return self.add(out, bias) if self.shape(bias)[0] else out
+
+    def adam_update(
+        self,
+        value: Any,
+        grad: Any,
+        first: Any,
+        second: Any,
+        step: int,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        decoupled: bool,
+    ) -> tuple[Any, Any, Any]:
+        """One Adam/AdamW step of a parameter, ``torch.optim``'s formulas in their order of
+        operations: ``(new value, first moment, second moment)``.
+
+        With ``weight_decay``: ``value * (1 - lr * weight_decay)`` first when ``decoupled``
+        (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
+        beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
+        beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
+        primitives; a kernel fuses the passes.
+        """
+        if weight_decay:
+            if decoupled:
+                value = self.mul_scalar(value, 1.0 - lr * weight_decay)
+            else:
+                grad = self.add(grad, self.mul_scalar(value, weight_decay))
+        first = self.add(first, self.mul_scalar(self.sub(grad, first), 1.0 - beta1))
+        second = self.add(
+            self.mul_scalar(second, beta2), self.mul(self.mul_scalar(grad, 1.0 - beta2), grad)
+        )
+        step_size = lr / (1.0 - beta1**step)
+        denominator = self.add_scalar(
+            self.div_scalar(self.sqrt(second), math.sqrt(1.0 - beta2**step)), eps
+        )
+        update = self.div(self.mul_scalar(first, step_size), denominator)
+        return self.sub(value, update), first, second
+
+    # -- fused transformer kernels --------------------------------------------------------------
+    # Each has a default composed of the primitives above, so every backend has a correct one
+    # (and, on the autodiff backend, a recorded one: the defaults of the backward kernels are
+    # what ``backward(create_graph=True)`` differentiates); a backend overrides them with fused
+    # kernels. An absent ``weight``/``bias``/``mask``/``drop`` is an empty ``[0]`` primitive,
+    # as for ``conv``'s bias.
+    def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float) -> tuple[Any, Any]:
+        """Normalize ``x`` over its last dimension (biased variance), then ``* weight + bias``
+        (both ``[D]``, or empty): ``(out, stats)``, ``stats`` = ``[2, *x.shape[:-1]]`` holding
+        the mean and ``1 / sqrt(var + eps)`` of each row, for :meth:`layer_norm_backward`."""
+        last = len(self.shape(x)) - 1
+        mean = self.mean_dim(x, (last,))
+        centered = self.sub(x, mean)
+        variance = self.mean_dim(self.square(centered), (last,))
+        rstd = self.recip(self.sqrt(self.add_scalar(variance, eps)))
+        out = self.mul(centered, rstd)
+        if self.shape(weight)[0]:
+            out = self.mul(out, weight)
+        if self.shape(bias)[0]:
+            out = self.add(out, bias)
+        lead = (1, *self.shape(x)[:-1])
+        stats = self.cat([self.reshape(mean, lead), self.reshape(rstd, lead)], 0)
+        return out, stats
+
+    def layer_norm_backward(
+        self, grad: Any, x: Any, weight: Any, stats: Any, eps: float
+    ) -> tuple[Any, Any, Any]:
+        """The gradients of ``sum(grad * layer_norm(x, weight, bias, eps)[0])``: ``(dx,
+        dweight, dbias)`` (``dweight``/``dbias`` ``[D]``, meaningless for an empty weight).
+        ``stats`` is what :meth:`layer_norm` returned; this default recomputes it from ``x``
+        instead, so that, recorded, it is differentiable in ``x``."""
+        shape = self.shape(x)
+        last = len(shape) - 1
+        lead = tuple(range(last))
+        mean = self.mean_dim(x, (last,))
+        centered = self.sub(x, mean)
+        variance = self.mean_dim(self.square(centered), (last,))
+        rstd = self.recip(self.sqrt(self.add_scalar(variance, eps)))
+        normalized = self.mul(centered, rstd)
+        dbias = self.reshape(self.sum_dim(grad, lead), shape[-1:]) if lead else grad
+        dweight = self.mul(grad, normalized)
+        if lead:
+            dweight = self.reshape(self.sum_dim(dweight, lead), shape[-1:])
+        scaled = self.mul(grad, weight) if self.shape(weight)[0] else grad
+        projection = self.mean_dim(self.mul(scaled, normalized), (last,))
+        dx = self.sub(
+            self.sub(scaled, self.mean_dim(scaled, (last,))), self.mul(normalized, projection)
+        )
+        return self.mul(dx, rstd), dweight, dbias
+
+    def _attention_scores(self, q, k, mask, scale, causal):
+        """``q @ k^T * scale + mask``, causal entries ``-inf``: the defaults' shared part."""
+        scores = self.mul_scalar(self.matmul(q, self.swap_dims(k, -1, -2)), scale)
+        if self.shape(mask)[0]:
+            scores = self.add(scores, mask)
+        if causal:
+            length, source = self.shape(q)[-2], self.shape(k)[-2]
+            device = self.device(q)
+            rows = self.reshape(self.arange(0, length, 1, "int64", device), (length, 1))
+            cols = self.reshape(self.arange(0, source, 1, "int64", device), (1, source))
+            scores = self.mask_fill(scores, self.lower(rows, cols), float("-inf"))
+        return scores
+
+    def attention(
+        self, q: Any, k: Any, v: Any, mask: Any, drop: Any, scale: float, causal: bool
+    ) -> tuple[Any, Any]:
+        """Scaled dot-product attention, PyTorch's ``scaled_dot_product_attention``:
+        ``(out, lse)``, ``out = dropout(softmax(q @ k^T * scale + mask)) @ v``.
+
+        ``q`` is ``[..., L, E]``, ``k`` ``[..., S, E]``, ``v`` ``[..., S, Ev]`` with equal
+        leading dimensions; ``mask`` is a float additive mask (``-inf`` where a key is
+        masked) broadcastable to ``[..., L, S]`` with as many dims, or empty; ``causal``
+        masks key ``j > i`` for query ``i`` (PyTorch's top-left aligned ``tril``); ``drop`` is
+        the dropout multiplier (0 or ``1 / (1 - p)``) of shape ``[..., L, S]``, or empty.
+        ``lse`` (``[..., L]``) is the log-sum-exp of each row of masked scores, what
+        :meth:`attention_backward` needs to recompute the probabilities without keeping them.
+        A row whose keys are all masked is zero with zero gradients in the NumPy kernel, as in
+        torch (``lse`` is then ``+inf``); this default gives NaN there.
+        """
+        scores = self._attention_scores(q, k, mask, scale, causal)
+        last = len(self.shape(scores)) - 1
+        peak = self.max_dim(scores, last)[0]
+        lse = self.add(self.log(self.sum_dim(self.exp(self.sub(scores, peak)), (last,))), peak)
+        probs = self.softmax(scores, last)
+        if self.shape(drop)[0]:
+            probs = self.mul(probs, drop)
+        out = self.matmul(probs, v)
+        return out, self.reshape(lse, self.shape(lse)[:-1])
+
+    def attention_backward(
+        self,
+        grad: Any,
+        q: Any,
+        k: Any,
+        v: Any,
+        out: Any,
+        lse: Any,
+        mask: Any,
+        drop: Any,
+        scale: float,
+        causal: bool,
+    ) -> tuple[Any, Any, Any]:
+        """``(dq, dk, dv)``, the gradients of ``sum(grad * attention(q, k, v, ...)[0])``.
+
+        ``out`` and ``lse`` are what :meth:`attention` returned: a fused kernel recomputes the
+        probabilities as ``exp(scores - lse)`` and uses ``rowsum(grad * out)`` for the softmax
+        term. This default recomputes them from ``q`` and ``k`` (so that, recorded, it is
+        differentiable in all its tensor inputs) and reads ``out`` only for that term.
+        """
+        scores = self._attention_scores(q, k, mask, scale, causal)
+        last = len(self.shape(scores)) - 1
+        probs = self.softmax(scores, last)
+        kept = self.mul(probs, drop) if self.shape(drop)[0] else probs
+        dv = self.matmul(self.swap_dims(kept, -1, -2), grad)
+        dkept = self.matmul(grad, self.swap_dims(v, -1, -2))
+        if self.shape(drop)[0]:
+            dkept = self.mul(dkept, drop)
+        row = self.sum_dim(self.mul(grad, out), (last,))
+        dscores = self.mul_scalar(self.mul(probs, self.sub(dkept, row)), scale)
+        dq = self.matmul(dscores, k)
+        dk = self.matmul(self.swap_dims(dscores, -1, -2), q)
+        return dq, dk, dv
 
     # =========================================================================================
     # -- neural-network kernels ---------------------------------------------------------------

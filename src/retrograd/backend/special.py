@@ -1,153 +1,179 @@
-"""Special functions NumPy lacks, vectorized.
+"""The error function and the exact GELU for the NumPy backend.
 
-``erf`` and ``erfc`` evaluate W. J. Cody's rational Chebyshev approximations ("Rational
-Chebyshev approximations for the error function", Math. Comp. 1969), which are accurate to about
-18 significant digits, in float64; float32 inputs are computed in float64 and rounded once.
+float64 goes to :mod:`scipy.special` (``erf``, ``erfc``: Cephes, accurate to about an ulp).
+
+float32 does not: scipy's ufuncs evaluate element by element, about 15 ns an element on one
+core of the benchmark machine (2**20 float32 values: scipy ``erf`` 15.8 ms, ``np.exp`` 0.5
+ms, torch's vectorized ``erf`` 0.9 ms), which made the exact GELU most of a GPT step. float32
+evaluates instead the rational approximation Eigen and XLA use for float32 ``erf``: the
+argument clamped to [-4, 4] (beyond, erf is +-1 in float32), then ``x * P(x^2) / Q(x^2)``
+with P of degree 6 and Q of degree 4, as whole-array NumPy ufuncs on blocks small enough to
+stay in cache (one pass over memory instead of twenty). It agrees with the exact value to
+4.2e-7 relative everywhere (about four float32 epsilons; tests/test_transformer_ops.py checks
+it against scipy in float64) and runs about four times faster than scipy's float32 ``erf``.
+
+:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.special
 
-__all__ = ["erf", "erfc"]
+__all__ = ["erf", "gelu", "gelu_backward"]
 
-# |x| <= 0.46875: erf(x) = x * P(x^2) / Q(x^2)
-_A = (
-    3.16112374387056560e00,
-    1.13864154151050156e02,
-    3.77485237685302021e02,
-    3.20937758913846947e03,
-    1.85777706184603153e-1,
+#: Elements per block: four float32 scratch buffers of this size stay in a core's L2 cache.
+_BLOCK = 1 << 15
+
+# Eigen's generic_fast_erf_float (also XLA's ErfImpl32): odd numerator, even denominator.
+_ALPHA = tuple(
+    np.float32(c)
+    for c in (
+        -2.72614225801306e-10,  # x^13
+        2.77068142495902e-08,
+        -2.10102402082508e-06,
+        -5.69250639462346e-05,
+        -7.34990630326855e-04,
+        -2.95459980854025e-03,
+        -1.60960333262415e-02,  # x^1
+    )
 )
-_B = (
-    2.36012909523441209e01,
-    2.44024637934444173e02,
-    1.28261652607737228e03,
-    2.84423683343917062e03,
+_BETA = tuple(
+    np.float32(c)
+    for c in (
+        -1.45660718464996e-05,  # x^8
+        -2.13374055278905e-04,
+        -1.68282697438203e-03,
+        -7.37332916720468e-03,
+        -1.42647390514189e-02,  # x^0
+    )
 )
-# 0.46875 < |x| <= 4: erfc(x) = exp(-x^2) * P(x) / Q(x)
-_C = (
-    5.64188496988670089e-1,
-    8.88314979438837594e00,
-    6.61191906371416295e01,
-    2.98635138197400131e02,
-    8.81952221241769090e02,
-    1.71204761263407058e03,
-    2.05107837782607147e03,
-    1.23033935479799725e03,
-    2.15311535474403846e-8,
+_INV_SQRT_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+class _Scratch:
+    """Four float32 scratch buffers of one block, sliced to the block's length."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self, size: int):
+        self.buffers = np.empty((4, min(size, _BLOCK)), np.float32)
+
+    def take(self, length: int) -> tuple[np.ndarray, ...]:
+        return tuple(buffer[:length] for buffer in self.buffers)
+
+
+def _rational_block(t, x2, p, q, alpha, beta) -> np.ndarray:
+    """``t * alpha(t^2) / beta(t^2)`` of the float32 block ``t`` into ``p`` (``x2``, ``q``:
+    scratch); ``alpha``, ``beta`` list coefficients from the highest power down."""
+    np.multiply(t, t, out=x2)
+    np.multiply(x2, alpha[0], out=p)
+    for coefficient in alpha[1:-1]:
+        p += coefficient
+        p *= x2
+    p += alpha[-1]
+    p *= t
+    np.multiply(x2, beta[0], out=q)
+    for coefficient in beta[1:-1]:
+        q += coefficient
+        q *= x2
+    q += beta[-1]
+    np.divide(p, q, out=p)
+    return p
+
+
+def _erf_block(t: np.ndarray, x2: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """erf of the float32 block ``t`` (overwritten with its clamped value); the result is
+    left in ``p`` (``x2``, ``q`` are scratch)."""
+    np.clip(t, -4.0, 4.0, out=t)
+    return _rational_block(t, x2, p, q, _ALPHA, _BETA)
+
+
+# For GELU the same rational in x rather than x / sqrt(2), and halved: the coefficient of
+# x^(2i+1) times 2^-(i + 1/2) / 2, of x^(2k) times 2^-k. Then 0.5 * erf(x / sqrt(2)) comes
+# straight from x, two passes fewer per block.
+_HALF_ALPHA = tuple(
+    np.float32(float(c) * 2.0 ** -(len(_ALPHA) - 1 - i + 0.5) / 2.0) for i, c in enumerate(_ALPHA)
 )
-_D = (
-    1.57449261107098347e01,
-    1.17693950891312499e02,
-    5.37181101862009858e02,
-    1.62138957456669019e03,
-    3.29079923573345963e03,
-    4.36261909014324716e03,
-    3.43936767414372164e03,
-    1.23033935480374942e03,
-)
-# |x| > 4: erfc(x) = exp(-x^2)/x * (1/sqrt(pi) - P(1/x^2)/(x^2 Q(1/x^2)))
-_P = (
-    3.05326634961232344e-1,
-    3.60344899949804439e-1,
-    1.25781726111229246e-1,
-    1.60837851487422766e-2,
-    6.58749161529837803e-4,
-    1.63153871373020978e-2,
-)
-_Q = (
-    2.56852019228982242e00,
-    1.87295284992346047e00,
-    5.27905102951428412e-1,
-    6.05183413124413191e-2,
-    2.33520497626869185e-3,
-)
-_INV_SQRT_PI = 0.56418958354775628695
-_SMALL, _MIDDLE = 0.46875, 4.0
+_HALF_BETA = tuple(np.float32(float(c) * 2.0 ** -(len(_BETA) - 1 - i)) for i, c in enumerate(_BETA))
+_GELU_CLAMP = 4.0 * 2.0**0.5
 
 
-def _erf_small(x):
-    ysq = x * x
-    num = _A[4] * ysq
-    den = ysq
-    for i in range(3):
-        num = (num + _A[i]) * ysq
-        den = (den + _B[i]) * ysq
-    return x * (num + _A[3]) / (den + _B[3])
+def _flat(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).reshape(-1)
 
 
-def _exp_minus_square(y):
-    """exp(-y*y) without the rounding error of squaring y: split y = high + low."""
-    high = np.trunc(y * 16.0) / 16.0
-    return np.exp(-high * high) * np.exp(-(y - high) * (y + high))
-
-
-def _erfc_middle(y):
-    num = _C[8] * y
-    den = y
-    for i in range(7):
-        num = (num + _C[i]) * y
-        den = (den + _D[i]) * y
-    return _exp_minus_square(y) * (num + _C[7]) / (den + _D[7])
-
-
-def _erfc_large(y):
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        ysq = 1.0 / (y * y)
-        num = _P[5] * ysq
-        den = ysq
-        for i in range(4):
-            num = (num + _P[i]) * ysq
-            den = (den + _Q[i]) * ysq
-        tail = ysq * (num + _P[4]) / (den + _Q[4])
-        value = _exp_minus_square(y) * (_INV_SQRT_PI - tail) / y
-    return np.where(np.isinf(y), 0.0, value)
-
-
-def _erfc_positive(y):
-    """erfc(y) for y >= 0 outside the small interval (float64 array)."""
-    out = np.empty_like(y)
-    middle = y <= _MIDDLE
-    out[middle] = _erfc_middle(y[middle])
-    out[~middle] = _erfc_large(y[~middle])
-    return out
-
-
-def _as_float64(x):
-    x = np.asarray(x)
-    return x.astype(np.float64) if x.dtype != np.float64 else x
-
-
-def _evaluate(x, small_branch, large_branch):
-    """Shared driver: ``small_branch(x, erf_small)`` for ``|x| <= 0.46875`` and
-    ``large_branch(x, erfc(|x|))`` elsewhere, in float64, NaN preserved, cast back."""
-    x = np.asarray(x)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    x64 = _as_float64(x)
-    y = np.abs(x64)
-    out = np.empty_like(x64)
-    small = y <= _SMALL
-    out[small] = small_branch(_erf_small(x64[small]))
-    rest = ~small
-    out[rest] = large_branch(x64[rest], _erfc_positive(y[rest]))
-    nan = np.isnan(x64)
-    if nan.any():
-        out[nan] = np.nan
-    return out.astype(dtype, copy=False)
-
-
-def erf(x):
+def erf(x: np.ndarray) -> np.ndarray:
     """The error function, elementwise, in the dtype of ``x`` (float64 for ints).
 
     >>> float(erf(np.array(0.5)))
     0.5204998778130465
     """
-    return _evaluate(x, lambda value: value, lambda x, tail: np.copysign((0.5 - tail) + 0.5, x))
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        return scipy.special.erf(x if x.dtype == np.float64 else x.astype(np.float64))
+    flat = _flat(x)
+    out = np.empty_like(flat)
+    scratch = _Scratch(flat.size)
+    for start in range(0, flat.size, _BLOCK):
+        end = min(start + _BLOCK, flat.size)
+        t, x2, p, q = scratch.take(end - start)
+        np.copyto(t, flat[start:end])
+        out[start:end] = _erf_block(t, x2, p, q)  # NaN passes through clip and the rational
+    return out.reshape(x.shape)
 
 
-def erfc(x):
-    """The complementary error function ``1 - erf(x)``, accurate where erf(x) is near 1."""
-    return _evaluate(
-        x, lambda value: 1.0 - value, lambda x, tail: np.where(x < 0, 2.0 - tail, tail)
-    )
+def gelu(x: np.ndarray) -> np.ndarray:
+    """``x * Phi(x)``, Phi the standard normal CDF, in the dtype of ``x``.
+
+    float64: ``0.5 * x * erfc(-x / sqrt(2))``, exact where ``1 + erf`` would cancel; float32:
+    ``0.5 * x * (1 + erf(x / sqrt(2)))``, PyTorch's float32 formula, one pass per block.
+    """
+    if x.dtype != np.float32:
+        return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
+    flat = _flat(x)
+    out = np.empty_like(flat)
+    scratch = _Scratch(flat.size)
+    for start in range(0, flat.size, _BLOCK):
+        end = min(start + _BLOCK, flat.size)
+        t, x2, p, q = scratch.take(end - start)
+        block = flat[start:end]
+        np.clip(block, -_GELU_CLAMP, _GELU_CLAMP, out=t)
+        p = _rational_block(t, x2, p, q, _HALF_ALPHA, _HALF_BETA)  # 0.5 * erf(x / sqrt(2))
+        p += np.float32(0.5)
+        np.multiply(p, block, out=out[start:end])
+    return out.reshape(x.shape)
+
+
+def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``grad * (Phi(x) + x * phi(x))``, the gradient of :func:`gelu` at ``x``.
+
+    float32 reads ``Phi(x)`` back from the forward's output, ``out / x`` (0.5 at 0), instead
+    of evaluating erf again: the only transcendental left is ``exp(-x^2 / 2)``.
+    """
+    if x.dtype != np.float32:
+        cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)
+        return grad * (cdf + x * (np.exp(-0.5 * np.square(x)) * _INV_SQRT_2PI))
+    grad, x, out = np.broadcast_arrays(grad, x, out)
+    shape = x.shape
+    gf, xf, of = _flat(grad), _flat(x), _flat(out)
+    result = np.empty(xf.size, np.float32)
+    scratch = _Scratch(xf.size)
+    for start in range(0, xf.size, _BLOCK):
+        end = min(start + _BLOCK, xf.size)
+        cdf, pdf, flags, _ = scratch.take(end - start)
+        block = xf[start:end]
+        zero = flags.view(np.bool_)[: end - start]
+        np.equal(block, 0.0, out=zero)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where x = 0, replaced next
+            np.divide(of[start:end], block, out=cdf)
+        np.copyto(cdf, np.float32(0.5), where=zero)
+        np.multiply(block, block, out=pdf)
+        pdf *= np.float32(-0.5)
+        np.exp(pdf, out=pdf)
+        pdf *= block
+        pdf *= np.float32(_INV_SQRT_2PI)
+        cdf += pdf
+        np.multiply(cdf, gf[start:end], out=result[start:end])
+    return result.reshape(shape)

@@ -16,7 +16,6 @@ the two agree on the same gradients up to float rounding; the test suite checks 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
+from ..tensor.internal import apply
 
 __all__ = [
     "SGD",
@@ -87,22 +87,15 @@ def adam_update(
     ``state["step"]`` is the step count *after* this step."""
     state = dict(state)
     beta1, beta2 = betas
-    step = state["step"]
-    if weight_decay:
-        if decoupled:  # AdamW: shrink the parameter, not the gradient
-            value = value * (1.0 - lr * weight_decay)
-        else:
-            grad = grad + value * weight_decay
     first = state.get("exp_avg")
     second = state.get("exp_avg_sq")
     if first is None:
         first, second = zeros_like(grad), zeros_like(grad)
-    first = first + (grad - first) * (1.0 - beta1)
-    second = second * beta2 + grad * (1.0 - beta2) * grad
+    # one fused backend kernel (Backend.adam_update documents the formula and its order)
+    hyper = (state["step"], lr, beta1, beta2, eps, weight_decay, decoupled)
+    value, first, second = apply("adam_update", (value, grad, first, second), hyper)
     state["exp_avg"], state["exp_avg_sq"] = first, second
-    step_size = lr / (1.0 - beta1**step)
-    denominator = second.sqrt() / math.sqrt(1.0 - beta2**step) + eps
-    return value - first * step_size / denominator, state
+    return value, state
 
 
 def rmsprop_update(

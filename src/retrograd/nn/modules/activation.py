@@ -3,8 +3,6 @@ constructor arguments; ``inplace=True`` is accepted and nothing is modified in p
 
 from __future__ import annotations
 
-import math
-
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -41,11 +39,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.approximate == "none":
-            return F.gelu(x)
-        # Composed here so that the module works on every F.gelu; the formula is PyTorch's.
-        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-        return x * 0.5 * (inner.tanh() + 1.0)
+        return F.gelu(x, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"

@@ -1,0 +1,279 @@
+"""NumPy kernels of the fused transformer primitives: layer norm and attention.
+
+Both follow one rule for temporaries: a kernel writes into arrays it has just created itself
+(``out=`` and in-place ufuncs on them), never into an argument, which the autodiff engine may
+still hold for another rule.
+
+Attention never materialises the whole ``[..., L, S]`` probability tensor: the leading (batch)
+dimension is processed in blocks whose ``L x S`` scores fit in cache
+(:data:`ATTENTION_BLOCK_ELEMENTS`), forward as in backward. Forward keeps the output and the
+log-sum-exp of each row (``[..., L]``); backward recomputes each block's probabilities as
+``exp(scores - lse)`` (one matmul and one ``exp``, measured cheaper than keeping them: keeping
+them costs a ``[..., L, S]`` array per layer for the whole forward, as much as the rest of the
+block's activations at block size 128) and needs two ``L x S`` temporaries per block, the
+probabilities and their gradient. FlashAttention's backward, blocked over the batch instead of
+over the sequence (NumPy pays per call, not per element).
+
+The outputs of attention and its gradients are laid out in memory as their inputs are (the
+shape is the protocol's, the layout the backend's choice): q, k, v of a transformer are views
+``[B, T, H, E] -> [B, H, T, E]``, and an output ``[B, H, T, E]`` lying in memory as
+``[B, T, H, E]`` makes the ``transpose(1, 2).reshape(B, T, C)`` that follows a free view.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import special
+
+__all__ = ["ATTENTION_BLOCK_ELEMENTS", "NumpyTransformerKernels"]
+
+#: Scores per block of attention (float32: 1 MiB), so that the block's passes run in cache.
+ATTENTION_BLOCK_ELEMENTS = 1 << 18
+
+
+def _row_mean(x: np.ndarray) -> np.ndarray:
+    """The mean of each row (last dimension), kept as a dimension of size 1: a matrix-vector
+    product with ``1 / width`` (BLAS), about 4x faster than NumPy's reduction along a short
+    last axis, which pays per row."""
+    width = x.shape[-1]
+    return np.matmul(x, np.full((width, 1), 1.0 / width, dtype=x.dtype))
+
+
+def _column_sum(x: np.ndarray) -> np.ndarray:
+    """The sum over every leading dimension (a ``[D]`` result), as a vector-matrix product."""
+    rows = x.reshape(-1, x.shape[-1])
+    return np.matmul(np.ones(rows.shape[0], dtype=x.dtype), rows)
+
+
+def _like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """An uninitialized array laid out in memory as ``x`` (its axis order), of ``shape``."""
+    if shape is None or tuple(shape) == x.shape:
+        return np.empty_like(x, order="K")
+    return np.empty(shape, x.dtype)
+
+
+def _causal_bias(length: int, source: int, dtype: np.dtype) -> np.ndarray:
+    """``-inf`` where key ``j`` is hidden from query ``i`` (``j > i``, PyTorch's ``tril``),
+    else 0: added to the scores (a broadcast add; measured faster than a masked copy)."""
+    return np.triu(np.full((length, source), -np.inf, dtype=dtype), 1)
+
+
+def _block_rows(q: np.ndarray, length: int, source: int) -> int:
+    """How many entries of the leading dimension one block of attention takes."""
+    per_entry = length * source * (int(np.prod(q.shape[1:-2])) if q.ndim > 3 else 1)
+    return max(1, ATTENTION_BLOCK_ELEMENTS // max(per_entry, 1))
+
+
+#: Query rows per block of causal attention: a block of rows attends only to the keys up to
+#: its last row, so the scores above the diagonal are mostly never computed (3/4 of the
+#: square at 2 blocks, as FlashAttention skips masked tiles).
+ATTENTION_ROWS = 64
+
+
+def _batch_blocks(q: np.ndarray, length: int, source: int) -> list[tuple[int, int]]:
+    step = _block_rows(q, length, source)
+    return [(start, min(start + step, q.shape[0])) for start in range(0, q.shape[0], step)]
+
+
+def _row_blocks(length: int, source: int, causal: bool) -> list[tuple[slice, int]]:
+    """``(query rows, number of keys they attend to)`` per block, in order."""
+    if not causal or length <= ATTENTION_ROWS:
+        return [(slice(0, length), source)]
+    blocks = []
+    for start in range(0, length, ATTENTION_ROWS):
+        end = min(start + ATTENTION_ROWS, length)
+        blocks.append((slice(start, end), min(source, end)))
+    return blocks
+
+
+def _rows(x: np.ndarray, rows: slice, keys: int) -> np.ndarray:
+    """The part of a mask or dropout multiplier ``[..., L or 1, S or 1]`` for a row block."""
+    return x[
+        ...,
+        rows if x.shape[-2] != 1 else slice(None),
+        slice(0, keys) if x.shape[-1] != 1 else slice(None),
+    ]
+
+
+def _accumulate(target: np.ndarray, a: np.ndarray, b: np.ndarray, index: int) -> None:
+    """``target = a @ b`` for the first block, ``target += a @ b`` after."""
+    if index == 0:
+        np.matmul(a, b, out=target)
+    else:
+        target += np.matmul(a, b)
+
+
+def _part(x: np.ndarray, start: int, end: int, ndim: int) -> np.ndarray:
+    """The block ``[start:end]`` of a mask or dropout multiplier (broadcast along dim 0 when
+    its first dimension is 1)."""
+    if x.ndim == ndim and x.shape[0] != 1:
+        return x[start:end]
+    return x
+
+
+class NumpyTransformerKernels:
+    """The fused transformer kernels of :class:`~retrograd.backend.NumpyBackend`."""
+
+    def linear(self, x, weight, bias):
+        out = np.matmul(x, weight.T)
+        if bias.size:
+            out += bias  # the product is this kernel's own array
+        return out
+
+    def adam_update(
+        self, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
+    ):
+        # the default's operations in its order (so the same rounding), on arrays made here
+        if weight_decay:
+            if decoupled:
+                value = np.multiply(value, 1.0 - lr * weight_decay)
+            else:
+                grad = np.add(grad, np.multiply(value, weight_decay))
+        moment = np.subtract(grad, first)
+        moment *= 1.0 - beta1
+        moment += first
+        squares = np.multiply(grad, 1.0 - beta2)
+        squares *= grad
+        variance = np.multiply(second, beta2)
+        variance += squares
+        denominator = np.sqrt(variance, out=squares)
+        denominator /= math.sqrt(1.0 - beta2**step)
+        denominator += eps
+        update = np.multiply(moment, lr / (1.0 - beta1**step))
+        update /= denominator
+        return np.subtract(value, update, out=update), moment, variance
+
+    def gelu_backward(self, grad, x, out):
+        return special.gelu_backward(grad, x, out)
+
+    # -- layer norm ---------------------------------------------------------------------------
+    def layer_norm(self, x, weight, bias, eps):
+        mean = _row_mean(x)
+        out = np.subtract(x, mean)
+        variance = _row_mean(np.square(out))
+        variance += eps
+        rstd = np.sqrt(variance, out=variance)
+        np.reciprocal(rstd, out=rstd)
+        out *= rstd
+        if weight.size:
+            out *= weight
+        if bias.size:
+            out += bias
+        return out, np.stack((mean[..., 0], rstd[..., 0]))
+
+    def layer_norm_backward(self, grad, x, weight, stats, eps):
+        mean, rstd = stats[0][..., None], stats[1][..., None]
+        lead = x.ndim > 1
+        normalized = np.subtract(x, mean)
+        normalized *= rstd
+        dbias = _column_sum(grad) if lead else grad
+        scaled = np.multiply(grad, normalized)  # first the weight's gradient, per element
+        dweight = _column_sum(scaled) if lead else scaled.copy()
+        if weight.size:
+            np.multiply(grad, weight, out=scaled)
+        else:
+            np.copyto(scaled, grad)
+        projection = _row_mean(np.multiply(scaled, normalized))
+        offset = _row_mean(scaled)
+        normalized *= projection
+        scaled -= offset
+        scaled -= normalized
+        scaled *= rstd
+        return scaled, dweight, dbias
+
+    # -- attention ----------------------------------------------------------------------------
+    def attention(self, q, k, v, mask, drop, scale, causal):
+        length, source = q.shape[-2], k.shape[-2]
+        out = _like(q, (*q.shape[:-1], v.shape[-1]))
+        lse = np.empty(q.shape[:-1], q.dtype)
+        hidden = _causal_bias(length, source, q.dtype) if causal else None
+        ndim = q.ndim
+        for start, end in _batch_blocks(q, length, source):
+            scaled = np.multiply(q[start:end], q.dtype.type(scale))  # L x E, not L x S
+            keys_t, values = np.swapaxes(k[start:end], -1, -2), v[start:end]
+            # values with a column of ones: the product with the unnormalised probabilities
+            # then also gives each row's sum (normalising after it, FlashAttention's way, on
+            # L x Ev values instead of L x S, and no reduction along a short axis)
+            ones = np.ones((*values.shape[:-1], 1), values.dtype)
+            extended = np.concatenate((values, ones), axis=-1)
+            mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
+            for rows, keys in _row_blocks(length, source, causal):
+                scores = np.matmul(scaled[..., rows, :], keys_t[..., :keys])
+                if mask.size:
+                    scores += _rows(mask_part, rows, keys)
+                if hidden is not None:
+                    scores += hidden[rows, :keys]
+                peak = np.max(scores, axis=-1, keepdims=True)
+                hidden_rows = np.isneginf(peak)  # every key masked: a zero row, as in torch
+                masked = hidden_rows.any()
+                if masked:
+                    peak[hidden_rows] = 0.0
+                scores -= peak
+                np.exp(scores, out=scores)
+                target = out[start:end, ..., rows, :]
+                if drop.size:  # the sum of the kept probabilities, then dropout
+                    total = np.matmul(scores, ones[..., :keys, :])
+                    scores *= _rows(drop_part, rows, keys)
+                    np.matmul(scores, values[..., :keys, :], out=target)
+                else:
+                    weighted = np.matmul(scores, extended[..., :keys, :])
+                    total = weighted[..., -1:]
+                    np.copyto(target, weighted[..., :-1])
+                if masked:  # 0 / 1 = 0 there, and lse = +inf makes backward's exp 0
+                    total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
+                    peak[hidden_rows] = np.inf
+                target /= total
+                lse[start:end, ..., rows] = (np.log(total) + peak)[..., 0]
+        return out, lse
+
+    def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
+        length, source = q.shape[-2], k.shape[-2]
+        dq, dk, dv = _like(q), _like(k), _like(v)
+        hidden = _causal_bias(length, source, q.dtype) if causal else None
+        ndim = q.ndim
+        factor = q.dtype.type(scale)
+        # rowsum(grad * out) = rowsum(dP * P): the softmax term, from the small tensors
+        row = np.einsum("...ld,...ld->...l", grad, out)[..., None]
+        for start, end in _batch_blocks(q, length, source):
+            scaled = np.multiply(q[start:end], factor)
+            keys, keys_t = k[start:end], np.swapaxes(k[start:end], -1, -2)
+            values_t, grads = np.swapaxes(v[start:end], -1, -2), grad[start:end]
+            mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
+            dk_part, dv_part, dq_part = dk[start:end], dv[start:end], dq[start:end]
+            # the widest row block first: it writes the gradients of the keys it reaches (all
+            # but, when causal with L < S, the last S - L, which no query sees), the others add
+            blocks = _row_blocks(length, source, causal)
+            reached = blocks[-1][1]
+            if reached < source:
+                dk_part[..., reached:, :] = 0.0
+                dv_part[..., reached:, :] = 0.0
+            for index, (rows, width) in enumerate(reversed(blocks)):
+                probs = np.matmul(scaled[..., rows, :], keys_t[..., :width])
+                if mask.size:
+                    probs += _rows(mask_part, rows, width)
+                probs -= lse[start:end, ..., rows, None]
+                if hidden is not None:
+                    probs += hidden[rows, :width]
+                np.exp(probs, out=probs)
+                g = grads[..., rows, :]
+                dprobs = np.matmul(g, values_t[..., :width])
+                kept = probs
+                if drop.size:
+                    part = _rows(drop_part, rows, width)
+                    dprobs *= part
+                    kept = probs * part
+                _accumulate(dv_part[..., :width, :], np.swapaxes(kept, -1, -2), g, index)
+                dprobs -= row[start:end, ..., rows, :]
+                dprobs *= probs
+                np.matmul(dprobs, keys[..., :width, :], out=dq_part[..., rows, :])
+                _accumulate(
+                    dk_part[..., :width, :],
+                    np.swapaxes(dprobs, -1, -2),
+                    scaled[..., rows, :],
+                    index,
+                )
+            dq_part *= factor
+        return dq, dk, dv
