@@ -46,7 +46,23 @@ class Backend:
 
     name = "backend"
     #: Methods with a default here that a backend may keep (the rest must be implemented).
-    OPTIONAL = frozenset({"memory_allocated", "reset_peak_memory"})
+    #: Methods a backend may leave to this class: the memory counters, and the fused kernels
+    #: whose default here is composed of the other primitives (correct everywhere; a backend
+    #: overrides one where its own kernel is faster).
+    OPTIONAL = frozenset(
+        {
+            "memory_allocated",
+            "reset_peak_memory",
+            "adam_update",
+            "attention",
+            "attention_backward",
+            "gelu_backward",
+            "layer_norm",
+            "layer_norm_backward",
+            "linear",
+            "slice_backward",
+        }
+    )
     #: The device label tensors made on this backend get when none is given (a GPU backend
     #: says ``cuda:0``).
     default_device = CPU0
@@ -433,6 +449,12 @@ class Backend:
             scores = self.mask_fill(scores, self.lower(rows, cols), float("-inf"))
         return scores
 
+    def _attention_probs(self, scores, last):
+        """``(softmax(scores), dead)``, ``dead`` the rows whose keys are all masked (``[..., L,
+        1]``), their probabilities zero instead of NaN."""
+        dead = self.equal_elem(self.max_dim(scores, last)[0], float("-inf"))
+        return self.mask_fill(self.softmax(scores, last), dead, 0.0), dead
+
     def attention(
         self, q: Any, k: Any, v: Any, mask: Any, drop: Any, scale: float, causal: bool
     ) -> tuple[Any, Any]:
@@ -446,14 +468,16 @@ class Backend:
         the dropout multiplier (0 or ``1 / (1 - p)``) of shape ``[..., L, S]``, or empty.
         ``lse`` (``[..., L]``) is the log-sum-exp of each row of masked scores, what
         :meth:`attention_backward` needs to recompute the probabilities without keeping them.
-        A row whose keys are all masked is zero with zero gradients in the NumPy kernel, as in
-        torch (``lse`` is then ``+inf``); this default gives NaN there.
+        A row whose keys are all masked is zero with zero gradients, as in torch (``lse`` is
+        then ``+inf``).
         """
         scores = self._attention_scores(q, k, mask, scale, causal)
         last = len(self.shape(scores)) - 1
+        probs, dead = self._attention_probs(scores, last)
         peak = self.max_dim(scores, last)[0]
+        peak = self.mask_fill(peak, dead, 0.0)
         lse = self.add(self.log(self.sum_dim(self.exp(self.sub(scores, peak)), (last,))), peak)
-        probs = self.softmax(scores, last)
+        lse = self.mask_fill(lse, dead, float("inf"))
         if self.shape(drop)[0]:
             probs = self.mul(probs, drop)
         out = self.matmul(probs, v)
@@ -481,7 +505,7 @@ class Backend:
         """
         scores = self._attention_scores(q, k, mask, scale, causal)
         last = len(self.shape(scores)) - 1
-        probs = self.softmax(scores, last)
+        probs = self._attention_probs(scores, last)[0]
         kept = self.mul(probs, drop) if self.shape(drop)[0] else probs
         dv = self.matmul(self.swap_dims(kept, -1, -2), grad)
         dkept = self.matmul(grad, self.swap_dims(v, -1, -2))

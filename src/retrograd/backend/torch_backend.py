@@ -417,6 +417,24 @@ class TorchBackend(TorchNNKernels, Backend):
     def gelu(self, x):
         return torch.nn.functional.gelu(x)
 
+    # -- fused kernels: torch's own where it has them (the protocol's defaults otherwise) ------
+    def gelu_backward(self, grad, x, out):
+        return torch.ops.aten.gelu_backward(grad, x)
+
+    def linear(self, x, weight, bias):
+        return torch.nn.functional.linear(x, weight, bias if bias.numel() else None)
+
+    def layer_norm(self, x, weight, bias, eps):
+        out, mean, rstd = torch.native_layer_norm(
+            x,
+            x.shape[-1:],
+            weight if weight.numel() else None,
+            bias if bias.numel() else None,
+            eps,
+        )
+        lead = (1, *x.shape[:-1])
+        return out, torch.cat([mean.reshape(lead), rstd.reshape(lead)], 0)
+
     def softplus(self, x, beta):
         # NumPy backend's formula, exact for every input (torch's threshold switches to x).
         scaled = x * beta if beta != 1 else x
