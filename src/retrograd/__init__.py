@@ -11,6 +11,7 @@ from . import distributed, nn, optim
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
+    BudgetCheckpointing,
     CheckpointStrategy,
     Gradients,
     NoCheckpointing,
@@ -51,6 +52,7 @@ __all__ = [
     "AutodiffError",
     "Backend",
     "BalancedCheckpointing",
+    "BudgetCheckpointing",
     "CheckpointStrategy",
     "DTypeError",
     "Device",

@@ -233,7 +233,7 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
     tape = Tape(root)
     # The plan backward would follow: what each value read in backward is (kept or
     # recomputed). Building it reads the nodes' actions without consuming them.
-    plan = tape.checkpointer(backend.inner, consume=False).states
+    plan = tape.checkpointer(backend.inner, consume=False)[0].states
     ordered = sorted(tape.nodes.values(), key=lambda node: node.id)
     index = {node.id: i for i, node in enumerate(ordered)}
     nodes: list[GraphNode] = []

@@ -88,6 +88,7 @@ class Op:
         "memory_bound",
         "name",
         "params",
+        "recomputable",
         "rule_sources",
         "variadic",
         "vjps",
@@ -105,6 +106,7 @@ class Op:
         aux: bool = False,
         forward: Callable | None = None,
         variadic: bool = False,
+        recomputable: bool = True,
     ):
         self.name = name
         self.inputs = inputs
@@ -115,6 +117,8 @@ class Op:
         self.aux = aux
         self.forward = forward
         self.variadic = variadic
+        #: its forward can be rerun to recompute its output (a collective's cannot)
+        self.recomputable = recomputable
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         if name in OPS:
