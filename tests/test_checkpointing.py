@@ -221,3 +221,21 @@ def test_budget_equality_and_repr():
     assert rg.BudgetCheckpointing("1KB") == rg.BudgetCheckpointing(1000)
     assert rg.BudgetCheckpointing(1000) != rg.BudgetCheckpointing(1001)
     assert repr(rg.BudgetCheckpointing(1000)) == "BudgetCheckpointing(1000)"
+
+
+def test_cli_strategy_names():
+    from retrograd.app.trainer import make_strategy
+
+    assert make_strategy("budget:64MB") == rg.BudgetCheckpointing(64 * 10**6)
+    assert isinstance(make_strategy("balanced"), rg.BalancedCheckpointing)
+    for bad in ("budget", "budget:lots", "fast"):
+        with pytest.raises(ValueError):
+            make_strategy(bad)
+
+
+def test_graph_marks_evicted_values():
+    from retrograd.app.graphview import EVICTED, trace_step
+
+    step = trace_step("mlp", (1, 8, 8), batch_size=2, checkpointing="budget:4KB")
+    assert any(node.status == EVICTED for node in step.nodes)
+    assert "evicted" in step.to_dot() and "evicted" in step.summary()
