@@ -232,8 +232,10 @@ class BudgetCheckpointing(CheckpointStrategy):
 
         return callback
 
-    def _slot_of(self, node: Any, value: Any) -> Slot:
-        """The slot of ``node``'s output, made (holding ``value``) on first use."""
+    def _slot_of(self, node: Any, value: Any, read: bool = True) -> Slot:
+        """The slot of ``node``'s output. A rule reading it (``read``) holds ``value`` in it;
+        a mere backup of a recomputable parent starts evicted instead, so that backups cost
+        no memory NoCheckpointing would not spend (the parent's own backups recompute it)."""
         if node.op is None:  # a parameter: not an activation, and its value may change
             return Slot(value, 0, 0.0, (), False)
         slot = node.slot
@@ -242,9 +244,16 @@ class BudgetCheckpointing(CheckpointStrategy):
             if node.recompute and nbytes:  # its parents' slots exist: it backed them up
                 parents = tuple([parent.slot for parent in node.parents])
                 slot = Slot(value, nbytes, _cost(node.op, nbytes), parents, True)
+                if not read:
+                    slot.value = RECOMPUTE
+                    node.slot = slot
+                    return slot
             else:
                 slot = Slot(value, nbytes, 0.0, (), False)
             node.slot = slot
+            self._hold(slot)
+        elif read and slot.value is RECOMPUTE:  # read again while at hand: held again
+            slot.value = value
             self._hold(slot)
         slot.last = self._clock
         return slot
@@ -286,7 +295,7 @@ class BudgetCheckpointing(CheckpointStrategy):
                 actions.append((key, slot, backup))
             if node.recompute:  # its parents, to recompute it from should it be evicted
                 for parent, value in by_parent.values():
-                    actions.append((parent.id, self._slot_of(parent, value), True))
+                    actions.append((parent.id, self._slot_of(parent, value, False), True))
             node.actions = actions or None
             if self.held_bytes > self.max_bytes:
                 self._evict()
