@@ -192,7 +192,8 @@ class BudgetCheckpointing(CheckpointStrategy):
 
     def __init__(self, max_bytes: int | str):
         self.max_bytes = parse_bytes(max_bytes)
-        self._lock = threading.Lock()
+        # reentrant: a slot freed by the garbage collector during track() calls back in
+        self._lock = threading.RLock()
         #: id(slot) -> weak reference, for every live slot whose bytes count
         self._held: dict[int, weakref.ref] = {}
         #: id(slot) -> weak reference, for the held slots that may be evicted, oldest first
