@@ -1,23 +1,30 @@
-"""Checkpointing: activation memory and step time of NoCheckpointing vs BalancedCheckpointing.
+"""Checkpointing: activation memory against step time, per strategy, on two workloads.
 
-The model: 8 residual layers of width 1024, batch 256, float32; each layer is
-``h = layer_norm(h + gelu(h @ W + b))`` with GELU (tanh form) and layer norm (with gain and
-bias) written out of elementwise ops and ``mean_dim`` reductions, so most of the graph is
-memory-bound. Loss: ``mean(h ** 2)``.
+Workloads (NumPy backend, float32):
 
-Activation memory is measured with ``tracemalloc``: parameters are allocated before tracing
-starts, and the figure is the peak, over forward and backward, of traced memory minus the
-parameter gradients alive at that moment (the gradients are the step's result, the same under
-both strategies, and they alone would dominate a plain "peak minus final gradients" figure).
-The peak is sampled exactly: tracemalloc's peak is read and reset at every gradient
-registration, so nothing between two registrations escapes it.
+- ``mlp``: 8 residual layers of width 1024, batch 256; each layer
+  ``h = layer_norm(h + gelu(h @ W + b))`` with GELU (tanh form) and layer norm written out of
+  elementwise ops and ``mean_dim`` reductions. Loss ``mean(h ** 2)``.
+- ``transformer``: 4 pre-norm blocks, d 256, 4 heads, sequence 128, batch 8 (attention written
+  with matmul and softmax, a GELU MLP of width 1024). Loss ``mean(h ** 2)``.
 
-    python benchmarks/bench_checkpointing.py
+Strategies: NoCheckpointing, BalancedCheckpointing, and BudgetCheckpointing at 0.1x ... 0.9x of
+NoCheckpointing's peak. Memory: ``retrograd.memory.measure_step_memory`` (tracemalloc peak over
+forward + backward minus live parameter gradients) and the engine's own ``Gradients.peak_bytes``.
+Time: median of interleaved steps in one process (A B C A B C ...), so load on a shared machine
+affects all alike. With torch installed, torch eager and torch per-block
+``torch.utils.checkpoint`` are timed too (their memory: bytes saved for backward at the end of
+forward, through ``saved_tensors_hooks``; tracemalloc cannot see torch's allocator).
+
+The chain benchmark: backward time of ``y = sin(y)`` n times (4x4 float64) for n = 1k .. 20k.
+
+    python benchmarks/bench_checkpointing.py [--quick] [--plot docs/checkpointing_curve.png]
 """
 
 from __future__ import annotations
 
-import tracemalloc
+import argparse
+import time
 
 import common  # noqa: F401  (pins BLAS threads before NumPy loads)
 
@@ -25,10 +32,11 @@ import common  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import retrograd as rg
-from common import interleaved, machine, median, table
-from retrograd.autodiff import runtime
+from common import interleaved, machine, median, optional, table
+from retrograd.memory import measure_step_memory
+from retrograd.nn import functional as F  # noqa: N812
 
-WIDTH, BATCH, LAYERS = 1024, 256, 8
+FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
 def gelu(x: rg.Tensor) -> rg.Tensor:
@@ -36,135 +44,344 @@ def gelu(x: rg.Tensor) -> rg.Tensor:
 
 
 def layer_norm(x: rg.Tensor, gain: rg.Tensor, bias: rg.Tensor) -> rg.Tensor:
-    centered = x - x.mean_dim(1)
-    variance = (centered * centered).mean_dim(1)
+    centered = x - x.mean_dim(-1)
+    variance = (centered * centered).mean_dim(-1)
     return centered / (variance + 1e-5).sqrt() * gain + bias
 
 
-class Model:
-    def __init__(self, strategy: rg.CheckpointStrategy, seed: int = 0):
-        self.backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
+class MLP:
+    name = "residual GELU MLP (8 x 1024, batch 256)"
+
+    def __init__(self, scale: int = 1, seed: int = 0):
+        self.width, self.batch, self.layers = 1024 // scale, 256 // scale, 8
         rng = np.random.default_rng(seed)
-        with rg.use_backend(self.backend):
-            self.layers = [
-                [
-                    rg.tensor((rng.standard_normal((WIDTH, WIDTH)) / 32).astype(np.float32)),
-                    rg.tensor(np.zeros(WIDTH, np.float32)),
-                    rg.tensor(np.ones(WIDTH, np.float32)),
-                    rg.tensor(np.zeros(WIDTH, np.float32)),
-                ]
-                for _ in range(LAYERS)
+        w = self.width
+        self.arrays = [
+            [
+                (rng.standard_normal((w, w)) / w**0.5).astype(np.float32),
+                np.zeros(w, np.float32),
+                np.ones(w, np.float32),
+                np.zeros(w, np.float32),
             ]
-            for layer in self.layers:
-                for p in layer:
-                    p.require_grad()
-            self.x = rg.tensor(rng.standard_normal((BATCH, WIDTH)).astype(np.float32))
+            for _ in range(self.layers)
+        ]
+        self.x = rng.standard_normal((self.batch, w)).astype(np.float32)
 
-    @property
-    def parameters(self) -> list[rg.Tensor]:
-        return [p for layer in self.layers for p in layer]
+    def build(self, backend: rg.Autodiff):
+        with rg.use_backend(backend):
+            params = [[rg.tensor(a).require_grad() for a in layer] for layer in self.arrays]
+            x = rg.tensor(self.x)
 
-    def loss(self) -> rg.Tensor:
-        with rg.use_backend(self.backend):
-            h = self.x
-            for weight, bias, gain, shift in self.layers:
-                h = layer_norm(h + gelu(h @ weight + bias), gain, shift)
+        def loss() -> rg.Tensor:
+            with rg.use_backend(backend):
+                h = x
+                for weight, bias, gain, shift in params:
+                    h = layer_norm(h + gelu(h @ weight + bias), gain, shift)
+                return (h * h).mean()
+
+        return loss, [p for layer in params for p in layer]
+
+    def torch_step(self, checkpoint: bool):
+        torch = optional("torch")
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        params = [[torch.tensor(a, requires_grad=True) for a in layer] for layer in self.arrays]
+        x = torch.tensor(self.x)
+
+        def tgelu(z):
+            return 0.5 * z * (1.0 + torch.tanh((z + 0.044715 * z * z * z) * 0.7978845608028654))
+
+        def block(h, weight, bias, gain, shift):
+            h = h + tgelu(h @ weight + bias)
+            c = h - h.mean(-1, keepdim=True)
+            return c / ((c * c).mean(-1, keepdim=True) + 1e-5).sqrt() * gain + shift
+
+        def loss():
+            h = x
+            for layer in params:
+                if checkpoint:
+                    h = torch_checkpoint(block, h, *layer, use_reentrant=False)
+                else:
+                    h = block(h, *layer)
             return (h * h).mean()
 
-    def step(self) -> rg.Gradients:
-        return self.loss().backward()
+        return loss
 
 
-class ActivationPeak:
-    """A backward hook: traced-memory peak minus live parameter gradients, between every two
-    gradient registrations."""
+class Transformer:
+    name = "4-layer transformer (d 256, 4 heads, seq 128, batch 8)"
 
-    def __init__(self, model: Model):
-        self.peak = 0
-        self.leaf_bytes = 0
-        self.parameter_ids = {p.primitive.node.id for p in model.parameters}
+    def __init__(self, scale: int = 1, seed: int = 0):
+        self.d, self.heads, self.seq, self.batch, self.layers = 256 // scale, 4, 128, 8, 4
+        rng = np.random.default_rng(seed)
+        d = self.d
 
-    def sample(self, leaf_bytes: int) -> None:
-        self.peak = max(self.peak, tracemalloc.get_traced_memory()[1] - leaf_bytes)
-        tracemalloc.reset_peak()
+        def weight(n_in, n_out):
+            return (rng.standard_normal((n_in, n_out)) / n_in**0.5).astype(np.float32)
 
-    def begin(self, tape, grads) -> None:
-        self.sample(0)
+        self.arrays = [
+            [
+                np.ones(d, np.float32),
+                np.zeros(d, np.float32),
+                weight(d, 3 * d),
+                weight(d, d),
+                np.ones(d, np.float32),
+                np.zeros(d, np.float32),
+                weight(d, 4 * d),
+                np.zeros(4 * d, np.float32),
+                weight(4 * d, d),
+                np.zeros(d, np.float32),
+            ]
+            for _ in range(self.layers)
+        ]
+        self.x = rng.standard_normal((self.batch, self.seq, d)).astype(np.float32)
 
-        def on_register(node, gradients):
-            if node.id in self.parameter_ids:
-                self.leaf_bytes = sum(
-                    gradients.values[i].nbytes for i in self.parameter_ids if i in gradients.values
-                )
-            self.sample(self.leaf_bytes)
+    def _block(self, h, params, ops):
+        """One pre-norm block, written once for retrograd and torch (``ops`` differ)."""
+        g1, b1, w_qkv, w_o, g2, b2, w_1, c_1, w_2, c_2 = params
+        batch, seq, d, heads = self.batch, self.seq, self.d, self.heads
+        qkv = ops.norm(h, g1, b1) @ w_qkv
+        qkv = ops.permute(ops.reshape(qkv, (batch, seq, 3, heads, d // heads)), (2, 0, 3, 1, 4))
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = ops.softmax((q @ ops.swap(k)) * (1.0 / (d // heads) ** 0.5))
+        attention = ops.reshape(ops.permute(scores @ v, (0, 2, 1, 3)), (batch, seq, d))
+        h = h + attention @ w_o
+        return h + ops.gelu(ops.norm(h, g2, b2) @ w_1 + c_1) @ w_2 + c_2
 
-        grads.on_register.append(on_register)
+    def build(self, backend: rg.Autodiff):
+        class Ops:
+            norm = staticmethod(layer_norm)
+            gelu = staticmethod(gelu)
+            reshape = staticmethod(lambda t, s: t.reshape(s))
+            permute = staticmethod(lambda t, p: t.permute(p))
+            swap = staticmethod(lambda t: t.swap_dims(-1, -2))
+            softmax = staticmethod(lambda t: F.softmax(t, -1))
 
-    def end(self, grads) -> None:
-        self.sample(self.leaf_bytes)
+        with rg.use_backend(backend):
+            params = [[rg.tensor(a).require_grad() for a in layer] for layer in self.arrays]
+            x = rg.tensor(self.x)
+
+        def loss() -> rg.Tensor:
+            with rg.use_backend(backend):
+                h = x
+                for layer in params:
+                    h = self._block(h, layer, Ops)
+                return (h * h).mean()
+
+        return loss, [p for layer in params for p in layer]
+
+    def torch_step(self, checkpoint: bool):
+        torch = optional("torch")
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        class Ops:
+            @staticmethod
+            def norm(t, g, b):
+                c = t - t.mean(-1, keepdim=True)
+                return c / ((c * c).mean(-1, keepdim=True) + 1e-5).sqrt() * g + b
+
+            @staticmethod
+            def gelu(z):
+                return 0.5 * z * (1.0 + torch.tanh((z + 0.044715 * z * z * z) * 0.7978845608))
+
+            reshape = staticmethod(lambda t, s: t.reshape(s))
+            permute = staticmethod(lambda t, p: t.permute(p))
+            swap = staticmethod(lambda t: t.transpose(-1, -2))
+            softmax = staticmethod(lambda t: torch.softmax(t, -1))
+
+        params = [[torch.tensor(a, requires_grad=True) for a in layer] for layer in self.arrays]
+        x = torch.tensor(self.x)
+
+        def loss():
+            h = x
+            for layer in params:
+                if checkpoint:
+                    h = torch_checkpoint(
+                        lambda t, *p: self._block(t, p, Ops), h, *layer, use_reentrant=False
+                    )
+                else:
+                    h = self._block(h, layer, Ops)
+            return (h * h).mean()
+
+        return loss
 
 
-def measure_memory(strategy: rg.CheckpointStrategy) -> tuple[int, int, int, list[np.ndarray]]:
-    model = Model(strategy)
-    model.step()  # warm up plans and allocator
-    probe = ActivationPeak(model)
-    runtime.BACKWARD_HOOKS.append(probe)
-    tracemalloc.start()
-    try:
-        loss = model.loss()
-        after_forward = tracemalloc.get_traced_memory()[0]
-        probe.sample(0)
-        grads = loss.backward()
-        recomputed = getattr(grads, "recomputed_bytes", 0)
-    finally:
-        tracemalloc.stop()
-        runtime.BACKWARD_HOOKS.remove(probe)
-    gradients = [p.grad(grads).numpy() for p in model.parameters]
-    return after_forward, probe.peak, recomputed, gradients
+def torch_saved_bytes(loss_fn) -> int:
+    """Bytes torch saves for backward by the end of forward (each storage once)."""
+    torch = optional("torch")
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn()
+    loss.backward()
+    return sum(seen.values())
 
 
-def main() -> None:
-    strategies = {
+def run_workload(workload, repeats: int) -> list[dict]:
+    """Memory and interleaved time of every strategy on ``workload``."""
+    strategies: dict[str, rg.CheckpointStrategy] = {
         "NoCheckpointing": rg.NoCheckpointing(),
         "BalancedCheckpointing": rg.BalancedCheckpointing(),
     }
-    memory = {name: measure_memory(s) for name, s in strategies.items()}
-    reference = memory["NoCheckpointing"][3]
-    for gradient, other in zip(reference, memory["BalancedCheckpointing"][3]):
-        assert np.array_equal(gradient, other), "strategies must give identical gradients"
+    loss_fn, params = workload.build(rg.Autodiff(rg.NumpyBackend(), rg.NoCheckpointing()))
+    loss_fn().backward()
+    reference = measure_step_memory(loss_fn, params).peak_activation_bytes
+    for fraction in FRACTIONS:
+        strategies[f"Budget {fraction:.2f}x"] = rg.BudgetCheckpointing(int(reference * fraction))
 
-    models = {name: Model(s) for name, s in strategies.items()}
-    times = interleaved({name: m.step for name, m in models.items()}, repeats=7)
+    reference_grads = None
+    results, steps = [], {}
+    for name, strategy in strategies.items():
+        loss_fn, params = workload.build(rg.Autodiff(rg.NumpyBackend(), strategy))
+        grads = loss_fn().backward()
+        gradients = [p.grad(grads).numpy() for p in params]
+        if reference_grads is None:
+            reference_grads = gradients
+        assert all(np.array_equal(a, b) for a, b in zip(reference_grads, gradients)), name
+        memory = measure_step_memory(loss_fn, params)
+        results.append(
+            {
+                "name": name,
+                "budget": strategy.max_bytes,
+                "peak": memory.peak_activation_bytes,
+                "engine_peak": grads.peak_bytes,
+                "recomputed": memory.recomputed_bytes,
+            }
+        )
+        steps[name] = lambda f=loss_fn: f().backward()
+    torch = optional("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+        for name, flag in (("torch eager", False), ("torch per-block checkpoint", True)):
+            step_loss = workload.torch_step(flag)
+            results.append(
+                {
+                    "name": name,
+                    "budget": None,
+                    "peak": torch_saved_bytes(step_loss),
+                    "engine_peak": None,
+                    "recomputed": None,
+                }
+            )
+            steps[name] = lambda f=step_loss: f().backward()
+    times = interleaved(steps, repeats=repeats, warmup=1)
+    for row in results:
+        row["time"] = median(times[row["name"]])
+    return results
 
-    base_memory, base_time = memory["NoCheckpointing"][1], median(times["NoCheckpointing"])
+
+def print_workload(workload, results: list[dict]) -> None:
+    base = results[0]
+    torch_base = next((r for r in results if r["name"] == "torch eager"), None)
     rows = []
-    for name in strategies:
-        after_forward, peak, recomputed, _ = memory[name]
+    for r in results:
+        is_torch = r["name"].startswith("torch")
+        ref = torch_base if is_torch else base
         rows.append(
             [
-                name,
-                f"{after_forward / 2**20:.1f}",
-                f"{peak / 2**20:.1f}",
-                f"{peak / base_memory:.2f}",
-                f"{recomputed / 2**20:.1f}",
-                f"{median(times[name]) * 1e3:.0f}",
-                f"{median(times[name]) / base_time:.2f}",
+                r["name"],
+                "" if r["budget"] is None else f"{r['budget'] / 2**20:.1f}",
+                f"{r['peak'] / 2**20:.1f}",
+                f"{r['peak'] / ref['peak']:.2f}",
+                "" if r["engine_peak"] is None else f"{r['engine_peak'] / 2**20:.1f}",
+                "" if r["recomputed"] is None else f"{r['recomputed'] / 2**20:.1f}",
+                f"{r['time'] * 1e3:.0f}",
+                f"{r['time'] / ref['time']:.2f}",
             ]
         )
-    print(
-        f"{LAYERS}-layer residual MLP, width {WIDTH}, batch {BATCH}, float32 (gradients identical)"
-    )
-    print(machine())
     header = [
         "strategy",
-        "kept after forward (MiB)",
-        "activation peak (MiB)",
+        "budget MiB",
+        "peak MiB (tracemalloc; torch: saved)",
         "peak ratio",
-        "recomputed (MiB)",
-        "step ms (median of 7)",
+        "engine peak_bytes MiB",
+        "recomputed MiB",
+        "step ms",
         "time ratio",
     ]
+    print(f"\n### {workload.name}, float32, gradients bit-identical across strategies\n")
     print(table(rows, header))
+
+
+def chain_benchmark(sizes: tuple[int, ...]) -> None:
+    strategies = {
+        "NoCheckpointing": rg.NoCheckpointing,
+        "BalancedCheckpointing": rg.BalancedCheckpointing,
+        "Budget 64KiB": lambda: rg.BudgetCheckpointing("64KiB"),
+    }
+    rows = []
+    for n in sizes:
+        row = [f"{n:,}"]
+        base = None
+        for make in strategies.values():
+            with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), make())):
+                x = rg.tensor(np.full((4, 4), 0.5)).require_grad()
+                y = x
+                for _ in range(n):
+                    y = y.sin()
+                loss = y.sum()
+                start = time.perf_counter()
+                grads = loss.backward()
+                seconds = time.perf_counter() - start
+            base = base or seconds
+            row.append(f"{seconds * 1e3:.0f} ({seconds / base:.2f}x, {grads.recomputed_ops} rec.)")
+        rows.append(row)
+    print("\n### Backward through y = sin(y), n times (4x4 float64): ms (ratio, ops recomputed)\n")
+    print(table(rows, ["n", *strategies]))
+
+
+def plot(all_results: dict[str, list[dict]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(all_results), figsize=(6 * len(all_results), 4.5))
+    for axis, (title, results) in zip(np.atleast_1d(axes), all_results.items()):
+        base = results[0]
+        torch_base = next((r for r in results if r["name"] == "torch eager"), None)
+        budget = [r for r in results if r["name"].startswith("Budget")]
+        axis.plot(
+            [r["time"] / base["time"] for r in budget],
+            [r["peak"] / base["peak"] for r in budget],
+            "o-",
+            label="BudgetCheckpointing 0.1x..0.9x",
+        )
+        for r in results:
+            if r["name"].startswith("Budget"):
+                continue
+            ref = torch_base if r["name"].startswith("torch") else base
+            axis.plot(r["time"] / ref["time"], r["peak"] / ref["peak"], "s", label=r["name"])
+        axis.set_xlabel("step time / NoCheckpointing's (torch: / torch eager's)")
+        axis.set_ylabel("activation peak / NoCheckpointing's")
+        axis.set_title(title, fontsize=10)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="quarter-size models, 3 repeats")
+    parser.add_argument("--plot", help="write the memory-time plot (png) here")
+    parser.add_argument("--repeats", type=int, default=5)
+    options = parser.parse_args()
+    scale, repeats = (4, 3) if options.quick else (1, options.repeats)
+    print(machine())
+    all_results = {}
+    for workload in (MLP(scale), Transformer(scale)):
+        results = run_workload(workload, repeats)
+        print_workload(workload, results)
+        all_results[workload.name] = results
+    chain_benchmark((1000, 4000) if options.quick else (1000, 4000, 10_000, 20_000))
+    if options.plot:
+        plot(all_results, options.plot)
+        print(f"\nwrote {options.plot}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from . import distributed, nn, optim
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
+    BudgetCheckpointing,
     CheckpointStrategy,
     Gradients,
     NoCheckpointing,
@@ -73,6 +74,7 @@ __all__ = [
     "AutodiffError",
     "Backend",
     "BalancedCheckpointing",
+    "BudgetCheckpointing",
     "CaptureError",
     "CapturedStep",
     "CheckpointStrategy",

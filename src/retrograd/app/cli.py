@@ -8,6 +8,7 @@
     retrograd train --workers 2 --engine torch       # the same over torch.distributed: runs
                                                      #   torchrun --nproc_per_node 2 -m retrograd
     retrograd graph --checkpointing balanced         # graph.dot (+ graph.svg with Graphviz)
+    retrograd graph --checkpointing budget:64KB      # evicted values drawn apart
     retrograd bench                                  # the benchmark tables (source checkout)
 
 Also ``python -m retrograd``.
@@ -34,6 +35,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _strategy(text: str) -> str:
+    """A ``--checkpointing`` value: none, balanced or budget:SIZE (budget:64MB)."""
+    from .trainer import make_strategy
+
+    try:
+        make_strategy(text)
+    except (ValueError, TypeError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -53,7 +65,7 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from .models import MODELS
-    from .trainer import DEFAULT_LR, ENGINES, OPTIMIZERS, SCHEDULES, STRATEGIES, TrainConfig
+    from .trainer import DEFAULT_LR, ENGINES, OPTIMIZERS, SCHEDULES, TrainConfig
 
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(
@@ -114,9 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--clip-norm", type=_positive_float, help="clip gradients to this norm")
     train.add_argument(
         "--checkpointing",
-        choices=tuple(STRATEGIES),
+        type=_strategy,
         default=defaults.checkpointing,
-        help="none: keep every intermediate; balanced: recompute memory-bound outputs in backward",
+        help="none: keep every intermediate; balanced: recompute memory-bound outputs in "
+        "backward; budget:SIZE (budget:64MB): keep what backward reads under SIZE bytes",
     )
     train.add_argument(
         "--workers",
@@ -198,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sets the image size (8x8 or 28x28); no data is read",
     )
     graph.add_argument("--batch-size", type=_positive_int, default=4)
-    graph.add_argument("--checkpointing", choices=tuple(STRATEGIES), default="balanced")
+    graph.add_argument("--checkpointing", type=_strategy, default="balanced")
     graph.add_argument("--seed", type=int, default=0)
     graph.add_argument("--out", default="retrograd-graph", help="output folder")
 

@@ -48,7 +48,7 @@ from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError
 from .models import GPT, GPTConfig
 from .text import TextCorpus, load_corpus
-from .trainer import STRATEGIES, _format_bytes, _progress
+from .trainer import _format_bytes, _progress, _valid_strategy, make_strategy
 
 __all__ = ["GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
@@ -97,7 +97,10 @@ class GPTTrainConfig:
             (self.n_embd % self.n_head == 0, "n_embd must be a multiple of n_head"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (self.lr > 0 and self.clip_norm > 0, "lr and clip norm must be positive"),
-            (self.checkpointing in STRATEGIES, f"checkpointing must be one of {tuple(STRATEGIES)}"),
+            (
+                _valid_strategy(self.checkpointing),
+                "checkpointing must be none, balanced or budget:SIZE (budget:64MB)",
+            ),
             (self.workers >= 1 and self.eval_interval >= 1, "workers/eval interval must be >= 1"),
             (not self.resume or self.out is not None, "--resume needs --out"),
         ]
@@ -160,7 +163,7 @@ class _Replica:
         rank: int,
         distributed: bool,
     ):
-        self.backend = rg.Autodiff(rg.NumpyBackend(), STRATEGIES[config.checkpointing]())
+        self.backend = rg.Autodiff(rg.NumpyBackend(), make_strategy(config.checkpointing))
         self.device, self.rank, self.config = device, rank, config
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:

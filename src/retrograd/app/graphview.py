@@ -7,6 +7,8 @@ checkpointing strategy does with its output during backward:
 - **saved**: kept from forward until backward reads it (solid bold border);
 - **recomputed**: dropped after forward and recomputed from its parents when backward reads it
   (dashed red border);
+- **evicted** (``budget:SIZE`` only): evicted during forward to stay under the budget, and
+  recomputed when backward reads it (dotted purple border);
 - **freed**: no backward rule reads it, so it is freed as soon as forward no longer needs it.
 
 The marks are not guessed from op kinds: they are the plan the engine itself builds when
@@ -44,12 +46,13 @@ from .models import build_model
 
 __all__ = ["GraphNode", "RecordingAutodiff", "StepGraph", "render_svg", "trace_step"]
 
-SAVED, RECOMPUTED, FREED = "saved", "recomputed", "freed"
+SAVED, RECOMPUTED, FREED, EVICTED = "saved", "recomputed", "freed", "evicted"
 FILL = {"compute": "#f6bd60", "memory": "#90caf9", "parameter": "#b7e4c7", "constant": "#e9ecef"}
 PARAMETER = "parameter"  # the status of parameters: they live on, whatever the strategy
 BORDER = {
     SAVED: ("solid,bold", "#222222"),
     RECOMPUTED: ("dashed,bold", "#d00000"),
+    EVICTED: ("dotted,bold", "#7b2cbf"),
     FREED: ("solid", "#9e9e9e"),
     PARAMETER: ("solid", "#2d6a4f"),
 }
@@ -101,7 +104,7 @@ class StepGraph:
 
     def bytes_by_status(self) -> dict[str, int]:
         """Bytes of op outputs (and saved constants) by status."""
-        totals = {SAVED: 0, RECOMPUTED: 0, FREED: 0}
+        totals = {SAVED: 0, RECOMPUTED: 0, FREED: 0, EVICTED: 0}
         for node in self.nodes:
             if node.status in totals:
                 totals[node.status] += node.nbytes
@@ -138,6 +141,8 @@ class StepGraph:
                 f"{sum(n.status == SAVED for n in ops)} saved ({_kib(totals[SAVED])}), "
                 f"{sum(n.status == RECOMPUTED for n in ops)} recomputed "
                 f"({_kib(totals[RECOMPUTED])}), "
+                f"{sum(n.status == EVICTED for n in ops)} evicted "
+                f"({_kib(totals[EVICTED])}), "
                 f"{sum(n.status == FREED for n in ops)} freed after forward "
                 f"({_kib(totals[FREED])})",
                 f"backward recomputed {_kib(self.recomputed_bytes)}",
@@ -180,6 +185,7 @@ def _legend() -> list[str]:
         ("compute", SAVED, "compute-bound op\\nsaved"),
         ("memory", RECOMPUTED, "memory-bound op\\nrecomputed"),
         ("memory", FREED, "memory-bound op\\nfreed after forward"),
+        ("memory", EVICTED, "evicted under\\nthe budget"),
         ("parameter", PARAMETER, "parameter"),
     ]
     lines = ["  subgraph cluster_legend {", '    label="legend"; fontsize=10; color="#bbbbbb";']
@@ -206,9 +212,9 @@ def trace_step(
     and return its graph with the checkpointing plan of ``checkpointing``
     (``"none"`` or ``"balanced"``); the step's backward is then run, to report the bytes it
     actually recomputed."""
-    from .trainer import STRATEGIES
+    from .trainer import make_strategy
 
-    strategy = STRATEGIES[checkpointing]()
+    strategy = make_strategy(checkpointing)
     backend = RecordingAutodiff(rg.NumpyBackend(), strategy)
     rng = np.random.default_rng(seed)
     with rg.use_backend(backend):
@@ -233,7 +239,7 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
     tape = Tape(root)
     # The plan backward would follow: what each value read in backward is (kept or
     # recomputed). Building it reads the nodes' actions without consuming them.
-    plan = tape.checkpointer(backend.inner, consume=False).states
+    plan = tape.checkpointer(backend.inner, consume=False)[0].states
     ordered = sorted(tape.nodes.values(), key=lambda node: node.id)
     index = {node.id: i for i, node in enumerate(ordered)}
     nodes: list[GraphNode] = []
@@ -249,7 +255,9 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
         elif state is None:
             status = FREED
         else:
-            status = RECOMPUTED if state[0] is RECOMPUTE else SAVED
+            status = SAVED
+            if state[0] is RECOMPUTE:  # a budget evicted it, or the strategy recomputes it
+                status = EVICTED if node.slot is not None else RECOMPUTED
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape is not None else 0
         parents = [index[p.id] for p in node.parents if p is not None]
         nodes.append(
@@ -260,6 +268,7 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
         for key, value, _ in node.actions or ():
             if key in tape.nodes or key not in plan:
                 continue
+            value = getattr(value, "value", value)  # a budget's Slot holds the value
             shape = tuple(backend.inner.shape(value))
             constant = GraphNode(
                 len(nodes),

@@ -51,6 +51,7 @@ __all__ = [
     "STRATEGIES",
     "TrainConfig",
     "evaluate",
+    "make_strategy",
     "plot_curves",
     "train",
 ]
@@ -60,6 +61,30 @@ STRATEGIES: dict[str, Callable[[], rg.CheckpointStrategy]] = {
     "none": rg.NoCheckpointing,
     "balanced": rg.BalancedCheckpointing,
 }
+
+
+def make_strategy(name: str) -> rg.CheckpointStrategy:
+    """The strategy a ``--checkpointing`` value names: ``none``, ``balanced``, or
+    ``budget:SIZE`` (``budget:64MB``, ``budget:2GiB``) for :class:`rg.BudgetCheckpointing`."""
+    kind, _, size = name.partition(":")
+    if kind == "budget" and size:
+        return rg.BudgetCheckpointing(size)
+    if size or kind not in STRATEGIES:
+        raise ValueError(
+            f"checkpointing must be one of {tuple(STRATEGIES)} or budget:SIZE "
+            f"(budget:64MB), got {name!r}"
+        )
+    return STRATEGIES[kind]()
+
+
+def _valid_strategy(name: str) -> bool:
+    try:
+        make_strategy(name)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 #: the learning rate each optimizer gets when ``--lr`` is not given
 DEFAULT_LR = {"adam": 2e-3, "sgd": 0.05}
 OPTIMIZERS = ("adam", "sgd")
@@ -103,7 +128,10 @@ class TrainConfig:
             (self.model in MODELS, f"model must be one of {MODELS}"),
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}"),
             (self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}"),
-            (self.checkpointing in STRATEGIES, f"checkpointing must be one of {tuple(STRATEGIES)}"),
+            (
+                _valid_strategy(self.checkpointing),
+                f"checkpointing must be one of {tuple(STRATEGIES)} or budget:SIZE",
+            ),
             (self.engine in ENGINES, f"engine must be one of {ENGINES}"),
             (self.epochs >= 1, "epochs must be at least 1"),
             (self.batch_size >= 1, "batch size must be at least 1"),
@@ -173,7 +201,7 @@ class Replica:
     def __init__(
         self, template: nn.Module, config: TrainConfig, device: rg.Device, distributed: bool
     ):
-        self.backend = rg.Autodiff(inner_backend(config), STRATEGIES[config.checkpointing]())
+        self.backend = rg.Autodiff(inner_backend(config), make_strategy(config.checkpointing))
         self.device = device
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:

@@ -3,6 +3,7 @@
 from .backend import Autodiff
 from .checkpoint import (
     BalancedCheckpointing,
+    BudgetCheckpointing,
     Checkpointer,
     CheckpointerBuilder,
     CheckpointStrategy,
@@ -18,6 +19,7 @@ __all__ = [
     "Autodiff",
     "AutodiffPrimitive",
     "BalancedCheckpointing",
+    "BudgetCheckpointing",
     "CheckpointStrategy",
     "Checkpointer",
     "CheckpointerBuilder",

@@ -49,6 +49,8 @@ class Autodiff(Backend):
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
         self._recomputes = self.checkpointing.recomputes
+        # A strategy that sees every held value (a memory budget), or None: one test per node.
+        self._track = self.checkpointing.track
         self._hook = type(self)._on_record  # the recording hook, or None (see _record)
 
     @property
@@ -144,6 +146,8 @@ class Autodiff(Backend):
             bshapes = broadcast(self.inner, op, inputs, parents, out)
             if bshapes is not None:  # most nodes leave it unset (a class default, no dict)
                 node.bshapes = bshapes
+        if self._track is not None:
+            self._track(node, inputs, out)
         if self._hook is not None:
             self._hook(self, node, out)
         return AutodiffPrimitive(out, node)

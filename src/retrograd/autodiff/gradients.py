@@ -32,7 +32,9 @@ class Gradients:
         "backend",
         "device",
         "on_register",
+        "peak_bytes",
         "recomputed_bytes",
+        "recomputed_ops",
         "remaining",
         "values",
     )
@@ -45,6 +47,10 @@ class Gradients:
         self.on_register: list[Callable[[Node, Gradients], None]] = []
         #: bytes of outputs the checkpointer recomputed during this backward
         self.recomputed_bytes = 0
+        #: op executions the checkpointer spent recomputing during this backward
+        self.recomputed_ops = 0
+        #: activation bytes held for backward at the worst moment of forward + backward
+        self.peak_bytes = 0
 
     def register(self, node: Node, value: Any) -> None:
         """Add ``value`` to the gradient of ``node``."""

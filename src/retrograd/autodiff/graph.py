@@ -57,7 +57,7 @@ class Node:
     Rarely set, so they live in the class until set: ``retain`` (``retain_grad()`` was
     called), ``param_id`` (a distributed parameter) with its ``param_shape`` and
     ``param_dtype``, ``bshapes`` (input shapes broadcasting changed, for the engine to sum
-    gradients back to).
+    gradients back to), ``slot`` (its output's slot under a memory budget).
     """
 
     __slots__ = (
@@ -79,6 +79,7 @@ class Node:
     param_shape = None
     param_dtype = None
     bshapes = None
+    slot = None
 
     def __init__(self, node_id, op, parents, params, order, plan, keys, actions, recompute):
         self.id = node_id

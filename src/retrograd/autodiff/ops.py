@@ -91,6 +91,7 @@ class Op:
         "memory_bound",
         "name",
         "params",
+        "recomputable",
         "rule_sources",
         "variadic",
         "vjps",
@@ -109,6 +110,7 @@ class Op:
         forward: Callable | None = None,
         variadic: bool = False,
         joint: bool = False,
+        recomputable: bool = True,
     ):
         self.name = name
         self.joint = joint
@@ -120,6 +122,8 @@ class Op:
         self.aux = aux
         self.forward = forward
         self.variadic = variadic
+        #: its forward can be rerun to recompute its output (a collective's cannot)
+        self.recomputable = recomputable
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         if name in OPS:

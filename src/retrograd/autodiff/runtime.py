@@ -65,7 +65,10 @@ class Tape:
         self.nodes = nodes
         self.children = children
 
-    def checkpointer(self, inner: Any, consume: bool) -> Checkpointer:
+    def checkpointer(
+        self, inner: Any, consume: bool, budget: int | None = None
+    ) -> tuple[Checkpointer, int]:
+        """The checkpointer of this backward, and the activation bytes held when it starts."""
         builder = CheckpointerBuilder()
         for node in self.nodes.values():
             actions = node.actions
@@ -73,7 +76,7 @@ class Tape:
                 builder.extend(actions)
                 if consume:
                     node.actions = None
-        return builder.build(self.nodes, inner)
+        return builder.build(self.nodes, inner, budget)
 
 
 def backward(
@@ -94,7 +97,9 @@ def backward(
     retain = retain_graph or create_graph
     inner = backend.inner
     tape = Tape(root_node)
-    checkpointer = tape.checkpointer(inner, consume=not retain)
+    strategy = backend.checkpointing
+    forward_peak = strategy.forward_peak()
+    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -117,6 +122,10 @@ def backward(
             f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
         )
     grads.recomputed_bytes = checkpointer.recomputed_bytes
+    grads.recomputed_ops = checkpointer.recomputed_ops
+    # Forward's worst moment: what was held when backward started, or earlier under a budget
+    # (which evicts as forward goes); then backward's own worst moment.
+    grads.peak_bytes = max(forward_peak, held_at_start, checkpointer.peak_bytes)
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
@@ -189,5 +198,7 @@ def _release(node: Node) -> None:
     node.params = ()
     node.keys = ()
     node.plan = CONSUMED
+    if node.slot is not None:  # its value, held for backward under a budget, is no longer
+        node.slot = None
     if node.bshapes is not None:
         node.bshapes = None

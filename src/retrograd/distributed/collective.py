@@ -7,8 +7,9 @@ gradient is ``(1/n) * sum`` of the outputs' gradients: the mean again, its scali
 the collective.
 
 The autodiff node is an :class:`~retrograd.autodiff.ops.Op` created outside the op table and
-run with ``Autodiff.apply``. It is compute-bound, so no checkpointing strategy ever recomputes
-it: its "forward" only hands over the result the collective already produced.
+run with ``Autodiff.apply``. It is compute-bound and not ``recomputable``, so no checkpointing
+strategy ever recomputes it: its "forward" only hands over the result the collective already
+produced.
 
 The running context of a device is found in :mod:`.registry`; the context starts and waits
 for the collective (``start_all_reduce``, ``wait_for``, ``all_reduce_array``).
@@ -68,6 +69,7 @@ ALL_REDUCE = Op(
     (_backward,),
     memory_bound=False,
     forward=_forward,
+    recomputable=False,
 )
 
 

@@ -1,0 +1,241 @@
+"""Checkpointing that never costs more than it saves (API.md section 4): linear recomputation
+under every strategy, BudgetCheckpointing's eviction and recomputation, identical gradients,
+and the peak/recomputed reports."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from retrograd.autodiff.checkpoint import parse_bytes
+
+STRATEGIES = {
+    "none": rg.NoCheckpointing,
+    "balanced": rg.BalancedCheckpointing,
+    "budget": lambda: rg.BudgetCheckpointing("1MB"),
+}
+
+
+def _sin_chain(strategy, n, shape=(4, 4)):
+    """Backward through y = sin(y), n times, from a float64 leaf: (gradient, Gradients)."""
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x = rg.tensor(np.full(shape, 0.5)).require_grad()
+        y = x
+        for _ in range(n):
+            y = y.sin()
+        grads = y.sum().backward()
+    return x.grad(grads).numpy(), grads
+
+
+def _expected_sin_chain(n, value=0.5):
+    """d sin^n(x)/dx by the chain rule, computed directly in NumPy."""
+    grad, y = 1.0, value
+    for _ in range(n):
+        grad *= np.cos(y)
+        y = np.sin(y)
+    return grad
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_chain_recomputation_is_linear(name):
+    counts = {}
+    for n in (1000, 4000):
+        gradient, grads = _sin_chain(STRATEGIES[name](), n)
+        np.testing.assert_allclose(gradient, _expected_sin_chain(n), rtol=1e-12)
+        counts[n] = grads.recomputed_ops
+        assert grads.recomputed_ops <= 2 * n  # each op rerun at most about twice
+    # 4x the ops, about 4x the recomputations (quadratic would be 16x)
+    assert counts[4000] <= 4.5 * max(counts[1000], 1)
+
+
+def test_balanced_chain_holds_about_root_n_values():
+    _, grads = _sin_chain(rg.BalancedCheckpointing(), 4000)
+    value_bytes = 4 * 4 * 8
+    # NoCheckpointing holds all 4000 values; anchors + one segment are ~2 sqrt(4000) = 127
+    assert grads.peak_bytes <= 200 * value_bytes
+    _, plain = _sin_chain(rg.NoCheckpointing(), 4000)
+    assert plain.peak_bytes >= 3999 * value_bytes
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_twenty_thousand_op_sin_chain_is_fast(name):
+    started = time.perf_counter()
+    gradient, _ = _sin_chain(STRATEGIES[name](), 20_000)
+    # quadratic recomputation took minutes; linear takes well under a second alone
+    assert time.perf_counter() - started < 30
+    np.testing.assert_allclose(gradient, _expected_sin_chain(20_000), rtol=1e-10)
+
+
+def _residual_mlp(strategy, seed=0, layers=4, width=32, batch=16):
+    rng = np.random.default_rng(seed)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        params = [
+            (
+                rg.tensor(rng.standard_normal((width, width)) / width**0.5).require_grad(),
+                rg.tensor(rng.standard_normal(width) * 0.1).require_grad(),
+            )
+            for _ in range(layers)
+        ]
+        h = rg.tensor(rng.standard_normal((batch, width)))
+        for weight, bias in params:
+            z = h @ weight + bias
+            h = h + 0.5 * z * (1.0 + (z * 0.7978845608 * (1.0 + 0.044715 * z * z)).tanh())
+            h = (h - h.mean_dim(1)) / ((h - h.mean_dim(1)).square().mean_dim(1) + 1e-5).sqrt()
+        grads = (h * h).mean().backward()
+    return [p.grad(grads).numpy() for pair in params for p in pair], grads
+
+
+@pytest.mark.parametrize("budget", [256, 4096, 16_384, "64KiB", "1MB"])
+def test_budget_gradients_are_bit_identical(budget):
+    plain, _plain_grads = _residual_mlp(rg.NoCheckpointing())
+    ours, _grads = _residual_mlp(rg.BudgetCheckpointing(budget))
+    for a, b in zip(plain, ours):
+        assert np.array_equal(a, b)
+
+
+def test_budget_keeps_the_peak_under_the_budget():
+    _, plain = _residual_mlp(rg.NoCheckpointing())
+    for fraction in (0.5, 0.75):
+        budget = int(plain.peak_bytes * fraction)
+        _, grads = _residual_mlp(rg.BudgetCheckpointing(budget))
+        assert grads.peak_bytes <= budget + 0.1 * plain.peak_bytes, (fraction, grads.peak_bytes)
+        assert grads.recomputed_bytes > 0
+    assert plain.recomputed_bytes == 0 and plain.peak_bytes > 0
+
+
+def test_budget_below_the_floor_still_saves():
+    # Known gap (docs/checkpointing.md): values kept from forward whose parents backward has
+    # released cannot be dropped, so under about a third of NoCheckpointing's peak the budget
+    # is passed; the step still runs and the report says by how much.
+    _, plain = _residual_mlp(rg.NoCheckpointing())
+    budget = int(plain.peak_bytes * 0.25)
+    _, grads = _residual_mlp(rg.BudgetCheckpointing(budget))
+    assert grads.peak_bytes <= 0.4 * plain.peak_bytes
+
+
+def test_budget_evicts_during_forward():
+    strategy = rg.BudgetCheckpointing(4096)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x = rg.tensor(np.linspace(-1, 1, 64)).require_grad()
+        y = x
+        for _ in range(50):
+            y = y.exp().sin()  # each keeps 512 bytes for backward
+        assert strategy.held_bytes <= 4096
+        assert strategy.evictions > 0
+        grads = y.sum().backward()
+    # backward may pass it by the few values a recomputation in progress reads and makes
+    assert grads.peak_bytes <= 4096 + 4 * 512
+
+
+def test_a_graph_that_cannot_fit_still_runs_and_reports_by_how_much():
+    budget = 1000
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), rg.BudgetCheckpointing(budget))):
+        x = rg.tensor(np.ones((64, 64))).require_grad()  # one value: 32 KiB > the budget
+        grads = (x.exp() * x.sin()).sum().backward()
+    expected = np.exp(1.0) * np.sin(1.0) + np.exp(1.0) * np.cos(1.0)
+    np.testing.assert_allclose(x.grad(grads).numpy(), expected)
+    assert grads.peak_bytes > budget
+
+
+def test_budget_with_untracked_inputs_and_general_ops():
+    # ops with an untracked input (x @ w with a constant x), cat and a three-input op: the
+    # strategy sees every held value, and gradients match NoCheckpointing bit for bit.
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((8, 8)) for _ in range(3)]
+
+    def run(strategy):
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+            data = rg.tensor(arrays[0])
+            w = rg.tensor(arrays[1]).require_grad()
+            v = rg.tensor(arrays[2]).require_grad()
+            h = (data @ w).tanh()
+            joined = rg.cat([h, v.sin(), h * v], 0)
+            out = joined.clamp(-0.5, 0.5).exp().sum_dim(0).square().sum()
+            grads = out.backward()
+        return w.grad(grads).numpy(), v.grad(grads).numpy()
+
+    plain = run(rg.NoCheckpointing())
+    for budget in (128, 1024, 4096):
+        for a, b in zip(plain, run(rg.BudgetCheckpointing(budget))):
+            assert np.array_equal(a, b)
+
+
+def test_retain_graph_and_create_graph_under_a_budget():
+    xs = np.linspace(0.1, 1.0, 16)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), rg.BudgetCheckpointing(256))):
+        x = rg.tensor(xs).require_grad()
+        y = (x.sin() * x.exp()).cos().sum()
+        first = x.grad(y.backward(retain_graph=True)).numpy()
+        second = x.grad(y.backward()).numpy()
+        g = x.grad((x * x * x).sum().backward(create_graph=True))
+        second_order = x.grad(g.sum().backward()).numpy()
+    assert np.array_equal(first, second)
+    u = np.sin(xs) * np.exp(xs)
+    np.testing.assert_allclose(first, -np.sin(u) * (np.cos(xs) + np.sin(xs)) * np.exp(xs))
+    np.testing.assert_allclose(second_order, 6 * xs)
+
+
+def test_unreferenced_graph_releases_the_budget():
+    strategy = rg.BudgetCheckpointing("1MB")
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x = rg.tensor(np.ones(256)).require_grad()
+        y = x.exp().sin().exp()
+        assert strategy.held_bytes > 0
+        del y
+    assert strategy.held_bytes == 0
+
+
+def test_reports_under_every_strategy():
+    for name, make in STRATEGIES.items():
+        _, grads = _sin_chain(make(), 100)
+        assert grads.peak_bytes > 0, name
+        assert (grads.recomputed_bytes > 0) == (name == "balanced"), name
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (512, 512),
+        ("512", 512),
+        ("512MB", 512 * 10**6),
+        ("64MiB", 64 * 2**20),
+        ("2GiB", 2 * 2**30),
+        ("1.5 kb", 1500),
+    ],
+)
+def test_budget_sizes(text, expected):
+    assert parse_bytes(text) == expected
+    assert rg.BudgetCheckpointing(text).max_bytes == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", "12 parsecs", 0, -5, "0MB"])
+def test_bad_budget_sizes_raise(bad):
+    with pytest.raises(ValueError, match="BudgetCheckpointing"):
+        rg.BudgetCheckpointing(bad)
+
+
+def test_budget_equality_and_repr():
+    assert rg.BudgetCheckpointing("1KB") == rg.BudgetCheckpointing(1000)
+    assert rg.BudgetCheckpointing(1000) != rg.BudgetCheckpointing(1001)
+    assert repr(rg.BudgetCheckpointing(1000)) == "BudgetCheckpointing(1000)"
+
+
+def test_cli_strategy_names():
+    from retrograd.app.trainer import make_strategy
+
+    assert make_strategy("budget:64MB") == rg.BudgetCheckpointing(64 * 10**6)
+    assert isinstance(make_strategy("balanced"), rg.BalancedCheckpointing)
+    for bad in ("budget", "budget:lots", "fast"):
+        with pytest.raises(ValueError):
+            make_strategy(bad)
+
+
+def test_graph_marks_evicted_values():
+    from retrograd.app.graphview import EVICTED, trace_step
+
+    step = trace_step("mlp", (1, 8, 8), batch_size=2, checkpointing="budget:4KB")
+    assert any(node.status == EVICTED for node in step.nodes)
+    assert "evicted" in step.to_dot() and "evicted" in step.summary()
