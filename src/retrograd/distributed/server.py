@@ -91,6 +91,11 @@ class SyncServer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def native_id(self) -> int | None:
+        """The server thread's id in the operating system (benchmarks read its CPU time)."""
+        return self._thread.native_id
+
     def register(self, step: DeviceStep) -> None:
         self._run_handler(self._on_register, step)
 
