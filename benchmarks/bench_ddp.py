@@ -104,11 +104,13 @@ def sync_config(options):
     """The context's settings: MEAN sync, the bucket sizes the options give."""
     from retrograd import distributed as dist
 
+    overlap = {"auto": None, "on": True, "off": False}[getattr(options, "overlap", "auto")]
     return dist.DistributedConfig(
         dist.ReduceOperation.MEAN,
         timeout=120.0,
         bucket_bytes=options.bucket_bytes,
         last_bucket_bytes=options.last_bucket_bytes,
+        overlap=overlap,
     )
 
 
@@ -387,6 +389,7 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
     argv += ["--steps", str(options.steps), "--warmup", str(options.warmup)]
     argv += ["--batch", str(batch), "--bucket-bytes", str(options.bucket_bytes)]
     argv += ["--last-bucket-bytes", str(options.last_bucket_bytes)]
+    argv += ["--overlap", options.overlap]
     out = tempfile.mkdtemp(prefix="bench_ddp_")
     argv += ["--out", out]
     env = dict(os.environ)
@@ -479,6 +482,12 @@ def main() -> None:
     parser.add_argument("--scaling-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--case", choices=SCALING_CASES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--overlap",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="DistributedConfig.overlap: None (the engine decides), True, False",
+    )
     parser.add_argument(
         "--profile", help="with --scaling-worker: cProfile rank 0's timed steps into this file"
     )

@@ -127,6 +127,13 @@ class Collective:
     #: set by the server while a device thread is blocked on a result: engines that must be
     #: polled poll as fast as they can then
     urgent = False
+    #: whether reducing gradients during backward can beat one collective after it: false
+    #: when no core is free to move the data meanwhile (``DistributedConfig.overlap=None``
+    #: follows it)
+    overlap_pays = True
+    #: set by the server: gradients are reduced during backward (else in one collective
+    #: after it, which the waiting device thread drives itself)
+    overlapping = True
 
     def __init__(self, members: Sequence[Device], local: Sequence[Device]):
         #: every participant's device, in rank order
