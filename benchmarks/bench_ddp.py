@@ -286,7 +286,7 @@ def scaling_worker(options) -> None:
     if options.profile and rank == 0:  # where rank 0's time goes (its main thread)
         import cProfile
 
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.process_time)
         profile.enable()
     cpu, started = time.process_time(), time.perf_counter()
     timeline = [
@@ -419,6 +419,31 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
     }
 
 
+def model_row(options, ideal: dict, one: float, ranks: int, batch: int) -> str:
+    """The cost model's naive and ddp, from this run's ``ideal`` step: a table row."""
+    from retrograd.distributed.cost import predict_step
+
+    _, alpha, beta = SHARED_MEMORY
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    compute = ranks * batch / ideal["samples_per_s"]  # a step of N ranks side by side
+    common = dict(alpha=alpha, beta=beta, cores=cores, last_bytes=MLP_LAST_BYTES)
+    naive = predict_step(ranks, compute, MLP_GRAD_BYTES, **common)
+    ddp = predict_step(
+        ranks,
+        compute,
+        MLP_GRAD_BYTES,
+        window_seconds=compute * MLP_WINDOW_SHARE,
+        collectives=2 if ranks <= cores else 1,  # the engine's own choice (overlap=None)
+        overhead_seconds=OVERHEAD_SECONDS + PER_PEER_SECONDS * (ranks - 1),
+        **common,
+    )
+    rates = [ranks * batch / p.step_seconds / one for p in (naive, ddp)]
+    return (
+        f"| {batch} | {ranks} | model: naive / ddp | | {rates[0]:.2f} / {rates[1]:.2f} "
+        f"| | {1e3 * naive.exposed_seconds:.1f} / {1e3 * ddp.exposed_seconds:.1f} | | | |"
+    )
+
+
 def scaling(options) -> None:
     """Issue 16's table: one / ideal / naive / ddp for every rank count and batch."""
     rank_counts = [int(n) for n in options.ranks.split(",")]
@@ -463,6 +488,7 @@ def scaling(options) -> None:
                     f"| {median['cpu_ms'] - ideal_cpu:+.1f} | {median['server_cpu_ms']:.1f} |",
                     flush=True,
                 )
+            print(model_row(options, medians["ideal"], one, ranks, batch), flush=True)
             paired = [
                 d["samples_per_s"] / n["samples_per_s"]
                 for d, n in zip(runs[("ddp", ranks, batch)], runs[("naive", ranks, batch)])
@@ -473,6 +499,83 @@ def scaling(options) -> None:
                 f"| | {min(paired):.2f}-{max(paired):.2f} | | | | |",
                 flush=True,
             )
+    print()
+
+
+# -- the cost model's predictions ---------------------------------------------------------------
+#: (name, alpha s, beta s/byte). This machine: fitted to 2-rank Iallreduce timings polled back
+#: to back (docs/distributed.md, "Cost model"); the networks: typical published figures
+#: (assumed, not measured here): MPI over TCP on 10 GbE, 100 and 400 Gb/s InfiniBand.
+SHARED_MEMORY = ("shared memory (this machine, fitted)", 1.6e-6, 0.5e-9)
+TCP_10G = ("10 GbE, TCP (assumed)", 50e-6, 0.8e-9)
+IB_100G = ("100 Gb/s InfiniBand (assumed)", 3e-6, 0.08e-9)
+IB_400G = ("400 Gb/s InfiniBand (assumed)", 3e-6, 0.02e-9)
+#: the MLP's 2 buckets (25 MiB, first capped at 1 MiB): layers 2-1 (4.2 MB), then layer 0
+#: (3.2 MB), final only at the end of backward; layer 0's backward (~28% of backward's flops)
+#: is the window the first bucket can hide behind
+MLP_GRAD_BYTES, MLP_LAST_BYTES, MLP_WINDOW_SHARE = 7.44e6, 3.2e6, 2 / 3 * 0.28
+#: (name, gradient bytes, compute s/step of one rank, overlap window s, last bucket bytes,
+#: collectives, networks). MLP 784-1024-1024-10 at 128 and 1024 per rank: compute measured
+#: here (the ``one`` case); window = layer 0's share of backward (~2/3 of the step). GPT,
+#: 6 layers, n_embd 384 (10.7M parameters, 42.9 MB), 32 x 256 tokens per rank:
+#: 6 x parameters x tokens = 5.3e11 flop per step, on a CPU core at 50 Gflop/s or a GPU at
+#: 150 Tflop/s (assumed); 25 MiB buckets (3 collectives), all but the last 1 MiB final before
+#: the last 5% of backward.
+WORKLOADS = [
+    (
+        "MLP, 128/rank, CPU core",
+        MLP_GRAD_BYTES,
+        0.0149,
+        MLP_WINDOW_SHARE,
+        MLP_LAST_BYTES,
+        2,
+        (SHARED_MEMORY, TCP_10G, IB_100G),
+    ),
+    (
+        "MLP, 1024/rank, CPU core",
+        MLP_GRAD_BYTES,
+        0.105,
+        MLP_WINDOW_SHARE,
+        MLP_LAST_BYTES,
+        2,
+        (SHARED_MEMORY, TCP_10G, IB_100G),
+    ),
+    ("GPT 6x384, 8k tokens/rank, CPU core", 42.9e6, 10.6, 2 / 3 * 0.95, 1.05e6, 3, (TCP_10G,)),
+    ("GPT 6x384, 8k tokens/rank, GPU", 42.9e6, 3.5e-3, 2 / 3 * 0.95, 1.05e6, 3, (IB_100G, IB_400G)),
+]
+PREDICTED_RANKS = (2, 8, 16, 32, 64, 128, 256)
+#: the sync machinery's own time per step (hooks, registration, bookkeeping): measured with a
+#: 1-rank context (``--overhead``), plus a registration message to and from every peer
+OVERHEAD_SECONDS, PER_PEER_SECONDS = 0.5e-3, 5e-6
+
+
+def predictions() -> None:
+    """The cost model's step time and efficiency at 2-256 ranks (one rank per core/GPU)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from retrograd.distributed.cost import predict_step
+
+    head = " | ".join(str(n) for n in PREDICTED_RANKS)
+    print(f"| workload | network | sync | {head} |")
+    print("|---|---|---|" + "---|" * len(PREDICTED_RANKS))
+    for name, grad_bytes, compute, window_share, last, collectives, networks in WORKLOADS:
+        window = compute * window_share
+        for network, alpha, beta in networks:
+            for label, overlap in (("overlap", True), ("one after", False)):
+                cells = []
+                for ranks in PREDICTED_RANKS:
+                    prediction = predict_step(
+                        ranks,
+                        compute,
+                        grad_bytes,
+                        alpha=alpha,
+                        beta=beta,
+                        window_seconds=window if overlap else 0.0,
+                        last_bytes=last,
+                        collectives=collectives if overlap else 1,
+                        overhead_seconds=OVERHEAD_SECONDS + PER_PEER_SECONDS * (ranks - 1),
+                    )
+                    cells.append(f"{100 * prediction.efficiency:.0f}%")
+                print(f"| {name} | {network} | {label} | " + " | ".join(cells) + " |")
     print()
 
 
@@ -495,6 +598,9 @@ def main() -> None:
         "--scaling", action="store_true", help="issue 16's four cases (one/ideal/naive/ddp)"
     )
     parser.add_argument("--ranks", default="2,8", help="with --scaling: rank counts")
+    parser.add_argument(
+        "--predict", action="store_true", help="the cost model's efficiency at 2-256 ranks"
+    )
     parser.add_argument("--batches", default="128,1024", help="with --scaling: batches per rank")
     parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -527,6 +633,9 @@ def main() -> None:
         return
     if options.scaling:
         scaling(options)
+        return
+    if options.predict:
+        predictions()
         return
     if options.overhead:
         for model in options.models.split(","):

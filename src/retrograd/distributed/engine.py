@@ -171,6 +171,11 @@ class Collective:
         """Whether operations in flight complete only through ``progress()`` calls."""
         return False
 
+    def settle(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for an operation in flight to complete, as cheaply as the
+        engine can (called with nothing else to do; ``progress()`` then collects it)."""
+        time.sleep(seconds)
+
     # -- faults ----------------------------------------------------------------------------
     def missing(self, pending: Pending) -> list[int] | None:
         """Member indices that have not joined ``pending`` yet, or ``None`` if unknown."""

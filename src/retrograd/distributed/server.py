@@ -55,6 +55,9 @@ _SERVER_REPLY_SECONDS = 10.0
 _BACKSTOP_SECONDS = 0.05
 #: a server thread told to sleep longer than this is woken when a device thread starts work
 _DOZE_SECONDS = 0.005
+#: an engine that asks to be polled again this soon is left to poll itself (``settle``), for
+#: at most this long at a time (the server thread waits for the lock meanwhile)
+_SETTLE_BELOW_SECONDS, _SETTLE_SECONDS = 0.0005, 0.005
 
 
 class SyncServer:
@@ -133,7 +136,11 @@ class SyncServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return is_done()
-                if delay is None or delay > 0.0:
+                if delay is not None and 0.0 < delay <= _SETTLE_BELOW_SECONDS:
+                    # polled back to back with sleeps: the engine's own loop does it cheaply
+                    with self._lock:
+                        self.engine.settle(min(_SETTLE_SECONDS, remaining))
+                elif delay is None or delay > 0.0:
                     done.wait(remaining if delay is None else min(delay, remaining))
             return True
         finally:
