@@ -171,10 +171,11 @@ class Collective:
         """Whether operations in flight complete only through ``progress()`` calls."""
         return False
 
-    def settle(self, seconds: float) -> None:
-        """Wait at most ``seconds`` for an operation in flight to complete, as cheaply as the
-        engine can (called with nothing else to do; ``progress()`` then collects it)."""
-        time.sleep(seconds)
+    def settle(self, seconds: float) -> bool:
+        """Wait at most ``seconds`` for an operation in flight to complete, in the engine's
+        own cheap polling loop (called with nothing else to do; ``progress()`` then collects
+        it); false at once from an engine without one (the server then waits as usual)."""
+        return False
 
     # -- faults ----------------------------------------------------------------------------
     def missing(self, pending: Pending) -> list[int] | None:

@@ -307,15 +307,14 @@ class MpiEngine(Collective):
     def needs_progress(self) -> bool:
         return bool(self._in_flight or self._exchanges)
 
-    def settle(self, seconds: float) -> None:
+    def settle(self, seconds: float) -> bool:
         """Test the collectives in flight every 0.2 ms, sleeping in between, until one
         completes or ``seconds`` pass: a bare loop, because a full ``progress()`` pass and
         the server's bookkeeping around it cost a rank of 8 on 2 cores ~15 us a poll, 5 ms
         of CPU in a step's wait (docs/distributed.md, "Performance")."""
         requests = [item.request for item in self._in_flight]
         if not requests or self._exchanges or self._closed:
-            time.sleep(min(seconds, _BACKED_OFF_POLL_SECONDS))
-            return
+            return False
         deadline = time.monotonic() + seconds
         test = self.MPI.Request.Testany
         try:
@@ -323,6 +322,7 @@ class MpiEngine(Collective):
                 time.sleep(_BACKED_OFF_POLL_SECONDS)
         except self.MPI.Exception as error:
             self._break(f"MPI error: {error}")
+        return True
 
     def progress(self) -> float | None:
         if self._closed:

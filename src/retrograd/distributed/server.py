@@ -137,10 +137,11 @@ class SyncServer:
                 if remaining <= 0:
                     return is_done()
                 if delay is not None and 0.0 < delay <= _SETTLE_BELOW_SECONDS:
-                    # polled back to back with sleeps: the engine's own loop does it cheaply
+                    # polled every so often with sleeps: the engine's own loop does it cheaply
                     with self._lock:
-                        self.engine.settle(min(_SETTLE_SECONDS, remaining))
-                elif delay is None or delay > 0.0:
+                        if self.engine.settle(min(_SETTLE_SECONDS, remaining)):
+                            continue
+                if delay is None or delay > 0.0:
                     done.wait(remaining if delay is None else min(delay, remaining))
             return True
         finally:
