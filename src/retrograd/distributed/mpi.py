@@ -174,13 +174,15 @@ class MpiEngine(Collective):
         self._closed = False
         self._spinning_since: float | None = None
         self.grads, self.ops, self.ctl = self._duplicate(world, 3)
-        #: ranks on this machine, and the fewest cores any of them may run on
-        self.local_ranks, self.cores = self._census()
-        # With more ranks than cores, no core is idle while backward computes: a collective
-        # in flight progresses only by taking a core from some rank's backward, and every
-        # poll or wake-up of a waiting rank does too. One collective after backward (what a
-        # blocking all-reduce does) then costs least (docs/distributed.md, "Performance").
-        self.overlap_pays = self.local_ranks <= self.cores
+        #: ranks on this machine, the fewest cores any of them may run on, and the machine's
+        #: load (1-minute load average, the highest any of them saw) when the context started
+        self.local_ranks, self.cores, self.load = self._census()
+        # With more ranks than cores, or a machine already that busy (other jobs), no core is
+        # idle while backward computes: a collective in flight progresses only by taking a
+        # core from some rank's backward, and every poll or wake-up of a waiting rank does
+        # too. One collective after backward then costs least (docs/distributed.md,
+        # "Performance"). Every rank of a machine decides from the same gathered numbers.
+        self.overlap_pays = max(self.local_ranks, self.load) <= self.cores
         started = time.monotonic()
         self._step, self._state = 0, 0
         self._last_seen = dict.fromkeys(self.peers, started)
@@ -214,16 +216,20 @@ class MpiEngine(Collective):
             time.sleep(0.001)
         return [comm for comm, _ in pairs]
 
-    def _census(self) -> tuple[int, int]:
-        """``(ranks on this machine, fewest usable cores among them)``, gathered from every
-        rank (it is the same on all, so all decide alike), without blocking past the timeout."""
+    def _census(self) -> tuple[int, int, float]:
+        """``(ranks on this machine, fewest usable cores among them, highest load average)``,
+        gathered from every rank (so all decide alike), without blocking past the timeout."""
         host = hashlib.blake2b(socket.gethostname().encode(), digest_size=8).digest()
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
-        mine = np.array([int.from_bytes(host, "little") >> 1, cores], dtype=np.int64)
-        every = np.empty((self.size, 2), dtype=np.int64)
+        try:
+            load = round(100 * os.getloadavg()[0])
+        except (AttributeError, OSError):  # not available: assume an idle machine
+            load = 0
+        mine = np.array([int.from_bytes(host, "little") >> 1, cores, load], dtype=np.int64)
+        every = np.empty((self.size, 3), dtype=np.int64)
         request = self.ctl.Iallgather(mine, every)
         deadline = time.monotonic() + self.timeout
         while not request.Test():
@@ -236,7 +242,7 @@ class MpiEngine(Collective):
                 )
             time.sleep(0.001)
         here = every[every[:, 0] == mine[0]]
-        return len(here), int(here[:, 1].min())
+        return len(here), int(here[:, 1].min()), int(here[:, 2].max()) / 100
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(
