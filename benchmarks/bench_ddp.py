@@ -592,7 +592,8 @@ def main() -> None:
         help="DistributedConfig.overlap: None (the engine decides), True, False",
     )
     parser.add_argument(
-        "--profile", help="with --scaling-worker: cProfile rank 0's timed steps into this file"
+        "--profile",
+        help="with --scaling-worker: cProfile (CPU time) of rank 0's timed steps, into this file",
     )
     parser.add_argument(
         "--scaling", action="store_true", help="issue 16's four cases (one/ideal/naive/ddp)"
