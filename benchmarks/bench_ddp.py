@@ -8,6 +8,15 @@ per rank)::
     python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
     python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
     python benchmarks/bench_ddp.py --models wide --batch 2048 --phases  # + each rank's pace
+    python benchmarks/bench_ddp.py --scaling --ranks 2,8 --batches 128,1024  # issue 16's table
+
+``--scaling`` runs four cases for every rank count and batch, interleaved round by round, on
+the MLP 784-1024-1024-10: ``one`` (1 process, no context), ``ideal`` (N processes, no
+communication: what the cores give), ``naive`` (N ranks, no context; after backward one
+blocking ``Allreduce`` of every gradient packed in one buffer) and ``ddp`` (N ranks,
+retrograd's context). Per case: samples/s (median, min-max of the ratio to the same round's
+``one``), the communication exposed after the last rank's backward, and each rank's CPU time
+per step beyond ``ideal``'s (what the sync machinery costs the cores, server thread included).
 
 Each rank trains the same MLP on its own batch (``--batch`` samples per rank and step, so 2
 ranks process twice the samples of 1 per step) with MEAN gradient sync and plain SGD.
@@ -35,9 +44,11 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -48,6 +59,8 @@ MODELS = {
     "wide": [256, 1024, 1024, 1024, 10],
     # many narrow layers: many small gradients, where per-collective cost matters
     "deep": [128] + [128] * 16 + [10],
+    # issue 16's MLP (MNIST-sized input)
+    "mnist": [784, 1024, 1024, 10],
 }
 MIB = 1 << 20
 
@@ -91,11 +104,13 @@ def sync_config(options):
     """The context's settings: MEAN sync, the bucket sizes the options give."""
     from retrograd import distributed as dist
 
+    overlap = {"auto": None, "on": True, "off": False}[getattr(options, "overlap", "auto")]
     return dist.DistributedConfig(
         dist.ReduceOperation.MEAN,
         timeout=120.0,
         bucket_bytes=options.bucket_bytes,
         last_bucket_bytes=options.last_bucket_bytes,
+        overlap=overlap,
     )
 
 
@@ -181,6 +196,123 @@ def context_overhead(options) -> None:
     )
 
 
+# -- scaling: one / ideal / naive / ddp ---------------------------------------------------------
+SCALING_CASES = ("one", "ideal", "naive", "ddp")
+
+
+def thread_cpu_seconds(native_id: int | None) -> float:
+    """CPU seconds a thread of this process has used so far (Linux ``/proc``; 0 elsewhere)."""
+    if native_id is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/self/task/{native_id}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (name)": state is field 3
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def scaling_step(rg, params, x, y, device, case, comm, buffer, lr=0.01) -> tuple[float, float]:
+    """One SGD step of a scaling case; ``(backward ended, gradients synced)``."""
+    tensors = {}
+    for name, value in params.items():
+        t = rg.tensor(value, device=device)
+        tensors[name] = t.set_distributed(name) if case == "ddp" else t.require_grad()
+    layers = len(params) // 2
+    h = rg.tensor(x, device=device)
+    for k in range(layers):
+        h = h @ tensors[f"layer{k:02d}.weight"] + tensors[f"layer{k:02d}.bias"]
+        if k < layers - 1:
+            h = h.relu()
+    loss = (h - rg.tensor(y, device=device)).square().mean()
+    grads = loss.backward()
+    ended = time.perf_counter()
+    arrays = {name: t.grad(grads).numpy() for name, t in tensors.items()}
+    if comm is not None:  # naive: one blocking all-reduce of everything, after backward
+        from mpi4py import MPI
+
+        offset = 0
+        for a in arrays.values():
+            buffer[offset : offset + a.size] = a.reshape(-1)
+            offset += a.size
+        comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        buffer /= comm.Get_size()
+        offset = 0
+        for name, a in arrays.items():
+            arrays[name] = buffer[offset : offset + a.size].reshape(a.shape)
+            offset += a.size
+    synced = time.perf_counter()
+    for name, grad in arrays.items():
+        params[name] = params[name] - lr * grad
+    return ended, synced
+
+
+def scaling_worker(options) -> None:
+    import retrograd as rg
+
+    case, sizes = options.case, MODELS[options.model]
+    params = init_params(sizes)
+    rank = int(os.environ.get("PMI_RANK", 0))
+    device, ctx, comm, buffer, server_thread = rg.Device("cpu", 0), None, None, None, None
+    if case == "ddp":
+        from retrograd import distributed as dist
+
+        ctx = dist.DistributedContext.from_launcher(sync_config(options)).start()
+        rank, device = ctx.rank, ctx.device
+        server_thread = ctx.server.native_id
+    elif case == "naive":
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        rank = comm.Get_rank()
+        buffer = np.empty(sum(v.size for v in params.values()), np.float32)
+    x, y = make_batch(options, sizes, 100 + rank)
+
+    def barrier():
+        if ctx is not None:
+            dist.all_reduce(
+                rg.tensor([0.0], device=device), dist.ReduceOperation.SUM, ctx.devices
+            ).resolve()
+        elif comm is not None:
+            comm.Barrier()
+
+    for _ in range(options.warmup):
+        scaling_step(rg, params, x, y, device, case, comm, buffer)
+    barrier()
+    if ctx is not None:
+        ctx.stats.reset()
+    server_cpu = thread_cpu_seconds(server_thread)
+    profile = None
+    if options.profile and rank == 0:  # where rank 0's time goes (its main thread)
+        import cProfile
+
+        profile = cProfile.Profile(time.process_time)
+        profile.enable()
+    cpu, started = time.process_time(), time.perf_counter()
+    timeline = [
+        scaling_step(rg, params, x, y, device, case, comm, buffer) for _ in range(options.steps)
+    ]
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(options.profile)
+    server_cpu = thread_cpu_seconds(server_thread) - server_cpu
+    if ctx is not None:  # the hook's own clock: backward's end, then the reduced gradients
+        timeline = [tuple(pair) for pair in ctx.stats.as_dict()["timeline"]]
+    barrier()
+    report = {
+        "rank": rank,
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "server_cpu_seconds": server_cpu,
+        "timeline": timeline,
+    }
+    # a file per rank: Hydra forwards the ranks' output in chunks that may interleave
+    (Path(options.out) / f"rank{rank}.json").write_text(json.dumps(report))
+    if ctx is not None:
+        ctx.close()
+
+
 # -- the driver ------------------------------------------------------------------------------
 #: (label, ranks, bucket_bytes); bucket_bytes None: ranks train alone, without any context
 CASES = [
@@ -250,9 +382,227 @@ def run_case(options, ranks: int, bucket_bytes: int | None) -> dict:
     return summary
 
 
+def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
+    """One scaling case, once: throughput, exposed communication, CPU per rank and step."""
+    here = Path(__file__).resolve()
+    argv = [str(here), "--scaling-worker", "--case", case, "--model", options.model]
+    argv += ["--steps", str(options.steps), "--warmup", str(options.warmup)]
+    argv += ["--batch", str(batch), "--bucket-bytes", str(options.bucket_bytes)]
+    argv += ["--last-bucket-bytes", str(options.last_bucket_bytes)]
+    argv += ["--overlap", options.overlap]
+    out = tempfile.mkdtemp(prefix="bench_ddp_")
+    argv += ["--out", out]
+    env = dict(os.environ)
+    source = here.parents[1] / "src"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    sys.path.insert(0, str(source))
+    from retrograd.distributed.launch import mpiexec_command
+
+    command = mpiexec_command(ranks, argv)
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
+    results = [json.loads(path.read_text()) for path in Path(out).glob("rank*.json")]
+    shutil.rmtree(out, ignore_errors=True)
+    if completed.returncode != 0 or len(results) != ranks:
+        raise RuntimeError(f"{command} failed:\n{completed.stdout}\n{completed.stderr}")
+    steps = options.steps
+    # One clock for the whole machine: step k's communication is exposed from the moment the
+    # last rank's backward ended until the last rank has its gradients.
+    exposed = sum(
+        max(0.0, max(synced for _, synced in step) - max(ended for ended, _ in step))
+        for step in zip(*(r["timeline"] for r in results))
+    )
+    return {
+        "samples_per_s": ranks * batch * steps / max(r["seconds"] for r in results),
+        "exposed_ms": 1000 * exposed / steps,
+        "cpu_ms": 1000 * statistics.mean(r["cpu_seconds"] for r in results) / steps,
+        "server_cpu_ms": 1000 * statistics.mean(r["server_cpu_seconds"] for r in results) / steps,
+    }
+
+
+def model_row(options, ideal: dict, one: float, ranks: int, batch: int) -> str:
+    """The cost model's naive and ddp, from this run's ``ideal`` step: a table row."""
+    from retrograd.distributed.cost import predict_step
+
+    _, alpha, beta = SHARED_MEMORY
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    compute = ranks * batch / ideal["samples_per_s"]  # a step of N ranks side by side
+    common = dict(alpha=alpha, beta=beta, cores=cores, last_bytes=MLP_LAST_BYTES)
+    naive = predict_step(ranks, compute, MLP_GRAD_BYTES, **common)
+    ddp = predict_step(
+        ranks,
+        compute,
+        MLP_GRAD_BYTES,
+        window_seconds=compute * MLP_WINDOW_SHARE,
+        collectives=2 if ranks <= cores else 1,  # the engine's own choice (overlap=None)
+        overhead_seconds=OVERHEAD_SECONDS + PER_PEER_SECONDS * (ranks - 1),
+        **common,
+    )
+    rates = [ranks * batch / p.step_seconds / one for p in (naive, ddp)]
+    return (
+        f"| {batch} | {ranks} | model: naive / ddp | | {rates[0]:.2f} / {rates[1]:.2f} "
+        f"| | {1e3 * naive.exposed_seconds:.1f} / {1e3 * ddp.exposed_seconds:.1f} | | | |"
+    )
+
+
+def scaling(options) -> None:
+    """Issue 16's table: one / ideal / naive / ddp for every rank count and batch."""
+    rank_counts = [int(n) for n in options.ranks.split(",")]
+    batches = [int(b) for b in options.batches.split(",")]
+    options.model = "mnist"
+    print(
+        f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+        f"MLP {MODELS['mnist']}, {options.steps} timed steps after {options.warmup}, "
+        f"{options.trials} rounds (cases interleaved), bucket_bytes {options.bucket_bytes}\n"
+    )
+    runs: dict[tuple, list[dict]] = {}
+    for _ in range(options.trials):  # round-robin, so drift in the machine hits every case
+        for batch in batches:
+            runs.setdefault(("one", 1, batch), []).append(
+                run_scaling_case(options, "one", 1, batch)
+            )
+            for ranks in rank_counts:
+                for case in SCALING_CASES[1:]:
+                    runs.setdefault((case, ranks, batch), []).append(
+                        run_scaling_case(options, case, ranks, batch)
+                    )
+    print(
+        "| batch per rank | ranks | case | samples/s | vs one | same round, min-max "
+        "| exposed ms/step | CPU ms/step per rank | over ideal | server thread CPU ms/step |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for batch in batches:
+        ones = runs[("one", 1, batch)]
+        one = statistics.median(r["samples_per_s"] for r in ones)
+        for ranks in rank_counts:
+            ideal_cpu = statistics.median(r["cpu_ms"] for r in runs[("ideal", ranks, batch)])
+            medians = {}
+            for case in SCALING_CASES[1:]:
+                case_runs = runs[(case, ranks, batch)]
+                median = {k: statistics.median(r[k] for r in case_runs) for k in case_runs[0]}
+                medians[case] = median
+                ratios = [r["samples_per_s"] / o["samples_per_s"] for r, o in zip(case_runs, ones)]
+                print(
+                    f"| {batch} | {ranks} | {case} | {median['samples_per_s']:.0f} "
+                    f"| {median['samples_per_s'] / one:.2f} | {min(ratios):.2f}-{max(ratios):.2f} "
+                    f"| {median['exposed_ms']:.1f} | {median['cpu_ms']:.1f} "
+                    f"| {median['cpu_ms'] - ideal_cpu:+.1f} | {median['server_cpu_ms']:.1f} |",
+                    flush=True,
+                )
+            print(model_row(options, medians["ideal"], one, ranks, batch), flush=True)
+            paired = [
+                d["samples_per_s"] / n["samples_per_s"]
+                for d, n in zip(runs[("ddp", ranks, batch)], runs[("naive", ranks, batch)])
+            ]
+            print(
+                f"| {batch} | {ranks} | ddp / naive | "
+                f"{medians['ddp']['samples_per_s'] / medians['naive']['samples_per_s']:.2f} "
+                f"| | {min(paired):.2f}-{max(paired):.2f} | | | | |",
+                flush=True,
+            )
+    print()
+
+
+# -- the cost model's predictions ---------------------------------------------------------------
+#: (name, alpha s, beta s/byte). This machine: fitted to 2-rank Iallreduce timings polled back
+#: to back (docs/distributed.md, "Cost model"); the networks: typical published figures
+#: (assumed, not measured here): MPI over TCP on 10 GbE, 100 and 400 Gb/s InfiniBand.
+SHARED_MEMORY = ("shared memory (this machine, fitted)", 1.6e-6, 0.5e-9)
+TCP_10G = ("10 GbE, TCP (assumed)", 50e-6, 0.8e-9)
+IB_100G = ("100 Gb/s InfiniBand (assumed)", 3e-6, 0.08e-9)
+IB_400G = ("400 Gb/s InfiniBand (assumed)", 3e-6, 0.02e-9)
+#: the MLP's 2 buckets (25 MiB, first capped at 1 MiB): layers 2-1 (4.2 MB), then layer 0
+#: (3.2 MB), final only at the end of backward; layer 0's backward (~28% of backward's flops)
+#: is the window the first bucket can hide behind
+MLP_GRAD_BYTES, MLP_LAST_BYTES, MLP_WINDOW_SHARE = 7.44e6, 3.2e6, 2 / 3 * 0.28
+#: (name, gradient bytes, compute s/step of one rank, overlap window s, last bucket bytes,
+#: collectives, networks). MLP 784-1024-1024-10 at 128 and 1024 per rank: compute measured
+#: here (the ``one`` case); window = layer 0's share of backward (~2/3 of the step). GPT,
+#: 6 layers, n_embd 384 (10.7M parameters, 42.9 MB), 32 x 256 tokens per rank:
+#: 6 x parameters x tokens = 5.3e11 flop per step, on a CPU core at 50 Gflop/s or a GPU at
+#: 150 Tflop/s (assumed); 25 MiB buckets (3 collectives), all but the last 1 MiB final before
+#: the last 5% of backward.
+WORKLOADS = [
+    (
+        "MLP, 128/rank, CPU core",
+        MLP_GRAD_BYTES,
+        0.0149,
+        MLP_WINDOW_SHARE,
+        MLP_LAST_BYTES,
+        2,
+        (SHARED_MEMORY, TCP_10G, IB_100G),
+    ),
+    (
+        "MLP, 1024/rank, CPU core",
+        MLP_GRAD_BYTES,
+        0.105,
+        MLP_WINDOW_SHARE,
+        MLP_LAST_BYTES,
+        2,
+        (SHARED_MEMORY, TCP_10G, IB_100G),
+    ),
+    ("GPT 6x384, 8k tokens/rank, CPU core", 42.9e6, 10.6, 2 / 3 * 0.95, 1.05e6, 3, (TCP_10G,)),
+    ("GPT 6x384, 8k tokens/rank, GPU", 42.9e6, 3.5e-3, 2 / 3 * 0.95, 1.05e6, 3, (IB_100G, IB_400G)),
+]
+PREDICTED_RANKS = (2, 8, 16, 32, 64, 128, 256)
+#: the sync machinery's own time per step (hooks, registration, bookkeeping): measured with a
+#: 1-rank context (``--overhead``), plus a registration message to and from every peer
+OVERHEAD_SECONDS, PER_PEER_SECONDS = 0.5e-3, 5e-6
+
+
+def predictions() -> None:
+    """The cost model's step time and efficiency at 2-256 ranks (one rank per core/GPU)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from retrograd.distributed.cost import predict_step
+
+    head = " | ".join(str(n) for n in PREDICTED_RANKS)
+    print(f"| workload | network | sync | {head} |")
+    print("|---|---|---|" + "---|" * len(PREDICTED_RANKS))
+    for name, grad_bytes, compute, window_share, last, collectives, networks in WORKLOADS:
+        window = compute * window_share
+        for network, alpha, beta in networks:
+            for label, overlap in (("overlap", True), ("one after", False)):
+                cells = []
+                for ranks in PREDICTED_RANKS:
+                    prediction = predict_step(
+                        ranks,
+                        compute,
+                        grad_bytes,
+                        alpha=alpha,
+                        beta=beta,
+                        window_seconds=window if overlap else 0.0,
+                        last_bytes=last,
+                        collectives=collectives if overlap else 1,
+                        overhead_seconds=OVERHEAD_SECONDS + PER_PEER_SECONDS * (ranks - 1),
+                    )
+                    cells.append(f"{100 * prediction.efficiency:.0f}%")
+                print(f"| {name} | {network} | {label} | " + " | ".join(cells) + " |")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--scaling-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=SCALING_CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--overlap",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="DistributedConfig.overlap: None (the engine decides), True, False",
+    )
+    parser.add_argument(
+        "--profile",
+        help="with --scaling-worker: cProfile (CPU time) of rank 0's timed steps, into this file",
+    )
+    parser.add_argument(
+        "--scaling", action="store_true", help="issue 16's four cases (one/ideal/naive/ddp)"
+    )
+    parser.add_argument("--ranks", default="2,8", help="with --scaling: rank counts")
+    parser.add_argument(
+        "--predict", action="store_true", help="the cost model's efficiency at 2-256 ranks"
+    )
+    parser.add_argument("--batches", default="128,1024", help="with --scaling: batches per rank")
     parser.add_argument("--no-context", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--bucket-bytes", type=int, default=25 * MIB, help="with --overhead: the bucket size"
@@ -278,6 +628,15 @@ def main() -> None:
     options = parser.parse_args()
     if options.worker:
         worker(options)
+        return
+    if options.scaling_worker:
+        scaling_worker(options)
+        return
+    if options.scaling:
+        scaling(options)
+        return
+    if options.predict:
+        predictions()
         return
     if options.overhead:
         for model in options.models.split(","):

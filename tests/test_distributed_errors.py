@@ -8,7 +8,7 @@ import pytest
 
 import retrograd as rg
 from retrograd import distributed as dist
-from retrograd.distributed import launch
+from retrograd.distributed import cost, launch
 
 SUM = dist.ReduceOperation.SUM
 
@@ -59,6 +59,9 @@ def test_a_wrong_type_is_a_dtype_error(call):
         lambda: dist.DistributedConfig(timeout=float("nan")),
         lambda: dist.DistributedConfig(bucket_bytes=-1),
         lambda: dist.DistributedConfig(first_bucket_bytes=1.5),
+        lambda: dist.DistributedConfig(overlap="auto"),
+        lambda: cost.predict_step(0, 0.01, 1e6, alpha=1e-6, beta=1e-9),
+        lambda: cost.all_reduce_seconds(1e6, 8, alpha=1e-6, beta=1e-9, algorithm="star"),
         lambda: dist.DistributedContext(devices_of(2), engine="nccl"),
         lambda: dist.DistributedContext.from_launcher(engine="local"),
         lambda: launch.mpiexec_command(0, ["train.py"], mpiexec="mpiexec"),
@@ -69,6 +72,9 @@ def test_a_wrong_type_is_a_dtype_error(call):
         "timeout-nan",
         "bucket-negative",
         "first-bucket-float",
+        "overlap-not-bool",
+        "cost-no-ranks",
+        "cost-algorithm",
         "engine-unknown",
         "launcher-engine",
         "ranks-zero",

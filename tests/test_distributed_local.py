@@ -196,7 +196,7 @@ def test_a_parameter_used_a_different_number_of_times_on_each_device():
         np.testing.assert_allclose(grad, np.sum(unsynced, axis=0), rtol=1e-5)
 
 
-@pytest.mark.parametrize("bucket_bytes", [0, 200, 1 << 20, 25 << 20])
+@pytest.mark.parametrize("bucket_bytes", [0, 200, 1 << 20, 25 << 20, "no overlap"])
 def test_bucketing_changes_how_many_collectives_not_the_gradients(bucket_bytes):
     n = 2
     devices = devices_of(n)
@@ -205,7 +205,10 @@ def test_bucketing_changes_how_many_collectives_not_the_gradients(bucket_bytes):
     batches = [(rng.standard_normal((5, 6)), rng.standard_normal((5, 3))) for _ in range(n)]
     batches = [(x.astype(np.float32), y.astype(np.float32)) for x, y in batches]
     unsynced = [mlp_grads(d, *batches[i], params, False) for i, d in enumerate(devices)]
-    config = dist.DistributedConfig(MEAN, timeout=10.0, bucket_bytes=bucket_bytes)
+    if bucket_bytes == "no overlap":  # every gradient in one all-reduce after backward
+        config = dist.DistributedConfig(MEAN, timeout=10.0, bucket_bytes=0, overlap=False)
+    else:
+        config = dist.DistributedConfig(MEAN, timeout=10.0, bucket_bytes=bucket_bytes)
     with dist.DistributedContext(devices, config) as ctx:
         synced = values(on_devices(devices, lambda i, d: mlp_grads(d, *batches[i], params, True)))
         buckets = ctx.stats.buckets // n
@@ -213,7 +216,8 @@ def test_bucketing_changes_how_many_collectives_not_the_gradients(bucket_bytes):
         expected = (unsynced[0][name] + unsynced[1][name]) / 2
         for grads in synced:
             np.testing.assert_allclose(grads[name], expected, rtol=1e-5, atol=1e-7)
-    expected_buckets = {0: len(params), 200: None, 1 << 20: 1, 25 << 20: 1}[bucket_bytes]
+    expected_buckets = {0: len(params), 200: None, 1 << 20: 1, 25 << 20: 1, "no overlap": 1}
+    expected_buckets = expected_buckets[bucket_bytes]
     if expected_buckets is None:
         assert 1 < buckets < len(params)
     else:

@@ -1,4 +1,5 @@
-"""Run as N ranks with a fault on rank 1 (``faults.py MODE TIMEOUT OUT``):
+"""Run as N ranks with a fault on rank 1 (``faults.py MODE TIMEOUT OVERLAP OUT``; OVERLAP is
+``on``, ``off`` or ``auto``, ``DistributedConfig.overlap`` True, False or None):
 
 - ``exit``: rank 1 dies (``os._exit``) after one good step;
 - ``no_backward``: rank 1 never calls backward for step 2, then closes its context and exits;
@@ -58,11 +59,15 @@ def step(device, extra=False, die=False):
 
 
 def main() -> None:
-    mode, timeout, out = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
-    config = dist.DistributedConfig(dist.ReduceOperation.SUM, timeout=timeout, bucket_bytes=0)
+    mode, timeout, out = sys.argv[1], float(sys.argv[2]), Path(sys.argv[4])
+    overlap = {"on": True, "off": False, "auto": None}[sys.argv[3]]
+    config = dist.DistributedConfig(
+        dist.ReduceOperation.SUM, timeout=timeout, bucket_bytes=0, overlap=overlap
+    )
     ctx = dist.DistributedContext.from_launcher(config).start()
     rank, device = ctx.rank, ctx.device
     report = {"rank": rank, "first_step": step(device).tolist()}
+    report["overlapping"] = ctx.server.config.overlap is not False
     if rank == 1 and mode == "exit":
         os._exit(3)
     if rank == 1 and mode == "no_backward":

@@ -109,9 +109,18 @@ def main() -> None:
     checks = Checks()
     report: dict = {}
     try:
-        # SUM, every parameter its own all-reduce; MEAN, small buckets fusing several
-        for op, bucket_bytes in ((SUM, 0), (MEAN, 200)):
-            config = dist.DistributedConfig(op, timeout=30.0, bucket_bytes=bucket_bytes)
+        # SUM, every parameter its own all-reduce; MEAN, small buckets fusing several (both
+        # reduced during backward, whatever the machine); then the fallback the engine picks
+        # when ranks outnumber cores: every gradient in one all-reduce after backward
+        runs = (
+            ("SUM", SUM, 0, True),
+            ("MEAN", MEAN, 200, True),
+            ("MEAN, no overlap", MEAN, 200, False),
+        )
+        for name, op, bucket_bytes, overlap in runs:
+            config = dist.DistributedConfig(
+                op, timeout=30.0, bucket_bytes=bucket_bytes, overlap=overlap
+            )
             with dist.DistributedContext.from_launcher(config) as ctx:
                 report["rank"], report["devices"] = ctx.rank, [str(d) for d in ctx.devices]
                 graph_checks(ctx, op, checks)
@@ -119,7 +128,9 @@ def main() -> None:
                 if op is SUM:
                     uneven_use_check(ctx, checks)
                     all_reduce_checks(ctx, checks)
-                report.setdefault("buckets", {})[op.name] = ctx.stats.buckets
+                report.setdefault("buckets", {})[name] = ctx.stats.buckets
+                report.setdefault("steps", {})[name] = ctx.stats.steps
+                report.setdefault("overlap_pays", ctx.engine.overlap_pays)
     except Exception:
         checks.failures.append(traceback.format_exc())
     report.update(checks=checks.count, failures=checks.failures)

@@ -12,6 +12,7 @@ backward runs and returns them reduced. See ``docs/distributed.md``.
 Modules import one way, each only from those above it (none imports the package itself)::
 
     config, cache, buffers             settings, bounded caches, buffers (ParamId: autodiff)
+    cost                               the α–β cost model of a step (pure; imports none of these)
     engine                             the collective interface, Pending; member states
     buckets                            bucket plans (pure)
     registration                       the registration format, the members' agreement (pure)

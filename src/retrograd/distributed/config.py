@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import DTypeError, InvalidArgumentError
 
 __all__ = ["DistributedConfig", "ReduceOperation"]
 
 MIB = 1 << 20
+#: a bucket size no model reaches: every gradient of a dtype in one bucket
+_ONE_BUCKET = 1 << 62
 
 
 class ReduceOperation(enum.Enum):
@@ -41,6 +43,12 @@ class DistributedConfig:
       after backward, with nothing left to hide it behind. If that bucket is more than
       twice this size (1 MiB; DDP has no such setting), its last gradients, about this many
       bytes, get a bucket of their own. ``0`` turns it off.
+    - ``overlap``: whether gradients are all-reduced during backward (``True``) or all at once
+      in one collective after it (``False``), which costs less when no core is free to move
+      the data while backward computes. ``None`` (the default) lets the engine decide at
+      start-up: the ``mpi`` engine falls back to one collective when a machine hosts more
+      ranks than the cores they may run on, or its load average already exceeds them
+      (``docs/distributed.md``, "Performance").
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400
@@ -51,6 +59,7 @@ class DistributedConfig:
     bucket_bytes: int = 25 * MIB
     first_bucket_bytes: int = 1 * MIB
     last_bucket_bytes: int = 1 * MIB
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.all_reduce_op, ReduceOperation):
@@ -71,6 +80,21 @@ class DistributedConfig:
                 raise InvalidArgumentError(
                     f"DistributedConfig: {name} must be a non-negative int, got {value!r}"
                 )
+
+        if self.overlap not in (None, True, False):
+            raise InvalidArgumentError(
+                f"DistributedConfig: overlap must be True, False or None, got {self.overlap!r}"
+            )
+
+    def without_overlap(self) -> DistributedConfig:
+        """These settings with every gradient in one bucket, reduced after backward.
+
+        >>> DistributedConfig().without_overlap().last_bucket_bytes
+        0
+        """
+        return replace(
+            self, overlap=False, bucket_bytes=_ONE_BUCKET, first_bucket_bytes=0, last_bucket_bytes=0
+        )
 
     @property
     def heartbeat_interval(self) -> float:

@@ -127,6 +127,13 @@ class Collective:
     #: set by the server while a device thread is blocked on a result: engines that must be
     #: polled poll as fast as they can then
     urgent = False
+    #: whether reducing gradients during backward can beat one collective after it: false
+    #: when no core is free to move the data meanwhile (``DistributedConfig.overlap=None``
+    #: follows it)
+    overlap_pays = True
+    #: set by the server: gradients are reduced during backward (else in one collective
+    #: after it, which the waiting device thread drives itself)
+    overlapping = True
 
     def __init__(self, members: Sequence[Device], local: Sequence[Device]):
         #: every participant's device, in rank order
@@ -162,6 +169,12 @@ class Collective:
 
     def needs_progress(self) -> bool:
         """Whether operations in flight complete only through ``progress()`` calls."""
+        return False
+
+    def settle(self, seconds: float) -> bool:
+        """Wait at most ``seconds`` for an operation in flight to complete, in the engine's
+        own cheap polling loop (called with nothing else to do; ``progress()`` then collects
+        it); false at once from an engine without one (the server then waits as usual)."""
         return False
 
     # -- faults ----------------------------------------------------------------------------

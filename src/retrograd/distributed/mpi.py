@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
+import socket
 import sys
 import time
 import weakref
@@ -60,9 +62,18 @@ _STATES = {
 # waiting for a peer still computing, and on a machine whose cores are shared (a VM) spinning
 # slows that peer down: on the 2-vCPU VM of docs/benchmarks.md, no spin and a 2 ms spin
 # both beat a 20 ms spin, neither consistently better than the other.
+#
+# With more ranks than cores, nothing spins: a rank polls every 0.2 ms from the start of its
+# wait (a machine only busy with other jobs keeps the short spin). 8 ranks on 2 cores, a
+# 7.4 MB Iallreduce (the benchmark MLP's gradients), median of 5:
+# 158 ms polled back to back, 28 ms with 0.2 ms sleeps, 40 ms with 1 ms sleeps, 45 ms for a
+# blocking Allreduce; at 2 ranks on 2 cores, back to back is the fastest (docs/distributed.md).
+# Without the overlap, nothing but the registrations is in flight during backward, and the
+# device thread polls them itself: the server thread only backs it up, every 10 ms.
 _POLL_SECONDS = 0.001
 _SPIN_SECONDS = 0.002
 _BACKED_OFF_POLL_SECONDS = 0.0002
+_IDLE_POLL_SECONDS = 0.01
 
 _ENGINES: weakref.WeakSet = weakref.WeakSet()
 _EXIT_HANDLER_REGISTERED = False
@@ -164,6 +175,15 @@ class MpiEngine(Collective):
         self._closed = False
         self._spinning_since: float | None = None
         self.grads, self.ops, self.ctl = self._duplicate(world, 3)
+        #: ranks on this machine, the fewest cores any of them may run on, and the machine's
+        #: load (1-minute load average, the highest any of them saw) when the context started
+        self.local_ranks, self.cores, self.load = self._census()
+        # With more ranks than cores, or a machine already that busy (other jobs), no core is
+        # idle while backward computes: a collective in flight progresses only by taking a
+        # core from some rank's backward, and every poll or wake-up of a waiting rank does
+        # too. One collective after backward then costs least (docs/distributed.md,
+        # "Performance"). Every rank of a machine decides from the same gathered numbers.
+        self.overlap_pays = max(self.local_ranks, self.load) <= self.cores
         started = time.monotonic()
         self._step, self._state = 0, 0
         self._last_seen = dict.fromkeys(self.peers, started)
@@ -173,6 +193,8 @@ class MpiEngine(Collective):
             self._listen(peer)
         self._next_heartbeat = started
         self._heartbeat_number = 0
+        self._listen_interval = self.heartbeat_interval / 4
+        self._next_listen = started
         _ENGINES.add(self)
 
     def _duplicate(self, world, count: int):
@@ -194,6 +216,34 @@ class MpiEngine(Collective):
                 )
             time.sleep(0.001)
         return [comm for comm, _ in pairs]
+
+    def _census(self) -> tuple[int, int, float]:
+        """``(ranks on this machine, fewest usable cores among them, highest load average)``,
+        gathered from every rank (so all decide alike), without blocking past the timeout."""
+        host = hashlib.blake2b(socket.gethostname().encode(), digest_size=8).digest()
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        try:
+            load = round(100 * os.getloadavg()[0])
+        except (AttributeError, OSError):  # not available: assume an idle machine
+            load = 0
+        mine = np.array([int.from_bytes(host, "little") >> 1, cores, load], dtype=np.int64)
+        every = np.empty((self.size, 3), dtype=np.int64)
+        request = self.ctl.Iallgather(mine, every)
+        deadline = time.monotonic() + self.timeout
+        while not request.Test():
+            if time.monotonic() > deadline:
+                self.broken = "not every rank created its DistributedContext"
+                _ENGINES.add(self)
+                raise DistributedError(
+                    f"mpi: rank {self.rank} of {self.size}: not every rank created its "
+                    f"DistributedContext within {self.timeout:g} s"
+                )
+            time.sleep(0.001)
+        here = every[every[:, 0] == mine[0]]
+        return len(here), int(here[:, 1].min()), int(here[:, 2].max()) / 100
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(
@@ -264,6 +314,23 @@ class MpiEngine(Collective):
     def needs_progress(self) -> bool:
         return bool(self._in_flight or self._exchanges)
 
+    def settle(self, seconds: float) -> bool:
+        """Test the collectives in flight every 0.2 ms, sleeping in between, until one
+        completes or ``seconds`` pass: a bare loop, because a full ``progress()`` pass and
+        the server's bookkeeping around it cost a rank of 8 on 2 cores ~15 us a poll, 5 ms
+        of CPU in a step's wait (docs/distributed.md, "Performance")."""
+        requests = [item.request for item in self._in_flight]
+        if not requests or self._exchanges or self._closed:
+            return False
+        deadline = time.monotonic() + seconds
+        test = self.MPI.Request.Testany
+        try:
+            while not test(requests)[1] and time.monotonic() < deadline:
+                time.sleep(_BACKED_OFF_POLL_SECONDS)
+        except self.MPI.Exception as error:
+            self._break(f"MPI error: {error}")
+        return True
+
     def progress(self) -> float | None:
         if self._closed:
             return None
@@ -284,7 +351,12 @@ class MpiEngine(Collective):
             self._break(f"MPI error: {error}")
         if self._in_flight or self._exchanges:
             if not self.urgent:
-                return _POLL_SECONDS
+                return _POLL_SECONDS if self.overlapping else _IDLE_POLL_SECONDS
+            if self.local_ranks > self.cores:  # a spinning rank takes a core from a peer's
+                # backward. On a machine only busy with other jobs the short spin stays (2
+                # ranks at 128, 6 rounds: 1.14x naive with it, 1.06x without in one paired
+                # run, 0.90x with it in the next: within this machine's noise)
+                return _BACKED_OFF_POLL_SECONDS
             if self._spinning_since is None:
                 self._spinning_since = time.monotonic()
             elif time.monotonic() - self._spinning_since > _SPIN_SECONDS:
@@ -303,17 +375,25 @@ class MpiEngine(Collective):
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
+        # Peers' heartbeats matter only when a timeout is diagnosed (member_status reads them
+        # then too): testing every peer's on every poll cost a rank of 8 a Test per peer per
+        # poll, thousands a step, ~7% of its step in the profile of docs/distributed.md.
+        if now >= self._next_listen:
+            self._next_listen = now + self._listen_interval
+            self._receive_heartbeats(now)
+            if self._outgoing:
+                self._outgoing = [(r, b) for r, b in self._outgoing if not r.Test()]
+        if now >= self._next_heartbeat and not self._closing:
+            self._broadcast_state()
+            self._next_heartbeat = now + self.heartbeat_interval
+
+    def _receive_heartbeats(self, now: float) -> None:
         for peer, (request, buffer) in list(self._heartbeats.items()):
             while request.Test():  # several may be queued
                 self._last_seen[peer] = now
                 self._peer_state[peer] = (int(buffer[1]), int(buffer[2]))
                 self._listen(peer)
                 request, buffer = self._heartbeats[peer]
-        if self._outgoing:
-            self._outgoing = [(r, b) for r, b in self._outgoing if not r.Test()]
-        if now >= self._next_heartbeat and not self._closing:
-            self._broadcast_state()
-            self._next_heartbeat = now + self.heartbeat_interval
 
     def _broadcast_state(self) -> None:
         self._heartbeat_number += 1
@@ -342,6 +422,9 @@ class MpiEngine(Collective):
     def member_status(self, index: int) -> str | None:
         if index == self.rank:
             return None
+        if not self._closed:
+            with contextlib.suppress(self.MPI.Exception):
+                self._receive_heartbeats(time.monotonic())
         silent = time.monotonic() - self._last_seen[index]
         step, state = self._peer_state[index]
         if state == CLOSING:

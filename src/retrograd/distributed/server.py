@@ -55,6 +55,9 @@ _SERVER_REPLY_SECONDS = 10.0
 _BACKSTOP_SECONDS = 0.05
 #: a server thread told to sleep longer than this is woken when a device thread starts work
 _DOZE_SECONDS = 0.005
+#: an engine that asks to be polled again this soon is left to poll itself (``settle``), for
+#: at most this long at a time (the server thread waits for the lock meanwhile)
+_SETTLE_BELOW_SECONDS, _SETTLE_SECONDS = 0.0005, 0.005
 
 
 class SyncServer:
@@ -62,7 +65,11 @@ class SyncServer:
 
     def __init__(self, engine: Collective, config: DistributedConfig, name: str):
         self.engine = engine
+        if config.overlap is False or (config.overlap is None and not engine.overlap_pays):
+            config = config.without_overlap()
+        #: the settings in force: with the overlap off, every gradient in one bucket
         self.config = config
+        engine.overlapping = config.overlap is not False
         #: the engine and every round's state, held by whichever thread drives them
         self._lock = threading.RLock()
         #: wakes the server thread (its poll interval may have changed)
@@ -90,6 +97,11 @@ class SyncServer:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def native_id(self) -> int | None:
+        """The server thread's id in the operating system (benchmarks read its CPU time)."""
+        return self._thread.native_id
 
     def register(self, step: DeviceStep) -> None:
         self._run_handler(self._on_register, step)
@@ -124,6 +136,11 @@ class SyncServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return is_done()
+                if delay is not None and 0.0 < delay <= _SETTLE_BELOW_SECONDS:
+                    # polled every so often with sleeps: the engine's own loop does it cheaply
+                    with self._lock:
+                        if self.engine.settle(min(_SETTLE_SECONDS, remaining)):
+                            continue
                 if delay is None or delay > 0.0:
                     done.wait(remaining if delay is None else min(delay, remaining))
             return True
@@ -172,7 +189,10 @@ class SyncServer:
             # If the handler started a collective: backward polls it only between its steps,
             # which can be far apart, so the server thread polls from now on too (a wake-up
             # per step, not per bucket: it dozes off again only once all is done).
-            wake = self._dozing and self.engine.needs_progress()
+            # Without the overlap nothing is in flight during backward that a poll would help
+            # (the device thread drives the one collective itself): no wake-up, whose handoff
+            # of the interpreter lock costs a rank of 8 on 2 cores milliseconds.
+            wake = self._dozing and self.engine.overlapping and self.engine.needs_progress()
             if wake:
                 self._dozing = False
             self._lock.release()

@@ -93,7 +93,7 @@ class BackwardSync:
         # Final gradients go to the server a bucket at a time (as this device plans buckets;
         # the server launches by the plan the members agree on, normally the same one).
         entries = tuple((slot.pid.value, slot.numel, slot.dtype) for slot in step.slots)
-        self.bucket_of, sizes = bucket_plan(entries, context.config)
+        self.bucket_of, sizes = bucket_plan(entries, self.server.config)  # the one in force
         self.waiting_for = list(sizes)
         #: per bucket, ``(slot index, buffer)`` of its final gradients not yet submitted
         self.batches: list[list[tuple[int, np.ndarray]]] = [[] for _ in sizes]
