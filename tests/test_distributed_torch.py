@@ -253,15 +253,17 @@ def test_a_reduced_buffer_comes_back_as_the_backends_kind_of_primitive():
 def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text(
-        "import torch, torch.distributed as td\n"
+        "import os, torch, torch.distributed as td\n"
         "from retrograd import distributed as dist\n"
+        "# one file per rank: two ranks' prints share torchrun's pipe and may interleave\n"
+        f"out = open(os.path.join({str(tmp_path)!r}, 'rank' + os.environ['RANK']), 'w')\n"
         "td.init_process_group('gloo')  # the program's own, before the context\n"
         "config = dist.DistributedConfig(timeout=30)\n"
         "with dist.DistributedContext.from_launcher(config, engine='torch') as c:\n"
-        "    print(f'rank {c.rank} of {c.world_size} {c.device}', flush=True)\n"
+        "    print(f'rank {c.rank} of {c.world_size} {c.device}', file=out, flush=True)\n"
         "t = torch.ones(1)\n"
         "td.all_reduce(t)  # still usable: the context left it alone\n"
-        "print(f'sum {t.item():g}', flush=True)\n"
+        "print(f'sum {t.item():g}', file=out, flush=True)\n"
         "td.destroy_process_group()\n"
     )
     env = dict(os.environ)
@@ -275,7 +277,9 @@ def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tm
         env=env,
     )
     assert completed.returncode == 0, completed.stderr
-    lines = sorted(line for line in completed.stdout.splitlines() if line[:4] in ("rank", "sum "))
+    lines = sorted(
+        line for rank in (0, 1) for line in (tmp_path / f"rank{rank}").read_text().splitlines()
+    )
     assert lines == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1", "sum 2", "sum 2"]
 
 
