@@ -205,8 +205,8 @@ class RetrogradRunner:
             self.model = GPT(n_layer, n_head, n_embd, block_size)
             self.model.load_state_dict(state)
             self.idx, self.targets = rg.tensor(idx), rg.tensor(targets)
-        # nanoGPT decays the 2-d parameters only; today's AdamW takes one weight decay for the
-        # module, so the benchmark gives both libraries decay on every parameter (same work)
+        # nanoGPT decays the 2-d parameters only (parameter groups); both libraries here decay
+        # every parameter, the same work on each side, as this script's recorded runs did
         self.optimizer = rg.optim.AdamW(self.model, lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
         self.loss = self.grads = None
 
