@@ -26,20 +26,22 @@ class _ConvNd(Module):
 
     spatial = 2
     transposed = False
+    #: the functional form, called by :meth:`forward` (the transposed one has its own)
+    _convolution = staticmethod(F.conv2d)
 
     def __init__(
         self,
         in_channels: int,
         out_channels: int,
         kernel_size: int | Sequence[int],
-        stride: int | Sequence[int],
-        padding: int | Sequence[int] | str,
-        dilation: int | Sequence[int],
-        groups: int,
-        bias: bool,
-        padding_mode: str,
-        output_padding: int | Sequence[int] = 0,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
         *,
+        output_padding: int | Sequence[int] = 0,
         backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
@@ -76,6 +78,11 @@ class _ConvNd(Module):
         else:
             self.register_parameter("bias", None)
 
+    def forward(self, x: Tensor) -> Tensor:
+        return self._convolution(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
     def extra_repr(self) -> str:
         text = (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -93,83 +100,24 @@ class _ConvNd(Module):
 
 
 class Conv1d(_ConvNd):
-    """1-d convolution over ``[N, C, L]``, weight ``[out, in/groups, k]``.
+    """1-d convolution over ``[N, C, L]``, weight ``[out, in/groups, k]``; PyTorch's
+    signature (``_ConvNd``'s).
 
     >>> Conv1d(2, 4, 3, padding=1)(rg.ones((1, 2, 7))).shape
     (1, 4, 7)
     """
 
     spatial = 1
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        **factory: Any,
-    ):
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            bias,
-            padding_mode,
-            **factory,
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv1d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+    _convolution = staticmethod(F.conv1d)
 
 
 class Conv2d(_ConvNd):
-    """2-d convolution over ``[N, C, H, W]``, weight ``[out, in/groups, kh, kw]``.
+    """2-d convolution over ``[N, C, H, W]``, weight ``[out, in/groups, kh, kw]``; PyTorch's
+    signature (``_ConvNd``'s).
 
     >>> Conv2d(1, 4, 3, padding=1)(rg.ones((2, 1, 8, 8))).shape
     (2, 4, 8, 8)
     """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        **factory: Any,
-    ):
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            groups,
-            bias,
-            padding_mode,
-            **factory,
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
 
 
 class ConvTranspose2d(_ConvNd):
@@ -205,7 +153,7 @@ class ConvTranspose2d(_ConvNd):
             groups,
             bias,
             padding_mode,
-            output_padding,
+            output_padding=output_padding,
             **factory,
         )
 
