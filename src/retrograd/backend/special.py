@@ -64,6 +64,15 @@ class _Scratch:
         return tuple(buffer[:length] for buffer in self.buffers)
 
 
+def _blocks(size: int):
+    """``(start, end, four scratch buffers of the block's length)`` for each block of a flat
+    array of ``size`` elements; the buffers are reused from block to block."""
+    scratch = _Scratch(size)
+    for start in range(0, size, _BLOCK):
+        end = min(start + _BLOCK, size)
+        yield start, end, *scratch.take(end - start)
+
+
 def _rational_block(t, x2, p, q, alpha, beta) -> np.ndarray:
     """``t * alpha(t^2) / beta(t^2)`` of the float32 block ``t`` into ``p`` (``x2``, ``q``:
     scratch); ``alpha``, ``beta`` list coefficients from the highest power down."""
@@ -115,10 +124,7 @@ def erf(x: np.ndarray) -> np.ndarray:
         return scipy.special.erf(x if x.dtype == np.float64 else x.astype(np.float64))
     flat = _flat(x)
     out = np.empty_like(flat)
-    scratch = _Scratch(flat.size)
-    for start in range(0, flat.size, _BLOCK):
-        end = min(start + _BLOCK, flat.size)
-        t, x2, p, q = scratch.take(end - start)
+    for start, end, t, x2, p, q in _blocks(flat.size):
         np.copyto(t, flat[start:end])
         out[start:end] = _erf_block(t, x2, p, q)  # NaN passes through clip and the rational
     return out.reshape(x.shape)
@@ -134,10 +140,7 @@ def gelu(x: np.ndarray) -> np.ndarray:
         return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
     flat = _flat(x)
     out = np.empty_like(flat)
-    scratch = _Scratch(flat.size)
-    for start in range(0, flat.size, _BLOCK):
-        end = min(start + _BLOCK, flat.size)
-        t, x2, p, q = scratch.take(end - start)
+    for start, end, t, x2, p, q in _blocks(flat.size):
         block = flat[start:end]
         np.clip(block, -_GELU_CLAMP, _GELU_CLAMP, out=t)
         p = _rational_block(t, x2, p, q, _HALF_ALPHA, _HALF_BETA)  # 0.5 * erf(x / sqrt(2))
@@ -159,10 +162,7 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarra
     shape = x.shape
     gf, xf, of = _flat(grad), _flat(x), _flat(out)
     result = np.empty(xf.size, np.float32)
-    scratch = _Scratch(xf.size)
-    for start in range(0, xf.size, _BLOCK):
-        end = min(start + _BLOCK, xf.size)
-        cdf, pdf, flags, _ = scratch.take(end - start)
+    for start, end, cdf, pdf, flags, _ in _blocks(xf.size):
         block = xf[start:end]
         zero = flags.view(np.bool_)[: end - start]
         np.equal(block, 0.0, out=zero)
