@@ -27,10 +27,26 @@ from ..device import Device
 from ..errors import DistributedError
 from .config import ReduceOperation
 
-__all__ = ["CLOSING", "IDLE", "IN_BACKWARD", "WAITING", "Collective", "Pending"]
+__all__ = [
+    "CLOSING",
+    "IDLE",
+    "IN_BACKWARD",
+    "STATE_TEXT",
+    "WAITING",
+    "Collective",
+    "Pending",
+    "RankCollective",
+]
 
 # A member's progress (``Collective.set_state``), as peers see it in heartbeats.
 IDLE, IN_BACKWARD, WAITING, CLOSING = 0, 1, 2, 3
+#: a peer's state as a fault message says it
+STATE_TEXT = {
+    IDLE: "not in a backward",
+    IN_BACKWARD: "in its backward",
+    WAITING: "waiting for its all-reduces",
+    CLOSING: "closing its distributed context (exiting)",
+}
 
 
 class Pending:
@@ -199,3 +215,24 @@ class Collective:
 
     def close(self, timeout: float) -> None:
         """Release what the engine holds; pending operations fail."""
+
+
+class RankCollective(Collective):
+    """What the engines of one process per rank (``mpi``, ``torch``) share: the collectives
+    (``_in_flight``) and registration exchanges (``_exchanges``) they track, each with its
+    ``pending``, and that a fault breaks them all: a timed-out collective cannot be taken back
+    on any rank, so the engine is unusable afterwards."""
+
+    def abandon(self, pending: Pending, reason: str) -> None:
+        """A timed-out collective or exchange cannot be taken back: the engine breaks."""
+        self._break(reason)
+
+    def _break(self, reason: str) -> None:
+        if self.broken is None:
+            self.broken = f"unusable after an earlier fault ({reason})"
+        message = f"{self.name}: {reason}"
+        for item in self._in_flight:
+            item.pending.finish(error=message)
+        for exchange in self._exchanges:
+            exchange.pending.finish(error=message)
+        self._in_flight, self._exchanges = [], []

@@ -43,17 +43,11 @@ import numpy as np
 from ..device import Device
 from ..errors import DistributedError
 from .config import DistributedConfig, ReduceOperation
-from .engine import CLOSING, IDLE, IN_BACKWARD, WAITING, Collective, Pending
+from .engine import CLOSING, STATE_TEXT, Pending, RankCollective
 
 __all__ = ["MpiEngine"]
 
 _TAG_HEARTBEAT, _TAG_REG_HEAD, _TAG_REG_BODY = 11, 12, 13
-_STATES = {
-    IDLE: "not in a backward",
-    IN_BACKWARD: "in its backward",
-    WAITING: "waiting for its all-reduces",
-    CLOSING: "closing its distributed context (exiting)",
-}
 # MPI progresses only inside MPI calls, and a collective takes several rounds in which both
 # ranks must call in, so how often we poll sets its latency (a 40 KB all-reduce: 0.02 ms when
 # polled back to back, 1.4 ms with 0.2 ms sleeps in between). While backward still computes,
@@ -147,7 +141,7 @@ class _Exchange:
         return [r for r in range(self.engine.size) if r not in self.received]
 
 
-class MpiEngine(Collective):
+class MpiEngine(RankCollective):
     """Collectives between ranks. See the module docstring."""
 
     name = "mpi"
@@ -433,22 +427,8 @@ class MpiEngine(Collective):
             return f"rank {index} has sent no heartbeat for {silent:.1f} s, so it has probably died"
         return (
             f"rank {index} is alive (last heartbeat {silent:.1f} s ago) at backward step {step}, "
-            f"{_STATES.get(state, '?')}"
+            f"{STATE_TEXT.get(state, '?')}"
         )
-
-    def abandon(self, pending: Pending, reason: str) -> None:
-        """A timed-out collective or exchange cannot be taken back: the engine breaks."""
-        self._break(reason)
-
-    def _break(self, reason: str) -> None:
-        if self.broken is None:
-            self.broken = f"unusable after an earlier fault ({reason})"
-        message = f"mpi: {reason}"
-        for item in self._in_flight:
-            item.pending.finish(error=message)
-        for exchange in self._exchanges:
-            exchange.pending.finish(error=message)
-        self._in_flight, self._exchanges = [], []
 
     def close(self, timeout: float) -> None:
         """Tell peers, wait (at most ``timeout``) until every rank closes, free the

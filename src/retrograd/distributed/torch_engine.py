@@ -57,16 +57,10 @@ import numpy as np
 from ..device import Device
 from ..errors import DistributedError, InvalidArgumentError
 from .config import DistributedConfig, ReduceOperation
-from .engine import CLOSING, IDLE, IN_BACKWARD, WAITING, Collective, Pending
+from .engine import CLOSING, IDLE, STATE_TEXT, Pending, RankCollective
 
 __all__ = ["TorchEngine", "launcher_environment"]
 
-_STATES = {
-    IDLE: "not in a backward",
-    IN_BACKWARD: "in its backward",
-    WAITING: "waiting for its all-reduces",
-    CLOSING: "closing its distributed context (exiting)",
-}
 # gloo and NCCL progress on their own threads: polling only decides how soon a completed
 # collective is noticed. While backward computes, poll gently; while a device waits for its
 # results, poll back to back briefly, then every 0.2 ms (the MPI engine's reasoning: spinning
@@ -192,7 +186,7 @@ class _Exchange:
         ]
 
 
-class TorchEngine(Collective):
+class TorchEngine(RankCollective):
     """Collectives between the processes of a ``torchrun`` job. See the module docstring."""
 
     name = "torch"
@@ -569,7 +563,7 @@ class TorchEngine(Collective):
             return f"rank {index} has sent no heartbeat for {silent:.1f} s, so it has probably died"
         return (
             f"rank {index} is alive (last heartbeat {silent:.1f} s ago) at backward step {step}, "
-            f"{_STATES.get(state, '?')}"
+            f"{STATE_TEXT.get(state, '?')}"
         )
 
     def _peers_status(self) -> str:
@@ -605,20 +599,6 @@ class TorchEngine(Collective):
             return exchange.missing()
         except Exception:  # the store went with the launcher
             return []
-
-    def abandon(self, pending: Pending, reason: str) -> None:
-        """A timed-out collective or exchange cannot be taken back: the engine breaks."""
-        self._break(reason)
-
-    def _break(self, reason: str) -> None:
-        if self.broken is None:
-            self.broken = f"unusable after an earlier fault ({reason})"
-        message = f"torch: {reason}"
-        for item in self._in_flight:
-            item.pending.finish(error=message)
-        for exchange in self._exchanges:
-            exchange.pending.finish(error=message)
-        self._in_flight, self._exchanges = [], []
 
     def close(self, timeout: float) -> None:
         """Tell peers, wait (at most ``timeout``) until every rank closes, free the process
