@@ -1,4 +1,5 @@
-"""Models and graphs shared by the distributed tests: in-process (threads) and MPI scripts.
+"""Models, graphs and checks shared by the distributed tests: in-process (threads), the MPI
+scripts and the torchrun scripts.
 
 Each gradient helper runs one backward on one device; with ``distributed=True`` the
 parameters are marked with ``set_distributed`` (so a running context all-reduces them), with
@@ -7,7 +8,11 @@ parameters are marked with ``set_distributed`` (so a running context all-reduces
 
 from __future__ import annotations
 
+import gc
 import itertools
+import os
+import time
+import weakref
 
 import numpy as np
 
@@ -84,4 +89,98 @@ def mlp_params(sizes, seed=0, dtype=np.float32):
     for k, (a, b) in enumerate(itertools.pairwise(sizes)):
         params[f"l{k}.w"] = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(dtype)
         params[f"l{k}.b"] = (rng.standard_normal(b) * 0.1).astype(dtype)
+    return params
+
+
+# -- what the multi-process scripts share ----------------------------------------------------
+class Checks:
+    """A tally of checks, the failed ones described (each rank reports it as JSON)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.failures: list[str] = []
+
+    def close(self, name: str, actual, expected, rtol=1e-5, atol=1e-6) -> None:
+        self.count += 1
+        if not np.allclose(actual, expected, rtol=rtol, atol=atol):
+            self.failures.append(
+                f"{name}: got {np.asarray(actual).ravel()[:4]}..., expected "
+                f"{np.asarray(expected).ravel()[:4]}..."
+            )
+
+    def true(self, name: str, condition: bool) -> None:
+        self.count += 1
+        if not condition:
+            self.failures.append(name)
+
+
+def reduce(arrays, op):
+    """What an all-reduce of ``arrays`` (one per rank) with ``op`` gives."""
+    total = np.sum(arrays, axis=0)
+    return total / len(arrays) if op is rg.distributed.ReduceOperation.MEAN else total
+
+
+def dying_op():
+    """An op whose backward ends the process: a rank that dies in the middle of backward."""
+    from retrograd.autodiff.ops import Op
+
+    def die(B, g):  # noqa: N803 - backward rules name the backend B
+        time.sleep(0.5)  # a long backward: registration and b's all-reduce are out by now
+        os._exit(3)
+
+    return Op(
+        "test_dies_in_backward",
+        ("x",),
+        (),
+        (die,),
+        memory_bound=False,
+        forward=lambda backend, x: x,
+    )
+
+
+def fault_step(device, extra=False, die=False):
+    """One step of the fault scripts: ``w`` and ``b`` distributed; ``extra`` registers a
+    parameter the other ranks lack; ``die`` ends the process inside backward."""
+    w = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("w")
+    b = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("b")
+    loss = (w * 2.0).sum()
+    if die:  # b's gradient is final first (it is used last); w's passes through the op
+        w = rg.Tensor(w.backend.apply(dying_op(), w.primitive), w.backend, device)
+        loss = (w * 2.0).sum()
+    loss = loss + (loss * b).sum()
+    if extra:
+        extra = rg.tensor(np.ones(2, np.float32), device=device).set_distributed("extra")
+        loss = loss + extra.sum()
+    return w.grad(loss.backward()).numpy()
+
+
+def train_mlp_in_shards(ctx, start, steps, lr, shard_size):
+    """SGD on an MLP, each rank on its shard of one seeded batch, MEAN-synced by ``ctx``:
+    ``(params, xs, ys, outlived)``, ``outlived`` counting gradient buffers that survived into
+    the next step (reference counting alone must free them)."""
+    n, rank, device = ctx.world_size, ctx.rank, ctx.device
+    rng = np.random.default_rng(12)
+    xs = rng.standard_normal((n * shard_size, 6))
+    ys = np.tanh(xs[:, :3]) + 0.1 * rng.standard_normal((n * shard_size, 3))
+    params = dict(start)
+    shard = slice(rank * shard_size, (rank + 1) * shard_size)
+    outlived, previous = 0, []
+    gc.disable()
+    for _ in range(steps):
+        grads = mlp_grads(device, xs[shard], ys[shard], params, True)
+        params = {k: params[k] - lr * grads[k] for k in params}
+        outlived += sum(ref() is not None for ref in previous)
+        # the buffer a gradient lives in (the reduced bucket, for a view into one)
+        previous = [weakref.ref(g if g.base is None else g.base) for g in grads.values()]
+        del grads
+    gc.enable()
+    return params, xs, ys, outlived
+
+
+def train_mlp_whole_batch(xs, ys, start, steps, lr):
+    """The same training in one process, on the whole batch."""
+    params = dict(start)
+    for _ in range(steps):
+        grads = mlp_grads(rg.Device("cpu", 0), xs, ys, params, False)
+        params = {k: params[k] - lr * grads[k] for k in params}
     return params

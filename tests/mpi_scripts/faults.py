@@ -20,42 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
 
 import retrograd as rg
+from distributed_cases import fault_step
 from retrograd import distributed as dist
-
-
-def dying_op():
-    """An op whose backward ends the process: a rank that dies in the middle of backward."""
-    from retrograd.autodiff.ops import Op
-
-    def die(B, g):  # noqa: N803 - backward rules name the backend B
-        time.sleep(0.5)  # a long backward: registration and b's all-reduce are out by now
-        os._exit(3)
-
-    return Op(
-        "test_dies_in_backward",
-        ("x",),
-        (),
-        (die,),
-        memory_bound=False,
-        forward=lambda backend, x: x,
-    )
-
-
-def step(device, extra=False, die=False):
-    w = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("w")
-    b = rg.tensor(np.ones((3, 3), np.float32), device=device).set_distributed("b")
-    loss = (w * 2.0).sum()
-    if die:  # b's gradient is final first (it is used last); w's passes through the op
-        w = rg.Tensor(w.backend.apply(dying_op(), w.primitive), w.backend, device)
-        loss = (w * 2.0).sum()
-    loss = loss + (loss * b).sum()
-    if extra:
-        extra = rg.tensor(np.ones(2, np.float32), device=device).set_distributed("extra")
-        loss = loss + extra.sum()
-    return w.grad(loss.backward()).numpy()
 
 
 def main() -> None:
@@ -66,7 +35,7 @@ def main() -> None:
     )
     ctx = dist.DistributedContext.from_launcher(config).start()
     rank, device = ctx.rank, ctx.device
-    report = {"rank": rank, "first_step": step(device).tolist()}
+    report = {"rank": rank, "first_step": fault_step(device).tolist()}
     report["overlapping"] = ctx.server.config.overlap is not False
     if rank == 1 and mode == "exit":
         os._exit(3)
@@ -78,7 +47,7 @@ def main() -> None:
         return
     started = time.monotonic()
     try:
-        step(
+        fault_step(
             device,
             extra=(mode == "mismatch" and rank == 1),
             die=(mode == "die_in_backward" and rank == 1),
@@ -88,7 +57,7 @@ def main() -> None:
         report["error"] = str(error)
     report["elapsed"] = time.monotonic() - started
     if mode == "mismatch":
-        report["next_step"] = step(device).tolist()
+        report["next_step"] = fault_step(device).tolist()
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     ctx.close()
 

@@ -15,30 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for dist
 import numpy as np
 
 import retrograd as rg
-from distributed_cases import GRAPHS, data, gradients, mlp_grads, mlp_params
+from distributed_cases import GRAPHS, Checks, data, gradients, mlp_grads, mlp_params, reduce
 from retrograd import distributed as dist
 
 SUM, MEAN = dist.ReduceOperation.SUM, dist.ReduceOperation.MEAN
 STRATEGIES = {"none": rg.NoCheckpointing(), "balanced": rg.BalancedCheckpointing()}
-
-
-class Checks:
-    def __init__(self) -> None:
-        self.count = 0
-        self.failures: list[str] = []
-
-    def close(self, name: str, actual, expected, rtol=1e-5, atol=1e-6) -> None:
-        self.count += 1
-        if not np.allclose(actual, expected, rtol=rtol, atol=atol):
-            self.failures.append(
-                f"{name}: got {np.asarray(actual).ravel()[:4]}..., expected "
-                f"{np.asarray(expected).ravel()[:4]}..."
-            )
-
-
-def reduce(arrays, op):
-    total = np.sum(arrays, axis=0)
-    return total / len(arrays) if op is MEAN else total
 
 
 def graph_checks(ctx, op: dist.ReduceOperation, checks: Checks) -> None:

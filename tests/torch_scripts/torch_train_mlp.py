@@ -6,9 +6,7 @@ gradient buffers outlived the step with the garbage collector off."""
 
 from __future__ import annotations
 
-import gc
 import sys
-import weakref
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -16,8 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from torch_common import use_suite_backend, write_report
 
-import retrograd as rg
-from distributed_cases import mlp_grads, mlp_params
+from distributed_cases import mlp_params, train_mlp_in_shards, train_mlp_whole_batch
 from retrograd import distributed as dist
 
 STEPS, LR, SHARD = 20, 0.05, 8
@@ -32,28 +29,10 @@ def main() -> None:
             dist.ReduceOperation.MEAN, timeout=30.0, bucket_bytes=bucket_bytes
         )
         with dist.DistributedContext.from_launcher(config, engine="torch") as ctx:
-            n, rank, device = ctx.world_size, ctx.rank, ctx.device
-            rng = np.random.default_rng(12)
-            xs = rng.standard_normal((n * SHARD, 6))
-            ys = np.tanh(xs[:, :3]) + 0.1 * rng.standard_normal((n * SHARD, 3))
-            params = dict(start)
-            shard = slice(rank * SHARD, (rank + 1) * SHARD)
-            outlived, previous = 0, []
-            gc.disable()  # reference counting alone must free each step's gradients
-            for _ in range(STEPS):
-                grads = mlp_grads(device, xs[shard], ys[shard], params, True)
-                params = {k: params[k] - LR * grads[k] for k in params}
-                outlived += sum(ref() is not None for ref in previous)
-                # the buffer a gradient lives in (the reduced bucket, for a view into one)
-                previous = [weakref.ref(g if g.base is None else g.base) for g in grads.values()]
-                del grads
-            gc.enable()
+            n, rank = ctx.world_size, ctx.rank
+            params, xs, ys, outlived = train_mlp_in_shards(ctx, start, STEPS, LR, SHARD)
             stats = ctx.stats.as_dict()
-        # the same training in one process, on the whole batch
-        reference = dict(start)
-        for _ in range(STEPS):
-            grads = mlp_grads(rg.Device("cpu", 0), xs, ys, reference, False)
-            reference = {k: reference[k] - LR * grads[k] for k in reference}
+        reference = train_mlp_whole_batch(xs, ys, start, STEPS, LR)
         write_report(
             out / f"buckets{bucket_bytes}",
             {
