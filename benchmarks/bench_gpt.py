@@ -18,7 +18,12 @@ the peak of ``torch.profiler``'s per-op allocations minus frees (``self_cpu_memo
 summed in the order the ops start, less the parameter gradients (a temporary an op frees
 itself is netted out, so it undercounts).
 
-Run: ``PYTHONPATH=src python benchmarks/bench_gpt.py [--size small|medium|both] [--rounds 10]``
+``--inner torch`` runs retrograd over ``rg.TorchBackend("cpu")`` (the same engine on torch
+tensors and torch's kernels); its memory is then counted as torch's is, with the profiler
+(*kept*: the running sum at the end of forward).
+
+Run: ``PYTHONPATH=src python benchmarks/bench_gpt.py [--size small|medium|both] [--rounds 10]
+[--inner numpy|torch]``
 """
 
 from __future__ import annotations
@@ -198,9 +203,9 @@ def init_weights(torch, model):
 
 # -- one step, by phase ----------------------------------------------------------------------------
 class RetrogradRunner:
-    def __init__(self, config, state, idx, targets, checkpointing):
+    def __init__(self, config, state, idx, targets, checkpointing, inner):
         n_layer, n_head, n_embd, block_size, _ = config
-        self.backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=checkpointing)
+        self.backend = rg.Autodiff(inner, checkpointing=checkpointing)
         with rg.use_backend(self.backend):
             self.model = GPT(n_layer, n_head, n_embd, block_size)
             self.model.load_state_dict(state)
@@ -227,6 +232,15 @@ class RetrogradRunner:
     def memory(self):
         from retrograd.memory import measure_step_memory
 
+        if isinstance(self.backend.inner, rg.TorchBackend):
+            # torch's CPU allocator is invisible to tracemalloc: the profiler's count, as for
+            # torch itself (parameter gradients excluded)
+            with rg.use_backend(self.backend):
+                kept, peak = profiled_memory(
+                    lambda: self.model(self.idx, self.targets), lambda loss: loss.backward()
+                )
+            grads = sum(p.numel() * 4 for p in self.model.parameters())
+            return kept, max(kept, peak - grads)
         with rg.use_backend(self.backend):
             memory = measure_step_memory(
                 lambda: self.model(self.idx, self.targets), self.model.parameters()
@@ -261,8 +275,6 @@ class TorchRunner:
         forward saves for backward (parameters excluded), and the larger of that and the
         profiler's running sum of per-op allocations (see the module docstring)."""
         torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
         parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
         saved = {}
 
@@ -272,30 +284,44 @@ class TorchRunner:
                 saved[storage.data_ptr()] = storage.nbytes()
             return t
 
-        self.optimizer.zero_grad(set_to_none=True)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        def forward():
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = self.model(self.idx, self.targets)
-            loss.backward()
-            del loss
-        # each op's own allocations minus its frees (children excluded), in start order
-        events = [
-            (e.time_range.start, e.self_cpu_memory_usage)
-            for e in prof.events()
-            if e.self_cpu_memory_usage
-        ]
-        events.sort()
-        level = peak = 0
-        for _, delta in events:
-            level += delta
-            peak = max(peak, level)
+                return self.model(self.idx, self.targets)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        peak = profiled_memory(forward, lambda loss: loss.backward())[1]
         grads = sum(p.grad.numel() * p.grad.element_size() for p in self.model.parameters())
         self.optimizer.zero_grad(set_to_none=True)
         kept = sum(saved.values())
         return kept, max(kept, peak - grads)
 
 
-def run(size, rounds, torch, checkpointing):
+def profiled_memory(forward, backward) -> tuple[int, int]:
+    """``(kept, peak)`` of ``backward(forward())`` as ``torch.profiler`` sees torch's CPU
+    allocations (tracemalloc cannot): each op's own allocations minus frees (children
+    excluded), summed in the order the ops start; ``kept`` is the sum over forward, ``peak``
+    the highest running sum over both. An op's own temporaries are netted out (a lower bound)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    level = peak = 0
+    result = None
+    for phase in (forward, backward):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = phase() if result is None else phase(result)
+        deltas = sorted(
+            (e.time_range.start, e.self_cpu_memory_usage)
+            for e in prof.events()
+            if e.self_cpu_memory_usage
+        )
+        for _, delta in deltas:
+            level += delta
+            peak = max(peak, level)
+        if phase is forward:
+            kept = level
+    return kept, peak
+
+
+def run(size, rounds, torch, checkpointing, inner):
     config = SIZES[size]
     n_layer, n_head, n_embd, block_size, batch = config
     model = torch_gpt(torch, n_layer, n_head, n_embd, block_size)
@@ -309,7 +335,7 @@ def run(size, rounds, torch, checkpointing):
     data = rng.integers(0, VOCAB, (batch, block_size + 1))
     idx, targets = data[:, :-1].copy(), data[:, 1:].copy()
     runners = {
-        "retrograd": RetrogradRunner(config, state, idx, targets, checkpointing),
+        "retrograd": RetrogradRunner(config, state, idx, targets, checkpointing, inner),
         "torch": TorchRunner(torch, model, idx, targets),
     }
     phases = ("forward", "backward", "optimizer")
@@ -332,11 +358,12 @@ def run(size, rounds, torch, checkpointing):
     return config, times, losses, memory
 
 
-def describe(size, config, times, losses, memory, rounds, strategy):
+def describe(size, config, times, losses, memory, rounds, strategy, inner):
     n_layer, n_head, n_embd, block_size, batch = config
     print(
         f"\n{size}: {n_layer} layers, {n_head} heads, n_embd {n_embd}, block {block_size}, "
-        f"batch {batch}, vocab {VOCAB}; retrograd {strategy}; {rounds} interleaved rounds"
+        f"batch {batch}, vocab {VOCAB}; retrograd over {inner!r}, {strategy}; "
+        f"{rounds} interleaved rounds"
     )
     print(f"first loss: retrograd {losses['retrograd']:.6f}, torch {losses['torch']:.6f}")
     rows = []
@@ -372,6 +399,12 @@ def main() -> None:
     parser.add_argument("--size", choices=[*SIZES, "both"], default="both")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--balanced", action="store_true", help="BalancedCheckpointing")
+    parser.add_argument(
+        "--inner",
+        choices=("numpy", "torch"),
+        default="numpy",
+        help="retrograd's inner backend: NumPy, or torch tensors on the CPU (TorchBackend)",
+    )
     args = parser.parse_args()
     torch = common.torch_single_thread()
     if torch is None:
@@ -379,9 +412,10 @@ def main() -> None:
     print(common.machine())
     strategy = "BalancedCheckpointing" if args.balanced else "NoCheckpointing"
     checkpointing = rg.BalancedCheckpointing() if args.balanced else rg.NoCheckpointing()
+    inner = rg.TorchBackend("cpu") if args.inner == "torch" else rg.NumpyBackend()
     for size in SIZES if args.size == "both" else (args.size,):
-        config, times, losses, memory = run(size, args.rounds, torch, checkpointing)
-        describe(size, config, times, losses, memory, args.rounds, strategy)
+        config, times, losses, memory = run(size, args.rounds, torch, checkpointing, inner)
+        describe(size, config, times, losses, memory, args.rounds, strategy, inner)
 
 
 if __name__ == "__main__":

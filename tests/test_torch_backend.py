@@ -502,3 +502,82 @@ def test_gradients_equal_the_numpy_backends_and_are_identical_across_strategies(
             np.testing.assert_array_equal(a, b)  # bit for bit across strategies
     for a, b in zip(on_torch[0], reference):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)  # float32 rounding
+
+
+# -- the fused transformer kernels: torch's own (flash attention, native layer norm) ----------
+EMPTY = np.zeros(0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "q_shape, k_shape, v_width",
+    [
+        ((2, 3, 6, 4), (2, 3, 6, 4), 4),  # torch's flash kernel
+        ((2, 3, 5, 4), (2, 3, 7, 4), 4),  # more keys than queries
+        ((2, 3, 7, 4), (2, 3, 5, 4), 4),  # fewer: causal is top-left aligned
+        ((3, 6, 4), (3, 6, 4), 4),  # 3-d and 5-d reshape to [batch, heads, L, E]
+        ((2, 2, 2, 6, 4), (2, 2, 2, 6, 4), 4),
+        ((2, 3, 6, 4), (2, 3, 6, 4), 3),  # another value width: the composed default
+    ],
+)
+def test_attention_and_its_backward(q_shape, k_shape, v_width, causal):
+    q = RNG.standard_normal(q_shape)
+    k = RNG.standard_normal(k_shape)
+    v = RNG.standard_normal((*k_shape[:-1], v_width))
+    grad = RNG.standard_normal((*q_shape[:-1], v_width))
+    run("attention", [q, k, v, EMPTY, EMPTY], (0.3, causal), rtol=1e-10, atol=1e-12)
+    out, lse = NP.attention(q, k, v, EMPTY, EMPTY, 0.3, causal)
+    run(
+        "attention_backward",
+        [grad, q, k, v, out, lse, EMPTY, EMPTY],
+        (0.3, causal),
+        rtol=1e-10,
+        atol=1e-12,
+    )
+
+
+def test_attention_with_a_mask_or_dropout_takes_the_composed_default():
+    q, k, v = (RNG.standard_normal((2, 3, 6, 4)) for _ in range(3))
+    mask = np.where(RNG.random((6, 6)) < 0.3, -np.inf, 0.0)
+    mask[:, 0] = 0.0
+    drop = (RNG.random((2, 3, 6, 6)) < 0.8) / 0.8
+    for args in ([q, k, v, mask, EMPTY], [q, k, v, EMPTY, drop]):
+        run("attention", args, (0.5, False), rtol=1e-10, atol=1e-12)
+
+
+def test_float32_attention_matches_within_float32_rounding():
+    q, k, v = (RNG.standard_normal((2, 4, 16, 8)).astype(np.float32) for _ in range(3))
+    empty = np.zeros(0, np.float32)
+    run("attention", [q, k, v, empty, empty], (8**-0.5, True), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_layer_norm_backward(with_weight):
+    x, grad = RNG.standard_normal((4, 5, 6)), RNG.standard_normal((4, 5, 6))
+    weight = RNG.standard_normal(6) if with_weight else EMPTY
+    _, stats = NP.layer_norm(x, weight, RNG.standard_normal(6), 1e-5)
+    np_out = NP.layer_norm_backward(grad, x, weight, stats, 1e-5)
+    torch_args = [TB.from_data(a, None, None) for a in (grad, x, weight, stats)]
+    torch_out = TB.layer_norm_backward(*torch_args, 1e-5)
+    # without a weight, dweight is meaningless (the protocol's contract): compare dx and dbias
+    keep = (0, 1, 2) if with_weight else (0, 2)
+    same(tuple(np_out[i] for i in keep), tuple(torch_out[i] for i in keep), 1e-10, 1e-12)
+    assert tuple(torch_out[1].shape) == (6,)
+
+
+@pytest.mark.parametrize(
+    "slices", [(slice(1, 7, 2), slice(None, None, -2)), (slice(None), slice(3, 0, -1))]
+)
+def test_slice_backward(slices):
+    shape = (8, 4)
+    grad = RNG.standard_normal(np.zeros(shape)[slices].shape)
+    np_out = NP.slice_backward(NP.from_data(grad, None, None), shape, slices)
+    same(np_out, TB.slice_backward(TB.from_data(grad, None, None), shape, slices), 0, 0)
+
+
+@pytest.mark.parametrize("weight_decay, decoupled", [(0.1, True), (0.1, False), (0.0, False)])
+def test_adam_update_rounds_as_the_numpy_kernel(weight_decay, decoupled):
+    value, grad, first = (RNG.standard_normal(50).astype(np.float32) for _ in range(3))
+    second = np.abs(RNG.standard_normal(50)).astype(np.float32)
+    hyper = (3, 1e-3, 0.9, 0.999, 1e-8, weight_decay, decoupled)
+    run("adam_update", [value, grad, first, second], hyper, rtol=0, atol=0)
