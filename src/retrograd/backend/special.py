@@ -12,7 +12,9 @@ stay in cache (one pass over memory instead of twenty). It agrees with the exact
 4.2e-7 relative everywhere (about four float32 epsilons; tests/test_transformer_ops.py checks
 it against scipy in float64) and runs about four times faster than scipy's float32 ``erf``.
 
-:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way.
+:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way;
+float32 :func:`gelu` writes Phi as a logistic of a fitted polynomial (fewer passes than the
+rational, see ``_MINUS_LOGIT``).
 """
 
 from __future__ import annotations
@@ -99,14 +101,25 @@ def _erf_block(t: np.ndarray, x2: np.ndarray, p: np.ndarray, q: np.ndarray) -> n
     return _rational_block(t, x2, p, q, _ALPHA, _BETA)
 
 
-# For GELU the same rational in x rather than x / sqrt(2), and halved: the coefficient of
-# x^(2i+1) times 2^-(i + 1/2) / 2, of x^(2k) times 2^-k. Then 0.5 * erf(x / sqrt(2)) comes
-# straight from x, two passes fewer per block.
-_HALF_ALPHA = tuple(
-    np.float32(float(c) * 2.0 ** -(len(_ALPHA) - 1 - i + 0.5) / 2.0) for i, c in enumerate(_ALPHA)
+# For GELU, Phi(x) as a logistic: Phi(x) = 1 / (1 + exp(-v(x))), v = logit(Phi) odd, fitted by
+# x * V(x^2), V of degree 6 (iteratively reweighted least squares on [0, 10] in float64,
+# weighted by how an error in v moves gelu: x * Phi * (1 - Phi)). Then gelu(x) = x / (1 +
+# exp(-v(x))): 18 passes per block instead of the rational's 26 (exp is one vectorized pass),
+# within 6e-7 absolute of the exact gelu in float32 everywhere (torch's float32 formula:
+# 1.2e-6). V's leading coefficient is positive, so -v runs to -+inf monotonically as x grows
+# in size: overflow to inf gives exp 0 or inf, hence x or -0, the float32 limits.
+_MINUS_LOGIT = tuple(
+    np.float32(-c)
+    for c in (
+        3.611400036420895e-09,  # x^13
+        -2.669003323788109e-07,
+        7.93834141678385e-06,
+        -0.0001104812194482487,
+        -6.6256955241271e-05,
+        0.0726685629871631,
+        1.5957684335247322,  # x^1
+    )
 )
-_HALF_BETA = tuple(np.float32(float(c) * 2.0 ** -(len(_BETA) - 1 - i)) for i, c in enumerate(_BETA))
-_GELU_CLAMP = 4.0 * 2.0**0.5
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -134,18 +147,26 @@ def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)``, Phi the standard normal CDF, in the dtype of ``x``.
 
     float64: ``0.5 * x * erfc(-x / sqrt(2))``, exact where ``1 + erf`` would cancel; float32:
-    ``0.5 * x * (1 + erf(x / sqrt(2)))``, PyTorch's float32 formula, one pass per block.
+    ``x / (1 + exp(-v(x)))``, ``v`` the fitted logit of Phi above, one pass per block.
     """
     if x.dtype != np.float32:
         return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
     flat = _flat(x)
     out = np.empty_like(flat)
-    for start, end, t, x2, p, q in _blocks(flat.size):
-        block = flat[start:end]
-        np.clip(block, -_GELU_CLAMP, _GELU_CLAMP, out=t)
-        p = _rational_block(t, x2, p, q, _HALF_ALPHA, _HALF_BETA)  # 0.5 * erf(x / sqrt(2))
-        p += np.float32(0.5)
-        np.multiply(p, block, out=out[start:end])
+    first, rest = _MINUS_LOGIT[0], _MINUS_LOGIT[1:-1]
+    with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limit
+        for start, end, x2, p, _, _ in _blocks(flat.size):
+            block = flat[start:end]
+            np.multiply(block, block, out=x2)
+            np.multiply(x2, first, out=p)
+            for coefficient in rest:
+                p += coefficient
+                p *= x2
+            p += _MINUS_LOGIT[-1]
+            p *= block
+            np.exp(p, out=p)
+            p += np.float32(1.0)
+            np.divide(block, p, out=out[start:end])
     return out.reshape(x.shape)
 
 
@@ -153,7 +174,7 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarra
     """``grad * (Phi(x) + x * phi(x))``, the gradient of :func:`gelu` at ``x``.
 
     float32 reads ``Phi(x)`` back from the forward's output, ``out / x`` (0.5 at 0), instead
-    of evaluating erf again: the only transcendental left is ``exp(-x^2 / 2)``.
+    of evaluating it again: the only transcendental left is ``exp(-x^2 / 2)``.
     """
     if x.dtype != np.float32:
         cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)
