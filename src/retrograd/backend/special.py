@@ -183,18 +183,18 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarra
     shape = x.shape
     gf, xf, of = _flat(grad), _flat(x), _flat(out)
     result = np.empty(xf.size, np.float32)
-    for start, end, cdf, pdf, flags, _ in _blocks(xf.size):
+    for start, end, square, total, _, _ in _blocks(xf.size):
+        # (out + x^2 exp(-x^2 / 2) / sqrt(2 pi)) / x = Phi + x phi: eight passes a block
         block = xf[start:end]
-        zero = flags.view(np.bool_)[: end - start]
-        np.equal(block, 0.0, out=zero)
-        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where x = 0, replaced next
-            np.divide(of[start:end], block, out=cdf)
-        np.copyto(cdf, np.float32(0.5), where=zero)
-        np.multiply(block, block, out=pdf)
-        pdf *= np.float32(-0.5)
-        np.exp(pdf, out=pdf)
-        pdf *= block
-        pdf *= np.float32(_INV_SQRT_2PI)
-        cdf += pdf
-        np.multiply(cdf, gf[start:end], out=result[start:end])
+        np.multiply(block, block, out=square)
+        np.multiply(square, np.float32(-0.5), out=total)
+        np.exp(total, out=total)
+        total *= square
+        total *= np.float32(_INV_SQRT_2PI)
+        total += of[start:end]
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where x = 0: next
+            total /= block
+        if not block.all():  # Phi(0) + 0 = 1/2
+            total[block == 0.0] = np.float32(0.5)
+        np.multiply(total, gf[start:end], out=result[start:end])
     return result.reshape(shape)
