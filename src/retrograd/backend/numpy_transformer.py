@@ -293,11 +293,11 @@ class NumpyTransformerKernels:
                     if drop.size:  # the sum of the kept probabilities, then dropout
                         total = np.matmul(scores, ones[..., :keys, :])
                         scores *= _rows(drop_part, rows, keys)
-                        np.matmul(scores, values[..., :keys, :], out=target)
+                        weighted = np.matmul(scores, values[..., :keys, :])
                     else:
                         weighted = np.matmul(scores, extended[..., :keys, :])
                         total = weighted[..., -1:]
-                        np.copyto(target, weighted[..., :-1])
+                        weighted = weighted[..., :-1]
                     if exact or not (total < _UNDERFLOW).any():
                         break
                 offset = queries[..., rows, -1:]  # minus the bound (or 0)
@@ -306,7 +306,7 @@ class NumpyTransformerKernels:
                         total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
                         peak[hidden_rows] = np.inf
                     offset = offset - peak
-                target /= total
+                np.divide(weighted, total, out=target)
                 lse[start:end, ..., rows] = (np.log(total) - offset)[..., 0]
         return out, lse
 
