@@ -24,8 +24,9 @@ import scipy.special
 
 __all__ = ["erf", "gelu", "gelu_backward"]
 
-#: Elements per block: four float32 scratch buffers of this size stay in a core's L2 cache.
-_BLOCK = 1 << 15
+#: Elements per block: four float32 scratch buffers of this size (1 MiB) stay in a core's L2
+#: cache (2 MiB here); measured 4-7% faster than 32 K (fewer ufunc calls), 128 K slower.
+_BLOCK = 1 << 16
 
 # Eigen's generic_fast_erf_float (also XLA's ErfImpl32): odd numerator, even denominator.
 _ALPHA = tuple(
