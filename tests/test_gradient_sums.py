@@ -37,6 +37,7 @@ def test_split_pieces_sum_into_one_buffer_and_match_torch(dtype, monkeypatch):
     tolerance = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(x.grad(grads).numpy(), t.grad.numpy(), rtol=tolerance)
     assert len(calls) >= 2  # the pieces after the first went into the sum
+    assert not grads.owned and not grads.in_place  # nothing held once backward is done
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -62,6 +63,7 @@ def test_sums_never_write_into_a_gradient_another_node_holds():
     loss = z.sum() + (a * 3.0).sum() + (b * 5.0).sum() + (y * 7.0).sum()
     grads = loss.backward()
     np.testing.assert_array_equal(z.grad(grads).numpy(), np.ones((2, 4)))
+    assert not grads.owned
     expected = 2.0 + np.array([3.0, 3.0, 5.0, 5.0]) + 7.0
     np.testing.assert_array_equal(x.grad(grads).numpy(), np.broadcast_to(expected, (2, 4)))
 
@@ -82,3 +84,17 @@ def test_select_add_of_many_indices_sums_each_run(dim):
     ours = rg.NumpyBackend().select_add(x, indices, values, dim)
     np.testing.assert_allclose(ours, expected, rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(x, before)  # x is not written into
+
+
+def test_a_leaf_gradient_is_summed_into_new_arrays(monkeypatch):
+    """A leaf's gradient, which hooks may take as soon as it is final, is never added into:
+    each sum of its contributions is a new array."""
+    calls = []
+    kernel = rg.NumpyBackend.accumulate
+    monkeypatch.setattr(
+        rg.NumpyBackend, "accumulate", lambda self, *args: calls.append(1) or kernel(self, *args)
+    )
+    w = rg.tensor(rng.standard_normal((3, 3))).require_grad()
+    grads = ((w * 2.0).sum() + (w * w).sum() + (w * 3.0).sum()).backward()
+    np.testing.assert_allclose(w.grad(grads).numpy(), 5.0 + 2 * w.numpy(), rtol=1e-15)
+    assert not calls and not grads.owned

@@ -57,7 +57,10 @@ class Gradients:
         #: ``create_graph``, whose gradients are recorded values)
         self.in_place = False
         #: node id -> the gradient sum this object allocated and alone holds (a sum of
-        #: contributions, or a fresh slice gradient): only those are added into in place
+        #: contributions, or a fresh slice gradient): only those are added into in place.
+        #: Intermediates only: each is dropped when its node's step reads it, so nothing is
+        #: left here after backward (a leaf's gradient, which hooks may take or replace as
+        #: soon as it is final, is always summed into a new array)
         self.owned: dict[int, Any] = {}
 
     def register(self, node: Node, value: Any, fresh: bool = False) -> None:
@@ -68,9 +71,9 @@ class Gradients:
         old = values.get(node_id)
         if old is None:
             values[node_id] = value
-            if fresh and self.in_place:
+            if fresh and self.in_place and node.op is not None:
                 self.owned[node_id] = value
-        elif self.in_place:
+        elif self.in_place and node.op is not None:
             # a second contribution makes a new sum, which later ones are added into
             if self.owned.get(node_id) is old:
                 total = self.backend.accumulate(old, value)

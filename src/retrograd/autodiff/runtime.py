@@ -118,6 +118,7 @@ def backward(
             if not retain:
                 _release(node)
 
+    grads.in_place = False  # what the caller adds to it later makes new arrays
     if checkpointer_checks_enabled() and not checkpointer.is_empty():
         raise AssertionError(
             f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
