@@ -442,3 +442,41 @@ def test_attention_rows_with_every_key_masked_are_zero_as_in_torch():
     assert not out.numpy()[0, 1].any()
     for ours, theirs in zip(tensors, t):
         np.testing.assert_allclose(ours.grad(grads).numpy(), theirs.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_whose_score_bound_overshoots_far(dtype, causal):
+    """Long queries and one long key at right angles to them: every score is small but the
+    Cauchy-Schwarz bound the kernel subtracts is 20 * 20 / sqrt(8) ~ 141, so exp would underflow
+    in every row; the kernel redoes those blocks with each row's maximum and agrees with torch."""
+    q, k, v = normal(2, 2, 70, 8) * 0.3, normal(2, 2, 70, 8) * 0.3, normal(2, 2, 70, 8)
+    q[..., 0] += 20.0
+    k[..., 0, 1] += 20.0
+    compare_with_torch(
+        _attention(F, {"is_causal": causal}),
+        _attention(tf, {"is_causal": causal}),
+        [q, k, v],
+        dtype,
+        scale_atol=5.0,
+    )
+
+
+def test_layer_norm_row_blocks_agree_with_one_block(monkeypatch):
+    """The NumPy kernels' blocks of rows (here 3 rows a block, the last one short) change no
+    value beyond rounding, forward or backward."""
+    arrays = [normal(5, 7, 6) * 2 + 1, normal(6), normal(6)]
+    seed = normal(5, 7, 6)
+
+    def run():
+        x, w, b = (rg.tensor(a).require_grad() for a in arrays)
+        out = F.layer_norm(x, 6, w, b, 1e-5)
+        grads = (out * rg.tensor(seed)).sum().backward()
+        return [out.numpy()] + [t.grad(grads).numpy() for t in (x, w, b)]
+
+    monkeypatch.setattr(numpy_transformer, "LAYER_NORM_BLOCK_ELEMENTS", 18)
+    blocked = run()
+    monkeypatch.setattr(numpy_transformer, "LAYER_NORM_BLOCK_ELEMENTS", 10**12)
+    whole = run()
+    for a, b in zip(blocked, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

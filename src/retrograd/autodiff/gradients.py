@@ -31,7 +31,9 @@ class Gradients:
         "__weakref__",
         "backend",
         "device",
+        "in_place",
         "on_register",
+        "owned",
         "peak_bytes",
         "recomputed_bytes",
         "recomputed_ops",
@@ -51,13 +53,52 @@ class Gradients:
         self.recomputed_ops = 0
         #: activation bytes held for backward at the worst moment of forward + backward
         self.peak_bytes = 0
+        #: whether sums may be accumulated in place (backward sets it, except with
+        #: ``create_graph``, whose gradients are recorded values)
+        self.in_place = False
+        #: node id -> the gradient sum this object allocated and alone holds (a sum of
+        #: contributions, or a fresh slice gradient): only those are added into in place.
+        #: Intermediates only: each is dropped when its node's step reads it, so nothing is
+        #: left here after backward (a leaf's gradient, which hooks may take or replace as
+        #: soon as it is final, is always summed into a new array)
+        self.owned: dict[int, Any] = {}
 
-    def register(self, node: Node, value: Any) -> None:
-        """Add ``value`` to the gradient of ``node``."""
+    def register(self, node: Node, value: Any, fresh: bool = False) -> None:
+        """Add ``value`` to the gradient of ``node``; ``fresh``: ``value`` is a new array that
+        nothing else references (a slice's gradient), which may then be added into."""
         values = self.values
         node_id = node.id
         old = values.get(node_id)
-        values[node_id] = value if old is None else self.backend.add(old, value)
+        if old is None:
+            values[node_id] = value
+            if fresh and self.in_place and node.op is not None:
+                self.owned[node_id] = value
+        elif self.in_place and node.op is not None:
+            # a second contribution makes a new sum, which later ones are added into
+            if self.owned.get(node_id) is old:
+                total = self.backend.accumulate(old, value)
+            elif fresh:
+                total = self.backend.accumulate(value, old)
+            else:
+                total = self.backend.add(old, value)
+            values[node_id] = self.owned[node_id] = total
+        else:
+            values[node_id] = self.backend.add(old, value)
+        self._registered(node)
+
+    def owned_sum(self, node: Node) -> Any:
+        """The gradient sum of ``node`` if this object allocated it and alone holds it (so a
+        contribution may be added into it), else ``None``."""
+        value = self.owned.get(node.id)
+        return value if value is not None and self.values.get(node.id) is value else None
+
+    def replace_sum(self, node: Node, value: Any) -> None:
+        """Register ``value``, the sum of ``node``'s gradient and a new contribution made by
+        adding that contribution into :meth:`owned_sum`'s array."""
+        self.values[node.id] = self.owned[node.id] = value
+        self._registered(node)
+
+    def _registered(self, node: Node) -> None:
         if self.on_register:
             left = self.remaining.get(node.id)
             if left is not None:
@@ -67,6 +108,8 @@ class Gradients:
 
     def consume(self, node: Node) -> Any:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""
+        if self.owned:  # from here on it is read: no longer added into
+            self.owned.pop(node.id, None)
         if node.op is None or node.retain:  # a leaf (Requirement.GRAD), or retained
             return self.values.get(node.id)
         return self.values.pop(node.id, None)

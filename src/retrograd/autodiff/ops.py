@@ -83,6 +83,7 @@ class Op:
 
     __slots__ = (
         "_plans",
+        "accumulate",
         "aux",
         "broadcast",
         "forward",
@@ -111,6 +112,7 @@ class Op:
         variadic: bool = False,
         joint: bool = False,
         recomputable: bool = True,
+        accumulate: Callable | None = None,
     ):
         self.name = name
         self.joint = joint
@@ -124,6 +126,10 @@ class Op:
         self.variadic = variadic
         #: its forward can be rerun to recompute its output (a collective's cannot)
         self.recomputable = recomputable
+        #: for a unary op whose rule returns a new array (a slice's zeros with the gradient
+        #: in them): ``(B, acc, g, *params)``, the rule's result added into the sum ``acc``
+        #: of its input's gradient, which the engine passes when it owns one
+        self.accumulate = accumulate
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         if name in OPS:
@@ -488,6 +494,8 @@ unary(
     "slice",
     lambda B, g, x_shape, slices: B.slice_backward(g, x_shape, slices),
     ("slices",),
+    # a split's pieces add their gradients into one buffer, not each into zeros of its own
+    accumulate=lambda B, acc, g, slices: B.slice_accumulate(acc, g, slices),
 )
 Op(
     "slice_assign",

@@ -103,6 +103,7 @@ def backward(
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
+    grads.in_place = not create_graph  # sums of plain arrays, which no rule reads yet
     hooks = list(BACKWARD_HOOKS)
     for hook in hooks:
         hook.begin(tape, grads)
@@ -117,6 +118,7 @@ def backward(
             if not retain:
                 _release(node)
 
+    grads.in_place = False  # what the caller adds to it later makes new arrays
     if checkpointer_checks_enabled() and not checkpointer.is_empty():
         raise AssertionError(
             f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
@@ -161,6 +163,18 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     arguments = plan.arguments
     bshapes = node.bshapes
     rules = op.vjps
+    if op.accumulate is not None and grads.in_place:  # unary, its rule's result fresh
+        parent = node.parents[0]
+        positions = arguments[0]
+        if parent is None or positions is None:
+            return
+        acc = grads.owned_sum(parent)
+        if acc is not None:
+            params = node.params[: len(op.params)]
+            grads.replace_sum(parent, op.accumulate(backend, acc, g, *params))
+        else:
+            register(parent, rules[0](backend, g, *[env[k] for k in positions]), True)
+        return
     if op.joint:  # one rule gives every input's gradient (a fused backward kernel)
         needs = tuple([positions is not None for positions in arguments])
         if True not in needs:

@@ -432,6 +432,18 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
         out[slices] = grad
         return out
 
+    # the engine's own gradient sums (see the protocol): added into in place
+    def slice_accumulate(self, acc, grad, slices):
+        if not _addable_into(acc, grad):
+            return np.add(acc, self.slice_backward(grad, np.shape(acc), slices))
+        acc[slices] += grad
+        return acc
+
+    def accumulate(self, acc, value):
+        if not _addable_into(acc, value) or np.shape(value) != acc.shape:
+            return np.add(acc, value)
+        return np.add(acc, value, out=acc)
+
     def cat(self, xs, dim):
         return np.concatenate(xs, axis=dim)
 
@@ -479,7 +491,17 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
 
     def select_add(self, x, indices, values, dim):
         out = np.array(x, copy=True)
-        np.add.at(out, _window_index(dim, out.ndim, indices), values)
+        if indices.ndim != 1 or indices.size < 64 or values.dtype != out.dtype:
+            np.add.at(out, _window_index(dim, out.ndim, indices), values)
+            return out
+        # An embedding's gradient: np.add.at goes row by row (3 ms for 2048 rows of 128);
+        # sorting the indices and summing each run of equal ones with reduceat is ~4x faster.
+        rows = np.where(indices < 0, indices + out.shape[dim], indices)
+        order = np.argsort(rows, kind="stable")
+        ranked = rows[order]
+        starts = np.flatnonzero(np.concatenate(([True], ranked[1:] != ranked[:-1])))
+        sums = np.add.reduceat(np.take(values, order, axis=dim), starts, axis=dim)
+        out[_window_index(dim, out.ndim, ranked[starts])] += sums
         return out
 
     def select_assign(self, x, indices, values, dim):
@@ -504,6 +526,12 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
     def log_softmax(self, x, dim):
         shifted = x - np.max(x, axis=dim, keepdims=True)
         return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
+
+
+def _addable_into(acc: Any, value: Any) -> bool:
+    """Whether ``value`` can be added into ``acc`` in place: ``acc`` an array (NumPy sums of
+    0-d arrays are scalars) of ``value``'s dtype (else the sum takes the wider one)."""
+    return isinstance(acc, np.ndarray) and np.result_type(acc, value) == acc.dtype
 
 
 def _check_protocol() -> None:

@@ -61,6 +61,8 @@ class Backend:
             "layer_norm_backward",
             "linear",
             "slice_backward",
+            "accumulate",
+            "slice_accumulate",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -288,6 +290,19 @@ class Backend:
         return self.slice_assign(
             self.zeros(shape, self.dtype(grad), self.device(grad)), grad, slices
         )
+
+    def slice_accumulate(self, acc: Any, grad: Any, slices: tuple[slice, ...]) -> Any:
+        """``acc + slice_backward(grad, shape(acc), slices)``: a slice's gradient added to a
+        gradient sum. The one exception, with :meth:`accumulate`, to the rule that nothing is
+        modified in place: a kernel may add ``grad`` into ``acc`` itself and return it. The
+        autodiff engine passes as ``acc`` only a sum it allocated and nothing else references
+        (so a split's pieces fill one buffer instead of one of zeros each, summed)."""
+        return self.add(acc, self.slice_backward(grad, self.shape(acc), slices))
+
+    def accumulate(self, acc: Any, value: Any) -> Any:
+        """``acc + value`` (equal shapes and dtypes), which a kernel may write into ``acc``
+        and return: see :meth:`slice_accumulate`."""
+        return self.add(acc, value)
 
     def cat(self, xs: Sequence[Any], dim: int) -> Any:
         raise NotImplementedError

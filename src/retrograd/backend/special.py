@@ -12,7 +12,9 @@ stay in cache (one pass over memory instead of twenty). It agrees with the exact
 4.2e-7 relative everywhere (about four float32 epsilons; tests/test_transformer_ops.py checks
 it against scipy in float64) and runs about four times faster than scipy's float32 ``erf``.
 
-:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way.
+:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way;
+float32 :func:`gelu` writes Phi as a logistic of a fitted polynomial (fewer passes than the
+rational, see ``_MINUS_LOGIT``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import scipy.special
 
 __all__ = ["erf", "gelu", "gelu_backward"]
 
-#: Elements per block: four float32 scratch buffers of this size stay in a core's L2 cache.
-_BLOCK = 1 << 15
+#: Elements per block: four float32 scratch buffers of this size (1 MiB) stay in a core's L2
+#: cache (2 MiB here); measured 4-7% faster than 32 K (fewer ufunc calls), 128 K slower.
+_BLOCK = 1 << 16
 
 # Eigen's generic_fast_erf_float (also XLA's ErfImpl32): odd numerator, even denominator.
 _ALPHA = tuple(
@@ -99,14 +102,25 @@ def _erf_block(t: np.ndarray, x2: np.ndarray, p: np.ndarray, q: np.ndarray) -> n
     return _rational_block(t, x2, p, q, _ALPHA, _BETA)
 
 
-# For GELU the same rational in x rather than x / sqrt(2), and halved: the coefficient of
-# x^(2i+1) times 2^-(i + 1/2) / 2, of x^(2k) times 2^-k. Then 0.5 * erf(x / sqrt(2)) comes
-# straight from x, two passes fewer per block.
-_HALF_ALPHA = tuple(
-    np.float32(float(c) * 2.0 ** -(len(_ALPHA) - 1 - i + 0.5) / 2.0) for i, c in enumerate(_ALPHA)
+# For GELU, Phi(x) as a logistic: Phi(x) = 1 / (1 + exp(-v(x))), v = logit(Phi) odd, fitted by
+# x * V(x^2), V of degree 6 (iteratively reweighted least squares on [0, 10] in float64,
+# weighted by how an error in v moves gelu: x * Phi * (1 - Phi)). Then gelu(x) = x / (1 +
+# exp(-v(x))): 18 passes per block instead of the rational's 26 (exp is one vectorized pass),
+# within 6e-7 absolute of the exact gelu in float32 everywhere (torch's float32 formula:
+# 1.2e-6). V's leading coefficient is positive, so -v runs to -+inf monotonically as x grows
+# in size: overflow to inf gives exp 0 or inf, hence x or -0, the float32 limits.
+_MINUS_LOGIT = tuple(
+    np.float32(-c)
+    for c in (
+        3.611400036420895e-09,  # x^13
+        -2.669003323788109e-07,
+        7.93834141678385e-06,
+        -0.0001104812194482487,
+        -6.6256955241271e-05,
+        0.0726685629871631,
+        1.5957684335247322,  # x^1
+    )
 )
-_HALF_BETA = tuple(np.float32(float(c) * 2.0 ** -(len(_BETA) - 1 - i)) for i, c in enumerate(_BETA))
-_GELU_CLAMP = 4.0 * 2.0**0.5
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -134,18 +148,26 @@ def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)``, Phi the standard normal CDF, in the dtype of ``x``.
 
     float64: ``0.5 * x * erfc(-x / sqrt(2))``, exact where ``1 + erf`` would cancel; float32:
-    ``0.5 * x * (1 + erf(x / sqrt(2)))``, PyTorch's float32 formula, one pass per block.
+    ``x / (1 + exp(-v(x)))``, ``v`` the fitted logit of Phi above, one pass per block.
     """
     if x.dtype != np.float32:
         return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
     flat = _flat(x)
     out = np.empty_like(flat)
-    for start, end, t, x2, p, q in _blocks(flat.size):
-        block = flat[start:end]
-        np.clip(block, -_GELU_CLAMP, _GELU_CLAMP, out=t)
-        p = _rational_block(t, x2, p, q, _HALF_ALPHA, _HALF_BETA)  # 0.5 * erf(x / sqrt(2))
-        p += np.float32(0.5)
-        np.multiply(p, block, out=out[start:end])
+    first, rest = _MINUS_LOGIT[0], _MINUS_LOGIT[1:-1]
+    with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limit
+        for start, end, x2, p, _, _ in _blocks(flat.size):
+            block = flat[start:end]
+            np.multiply(block, block, out=x2)
+            np.multiply(x2, first, out=p)
+            for coefficient in rest:
+                p += coefficient
+                p *= x2
+            p += _MINUS_LOGIT[-1]
+            p *= block
+            np.exp(p, out=p)
+            p += np.float32(1.0)
+            np.divide(block, p, out=out[start:end])
     return out.reshape(x.shape)
 
 
@@ -153,7 +175,7 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarra
     """``grad * (Phi(x) + x * phi(x))``, the gradient of :func:`gelu` at ``x``.
 
     float32 reads ``Phi(x)`` back from the forward's output, ``out / x`` (0.5 at 0), instead
-    of evaluating erf again: the only transcendental left is ``exp(-x^2 / 2)``.
+    of evaluating it again: the only transcendental left is ``exp(-x^2 / 2)``.
     """
     if x.dtype != np.float32:
         cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)
@@ -162,18 +184,18 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarra
     shape = x.shape
     gf, xf, of = _flat(grad), _flat(x), _flat(out)
     result = np.empty(xf.size, np.float32)
-    for start, end, cdf, pdf, flags, _ in _blocks(xf.size):
+    for start, end, square, total, _, _ in _blocks(xf.size):
+        # (out + x^2 exp(-x^2 / 2) / sqrt(2 pi)) / x = Phi + x phi: eight passes a block
         block = xf[start:end]
-        zero = flags.view(np.bool_)[: end - start]
-        np.equal(block, 0.0, out=zero)
-        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where x = 0, replaced next
-            np.divide(of[start:end], block, out=cdf)
-        np.copyto(cdf, np.float32(0.5), where=zero)
-        np.multiply(block, block, out=pdf)
-        pdf *= np.float32(-0.5)
-        np.exp(pdf, out=pdf)
-        pdf *= block
-        pdf *= np.float32(_INV_SQRT_2PI)
-        cdf += pdf
-        np.multiply(cdf, gf[start:end], out=result[start:end])
+        np.multiply(block, block, out=square)
+        np.multiply(square, np.float32(-0.5), out=total)
+        np.exp(total, out=total)
+        total *= square
+        total *= np.float32(_INV_SQRT_2PI)
+        total += of[start:end]
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where x = 0: next
+            total /= block
+        if not block.all():  # Phi(0) + 0 = 1/2
+            total[block == 0.0] = np.float32(0.5)
+        np.multiply(total, gf[start:end], out=result[start:end])
     return result.reshape(shape)
