@@ -1,4 +1,4 @@
-"""Checkpointing: activation memory against step time, per strategy, on two workloads.
+"""Checkpointing: activation memory against step time, per strategy, on three workloads.
 
 Workloads (NumPy backend, float32):
 
@@ -7,6 +7,9 @@ Workloads (NumPy backend, float32):
   elementwise ops and ``mean_dim`` reductions. Loss ``mean(h ** 2)``.
 - ``transformer``: 4 pre-norm blocks, d 256, 4 heads, sequence 128, batch 8 (attention written
   with matmul and softmax, a GELU MLP of width 1024). Loss ``mean(h ** 2)``.
+- ``gpt``: the GPT of ``bench_gpt.py`` as it defines it (fused linear, layer norm, causal
+  attention and GELU ops; embeddings, tied head, cross-entropy), its small size: 4 layers,
+  4 heads, n_embd 128, block 128, batch 16.
 
 Strategies: NoCheckpointing, BalancedCheckpointing, and BudgetCheckpointing at 0.1x ... 0.9x of
 NoCheckpointing's peak. Memory: ``retrograd.memory.measure_step_memory`` (tracemalloc peak over
@@ -206,6 +209,74 @@ class Transformer:
         return loss
 
 
+class GPT:
+    """The GPT of ``bench_gpt.py`` (nanoGPT's, with fused linear, layer norm, attention and
+    GELU ops), its "small" size: 4 layers, 4 heads, n_embd 128, block 128, batch 16."""
+
+    def __init__(self, scale: int = 1, seed: int = 0):
+        import bench_gpt
+
+        self.gpt = bench_gpt
+        n_layer, n_head, n_embd, block, batch = bench_gpt.SIZES["small"]
+        self.config = (n_layer, n_head, n_embd // scale, block, batch)
+        self.name = (
+            f"GPT of bench_gpt ({n_layer} layers, {n_head} heads, n_embd {n_embd // scale}, "
+            f"block {block}, batch {batch})"
+        )
+        rng = np.random.default_rng(seed)
+        data = rng.integers(0, bench_gpt.VOCAB, (batch, block + 1))
+        self.idx, self.targets = data[:, :-1].copy(), data[:, 1:].copy()
+        # one set of weights for every strategy (and torch): nanoGPT's init (bench_gpt's)
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend())):
+            names = self._model().state_dict()
+        self.state = {}
+        for name, value in names.items():
+            if name.endswith("bias"):
+                value = np.zeros_like(value)
+            elif "ln" in name:
+                value = np.ones_like(value)
+            else:
+                value = (rng.standard_normal(value.shape) * 0.02).astype(value.dtype)
+            self.state[name] = value
+
+    def _model(self):
+        n_layer, n_head, n_embd, block, _ = self.config
+        return self.gpt.GPT(n_layer, n_head, n_embd, block)
+
+    def build(self, backend: rg.Autodiff):
+        with rg.use_backend(backend):
+            model = self._model()
+            model.load_state_dict(self.state)
+            idx, targets = rg.tensor(self.idx), rg.tensor(self.targets)
+
+        def loss() -> rg.Tensor:
+            with rg.use_backend(backend):
+                return model(idx, targets)
+
+        return loss, model.parameters()
+
+    def torch_step(self, checkpoint: bool):
+        torch = optional("torch")
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        n_layer, n_head, n_embd, block, _ = self.config
+        model = self.gpt.torch_gpt(torch, n_layer, n_head, n_embd, block)
+        state = {name: torch.from_numpy(np.array(value)) for name, value in self.state.items()}
+        state["lm_head.weight"] = state["wte.weight"]
+        model.load_state_dict(state)
+        idx, targets = torch.from_numpy(self.idx), torch.from_numpy(self.targets)
+        functional = torch.nn.functional
+
+        def loss():
+            x = model.wte(idx) + model.wpe(torch.arange(0, idx.shape[1]))
+            for layer in model.h:
+                x = torch_checkpoint(layer, x, use_reentrant=False) if checkpoint else layer(x)
+            logits = model.lm_head(model.ln_f(x))
+            return functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+        return loss
+
+
 def torch_saved_bytes(loss_fn) -> int:
     """Bytes torch saves for backward by the end of forward (each storage once)."""
     torch = optional("torch")
@@ -374,7 +445,7 @@ def main() -> None:
     scale, repeats = (4, 3) if options.quick else (1, options.repeats)
     print(machine())
     all_results = {}
-    for workload in (MLP(scale), Transformer(scale)):
+    for workload in (MLP(scale), Transformer(scale), GPT(scale)):
         results = run_workload(workload, repeats)
         print_workload(workload, results)
         all_results[workload.name] = results

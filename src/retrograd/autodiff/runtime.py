@@ -66,9 +66,10 @@ class Tape:
         self.children = children
 
     def checkpointer(
-        self, inner: Any, consume: bool, budget: int | None = None
+        self, inner: Any, consume: bool, budget: int | None = None, planned: bool = False
     ) -> tuple[Checkpointer, int]:
-        """The checkpointer of this backward, and the activation bytes held when it starts."""
+        """The checkpointer of this backward, and the activation bytes held when it starts
+        (``planned``: the forward followed a budget's plan, see BudgetCheckpointing)."""
         builder = CheckpointerBuilder()
         for node in self.nodes.values():
             actions = node.actions
@@ -76,7 +77,7 @@ class Tape:
                 builder.extend(actions)
                 if consume:
                     node.actions = None
-        return builder.build(self.nodes, inner, budget)
+        return builder.build(self.nodes, inner, budget, self.steps, planned)
 
 
 def backward(
@@ -99,7 +100,8 @@ def backward(
     tape = Tape(root_node)
     strategy = backend.checkpointing
     forward_peak = strategy.forward_peak()
-    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes)
+    planned = strategy.begin_backward(tape.steps)
+    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes, planned)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
