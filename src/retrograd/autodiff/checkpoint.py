@@ -35,7 +35,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..errors import AutodiffError
-from .plan import PLAN_LIMIT, plan_evictions
+from .plan import PLAN_LIMIT, Trace, plan_evictions
 
 __all__ = [
     "RECOMPUTE",
@@ -94,11 +94,15 @@ class CheckpointStrategy:
         """Bytes held at the worst moment of forward since the last call (0: not tracked)."""
         return 0
 
-    def begin_backward(self, steps: list) -> bool:
-        """Called when a backward starts, with its nodes in the order it runs them; ``True``
-        when the forward followed a plan made for it (the checkpointer then keeps what it
-        recomputes until its last read, as the plan assumed)."""
-        return False
+    def begin_backward(self, steps: list) -> int | None:
+        """Called when a backward starts, with its nodes in the order it runs them. When the
+        forward followed a plan made for it: the byte limit the backward keeps to (the
+        checkpointer then keeps what it recomputes until its last read, as the plan
+        assumed); otherwise ``None``."""
+        return None
+
+    def end_backward(self, peak_bytes: int) -> None:
+        """Called when a backward ends, with the most bytes it held."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -240,12 +244,19 @@ class BudgetCheckpointing(CheckpointStrategy):
         self._trace: list[tuple] = []
         self._positions: dict[int, int] = {}
         self._constants: dict[int, int] = {}
-        #: the plan for the step: signature of every node, and whether it is evicted at once
-        self._plan: tuple[list, list[bool]] | None = None
+        #: the plan for the step: signature of every node, whether it is evicted at once,
+        #: and the bytes held the engine may count while following it (see _make_plan)
+        self._plan: tuple[list, list[bool], int] | None = None
         #: this step has matched the plan so far
         self._following = False
-        #: plans made (for reports and tests)
+        #: forward evicts above this many bytes (the budget, or a followed plan's count)
+        self._limit = self.max_bytes
+        #: backward runs as the plan assumed (see end_backward); the step now checks that
+        self._plan_backward = True
+        self._checking = False
+        #: plans made, and steps that followed one (for reports and tests)
         self.plans = 0
+        self.planned_steps = 0
 
     def recomputes(self, op: Any) -> bool:
         return False  # everything is kept at first; eviction decides later
@@ -266,44 +277,90 @@ class BudgetCheckpointing(CheckpointStrategy):
             self._tick = math.inf
         return peak
 
-    def begin_backward(self, steps: list) -> bool:
+    def begin_backward(self, steps: list) -> int | None:
         """The step just recorded ends: plan the next ones from it, unless it followed the
-        current plan (then ``True``). See :mod:`.plan`."""
+        current plan (then the byte limit of its backward). See :mod:`.plan`."""
         with self._lock:
             trace, positions, constants = self._trace, self._positions, self._constants
-            followed = (
-                self._following and self._plan is not None and len(trace) == len(self._plan[0])
-            )
+            plan = self._plan
+            followed = self._following and plan is not None and len(trace) == len(plan[0])
             self._trace, self._positions, self._constants = [], {}, {}
             if not followed and 0 < len(trace) <= PLAN_LIMIT:
-                self._plan = self._make_plan(trace, positions, constants, steps)
-            self._following = self._plan is not None
-            return followed
+                plan = self._plan = self._make_plan(trace, positions, constants, steps)
+                self._plan_backward = True
+            self._following = plan is not None
+            self._limit = plan[2] if plan is not None else self.max_bytes
+            if not followed:
+                return None
+            self.planned_steps += 1
+            if not self._plan_backward:
+                return None  # backward as after an eager step (see end_backward)
+            self._checking = True
+            return self._limit
+
+    def end_backward(self, peak_bytes: int) -> None:
+        """A plan that does not fit leaves backward to drop values for the budget, which it
+        can only do for values whose parents it still holds; when that fails (the budget
+        passed by more than a tenth), later steps keep the plan's forward but run backward as
+        after an eager step, reserving parents so that everything stays droppable."""
+        with self._lock:
+            if self._checking and peak_bytes > 1.1 * self._limit:
+                self._plan_backward = False
+            self._checking = False
 
     def _make_plan(self, trace: list, positions: dict, constants: dict, steps: list) -> tuple:
-        reads: list[list[int]] = [[] for _ in trace]
+        """The plan for the steps to come, from this one's trace and backward order.
+
+        Besides the values a plan decides on, the profile holds the gradients in flight
+        (a node's gradient lives from its first child's step to its own) and the untracked
+        values rules read: the budget is then the real peak of the step, temporaries of
+        the op at the peak included (room for one largest value is left for them). A plan
+        that fits lets the engine count what it plans (the engine counts a view apart from
+        what it views); one that does not is enforced at the budget by backward's drops."""
+        n = len(trace)
+        reads: list[list[int]] = [[] for _ in range(n)]
+        grad_start: dict[int, int] = {}
+        fixed: list[tuple[int, int, int]] = []
         constant_reads: dict[int, int] = {}
         for step, node in enumerate(steps):
+            position = positions.get(node.id)
+            if position is not None and position in grad_start:
+                fixed.append((trace[position][1], grad_start.pop(position), step))
             if node.op is None:
                 continue
+            for parent in node.parents:
+                if parent is not None:
+                    at = positions.get(parent.id)
+                    if at is not None and at not in grad_start:
+                        grad_start[at] = step
             for key in node.keys:
                 position = positions.get(key)
                 if position is not None:
                     reads[position].append(step)
                 elif key in constants:
                     constant_reads[key] = step
-        evict, _peak = plan_evictions(
+        fixed.extend((constants[key], 0, step) for key, step in constant_reads.items())
+        planned = Trace(
             sizes=[entry[1] for entry in trace],
             costs=[entry[2] for entry in trace],
             parents=[entry[3] for entry in trace],
             recomputable=[entry[4] for entry in trace],
             reads=reads,
-            fixed=[(constants[key], step) for key, step in constant_reads.items()],
+            owners=[entry[5] for entry in trace],
+            fixed=fixed,
             horizon=len(steps),
-            budget=self.max_bytes,
         )
+        # the op running at the peak makes temporaries too (a backward rule's intermediate
+        # results, about its output's size): the plan leaves room for one largest value
+        largest = max(planned.sizes, default=0)
+        target = self.max_bytes - largest if 4 * largest <= self.max_bytes else self.max_bytes
+        evict, planned_profile, counted = plan_evictions(planned, target)
         self.plans += 1
-        return [entry[0] for entry in trace], evict
+        # A plan that fits lets the engine count what it plans; one that does not leaves
+        # backward to keep the budget by dropping values, with the same room for temporaries
+        fits = planned_profile.peak <= target
+        limit = max(self.max_bytes, counted) if fits else target
+        return [entry[0] for entry in trace], evict, limit
 
     # -- the pool ---------------------------------------------------------------------------------
     def _forget(self, ident: int, nbytes: int) -> Any:
@@ -387,7 +444,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             node.recompute = op.recomputable and None not in node.parents
             out_bytes = nbytes_of(out)
             seconds = self._measure(node, inputs, out_bytes)
-            evict_now = self._note(node, out_bytes, seconds)
+            evict_now = self._note(node, inputs, out, out_bytes, seconds)
             by_parent = {
                 parent.id: (parent, x.value)
                 for parent, x in zip(node.parents, inputs)
@@ -414,13 +471,13 @@ class BudgetCheckpointing(CheckpointStrategy):
                         self._constants[key] = slot.nbytes
                 actions.append((key, slot, backup))
             node.actions = actions or None
-            if self.held_bytes > self.max_bytes:
+            if self.held_bytes > self._limit:
                 self._evict()
             if self.held_bytes > self._peak:
                 self._peak = self.held_bytes
             self._tick = time.perf_counter()
 
-    def _note(self, node: Any, out_bytes: int, seconds: float) -> bool:
+    def _note(self, node: Any, inputs: tuple, out: Any, out_bytes: int, seconds: float) -> bool:
         """Record ``node`` in the trace of this step; whether the plan evicts it at once."""
         trace = self._trace
         position = len(trace)
@@ -434,16 +491,33 @@ class BudgetCheckpointing(CheckpointStrategy):
         positions = self._positions
         parents = tuple([-1 if p is None else positions.get(p.id, -1) for p in node.parents])
         signature = (node.op.name, out_bytes, parents)
+        # A view of an input shares its buffer (NumPy's ``base``): the plan counts it once.
+        owner = position
+        base = getattr(out, "base", None)
+        if base is not None:
+            for at, x in zip(parents, inputs):
+                value = x.value
+                if at >= 0 and (value is base or getattr(value, "base", None) is base):
+                    owner = trace[at][5]
+                    break
         trace.append(
-            (signature, out_bytes, seconds, tuple([p for p in parents if p >= 0]), node.recompute)
+            (
+                signature,
+                out_bytes,
+                seconds,
+                tuple([p for p in parents if p >= 0]),
+                node.recompute,
+                owner,
+            )
         )
         positions[node.id] = position
         if not self._following:
             return False
-        signatures, evict = self._plan
+        signatures, evict, _limit = self._plan
         if position < len(signatures) and signatures[position] == signature:
             return evict[position] and node.recompute
         self._following = False  # another graph: eager from here on, and planned afresh
+        self._limit = self.max_bytes
         return False
 
     def _evict(self) -> None:
@@ -455,7 +529,7 @@ class BudgetCheckpointing(CheckpointStrategy):
         it then moves to its true tier and the search goes on. Each eviction is O(tiers).
         """
         tiers = self._tiers
-        while self.held_bytes > self.max_bytes and self._tier_of:
+        while self.held_bytes > self._limit and self._tier_of:
             tier = min(t for t, members in tiers.items() if members)
             members = tiers[tier]
             ident, ref = next(iter(members.items()))
@@ -588,12 +662,14 @@ class Checkpointer:
         #: a recomputation longer than this keeps only every this-th by-product (√n anchors)
         self.anchor_every = max(4, math.isqrt(recomputable) + 1)
 
-    def plan_followed(self) -> None:
+    def plan_followed(self, limit: int) -> None:
         """The forward followed a budget's plan, which assumed that every recomputed value is
-        kept until its last read: no anchors, and no reads reserved to drop values again
-        (the budget still drops what it can, should the plan be off)."""
+        kept until its last read: no anchors, and no reads reserved to drop values again;
+        the bytes held stay under ``limit`` (the plan's own count, or the budget) by
+        dropping what can be, should the plan be off."""
         self.anchor_every = math.inf
         self.planned = True
+        self.budget = limit
 
     def retrieve(self, key: int) -> Any:
         """The value saved under ``key`` for a backward step; forgotten after its last read."""
@@ -870,7 +946,7 @@ class CheckpointerBuilder:
         inner: Any,
         budget: int | None = None,
         steps: list | None = None,
-        planned: bool = False,
+        planned: int | None = None,
     ) -> tuple[Checkpointer, int]:
         """The checkpointer, and the bytes of activations held when backward started.
 
@@ -917,13 +993,13 @@ class CheckpointerBuilder:
                     f"backward: the output of node {key} is needed but was never checkpointed"
                 )
         reserved: set[int] = set()
-        if needs is not None and not planned:
+        if needs is not None and planned is None:
             self._reserve(states, needs, kept, tree, reserved)
         checkpointer = Checkpointer(
             states, tree, inner, sizes, budget, needs, self.costs if needs else None, reserved
         )
-        if planned:
-            checkpointer.plan_followed()
+        if planned is not None:
+            checkpointer.plan_followed(planned)
         return checkpointer, held_at_start
 
     @staticmethod

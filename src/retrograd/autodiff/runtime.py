@@ -66,10 +66,11 @@ class Tape:
         self.children = children
 
     def checkpointer(
-        self, inner: Any, consume: bool, budget: int | None = None, planned: bool = False
+        self, inner: Any, consume: bool, budget: int | None = None, planned: int | None = None
     ) -> tuple[Checkpointer, int]:
         """The checkpointer of this backward, and the activation bytes held when it starts
-        (``planned``: the forward followed a budget's plan, see BudgetCheckpointing)."""
+        (``planned``: the forward followed a budget's plan, which gives the backward's byte
+        limit; see BudgetCheckpointing)."""
         builder = CheckpointerBuilder()
         for node in self.nodes.values():
             actions = node.actions
@@ -128,6 +129,7 @@ def backward(
     # Forward's worst moment: what was held when backward started, or earlier under a budget
     # (which evicts as forward goes); then backward's own worst moment.
     grads.peak_bytes = max(forward_peak, held_at_start, checkpointer.peak_bytes)
+    strategy.end_backward(checkpointer.peak_bytes)
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
