@@ -15,9 +15,10 @@ Strategies: NoCheckpointing, BalancedCheckpointing, and BudgetCheckpointing at 0
 NoCheckpointing's peak. Memory: ``retrograd.memory.measure_step_memory`` (tracemalloc peak over
 forward + backward minus live parameter gradients) and the engine's own ``Gradients.peak_bytes``.
 Time: median of interleaved steps in one process (A B C A B C ...), so load on a shared machine
-affects all alike. With torch installed, torch eager and torch per-block
-``torch.utils.checkpoint`` are timed too (their memory: bytes saved for backward at the end of
-forward, through ``saved_tensors_hooks``; tracemalloc cannot see torch's allocator).
+affects all alike; wall time, and process CPU time (less disturbed by other jobs). With torch
+installed, torch eager and torch per-block ``torch.utils.checkpoint`` are timed too (their
+memory: bytes saved for backward at the end of forward, through ``saved_tensors_hooks``;
+tracemalloc cannot see torch's allocator).
 
 The chain benchmark: backward time of ``y = sin(y)`` n times (4x4 float64) for n = 1k .. 20k.
 
@@ -35,7 +36,7 @@ import common  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import retrograd as rg
-from common import interleaved, machine, median, optional, table
+from common import machine, median, optional, table
 from retrograd.memory import measure_step_memory
 from retrograd.nn import functional as F  # noqa: N812
 
@@ -339,10 +340,31 @@ def run_workload(workload, repeats: int) -> list[dict]:
                 }
             )
             steps[name] = lambda f=step_loss: f().backward()
-    times = interleaved(steps, repeats=repeats, warmup=1)
+    times, cpu = interleaved_with_cpu(steps, repeats=repeats, warmup=1)
     for row in results:
         row["time"] = median(times[row["name"]])
+        row["cpu"] = median(cpu[row["name"]])
     return results
+
+
+def interleaved_with_cpu(
+    candidates: dict, repeats: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``common.interleaved``, also timing each call in process CPU seconds: with one BLAS
+    thread, CPU time is the step's own work, which other jobs on a shared machine disturb
+    far less than wall time (they still share caches and memory bandwidth)."""
+    for function in candidates.values():
+        for _ in range(warmup):
+            function()
+    wall: dict[str, list[float]] = {name: [] for name in candidates}
+    cpu: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, function in candidates.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            function()
+            cpu[name].append(time.process_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
+    return wall, cpu
 
 
 def print_workload(workload, results: list[dict]) -> None:
@@ -362,6 +384,7 @@ def print_workload(workload, results: list[dict]) -> None:
                 "" if r["recomputed"] is None else f"{r['recomputed'] / 2**20:.1f}",
                 f"{r['time'] * 1e3:.0f}",
                 f"{r['time'] / ref['time']:.2f}",
+                f"{r['cpu'] / ref['cpu']:.2f}",
             ]
         )
     header = [
@@ -373,6 +396,7 @@ def print_workload(workload, results: list[dict]) -> None:
         "recomputed MiB",
         "step ms",
         "time ratio",
+        "CPU time ratio",
     ]
     print(f"\n### {workload.name}, float32, gradients bit-identical across strategies\n")
     print(table(rows, header))

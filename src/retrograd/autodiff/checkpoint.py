@@ -18,7 +18,8 @@ kept values it is recomputed from), drops every backup nobody needs, and builds 
 :class:`Checkpointer`. Its :meth:`Checkpointer.retrieve` hands a value out, recomputing missing
 ancestors first in topological order, and forgets each value right after its last read.
 Recomputation is linear in the number of ops under every strategy (:meth:`Checkpointer._recompute`
-keeps √n anchors of a long recomputation), and stays under a byte budget when there is one.
+keeps √n anchors of a long recomputation), and stays under a byte budget when there is one
+(dropping the value read furthest ahead: backward's order of reads is known when it starts).
 """
 
 from __future__ import annotations
@@ -178,7 +179,6 @@ class Slot:
         "__weakref__",
         "cost",
         "evictable",
-        "last",
         "nbytes",
         "parents",
         "planned",
@@ -194,7 +194,6 @@ class Slot:
         #: graphs must be freed by reference counting alone)
         self.parents = parents
         self.evictable = evictable
-        self.last = 0
         #: the step's plan for it: evicted at once (``True``: stays evicted even when read
         #: again in forward), kept (``False``: held even when only backed up), or ``None``
         self.planned: bool | None = None
@@ -213,6 +212,13 @@ class BudgetCheckpointing(CheckpointStrategy):
     value keeps backups of its parents (held or evicted themselves), so backward recomputes it
     recursively. Backward keeps what it recomputes under the same budget, dropping the value
     read furthest in the future per unit of recompute cost (see :class:`Checkpointer`).
+
+    That is the first step of a training loop, and any step whose graph differs from the
+    one before. When a backward starts, the strategy knows the whole step (every value's
+    size, its op's time, its parents, the step at which backward reads it) and plans the
+    next steps (:mod:`.plan`): which values to evict as soon as they are made so that the
+    bytes held over the whole step, gradients in flight included, fit the budget for the
+    least recomputation. A later step whose ops match the plan's, one by one, follows it.
     Gradients are bit-identical to :class:`NoCheckpointing`'s. A single value larger than the
     budget is still held: the step runs, and ``Gradients.peak_bytes`` shows by how much the
     budget was passed.
@@ -235,7 +241,6 @@ class BudgetCheckpointing(CheckpointStrategy):
         self._tick = time.perf_counter()
         self.held_bytes = 0
         self._peak = 0
-        self._clock = 0
         #: values evicted during forward, all time (for reports and tests)
         self.evictions = 0
         # The step being recorded, for planning the next ones (see plan.py): per recorded
@@ -249,6 +254,8 @@ class BudgetCheckpointing(CheckpointStrategy):
         self._plan: tuple[list, list[bool], int] | None = None
         #: this step has matched the plan so far
         self._following = False
+        #: what the next step plans from (see begin_backward)
+        self._pending: tuple | None = None
         #: forward evicts above this many bytes (the budget, or a followed plan's count)
         self._limit = self.max_bytes
         #: backward runs as the plan assumed (see end_backward); the step now checks that
@@ -286,7 +293,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             followed = self._following and plan is not None and len(trace) == len(plan[0])
             self._trace, self._positions, self._constants = [], {}, {}
             if not followed and 0 < len(trace) <= PLAN_LIMIT:
-                plan = self._plan = self._make_plan(trace, positions, constants, steps)
+                # planned when the next step starts: a single step never pays for it
+                self._pending = self._observe(trace, positions, constants, steps)
+                plan = self._plan = None
                 self._plan_backward = True
             self._following = plan is not None
             self._limit = plan[2] if plan is not None else self.max_bytes
@@ -308,8 +317,9 @@ class BudgetCheckpointing(CheckpointStrategy):
                 self._plan_backward = False
             self._checking = False
 
-    def _make_plan(self, trace: list, positions: dict, constants: dict, steps: list) -> tuple:
-        """The plan for the steps to come, from this one's trace and backward order.
+    def _observe(self, trace: list, positions: dict, constants: dict, steps: list) -> tuple:
+        """What the plan for the steps to come needs from this one: its signatures and
+        :class:`~.plan.Trace` (sizes, times, parents, and the step of every read).
 
         Besides the values a plan decides on, the profile holds the gradients in flight
         (a node's gradient lives from its first child's step to its own) and the untracked
@@ -350,6 +360,10 @@ class BudgetCheckpointing(CheckpointStrategy):
             fixed=fixed,
             horizon=len(steps),
         )
+        return [entry[0] for entry in trace], planned
+
+    def _make_plan(self, signatures: list, planned: Trace) -> tuple:
+        """The plan: the signatures to match, which values to evict, the byte limit."""
         # the op running at the peak makes temporaries too (a backward rule's intermediate
         # results, about its output's size): the plan leaves room for one largest value
         largest = max(planned.sizes, default=0)
@@ -360,7 +374,7 @@ class BudgetCheckpointing(CheckpointStrategy):
         # backward to keep the budget by dropping values, with the same room for temporaries
         fits = planned_profile.peak <= target
         limit = max(self.max_bytes, counted) if fits else target
-        return [entry[0] for entry in trace], evict, limit
+        return signatures, evict, limit
 
     # -- the pool ---------------------------------------------------------------------------------
     def _forget(self, ident: int, nbytes: int) -> Any:
@@ -395,7 +409,6 @@ class BudgetCheckpointing(CheckpointStrategy):
             tier = self._tier_of.get(id(slot))
             if tier is not None:
                 self._tiers[tier].move_to_end(id(slot))
-        slot.last = self._clock
         return slot
 
     def _constant_slot(self, value: Any) -> Slot:
@@ -439,7 +452,6 @@ class BudgetCheckpointing(CheckpointStrategy):
         recomputed, evict it at once if the plan says so, and evict until the bytes held fit
         the budget again."""
         with self._lock:
-            self._clock += 1
             op = node.op
             node.recompute = op.recomputable and None not in node.parents
             out_bytes = nbytes_of(out)
@@ -511,6 +523,11 @@ class BudgetCheckpointing(CheckpointStrategy):
             )
         )
         positions[node.id] = position
+        if position == 0 and self._pending is not None:  # a step starts: plan it
+            self._plan = self._make_plan(*self._pending)
+            self._pending = None
+            self._following = True
+            self._limit = self._plan[2]
         if not self._following:
             return False
         signatures, evict, _limit = self._plan
