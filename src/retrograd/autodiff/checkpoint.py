@@ -296,7 +296,6 @@ class BudgetCheckpointing(CheckpointStrategy):
                 # planned when the next step starts: a single step never pays for it
                 self._pending = self._observe(trace, positions, constants, steps)
                 plan = self._plan = None
-                self._plan_backward = True
             self._following = plan is not None
             self._limit = plan[2] if plan is not None else self.max_bytes
             if not followed:
@@ -364,16 +363,21 @@ class BudgetCheckpointing(CheckpointStrategy):
 
     def _make_plan(self, signatures: list, planned: Trace) -> tuple:
         """The plan: the signatures to match, which values to evict, the byte limit."""
-        # the op running at the peak makes temporaries too (a backward rule's intermediate
-        # results, about its output's size): the plan leaves room for one largest value
-        largest = max(planned.sizes, default=0)
-        target = self.max_bytes - largest if 4 * largest <= self.max_bytes else self.max_bytes
-        evict, planned_profile, counted = plan_evictions(planned, target)
+        budget = self.max_bytes
+        evict, planned_profile, counted = plan_evictions(planned, budget)
         self.plans += 1
-        # A plan that fits lets the engine count what it plans; one that does not leaves
-        # backward to keep the budget by dropping values, with the same room for temporaries
-        fits = planned_profile.peak <= target
-        limit = max(self.max_bytes, counted) if fits else target
+        # A plan that fits lets the engine count what it plans. One that does not leaves
+        # backward to keep the budget by dropping values, the engine's count of activations
+        # then being all it sees: it leaves room for the temporaries of the op running at
+        # the worst moment (a backward rule's intermediate results, about one largest value).
+        if planned_profile.peak <= budget:
+            limit = max(budget, counted)
+        else:
+            largest = max(planned.sizes, default=0)
+            limit = budget - largest if 4 * largest <= budget else budget
+        # far from fitting, backward could not drop enough (see end_backward): it reserves
+        # parents, as after an eager step, from the start
+        self._plan_backward = planned_profile.peak <= 2 * budget
         return signatures, evict, limit
 
     # -- the pool ---------------------------------------------------------------------------------
