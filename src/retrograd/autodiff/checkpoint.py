@@ -972,8 +972,11 @@ class CheckpointerBuilder:
         """The checkpointer, and the bytes of activations held when backward started.
 
         Under a budget, ``steps`` (the nodes in the order backward runs them) gives every
-        read its step, so that the checkpointer knows which value is read furthest ahead.
+        read its step, so that the checkpointer knows which value is read furthest ahead;
+        without them backward cannot keep a budget (and does not try).
         """
+        if steps is None:
+            budget = planned = None
         kept: dict[int, Any] = {}
         for key, value in self.main:
             if value is not RECOMPUTE:
@@ -993,7 +996,7 @@ class CheckpointerBuilder:
 
         needs: dict[int, list[int]] | None = None
         reads: dict[int, int] = {}
-        if budget is not None and steps is not None:
+        if budget is not None:
             needs = self._count_in_order(steps, kept, tree)
             reads = {key: len(times) for key, times in needs.items()}
         else:
