@@ -1,4 +1,4 @@
-"""Checkpointing: activation memory against step time, per strategy, on two workloads.
+"""Checkpointing: activation memory against step time, per strategy, on three workloads.
 
 Workloads (NumPy backend, float32):
 
@@ -7,14 +7,18 @@ Workloads (NumPy backend, float32):
   elementwise ops and ``mean_dim`` reductions. Loss ``mean(h ** 2)``.
 - ``transformer``: 4 pre-norm blocks, d 256, 4 heads, sequence 128, batch 8 (attention written
   with matmul and softmax, a GELU MLP of width 1024). Loss ``mean(h ** 2)``.
+- ``gpt``: the GPT of ``bench_gpt.py`` as it defines it (fused linear, layer norm, causal
+  attention and GELU ops; embeddings, tied head, cross-entropy), its small size: 4 layers,
+  4 heads, n_embd 128, block 128, batch 16.
 
 Strategies: NoCheckpointing, BalancedCheckpointing, and BudgetCheckpointing at 0.1x ... 0.9x of
 NoCheckpointing's peak. Memory: ``retrograd.memory.measure_step_memory`` (tracemalloc peak over
 forward + backward minus live parameter gradients) and the engine's own ``Gradients.peak_bytes``.
 Time: median of interleaved steps in one process (A B C A B C ...), so load on a shared machine
-affects all alike. With torch installed, torch eager and torch per-block
-``torch.utils.checkpoint`` are timed too (their memory: bytes saved for backward at the end of
-forward, through ``saved_tensors_hooks``; tracemalloc cannot see torch's allocator).
+affects all alike; wall time, and process CPU time (less disturbed by other jobs). With torch
+installed, torch eager and torch per-block ``torch.utils.checkpoint`` are timed too (their
+memory: bytes saved for backward at the end of forward, through ``saved_tensors_hooks``;
+tracemalloc cannot see torch's allocator).
 
 The chain benchmark: backward time of ``y = sin(y)`` n times (4x4 float64) for n = 1k .. 20k.
 
@@ -32,7 +36,7 @@ import common  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import retrograd as rg
-from common import interleaved, machine, median, optional, table
+from common import machine, median, optional, table
 from retrograd.memory import measure_step_memory
 from retrograd.nn import functional as F  # noqa: N812
 
@@ -206,6 +210,74 @@ class Transformer:
         return loss
 
 
+class GPT:
+    """The GPT of ``bench_gpt.py`` (nanoGPT's, with fused linear, layer norm, attention and
+    GELU ops), its "small" size: 4 layers, 4 heads, n_embd 128, block 128, batch 16."""
+
+    def __init__(self, scale: int = 1, seed: int = 0):
+        import bench_gpt
+
+        self.gpt = bench_gpt
+        n_layer, n_head, n_embd, block, batch = bench_gpt.SIZES["small"]
+        self.config = (n_layer, n_head, n_embd // scale, block, batch)
+        self.name = (
+            f"GPT of bench_gpt ({n_layer} layers, {n_head} heads, n_embd {n_embd // scale}, "
+            f"block {block}, batch {batch})"
+        )
+        rng = np.random.default_rng(seed)
+        data = rng.integers(0, bench_gpt.VOCAB, (batch, block + 1))
+        self.idx, self.targets = data[:, :-1].copy(), data[:, 1:].copy()
+        # one set of weights for every strategy (and torch): nanoGPT's init (bench_gpt's)
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend())):
+            names = self._model().state_dict()
+        self.state = {}
+        for name, value in names.items():
+            if name.endswith("bias"):
+                value = np.zeros_like(value)
+            elif "ln" in name:
+                value = np.ones_like(value)
+            else:
+                value = (rng.standard_normal(value.shape) * 0.02).astype(value.dtype)
+            self.state[name] = value
+
+    def _model(self):
+        n_layer, n_head, n_embd, block, _ = self.config
+        return self.gpt.GPT(n_layer, n_head, n_embd, block)
+
+    def build(self, backend: rg.Autodiff):
+        with rg.use_backend(backend):
+            model = self._model()
+            model.load_state_dict(self.state)
+            idx, targets = rg.tensor(self.idx), rg.tensor(self.targets)
+
+        def loss() -> rg.Tensor:
+            with rg.use_backend(backend):
+                return model(idx, targets)
+
+        return loss, model.parameters()
+
+    def torch_step(self, checkpoint: bool):
+        torch = optional("torch")
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        n_layer, n_head, n_embd, block, _ = self.config
+        model = self.gpt.torch_gpt(torch, n_layer, n_head, n_embd, block)
+        state = {name: torch.from_numpy(np.array(value)) for name, value in self.state.items()}
+        state["lm_head.weight"] = state["wte.weight"]
+        model.load_state_dict(state)
+        idx, targets = torch.from_numpy(self.idx), torch.from_numpy(self.targets)
+        functional = torch.nn.functional
+
+        def loss():
+            x = model.wte(idx) + model.wpe(torch.arange(0, idx.shape[1]))
+            for layer in model.h:
+                x = torch_checkpoint(layer, x, use_reentrant=False) if checkpoint else layer(x)
+            logits = model.lm_head(model.ln_f(x))
+            return functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+        return loss
+
+
 def torch_saved_bytes(loss_fn) -> int:
     """Bytes torch saves for backward by the end of forward (each storage once)."""
     torch = optional("torch")
@@ -237,12 +309,19 @@ def run_workload(workload, repeats: int) -> list[dict]:
     results, steps = [], {}
     for name, strategy in strategies.items():
         loss_fn, params = workload.build(rg.Autodiff(rg.NumpyBackend(), strategy))
+        # The first steps of a budget differ from the later ones (the first is eager, then
+        # a plan is made and followed): memory is measured on the third step, the engine's
+        # count read on the fourth, and gradients compared on the first and the fourth.
+        grads = loss_fn().backward()
+        first = [p.grad(grads).numpy() for p in params]
+        loss_fn().backward()
+        memory = measure_step_memory(loss_fn, params)
         grads = loss_fn().backward()
         gradients = [p.grad(grads).numpy() for p in params]
         if reference_grads is None:
             reference_grads = gradients
-        assert all(np.array_equal(a, b) for a, b in zip(reference_grads, gradients)), name
-        memory = measure_step_memory(loss_fn, params)
+        for found in (first, gradients):
+            assert all(np.array_equal(a, b) for a, b in zip(reference_grads, found)), name
         results.append(
             {
                 "name": name,
@@ -268,10 +347,31 @@ def run_workload(workload, repeats: int) -> list[dict]:
                 }
             )
             steps[name] = lambda f=step_loss: f().backward()
-    times = interleaved(steps, repeats=repeats, warmup=1)
+    times, cpu = interleaved_with_cpu(steps, repeats=repeats, warmup=1)
     for row in results:
         row["time"] = median(times[row["name"]])
+        row["cpu"] = median(cpu[row["name"]])
     return results
+
+
+def interleaved_with_cpu(
+    candidates: dict, repeats: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``common.interleaved``, also timing each call in process CPU seconds: with one BLAS
+    thread, CPU time is the step's own work, which other jobs on a shared machine disturb
+    far less than wall time (they still share caches and memory bandwidth)."""
+    for function in candidates.values():
+        for _ in range(warmup):
+            function()
+    wall: dict[str, list[float]] = {name: [] for name in candidates}
+    cpu: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, function in candidates.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            function()
+            cpu[name].append(time.process_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
+    return wall, cpu
 
 
 def print_workload(workload, results: list[dict]) -> None:
@@ -291,6 +391,7 @@ def print_workload(workload, results: list[dict]) -> None:
                 "" if r["recomputed"] is None else f"{r['recomputed'] / 2**20:.1f}",
                 f"{r['time'] * 1e3:.0f}",
                 f"{r['time'] / ref['time']:.2f}",
+                f"{r['cpu'] / ref['cpu']:.2f}",
             ]
         )
     header = [
@@ -302,6 +403,7 @@ def print_workload(workload, results: list[dict]) -> None:
         "recomputed MiB",
         "step ms",
         "time ratio",
+        "CPU time ratio",
     ]
     print(f"\n### {workload.name}, float32, gradients bit-identical across strategies\n")
     print(table(rows, header))
@@ -349,7 +451,14 @@ def plot(all_results: dict[str, list[dict]], path: str) -> None:
             [r["time"] / base["time"] for r in budget],
             [r["peak"] / base["peak"] for r in budget],
             "o-",
-            label="BudgetCheckpointing 0.1x..0.9x",
+            label="BudgetCheckpointing 0.1x..0.9x (wall time)",
+        )
+        axis.plot(
+            [r["cpu"] / base["cpu"] for r in budget],
+            [r["peak"] / base["peak"] for r in budget],
+            "o--",
+            alpha=0.6,
+            label="BudgetCheckpointing 0.1x..0.9x (CPU time)",
         )
         for r in results:
             if r["name"].startswith("Budget"):
@@ -374,7 +483,7 @@ def main() -> None:
     scale, repeats = (4, 3) if options.quick else (1, options.repeats)
     print(machine())
     all_results = {}
-    for workload in (MLP(scale), Transformer(scale)):
+    for workload in (MLP(scale), Transformer(scale), GPT(scale)):
         results = run_workload(workload, repeats)
         print_workload(workload, results)
         all_results[workload.name] = results

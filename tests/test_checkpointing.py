@@ -107,13 +107,15 @@ def test_budget_keeps_the_peak_under_the_budget():
 
 
 def test_budget_below_the_floor_still_saves():
-    # Known gap (docs/checkpointing.md): values kept from forward whose parents backward has
-    # released cannot be dropped, so under about a third of NoCheckpointing's peak the budget
-    # is passed; the step still runs and the report says by how much.
+    # Far under NoCheckpointing's peak (a tenth here) the eager step passes the budget: what
+    # a recomputation in progress reads and makes is never dropped, and gradients plus one
+    # layer's values are this model's floor; the step still runs, saves memory, and the
+    # report says by how much.
     _, plain = _residual_mlp(rg.NoCheckpointing())
-    budget = int(plain.peak_bytes * 0.25)
-    _, grads = _residual_mlp(rg.BudgetCheckpointing(budget))
-    assert grads.peak_bytes <= 0.4 * plain.peak_bytes
+    for fraction in (0.1, 0.25):
+        budget = int(plain.peak_bytes * fraction)
+        _, grads = _residual_mlp(rg.BudgetCheckpointing(budget))
+        assert grads.peak_bytes <= 0.4 * plain.peak_bytes
 
 
 def test_budget_evicts_during_forward():

@@ -66,9 +66,11 @@ class Tape:
         self.children = children
 
     def checkpointer(
-        self, inner: Any, consume: bool, budget: int | None = None
+        self, inner: Any, consume: bool, budget: int | None = None, planned: int | None = None
     ) -> tuple[Checkpointer, int]:
-        """The checkpointer of this backward, and the activation bytes held when it starts."""
+        """The checkpointer of this backward, and the activation bytes held when it starts
+        (``planned``: the forward followed a budget's plan, which gives the backward's byte
+        limit; see BudgetCheckpointing)."""
         builder = CheckpointerBuilder()
         for node in self.nodes.values():
             actions = node.actions
@@ -76,7 +78,7 @@ class Tape:
                 builder.extend(actions)
                 if consume:
                     node.actions = None
-        return builder.build(self.nodes, inner, budget)
+        return builder.build(self.nodes, inner, budget, self.steps, planned)
 
 
 def backward(
@@ -99,7 +101,8 @@ def backward(
     tape = Tape(root_node)
     strategy = backend.checkpointing
     forward_peak = strategy.forward_peak()
-    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes)
+    planned = strategy.begin_backward(tape.steps)
+    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes, planned)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -128,6 +131,7 @@ def backward(
     # Forward's worst moment: what was held when backward started, or earlier under a budget
     # (which evicts as forward goes); then backward's own worst moment.
     grads.peak_bytes = max(forward_peak, held_at_start, checkpointer.peak_bytes)
+    strategy.end_backward(checkpointer.peak_bytes)
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()

@@ -1,0 +1,193 @@
+"""A checkpoint plan for a repeated training step under a memory budget.
+
+A training loop records the same graph every step. :class:`~.checkpoint.BudgetCheckpointing`
+runs the first step eagerly (evicting during forward after DTR) and, when its backward starts,
+knows the whole step: every recorded value's size, the measured time of its op, its parents,
+and the backward step at which each value is read. :func:`plan_evictions` decides from that
+which values the next steps evict as soon as they are made, so that the bytes held over the
+whole step (forward, then backward with its recomputations) stay under the budget while the
+recomputation costs as little time as it can.
+
+The model of backward it plans against is what :class:`~.checkpoint.Checkpointer` does: a
+kept value is held from forward until its last read; an evicted value is recomputed at its
+first read (or when an evicted descendant is recomputed, which reads it), from its parents,
+and held until its last read. So every evicted op reruns once, and the bytes held at each
+backward step are a sum of intervals. The plan is greedy (:func:`plan_evictions`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = ["PLAN_LIMIT", "Profile", "Trace", "plan_evictions", "profile"]
+
+#: graphs of more recorded values than this are not planned (the greedy plan is quadratic in
+#: the number of values); they run eagerly every step
+PLAN_LIMIT = 3000
+#: how many of the cheapest values per byte each round of the plan tries
+CANDIDATES = 8
+
+
+@dataclass
+class Trace:
+    """One recorded step, per value in recording order (see :func:`plan_evictions`)."""
+
+    #: bytes of each value
+    sizes: list[int]
+    #: seconds its op took
+    costs: list[float]
+    #: positions of its parents in the trace (earlier values; values from outside omitted)
+    parents: list[tuple[int, ...]]
+    #: whether it can be recomputed from its parents
+    recomputable: list[bool]
+    #: ascending backward steps at which a rule reads it
+    reads: list[list[int]]
+    #: position of the value whose buffer it shares (a view of a parent), or its own
+    owners: list[int]
+    #: ``(bytes, first step, last step)`` held whatever the plan: untracked values the rules
+    #: read, and the gradients in flight
+    fixed: list[tuple[int, int, int]] = field(default_factory=list)
+    #: number of backward steps
+    horizon: int = 0
+
+
+class Profile(NamedTuple):
+    """What :func:`profile` finds."""
+
+    peak: int
+    #: the backward step of the peak
+    at: int
+    #: per value: the first and last step it is needed (``math.inf`` and -1: never)
+    first: list
+    last: list[int]
+    #: bytes held above the budget, summed over the steps
+    excess: int
+    #: seconds of recomputation
+    seconds: float
+
+
+def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool = True) -> Profile:
+    """Bytes held at each backward step when the values ``evicted`` are recomputed.
+
+    ``views``: a view and the value it views count once (real memory; the engine's own
+    count, ``views=False``, counts each). Step 0 stands for the end of forward too: every kept
+    value is held from its making until its last read.
+    """
+    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
+    n = len(sizes)
+    first: list = [math.inf] * n
+    last = [-1] * n
+    # children come after their parents: one reverse pass settles every need
+    for v in range(n - 1, -1, -1):
+        own = reads[v]
+        if own:
+            if own[0] < first[v]:
+                first[v] = own[0]
+            if own[-1] > last[v]:
+                last[v] = own[-1]
+        if evicted[v] and last[v] >= 0:
+            when = first[v]  # recomputed at its first need, reading its parents then
+            for p in parents[v]:
+                if when < first[p]:
+                    first[p] = when
+                if when > last[p]:
+                    last[p] = when
+    horizon = trace.horizon
+    seconds = 0.0
+    costs = trace.costs
+    # a buffer is held from the first start to the last end of the values holding it
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    owners = trace.owners if views else range(n)
+    for v in range(n):
+        if last[v] < 0:
+            continue
+        if evicted[v]:
+            seconds += costs[v]
+        start = first[v] if evicted[v] else 0
+        owner = owners[v]
+        if owner in starts:
+            if start < starts[owner]:
+                starts[owner] = start
+            if last[v] > ends[owner]:
+                ends[owner] = last[v]
+        else:
+            starts[owner], ends[owner] = start, last[v]
+    delta = [0] * (horizon + 2)
+    for owner, start in starts.items():
+        delta[start] += sizes[owner]
+        delta[ends[owner] + 1] -= sizes[owner]
+    if views:
+        for nbytes, start, end in trace.fixed:
+            delta[start] += nbytes
+            delta[end + 1] -= nbytes
+    peak, at, held, excess = -1, 0, 0, 0
+    for step in range(horizon + 1):
+        held += delta[step]
+        if held > peak:
+            peak, at = held, step
+        if held > budget:
+            excess += held - budget
+    return Profile(peak, at, first, last, excess, seconds)
+
+
+def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+    """Which values to evict (per value, in recording order), the planned profile, and the
+    peak the engine will count (views counted apart, no gradients).
+
+    Greedy: while the peak passes ``budget``, take the :data:`CANDIDATES` values cheapest to
+    recompute per byte among those held at the peak and first needed after it, and evict the
+    one that removes the most excess (bytes above the budget, summed over backward's steps)
+    per second of recomputation it adds. Evicting a value whose ancestors are evicted makes
+    them by-products of its recomputation, held from then until their own reads: the excess
+    sees that where the peak alone would not. Stops when the peak fits or no candidate helps.
+    """
+    sizes, costs, recomputable, reads = trace.sizes, trace.costs, trace.recomputable, trace.reads
+    n = len(sizes)
+    # What no backward step reads is needed only to recompute evicted values: evicted from
+    # the start (it costs nothing unless a recomputation needs it; kept, it would be held
+    # from forward on, which is rarely worth its bytes).
+    evicted = [recomputable[v] and not reads[v] for v in range(n)]
+    # A buffer is freed only when every value viewing it is: views go with their owner.
+    groups: dict[int, list[int]] = {}
+    for v in range(n):
+        groups.setdefault(trace.owners[v], []).append(v)
+    current = profile(trace, evicted, budget)
+    while current.peak > budget:
+        at, first, last = current.at, current.first, current.last
+        ranked = []
+        for owner, members in groups.items():
+            kept = [v for v in members if not evicted[v] and last[v] >= 0]
+            if not kept or not sizes[owner]:
+                continue
+            # each must be recomputable, and not read at or before the peak (else evicting
+            # it cannot lower the peak), and one of them held at the peak
+            if any(not recomputable[v] or first[v] <= at for v in kept):
+                continue
+            if all(last[v] < at for v in kept):
+                continue
+            ranked.append((sum(costs[v] for v in kept) / sizes[owner], owner, kept))
+        ranked.sort()
+        best, best_score, best_profile = None, math.inf, None
+        # the cheapest few per byte; further down the list only while none helps
+        for index, (_price, _owner, kept) in enumerate(ranked):
+            if index >= CANDIDATES and best_profile is not None:
+                break
+            for v in kept:
+                evicted[v] = True
+            trial = profile(trace, evicted, budget)
+            for v in kept:
+                evicted[v] = False
+            saved = current.excess - trial.excess
+            score = (trial.seconds - current.seconds) / saved if saved > 0 else math.inf
+            if score < best_score:
+                best, best_score, best_profile = kept, score, trial
+        if best_profile is None:
+            break
+        for v in best:
+            evicted[v] = True
+        current = best_profile
+    return evicted, current, profile(trace, evicted, views=False).peak

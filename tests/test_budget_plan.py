@@ -1,0 +1,215 @@
+"""BudgetCheckpointing's plan for repeated steps (autodiff/plan.py): the memory profile it
+plans against, the greedy choice, and training steps that follow the plan with gradients
+bit-identical to NoCheckpointing's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from retrograd.autodiff.plan import Trace, plan_evictions, profile
+
+MB = 2**20
+
+
+def _chain_trace(**changes) -> Trace:
+    """a -> b -> c, 1, 2 and 4 MiB; backward reads c at step 0, b at 1, a at 2."""
+    fields = dict(
+        sizes=[1 * MB, 2 * MB, 4 * MB],
+        costs=[1.0, 1.0, 1.0],
+        parents=[(), (0,), (1,)],
+        recomputable=[False, True, True],
+        reads=[[2], [1], [0]],
+        owners=[0, 1, 2],
+        horizon=3,
+    )
+    fields.update(changes)
+    return Trace(**fields)
+
+
+def test_profile_of_kept_values_is_everything_at_the_start():
+    trace = _chain_trace()
+    found = profile(trace, [False, False, False])
+    # all three held at step 0 (1 + 2 + 4 MiB); c goes after step 0, b after step 1
+    assert (found.peak, found.at) == (7 * MB, 0)
+    assert found.first == [2, 1, 0] and found.last == [2, 1, 0]
+    assert found.seconds == 0.0
+
+
+def test_profile_of_an_evicted_value_recomputed_at_its_first_read():
+    trace = _chain_trace()
+    found = profile(trace, [False, True, False], budget=3 * MB)
+    # b is recomputed at step 1 (from a, held): steps 0: a + c = 5, 1: a + b = 3, 2: a = 1
+    assert (found.peak, found.at) == (5 * MB, 0)
+    assert found.excess == 2 * MB  # only step 0 passes 3 MiB, by 2
+    assert found.seconds == 1.0
+
+
+def test_profile_of_evicted_ancestors_held_as_by_products():
+    # c and b evicted: c's recomputation at step 0 reruns b first, which stays until step 1
+    trace = _chain_trace()
+    found = profile(trace, [False, True, True])
+    assert found.first == [0, 0, 0]
+    assert (found.peak, found.at) == (7 * MB, 0)
+    assert found.seconds == 2.0
+
+
+def test_profile_counts_a_view_once_and_adds_fixed_bytes():
+    # b is a view of a: one 1 MiB buffer (a's) held while either is
+    trace = _chain_trace(sizes=[1 * MB, 1 * MB, 4 * MB], owners=[0, 0, 2])
+    trace.fixed = [(3 * MB, 1, 2)]  # a gradient in flight over steps 1-2
+    found = profile(trace, [False, False, False])
+    assert found.peak == 5 * MB  # step 0: buffer a + c; steps 1-2: buffer a + 3 MiB
+    assert profile(trace, [False, False, False], views=False).peak == 6 * MB
+
+
+def test_plan_evicts_the_cheapest_per_byte_until_it_fits():
+    # four values, one read each at steps 3, 2, 1, 0; all fit in 10 MiB, budget 7 MiB:
+    # evicting d (4 MiB for 1 s) or c (2 MiB for 0.1 s) ... the plan drops what frees the
+    # excess for the fewest seconds
+    trace = Trace(
+        sizes=[1 * MB, 3 * MB, 2 * MB, 4 * MB],
+        costs=[0.5, 3.0, 0.1, 1.0],
+        parents=[(), (0,), (1,), (2,)],
+        recomputable=[False, True, True, True],
+        reads=[[3], [2], [1], [0]],
+        owners=[0, 1, 2, 3],
+        horizon=4,
+    )
+    evicted, found, counted = plan_evictions(trace, 7 * MB)
+    # step 0 holds 10 MiB; d is read at 0, so only a, b, c can go; c is the cheapest per
+    # byte and leaves 8 MiB; then b (3 MiB, recomputed at step 2 from a): 5 MiB
+    assert evicted == [False, True, True, False]
+    assert found.peak <= 7 * MB and counted == found.peak
+    assert math.isclose(found.seconds, 3.1)
+
+
+def test_plan_that_cannot_fit_stops():
+    trace = _chain_trace(recomputable=[False, False, False])
+    evicted, found, _ = plan_evictions(trace, MB)
+    assert evicted == [False, False, False] and found.peak == 7 * MB
+
+
+def _residual_mlp(strategy, steps=3, batch=16, width=32, layers=4, seed=0):
+    """Training steps of a residual tanh MLP on one backend: per step, the gradients and
+    the Gradients report."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal((width, width)) / width**0.5 for _ in range(layers)]
+    inputs = [rng.standard_normal((batch, width)) for _ in range(steps)]
+    results = []
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        weights = [rg.tensor(a).require_grad() for a in arrays]
+        for x in inputs:
+            h = rg.tensor(x)
+            for w in weights:
+                z = h @ w
+                h = h + (z * 0.5).tanh() * z.exp().sin()
+                h = h - h.mean_dim(1)
+            grads = (h * h).mean().backward()
+            results.append(([w.grad(grads).numpy() for w in weights], grads))
+    return results
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5, 0.8])
+def test_steps_after_the_first_follow_the_plan_with_identical_gradients(fraction):
+    # 0.3 is under this small model's floor (its gradients in flight alone are a fifth of
+    # its peak): the plan cannot fit, backward drops what it can, gradients stay identical
+    plain = _residual_mlp(rg.NoCheckpointing())
+    budget = int(plain[0][1].peak_bytes * fraction)
+    strategy = rg.BudgetCheckpointing(budget)
+    ours = _residual_mlp(strategy)
+    for (expected, _), (found, _) in zip(plain, ours):
+        for a, b in zip(expected, found):
+            assert np.array_equal(a, b)
+    assert strategy.plans == 1  # planned after the first step, followed by the others
+    assert strategy.planned_steps == 2
+    for _, grads in ours[1:]:
+        if fraction >= 0.5:
+            assert grads.peak_bytes <= budget + 0.1 * plain[0][1].peak_bytes, grads.peak_bytes
+        assert grads.peak_bytes < plain[0][1].peak_bytes
+        assert grads.recomputed_bytes > 0
+
+
+def test_a_different_graph_runs_eagerly_and_is_planned_afresh():
+    strategy = rg.BudgetCheckpointing(8000)
+    first = _residual_mlp(strategy, steps=2)  # planned after step 1, followed by step 2
+    assert (strategy.plans, strategy.planned_steps) == (1, 1)
+    # another batch size: the signatures differ, so the step runs eagerly, then re-plans
+    other = _residual_mlp(strategy, steps=2, batch=8)
+    plain = _residual_mlp(rg.NoCheckpointing(), steps=2, batch=8)
+    assert (strategy.plans, strategy.planned_steps) == (2, 2)
+    for (expected, _), (found, _) in zip(plain, other):
+        for a, b in zip(expected, found):
+            assert np.array_equal(a, b)
+    assert first[1][1].recomputed_bytes > 0
+
+
+def test_a_forward_without_backward_does_not_break_the_plan():
+    strategy = rg.BudgetCheckpointing(8000)
+    _residual_mlp(strategy, steps=2)
+    rng = np.random.default_rng(1)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        w = rg.tensor(rng.standard_normal((32, 32))).require_grad()
+        (rg.tensor(rng.standard_normal((16, 32))) @ w).tanh()  # a graph dropped unused
+    plain = _residual_mlp(rg.NoCheckpointing(), steps=2)
+    again = _residual_mlp(strategy, steps=2)
+    for (expected, _), (found, _) in zip(plain, again):
+        for a, b in zip(expected, found):
+            assert np.array_equal(a, b)
+
+
+def _train_attention_model(strategy, steps=4, seed=0):
+    """Training steps of a small model of fused ops (linear, layer norm, causal attention,
+    GELU, cross-entropy) with AdamW: the parameters after every step, and each Gradients."""
+    from retrograd import nn
+    from retrograd.nn import functional as F  # noqa: N812
+
+    rng = np.random.default_rng(seed)
+    batch, seq, width, heads, vocab = 4, 16, 32, 4, 11
+    tokens = rng.integers(0, vocab, (steps, batch, seq + 1))
+    backend = rg.Autodiff(rg.NumpyBackend(), strategy)
+    with rg.use_backend(backend):
+        rg.seed(seed)
+        embed, norm, qkv = (
+            nn.Embedding(vocab, width),
+            nn.LayerNorm(width),
+            nn.Linear(width, 3 * width),
+        )
+        up, down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+        model = nn.Sequential(embed, norm, qkv, up, down)
+        optimizer = rg.optim.AdamW(model, lr=1e-2)
+        history = []
+        for step in range(steps):
+            idx, targets = rg.tensor(tokens[step, :, :-1]), rg.tensor(tokens[step, :, 1:])
+            x = embed(idx)
+            q, k, v = qkv(norm(x)).split(width, 2)
+            q, k, v = (
+                t.reshape((batch, seq, heads, width // heads)).swap_dims(1, 2) for t in (q, k, v)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + y.swap_dims(1, 2).reshape((batch, seq, width))
+            x = x + down(F.gelu(up(norm(x))))
+            logits = F.linear(x, embed.weight)
+            loss = F.cross_entropy(
+                logits.reshape((batch * seq, vocab)), targets.reshape((batch * seq,))
+            )
+            grads = loss.backward()
+            optimizer.step(grads)
+            history.append(([p.numpy().copy() for p in model.parameters()], grads))
+    return history
+
+
+def test_training_with_fused_ops_follows_the_plan_bit_identically():
+    plain = _train_attention_model(rg.NoCheckpointing())
+    peak = plain[0][1].peak_bytes
+    strategy = rg.BudgetCheckpointing(int(0.4 * peak))
+    ours = _train_attention_model(strategy)
+    for (expected, _), (found, _) in zip(plain, ours):
+        for a, b in zip(expected, found):
+            assert np.array_equal(a, b)
+    assert strategy.plans == 1 and strategy.planned_steps == 3
+    assert all(grads.peak_bytes < peak for _, grads in ours[1:])
+    assert all(grads.recomputed_bytes > 0 for _, grads in ours[1:])
