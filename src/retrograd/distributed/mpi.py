@@ -146,6 +146,7 @@ class MpiEngine(RankCollective):
 
     name = "mpi"
     ordered = True
+    agrees_once = True
     recoverable = False
 
     def __init__(self, config: DistributedConfig):
@@ -396,8 +397,15 @@ class MpiEngine(RankCollective):
             self._send(self.ctl.Isend(message, peer, _TAG_HEARTBEAT), message)
 
     def set_state(self, step: int, state: int) -> None:
-        if (step, state) != (self._step, self._state) and not self._closing:
-            self._step, self._state = step, state
+        # Peers are told at once when a step begins (a peer that times out must know whether
+        # this rank registered it); the other changes ride on the periodic heartbeats, which
+        # come several times per timeout: a message to every peer at each change cost a rank
+        # of 8 three rounds of 7 sends per step.
+        if self._closing:
+            return
+        begun = step != self._step
+        self._step, self._state = step, state
+        if begun:
             try:
                 self._broadcast_state()
             except self.MPI.Exception as error:
@@ -412,6 +420,12 @@ class MpiEngine(RankCollective):
 
     def member_name(self, index: int) -> str:
         return f"rank {index}"
+
+    def behind(self, step: int) -> list[int] | None:
+        if not self._closed:
+            with contextlib.suppress(self.MPI.Exception):
+                self._receive_heartbeats(time.monotonic())
+        return [peer for peer in self.peers if self._peer_state[peer][0] < step]
 
     def member_status(self, index: int) -> str | None:
         if index == self.rank:
