@@ -179,20 +179,25 @@ def context_overhead(options) -> None:
     params = init_params(sizes)
     x, y = make_batch(options, sizes, 0)
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     with dist.DistributedContext.from_launcher(sync_config(options), engine="mpi") as ctx:
         for _ in range(options.warmup):
             train_step(rg, params, x, y, ctx.device, True)
         for _ in range(options.trials * 3):
             for distributed in (True, False):
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 for _ in range(4):
                     train_step(rg, params, x, y, ctx.device, distributed)
                 times[distributed].append((time.perf_counter() - started) / 4)
+                cpu[distributed].append((time.process_time() - used) / 4)
     with_context, without = (1000 * statistics.median(times[flag]) for flag in (True, False))
+    # CPU time (every thread of the process) is robust to other jobs on the machine
+    cpu_with, cpu_without = (1000 * statistics.median(cpu[flag]) for flag in (True, False))
     print(
         f"{options.model}, bucket_bytes {options.bucket_bytes}: {with_context:.2f} ms per step "
         f"with a context of one rank, {without:.2f} ms without: {with_context - without:.2f} ms "
-        "of overhead"
+        f"of overhead; CPU {cpu_with:.2f} / {cpu_without:.2f} ms: "
+        f"{cpu_with - cpu_without:.2f} ms"
     )
 
 

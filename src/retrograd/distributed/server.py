@@ -365,11 +365,12 @@ class SyncServer:
         submitted = sync.submitted
         indices = sync.bucket_slots[bucket]
         buffers = [submitted.pop(index) for index in indices]
-        if sync.attempt is FAST:
-            if sync.kept is not None:  # until the flags say the attempt holds
-                sync.kept.update(zip(indices, buffers))
-            if bucket == 0:
-                buffers.append(np.zeros(1, sync.round.plan[0].dtype))  # this member's flag
+        if sync.kept is not None:  # a fast attempt, until the flags say it holds
+            sync.kept.update(zip(indices, buffers))
+        if bucket == 0 and self.engine.agrees_once:
+            # This member's flag: raised only by a decoy. Every step carries one (ignored
+            # after an exchange), so a bucket's size does not change with the path.
+            buffers.append(np.zeros(1, sync.round.plan[0].dtype))
         self._start_bucket(step, bucket, buffers)
 
     def _start_bucket(self, step: DeviceStep, bucket: int, buffers: list) -> None:
@@ -390,9 +391,11 @@ class SyncServer:
         sync = step.sync
         current = sync.round
         results = pending.result
-        if sync.attempt is not None and bucket == 0:
+        if bucket == 0 and self.engine.agrees_once:
             # The flags, summed (MEAN divides them too: still above zero if any was raised).
-            if results[-1].reshape(-1)[0] > 0:
+            if sync.attempt is None:
+                pass  # the members exchanged their registrations: they agree
+            elif results[-1].reshape(-1)[0] > 0:
                 sync.void = True
             else:
                 sync.kept = None  # the attempt holds: its gradients are no longer needed
