@@ -60,6 +60,25 @@ _DOZE_SECONDS = 0.005
 _SETTLE_BELOW_SECONDS, _SETTLE_SECONDS = 0.0005, 0.005
 
 
+#: bits of the step number the first bucket carries (a header after its gradients)
+_STEP_BITS = 8
+
+
+def _header(number: int, dtype: str, changed: bool) -> np.ndarray:
+    """The first bucket's header from this member: its flag (its registration changed since
+    the members last agreed) and the low bits of its step number, one element each. Summed
+    over the members, the flag is above zero iff one was raised, and each bit is 0 or every
+    member's share iff their step numbers agree in it (a rank that ran an extra backward).
+
+    >>> _header(5, "float32", False).tolist()
+    [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    header = np.empty(1 + _STEP_BITS, dtype)
+    header[0] = 1.0 if changed else 0.0
+    header[1:] = [(number >> bit) & 1 for bit in range(_STEP_BITS)]
+    return header
+
+
 class SyncServer:
     """The context's server thread. See the module docstring."""
 
@@ -279,7 +298,7 @@ class SyncServer:
         for bucket, (planned, size) in enumerate(zip(agreed.plan, agreed.sizes)):
             zeros = [np.zeros(size, planned.dtype)]
             if bucket == 0:
-                zeros.append(np.ones(1, planned.dtype))
+                zeros.append(_header(current.number, planned.dtype, changed=True))
             self._start_bucket(step, bucket, zeros)
 
     def _exchange(self, step: DeviceStep) -> None:
@@ -368,9 +387,9 @@ class SyncServer:
         if sync.kept is not None:  # a fast attempt, until the flags say it holds
             sync.kept.update(zip(indices, buffers))
         if bucket == 0 and self.engine.agrees_once:
-            # This member's flag: raised only by a decoy. Every step carries one (ignored
-            # after an exchange), so a bucket's size does not change with the path.
-            buffers.append(np.zeros(1, sync.round.plan[0].dtype))
+            # Every step carries the header (its flag ignored after an exchange), so a
+            # bucket's size does not change with the path.
+            buffers.append(_header(sync.round.number, sync.round.plan[0].dtype, changed=False))
         self._start_bucket(step, bucket, buffers)
 
     def _start_bucket(self, step: DeviceStep, bucket: int, buffers: list) -> None:
@@ -392,14 +411,30 @@ class SyncServer:
         current = sync.round
         results = pending.result
         if bucket == 0 and self.engine.agrees_once:
+            header, results = results[-1].reshape(-1), results[:-1]
+            full = (
+                1.0
+                if self.config.all_reduce_op is ReduceOperation.MEAN
+                else len(self.engine.members)
+            )
+            # Each bit of the step number, summed: 0 or every member's share iff all agree.
+            off = np.minimum(np.abs(header[1:]), np.abs(header[1:] - full))
+            if (off > full / (4 * len(self.engine.members))).any():
+                message = (
+                    f"backward step {current.number} on {step.device}: the ranks ran "
+                    "different numbers of distributed backward steps (their step numbers "
+                    "differ), so their gradients were not of one step"
+                )
+                self.engine.abandon(pending, message)
+                self._fail_round(current, message)
+                return
             # The flags, summed (MEAN divides them too: still above zero if any was raised).
             if sync.attempt is None:
                 pass  # the members exchanged their registrations: they agree
-            elif results[-1].reshape(-1)[0] > 0:
+            elif header[0] > 0:
                 sync.void = True
             else:
                 sync.kept = None  # the attempt holds: its gradients are no longer needed
-            results = results[:-1]
         if sync.attempt is not DECOY:
             for index, result in zip(sync.bucket_slots[bucket], results):
                 step.results[index] = result
