@@ -10,9 +10,12 @@ communicator), and control messages (registrations and heartbeats, point to poin
 Faults never hang a rank, because nothing here blocks inside MPI: every operation is
 non-blocking, polled against a deadline.
 
-- Before a backward's gradients are reduced, ranks exchange their registrations point to point,
-  so a rank that never registers is named (its message is the one that did not arrive), and
-  differing parameter sets are found from the metadata, before any collective starts.
+- At the first backward, and whenever a rank's parameters change, ranks exchange their
+  registrations point to point, so a rank that never registers is named (its message is the
+  one that did not arrive), and differing parameter sets are found from the metadata, before
+  the step's own collectives start. In between, the plan agreed then is reused
+  (``agrees_once``: a flag and the step number ride in the first bucket, see the sync server)
+  and a rank that never began a step is named from its heartbeats (``behind``).
 - Every rank sends a heartbeat to every other rank a few times per timeout (with its step and
   state), so a collective that times out can say which rank went silent (died), closed its
   context (exited), or is alive but elsewhere.

@@ -15,7 +15,10 @@ timeouts their diagnosis. For each backward that involves distributed parameters
 1. *registers* the device's parameters (ids, sizes, dtypes, in the order their gradients are
    predicted to become final) and gathers every member's registration through the engine;
    once all members are registered it checks they agree (same parameters, same shapes) and
-   plans the buckets, from member 0's order, so every member fuses identical buckets;
+   plans the buckets, from member 0's order, so every member fuses identical buckets; on
+   engines that ``agrees_once`` (``mpi``), later steps that register the same list reuse
+   that plan without gathering, checked by a header in the first bucket (a step a member
+   changed is redone after a full exchange: ``_on_register``, ``_on_reduced``, ``_redo``);
 2. takes each gradient the moment the backward hook submits it (its last contribution has
    arrived) and launches a bucket's all-reduce as soon as the bucket is full; engines whose
    collectives must be issued in one order on every member get the buckets in plan order;
