@@ -9,6 +9,8 @@ per rank)::
     python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
     python benchmarks/bench_ddp.py --models wide --batch 2048 --phases  # + each rank's pace
     python benchmarks/bench_ddp.py --scaling --ranks 2,8 --batches 128,1024  # issue 16's table
+    python benchmarks/bench_ddp.py --ab --ranks 2,8 --batches 128 --steps 8 --trials 8
+        # naive and ddp alternating in the same ranks: paired ratios, CPU per step
 
 ``--scaling`` runs four cases for every rank count and batch, interleaved round by round, on
 the MLP 784-1024-1024-10: ``one`` (1 process, no context), ``ideal`` (N processes, no
@@ -179,20 +181,25 @@ def context_overhead(options) -> None:
     params = init_params(sizes)
     x, y = make_batch(options, sizes, 0)
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     with dist.DistributedContext.from_launcher(sync_config(options), engine="mpi") as ctx:
         for _ in range(options.warmup):
             train_step(rg, params, x, y, ctx.device, True)
         for _ in range(options.trials * 3):
             for distributed in (True, False):
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 for _ in range(4):
                     train_step(rg, params, x, y, ctx.device, distributed)
                 times[distributed].append((time.perf_counter() - started) / 4)
+                cpu[distributed].append((time.process_time() - used) / 4)
     with_context, without = (1000 * statistics.median(times[flag]) for flag in (True, False))
+    # CPU time (every thread of the process) is robust to other jobs on the machine
+    cpu_with, cpu_without = (1000 * statistics.median(cpu[flag]) for flag in (True, False))
     print(
         f"{options.model}, bucket_bytes {options.bucket_bytes}: {with_context:.2f} ms per step "
         f"with a context of one rank, {without:.2f} ms without: {with_context - without:.2f} ms "
-        "of overhead"
+        f"of overhead; CPU {cpu_with:.2f} / {cpu_without:.2f} ms: "
+        f"{cpu_with - cpu_without:.2f} ms"
     )
 
 
@@ -311,6 +318,81 @@ def scaling_worker(options) -> None:
     (Path(options.out) / f"rank{rank}.json").write_text(json.dumps(report))
     if ctx is not None:
         ctx.close()
+
+
+# -- naive and ddp side by side, in one process ------------------------------------------------
+def ab_worker(options) -> None:
+    """Each rank alternates blocks of ``naive`` and ``ddp`` steps (which first alternates from
+    block to block), so load from other jobs hits both alike; rank 0 prints each block's
+    ddp / naive throughput, paired, and CPU time per rank and step."""
+    from mpi4py import MPI
+
+    import retrograd as rg
+    from retrograd import distributed as dist
+
+    sizes = MODELS["mnist"]
+    params = init_params(sizes)
+    ctx = dist.DistributedContext.from_launcher(sync_config(options)).start()
+    comm = MPI.COMM_WORLD.Dup()
+    rank = comm.Get_rank()
+    buffer = np.empty(sum(v.size for v in params.values()), np.float32)
+    x, y = make_batch(options, sizes, 100 + rank)
+
+    def run(case: str, steps: int) -> None:
+        for _ in range(steps):
+            scaling_step(
+                rg, params, x, y, ctx.device, case, comm if case == "naive" else None, buffer
+            )
+
+    for case in ("naive", "ddp"):
+        run(case, options.warmup)
+    blocks: dict[str, list[tuple[float, float]]] = {"naive": [], "ddp": []}
+    for k in range(options.trials):
+        for case in ("naive", "ddp") if k % 2 == 0 else ("ddp", "naive"):
+            comm.Barrier()
+            used, started = time.process_time(), time.perf_counter()
+            run(case, options.steps)
+            comm.Barrier()
+            wall = (time.perf_counter() - started) / options.steps
+            cpu = statistics.mean(comm.allgather(time.process_time() - used)) / options.steps
+            blocks[case].append((wall, cpu))
+    ctx.close()
+    if rank != 0:
+        return
+    paired = [n[0] / d[0] for n, d in zip(blocks["naive"], blocks["ddp"])]
+    cpu = [d[1] - n[1] for n, d in zip(blocks["naive"], blocks["ddp"])]
+    naive_cpu, ddp_cpu = (1e3 * statistics.median(c for _, c in blocks[k]) for k in blocks)
+    print(
+        f"{comm.Get_size()} ranks, {options.batch} per rank, overlap {options.overlap}: "
+        f"ddp / naive {statistics.median(paired):.3f} (blocks: "
+        + " ".join(f"{r:.2f}" for r in paired)
+        + f"); CPU per rank and step: naive {naive_cpu:.1f} ms, ddp {ddp_cpu:.1f} ms "
+        f"(paired difference {1e3 * statistics.median(cpu):+.2f} ms)",
+        flush=True,
+    )
+
+
+def side_by_side(options) -> None:
+    """``--ab``: :func:`ab_worker` for every rank count and batch."""
+    here = Path(__file__).resolve()
+    env = dict(os.environ)
+    source = here.parents[1] / "src"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    sys.path.insert(0, str(source))
+    from retrograd.distributed.launch import mpiexec_command
+
+    for ranks in (int(n) for n in options.ranks.split(",")):
+        for batch in (int(b) for b in options.batches.split(",")):
+            argv = [str(here), "--ab-worker", "--batch", str(batch), "--steps", str(options.steps)]
+            argv += ["--trials", str(options.trials), "--warmup", str(options.warmup)]
+            argv += ["--overlap", options.overlap, "--bucket-bytes", str(options.bucket_bytes)]
+            argv += ["--last-bucket-bytes", str(options.last_bucket_bytes)]
+            completed = subprocess.run(
+                mpiexec_command(ranks, argv), capture_output=True, text=True, env=env, timeout=1800
+            )
+            if completed.returncode != 0:
+                raise RuntimeError(f"--ab failed:\n{completed.stdout}\n{completed.stderr}")
+            print(completed.stdout.strip(), flush=True)
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -545,7 +627,9 @@ WORKLOADS = [
 ]
 PREDICTED_RANKS = (2, 8, 16, 32, 64, 128, 256)
 #: the sync machinery's own time per step (hooks, registration, bookkeeping): measured with a
-#: 1-rank context (``--overhead``), plus a registration message to and from every peer
+#: 1-rank context (``--overhead``), plus a registration message to and from every peer (the
+#: mpi engine now exchanges only when the graph changes and sends each peer one heartbeat a
+#: step: an upper bound, kept so the predictions stay comparable)
 OVERHEAD_SECONDS, PER_PEER_SECONDS = 0.5e-3, 5e-6
 
 
@@ -584,6 +668,13 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scaling-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--case", choices=SCALING_CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--ab-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ab",
+        action="store_true",
+        help="naive and ddp side by side in each rank, alternating blocks of --steps steps, "
+        "--trials blocks each (for --ranks and --batches)",
+    )
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument(
         "--overlap",
@@ -631,6 +722,12 @@ def main() -> None:
         return
     if options.scaling_worker:
         scaling_worker(options)
+        return
+    if options.ab_worker:
+        ab_worker(options)
+        return
+    if options.ab:
+        side_by_side(options)
         return
     if options.scaling:
         scaling(options)

@@ -157,7 +157,8 @@ def fault_step(device, extra=False, die=False):
 def train_mlp_in_shards(ctx, start, steps, lr, shard_size):
     """SGD on an MLP, each rank on its shard of one seeded batch, MEAN-synced by ``ctx``:
     ``(params, xs, ys, outlived)``, ``outlived`` counting gradient buffers that survived into
-    the next step (reference counting alone must free them)."""
+    the next step (reference counting alone must free them) other than those the next step
+    reuses (an engine may keep a bucket's buffer for the next step once nothing views it)."""
     n, rank, device = ctx.world_size, ctx.rank, ctx.device
     rng = np.random.default_rng(12)
     xs = rng.standard_normal((n * shard_size, 6))
@@ -169,9 +170,13 @@ def train_mlp_in_shards(ctx, start, steps, lr, shard_size):
     for _ in range(steps):
         grads = mlp_grads(device, xs[shard], ys[shard], params, True)
         params = {k: params[k] - lr * grads[k] for k in params}
-        outlived += sum(ref() is not None for ref in previous)
         # the buffer a gradient lives in (the reduced bucket, for a view into one)
-        previous = [weakref.ref(g if g.base is None else g.base) for g in grads.values()]
+        current = [g if g.base is None else g.base for g in grads.values()]
+        outlived += sum(
+            ref() is not None and all(ref() is not b for b in current) for ref in previous
+        )
+        previous = [weakref.ref(b) for b in current]
+        del current
         del grads
     gc.enable()
     return params, xs, ys, outlived

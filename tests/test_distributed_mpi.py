@@ -71,10 +71,15 @@ def test_gradient_checks_across_processes(ranks, tmp_path):
         assert report["checks"] == 81
         assert report["devices"] == [f"cpu:{r}" for r in range(ranks)]
         # SUM: every parameter on its own; MEAN: 200-byte buckets fuse the MLP's 8 into 3;
-        # without the overlap, one all-reduce per backward
-        no_overlap = report["steps"]["MEAN, no overlap"]
-        assert report["buckets"] == {"SUM": 17, "MEAN": 11, "MEAN, no overlap": no_overlap}
-        assert no_overlap == report["steps"]["MEAN"] == 9
+        # without the overlap, one all-reduce per backward. The registrations are agreed once
+        # per graph shape: the 8 graph steps register the same 'w', then the MLP (and, under
+        # SUM, the uneven-use check's smaller 'w') change it, so each of those steps first
+        # runs the collectives of the plan agreed before (zeros, the flag raised), then its own
+        # SUM: 8 + (1 + 8) + (8 + 1); MEAN: 8 + (1 + 3); no overlap: 8 + (1 + 1)
+        assert report["buckets"] == {"SUM": 26, "MEAN": 12, "MEAN, no overlap": 10}
+        assert report["steps"]["MEAN, no overlap"] == report["steps"]["MEAN"] == 9
+        # registrations exchanged at the first step and where the graph's parameters changed
+        assert report["exchanges"] == {"SUM": 3, "MEAN": 2, "MEAN, no overlap": 2}
         # overlap=None: the engine reduces during backward unless ranks outnumber cores
         # (or the machine is that busy already)
         if ranks > cores:
@@ -183,6 +188,20 @@ def test_mismatched_parameter_sets_fail_every_rank_and_the_next_step_works(overl
         )
         assert report["elapsed"] < 1.0  # found from the metadata, not by waiting
         assert report["next_step"] == [[60.0] * 3] * 3
+
+
+@pytest.mark.parametrize("overlap", ["on", "off"])
+def test_ranks_at_different_step_numbers_fail_every_rank(overlap, tmp_path):
+    # the registrations agree (the plan of step 1 holds): the first bucket's header says the
+    # steps differ, once its all-reduce completes, and the engine is broken afterwards
+    completed, reports = run_fault("skew", tmp_path, 3, overlap)
+    assert completed.returncode != 0
+    for rank in range(3):
+        report = reports[rank]
+        assert (
+            "the ranks ran different numbers of distributed backward steps" in (report["error"])
+        ), report["error"]
+        assert report["elapsed"] < 1.0
 
 
 def test_launch_cli_runs_a_script(tmp_path):

@@ -6,7 +6,9 @@
 - ``die_in_backward``: rank 1 registers step 2, then dies inside its backward (after its
   first gradient was submitted, before its second);
 - ``mismatch``: rank 1 registers a parameter the others do not have, then every rank runs
-  one more, matching step.
+  one more, matching step;
+- ``skew``: rank 1 counts one backward step more than the others before step 2 (as if it had
+  run a backward they did not), so its step number disagrees with theirs.
 
 Every rank that is still alive writes ``OUT/rank{r}.json``: the error it got on step 2 (if
 any), how long step 2 took, and whether the step after it worked.
@@ -45,6 +47,8 @@ def main() -> None:
         (out / f"rank{rank}.json").write_text(json.dumps(report))
         ctx.close()
         return
+    if rank == 1 and mode == "skew":
+        ctx.server._round_number += 1
     started = time.monotonic()
     try:
         fault_step(

@@ -111,6 +111,7 @@ def main() -> None:
                     all_reduce_checks(ctx, checks)
                 report.setdefault("buckets", {})[name] = ctx.stats.buckets
                 report.setdefault("steps", {})[name] = ctx.stats.steps
+                report.setdefault("exchanges", {})[name] = ctx.stats.exchanges
                 report.setdefault("overlap_pays", ctx.engine.overlap_pays)
     except Exception:
         checks.failures.append(traceback.format_exc())

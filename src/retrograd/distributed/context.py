@@ -271,6 +271,9 @@ class _Stats:
         with getattr(self, "_lock", threading.Lock()):
             self.steps = 0
             self.buckets = 0
+            #: steps whose members exchanged their registrations (the others reused the
+            #: plan agreed before, on engines that agree once per graph shape)
+            self.exchanges = 0
             self.comm_seconds = 0.0
             self.wait_seconds = 0.0
             #: ``(backward ended, gradients synced)`` of the latest steps, ``time.perf_counter``
@@ -281,6 +284,7 @@ class _Stats:
         with self._lock:
             self.steps += 1
             self.buckets += len(step.intervals)
+            self.exchanges += step.sync.agreement is not None
             self.comm_seconds += step.comm_seconds()
             self.wait_seconds += waited
             self.timeline.append((ended, ended + waited))
@@ -296,6 +300,7 @@ class _Stats:
         return {
             "steps": self.steps,
             "buckets": self.buckets,
+            "exchanges": self.exchanges,
             "comm_seconds": self.comm_seconds,
             "wait_seconds": self.wait_seconds,
             "hidden_fraction": self.hidden_fraction,

@@ -35,6 +35,20 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
             )
             for index in missing
         )
+    if sync.agreement is None:
+        # Reduced by a plan agreed earlier, without an exchange: the peers' heartbeats say
+        # which of them never began this step.
+        behind = engine.behind(current.number)
+        if behind:
+            return f"{head}: " + "; ".join(
+                with_status(
+                    engine,
+                    index,
+                    f"{engine.member_name(index)} never registered its distributed "
+                    "parameters for this step",
+                )
+                for index in behind
+            )
     stalled = [b for b, p in sorted(sync.bucket_pendings.items()) if not p.done()]
     if not stalled:
         return f"{head}: its own gradients were never all submitted"

@@ -140,6 +140,12 @@ class Collective:
     ordered = False
     #: a timed-out collective leaves the engine usable for the next step
     recoverable = True
+    #: members agree on their registrations once per graph shape: while a member registers
+    #: what it registered at the last exchange, the server reuses the plan agreed then and
+    #: checks it with a flag in the first bucket instead of exchanging (engines of one
+    #: device per process, whose collectives launch in one order: ``mpi``); such an engine
+    #: says in :meth:`behind` which members have not begun a step
+    agrees_once = False
     #: set by the server while a device thread is blocked on a result: engines that must be
     #: polled poll as fast as they can then
     urgent = False
@@ -196,6 +202,11 @@ class Collective:
     # -- faults ----------------------------------------------------------------------------
     def missing(self, pending: Pending) -> list[int] | None:
         """Member indices that have not joined ``pending`` yet, or ``None`` if unknown."""
+        return None
+
+    def behind(self, step: int) -> list[int] | None:
+        """Members known (from their heartbeats) not to have begun backward step ``step``
+        yet, or ``None`` if unknown."""
         return None
 
     def member_name(self, index: int) -> str:

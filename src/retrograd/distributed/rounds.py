@@ -18,11 +18,17 @@ import numpy as np
 
 from ..autodiff.params import ParamId
 from ..device import Device
-from .buckets import Bucket, nbytes
+from .buckets import ITEMSIZE, Bucket, nbytes
 from .engine import Pending
 from .registration import payload
 
-__all__ = ["DeviceStep", "ParamSlot", "Round", "StepSync"]
+__all__ = ["DECOY", "FAST", "Agreed", "DeviceStep", "ParamSlot", "Round", "StepSync"]
+
+#: ``StepSync.attempt``: the step reduces by the plan agreed at an earlier step, without
+#: exchanging registrations (its own registration is the one agreed then), or it only joins
+#: that plan's collectives with zeros (its registration changed) so that the round can redo
+#: the step with a full exchange
+FAST, DECOY = "fast", "decoy"
 
 
 class ParamSlot:
@@ -52,14 +58,18 @@ class StepSync:
 
     __slots__ = (
         "agreement",
+        "attempt",
         "bucket_of",
         "bucket_pendings",
         "bucket_slots",
         "buckets_left",
+        "kept",
+        "launching",
         "next_bucket",
         "round",
         "submitted",
         "unsubmitted",
+        "void",
     )
 
     def __init__(self) -> None:
@@ -77,6 +87,16 @@ class StepSync:
         #: the next bucket to launch, on engines that launch in plan order
         self.next_bucket = 0
         self.buckets_left = 0
+        #: the buckets launch as their gradients come in (the plan in force maps this step's
+        #: slots): after the members agreed, or on a fast attempt
+        self.launching = False
+        #: ``None`` (registrations exchanged this step), ``FAST`` or ``DECOY``
+        self.attempt: str | None = None
+        #: a fast attempt's launched gradients, by slot index, until its first bucket says
+        #: every member was on the fast path (else the step is redone from them)
+        self.kept: dict[int, np.ndarray] | None = None
+        #: a member was not on the fast path: the attempt's results are void
+        self.void = False
 
 
 class DeviceStep:
@@ -120,3 +140,31 @@ class Round:
         self.labels: dict[int, str] = {}
         self.failed: str | None = None
         self.finished = False
+
+
+class Agreed:
+    """What a device's members last agreed on: its registration (``payload``) then, the bucket
+    plan and labels, and the plan mapped onto that registration's slots. While the device
+    registers the same list again, every member does (each compares with its own), so the
+    plan holds without exchanging registrations."""
+
+    __slots__ = ("bucket_of", "bucket_slots", "labels", "payload", "plan", "sizes")
+
+    def __init__(
+        self,
+        payload: np.ndarray,
+        plan: list[Bucket],
+        labels: dict[int, str],
+        bucket_slots: list[list[int]],
+        bucket_of: list[int],
+    ):
+        self.payload = payload
+        self.plan = plan
+        self.labels = labels
+        self.bucket_slots = bucket_slots
+        self.bucket_of = bucket_of
+        #: each bucket's element count, for a decoy's zeros
+        self.sizes = [bucket.nbytes // ITEMSIZE.get(bucket.dtype, 8) for bucket in plan]
+
+    def matches(self, payload: np.ndarray) -> bool:
+        return payload is self.payload or np.array_equal(payload, self.payload)

@@ -15,7 +15,10 @@ timeouts their diagnosis. For each backward that involves distributed parameters
 1. *registers* the device's parameters (ids, sizes, dtypes, in the order their gradients are
    predicted to become final) and gathers every member's registration through the engine;
    once all members are registered it checks they agree (same parameters, same shapes) and
-   plans the buckets, from member 0's order, so every member fuses identical buckets;
+   plans the buckets, from member 0's order, so every member fuses identical buckets; on
+   engines that ``agrees_once`` (``mpi``), later steps that register the same list reuse
+   that plan without gathering, checked by a header in the first bucket (a step a member
+   changed is redone after a full exchange: ``_on_register``, ``_on_reduced``, ``_redo``);
 2. takes each gradient the moment the backward hook submits it (its last contribution has
    arrived) and launches a bucket's all-reduce as soon as the bucket is full; engines whose
    collectives must be issued in one order on every member get the buckets in plan order;
@@ -46,7 +49,7 @@ from .config import DistributedConfig, ReduceOperation
 from .diagnosis import describe_op_stall, describe_stall
 from .engine import IDLE, IN_BACKWARD, WAITING, Collective, Pending
 from .registration import Verdict, agree
-from .rounds import DeviceStep, Round
+from .rounds import DECOY, FAST, Agreed, DeviceStep, Round
 
 __all__ = ["SyncServer"]
 
@@ -58,6 +61,25 @@ _DOZE_SECONDS = 0.005
 #: an engine that asks to be polled again this soon is left to poll itself (``settle``), for
 #: at most this long at a time (the server thread waits for the lock meanwhile)
 _SETTLE_BELOW_SECONDS, _SETTLE_SECONDS = 0.0005, 0.005
+
+
+#: bits of the step number the first bucket carries (a header after its gradients)
+_STEP_BITS = 8
+
+
+def _header(number: int, dtype: str, changed: bool) -> np.ndarray:
+    """The first bucket's header from this member: its flag (its registration changed since
+    the members last agreed) and the low bits of its step number, one element each. Summed
+    over the members, the flag is above zero iff one was raised, and each bit is 0 or every
+    member's share iff their step numbers agree in it (a rank that ran an extra backward).
+
+    >>> _header(5, "float32", False).tolist()
+    [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    header = np.empty(1 + _STEP_BITS, dtype)
+    header[0] = 1.0 if changed else 0.0
+    header[1:] = [(number >> bit) & 1 for bit in range(_STEP_BITS)]
+    return header
 
 
 class SyncServer:
@@ -83,6 +105,8 @@ class SyncServer:
         self._op_links: dict[Pending, Pending] = {}
         self._waiting: set[DeviceStep] = set()
         self._verdicts: dict[tuple[bytes, ...], Verdict] = {}
+        #: per device, what its members last agreed on (engines that ``agrees_once``)
+        self._agreed: dict[Device, Agreed] = {}
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -254,7 +278,38 @@ class SyncServer:
         sync = step.sync
         sync.round = current
         self.engine.set_state(current.number, IN_BACKWARD)
-        sync.agreement = self.engine.all_gather(device, step.payload, ("reg", current.number))
+        agreed = self._agreed.get(device)
+        if agreed is None:
+            self._exchange(step)
+            return
+        # Agreed at an earlier step: no exchange. Every member compares its registration with
+        # the one it agreed then, and the first bucket carries, summed, the members that
+        # differ (a flag each): zero means the plan holds everywhere, else the step is redone
+        # with a full exchange (docs/distributed.md, "Registration agreed once").
+        current.plan, current.labels = agreed.plan, agreed.labels
+        sync.buckets_left = len(agreed.plan)
+        if agreed.matches(step.payload):
+            sync.attempt = FAST
+            sync.kept = {}
+            sync.bucket_slots, sync.bucket_of = agreed.bucket_slots, agreed.bucket_of
+            sync.unsubmitted = [len(slots) for slots in agreed.bucket_slots]
+            sync.launching = True
+            return
+        # This device's parameters changed: it joins the agreed plan's collectives with zeros
+        # and a raised flag, then redoes the step with its peers.
+        sync.attempt = DECOY
+        for bucket, (planned, size) in enumerate(zip(agreed.plan, agreed.sizes)):
+            zeros = [np.zeros(size, planned.dtype)]
+            if bucket == 0:
+                zeros.append(_header(current.number, planned.dtype, changed=True))
+            self._start_bucket(step, bucket, zeros)
+
+    def _exchange(self, step: DeviceStep) -> None:
+        """Gather every member's registration for ``step``'s round (``_on_agreed`` next)."""
+        sync = step.sync
+        sync.agreement = self.engine.all_gather(
+            step.device, step.payload, ("reg", sync.round.number)
+        )
         sync.agreement.then(lambda pending: self._on_agreed(step, pending))
 
     def _settled(self, step: DeviceStep, pending: Pending) -> bool:
@@ -280,11 +335,16 @@ class SyncServer:
                 return
             current.labels, current.plan = labels, plan
         sync.bucket_slots, sync.bucket_of = assign(current.plan, step.index_of)
+        if self.engine.agrees_once:
+            self._agreed[step.device] = Agreed(
+                step.payload, current.plan, current.labels, sync.bucket_slots, sync.bucket_of
+            )
         # Gradients submitted while the members were still agreeing count now.
         sync.unsubmitted = [len(slots) for slots in sync.bucket_slots]
         for index in sync.submitted:
             sync.unsubmitted[sync.bucket_of[index]] -= 1
         sync.buckets_left = len(current.plan)
+        sync.launching = True
         self._launch_ready(step)
 
     def _verdict(self, gathered: list[np.ndarray]) -> Verdict:
@@ -303,7 +363,7 @@ class SyncServer:
         if current is None or current.failed or step.error is not None:
             return
         sync.submitted.update(items)
-        if current.plan is not None:
+        if sync.launching:
             unsubmitted, bucket_of = sync.unsubmitted, sync.bucket_of
             for slot_index, _ in items:
                 unsubmitted[bucket_of[slot_index]] -= 1
@@ -325,7 +385,18 @@ class SyncServer:
     def _launch(self, step: DeviceStep, bucket: int) -> None:
         sync = step.sync
         submitted = sync.submitted
-        buffers = [submitted.pop(index) for index in sync.bucket_slots[bucket]]
+        indices = sync.bucket_slots[bucket]
+        buffers = [submitted.pop(index) for index in indices]
+        if sync.kept is not None:  # a fast attempt, until the flags say it holds
+            sync.kept.update(zip(indices, buffers))
+        if bucket == 0 and self.engine.agrees_once:
+            # Every step carries the header (its flag ignored after an exchange), so a
+            # bucket's size does not change with the path.
+            buffers.append(_header(sync.round.number, sync.round.plan[0].dtype, changed=False))
+        self._start_bucket(step, bucket, buffers)
+
+    def _start_bucket(self, step: DeviceStep, bucket: int, buffers: list) -> None:
+        sync = step.sync
         pending = self.engine.all_reduce(
             step.device,
             buffers,
@@ -341,11 +412,41 @@ class SyncServer:
             return
         sync = step.sync
         current = sync.round
-        for index, result in zip(sync.bucket_slots[bucket], pending.result):
-            step.results[index] = result
+        results = pending.result
+        if bucket == 0 and self.engine.agrees_once:
+            header, results = results[-1].reshape(-1), results[:-1]
+            full = (
+                1.0
+                if self.config.all_reduce_op is ReduceOperation.MEAN
+                else len(self.engine.members)
+            )
+            # Each bit of the step number, summed: 0 or every member's share iff all agree.
+            off = np.minimum(np.abs(header[1:]), np.abs(header[1:] - full))
+            if (off > full / (4 * len(self.engine.members))).any():
+                message = (
+                    f"backward step {current.number} on {step.device}: the ranks ran "
+                    "different numbers of distributed backward steps (their step numbers "
+                    "differ), so their gradients were not of one step"
+                )
+                self.engine.abandon(pending, message)
+                self._fail_round(current, message)
+                return
+            # The flags, summed (MEAN divides them too: still above zero if any was raised).
+            if sync.attempt is None:
+                pass  # the members exchanged their registrations: they agree
+            elif header[0] > 0:
+                sync.void = True
+            else:
+                sync.kept = None  # the attempt holds: its gradients are no longer needed
+        if sync.attempt is not DECOY:
+            for index, result in zip(sync.bucket_slots[bucket], results):
+                step.results[index] = result
         step.intervals.append((pending.launched_at, pending.finished_at))
         sync.buckets_left -= 1
         if sync.buckets_left == 0:
+            if sync.void:
+                self._redo(step)
+                return
             step.done.set()
             self._waiting.discard(step)
             self._update_urgency()
@@ -354,6 +455,21 @@ class SyncServer:
             ):
                 current.finished = True
                 self._end_round(current)
+
+    def _redo(self, step: DeviceStep) -> None:
+        """A member was not on the fast path: every member drops the attempt's results and
+        syncs the step again after a full exchange of registrations (the agreed plan is
+        replaced, or the members' differences fail the round, as at any exchange)."""
+        sync = step.sync
+        step.results.clear()
+        if sync.kept:
+            sync.submitted.update(sync.kept)
+        sync.kept, sync.attempt, sync.void, sync.launching = None, None, False, False
+        sync.bucket_pendings = {}
+        sync.next_bucket = 0
+        sync.round.plan = None
+        self._agreed.pop(step.device, None)
+        self._exchange(step)
 
     def _on_waiting(self, step: DeviceStep) -> None:
         current = step.sync.round

@@ -80,6 +80,7 @@ class BackwardSync:
         "context",
         "keep_local",
         "poll_at",
+        "polls",
         "server",
         "step",
         "waiting_for",
@@ -98,6 +99,10 @@ class BackwardSync:
         #: per bucket, ``(slot index, buffer)`` of its final gradients not yet submitted
         self.batches: list[list[tuple[int, np.ndarray]]] = [[] for _ in sizes]
         self.poll_at = 0.0
+        # Without the overlap nothing is in flight during backward for a poll to advance
+        # (registrations agreed before are not exchanged again; a first exchange waits for
+        # the end of backward, like the one collective).
+        self.polls = context.engine.overlapping
         # The reduced gradient replaces the local one at the end; until then the local one is
         # only the collective's input, and dropping it here lets its memory go once it is
         # packed (keeping both raised each step's peak, and fresh memory costs page faults).
@@ -105,10 +110,11 @@ class BackwardSync:
         self.keep_local = getattr(backend, "is_autodiff", False)
 
     def on_register(self, node: Any, grads: Any) -> None:
-        now = perf_counter()
-        if now >= self.poll_at:
-            self.poll_at = now + _POLL_SECONDS
-            self.server.poll()
+        if self.polls:
+            now = perf_counter()
+            if now >= self.poll_at:
+                self.poll_at = now + _POLL_SECONDS
+                self.server.poll()
         if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
             return
         slot = self.by_node.get(node.id)
