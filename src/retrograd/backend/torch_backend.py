@@ -502,6 +502,19 @@ class TorchBackend(TorchNNKernels, Backend):
         out[positive] = torch.flip(grad, flips) if flips else grad
         return out
 
+    # the engine's own gradient sums (see the protocol): added into in place
+    def slice_accumulate(self, acc, grad, slices):
+        if grad.dtype != acc.dtype or not acc.is_contiguous():
+            return super().slice_accumulate(acc, grad, slices)
+        positive, flips = _positive_slices(acc, slices)
+        acc[positive] += torch.flip(grad, flips) if flips else grad
+        return acc
+
+    def accumulate(self, acc, value):
+        if value.dtype != acc.dtype or value.shape != acc.shape or not acc.is_contiguous():
+            return acc + value
+        return acc.add_(value)
+
     def adam_update(
         self, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
     ):
