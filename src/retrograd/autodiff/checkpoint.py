@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import AutodiffError
 from .plan import PLAN_LIMIT, Trace, plan_evictions
@@ -199,6 +199,22 @@ class Slot:
         self.planned: bool | None = None
 
 
+class _Recorded(NamedTuple):
+    """One node of the step being recorded, as the plan for the next steps sees it."""
+
+    #: (op name, output bytes, parent positions): what a later step must match
+    signature: tuple
+    nbytes: int
+    #: its op's measured seconds
+    seconds: float
+    #: positions of its recorded parents
+    parents: tuple[int, ...]
+    #: whether it can be recomputed from its parents
+    recomputable: bool
+    #: position of the value whose buffer it shares (a view of a parent), or its own
+    owner: int
+
+
 class BudgetCheckpointing(CheckpointStrategy):
     """Keeps the activations held for backward under ``max_bytes`` (an int, or ``"512MB"``,
     ``"2GiB"``), evicting during forward and recomputing on demand in backward.
@@ -243,10 +259,9 @@ class BudgetCheckpointing(CheckpointStrategy):
         self._peak = 0
         #: values evicted during forward, all time (for reports and tests)
         self.evictions = 0
-        # The step being recorded, for planning the next ones (see plan.py): per recorded
-        # node in order, (signature, bytes, seconds, parent positions, can be recomputed);
-        # node id -> position; key -> bytes of the untracked values rules read.
-        self._trace: list[tuple] = []
+        # The step being recorded, for planning the next ones (see plan.py): each recorded
+        # node in order; node id -> position; key -> bytes of the untracked values rules read.
+        self._trace: list[_Recorded] = []
         self._positions: dict[int, int] = {}
         self._constants: dict[int, int] = {}
         #: the plan for the step: signature of every node, whether it is evicted at once,
@@ -334,7 +349,7 @@ class BudgetCheckpointing(CheckpointStrategy):
         for step, node in enumerate(steps):
             position = positions.get(node.id)
             if position is not None and position in grad_start:
-                fixed.append((trace[position][1], grad_start.pop(position), step))
+                fixed.append((trace[position].nbytes, grad_start.pop(position), step))
             if node.op is None:
                 continue
             for parent in node.parents:
@@ -350,16 +365,16 @@ class BudgetCheckpointing(CheckpointStrategy):
                     constant_reads[key] = step
         fixed.extend((constants[key], 0, step) for key, step in constant_reads.items())
         planned = Trace(
-            sizes=[entry[1] for entry in trace],
-            costs=[entry[2] for entry in trace],
-            parents=[entry[3] for entry in trace],
-            recomputable=[entry[4] for entry in trace],
+            sizes=[entry.nbytes for entry in trace],
+            costs=[entry.seconds for entry in trace],
+            parents=[entry.parents for entry in trace],
+            recomputable=[entry.recomputable for entry in trace],
             reads=reads,
-            owners=[entry[5] for entry in trace],
+            owners=[entry.owner for entry in trace],
             fixed=fixed,
             horizon=len(steps),
         )
-        return [entry[0] for entry in trace], planned
+        return [entry.signature for entry in trace], planned
 
     def _make_plan(self, signatures: list, planned: Trace) -> tuple:
         """The plan: the signatures to match, which values to evict, the byte limit."""
@@ -514,10 +529,10 @@ class BudgetCheckpointing(CheckpointStrategy):
             for at, x in zip(parents, inputs):
                 value = x.value
                 if at >= 0 and (value is base or getattr(value, "base", None) is base):
-                    owner = trace[at][5]
+                    owner = trace[at].owner
                     break
         trace.append(
-            (
+            _Recorded(
                 signature,
                 out_bytes,
                 seconds,

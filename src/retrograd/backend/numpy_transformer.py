@@ -194,10 +194,9 @@ class NumpyTransformerKernels:
         rows = x.reshape(-1, width)
         out = np.empty(rows.shape, x.dtype)
         stats = np.empty((2, rows.shape[0]), x.dtype)
-        column = np.full((width, 1), 1.0 / width, dtype=x.dtype)
         for start, end in _row_ranges(rows.shape[0], width):
             block, target = rows[start:end], out[start:end]
-            mean = np.matmul(block, column)
+            mean = _row_mean(block)
             np.subtract(block, mean, out=target)
             variance = np.einsum("ij,ij->i", target, target)[:, None]
             variance *= x.dtype.type(1.0 / width)

@@ -512,7 +512,7 @@ class TorchBackend(TorchNNKernels, Backend):
 
     def accumulate(self, acc, value):
         if value.dtype != acc.dtype or value.shape != acc.shape or not acc.is_contiguous():
-            return acc + value
+            return super().accumulate(acc, value)
         return acc.add_(value)
 
     def adam_update(
