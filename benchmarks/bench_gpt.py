@@ -13,10 +13,9 @@ Memory. *Kept for backward*: what forward leaves for backward; retrograd's is
 NumPy allocation), torch's the bytes of the distinct storages forward saves for backward
 (``saved_tensors_hooks``, parameters excluded). *Peak activation memory* of forward +
 backward, parameter gradients excluded: retrograd's from ``measure_step_memory``; for torch,
-whose CPU allocator tracemalloc cannot see, a lower bound: the larger of the saved bytes and
-the peak of ``torch.profiler``'s per-op allocations minus frees (``self_cpu_memory_usage``),
-summed in the order the ops start, less the parameter gradients (a temporary an op frees
-itself is netted out, so it undercounts).
+whose CPU allocator tracemalloc cannot see, from ``torch.profiler``'s allocation events, every
+allocation and free replayed in order (:func:`profiled_memory`), the parameter gradients'
+allocations left out.
 
 ``--inner torch`` runs retrograd over ``rg.TorchBackend("cpu")`` (the same engine on torch
 tensors and torch's kernels); its memory is then counted as torch's is, with the profiler
@@ -235,12 +234,16 @@ class RetrogradRunner:
         if isinstance(self.backend.inner, rg.TorchBackend):
             # torch's CPU allocator is invisible to tracemalloc: the profiler's count, as for
             # torch itself (parameter gradients excluded)
+            def gradients(grads):
+                found = (p.grad(grads) for p in self.model.parameters())
+                return [g.primitive for g in found if g is not None]
+
             with rg.use_backend(self.backend):
-                kept, peak = profiled_memory(
-                    lambda: self.model(self.idx, self.targets), lambda loss: loss.backward()
+                return profiled_memory(
+                    lambda: self.model(self.idx, self.targets),
+                    lambda loss: loss.backward(),
+                    gradients,
                 )
-            grads = sum(p.numel() * 4 for p in self.model.parameters())
-            return kept, max(kept, peak - grads)
         with rg.use_backend(self.backend):
             memory = measure_step_memory(
                 lambda: self.model(self.idx, self.targets), self.model.parameters()
@@ -271,9 +274,9 @@ class TorchRunner:
         return float(self.loss.item())
 
     def memory(self):
-        """``(saved for backward, peak lower bound)``: the bytes of the distinct storages
-        forward saves for backward (parameters excluded), and the larger of that and the
-        profiler's running sum of per-op allocations (see the module docstring)."""
+        """``(saved for backward, peak)``: the bytes of the distinct storages forward saves
+        for backward (parameters excluded), and the profiler's peak (see the module
+        docstring)."""
         torch = self.torch
         parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
         saved = {}
@@ -289,34 +292,49 @@ class TorchRunner:
                 return self.model(self.idx, self.targets)
 
         self.optimizer.zero_grad(set_to_none=True)
-        peak = profiled_memory(forward, lambda loss: loss.backward())[1]
-        grads = sum(p.grad.numel() * p.grad.element_size() for p in self.model.parameters())
+
+        def backward(loss):
+            loss.backward()
+            return [p.grad for p in self.model.parameters() if p.grad is not None]
+
+        peak = profiled_memory(forward, backward, lambda grads: grads)[1]
         self.optimizer.zero_grad(set_to_none=True)
-        kept = sum(saved.values())
-        return kept, max(kept, peak - grads)
+        return sum(saved.values()), peak
 
 
-def profiled_memory(forward, backward) -> tuple[int, int]:
-    """``(kept, peak)`` of ``backward(forward())`` as ``torch.profiler`` sees torch's CPU
-    allocations (tracemalloc cannot): each op's own allocations minus frees (children
-    excluded), summed in the order the ops start; ``kept`` is the sum over forward, ``peak``
-    the highest running sum over both. An op's own temporaries are netted out (a lower bound)."""
+def profiled_memory(forward, backward, gradients) -> tuple[int, int]:
+    """``(kept, peak)`` of ``backward(forward())`` from ``torch.profiler``'s allocation events
+    (tracemalloc cannot see torch's CPU allocator): every allocation and free replayed in
+    order, so temporaries count as they happen. ``kept`` is the level at the end of forward,
+    ``peak`` the highest level, less the parameter gradients from their allocation on
+    (``gradients(backward's result)``: the gradient tensors, allocated during backward)."""
     from torch.profiler import ProfilerActivity, profile
 
-    level = peak = 0
-    result = None
+    events, result = [], None
     for phase in (forward, backward):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             result = phase() if result is None else phase(result)
-        deltas = sorted(
-            (e.time_range.start, e.self_cpu_memory_usage)
-            for e in prof.events()
-            if e.self_cpu_memory_usage
-        )
-        for _, delta in deltas:
-            level += delta
-            peak = max(peak, level)
-        if phase is forward:
+        phase_events = []
+        stack = list(prof.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            fields = node.extra_fields
+            if type(fields).__name__ == "_ExtraFields_Allocation":
+                phase_events.append((node.start_time_ns, fields.alloc_size, fields.ptr))
+        events.append(sorted(phase_events))
+    # a gradient's allocation is the last one at its address
+    last = {
+        ptr: (phase, i) for phase, found in enumerate(events) for i, (*_, ptr) in enumerate(found)
+    }
+    excluded = {last[g.data_ptr()] for g in gradients(result) if g.data_ptr() in last}
+    level = peak = kept = 0
+    for phase, found in enumerate(events):
+        for i, (_, size, _) in enumerate(found):
+            if (phase, i) not in excluded:
+                level += size
+                peak = max(peak, level)
+        if phase == 0:
             kept = level
     return kept, peak
 
@@ -379,14 +397,14 @@ def describe(size, config, times, losses, memory, rounds, strategy, inner):
                 f"{common.median([a / b for a, b in zip(ours, theirs)]):.2f}x",
             ]
         )
-    for label, index, bound in (("kept for backward", 0, ""), ("peak activation memory", 1, ">= ")):
+    for label, index in (("kept for backward", 0), ("peak activation memory", 1)):
         ours, theirs = memory["retrograd"][index], memory["torch"][index]
         rows.append(
             [
                 label,
-                f"{ours / 2**20:.1f} MiB",
-                f"{bound}{theirs / 2**20:.1f} MiB",
-                f"{ours / max(theirs, 1):.2f}x",
+                f"{ours / 2**20:.2f} MiB",
+                f"{theirs / 2**20:.2f} MiB",
+                f"{ours / max(theirs, 1):.3f}x",
                 "",
             ]
         )

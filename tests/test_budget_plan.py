@@ -213,3 +213,20 @@ def test_training_with_fused_ops_follows_the_plan_bit_identically():
     assert strategy.plans == 1 and strategy.planned_steps == 3
     assert all(grads.peak_bytes < peak for _, grads in ours[1:])
     assert all(grads.recomputed_bytes > 0 for _, grads in ours[1:])
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.3])
+def test_a_budget_out_of_reach_still_holds_less_than_no_checkpointing(fraction):
+    """No plan fits this model under 0.05x or 0.3x of its peak. The steps that follow the
+    plan then keep its lowest peak (backward as planned, which held 90 KB here) rather than
+    switching to backward as after an eager step, which held 156 KB: more than the 143 KB
+    NoCheckpointing holds."""
+    plain = _train_attention_model(rg.NoCheckpointing())
+    peak = plain[0][1].peak_bytes
+    strategy = rg.BudgetCheckpointing(int(fraction * peak))
+    ours = _train_attention_model(strategy)
+    for (expected, _), (found, _) in zip(plain, ours):
+        for a, b in zip(expected, found):
+            assert np.array_equal(a, b)
+    assert strategy.planned_steps == 3
+    assert all(grads.peak_bytes < 0.8 * peak for _, grads in ours[1:])

@@ -276,6 +276,8 @@ class BudgetCheckpointing(CheckpointStrategy):
         #: backward runs as the plan assumed (see end_backward); the step now checks that
         self._plan_backward = True
         self._checking = False
+        #: the peak of the last backward run as after an eager step (``None``: none yet)
+        self._eager_peak: int | None = None
         #: plans made, and steps that followed one (for reports and tests)
         self.plans = 0
         self.planned_steps = 0
@@ -313,6 +315,7 @@ class BudgetCheckpointing(CheckpointStrategy):
                 plan = self._plan = None
             self._following = plan is not None
             self._limit = plan[2] if plan is not None else self.max_bytes
+            self._checking = False
             if not followed:
                 return None
             self.planned_steps += 1
@@ -324,10 +327,16 @@ class BudgetCheckpointing(CheckpointStrategy):
     def end_backward(self, peak_bytes: int) -> None:
         """A plan that does not fit leaves backward to drop values for the budget, which it
         can only do for values whose parents it still holds; when that fails (the budget
-        passed by more than a tenth), later steps keep the plan's forward but run backward as
-        after an eager step, reserving parents so that everything stays droppable."""
+        passed by more than a tenth) and an eager step's backward held less, later steps keep
+        the plan's forward but run backward as after an eager step, reserving parents so that
+        everything stays droppable. (Where the budget is out of reach, the eager backward can
+        hold more than the plan's: then the plan's stays, the lower of the two.)"""
         with self._lock:
-            if self._checking and peak_bytes > 1.1 * self._limit:
+            if not self._checking:
+                self._eager_peak = peak_bytes
+            elif peak_bytes > 1.1 * self._limit and (
+                self._eager_peak is None or peak_bytes > self._eager_peak
+            ):
                 self._plan_backward = False
             self._checking = False
 
@@ -390,9 +399,8 @@ class BudgetCheckpointing(CheckpointStrategy):
         else:
             largest = max(planned.sizes, default=0)
             limit = budget - largest if 4 * largest <= budget else budget
-        # far from fitting, backward could not drop enough (see end_backward): it reserves
-        # parents, as after an eager step, from the start
-        self._plan_backward = planned_profile.peak <= 2 * budget
+        # backward as planned first; end_backward compares it with an eager step's
+        self._plan_backward = True
         return signatures, evict, limit
 
     # -- the pool ---------------------------------------------------------------------------------

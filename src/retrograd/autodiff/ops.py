@@ -419,7 +419,7 @@ unary(
     lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
     ("slope",),
 )
-unary("gelu", lambda B, g, x, out: B.gelu_backward(g, x, out))
+unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
 unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))

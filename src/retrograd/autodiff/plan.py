@@ -143,7 +143,8 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
     one that removes the most excess (bytes above the budget, summed over backward's steps)
     per second of recomputation it adds. Evicting a value whose ancestors are evicted makes
     them by-products of its recomputation, held from then until their own reads: the excess
-    sees that where the peak alone would not. Stops when the peak fits or no candidate helps.
+    sees that where the peak alone would not. Stops when the peak fits or no candidate helps;
+    then, if it does not fit, returns the evictions of the lowest peak met on the way.
     """
     sizes, costs, recomputable, reads = trace.sizes, trace.costs, trace.recomputable, trace.reads
     n = len(sizes)
@@ -156,6 +157,9 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
     for v in range(n):
         groups.setdefault(trace.owners[v], []).append(v)
     current = profile(trace, evicted, budget)
+    # Evictions lower the excess summed over backward's steps, which may raise the peak on the
+    # way: where the budget is out of reach, the lowest peak seen is the plan.
+    lowest = (list(evicted), current)
     while current.peak > budget:
         at, first, last = current.at, current.first, current.last
         ranked = []
@@ -190,4 +194,8 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
         for v in best:
             evicted[v] = True
         current = best_profile
+        if current.peak < lowest[1].peak:
+            lowest = (list(evicted), current)
+    if current.peak > budget:
+        evicted, current = lowest
     return evicted, current, profile(trace, evicted, views=False).peak

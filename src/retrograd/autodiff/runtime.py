@@ -185,7 +185,11 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
             return
         first = needs.index(True)
         joint = rules[first](backend, g, needs, *[env[k] for k in arguments[first]])
-        for index, parent in enumerate(node.parents):
+        # parameters (leaves) first: their gradients are final at once, so a data-parallel
+        # all-reduce can start before the inputs' gradients flow on, and a memory probe
+        # sampling at registrations sees them as gradients, not as activations
+        parents = sorted(enumerate(node.parents), key=_leaves_first)
+        for index, parent in parents:
             if parent is None or not needs[index]:
                 continue
             grad = joint[index]
@@ -208,6 +212,11 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
         register(parent, grad)
+
+
+def _leaves_first(item: tuple[int, Node | None]) -> bool:
+    """Sort key: leaves (and untracked inputs) before recorded ops."""
+    return item[1] is not None and item[1].op is not None
 
 
 def _release(node: Node) -> None:

@@ -182,8 +182,8 @@ class NumpyTransformerKernels:
         update /= denominator
         return np.subtract(value, update, out=update), moment, variance
 
-    def gelu_backward(self, grad, x, out):
-        return special.gelu_backward(grad, x, out)
+    def gelu_backward(self, grad, x):
+        return special.gelu_backward(grad, x)
 
     # -- layer norm ---------------------------------------------------------------------------
     # Both kernels run over blocks of rows (:data:`LAYER_NORM_BLOCK_ELEMENTS`), every pass of a
@@ -275,6 +275,9 @@ class NumpyTransformerKernels:
             mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
             for rows, keys in _row_blocks(length, source, causal):
                 for exact in (False, True) if bounded else (True,):
+                    if exact and bounded:  # redone: scores - bound, rounded at the bound's
+                        # size, would carry its rounding into every probability
+                        queries[..., rows, -1] = 0.0
                     scores = np.matmul(queries[..., rows, :], keys_t[..., :keys])
                     if mask.size:
                         scores += _rows(mask_part, rows, keys)

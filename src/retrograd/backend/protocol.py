@@ -185,12 +185,12 @@ class Backend:
     erf = sign = round = floor = ceil = trunc = _required
     sigmoid = log_sigmoid = relu = gelu = silu = _required
 
-    def gelu_backward(self, grad: Any, x: Any, out: Any) -> Any:
+    def gelu_backward(self, grad: Any, x: Any) -> Any:
         """``grad * gelu'(x)`` = ``grad * (Phi(x) + x * phi(x))``: the exact GELU's gradient.
 
-        ``out`` is ``gelu(x)``, which a kernel may read instead of evaluating ``Phi`` again
-        (``Phi(x) = out / x``). This default composes protocol primitives and ignores ``out``;
-        on the autodiff backend it is recorded, so it differentiates again.
+        It reads ``x`` only, as torch's does, so that the GELU's output is not held for it.
+        This default composes protocol primitives; on the autodiff backend it is recorded, so
+        it differentiates again.
         """
         cdf = self.mul_scalar(self.add_scalar(self.erf(self.mul_scalar(x, _INV_SQRT_2)), 1.0), 0.5)
         pdf = self.mul_scalar(self.exp(self.mul_scalar(self.square(x), -0.5)), _INV_SQRT_2PI)

@@ -426,7 +426,7 @@ class TorchBackend(TorchNNKernels, Backend):
         return torch.nn.functional.gelu(x)
 
     # -- fused kernels: torch's own where it has them (the protocol's defaults otherwise) ------
-    def gelu_backward(self, grad, x, out):
+    def gelu_backward(self, grad, x):
         return torch.ops.aten.gelu_backward(grad, x)
 
     def linear(self, x, weight, bias):
