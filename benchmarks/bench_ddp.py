@@ -313,6 +313,7 @@ def scaling_worker(options) -> None:
         "cpu_seconds": cpu,
         "server_cpu_seconds": server_cpu,
         "timeline": timeline,
+        "overlapping": bool(ctx is not None and ctx.engine.overlapping),
     }
     # a file per rank: Hydra forwards the ranks' output in chunks that may interleave
     (Path(options.out) / f"rank{rank}.json").write_text(json.dumps(report))
@@ -498,6 +499,7 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
         "exposed_ms": 1000 * exposed / steps,
         "cpu_ms": 1000 * statistics.mean(r["cpu_seconds"] for r in results) / steps,
         "server_cpu_ms": 1000 * statistics.mean(r["server_cpu_seconds"] for r in results) / steps,
+        "overlapping": int(results[0].get("overlapping", False)),  # the engine's choice
     }
 
 
@@ -563,8 +565,12 @@ def scaling(options) -> None:
                 median = {k: statistics.median(r[k] for r in case_runs) for k in case_runs[0]}
                 medians[case] = median
                 ratios = [r["samples_per_s"] / o["samples_per_s"] for r, o in zip(case_runs, ones)]
+                label = case
+                if case == "ddp":  # how many of the runs the engine overlapped
+                    overlapped = sum(r["overlapping"] for r in case_runs)
+                    label += f" (overlap {overlapped}/{len(case_runs)})"
                 print(
-                    f"| {batch} | {ranks} | {case} | {median['samples_per_s']:.0f} "
+                    f"| {batch} | {ranks} | {label} | {median['samples_per_s']:.0f} "
                     f"| {median['samples_per_s'] / one:.2f} | {min(ratios):.2f}-{max(ratios):.2f} "
                     f"| {median['exposed_ms']:.1f} | {median['cpu_ms']:.1f} "
                     f"| {median['cpu_ms'] - ideal_cpu:+.1f} | {median['server_cpu_ms']:.1f} |",

@@ -224,3 +224,33 @@ def test_launch_cli_runs_a_script(tmp_path):
     # one write per rank, but Hydra forwards the ranks' output as it comes: find the lines
     found = sorted(re.findall(r"rank \d+ of \d+ cpu:\d+", completed.stdout))
     assert found == ["rank 0 of 2 cpu:0", "rank 1 of 2 cpu:1"], completed.stdout
+
+
+def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp_path):
+    """overlap=None: 2 ranks overlap while the machine has a core each for them, and stop
+    once other jobs take the cores, as counted when the context starts (the 1-minute load
+    average, used before, still counted a job that had just ended)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores < 2:
+        pytest.skip("needs 2 cores")
+    idle = tmp_path / "idle"
+    idle.mkdir()
+    completed, reports = run_ranks(2, "census.py", tmp_path=idle)
+    assert completed.returncode == 0, output(completed)
+    for report in reports.values():
+        assert report["local_ranks"] == 2 and report["cores"] == cores
+        assert report["others"] == 0 and report["overlap_pays"] and report["overlapping"]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        time.sleep(0.5)  # running before the context counts
+        completed, reports = run_ranks(2, "census.py", tmp_path=busy)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert completed.returncode == 0, output(completed)
+    for report in reports.values():
+        assert report["others"] >= cores - 1
+        assert not report["overlap_pays"] and not report["overlapping"]

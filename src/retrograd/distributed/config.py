@@ -47,8 +47,8 @@ class DistributedConfig:
       in one collective after it (``False``), which costs less when no core is free to move
       the data while backward computes. ``None`` (the default) lets the engine decide at
       start-up: the ``mpi`` engine falls back to one collective when a machine hosts more
-      ranks than the cores they may run on, or its load average already exceeds them
-      (``docs/distributed.md``, "Performance").
+      ranks than the cores they may run on, or than the cores other jobs running at start-up
+      leave them (``docs/distributed.md``, "Performance").
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400

@@ -92,6 +92,27 @@ def _load_mpi():
     return MPI
 
 
+def _running_now(samples: int = 5, interval: float = 0.002) -> int:
+    """Processes running on this machine now (Linux's ``procs_running``, the caller
+    included), the fewest of a few readings ``interval`` apart: what competes for the cores
+    at this moment. (The load average, used before, also counts what ran in the last minute:
+    right after a job of as many ranks as cores, it turned the overlap off for the next job,
+    5-10% slower at 2 ranks on 2 cores, docs/distributed.md.) 0 where unknown (not Linux)."""
+    readings = []
+    for index in range(samples):
+        try:
+            with open("/proc/stat", "rb") as stat:
+                for line in stat:
+                    if line.startswith(b"procs_running"):
+                        readings.append(int(line.split()[1]))
+                        break
+        except (OSError, ValueError):
+            return 0
+        if index + 1 < samples:
+            time.sleep(interval)
+    return min(readings, default=0)
+
+
 class _InFlight:
     __slots__ = ("pending", "request", "result", "views")
 
@@ -180,15 +201,15 @@ class MpiEngine(RankCollective):
         self._closed = False
         self._spinning_since: float | None = None
         self.grads, self.ops, self.ctl = self._duplicate(world, 3)
-        #: ranks on this machine, the fewest cores any of them may run on, and the machine's
-        #: load (1-minute load average, the highest any of them saw) when the context started
-        self.local_ranks, self.cores, self.load = self._census()
-        # With more ranks than cores, or a machine already that busy (other jobs), no core is
-        # idle while backward computes: a collective in flight progresses only by taking a
-        # core from some rank's backward, and every poll or wake-up of a waiting rank does
-        # too. One collective after backward then costs least (docs/distributed.md,
-        # "Performance"). Every rank of a machine decides from the same gathered numbers.
-        self.overlap_pays = max(self.local_ranks, self.load) <= self.cores
+        #: ranks on this machine, the fewest cores any of them may run on, and the processes
+        #: of other jobs running on it when the context started (see :func:`_running_now`)
+        self.local_ranks, self.cores, self.others = self._census()
+        # With more ranks than cores, or other jobs busy on the rest, no core is idle while
+        # backward computes: a collective in flight progresses only by taking a core from
+        # some rank's backward, and every poll or wake-up of a waiting rank does too. One
+        # collective after backward then costs least (docs/distributed.md, "Performance").
+        # Every rank of a machine decides from the same gathered numbers.
+        self.overlap_pays = self.local_ranks + self.others <= self.cores
         started = time.monotonic()
         self._step, self._state = 0, 0
         self._last_seen = dict.fromkeys(self.peers, started)
@@ -222,19 +243,17 @@ class MpiEngine(RankCollective):
             time.sleep(0.001)
         return [comm for comm, _ in pairs]
 
-    def _census(self) -> tuple[int, int, float]:
-        """``(ranks on this machine, fewest usable cores among them, highest load average)``,
-        gathered from every rank (so all decide alike), without blocking past the timeout."""
+    def _census(self) -> tuple[int, int, int]:
+        """``(ranks on this machine, fewest usable cores among them, processes of other jobs
+        running)``, gathered from every rank (so all decide alike), without blocking past the
+        timeout."""
         host = hashlib.blake2b(socket.gethostname().encode(), digest_size=8).digest()
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
-        try:
-            load = round(100 * os.getloadavg()[0])
-        except (AttributeError, OSError):  # not available: assume an idle machine
-            load = 0
-        mine = np.array([int.from_bytes(host, "little") >> 1, cores, load], dtype=np.int64)
+        running = _running_now()
+        mine = np.array([int.from_bytes(host, "little") >> 1, cores, running], dtype=np.int64)
         every = np.empty((self.size, 3), dtype=np.int64)
         request = self.ctl.Iallgather(mine, every)
         deadline = time.monotonic() + self.timeout
@@ -248,7 +267,9 @@ class MpiEngine(RankCollective):
                 )
             time.sleep(0.001)
         here = every[every[:, 0] == mine[0]]
-        return len(here), int(here[:, 1].min()), int(here[:, 2].max()) / 100
+        # what each rank saw running counts itself and may count its peers here (starting
+        # up): only what exceeds this machine's ranks is surely another job's
+        return len(here), int(here[:, 1].min()), max(0, int(here[:, 2].max()) - len(here))
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(
