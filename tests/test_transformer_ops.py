@@ -526,3 +526,20 @@ def test_layer_norm_row_blocks_agree_with_one_block(monkeypatch):
     whole = run()
     for a, b in zip(blocked, whole):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_kernel_run_inside_another_kernels_block_loop_gets_its_own_scratch():
+    """The float32 kernels' scratch is a per-thread workspace, taken while a block loop runs:
+    a kernel called inside that loop works in fresh buffers and leaves the loop's alone."""
+    x = (normal(70_000) * 3).astype(np.float32)
+    grad = normal(70_000).astype(np.float32)
+    expected, expected_grad = special.gelu(x), special.gelu_backward(grad, x)
+    outer = special._blocks(100, 2)
+    _, _, first, second = next(outer)
+    first[:] = 7.0
+    second[:] = -7.0
+    np.testing.assert_array_equal(special.gelu(x), expected)
+    np.testing.assert_array_equal(special.gelu_backward(grad, x), expected_grad)
+    assert (first == 7.0).all() and (second == -7.0).all()
+    outer.close()
+    np.testing.assert_array_equal(special.gelu(x), expected)  # the workspace is back
