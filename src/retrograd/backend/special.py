@@ -78,22 +78,24 @@ def _blocks(size: int, buffers: int = 4):
         _WORKSPACE.free = scratch
 
 
+def _polynomial(x: np.ndarray, coefficients: tuple, out: np.ndarray) -> np.ndarray:
+    """The polynomial of ``coefficients`` (highest power first) at the float32 block ``x``,
+    by Horner's rule, into ``out``."""
+    np.multiply(x, coefficients[0], out=out)
+    for coefficient in coefficients[1:-1]:
+        out += coefficient
+        out *= x
+    out += coefficients[-1]
+    return out
+
+
 def _rational_block(t, x2, p, q, alpha, beta) -> np.ndarray:
     """``t * alpha(t^2) / beta(t^2)`` of the float32 block ``t`` into ``p`` (``x2``, ``q``:
     scratch); ``alpha``, ``beta`` list coefficients from the highest power down."""
     np.multiply(t, t, out=x2)
-    np.multiply(x2, alpha[0], out=p)
-    for coefficient in alpha[1:-1]:
-        p += coefficient
-        p *= x2
-    p += alpha[-1]
+    _polynomial(x2, alpha, p)
     p *= t
-    np.multiply(x2, beta[0], out=q)
-    for coefficient in beta[1:-1]:
-        q += coefficient
-        q *= x2
-    q += beta[-1]
-    np.divide(p, q, out=p)
+    np.divide(p, _polynomial(x2, beta, q), out=p)
     return p
 
 
@@ -156,21 +158,22 @@ def gelu(x: np.ndarray) -> np.ndarray:
         return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
     flat = _flat(x)
     out = np.empty_like(flat)
-    first, rest = _MINUS_LOGIT[0], _MINUS_LOGIT[1:-1]
     with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limit
         for start, end, x2, p in _blocks(flat.size, 2):
             block = flat[start:end]
             np.multiply(block, block, out=x2)
-            np.multiply(x2, first, out=p)
-            for coefficient in rest:
-                p += coefficient
-                p *= x2
-            p += _MINUS_LOGIT[-1]
-            p *= block
-            np.exp(p, out=p)
-            p += np.float32(1.0)
-            np.divide(block, p, out=out[start:end])
+            np.divide(block, _logistic_denominator(block, x2, p), out=out[start:end])
     return out.reshape(x.shape)
+
+
+def _logistic_denominator(block: np.ndarray, square: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``1 + exp(-v(x))`` of the float32 block ``x`` into ``p`` (``square`` holds ``x^2``):
+    ``Phi(x)`` is its reciprocal, ``gelu(x)`` is ``x`` over it."""
+    _polynomial(square, _MINUS_LOGIT, p)
+    p *= block
+    np.exp(p, out=p)
+    p += np.float32(1.0)
+    return p
 
 
 def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -188,22 +191,13 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
     shape = x.shape
     gf, xf = _flat(grad), _flat(x)
     result = np.empty(xf.size, np.float32)
-    first, rest = _MINUS_LOGIT[0], _MINUS_LOGIT[1:-1]
     with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limits
         for start, end, cdf in _blocks(xf.size, 1):
             # 1 / (1 + exp(-v(x))) + x exp(-x^2 / 2) / sqrt(2 pi), then times the gradient;
-            # x^2 is kept in the result's block: one block of scratch (torch's kernel has none)
+            # x^2 is kept in the result's block, so one block of scratch does
             block, square = xf[start:end], result[start:end]
             np.multiply(block, block, out=square)
-            np.multiply(square, first, out=cdf)
-            for coefficient in rest:
-                cdf += coefficient
-                cdf *= square
-            cdf += _MINUS_LOGIT[-1]
-            cdf *= block
-            np.exp(cdf, out=cdf)
-            cdf += np.float32(1.0)
-            np.reciprocal(cdf, out=cdf)
+            np.reciprocal(_logistic_denominator(block, square, cdf), out=cdf)
             total = square
             total *= np.float32(-0.5)
             np.exp(total, out=total)
