@@ -227,9 +227,10 @@ def test_launch_cli_runs_a_script(tmp_path):
 
 
 def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp_path):
-    """overlap=None: 2 ranks overlap while the machine has a core each for them, and stop
-    once other jobs take the cores, as counted when the context starts (the 1-minute load
-    average, used before, still counted a job that had just ended)."""
+    """overlap=None: 2 ranks overlap while the machine has a core each for them besides what
+    other jobs run, and stop once other jobs take the cores, as counted when the context
+    starts (the 1-minute load average, used before, still counted a job that had just ended,
+    and would not yet count processes started half a second before)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cores < 2:
         pytest.skip("needs 2 cores")
@@ -237,9 +238,12 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
     idle.mkdir()
     completed, reports = run_ranks(2, "census.py", tmp_path=idle)
     assert completed.returncode == 0, output(completed)
+    # (on a machine busy with other jobs, they count as others: no assumption that it is idle)
+    idle_others = max(report["others"] for report in reports.values())
     for report in reports.values():
         assert report["local_ranks"] == 2 and report["cores"] == cores
-        assert report["others"] == 0 and report["overlap_pays"] and report["overlapping"]
+        assert report["overlap_pays"] == (2 + report["others"] <= cores)
+        assert report["overlapping"] == report["overlap_pays"]
     busy = tmp_path / "busy"
     busy.mkdir()
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
@@ -252,5 +256,5 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
             spinner.wait()
     assert completed.returncode == 0, output(completed)
     for report in reports.values():
-        assert report["others"] >= cores - 1
+        assert report["others"] >= cores - 1 and report["others"] > idle_others
         assert not report["overlap_pays"] and not report["overlapping"]
