@@ -499,7 +499,7 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
         "exposed_ms": 1000 * exposed / steps,
         "cpu_ms": 1000 * statistics.mean(r["cpu_seconds"] for r in results) / steps,
         "server_cpu_ms": 1000 * statistics.mean(r["server_cpu_seconds"] for r in results) / steps,
-        "overlapping": int(results[0].get("overlapping", False)),  # the engine's choice
+        "overlapping": int(results[0]["overlapping"]),  # the engine's choice
     }
 
 

@@ -234,16 +234,13 @@ class RetrogradRunner:
         if isinstance(self.backend.inner, rg.TorchBackend):
             # torch's CPU allocator is invisible to tracemalloc: the profiler's count, as for
             # torch itself (parameter gradients excluded)
-            def gradients(grads):
+            def backward(loss):
+                grads = loss.backward()
                 found = (p.grad(grads) for p in self.model.parameters())
                 return [g.primitive for g in found if g is not None]
 
             with rg.use_backend(self.backend):
-                return profiled_memory(
-                    lambda: self.model(self.idx, self.targets),
-                    lambda loss: loss.backward(),
-                    gradients,
-                )
+                return profiled_memory(lambda: self.model(self.idx, self.targets), backward)
         with rg.use_backend(self.backend):
             memory = measure_step_memory(
                 lambda: self.model(self.idx, self.targets), self.model.parameters()
@@ -297,17 +294,17 @@ class TorchRunner:
             loss.backward()
             return [p.grad for p in self.model.parameters() if p.grad is not None]
 
-        peak = profiled_memory(forward, backward, lambda grads: grads)[1]
+        peak = profiled_memory(forward, backward)[1]
         self.optimizer.zero_grad(set_to_none=True)
         return sum(saved.values()), peak
 
 
-def profiled_memory(forward, backward, gradients) -> tuple[int, int]:
+def profiled_memory(forward, backward) -> tuple[int, int]:
     """``(kept, peak)`` of ``backward(forward())`` from ``torch.profiler``'s allocation events
     (tracemalloc cannot see torch's CPU allocator): every allocation and free replayed in
     order, so temporaries count as they happen. ``kept`` is the level at the end of forward,
     ``peak`` the highest level, less the parameter gradients from their allocation on
-    (``gradients(backward's result)``: the gradient tensors, allocated during backward)."""
+    (``backward`` returns the gradient tensors it made)."""
     from torch.profiler import ProfilerActivity, profile
 
     events, result = [], None
@@ -327,7 +324,7 @@ def profiled_memory(forward, backward, gradients) -> tuple[int, int]:
     last = {
         ptr: (phase, i) for phase, found in enumerate(events) for i, (*_, ptr) in enumerate(found)
     }
-    excluded = {last[g.data_ptr()] for g in gradients(result) if g.data_ptr() in last}
+    excluded = {last[g.data_ptr()] for g in result if g.data_ptr() in last}
     level = peak = kept = 0
     for phase, found in enumerate(events):
         for i, (_, size, _) in enumerate(found):
