@@ -289,6 +289,7 @@ def scaling_worker(options) -> None:
     if ctx is not None:
         ctx.stats.reset()
     server_cpu = thread_cpu_seconds(server_thread)
+    in_place = getattr(ctx.engine, "reduced_in_place", 0) if ctx is not None else 0
     profile = None
     if options.profile and rank == 0:  # where rank 0's time goes (its main thread)
         import cProfile
@@ -304,7 +305,9 @@ def scaling_worker(options) -> None:
         profile.disable()
         profile.dump_stats(options.profile)
     server_cpu = thread_cpu_seconds(server_thread) - server_cpu
-    if ctx is not None:  # the hook's own clock: backward's end, then the reduced gradients
+    if ctx is not None:
+        in_place = getattr(ctx.engine, "reduced_in_place", 0) - in_place
+        # the hook's own clock: backward's end, then the reduced gradients
         timeline = [tuple(pair) for pair in ctx.stats.as_dict()["timeline"]]
     barrier()
     report = {
@@ -314,6 +317,8 @@ def scaling_worker(options) -> None:
         "server_cpu_seconds": server_cpu,
         "timeline": timeline,
         "overlapping": bool(ctx is not None and ctx.engine.overlapping),
+        "in_place_per_step": in_place / options.steps,
+        "shared_memory": bool(ctx is not None and ctx.engine.shared is not None),
     }
     # a file per rank: Hydra forwards the ranks' output in chunks that may interleave
     (Path(options.out) / f"rank{rank}.json").write_text(json.dumps(report))
@@ -500,6 +505,9 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
         "cpu_ms": 1000 * statistics.mean(r["cpu_seconds"] for r in results) / steps,
         "server_cpu_ms": 1000 * statistics.mean(r["server_cpu_seconds"] for r in results) / steps,
         "overlapping": int(results[0]["overlapping"]),  # the engine's choice
+        # gradients reduced in place (donated) per rank and step
+        "in_place": statistics.mean(r["in_place_per_step"] for r in results),
+        "shared_memory": int(results[0]["shared_memory"]),  # the engine's choice
     }
 
 
@@ -566,9 +574,15 @@ def scaling(options) -> None:
                 medians[case] = median
                 ratios = [r["samples_per_s"] / o["samples_per_s"] for r, o in zip(case_runs, ones)]
                 label = case
-                if case == "ddp":  # how many of the runs the engine overlapped
+                if case == "ddp":  # the engine's choices: overlap, transport
                     overlapped = sum(r["overlapping"] for r in case_runs)
-                    label += f" (overlap {overlapped}/{len(case_runs)})"
+                    shared = sum(r["shared_memory"] for r in case_runs)
+                    label += f" (overlap {overlapped}/{len(case_runs)}, "
+                    label += (
+                        f"shared memory {shared}/{len(case_runs)})"
+                        if shared
+                        else f"in place {median['in_place']:.1f}/step)"
+                    )
                 print(
                     f"| {batch} | {ranks} | {label} | {median['samples_per_s']:.0f} "
                     f"| {median['samples_per_s'] / one:.2f} | {min(ratios):.2f}-{max(ratios):.2f} "

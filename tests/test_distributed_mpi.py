@@ -22,7 +22,7 @@ pytest.importorskip(
 )
 
 import retrograd
-from retrograd.distributed import launch
+from retrograd.distributed import launch, shm
 
 if launch.find_mpiexec() is None:
     pytest.skip(
@@ -80,10 +80,42 @@ def test_gradient_checks_across_processes(ranks, tmp_path):
         assert report["steps"]["MEAN, no overlap"] == report["steps"]["MEAN"] == 9
         # registrations exchanged at the first step and where the graph's parameters changed
         assert report["exchanges"] == {"SUM": 3, "MEAN": 2, "MEAN, no overlap": 2}
-        # overlap=None: the engine reduces during backward unless ranks outnumber cores
-        # (or the machine is that busy already)
-        if ranks > cores:
+        # overlap=None: the engine reduces during backward only with a core to spare
+        if ranks >= cores:
             assert not report["overlap_pays"]
+
+
+#: spare cores the donation script pretends every machine has: -1 packs every gradient into
+#: one collective through shared memory, 0 reduces large ones in place after backward, 1 in
+#: place during backward
+@pytest.mark.parametrize(
+    ("ranks", "spare"), [(2, -1), (2, 0), (2, 1), (3, -1), (3, 0), (3, 1), (8, -1)]
+)
+def test_large_gradients_reduced_in_place_or_through_shared_memory_are_the_mean(
+    ranks, spare, tmp_path
+):
+    """Gradients of 1 MiB and more, donated to the engine where nothing else holds them, or
+    through shared memory where ranks outnumber cores: the result is the mean of every rank's
+    own gradients at each step, including the steps one rank registers differently (redone),
+    and for two parameters given one gradient array (reduced in place, either would change
+    the other's)."""
+    completed, reports = run_ranks(ranks, "donation.py", spare, tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] == 5 * 4 * 2
+        assert report["overlapping"] == (spare > 0)
+        # registrations exchanged at the first step, then at the step rank 1 changed its
+        # order and the one after (it changed back): each redone
+        assert report["exchanges"] == 3
+        # 'w1' is reduced in place at least at the steps whose registrations were exchanged
+        # (no fast attempt keeps its gradient); 'b' only once 'a' was copied into its bucket
+        assert report["shared_memory"] == (spare < 0 and shm.available())
+        if spare < 0:
+            assert report["reduced_in_place"] == 0
+        else:
+            assert report["reduced_in_place"] >= 3
 
 
 def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(tmp_path):
@@ -227,10 +259,11 @@ def test_launch_cli_runs_a_script(tmp_path):
 
 
 def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp_path):
-    """overlap=None: 2 ranks overlap while the machine has a core each for them besides what
-    other jobs run, and stop once other jobs take the cores, as counted when the context
-    starts (the 1-minute load average, used before, still counted a job that had just ended,
-    and would not yet count processes started half a second before)."""
+    """overlap=None: 2 ranks overlap while the machine has a core to spare besides theirs and
+    what other jobs run, reduce large gradients in place while it has a core for each, and
+    stop both once other jobs take the cores, as counted when the context starts (the
+    1-minute load average, used before, still counted a job that had just ended, and would
+    not yet count processes started half a second before)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cores < 2:
         pytest.skip("needs 2 cores")
@@ -242,7 +275,8 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
     idle_others = max(report["others"] for report in reports.values())
     for report in reports.values():
         assert report["local_ranks"] == 2 and report["cores"] == cores
-        assert report["overlap_pays"] == (2 + report["others"] <= cores)
+        assert report["overlap_pays"] == (2 + report["others"] < cores)
+        assert report["donates"] == (2 + report["others"] <= cores)
         assert report["overlapping"] == report["overlap_pays"]
     busy = tmp_path / "busy"
     busy.mkdir()
@@ -258,3 +292,4 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
     for report in reports.values():
         assert report["others"] >= cores - 1 and report["others"] > idle_others
         assert not report["overlap_pays"] and not report["overlapping"]
+        assert not report["donates"]

@@ -1,6 +1,6 @@
 """Run as N ranks: start a context with ``overlap=None`` and write ``OUT/rank{r}.json``: what
 the engine counted at start-up (ranks here, cores, other jobs' processes running) and whether
-it overlaps the all-reduces with backward."""
+it overlaps the all-reduces with backward and reduces gradients in place."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def main() -> None:
             "cores": engine.cores,
             "others": engine.others,
             "overlap_pays": engine.overlap_pays,
+            "donates": engine.donates,
             "overlapping": engine.overlapping,
         }
     (out / f"rank{report['rank']}.json").write_text(json.dumps(report))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .engine import Collective, Pending
-from .rounds import DeviceStep
+from .rounds import HEADER, DeviceStep
 
 __all__ = ["describe_op_stall", "describe_stall"]
 
@@ -52,13 +52,17 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
     stalled = [b for b, p in sorted(sync.bucket_pendings.items()) if not p.done()]
     if not stalled:
         return f"{head}: its own gradients were never all submitted"
-    bucket = stalled[0]
+    # a gradient bucket says more than the header (which names no parameter)
+    bucket = next((b for b in stalled if b != HEADER), HEADER)
     pending = sync.bucket_pendings[bucket]
-    labels = [current.labels.get(v, str(v)) for v in current.plan[bucket].values]
-    what = (
-        f"the all-reduce of {quote(labels)} "
-        f"(bucket {bucket + 1} of {len(current.plan)}) never completed"
-    )
+    if bucket == HEADER:
+        what = "the all-reduce of the step's header (which checks the ranks' steps) never completed"
+    else:
+        labels = [current.labels.get(v, str(v)) for v in current.plan[bucket].values]
+        what = (
+            f"the all-reduce of {quote(labels)} "
+            f"(bucket {bucket + 1} of {len(current.plan)}) never completed"
+        )
     missing = engine.missing(pending)
     if missing is None:  # the engine cannot tell who: say what it knows of each peer
         known = [engine.member_status(i) for i in range(len(engine.members))]

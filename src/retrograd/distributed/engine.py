@@ -156,6 +156,13 @@ class Collective:
     #: set by the server: gradients are reduced during backward (else in one collective
     #: after it, which the waiting device thread drives itself)
     overlapping = True
+    #: gradient buffers the server passes as ``donated`` may be reduced in place, the buffer
+    #: becoming its own result, instead of being copied into a bucket buffer first: worth it
+    #: where copying costs more than a collective more (``mpi`` with a core for each rank).
+    #: The server then sends the first bucket's header in a collective of its own, ahead of
+    #: the buckets, so that a fast attempt knows it holds before it gives up its gradients
+    #: (they are kept for a redo until then)
+    donates = False
 
     def __init__(self, members: Sequence[Device], local: Sequence[Device]):
         #: every participant's device, in rank order
@@ -174,9 +181,12 @@ class Collective:
         op: ReduceOperation,
         key: Hashable,
         group: tuple[Device, ...],
+        donated: Sequence[bool] | None = None,
     ) -> Pending:
         """Start reducing ``buffers`` (this member's contribution) with every member of
-        ``group``; the result is one array per buffer, same shapes."""
+        ``group``; the result is one array per buffer, same shapes. A buffer ``donated`` (by
+        position) is the caller's to give: nothing else holds it, and an engine that
+        ``donates`` may reduce it in place."""
         raise NotImplementedError
 
     def all_gather(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
@@ -246,4 +256,7 @@ class RankCollective(Collective):
             item.pending.finish(error=message)
         for exchange in self._exchanges:
             exchange.pending.finish(error=message)
+        # The library may still write into the buffers of what never completed (a peer that
+        # catches up): they stay allocated for as long as the process lives.
+        self._abandoned = [*getattr(self, "_abandoned", ()), *self._in_flight, *self._exchanges]
         self._in_flight, self._exchanges = [], []

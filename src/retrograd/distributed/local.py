@@ -52,6 +52,7 @@ class LocalEngine(Collective):
         op: ReduceOperation,
         key: Hashable,
         group: tuple[Device, ...],
+        donated: Sequence[bool] | None = None,  # never reduced in place (``donates``)
     ) -> Pending:
         return self._join("all_reduce", device, list(buffers), op, key, tuple(group))
 

@@ -47,6 +47,8 @@ from ..device import Device
 from ..errors import DistributedError
 from .config import DistributedConfig, ReduceOperation
 from .engine import CLOSING, STATE_TEXT, Pending, RankCollective
+from .shm import SharedReduce
+from .shm import available as shared_memory_available
 
 __all__ = ["MpiEngine"]
 
@@ -74,6 +76,11 @@ _IDLE_POLL_SECONDS = 0.01
 
 #: at most this many bucket shapes keep buffers
 _BUFFER_POOLS = 64
+#: on an engine that ``donates``, a gradient of at least this many bytes is reduced by a
+#: collective of its own: in place where it is donated (no copy), else from a copy. Copying
+#: into a bucket (with the MEAN division) costs ~0.1 ms per MB with both cores busy on the
+#: 2-vCPU VM of docs/distributed.md; a collective more, ~0.03 ms at 2 ranks
+_OWN_COLLECTIVE_BYTES = 1 << 20
 #: ``sys.getrefcount`` of a pooled buffer nothing else references
 _UNREFERENCED = 3
 
@@ -114,13 +121,18 @@ def _running_now(samples: int = 5, interval: float = 0.002) -> int:
 
 
 class _InFlight:
-    __slots__ = ("pending", "request", "result", "views")
+    __slots__ = ("job", "pending", "requests", "views")
 
-    def __init__(self, pending, request, result, views):
+    def __init__(self, pending, requests, views, job=None):
         self.pending = pending
-        self.request = request
-        self.result = result  # the buffer MPI reduces in place, kept until completion
+        self.requests = requests
+        # what MPI reduces in place (bucket buffers, donated gradients), held until completion
         self.views = views
+        #: a shared-memory all-reduce (:mod:`.shm`) instead of MPI requests
+        self.job = job
+
+    def test(self, MPI) -> bool:  # noqa: N803
+        return self.job.advance() if self.job is not None else MPI.Request.Testall(self.requests)
 
 
 class _Exchange:
@@ -193,6 +205,8 @@ class MpiEngine(RankCollective):
         self.timeout = config.timeout
         self.heartbeat_interval = config.heartbeat_interval
         self._in_flight: list[_InFlight] = []
+        #: gradients reduced in place so far (donated: no copy)
+        self.reduced_in_place = 0
         #: reusable bucket buffers, by (bucket, size, dtype)
         self._buffers: dict[tuple, list[np.ndarray]] = {}
         self._exchanges: list[_Exchange] = []
@@ -202,14 +216,25 @@ class MpiEngine(RankCollective):
         self._spinning_since: float | None = None
         self.grads, self.ops, self.ctl = self._duplicate(world, 3)
         #: ranks on this machine, the fewest cores any of them may run on, and the processes
-        #: of other jobs running on it when the context started (see :func:`_running_now`)
-        self.local_ranks, self.cores, self.others = self._census()
-        # With more ranks than cores, or other jobs busy on the rest, no core is idle while
-        # backward computes: a collective in flight progresses only by taking a core from
-        # some rank's backward, and every poll or wake-up of a waiting rank does too. One
-        # collective after backward then costs least (docs/distributed.md, "Performance").
-        # Every rank of a machine decides from the same gathered numbers.
-        self.overlap_pays = self.local_ranks + self.others <= self.cores
+        #: of other jobs running on it when the context started (see :func:`_running_now`);
+        #: then, on every machine of the job, the cores left over (the fewest)
+        self.local_ranks, self.cores, self.others, spare, token = self._census()
+        # Without a spare core, nothing is idle while backward computes: a collective in
+        # flight progresses only by taking a core from some rank's backward (moving data
+        # between ranks of one machine is all CPU work), and every poll or wake-up of a
+        # waiting rank does too. One collective after backward then costs least
+        # (docs/distributed.md, "Performance"). With more ranks than cores, every collective
+        # more costs rounds of the scheduler, more than a copy: gradients are packed into
+        # one, else large ones are reduced in place, each in a collective of its own. Every
+        # rank decides from the same gathered numbers (the collectives must match).
+        self.overlap_pays = spare > 0
+        self.donates = spare >= 0
+        #: gradient buckets go through shared memory where ranks outnumber the cores of the
+        #: one machine they all run on (two meetings instead of MPI's rounds: see
+        #: :mod:`.shm`); ``None`` otherwise
+        self.shared: SharedReduce | None = None
+        if spare < 0 and self.local_ranks == self.size > 1 and shared_memory_available():
+            self.shared = SharedReduce(token, self.rank, self.size)
         started = time.monotonic()
         self._step, self._state = 0, 0
         self._last_seen = dict.fromkeys(self.peers, started)
@@ -243,18 +268,22 @@ class MpiEngine(RankCollective):
             time.sleep(0.001)
         return [comm for comm, _ in pairs]
 
-    def _census(self) -> tuple[int, int, int]:
+    def _census(self) -> tuple[int, int, int, int, int]:
         """``(ranks on this machine, fewest usable cores among them, processes of other jobs
-        running)``, gathered from every rank (so all decide alike), without blocking past the
-        timeout."""
+        running, the fewest cores left over on any machine of the job, a token naming the job
+        (rank 0's random number))``, gathered from every rank (so all decide alike), without
+        blocking past the timeout."""
         host = hashlib.blake2b(socket.gethostname().encode(), digest_size=8).digest()
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
         running = _running_now()
-        mine = np.array([int.from_bytes(host, "little") >> 1, cores, running], dtype=np.int64)
-        every = np.empty((self.size, 3), dtype=np.int64)
+        token = int.from_bytes(os.urandom(8), "little") >> 1
+        mine = np.array(
+            [int.from_bytes(host, "little") >> 1, cores, running, token], dtype=np.int64
+        )
+        every = np.empty((self.size, 4), dtype=np.int64)
         request = self.ctl.Iallgather(mine, every)
         deadline = time.monotonic() + self.timeout
         while not request.Test():
@@ -266,10 +295,15 @@ class MpiEngine(RankCollective):
                     f"DistributedContext within {self.timeout:g} s"
                 )
             time.sleep(0.001)
-        here = every[every[:, 0] == mine[0]]
-        # what each rank saw running counts itself and may count its peers here (starting
-        # up): only what exceeds this machine's ranks is surely another job's
-        return len(here), int(here[:, 1].min()), max(0, int(here[:, 2].max()) - len(here))
+
+        def machine(host: int) -> tuple[int, int, int]:
+            here = every[every[:, 0] == host]
+            # what each rank saw running counts itself and may count its peers here (starting
+            # up): only what exceeds this machine's ranks is surely another job's
+            return len(here), int(here[:, 1].min()), max(0, int(here[:, 2].max()) - len(here))
+
+        spare = min(cores - ranks - others for ranks, cores, others in map(machine, every[:, 0]))
+        return (*machine(mine[0]), spare, int(every[0, 3]))
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(
@@ -279,6 +313,7 @@ class MpiEngine(RankCollective):
         op: ReduceOperation,
         key: Hashable,
         group: tuple[Device, ...],
+        donated: Sequence[bool] | None = None,
     ) -> Pending:
         pending = Pending(key)
         if self.broken:
@@ -303,28 +338,58 @@ class MpiEngine(RankCollective):
             return pending
         # One pass packs the gradients into the buffer MPI reduces in place and, for MEAN,
         # divides them by the world size on the way (dividing after the sum would be a second
-        # pass over the result).
+        # pass over the result). Large gradients go apart (``donates``), a collective each, in
+        # an order every rank derives from the sizes alone: in place if donated, else copied.
         scale = self.size if op is ReduceOperation.MEAN else None
-        try:
+        apart = [
+            self.donates and key[0] == "grad" and a.nbytes >= _OWN_COLLECTIVE_BYTES for a in arrays
+        ]
+        if self.shared is not None and key[0] == "grad":
             result = self._bucket_buffer(key, sum(a.size for a in arrays), dtype)
-            offset = 0
+            try:
+                job = self.shared.start(key[2], arrays, scale, result)
+            except OSError as error:  # /dev/shm full, say
+                self._break(f"shared-memory all-reduce failed to start: {error}")
+                pending.finish(error=f"mpi: {self.broken}")
+                return pending
+            views, offset = [], 0
             for a in arrays:
-                target = result[offset : offset + a.size]
-                if scale is None:
-                    target[...] = a.reshape(-1)
-                else:
-                    np.divide(a.reshape(-1), scale, out=target)
+                views.append(result[offset : offset + a.size].reshape(a.shape))
                 offset += a.size
-            request = comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM)
+            self._in_flight.append(_InFlight(pending, [], views, job))
+            return pending
+        views: list[np.ndarray | None] = [None] * len(arrays)
+        requests = []
+        try:
+            for position, a in enumerate(arrays):
+                if not apart[position]:
+                    continue
+                if donated is not None and donated[position]:
+                    target = a.reshape(-1)  # a view: the gradient itself
+                    self.reduced_in_place += 1
+                    if scale is not None:
+                        np.divide(target, scale, out=target)
+                else:
+                    target = self._bucket_buffer((*key[:2], (key[2], position)), a.size, dtype)
+                    _pack(a, target, scale)
+                requests.append(comm.Iallreduce(self.MPI.IN_PLACE, target, op=self.MPI.SUM))
+                views[position] = target.reshape(a.shape)
+            packed = [position for position, alone in enumerate(apart) if not alone]
+            if packed:
+                size = sum(arrays[position].size for position in packed)
+                result = self._bucket_buffer(key, size, dtype)
+                offset = 0
+                for position in packed:
+                    a = arrays[position]
+                    _pack(a, result[offset : offset + a.size], scale)
+                    views[position] = result[offset : offset + a.size].reshape(a.shape)
+                    offset += a.size
+                requests.append(comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM))
         except self.MPI.Exception as error:
             self._break(f"all-reduce failed to start: {error}")
             pending.finish(error=f"mpi: {self.broken}")
             return pending
-        views, offset = [], 0
-        for a in arrays:
-            views.append(result[offset : offset + a.size].reshape(a.shape))
-            offset += a.size
-        self._in_flight.append(_InFlight(pending, request, result, views))
+        self._in_flight.append(_InFlight(pending, requests, views))
         return pending
 
     def _bucket_buffer(self, key: Hashable, size: int, dtype: np.dtype) -> np.ndarray:
@@ -368,13 +433,18 @@ class MpiEngine(RankCollective):
         completes or ``seconds`` pass: a bare loop, because a full ``progress()`` pass and
         the server's bookkeeping around it cost a rank of 8 on 2 cores ~15 us a poll, 5 ms
         of CPU in a step's wait (docs/distributed.md, "Performance")."""
-        requests = [item.request for item in self._in_flight]
-        if not requests or self._exchanges or self._closed:
+        if not self._in_flight or self._exchanges or self._closed:
             return False
+        requests = [request for item in self._in_flight for request in item.requests]
+        jobs = [item.job for item in self._in_flight if item.job is not None]
         deadline = time.monotonic() + seconds
         test = self.MPI.Request.Testany
         try:
-            while not test(requests)[1] and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                if requests and test(requests)[1]:
+                    break
+                if any(job.advance() for job in jobs):
+                    break
                 time.sleep(_BACKED_OFF_POLL_SECONDS)
         except self.MPI.Exception as error:
             self._break(f"MPI error: {error}")
@@ -387,7 +457,7 @@ class MpiEngine(RankCollective):
             if self._in_flight:
                 still = []
                 for item in self._in_flight:
-                    if item.request.Test():
+                    if item.test(self.MPI):
                         self._spinning_since = None  # progress: a fresh spin budget
                         item.pending.finish(item.views)
                     else:
@@ -503,6 +573,8 @@ class MpiEngine(RankCollective):
         communicators. On a broken engine, only mark it closed (it cannot finalize)."""
         if self._closed:
             return
+        if self.shared is not None:
+            self.shared.close()
         if self.broken is None:
             self._state = CLOSING
             self._broadcast_state()
@@ -532,10 +604,42 @@ class MpiEngine(RankCollective):
         self._closed = True
 
 
+def _pack(array: np.ndarray, target: np.ndarray, scale: int | None) -> None:
+    """``array`` into the 1-d ``target``, divided by ``scale`` on the way if given."""
+    if scale is None:
+        target[...] = array.reshape(-1)
+    else:
+        np.divide(array.reshape(-1), scale, out=target)
+
+
+def _remove_mpich_shared_memory() -> None:
+    """Unlink the files of MPICH's shared memory (``/dev/shm/mpich_shm_*``) this process
+    maps. ``MPI_Finalize`` would remove them; a process that ends without it left one per
+    job in ``/dev/shm`` (2-8 MB of memory each, until reboot). Every rank of the machine
+    mapped them when MPI started, so survivors keep theirs."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {
+                fields[5].strip()
+                for fields in (line.split(maxsplit=5) for line in maps)
+                if len(fields) == 6 and fields[5].startswith("/dev/shm/mpich_shm_")
+            }
+    except OSError:  # not Linux
+        return
+    for path in paths:
+        if not path.endswith("(deleted)"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def _exit_without_finalize_if_broken() -> None:
     """At exit: MPI_Finalize (mpi4py calls it from ``Py_AtExit``, after every ``atexit``
     handler) would hang with a peer gone, so a broken engine ends the process here."""
     if any(engine.broken for engine in list(_ENGINES)):
+        for engine in list(_ENGINES):
+            if getattr(engine, "shared", None) is not None:
+                engine.shared.close()  # its files
+        _remove_mpich_shared_memory()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # nothing left to report to
                 stream.flush()

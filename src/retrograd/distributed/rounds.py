@@ -18,17 +18,20 @@ import numpy as np
 
 from ..autodiff.params import ParamId
 from ..device import Device
-from .buckets import ITEMSIZE, Bucket, nbytes
+from .buckets import Bucket, nbytes
 from .engine import Pending
 from .registration import payload
 
-__all__ = ["DECOY", "FAST", "Agreed", "DeviceStep", "ParamSlot", "Round", "StepSync"]
+__all__ = ["DECOY", "FAST", "HEADER", "Agreed", "DeviceStep", "ParamSlot", "Round", "StepSync"]
 
 #: ``StepSync.attempt``: the step reduces by the plan agreed at an earlier step, without
 #: exchanging registrations (its own registration is the one agreed then), or it only joins
 #: that plan's collectives with zeros (its registration changed) so that the round can redo
 #: the step with a full exchange
 FAST, DECOY = "fast", "decoy"
+#: the bucket number of the first bucket's header when it travels in a collective of its own
+#: (engines that ``donates``)
+HEADER = -1
 
 
 class ParamSlot:
@@ -115,6 +118,9 @@ class DeviceStep:
         self.done = threading.Event()
         self.error: str | None = None
         self.results: dict[int, np.ndarray] = {}
+        #: slot indices whose submitted gradient the hook proved nothing else holds (it may be
+        #: donated to the engine: ``Collective.donates``)
+        self.owned: set[int] = set()
         #: (launched, finished) of each bucket's all-reduce, ``time.perf_counter`` seconds
         self.intervals: list[tuple[float, float]] = []
         self.sync = StepSync()
@@ -148,7 +154,7 @@ class Agreed:
     registers the same list again, every member does (each compares with its own), so the
     plan holds without exchanging registrations."""
 
-    __slots__ = ("bucket_of", "bucket_slots", "labels", "payload", "plan", "sizes")
+    __slots__ = ("bucket_of", "bucket_slots", "labels", "numels", "payload", "plan")
 
     def __init__(
         self,
@@ -157,14 +163,16 @@ class Agreed:
         labels: dict[int, str],
         bucket_slots: list[list[int]],
         bucket_of: list[int],
+        numels: list[list[int]],
     ):
         self.payload = payload
         self.plan = plan
         self.labels = labels
         self.bucket_slots = bucket_slots
         self.bucket_of = bucket_of
-        #: each bucket's element count, for a decoy's zeros
-        self.sizes = [bucket.nbytes // ITEMSIZE.get(bucket.dtype, 8) for bucket in plan]
+        #: each bucket's gradients' element counts, for a decoy's zeros: the same buffers as
+        #: its members' (an engine may reduce each large one apart, ``Collective.donates``)
+        self.numels = numels
 
     def matches(self, payload: np.ndarray) -> bool:
         return payload is self.payload or np.array_equal(payload, self.payload)

@@ -49,7 +49,7 @@ from .config import DistributedConfig, ReduceOperation
 from .diagnosis import describe_op_stall, describe_stall
 from .engine import IDLE, IN_BACKWARD, WAITING, Collective, Pending
 from .registration import Verdict, agree
-from .rounds import DECOY, FAST, Agreed, DeviceStep, Round
+from .rounds import DECOY, FAST, HEADER, Agreed, DeviceStep, Round
 
 __all__ = ["SyncServer"]
 
@@ -92,6 +92,8 @@ class SyncServer:
         #: the settings in force: with the overlap off, every gradient in one bucket
         self.config = config
         engine.overlapping = config.overlap is not False
+        #: the header travels in a collective of its own (``Collective.donates``)
+        self._header_apart = int(engine.donates and engine.agrees_once)
         #: the engine and every round's state, held by whichever thread drives them
         self._lock = threading.RLock()
         #: wakes the server thread (its poll interval may have changed)
@@ -171,6 +173,15 @@ class SyncServer:
         finally:
             with self._lock:
                 self._drivers -= 1
+
+    def header(self, step: DeviceStep) -> Pending | threading.Event:
+        """What the device waits on to know its step's header arrived (``Collective.donates``):
+        the header's collective, or an event already set where there is none."""
+        pending = step.sync.bucket_pendings.get(HEADER)
+        if pending is None:
+            pending = threading.Event()
+            pending.set()
+        return pending
 
     def stalled(self, step: DeviceStep) -> None:
         """The device gave up waiting for ``step``: fail its round with a diagnosis."""
@@ -287,20 +298,24 @@ class SyncServer:
         # differ (a flag each): zero means the plan holds everywhere, else the step is redone
         # with a full exchange (docs/distributed.md, "Registration agreed once").
         current.plan, current.labels = agreed.plan, agreed.labels
-        sync.buckets_left = len(agreed.plan)
+        sync.buckets_left = len(agreed.plan) + self._header_apart
         if agreed.matches(step.payload):
             sync.attempt = FAST
             sync.kept = {}
             sync.bucket_slots, sync.bucket_of = agreed.bucket_slots, agreed.bucket_of
             sync.unsubmitted = [len(slots) for slots in agreed.bucket_slots]
             sync.launching = True
+            if self._header_apart:
+                self._launch_header(step, changed=False)
             return
         # This device's parameters changed: it joins the agreed plan's collectives with zeros
         # and a raised flag, then redoes the step with its peers.
         sync.attempt = DECOY
-        for bucket, (planned, size) in enumerate(zip(agreed.plan, agreed.sizes)):
-            zeros = [np.zeros(size, planned.dtype)]
-            if bucket == 0:
+        if self._header_apart:
+            self._launch_header(step, changed=True)
+        for bucket, (planned, numels) in enumerate(zip(agreed.plan, agreed.numels)):
+            zeros = [np.zeros(numel, planned.dtype) for numel in numels]
+            if bucket == 0 and not self._header_apart:
                 zeros.append(_header(current.number, planned.dtype, changed=True))
             self._start_bucket(step, bucket, zeros)
 
@@ -336,15 +351,23 @@ class SyncServer:
             current.labels, current.plan = labels, plan
         sync.bucket_slots, sync.bucket_of = assign(current.plan, step.index_of)
         if self.engine.agrees_once:
+            numels = [[step.slots[i].numel for i in slots] for slots in sync.bucket_slots]
             self._agreed[step.device] = Agreed(
-                step.payload, current.plan, current.labels, sync.bucket_slots, sync.bucket_of
+                step.payload,
+                current.plan,
+                current.labels,
+                sync.bucket_slots,
+                sync.bucket_of,
+                numels,
             )
         # Gradients submitted while the members were still agreeing count now.
         sync.unsubmitted = [len(slots) for slots in sync.bucket_slots]
         for index in sync.submitted:
             sync.unsubmitted[sync.bucket_of[index]] -= 1
-        sync.buckets_left = len(current.plan)
+        sync.buckets_left = len(current.plan) + self._header_apart
         sync.launching = True
+        if self._header_apart:
+            self._launch_header(step, changed=False)
         self._launch_ready(step)
 
     def _verdict(self, gathered: list[np.ndarray]) -> Verdict:
@@ -387,15 +410,28 @@ class SyncServer:
         submitted = sync.submitted
         indices = sync.bucket_slots[bucket]
         buffers = [submitted.pop(index) for index in indices]
+        donated = None
         if sync.kept is not None:  # a fast attempt, until the flags say it holds
             sync.kept.update(zip(indices, buffers))
-        if bucket == 0 and self.engine.agrees_once:
+        elif self.engine.donates:  # nothing will need this step's own gradients again
+            donated = [index in step.owned for index in indices]
+        if bucket == 0 and self.engine.agrees_once and not self._header_apart:
             # Every step carries the header (its flag ignored after an exchange), so a
             # bucket's size does not change with the path.
             buffers.append(_header(sync.round.number, sync.round.plan[0].dtype, changed=False))
-        self._start_bucket(step, bucket, buffers)
+        self._start_bucket(step, bucket, buffers, donated)
 
-    def _start_bucket(self, step: DeviceStep, bucket: int, buffers: list) -> None:
+    def _launch_header(self, step: DeviceStep, changed: bool) -> None:
+        """The header in a collective of its own, ahead of the buckets (engines that
+        ``donates``): once it says that every member is on the fast path, the buckets
+        launched after it may give up this step's gradients."""
+        sync = step.sync
+        header = _header(sync.round.number, sync.round.plan[0].dtype, changed)
+        self._start_bucket(step, HEADER, [header])
+
+    def _start_bucket(
+        self, step: DeviceStep, bucket: int, buffers: list, donated: list[bool] | None = None
+    ) -> None:
         sync = step.sync
         pending = self.engine.all_reduce(
             step.device,
@@ -403,6 +439,7 @@ class SyncServer:
             self.config.all_reduce_op,
             ("grad", sync.round.number, bucket),
             self.engine.members,
+            donated=donated,
         )
         sync.bucket_pendings[bucket] = pending
         pending.then(lambda done: self._on_reduced(step, bucket, done))
@@ -413,7 +450,7 @@ class SyncServer:
         sync = step.sync
         current = sync.round
         results = pending.result
-        if bucket == 0 and self.engine.agrees_once:
+        if bucket == HEADER or (bucket == 0 and self.engine.agrees_once and not self._header_apart):
             header, results = results[-1].reshape(-1), results[:-1]
             full = (
                 1.0
@@ -438,10 +475,11 @@ class SyncServer:
                 sync.void = True
             else:
                 sync.kept = None  # the attempt holds: its gradients are no longer needed
-        if sync.attempt is not DECOY:
-            for index, result in zip(sync.bucket_slots[bucket], results):
-                step.results[index] = result
-        step.intervals.append((pending.launched_at, pending.finished_at))
+        if bucket != HEADER:
+            if sync.attempt is not DECOY:
+                for index, result in zip(sync.bucket_slots[bucket], results):
+                    step.results[index] = result
+            step.intervals.append((pending.launched_at, pending.finished_at))
         sync.buckets_left -= 1
         if sync.buckets_left == 0:
             if sync.void:

@@ -9,8 +9,9 @@ and puts the reduced gradients into the result. One backward's state is a :class
 
 from __future__ import annotations
 
+import sys
 import threading
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,39 @@ from .collective import record_all_reduce
 from .registry import active_context
 from .rounds import DeviceStep, ParamSlot
 
-__all__ = ["HOOK", "BackwardSync", "GradientSyncHook", "distributed_slots"]
+__all__ = ["HOOK", "BackwardSync", "GradientSyncHook", "distributed_slots", "sole_owner"]
 
 #: how often backward polls collectives in flight (between its steps)
 _POLL_SECONDS = 0.0005
+#: ``sys.getrefcount`` of an array only its caller holds, seen from a function the caller
+#: passes it to (the caller's variable, the parameter, ``getrefcount``'s argument). From
+#: Python 3.14 the interpreter may borrow references without counting them, so a count no
+#: longer proves sole ownership there: gradients are not donated.
+_SOLE = 3
+_COUNTS_PROVE_OWNERSHIP = sys.implementation.name == "cpython" and sys.version_info < (3, 14)
+
+
+def sole_owner(array: object) -> bool:
+    """Whether the caller holds the only reference to ``array``, a writable C-contiguous
+    NumPy array owning its memory: nothing sees it change if the caller reduces it in place
+    (torch's ``AccumulateGrad`` steals a gradient on the same evidence, its use count).
+
+    >>> import numpy as np
+    >>> gradient = np.ones(4, np.float32)
+    >>> sole_owner(gradient)
+    True
+    >>> also = gradient
+    >>> sole_owner(gradient), sole_owner(np.ones(4)[::2]), sole_owner(np.broadcast_to(1.0, 3))
+    (False, False, False)
+    """
+    return (
+        _COUNTS_PROVE_OWNERSHIP
+        and type(array) is np.ndarray
+        and array.base is None
+        and array.flags.writeable
+        and array.flags.c_contiguous
+        and sys.getrefcount(array) == _SOLE
+    )
 
 
 def distributed_slots(tape: Any) -> list[ParamSlot]:
@@ -71,6 +101,11 @@ class BackwardSync:
     :meth:`on_register` runs on every gradient registration of the backward, so it keeps what
     it reads in slots, and returns at once unless a parameter just became final or a poll is
     due.
+
+    Where the engine ``donates``, a final gradient is held until the next registration (or
+    the end of backward) before it is submitted: by then the backward step that made it has
+    returned, so the references its frames held are gone, and a count of references says
+    whether anything else holds it (:func:`sole_owner`).
     """
 
     __slots__ = (
@@ -78,6 +113,8 @@ class BackwardSync:
         "bucket_of",
         "by_node",
         "context",
+        "donating",
+        "held",
         "keep_local",
         "poll_at",
         "polls",
@@ -108,6 +145,10 @@ class BackwardSync:
         # packed (keeping both raised each step's peak, and fresh memory costs page faults).
         # A differentiable sync (create_graph) records the local one as its input, so keeps it.
         self.keep_local = getattr(backend, "is_autodiff", False)
+        #: the engine may reduce gradients in place: say which ones nothing else holds
+        self.donating = context.engine.donates and not self.keep_local
+        #: the last final gradient, ``(slot, buffer)``, until its maker's frames are gone
+        self.held: tuple[ParamSlot, Any] | None = None
 
     def on_register(self, node: Any, grads: Any) -> None:
         if self.polls:
@@ -115,25 +156,57 @@ class BackwardSync:
             if now >= self.poll_at:
                 self.poll_at = now + _POLL_SECONDS
                 self.server.poll()
+        if self.held is not None:
+            self._give_held()
         if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
             return
         slot = self.by_node.get(node.id)
         if slot is None or slot.sent:
             return
         slot.sent = True
+        value = grads.values[node.id] if self.keep_local else grads.values.pop(node.id)
+        if self.donating:
+            self.held = (slot, to_buffer(grads.backend, value))
+        else:
+            self._submit(slot, to_buffer(grads.backend, value))
+
+    def _give_held(self) -> None:
+        """Submit the held gradient, owned (donated) if nothing else holds it now."""
+        slot, buffer = self.held
+        self.held = None
+        if sole_owner(buffer):
+            self.step.owned.add(slot.index)
+        self._submit(slot, buffer)
+
+    def _submit(self, slot: ParamSlot, buffer: Any) -> None:
         bucket = self.bucket_of[slot.index]
         batch = self.batches[bucket]
-        value = grads.values[node.id] if self.keep_local else grads.values.pop(node.id)
-        batch.append((slot.index, to_buffer(grads.backend, value)))
+        batch.append((slot.index, buffer))
         self.waiting_for[bucket] -= 1
         if self.waiting_for[bucket] == 0:
             self.batches[bucket] = []
+            if self.donating:
+                # the header's collective, launched when backward began, has likely arrived
+                # from every peer: a poll sees it, and the bucket may then give its gradients
+                self.server.poll()
             self.server.submit_many(self.step, batch)
 
     def finish(self, grads: Any) -> None:
         """Submit what is left, wait for the reduced gradients (driving the engine), and put
         them in ``grads``."""
         step, context, server = self.step, self.context, self.server
+        started = perf_counter()
+        timeout = context.config.timeout
+        deadline = monotonic() + timeout
+        if self.held is not None:
+            if not self.polls:
+                # One collective after backward, normally launched here: first the header's,
+                # which says whether this step's gradients may be given up (in place, no
+                # copy). It completes when every peer has begun this step and reached its
+                # end, as the bucket's would: waiting for it costs a small collective's time.
+                server.waiting(step)  # polled back to back from now on
+                server.drive_until(server.header(step), timeout)
+            self._give_held()
         # A parameter whose gradient never arrived (no path carried one) contributes zeros,
         # so its peers are not left waiting.
         late = [item for batch in self.batches for item in batch]
@@ -147,11 +220,11 @@ class BackwardSync:
                     array = to_buffer(grads.backend, value)
                 late.append((slot.index, array))
         if late:
+            if self.donating:
+                server.poll()
             server.submit_many(step, late)
-        started = perf_counter()
         server.waiting(step)
-        timeout = context.config.timeout
-        if not server.drive_until(step.done, timeout):
+        if not server.drive_until(step.done, max(0.0, deadline - monotonic())):
             server.stalled(step)
             step.done.wait(1.0)
         waited = perf_counter() - started

@@ -387,6 +387,7 @@ class TorchEngine(RankCollective):
         op: ReduceOperation,
         key: Hashable,
         group: tuple[Device, ...],
+        donated: Sequence[bool] | None = None,  # never reduced in place (``donates``)
     ) -> Pending:
         pending = Pending(key)
         if self.broken:

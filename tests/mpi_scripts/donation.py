@@ -1,0 +1,107 @@
+"""Run as N ranks (``donation.py SPARE OUT``): gradients of 1 MiB and more synced each way the
+engine may reduce them, as if every machine had SPARE cores left over (the census is patched):
+-1 packs every gradient into one collective through shared memory (``shm``), 0 reduces large
+ones in place in one round after backward, 1 in place while backward runs (overlap). Each rank
+compares its synced gradients with the MEAN of every rank's unsynced ones, computed itself from
+the same seeded data, over several steps (the first exchanges registrations, later ones reuse
+the plan, one is redone because rank 1 registers its parameters in another order), and writes
+``OUT/rank{r}.json``: checks run, failures, gradients reduced in place, registration exchanges,
+whether shared memory carried them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
+
+import numpy as np
+
+import retrograd as rg
+from distributed_cases import Checks
+from retrograd import distributed as dist
+from retrograd.distributed.mpi import MpiEngine
+
+STEPS = 5
+#: the step at which rank 1 sums its loss the other way round, so its gradients become final
+#: in another order: its registration changed, and every rank's step is redone
+SWAPPED_STEP = 3
+
+
+def patch_census(spare: int) -> None:
+    measured = MpiEngine._census
+
+    def census(self):
+        local_ranks, cores, others, _, token = measured(self)
+        return local_ranks, cores, others, spare, token
+
+    MpiEngine._census = census
+
+
+def parameters(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "w1": rng.standard_normal((600, 512)).astype(np.float32) * 0.05,  # 1.2 MB
+        "w2": rng.standard_normal((512, 8)).astype(np.float32) * 0.05,
+        "a": rng.standard_normal((256, 1024)).astype(np.float32),  # 1 MiB
+        "b": rng.standard_normal((256, 1024)).astype(np.float32),
+    }
+
+
+def step_gradients(device, values, x, c, distributed: bool, swapped: bool = False) -> dict:
+    """One backward: ``w1`` used twice (its gradient accumulated), ``a`` and ``b`` through one
+    add (their gradients are one array, which must not be reduced in place)."""
+    tensors = {}
+    for name, value in values.items():
+        t = rg.tensor(value, device=device)
+        tensors[name] = t.set_distributed(name) if distributed else t.require_grad()
+    xt = rg.tensor(x, device=device)
+    h = (xt @ tensors["w1"]).tanh()
+    h = h + (xt * 0.5) @ tensors["w1"]
+    dense = ((h @ tensors["w2"]).square()).mean()
+    z = (tensors["a"] + tensors["b"]) * rg.tensor(c, device=device)
+    paired = (z * z).sum() * 1e-3
+    loss = paired + dense if swapped else dense + paired
+    grads = loss.backward()
+    return {name: t.grad(grads).numpy().copy() for name, t in tensors.items()}
+
+
+def main() -> None:
+    spare, out = int(sys.argv[1]), Path(sys.argv[2])
+    patch_census(spare)
+    checks = Checks()
+    report: dict = {}
+    config = dist.DistributedConfig(dist.ReduceOperation.MEAN, timeout=60.0)
+    try:
+        with dist.DistributedContext.from_launcher(config) as ctx:
+            n, rank = ctx.world_size, ctx.rank
+            report["rank"] = rank
+            report["overlapping"] = ctx.engine.overlapping
+            values = parameters(seed=7)
+            for step in range(STEPS):
+                batches = [np.random.default_rng(100 * step + k) for k in range(n)]
+                xs = [g.standard_normal((32, 600)).astype(np.float32) for g in batches]
+                cs = [g.standard_normal((256, 1024)).astype(np.float32) for g in batches]
+                swapped = step == SWAPPED_STEP and rank == 1
+                synced = step_gradients(ctx.device, values, xs[rank], cs[rank], True, swapped)
+                unsynced = [
+                    step_gradients(ctx.device, values, xs[k], cs[k], False) for k in range(n)
+                ]
+                for name in values:
+                    expected = np.mean([np.float64(u[name]) for u in unsynced], axis=0)
+                    checks.true(f"step {step}: {name} finite", np.isfinite(expected).all())
+                    checks.close(f"step {step}: {name}", synced[name], expected)
+                values = {k: v - 1e-3 * synced[k] for k, v in values.items()}
+            report["reduced_in_place"] = ctx.engine.reduced_in_place
+            report["shared_memory"] = ctx.engine.shared is not None
+            report["exchanges"] = ctx.stats.exchanges
+    except Exception:
+        checks.failures.append(traceback.format_exc())
+    report.update(checks=checks.count, failures=checks.failures)
+    (out / f"rank{report.get('rank', 'x')}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
