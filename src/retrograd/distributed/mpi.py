@@ -349,7 +349,10 @@ class MpiEngine(RankCollective):
             try:
                 job = self.shared.start(key[2], arrays, scale, result)
             except OSError as error:  # /dev/shm full, say
-                self._break(f"shared-memory all-reduce failed to start: {error}")
+                self._break(
+                    f"shared-memory all-reduce failed to start: {error} (each rank needs about "
+                    "its gradients' size in /dev/shm; a container may need a larger --shm-size)"
+                )
                 pending.finish(error=f"mpi: {self.broken}")
                 return pending
             views, offset = [], 0

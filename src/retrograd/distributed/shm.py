@@ -12,9 +12,9 @@ much polling an ``Iallreduce``. Here the ranks meet twice, whatever their number
    order, into its output, and raises its *reduced* flag;
 3. once every rank's is up, each copies every rank's output slice into its result.
 
-The same steps took ~5 ms of that step (docs/distributed.md, "Shared memory when ranks
-outnumber cores"). A rank writes only its own segment, and every slice is summed once, so all
-ranks get identical results.
+The same steps took ~5 ms of that step (docs/distributed.md, "Gradients in place, shared
+memory when ranks outnumber cores"). A rank writes only its own segment, and every slice is
+summed once, so all ranks get identical results.
 
 Reuse is safe because each step waits for everyone: a rank writes its contribution to a
 collective's next use only after every rank has summed the last one (its reduced flag), and
@@ -102,7 +102,8 @@ class _Channel:
         temporary = f"{path}.{os.getpid()}"
         descriptor = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(descriptor, self.nbytes)
+            # reserved now: memory /dev/shm lacks fails here, not later as a SIGBUS on write
+            os.posix_fallocate(descriptor, 0, self.nbytes)
             memory = mmap.mmap(descriptor, self.nbytes)
         finally:
             os.close(descriptor)
