@@ -13,6 +13,7 @@ Modules import one way, each only from those above it (none imports the package 
 
     config, cache, buffers             settings, bounded caches, buffers (ParamId: autodiff)
     cost                               the α–β cost model of a step (pure; imports none of these)
+    shm                                an all-reduce through shared memory (imports none of these)
     engine                             the collective interface, Pending; member states
     buckets                            bucket plans (pure)
     registration                       the registration format, the members' agreement (pure)

@@ -20,6 +20,14 @@ non-blocking, polled against a deadline.
   state), so a collective that times out can say which rank went silent (died), closed its
   context (exited), or is alive but elsewhere.
 
+Gradient buckets travel by what the cores allow, decided at start-up alike on every rank:
+with a core for each rank, a gradient of 1 MiB or more has an ``Iallreduce`` of its own, on
+the gradient itself where the backward hook donated it (nothing else holds it: no copy into
+a bucket); with more ranks than the cores of the one machine they all run on, a bucket goes
+through shared memory (:mod:`.shm`: two meetings, where MPI's rounds each wait for the
+scheduler). See docs/distributed.md, "Gradients in place, shared memory when ranks outnumber
+cores".
+
 MPI cannot cancel a collective a peer never joins, nor finalize with a peer gone: after a
 timeout the engine is *broken*. Every later operation fails at once, and when the process
 exits it skips ``MPI_Finalize`` (which would hang) and ends with status 1. A mismatch of the
@@ -223,10 +231,12 @@ class MpiEngine(RankCollective):
         # flight progresses only by taking a core from some rank's backward (moving data
         # between ranks of one machine is all CPU work), and every poll or wake-up of a
         # waiting rank does too. One collective after backward then costs least
-        # (docs/distributed.md, "Performance"). With more ranks than cores, every collective
-        # more costs rounds of the scheduler, more than a copy: gradients are packed into
-        # one, else large ones are reduced in place, each in a collective of its own. Every
-        # rank decides from the same gathered numbers (the collectives must match).
+        # (docs/distributed.md, "Performance"). With a core for each rank, large gradients
+        # are reduced in place, each in a collective of its own (a copy costs more than a
+        # collective). With more ranks than cores, each of MPI's rounds waits for the
+        # scheduler: gradients go in one collective, through shared memory where every rank
+        # runs on this machine. Every rank decides from the same gathered numbers (the
+        # collectives must match).
         self.overlap_pays = spare > 0
         self.donates = spare >= 0
         #: gradient buckets go through shared memory where ranks outnumber the cores of the
@@ -341,9 +351,6 @@ class MpiEngine(RankCollective):
         # pass over the result). Large gradients go apart (``donates``), a collective each, in
         # an order every rank derives from the sizes alone: in place if donated, else copied.
         scale = self.size if op is ReduceOperation.MEAN else None
-        apart = [
-            self.donates and key[0] == "grad" and a.nbytes >= _OWN_COLLECTIVE_BYTES for a in arrays
-        ]
         if self.shared is not None and key[0] == "grad":
             result = self._bucket_buffer(key, sum(a.size for a in arrays), dtype)
             try:
@@ -361,6 +368,9 @@ class MpiEngine(RankCollective):
                 offset += a.size
             self._in_flight.append(_InFlight(pending, [], views, job))
             return pending
+        apart = [
+            self.donates and key[0] == "grad" and a.nbytes >= _OWN_COLLECTIVE_BYTES for a in arrays
+        ]
         views: list[np.ndarray | None] = [None] * len(arrays)
         requests = []
         try:
