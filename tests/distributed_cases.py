@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import os
 import time
 import weakref
@@ -112,6 +113,15 @@ class Checks:
         self.count += 1
         if not condition:
             self.failures.append(name)
+
+
+def write_report(out, report: dict, checks: Checks) -> None:
+    """An MPI script's report, with the checks' tally, as ``OUT/rank{r}.json`` (its rank from
+    MPI, which a context that failed to start does not give)."""
+    from mpi4py import MPI
+
+    report.update(checks=checks.count, failures=checks.failures)
+    (out / f"rank{MPI.COMM_WORLD.Get_rank()}.json").write_text(json.dumps(report))
 
 
 def reduce(arrays, op):

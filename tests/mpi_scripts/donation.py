@@ -10,7 +10,6 @@ whether shared memory carried them."""
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for dist
 import numpy as np
 
 import retrograd as rg
-from distributed_cases import Checks
+from distributed_cases import Checks, write_report
 from retrograd import distributed as dist
 from retrograd.distributed.mpi import MpiEngine
 
@@ -99,8 +98,7 @@ def main() -> None:
             report["exchanges"] = ctx.stats.exchanges
     except Exception:
         checks.failures.append(traceback.format_exc())
-    report.update(checks=checks.count, failures=checks.failures)
-    (out / f"rank{report.get('rank', 'x')}.json").write_text(json.dumps(report))
+    write_report(out, report, checks)
 
 
 if __name__ == "__main__":

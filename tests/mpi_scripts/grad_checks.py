@@ -5,7 +5,6 @@ writes ``OUT/rank{r}.json`` with how many checks ran and what failed."""
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -15,7 +14,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for dist
 import numpy as np
 
 import retrograd as rg
-from distributed_cases import GRAPHS, Checks, data, gradients, mlp_grads, mlp_params, reduce
+from distributed_cases import (
+    GRAPHS,
+    Checks,
+    data,
+    gradients,
+    mlp_grads,
+    mlp_params,
+    reduce,
+    write_report,
+)
 from retrograd import distributed as dist
 
 SUM, MEAN = dist.ReduceOperation.SUM, dist.ReduceOperation.MEAN
@@ -115,10 +123,7 @@ def main() -> None:
                 report.setdefault("overlap_pays", ctx.engine.overlap_pays)
     except Exception:
         checks.failures.append(traceback.format_exc())
-    report.update(checks=checks.count, failures=checks.failures)
-    from mpi4py import MPI
-
-    (out / f"rank{MPI.COMM_WORLD.Get_rank()}.json").write_text(json.dumps(report))
+    write_report(out, report, checks)
 
 
 if __name__ == "__main__":
