@@ -107,3 +107,15 @@ def test_a_rank_that_never_arrives_leaves_the_others_waiting_not_wrong():
     finally:
         present.close()
     assert not [name for name in os.listdir("/dev/shm") if f"{token:016x}" in name]
+
+
+def test_after_a_fault_a_survivor_removes_every_rank_s_files():
+    """A rank that dies before a collective's first use completes cannot unlink its file; a
+    survivor closing after the fault removes it."""
+    token = int.from_bytes(os.urandom(8), "little") >> 1
+    survivor, dead = shm.SharedReduce(token, 0, 3), shm.SharedReduce(token, 1, 3)
+    survivor.start("bucket", [np.ones(8)], None, np.empty(8))
+    dead.start("bucket", [np.ones(8)], None, np.empty(8))  # then never heard of again
+    assert len([name for name in os.listdir("/dev/shm") if f"{token:016x}" in name]) == 2
+    survivor.close(everyone=True)
+    assert not [name for name in os.listdir("/dev/shm") if f"{token:016x}" in name]

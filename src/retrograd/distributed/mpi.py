@@ -587,7 +587,7 @@ class MpiEngine(RankCollective):
         if self._closed:
             return
         if self.shared is not None:
-            self.shared.close()
+            self.shared.close(everyone=self.broken is not None)
         if self.broken is None:
             self._state = CLOSING
             self._broadcast_state()
@@ -651,7 +651,7 @@ def _exit_without_finalize_if_broken() -> None:
     if any(engine.broken for engine in list(_ENGINES)):
         for engine in list(_ENGINES):
             if getattr(engine, "shared", None) is not None:
-                engine.shared.close()  # its files
+                engine.shared.close(everyone=True)
         _remove_mpich_shared_memory()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # nothing left to report to

@@ -24,7 +24,8 @@ it (two slots, by parity), by which time every rank has copied that one out.
 Flags are written after the data they announce and read before it; x86-64 makes stores visible
 in program order, so the transport is offered only there (elsewhere it would need fences).
 A segment's file is unlinked once every peer has read it (after its first use): a rank that
-dies leaves nothing in ``/dev/shm`` after that.
+dies leaves nothing in ``/dev/shm`` after that, and before it a survivor's ``close(everyone=True)``
+removes what it left.
 """
 
 from __future__ import annotations
@@ -125,11 +126,15 @@ class _Channel:
             segment = self.segments[rank] = _Segment(memory, self.size, self.slot, self.dtype)
         return segment
 
-    def unlink(self) -> None:
+    def unlink(self, everyone: bool = False) -> None:
         if self.linked:
             self.linked = False
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.paths[self.owner.rank])
+        if everyone:
+            for path in self.paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 class Job:
@@ -226,8 +231,10 @@ class SharedReduce:
             channel = self._channels[(key, size, dtype.str)] = _Channel(self, name, size, dtype)
         return channel
 
-    def close(self) -> None:
-        """Unlink this rank's files; the mappings go with the last reference to them."""
+    def close(self, everyone: bool = False) -> None:
+        """Unlink this rank's files (``everyone``: every rank's, after a fault: a rank that
+        died before a collective's first use completed left its file); the mappings go with
+        the last reference to them."""
         for channel in self._channels.values():
-            channel.unlink()
+            channel.unlink(everyone)
         self._channels.clear()
