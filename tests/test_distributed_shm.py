@@ -42,6 +42,15 @@ def run_ranks(ranks: int, body) -> list:
     return results
 
 
+def start(reducer: shm.SharedReduce, key, arrays, scale, result: np.ndarray) -> shm.Job:
+    """Contribute ``arrays`` (divided by ``scale`` if given) to the collective ``key``."""
+    job = reducer.begin(key, result)
+    flat = np.concatenate([np.reshape(a, -1) for a in arrays])
+    job.contribution[...] = flat if scale is None else flat / scale
+    job.arrive()
+    return job
+
+
 def finish(job: shm.Job, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not job.advance():
@@ -65,7 +74,7 @@ def test_the_mean_of_every_rank_identical_everywhere_step_after_step(ranks):
         for contributions in steps:
             mine = contributions[rank]
             result = np.empty(25, np.float32)
-            finish(reducer.start("bucket", mine, ranks, result))
+            finish(start(reducer, "bucket", mine, ranks, result))
             out.append(result.copy())
         return out
 
@@ -84,8 +93,8 @@ def test_collectives_in_flight_together_and_sizes_that_do_not_divide():
 
     def body(rank, reducer):
         first, second = np.empty(2, np.float64), np.empty(1000, np.float64)
-        a = reducer.start(0, [np.full(2, rank + 1.0)], None, first)
-        b = reducer.start(1, [np.arange(1000.0) * (rank + 1)], None, second)
+        a = start(reducer, 0, [np.full(2, rank + 1.0)], None, first)
+        b = start(reducer, 1, [np.arange(1000.0) * (rank + 1)], None, second)
         finish(b)
         finish(a)
         return first, second
@@ -100,7 +109,7 @@ def test_a_rank_that_never_arrives_leaves_the_others_waiting_not_wrong():
     present = shm.SharedReduce(token, 0, 2)
     try:
         result = np.full(4, -1.0)
-        job = present.start("bucket", [np.ones(4)], None, result)
+        job = start(present, "bucket", [np.ones(4)], None, result)
         for _ in range(100):
             assert not job.advance()
         assert result.tolist() == [-1.0] * 4
@@ -114,8 +123,8 @@ def test_after_a_fault_a_survivor_removes_every_rank_s_files():
     survivor closing after the fault removes it."""
     token = int.from_bytes(os.urandom(8), "little") >> 1
     survivor, dead = shm.SharedReduce(token, 0, 3), shm.SharedReduce(token, 1, 3)
-    survivor.start("bucket", [np.ones(8)], None, np.empty(8))
-    dead.start("bucket", [np.ones(8)], None, np.empty(8))  # then never heard of again
+    start(survivor, "bucket", [np.ones(8)], None, np.empty(8))
+    start(dead, "bucket", [np.ones(8)], None, np.empty(8))  # then never heard of again
     assert len([name for name in os.listdir("/dev/shm") if f"{token:016x}" in name]) == 2
     survivor.close(everyone=True)
     assert not [name for name in os.listdir("/dev/shm") if f"{token:016x}" in name]

@@ -46,9 +46,10 @@ class DistributedConfig:
     - ``overlap``: whether gradients are all-reduced during backward (``True``) or all at once
       in one collective after it (``False``), which costs less when no core is free to move
       the data while backward computes. ``None`` (the default) lets the engine decide at
-      start-up: the ``mpi`` engine falls back to one collective when a machine hosts more
-      ranks than the cores they may run on, or than the cores other jobs running at start-up
-      leave them (``docs/distributed.md``, "Performance").
+      start-up: the ``mpi`` engine falls back to one collective unless every machine has a
+      core to spare beside its ranks and the other jobs' processes running at start-up
+      (``docs/distributed.md``, "Gradients in place, shared memory when ranks outnumber
+      cores").
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400

@@ -354,7 +354,7 @@ class MpiEngine(RankCollective):
         if self.shared is not None and key[0] == "grad":
             result = self._bucket_buffer(key, sum(a.size for a in arrays), dtype)
             try:
-                job = self.shared.start(key[2], arrays, scale, result)
+                job = self.shared.begin(key[2], result)
             except OSError as error:  # /dev/shm full, say
                 self._break(
                     f"shared-memory all-reduce failed to start: {error} (each rank needs about "
@@ -362,11 +362,9 @@ class MpiEngine(RankCollective):
                 )
                 pending.finish(error=f"mpi: {self.broken}")
                 return pending
-            views, offset = [], 0
-            for a in arrays:
-                views.append(result[offset : offset + a.size].reshape(a.shape))
-                offset += a.size
-            self._in_flight.append(_InFlight(pending, [], views, job))
+            _pack(arrays, job.contribution, scale)
+            job.arrive()
+            self._in_flight.append(_InFlight(pending, [], _split(result, arrays), job))
             return pending
         apart = [
             self.donates and key[0] == "grad" and a.nbytes >= _OWN_COLLECTIVE_BYTES for a in arrays
@@ -384,19 +382,16 @@ class MpiEngine(RankCollective):
                         np.divide(target, scale, out=target)
                 else:
                     target = self._bucket_buffer((*key[:2], (key[2], position)), a.size, dtype)
-                    _pack(a, target, scale)
+                    _pack([a], target, scale)
                 requests.append(comm.Iallreduce(self.MPI.IN_PLACE, target, op=self.MPI.SUM))
                 views[position] = target.reshape(a.shape)
             packed = [position for position, alone in enumerate(apart) if not alone]
             if packed:
-                size = sum(arrays[position].size for position in packed)
-                result = self._bucket_buffer(key, size, dtype)
-                offset = 0
-                for position in packed:
-                    a = arrays[position]
-                    _pack(a, result[offset : offset + a.size], scale)
-                    views[position] = result[offset : offset + a.size].reshape(a.shape)
-                    offset += a.size
+                together = [arrays[position] for position in packed]
+                result = self._bucket_buffer(key, sum(a.size for a in together), dtype)
+                _pack(together, result, scale)
+                for position, view in zip(packed, _split(result, together)):
+                    views[position] = view
                 requests.append(comm.Iallreduce(self.MPI.IN_PLACE, result, op=self.MPI.SUM))
         except self.MPI.Exception as error:
             self._break(f"all-reduce failed to start: {error}")
@@ -617,12 +612,26 @@ class MpiEngine(RankCollective):
         self._closed = True
 
 
-def _pack(array: np.ndarray, target: np.ndarray, scale: int | None) -> None:
-    """``array`` into the 1-d ``target``, divided by ``scale`` on the way if given."""
-    if scale is None:
-        target[...] = array.reshape(-1)
-    else:
-        np.divide(array.reshape(-1), scale, out=target)
+def _pack(arrays: Sequence[np.ndarray], flat: np.ndarray, scale: int | None) -> None:
+    """``arrays`` one after another into the 1-d ``flat``, divided by ``scale`` on the way if
+    given (one pass: dividing after the sum would be a second one over the result)."""
+    offset = 0
+    for array in arrays:
+        target = flat[offset : offset + array.size]
+        if scale is None:
+            target[...] = array.reshape(-1)
+        else:
+            np.divide(array.reshape(-1), scale, out=target)
+        offset += array.size
+
+
+def _split(flat: np.ndarray, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Views of ``flat`` where :func:`_pack` put ``arrays``, in their shapes."""
+    views, offset = [], 0
+    for array in arrays:
+        views.append(flat[offset : offset + array.size].reshape(array.shape))
+        offset += array.size
+    return views
 
 
 def _remove_mpich_shared_memory() -> None:

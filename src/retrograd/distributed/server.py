@@ -92,8 +92,10 @@ class SyncServer:
         #: the settings in force: with the overlap off, every gradient in one bucket
         self.config = config
         engine.overlapping = config.overlap is not False
-        #: the header travels in a collective of its own (``Collective.donates``)
+        #: the header travels in a collective of its own (``Collective.donates``), else
+        #: after the first bucket's gradients (engines that ``agrees_once``)
         self._header_apart = int(engine.donates and engine.agrees_once)
+        self._header_in_first = engine.agrees_once and not self._header_apart
         #: the engine and every round's state, held by whichever thread drives them
         self._lock = threading.RLock()
         #: wakes the server thread (its poll interval may have changed)
@@ -315,7 +317,7 @@ class SyncServer:
             self._launch_header(step, changed=True)
         for bucket, (planned, numels) in enumerate(zip(agreed.plan, agreed.numels)):
             zeros = [np.zeros(numel, planned.dtype) for numel in numels]
-            if bucket == 0 and not self._header_apart:
+            if bucket == 0 and self._header_in_first:
                 zeros.append(_header(current.number, planned.dtype, changed=True))
             self._start_bucket(step, bucket, zeros)
 
@@ -415,7 +417,7 @@ class SyncServer:
             sync.kept.update(zip(indices, buffers))
         elif self.engine.donates:  # nothing will need this step's own gradients again
             donated = [index in step.owned for index in indices]
-        if bucket == 0 and self.engine.agrees_once and not self._header_apart:
+        if bucket == 0 and self._header_in_first:
             # Every step carries the header (its flag ignored after an exchange), so a
             # bucket's size does not change with the path.
             buffers.append(_header(sync.round.number, sync.round.plan[0].dtype, changed=False))
@@ -450,7 +452,7 @@ class SyncServer:
         sync = step.sync
         current = sync.round
         results = pending.result
-        if bucket == HEADER or (bucket == 0 and self.engine.agrees_once and not self._header_apart):
+        if bucket == HEADER or (bucket == 0 and self._header_in_first):
             header, results = results[-1].reshape(-1), results[:-1]
             full = (
                 1.0

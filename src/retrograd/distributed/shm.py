@@ -34,7 +34,7 @@ import contextlib
 import mmap
 import os
 import platform
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -146,6 +146,15 @@ class Job:
         self.channel, self.use, self.result = channel, use, result
         self.state = _ARRIVED  # waiting for every rank's arrival, then for every reduction
 
+    @property
+    def contribution(self) -> np.ndarray:
+        """Where this rank writes what it contributes (1-d, the result's size)."""
+        return self.channel.segments[self.channel.owner.rank].contribution
+
+    def arrive(self) -> None:
+        """Tell the other ranks this rank's contribution is written."""
+        self.channel.segments[self.channel.owner.rank].flags[_ARRIVED] = self.use
+
     def _all_reached(self, flag: int) -> bool:
         channel = self.channel
         for rank in range(channel.owner.ranks):
@@ -196,29 +205,13 @@ class SharedReduce:
         self._capacity = channels
         self._created = 0  # channels so far: each file name is new
 
-    def start(
-        self,
-        key: Hashable,
-        arrays: Sequence[np.ndarray],
-        scale: int | None,
-        result: np.ndarray,
-    ) -> Job:
-        """Write ``arrays`` (divided by ``scale`` if given) as this rank's contribution to the
-        collective ``key`` and start it; ``result`` (1-d, as many elements) receives the sum.
-        Every rank must start the same keys, with the same sizes, in the same order."""
-        dtype = result.dtype
-        channel = self._channel(key, result.size, dtype)
-        mine = channel.segments[self.rank]
-        offset = 0
-        for array in arrays:
-            target = mine.contribution[offset : offset + array.size]
-            if scale is None:
-                target[...] = array.reshape(-1)
-            else:
-                np.divide(array.reshape(-1), scale, out=target)
-            offset += array.size
+    def begin(self, key: Hashable, result: np.ndarray) -> Job:
+        """The next use of the collective ``key``, whose sum goes into ``result`` (1-d): write
+        this rank's contribution into the job's :attr:`~Job.contribution`, then
+        :meth:`~Job.arrive`. Every rank must begin the same keys, with the same sizes, in the
+        same order."""
+        channel = self._channel(key, result.size, result.dtype)
         channel.uses += 1
-        mine.flags[_ARRIVED] = channel.uses
         return Job(channel, channel.uses, result)
 
     def _channel(self, key: Hashable, size: int, dtype: np.dtype) -> _Channel:
