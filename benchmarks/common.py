@@ -94,3 +94,59 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     return "\n".join([line, rule, *body])
+
+
+def machine_info() -> dict[str, object]:
+    """The machine and library versions a result was measured with, as data."""
+    info: dict[str, object] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "blas_threads": 1,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    for name in ("torch", "jax", "numba", "numexpr"):
+        module = optional(name)
+        if module is not None:
+            info[name] = getattr(module, "__version__", "?")
+    return info
+
+
+def write_results(
+    name: str,
+    tables: dict[str, dict[str, object]],
+    *,
+    command: str,
+    notes: str = "",
+) -> str:
+    """Write ``benchmarks/results/<name>.json``: what was run (``command``), when (UTC), on what
+    machine and versions, and each table as ``{"header": [...], "rows": [[...], ...]}`` (extra
+    keys, such as ``"unit"`` or ``"note"``, are kept). The docs quote these files, never a
+    number typed by hand; ``python benchmarks/report.py`` renders them."""
+    import datetime
+    import json
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parent / "results"
+    folder.mkdir(exist_ok=True)
+    record = {
+        "benchmark": name,
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "notes": notes,
+        "tables": tables,
+    }
+    path = folder / f"{name}.json"
+    temporary = path.with_suffix(f".json.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    os.replace(temporary, path)
+    return str(path)
