@@ -80,7 +80,12 @@ MODULES = [
     "retrograd.autodiff.grad_mode",
     "retrograd.autodiff.gradients",
     "retrograd.tensor.creation",
-    "retrograd.nn.functional",
+    "retrograd.nn.functional.conv",
+    "retrograd.nn.functional.linear",
+    "retrograd.nn.functional.loss",
+    "retrograd.nn.functional.normalization",
+    "retrograd.nn.functional.pooling",
+    "retrograd.nn.functional.sampling",
 ]
 
 

@@ -1,4 +1,4 @@
-"""The internal API: what library code outside this package (``nn/functional.py``, the
+"""The internal API: what library code outside this package (``nn/functional/``, the
 optimizers) uses to build operations on tensors, instead of the tensors' private attributes.
 
 Operations
@@ -38,7 +38,7 @@ Dtypes
     ``FLOAT_DTYPES``, ``DTYPES``, ``result_dtype(a, b)``; the ``promote`` rules ``COMMON``,
     ``FLOAT``, ``COMPARE``.
 
-What ``nn/functional.py`` used before this module existed, and what replaced it
+What ``nn/functional/`` used before this module existed, and what replaced it
     ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
     pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``x.primitive``;
     ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``

@@ -1,0 +1,108 @@
+"""Argument handling shared by the functional layers: integer tuples, float inputs,
+batching, channel biases."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import (
+    DTypeError,
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.internal import (
+    FLOAT_DTYPES,
+    lift,
+    promote,
+    shape_text,
+    wrap,
+)
+
+IntOrTuple = int | Sequence[int]
+
+
+# -- argument handling -----------------------------------------------------------------------------
+def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
+    """``value`` (an int, or one int per spatial dimension) as a tuple of ``count`` ints."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        values = (int(value),) * count
+    else:
+        try:
+            values = tuple(value)
+        except TypeError:
+            raise ShapeError(
+                f"{fn}: {name} must be an int or a tuple of ints, got {value!r}"
+            ) from None
+        if len(values) == 1:
+            values *= count
+        if len(values) != count or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
+        ):
+            raise ShapeError(
+                f"{fn}: {name} must be an int or a tuple of {count} ints, got {value!r}"
+            )
+        values = tuple(int(v) for v in values)
+    if any(v < minimum for v in values):
+        bound = "positive" if minimum == 1 else "non-negative"
+        raise ShapeError(f"{fn}: {name} must be {bound}, got {value!r}")
+    return values
+
+
+def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
+    """``value`` (a tensor, array or nested list) on ``reference``'s backend and device."""
+    try:
+        return lift(reference, value, fn)
+    except DTypeError:
+        raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
+
+
+def _float_pair(fn: str, x: Any, other: Any, name: str) -> tuple[Tensor, Tensor]:
+    """``x`` and ``other`` on one backend and one float dtype."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    other = _as_tensor(fn, x, other, name)
+    x, other = promote(x, other, fn)
+    if x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: expected float tensors, got {x.dtype} input and {name}")
+    return x, other
+
+
+def _float_input(fn: str, x: Any) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}")
+    return x
+
+
+def _batched(fn: str, x: Tensor, spatial: int) -> tuple[Tensor, bool]:
+    """``x`` with a batch dimension (``[C, *spatial]`` inputs get one, as in PyTorch)."""
+    if x.ndim == spatial + 2:
+        return x, False
+    if x.ndim == spatial + 1:
+        return x.unsqueeze_dim(0), True
+    raise ShapeError(
+        f"{fn}: expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got "
+        f"input {shape_text(x.shape)}"
+    )
+
+
+def _unbatched(out: Tensor, squeeze: bool) -> Tensor:
+    return out.squeeze_dim(0) if squeeze else out
+
+
+def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
+    """``bias`` checked to be ``[channels]``, in ``x``'s dtype, or the empty "no bias"."""
+    if bias is None:
+        return wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+    bias = _as_tensor(fn, x, bias, "bias")
+    if bias.shape != (channels,):
+        raise ShapeError(
+            f"{fn}: bias must have shape [{channels}] (one per output channel), got "
+            f"{shape_text(bias.shape)}"
+        )
+    if bias.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
+    return bias.cast(x.dtype)

@@ -1,0 +1,136 @@
+"""``scaled_dot_product_attention``: the fused backend op, or ordinary ops for a float mask
+that needs a gradient."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.internal import (
+    FLOAT_DTYPES,
+    Op,
+    apply,
+    shape_text,
+    wrap,
+)
+from ._common import (
+    _as_tensor,
+    _float_input,
+)
+
+# -- attention -------------------------------------------------------------------------------------
+_ATTENTION = Op("scaled_dot_product_attention", kernel="attention")
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """``dropout(softmax(query @ key^T * scale + mask)) @ value``, PyTorch's function.
+
+    ``query`` ``[..., L, E]``, ``key`` ``[..., S, E]``, ``value`` ``[..., S, Ev]`` with equal
+    leading dimensions; ``attn_mask`` broadcastable to ``[..., L, S]``: bool keeps the keys
+    where it is true, float is added to the scores; ``is_causal`` keeps key ``j <= i`` for
+    query ``i`` (top-left aligned, as PyTorch; not together with ``attn_mask``); ``scale``
+    defaults to ``1 / sqrt(E)``; ``dropout_p`` drops probabilities from the seeded generator
+    (``rg.seed``). One fused op (the backend's ``attention``): backward keeps the output and
+    each row's log-sum-exp, never the ``[..., L, S]`` probabilities. A float mask that requires
+    a gradient gets one: the attention is then composed of ordinary ops.
+    """
+    fn = "scaled_dot_product_attention"
+    q = _float_input(fn, query)
+    k, v = (_as_tensor(fn, q, t, name) for t, name in ((key, "key"), (value, "value")))
+    shapes = f"query {shape_text(q.shape)}, key {shape_text(k.shape)}, value {shape_text(v.shape)}"
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ShapeError(
+            f"{fn}: query, key and value need the same number (>= 2) of dims; {shapes}"
+        )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise DTypeError(f"{fn}: query, key and value must have one float dtype; {shapes}")
+    length, source = q.shape[-2], k.shape[-2]
+    if (
+        k.shape[:-2] != q.shape[:-2]
+        or v.shape[:-2] != q.shape[:-2]
+        or k.shape[-1] != q.shape[-1]
+        or v.shape[-2] != source
+    ):
+        raise ShapeError(
+            f"{fn}: expected query [..., L, E], key [..., S, E] and value [..., S, Ev] with "
+            f"equal leading dimensions; {shapes}"
+        )
+    if not isinstance(dropout_p, numbers.Real) or not 0.0 <= dropout_p <= 1.0:
+        raise InvalidArgumentError(f"{fn}: dropout_p must be between 0 and 1, got {dropout_p!r}")
+    if is_causal and attn_mask is not None:
+        raise InvalidArgumentError(f"{fn}: give attn_mask or is_causal, not both")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    empty = wrap(q, q.backend.zeros((0,), q.dtype, q.device))
+    mask = empty
+    if attn_mask is not None:
+        mask = _as_tensor(fn, q, attn_mask, "attn_mask")
+        target = (*q.shape[:-2], length, source)
+        try:
+            broadcast = _broadcast_shape(mask.shape, target)
+        except ValueError:
+            broadcast = None
+        if broadcast != target:
+            raise ShapeError(
+                f"{fn}: attn_mask {shape_text(mask.shape)} does not broadcast to the scores "
+                f"{shape_text(target)}; {shapes}"
+            )
+        if mask.dtype == "bool":
+            mask = wrap(q, q.backend.zeros(mask.shape, q.dtype, q.device)).mask_fill(
+                ~mask, -math.inf
+            )
+        elif mask.dtype in FLOAT_DTYPES:
+            mask = mask.cast(q.dtype)
+        else:
+            raise DTypeError(f"{fn}: attn_mask must be bool or float, got {mask.dtype}")
+        mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
+    drop = empty
+    if dropout_p == 1.0:
+        drop = wrap(q, q.backend.zeros((*q.shape[:-2], length, source), q.dtype, q.device))
+    elif dropout_p > 0.0:
+        keep = wrap(
+            q, q.backend.bernoulli((*q.shape[:-2], length, source), 1.0 - dropout_p, q.device)
+        )
+        drop = keep.cast(q.dtype) * (1.0 / (1.0 - dropout_p))
+    if mask.requires_grad:
+        return _composed_attention(q, k, v, mask, drop, scale, is_causal)
+    out, _ = apply(_ATTENTION, (q, k, v, mask, drop), (scale, bool(is_causal)))
+    return out
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcast of two shapes (``ValueError`` where they do not broadcast)."""
+    if len(a) > len(b):
+        raise ValueError
+    a = (1,) * (len(b) - len(a)) + a
+    if any(m != n and m != 1 for m, n in zip(a, b)):
+        raise ValueError
+    return b
+
+
+def _composed_attention(q, k, v, mask, drop, scale, causal):
+    """Attention of ordinary ops, for a float mask that requires a gradient."""
+    scores = q.matmul(k.swap_dims(-1, -2)) * scale + mask
+    if causal:
+        length, source = q.shape[-2], k.shape[-2]
+        rows = wrap(q, q.backend.arange(0, length, 1, "int64", q.device)).reshape((length, 1))
+        cols = wrap(q, q.backend.arange(0, source, 1, "int64", q.device)).reshape((1, source))
+        hidden = rows < cols
+        scores = scores.mask_fill(hidden, -math.inf)
+    probs = scores.softmax(-1)
+    if drop.numel():
+        probs = probs * drop
+    return probs.matmul(v)

@@ -1,0 +1,231 @@
+"""Convolutions and transposed convolutions, 1-d to 3-d: one backend primitive each."""
+
+from __future__ import annotations
+
+from ...backend.sizes import conv_transpose_output_size
+from ...errors import (
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.internal import (
+    Op,
+    apply,
+    shape_text,
+)
+from ._common import (
+    IntOrTuple,
+    _batched,
+    _channel_bias,
+    _float_pair,
+    _ints,
+    _unbatched,
+)
+
+
+# -- convolution -----------------------------------------------------------------------------------
+def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
+    x, weight = _float_pair(fn, x, weight, "weight")
+    x, squeeze = _batched(fn, x, spatial)
+    if weight.ndim != spatial + 2:
+        raise ShapeError(
+            f"{fn}: weight must be {spatial + 2}-d [out_channels, in_channels/groups, "
+            f"*kernel], got {shape_text(weight.shape)}"
+        )
+    stride = _ints(fn, "stride", stride, spatial, 1)
+    dilation = _ints(fn, "dilation", dilation, spatial, 1)
+    groups = _ints(fn, "groups", groups, 1, 1)[0]
+    kernel = weight.shape[2:]
+    shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
+    same_crop = None
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * spatial
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                raise ShapeError(f"{fn}: padding='same' needs stride 1, got stride {stride}")
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            # PyTorch puts an odd total's extra cell on the right: pad ceil(total/2) on both
+            # sides and drop the first output, which read the surplus left cell.
+            padding = tuple((t + 1) // 2 for t in totals)
+            same_crop = tuple(t % 2 for t in totals)
+        else:
+            raise ShapeError(
+                f"{fn}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}"
+            )
+    else:
+        padding = _ints(fn, "padding", padding, spatial, 0)
+    channels, out_channels = x.shape[1], weight.shape[0]
+    if channels % groups or out_channels % groups:
+        raise ShapeError(
+            f"{fn}: groups={groups} must divide the input channels ({channels}) and the output "
+            f"channels ({out_channels}); {shapes}"
+        )
+    if weight.shape[1] * groups != channels:
+        raise ShapeError(
+            f"{fn}: input has {channels} channels but weight expects "
+            f"{weight.shape[1] * groups} (groups={groups}); {shapes}"
+        )
+    for n, k, p, d in zip(x.shape[2:], kernel, padding, dilation):
+        if d * (k - 1) + 1 > n + 2 * p:
+            raise ShapeError(
+                f"{fn}: kernel {shape_text(kernel)} (dilation {shape_text(dilation)}) is larger "
+                f"than the padded input {shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
+                f"{shapes}"
+            )
+    bias = _channel_bias(fn, x, bias, out_channels)
+    out = apply(Op(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
+    if same_crop is not None and any(same_crop):
+        out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
+    return _unbatched(out, squeeze)
+
+
+def conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-d convolution (cross-correlation) of ``x`` ``[N, C_in, L]`` with ``weight``
+    ``[C_out, C_in/groups, K]``; ``padding`` is symmetric, or ``"valid"``/``"same"``.
+
+    >>> import retrograd as rg
+    >>> conv1d(rg.ones((1, 2, 5)), rg.ones((3, 2, 3)), padding=1).shape
+    (1, 3, 5)
+    """
+    return _conv("conv1d", 1, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-d convolution of ``x`` ``[N, C_in, H, W]`` with ``weight`` ``[C_out, C_in/groups,
+    kH, kW]``, PyTorch's ``conv2d``.
+
+    >>> import retrograd as rg
+    >>> conv2d(rg.ones((2, 3, 8, 8)), rg.ones((4, 3, 3, 3)), stride=2).shape
+    (2, 4, 3, 3)
+    """
+    return _conv("conv2d", 2, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> Tensor:
+    """3-d convolution of ``x`` ``[N, C_in, D, H, W]``, PyTorch's ``conv3d``."""
+    return _conv("conv3d", 3, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_transpose(
+    fn, spatial, x, weight, bias, stride, padding, output_padding, groups, dilation
+):
+    x, weight = _float_pair(fn, x, weight, "weight")
+    x, squeeze = _batched(fn, x, spatial)
+    if weight.ndim != spatial + 2:
+        raise ShapeError(
+            f"{fn}: weight must be {spatial + 2}-d [in_channels, out_channels/groups, *kernel], "
+            f"got {shape_text(weight.shape)}"
+        )
+    stride = _ints(fn, "stride", stride, spatial, 1)
+    padding = _ints(fn, "padding", padding, spatial, 0)
+    # output_padding >= stride is accepted, as Burn does: the extra trailing cells are zero
+    # (plus bias). PyTorch would reject it.
+    output_padding = _ints(fn, "output_padding", output_padding, spatial, 0)
+    dilation = _ints(fn, "dilation", dilation, spatial, 1)
+    groups = _ints(fn, "groups", groups, 1, 1)[0]
+    shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
+    channels = x.shape[1]
+    if channels % groups:
+        raise ShapeError(
+            f"{fn}: groups={groups} must divide the input channels ({channels}); {shapes}"
+        )
+    if weight.shape[0] != channels:
+        raise ShapeError(
+            f"{fn}: input has {channels} channels but weight expects {weight.shape[0]} "
+            f"(weight is [in_channels, out_channels/groups, *kernel], groups={groups}); {shapes}"
+        )
+    kernel = weight.shape[2:]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
+    )
+    if any(n < 1 for n in out_size):
+        raise ShapeError(
+            f"{fn}: the output size {shape_text(out_size)} is not positive (padding "
+            f"{shape_text(padding)} too large); {shapes}"
+        )
+    bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
+    out = apply(
+        Op(fn, kernel="conv_transpose"),
+        (x, weight, bias),
+        (stride, padding, output_padding, dilation, groups),
+    )
+    return _unbatched(out, squeeze)
+
+
+def conv_transpose1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """1-d transposed convolution, weight ``[C_in, C_out/groups, K]`` (PyTorch's
+    ``conv_transpose1d``, argument order included).
+
+    >>> import retrograd as rg
+    >>> conv_transpose1d(rg.ones((1, 2, 4)), rg.ones((2, 3, 3)), stride=2).shape
+    (1, 3, 9)
+    """
+    return _conv_transpose(
+        "conv_transpose1d", 1, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def conv_transpose2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """2-d transposed convolution, weight ``[C_in, C_out/groups, kH, kW]``."""
+    return _conv_transpose(
+        "conv_transpose2d", 2, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def conv_transpose3d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> Tensor:
+    """3-d transposed convolution, weight ``[C_in, C_out/groups, kD, kH, kW]``."""
+    return _conv_transpose(
+        "conv_transpose3d", 3, x, weight, bias, stride, padding, output_padding, groups, dilation
+    )

@@ -1,0 +1,105 @@
+"""``linear`` (one fused backend op) and ``embedding`` (a gather of rows)."""
+
+from __future__ import annotations
+
+from ...errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.internal import (
+    Op,
+    apply,
+    check_indices,
+    shape_text,
+    wrap,
+)
+from ._common import (
+    _as_tensor,
+    _float_pair,
+)
+
+
+# -- linear ---------------------------------------------------------------------------------------
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias``, weight ``[out_features, in_features]`` as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> linear(rg.ones((2, 3)), rg.ones((4, 3)), rg.zeros((4,))).shape
+    (2, 4)
+    """
+    fn = "linear"
+    x, weight = _float_pair(fn, x, weight, "weight")
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        features = x.shape[-1] if x.ndim else "no"
+        expected = weight.shape[1] if weight.ndim == 2 else "a 2-d weight [out, in]"
+        raise ShapeError(
+            f"{fn}: input has {features} features but weight expects {expected}; input "
+            f"{shape_text(x.shape)}, weight {shape_text(weight.shape)}"
+        )
+    lead = x.shape[:-1]
+    if bias is not None:
+        bias = _as_tensor(fn, x, bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ShapeError(
+                f"{fn}: bias must have shape [{weight.shape[0]}], got {shape_text(bias.shape)}"
+            )
+    # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
+    flat = x.reshape((-1, x.shape[-1])) if x.ndim > 2 else x
+    if x.ndim >= 2 and (bias is None or bias.dtype == x.dtype):
+        # one op, PyTorch's addmm: the bias lands in the product's own output, no second array
+        empty = bias is None
+        bias = wrap(x, x.backend.zeros((0,), x.dtype, x.device)) if empty else bias
+        out = apply(_LINEAR, (flat, weight, bias))
+    else:  # a vector input, or a bias of another dtype (the result takes the wider one)
+        out = flat.matmul(weight.transpose())
+        if bias is not None:
+            out = out + bias
+    if x.ndim > 2:
+        out = out.reshape((*lead, weight.shape[0]))
+    return out
+
+
+_LINEAR = Op("linear")
+
+
+# -- embedding ------------------------------------------------------------------------------------
+def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` ``[num_embeddings, dim]`` at the int64 ``indices`` (any shape):
+    ``[*indices.shape, dim]``. The row at ``padding_idx`` gets no gradient, as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> embedding(rg.tensor([[0, 2]], dtype="int64"), rg.eye(3)).tolist()
+    [[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]
+    """
+    fn = "embedding"
+    if not isinstance(weight, Tensor):
+        raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
+    indices = _as_tensor(fn, weight, indices, "indices")
+    if indices.dtype != "int64":
+        raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
+    if weight.ndim != 2:
+        raise ShapeError(
+            f"{fn}: weight must be 2-d [num_embeddings, dim], got {shape_text(weight.shape)}"
+        )
+    count = weight.shape[0]
+
+    def out_of_range(bad: int | None) -> str:
+        index = "an index" if bad is None else f"index {bad}"
+        return (
+            f"{fn}: {index} is out of range for {count} embeddings; indices "
+            f"{shape_text(indices.shape)}, weight {shape_text(weight.shape)}"
+        )
+
+    check_indices(indices, count, out_of_range)
+    flat = indices.reshape((-1,))
+    rows = weight.select(0, flat)
+    if padding_idx is not None:
+        if not -count <= padding_idx < count:
+            raise IndexOutOfRangeError(
+                f"{fn}: padding_idx {padding_idx} is out of range for {count} embeddings"
+            )
+        padding = (flat == (padding_idx % count)).reshape((-1, 1))
+        rows = rows.mask_where(padding, weight.detach().select(0, flat))
+    return rows.reshape((*indices.shape, weight.shape[1]))

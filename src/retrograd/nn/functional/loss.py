@@ -1,0 +1,193 @@
+"""Losses with PyTorch's reductions: cross entropy (class indices or probabilities) and mean
+squared error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.internal import (
+    FLOAT_DTYPES,
+    check_indices,
+    shape_text,
+)
+from ._common import (
+    _as_tensor,
+    _float_input,
+    _float_pair,
+)
+
+
+# -- losses ----------------------------------------------------------------------------------------
+def _reduction(fn: str, reduction: str, size_average: bool | None, reduce: bool | None) -> str:
+    """``reduction``, or what PyTorch's deprecated ``size_average``/``reduce`` say instead."""
+    if size_average is not None or reduce is not None:
+        if reduce is False:
+            reduction = "none"
+        else:
+            reduction = "sum" if size_average is False else "mean"
+    if reduction not in ("mean", "sum", "none"):
+        raise InvalidArgumentError(
+            f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        )
+    return reduction
+
+
+def _reduce(losses: Tensor, reduction: str, total: Tensor | None = None) -> Tensor:
+    """``losses`` reduced; ``"mean"`` divides the sum by ``total`` when given (a weighted
+    mean), by the number of losses otherwise."""
+    if reduction == "none":
+        return losses
+    if reduction == "sum" or total is not None:
+        summed = losses.sum()
+        return summed if reduction == "sum" else summed / total
+    return losses.mean()
+
+
+def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim: int) -> Tensor:
+    """``weight`` ``[C]`` checked, in the logits' dtype, shaped to broadcast along classes."""
+    weight = _as_tensor(fn, logits, weight, "weight")
+    if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
+        raise ShapeError(
+            f"{fn}: weight must be a float tensor of one value per class, shape [{classes}]; "
+            f"got {weight.dtype} {shape_text(weight.shape)}, input {shape_text(logits.shape)}"
+        )
+    shape = [1] * logits.ndim
+    shape[class_dim] = classes
+    return weight.cast(logits.dtype).reshape(tuple(shape))
+
+
+def cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    ignore_index: int = -100,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy of ``logits`` ``[N, C]`` or ``[N, C, d...]`` (or unbatched ``[C]``)
+    against class indices (int64 ``[N, d...]``) or class probabilities (float, the logits'
+    shape), through ``log_softmax`` so that large logits stay finite. PyTorch's arguments:
+    ``weight`` ``[C]`` rescales each class, ``label_smoothing`` mixes the target with the
+    uniform distribution; ``"mean"`` divides by the summed weights of the non-ignored targets
+    (class indices; their count without ``weight``) or by ``N * d...`` (probabilities).
+    ``size_average``/``reduce`` are PyTorch's deprecated spellings of ``reduction``.
+
+    >>> import retrograd as rg
+    >>> round(cross_entropy(rg.zeros((2, 4)), rg.tensor([1, 3], dtype="int64")).item(), 4)
+    1.3863
+    """
+    fn = "cross_entropy"
+    logits = _float_input(fn, logits)
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise InvalidArgumentError(
+            f"{fn}: label_smoothing must be in [0, 1], got {label_smoothing!r}"
+        )
+    target = _as_tensor(fn, logits, target, "target")
+    shapes = f"input {shape_text(logits.shape)}, target {shape_text(target.shape)}"
+    if logits.ndim == 0:
+        raise ShapeError(f"{fn}: input needs a class dimension; {shapes}")
+    class_dim = 0 if logits.ndim == 1 else 1
+    classes = logits.shape[class_dim]
+    weights = None if weight is None else _class_weights(fn, logits, weight, classes, class_dim)
+    log_probs = logits.log_softmax(class_dim)
+
+    def per_target(values: Tensor) -> Tensor:  # -sum over classes, the class dim removed
+        if weights is not None:
+            values = values * weights
+        return -values.sum_dim(class_dim).squeeze_dim(class_dim)
+
+    if target.dtype in FLOAT_DTYPES:
+        if target.shape != logits.shape:
+            raise ShapeError(f"{fn}: probability targets must have the input's shape; {shapes}")
+        if ignore_index != -100:
+            raise InvalidArgumentError(
+                f"{fn}: ignore_index ({ignore_index}) applies to class-index targets, not to "
+                f"probabilities; {shapes}"
+            )
+        target = target.cast(logits.dtype)
+        if label_smoothing:
+            target = target * (1.0 - label_smoothing) + label_smoothing / classes
+        return _reduce(per_target(log_probs * target), reduction)
+    if target.dtype != "int64":
+        raise DTypeError(
+            f"{fn}: target must be int64 class indices or float probabilities, got {target.dtype}"
+        )
+    expected = logits.shape[:class_dim] + logits.shape[class_dim + 1 :]
+    if target.shape != expected:
+        raise ShapeError(
+            f"{fn}: class-index targets must have shape {shape_text(expected)} (the input's "
+            f"without the class dimension); {shapes}"
+        )
+
+    def out_of_range(bad: int | None) -> str:
+        value = "a target" if bad is None else f"target {bad}"
+        return f"{fn}: {value} is out of range for {classes} classes; {shapes}"
+
+    check_indices(target, classes, out_of_range, ignore_index)
+    # The ignored targets are masked whether there are any or not: finding out would read the
+    # targets on the host, a synchronisation on a device backend. Masking nothing changes no
+    # value.
+    ignored = target.equal_elem(ignore_index)
+    index = target.mask_fill(ignored, 0).unsqueeze_dim(class_dim)
+    losses = -log_probs.gather(class_dim, index).squeeze_dim(class_dim)
+    # What "mean" divides by: the weights of the targets that count (their number without
+    # weights; all ignored gives 0/0 = nan, as in PyTorch).
+    total = None
+    if weights is not None:
+        picked = weights.expand(logits.shape).gather(class_dim, index).squeeze_dim(class_dim)
+        losses = losses * picked
+        if reduction == "mean":
+            total = picked.mask_fill(ignored, 0.0).sum()
+    if label_smoothing:
+        uniform = per_target(log_probs) * (label_smoothing / classes)
+        losses = losses * (1.0 - label_smoothing) + uniform
+    losses = losses.mask_fill(ignored, 0.0)
+    if weights is None and reduction == "mean":
+        # The sum over the number of targets that count; with none ignored, mean(), the op
+        # this loss has always ended with (and that graphs show). The backend picks one, as
+        # the host would have to read the targets to know which applies.
+        counted = (~ignored).sum()
+        by_count = losses.sum() / counted.cast(logits.dtype)
+        return by_count.mask_where(counted.equal_elem(losses.numel()), losses.mean())
+    return _reduce(losses, reduction, total)
+
+
+def mse_loss(
+    x: Tensor,
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
+) -> Tensor:
+    """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
+    input's shape) scales each squared error and ``"mean"`` then divides by its sum.
+    Unlike PyTorch, a target of another shape is an error, not broadcast with a warning."""
+    fn = "mse_loss"
+    x, target = _float_pair(fn, x, target, "target")
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    if x.shape != target.shape:
+        raise ShapeError(
+            f"{fn}: input and target shapes differ; input {shape_text(x.shape)}, target "
+            f"{shape_text(target.shape)}"
+        )
+    errors = (x - target).square()
+    if weight is None:
+        return _reduce(errors, reduction)
+    weight = _as_tensor(fn, x, weight, "weight")
+    if weight.shape != x.shape:
+        raise ShapeError(
+            f"{fn}: weight and input shapes differ; input {shape_text(x.shape)}, weight "
+            f"{shape_text(weight.shape)}"
+        )
+    weight = weight.cast(x.dtype)
+    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)

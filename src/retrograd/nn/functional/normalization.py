@@ -1,0 +1,268 @@
+"""Layer, batch, group and RMS normalization, and dropout."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import (
+    InvalidArgumentError,
+    ShapeError,
+)
+from ...tensor import Tensor
+from ...tensor.inplace import assign
+from ...tensor.internal import (
+    Op,
+    apply,
+    shape_text,
+    wrap,
+)
+from ._common import (
+    _as_tensor,
+    _float_input,
+    _ints,
+)
+
+
+# -- normalization, dropout ------------------------------------------------------------------------
+def layer_norm(
+    x: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize over the trailing ``normalized_shape`` dims (biased variance, as PyTorch),
+    then scale by ``weight`` and shift by ``bias`` (both of ``normalized_shape``)."""
+    fn = "layer_norm"
+    x = _float_input(fn, x)
+    shape = _ints(
+        fn,
+        "normalized_shape",
+        normalized_shape,
+        1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
+        1,
+    )
+    k = len(shape)
+    if x.shape[x.ndim - k :] != shape or x.ndim < k:
+        raise ShapeError(
+            f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
+            f"dimensions; input {shape_text(x.shape)}"
+        )
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and _as_tensor(fn, x, value, name).shape != shape:
+            raise ShapeError(
+                f"{fn}: {name} must have shape {shape_text(shape)}, got "
+                f"{shape_text(_as_tensor(fn, x, value, name).shape)}"
+            )
+    lead = x.shape[: x.ndim - k]
+    width = math.prod(shape)
+    flat = x.reshape((*lead, width)) if k != 1 else x
+    affine = []
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is None:
+            affine.append(wrap(x, x.backend.zeros((0,), x.dtype, x.device)))
+        else:
+            value = _as_tensor(fn, x, value, name).cast(x.dtype)
+            affine.append(value.reshape((width,)) if k != 1 else value)
+    out, _ = apply(_LAYER_NORM, (flat, *affine), (float(eps),))
+    return out.reshape(x.shape) if k != 1 else out
+
+
+_LAYER_NORM = Op("layer_norm")
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``;
+    the identity unless ``training``. ``rg.seed`` makes the mask reproducible.
+
+    The mask is drawn once, here, as an untracked tensor, so the recorded graph is a plain
+    product that recomputes exactly under any checkpointing strategy.
+    """
+    fn = "dropout"
+    x = _float_input(fn, x)
+    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = wrap(x, x.backend.bernoulli(x.shape, 1.0 - float(p), x.device))
+    return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
+
+
+# -- batch, group and RMS normalization (PyTorch's signatures) ------------------------------------
+def _mean_over(fn: str, x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """Mean over several ``dims`` at once (kept with size 1): one reduction, one node."""
+    return apply(Op(fn, kernel="mean_dim", floats=True), (x,), (dims,))
+
+
+def _channel_param(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:
+    """A per-channel tensor (``[C]``) checked, in ``x``'s dtype, shaped ``[1, C, 1, ...]``."""
+    if value is None:
+        return None
+    value = _as_tensor(fn, x, value, name)
+    if value.shape != (channels,):
+        raise ShapeError(
+            f"{fn}: {name} must have shape [{channels}] (one value per channel), got "
+            f"{shape_text(value.shape)}; input {shape_text(x.shape)}"
+        )
+    return value.cast(x.dtype).reshape((1, channels) + (1,) * (x.ndim - 2))
+
+
+def batch_norm(
+    input: Tensor,  # noqa: A002 (PyTorch's name)
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalization of ``input`` ``[N, C, *]`` per channel, as ``torch.nn.functional.
+    batch_norm``.
+
+    ``training``: normalize by the batch's mean and biased variance over ``N`` and the spatial
+    dims; the running statistics given are updated *in place* (PyTorch's semantics),
+    ``running = (1 - momentum) running + momentum stat``, with the unbiased variance. The update
+    is not recorded in any graph. Otherwise normalize by ``running_mean`` / ``running_var``.
+
+    >>> import retrograd as rg
+    >>> mean, var = rg.zeros((2,)), rg.ones((2,))
+    >>> x = rg.tensor([[1.0, 2.0], [3.0, 6.0]], dtype="float64")
+    >>> out = batch_norm(x, mean, var, training=True, eps=0.0)
+    >>> out.tolist(), [round(v, 6) for v in mean.tolist()]
+    ([[-1.0, -1.0], [1.0, 1.0]], [0.2, 0.4])
+    """
+    fn = "batch_norm"
+    x = _float_input(fn, input)
+    if x.ndim < 2:
+        raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
+    channels = x.shape[1]
+    stats = [
+        _channel_param(fn, x, v, n, channels)
+        for v, n in ((running_mean, "running_mean"), (running_var, "running_var"))
+    ]
+    if (running_mean is None) != (running_var is None):
+        raise InvalidArgumentError(f"{fn}: give both running_mean and running_var, or neither")
+    scale = _channel_param(fn, x, weight, "weight", channels)
+    shift = _channel_param(fn, x, bias, "bias", channels)
+    if training:
+        dims = (0, *range(2, x.ndim))
+        count = x.numel() // channels if channels else 0
+        if count <= 1:
+            raise InvalidArgumentError(
+                f"{fn}: expected more than 1 value per channel when training, got input "
+                f"{shape_text(x.shape)}"
+            )
+        mean = _mean_over(fn, x, dims)
+        centered = x - mean
+        variance = _mean_over(fn, centered.square(), dims)
+        out = centered * (variance + float(eps)).sqrt().recip()
+        if running_mean is not None:
+            # Statistics cut from the graph: the update is state, not part of the function.
+            m = float(momentum)
+            batch_mean = mean.detach().reshape((channels,))
+            batch_var = variance.detach().reshape((channels,)) * (count / (count - 1))
+            for buffer, stat in ((running_mean, batch_mean), (running_var, batch_var)):
+                old = buffer.detach().cast(x.dtype)
+                assign(buffer, old * (1.0 - m) + stat * m, fn)
+    else:
+        if running_mean is None:
+            raise InvalidArgumentError(
+                f"{fn}: running_mean and running_var are needed when not training"
+            )
+        mean, variance = stats
+        out = (x - mean) * (variance + float(eps)).sqrt().recip()
+    if scale is not None:
+        out = out * scale
+    if shift is not None:
+        out = out + shift
+    return out
+
+
+def group_norm(
+    input: Tensor,  # noqa: A002 (PyTorch's name)
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize ``input`` ``[N, C, *]`` over each of ``num_groups`` groups of channels (with
+    the spatial dims; biased variance), then scale and shift per channel, as PyTorch's.
+
+    >>> import retrograd as rg
+    >>> group_norm(rg.tensor([[1.0, 3.0, 5.0, 9.0]]), 2, eps=0.0).tolist()
+    [[-1.0, 1.0, -1.0, 1.0]]
+    """
+    fn = "group_norm"
+    x = _float_input(fn, input)
+    if x.ndim < 2:
+        raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
+    channels = x.shape[1]
+    if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or channels % num_groups:
+        raise InvalidArgumentError(
+            f"{fn}: {channels} channels cannot be split into num_groups={num_groups!r} groups; "
+            f"input {shape_text(x.shape)}"
+        )
+    scale = _channel_param(fn, x, weight, "weight", channels)
+    shift = _channel_param(fn, x, bias, "bias", channels)
+    grouped = x.reshape((x.shape[0], int(num_groups), -1))
+    centered = grouped - grouped.mean_dim(-1)
+    variance = centered.square().mean_dim(-1)
+    out = (centered * (variance + float(eps)).sqrt().recip()).reshape(x.shape)
+    if scale is not None:
+        out = out * scale
+    if shift is not None:
+        out = out + shift
+    return out
+
+
+#: ``torch.finfo(dtype).eps``: the default ``eps`` of :func:`rms_norm`
+_MACHINE_EPSILON = {"float32": 2.0**-23, "float64": 2.0**-52}
+
+
+def rms_norm(
+    input: Tensor,  # noqa: A002 (PyTorch's name)
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims, as
+    ``torch.nn.functional.rms_norm`` (``eps=None``: the machine epsilon of the dtype).
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([[3.0, 4.0]], dtype="float64")
+    >>> [round(v, 6) for v in rms_norm(x, 2, eps=0.0).tolist()[0]]  # rms = sqrt(12.5)
+    [0.848528, 1.131371]
+    """
+    fn = "rms_norm"
+    x = _float_input(fn, input)
+    shape = _ints(
+        fn,
+        "normalized_shape",
+        normalized_shape,
+        1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
+        1,
+    )
+    k = len(shape)
+    if x.ndim < k or x.shape[x.ndim - k :] != shape:
+        raise ShapeError(
+            f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
+            f"dimensions; input {shape_text(x.shape)}"
+        )
+    if eps is None:
+        eps = _MACHINE_EPSILON[x.dtype]
+    dims = tuple(range(x.ndim - k, x.ndim))
+    out = x * (_mean_over(fn, x.square(), dims) + float(eps)).sqrt().recip()
+    if weight is not None:
+        weight = _as_tensor(fn, x, weight, "weight")
+        if weight.shape != shape:
+            raise ShapeError(
+                f"{fn}: weight must have shape {shape_text(shape)}, got {shape_text(weight.shape)}"
+            )
+        out = out * weight.cast(x.dtype)
+    return out

@@ -1,0 +1,170 @@
+"""Resampling and padding: ``interpolate`` and ``pad``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+)
+from ...tensor import Tensor, cat, full
+from ...tensor.internal import (
+    Op,
+    apply,
+    shape_text,
+)
+from ._common import (
+    _float_input,
+    _ints,
+)
+
+# -- interpolation ---------------------------------------------------------------------------------
+_INTERPOLATION_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def interpolate(
+    x: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> Tensor:
+    """Resize the spatial dimensions to ``size``, or by ``scale_factor``, PyTorch's rules.
+
+    ``mode``: ``"nearest"`` (PyTorch's legacy floor rule; 1 to 3 spatial dims), ``"linear"``
+    (3-d input), ``"bilinear"``, ``"bicubic"`` (4-d, A = -0.75) or ``"trilinear"`` (5-d).
+    ``align_corners`` maps corner pixel centres onto each other (interpolating modes only).
+    With ``scale_factor`` the output is ``floor(size * scale_factor)`` and, unless
+    ``recompute_scale_factor``, the scale factor itself maps coordinates, as in PyTorch.
+
+    >>> import retrograd as rg
+    >>> interpolate(rg.ones((1, 1, 2, 2)), scale_factor=2, mode="bilinear").shape
+    (1, 1, 4, 4)
+    """
+    fn = "interpolate"
+    x = _float_input(fn, x)
+    spatial = x.ndim - 2
+    if mode == "nearest":
+        if not 1 <= spatial <= 3:
+            raise ShapeError(
+                f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {shape_text(x.shape)}"
+            )
+        if align_corners is not None:
+            raise InvalidArgumentError(
+                f"{fn}: align_corners can only be set with the interpolating "
+                "modes (linear, bilinear, bicubic, trilinear)"
+            )
+    elif mode in _INTERPOLATION_DIMS:
+        if spatial != _INTERPOLATION_DIMS[mode]:
+            raise ShapeError(
+                f"{fn}: mode {mode!r} needs a {_INTERPOLATION_DIMS[mode] + 2}-d input, got "
+                f"{shape_text(x.shape)}"
+            )
+    else:
+        raise InvalidArgumentError(
+            f"{fn}: mode must be 'nearest', 'linear', 'bilinear', 'bicubic' or 'trilinear', "
+            f"got {mode!r}"
+        )
+    if (size is None) == (scale_factor is None):
+        raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
+    in_size = x.shape[2:]
+    if size is not None:
+        out_size = _ints(fn, "size", size, spatial, 1)
+        scales = (None,) * spatial
+    else:
+        if isinstance(scale_factor, numbers.Real):
+            factors = (float(scale_factor),) * spatial
+        else:
+            factors = tuple(float(f) for f in scale_factor)
+        if len(factors) != spatial or any(not f > 0 for f in factors):
+            raise ShapeError(
+                f"{fn}: scale_factor must be positive, one per spatial dimension, got "
+                f"{scale_factor!r}"
+            )
+        out_size = tuple(math.floor(n * f) for n, f in zip(in_size, factors))
+        scales = (None,) * spatial if recompute_scale_factor else factors
+    if any(n < 1 for n in out_size) or any(n < 1 for n in in_size):
+        raise ShapeError(
+            f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
+            "be non-empty"
+        )
+    kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
+    return apply(
+        Op(fn, kernel="interpolate"), (x,), (out_size, kernel_mode, bool(align_corners), scales)
+    )
+
+
+_PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pad (or, with negative entries, crop) the last dimensions, as ``torch.nn.functional.pad``.
+
+    ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
+    ``(l, r)`` pads the last one, ``(l, r, t, b)`` the last two. ``mode="constant"`` fills with
+    ``value``; ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
+    as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
+    untracked filled blocks, the other modes a ``select`` of the input's entries (built from
+    host index arrays: the pad amounts are host values already), so the gradient of each padded
+    element flows back to the element it copies.
+
+    >>> import retrograd as rg
+    >>> pad(rg.ones((1, 2)), (1, -1), value=5.0).tolist()
+    [[5.0, 1.0]]
+    """
+    fn = "pad"
+    if mode not in _PAD_MODES:
+        raise InvalidArgumentError(
+            f"{fn}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}"
+        )
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
+    amounts = list(pad)
+    if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
+        raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")
+    if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
+        raise ShapeError(
+            f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
+            f"{x.ndim} dimensions of the input of shape {shape_text(x.shape)}"
+        )
+    out = x
+    for pair in range(len(amounts) // 2):
+        dim = x.ndim - 1 - pair
+        left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
+        size = out.shape[dim]
+        # Crops first (torch applies negative amounts as crops).
+        start, stop = max(0, -left), size - max(0, -right)
+        if stop < start:
+            raise ShapeError(
+                f"{fn}: pad ({left}, {right}) crops more than dimension {dim} of size {size} "
+                f"(input shape {shape_text(x.shape)})"
+            )
+        if (start, stop) != (0, size):
+            out = out.narrow(dim, start, stop - start)
+        left, right = max(0, left), max(0, right)
+        if not (left or right):
+            continue
+        if mode == "constant":
+            parts = []
+            for amount in (left, right):
+                shape = out.shape[:dim] + (amount,) + out.shape[dim + 1 :]
+                parts.append(full(shape, value, out.dtype, out.backend, out.device))
+            out = cat([parts[0], out, parts[1]], dim)
+            continue
+        kept = out.shape[dim]
+        limit = kept - 1 if mode == "reflect" else (kept if mode == "circular" else None)
+        if kept == 0 or (limit is not None and max(left, right) > limit):
+            raise ShapeError(
+                f"{fn}: {mode} padding ({left}, {right}) needs dimension {dim} larger than the "
+                f"padding, got size {kept} (input shape {shape_text(x.shape)})"
+            )
+        indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode=_PAD_MODES[mode])
+        out = out.select(dim, indices)
+    return out
