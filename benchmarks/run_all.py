@@ -8,7 +8,7 @@ docs from the results files they wrote.
 
 Each run writes ``benchmarks/results/<name>.json`` (``common.write_results``); afterwards
 ``report.py`` rewrites the tables of docs/benchmarks.md and the README's numbers from them.
-A ``bench_*.py`` that :data:`RUNS` does not list runs once with no arguments (its defaults).
+A ``bench_*.py`` that :func:`runs` does not list runs once with no arguments (its defaults).
 Run from anywhere; the runs start in the repository root. The machine should be quiet: every
 number is a time, and other jobs on the cores make it someone else's.
 
@@ -119,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         for script, arguments in todo:
             print(" ".join(["python", f"benchmarks/{script}", *arguments]))
         return 0
-    environment = dict(os.environ)
+    environment = dict(os.environ)  # the runs import this checkout's retrograd
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT / "src"), environment.get("PYTHONPATH")])
+    )
     results = options.results or (
         tempfile.mkdtemp(prefix="retrograd-results-") if options.quick else None
     )
