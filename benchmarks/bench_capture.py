@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-import common  # noqa: F401  (pins BLAS threads before NumPy loads)
+import common  # first: pins BLAS threads before NumPy loads
 
 # isort: split
 import numpy as np
@@ -162,6 +162,7 @@ def main() -> None:
     torch = torch_single_thread()
     rng = np.random.default_rng(0)
     print(machine())
+    tables = {}
     for workload in args.only.split(","):
         if workload == "chain":
             x0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
@@ -202,8 +203,12 @@ def main() -> None:
             [name, f"{median(t) * scale:.2f}", f"{median(t) / reference:.2f}"]
             for name, t in times.items()
         ]
-        print(f"\n{title}: training step (forward, backward, SGD), {calls} recorded calls")
-        print(table(rows, ["implementation", f"{unit} (median of {args.repeats})", "time / eager"]))
+        title = f"{title}: training step (forward, backward, SGD), {calls} recorded calls"
+        header = ["implementation", f"{unit} (median of {args.repeats})", "time / eager"]
+        print(f"\n{title}")
+        print(table(rows, header))
+        tables[title] = {"header": header, "rows": rows}
+    common.write_results("capture", tables, command=common.command_line())
 
 
 if __name__ == "__main__":

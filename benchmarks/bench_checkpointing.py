@@ -22,7 +22,9 @@ tracemalloc cannot see torch's allocator).
 
 The chain benchmark: backward time of ``y = sin(y)`` n times (4x4 float64) for n = 1k .. 20k.
 
-    python benchmarks/bench_checkpointing.py [--quick] [--plot docs/checkpointing_curve.png]
+    python benchmarks/bench_checkpointing.py [--quick] [--repeats 5] [--plot PATH]
+
+The memory-time curve goes beside the results file (``checkpointing.png``), or to ``--plot``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import common  # noqa: F401  (pins BLAS threads before NumPy loads)
+import common  # first: pins BLAS threads before NumPy loads
 
 # isort: split
 import numpy as np
@@ -374,7 +376,8 @@ def interleaved_with_cpu(
     return wall, cpu
 
 
-def print_workload(workload, results: list[dict]) -> None:
+def print_workload(workload, results: list[dict]) -> tuple[str, dict]:
+    """Print the workload's table; return its title and the table, for the results file."""
     base = results[0]
     torch_base = next((r for r in results if r["name"] == "torch eager"), None)
     rows = []
@@ -405,11 +408,14 @@ def print_workload(workload, results: list[dict]) -> None:
         "time ratio",
         "CPU time ratio",
     ]
-    print(f"\n### {workload.name}, float32, gradients bit-identical across strategies\n")
+    title = f"{workload.name}, float32, gradients bit-identical across strategies"
+    print(f"\n### {title}\n")
     print(table(rows, header))
+    return title, {"header": header, "rows": rows}
 
 
-def chain_benchmark(sizes: tuple[int, ...]) -> None:
+def chain_benchmark(sizes: tuple[int, ...]) -> tuple[str, dict]:
+    """Print the chain's table; return its title and the table, for the results file."""
     strategies = {
         "NoCheckpointing": rg.NoCheckpointing,
         "BalancedCheckpointing": rg.BalancedCheckpointing,
@@ -432,8 +438,10 @@ def chain_benchmark(sizes: tuple[int, ...]) -> None:
             base = base or seconds
             row.append(f"{seconds * 1e3:.0f} ({seconds / base:.2f}x, {grads.recomputed_ops} rec.)")
         rows.append(row)
-    print("\n### Backward through y = sin(y), n times (4x4 float64): ms (ratio, ops recomputed)\n")
+    title = "Backward through y = sin(y), n times (4x4 float64): ms (ratio, ops recomputed)"
+    print(f"\n### {title}\n")
     print(table(rows, ["n", *strategies]))
+    return title, {"header": ["n", *strategies], "rows": rows}
 
 
 def plot(all_results: dict[str, list[dict]], path: str) -> None:
@@ -477,20 +485,26 @@ def plot(all_results: dict[str, list[dict]], path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="quarter-size models, 3 repeats")
-    parser.add_argument("--plot", help="write the memory-time plot (png) here")
+    parser.add_argument("--plot", help="write the memory-time plot (png) here instead")
     parser.add_argument("--repeats", type=int, default=5)
     options = parser.parse_args()
     scale, repeats = (4, 3) if options.quick else (1, options.repeats)
     print(machine())
-    all_results = {}
+    all_results, tables = {}, {}
     for workload in (MLP(scale), Transformer(scale), GPT(scale)):
         results = run_workload(workload, repeats)
-        print_workload(workload, results)
+        title, workload_table = print_workload(workload, results)
+        tables[title] = workload_table
         all_results[workload.name] = results
-    chain_benchmark((1000, 4000) if options.quick else (1000, 4000, 10_000, 20_000))
-    if options.plot:
-        plot(all_results, options.plot)
-        print(f"\nwrote {options.plot}")
+    title, chain_table = chain_benchmark(
+        (1000, 4000) if options.quick else (1000, 4000, 10_000, 20_000)
+    )
+    tables[title] = chain_table
+    figure = options.plot or str(common.results_folder() / "checkpointing.png")
+    if optional("matplotlib") is not None:
+        plot(all_results, figure)
+        print(f"\nwrote {figure}")
+    common.write_results("checkpointing", tables, command=common.command_line())
 
 
 if __name__ == "__main__":

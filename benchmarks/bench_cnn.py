@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import retrograd as rg  # noqa: E402
 import retrograd.nn.functional as F  # noqa: E402, N812  (PyTorch's idiom)
+from common import command_line, write_results  # noqa: E402
 
 try:
     from threadpoolctl import threadpool_limits
@@ -197,6 +198,31 @@ def main() -> None:
         args.reps,
     )
     report(f"CNN training step ({args.reps} reps, medians)", medians)
+
+    timed = {f"conv2d forward, {label}": m for label, m in convs.items()}
+    timed["conv2d forward, both convolutions"] = total
+    for strategy, name in (
+        ("NoCheckpointing", "NoCheckpointing"),
+        ("BalancedCheckpointing", "Balanced"),
+    ):
+        timed[f"training step, {strategy}"] = {
+            "retrograd": medians[f"retrograd {name}"],
+            "torch": medians["torch"],
+        }
+    rows = [
+        [
+            name,
+            f"{m['retrograd'] * 1e3:.2f}",
+            f"{m['torch'] * 1e3:.2f}",
+            f"{m['retrograd'] / m['torch']:.2f}",
+        ]
+        for name, m in timed.items()
+    ]
+    header = ["timed", f"retrograd ms (median of {args.reps})", "torch ms", "retrograd / torch"]
+    note = f"First-step loss: retrograd {first[0]:.6f}, torch {first[1]:.6f}."
+    title = "CNN training step and its convolutions, batch 64x1x28x28, float32"
+    table = {"header": header, "rows": rows, "note": note}
+    write_results("cnn", {title: table}, command=command_line())
 
 
 if __name__ == "__main__":

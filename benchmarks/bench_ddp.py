@@ -4,13 +4,17 @@ all-reduce time hides behind backward, with and without bucketing.
 Run as a script; it starts the ranks itself (``mpiexec -n 1`` and ``-n 2``, one BLAS thread
 per rank)::
 
-    python benchmarks/bench_ddp.py                 # the table recorded in docs/benchmarks.md
+    python benchmarks/bench_ddp.py                 # 1 and 2 ranks: benchmarks/results/ddp.json
     python benchmarks/bench_ddp.py --steps 10 --trials 1   # quicker
     python benchmarks/bench_ddp.py --overhead --bucket-bytes 0  # a 1-rank context's cost
     python benchmarks/bench_ddp.py --models wide --batch 2048 --phases  # + each rank's pace
     python benchmarks/bench_ddp.py --scaling --ranks 2,8 --batches 128,1024  # issue 16's table
     python benchmarks/bench_ddp.py --ab --ranks 2,8 --batches 128 --steps 8 --trials 8
         # naive and ddp alternating in the same ranks: paired ratios, CPU per step
+
+Each mode writes its results file (``ddp``, ``ddp-scaling``, ``ddp-predict``,
+``ddp-overhead``.json in ``benchmarks/results``), except ``--ab``, whose paired blocks are
+printed for a comparison by hand.
 
 ``--scaling`` runs four cases for every rank count and batch, interleaved round by round, on
 the MLP 784-1024-1024-10: ``one`` (1 process, no context), ``ideal`` (N processes, no
@@ -55,6 +59,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from common import command_line, write_results  # noqa: E402
 
 MODELS = {
     # a few wide layers: large gradients, communication in a few big all-reduces
@@ -171,9 +177,10 @@ def worker(options) -> None:
         ctx.close()
 
 
-def context_overhead(options) -> None:
+def context_overhead(options) -> list[str]:
     """What a context of one rank adds to a step (a world of one reduces nothing): in one
-    process, 4-step batches with and without distributed parameters, alternating."""
+    process, 4-step batches with and without distributed parameters, alternating. Returns
+    the row of the results table."""
     import retrograd as rg
     from retrograd import distributed as dist
 
@@ -201,6 +208,14 @@ def context_overhead(options) -> None:
         f"of overhead; CPU {cpu_with:.2f} / {cpu_without:.2f} ms: "
         f"{cpu_with - cpu_without:.2f} ms"
     )
+    return [
+        options.model,
+        str(options.bucket_bytes),
+        f"{with_context:.2f}",
+        f"{without:.2f}",
+        f"{with_context - without:.2f}",
+        f"{cpu_with - cpu_without:.2f}",
+    ]
 
 
 # -- scaling: one / ideal / naive / ddp ---------------------------------------------------------
@@ -511,8 +526,8 @@ def run_scaling_case(options, case: str, ranks: int, batch: int) -> dict:
     }
 
 
-def model_row(options, ideal: dict, one: float, ranks: int, batch: int) -> str:
-    """The cost model's naive and ddp, from this run's ``ideal`` step: a table row."""
+def model_row(options, ideal: dict, one: float, ranks: int, batch: int) -> list[str]:
+    """The cost model's naive and ddp, from this run's ``ideal`` step: a table row's cells."""
     from retrograd.distributed.cost import predict_step
 
     _, alpha, beta = SHARED_MEMORY
@@ -530,10 +545,9 @@ def model_row(options, ideal: dict, one: float, ranks: int, batch: int) -> str:
         **common,
     )
     rates = [ranks * batch / p.step_seconds / one for p in (naive, ddp)]
-    return (
-        f"| {batch} | {ranks} | model: naive / ddp | | {rates[0]:.2f} / {rates[1]:.2f} "
-        f"| | {1e3 * naive.exposed_seconds:.1f} / {1e3 * ddp.exposed_seconds:.1f} | | | |"
-    )
+    exposed = f"{1e3 * naive.exposed_seconds:.1f} / {1e3 * ddp.exposed_seconds:.1f}"
+    rates_text = f"{rates[0]:.2f} / {rates[1]:.2f}"
+    return [str(batch), str(ranks), "model: naive / ddp", "", rates_text, "", exposed, "", "", ""]
 
 
 def scaling(options) -> None:
@@ -557,10 +571,10 @@ def scaling(options) -> None:
                     runs.setdefault((case, ranks, batch), []).append(
                         run_scaling_case(options, case, ranks, batch)
                     )
-    print(
-        "| batch per rank | ranks | case | samples/s | vs one | same round, min-max "
-        "| exposed ms/step | CPU ms/step per rank | over ideal | server thread CPU ms/step |"
-    )
+    header = ["batch per rank", "ranks", "case", "samples/s", "vs one", "same round, min-max"]
+    header += ["exposed ms/step", "CPU ms/step per rank", "over ideal", "server thread CPU ms/step"]
+    rows: list[list[str]] = []
+    print("| " + " | ".join(header) + " |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for batch in batches:
         ones = runs[("one", 1, batch)]
@@ -583,25 +597,41 @@ def scaling(options) -> None:
                         if shared
                         else f"in place {median['in_place']:.1f}/step)"
                     )
-                print(
-                    f"| {batch} | {ranks} | {label} | {median['samples_per_s']:.0f} "
-                    f"| {median['samples_per_s'] / one:.2f} | {min(ratios):.2f}-{max(ratios):.2f} "
-                    f"| {median['exposed_ms']:.1f} | {median['cpu_ms']:.1f} "
-                    f"| {median['cpu_ms'] - ideal_cpu:+.1f} | {median['server_cpu_ms']:.1f} |",
-                    flush=True,
+                emit(
+                    rows,
+                    [
+                        str(batch),
+                        str(ranks),
+                        label,
+                        f"{median['samples_per_s']:.0f}",
+                        f"{median['samples_per_s'] / one:.2f}",
+                        f"{min(ratios):.2f}-{max(ratios):.2f}",
+                        f"{median['exposed_ms']:.1f}",
+                        f"{median['cpu_ms']:.1f}",
+                        f"{median['cpu_ms'] - ideal_cpu:+.1f}",
+                        f"{median['server_cpu_ms']:.1f}",
+                    ],
                 )
-            print(model_row(options, medians["ideal"], one, ranks, batch), flush=True)
+            emit(rows, model_row(options, medians["ideal"], one, ranks, batch))
             paired = [
                 d["samples_per_s"] / n["samples_per_s"]
                 for d, n in zip(runs[("ddp", ranks, batch)], runs[("naive", ranks, batch)])
             ]
-            print(
-                f"| {batch} | {ranks} | ddp / naive | "
-                f"{medians['ddp']['samples_per_s'] / medians['naive']['samples_per_s']:.2f} "
-                f"| | {min(paired):.2f}-{max(paired):.2f} | | | | |",
-                flush=True,
-            )
+            ratio = medians["ddp"]["samples_per_s"] / medians["naive"]["samples_per_s"]
+            paired_range = f"{min(paired):.2f}-{max(paired):.2f}"
+            cells = [str(batch), str(ranks), "ddp / naive", f"{ratio:.2f}", "", paired_range]
+            emit(rows, cells + [""] * 4)
     print()
+    title = (
+        f"MLP {MODELS['mnist']}, MEAN sync, {options.steps} timed steps, {options.trials} rounds"
+    )
+    write_results("ddp-scaling", {title: {"header": header, "rows": rows}}, command=command_line())
+
+
+def emit(rows: list[list[str]], cells: list[str]) -> None:
+    """Add a row to ``rows`` (a table of the results file) and print it as markdown."""
+    rows.append(cells)
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 # -- the cost model's predictions ---------------------------------------------------------------
@@ -658,8 +688,9 @@ def predictions() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from retrograd.distributed.cost import predict_step
 
-    head = " | ".join(str(n) for n in PREDICTED_RANKS)
-    print(f"| workload | network | sync | {head} |")
+    header = ["workload", "network", "sync", *(str(n) for n in PREDICTED_RANKS)]
+    rows: list[list[str]] = []
+    print("| " + " | ".join(header) + " |")
     print("|---|---|---|" + "---|" * len(PREDICTED_RANKS))
     for name, grad_bytes, compute, window_share, last, collectives, networks in WORKLOADS:
         window = compute * window_share
@@ -679,8 +710,19 @@ def predictions() -> None:
                         overhead_seconds=OVERHEAD_SECONDS + PER_PEER_SECONDS * (ranks - 1),
                     )
                     cells.append(f"{100 * prediction.efficiency:.0f}%")
-                print(f"| {name} | {network} | {label} | " + " | ".join(cells) + " |")
+                emit(rows, [name, network, label, *cells])
     print()
+    title = "Efficiency (compute / step) by number of ranks, one rank per core or GPU"
+    networks = [SHARED_MEMORY, TCP_10G, IB_100G, IB_400G]
+    inputs = [[name, f"{alpha * 1e6:g}", f"{beta * 1e9:g}"] for name, alpha, beta in networks]
+    tables = {
+        title: {"header": header, "rows": rows},
+        "The model's networks: latency α per message, β per byte": {
+            "header": ["network", "α µs", "β ns/byte"],
+            "rows": inputs,
+        },
+    }
+    write_results("ddp-predict", tables, command=command_line())
 
 
 def main() -> None:
@@ -756,15 +798,22 @@ def main() -> None:
         predictions()
         return
     if options.overhead:
+        rows = []
         for model in options.models.split(","):
             options.model = model
-            context_overhead(options)
+            rows.append(context_overhead(options))
+        header = ["model", "bucket_bytes", "with a context ms/step", "without ms/step"]
+        header += ["overhead ms/step", "overhead, CPU ms/step"]
+        title = "What a context of one rank adds to a training step (in one process)"
+        table = {"header": header, "rows": rows}
+        write_results("ddp-overhead", {title: table}, command=command_line())
         return
     print(
         f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
         f"batch {options.batch} per rank, {options.steps} timed steps after "
         f"{options.warmup}, median of {options.trials} rounds (cases interleaved)\n"
     )
+    tables = {}
     for model in options.models.split(","):
         options.model = model
         trials: dict[str, list[dict]] = {label: [] for label, _, _ in CASES}
@@ -777,13 +826,14 @@ def main() -> None:
         }
         base = median[CASES[0][0]]["samples_per_s"]
         base_runs = trials[CASES[0][0]]
-        print(f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters")
-        print(
-            "| case | samples/s | vs baseline | vs the same round's baseline, min-max "
-            "| all-reduce in flight ms/step | waited at end ms/step | hidden "
-            "| exposed after the last backward ms/step | hidden behind the last backward "
-            "| all-reduces/step |"
-        )
+        title = f"model {model}: MLP {MODELS[model]}, {2 * (len(MODELS[model]) - 1)} parameters"
+        header = ["case", "samples/s", "vs baseline", "vs the same round's baseline, min-max"]
+        header += ["all-reduce in flight ms/step", "waited at end ms/step", "hidden"]
+        header += ["exposed after the last backward ms/step", "hidden behind the last backward"]
+        header += ["all-reduces/step"]
+        rows: list[list[str]] = []
+        print(title)
+        print("| " + " | ".join(header) + " |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for label, _, bucket_bytes in CASES:
             case = median[label]
@@ -792,20 +842,22 @@ def main() -> None:
                 run["samples_per_s"] / baseline["samples_per_s"]
                 for run, baseline in zip(trials[label], base_runs)
             ]
-            row = (
-                f"| {label} | {case['samples_per_s']:.0f} | {case['samples_per_s'] / base:.2f}x"
-                f" | {min(ratios):.2f}-{max(ratios):.2f}x"
-            )
+            row = [label, f"{case['samples_per_s']:.0f}", f"{case['samples_per_s'] / base:.2f}x"]
+            row += [f"{min(ratios):.2f}-{max(ratios):.2f}x"]
             if bucket_bytes is None:
-                row += " | | | | | | |"
+                row += [""] * 6
             else:
-                row += (
-                    f" | {case['comm_ms']:.1f} | {case['wait_ms']:.1f} "
-                    f"| {100 * case['hidden']:.0f}% | {case['exposed_ms']:.1f} "
-                    f"| {100 * case['hidden_last']:.0f}% | {case['collectives']:.0f} |"
-                )
-            print(row, flush=True)
+                row += [
+                    f"{case['comm_ms']:.1f}",
+                    f"{case['wait_ms']:.1f}",
+                    f"{100 * case['hidden']:.0f}%",
+                    f"{case['exposed_ms']:.1f}",
+                    f"{100 * case['hidden_last']:.0f}%",
+                    f"{case['collectives']:.0f}",
+                ]
+            emit(rows, row)
         print()
+        tables[title] = {"header": header, "rows": rows}
         if options.phases:
             print("| case | rank | forward ms/step | backward ms/step, less the wait |")
             print("|---|---|---|---|")
@@ -817,6 +869,7 @@ def main() -> None:
                         f"| {case[f'backward_ms_rank{rank}']:.1f} |"
                     )
             print()
+    write_results("ddp", tables, command=command_line())
 
 
 if __name__ == "__main__":

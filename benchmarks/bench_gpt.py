@@ -373,14 +373,17 @@ def run(size, rounds, torch, checkpointing, inner):
     return config, times, losses, memory
 
 
-def describe(size, config, times, losses, memory, rounds, strategy, inner):
+def describe(size, config, times, losses, memory, rounds, strategy, inner) -> tuple[str, dict]:
+    """Print the size's table; return its title and the table, for the results file."""
     n_layer, n_head, n_embd, block_size, batch = config
-    print(
-        f"\n{size}: {n_layer} layers, {n_head} heads, n_embd {n_embd}, block {block_size}, "
+    title = (
+        f"{size}: {n_layer} layers, {n_head} heads, n_embd {n_embd}, block {block_size}, "
         f"batch {batch}, vocab {VOCAB}; retrograd over {inner!r}, {strategy}; "
         f"{rounds} interleaved rounds"
     )
-    print(f"first loss: retrograd {losses['retrograd']:.6f}, torch {losses['torch']:.6f}")
+    first = f"first loss: retrograd {losses['retrograd']:.6f}, torch {losses['torch']:.6f}"
+    print(f"\n{title}")
+    print(first)
     rows = []
     for phase in ("forward", "backward", "optimizer", "step"):
         ours, theirs = times["retrograd"][phase], times["torch"][phase]
@@ -407,6 +410,7 @@ def describe(size, config, times, losses, memory, rounds, strategy, inner):
         )
     header = ["phase", "retrograd ms (min-max)", "torch ms (min-max)", "ratio", "per round"]
     print(common.table(rows, header))
+    return title, {"header": header, "rows": rows, "note": first.capitalize() + "."}
 
 
 def main() -> None:
@@ -428,9 +432,13 @@ def main() -> None:
     strategy = "BalancedCheckpointing" if args.balanced else "NoCheckpointing"
     checkpointing = rg.BalancedCheckpointing() if args.balanced else rg.NoCheckpointing()
     inner = rg.TorchBackend("cpu") if args.inner == "torch" else rg.NumpyBackend()
+    tables = {}
     for size in SIZES if args.size == "both" else (args.size,):
         config, times, losses, memory = run(size, args.rounds, torch, checkpointing, inner)
-        describe(size, config, times, losses, memory, args.rounds, strategy, inner)
+        title, table = describe(size, config, times, losses, memory, args.rounds, strategy, inner)
+        tables[title] = table
+    name = "gpt" + ("-torch" if args.inner == "torch" else "") + ("-balanced" * args.balanced)
+    common.write_results(name, tables, command=common.command_line())
 
 
 if __name__ == "__main__":

@@ -540,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---|" * len(names))
     for label, cells in rows:
         print(f"| {label} | " + " | ".join(cells) + " |")
+    title = f"One training step on {device_name}, sizes {options.sizes}, median of {repeats}"
+    table = {"header": ["workload (one training step)", *names], "rows": [[w, *c] for w, c in rows]}
+    command = common.command_line(None if argv is None else [__file__, *argv])
+    common.write_results("gpu", {title: table}, command=command)
     return 0
 
 

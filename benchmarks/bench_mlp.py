@@ -10,7 +10,7 @@ implementation.
 
 from __future__ import annotations
 
-import common  # noqa: F401  (pins BLAS threads before NumPy loads)
+import common  # first: pins BLAS threads before NumPy loads
 
 # isort: split
 import itertools
@@ -169,9 +169,14 @@ def main() -> None:
         [name, f"{median(t) * 1e3:.2f}", f"{ours_median / median(t):.2f}"]
         for name, t in times.items()
     ]
-    print("MLP step 784-1024-1024-10, ReLU, softmax cross-entropy, batch 256, SGD, float32")
+    title = "MLP step 784-1024-1024-10, ReLU, softmax cross-entropy, batch 256, SGD, float32"
+    header = ["implementation", "ms/step (median of 15)", "retrograd / this"]
+    print(title)
     print(machine())
-    print(table(rows, ["implementation", "ms/step (median of 15)", "retrograd / this"]))
+    print(table(rows, header))
+    common.write_results(
+        "mlp", {title: {"header": header, "rows": rows}}, command=common.command_line()
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-import common  # noqa: F401  (pins BLAS threads before NumPy loads)
+import common  # first: pins BLAS threads before NumPy loads
 
 # isort: split
 import numpy as np
@@ -124,9 +124,15 @@ def main() -> None:
         [name, f"{median(t) / OPS * 1e6:.2f}", f"{median(t) / reference:.2f}"]
         for name, t in times.items()
     ]
-    print(f"Per-op overhead, {OPS}-op chain on {SHAPE} float32, forward + backward")
+    title = f"Per-op overhead, {OPS}-op chain on {SHAPE} float32, forward + backward"
+    header = ["implementation", f"µs/op (median of {args.repeats})", "time / retrograd"]
+    print(title)
     print(machine())
-    print(table(rows, ["implementation", f"µs/op (median of {args.repeats})", "time / retrograd"]))
+    print(table(rows, header))
+    if not args.retrograd_only:  # an A/B run of two trees is compared by hand, not quoted
+        common.write_results(
+            "overhead", {title: {"header": header, "rows": rows}}, command=common.command_line()
+        )
 
 
 if __name__ == "__main__":

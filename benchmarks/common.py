@@ -113,11 +113,69 @@ def machine_info() -> dict[str, object]:
                     break
     except OSError:
         pass
-    for name in ("torch", "jax", "numba", "numexpr"):
+    try:
+        with open("/proc/meminfo") as meminfo:
+            info["memory_gib"] = round(int(meminfo.readline().split()[1]) / 2**20, 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    controller = optional("threadpoolctl")
+    if controller is not None:  # NumPy's BLAS: the library, its version and kernels
+        pools = [pool for pool in controller.threadpool_info() if pool.get("user_api") == "blas"]
+        numpy_pools = [pool for pool in pools if "numpy" in pool.get("filepath", "")]
+        for pool in (numpy_pools or pools)[:1]:
+            kernels = f", {pool['architecture']} kernels" if pool.get("architecture") else ""
+            info["blas"] = f"{pool['internal_api']} {pool.get('version')}{kernels}"
+    for name in ("scipy", "torch", "jax", "mpi4py", "numba", "numexpr"):
         module = optional(name)
         if module is not None:
             info[name] = getattr(module, "__version__", "?")
     return info
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """How this benchmark was started, as the command a reader reruns from the repository root
+    (``python benchmarks/bench_mlp.py --flag value``): the ``command`` of its results file."""
+    import shlex
+    import sys
+
+    argv = sys.argv if argv is None else argv
+    return shlex.join(["python", f"benchmarks/{os.path.basename(argv[0])}", *argv[1:]])
+
+
+#: the environment variable naming another folder for the results files
+RESULTS_VARIABLE = "RETROGRAD_RESULTS"
+
+
+def results_folder():
+    """Where results files go: ``benchmarks/results``, or ``$RETROGRAD_RESULTS``; created."""
+    import pathlib
+
+    default = pathlib.Path(__file__).resolve().parent / "results"
+    folder = pathlib.Path(os.environ.get(RESULTS_VARIABLE) or default)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def source_commit() -> str:
+    """The commit of the checkout the benchmark ran from (``+ changes`` when its code, ``src/``
+    or ``benchmarks/``, differs from it), or ``""`` outside a git checkout."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ["--", "src", "benchmarks", ":(exclude)benchmarks/results"]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", *code],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return ""
+    return f"{commit} + changes" if commit and changed else commit
 
 
 def write_results(
@@ -126,22 +184,24 @@ def write_results(
     *,
     command: str,
     notes: str = "",
+    machine: dict[str, object] | None = None,
 ) -> str:
-    """Write ``benchmarks/results/<name>.json``: what was run (``command``), when (UTC), on what
-    machine and versions, and each table as ``{"header": [...], "rows": [[...], ...]}`` (extra
-    keys, such as ``"unit"`` or ``"note"``, are kept). The docs quote these files, never a
-    number typed by hand; ``python benchmarks/report.py`` renders them."""
+    """Write ``<results_folder()>/<name>.json``: what was run (``command``), from which commit,
+    when (UTC), on what machine and versions (``machine``, default :func:`machine_info`), and
+    each table as ``{"header": [...], "rows": [[...], ...]}`` (extra keys, such as ``"note"``,
+    are kept). The docs quote these files, never a number typed by hand;
+    ``python benchmarks/report.py`` renders them. ``$RETROGRAD_RESULTS`` names another folder
+    (``run_all.py --quick`` writes there, leaving the quoted files alone)."""
     import datetime
     import json
-    import pathlib
 
-    folder = pathlib.Path(__file__).resolve().parent / "results"
-    folder.mkdir(exist_ok=True)
+    folder = results_folder()
     record = {
         "benchmark": name,
         "command": command,
+        "commit": source_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine_info(),
+        "machine": machine_info() if machine is None else machine,
         "notes": notes,
         "tables": tables,
     }
@@ -149,4 +209,5 @@ def write_results(
     temporary = path.with_suffix(f".json.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(record, indent=1, default=str) + "\n")
     os.replace(temporary, path)
+    print(f"results: {path}")
     return str(path)

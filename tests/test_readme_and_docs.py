@@ -1,9 +1,18 @@
-"""The README's examples run as written; the product modules' docstring examples hold."""
+"""The README's and the docs' examples run as written; the numbers they quote are those of the
+benchmarks' results files; no heading under docs/ is tied to a date, a run or a change; the
+product modules' docstring examples hold.
+
+A ```python block in the README or in one of :data:`DOCS_WITH_EXAMPLES` is a whole program
+and runs in a fresh interpreter; a fragment that needs more around it (a launcher, a model) is
+fenced ```py instead.
+"""
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -16,10 +25,22 @@ import retrograd as rg
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: the documents under docs/ whose ```python blocks are whole programs
+DOCS_WITH_EXAMPLES = ["checkpointing.md", "capture.md", "distributed.md"]
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(path: Path = README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+def run_example(block: str) -> subprocess.CompletedProcess:
+    """``block`` in a fresh interpreter, as a reader would paste it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_readme_has_the_two_commands():
@@ -43,16 +64,206 @@ def test_readme_ten_line_example_is_ten_lines_of_code():
 @pytest.mark.parametrize("index", range(2))
 def test_readme_examples_run(index):
     """Each example runs in a fresh interpreter, as a reader would paste it."""
-    block = python_blocks()[index]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        [sys.executable, "-c", block], capture_output=True, text=True, env=env, timeout=120
-    )
+    completed = run_example(python_blocks()[index])
     assert completed.returncode == 0, completed.stderr
     if index == 0:  # the model learns the rule
         accuracy = float(completed.stdout.split()[-1])
         assert accuracy > 0.9, completed.stdout
+
+
+@pytest.mark.parametrize(
+    ("document", "index"),
+    [(name, i) for name in DOCS_WITH_EXAMPLES for i in range(len(python_blocks(DOCS / name)))],
+)
+def test_docs_examples_run(document, index):
+    completed = run_example(python_blocks(DOCS / document)[index])
+    assert completed.returncode == 0, f"{document}, example {index + 1}:\n{completed.stderr}"
+
+
+def test_every_doc_with_examples_has_one():
+    for name in DOCS_WITH_EXAMPLES:
+        assert python_blocks(DOCS / name), name
+
+
+# -- headings: reference, not a lab notebook ------------------------------------------------------
+MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
+#: what ties a heading to a moment: a date, a time, an issue or commit, a run or a session
+DATED = re.compile(
+    rf"\b\d{{4}}-\d{{2}}-\d{{2}}\b|\b\d{{1,2}} ({MONTHS})[a-z]*\b|\b({MONTHS})[a-z]* \d{{1,2}}\b"
+    r"|\b\d{1,2}:\d{2}\b|\bUTC\b|\bissue \d+|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"
+    r"|\b(session|sessions|earlier|later|latest|since|before|first run|quiet run|this run|"
+    r"what changed|final run)\b",
+    re.I,
+)
+
+
+def headings(text: str) -> list[str]:
+    """The markdown headings of ``text``, fenced code left out."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return [line for line in prose.splitlines() if line.startswith("#")]
+
+
+def test_no_heading_under_docs_names_a_date_a_run_or_a_change():
+    found = [
+        f"{path.name}: {heading}"
+        for path in sorted(DOCS.glob("*.md"))
+        for heading in headings(path.read_text())
+        if DATED.search(heading)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "### Later on 01 Dec (11:00 UTC): within 1.2x on both backends",
+        "#### Since d6916e4: a step's gradients are freed",
+        "### What changed (issue 14)",
+        "### Earlier sessions' experiments (still valid)",
+        "### Quiet run after registration agreed once",
+        "## Results 2026-12-01",
+    ],
+)
+def test_the_heading_check_finds_dated_headings(heading):
+    assert DATED.search(heading)
+
+
+# -- quoted numbers: generated from benchmarks/results/ -------------------------------------------
+def load_report():
+    """``benchmarks/report.py``, which renders the results files into the docs."""
+    spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_quote_the_results_files():
+    """docs/benchmarks.md's tables and the README's numbers are what report.py renders from
+    benchmarks/results/*.json now: a results file rerun without regenerating the docs, or a
+    number edited by hand between the markers, fails here."""
+    report = load_report()
+    stale = [str(path.relative_to(ROOT)) for path in report.stale()]
+    assert stale == [], (
+        f"{stale} disagree with benchmarks/results/: run python benchmarks/report.py"
+    )
+
+
+def test_every_benchmark_results_file_has_a_block_in_benchmarks_md():
+    report = load_report()
+    quoted = report.quoted_names([(DOCS / "benchmarks.md").read_text()])
+    assert {"overhead", "mlp", "cnn", "capture", "gpt", "checkpointing", "train"} <= quoted
+    assert {"ddp", "ddp-scaling", "ddp-predict", "ddp-overhead", "gpu"} <= quoted
+
+
+def results_file(folder: Path, name: str, tables: dict, **machine) -> None:
+    record = {
+        "benchmark": name,
+        "command": f"python benchmarks/bench_{name}.py",
+        "commit": "abc1234",
+        "date": "2030-01-02 03:04 UTC",
+        "machine": {
+            "cpu": "Test CPU",
+            "cores": 4,
+            "blas_threads": 1,
+            "python": "3.11.7",
+            "numpy": "2.4.6",
+            **machine,
+        },
+        "notes": "",
+        "tables": tables,
+    }
+    (folder / f"{name}.json").write_text(json.dumps(record))
+
+
+def one_table(rows: list[list[str]], header=("implementation", "time", "ratio")) -> dict:
+    return {"title": {"header": list(header), "rows": rows}}
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A README and a docs/ page quoting results, and an empty results folder."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "README.md").write_text(
+        "| speed | <!-- value: readme-speed-retrograd -->old<!-- /value --> |\n"
+        "torch: <!-- value: readme-speed-torch -->old<!-- /value -->\n"
+    )
+    (tmp_path / "docs" / "benchmarks.md").write_text(
+        "## MLP\n\n<!-- results: mlp -->\nold\n<!-- /results -->\n\n"
+        "## Others\n\n<!-- results: others -->\n<!-- /results -->\n"
+    )
+    return tmp_path
+
+
+def test_without_results_files_the_docs_say_so(checkout):
+    report = load_report()
+    rendered = report.rendered(checkout, checkout / "results")
+    page = rendered[checkout / "docs" / "benchmarks.md"][1]
+    assert "_No results file yet: `benchmarks/results/mlp.json`" in page
+    assert "_Every results file is quoted above._" in page
+    readme = rendered[checkout / "README.md"][1]
+    assert readme.count("no results file yet (`benchmarks/results/overhead.json`") == 2
+
+
+def test_results_files_become_tables_and_the_readme_numbers(checkout):
+    folder = checkout / "results"
+    results_file(
+        folder,
+        "overhead",
+        one_table([["retrograd", "6.00", "1.00"], ["PyTorch eager", "12.00", "2.00"]]),
+    )
+    results_file(
+        folder,
+        "mlp",
+        one_table(
+            [
+                ["NumPy: the 8 matmuls alone", "20.00", "1.50"],
+                ["retrograd", "30.00", "1.00"],
+                ["PyTorch eager", "24.00", "1.25"],
+            ]
+        ),
+    )
+    results_file(
+        folder,
+        "cnn",
+        one_table(
+            [["training step, NoCheckpointing", "90", "60", "1.50"]],
+            header=("timed", "ours", "torch", "ratio"),
+        ),
+    )
+    results_file(folder, "rnn", one_table([["retrograd", "1.00", "1.00"]]))
+    report = load_report()
+    rendered = report.rendered(checkout, folder)
+    readme = rendered[checkout / "README.md"][1]
+    # 30 / 24 = 1.25 torch's MLP step, 30 / 20 = 1.50 its matmuls; the CNN's ratio as measured
+    assert (
+        "<!-- value: readme-speed-retrograd -->per recorded op 6.00 µs forward + backward; an "
+        "MLP step 1.25x and a CNN step 1.50x PyTorch eager's time; an MLP step 1.50x the time "
+        "of its matmuls alone<!-- /value -->"
+    ) in readme
+    assert "per op 12.00 µs (eager), same run" in readme
+    page = rendered[checkout / "docs" / "benchmarks.md"][1]
+    mlp_block = page.split("<!-- results: mlp -->")[1].split("<!-- /results -->")[0]
+    assert (
+        "Measured 2030-01-02 03:04 UTC at commit abc1234 with `python benchmarks/bench_mlp.py`"
+        in mlp_block
+    )
+    assert "Test CPU, 4 cores, one BLAS thread; Python 3.11.7, NumPy 2.4.6" in mlp_block
+    assert "| retrograd | 30.00 | 1.00 |" in mlp_block and "old" not in mlp_block
+    others = page.split("<!-- results: others -->")[1]
+    assert "**`rnn`**" in others and "**`mlp`**" not in others  # quoted above: not repeated
+    assert report.stale(checkout, folder) == [
+        checkout / "README.md",
+        checkout / "docs" / "benchmarks.md",
+    ]
+    for path, (_, wanted) in rendered.items():
+        path.write_text(wanted)
+    assert report.stale(checkout, folder) == []
+    results_file(folder, "mlp", one_table([["retrograd", "31.00", "1.00"]]))  # a rerun
+    assert report.stale(checkout, folder) == [
+        checkout / "README.md",
+        checkout / "docs" / "benchmarks.md",
+    ]
 
 
 MODULES = [

@@ -13,14 +13,14 @@ Every method of :class:`~retrograd.tensor.Tensor` that computes something ends i
   op and the inputs' shapes: the backend says which class its exception means
   (``Backend.error_class``), so nothing here knows NumPy's exceptions.
 
-Fast paths keep the common ops as cheap as the old per-kind helpers were, and are checked
-before anything else: two tensors of one backend, device and dtype go straight to the kernel;
-so does a float tensor with a Python ``float`` or ``int`` (either side), and a float tensor
-for a unary float op. They make the result without calling ``__init__`` and call the kernel
-without ``*args``; ``apply``'s signature is positional. (Measured with callgrind on
-``benchmarks/bench_overhead.py``'s chain: +0.1% instructions against the single-module
-``tensor.py``; keyword arguments or a ``staticmethod`` here cost +1-2%.) They raise through the
-same translation as the general path.
+Fast paths, checked before anything else, keep the common ops cheap: two tensors of one
+backend, device and dtype go straight to the kernel; so does a float tensor with a Python
+``float`` or ``int`` (either side), and a float tensor for a unary float op. They make the
+result without calling ``__init__`` and call the kernel without ``*args``, and ``apply``'s
+signature is positional: every op pays this module's Python, so each call it saves shows in
+the per-op overhead (``benchmarks/bench_overhead.py``), and keyword arguments or a
+``staticmethod`` here make CPython's calls measurably slower. They raise through the same
+translation as the general path.
 
 :class:`TensorBase` is the data every tensor holds (a backend primitive, the backend, a device
 label); the mixins and :class:`~retrograd.tensor.Tensor` build on it.

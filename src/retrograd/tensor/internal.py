@@ -38,13 +38,9 @@ Dtypes
     ``FLOAT_DTYPES``, ``DTYPES``, ``result_dtype(a, b)``; the ``promote`` rules ``COMMON``,
     ``FLOAT``, ``COMPARE``.
 
-What ``nn/functional/`` used before this module existed, and what replaced it
-    ``x._lift(v, fn)`` -> ``lift(x, v, fn)``; ``x._pair(o, fn)`` -> ``promote(x, o, fn)`` (a
-    pair, no backend); ``x._wrap(p)`` -> ``wrap(x, p)``; ``x._prim`` -> ``x.primitive``;
-    ``x._backend``/``x._device`` -> ``x.backend``/``x.device``; ``_primitive(fn, op, ts, *ps)``
-    + ``x._wrap`` -> ``apply(Op(fn, kernel=op), ts, ps)``; ``_translate`` -> ``reported``
-    or ``translate``; ``_shape_text`` -> ``shape_text``; ``first_out_of_range`` ->
-    ``check_indices`` (no host copy).
+Library code reads a tensor's primitive, backend and device through the public properties
+``t.primitive``, ``t.backend`` and ``t.device``, never through the tensor's private
+attributes: the tensor package may change those.
 """
 
 from __future__ import annotations
