@@ -291,3 +291,50 @@ Op(
     aux=True,
     joint=True,
 )
+
+
+# -- recurrences -----------------------------------------------------------------------------------
+# One node per layer and direction: the recurrence over every time step (see
+# backend/protocol_rnn.py), its input projection a ``linear`` before it. Each has one joint
+# rule, the backend's backward kernel, which reads the forward's ``aux`` workspace; on the
+# autodiff backend (``create_graph=True``) that kernel is the protocol's default, which
+# recomputes the steps from ``x`` with recorded primitives, so these ops differentiate again.
+# Compute-bound: their inputs are kept, never recomputed.
+def _lstm_scan_vjp(B, g, needs, x, h0, c0, weight, bias, out, aux, reverse):
+    return B.lstm_scan_backward(g, x, h0, c0, weight, bias, out, aux, reverse)
+
+
+def _gru_scan_vjp(B, g, needs, x, h0, weight, bias, out, aux, reverse):
+    return B.gru_scan_backward(g, x, h0, weight, bias, out, aux, reverse)
+
+
+def _rnn_scan_vjp(B, g, needs, x, h0, weight, bias, out, relu, reverse):
+    return B.rnn_scan_backward(g, x, h0, weight, bias, out, relu, reverse)
+
+
+Op(
+    "lstm_scan",
+    ("x", "h0", "c0", "weight", "bias"),
+    ("reverse",),
+    (_lstm_scan_vjp,) * 5,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "gru_scan",
+    ("x", "h0", "weight", "bias"),
+    ("reverse",),
+    (_gru_scan_vjp,) * 4,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "rnn_scan",
+    ("x", "h0", "weight", "bias"),
+    ("relu", "reverse"),
+    (_rnn_scan_vjp,) * 4,
+    memory_bound=False,
+    joint=True,
+)

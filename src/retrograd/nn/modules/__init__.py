@@ -16,6 +16,9 @@ from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Upsample
 
+# -- recurrent and transformer modules --
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+
 __all__ = [
     "GELU",
     "AdaptiveAvgPool2d",
@@ -46,3 +49,5 @@ __all__ = [
     "Tanh",
     "Upsample",
 ]
+# -- recurrent and transformer modules --
+__all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]

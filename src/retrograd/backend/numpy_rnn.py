@@ -1,0 +1,66 @@
+"""NumPy kernels of the recurrent primitives (:mod:`.protocol_rnn`): the algorithms of
+:mod:`.rnn_kernels` on NumPy arrays, each step's products one BLAS call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import rnn_kernels
+
+__all__ = ["NumpyArrays", "NumpyRecurrentKernels"]
+
+
+class NumpyArrays:
+    """The array operations :mod:`.rnn_kernels` is written against, on NumPy."""
+
+    add = staticmethod(np.add)
+    multiply = staticmethod(np.multiply)
+    subtract = staticmethod(np.subtract)
+    matmul = staticmethod(np.matmul)
+    tanh = staticmethod(np.tanh)
+    copy = staticmethod(np.copyto)
+
+    @staticmethod
+    def empty(shape, like):
+        return np.empty(shape, like.dtype)
+
+    @staticmethod
+    def addmm(base, a, b, out):
+        """``base + a @ b`` into ``out``."""
+        np.matmul(a, b, out=out)
+        return np.add(out, base, out=out)
+
+    @staticmethod
+    def one_minus(a, out):
+        return np.subtract(1.0, a, out=out)
+
+    @staticmethod
+    def sigmoid(a, out):
+        """``1 / (1 + exp(-a))``; ``exp`` overflows to ``inf`` for ``a < -88`` (float32),
+        which gives the right limit, 0."""
+        with np.errstate(over="ignore"):
+            np.negative(a, out=out)
+            np.exp(out, out=out)
+        np.add(out, 1.0, out=out)
+        return np.reciprocal(out, out=out)
+
+    @staticmethod
+    def relu(a, out):
+        return np.maximum(a, 0.0, out=out)
+
+    @staticmethod
+    def positive_mask(a, out):
+        """``1.0`` where ``a > 0``, else ``0.0``."""
+        np.copyto(out, a > 0)
+        return out
+
+    @staticmethod
+    def column_sum(a):
+        """The sum of the rows of a matrix, as a vector-matrix product (BLAS)."""
+        return np.matmul(np.ones(a.shape[0], a.dtype), a)
+
+
+class NumpyRecurrentKernels(rnn_kernels.RecurrentKernels):
+    """The recurrent primitives of :class:`~retrograd.backend.NumpyBackend`."""
+
+    arrays = NumpyArrays
