@@ -11,7 +11,7 @@ from .activation import GELU, ReLU, Sigmoid, SiLU, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .linear import Dropout, Embedding, Flatten, Identity, Linear
-from .loss import CrossEntropyLoss, MSELoss
+from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Upsample
@@ -49,5 +49,6 @@ __all__ = [
     "Tanh",
     "Upsample",
 ]
-# -- recurrent and transformer modules --
+# -- recurrent and transformer modules, NLLLoss --
+__all__ += ["NLLLoss"]
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
