@@ -29,6 +29,7 @@ from .attention import scaled_dot_product_attention
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .linear import embedding, linear
 from .loss import cross_entropy, mse_loss, nll_loss
+from .multihead import multi_head_attention_forward
 from .normalization import batch_norm, dropout, group_norm, layer_norm, rms_norm
 from .pooling import (
     adaptive_avg_pool1d,
@@ -81,4 +82,4 @@ __all__ = [
     "tanh",
 ]
 # -- recurrent and transformer functions, nll_loss --
-__all__ += ["nll_loss"]
+__all__ += ["multi_head_attention_forward", "nll_loss"]

@@ -1,0 +1,426 @@
+"""Transformer modules, PyTorch's: ``TransformerEncoderLayer``, ``TransformerEncoder``,
+``TransformerDecoderLayer``, ``TransformerDecoder`` and ``Transformer``, with their
+constructor arguments (``norm_first``, ``batch_first``, ``activation="relu"|"gelu"|callable``,
+``bias``...), sub-module names (so a PyTorch state dict loads unchanged) and forward
+signatures. The stacks hold copies of the layer they are given (``layers.0``, ``layers.1``...),
+as PyTorch's ``_get_clones`` does; ``Transformer`` re-initialises every matrix with
+Xavier-uniform.
+
+The causal-mask hint: a stack given a mask and ``is_causal=None`` checks whether the mask is
+:meth:`Transformer.generate_square_subsequent_mask` (a host read of the mask, as in
+PyTorch) and, if so, its layers run the causal attention kernel instead of adding the mask.
+
+>>> from retrograd import nn
+>>> layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
+>>> encoder = nn.TransformerEncoder(layer, num_layers=2)
+>>> mask = nn.Transformer.generate_square_subsequent_mask(5)
+>>> encoder(rg.ones((5, 3, 8)), mask=mask).shape
+(5, 3, 8)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, ShapeError
+from ...tensor import Tensor, tensor
+from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from .. import init
+from .attention import MultiheadAttention
+from .container import ModuleList
+from .linear import Dropout, Linear
+from .module import Module
+from .norm import LayerNorm
+
+__all__ = [
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]
+
+Activation = str | Callable[[Tensor], Tensor]
+
+
+def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
+    if callable(activation):
+        return activation
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    raise InvalidArgumentError(f"activation should be relu/gelu, not {activation!r}")
+
+
+def _clones(module: Module, count: int) -> ModuleList:
+    """``count`` independent copies of ``module`` (equal values, no parameter shared)."""
+    return ModuleList([module.replicate() for _ in range(count)])
+
+
+def _sequence_length(x: Tensor, batch_first: bool) -> int:
+    return x.shape[0] if x.ndim == 2 or not batch_first else x.shape[1]
+
+
+def _is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: int) -> bool:
+    """PyTorch's ``_detect_is_causal_mask``: ``is_causal`` when given, else whether ``mask`` is
+    the square subsequent mask of ``size`` (read on the host)."""
+    if is_causal is not None:
+        return bool(is_causal)
+    if mask is None or mask.shape != (size, size):
+        return False
+    values = np.asarray(mask.numpy())
+    if values.dtype == np.bool_:
+        return bool(np.array_equal(values, np.triu(np.ones((size, size), bool), 1)))
+    return bool(np.array_equal(values, np.triu(np.full((size, size), -np.inf), 1)))
+
+
+def _factory(backend: Any, device: Any, dtype: str | None) -> dict[str, Any]:
+    return dict(backend=backend, device=device, dtype=dtype)
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention and a feed-forward block, each with a residual connection and layer
+    norm: after (``norm_first=False``, the original) or before (``norm_first=True``) them.
+    ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        made = _factory(backend, device, dtype)
+        self.self_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **made
+        )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **made)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **made)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = _activation(activation)
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(
+            x,
+            x,
+            x,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            need_weights=False,
+            is_causal=is_causal,
+        )[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention, attention over the encoder's output (``memory``) and a feed-forward
+    block, each with a residual connection and layer norm (after them, or before with
+    ``norm_first``). ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None, tgt_is_causal=False,
+    memory_is_causal=False)``."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        made = _factory(backend, device, dtype)
+        for name in ("self_attn", "multihead_attn"):
+            setattr(
+                self,
+                name,
+                MultiheadAttention(
+                    d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **made
+                ),
+            )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **made)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **made)
+        self.norm_first = norm_first
+        for name in ("norm1", "norm2", "norm3"):
+            setattr(self, name, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made))
+        for name in ("dropout1", "dropout2", "dropout3"):
+            setattr(self, name, Dropout(dropout))
+        self.activation = _activation(activation)
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        x = tgt
+        self_masks = (tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+        memory_masks = (memory_mask, memory_key_padding_mask, memory_is_causal)
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), *self_masks)
+            x = x + self._mha_block(self.norm2(x), memory, *memory_masks)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, *self_masks))
+        x = self.norm2(x + self._mha_block(x, memory, *memory_masks))
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(
+            x,
+            x,
+            x,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=False,
+        )[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, memory, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(
+            x,
+            memory,
+            memory,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=False,
+        )[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` copies of ``encoder_layer`` (``layers``), then ``norm`` if given.
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``.
+    ``enable_nested_tensor`` and ``mask_check`` (PyTorch's sparsity fast path) are accepted
+    and do nothing."""
+
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: Module | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ):
+        super().__init__()
+        self.layers = _clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+    ) -> Tensor:
+        batch_first = self.layers[0].self_attn.batch_first
+        causal = _is_causal_mask(mask, is_causal, _sequence_length(src, batch_first))
+        output = src
+        for layer in self.layers:
+            output = layer(
+                output, src_mask=mask, is_causal=causal, src_key_padding_mask=src_key_padding_mask
+            )
+        return output if self.norm is None else self.norm(output)
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` copies of ``decoder_layer`` (``layers``), then ``norm`` if given.
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False)``."""
+
+    def __init__(
+        self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None
+    ):
+        super().__init__()
+        self.layers = _clones(decoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        batch_first = self.layers[0].self_attn.batch_first
+        causal = _is_causal_mask(tgt_mask, tgt_is_causal, _sequence_length(tgt, batch_first))
+        output = tgt
+        for layer in self.layers:
+            output = layer(
+                output,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=causal,
+                memory_is_causal=memory_is_causal,
+            )
+        return output if self.norm is None else self.norm(output)
+
+
+class Transformer(Module):
+    """The encoder-decoder transformer of "Attention Is All You Need", PyTorch's
+    ``nn.Transformer``: ``encoder`` (a :class:`TransformerEncoder` with a final
+    ``LayerNorm``) and ``decoder``, or ``custom_encoder``/``custom_decoder``. Every parameter
+    of two or more dimensions is re-drawn from Xavier-uniform.
+    ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    src_is_causal=None, tgt_is_causal=None, memory_is_causal=False)``."""
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        custom_encoder: Module | None = None,
+        custom_decoder: Module | None = None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        made = _factory(backend, device, dtype)
+        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps)
+        layer_options = dict(batch_first=batch_first, norm_first=norm_first, bias=bias, **made)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(
+                TransformerEncoderLayer(*layer_args, **layer_options),
+                num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made),
+            )
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(
+                TransformerDecoderLayer(*layer_args, **layer_options),
+                num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made),
+            )
+        self._reset_parameters()
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+
+    def _reset_parameters(self) -> None:
+        for parameter in self.parameters():
+            if parameter.ndim > 1:
+                init.xavier_uniform_(parameter)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        batch_dim = 0 if self.batch_first else 1
+        if src.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
+            raise ShapeError(
+                f"Transformer: the batch number of src and tgt must be equal; src "
+                f"{list(src.shape)}, tgt {list(tgt.shape)}"
+            )
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ShapeError(
+                f"Transformer: the feature number of src and tgt must be equal to d_model "
+                f"({self.d_model}); src {list(src.shape)}, tgt {list(tgt.shape)}"
+            )
+        memory = self.encoder(
+            src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal
+        )
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
+
+    @staticmethod
+    def generate_square_subsequent_mask(
+        sz: int, device: Any = None, dtype: str | None = None, *, backend: Any = None
+    ) -> Tensor:
+        """The causal mask of ``sz`` positions: ``-inf`` above the diagonal (a position may
+        not attend to later ones), 0 elsewhere; float32 unless ``dtype``."""
+        values = np.triu(np.full((sz, sz), -math.inf), 1)
+        return tensor(values, dtype=dtype or "float32", backend=backend, device=device)
