@@ -37,12 +37,16 @@ class NumpyArrays:
     @staticmethod
     def sigmoid(a, out):
         """``1 / (1 + exp(-a))``; ``exp`` overflows to ``inf`` for ``a < -88`` (float32),
-        which gives the right limit, 0."""
-        with np.errstate(over="ignore"):
-            np.negative(a, out=out)
-            np.exp(out, out=out)
+        which gives the right limit, 0 (the kernels run it in :meth:`quiet`)."""
+        np.negative(a, out=out)
+        np.exp(out, out=out)
         np.add(out, 1.0, out=out)
         return np.reciprocal(out, out=out)
+
+    @staticmethod
+    def quiet():
+        """No warning for the overflow of ``exp`` in :meth:`sigmoid`."""
+        return np.errstate(over="ignore")
 
     @staticmethod
     def relu(a, out):
