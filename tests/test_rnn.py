@@ -342,22 +342,27 @@ def test_backend_kernels_agree_with_the_protocols_composed_defaults(reverse):
             grads = getattr(backend, name + "_backward")(grad, *args, out, aux, reverse)
         return [backend.to_numpy(v) for v in (out, *grads)]
 
+    features = 3
     for name, gates, extra in (
-        ("lstm_scan", 4, ()),
-        ("gru_scan", 3, ()),
-        ("rnn_scan", 1, (False,)),
-        ("rnn_scan", 1, (True,)),
+        ("lstm_layer", 4, ()),
+        ("gru_layer", 3, ()),
+        ("rnn_layer", 1, (False,)),
+        ("rnn_layer", 1, (True,)),
     ):
-        for bias in (normal(gates * size), np.zeros(0)):
-            x, weight = normal(length, batch, gates * size), normal(gates * size, size) * 0.5
-            state = (h0, c0) if name == "lstm_scan" else (h0,)
+        for with_bias in (True, False):
+            rows = gates * size
+            biases = [normal(rows), normal(rows)] if with_bias else [np.zeros(0)] * 2
+            x = normal(length, batch, features)
+            weights = [normal(rows, features) * 0.5, normal(rows, size) * 0.5]
+            state = (h0, c0) if name == "lstm_layer" else (h0,)
             state_rng = rng.bit_generator.state
-            ours = run(fused, name, x, *state, weight, bias, extra=extra)
+            ours = run(fused, name, x, *state, *weights, *biases, extra=extra)
             rng.bit_generator.state = state_rng  # the same output gradient for both
-            reference = run(composed, name, x, *state, weight, bias, extra=extra)
+            reference = run(composed, name, x, *state, *weights, *biases, extra=extra)
+            assert len(ours) == len(reference) == 1 + 1 + len(state) + 4
             for k, (a, b) in enumerate(zip(ours, reference)):
-                if bias.size == 0 and k == len(ours) - 1:
-                    continue  # the gradient of an absent bias
+                if not with_bias and k >= len(ours) - 2:
+                    continue  # the gradients of absent biases
                 np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=f"{name} {k}")
 
 
@@ -389,19 +394,24 @@ def test_dropout_draws_from_the_seed_and_its_gradients_match_finite_differences(
 
 # -- graph size, capture ---------------------------------------------------------------------------
 def test_a_long_two_layer_lstm_records_a_few_nodes_per_layer():
-    """The recurrence of a layer is one node however long the sequence (no node per step)."""
-    counts = []
+    """A layer is one node however long the sequence (no node per step): a 35-step LSTM
+    records as many nodes as a 2-step one."""
+    counts = {}
 
     class Counting(rg.Autodiff):
         def _on_record(self, node, out):
-            counts.append(node.op.name)
+            names.append(node.op.name)
 
-    with rg.use_backend(Counting(inner_backend())):
-        lstm = nn.LSTM(8, 8, num_layers=2)
-        output, (h_n, c_n) = lstm(rg.tensor(normal(35, 4, 8).astype(np.float32)))
-        (output.sum() + h_n.sum() + c_n.sum()).backward()
-    assert counts.count("lstm_scan") == 2
-    assert len(counts) < 30, counts
+    for length in (2, 35):
+        names = []
+        with rg.use_backend(Counting(inner_backend())):
+            lstm = nn.LSTM(8, 8, num_layers=2)
+            output, (h_n, c_n) = lstm(rg.tensor(normal(length, 4, 8).astype(np.float32)))
+            (output.sum() + h_n.sum() + c_n.sum()).backward()
+        counts[length] = list(names)
+    assert counts[35] == counts[2]
+    assert counts[35].count("lstm_layer") == 2
+    assert len(counts[35]) < 30, counts[35]
 
 
 @pytest.mark.numpy_only("capture replays NumPy calls in these tests")

@@ -293,48 +293,51 @@ Op(
 )
 
 
-# -- recurrences -----------------------------------------------------------------------------------
-# One node per layer and direction: the recurrence over every time step (see
-# backend/protocol_rnn.py), its input projection a ``linear`` before it. Each has one joint
-# rule, the backend's backward kernel, which reads the forward's ``aux`` workspace; on the
-# autodiff backend (``create_graph=True``) that kernel is the protocol's default, which
-# recomputes the steps from ``x`` with recorded primitives, so these ops differentiate again.
-# Compute-bound: their inputs are kept, never recomputed.
-def _lstm_scan_vjp(B, g, needs, x, h0, c0, weight, bias, out, aux, reverse):
-    return B.lstm_scan_backward(g, x, h0, c0, weight, bias, out, aux, reverse)
+# -- recurrent layers -----------------------------------------------------------------------------
+# One node per layer and direction: its input projection and its recurrence over every time
+# step (see backend/protocol_rnn.py). Each has one joint rule, the backend's backward kernel,
+# which reads the forward's ``aux`` workspace; on the autodiff backend (``create_graph=True``)
+# that kernel is the protocol's default, which recomputes the steps from ``x`` with recorded
+# primitives, so these ops differentiate again. Compute-bound: their inputs are kept, never
+# recomputed.
+_RECURRENT_INPUTS = ("x", "h0", "w_ih", "w_hh", "b_ih", "b_hh")
 
 
-def _gru_scan_vjp(B, g, needs, x, h0, weight, bias, out, aux, reverse):
-    return B.gru_scan_backward(g, x, h0, weight, bias, out, aux, reverse)
+def _lstm_layer_vjp(B, g, needs, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+    return B.lstm_layer_backward(g, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse)
 
 
-def _rnn_scan_vjp(B, g, needs, x, h0, weight, bias, out, relu, reverse):
-    return B.rnn_scan_backward(g, x, h0, weight, bias, out, relu, reverse)
+def _gru_layer_vjp(B, g, needs, x, h0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+    return B.gru_layer_backward(g, x, h0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse)
+
+
+def _rnn_layer_vjp(B, g, needs, x, h0, w_ih, w_hh, b_ih, b_hh, out, relu, reverse):
+    return B.rnn_layer_backward(g, x, h0, w_ih, w_hh, b_ih, b_hh, out, relu, reverse)
 
 
 Op(
-    "lstm_scan",
-    ("x", "h0", "c0", "weight", "bias"),
+    "lstm_layer",
+    ("x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"),
     ("reverse",),
-    (_lstm_scan_vjp,) * 5,
+    (_lstm_layer_vjp,) * 7,
     memory_bound=False,
     aux=True,
     joint=True,
 )
 Op(
-    "gru_scan",
-    ("x", "h0", "weight", "bias"),
+    "gru_layer",
+    _RECURRENT_INPUTS,
     ("reverse",),
-    (_gru_scan_vjp,) * 4,
+    (_gru_layer_vjp,) * 6,
     memory_bound=False,
     aux=True,
     joint=True,
 )
 Op(
-    "rnn_scan",
-    ("x", "h0", "weight", "bias"),
+    "rnn_layer",
+    _RECURRENT_INPUTS,
     ("relu", "reverse"),
-    (_rnn_scan_vjp,) * 4,
+    (_rnn_layer_vjp,) * 6,
     memory_bound=False,
     joint=True,
 )

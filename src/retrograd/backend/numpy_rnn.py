@@ -25,12 +25,6 @@ class NumpyArrays:
         return np.empty(shape, like.dtype)
 
     @staticmethod
-    def addmm(base, a, b, out):
-        """``base + a @ b`` into ``out``."""
-        np.matmul(a, b, out=out)
-        return np.add(out, base, out=out)
-
-    @staticmethod
     def one_minus(a, out):
         return np.subtract(1.0, a, out=out)
 
@@ -59,9 +53,9 @@ class NumpyArrays:
         return out
 
     @staticmethod
-    def column_sum(a):
-        """The sum of the rows of a matrix, as a vector-matrix product (BLAS)."""
-        return np.matmul(np.ones(a.shape[0], a.dtype), a)
+    def row_sum(a):
+        """The sum of each row of a matrix, as a matrix-vector product (BLAS)."""
+        return np.matmul(a, np.ones(a.shape[1], a.dtype))
 
 
 class NumpyRecurrentKernels(rnn_kernels.RecurrentKernels):

@@ -1,28 +1,27 @@
-"""The recurrent part of the backend protocol: one fused kernel per recurrence (LSTM, GRU,
-Elman RNN) over a whole sequence, forward and backward, with defaults composed of the other
-primitives.
+"""The recurrent part of the backend protocol: one fused kernel per recurrent layer and
+direction (LSTM, GRU, Elman RNN) over a whole sequence, forward and backward, with defaults
+composed of the other primitives.
 
-A recurrent layer is split where the work splits. Its input projection ``x @ W_ih^T + b_ih``
-for every time step at once is one ``linear`` (one large matrix product, forward and
-backward); what is left is the recurrence, ``*_scan``: given those projections ``x``
-(``[T, N, G*H]``, ``G`` = 4 for LSTM, 3 for GRU, 1 for RNN), the initial state and the
-hidden-to-hidden ``weight`` (``W_hh``, ``[G*H, H]``) and ``bias`` (``b_hh``, ``[G*H]``, or an
-empty ``[0]`` primitive for none), it runs the ``T`` steps and returns every step's hidden
-state. Its backward runs the steps in reverse once and returns the gradients of all inputs,
-the weight's as one matrix product over every step (cuDNN's layout of the work: one node per
-layer and direction instead of dozens per time step).
+``*_layer(x, h0[, c0], w_ih, w_hh, b_ih, b_hh, ...)`` runs one layer over ``x`` ``[T, N, I]``:
+the input projection of every step at once (``x @ w_ih^T + b_ih``, one matrix product), then
+the ``T`` steps of the recurrence with the hidden-to-hidden ``w_hh`` ``[G*H, H]`` and ``b_hh``
+(``G`` = 4 for LSTM, 3 for GRU, 1 for RNN; ``w_ih`` is ``[G*H, I]``; an absent bias is an empty
+``[0]`` primitive, as for ``conv``). Its backward runs the steps in reverse once and returns
+every input's gradient, each weight's as one matrix product over all steps (cuDNN's layout of
+the work: one node per layer and direction instead of dozens per time step, and what backward
+keeps is the layer's input, not its ``G`` times wider projection).
 
 Gate orders are PyTorch's: LSTM ``i, f, g, o`` (``c' = f*c + i*g``, ``h' = o*tanh(c')``),
 GRU ``r, z, n`` (``n = tanh(x_n + r * (h W_hn^T + b_hn))``, ``h' = (1-z)*n + z*h``).
 ``reverse`` runs the steps from ``T-1`` down to 0 (the second direction of a bidirectional
 layer); outputs stay at their time positions.
 
-Outputs: ``lstm_scan`` returns ``(out, aux)``, ``out`` ``[T+1, N, H]`` holding ``h_t`` at rows
+Outputs: ``lstm_layer`` returns ``(out, aux)``, ``out`` ``[T+1, N, H]`` holding ``h_t`` at rows
 ``0..T-1`` and the final cell state at row ``T`` (one tracked output carries both states);
-``gru_scan`` returns ``(out, aux)`` and ``rnn_scan`` ``out``, ``[T, N, H]``. ``aux`` is what a
-backend's backward kernel reads besides the inputs (a fused kernel keeps the activated gates and
-cell states, the workspace cuDNN calls its reserve): its layout is the backend's own, and the
-defaults here neither need nor read it (they return an empty one).
+``gru_layer`` returns ``(out, aux)`` and ``rnn_layer`` ``out``, ``[T, N, H]``. ``aux`` is what
+a backend's backward kernel reads besides the inputs (a fused kernel keeps the activated gates
+and cell states, the workspace cuDNN calls its reserve): its layout is the backend's own, and
+the defaults here neither need nor read it (they return an empty one).
 
 The backward defaults recompute the steps from the inputs (so that, run on the autodiff
 backend for ``backward(create_graph=True)``, they are recorded and differentiate again, in
@@ -43,40 +42,50 @@ class RecurrentProtocol:
     #: Every method here has a correct default: a backend may keep any of them.
     OPTIONAL_RECURRENT = frozenset(
         {
-            "lstm_scan",
-            "lstm_scan_backward",
-            "gru_scan",
-            "gru_scan_backward",
-            "rnn_scan",
-            "rnn_scan_backward",
+            "lstm_layer",
+            "lstm_layer_backward",
+            "gru_layer",
+            "gru_layer_backward",
+            "rnn_layer",
+            "rnn_layer_backward",
         }
     )
 
-    # -- kernels --------------------------------------------------------------------------------
-    def lstm_scan(
-        self, x: Any, h0: Any, c0: Any, weight: Any, bias: Any, reverse: bool
+    # -- kernels ------------------------------------------------------------------------------
+    def lstm_layer(
+        self,
+        x: Any,
+        h0: Any,
+        c0: Any,
+        w_ih: Any,
+        w_hh: Any,
+        b_ih: Any,
+        b_hh: Any,
+        reverse: bool,
     ) -> tuple[Any, Any]:
-        """The LSTM recurrence over ``x`` ``[T, N, 4H]`` from ``h0``, ``c0`` ``[N, H]``:
-        ``(out, aux)``, ``out`` ``[T+1, N, H]`` (every ``h_t``, then the last cell state)."""
-        steps = self._lstm_steps(x, h0, c0, weight, bias, reverse)
+        """One LSTM layer over ``x`` ``[T, N, I]`` from ``h0``, ``c0`` ``[N, H]``: ``(out,
+        aux)``, ``out`` ``[T+1, N, H]`` (every ``h_t``, then the last cell state)."""
+        steps = self._lstm_steps(self._projection(x, w_ih, b_ih), h0, c0, w_hh, b_hh, reverse)
         last_cell = self._row(steps[-1][2][5])
         return self.cat([self._stacked(steps), last_cell], 0), self._no_aux(x)
 
-    def lstm_scan_backward(
+    def lstm_layer_backward(
         self,
         grad: Any,
         x: Any,
         h0: Any,
         c0: Any,
-        weight: Any,
-        bias: Any,
+        w_ih: Any,
+        w_hh: Any,
+        b_ih: Any,
+        b_hh: Any,
         out: Any,
         aux: Any,
         reverse: bool,
-    ) -> tuple[Any, Any, Any, Any, Any]:
-        """The gradients of ``sum(grad * lstm_scan(x, h0, c0, weight, bias, reverse)[0])``:
-        ``(dx, dh0, dc0, dweight, dbias)`` (``dbias`` ``[4H]`` even for an empty bias)."""
-        steps = self._lstm_steps(x, h0, c0, weight, bias, reverse)
+    ) -> tuple[Any, ...]:
+        """The gradients of ``sum(grad * lstm_layer(...)[0])``: ``(dx, dh0, dc0, dw_ih, dw_hh,
+        db_ih, db_hh)`` (the biases' ``[4H]`` even for empty biases)."""
+        steps = self._lstm_steps(self._projection(x, w_ih, b_ih), h0, c0, w_hh, b_hh, reverse)
         length = self.shape(x)[0]
         dh, dc = None, self._at(grad, length)
         dgates: list[Any] = [None] * length
@@ -92,30 +101,35 @@ class RecurrentProtocol:
             ]
             dgates[t] = self.cat(gate_grads, 1)
             dc = self.mul(dc, f)
-            dh = self.matmul(dgates[t], weight)
-        dx, dweight, dbias = self._scan_grads(steps, dgates, dgates)
-        return dx, dh, dc, dweight, dbias
+            dh = self.matmul(dgates[t], w_hh)
+        dx, dw_ih, db_ih = self._input_grads(x, w_ih, dgates)
+        dw_hh, db_hh = self._hidden_grads(steps, dgates)
+        return dx, dh, dc, dw_ih, dw_hh, db_ih, db_hh
 
-    def gru_scan(self, x: Any, h0: Any, weight: Any, bias: Any, reverse: bool) -> tuple[Any, Any]:
-        """The GRU recurrence over ``x`` ``[T, N, 3H]`` from ``h0`` ``[N, H]``: ``(out,
-        aux)``, ``out`` ``[T, N, H]`` (every ``h_t``)."""
-        steps = self._gru_steps(x, h0, weight, bias, reverse)
+    def gru_layer(
+        self, x: Any, h0: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool
+    ) -> tuple[Any, Any]:
+        """One GRU layer over ``x`` ``[T, N, I]`` from ``h0`` ``[N, H]``: ``(out, aux)``,
+        ``out`` ``[T, N, H]`` (every ``h_t``)."""
+        steps = self._gru_steps(self._projection(x, w_ih, b_ih), h0, w_hh, b_hh, reverse)
         return self._stacked(steps), self._no_aux(x)
 
-    def gru_scan_backward(
+    def gru_layer_backward(
         self,
         grad: Any,
         x: Any,
         h0: Any,
-        weight: Any,
-        bias: Any,
+        w_ih: Any,
+        w_hh: Any,
+        b_ih: Any,
+        b_hh: Any,
         out: Any,
         aux: Any,
         reverse: bool,
-    ) -> tuple[Any, Any, Any, Any]:
-        """The gradients of ``sum(grad * gru_scan(x, h0, weight, bias, reverse)[0])``:
-        ``(dx, dh0, dweight, dbias)``."""
-        steps = self._gru_steps(x, h0, weight, bias, reverse)
+    ) -> tuple[Any, ...]:
+        """The gradients of ``sum(grad * gru_layer(...)[0])``: ``(dx, dh0, dw_ih, dw_hh,
+        db_ih, db_hh)``."""
+        steps = self._gru_steps(self._projection(x, w_ih, b_ih), h0, w_hh, b_hh, reverse)
         length = self.shape(x)[0]
         dh = None
         dx_rows: list[Any] = [None] * length
@@ -127,42 +141,60 @@ class RecurrentProtocol:
             dz = self.mul(self.mul(dh, self.sub(h_prev, n)), self._sigmoid_slope(z))
             dx_rows[t] = self.cat([dr, dz, dn], 1)
             dhidden_rows[t] = self.cat([dr, dz, self.mul(dn, r)], 1)
-            dh = self.add(self.mul(dh, z), self.matmul(dhidden_rows[t], weight))
-        dx, dweight, dbias = self._scan_grads(steps, dx_rows, dhidden_rows)
-        return dx, dh, dweight, dbias
+            dh = self.add(self.mul(dh, z), self.matmul(dhidden_rows[t], w_hh))
+        dx, dw_ih, db_ih = self._input_grads(x, w_ih, dx_rows)
+        dw_hh, db_hh = self._hidden_grads(steps, dhidden_rows)
+        return dx, dh, dw_ih, dw_hh, db_ih, db_hh
 
-    def rnn_scan(self, x: Any, h0: Any, weight: Any, bias: Any, relu: bool, reverse: bool) -> Any:
-        """The Elman recurrence ``h' = act(x_t + h @ weight^T + bias)`` over ``x`` ``[T, N,
-        H]`` from ``h0`` ``[N, H]``, ``act`` ReLU if ``relu`` else tanh: ``out`` ``[T, N, H]``."""
-        return self._stacked(self._rnn_steps(x, h0, weight, bias, relu, reverse))
+    def rnn_layer(
+        self,
+        x: Any,
+        h0: Any,
+        w_ih: Any,
+        w_hh: Any,
+        b_ih: Any,
+        b_hh: Any,
+        relu: bool,
+        reverse: bool,
+    ) -> Any:
+        """One Elman layer ``h' = act(x_t @ w_ih^T + b_ih + h @ w_hh^T + b_hh)`` over ``x``
+        ``[T, N, I]`` from ``h0`` ``[N, H]``, ``act`` ReLU if ``relu`` else tanh: ``out``
+        ``[T, N, H]``."""
+        projected = self._projection(x, w_ih, b_ih)
+        return self._stacked(self._rnn_steps(projected, h0, w_hh, b_hh, relu, reverse))
 
-    def rnn_scan_backward(
+    def rnn_layer_backward(
         self,
         grad: Any,
         x: Any,
         h0: Any,
-        weight: Any,
-        bias: Any,
+        w_ih: Any,
+        w_hh: Any,
+        b_ih: Any,
+        b_hh: Any,
         out: Any,
         relu: bool,
         reverse: bool,
-    ) -> tuple[Any, Any, Any, Any]:
-        """The gradients of ``sum(grad * rnn_scan(x, h0, weight, bias, relu, reverse))``:
-        ``(dx, dh0, dweight, dbias)``."""
-        steps = self._rnn_steps(x, h0, weight, bias, relu, reverse)
+    ) -> tuple[Any, ...]:
+        """The gradients of ``sum(grad * rnn_layer(...))``: ``(dx, dh0, dw_ih, dw_hh, db_ih,
+        db_hh)``."""
+        projected = self._projection(x, w_ih, b_ih)
+        steps = self._rnn_steps(projected, h0, w_hh, b_hh, relu, reverse)
         dh = None
         rows: list[Any] = [None] * self.shape(x)[0]
         for t, _h_prev, _gates, h in reversed(steps):
             dh = self._at(grad, t) if dh is None else self.add(self._at(grad, t), dh)
             slope = self.cast(self.greater_elem(h, 0.0), self.dtype(h)) if relu else None
             rows[t] = self.mul(dh, slope if relu else self._tanh_slope(h))
-            dh = self.matmul(rows[t], weight)
-        dx, dweight, dbias = self._scan_grads(steps, rows, rows)
-        return dx, dh, dweight, dbias
+            dh = self.matmul(rows[t], w_hh)
+        dx, dw_ih, db_ih = self._input_grads(x, w_ih, rows)
+        dw_hh, db_hh = self._hidden_grads(steps, rows)
+        return dx, dh, dw_ih, dw_hh, db_ih, db_hh
 
-    # -- the steps, composed ----------------------------------------------------------------------
-    # Each ``*_steps`` runs the recurrence and lists its steps in the order run, each as ``(t,
-    # h_prev, gates, h)``: what the backward defaults read.
+    # -- the steps, composed ------------------------------------------------------------------
+    # Each ``*_steps`` runs the recurrence over the input projections ``x`` ``[T, N, G*H]`` and
+    # lists its steps in the order run, each as ``(t, h_prev, gates, h)``: what the backward
+    # defaults read.
     def _lstm_steps(self, x, h0, c0, weight, bias, reverse):
         size = self.shape(h0)[1]
         h, c, steps = h0, c0, []
@@ -209,19 +241,36 @@ class RecurrentProtocol:
             steps.append((t, h_prev, (), h))
         return steps
 
-    # -- helpers ----------------------------------------------------------------------------------
-    def _scan_grads(self, steps, dx_rows, dhidden_rows):
-        """``(dx, dweight, dbias)`` from each step's gradients of its input projection
-        (``dx_rows[t]``) and of its hidden pre-activation (``dhidden_rows[t]``): ``dweight``
-        is one product over every step, ``sum_t dhidden_t^T @ h_prev_t``."""
-        dx = self.cat([self._row(row) for row in dx_rows], 0)
-        by_time = sorted(steps, key=lambda step: step[0])
-        dhidden = self.cat(dhidden_rows, 0)  # [T*N, G*H]
-        h_prev = self.cat([step[1] for step in by_time], 0)  # [T*N, H]
-        dweight = self.matmul(self.swap_dims(dhidden, 0, 1), h_prev)
-        width = self.shape(dhidden)[1]
-        dbias = self.reshape(self.sum_dim(dhidden, (0,)), (width,))
-        return dx, dweight, dbias
+    # -- helpers ------------------------------------------------------------------------------
+    def _projection(self, x: Any, w_ih: Any, b_ih: Any) -> Any:
+        """``x @ w_ih^T + b_ih`` for every step: ``[T, N, G*H]``."""
+        length, batch, features = self.shape(x)
+        flat = self.reshape(x, (length * batch, features))
+        projected = self.matmul(flat, self.swap_dims(w_ih, 0, 1))
+        if self.shape(b_ih)[0]:
+            projected = self.add(projected, b_ih)
+        return self.reshape(projected, (length, batch, self.shape(w_ih)[0]))
+
+    def _input_grads(self, x, w_ih, rows):
+        """``(dx, dw_ih, db_ih)`` from each step's gradient of its input projection
+        (``rows[t]``, ``[N, G*H]``)."""
+        length, batch, features = self.shape(x)
+        dprojected = self.cat(rows, 0)  # [T*N, G*H]
+        dx = self.reshape(self.matmul(dprojected, w_ih), (length, batch, features))
+        flat = self.reshape(x, (length * batch, features))
+        dw_ih = self.matmul(self.swap_dims(dprojected, 0, 1), flat)
+        return dx, dw_ih, self._column_total(dprojected)
+
+    def _hidden_grads(self, steps, rows):
+        """``(dw_hh, db_hh)`` from each step's gradient of its hidden pre-activation:
+        ``sum_t rows[t]^T @ h_prev_t``, one product over every step."""
+        dhidden = self.cat(rows, 0)  # [T*N, G*H], in time order
+        h_prev = self.cat([step[1] for step in sorted(steps, key=lambda s: s[0])], 0)
+        dw_hh = self.matmul(self.swap_dims(dhidden, 0, 1), h_prev)
+        return dw_hh, self._column_total(dhidden)
+
+    def _column_total(self, x: Any) -> Any:
+        return self.reshape(self.sum_dim(x, (0,)), (self.shape(x)[1],))
 
     def _stacked(self, steps):
         """Every step's ``h``, ``[T, N, H]`` in time order."""

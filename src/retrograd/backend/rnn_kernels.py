@@ -1,30 +1,31 @@
-"""The fused recurrent kernels (``lstm_scan``, ``gru_scan``, ``rnn_scan`` and their backwards,
-see :mod:`.protocol_rnn`), written once for any array library with NumPy's calling
+"""The fused recurrent kernels (``lstm_layer``, ``gru_layer``, ``rnn_layer`` and their
+backwards, see :mod:`.protocol_rnn`), written once for any array library with NumPy's calling
 conventions: ``xp`` is a small adapter (:class:`~.numpy_rnn.NumpyArrays`,
-:class:`~.torch_rnn.TorchArrays`) giving ``empty``, ``matmul``, ``addmm``, ``add``,
-``multiply``, ``subtract``, ``one_minus``, ``tanh``, ``sigmoid``, ``relu``,
-``positive_mask``, ``copy``, ``column_sum`` and ``quiet``, each writing into ``out=``.
+:class:`~.torch_rnn.TorchArrays`) giving ``empty``, ``matmul``, ``add``, ``multiply``,
+``subtract``, ``one_minus``, ``tanh``, ``sigmoid``, ``relu``, ``positive_mask``, ``copy``,
+``row_sum`` and ``quiet``, each writing into ``out=``.
 
 What a step costs is what is left of the recurrence once everything that does not depend on
 it is taken out of the loop, and the loop's products are laid out the way BLAS is fastest.
 
-- *Feature-major inside.* Each step's product with ``W_hh`` (``[G*H, H]``) is computed as
-  ``W_hh @ h^T``, ``[G*H, N]``, the batch as the short last dimension: for the small batches of
-  recurrent models this runs about twice as fast as ``h @ W_hh^T`` on OpenBLAS (``N`` = 20,
-  ``H`` = 200, float32), forward and backward (``W_hh^T @ dgates^T``). So the kernels turn
-  the input projections and the output gradients to ``[T, K, N]`` once (one pass), keep
-  states, gates and workspace in that layout, in which every gate is a contiguous block of
-  rows, and turn their results back to the protocol's ``[T, N, K]`` once.
-- *Out of the loop.* Forward: the biases are added to every step's input at once; a step is
-  one product and a few elementwise passes. Backward: every factor that depends only on
-  forward values (the activations' slopes, ``tanh(c_t)``, GRU's ``h_{t-1} - n_t``) is
-  computed for all steps at once; a step multiplies by them and makes one product with ``W``;
-  the weight's gradient is one product over all steps.
+- *The batch as the last dimension.* Each step's product with ``w_hh`` (``[G*H, H]``) is
+  computed as ``w_hh @ h^T``, ``[G*H, N]``: for the small batches of recurrent models this runs
+  about twice as fast as ``h @ w_hh^T`` on OpenBLAS (``N`` = 20, ``H`` = 200, float32), and
+  likewise backward (``w_hh^T @ dgates^T``). States, gates and workspace are kept ``[.., K,
+  N]``, every gate a contiguous block of rows.
+- *Whole-sequence products.* The input projection of all steps is one product, ``w_ih @
+  x^T``, ``[G*H, T*N]``, with both biases added once (GRU: all but ``b_hn``), already in the
+  steps' layout; backward collects the pre-activation gradients in the same ``[G*H, T, N]``
+  layout, from which ``dx``, ``dw_ih``, ``dw_hh`` and the biases' gradients are one product
+  (or sum) each, with no transposed copy.
+- *Out of the loop.* Backward, every factor that depends only on forward values (the
+  activations' slopes, ``tanh(c_t)``, GRU's ``h_{t-1} - n_t``) is computed for all steps at
+  once; a step multiplies by them and makes one product with ``w_hh``.
 
-Workspace (the ``aux`` output), feature-major: LSTM ``[T, 5H, N]``, the activated gates ``i,
-f, g, o`` and the cell state ``c_t``; GRU ``[T, 4H, N]``, ``r, z, n`` and ``W_hn h + b_hn``;
-the Elman RNN none (its output is all its backward reads). Kernels write only into arrays they
-create, never into an argument.
+Workspace (the ``aux`` output): LSTM ``[T, 5H, N]``, the activated gates ``i, f, g, o`` and the
+cell state ``c_t``; GRU ``[T, 4H, N]``, ``r, z, n`` and ``h W_hn^T + b_hn``; the Elman RNN none
+(its output is all its backward reads). Kernels write only into arrays they create, never into
+an argument.
 """
 
 from __future__ import annotations
@@ -46,11 +47,23 @@ def _order(length: int, reverse: bool) -> range:
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def _feature_major(xp: Any, x: Any, bias: Any = None) -> Any:
-    """``[T, N, K]`` as a new ``[T, K, N]`` array, plus ``bias`` ``[K]`` when non-empty."""
+def _has(bias: Any) -> bool:
+    return bool(bias.shape[0])
+
+
+def _projection(xp: Any, x: Any, w_ih: Any, *biases: Any) -> Any:
+    """``w_ih @ x^T`` plus the non-empty ``biases`` ``[G*H]``, as ``[G*H, T, N]``."""
+    length, batch, features = x.shape
+    projected = xp.matmul(w_ih, x.reshape(length * batch, features).T)
+    for bias in biases:
+        if _has(bias):
+            xp.add(projected, bias[:, None], out=projected)
+    return projected.reshape(w_ih.shape[0], length, batch)
+
+
+def _feature_major(xp: Any, x: Any) -> Any:
+    """``[T, N, K]`` as a new ``[T, K, N]`` array."""
     out = xp.empty((x.shape[0], x.shape[2], x.shape[1]), x)
-    if bias is not None and bias.shape[0]:
-        return xp.add(x.swapaxes(1, 2), bias[:, None], out=out)
     xp.copy(out, x.swapaxes(1, 2))
     return out
 
@@ -69,36 +82,45 @@ def _rows(xp: Any, x: Any) -> Any:
     return out
 
 
-def _previous(out: Any, h0: Any, reverse: bool) -> tuple[Any, Any, slice, int]:
-    """Where each step's previous hidden state lies: ``(rest, h0, steps, first)`` such that
-    steps ``steps`` read the rows ``rest`` of ``out`` and step ``first`` reads ``h0``."""
-    length = out.shape[0]
+def _previous(length: int, reverse: bool) -> tuple[slice, slice, int]:
+    """``(steps, rows, first)``: steps ``steps`` read the hidden states at ``rows`` of the
+    output, step ``first`` reads ``h0``."""
     if reverse:
-        return out[1:length], h0, slice(0, length - 1), length - 1
-    return out[0 : length - 1], h0, slice(1, length), 0
+        return slice(0, length - 1), slice(1, length), length - 1
+    return slice(1, length), slice(0, length - 1), 0
 
 
-def _weight_grads(xp: Any, dhidden: Any, out: Any, h0: Any, reverse: bool) -> tuple[Any, Any]:
-    """``(dweight, dbias)`` from ``dhidden`` ``[T, N, G*H]`` and the hidden states ``out``
-    ``[T, N, H]``: ``sum_t dhidden_t^T @ h_{t-1}`` (two products, no copy of the states) and
-    the sum of ``dhidden`` over steps and batch.
+def _previous_states(xp: Any, out: Any, h0: Any, reverse: bool) -> Any:
+    """Each step's previous hidden state, ``[T, N, H]``."""
+    steps, rows, first = _previous(out.shape[0], reverse)
+    states = xp.empty(out.shape, out)
+    xp.copy(states[steps], out[rows])
+    xp.copy(states[first], h0)
+    return states
 
-    The products are made as ``h^T @ dhidden`` and turned: OpenBLAS runs ``dhidden^T @ h``
-    at half speed when ``dhidden`` starts one step into its array (an offset view)."""
-    length, batch, width = dhidden.shape
-    size = h0.shape[1]
-    rest, first_h, steps, first = _previous(out, h0, reverse)
-    turned = xp.matmul(first_h.T, dhidden[first])
-    if length > 1:
-        turned += xp.matmul(rest.reshape(-1, size).T, dhidden[steps].reshape(-1, width))
-    return _rows(xp, turned), xp.column_sum(dhidden.reshape(length * batch, width))
+
+def _input_and_weight_grads(xp, dgates, x, w_ih, w_hh, out, h0, reverse, dhidden=None):
+    """``(dx, dw_ih, dw_hh, db_ih, db_hh)`` from the pre-activation gradients ``dgates``
+    ``[G*H, T, N]`` (of the input projection; ``dhidden`` those of the hidden one where they
+    differ, GRU's): one product or sum over every step each."""
+    length, batch, features = x.shape
+    width = dgates.shape[0]
+    flat = dgates.reshape(width, length * batch)
+    hidden = flat if dhidden is None else dhidden.reshape(width, length * batch)
+    dx = xp.matmul(flat.T, w_ih).reshape(length, batch, features)
+    dw_ih = xp.matmul(flat, x.reshape(length * batch, features))
+    states = _previous_states(xp, out, h0, reverse)
+    dw_hh = xp.matmul(hidden, states.reshape(length * batch, h0.shape[1]))
+    db_ih = xp.row_sum(flat)
+    db_hh = xp.row_sum(hidden) if dhidden is not None else xp.row_sum(flat)
+    return dx, dw_ih, dw_hh, db_ih, db_hh
 
 
 # -- LSTM -----------------------------------------------------------------------------------------
-def lstm_forward(xp, x, h0, c0, weight, bias, reverse):
-    length, batch, width = x.shape
-    size = width // 4
-    xb = _feature_major(xp, x, bias)
+def lstm_forward(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
+    length, batch, _ = x.shape
+    size = w_hh.shape[1]
+    projected = _projection(xp, x, w_ih, b_ih, b_hh)
     work = xp.empty((length, 5 * size, batch), x)
     states = xp.empty((length + 1, size, batch), x)  # every h_t, then the last c
     product = xp.empty((size, batch), x)
@@ -107,8 +129,8 @@ def lstm_forward(xp, x, h0, c0, weight, bias, reverse):
         for t in _order(length, reverse):
             w = work[t]
             gates = w[: 4 * size]
-            xp.matmul(weight, h, out=gates)
-            xp.add(gates, xb[t], out=gates)
+            xp.matmul(w_hh, h, out=gates)
+            xp.add(gates, projected[:, t], out=gates)
             xp.sigmoid(gates[: 2 * size], out=gates[: 2 * size])
             xp.tanh(gates[2 * size : 3 * size], out=gates[2 * size : 3 * size])
             xp.sigmoid(gates[3 * size :], out=gates[3 * size :])
@@ -124,7 +146,7 @@ def lstm_forward(xp, x, h0, c0, weight, bias, reverse):
     return _batch_major(xp, states), work
 
 
-def lstm_backward(xp, grad, h0, c0, weight, out, work, reverse):
+def lstm_backward(xp, grad, x, h0, c0, w_ih, w_hh, out, work, reverse):
     length, five, batch = work.shape
     size = five // 5
     gates, cells = work[:, : 4 * size], work[:, 4 * size :]
@@ -144,7 +166,7 @@ def lstm_backward(xp, grad, h0, c0, weight, out, work, reverse):
     xp.multiply(cell_slope, gates[:, 3 * size :], out=cell_slope)
 
     dh_all = _feature_major(xp, grad)  # this kernel's own: each step adds into its row
-    dgates = xp.empty((length, 4 * size, batch), work)
+    dgates = xp.empty((4 * size, length, batch), work)
     dc = dh_all[length]
     product = xp.empty((size, batch), work)
     first = _order(length, reverse)[0]
@@ -155,7 +177,7 @@ def lstm_backward(xp, grad, h0, c0, weight, out, work, reverse):
             xp.add(dh, dh_next, out=dh)
         xp.multiply(dh, cell_slope[t], out=product)
         xp.add(dc, product, out=dc)
-        w, d = work[t], dgates[t]
+        w, d = work[t], dgates[:, t]
         c_prev = c0.T if t == first else cells[t + 1 if reverse else t - 1]
         xp.multiply(dc, w[2 * size : 3 * size], out=d[:size])
         xp.multiply(dc, c_prev, out=d[size : 2 * size])
@@ -163,35 +185,41 @@ def lstm_backward(xp, grad, h0, c0, weight, out, work, reverse):
         xp.multiply(dh, tanh_cells[t], out=d[3 * size :])
         xp.multiply(d, slope[t], out=d)
         xp.multiply(dc, w[size : 2 * size], out=dc)
-        dh_next = xp.matmul(weight.T, d)
-    dx = _batch_major(xp, dgates)
-    dweight, dbias = _weight_grads(xp, dx, out[:length], h0, reverse)
-    return dx, _rows(xp, dh_next), _rows(xp, dc), dweight, dbias
+        dh_next = xp.matmul(w_hh.T, d)
+    grads = _input_and_weight_grads(xp, dgates, x, w_ih, w_hh, out[:length], h0, reverse)
+    dx, dw_ih, dw_hh, db_ih, db_hh = grads
+    return dx, _rows(xp, dh_next), _rows(xp, dc), dw_ih, dw_hh, db_ih, db_hh
 
 
 # -- GRU ------------------------------------------------------------------------------------------
-def gru_forward(xp, x, h0, weight, bias, reverse):
-    length, batch, width = x.shape
-    size = width // 3
-    xt = _feature_major(xp, x)
+def gru_forward(xp, x, h0, w_ih, w_hh, b_ih, b_hh, reverse):
+    length, batch, _ = x.shape
+    size = w_hh.shape[1]
+    # b_hh's r and z parts join the projection; its n part is inside r * (W_hn h + b_hn)
+    if _has(b_hh):
+        projected = _projection(xp, x, w_ih, b_ih)
+        xp.add(projected[: 2 * size], b_hh[: 2 * size, None, None], out=projected[: 2 * size])
+        b_hn = b_hh[2 * size :, None]
+    else:
+        projected, b_hn = _projection(xp, x, w_ih, b_ih), None
     work = xp.empty((length, 4 * size, batch), x)
     states = xp.empty((length, size, batch), x)
-    hidden = xp.empty((width, batch), x)
-    column = bias[:, None] if bias.shape[0] else None
+    hidden = xp.empty((3 * size, batch), x)
     h = h0.T
     with xp.quiet():
         for t in _order(length, reverse):
-            if column is None:
-                xp.matmul(weight, h, out=hidden)
-            else:
-                xp.addmm(column, weight, h, out=hidden)
-            w, x_t = work[t], xt[t]
+            xp.matmul(w_hh, h, out=hidden)
+            w, x_t = work[t], projected[:, t]
             rz = w[: 2 * size]
             xp.add(x_t[: 2 * size], hidden[: 2 * size], out=rz)
             xp.sigmoid(rz, out=rz)
-            xp.copy(w[3 * size :], hidden[2 * size :])
+            hidden_n = w[3 * size :]
+            if b_hn is None:
+                xp.copy(hidden_n, hidden[2 * size :])
+            else:
+                xp.add(hidden[2 * size :], b_hn, out=hidden_n)
             n = w[2 * size : 3 * size]
-            xp.multiply(w[:size], hidden[2 * size :], out=n)
+            xp.multiply(w[:size], hidden_n, out=n)
             xp.add(n, x_t[2 * size :], out=n)
             xp.tanh(n, out=n)
             new = states[t]
@@ -202,7 +230,7 @@ def gru_forward(xp, x, h0, weight, bias, reverse):
     return _batch_major(xp, states), work
 
 
-def gru_backward(xp, grad, h0, weight, out, work, reverse):
+def gru_backward(xp, grad, x, h0, w_ih, w_hh, out, work, reverse):
     length, four, batch = work.shape
     size = four // 4
     r, z = work[:, :size], work[:, size : 2 * size]
@@ -219,70 +247,74 @@ def gru_backward(xp, grad, h0, weight, out, work, reverse):
     xp.one_minus(r, out=r_coef)
     xp.multiply(r_coef, r, out=r_coef)
     xp.multiply(r_coef, hidden_n, out=r_coef)
-    z_coef = xp.empty(z.shape, work)
-    rest, first_h, steps, first = _previous(_feature_major(xp, out), h0.T, reverse)
-    xp.subtract(rest, n[steps], out=z_coef[steps])
-    xp.subtract(first_h, n[first], out=z_coef[first])
+    z_coef = _feature_major(xp, _previous_states(xp, out, h0, reverse))
+    xp.subtract(z_coef, n, out=z_coef)
     xp.one_minus(z, out=scratch)
     xp.multiply(scratch, z, out=scratch)
     xp.multiply(z_coef, scratch, out=z_coef)
 
     dh_all = _feature_major(xp, grad)
-    dx = xp.empty((length, 3 * size, batch), work)
-    dhidden = xp.empty((length, 3 * size, batch), work)
+    dx = xp.empty((3 * size, length, batch), work)  # of the input projection
+    dhidden = xp.empty((3 * size, length, batch), work)  # of the hidden one
     product = xp.empty((size, batch), work)
     dh_next = None
     for t in reversed(_order(length, reverse)):
         dh = dh_all[t]
         if dh_next is not None:
             xp.add(dh, dh_next, out=dh)
-        d, dhid = dx[t], dhidden[t]
-        dn = d[2 * size :]
+        dn, dhid = dx[2 * size :, t], dhidden[:, t]
         xp.multiply(dh, n_coef[t], out=dn)
         xp.multiply(dn, r_coef[t], out=dhid[:size])
         xp.multiply(dh, z_coef[t], out=dhid[size : 2 * size])
         xp.multiply(dn, r[t], out=dhid[2 * size :])
-        dh_next = xp.matmul(weight.T, dhid)
+        dh_next = xp.matmul(w_hh.T, dhid)
         xp.multiply(dh, z[t], out=product)
         xp.add(dh_next, product, out=dh_next)
-    xp.copy(dx[:, : 2 * size], dhidden[:, : 2 * size])
-    dweight, dbias = _weight_grads(xp, _batch_major(xp, dhidden), out, h0, reverse)
-    return _batch_major(xp, dx), _rows(xp, dh_next), dweight, dbias
+    xp.copy(dx[: 2 * size], dhidden[: 2 * size])
+    grads = _input_and_weight_grads(xp, dx, x, w_ih, w_hh, out, h0, reverse, dhidden)
+    dx, dw_ih, dw_hh, db_ih, db_hh = grads
+    return dx, _rows(xp, dh_next), dw_ih, dw_hh, db_ih, db_hh
 
 
 # -- Elman RNN ------------------------------------------------------------------------------------
-def rnn_forward(xp, x, h0, weight, bias, relu, reverse):
-    xb = _feature_major(xp, x, bias)
-    states = xp.empty(xb.shape, x)
+def rnn_forward(xp, x, h0, w_ih, w_hh, b_ih, b_hh, relu, reverse):
+    length, batch, _ = x.shape
+    size = w_hh.shape[1]
+    projected = _projection(xp, x, w_ih, b_ih, b_hh)
+    states = xp.empty((length, size, batch), x)
     activation = xp.relu if relu else xp.tanh
     h = h0.T
-    for t in _order(x.shape[0], reverse):
+    for t in _order(length, reverse):
         new = states[t]
-        xp.matmul(weight, h, out=new)
-        xp.add(new, xb[t], out=new)
+        xp.matmul(w_hh, h, out=new)
+        xp.add(new, projected[:, t], out=new)
         activation(new, out=new)
         h = new
     return _batch_major(xp, states)
 
 
-def rnn_backward(xp, grad, h0, weight, out, relu, reverse):
+def rnn_backward(xp, grad, x, h0, w_ih, w_hh, out, relu, reverse):
+    length, batch, _ = x.shape
+    size = w_hh.shape[1]
     slope = _feature_major(xp, out)
     if relu:
         xp.positive_mask(slope, out=slope)
     else:
         xp.multiply(slope, slope, out=slope)
         xp.one_minus(slope, out=slope)
-    dpre = _feature_major(xp, grad)  # each step's gradient, then in place its pre-activation's
+    dh_all = _feature_major(xp, grad)
+    dpre = xp.empty((size, length, batch), out)
     dh_next = None
-    for t in reversed(_order(out.shape[0], reverse)):
-        d = dpre[t]
+    for t in reversed(_order(length, reverse)):
+        dh, d = dh_all[t], dpre[:, t]
         if dh_next is not None:
-            xp.add(d, dh_next, out=d)
-        xp.multiply(d, slope[t], out=d)
-        dh_next = xp.matmul(weight.T, d)
-    dx = _batch_major(xp, dpre)
-    dweight, dbias = _weight_grads(xp, dx, out, h0, reverse)
-    return dx, _rows(xp, dh_next), dweight, dbias
+            xp.add(dh, dh_next, out=dh)
+        xp.multiply(dh, slope[t], out=d)
+        dh_next = xp.matmul(w_hh.T, d)
+    dx, dw_ih, dw_hh, db_ih, db_hh = _input_and_weight_grads(
+        xp, dpre, x, w_ih, w_hh, out, h0, reverse
+    )
+    return dx, _rows(xp, dh_next), dw_ih, dw_hh, db_ih, db_hh
 
 
 class RecurrentKernels:
@@ -291,20 +323,20 @@ class RecurrentKernels:
 
     arrays: Any
 
-    def lstm_scan(self, x, h0, c0, weight, bias, reverse):
-        return lstm_forward(self.arrays, x, h0, c0, weight, bias, reverse)
+    def lstm_layer(self, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
+        return lstm_forward(self.arrays, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse)
 
-    def lstm_scan_backward(self, grad, x, h0, c0, weight, bias, out, aux, reverse):
-        return lstm_backward(self.arrays, grad, h0, c0, weight, out, aux, reverse)
+    def lstm_layer_backward(self, grad, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+        return lstm_backward(self.arrays, grad, x, h0, c0, w_ih, w_hh, out, aux, reverse)
 
-    def gru_scan(self, x, h0, weight, bias, reverse):
-        return gru_forward(self.arrays, x, h0, weight, bias, reverse)
+    def gru_layer(self, x, h0, w_ih, w_hh, b_ih, b_hh, reverse):
+        return gru_forward(self.arrays, x, h0, w_ih, w_hh, b_ih, b_hh, reverse)
 
-    def gru_scan_backward(self, grad, x, h0, weight, bias, out, aux, reverse):
-        return gru_backward(self.arrays, grad, h0, weight, out, aux, reverse)
+    def gru_layer_backward(self, grad, x, h0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+        return gru_backward(self.arrays, grad, x, h0, w_ih, w_hh, out, aux, reverse)
 
-    def rnn_scan(self, x, h0, weight, bias, relu, reverse):
-        return rnn_forward(self.arrays, x, h0, weight, bias, relu, reverse)
+    def rnn_layer(self, x, h0, w_ih, w_hh, b_ih, b_hh, relu, reverse):
+        return rnn_forward(self.arrays, x, h0, w_ih, w_hh, b_ih, b_hh, relu, reverse)
 
-    def rnn_scan_backward(self, grad, x, h0, weight, bias, out, relu, reverse):
-        return rnn_backward(self.arrays, grad, h0, weight, out, relu, reverse)
+    def rnn_layer_backward(self, grad, x, h0, w_ih, w_hh, b_ih, b_hh, out, relu, reverse):
+        return rnn_backward(self.arrays, grad, x, h0, w_ih, w_hh, out, relu, reverse)

@@ -1,6 +1,6 @@
 """torch kernels of the recurrent primitives (:mod:`.protocol_rnn`): the algorithms of
-:mod:`.rnn_kernels` on torch tensors (CPU or CUDA), each step's input-plus-product one
-``addmm``. torch's autograd is not involved: every tensor here is made without ``requires_grad``.
+:mod:`.rnn_kernels` on torch tensors (CPU or CUDA). torch's autograd is not involved: every
+tensor here is made without ``requires_grad``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ class TorchArrays:
     @staticmethod
     def empty(shape, like):
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-
-    @staticmethod
-    def addmm(base, a, b, out):
-        return torch.addmm(base, a, b, out=out)
 
     @staticmethod
     def matmul(a, b, out=None):
@@ -71,8 +67,8 @@ class TorchArrays:
         return out.copy_(a)
 
     @staticmethod
-    def column_sum(a):
-        return a.sum(0)
+    def row_sum(a):
+        return a.sum(1)
 
 
 class TorchRecurrentKernels(rnn_kernels.RecurrentKernels):

@@ -1,11 +1,10 @@
 """Recurrent layers as functions: what ``nn.RNN``/``nn.LSTM``/``nn.GRU`` and their cells run
 (PyTorch's ``_VF.lstm``, ``torch.lstm_cell``... with its shapes, gate orders and errors).
 
-A layer (one direction) is two ops: the input projection of every time step at once, one
-``linear`` (``x @ W_ih^T + b_ih``, ``[T, N, G*H]``), and the recurrence over the steps, one
-fused backend op (``lstm_scan``, ``gru_scan``, ``rnn_scan``; see
-:mod:`retrograd.backend.protocol_rnn`) whose backward runs the steps in reverse once. A
-cell is the same with one step. Layers stack with dropout between them in training, the
+A layer (one direction) is one fused backend op (``lstm_layer``, ``gru_layer``,
+``rnn_layer``; see :mod:`retrograd.backend.protocol_rnn`): the input projection of every time
+step at once, then the recurrence over the steps; its backward runs the steps in reverse once.
+A cell is the same with one step. Layers stack with dropout between them in training, the
 reverse direction of a bidirectional layer runs on the same input, and the final states come
 out stacked ``[num_layers * directions, N, H]``, layer by layer, forward direction first.
 """
@@ -19,18 +18,17 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, stack
 from ...tensor.internal import Op, apply, shape_text, wrap
 from ._common import _float_input
-from .linear import linear
 from .normalization import dropout as _dropout
 
 __all__ = ["GATES", "recurrent", "recurrent_cell"]
 
 #: Gates per recurrence: the rows of ``W_ih``/``W_hh`` are ``GATES[mode] * hidden_size``.
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
-_SCANS = {
-    "LSTM": Op("LSTM", kernel="lstm_scan"),
-    "GRU": Op("GRU", kernel="gru_scan"),
-    "RNN_TANH": Op("RNN", kernel="rnn_scan"),
-    "RNN_RELU": Op("RNN", kernel="rnn_scan"),
+_LAYERS = {
+    "LSTM": Op("LSTM", kernel="lstm_layer"),
+    "GRU": Op("GRU", kernel="gru_layer"),
+    "RNN_TANH": Op("RNN", kernel="rnn_layer"),
+    "RNN_RELU": Op("RNN", kernel="rnn_layer"),
 }
 #: ``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer and direction (biases may be None).
 LayerWeights = Sequence[Any]
@@ -46,17 +44,24 @@ def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeight
     state)``, the state ``(h,)`` or, for an LSTM, ``(h, c)``."""
     w_ih, w_hh, b_ih, b_hh = weights
     length = x.shape[0]
-    projected = linear(x, w_ih, b_ih)
-    bias = wrap(x, x.backend.zeros((0,), x.dtype, x.device)) if b_hh is None else b_hh
+    empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+    inputs = (
+        x,
+        *state,
+        w_ih,
+        w_hh,
+        empty if b_ih is None else b_ih,
+        empty if b_hh is None else b_hh,
+    )
     last = 0 if reverse else length - 1
     if mode == "LSTM":
-        packed, _ = apply(_SCANS[mode], (projected, *state, w_hh, bias), (reverse,))
+        packed, _ = apply(_LAYERS[mode], inputs, (reverse,))
         out = packed.narrow(0, 0, length)
         return out, (_row(packed, last), _row(packed, length))
     if mode == "GRU":
-        out, _ = apply(_SCANS[mode], (projected, *state, w_hh, bias), (reverse,))
+        out, _ = apply(_LAYERS[mode], inputs, (reverse,))
     else:
-        out = apply(_SCANS[mode], (projected, *state, w_hh, bias), (mode == "RNN_RELU", reverse))
+        out = apply(_LAYERS[mode], inputs, (mode == "RNN_RELU", reverse))
     return out, (_row(out, last),)
 
 
