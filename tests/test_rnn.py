@@ -490,3 +490,46 @@ def test_errors_name_the_layer_and_the_shapes():
         cell(rg.ones((2, 3)), rg.zeros((2, 4)))
     # the module is still usable
     assert lstm(rg.ones((5, 2, 3)))[0].shape == (5, 2, 4)
+
+
+# -- memory ----------------------------------------------------------------------------------------
+@pytest.mark.numpy_only("tracemalloc sees NumPy's allocations, not torch's CPU allocator")
+def test_lstm_training_loop_memory_is_flat_and_backward_keeps_input_output_and_workspace():
+    import gc
+    import tracemalloc
+
+    from retrograd.memory import measure_step_memory
+
+    rg.seed(0)
+    lstm, head = nn.LSTM(16, 32, num_layers=2), nn.Linear(32, 16)
+    x = rg.tensor(normal(20, 4, 16).astype(np.float32))
+    hidden = None
+
+    def step(hidden):
+        output, hidden = lstm(x, hidden)
+        loss = (head(output) ** 2).mean()
+        grads = loss.backward()
+        for name, p in list(lstm.named_parameters()):
+            lstm.set_parameter(name, p - 0.01 * p.grad(grads))
+        return tuple(h.detach() for h in hidden)
+
+    tracemalloc.start()
+    try:
+        for index in range(60):
+            hidden = step(hidden)
+            if index == 9:
+                gc.collect()
+                early = tracemalloc.get_traced_memory()[0]
+        gc.collect()
+        late = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert late - early < 16 * 1024, f"memory grew by {late - early} bytes over 50 steps"
+    # What one layer keeps for backward: its input, its output and the workspace ([T, 5H, N]
+    # gates and cells), nothing per time step.
+    single = nn.LSTM(16, 32)
+    memory = measure_step_memory(lambda: single(x)[0].sum(), single.parameters())
+    length, batch, hidden_size = 20, 4, 32
+    kept = 4 * (length * batch * 16 + (length + 1) * batch * hidden_size)
+    kept += 4 * length * 5 * hidden_size * batch
+    assert memory.after_forward_bytes <= kept * 1.1, (memory.after_forward_bytes, kept)

@@ -24,6 +24,8 @@ from retrograd import nn as rnn
 from retrograd.nn import functional as RF  # noqa: N812
 
 torch = pytest.importorskip("torch")
+# PyTorch's notice that its TransformerEncoder skips the nested-tensor fast path
+pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor:UserWarning")
 
 RTOL, ATOL = 1e-9, 1e-12
 NTOKENS, BATCHES = 30, 4
