@@ -14,14 +14,17 @@ import pytest
 
 import retrograd as rg
 from backends import inner_backend, on_torch
-from nn_testing import check_finite_differences
+from nn_testing import (
+    assert_second_derivatives_match_torch,
+    check_finite_differences,
+    compare_module_with_torch,
+)
 from retrograd import nn
 from retrograd.nn.functional.rnn import recurrent
 
 torch = pytest.importorskip("torch")
 
 rng = np.random.default_rng(11)
-TOL = {"float64": dict(rtol=1e-9, atol=1e-11), "float32": dict(rtol=2e-4, atol=2e-5)}
 KINDS = ["LSTM", "GRU", "RNN"]
 
 
@@ -37,46 +40,17 @@ def pair(kind, dtype, *args, **kwargs):
     return theirs, ours
 
 
-def _flat(result, cell):
-    """A module's ``(output, h_n)`` / ``(output, (h_n, c_n))``, or a cell's ``h`` / ``(h, c)``,
-    as a list of tensors."""
-    if cell:
-        return list(result) if isinstance(result, tuple) else [result]
-    output, hidden = result
-    return [output, *(hidden if isinstance(hidden, tuple) else (hidden,))]
-
-
 def compare_module(theirs, ours, x, hx, dtype, *, lstm):
-    """Every output, and the gradients of input, initial states and every parameter, of a
-    random weighting of all outputs."""
-    theirs.zero_grad()
-    cast = getattr(torch, dtype)
-    cell = isinstance(theirs, torch.nn.RNNCellBase)
-    t_x = torch.tensor(x, dtype=cast, requires_grad=True)
-    r_x = rg.tensor(x, dtype=dtype).require_grad()
-    t_hx = r_hx = None
-    if hx is not None:
-        t_hx = [torch.tensor(h, dtype=cast, requires_grad=True) for h in hx]
-        r_hx = [rg.tensor(h, dtype=dtype).require_grad() for h in hx]
-    t_outs = _flat(theirs(t_x, None if hx is None else tuple(t_hx) if lstm else t_hx[0]), cell)
-    r_outs = _flat(ours(r_x, None if hx is None else tuple(r_hx) if lstm else r_hx[0]), cell)
-    seeds = [normal(*t.shape) for t in t_outs]
-    sum(((t * torch.tensor(s, dtype=cast)).sum() for t, s in zip(t_outs, seeds))).backward()
-    r_loss = None
-    for t, s in zip(r_outs, seeds):
-        term = (t * rg.tensor(s, dtype=dtype)).sum()
-        r_loss = term if r_loss is None else r_loss + term
-    grads = r_loss.backward()
-    tol = TOL[dtype]
-    for k, (r, t) in enumerate(zip(r_outs, t_outs)):
-        assert r.shape == tuple(t.shape) and r.dtype == dtype
-        np.testing.assert_allclose(r.numpy(), t.detach().numpy(), **tol, err_msg=f"output {k}")
-    np.testing.assert_allclose(r_x.grad(grads).numpy(), t_x.grad.numpy(), **tol)
-    for r, t in zip(r_hx or (), t_hx or ()):
-        np.testing.assert_allclose(r.grad(grads).numpy(), t.grad.numpy(), **tol)
-    for name, parameter in theirs.named_parameters():
-        ours_grad = ours.get_parameter(name).grad(grads).numpy()
-        np.testing.assert_allclose(ours_grad, parameter.grad.numpy(), **tol, err_msg=name)
+    """Outputs and all gradients (input, initial states, parameters) against PyTorch; ``hx``
+    a list of initial states (``[h, c]`` for an LSTM) or ``None``."""
+    if hx is None:
+        compare_module_with_torch(theirs, ours, [x], dtype)
+        return
+
+    def call(module, x, *states):
+        return module(x, tuple(states) if lstm else states[0])
+
+    compare_module_with_torch(theirs, ours, [x, *hx], dtype, call)
 
 
 MODULE_CASES = {
@@ -255,31 +229,6 @@ def test_every_checkpointing_strategy_gives_the_same_gradients(mode):
             np.testing.assert_array_equal(ours, plain, err_msg=name)
 
 
-def _double_backward(build_ours, build_theirs, arrays):
-    """Second derivatives through ``backward(create_graph=True)`` against PyTorch's double
-    backward: the gradient of ``sum(direction * d loss / d input)`` for every input."""
-    seed = None
-    t_inputs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    t_out = build_theirs(*t_inputs)
-    seed = normal(*t_out.shape)
-    directions = [normal(*a.shape) for a in arrays]
-    first = torch.autograd.grad((t_out * torch.tensor(seed)).sum(), t_inputs, create_graph=True)
-    inner = sum((g * torch.tensor(d)).sum() for g, d in zip(first, directions))
-    expected = torch.autograd.grad(inner, t_inputs, allow_unused=True)
-    tensors = [rg.tensor(a).require_grad() for a in arrays]
-    grads = (build_ours(*tensors) * rg.tensor(seed)).sum().backward(create_graph=True)
-    total = None
-    for t, d in zip(tensors, directions):
-        term = (t.grad(grads) * rg.tensor(d)).sum()
-        total = term if total is None else total + term
-    second = total.backward()
-    for t, e in zip(tensors, expected):
-        ours = t.grad(second)
-        ours = np.zeros(t.shape) if ours is None else ours.numpy()
-        e = np.zeros(t.shape) if e is None else e.numpy()
-        np.testing.assert_allclose(ours, e, rtol=1e-8, atol=1e-10)
-
-
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_second_derivatives_match_torch(kind):
     torch_fn = {"LSTM": torch.lstm_cell, "GRU": torch.gru_cell, "RNN": torch.rnn_tanh_cell}[kind]
@@ -308,7 +257,7 @@ def test_second_derivatives_match_torch(kind):
         extra = [hidden[1].reshape((-1,))] if lstm else []
         return rg.cat([output.reshape((-1,)), *extra], 0)
 
-    _double_backward(ours, theirs, arrays)
+    assert_second_derivatives_match_torch(ours, theirs, arrays)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -461,7 +410,7 @@ def test_errors_name_the_layer_and_the_shapes():
         lstm(rg.ones((5, 2, 3)), (rg.zeros((1, 2, 4)), rg.zeros((2, 2, 4))))
     with pytest.raises(rg.InvalidArgumentError, match="tuple"):
         lstm(rg.ones((5, 2, 3)), rg.zeros((2, 2, 4)))
-    with pytest.raises(rg.ShapeError, match="2-d"):
+    with pytest.raises(rg.ShapeError, match="unbatched"):
         lstm(rg.ones((5, 3)), (rg.zeros((2, 2, 4)), rg.zeros((2, 2, 4))))
     with pytest.raises(rg.ShapeError, match="3-d"):
         lstm(rg.ones((5, 2, 2, 3)))
@@ -484,7 +433,7 @@ def test_errors_name_the_layer_and_the_shapes():
     cell = nn.LSTMCell(3, 4)
     with pytest.raises(rg.ShapeError, match="LSTMCell"):
         cell(rg.ones((2, 5)))
-    with pytest.raises(rg.ShapeError, match=r"LSTMCell: expected hidden state \[2, 4\]"):
+    with pytest.raises(rg.ShapeError, match=r"LSTMCell: expected hidden size \[2, 4\]"):
         cell(rg.ones((2, 3)), (rg.zeros((3, 4)), rg.zeros((2, 4))))
     with pytest.raises(rg.InvalidArgumentError, match="tuple"):
         cell(rg.ones((2, 3)), rg.zeros((2, 4)))

@@ -16,13 +16,14 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from backends import inner_backend
-from nn_testing import check_finite_differences
+from nn_testing import check_finite_differences, compare_module_with_torch
 from retrograd import nn
 
 torch = pytest.importorskip("torch")
+# PyTorch's deprecation notice for a bool key-padding mask beside a float attention mask
+pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")
 
 rng = np.random.default_rng(21)
-TOL = {"float64": dict(rtol=1e-9, atol=1e-11), "float32": dict(rtol=3e-4, atol=3e-5)}
 
 
 def normal(*shape):
@@ -38,47 +39,6 @@ def pair(name, dtype, *args, **kwargs):
     ours = getattr(nn, name)(*args, **kwargs, dtype=dtype)
     ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
     return theirs, ours
-
-
-def compare(theirs, ours, inputs, dtype, call=None, constants=()):
-    """Every output of ``call(module, *inputs, *constants)`` and the gradients of the float
-    inputs and of every parameter, for a random weighting of the outputs."""
-    call = call or (lambda module, *args: module(*args))
-    theirs.zero_grad()
-    cast = getattr(torch, dtype)
-    t_inputs = [torch.tensor(a, dtype=cast, requires_grad=True) for a in inputs]
-    r_inputs = [rg.tensor(a, dtype=dtype).require_grad() for a in inputs]
-    constants = [c if c is None or c.dtype.kind != "f" else c.astype(dtype) for c in constants]
-    t_consts = [None if c is None else torch.tensor(c) for c in constants]
-    r_consts = [None if c is None else rg.tensor(c) for c in constants]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # PyTorch's deprecation notices on mixed masks
-        t_out = call(theirs, *t_inputs, *t_consts)
-    r_out = call(ours, *r_inputs, *r_consts)
-    t_out = [o for o in (t_out if isinstance(t_out, tuple) else (t_out,)) if o is not None]
-    r_out = [o for o in (r_out if isinstance(r_out, tuple) else (r_out,)) if o is not None]
-    assert len(t_out) == len(r_out)
-    seeds = [normal(*o.shape) for o in t_out]
-    sum((o * torch.tensor(s, dtype=cast)).sum() for o, s in zip(t_out, seeds)).backward()
-    loss = None
-    for o, s in zip(r_out, seeds):
-        term = (o * rg.tensor(s, dtype=dtype)).sum()
-        loss = term if loss is None else loss + term
-    grads = loss.backward()
-    tol = TOL[dtype]
-    for k, (r, t) in enumerate(zip(r_out, t_out)):
-        assert r.shape == tuple(t.shape)
-        np.testing.assert_allclose(r.numpy(), t.detach().numpy(), **tol, err_msg=f"output {k}")
-    for k, (r, t) in enumerate(zip(r_inputs, t_inputs)):
-        expected = np.zeros(t.shape) if t.grad is None else t.grad.numpy()
-        got = r.grad(grads)
-        got = np.zeros(r.shape) if got is None else got.numpy()
-        np.testing.assert_allclose(got, expected, **tol, err_msg=f"input {k}")
-    for name, parameter in theirs.named_parameters():
-        got = ours.get_parameter(name).grad(grads)
-        expected = np.zeros(parameter.shape) if parameter.grad is None else parameter.grad.numpy()
-        got = np.zeros(expected.shape) if got is None else got.numpy()
-        np.testing.assert_allclose(got, expected, **tol, err_msg=name)
 
 
 # -- MultiheadAttention --------------------------------------------------------------------------
@@ -121,7 +81,7 @@ def test_multihead_attention_matches_torch(case, need_weights, dtype):
             need_weights=need_weights,
         )
 
-    compare(theirs, ours, inputs, dtype, call, masks)
+    compare_module_with_torch(theirs, ours, inputs, dtype, call, masks)
 
 
 @pytest.mark.parametrize("average", [True, False])
@@ -147,7 +107,9 @@ def test_multihead_self_attention_masks_match_torch(masks, average):
             average_attn_weights=average,
         )
 
-    compare(theirs, ours, [normal(length, batch, 12)], "float64", call, (attn, key_padding))
+    compare_module_with_torch(
+        theirs, ours, [normal(length, batch, 12)], "float64", call, (attn, key_padding)
+    )
 
 
 def test_multihead_attention_causal_hint_and_unbatched_inputs_match_torch():
@@ -157,9 +119,9 @@ def test_multihead_attention_causal_hint_and_unbatched_inputs_match_torch():
     def causal(module, x, attn_mask):
         return module(x, x, x, attn_mask=attn_mask, is_causal=True, need_weights=False)
 
-    compare(theirs, ours, [normal(5, 2, 8)], "float64", causal, (mask,))
-    compare(theirs, ours, [normal(5, 8)], "float64", causal, (mask,))
-    compare(theirs, ours, [normal(5, 8), normal(6, 8), normal(6, 8)], "float64")
+    compare_module_with_torch(theirs, ours, [normal(5, 2, 8)], "float64", causal, (mask,))
+    compare_module_with_torch(theirs, ours, [normal(5, 8)], "float64", causal, (mask,))
+    compare_module_with_torch(theirs, ours, [normal(5, 8), normal(6, 8), normal(6, 8)], "float64")
 
 
 def test_multihead_attention_finite_differences_and_strategies():
@@ -212,7 +174,9 @@ def test_encoder_layer_matches_torch(case, dtype):
     def call(module, x, src_mask, src_key_padding_mask):
         return module(x, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask)
 
-    compare(theirs, ours, [_sequence(5, 3, 8, first)], dtype, call, (mask, padding))
+    compare_module_with_torch(
+        theirs, ours, [_sequence(5, 3, 8, first)], dtype, call, (mask, padding)
+    )
 
 
 @pytest.mark.parametrize("case", list(LAYER_CASES))
@@ -228,7 +192,7 @@ def test_decoder_layer_matches_torch(case):
         )
 
     inputs = [_sequence(4, 3, 8, first), _sequence(6, 3, 8, first)]
-    compare(theirs, ours, inputs, "float64", call, (tgt_mask, memory_padding))
+    compare_module_with_torch(theirs, ours, inputs, "float64", call, (tgt_mask, memory_padding))
 
 
 @pytest.mark.parametrize("case", ["post-norm relu", "pre-norm", "gelu batch first"])
@@ -250,7 +214,7 @@ def test_transformer_matches_torch_with_the_causal_mask_detected(case):
         return module(src, tgt, tgt_mask=mask)
 
     inputs = [_sequence(6, 3, 8, first), _sequence(4, 3, 8, first)]
-    compare(theirs, ours, inputs, "float64", call)
+    compare_module_with_torch(theirs, ours, inputs, "float64", call)
 
 
 def test_encoder_stack_with_norm_and_padding_matches_torch():
@@ -271,8 +235,8 @@ def test_encoder_stack_with_norm_and_padding_matches_torch():
         return module(x, mask=mask, src_key_padding_mask=src_key_padding_mask)
 
     padding = _key_padding(2, 5, "bool")
-    compare(theirs, ours, [normal(5, 2, 8)], "float64", call, (mask, padding))
-    compare(theirs, ours, [normal(5, 2, 8)], "float64", call, (mask, None))
+    compare_module_with_torch(theirs, ours, [normal(5, 2, 8)], "float64", call, (mask, padding))
+    compare_module_with_torch(theirs, ours, [normal(5, 2, 8)], "float64", call, (mask, None))
 
 
 def test_stacks_hold_independent_copies_of_their_layer():

@@ -118,7 +118,8 @@ def recurrent(
         raise ShapeError(
             f"{name}: expected a sequence length larger than 0, got input {shape_text(input.shape)}"
         )
-    states = _initial_states(name, mode, x, hx, unbatched, num_layers * directions, hidden_size)
+    expected = (num_layers * directions, x.shape[1], hidden_size)
+    states = _initial_states(name, mode, x, hx, unbatched, expected, 1)
     _check_same_dtype(name, x, [("weight_ih_l0", w_ih0), *(("hx", s) for s in states)])
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
@@ -143,14 +144,13 @@ def recurrent(
     return output, (hidden if mode == "LSTM" else hidden[0])
 
 
-def _initial_states(name, mode, x, hx, unbatched, count, hidden_size) -> list[Tensor]:
-    """``hx`` as a list of ``[count, N, H]`` states (zeros for ``None``), checked."""
-    batch = x.shape[1]
-    expected = (count, batch, hidden_size)
+def _initial_states(name, mode, x, hx, unbatched, expected, batch_dim) -> list[Tensor]:
+    """``hx`` as the list of initial states (``[h]``, or ``[h, c]`` for an LSTM) of shape
+    ``expected``, zeros for ``None``, checked; an unbatched state gets its batch dimension at
+    ``batch_dim``."""
     parts = 2 if mode == "LSTM" else 1
     if hx is None:
-        zeros = wrap(x, x.backend.zeros(expected, x.dtype, x.device))
-        return [zeros] * parts
+        return [wrap(x, x.backend.zeros(expected, x.dtype, x.device))] * parts
     if mode == "LSTM":
         if not isinstance(hx, (tuple, list)) or len(hx) != 2:
             raise InvalidArgumentError(
@@ -160,20 +160,19 @@ def _initial_states(name, mode, x, hx, unbatched, count, hidden_size) -> list[Te
     else:
         if not isinstance(hx, Tensor):
             raise InvalidArgumentError(
-                f"{name}: hx must be a tensor [num_layers * directions, N, H], got "
-                f"{type(hx).__name__}"
+                f"{name}: hx must be a tensor {shape_text(expected)}, got {type(hx).__name__}"
             )
         states = [hx]
     checked = []
     for what, state in zip(("h_0", "c_0") if parts == 2 else ("hx",), states):
         state = _float_input(name, state)
         if unbatched:
-            if state.ndim != 2:
+            if state.ndim != len(expected) - 1:
                 raise ShapeError(
-                    f"{name}: for an unbatched (2-d) input, {what} should also be 2-d but got "
-                    f"{state.ndim}-d tensor {shape_text(state.shape)}"
+                    f"{name}: for an unbatched input, {what} should have {len(expected) - 1} "
+                    f"dims but got {state.ndim}-d tensor {shape_text(state.shape)}"
                 )
-            state = state.unsqueeze_dim(1)
+            state = state.unsqueeze_dim(batch_dim)
         if state.shape != expected:
             raise ShapeError(
                 f"{name}: expected hidden size {shape_text(expected)}, got {what} "
@@ -207,26 +206,7 @@ def recurrent_cell(
     unbatched = x.ndim == 1
     if unbatched:
         x = x.unsqueeze_dim(0)
-    expected = (x.shape[0], hidden_size)
-    parts = 2 if mode == "LSTM" else 1
-    if hx is None:
-        states = [wrap(x, x.backend.zeros(expected, x.dtype, x.device))] * parts
-    else:
-        if mode == "LSTM" and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
-            raise InvalidArgumentError(
-                f"{name}: hx must be a tuple (h, c), got {type(hx).__name__}"
-            )
-        states = []
-        for state in hx if mode == "LSTM" else [hx]:
-            state = _float_input(name, state)
-            if unbatched and state.ndim == 1:
-                state = state.unsqueeze_dim(0)
-            if state.shape != expected:
-                raise ShapeError(
-                    f"{name}: expected hidden state {shape_text(expected[unbatched:])}, got "
-                    f"{shape_text(state.shape)} (input {shape_text(input.shape)})"
-                )
-            states.append(state)
+    states = _initial_states(name, mode, x, hx, unbatched, (x.shape[0], hidden_size), 0)
     _check_same_dtype(name, x, [("weight_ih", w_ih), *(("hx", s) for s in states)])
     weights = (w_ih, w_hh, b_ih, b_hh)
     _, final = _layer(mode, x.unsqueeze_dim(0), tuple(states), weights, False)

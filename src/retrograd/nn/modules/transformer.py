@@ -83,6 +83,56 @@ def _factory(backend: Any, device: Any, dtype: str | None) -> dict[str, Any]:
     return dict(backend=backend, device=device, dtype=dtype)
 
 
+def _build_layer(
+    layer: Module,
+    attentions: int,
+    d_model,
+    nhead,
+    dim_feedforward,
+    dropout,
+    activation,
+    layer_norm_eps,
+    batch_first,
+    norm_first,
+    bias,
+    made,
+) -> None:
+    """The sub-modules of an encoder (one attention) or decoder (two) layer, registered in
+    PyTorch's order (its state dict's)."""
+    for name in ("self_attn", "multihead_attn")[:attentions]:
+        attention = MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **made
+        )
+        setattr(layer, name, attention)
+    layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, **made)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, **made)
+    layer.norm_first = norm_first
+    for k in range(1, attentions + 2):
+        setattr(layer, f"norm{k}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made))
+    for k in range(1, attentions + 2):
+        setattr(layer, f"dropout{k}", Dropout(dropout))
+    layer.activation = _activation(activation)
+
+
+def _attention_block(attention, x, memory, attn_mask, key_padding_mask, is_causal, drop):
+    """``drop(attention(x, memory, memory))``, without the attention weights."""
+    x = attention(
+        x,
+        memory,
+        memory,
+        attn_mask=attn_mask,
+        key_padding_mask=key_padding_mask,
+        need_weights=False,
+        is_causal=is_causal,
+    )[0]
+    return drop(x)
+
+
+def _feed_forward_block(layer, x, drop):
+    return drop(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+
+
 class TransformerEncoderLayer(Module):
     """Self-attention and a feed-forward block, each with a residual connection and layer
     norm: after (``norm_first=False``, the original) or before (``norm_first=True``) them.
@@ -105,19 +155,9 @@ class TransformerEncoderLayer(Module):
         dtype: str | None = None,
     ):
         super().__init__()
+        options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
         made = _factory(backend, device, dtype)
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **made
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **made)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **made)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _build_layer(self, 1, d_model, nhead, *options, bias, made)
 
     def forward(
         self,
@@ -134,19 +174,11 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff_block(x))
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(
-            x,
-            x,
-            x,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-            is_causal=is_causal,
-        )[0]
-        return self.dropout1(x)
+        masks = (attn_mask, key_padding_mask, is_causal)
+        return _attention_block(self.self_attn, x, x, *masks, self.dropout1)
 
     def _ff_block(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return _feed_forward_block(self, x, self.dropout2)
 
 
 class TransformerDecoderLayer(Module):
@@ -173,24 +205,9 @@ class TransformerDecoderLayer(Module):
         dtype: str | None = None,
     ):
         super().__init__()
+        options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
         made = _factory(backend, device, dtype)
-        for name in ("self_attn", "multihead_attn"):
-            setattr(
-                self,
-                name,
-                MultiheadAttention(
-                    d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **made
-                ),
-            )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **made)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **made)
-        self.norm_first = norm_first
-        for name in ("norm1", "norm2", "norm3"):
-            setattr(self, name, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **made))
-        for name in ("dropout1", "dropout2", "dropout3"):
-            setattr(self, name, Dropout(dropout))
-        self.activation = _activation(activation)
+        _build_layer(self, 2, d_model, nhead, *options, bias, made)
 
     def forward(
         self,
@@ -215,31 +232,15 @@ class TransformerDecoderLayer(Module):
         return self.norm3(x + self._ff_block(x))
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(
-            x,
-            x,
-            x,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            need_weights=False,
-        )[0]
-        return self.dropout1(x)
+        masks = (attn_mask, key_padding_mask, is_causal)
+        return _attention_block(self.self_attn, x, x, *masks, self.dropout1)
 
     def _mha_block(self, x, memory, attn_mask, key_padding_mask, is_causal):
-        x = self.multihead_attn(
-            x,
-            memory,
-            memory,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            need_weights=False,
-        )[0]
-        return self.dropout2(x)
+        masks = (attn_mask, key_padding_mask, is_causal)
+        return _attention_block(self.multihead_attn, x, memory, *masks, self.dropout2)
 
     def _ff_block(self, x):
-        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return _feed_forward_block(self, x, self.dropout3)
 
 
 class TransformerEncoder(Module):
