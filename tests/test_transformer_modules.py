@@ -21,7 +21,7 @@ from retrograd import nn
 
 torch = pytest.importorskip("torch")
 # PyTorch's deprecation notice for a bool key-padding mask beside a float attention mask
-pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")
+pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched")
 
 rng = np.random.default_rng(21)
 
