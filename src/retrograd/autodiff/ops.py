@@ -605,11 +605,7 @@ reduction(
     lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
     ("dim",),
 )
-reduction(
-    "log_softmax",
-    lambda B, g, out, dim: B.sub(g, B.mul(B.exp(out), B.sum_dim(g, (dim,)))),
-    ("dim",),
-)
+reduction("log_softmax", lambda B, g, out, dim: B.log_softmax_backward(g, out, dim), ("dim",))
 
 # -- never differentiable ------------------------------------------------------------------------
 for _name in (

@@ -524,10 +524,6 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernel
         exps = np.exp(shifted)
         return exps / np.sum(exps, axis=dim, keepdims=True)
 
-    def log_softmax(self, x, dim):
-        shifted = x - np.max(x, axis=dim, keepdims=True)
-        return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
-
 
 def _addable_into(acc: Any, value: Any) -> bool:
     """Whether ``value`` can be added into ``acc`` in place: ``acc`` an array (NumPy sums of

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..device import CPU0
 from .protocol_rnn import RecurrentProtocol
+from .protocol_softmax import SoftmaxProtocol
 
 __all__ = ["PROTOCOL_OPS", "Backend"]
 
@@ -39,7 +40,7 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
 
 
-class Backend(RecurrentProtocol):
+class Backend(RecurrentProtocol, SoftmaxProtocol):
     """Abstract base of all backends; the method list *is* the protocol.
 
     Subclasses implement every method. ``name`` labels the backend in messages.
@@ -64,6 +65,7 @@ class Backend(RecurrentProtocol):
             "accumulate",
             "slice_accumulate",
             *RecurrentProtocol.OPTIONAL_RECURRENT,
+            "log_softmax_backward",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -351,9 +353,6 @@ class Backend(RecurrentProtocol):
         raise NotImplementedError
 
     def softmax(self, x: Any, dim: int) -> Any:
-        raise NotImplementedError
-
-    def log_softmax(self, x: Any, dim: int) -> Any:
         raise NotImplementedError
 
     def linear(self, x: Any, weight: Any, bias: Any) -> Any:
