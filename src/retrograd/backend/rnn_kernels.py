@@ -117,11 +117,29 @@ def _input_and_weight_grads(xp, dgates, x, w_ih, w_hh, out, h0, reverse, dhidden
 
 
 # -- LSTM -----------------------------------------------------------------------------------------
+# Inside, the gates run in the order i, f, o, g with the pre-activations of i, f and o negated
+# (their rows of w_ih, w_hh and the biases, reordered and negated once per call): the three
+# sigmoids are then one block, ``1 / (1 + exp(z))``, with no pass to negate. Negation is
+# exact, so the values are PyTorch's formula's. The workspace keeps that order; backward
+# turns its gradients back to PyTorch's ``i, f, g, o``.
+def _lstm_rows(xp: Any, w: Any, size: int) -> Any:
+    """The rows (or entries) of ``w`` as ``-i, -f, -o, g``."""
+    out = xp.empty(w.shape, w)
+    if not w.shape[0]:
+        return out
+    xp.negative(w[: 2 * size], out=out[: 2 * size])
+    xp.negative(w[3 * size :], out=out[2 * size : 3 * size])
+    xp.copy(out[3 * size :], w[2 * size : 3 * size])
+    return out
+
+
 def lstm_forward(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
     length, batch, _ = x.shape
     size = w_hh.shape[1]
+    rows = (_lstm_rows(xp, w, size) for w in (w_ih, w_hh, b_ih, b_hh))
+    w_ih, w_hh, b_ih, b_hh = rows
     projected = _projection(xp, x, w_ih, b_ih, b_hh)
-    work = xp.empty((length, 5 * size, batch), x)
+    work = xp.empty((length, 5 * size, batch), x)  # i, f, o, g, then c_t
     states = xp.empty((length + 1, size, batch), x)  # every h_t, then the last c
     product = xp.empty((size, batch), x)
     h, c = h0.T, c0.T
@@ -131,16 +149,15 @@ def lstm_forward(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
             gates = w[: 4 * size]
             xp.matmul(w_hh, h, out=gates)
             xp.add(gates, projected[:, t], out=gates)
-            xp.sigmoid(gates[: 2 * size], out=gates[: 2 * size])
-            xp.tanh(gates[2 * size : 3 * size], out=gates[2 * size : 3 * size])
-            xp.sigmoid(gates[3 * size :], out=gates[3 * size :])
+            xp.sigmoid_of_negated(gates[: 3 * size], out=gates[: 3 * size])
+            xp.tanh(gates[3 * size :], out=gates[3 * size :])
             cell = w[4 * size :]
             xp.multiply(w[size : 2 * size], c, out=cell)
-            xp.multiply(w[:size], w[2 * size : 3 * size], out=product)
+            xp.multiply(w[:size], w[3 * size : 4 * size], out=product)
             xp.add(cell, product, out=cell)
             h = states[t]
             xp.tanh(cell, out=h)
-            xp.multiply(h, w[3 * size : 4 * size], out=h)
+            xp.multiply(h, w[2 * size : 3 * size], out=h)
             c = cell
     xp.copy(states[length], c)
     return _batch_major(xp, states), work
@@ -149,27 +166,35 @@ def lstm_forward(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse):
 def lstm_backward(xp, grad, x, h0, c0, w_ih, w_hh, out, work, reverse):
     length, five, batch = work.shape
     size = five // 5
-    gates, cells = work[:, : 4 * size], work[:, 4 * size :]
-    # Every factor that depends on forward values alone, for all steps at once.
-    slope = xp.empty(gates.shape, work)  # the activations' derivatives, from their outputs
-    xp.one_minus(gates, out=slope)
-    xp.multiply(slope, gates, out=slope)
-    tanh_gate = gates[:, 2 * size : 3 * size]
-    g_slope = slope[:, 2 * size : 3 * size]
-    xp.multiply(tanh_gate, tanh_gate, out=g_slope)
-    xp.one_minus(g_slope, out=g_slope)
+    i, f, o, g = (work[:, k * size : (k + 1) * size] for k in range(4))
+    cells = work[:, 4 * size :]
+    # Every factor that depends on forward values alone, for all steps at once: the pre-
+    # activation gradients are d_i, d_f, d_g = dc * coef[:3H] and d_o = dh * coef[3H:]
+    # (PyTorch's order), and dc gains dh * cell_slope.
+    coef = xp.empty((length, 4 * size, batch), work)
+    coef_i, coef_f, coef_g, coef_o = (coef[:, k * size : (k + 1) * size] for k in range(4))
+    for gate, target in ((i, coef_i), (f, coef_f), (o, coef_o)):  # sigmoid slopes
+        xp.one_minus(gate, out=target)
+        xp.multiply(target, gate, out=target)
+    xp.multiply(g, g, out=coef_g)  # tanh's
+    xp.one_minus(coef_g, out=coef_g)
+    xp.multiply(coef_i, g, out=coef_i)
+    xp.multiply(coef_g, i, out=coef_g)
+    steps, rows, first = _previous(length, reverse)
+    xp.multiply(coef_f[steps], cells[rows], out=coef_f[steps])
+    xp.multiply(coef_f[first], c0.T, out=coef_f[first])
     tanh_cells = xp.empty(cells.shape, work)
     xp.tanh(cells, out=tanh_cells)
-    cell_slope = xp.empty(cells.shape, work)  # d c_t / d h_t through h = o * tanh(c)
-    xp.multiply(tanh_cells, tanh_cells, out=cell_slope)
+    xp.multiply(coef_o, tanh_cells, out=coef_o)
+    cell_slope = tanh_cells  # d c_t / d h_t through h = o * tanh(c), in place
+    xp.multiply(cell_slope, cell_slope, out=cell_slope)
     xp.one_minus(cell_slope, out=cell_slope)
-    xp.multiply(cell_slope, gates[:, 3 * size :], out=cell_slope)
+    xp.multiply(cell_slope, o, out=cell_slope)
 
     dh_all = _feature_major(xp, grad)  # this kernel's own: each step adds into its row
     dgates = xp.empty((4 * size, length, batch), work)
     dc = dh_all[length]
     product = xp.empty((size, batch), work)
-    first = _order(length, reverse)[0]
     dh_next = None
     for t in reversed(_order(length, reverse)):
         dh = dh_all[t]
@@ -177,14 +202,11 @@ def lstm_backward(xp, grad, x, h0, c0, w_ih, w_hh, out, work, reverse):
             xp.add(dh, dh_next, out=dh)
         xp.multiply(dh, cell_slope[t], out=product)
         xp.add(dc, product, out=dc)
-        w, d = work[t], dgates[:, t]
-        c_prev = c0.T if t == first else cells[t + 1 if reverse else t - 1]
-        xp.multiply(dc, w[2 * size : 3 * size], out=d[:size])
-        xp.multiply(dc, c_prev, out=d[size : 2 * size])
-        xp.multiply(dc, w[:size], out=d[2 * size : 3 * size])
-        xp.multiply(dh, tanh_cells[t], out=d[3 * size :])
-        xp.multiply(d, slope[t], out=d)
-        xp.multiply(dc, w[size : 2 * size], out=dc)
+        d = dgates[:, t]
+        three = (3, size, batch)
+        xp.multiply(dc[None], coef[t, : 3 * size].reshape(three), out=d[: 3 * size].reshape(three))
+        xp.multiply(dh, coef_o[t], out=d[3 * size :])
+        xp.multiply(dc, f[t], out=dc)
         dh_next = xp.matmul(w_hh.T, d)
     grads = _input_and_weight_grads(xp, dgates, x, w_ih, w_hh, out[:length], h0, reverse)
     dx, dw_ih, dw_hh, db_ih, db_hh = grads

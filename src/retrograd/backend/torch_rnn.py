@@ -51,6 +51,15 @@ class TorchArrays:
         return torch.sigmoid(a, out=out)
 
     @staticmethod
+    def sigmoid_of_negated(z, out):
+        torch.neg(z, out=out)
+        return torch.sigmoid(out, out=out)
+
+    @staticmethod
+    def negative(a, out):
+        return torch.neg(a, out=out)
+
+    @staticmethod
     def quiet():
         return contextlib.nullcontext()
 
