@@ -1,7 +1,8 @@
-"""log-softmax's kernels (forward, and the fused backward ``grad - exp(out) * sum(grad)``):
-against PyTorch over several blocks of rows and on another dimension, the blocked NumPy
-kernels against one block and against the protocol's composed default, finite differences and
-second derivatives (the composed default, recorded)."""
+"""The loss kernels: log-softmax's (forward, and the fused backward ``grad - exp(out) *
+sum(grad)``) against PyTorch over several blocks of rows and on another dimension, the blocked
+NumPy kernels against one block and against the protocol's composed default, finite
+differences and second derivatives (the composed default, recorded); gather's backward against
+its composed default and PyTorch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
+from backends import inner_backend
 from nn_testing import (
     assert_second_derivatives_match_torch,
     check_finite_differences,
@@ -59,3 +61,22 @@ def test_blocks_agree_with_one_block_and_with_the_composed_default(monkeypatch):
     np.testing.assert_allclose(backend.log_softmax_backward(grad, out, 1), composed, rtol=1e-6)
     reference = x - np.log(np.exp(x.astype(np.float64)).sum(1, keepdims=True))
     np.testing.assert_allclose(out, reference, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_gather_backward_kernel_is_the_composed_default_and_torchs(dim):
+    """``gather``'s gradient: the backend's kernel, the protocol's composition, PyTorch."""
+    from retrograd.backend.protocol import Backend
+
+    shape = (4, 5, 3)
+    index_shape = tuple(n - 1 if d != dim else 6 for d, n in enumerate(shape))
+    indices = rng.integers(0, shape[dim], size=index_shape)
+    grad = rng.standard_normal(index_shape)
+    backend = inner_backend()
+    g, i = (backend.from_data(a, None, backend.default_device) for a in (grad, indices))
+    ours = backend.to_numpy(backend.gather_backward(g, i, dim, shape))
+    composed = backend.to_numpy(Backend.gather_backward(backend, g, i, dim, shape))
+    np.testing.assert_array_equal(ours, composed)
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    torch.gather(x, dim, torch.tensor(indices)).backward(torch.tensor(grad))
+    np.testing.assert_allclose(ours, x.grad.numpy(), rtol=1e-12)

@@ -534,9 +534,7 @@ Op(
     ("x", "indices"),
     ("dim",),
     (
-        lambda B, g, x_shape, indices, dim: B.scatter_add(
-            zeros_for(B, g, x_shape), indices, g, dim
-        ),
+        lambda B, g, x_shape, indices, dim: B.gather_backward(g, indices, dim, x_shape),
         None,
     ),
     memory_bound=False,

@@ -482,6 +482,11 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernel
         np.add.at(out, _scatter_index(indices, dim), values)
         return out
 
+    def gather_backward(self, grad, indices, dim, shape):
+        out = np.zeros(shape, grad.dtype)
+        np.add.at(out, _scatter_index(indices, dim), grad)
+        return out
+
     def scatter_assign(self, x, indices, values, dim):
         out = np.array(x, copy=True)
         out[_scatter_index(indices, dim)] = values

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
+from .protocol_loss import LossProtocol
 from .protocol_rnn import RecurrentProtocol
-from .protocol_softmax import SoftmaxProtocol
 
 __all__ = ["PROTOCOL_OPS", "Backend"]
 
@@ -40,7 +40,7 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
 
 
-class Backend(RecurrentProtocol, SoftmaxProtocol):
+class Backend(RecurrentProtocol, LossProtocol):
     """Abstract base of all backends; the method list *is* the protocol.
 
     Subclasses implement every method. ``name`` labels the backend in messages.
@@ -66,6 +66,7 @@ class Backend(RecurrentProtocol, SoftmaxProtocol):
             "slice_accumulate",
             *RecurrentProtocol.OPTIONAL_RECURRENT,
             "log_softmax_backward",
+            "gather_backward",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
