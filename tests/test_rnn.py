@@ -360,6 +360,10 @@ def test_a_long_two_layer_lstm_records_a_few_nodes_per_layer():
         counts[length] = list(names)
     assert counts[35] == counts[2]
     assert counts[35].count("lstm_layer") == 2
+    from retrograd.autodiff.ops import op_kind
+
+    for name in ("lstm_layer", "gru_layer", "rnn_layer"):  # kept, never recomputed
+        assert op_kind(name) == "compute-bound"
     assert len(counts[35]) < 30, counts[35]
 
 
