@@ -337,3 +337,27 @@ def test_errors_name_the_module_and_the_shapes():
     with pytest.raises(rg.ShapeError, match="d_model"):
         model(rg.ones((5, 2, 8)), rg.ones((4, 2, 6)))
     assert attention(x, x, x)[0].shape == (5, 2, 8)  # still usable
+
+
+def test_the_causal_mask_is_read_once_per_mask_and_a_captured_step_replays():
+    from retrograd import optim
+
+    rg.seed(1)
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 1)
+    optimizer = optim.SGD(model, lr=0.1)
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+    x = rg.tensor(normal(5, 2, 8).astype(np.float32))
+
+    def step(x):
+        loss = (model(x, mask=mask) ** 2).mean()
+        optimizer.step(loss.backward())
+        return loss
+
+    first = step(x).item()  # reads the mask once
+    captured = rg.capture(step, x, state=[optimizer])  # no host read while recording
+    assert captured(x).item() < first
+    other = nn.Transformer.generate_square_subsequent_mask(5)
+    other_values = other.numpy().copy()
+    other_values[0, 1] = 0.0  # no longer causal: a new mask is read again
+    assert model._causal(rg.tensor(other_values), None, 5) is False
+    assert model._causal(mask, None, 5) is True

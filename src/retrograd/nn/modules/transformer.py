@@ -7,8 +7,8 @@ as PyTorch's ``_get_clones`` does; ``Transformer`` re-initialises every matrix w
 Xavier-uniform.
 
 The causal-mask hint: a stack given a mask and ``is_causal=None`` checks whether the mask is
-:meth:`Transformer.generate_square_subsequent_mask` (a host read of the mask, as in
-PyTorch) and, if so, its layers run the causal attention kernel instead of adding the mask.
+:meth:`Transformer.generate_square_subsequent_mask` (a host read of the mask, as in PyTorch,
+once per mask) and, if so, its layers run the causal attention kernel instead of adding it.
 
 >>> from retrograd import nn
 >>> layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
@@ -66,17 +66,30 @@ def _sequence_length(x: Tensor, batch_first: bool) -> int:
     return x.shape[0] if x.ndim == 2 or not batch_first else x.shape[1]
 
 
-def _is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: int) -> bool:
+class _CausalCheck:
     """PyTorch's ``_detect_is_causal_mask``: ``is_causal`` when given, else whether ``mask`` is
-    the square subsequent mask of ``size`` (read on the host)."""
-    if is_causal is not None:
-        return bool(is_causal)
-    if mask is None or mask.shape != (size, size):
-        return False
-    values = np.asarray(mask.numpy())
-    if values.dtype == np.bool_:
-        return bool(np.array_equal(values, np.triu(np.ones((size, size), bool), 1)))
-    return bool(np.array_equal(values, np.triu(np.full((size, size), -np.inf), 1)))
+    the square subsequent mask of ``size``, read on the host, once per mask: the answer for the
+    last mask's primitive is kept (an in-place update gives a tensor a new one), so a model
+    passing its mask every step reads it once, and a captured step not at all."""
+
+    __slots__ = ("answer", "primitive")
+
+    def __init__(self) -> None:
+        self.primitive, self.answer = None, False
+
+    def __call__(self, mask: Tensor | None, is_causal: bool | None, size: int) -> bool:
+        if is_causal is not None:
+            return bool(is_causal)
+        if mask is None or mask.shape != (size, size):
+            return False
+        if mask.primitive is not self.primitive:
+            values = np.asarray(mask.numpy())
+            if values.dtype == np.bool_:
+                causal = np.triu(np.ones((size, size), bool), 1)
+            else:
+                causal = np.triu(np.full((size, size), -np.inf), 1)
+            self.primitive, self.answer = mask.primitive, bool(np.array_equal(values, causal))
+        return self.answer
 
 
 def _factory(backend: Any, device: Any, dtype: str | None) -> dict[str, Any]:
@@ -262,6 +275,7 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+        self._causal = _CausalCheck()
 
     def forward(
         self,
@@ -271,7 +285,7 @@ class TransformerEncoder(Module):
         is_causal: bool | None = None,
     ) -> Tensor:
         batch_first = self.layers[0].self_attn.batch_first
-        causal = _is_causal_mask(mask, is_causal, _sequence_length(src, batch_first))
+        causal = self._causal(mask, is_causal, _sequence_length(src, batch_first))
         output = src
         for layer in self.layers:
             output = layer(
@@ -292,6 +306,7 @@ class TransformerDecoder(Module):
         self.layers = _clones(decoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
+        self._causal = _CausalCheck()
 
     def forward(
         self,
@@ -305,7 +320,7 @@ class TransformerDecoder(Module):
         memory_is_causal: bool = False,
     ) -> Tensor:
         batch_first = self.layers[0].self_attn.batch_first
-        causal = _is_causal_mask(tgt_mask, tgt_is_causal, _sequence_length(tgt, batch_first))
+        causal = self._causal(tgt_mask, tgt_is_causal, _sequence_length(tgt, batch_first))
         output = tgt
         for layer in self.layers:
             output = layer(
