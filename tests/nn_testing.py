@@ -127,3 +127,84 @@ def assert_leaf_gradients_match(ours: Sequence, torch_leaves: Sequence, rtol, at
         else:
             assert mine is not None
             np.testing.assert_allclose(mine, leaf.grad.numpy(), rtol=rtol, atol=atol)
+
+
+def _flatten(value) -> list:
+    """The tensors of a (nested) result, in order, ``None`` left out."""
+    if value is None:
+        return []
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _flatten(item)]
+    return [value]
+
+
+MODULE_TOLERANCES = {"float64": dict(rtol=1e-9, atol=1e-11), "float32": dict(rtol=3e-4, atol=3e-5)}
+
+
+def compare_module_with_torch(theirs, ours, inputs, dtype, call=None, constants=()):
+    """``call(module, *inputs, *constants)`` (default ``module(*inputs)``) on a PyTorch module
+    and on ours: every output (nested tuples flattened), and, for a random weighting of them,
+    the gradients of the float ``inputs`` and of every parameter (by PyTorch's names) agree.
+    ``constants`` (masks...) go in untracked, float ones cast to ``dtype``."""
+    import torch
+
+    call = call or (lambda module, *args: module(*args))
+    theirs.zero_grad()
+    cast = getattr(torch, dtype)
+    constants = [c if c is None or c.dtype.kind != "f" else c.astype(dtype) for c in constants]
+    t_inputs = [torch.tensor(a, dtype=cast, requires_grad=True) for a in inputs]
+    r_inputs = [rg.tensor(a, dtype=dtype).require_grad() for a in inputs]
+    t_out = _flatten(
+        call(theirs, *t_inputs, *[None if c is None else torch.tensor(c) for c in constants])
+    )
+    r_out = _flatten(
+        call(ours, *r_inputs, *[None if c is None else rg.tensor(c) for c in constants])
+    )
+    assert len(t_out) == len(r_out)
+    rng = np.random.default_rng(31)
+    seeds = [rng.standard_normal(tuple(o.shape)) for o in t_out]
+    sum((o * torch.tensor(s, dtype=cast)).sum() for o, s in zip(t_out, seeds)).backward()
+    loss = None
+    for o, s in zip(r_out, seeds):
+        term = (o * rg.tensor(s, dtype=dtype)).sum()
+        loss = term if loss is None else loss + term
+    grads = loss.backward()
+    tol = MODULE_TOLERANCES[dtype]
+    for k, (r, t) in enumerate(zip(r_out, t_out)):
+        assert r.shape == tuple(t.shape) and r.dtype == dtype
+        np.testing.assert_allclose(r.numpy(), t.detach().numpy(), **tol, err_msg=f"output {k}")
+    named = [(f"input {k}", r, t.grad) for k, (r, t) in enumerate(zip(r_inputs, t_inputs))]
+    named += [(name, ours.get_parameter(name), p.grad) for name, p in theirs.named_parameters()]
+    for name, r, expected in named:
+        got = r.grad(grads)
+        got = np.zeros(r.shape) if got is None else got.numpy()
+        expected = np.zeros(r.shape) if expected is None else expected.numpy()
+        np.testing.assert_allclose(got, expected, **tol, err_msg=name)
+
+
+def assert_second_derivatives_match_torch(ours, theirs, arrays, rtol=1e-8, atol=1e-10):
+    """The gradient of ``sum(direction * d loss / d input)`` over every input, through
+    ``backward(create_graph=True)``, equals PyTorch's double backward (float64; ``loss`` a
+    random weighting of the output)."""
+    import torch
+
+    rng = np.random.default_rng(41)
+    t_inputs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    t_out = theirs(*t_inputs)
+    seed = rng.standard_normal(tuple(t_out.shape))
+    directions = [rng.standard_normal(a.shape) for a in arrays]
+    first = torch.autograd.grad((t_out * torch.tensor(seed)).sum(), t_inputs, create_graph=True)
+    inner = sum((g * torch.tensor(d)).sum() for g, d in zip(first, directions))
+    expected = torch.autograd.grad(inner, t_inputs, allow_unused=True)
+    tensors = [rg.tensor(a).require_grad() for a in arrays]
+    grads = (ours(*tensors) * rg.tensor(seed)).sum().backward(create_graph=True)
+    total = None
+    for t, d in zip(tensors, directions):
+        term = (t.grad(grads) * rg.tensor(d)).sum()
+        total = term if total is None else total + term
+    second = total.backward()
+    for t, e in zip(tensors, expected):
+        got = t.grad(second)
+        got = np.zeros(t.shape) if got is None else got.numpy()
+        e = np.zeros(t.shape) if e is None else e.numpy()
+        np.testing.assert_allclose(got, e, rtol=rtol, atol=atol)

@@ -291,3 +291,53 @@ Op(
     aux=True,
     joint=True,
 )
+
+
+# -- recurrent layers -----------------------------------------------------------------------------
+# One node per layer and direction: its input projection and its recurrence over every time
+# step (see backend/protocol_rnn.py). Each has one joint rule, the backend's backward kernel,
+# which reads the forward's ``aux`` workspace; on the autodiff backend (``create_graph=True``)
+# that kernel is the protocol's default, which recomputes the steps from ``x`` with recorded
+# primitives, so these ops differentiate again. Compute-bound: their inputs are kept, never
+# recomputed.
+_RECURRENT_INPUTS = ("x", "h0", "w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def _lstm_layer_vjp(B, g, needs, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+    return B.lstm_layer_backward(g, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse)
+
+
+def _gru_layer_vjp(B, g, needs, x, h0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse):
+    return B.gru_layer_backward(g, x, h0, w_ih, w_hh, b_ih, b_hh, out, aux, reverse)
+
+
+def _rnn_layer_vjp(B, g, needs, x, h0, w_ih, w_hh, b_ih, b_hh, out, relu, reverse):
+    return B.rnn_layer_backward(g, x, h0, w_ih, w_hh, b_ih, b_hh, out, relu, reverse)
+
+
+Op(
+    "lstm_layer",
+    ("x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"),
+    ("reverse",),
+    (_lstm_layer_vjp,) * 7,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "gru_layer",
+    _RECURRENT_INPUTS,
+    ("reverse",),
+    (_gru_layer_vjp,) * 6,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "rnn_layer",
+    _RECURRENT_INPUTS,
+    ("relu", "reverse"),
+    (_rnn_layer_vjp,) * 6,
+    memory_bound=False,
+    joint=True,
+)

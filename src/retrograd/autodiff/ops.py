@@ -534,9 +534,7 @@ Op(
     ("x", "indices"),
     ("dim",),
     (
-        lambda B, g, x_shape, indices, dim: B.scatter_add(
-            zeros_for(B, g, x_shape), indices, g, dim
-        ),
+        lambda B, g, x_shape, indices, dim: B.gather_backward(g, indices, dim, x_shape),
         None,
     ),
     memory_bound=False,
@@ -605,11 +603,7 @@ reduction(
     lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
     ("dim",),
 )
-reduction(
-    "log_softmax",
-    lambda B, g, out, dim: B.sub(g, B.mul(B.exp(out), B.sum_dim(g, (dim,)))),
-    ("dim",),
-)
+reduction("log_softmax", lambda B, g, out, dim: B.log_softmax_backward(g, out, dim), ("dim",))
 
 # -- never differentiable ------------------------------------------------------------------------
 for _name in (

@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from . import special
 from .numpy_nn import NumpyNNKernels
+from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
 from .protocol import Backend
 
@@ -122,7 +123,7 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 
-class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
+class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernels, Backend):
     """CPU tensors as NumPy arrays; the embedded default inner backend.
 
     >>> b = NumpyBackend()
@@ -481,6 +482,11 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
         np.add.at(out, _scatter_index(indices, dim), values)
         return out
 
+    def gather_backward(self, grad, indices, dim, shape):
+        out = np.zeros(shape, grad.dtype)
+        np.add.at(out, _scatter_index(indices, dim), grad)
+        return out
+
     def scatter_assign(self, x, indices, values, dim):
         out = np.array(x, copy=True)
         out[_scatter_index(indices, dim)] = values
@@ -522,10 +528,6 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, Backend):
         shifted = x - np.max(x, axis=dim, keepdims=True)
         exps = np.exp(shifted)
         return exps / np.sum(exps, axis=dim, keepdims=True)
-
-    def log_softmax(self, x, dim):
-        shifted = x - np.max(x, axis=dim, keepdims=True)
-        return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
 
 
 def _addable_into(acc: Any, value: Any) -> bool:

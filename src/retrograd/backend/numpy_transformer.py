@@ -1,6 +1,6 @@
-"""NumPy kernels of the fused transformer primitives: layer norm and attention.
+"""NumPy kernels of the fused transformer primitives: layer norm, attention and log-softmax.
 
-Both follow one rule for temporaries: a kernel writes into arrays it has just created itself
+Every kernel follows one rule for temporaries: it writes into arrays it has just created itself
 (``out=`` and in-place ufuncs on them), never into an argument, which the autodiff engine may
 still hold for another rule.
 
@@ -52,9 +52,15 @@ def _column_sum(x: np.ndarray) -> np.ndarray:
 LAYER_NORM_BLOCK_ELEMENTS = 1 << 15
 
 
-def _row_ranges(count: int, width: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of each block of rows of layer norm."""
-    step = max(1, LAYER_NORM_BLOCK_ELEMENTS // max(width, 1))
+#: Elements per block of rows of log-softmax (float32: 256 KiB).
+LOG_SOFTMAX_BLOCK_ELEMENTS = 1 << 16
+
+
+def _row_ranges(
+    count: int, width: int, elements: int = LAYER_NORM_BLOCK_ELEMENTS
+) -> list[tuple[int, int]]:
+    """``(start, end)`` of each block of rows of ``elements`` (layer norm's by default)."""
+    step = max(1, elements // max(width, 1))
     return [(start, min(start + step, count)) for start in range(0, count, step)]
 
 
@@ -184,6 +190,40 @@ class NumpyTransformerKernels:
 
     def gelu_backward(self, grad, x):
         return special.gelu_backward(grad, x)
+
+    # -- log-softmax -------------------------------------------------------------------------
+    # Over the last dimension, in blocks of rows (:data:`LOG_SOFTMAX_BLOCK_ELEMENTS`) whose
+    # passes run in cache, forward and backward: a language model's ``[tokens, vocabulary]``
+    # head is tens of MiB, and whole-array passes each go to memory. Another dimension takes
+    # whole-array passes (on arrays made here, no temporary left over).
+    def log_softmax(self, x, dim):
+        if dim != x.ndim - 1:
+            out = np.subtract(x, np.max(x, axis=dim, keepdims=True))
+            total = np.sum(np.exp(out), axis=dim, keepdims=True)
+            return np.subtract(out, np.log(total, out=total), out=out)
+        rows = x.reshape(-1, x.shape[-1])
+        out = np.empty(rows.shape, x.dtype)
+        for start, end in _row_ranges(rows.shape[0], rows.shape[1], LOG_SOFTMAX_BLOCK_ELEMENTS):
+            block, target = rows[start:end], out[start:end]
+            np.subtract(block, np.max(block, axis=1, keepdims=True), out=target)
+            total = np.sum(np.exp(target), axis=1, keepdims=True)
+            np.subtract(target, np.log(total, out=total), out=target)
+        return out.reshape(x.shape)
+
+    def log_softmax_backward(self, grad, out, dim):
+        if dim != out.ndim - 1:
+            result = np.exp(out)
+            result *= -np.sum(grad, axis=dim, keepdims=True)
+            return np.add(result, grad, out=result)
+        width = out.shape[-1]
+        rows, grads = out.reshape(-1, width), grad.reshape(-1, width)
+        result = np.empty(rows.shape, np.result_type(grad, out))
+        for start, end in _row_ranges(rows.shape[0], width, LOG_SOFTMAX_BLOCK_ELEMENTS):
+            target, block = result[start:end], grads[start:end]
+            np.exp(rows[start:end], out=target)
+            target *= -np.sum(block, axis=1, keepdims=True)
+            target += block
+        return result.reshape(out.shape)
 
     # -- layer norm ---------------------------------------------------------------------------
     # Both kernels run over blocks of rows (:data:`LAYER_NORM_BLOCK_ELEMENTS`), every pass of a

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
+from .protocol_loss import LossProtocol
+from .protocol_rnn import RecurrentProtocol
 
 __all__ = ["PROTOCOL_OPS", "Backend"]
 
@@ -38,14 +40,13 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
 
 
-class Backend:
+class Backend(RecurrentProtocol, LossProtocol):
     """Abstract base of all backends; the method list *is* the protocol.
 
     Subclasses implement every method. ``name`` labels the backend in messages.
     """
 
     name = "backend"
-    #: Methods with a default here that a backend may keep (the rest must be implemented).
     #: Methods a backend may leave to this class: the memory counters, and the fused kernels
     #: whose default here is composed of the other primitives (correct everywhere; a backend
     #: overrides one where its own kernel is faster).
@@ -63,6 +64,9 @@ class Backend:
             "slice_backward",
             "accumulate",
             "slice_accumulate",
+            *RecurrentProtocol.OPTIONAL_RECURRENT,
+            "log_softmax_backward",
+            "gather_backward",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -350,9 +354,6 @@ class Backend:
         raise NotImplementedError
 
     def softmax(self, x: Any, dim: int) -> Any:
-        raise NotImplementedError
-
-    def log_softmax(self, x: Any, dim: int) -> Any:
         raise NotImplementedError
 
     def linear(self, x: Any, weight: Any, bias: Any) -> Any:
@@ -695,5 +696,5 @@ class Backend:
 
 #: Names of the protocol's tensor operations (everything but data/creation/metadata).
 PROTOCOL_OPS = tuple(
-    name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_")
+    name for name in dir(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
 )

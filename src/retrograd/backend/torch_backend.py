@@ -40,6 +40,7 @@ from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, Sha
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend
 from .torch_nn import TorchNNKernels
+from .torch_rnn import TorchRecurrentKernels
 
 __all__ = ["TorchBackend"]
 
@@ -129,7 +130,7 @@ _SHAPE_WORDS = (
 )
 
 
-class TorchBackend(TorchNNKernels, Backend):
+class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
     """Tensors as torch tensors on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
 
     >>> b = TorchBackend("cpu")

@@ -28,7 +28,8 @@ from .activation import (
 from .attention import scaled_dot_product_attention
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .linear import embedding, linear
-from .loss import cross_entropy, mse_loss
+from .loss import cross_entropy, mse_loss, nll_loss
+from .multihead import multi_head_attention_forward
 from .normalization import batch_norm, dropout, group_norm, layer_norm, rms_norm
 from .pooling import (
     adaptive_avg_pool1d,
@@ -80,3 +81,5 @@ __all__ = [
     "softplus",
     "tanh",
 ]
+# -- recurrent and transformer functions, nll_loss --
+__all__ += ["multi_head_attention_forward", "nll_loss"]

@@ -1,5 +1,5 @@
-"""Losses with PyTorch's reductions: cross entropy (class indices or probabilities) and mean
-squared error."""
+"""Losses with PyTorch's reductions: cross entropy (class indices or probabilities), negative
+log-likelihood and mean squared error."""
 
 from __future__ import annotations
 
@@ -121,7 +121,31 @@ def cross_entropy(
         raise DTypeError(
             f"{fn}: target must be int64 class indices or float probabilities, got {target.dtype}"
         )
-    expected = logits.shape[:class_dim] + logits.shape[class_dim + 1 :]
+    smoothing = None
+    if label_smoothing:
+        smoothing = (label_smoothing, per_target(log_probs) * (label_smoothing / classes))
+    return _class_index_loss(
+        fn, log_probs, target, weights, ignore_index, reduction, class_dim, smoothing
+    )
+
+
+def _class_index_loss(
+    fn: str,
+    log_probs: Tensor,
+    target: Tensor,
+    weights: Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    class_dim: int,
+    smoothing: tuple[float, Tensor] | None = None,
+) -> Tensor:
+    """``-weight[t] * log_probs[t]`` for each int64 class index ``t`` of ``target`` (0 where
+    ``t == ignore_index``), reduced; "mean" divides by the weights of the targets that count
+    (their number without ``weights``). ``smoothing`` = ``(fraction, uniform)`` mixes in
+    cross-entropy's label-smoothing term: ``loss * (1 - fraction) + uniform``."""
+    classes = log_probs.shape[class_dim]
+    shapes = f"input {shape_text(log_probs.shape)}, target {shape_text(target.shape)}"
+    expected = log_probs.shape[:class_dim] + log_probs.shape[class_dim + 1 :]
     if target.shape != expected:
         raise ShapeError(
             f"{fn}: class-index targets must have shape {shape_text(expected)} (the input's "
@@ -143,22 +167,55 @@ def cross_entropy(
     # weights; all ignored gives 0/0 = nan, as in PyTorch).
     total = None
     if weights is not None:
-        picked = weights.expand(logits.shape).gather(class_dim, index).squeeze_dim(class_dim)
+        picked = weights.expand(log_probs.shape).gather(class_dim, index).squeeze_dim(class_dim)
         losses = losses * picked
         if reduction == "mean":
             total = picked.mask_fill(ignored, 0.0).sum()
-    if label_smoothing:
-        uniform = per_target(log_probs) * (label_smoothing / classes)
-        losses = losses * (1.0 - label_smoothing) + uniform
+    if smoothing is not None:
+        fraction, uniform = smoothing
+        losses = losses * (1.0 - fraction) + uniform
     losses = losses.mask_fill(ignored, 0.0)
     if weights is None and reduction == "mean":
         # The sum over the number of targets that count; with none ignored, mean(), the op
         # this loss has always ended with (and that graphs show). The backend picks one, as
         # the host would have to read the targets to know which applies.
         counted = (~ignored).sum()
-        by_count = losses.sum() / counted.cast(logits.dtype)
+        by_count = losses.sum() / counted.cast(log_probs.dtype)
         return by_count.mask_where(counted.equal_elem(losses.numel()), losses.mean())
     return _reduce(losses, reduction, total)
+
+
+def nll_loss(
+    input: Tensor,  # noqa: A002  (PyTorch's name)
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    ignore_index: int = -100,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """The negative log-likelihood of int64 class indices ``target`` under log-probabilities
+    ``input`` ``[N, C]`` or ``[N, C, d...]`` (unbatched: ``[C]`` and a 0-d target), PyTorch's
+    ``F.nll_loss``: ``-weight[t] * input[t]`` per target, 0 where ``t == ignore_index``;
+    ``"mean"`` divides by the summed weights of the targets that count (their number without
+    ``weight``). ``F.cross_entropy(x, t)`` is ``nll_loss(log_softmax(x, 1), t)``.
+
+    >>> import retrograd as rg
+    >>> nll_loss(rg.tensor([[-1.0, -2.0], [-3.0, -4.0]]), rg.tensor([1, 0], dtype="int64")).item()
+    2.5
+    """
+    fn = "nll_loss"
+    log_probs = _float_input(fn, input)
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    target = _as_tensor(fn, log_probs, target, "target")
+    if log_probs.ndim == 0:
+        raise ShapeError(f"{fn}: input needs a class dimension, got a 0-d input")
+    if target.dtype != "int64":
+        raise DTypeError(f"{fn}: target must be int64 class indices, got {target.dtype}")
+    class_dim = 0 if log_probs.ndim == 1 else 1
+    classes = log_probs.shape[class_dim]
+    weights = None if weight is None else _class_weights(fn, log_probs, weight, classes, class_dim)
+    return _class_index_loss(fn, log_probs, target, weights, ignore_index, reduction, class_dim)
 
 
 def mse_loss(

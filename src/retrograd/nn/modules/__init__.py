@@ -8,13 +8,22 @@ weight layouts, so that a PyTorch state dict loads unchanged.
 """
 
 from .activation import GELU, ReLU, Sigmoid, SiLU, Tanh
+from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .linear import Dropout, Embedding, Flatten, Identity, Linear
-from .loss import CrossEntropyLoss, MSELoss
+from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, Upsample
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "GELU",
@@ -46,3 +55,8 @@ __all__ = [
     "Tanh",
     "Upsample",
 ]
+# -- recurrent and transformer modules, NLLLoss --
+__all__ += ["NLLLoss"]
+__all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
+__all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
+__all__ += ["TransformerEncoder", "TransformerEncoderLayer"]

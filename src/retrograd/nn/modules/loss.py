@@ -1,5 +1,5 @@
-"""Loss modules: ``CrossEntropyLoss`` and ``MSELoss`` over ``F.cross_entropy`` and
-``F.mse_loss``, with PyTorch's constructor arguments."""
+"""Loss modules: ``CrossEntropyLoss``, ``NLLLoss`` and ``MSELoss`` over ``F.cross_entropy``,
+``F.nll_loss`` and ``F.mse_loss``, with PyTorch's constructor arguments."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
 
-__all__ = ["CrossEntropyLoss", "MSELoss"]
+__all__ = ["CrossEntropyLoss", "MSELoss", "NLLLoss"]
 
 
 class CrossEntropyLoss(Module):
@@ -45,6 +45,39 @@ class CrossEntropyLoss(Module):
             self.reduce,
             self.reduction,
             self.label_smoothing,
+        )
+
+
+class NLLLoss(Module):
+    """``F.nll_loss(input, target, weight, ignore_index, reduction)``: the loss of models that
+    end in ``log_softmax``.
+
+    >>> NLLLoss()(rg.tensor([[-1.0, -2.0], [-3.0, -4.0]]), rg.tensor([1, 0], dtype="int64")).item()
+    2.5
+    """
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: bool | None = None,
+        ignore_index: int = -100,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.size_average, self.reduce = size_average, reduce
+        self.ignore_index, self.reduction = ignore_index, reduction
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return F.nll_loss(
+            input,
+            target,
+            self.weight,
+            self.size_average,
+            self.ignore_index,
+            self.reduce,
+            self.reduction,
         )
 
 

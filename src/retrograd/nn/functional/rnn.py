@@ -1,0 +1,215 @@
+"""Recurrent layers as functions: what ``nn.RNN``/``nn.LSTM``/``nn.GRU`` and their cells run
+(PyTorch's ``_VF.lstm``, ``torch.lstm_cell``... with its shapes, gate orders and errors).
+
+A layer (one direction) is one fused backend op (``lstm_layer``, ``gru_layer``,
+``rnn_layer``; see :mod:`retrograd.backend.protocol_rnn`): the input projection of every time
+step at once, then the recurrence over the steps; its backward runs the steps in reverse once.
+A cell is the same with one step. Layers stack with dropout between them in training, the
+reverse direction of a bidirectional layer runs on the same input, and the final states come
+out stacked ``[num_layers * directions, N, H]``, layer by layer, forward direction first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import Tensor, cat, stack
+from ...tensor.internal import Op, apply, shape_text, wrap
+from ._common import _float_input
+from .normalization import dropout as _dropout
+
+__all__ = ["GATES", "recurrent", "recurrent_cell"]
+
+#: Gates per recurrence: the rows of ``W_ih``/``W_hh`` are ``GATES[mode] * hidden_size``.
+GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+_LAYERS = {
+    "LSTM": Op("LSTM", kernel="lstm_layer"),
+    "GRU": Op("GRU", kernel="gru_layer"),
+    "RNN_TANH": Op("RNN", kernel="rnn_layer"),
+    "RNN_RELU": Op("RNN", kernel="rnn_layer"),
+}
+#: ``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer and direction (biases may be None).
+LayerWeights = Sequence[Any]
+
+
+def _row(x: Tensor, t: int) -> Tensor:
+    """``x[t]`` of a ``[T, ...]`` tensor."""
+    return x.narrow(0, t, 1).reshape(x.shape[1:])
+
+
+def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeights, reverse: bool):
+    """One layer, one direction, over ``x`` ``[T, N, I]``: ``(output [T, N, H], final
+    state)``, the state ``(h,)`` or, for an LSTM, ``(h, c)``."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    length = x.shape[0]
+    empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+    inputs = (
+        x,
+        *state,
+        w_ih,
+        w_hh,
+        empty if b_ih is None else b_ih,
+        empty if b_hh is None else b_hh,
+    )
+    last = 0 if reverse else length - 1
+    if mode == "LSTM":
+        packed, _ = apply(_LAYERS[mode], inputs, (reverse,))
+        out = packed.narrow(0, 0, length)
+        return out, (_row(packed, last), _row(packed, length))
+    if mode == "GRU":
+        out, _ = apply(_LAYERS[mode], inputs, (reverse,))
+    else:
+        out = apply(_LAYERS[mode], inputs, (mode == "RNN_RELU", reverse))
+    return out, (_row(out, last),)
+
+
+def _check_same_dtype(name: str, x: Tensor, others: Sequence[tuple[str, Any]]) -> None:
+    for what, t in others:
+        if t is not None and t.dtype != x.dtype:
+            raise DTypeError(
+                f"{name}: input is {x.dtype} but {what} is {t.dtype}; convert one (the module's "
+                f"dtype is its parameters')"
+            )
+
+
+def recurrent(
+    mode: str,
+    input: Tensor,  # noqa: A002  (PyTorch's name)
+    hx: Tensor | tuple[Tensor, Tensor] | None,
+    weights: Sequence[LayerWeights],
+    num_layers: int,
+    dropout: float,
+    training: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, Any]:
+    """A multi-layer recurrence, PyTorch's ``_VF.rnn_tanh/rnn_relu/lstm/gru`` for ``mode``
+    ``"RNN_TANH" "RNN_RELU" "LSTM" "GRU"``: ``(output, h_n)``, or ``(output, (h_n, c_n))``.
+
+    ``input`` is ``[T, N, I]`` (``[N, T, I]`` with ``batch_first``) or unbatched ``[T, I]``;
+    ``hx`` the initial states ``[num_layers * directions, N, H]`` (a pair for an LSTM; zeros
+    when ``None``); ``weights`` one ``(W_ih, W_hh, b_ih, b_hh)`` per layer and direction,
+    layer by layer, forward direction first. ``dropout`` applies to every layer's output but
+    the last, in ``training``.
+    """
+    name = "RNN" if mode.startswith("RNN") else mode
+    x = _float_input(name, input)
+    directions = 2 if bidirectional else 1
+    w_ih0, w_hh0 = weights[0][0], weights[0][1]
+    input_size, hidden_size = w_ih0.shape[1], w_hh0.shape[1]
+    unbatched = x.ndim == 2
+    if x.ndim not in (2, 3):
+        raise ShapeError(
+            f"{name}: expected input to be 2-d (unbatched [T, {input_size}]) or 3-d, got "
+            f"{shape_text(x.shape)}"
+        )
+    if x.shape[-1] != input_size:
+        raise ShapeError(
+            f"{name}: input.size(-1) must be equal to input_size. Expected {input_size}, got "
+            f"{x.shape[-1]} (input {shape_text(x.shape)})"
+        )
+    if unbatched:
+        x = x.unsqueeze_dim(1)
+    elif batch_first:
+        x = x.swap_dims(0, 1)
+    if x.shape[0] == 0:
+        raise ShapeError(
+            f"{name}: expected a sequence length larger than 0, got input {shape_text(input.shape)}"
+        )
+    expected = (num_layers * directions, x.shape[1], hidden_size)
+    states = _initial_states(name, mode, x, hx, unbatched, expected, 1)
+    _check_same_dtype(name, x, [("weight_ih_l0", w_ih0), *(("hx", s) for s in states)])
+    finals: list[tuple[Tensor, ...]] = []
+    layer_input = x
+    for layer in range(num_layers):
+        outputs = []
+        for direction in range(directions):
+            index = layer * directions + direction
+            state = tuple(_row(s, index) for s in states)
+            out, final = _layer(mode, layer_input, state, weights[index], direction == 1)
+            outputs.append(out)
+            finals.append(final)
+        layer_input = outputs[0] if directions == 1 else cat(outputs, 2)
+        if dropout > 0.0 and training and layer < num_layers - 1:
+            layer_input = _dropout(layer_input, dropout, True)
+    output = layer_input
+    hidden = tuple(stack([final[k] for final in finals], 0) for k in range(len(states)))
+    if unbatched:
+        output = output.squeeze_dim(1)
+        hidden = tuple(h.squeeze_dim(1) for h in hidden)
+    elif batch_first:
+        output = output.swap_dims(0, 1)
+    return output, (hidden if mode == "LSTM" else hidden[0])
+
+
+def _initial_states(name, mode, x, hx, unbatched, expected, batch_dim) -> list[Tensor]:
+    """``hx`` as the list of initial states (``[h]``, or ``[h, c]`` for an LSTM) of shape
+    ``expected``, zeros for ``None``, checked; an unbatched state gets its batch dimension at
+    ``batch_dim``."""
+    parts = 2 if mode == "LSTM" else 1
+    if hx is None:
+        return [wrap(x, x.backend.zeros(expected, x.dtype, x.device))] * parts
+    if mode == "LSTM":
+        if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+            raise InvalidArgumentError(
+                f"{name}: hx must be a tuple (h_0, c_0) for an LSTM, got {type(hx).__name__}"
+            )
+        states = list(hx)
+    else:
+        if not isinstance(hx, Tensor):
+            raise InvalidArgumentError(
+                f"{name}: hx must be a tensor {shape_text(expected)}, got {type(hx).__name__}"
+            )
+        states = [hx]
+    checked = []
+    for what, state in zip(("h_0", "c_0") if parts == 2 else ("hx",), states):
+        state = _float_input(name, state)
+        if unbatched:
+            if state.ndim != len(expected) - 1:
+                raise ShapeError(
+                    f"{name}: for an unbatched input, {what} should have {len(expected) - 1} "
+                    f"dims but got {state.ndim}-d tensor {shape_text(state.shape)}"
+                )
+            state = state.unsqueeze_dim(batch_dim)
+        if state.shape != expected:
+            raise ShapeError(
+                f"{name}: expected hidden size {shape_text(expected)}, got {what} "
+                f"{shape_text(state.shape)}"
+            )
+        checked.append(state)
+    return checked
+
+
+def recurrent_cell(
+    mode: str,
+    input: Tensor,  # noqa: A002  (PyTorch's name)
+    hx: Any,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None,
+    b_hh: Tensor | None,
+) -> Any:
+    """One step, PyTorch's ``torch.lstm_cell``/``gru_cell``/``rnn_tanh_cell``/
+    ``rnn_relu_cell``: ``h'``, or ``(h', c')`` for an LSTM. ``input`` is ``[N, I]`` or
+    unbatched ``[I]``; ``hx`` ``[N, H]`` (``[H]`` unbatched; a pair for an LSTM), zeros when
+    ``None``."""
+    name = {"LSTM": "LSTMCell", "GRU": "GRUCell"}.get(mode, "RNNCell")
+    x = _float_input(name, input)
+    input_size, hidden_size = w_ih.shape[1], w_hh.shape[1]
+    if x.ndim not in (1, 2) or x.shape[-1] != input_size:
+        raise ShapeError(
+            f"{name}: expected input [N, {input_size}] or unbatched [{input_size}], got "
+            f"{shape_text(x.shape)}"
+        )
+    unbatched = x.ndim == 1
+    if unbatched:
+        x = x.unsqueeze_dim(0)
+    states = _initial_states(name, mode, x, hx, unbatched, (x.shape[0], hidden_size), 0)
+    _check_same_dtype(name, x, [("weight_ih", w_ih), *(("hx", s) for s in states)])
+    weights = (w_ih, w_hh, b_ih, b_hh)
+    _, final = _layer(mode, x.unsqueeze_dim(0), tuple(states), weights, False)
+    if unbatched:
+        final = tuple(f.squeeze_dim(0) for f in final)
+    return final if mode == "LSTM" else final[0]

@@ -1,0 +1,326 @@
+"""Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their cells, PyTorch's.
+
+Constructor signatures, defaults, parameter names and layouts are PyTorch's, so a PyTorch
+state dict loads unchanged: per layer ``k`` and direction (``_reverse`` for the second of a
+bidirectional layer) ``weight_ih_l{k}`` ``[G*H, I]``, ``weight_hh_l{k}`` ``[G*H, H]``,
+``bias_ih_l{k}``, ``bias_hh_l{k}`` ``[G*H]``, gates in PyTorch's order (LSTM ``i f g o``, GRU
+``r z n``), every one initialised from U(-1/sqrt(H), 1/sqrt(H)). A cell's are
+``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``.
+
+Each layer and direction runs as two nodes: the input projection of all time steps (one
+matrix product) and the fused recurrence (see :mod:`retrograd.nn.functional.rnn`).
+
+>>> from retrograd import nn
+>>> lstm = nn.LSTM(3, 5, num_layers=2)
+>>> output, (h_n, c_n) = lstm(rg.ones((7, 2, 3)))
+>>> output.shape, h_n.shape, c_n.shape
+((7, 2, 5), (2, 2, 5), (2, 2, 5))
+>>> sorted(lstm.state_dict())[:4]
+['bias_hh_l0', 'bias_hh_l1', 'bias_ih_l0', 'bias_ih_l1']
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor
+from ..functional.rnn import GATES, recurrent, recurrent_cell
+from ..parameter import Parameter
+from .module import Module, _uniform
+
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
+
+
+def _positive_int(owner: str, name: str, value: Any, minimum: int = 1) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        bound = "a positive" if minimum == 1 else "a non-negative"
+        raise InvalidArgumentError(f"{owner}: {name} must be {bound} int, got {value!r}")
+    return int(value)
+
+
+def _nonlinearity_mode(owner: str, nonlinearity: str) -> str:
+    modes = {"tanh": "RNN_TANH", "relu": "RNN_RELU"}
+    if nonlinearity not in modes:
+        raise InvalidArgumentError(
+            f"{owner}: unknown nonlinearity {nonlinearity!r} (expected 'tanh' or 'relu')"
+        )
+    return modes[nonlinearity]
+
+
+class RNNBase(Module):
+    """The common part of ``RNN``, ``LSTM`` and ``GRU``: parameters, their names and
+    initialisation, argument checks and ``forward``. ``mode`` is ``"RNN_TANH"``,
+    ``"RNN_RELU"``, ``"LSTM"`` or ``"GRU"``.
+
+    ``proj_size`` (PyTorch's LSTM with projections) is not supported: a value other than 0
+    raises :class:`~retrograd.InvalidArgumentError`. ``flatten_parameters()`` (cuDNN's weight
+    packing in PyTorch) is accepted and does nothing.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        owner = type(self).__name__
+        if mode not in GATES:
+            raise InvalidArgumentError(f"{owner}: unknown mode {mode!r}")
+        self.mode = mode
+        self.input_size = _positive_int(owner, "input_size", input_size, 0)
+        self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
+        self.num_layers = _positive_int(owner, "num_layers", num_layers)
+        if not isinstance(dropout, numbers.Real) or not 0.0 <= dropout <= 1.0:
+            raise InvalidArgumentError(
+                f"{owner}: dropout should be a number in range [0, 1] representing the "
+                f"probability of an element being zeroed, got {dropout!r}"
+            )
+        if dropout > 0.0 and num_layers == 1:
+            warnings.warn(
+                f"{owner}: dropout option adds dropout after all but last recurrent layer, so "
+                f"non-zero dropout expects num_layers greater than 1, but got dropout={dropout} "
+                f"and num_layers={num_layers}",
+                UserWarning,
+                stacklevel=2,
+            )
+        if proj_size:
+            raise InvalidArgumentError(
+                f"{owner}: proj_size={proj_size} (an LSTM with projections) is not supported "
+                f"by retrograd; use proj_size=0"
+            )
+        self.bias, self.batch_first = bool(bias), bool(batch_first)
+        self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
+        self.proj_size = 0
+        dtype = dtype or "float32"
+        rows = GATES[mode] * self.hidden_size
+        directions = 2 if bidirectional else 1
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        self._flat_weights_names: list[str] = []
+        self._all_weights: list[list[str]] = []
+        for layer in range(self.num_layers):
+            layer_input = self.input_size if layer == 0 else self.hidden_size * directions
+            for direction in range(directions):
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                shapes = {
+                    f"weight_ih{suffix}": (rows, layer_input),
+                    f"weight_hh{suffix}": (rows, self.hidden_size),
+                }
+                if self.bias:
+                    shapes[f"bias_ih{suffix}"] = (rows,)
+                    shapes[f"bias_hh{suffix}"] = (rows,)
+                for name, shape in shapes.items():
+                    values = _uniform(shape, bound, backend, device, dtype)
+                    setattr(self, name, Parameter(values))
+                self._flat_weights_names.extend(shapes)
+                self._all_weights.append(list(shapes))
+
+    def reset_parameters(self) -> None:
+        """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
+        from .. import init
+
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for weight in self.parameters():
+            init.uniform_(weight, -bound, bound)
+
+    def flatten_parameters(self) -> None:
+        """Nothing to do: PyTorch packs the weights for cuDNN here."""
+
+    @property
+    def all_weights(self) -> list[list[Parameter]]:
+        """The parameters of each layer and direction, ``[W_ih, W_hh, b_ih, b_hh]``."""
+        return [[getattr(self, name) for name in names] for names in self._all_weights]
+
+    def _layer_weights(self) -> list[tuple[Any, ...]]:
+        if self.bias:
+            return [tuple(getattr(self, name) for name in names) for names in self._all_weights]
+        return [
+            (getattr(self, names[0]), getattr(self, names[1]), None, None)
+            for names in self._all_weights
+        ]
+
+    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
+        """``(output, h_n)`` (``(output, (h_n, c_n))`` for an LSTM): ``output`` ``[T, N,
+        directions * H]`` (``[N, T, ...]`` with ``batch_first``; ``[T, ...]`` for an
+        unbatched ``[T, I]`` input), ``h_n`` ``[num_layers * directions, N, H]``."""
+        return recurrent(
+            self.mode,
+            input,
+            hx,
+            self._layer_weights(),
+            self.num_layers,
+            self.dropout,
+            self.training,
+            self.bidirectional,
+            self.batch_first,
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.mode == "RNN_RELU":
+            text += ", nonlinearity='relu'"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        if not self.bias:
+            text += ", bias=False"
+        if self.batch_first:
+            text += ", batch_first=True"
+        if self.dropout:
+            text += f", dropout={self.dropout}"
+        if self.bidirectional:
+            text += ", bidirectional=True"
+        return text
+
+
+class RNN(RNNBase):
+    """An Elman RNN, ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (``relu``
+    with ``nonlinearity="relu"``), PyTorch's ``nn.RNN``.
+
+    >>> RNN(4, 6, nonlinearity="relu")(rg.ones((5, 4)))[0].shape
+    (5, 6)
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        **kwargs: Any,
+    ):
+        mode = _nonlinearity_mode("RNN", nonlinearity)
+        super().__init__(
+            mode,
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            **kwargs,
+        )
+        self.nonlinearity = nonlinearity
+
+
+class LSTM(RNNBase):
+    """A long short-term memory layer stack, PyTorch's ``nn.LSTM`` (gates ``i f g o``):
+    ``forward(input, (h_0, c_0))`` returns ``(output, (h_n, c_n))``."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__("LSTM", *args, **kwargs)
+
+
+class GRU(RNNBase):
+    """A gated recurrent unit layer stack, PyTorch's ``nn.GRU`` (gates ``r z n``,
+    ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__("GRU", *args, **kwargs)
+
+
+class RNNCellBase(Module):
+    """The common part of the cells: ``weight_ih`` ``[G*H, I]``, ``weight_hh`` ``[G*H, H]``,
+    ``bias_ih``, ``bias_hh`` ``[G*H]``, from U(-1/sqrt(H), 1/sqrt(H))."""
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        owner = type(self).__name__
+        self.mode = mode
+        self.input_size = _positive_int(owner, "input_size", input_size, 0)
+        self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
+        self.bias = bool(bias)
+        dtype = dtype or "float32"
+        rows = GATES[mode] * self.hidden_size
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        self.weight_ih = Parameter(_uniform((rows, input_size), bound, backend, device, dtype))
+        self.weight_hh = Parameter(_uniform((rows, hidden_size), bound, backend, device, dtype))
+        if self.bias:
+            self.bias_ih = Parameter(_uniform((rows,), bound, backend, device, dtype))
+            self.bias_hh = Parameter(_uniform((rows,), bound, backend, device, dtype))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+
+    def reset_parameters(self) -> None:
+        """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
+        from .. import init
+
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for weight in self.parameters():
+            init.uniform_(weight, -bound, bound)
+
+    def forward(self, input: Tensor, hx: Any = None) -> Any:  # noqa: A002
+        return recurrent_cell(
+            self.mode, input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            text += ", bias=False"
+        if self.mode == "RNN_RELU":
+            text += ", nonlinearity='relu'"
+        return text
+
+
+class RNNCell(RNNCellBase):
+    """One step of an Elman RNN: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`` (or relu).
+
+    >>> RNNCell(3, 4)(rg.ones((2, 3))).shape
+    (2, 4)
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        nonlinearity: str = "tanh",
+        **kwargs: Any,
+    ):
+        mode = _nonlinearity_mode("RNNCell", nonlinearity)
+        super().__init__(mode, input_size, hidden_size, bias, **kwargs)
+        self.nonlinearity = nonlinearity
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step: ``forward(input, (h, c))`` returns ``(h', c')``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, **kwargs: Any):
+        super().__init__("LSTM", input_size, hidden_size, bias, **kwargs)
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step: ``forward(input, h)`` returns ``h'``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, **kwargs: Any):
+        super().__init__("GRU", input_size, hidden_size, bias, **kwargs)
