@@ -80,15 +80,8 @@ class RankTransport(Transport):
         return self.membership.broken
 
     # -- collectives ------------------------------------------------------------------------
-    def all_reduce(
-        self,
-        device: Device,
-        buffers: Sequence[Any],
-        op: ReduceOperation,
-        key: Hashable,
-        group: tuple[Device, ...],
-        donated: Sequence[bool] | None = None,
-    ) -> Pending:
+    # (the collectives' signatures and types: ``Transport``)
+    def all_reduce(self, device, buffers, op, key, group, donated=None) -> Pending:
         pending = Pending(key)
         if not self._admit(pending, "all_reduce", buffers, group):
             return pending
@@ -97,9 +90,7 @@ class RankTransport(Transport):
             return pending
         return self._launch(pending, lambda: self._start_all_reduce(buffers, op, key, donated))
 
-    def all_gather(
-        self, device: Device, buffers: Sequence[Any], key: Hashable, group: tuple[Device, ...]
-    ) -> Pending:
+    def all_gather(self, device, buffers, key, group) -> Pending:
         pending = Pending(key)
         if not self._admit(pending, "all_gather", buffers, group):
             return pending
