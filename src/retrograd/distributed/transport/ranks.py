@@ -113,7 +113,9 @@ class RankTransport(Transport):
                 f"{what} runs over every rank (ctx.devices); subgroups are not supported, "
                 f"got {', '.join(map(str, group))}"
             )
-        elif len({dtype_name(buffer) for buffer in buffers}) > 1:
+        elif any(b.dtype != buffers[0].dtype for b in buffers) and (
+            len({dtype_name(b) for b in buffers}) > 1  # (names: NumPy's and torch's dtypes)
+        ):
             problem = f"a fused {what.replace('_', '-')} needs one dtype"
         else:
             return True
