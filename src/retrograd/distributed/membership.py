@@ -255,7 +255,7 @@ class Membership:
         if self.closed or self._channel is None:
             return
         try:
-            for exchange in list(self._exchanges):
+            for exchange in list(self._exchanges) if self._exchanges else ():
                 if self._poll(exchange) and exchange in self._exchanges:
                     self._exchanges.remove(exchange)
             self._tick()

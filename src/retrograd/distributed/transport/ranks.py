@@ -162,12 +162,13 @@ class RankTransport(Transport):
     def progress(self) -> Polled:
         if self._closed:
             return IDLE
-        if self.broken is None:
+        membership = self.membership
+        if membership.broken is None:
             interrupted = self._interruption()
             if interrupted is not None:
-                self.membership.fail(interrupted)
+                membership.fail(interrupted)
         completed = False
-        for item in list(self._in_flight):
+        for item in list(self._in_flight) if self._in_flight else ():
             if item not in self._in_flight:  # a completion's callback broke the transport
                 continue
             try:
@@ -176,14 +177,16 @@ class RankTransport(Transport):
                 failure = self._failure(item, error)
                 if failure is None:
                     raise
-                self.membership.fail(failure)  # fails it and the rest
+                membership.fail(failure)  # fails it and the rest
                 break
             if done:
                 completed = True
                 self._in_flight.remove(item)
                 item.pending.finish(item.result)  # its callbacks may launch more
-        self.membership.progress()
-        return Polled(self.needs_progress(), completed, self.membership.due())
+        membership.progress()
+        if self._in_flight or membership.exchanging:
+            return Polled(True, completed, None)
+        return Polled(False, completed, membership.due())
 
     def _fail_in_flight(self, message: str) -> None:
         items, self._in_flight = self._in_flight, []
