@@ -304,7 +304,7 @@ def scaling_worker(options) -> None:
     if ctx is not None:
         ctx.stats.reset()
     server_cpu = thread_cpu_seconds(server_thread)
-    in_place = getattr(ctx.engine, "reduced_in_place", 0) if ctx is not None else 0
+    in_place = getattr(ctx.transport, "reduced_in_place", 0) if ctx is not None else 0
     profile = None
     if options.profile and rank == 0:  # where rank 0's time goes (its main thread)
         import cProfile
@@ -321,7 +321,7 @@ def scaling_worker(options) -> None:
         profile.dump_stats(options.profile)
     server_cpu = thread_cpu_seconds(server_thread) - server_cpu
     if ctx is not None:
-        in_place = getattr(ctx.engine, "reduced_in_place", 0) - in_place
+        in_place = getattr(ctx.transport, "reduced_in_place", 0) - in_place
         # the hook's own clock: backward's end, then the reduced gradients
         timeline = [tuple(pair) for pair in ctx.stats.as_dict()["timeline"]]
     barrier()
@@ -331,9 +331,9 @@ def scaling_worker(options) -> None:
         "cpu_seconds": cpu,
         "server_cpu_seconds": server_cpu,
         "timeline": timeline,
-        "overlapping": bool(ctx is not None and ctx.engine.overlapping),
+        "overlapping": bool(ctx is not None and ctx.server.overlapping),
         "in_place_per_step": in_place / options.steps,
-        "shared_memory": bool(ctx is not None and ctx.engine.shared is not None),
+        "shared_memory": bool(ctx is not None and ctx.transport.shared is not None),
     }
     # a file per rank: Hydra forwards the ranks' output in chunks that may interleave
     (Path(options.out) / f"rank{rank}.json").write_text(json.dumps(report))

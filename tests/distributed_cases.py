@@ -124,6 +124,27 @@ def write_report(out, report: dict, checks: Checks) -> None:
     (out / f"rank{MPI.COMM_WORLD.Get_rank()}.json").write_text(json.dumps(report))
 
 
+def transport_all_gather_check(ctx, checks: Checks) -> None:
+    """The transport's buffer all-gather (what differentiable collectives build on): two
+    buffers of one dtype, every rank's stacked in rank order, the inputs untouched."""
+    from retrograd.distributed.pending import Pending
+
+    n, rank = ctx.world_size, ctx.rank
+    row = np.arange(3, dtype=np.float32) + 10 * rank
+    grid = np.full((2, 2), rank, np.float32)
+    key = ("op", ctx.devices, "all_gather check")
+    outer = Pending(key)
+    ctx.server.collective(
+        outer, lambda transport: transport.all_gather(ctx.device, [row, grid], key, ctx.devices)
+    )
+    rows, grids = ctx.wait_for(outer, "all_gather check")
+    expected_rows = np.stack([np.arange(3, dtype=np.float32) + 10 * k for k in range(n)])
+    checks.close("all_gather rows", np.asarray(rows), expected_rows)
+    checks.close("all_gather grids", np.asarray(grids), [np.full((2, 2), k) for k in range(n)])
+    checks.true("all_gather shapes", rows.shape == (n, 3) and grids.shape == (n, 2, 2))
+    checks.true("all_gather leaves its inputs", row[0] == 10 * rank and grid[0, 0] == rank)
+
+
 def reduce(arrays, op):
     """What an all-reduce of ``arrays`` (one per rank) with ``op`` gives."""
     total = np.sum(arrays, axis=0)

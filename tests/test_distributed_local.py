@@ -18,7 +18,7 @@ import retrograd as rg
 from backends import inner_backend
 from distributed_cases import GRAPHS, data, gradients, mlp_grads, mlp_params
 from retrograd import distributed as dist
-from retrograd.distributed.server import plan_buckets
+from retrograd.distributed.reducer.buckets import plan_buckets
 
 SUM, MEAN = dist.ReduceOperation.SUM, dist.ReduceOperation.MEAN
 STRATEGIES = {"none": rg.NoCheckpointing(), "balanced": rg.BalancedCheckpointing()}
@@ -331,7 +331,7 @@ def test_the_predicted_finality_order_is_the_order_gradients_become_final():
     """Buckets are planned from a prediction made on the tape before backward runs; here one
     weight is tied between the first and the last layer, so it is final only at the end."""
     from retrograd.autodiff.runtime import Tape
-    from retrograd.distributed.sync import distributed_slots
+    from retrograd.distributed.reducer.backward_hook import distributed_slots
 
     device = devices_of(1)[0]
     rng = np.random.default_rng(6)

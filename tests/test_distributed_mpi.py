@@ -22,7 +22,8 @@ pytest.importorskip(
 )
 
 import retrograd
-from retrograd.distributed import launch, shm
+from retrograd.distributed import launch
+from retrograd.distributed.transport import shm
 
 if launch.find_mpiexec() is None:
     pytest.skip(
@@ -83,6 +84,16 @@ def test_gradient_checks_across_processes(ranks, tmp_path):
         # overlap=None: the engine reduces during backward only with a core to spare
         if ranks >= cores:
             assert not report["overlap_pays"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_transport_all_gathers_buffers_across_processes(ranks, tmp_path):
+    completed, reports = run_ranks(ranks, "transport_checks.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] == 4
 
 
 #: spare cores the donation script pretends every machine has: -1 packs every gradient into

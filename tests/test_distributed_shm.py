@@ -1,6 +1,6 @@
-"""The shared-memory all-reduce (``retrograd.distributed.shm``), its ranks as threads of one
-process: results, reuse of a collective across steps, several collectives in flight, and the
-files it leaves (none once every rank has used a collective)."""
+"""The shared-memory all-reduce (``retrograd.distributed.transport.shm``), its ranks as
+threads of one process: results, reuse of a collective across steps, several collectives in
+flight, and the files it leaves (none once every rank has used a collective)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from retrograd.distributed import shm
+from retrograd.distributed.transport import shm
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs x86-64 and /dev/shm")
 

@@ -71,6 +71,16 @@ def test_gradient_checks_over_gloo(tmp_path):
         assert report["buckets"] == {"SUM": 20, "MEAN": 11}
 
 
+def test_the_transport_all_gathers_buffers_over_gloo(tmp_path):
+    completed, reports = run_ranks("torch_transport_checks.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == [0, 1], output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] == 4
+
+
 def test_two_process_training_equals_full_batch_training(tmp_path):
     completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
     assert completed.returncode == 0, output(completed)

@@ -1,5 +1,5 @@
 """Run as N ranks: start a context with ``overlap=None`` and write ``OUT/rank{r}.json``: what
-the engine counted at start-up (ranks here, cores, other jobs' processes running) and whether
+the transport counted at start-up (ranks here, cores, other jobs' processes running) and whether
 it overlaps the all-reduces with backward and reduces gradients in place."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from retrograd import distributed as dist
 def main() -> None:
     out = Path(sys.argv[1])
     with dist.DistributedContext.from_launcher(dist.DistributedConfig(timeout=30.0)) as ctx:
-        engine = ctx.engine
+        transport = ctx.transport
         report = {
             "rank": ctx.rank,
-            "local_ranks": engine.local_ranks,
-            "cores": engine.cores,
-            "others": engine.others,
-            "overlap_pays": engine.overlap_pays,
-            "donates": engine.donates,
-            "overlapping": engine.overlapping,
+            "local_ranks": transport.local_ranks,
+            "cores": transport.cores,
+            "others": transport.others,
+            "overlap_pays": transport.capabilities.overlap_pays,
+            "donates": transport.capabilities.in_place,
+            "overlapping": ctx.server.overlapping,
         }
     (out / f"rank{report['rank']}.json").write_text(json.dumps(report))
 

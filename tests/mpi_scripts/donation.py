@@ -21,7 +21,7 @@ import numpy as np
 import retrograd as rg
 from distributed_cases import Checks, write_report
 from retrograd import distributed as dist
-from retrograd.distributed.mpi import MpiEngine
+from retrograd.distributed.transport.mpi import MpiTransport
 
 STEPS = 5
 #: the step at which rank 1 sums its loss the other way round, so its gradients become final
@@ -30,13 +30,13 @@ SWAPPED_STEP = 3
 
 
 def patch_census(spare: int) -> None:
-    measured = MpiEngine._census
+    measured = MpiTransport._census
 
     def census(self):
         local_ranks, cores, others, _, token = measured(self)
         return local_ranks, cores, others, spare, token
 
-    MpiEngine._census = census
+    MpiTransport._census = census
 
 
 def parameters(seed: int) -> dict[str, np.ndarray]:
@@ -77,7 +77,7 @@ def main() -> None:
         with dist.DistributedContext.from_launcher(config) as ctx:
             n, rank = ctx.world_size, ctx.rank
             report["rank"] = rank
-            report["overlapping"] = ctx.engine.overlapping
+            report["overlapping"] = ctx.server.overlapping
             values = parameters(seed=7)
             for step in range(STEPS):
                 batches = [np.random.default_rng(100 * step + k) for k in range(n)]
@@ -93,8 +93,8 @@ def main() -> None:
                     checks.true(f"step {step}: {name} finite", np.isfinite(expected).all())
                     checks.close(f"step {step}: {name}", synced[name], expected)
                 values = {k: v - 1e-3 * synced[k] for k, v in values.items()}
-            report["reduced_in_place"] = ctx.engine.reduced_in_place
-            report["shared_memory"] = ctx.engine.shared is not None
+            report["reduced_in_place"] = ctx.transport.reduced_in_place
+            report["shared_memory"] = ctx.transport.shared is not None
             report["exchanges"] = ctx.stats.exchanges
     except Exception:
         checks.failures.append(traceback.format_exc())

@@ -120,7 +120,7 @@ def main() -> None:
                 report.setdefault("buckets", {})[name] = ctx.stats.buckets
                 report.setdefault("steps", {})[name] = ctx.stats.steps
                 report.setdefault("exchanges", {})[name] = ctx.stats.exchanges
-                report.setdefault("overlap_pays", ctx.engine.overlap_pays)
+                report.setdefault("overlap_pays", ctx.transport.capabilities.overlap_pays)
     except Exception:
         checks.failures.append(traceback.format_exc())
     write_report(out, report, checks)

@@ -9,23 +9,22 @@ its copy of a parameter with ``w.set_distributed(param_id)``; inside a running
 :class:`DistributedContext`, ``loss.backward()`` all-reduces those gradients while the rest of
 backward runs and returns them reduced. See ``docs/distributed.md``.
 
+The package follows PyTorch's split: ``transport/`` moves buffers between the members
+(PyTorch's ``ProcessGroup``), ``membership`` tracks the members of a job across processes,
+``reducer/`` syncs gradients during backward (PyTorch's ``Reducer`` and its comm hooks).
 Modules import one way, each only from those above it (none imports the package itself)::
 
-    config, cache, buffers             settings, bounded caches, buffers (ParamId: autodiff)
-    cost                               the α–β cost model of a step (pure; imports none of these)
-    shm                                an all-reduce through shared memory (imports none of these)
-    engine                             the collective interface, Pending; member states
-    buckets                            bucket plans (pure)
-    registration                       the registration format, the members' agreement (pure)
-    rounds                             ParamSlot, DeviceStep (+ the server's StepSync), Round
-    diagnosis                          what a timeout says
-    server                             SyncServer: rounds and its thread
+    config, cache, buffers, pending    settings, bounded caches, buffers, handles in flight
+    cost                               the α–β cost model of a step (pure)
+    launch                             mpiexec, torchrun (imports nothing of the package)
+    membership                         heartbeats, member status, registration exchanges,
+                                       the broken state, exit (processes, one rank each)
+    transport/                         local, mpi, torch.distributed, shared memory
     registry                           running contexts by device; the hook's install
     collective                         the differentiable all_reduce, CollectiveTensor
-    sync                               the backward hook (GradientSyncHook, BackwardSync)
-    local, mpi, torch_engine           the engines
+    reducer/                           buckets, registrations, rounds, comm hooks, the fast
+                                       path, the sync server, the backward hook
     context                            DistributedContext, ENGINES
-    launch                             mpiexec, torchrun (imports nothing of the package)
 """
 
 from ..autodiff.params import ParamId

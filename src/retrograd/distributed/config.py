@@ -48,8 +48,7 @@ class DistributedConfig:
       the data while backward computes. ``None`` (the default) lets the engine decide at
       start-up: the ``mpi`` engine falls back to one collective unless every machine has a
       core to spare beside its ranks and the other jobs' processes running at start-up
-      (``docs/distributed.md``, "Gradients in place, shared memory when ranks outnumber
-      cores").
+      (``transport/mpi.py``).
 
     >>> DistributedConfig(all_reduce_op=ReduceOperation.SUM, timeout=5.0).bucket_bytes
     26214400

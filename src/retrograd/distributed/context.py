@@ -1,9 +1,10 @@
-"""``DistributedContext``: the devices that train together, their engine and sync server.
+"""``DistributedContext``: the devices that train together, their transport and sync server.
 
-It starts and closes the server, registers itself (:mod:`.registry`) so that backwards and
-``all_reduce`` calls on its devices find it, and offers its collaborators (the backward hook,
-``all_reduce``) what they need of it as public methods: ``server``, ``start_all_reduce``,
-``wait_for``, ``all_reduce_array``, ``record_step``.
+It makes the transport its ``engine`` names, starts and closes the server, registers itself
+(:mod:`.registry`) so that backwards and ``all_reduce`` calls on its devices find it, and
+offers its collaborators (the backward hook, ``all_reduce``) what they need of it as public
+methods: ``server``, ``start_all_reduce``, ``wait_for``, ``all_reduce_array``,
+``record_step``.
 """
 
 from __future__ import annotations
@@ -19,20 +20,21 @@ import numpy as np
 from ..device import Device
 from ..errors import DistributedError, DTypeError, InvalidArgumentError
 from .config import DistributedConfig, ReduceOperation
-from .engine import Collective, Pending
+from .pending import Pending
+from .reducer.backward_hook import HOOK
+from .reducer.rounds import DeviceStep
+from .reducer.server import SyncServer
 from .registry import register_context, unregister_context
-from .rounds import DeviceStep
-from .server import SyncServer
-from .sync import HOOK
+from .transport.base import Transport
 
 __all__ = ["ENGINES", "DistributedContext"]
 
-#: the engines a context can be made with, by name
+#: the engines (transports) a context can be made with, by name
 ENGINES = ("local", "mpi", "torch")
 
 
 class DistributedContext:
-    """The devices that train together, their engine and their sync server.
+    """The devices that train together, their transport and their sync server.
 
     In one process (engine ``"local"``), one thread per device; the user starts the threads,
     the context provides the server::
@@ -55,17 +57,17 @@ class DistributedContext:
         devices: Iterable[Any],
         config: DistributedConfig | None = None,
         *,
-        engine: str | Collective = "local",
+        engine: str | Transport = "local",
     ):
         self.config = config if config is not None else DistributedConfig()
         if not isinstance(self.config, DistributedConfig):
             raise DTypeError(
                 f"DistributedContext: config must be a DistributedConfig, got {config!r}"
             )
-        if isinstance(engine, Collective):
-            self.engine = engine
+        if isinstance(engine, Transport):
+            self.transport = engine
         elif engine == "local":
-            from .local import LocalEngine
+            from .transport.local import LocalTransport
 
             devices = tuple(Device(d) for d in devices)
             if not devices:
@@ -74,7 +76,7 @@ class DistributedContext:
                 raise DistributedError(
                     f"DistributedContext: devices repeat: {', '.join(map(str, devices))}"
                 )
-            self.engine = LocalEngine(devices)
+            self.transport = LocalTransport(devices)
         elif engine in ("mpi", "torch"):
             raise DistributedError(
                 f"DistributedContext: the {engine} engine takes its devices from the launcher; "
@@ -84,7 +86,8 @@ class DistributedContext:
             raise InvalidArgumentError(
                 f"DistributedContext: engine must be one of {ENGINES}, got {engine!r}"
             )
-        self._server = SyncServer(self.engine, self.config, f"retrograd-sync-{self.engine.name}")
+        name = f"retrograd-sync-{self.transport.name}"
+        self._server = SyncServer(self.transport, self.config, name)
         self._lock = threading.Lock()
         self._sequence: dict[tuple[Device, tuple[Device, ...]], int] = {}
         self._state = "new"
@@ -112,13 +115,13 @@ class DistributedContext:
                     f"DistributedContext.from_launcher: the mpi engine reduces host memory "
                     f'only, got device={device!r}; use engine="torch" for CUDA'
                 )
-            from .mpi import MpiEngine
+            from .transport.mpi import MpiTransport
 
-            made: Collective = MpiEngine(config)
+            made: Transport = MpiTransport(config)
         elif engine == "torch":
-            from .torch_engine import TorchEngine
+            from .transport.torch_distributed import TorchTransport
 
-            made = TorchEngine(config, device)
+            made = TorchTransport(config, device)
         else:
             raise InvalidArgumentError(
                 f"DistributedContext.from_launcher: unknown engine {engine!r}; one of "
@@ -126,8 +129,8 @@ class DistributedContext:
             )
         context = cls((), config, engine=made)
         # A context still running when the interpreter exits is closed first (this handler,
-        # registered after the engine's, runs before it): its server thread must not be
-        # polling the engine while it is torn down.
+        # registered after the transport's, runs before it): its server thread must not be
+        # polling the transport while it is torn down.
         atexit.register(context.close)
         return context
 
@@ -135,31 +138,31 @@ class DistributedContext:
     @property
     def devices(self) -> tuple[Device, ...]:
         """Every participating device, in rank order."""
-        return self.engine.members
+        return self.transport.members
 
     @property
     def local_devices(self) -> tuple[Device, ...]:
         """The devices hosted by this process."""
-        return self.engine.local
+        return self.transport.local
 
     @property
     def device(self) -> Device:
         """This process's device (one per rank across processes)."""
-        if len(self.engine.local) != 1:
+        if len(self.transport.local) != 1:
             raise DistributedError(
                 "DistributedContext.device: this context hosts "
-                f"{len(self.engine.local)} devices; use ctx.devices"
+                f"{len(self.transport.local)} devices; use ctx.devices"
             )
-        return self.engine.local[0]
+        return self.transport.local[0]
 
     @property
     def rank(self) -> int:
         """This process's rank (its device's index in ``devices``)."""
-        return self.engine.index[self.engine.local[0]]
+        return self.transport.index[self.transport.local[0]]
 
     @property
     def world_size(self) -> int:
-        return len(self.engine.members)
+        return len(self.transport.members)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> DistributedContext:
@@ -197,7 +200,7 @@ class DistributedContext:
 
     def __repr__(self) -> str:
         devices = ", ".join(map(str, self.devices))
-        return f"DistributedContext({self.engine.name}: {devices}, {self._state})"
+        return f"DistributedContext({self.transport.name}: {devices}, {self._state})"
 
     # -- for the backward hook and all_reduce ----------------------------------------------
     @property
@@ -216,14 +219,14 @@ class DistributedContext:
         k-th call of each device over the same devices are matched."""
         if not self.running:
             raise DistributedError(f"all_reduce: the distributed context is {self._state}")
-        members = self.engine.members
-        strangers = [d for d in devices if d not in self.engine.index]
+        members = self.transport.members
+        strangers = [d for d in devices if d not in self.transport.index]
         if strangers or len(set(devices)) != len(devices):
             raise DistributedError(
                 f"all_reduce: devices must be distinct devices of the context "
                 f"({', '.join(map(str, members))}), got {', '.join(map(str, devices))}"
             )
-        group = tuple(sorted(devices, key=self.engine.index.__getitem__))
+        group = tuple(sorted(devices, key=self.transport.index.__getitem__))
         with self._lock:
             number = self._sequence.get((device, group), 0)
             self._sequence[(device, group)] = number + 1
@@ -232,7 +235,7 @@ class DistributedContext:
         return pending
 
     def wait_for(self, pending: Pending, what: str) -> Any:
-        """The result of ``pending`` (one array per buffer), driving the engine meanwhile;
+        """The result of ``pending`` (one array per buffer), driving the transport meanwhile;
         past the timeout, :class:`~retrograd.DistributedError` saying who it waited for
         (``what`` names the collective)."""
         if not self._server.drive_until(pending, self.config.timeout):
@@ -272,7 +275,7 @@ class _Stats:
             self.steps = 0
             self.buckets = 0
             #: steps whose members exchanged their registrations (the others reused the
-            #: plan agreed before, on engines that agree once per graph shape)
+            #: plan agreed before, on transports that agree once per graph shape)
             self.exchanges = 0
             self.comm_seconds = 0.0
             self.wait_seconds = 0.0

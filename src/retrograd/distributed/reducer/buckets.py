@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .cache import remember
-from .config import DistributedConfig
+from ..cache import remember
+from ..config import DistributedConfig
 
 __all__ = ["ITEMSIZE", "Bucket", "assign", "bucket_plan", "nbytes", "plan_buckets"]
 

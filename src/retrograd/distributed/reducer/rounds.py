@@ -6,6 +6,7 @@ Ownership is split by object, so each field has one writer: the backward hook ma
 ``DeviceStep`` and its slots (and marks ``slot.sent``); the sync server writes the outcome
 (``error``, ``results``, ``intervals``, then ``done``) and keeps its bookkeeping in
 ``step.sync`` (a :class:`StepSync`) and in the :class:`Round`, which the hook never reads.
+What the fast path of a step agreed once adds is its own (``fast_path.Attempt``).
 """
 
 from __future__ import annotations
@@ -16,22 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff.params import ParamId
-from ..device import Device
+from ...autodiff.params import ParamId
+from ...device import Device
+from ..pending import Pending
 from .buckets import Bucket, nbytes
-from .engine import Pending
 from .registration import payload
 
-__all__ = ["DECOY", "FAST", "HEADER", "Agreed", "DeviceStep", "ParamSlot", "Round", "StepSync"]
-
-#: ``StepSync.attempt``: the step reduces by the plan agreed at an earlier step, without
-#: exchanging registrations (its own registration is the one agreed then), or it only joins
-#: that plan's collectives with zeros (its registration changed) so that the round can redo
-#: the step with a full exchange
-FAST, DECOY = "fast", "decoy"
-#: the bucket number of the first bucket's header when it travels in a collective of its own
-#: (engines that ``donates``)
-HEADER = -1
+__all__ = ["DeviceStep", "ParamSlot", "Round", "StepSync"]
 
 
 class ParamSlot:
@@ -66,13 +58,11 @@ class StepSync:
         "bucket_pendings",
         "bucket_slots",
         "buckets_left",
-        "kept",
         "launching",
         "next_bucket",
         "round",
         "submitted",
         "unsubmitted",
-        "void",
     )
 
     def __init__(self) -> None:
@@ -87,19 +77,15 @@ class StepSync:
         #: per bucket, gradients not yet submitted
         self.unsubmitted: list[int] = []
         self.bucket_pendings: dict[int, Pending] = {}
-        #: the next bucket to launch, on engines that launch in plan order
+        #: the next bucket to launch, on ordered transports (they launch in plan order)
         self.next_bucket = 0
         self.buckets_left = 0
         #: the buckets launch as their gradients come in (the plan in force maps this step's
         #: slots): after the members agreed, or on a fast attempt
         self.launching = False
-        #: ``None`` (registrations exchanged this step), ``FAST`` or ``DECOY``
-        self.attempt: str | None = None
-        #: a fast attempt's launched gradients, by slot index, until its first bucket says
-        #: every member was on the fast path (else the step is redone from them)
-        self.kept: dict[int, np.ndarray] | None = None
-        #: a member was not on the fast path: the attempt's results are void
-        self.void = False
+        #: ``None`` where the members exchanged their registrations for this step, else
+        #: the step's attempt at the plan agreed earlier (``fast_path.Attempt``)
+        self.attempt: Any = None
 
 
 class DeviceStep:
@@ -119,7 +105,7 @@ class DeviceStep:
         self.error: str | None = None
         self.results: dict[int, np.ndarray] = {}
         #: slot indices whose submitted gradient the hook proved nothing else holds (it may be
-        #: donated to the engine: ``Collective.donates``)
+        #: donated to the transport: ``Capabilities.in_place``)
         self.owned: set[int] = set()
         #: (launched, finished) of each bucket's all-reduce, ``time.perf_counter`` seconds
         self.intervals: list[tuple[float, float]] = []
@@ -146,33 +132,3 @@ class Round:
         self.labels: dict[int, str] = {}
         self.failed: str | None = None
         self.finished = False
-
-
-class Agreed:
-    """What a device's members last agreed on: its registration (``payload``) then, the bucket
-    plan and labels, and the plan mapped onto that registration's slots. While the device
-    registers the same list again, every member does (each compares with its own), so the
-    plan holds without exchanging registrations."""
-
-    __slots__ = ("bucket_of", "bucket_slots", "labels", "numels", "payload", "plan")
-
-    def __init__(
-        self,
-        payload: np.ndarray,
-        plan: list[Bucket],
-        labels: dict[int, str],
-        bucket_slots: list[list[int]],
-        bucket_of: list[int],
-        numels: list[list[int]],
-    ):
-        self.payload = payload
-        self.plan = plan
-        self.labels = labels
-        self.bucket_slots = bucket_slots
-        self.bucket_of = bucket_of
-        #: each bucket's gradients' element counts, for a decoy's zeros: the same buffers as
-        #: its members' (an engine may reduce each large one apart, ``Collective.donates``)
-        self.numels = numels
-
-    def matches(self, payload: np.ndarray) -> bool:
-        return payload is self.payload or np.array_equal(payload, self.payload)

@@ -2,9 +2,8 @@
 
 MPI's all-reduce moves data in rounds (2 log p or 2(p - 1) of them), each of which needs the
 ranks that exchange to be on a core at the same time. With more ranks than cores each round
-waits for the scheduler to run both, and the collective costs several times its copies: 8
-ranks on 2 cores spent ~12 ms of a 66 ms step in a blocking ``Allreduce`` of 7.4 MB, and as
-much polling an ``Iallreduce``. Here the ranks meet twice, whatever their number:
+waits for the scheduler to run both, and the collective costs several times its copies. Here
+the ranks meet twice, whatever their number:
 
 1. each rank writes its contribution into its own segment (a file in ``/dev/shm`` that every
    rank maps) and raises its *arrived* flag;
@@ -12,9 +11,8 @@ much polling an ``Iallreduce``. Here the ranks meet twice, whatever their number
    order, into its output, and raises its *reduced* flag;
 3. once every rank's is up, each copies every rank's output slice into its result.
 
-The same steps took ~5 ms of that step (docs/distributed.md, "Gradients in place, shared
-memory when ranks outnumber cores"). A rank writes only its own segment, and every slice is
-summed once, so all ranks get identical results.
+A rank writes only its own segment, and every slice is summed once, so all ranks get
+identical results.
 
 Reuse is safe because each step waits for everyone: a rank writes its contribution to a
 collective's next use only after every rank has summed the last one (its reduced flag), and

@@ -3,7 +3,7 @@
 ``begin`` (backward starts) finds the distributed parameters in the walked graph, predicts the
 order their gradients will become final, and registers them with the device's context; the
 ``Gradients`` registration hook submits a parameter's gradient the moment its last contribution
-arrives, a bucket at a time; ``end`` waits for this device's all-reduces (driving the engine)
+arrives, a bucket at a time; ``end`` waits for this device's all-reduces (driving the transport)
 and puts the reduced gradients into the result. One backward's state is a :class:`BackwardSync`.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DistributedError
+from ...errors import DistributedError
+from ..buffers import from_buffer, to_buffer
+from ..collective import record_all_reduce
+from ..registry import active_context
 from .buckets import bucket_plan
-from .buffers import from_buffer, to_buffer
-from .collective import record_all_reduce
-from .registry import active_context
 from .rounds import DeviceStep, ParamSlot
 
 __all__ = ["HOOK", "BackwardSync", "GradientSyncHook", "distributed_slots", "sole_owner"]
@@ -96,13 +96,13 @@ def distributed_slots(tape: Any) -> list[ParamSlot]:
 
 class BackwardSync:
     """One device's backward, as the hook sees it: its step, the gradients it holds until
-    their bucket is complete, and when it last polled the engine.
+    their bucket is complete, and when it last polled the transport.
 
     :meth:`on_register` runs on every gradient registration of the backward, so it keeps what
     it reads in slots, and returns at once unless a parameter just became final or a poll is
     due.
 
-    Where the engine ``donates``, a final gradient is held until the next registration (or
+    Where the transport reduces in place, a final gradient is held until the next registration (or
     the end of backward) before it is submitted: by then the backward step that made it has
     returned, so the references its frames held are gone, and a count of references says
     whether anything else holds it (:func:`sole_owner`).
@@ -139,14 +139,14 @@ class BackwardSync:
         # Without the overlap nothing is in flight during backward for a poll to advance
         # (registrations agreed before are not exchanged again; a first exchange waits for
         # the end of backward, like the one collective).
-        self.polls = context.engine.overlapping
+        self.polls = self.server.overlapping
         # The reduced gradient replaces the local one at the end; until then the local one is
         # only the collective's input, and dropping it here lets its memory go once it is
         # packed (keeping both raised each step's peak, and fresh memory costs page faults).
         # A differentiable sync (create_graph) records the local one as its input, so keeps it.
         self.keep_local = getattr(backend, "is_autodiff", False)
-        #: the engine may reduce gradients in place: say which ones nothing else holds
-        self.donating = context.engine.donates and not self.keep_local
+        #: the transport may reduce gradients in place: say which ones nothing else holds
+        self.donating = self.server.transport.capabilities.in_place and not self.keep_local
         #: the last final gradient, ``(slot, buffer)``, until its maker's frames are gone
         self.held: tuple[ParamSlot, Any] | None = None
 
@@ -192,7 +192,7 @@ class BackwardSync:
             self.server.submit_many(self.step, batch)
 
     def finish(self, grads: Any) -> None:
-        """Submit what is left, wait for the reduced gradients (driving the engine), and put
+        """Submit what is left, wait for the reduced gradients (driving the transport), and put
         them in ``grads``."""
         step, context, server = self.step, self.context, self.server
         started = perf_counter()

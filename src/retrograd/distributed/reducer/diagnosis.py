@@ -2,20 +2,23 @@
 what is known of them.
 
 Called by the sync server, under its lock, once a device has given up waiting; they only
-read the round's state and ask the engine (``missing``, ``member_name``, ``member_status``).
+read the round's state and ask the transport (``missing``, ``behind``, ``member_name``,
+``member_status``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .engine import Collective, Pending
-from .rounds import HEADER, DeviceStep
+from ..pending import Pending
+from ..transport.base import Transport
+from .fast_path import HEADER
+from .rounds import DeviceStep
 
 __all__ = ["describe_op_stall", "describe_stall"]
 
 
-def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
+def describe_stall(step: DeviceStep, transport: Transport, timeout: float) -> str:
     """Why ``step``'s gradient sync has not completed within ``timeout``."""
     sync = step.sync
     current = sync.round
@@ -24,12 +27,12 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
         f"{timeout:g} s"
     )
     if current.plan is None:
-        missing = engine.missing(sync.agreement) or []
+        missing = transport.missing(sync.agreement) or []
         return f"{head}: " + "; ".join(
             with_status(
-                engine,
+                transport,
                 index,
-                f"{engine.member_name(index)} never registered its distributed parameters "
+                f"{transport.member_name(index)} never registered its distributed parameters "
                 "for this step",
                 "it has not called backward, or its thread died",
             )
@@ -38,13 +41,13 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
     if sync.agreement is None:
         # Reduced by a plan agreed earlier, without an exchange: the peers' heartbeats say
         # which of them never began this step.
-        behind = engine.behind(current.number)
+        behind = transport.behind(current.number)
         if behind:
             return f"{head}: " + "; ".join(
                 with_status(
-                    engine,
+                    transport,
                     index,
-                    f"{engine.member_name(index)} never registered its distributed "
+                    f"{transport.member_name(index)} never registered its distributed "
                     "parameters for this step",
                 )
                 for index in behind
@@ -63,15 +66,15 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
             f"the all-reduce of {quote(labels)} "
             f"(bucket {bucket + 1} of {len(current.plan)}) never completed"
         )
-    missing = engine.missing(pending)
-    if missing is None:  # the engine cannot tell who: say what it knows of each peer
-        known = [engine.member_status(i) for i in range(len(engine.members))]
+    missing = transport.missing(pending)
+    if missing is None:  # the transport cannot tell who: say what it knows of each peer
+        known = [transport.member_status(i) for i in range(len(transport.members))]
         return f"{head}: {what}; " + "; ".join(text for text in known if text)
     parts = []
     for index in missing:
-        device = engine.members[index]
+        device = transport.members[index]
         other = current.steps.get(device)
-        name = engine.member_name(index)
+        name = transport.member_name(index)
         if other is None:
             parts.append(f"{name} never registered for this step")
             continue
@@ -90,21 +93,21 @@ def describe_stall(step: DeviceStep, engine: Collective, timeout: float) -> str:
     return f"{head}: {what}: {'; '.join(parts)}"
 
 
-def describe_op_stall(inner: Pending, engine: Collective, what: str, timeout: float) -> str:
+def describe_op_stall(inner: Pending, transport: Transport, what: str, timeout: float) -> str:
     """Why the user collective ``inner`` (described by ``what``) has not completed."""
-    missing = engine.missing(inner)
+    missing = transport.missing(inner)
     head = f"{what} timed out after {timeout:g} s"
     if missing is None:
-        known = [engine.member_status(i) for i in range(len(engine.members))]
+        known = [transport.member_status(i) for i in range(len(transport.members))]
         return f"{head}; " + "; ".join(text for text in known if text)
     return f"{head}: " + "; ".join(
-        with_status(engine, i, f"{engine.member_name(i)} never joined it") for i in missing
+        with_status(transport, i, f"{transport.member_name(i)} never joined it") for i in missing
     )
 
 
-def with_status(engine: Collective, index: int, text: str, otherwise: str = "") -> str:
-    """``text``, then what the engine knows of the member (or ``otherwise``)."""
-    status = engine.member_status(index)
+def with_status(transport: Transport, index: int, text: str, otherwise: str = "") -> str:
+    """``text``, then what the transport knows of the member (or ``otherwise``)."""
+    status = transport.member_status(index)
     if status:
         return f"{text}: {status}"
     return f"{text} ({otherwise})" if otherwise else text

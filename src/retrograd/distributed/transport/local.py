@@ -1,24 +1,27 @@
-"""The ``local`` engine: devices are threads of one process, reduced in shared memory.
+"""The ``local`` transport: members are threads of one process, sharing its memory.
 
 A collective is a rendezvous keyed by what it is (``("grad", step, bucket)``,
 ``("op", group, n)``, ...): each member's contribution is recorded by reference, and the
-member that completes it has the reduction computed at once, reading every contribution in
+member that completes it has the result computed at once, reading every contribution in
 place and writing one result array per buffer, which all members then share (read-only): no
 copy is made beyond the result. Keys, not call order, match contributions, so members may
-launch collectives in any order.
+launch collectives in any order. What a buffer collective computes from the members' arrays
+is one function of :data:`COMBINE`, by kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from .config import ReduceOperation
-from .engine import Collective, Pending
+from ...device import Device
+from ..config import ReduceOperation
+from ..pending import Pending
+from .base import Capabilities, Transport
 
-__all__ = ["LocalEngine"]
+__all__ = ["COMBINE", "LocalTransport"]
 
 
 class _Rendezvous:
@@ -32,12 +35,11 @@ class _Rendezvous:
         self.pendings: dict[Device, Pending] = {}
 
 
-class LocalEngine(Collective):
+class LocalTransport(Transport):
     """Collectives between the devices of this process (one thread each)."""
 
     name = "local"
-    ordered = False
-    recoverable = True
+    capabilities = Capabilities(ordered=False, recoverable=True)
 
     def __init__(self, devices: Sequence[Device]):
         super().__init__(devices, devices)
@@ -45,19 +47,15 @@ class LocalEngine(Collective):
         #: keys given up on, with why: a late contribution fails at once instead of waiting
         self._abandoned: dict[Hashable, str] = {}
 
-    def all_reduce(
-        self,
-        device: Device,
-        buffers: Sequence[np.ndarray],
-        op: ReduceOperation,
-        key: Hashable,
-        group: tuple[Device, ...],
-        donated: Sequence[bool] | None = None,  # never reduced in place (``donates``)
-    ) -> Pending:
+    def all_reduce(self, device, buffers, op, key, group, donated=None) -> Pending:
+        # never reduced in place (no ``in_place`` capability): ``donated`` is not read
         return self._join("all_reduce", device, list(buffers), op, key, tuple(group))
 
-    def all_gather(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
-        return self._join("all_gather", device, values, None, key, self.members)
+    def all_gather(self, device, buffers, key, group) -> Pending:
+        return self._join("all_gather", device, list(buffers), None, key, tuple(group))
+
+    def exchange(self, device: Device, values: np.ndarray, key: Hashable) -> Pending:
+        return self._join("exchange", device, values, None, key, self.members)
 
     def _join(self, kind, device, contribution, op, key, group) -> Pending:
         pending = Pending(key)
@@ -84,18 +82,12 @@ class LocalEngine(Collective):
         rendezvous.pendings[device] = pending
         if len(rendezvous.contributions) == len(group):
             del self._open[key]
-            self._complete(key, rendezvous)
+            group = rendezvous.group
+            contributions = [rendezvous.contributions[member] for member in group]
+            result, error = _combine(kind, key, group, contributions, rendezvous.op)
+            for member in group:
+                rendezvous.pendings[member].finish(result, error)
         return pending
-
-    def _complete(self, key: Hashable, rendezvous: _Rendezvous) -> None:
-        group = rendezvous.group
-        contributions = [rendezvous.contributions[device] for device in group]
-        if rendezvous.kind == "all_gather":
-            result, error = contributions, None
-        else:
-            result, error = _reduce(key, group, contributions, rendezvous.op)
-        for device in group:
-            rendezvous.pendings[device].finish(result, error)
 
     def missing(self, pending: Pending) -> list[int] | None:
         rendezvous = self._open.get(pending.key)
@@ -123,31 +115,51 @@ def _names(devices: Sequence[Device]) -> str:
     return "[" + ", ".join(str(d) for d in devices) + "]"
 
 
-def _reduce(key, group, contributions, op):
-    """One result per buffer index: the sum (or mean) over members, members in group order."""
+def _combine(kind: str, key, group, contributions, op) -> tuple[Any, str | None]:
+    """A completed rendezvous' result (the same for every member), or why there is none."""
+    if kind == "exchange":  # every member's array, in member order (lengths may differ)
+        return contributions, None
     counts = {len(buffers) for buffers in contributions}
     if len(counts) != 1:
-        return None, f"all_reduce {key!r}: members gave different numbers of buffers"
+        return None, f"{kind} {key!r}: members gave different numbers of buffers"
     results = []
-    count = len(group)
     for index in range(counts.pop()):
         arrays = [buffers[index] for buffers in contributions]
         first = arrays[0]
         if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
             described = ", ".join(f"{d}: {list(a.shape)} {a.dtype}" for d, a in zip(group, arrays))
             return None, (
-                f"all_reduce {key!r}: the devices' tensors differ in shape or dtype ({described})"
+                f"{kind} {key!r}: the devices' tensors differ in shape or dtype ({described})"
             )
-        if count == 1:
-            results.append(first)
-            continue
-        # The result is the only new memory: the first add writes into it, the rest reduce
-        # into it in place.
-        out = np.add(first, arrays[1], out=np.empty(first.shape, first.dtype))
-        for array in arrays[2:]:
-            np.add(out, array, out=out)
-        if op is ReduceOperation.MEAN:
-            np.divide(out, count, out=out)
-        out.flags.writeable = False  # shared by every member
-        results.append(out)
+        results.append(COMBINE[kind](arrays, op))
     return results, None
+
+
+def _reduce(arrays: list[np.ndarray], op: ReduceOperation) -> np.ndarray:
+    """The sum (or mean) of the members' arrays, in member order."""
+    first = arrays[0]
+    if len(arrays) == 1:
+        return first
+    # The result is the only new memory: the first add writes into it, the rest reduce into
+    # it in place.
+    out = np.add(first, arrays[1], out=np.empty(first.shape, first.dtype))
+    for array in arrays[2:]:
+        np.add(out, array, out=out)
+    if op is ReduceOperation.MEAN:
+        np.divide(out, len(arrays), out=out)
+    out.flags.writeable = False  # shared by every member
+    return out
+
+
+def _gather(arrays: list[np.ndarray], op: None) -> np.ndarray:
+    """The members' arrays stacked, in member order."""
+    out = np.stack(arrays)
+    out.flags.writeable = False  # shared by every member
+    return out
+
+
+#: what each kind of buffer collective computes from the members' arrays of one buffer
+COMBINE: dict[str, Callable[[list[np.ndarray], Any], np.ndarray]] = {
+    "all_reduce": _reduce,
+    "all_gather": _gather,
+}

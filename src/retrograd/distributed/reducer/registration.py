@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..cache import remember
+from ..config import DistributedConfig
 from .buckets import Bucket, plan_buckets
-from .cache import remember
-from .config import DistributedConfig
 
 __all__ = ["DTYPE_CODES", "Verdict", "agree", "decode", "disagreement", "encode", "payload"]
 
