@@ -27,24 +27,26 @@ free cores (2 cores, other processes running) a step was 4x slower (0.45 s again
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 import retrograd as rg
 
 from .. import nn, optim
+from ..errors import RetrogradError
 from ..memory import StepMemory
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
-from ._usage import UsageError, require
+from ._usage import CommandError, UsageError, require
+from .checkpoints import CHECKPOINT, Checkpoint, read_checkpoint, write_checkpoint
 from .loop import (
+    BACKENDS,
     History,
     Period,
     Replica,
@@ -52,17 +54,19 @@ from .loop import (
     StepTally,
     Task,
     blas_limit,
+    finite_positive,
     fit,
+    inner_backend,
     shard_rows,
     valid_strategy,
 )
 from .models import GPT, GPTConfig
 from .outputs import Report, draw_figure, plot_losses
-from .text import TextCorpus, load_corpus
+from .runfolder import RunFolder
+from .text import TextCorpus, known_encoding, load_corpus
 
 __all__ = ["GPTTask", "GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
-CHECKPOINT = "checkpoint.npz"
 DEFAULT_STEPS = 500
 
 
@@ -90,9 +94,17 @@ class GPTTrainConfig:
     seed: int = 0
     out: str | None = "retrograd-gpt"
     resume: bool = False
+    #: replace the run in ``out`` (a fresh run into a folder holding one stops otherwise)
+    overwrite: bool = False
     progress: bool | None = None
     timeout: float = 60.0
     sample_tokens: int = 200
+    #: the inner backend: ``"numpy"`` or ``"torch"`` (``rg.TorchBackend(device)``)
+    backend: str = "numpy"
+    #: the torch backend's device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); numpy takes none
+    device: str | None = None
+    #: the encoding of ``text`` (a file that does not decode with it is refused)
+    encoding: str = "utf-8"
     #: stop after this step as an interruption would (the checkpoint is written); for trying
     #: ``--resume`` and for its test
     stop_at: int | None = None
@@ -107,7 +119,10 @@ class GPTTrainConfig:
                 (self.block_size >= 1 and self.n_layer >= 1, "block size and layers must be >= 1"),
                 (self.n_embd % self.n_head == 0, "n_embd must be a multiple of n_head"),
                 (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
-                (self.lr > 0 and self.clip_norm > 0, "lr and clip norm must be positive"),
+                (
+                    finite_positive(self.lr) and finite_positive(self.clip_norm),
+                    "lr and clip norm must be positive and finite",
+                ),
                 (
                     valid_strategy(self.checkpointing),
                     "checkpointing must be none, balanced or budget:SIZE (budget:64MB)",
@@ -116,9 +131,15 @@ class GPTTrainConfig:
                     self.workers >= 1 and self.eval_interval >= 1,
                     "workers/eval interval must be >= 1",
                 ),
+                (finite_positive(self.timeout), "timeout must be positive and finite"),
                 (not self.resume or self.out is not None, "--resume needs --out"),
+                (self.backend in BACKENDS, f"backend must be one of {BACKENDS}"),
+                (self.device is None or self.backend == "torch", "--device needs --backend torch"),
+                (known_encoding(self.encoding), f"--encoding {self.encoding}: no such encoding"),
             ]
         )
+        if self.backend == "torch":
+            inner_backend(self.backend, self.device)  # a device this machine has
 
     @property
     def warmup(self) -> int:
@@ -152,11 +173,21 @@ class GPTTrainConfig:
 _FIELDS = {f.name for f in fields(GPTTrainConfig)}
 
 
-def train_gpt(config: GPTTrainConfig, echo: Callable[..., None] = print) -> dict[str, Any]:
-    """Train as ``config`` says; return the metrics (also written to ``config.out``)."""
+def train_gpt(
+    config: GPTTrainConfig,
+    echo: Callable[..., None] = print,
+    given: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
+    """Train as ``config`` says; return the metrics (also written to ``config.out``).
+
+    On ``resume`` the saved run's settings hold, except those that may change
+    (:data:`RESUME_MAY_CHANGE`); a setting named in ``given`` (the options a user typed) that
+    differs from the saved run's is refused rather than ignored.
+    """
+    require([(not (config.resume and config.overwrite), "--resume and --overwrite contradict")])
     if not config.resume:
         config.validate()  # a resumed run validates the checkpoint's settings
-    return fit(GPTTask(config), echo)
+    return fit(GPTTask(config, given), echo)
 
 
 def make_optimizer(model: GPT, config: GPTTrainConfig) -> Any:
@@ -182,31 +213,43 @@ class GPTTask(Task):
     """The character GPT, trained for ``config.steps`` optimizer steps."""
 
     records_key = "evals"
+    resumable = True
 
-    def __init__(self, config: GPTTrainConfig):
+    def __init__(self, config: GPTTrainConfig, given: frozenset[str] | set[str] = frozenset()):
         super().__init__(config)
+        self.given = frozenset(given)
         self.corpus: TextCorpus | None = None
-        self.saved: dict[str, np.ndarray] | None = None  # the checkpoint a resumed run reads
-        self.checkpoint = Path(config.out) / CHECKPOINT if config.out is not None else None
+        self.baseline = math.nan
+        self.saved: Checkpoint | None = None  # the checkpoint a resumed run continues
         self.rng = np.random.default_rng(config.seed)
+
+    @property
+    def checkpoint(self) -> Path | None:
+        return Path(self.config.out) / CHECKPOINT if self.config.out is not None else None
 
     def prepare(self) -> None:
         if self.config.resume:
-            if self.checkpoint is None or not self.checkpoint.is_file():
-                raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint}")
-            with np.load(self.checkpoint) as archive:
-                self.saved = {key: archive[key] for key in archive.files}
-            self.config = _resumed_config(self.config, _meta(self.saved))
+            if not self.checkpoint.is_file():
+                raise CommandError(
+                    f"--resume: no checkpoint at {self.checkpoint} — resume the folder of a GPT "
+                    "run (its --out), or train afresh without --resume"
+                )
+            self.saved = read_checkpoint(self.checkpoint)
+            self.config = _resumed_config(self.config, self.saved, self.given)
             self.rng = np.random.default_rng(self.config.seed)
         config = self.config
-        self.corpus = load_corpus(config.text)
+        self.corpus = load_corpus(config.text, encoding=config.encoding)
         # the unigram baseline once: it is a pass over the whole training text
         self.baseline = self.corpus.unigram_entropy
         if len(self.corpus.train) <= config.block_size:
             raise UsageError(
                 f"train: the training text ({len(self.corpus.train)} characters) must be longer "
-                f"than the block size {config.block_size}"
+                f"than the block size {config.block_size} — pass a smaller --block-size or a "
+                "longer --text"
             )
+
+    def inner_backend(self) -> rg.Backend:
+        return inner_backend(self.config.backend, self.config.device)
 
     def blas_threads(self) -> int | None:
         return 1  # see the module docstring
@@ -218,18 +261,23 @@ class GPTTask(Task):
         return make_optimizer(model, self.config), None  # the learning rate is set each step
 
     def start(self, replicas: list[Replica]) -> Run:
-        if self.saved is None:
+        saved, self.saved = self.saved, None
+        if saved is None:
             return Run()
-        meta = _meta(self.saved)
+        meta = saved.meta
         if meta["vocab"] != self.corpus.vocab:
-            raise UsageError("--resume: the text's vocabulary differs from the checkpoint's")
-        state = {k[len("model/") :]: v for k, v in self.saved.items() if k.startswith("model/")}
+            raise CommandError(
+                f"--resume: the text {self.corpus.name} has another vocabulary than the run "
+                f"saved in {saved.path} — resume with the text it was trained on"
+            )
         for replica in replicas:
-            replica.model.load_state_dict(state)  # keeps the distributed marks
-            _restore_optimizer(replica.optimizer, self.saved, meta["optimizer_scalars"])
-        self.rng.bit_generator.state = meta["rng"]
-        history = History.from_dict(meta["history"], self.records_key)
-        self.saved = None
+            saved.load_model(replica.model)  # keeps the distributed marks
+            saved.load_optimizer(replica.optimizer)
+        try:
+            self.rng.bit_generator.state = meta["rng"]
+            history = History.from_dict(meta["history"], self.records_key)
+        except (KeyError, TypeError, ValueError) as error:
+            raise saved.damaged(f"its sampler state or history is unreadable ({error})") from None
         return Run(history, step=meta["step"], start=meta["step"])
 
     def run_bar(self, run: Run) -> tuple[str, int] | None:
@@ -281,10 +329,9 @@ class GPTTask(Task):
         )
         return line, {}
 
-    def save_state(self, replicas: list[Replica], run: Run) -> None:
-        if self.checkpoint is None:
+    def save_state(self, replicas: list[Replica], run: Run, folder: RunFolder | None) -> None:
+        if folder is None:
             return
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         meta = {
             "step": run.step,
             "config": asdict(self.config),
@@ -293,7 +340,8 @@ class GPTTask(Task):
             "rng": self.rng.bit_generator.state,
             "history": run.history.as_dict(self.records_key),
         }
-        save_checkpoint(self.checkpoint, replicas[0], meta)
+        with folder.files() as staged, staged.open(CHECKPOINT) as file:
+            write_checkpoint(file, replicas[0].model, replicas[0].optimizer, meta)
 
     def probe_batch(self, world: int) -> tuple[np.ndarray, np.ndarray]:
         rows = shard_rows(self.config.batch_size, world)
@@ -308,7 +356,9 @@ class GPTTask(Task):
             f"on {corpus.name}, vocabulary {corpus.vocab_size}; {config.steps} steps of "
             f"{config.batch_size}x{config.block_size} characters, adamw lr {config.lr:g} "
             f"(warm-up {config.warmup}, cosine), clip {config.clip_norm:g}, checkpointing "
-            f"{config.checkpointing}, {config.workers} worker(s), seed {config.seed}{resumed}\n"
+            f"{config.checkpointing}, {config.workers} worker(s), seed {config.seed}{resumed}"
+            + (f", torch backend on {config.device or 'cpu'}" if config.backend == "torch" else "")
+            + "\n"
             "unigram baseline (entropy of the character frequencies): "
             f"{self.baseline:.4f} nats/char"
         )
@@ -349,7 +399,9 @@ class GPTTask(Task):
         if config.sample_tokens and run.step >= config.steps:
             rg.seed(config.seed)
             plain = model.replicate(backend=rg.NumpyBackend(), device=rg.Device("cpu", 0)).eval()
-            text = generate_text(plain, corpus, "\n", config.sample_tokens, 0.8, 10)
+            # from a new line, or (a text without one) from a character the model knows
+            prompt = "\n" if "\n" in corpus.vocab else ""
+            text = generate_text(plain, corpus, prompt, config.sample_tokens, 0.8, 10)
             metrics["sample"] = text
         gain = baseline - summary["val_loss"]
         lines = [
@@ -374,20 +426,40 @@ class GPTTask(Task):
             kept=[CHECKPOINT],
         )
 
-    def plot(self, metrics: dict[str, Any], path: Path) -> Path:
-        return plot_gpt_curves(metrics, path)
+    def plot(self, metrics: dict[str, Any], file: IO[bytes]) -> Any:
+        return plot_gpt_curves(metrics, file)
 
 
-def _resumed_config(config: GPTTrainConfig, meta: dict[str, Any]) -> GPTTrainConfig:
-    """The checkpoint's configuration, with what may change on resume taken from ``config``
-    (total steps, where to stop, progress, workers and checkpointing strategy)."""
-    saved = {k: v for k, v in meta["config"].items() if k in _FIELDS}
-    keep = ("steps", "stop_at", "progress", "resume", "out", "workers", "checkpointing", "timeout")
-    for name in keep:
+#: settings a resumed run may change: how long it runs and how (not what it trains)
+RESUME_MAY_CHANGE = (
+    "steps", "stop_at", "progress", "resume", "out", "overwrite", "workers", "checkpointing",
+    "timeout", "backend", "device",
+)  # fmt: skip
+
+
+def _resumed_config(
+    config: GPTTrainConfig, saved: Checkpoint, given: frozenset[str]
+) -> GPTTrainConfig:
+    """The checkpoint's configuration, with what may change on resume taken from ``config``;
+    a ``given`` setting that would change what the saved run trains is refused."""
+    stored = saved.meta["config"]
+    values = {k: v for k, v in stored.items() if k in _FIELDS}
+    for name in sorted(given - set(RESUME_MAY_CHANGE)):
+        if name in values and getattr(config, name) != values[name]:
+            option = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"train: {option} {getattr(config, name)} differs from the saved run's "
+                f"{values[name]}: --resume continues the run as it was saved — drop {option}, "
+                "or train afresh with --overwrite"
+            )
+    for name in RESUME_MAY_CHANGE:
         if name != "steps" or config.steps is not None:
-            saved[name] = getattr(config, name)
-    resumed = GPTTrainConfig(**saved)
-    resumed.validate()
+            values[name] = getattr(config, name)
+    try:
+        resumed = GPTTrainConfig(**values)
+        resumed.validate()
+    except TypeError as error:  # settings of the wrong kinds (a text where a count belongs)
+        raise saved.damaged(f"its settings are not a GPT run's ({error})") from None
     return resumed
 
 
@@ -428,68 +500,19 @@ def estimate_loss(model: GPT, corpus: TextCorpus, config: GPTTrainConfig) -> dic
     return result
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
-def _meta(archive: dict[str, np.ndarray]) -> dict[str, Any]:
-    return json.loads(str(archive["meta"]))
-
-
-def _optimizer_arrays(optimizer: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The optimizer's ``state_dict()`` (torch's layout: parameters numbered by position in the
-    groups) as arrays (``optim/<number>/<key>``) and JSON (scalars and the groups)."""
-    saved = optimizer.state_dict()
-    arrays, scalars = {}, {}
-    for number, state in saved["state"].items():
-        for key, value in state.items():
-            if isinstance(value, np.ndarray):
-                arrays[f"optim/{number}/{key}"] = value
-            else:
-                scalars.setdefault(str(number), {})[key] = value
-    return arrays, {"state": scalars, "param_groups": saved["param_groups"]}
-
-
-def _restore_optimizer(optimizer: Any, archive: dict[str, np.ndarray], scalars: dict) -> None:
-    state: dict[int, dict[str, Any]] = {
-        int(number): dict(values) for number, values in scalars["state"].items()
-    }
-    for key, value in archive.items():
-        if key.startswith("optim/"):
-            number, _, slot = key[len("optim/") :].rpartition("/")
-            state.setdefault(int(number), {})[slot] = value
-    groups = [
-        {k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
-        for group in scalars["param_groups"]
-    ]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def save_checkpoint(path: Path, replica: Replica, meta: dict[str, Any]) -> None:
-    """Model and optimizer state plus ``meta`` (JSON), written atomically."""
-    arrays = {f"model/{k}": np.asarray(v) for k, v in replica.model.state_dict().items()}
-    optimizer_arrays, scalars = _optimizer_arrays(replica.optimizer)
-    arrays.update(optimizer_arrays)
-    meta = dict(meta, optimizer_scalars=scalars)
-    arrays["meta"] = np.array(json.dumps(meta))
-    temporary = path.with_name(path.name + ".tmp.npz")
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)
-
-
 def load_run(out: str | os.PathLike) -> tuple[GPT, TextCorpus, dict[str, Any]]:
     """The model (on the plain NumPy backend: no graph), its vocabulary as a corpus and the
     checkpoint's metadata, from the folder a GPT run wrote."""
-    path = Path(out) / CHECKPOINT
-    if not path.is_file():
-        raise FileNotFoundError(f"no GPT checkpoint at {path} (run retrograd train --model gpt)")
-    with np.load(path) as archive:
-        meta = json.loads(str(archive["meta"]))
-        model_state = {
-            k[len("model/") :]: archive[k] for k in archive.files if k.startswith("model/")
-        }
-    config = GPTTrainConfig(**{k: v for k, v in meta["config"].items() if k in _FIELDS})
+    saved = read_checkpoint(Path(out) / CHECKPOINT)
+    meta = saved.meta
+    try:
+        config = GPTTrainConfig(**{k: v for k, v in meta["config"].items() if k in _FIELDS})
+        with rg.use_backend(rg.NumpyBackend()):
+            model = GPT(config.model_config(len(meta["vocab"])))
+    except (TypeError, ValueError, RetrogradError) as error:
+        raise saved.damaged(f"its settings are not a GPT's ({error})") from None
+    saved.load_model(model)
     corpus = TextCorpus(meta["corpus"], meta["vocab"], np.zeros(0, np.int64), np.zeros(0, np.int64))
-    with rg.use_backend(rg.NumpyBackend()):
-        model = GPT(config.model_config(len(meta["vocab"])))
-    model.load_state_dict(model_state)
     return model.eval(), corpus, meta
 
 
@@ -519,8 +542,8 @@ def sample(
     seed: int = 0,
 ) -> str:
     """Text generated by the GPT saved in ``out`` (``retrograd sample``)."""
-    if not temperature > 0:
-        raise UsageError(f"sample: temperature must be positive, got {temperature}")
+    if not finite_positive(temperature):
+        raise UsageError(f"sample: temperature must be positive and finite, got {temperature}")
     if top_k is not None and top_k < 1:
         raise UsageError(f"sample: top-k must be at least 1, got {top_k}")
     model, corpus, _ = load_run(out)
@@ -529,8 +552,9 @@ def sample(
         return generate_text(model, corpus, prompt, tokens, temperature, top_k)
 
 
-def plot_gpt_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Loss per step, the evaluations (train, validation) and the unigram baseline."""
+def plot_gpt_curves(metrics: dict[str, Any], path: str | os.PathLike | IO[bytes]) -> Any:
+    """Loss per step, the evaluations (train, validation) and the unigram baseline, as a PNG
+    (a path, replaced whole, or an open file)."""
 
     def draw(figure: Any, axes: Any) -> None:
         steps, evals = metrics["step_losses"], metrics["evals"]

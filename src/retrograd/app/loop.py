@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -38,10 +38,12 @@ import retrograd as rg
 
 from .. import nn, optim
 from ..memory import StepMemory, measure_step_memory
-from ._usage import UsageError
+from ._usage import CommandError, UsageError
 from .outputs import Report, progress_bar, summary_text, write_outputs
+from .runfolder import RunFolder
 
 __all__ = [
+    "BACKENDS",
     "STRATEGIES",
     "History",
     "Period",
@@ -51,8 +53,10 @@ __all__ = [
     "StepTally",
     "Task",
     "blas_limit",
+    "finite_positive",
     "fit",
     "inner_backend",
+    "main_process",
     "make_strategy",
     "shard_rows",
     "valid_strategy",
@@ -87,19 +91,52 @@ def valid_strategy(name: str) -> bool:
     return True
 
 
+#: ``--backend`` names: the inner backend every replica runs on
+BACKENDS = ("numpy", "torch")
+#: the torch devices a run can train on
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def finite_positive(value: float | None) -> bool:
+    """Whether ``value`` is a number above 0 and below infinity (``nan``, ``inf``: no)."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
 def inner_backend(backend: str, device: str | None) -> rg.Backend:
     """The inner backend a ``--backend`` / ``--device`` pair names: NumPy, or torch on
-    ``device`` (default ``cpu``)."""
-    if backend == "torch":
-        try:
-            return rg.TorchBackend(device or "cpu")
-        except ImportError:
-            raise UsageError(
-                'train: --backend torch needs torch (pip install "retrograd[torch]")'
-            ) from None
-        except (RuntimeError, ValueError) as error:  # no such device (no CUDA build, no GPU)
-            raise UsageError(f"train: device {device!r}: {error}") from None
-    return rg.NumpyBackend()
+    ``device`` (default ``cpu``). A device that cannot exist is a :class:`UsageError`; one
+    this machine lacks (no GPU, no torch) a :class:`CommandError`."""
+    if backend != "torch":
+        return rg.NumpyBackend()
+    try:
+        import torch
+    except ImportError:
+        raise CommandError('--backend torch needs torch — pip install "retrograd[torch]"') from None
+    try:
+        kind = torch.device(device or "cpu").type
+    except (RuntimeError, ValueError):
+        kind = None
+    if kind not in DEVICE_TYPES:
+        raise UsageError(
+            f"train: --device {device}: retrograd trains on cpu or cuda devices — pass "
+            "--device cpu, cuda or cuda:N"
+        )
+    try:
+        return rg.TorchBackend(device or "cpu")
+    except (RuntimeError, ValueError) as error:  # no such device here (no CUDA build, no GPU)
+        raise CommandError(
+            f"device {device!r}: {error} — train on --device cpu, or on a machine with that device"
+        ) from None
+
+
+def main_process(engine: str) -> bool:
+    """Whether this process writes the run's files: always under the local engine, rank 0
+    under a launcher (read from the environment mpiexec or torchrun gives every rank)."""
+    if engine == "local":
+        return True
+    names = ("RANK",) if engine == "torch" else ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+    rank = next((os.environ[name] for name in names if os.environ.get(name)), "0")
+    return rank.strip() == "0"
 
 
 def blas_limit(threads: int | None) -> contextlib.AbstractContextManager:
@@ -167,7 +204,8 @@ class Task:
     """What one kind of model brings to :func:`fit`; subclasses override what they need.
 
     ``config`` is the run's settings; the loop reads ``seed``, ``workers``, ``checkpointing``,
-    ``clip_norm`` (``None``: no clipping), ``timeout``, ``progress`` and ``out`` from it.
+    ``clip_norm`` (``None``: no clipping), ``timeout``, ``progress``, ``out`` and
+    ``overwrite`` (and ``resume``, when it has one) from it.
 
     :func:`fit` calls :meth:`prepare`, :meth:`build_model`, :meth:`make_optimizer` (once per
     replica), :meth:`start`, :meth:`banner` and :meth:`probe_batch`; then for each of
@@ -182,6 +220,8 @@ class Task:
     counts: tuple[str, ...] = ()
     #: ``local`` (threads of this process), ``mpi`` or ``torch`` (a launcher's ranks)
     engine = "local"
+    #: whether a run into a folder holding a saved run of this kind may offer ``--resume``
+    resumable = False
 
     def __init__(self, config: Any):
         self.config = config
@@ -237,8 +277,8 @@ class Task:
         it in ``run.history``; the line to print, and a period bar's closing figures."""
         raise NotImplementedError
 
-    def save_state(self, replicas: list[Replica], run: Run) -> None:
-        """Save what resuming needs, after each period (nothing by default)."""
+    def save_state(self, replicas: list[Replica], run: Run, folder: RunFolder | None) -> None:
+        """Save what resuming needs in ``folder``, after each period (nothing by default)."""
 
     def probe_batch(self, world: int) -> tuple[np.ndarray, np.ndarray]:
         """One worker's share of a batch, for measuring one step's activation memory."""
@@ -254,8 +294,8 @@ class Task:
         """Metrics, summary lines and further files of the finished run."""
         raise NotImplementedError
 
-    def plot(self, metrics: dict[str, Any], path: Path) -> Path:
-        """Draw the run's curves to ``path`` (a PNG); ``ImportError`` without matplotlib."""
+    def plot(self, metrics: dict[str, Any], file: IO[bytes]) -> Any:
+        """Draw the run's curves into ``file`` (a PNG); ``ImportError`` without matplotlib."""
         raise NotImplementedError
 
 
@@ -417,6 +457,26 @@ def fit(task: Task, echo: Callable[..., None] = print) -> dict[str, Any]:
 
 def _fit(task: Task, echo: Callable[..., None]) -> dict[str, Any]:
     started = time.perf_counter()
+    config = task.config
+    folder = None
+    if config.out is not None:  # checked (and held) before any work
+        folder = RunFolder(
+            config.out,
+            overwrite=config.overwrite,
+            resume=getattr(config, "resume", False),
+            main=main_process(task.engine),
+            resumable=task.resumable,
+        )
+    try:
+        return _fit_in(task, folder, echo, started)
+    finally:
+        if folder is not None:
+            folder.close()
+
+
+def _fit_in(
+    task: Task, folder: RunFolder | None, echo: Callable[..., None], started: float
+) -> dict[str, Any]:
     task.prepare()
     # The same seed gives the same initial parameters under every strategy, worker count,
     # engine and backend: they are drawn once, on NumPy, and copied to every replica.
@@ -429,13 +489,13 @@ def _fit(task: Task, echo: Callable[..., None]) -> dict[str, Any]:
         run = task.start(group.replicas)
         say(task.banner(template, group.world, run))
         memory = _probe_memory(task, template, group.world)
-        _run_periods(task, group, run, say)
+        _run_periods(task, group, run, say, folder if group.is_main else None)
     finally:
         group.close()
     model = group.replicas[0].model
     report = task.report(run, model, group.world, memory, started)
     if group.is_main:
-        written = write_outputs(task.config.out, report, model, task.plot, say)
+        written = write_outputs(folder, report, model, task.plot, say)
         say(summary_text(report, task.config.checkpointing, group.world, written))
     return report.metrics
 
@@ -450,7 +510,9 @@ def _probe_memory(task: Task, template: nn.Module, world: int) -> StepMemory:
     )
 
 
-def _run_periods(task: Task, group: Any, run: Run, say: Callable[..., None]) -> None:
+def _run_periods(
+    task: Task, group: Any, run: Run, say: Callable[..., None], folder: RunFolder | None
+) -> None:
     enabled = task.config.progress if group.is_main else False
     whole_bar = task.run_bar(run)
     whole = progress_bar(whole_bar[1], whole_bar[0], enabled) if whole_bar else None
@@ -470,6 +532,7 @@ def _run_periods(task: Task, group: Any, run: Run, say: Callable[..., None]) -> 
                     bar.update(1)
                     bar.set_postfix(**task.postfix(tally, index))
             tally.sums = np.array(group.reduce(tally.sums))
+            _check_finite_losses(tally["loss"], run.step - period.steps)
             run.history.step_losses.extend(float(v) for v in tally["loss"])
             run.history.recomputed_bytes += int(tally["recomputed"].sum())
             line, closing = task.end_period(group.replicas, run, tally, started)
@@ -482,10 +545,21 @@ def _run_periods(task: Task, group: Any, run: Run, say: Callable[..., None]) -> 
                     bar.set_postfix(**closing)
                     bar.close()
                 say(line)
-            task.save_state(group.replicas, run)
+            task.save_state(group.replicas, run, folder)
     finally:
         if whole is not None:
             whole.close()
+
+
+def _check_finite_losses(losses: np.ndarray, first_step: int) -> None:
+    """Stop a run whose loss is no longer a number (the same on every process: the losses are
+    reduced), before it writes parameters that are not numbers either."""
+    bad = np.flatnonzero(~np.isfinite(losses))
+    if bad.size:
+        raise CommandError(
+            f"the loss became {losses[bad[0]]} at step {first_step + bad[0] + 1} — lower --lr "
+            "(or clip the gradients with --clip-norm); nothing from that step on was saved"
+        )
 
 
 def _shards(inputs: np.ndarray, targets: np.ndarray, world: int) -> list[tuple]:

@@ -1,6 +1,7 @@
 """What a training run shows and leaves behind, for every task of :mod:`.loop`: progress bars,
 the summary's shared lines, the output files (``metrics.json``, ``model.npz``, a task's own
-text files, ``curves.png``) and the loss curves' common drawing.
+text files, ``curves.png``: written together, whole or not at all, into the run's
+:class:`~.runfolder.RunFolder`) and the loss curves' common drawing.
 
 >>> format_bytes(512), format_bytes(3 * 1024 ** 2)
 ('512 B', '3.0 MiB')
@@ -14,9 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from .. import nn
+from ..files import atomic_write
+from .runfolder import RunFolder
 
 __all__ = [
     "Report",
@@ -30,6 +35,9 @@ __all__ = [
 
 #: files of the run's folder that :func:`write_outputs` writes for every task
 METRICS, MODEL, CURVES = "metrics.json", "model.npz", "curves.png"
+NO_MATPLOTLIB = (
+    'note: matplotlib is not installed, no curves.png (pip install "retrograd[examples]")'
+)
 
 
 @dataclass
@@ -77,28 +85,33 @@ def format_bytes(count: float) -> str:
 
 
 def write_outputs(
-    out: str | os.PathLike | None,
+    folder: RunFolder | None,
     report: Report,
     model: nn.Module,
-    plot: Callable[[dict[str, Any], Path], Path],
+    plot: Callable[[dict[str, Any], IO[bytes]], Any],
     say: Callable[..., None],
 ) -> list[str]:
-    """Write the run's files to ``out`` (nothing when ``None``); the paths written."""
-    if out is None:
+    """Write the run's files to ``folder`` (nothing when ``None``), all replaced together or
+    none; the paths written."""
+    if folder is None:
         return []
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METRICS).write_text(json.dumps(report.metrics, indent=2) + "\n")
-    model.save(out / MODEL)
-    written = [str(out / METRICS), str(out / MODEL), *(str(out / name) for name in report.kept)]
-    for name, text in report.texts.items():
-        (out / name).write_text(text)
-        written.append(str(out / name))
-    try:
-        written.append(str(plot(report.metrics, out / CURVES)))
-    except ImportError:
-        say('note: matplotlib is not installed, no curves.png (pip install "retrograd[examples]")')
-    return written
+    out = folder.path
+    names = [METRICS, MODEL, *report.kept, *report.texts]
+    with folder.files() as staged:
+        with staged.open(METRICS, "w") as file:
+            file.write(json.dumps(report.metrics, indent=2) + "\n")
+        with staged.open(MODEL) as file:
+            np.savez(file, **model.state_dict())
+        for name, text in report.texts.items():
+            with staged.open(name, "w") as file:
+                file.write(text)
+        try:
+            with staged.open(CURVES) as file:
+                plot(report.metrics, file)
+            names.append(CURVES)
+        except ImportError:
+            say(NO_MATPLOTLIB)
+    return [str(out / name) for name in names]
 
 
 def summary_text(report: Report, checkpointing: str, world: int, written: Sequence[str]) -> str:
@@ -120,9 +133,11 @@ def summary_text(report: Report, checkpointing: str, world: int, written: Sequen
     return "\n".join(lines)
 
 
-def draw_figure(path: str | os.PathLike, draw: Callable[..., None], **layout: Any) -> Path:
+def draw_figure(
+    target: str | os.PathLike | IO[bytes], draw: Callable[..., None], **layout: Any
+) -> Path | IO[bytes]:
     """A PNG of one matplotlib figure (``plt.subplots(**layout)``) that ``draw(figure, axes)``
-    fills."""
+    fills, written to ``target``: an open file, or a path (replaced whole)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
@@ -132,11 +147,14 @@ def draw_figure(path: str | os.PathLike, draw: Callable[..., None], **layout: An
     try:
         draw(figure, axes)
         figure.tight_layout()
-        path = Path(path)
-        figure.savefig(path, dpi=100)
+        if hasattr(target, "write"):
+            figure.savefig(target, format="png", dpi=100)
+            return target
+        with atomic_write(target) as file:
+            figure.savefig(file, format="png", dpi=100)
+        return Path(target)
     finally:
         plt.close(figure)
-    return path
 
 
 def plot_losses(

@@ -19,8 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -33,12 +32,14 @@ from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError, require
 from .data import Dataset, load_dataset
 from .loop import (
+    BACKENDS,
     STRATEGIES,
     Period,
     Replica,
     Run,
     StepTally,
     Task,
+    finite_positive,
     fit,
     inner_backend,
     make_strategy,
@@ -62,8 +63,6 @@ __all__ = [
 #: the learning rate each optimizer gets when ``--lr`` is not given
 DEFAULT_LR = {"adam": 2e-3, "sgd": 0.05}
 OPTIMIZERS = ("adam", "sgd")
-#: ``--backend`` names: the inner backend every replica runs on
-BACKENDS = ("numpy", "torch")
 SCHEDULES = ("cosine", "step", "none")
 EVAL_BATCH = 512
 
@@ -86,6 +85,8 @@ class TrainConfig:
     engine: str = "local"
     seed: int = 0
     out: str | None = "retrograd-run"
+    #: replace the run in ``out`` (a fresh run into a folder holding one stops otherwise)
+    overwrite: bool = False
     max_train_samples: int | None = None
     max_test_samples: int | None = None
     #: show progress bars: ``None`` decides by whether stderr is a terminal
@@ -111,8 +112,12 @@ class TrainConfig:
                 (self.epochs >= 1, "epochs must be at least 1"),
                 (self.batch_size >= 1, "batch size must be at least 1"),
                 (self.workers >= 1, "workers must be at least 1"),
-                (self.lr is None or self.lr > 0, "lr must be positive"),
-                (self.clip_norm is None or self.clip_norm > 0, "clip norm must be positive"),
+                (self.lr is None or finite_positive(self.lr), "lr must be positive and finite"),
+                (
+                    self.clip_norm is None or finite_positive(self.clip_norm),
+                    "clip norm must be positive and finite",
+                ),
+                (finite_positive(self.timeout), "timeout must be positive and finite"),
                 (self.backend in BACKENDS, f"backend must be one of {BACKENDS}"),
                 (
                     self.device is None or self.backend == "torch",
@@ -123,8 +128,14 @@ class TrainConfig:
                     "--workers is for the local engine; under mpiexec or torchrun every rank is "
                     "one worker",
                 ),
+                (
+                    self.dataset != "mnist" or self.data_dir is not None,
+                    "--dataset mnist needs --data-dir, the folder of the four MNIST IDX files",
+                ),
             ]
         )
+        if self.backend == "torch":
+            inner_backend(self.backend, self.device)  # a device this machine has
 
     @property
     def learning_rate(self) -> float:
@@ -293,8 +304,8 @@ class ImageTask(Task):
             recompute_note=f"checkpointing {config.checkpointing}, all epochs and workers",
         )
 
-    def plot(self, metrics: dict[str, Any], path: Path) -> Path:
-        return plot_curves(metrics, path)
+    def plot(self, metrics: dict[str, Any], file: IO[bytes]) -> Any:
+        return plot_curves(metrics, file)
 
 
 def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -327,8 +338,9 @@ def blas_threads_per_rank() -> int | None:
     return max(1, (os.cpu_count() or 1) // max(1, local_ranks))
 
 
-def plot_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Draw the loss (per step and per epoch) and accuracy (per epoch) curves to a PNG."""
+def plot_curves(metrics: dict[str, Any], path: str | os.PathLike | IO[bytes]) -> Any:
+    """Draw the loss (per step and per epoch) and accuracy (per epoch) curves to a PNG (a
+    path, replaced whole, or an open file)."""
 
     def draw(figure: Any, axes: Any) -> None:
         loss_axes, accuracy_axes = axes
