@@ -10,8 +10,9 @@ end of a period and what it reports. :func:`fit` does everything else, once for 
   ``cpu:N-1``, gradients summed during backward by a local
   :class:`~retrograd.distributed.DistributedContext`), or one replica per ``mpiexec`` or
   ``torchrun`` rank (engine ``mpi`` or ``torch``);
-- the activation-memory probe, progress bars, per-step tallies, the output files and the
-  summary's shared lines (:mod:`.outputs`).
+- the run's folder, checked and held before any work (:mod:`.runfolder`), the activation
+  memory probe, progress bars, per-step tallies, the output files and the summary's shared
+  lines (:mod:`.outputs`); a loss that stops being a number stops the run before it writes.
 
 Each batch ``(inputs, targets)`` is split into as many contiguous shards as there are
 replicas, and each replica's loss is its shard's summed loss divided by the *whole* batch's
