@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "retrograd"
 LAYERS = {
     "errors": 0,
     "device": 0,
+    "files": 0,  # files written whole or not at all (Module.save and the application)
     "backend": 1,
     "autodiff": 2,
     "context": 3,

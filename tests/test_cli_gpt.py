@@ -112,9 +112,9 @@ def test_errors_are_one_line_usage_errors(text_file, tmp_path, capsys):
     quiet(text_file, steps=2, out=out)
     assert main(["sample", "--out", out, "--prompt", "Zebra"]) == 1
     assert "never saw" in capsys.readouterr().err
-    assert main(["train", *TINY, "--text", text_file, "--n-head", "3"]) == 1
+    assert main(["train", *TINY, "--text", text_file, "--n-head", "3"]) == 2
     assert "multiple of n_head" in capsys.readouterr().err
-    assert main(["train", *TINY, "--text", text_file, "--engine", "mpi"]) == 1
+    assert main(["train", *TINY, "--text", text_file, "--engine", "mpi"]) == 2
     assert "--workers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["sample", "--tokens", "0"])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._usage import UsageError
+from ._usage import CommandError
 
 __all__ = [
     "BenchResult",
@@ -86,7 +86,10 @@ def run_benchmarks(
         unknown = wanted - {p.stem.removeprefix("bench_") for p in scripts}
         if unknown:
             known = ", ".join(p.stem.removeprefix("bench_") for p in scripts)
-            raise UsageError(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {known}")
+            raise CommandError(
+                f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {known} — name one "
+                "of those"
+            )
         scripts = [p for p in scripts if p.stem.removeprefix("bench_") in wanted]
     env = dict(os.environ)
     source = str(Path(__file__).resolve().parents[1])  # the folder holding this package

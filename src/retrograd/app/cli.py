@@ -11,21 +11,46 @@
     retrograd graph --checkpointing budget:64KB      # evicted values drawn apart
     retrograd bench                                  # the benchmark tables (source checkout)
 
-Also ``python -m retrograd``.
+Also ``python -m retrograd``. Every error is one line on stderr, ``retrograd COMMAND: what —
+what to do``, with exit status 2 when the command line is wrong and 1 when a well-formed
+command fails (:mod:`._usage`); ``--debug`` (or ``RETROGRAD_DEBUG=1``) prints the traceback
+before it.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import errno
+import math
 import os
 import subprocess
 import sys
+import traceback
+import warnings
 from collections.abc import Sequence
-from pathlib import Path
+from typing import NoReturn
 
-from ._usage import UsageError
+from ..errors import RetrogradError
+from ._usage import CommandError, UsageError
 
 __all__ = ["build_parser", "main"]
+
+#: ``train`` options of the CNN and MLP alone, and of the GPT alone (``dest`` names)
+IMAGE_OPTIONS = (
+    "dataset", "data_dir", "epochs", "optimizer", "schedule", "max_train_samples",
+    "max_test_samples",
+)  # fmt: skip
+GPT_OPTIONS = (
+    "text", "encoding", "steps", "block_size", "n_layer", "n_head", "n_embd", "dropout",
+    "eval_interval", "resume", "stop_at",
+)  # fmt: skip
+DEBUG = "on an error, print the traceback too (also: RETROGRAD_DEBUG=1)"
+#: ``train`` options of every model
+SHARED_OPTIONS = (
+    "batch_size", "lr", "clip_norm", "checkpointing", "workers", "engine", "backend", "device",
+    "seed", "out", "overwrite", "progress", "timeout",
+)  # fmt: skip
 
 
 def _positive_int(text: str) -> int:
@@ -37,7 +62,7 @@ def _positive_int(text: str) -> int:
 
 def _strategy(text: str) -> str:
     """A ``--checkpointing`` value: none, balanced or budget:SIZE (budget:64MB)."""
-    from .trainer import make_strategy
+    from .loop import make_strategy
 
     try:
         make_strategy(text)
@@ -48,9 +73,32 @@ def _strategy(text: str) -> str:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _encoding(text: str) -> str:
+    try:
+        codecs.lookup(text)
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"no such encoding: {text}") from None
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (no usage block before them)."""
+
+    def error(self, message: str) -> NoReturn:
+        _print_error(self.prog, f"{message} — see {self.prog} --help")
+        sys.exit(2)
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -68,17 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     from .trainer import DEFAULT_LR, ENGINES, OPTIMIZERS, SCHEDULES, TrainConfig
 
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="retrograd",
         description="retrograd: reverse-mode autodiff as a backend decorator (after Burn).",
     )
     parser.add_argument("--version", action="version", version=f"retrograd {__version__}")
+    debug = argparse.ArgumentParser(add_help=False)  # --debug after the command name too
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG)
+    parser.add_argument("--debug", action="store_true", help=DEBUG)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
         "train",
         help="train a model on digits or MNIST",
         formatter_class=_DefaultsHelp,
+        parents=[debug],
         description="Train a CNN or an MLP; writes metrics.json, curves.png and model.npz to "
         "--out.",
     )
@@ -92,18 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--dataset",
         choices=("digits", "mnist"),
-        default=defaults.dataset,
-        help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in --data-dir",
+        help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in --data-dir "
+        f"(default: {defaults.dataset})",
     )
     train.add_argument("--data-dir", help="folder with the four MNIST IDX files")
     train.add_argument(
-        "--epochs", type=_positive_int, default=defaults.epochs, help="passes over the training set"
+        "--epochs",
+        type=_positive_int,
+        help=f"passes over the training set (default: {defaults.epochs})",
     )
     train.add_argument(
         "--batch-size",
         type=_positive_int,
-        default=defaults.batch_size,
-        help="samples per step, split among the workers",
+        help=f"samples per step, split among the workers (default: {defaults.batch_size})",
     )
     train.add_argument(
         "--lr",
@@ -113,51 +166,53 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--optimizer",
         choices=OPTIMIZERS,
-        default=defaults.optimizer,
-        help="adam, or sgd with Nesterov momentum 0.9",
+        help=f"adam, or sgd with Nesterov momentum 0.9 (default: {defaults.optimizer})",
     )
     train.add_argument(
         "--schedule",
         choices=SCHEDULES,
-        default=defaults.schedule,
-        help="learning rate over the epochs: cosine down to 0, step (x0.3 "
-        "every third of the epochs) or none",
+        help="learning rate over the epochs: cosine down to 0, step (x0.3 every third of the "
+        f"epochs) or none (default: {defaults.schedule})",
     )
     train.add_argument("--clip-norm", type=_positive_float, help="clip gradients to this norm")
     train.add_argument(
         "--checkpointing",
         type=_strategy,
-        default=defaults.checkpointing,
         help="none: keep every intermediate; balanced: recompute memory-bound outputs in "
-        "backward; budget:SIZE (budget:64MB): keep what backward reads under SIZE bytes",
+        "backward; budget:SIZE (budget:64MB): keep what backward reads under SIZE bytes "
+        f"(default: {defaults.checkpointing})",
     )
     train.add_argument(
         "--workers",
         type=_positive_int,
-        default=defaults.workers,
         help="data-parallel replicas in this process (one thread each); with --engine torch, "
-        "that many torchrun ranks",
+        f"that many torchrun ranks (default: {defaults.workers})",
     )
     train.add_argument(
         "--engine",
         choices=ENGINES,
-        default=defaults.engine,
         help="local: threads of this process; mpi: one process per rank, started by mpiexec; "
-        "torch: one process per rank, started by torchrun (or by --workers N)",
+        "torch: one process per rank, started by torchrun (or by --workers N) "
+        f"(default: {defaults.engine})",
     )
     train.add_argument(
         "--backend",
         choices=("numpy", "torch"),
-        default=defaults.backend,
         help="inner backend: numpy (default) or torch (needs the torch extra)",
     )
     train.add_argument(
         "--device", help="the torch backend's device: cpu (default), cuda, cuda:1 ..."
     )
     train.add_argument(
-        "--seed", type=int, default=defaults.seed, help="initial parameters and batch order"
+        "--seed", type=int, help=f"initial parameters and batch order (default: {defaults.seed})"
     )
-    train.add_argument("--out", default=defaults.out, help="output folder")
+    train.add_argument("--out", help=f"output folder (default: {defaults.out})")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        default=None,
+        help="replace the run --out holds (without it, a folder holding a run is refused)",
+    )
     train.add_argument(
         "--max-train-samples",
         type=_positive_int,
@@ -175,16 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--timeout",
         type=_positive_float,
-        default=defaults.timeout,
-        help="seconds a data-parallel worker waits for its peers",
+        help=f"seconds a data-parallel worker waits for its peers (default: {defaults.timeout})",
     )
-
     _add_gpt_options(train)
 
     sample = commands.add_parser(
         "sample",
         help="print text from a GPT trained with train --model gpt",
         formatter_class=_DefaultsHelp,
+        parents=[debug],
         description="Load the checkpoint a GPT run wrote to --out and print generated text.",
     )
     sample.add_argument("--out", default="retrograd-gpt", help="the training run's folder")
@@ -199,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph = commands.add_parser(
         "graph",
         help="draw the autodiff graph of one training step",
+        parents=[debug],
         description="Write graph.dot (and graph.svg when Graphviz's dot is installed): one "
         "training step's graph, ops labelled with their shapes, coloured compute- "
         "vs memory-bound, marked saved or recomputed under the strategy.",
@@ -218,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench",
         help="run the benchmark scripts of the source checkout",
+        parents=[debug],
         description="Run benchmarks/bench_*.py (retrograd beside NumPy floors, PyTorch and JAX "
         "when installed) and print their tables.",
     )
@@ -231,19 +287,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_gpt_options(train: argparse.ArgumentParser) -> None:
     """The options of ``train --model gpt`` (defaults: :class:`~.gpt.GPTTrainConfig`); of the
-    CNN's options it uses --batch-size, --lr, --clip-norm, --checkpointing, --workers, --seed,
-    --out, --progress and --timeout."""
+    others it takes the shared ones (:data:`SHARED_OPTIONS`) and refuses the CNN's."""
     from .gpt import GPTTrainConfig
 
     gpt = GPTTrainConfig()
     group = train.add_argument_group(
         "gpt",
         "with --model gpt: AdamW, warm-up + cosine learning rate, clipping (default "
-        f"{gpt.clip_norm}); --batch-size counts windows (default 16), --lr defaults to "
-        f"{gpt.lr}, --out to {gpt.out}",
+        f"{gpt.clip_norm}); --batch-size counts windows (default {gpt.batch_size}), --lr "
+        f"defaults to {gpt.lr}, --out to {gpt.out}",
     )
     group.add_argument(
-        "--text", help="a UTF-8 text file to learn (default: the Python standard library source)"
+        "--text", help="a text file to learn (default: the Python standard library source)"
+    )
+    group.add_argument(
+        "--encoding",
+        type=_encoding,
+        help=f"the encoding of --text (default: {gpt.encoding}; latin-1, cp1252, utf-16 ...)",
     )
     group.add_argument(
         "--steps",
@@ -251,63 +311,85 @@ def _add_gpt_options(train: argparse.ArgumentParser) -> None:
         help=f"optimizer steps in all (default: {gpt.steps}, or with --resume the saved run's)",
     )
     group.add_argument(
-        "--block-size", type=_positive_int, default=gpt.block_size, help="context, characters"
+        "--block-size",
+        type=_positive_int,
+        help=f"context, characters (default: {gpt.block_size})",
     )
-    group.add_argument("--n-layer", type=_positive_int, default=gpt.n_layer, help="blocks")
-    group.add_argument("--n-head", type=_positive_int, default=gpt.n_head, help="attention heads")
-    group.add_argument("--n-embd", type=_positive_int, default=gpt.n_embd, help="model width")
-    group.add_argument("--dropout", type=float, default=gpt.dropout, help="dropout probability")
+    group.add_argument("--n-layer", type=_positive_int, help=f"blocks (default: {gpt.n_layer})")
+    group.add_argument(
+        "--n-head", type=_positive_int, help=f"attention heads (default: {gpt.n_head})"
+    )
+    group.add_argument("--n-embd", type=_positive_int, help=f"model width (default: {gpt.n_embd})")
+    group.add_argument(
+        "--dropout", type=_probability, help=f"dropout probability (default: {gpt.dropout})"
+    )
     group.add_argument(
         "--eval-interval",
         type=_positive_int,
-        default=gpt.eval_interval,
-        help="steps between evaluations (and checkpoints)",
+        help=f"steps between evaluations (and checkpoints) (default: {gpt.eval_interval})",
     )
     group.add_argument(
         "--resume",
         action="store_true",
+        default=None,
         help="continue the run saved in --out (from its last evaluation) with its settings",
     )
     group.add_argument("--stop-at", type=_positive_int, help=argparse.SUPPRESS)
 
 
+def _given(options: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    """The options among ``names`` the command line sets (every default is ``None``)."""
+    return [name for name in names if getattr(options, name) is not None]
+
+
+def _flags(names: Sequence[str]) -> str:
+    return ", ".join("--" + name.replace("_", "-") for name in names)
+
+
+def _train(options: argparse.Namespace) -> int:
+    # NumPy's overflow warnings would precede the one line that says the loss became nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _train_model(options)
+
+
+def _train_model(options: argparse.Namespace) -> int:
+    from .trainer import TrainConfig, train
+
+    gpt = options.model == "gpt"
+    foreign = _given(options, IMAGE_OPTIONS if gpt else GPT_OPTIONS)
+    if foreign:
+        owner = "the CNN and MLP" if gpt else "--model gpt"
+        raise UsageError(
+            f"train: {_flags(foreign)} {'is an option' if len(foreign) == 1 else 'are options'} "
+            f"of {owner}, not of --model {options.model} — drop "
+            f"{'it' if len(foreign) == 1 else 'them'}"
+        )
+    if gpt:
+        return _train_gpt(options)
+    relaunched = _relaunch_under_torchrun(options)
+    if relaunched is not None:
+        return relaunched
+    settings = {name: getattr(options, name) for name in _given(options, SHARED_OPTIONS)}
+    settings |= {name: getattr(options, name) for name in _given(options, IMAGE_OPTIONS)}
+    train(TrainConfig(model=options.model, **settings))
+    return 0
+
+
 def _train_gpt(options: argparse.Namespace) -> int:
     from .gpt import GPTTrainConfig, train_gpt
-    from .trainer import TrainConfig
 
-    defaults = TrainConfig()  # the CNN's --out default means "not given" here
-    if options.engine != "local":
+    if options.engine not in (None, "local"):
         raise UsageError(
             "train: --model gpt runs data parallel on threads (--workers N); --engine mpi and "
             "--engine torch are for the CNN and MLP"
         )
-
-    config = GPTTrainConfig(
-        text=options.text,
-        steps=options.steps
-        if options.steps is not None or options.resume
-        else GPTTrainConfig.steps,
-        batch_size=options.batch_size,
-        block_size=options.block_size,
-        n_layer=options.n_layer,
-        n_head=options.n_head,
-        n_embd=options.n_embd,
-        dropout=options.dropout,
-        checkpointing=options.checkpointing,
-        workers=options.workers,
-        seed=options.seed,
-        out=options.out if options.out != defaults.out else GPTTrainConfig.out,
-        resume=options.resume,
-        progress=options.progress,
-        timeout=options.timeout,
-        eval_interval=options.eval_interval,
-        stop_at=options.stop_at,
-    )
-    if options.lr is not None:
-        config.lr = options.lr
-    if options.clip_norm is not None:
-        config.clip_norm = options.clip_norm
-    train_gpt(config)
+    given = _given(options, (*GPT_OPTIONS, *SHARED_OPTIONS))
+    settings = {name: getattr(options, name) for name in given if name != "engine"}
+    config = GPTTrainConfig(**settings)
+    if options.steps is None and options.resume:
+        config.steps = None  # the saved run's
+    train_gpt(config, given=frozenset(settings))
     return 0
 
 
@@ -327,45 +409,11 @@ def _sample(options: argparse.Namespace) -> int:
     return 0
 
 
-def _train(options: argparse.Namespace) -> int:
-    from .trainer import TrainConfig, train
-
-    if options.model == "gpt":
-        return _train_gpt(options)
-    relaunched = _relaunch_under_torchrun(options)
-    if relaunched is not None:
-        return relaunched
-    config = TrainConfig(
-        model=options.model,
-        dataset=options.dataset,
-        data_dir=options.data_dir,
-        epochs=options.epochs,
-        batch_size=options.batch_size,
-        lr=options.lr,
-        optimizer=options.optimizer,
-        schedule=options.schedule,
-        clip_norm=options.clip_norm,
-        checkpointing=options.checkpointing,
-        workers=options.workers,
-        engine=options.engine,
-        seed=options.seed,
-        out=options.out,
-        max_train_samples=options.max_train_samples,
-        max_test_samples=options.max_test_samples,
-        progress=options.progress,
-        timeout=options.timeout,
-        backend=options.backend,
-        device=options.device,
-    )
-    train(config)
-    return 0
-
-
 def _relaunch_under_torchrun(options: argparse.Namespace) -> int | None:
     """``retrograd train --workers N --engine torch`` outside torchrun: the same command run as
     N torchrun ranks of one worker each (``None``: nothing to relaunch). Under mpiexec and
     torchrun every rank is one worker; only torchrun can be started from here portably."""
-    if options.engine != "torch" or options.workers < 2 or os.environ.get("RANK"):
+    if options.engine != "torch" or (options.workers or 1) < 2 or os.environ.get("RANK"):
         return None
     from ..distributed.launch import torchrun_command
 
@@ -380,28 +428,36 @@ def _relaunch_under_torchrun(options: argparse.Namespace) -> int | None:
 
 
 def _graph(options: argparse.Namespace) -> int:
+    from ..files import FileSet
     from .graphview import render_svg, trace_step
+    from .runfolder import output_folder
 
     image_shape = (1, 8, 8) if options.dataset == "digits" else (1, 28, 28)
+    out, _ = output_folder(options.out)
     step = trace_step(
         options.model, image_shape, options.batch_size, options.checkpointing, options.seed
     )
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    dot_path = out / "graph.dot"
-    dot_path.write_text(step.to_dot())
+    with FileSet(out) as files:  # graph.dot and graph.svg replaced together, whole
+        staged_dot, staged_svg = files.path("graph.dot"), files.path("graph.svg")
+        staged_dot.write_text(step.to_dot(), encoding="utf-8")
+        try:
+            drawn = render_svg(staged_dot, staged_svg)
+        except RuntimeError as error:
+            raise CommandError(f"Graphviz's {error} — check the Graphviz installation") from None
+        if not drawn:
+            files.forget(staged_svg)
     print(step.description)
     print(step.summary())
-    print(f"wrote {dot_path}")
-    svg_path = out / "graph.svg"
-    if render_svg(dot_path, svg_path):
-        print(f"wrote {svg_path}")
+    print(f"wrote {out / 'graph.dot'}")
+    if drawn:
+        print(f"wrote {out / 'graph.svg'}")
     else:
         print("Graphviz's dot is not installed: no SVG (render with: dot -Tsvg graph.dot)")
     return 0
 
 
 def _bench(options: argparse.Namespace) -> int:
+    from ..files import atomic_write
     from .bench import as_markdown, find_benchmarks, list_scripts, run_benchmarks
 
     directory = find_benchmarks(options.dir)
@@ -411,11 +467,12 @@ def _bench(options: argparse.Namespace) -> int:
         return 0
     results = run_benchmarks(directory, options.names, timeout=options.timeout)
     if options.out:
-        Path(options.out).write_text(as_markdown(results))
+        with atomic_write(options.out, "w") as file:
+            file.write(as_markdown(results))
         print(f"wrote {options.out}")
     failed = [r.script for r in results if r.returncode != 0]
     if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        _print_error("retrograd bench", f"failed: {', '.join(failed)} — their output is above")
         return 1
     return 0
 
@@ -426,21 +483,70 @@ COMMANDS = {"train": _train, "sample": _sample, "graph": _graph, "bench": _bench
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``retrograd`` console script; returns the exit status.
 
-    Errors a user can fix (missing data files or packages, bad settings) print one line
-    ``retrograd COMMAND: error: ...`` and exit with status 1; bad arguments are argparse's
-    (status 2).
+    Every error prints one line, ``retrograd COMMAND: what — what to do``: status 2 for a
+    wrong command line (argparse's errors and :class:`~._usage.UsageError`), 1 for a command
+    that fails (a missing, damaged or unwritable file, a full disk, a folder in use), 130 when
+    interrupted. ``--debug`` or ``RETROGRAD_DEBUG=1`` prints the traceback first.
     """
     parser = build_parser()
     options = parser.parse_args(argv)
     options.argv = list(sys.argv[1:] if argv is None else argv)
+    debug = options.debug or os.environ.get("RETROGRAD_DEBUG", "") not in ("", "0")
     try:
         return COMMANDS[options.command](options)
-    except (FileNotFoundError, ImportError, UsageError) as error:
-        print(f"retrograd {options.command}: error: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
-        print(f"retrograd {options.command}: interrupted", file=sys.stderr)
+        _print_error(f"retrograd {options.command}", "interrupted")
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as error:  # every error a user can meet: one line, never a traceback
+        if debug:
+            traceback.print_exc()
+        code, text = describe(error, options.command)
+        _print_error(f"retrograd {options.command}", text)
+        return code
+
+
+def describe(error: Exception, command: str) -> tuple[int, str]:
+    """The exit status and the line ``what — what to do`` for ``error`` in ``command``."""
+    text = " ".join(str(error).split())
+    if text.startswith(f"{command}: "):
+        text = text[len(command) + 2 :]
+    if isinstance(error, UsageError):
+        return 2, _with_hint(text, f"see retrograd {command} --help")
+    if isinstance(error, CommandError | FileNotFoundError):
+        return 1, _with_hint(text, "check the path")
+    if isinstance(error, ImportError):
+        return 1, _with_hint(text, 'pip install "retrograd[all]"')
+    if isinstance(error, OSError):
+        return 1, _os_error(error)
+    if isinstance(error, RetrogradError):
+        return 1, _with_hint(text, "rerun with --debug for the details")
+    return 1, (
+        f"unexpected {type(error).__name__}: {text} — rerun with --debug for the traceback, "
+        "and please report it"
+    )
+
+
+def _os_error(error: OSError) -> str:
+    """A failed read or write: the file, the system's reason, what to do."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
+        hint = "free disk space (the previous files are intact) and run again"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "choose a folder you can write in"
+    else:
+        hint = "check the path"
+    return f"{error.filename}: {reason} — {hint}" if error.filename else f"{reason} — {hint}"
+
+
+def _with_hint(text: str, hint: str) -> str:
+    return text if " — " in text else f"{text} — {hint}"
+
+
+def _print_error(prog: str, text: str) -> None:
+    print(f"{prog}: {' '.join(text.split())}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -173,8 +173,13 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """The array stored in an IDX file (``.gz`` files are decompressed)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as file:
-        data = file.read()
+    try:
+        with opener(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError) as error:  # a damaged .gz: truncated, or not gzip at all
+        raise InvalidArgumentError(f"{path}: not a readable IDX file ({error})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
         raise InvalidArgumentError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
     dtype, ndim = _IDX_TYPES[data[2]], data[3]

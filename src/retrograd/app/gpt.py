@@ -1,9 +1,11 @@
 """``retrograd train --model gpt`` and ``retrograd sample``: a character-level GPT.
 
-Training reads a :class:`~retrograd.app.text.TextCorpus` (the standard library's own source by
-default), trains :class:`~retrograd.app.models.GPT` with AdamW (weight decay on the 2-d
-weights only, when the optimizer takes parameter groups), a linear warm-up then cosine
-learning rate, and global-norm clipping, and writes to ``--out``:
+:class:`GPTTask` is what the GPT brings to the shared loop (:mod:`.loop`): a
+:class:`~retrograd.app.text.TextCorpus` (the standard library's own source by default) in
+random windows, :class:`~retrograd.app.models.GPT`, AdamW (weight decay on the 2-d weights
+only, as parameter groups), a linear warm-up then cosine learning rate set before each step,
+global-norm clipping, an evaluation every ``eval_interval`` steps, and a checkpoint after each.
+The run writes to ``--out``:
 
 - ``metrics.json``: configuration, corpus, per-step losses, the periodic evaluations (train
   and validation loss) and the summary, with the *unigram baseline* (entropy of the training
@@ -15,11 +17,9 @@ learning rate, and global-norm clipping, and writes to ``--out``:
   functions of the seed and the step);
 - ``model.npz`` (the parameters, as the CNN run writes) and ``sample.txt``.
 
-Data parallelism is the CNN's (:mod:`.trainer`): ``--workers N`` runs N replicas on threads,
-each on its contiguous share of the batch's windows, the loss of each its tokens' summed
-cross-entropy over the whole batch's token count, the gradients summed during backward; so N
-workers take the same steps as one (to float rounding). ``--checkpointing`` picks the strategy
-each replica's autodiff backend uses.
+Data parallelism is the loop's: ``--workers N`` runs N replicas on threads, each on its
+contiguous share of the batch's windows, so N workers take the same steps as one (to float
+rounding). ``--checkpointing`` picks the strategy each replica's autodiff backend uses.
 
 BLAS runs one thread per worker: this model's matrices are small, and with more threads than
 free cores (2 cores, other processes running) a step was 4x slower (0.45 s against 1.8 s).
@@ -27,32 +27,46 @@ free cores (2 cores, other processes running) a step was 4x slower (0.45 s again
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 import retrograd as rg
 
-from .. import optim
-from ..memory import measure_step_memory
+from .. import nn, optim
+from ..errors import RetrogradError
+from ..memory import StepMemory
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
-from ._usage import UsageError
+from ._usage import CommandError, UsageError, require
+from .checkpoints import CHECKPOINT, Checkpoint, read_checkpoint, write_checkpoint
+from .loop import (
+    BACKENDS,
+    History,
+    Period,
+    Replica,
+    Run,
+    StepTally,
+    Task,
+    blas_limit,
+    finite_positive,
+    fit,
+    inner_backend,
+    shard_rows,
+    valid_strategy,
+)
 from .models import GPT, GPTConfig
-from .text import TextCorpus, load_corpus
-from .trainer import _format_bytes, _progress, _valid_strategy, make_strategy
+from .outputs import Report, draw_figure, plot_losses
+from .runfolder import RunFolder
+from .text import TextCorpus, known_encoding, load_corpus
 
-__all__ = ["GPTTrainConfig", "load_run", "sample", "train_gpt"]
+__all__ = ["GPTTask", "GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
-CHECKPOINT = "checkpoint.npz"
 DEFAULT_STEPS = 500
 
 
@@ -80,9 +94,17 @@ class GPTTrainConfig:
     seed: int = 0
     out: str | None = "retrograd-gpt"
     resume: bool = False
+    #: replace the run in ``out`` (a fresh run into a folder holding one stops otherwise)
+    overwrite: bool = False
     progress: bool | None = None
     timeout: float = 60.0
     sample_tokens: int = 200
+    #: the inner backend: ``"numpy"`` or ``"torch"`` (``rg.TorchBackend(device)``)
+    backend: str = "numpy"
+    #: the torch backend's device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); numpy takes none
+    device: str | None = None
+    #: the encoding of ``text`` (a file that does not decode with it is refused)
+    encoding: str = "utf-8"
     #: stop after this step as an interruption would (the checkpoint is written); for trying
     #: ``--resume`` and for its test
     stop_at: int | None = None
@@ -90,27 +112,43 @@ class GPTTrainConfig:
     def validate(self) -> None:
         if self.steps is None:
             self.steps = DEFAULT_STEPS
-        checks = [
-            (self.steps >= 1, "steps must be at least 1"),
-            (self.batch_size >= self.workers, "batch size must be at least the worker count"),
-            (self.block_size >= 1 and self.n_layer >= 1, "block size and layers must be >= 1"),
-            (self.n_embd % self.n_head == 0, "n_embd must be a multiple of n_head"),
-            (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
-            (self.lr > 0 and self.clip_norm > 0, "lr and clip norm must be positive"),
-            (
-                _valid_strategy(self.checkpointing),
-                "checkpointing must be none, balanced or budget:SIZE (budget:64MB)",
-            ),
-            (self.workers >= 1 and self.eval_interval >= 1, "workers/eval interval must be >= 1"),
-            (not self.resume or self.out is not None, "--resume needs --out"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UsageError(f"train: {message}")
+        require(
+            [
+                (self.steps >= 1, "steps must be at least 1"),
+                (self.batch_size >= self.workers, "batch size must be at least the worker count"),
+                (self.block_size >= 1 and self.n_layer >= 1, "block size and layers must be >= 1"),
+                (self.n_embd % self.n_head == 0, "n_embd must be a multiple of n_head"),
+                (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
+                (
+                    finite_positive(self.lr) and finite_positive(self.clip_norm),
+                    "lr and clip norm must be positive and finite",
+                ),
+                (
+                    valid_strategy(self.checkpointing),
+                    "checkpointing must be none, balanced or budget:SIZE (budget:64MB)",
+                ),
+                (
+                    self.workers >= 1 and self.eval_interval >= 1,
+                    "workers/eval interval must be >= 1",
+                ),
+                (finite_positive(self.timeout), "timeout must be positive and finite"),
+                (not self.resume or self.out is not None, "--resume needs --out"),
+                (self.backend in BACKENDS, f"backend must be one of {BACKENDS}"),
+                (self.device is None or self.backend == "torch", "--device needs --backend torch"),
+                (known_encoding(self.encoding), f"--encoding {self.encoding}: no such encoding"),
+            ]
+        )
+        if self.backend == "torch":
+            inner_backend(self.backend, self.device)  # a device this machine has
 
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+    @property
+    def last_step(self) -> int:
+        """The step this run stops after: ``steps``, or ``stop_at`` when earlier."""
+        return self.steps if self.stop_at is None else min(self.steps, self.stop_at)
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up to ``lr`` over the warm-up steps, then cosine down to ``min_lr``."""
@@ -132,7 +170,26 @@ class GPTTrainConfig:
         )
 
 
-# -- replicas -------------------------------------------------------------------------------------
+_FIELDS = {f.name for f in fields(GPTTrainConfig)}
+
+
+def train_gpt(
+    config: GPTTrainConfig,
+    echo: Callable[..., None] = print,
+    given: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
+    """Train as ``config`` says; return the metrics (also written to ``config.out``).
+
+    On ``resume`` the saved run's settings hold, except those that may change
+    (:data:`RESUME_MAY_CHANGE`); a setting named in ``given`` (the options a user typed) that
+    differs from the saved run's is refused rather than ignored.
+    """
+    require([(not (config.resume and config.overwrite), "--resume and --overwrite contradict")])
+    if not config.resume:
+        config.validate()  # a resumed run validates the checkpoint's settings
+    return fit(GPTTask(config, given), echo)
+
+
 def make_optimizer(model: GPT, config: GPTTrainConfig) -> Any:
     """AdamW as nanoGPT configures it: weight decay on the 2-d weights (matmuls, embeddings),
     none on biases and layer-norm gains (torch's parameter groups), betas (0.9, 0.99) for a small
@@ -152,82 +209,258 @@ def set_lr(optimizer: Any, lr: float) -> None:
         group["lr"] = lr
 
 
-class _Replica:
-    """One device's GPT copy, with its autodiff backend and optimizer."""
+class GPTTask(Task):
+    """The character GPT, trained for ``config.steps`` optimizer steps."""
 
-    def __init__(
-        self,
-        template: GPT,
-        config: GPTTrainConfig,
-        device: rg.Device,
-        rank: int,
-        distributed: bool,
-    ):
-        self.backend = rg.Autodiff(rg.NumpyBackend(), make_strategy(config.checkpointing))
-        self.device, self.rank, self.config = device, rank, config
-        self.model = template.replicate(backend=self.backend, device=device)
-        if distributed:
-            self.model.set_distributed()
-        self.optimizer = make_optimizer(self.model, config)
+    records_key = "evals"
+    resumable = True
 
-    def loss(self, x: np.ndarray, y: np.ndarray, tokens: int) -> Any:
-        """This shard's summed cross-entropy divided by the whole batch's token count."""
-        with rg.use_backend(self.backend):
-            idx = rg.tensor(x, backend=self.backend, device=self.device)
-            targets = rg.tensor(y, backend=self.backend, device=self.device)
-            logits, _ = self.model(idx)
-            summed = F.cross_entropy(
-                logits.view(-1, logits.size(-1)), targets.view(-1), reduction="sum"
+    def __init__(self, config: GPTTrainConfig, given: frozenset[str] | set[str] = frozenset()):
+        super().__init__(config)
+        self.given = frozenset(given)
+        self.corpus: TextCorpus | None = None
+        self.baseline = math.nan
+        self.saved: Checkpoint | None = None  # the checkpoint a resumed run continues
+        self.rng = np.random.default_rng(config.seed)
+
+    @property
+    def checkpoint(self) -> Path | None:
+        return Path(self.config.out) / CHECKPOINT if self.config.out is not None else None
+
+    def prepare(self) -> None:
+        if self.config.resume:
+            if not self.checkpoint.is_file():
+                raise CommandError(
+                    f"--resume: no checkpoint at {self.checkpoint} — resume the folder of a GPT "
+                    "run (its --out), or train afresh without --resume"
+                )
+            self.saved = read_checkpoint(self.checkpoint)
+            self.config = _resumed_config(self.config, self.saved, self.given)
+            self.rng = np.random.default_rng(self.config.seed)
+        config = self.config
+        self.corpus = load_corpus(config.text, encoding=config.encoding)
+        # the unigram baseline once: it is a pass over the whole training text
+        self.baseline = self.corpus.unigram_entropy
+        if len(self.corpus.train) <= config.block_size:
+            raise UsageError(
+                f"train: the training text ({len(self.corpus.train)} characters) must be longer "
+                f"than the block size {config.block_size} — pass a smaller --block-size or a "
+                "longer --text"
             )
-            return summed * (1.0 / tokens)
 
-    def step(self, x: np.ndarray, y: np.ndarray, tokens: int, step: int) -> tuple[float, int]:
-        set_lr(self.optimizer, self.config.lr_at(step))
+    def inner_backend(self) -> rg.Backend:
+        return inner_backend(self.config.backend, self.config.device)
+
+    def blas_threads(self) -> int | None:
+        return 1  # see the module docstring
+
+    def build_model(self) -> nn.Module:
+        return GPT(self.config.model_config(self.corpus.vocab_size))
+
+    def make_optimizer(self, model: nn.Module) -> tuple[Any, Any]:
+        return make_optimizer(model, self.config), None  # the learning rate is set each step
+
+    def start(self, replicas: list[Replica]) -> Run:
+        saved, self.saved = self.saved, None
+        if saved is None:
+            return Run()
+        meta = saved.meta
+        if meta["vocab"] != self.corpus.vocab:
+            raise CommandError(
+                f"--resume: the text {self.corpus.name} has another vocabulary than the run "
+                f"saved in {saved.path} — resume with the text it was trained on"
+            )
+        for replica in replicas:
+            saved.load_model(replica.model)  # keeps the distributed marks
+            saved.load_optimizer(replica.optimizer)
+        try:
+            self.rng.bit_generator.state = meta["rng"]
+            history = History.from_dict(meta["history"], self.records_key)
+        except (KeyError, TypeError, ValueError) as error:
+            raise saved.damaged(f"its sampler state or history is unreadable ({error})") from None
+        return Run(history, step=meta["step"], start=meta["step"])
+
+    def run_bar(self, run: Run) -> tuple[str, int] | None:
+        return "gpt", self.config.steps - run.step
+
+    def periods(self, run: Run) -> Iterator[Period]:
+        config, step = self.config, run.step
+        while step < config.last_step:
+            end = min((step // config.eval_interval + 1) * config.eval_interval, config.last_step)
+            batches = (
+                get_batch(self.corpus.train, self.rng, config.batch_size, config.block_size)
+                for _ in range(end - step)
+            )
+            yield Period("gpt", end - step, batches)
+            step = end
+
+    def before_step(self, replica: Replica, step: int) -> None:
+        set_lr(replica.optimizer, self.config.lr_at(step))
         # Dropout masks depend on the seed, the step and the worker only, so a resumed run
         # draws the masks an uninterrupted one would.
-        self.backend.seed(self.config.seed * 1_000_003 + step * 101 + self.rank)
-        loss = self.loss(x, y, tokens)
-        grads = loss.backward()
-        optim.clip_grad_norm(grads, self.model, self.config.clip_norm, as_tensor=True)
-        self.optimizer.step(grads)
-        return float(loss.item()), grads.recomputed_bytes
+        replica.backend.seed(self.config.seed * 1_000_003 + step * 101 + replica.rank)
 
+    def loss(self, replica: Replica, inputs: np.ndarray, targets: np.ndarray) -> tuple[Any, dict]:
+        idx = rg.tensor(inputs, backend=replica.backend, device=replica.device)
+        target = rg.tensor(targets, backend=replica.backend, device=replica.device)
+        logits, _ = replica.model(idx)
+        summed = F.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1), reduction="sum")
+        return summed, {}
 
-class _Group:
-    """The replicas of this process: one, or ``workers`` on threads summing their gradients
-    through a local :class:`~retrograd.distributed.DistributedContext` (as the CNN run)."""
+    def postfix(self, tally: StepTally, index: int) -> dict[str, str]:
+        return {"loss": f"{tally['loss'][index]:.3f}", "baseline": f"{self.baseline:.3f}"}
 
-    def __init__(self, template: GPT, config: GPTTrainConfig):
-        from ..distributed import DistributedConfig, DistributedContext, ReduceOperation
+    def end_period(
+        self, replicas: list[Replica], run: Run, tally: StepTally, started: float
+    ) -> tuple[str, dict[str, str]]:
+        losses = estimate_loss(replicas[0].model, self.corpus, self.config)
+        record = {
+            "step": run.step,
+            "train_loss": losses["train"],
+            "val_loss": losses["val"],
+            "lr": self.config.lr_at(run.step - 1),
+            "seconds": time.perf_counter() - started,
+        }
+        run.history.records.append(record)
+        line = (
+            f"step {run.step}/{self.config.steps}: train loss {losses['train']:.4f} | val loss "
+            f"{losses['val']:.4f} | unigram {self.baseline:.4f} | lr "
+            f"{record['lr']:.2e} | {record['seconds']:.1f} s"
+        )
+        return line, {}
 
-        devices = [rg.Device("cpu", i) for i in range(config.workers)]
-        distributed = config.workers > 1
-        self.replicas = [
-            _Replica(template, config, d, i, distributed) for i, d in enumerate(devices)
+    def save_state(self, replicas: list[Replica], run: Run, folder: RunFolder | None) -> None:
+        if folder is None:
+            return
+        meta = {
+            "step": run.step,
+            "config": asdict(self.config),
+            "corpus": self.corpus.name,
+            "vocab": self.corpus.vocab,
+            "rng": self.rng.bit_generator.state,
+            "history": run.history.as_dict(self.records_key),
+        }
+        with folder.files() as staged, staged.open(CHECKPOINT) as file:
+            write_checkpoint(file, replicas[0].model, replicas[0].optimizer, meta)
+
+    def probe_batch(self, world: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = shard_rows(self.config.batch_size, world)
+        return get_batch(self.corpus.train, np.random.default_rng(0), rows, self.config.block_size)
+
+    def banner(self, model: nn.Module, world: int, run: Run) -> str:
+        config, corpus = self.config, self.corpus
+        resumed = f", resumed at step {run.start}" if run.start else ""
+        return (
+            f"retrograd train: gpt ({model.num_parameters():,} parameters: {config.n_layer} "
+            f"layers, {config.n_head} heads, n_embd {config.n_embd}, block {config.block_size}) "
+            f"on {corpus.name}, vocabulary {corpus.vocab_size}; {config.steps} steps of "
+            f"{config.batch_size}x{config.block_size} characters, adamw lr {config.lr:g} "
+            f"(warm-up {config.warmup}, cosine), clip {config.clip_norm:g}, checkpointing "
+            f"{config.checkpointing}, {config.workers} worker(s), seed {config.seed}{resumed}"
+            + (f", torch backend on {config.device or 'cpu'}" if config.backend == "torch" else "")
+            + "\n"
+            "unigram baseline (entropy of the character frequencies): "
+            f"{self.baseline:.4f} nats/char"
+        )
+
+    def report(
+        self, run: Run, model: nn.Module, world: int, memory: StepMemory, started: float
+    ) -> Report:
+        config, corpus, history = self.config, self.corpus, run.history
+        baseline = self.baseline
+        final = history.records[-1]
+        tokens = config.batch_size * config.block_size * (run.step - run.start)
+        summary = {
+            "step": run.step,
+            "train_loss": final["train_loss"],
+            "val_loss": final["val_loss"],
+            "unigram_baseline": baseline,
+            "first_loss": history.step_losses[0] if history.step_losses else math.nan,
+            "train_seconds": history.train_seconds,
+            "total_seconds": time.perf_counter() - started,
+            "tokens_per_second": tokens / max(1e-9, history.train_seconds),
+            "peak_activation_bytes": memory.peak_activation_bytes,
+            "recomputed_bytes": history.recomputed_bytes,
+            "parameters": model.num_parameters(),
+        }
+        metrics = {
+            "config": asdict(config),
+            "corpus": {
+                "name": corpus.name,
+                "vocab_size": corpus.vocab_size,
+                "train_chars": len(corpus.train),
+                "val_chars": len(corpus.val),
+            },
+            "evals": history.records,
+            "step_losses": history.step_losses,
+            "summary": summary,
+        }
+        text = ""
+        if config.sample_tokens and run.step >= config.steps:
+            rg.seed(config.seed)
+            plain = model.replicate(backend=rg.NumpyBackend(), device=rg.Device("cpu", 0)).eval()
+            # from a new line, or (a text without one) from a character the model knows
+            prompt = "\n" if "\n" in corpus.vocab else ""
+            text = generate_text(plain, corpus, prompt, config.sample_tokens, 0.8, 10)
+            metrics["sample"] = text
+        gain = baseline - summary["val_loss"]
+        lines = [
+            f"  train loss             {summary['train_loss']:.4f} nats/char "
+            f"(step {summary['step']})",
+            f"  validation loss        {summary['val_loss']:.4f} nats/char",
+            f"  unigram baseline       {baseline:.4f} nats/char "
+            f"(validation {'beats' if gain > 0 else 'does not beat'} it by {gain:.4f})",
         ]
-        self.context = self.pool = None
-        if config.workers > 1:
-            settings = DistributedConfig(ReduceOperation.SUM, timeout=config.timeout)
-            self.context = DistributedContext(devices, settings).start()
-            self.pool = ThreadPoolExecutor(config.workers, thread_name_prefix="retrograd-gpt")
+        tail = []
+        if text:
+            tail.append("  sample (temperature 0.8, top-k 10):")
+            tail += ["    | " + line for line in text.splitlines()[:12]]
+        return Report(
+            metrics,
+            lines=lines,
+            throughput=f"{summary['tokens_per_second']:,.0f} characters/s",
+            memory_note="one step of one worker, tracemalloc",
+            recompute_note=f"checkpointing {config.checkpointing}",
+            tail=tail,
+            texts={"sample.txt": text} if text else {},
+            kept=[CHECKPOINT],
+        )
 
-    def step(self, x: np.ndarray, y: np.ndarray, step: int) -> tuple[float, int]:
-        """One optimizer step on the batch ``x -> y``; the batch's mean loss."""
-        tokens = x.size
-        if self.pool is None:
-            return self.replicas[0].step(x, y, tokens, step)
-        parts = np.array_split(np.arange(len(x)), len(self.replicas))
-        futures = [
-            self.pool.submit(r.step, x[p], y[p], tokens, step) for r, p in zip(self.replicas, parts)
-        ]
-        results = [f.result() for f in futures]
-        return sum(r[0] for r in results), sum(r[1] for r in results)
+    def plot(self, metrics: dict[str, Any], file: IO[bytes]) -> Any:
+        return plot_gpt_curves(metrics, file)
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-        if self.context is not None:
-            self.context.close()
+
+#: settings a resumed run may change: how long it runs and how (not what it trains)
+RESUME_MAY_CHANGE = (
+    "steps", "stop_at", "progress", "resume", "out", "overwrite", "workers", "checkpointing",
+    "timeout", "backend", "device",
+)  # fmt: skip
+
+
+def _resumed_config(
+    config: GPTTrainConfig, saved: Checkpoint, given: frozenset[str]
+) -> GPTTrainConfig:
+    """The checkpoint's configuration, with what may change on resume taken from ``config``;
+    a ``given`` setting that would change what the saved run trains is refused."""
+    stored = saved.meta["config"]
+    values = {k: v for k, v in stored.items() if k in _FIELDS}
+    for name in sorted(given - set(RESUME_MAY_CHANGE)):
+        if name in values and getattr(config, name) != values[name]:
+            option = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"train: {option} {getattr(config, name)} differs from the saved run's "
+                f"{values[name]}: --resume continues the run as it was saved — drop {option}, "
+                "or train afresh with --overwrite"
+            )
+    for name in RESUME_MAY_CHANGE:
+        if name != "steps" or config.steps is not None:
+            values[name] = getattr(config, name)
+    try:
+        resumed = GPTTrainConfig(**values)
+        resumed.validate()
+    except TypeError as error:  # settings of the wrong kinds (a text where a count belongs)
+        raise saved.damaged(f"its settings are not a GPT run's ({error})") from None
+    return resumed
 
 
 # -- batches and evaluation ----------------------------------------------------------------------
@@ -267,250 +500,20 @@ def estimate_loss(model: GPT, corpus: TextCorpus, config: GPTTrainConfig) -> dic
     return result
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
-def _optimizer_arrays(optimizer: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The optimizer's ``state_dict()`` (torch's layout: parameters numbered by position in the
-    groups) as arrays (``optim/<number>/<key>``) and JSON (scalars and the groups)."""
-    saved = optimizer.state_dict()
-    arrays, scalars = {}, {}
-    for number, state in saved["state"].items():
-        for key, value in state.items():
-            if isinstance(value, np.ndarray):
-                arrays[f"optim/{number}/{key}"] = value
-            else:
-                scalars.setdefault(str(number), {})[key] = value
-    return arrays, {"state": scalars, "param_groups": saved["param_groups"]}
-
-
-def _restore_optimizer(optimizer: Any, replica: _Replica, archive: Any, scalars: dict) -> None:
-    state: dict[int, dict[str, Any]] = {
-        int(number): dict(values) for number, values in scalars["state"].items()
-    }
-    for key in archive.files:
-        if key.startswith("optim/"):
-            number, _, slot = key[len("optim/") :].rpartition("/")
-            state.setdefault(int(number), {})[slot] = archive[key]
-    groups = [
-        {k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
-        for group in scalars["param_groups"]
-    ]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def save_checkpoint(path: Path, replica: _Replica, meta: dict[str, Any]) -> None:
-    """Model and optimizer state plus ``meta`` (JSON), written atomically."""
-    arrays = {f"model/{k}": np.asarray(v) for k, v in replica.model.state_dict().items()}
-    optimizer_arrays, scalars = _optimizer_arrays(replica.optimizer)
-    arrays.update(optimizer_arrays)
-    meta = dict(meta, optimizer_scalars=scalars)
-    arrays["meta"] = np.array(json.dumps(meta))
-    temporary = path.with_name(path.name + ".tmp.npz")
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)
-
-
 def load_run(out: str | os.PathLike) -> tuple[GPT, TextCorpus, dict[str, Any]]:
     """The model (on the plain NumPy backend: no graph), its vocabulary as a corpus and the
     checkpoint's metadata, from the folder a GPT run wrote."""
-    path = Path(out) / CHECKPOINT
-    if not path.is_file():
-        raise FileNotFoundError(f"no GPT checkpoint at {path} (run retrograd train --model gpt)")
-    with np.load(path) as archive:
-        meta = json.loads(str(archive["meta"]))
-        model_state = {
-            k[len("model/") :]: archive[k] for k in archive.files if k.startswith("model/")
-        }
-    config = GPTTrainConfig(**{k: v for k, v in meta["config"].items() if k in _FIELDS})
+    saved = read_checkpoint(Path(out) / CHECKPOINT)
+    meta = saved.meta
+    try:
+        config = GPTTrainConfig(**{k: v for k, v in meta["config"].items() if k in _FIELDS})
+        with rg.use_backend(rg.NumpyBackend()):
+            model = GPT(config.model_config(len(meta["vocab"])))
+    except (TypeError, ValueError, RetrogradError) as error:
+        raise saved.damaged(f"its settings are not a GPT's ({error})") from None
+    saved.load_model(model)
     corpus = TextCorpus(meta["corpus"], meta["vocab"], np.zeros(0, np.int64), np.zeros(0, np.int64))
-    with rg.use_backend(rg.NumpyBackend()):
-        model = GPT(config.model_config(len(meta["vocab"])))
-    model.load_state_dict(model_state)
     return model.eval(), corpus, meta
-
-
-_FIELDS = {f.name for f in fields(GPTTrainConfig)}
-
-
-# -- training -------------------------------------------------------------------------------------
-def _one_blas_thread() -> Any:
-    """A context limiting BLAS to one thread (see the module docstring), or a no-op without
-    threadpoolctl."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # BLAS keeps its default
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1)
-
-
-def train_gpt(config: GPTTrainConfig, echo: Callable[..., None] = print) -> dict[str, Any]:
-    """Train as ``config`` says; return the metrics (also written to ``config.out``)."""
-    if not config.resume:
-        config.validate()  # a resumed run validates the checkpoint's settings
-    with _one_blas_thread():
-        return _train(config, echo)
-
-
-def _train(config: GPTTrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
-    started = time.perf_counter()
-    out = Path(config.out) if config.out is not None else None
-    checkpoint = out / CHECKPOINT if out is not None else None
-    resumed = None
-    if config.resume:
-        if checkpoint is None or not checkpoint.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint}")
-        resumed = np.load(checkpoint)
-        config = _resumed_config(config, json.loads(str(resumed["meta"])))
-    corpus = load_corpus(config.text)
-    if len(corpus.train) <= config.block_size:
-        raise UsageError(
-            f"train: the training text ({len(corpus.train)} characters) must be longer than "
-            f"the block size {config.block_size}"
-        )
-    template_backend = rg.Autodiff(rg.NumpyBackend())
-    with rg.use_backend(template_backend):
-        rg.seed(config.seed)
-        template = GPT(config.model_config(corpus.vocab_size))
-    rng = np.random.default_rng(config.seed)
-    history = {"evals": [], "step_losses": [], "train_seconds": 0.0, "recomputed_bytes": 0}
-    start_step = 0
-    group = _Group(template, config)
-    try:
-        if resumed is not None:
-            meta = json.loads(str(resumed["meta"]))
-            if meta["vocab"] != corpus.vocab:
-                raise UsageError("--resume: the text's vocabulary differs from the checkpoint's")
-            state = {
-                k[len("model/") :]: resumed[k] for k in resumed.files if k.startswith("model/")
-            }
-            for replica in group.replicas:
-                replica.model.load_state_dict(state)  # keeps the distributed marks
-                _restore_optimizer(replica.optimizer, replica, resumed, meta["optimizer_scalars"])
-            rng.bit_generator.state = meta["rng"]
-            history = meta["history"]
-            start_step = meta["step"]
-            resumed.close()
-        baseline = corpus.unigram_entropy
-        echo(_banner(config, corpus, template, baseline, start_step))
-        memory = _probe_memory(template, config, corpus)
-        step = _run(config, corpus, group, rng, history, start_step, checkpoint, baseline, echo)
-    finally:
-        group.close()
-    model = group.replicas[0].model
-    final = history["evals"][-1]
-    tokens = config.batch_size * config.block_size * (step - start_step)
-    summary = {
-        "step": step,
-        "train_loss": final["train_loss"],
-        "val_loss": final["val_loss"],
-        "unigram_baseline": baseline,
-        "first_loss": history["step_losses"][0] if history["step_losses"] else math.nan,
-        "train_seconds": history["train_seconds"],
-        "total_seconds": time.perf_counter() - started,
-        "tokens_per_second": tokens / max(1e-9, history["train_seconds"]),
-        "peak_activation_bytes": memory.peak_activation_bytes,
-        "recomputed_bytes": history["recomputed_bytes"],
-        "parameters": template.num_parameters(),
-    }
-    metrics = {
-        "config": asdict(config),
-        "corpus": {
-            "name": corpus.name,
-            "vocab_size": corpus.vocab_size,
-            "train_chars": len(corpus.train),
-            "val_chars": len(corpus.val),
-        },
-        "evals": history["evals"],
-        "step_losses": history["step_losses"],
-        "summary": summary,
-    }
-    text = ""
-    if config.sample_tokens and step >= config.steps:
-        rg.seed(config.seed)
-        plain = model.replicate(backend=rg.NumpyBackend(), device=rg.Device("cpu", 0)).eval()
-        text = generate_text(plain, corpus, "\n", config.sample_tokens, 0.8, 10)
-        metrics["sample"] = text
-    written = _write_outputs(out, metrics, model, text, echo)
-    echo(_summary_text(summary, config, written, text))
-    return metrics
-
-
-def _resumed_config(config: GPTTrainConfig, meta: dict[str, Any]) -> GPTTrainConfig:
-    """The checkpoint's configuration, with what may change on resume taken from ``config``
-    (total steps, where to stop, progress, workers and checkpointing strategy)."""
-    saved = {k: v for k, v in meta["config"].items() if k in _FIELDS}
-    keep = ("steps", "stop_at", "progress", "resume", "out", "workers", "checkpointing", "timeout")
-    for name in keep:
-        if name != "steps" or config.steps is not None:
-            saved[name] = getattr(config, name)
-    resumed = GPTTrainConfig(**saved)
-    resumed.validate()
-    return resumed
-
-
-def _run(config, corpus, group, rng, history, start_step, checkpoint, baseline, echo) -> int:
-    bar = _progress(config.steps - start_step, "gpt", config.progress)
-    step = start_step
-    last = config.steps if config.stop_at is None else min(config.steps, config.stop_at)
-    window_start = time.perf_counter()
-    try:
-        while step < last:
-            x, y = get_batch(corpus.train, rng, config.batch_size, config.block_size)
-            tick = time.perf_counter()
-            loss, recomputed = group.step(x, y, step)
-            history["train_seconds"] += time.perf_counter() - tick
-            history["step_losses"].append(loss)
-            history["recomputed_bytes"] += recomputed
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", baseline=f"{baseline:.3f}")
-            if step % config.eval_interval == 0 or step == last:
-                losses = estimate_loss(group.replicas[0].model, corpus, config)
-                record = {
-                    "step": step,
-                    "train_loss": losses["train"],
-                    "val_loss": losses["val"],
-                    "lr": config.lr_at(step - 1),
-                    "seconds": time.perf_counter() - window_start,
-                }
-                history["evals"].append(record)
-                line = (
-                    f"step {step}/{config.steps}: train loss {losses['train']:.4f} | val loss "
-                    f"{losses['val']:.4f} | unigram {baseline:.4f} | lr {record['lr']:.2e} | "
-                    f"{record['seconds']:.1f} s"
-                )
-                if bar is not None:
-                    bar.write(line)
-                else:
-                    echo(line)
-                window_start = time.perf_counter()
-                if checkpoint is not None:
-                    _save(checkpoint, group, corpus, config, rng, history, step)
-    finally:
-        if bar is not None:
-            bar.close()
-    return step
-
-
-def _save(checkpoint, group, corpus, config, rng, history, step) -> None:
-    checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "step": step,
-        "config": asdict(config),
-        "corpus": corpus.name,
-        "vocab": corpus.vocab,
-        "rng": rng.bit_generator.state,
-        "history": history,
-    }
-    save_checkpoint(checkpoint, group.replicas[0], meta)
-
-
-def _probe_memory(template: GPT, config: GPTTrainConfig, corpus: TextCorpus):
-    """Activation memory of one step of one worker, on a throw-away replica."""
-    replica = _Replica(template, config, rg.Device("cpu", 0), 0, distributed=False)
-    rows = max(1, math.ceil(config.batch_size / config.workers))
-    x, y = get_batch(corpus.train, np.random.default_rng(0), rows, config.block_size)
-    return measure_step_memory(lambda: replica.loss(x, y, x.size), replica.model.parameters())
 
 
 # -- sampling -------------------------------------------------------------------------------------
@@ -539,106 +542,34 @@ def sample(
     seed: int = 0,
 ) -> str:
     """Text generated by the GPT saved in ``out`` (``retrograd sample``)."""
-    if not temperature > 0:
-        raise UsageError(f"sample: temperature must be positive, got {temperature}")
+    if not finite_positive(temperature):
+        raise UsageError(f"sample: temperature must be positive and finite, got {temperature}")
     if top_k is not None and top_k < 1:
         raise UsageError(f"sample: top-k must be at least 1, got {top_k}")
     model, corpus, _ = load_run(out)
     rg.seed(seed)
-    with rg.use_backend(rg.NumpyBackend()), _one_blas_thread():
+    with rg.use_backend(rg.NumpyBackend()), blas_limit(1):
         return generate_text(model, corpus, prompt, tokens, temperature, top_k)
 
 
-# -- output ---------------------------------------------------------------------------------------
-def _banner(config, corpus, model, baseline, start_step) -> str:
-    resumed = f", resumed at step {start_step}" if start_step else ""
-    return (
-        f"retrograd train: gpt ({model.num_parameters():,} parameters: {config.n_layer} layers, "
-        f"{config.n_head} heads, n_embd {config.n_embd}, block {config.block_size}) on "
-        f"{corpus.name}, vocabulary {corpus.vocab_size}; {config.steps} steps of "
-        f"{config.batch_size}x{config.block_size} characters, adamw lr {config.lr:g} "
-        f"(warm-up {config.warmup}, cosine), clip {config.clip_norm:g}, checkpointing "
-        f"{config.checkpointing}, {config.workers} worker(s), seed {config.seed}{resumed}\n"
-        f"unigram baseline (entropy of the character frequencies): {baseline:.4f} nats/char"
-    )
+def plot_gpt_curves(metrics: dict[str, Any], path: str | os.PathLike | IO[bytes]) -> Any:
+    """Loss per step, the evaluations (train, validation) and the unigram baseline, as a PNG
+    (a path, replaced whole, or an open file)."""
 
+    def draw(figure: Any, axes: Any) -> None:
+        steps, evals = metrics["step_losses"], metrics["evals"]
+        numbers = [e["step"] for e in evals]
+        plot_losses(
+            axes,
+            (np.arange(1, len(steps) + 1), steps),
+            (numbers, [e["train_loss"] for e in evals], [e["val_loss"] for e in evals]),
+            ("train (step)", "train", "validation"),
+        )
+        baseline = metrics["summary"]["unigram_baseline"]
+        axes.axhline(baseline, ls="--", color="gray", label="unigram baseline")
+        axes.set(
+            xlabel="step", ylabel="cross-entropy (nats/char)", title="retrograd: character GPT"
+        )
+        axes.legend()
 
-def _write_outputs(out, metrics, model, text, say) -> list[str]:
-    if out is None:
-        return []
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    written.append(str(out / "metrics.json"))
-    model.save(out / "model.npz")
-    written += [str(out / "model.npz"), str(out / CHECKPOINT)]
-    if text:
-        (out / "sample.txt").write_text(text)
-        written.append(str(out / "sample.txt"))
-    try:
-        written.append(str(plot_gpt_curves(metrics, out / "curves.png")))
-    except ImportError:
-        say('note: matplotlib is not installed, no curves.png (pip install "retrograd[examples]")')
-    return written
-
-
-def plot_gpt_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Loss per step, the evaluations (train, validation) and the unigram baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4))
-    steps = metrics["step_losses"]
-    axes.plot(np.arange(1, len(steps) + 1), steps, color="#9ecae1", lw=0.8, label="train (step)")
-    evals = metrics["evals"]
-    axes.plot(
-        [e["step"] for e in evals],
-        [e["train_loss"] for e in evals],
-        "o-",
-        color="#3182bd",
-        label="train",
-    )
-    axes.plot(
-        [e["step"] for e in evals],
-        [e["val_loss"] for e in evals],
-        "s-",
-        color="#e6550d",
-        label="validation",
-    )
-    axes.axhline(
-        metrics["summary"]["unigram_baseline"], ls="--", color="gray", label="unigram baseline"
-    )
-    axes.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="retrograd: character GPT")
-    axes.legend()
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
-
-
-def _summary_text(summary, config, written, text) -> str:
-    baseline = summary["unigram_baseline"]
-    gain = baseline - summary["val_loss"]
-    lines = [
-        "summary",
-        f"  train loss             {summary['train_loss']:.4f} nats/char (step {summary['step']})",
-        f"  validation loss        {summary['val_loss']:.4f} nats/char",
-        f"  unigram baseline       {baseline:.4f} nats/char "
-        f"(validation {'beats' if gain > 0 else 'does not beat'} it by {gain:.4f})",
-        f"  training time          {summary['train_seconds']:.1f} s "
-        f"({summary['tokens_per_second']:,.0f} characters/s, {config.workers} worker(s))",
-        f"  peak activation memory {_format_bytes(summary['peak_activation_bytes'])} "
-        f"(one step of one worker, tracemalloc)",
-        f"  recomputed in backward {_format_bytes(summary['recomputed_bytes'])} "
-        f"(checkpointing {config.checkpointing})",
-        f"  total time             {summary['total_seconds']:.1f} s",
-    ]
-    if text:
-        lines.append("  sample (temperature 0.8, top-k 10):")
-        lines += ["    | " + line for line in text.splitlines()[:12]]
-    if written:
-        lines.append("  wrote " + ", ".join(written))
-    return "\n".join(lines)
+    return draw_figure(path, draw, figsize=(7, 4))

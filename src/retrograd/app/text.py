@@ -3,7 +3,8 @@
 By default the corpus is the Python standard library's own ``.py`` files, read as text: the
 top-level modules of ``sysconfig.get_path("stdlib")`` in sorted name order, whole files, until
 :data:`DEFAULT_CHARS` characters are reached (a deterministic selection, about 1 MB; the exact
-text follows the installed Python version). ``--text PATH`` reads any UTF-8 file instead.
+text follows the installed Python version). ``--text PATH`` reads any text file instead, in
+UTF-8 or the ``--encoding`` given; a file that does not decode is refused, never mangled.
 
 The characters are the tokens: the vocabulary is the sorted set of characters of the text.
 The first 90% is the training split, the rest validation.
@@ -19,6 +20,7 @@ The first 90% is the training split, the rest validation.
 
 from __future__ import annotations
 
+import codecs
 import sysconfig
 from collections import Counter
 from dataclasses import dataclass
@@ -26,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._usage import UsageError
+from ._usage import CommandError, UsageError
 
-__all__ = ["DEFAULT_CHARS", "TextCorpus", "load_corpus", "stdlib_text"]
+__all__ = ["DEFAULT_CHARS", "TextCorpus", "known_encoding", "load_corpus", "stdlib_text"]
 
 #: characters of standard-library source the default corpus takes
 DEFAULT_CHARS = 1_000_000
@@ -52,7 +54,7 @@ def stdlib_text(limit: int = DEFAULT_CHARS) -> tuple[str, list[str]]:
         if total >= limit:
             break
     if not parts:
-        raise UsageError(f"train: no .py files in the standard library folder {root}")
+        raise CommandError(f"no .py files in the standard library folder {root} — pass --text FILE")
     return "".join(parts)[:limit], names
 
 
@@ -68,7 +70,9 @@ class TextCorpus:
     @classmethod
     def from_text(cls, text: str, name: str = "text") -> TextCorpus:
         if len(text) < 2:
-            raise UsageError(f"train: the text {name!r} has fewer than 2 characters")
+            raise CommandError(
+                f"the text {name!r} has fewer than 2 characters — pass a longer --text"
+            )
         vocab = "".join(sorted(set(text)))
         lookup = {ch: i for i, ch in enumerate(vocab)}
         ids = np.fromiter((lookup[ch] for ch in text), dtype=np.int64, count=len(text))
@@ -80,12 +84,13 @@ class TextCorpus:
         return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; a character outside the vocabulary is a ``UsageError``."""
+        """Token ids of ``text``; a character outside the vocabulary is a ``CommandError``."""
         lookup = {ch: i for i, ch in enumerate(self.vocab)}
         unknown = sorted({ch for ch in text if ch not in lookup})
         if unknown:
-            raise UsageError(
-                f"sample: the prompt has characters the model never saw: {''.join(unknown)!r}"
+            raise CommandError(
+                f"the prompt has characters the model never saw: {''.join(unknown)!r} — use "
+                "characters of its training text"
             )
         return [lookup[ch] for ch in text]
 
@@ -106,8 +111,21 @@ def unigram_entropy(ids: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def load_corpus(path: str | None = None, limit: int = DEFAULT_CHARS) -> TextCorpus:
-    """``path``'s text (UTF-8), or the standard library's source when ``path`` is ``None``."""
+def known_encoding(name: str) -> bool:
+    """Whether Python has a codec called ``name``."""
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        return False
+    return True
+
+
+def load_corpus(
+    path: str | None = None, limit: int = DEFAULT_CHARS, encoding: str = "utf-8"
+) -> TextCorpus:
+    """``path``'s text in ``encoding``, or the standard library's source when ``path`` is
+    ``None``. A file that is not text in that encoding is a one-line :class:`CommandError`
+    naming the first byte that does not decode."""
     if path is None:
         text, files = stdlib_text(limit)
         return TextCorpus.from_text(
@@ -116,5 +134,15 @@ def load_corpus(path: str | None = None, limit: int = DEFAULT_CHARS) -> TextCorp
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no text file at {path}")
-    text = file.read_text(encoding="utf-8", errors="replace")
+    data = file.read_bytes()
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as error:
+        raise CommandError(
+            f"--text {path} is not {encoding} text (byte 0x{data[error.start]:02x} at offset "
+            f"{error.start} does not decode) — pass --encoding with the file's encoding "
+            "(latin-1, cp1252, utf-16 ...)"
+        ) from None
+    except LookupError:
+        raise UsageError(f"train: --encoding {encoding}: no such encoding") from None
     return TextCorpus.from_text(text, f"{file.name} ({len(text):,} chars)")

@@ -124,28 +124,11 @@ def _accumulate(target: np.ndarray, a: np.ndarray, b: np.ndarray, index: int) ->
         target += np.matmul(a, b)
 
 
-#: A row sum of unnormalised probabilities below this (2^-60) means the bound subtracted
-#: overshot the row's maximum by more than 41: redone with the maximum, before exp underflows.
-_UNDERFLOW = 2.0**-60
-
-
-def _extend(x: np.ndarray, factor=None) -> np.ndarray:
-    """A contiguous copy of ``x`` (times ``factor``) with one more, unset, last column."""
+def _extend(x: np.ndarray) -> np.ndarray:
+    """A contiguous copy of ``x`` with one more, unset, last column."""
     extended = np.empty((*x.shape[:-1], x.shape[-1] + 1), x.dtype)
-    if factor is None:
-        np.copyto(extended[..., :-1], x)
-    else:
-        np.multiply(x, factor, out=extended[..., :-1])
+    np.copyto(extended[..., :-1], x)
     return extended
-
-
-def _bound(scaled: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Minus an upper bound of each row's scores ``scaled_i . k_j``: ``-|scaled_i| max_j |k_j|``
-    (``[..., L]``)."""
-    query_norms = np.sqrt(np.einsum("...le,...le->...l", scaled, scaled))
-    key_norms = np.sqrt(np.max(np.einsum("...se,...se->...s", keys, keys), axis=-1))
-    query_norms *= -key_norms[..., None]
-    return query_norms
 
 
 def _part(x: np.ndarray, start: int, end: int, ndim: int) -> np.ndarray:
@@ -294,17 +277,14 @@ class NumpyTransformerKernels:
         lse = np.empty(q.shape[:-1], q.dtype)
         hidden = _causal_bias(length, source, q.dtype) if causal else None
         ndim = q.ndim
-        # Without a mask, each row's scores are bounded by Cauchy-Schwarz: q_i . k_j * scale <=
-        # |q_i| max_j |k_j| scale. Subtracting that bound instead of the row's maximum is as
-        # stable unless the bound overshoots the maximum by far (the row's sum then underflows;
-        # such a block is redone with the maximum), and it costs no pass over the scores: it
-        # rides in the product as a last column of the queries against a column of ones.
-        bounded = not mask.size
+        factor = q.dtype.type(scale)
+        # Each row's scores less the row's own maximum, as torch's kernels: exp cannot
+        # overflow, and each exponent is rounded at its own size. (Any larger shift, a bound
+        # on the scores say, rounds every exponent at the shift's size: with one long key, an
+        # attention sink, float32 errors several times torch's.)
         for start, end in _batch_blocks(q, length, source):
-            queries = _extend(q[start:end], q.dtype.type(scale))
-            keys_t = np.swapaxes(_extend(k[start:end]), -1, -2)
-            keys_t[..., -1, :] = 1.0
-            queries[..., -1] = _bound(queries[..., :-1], k[start:end]) if bounded else 0.0
+            scaled = np.multiply(q[start:end], factor)
+            keys_t = np.swapaxes(k[start:end], -1, -2)
             values = v[start:end]
             # values with a column of ones: the product with the unnormalised probabilities
             # then also gives each row's sum (normalising after it, FlashAttention's way, on
@@ -314,42 +294,32 @@ class NumpyTransformerKernels:
             ones = extended[..., -1:]
             mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
             for rows, keys in _row_blocks(length, source, causal):
-                for exact in (False, True) if bounded else (True,):
-                    if exact and bounded:  # redone: scores - bound, rounded at the bound's
-                        # size, would carry its rounding into every probability
-                        queries[..., rows, -1] = 0.0
-                    scores = np.matmul(queries[..., rows, :], keys_t[..., :keys])
-                    if mask.size:
-                        scores += _rows(mask_part, rows, keys)
-                    if hidden is not None and rows.start < keys:  # keys before the rows: seen
-                        scores[..., rows.start :] += hidden[rows, rows.start : keys]
-                    if exact:
-                        peak = np.max(scores, axis=-1, keepdims=True)
-                        hidden_rows = np.isneginf(peak)  # every key masked: a zero row (torch)
-                        masked = hidden_rows.any()
-                        if masked:
-                            peak[hidden_rows] = 0.0
-                        scores -= peak
-                    np.exp(scores, out=scores)
-                    target = out[start:end, ..., rows, :]
-                    if drop.size:  # the sum of the kept probabilities, then dropout
-                        total = np.matmul(scores, ones[..., :keys, :])
-                        scores *= _rows(drop_part, rows, keys)
-                        weighted = np.matmul(scores, values[..., :keys, :])
-                    else:
-                        weighted = np.matmul(scores, extended[..., :keys, :])
-                        total = weighted[..., -1:]
-                        weighted = weighted[..., :-1]
-                    if exact or not (total < _UNDERFLOW).any():
-                        break
-                offset = queries[..., rows, -1:]  # minus the bound (or 0)
-                if exact:
-                    if masked:  # 0 / 1 = 0 there, and lse = +inf makes backward's exp 0
-                        total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
-                        peak[hidden_rows] = np.inf
-                    offset = offset - peak
+                scores = np.matmul(scaled[..., rows, :], keys_t[..., :keys])
+                if mask.size:
+                    scores += _rows(mask_part, rows, keys)
+                if hidden is not None and rows.start < keys:  # keys before the rows: seen
+                    scores[..., rows.start :] += hidden[rows, rows.start : keys]
+                peak = np.max(scores, axis=-1, keepdims=True)
+                hidden_rows = np.isneginf(peak)  # every key masked: a zero row (torch)
+                masked = hidden_rows.any()
+                if masked:
+                    peak[hidden_rows] = 0.0
+                scores -= peak
+                np.exp(scores, out=scores)
+                target = out[start:end, ..., rows, :]
+                if drop.size:  # the sum of the kept probabilities, then dropout
+                    total = np.matmul(scores, ones[..., :keys, :])
+                    scores *= _rows(drop_part, rows, keys)
+                    weighted = np.matmul(scores, values[..., :keys, :])
+                else:
+                    weighted = np.matmul(scores, extended[..., :keys, :])
+                    total = weighted[..., -1:]
+                    weighted = weighted[..., :-1]
+                if masked:  # 0 / 1 = 0 there, and lse = +inf makes backward's exp 0
+                    total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
+                    peak[hidden_rows] = np.inf
                 np.divide(weighted, total, out=target)
-                lse[start:end, ..., rows] = (np.log(total) - offset)[..., 0]
+                lse[start:end, ..., rows] = (np.log(total) + peak)[..., 0]
         return out, lse
 
     def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):

@@ -16,12 +16,14 @@ the two agree on the same gradients up to float rounding; the test suite checks 
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
 from ..tensor.internal import apply
@@ -277,41 +279,58 @@ class Optimizer:
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (or torch's, for the same algorithm), matching
-        parameters by position in the groups; hyper-parameters come from it too."""
-        groups = state_dict["param_groups"]
+        parameters by position in the groups; hyper-parameters come from it too.
+
+        Everything is checked and converted before anything changes: the groups' sizes, their
+        hyper-parameters (finite, and accepted as the constructor accepts them), each state's
+        parameter number, and every buffer's shape and dtype against its parameter's. A wrong
+        entry raises an error naming it and leaves the optimizer as it was.
+        """
+        where = f"{type(self).__name__}.load_state_dict"
+        groups = state_dict.get("param_groups") if isinstance(state_dict, Mapping) else None
+        saved_state = state_dict.get("state") if isinstance(state_dict, Mapping) else None
+        if not isinstance(groups, list | tuple) or not isinstance(saved_state, Mapping):
+            raise InvalidArgumentError(
+                f"{where}: expected state_dict()'s form, a dict with 'state' (a dict) and "
+                f"'param_groups' (a list), got {type(state_dict).__name__}"
+            )
+        if any(not isinstance(g, Mapping) or "params" not in g for g in groups):
+            raise InvalidArgumentError(f"{where}: every parameter group needs 'params'")
         if len(groups) != len(self.param_groups) or any(
             len(saved["params"]) != len(own["params"])
             for saved, own in zip(groups, self.param_groups)
         ):
             raise InvalidArgumentError(
-                f"{type(self).__name__}.load_state_dict: the saved groups have "
+                f"{where}: the saved groups have "
                 f"{[len(g['params']) for g in groups]} parameters, this optimizer's "
                 f"{[len(g['params']) for g in self.param_groups]}"
             )
+        merged = []
+        for saved, own in zip(groups, self.param_groups):
+            group = {**own, **{k: v for k, v in saved.items() if k != "params"}}
+            _check_finite(where, group)
+            self._check_group(group)
+            merged.append(group)
         by_number: dict[int, Tensor] = {}
         for saved, own in zip(groups, self.param_groups):
             for number, p in zip(saved["params"], own["params"]):
-                by_number[int(number)] = p
-        saved_state = state_dict["state"]
+                by_number[_parameter_number(where, number)] = p
         new_state: dict[Tensor, State] = {}
         for number, entry in saved_state.items():
-            p = by_number[int(number)]
-            inner = p.inner() if p.backend.is_autodiff else p
-            restored = {}
-            for key, v in entry.items():
-                if key == "step":
-                    restored[key] = int(np.asarray(v).item() if not isinstance(v, int) else v)
-                elif np.ndim(_array(v)) == 0 and not isinstance(v, np.ndarray | Tensor):
-                    restored[key] = v
-                else:
-                    restored[key] = tensor(
-                        np.asarray(_array(v), dtype=inner.dtype),
-                        backend=inner.backend,
-                        device=inner.device,
-                    )
-            new_state[p] = restored
-        for saved, own in zip(groups, self.param_groups):
-            own.update({k: v for k, v in saved.items() if k != "params"})
+            p = by_number.get(_parameter_number(where, number))
+            if p is None:
+                raise InvalidArgumentError(
+                    f"{where}: state for parameter {number!r}, which no group lists (the "
+                    f"groups list {sorted(by_number)})"
+                )
+            if not isinstance(entry, Mapping):
+                raise InvalidArgumentError(
+                    f"{where}: the state of parameter {number} is a {type(entry).__name__}, "
+                    "not a dict"
+                )
+            new_state[p] = {key: _state_value(where, number, key, v, p) for key, v in entry.items()}
+        for own, group in zip(self.param_groups, merged):
+            own.update({k: v for k, v in group.items() if k != "params"})
         self.state = new_state
 
     def __repr__(self) -> str:
@@ -321,6 +340,52 @@ class Optimizer:
             for key in sorted(k for k in group if k != "params"):
                 lines.append(f"    {key}: {group[key]}")
         return "\n".join([*lines, ")"])
+
+
+def _check_finite(where: str, group: Mapping[str, Any]) -> None:
+    """Every number among a group's hyper-parameters (``betas``' too) is finite."""
+    for key, value in group.items():
+        values = value if isinstance(value, list | tuple) and key != "params" else [value]
+        for number in values:
+            numeric = isinstance(number, int | float) and not isinstance(number, bool)
+            if numeric and not math.isfinite(number):
+                raise InvalidArgumentError(f"{where}: {key} must be finite, got {value!r}")
+
+
+def _parameter_number(where: str, number: Any) -> int:
+    try:
+        return operator.index(number) if not isinstance(number, str) else int(number)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"{where}: parameters are numbered by integers, got {number!r}"
+        ) from None
+
+
+def _state_value(where: str, number: int, key: str, value: Any, parameter: Tensor) -> Any:
+    """A saved state entry as the optimizer keeps it: the step an int, a buffer a tensor of
+    the parameter's shape, dtype, backend and device; a Python scalar as it is."""
+    if key == "step":
+        step = np.asarray(_array(value))
+        if step.ndim or step.dtype.kind not in "iuf" or not (np.isfinite(step) and step >= 0):
+            raise InvalidArgumentError(
+                f"{where}: the step of parameter {number} must be a count, got {value!r}"
+            )
+        return int(step)
+    if np.ndim(_array(value)) == 0 and not isinstance(value, np.ndarray | Tensor):
+        return value
+    array = np.asarray(_array(value))
+    if array.dtype.kind not in "biuf":
+        raise DTypeError(
+            f"{where}: state {number}/{key} holds {array.dtype} values, its parameter is "
+            f"{parameter.dtype}"
+        )
+    if tuple(array.shape) != tuple(parameter.shape):
+        raise ShapeError(
+            f"{where}: state {number}/{key} has shape {list(array.shape)}, its parameter "
+            f"{list(parameter.shape)}"
+        )
+    inner = parameter.inner() if parameter.backend.is_autodiff else parameter
+    return tensor(np.asarray(array, dtype=inner.dtype), backend=inner.backend, device=inner.device)
 
 
 def _array(value: Any) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from ...device import Device
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.inplace import assign
 from ..parameter import Parameter
@@ -407,8 +409,15 @@ class Module:
         return {name: np.array(value.numpy(), copy=True) for name, value in self._state_items()}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` to an ``.npz`` file."""
-        np.savez(path, **self.state_dict())
+        """Write :meth:`state_dict` to an ``.npz`` file (``.npz`` is appended to a name
+        without it, as ``np.savez`` does), whole or not at all: a failed or interrupted write
+        leaves the previous file as it was (:func:`retrograd.files.atomic_write`)."""
+        path = os.fspath(path)
+        if not str(path).endswith(".npz"):
+            path = f"{path}.npz"
+        state = self.state_dict()
+        with atomic_write(path) as file:
+            np.savez(file, **state)
 
     def load_state_dict(self, state: StateSource, strict: bool = True) -> Module:
         """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
@@ -416,11 +425,13 @@ class Module:
 
         Each value is written into the existing object (a ``Parameter`` stays the same object,
         so ties hold), cast to its dtype. ``strict`` (the default) requires exactly this
-        module's keys (:meth:`state_dict`'s).
+        module's keys (:meth:`state_dict`'s). Every entry is checked and converted before any
+        is written: when one is wrong (a missing key, a shape, a dtype that is not a number)
+        nothing changes and the error names the key, what it expects and what it found. A
+        file is read without pickle: object arrays are refused, never run.
         """
         if not isinstance(state, Mapping):
-            with np.load(state) as archive:
-                state = {name: archive[name] for name in archive.files}
+            state = _read_archive(state)
         own = dict(self._state_items())
         missing = [name for name in own if name not in state]
         unexpected = [name for name in state if name not in own]
@@ -428,8 +439,8 @@ class Module:
             raise KeyError(
                 f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
             )
-        arrays = {}
-        for name, current in own.items():  # check everything before changing anything
+        fresh = {}
+        for name, current in own.items():  # convert everything before changing anything
             if name not in state:
                 continue
             array = _host_array(state[name])
@@ -438,15 +449,18 @@ class Module:
                     f"load_state_dict: {name!r} has shape {list(current.shape)}, "
                     f"the state has {list(array.shape)}"
                 )
-            arrays[name] = array
-        for name, array in arrays.items():
-            current = own[name]
-            fresh = tensor(
+            if array.dtype.kind not in "biuf":
+                raise DTypeError(
+                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
+                    f"{array.dtype} values"
+                )
+            fresh[name] = tensor(
                 np.asarray(array, dtype=current.dtype),
                 backend=current.backend,
                 device=current.device,
             )
-            assign(current, fresh, f"load_state_dict {name!r}")
+        for name, value in fresh.items():
+            assign(own[name], value, f"load_state_dict {name!r}")
         return self
 
     def replicate(self, backend: Any = None, device: Any = None) -> Module:
@@ -509,6 +523,23 @@ def _untracked(value: Tensor) -> Tensor:
     if not backend.is_autodiff or not value.requires_grad:
         return value
     return Tensor.from_inner(value.inner(), backend=backend)
+
+
+def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, read without pickle; a file that is not one (truncated,
+    another format, pickled objects) is an ``InvalidArgumentError`` naming it."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("a single array, not an .npz archive")
+        with archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise InvalidArgumentError(
+            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({error})"
+        ) from None
 
 
 def _host_array(value: Any) -> np.ndarray:

@@ -1,0 +1,180 @@
+"""Files written whole or not at all: the one way retrograd writes a file.
+
+SQLite's rule for a write, applied to every file the library and the ``retrograd`` command
+write (models, checkpoints, metrics, samples, plots, graphs): each file is written to a
+temporary file of a unique name in the same folder, flushed to the disk (``fsync``), then
+renamed over the old one, and the folder itself is synced so that the rename survives a power
+cut. Whatever fails (a full disk, a killed process, an exception while writing), the previous
+file is left as it was, and the temporary file is removed (a killed process cannot remove it:
+it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writers of one name
+never share a temporary file; the last rename wins, whole.
+
+A :class:`FileSet` stages several files and renames them together at the end, so a run's files
+are replaced as a set: when one of them cannot be written, none is replaced.
+
+>>> import os, tempfile
+>>> folder = tempfile.mkdtemp()
+>>> with atomic_write(os.path.join(folder, "note.txt")) as file:
+...     _ = file.write(b"kept whole")
+>>> open(os.path.join(folder, "note.txt"), "rb").read(), sorted(os.listdir(folder))
+(b'kept whole', ['note.txt'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["FileSet", "atomic_write", "sync_folder"]
+
+_umask_lock = threading.Lock()
+_umask: int | None = None
+
+
+def _process_umask() -> int:
+    """The process's umask (read once; from /proc where it exists, so that no other thread
+    ever sees a changed umask)."""
+    global _umask
+    with _umask_lock:
+        if _umask is None:
+            try:
+                with open("/proc/self/status", encoding="ascii") as status:
+                    line = next(s for s in status if s.startswith("Umask:"))
+                _umask = int(line.split()[1], 8)
+            except (OSError, StopIteration, ValueError, IndexError):
+                _umask = os.umask(0o022)
+                os.umask(_umask)
+        return _umask
+
+
+def sync_folder(folder: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename in it) to the disk; a no-op where the system cannot
+    open folders (Windows) or sync them."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        descriptor = os.open(folder, flags)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+class FileSet:
+    """Files of one folder staged as temporary files and renamed into place together by
+    :meth:`commit` (on leaving a ``with`` block without an exception); :meth:`discard` (or an
+    exception) removes them and leaves the folder as it was.
+
+    ``remove`` names files of the folder to delete once the new ones are in place (the files
+    of a run being replaced that the new run does not write).
+    """
+
+    def __init__(self, folder: str | os.PathLike, remove: Iterable[str] = ()):
+        self.folder = Path(folder)
+        self.remove = list(remove)
+        self._staged: list[tuple[Path, Path, bool]] = []  # temporary, final, synced
+        self._open: set[Path] = set()
+
+    def _temporary(self, name: str) -> tuple[int, Path]:
+        final = self.folder / name
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
+        )
+        if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide the file from the user's group
+            os.fchmod(descriptor, 0o666 & ~_process_umask())
+        return descriptor, Path(temporary)
+
+    @contextlib.contextmanager
+    def open(self, name: str, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
+        """A new file that becomes ``folder/name`` at the commit; written, flushed and synced
+        when the block ends, removed when it raises."""
+        descriptor, temporary = self._temporary(name)
+        if "b" not in mode and encoding is None:
+            encoding = "utf-8"
+        try:
+            with os.fdopen(descriptor, mode, encoding=encoding) as file:
+                yield file
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as error:  # named by the file it was to become, not the temporary
+            _unlink(temporary)
+            raise OSError(
+                error.errno, error.strerror or str(error), str(self.folder / name)
+            ) from error
+        except BaseException:
+            _unlink(temporary)
+            raise
+        self._staged.append((temporary, self.folder / name, True))
+
+    def path(self, name: str) -> Path:
+        """A temporary path for another program to write (``dot -o PATH``); it becomes
+        ``folder/name`` at the commit."""
+        descriptor, temporary = self._temporary(name)
+        os.close(descriptor)
+        self._staged.append((temporary, self.folder / name, False))
+        return temporary
+
+    def forget(self, path: Path) -> None:
+        """Drop a :meth:`path` whose program failed: nothing becomes of it."""
+        self._staged = [entry for entry in self._staged if entry[0] != path]
+        _unlink(path)
+
+    def commit(self) -> list[Path]:
+        """Rename every staged file into place, remove :attr:`remove`, sync the folder; the
+        paths now in place."""
+        try:
+            for temporary, _, synced in self._staged:
+                if not synced:
+                    with open(temporary, "rb") as file:
+                        os.fsync(file.fileno())
+            for temporary, final, _ in self._staged:
+                os.replace(temporary, final)
+        except BaseException:
+            self.discard()
+            raise
+        written = [final for _, final, _ in self._staged]
+        self._staged = []
+        for name in self.remove:
+            if self.folder / name not in written:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.folder / name)
+        sync_folder(self.folder)
+        return written
+
+    def discard(self) -> None:
+        for temporary, _, _ in self._staged:
+            _unlink(temporary)
+        self._staged = []
+
+    def __enter__(self) -> FileSet:
+        return self
+
+    def __exit__(self, kind: type | None, *rest: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | os.PathLike, mode: str = "wb", encoding: str | None = None
+) -> Iterator[IO]:
+    """Write ``path`` whole or not at all: a file object to write, which replaces ``path``
+    when the block ends (``mode`` ``"wb"`` or ``"w"``; text is UTF-8 unless ``encoding``)."""
+    path = Path(path)
+    files = FileSet(path.parent)
+    with files, files.open(path.name, mode, encoding) as file:
+        yield file
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

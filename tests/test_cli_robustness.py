@@ -1,0 +1,444 @@
+"""The ``retrograd`` command as a careless user meets it, each case in a fresh process: nothing
+saved is ever lost (full disks, kills, two runs into one folder, a fresh run into a folder
+holding another), and every bad file or flag gets one line ``retrograd COMMAND: what — what to
+do`` (exit 2 for a wrong command line, 1 for a failure), never a traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')
+
+SOURCE = Path(rg.__file__).resolve().parents[1]
+MLP = ["--model", "mlp", "--epochs", "1", "--max-train-samples", "40", "--max-test-samples", "20"]
+GPT = [
+    "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+    "--batch-size", "4", "--steps", "4", "--eval-interval", "2",
+]  # fmt: skip
+TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n\n" for i in range(80))
+
+
+def retrograd(*args: str, limit: int | None = None, env: dict | None = None, cwd=None):
+    """``python -m retrograd ARGS`` (no progress bars); ``limit``: no file may grow beyond it,
+    as on a full disk."""
+
+    def file_size_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    environment = dict(os.environ) | (env or {})
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])
+    )
+    environment.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "retrograd", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        preexec_fn=file_size_limit if limit else None,
+        timeout=300,
+    )
+
+
+def one_line(completed, command: str, code: int) -> str:
+    """The error line of a failed command, checked: the exit status, one line on stderr in the
+    form ``retrograd COMMAND: what — what to do``."""
+    assert completed.returncode == code, completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith(f"retrograd {command}: ") and " — " in lines[0], lines[0]
+    return lines[0]
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("text") / "code.txt"
+    path.write_text(TEXT)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory, text_file) -> Path:
+    """A finished GPT run's folder (copied by the tests that change it)."""
+    out = tmp_path_factory.mktemp("runs") / "gpt"
+    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out))
+    assert completed.returncode == 0, completed.stderr
+    return out
+
+
+def copy_of(folder: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / folder.name
+    copy.mkdir()
+    for name, data in files_of(folder).items():
+        (copy / name).write_bytes(data)
+    return copy
+
+
+# -- nothing saved is lost ------------------------------------------------------------------------
+def test_a_fresh_run_into_a_folder_holding_a_run_stops_before_any_work(
+    gpt_run, text_file, tmp_path
+):
+    out = copy_of(gpt_run, tmp_path)
+    before = files_of(out)
+    completed = retrograd("train", *GPT, "--steps", "2", "--text", text_file, "--out", str(out))
+    line = one_line(completed, "train", 1)
+    assert "holds another run" in line and "--overwrite" in line and "--resume" in line
+    assert completed.stdout == ""  # stopped before the banner: nothing trained
+    line = one_line(retrograd("train", *MLP, "--out", str(out)), "train", 1)
+    assert "--overwrite" in line and "--resume" not in line  # the CNN cannot resume a GPT
+    assert files_of(out) == before
+
+
+def test_overwrite_replaces_a_run_without_mixing_model_kinds(gpt_run, text_file, tmp_path):
+    out = copy_of(gpt_run, tmp_path)
+    completed = retrograd("train", *MLP, "--out", str(out), "--overwrite")
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(files_of(out)) == ["curves.png", "metrics.json", "model.npz"]
+    assert "no GPT checkpoint" in one_line(retrograd("sample", "--out", str(out)), "sample", 1)
+    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out), "--overwrite")
+    assert completed.returncode == 0, completed.stderr
+    assert "corpus" in json.loads((out / "metrics.json").read_text())  # the GPT's, not the MLP's
+    with np.load(out / "model.npz") as model:
+        assert "wte.weight" in model.files
+
+
+def test_a_full_disk_while_rewriting_a_run_keeps_the_previous_files(tmp_path):
+    out = tmp_path / "run"
+    assert retrograd("train", *MLP, "--out", str(out)).returncode == 0
+    before = files_of(out)
+    completed = retrograd(
+        "train", *MLP, "--seed", "3", "--out", str(out), "--overwrite", limit=20_000
+    )
+    line = one_line(completed, "train", 1)
+    assert "File too large" in line and "intact" in line
+    assert files_of(out) == before  # not one file of the new run: they are replaced together
+
+
+def test_a_full_disk_while_checkpointing_leaves_no_partial_file(text_file, tmp_path):
+    out = tmp_path / "run"
+    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out), limit=4_000)
+    line = one_line(completed, "train", 1)
+    assert "checkpoint.npz: File too large" in line
+    assert not out.exists() or files_of(out) == {}
+
+
+def test_two_runs_into_one_folder_at_once_one_refused_the_files_one_runs(tmp_path):
+    out = tmp_path / "both"
+    common = [sys.executable, "-m", "retrograd", "train", *MLP, "--out", str(out)]
+    environment = dict(os.environ, PYTHONPATH=str(SOURCE), OPENBLAS_NUM_THREADS="1")
+    runs = [
+        subprocess.Popen(
+            [*common, "--seed", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        for seed in (1, 2)
+    ]
+    results = [(*run.communicate(timeout=300), run.returncode) for run in runs]
+    results = [(code, out_text, err) for out_text, err, code in results]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    (winner,) = [seed for seed, (code, _, _) in zip((1, 2), results) if code == 0]
+    (refusal,) = [err.strip() for code, _, err in results if code == 1]
+    assert "in use by another retrograd run" in refusal or "holds another run" in refusal
+    assert len(refusal.splitlines()) == 1
+    # The folder holds the winner's run, whole: its model gives the test loss its metrics say.
+    from retrograd.app.data import load_digits
+    from retrograd.app.models import build_model
+    from retrograd.app.trainer import evaluate
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["config"]["seed"] == winner
+    with rg.use_backend(rg.NumpyBackend()):
+        model = build_model("mlp", (1, 8, 8)).load_state_dict(out / "model.npz")
+    digits = load_digits().limited(40, 20)
+    test_loss, _ = evaluate(model, digits.test_images, digits.test_labels)
+    assert test_loss == pytest.approx(metrics["summary"]["test_loss"], rel=1e-6)
+
+
+def test_a_gpt_run_killed_at_random_moments_keeps_a_complete_checkpoint(text_file, tmp_path):
+    from retrograd.app.checkpoints import read_checkpoint
+
+    out = tmp_path / "run"
+    arguments = [*GPT, "--steps", "150", "--eval-interval", "1", "--text", text_file]
+    environment = dict(os.environ, PYTHONPATH=str(SOURCE), OPENBLAS_NUM_THREADS="1")
+    generator = random.Random(0)
+    steps = []
+    for attempt in range(3):
+        extra = ["--resume"] if attempt else []
+        run = subprocess.Popen(
+            [sys.executable, "-m", "retrograd", "train", *arguments, "--out", str(out), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=environment,
+        )
+        evaluations = 0
+        while evaluations < 2:  # after the second evaluation, the first checkpoint is saved
+            line = run.stdout.readline()
+            assert line, "the run ended before its second evaluation"
+            evaluations += line.startswith("step ")
+        time.sleep(generator.uniform(0.0, 0.3))
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        run.stdout.close()
+        saved = read_checkpoint(out / "checkpoint.npz")  # complete: every entry reads
+        steps.append(saved.meta["step"])
+    assert steps == sorted(steps) and steps[-1] > 0
+    completed = retrograd("train", "--model", "gpt", "--out", str(out), "--resume")
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((out / "metrics.json").read_text())["summary"]["step"] == 150
+
+
+# -- texts ----------------------------------------------------------------------------------------
+def test_a_text_without_a_newline_trains_resumes_and_finishes(tmp_path):
+    text = tmp_path / "words.txt"
+    text.write_text(("abc def ghi " * 60).strip())
+    out = tmp_path / "run"
+    first = retrograd("train", *GPT, "--text", str(text), "--out", str(out), "--stop-at", "2")
+    assert first.returncode == 0, first.stderr
+    completed = retrograd("train", "--model", "gpt", "--out", str(out), "--resume")
+    assert completed.returncode == 0, completed.stderr
+    for name in ("model.npz", "metrics.json", "sample.txt", "checkpoint.npz"):
+        assert (out / name).is_file(), name
+    assert set((out / "sample.txt").read_text()) <= set("abcdefghi ")
+
+
+def test_a_text_in_another_encoding_is_refused_or_read_as_told(tmp_path):
+    from retrograd.app.checkpoints import read_checkpoint
+
+    text = tmp_path / "latin.txt"
+    text.write_bytes(("café naïve " * 60).encode("latin-1"))
+    out = str(tmp_path / "run")
+    line = one_line(retrograd("train", *GPT, "--text", str(text), "--out", out), "train", 1)
+    assert "latin.txt is not utf-8 text (byte 0xe9 at offset 3" in line and "--encoding" in line
+    completed = retrograd("train", *GPT, "--text", str(text), "--encoding", "latin-1", "--out", out)
+    assert completed.returncode == 0, completed.stderr
+    assert "é" in read_checkpoint(Path(out) / "checkpoint.npz").meta["vocab"]
+    line = one_line(retrograd("train", *GPT, "--encoding", "klingon"), "train", 2)
+    assert "no such encoding: klingon" in line
+
+
+# -- flags ----------------------------------------------------------------------------------------
+def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(text_file, tmp_path):
+    pytest.importorskip("torch")
+    runs = {}
+    for backend in ("numpy", "torch"):
+        out = tmp_path / backend
+        completed = retrograd(
+            "train", *GPT, "--text", text_file, "--backend", backend, "--out", str(out)
+        )
+        assert completed.returncode == 0, completed.stderr
+        runs[backend] = json.loads((out / "metrics.json").read_text())
+    assert "torch backend on cpu" in completed.stdout
+    assert runs["torch"]["config"]["backend"] == "torch"
+    np.testing.assert_allclose(
+        runs["torch"]["step_losses"], runs["numpy"]["step_losses"], rtol=1e-4
+    )
+
+
+def test_a_device_the_machine_lacks_is_a_failure_one_that_cannot_exist_a_usage_error(text_file):
+    torch = pytest.importorskip("torch")
+    line = one_line(retrograd("train", *GPT, "--backend", "torch", "--device", "meta"), "train", 2)
+    assert "--device meta" in line
+    if not torch.cuda.is_available():
+        completed = retrograd("train", *GPT, "--backend", "torch", "--device", "cuda")
+        assert "is not available" in one_line(completed, "train", 1)
+
+
+@pytest.mark.parametrize(
+    ("model", "flags"),
+    [
+        (GPT, ["--epochs", "3"]),
+        (GPT, ["--optimizer", "sgd"]),
+        (GPT, ["--dataset", "mnist"]),
+        (MLP, ["--steps", "10"]),
+        (MLP, ["--resume"]),
+    ],
+)
+def test_flags_that_mean_nothing_to_the_model_are_refused(model, flags):
+    line = one_line(retrograd("train", *model, *flags), "train", 2)
+    assert flags[0] in line and "drop" in line
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["train", "--lr", "inf"],
+        ["train", "--lr", "nan"],
+        ["train", "--clip-norm", "inf"],
+        ["train", "--timeout", "inf"],
+        ["train", *GPT, "--dropout", "nan"],
+        ["sample", "--temperature", "inf"],
+        ["bench", "--timeout", "nan"],
+    ],
+)
+def test_non_finite_values_are_refused(arguments):
+    line = one_line(retrograd(*arguments), arguments[0], 2)
+    assert "argument --" in line
+
+
+def test_resume_refuses_settings_that_differ_from_the_saved_runs(gpt_run, text_file, tmp_path):
+    out = copy_of(gpt_run, tmp_path)
+    resume = ["--text", text_file, "--out", str(out), "--resume"]
+    completed = retrograd("train", *GPT, "--n-embd", "32", *resume)
+    line = one_line(completed, "train", 2)
+    assert "--n-embd 32 differs from the saved run's 16" in line
+    same = retrograd("train", *GPT, "--steps", "6", *resume)
+    assert same.returncode == 0, same.stderr  # the same settings again: resumed
+    completed = retrograd("train", *GPT, "--out", str(out), "--resume", "--overwrite")
+    line = one_line(completed, "train", 2)
+    assert "contradict" in line
+
+
+# -- damaged and foreign files --------------------------------------------------------------------
+def npz(arrays: dict) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+class _Payload:
+    """Pickled, it would create a folder when loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+def damaged_checkpoints(good: bytes, marker: Path) -> dict[str, tuple[bytes, str]]:
+    """A checkpoint broken in each way a user meets, and a phrase of what the line says."""
+    with np.load(io.BytesIO(good)) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    meta = json.loads(str(arrays["meta"]))
+    without_vocab = {key: value for key, value in meta.items() if key != "vocab"}
+    weight = next(name for name in arrays if name.startswith("model/"))
+    moment = next(name for name in arrays if name.startswith("optim/"))
+    return {
+        "truncated": (good[: len(good) // 2], "not a readable .npz archive"),
+        "empty": (b"", "it is empty"),
+        "not a zip": (b"hello\n", "not an .npz archive"),
+        "no meta": (npz({k: v for k, v in arrays.items() if k != "meta"}), "no 'meta' entry"),
+        "meta not JSON": (npz(arrays | {"meta": np.array("{oops")}), "not JSON"),
+        "meta lacks vocab": (
+            npz(arrays | {"meta": np.array(json.dumps(without_vocab))}),
+            "'vocab' is missing",
+        ),
+        "wrong shape": (npz(arrays | {weight: np.zeros((3, 3), np.float32)}), "has shape"),
+        "missing entry": (
+            npz({k: v for k, v in arrays.items() if k != weight}),
+            "missing parameters",
+        ),
+        "pickled": (
+            npz(arrays | {"meta": np.array([_Payload(marker)], dtype=object)}),
+            "pickled Python objects",
+        ),
+        "optimizer moment": (npz(arrays | {moment: np.zeros(3, np.float32)}), "optimizer state"),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "truncated", "empty", "not a zip", "no meta", "meta not JSON", "meta lacks vocab",
+        "wrong shape", "missing entry", "pickled", "optimizer moment",
+    ],
+)  # fmt: skip
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(gpt_run, tmp_path, kind):
+    marker = tmp_path / "the-file-ran-code"
+    data, phrase = damaged_checkpoints((gpt_run / "checkpoint.npz").read_bytes(), marker)[kind]
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.npz").write_bytes(data)
+    commands = [["train", "--model", "gpt", "--out", str(out), "--resume"]]
+    if kind != "optimizer moment":  # sampling reads the model only
+        commands.append(["sample", "--out", str(out), "--tokens", "5"])
+    for command in commands:
+        line = one_line(retrograd(*command), command[0], 1)
+        assert f"{out / 'checkpoint.npz'} is damaged" in line and phrase in line, line
+    assert not marker.exists()  # never unpickled
+
+
+def test_an_out_that_is_a_file_or_cannot_be_made_is_refused_before_any_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    completed = retrograd("train", *MLP, "--out", str(afile))
+    assert "is a file, not a folder" in one_line(completed, "train", 1)
+    assert completed.stdout == "" and afile.read_text() == "mine"
+    completed = retrograd("train", *MLP, "--out", str(afile / "below"))
+    assert "cannot create --out" in one_line(completed, "train", 1)
+    completed = retrograd("graph", "--out", str(afile))
+    assert "is a file, not a folder" in one_line(completed, "graph", 1)
+
+
+def test_a_loss_that_stops_being_a_number_stops_the_run_before_it_writes(tmp_path):
+    out = tmp_path / "run"
+    completed = retrograd("train", *MLP, "--optimizer", "sgd", "--lr", "1e30", "--out", str(out))
+    assert "the loss became nan at step" in one_line(completed, "train", 1)
+    assert not out.exists()  # made for the run, and nothing written in it
+
+
+def test_debug_shows_the_traceback_before_the_line(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for arguments, env in (
+        (["--debug", "train", "--out", str(afile)], None),
+        (["train", "--debug", "--out", str(afile)], None),
+        (["train", "--out", str(afile)], {"RETROGRAD_DEBUG": "1"}),
+    ):
+        completed = retrograd(*arguments, env=env)
+        assert completed.returncode == 1
+        assert completed.stderr.startswith("Traceback"), completed.stderr
+        assert completed.stderr.strip().splitlines()[-1].startswith("retrograd train: --out")
+    assert "Traceback" not in retrograd("train", "--out", str(afile)).stderr
+
+
+def test_an_unexpected_error_is_still_one_line(monkeypatch, capsys):
+    from retrograd.app import cli
+
+    def broken(options):
+        raise TypeError("something nobody foresaw")
+
+    monkeypatch.setitem(cli.COMMANDS, "sample", broken)
+    assert cli.main(["sample"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        "retrograd sample: unexpected TypeError: something nobody foresaw — rerun with --debug "
+        "for the traceback, and please report it"
+    )
+
+
+def test_nothing_is_ever_unpickled():
+    """No module of the package imports pickle or lets NumPy or torch unpickle a file."""
+    for path in (SOURCE / "retrograd").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for forbidden in ("import pickle", "allow_pickle=True", "torch.load(", "import dill"):
+            assert forbidden not in text, f"{path}: {forbidden}"
+
+
+def test_the_readme_says_no_command_has_run_on_a_gpu():
+    readme = (SOURCE.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("Train on a GPU") :].split("\n\n")[0:3]
+    assert "not yet been run on a GPU" in " ".join(section)
