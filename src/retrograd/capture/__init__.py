@@ -1,6 +1,6 @@
 """Step capture: record one training step as the inner-backend calls it makes, then replay them.
 
-``step = rg.capture(step_fn, *example_inputs, state=[model, optimizer])`` runs
+``step = rg.capture(step_fn, *example_inputs, state=[optimizer])`` runs
 ``step_fn(*example_inputs)`` once, eagerly and for real (it *is* a training step), while every
 call that reaches the inner backend is recorded: the autodiff decorator, the backward pass, the
 checkpointer's recomputations and any tensor code of the step all end in such calls, so their
@@ -8,29 +8,22 @@ list, with each argument resolved to an earlier call's output, an input, a piece
 constant, *is* the step. ``step(*inputs)`` then replays that list on new inputs of the same
 shapes and dtypes, without running the step's Python, building a graph or walking a tape.
 
-The list is compiled once into straight-line Python (``step.code`` shows it): one line per
-call, and a ``del`` right after a value's last use, so a replay holds no more memory than the
-eager step did. When every value is a torch CUDA tensor, each run of calls between optimizer
-steps is instead captured once more into a ``torch.cuda.CUDAGraph`` (static input buffers,
-warm-up on a side stream) and replayed as one launch.
+The package, in the order the work happens:
 
-State. Parameters are rebound to new tensors every step (optimizers are functional), so capture
-must know where they live: ``state`` lists the modules and optimizers the step trains. The
-parameters' current values are read at the start of every replay, and a parameter the step
-replaced is written back afterwards, so the model is exactly as an eager step leaves it.
-An optimizer's ``step(grads)`` is *not* replayed from the recording: it is host code by design
-(step counts, Adam's bias corrections, schedules that set ``lr`` between steps), whose scalars
-change every step, and replaying its recorded ops would freeze them at the captured step's
-values. So a replay runs forward and backward from the recording and calls the optimizer on the
-replayed gradients, as eager code would; its state stays the optimizer's own.
+- :mod:`.recording`: the wrappers over the inner backend and ``Optimizer.step`` that record
+  the calls, and the refusals (host reads; :class:`CaptureError`);
+- :mod:`.state`: the parameters the step trains, from the modules and optimizers listed in
+  ``state`` (an optimizer over parameter groups needs no module);
+- :mod:`.program`: the recording split at optimizer steps into segments compiled to
+  straight-line Python (a ``del`` after each value's last use), or CUDA graphs on torch CUDA
+  tensors; :mod:`.fusion` and :mod:`.kernels` first group chains of elementwise NumPy calls into
+  compiled kernels (bit-identical by default; ``fuse="fast"`` also fuses transcendentals);
+- :mod:`.replay`: :class:`CapturedStep`, which checks inputs and state, runs the program,
+  calls the optimizers on the replayed gradients, and writes back what the step replaced.
 
-What is refused, with :class:`CaptureError`: a host read while recording (``.item()``,
-``.tolist()``, ``np.asarray``, ``if tensor:``; the inner ``to_numpy``, ``any``, ``nonzero``),
-since a replay would not see the value change; an optimizer not listed in ``state`` stepping
-inside the step; distributed parameters (their all-reduce is not an inner-backend call); inputs
-of other shapes, dtypes or backends at replay, or other values of non-tensor arguments. Random
-draws (``dropout``, ``rg.random``) are inner calls too: a replay draws fresh numbers from the
-same generator in the same order, exactly as the eager steps would.
+The optimizer's ``step(grads)`` is not replayed from the recording but called, as eager code
+calls it: its step counts, bias corrections and the learning rates a schedule sets in
+``param_groups`` between steps change every step. docs/capture.md has the whole story.
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ class FusedOp:
 
 
 _MAX = "({a0} if ({a0} > {a1} or {a0} != {a0}) else {a1})"  # np.maximum: NaN propagates
+_MIN = "({a0} if ({a0} < {a1} or {a0} != {a0}) else {a1})"
 # NumpyBackend.sigmoid: exp of -|x|, then 1 / (1 + tail) or tail / (1 + tail)
 _SIGMOID = (
     "(np.{t}(1.0) / (np.{t}(1.0) + math.exp(-abs({a0}))) if {a0} >= 0 "
@@ -84,6 +85,10 @@ OPS: dict[str, FusedOp] = {
     "sqrt": FusedOp((0,), "math.sqrt({a0})"),
     "recip": FusedOp((0,), "np.{t}(1.0) / {a0}"),
     "relu": FusedOp((0,), _MAX.replace("{a1}", "np.{t}(0.0)")),
+    # np.clip: the minimum of the maximum, each keeping a NaN operand (both bounds given)
+    "clamp": FusedOp(
+        (0,), _MIN.replace("{a0}", _MAX.replace("{a1}", "{c0}")).replace("{a1}", "{c1}")
+    ),
     "leaky_relu": FusedOp((0,), "({a0} if {a0} > 0 else {a0} * {c0})"),
     "mask_fill": FusedOp((0, 1), "({c0} if {a1} else {a0})"),
     "mask_where": FusedOp((0, 1, 2), "({a2} if {a1} else {a0})"),
