@@ -77,7 +77,7 @@ def _spec(call: tuple, meta: list, exact: bool) -> tuple | None:
         op = kernels.FusedOp((0,), "{a0}", out="float")
     else:
         op = kernels.OPS.get(name)
-    if op is None or (exact and not op.exact) or not _is_numpy_kernel(function, name):
+    if op is None or not _is_numpy_kernel(function, name):
         return None
     out_shape, out_dtype = meta[out][1], np.dtype(meta[out][2])
     if len(args) < len(op.arrays):
@@ -101,6 +101,8 @@ def _spec(call: tuple, meta: list, exact: bool) -> tuple | None:
         if out_dtype != np.bool_:
             return None
     elif out_dtype != dtype or dtype not in _FLOATS:
+        return None
+    if exact and not op.is_exact(dtype.name):
         return None
     constants = []
     for position, encoded in enumerate(args):

@@ -12,9 +12,11 @@ for that element. For the *exact* ops (IEEE arithmetic, square root, comparisons
 it replaces: the same operations on the same values in the same order, rounded the same way
 (float32 stays float32; no fused multiply-add, as Numba emits none without ``fastmath``).
 Python constants are rounded to the array's dtype first, as NumPy does with a Python scalar
-(NEP 50). The *approximate* ops (``exp``, ``log``, ``sin``, ``tanh``, GELU...) call the C
-library's functions, which may differ from NumPy's own implementations in the last bit; they
-are fused only with ``fuse="fast"`` (docs/capture.md states the tolerance).
+(NEP 50). The float32 GELU and its gradient are exact too: they are the backend's own compiled
+formula (``backend/compiled.py``). The *approximate* ops (``exp``, ``log``, ``sin``, ``tanh``,
+the float64 GELU...) call the C library's functions, which may differ from NumPy's own
+implementations in the last bit; they are fused only with ``fuse="fast"`` (docs/capture.md
+states the tolerance).
 
 Kernels are cached by their source: a kernel depends on the op sequence, the dtypes and which
 dimensions broadcast, not on the sizes (passed as arguments) or the constants (arguments too).
@@ -31,8 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.special import _INV_SQRT_2, _INV_SQRT_2PI, _MINUS_LOGIT
-
 __all__ = ["OPS", "FusedOp", "Kernel", "available", "build_kernel"]
 
 
@@ -46,7 +46,10 @@ class FusedOp:
     arrays: tuple[int, ...]
     expression: str
     out: str | None = None
-    exact: bool = True
+    exact: bool | str = True  # or the one dtype it is exact in
+
+    def is_exact(self, dtype: str) -> bool:
+        return self.exact is True or self.exact == dtype
 
     def render(self, elements: list[str], constants: list[str], dtype: str) -> str:
         """The expression for operands ``elements``, constants ``constants``, in ``dtype``
@@ -117,24 +120,22 @@ OPS: dict[str, FusedOp] = {
     "tanh": FusedOp((0,), "math.tanh({a0})", exact=False),
     "sigmoid": FusedOp((0,), _SIGMOID, exact=False),
     "erf": FusedOp((0,), "math.erf({a0})", exact=False),
-    "gelu": FusedOp((0,), "{gelu}", exact=False),
-    "gelu_backward": FusedOp((0, 1), "{gelu_backward}", exact=False),
+    # exact in float32 (the backend's compiled formula), the C library's erfc in float64
+    "gelu": FusedOp((0,), "{gelu}", exact="float32"),
+    "gelu_backward": FusedOp((0, 1), "{gelu_backward}", exact="float32"),
 }
 
 
 def _gelu_float32(x: str) -> tuple[str, str]:
-    """The NumPy backend's float32 GELU and its gradient (``backend/special.py``: Phi as the
-    logistic of a fitted odd polynomial), operation for operation, so that only ``exp``
-    differs (the C library's)."""
+    """The NumPy backend's float32 GELU and its gradient (``backend/compiled.py``), operation
+    for operation with the same ``exp``: a fused GELU is bit-identical to the backend's."""
     square = f"({x} * {x})"
-    coefficients = [f"np.float32({float(c)!r})" for c in _MINUS_LOGIT]
-    poly = f"{square} * {coefficients[0]}"
-    for coefficient in coefficients[1:-1]:
-        poly = f"(({poly}) + {coefficient}) * {square}"
-    denominator = f"(math.exp((({poly}) + {coefficients[-1]}) * {x}) + np.float32(1.0))"
-    gelu = f"{x} / {denominator}"
-    normal = f"math.exp({square} * np.float32(-0.5)) * {x} * np.float32({_INV_SQRT_2PI!r})"
-    return gelu, f"({normal} + np.float32(1.0) / {denominator}) * {{a0}}"
+    denominator = f"(_expf(_minus_logit({x}, {square})) + np.float32(1.0))"
+    normal = f"_expf({square} * np.float32(-0.5)) * {x} * _HALF_PDF"
+    return f"{x} / {denominator}", f"({normal} + np.float32(1.0) / {denominator}) * {{a0}}"
+
+
+_INV_SQRT_2, _INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
 
 
 def _gelu_float64(x: str) -> tuple[str, str]:
@@ -181,7 +182,10 @@ CACHE_DIR = os.environ.get("RETROGRAD_KERNEL_CACHE") or os.path.join(
     "retrograd",
     "kernels",
 )
-_HEADER = "import math\n\nimport numba\nimport numpy as np\n\n\n"
+_HEADER = (
+    "import math\n\nimport numba\nimport numpy as np\n\n"
+    "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n\n\n"
+)
 _DECORATOR = '@numba.njit(error_model="numpy", nogil=True, cache={cache})\n'
 
 
