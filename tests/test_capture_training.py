@@ -87,6 +87,15 @@ def token_batches(n=STEPS, batch=3, config=CONFIG, seed=1):
     return [(rg.tensor(d[:, :-1].copy()), rg.tensor(d[:, 1:].copy())) for d in data]
 
 
+def square_loss_step_for(model, opt):
+    def train_step(x):
+        loss = model(x).square().mean()
+        opt.step(loss.backward())
+        return loss
+
+    return train_step
+
+
 def set_lr(optimizer, lr):
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -133,20 +142,12 @@ def test_grouped_optimizer_as_the_only_state_and_per_group_learning_rates():
 
     (eager, eager_opt), (captured, captured_opt) = make(), make()
 
-    def step_for(model, opt):
-        def train_step(x):
-            loss = model(x).square().mean()
-            opt.step(loss.backward())
-            return loss
-
-        return train_step
-
     data = [rg.random((5, 6)) for _ in range(STEPS)]
     schedules = [optim.StepLR(eager_opt, 2, gamma=0.5), optim.StepLR(captured_opt, 2, gamma=0.5)]
     for x in data:
-        step_for(eager, eager_opt)(x)
+        square_loss_step_for(eager, eager_opt)(x)
         schedules[0].step()
-    step = rg.capture(step_for(captured, captured_opt), data[0], state=[captured_opt])
+    step = rg.capture(square_loss_step_for(captured, captured_opt), data[0], state=[captured_opt])
     schedules[1].step()
     for x in data[1:]:
         step(x)
@@ -174,17 +175,9 @@ def test_every_optimizer_over_a_parameter_list(make_optimizer):
 
     (eager, eager_opt), (captured, captured_opt) = make(), make()
 
-    def step_for(model, opt):
-        def train_step(x):
-            loss = model(x).square().mean()
-            opt.step(loss.backward())
-            return loss
-
-        return train_step
-
     data = [rg.random((3, 4)) for _ in range(STEPS)]
-    expected = [step_for(eager, eager_opt)(x).numpy() for x in data]
-    step = rg.capture(step_for(captured, captured_opt), data[0], state=[captured_opt])
+    expected = [square_loss_step_for(eager, eager_opt)(x).numpy() for x in data]
+    step = rg.capture(square_loss_step_for(captured, captured_opt), data[0], state=[captured_opt])
     got = [step.result.numpy()] + [step(x).numpy() for x in data[1:]]
     assert all(np.array_equal(a, b) for a, b in zip(expected, got))
     assert_same_parameters(eager, captured)
