@@ -24,6 +24,7 @@ dimensions broadcast, not on the sizes (passed as arguments) or the constants (a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -172,7 +173,6 @@ class Kernel:
 
     function: Any
     source: str
-    ops: list[str]
 
 
 _CACHE: dict[str, Any] = {}
@@ -189,6 +189,18 @@ _HEADER = (
 _DECORATOR = '@numba.njit(error_model="numpy", nogil=True, cache={cache})\n'
 
 
+@functools.cache
+def _stamp() -> str:
+    """A first line naming what a cached kernel was built with: Numba's version and the hash of
+    the backend's compiled helpers it inlines (Numba's cache checks only the kernel's own file,
+    so a changed helper must change the kernel's file name)."""
+    from ..backend import compiled
+
+    with open(compiled.__file__, "rb") as file:
+        helpers = hashlib.sha1(file.read()).hexdigest()[:12]
+    return f"# numba {_numba().__version__}, backend/compiled.py {helpers}\n"
+
+
 def _compiled(source: str) -> Any:
     """The Numba function of ``source``: written to a file in :data:`CACHE_DIR` named by its
     hash and imported, so that Numba caches the machine code there (compiling costs a few
@@ -197,9 +209,9 @@ def _compiled(source: str) -> Any:
     function = _CACHE.get(source)
     if function is not None:
         return function
-    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    text = _stamp() + _HEADER + _DECORATOR.format(cache=True) + source + "\n"
+    digest = hashlib.sha1(text.encode()).hexdigest()[:20]
     path = os.path.join(CACHE_DIR, f"fused_{digest}.py")
-    text = _HEADER + _DECORATOR.format(cache=True) + source + "\n"
     try:
         if not os.path.exists(path):
             os.makedirs(CACHE_DIR, exist_ok=True)
@@ -267,7 +279,7 @@ def build_kernel(
     lines += [f"{depth}{name} = np.{dtype}({expression})" for name, expression, dtype in body]
     lines += [f"{depth}o{number}[{where}] = {name}" for number, (name, _) in enumerate(outputs)]
     source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
-    return Kernel(_compiled(source), source, [expression for _, expression, _ in body])
+    return Kernel(_compiled(source), source)
 
 
 def numpy_name(dtype: Any) -> str:
