@@ -1,18 +1,27 @@
 """Step capture on the CPU: whole training steps, eager retrograd beside ``rg.capture`` replays
-beside PyTorch eager, on the NumPy backend and one BLAS thread.
+(default fusion, and ``fuse="fast"``) beside PyTorch eager, on the NumPy backend and one BLAS
+thread.
 
-Three steps, each forward + backward + SGD update (``optim.SGD``, ``torch.optim.SGD``):
+Four steps:
 
 - chain: the 300-op elementwise chain of bench_overhead.py (``y = sin(y * w) + x``, 100 times,
-  then a sum) on (8, 8) float32, ``x`` and ``w`` the trained parameters; µs per op (301 ops);
-- mlp: 784-1024-1024-10, ReLU, cross-entropy, batch 256;
-- cnn: bench_cnn.py's net (conv 1->32, conv 32->64, max-pool, linear), batch 64.
+  then a sum) on (8, 8) float32, ``x`` and ``w`` the trained parameters, SGD; µs per op (301);
+- mlp: 784-1024-1024-10, ReLU, cross-entropy, batch 256, SGD;
+- cnn: bench_cnn.py's net (conv 1->32, conv 32->64, max-pool, linear), batch 64, SGD;
+- gpt: nanoGPT's ``train.py`` step on bench_gpt.py's small GPT (4 layers, 4 heads, n_embd 128,
+  block 128, batch 16): AdamW over ``configure_optimizers``' two parameter groups (decay on
+  the 2-d weights), ``clip_grad_norm_`` at 1.0, the learning rate set in every group before
+  each step (the warm-up of nanoGPT's schedule), for retrograd and torch alike.
 
-The three implementations start from the same weights and take turns (interleaved
-repetitions, medians); the first steps' losses must agree before any timing is reported, and
-the captured model's parameters must equal the eager model's bit for bit after the run.
+The implementations start from the same weights and take turns (interleaved rounds: each
+round times every implementation once); the table gives each one's median and range over the
+rounds, and its ratio to torch eager as the median (and range) of the rounds' ratios, which
+pairs measurements taken moments apart. The first steps' losses must agree before any timing
+is reported; after the run the captured model's parameters must equal the eager model's bit
+for bit (default fusion) or closely (``fuse="fast"``). The first replay of a fused step
+compiles its kernels (Numba; cached on disk by their source), so it is not timed.
 
-    python benchmarks/bench_capture.py [--repeats 20] [--only chain,mlp,cnn]
+    python benchmarks/bench_capture.py [--repeats 20] [--only chain,mlp,cnn,gpt]
 """
 
 from __future__ import annotations
@@ -123,91 +132,227 @@ def torch_classifier_step(torch, model, x, y):
     return step
 
 
-def retrograd_steps(make_model, x: np.ndarray | None, y: np.ndarray | None):
-    """(eager step, captured step, the two models): two copies of one model trained alike."""
+MODES = {"retrograd captured": True, "retrograd captured, fast fusion": "fast"}
+
+
+def retrograd_steps(make_model, inputs, make_optimizer, loss_of, clip=None, schedule=None):
+    """The eager step, the captured steps (one per fusion mode) and the models they train:
+    copies of one model, trained alike (capture trains on the first batch, so the eager
+    model takes that step too). ``clip(model, grads)`` runs inside the step, ``schedule``
+    (a fresh one per optimizer) before each step, outside it, as a training loop sets the
+    learning rate between captured steps."""
     rg.seed(0)
-    eager_model = make_model()
-    captured_model = make_model()
-    initial = eager_model.state_dict()
-    captured_model.load_state_dict(initial)
-    inputs = () if x is None else (rg.tensor(x), rg.tensor(y))
+    models = {"retrograd eager": make_model()}
+    initial = models["retrograd eager"].state_dict()
+    for name in MODES:
+        models[name] = make_model()
+        models[name].load_state_dict(initial)
+    inputs = tuple(rg.tensor(value) for value in inputs)
 
     def step_for(model):
-        opt = optim.SGD(model, lr=LR)
+        optimizer = make_optimizer(model)
 
         def train_step(*batch):
-            loss = model() if not batch else F.cross_entropy(model(batch[0]), batch[1])
-            opt.step(loss.backward())
+            loss = loss_of(model, *batch)
+            grads = loss.backward()
+            if clip is not None:
+                clip(model, grads)
+            optimizer.step(grads)
             return loss
 
-        return train_step, opt
+        return train_step, optimizer
 
-    eager_step, _ = step_for(eager_model)
-    captured_fn, captured_opt = step_for(captured_model)
-    captured = rg.capture(captured_fn, *inputs, state=[captured_opt])
-    eager_step(*inputs)  # the step capture took, so both models stay in step
-    return (
-        lambda: eager_step(*inputs),
-        lambda: captured(*inputs),
-        (eager_model, captured_model, initial),
-        captured.num_calls,
+    def scheduled(step, optimizer):
+        """``step`` preceded by the schedule's setting of the learning rate."""
+        if schedule is None:
+            return step, lambda: None
+        plan = schedule()
+        return (lambda: (plan(optimizer), step())[1]), (lambda: plan(optimizer))
+
+    eager_step, eager_optimizer = step_for(models["retrograd eager"])
+    steps = {"retrograd eager": scheduled(lambda: eager_step(*inputs), eager_optimizer)[0]}
+    calls, fused = 0, {}
+    for name, fuse in MODES.items():
+        train_step, optimizer = step_for(models[name])
+        holder: list = []
+        steps[name], before_capture = scheduled(lambda h=holder: h[0](*inputs), optimizer)
+        before_capture()  # the schedule's first learning rate, for the step capture takes
+        captured = rg.capture(train_step, *inputs, state=[optimizer], fuse=fuse)
+        holder.append(captured)
+        calls, fused[name] = captured.num_calls, captured.num_fused
+    for name, step in steps.items():
+        if name == "retrograd eager":
+            step()  # the step the captures took
+        step()  # the first replay compiles the fused kernels (or loads them from the cache)
+    return steps, models, calls, fused
+
+
+# -- nanoGPT's train.py step -------------------------------------------------------------------
+GPT_LR, GPT_WARMUP = 6e-4, 2000
+
+
+def configure_optimizers(params, weight_decay, lr, betas, adamw):
+    """nanoGPT's ``configure_optimizers``: decay the 2-d parameters, not the others."""
+    params = list(params)
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return adamw(groups, lr=lr, betas=betas)
+
+
+class _Warmup:
+    """nanoGPT's ``get_lr`` during warm-up, set in every group before each step."""
+
+    def __init__(self):
+        self.iteration = 0
+
+    def __call__(self, optimizer):
+        lr = GPT_LR * (self.iteration + 1) / (GPT_WARMUP + 1)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        self.iteration += 1
+
+
+def gpt_workload(torch):
+    import bench_gpt
+
+    n_layer, n_head, n_embd, block_size, batch = bench_gpt.SIZES["small"]
+    twin = bench_gpt.torch_gpt(torch, n_layer, n_head, n_embd, block_size)
+    bench_gpt.init_weights(torch, twin)
+    weights = {
+        name: value.detach().numpy().copy()
+        for name, value in twin.state_dict().items()
+        if name != "lm_head.weight"
+    }
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, bench_gpt.VOCAB, (batch, block_size + 1))
+    x, y = data[:, :-1].copy(), data[:, 1:].copy()
+
+    def make_model():
+        model = bench_gpt.GPT(n_layer, n_head, n_embd, block_size)
+        model.load_state_dict(weights)
+        return model
+
+    steps, models, calls, fused = retrograd_steps(
+        make_model,
+        (x, y),
+        lambda model: configure_optimizers(
+            model.parameters(), 0.1, GPT_LR, bench_gpt.BETAS, optim.AdamW
+        ),
+        lambda model, idx, targets: model(idx, targets),
+        clip=lambda model, grads: nn.utils.clip_grad_norm_(grads, model.parameters(), 1.0),
+        schedule=_Warmup,
     )
+    optimizer = configure_optimizers(
+        twin.parameters(), 0.1, GPT_LR, bench_gpt.BETAS, torch.optim.AdamW
+    )
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    schedule = _Warmup()
+
+    def torch_step():
+        schedule(optimizer)
+        loss = twin(tx, ty)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(2):
+        torch_step()  # torch's model now stands where retrograd's do
+    title = f"nanoGPT train.py step, small GPT ({n_layer} layers, n_embd {n_embd}, batch {batch})"
+    return steps, models, calls, fused, torch_step, title
+
+
+def workload(name, torch, rng):
+    """``(retrograd steps, models, calls, fused kernels, torch step, unit, scale, title)``."""
+    if name == "gpt":
+        steps, models, calls, fused, torch_step, title = gpt_workload(torch)
+        return steps, models, calls, fused, torch_step, "ms/step", 1e3, title
+    if name == "chain":
+        x0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+        w0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+        steps, models, calls, fused = retrograd_steps(
+            lambda: Chain(x0, w0), (), lambda m: optim.SGD(m, lr=LR), lambda m: m()
+        )
+        torch_step = torch_chain(torch, x0, w0)
+        for _ in range(2):
+            torch_step()
+        title = f"{Chain.ops}-op chain, (8, 8)"
+        return steps, models, calls, fused, torch_step, "µs/op", 1e6 / Chain.ops, title
+    batch, make = (256, mlp_model) if name == "mlp" else (64, cnn_model)
+    shape = (784,) if name == "mlp" else (1, 28, 28)
+    x = rng.standard_normal((batch, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    steps, models, calls, fused = retrograd_steps(
+        make, (x, y), lambda m: optim.SGD(m, lr=LR), lambda m, a, b: F.cross_entropy(m(a), b)
+    )
+    first = models["retrograd eager"]
+    twin = torch_twin(torch, first, first.state_dict())  # where retrograd's models stand
+    torch_step = torch_classifier_step(torch, twin, x, y)
+    title = "MLP 784-1024-1024-10, batch 256" if name == "mlp" else "CNN, batch 64"
+    return steps, models, calls, fused, torch_step, "ms/step", 1e3, title
+
+
+def check_models(models):
+    """The captured models against the eager one: equal bit for bit with the default fusion,
+    close with fast fusion."""
+    eager = dict(models["retrograd eager"].named_parameters())
+    for name, model in models.items():
+        for key, parameter in model.named_parameters():
+            got, expected = parameter.numpy(), eager[key].numpy()
+            if MODES.get(name) == "fast":
+                np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5, err_msg=key)
+            else:
+                assert np.array_equal(got, expected), f"{name}: {key} differs from eager"
+
+
+def rows_for(times, unit_scale):
+    """One row per implementation: median (min-max) time, and the rounds' ratios to torch."""
+    reference = times.get("torch eager")
+    rows = []
+    for name, values in times.items():
+        scaled = [v * unit_scale for v in values]
+        cell = f"{median(scaled):.2f} ({min(scaled):.2f}-{max(scaled):.2f})"
+        ratio = ""
+        if reference is not None:
+            ratios = [a / b for a, b in zip(values, reference)]
+            ratio = f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        rows.append([name, cell, ratio])
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs of each (default 20)")
-    parser.add_argument("--only", default="chain,mlp,cnn", help="comma-separated workloads")
+    parser.add_argument("--repeats", type=int, default=20, help="interleaved rounds (default 20)")
+    parser.add_argument("--only", default="chain,mlp,cnn,gpt", help="comma-separated workloads")
     args = parser.parse_args()
     torch = torch_single_thread()
+    if torch is None:
+        raise SystemExit("bench_capture compares against torch, which is not installed")
     rng = np.random.default_rng(0)
     print(machine())
     tables = {}
-    for workload in args.only.split(","):
-        if workload == "chain":
-            x0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
-            w0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
-            eager, captured, models, calls = retrograd_steps(
-                lambda x0=x0, w0=w0: Chain(x0, w0), None, None
-            )
-            torch_step = torch_chain(torch, x0, w0) if torch else None
-            unit, scale, title = "µs/op", 1e6 / Chain.ops, f"{Chain.ops}-op chain, (8, 8)"
-        else:
-            batch, make = (256, mlp_model) if workload == "mlp" else (64, cnn_model)
-            shape = (784,) if workload == "mlp" else (1, 28, 28)
-            x = rng.standard_normal((batch, *shape)).astype(np.float32)
-            y = rng.integers(0, 10, batch).astype(np.int64)
-            eager, captured, models, calls = retrograd_steps(make, x, y)
-            torch_step = None
-            if torch is not None:
-                torch_step = torch_classifier_step(
-                    torch, torch_twin(torch, models[0], models[2]), x, y
-                )
-            unit, scale = "ms/step", 1e3
-            title = "MLP 784-1024-1024-10, batch 256" if workload == "mlp" else "CNN, batch 64"
-        candidates = {"retrograd eager": eager, "retrograd captured": captured}
-        if torch_step is not None:
-            torch_step()  # torch's first step: the models now stand where retrograd's do
-            candidates["torch eager"] = torch_step
-        first = {
-            name: float(np.asarray(run().detach() if name == "torch eager" else run()))
-            for name, run in candidates.items()
-        }
+    for name in args.only.split(","):
+        steps, models, calls, fused, torch_step, unit, scale, title = workload(name, torch, rng)
+        candidates = {**steps, "torch eager": torch_step}
+        first = {key: float(np.asarray(run().detach().numpy())) for key, run in candidates.items()}
         values = list(first.values())
         assert np.allclose(values, values[0], rtol=1e-3, atol=1e-4), first
         times = interleaved(candidates, repeats=args.repeats)
-        for (name, p), (_, q) in zip(models[0].named_parameters(), models[1].named_parameters()):
-            assert np.array_equal(p.numpy(), q.numpy()), f"captured {name} differs from eager"
-        reference = median(times["retrograd eager"])
-        rows = [
-            [name, f"{median(t) * scale:.2f}", f"{median(t) / reference:.2f}"]
-            for name, t in times.items()
-        ]
-        title = f"{title}: training step (forward, backward, SGD), {calls} recorded calls"
-        header = ["implementation", f"{unit} (median of {args.repeats})", "time / eager"]
+        check_models(models)
+        kernels = ", ".join(f"{key.split(', ')[-1]}: {n} kernels" for key, n in fused.items())
+        title = f"{title}: training step, {calls} recorded calls ({kernels})"
+        header = ["implementation", f"{unit}, median (range)", "time / torch eager, per round"]
+        rows = rows_for(times, scale)
         print(f"\n{title}")
         print(table(rows, header))
-        tables[title] = {"header": header, "rows": rows}
+        tables[title] = {
+            "header": header,
+            "rows": rows,
+            "note": f"{args.repeats} interleaved rounds; ranges are min-max over the rounds.",
+        }
     common.write_results("capture", tables, command=common.command_line())
 
 

@@ -372,9 +372,8 @@ def test_bad_arguments():
         rg.capture(lambda x: x, rg.tensor([1.0], backend=rg.NumpyBackend()))
 
 
-def test_parameters_outside_the_state_are_refused():
-    # the optimizer moves a parameter of a module not in state=: the replayed forward would go
-    # on reading its captured value
+def test_an_optimizer_over_a_parameter_list_brings_its_parameters():
+    # the optimizer's groups hold the head's parameters too: listing the optimizer is enough
     model, _ = simple()
     head = nn.Linear(2, 1)
     opt = optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
@@ -384,14 +383,11 @@ def test_parameters_outside_the_state_are_refused():
         opt.step(loss.backward())
         return loss
 
-    with pytest.raises(rg.CaptureError, match=r"SGD.*2 parameter\(s\).*list every module"):
-        rg.capture(train_step, rg.ones((4, 3)), state=[model, opt])
-    # listed, it replays as eager code runs
     eager_model, eager_head = simple()[0], nn.Linear(2, 1)
     eager_head.load_state_dict(head.state_dict())
     eager_model.load_state_dict(model.state_dict())
     eager_opt = optim.SGD([*eager_model.parameters(), *eager_head.parameters()], lr=0.1)
-    step = rg.capture(train_step, rg.ones((4, 3)), state=[model, head, opt])
+    step = rg.capture(train_step, rg.ones((4, 3)), state=[opt])
     for _ in range(3):
         eager_loss = eager_head(eager_model(rg.ones((4, 3)))).square().mean()
         eager_opt.step(eager_loss.backward())
@@ -399,6 +395,28 @@ def test_parameters_outside_the_state_are_refused():
     step(rg.ones((4, 3)))
     assert_same_parameters(eager_model, model)
     assert_same_parameters(eager_head, head)
+
+
+def test_an_optimizer_reading_gradients_outside_its_groups_is_refused():
+    # an optimizer that moves a tensor it does not list: the replayed forward would go on
+    # reading that tensor's captured value
+    model, _ = simple()
+    extra = rg.ones((2,)).require_grad()
+
+    class Wandering(optim.SGD):
+        def step(self, grads):
+            extra.grad(grads)
+            super().step(grads)
+
+    opt = Wandering(model, lr=0.1)
+
+    def train_step(x):
+        loss = (model(x) * extra).square().mean()
+        opt.step(loss.backward())
+        return loss
+
+    with pytest.raises(rg.CaptureError, match=r"Wandering.*1 parameter\(s\).*list every module"):
+        rg.capture(train_step, rg.ones((4, 3)), state=[opt])
 
 
 def test_replay_in_another_train_eval_mode_is_refused():
@@ -538,7 +556,8 @@ def _fake_kernel(ufunc, counter):
 def test_cuda_graph_segments_use_static_buffers_warm_up_and_clone(monkeypatch):
     import sys
 
-    from retrograd.capture import _CudaGraphSegment, _Segment
+    from retrograd.capture.program import CudaGraphSegment as _CudaGraphSegment
+    from retrograd.capture.program import Segment as _Segment
 
     monkeypatch.setitem(sys.modules, "torch", _fake_torch())
     launches = []

@@ -1,4 +1,5 @@
-"""Which backend new tensors use: process-wide default, overridable per thread."""
+"""Which backend new tensors use: process-wide default, overridable per thread; and whether
+the thread is recording a step for ``rg.capture``."""
 
 from __future__ import annotations
 
@@ -7,11 +8,23 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["current_backend", "default_backend", "set_default_backend", "use_backend"]
+__all__ = [
+    "capturing",
+    "current_backend",
+    "default_backend",
+    "set_default_backend",
+    "use_backend",
+]
 
 _process_default: Any = None
 _thread_backend: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "retrograd_backend", default=None
+)
+#: True on the thread (and context) where ``rg.capture`` is recording a step: a value read on
+#: the host there is refused, so library code that would read one by default (the float that
+#: ``clip_grad_norm_`` returns) keeps it a tensor instead. Set and reset by the capture only.
+capturing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrograd_capturing", default=False
 )
 
 

@@ -12,9 +12,9 @@ stay in cache (one pass over memory instead of twenty). It agrees with the exact
 4.2e-7 relative everywhere (about four float32 epsilons; tests/test_transformer_ops.py checks
 it against scipy in float64) and runs about four times faster than scipy's float32 ``erf``.
 
-:func:`gelu` and :func:`gelu_backward` fuse the whole computation per block the same way;
-float32 :func:`gelu` writes Phi as a logistic of a fitted polynomial (fewer passes than the
-rational, see ``_MINUS_LOGIT``).
+:func:`gelu` and :func:`gelu_backward` in float32 write Phi as a logistic of a fitted
+polynomial, evaluated in one vectorized loop compiled with Numba (``backend/compiled.py``,
+which has the polynomial and its own vectorizable ``exp``).
 """
 
 from __future__ import annotations
@@ -106,27 +106,6 @@ def _erf_block(t: np.ndarray, x2: np.ndarray, p: np.ndarray, q: np.ndarray) -> n
     return _rational_block(t, x2, p, q, _ALPHA, _BETA)
 
 
-# For GELU, Phi(x) as a logistic: Phi(x) = 1 / (1 + exp(-v(x))), v = logit(Phi) odd, fitted by
-# x * V(x^2), V of degree 6 (iteratively reweighted least squares on [0, 10] in float64,
-# weighted by how an error in v moves gelu: x * Phi * (1 - Phi)). Then gelu(x) = x / (1 +
-# exp(-v(x))): 18 passes per block instead of the rational's 26 (exp is one vectorized pass),
-# within 6e-7 absolute of the exact gelu in float32 everywhere (torch's float32 formula:
-# 1.2e-6). V's leading coefficient is positive, so -v runs to -+inf monotonically as x grows
-# in size: overflow to inf gives exp 0 or inf, hence x or -0, the float32 limits.
-_MINUS_LOGIT = tuple(
-    np.float32(-c)
-    for c in (
-        3.611400036420895e-09,  # x^13
-        -2.669003323788109e-07,
-        7.93834141678385e-06,
-        -0.0001104812194482487,
-        -6.6256955241271e-05,
-        0.0726685629871631,
-        1.5957684335247322,  # x^1
-    )
-)
-
-
 def _flat(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x).reshape(-1)
 
@@ -152,28 +131,17 @@ def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)``, Phi the standard normal CDF, in the dtype of ``x``.
 
     float64: ``0.5 * x * erfc(-x / sqrt(2))``, exact where ``1 + erf`` would cancel; float32:
-    ``x / (1 + exp(-v(x)))``, ``v`` the fitted logit of Phi above, one pass per block.
+    ``x / (1 + exp(-v(x)))``, ``v`` the fitted logit of Phi (``backend/compiled.py``), in one
+    vectorized loop.
     """
     if x.dtype != np.float32:
         return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
+    from .compiled import gelu_float32  # Numba: imported (and compiled) on first use
+
     flat = _flat(x)
     out = np.empty_like(flat)
-    with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limit
-        for start, end, x2, p in _blocks(flat.size, 2):
-            block = flat[start:end]
-            np.multiply(block, block, out=x2)
-            np.divide(block, _logistic_denominator(block, x2, p), out=out[start:end])
+    gelu_float32(flat, out)
     return out.reshape(x.shape)
-
-
-def _logistic_denominator(block: np.ndarray, square: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``1 + exp(-v(x))`` of the float32 block ``x`` into ``p`` (``square`` holds ``x^2``):
-    ``Phi(x)`` is its reciprocal, ``gelu(x)`` is ``x`` over it."""
-    _polynomial(square, _MINUS_LOGIT, p)
-    p *= block
-    np.exp(p, out=p)
-    p += np.float32(1.0)
-    return p
 
 
 def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -187,22 +155,9 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
     if x.dtype != np.float32:
         cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)
         return grad * (cdf + x * (np.exp(-0.5 * np.square(x)) * _INV_SQRT_2PI))
+    from .compiled import gelu_backward_float32
+
     grad, x = np.broadcast_arrays(grad, x)
-    shape = x.shape
-    gf, xf = _flat(grad), _flat(x)
-    result = np.empty(xf.size, np.float32)
-    with np.errstate(over="ignore"):  # |x| past ~19: x^2 overflows, to the right limits
-        for start, end, cdf in _blocks(xf.size, 1):
-            # 1 / (1 + exp(-v(x))) + x exp(-x^2 / 2) / sqrt(2 pi), then times the gradient;
-            # x^2 is kept in the result's block, so one block of scratch does
-            block, square = xf[start:end], result[start:end]
-            np.multiply(block, block, out=square)
-            np.reciprocal(_logistic_denominator(block, square, cdf), out=cdf)
-            total = square
-            total *= np.float32(-0.5)
-            np.exp(total, out=total)
-            total *= block
-            total *= np.float32(_INV_SQRT_2PI)
-            total += cdf
-            total *= gf[start:end]
-    return result.reshape(shape)
+    result = np.empty(x.size, np.float32)
+    gelu_backward_float32(_flat(grad), _flat(x), result)
+    return result.reshape(x.shape)

@@ -1,10 +1,11 @@
 """Gradient clipping by global norm, on the ``Gradients`` value: ``clip_grad_norm_`` (PyTorch's
 ``torch.nn.utils`` name; ``rg.optim.clip_grad_norm`` is the same function).
 
-The norm and the scale factor stay tensors on the gradients' backend: the clipping itself
-makes no host round trip, so on a device backend it only queues work. The default return
-value, a Python float, costs the one read of the norm; ``as_tensor=True`` returns the 0-d
-tensor instead and reads nothing.
+The norm and the scale factor stay tensors on the gradients' backend, as in torch's foreach
+implementation: the clipping itself makes no host round trip, so on a device backend it only
+queues work. The default return value, a Python float, costs the one read of the norm;
+``as_tensor=True`` returns the 0-d tensor instead and reads nothing, and so does the default
+inside a step being recorded by ``rg.capture`` (where a host read is refused).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..context import capturing
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, stack, zeros
 
@@ -26,7 +28,7 @@ def clip_grad_norm_(
     error_if_nonfinite: bool = False,
     *,
     eps: float = 1e-6,
-    as_tensor: bool = False,
+    as_tensor: bool | None = None,
 ) -> float | Tensor:
     """Scale the gradients of ``parameters`` in ``grads`` so their global ``norm_type`` norm
     is at most ``max_norm``; return the norm before clipping.
@@ -37,7 +39,8 @@ def clip_grad_norm_(
     replaced by the scaled ones; ``norm_type`` may be ``float("inf")``. The norm is accumulated
     in float64 whatever the gradients' dtype; it comes back as a Python float, or with
     ``as_tensor`` as a 0-d float64 tensor on the gradients' backend (torch's return type),
-    which needs no synchronisation with a device. ``error_if_nonfinite`` raises
+    which needs no synchronisation with a device; left unset, ``as_tensor`` is true while
+    ``rg.capture`` records a step and false elsewhere. ``error_if_nonfinite`` raises
     ``InvalidArgumentError`` for a NaN or infinite norm (a host read).
 
     >>> import retrograd as rg
@@ -64,6 +67,8 @@ def clip_grad_norm_(
         g = p.grad(grads)
         if g is not None:
             present.append((p, g))
+    if as_tensor is None:
+        as_tensor = capturing.get()
     if not present:
         return zeros((), "float64") if as_tensor else 0.0
     # One running float64 sum (or max), added in parameter order, without reading each one

@@ -1,0 +1,239 @@
+"""Step capture: record one training step as the inner-backend calls it makes, then replay them.
+
+``step = rg.capture(step_fn, *example_inputs, state=[optimizer])`` runs
+``step_fn(*example_inputs)`` once, eagerly and for real (it *is* a training step), while every
+call that reaches the inner backend is recorded: the autodiff decorator, the backward pass, the
+checkpointer's recomputations and any tensor code of the step all end in such calls, so their
+list, with each argument resolved to an earlier call's output, an input, a piece of state or a
+constant, *is* the step. ``step(*inputs)`` then replays that list on new inputs of the same
+shapes and dtypes, without running the step's Python, building a graph or walking a tape.
+
+The package, in the order the work happens:
+
+- :mod:`.recording`: the wrappers over the inner backend and ``Optimizer.step`` that record
+  the calls, and the refusals (host reads; :class:`CaptureError`);
+- :mod:`.state`: the parameters the step trains, from the modules and optimizers listed in
+  ``state`` (an optimizer over parameter groups needs no module);
+- :mod:`.program`: the recording split at optimizer steps into segments compiled to
+  straight-line Python (a ``del`` after each value's last use), or CUDA graphs on torch CUDA
+  tensors; :mod:`.fusion` and :mod:`.kernels` first group chains of elementwise NumPy calls into
+  compiled kernels (bit-identical by default; ``fuse="fast"`` also fuses transcendentals);
+- :mod:`.replay`: :class:`CapturedStep`, which checks inputs and state, runs the program,
+  calls the optimizers on the replayed gradients, and writes back what the step replaced.
+
+The optimizer's ``step(grads)`` is not replayed from the recording but called, as eager code
+calls it: its step counts, bias corrections and the learning rates a schedule sets in
+``param_groups`` between steps change every step. docs/capture.md has the whole story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..context import current_backend
+from ..tensor import Tensor
+from .program import CudaGraphSegment, compile_program
+from .recording import CaptureError, Patches, Recorder, WatchedGradients
+from .replay import CapturedStep, inner_value
+from .state import State
+
+__all__ = ["CaptureError", "CapturedStep", "capture"]
+
+
+def capture(
+    step_fn: Callable[..., Any],
+    *example_inputs: Any,
+    state: Iterable[Any] = (),
+    cuda_graph: bool | str = "auto",
+    fuse: bool | str = True,
+) -> CapturedStep:
+    """Run ``step_fn(*example_inputs)`` once, recording it; return a replayable step.
+
+    ``step_fn`` is one whole training step (forward, ``backward()``, optimizer step) on tensors
+    of an autodiff backend; ``example_inputs`` are its tensors (the first batch: this call
+    trains on it) and hashable constants. ``state`` lists the modules and optimizers it trains
+    (an optimizer brings its module, or its parameter groups' parameters). ``cuda_graph``:
+    ``"auto"`` replays through CUDA graphs when every recorded value is a torch CUDA tensor,
+    ``False`` never, ``True`` requires it. ``fuse``: ``True`` groups chains of elementwise
+    NumPy calls into fused kernels that compute bit for bit what the calls did; ``"fast"``
+    also fuses transcendental functions (exp, log, sin, tanh, GELU...), whose compiled
+    versions may differ from NumPy's in the last bit (docs/capture.md states the tolerance);
+    ``False`` replays every call as recorded.
+
+    >>> import retrograd as rg
+    >>> from retrograd import nn, optim
+    >>> model = nn.Linear(3, 1)
+    >>> opt = optim.SGD(model, lr=0.1)
+    >>> def train_step(x):
+    ...     loss = model(x).square().mean()
+    ...     opt.step(loss.backward())
+    ...     return loss
+    >>> step = rg.capture(train_step, rg.ones((4, 3)), state=[opt])
+    >>> step(rg.zeros((4, 3))).shape
+    ()
+    """
+    if not callable(step_fn):
+        raise CaptureError(f"capture: step_fn must be callable, got {type(step_fn).__name__}")
+    if cuda_graph not in (True, False, "auto"):
+        raise CaptureError(f"capture: cuda_graph must be True, False or 'auto', got {cuda_graph!r}")
+    if fuse not in (True, False, "fast"):
+        raise CaptureError(f"capture: fuse must be True, False or 'fast', got {fuse!r}")
+    state = State(state)
+    entries = state.entries()
+    tensors = [x for x in example_inputs if isinstance(x, Tensor)] + [t for _, _, t in entries]
+    backend = _step_backend(tensors, entries)
+    recorder = Recorder()
+    input_specs, input_slots = _record_inputs(example_inputs, recorder)
+    state_slots = [recorder.new_slot(inner_value(t)) for _, _, t in entries]
+    loaded = list(state_slots)  # the slot each state entry's current value is in
+    on_step = _optimizer_recorder(state, backend, recorder, loaded)
+    inners = []
+    for candidate in [t.backend for t in tensors] + [current_backend()]:
+        inner = candidate.inner if candidate.is_autodiff else candidate
+        if not any(inner is known for known in inners):
+            inners.append(inner)
+    with Patches(recorder, inners, on_step):
+        result = step_fn(*example_inputs)
+
+    write_back = []
+    final = state.entries()
+    if len(final) != len(entries):
+        raise CaptureError("capture: the step changed the number of the model's parameters")
+    for index, (_, _, tensor) in enumerate(final):
+        value = inner_value(tensor)
+        if recorder.slot(value) != loaded[index]:
+            write_back.append((index, recorder.encode(value)))
+    encoded_result = _encode_result(result, recorder)
+    live_at_end = [encoded[1] for _, encoded in write_back if encoded[0] == "s"]
+    live_at_end += _result_slots(encoded_result)
+    items, last_item, fused = compile_program(recorder, live_at_end, cuda_graph, fuse)
+    return CapturedStep(
+        _fn=step_fn,
+        _backend=backend,
+        _state=state,
+        _input_specs=input_specs,
+        _input_slots=input_slots,
+        _state_slots=state_slots,
+        _state_specs=[(t.shape, t.dtype) for _, _, t in entries],
+        _items=items,
+        _last_item=last_item,
+        _write_back=write_back,
+        _result=encoded_result,
+        result=result,
+        num_calls=sum(1 for step in recorder.steps if step[0] == "call"),
+        num_fused=fused,
+        cuda_graph=any(isinstance(item, CudaGraphSegment) for item in items),
+    )
+
+
+def _step_backend(tensors: list[Tensor], entries: list) -> Any:
+    """The autodiff backend the step runs on; every parameter must be on it, undistributed."""
+    backend = next((t.backend for t in tensors if t.backend.is_autodiff), None)
+    if backend is None:
+        raise CaptureError(
+            "capture: neither the inputs nor the state hold a tensor of an autodiff backend; "
+            "a training step needs one"
+        )
+    for _, name, tensor in entries:
+        if tensor.backend != backend:
+            raise CaptureError(
+                f"capture: parameter {name!r} is on {tensor.backend.name}, the step on "
+                f"{backend.name}; a step runs on one backend"
+            )
+        if tensor.is_distributed():
+            raise CaptureError(
+                f"capture: parameter {name!r} is distributed; its gradient all-reduce is not an "
+                "inner-backend call and cannot be captured"
+            )
+    return backend
+
+
+def _record_inputs(example_inputs: tuple, recorder: Recorder) -> tuple[list, list]:
+    """Each input's spec (checked at every replay) and, for tensors, its slot."""
+    input_specs, input_slots = [], []
+    for index, x in enumerate(example_inputs):
+        if isinstance(x, Tensor):
+            if x.backend.is_autodiff and x.backend.is_tracked(x.primitive):
+                raise CaptureError(
+                    f"capture: input {index} (shape {list(x.shape)}) is tracked by autodiff; "
+                    "inputs of a captured step are data, not leaves that require grad"
+                )
+            input_specs.append(("t", x.shape, x.dtype, x.backend))
+            input_slots.append(recorder.new_slot(inner_value(x)))
+        elif isinstance(x, (bool, int, float, str, type(None))):
+            input_specs.append(("c", x))
+        else:
+            raise CaptureError(
+                f"capture: input {index} is a {type(x).__name__}; pass Tensors (the step's "
+                "data) and hashable constants (ints, floats, strings)"
+            )
+    return input_specs, input_slots
+
+
+def _optimizer_recorder(state: State, backend: Any, recorder: Recorder, loaded: list) -> Callable:
+    """What ``Optimizer.step`` does while recording: note which slot holds each parameter's
+    gradient, let the optimizer run unrecorded, and give the parameters' new values slots."""
+
+    def on_step(optimizer: Any, run: Callable[[Any], Any], grads: Any) -> Any:
+        if not any(optimizer is known for known in state.optimizers):
+            raise CaptureError(
+                f"capture: {type(optimizer).__name__}.step ran inside the step but the optimizer "
+                "is not listed in state=; list it, so that a replay calls it on the replayed "
+                "gradients (its step count and bias corrections change every step)"
+            )
+        grad_slots, own = [], []
+        for index, (_, _, tensor) in enumerate(state.entries()):
+            value = backend.grad(tensor.primitive, grads)
+            if value is not None:
+                own.append(value)
+                grad_slots.append((index, recorder.encode(value)))
+        watched = WatchedGradients(grads)
+        recorder.paused = True
+        try:
+            out = run(watched)
+        finally:
+            recorder.paused = False
+        # A gradient the optimizer read that no state parameter has: it moved a parameter of a
+        # module not listed, which the replayed forward would go on reading as a constant.
+        outside = [v for v in watched.read if not any(v is value for value in own)]
+        if outside:
+            raise CaptureError(
+                f"capture: {type(optimizer).__name__}.step read the gradients of "
+                f"{len(outside)} parameter(s) of no module in state=; list every module the "
+                "step trains"
+            )
+        outs = [recorder.new_slot(inner_value(tensor)) for _, _, tensor in state.entries()]
+        loaded[:] = outs
+        recorder.steps.append(("optimizer", optimizer, grad_slots, outs))
+        return out
+
+    return on_step
+
+
+def _encode_result(result: Any, recorder: Recorder) -> tuple:
+    if isinstance(result, Tensor):
+        value = inner_value(result)
+        backend = result.backend
+        return ("tensor", recorder.encode(value), backend, result.device)
+    if type(result) in (list, tuple):
+        return ("seq", type(result), [_encode_result(item, recorder) for item in result])
+    if type(result) is dict:
+        return ("dict", {key: _encode_result(item, recorder) for key, item in result.items()})
+    if isinstance(result, (bool, int, float, str, type(None))):
+        return ("const", result)
+    raise CaptureError(
+        f"capture: the step returned a {type(result).__name__}; return Tensors, tuples, lists "
+        "or dicts of them, or plain constants"
+    )
+
+
+def _result_slots(encoded: tuple) -> list[int]:
+    kind = encoded[0]
+    if kind == "tensor":
+        return [encoded[1][1]] if encoded[1][0] == "s" else []
+    if kind == "seq":
+        return [slot for item in encoded[2] for slot in _result_slots(item)]
+    if kind == "dict":
+        return [slot for item in encoded[1].values() for slot in _result_slots(item)]
+    return []

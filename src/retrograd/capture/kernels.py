@@ -1,0 +1,288 @@
+"""Fused elementwise kernels for the NumPy backend, compiled with Numba.
+
+A fused kernel evaluates a group of elementwise calls (:mod:`.fusion` chooses them) in one loop
+over the output's elements: each element's inputs are read once, the calls' arithmetic runs in
+registers, and only the values needed after the group are written, one memory pass instead of
+one per call, and one call from the replay instead of one per op.
+
+Each fusable protocol op has an entry in :data:`OPS`: how one element of its output is
+computed from its operands, written to compute exactly what the NumPy backend's kernel computes
+for that element. For the *exact* ops (IEEE arithmetic, square root, comparisons, selection,
+``maximum``-style ReLU and clamps, float casts) the fused kernel is bit-identical to the calls
+it replaces: the same operations on the same values in the same order, rounded the same way
+(float32 stays float32; no fused multiply-add, as Numba emits none without ``fastmath``).
+Python constants are rounded to the array's dtype first, as NumPy does with a Python scalar
+(NEP 50). The float32 GELU and its gradient are exact too: they are the backend's own compiled
+formula (``backend/compiled.py``). The *approximate* ops (``exp``, ``log``, ``sin``, ``tanh``,
+the float64 GELU...) call the C library's functions, which may differ from NumPy's own
+implementations in the last bit; they are fused only with ``fuse="fast"`` (docs/capture.md
+states the tolerance).
+
+Kernels are cached by their source: a kernel depends on the op sequence, the dtypes and which
+dimensions broadcast, not on the sizes (passed as arguments) or the constants (arguments too).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OPS", "FusedOp", "Kernel", "available", "build_kernel"]
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    """How one protocol op is fused: ``arrays`` operand positions (the rest are constants),
+    an ``expression`` over ``{a0}, {a1}...`` (array operands' elements) and ``{c0}...`` (the
+    constants, rounded to the dtype of the first array operand), the output dtype (``None``:
+    the first operand's; ``"bool"``), and whether it is exact."""
+
+    arrays: tuple[int, ...]
+    expression: str
+    out: str | None = None
+    exact: bool | str = True  # or the one dtype it is exact in
+
+    def is_exact(self, dtype: str) -> bool:
+        return self.exact is True or self.exact == dtype
+
+    def render(self, elements: list[str], constants: list[str], dtype: str) -> str:
+        """The expression for operands ``elements``, constants ``constants``, in ``dtype``
+        (the floating dtype its literals take)."""
+        fields = {f"a{i}": e for i, e in enumerate(elements)}
+        fields.update({f"c{i}": k for i, k in enumerate(constants)})
+        if "{gelu" in self.expression:
+            x = elements[0] if self.expression == "{gelu}" else elements[1]
+            gelu, backward = (_gelu_float32 if dtype == "float32" else _gelu_float64)(x)
+            fields["gelu"], fields["gelu_backward"] = gelu, backward.format(a0=fields["a0"])
+        return self.expression.format(t=dtype, **fields)
+
+
+_MAX = "({a0} if ({a0} > {a1} or {a0} != {a0}) else {a1})"  # np.maximum: NaN propagates
+_MIN = "({a0} if ({a0} < {a1} or {a0} != {a0}) else {a1})"
+# NumpyBackend.sigmoid: exp of -|x|, then 1 / (1 + tail) or tail / (1 + tail)
+_SIGMOID = (
+    "(np.{t}(1.0) / (np.{t}(1.0) + math.exp(-abs({a0}))) if {a0} >= 0 "
+    "else math.exp(-abs({a0})) / (np.{t}(1.0) + math.exp(-abs({a0}))))"
+)
+OPS: dict[str, FusedOp] = {
+    "add": FusedOp((0, 1), "{a0} + {a1}"),
+    "sub": FusedOp((0, 1), "{a0} - {a1}"),
+    "mul": FusedOp((0, 1), "{a0} * {a1}"),
+    "div": FusedOp((0, 1), "{a0} / {a1}"),
+    "accumulate": FusedOp((0, 1), "{a0} + {a1}"),
+    "add_scalar": FusedOp((0,), "{a0} + {c0}"),
+    "sub_scalar": FusedOp((0,), "{a0} - {c0}"),
+    "mul_scalar": FusedOp((0,), "{a0} * {c0}"),
+    "div_scalar": FusedOp((0,), "{a0} / {c0}"),
+    "rsub_scalar": FusedOp((0,), "{c0} - {a0}"),
+    "rdiv_scalar": FusedOp((0,), "{c0} / {a0}"),
+    "neg": FusedOp((0,), "-{a0}"),
+    "abs": FusedOp((0,), "abs({a0})"),
+    "square": FusedOp((0,), "{a0} * {a0}"),
+    "sqrt": FusedOp((0,), "math.sqrt({a0})"),
+    "recip": FusedOp((0,), "np.{t}(1.0) / {a0}"),
+    "relu": FusedOp((0,), _MAX.replace("{a1}", "np.{t}(0.0)")),
+    # np.clip: the minimum of the maximum, each keeping a NaN operand (both bounds given)
+    "clamp": FusedOp(
+        (0,), _MIN.replace("{a0}", _MAX.replace("{a1}", "{c0}")).replace("{a1}", "{c1}")
+    ),
+    "leaky_relu": FusedOp((0,), "({a0} if {a0} > 0 else {a0} * {c0})"),
+    "mask_fill": FusedOp((0, 1), "({c0} if {a1} else {a0})"),
+    "mask_where": FusedOp((0, 1, 2), "({a2} if {a1} else {a0})"),
+    "equal": FusedOp((0, 1), "{a0} == {a1}", "bool"),
+    "not_equal": FusedOp((0, 1), "{a0} != {a1}", "bool"),
+    "greater": FusedOp((0, 1), "{a0} > {a1}", "bool"),
+    "greater_equal": FusedOp((0, 1), "{a0} >= {a1}", "bool"),
+    "lower": FusedOp((0, 1), "{a0} < {a1}", "bool"),
+    "lower_equal": FusedOp((0, 1), "{a0} <= {a1}", "bool"),
+    "equal_elem": FusedOp((0,), "{a0} == {c0}", "bool"),
+    "not_equal_elem": FusedOp((0,), "{a0} != {c0}", "bool"),
+    "greater_elem": FusedOp((0,), "{a0} > {c0}", "bool"),
+    "greater_equal_elem": FusedOp((0,), "{a0} >= {c0}", "bool"),
+    "lower_elem": FusedOp((0,), "{a0} < {c0}", "bool"),
+    "lower_equal_elem": FusedOp((0,), "{a0} <= {c0}", "bool"),
+    "logical_not": FusedOp((0,), "not {a0}", "bool"),
+    "logical_and": FusedOp((0, 1), "({a0} and {a1})", "bool"),
+    "logical_or": FusedOp((0, 1), "({a0} or {a1})", "bool"),
+    # approximate: the C library's functions (fuse="fast" only)
+    "exp": FusedOp((0,), "math.exp({a0})", exact=False),
+    "expm1": FusedOp((0,), "math.expm1({a0})", exact=False),
+    "log": FusedOp((0,), "math.log({a0})", exact=False),
+    "log1p": FusedOp((0,), "math.log1p({a0})", exact=False),
+    "sin": FusedOp((0,), "math.sin({a0})", exact=False),
+    "cos": FusedOp((0,), "math.cos({a0})", exact=False),
+    "tanh": FusedOp((0,), "math.tanh({a0})", exact=False),
+    "sigmoid": FusedOp((0,), _SIGMOID, exact=False),
+    "erf": FusedOp((0,), "math.erf({a0})", exact=False),
+    # exact in float32 (the backend's compiled formula), the C library's erfc in float64
+    "gelu": FusedOp((0,), "{gelu}", exact="float32"),
+    "gelu_backward": FusedOp((0, 1), "{gelu_backward}", exact="float32"),
+}
+
+
+def _gelu_float32(x: str) -> tuple[str, str]:
+    """The NumPy backend's float32 GELU and its gradient (``backend/compiled.py``), operation
+    for operation with the same ``exp``: a fused GELU is bit-identical to the backend's."""
+    square = f"({x} * {x})"
+    denominator = f"(_expf(_minus_logit({x}, {square})) + np.float32(1.0))"
+    normal = f"_expf({square} * np.float32(-0.5)) * {x} * _HALF_PDF"
+    return f"{x} / {denominator}", f"({normal} + np.float32(1.0) / {denominator}) * {{a0}}"
+
+
+_INV_SQRT_2, _INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
+
+
+def _gelu_float64(x: str) -> tuple[str, str]:
+    """The float64 GELU and gradient as ``backend/special.py`` writes them (``erfc``)."""
+    cdf = f"(0.5 * math.erfc({x} * -{_INV_SQRT_2!r}))"
+    gelu = f"(0.5 * {x}) * math.erfc({x} * -{_INV_SQRT_2!r})"
+    return gelu, f"{{a0}} * ({cdf} + {x} * (math.exp(-0.5 * ({x} * {x})) * {_INV_SQRT_2PI!r}))"
+
+
+_NUMBA: Any = None
+
+
+def available() -> bool:
+    """Whether Numba can be imported (fusion is skipped without it)."""
+    return _numba() is not None
+
+
+def _numba() -> Any:
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            import numba
+        except ImportError:  # pragma: no cover - numba is a dependency
+            _NUMBA = False
+        else:
+            _NUMBA = numba
+    return _NUMBA or None
+
+
+@dataclass
+class Kernel:
+    """A compiled fused kernel and how to call it: ``function(*inputs, *constants, *sizes)``
+    returns the outputs (a tuple when there are several; ``None`` when there are none)."""
+
+    function: Any
+    source: str
+
+
+_CACHE: dict[str, Any] = {}
+#: where compiled kernels are kept between processes (Numba's cache beside each source file)
+CACHE_DIR = os.environ.get("RETROGRAD_KERNEL_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "retrograd",
+    "kernels",
+)
+_HEADER = (
+    "import math\n\nimport numba\nimport numpy as np\n\n"
+    "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n\n\n"
+)
+_DECORATOR = '@numba.njit(error_model="numpy", nogil=True, cache={cache})\n'
+
+
+@functools.cache
+def _stamp() -> str:
+    """A first line naming what a cached kernel was built with: Numba's version and the hash of
+    the backend's compiled helpers it inlines (Numba's cache checks only the kernel's own file,
+    so a changed helper must change the kernel's file name)."""
+    from ..backend import compiled
+
+    with open(compiled.__file__, "rb") as file:
+        helpers = hashlib.sha1(file.read()).hexdigest()[:12]
+    return f"# numba {_numba().__version__}, backend/compiled.py {helpers}\n"
+
+
+def _compiled(source: str) -> Any:
+    """The Numba function of ``source``: written to a file in :data:`CACHE_DIR` named by its
+    hash and imported, so that Numba caches the machine code there (compiling costs a few
+    tenths of a second a kernel, loading it a millisecond); compiled in memory where the
+    directory cannot be written."""
+    function = _CACHE.get(source)
+    if function is not None:
+        return function
+    text = _stamp() + _HEADER + _DECORATOR.format(cache=True) + source + "\n"
+    digest = hashlib.sha1(text.encode()).hexdigest()[:20]
+    path = os.path.join(CACHE_DIR, f"fused_{digest}.py")
+    try:
+        if not os.path.exists(path):
+            os.makedirs(CACHE_DIR, exist_ok=True)
+            partial = f"{path}.{os.getpid()}.tmp"
+            with open(partial, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.replace(partial, path)
+        name = f"retrograd_fused_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # Numba's cache finds the module by name when loading
+        spec.loader.exec_module(module)
+        function = module.run
+    except OSError:
+        namespace: dict[str, Any] = {}
+        exec(compile(_HEADER + _DECORATOR.format(cache=False) + source, path, "exec"), namespace)
+        function = namespace["run"]
+    _CACHE[source] = function
+    return function
+
+
+def build_kernel(
+    ndim: int,
+    inputs: list[tuple[tuple[bool, ...] | None, str]],
+    constants: list[str],
+    body: list[tuple[str, str, str]],
+    outputs: list[tuple[int, str]],
+) -> Kernel:
+    """Compile (or find) the kernel that evaluates ``body`` over an ``ndim``-dimensional output.
+
+    ``inputs``: per array input, which of its dimensions (aligned to the output's last ones)
+    broadcast, or ``None`` for a NumPy scalar; and its dtype. ``constants``: each constant's
+    dtype. ``body``: ``(temporary, expression, dtype)`` in order, expressions over ``x<i>``
+    (input elements), ``k<i>`` (constants) and earlier temporaries. ``outputs``: which
+    temporaries are written out, with their dtypes.
+    """
+    sizes = [f"n{d}" for d in range(ndim)]
+    index = [f"i{d}" for d in range(ndim)]
+    args = [f"a{i}" for i in range(len(inputs))] + [f"k{i}" for i in range(len(constants))]
+    outs = [f"o{number}" for number in range(len(outputs))]
+    shape = f"({', '.join(sizes)}{',' if ndim == 1 else ''})"
+    # Outputs are allocated by a Python wrapper and passed in: returning arrays made inside
+    # compiled code costs more (each is boxed with its dtype unpickled).
+    wrapper = [f"def run({', '.join(args + sizes)}):"]
+    wrapper += [f"    o{n} = np.empty({shape}, np.{dtype})" for n, (_, dtype) in enumerate(outputs)]
+    wrapper.append(f"    kernel({', '.join(args + sizes + outs)})")
+    wrapper.append(f"    return {', '.join(outs)}{',' if len(outputs) > 1 else ''}")
+    lines = [f"def kernel({', '.join(args + sizes + outs)}):"]
+    loads = []
+    for number, (broadcast, _) in enumerate(inputs):
+        if broadcast is None:
+            lines.append(f"    x{number} = a{number}")
+        elif not broadcast:
+            lines.append(f"    x{number} = a{number}[()]")
+        else:
+            offset = ndim - len(broadcast)
+            at = ["0" if one else index[offset + d] for d, one in enumerate(broadcast)]
+            loads.append(f"x{number} = a{number}[{', '.join(at)}]")
+    depth = "    "
+    for d in range(ndim):
+        lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
+        depth += "    "
+    where = ", ".join(index) if ndim else "()"
+    lines += [depth + load for load in loads]
+    lines += [f"{depth}{name} = np.{dtype}({expression})" for name, expression, dtype in body]
+    lines += [f"{depth}o{number}[{where}] = {name}" for number, (name, _) in enumerate(outputs)]
+    source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
+    return Kernel(_compiled(source), source)
+
+
+def numpy_name(dtype: Any) -> str:
+    """``"float32"``, ``"float64"``, ``"bool_"``, ``"int64"`` for a NumPy dtype."""
+    name = np.dtype(dtype).name
+    return "bool_" if name == "bool" else name

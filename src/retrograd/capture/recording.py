@@ -1,0 +1,268 @@
+"""Recording a step: every call that reaches the inner backend, with its arguments resolved.
+
+While ``rg.capture`` runs the step, :class:`Patches` puts a recording wrapper over each protocol
+method of the inner backend instance(s) the step's tensors live on, and over
+``Optimizer.step``. A :class:`Recorder` keeps the list of calls, each argument encoded as an
+earlier call's output (a *slot*), a constant, or a list of those. Host reads (``to_numpy``,
+``any``, ``nonzero``) raise :class:`CaptureError` instead, naming the line of the step that
+made them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..autodiff import Gradients
+from ..backend.protocol import PROTOCOL_OPS
+from ..context import capturing
+from ..errors import AutodiffError
+from ..optim import Optimizer
+
+__all__ = ["CaptureError", "Patches", "Recorder", "WatchedGradients", "slots_of"]
+
+#: Calls that answer from metadata (shapes, dtypes, devices): not part of the step's work.
+METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class"})
+#: Calls whose answer depends on tensor values on the host: a replay could not follow them.
+HOST_READS = {
+    "to_numpy": "copies a tensor's values to the host (.item(), .tolist(), .numpy(), "
+    "np.asarray(t), float(t), or Python branching on a tensor such as `if t:`)",
+    "any": "reads whether a tensor has a true element on the host",
+    "nonzero": "makes a tensor whose shape depends on the values of another",
+}
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Output types never entered in the identity map: small ints and bools are shared objects.
+_UNTRACKED_OUTPUTS = (bool, int, str, type(None))
+
+
+class CaptureError(AutodiffError):
+    """A step that cannot be captured, or a replay that does not fit its capture."""
+
+
+class Recorder:
+    """The calls of one step, with every argument resolved to a slot or a constant.
+
+    A value is known by identity: each output of a recorded call gets a *slot*, found again by
+    ``id``. A slot keeps a weak reference to its value where the type allows one (arrays,
+    torch tensors), so the recording holds no more memory than the eager step, and a dead
+    value's reused ``id`` matches nothing; other values (NumPy scalars) are held. An argument
+    that is no slot (a tensor made before the step and closed over, a dim, a scalar) is a
+    constant of the program. ``meta`` keeps each slot's type, shape, dtype and strides (what
+    fusion needs to know about a value that is gone by the time the program is compiled).
+    """
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.depth = 0  # > 0 inside a recorded call: a backend calling itself is not recorded
+        self.paused = False  # inside an optimizer step, which is not recorded
+        self.ids: dict[int, int] = {}
+        self.refs: list[Callable[[], Any]] = []  # slot -> () -> its value, or None once dead
+        self.meta: list[tuple | None] = []  # slot -> (type, shape, dtype, strides) of arrays
+        self.on_cuda: list[bool] = []  # slot -> whether it held a torch CUDA tensor
+        self.steps: list[tuple] = []
+
+    def active(self) -> bool:
+        return not self.depth and not self.paused and threading.get_ident() == self.thread
+
+    def slot(self, value: Any) -> int | None:
+        slot = self.ids.get(id(value))
+        return slot if slot is not None and self.refs[slot]() is value else None
+
+    def new_slot(self, value: Any) -> int:
+        slot = len(self.refs)
+        try:
+            ref = weakref.ref(value)
+        except TypeError:
+            ref = _Held(value)
+        self.refs.append(ref)
+        self.on_cuda.append(_is_torch_cuda(value))
+        shape = getattr(value, "shape", None)
+        strides = getattr(value, "strides", None)
+        self.meta.append(
+            (type(value), shape, value.dtype, strides) if type(shape) is tuple else None
+        )
+        if not isinstance(value, _UNTRACKED_OUTPUTS):
+            self.ids[id(value)] = slot
+        return slot
+
+    def encode(self, value: Any) -> tuple:
+        """``("s", slot)``, ``("c", value)``, or ``("l" | "t", items)`` for a list or tuple
+        holding slots (``cat``'s list of tensors)."""
+        slot = self.slot(value)
+        if slot is not None:
+            return ("s", slot)
+        if type(value) in (list, tuple):
+            items = [self.encode(item) for item in value]
+            if any(item[0] != "c" for item in items):
+                return ("l" if type(value) is list else "t", items)
+        return ("c", value)
+
+    def record(self, function: Callable, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        encoded = [self.encode(arg) for arg in args]
+        encoded_kwargs = {key: self.encode(value) for key, value in kwargs.items()}
+        if out is None:
+            outs = None
+        elif type(out) is tuple:
+            outs = tuple(self.new_slot(item) for item in out)
+        else:
+            outs = self.new_slot(out)
+        self.steps.append(("call", function, name, encoded, encoded_kwargs, outs))
+
+
+class _Held:
+    """A strong reference with ``weakref.ref``'s interface, for values that take no weak one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+def slots_of(args: list, kwargs: dict) -> list[int]:
+    """The slots an encoded call reads, nested lists included."""
+    found: list[int] = []
+    stack = [*args, *kwargs.values()]
+    while stack:
+        kind, payload = stack.pop()
+        if kind == "s":
+            found.append(payload)
+        elif kind in ("l", "t"):
+            stack.extend(payload)
+    return found
+
+
+def _is_torch_cuda(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", 0) is True
+
+
+def _user_frame() -> str:
+    """The innermost frame of the stack outside retrograd: where the step made the call."""
+    for frame in reversed(traceback.extract_stack()):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE):
+            return f"{frame.filename}:{frame.lineno}: {frame.line}"
+    return "<unknown>"
+
+
+def _recording_method(recorder: Recorder, name: str, method: Callable) -> Callable:
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        if not recorder.active():
+            return method(*args, **kwargs)
+        recorder.depth += 1
+        try:
+            out = method(*args, **kwargs)
+        finally:
+            recorder.depth -= 1
+        recorder.record(method, name, args, kwargs, out)
+        return out
+
+    return recording
+
+
+def _refusing_method(recorder: Recorder, name: str, method: Callable) -> Callable:
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        if recorder.active():
+            raise CaptureError(
+                f"capture: the step {HOST_READS[name]} while being captured "
+                f"(inner backend call {name!r}, at {_user_frame()}). A captured step replays "
+                "without running its Python, so its control flow and values cannot depend on "
+                "tensor values: read the value outside the step function (the trainer may read "
+                "the loss a replay returns), or keep the decision on the backend "
+                "(mask_where, clamp)"
+            )
+        return method(*args, **kwargs)
+
+    return refusing
+
+
+class Patches:
+    """Recording wrappers set as instance attributes over the inner backends' methods, and over
+    ``Optimizer.step``; undone on exit whatever happens. Inside, :func:`context.capturing`
+    is true on the recording thread (library code that would read a value on the host, such
+    as ``clip_grad_norm_``'s float return, keeps it a tensor instead)."""
+
+    def __init__(self, recorder: Recorder, backends: list, on_step: Callable):
+        self.recorder, self.backends, self.on_step = recorder, backends, on_step
+        self.saved: list[tuple[Any, str, Any]] = []
+        self.flag: Any = None
+
+    def __enter__(self) -> Patches:
+        recorder = self.recorder
+        for backend in self.backends:
+            for name in PROTOCOL_OPS:
+                if name in METADATA:
+                    continue
+                method = getattr(backend, name)
+                wrap = _refusing_method if name in HOST_READS else _recording_method
+                self._set(backend, name, wrap(recorder, name, method))
+        for cls in _optimizer_classes():
+            self._set(cls, "step", _optimizer_step(recorder, cls.__dict__["step"], self.on_step))
+        self.flag = capturing.set(True)
+        return self
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self.saved.append((owner, name, vars(owner).get(name, _MISSING)))
+        setattr(owner, name, value)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.flag is not None:
+            capturing.reset(self.flag)
+        for owner, name, old in reversed(self.saved):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+
+_MISSING = object()
+
+
+def _optimizer_classes() -> list[type]:
+    """``Optimizer`` and every subclass that defines its own ``step``."""
+    found, stack = [], [Optimizer]
+    while stack:
+        cls = stack.pop()
+        if "step" in cls.__dict__:
+            found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def _optimizer_step(recorder: Recorder, step: Callable, on_step: Callable) -> Callable:
+    def recording_step(self: Any, grads: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorder.active():
+            return step(self, grads, *args, **kwargs)
+        return on_step(self, lambda watched: step(self, watched, *args, **kwargs), grads)
+
+    recording_step.__wrapped__ = step  # type: ignore[attr-defined]
+    return recording_step
+
+
+class WatchedGradients(Gradients):
+    """The gradients an optimizer is handed during capture, noting every gradient it reads
+    (the same values: it shares the original's dict)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, grads: Gradients):
+        super().__init__(grads.backend, grads.device, grads.remaining)
+        self.values = grads.values
+        self.read: list[Any] = []
+
+    def get(self, node_id: int) -> Any:
+        value = self.values.get(node_id)
+        if value is not None:
+            self.read.append(value)
+        return value
+
+    def remove(self, node_id: int) -> Any:
+        value = self.values.pop(node_id, None)
+        if value is not None:
+            self.read.append(value)
+        return value

@@ -1,0 +1,159 @@
+"""Replaying a captured step: :class:`CapturedStep`.
+
+A replay checks its inputs against the capture's (shapes, dtypes, backends, the values of
+non-tensor arguments) and the state against the captured one (parameter names, shapes and
+dtypes, train/eval modes) before anything runs, so a refused replay changes nothing. It then
+loads the inputs and the parameters' current values into the program's slots, runs the
+program's items in order (compiled segments, and optimizer steps called as eager code calls
+them, on the replayed gradients), writes back parameters the step replaced itself, and
+returns the step's result with the replayed values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autodiff import Gradients
+from ..tensor import Tensor
+from .program import CudaGraphSegment, OptimizerCall
+from .recording import CaptureError
+from .state import write_back
+
+__all__ = ["CapturedStep", "decode_result", "inner_value"]
+
+
+def inner_value(tensor: Tensor) -> Any:
+    """The inner backend's value of ``tensor`` (what the recorded calls took)."""
+    backend = tensor.backend
+    return backend.inner_value(tensor.primitive) if backend.is_autodiff else tensor.primitive
+
+
+class CapturedStep:
+    """A recorded training step; call it with new inputs to replay it.
+
+    ``result`` is what ``step_fn`` returned when it ran during capture (the first step's loss).
+    ``code`` is the compiled program, ``num_calls`` the number of recorded inner calls,
+    ``num_fused`` the number of fused elementwise kernels they were grouped into, and
+    ``cuda_graph`` whether segments replay through CUDA graphs.
+    """
+
+    def __init__(self, **fields: Any):
+        self.__dict__.update(fields)
+
+    @property
+    def code(self) -> str:
+        parts = []
+        for item in self._items:
+            if isinstance(item, OptimizerCall):
+                grads = ", ".join(f"v{slot}" for slot in item.ins)
+                parts.append(
+                    f"# {type(item.optimizer).__name__}.step(gradients {grads}), called as in "
+                    "eager code; then the parameters are read again"
+                )
+            else:
+                segment = item.segment if isinstance(item, CudaGraphSegment) else item
+                graph = "# replayed through a CUDA graph\n" if segment is not item else ""
+                parts.append(graph + segment.source)
+        return "\n\n".join(parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"CapturedStep({getattr(self._fn, '__name__', 'step')}, {self.num_calls} calls, "
+            f"inputs {[spec[1] for spec in self._input_specs if spec[0] == 't']})"
+        )
+
+    def _input_values(self, inputs: tuple) -> list:
+        specs = self._input_specs
+        if len(inputs) != len(specs):
+            raise CaptureError(
+                f"captured step: expected {len(specs)} inputs as at capture, got {len(inputs)}"
+            )
+        values = []
+        for index, (spec, given) in enumerate(zip(specs, inputs)):
+            if spec[0] == "t":
+                _, shape, dtype, backend = spec
+                if not isinstance(given, Tensor):
+                    raise CaptureError(
+                        f"captured step: input {index} was a Tensor of shape {list(shape)} "
+                        f"{dtype} at capture, got {type(given).__name__}"
+                    )
+                if given.shape != shape or given.dtype != dtype or given.backend != backend:
+                    raise CaptureError(
+                        f"captured step: input {index} has shape {list(given.shape)} "
+                        f"{given.dtype} on {given.backend.name}, but the step was captured with "
+                        f"shape {list(shape)} {dtype} on {backend.name}; capture the step again "
+                        "for other shapes"
+                    )
+                values.append(inner_value(given))
+            elif not (type(given) is type(spec[1]) and given == spec[1]):
+                raise CaptureError(
+                    f"captured step: non-tensor input {index} was {spec[1]!r} at capture, got "
+                    f"{given!r}; it is a constant of the captured step (pass a Tensor instead)"
+                )
+        return values
+
+    def _state_values(self, entries: list) -> dict[int, Any]:
+        if len(entries) != len(self._state_specs):
+            raise CaptureError(
+                f"captured step: the state has {len(entries)} parameters, "
+                f"{len(self._state_specs)} at capture"
+            )
+        env: dict[int, Any] = {}
+        for slot, (_, name, tensor), spec in zip(self._state_slots, entries, self._state_specs):
+            if (tensor.shape, tensor.dtype) != spec:
+                raise CaptureError(
+                    f"captured step: parameter {name!r} has shape {list(tensor.shape)} "
+                    f"{tensor.dtype}, but {list(spec[0])} {spec[1]} at capture"
+                )
+            if slot is not None:
+                env[slot] = inner_value(tensor)
+        return env
+
+    def __call__(self, *inputs: Any) -> Any:
+        values = self._input_values(inputs)
+        self._state.check_modes()
+        entries = self._state.entries()
+        env = self._state_values(entries)
+        env.update(zip(self._input_slots, values))
+        last = self._last_item
+        for position, item in enumerate(self._items):
+            args = [env.pop(slot) if last[slot] == position else env[slot] for slot in item.ins]
+            if isinstance(item, OptimizerCall):
+                outs = self._run_optimizer(item, args)
+            else:
+                outs = item.run(*args)
+            for slot, value in zip(item.outs, outs):
+                if slot is not None:
+                    env[slot] = value
+        backend = self._backend
+        for index, encoded in self._write_back:
+            module, name, tensor = entries[index]
+            value = env[encoded[1]] if encoded[0] == "s" else encoded[1]
+            write_back(module, name, tensor, Tensor(backend.wrap(value), backend, tensor.device))
+        return decode_result(self._result, env)
+
+    def _run_optimizer(self, item: OptimizerCall, args: list) -> list:
+        backend = self._backend
+        entries = self._state.entries()
+        grads = Gradients(backend.inner)
+        values = iter(args)
+        for index, encoded in item.grad_slots:
+            value = next(values) if encoded[0] == "s" else encoded[1]
+            backend.grad_replace(entries[index][2].primitive, grads, value)
+        item.optimizer.step(grads)
+        return [inner_value(tensor) for _, _, tensor in entries]
+
+
+def decode_result(encoded: tuple, env: dict) -> Any:
+    """The step's result (tensors, sequences, dicts, constants) with the replayed values."""
+    kind = encoded[0]
+    if kind == "tensor":
+        _, (where, payload), backend, device = encoded
+        value = env[payload] if where == "s" else payload
+        primitive = backend.wrap(value) if backend.is_autodiff else value
+        return Tensor(primitive, backend, device)
+    if kind == "seq":
+        return encoded[1](decode_result(item, env) for item in encoded[2])
+    if kind == "dict":
+        return {key: decode_result(item, env) for key, item in encoded[1].items()}
+    return encoded[1]

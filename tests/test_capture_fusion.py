@@ -1,0 +1,279 @@
+"""Fusion in captured steps: chains of elementwise NumPy calls run as one compiled kernel.
+
+The default fusion (``fuse=True``) must compute bit for bit what the calls it replaces computed:
+random programs of the exact ops (arithmetic, square root, comparisons, selection, ReLU,
+clamps, casts), on values that include signed zeros, infinities and NaN, with broadcasting,
+are run call by call with NumPy and as fused kernels, and compared on their bits. The
+``fuse="fast"`` mode also fuses transcendental functions, whose compiled versions are the C
+library's: those are compared within the stated tolerance. Whole training steps (an MLP, the
+nanoGPT step) are then compared with their eager twins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from retrograd import nn, optim
+from retrograd.backend.numpy_backend import NumpyBackend
+from retrograd.capture import fusion, kernels
+from retrograd.capture.program import Segment
+from retrograd.nn import functional as F  # noqa: N812
+
+pytestmark = pytest.mark.numpy_only("fusion compiles kernels for the NumPy backend only")
+
+BACKEND = NumpyBackend()
+SHAPES = [(3, 4, 5), (4, 5), (5,), (1, 5), (4, 1), ()]
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-38, -3.5, 2.0]
+EXACT_BINARY = ["add", "sub", "mul", "div"]
+EXACT_UNARY = ["neg", "abs", "square", "sqrt", "recip", "relu"]
+EXACT_SCALAR = ["add_scalar", "sub_scalar", "mul_scalar", "div_scalar", "rsub_scalar"]
+FAST_UNARY = ["exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu", "expm1", "log1p"]
+
+
+def _values(rng, shape, dtype):
+    values = rng.standard_normal(shape).astype(dtype) * 3
+    if values.ndim:
+        flat = values.reshape(-1)
+        picks = rng.random(flat.size) < 0.2
+        flat[picks] = rng.choice(SPECIAL, int(picks.sum()))
+    return values
+
+
+def random_program(rng, dtype, ops_unary, n_calls=14):
+    """A random list of recorded calls (as the recorder encodes them) on a (3, 4, 5) output
+    shape, with the slots' metadata; returns ``(calls, meta, inputs, live)``."""
+    meta: list = []
+    inputs = []
+    for shape in [(3, 4, 5), *SHAPES[1:]]:
+        value = _values(rng, shape, dtype)
+        inputs.append(value)
+        meta.append((type(value), value.shape, value.dtype, value.strides))
+    mask = rng.random((4, 5)) < 0.5
+    inputs.append(mask)
+    meta.append((np.ndarray, mask.shape, mask.dtype, mask.strides))
+    values = list(inputs)
+    calls = []
+    floats = [i for i, v in enumerate(values) if v.dtype == dtype]
+
+    def emit(name, args, out_value):
+        slot = len(values)
+        values.append(out_value)
+        meta.append((type(out_value), out_value.shape, out_value.dtype, out_value.strides))
+        calls.append(("call", getattr(BACKEND, name), name, args, {}, slot))
+        return slot
+
+    with np.errstate(all="ignore"):
+        for _ in range(n_calls):
+            kind = rng.integers(0, 5)
+            a = int(rng.choice(floats))
+            if kind == 0:
+                name = str(rng.choice(EXACT_BINARY))
+                b = int(rng.choice(floats))
+                out = getattr(BACKEND, name)(values[a], values[b])
+                args = [("s", a), ("s", b)]
+            elif kind == 1:
+                name = str(rng.choice(ops_unary))
+                out = getattr(BACKEND, name)(values[a])
+                args = [("s", a)]
+            elif kind == 2:
+                name = str(rng.choice(EXACT_SCALAR))
+                c = float(rng.choice([0.5, -3.0, 1e-3, 7]))
+                out = getattr(BACKEND, name)(values[a], c)
+                args = [("s", a), ("c", c)]
+            elif kind == 3:
+                name = str(rng.choice(["mask_fill", "clamp"]))
+                if name == "mask_fill":
+                    out = BACKEND.mask_fill(values[a], mask, -1.5)
+                    args = [("s", a), ("s", len(inputs) - 1), ("c", -1.5)]
+                else:
+                    out = BACKEND.clamp(values[a], -0.5, 2.0)
+                    args = [("s", a), ("c", -0.5), ("c", 2.0)]
+            else:
+                name = str(rng.choice(["greater_elem", "lower_equal_elem"]))
+                flags = getattr(BACKEND, name)(values[a], 0.25)
+                flag_slot = emit(name, [("s", a), ("c", 0.25)], flags)
+                b = int(rng.choice(floats))
+                out = BACKEND.mask_where(values[a], values[flag_slot], values[b])
+                args = [("s", a), ("s", flag_slot), ("s", b)]
+                name = "mask_where"
+            if not isinstance(out, np.ndarray):
+                continue
+            slot = emit(name, args, out)
+            if out.dtype == dtype:
+                floats.append(slot)
+    live = set(range(len(inputs), len(values))[-4:])
+    return calls, meta, inputs, live
+
+
+def run(calls, inputs, live):
+    ins = list(range(len(inputs)))
+    outs = sorted(live)
+    last = {}
+    for position, call in enumerate(calls):
+        for slot in fusion.slots_of(call[3], call[4]):
+            last[slot] = position
+    return Segment(calls, ins, outs, {s: p for s, p in last.items() if s not in live}, 0).run(
+        *inputs
+    )
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.fixture
+def fuse_small(monkeypatch):
+    """Fuse groups of any size (the default leaves small groups on small arrays alone)."""
+    monkeypatch.setattr(fusion, "MIN_CALLS", 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(12))
+def test_exact_fusion_is_bit_identical_to_the_calls(fuse_small, dtype, seed):
+    rng = np.random.default_rng(seed)
+    calls, meta, inputs, live = random_program(rng, dtype, EXACT_UNARY)
+    fused, count = fusion.fuse_calls(calls, meta, live, exact=True)
+    assert count >= 1 and len(fused) < len(calls)
+    with np.errstate(all="ignore"):
+        expected = run(calls, inputs, live)
+        got = run(fused, inputs, live)
+    for e, g in zip(expected, got):
+        assert same_bits(e, g), (e, g)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_fusion_agrees_within_the_stated_tolerance(fuse_small, dtype, seed):
+    rng = np.random.default_rng(100 + seed)
+    calls, meta, inputs, live = random_program(rng, dtype, FAST_UNARY, n_calls=8)
+    fused, count = fusion.fuse_calls(calls, meta, live, exact=False)
+    assert count >= 1
+    with np.errstate(all="ignore"):
+        expected = run(calls, inputs, live)
+        got = run(fused, inputs, live)
+    # per transcendental call: within 4 ulp of NumPy's (the C library's exp, log, sin, cos,
+    # tanh differ by at most 3; docs/capture.md); a random chain compounds them
+    tolerance = 1e-4 if dtype == np.float32 else 1e-11
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, rtol=tolerance, atol=tolerance, equal_nan=True)
+
+
+def test_transcendentals_are_left_alone_by_exact_fusion(fuse_small):
+    rng = np.random.default_rng(0)
+    calls, meta, _, live = random_program(rng, np.float32, ["exp", "sin"], n_calls=20)
+    fused, _ = fusion.fuse_calls(calls, meta, live, exact=True)
+    kept = [call[2] for call in fused]
+    assert kept.count("exp") + kept.count("sin") == sum(c[2] in ("exp", "sin") for c in calls)
+
+
+def test_an_input_written_in_place_later_seals_the_group(fuse_small):
+    # v2 = a * b; v3 = slice_accumulate(a, g, ...) (into a, in place); v4 = v2 + v3; v5 = v4 * v4:
+    # the product must be computed before a is overwritten, so the sum may not join its kernel
+    a, b, g = np.arange(6.0).reshape(2, 3), np.ones((2, 3)), np.full((1, 3), 10.0)
+    slices = (slice(0, 1), slice(None))
+    info = (np.ndarray, (2, 3), np.dtype(np.float64), None)
+    meta = [info, info, (np.ndarray, (1, 3), np.dtype(np.float64), None), info, info, info, info]
+    calls = [
+        ("call", BACKEND.mul, "mul", [("s", 0), ("s", 1)], {}, 3),
+        (
+            "call",
+            BACKEND.slice_accumulate,
+            "slice_accumulate",
+            [("s", 0), ("s", 2), ("c", slices)],
+            {},
+            4,
+        ),
+        ("call", BACKEND.add, "add", [("s", 3), ("s", 4)], {}, 5),
+        ("call", BACKEND.mul, "mul", [("s", 5), ("s", 5)], {}, 6),
+    ]
+    fused, _ = fusion.fuse_calls(calls, meta, {6}, exact=True)
+    after = a.copy()
+    after[slices] += g
+    expected = (a * b + after) ** 2
+    got = run(fused, [a.copy(), b, g], {6})
+    assert np.array_equal(got[0], expected)
+    assert [call[2] for call in fused] == ["mul", "slice_accumulate", "fused"]
+
+
+def test_kernels_are_shared_by_structure():
+    body = [("t0", "x0 * x1", "float32"), ("t1", "t0 + k0", "float32")]
+    first = kernels.build_kernel(
+        2, [((False, False), "float32")] * 2, ["float32"], body, [("t1", "float32")]
+    )
+    second = kernels.build_kernel(
+        2, [((False, False), "float32")] * 2, ["float32"], body, [("t1", "float32")]
+    )
+    assert first.function is second.function
+    x = np.ones((2, 3), np.float32)
+    assert np.array_equal(first.function(x, x, np.float32(2.0), 2, 3), np.full((2, 3), 3.0))
+
+
+# -- whole steps ------------------------------------------------------------------------------
+def mlp_twins():
+    def make():
+        rg.seed(0)
+        model = nn.Sequential(
+            nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 10)
+        )
+        return model, optim.Adam(model, lr=1e-3)
+
+    return make(), make(), make()
+
+
+def mlp_step_for(model, opt):
+    def train_step(x, y):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y) + (logits * 0.5).relu().square().mean() * 0.01
+        grads = loss.backward()
+        optim.clip_grad_norm(grads, model, 1.0)
+        opt.step(grads)
+        return loss
+
+    return train_step
+
+
+def mlp_data(n=4):
+    rng = np.random.default_rng(3)
+    return [
+        (
+            rg.tensor(rng.standard_normal((96, 64)).astype(np.float32)),
+            rg.tensor(rng.integers(0, 10, 96)),
+        )
+        for _ in range(n)
+    ]
+
+
+def test_a_fused_mlp_step_equals_the_eager_step_bit_for_bit():
+    (eager, eager_opt), (fused, fused_opt), _ = mlp_twins()
+    data = mlp_data()
+    expected = [mlp_step_for(eager, eager_opt)(*batch).numpy() for batch in data]
+    step = rg.capture(mlp_step_for(fused, fused_opt), *data[0], state=[fused_opt])
+    assert step.num_fused >= 2  # ReLU's backward, the extra term's chain
+    assert "fused_" in step.code
+    got = [step.result.numpy()] + [step(*batch).numpy() for batch in data[1:]]
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    for (name, p), (_, q) in zip(eager.named_parameters(), fused.named_parameters()):
+        assert np.array_equal(p.numpy(), q.numpy()), name
+
+
+def test_a_fast_fused_mlp_step_agrees_with_the_eager_step():
+    (eager, eager_opt), (fast, fast_opt), _ = mlp_twins()
+    data = mlp_data()
+    expected = [mlp_step_for(eager, eager_opt)(*batch).numpy() for batch in data]
+    step = rg.capture(mlp_step_for(fast, fast_opt), *data[0], state=[fast_opt], fuse="fast")
+    got = [step.result.numpy()] + [step(*batch).numpy() for batch in data[1:]]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    for (name, p), (_, q) in zip(eager.named_parameters(), fast.named_parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_fusion_can_be_switched_off_and_bad_modes_are_refused():
+    _, _, (model, opt) = mlp_twins()
+    data = mlp_data(1)
+    step = rg.capture(mlp_step_for(model, opt), *data[0], state=[opt], fuse=False)
+    assert step.num_fused == 0 and "fused_" not in step.code
+    with pytest.raises(rg.CaptureError, match="fuse must be"):
+        rg.capture(mlp_step_for(model, opt), *data[0], state=[opt], fuse="yes")
