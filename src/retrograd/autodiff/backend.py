@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend.numpy_backend import NumpyBackend
-from ..backend.protocol import Backend
+from ..backend.protocol import FLOAT_DTYPES, Backend
 from ..errors import AutodiffError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import RECOMPUTE, CheckpointStrategy, NoCheckpointing, run_forward
@@ -23,7 +23,6 @@ from .params import ParamId
 
 __all__ = ["Autodiff"]
 
-_FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 _TRACKED = (True,)
 
 
@@ -242,7 +241,7 @@ class Autodiff(Backend):
 
     def cast(self, x, dtype):
         value = self.inner.cast(x.value, dtype)
-        if x.node is None or dtype not in _FLOAT_DTYPES:
+        if x.node is None or dtype not in FLOAT_DTYPES:
             return AutodiffPrimitive(value, None)
         return self._record(_CAST_RECIPE, (x,), (x.node,), (dtype,), value, None)
 
