@@ -171,21 +171,21 @@ def test_saved_keys_and_actions():
         c = rg.tensor(np.full((2, 3), 2.0))
         a = x.exp()  # memory-bound, all inputs tracked: recomputed, its parent backed up
         node = _node(a)
-        assert node.recompute and node.keys == (node.id,)
-        assert node.actions == [
+        assert node.saved.recompute and node.saved.keys == (node.id,)
+        assert node.saved.actions == [
             (x.primitive.node.id, x.primitive.value, True),
             (node.id, RECOMPUTE, False),
         ]
         b = a.sin()  # reads ``a``, recomputed, so its read is a recompute too
-        assert _node(b).actions == [(node.id, RECOMPUTE, True), (node.id, RECOMPUTE, False)]
+        assert _node(b).saved.actions == [(node.id, RECOMPUTE, True), (node.id, RECOMPUTE, False)]
         d = a * c  # an untracked input: nothing recomputed, and it is kept under a fresh key
         product = _node(d)
-        assert not product.recompute
-        (fresh,) = product.keys  # x's rule reads c; c's rule (which would read a) is not run
+        assert not product.saved.recompute
+        (fresh,) = product.saved.keys  # x's rule reads c; c's rule (which would read a) is not run
         assert fresh > product.id
-        assert product.actions == [(fresh, c.primitive.value, False)]
+        assert product.saved.actions == [(fresh, c.primitive.value, False)]
         s = x.sum()  # reads only x's shape: a parameter, no action
-        assert _node(s).keys == () and _node(s).actions is None
+        assert _node(s).saved.keys == () and _node(s).saved.actions is None
         assert _node(s).params == ((2, 3),)
         gradient = x.grad((b.sum() + d.sum() + s).backward()).numpy()
     e = np.exp(np.ones((2, 3)))

@@ -12,8 +12,8 @@ checkpointing strategy does with its output during backward:
 - **freed**: no backward rule reads it, so it is freed as soon as forward no longer needs it.
 
 The marks are not guessed from op kinds: they are the plan the engine itself builds when
-backward starts (the :class:`~retrograd.autodiff.checkpoint.Checkpointer` of the step's tape),
-computed before running backward. Constants that backward rules read (the input batch a
+backward starts (the states the strategy's checkpointer starts from), computed before
+running backward. Constants that backward rules read (the input batch a
 convolution's weight gradient needs, say) appear as grey ellipses.
 
 Shapes come from a :class:`RecordingAutodiff` backend, which notes each node's output shape
@@ -239,7 +239,8 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
     tape = Tape(root)
     # The plan backward would follow: what each value read in backward is (kept or
     # recomputed). Building it reads the nodes' actions without consuming them.
-    plan = tape.checkpointer(backend.inner, consume=False)[0].states
+    strategy = backend.checkpointing
+    plan = strategy.planned_states(tape)
     ordered = sorted(tape.nodes.values(), key=lambda node: node.id)
     index = {node.id: i for i, node in enumerate(ordered)}
     nodes: list[GraphNode] = []
@@ -256,8 +257,8 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
             status = FREED
         else:
             status = SAVED
-            if state[0] is RECOMPUTE:  # a budget evicted it, or the strategy recomputes it
-                status = EVICTED if node.slot is not None else RECOMPUTED
+            if state.value is RECOMPUTE:  # a budget evicted it, or the strategy recomputes it
+                status = strategy.recomputed_status
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape is not None else 0
         parents = [index[p.id] for p in node.parents if p is not None]
         nodes.append(
@@ -265,7 +266,7 @@ def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]
         )
     # Untracked values a backward rule reads are saved under keys of their own.
     for node in ordered:
-        for key, value, _ in node.actions or ():
+        for key, value, _ in node.saved.actions or ():
             if key in tape.nodes or key not in plan:
                 continue
             value = getattr(value, "value", value)  # a budget's Slot holds the value

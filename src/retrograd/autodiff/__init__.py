@@ -11,7 +11,7 @@ from .checkpoint import (
 )
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradients import Gradients
-from .graph import AutodiffPrimitive, Node, Requirement
+from .graph import AutodiffPrimitive, Node
 from .ops import OPS, Op
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "NoCheckpointing",
     "Node",
     "Op",
-    "Requirement",
     "enable_grad",
     "is_grad_enabled",
     "no_grad",
