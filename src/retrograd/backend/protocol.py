@@ -29,12 +29,14 @@ from typing import Any
 
 from ..device import CPU0
 
-__all__ = ["DTYPES", "FLOAT_DTYPES", "PROTOCOL_OPS", "Backend"]
+__all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend"]
 
 #: Every dtype name of the protocol.
 DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
 #: The floating-point dtypes: the ones gradients flow through.
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: Bytes per element of each dtype.
+ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
 
 _INV_SQRT_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
