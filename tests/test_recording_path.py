@@ -190,3 +190,16 @@ def test_saved_keys_and_actions():
         gradient = x.grad((b.sum() + d.sum() + s).backward()).numpy()
     e = np.exp(np.ones((2, 3)))
     np.testing.assert_allclose(gradient, np.cos(e) * e + 2.0 * e + 1.0)
+
+
+def test_recorded_nodes_assign_every_slot_a_leaf_does():
+    """``_record`` makes nodes without calling ``Node.__init__`` (a frame per op saved): it
+    must assign every slot ``__init__`` does."""
+    from retrograd.autodiff.graph import Node
+
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        x = rg.tensor([1.0, 2.0]).require_grad()
+        recorded = _node(x.sin())
+    slots = [name for name in Node.__slots__ if not name.startswith("__")]
+    for node in (recorded, _node(x)):
+        assert [name for name in slots if not hasattr(node, name)] == []
