@@ -29,9 +29,8 @@ class SqrtAnchors:
         self.every = every
 
     @classmethod
-    def for_graph(cls, tree: dict[int, Any]) -> SqrtAnchors:
+    def for_graph(cls, recomputable: int) -> SqrtAnchors:
         """Anchors √n apart, n being the number of recomputable nodes of the walked graph."""
-        recomputable = sum(1 for node in tree.values() if node.saved.recompute)
         return cls(max(4, math.isqrt(recomputable) + 1))
 
     def transient(self, order: list[int], key: int, tree: dict) -> Transient | None:

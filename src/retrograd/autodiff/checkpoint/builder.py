@@ -63,11 +63,12 @@ class CheckpointerBuilder:
     ``kept``: key -> value of every value held (a main action's first, else a backup's: a
     value moved to another device keeps its node, and its key); ``reads``: key -> the reads
     of the main actions that hold a value; ``recomputed``: the keys of the main actions that
-    mark a value to recompute (one entry per read). ``consume``: the records let go of their
-    actions, so that each value is held by the checkpointer alone and freed at its last read.
+    mark a value to recompute (one entry per read); ``recomputable``: how many walked nodes
+    can be recomputed. ``consume``: the records let go of their actions, so that each value is
+    held by the checkpointer alone and freed at its last read.
     """
 
-    __slots__ = ("backups", "kept", "reads", "recomputed", "tree")
+    __slots__ = ("backups", "kept", "reads", "recomputable", "recomputed", "tree")
 
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: node id -> node, for every node the backward walks
@@ -76,13 +77,17 @@ class CheckpointerBuilder:
         self.reads: dict[int, int] = {}
         self.recomputed: list[int] = []
         self.backups: list[tuple[int, Any]] = []
+        recomputable = 0
         for node in tree.values():
             saved = node.saved
+            if saved.recompute:
+                recomputable += 1
             actions = saved.actions
             if actions:
                 self.add(actions)
                 if consume:
                     saved.actions = None
+        self.recomputable = recomputable
         kept = self.kept
         for key, value in self.backups:
             if key not in kept:

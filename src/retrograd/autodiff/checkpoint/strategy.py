@@ -98,7 +98,7 @@ class CheckpointStrategy:
         builder = self.builder(tape.nodes, consume)
         sizes = builder.sizes()
         states = builder.states(builder.count_reads())
-        by_products = SqrtAnchors.for_graph(tape.nodes)
+        by_products = SqrtAnchors.for_graph(builder.recomputable)
         return Checkpointer(states, tape.nodes, inner, sizes, by_products, sum(sizes.values()))
 
     def planned_states(self, tape: Any) -> dict[int, State]:

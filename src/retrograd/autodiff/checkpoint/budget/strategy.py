@@ -213,7 +213,8 @@ class BudgetCheckpointing(CheckpointStrategy):
         states = builder.states({key: len(times) for key, times in needs.items()})
         if limit is None:  # as after an eager step
             kind, budget = ReservingBudgetCheckpointer, self.max_bytes
-            by_products, reserved = SqrtAnchors.for_graph(nodes), builder.reserve(states, needs)
+            by_products = SqrtAnchors.for_graph(builder.recomputable)
+            reserved = builder.reserve(states, needs)
         else:  # as the plan assumed
             kind, budget = BudgetCheckpointer, limit
             by_products, reserved = KeepByProducts(), set()
