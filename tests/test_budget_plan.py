@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from retrograd.autodiff.plan import Trace, plan_evictions, profile
+from retrograd.autodiff.checkpoint.budget.plan import Trace, plan_evictions, profile
 
 MB = 2**20
 

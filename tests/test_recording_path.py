@@ -171,22 +171,35 @@ def test_saved_keys_and_actions():
         c = rg.tensor(np.full((2, 3), 2.0))
         a = x.exp()  # memory-bound, all inputs tracked: recomputed, its parent backed up
         node = _node(a)
-        assert node.recompute and node.keys == (node.id,)
-        assert node.actions == [
+        assert node.saved.recompute and node.saved.keys == (node.id,)
+        assert node.saved.actions == [
             (x.primitive.node.id, x.primitive.value, True),
             (node.id, RECOMPUTE, False),
         ]
         b = a.sin()  # reads ``a``, recomputed, so its read is a recompute too
-        assert _node(b).actions == [(node.id, RECOMPUTE, True), (node.id, RECOMPUTE, False)]
+        assert _node(b).saved.actions == [(node.id, RECOMPUTE, True), (node.id, RECOMPUTE, False)]
         d = a * c  # an untracked input: nothing recomputed, and it is kept under a fresh key
         product = _node(d)
-        assert not product.recompute
-        (fresh,) = product.keys  # x's rule reads c; c's rule (which would read a) is not run
+        assert not product.saved.recompute
+        (fresh,) = product.saved.keys  # x's rule reads c; c's rule (which would read a) is not run
         assert fresh > product.id
-        assert product.actions == [(fresh, c.primitive.value, False)]
+        assert product.saved.actions == [(fresh, c.primitive.value, False)]
         s = x.sum()  # reads only x's shape: a parameter, no action
-        assert _node(s).keys == () and _node(s).actions is None
+        assert _node(s).saved.keys == () and _node(s).saved.actions is None
         assert _node(s).params == ((2, 3),)
         gradient = x.grad((b.sum() + d.sum() + s).backward()).numpy()
     e = np.exp(np.ones((2, 3)))
     np.testing.assert_allclose(gradient, np.cos(e) * e + 2.0 * e + 1.0)
+
+
+def test_recorded_nodes_assign_every_slot_a_leaf_does():
+    """``_record`` makes nodes without calling ``Node.__init__`` (a frame per op saved): it
+    must assign every slot ``__init__`` does."""
+    from retrograd.autodiff.graph import Node
+
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        x = rg.tensor([1.0, 2.0]).require_grad()
+        recorded = _node(x.sin())
+    slots = [name for name in Node.__slots__ if not name.startswith("__")]
+    for node in (recorded, _node(x)):
+        assert [name for name in slots if not hasattr(node, name)] == []

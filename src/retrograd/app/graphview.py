@@ -11,14 +11,14 @@ checkpointing strategy does with its output during backward:
   recomputed when backward reads it (dotted purple border);
 - **freed**: no backward rule reads it, so it is freed as soon as forward no longer needs it.
 
-The marks are not guessed from op kinds: they are the plan the engine itself builds when
-backward starts (the :class:`~retrograd.autodiff.checkpoint.Checkpointer` of the step's tape),
-computed before running backward. Constants that backward rules read (the input batch a
-convolution's weight gradient needs, say) appear as grey ellipses.
+The marks are not guessed from op kinds: they are the engine's own plan for the step's
+backward, asked for through its public hook (:func:`retrograd.autodiff.explain.step_plan`)
+before backward runs. Constants that backward rules read (the input batch a convolution's
+weight gradient needs, say) appear as grey ellipses.
 
-Shapes come from a :class:`RecordingAutodiff` backend, which notes each node's output shape
-as it is recorded; the engine's nodes themselves carry no shapes, and the ordinary backend
-pays nothing for this.
+Shapes come from a :class:`~retrograd.autodiff.explain.RecordingAutodiff` backend, which
+notes each node's output shape as it is recorded; the engine's nodes themselves carry no
+shapes, and the ordinary backend pays nothing for this.
 
 >>> step = trace_step("mlp", (1, 8, 8), batch_size=2, checkpointing="balanced")
 >>> "layer_norm" in step.to_dot() or "recomputed" in step.to_dot()
@@ -32,21 +32,25 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 import retrograd as rg
 
-from ..autodiff import Autodiff
-from ..autodiff.checkpoint import RECOMPUTE
-from ..autodiff.runtime import Tape
+from ..autodiff.explain import (
+    EVICTED,
+    FREED,
+    RECOMPUTED,
+    SAVED,
+    RecordingAutodiff,
+    StepPlan,
+    step_plan,
+)
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from .models import build_model
 
 __all__ = ["GraphNode", "RecordingAutodiff", "StepGraph", "render_svg", "trace_step"]
 
-SAVED, RECOMPUTED, FREED, EVICTED = "saved", "recomputed", "freed", "evicted"
 FILL = {"compute": "#f6bd60", "memory": "#90caf9", "parameter": "#b7e4c7", "constant": "#e9ecef"}
 PARAMETER = "parameter"  # the status of parameters: they live on, whatever the strategy
 BORDER = {
@@ -56,24 +60,6 @@ BORDER = {
     FREED: ("solid", "#9e9e9e"),
     PARAMETER: ("solid", "#2d6a4f"),
 }
-
-
-class RecordingAutodiff(Autodiff):
-    """An :class:`~retrograd.Autodiff` backend that also notes the output shape and dtype of
-    every node it records (``shapes[node.id]``), for drawing graphs, through the recording
-    hook of :meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`."""
-
-    def __init__(self, inner: Any = None, checkpointing: Any = None):
-        super().__init__(inner, checkpointing)
-        self.shapes: dict[int, tuple[tuple[int, ...], str]] = {}
-
-    def _on_record(self, node: Any, out: Any) -> None:
-        self.shapes[node.id] = (tuple(self.inner.shape(out)), self.inner.dtype(out))
-
-    def require_grad(self, x: Any) -> Any:
-        x = super().require_grad(x)
-        self._on_record(x.node, x.value)  # leaves are not recorded ops, but are drawn too
-        return x
 
 
 @dataclass
@@ -224,7 +210,7 @@ def trace_step(
         images = rg.tensor(rng.random((batch_size, *image_shape), dtype=np.float32))
         labels = rg.tensor(rng.integers(0, classes, batch_size), dtype="int64")
         loss = F.cross_entropy(network(images), labels)
-    graph = _graph_of(loss, backend, names)
+    graph = _graph_of(step_plan(backend, loss.primitive), names)
     graph.strategy = type(strategy).__name__
     graph.description = (
         f"one training step: {model}, batch {batch_size}x{'x'.join(map(str, image_shape))}, "
@@ -234,53 +220,31 @@ def trace_step(
     return graph
 
 
-def _graph_of(loss: rg.Tensor, backend: RecordingAutodiff, names: dict[int, str]) -> StepGraph:
-    root = loss.primitive.node
-    tape = Tape(root)
-    # The plan backward would follow: what each value read in backward is (kept or
-    # recomputed). Building it reads the nodes' actions without consuming them.
-    plan = tape.checkpointer(backend.inner, consume=False)[0].states
-    ordered = sorted(tape.nodes.values(), key=lambda node: node.id)
-    index = {node.id: i for i, node in enumerate(ordered)}
+def _graph_of(plan: StepPlan, names: dict[int, str]) -> StepGraph:
+    """The drawing of the engine's ``plan``: one node per planned value, parameters named."""
+    index = {value.key: i for i, value in enumerate(plan)}
     nodes: list[GraphNode] = []
-    for node in ordered:
-        shape, dtype = backend.shapes.get(node.id, (None, "float32"))
-        if node.op is None:
-            label, kind = names.get(node.id, "leaf"), "parameter"
+    for value in plan:
+        if value.kind == "leaf":
+            label, kind, status = names.get(value.key, "leaf"), "parameter", PARAMETER
+        elif value.kind == "constant":
+            label, kind, status = "constant", "constant", value.status
         else:
-            label, kind = node.op.name, "memory" if node.op.memory_bound else "compute"
-        state = plan.get(node.id)
-        if kind == "parameter":
-            status = PARAMETER
-        elif state is None:
-            status = FREED
-        else:
-            status = SAVED
-            if state[0] is RECOMPUTE:  # a budget evicted it, or the strategy recomputes it
-                status = EVICTED if node.slot is not None else RECOMPUTED
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape is not None else 0
-        parents = [index[p.id] for p in node.parents if p is not None]
+            label, kind, status = value.op, value.kind, value.status
+        # a node's edges: from its tracked inputs, then from the constants its rules read
+        parents = [index[key] for key in (*value.parents, *value.constants)]
         nodes.append(
-            GraphNode(index[node.id], label, kind, shape, status, parents, nbytes, node is root)
-        )
-    # Untracked values a backward rule reads are saved under keys of their own.
-    for node in ordered:
-        for key, value, _ in node.actions or ():
-            if key in tape.nodes or key not in plan:
-                continue
-            value = getattr(value, "value", value)  # a budget's Slot holds the value
-            shape = tuple(backend.inner.shape(value))
-            constant = GraphNode(
-                len(nodes),
-                "constant",
-                "constant",
-                shape,
-                SAVED,
-                [],
-                int(getattr(value, "nbytes", 0)),
+            GraphNode(
+                index[value.key],
+                label,
+                kind,
+                value.shape,
+                status,
+                parents,
+                value.nbytes or 0,
+                value.key == plan.root,
             )
-            nodes.append(constant)
-            nodes[index[node.id]].parents.append(constant.index)
+        )
     return StepGraph(nodes, "", "")
 
 

@@ -1,4 +1,5 @@
-"""The autodiff backend decorator: graph, gradients, ops with backward rules, checkpointing."""
+"""The autodiff backend decorator: graph, gradients, ops with backward rules, checkpointing,
+and the plan hook that reports what backward will do with each value (:mod:`.explain`)."""
 
 from .backend import Autodiff
 from .checkpoint import (
@@ -9,9 +10,10 @@ from .checkpoint import (
     CheckpointStrategy,
     NoCheckpointing,
 )
+from .explain import PlannedValue, RecordingAutodiff, StepPlan, step_plan
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradients import Gradients
-from .graph import AutodiffPrimitive, Node, Requirement
+from .graph import AutodiffPrimitive, Node
 from .ops import OPS, Op
 
 __all__ = [
@@ -27,9 +29,12 @@ __all__ = [
     "NoCheckpointing",
     "Node",
     "Op",
-    "Requirement",
+    "PlannedValue",
+    "RecordingAutodiff",
+    "StepPlan",
     "enable_grad",
     "is_grad_enabled",
     "no_grad",
     "set_grad_enabled",
+    "step_plan",
 ]

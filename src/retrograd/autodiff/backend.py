@@ -4,27 +4,29 @@
 primitives and, when an input is tracked, recording a node with what the op's backward rules
 will read. Its op methods are generated from the op table (:mod:`.ops`), so an op is declared
 once and this class holds no per-op code; all of them record through one method,
-:meth:`Autodiff._record`, which a subclass observes through one hook, ``_on_record``.
+:meth:`Autodiff._record`, which a subclass observes through one hook, ``_on_record``. What a
+node saves for backward is the checkpointing strategy's to decide (its ``save``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..backend.numpy_backend import NumpyBackend
-from ..backend.protocol import Backend
+from ..backend.protocol import FLOAT_DTYPES, Backend
 from ..errors import AutodiffError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
-from .checkpoint import RECOMPUTE, CheckpointStrategy, NoCheckpointing, run_forward
+from .checkpoint import CheckpointStrategy, NoCheckpointing
 from .grad_mode import _MODE, DISABLED_THREADS
 from .graph import AutodiffPrimitive, Node, new_node_id
-from .ops import OPS, Op
-from .params import ParamId
+from .ops import OPS, Op, Plan
+from .params import DistributedParam, ParamId
 
-__all__ = ["Autodiff"]
+__all__ = ["Autodiff", "Recipe"]
 
-_FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 _TRACKED = (True,)
+_new = object.__new__
 
 
 class Autodiff(Backend):
@@ -48,9 +50,7 @@ class Autodiff(Backend):
             raise TypeError(
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
-        self._recomputes = self.checkpointing.recomputes
-        # A strategy that sees every held value (a memory budget), or None: one test per node.
-        self._track = self.checkpointing.track
+        self._save = self.checkpointing.save  # what a node saves for backward
         self._hook = type(self)._on_record  # the recording hook, or None (see _record)
 
     @property
@@ -82,58 +82,33 @@ class Autodiff(Backend):
     _on_record = None
 
     def _record(
-        self, recipe: tuple, inputs: tuple, parents: tuple, params: tuple, out: Any, aux: Any
+        self, recipe: Recipe, inputs: tuple, parents: tuple, params: tuple, out: Any, aux: Any
     ) -> AutodiffPrimitive:
-        """Make the node of a tracked op's output and the checkpointing actions it needs.
+        """Make the node of a tracked op's output; the strategy saves what its rules read.
 
-        Every recorded op comes here. The op methods pass the ``recipe`` of the op for the
-        requires-grad mask of this call (see :func:`_recipe`; they pick it with the tracking
-        check they make anyway), the ``inputs`` and their ``parents`` (``x.node``, ``None``
-        when untracked), the op's ``params``, its output ``out`` and its ``aux`` output.
+        Every recorded op comes here. The op methods pass the :class:`Recipe` of the op for the
+        requires-grad mask of this call (they pick it with the tracking check they make
+        anyway), the ``inputs`` and their ``parents`` (``x.node``, ``None`` when untracked),
+        the op's ``params``, its output ``out`` and its ``aux`` output.
 
-        This runs once per tracked op and is most of autodiff's overhead; one- and two-input
-        ops used to have hand-inlined copies of it for speed. It is written so that they need
-        none: what depends only on the op and the mask is decided once, in the recipe
-        (unpacked here in one step, cheaper than reading attributes), the cheap tests come
-        first, and loops are plain ``for`` loops: a comprehension is a function call, and the
-        local names it reads become cells, which every call pays for (the former copies paid
-        that). Nothing is built that the node does not keep. Measured in docs/benchmarks.md.
+        This runs once per tracked op and is most of autodiff's overhead, so it is written for
+        the interpreter: what depends only on the op and the mask is decided once, in the
+        recipe; the cheap tests come first; loops are plain ``for`` loops (a comprehension is
+        a function call, and the local names it reads become cells, which every call pays
+        for); the node is made without a call of ``Node.__init__`` (a Python ``__init__``
+        costs a frame); nothing is built that the node does not keep.
         """
         if DISABLED_THREADS[0] and not _MODE.enabled:  # in rg.no_grad() in this thread
             return AutodiffPrimitive(out, None)
-        op, plan, all_tracked, single, saved_inputs, save_out, meta, has_aux, broadcast = recipe
-        node_id = new_node_id()
-        # Only an op whose inputs are all tracked can be recomputed from the graph.
-        recompute = all_tracked and self._recomputes(op)
-        actions = []
-        if recompute:  # back up the parents it would be recomputed from
-            for x in inputs:
-                parent = x.node
-                actions.append((parent.id, RECOMPUTE if parent.recompute else x.value, True))
-        # What its rules read: a tracked input is keyed by its node, and recomputed rather than
-        # kept only when both it and this op are (a compute-bound reader keeps its inputs,
-        # docs/checkpointing.md); an untracked one is kept under a fresh key.
-        keys = ()
-        for i in saved_inputs:
-            parent = parents[i]
-            if parent is None:
-                key = new_node_id()
-                actions.append((key, inputs[i].value, False))
-            else:
-                key = parent.id
-                value = RECOMPUTE if recompute and parent.recompute else inputs[i].value
-                actions.append((key, value, False))
-            keys += (key,)
-        if save_out:
-            keys += (node_id,)
-            actions.append((node_id, RECOMPUTE if recompute else out, False))
+        meta = recipe.meta
         if meta:
             inner = self.inner
             for kind, i in meta:
                 value = inputs[i].value
                 params = params + (inner.shape(value) if kind == "shape" else inner.dtype(value),)
-        if has_aux:
+        if recipe.aux:
             params = (*params, aux)
+        single = recipe.single
         if single is not None:  # one tracked input: the commonest case, no loop
             order = parents[single].order
         else:
@@ -141,13 +116,20 @@ class Autodiff(Backend):
             for parent in parents:
                 if parent is not None and parent.order > order:
                     order = parent.order
-        node = Node(node_id, op, parents, params, order + 1, plan, keys, actions or None, recompute)
+        node = _new(Node)  # the slots Node.__init__ assigns, assigned here
+        node.id = new_node_id()
+        node.order = order + 1
+        node.op = recipe.op
+        node.parents = parents
+        node.params = params
+        node.plan = recipe.plan
+        node.consumed = False
+        node.saved = self._save(node, recipe, inputs, out)
+        broadcast = recipe.broadcast
         if broadcast is not None:
-            bshapes = broadcast(self.inner, op, inputs, parents, out)
+            bshapes = broadcast(self.inner, recipe.op, inputs, parents, out)
             if bshapes is not None:  # most nodes leave it unset (a class default, no dict)
                 node.bshapes = bshapes
-        if self._track is not None:
-            self._track(node, inputs, out)
         if self._hook is not None:
             self._hook(self, node, out)
         return AutodiffPrimitive(out, node)
@@ -158,7 +140,7 @@ class Autodiff(Backend):
 
         This is how code outside the op table (custom ops, collectives) joins the graph.
         """
-        out = run_forward(op, self.inner, [x.value for x in inputs], params)
+        out = op.run_forward(self.inner, [x.value for x in inputs], params)
         aux = None
         if op.aux:
             out, aux = out
@@ -242,7 +224,7 @@ class Autodiff(Backend):
 
     def cast(self, x, dtype):
         value = self.inner.cast(x.value, dtype)
-        if x.node is None or dtype not in _FLOAT_DTYPES:
+        if x.node is None or dtype not in FLOAT_DTYPES:
             return AutodiffPrimitive(value, None)
         return self._record(_CAST_RECIPE, (x,), (x.node,), (dtype,), value, None)
 
@@ -295,18 +277,15 @@ class Autodiff(Backend):
 
         ``param_id``: an int, a str or a :class:`ParamId`, the parameter's name on every device.
         """
-        param_id = ParamId.of(param_id)
         x = self.require_grad(x)
-        node = x.node
-        node.param_id = param_id
-        # Gradient sync plans its buckets when backward starts, before any gradient exists,
-        # so the node (all the tape holds) carries the parameter's size and dtype.
-        node.param_shape = tuple(self.inner.shape(x.value))
-        node.param_dtype = self.inner.dtype(x.value)
+        x.node.distributed = DistributedParam(
+            ParamId.of(param_id), tuple(self.inner.shape(x.value)), self.inner.dtype(x.value)
+        )
         return x
 
     def param_id(self, x: AutodiffPrimitive) -> Any:
-        return None if x.node is None else x.node.param_id
+        node = x.node
+        return None if node is None or node.distributed is None else node.distributed.id
 
     def inner_value(self, x: AutodiffPrimitive) -> Any:
         return x.value
@@ -315,36 +294,51 @@ class Autodiff(Backend):
         return AutodiffPrimitive(value, None)
 
 
-def _recipe(op: Op, mask: tuple, broadcast: Any) -> tuple:
-    """How :meth:`Autodiff._record` records ``op`` for the requires-grad ``mask``, decided once:
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How :meth:`Autodiff._record` records an op for one requires-grad mask, decided once
+    per op and mask (:func:`_recipe`)."""
 
-    ``(op, plan, all_tracked, single, saved_inputs, save_out, meta, aux, broadcast)``: the
-    op's :class:`~retrograd.autodiff.ops.Plan` for ``mask`` and its fields, whether every input
-    is tracked, the position of the only tracked input (``None`` unless exactly one is), whether
-    the op has an ``aux`` output, and the broadcast rule the recording op method uses
-    (:func:`_pairwise_bshapes`, :func:`_output_bshapes`, or ``None``). A plain tuple, which
-    ``_record`` unpacks in one step.
-    """
+    op: Op
+    #: the op's :class:`~retrograd.autodiff.ops.Plan` for the mask
+    plan: Plan
+    #: every input is tracked (only then can the op be recomputed from the graph)
+    all_tracked: bool
+    #: the position of the only tracked input, ``None`` unless exactly one is
+    single: int | None
+    #: the plan's fields, read on every record: inputs its rules read, whether they read the
+    #: output, and the input shapes/dtypes they read
+    saved_inputs: tuple[int, ...]
+    save_out: bool
+    meta: tuple
+    #: the op has an ``aux`` output (which its node keeps as its last param)
+    aux: bool
+    #: the broadcast rule of the recording op method (:func:`_pairwise_bshapes`,
+    #: :func:`_output_bshapes`), or ``None``
+    broadcast: Any
+
+
+def _recipe(op: Op, mask: tuple, broadcast: Any) -> Recipe:
+    """The :class:`Recipe` of ``op`` for ``mask``, with the op method's ``broadcast`` rule."""
     plan = op.plan(mask)
     tracked = [i for i, flag in enumerate(mask) if flag]
-    single = tracked[0] if len(tracked) == 1 else None
-    return (
-        op,
-        plan,
-        False not in mask,
-        single,
-        plan.saved_inputs,
-        plan.save_out,
-        plan.meta,
-        op.aux,
-        broadcast,
+    return Recipe(
+        op=op,
+        plan=plan,
+        all_tracked=False not in mask,
+        single=tracked[0] if len(tracked) == 1 else None,
+        saved_inputs=plan.saved_inputs,
+        save_out=plan.save_out,
+        meta=plan.meta,
+        aux=op.aux,
+        broadcast=broadcast,
     )
 
 
-_OUTPUT_RECIPES: dict[tuple[Op, tuple], tuple] = {}
+_OUTPUT_RECIPES: dict[tuple[Op, tuple], Recipe] = {}
 
 
-def _output_recipe(op: Op, mask: tuple) -> tuple:
+def _output_recipe(op: Op, mask: tuple) -> Recipe:
     """The recipe of ``op`` for ``mask`` when recorded by :meth:`Autodiff.apply`, by an op
     method of three or more inputs, or by ``cat``: ones that broadcast use
     :func:`_output_bshapes`."""
@@ -471,7 +465,7 @@ def _general_method(op: Op):
 
         def method(self, *args):
             inputs, params = args[:n], args[n:]
-            out, aux = run_forward(op, self.inner, [x.value for x in inputs], params)
+            out, aux = op.run_forward(self.inner, [x.value for x in inputs], params)
             parents = tuple([x.node for x in inputs])
             mask = tuple([parent is not None for parent in parents])
             if True not in mask:
@@ -484,7 +478,7 @@ def _general_method(op: Op):
 
     def method(self, *args):
         inputs, params = args[:n], args[n:]
-        out = run_forward(op, self.inner, [x.value for x in inputs], params)
+        out = op.run_forward(self.inner, [x.value for x in inputs], params)
         parents = tuple([x.node for x in inputs])
         mask = tuple([parent is not None for parent in parents])
         if True not in mask:

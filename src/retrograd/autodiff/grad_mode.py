@@ -33,9 +33,9 @@ class _Mode(threading.local):
 
 _MODE = _Mode()
 #: How many threads have recording off now. The recording path reads this one-element list
-#: (a global and an index, ~30 ns) and reads the thread-local flag only when it is non-zero:
-#: a ``threading.local`` attribute costs about 2% of a small recorded op, which every op of
-#: every training step would pay for a feature evaluation loops use.
+#: (a global and an index) and reads the thread-local flag only when it is non-zero: a
+#: ``threading.local`` attribute is several times dearer, and every op of every training step
+#: would pay for it, for a feature evaluation loops use.
 DISABLED_THREADS = [0]
 _LOCK = threading.Lock()
 

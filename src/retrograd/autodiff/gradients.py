@@ -110,7 +110,7 @@ class Gradients:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""
         if self.owned:  # from here on it is read: no longer added into
             self.owned.pop(node.id, None)
-        if node.op is None or node.retain:  # a leaf (Requirement.GRAD), or retained
+        if node.op is None or node.retain:  # a leaf, whose gradient is the result, or retained
             return self.values.get(node.id)
         return self.values.pop(node.id, None)
 

@@ -1,43 +1,25 @@
-"""The autodiff graph: nodes, their requirements, and the autodiff primitive.
+"""The autodiff graph: nodes and the autodiff primitive.
 
 The graph *is* the web of nodes: a node holds its parents and nothing else holds a node but its
 children and the tensors built on it. So a graph that no tensor references is freed by Python's
 reference counting the moment its last tensor goes, whether it was backpropagated or not, and
 graphs built in different threads share no structure (and no lock) until an op joins them, at
 which point the joined node simply has parents in both.
+
+A node holds what reverse-mode autodiff needs. What the other subsystems need hangs off it in
+records of their own: ``saved``, checkpointing's (:class:`~.checkpoint.builder.Saved`: the keys
+its rules read, the values held for them, whether it is recomputed), and ``distributed``, data
+parallel's (:class:`~.params.DistributedParam`, on the leaves marked for all-reduce).
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-__all__ = ["CONSUMED", "AutodiffPrimitive", "Node", "Requirement", "new_node_id"]
+from .checkpoint.builder import NOTHING_SAVED
+from .ids import new_node_id
 
-
-class Requirement:
-    """What a node needs from backward (Burn's ``Requirement``)."""
-
-    NONE = 0
-    #: An intermediate: its gradient flows through backward and is dropped once used.
-    GRAD_IN_BACKWARD = 1
-    #: A leaf the user asked gradients for: its gradient is kept in the result.
-    GRAD = 2
-
-
-#: Monotonic node ids; ``next`` on ``itertools.count`` is atomic under the GIL.
-new_node_id = itertools.count(1).__next__
-
-
-class _Consumed:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "CONSUMED"
-
-
-#: The ``plan`` of a node a backward has consumed.
-CONSUMED = _Consumed()
+__all__ = ["AutodiffPrimitive", "Node", "new_node_id"]
 
 
 class Node:
@@ -48,64 +30,54 @@ class Node:
       ``parents``: one entry per op input, the input's node or ``None`` when untracked.
     - ``params``: what the backward rules read besides saved tensors: the op's parameters,
       then the input shapes/dtypes its plan asks for, then the ``aux`` output if any.
-    - ``plan``: the op's :class:`~retrograd.autodiff.ops.Plan` for this requires-grad mask,
-      or ``CONSUMED`` once a backward has walked the node.
-    - ``keys``: checkpointer keys of the values the rules read (saved inputs, then the output).
-    - ``actions``: checkpointing actions recorded at forward, ``(key, value, backup)``.
-    - ``recompute``: this node's output is recomputed during backward, not kept.
+    - ``plan``: the op's :class:`~retrograd.autodiff.ops.Plan` for this requires-grad mask
+      (how each rule finds its arguments); ``None`` for leaves.
+    - ``saved``: checkpointing's record for this node's backward step
+      (:class:`~.checkpoint.builder.Saved`).
+    - ``consumed``: a backward has walked the node and released what it held; it cannot be
+      backpropagated through again.
 
-    Rarely set, so they live in the class until set: ``retain`` (``retain_grad()`` was
-    called), ``param_id`` (a distributed parameter) with its ``param_shape`` and
-    ``param_dtype``, ``bshapes`` (input shapes broadcasting changed, for the engine to sum
-    gradients back to), ``slot`` (its output's slot under a memory budget).
+    Rarely set, so they live in the class until set (a node gets a ``__dict__`` only then):
+    ``retain`` (``retain_grad()`` was called), ``bshapes`` (input shapes broadcasting changed,
+    for the engine to sum gradients back to), ``distributed`` (the
+    :class:`~.params.DistributedParam` of a leaf marked for gradient all-reduce).
+
+    The recording path (:meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`)
+    makes nodes without calling ``__init__``, assigning the same slots: a Python ``__init__``
+    costs a frame per recorded op.
     """
 
     __slots__ = (
         "__dict__",
         "__weakref__",
-        "actions",
+        "consumed",
         "id",
-        "keys",
         "op",
         "order",
         "params",
         "parents",
         "plan",
-        "recompute",
+        "saved",
     )
 
     retain = False
-    param_id = None
-    param_shape = None
-    param_dtype = None
     bshapes = None
-    slot = None
+    distributed = None
 
-    def __init__(self, node_id, op, parents, params, order, plan, keys, actions, recompute):
+    def __init__(self, node_id: int, op: Any, parents: tuple, params: tuple, order: int, plan: Any):
         self.id = node_id
         self.order = order
         self.op = op
         self.parents = parents
         self.params = params
         self.plan = plan
-        self.keys = keys
-        self.actions = actions
-        self.recompute = recompute
+        self.saved = NOTHING_SAVED
+        self.consumed = False
 
     @classmethod
     def leaf(cls) -> Node:
         """A leaf that requires grad."""
-        return cls(new_node_id(), None, (), (), 0, None, (), None, False)
-
-    @property
-    def requirement(self) -> int:
-        if self.op is None:
-            return Requirement.GRAD
-        return Requirement.GRAD_IN_BACKWARD
-
-    @property
-    def consumed(self) -> bool:
-        return self.plan is CONSUMED
+        return cls(new_node_id(), None, (), (), 0, None)
 
     def describe(self) -> str:
         return f"{self.op.name if self.op else 'leaf'}#{self.id}"

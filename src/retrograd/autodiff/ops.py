@@ -4,7 +4,7 @@ An entry reads ``unary("exp", lambda B, g, out: B.mul(g, out))``:
 
 - the *forward* is the backend-protocol method of the same name (or ``forward=``), and it is
   also the op's *retro-forward*: the checkpointer recomputes a dropped output by calling it
-  again on the parents' outputs;
+  again on the parents' outputs (:meth:`Op.run_forward`);
 - each *backward rule* (vector-Jacobian product) takes the backend ``B`` it runs on and the
   incoming gradient ``g``, then names what it reads: ``out`` (the output), ``aux`` (a second,
   untracked output such as indices), an input (``x``, ``y``, ...), an input's ``x_shape`` or
@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["OPS", "Op", "sum_to_shape"]
 
@@ -164,6 +165,16 @@ class Op:
         if plan is None:
             plan = self._plans[mask] = Plan(self, mask)
         return plan
+
+    def run_forward(self, backend: Any, values: list, params: tuple) -> Any:
+        """Run the forward on ``backend`` with the input ``values`` and the op's ``params``:
+        when the op is recorded, and as its retro-forward when the checkpointer recomputes
+        its output."""
+        if self.forward is not None:
+            if self.variadic:
+                return self.forward(backend, values, *params)
+            return self.forward(backend, *values, *params)
+        return getattr(backend, self.name)(*values, *params)
 
     def __repr__(self) -> str:
         kind = "memory-bound" if self.memory_bound else "compute-bound"

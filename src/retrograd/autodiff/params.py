@@ -1,17 +1,18 @@
 """Parameter ids: the name a distributed parameter has on every device and process.
 
-The autodiff side of data parallel owns them, as in Burn: a leaf's node carries its id
-(:meth:`Autodiff.set_distributed`), and the gradient sync of :mod:`retrograd.distributed` reads it.
+The autodiff side of data parallel owns them, as in Burn: a leaf's node carries a
+:class:`DistributedParam` (:meth:`Autodiff.set_distributed`), and the gradient sync of
+:mod:`retrograd.distributed` reads it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DTypeError
 
-__all__ = ["ParamId"]
+__all__ = ["DistributedParam", "ParamId"]
 
 #: Ids made from values already seen: parameters are marked again at every training step.
 _INTERNED: dict[Any, ParamId] = {}
@@ -63,3 +64,15 @@ class ParamId:
 
     def __repr__(self) -> str:
         return f"ParamId({self.label!r})"
+
+
+class DistributedParam(NamedTuple):
+    """What data parallel needs of a leaf marked for gradient all-reduce (``node.distributed``).
+
+    Gradient sync plans its buckets when backward starts, before any gradient exists, so the
+    node (all the tape holds) carries the parameter's size and dtype with its id.
+    """
+
+    id: ParamId
+    shape: tuple[int, ...]
+    dtype: str

@@ -1,10 +1,14 @@
-"""Backward: walk the graph from the root, build the tape and the checkpointer, run the steps.
+"""Backward: walk the graph from the root, build the tape, run the steps.
 
 As in Burn's autodiff server: the walk collects every node reachable from the root (with an
 explicit stack, never recursion), groups the nodes by depth, and runs their steps deepest first,
 so every node has received all its gradient contributions before its own step runs. The walk
 consumes what it visits unless ``retain_graph``; a node consumed earlier stops the walk with an
 :class:`~retrograd.errors.AutodiffError` before anything is changed.
+
+The checkpointing strategy is met through one narrow interface: ``begin_backward(tape, inner,
+consume)`` gives the :class:`~.checkpoint.Checkpointer` of this backward, whose ``retrieve``
+each step calls for the values its rules read, and whose ``end`` reports what it did.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import AutodiffError
-from .checkpoint import Checkpointer, CheckpointerBuilder, checkpointer_checks_enabled
+from .checkpoint import Checkpointer
+from .checkpoint.builder import NOTHING_SAVED
 from .gradients import Gradients
-from .graph import CONSUMED, AutodiffPrimitive, Node
+from .graph import AutodiffPrimitive, Node
 from .ops import sum_to_shape
 
 __all__ = ["BACKWARD_HOOKS", "Tape", "backward"]
@@ -44,7 +49,7 @@ class Tape:
         stack = [root]
         while stack:
             node = stack.pop()
-            if node.plan is CONSUMED:
+            if node.consumed:
                 raise AutodiffError(
                     f"backward: the graph through {node.describe()} was consumed by an earlier "
                     "backward(), which frees what it walks; call that earlier backward with "
@@ -65,21 +70,6 @@ class Tape:
         self.nodes = nodes
         self.children = children
 
-    def checkpointer(
-        self, inner: Any, consume: bool, budget: int | None = None, planned: int | None = None
-    ) -> tuple[Checkpointer, int]:
-        """The checkpointer of this backward, and the activation bytes held when it starts
-        (``planned``: the forward followed a budget's plan, which gives the backward's byte
-        limit; see BudgetCheckpointing)."""
-        builder = CheckpointerBuilder()
-        for node in self.nodes.values():
-            actions = node.actions
-            if actions:
-                builder.extend(actions)
-                if consume:
-                    node.actions = None
-        return builder.build(self.nodes, inner, budget, self.steps, planned)
-
 
 def backward(
     backend: Any,
@@ -99,10 +89,7 @@ def backward(
     retain = retain_graph or create_graph
     inner = backend.inner
     tape = Tape(root_node)
-    strategy = backend.checkpointing
-    forward_peak = strategy.forward_peak()
-    planned = strategy.begin_backward(tape.steps)
-    checkpointer, held_at_start = tape.checkpointer(inner, not retain, strategy.max_bytes, planned)
+    checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=not retain)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -122,16 +109,7 @@ def backward(
                 _release(node)
 
     grads.in_place = False  # what the caller adds to it later makes new arrays
-    if checkpointer_checks_enabled() and not checkpointer.is_empty():
-        raise AssertionError(
-            f"checkpointer not drained after backward: {sorted(checkpointer.states)} left"
-        )
-    grads.recomputed_bytes = checkpointer.recomputed_bytes
-    grads.recomputed_ops = checkpointer.recomputed_ops
-    # Forward's worst moment: what was held when backward started, or earlier under a budget
-    # (which evicts as forward goes); then backward's own worst moment.
-    grads.peak_bytes = max(forward_peak, held_at_start, checkpointer.peak_bytes)
-    strategy.end_backward(checkpointer.peak_bytes)
+    grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
@@ -142,7 +120,7 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     """Run ``node``'s backward rules and register the gradients of its tracked inputs."""
     op = node.op
     plan = node.plan
-    keys = node.keys
+    keys = node.saved.keys
     if keys:  # read even when no gradient arrived, so the checkpointer drains
         retrieve = checkpointer.retrieve
         saved = [retrieve(key) for key in keys]
@@ -220,12 +198,11 @@ def _leaves_first(item: tuple[int, Node | None]) -> bool:
 
 
 def _release(node: Node) -> None:
-    """Drop what a consumed node holds, so the graph above it can be freed, and mark it."""
+    """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
+    the graph above it can be freed, and mark it consumed."""
     node.parents = ()
     node.params = ()
-    node.keys = ()
-    node.plan = CONSUMED
-    if node.slot is not None:  # its value, held for backward under a budget, is no longer
-        node.slot = None
+    node.saved = NOTHING_SAVED
+    node.consumed = True
     if node.bshapes is not None:
         node.bshapes = None

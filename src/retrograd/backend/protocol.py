@@ -9,7 +9,8 @@ every backend and, run on the autodiff backend itself, gives higher-order gradie
 Conventions, so that implementations stay small:
 
 - Operations are dtype-polymorphic: ``add`` adds floats or ints; callers have already promoted
-  both operands to one dtype. Dtypes are named ``"float32" "float64" "int64" "bool"``.
+  both operands to one dtype. Dtypes are named as in :data:`DTYPES`; the half types
+  ``"bfloat16" "float16"`` exist on backends that have them (``TorchBackend``).
 - Dimensions arrive normalized (``0 <= dim < ndim``) and validated by the tensor API, except
   ``swap_dims``, which also accepts negative dims.
 - ``*_dim`` reductions keep the reduced dimensions with size 1, as in Burn.
@@ -30,7 +31,14 @@ from ..device import CPU0
 from .protocol_loss import LossProtocol
 from .protocol_rnn import RecurrentProtocol
 
-__all__ = ["PROTOCOL_OPS", "Backend"]
+__all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend"]
+
+#: Every dtype name of the protocol.
+DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
+#: The floating-point dtypes: the ones gradients flow through.
+FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: Bytes per element of each dtype.
+ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
 
 _INV_SQRT_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

@@ -1,7 +1,7 @@
 """Dispatch: the one way a tensor operation reaches its backend.
 
 Every method of :class:`~retrograd.tensor.Tensor` that computes something ends in
-:func:`apply` (an :class:`Op`, the operands, the parameters), which
+:func:`apply` (a :class:`TensorOp`, the operands, the parameters), which
 
 - lifts its operands: a Python scalar goes to the op's ``*_scalar`` kernel, an array or a list
   becomes a tensor, a tensor of the inner backend joins its autodiff decorator (:func:`lift`);
@@ -13,14 +13,13 @@ Every method of :class:`~retrograd.tensor.Tensor` that computes something ends i
   op and the inputs' shapes: the backend says which class its exception means
   (``Backend.error_class``), so nothing here knows NumPy's exceptions.
 
-Fast paths, checked before anything else, keep the common ops cheap: two tensors of one
-backend, device and dtype go straight to the kernel; so does a float tensor with a Python
+Fast paths keep the common ops cheap, and are checked before anything else: two tensors of
+one backend, device and dtype go straight to the kernel; so does a float tensor with a Python
 ``float`` or ``int`` (either side), and a float tensor for a unary float op. They make the
 result without calling ``__init__`` and call the kernel without ``*args``, and ``apply``'s
-signature is positional: every op pays this module's Python, so each call it saves shows in
-the per-op overhead (``benchmarks/bench_overhead.py``), and keyword arguments or a
-``staticmethod`` here make CPython's calls measurably slower. They raise through the same
-translation as the general path.
+signature is positional: keyword arguments, ``*args`` or a ``staticmethod`` here would each
+add interpreter work to every op. They raise through the same translation as the general
+path.
 
 :class:`TensorBase` is the data every tensor holds (a backend primitive, the backend, a device
 label); the mixins and :class:`~retrograd.tensor.Tensor` build on it.
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import DTYPES, FLOAT_DTYPES
 from ..device import CPU0, Device
 from ..errors import DTypeError, RetrogradError, ShapeError, reported, translate
 
@@ -44,8 +44,8 @@ __all__ = [
     "FLOAT",
     "FLOAT_DTYPES",
     "SCALARS",
-    "Op",
     "TensorBase",
+    "TensorOp",
     "apply",
     "check_scalar",
     "dispatch",
@@ -60,18 +60,15 @@ __all__ = [
     "wrap",
 ]
 
-# The half types exist on backends that have them (TorchBackend); NumpyBackend refuses them.
-FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
-DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
 _RANK = {"bool": 0, "int64": 1, "bfloat16": 2, "float16": 2, "float32": 3, "float64": 4}
 SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
 
-# The dtype rules of a binary Op, compared by identity on the hot path.
-#: ``Op(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
+# The dtype rules of a binary TensorOp, compared by identity on the hot path.
+#: ``TensorOp(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
 COMMON = "common"
-#: ``Op(..., promote=FLOAT)``: as COMMON, then compute in float (ints and bools as float32).
+#: ``TensorOp(..., promote=FLOAT)``: as COMMON, then compute in float (ints and bools as float32).
 FLOAT = "float"
-#: ``Op(..., promote=COMPARE)``: as COMMON for two tensors; a scalar is compared as it is,
+#: ``TensorOp(..., promote=COMPARE)``: as COMMON for two tensors; a scalar is compared as it is,
 #: the tensor keeping its dtype.
 COMPARE = "compare"
 _RULES = {None: None, COMMON: COMMON, FLOAT: FLOAT, COMPARE: COMPARE}
@@ -224,7 +221,7 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
 
 
 # -- the entry -----------------------------------------------------------------------------------
-class Op:
+class TensorOp:
     """An operation as :func:`apply` runs it: the name errors report, the backend kernel, and
     how its operands are made to fit.
 
@@ -235,7 +232,7 @@ class Op:
     - neither: the operands already fit (one backend, the dtypes the kernel wants). Such an
       op may also be given to :func:`apply` as the kernel's name alone.
 
-    A module declares its ops once, as constants (``ADD = Op("add", scalar="add_scalar",
+    A module declares its ops once, as constants (``ADD = TensorOp("add", scalar="add_scalar",
     promote=COMMON)``): :func:`apply` then reads a few slots per call.
     """
 
@@ -250,9 +247,11 @@ class Op:
         floats: bool = False,
     ):
         if promote not in _RULES:
-            raise ValueError(f"Op {name!r}: promote must be one of {list(_RULES)}, got {promote!r}")
+            raise ValueError(
+                f"TensorOp {name!r}: promote must be one of {list(_RULES)}, got {promote!r}"
+            )
         if floats and promote is not None:
-            raise ValueError(f"Op {name!r}: floats is for unary ops; use promote=FLOAT")
+            raise ValueError(f"TensorOp {name!r}: floats is for unary ops; use promote=FLOAT")
         self.name = name
         self.kernel = kernel or name
         self.scalar = scalar
@@ -261,17 +260,17 @@ class Op:
 
     def __repr__(self) -> str:
         return (
-            f"Op({self.name!r}, kernel={self.kernel!r}, scalar={self.scalar!r}, "
+            f"TensorOp({self.name!r}, kernel={self.kernel!r}, scalar={self.scalar!r}, "
             f"promote={self.promote!r}, floats={self.floats!r})"
         )
 
 
-def apply(op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
+def apply(op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     """Run ``op`` on the tensors ``inputs`` and the non-tensor ``params`` (a tuple, passed to
     the kernel after the operands' primitives); errors are translated, naming ``op.name`` and
     the inputs.
 
-    ``op`` is an :class:`Op`, or a string naming a kernel whose operands already fit. The
+    ``op`` is a :class:`TensorOp`, or a string naming a kernel whose operands already fit. The
     result is a tensor, or a tuple of tensors where the kernel returns a tuple of primitives,
     on the first operand's backend and device.
 
@@ -292,11 +291,11 @@ def apply(op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     return dispatch(None, op, inputs, params)
 
 
-def dispatch(_receiver: Any, op: Op | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
+def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
     a ``staticmethod``)."""
-    if op.__class__ is not Op:  # a kernel name: the operands fit as they are
+    if op.__class__ is not TensorOp:  # a kernel name: the operands fit as they are
         return _run(op, op, inputs, params)
     rule = op.promote
     if rule is not None:  # a binary elementwise op
@@ -379,7 +378,7 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     return result
 
 
-def _binary(op: Op, a: Any, b: Any, params: tuple) -> Any:
+def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     rule = op.promote
     if op.scalar is not None:

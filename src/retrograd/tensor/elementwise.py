@@ -4,10 +4,10 @@ comparisons and logic.
 :class:`ElementwiseMixin` needs one primitive from the class it is mixed into:
 ``_apply(op, inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), which lifts
 scalars and other tensors, promotes dtypes and translates errors. Every method here is one call
-of it with an :class:`~retrograd.tensor._dispatch.Op` declared below (the backend kernel, its
-``*_scalar`` form, the dtype rule: ``COMMON``; ``FLOAT`` for ops computed in float; ``COMPARE``
-for comparisons) or the name of a kernel that takes any dtype. It also reads ``dtype`` and
-``shape``.
+of it with a :class:`~retrograd.tensor._dispatch.TensorOp` declared below (the backend kernel,
+its ``*_scalar`` form, the dtype rule: ``COMMON``; ``FLOAT`` for ops computed in float;
+``COMPARE`` for comparisons) or the name of a kernel that takes any dtype. It also reads
+``dtype`` and ``shape``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ._dispatch import (
     COMMON,
     COMPARE,
     FLOAT,
-    Op,
+    TensorOp,
     check_scalar,
     lift,
     normalize_dim,
@@ -30,26 +30,26 @@ from ._dispatch import (
 
 __all__ = ["ElementwiseMixin"]
 
-# -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.Op) -------------------
-ADD = Op("add", scalar="add_scalar", promote=COMMON)
-SUB = Op("sub", scalar="sub_scalar", promote=COMMON)
-RSUB = Op("sub", scalar="rsub_scalar", promote=COMMON)
-MUL = Op("mul", scalar="mul_scalar", promote=COMMON)
-DIV = Op("div", scalar="div_scalar", promote=FLOAT)
-RDIV = Op("div", scalar="rdiv_scalar", promote=FLOAT)
-POW = Op("pow", scalar="pow_scalar", promote=FLOAT)
-RPOW = Op("pow", scalar="rpow_scalar", promote=FLOAT)
-REMAINDER = Op("remainder", scalar="remainder_scalar", promote=COMMON)
-RREMAINDER = Op("remainder", scalar="rremainder_scalar", promote=COMMON)
-ATAN2 = Op("atan2", promote=FLOAT)
-HYPOT = Op("hypot", promote=FLOAT)
+# -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.TensorOp) ----------
+ADD = TensorOp("add", scalar="add_scalar", promote=COMMON)
+SUB = TensorOp("sub", scalar="sub_scalar", promote=COMMON)
+RSUB = TensorOp("sub", scalar="rsub_scalar", promote=COMMON)
+MUL = TensorOp("mul", scalar="mul_scalar", promote=COMMON)
+DIV = TensorOp("div", scalar="div_scalar", promote=FLOAT)
+RDIV = TensorOp("div", scalar="rdiv_scalar", promote=FLOAT)
+POW = TensorOp("pow", scalar="pow_scalar", promote=FLOAT)
+RPOW = TensorOp("pow", scalar="rpow_scalar", promote=FLOAT)
+REMAINDER = TensorOp("remainder", scalar="remainder_scalar", promote=COMMON)
+RREMAINDER = TensorOp("remainder", scalar="rremainder_scalar", promote=COMMON)
+ATAN2 = TensorOp("atan2", promote=FLOAT)
+HYPOT = TensorOp("hypot", promote=FLOAT)
 
-EQUAL = Op("equal", scalar="equal_elem", promote=COMPARE)
-NOT_EQUAL = Op("not_equal", scalar="not_equal_elem", promote=COMPARE)
-GREATER = Op("greater", scalar="greater_elem", promote=COMPARE)
-GREATER_EQUAL = Op("greater_equal", scalar="greater_equal_elem", promote=COMPARE)
-LOWER = Op("lower", scalar="lower_elem", promote=COMPARE)
-LOWER_EQUAL = Op("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
+EQUAL = TensorOp("equal", scalar="equal_elem", promote=COMPARE)
+NOT_EQUAL = TensorOp("not_equal", scalar="not_equal_elem", promote=COMPARE)
+GREATER = TensorOp("greater", scalar="greater_elem", promote=COMPARE)
+GREATER_EQUAL = TensorOp("greater_equal", scalar="greater_equal_elem", promote=COMPARE)
+LOWER = TensorOp("lower", scalar="lower_elem", promote=COMPARE)
+LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
 
 # Unary ops computed in float (an int tensor as float32); the others take any dtype and are
 # called by name.
@@ -83,7 +83,7 @@ LOWER_EQUAL = Op("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
     SOFTMAX,
     LOG_SOFTMAX,
 ) = (
-    Op(name, floats=True)
+    TensorOp(name, floats=True)
     for name in (
         "exp",
         "expm1",

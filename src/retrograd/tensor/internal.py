@@ -2,11 +2,13 @@
 optimizers) uses to build operations on tensors, instead of the tensors' private attributes.
 
 Operations
-    ``Op(name, kernel=None, scalar=None, promote=None, floats=False)``
+    ``TensorOp(name, kernel=None, scalar=None, promote=None, floats=False)``
         An operation, declared once as a module constant: the name errors report (``"conv2d"``),
-        the backend kernel (``"conv"``), and how operands are made to fit (see :class:`Op`).
+        the backend kernel (``"conv"``), and how operands are made to fit (see
+        :class:`TensorOp`). The op table of the autodiff decorator (``autodiff.ops.Op``) is
+        another thing: a differentiable op with its backward rules.
     ``apply(op, inputs, params=()) -> Tensor | tuple[Tensor, ...]``
-        Run ``op`` (an ``Op``, or a kernel name whose operands already fit) on the tensors
+        Run ``op`` (a ``TensorOp``, or a kernel name whose operands already fit) on the tensors
         ``inputs`` and the tuple of non-tensor ``params``; a tuple of primitives from the kernel
         comes back as a tuple of tensors. Errors the backend raises become the hierarchy's
         (``Backend.error_class``), naming the op and the inputs' shapes. With ``promote``
@@ -52,7 +54,7 @@ from ._dispatch import (
     DTYPES,
     FLOAT,
     FLOAT_DTYPES,
-    Op,
+    TensorOp,
     apply,
     check_scalar,
     lift,
@@ -69,7 +71,7 @@ __all__ = [
     "DTYPES",
     "FLOAT",
     "FLOAT_DTYPES",
-    "Op",
+    "TensorOp",
     "apply",
     "check_indices",
     "check_scalar",

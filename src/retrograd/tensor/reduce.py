@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ShapeError, shape_text
-from ._dispatch import Op, lift, normalize_dim, promote
+from ._dispatch import TensorOp, lift, normalize_dim, promote
 
 __all__ = ["ReduceMixin", "topk"]
 
 _EMPTY_REFUSED = ("max_dim", "min_dim", "argmax", "argmin")
-MEAN = Op("mean", floats=True)
-MEAN_DIM = Op("mean_dim", floats=True)
+MEAN = TensorOp("mean", floats=True)
+MEAN_DIM = TensorOp("mean_dim", floats=True)
 
 
 class ReduceMixin:

@@ -65,18 +65,19 @@ def distributed_slots(tape: Any) -> list[ParamSlot]:
     last_use: dict[int, int] = {}
     for position, node in enumerate(tape.steps, start=1):  # the order backward runs them
         for parent in node.parents:
-            if parent is not None and parent.param_id is not None:
+            if parent is not None and parent.distributed is not None:
                 last_use[parent.id] = position
     nodes = tape.nodes
     root = tape.steps[0]
-    if root.param_id is not None and not tape.children.get(root.id):  # a parameter as root
+    if root.distributed is not None and not tape.children.get(root.id):  # a parameter as root
         last_use.setdefault(root.id, 0)
-    ordered = sorted(last_use, key=lambda i: (last_use[i], nodes[i].param_id.value))
+    ordered = sorted(last_use, key=lambda i: (last_use[i], nodes[i].distributed.id.value))
     slots: list[ParamSlot] = []
     seen: dict[int, Any] = {}
     for node_id in ordered:
         node = nodes[node_id]
-        pid = node.param_id
+        param = node.distributed
+        pid = param.id
         if pid.value in seen:
             raise DistributedError(
                 f"backward: parameter id {pid.label!r} is set on two different tensors of this "
@@ -85,12 +86,7 @@ def distributed_slots(tape: Any) -> list[ParamSlot]:
         seen[pid.value] = node
         if pid.value >= 1 << 63:
             raise DistributedError(f"backward: parameter id {pid.label!r} does not fit 63 bits")
-        if node.param_shape is None:
-            raise DistributedError(
-                f"backward: parameter {pid.label!r} was marked without its shape; mark it with "
-                "tensor.set_distributed(param_id)"
-            )
-        slots.append(ParamSlot(len(slots), pid, node, node.param_shape, node.param_dtype))
+        slots.append(ParamSlot(len(slots), pid, node, param.shape, param.dtype))
     return slots
 
 
@@ -158,7 +154,7 @@ class BackwardSync:
                 self.server.poll()
         if self.held is not None:
             self._give_held()
-        if node.param_id is None or grads.remaining.get(node.id, 0) > 0:
+        if node.distributed is None or grads.remaining.get(node.id, 0) > 0:
             return
         slot = self.by_node.get(node.id)
         if slot is None or slot.sent:

@@ -14,7 +14,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.internal import (
     FLOAT_DTYPES,
-    Op,
+    TensorOp,
     apply,
     shape_text,
     wrap,
@@ -25,7 +25,7 @@ from ._common import (
 )
 
 # -- attention -------------------------------------------------------------------------------------
-_ATTENTION = Op("scaled_dot_product_attention", kernel="attention")
+_ATTENTION = TensorOp("scaled_dot_product_attention", kernel="attention")
 
 
 def scaled_dot_product_attention(

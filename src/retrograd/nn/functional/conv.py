@@ -8,7 +8,7 @@ from ...errors import (
 )
 from ...tensor import Tensor
 from ...tensor.internal import (
-    Op,
+    TensorOp,
     apply,
     shape_text,
 )
@@ -73,7 +73,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
                 f"{shapes}"
             )
     bias = _channel_bias(fn, x, bias, out_channels)
-    out = apply(Op(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
+    out = apply(TensorOp(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
     return _unbatched(out, squeeze)
@@ -170,7 +170,7 @@ def _conv_transpose(
         )
     bias = _channel_bias(fn, x, bias, weight.shape[1] * groups)
     out = apply(
-        Op(fn, kernel="conv_transpose"),
+        TensorOp(fn, kernel="conv_transpose"),
         (x, weight, bias),
         (stride, padding, output_padding, dilation, groups),
     )

@@ -9,7 +9,7 @@ from ...errors import (
 )
 from ...tensor import Tensor
 from ...tensor.internal import (
-    Op,
+    TensorOp,
     apply,
     check_indices,
     shape_text,
@@ -61,7 +61,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out
 
 
-_LINEAR = Op("linear")
+_LINEAR = TensorOp("linear")
 
 
 # -- embedding ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.inplace import assign
 from ...tensor.internal import (
-    Op,
+    TensorOp,
     apply,
     shape_text,
     wrap,
@@ -71,7 +71,7 @@ def layer_norm(
     return out.reshape(x.shape) if k != 1 else out
 
 
-_LAYER_NORM = Op("layer_norm")
+_LAYER_NORM = TensorOp("layer_norm")
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
@@ -96,7 +96,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 # -- batch, group and RMS normalization (PyTorch's signatures) ------------------------------------
 def _mean_over(fn: str, x: Tensor, dims: tuple[int, ...]) -> Tensor:
     """Mean over several ``dims`` at once (kept with size 1): one reduction, one node."""
-    return apply(Op(fn, kernel="mean_dim", floats=True), (x,), (dims,))
+    return apply(TensorOp(fn, kernel="mean_dim", floats=True), (x,), (dims,))
 
 
 def _channel_param(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:

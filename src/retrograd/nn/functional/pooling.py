@@ -13,7 +13,7 @@ from ...errors import (
 )
 from ...tensor import Tensor
 from ...tensor.internal import (
-    Op,
+    TensorOp,
     apply,
     shape_text,
 )
@@ -73,7 +73,7 @@ def _avg_pool(
             )
         divisor_override = int(divisor_override)
     pooling = (kernel, stride, padding, bool(ceil_mode), bool(count_include_pad), divisor_override)
-    out = apply(Op(fn, kernel="avg_pool"), (x,), pooling)
+    out = apply(TensorOp(fn, kernel="avg_pool"), (x,), pooling)
     return _unbatched(out, squeeze)
 
 
@@ -126,7 +126,7 @@ def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode)
         fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     )
     pooling = (kernel, stride, padding, dilation, bool(ceil_mode))
-    values, indices = apply(Op(fn, kernel="max_pool"), (x,), pooling)
+    values, indices = apply(TensorOp(fn, kernel="max_pool"), (x,), pooling)
     return _unbatched(values, squeeze), _unbatched(indices, squeeze)
 
 
@@ -203,7 +203,7 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
         raise ShapeError(f"{fn}: output_size must be positive ints, got {output_size!r}")
     if any(n == 0 for n in x.shape[2:]):
         raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
-    out = apply(Op(fn, kernel="adaptive_avg_pool"), (x,), (tuple(int(o) for o in sizes),))
+    out = apply(TensorOp(fn, kernel="adaptive_avg_pool"), (x,), (tuple(int(o) for o in sizes),))
     return _unbatched(out, squeeze)
 
 

@@ -15,7 +15,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, cat, full
 from ...tensor.internal import (
-    Op,
+    TensorOp,
     apply,
     shape_text,
 )
@@ -97,7 +97,9 @@ def interpolate(
         )
     kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
     return apply(
-        Op(fn, kernel="interpolate"), (x,), (out_size, kernel_mode, bool(align_corners), scales)
+        TensorOp(fn, kernel="interpolate"),
+        (x,),
+        (out_size, kernel_mode, bool(align_corners), scales),
     )
 
 

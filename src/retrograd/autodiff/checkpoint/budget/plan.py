@@ -1,6 +1,6 @@
 """A checkpoint plan for a repeated training step under a memory budget.
 
-A training loop records the same graph every step. :class:`~.checkpoint.BudgetCheckpointing`
+A training loop records the same graph every step. :class:`~.strategy.BudgetCheckpointing`
 runs the first step eagerly (evicting during forward after DTR) and, when its backward starts,
 knows the whole step: every recorded value's size, the measured time of its op, its parents,
 and the backward step at which each value is read. :func:`plan_evictions` decides from that
@@ -8,7 +8,7 @@ which values the next steps evict as soon as they are made, so that the bytes he
 whole step (forward, then backward with its recomputations) stay under the budget while the
 recomputation costs as little time as it can.
 
-The model of backward it plans against is what :class:`~.checkpoint.Checkpointer` does: a
+The model of backward it plans against is what :class:`~.backward.BudgetCheckpointer` does: a
 kept value is held from forward until its last read; an evicted value is recomputed at its
 first read (or when an evicted descendant is recomputed, which reads it), from its parents,
 and held until its last read. So every evicted op reruns once, and the bytes held at each

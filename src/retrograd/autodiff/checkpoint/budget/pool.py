@@ -1,0 +1,114 @@
+"""The memory pool of a budget: the values held for backward, each in a :class:`Slot`, and
+the bytes they hold.
+
+Every action holding a node's output shares the node's slot (:class:`BudgetSaved` keeps it),
+so evicting the value is one assignment. The pool counts a slot's bytes while its value is
+held; when the last action holding the slot goes (backward consumed it, or the graph was
+freed), a weak reference's callback stops counting them. The :class:`~.evictor.Evictor`
+indexes the evictable slots the pool holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from ..builder import Saved
+from ..state import RECOMPUTE
+
+__all__ = ["BudgetSaved", "MemoryPool", "Slot"]
+
+
+class Slot:
+    """A value held for backward under a budget: ``value`` is the inner primitive, or
+    ``RECOMPUTE`` once evicted."""
+
+    __slots__ = (
+        "__weakref__",
+        "cost",
+        "evictable",
+        "nbytes",
+        "parents",
+        "planned",
+        "value",
+    )
+
+    def __init__(self, value: Any, nbytes: int, cost: float, parents: tuple, evictable: bool):
+        self.value = value
+        self.nbytes = nbytes
+        #: seconds its op took
+        self.cost = cost
+        #: the parents' slots, for the cost of an evictable slot's evicted neighbourhood (a
+        #: slot never refers to its node: node.saved.slot -> slot -> node would be a cycle,
+        #: and graphs must be freed by reference counting alone)
+        self.parents = parents
+        self.evictable = evictable
+        #: the step's plan for it: evicted at once (``True``: stays evicted even when read
+        #: again in forward), kept (``False``: held even when only backed up), or ``None``
+        self.planned: bool | None = None
+
+
+class BudgetSaved(Saved):
+    """A node's record under a budget: its actions hold :class:`Slot` objects, and ``slot``
+    is its own output's (``None`` until an action holds it)."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, keys: tuple, actions: list | None, recompute: bool):
+        super().__init__(keys, actions, recompute)
+        self.slot: Slot | None = None
+
+
+class MemoryPool:
+    """The bytes of the slots held now (``held_bytes``), and the most since :meth:`take_peak`.
+
+    ``lock`` is the budget's (reentrant: a slot freed by the garbage collector while the
+    budget works calls back in); ``evictor`` is told of every evictable slot held and
+    forgotten.
+    """
+
+    def __init__(self, lock: threading.RLock, evictor: Any):
+        self._lock = lock
+        self._evictor = evictor
+        #: id(slot) -> weak reference, for every live slot whose bytes count
+        self._held: dict[int, weakref.ref] = {}
+        self.held_bytes = 0
+        self._peak = 0
+
+    def hold(self, slot: Slot) -> None:
+        """Count ``slot``'s bytes until it is evicted or dies."""
+        if not slot.nbytes:
+            return
+        ident = id(slot)
+        ref = weakref.ref(slot, self._forget(ident, slot.nbytes))
+        self._held[ident] = ref
+        self.held_bytes += slot.nbytes
+        if slot.evictable:
+            self._evictor.enter(ident, ref, slot)
+
+    def evict(self, ident: int, slot: Slot) -> None:
+        """Drop ``slot``'s value: its bytes stop counting; backward recomputes it."""
+        del self._held[ident]
+        self.held_bytes -= slot.nbytes
+        slot.value = RECOMPUTE
+
+    def note_peak(self) -> None:
+        if self.held_bytes > self._peak:
+            self._peak = self.held_bytes
+
+    def take_peak(self) -> int:
+        """The most bytes held since the last call (forward's worst moment)."""
+        peak, self._peak = self._peak, self.held_bytes
+        return peak
+
+    def _forget(self, ident: int, nbytes: int) -> Any:
+        """The callback of a slot's weak reference: its bytes (if still held) stop counting."""
+
+        def callback(_ref: Any) -> None:
+            with self._lock:
+                if self._held.pop(ident, None) is not None:
+                    self.held_bytes -= nbytes
+                self._evictor.discard(ident)
+
+        return callback

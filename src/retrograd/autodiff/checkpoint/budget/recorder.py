@@ -1,0 +1,146 @@
+"""The trace of the step being recorded, for planning the steps that follow (:mod:`.plan`).
+
+Every node recorded under a budget is noted in order: its signature (op, output bytes, the
+positions of its recorded parents), which a later step must match to follow a plan; its
+bytes, its op's measured time, its parents, whether it can be recomputed, and the value whose
+buffer it shares. When backward starts, :meth:`RecordedStep.observe` adds what only backward
+knows: the step at which each value is read, and how long each gradient lives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .plan import PLAN_LIMIT, Trace
+
+__all__ = ["RecordedStep", "RecordedValue", "TraceRecorder"]
+
+
+class RecordedValue(NamedTuple):
+    """One node of the step being recorded, as the plan for the next steps sees it."""
+
+    #: (op name, output bytes, parent positions): what a later step must match
+    signature: tuple
+    nbytes: int
+    #: its op's measured seconds
+    seconds: float
+    #: positions of its recorded parents
+    parents: tuple[int, ...]
+    #: whether it can be recomputed from its parents
+    recomputable: bool
+    #: position of the value whose buffer it shares (a view of a parent), or its own
+    owner: int
+
+
+class RecordedStep(NamedTuple):
+    """A whole recorded step: its values in order (a ``None`` last when it grew past
+    :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> bytes of the untracked values
+    rules read."""
+
+    values: list
+    positions: dict[int, int]
+    constants: dict[int, int]
+
+    def plannable(self) -> bool:
+        return 0 < len(self.values) <= PLAN_LIMIT
+
+    def observe(self, steps: list) -> tuple[list, Trace]:
+        """The signatures to match and the :class:`~.plan.Trace` to plan from, given the
+        backward's ``steps`` (its nodes in the order it runs them).
+
+        Besides the values a plan decides on, the trace holds the gradients in flight (a
+        node's gradient lives from its first child's step to its own) and the untracked values
+        rules read: the budget is then the real peak of the step."""
+        values, positions, constants = self
+        n = len(values)
+        reads: list[list[int]] = [[] for _ in range(n)]
+        grad_start: dict[int, int] = {}
+        fixed: list[tuple[int, int, int]] = []
+        constant_reads: dict[int, int] = {}
+        for step, node in enumerate(steps):
+            position = positions.get(node.id)
+            if position is not None and position in grad_start:
+                fixed.append((values[position].nbytes, grad_start.pop(position), step))
+            if node.op is None:
+                continue
+            for parent in node.parents:
+                if parent is not None:
+                    at = positions.get(parent.id)
+                    if at is not None and at not in grad_start:
+                        grad_start[at] = step
+            for key in node.saved.keys:
+                position = positions.get(key)
+                if position is not None:
+                    reads[position].append(step)
+                elif key in constants:
+                    constant_reads[key] = step
+        fixed.extend((constants[key], 0, step) for key, step in constant_reads.items())
+        trace = Trace(
+            sizes=[value.nbytes for value in values],
+            costs=[value.seconds for value in values],
+            parents=[value.parents for value in values],
+            recomputable=[value.recomputable for value in values],
+            reads=reads,
+            owners=[value.owner for value in values],
+            fixed=fixed,
+            horizon=len(steps),
+        )
+        return [value.signature for value in values], trace
+
+
+class TraceRecorder:
+    """Notes each node recorded under the budget until the step's backward starts."""
+
+    def __init__(self) -> None:
+        self._values: list = []
+        self._positions: dict[int, int] = {}
+        self._constants: dict[int, int] = {}
+
+    def note(
+        self, node: Any, inputs: tuple, out: Any, out_bytes: int, seconds: float, recompute: bool
+    ) -> tuple[int, tuple] | None:
+        """Note ``node``: its position in the step and its signature, or ``None`` once the
+        step is too long to plan (it is then not traced any further)."""
+        values = self._values
+        position = len(values)
+        if position >= PLAN_LIMIT:  # too large to plan (or no backward for a long time)
+            if position == PLAN_LIMIT:
+                self._positions.clear()
+                self._constants.clear()
+                values.append(None)
+            return None
+        positions = self._positions
+        parents = tuple([-1 if p is None else positions.get(p.id, -1) for p in node.parents])
+        signature = (node.op.name, out_bytes, parents)
+        # A view of an input shares its buffer (NumPy's ``base``): the plan counts it once.
+        owner = position
+        base = getattr(out, "base", None)
+        if base is not None:
+            for at, x in zip(parents, inputs):
+                value = x.value
+                if at >= 0 and (value is base or getattr(value, "base", None) is base):
+                    owner = values[at].owner
+                    break
+        values.append(
+            RecordedValue(
+                signature,
+                out_bytes,
+                seconds,
+                tuple([p for p in parents if p >= 0]),
+                recompute,
+                owner,
+            )
+        )
+        positions[node.id] = position
+        return position, signature
+
+    def note_constant(self, key: int, nbytes: int) -> None:
+        """An untracked value a rule reads, held under ``key``."""
+        if len(self._values) <= PLAN_LIMIT:
+            self._constants[key] = nbytes
+
+    def take(self) -> RecordedStep:
+        """The step recorded so far; the next starts empty."""
+        step = RecordedStep(self._values, self._positions, self._constants)
+        self._values, self._positions, self._constants = [], {}, {}
+        return step

@@ -1,0 +1,48 @@
+"""How long each recorded op took, for the price of recomputing its output.
+
+The time of an op is the wall time since the previous recorded op ended (its kernel and the
+Python around it): no clock call per kernel. A training loop reruns the same ops, so the
+fastest time seen for an op and its sizes is kept, which filters out pauses and noise.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..state import nbytes_of
+
+__all__ = ["OpTimer"]
+
+#: seconds per byte assumed for an op whose time was not measured (about a memory-bound op's)
+_DEFAULT_SECONDS_PER_BYTE = 1e-10
+
+
+class OpTimer:
+    """Measures recorded ops: :meth:`measure` at each, :meth:`restart` when its recording is
+    done, :meth:`pause` while a backward runs (whose time is no op's)."""
+
+    def __init__(self) -> None:
+        #: (op name, output bytes, input bytes) -> fastest run seen
+        self._seconds: dict[tuple, float] = {}
+        self._tick = time.perf_counter()
+
+    def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
+        """Seconds the op just recorded took, the fastest seen for the same op and sizes."""
+        seconds = time.perf_counter() - self._tick
+        key = (op_name, out_bytes, *[nbytes_of(x.value) for x in inputs])
+        best = self._seconds.get(key)
+        if best is not None and best <= seconds:
+            return best
+        if seconds <= 0 or seconds == math.inf:  # the first op after a backward: unknown
+            return best if best is not None else _DEFAULT_SECONDS_PER_BYTE * (out_bytes + 1)
+        self._seconds[key] = seconds
+        return seconds
+
+    def restart(self) -> None:
+        """The next op's time starts now."""
+        self._tick = time.perf_counter()
+
+    def pause(self) -> None:
+        """A backward runs before the next op: that op's time is unknown."""
+        self._tick = math.inf

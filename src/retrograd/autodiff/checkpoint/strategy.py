@@ -1,0 +1,117 @@
+"""The checkpointing strategy: the interface between the autodiff engine and checkpointing.
+
+The engine makes two calls, whatever the strategy:
+
+- while recording, :meth:`CheckpointStrategy.save` for every node: what its backward step will
+  read, as a :class:`~.builder.Saved` record (Burn's ``checkpoint_parents`` and the op's
+  builder);
+- when a backward starts, :meth:`CheckpointStrategy.begin_backward`: the
+  :class:`~.checkpointer.Checkpointer` that hands the saved values out; backward then calls
+  its ``retrieve`` and, at the end, its ``end``.
+
+A strategy that decides per op subclasses this and overrides :meth:`recomputes` alone
+(:class:`~.no_checkpointing.NoCheckpointing`, :class:`~.balanced.BalancedCheckpointing`, any
+custom one); :class:`~.budget.strategy.BudgetCheckpointing` refines the calls themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ids import new_node_id
+from .anchored import SqrtAnchors
+from .builder import NOTHING_SAVED, CheckpointerBuilder, Saved
+from .checkpointer import Checkpointer
+from .state import RECOMPUTE, RECOMPUTED, State
+
+__all__ = ["CheckpointStrategy"]
+
+_new = object.__new__
+
+
+class CheckpointStrategy:
+    """Decides, per op, whether its output is recomputed during backward instead of kept.
+
+    Subclass it and override :meth:`recomputes`; ``op`` is the
+    :class:`~retrograd.autodiff.ops.Op` being recorded (``op.name``, ``op.memory_bound``).
+    Whatever it answers, an op with an untracked parent is kept (its output could not be
+    recomputed from the graph), and gradients do not change, only memory and time.
+
+    >>> class RecomputeActivations(CheckpointStrategy):
+    ...     def recomputes(self, op):
+    ...         return op.name in ("relu", "gelu", "sigmoid")
+    """
+
+    #: the :class:`~.builder.CheckpointerBuilder` that gathers this strategy's records
+    builder = CheckpointerBuilder
+    #: what a step plan calls a value missing when backward starts
+    #: (:func:`~retrograd.autodiff.explain.step_plan`)
+    recomputed_status = RECOMPUTED
+
+    def recomputes(self, op: Any) -> bool:
+        raise NotImplementedError
+
+    def save(self, node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
+        """What ``node``'s backward step reads, and how it is held: its
+        :class:`~.builder.Saved` record (see :mod:`.builder` for the actions).
+
+        ``recipe`` (:class:`~retrograd.autodiff.backend.Recipe`) says which inputs and whether
+        the output the rules read; ``inputs`` are the op's autodiff primitives, ``out`` the
+        inner value of its output. Called for every recorded node, so written for speed.
+        """
+        # Only an op whose inputs are all tracked can be recomputed from the graph.
+        recompute = recipe.all_tracked and self.recomputes(node.op)
+        actions = []
+        if recompute:  # back up the parents it would be recomputed from
+            for x in inputs:
+                parent = x.node
+                actions.append((parent.id, RECOMPUTE if parent.saved.recompute else x.value, True))
+        # What its rules read: a tracked input is keyed by its node, and recomputed rather than
+        # kept only when both it and this op are; an untracked one is kept under a fresh key.
+        keys = ()
+        parents = node.parents
+        for i in recipe.saved_inputs:
+            parent = parents[i]
+            if parent is None:
+                key = new_node_id()
+                actions.append((key, inputs[i].value, False))
+            else:
+                key = parent.id
+                value = RECOMPUTE if recompute and parent.saved.recompute else inputs[i].value
+                actions.append((key, value, False))
+            keys += (key,)
+        if recipe.save_out:
+            node_id = node.id
+            keys += (node_id,)
+            actions.append((node_id, RECOMPUTE if recompute else out, False))
+        if not actions:
+            return NOTHING_SAVED
+        saved = _new(Saved)  # Saved.__init__'s slots, assigned here: an __init__ costs a frame
+        saved.keys = keys
+        saved.actions = actions
+        saved.recompute = recompute
+        return saved
+
+    def begin_backward(self, tape: Any, inner: Any, consume: bool) -> Checkpointer:
+        """A backward over ``tape`` (:class:`~retrograd.autodiff.runtime.Tape`) starts: its
+        checkpointer. ``consume``: the walked nodes' records let go of their values."""
+        builder = self.builder(tape.nodes, consume)
+        sizes = builder.sizes()
+        states = builder.states(builder.count_reads())
+        by_products = SqrtAnchors.for_graph(builder.recomputable)
+        return Checkpointer(states, tape.nodes, inner, sizes, by_products, sum(sizes.values()))
+
+    def planned_states(self, tape: Any) -> dict[int, State]:
+        """The state of every value a backward over ``tape`` would read, as it would start:
+        held, or missing (to recompute). Changes nothing, consumes nothing."""
+        builder = self.builder(tape.nodes, consume=False)
+        return builder.states(builder.count_reads())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
