@@ -1,0 +1,466 @@
+"""NumPy kernels of the convolutions: forward, transposed, and their joint backward.
+
+Every ungrouped convolution runs channels-last, PyTorch's ``channels_last`` memory format: the
+shape stays ``[N, C, *spatial]`` but the array lies in memory as ``[N, *spatial, C]``. An input
+in another layout is copied once into it (a copy of the input, a ninth of the columns a 3x3
+kernel makes from it), and outputs are written in it, so in a network the copy happens only
+for the data. In that layout a convolution is one matrix product per batch block:
+
+- *forward*: the columns ``[B * cells, (*kernel, C)]`` of a block (im2col: one strided copy
+  of the windows of the padded input, in runs of ``kernel[-1] * C`` contiguous values) times
+  the weight ``[(*kernel, C), O]``, written straight into the output, bias added while the
+  block is cached. A 1x1 convolution of stride 1 needs no columns: the input is its own.
+- *weight gradient*: the output gradient ``[O, N * cells]`` times the columns, one product
+  per layer (per block of :data:`COLUMN_BLOCK_BYTES` of columns, summed, when the batch
+  is large), the long ``N * cells`` axis the product's inner one.
+- *input gradient*: a transposed convolution of the output gradient. With stride 1 that is a
+  forward convolution with the flipped, transposed weight (im2col + one product, every input
+  cell written once); with a stride, the products ``[B * cells, (*kernel, C)]`` of a block
+  are folded back (col2im: one strided add of runs of ``C`` values per kernel offset), except
+  when the stride equals the kernel (a U-Net's upsampling): the windows do not overlap and
+  the fold is one copy.
+
+Blocks of :data:`COLUMN_BLOCK_BYTES` of columns keep what the copy writes in cache until the
+product reads it. Grouped convolutions keep the NCHW order of the columns, ``[B, G, (C/G,
+*kernel), cells]``, and multiply each group's block with one batched product.
+
+Any input layout is accepted; values do not depend on it beyond rounding
+(tests/test_nn_layouts.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .sizes import (
+    conv_output_size,
+    conv_transpose_output_padding,
+    conv_transpose_output_size,
+)
+
+__all__ = ["NumpyConvKernels", "channels_last"]
+
+#: Bytes of im2col columns per batch block. The block's copy, product and fold run one after
+#: another on it; blocks larger than the caches run a little faster on the machines measured
+#: (longer products), so this only bounds the memory a large batch takes.
+COLUMN_BLOCK_BYTES = 8 << 20
+
+
+# -- layouts ---------------------------------------------------------------------------------------
+def channels_last(x: np.ndarray) -> bool:
+    """Whether ``x`` ``[N, C, *spatial]`` (C > 1) lies in memory as a C-contiguous
+    ``[N, *spatial, C]``: the layout convolutions write their outputs in."""
+    return x.ndim > 2 and x.shape[1] > 1 and np.moveaxis(x, 1, -1).flags.c_contiguous
+
+
+def _to_last(x: np.ndarray) -> np.ndarray:
+    """``x`` ``[N, C, *spatial]`` as a C-contiguous ``[N, *spatial, C]`` array: a view when it
+    is channels-last already, else one copy."""
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+
+
+def _from_last(x: np.ndarray) -> np.ndarray:
+    """The ``[N, C, *spatial]`` view of a channels-last ``[N, *spatial, C]`` array."""
+    return np.moveaxis(x, -1, 1)
+
+
+def _pad_last(x: np.ndarray, before, lengths) -> np.ndarray:
+    """Channels-last ``x`` ``[N, *spatial, C]`` placed at ``before`` (per spatial axis; negative
+    crops) in zeros of spatial ``lengths``; what lies past ``lengths`` is cut off."""
+    spatial = x.shape[1:-1]
+    if all(b == 0 for b in before) and tuple(lengths) == tuple(spatial):
+        return x
+    target, source = [], []
+    for b, n, total in zip(before, spatial, lengths):
+        start = max(0, -b)
+        stop = min(n, total - b)
+        source.append(slice(start, max(start, stop)))
+        target.append(slice(start + b, start + b + max(0, stop - start)))
+    out = np.zeros((x.shape[0], *lengths, x.shape[-1]), dtype=x.dtype)
+    everything = slice(None)
+    out[(everything, *target, everything)] = x[(everything, *source, everything)]
+    return out
+
+
+def _windows_last(xp: np.ndarray, kernel, stride, dilation, out_size) -> np.ndarray:
+    """A view ``[N, *out_size, *kernel, C]`` of the windows of the padded channels-last
+    ``xp``: element ``[n, o..., k..., c]`` is the cell kernel offset ``k`` of output ``o``
+    reads."""
+    ndim = len(kernel)
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    windows = sliding_window_view(xp, extents, axis=tuple(range(1, 1 + ndim)))
+    # [N, *positions, C, *extents]: every stride-th position, every dilation-th cell
+    windows = windows[
+        (slice(None),)
+        + tuple(slice(0, s * (o - 1) + 1, s) for s, o in zip(stride, out_size))
+        + (slice(None),)
+        + tuple(slice(None, None, d) for d in dilation)
+    ]
+    return windows.transpose(0, *range(1, 1 + ndim), *range(2 + ndim, 2 + 2 * ndim), 1 + ndim)
+
+
+def _blocks(n: int, sample_bytes: int):
+    """``(size, starts)``: batch blocks of about :data:`COLUMN_BLOCK_BYTES` of columns."""
+    size = max(1, min(n, COLUMN_BLOCK_BYTES // max(sample_bytes, 1)))
+    return size, range(0, n, size)
+
+
+def _columns_last(xcl, kernel, stride, padding, dilation, out_size, extra=0):
+    """Yield ``(start, stop, columns)`` per batch block of the channels-last ``xcl``: the
+    columns ``[(stop - start) * cells, (*kernel, C)]``, C-contiguous, rows in output order.
+
+    ``padding`` is the zero padding before each spatial axis (the padding after is whatever
+    the windows need). ``extra``: bytes per output cell the caller writes while the block is
+    cached, counted in the block's size. One buffer serves every block; a 1x1 kernel of
+    stride 1 without padding yields the input itself.
+    """
+    n, c = xcl.shape[0], xcl.shape[-1]
+    cells = math.prod(out_size)
+    pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in stride)
+    if pointwise and not any(padding) and tuple(out_size) == xcl.shape[1:-1]:
+        yield 0, n, xcl.reshape(n * cells, c)
+        return
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
+    windows = _windows_last(_pad_last(xcl, padding, needed), kernel, stride, dilation, out_size)
+    rows = c * math.prod(kernel)
+    size, starts = _blocks(n, (rows * xcl.itemsize + extra) * cells)
+    buffer = np.empty((size, *windows.shape[1:]), dtype=xcl.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        block = buffer[: stop - start]
+        np.copyto(block, windows[start:stop])
+        yield start, stop, block.reshape((stop - start) * cells, rows)
+
+
+def _weight_last(weight: np.ndarray) -> np.ndarray:
+    """``weight`` ``[O, C, *kernel]`` as ``[O, (*kernel, C)]``, rows ordered as the columns."""
+    return np.moveaxis(weight, 1, -1).reshape(weight.shape[0], -1)
+
+
+def _flipped_transposed(weight: np.ndarray) -> np.ndarray:
+    """``weight`` ``[C_in, C_out, *kernel]`` of a transposed convolution as the weight
+    ``[C_out, C_in, *kernel]`` of the equivalent stride-1 convolution: flipped in space."""
+    spatial = tuple(range(2, weight.ndim))
+    return np.flip(weight, spatial).swapaxes(0, 1)
+
+
+def _conv_last(xcl, w_rows, bias, kernel, stride, padding, dilation, out_size):
+    """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``w_rows`` ``[O, (*kernel, C)]``
+    give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added."""
+    n, c_out = xcl.shape[0], w_rows.shape[0]
+    cells = math.prod(out_size)
+    out = np.empty((n, cells, c_out), dtype=xcl.dtype)
+    for start, stop, columns in _columns_last(
+        xcl, kernel, stride, padding, dilation, out_size, c_out * xcl.itemsize
+    ):
+        block = out[start:stop].reshape((stop - start) * cells, c_out)
+        np.matmul(columns, w_rows.T, out=block)
+        if bias.size:  # while the block is in cache
+            block += bias
+    return out.reshape(n, *out_size, c_out)
+
+
+def _folded_lengths(in_size, kernel, stride, padding, dilation, out_size) -> list[int]:
+    """The spatial size of a transposed convolution's output before its padding is cropped:
+    every window's reach, and at least ``padding + out_size`` (an ``output_padding`` past the
+    windows adds cells no input reaches)."""
+    return [
+        max(s * (m - 1) + d * (k - 1) + 1, p + o)
+        for m, k, s, p, d, o in zip(in_size, kernel, stride, padding, dilation, out_size)
+    ]
+
+
+def _fold_last(out, columns, kernel, stride, dilation, in_size):
+    """col2im, channels-last: add ``columns`` ``[B, *in_size, *kernel, C]`` into the padded
+    ``out`` ``[B, *full, C]``, one strided add per kernel offset."""
+    everything = slice(None)
+    taps = (everything,) * (1 + len(in_size))
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        cells = tuple(
+            slice(k * d, k * d + s * (n - 1) + 1, s)
+            for k, n, s, d in zip(offsets, in_size, stride, dilation)
+        )
+        out[(everything, *cells, everything)] += columns[(*taps, *offsets, everything)]
+
+
+def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dilation):
+    """Ungrouped transposed convolution of the channels-last ``xcl`` ``[N, *in, C_in]`` by
+    ``weight`` ``[C_in, C_out, *kernel]``: ``[N, *out, C_out]``, C-contiguous."""
+    n, c_in = xcl.shape[0], xcl.shape[-1]
+    in_size, kernel = xcl.shape[1:-1], weight.shape[2:]
+    c_out = weight.shape[1]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
+    )
+    if all(s == 1 for s in stride):
+        # The adjoint of a stride-1 convolution is a convolution with the flipped weight,
+        # padded by the kernel's reach less the padding (negative: cropped) on the left.
+        before = tuple(d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding))
+        w_rows = _weight_last(_flipped_transposed(weight))
+        return _conv_last(xcl, w_rows, bias, kernel, stride, before, dilation, out_size)
+    # columns [B, *in, (*kernel, C_out)] = x @ weight, folded into the padded output
+    w_rows = np.moveaxis(weight, 1, -1).reshape(c_in, -1)
+    full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
+    everything = slice(None)
+    disjoint = all(s == k and d == 1 for s, k, d in zip(stride, kernel, dilation))
+    if disjoint:  # every output cell is written by one kernel offset of one input cell
+        out = np.empty((n, *full, c_out), dtype=xcl.dtype)
+        reach = tuple(s * m for s, m in zip(stride, in_size))
+        tail = tuple(slice(r, None) for r in reach)
+        for axis, part in enumerate(tail):  # cells past every window (output_padding)
+            index = [everything] * out.ndim
+            index[1 + axis] = part
+            out[tuple(index)] = 0
+        # [N, m1, k1, m2, k2, ..., C] is the covered part, interleaving input and offset
+        covered = out[(everything, *(slice(0, r) for r in reach), everything)]
+        interleaved = covered.reshape(n, *itertools.chain(*zip(in_size, kernel)), c_out, copy=False)
+        ndim = len(kernel)
+        order = (0, *range(1, 2 * ndim + 1, 2), *range(2, 2 * ndim + 2, 2), 2 * ndim + 1)
+        target = interleaved.transpose(order)  # [N, *in, *kernel, C]
+        rows = xcl.reshape(n, math.prod(in_size), c_in)
+        size, starts = _blocks(n, w_rows.shape[1] * rows.shape[1] * xcl.itemsize)
+        for start in starts:
+            stop = min(start + size, n)
+            columns = np.matmul(rows[start:stop], w_rows)
+            target[start:stop] = columns.reshape(stop - start, *in_size, *kernel, c_out)
+    else:
+        out = np.zeros((n, *full, c_out), dtype=xcl.dtype)
+        rows = xcl.reshape(n, math.prod(in_size), c_in)
+        size, starts = _blocks(n, w_rows.shape[1] * rows.shape[1] * xcl.itemsize)
+        buffer = np.empty((size, rows.shape[1], w_rows.shape[1]), dtype=xcl.dtype)
+        for start in starts:
+            stop = min(start + size, n)
+            columns = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
+            columns = columns.reshape(stop - start, *in_size, *kernel, c_out)
+            _fold_last(out[start:stop], columns, kernel, stride, dilation, in_size)
+    out = out[(everything, *crop, everything)]
+    if bias.size:
+        out = np.add(out, bias)  # a contiguous copy, bias added
+    return np.ascontiguousarray(out)
+
+
+def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
+    """The weight gradient ``[O, C, *kernel]`` of an ungrouped convolution from the
+    channels-last input ``xcl`` and output gradient ``gcl`` ``[N, *out, O]``: one product
+    ``[O, N * cells] @ [N * cells, (*kernel, C)]`` per block of columns."""
+    n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
+    out_size = gcl.shape[1:-1]
+    rows = gcl.reshape(n, math.prod(out_size), c_out)
+    grad = np.zeros((c_out, math.prod(kernel) * c_in), dtype=xcl.dtype)  # an empty batch's
+    for start, stop, columns in _columns_last(xcl, kernel, stride, padding, dilation, out_size):
+        part = np.matmul(rows[start:stop].reshape(len(columns), c_out).T, columns)
+        grad = part if start == 0 else np.add(grad, part, out=grad)
+    grad = grad.reshape(c_out, *kernel, c_in)
+    return np.ascontiguousarray(np.moveaxis(grad, -1, 1))
+
+
+def _channel_sums(xcl: np.ndarray) -> np.ndarray:
+    """Per channel, the sum of the channels-last ``xcl`` (a bias's gradient), accumulated in
+    float64 whatever the dtype."""
+    rows = xcl.reshape(-1, xcl.shape[-1])
+    return np.einsum("mc->c", rows, dtype=np.float64).astype(xcl.dtype)
+
+
+# -- grouped convolutions: NCHW columns ------------------------------------------------------------
+def _windows(x, kernel, stride, padding, dilation, out_size):
+    """A view ``[N, C, *kernel, *out_size]`` of the windows of ``x`` zero-padded."""
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
+    xp = _from_last(_pad_last(np.moveaxis(x, 1, -1), padding, needed))
+    ndim = len(kernel)
+    windows = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + ndim)))
+    windows = windows[
+        (slice(None), slice(None))
+        + tuple(slice(None, None, s) for s in stride)
+        + tuple(slice(None, None, d) for d in dilation)
+    ]
+    # [N, C, *out, *kernel] -> [N, C, *kernel, *out]
+    return windows.transpose(0, 1, *range(2 + ndim, 2 + 2 * ndim), *range(2, 2 + ndim))
+
+
+def _grouped_columns(x, kernel, stride, padding, dilation, groups, out_size, extra=0):
+    """Yield ``(start, stop, columns)`` per batch block: the columns ``[stop-start, groups,
+    C/groups * prod(kernel), prod(out_size)]`` of ``x[start:stop]``, row ``(c, k...)`` input
+    channel ``c`` at kernel offset ``k``; ``extra``: bytes per output cell the caller writes
+    while the block is cached."""
+    n, c = x.shape[:2]
+    windows = _windows(x, kernel, stride, padding, dilation, out_size)
+    rows, cells = (c // groups) * math.prod(kernel), math.prod(out_size)
+    size, starts = _blocks(n, (c * math.prod(kernel) * x.itemsize + extra) * cells)
+    buffer = np.empty((size, *windows.shape[1:]), dtype=x.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        block = buffer[: stop - start]
+        np.copyto(block, windows[start:stop])
+        yield start, stop, block.reshape(stop - start, groups, rows, cells)
+
+
+def _channel_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` ``[N, C, *spatial]`` as matrices ``[N, C, prod(spatial)]`` (a view when it can)."""
+    return x.reshape(*x.shape[:2], math.prod(x.shape[2:]))
+
+
+def _fold(out, columns, kernel, stride, dilation, in_size):
+    """col2im: add ``columns`` ``[N, C, *kernel, *in_size]`` into ``out`` ``[N, C, *full]``
+    (the padded output), one strided add per kernel offset."""
+    everything = slice(None)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        cells = tuple(
+            slice(k * d, k * d + s * (n - 1) + 1, s)
+            for k, n, s, d in zip(offsets, in_size, stride, dilation)
+        )
+        out[(everything, everything, *cells)] += columns[(everything, everything, *offsets)]
+
+
+def _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size):
+    n, c_out = x.shape[0], weight.shape[0]
+    kernel = weight.shape[2:]
+    w = weight.reshape(groups, c_out // groups, -1)
+    out = np.empty((n, groups, c_out // groups, math.prod(out_size)), dtype=x.dtype)
+    per_channel = bias.reshape(groups, c_out // groups, 1) if bias.size else None
+    for start, stop, columns in _grouped_columns(
+        x, kernel, stride, padding, dilation, groups, out_size, c_out * x.itemsize
+    ):
+        block = np.matmul(w, columns, out=out[start:stop])
+        if per_channel is not None:
+            block += per_channel
+    return out.reshape(n, c_out, *out_size)
+
+
+def _grouped_conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    n, c_in = x.shape[:2]
+    kernel = weight.shape[2:]
+    per_group_out = weight.shape[1]
+    c_out = groups * per_group_out
+    in_size = x.shape[2:]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
+    )
+    full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
+    out = np.empty((n, c_out, *full), dtype=x.dtype)
+    out[...] = bias.reshape((c_out,) + (1,) * len(full)) if bias.size else 0
+    # columns[n, g, (o, k...), l] = sum_c weight[g, c, (o, k...)] * x[n, g, c, l], folded
+    # into the padded output block by block while they are in cache.
+    w = weight.reshape(groups, c_in // groups, per_group_out * math.prod(kernel))
+    w = w.transpose(0, 2, 1)
+    xs = _channel_rows(x).reshape(n, groups, c_in // groups, math.prod(in_size))
+    size, starts = _blocks(n, w.shape[1] * groups * xs.shape[3] * x.itemsize)
+    buffer = np.empty((size, groups, w.shape[1], xs.shape[3]), dtype=x.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        columns = np.matmul(w, xs[start:stop], out=buffer[: stop - start])
+        columns = columns.reshape(stop - start, c_out, *kernel, *in_size)
+        _fold(out[start:stop], columns, kernel, stride, dilation, in_size)
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
+    return out[(slice(None), slice(None), *crop)]
+
+
+def _grouped_weight_grad(x, out_grad, kernel_size, stride, padding, dilation, groups):
+    c_in, c_out = x.shape[1], out_grad.shape[1]
+    out_size = out_grad.shape[2:]
+    g = _channel_rows(out_grad).reshape(
+        out_grad.shape[0], groups, c_out // groups, math.prod(out_size)
+    )
+    grad = np.zeros(
+        (groups, c_out // groups, (c_in // groups) * math.prod(kernel_size)), dtype=x.dtype
+    )
+    for start, stop, columns in _grouped_columns(
+        x, kernel_size, stride, padding, dilation, groups, out_size
+    ):
+        # [B, G, O/G, L] @ [B, G, L, C/G*K], summed over the block
+        grad += np.matmul(g[start:stop], columns.swapaxes(2, 3)).sum(axis=0)
+    return grad.reshape(c_out, c_in // groups, *kernel_size)
+
+
+class NumpyConvKernels:
+    """The convolution kernels of :class:`~retrograd.backend.NumpyBackend`."""
+
+    def conv(self, x, weight, bias, stride, padding, dilation, groups):
+        kernel = weight.shape[2:]
+        out_size = tuple(
+            conv_output_size(length, k, s, p, d)
+            for length, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
+        )
+        if groups != 1:
+            return _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size)
+        out = _conv_last(
+            _to_last(x), _weight_last(weight), bias, kernel, stride, padding, dilation, out_size
+        )
+        return _from_last(out)
+
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
+        if groups != 1:
+            return _grouped_conv_transpose(
+                x, weight, bias, stride, padding, output_padding, dilation, groups
+            )
+        out = _conv_transpose_last(
+            _to_last(x), weight, bias, stride, padding, output_padding, dilation
+        )
+        return _from_last(out)
+
+    def conv_weight_grad(self, x, out_grad, kernel_size, stride, padding, dilation, groups):
+        if groups != 1:
+            return _grouped_weight_grad(x, out_grad, kernel_size, stride, padding, dilation, groups)
+        return _weight_grad_last(
+            _to_last(x), _to_last(out_grad), kernel_size, stride, padding, dilation
+        )
+
+    def conv_backward(self, grad, x, weight, stride, padding, dilation, groups, needs):
+        if groups != 1:  # the protocol's default: the adjoints, one kernel each
+            return super().conv_backward(grad, x, weight, stride, padding, dilation, groups, needs)
+        # the output gradient laid out channels-last once, for all three
+        gcl = _to_last(grad)
+        kernel = weight.shape[2:]
+        dx = dweight = dbias = None
+        if needs[0]:
+            output_padding = conv_transpose_output_padding(
+                x.shape[2:], grad.shape[2:], kernel, stride, padding, dilation
+            )
+            none = np.zeros(0, dtype=grad.dtype)
+            dx = _from_last(
+                _conv_transpose_last(gcl, weight, none, stride, padding, output_padding, dilation)
+            )
+        if needs[1]:
+            dweight = _weight_grad_last(_to_last(x), gcl, kernel, stride, padding, dilation)
+        if needs[2]:
+            dbias = _channel_sums(gcl)
+        return dx, dweight, dbias
+
+    def conv_transpose_backward(
+        self, grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+    ):
+        kernel = weight.shape[2:]
+        reachable = all(
+            conv_output_size(n, k, s, p, d) == m
+            for n, m, k, s, p, d in zip(
+                grad.shape[2:], x.shape[2:], kernel, stride, padding, dilation
+            )
+        )
+        if groups != 1 or not reachable:  # the protocol's default
+            return super().conv_transpose_backward(
+                grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+            )
+        # the adjoint of conv_transpose(., weight) is conv(., weight); its weight gradient is
+        # that convolution's, with grad as its input and x as its output gradient
+        gcl = _to_last(grad)
+        dx = dweight = dbias = None
+        if needs[0]:
+            none = np.zeros(0, dtype=grad.dtype)
+            dx = _from_last(
+                _conv_last(
+                    gcl, _weight_last(weight), none, kernel, stride, padding, dilation, x.shape[2:]
+                )
+            )
+        if needs[1]:
+            dweight = _weight_grad_last(gcl, _to_last(x), kernel, stride, padding, dilation)
+        if needs[2]:
+            dbias = _channel_sums(gcl)
+        return dx, dweight, dbias
