@@ -115,7 +115,7 @@ def make_resnet18(lib, nn, F, num_classes: int = 1000, width: int = 64):  # noqa
 
 def make_unet(
     lib,
-    nn,  # noqa: N803
+    nn,
     F,  # noqa: N803
     n_channels: int = 3,
     n_classes: int = 2,
@@ -149,7 +149,9 @@ def make_unet(
 
         def __init__(self, in_channels, out_channels):
             super().__init__()
-            self.maxpool_conv = nn.Sequential(nn.MaxPool2d(2), DoubleConv(in_channels, out_channels))
+            self.maxpool_conv = nn.Sequential(
+                nn.MaxPool2d(2), DoubleConv(in_channels, out_channels)
+            )
 
         def forward(self, x):
             return self.maxpool_conv(x)

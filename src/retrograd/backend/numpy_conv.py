@@ -50,6 +50,27 @@ __all__ = ["NumpyConvKernels", "channels_last"]
 COLUMN_BLOCK_BYTES = 8 << 20
 
 
+#: Whether :func:`_warm_blas` has run in this process.
+_BLAS_WARMED = [False]
+
+
+def _warm_blas() -> None:
+    """Run one 384 x 384 float32 product, once per process, before the first convolution.
+
+    NumPy's OpenBLAS (its Haswell kernels, on the AMD EPYC machines this was measured on)
+    runs single-precision products at half speed in a process until a product with every
+    dimension of about 352 or more has run: ``[36864, 288] @ [288, 64]``, the second
+    convolution of the benchmark CNN, took 80 ms before and 42 ms after, and stayed fast
+    (the process's transparent huge pages grow by 8 MB at that first large product). A
+    network's convolutions need not contain such a product; this one costs a few
+    milliseconds, once.
+    """
+    if not _BLAS_WARMED[0]:
+        _BLAS_WARMED[0] = True
+        square = np.ones((384, 384), dtype=np.float32)
+        np.matmul(square, square)
+
+
 # -- layouts ---------------------------------------------------------------------------------------
 def channels_last(x: np.ndarray) -> bool:
     """Whether ``x`` ``[N, C, *spatial]`` (C > 1) lies in memory as a C-contiguous
@@ -109,16 +130,54 @@ def _blocks(n: int, sample_bytes: int):
     return size, range(0, n, size)
 
 
-def _columns_last(xcl, kernel, stride, padding, dilation, out_size, extra=0):
+def _offsets(kernel):
+    """Every kernel offset, as a tuple of one index per spatial axis."""
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def _offset_cells(offsets, counts, stride, dilation) -> tuple:
+    """For one kernel offset: the slices of the padded input the ``counts`` outputs read (of
+    the padded output a transposed convolution's inputs write), per spatial axis."""
+    return tuple(
+        slice(k * d, k * d + s * (n - 1) + 1, s)
+        for k, n, s, d in zip(offsets, counts, stride, dilation)
+    )
+
+
+def _channel_major(weight_size: int, column_size: int) -> bool:
+    """Whether a convolution orders its columns ``(c, *kernel)``, the weight's own order,
+    whose matrix is then a view, rather than ``(*kernel, c)``, whose copy from a
+    channels-last input is several times faster (runs of ``kernel[-1] * C`` values against
+    runs of ``C`` values written ``prod(kernel)`` apart) but which needs the weight
+    reordered, a copy as large as the weight. Measured, the reorder costs more than the
+    slower copy about when the weight outgrows the columns: in the deep layers of a network,
+    small maps with many channels (a U-Net's bottom, a ResNet's last stage)."""
+    return weight_size > column_size
+
+
+def _column_offset(columns, offsets, channel_major: bool, ndim: int):
+    """The part of ``columns`` ``[B, *cells, *kernel, C]`` (``[B, *cells, C, *kernel]`` when
+    ``channel_major``) at one kernel offset: ``[B, *cells, C]``."""
+    everything = (slice(None),) * (1 + ndim)
+    if channel_major:
+        return columns[(*everything, slice(None), *offsets)]
+    return columns[(*everything, *offsets, slice(None))]
+
+
+def _columns_last(xcl, kernel, stride, padding, dilation, out_size, channel_major, extra=0):
     """Yield ``(start, stop, columns)`` per batch block of the channels-last ``xcl``: the
-    columns ``[(stop - start) * cells, (*kernel, C)]``, C-contiguous, rows in output order.
+    columns ``[(stop - start) * cells, rows]``, C-contiguous, in output order, the rows
+    ordered ``(*kernel, c)`` or, ``channel_major``, ``(c, *kernel)``.
 
     ``padding`` is the zero padding before each spatial axis (the padding after is whatever
     the windows need). ``extra``: bytes per output cell the caller writes while the block is
     cached, counted in the block's size. One buffer serves every block; a 1x1 kernel of
-    stride 1 without padding yields the input itself.
+    stride 1 without padding yields the input itself. ``(*kernel, c)`` columns are one
+    copy of a window view; ``(c, *kernel)`` ones one copy per kernel offset (runs of ``C``
+    values), the faster way to write them.
     """
     n, c = xcl.shape[0], xcl.shape[-1]
+    ndim = len(kernel)
     cells = math.prod(out_size)
     pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in stride)
     if pointwise and not any(padding) and tuple(out_size) == xcl.shape[1:-1]:
@@ -126,19 +185,33 @@ def _columns_last(xcl, kernel, stride, padding, dilation, out_size, extra=0):
         return
     extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
-    windows = _windows_last(_pad_last(xcl, padding, needed), kernel, stride, dilation, out_size)
+    padded = _pad_last(xcl, padding, needed)
     rows = c * math.prod(kernel)
     size, starts = _blocks(n, (rows * xcl.itemsize + extra) * cells)
-    buffer = np.empty((size, *windows.shape[1:]), dtype=xcl.dtype)
+    if channel_major:
+        buffer = np.empty((size, *out_size, c, *kernel), dtype=xcl.dtype)
+    else:
+        windows = _windows_last(padded, kernel, stride, dilation, out_size)
+        buffer = np.empty((size, *windows.shape[1:]), dtype=xcl.dtype)
     for start in starts:
         stop = min(start + size, n)
         block = buffer[: stop - start]
-        np.copyto(block, windows[start:stop])
+        if channel_major:
+            for offsets in _offsets(kernel):
+                source = padded[
+                    (slice(start, stop), *_offset_cells(offsets, out_size, stride, dilation))
+                ]
+                _column_offset(block, offsets, True, ndim)[...] = source
+        else:
+            np.copyto(block, windows[start:stop])
         yield start, stop, block.reshape((stop - start) * cells, rows)
 
 
-def _weight_last(weight: np.ndarray) -> np.ndarray:
-    """``weight`` ``[O, C, *kernel]`` as ``[O, (*kernel, C)]``, rows ordered as the columns."""
+def _weight_rows(weight: np.ndarray, channel_major: bool) -> np.ndarray:
+    """``weight`` ``[O, C, *kernel]`` as ``[O, rows]``, rows ordered as the columns: a view
+    when ``channel_major``, else a copy ordered ``(*kernel, c)``."""
+    if channel_major:
+        return weight.reshape(weight.shape[0], -1)
     return np.moveaxis(weight, 1, -1).reshape(weight.shape[0], -1)
 
 
@@ -149,14 +222,21 @@ def _flipped_transposed(weight: np.ndarray) -> np.ndarray:
     return np.flip(weight, spatial).swapaxes(0, 1)
 
 
-def _conv_last(xcl, w_rows, bias, kernel, stride, padding, dilation, out_size):
-    """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``w_rows`` ``[O, (*kernel, C)]``
-    give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added."""
-    n, c_out = xcl.shape[0], w_rows.shape[0]
+def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
+    """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
+    give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
+    ``channel_major``: the columns' order (see :func:`_channel_major`), chosen here when
+    ``None``."""
+    _warm_blas()
+    n, c_out = xcl.shape[0], weight.shape[0]
+    kernel = weight.shape[2:]
     cells = math.prod(out_size)
+    if channel_major is None:
+        channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    w_rows = _weight_rows(weight, channel_major)
     out = np.empty((n, cells, c_out), dtype=xcl.dtype)
     for start, stop, columns in _columns_last(
-        xcl, kernel, stride, padding, dilation, out_size, c_out * xcl.itemsize
+        xcl, kernel, stride, padding, dilation, out_size, channel_major, c_out * xcl.itemsize
     ):
         block = out[start:stop].reshape((stop - start) * cells, c_out)
         np.matmul(columns, w_rows.T, out=block)
@@ -175,71 +255,78 @@ def _folded_lengths(in_size, kernel, stride, padding, dilation, out_size) -> lis
     ]
 
 
-def _fold_last(out, columns, kernel, stride, dilation, in_size):
-    """col2im, channels-last: add ``columns`` ``[B, *in_size, *kernel, C]`` into the padded
-    ``out`` ``[B, *full, C]``, one strided add per kernel offset."""
-    everything = slice(None)
-    taps = (everything,) * (1 + len(in_size))
-    for offsets in itertools.product(*(range(k) for k in kernel)):
-        cells = tuple(
-            slice(k * d, k * d + s * (n - 1) + 1, s)
-            for k, n, s, d in zip(offsets, in_size, stride, dilation)
-        )
-        out[(everything, *cells, everything)] += columns[(*taps, *offsets, everything)]
-
-
 def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dilation):
     """Ungrouped transposed convolution of the channels-last ``xcl`` ``[N, *in, C_in]`` by
-    ``weight`` ``[C_in, C_out, *kernel]``: ``[N, *out, C_out]``, C-contiguous."""
+    ``weight`` ``[C_in, C_out, *kernel]``: ``[N, *out, C_out]``, C-contiguous.
+
+    Three ways, by shape. With stride 1 and ``C_out >= C_in``, a convolution with the flipped
+    weight (every output cell written once; its columns hold ``C_in`` values per kernel
+    offset). Otherwise the products ``x @ weight`` (``C_out`` values per input cell and
+    kernel offset: fewer, when ``C_out < C_in``) are placed: copied to their own output cells
+    when the stride equals the kernel (the windows do not overlap), else folded (col2im: one
+    strided add per kernel offset). A weight larger than the products is never reordered
+    (see :func:`_channel_major`): the products are ordered ``(c, *kernel)``, its own order,
+    and folded.
+    """
+    _warm_blas()
     n, c_in = xcl.shape[0], xcl.shape[-1]
     in_size, kernel = xcl.shape[1:-1], weight.shape[2:]
+    ndim = len(kernel)
     c_out = weight.shape[1]
     out_size = tuple(
         conv_transpose_output_size(*args)
         for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
     )
-    if all(s == 1 for s in stride):
+    cells = math.prod(in_size)
+    channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    if all(s == 1 for s in stride) and not channel_major and c_out >= c_in:
         # The adjoint of a stride-1 convolution is a convolution with the flipped weight,
         # padded by the kernel's reach less the padding (negative: cropped) on the left.
         before = tuple(d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding))
-        w_rows = _weight_last(_flipped_transposed(weight))
-        return _conv_last(xcl, w_rows, bias, kernel, stride, before, dilation, out_size)
-    # columns [B, *in, (*kernel, C_out)] = x @ weight, folded into the padded output
-    w_rows = np.moveaxis(weight, 1, -1).reshape(c_in, -1)
+        flipped = _flipped_transposed(weight)
+        return _conv_last(xcl, flipped, bias, stride, before, dilation, out_size, False)
+    # products [B, *in, (*kernel, C_out)] (or (C_out, *kernel)) = x @ weight
+    if channel_major:
+        w_rows = weight.reshape(c_in, -1)
+        shape = (*in_size, c_out, *kernel)
+    else:
+        w_rows = np.moveaxis(weight, 1, -1).reshape(c_in, -1)
+        shape = (*in_size, *kernel, c_out)
     full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
-    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
     everything = slice(None)
+    rows = xcl.reshape(n, cells, c_in)
+    size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize)
     disjoint = all(s == k and d == 1 for s, k, d in zip(stride, kernel, dilation))
     if disjoint:  # every output cell is written by one kernel offset of one input cell
         out = np.empty((n, *full, c_out), dtype=xcl.dtype)
         reach = tuple(s * m for s, m in zip(stride, in_size))
-        tail = tuple(slice(r, None) for r in reach)
-        for axis, part in enumerate(tail):  # cells past every window (output_padding)
+        for axis, length in enumerate(reach, start=1):  # cells past every window
             index = [everything] * out.ndim
-            index[1 + axis] = part
+            index[axis] = slice(length, None)
             out[tuple(index)] = 0
         # [N, m1, k1, m2, k2, ..., C] is the covered part, interleaving input and offset
         covered = out[(everything, *(slice(0, r) for r in reach), everything)]
         interleaved = covered.reshape(n, *itertools.chain(*zip(in_size, kernel)), c_out, copy=False)
-        ndim = len(kernel)
         order = (0, *range(1, 2 * ndim + 1, 2), *range(2, 2 * ndim + 2, 2), 2 * ndim + 1)
         target = interleaved.transpose(order)  # [N, *in, *kernel, C]
-        rows = xcl.reshape(n, math.prod(in_size), c_in)
-        size, starts = _blocks(n, w_rows.shape[1] * rows.shape[1] * xcl.itemsize)
+        if channel_major:  # [N, *in, C, *kernel]
+            target = np.moveaxis(target, -1, 1 + ndim)
         for start in starts:
             stop = min(start + size, n)
-            columns = np.matmul(rows[start:stop], w_rows)
-            target[start:stop] = columns.reshape(stop - start, *in_size, *kernel, c_out)
+            products = np.matmul(rows[start:stop], w_rows)
+            target[start:stop] = products.reshape(stop - start, *shape)
     else:
         out = np.zeros((n, *full, c_out), dtype=xcl.dtype)
-        rows = xcl.reshape(n, math.prod(in_size), c_in)
-        size, starts = _blocks(n, w_rows.shape[1] * rows.shape[1] * xcl.itemsize)
-        buffer = np.empty((size, rows.shape[1], w_rows.shape[1]), dtype=xcl.dtype)
+        buffer = np.empty((size, cells, w_rows.shape[1]), dtype=xcl.dtype)
         for start in starts:
             stop = min(start + size, n)
-            columns = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
-            columns = columns.reshape(stop - start, *in_size, *kernel, c_out)
-            _fold_last(out[start:stop], columns, kernel, stride, dilation, in_size)
+            products = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
+            products = products.reshape(stop - start, *shape)
+            block = out[start:stop]
+            for offsets in _offsets(kernel):
+                target = block[(everything, *_offset_cells(offsets, in_size, stride, dilation))]
+                target += _column_offset(products, offsets, channel_major, ndim)
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
     out = out[(everything, *crop, everything)]
     if bias.size:
         out = np.add(out, bias)  # a contiguous copy, bias added
@@ -249,14 +336,22 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
 def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
     """The weight gradient ``[O, C, *kernel]`` of an ungrouped convolution from the
     channels-last input ``xcl`` and output gradient ``gcl`` ``[N, *out, O]``: one product
-    ``[O, N * cells] @ [N * cells, (*kernel, C)]`` per block of columns."""
+    ``[O, N * cells] @ [N * cells, rows]`` per block of columns."""
+    _warm_blas()
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
-    rows = gcl.reshape(n, math.prod(out_size), c_out)
-    grad = np.zeros((c_out, math.prod(kernel) * c_in), dtype=xcl.dtype)  # an empty batch's
-    for start, stop, columns in _columns_last(xcl, kernel, stride, padding, dilation, out_size):
-        part = np.matmul(rows[start:stop].reshape(len(columns), c_out).T, columns)
+    cells = math.prod(out_size)
+    rows = c_in * math.prod(kernel)
+    channel_major = _channel_major(c_out * rows, n * cells * rows)
+    g = gcl.reshape(n, cells, c_out)
+    grad = np.zeros((c_out, rows), dtype=xcl.dtype)  # an empty batch's
+    for start, stop, columns in _columns_last(
+        xcl, kernel, stride, padding, dilation, out_size, channel_major
+    ):
+        part = np.matmul(g[start:stop].reshape(len(columns), c_out).T, columns)
         grad = part if start == 0 else np.add(grad, part, out=grad)
+    if channel_major:
+        return grad.reshape(c_out, c_in, *kernel)
     grad = grad.reshape(c_out, *kernel, c_in)
     return np.ascontiguousarray(np.moveaxis(grad, -1, 1))
 
@@ -391,9 +486,7 @@ class NumpyConvKernels:
         )
         if groups != 1:
             return _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size)
-        out = _conv_last(
-            _to_last(x), _weight_last(weight), bias, kernel, stride, padding, dilation, out_size
-        )
+        out = _conv_last(_to_last(x), weight, bias, stride, padding, dilation, out_size)
         return _from_last(out)
 
     def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
@@ -454,11 +547,7 @@ class NumpyConvKernels:
         dx = dweight = dbias = None
         if needs[0]:
             none = np.zeros(0, dtype=grad.dtype)
-            dx = _from_last(
-                _conv_last(
-                    gcl, _weight_last(weight), none, kernel, stride, padding, dilation, x.shape[2:]
-                )
-            )
+            dx = _from_last(_conv_last(gcl, weight, none, stride, padding, dilation, x.shape[2:]))
         if needs[1]:
             dweight = _weight_grad_last(gcl, _to_last(x), kernel, stride, padding, dilation)
         if needs[2]:
