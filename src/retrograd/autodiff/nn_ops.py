@@ -1,8 +1,9 @@
-"""The neural-network ops (convolution, pooling, interpolation...): declared like the ops of
-:mod:`.ops`, kept apart because their kernels are backend primitives of their own.
+"""The neural-network ops (convolution, pooling, interpolation, the fused linear, normalization
+and attention ops): declared like the ops of :mod:`.ops`, kept apart because their kernels are
+backend primitives of their own.
 
-Every forward here is linear in each tensor input, and each op's backward rules call the op's
-adjoint, itself an op of this table:
+The convolution, pooling and interpolation forwards are linear in each tensor input, and each
+op's backward rules call the op's adjoint, itself an op of this table:
 
 - ``conv``, ``conv_transpose`` (each with its bias, added in the kernel as PyTorch's
   ``convolution`` does) and ``conv_weight_grad`` are bilinear and close under
@@ -198,7 +199,7 @@ Op(
 )
 
 
-# -- fused linear and transformer ops --------------------------------------------------------------
+# -- fused linear, normalization and transformer ops -----------------------------------------------
 # Each has one joint rule (see ops.py) computing every input's gradient at once: linear's from
 # plain products, the others' in the backend's fused backward kernels. Run on the autodiff
 # backend (``create_graph=True``), those kernels are the protocol's defaults, compositions of

@@ -2,30 +2,33 @@
 
 Every ungrouped convolution runs channels-last, PyTorch's ``channels_last`` memory format: the
 shape stays ``[N, C, *spatial]`` but the array lies in memory as ``[N, *spatial, C]``. An input
-in another layout is copied once into it (a copy of the input, a ninth of the columns a 3x3
-kernel makes from it), and outputs are written in it, so in a network the copy happens only
-for the data. In that layout a convolution is one matrix product per batch block:
+in another layout is copied once into it (a ninth of the columns a 3x3 kernel makes from it),
+and outputs are written in it, so in a network the copy happens only for the data. In that
+layout a convolution is one matrix product per batch block of columns (im2col):
 
-- *forward*: the columns ``[B * cells, (*kernel, C)]`` of a block (im2col: one strided copy
-  of the windows of the padded input, in runs of ``kernel[-1] * C`` contiguous values) times
-  the weight ``[(*kernel, C), O]``, written straight into the output, bias added while the
-  block is cached. A 1x1 convolution of stride 1 needs no columns: the input is its own.
+- *forward*: the columns ``[B * cells, rows]`` of a block times the weight ``[rows, O]``,
+  written straight into the output, bias added while the block is at hand. A 1x1
+  convolution of stride 1 needs no columns: the input is its own.
 - *weight gradient*: the output gradient ``[O, N * cells]`` times the columns, one product
-  per layer (per block of :data:`COLUMN_BLOCK_BYTES` of columns, summed, when the batch
-  is large), the long ``N * cells`` axis the product's inner one.
-- *input gradient*: a transposed convolution of the output gradient. With stride 1 that is a
-  forward convolution with the flipped, transposed weight (im2col + one product, every input
-  cell written once); with a stride, the products ``[B * cells, (*kernel, C)]`` of a block
-  are folded back (col2im: one strided add of runs of ``C`` values per kernel offset), except
-  when the stride equals the kernel (a U-Net's upsampling): the windows do not overlap and
-  the fold is one copy.
+  per layer (per block, summed, when the batch is large), the long ``N * cells`` axis the
+  product's inner one.
+- *input gradient*: a transposed convolution of the output gradient, which is, by shape,
+  a stride-1 convolution with the flipped weight (every input cell written once), or the
+  products ``output gradient @ weight`` placed back: copied when the stride equals the
+  kernel (a U-Net's upsampling: the windows do not overlap), else folded (col2im: one
+  strided add per kernel offset).
 
-Blocks of :data:`COLUMN_BLOCK_BYTES` of columns keep what the copy writes in cache until the
-product reads it. Grouped convolutions keep the NCHW order of the columns, ``[B, G, (C/G,
-*kernel), cells]``, and multiply each group's block with one batched product.
+The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
+``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
+outweighs the columns (the deep layers of a network: small maps, many channels),
+``(c, *kernel)``, the weight's own order, no copy of it (:func:`_channel_major`).
+
+Batch blocks of :data:`COLUMN_BLOCK_BYTES` of columns bound the memory. Grouped convolutions
+keep the NCHW order of the columns, ``[B, G, (C/G, *kernel), cells]``, and multiply each
+group's block with one batched product.
 
 Any input layout is accepted; values do not depend on it beyond rounding
-(tests/test_nn_layouts.py).
+(tests/test_nn_layouts.py, tests/test_conv_kernels.py).
 """
 
 from __future__ import annotations
@@ -364,11 +367,37 @@ def _channel_sums(xcl: np.ndarray) -> np.ndarray:
 
 
 # -- grouped convolutions: NCHW columns ------------------------------------------------------------
-def _windows(x, kernel, stride, padding, dilation, out_size):
-    """A view ``[N, C, *kernel, *out_size]`` of the windows of ``x`` zero-padded."""
+def _empty_like_layout(x: np.ndarray, shape) -> np.ndarray:
+    """An uninitialized ``[N, C, *spatial]`` array of ``shape``, channels-last if ``x`` is."""
+    if channels_last(x):
+        return np.moveaxis(np.empty((shape[0], *shape[2:], shape[1]), dtype=x.dtype), -1, 1)
+    return np.empty(shape, dtype=x.dtype)
+
+
+def _place(x: np.ndarray, before, total_lengths, fill) -> np.ndarray:
+    """``x`` placed at offset ``before`` in an array of spatial ``total_lengths`` filled with
+    ``fill``; the part of ``x`` beyond ``total_lengths`` is cut off."""
+    spatial = x.shape[2:]
+    if all(b == 0 for b in before) and tuple(total_lengths) == tuple(spatial):
+        return x
+    out = _empty_like_layout(x, x.shape[:2] + tuple(total_lengths))
+    out.fill(fill)
+    target, source = [], []
+    for b, n, total in zip(before, spatial, total_lengths):
+        end = min(b + n, total)
+        target.append(slice(b, end))
+        source.append(slice(0, end - b))
+    out[(slice(None), slice(None), *target)] = x[(slice(None), slice(None), *source)]
+    return out
+
+
+def _windows(x, kernel, stride, padding, dilation, out_size, fill=0):
+    """A view ``[N, C, *kernel, *out_size]`` of the windows of ``x`` padded with ``fill``:
+    element ``[n, c, k..., o...]`` is the input cell kernel offset ``k`` of output ``o``
+    reads."""
     extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
-    xp = _from_last(_pad_last(np.moveaxis(x, 1, -1), padding, needed))
+    xp = _place(x, padding, needed, fill)
     ndim = len(kernel)
     windows = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + ndim)))
     windows = windows[

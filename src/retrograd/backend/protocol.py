@@ -18,6 +18,9 @@ Conventions, so that implementations stay small:
 - Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
 - Nothing is modified in place: every method returns a new primitive (which may share memory
   with an input, as a view does).
+
+The neural-network kernels (convolution, batch norm, pooling, interpolation) are declared in
+:mod:`.protocol_nn`, a base class of :class:`Backend`; they are part of the protocol alike.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
 
 
 class Backend(NNProtocol):
-    """Abstract base of all backends; the method list *is* the protocol.
+    """Abstract base of all backends; the method list (with :class:`~.protocol_nn.NNProtocol`'s)
+    *is* the protocol.
 
     Subclasses implement every method. ``name`` labels the backend in messages.
     """

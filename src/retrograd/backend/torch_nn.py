@@ -60,6 +60,26 @@ def _heads(t: torch.Tensor) -> torch.Tensor:
 _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
+def _convolution_backward(
+    grad, x, weight, channels, stride, padding, dilation, transposed, output_padding, groups, needs
+):
+    """``aten.convolution_backward``: ``(dx, dweight, dbias)``, ``None`` where ``needs`` is
+    false; ``channels``: the output's (the bias's size)."""
+    return aten.convolution_backward(
+        grad,
+        x,
+        weight,
+        [channels],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        list(needs),
+    )
+
+
 def _lift1d(x: torch.Tensor, *params: tuple) -> tuple:
     """A 1-d pooling call as a 2-d one: ``x`` ``[N, C, L]`` -> ``[N, C, 1, L]`` and each tuple
     parameter ``(a,)`` -> ``(fill, a)``; ``params`` are ``(values, fill)`` pairs."""
@@ -192,19 +212,9 @@ class TorchNNKernels:
         return grad
 
     def conv_backward(self, grad, x, weight, stride, padding, dilation, groups, needs):
-        zeros = [0] * len(stride)
-        return aten.convolution_backward(
-            grad,
-            x,
-            weight,
-            [weight.shape[0]],
-            stride,
-            padding,
-            dilation,
-            False,
-            zeros,
-            groups,
-            list(needs),
+        zeros = (0,) * len(stride)
+        return _convolution_backward(
+            grad, x, weight, weight.shape[0], stride, padding, dilation, False, zeros, groups, needs
         )
 
     def conv_transpose_backward(
@@ -214,18 +224,19 @@ class TorchNNKernels:
             return super().conv_transpose_backward(
                 grad, x, weight, stride, padding, output_padding, dilation, groups, needs
             )
-        return aten.convolution_backward(
+        channels = weight.shape[1] * groups
+        return _convolution_backward(
             grad,
             x,
             weight,
-            [weight.shape[1] * groups],
+            channels,
             stride,
             padding,
             dilation,
             True,
             output_padding,
             groups,
-            list(needs),
+            needs,
         )
 
     # -- batch normalization ----------------------------------------------------------------------
