@@ -1,8 +1,10 @@
 """Real models, written as PyTorch users write them, checked against PyTorch from identical
-weights in float64: a ResNet-style CNN (basic blocks, BatchNorm2d, AdaptiveAvgPool2d) and a
-small GPT written like nanoGPT (ModuleDict transformer, ModuleList of blocks, weight tying,
-AdamW with two parameter groups, warm-up + cosine learning rate through ``param_groups``,
-``clip_grad_norm_``), under NoCheckpointing and BalancedCheckpointing.
+weights in float64: a ResNet-style CNN (basic blocks, BatchNorm2d, AdaptiveAvgPool2d),
+torchvision's ResNet-18 and milesial's U-Net (``benchmarks/cnn_models.py``, narrower, on the
+suite's inner backend) and a small GPT written like nanoGPT (ModuleDict transformer,
+ModuleList of blocks, weight tying, AdamW with two parameter groups, warm-up + cosine
+learning rate through ``param_groups``, ``clip_grad_norm_``), under NoCheckpointing and
+BalancedCheckpointing.
 
 The ResNet's code is the same text for both libraries (``make_resnet(nn, F)``). The GPT's
 retrograd version uses today's spellings where the tensor surface of section 8 is being built
@@ -13,13 +15,16 @@ optimizer-side is PyTorch's.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import retrograd as rg
+from backends import inner_backend
 from retrograd import nn as rnn
 from retrograd import optim as roptim
 from retrograd.nn import functional as RF  # noqa: N812
@@ -170,6 +175,62 @@ def test_resnet_matches_torch(strategy, optimizer):
         )
         np.testing.assert_allclose(fresh_ours(rg.tensor(x)).numpy(), expected, rtol=RTOL, atol=ATOL)
         assert fresh_ours.state_dict()["bn1.num_batches_tracked"] == 5
+
+
+# -- ResNet-18 and U-Net, as their authors write them ---------------------------------------------
+def _benchmark_module(name: str):
+    """A module of ``benchmarks/`` (the model code the CNN benchmarks time), loaded by path."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CNN_MODELS = _benchmark_module("cnn_models")
+# name: (builder, options, input shape, targets' shape, classes)
+REAL_CNNS = {
+    "resnet18": (CNN_MODELS.make_resnet18, {"num_classes": 7, "width": 8}, (3, 3, 32, 32), (3,)),
+    "unet": (CNN_MODELS.make_unet, {"n_classes": 3, "width": 4}, (2, 3, 16, 16), (2, 16, 16)),
+    "unet-bilinear": (
+        CNN_MODELS.make_unet,
+        {"n_classes": 3, "width": 4, "bilinear": True},
+        (2, 3, 16, 16),
+        (2, 16, 16),
+    ),
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", REAL_CNNS)
+def test_real_cnns_match_torch(name, strategy):
+    """Two SGD steps (momentum, weight decay): logits, every parameter's gradient, the new
+    parameters and the running statistics equal PyTorch's."""
+    build, options, x_shape, y_shape = REAL_CNNS[name]
+    classes = options.get("num_classes", options.get("n_classes"))
+    rng = np.random.default_rng(3)
+    backend = rg.Autodiff(inner_backend(), checkpointing=STRATEGIES[strategy]())
+    with rg.use_backend(backend):
+        rg.seed(1)
+        model = build(rg, rnn, RF, **options).double()
+        reference = build(torch, tnn, TF, **options).double()
+        reference.load_state_dict(torch_state(model.state_dict()))
+        ours = roptim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+        theirs = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+        for _ in range(2):
+            x, y = rng.standard_normal(x_shape), rng.integers(0, classes, y_shape)
+            logits = model(rg.tensor(x))
+            expected = reference(torch.from_numpy(x))
+            np.testing.assert_allclose(
+                logits.numpy(), expected.detach().numpy(), rtol=RTOL, atol=ATOL
+            )
+            grads = RF.cross_entropy(logits, rg.tensor(y)).backward()
+            theirs.zero_grad()
+            TF.cross_entropy(expected, torch.from_numpy(y)).backward()
+            _check_grads(model, reference, grads)
+            ours.step(grads)
+            theirs.step()
+            _check_state(model, reference)
 
 
 # -- GPT ------------------------------------------------------------------------------------------

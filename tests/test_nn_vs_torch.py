@@ -12,7 +12,7 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from nn_testing import compare_with_torch
-from retrograd.backend import numpy_nn
+from retrograd.backend import numpy_conv
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -321,7 +321,7 @@ def test_conv2d_padding_same_matches_torch():
 def test_convolutions_in_small_batch_blocks_match_torch(monkeypatch, block_bytes):
     """The kernels process the batch in cache-sized blocks: one sample per block, and blocks
     of a few samples with a shorter last block, give PyTorch's results."""
-    monkeypatch.setattr(numpy_nn, "COLUMN_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(numpy_conv, "COLUMN_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(9)
     x, w, b = rng.standard_normal((7, 4, 6, 5)), rng.standard_normal((6, 2, 3, 2)), np.ones(6)
     compare_with_torch(

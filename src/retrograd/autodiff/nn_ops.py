@@ -1,14 +1,17 @@
-"""The neural-network ops (convolution, pooling, interpolation...): declared like the ops of
-:mod:`.ops`, kept apart because their kernels are backend primitives of their own.
+"""The neural-network ops (convolution, pooling, interpolation, the fused linear, normalization
+and attention ops): declared like the ops of :mod:`.ops`, kept apart because their kernels are
+backend primitives of their own.
 
-Every forward here is linear in each tensor input, and each op's backward rules call the op's
-adjoint, itself an op of this table:
+The convolution, pooling and interpolation forwards are linear in each tensor input, and each
+op's backward rules call the op's adjoint, itself an op of this table:
 
 - ``conv``, ``conv_transpose`` (each with its bias, added in the kernel as PyTorch's
   ``convolution`` does) and ``conv_weight_grad`` are bilinear and close under
   differentiation (the input gradient of a convolution is a transposed convolution of the
   output gradient, its weight gradient a ``conv_weight_grad``, and so on round), so
-  ``backward(create_graph=True)`` differentiates through convolutions to any order;
+  ``backward(create_graph=True)`` differentiates through convolutions to any order. A
+  convolution's gradients come from one joint kernel (``conv_backward``, PyTorch's
+  ``convolution_backward``), whose protocol default is those adjoints;
 - each pooling/interpolation forward and its ``*_backward`` are adjoint linear maps, the
   backward rule of one being the other (max pooling: its indices are an untracked output).
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from ..backend.sizes import conv_output_size, conv_transpose_output_padding
+from ..backend.sizes import conv_transpose_output_padding
 from .ops import Op
 
 __all__: list[str] = []
@@ -37,61 +40,17 @@ def no_bias(B, like):
     return B.zeros((0,), B.dtype(like), B.device(like))
 
 
-def _channel_sum(B, g):
-    """The gradient of a per-channel bias: ``g`` summed over batch and spatial dims."""
-    dims = (0, *range(2, len(B.shape(g))))
-    return B.reshape(B.sum_dim(g, dims), (B.shape(g)[1],))
-
-
-def _extra_outputs(B, g, in_size, kernel, stride, padding, dilation):
-    """How many more outputs than ``in_size`` a convolution of ``g`` has, per dimension.
-
-    ``g`` is the output gradient of a transposed convolution of an input of ``in_size``; with
-    ``output_padding >= stride`` (allowed, as in Burn) it has trailing cells no input reaches,
-    and the convolution mapping it back has outputs past the input's end.
-    """
-    return tuple(
-        conv_output_size(n, k, s, p, d) - m
-        for n, m, k, s, p, d in zip(_spatial(B, g), in_size, kernel, stride, padding, dilation)
-    )
-
-
 # -- convolution -----------------------------------------------------------------------------------
-def _conv_x_vjp(B, g, weight, x_shape, stride, padding, dilation, groups):
-    kernel = B.shape(weight)[2:]
-    output_padding = conv_transpose_output_padding(
-        x_shape[2:], _spatial(B, g), kernel, stride, padding, dilation
+# A convolution's three gradients come from one joint backward kernel (PyTorch's
+# ``convolution_backward``), whose default in the protocol computes each from its adjoint.
+def _conv_vjp(B, g, needs, x, weight, stride, padding, dilation, groups):
+    return B.conv_backward(g, x, weight, stride, padding, dilation, groups, needs)
+
+
+def _conv_transpose_vjp(B, g, needs, x, weight, stride, padding, output_padding, dilation, groups):
+    return B.conv_transpose_backward(
+        g, x, weight, stride, padding, output_padding, dilation, groups, needs
     )
-    return B.conv_transpose(
-        g, weight, no_bias(B, g), stride, padding, output_padding, dilation, groups
-    )
-
-
-def _conv_weight_vjp(B, g, x, weight_shape, stride, padding, dilation, groups):
-    return B.conv_weight_grad(x, g, weight_shape[2:], stride, padding, dilation, groups)
-
-
-def _conv_transpose_x_vjp(B, g, weight, x_shape, stride, padding, output_padding, dilation, groups):
-    grad = B.conv(g, weight, no_bias(B, g), stride, padding, dilation, groups)
-    extra = _extra_outputs(B, g, x_shape[2:], B.shape(weight)[2:], stride, padding, dilation)
-    if any(extra):  # outputs past the input's end read only the unreachable trailing cells
-        grad = B.slice(grad, (slice(None), slice(None), *(slice(0, n) for n in x_shape[2:])))
-    return grad
-
-
-def _conv_transpose_weight_vjp(
-    B, g, x, weight_shape, stride, padding, output_padding, dilation, groups
-):
-    # conv_transpose(x, w) is the adjoint of conv(., w): <g, conv_t(x, w)> = <conv(g, w), x>,
-    # whose gradient in w is the weight gradient of a convolution of g with output gradient x.
-    kernel = weight_shape[2:]
-    extra = _extra_outputs(B, g, _spatial(B, x), kernel, stride, padding, dilation)
-    for axis, count in enumerate(extra, start=2):
-        if count:  # zero output gradients for the convolution's outputs past x's end
-            shape = list(B.shape(x))
-            shape[axis] = count
-            x = B.cat([x, B.zeros(tuple(shape), B.dtype(x), B.device(x))], axis)
-    return B.conv_weight_grad(g, x, kernel, stride, padding, dilation, groups)
 
 
 def _conv_weight_grad_x_vjp(
@@ -110,23 +69,21 @@ def _conv_weight_grad_out_grad_vjp(B, g, x, kernel_size, stride, padding, dilati
     return B.conv(x, g, no_bias(B, g), stride, padding, dilation, groups)
 
 
-def _bias_vjp(B, g):
-    return _channel_sum(B, g)
-
-
 Op(
     "conv",
     ("x", "weight", "bias"),
     ("stride", "padding", "dilation", "groups"),
-    (_conv_x_vjp, _conv_weight_vjp, _bias_vjp),
+    (_conv_vjp,) * 3,
     memory_bound=False,
+    joint=True,
 )
 Op(
     "conv_transpose",
     ("x", "weight", "bias"),
     ("stride", "padding", "output_padding", "dilation", "groups"),
-    (_conv_transpose_x_vjp, _conv_transpose_weight_vjp, _bias_vjp),
+    (_conv_transpose_vjp,) * 3,
     memory_bound=False,
+    joint=True,
 )
 Op(
     "conv_weight_grad",
@@ -242,13 +199,13 @@ Op(
 )
 
 
-# -- fused linear and transformer ops --------------------------------------------------------------
+# -- fused linear, normalization and transformer ops -----------------------------------------------
 # Each has one joint rule (see ops.py) computing every input's gradient at once: linear's from
 # plain products, the others' in the backend's fused backward kernels. Run on the autodiff
 # backend (``create_graph=True``), those kernels are the protocol's defaults, compositions of
 # recorded primitives, so these ops differentiate again. All are compute-bound: their inputs
-# are kept, never recomputed, and the statistics they need (``aux``: layer norm's mean and
-# 1/std, attention's log-sum-exp) are small.
+# are kept, never recomputed, and the statistics they need (``aux``: layer and batch norm's
+# means and 1/std, attention's log-sum-exp) are small.
 def _linear_vjp(B, g, needs, x, weight):
     """A linear layer's three gradients from plain products (so any order differentiates)."""
     dx = B.matmul(g, weight) if needs[0] else None
@@ -259,6 +216,10 @@ def _linear_vjp(B, g, needs, x, weight):
 
 def _layer_norm_vjp(B, g, needs, x, weight, aux, eps):
     return B.layer_norm_backward(g, x, weight, aux, eps)
+
+
+def _batch_norm_vjp(B, g, needs, x, weight, aux, eps):
+    return B.batch_norm_backward(g, x, weight, aux, eps)
 
 
 def _attention_vjp(B, g, needs, q, k, v, out, aux, mask, drop, scale, causal):
@@ -278,6 +239,15 @@ Op(
     ("x", "weight", "bias"),
     ("eps",),
     (_layer_norm_vjp,) * 3,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+Op(
+    "batch_norm",
+    ("x", "weight", "bias"),
+    ("eps",),
+    (_batch_norm_vjp,) * 3,
     memory_bound=False,
     aux=True,
     joint=True,

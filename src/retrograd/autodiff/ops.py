@@ -424,7 +424,7 @@ for _name in ("sign", "round", "floor", "ceil", "trunc"):
 unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0))))
 unary("log_sigmoid", lambda B, g, x: B.mul(g, B.sigmoid(B.neg(x))))
 unary("softplus", lambda B, g, x, beta: B.mul(g, B.sigmoid(B.mul_scalar(x, beta))), ("beta",))
-unary("relu", lambda B, g, out: B.mask_fill(g, B.lower_equal_elem(out, 0.0), 0.0))
+unary("relu", lambda B, g, out: B.relu_backward(g, out))
 unary(
     "leaky_relu",
     lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),

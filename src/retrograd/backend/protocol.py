@@ -19,6 +19,10 @@ Conventions, so that implementations stay small:
 - Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
 - Nothing is modified in place: every method returns a new primitive (which may share memory
   with an input, as a view does).
+
+The neural-network kernels (convolution, batch norm, pooling, interpolation), the recurrent
+layers' and the losses' are declared in :mod:`.protocol_nn`, :mod:`.protocol_rnn` and
+:mod:`.protocol_loss`, base classes of :class:`Backend`; they are part of the protocol alike.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from ..device import CPU0
 from .protocol_loss import LossProtocol
+from .protocol_nn import NNProtocol
 from .protocol_rnn import RecurrentProtocol
 
 __all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend"]
@@ -48,8 +53,9 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
 
 
-class Backend(RecurrentProtocol, LossProtocol):
-    """Abstract base of all backends; the method list *is* the protocol.
+class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
+    """Abstract base of all backends; the method list, with its bases' (the neural-network,
+    recurrent and loss kernels), *is* the protocol.
 
     Subclasses implement every method. ``name`` labels the backend in messages.
     """
@@ -65,7 +71,13 @@ class Backend(RecurrentProtocol, LossProtocol):
             "adam_update",
             "attention",
             "attention_backward",
+            "batch_norm",
+            "batch_norm_backward",
+            "batch_norm_update",
+            "conv_backward",
+            "conv_transpose_backward",
             "gelu_backward",
+            "relu_backward",
             "layer_norm",
             "layer_norm_backward",
             "linear",
@@ -196,6 +208,13 @@ class Backend(RecurrentProtocol, LossProtocol):
     sin = cos = tan = sinh = cosh = tanh = asin = acos = atan = asinh = acosh = atanh = _required
     erf = sign = round = floor = ceil = trunc = _required
     sigmoid = log_sigmoid = relu = gelu = silu = _required
+
+    def relu_backward(self, grad: Any, out: Any) -> Any:
+        """``grad`` where the ReLU's output ``out`` is positive, else exactly zero (also where
+        ``grad`` is not finite): the ReLU's gradient, torch's ``threshold_backward``. It reads
+        the output, which the next layer usually keeps anyway. This default composes
+        primitives (recorded on the autodiff backend, so it differentiates again)."""
+        return self.mask_fill(grad, self.lower_equal_elem(out, 0.0), 0.0)
 
     def gelu_backward(self, grad: Any, x: Any) -> Any:
         """``grad * gelu'(x)`` = ``grad * (Phi(x) + x * phi(x))``: the exact GELU's gradient.
@@ -541,168 +560,9 @@ class Backend(RecurrentProtocol, LossProtocol):
         dk = self.matmul(self.swap_dims(dscores, -1, -2), q)
         return dq, dk, dv
 
-    # =========================================================================================
-    # -- neural-network kernels ---------------------------------------------------------------
-    # Fused kernels for convolution, pooling and interpolation, each one library call on a GPU
-    # backend (torch: ``convolution`` for conv and conv_transpose, ``convolution_backward``
-    # with only the weight for conv_weight_grad, ``avg_pool*d`` and ``avg_pool*d_backward``,
-    # ``max_pool*d_with_indices`` and a ``scatter_add`` for its backward,
-    # ``adaptive_avg_pool*d`` and its backward, ``upsample_*`` and their backwards). Layout
-    # is ``[N, C, *spatial]`` with 1 to 3 spatial dimensions; ``stride``,
-    # ``padding``, ``dilation``, ``kernel_size``... are tuples with one int per spatial
-    # dimension, already validated; ``padding`` is symmetric zero padding. Each forward and its
-    # backward are adjoint linear maps (in each argument), so the autodiff ops differentiate
-    # them with one another, to any order. ``bias`` is ``[C_out]``, or an empty ``[0]``
-    # primitive for none (a primitive either way, so that the autodiff backend can track it).
-    # =========================================================================================
-    def conv(
-        self,
-        x: Any,
-        weight: Any,
-        bias: Any,
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        dilation: tuple[int, ...],
-        groups: int,
-    ) -> Any:
-        """Cross-correlation plus ``bias`` per output channel, PyTorch's ``conv*d``.
 
-        ``x`` is ``[N, C_in, *size]``, ``weight`` ``[C_out, C_in / groups, *kernel]``; output
-        length ``(size + 2*padding - dilation*(kernel-1) - 1) // stride + 1`` per dimension.
-        """
-        raise NotImplementedError
-
-    def conv_transpose(
-        self,
-        x: Any,
-        weight: Any,
-        bias: Any,
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        output_padding: tuple[int, ...],
-        dilation: tuple[int, ...],
-        groups: int,
-    ) -> Any:
-        """Transposed convolution plus ``bias``, PyTorch's ``conv_transpose*d``; without bias,
-        the adjoint of ``conv(., weight, ...)`` with respect to its input.
-
-        ``x`` is ``[N, C_in, *size]``, ``weight`` ``[C_in, C_out / groups, *kernel]``; output
-        length ``(size-1)*stride - 2*padding + dilation*(kernel-1) + output_padding + 1``.
-        ``output_padding`` may exceed ``stride`` (as Burn allows): the extra trailing cells,
-        which no input reaches, hold just the bias (torch refuses an ``output_padding`` of
-        ``max(stride, dilation)`` or more: a torch backend computes the reachable part and
-        pads it).
-        """
-        raise NotImplementedError
-
-    def conv_weight_grad(
-        self,
-        x: Any,
-        out_grad: Any,
-        kernel_size: tuple[int, ...],
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        dilation: tuple[int, ...],
-        groups: int,
-    ) -> Any:
-        """The gradient of ``sum(out_grad * conv(x, weight, ...))`` with respect to
-        ``weight``: ``[C_out, C_in / groups, *kernel_size]``, ``C_out`` = ``out_grad``'s
-        channels. ``out_grad``'s spatial size is ``conv``'s output size for ``x``."""
-        raise NotImplementedError
-
-    def avg_pool(
-        self,
-        x: Any,
-        kernel_size: tuple[int, ...],
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        ceil_mode: bool,
-        count_include_pad: bool,
-        divisor_override: int | None = None,
-    ) -> Any:
-        """Average pooling, PyTorch's ``avg_pool*d`` (its output size and divisor rules).
-
-        Each window's sum is divided by ``divisor_override`` when it is an int (nonzero,
-        validated), else by the number of cells the window covers: padding cells included
-        with ``count_include_pad``, the cells past the input that ``ceil_mode`` adds never.
-        The backend computes these divisors itself, as torch's ``avg_pool*d``, which take the
-        same arguments, do.
-        """
-        raise NotImplementedError
-
-    def avg_pool_backward(
-        self,
-        grad: Any,
-        input_size: tuple[int, ...],
-        kernel_size: tuple[int, ...],
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        ceil_mode: bool,
-        count_include_pad: bool,
-        divisor_override: int | None = None,
-    ) -> Any:
-        """The adjoint of :meth:`avg_pool` for an input of spatial ``input_size``: ``grad``
-        divided by the same divisors, spread over each window's cells."""
-        raise NotImplementedError
-
-    def max_pool(
-        self,
-        x: Any,
-        kernel_size: tuple[int, ...],
-        stride: tuple[int, ...],
-        padding: tuple[int, ...],
-        dilation: tuple[int, ...],
-        ceil_mode: bool,
-    ) -> tuple[Any, Any]:
-        """Max pooling, PyTorch's ``max_pool*d_with_indices``: ``(values, indices)``, the
-        int64 indices flat over the input's spatial dimensions; ties go to the first cell in
-        row-major order, NaN propagates."""
-        raise NotImplementedError
-
-    def max_pool_backward(self, grad: Any, indices: Any, input_size: tuple[int, ...]) -> Any:
-        """Sums ``grad`` into zeros of spatial ``input_size`` at the flat ``indices`` of
-        :meth:`max_pool` (per batch element and channel)."""
-        raise NotImplementedError
-
-    def adaptive_avg_pool(self, x: Any, output_size: tuple[int, ...]) -> Any:
-        """PyTorch's ``adaptive_avg_pool*d``: window ``i`` of an axis of length ``L`` averages
-        ``[floor(i*L/out), ceil((i+1)*L/out))``."""
-        raise NotImplementedError
-
-    def adaptive_avg_pool_backward(self, grad: Any, input_size: tuple[int, ...]) -> Any:
-        """The adjoint of :meth:`adaptive_avg_pool` for an input of spatial ``input_size``."""
-        raise NotImplementedError
-
-    def interpolate(
-        self,
-        x: Any,
-        output_size: tuple[int, ...],
-        mode: str,
-        align_corners: bool,
-        scales: tuple[float | None, ...],
-    ) -> Any:
-        """Resampling with PyTorch's ``upsample_*`` conventions, separable per axis.
-
-        ``mode`` is ``"nearest"`` (PyTorch's legacy floor rule), ``"linear"`` (bilinear and
-        trilinear are linear along each axis) or ``"bicubic"`` (A = -0.75, clamped taps).
-        ``scales[i]``, when not ``None``, is the user's scale factor, which PyTorch uses
-        (as ``1 / scale``) to map output to input coordinates instead of ``in / out``.
-        """
-        raise NotImplementedError
-
-    def interpolate_backward(
-        self,
-        grad: Any,
-        input_size: tuple[int, ...],
-        mode: str,
-        align_corners: bool,
-        scales: tuple[float | None, ...],
-    ) -> Any:
-        """The adjoint of :meth:`interpolate` for an input of spatial ``input_size``."""
-        raise NotImplementedError
-
-
-#: Names of the protocol's tensor operations (everything but data/creation/metadata).
+#: Names of the protocol's tensor operations (everything but data/creation/metadata), the
+#: kernels of its bases included.
 PROTOCOL_OPS = tuple(
     name for name in dir(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
 )

@@ -98,13 +98,6 @@ def _positive_slices(x: torch.Tensor, slices: tuple[slice, ...]) -> tuple[tuple,
     return tuple(out), flips
 
 
-def _heads(t: torch.Tensor) -> torch.Tensor:
-    """``[..., L, E]`` as the ``[batch, heads, L, E]`` torch's fused attention takes."""
-    return t if t.ndim == 4 else t.reshape(1, -1, *t.shape[-2:])
-
-
-_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-
 #: Deferred index checks held before they are folded into one pair of device vectors.
 _MAX_PENDING = 64
 
@@ -421,82 +414,16 @@ class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
     sigmoid = staticmethod(torch.sigmoid)
     log_sigmoid = staticmethod(torch.nn.functional.logsigmoid)
     relu = staticmethod(torch.relu)
+
+    def relu_backward(self, grad, out):
+        return torch.ops.aten.threshold_backward(grad, out, 0)
+
     silu = staticmethod(torch.nn.functional.silu)
 
     def gelu(self, x):
         return torch.nn.functional.gelu(x)
 
-    # -- fused kernels: torch's own where it has them (the protocol's defaults otherwise) ------
-    def gelu_backward(self, grad, x):
-        return torch.ops.aten.gelu_backward(grad, x)
-
-    def linear(self, x, weight, bias):
-        return torch.nn.functional.linear(x, weight, bias if bias.numel() else None)
-
-    def layer_norm(self, x, weight, bias, eps):
-        out, mean, rstd = torch.native_layer_norm(
-            x,
-            x.shape[-1:],
-            weight if weight.numel() else None,
-            bias if bias.numel() else None,
-            eps,
-        )
-        lead = (1, *x.shape[:-1])
-        return out, torch.cat([mean.reshape(lead), rstd.reshape(lead)], 0)
-
-    def layer_norm_backward(self, grad, x, weight, stats, eps):
-        lead, width = x.shape[:-1], x.shape[-1:]
-        # torch reads the bias only for its dtype and device (and refuses to compute its
-        # gradient without one); the protocol's dweight and dbias are always [D]
-        dx, dweight, dbias = torch.ops.aten.native_layer_norm_backward(
-            grad,
-            x,
-            width,
-            stats[0].reshape(*lead, 1),
-            stats[1].reshape(*lead, 1),
-            weight if weight.numel() else None,
-            grad.new_empty(width),
-            (True, bool(weight.numel()), True),
-        )
-        return dx, grad.new_zeros(width) if dweight is None else dweight, dbias
-
-    def attention(self, q, k, v, mask, drop, scale, causal):
-        if not self._flash_attention(q, k, v, mask, drop):
-            return super().attention(q, k, v, mask, drop, scale, causal)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            *(_heads(t) for t in (q, k, v)), 0.0, causal, scale=scale
-        )
-        return out.reshape(*q.shape[:-1], v.shape[-1]), lse.reshape(q.shape[:-1])
-
-    def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
-        if not self._flash_attention(q, k, v, mask, drop):
-            return super().attention_backward(grad, q, k, v, out, lse, mask, drop, scale, causal)
-        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            *(_heads(t) for t in (grad, q, k, v, out)),
-            lse.reshape(_heads(q).shape[:-1]),
-            0.0,
-            causal,
-            scale=scale,
-        )
-        return tuple(g.reshape(t.shape) for g, t in zip(grads, (q, k, v)))
-
-    def _flash_attention(self, q, k, v, mask, drop) -> bool:
-        """Whether torch's fused CPU attention (flash: blocks of keys, the probabilities never
-        whole) computes this call. Not for masks and dropout, whose conventions (an additive
-        mask, a given dropout multiplier) it does not share, nor values of another width than
-        the queries (it takes one head size), nor on CUDA, whose fused kernels pad the
-        log-sum-exp and have not run here: the composed default serves those."""
-        return (
-            self.torch_device.type == "cpu"
-            and not mask.numel()
-            and not drop.numel()
-            and q.ndim >= 3
-            and q.dtype in _FLASH_DTYPES
-            and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0
-            and q.shape[-1] == v.shape[-1]
-            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
-        )
-
+    # -- the engine's own kernels (gradient sums) and the optimizer's ---------------------------
     def slice_backward(self, grad, shape, slices):
         out = grad.new_zeros(shape)
         positive, flips = _positive_slices(out, slices)

@@ -26,8 +26,9 @@ __all__ = ["TorchNNKernels"]
 aten = torch.ops.aten
 
 
-def _bias(bias: torch.Tensor) -> torch.Tensor | None:
-    return bias if bias.numel() else None
+def _optional(value: torch.Tensor) -> torch.Tensor | None:
+    """A bias or weight, ``None`` for the protocol's empty ``[0]`` tensor that means none."""
+    return value if value.numel() else None
 
 
 def _proxy(reference: torch.Tensor, n: int, c: int, spatial) -> torch.Tensor:
@@ -51,6 +52,34 @@ _UPSAMPLE = {
 }
 
 
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    """``[..., L, E]`` as the ``[batch, heads, L, E]`` torch's fused attention takes."""
+    return t if t.ndim == 4 else t.reshape(1, -1, *t.shape[-2:])
+
+
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _convolution_backward(
+    grad, x, weight, channels, stride, padding, dilation, transposed, output_padding, groups, needs
+):
+    """``aten.convolution_backward``: ``(dx, dweight, dbias)``, ``None`` where ``needs`` is
+    false; ``channels``: the output's (the bias's size)."""
+    return aten.convolution_backward(
+        grad,
+        x,
+        weight,
+        [channels],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        list(needs),
+    )
+
+
 def _lift1d(x: torch.Tensor, *params: tuple) -> tuple:
     """A 1-d pooling call as a 2-d one: ``x`` ``[N, C, L]`` -> ``[N, C, 1, L]`` and each tuple
     parameter ``(a,)`` -> ``(fill, a)``; ``params`` are ``(values, fill)`` pairs."""
@@ -60,17 +89,88 @@ def _lift1d(x: torch.Tensor, *params: tuple) -> tuple:
 class TorchNNKernels:
     """The neural-network primitives of :class:`~retrograd.backend.TorchBackend`."""
 
+    # -- fused activation, linear, layer norm and attention kernels ----------------------------
+    def gelu_backward(self, grad, x):
+        return torch.ops.aten.gelu_backward(grad, x)
+
+    def linear(self, x, weight, bias):
+        return torch.nn.functional.linear(x, weight, bias if bias.numel() else None)
+
+    def layer_norm(self, x, weight, bias, eps):
+        out, mean, rstd = torch.native_layer_norm(
+            x,
+            x.shape[-1:],
+            weight if weight.numel() else None,
+            bias if bias.numel() else None,
+            eps,
+        )
+        lead = (1, *x.shape[:-1])
+        return out, torch.cat([mean.reshape(lead), rstd.reshape(lead)], 0)
+
+    def layer_norm_backward(self, grad, x, weight, stats, eps):
+        lead, width = x.shape[:-1], x.shape[-1:]
+        # torch reads the bias only for its dtype and device (and refuses to compute its
+        # gradient without one); the protocol's dweight and dbias are always [D]
+        dx, dweight, dbias = torch.ops.aten.native_layer_norm_backward(
+            grad,
+            x,
+            width,
+            stats[0].reshape(*lead, 1),
+            stats[1].reshape(*lead, 1),
+            weight if weight.numel() else None,
+            grad.new_empty(width),
+            (True, bool(weight.numel()), True),
+        )
+        return dx, grad.new_zeros(width) if dweight is None else dweight, dbias
+
+    def attention(self, q, k, v, mask, drop, scale, causal):
+        if not self._flash_attention(q, k, v, mask, drop):
+            return super().attention(q, k, v, mask, drop, scale, causal)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            *(_heads(t) for t in (q, k, v)), 0.0, causal, scale=scale
+        )
+        return out.reshape(*q.shape[:-1], v.shape[-1]), lse.reshape(q.shape[:-1])
+
+    def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
+        if not self._flash_attention(q, k, v, mask, drop):
+            return super().attention_backward(grad, q, k, v, out, lse, mask, drop, scale, causal)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            *(_heads(t) for t in (grad, q, k, v, out)),
+            lse.reshape(_heads(q).shape[:-1]),
+            0.0,
+            causal,
+            scale=scale,
+        )
+        return tuple(g.reshape(t.shape) for g, t in zip(grads, (q, k, v)))
+
+    def _flash_attention(self, q, k, v, mask, drop) -> bool:
+        """Whether torch's fused CPU attention (flash: blocks of keys, the probabilities never
+        whole) computes this call. Not for masks and dropout, whose conventions (an additive
+        mask, a given dropout multiplier) it does not share, nor values of another width than
+        the queries (it takes one head size), nor on CUDA, whose fused kernels pad the
+        log-sum-exp and have not run here: the composed default serves those."""
+        return (
+            self.torch_device.type == "cpu"
+            and not mask.numel()
+            and not drop.numel()
+            and q.ndim >= 3
+            and q.dtype in _FLASH_DTYPES
+            and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0
+            and q.shape[-1] == v.shape[-1]
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+        )
+
     # -- convolution ----------------------------------------------------------------------------
     def conv(self, x, weight, bias, stride, padding, dilation, groups):
         zeros = [0] * len(stride)
         return aten.convolution(
-            x, weight, _bias(bias), stride, padding, dilation, False, zeros, groups
+            x, weight, _optional(bias), stride, padding, dilation, False, zeros, groups
         )
 
     def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
         if all(o < max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
             return aten.convolution(
-                x, weight, _bias(bias), stride, padding, dilation, True, output_padding, groups
+                x, weight, _optional(bias), stride, padding, dilation, True, output_padding, groups
             )
         # torch refuses this output_padding: the full, uncropped result, cropped by hand, and
         # the trailing cells past its end (no input reaches them) hold zero, plus the bias.
@@ -110,6 +210,51 @@ class TorchNNKernels:
             [False, True, False],
         )
         return grad
+
+    def conv_backward(self, grad, x, weight, stride, padding, dilation, groups, needs):
+        zeros = (0,) * len(stride)
+        return _convolution_backward(
+            grad, x, weight, weight.shape[0], stride, padding, dilation, False, zeros, groups, needs
+        )
+
+    def conv_transpose_backward(
+        self, grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+    ):
+        if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+            return super().conv_transpose_backward(
+                grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+            )
+        channels = weight.shape[1] * groups
+        return _convolution_backward(
+            grad,
+            x,
+            weight,
+            channels,
+            stride,
+            padding,
+            dilation,
+            True,
+            output_padding,
+            groups,
+            needs,
+        )
+
+    # -- batch normalization ----------------------------------------------------------------------
+    def batch_norm(self, x, weight, bias, eps):
+        out, mean, rstd = aten.native_batch_norm(
+            x, _optional(weight), _optional(bias), None, None, True, 0.0, eps
+        )
+        return out, torch.stack([mean, rstd]).to(x.dtype)
+
+    def batch_norm_backward(self, grad, x, weight, stats, eps):
+        mean, rstd = stats[0], stats[1]
+        dx, dweight, dbias = aten.native_batch_norm_backward(
+            grad, x, _optional(weight), None, None, mean, rstd, True, eps, [True, True, True]
+        )
+        if dweight is None:  # no weight: the protocol's dweight is still [C]
+            channels = x.shape[1]
+            dweight = grad.new_zeros((channels,))
+        return dx, dweight, dbias
 
     # -- pooling ----------------------------------------------------------------------------------
     def avg_pool(

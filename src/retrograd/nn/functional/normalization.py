@@ -16,6 +16,7 @@ from ...tensor.inplace import assign
 from ...tensor.internal import (
     TensorOp,
     apply,
+    reported,
     shape_text,
     wrap,
 )
@@ -99,8 +100,8 @@ def _mean_over(fn: str, x: Tensor, dims: tuple[int, ...]) -> Tensor:
     return apply(TensorOp(fn, kernel="mean_dim", floats=True), (x,), (dims,))
 
 
-def _channel_param(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:
-    """A per-channel tensor (``[C]``) checked, in ``x``'s dtype, shaped ``[1, C, 1, ...]``."""
+def _channel_vector(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:
+    """A per-channel tensor checked, ``[C]`` in ``x``'s dtype (``None`` stays ``None``)."""
     if value is None:
         return None
     value = _as_tensor(fn, x, value, name)
@@ -109,7 +110,15 @@ def _channel_param(fn: str, x: Tensor, value: Any, name: str, channels: int) -> 
             f"{fn}: {name} must have shape [{channels}] (one value per channel), got "
             f"{shape_text(value.shape)}; input {shape_text(x.shape)}"
         )
-    return value.cast(x.dtype).reshape((1, channels) + (1,) * (x.ndim - 2))
+    return value.cast(x.dtype)
+
+
+def _channel_param(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:
+    """A per-channel tensor (``[C]``) checked, in ``x``'s dtype, shaped ``[1, C, 1, ...]``."""
+    value = _channel_vector(fn, x, value, name, channels)
+    if value is None:
+        return None
+    return value.reshape((1, channels) + (1,) * (x.ndim - 2))
 
 
 def batch_norm(
@@ -141,47 +150,66 @@ def batch_norm(
     x = _float_input(fn, input)
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
-    channels = x.shape[1]
-    stats = [
-        _channel_param(fn, x, v, n, channels)
-        for v, n in ((running_mean, "running_mean"), (running_var, "running_var"))
-    ]
     if (running_mean is None) != (running_var is None):
         raise InvalidArgumentError(f"{fn}: give both running_mean and running_var, or neither")
-    scale = _channel_param(fn, x, weight, "weight", channels)
-    shift = _channel_param(fn, x, bias, "bias", channels)
-    if training:
-        dims = (0, *range(2, x.ndim))
-        count = x.numel() // channels if channels else 0
-        if count <= 1:
-            raise InvalidArgumentError(
-                f"{fn}: expected more than 1 value per channel when training, got input "
-                f"{shape_text(x.shape)}"
-            )
-        mean = _mean_over(fn, x, dims)
-        centered = x - mean
-        variance = _mean_over(fn, centered.square(), dims)
-        out = centered * (variance + float(eps)).sqrt().recip()
-        if running_mean is not None:
-            # Statistics cut from the graph: the update is state, not part of the function.
-            m = float(momentum)
-            batch_mean = mean.detach().reshape((channels,))
-            batch_var = variance.detach().reshape((channels,)) * (count / (count - 1))
-            for buffer, stat in ((running_mean, batch_mean), (running_var, batch_var)):
-                old = buffer.detach().cast(x.dtype)
-                assign(buffer, old * (1.0 - m) + stat * m, fn)
-    else:
+    channels = x.shape[1]
+    running = [
+        _channel_vector(fn, x, value, name, channels)
+        for value, name in ((running_mean, "running_mean"), (running_var, "running_var"))
+    ]
+    if not training:
         if running_mean is None:
             raise InvalidArgumentError(
                 f"{fn}: running_mean and running_var are needed when not training"
             )
-        mean, variance = stats
+        column = (1, channels) + (1,) * (x.ndim - 2)
+        mean, variance = (value.reshape(column) for value in running)
         out = (x - mean) * (variance + float(eps)).sqrt().recip()
-    if scale is not None:
-        out = out * scale
-    if shift is not None:
-        out = out + shift
+        scale = _channel_param(fn, x, weight, "weight", channels)
+        shift = _channel_param(fn, x, bias, "bias", channels)
+        if scale is not None:
+            out = out * scale
+        if shift is not None:
+            out = out + shift
+        return out
+    count = x.numel() // channels if channels else 0
+    if count <= 1:
+        raise InvalidArgumentError(
+            f"{fn}: expected more than 1 value per channel when training, got input "
+            f"{shape_text(x.shape)}"
+        )
+    # One fused op: the batch's statistics, the normalization and the affine map, with a
+    # joint backward (the backend's batch_norm_backward). An absent weight or bias is the
+    # empty [0] tensor that tells the kernel there is none.
+    empty = None
+    affine = []
+    for value, name in ((weight, "weight"), (bias, "bias")):
+        value = _channel_vector(fn, x, value, name, channels)
+        if value is None:
+            if empty is None:
+                empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+            value = empty
+        affine.append(value)
+    out, stats = apply(_BATCH_NORM, (x, *affine), (float(eps),))
+    if running_mean is not None:
+        # The running statistics follow the batch's, outside any graph (state, not part of
+        # the function), in one backend call from the op's statistics.
+        mean, variance = running
+        with reported(fn, x.backend, (x,)):
+            updated = x.backend.batch_norm_update(
+                mean.detach().primitive,
+                variance.detach().primitive,
+                stats.primitive,
+                float(momentum),
+                float(eps),
+                count,
+            )
+        for buffer, value in zip((running_mean, running_var), updated):
+            assign(buffer, wrap(x, value), fn)
     return out
+
+
+_BATCH_NORM = TensorOp("batch_norm")
 
 
 def group_norm(

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, stack
-from ...tensor.internal import Op, apply, shape_text, wrap
+from ...tensor.internal import TensorOp, apply, shape_text, wrap
 from ._common import _float_input
 from .normalization import dropout as _dropout
 
@@ -25,10 +25,10 @@ __all__ = ["GATES", "recurrent", "recurrent_cell"]
 #: Gates per recurrence: the rows of ``W_ih``/``W_hh`` are ``GATES[mode] * hidden_size``.
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 _LAYERS = {
-    "LSTM": Op("LSTM", kernel="lstm_layer"),
-    "GRU": Op("GRU", kernel="gru_layer"),
-    "RNN_TANH": Op("RNN", kernel="rnn_layer"),
-    "RNN_RELU": Op("RNN", kernel="rnn_layer"),
+    "LSTM": TensorOp("LSTM", kernel="lstm_layer"),
+    "GRU": TensorOp("GRU", kernel="gru_layer"),
+    "RNN_TANH": TensorOp("RNN", kernel="rnn_layer"),
+    "RNN_RELU": TensorOp("RNN", kernel="rnn_layer"),
 }
 #: ``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer and direction (biases may be None).
 LayerWeights = Sequence[Any]

@@ -1,0 +1,584 @@
+"""NumPy kernels of the convolutions: forward, transposed, and their joint backward.
+
+Every ungrouped convolution runs channels-last, PyTorch's ``channels_last`` memory format: the
+shape stays ``[N, C, *spatial]`` but the array lies in memory as ``[N, *spatial, C]``. An input
+in another layout is copied once into it (a ninth of the columns a 3x3 kernel makes from it),
+and outputs are written in it, so in a network the copy happens only for the data. In that
+layout a convolution is one matrix product per batch block of columns (im2col):
+
+- *forward*: the columns ``[B * cells, rows]`` of a block times the weight ``[rows, O]``,
+  written straight into the output, bias added while the block is at hand. A 1x1
+  convolution of stride 1 needs no columns: the input is its own.
+- *weight gradient*: the output gradient ``[O, N * cells]`` times the columns, one product
+  per layer (per block, summed, when the batch is large), the long ``N * cells`` axis the
+  product's inner one.
+- *input gradient*: a transposed convolution of the output gradient, which is, by shape,
+  a stride-1 convolution with the flipped weight (every input cell written once), or the
+  products ``output gradient @ weight`` placed back: copied when the stride equals the
+  kernel (a U-Net's upsampling: the windows do not overlap), else folded (col2im: one
+  strided add per kernel offset).
+
+The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
+``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
+outweighs the columns (the deep layers of a network: small maps, many channels),
+``(c, *kernel)``, the weight's own order, no copy of it (:func:`_channel_major`).
+
+Batch blocks of :data:`COLUMN_BLOCK_BYTES` of columns bound the memory. Grouped convolutions
+keep the NCHW order of the columns, ``[B, G, (C/G, *kernel), cells]``, and multiply each
+group's block with one batched product.
+
+Any input layout is accepted; values do not depend on it beyond rounding
+(tests/test_nn_layouts.py, tests/test_conv_kernels.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .sizes import (
+    conv_output_size,
+    conv_transpose_output_padding,
+    conv_transpose_output_size,
+)
+
+__all__ = ["NumpyConvKernels", "channels_last"]
+
+#: Bytes of im2col columns per batch block. The block's copy, product and fold run one after
+#: another on it; blocks larger than the caches run a little faster on the machines measured
+#: (longer products), so this only bounds the memory a large batch takes.
+COLUMN_BLOCK_BYTES = 8 << 20
+
+
+#: Whether :func:`_warm_blas` has run in this process.
+_BLAS_WARMED = [False]
+
+
+def _warm_blas() -> None:
+    """Run one 384 x 384 float32 product, once per process, before the first convolution.
+
+    NumPy's OpenBLAS (its Haswell kernels, on the AMD EPYC machines this was measured on)
+    runs single-precision products at half speed in a process until a product with every
+    dimension of about 352 or more has run: ``[36864, 288] @ [288, 64]``, the second
+    convolution of the benchmark CNN, took 80 ms before and 42 ms after, and stayed fast
+    (the process's transparent huge pages grow by 8 MB at that first large product). A
+    network's convolutions need not contain such a product; this one costs a few
+    milliseconds, once.
+    """
+    if not _BLAS_WARMED[0]:
+        _BLAS_WARMED[0] = True
+        square = np.ones((384, 384), dtype=np.float32)
+        np.matmul(square, square)
+
+
+# -- layouts ---------------------------------------------------------------------------------------
+def channels_last(x: np.ndarray) -> bool:
+    """Whether ``x`` ``[N, C, *spatial]`` (C > 1) lies in memory as a C-contiguous
+    ``[N, *spatial, C]``: the layout convolutions write their outputs in."""
+    return x.ndim > 2 and x.shape[1] > 1 and np.moveaxis(x, 1, -1).flags.c_contiguous
+
+
+def _to_last(x: np.ndarray) -> np.ndarray:
+    """``x`` ``[N, C, *spatial]`` as a C-contiguous ``[N, *spatial, C]`` array: a view when it
+    is channels-last already, else one copy."""
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+
+
+def _from_last(x: np.ndarray) -> np.ndarray:
+    """The ``[N, C, *spatial]`` view of a channels-last ``[N, *spatial, C]`` array."""
+    return np.moveaxis(x, -1, 1)
+
+
+def _pad_last(x: np.ndarray, before, lengths) -> np.ndarray:
+    """Channels-last ``x`` ``[N, *spatial, C]`` placed at ``before`` (per spatial axis; negative
+    crops) in zeros of spatial ``lengths``; what lies past ``lengths`` is cut off."""
+    spatial = x.shape[1:-1]
+    if all(b == 0 for b in before) and tuple(lengths) == tuple(spatial):
+        return x
+    target, source = [], []
+    for b, n, total in zip(before, spatial, lengths):
+        start = max(0, -b)
+        stop = min(n, total - b)
+        source.append(slice(start, max(start, stop)))
+        target.append(slice(start + b, start + b + max(0, stop - start)))
+    out = np.zeros((x.shape[0], *lengths, x.shape[-1]), dtype=x.dtype)
+    everything = slice(None)
+    out[(everything, *target, everything)] = x[(everything, *source, everything)]
+    return out
+
+
+def _windows_last(xp: np.ndarray, kernel, stride, dilation, out_size) -> np.ndarray:
+    """A view ``[N, *out_size, *kernel, C]`` of the windows of the padded channels-last
+    ``xp``: element ``[n, o..., k..., c]`` is the cell kernel offset ``k`` of output ``o``
+    reads."""
+    ndim = len(kernel)
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    windows = sliding_window_view(xp, extents, axis=tuple(range(1, 1 + ndim)))
+    # [N, *positions, C, *extents]: every stride-th position, every dilation-th cell
+    windows = windows[
+        (slice(None),)
+        + tuple(slice(0, s * (o - 1) + 1, s) for s, o in zip(stride, out_size))
+        + (slice(None),)
+        + tuple(slice(None, None, d) for d in dilation)
+    ]
+    return windows.transpose(0, *range(1, 1 + ndim), *range(2 + ndim, 2 + 2 * ndim), 1 + ndim)
+
+
+def _blocks(n: int, sample_bytes: int):
+    """``(size, starts)``: batch blocks of about :data:`COLUMN_BLOCK_BYTES` of columns."""
+    size = max(1, min(n, COLUMN_BLOCK_BYTES // max(sample_bytes, 1)))
+    return size, range(0, n, size)
+
+
+def _offsets(kernel):
+    """Every kernel offset, as a tuple of one index per spatial axis."""
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def _offset_cells(offsets, counts, stride, dilation) -> tuple:
+    """For one kernel offset: the slices of the padded input the ``counts`` outputs read (of
+    the padded output a transposed convolution's inputs write), per spatial axis."""
+    return tuple(
+        slice(k * d, k * d + s * (n - 1) + 1, s)
+        for k, n, s, d in zip(offsets, counts, stride, dilation)
+    )
+
+
+def _channel_major(weight_size: int, column_size: int) -> bool:
+    """Whether a convolution orders its columns ``(c, *kernel)``, the weight's own order,
+    whose matrix is then a view, rather than ``(*kernel, c)``, whose copy from a
+    channels-last input is several times faster (runs of ``kernel[-1] * C`` values against
+    runs of ``C`` values written ``prod(kernel)`` apart) but which needs the weight
+    reordered, a copy as large as the weight. Measured, the reorder costs more than the
+    slower copy about when the weight outgrows the columns: in the deep layers of a network,
+    small maps with many channels (a U-Net's bottom, a ResNet's last stage)."""
+    return weight_size > column_size
+
+
+def _column_offset(columns, offsets, channel_major: bool, ndim: int):
+    """The part of ``columns`` ``[B, *cells, *kernel, C]`` (``[B, *cells, C, *kernel]`` when
+    ``channel_major``) at one kernel offset: ``[B, *cells, C]``."""
+    everything = (slice(None),) * (1 + ndim)
+    if channel_major:
+        return columns[(*everything, slice(None), *offsets)]
+    return columns[(*everything, *offsets, slice(None))]
+
+
+def _columns_last(xcl, kernel, stride, padding, dilation, out_size, channel_major, extra=0):
+    """Yield ``(start, stop, columns)`` per batch block of the channels-last ``xcl``: the
+    columns ``[(stop - start) * cells, rows]``, C-contiguous, in output order, the rows
+    ordered ``(*kernel, c)`` or, ``channel_major``, ``(c, *kernel)``.
+
+    ``padding`` is the zero padding before each spatial axis (the padding after is whatever
+    the windows need). ``extra``: bytes per output cell the caller writes while the block is
+    cached, counted in the block's size. One buffer serves every block; a 1x1 kernel of
+    stride 1 without padding yields the input itself. ``(*kernel, c)`` columns are one
+    copy of a window view; ``(c, *kernel)`` ones one copy per kernel offset (runs of ``C``
+    values), the faster way to write them.
+    """
+    n, c = xcl.shape[0], xcl.shape[-1]
+    ndim = len(kernel)
+    cells = math.prod(out_size)
+    pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in stride)
+    if pointwise and not any(padding) and tuple(out_size) == xcl.shape[1:-1]:
+        yield 0, n, xcl.reshape(n * cells, c)
+        return
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
+    padded = _pad_last(xcl, padding, needed)
+    rows = c * math.prod(kernel)
+    size, starts = _blocks(n, (rows * xcl.itemsize + extra) * cells)
+    if channel_major:
+        buffer = np.empty((size, *out_size, c, *kernel), dtype=xcl.dtype)
+    else:
+        windows = _windows_last(padded, kernel, stride, dilation, out_size)
+        buffer = np.empty((size, *windows.shape[1:]), dtype=xcl.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        block = buffer[: stop - start]
+        if channel_major:
+            for offsets in _offsets(kernel):
+                source = padded[
+                    (slice(start, stop), *_offset_cells(offsets, out_size, stride, dilation))
+                ]
+                _column_offset(block, offsets, True, ndim)[...] = source
+        else:
+            np.copyto(block, windows[start:stop])
+        yield start, stop, block.reshape((stop - start) * cells, rows)
+
+
+def _weight_rows(weight: np.ndarray, channel_major: bool) -> np.ndarray:
+    """``weight`` ``[O, C, *kernel]`` as ``[O, rows]``, rows ordered as the columns: a view
+    when ``channel_major``, else a copy ordered ``(*kernel, c)``."""
+    if channel_major:
+        return weight.reshape(weight.shape[0], -1)
+    return np.moveaxis(weight, 1, -1).reshape(weight.shape[0], -1)
+
+
+def _flipped_transposed(weight: np.ndarray) -> np.ndarray:
+    """``weight`` ``[C_in, C_out, *kernel]`` of a transposed convolution as the weight
+    ``[C_out, C_in, *kernel]`` of the equivalent stride-1 convolution: flipped in space."""
+    spatial = tuple(range(2, weight.ndim))
+    return np.flip(weight, spatial).swapaxes(0, 1)
+
+
+def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
+    """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
+    give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
+    ``channel_major``: the columns' order (see :func:`_channel_major`), chosen here when
+    ``None``."""
+    _warm_blas()
+    n, c_out = xcl.shape[0], weight.shape[0]
+    kernel = weight.shape[2:]
+    cells = math.prod(out_size)
+    if channel_major is None:
+        channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    w_rows = _weight_rows(weight, channel_major)
+    out = np.empty((n, cells, c_out), dtype=xcl.dtype)
+    for start, stop, columns in _columns_last(
+        xcl, kernel, stride, padding, dilation, out_size, channel_major, c_out * xcl.itemsize
+    ):
+        block = out[start:stop].reshape((stop - start) * cells, c_out)
+        np.matmul(columns, w_rows.T, out=block)
+        if bias.size:  # while the block is in cache
+            block += bias
+    return out.reshape(n, *out_size, c_out)
+
+
+def _folded_lengths(in_size, kernel, stride, padding, dilation, out_size) -> list[int]:
+    """The spatial size of a transposed convolution's output before its padding is cropped:
+    every window's reach, and at least ``padding + out_size`` (an ``output_padding`` past the
+    windows adds cells no input reaches)."""
+    return [
+        max(s * (m - 1) + d * (k - 1) + 1, p + o)
+        for m, k, s, p, d, o in zip(in_size, kernel, stride, padding, dilation, out_size)
+    ]
+
+
+def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dilation):
+    """Ungrouped transposed convolution of the channels-last ``xcl`` ``[N, *in, C_in]`` by
+    ``weight`` ``[C_in, C_out, *kernel]``: ``[N, *out, C_out]``, C-contiguous.
+
+    Three ways, by shape. With stride 1 and ``C_out >= C_in``, a convolution with the flipped
+    weight (every output cell written once; its columns hold ``C_in`` values per kernel
+    offset). Otherwise the products ``x @ weight`` (``C_out`` values per input cell and
+    kernel offset: fewer, when ``C_out < C_in``) are placed: copied to their own output cells
+    when the stride equals the kernel (the windows do not overlap), else folded (col2im: one
+    strided add per kernel offset). A weight larger than the products is never reordered
+    (see :func:`_channel_major`): the products are ordered ``(c, *kernel)``, its own order,
+    and folded.
+    """
+    _warm_blas()
+    n, c_in = xcl.shape[0], xcl.shape[-1]
+    in_size, kernel = xcl.shape[1:-1], weight.shape[2:]
+    ndim = len(kernel)
+    c_out = weight.shape[1]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
+    )
+    cells = math.prod(in_size)
+    channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    if all(s == 1 for s in stride) and not channel_major and c_out >= c_in:
+        # The adjoint of a stride-1 convolution is a convolution with the flipped weight,
+        # padded by the kernel's reach less the padding (negative: cropped) on the left.
+        before = tuple(d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding))
+        flipped = _flipped_transposed(weight)
+        return _conv_last(xcl, flipped, bias, stride, before, dilation, out_size, False)
+    # products [B, *in, (*kernel, C_out)] (or (C_out, *kernel)) = x @ weight
+    if channel_major:
+        w_rows = weight.reshape(c_in, -1)
+        shape = (*in_size, c_out, *kernel)
+    else:
+        w_rows = np.moveaxis(weight, 1, -1).reshape(c_in, -1)
+        shape = (*in_size, *kernel, c_out)
+    full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
+    everything = slice(None)
+    rows = xcl.reshape(n, cells, c_in)
+    size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize)
+    disjoint = all(s == k and d == 1 for s, k, d in zip(stride, kernel, dilation))
+    if disjoint:  # every output cell is written by one kernel offset of one input cell
+        out = np.empty((n, *full, c_out), dtype=xcl.dtype)
+        reach = tuple(s * m for s, m in zip(stride, in_size))
+        for axis, length in enumerate(reach, start=1):  # cells past every window
+            index = [everything] * out.ndim
+            index[axis] = slice(length, None)
+            out[tuple(index)] = 0
+        # [N, m1, k1, m2, k2, ..., C] is the covered part, interleaving input and offset
+        covered = out[(everything, *(slice(0, r) for r in reach), everything)]
+        interleaved = covered.reshape(n, *itertools.chain(*zip(in_size, kernel)), c_out, copy=False)
+        order = (0, *range(1, 2 * ndim + 1, 2), *range(2, 2 * ndim + 2, 2), 2 * ndim + 1)
+        target = interleaved.transpose(order)  # [N, *in, *kernel, C]
+        if channel_major:  # [N, *in, C, *kernel]
+            target = np.moveaxis(target, -1, 1 + ndim)
+        for start in starts:
+            stop = min(start + size, n)
+            products = np.matmul(rows[start:stop], w_rows)
+            target[start:stop] = products.reshape(stop - start, *shape)
+    else:
+        out = np.zeros((n, *full, c_out), dtype=xcl.dtype)
+        buffer = np.empty((size, cells, w_rows.shape[1]), dtype=xcl.dtype)
+        for start in starts:
+            stop = min(start + size, n)
+            products = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
+            products = products.reshape(stop - start, *shape)
+            block = out[start:stop]
+            for offsets in _offsets(kernel):
+                target = block[(everything, *_offset_cells(offsets, in_size, stride, dilation))]
+                target += _column_offset(products, offsets, channel_major, ndim)
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
+    out = out[(everything, *crop, everything)]
+    if bias.size:
+        out = np.add(out, bias)  # a contiguous copy, bias added
+    return np.ascontiguousarray(out)
+
+
+def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
+    """The weight gradient ``[O, C, *kernel]`` of an ungrouped convolution from the
+    channels-last input ``xcl`` and output gradient ``gcl`` ``[N, *out, O]``: one product
+    ``[O, N * cells] @ [N * cells, rows]`` per block of columns."""
+    _warm_blas()
+    n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
+    out_size = gcl.shape[1:-1]
+    cells = math.prod(out_size)
+    rows = c_in * math.prod(kernel)
+    channel_major = _channel_major(c_out * rows, n * cells * rows)
+    g = gcl.reshape(n, cells, c_out)
+    grad = np.zeros((c_out, rows), dtype=xcl.dtype)  # an empty batch's
+    for start, stop, columns in _columns_last(
+        xcl, kernel, stride, padding, dilation, out_size, channel_major
+    ):
+        part = np.matmul(g[start:stop].reshape(len(columns), c_out).T, columns)
+        grad = part if start == 0 else np.add(grad, part, out=grad)
+    if channel_major:
+        return grad.reshape(c_out, c_in, *kernel)
+    grad = grad.reshape(c_out, *kernel, c_in)
+    return np.ascontiguousarray(np.moveaxis(grad, -1, 1))
+
+
+def _channel_sums(xcl: np.ndarray) -> np.ndarray:
+    """Per channel, the sum of the channels-last ``xcl`` (a bias's gradient), accumulated in
+    float64 whatever the dtype."""
+    rows = xcl.reshape(-1, xcl.shape[-1])
+    return np.einsum("mc->c", rows, dtype=np.float64).astype(xcl.dtype)
+
+
+# -- grouped convolutions: NCHW columns ------------------------------------------------------------
+def _empty_like_layout(x: np.ndarray, shape) -> np.ndarray:
+    """An uninitialized ``[N, C, *spatial]`` array of ``shape``, channels-last if ``x`` is."""
+    if channels_last(x):
+        return np.moveaxis(np.empty((shape[0], *shape[2:], shape[1]), dtype=x.dtype), -1, 1)
+    return np.empty(shape, dtype=x.dtype)
+
+
+def _place(x: np.ndarray, before, total_lengths, fill) -> np.ndarray:
+    """``x`` placed at offset ``before`` in an array of spatial ``total_lengths`` filled with
+    ``fill``; the part of ``x`` beyond ``total_lengths`` is cut off."""
+    spatial = x.shape[2:]
+    if all(b == 0 for b in before) and tuple(total_lengths) == tuple(spatial):
+        return x
+    out = _empty_like_layout(x, x.shape[:2] + tuple(total_lengths))
+    out.fill(fill)
+    target, source = [], []
+    for b, n, total in zip(before, spatial, total_lengths):
+        end = min(b + n, total)
+        target.append(slice(b, end))
+        source.append(slice(0, end - b))
+    out[(slice(None), slice(None), *target)] = x[(slice(None), slice(None), *source)]
+    return out
+
+
+def _windows(x, kernel, stride, padding, dilation, out_size, fill=0):
+    """A view ``[N, C, *kernel, *out_size]`` of the windows of ``x`` padded with ``fill``:
+    element ``[n, c, k..., o...]`` is the input cell kernel offset ``k`` of output ``o``
+    reads."""
+    extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    needed = [s * (o - 1) + e for s, o, e in zip(stride, out_size, extents)]
+    xp = _place(x, padding, needed, fill)
+    ndim = len(kernel)
+    windows = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + ndim)))
+    windows = windows[
+        (slice(None), slice(None))
+        + tuple(slice(None, None, s) for s in stride)
+        + tuple(slice(None, None, d) for d in dilation)
+    ]
+    # [N, C, *out, *kernel] -> [N, C, *kernel, *out]
+    return windows.transpose(0, 1, *range(2 + ndim, 2 + 2 * ndim), *range(2, 2 + ndim))
+
+
+def _grouped_columns(x, kernel, stride, padding, dilation, groups, out_size, extra=0):
+    """Yield ``(start, stop, columns)`` per batch block: the columns ``[stop-start, groups,
+    C/groups * prod(kernel), prod(out_size)]`` of ``x[start:stop]``, row ``(c, k...)`` input
+    channel ``c`` at kernel offset ``k``; ``extra``: bytes per output cell the caller writes
+    while the block is cached."""
+    n, c = x.shape[:2]
+    windows = _windows(x, kernel, stride, padding, dilation, out_size)
+    rows, cells = (c // groups) * math.prod(kernel), math.prod(out_size)
+    size, starts = _blocks(n, (c * math.prod(kernel) * x.itemsize + extra) * cells)
+    buffer = np.empty((size, *windows.shape[1:]), dtype=x.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        block = buffer[: stop - start]
+        np.copyto(block, windows[start:stop])
+        yield start, stop, block.reshape(stop - start, groups, rows, cells)
+
+
+def _channel_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` ``[N, C, *spatial]`` as matrices ``[N, C, prod(spatial)]`` (a view when it can)."""
+    return x.reshape(*x.shape[:2], math.prod(x.shape[2:]))
+
+
+def _fold(out, columns, kernel, stride, dilation, in_size):
+    """col2im: add ``columns`` ``[N, C, *kernel, *in_size]`` into ``out`` ``[N, C, *full]``
+    (the padded output), one strided add per kernel offset."""
+    everything = slice(None)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        cells = tuple(
+            slice(k * d, k * d + s * (n - 1) + 1, s)
+            for k, n, s, d in zip(offsets, in_size, stride, dilation)
+        )
+        out[(everything, everything, *cells)] += columns[(everything, everything, *offsets)]
+
+
+def _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size):
+    n, c_out = x.shape[0], weight.shape[0]
+    kernel = weight.shape[2:]
+    w = weight.reshape(groups, c_out // groups, -1)
+    out = np.empty((n, groups, c_out // groups, math.prod(out_size)), dtype=x.dtype)
+    per_channel = bias.reshape(groups, c_out // groups, 1) if bias.size else None
+    for start, stop, columns in _grouped_columns(
+        x, kernel, stride, padding, dilation, groups, out_size, c_out * x.itemsize
+    ):
+        block = np.matmul(w, columns, out=out[start:stop])
+        if per_channel is not None:
+            block += per_channel
+    return out.reshape(n, c_out, *out_size)
+
+
+def _grouped_conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    n, c_in = x.shape[:2]
+    kernel = weight.shape[2:]
+    per_group_out = weight.shape[1]
+    c_out = groups * per_group_out
+    in_size = x.shape[2:]
+    out_size = tuple(
+        conv_transpose_output_size(*args)
+        for args in zip(in_size, kernel, stride, padding, output_padding, dilation)
+    )
+    full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
+    out = np.empty((n, c_out, *full), dtype=x.dtype)
+    out[...] = bias.reshape((c_out,) + (1,) * len(full)) if bias.size else 0
+    # columns[n, g, (o, k...), l] = sum_c weight[g, c, (o, k...)] * x[n, g, c, l], folded
+    # into the padded output block by block while they are in cache.
+    w = weight.reshape(groups, c_in // groups, per_group_out * math.prod(kernel))
+    w = w.transpose(0, 2, 1)
+    xs = _channel_rows(x).reshape(n, groups, c_in // groups, math.prod(in_size))
+    size, starts = _blocks(n, w.shape[1] * groups * xs.shape[3] * x.itemsize)
+    buffer = np.empty((size, groups, w.shape[1], xs.shape[3]), dtype=x.dtype)
+    for start in starts:
+        stop = min(start + size, n)
+        columns = np.matmul(w, xs[start:stop], out=buffer[: stop - start])
+        columns = columns.reshape(stop - start, c_out, *kernel, *in_size)
+        _fold(out[start:stop], columns, kernel, stride, dilation, in_size)
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_size))
+    return out[(slice(None), slice(None), *crop)]
+
+
+def _grouped_weight_grad(x, out_grad, kernel_size, stride, padding, dilation, groups):
+    c_in, c_out = x.shape[1], out_grad.shape[1]
+    out_size = out_grad.shape[2:]
+    g = _channel_rows(out_grad).reshape(
+        out_grad.shape[0], groups, c_out // groups, math.prod(out_size)
+    )
+    grad = np.zeros(
+        (groups, c_out // groups, (c_in // groups) * math.prod(kernel_size)), dtype=x.dtype
+    )
+    for start, stop, columns in _grouped_columns(
+        x, kernel_size, stride, padding, dilation, groups, out_size
+    ):
+        # [B, G, O/G, L] @ [B, G, L, C/G*K], summed over the block
+        grad += np.matmul(g[start:stop], columns.swapaxes(2, 3)).sum(axis=0)
+    return grad.reshape(c_out, c_in // groups, *kernel_size)
+
+
+class NumpyConvKernels:
+    """The convolution kernels of :class:`~retrograd.backend.NumpyBackend`."""
+
+    def conv(self, x, weight, bias, stride, padding, dilation, groups):
+        kernel = weight.shape[2:]
+        out_size = tuple(
+            conv_output_size(length, k, s, p, d)
+            for length, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
+        )
+        if groups != 1:
+            return _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size)
+        out = _conv_last(_to_last(x), weight, bias, stride, padding, dilation, out_size)
+        return _from_last(out)
+
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
+        if groups != 1:
+            return _grouped_conv_transpose(
+                x, weight, bias, stride, padding, output_padding, dilation, groups
+            )
+        out = _conv_transpose_last(
+            _to_last(x), weight, bias, stride, padding, output_padding, dilation
+        )
+        return _from_last(out)
+
+    def conv_weight_grad(self, x, out_grad, kernel_size, stride, padding, dilation, groups):
+        if groups != 1:
+            return _grouped_weight_grad(x, out_grad, kernel_size, stride, padding, dilation, groups)
+        return _weight_grad_last(
+            _to_last(x), _to_last(out_grad), kernel_size, stride, padding, dilation
+        )
+
+    def conv_backward(self, grad, x, weight, stride, padding, dilation, groups, needs):
+        if groups != 1:  # the protocol's default: the adjoints, one kernel each
+            return super().conv_backward(grad, x, weight, stride, padding, dilation, groups, needs)
+        # the output gradient laid out channels-last once, for all three
+        gcl = _to_last(grad)
+        kernel = weight.shape[2:]
+        dx = dweight = dbias = None
+        if needs[0]:
+            output_padding = conv_transpose_output_padding(
+                x.shape[2:], grad.shape[2:], kernel, stride, padding, dilation
+            )
+            none = np.zeros(0, dtype=grad.dtype)
+            dx = _from_last(
+                _conv_transpose_last(gcl, weight, none, stride, padding, output_padding, dilation)
+            )
+        if needs[1]:
+            dweight = _weight_grad_last(_to_last(x), gcl, kernel, stride, padding, dilation)
+        if needs[2]:
+            dbias = _channel_sums(gcl)
+        return dx, dweight, dbias
+
+    def conv_transpose_backward(
+        self, grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+    ):
+        kernel = weight.shape[2:]
+        reachable = all(
+            conv_output_size(n, k, s, p, d) == m
+            for n, m, k, s, p, d in zip(
+                grad.shape[2:], x.shape[2:], kernel, stride, padding, dilation
+            )
+        )
+        if groups != 1 or not reachable:  # the protocol's default
+            return super().conv_transpose_backward(
+                grad, x, weight, stride, padding, output_padding, dilation, groups, needs
+            )
+        # the adjoint of conv_transpose(., weight) is conv(., weight); its weight gradient is
+        # that convolution's, with grad as its input and x as its output gradient
+        gcl = _to_last(grad)
+        dx = dweight = dbias = None
+        if needs[0]:
+            none = np.zeros(0, dtype=grad.dtype)
+            dx = _from_last(_conv_last(gcl, weight, none, stride, padding, dilation, x.shape[2:]))
+        if needs[1]:
+            dweight = _weight_grad_last(gcl, _to_last(x), kernel, stride, padding, dilation)
+        if needs[2]:
+            dbias = _channel_sums(gcl)
+        return dx, dweight, dbias

@@ -1,0 +1,381 @@
+"""The convolution, batch-norm and ReLU kernels behind CNN training, and their joint backward.
+
+Each kernel is checked against PyTorch's own (``aten.convolution_backward``,
+``native_batch_norm`` and its backward, ``threshold_backward``) in float64 and against central
+finite differences, on the shapes real models use (3x3 and 1x1, strides 1 and 2, padding,
+dilation, groups, transposed convolutions whose stride equals their kernel, 1-d to 3-d), in
+every memory layout (contiguous NCHW, channels-last, a strided view), with the NumPy
+convolutions' two column orders each forced (``_channel_major``: they pick one by size), and
+the protocol's composed defaults against the fused kernels of both backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+from backends import inner_backend
+from nn_testing import check_finite_differences, compare_with_torch
+from retrograd.backend import numpy_conv
+from retrograd.backend.protocol_nn import NNProtocol
+from retrograd.backend.sizes import conv_transpose_output_padding
+
+torch = pytest.importorskip("torch")
+aten = torch.ops.aten
+
+RNG = np.random.default_rng(2024)
+NUMPY = rg.NumpyBackend()
+TORCH = rg.TorchBackend("cpu")
+
+# (x shape [N, C, *spatial], out channels, kernel, stride, padding, dilation, groups)
+CONVS = {
+    "3x3": ((3, 4, 9, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    "3x3-stride2": ((2, 4, 9, 8), 5, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    "1x1": ((2, 6, 5, 5), 4, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    "1x1-stride2": ((2, 6, 7, 6), 4, (1, 1), (2, 2), (0, 0), (1, 1), 1),
+    "7x7-stride2": ((2, 3, 12, 11), 4, (7, 7), (2, 2), (3, 3), (1, 1), 1),
+    "dilated": ((2, 3, 9, 9), 4, (3, 3), (1, 1), (2, 2), (2, 2), 1),
+    "asymmetric": ((2, 3, 7, 6), 4, (3, 2), (1, 2), (1, 0), (1, 1), 1),
+    "over-padded": ((2, 3, 5, 5), 2, (2, 2), (1, 1), (2, 2), (1, 1), 1),
+    "wide": ((1, 3, 3, 3), 40, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    "groups": ((2, 4, 7, 7), 6, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    "depthwise": ((2, 4, 7, 7), 4, (3, 3), (2, 2), (1, 1), (1, 1), 4),
+    "1d": ((2, 3, 11), 4, (3,), (2,), (1,), (1,), 1),
+    "3d": ((1, 2, 5, 4, 5), 3, (2, 3, 2), (1, 1, 2), (1, 0, 1), (1, 1, 1), 1),
+}
+# (x shape [N, C_in, *spatial], C_out, kernel, stride, padding, output_padding, dilation,
+# groups)
+TRANSPOSED = {
+    "unet-up": ((2, 6, 4, 4), 3, (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1),
+    "unet-up-wide": ((1, 40, 2, 2), 3, (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1),
+    "stride2": ((2, 4, 4, 5), 3, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),
+    "stride1": ((2, 4, 5, 5), 3, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    "stride1-dilated": ((2, 3, 5, 5), 2, (3, 3), (1, 1), (0, 0), (1, 1), (2, 2), 1),
+    "stride1-widening": ((2, 2, 5, 5), 4, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    "stride1-over-padded": ((2, 2, 6, 6), 3, (2, 2), (1, 1), (2, 2), (0, 0), (1, 1), 1),
+    "disjoint-cropped": ((2, 4, 3, 3), 3, (2, 2), (2, 2), (1, 1), (1, 1), (1, 1), 1),
+    "groups": ((2, 4, 4, 4), 6, (3, 3), (2, 2), (1, 1), (0, 0), (1, 1), 2),
+    "1d": ((2, 3, 6), 2, (3,), (2,), (1,), (1,), (1,), 1),
+    "3d": ((1, 2, 3, 3, 2), 3, (2, 2, 2), (2, 1, 2), (0, 1, 0), (1, 0, 0), (1, 1, 1), 1),
+}
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+
+
+def strided(x: np.ndarray) -> np.ndarray:
+    wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
+    wide[..., ::2] = x
+    return wide[..., ::2]
+
+
+LAYOUTS = {"contiguous": np.ascontiguousarray, "channels_last": channels_last, "strided": strided}
+
+
+@pytest.fixture(params=[None, False, True], ids=["by-size", "kernel-major", "channel-major"])
+def column_order(request, monkeypatch):
+    """The NumPy convolutions' column order: chosen by size, or forced either way."""
+    if request.param is not None:
+        monkeypatch.setattr(numpy_conv, "_channel_major", lambda *_: request.param)
+    return request.param
+
+
+def conv_arrays(case, transposed=False):
+    if transposed:
+        shape, c_out, kernel, *_, groups = case
+        weight = RNG.standard_normal((shape[1], c_out // groups, *kernel))
+    else:
+        shape, c_out, kernel, *_, groups = case
+        weight = RNG.standard_normal((c_out, shape[1] // groups, *kernel))
+    return RNG.standard_normal(shape), weight, RNG.standard_normal(c_out)
+
+
+def torch_backward(g, x, w, params, transposed, needs):
+    if transposed:
+        stride, padding, output_padding, dilation, groups = params
+        bias_size = w.shape[1] * groups
+    else:
+        stride, padding, dilation, groups = params
+        output_padding, bias_size = (0,) * len(stride), w.shape[0]
+    grads = aten.convolution_backward(
+        *(torch.from_numpy(np.ascontiguousarray(a)) for a in (g, x, w)),
+        [bias_size],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        list(needs),
+    )
+    return [None if t is None else t.numpy() for t in grads]
+
+
+def assert_grads_close(ours, theirs, needs):
+    for i, (mine, expected) in enumerate(zip(ours, theirs)):
+        if needs[i]:
+            np.testing.assert_allclose(mine, expected, rtol=1e-10, atol=1e-10, err_msg=str(i))
+        else:
+            assert mine is None, i
+
+
+# -- convolution kernels ---------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", CONVS)
+def test_conv_and_its_joint_backward_match_torch(name, layout, column_order):
+    _, _, _, stride, padding, dilation, groups = CONVS[name]
+    x, w, b = conv_arrays(CONVS[name])
+    relaid = LAYOUTS[layout]
+    out = NUMPY.conv(relaid(x), w, b, stride, padding, dilation, groups)
+    expected = aten.convolution(
+        *(torch.from_numpy(a) for a in (x, w, b)),
+        stride,
+        padding,
+        dilation,
+        False,
+        (0,) * len(stride),
+        groups,
+    )
+    np.testing.assert_allclose(out, expected.numpy(), rtol=1e-10, atol=1e-10)
+    g = RNG.standard_normal(out.shape)
+    for needs in ((True, True, True), (False, True, False), (True, False, False)):
+        ours = NUMPY.conv_backward(
+            relaid(g), relaid(x), w, stride, padding, dilation, groups, needs
+        )
+        theirs = torch_backward(g, x, w, (stride, padding, dilation, groups), False, needs)
+        assert_grads_close(ours, theirs, needs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", TRANSPOSED)
+def test_conv_transpose_and_its_joint_backward_match_torch(name, layout, column_order):
+    _, _, _, stride, padding, output_padding, dilation, groups = TRANSPOSED[name]
+    x, w, b = conv_arrays(TRANSPOSED[name], transposed=True)
+    relaid = LAYOUTS[layout]
+    params = (stride, padding, output_padding, dilation, groups)
+    out = NUMPY.conv_transpose(relaid(x), w, b, *params)
+    expected = aten.convolution(
+        *(torch.from_numpy(a) for a in (x, w, b)),
+        stride,
+        padding,
+        dilation,
+        True,
+        output_padding,
+        groups,
+    )
+    np.testing.assert_allclose(out, expected.numpy(), rtol=1e-10, atol=1e-10)
+    g = RNG.standard_normal(out.shape)
+    for needs in ((True, True, True), (False, True, True), (True, False, False)):
+        ours = NUMPY.conv_transpose_backward(relaid(g), relaid(x), w, *params, needs)
+        assert_grads_close(ours, torch_backward(g, x, w, params, True, needs), needs)
+
+
+@pytest.mark.parametrize("name", ["3x3", "3x3-stride2", "1x1-stride2", "groups", "wide", "1d"])
+def test_conv_gradients_match_finite_differences(name, column_order):
+    _, _, _, stride, padding, dilation, groups = CONVS[name]
+    x, w, b = conv_arrays(CONVS[name])
+    x, w = x[:1, :, :5, :4] if x.ndim == 4 else x[:1], w
+    spatial = x.ndim - 2
+    conv = getattr(F, f"conv{spatial}d")
+    check_finite_differences(
+        lambda x, w, b: conv(x, w, b, stride, padding, dilation, groups).tanh(), [x, w, b]
+    )
+
+
+@pytest.mark.parametrize("name", ["unet-up", "stride2", "stride1", "unet-up-wide"])
+def test_conv_transpose_gradients_match_finite_differences(name, column_order):
+    _, _, _, stride, padding, output_padding, dilation, groups = TRANSPOSED[name]
+    x, w, b = conv_arrays(TRANSPOSED[name], transposed=True)
+    x = x[:1, :, :3, :3]
+    check_finite_differences(
+        lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride, padding, output_padding, groups, dilation
+        ).tanh(),
+        [x, w, b],
+    )
+
+
+@pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
+@pytest.mark.parametrize("name", ["3x3-stride2", "groups", "7x7-stride2", "1d"])
+def test_the_protocol_defaults_give_the_kernels_results(backend, name):
+    """conv_backward's composed default (its adjoints) and each backend's fused kernel."""
+    _, _, _, stride, padding, dilation, groups = CONVS[name]
+    x, w, _ = conv_arrays(CONVS[name])
+    on = (lambda a: torch.from_numpy(a)) if backend is TORCH else (lambda a: a)
+    out_shape = NUMPY.conv(x, w, np.zeros(0), stride, padding, dilation, groups).shape
+    g = RNG.standard_normal(out_shape)
+    needs = (True, True, True)
+    fused = backend.conv_backward(on(g), on(x), on(w), stride, padding, dilation, groups, needs)
+    composed = NNProtocol.conv_backward(
+        backend, on(g), on(x), on(w), stride, padding, dilation, groups, needs
+    )
+    for mine, default in zip(fused, composed):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(default), rtol=1e-10, atol=1e-10)
+    output_padding = conv_transpose_output_padding(
+        x.shape[2:], out_shape[2:], w.shape[2:], stride, padding, dilation
+    )
+    params = (stride, padding, output_padding, dilation, groups)
+    fused = backend.conv_transpose_backward(on(x), on(g), on(w), *params, needs)
+    composed = NNProtocol.conv_transpose_backward(backend, on(x), on(g), on(w), *params, needs)
+    for mine, default in zip(fused, composed):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(default), rtol=1e-10, atol=1e-10)
+
+
+def test_a_torch_refused_output_padding_takes_the_default_backward():
+    """output_padding >= stride (Burn allows it): the trailing cells no input reaches get
+    only the bias; their gradients are the composed default's, checked against finite
+    differences."""
+    x, w, b = RNG.standard_normal((1, 2, 3)), RNG.standard_normal((2, 2, 2)), np.ones(2)
+    check_finite_differences(
+        lambda x, w, b: F.conv_transpose1d(x, w, b, stride=1, output_padding=2).sin(), [x, w, b]
+    )
+
+
+def test_numpy_convolutions_write_channels_last_outputs():
+    x, w, b = conv_arrays(CONVS["3x3"])
+    out = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    assert np.moveaxis(out, 1, -1).flags.c_contiguous
+    g = RNG.standard_normal(out.shape)
+    dx = NUMPY.conv_backward(g, x, w, (1, 1), (1, 1), (1, 1), 1, (True, False, False))[0]
+    assert np.moveaxis(dx, 1, -1).flags.c_contiguous
+
+
+def test_the_column_order_follows_the_larger_copy():
+    """Columns take the weight's order exactly when the weight outweighs them."""
+    assert numpy_conv._channel_major(9 * 512 * 512, 64 * 9 * 512)  # a 2x2 map, 512 channels
+    assert not numpy_conv._channel_major(9 * 64 * 64, 4096 * 9 * 64)  # a 64x64 map
+
+
+# -- batch norm ------------------------------------------------------------------------------------
+NORM_SHAPES = {
+    "2d": (8, 3),
+    "3d": (4, 3, 5),
+    "4d": (3, 4, 5, 3),
+    "4d-channels-last": (3, 4, 5, 3),
+    "5d": (2, 3, 3, 2, 2),
+}
+
+
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", NORM_SHAPES)
+def test_batch_norm_training_matches_torch(name, dtype, affine):
+    x = RNG.standard_normal(NORM_SHAPES[name]) * 3 + 2
+    if name == "4d-channels-last":
+        x = channels_last(x)
+    channels = x.shape[1]
+    weight, bias = RNG.standard_normal(channels), RNG.standard_normal(channels)
+    arrays = [x, weight, bias][: {"both": 3, "weight": 2, "none": 1}[affine]]
+
+    def ours(x, weight=None, bias=None):
+        return F.batch_norm(x, None, None, weight, bias, training=True, eps=1e-3)
+
+    def theirs(x, weight=None, bias=None):
+        return torch.nn.functional.batch_norm(x, None, None, weight, bias, True, eps=1e-3)
+
+    compare_with_torch(ours, theirs, arrays, dtype, scale_atol=5.0)
+
+
+@pytest.mark.parametrize("name", ["2d", "4d", "4d-channels-last"])
+def test_batch_norm_gradients_match_finite_differences(name):
+    x = RNG.standard_normal(NORM_SHAPES[name]) + 1
+    if name == "4d-channels-last":
+        x = channels_last(x)
+    channels = x.shape[1]
+    check_finite_differences(
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True).sin(),
+        [x, RNG.standard_normal(channels), RNG.standard_normal(channels)],
+    )
+
+
+@pytest.mark.parametrize("momentum", [0.1, 0.7])
+def test_batch_norm_running_statistics_follow_torch(momentum):
+    x = RNG.standard_normal((6, 3, 4, 4)) * 2 - 1
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        mean, var = rg.zeros((3,), dtype="float64"), rg.ones((3,), dtype="float64")
+        for _ in range(2):
+            F.batch_norm(rg.tensor(x), mean, var, training=True, momentum=momentum, eps=1e-2)
+        t_mean, t_var = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+        for _ in range(2):
+            torch.nn.functional.batch_norm(
+                torch.from_numpy(x), t_mean, t_var, training=True, momentum=momentum, eps=1e-2
+            )
+        np.testing.assert_allclose(mean.numpy(), t_mean.numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(var.numpy(), t_var.numpy(), rtol=1e-12)
+
+
+def test_batch_norm_second_derivative_matches_torch():
+    """Through the protocol's composed batch_norm_backward (recorded on the autodiff backend)."""
+    x, w, b = RNG.standard_normal((4, 3, 2, 2)), RNG.standard_normal(3), RNG.standard_normal(3)
+    seed = RNG.standard_normal(x.shape)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        xs = [rg.tensor(a).require_grad() for a in (x, w, b)]
+        out = F.batch_norm(xs[0], None, None, xs[1], xs[2], training=True)
+        first = (out * rg.tensor(seed)).sin().sum().backward(create_graph=True)
+        total = sum((t.grad(first) * t.grad(first)).sum() for t in xs[:2])
+        second = total.backward()
+        ours = [t.grad(second).numpy() for t in xs]
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    out = torch.nn.functional.batch_norm(ts[0], None, None, ts[1], ts[2], training=True)
+    grads = torch.autograd.grad((out * torch.from_numpy(seed)).sin().sum(), ts, create_graph=True)
+    torch.autograd.backward(sum((g * g).sum() for g in grads[:2]))
+    for mine, t in zip(ours, ts):
+        np.testing.assert_allclose(mine, t.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
+def test_batch_norm_kernels_give_the_protocol_defaults_results(backend):
+    x = channels_last(RNG.standard_normal((3, 4, 5, 2)) * 2 + 1)
+    w, b, g = RNG.standard_normal(4), RNG.standard_normal(4), RNG.standard_normal(x.shape)
+    on = (lambda a: torch.from_numpy(np.ascontiguousarray(a))) if backend is TORCH else np.asarray
+    out, stats = backend.batch_norm(on(x), on(w), on(b), 1e-5)
+    default_out, default_stats = NNProtocol.batch_norm(backend, on(x), on(w), on(b), 1e-5)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(default_out), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(stats), np.asarray(default_stats), rtol=1e-12)
+    fused = backend.batch_norm_backward(on(g), on(x), on(w), stats, 1e-5)
+    composed = NNProtocol.batch_norm_backward(backend, on(g), on(x), on(w), stats, 1e-5)
+    for mine, default in zip(fused, composed):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(default), rtol=1e-9, atol=1e-11)
+    # no weight: the kernel still gives [C] gradients for it
+    _, dweight, dbias = backend.batch_norm_backward(on(g), on(x), on(np.zeros(0)), stats, 1e-5)
+    assert np.asarray(dweight).shape == np.asarray(dbias).shape == (4,)
+
+
+def test_numpy_batch_norm_keeps_the_layout_and_sums_float32_exactly():
+    x = channels_last(RNG.standard_normal((16, 4, 32, 32)).astype(np.float32) + 100)
+    out, stats = NUMPY.batch_norm(x, np.zeros(0, np.float32), np.zeros(0, np.float32), 1e-5)
+    assert np.moveaxis(out, 1, -1).flags.c_contiguous and out.dtype == np.float32
+    exact = x.astype(np.float64).mean(axis=(0, 2, 3))
+    np.testing.assert_allclose(stats[0], exact, rtol=np.finfo(np.float32).eps)
+
+
+def test_batch_norm_is_one_compute_bound_op():
+    from retrograd.autodiff.ops import OPS
+
+    assert OPS["batch_norm"].joint and OPS["batch_norm"].aux
+    assert not OPS["batch_norm"].memory_bound
+
+
+# -- relu ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
+def test_relu_backward_is_torchs_threshold_backward(backend, dtype):
+    g = np.array([1.0, -2.0, np.inf, np.nan, -0.0, 3.0, -np.inf, 5.0] * 600, dtype)
+    out = np.array([1.0, 0.0, 0.0, 0.0, 2.0, np.nan, 0.0, 1e-30] * 600, dtype)
+    expected = aten.threshold_backward(torch.from_numpy(g), torch.from_numpy(out), 0).numpy()
+    on = torch.from_numpy if backend is TORCH else np.asarray
+    ours = np.asarray(backend.relu_backward(on(g), on(out)))
+    assert ours.dtype == dtype
+    bits = np.dtype(f"u{ours.itemsize}")  # bit for bit: +0.0 where masked, NaN kept
+    np.testing.assert_array_equal(ours.view(bits), expected.view(bits))
+    default = np.asarray(rg.Backend.relu_backward(backend, on(g), on(out)))
+    np.testing.assert_array_equal(ours.view(bits), default.view(bits))
+
+
+def test_relu_backward_keeps_a_channels_last_layout():
+    out = np.maximum(channels_last(RNG.standard_normal((2, 3, 4, 4))), 0)
+    g = channels_last(RNG.standard_normal(out.shape))
+    assert np.moveaxis(NUMPY.relu_backward(g, out), 1, -1).flags.c_contiguous
