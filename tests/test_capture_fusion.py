@@ -26,7 +26,7 @@ pytestmark = pytest.mark.numpy_only("fusion compiles kernels for the NumPy backe
 BACKEND = NumpyBackend()
 SHAPES = [(3, 4, 5), (4, 5), (5,), (1, 5), (4, 1), ()]
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-38, -3.5, 2.0]
-EXACT_BINARY = ["add", "sub", "mul", "div"]
+EXACT_BINARY = ["add", "sub", "mul", "div", "relu_backward"]
 EXACT_UNARY = ["neg", "abs", "square", "sqrt", "recip", "relu"]
 EXACT_SCALAR = ["add_scalar", "sub_scalar", "mul_scalar", "div_scalar", "rsub_scalar"]
 FAST_UNARY = ["exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu", "expm1", "log1p"]
@@ -251,7 +251,7 @@ def test_a_fused_mlp_step_equals_the_eager_step_bit_for_bit():
     data = mlp_data()
     expected = [mlp_step_for(eager, eager_opt)(*batch).numpy() for batch in data]
     step = rg.capture(mlp_step_for(fused, fused_opt), *data[0], state=[fused_opt])
-    assert step.num_fused >= 2  # ReLU's backward, the extra term's chain
+    assert step.num_fused >= 1  # the extra term's backward chain, ending in ReLU's backward
     assert "fused_" in step.code
     got = [step.result.numpy()] + [step(*batch).numpy() for batch in data[1:]]
     assert all(np.array_equal(e, g) for e, g in zip(expected, got))

@@ -94,6 +94,8 @@ OPS: dict[str, FusedOp] = {
         (0,), _MIN.replace("{a0}", _MAX.replace("{a1}", "{c0}")).replace("{a1}", "{c1}")
     ),
     "leaky_relu": FusedOp((0,), "({a0} if {a0} > 0 else {a0} * {c0})"),
+    # grad where the output is not <= 0 (a NaN output keeps its gradient), else +0.0
+    "relu_backward": FusedOp((0, 1), "({a0} if not {a1} <= np.{t}(0.0) else np.{t}(0.0))"),
     "mask_fill": FusedOp((0, 1), "({c0} if {a1} else {a0})"),
     "mask_where": FusedOp((0, 1, 2), "({a2} if {a1} else {a0})"),
     "equal": FusedOp((0, 1), "{a0} == {a1}", "bool"),
