@@ -7,7 +7,8 @@
 (3,)
 """
 
-from . import distributed, nn, optim
+# -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
+from . import autograd, distributed, distributions, nn, optim, utils
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
@@ -21,10 +22,12 @@ from .autodiff import (
     set_grad_enabled,
 )
 from .autodiff.params import ParamId
+from .autograd import inference_mode
 from .backend import Backend, NumpyBackend
 from .capture import CapturedStep, CaptureError, capture
 from .context import current_backend, default_backend, set_default_backend, use_backend
 from .device import Device
+from .device import Device as device  # noqa: N813 (torch's name)
 from .errors import (
     AutodiffError,
     DistributedError,
@@ -34,19 +37,35 @@ from .errors import (
     RetrogradError,
     ShapeError,
 )
+from .serialization import load, save
 from .tensor import (
     Tensor,
     arange,
+    as_tensor,
     cat,
+    empty,
+    empty_like,
     eye,
     flatten,
+    from_numpy,
     full,
+    full_like,
+    linspace,
+    logspace,
+    manual_seed,
     multinomial,
+    normal,
     ones,
     ones_like,
     rand,
+    rand_like,
+    randint,
+    randint_like,
     randn,
+    randn_like,
     random,
+    randperm,
+    scalar_tensor,
     seed,
     stack,
     tensor,
@@ -56,6 +75,45 @@ from .tensor import (
     zeros,
     zeros_like,
 )
+from .tensor import functions as _functions
+from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
+from .tensor.dtypes import dtype, finfo, iinfo
+from .tensor.functions import *  # noqa: F403 (the names of its __all__)
+from .tensor.legacy import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+)
+
+# dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
+float32 = _DTYPES["float32"]
+float64 = _DTYPES["float64"]
+float16 = _DTYPES["float16"]
+bfloat16 = _DTYPES["bfloat16"]
+int64 = _DTYPES["int64"]
+int32 = _DTYPES["int32"]
+int16 = _DTYPES["int16"]
+int8 = _DTYPES["int8"]
+uint8 = _DTYPES["uint8"]
+complex64 = _DTYPES["complex64"]
+complex128 = _DTYPES["complex128"]
+bool = _DTYPES["bool"]  # noqa: A001 (torch's name)
+float = float32  # noqa: A001 (torch's name)
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001 (torch's name)
+short = int16
+cfloat = complex64
+pi = 3.141592653589793
+e = 2.718281828459045
+inf = _functions.np.inf
+nan = _functions.np.nan
 
 __version__ = "0.1.0"
 
@@ -70,6 +128,63 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    *_functions.__all__,
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+    "as_tensor",
+    "autograd",
+    "bfloat16",
+    "bool",
+    "cfloat",
+    "complex128",
+    "complex64",
+    "device",
+    "distributions",
+    "double",
+    "dtype",
+    "e",
+    "empty",
+    "empty_like",
+    "finfo",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "from_numpy",
+    "full_like",
+    "half",
+    "iinfo",
+    "inf",
+    "inference_mode",
+    "int",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "linspace",
+    "load",
+    "logspace",
+    "long",
+    "manual_seed",
+    "nan",
+    "normal",
+    "pi",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn_like",
+    "randperm",
+    "save",
+    "scalar_tensor",
+    "short",
+    "uint8",
+    "utils",
     "Autodiff",
     "AutodiffError",
     "Backend",

@@ -225,7 +225,7 @@ class Replica:
         """This shard's summed cross-entropy over ``batch_size``, and how many it got right."""
         with rg.use_backend(self.backend):
             if len(images) == 0:  # more replicas than samples: contribute zero gradients
-                parameters = self.model.parameters()
+                parameters = list(self.model.parameters())
                 return sum((p.sum() for p in parameters[1:]), parameters[0].sum()) * 0.0, 0
             x = rg.tensor(images, backend=self.backend, device=self.device)
             y = rg.tensor(labels, backend=self.backend, device=self.device)

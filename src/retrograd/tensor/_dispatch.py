@@ -57,6 +57,7 @@ __all__ = [
     "result_dtype",
     "scalar_dtype",
     "scalar_value",
+    "untracked",
     "wrap",
 ]
 
@@ -175,6 +176,15 @@ def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Dev
     return cls(primitive, backend, device)
 
 
+def untracked(t: TensorBase) -> Any:
+    """``t``'s values as a tensor outside the graph (no node, not requiring grad; unlike
+    ``detach()``, which keeps a leaf's requirement, as Burn's)."""
+    backend = t._backend
+    if not backend.is_autodiff:
+        return t
+    return type(t)._result(backend.wrap(backend.inner_value(t._prim)), backend, t._device)
+
+
 def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     """``t`` moved onto ``backend``: equal backends share primitives, and an inner-backend
     tensor lifts into its autodiff decorator untracked."""
@@ -200,6 +210,11 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
             )
         return value
     if isinstance(value, np.ndarray | list | tuple):
+        if hasattr(value, "_fields"):  # a (values, indices) result, not data
+            raise DTypeError(
+                f"{op}: cannot combine a tensor with {type(value).__name__}{tuple(value._fields)}"
+                " (a named tuple); take one of its fields"
+            )
         return from_host(
             type(reference)._result, value, None, reference._backend, reference._device
         )

@@ -12,8 +12,11 @@ for comparisons) or the name of a kernel that takes any dtype. It also reads ``d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..errors import DTypeError, ShapeError, shape_text
 from ._dispatch import (
@@ -25,10 +28,17 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    scalar_dtype,
+    untracked,
     wrap,
 )
 
 __all__ = ["ElementwiseMixin"]
+
+SCALAR_TYPES = (int, float, bool, np.integer, np.floating, np.bool_)
+_LN2 = math.log(2.0)
+_INV_LN2 = 1.0 / math.log(2.0)
+_INV_LN10 = 1.0 / math.log(10.0)
 
 # -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.Op) -------------------
 ADD = Op("add", scalar="add_scalar", promote=COMMON)
@@ -129,19 +139,102 @@ class ElementwiseMixin:
     _device: Any
 
     # -- arithmetic ---------------------------------------------------------------------------
-    def add(self, other: Any) -> Any:
-        """``self + other``, broadcasting; ``other`` may be a Python scalar."""
+    def add(self, other: Any, *, alpha: Any = 1) -> Any:
+        """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
+        if alpha != 1:
+            other = _scaled("add", other, alpha)
         return self._apply(ADD, (self, other))
 
-    def sub(self, other: Any) -> Any:
+    def sub(self, other: Any, *, alpha: Any = 1) -> Any:
+        """``self - alpha * other``."""
+        if alpha != 1:
+            other = _scaled("sub", other, alpha)
         return self._apply(SUB, (self, other))
 
     def mul(self, other: Any) -> Any:
         return self._apply(MUL, (self, other))
 
-    def div(self, other: Any) -> Any:
-        """True division; ints are divided as float32."""
-        return self._apply(DIV, (self, other))
+    multiply = mul
+    subtract = sub
+
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Any:
+        """True division (ints are divided as float32); ``rounding_mode="trunc"`` or
+        ``"floor"`` rounds the quotient as torch's ``div`` does (keeping an int dtype)."""
+        if rounding_mode is None:
+            return self._apply(DIV, (self, other))
+        if rounding_mode == "trunc":
+            return _rounded_quotient(self, other, "trunc")
+        if rounding_mode == "floor":
+            return _rounded_quotient(self, other, "floor")
+        raise DTypeError(
+            f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
+
+    divide = true_divide = div
+
+    def floor_divide(self, other: Any) -> Any:
+        return _rounded_quotient(self, other, "floor")
+
+    def __floordiv__(self, other):
+        return _rounded_quotient(self, other, "floor")
+
+    def __rfloordiv__(self, other):
+        if isinstance(other, SCALAR_TYPES):
+            dtype = scalar_dtype(self.dtype, other)
+            other = wrap(self, self._backend.full(self.shape, other, dtype, self._device))
+        return _rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
+
+    def rsqrt(self) -> Any:
+        """``1 / sqrt(self)``."""
+        return self.sqrt().recip()
+
+    def reciprocal(self) -> Any:
+        return self._apply(RECIP, (self,))
+
+    def log2(self) -> Any:
+        return self.log() * _INV_LN2
+
+    def log10(self) -> Any:
+        return self.log() * _INV_LN10
+
+    def exp2(self) -> Any:
+        return (self * _LN2).exp()
+
+    def erfinv(self) -> Any:
+        """The inverse error function: Newton steps on ``erf`` from Giles' approximation,
+        converged to the last bits; the gradient is ``sqrt(pi)/2 * exp(erfinv(x)**2)``."""
+        return _erfinv(self)
+
+    def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+        """``self + value * tensor1 * tensor2``."""
+        product = lift(self, tensor1, "addcmul") * tensor2
+        return self + (product if value == 1 else product * value)
+
+    def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+        """``self + value * tensor1 / tensor2``."""
+        quotient = lift(self, tensor1, "addcdiv") / tensor2
+        return self + (quotient if value == 1 else quotient * value)
+
+    def lerp(self, end: Any, weight: Any) -> Any:
+        """``self + weight * (end - self)``, computed as torch's kernel computes it (from
+        ``end`` when ``weight >= 0.5``, so both ends are exact)."""
+        end = lift(self, end, "lerp")
+        diff = end - self
+        if not isinstance(weight, SCALAR_TYPES):
+            weight = lift(self, weight, "lerp")
+            near_start = self + weight * diff
+            near_end = end - diff * (1.0 - weight)
+            return near_start.mask_where(weight.greater_equal(0.5), near_end)
+        if abs(weight) < 0.5:
+            return self + diff * weight
+        return end - diff * (1.0 - weight)
+
+    def maximum(self, other: Any) -> Any:
+        """The elementwise larger (torch's ``maximum``: a tie splits the gradient evenly)."""
+        return _extremum(self, other, "maximum")
+
+    def minimum(self, other: Any) -> Any:
+        return _extremum(self, other, "minimum")
 
     def add_scalar(self, value: float) -> Any:
         value = check_scalar("add_scalar", value)
@@ -271,6 +364,13 @@ class ElementwiseMixin:
     def __or__(self, other):
         return self.logical_or(other)
 
+    def __xor__(self, other):
+        return self.logical_xor(other)
+
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
+
     # -- unary --------------------------------------------------------------------------------
     def neg(self) -> Any:
         if self.dtype == "bool":
@@ -358,11 +458,25 @@ class ElementwiseMixin:
     def trunc(self) -> Any:
         return self._apply("trunc", (self,))
 
-    def clamp(self, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002
-        """Limit values to ``[min, max]`` (either may be ``None``); the gradient passes inside."""
-        if min is not None and max is not None and min > max:
-            raise ShapeError(f"clamp: min {min} is greater than max {max}")
-        return self._apply("clamp", (self,), (min, max))
+    def clamp(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (torch's name)
+        """Limit values to ``[min, max]`` (either may be ``None``, or a tensor); the gradient
+        passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
+        if min is None and max is None:
+            raise ShapeError("clamp: at least one of min and max must not be None")
+        if (min is None or isinstance(min, SCALAR_TYPES)) and (
+            max is None or isinstance(max, SCALAR_TYPES)
+        ):
+            if min is not None and max is not None and min > max:
+                return self._apply("clamp", (self,), (max, max))
+            return self._apply("clamp", (self,), (min, max))
+        out = self
+        if min is not None:
+            out = _bounded(out, min, "lower")
+        if max is not None:
+            out = _bounded(out, max, "greater")
+        return out
+
+    clip = clamp
 
     def clamp_min(self, min: float) -> Any:  # noqa: A002
         return self.clamp(min, None)
@@ -404,6 +518,40 @@ class ElementwiseMixin:
     # -- comparisons --------------------------------------------------------------------------
     def equal(self, other: Any) -> Any:
         return self._apply(EQUAL, (self, other))
+
+    def eq(self, other: Any) -> Any:
+        """``self == other`` elementwise (torch's ``eq``)."""
+        return self._apply(EQUAL, (self, other))
+
+    def ne(self, other: Any) -> Any:
+        return self._apply(NOT_EQUAL, (self, other))
+
+    def gt(self, other: Any) -> Any:
+        return self._apply(GREATER, (self, other))
+
+    def ge(self, other: Any) -> Any:
+        return self._apply(GREATER_EQUAL, (self, other))
+
+    def lt(self, other: Any) -> Any:
+        return self._apply(LOWER, (self, other))
+
+    def le(self, other: Any) -> Any:
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def less(self, other: Any) -> Any:
+        return self._apply(LOWER, (self, other))
+
+    def less_equal(self, other: Any) -> Any:
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def isnan(self) -> Any:
+        return self._apply("is_nan", (self,))
+
+    def isinf(self) -> Any:
+        return self._apply("is_inf", (self,))
+
+    def isfinite(self) -> Any:
+        return ~(self.is_nan() | self.is_inf())
 
     def not_equal(self, other: Any) -> Any:
         return self._apply(NOT_EQUAL, (self, other))
@@ -454,6 +602,17 @@ class ElementwiseMixin:
     def logical_or(self, other: Any) -> Any:
         return self._logical(other, "logical_or")
 
+    def logical_xor(self, other: Any) -> Any:
+        """True where exactly one operand is (bool tensors: ``!=``)."""
+        if isinstance(other, bool):
+            other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
+        other = lift(self, other, "logical_xor")
+        if self.dtype != "bool" or other.dtype != "bool":
+            raise DTypeError(
+                f"logical_xor: expected bool tensors, got {self.dtype} and {other.dtype}"
+            )
+        return self._apply(NOT_EQUAL, (self, other))
+
     def _logical(self, other: Any, op: str) -> Any:
         """Both operands checked to be bool (a Python bool fills this tensor's shape)."""
         if isinstance(other, bool):
@@ -462,3 +621,102 @@ class ElementwiseMixin:
         if self.dtype != "bool" or other.dtype != "bool":
             raise DTypeError(f"{op}: expected bool tensors, got {self.dtype} and {other.dtype}")
         return self._apply(op, (self, other))
+
+
+# -- compositions ---------------------------------------------------------------------------------
+def _scaled(op: str, other: Any, alpha: Any) -> Any:
+    """``alpha * other`` for ``add``/``sub``'s ``alpha`` (torch refuses a float alpha for ints
+    and a non-bool alpha for bools, as here)."""
+    if isinstance(alpha, float) and isinstance(other, int | bool):
+        return other * alpha
+    if hasattr(other, "dtype") and other.dtype in ("int64", "bool") and isinstance(alpha, float):
+        if not float(alpha).is_integer():
+            raise DTypeError(f"{op}: a float alpha ({alpha}) for an integer tensor")
+        alpha = int(alpha)
+    return other * alpha
+
+
+def _bounded(x: Any, bound: Any, side: str) -> Any:
+    """``bound`` (a number or a tensor) where ``x`` lies beyond it on ``side``."""
+    if isinstance(bound, SCALAR_TYPES):
+        return x.mask_fill(getattr(x, side)(bound), bound)
+    bound = lift(x, bound, "clamp")
+    return x.mask_where(getattr(x, side)(bound), bound)
+
+
+def _rounded_quotient(a: Any, b: Any, mode: str) -> Any:
+    """``a / b`` rounded toward zero (``"trunc"``) or down (``"floor"``), as torch's ``div``
+    with ``rounding_mode``; integer operands keep an integer result. The floor of a float
+    quotient is taken from the exact remainder (``a - remainder(a, b)`` is a multiple of
+    ``b``), as torch's kernel takes it from ``fmod``, so a quotient that rounds up to an
+    integer is still floored right."""
+    if not hasattr(a, "dtype"):
+        a = lift(b, a, "div")
+    b_integral = (hasattr(b, "dtype") and b.dtype in ("int64", "bool")) or (
+        isinstance(b, int | np.integer) and not isinstance(b, bool)
+    )
+    if a.dtype in ("int64", "bool") and b_integral:
+        a64 = a.cast("int64")
+        if mode == "trunc":
+            return (a64.cast("float64") / b).trunc().cast("int64")
+        multiple = (a64 - a64.remainder(b)).cast("float64")
+        return (multiple / b).round().cast("int64")
+    quotient = a / b
+    if mode == "trunc":
+        return quotient.trunc()
+    floored = ((a - a.remainder(b)) / b).round()
+    zero = lift(a, b, "div").equal(0.0) if not isinstance(b, SCALAR_TYPES) else (b == 0)
+    if zero is True:
+        return quotient
+    return floored if zero is False else floored.mask_where(zero, quotient)
+
+
+def _extremum(a: Any, b: Any, kind: str) -> Any:
+    """torch's ``maximum``/``minimum``: values from the larger (smaller) operand; at a tie
+    each operand receives half the gradient. Bools and ints as themselves."""
+    a, b = promote(a, b, kind)
+    if a.dtype == "bool":
+        return a.logical_or(b) if kind == "maximum" else a.logical_and(b)
+    first = a.greater(b) if kind == "maximum" else a.lower(b)
+    second = b.greater(a) if kind == "maximum" else b.lower(a)
+    if a.dtype not in ("float32", "float64", "bfloat16", "float16"):
+        return b.mask_where(first, a)
+    tie = (a + b) * 0.5
+    return tie.mask_where(first, a).mask_where(second, b)
+
+
+# Giles (2010), "Approximating the erfinv function": single-precision coefficients, refined
+# by Newton steps on erf to the precision of the dtype.
+_GILES_CENTRAL = (
+    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+)  # fmt: skip
+_GILES_TAIL = (
+    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+)  # fmt: skip
+_SQRT_PI_HALF = math.sqrt(math.pi) / 2.0
+
+
+def _erfinv(y: Any) -> Any:
+    from ..autodiff.grad_mode import no_grad
+
+    x = y if y.is_float() else y.cast("float32")
+    with no_grad():
+        value = untracked(x)
+        w = -((1.0 - value) * (1.0 + value)).log()
+        central, tail = w - 2.5, w.clamp_min(5.0).sqrt() - 3.0
+        p_central = central * 0.0 + _GILES_CENTRAL[0]
+        p_tail = tail * 0.0 + _GILES_TAIL[0]
+        for c, t in zip(_GILES_CENTRAL[1:], _GILES_TAIL[1:]):
+            p_central = p_central * central + c
+            p_tail = p_tail * tail + t
+        guess = p_central.mask_where(w.greater_equal(5.0), p_tail) * value
+        guess = guess.mask_where(value.abs().equal(1.0), value * math.inf)
+        for _ in range(3):
+            step = (guess.erf() - value) * _SQRT_PI_HALF * (guess.square()).exp()
+            guess = guess - step.mask_fill(step.is_nan(), 0.0)
+    if not x.requires_grad:
+        return guess
+    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess)
+    return guess + (x - guess.erf()) * (_SQRT_PI_HALF * guess.square().exp())

@@ -18,6 +18,8 @@ Operands
         ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
     ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
         ``b`` lifted, both on one backend in one dtype (at least float32 when ``floats``).
+    ``untracked(t) -> Tensor``
+        ``t``'s values outside the graph (no node; not requiring grad).
     ``wrap(reference, prim) -> Tensor``
         A primitive of ``reference``'s backend as a tensor on its device. (``t.primitive``,
         ``t.backend`` and ``t.device`` are public properties.)
@@ -63,6 +65,7 @@ from ._dispatch import (
     normalize_dim,
     promote,
     result_dtype,
+    untracked,
     wrap,
 )
 from .indexing import check_indices
@@ -84,5 +87,6 @@ __all__ = [
     "result_dtype",
     "shape_text",
     "translate",
+    "untracked",
     "wrap",
 ]

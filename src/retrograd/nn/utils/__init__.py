@@ -1,5 +1,6 @@
-"""Gradient clipping by global norm, on the ``Gradients`` value: ``clip_grad_norm_`` (PyTorch's
-``torch.nn.utils`` name; ``rg.optim.clip_grad_norm`` is the same function).
+"""torch's ``torch.nn.utils``: gradient clipping by global norm, on the ``Gradients`` value
+(``clip_grad_norm_``, PyTorch's name; ``rg.optim.clip_grad_norm`` is the same function) and by
+value (``clip_grad_value_``), parameters as one vector, and :mod:`.rnn` (``pad_sequence``).
 
 The norm and the scale factor stay tensors on the gradients' backend: the clipping itself
 makes no host round trip, so on a device backend it only queues work. The default return
@@ -12,10 +13,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import InvalidArgumentError
-from ..tensor import Tensor, stack, zeros
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor, stack, zeros
+from . import rnn
 
-__all__ = ["clip_grad_norm", "clip_grad_norm_"]
+__all__ = [
+    "clip_grad_norm",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "parameters_to_vector",
+    "rnn",
+    "vector_to_parameters",
+]
 
 
 def clip_grad_norm_(
@@ -97,3 +106,39 @@ def clip_grad_norm_(
 
 #: The name ``rg.optim`` has always had.
 clip_grad_norm = clip_grad_norm_
+
+
+def clip_grad_value_(grads: Any, parameters: Any, clip_value: float) -> None:
+    """Clamp each gradient in ``grads`` to ``[-clip_value, clip_value]`` (torch's
+    ``clip_grad_value_``, on the ``Gradients`` value)."""
+    if hasattr(parameters, "parameters"):
+        parameters = parameters.parameters()
+    elif isinstance(parameters, Tensor):
+        parameters = [parameters]
+    bound = float(clip_value)
+    seen: set[int] = set()
+    for p in parameters:
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        g = p.grad(grads)
+        if g is not None:
+            p.grad_replace(grads, g.clamp(-bound, bound))
+
+
+def parameters_to_vector(parameters: Any) -> Tensor:
+    """The parameters flattened and joined into one 1-d tensor."""
+    from ...tensor import cat
+
+    return cat([p.reshape(-1) for p in parameters], 0)
+
+
+def vector_to_parameters(vec: Tensor, parameters: Any) -> None:
+    """Give the parameters, in order, the values of consecutive slices of ``vec``."""
+    from ...tensor.inplace import assign
+
+    start = 0
+    for p in parameters:
+        n = p.numel()
+        assign(p, vec.narrow(0, start, n).reshape(p.shape), "vector_to_parameters")
+        start += n
