@@ -41,8 +41,7 @@ def check_module(make, *arrays, modes=("train", "eval"), steps: int = 2, rtol=1e
         for _ in range(steps):
             t_in = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
             r_in = [
-                rg.tensor(a).require_grad() if a.dtype.kind == "f" else rg.tensor(a)
-                for a in arrays
+                rg.tensor(a).require_grad() if a.dtype.kind == "f" else rg.tensor(a) for a in arrays
             ]
             t_out, r_out = theirs(*t_in), ours(*r_in)
             seed = RNG.standard_normal(tuple(t_out.shape))
@@ -84,14 +83,34 @@ MODULES = [
     ("GLU", lambda lib: lib.nn.GLU(), [(3, 4)]),
     ("LogSigmoid", lambda lib: lib.nn.LogSigmoid(), [(3, 4)]),
     ("Conv3d", lambda lib: lib.nn.Conv3d(2, 3, 2, padding=1, stride=(1, 2, 1)), [(2, 2, 3, 4, 3)]),
-    ("Conv2d_reflect", lambda lib: lib.nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect"), [(1, 2, 5, 5)]),  # noqa: E501
-    ("Conv2d_replicate", lambda lib: lib.nn.Conv2d(2, 2, 3, padding=(2, 1), padding_mode="replicate"), [(1, 2, 4, 5)]),  # noqa: E501
-    ("Conv1d_circular", lambda lib: lib.nn.Conv1d(2, 2, 3, padding=1, padding_mode="circular"), [(2, 2, 6)]),  # noqa: E501
+    (
+        "Conv2d_reflect",
+        lambda lib: lib.nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect"),
+        [(1, 2, 5, 5)],
+    ),
+    (
+        "Conv2d_replicate",
+        lambda lib: lib.nn.Conv2d(2, 2, 3, padding=(2, 1), padding_mode="replicate"),
+        [(1, 2, 4, 5)],
+    ),
+    (
+        "Conv1d_circular",
+        lambda lib: lib.nn.Conv1d(2, 2, 3, padding=1, padding_mode="circular"),
+        [(2, 2, 6)],
+    ),
     ("ConvTranspose1d", lambda lib: lib.nn.ConvTranspose1d(3, 2, 3, stride=2), [(2, 3, 5)]),
-    ("ConvTranspose3d", lambda lib: lib.nn.ConvTranspose3d(2, 2, 2, stride=2, bias=False), [(1, 2, 2, 3, 2)]),  # noqa: E501
+    (
+        "ConvTranspose3d",
+        lambda lib: lib.nn.ConvTranspose3d(2, 2, 2, stride=2, bias=False),
+        [(1, 2, 2, 3, 2)],
+    ),
     ("MaxPool1d", lambda lib: lib.nn.MaxPool1d(3, 2, padding=1), [(2, 3, 9)]),
     ("MaxPool3d", lambda lib: lib.nn.MaxPool3d(2), [(1, 2, 4, 4, 4)]),
-    ("AvgPool1d", lambda lib: lib.nn.AvgPool1d(3, 2, padding=1, count_include_pad=False), [(2, 3, 9)]),  # noqa: E501
+    (
+        "AvgPool1d",
+        lambda lib: lib.nn.AvgPool1d(3, 2, padding=1, count_include_pad=False),
+        [(2, 3, 9)],
+    ),
     ("AvgPool3d", lambda lib: lib.nn.AvgPool3d(2, stride=1), [(1, 2, 3, 4, 3)]),
     ("AvgPool2d_divisor", lambda lib: lib.nn.AvgPool2d(2, divisor_override=3), [(1, 2, 4, 4)]),
     ("AdaptiveAvgPool1d", lambda lib: lib.nn.AdaptiveAvgPool1d(3), [(2, 3, 7)]),
@@ -101,19 +120,31 @@ MODULES = [
     ("AdaptiveMaxPool2d_none", lambda lib: lib.nn.AdaptiveMaxPool2d((None, 2)), [(1, 2, 3, 5)]),
     ("InstanceNorm1d", lambda lib: lib.nn.InstanceNorm1d(3), [(2, 3, 5)]),
     ("InstanceNorm2d_affine", lambda lib: lib.nn.InstanceNorm2d(3, affine=True), [(2, 3, 4, 4)]),
-    ("InstanceNorm2d_tracked", lambda lib: lib.nn.InstanceNorm2d(3, momentum=0.3, affine=True, track_running_stats=True), [(2, 3, 4, 3)]),  # noqa: E501
+    (
+        "InstanceNorm2d_tracked",
+        lambda lib: lib.nn.InstanceNorm2d(3, momentum=0.3, affine=True, track_running_stats=True),
+        [(2, 3, 4, 3)],
+    ),
     ("InstanceNorm3d_unbatched", lambda lib: lib.nn.InstanceNorm3d(2), [(2, 3, 2, 3)]),
     ("BatchNorm3d", lambda lib: lib.nn.BatchNorm3d(2), [(3, 2, 2, 3, 2)]),
     ("Dropout2d_eval", lambda lib: lib.nn.Dropout2d(0.4), [(2, 3, 4, 4)]),
     ("ZeroPad2d", lambda lib: lib.nn.ZeroPad2d((1, 0, 2, 1)), [(1, 2, 3, 3)]),
     ("ConstantPad1d", lambda lib: lib.nn.ConstantPad1d(2, 3.5), [(2, 3, 4)]),
-    ("ConstantPad3d", lambda lib: lib.nn.ConstantPad3d((1, 0, 0, 1, 1, 1), -1.0), [(1, 1, 2, 2, 2)]),  # noqa: E501
+    (
+        "ConstantPad3d",
+        lambda lib: lib.nn.ConstantPad3d((1, 0, 0, 1, 1, 1), -1.0),
+        [(1, 1, 2, 2, 2)],
+    ),
     ("ReflectionPad1d", lambda lib: lib.nn.ReflectionPad1d((2, 1)), [(2, 3, 5)]),
     ("ReflectionPad2d", lambda lib: lib.nn.ReflectionPad2d(1), [(1, 2, 3, 4)]),
     ("ReplicationPad2d", lambda lib: lib.nn.ReplicationPad2d((0, 2, 1, 0)), [(1, 2, 3, 3)]),
     ("CircularPad2d", lambda lib: lib.nn.CircularPad2d(1), [(1, 2, 3, 3)]),
-    ("Unfold", lambda lib: lib.nn.Unfold((2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), [(2, 3, 5, 6)]),  # noqa: E501
-    ("Fold", lambda lib: lib.nn.Fold((4, 5), (2, 2), stride=(2, 1), padding=(1, 0)), [(2, 12, 12)]),  # noqa: E501
+    (
+        "Unfold",
+        lambda lib: lib.nn.Unfold((2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+        [(2, 3, 5, 6)],
+    ),
+    ("Fold", lambda lib: lib.nn.Fold((4, 5), (2, 2), stride=(2, 1), padding=(1, 0)), [(2, 12, 12)]),
     ("PixelShuffle", lambda lib: lib.nn.PixelShuffle(2), [(2, 8, 3, 2)]),
     ("PixelUnshuffle", lambda lib: lib.nn.PixelUnshuffle(2), [(1, 2, 4, 6)]),
     ("Unflatten", lambda lib: lib.nn.Unflatten(1, (2, 3)), [(4, 6)]),
@@ -135,17 +166,43 @@ def test_modules_match_torch(name, make, shapes):
 
 
 LOSSES = [
-    ("BCELoss", lambda lib: lib.nn.BCELoss(), [_a(3, 4, low=0.05, high=0.95), _a(3, 4, low=0.0, high=1.0)]),  # noqa: E501
-    ("BCELoss_weight_sum", lambda lib: lib.nn.BCELoss(weight=lib.tensor(_a(4, low=0.5, high=2.0)), reduction="sum"), [_a(3, 4, low=0.05, high=0.95), (_a(3, 4) > 0).astype(np.float64)]),  # noqa: E501
-    ("BCEWithLogitsLoss", lambda lib: lib.nn.BCEWithLogitsLoss(), [_a(3, 4) * 20, _a(3, 4, low=0.0)]),  # noqa: E501
-    ("BCEWithLogitsLoss_pos_weight", lambda lib: lib.nn.BCEWithLogitsLoss(pos_weight=lib.tensor(_a(4, low=0.5, high=3.0)), reduction="none"), [_a(3, 4) * 5, _a(3, 4, low=0.0)]),  # noqa: E501
+    (
+        "BCELoss",
+        lambda lib: lib.nn.BCELoss(),
+        [_a(3, 4, low=0.05, high=0.95), _a(3, 4, low=0.0, high=1.0)],
+    ),
+    (
+        "BCELoss_weight_sum",
+        lambda lib: lib.nn.BCELoss(weight=lib.tensor(_a(4, low=0.5, high=2.0)), reduction="sum"),
+        [_a(3, 4, low=0.05, high=0.95), (_a(3, 4) > 0).astype(np.float64)],
+    ),
+    (
+        "BCEWithLogitsLoss",
+        lambda lib: lib.nn.BCEWithLogitsLoss(),
+        [_a(3, 4) * 20, _a(3, 4, low=0.0)],
+    ),
+    (
+        "BCEWithLogitsLoss_pos_weight",
+        lambda lib: lib.nn.BCEWithLogitsLoss(
+            pos_weight=lib.tensor(_a(4, low=0.5, high=3.0)), reduction="none"
+        ),
+        [_a(3, 4) * 5, _a(3, 4, low=0.0)],
+    ),
     ("L1Loss", lambda lib: lib.nn.L1Loss(), [_a(3, 4), _a(3, 4)]),
     ("L1Loss_sum", lambda lib: lib.nn.L1Loss(reduction="sum"), [_a(3, 4), _a(3, 4)]),
     ("SmoothL1Loss", lambda lib: lib.nn.SmoothL1Loss(beta=0.5), [_a(3, 4), _a(3, 4)]),
     ("SmoothL1Loss_beta0", lambda lib: lib.nn.SmoothL1Loss(beta=0.0), [_a(3, 4), _a(3, 4)]),
-    ("HuberLoss", lambda lib: lib.nn.HuberLoss(delta=0.4, reduction="none"), [_a(3, 4), _a(3, 4)]),  # noqa: E501
-    ("KLDivLoss_batchmean", lambda lib: lib.nn.KLDivLoss(reduction="batchmean"), [np.log(_a(3, 4, low=0.1)), _a(3, 4, low=0.0)]),  # noqa: E501
-    ("KLDivLoss_log_target", lambda lib: lib.nn.KLDivLoss(reduction="sum", log_target=True), [_a(3, 4), _a(3, 4)]),  # noqa: E501
+    ("HuberLoss", lambda lib: lib.nn.HuberLoss(delta=0.4, reduction="none"), [_a(3, 4), _a(3, 4)]),
+    (
+        "KLDivLoss_batchmean",
+        lambda lib: lib.nn.KLDivLoss(reduction="batchmean"),
+        [np.log(_a(3, 4, low=0.1)), _a(3, 4, low=0.0)],
+    ),
+    (
+        "KLDivLoss_log_target",
+        lambda lib: lib.nn.KLDivLoss(reduction="sum", log_target=True),
+        [_a(3, 4), _a(3, 4)],
+    ),
 ]
 
 
@@ -171,20 +228,78 @@ def test_binary_cross_entropy_clamps_its_logs_at_minus_100_as_torch():
 
 KL_TARGET = np.where(_a(3, 4) > 0, _a(3, 4, low=0.0), 0.0)  # with zeros: they contribute 0
 FUNCTIONS = [
-    ("normalize", lambda lib, x: lib.nn.functional.normalize(x) + lib.nn.functional.normalize(x, p=1.0, dim=0), [_a(3, 4)]),  # noqa: E501
+    (
+        "normalize",
+        lambda lib, x: (
+            lib.nn.functional.normalize(x) + lib.nn.functional.normalize(x, p=1.0, dim=0)
+        ),
+        [_a(3, 4)],
+    ),
     ("normalize_zero", lambda lib, x: lib.nn.functional.normalize(x * 0.0, dim=-1), [_a(3, 4)]),
-    ("relu6_hardtanh", lambda lib, x: lib.nn.functional.relu6(x * 8) + lib.nn.functional.hardtanh(x, -0.3, 0.3), [_a(3, 4)]),  # noqa: E501
-    ("elu_selu_celu", lambda lib, x: lib.nn.functional.elu(x) + lib.nn.functional.selu(x) + lib.nn.functional.celu(x, 2.0), [_a(3, 4)]),  # noqa: E501
+    (
+        "relu6_hardtanh",
+        lambda lib, x: lib.nn.functional.relu6(x * 8) + lib.nn.functional.hardtanh(x, -0.3, 0.3),
+        [_a(3, 4)],
+    ),
+    (
+        "elu_selu_celu",
+        lambda lib, x: (
+            lib.nn.functional.elu(x) + lib.nn.functional.selu(x) + lib.nn.functional.celu(x, 2.0)
+        ),
+        [_a(3, 4)],
+    ),
     ("prelu", lambda lib, x, w: lib.nn.functional.prelu(x, w), [_a(2, 3, 4), _a(3)]),
-    ("softplus_threshold", lambda lib, x: lib.nn.functional.softplus(x * 30, beta=1.0, threshold=20.0), [_a(3, 4)]),  # noqa: E501
-    ("softmax_dtype", lambda lib, x: lib.nn.functional.softmax(x, dim=1, dtype=lib.float64), [_a(3, 4)]),  # noqa: E501
-    ("instance_norm", lambda lib, x, w, b: lib.nn.functional.instance_norm(x, weight=w, bias=b), [_a(2, 3, 5), _a(3), _a(3)]),  # noqa: E501
-    ("pixel_shuffle", lambda lib, x: lib.nn.functional.pixel_shuffle(lib.nn.functional.pixel_unshuffle(x, 3), 3), [_a(2, 1, 6, 3)]),  # noqa: E501
-    ("unfold_fold", lambda lib, x: lib.nn.functional.fold(lib.nn.functional.unfold(x, 2), (4, 4), 2), [_a(1, 2, 4, 4)]),  # noqa: E501
-    ("adaptive_max_pool2d", lambda lib, x: lib.nn.functional.adaptive_max_pool2d(x, 2), [_a(2, 3, 5, 4)]),  # noqa: E501
-    ("max_avg_pool3d", lambda lib, x: lib.nn.functional.max_pool3d(x, 2, 1) + lib.nn.functional.avg_pool3d(x, 2, 1), [_a(1, 2, 3, 3, 3)]),  # noqa: E501
-    ("l1_smooth_huber", lambda lib, x, y: lib.nn.functional.l1_loss(x, y) + lib.nn.functional.smooth_l1_loss(x, y) + lib.nn.functional.huber_loss(x, y, delta=0.3), [_a(3, 4), _a(3, 4)]),  # noqa: E501
-    ("kl_div_mean", lambda lib, x: lib.nn.functional.kl_div(x, lib.tensor(KL_TARGET), reduction="mean"), [_a(3, 4)]),  # noqa: E501
+    (
+        "softplus_threshold",
+        lambda lib, x: lib.nn.functional.softplus(x * 30, beta=1.0, threshold=20.0),
+        [_a(3, 4)],
+    ),
+    (
+        "softmax_dtype",
+        lambda lib, x: lib.nn.functional.softmax(x, dim=1, dtype=lib.float64),
+        [_a(3, 4)],
+    ),
+    (
+        "instance_norm",
+        lambda lib, x, w, b: lib.nn.functional.instance_norm(x, weight=w, bias=b),
+        [_a(2, 3, 5), _a(3), _a(3)],
+    ),
+    (
+        "pixel_shuffle",
+        lambda lib, x: lib.nn.functional.pixel_shuffle(lib.nn.functional.pixel_unshuffle(x, 3), 3),
+        [_a(2, 1, 6, 3)],
+    ),
+    (
+        "unfold_fold",
+        lambda lib, x: lib.nn.functional.fold(lib.nn.functional.unfold(x, 2), (4, 4), 2),
+        [_a(1, 2, 4, 4)],
+    ),
+    (
+        "adaptive_max_pool2d",
+        lambda lib, x: lib.nn.functional.adaptive_max_pool2d(x, 2),
+        [_a(2, 3, 5, 4)],
+    ),
+    (
+        "max_avg_pool3d",
+        lambda lib, x: (
+            lib.nn.functional.max_pool3d(x, 2, 1) + lib.nn.functional.avg_pool3d(x, 2, 1)
+        ),
+        [_a(1, 2, 3, 3, 3)],
+    ),
+    (
+        "l1_smooth_huber",
+        lambda lib, x, y: (
+            lib.nn.functional.l1_loss(x, y)
+            + lib.nn.functional.smooth_l1_loss(x, y)
+            + lib.nn.functional.huber_loss(x, y, delta=0.3)
+        ),
+        [_a(3, 4), _a(3, 4)],
+    ),
+    (
+        "kl_div_mean",
+        lambda lib, x: lib.nn.functional.kl_div(x, lib.tensor(KL_TARGET), reduction="mean"),
+        [_a(3, 4)],
+    ),
 ]
 
 
@@ -247,16 +362,24 @@ def test_deterministic_inits_match_torch():
 # -- optimizers and schedules ---------------------------------------------------------------------
 OPTIMIZERS = [
     ("Adadelta", {"lr": 0.5, "rho": 0.8, "weight_decay": 0.1}),
-    ("Adagrad", {"lr": 0.1, "lr_decay": 0.01, "weight_decay": 0.05, "initial_accumulator_value": 0.2}),  # noqa: E501
+    (
+        "Adagrad",
+        {"lr": 0.1, "lr_decay": 0.01, "weight_decay": 0.05, "initial_accumulator_value": 0.2},
+    ),
     ("Adamax", {"lr": 0.02, "betas": (0.8, 0.9), "weight_decay": 0.1}),
     ("NAdam", {"lr": 0.02, "weight_decay": 0.1}),
     ("NAdam", {"lr": 0.02, "weight_decay": 0.1, "decoupled_weight_decay": True}),
     ("RAdam", {"lr": 0.02, "weight_decay": 0.1}),
-    ("RAdam", {"lr": 0.05, "betas": (0.9, 0.9), "decoupled_weight_decay": True, "weight_decay": 0.1}),  # noqa: E501
+    (
+        "RAdam",
+        {"lr": 0.05, "betas": (0.9, 0.9), "decoupled_weight_decay": True, "weight_decay": 0.1},
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, options", OPTIMIZERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZERS)])  # noqa: E501
+@pytest.mark.parametrize(
+    "name, options", OPTIMIZERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZERS)]
+)
 def test_optimizers_match_torch(name, options):
     torch.manual_seed(1)
     theirs = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
@@ -438,9 +561,10 @@ def test_distributed_data_parallel_broadcasts_and_averages_as_torch_s():
     for mine0, mine1, a, b in zip(grads0, grads1, *ddp_reference):
         np.testing.assert_allclose(mine0, (a + b) / 2, rtol=1e-12)
         np.testing.assert_allclose(mine1, (a + b) / 2, rtol=1e-12)
-    with pytest.raises(rg.DistributedError, match="no_sync"), nn.parallel.DistributedDataParallel(
-        nn.Linear(1, 1)
-    ).no_sync():
+    with (
+        pytest.raises(rg.DistributedError, match="no_sync"),
+        nn.parallel.DistributedDataParallel(nn.Linear(1, 1)).no_sync(),
+    ):
         pass
 
 

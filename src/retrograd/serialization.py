@@ -53,7 +53,7 @@ class _Writer:
         if existing is not None:
             return existing
         name = f"a{len(self.arrays)}"
-        self.arrays[name] = np.ascontiguousarray(array)
+        self.arrays[name] = np.array(array, order="C")  # (ascontiguousarray makes 0-d 1-d)
         self.seen[id(key_object)] = name
         return name
 
@@ -218,6 +218,13 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         if not hasattr(archive, "files"):
             return np.array(archive)
         if _STRUCTURE not in archive.files:
+            if not all(name.endswith(".npy") for name in archive.zip.namelist()):
+                raise InvalidArgumentError(
+                    f"load: {f!r} is not a file rg.save wrote (a zip of other entries than "
+                    "NumPy arrays: torch's own format, whose pickles are never read here); in "
+                    "torch, save the state dict's tensors as NumPy arrays (np.savez) and load "
+                    "those"
+                )
             return {name: np.array(archive[name]) for name in archive.files}
         structure = json.loads(str(archive[_STRUCTURE]))
         if structure.get("format") != _FORMAT:
