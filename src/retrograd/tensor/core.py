@@ -60,10 +60,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
     [[2.0, 4.0], [6.0, 8.0]]
     """
 
-    #: ``_view``: how this tensor was taken from its base (a :class:`.views.Link`), and
-    #: ``_views``: weak references to the views taken from it; both unset until a view op
-    #: sets them (see :mod:`.views`).
-    __slots__ = ("_view", "_views")
+    #: ``_view``: how this tensor was taken from its base (a :data:`.views.Link`), and
+    #: ``_views``: weak references to the views taken from it (see :mod:`.views`). They live
+    #: in the instance ``__dict__``, which CPython makes only when a view op first writes
+    #: one: until then the class defaults below answer reads, without the exception a
+    #: missing slot costs.
+    __slots__ = ("__dict__",)
+    _view: Any = None
+    _views: Any = None
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 

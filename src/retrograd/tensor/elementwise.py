@@ -29,9 +29,9 @@ from ._dispatch import (
     normalize_dim,
     promote,
     scalar_dtype,
-    untracked,
     wrap,
 )
+from .compositions import bounded, erfinv, extremum, rounded_quotient, scaled
 
 __all__ = ["ElementwiseMixin"]
 
@@ -142,13 +142,13 @@ class ElementwiseMixin:
     def add(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
         if alpha != 1:
-            other = _scaled("add", other, alpha)
+            other = scaled("add", other, alpha)
         return self._apply(ADD, (self, other))
 
     def sub(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self - alpha * other``."""
         if alpha != 1:
-            other = _scaled("sub", other, alpha)
+            other = scaled("sub", other, alpha)
         return self._apply(SUB, (self, other))
 
     def mul(self, other: Any) -> Any:
@@ -163,9 +163,9 @@ class ElementwiseMixin:
         if rounding_mode is None:
             return self._apply(DIV, (self, other))
         if rounding_mode == "trunc":
-            return _rounded_quotient(self, other, "trunc")
+            return rounded_quotient(self, other, "trunc")
         if rounding_mode == "floor":
-            return _rounded_quotient(self, other, "floor")
+            return rounded_quotient(self, other, "floor")
         raise DTypeError(
             f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
         )
@@ -173,16 +173,16 @@ class ElementwiseMixin:
     divide = true_divide = div
 
     def floor_divide(self, other: Any) -> Any:
-        return _rounded_quotient(self, other, "floor")
+        return rounded_quotient(self, other, "floor")
 
     def __floordiv__(self, other):
-        return _rounded_quotient(self, other, "floor")
+        return rounded_quotient(self, other, "floor")
 
     def __rfloordiv__(self, other):
         if isinstance(other, SCALAR_TYPES):
             dtype = scalar_dtype(self.dtype, other)
             other = wrap(self, self._backend.full(self.shape, other, dtype, self._device))
-        return _rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
+        return rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
 
     def rsqrt(self) -> Any:
         """``1 / sqrt(self)``."""
@@ -203,7 +203,7 @@ class ElementwiseMixin:
     def erfinv(self) -> Any:
         """The inverse error function: Newton steps on ``erf`` from Giles' approximation,
         converged to the last bits; the gradient is ``sqrt(pi)/2 * exp(erfinv(x)**2)``."""
-        return _erfinv(self)
+        return erfinv(self)
 
     def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
         """``self + value * tensor1 * tensor2``."""
@@ -231,10 +231,10 @@ class ElementwiseMixin:
 
     def maximum(self, other: Any) -> Any:
         """The elementwise larger (torch's ``maximum``: a tie splits the gradient evenly)."""
-        return _extremum(self, other, "maximum")
+        return extremum(self, other, "maximum")
 
     def minimum(self, other: Any) -> Any:
-        return _extremum(self, other, "minimum")
+        return extremum(self, other, "minimum")
 
     def add_scalar(self, value: float) -> Any:
         value = check_scalar("add_scalar", value)
@@ -471,9 +471,9 @@ class ElementwiseMixin:
             return self._apply("clamp", (self,), (min, max))
         out = self
         if min is not None:
-            out = _bounded(out, min, "lower")
+            out = bounded(out, min, "lower")
         if max is not None:
-            out = _bounded(out, max, "greater")
+            out = bounded(out, max, "greater")
         return out
 
     clip = clamp
@@ -621,102 +621,3 @@ class ElementwiseMixin:
         if self.dtype != "bool" or other.dtype != "bool":
             raise DTypeError(f"{op}: expected bool tensors, got {self.dtype} and {other.dtype}")
         return self._apply(op, (self, other))
-
-
-# -- compositions ---------------------------------------------------------------------------------
-def _scaled(op: str, other: Any, alpha: Any) -> Any:
-    """``alpha * other`` for ``add``/``sub``'s ``alpha`` (torch refuses a float alpha for ints
-    and a non-bool alpha for bools, as here)."""
-    if isinstance(alpha, float) and isinstance(other, int | bool):
-        return other * alpha
-    if hasattr(other, "dtype") and other.dtype in ("int64", "bool") and isinstance(alpha, float):
-        if not float(alpha).is_integer():
-            raise DTypeError(f"{op}: a float alpha ({alpha}) for an integer tensor")
-        alpha = int(alpha)
-    return other * alpha
-
-
-def _bounded(x: Any, bound: Any, side: str) -> Any:
-    """``bound`` (a number or a tensor) where ``x`` lies beyond it on ``side``."""
-    if isinstance(bound, SCALAR_TYPES):
-        return x.mask_fill(getattr(x, side)(bound), bound)
-    bound = lift(x, bound, "clamp")
-    return x.mask_where(getattr(x, side)(bound), bound)
-
-
-def _rounded_quotient(a: Any, b: Any, mode: str) -> Any:
-    """``a / b`` rounded toward zero (``"trunc"``) or down (``"floor"``), as torch's ``div``
-    with ``rounding_mode``; integer operands keep an integer result. The floor of a float
-    quotient is taken from the exact remainder (``a - remainder(a, b)`` is a multiple of
-    ``b``), as torch's kernel takes it from ``fmod``, so a quotient that rounds up to an
-    integer is still floored right."""
-    if not hasattr(a, "dtype"):
-        a = lift(b, a, "div")
-    b_integral = (hasattr(b, "dtype") and b.dtype in ("int64", "bool")) or (
-        isinstance(b, int | np.integer) and not isinstance(b, bool)
-    )
-    if a.dtype in ("int64", "bool") and b_integral:
-        a64 = a.cast("int64")
-        if mode == "trunc":
-            return (a64.cast("float64") / b).trunc().cast("int64")
-        multiple = (a64 - a64.remainder(b)).cast("float64")
-        return (multiple / b).round().cast("int64")
-    quotient = a / b
-    if mode == "trunc":
-        return quotient.trunc()
-    floored = ((a - a.remainder(b)) / b).round()
-    zero = lift(a, b, "div").equal(0.0) if not isinstance(b, SCALAR_TYPES) else (b == 0)
-    if zero is True:
-        return quotient
-    return floored if zero is False else floored.mask_where(zero, quotient)
-
-
-def _extremum(a: Any, b: Any, kind: str) -> Any:
-    """torch's ``maximum``/``minimum``: values from the larger (smaller) operand; at a tie
-    each operand receives half the gradient. Bools and ints as themselves."""
-    a, b = promote(a, b, kind)
-    if a.dtype == "bool":
-        return a.logical_or(b) if kind == "maximum" else a.logical_and(b)
-    first = a.greater(b) if kind == "maximum" else a.lower(b)
-    second = b.greater(a) if kind == "maximum" else b.lower(a)
-    if a.dtype not in ("float32", "float64", "bfloat16", "float16"):
-        return b.mask_where(first, a)
-    tie = (a + b) * 0.5
-    return tie.mask_where(first, a).mask_where(second, b)
-
-
-# Giles (2010), "Approximating the erfinv function": single-precision coefficients, refined
-# by Newton steps on erf to the precision of the dtype.
-_GILES_CENTRAL = (
-    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
-)  # fmt: skip
-_GILES_TAIL = (
-    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
-)  # fmt: skip
-_SQRT_PI_HALF = math.sqrt(math.pi) / 2.0
-
-
-def _erfinv(y: Any) -> Any:
-    from ..autodiff.grad_mode import no_grad
-
-    x = y if y.is_float() else y.cast("float32")
-    with no_grad():
-        value = untracked(x)
-        w = -((1.0 - value) * (1.0 + value)).log()
-        central, tail = w - 2.5, w.clamp_min(5.0).sqrt() - 3.0
-        p_central = central * 0.0 + _GILES_CENTRAL[0]
-        p_tail = tail * 0.0 + _GILES_TAIL[0]
-        for c, t in zip(_GILES_CENTRAL[1:], _GILES_TAIL[1:]):
-            p_central = p_central * central + c
-            p_tail = p_tail * tail + t
-        guess = p_central.mask_where(w.greater_equal(5.0), p_tail) * value
-        guess = guess.mask_where(value.abs().equal(1.0), value * math.inf)
-        for _ in range(3):
-            step = (guess.erf() - value) * _SQRT_PI_HALF * (guess.square()).exp()
-            guess = guess - step.mask_fill(step.is_nan(), 0.0)
-    if not x.requires_grad:
-        return guess
-    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess)
-    return guess + (x - guess.erf()) * (_SQRT_PI_HALF * guess.square().exp())

@@ -36,6 +36,9 @@ from ..errors import AutodiffError, ShapeError, shape_text
 from ._dispatch import from_host, lift
 
 __all__ = [
+    "BASE",
+    "KIND",
+    "PARAMS",
     "Link",
     "contiguous_strides",
     "diagonal_assign",
@@ -53,26 +56,18 @@ __all__ = [
 _DETACHED = ("data", "detach")
 
 
-class Link:
-    """How a view was taken from its ``base``: ``kind`` and ``params``, and whether it was
-    recorded in the graph (so that a refresh records it again, or not)."""
-
-    __slots__ = ("base", "kind", "params", "tracked")
-
-    def __init__(self, base: Any, kind: str, params: tuple, tracked: bool):
-        self.base = base
-        self.kind = kind
-        self.params = params
-        self.tracked = tracked
+#: A view's link, ``(base, kind, params)``: how it was taken from its base. A plain tuple:
+#: making one is most of what a view op pays; whether the view is recorded in the graph is
+#: read from the view itself when it is recomputed.
+Link = tuple
+BASE, KIND, PARAMS = 0, 1, 2
 
 
 def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``."""
-    backend = view._backend
-    view._view = Link(base, kind, params, backend.is_autodiff and backend.is_tracked(view._prim))
-    try:
-        views = base._views
-    except AttributeError:
+    view._view = (base, kind, params)
+    views = getattr(base, "_views", None)
+    if views is None:
         base._views = [ref(view)]
         return view
     views.append(ref(view))
@@ -88,7 +83,7 @@ def unlink(t: Any) -> None:
     view = getattr(t, "_view", None)
     if view is not None:
         t._view = None
-    for r in getattr(t, "_views", ()):
+    for r in getattr(t, "_views", None) or ():
         child = r()
         if child is not None and getattr(child, "_view", None) is not None:
             child._view = None
@@ -99,16 +94,16 @@ def outside_graph(t: Any) -> bool:
     """Whether ``t`` is reached from its root through ``.data`` or ``detach()``."""
     view = getattr(t, "_view", None)
     while view is not None:
-        if view.kind in _DETACHED:
+        if view[KIND] in _DETACHED:
             return True
-        view = getattr(view.base, "_view", None)
+        view = getattr(view[BASE], "_view", None)
     return False
 
 
 def root_of(t: Any) -> Any:
     view = getattr(t, "_view", None)
     while view is not None:
-        t = view.base
+        t = view[BASE]
         view = getattr(t, "_view", None)
     return t
 
@@ -177,13 +172,13 @@ def write(op: str, t: Any, value: Any, outside: bool) -> None:
         _set_root(op, t, value, outside)
         refresh(t)
         return
-    base = view.base
-    outside = outside or view.kind in _DETACHED
+    base = view[BASE]
+    outside = outside or view[KIND] in _DETACHED
     if outside:
         with no_grad():
-            new_base = _scatter_back(op, base, view.kind, view.params, value)
+            new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
     else:
-        new_base = _scatter_back(op, base, view.kind, view.params, value)
+        new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
     write(op, base, new_base, outside)
 
 
@@ -220,15 +215,16 @@ def refresh(t: Any) -> None:
         if child is None:
             continue
         view = getattr(child, "_view", None)
-        if view is None or view.base is not t:
+        if view is None or view[BASE] is not t:
             continue
         alive.append(r)
-        if view.tracked:
+        backend = child._backend
+        if backend.is_autodiff and backend.is_tracked(child._prim):  # recorded: record again
             with enable_grad():
-                fresh = _forward(t, view.kind, view.params)
+                fresh = _forward(t, view[KIND], view[PARAMS])
         else:
             with no_grad():
-                fresh = _forward(t, view.kind, view.params)
+                fresh = _forward(t, view[KIND], view[PARAMS])
         child._prim = fresh._prim
         refresh(child)
     views[:] = alive
@@ -261,10 +257,10 @@ def strides_of(t: Any) -> tuple[int, ...]:
     view = getattr(t, "_view", None)
     if view is None:
         return contiguous_strides(t.shape)
-    base = view.base
+    base = view[BASE]
     strides = strides_of(base)
     shape = base.shape
-    kind, params = view.kind, view.params
+    kind, params = view[KIND], view[PARAMS]
     if kind == "reshape":
         new = view_strides(shape, strides, params[0])
         return new if new is not None else contiguous_strides(params[0])
