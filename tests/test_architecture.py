@@ -34,6 +34,7 @@ LAYERS = {
     "utils": 5,
     "distributions": 5,
     "serialization": 5,
+    "testing": 5,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

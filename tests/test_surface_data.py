@@ -351,3 +351,16 @@ def test_inference_mode_records_nothing():
         return x * 2
 
     assert not evaluate().requires_grad
+
+
+def test_size_and_testing_as_torch_s():
+    assert rg.Size([2, 3]) == torch.Size([2, 3]) == (2, 3)
+    assert rg.Size((2, 3, 4)).numel() == torch.Size((2, 3, 4)).numel() == 24
+    for lib in (rg, torch):
+        lib.testing.assert_close(lib.tensor([1.0, 2.0]), lib.tensor([1.0, 2.0 + 1e-6]))
+        with pytest.raises(AssertionError, match="not close"):
+            lib.testing.assert_close(lib.tensor([1.0, 2.0]), lib.tensor([1.0, 2.1]))
+        with pytest.raises(AssertionError, match="dtype"):
+            lib.testing.assert_close(lib.tensor([1.0]), lib.tensor([1.0], dtype=lib.float64))
+        with pytest.raises(AssertionError):
+            lib.testing.assert_close(lib.tensor([1, 2]), lib.tensor([1, 3]))

@@ -7,8 +7,7 @@
 (3,)
 """
 
-# -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
-from . import autograd, distributed, distributions, nn, optim, utils
+from . import distributed, nn, optim
 from .autodiff import (
     Autodiff,
     BalancedCheckpointing,
@@ -22,12 +21,10 @@ from .autodiff import (
     set_grad_enabled,
 )
 from .autodiff.params import ParamId
-from .autograd import inference_mode
 from .backend import Backend, NumpyBackend
 from .capture import CapturedStep, CaptureError, capture
 from .context import current_backend, default_backend, set_default_backend, use_backend
 from .device import Device
-from .device import Device as device  # noqa: N813 (torch's name)
 from .errors import (
     AutodiffError,
     DistributedError,
@@ -37,35 +34,19 @@ from .errors import (
     RetrogradError,
     ShapeError,
 )
-from .serialization import load, save
 from .tensor import (
     Tensor,
     arange,
-    as_tensor,
     cat,
-    empty,
-    empty_like,
     eye,
     flatten,
-    from_numpy,
     full,
-    full_like,
-    linspace,
-    logspace,
-    manual_seed,
     multinomial,
-    normal,
     ones,
     ones_like,
     rand,
-    rand_like,
-    randint,
-    randint_like,
     randn,
-    randn_like,
     random,
-    randperm,
-    scalar_tensor,
     seed,
     stack,
     tensor,
@@ -75,10 +56,36 @@ from .tensor import (
     zeros,
     zeros_like,
 )
+
+# isort: split
+# -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
+import math as _math
+
+from . import autograd, distributions, testing, utils
+from .autograd import inference_mode
+from .device import Device as device  # noqa: N813 (torch's name)
+from .serialization import load, save
+from .tensor import (
+    as_tensor,
+    empty,
+    empty_like,
+    from_numpy,
+    full_like,
+    linspace,
+    logspace,
+    manual_seed,
+    normal,
+    rand_like,
+    randint,
+    randint_like,
+    randn_like,
+    randperm,
+    scalar_tensor,
+)
 from .tensor import functions as _functions
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
-from .tensor.dtypes import dtype, finfo, iinfo
-from .tensor.functions import *  # noqa: F403 (the names of its __all__)
+from .tensor.dtypes import Size, dtype, finfo, iinfo
+from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
 from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,
@@ -112,8 +119,8 @@ short = int16
 cfloat = complex64
 pi = 3.141592653589793
 e = 2.718281828459045
-inf = _functions.np.inf
-nan = _functions.np.nan
+inf = _math.inf
+nan = _math.nan
 
 __version__ = "0.1.0"
 
@@ -128,63 +135,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    *_functions.__all__,
-    "BFloat16Tensor",
-    "BoolTensor",
-    "ByteTensor",
-    "DoubleTensor",
-    "FloatTensor",
-    "HalfTensor",
-    "IntTensor",
-    "LongTensor",
-    "as_tensor",
-    "autograd",
-    "bfloat16",
-    "bool",
-    "cfloat",
-    "complex128",
-    "complex64",
-    "device",
-    "distributions",
-    "double",
-    "dtype",
-    "e",
-    "empty",
-    "empty_like",
-    "finfo",
-    "float",
-    "float16",
-    "float32",
-    "float64",
-    "from_numpy",
-    "full_like",
-    "half",
-    "iinfo",
-    "inf",
-    "inference_mode",
-    "int",
-    "int16",
-    "int32",
-    "int64",
-    "int8",
-    "linspace",
-    "load",
-    "logspace",
-    "long",
-    "manual_seed",
-    "nan",
-    "normal",
-    "pi",
-    "rand_like",
-    "randint",
-    "randint_like",
-    "randn_like",
-    "randperm",
-    "save",
-    "scalar_tensor",
-    "short",
-    "uint8",
-    "utils",
     "Autodiff",
     "AutodiffError",
     "Backend",
@@ -236,4 +186,67 @@ __all__ = [
     "use_backend",
     "zeros",
     "zeros_like",
+]
+
+# torch's surface (API.md section 10)
+__all__ += [
+    *_functions.__all__,
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+    "Size",
+    "as_tensor",
+    "autograd",
+    "bfloat16",
+    "bool",
+    "cfloat",
+    "complex128",
+    "complex64",
+    "device",
+    "distributions",
+    "double",
+    "dtype",
+    "e",
+    "empty",
+    "empty_like",
+    "finfo",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "from_numpy",
+    "full_like",
+    "half",
+    "iinfo",
+    "inf",
+    "inference_mode",
+    "int",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "linspace",
+    "load",
+    "logspace",
+    "long",
+    "manual_seed",
+    "nan",
+    "normal",
+    "pi",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn_like",
+    "randperm",
+    "save",
+    "scalar_tensor",
+    "short",
+    "testing",
+    "uint8",
+    "utils",
 ]

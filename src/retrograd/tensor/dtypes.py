@@ -28,6 +28,7 @@ __all__ = [
     "ALIASES",
     "DTYPE_OBJECTS",
     "LEGACY_NAMES",
+    "Size",
     "can_cast",
     "canonical_dtype",
     "dtype",
@@ -246,3 +247,19 @@ def legacy_type_dtype(value: Any) -> str:
         if name in _LEGACY_DTYPES:
             return canonical_dtype("type", _LEGACY_DTYPES[name])
     return canonical_dtype("type", value)
+
+
+class Size(tuple):
+    """torch's ``Size``: a tuple of ints (``rg.Size([2, 3])``) with ``numel()``."""
+
+    def __new__(cls, sizes: Any = ()) -> Size:
+        return super().__new__(cls, (int(n) for n in sizes))
+
+    def numel(self) -> int:
+        count = 1
+        for n in self:
+            count *= n
+        return count
+
+    def __repr__(self) -> str:
+        return f"retrograd.Size({list(self)})"
