@@ -1,30 +1,7 @@
 """torch's ``torch.optim.lr_scheduler`` path: the learning-rate schedules (their home is
 :mod:`.schedules`)."""
 
-from .schedules import (
-    ConstantLR,
-    CosineAnnealingLR,
-    ExponentialLR,
-    LambdaLR,
-    LinearLR,
-    LRScheduler,
-    MultiplicativeLR,
-    MultiStepLR,
-    PolynomialLR,
-    ReduceLROnPlateau,
-    StepLR,
-)
+from . import schedules
+from .schedules import *  # noqa: F403 (the names of schedules.__all__)
 
-__all__ = [
-    "ConstantLR",
-    "CosineAnnealingLR",
-    "ExponentialLR",
-    "LRScheduler",
-    "LambdaLR",
-    "LinearLR",
-    "MultiStepLR",
-    "MultiplicativeLR",
-    "PolynomialLR",
-    "ReduceLROnPlateau",
-    "StepLR",
-]
+__all__ = list(schedules.__all__)

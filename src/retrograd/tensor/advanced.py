@@ -158,25 +158,20 @@ def _check(index: Any, size: int, dim: int, shape: tuple[int, ...]) -> None:
     shifted._backend.check_index_range(shifted._prim, 2 * size, message, None)
 
 
-def _to_result(taken: Any, broadcast: tuple, layout: list) -> Any:
-    """The merged-dimension result ``[*broadcast, *rest]`` put in torch's order."""
+def _to_result(taken: Any, broadcast: tuple, layout: list, inverse: bool = False) -> Any:
+    """The merged-dimension result ``[*broadcast, *rest]`` put in torch's order (the index
+    dimensions where the indexed ones were, when those were adjacent and not first);
+    ``inverse``: back from torch's order."""
     adjacent, positions, _ = layout
     if not (adjacent and positions[0] > 0):
         return taken
     lead, count = positions[0], len(broadcast)
     ndim = taken.ndim
-    order = list(range(count, count + lead)) + list(range(count)) + list(range(count + lead, ndim))
+    if inverse:
+        order = [*range(lead, lead + count), *range(lead), *range(lead + count, ndim)]
+    else:
+        order = [*range(count, count + lead), *range(count), *range(count + lead, ndim)]
     return taken.permute(order)
-
-
-def _from_result(value: Any, broadcast: tuple, layout: list) -> Any:
-    adjacent, positions, _ = layout
-    if not (adjacent and positions[0] > 0):
-        return value
-    lead, count = positions[0], len(broadcast)
-    ndim = value.ndim
-    order = list(range(lead, lead + count)) + list(range(lead)) + list(range(lead + count, ndim))
-    return value.permute(order)
 
 
 def get_index(t: Any, index: tuple[Any, ...]) -> Any:
@@ -211,7 +206,7 @@ def index_put(y: Any, advanced: list[tuple[int, Any]], value: Any, accumulate: b
             f"index_put_: shape mismatch: value tensor of shape {shape_text(values.shape)} "
             f"cannot be broadcast to indexing result of shape {shape_text(result_shape)}"
         )
-    values = _from_result(values.expand(result_shape), broadcast, layout)
+    values = _to_result(values.expand(result_shape), broadcast, layout, inverse=True)
     rest = merged.shape[1:]
     values = values.reshape((flat.shape[0],) + rest)
     written = merged.select_assign(0, flat, values, "add" if accumulate else "assign")

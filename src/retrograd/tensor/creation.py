@@ -138,11 +138,7 @@ def zeros(
 ) -> Tensor:
     """A tensor of zeros: ``zeros((2, 3))`` or torch's ``zeros(2, 3, dtype=...)`` (see
     :func:`_leading_shape` for the positional forms)."""
-    _no_out("zeros", out)
-    shape, dtype, backend, device = _leading_shape("zeros", args, dtype, backend, device)
-    dtype = _check_dtype("zeros", dtype)
-    backend, device = _target(backend, device)
-    return _requiring(Tensor(backend.zeros(shape, dtype, device), backend, device), requires_grad)
+    return _constant("zeros", args, dtype, backend, device, requires_grad, out)
 
 
 def ones(
@@ -154,11 +150,19 @@ def ones(
     out: Any = None,
 ) -> Tensor:
     """A tensor of ones: ``ones((2, 3))`` or ``ones(2, 3)``."""
-    _no_out("ones", out)
-    shape, dtype, backend, device = _leading_shape("ones", args, dtype, backend, device)
-    dtype = _check_dtype("ones", dtype)
+    return _constant("ones", args, dtype, backend, device, requires_grad, out)
+
+
+def _constant(
+    op: str, args: tuple, dtype: Any, backend: Any, device: Any, requires_grad: bool, out: Any
+) -> Tensor:
+    """``zeros``/``ones``: the arguments read, the backend's kernel of that name called."""
+    _no_out(op, out)
+    shape, dtype, backend, device = _leading_shape(op, args, dtype, backend, device)
+    dtype = _check_dtype(op, dtype)
     backend, device = _target(backend, device)
-    return _requiring(Tensor(backend.ones(shape, dtype, device), backend, device), requires_grad)
+    made = getattr(backend, op)(shape, dtype, device)
+    return _requiring(Tensor(made, backend, device), requires_grad)
 
 
 def empty(

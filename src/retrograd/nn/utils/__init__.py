@@ -57,22 +57,10 @@ def clip_grad_norm_(
     >>> [round(v, 3) for v in w.grad(grads).tolist()]
     [0.6, 0.8]
     """
-    if hasattr(parameters, "parameters"):
-        parameters = parameters.parameters()
-    elif isinstance(parameters, Tensor):
-        parameters = [parameters]
     norm_type = float(norm_type)
     if not norm_type > 0.0:
         raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be positive, got {norm_type}")
-    seen: set[int] = set()
-    present = []
-    for p in parameters:
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        g = p.grad(grads)
-        if g is not None:
-            present.append((p, g))
+    present = _with_gradients(grads, parameters)
     if not present:
         return zeros((), "float64") if as_tensor else 0.0
     # One running float64 sum (or max), added in parameter order, without reading each one
@@ -111,19 +99,28 @@ clip_grad_norm = clip_grad_norm_
 def clip_grad_value_(grads: Any, parameters: Any, clip_value: float) -> None:
     """Clamp each gradient in ``grads`` to ``[-clip_value, clip_value]`` (torch's
     ``clip_grad_value_``, on the ``Gradients`` value)."""
+    bound = float(clip_value)
+    for p, g in _with_gradients(grads, parameters):
+        p.grad_replace(grads, g.clamp(-bound, bound))
+
+
+def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
+    """``(parameter, gradient)`` for each parameter (a module's, an iterable, one tensor)
+    that has a gradient in ``grads``, each object once, in order."""
     if hasattr(parameters, "parameters"):
         parameters = parameters.parameters()
     elif isinstance(parameters, Tensor):
         parameters = [parameters]
-    bound = float(clip_value)
     seen: set[int] = set()
+    present = []
     for p in parameters:
         if id(p) in seen:
             continue
         seen.add(id(p))
         g = p.grad(grads)
         if g is not None:
-            p.grad_replace(grads, g.clamp(-bound, bound))
+            present.append((p, g))
+    return present
 
 
 def parameters_to_vector(parameters: Any) -> Tensor:
