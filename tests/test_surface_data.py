@@ -364,3 +364,16 @@ def test_size_and_testing_as_torch_s():
             lib.testing.assert_close(lib.tensor([1.0]), lib.tensor([1.0], dtype=lib.float64))
         with pytest.raises(AssertionError):
             lib.testing.assert_close(lib.tensor([1, 2]), lib.tensor([1, 3]))
+
+
+def test_a_generator_of_its_own_is_refused_not_ignored():
+    generator = torch.Generator().manual_seed(0)
+    for call in (
+        lambda: rg.randn(2, generator=generator),
+        lambda: rg.randperm(3, generator=generator),
+        lambda: rg.zeros(2).uniform_(generator=generator),
+        lambda: rdata.DataLoader([1, 2], shuffle=True, generator=generator),
+        lambda: rdata.random_split([1, 2], [1, 1], generator=generator),
+    ):
+        with pytest.raises(rg.InvalidArgumentError, match="generator= is not supported"):
+            call()

@@ -773,3 +773,20 @@ def test_named_tuples_are_not_data():
         x * x.sort(1)
     values, indices = x.max(1)
     assert values.tolist() == [2.0] and indices.tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.ones(2) + lib.tensor(1.5, dtype=lib.float64),
+        lambda lib: lib.tensor(1.5, dtype=lib.float64) * lib.ones(2),
+        lambda lib: lib.ones(2, dtype=lib.long) + lib.tensor(1.5, dtype=lib.float64),
+        lambda lib: lib.ones(2) + lib.tensor(2),
+        lambda lib: lib.tensor(1.0) + lib.tensor(2.0, dtype=lib.float64),
+        lambda lib: lib.ones(2, dtype=lib.float64) + lib.tensor(2.0),
+        lambda lib: lib.ones(2) * lib.ones(2, dtype=lib.float64),
+        lambda lib: lib.where(lib.ones(2) > 0, lib.ones(2), lib.tensor(0.0, dtype=lib.float64)),
+    ],
+)
+def test_zero_dimensional_tensors_promote_by_category_as_torch_s(make):
+    same_values(make, [])

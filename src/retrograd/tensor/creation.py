@@ -18,7 +18,7 @@ import numpy as np
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import DTYPES, FLOAT_DTYPES, from_host
+from ._dispatch import DTYPES, FLOAT_DTYPES, from_host, no_generator
 from .core import Tensor
 from .dtypes import canonical_dtype
 from .shape import shape_arg
@@ -347,6 +347,7 @@ def logspace(
 def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
          requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Uniform values on [0, 1) (``torch.rand``): ``rand(2, 3)`` or ``rand((2, 3))``."""
+    no_generator("rand", generator)
     shape, dtype, backend, device = _leading_shape("rand", args, dtype, backend, device)
     return _requiring(random(shape, "uniform", dtype, backend, device), requires_grad)
 
@@ -354,6 +355,7 @@ def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = 
 def randn(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
           requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Standard normal values (``torch.randn``): ``randn(2, 3)`` or ``randn((2, 3))``."""
+    no_generator("randn", generator)
     shape, dtype, backend, device = _leading_shape("randn", args, dtype, backend, device)
     return _requiring(random(shape, "normal", dtype, backend, device), requires_grad)
 
@@ -362,6 +364,7 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
             generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """Integers drawn uniformly from ``[low, high)``: ``randint(high, size)`` or
     ``randint(low, high, size)`` (``torch.randint``), int64 by default."""
+    no_generator("randint", generator)
     ints = [a for a in args if isinstance(a, numbers.Integral) and not isinstance(a, bool)]
     if len(args) == 2 and len(ints) == 1:
         low, high, size = 0, args[0], args[1]
@@ -386,6 +389,7 @@ def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Ten
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
              generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
+    no_generator("randperm", generator)
     if not isinstance(n, numbers.Integral) or n < 0:
         raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
     draws = random((int(n),), "uniform", "float64", backend, device)
@@ -398,6 +402,7 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
            backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
     """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
     broadcast), as ``torch.normal``."""
+    no_generator("normal", generator)
     reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
     if reference is not None:
         shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])
@@ -504,7 +509,7 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
             f"multinomial: cannot draw {num_samples} samples without replacement from "
             f"{categories} categories (shape {shape_text(probs.shape)})"
         )
-    p = probs.detach().float()
+    p = probs.detach()  # a float tensor (checked above), in its own precision
     rows = p if p.ndim == 2 else p.unsqueeze_dim(0)
     count = rows.shape[0]
     backend, device = p.backend, p.device

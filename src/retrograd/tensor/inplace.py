@@ -26,7 +26,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
-from ._dispatch import SCALARS, TensorBase, lift, on_backend, wrap
+from ._dispatch import SCALARS, TensorBase, lift, no_generator, on_backend, wrap
 from .dtypes import can_cast
 from .views import outside_graph, refresh, root_of, write
 
@@ -337,12 +337,16 @@ class InplaceMixin:
 
     # -- random fills (values from the generator rg.manual_seed seeds) --------------------------
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("uniform_", generator)
         return self._update("uniform_", lambda t: _random(t, "uniform_") * (b - a) + a)
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("normal_", generator)
         return self._update("normal_", lambda t: _random(t, "normal_", "normal") * std + mean)
 
     def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Any:
+        no_generator("bernoulli_", generator)
+
         def draw(t: Any) -> Any:
             probability = p if isinstance(p, TensorBase) else float(p)
             return (_random(t, "bernoulli_") < probability).cast(t.dtype)
@@ -350,6 +354,7 @@ class InplaceMixin:
         return self._update("bernoulli_", draw)
 
     def exponential_(self, lambd: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("exponential_", generator)
         return self._update(
             "exponential_", lambda t: -(1.0 - _random(t, "exponential_")).log() / lambd
         )
@@ -357,6 +362,7 @@ class InplaceMixin:
     def random_(self, *args: Any, generator: Any = None) -> Any:
         """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``);
         without arguments from ``[0, 2**24]`` for float32 and ``[0, 2**53]`` for float64."""
+        no_generator("random_", generator)
         if len(args) > 2:
             raise ShapeError(f"random_: expected at most 2 arguments, got {len(args)}")
         if len(args) == 2:

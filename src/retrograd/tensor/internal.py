@@ -28,7 +28,8 @@ Validation
     ``check_indices(indices, size, message, ignore=None)``
         Raise ``IndexOutOfRangeError(message(bad))`` for an index outside ``[0, size)``; the
         backend checks on its device (``Backend.check_index_range``), no host copy.
-    ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``
+    ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``,
+    ``no_generator(op, generator)`` (torch's ``generator=`` refused)
     ``shape_text(shape) -> "[2, 3]"``
 
 Errors
@@ -62,6 +63,7 @@ from ._dispatch import (
     apply,
     check_scalar,
     lift,
+    no_generator,
     normalize_dim,
     promote,
     result_dtype,
@@ -81,6 +83,7 @@ __all__ = [
     "check_indices",
     "check_scalar",
     "lift",
+    "no_generator",
     "normalize_dim",
     "promote",
     "reported",

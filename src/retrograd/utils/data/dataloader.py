@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor, as_tensor, stack, tensor
+from ...tensor.internal import no_generator
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
@@ -125,6 +126,7 @@ class DataLoader:
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
+        no_generator("DataLoader", generator)
         self.generator = generator
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:

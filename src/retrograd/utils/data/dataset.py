@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import randperm
+from ...tensor.internal import no_generator
 
 __all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
 
@@ -97,6 +98,7 @@ def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None
     """Split ``dataset`` into random non-overlapping subsets of ``lengths`` (counts, or
     fractions summing to 1: the remainder spread one by one from the first, as torch does),
     the permutation drawn from the generator ``rg.manual_seed`` seeds."""
+    no_generator("random_split", generator)
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:

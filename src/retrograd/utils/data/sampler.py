@@ -10,6 +10,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...tensor import multinomial, randint, randperm, tensor
+from ...tensor.internal import no_generator
 
 __all__ = [
     "BatchSampler",
@@ -49,6 +50,7 @@ class RandomSampler(Sampler):
 
     def __init__(self, data_source: Any, replacement: bool = False,
                  num_samples: int | None = None, generator: Any = None) -> None:  # fmt: skip
+        no_generator("RandomSampler", generator)
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
@@ -80,6 +82,7 @@ class SubsetRandomSampler(Sampler):
     """The given indices, in a random order."""
 
     def __init__(self, indices: Sequence[int], generator: Any = None) -> None:
+        no_generator("SubsetRandomSampler", generator)
         self.indices = indices
 
     def __iter__(self) -> Iterator[int]:
@@ -95,6 +98,7 @@ class WeightedRandomSampler(Sampler):
 
     def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
                  generator: Any = None) -> None:  # fmt: skip
+        no_generator("WeightedRandomSampler", generator)
         self.weights = tensor(list(weights), dtype="float64")
         self.num_samples = num_samples
         self.replacement = replacement
