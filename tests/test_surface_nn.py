@@ -588,3 +588,13 @@ def test_nn_utils_clip_value_vectors_and_pad_sequence():
     grads = (model(rg.tensor([[10.0, -10.0]])) * 100).sum().backward()
     nn.utils.clip_grad_value_(grads, model.parameters(), 0.5)
     assert float(model.weight.grad(grads).abs().max()) == 0.5
+
+
+def test_torch_s_step_without_gradients_says_what_to_write_instead():
+    optimizer = rg.optim.Adam(nn.Linear(2, 1).parameters())
+    with pytest.raises(
+        rg.AutodiffError, match=r"grads = loss.backward\(\); optimizer.step\(grads\)"
+    ):
+        optimizer.step()
+    with pytest.raises(rg.AutodiffError, match="closures are not supported"):
+        optimizer.step(lambda: None)
