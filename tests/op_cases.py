@@ -297,7 +297,16 @@ case(
     (2, 3, 4),
     make=lambda r: [_distinct(r, (2, 3, 4))],
 )
-case("var", lambda a: a.var(1), lambda a: a.var(1, keepdim=True), (3, 4))
+case("var", lambda a: a.var(1), lambda a: a.var(1), (3, 4))
+case("var_keepdim", lambda a: a.var(1, keepdim=True), lambda a: a.var(1, keepdim=True), (3, 4))
+case("var_all", lambda a: a.var(), lambda a: a.var(), (3, 4))
+case("std", lambda a: a.std(0), lambda a: a.std(0), (3, 4))
+case(
+    "var_dims_unbiased_false",
+    lambda a: a.var((0, 2), unbiased=False),
+    lambda a: a.var((0, 2), unbiased=False),
+    (2, 3, 4),
+)
 case("cumsum", lambda a: a.cumsum(1), lambda a: a.cumsum(1), (3, 4))
 case("cumprod", lambda a: a.cumprod(1), lambda a: a.cumprod(1), (3, 4), low=0.5, high=1.5)
 case(
@@ -323,21 +332,21 @@ case(
 )
 case(
     "sort",
-    lambda a: a.sort(1),
+    lambda a: a.sort(1).values,
     lambda a: a.sort(1).values,
     (3, 4),
     make=lambda r: [_distinct(r, (3, 4))],
 )
 case(
     "sort_descending",
-    lambda a: a.sort(0, descending=True),
+    lambda a: a.sort(0, descending=True).values,
     lambda a: a.sort(0, descending=True).values,
     (3, 4),
     make=lambda r: [_distinct(r, (3, 4))],
 )
 case(
     "topk",
-    lambda a: a.topk(2, 1),
+    lambda a: a.topk(2, 1).values,
     lambda a: a.topk(2, 1).values,
     (3, 4),
     make=lambda r: [_distinct(r, (3, 4))],

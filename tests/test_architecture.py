@@ -27,15 +27,23 @@ LAYERS = {
     "autodiff": 2,
     "context": 3,
     "tensor": 4,
-    "nn": 5,
     "distributed": 5,
     "memory": 5,
+    # torch's other namespaces over the tensor API: torch.autograd, torch.utils (data
+    # loading), torch.distributions, torch.save/load
+    "autograd": 5,
+    "utils": 5,
+    "distributions": 5,
+    "serialization": 5,
+    "testing": 5,
+    # nn.parallel.DistributedDataParallel marks parameters through the distributed API
+    "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm
-    "optim": 6,
-    "capture": 7,  # records and replays whole steps: forward, backward and optimizer
-    "__init__": 8,  # the public namespace ``rg``
-    "app": 9,
-    "__main__": 10,
+    "optim": 7,
+    "capture": 8,  # records and replays whole steps: forward, backward and optimizer
+    "__init__": 9,  # the public namespace ``rg``
+    "app": 10,
+    "__main__": 11,
 }
 
 

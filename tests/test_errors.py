@@ -72,8 +72,8 @@ CASES = [
     (
         "scatter",
         rg.ShapeError,
-        lambda a, b: a.scatter(1, rg.tensor([[0], [1]], dtype="int64"), b),
-        ["[2, 3]", "[2, 1]"],
+        lambda a, b: a.scatter(1, rg.tensor([[0, 1], [1, 0]], dtype="int64"), rg.ones((2, 1))),
+        ["[2, 2]", "[2, 1]"],
     ),
     (
         "scatter",
@@ -110,7 +110,7 @@ CASES = [
     ("tensor", rg.DTypeError, lambda a, b: rg.tensor([1.0], dtype="complex64"), ["complex64"]),
     ("cast", rg.DTypeError, lambda a, b: a.cast("int32"), ["int32"]),
     ("item", rg.ShapeError, lambda a, b: a.item(), ["[2, 3]"]),
-    ("clamp", rg.ShapeError, lambda a, b: a.clamp(2.0, 1.0), ["min 2.0", "max 1.0"]),
+    ("clamp", rg.ShapeError, lambda a, b: a.clamp(), ["min", "max"]),
 ]
 
 

@@ -77,7 +77,7 @@ def test_gpt_matches_torch_from_identical_weights(fused):
     assert loss.item() == pytest.approx(t_loss.item(), rel=1e-5)
     grads = loss.backward()
     t_params = dict(reference.named_parameters())
-    assert len(t_params) == len(model.parameters()) == 28  # the tied weight listed once
+    assert len(t_params) == len(list(model.parameters())) == 28  # the tied weight listed once
     assert model.wte.weight is model.lm_head.weight
     for name, p in model.named_parameters():
         np.testing.assert_allclose(

@@ -125,7 +125,7 @@ def test_resnet_matches_torch(strategy, optimizer):
         model = make_resnet(rnn, RF).double()
         reference = make_resnet(tnn, TF).double()
         reference.load_state_dict(torch_state(model.state_dict()))
-        assert len(model.parameters()) == len(list(reference.parameters())) == 26
+        assert len(list(model.parameters())) == len(list(reference.parameters())) == 26
         if optimizer == "sgd_momentum":
             ours = roptim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
             theirs = torch.optim.SGD(

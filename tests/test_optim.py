@@ -115,7 +115,7 @@ def test_schedule_matches_torch(name):
         ours_lrs.append(ours_optimizer.lr)
         torch_lrs.append(torch_optimizer.param_groups[0]["lr"])
     np.testing.assert_allclose(ours_lrs, torch_lrs, rtol=1e-12, atol=1e-15)
-    assert ours_schedule.get_last_lr() == ours_lrs[-1]
+    assert ours_schedule.get_last_lr() == [ours_lrs[-1]]
 
 
 def test_scheduled_optimizer_matches_torch():

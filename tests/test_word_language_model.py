@@ -3,11 +3,11 @@ for several steps on PyTorch and on retrograd, float64, from PyTorch's weights: 
 untied), GRU, RNN_TANH, RNN_RELU and the Transformer model; losses and every parameter agree
 to 1e-9 after each run, under NoCheckpointing and BalancedCheckpointing.
 
-Two forms. *The port* runs the example's text unchanged on both libraries; it needs tensor
-names that another branch of this issue adds (listed in :data:`PORT_NEEDS`) and says which
-are missing until they are there. *Today's spelling* replaces just the methods that use those
-names (``init_hidden``, the positional encoding's table, ``batchify``'s ``t()``), so the
-recurrent and transformer modules, ``NLLLoss`` and the training step are checked now.
+Two forms. *The port* runs the example's text unchanged on both libraries (``new_zeros``,
+``t()``, item assignment into the positional encoding's table, ``torch.exp``/``sin``/``cos`` as
+functions, ``next(model.parameters())``). *The plain spelling* replaces just the methods that
+use those tensor names, so a failure there points at the recurrent and transformer modules,
+``NLLLoss`` or the training step rather than at the tensor surface.
 """
 
 from __future__ import annotations
@@ -38,17 +38,6 @@ CONFIGS = {
     "RNN_RELU tied": dict(model="RNN_RELU", tied=True),
     "Transformer": dict(model="Transformer", tied=False),
 }
-
-#: What the port uses of the tensor surface that this branch does not add.
-PORT_NEEDS = {
-    "Tensor.new_zeros": lambda: hasattr(rg.Tensor, "new_zeros"),
-    "Tensor.t": lambda: hasattr(rg.Tensor, "t"),
-    "Tensor.__setitem__": lambda: hasattr(rg.Tensor, "__setitem__"),
-    "rg.exp, rg.sin, rg.cos": lambda: all(hasattr(rg, n) for n in ("exp", "sin", "cos")),
-    "rg.float": lambda: hasattr(rg, "float"),
-    "next(model.parameters())": lambda: not isinstance(rnn.Linear(1, 1).parameters(), list),
-}
-
 
 def _args(config):
     return SimpleNamespace(
@@ -142,8 +131,8 @@ def _assert_same_training(config, classes, batchify, strategy):
 
 # -- today's spelling -----------------------------------------------------------------------------
 def todays_classes():
-    """The example's classes on retrograd with the methods that use names of the other branch
-    (see PORT_NEEDS) written in today's spelling; everything else is the example's text."""
+    """The example's classes on retrograd with the methods that use the port's tensor names in
+    a plain spelling; everything else is the example's text."""
     rnn_model, positional_encoding, transformer_model = wlm.build(rg, rnn, RF)
 
     class RNNModel(rnn_model):
@@ -194,15 +183,7 @@ def test_todays_spelling_trains_as_torch(config, strategy):
 
 
 # -- the port ------------------------------------------------------------------------------------
-def _missing() -> list[str]:
-    return [name for name, present in PORT_NEEDS.items() if not present()]
-
-
 @pytest.mark.numpy_only("trains on NumPy against PyTorch; the modules' tests cover torch")
-@pytest.mark.skipif(
-    bool(_missing()),
-    reason=f"the port needs names another branch of issue 23 adds: {', '.join(_missing())}",
-)
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_the_port_trains_as_torch(config):
     _assert_same_training(CONFIGS[config], wlm.build(rg, rnn, RF), wlm.batchify, "none")

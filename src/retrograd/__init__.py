@@ -57,6 +57,71 @@ from .tensor import (
     zeros_like,
 )
 
+# isort: split
+# -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
+import math as _math
+
+from . import autograd, distributions, testing, utils
+from .autograd import inference_mode
+from .device import Device as device  # noqa: N813 (torch's name)
+from .serialization import load, save
+from .tensor import (
+    as_tensor,
+    empty,
+    empty_like,
+    from_numpy,
+    full_like,
+    linspace,
+    logspace,
+    manual_seed,
+    normal,
+    rand_like,
+    randint,
+    randint_like,
+    randn_like,
+    randperm,
+    scalar_tensor,
+)
+from .tensor import functions as _functions
+from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
+from .tensor.dtypes import Size, dtype, finfo, iinfo
+from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
+from .tensor.legacy import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+)
+
+# dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
+float32 = _DTYPES["float32"]
+float64 = _DTYPES["float64"]
+float16 = _DTYPES["float16"]
+bfloat16 = _DTYPES["bfloat16"]
+int64 = _DTYPES["int64"]
+int32 = _DTYPES["int32"]
+int16 = _DTYPES["int16"]
+int8 = _DTYPES["int8"]
+uint8 = _DTYPES["uint8"]
+complex64 = _DTYPES["complex64"]
+complex128 = _DTYPES["complex128"]
+bool = _DTYPES["bool"]  # noqa: A001 (torch's name)
+float = float32  # noqa: A001 (torch's name)
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001 (torch's name)
+short = int16
+cfloat = complex64
+pi = 3.141592653589793
+e = 2.718281828459045
+inf = _math.inf
+nan = _math.nan
+
 __version__ = "0.1.0"
 
 
@@ -121,4 +186,67 @@ __all__ = [
     "use_backend",
     "zeros",
     "zeros_like",
+]
+
+# torch's surface (API.md section 10)
+__all__ += [
+    *_functions.__all__,
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+    "Size",
+    "as_tensor",
+    "autograd",
+    "bfloat16",
+    "bool",
+    "cfloat",
+    "complex128",
+    "complex64",
+    "device",
+    "distributions",
+    "double",
+    "dtype",
+    "e",
+    "empty",
+    "empty_like",
+    "finfo",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "from_numpy",
+    "full_like",
+    "half",
+    "iinfo",
+    "inf",
+    "inference_mode",
+    "int",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "linspace",
+    "load",
+    "logspace",
+    "long",
+    "manual_seed",
+    "nan",
+    "normal",
+    "pi",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn_like",
+    "randperm",
+    "save",
+    "scalar_tensor",
+    "short",
+    "testing",
+    "uint8",
+    "utils",
 ]

@@ -11,7 +11,8 @@ _LOCK = threading.Lock()
 
 
 class Device:
-    """A logical device: a kind (``"cpu"``, ``"cuda"``) and an index.
+    """A logical device: a kind (``"cpu"``, ``"cuda"``) and an index. ``rg.device`` is this
+    class, as ``torch.device``: ``rg.device("cuda:1")``, ``rg.device("cpu")``.
 
     Devices are interned, so ``Device("cpu", 1) is Device("cpu", 1)``; several cpu devices may
     live in one process (the in-process data-parallel engine gives each its own thread).
@@ -42,6 +43,11 @@ class Device:
                     object.__setattr__(device, "index", key[1])
                     _INTERNED[key] = device
         return device
+
+    @property
+    def type(self) -> str:
+        """The kind, under torch's name (``torch.device("cuda").type``)."""
+        return self.kind
 
     def __setattr__(self, name, value):
         raise AttributeError("Device is immutable")

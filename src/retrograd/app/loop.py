@@ -330,7 +330,7 @@ class Replica:
         """This shard's summed loss divided by ``total``, the whole batch's target count."""
         with rg.use_backend(self.backend):
             if len(targets) == 0:  # more replicas than samples: contribute zero gradients
-                parameters = self.model.parameters()
+                parameters = list(self.model.parameters())
                 zero = sum((p.sum() for p in parameters[1:]), parameters[0].sum()) * 0.0
                 return zero, dict.fromkeys(self.task.counts, 0)
             summed, counts = self.task.loss(self, inputs, targets)

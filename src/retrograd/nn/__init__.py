@@ -8,8 +8,10 @@
 ['0.bias', '0.weight', '2.bias', '2.weight']
 """
 
-from . import functional, init, modules, utils
+# -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
+from . import functional, init, modules, parallel, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
+from .parallel import DataParallel
 from .parameter import Parameter
 
-__all__ = [*modules.__all__, "Parameter", "functional", "init", "utils"]
+__all__ = [*modules.__all__, "DataParallel", "Parameter", "functional", "init", "parallel", "utils"]

@@ -31,14 +31,24 @@ from ..tensor.inplace import assign
 
 __all__ = [
     "calculate_gain",
+    "constant",
     "constant_",
+    "dirac_",
+    "eye_",
+    "kaiming_normal",
     "kaiming_normal_",
+    "kaiming_uniform",
     "kaiming_uniform_",
+    "normal",
     "normal_",
     "ones_",
+    "orthogonal_",
     "trunc_normal_",
+    "uniform",
     "uniform_",
+    "xavier_normal",
     "xavier_normal_",
+    "xavier_uniform",
     "xavier_uniform_",
     "zeros_",
 ]
@@ -183,3 +193,73 @@ def kaiming_normal_(
     """N(0, std^2), std = gain / sqrt(fan) (He et al.); PyTorch's defaults."""
     std = _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_")
     return _fill(tensor, std * _draw(tensor, "normal"), "kaiming_normal_")
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
+    """A (semi-)orthogonal matrix times ``gain``, from the QR decomposition of a normal draw
+    (torch's construction: the sign of ``R``'s diagonal fixed, the tensor's trailing dims
+    flattened into columns, the transpose taken when there are more columns than rows)."""
+    if tensor.ndim < 2:
+        raise ShapeError("orthogonal_: only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flat = _draw(tensor, "normal").reshape(rows, cols)
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(tensor, (gain * q).reshape(tensor.shape), "orthogonal_")
+
+
+def eye_(tensor: Tensor) -> Tensor:
+    """The identity matrix (a 2-d tensor)."""
+    if tensor.ndim != 2:
+        raise ShapeError("eye_: only 2-d tensors are supported")
+    return _fill(tensor, np.eye(*tensor.shape), "eye_")
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """The Dirac delta of a convolution weight ``[out, in, *k]``: each output channel (per
+    group) passes its input channel through unchanged."""
+    if tensor.ndim not in (3, 4, 5):
+        raise ShapeError("dirac_: only 3-, 4- and 5-d tensors are supported")
+    out_per_group = tensor.shape[0] // groups
+    values = np.zeros(tensor.shape)
+    centre = tuple(k // 2 for k in tensor.shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, tensor.shape[1])):
+            values[(g * out_per_group + d, d, *centre)] = 1.0
+    return _fill(tensor, values, "dirac_")
+
+
+# torch's deprecated spellings without the trailing underscore
+def uniform(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return uniform_(tensor, a, b)
+
+
+def normal(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return normal_(tensor, mean, std)
+
+
+def constant(tensor: Tensor, val: float) -> Tensor:
+    return constant_(tensor, val)
+
+
+def xavier_uniform(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    return xavier_uniform_(tensor, gain)
+
+
+def xavier_normal(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    return xavier_normal_(tensor, gain)
+
+
+def kaiming_uniform(tensor: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    return kaiming_uniform_(tensor, *args, **kwargs)
+
+
+def kaiming_normal(tensor: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    return kaiming_normal_(tensor, *args, **kwargs)

@@ -14,18 +14,46 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 ``state_dict``/``load_state_dict`` are torch's.
 """
 
+from . import lr_scheduler
+from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .clip import clip_grad_norm
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
-from .schedules import CosineAnnealingLR, LRScheduler, StepLR
+from .schedules import (
+    ConstantLR,
+    CosineAnnealingLR,
+    ExponentialLR,
+    LambdaLR,
+    LinearLR,
+    LRScheduler,
+    MultiplicativeLR,
+    MultiStepLR,
+    PolynomialLR,
+    ReduceLROnPlateau,
+    StepLR,
+)
 
 __all__ = [
     "SGD",
+    "Adadelta",
+    "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
+    "ConstantLR",
     "CosineAnnealingLR",
+    "ExponentialLR",
     "LRScheduler",
+    "LambdaLR",
+    "LinearLR",
+    "MultiStepLR",
+    "MultiplicativeLR",
+    "NAdam",
     "Optimizer",
+    "PolynomialLR",
+    "RAdam",
     "RMSprop",
+    "ReduceLROnPlateau",
     "StepLR",
     "clip_grad_norm",
+    "lr_scheduler",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DTypeError, InvalidArgumentError, ShapeError
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
 from ..tensor.internal import apply
@@ -233,9 +233,17 @@ class Optimizer:
         """Nothing to do: gradients are the value ``backward()`` returns. Kept so that
         PyTorch training loops port unchanged."""
 
-    def step(self, grads: Any) -> None:
+    def step(self, grads: Any = None) -> None:
         """Update every parameter that has a gradient in ``grads`` (what ``backward()``
-        returned); parameters without one are left as they are, as in PyTorch."""
+        returned); parameters without one are left as they are, as in PyTorch. torch's
+        ``step()`` without them (gradients kept on the parameters) and ``step(closure)`` are
+        refused with an error that says what to write instead."""
+        if grads is None or callable(grads):
+            raise AutodiffError(
+                f"{type(self).__name__}.step: pass the gradients backward() returned, "
+                "grads = loss.backward(); optimizer.step(grads) (gradients are a value here, "
+                "not kept on the parameters" + ("; closures are not supported)" if grads else ")")
+            )
         for group in self.param_groups:
             for parameter in group["params"]:
                 grad = parameter.grad(grads)

@@ -8,7 +8,19 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["CosineAnnealingLR", "LRScheduler", "StepLR"]
+__all__ = [
+    "ConstantLR",
+    "CosineAnnealingLR",
+    "ExponentialLR",
+    "LRScheduler",
+    "LambdaLR",
+    "LinearLR",
+    "MultiStepLR",
+    "MultiplicativeLR",
+    "PolynomialLR",
+    "ReduceLROnPlateau",
+    "StepLR",
+]
 
 
 class LRScheduler:
@@ -40,8 +52,20 @@ class LRScheduler:
         self._apply(self.last_epoch)
         return self.optimizer.param_groups[0]["lr"]
 
-    def get_last_lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
+    def get_last_lr(self) -> list[float]:
+        """Each group's learning rate, as a list (torch's)."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the optimizer (and functions, which do not save), as torch's."""
+        return {
+            key: value
+            for key, value in self.__dict__.items()
+            if key != "optimizer" and not callable(value) and key != "lr_lambdas"
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.__dict__.update(state_dict)
 
 
 class StepLR(LRScheduler):
@@ -84,3 +108,175 @@ class CosineAnnealingLR(LRScheduler):
         base = self.base_lr if base_lr is None else base_lr
         cosine = (1.0 + math.cos(math.pi * epoch / self.T_max)) / 2.0
         return self.eta_min + (base - self.eta_min) * cosine
+
+
+class LambdaLR(LRScheduler):
+    """``lr = base_lr * lr_lambda(epoch)`` (one function, or one per group)."""
+
+    def __init__(self, optimizer: Any, lr_lambda: Any, last_epoch: int = -1):
+        groups = len(optimizer.param_groups)
+        lambdas = lr_lambda if isinstance(lr_lambda, list | tuple) else [lr_lambda] * groups
+        if len(lambdas) != groups:
+            raise InvalidArgumentError(
+                f"LambdaLR: expected {groups} lr_lambdas, but got {len(lambdas)}"
+            )
+        self.lr_lambdas = list(lambdas)
+        super().__init__(optimizer)
+
+    def _apply(self, epoch: int) -> None:
+        for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
+            group["lr"] = base * fn(epoch)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * self.lr_lambdas[0](epoch)
+
+
+class MultiplicativeLR(LambdaLR):
+    """``lr = lr * lr_lambda(epoch)`` at each step after the first."""
+
+    def _apply(self, epoch: int) -> None:
+        if epoch == 0:
+            return
+        for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
+            group["lr"] = group["lr"] * fn(epoch)
+
+
+class MultiStepLR(LRScheduler):
+    """``lr = base_lr * gamma ** (number of milestones <= epoch)``."""
+
+    def __init__(self, optimizer: Any, milestones: Any, gamma: float = 0.1, last_epoch: int = -1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * self.gamma ** sum(1 for m in self.milestones if m <= epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """``lr = base_lr * gamma ** epoch``."""
+
+    def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1):
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * self.gamma**epoch
+
+
+class LinearLR(LRScheduler):
+    """A factor going linearly from ``start_factor`` to ``end_factor`` over ``total_iters``
+    epochs, then staying."""
+
+    def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5, last_epoch: int = -1):  # fmt: skip
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise InvalidArgumentError("LinearLR: factors must be in (0, 1] and [0, 1]")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        t = min(epoch, self.total_iters)
+        factor = self.start_factor + (self.end_factor - self.start_factor) * t / self.total_iters
+        return base * factor
+
+
+class ConstantLR(LRScheduler):
+    """``lr = base_lr * factor`` for the first ``total_iters`` epochs, then ``base_lr``."""
+
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1):  # fmt: skip
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * (self.factor if epoch < self.total_iters else 1.0)
+
+
+class PolynomialLR(LRScheduler):
+    """``lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power``."""
+
+    def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1):  # fmt: skip
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
+
+
+class ReduceLROnPlateau:
+    """Scale each group's learning rate by ``factor`` when the metric given to
+    ``step(metric)`` has not improved for ``patience`` epochs (torch's rules: ``mode``,
+    ``threshold``/``threshold_mode``, ``cooldown``, ``min_lr``, ``eps``)."""
+
+    def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
+                 cooldown: int = 0, min_lr: Any = 0.0, eps: float = 1e-8):  # fmt: skip
+        if factor >= 1.0:
+            raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
+        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+            raise InvalidArgumentError(
+                f"ReduceLROnPlateau: mode {mode!r} / threshold_mode {threshold_mode!r} unknown"
+            )
+        self.optimizer = optimizer
+        groups = len(optimizer.param_groups)
+        self.min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
+        self.mode, self.factor, self.patience = mode, factor, patience
+        self.threshold, self.threshold_mode = threshold, threshold_mode
+        self.cooldown, self.eps = cooldown, eps
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self.last_epoch = 0
+        self._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+    def _better(self, current: float) -> bool:
+        if self.mode == "min":
+            bound = (
+                self.best * (1 - self.threshold)
+                if self.threshold_mode == "rel"
+                else (self.best - self.threshold)
+            )
+            return current < bound
+        bound = (
+            self.best * (self.threshold + 1)
+            if self.threshold_mode == "rel"
+            else (self.best + self.threshold)
+        )
+        return current > bound
+
+    def step(self, metrics: Any) -> None:
+        current = float(metrics.item() if hasattr(metrics, "item") else metrics)
+        self.last_epoch += 1
+        if self._better(current):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, low in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(group["lr"])
+                new = max(old * self.factor, low)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.__dict__.update(state_dict)

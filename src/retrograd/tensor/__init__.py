@@ -7,8 +7,14 @@ of operation, each built on one primitive):
 - :mod:`.elementwise`, :mod:`.reduce`, :mod:`.shape`, :mod:`.indexing`: the mixins;
 - :mod:`._dispatch`: ``apply``, the one way an operation reaches the backend (operand lifting,
   dtype promotion, error translation, the binary fast paths);
+- :mod:`.inplace`: the in-place mixin (``add_``..., ``t[i] = v``, ``+=``) and ``assign``;
+  :mod:`.views`: which tensors alias which, so in-place updates reach views and bases;
+  :mod:`.advanced`: index tensors and masks in ``t[...]``;
 - :mod:`.creation`: ``tensor``, ``zeros``, ``ones``, ``full``, ``eye``, ``arange``,
   ``random``...; :func:`cat` and :func:`stack` live in :mod:`.shape`;
+- :mod:`.functions`: torch's function forms (``rg.exp(x)``, ``rg.where``, ``rg.einsum``
+  (:mod:`.einsum`)...); :mod:`.dtypes` and :mod:`.legacy`: ``rg.float32``..., ``rg.finfo``,
+  ``rg.FloatTensor``...;
 - :mod:`.internal`: the named internal API for library code (``nn.functional``).
 """
 
@@ -16,14 +22,29 @@ from ._dispatch import DTYPES, FLOAT_DTYPES
 from .core import Tensor
 from .creation import (
     arange,
+    as_tensor,
+    empty,
+    empty_like,
     eye,
+    from_numpy,
     full,
+    full_like,
+    linspace,
+    logspace,
+    manual_seed,
     multinomial,
+    normal,
     ones,
     ones_like,
     rand,
+    rand_like,
+    randint,
+    randint_like,
     randn,
+    randn_like,
     random,
+    randperm,
+    scalar_tensor,
     seed,
     tensor,
     zeros,
@@ -38,16 +59,31 @@ __all__ = [
     "FLOAT_DTYPES",
     "Tensor",
     "arange",
+    "as_tensor",
     "cat",
+    "empty",
+    "empty_like",
     "eye",
     "flatten",
+    "from_numpy",
     "full",
+    "full_like",
+    "linspace",
+    "logspace",
+    "manual_seed",
     "multinomial",
+    "normal",
     "ones",
     "ones_like",
     "rand",
+    "rand_like",
+    "randint",
+    "randint_like",
     "randn",
+    "randn_like",
     "random",
+    "randperm",
+    "scalar_tensor",
     "seed",
     "stack",
     "tensor",

@@ -35,7 +35,14 @@ import numpy as np
 
 from ..backend.protocol import DTYPES, FLOAT_DTYPES
 from ..device import CPU0, Device
-from ..errors import DTypeError, RetrogradError, ShapeError, reported, translate
+from ..errors import (
+    DTypeError,
+    InvalidArgumentError,
+    RetrogradError,
+    ShapeError,
+    reported,
+    translate,
+)
 
 __all__ = [
     "COMMON",
@@ -51,12 +58,14 @@ __all__ = [
     "dispatch",
     "from_host",
     "lift",
+    "no_generator",
     "normalize_dim",
     "on_backend",
     "promote",
     "result_dtype",
     "scalar_dtype",
     "scalar_value",
+    "untracked",
     "wrap",
 ]
 
@@ -119,6 +128,21 @@ def result_dtype(a: str, b: str) -> str:
     return a if rank_a >= rank_b else b
 
 
+def _category(dtype: str) -> int:
+    return 2 if dtype in FLOAT_DTYPES else (1 if dtype == "int64" else 0)
+
+
+def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
+    """torch's rule for two tensors: a 0-d tensor with one that has dimensions counts only by
+    its category (bool, integer, float): ``float32 [n]`` with ``float64 []`` is float32, but
+    ``int64 [n]`` with ``float64 []`` is float64."""
+    a_zero, b_zero = len(a_shape) == 0, len(b_shape) == 0
+    if a_zero != b_zero:
+        dims, zero = (b, a) if a_zero else (a, b)
+        return dims if _category(zero) <= _category(dims) else zero
+    return result_dtype(a, b)
+
+
 def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     """The dtype of ``tensor op scalar`` (PyTorch's rule: the tensor's, unless it is wider)."""
     if isinstance(scalar, bool | np.bool_):
@@ -144,6 +168,15 @@ def check_scalar(op: str, value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def no_generator(op: str, generator: Any) -> None:
+    """torch's ``generator=`` names a stream of its own; retrograd has one seeded stream per
+    backend (``rg.manual_seed``), so a generator given is refused rather than ignored."""
+    if generator is not None:
+        raise InvalidArgumentError(
+            f"{op}: generator= is not supported (one seeded stream: rg.manual_seed); drop it"
+        )
 
 
 def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
@@ -172,6 +205,15 @@ def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Dev
     return cls(primitive, backend, device)
 
 
+def untracked(t: TensorBase) -> Any:
+    """``t``'s values as a tensor outside the graph (no node, not requiring grad; unlike
+    ``detach()``, which keeps a leaf's requirement, as Burn's)."""
+    backend = t._backend
+    if not backend.is_autodiff:
+        return t
+    return type(t)._result(backend.wrap(backend.inner_value(t._prim)), backend, t._device)
+
+
 def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     """``t`` moved onto ``backend``: equal backends share primitives, and an inner-backend
     tensor lifts into its autodiff decorator untracked."""
@@ -197,6 +239,11 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
             )
         return value
     if isinstance(value, np.ndarray | list | tuple):
+        if hasattr(value, "_fields"):  # a (values, indices) result, not data
+            raise DTypeError(
+                f"{op}: cannot combine a tensor with {type(value).__name__}{tuple(value._fields)}"
+                " (a named tuple); take one of its fields"
+            )
         return from_host(
             type(reference)._result, value, None, reference._backend, reference._device
         )
@@ -213,7 +260,7 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     target = backend.dtype(a._prim)
     b_dtype = backend.dtype(b._prim)
     if target != b_dtype:
-        target = result_dtype(target, b_dtype)
+        target = _promoted(target, b_dtype, backend.shape(a._prim), backend.shape(b._prim))
         a, b = a.cast(target), b.cast(target)
     if floats and target not in FLOAT_DTYPES:
         a, b = a.cast("float32"), b.cast("float32")

@@ -39,15 +39,18 @@ from ._dispatch import (
     normalize_dim,
     on_backend,
 )
+from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_type_name
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
+from .inplace import InplaceMixin
 from .reduce import ReduceMixin
 from .shape import ShapeMixin
+from .views import link, unlink
 
 __all__ = ["Tensor"]
 
 
-class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBase):
+class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMixin, TensorBase):
     """An n-dimensional array on a backend; differentiable on the autodiff backend.
 
     >>> import retrograd as rg
@@ -57,7 +60,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
     [[2.0, 4.0], [6.0, 8.0]]
     """
 
-    __slots__ = ()
+    #: ``_view``: how this tensor was taken from its base (a :data:`.views.Link`), and
+    #: ``_views``: weak references to the views taken from it (see :mod:`.views`). They live
+    #: in the instance ``__dict__``, which CPython makes only when a view op first writes
+    #: one: until then the class defaults below answer reads, without the exception a
+    #: missing slot costs.
+    __slots__ = ("__dict__",)
+    _view: Any = None
+    _views: Any = None
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 
@@ -76,9 +86,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
         return len(self._backend.shape(self._prim))
 
     @property
-    def dtype(self) -> str:
-        """``"float32"``, ``"float64"``, ``"int64"`` or ``"bool"``."""
-        return self._backend.dtype(self._prim)
+    def dtype(self) -> Any:
+        """The dtype (``rg.float32``, ``rg.float64``, ``rg.int64``, ``rg.bool``...): a
+        :class:`~retrograd.tensor.dtypes.dtype`, equal to its name (``"float32"``)."""
+        return DTYPE_OBJECTS[self._backend.dtype(self._prim)]
 
     @property
     def device(self) -> Device:
@@ -161,31 +172,221 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
         )
         return f"tensor({body}, dtype={self.dtype}{suffix})"
 
-    def cast(self, dtype: str) -> Tensor:
-        """This tensor in ``dtype``; float-to-float casts keep the gradient flowing."""
-        if dtype not in DTYPES:
-            raise DTypeError(f"cast: unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
-        if dtype == self.dtype:
+    def cast(self, dtype: Any) -> Tensor:
+        """This tensor in ``dtype`` (a name or an ``rg`` dtype); float-to-float casts keep
+        the gradient flowing. The same dtype gives the tensor itself, as torch's ``to``."""
+        if dtype.__class__ is not str or dtype not in DTYPES:
+            dtype = canonical_dtype("cast", dtype)
+        if dtype == self._backend.dtype(self._prim):
             return self
         return apply("cast", (self,), (dtype,))
 
     def float(self) -> Tensor:
-        """Cast to float32 (a float64 tensor stays float64)."""
-        return self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        """Cast to float32 (torch's ``float()``: a float64 tensor becomes float32)."""
+        return self.cast("float32")
 
     def double(self) -> Tensor:
+        """Cast to float64."""
         return self.cast("float64")
 
+    def long(self) -> Tensor:
+        """Cast to int64."""
+        return self.cast("int64")
+
     def int(self) -> Tensor:
+        """Cast to int64: torch's ``int()`` gives int32, which retrograd does not have; its one
+        integer dtype is int64 (``rg.int32`` tensors are refused with an error)."""
         return self.cast("int64")
 
     def bool(self) -> Tensor:
         return self.cast("bool")
 
-    def to(self, device: Device | str) -> Tensor:
-        """The same values labelled with (and moved to) ``device``."""
-        device = Device(device)
-        return Tensor(self._backend.to_device(self._prim, device), self._backend, device)
+    def half(self) -> Tensor:
+        """Cast to float16 (on backends that hold it: TorchBackend)."""
+        return self.cast("float16")
+
+    def bfloat16(self) -> Tensor:
+        """Cast to bfloat16 (on backends that hold it: TorchBackend)."""
+        return self.cast("bfloat16")
+
+    def byte(self) -> Tensor:
+        """torch's uint8 cast: refused, retrograd has no uint8 (use ``long()`` or ``bool()``)."""
+        return self.cast("uint8")
+
+    def type(self, dtype: Any = None, non_blocking: bool = False) -> Any:
+        """Without ``dtype``, the type's name (``"retrograd.FloatTensor"``, as torch's
+        ``"torch.FloatTensor"``); with one (a dtype, a legacy type such as
+        ``rg.LongTensor``, or its name), this tensor cast to it."""
+        if dtype is None:
+            return legacy_type_name(self.dtype)
+        return self.cast(legacy_type_dtype(dtype))
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor cast to ``other``'s dtype."""
+        return self.cast(other.dtype)
+
+    def is_floating_point(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return DTYPE_OBJECTS[self.dtype].itemsize
+
+    def nelement(self) -> int:
+        return math.prod(self.shape)
+
+    def ndimension(self) -> int:
+        return len(self._backend.shape(self._prim))
+
+    # -- devices ------------------------------------------------------------------------------
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        """torch's ``to``: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``,
+        ``to(other)`` (its device and dtype), with ``device=``/``dtype=``/``copy=`` keywords
+        (``non_blocking`` is accepted). Returns this tensor itself when nothing changes,
+        unless ``copy=True``."""
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        copy = bool(kwargs.pop("copy", False))
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
+        if kwargs:
+            raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
+        for arg in args:
+            if isinstance(arg, TensorBase):
+                device, dtype = arg.device, arg.dtype
+            elif isinstance(arg, bool):
+                continue  # torch's positional non_blocking / copy flags
+            elif _is_dtype(arg):
+                dtype = arg
+            else:
+                device = arg
+        out = self
+        if device is not None:
+            target = _device(device)
+            if target is not self._device:
+                if target.kind == "cuda" and self._backend.default_device.kind != "cuda":
+                    raise DTypeError(
+                        f"to: cannot move a tensor of {self._backend!r} to {target}: this "
+                        "backend computes on the CPU; make tensors on "
+                        "rg.Autodiff(rg.TorchBackend('cuda')) to use a GPU"
+                    )
+                moved = self._backend.to_device(self._prim, target)
+                out = Tensor(moved, self._backend, target)
+        if dtype is not None:
+            out = out.cast(dtype)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU (itself when it is there already)."""
+        if self._device.kind == "cpu":
+            return self
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None, non_blocking: bool = False) -> Tensor:
+        """This tensor on a GPU: its backend must compute on one (``rg.TorchBackend("cuda")``);
+        otherwise an error that says so."""
+        if device is None or isinstance(device, int):
+            index = device or 0
+        else:
+            index = _device(device).index
+        return self.to(Device("cuda", index))
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.kind == "cuda"
+
+    def get_device(self) -> int:
+        """The device index on a GPU, -1 on the CPU (torch's convention)."""
+        return self._device.index if self._device.kind == "cuda" else -1
+
+    def pin_memory(self) -> Tensor:
+        """The tensor itself: host memory is the backend's business."""
+        return self
+
+    def share_memory_(self) -> Tensor:
+        """The tensor itself (primitives are never written, so sharing needs nothing)."""
+        return self
+
+    # -- new tensors like this one (torch's ``new_*``) ------------------------------------------
+    def _new_like(self, op: str, size: Any, dtype: Any, device: Any, fill: Any) -> Tensor:
+        from .shape import varargs_shape
+
+        shape = varargs_shape(op, size if isinstance(size, tuple) else (size,))
+        dtype = self.dtype if dtype is None else canonical_dtype(op, dtype)
+        device = self._device if device is None else _device(device)
+        backend = self._backend
+        return Tensor(backend.full(shape, fill, dtype, device), backend, device)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None,
+                  requires_grad: bool = False) -> Tensor:  # fmt: skip
+        """Zeros of ``size``, with this tensor's dtype and device unless given."""
+        out = self._new_like("new_zeros", size, dtype, device, 0)
+        return out.require_grad() if requires_grad else out
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:  # fmt: skip
+        out = self._new_like("new_ones", size, dtype, device, 1)
+        return out.require_grad() if requires_grad else out
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None,
+                  requires_grad: bool = False) -> Tensor:  # fmt: skip
+        """torch's ``new_empty`` (values unspecified: here zeros)."""
+        return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:  # fmt: skip
+        out = self._new_like("new_full", tuple(size), dtype, device, fill_value)
+        return out.require_grad() if requires_grad else out
+
+    def new_tensor(self, data: Any, dtype: Any = None, device: Any = None,
+                   requires_grad: bool = False) -> Tensor:  # fmt: skip
+        """A copy of ``data`` with this tensor's dtype and device unless given."""
+        if isinstance(data, TensorBase):
+            data = data.numpy()
+        dtype = self.dtype if dtype is None else canonical_dtype("new_tensor", dtype)
+        device = self._device if device is None else _device(device)
+        backend = self._backend
+        out = Tensor(backend.from_data(np.asarray(data), dtype, device), backend, device)
+        return out.require_grad() if requires_grad else out
+
+    # -- copies and the value outside the graph -----------------------------------------------
+    def clone(self, *, memory_format: Any = None) -> Tensor:
+        """A new tensor with the same values, the gradient flowing back to this one; it
+        aliases nothing (an in-place op on either leaves the other alone)."""
+        backend = self._backend
+        if backend.is_autodiff and backend.is_require_grad(self._prim):
+            # torch's clone of a leaf is not a leaf: record an identity op on the graph
+            return apply("reshape", (self,), (self.shape,))
+        return Tensor(self._prim, backend, self._device)
+
+    @property
+    def data(self) -> Tensor:
+        """This tensor's values outside the graph, aliasing it: ``p.data.add_(g, alpha=-lr)``
+        updates ``p`` and records nothing (torch's ``.data``). Assigning ``p.data = x`` gives
+        ``p`` the values of ``x`` (its shape and dtype too), the object kept."""
+        backend = self._backend
+        prim = backend.wrap(backend.inner_value(self._prim)) if backend.is_autodiff else self._prim
+        return link(Tensor(prim, backend, self._device), self, "data")
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        from .inplace import assign
+
+        if not isinstance(value, TensorBase):
+            raise DTypeError(f"data: expected a tensor, got {type(value).__name__}")
+        unlink(self)
+        assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
+
+    @property
+    def is_leaf(self) -> bool:
+        """torch's ``is_leaf``: not the result of a recorded op (a tensor that requires grad
+        and was made by the user, or any tensor that does not require grad)."""
+        backend = self._backend
+        if not backend.is_autodiff or not backend.is_tracked(self._prim):
+            return True
+        return backend.is_require_grad(self._prim)
 
     # -- autodiff -----------------------------------------------------------------------------
     def _autodiff(self, op: str) -> Any:
@@ -226,10 +427,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
         return self._backend.is_autodiff and self._backend.is_tracked(self._prim)
 
     def detach(self) -> Tensor:
-        """A new leaf cut from the graph, requiring grad iff this one was such a leaf."""
-        if not self._backend.is_autodiff:
-            return self
-        return Tensor(self._backend.detach(self._prim), self._backend, self._device)
+        """A new leaf cut from the graph, requiring grad iff this one was such a leaf (Burn's
+        rule, API.md section 3). It aliases this tensor, as torch's: an in-place op on either
+        is seen by the other, and is not recorded."""
+        backend = self._backend
+        prim = backend.detach(self._prim) if backend.is_autodiff else self._prim
+        return link(Tensor(prim, backend, self._device), self, "detach")
 
     def retain_grad(self) -> Tensor:
         """Keep this intermediate's gradient in the result of ``backward`` (returns ``self``)."""
@@ -305,3 +508,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, TensorBas
 
     def is_distributed(self) -> bool:
         return self._backend.is_autodiff and self._backend.param_id(self._prim) is not None
+
+
+def _is_dtype(value: Any) -> bool:
+    """Whether a positional argument of ``to`` names a dtype rather than a device."""
+    if isinstance(value, str):
+        name = value.removeprefix("torch.").removeprefix("retrograd.")
+        return name in DTYPE_OBJECTS or name in ("float", "double", "long", "half", "int")
+    return isinstance(value, type | np.dtype) or type(value).__name__ == "dtype"
+
+
+def _device(value: Any) -> Device:
+    """A device argument (``"cpu"``, ``"cuda:1"``, ``rg.device(...)``, a torch device)."""
+    if isinstance(value, Device):
+        return value
+    if isinstance(value, str):
+        return Device(value)
+    kind, index = getattr(value, "type", None), getattr(value, "index", None)
+    if isinstance(kind, str):  # a torch.device
+        return Device(kind, 0 if index is None else index)
+    raise DTypeError(f"expected a device, got {value!r}")

@@ -13,23 +13,41 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import DTYPES, FLOAT_DTYPES, from_host
+from ._dispatch import DTYPES, FLOAT_DTYPES, from_host, no_generator
 from .core import Tensor
+from .dtypes import canonical_dtype
 from .shape import shape_arg
 
 __all__ = [
     "arange",
+    "as_tensor",
+    "empty",
+    "empty_like",
     "eye",
+    "from_numpy",
     "full",
+    "full_like",
+    "linspace",
+    "logspace",
+    "manual_seed",
     "multinomial",
+    "normal",
     "ones",
     "ones_like",
     "rand",
+    "rand_like",
+    "randint",
+    "randint_like",
     "randn",
+    "randn_like",
     "random",
+    "randperm",
+    "scalar_tensor",
     "seed",
     "tensor",
     "zeros",
@@ -39,122 +57,390 @@ __all__ = [
 
 def _target(backend: Any, device: Any) -> tuple[Any, Device]:
     backend = backend if backend is not None else current_backend()
-    return backend, getattr(backend, "default_device", CPU0) if device is None else Device(device)
+    default = getattr(backend, "default_device", CPU0)
+    if device is None:
+        return backend, default
+    device = _device_arg(device)
+    if device.kind == "cuda" and default.kind != "cuda":
+        raise DTypeError(
+            f"cannot make a tensor on {device} with {backend!r}: this backend computes on the "
+            "CPU; use rg.Autodiff(rg.TorchBackend('cuda')) (rg.set_default_backend) for a GPU"
+        )
+    return backend, device
 
 
-def _check_dtype(op: str, dtype: str | None) -> None:
-    if dtype is not None and dtype not in DTYPES:
-        raise DTypeError(f"{op}: unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+def _device_arg(device: Any) -> Device:
+    if isinstance(device, Device | str):
+        return Device(device)
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if isinstance(kind, str):  # a torch.device
+        return Device(kind, 0 if index is None else index)
+    if isinstance(device, int):  # torch reads an int as a CUDA device index
+        return Device("cuda", device)
+    raise DTypeError(f"expected a device, got {device!r}")
 
 
-def tensor(data: Any, dtype: str | None = None, backend: Any = None, device: Any = None) -> Tensor:
-    """A tensor holding a copy of ``data`` (a scalar, nested lists or a NumPy array).
+def _check_dtype(op: str, dtype: Any) -> Any:
+    """``dtype`` as the plain name backends take (``None`` stays ``None``)."""
+    if dtype is None or (dtype.__class__ is str and dtype in DTYPES):
+        return dtype
+    return canonical_dtype(op, dtype)
 
-    Python numbers and nested lists default to float32 (bools to bool); a NumPy array keeps
-    its dtype (float64 stays float64, other ints become int64).
+
+def _requiring(t: Tensor, requires_grad: bool) -> Tensor:
+    return t.require_grad() if requires_grad else t
+
+
+def tensor(
+    data: Any,
+    dtype: Any = None,
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    pin_memory: bool = False,
+) -> Tensor:
+    """A tensor holding a copy of ``data`` (a scalar, nested lists, a NumPy array or a
+    tensor), as ``torch.tensor``.
+
+    Python floats default to float32, ints to int64, bools to bool (torch's rules); a NumPy
+    array keeps its dtype (float64 stays float64, other ints become int64).
+    ``requires_grad=True`` makes it a leaf that requires grad.
 
     >>> import retrograd as rg
-    >>> rg.tensor([[1, 2], [3, 4]]).dtype
-    'float32'
+    >>> rg.tensor([[1, 2], [3, 4]]).dtype, rg.tensor([1.5]).dtype
+    (retrograd.int64, retrograd.float32)
     """
-    _check_dtype("tensor", dtype)
+    dtype = _check_dtype("tensor", dtype)
     backend, device = _target(backend, device)
     if isinstance(data, Tensor):
         data = data.numpy()  # a copy: the user's tensor may live on another backend
-    return from_host(Tensor, data, dtype, backend, device)
+    elif dtype is None and not isinstance(data, np.ndarray | np.generic):
+        dtype = _python_dtype(data)
+    return _requiring(from_host(Tensor, data, dtype, backend, device), requires_grad)
 
 
-def zeros(*args: Any, dtype: str = "float32", backend: Any = None, device: Any = None) -> Tensor:
+def _python_dtype(data: Any) -> str | None:
+    """torch's dtype for Python data: int64 for ints, bool for bools, float32 otherwise."""
+    try:
+        kind = np.asarray(data).dtype.kind
+    except (ValueError, TypeError):
+        return None
+    return "int64" if kind in "iu" else None
+
+
+def zeros(
+    *args: Any,
+    dtype: Any = "float32",
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    out: Any = None,
+) -> Tensor:
     """A tensor of zeros: ``zeros((2, 3))`` or torch's ``zeros(2, 3, dtype=...)`` (see
     :func:`_leading_shape` for the positional forms)."""
-    shape, dtype, backend, device = _leading_shape("zeros", args, dtype, backend, device)
-    _check_dtype("zeros", dtype)
-    backend, device = _target(backend, device)
-    return Tensor(backend.zeros(shape, dtype, device), backend, device)
+    return _constant("zeros", args, dtype, backend, device, requires_grad, out)
 
 
-def ones(*args: Any, dtype: str = "float32", backend: Any = None, device: Any = None) -> Tensor:
+def ones(
+    *args: Any,
+    dtype: Any = "float32",
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    out: Any = None,
+) -> Tensor:
     """A tensor of ones: ``ones((2, 3))`` or ``ones(2, 3)``."""
-    shape, dtype, backend, device = _leading_shape("ones", args, dtype, backend, device)
-    _check_dtype("ones", dtype)
+    return _constant("ones", args, dtype, backend, device, requires_grad, out)
+
+
+def _constant(
+    op: str, args: tuple, dtype: Any, backend: Any, device: Any, requires_grad: bool, out: Any
+) -> Tensor:
+    """``zeros``/``ones``: the arguments read, the backend's kernel of that name called."""
+    _no_out(op, out)
+    shape, dtype, backend, device = _leading_shape(op, args, dtype, backend, device)
+    dtype = _check_dtype(op, dtype)
     backend, device = _target(backend, device)
-    return Tensor(backend.ones(shape, dtype, device), backend, device)
+    made = getattr(backend, op)(shape, dtype, device)
+    return _requiring(Tensor(made, backend, device), requires_grad)
+
+
+def empty(
+    *args: Any,
+    dtype: Any = "float32",
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    memory_format: Any = None,
+    pin_memory: bool = False,
+) -> Tensor:
+    """torch's ``empty``: a tensor of that shape whose values are unspecified (here zeros:
+    primitives are never written in place, so nothing is saved by leaving them unset)."""
+    return zeros(*args, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
 
 
 def full(
     shape: Sequence[int],
     value: Any,
-    dtype: str | None = None,
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
-    """A tensor filled with ``value`` (float32 for floats, int64 for ints, bool for bools)."""
+    """A tensor filled with ``value`` (float32 for floats, int64 for ints, bool for bools;
+    ``value`` may be a 0-d tensor)."""
+    if isinstance(value, Tensor):
+        value = value.item()
     if dtype is None:
         dtype = (
             "bool"
             if isinstance(value, bool)
             else ("int64" if isinstance(value, numbers.Integral) else "float32")
         )
-    _check_dtype("full", dtype)
+    dtype = _check_dtype("full", dtype)
     backend, device = _target(backend, device)
-    return Tensor(
-        backend.full(_creation_shape("full", shape), value, dtype, device), backend, device
+    shape = _creation_shape("full", shape)
+    return _requiring(
+        Tensor(backend.full(shape, value, dtype, device), backend, device), requires_grad
     )
 
 
-def zeros_like(t: Tensor) -> Tensor:
-    return zeros(t.shape, t.dtype, t.backend, t.device)
+def _like(t: Tensor, dtype: Any, device: Any) -> tuple[Any, Any, Any]:
+    return (
+        t.dtype if dtype is None else _check_dtype("like", dtype),
+        t.backend,
+        t.device if device is None else device,
+    )
 
 
-def ones_like(t: Tensor) -> Tensor:
-    return ones(t.shape, t.dtype, t.backend, t.device)
+def zeros_like(
+    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **_: Any
+) -> Tensor:
+    dtype, backend, device = _like(t, dtype, device)
+    return zeros(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+
+
+def ones_like(
+    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **_: Any
+) -> Tensor:
+    dtype, backend, device = _like(t, dtype, device)
+    return ones(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+
+
+def empty_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+    """torch's ``empty_like`` (values unspecified: here zeros)."""
+    return zeros_like(t, dtype, device, **kwargs)
+
+
+def full_like(
+    t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+    requires_grad: bool = False, **_: Any,
+) -> Tensor:  # fmt: skip
+    dtype, backend, device = _like(t, dtype, device)
+    return full(t.shape, fill_value, dtype, backend, device, requires_grad)
+
+
+def rand_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+    dtype, backend, device = _like(t, dtype, device)
+    return _requiring(
+        random(t.shape, "uniform", dtype, backend, device), kwargs.get("requires_grad", False)
+    )
+
+
+def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+    """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``)."""
+    dtype, backend, device = _like(t, dtype, device)
+    return _requiring(
+        random(t.shape, "normal", dtype, backend, device), kwargs.get("requires_grad", False)
+    )
 
 
 def eye(
-    n: int, m: int | None = None, dtype: str = "float32", backend: Any = None, device: Any = None
+    n: int,
+    m: int | None = None,
+    dtype: Any = "float32",
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     """The identity matrix (``n`` by ``m``)."""
-    _check_dtype("eye", dtype)
+    dtype = _check_dtype("eye", dtype)
     if n < 0 or (m is not None and m < 0):
         raise ShapeError(f"eye: sizes must be non-negative, got {n} and {m}")
     backend, device = _target(backend, device)
-    return Tensor(backend.eye(int(n), int(n if m is None else m), dtype, device), backend, device)
+    out = Tensor(backend.eye(int(n), int(n if m is None else m), dtype, device), backend, device)
+    return _requiring(out, requires_grad)
 
 
 def arange(
-    start: int,
-    end: int | None = None,
-    step: int = 1,
-    dtype: str = "int64",
+    start: Any,
+    end: Any = None,
+    step: Any = 1,
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
-    """``start, start+step, ...`` below ``end``, int64 by default (``arange(n)`` counts from 0)."""
+    """``start, start+step, ...`` below ``end`` (``arange(n)`` counts from 0): int64 when
+    all three are ints, float32 otherwise, as ``torch.arange``. Float ranges have torch's
+    length, ``ceil((end - start) / step)``, and values ``start + i * step``."""
     if end is None:
         start, end = 0, start
+    values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    start, end, step = values
     if step == 0:
         raise ShapeError("arange: step must not be zero")
-    _check_dtype("arange", dtype)
+    integral = all(isinstance(v, numbers.Integral) for v in values)
+    dtype = _check_dtype("arange", dtype) or ("int64" if integral else "float32")
     backend, device = _target(backend, device)
-    return Tensor(backend.arange(start, end, step, dtype, device), backend, device)
+    if integral and dtype == "int64":
+        return Tensor(
+            backend.arange(int(start), int(end), int(step), dtype, device), backend, device
+        )
+    count = max(0, math.ceil((end - start) / step))
+    host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
+    if dtype == "int64":
+        host = np.floor(host)
+    out = from_host(Tensor, host, dtype, backend, device)
+    return _requiring(out, requires_grad)
 
 
-def rand(*args: Any, dtype: str = "float32", backend: Any = None, device: Any = None) -> Tensor:
+def linspace(
+    start: Any, end: Any, steps: int, dtype: Any = None, backend: Any = None,
+    device: Any = None, requires_grad: bool = False,
+) -> Tensor:  # fmt: skip
+    """``steps`` evenly spaced values from ``start`` to ``end`` (both included), float32 by
+    default, computed as torch's kernel computes them (from ``start`` in the first half,
+    from ``end`` in the second)."""
+    if not isinstance(steps, numbers.Integral) or steps < 0:
+        raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dtype = _check_dtype("linspace", dtype) or "float32"
+    start = float(start.item() if isinstance(start, Tensor) else start)
+    end = float(end.item() if isinstance(end, Tensor) else end)
+    precision = np.float64 if dtype == "float64" else np.float32
+    index = np.arange(steps, dtype=np.float64)
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    half = steps // 2
+    s, e, d = precision(start), precision(end), precision(step)
+    host = np.where(
+        index < half,
+        s + d * index.astype(precision),
+        e - d * (steps - index - 1).astype(precision),
+    ).astype(precision)
+    if steps == 1:
+        host = np.array([start], dtype=precision)
+    backend, device = _target(backend, device)
+    return _requiring(from_host(Tensor, host, dtype, backend, device), requires_grad)
+
+
+def logspace(
+    start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None, **kwargs: Any
+) -> Tensor:
+    return (
+        linspace(start, end, steps, dtype="float64", **kwargs)
+        .mul(math.log(base))
+        .exp()
+        .cast(_check_dtype("logspace", dtype) or "float32")
+    )
+
+
+def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
+         requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Uniform values on [0, 1) (``torch.rand``): ``rand(2, 3)`` or ``rand((2, 3))``."""
+    no_generator("rand", generator)
     shape, dtype, backend, device = _leading_shape("rand", args, dtype, backend, device)
-    return random(shape, "uniform", dtype, backend, device)
+    return _requiring(random(shape, "uniform", dtype, backend, device), requires_grad)
 
 
-def randn(*args: Any, dtype: str = "float32", backend: Any = None, device: Any = None) -> Tensor:
+def randn(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
+          requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Standard normal values (``torch.randn``): ``randn(2, 3)`` or ``randn((2, 3))``."""
+    no_generator("randn", generator)
     shape, dtype, backend, device = _leading_shape("randn", args, dtype, backend, device)
-    return random(shape, "normal", dtype, backend, device)
+    return _requiring(random(shape, "normal", dtype, backend, device), requires_grad)
+
+
+def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any = None,
+            generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """Integers drawn uniformly from ``[low, high)``: ``randint(high, size)`` or
+    ``randint(low, high, size)`` (``torch.randint``), int64 by default."""
+    no_generator("randint", generator)
+    ints = [a for a in args if isinstance(a, numbers.Integral) and not isinstance(a, bool)]
+    if len(args) == 2 and len(ints) == 1:
+        low, high, size = 0, args[0], args[1]
+    elif len(args) == 3:
+        low, high, size = args
+    else:
+        raise ShapeError(f"randint: expected (high, size) or (low, high, size), got {args!r}")
+    if int(high) <= int(low):
+        raise ShapeError(f"randint: expects low < high, got low={low}, high={high}")
+    shape = _creation_shape("randint", size)
+    draws = random(shape, "uniform", "float64", backend, device)
+    out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)
+    dtype = _check_dtype("randint", dtype)
+    return out if dtype == "int64" else out.cast(dtype)
+
+
+def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
+    return randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
+                   device=t.device)  # fmt: skip
+
+
+def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
+             generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
+    no_generator("randperm", generator)
+    if not isinstance(n, numbers.Integral) or n < 0:
+        raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
+    draws = random((int(n),), "uniform", "float64", backend, device)
+    out = draws.sort_with_indices(0)[1]
+    dtype = _check_dtype("randperm", dtype)
+    return out if dtype == "int64" else out.cast(dtype)
+
+
+def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = None,
+           backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
+    """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
+    broadcast), as ``torch.normal``."""
+    no_generator("normal", generator)
+    reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
+    if reference is not None:
+        shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])
+        noise = random(shape, "normal", reference.dtype, reference.backend, reference.device)
+        return noise * std + mean
+    if size is None:
+        raise ShapeError("normal: give a size for scalar mean and std")
+    dtype = _check_dtype("normal", dtype) or "float32"
+    return random(_creation_shape("normal", size), "normal", dtype, backend, device) * std + mean
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor holding ``array``'s values, with its dtype (``torch.from_numpy``). torch shares
+    the array's memory; retrograd's tensors never write their memory (an in-place op gives the
+    tensor a new value), so here writes to one are not seen by the other: the array is
+    copied."""
+    if not isinstance(array, np.ndarray):
+        raise DTypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
+    return tensor(array)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """``data`` as a tensor: a tensor itself when its dtype and device already fit (as
+    ``torch.as_tensor``), else a converted copy."""
+    if isinstance(data, Tensor):
+        out = data if dtype is None else data.cast(dtype)
+        return out if device is None else out.to(device)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def scalar_tensor(value: Any, dtype: Any = "float32", device: Any = None, **_: Any) -> Tensor:
+    return tensor(value, dtype=dtype, device=device)
 
 
 def random(
     shape: Sequence[int],
     distribution: str = "uniform",
-    dtype: str = "float32",
+    dtype: Any = "float32",
     backend: Any = None,
     device: Any = None,
 ) -> Tensor:
@@ -163,6 +449,7 @@ def random(
         raise InvalidArgumentError(
             f"random: distribution must be 'uniform' or 'normal', got {distribution!r}"
         )
+    dtype = _check_dtype("random", dtype)
     if dtype not in FLOAT_DTYPES:
         raise DTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
     backend, device = _target(backend, device)
@@ -173,6 +460,18 @@ def random(
 def seed(value: int) -> None:
     """Seed the generator behind :func:`random` and dropout, for reproducible runs."""
     current_backend().seed(int(value))
+
+
+def manual_seed(seed_value: int) -> None:
+    """torch's name for :func:`seed` (the draws themselves differ from torch's generator)."""
+    seed(seed_value)
+
+
+def _no_out(op: str, out: Any) -> None:
+    if out is not None:
+        raise InvalidArgumentError(
+            f"{op}: out= is not supported (tensors are values here); assign the result"
+        )
 
 
 def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -210,7 +509,7 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
             f"multinomial: cannot draw {num_samples} samples without replacement from "
             f"{categories} categories (shape {shape_text(probs.shape)})"
         )
-    p = probs.detach().float()
+    p = probs.detach()  # a float tensor (checked above), in its own precision
     rows = p if p.ndim == 2 else p.unsqueeze_dim(0)
     count = rows.shape[0]
     backend, device = p.backend, p.device

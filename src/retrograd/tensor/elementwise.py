@@ -12,8 +12,11 @@ its ``*_scalar`` form, the dtype rule: ``COMMON``; ``FLOAT`` for ops computed in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..errors import DTypeError, ShapeError, shape_text
 from ._dispatch import (
@@ -25,12 +28,19 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    scalar_dtype,
     wrap,
 )
+from .compositions import bounded, erfinv, extremum, rounded_quotient, scaled
 
 __all__ = ["ElementwiseMixin"]
 
-# -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.TensorOp) ----------
+SCALAR_TYPES = (int, float, bool, np.integer, np.floating, np.bool_)
+_LN2 = math.log(2.0)
+_INV_LN2 = 1.0 / math.log(2.0)
+_INV_LN10 = 1.0 / math.log(10.0)
+
+# -- the ops of this module: name, scalar kernel, dtype rule (see _dispatch.TensorOp) ------------
 ADD = TensorOp("add", scalar="add_scalar", promote=COMMON)
 SUB = TensorOp("sub", scalar="sub_scalar", promote=COMMON)
 RSUB = TensorOp("sub", scalar="rsub_scalar", promote=COMMON)
@@ -129,19 +139,102 @@ class ElementwiseMixin:
     _device: Any
 
     # -- arithmetic ---------------------------------------------------------------------------
-    def add(self, other: Any) -> Any:
-        """``self + other``, broadcasting; ``other`` may be a Python scalar."""
+    def add(self, other: Any, *, alpha: Any = 1) -> Any:
+        """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
+        if alpha != 1:
+            other = scaled("add", other, alpha)
         return self._apply(ADD, (self, other))
 
-    def sub(self, other: Any) -> Any:
+    def sub(self, other: Any, *, alpha: Any = 1) -> Any:
+        """``self - alpha * other``."""
+        if alpha != 1:
+            other = scaled("sub", other, alpha)
         return self._apply(SUB, (self, other))
 
     def mul(self, other: Any) -> Any:
         return self._apply(MUL, (self, other))
 
-    def div(self, other: Any) -> Any:
-        """True division; ints are divided as float32."""
-        return self._apply(DIV, (self, other))
+    multiply = mul
+    subtract = sub
+
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Any:
+        """True division (ints are divided as float32); ``rounding_mode="trunc"`` or
+        ``"floor"`` rounds the quotient as torch's ``div`` does (keeping an int dtype)."""
+        if rounding_mode is None:
+            return self._apply(DIV, (self, other))
+        if rounding_mode == "trunc":
+            return rounded_quotient(self, other, "trunc")
+        if rounding_mode == "floor":
+            return rounded_quotient(self, other, "floor")
+        raise DTypeError(
+            f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
+
+    divide = true_divide = div
+
+    def floor_divide(self, other: Any) -> Any:
+        return rounded_quotient(self, other, "floor")
+
+    def __floordiv__(self, other):
+        return rounded_quotient(self, other, "floor")
+
+    def __rfloordiv__(self, other):
+        if isinstance(other, SCALAR_TYPES):
+            dtype = scalar_dtype(self.dtype, other)
+            other = wrap(self, self._backend.full(self.shape, other, dtype, self._device))
+        return rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
+
+    def rsqrt(self) -> Any:
+        """``1 / sqrt(self)``."""
+        return self.sqrt().recip()
+
+    def reciprocal(self) -> Any:
+        return self._apply(RECIP, (self,))
+
+    def log2(self) -> Any:
+        return self.log() * _INV_LN2
+
+    def log10(self) -> Any:
+        return self.log() * _INV_LN10
+
+    def exp2(self) -> Any:
+        return (self * _LN2).exp()
+
+    def erfinv(self) -> Any:
+        """The inverse error function: Newton steps on ``erf`` from Giles' approximation,
+        converged to the last bits; the gradient is ``sqrt(pi)/2 * exp(erfinv(x)**2)``."""
+        return erfinv(self)
+
+    def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+        """``self + value * tensor1 * tensor2``."""
+        product = lift(self, tensor1, "addcmul") * tensor2
+        return self + (product if value == 1 else product * value)
+
+    def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+        """``self + value * tensor1 / tensor2``."""
+        quotient = lift(self, tensor1, "addcdiv") / tensor2
+        return self + (quotient if value == 1 else quotient * value)
+
+    def lerp(self, end: Any, weight: Any) -> Any:
+        """``self + weight * (end - self)``, computed as torch's kernel computes it (from
+        ``end`` when ``weight >= 0.5``, so both ends are exact)."""
+        end = lift(self, end, "lerp")
+        diff = end - self
+        if not isinstance(weight, SCALAR_TYPES):
+            weight = lift(self, weight, "lerp")
+            near_start = self + weight * diff
+            near_end = end - diff * (1.0 - weight)
+            return near_start.mask_where(weight.greater_equal(0.5), near_end)
+        if abs(weight) < 0.5:
+            return self + diff * weight
+        return end - diff * (1.0 - weight)
+
+    def maximum(self, other: Any) -> Any:
+        """The elementwise larger (torch's ``maximum``: a tie splits the gradient evenly)."""
+        return extremum(self, other, "maximum")
+
+    def minimum(self, other: Any) -> Any:
+        return extremum(self, other, "minimum")
 
     def add_scalar(self, value: float) -> Any:
         value = check_scalar("add_scalar", value)
@@ -271,6 +364,13 @@ class ElementwiseMixin:
     def __or__(self, other):
         return self.logical_or(other)
 
+    def __xor__(self, other):
+        return self.logical_xor(other)
+
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
+
     # -- unary --------------------------------------------------------------------------------
     def neg(self) -> Any:
         if self.dtype == "bool":
@@ -358,11 +458,25 @@ class ElementwiseMixin:
     def trunc(self) -> Any:
         return self._apply("trunc", (self,))
 
-    def clamp(self, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002
-        """Limit values to ``[min, max]`` (either may be ``None``); the gradient passes inside."""
-        if min is not None and max is not None and min > max:
-            raise ShapeError(f"clamp: min {min} is greater than max {max}")
-        return self._apply("clamp", (self,), (min, max))
+    def clamp(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (torch's name)
+        """Limit values to ``[min, max]`` (either may be ``None``, or a tensor); the gradient
+        passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
+        if min is None and max is None:
+            raise ShapeError("clamp: at least one of min and max must not be None")
+        if (min is None or isinstance(min, SCALAR_TYPES)) and (
+            max is None or isinstance(max, SCALAR_TYPES)
+        ):
+            if min is not None and max is not None and min > max:
+                return self._apply("clamp", (self,), (max, max))
+            return self._apply("clamp", (self,), (min, max))
+        out = self
+        if min is not None:
+            out = bounded(out, min, "lower")
+        if max is not None:
+            out = bounded(out, max, "greater")
+        return out
+
+    clip = clamp
 
     def clamp_min(self, min: float) -> Any:  # noqa: A002
         return self.clamp(min, None)
@@ -404,6 +518,40 @@ class ElementwiseMixin:
     # -- comparisons --------------------------------------------------------------------------
     def equal(self, other: Any) -> Any:
         return self._apply(EQUAL, (self, other))
+
+    def eq(self, other: Any) -> Any:
+        """``self == other`` elementwise (torch's ``eq``)."""
+        return self._apply(EQUAL, (self, other))
+
+    def ne(self, other: Any) -> Any:
+        return self._apply(NOT_EQUAL, (self, other))
+
+    def gt(self, other: Any) -> Any:
+        return self._apply(GREATER, (self, other))
+
+    def ge(self, other: Any) -> Any:
+        return self._apply(GREATER_EQUAL, (self, other))
+
+    def lt(self, other: Any) -> Any:
+        return self._apply(LOWER, (self, other))
+
+    def le(self, other: Any) -> Any:
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def less(self, other: Any) -> Any:
+        return self._apply(LOWER, (self, other))
+
+    def less_equal(self, other: Any) -> Any:
+        return self._apply(LOWER_EQUAL, (self, other))
+
+    def isnan(self) -> Any:
+        return self._apply("is_nan", (self,))
+
+    def isinf(self) -> Any:
+        return self._apply("is_inf", (self,))
+
+    def isfinite(self) -> Any:
+        return ~(self.is_nan() | self.is_inf())
 
     def not_equal(self, other: Any) -> Any:
         return self._apply(NOT_EQUAL, (self, other))
@@ -453,6 +601,17 @@ class ElementwiseMixin:
 
     def logical_or(self, other: Any) -> Any:
         return self._logical(other, "logical_or")
+
+    def logical_xor(self, other: Any) -> Any:
+        """True where exactly one operand is (bool tensors: ``!=``)."""
+        if isinstance(other, bool):
+            other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
+        other = lift(self, other, "logical_xor")
+        if self.dtype != "bool" or other.dtype != "bool":
+            raise DTypeError(
+                f"logical_xor: expected bool tensors, got {self.dtype} and {other.dtype}"
+            )
+        return self._apply(NOT_EQUAL, (self, other))
 
     def _logical(self, other: Any, op: str) -> Any:
         """Both operands checked to be bool (a Python bool fills this tensor's shape)."""

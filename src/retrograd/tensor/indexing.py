@@ -24,6 +24,9 @@ import numpy as np
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
+from .views import diagonal_assign as _diagonal_assign
+from .views import diagonal_of as _diagonal
+from .views import link
 
 __all__ = ["IndexingMixin", "check_indices", "tril", "triu"]
 
@@ -67,11 +70,98 @@ class IndexingMixin:
         a, b = promote(self, values, "slice_assign")
         return self._apply("slice_assign", (a, b), (slices,))
 
-    def select(self, dim: int, indices: Any) -> Any:
-        """Take the entries of ``indices`` (int64, 1-d) along ``dim``."""
-        d = normalize_dim("select", dim, self.ndim)
-        indices = _index_tensor("select", self, indices, d, one_dim=True)
+    def select(self, dim: int, index: Any) -> Any:
+        """With an int ``index``, torch's ``select``: the slice at ``index`` along ``dim``,
+        that dimension removed (a view). With indices (int64, 1-d tensor or list), Burn's
+        ``select``: those entries along ``dim`` (torch's ``index_select``)."""
+        if isinstance(index, numbers.Integral) and not isinstance(index, bool):
+            d = normalize_dim("select", dim, self.ndim)
+            return self[(slice(None),) * d + (int(index),)]
+        return self.index_select(dim, index)
+
+    def index_select(self, dim: int, index: Any) -> Any:
+        """The entries of ``index`` (int64, 1-d; a 0-d index counts as one entry) along
+        ``dim`` (torch's ``index_select``, Burn's ``select``)."""
+        d = normalize_dim("index_select", dim, self.ndim)
+        if isinstance(index, TensorBase) and index.ndim == 0:
+            index = index.reshape((1,))
+        indices = _index_tensor("index_select", self, index, d, one_dim=True)
         return self._apply("select", (self, indices), (d,))
+
+    def index_add(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
+        """A copy with ``alpha * source`` added at ``index`` along ``dim`` (torch's
+        ``index_add``; repeated indices accumulate)."""
+        source = lift(self, source, "index_add")
+        if alpha != 1:
+            source = source * alpha
+        return self.select_assign(dim, _one_dim(index), source, "add")
+
+    def index_copy(self, dim: int, index: Any, source: Any) -> Any:
+        """A copy with ``source`` written at ``index`` along ``dim``."""
+        return self.select_assign(dim, _one_dim(index), source, "assign")
+
+    def index_fill(self, dim: int, index: Any, value: Any) -> Any:
+        """A copy with ``value`` written at ``index`` along ``dim``."""
+        d = normalize_dim("index_fill", dim, self.ndim)
+        indices = _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True)
+        shape = self.shape
+        region = shape[:d] + (indices.shape[0],) + shape[d + 1 :]
+        values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
+        if isinstance(values, TensorBase):
+            filler = values.cast(self.dtype).expand(region)
+        else:
+            filler = wrap(self, self._backend.full(region, value, self.dtype, self._device))
+        return self.select_assign(d, indices, filler, "assign")
+
+    def masked_select(self, mask: Any) -> Any:
+        """The elements where ``mask`` (broadcast) is true, as a 1-d tensor (its length is
+        data: read on the host, as torch reads it)."""
+        mask = _mask_tensor("masked_select", self, mask)
+        shape = np.broadcast_shapes(mask.shape, self.shape)
+        x = self.expand(shape).reshape(-1)
+        positions = mask.expand(shape).reshape(-1).nonzero()[0]
+        return x.index_select(0, positions)
+
+    def masked_scatter(self, mask: Any, source: Any) -> Any:
+        """A copy with the elements where ``mask`` is true taken, in order, from ``source``."""
+        mask = _mask_tensor("masked_scatter", self, mask)
+        source = lift(self, source, "masked_scatter")
+        shape = self.shape
+        positions = mask.expand(shape).reshape(-1).nonzero()[0]
+        count = positions.shape[0]
+        if source.numel() < count:
+            raise ShapeError(
+                f"masked_scatter: source has {source.numel()} elements, the mask selects {count}"
+            )
+        values = source.reshape(-1).narrow(0, 0, count)
+        flat = self.reshape(-1).select_assign(0, positions, values, "assign")
+        return flat.reshape(shape)
+
+    def take(self, index: Any) -> Any:
+        """Elements of the flattened tensor at ``index`` (any shape)."""
+        index = lift(self, index, "take") if isinstance(index, TensorBase) else index
+        index = (
+            index
+            if isinstance(index, TensorBase)
+            else from_host(type(self), np.asarray(index), None, self._backend, self._device)
+        )
+        flat = self.reshape(-1)
+        return flat.index_select(0, index.reshape(-1)).reshape(index.shape)
+
+    def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
+        """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
+        source = lift(self, source, "put")
+        index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
+        flat = self.reshape(-1).select_assign(
+            0, index, source.reshape(-1), "add" if accumulate else "assign"
+        )
+        return flat.reshape(self.shape)
+
+    def where(self, condition: Any, other: Any) -> Any:
+        """``self`` where ``condition`` is true, else ``other`` (torch's ``x.where(c, y)``)."""
+        from .functions import where
+
+        return where(condition, self, other)
 
     def select_assign(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
         """A copy with ``values`` added to (``update="add"``) or written over (``"assign"``) the
@@ -98,12 +188,52 @@ class IndexingMixin:
         _check_index_extent("gather", indices, self.shape, d)
         return self._apply("gather", (self, indices), (d,))
 
-    def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
-        """A copy with ``values`` added at (``"add"``) or written to (``"assign"``) ``indices``
-        along ``dim``; ``values`` has the shape of ``indices``."""
+    def scatter(
+        self,
+        dim: int,
+        index: Any,
+        src: Any = None,
+        update: str | None = None,
+        *,
+        value: Any = None,
+        reduce: str | None = None,
+    ) -> Any:
+        """torch's ``scatter``: a copy with ``src`` (or the scalar ``value``) written at
+        ``index`` along ``dim`` (``reduce="add"`` adds instead); Burn's form names the update,
+        ``scatter(dim, indices, values, "add" | "assign")``. ``src`` may be larger than
+        ``index`` (its leading part is used, as torch uses it)."""
+        if update is None:
+            if reduce not in (None, "add"):
+                raise InvalidArgumentError(
+                    f"scatter: reduce={reduce!r} is not supported (only 'add')"
+                )
+            update = "add" if reduce == "add" else "assign"
+        if src is None and value is None:
+            raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
+        if src is None or not isinstance(src, TensorBase | np.ndarray | list):
+            fill = value if src is None else src
+            shape = (
+                lift(self, index, "scatter").shape
+                if isinstance(index, TensorBase)
+                else (np.asarray(index).shape)
+            )
+            src = wrap(self, self._backend.full(shape, fill, self.dtype, self._device))
+        return self._scatter(dim, index, src, update)
+
+    def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
+        """A copy with ``src`` added at ``index`` along ``dim``."""
+        return self._scatter(dim, index, src, "add")
+
+    def _scatter(self, dim: int, indices: Any, values: Any, update: str) -> Any:
         d = normalize_dim("scatter", dim, self.ndim)
         indices = _index_tensor("scatter", self, indices, d)
         values = lift(self, values, "scatter")
+        if (
+            values.shape != indices.shape
+            and values.ndim == indices.ndim
+            and all(v >= i for v, i in zip(values.shape, indices.shape))
+        ):
+            values = values[tuple(slice(0, n) for n in indices.shape)]
         if values.shape != indices.shape:
             raise ShapeError(
                 f"scatter: values of shape {shape_text(values.shape)} must have the shape of "
@@ -132,6 +262,40 @@ class IndexingMixin:
     def masked_fill(self, mask: Any, value: float) -> Any:
         """:meth:`mask_fill` under torch's name."""
         return self.mask_fill(mask, value)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+        """The diagonal over ``dim1`` and ``dim2`` (``offset`` above the main one when
+        positive), as a new last dimension: a view, as torch's."""
+        ndim = self.ndim
+        a = normalize_dim("diagonal", dim1, ndim)
+        b = normalize_dim("diagonal", dim2, ndim)
+        if a == b:
+            raise ShapeError(f"diagonal: dimensions {dim1} and {dim2} are the same")
+        params = (a, b, int(offset))
+        return link(_diagonal(self, params), self, "diagonal", params)
+
+    def diag(self, diagonal: int = 0) -> Any:
+        """torch's ``diag``: a 1-d tensor becomes the diagonal of a square matrix (zeros
+        elsewhere); a matrix gives its ``diagonal``-th diagonal (a copy)."""
+        if self.ndim == 1:
+            n = self.shape[0] + abs(diagonal)
+            zeros = wrap(self, self._backend.zeros((n, n), self.dtype, self._device))
+            return _diagonal_assign(zeros, (0, 1, int(diagonal)), self)
+        if self.ndim != 2:
+            raise ShapeError(f"diag: expects a 1-d or 2-d tensor, got {shape_text(self.shape)}")
+        return _diagonal(self, (0, 1, int(diagonal)))
+
+    def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Any:
+        """Fill the main diagonal (all dims equal, or a matrix), in place."""
+
+        def fill(t: Any) -> Any:
+            if t.ndim == 2:
+                length = min(t.shape)
+                value = t._backend.full((length,), fill_value, t.dtype, t._device)
+                return _diagonal_assign(t, (0, 1, 0), type(t)._result(value, t._backend, t._device))
+            raise ShapeError("fill_diagonal_: only matrices are supported")
+
+        return self._update("fill_diagonal_", fill)
 
     def tril(self, diagonal: int = 0) -> Any:
         """The lower triangle of the last two dimensions: elements above the ``diagonal``-th
@@ -340,27 +504,36 @@ def _host_indices(indices: Any, size: int, dim: int) -> np.ndarray:
 
 
 def _basic_index(t: Any, index: Any) -> Any:
-    """``t[index]`` with ints, slices, ``...``, ``None`` and one index tensor or list after
-    full slices (a ``select``)."""
+    """``t[index]``: ints, slices, ``...`` and ``None`` give a view of ``t`` (see
+    :mod:`.views`); index tensors, lists and bool masks are torch's advanced indexing
+    (:mod:`.advanced`), which copies."""
     if not isinstance(index, tuple):
         index = (index,)
     arrays = TensorBase | list | np.ndarray
-    if any(isinstance(i, arrays) for i in index):
-        positions = [k for k, i in enumerate(index) if isinstance(i, arrays)]
-        if len(positions) == 1 and all(
-            isinstance(i, slice) and i == slice(None) for i in index[: positions[0]]
-        ):
-            indices = index[positions[0]]
-            if not isinstance(indices, TensorBase):
-                indices = _host_indices(indices, t.shape[positions[0]], positions[0])
-                indices = from_host(type(t), indices, None, t._backend, t._device)
-            selected = t.select(positions[0], indices)
-            rest = (slice(None),) * (positions[0] + 1) + tuple(index[positions[0] + 1 :])
-            return _basic_index(selected, rest) if len(rest) > positions[0] + 1 else selected
-        raise IndexOutOfRangeError(
-            "indexing: only one index tensor, after full slices, is supported; use gather/select"
-        )
-    shape = t.shape
+    if any(isinstance(i, arrays | bool) for i in index):
+        from .advanced import get_index
+
+        return get_index(t, index)
+    slices, items, out_shape = basic_slices(t.shape, index)
+    out = t
+    region = t.shape
+    if any(s != slice(0, n, 1) for s, n in zip(slices, t.shape)):
+        out = t._apply("slice", (t,), (slices,))
+        region = out.shape
+    else:
+        slices = None
+    if out.shape != out_shape:
+        out = out._apply("reshape", (out,), (out_shape,))
+    if out is t:
+        return t
+    return link(out, t, "index", (slices, out_shape, region, items))
+
+
+def basic_slices(
+    shape: tuple[int, ...], index: tuple[Any, ...]
+) -> tuple[tuple[slice, ...], tuple[tuple, ...], tuple[int, ...]]:
+    """The slices (one per dimension), the items (``("int",)``, ``("slice", step)``,
+    ``("new",)`` per index item, for strides) and the output shape of basic indexing."""
     ellipses = sum(1 for i in index if i is Ellipsis)
     if ellipses > 1:
         raise IndexOutOfRangeError("indexing: an index can only have a single ellipsis ('...')")
@@ -374,10 +547,11 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = index[:at] + (slice(None),) * (len(shape) - consumed) + index[at + 1 :]
     else:
         index = index + (slice(None),) * (len(shape) - consumed)
-    slices, out_shape, dim = [], [], 0
+    slices, items, out_shape, dim = [], [], [], 0
     for item in index:
         if item is None:
             out_shape.append(1)
+            items.append(("new",))
             continue
         size = shape[dim]
         if isinstance(item, numbers.Integral) and not isinstance(item, bool):
@@ -388,6 +562,7 @@ def _basic_index(t: Any, index: Any) -> Any:
                 )
             i %= size
             slices.append(slice(i, i + 1, 1))
+            items.append(("int",))
         elif isinstance(item, slice):
             start, stop, step = item.indices(size)
             count = len(range(start, stop, step))
@@ -395,11 +570,15 @@ def _basic_index(t: Any, index: Any) -> Any:
                 stop = None
             slices.append(slice(start, stop, step))
             out_shape.append(count)
+            items.append(("slice", step))
         else:
             raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
         dim += 1
-    out = t
-    if any(s != slice(0, n, 1) for s, n in zip(slices, shape)):
-        out = t._apply("slice", (t,), (tuple(slices),))
-    out_shape = tuple(out_shape)
-    return out if out.shape == out_shape else out._apply("reshape", (out,), (out_shape,))
+    return tuple(slices), tuple(items), tuple(out_shape)
+
+
+def _one_dim(index: Any) -> Any:
+    """A 0-d index as a one-entry 1-d index (torch's index ops take both)."""
+    if isinstance(index, TensorBase) and index.ndim == 0:
+        return index.reshape((1,))
+    return index

@@ -1,26 +1,36 @@
-"""The one in-place update of the library: a tensor object made to hold new values.
+"""In-place updates: a tensor object made to hold new values, as PyTorch's in-place ops do.
 
-Operations never modify their operands. What PyTorch code does in place, and retrograd must do
-too for that code to port line for line, is rebinding a *slot*: an optimizer step replaces a
-parameter's value (``nn.Parameter``, or any leaf given to an optimizer), batch norm replaces its
-running statistics, ``load_state_dict`` and ``nn.init`` replace a parameter's values. The
-tensor object stays the same (a tied parameter stays one object; a module's attribute, an
-optimizer's list and a user's reference all see the new value); only the primitive it holds
-changes. A graph already recorded from the old value is unaffected: nodes hold primitives, not
-tensor objects.
+Operations never modify a primitive (a value saved for backward never changes); an in-place
+op replaces the primitive a tensor *object* holds, so every name bound to the object sees the
+new value. Under autodiff the update is a functional op recorded in the graph: ``x.mul_(2)`` is
+``x = x * 2`` with the object kept, and gradients flow as they would out of place. Views
+(:mod:`.views`) carry the update to their base and from a base to its views, as torch's
+aliasing does; torch's errors are kept where torch has them (an in-place op on a leaf that
+requires grad, outside ``no_grad``; a float result written into an int tensor).
 
-:func:`assign` is that rebinding, used by ``nn`` and ``optim`` (one layer, which do not import
-each other) through this module.
+- :class:`InplaceMixin` gives the ``*_`` methods, ``__setitem__`` and the augmented operators
+  (``+=``...). Its one primitive is ``_update(op, compute)``: replace the tensor's value with
+  ``compute(self)`` (an out-of-place method of the other mixins), checked and written through
+  its views.
+- :func:`assign` is the update ``nn`` and ``optim`` make outside the graph (an optimizer step,
+  ``load_state_dict``, ``nn.init``, batch norm's running statistics): the object keeps being a
+  leaf that requires grad, with its distributed mark.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
-from ..errors import DTypeError, ShapeError, shape_text
-from ._dispatch import TensorBase, on_backend
+import numpy as np
 
-__all__ = ["assign"]
+from ..autodiff.grad_mode import is_grad_enabled, no_grad
+from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
+from ._dispatch import SCALARS, TensorBase, lift, no_generator, on_backend, wrap
+from .dtypes import can_cast
+from .views import outside_graph, refresh, root_of, write
+
+__all__ = ["InplaceMixin", "assign"]
 
 
 def assign(
@@ -42,6 +52,7 @@ def assign(
     gradient of the old value in an earlier ``Gradients`` is not mistaken for one of the new),
     carrying its distributed mark; untracked otherwise, or with ``untrack=True``.
     ``check_shape`` (the default) requires the old shape: a ``ShapeError`` naming ``op``.
+    Views of ``target`` see the new value; a ``target`` that is a view writes to its base.
     """
     if not isinstance(value, TensorBase):
         raise DTypeError(f"{op}: expected a tensor, got {type(value).__name__}")
@@ -62,6 +73,9 @@ def assign(
     if backend.is_autodiff:
         old = target._prim
         primitive = backend.wrap(backend.inner_value(primitive))  # untracked, same values
+        if getattr(target, "_view", None) is not None and check_shape and not untrack:
+            write(op, target, wrap(target, primitive), True)  # through the view to its base
+            return target
         if backend.is_require_grad(old) and not untrack:
             param_id = backend.param_id(old)
             primitive = (
@@ -71,4 +85,384 @@ def assign(
             )
     target._prim = primitive
     target._device = device
+    if getattr(target, "_views", None):
+        refresh(target)
     return target
+
+
+def _fit(op: str, t: Any, value: Any) -> Any:
+    """``value`` made to fit ``t`` as torch's in-place ops require: its broadcast shape must be
+    ``t``'s, and its dtype one that casts to ``t``'s (never float into int, nor int into
+    bool)."""
+    if not isinstance(value, TensorBase):
+        raise DTypeError(f"{op}: expected a tensor, got {type(value).__name__}")
+    shape = t.shape
+    if value.shape != shape:
+        try:
+            fits = np.broadcast_shapes(value.shape, shape) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            broadcasts = _broadcasts(value.shape, shape)
+            wider = np.broadcast_shapes(value.shape, shape) if broadcasts else None
+            raise ShapeError(
+                f"{op}: output with shape {shape_text(shape)} doesn't match the broadcast "
+                f"shape {shape_text(value.shape if wider is None else wider)}"
+            )
+        value = value.expand(shape)
+    dtype = t.dtype
+    if value.dtype != dtype:
+        if not can_cast(value.dtype, dtype):
+            raise DTypeError(
+                f"{op}: result type {value.dtype} can't be cast to the desired output type "
+                f"{dtype} (the tensor's own)"
+            )
+        value = value.cast(dtype)
+    return value
+
+
+def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        np.broadcast_shapes(a, b)
+    except ValueError:
+        return False
+    return True
+
+
+class InplaceMixin:
+    """In-place methods, ``t[idx] = v`` and ``+=``...; needs ``_update`` (below) and the
+    out-of-place methods of the other mixins."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    dtype: str
+    _backend: Any
+    _device: Any
+    _prim: Any
+
+    # -- the primitive ------------------------------------------------------------------------
+    def _update(self, op: str, compute: Any) -> Any:
+        """Replace this tensor's value with ``compute(self)``, in place; returns ``self``.
+
+        Through ``.data``/``detach()`` nothing is recorded; otherwise an update of a leaf that
+        requires grad (or of a view of one) is refused while gradients are recorded, as in
+        torch.
+        """
+        outside = outside_graph(self)
+        if outside:
+            with no_grad():
+                value = _fit(op, self, compute(self))
+        else:
+            if is_grad_enabled() and self._backend.is_autodiff:
+                root = root_of(self)
+                if root._backend.is_require_grad(root._prim):
+                    which = "a leaf" if root is self else "a view of a leaf"
+                    raise AutodiffError(
+                        f"{op}: {which} tensor that requires grad is being used in an in-place "
+                        "operation; do it under rg.no_grad(), or on .data, as in torch"
+                    )
+            value = _fit(op, self, compute(self))
+        write(op, self, value, outside)
+        return self
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def add_(self, other: Any, *, alpha: Any = 1) -> Any:
+        return self._update("add_", lambda t: t.add(other, alpha=alpha))
+
+    def sub_(self, other: Any, *, alpha: Any = 1) -> Any:
+        return self._update("sub_", lambda t: t.sub(other, alpha=alpha))
+
+    def mul_(self, other: Any) -> Any:
+        return self._update("mul_", lambda t: t.mul(other))
+
+    def div_(self, other: Any, *, rounding_mode: str | None = None) -> Any:
+        return self._update("div_", lambda t: t.div(other, rounding_mode=rounding_mode))
+
+    def pow_(self, exponent: Any) -> Any:
+        return self._update("pow_", lambda t: t.pow(exponent))
+
+    def remainder_(self, other: Any) -> Any:
+        return self._update("remainder_", lambda t: t.remainder(other))
+
+    def addcmul_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
+        return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
+        return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, value=value))
+
+    def lerp_(self, end: Any, weight: Any) -> Any:
+        return self._update("lerp_", lambda t: t.lerp(end, weight))
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (torch's name)
+        return self._update("clamp_", lambda t: t.clamp(min, max))
+
+    clip_ = clamp_
+
+    def clamp_min_(self, min: Any) -> Any:  # noqa: A002 (torch's name)
+        return self._update("clamp_min_", lambda t: t.clamp(min, None))
+
+    def clamp_max_(self, max: Any) -> Any:  # noqa: A002 (torch's name)
+        return self._update("clamp_max_", lambda t: t.clamp(None, max))
+
+    # -- unary (each the method of the same name without the underscore) ----------------------
+    def neg_(self) -> Any:
+        return self._update("neg_", lambda t: t.neg())
+
+    def abs_(self) -> Any:
+        return self._update("abs_", lambda t: t.abs())
+
+    def exp_(self) -> Any:
+        return self._update("exp_", lambda t: t.exp())
+
+    def log_(self) -> Any:
+        return self._update("log_", lambda t: t.log())
+
+    def sqrt_(self) -> Any:
+        return self._update("sqrt_", lambda t: t.sqrt())
+
+    def rsqrt_(self) -> Any:
+        return self._update("rsqrt_", lambda t: t.rsqrt())
+
+    def reciprocal_(self) -> Any:
+        return self._update("reciprocal_", lambda t: t.reciprocal())
+
+    def square_(self) -> Any:
+        return self._update("square_", lambda t: t.square())
+
+    def sigmoid_(self) -> Any:
+        return self._update("sigmoid_", lambda t: t.sigmoid())
+
+    def tanh_(self) -> Any:
+        return self._update("tanh_", lambda t: t.tanh())
+
+    def relu_(self) -> Any:
+        return self._update("relu_", lambda t: t.relu())
+
+    def sin_(self) -> Any:
+        return self._update("sin_", lambda t: t.sin())
+
+    def cos_(self) -> Any:
+        return self._update("cos_", lambda t: t.cos())
+
+    def floor_(self) -> Any:
+        return self._update("floor_", lambda t: t.floor())
+
+    def ceil_(self) -> Any:
+        return self._update("ceil_", lambda t: t.ceil())
+
+    def round_(self) -> Any:
+        return self._update("round_", lambda t: t.round())
+
+    def trunc_(self) -> Any:
+        return self._update("trunc_", lambda t: t.trunc())
+
+    def sign_(self) -> Any:
+        return self._update("sign_", lambda t: t.sign())
+
+    def erfinv_(self) -> Any:
+        return self._update("erfinv_", lambda t: t.erfinv())
+
+    def tril_(self, diagonal: int = 0) -> Any:
+        return self._update("tril_", lambda t: t.tril(diagonal))
+
+    def triu_(self, diagonal: int = 0) -> Any:
+        return self._update("triu_", lambda t: t.triu(diagonal))
+
+    # -- comparisons written as the tensor's dtype ---------------------------------------------
+    def eq_(self, other: Any) -> Any:
+        return self._update("eq_", lambda t: t.eq(other))
+
+    def ne_(self, other: Any) -> Any:
+        return self._update("ne_", lambda t: t.ne(other))
+
+    def gt_(self, other: Any) -> Any:
+        return self._update("gt_", lambda t: t.gt(other))
+
+    def ge_(self, other: Any) -> Any:
+        return self._update("ge_", lambda t: t.ge(other))
+
+    def lt_(self, other: Any) -> Any:
+        return self._update("lt_", lambda t: t.lt(other))
+
+    def le_(self, other: Any) -> Any:
+        return self._update("le_", lambda t: t.le(other))
+
+    # -- filling and copying ------------------------------------------------------------------
+    def fill_(self, value: Any) -> Any:
+        """Every element ``value`` (a scalar, or a 0-d tensor: then differentiable in it)."""
+        if isinstance(value, TensorBase):
+            if value.ndim != 0:
+                raise ShapeError(
+                    f"fill_: only a 0-d tensor can fill, got shape {shape_text(value.shape)}"
+                )
+            return self._update("fill_", lambda t: lift(t, value, "fill_").expand(t.shape))
+        if not isinstance(value, SCALARS):
+            raise DTypeError(f"fill_: expected a number, got {type(value).__name__}")
+        return self._update("fill_", lambda t: _filled(t, value))
+
+    def zero_(self) -> Any:
+        return self._update("zero_", lambda t: _filled(t, 0))
+
+    def copy_(self, src: Any, non_blocking: bool = False) -> Any:
+        """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
+        dtype); the gradient flows to ``src``, as torch's."""
+        return self._update("copy_", lambda t: _source(t, src, "copy_"))
+
+    def masked_fill_(self, mask: Any, value: Any) -> Any:
+        return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
+
+    def masked_scatter_(self, mask: Any, source: Any) -> Any:
+        return self._update("masked_scatter_", lambda t: t.masked_scatter(mask, source))
+
+    def index_add_(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
+        return self._update("index_add_", lambda t: t.index_add(dim, index, source, alpha=alpha))
+
+    def index_copy_(self, dim: int, index: Any, source: Any) -> Any:
+        return self._update("index_copy_", lambda t: t.index_copy(dim, index, source))
+
+    def index_fill_(self, dim: int, index: Any, value: Any) -> Any:
+        return self._update("index_fill_", lambda t: t.index_fill(dim, index, value))
+
+    def scatter_(self, dim: int, index: Any, src: Any = None, *, value: Any = None,
+                 reduce: str | None = None) -> Any:  # fmt: skip
+        return self._update(
+            "scatter_", lambda t: t.scatter(dim, index, src, value=value, reduce=reduce)
+        )
+
+    def scatter_add_(self, dim: int, index: Any, src: Any) -> Any:
+        return self._update("scatter_add_", lambda t: t.scatter_add(dim, index, src))
+
+    def put_(self, index: Any, source: Any, accumulate: bool = False) -> Any:
+        return self._update("put_", lambda t: t.put(index, source, accumulate))
+
+    # -- random fills (values from the generator rg.manual_seed seeds) --------------------------
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("uniform_", generator)
+        return self._update("uniform_", lambda t: _random(t, "uniform_") * (b - a) + a)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("normal_", generator)
+        return self._update("normal_", lambda t: _random(t, "normal_", "normal") * std + mean)
+
+    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Any:
+        no_generator("bernoulli_", generator)
+
+        def draw(t: Any) -> Any:
+            probability = p if isinstance(p, TensorBase) else float(p)
+            return (_random(t, "bernoulli_") < probability).cast(t.dtype)
+
+        return self._update("bernoulli_", draw)
+
+    def exponential_(self, lambd: float = 1.0, *, generator: Any = None) -> Any:
+        no_generator("exponential_", generator)
+        return self._update(
+            "exponential_", lambda t: -(1.0 - _random(t, "exponential_")).log() / lambd
+        )
+
+    def random_(self, *args: Any, generator: Any = None) -> Any:
+        """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``);
+        without arguments from ``[0, 2**24]`` for float32 and ``[0, 2**53]`` for float64."""
+        no_generator("random_", generator)
+        if len(args) > 2:
+            raise ShapeError(f"random_: expected at most 2 arguments, got {len(args)}")
+        if len(args) == 2:
+            low, high = args
+        elif len(args) == 1:
+            low, high = 0, args[0]
+        else:
+            digits = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+            low, high = 0, 2 ** digits.get(self.dtype, 63) + 1
+            if self.dtype == "bool":
+                high = 2
+        if high is None or not isinstance(low, numbers.Integral) or high <= low:
+            raise ShapeError(f"random_: expects from < to, got from={low} to={high}")
+
+        def draw(t: Any) -> Any:
+            uniform = _random(t, "random_", dtype="float64")
+            return (uniform * (high - low)).floor().cast("int64") + low
+
+        return self._update("random_", draw)
+
+    # -- detaching in place -------------------------------------------------------------------
+    def detach_(self) -> Any:
+        """Cut this tensor from the graph in place: it becomes a leaf that does not require
+        grad (torch's ``detach_``; a view cannot be detached in place, as in torch)."""
+        if getattr(self, "_view", None) is not None:
+            raise AutodiffError(
+                "detach_: can't detach views in-place; use detach() instead, as in torch"
+            )
+        backend = self._backend
+        if backend.is_autodiff:
+            self._prim = backend.wrap(backend.inner_value(self._prim))
+        return self
+
+    # -- item assignment and augmented assignment ---------------------------------------------
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """``t[index] = value``: basic indices write through the view they select (as
+        ``t[index].copy_(value)``); index tensors, lists and masks as torch's ``index_put_``."""
+        from .advanced import set_index
+
+        set_index(self, index, value)
+
+    def __iadd__(self, other: Any) -> Any:
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> Any:
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> Any:
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> Any:
+        return self.div_(other)
+
+    def __ifloordiv__(self, other: Any) -> Any:
+        return self._update("__ifloordiv__", lambda t: t // other)
+
+    def __ipow__(self, other: Any) -> Any:
+        return self.pow_(other)
+
+    def __imod__(self, other: Any) -> Any:
+        return self.remainder_(other)
+
+    def __iand__(self, other: Any) -> Any:
+        return self._update("__iand__", lambda t: t & other)
+
+    def __ior__(self, other: Any) -> Any:
+        return self._update("__ior__", lambda t: t | other)
+
+    def __ixor__(self, other: Any) -> Any:
+        return self._update("__ixor__", lambda t: t ^ other)
+
+
+def _filled(t: Any, value: Any) -> Any:
+    """A tensor of ``t``'s shape, dtype and device holding ``value`` (untracked)."""
+    if t.dtype == "bool":
+        value = bool(value)
+    elif t.dtype == "int64":
+        if isinstance(value, float) and not value.is_integer():
+            raise DTypeError(f"fill_: cannot fill an int64 tensor with {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+    return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))
+
+
+def _source(t: Any, src: Any, op: str) -> Any:
+    if isinstance(src, SCALARS):
+        return _filled(t, src)
+    if not isinstance(src, TensorBase):
+        src = lift(t, np.asarray(src), op)
+    elif src._backend is not t._backend:
+        src = on_backend(src, t._backend, op)
+    if src._device is not t._device:
+        src = src.to(t._device)
+    return src
+
+
+def _random(t: Any, op: str, distribution: str = "uniform", dtype: str | None = None) -> Any:
+    """Draws of ``t``'s shape, in float (``t``'s dtype when it is one)."""
+    backend = t._backend
+    if dtype is None:
+        dtype = t.dtype if t.is_float() else "float64"
+    return wrap(t, backend.random(t.shape, distribution, dtype, t._device))

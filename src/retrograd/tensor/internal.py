@@ -20,6 +20,8 @@ Operands
         ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
     ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
         ``b`` lifted, both on one backend in one dtype (at least float32 when ``floats``).
+    ``untracked(t) -> Tensor``
+        ``t``'s values outside the graph (no node; not requiring grad).
     ``wrap(reference, prim) -> Tensor``
         A primitive of ``reference``'s backend as a tensor on its device. (``t.primitive``,
         ``t.backend`` and ``t.device`` are public properties.)
@@ -28,7 +30,8 @@ Validation
     ``check_indices(indices, size, message, ignore=None)``
         Raise ``IndexOutOfRangeError(message(bad))`` for an index outside ``[0, size)``; the
         backend checks on its device (``Backend.check_index_range``), no host copy.
-    ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``
+    ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``,
+    ``no_generator(op, generator)`` (torch's ``generator=`` refused)
     ``shape_text(shape) -> "[2, 3]"``
 
 Errors
@@ -58,9 +61,11 @@ from ._dispatch import (
     apply,
     check_scalar,
     lift,
+    no_generator,
     normalize_dim,
     promote,
     result_dtype,
+    untracked,
     wrap,
 )
 from .indexing import check_indices
@@ -76,11 +81,13 @@ __all__ = [
     "check_indices",
     "check_scalar",
     "lift",
+    "no_generator",
     "normalize_dim",
     "promote",
     "reported",
     "result_dtype",
     "shape_text",
     "translate",
+    "untracked",
     "wrap",
 ]

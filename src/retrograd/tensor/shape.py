@@ -9,6 +9,7 @@ alone, so the backend receives normalized dims and complete shapes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import lift, normalize_dim, result_dtype
+from .views import is_contiguous, link, strides_of, view_error, view_strides
 
 __all__ = ["ShapeMixin", "cat", "flatten", "stack"]
 
@@ -30,18 +32,45 @@ class ShapeMixin:
 
     def reshape(self, *shape: Any) -> Any:
         """The same elements in ``shape``, given as one sequence or as separate ints
-        (``t.reshape(2, -1)``, as torch); one entry may be -1."""
+        (``t.reshape(2, -1)``, as torch); one entry may be -1. A view of this tensor where
+        torch's would be one (see :mod:`.views`), else a copy."""
         target = infer_shape("reshape", self.shape, varargs_shape("reshape", shape))
-        return self._apply("reshape", (self,), (target,))
+        return _reshaped("reshape", self, target, strict=False)
 
     def view(self, *shape: Any) -> Any:
-        """:meth:`reshape` (tensors here have no strides a view could fail on)."""
+        """:meth:`reshape` as a view; where torch's strides allow none (after a transpose),
+        the error torch gives. ``view(dtype)`` (a reinterpretation of the bytes) is refused."""
+        if len(shape) == 1 and _names_dtype(shape[0]):
+            raise ShapeError(
+                "view: reinterpreting the bytes as another dtype is not supported; use "
+                ".to(dtype) to convert the values"
+            )
         target = infer_shape("view", self.shape, varargs_shape("view", shape))
-        return self._apply("reshape", (self,), (target,))
+        return _reshaped("view", self, target, strict=True)
 
-    def contiguous(self) -> Any:
-        """``self``: memory layout is the backend's business (docs/architecture.md)."""
-        return self
+    def view_as(self, other: Any) -> Any:
+        return self.view(other.shape)
+
+    def reshape_as(self, other: Any) -> Any:
+        return self.reshape(other.shape)
+
+    def ravel(self) -> Any:
+        return self.reshape(-1)
+
+    def contiguous(self, memory_format: Any = None) -> Any:
+        """``self`` when its layout is contiguous as torch's would be; otherwise a copy, which
+        aliases nothing (an in-place op on it leaves this tensor alone, as in torch)."""
+        if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
+            return self
+        return type(self)._result(self._prim, self._backend, self._device)
+
+    def is_contiguous(self, memory_format: Any = None) -> bool:
+        return getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self))
+
+    def stride(self, dim: int | None = None) -> Any:
+        """The strides torch would give this tensor (elements, not bytes)."""
+        strides = strides_of(self)
+        return strides if dim is None else strides[normalize_dim("stride", dim, self.ndim)]
 
     def transpose(self, dim0: int | None = None, dim1: int | None = None) -> Any:
         """Swap ``dim0`` and ``dim1`` (torch's ``transpose(d0, d1)``); without arguments, the
@@ -56,18 +85,47 @@ class ShapeMixin:
         ndim = self.ndim
         if ndim < 2:
             return self
-        return self._apply("swap_dims", (self,), (ndim - 2, ndim - 1))
+        return self.swap_dims(ndim - 2, ndim - 1)
 
     @property
     def T(self) -> Any:  # noqa: N802
-        return self.transpose()
+        """The dimensions reversed (torch's ``T``; for a matrix its transpose)."""
+        ndim = self.ndim
+        return self if ndim < 2 else self.permute(tuple(range(ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Any:  # noqa: N802 (torch's name)
+        """The last two dimensions swapped (a batch of matrices transposed)."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT: needs at least 2 dimensions, got {shape_text(self.shape)}")
+        return self.swap_dims(-2, -1)
+
+    def t(self) -> Any:
+        """torch's ``t()``: a matrix transposed; a 0-d or 1-d tensor as it is."""
+        if self.ndim > 2:
+            raise ShapeError(
+                f"t: expects a tensor with <= 2 dimensions, got {shape_text(self.shape)}; "
+                "use transpose(d0, d1)"
+            )
+        return self if self.ndim < 2 else self.swap_dims(0, 1)
 
     def swap_dims(self, dim1: int, dim2: int) -> Any:
-        a = normalize_dim("swap_dims", dim1, self.ndim)
-        b = normalize_dim("swap_dims", dim2, self.ndim)
-        return self if a == b else self._apply("swap_dims", (self,), (a, b))
+        ndim = self.ndim
+        a = normalize_dim("swap_dims", dim1, ndim)
+        b = normalize_dim("swap_dims", dim2, ndim)
+        if a == b:
+            return self
+        out = self._apply("swap_dims", (self,), (a, b))
+        order = list(range(ndim))
+        order[a], order[b] = b, a
+        return link(out, self, "permute", (tuple(order),))
 
-    def permute(self, dims: Sequence[int]) -> Any:
+    swapaxes = swapdims = swap_dims
+
+    def permute(self, *dims: Any) -> Any:
+        """Reorder the dimensions: ``permute(2, 0, 1)`` or ``permute((2, 0, 1))``."""
+        if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
+            dims = tuple(dims[0])
         ndim = self.ndim
         normalized = tuple(normalize_dim("permute", d, ndim) for d in dims)
         if sorted(normalized) != list(range(ndim)):
@@ -75,18 +133,49 @@ class ShapeMixin:
                 f"permute: {list(dims)} is not a permutation of the {ndim} dimensions of "
                 f"{shape_text(self.shape)}"
             )
-        return self._apply("permute", (self,), (normalized,))
+        return link(self._apply("permute", (self,), (normalized,)), self, "permute", (normalized,))
 
-    def flip(self, dims: Sequence[int]) -> Any:
+    def movedim(self, source: Any, destination: Any) -> Any:
+        """Move dimension(s) ``source`` to ``destination`` (the others keep their order)."""
+        ndim = self.ndim
+        sources = _dims_arg(source)
+        targets = _dims_arg(destination)
+        if len(sources) != len(targets):
+            raise ShapeError(f"movedim: {list(sources)} and {list(targets)} differ in length")
+        sources = tuple(normalize_dim("movedim", d, ndim) for d in sources)
+        targets = tuple(normalize_dim("movedim", d, ndim) for d in targets)
+        order = [-1] * ndim
+        for s, t in zip(sources, targets):
+            order[t] = s
+        rest = iter(d for d in range(ndim) if d not in sources)
+        order = [d if d != -1 else next(rest) for d in order]
+        return self.permute(order)
+
+    moveaxis = movedim
+
+    def flip(self, *dims: Any) -> Any:
+        """Reverse the order along ``dims`` (``flip(0, 1)`` or ``flip((0, 1))``)."""
+        if len(dims) == 1:
+            dims = dims[0]
+        return self._flip(dims)
+
+    def fliplr(self) -> Any:
+        return self.flip(1)
+
+    def flipud(self) -> Any:
+        return self.flip(0)
+
+    def _flip(self, dims: Any) -> Any:
         ndim = self.ndim
         normalized = tuple(normalize_dim("flip", d, ndim) for d in _dims_arg(dims))
         if len(set(normalized)) != len(normalized):
             raise ShapeError(f"flip: dimensions {list(dims)} repeat")
         return self._apply("flip", (self,), (normalized,)) if normalized else self
 
-    def expand(self, shape: Sequence[int]) -> Any:
-        """Broadcast to ``shape`` (-1 keeps a dimension), without copying."""
-        shape = shape_arg(shape)
+    def expand(self, *sizes: Any) -> Any:
+        """Broadcast to ``sizes`` (-1 keeps a dimension), without copying: a view (writing
+        into it is refused, as torch refuses it)."""
+        shape = varargs_shape("expand", sizes)
         own = self.shape
         if len(shape) < len(own):
             raise ShapeError(
@@ -103,10 +192,15 @@ class ShapeMixin:
                 )
         if any(n < 0 for n in target):
             raise ShapeError(f"expand: invalid target shape {shape_text(shape)}")
-        return self if target == own else self._apply("expand", (self,), (target,))
+        if target == own:
+            return self
+        return link(self._apply("expand", (self,), (target,)), self, "expand", (target,))
 
     def broadcast_to(self, shape: Sequence[int]) -> Any:
         return self.expand(shape)
+
+    def expand_as(self, other: Any) -> Any:
+        return self.expand(other.shape)
 
     def repeat_dim(self, dim: int, times: int) -> Any:
         """Tile the tensor ``times`` times along ``dim``."""
@@ -115,15 +209,64 @@ class ShapeMixin:
             raise ShapeError(f"repeat_dim: times must be a non-negative int, got {times!r}")
         return self if times == 1 else self._apply("repeat_dim", (self,), (d, int(times)))
 
-    def repeat(self, sizes: Sequence[int]) -> Any:
+    def repeat(self, *sizes: Any) -> Any:
         """Tile the tensor ``sizes[d]`` times along each dimension ``d`` (PyTorch's ``repeat``,
-        Burn's ``repeat``); extra leading sizes add dimensions."""
-        sizes = shape_arg(sizes)
+        Burn's ``repeat``; ``repeat(2, 3)`` or ``repeat((2, 3))``); extra leading sizes add
+        dimensions."""
+        sizes = varargs_shape("repeat", sizes)
         if len(sizes) < self.ndim:
             raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor with {self.ndim} dimensions")
-        out = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        out = self._apply("reshape", (self,), ((1,) * (len(sizes) - self.ndim) + self.shape,))
         for dim, times in enumerate(sizes):
             out = out.repeat_dim(dim, times)
+        return out
+
+    def tile(self, *dims: Any) -> Any:
+        """torch's ``tile``: as :meth:`repeat`, fewer sizes than dimensions padded with 1s."""
+        sizes = varargs_shape("tile", dims)
+        return self.repeat((1,) * (self.ndim - len(sizes)) + sizes)
+
+    def repeat_interleave(
+        self, repeats: Any, dim: int | None = None, *, output_size: int | None = None
+    ) -> Any:
+        """Each element repeated ``repeats`` times along ``dim`` (the flattened tensor when
+        ``None``); ``repeats`` an int or a 1-d tensor of counts (read on the host, as torch
+        reads it to size the output)."""
+        x = self.reshape(-1) if dim is None else self
+        d = 0 if dim is None else normalize_dim("repeat_interleave", dim, x.ndim)
+        if isinstance(repeats, numbers.Integral):
+            if repeats < 0:
+                raise ShapeError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
+            shape = x.shape
+            out = x.unsqueeze_dim(d + 1).expand(shape[: d + 1] + (int(repeats),) + shape[d + 1 :])
+            return out.reshape(shape[:d] + (shape[d] * int(repeats),) + shape[d + 1 :])
+        counts = [int(n) for n in (repeats.tolist() if hasattr(repeats, "tolist") else repeats)]
+        if len(counts) != x.shape[d] or any(n < 0 for n in counts):
+            raise ShapeError(
+                f"repeat_interleave: repeats must have one non-negative count per element of "
+                f"dimension {d} (size {x.shape[d]}), got {len(counts)}"
+            )
+        index = [i for i, n in enumerate(counts) for _ in range(n)]
+        return x.index_select(d, index)
+
+    def roll(self, shifts: Any, dims: Any = None) -> Any:
+        """Elements shifted ``shifts`` places along ``dims`` (wrapping around); without
+        ``dims``, along the flattened tensor, then reshaped back."""
+        if dims is None:
+            flat = self.reshape(-1)
+            return flat.roll(shifts, 0).reshape(self.shape)
+        shift_list, dim_list = _dims_arg(shifts), _dims_arg(dims)
+        if len(shift_list) != len(dim_list):
+            raise ShapeError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+        out = self
+        for shift, dim in zip(shift_list, dim_list):
+            d = normalize_dim("roll", dim, self.ndim)
+            size = self.shape[d]
+            if size == 0:
+                continue
+            k = int(shift) % size
+            if k:
+                out = cat([out.narrow(d, size - k, k), out.narrow(d, 0, size - k)], d)
         return out
 
     def squeeze_dim(self, dim: int) -> Any:
@@ -135,20 +278,36 @@ class ShapeMixin:
                 f"squeeze_dim: dimension {dim} has size {shape[d]}, expected 1 "
                 f"(shape {shape_text(shape)})"
             )
-        return self._apply("reshape", (self,), (shape[:d] + shape[d + 1 :],))
+        return _reshaped("squeeze_dim", self, shape[:d] + shape[d + 1 :])
 
-    def squeeze(self, dim: int | None = None) -> Any:
-        if dim is not None:
-            return self.squeeze_dim(dim)
-        return self._apply("reshape", (self,), (tuple(n for n in self.shape if n != 1),))
+    def squeeze(self, dim: Any = None) -> Any:
+        """Remove dimensions of size 1: all of them, or ``dim`` (an int or several) where it
+        has size 1 (torch's ``squeeze`` leaves a dimension of another size alone)."""
+        shape = self.shape
+        if dim is None:
+            drop = {d for d, n in enumerate(shape) if n == 1}
+        else:
+            dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+            drop = {normalize_dim("squeeze", d, len(shape)) for d in dims}
+            drop = {d for d in drop if shape[d] == 1}
+        if not drop:
+            return _reshaped("squeeze", self, shape)
+        return _reshaped("squeeze", self, tuple(n for d, n in enumerate(shape) if d not in drop))
 
     def unsqueeze_dim(self, dim: int) -> Any:
         """Insert a dimension of size 1 at ``dim`` (negative counts from the output's end)."""
         shape = self.shape
         d = normalize_dim("unsqueeze_dim", dim, len(shape), extra=1)
-        return self._apply("reshape", (self,), (shape[:d] + (1,) + shape[d:],))
+        return _reshaped("unsqueeze", self, shape[:d] + (1,) + shape[d:])
 
     unsqueeze = unsqueeze_dim
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Any:
+        """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
+        shape = self.shape
+        d = normalize_dim("unflatten", dim, len(shape))
+        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes))
+        return _reshaped("unflatten", self, shape[:d] + sizes + shape[d + 1 :])
 
     def flatten(self, start: int = 0, end: int = -1) -> Any:
         """Merge dimensions ``start..=end`` into one."""
@@ -159,8 +318,10 @@ class ShapeMixin:
         e = normalize_dim("flatten", end, len(shape))
         if s > e:
             raise ShapeError(f"flatten: start {start} comes after end {end}")
+        if s == e:
+            return self
         merged = math.prod(shape[s : e + 1])
-        return self._apply("reshape", (self,), (shape[:s] + (merged,) + shape[e + 1 :],))
+        return _reshaped("flatten", self, shape[:s] + (merged,) + shape[e + 1 :])
 
     def narrow(self, dim: int, start: int, length: int) -> Any:
         """Elements ``start .. start + length`` along ``dim`` (a range past the end is an
@@ -175,8 +336,10 @@ class ShapeMixin:
                 f"of size {size}"
             )
             raise ShapeError(message) if length < 0 else IndexOutOfRangeError(message)
-        slices = (slice(None),) * d + (slice(start, start + length),)
-        return self._apply("slice", (self,), (slices,))
+        slices = (slice(None),) * d + (slice(start, start + length, 1),)
+        out = self._apply("slice", (self,), (slices,))
+        items = (("slice", 1),) * len(self.shape)
+        return link(out, self, "index", (slices, out.shape, out.shape, items))
 
     def chunk(self, chunks: int, dim: int = 0) -> list[Any]:
         """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller)."""
@@ -186,6 +349,29 @@ class ShapeMixin:
         size = self.shape[d]
         step = max(1, -(-size // chunks))
         return [self.narrow(d, s, min(step, size - s)) for s in range(0, size, step)]
+
+    def unbind(self, dim: int = 0) -> tuple[Any, ...]:
+        """The slices along ``dim``, that dimension removed (views, as torch's)."""
+        d = normalize_dim("unbind", dim, self.ndim)
+        lead = (slice(None),) * d
+        return tuple(self[lead + (i,)] for i in range(self.shape[d]))
+
+    def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
+        """torch's ``tensor_split``: ``n`` nearly equal pieces (the first ``size % n`` one
+        larger), or pieces between the given indices."""
+        d = normalize_dim("tensor_split", dim, self.ndim)
+        size = self.shape[d]
+        if isinstance(indices_or_sections, numbers.Integral):
+            n = int(indices_or_sections)
+            if n <= 0:
+                raise ShapeError(f"tensor_split: sections must be positive, got {n}")
+            base, extra = divmod(size, n)
+            bounds = [0]
+            for i in range(n):
+                bounds.append(bounds[-1] + base + (1 if i < extra else 0))
+        else:
+            bounds = [0] + [min(max(int(i), 0), size) for i in indices_or_sections] + [size]
+        return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Any]:
         """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size."""
@@ -214,7 +400,8 @@ class ShapeMixin:
                 f"unfold: window size {size} and step {step} do not fit dimension {dim} of size "
                 f"{length}"
             )
-        return self._apply("unfold", (self,), (d, int(size), int(step)))
+        params = (d, int(size), int(step))
+        return link(self._apply("unfold", (self,), params), self, "unfold", params)
 
 
 # -- joining -------------------------------------------------------------------------------------
@@ -314,3 +501,24 @@ def infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[
             f"{op}: cannot reshape {shape_text(own)} ({count} elements) to {shape_text(shape)}"
         )
     return shape
+
+
+def _reshaped(op: str, t: Any, target: tuple[int, ...], strict: bool = False) -> Any:
+    """``t`` in ``target`` shape: a view of ``t`` where torch's strides allow one (always for
+    a tensor that is not itself a view), else a copy (``strict``: torch's ``view`` error)."""
+    out = t._apply("reshape", (t,), (target,))
+    if getattr(t, "_view", None) is not None and (
+        view_strides(t.shape, strides_of(t), target) is None
+    ):
+        if strict:
+            raise view_error(op, t.shape, target)
+        return out
+    return link(out, t, "reshape", (target,))
+
+
+def _names_dtype(value: Any) -> bool:
+    from .dtypes import DTYPE_OBJECTS
+
+    if isinstance(value, str):
+        return value.removeprefix("torch.") in DTYPE_OBJECTS
+    return type(value).__name__ == "dtype"

@@ -103,3 +103,19 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
         padding = (flat == (padding_idx % count)).reshape((-1, 1))
         rows = rows.mask_where(padding, weight.detach().select(0, flat))
     return rows.reshape((*indices.shape, weight.shape[1]))
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 ``[*, num_classes]``: 1 at each index of ``tensor`` (int64), 0 elsewhere;
+    ``num_classes=-1`` takes one more than the largest index (a host read, as in torch)."""
+    if tensor.dtype != "int64":
+        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {tensor.dtype}")
+    if num_classes == -1:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    classes = wrap(tensor, tensor.backend.arange(0, num_classes, 1, "int64", tensor.device))
+    if tensor.numel():
+        if int(tensor.min().item()) < 0:
+            raise IndexOutOfRangeError("one_hot: class values must be non-negative")
+        if int(tensor.max().item()) >= num_classes:
+            raise IndexOutOfRangeError("one_hot: class values must be smaller than num_classes")
+    return tensor.unsqueeze_dim(-1).equal(classes).cast("int64")

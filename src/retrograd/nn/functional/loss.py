@@ -15,6 +15,7 @@ from ...tensor.internal import (
     FLOAT_DTYPES,
     check_indices,
     shape_text,
+    untracked,
 )
 from ._common import (
     _as_tensor,
@@ -248,3 +249,156 @@ def mse_loss(
         )
     weight = weight.cast(x.dtype)
     return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
+
+
+def _same_shape(fn: str, x: Tensor, target: Tensor) -> None:
+    if x.shape != target.shape:
+        raise ShapeError(
+            f"{fn}: using a target size ({shape_text(target.shape)}) that is different to the "
+            f"input size ({shape_text(x.shape)}) is not supported; make them match"
+        )
+
+
+def _weighted(fn: str, losses: Tensor, weight: Any) -> Tensor:
+    if weight is None:
+        return losses
+    weight = _as_tensor(fn, losses, weight, "weight").cast(losses.dtype)
+    return losses * weight
+
+
+_BCE_EPS = 9.999999960041972e-13  # float(np.float32(1e-12))
+
+
+def binary_cross_entropy(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``-(y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100
+    as torch's (so ``x`` of 0 or 1 gives a finite loss); ``weight`` broadcasts over it."""
+    fn = "binary_cross_entropy"
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    # The values from the clamped logs (of x's values: they are differentiated in y only);
+    # the gradient in x is torch's formula, (x - y) / max(x (1 - x), eps), finite where x is
+    # 0 or 1 (a saturated sigmoid), added as (x - x) * slope: zero in value. torch's eps is
+    # the float32 nearest 1e-12, in every dtype.
+    constant, target = untracked(x), untracked(y)
+    raw_log_x = constant.log()
+    raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
+    log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)
+    losses = -(target * log_x + (1.0 - target) * log_not_x)
+    if x.requires_grad:
+        slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
+        losses = losses + (x - constant) * slope
+    if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
+        slope = raw_log_not_x - raw_log_x
+        slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
+        losses = losses + (y - target) * slope
+    return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
+    formula (stable for large logits)."""
+    fn = "binary_cross_entropy_with_logits"
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    log_sigmoid = x.log_sigmoid()
+    if pos_weight is not None:
+        pos = _as_tensor(fn, x, pos_weight, "pos_weight").cast(x.dtype)
+        log_sigmoid = log_sigmoid * ((pos - 1.0) * y + 1.0)
+    losses = (1.0 - y) * x - log_sigmoid
+    return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def l1_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Mean absolute error."""
+    fn = "l1_loss"
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    return _reduce((x - y).abs(), _reduction(fn, reduction, size_average, reduce))
+
+
+def smooth_l1_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
+    """``0.5 d**2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (``d = x - y``;
+    ``beta=0`` is the L1 loss)."""
+    fn = "smooth_l1_loss"
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    if beta < 0:
+        raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
+    d = (x - y).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    losses = (d - 0.5 * beta).mask_where(d.lower(beta), d.square() * (0.5 / beta))
+    return _reduce(losses, reduction)
+
+
+def huber_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    reduction: str = "mean",
+    delta: float = 1.0,
+    weight: Tensor | None = None,
+) -> Tensor:
+    """``0.5 d**2`` where ``|d| <= delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
+    fn = "huber_loss"
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    reduction = _reduction(fn, reduction, None, None)
+    d = (x - y).abs()
+    losses = ((d - 0.5 * delta) * delta).mask_where(d.lower_equal(delta), d.square() * 0.5)
+    return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def kl_div(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """``target * (log(target) - input)`` (``input`` holds log-probabilities; a zero target
+    contributes zero); ``reduction="batchmean"`` divides the sum by the batch size."""
+    fn = "kl_div"
+    x, y = _float_pair(fn, input, target, "target")
+    batchmean = reduction == "batchmean"
+    reduction = _reduction(fn, "sum" if batchmean else reduction, size_average, reduce)
+    if log_target:
+        losses = y.exp() * (y - x)
+    else:
+        safe = y.mask_fill(y.less_equal(0.0), 1.0)
+        losses = (y * safe.log()).mask_fill(y.equal(0.0), 0.0) - y * x
+    out = _reduce(losses, reduction)
+    if batchmean and reduction == "sum":
+        return out / (x.shape[0] if x.ndim else 1)
+    return out

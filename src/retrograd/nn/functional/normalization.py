@@ -75,7 +75,7 @@ def layer_norm(
 _LAYER_NORM = TensorOp("layer_norm")
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``;
     the identity unless ``training``. ``rg.seed`` makes the mask reproducible.
 
@@ -92,6 +92,103 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x * 0.0
     keep = wrap(x, x.backend.bernoulli(x.shape, 1.0 - float(p), x.device))
     return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
+
+
+def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int) -> Tensor:
+    """Zero whole channels (``[N, C, *spatial]``, or unbatched ``[C, *spatial]``) with
+    probability ``p``, scaling the rest by ``1 / (1 - p)``: torch's ``dropout1d/2d/3d``."""
+    x = _float_input(fn, x)
+    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ShapeError(
+            f"{fn}: expected a {spatial + 1}-d or {spatial + 2}-d input, got {shape_text(x.shape)}"
+        )
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    channels = x.shape[: x.ndim - spatial]
+    mask_shape = channels + (1,) * spatial
+    keep = wrap(x, x.backend.bernoulli(mask_shape, 1.0 - float(p), x.device))
+    return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
+
+
+def dropout1d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _feature_dropout("dropout1d", x, p, training, 1)
+
+
+def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels of ``[N, C, H, W]`` (torch's ``dropout2d``)."""
+    return _feature_dropout("dropout2d", x, p, training, 2)
+
+
+def dropout3d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _feature_dropout("dropout3d", x, p, training, 3)
+
+
+def normalize(
+    input: Tensor,  # noqa: A002 (PyTorch's name)
+    p: float = 2.0,
+    dim: int = 1,
+    eps: float = 1e-12,
+    out: Any = None,
+) -> Tensor:
+    """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``)."""
+    x = _float_input("normalize", input)
+    return x / x.norm(p, dim, keepdim=True).clamp_min(eps)
+
+
+def instance_norm(
+    input: Tensor,  # noqa: A002 (PyTorch's name)
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Each sample's channels normalized over their spatial dims (``[N, C, *]``), as torch's
+    ``instance_norm``: the biased variance normalizes; running statistics, when given, are
+    updated with the batch's mean of each instance's mean and unbiased variance."""
+    fn = "instance_norm"
+    x = _float_input(fn, input)
+    if x.ndim < 3:
+        raise ShapeError(f"{fn}: input must be [N, C, *spatial], got {shape_text(x.shape)}")
+    channels = x.shape[1]
+    scale = _channel_param(fn, x, weight, "weight", channels)
+    shift = _channel_param(fn, x, bias, "bias", channels)
+    if use_input_stats:
+        dims = tuple(range(2, x.ndim))
+        count = x.numel() // (x.shape[0] * channels) if x.shape[0] * channels else 0
+        if count <= 1:
+            raise InvalidArgumentError(
+                f"{fn}: expected more than 1 spatial element per channel when training, got "
+                f"input {shape_text(x.shape)}"
+            )
+        mean = _mean_over(fn, x, dims)
+        centered = x - mean
+        variance = _mean_over(fn, centered.square(), dims)
+        out = centered * (variance + float(eps)).sqrt().recip()
+        if running_mean is not None and running_var is not None:
+            m = float(momentum)
+            batch_mean = mean.detach().mean(0).reshape((channels,))
+            batch_var = (variance.detach() * (count / (count - 1))).mean(0).reshape((channels,))
+            for buffer, stat in ((running_mean, batch_mean), (running_var, batch_var)):
+                old = buffer.detach().cast(x.dtype)
+                assign(buffer, old * (1.0 - m) + stat * m, fn)
+    else:
+        if running_mean is None or running_var is None:
+            raise InvalidArgumentError(f"{fn}: use_input_stats=False needs running statistics")
+        mean = _channel_param(fn, x, running_mean, "running_mean", channels)
+        var = _channel_param(fn, x, running_var, "running_var", channels)
+        out = (x - mean) * (var + float(eps)).sqrt().recip()
+    if scale is not None:
+        out = out * scale
+    if shift is not None:
+        out = out + shift
+    return out
 
 
 # -- batch, group and RMS normalization (PyTorch's signatures) ------------------------------------

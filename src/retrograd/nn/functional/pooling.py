@@ -220,3 +220,85 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> T
     (2, 3, 1, 1)
     """
     return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
+
+
+def avg_pool3d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """3-d average pooling, PyTorch's ``avg_pool3d``."""
+    return _avg_pool(
+        "avg_pool3d", 3, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        divisor_override,
+    )  # fmt: skip
+
+
+def max_pool3d_with_indices(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+) -> tuple[Tensor, Tensor]:
+    return _max_pool("max_pool3d", 3, x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool3d(
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    """3-d max pooling, PyTorch's ``max_pool3d``."""
+    values, indices = max_pool3d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_avg_pool3d(x: Tensor, output_size: int | Sequence[int | None]) -> Tensor:
+    return _adaptive_avg_pool("adaptive_avg_pool3d", 3, x, output_size)
+
+
+def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, return_indices: bool):
+    """Maximum over torch's adaptive windows (``floor(i n / o)`` to ``ceil((i + 1) n / o)``),
+    one window at a time: the gradient goes to each window's maximum, as torch's."""
+    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    if output_size is None or isinstance(output_size, numbers.Integral):
+        output_size = (output_size,) * spatial
+    sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))
+    if len(sizes) != spatial or any(o < 1 for o in sizes):
+        raise ShapeError(f"{fn}: output_size must be {spatial} positive ints, got {output_size!r}")
+    if return_indices:
+        raise InvalidArgumentError(f"{fn}: return_indices=True is not supported")
+    cells = x
+    for axis, (n, o) in enumerate(zip(x.shape[2:], sizes)):
+        dim = 2 + axis
+        pieces = []
+        for i in range(o):
+            start, end = (i * n) // o, -(-((i + 1) * n) // o)
+            pieces.append(cells.narrow(dim, start, end - start).max(dim, keepdim=True).values)
+        cells = pieces[0] if o == 1 else _cat(pieces, dim)
+    return _unbatched(cells, squeeze)
+
+
+def _cat(pieces: list[Tensor], dim: int) -> Tensor:
+    from ...tensor import cat
+
+    return cat(pieces, dim)
+
+
+def adaptive_max_pool1d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    return _adaptive_max_pool("adaptive_max_pool1d", 1, x, output_size, return_indices)
+
+
+def adaptive_max_pool2d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    """Maximum pooling to ``output_size`` (``None`` keeps a dimension), torch's windows."""
+    return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices)

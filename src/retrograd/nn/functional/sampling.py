@@ -1,10 +1,12 @@
-"""Resampling and padding: ``interpolate`` and ``pad``."""
+"""Resampling and rearranging: ``interpolate``, ``pad``, ``pixel_shuffle``/``pixel_unshuffle``
+and the sliding blocks of ``unfold``/``fold``."""
 
 from __future__ import annotations
 
 import math
 import numbers
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -13,11 +15,12 @@ from ...errors import (
     InvalidArgumentError,
     ShapeError,
 )
-from ...tensor import Tensor, cat, full
+from ...tensor import Tensor, cat, full, stack
 from ...tensor.internal import (
     TensorOp,
     apply,
     shape_text,
+    wrap,
 )
 from ._common import (
     _float_input,
@@ -170,3 +173,127 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode=_PAD_MODES[mode])
         out = out.select(dim, indices)
     return out
+
+
+def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
+    """``[*, C r^2, H, W]`` rearranged to ``[*, C, H r, W r]`` (torch's ``pixel_shuffle``)."""
+    r = int(upscale_factor)
+    if x.ndim < 3 or x.shape[-3] % (r * r):
+        raise ShapeError(
+            f"pixel_shuffle: expected [*, C*{r}^2, H, W] with channels divisible by {r * r}, "
+            f"got {shape_text(x.shape)}"
+        )
+    *lead, c, h, w = x.shape
+    lead = tuple(lead)
+    out = x.reshape(lead + (c // (r * r), r, r, h, w))
+    n = len(lead)
+    out = out.permute(tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2))
+    return out.reshape(lead + (c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
+    """The inverse of :func:`pixel_shuffle`: ``[*, C, H r, W r]`` to ``[*, C r^2, H, W]``."""
+    r = int(downscale_factor)
+    if x.ndim < 3 or x.shape[-1] % r or x.shape[-2] % r:
+        raise ShapeError(
+            f"pixel_unshuffle: height and width of {shape_text(x.shape)} must divide by {r}"
+        )
+    *lead, c, h, w = x.shape
+    lead = tuple(lead)
+    n = len(lead)
+    out = x.reshape(lead + (c, h // r, r, w // r, r))
+    out = out.permute(tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
+    return out.reshape(lead + (c * r * r, h // r, w // r))
+
+
+def _unfold_args(fn: str, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> tuple:
+    return (
+        _ints(fn, "kernel_size", kernel_size, 2, 1),
+        _ints(fn, "dilation", dilation, 2, 1),
+        _ints(fn, "padding", padding, 2, 0),
+        _ints(fn, "stride", stride, 2, 1),
+    )
+
+
+def unfold(
+    input: Tensor,  # noqa: A002 (torch's name)
+    kernel_size: Any,
+    dilation: Any = 1,
+    padding: Any = 0,
+    stride: Any = 1,
+) -> Tensor:
+    """Sliding blocks of ``[N, C, H, W]`` as columns ``[N, C kh kw, L]`` (torch's ``unfold``,
+    im2col): one strided slice per kernel offset, stacked."""
+    fn = "unfold"
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _unfold_args(
+        fn, kernel_size, dilation, padding, stride
+    )
+    x = input
+    squeeze = x.ndim == 3
+    if squeeze:
+        x = x.unsqueeze_dim(0)
+    if x.ndim != 4:
+        raise ShapeError(f"{fn}: expected a 3-d or 4-d input, got {shape_text(input.shape)}")
+    x = pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    n, c, h, w = x.shape
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ShapeError(
+            f"{fn}: the kernel ({kh}, {kw}) with dilation ({dh}, {dw}) does not fit the padded "
+            f"input {shape_text(x.shape)}"
+        )
+    blocks = [
+        x[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    out = stack(blocks, 2).reshape((n, c * kh * kw, oh * ow))
+    return out.squeeze_dim(0) if squeeze else out
+
+
+def fold(
+    input: Tensor,  # noqa: A002 (torch's name)
+    output_size: Any,
+    kernel_size: Any,
+    dilation: Any = 1,
+    padding: Any = 0,
+    stride: Any = 1,
+) -> Tensor:
+    """The adjoint of :func:`unfold` (col2im): columns ``[N, C kh kw, L]`` summed into
+    ``[N, C, H, W]``, overlapping blocks added."""
+    fn = "fold"
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _unfold_args(
+        fn, kernel_size, dilation, padding, stride
+    )
+    height, width = _ints(fn, "output_size", output_size, 2, 1)
+    cols = input
+    squeeze = cols.ndim == 2
+    if squeeze:
+        cols = cols.unsqueeze_dim(0)
+    n, ckk, length = cols.shape
+    if ckk % (kh * kw):
+        raise ShapeError(f"{fn}: dimension 1 of {shape_text(input.shape)} must divide by {kh * kw}")
+    c = ckk // (kh * kw)
+    hp, wp = height + 2 * ph, width + 2 * pw
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh * ow != length:
+        raise ShapeError(
+            f"{fn}: expected {oh * ow} blocks for output_size ({height}, {width}), got {length}"
+        )
+    blocks = cols.reshape((n, c, kh * kw, oh, ow))
+    canvas = wrap(cols, cols.backend.zeros((n, c, hp, wp), cols.dtype, cols.device))
+    for i in range(kh):
+        for j in range(kw):
+            block = blocks[:, :, i * kw + j]
+            region = (
+                slice(None),
+                slice(None),
+                slice(i * dh, i * dh + (oh - 1) * sh + 1, sh),
+                slice(j * dw, j * dw + (ow - 1) * sw + 1, sw),
+            )
+            zeros = wrap(cols, cols.backend.zeros((n, c, hp, wp), cols.dtype, cols.device))
+            canvas = canvas + zeros.slice_assign(list(region), block)
+    out = canvas[:, :, ph : ph + height, pw : pw + width]
+    return out.squeeze_dim(0) if squeeze else out

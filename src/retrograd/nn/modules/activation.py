@@ -1,14 +1,44 @@
-"""Activation modules: ``ReLU``, ``GELU``, ``SiLU``, ``Tanh``, ``Sigmoid`` (PyTorch's
-constructor arguments; ``inplace=True`` is accepted and nothing is modified in place)."""
+"""Activation modules, with PyTorch's constructor arguments: ``ReLU``, ``GELU``, ``SiLU``,
+``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True`` is
+accepted and nothing is modified in place: API.md section 8)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import InvalidArgumentError
-from ...tensor import Tensor
+from ...tensor import Tensor, full
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["GELU", "ReLU", "SiLU", "Sigmoid", "Tanh"]
+__all__ = [
+    "CELU",
+    "ELU",
+    "GELU",
+    "GLU",
+    "SELU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "LeakyReLU",
+    "LogSigmoid",
+    "LogSoftmax",
+    "Mish",
+    "PReLU",
+    "ReLU",
+    "ReLU6",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softmax2d",
+    "Softmin",
+    "Softplus",
+    "Softsign",
+    "Tanh",
+    "Tanhshrink",
+    "Threshold",
+]
 
 
 class ReLU(Module):
@@ -68,3 +98,184 @@ class Sigmoid(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.sigmoid(x)
+
+
+class _Elementwise(Module):
+    """An activation with no parameters: ``forward`` is :attr:`_fn` with the stored keyword
+    arguments (``inplace`` accepted, see the module docstring)."""
+
+    _fn: Any = None
+    _fields: tuple[str, ...] = ()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self)._fn(x, *(getattr(self, f) for f in self._fields))
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
+
+
+class Softmax(Module):
+    """``F.softmax(x, dim)`` (``dim=None``: torch's implicit choice, deprecated there).
+
+    >>> Softmax(dim=1)(rg.zeros((1, 4))).tolist()
+    [[0.25, 0.25, 0.25, 0.25]]
+    """
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, self.dim)
+
+
+class Softmin(Softmax):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmin(x, self.dim)
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of ``[N, C, H, W]`` (or ``[C, H, W]``)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, -3)
+
+
+class LeakyReLU(_Elementwise):
+    """``x`` where positive, ``negative_slope * x`` elsewhere."""
+
+    _fn = staticmethod(F.leaky_relu)
+    _fields = ("negative_slope",)
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope, self.inplace = negative_slope, inplace
+
+
+class ReLU6(_Elementwise):
+    _fn = staticmethod(F.relu6)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class Hardtanh(_Elementwise):
+    _fn = staticmethod(F.hardtanh)
+    _fields = ("min_val", "max_val")
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+
+class Hardswish(_Elementwise):
+    _fn = staticmethod(F.hardswish)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class Hardsigmoid(_Elementwise):
+    _fn = staticmethod(F.hardsigmoid)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class ELU(_Elementwise):
+    _fn = staticmethod(F.elu)
+    _fields = ("alpha",)
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+
+class CELU(ELU):
+    _fn = staticmethod(F.celu)
+
+
+class SELU(_Elementwise):
+    _fn = staticmethod(F.selu)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class Mish(SELU):
+    _fn = staticmethod(F.mish)
+
+
+class Softplus(_Elementwise):
+    """``log(1 + exp(beta x)) / beta``; above ``threshold`` (of ``beta x``) the identity."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softplus(x, self.beta, self.threshold)
+
+
+class Softsign(_Elementwise):
+    _fn = staticmethod(F.softsign)
+
+
+class Tanhshrink(_Elementwise):
+    _fn = staticmethod(F.tanhshrink)
+
+
+class LogSigmoid(_Elementwise):
+    _fn = staticmethod(F.logsigmoid)
+
+
+class Threshold(_Elementwise):
+    _fn = staticmethod(F.threshold)
+    _fields = ("threshold", "value")
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__()
+        self.threshold, self.value, self.inplace = threshold, value, inplace
+
+
+class GLU(_Elementwise):
+    _fn = staticmethod(F.glu)
+    _fields = ("dim",)
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+
+class PReLU(Module):
+    """``x`` where positive, ``weight * x`` elsewhere; ``weight`` (``num_parameters``
+    values, ``init`` each) is learnt.
+
+    >>> PReLU()(rg.tensor([-2.0, 3.0])).tolist()
+    [-0.5, 3.0]
+    """
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device: Any = None,
+                 dtype: Any = None):  # fmt: skip
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype, device=device))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"

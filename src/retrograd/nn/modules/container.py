@@ -1,5 +1,6 @@
-"""Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``, as PyTorch's (sub-modules named
-by position, ``"0"``, ``"1"``, ..., or by key), so dotted names and state dicts match."""
+"""Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``,
+``ParameterDict``, as PyTorch's (members named by position, ``"0"``, ``"1"``, ..., or by key),
+so dotted names and state dicts match."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ...errors import DTypeError, IndexOutOfRangeError
+from ...tensor import Tensor
+from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["ModuleDict", "ModuleList", "Sequential"]
+__all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
 
 def _checked(owner: str, index: Any, module: Any) -> Module:
@@ -176,3 +179,93 @@ class ModuleDict(Module):
         pairs = modules.items() if isinstance(modules, Mapping) else modules
         for key, module in pairs:
             self[key] = module
+
+
+def _as_parameter(value: Any) -> Any:
+    """torch's rule: a tensor put in a parameter container becomes a ``Parameter``."""
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        return Parameter(value)
+    return value
+
+
+class ParameterList(Module):
+    """Parameters named ``"0"``, ``"1"``, ...: indexing, ``append``, ``extend``, iteration;
+    a tensor given is made a ``Parameter``.
+
+    >>> import retrograd as rg
+    >>> params = ParameterList([rg.zeros(2), rg.ones(3)])
+    >>> [name for name, _ in params.named_parameters()]
+    ['0', '1']
+    """
+
+    def __init__(self, values: Iterable[Any] | None = None):
+        super().__init__()
+        for value in values or ():
+            self.append(value)
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._parameters.values())
+
+    def __getitem__(self, index: int) -> Any:
+        size = len(self._parameters)
+        if not isinstance(index, int) or not -size <= index < size:
+            raise IndexOutOfRangeError(f"ParameterList: index {index!r} is out of range")
+        return self._parameters[str(index % size)]
+
+    def __setitem__(self, index: int, value: Any) -> None:
+        self[index]  # range check
+        self.register_parameter(str(index % len(self._parameters)), _as_parameter(value))
+
+    def append(self, value: Any) -> ParameterList:
+        self.register_parameter(str(len(self._parameters)), _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Any]) -> ParameterList:
+        for value in values:
+            self.append(value)
+        return self
+
+
+class ParameterDict(Module):
+    """Parameters by key: ``pd[key]``, ``keys()``, ``items()``, ``update``...; a tensor given
+    is made a ``Parameter``."""
+
+    def __init__(self, parameters: Mapping[str, Any] | None = None):
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.register_parameter(key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self) -> Iterable[str]:
+        return self._parameters.keys()
+
+    def values(self) -> Iterable[Any]:
+        return self._parameters.values()
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._parameters.items()
+
+    def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        pairs = parameters.items() if isinstance(parameters, Mapping) else parameters
+        for key, value in pairs:
+            self[key] = value

@@ -1,4 +1,5 @@
-"""Convolution layers: ``Conv1d``, ``Conv2d``, ``ConvTranspose2d`` with PyTorch's signatures,
+"""Convolution layers: ``Conv1d``, ``Conv2d``, ``Conv3d``, ``ConvTranspose1d``,
+``ConvTranspose2d``, ``ConvTranspose3d`` with PyTorch's signatures,
 weight layouts (``[out, in/groups, *k]``; transposed ``[in, out/groups, *k]``) and default
 initialization (U(-k, k), k = 1/sqrt(fan_in), fan_in from the weight's second dimension)."""
 
@@ -14,7 +15,10 @@ from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module, _fan_in_bound, _uniform
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+
+#: torch's padding modes other than zeros, as ``F.pad`` names them
+_PAD_MODES = {"reflect": "reflect", "replicate": "replicate", "circular": "circular"}
 
 
 def _tuple(value: int | Sequence[int], count: int) -> tuple[int, ...]:
@@ -53,9 +57,10 @@ class _ConvNd(Module):
                 f"{name}: in_channels {in_channels} and out_channels {out_channels} must be "
                 f"divisible by groups {groups}"
             )
-        if padding_mode != "zeros":
+        if padding_mode != "zeros" and (padding_mode not in _PAD_MODES or self.transposed):
             raise InvalidArgumentError(
-                f"{name}: padding_mode {padding_mode!r} is not supported (only 'zeros')"
+                f"{name}: padding_mode {padding_mode!r} is not supported (expected 'zeros', "
+                "'reflect', 'replicate' or 'circular'; transposed convolutions: 'zeros')"
             )
         dtype = dtype or "float32"
         n = self.spatial
@@ -79,8 +84,18 @@ class _ConvNd(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: Tensor) -> Tensor:
+        padding = self.padding
+        if self.padding_mode != "zeros":  # torch pads with the mode, then convolves unpadded
+            if isinstance(padding, str):
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: padding={padding!r} with padding_mode "
+                    f"{self.padding_mode!r} is not supported"
+                )
+            amounts = [n for p in reversed(padding) for n in (p, p)]
+            x = F.pad(x, amounts, mode=_PAD_MODES[self.padding_mode])
+            padding = 0
         return self._convolution(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
         )
 
     def extra_repr(self) -> str:
@@ -120,6 +135,13 @@ class Conv2d(_ConvNd):
     """
 
 
+class Conv3d(_ConvNd):
+    """3-d convolution over ``[N, C, D, H, W]``, weight ``[out, in/groups, kd, kh, kw]``."""
+
+    spatial = 3
+    _convolution = staticmethod(F.conv3d)
+
+
 class ConvTranspose2d(_ConvNd):
     """2-d transposed convolution, weight ``[in, out/groups, kh, kw]`` (PyTorch's layout).
 
@@ -128,6 +150,7 @@ class ConvTranspose2d(_ConvNd):
     """
 
     transposed = True
+    _transposed_convolution = staticmethod(F.conv_transpose2d)
 
     def __init__(
         self,
@@ -157,8 +180,12 @@ class ConvTranspose2d(_ConvNd):
             **factory,
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv_transpose2d(
+    def forward(self, x: Tensor, output_size: Any = None) -> Tensor:
+        if output_size is not None:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: output_size is not supported; set output_padding"
+            )
+        return self._transposed_convolution(
             x,
             self.weight,
             self.bias,
@@ -168,3 +195,17 @@ class ConvTranspose2d(_ConvNd):
             self.groups,
             self.dilation,
         )
+
+
+class ConvTranspose1d(ConvTranspose2d):
+    """1-d transposed convolution, weight ``[in, out/groups, k]``."""
+
+    spatial = 1
+    _transposed_convolution = staticmethod(F.conv_transpose1d)
+
+
+class ConvTranspose3d(ConvTranspose2d):
+    """3-d transposed convolution, weight ``[in, out/groups, kd, kh, kw]``."""
+
+    spatial = 3
+    _transposed_convolution = staticmethod(F.conv_transpose3d)

@@ -1,18 +1,19 @@
 """Linear layers and their companions: ``Identity``, ``Linear``, ``Embedding``, ``Flatten``,
-``Dropout`` (PyTorch's constructor signatures, defaults, weight layouts and initializations).
+``Unflatten`` (PyTorch's constructor signatures, defaults, weight layouts and
+initializations); ``Dropout`` lives in :mod:`.dropout`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidArgumentError
 from ...tensor import Tensor, random, tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
+from .dropout import Dropout  # its home is .dropout, as torch's; kept importable from here
 from .module import Module, _fan_in_bound, _uniform
 
-__all__ = ["Dropout", "Embedding", "Flatten", "Identity", "Linear"]
+__all__ = ["Dropout", "Embedding", "Flatten", "Identity", "Linear", "Unflatten"]
 
 
 class Identity(Module):
@@ -110,6 +111,24 @@ class Embedding(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
 
+class Unflatten(Module):
+    """Split dimension ``dim`` into ``unflattened_size``.
+
+    >>> Unflatten(1, (2, 3))(rg.ones((4, 6))).shape
+    (4, 2, 3)
+    """
+
+    def __init__(self, dim: int, unflattened_size: Any):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
 class Flatten(Module):
     """Flatten dims ``start_dim`` to ``end_dim`` into one (by default all but the batch dim).
 
@@ -126,24 +145,3 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
-
-
-class Dropout(Module):
-    """Zero each element with probability ``p`` in training mode; the identity in eval mode.
-    ``inplace=True`` is accepted (nothing is modified in place).
-
-    >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
-    [[1.0, 1.0], [1.0, 1.0]]
-    """
-
-    def __init__(self, p: float = 0.5, inplace: bool = False):
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise InvalidArgumentError(f"Dropout: p must be between 0 and 1, got {p!r}")
-        self.p, self.inplace = p, inplace
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"

@@ -37,8 +37,10 @@ from ...device import Device
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
+from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
 from ..parameter import Parameter
+from .hooks import RemovableHandle, call_with_hooks, register_hook
 
 __all__ = ["Module"]
 
@@ -238,9 +240,11 @@ class Module:
         """
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
-    def parameters(self, recurse: bool = True) -> list[Parameter]:
-        """Every parameter, in the order of :meth:`named_parameters` (each object once)."""
-        return [value for _, value in self.named_parameters(recurse=recurse)]
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """Every parameter, in the order of :meth:`named_parameters` (each object once), as
+        an iterator, as torch's (``next(model.parameters())``; ``list(...)`` to index)."""
+        for _, value in self.named_parameters(recurse=recurse):
+            yield value
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
@@ -248,8 +252,10 @@ class Module:
         """``(dotted name, tensor)`` for every buffer, in registration order."""
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self, recurse: bool = True) -> list[Tensor]:
-        return [value for _, value in self.named_buffers(recurse=recurse)]
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """Every buffer, as an iterator (torch's)."""
+        for _, value in self.named_buffers(recurse=recurse):
+            yield value
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -329,20 +335,29 @@ class Module:
         fn(self)
         return self
 
-    def to(self, *args: Any, dtype: str | None = None, device: Any = None) -> Module:
+    def to(
+        self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False
+    ) -> Module:
         """Cast floating parameters and buffers to ``dtype`` (``"float32"``/``"float64"``)
         and/or move everything to ``device``, in place; returns self.
 
-        As ``torch.nn.Module.to``: ``to("float64")``, ``to(dtype="float64")``, ``to("cpu")``,
-        ``to(rg.Device("cpu", 1))``. Tied parameters stay one object; int buffers (batch
-        norm's ``num_batches_tracked``) keep their dtype.
+        As ``torch.nn.Module.to``: ``to("float64")``, ``to(rg.float64)``, ``to(dtype=...)``,
+        ``to("cpu")``, ``to(rg.device("cpu", 1))``, ``to(tensor)`` (its dtype and device).
+        Tied parameters stay one object; int buffers (batch norm's ``num_batches_tracked``)
+        keep their dtype.
         """
         for arg in args:
-            if isinstance(arg, str) and arg in DTYPES:
+            if isinstance(arg, Tensor):
+                dtype, device = arg.dtype, arg.device
+            elif isinstance(arg, str) and arg in DTYPES:
                 dtype = arg
             elif isinstance(arg, Device | str):
                 device = arg
-            else:
+            elif type(arg).__name__ == "dtype" or isinstance(arg, type):
+                dtype = canonical_dtype("Module.to", arg)
+            elif isinstance(getattr(arg, "type", None), str):  # a torch.device
+                device = Device(arg.type, arg.index or 0)
+            elif not isinstance(arg, bool):
                 raise InvalidArgumentError(f"Module.to: expected a dtype or a device, got {arg!r}")
         if dtype is not None and dtype not in FLOAT_DTYPES:
             raise DTypeError(f"Module.to: only float dtypes are supported, got {dtype!r}")
@@ -358,6 +373,41 @@ class Module:
     def float(self) -> Module:
         """Floating parameters and buffers to float32; returns self."""
         return self.to("float32")
+
+    def half(self) -> Module:
+        return self.to("float16")
+
+    def bfloat16(self) -> Module:
+        return self.to("bfloat16")
+
+    def cpu(self) -> Module:
+        """Everything on ``cpu:0``; returns self."""
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Module:
+        """Everything on a GPU (the parameters' backend must compute on one); returns self."""
+        index = (
+            0 if device is None else (device if isinstance(device, int) else Device(device).index)
+        )
+        parameters = list(self.parameters())
+        if parameters:
+            parameters[0].cuda(index)  # the backend's check, with its message
+        return self.to(Device("cuda", index))
+
+    def type(self, dst_type: Any) -> Module:
+        """Floating parameters and buffers cast to ``dst_type``; returns self."""
+        from ...tensor.dtypes import legacy_type_dtype
+
+        return self.to(legacy_type_dtype(dst_type))
+
+    def share_memory(self) -> Module:
+        """Self: values are never written in place, so nothing needs sharing."""
+        return self
+
+    def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
+        """Parameters and buffers moved to ``device`` with unspecified values (here their
+        current ones, as nothing is saved by dropping them); returns self."""
+        return self.to(device=device) if device is not None else self
 
     def double(self) -> Module:
         """Floating parameters and buffers to float64; returns self."""
@@ -494,7 +544,32 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        hooks = self.__dict__.get("_call_hooks")
+        if hooks is None:
+            return self.forward(*args, **kwargs)
+        return call_with_hooks(self, hooks, args, kwargs)
+
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
+    ) -> RemovableHandle:
+        """Call ``hook(module, args)`` before each forward (``with_kwargs``:
+        ``hook(module, args, kwargs)``); a non-``None`` result replaces the arguments (a
+        tuple, or a single value; with kwargs, an ``(args, kwargs)`` pair). Returns a handle
+        whose ``remove()`` unregisters it."""
+        return register_hook(self, "pre", hook, prepend, with_kwargs)
+
+    def register_forward_hook(
+        self,
+        hook: Callable[..., Any],
+        *,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
+    ) -> RemovableHandle:
+        """Call ``hook(module, args, output)`` after each forward (``with_kwargs``:
+        ``hook(module, args, kwargs, output)``); a non-``None`` result replaces the output.
+        Returns a handle whose ``remove()`` unregisters it."""
+        return register_hook(self, "post", hook, prepend, with_kwargs)
 
     def extra_repr(self) -> str:
         return ""

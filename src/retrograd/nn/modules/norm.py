@@ -1,4 +1,4 @@
-"""Normalization layers: ``LayerNorm``, ``BatchNorm1d``, ``BatchNorm2d``, ``GroupNorm``,
+"""Normalization layers: ``LayerNorm``, ``BatchNorm1d/2d/3d``, ``GroupNorm``,
 ``RMSNorm``, with PyTorch's signatures, parameters (``weight`` ones, ``bias`` zeros) and
 buffers (``running_mean``, ``running_var``, ``num_batches_tracked``), so state dicts match."""
 
@@ -16,7 +16,7 @@ from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
 def _filled(shape: tuple[int, ...], value: float, dtype: str, backend: Any, device: Any) -> Tensor:
@@ -171,6 +171,12 @@ class BatchNorm2d(_BatchNorm):
     """
 
     ranks = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of ``[N, C, D, H, W]`` per channel."""
+
+    ranks = (5,)
 
 
 class GroupNorm(Module):

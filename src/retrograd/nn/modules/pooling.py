@@ -1,5 +1,6 @@
-"""Pooling and resizing layers: ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``,
-``Upsample`` (PyTorch's arguments; a pooling ``stride`` defaults to ``kernel_size``)."""
+"""Pooling and resizing layers: ``MaxPool1d/2d/3d``, ``AvgPool1d/2d/3d``,
+``AdaptiveAvgPool1d/2d/3d``, ``AdaptiveMaxPool1d/2d``, ``Upsample`` (PyTorch's arguments; a
+pooling ``stride`` defaults to ``kernel_size``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,20 @@ from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
 
-__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d", "Upsample"]
+__all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "Upsample",
+]
 
 
 class MaxPool2d(Module):
@@ -33,8 +47,11 @@ class MaxPool2d(Module):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
+    _pool = staticmethod(F.max_pool2d)
+    _pool_with_indices = staticmethod(F.max_pool2d_with_indices)
+
     def forward(self, x: Tensor) -> Any:
-        pool = F.max_pool2d_with_indices if self.return_indices else F.max_pool2d
+        pool = self._pool_with_indices if self.return_indices else self._pool
         return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
     def extra_repr(self) -> str:
@@ -55,15 +72,18 @@ class AvgPool2d(Module):
         padding: int | Sequence[int] = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
+        divisor_override: int | None = None,
     ):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
-        )
+            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+            self.divisor_override,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -76,12 +96,14 @@ class AdaptiveAvgPool2d(Module):
     (2, 3, 1, 1)
     """
 
+    _pool = staticmethod(F.adaptive_avg_pool2d)
+
     def __init__(self, output_size: int | Sequence[int | None]):
         super().__init__()
         self.output_size = output_size
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.output_size)
+        return self._pool(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -120,3 +142,70 @@ class Upsample(Module):
         if self.scale_factor is not None:
             return f"scale_factor={self.scale_factor}, mode={self.mode!r}"
         return f"size={self.size}, mode={self.mode!r}"
+
+
+class MaxPool1d(MaxPool2d):
+    """1-d max pooling over ``[N, C, L]``."""
+
+    _pool = staticmethod(F.max_pool1d)
+    _pool_with_indices = staticmethod(F.max_pool1d_with_indices)
+
+
+class MaxPool3d(MaxPool2d):
+    """3-d max pooling over ``[N, C, D, H, W]``."""
+
+    _pool = staticmethod(F.max_pool3d)
+    _pool_with_indices = staticmethod(F.max_pool3d_with_indices)
+
+
+class AvgPool1d(Module):
+    """1-d average pooling over ``[N, C, L]``."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True):  # fmt: skip
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool1d(
+            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
+        )
+
+
+class AvgPool3d(AvgPool2d):
+    """3-d average pooling over ``[N, C, D, H, W]``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool3d(
+            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+            self.divisor_override,
+        )  # fmt: skip
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    _pool = staticmethod(F.adaptive_avg_pool1d)
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    _pool = staticmethod(F.adaptive_avg_pool3d)
+
+
+class AdaptiveMaxPool2d(Module):
+    """Maximum pooling to a fixed ``output_size`` (torch's windows)."""
+
+    _pool = staticmethod(F.adaptive_max_pool2d)
+
+    def __init__(self, output_size: Any, return_indices: bool = False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._pool(x, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+    _pool = staticmethod(F.adaptive_max_pool1d)

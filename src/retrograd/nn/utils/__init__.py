@@ -1,5 +1,6 @@
-"""Gradient clipping by global norm, on the ``Gradients`` value: ``clip_grad_norm_`` (PyTorch's
-``torch.nn.utils`` name; ``rg.optim.clip_grad_norm`` is the same function).
+"""torch's ``torch.nn.utils``: gradient clipping by global norm, on the ``Gradients`` value
+(``clip_grad_norm_``, PyTorch's name; ``rg.optim.clip_grad_norm`` is the same function) and by
+value (``clip_grad_value_``), parameters as one vector, and :mod:`.rnn` (``pad_sequence``).
 
 The norm and the scale factor stay tensors on the gradients' backend, as in torch's foreach
 implementation: the clipping itself makes no host round trip, so on a device backend it only
@@ -13,11 +14,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..context import capturing
-from ..errors import InvalidArgumentError
-from ..tensor import Tensor, stack, zeros
+from ...context import capturing
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor, stack, zeros
+from . import rnn
 
-__all__ = ["clip_grad_norm", "clip_grad_norm_"]
+__all__ = [
+    "clip_grad_norm",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "parameters_to_vector",
+    "rnn",
+    "vector_to_parameters",
+]
 
 
 def clip_grad_norm_(
@@ -51,22 +60,10 @@ def clip_grad_norm_(
     >>> [round(v, 3) for v in w.grad(grads).tolist()]
     [0.6, 0.8]
     """
-    if hasattr(parameters, "parameters"):
-        parameters = parameters.parameters()
-    elif isinstance(parameters, Tensor):
-        parameters = [parameters]
     norm_type = float(norm_type)
     if not norm_type > 0.0:
         raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be positive, got {norm_type}")
-    seen: set[int] = set()
-    present = []
-    for p in parameters:
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        g = p.grad(grads)
-        if g is not None:
-            present.append((p, g))
+    present = _with_gradients(grads, parameters)
     if as_tensor is None:
         as_tensor = capturing.get()
     if not present:
@@ -102,3 +99,48 @@ def clip_grad_norm_(
 
 #: The name ``rg.optim`` has always had.
 clip_grad_norm = clip_grad_norm_
+
+
+def clip_grad_value_(grads: Any, parameters: Any, clip_value: float) -> None:
+    """Clamp each gradient in ``grads`` to ``[-clip_value, clip_value]`` (torch's
+    ``clip_grad_value_``, on the ``Gradients`` value)."""
+    bound = float(clip_value)
+    for p, g in _with_gradients(grads, parameters):
+        p.grad_replace(grads, g.clamp(-bound, bound))
+
+
+def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
+    """``(parameter, gradient)`` for each parameter (a module's, an iterable, one tensor)
+    that has a gradient in ``grads``, each object once, in order."""
+    if hasattr(parameters, "parameters"):
+        parameters = parameters.parameters()
+    elif isinstance(parameters, Tensor):
+        parameters = [parameters]
+    seen: set[int] = set()
+    present = []
+    for p in parameters:
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        g = p.grad(grads)
+        if g is not None:
+            present.append((p, g))
+    return present
+
+
+def parameters_to_vector(parameters: Any) -> Tensor:
+    """The parameters flattened and joined into one 1-d tensor."""
+    from ...tensor import cat
+
+    return cat([p.reshape(-1) for p in parameters], 0)
+
+
+def vector_to_parameters(vec: Tensor, parameters: Any) -> None:
+    """Give the parameters, in order, the values of consecutive slices of ``vec``."""
+    from ...tensor.inplace import assign
+
+    start = 0
+    for p in parameters:
+        n = p.numel()
+        assign(p, vec.narrow(0, start, n).reshape(p.shape), "vector_to_parameters")
+        start += n

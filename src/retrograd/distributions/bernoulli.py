@@ -1,0 +1,61 @@
+"""``Bernoulli(probs=None, logits=None)``: 0/1 outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autodiff import no_grad
+from ..errors import InvalidArgumentError
+from ..tensor import rand
+from .distribution import Distribution
+
+__all__ = ["Bernoulli"]
+
+
+class Bernoulli(Distribution):
+    """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
+
+    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None) -> None:
+        if (probs is None) == (logits is None):
+            raise InvalidArgumentError(
+                "Bernoulli: either `probs` or `logits` must be specified, but not both."
+            )
+        if probs is not None:
+            self.probs = probs
+            eps = _eps(probs)
+            clamped = probs.clamp(eps, 1 - eps)
+            self.logits = clamped.log() - (-clamped).log1p()
+        else:
+            self.logits = logits
+            self.probs = logits.sigmoid()
+        super().__init__(tuple(self.probs.shape))
+
+    @property
+    def mean(self) -> Any:
+        return self.probs
+
+    @property
+    def variance(self) -> Any:
+        return self.probs * (1 - self.probs)
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        shape = self._extended_shape(sample_shape)
+        with no_grad():
+            draws = rand(shape, dtype=self.probs.dtype, device=self.probs.device)
+            return (draws < self.probs.expand(shape)).cast(self.probs.dtype)
+
+    def log_prob(self, value: Any) -> Any:
+        """``-binary_cross_entropy_with_logits(logits, value)``."""
+        logits = self.logits
+        return -(logits.clamp(min=0) - logits * value + (-logits.abs()).exp().log1p())
+
+    def entropy(self) -> Any:
+        logits = self.logits
+        bce = logits.clamp(min=0) - logits * self.probs + (-logits.abs()).exp().log1p()
+        return bce
+
+
+def _eps(t: Any) -> float:
+    from ..tensor.dtypes import finfo
+
+    return finfo(t.dtype).eps

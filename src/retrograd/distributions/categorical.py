@@ -1,0 +1,86 @@
+"""``Categorical(probs=None, logits=None)``: distributions over ``0 .. K-1``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autodiff import no_grad
+from ..errors import InvalidArgumentError
+from ..tensor import multinomial, tensor
+from .distribution import Distribution
+
+__all__ = ["Categorical"]
+
+
+class Categorical(Distribution):
+    """Over the last dimension of ``probs`` (normalized to sum 1) or ``logits`` (normalized
+    so that ``logits.exp()`` sums to 1, as torch normalizes them)."""
+
+    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None) -> None:
+        if (probs is None) == (logits is None):
+            raise InvalidArgumentError(
+                "Categorical: either `probs` or `logits` must be specified, but not both."
+            )
+        if probs is not None:
+            self.probs = probs / probs.sum(-1, keepdim=True)
+            self.logits = self.probs.clamp(min=_tiny(self.probs)).log()
+        else:
+            self.logits = logits - logits.logsumexp(-1, keepdim=True)
+            self.probs = self.logits.softmax(-1)
+        self._num_events = self.logits.shape[-1]
+        super().__init__(tuple(self.logits.shape[:-1]))
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return tuple(self.logits.shape)
+
+    @property
+    def mean(self) -> Any:
+        return self.probs * float("nan")
+
+    @property
+    def mode(self) -> Any:
+        return self.probs.argmax(-1)
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        """int64 category indices of shape ``sample_shape + batch_shape``."""
+        sample_shape = tuple(sample_shape)
+        count = 1
+        for n in sample_shape:
+            count *= n
+        with no_grad():
+            rows = self.probs.reshape((-1, self._num_events))
+            drawn = multinomial(rows, count, replacement=True)  # [rows, count]
+        return drawn.t().reshape(sample_shape + self.batch_shape)
+
+    def log_prob(self, value: Any) -> Any:
+        value = value if hasattr(value, "long") else tensor(value, dtype="int64")
+        value = value.long().unsqueeze(-1)
+        value, log_pmf = _broadcast(value, self.logits)
+        return log_pmf.gather(-1, value.narrow(-1, 0, 1)).squeeze(-1)
+
+    def entropy(self) -> Any:
+        minimum = _most_negative(self.logits)
+        logits = self.logits.clamp(min=minimum)
+        return -(logits * self.probs).sum(-1)
+
+
+def _tiny(t: Any) -> float:
+    from ..tensor.dtypes import finfo
+
+    return finfo(t.dtype).tiny
+
+
+def _most_negative(t: Any) -> float:
+    from ..tensor.dtypes import finfo
+
+    return finfo(t.dtype).min
+
+
+def _broadcast(value: Any, logits: Any) -> tuple[Any, Any]:
+    import numpy as np
+
+    shape = np.broadcast_shapes(value.shape[:-1], logits.shape[:-1])
+    value = value.expand(tuple(shape) + (1,))
+    log_pmf = logits.expand(tuple(shape) + (logits.shape[-1],))
+    return value, log_pmf

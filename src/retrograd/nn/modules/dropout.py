@@ -1,0 +1,52 @@
+"""Dropout layers: ``Dropout`` (elements) and ``Dropout1d/2d/3d`` (whole channels), the
+identity in eval mode (``inplace=True`` is accepted: nothing is modified in place)."""
+
+from __future__ import annotations
+
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor
+from .. import functional as F  # noqa: N812 (PyTorch's idiom)
+from .module import Module
+
+__all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` in training mode; the identity in eval mode.
+    ``inplace=True`` is accepted (nothing is modified in place).
+
+    >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+    _fn = staticmethod(F.dropout)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: p must be between 0 and 1, got {p!r}"
+            )
+        self.p, self.inplace = p, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._fn(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Dropout1d(Dropout):
+    """Zero whole channels of ``[N, C, L]``."""
+
+    _fn = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    """Zero whole channels of ``[N, C, H, W]`` (torch's ``Dropout2d``)."""
+
+    _fn = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    _fn = staticmethod(F.dropout3d)

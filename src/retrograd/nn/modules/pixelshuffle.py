@@ -1,0 +1,33 @@
+"""``PixelShuffle`` and ``PixelUnshuffle`` (``F.pixel_shuffle``/``F.pixel_unshuffle``)."""
+
+from __future__ import annotations
+
+from ...tensor import Tensor
+from .. import functional as F  # noqa: N812 (PyTorch's idiom)
+from .module import Module
+
+__all__ = ["PixelShuffle", "PixelUnshuffle"]
+
+
+class PixelShuffle(Module):
+    """``[*, C r^2, H, W]`` to ``[*, C, H r, W r]``.
+
+    >>> PixelShuffle(2)(rg.ones((1, 8, 3, 3))).shape
+    (1, 2, 6, 6)
+    """
+
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_shuffle(x, self.upscale_factor)
+
+
+class PixelUnshuffle(Module):
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_unshuffle(x, self.downscale_factor)

@@ -1,0 +1,128 @@
+"""torch's ``torch.nn.parallel``: ``DistributedDataParallel``, ``DataParallel``,
+``data_parallel``.
+
+``DistributedDataParallel(module)`` is a thin wrapper over the public distributed API: it marks
+every parameter of ``module`` for gradient all-reduce (``module.set_distributed()``, each
+parameter's dotted name its id), so that inside a running ``rg.distributed.DistributedContext``
+``loss.backward()`` returns gradients all-reduced with the context's operation (``MEAN`` as
+torch's averaging). Given the context as ``process_group``, it also makes every replica start
+from rank 0's parameters (and buffers), as torch's broadcast at construction; without one,
+replicas must start equal (seed every rank alike). ``state_dict`` keys carry torch's
+``module.`` prefix. ``DataParallel`` and ``data_parallel`` run the module on its own device
+(what torch does without several GPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .. import distributed as dist
+from ..autodiff import no_grad
+from ..errors import DistributedError, InvalidArgumentError
+from ..tensor import zeros_like
+from ..tensor.inplace import assign
+from .modules.module import Module
+
+__all__ = ["DataParallel", "DistributedDataParallel", "data_parallel"]
+
+
+class DistributedDataParallel(Module):
+    """torch's ``DistributedDataParallel(module, device_ids=None, output_device=None, dim=0,
+    broadcast_buffers=True, process_group=None, ...)`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        module: Module,
+        device_ids: Any = None,
+        output_device: Any = None,
+        dim: int = 0,
+        broadcast_buffers: bool = True,
+        process_group: Any = None,
+        bucket_cap_mb: Any = None,
+        find_unused_parameters: bool = False,
+        check_reduction: bool = False,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        **kwargs: Any,
+    ):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise InvalidArgumentError(
+                f"DistributedDataParallel: expected a Module, got {type(module).__name__}"
+            )
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        self.process_group = process_group
+        module.set_distributed()
+        if process_group is not None:
+            _broadcast_from_first(module, process_group, broadcast_buffers)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """torch skips the all-reduce inside the block (gradient accumulation); here the sync
+        happens during each backward, so accumulate the ``Gradients`` of several micro-steps
+        outside a context instead. Refused with this explanation."""
+        raise DistributedError(
+            "DistributedDataParallel.no_sync is not supported: gradients are all-reduced in "
+            "every backward inside a DistributedContext; sum the Gradients of the micro-steps "
+            "(g1 + g2) and step once"
+        )
+        yield  # pragma: no cover
+
+
+def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
+    """Every replica's parameters (and buffers) replaced by those of ``context.devices[0]``:
+    an all-reduce ``SUM`` to which only that device contributes its values (adding zeros is
+    exact)."""
+    devices = getattr(context, "devices", None)
+    if devices is None:
+        raise InvalidArgumentError(
+            "DistributedDataParallel: process_group must be a running "
+            "rg.distributed.DistributedContext"
+        )
+    first = devices[0]
+    tensors = list(module.parameters())
+    if buffers:
+        tensors += [b for b in module.buffers() if b.dtype in ("float32", "float64")]
+    with no_grad():
+        for t in tensors:
+            mine = t.detach() if t.device == first else zeros_like(t)
+            total = dist.all_reduce(mine, dist.ReduceOperation.SUM, devices).resolve()
+            assign(t, total, "DistributedDataParallel")
+
+
+class DataParallel(Module):
+    """torch's ``DataParallel(module, device_ids=None, output_device=None, dim=0)``: the
+    module runs on its device (several GPUs in one process are not split across here)."""
+
+    def __init__(self, module: Module, device_ids: Any = None, output_device: Any = None,
+                 dim: int = 0):  # fmt: skip
+        super().__init__()
+        if device_ids is not None and len(list(device_ids)) > 1:
+            raise InvalidArgumentError(
+                "DataParallel: splitting a batch over several devices in one process is not "
+                "supported; use DistributedDataParallel with one process per device"
+            )
+        self.module = module
+        self.device_ids, self.output_device, self.dim = device_ids, output_device, dim
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+
+def data_parallel(module: Module, inputs: Any, device_ids: Any = None, output_device: Any = None,
+                  dim: int = 0, module_kwargs: Any = None) -> Any:  # fmt: skip
+    """``module(*inputs)`` on one device (see :class:`DataParallel`)."""
+    if device_ids is not None and len(list(device_ids)) > 1:
+        raise InvalidArgumentError(
+            "data_parallel: splitting a batch over several devices in one process is not "
+            "supported; use DistributedDataParallel with one process per device"
+        )
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return module(*inputs, **(module_kwargs or {}))

@@ -1,0 +1,203 @@
+"""More of ``torch.optim``: ``Adadelta``, ``Adagrad``, ``Adamax``, ``NAdam``, ``RAdam``.
+
+Each update is torch's single-tensor algorithm, operation for operation (the order of the
+products and sums kept, so float64 results agree to rounding), written on tensors of the
+inner backend as the updates of :mod:`.optimizers` are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..tensor import Tensor, full_like, stack, zeros_like
+from .optimizers import Optimizer, State
+
+__all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam"]
+
+
+def _decayed(value: Tensor, grad: Tensor, weight_decay: float) -> Tensor:
+    return grad + value * weight_decay if weight_decay else grad
+
+
+def _check_betas(name: str, betas: Any) -> tuple[float, float]:
+    beta1, beta2 = float(betas[0]), float(betas[1])
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+        raise InvalidArgumentError(f"{name}: betas must be in [0, 1), got {betas!r}")
+    return beta1, beta2
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler), as ``torch.optim.Adadelta``: ``v = rho v + (1 - rho) g^2``,
+    ``delta = sqrt(u + eps) / sqrt(v + eps) * g``, ``u = rho u + (1 - rho) delta^2``,
+    ``p = p - lr delta``."""
+
+    def __init__(self, params: Any, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0, **flags: Any):  # fmt: skip
+        if not 0.0 <= rho <= 1.0:
+            raise InvalidArgumentError(f"Adadelta: rho must be in [0, 1], got {rho!r}")
+        _no_flags("Adadelta", flags)
+        defaults = {"lr": lr, "rho": float(rho), "eps": float(eps),
+                    "weight_decay": float(weight_decay)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        rho, eps = group["rho"], group["eps"]
+        grad = _decayed(value, grad, group["weight_decay"])
+        square = state.get("square_avg")
+        delta_avg = state.get("acc_delta")
+        if square is None:
+            square, delta_avg = zeros_like(grad), zeros_like(grad)
+        square = square * rho + grad * grad * (1.0 - rho)
+        std = (square + eps).sqrt()
+        delta = (delta_avg + eps).sqrt() / std * grad
+        delta_avg = delta_avg * rho + delta * delta * (1.0 - rho)
+        state["square_avg"], state["acc_delta"] = square, delta_avg
+        return value - delta * group["lr"], state
+
+
+class Adagrad(Optimizer):
+    """Adagrad, as ``torch.optim.Adagrad``: ``s = s + g^2``,
+    ``p = p - lr / (1 + (t - 1) lr_decay) * g / (sqrt(s) + eps)``."""
+
+    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10, **flags: Any):  # fmt: skip
+        _no_flags("Adagrad", flags)
+        defaults = {"lr": lr, "lr_decay": float(lr_decay), "weight_decay": float(weight_decay),
+                    "initial_accumulator_value": float(initial_accumulator_value),
+                    "eps": float(eps)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        step = state["step"]
+        grad = _decayed(value, grad, group["weight_decay"])
+        clr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
+        total = state.get("sum")
+        if total is None:
+            total = full_like(grad, group["initial_accumulator_value"])
+        total = total + grad * grad
+        state["sum"] = total
+        return value - grad / (total.sqrt() + group["eps"]) * clr, state
+
+
+class Adamax(Optimizer):
+    """Adamax (Adam with the infinity norm), as ``torch.optim.Adamax``."""
+
+    def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, **flags: Any):  # fmt: skip
+        _no_flags("Adamax", flags)
+        defaults = {"lr": lr, "betas": _check_betas("Adamax", betas), "eps": float(eps),
+                    "weight_decay": float(weight_decay)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        beta1, beta2 = group["betas"]
+        step = state["step"]
+        grad = _decayed(value, grad, group["weight_decay"])
+        first, norm = state.get("exp_avg"), state.get("exp_inf")
+        if first is None:
+            first, norm = zeros_like(grad), zeros_like(grad)
+        first = first.lerp(grad, 1.0 - beta1)
+        norm = stack([norm * beta2, grad.abs() + group["eps"]], 0).amax(0)
+        state["exp_avg"], state["exp_inf"] = first, norm
+        clr = group["lr"] / (1.0 - beta1**step)
+        return value - first / norm * clr, state
+
+
+class NAdam(Optimizer):
+    """Adam with Nesterov momentum (Dozat), as ``torch.optim.NAdam`` (momentum decay
+    ``0.96 ** (t * momentum_decay)``)."""
+
+    def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
+                 decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
+        _no_flags("NAdam", flags)
+        defaults = {"lr": lr, "betas": _check_betas("NAdam", betas), "eps": float(eps),
+                    "weight_decay": float(weight_decay), "momentum_decay": float(momentum_decay),
+                    "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        beta1, beta2 = group["betas"]
+        lr, step, decay = group["lr"], state["step"], group["momentum_decay"]
+        if group["weight_decay"]:
+            if group["decoupled_weight_decay"]:
+                value = value * (1.0 - lr * group["weight_decay"])
+            else:
+                grad = grad + value * group["weight_decay"]
+        bias_correction2 = 1.0 - beta2**step
+        mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * decay))
+        mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * decay))
+        # torch keeps this product in a float32 state tensor: so is it kept here
+        mu_product = float(np.float32(state.get("mu_product", 1.0)) * np.float32(mu))
+        first, second = state.get("exp_avg"), state.get("exp_avg_sq")
+        if first is None:
+            first, second = zeros_like(grad), zeros_like(grad)
+        first = first.lerp(grad, 1.0 - beta1)
+        second = second * beta2 + grad * grad * (1.0 - beta2)
+        denom = (second / bias_correction2).sqrt() + group["eps"]
+        mu_product_next = mu_product * mu_next
+        value = value + grad / denom * (-lr * (1.0 - mu) / (1.0 - mu_product))
+        value = value + first / denom * ((-lr * mu_next) / (1.0 - mu_product_next))
+        state.update(exp_avg=first, exp_avg_sq=second, mu_product=mu_product)
+        return value, state
+
+
+class RAdam(Optimizer):
+    """Rectified Adam (Liu et al.), as ``torch.optim.RAdam``: plain momentum SGD while the
+    variance's rectification term is not yet defined (``rho_t <= 5``)."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
+        _no_flags("RAdam", flags)
+        defaults = {"lr": lr, "betas": _check_betas("RAdam", betas), "eps": float(eps),
+                    "weight_decay": float(weight_decay),
+                    "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        beta1, beta2 = group["betas"]
+        lr, step = group["lr"], state["step"]
+        if group["weight_decay"]:
+            if group["decoupled_weight_decay"]:
+                value = value * (1.0 - lr * group["weight_decay"])
+            else:
+                grad = grad + value * group["weight_decay"]
+        first, second = state.get("exp_avg"), state.get("exp_avg_sq")
+        if first is None:
+            first, second = zeros_like(grad), zeros_like(grad)
+        first = first.lerp(grad, 1.0 - beta1)
+        second = second * beta2 + grad * grad * (1.0 - beta2)
+        state["exp_avg"], state["exp_avg_sq"] = first, second
+        bias_correction1 = 1.0 - beta1**step
+        bias_correction2 = 1.0 - beta2**step
+        corrected = first / bias_correction1
+        rho_inf = 2.0 / (1.0 - beta2) - 1.0
+        rho_t = rho_inf - 2.0 * step * (beta2**step) / bias_correction2
+        if rho_t > 5.0:
+            rect = math.sqrt(
+                (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+            )
+            adaptive = (bias_correction2**0.5) / (second.sqrt() + group["eps"])
+            return value - corrected * lr * adaptive * rect, state
+        return value - corrected * lr, state
+
+
+def _no_flags(name: str, flags: dict[str, Any]) -> None:
+    """torch's implementation switches (``foreach``, ``fused``...) change nothing here;
+    ``maximize`` and ``capturable``/``differentiable`` are refused."""
+    for key in ("foreach", "fused"):
+        flags.pop(key, None)
+    unsupported = {k: v for k, v in flags.items() if v}
+    if unsupported:
+        raise InvalidArgumentError(f"{name}: {sorted(unsupported)} are not supported")

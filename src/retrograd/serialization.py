@@ -1,0 +1,255 @@
+"""``rg.save`` and ``rg.load``: torch's checkpoint functions, without pickle.
+
+A file holds the arrays of every tensor and NumPy array (an ``.npz`` archive: NumPy's ``.npy``
+entries in a zip) and the structure around them as JSON: dicts (their keys may be str, int,
+float, bool, ``None`` or tuples of those), lists, tuples, numbers, strings, ``None``, devices
+and dtypes. That is what checkpoints hold (``{"model": model.state_dict(), "optimizer":
+optimizer.state_dict(), "epoch": 3}``); a tensor saved under two names (tied weights) loads as
+one tensor. Anything else (a module, an ``argparse.Namespace``, a function) is refused with an
+error that names where it is: loading never runs code from the file (torch's
+``weights_only=True``, always).
+
+>>> import io, retrograd as rg
+>>> buffer = io.BytesIO()
+>>> rg.save({"w": rg.tensor([1.0, 2.0]), "step": 3}, buffer)
+>>> _ = buffer.seek(0)
+>>> checkpoint = rg.load(buffer)
+>>> checkpoint["w"].tolist(), checkpoint["step"]
+([1.0, 2.0], 3)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+from .errors import DTypeError, InvalidArgumentError
+from .tensor import Tensor, tensor
+from .tensor.dtypes import DTYPE_OBJECTS, dtype
+
+DTYPE_CLASSES = (dtype,)
+
+__all__ = ["add_safe_globals", "get_safe_globals", "load", "safe_globals", "save"]
+
+_STRUCTURE = "__retrograd_structure__"
+_FORMAT = "retrograd-save/1"
+
+
+class _Writer:
+    """Walks an object, turning it into JSON and a list of arrays."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+        self.seen: dict[int, str] = {}
+
+    def array(self, key_object: Any, array: np.ndarray) -> str:
+        existing = self.seen.get(id(key_object))
+        if existing is not None:
+            return existing
+        name = f"a{len(self.arrays)}"
+        self.arrays[name] = np.array(array, order="C")  # (ascontiguousarray makes 0-d 1-d)
+        self.seen[id(key_object)] = name
+        return name
+
+    def encode(self, obj: Any, where: str) -> Any:
+        if type(obj) in DTYPE_CLASSES:
+            return {"dtype_name": str(obj)}
+        if obj is None or isinstance(obj, bool | int | float | str):
+            if isinstance(obj, float) and not np.isfinite(obj):
+                return {"float": repr(obj)}
+            return obj
+        if isinstance(obj, Tensor):
+            dtype = str(obj.dtype)
+            values = obj.numpy()
+            if dtype == "bfloat16":  # NumPy has no bfloat16: the values, widened exactly
+                values = values.astype(np.float32)
+            return {
+                "tensor": self.array(obj, values),
+                "dtype": dtype,
+                "requires_grad": bool(obj.is_require_grad()),
+            }
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.kind not in "biufc":
+                raise DTypeError(f"save: cannot store an array of dtype {obj.dtype} at {where}")
+            return {"ndarray": self.array(obj, obj)}
+        if isinstance(obj, np.generic):
+            return {"npscalar": self.array(obj, np.asarray(obj)), "kind": obj.dtype.str}
+        if _is_torch_tensor(obj):
+            return {"tensor": self.array(obj, obj.detach().cpu().numpy()), "dtype": None,
+                    "requires_grad": False}  # fmt: skip
+        if isinstance(obj, Device):
+            return {"device": str(obj)}
+        if isinstance(obj, dict):
+            items = [
+                [self.key(k, where), self.encode(v, f"{where}[{k!r}]")] for k, v in obj.items()
+            ]
+            return {"dict": items, "ordered": isinstance(obj, OrderedDict)}
+        if isinstance(obj, list):
+            return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
+        if isinstance(obj, tuple):
+            return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
+        if isinstance(obj, set | frozenset):
+            return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
+        raise DTypeError(
+            f"save: cannot store an object of type {type(obj).__name__} at {where}: rg.save "
+            "keeps tensors, arrays, numbers, strings and dicts/lists/tuples of them (no "
+            "pickle); save its state (e.g. model.state_dict(), vars(args)) instead"
+        )
+
+    def key(self, key: Any, where: str) -> Any:
+        if key is None or isinstance(key, bool | int | float | str):
+            return {"key": key}
+        if isinstance(key, tuple):
+            return {"tuple": [self.key(k, where) for k in key]}
+        raise DTypeError(
+            f"save: cannot store a dict key of type {type(key).__name__} at {where} "
+            "(str, int, float, bool, None or tuples of them)"
+        )
+
+
+def _is_torch_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
+
+
+def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = None,
+         _use_new_zipfile_serialization: bool = True) -> None:  # fmt: skip
+    """Write ``obj`` (tensors, arrays, numbers, strings, dicts/lists/tuples of them) to ``f``,
+    a path or a binary file object, as torch's ``save`` (no pickle: see the module)."""
+    if pickle_module is not None:
+        raise InvalidArgumentError("save: pickle_module is not supported (rg.save uses no pickle)")
+    writer = _Writer()
+    structure = {"format": _FORMAT, "object": writer.encode(obj, "the saved object")}
+    arrays = dict(writer.arrays)
+    arrays[_STRUCTURE] = np.array(json.dumps(structure))
+    if isinstance(f, str | os.PathLike):
+        with open(f, "wb") as handle:  # np.savez would append ".npz" to a path
+            np.savez(handle, **arrays)
+    else:
+        np.savez(f, **arrays)
+
+
+class _Reader:
+    def __init__(self, archive: Any, device: Any) -> None:
+        self.archive = archive
+        self.device = device
+        self.made: dict[str, Any] = {}
+
+    def decode(self, node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if "tensor" in node:
+            name = node["tensor"]
+            if name not in self.made:
+                values = self.archive[name]
+                dtype = node.get("dtype")
+                out = tensor(values, dtype=dtype, device=self.device)
+                if node.get("requires_grad"):
+                    out.require_grad()
+                self.made[name] = out
+            return self.made[name]
+        if "ndarray" in node:
+            name = node["ndarray"]
+            if name not in self.made:
+                self.made[name] = np.array(self.archive[name])
+            return self.made[name]
+        if "npscalar" in node:
+            return np.asarray(self.archive[node["npscalar"]]).astype(node["kind"])[()]
+        if "float" in node:
+            return float(node["float"])
+        if "device" in node:
+            return Device(node["device"])
+        if "dtype_name" in node:
+            return DTYPE_OBJECTS[node["dtype_name"]]
+        if "dict" in node:
+            pairs = [(self.key(k), self.decode(v)) for k, v in node["dict"]]
+            return OrderedDict(pairs) if node.get("ordered") else dict(pairs)
+        if "list" in node:
+            return [self.decode(v) for v in node["list"]]
+        if "tuple" in node:
+            return tuple(self.decode(v) for v in node["tuple"])
+        if "set" in node:
+            return {self.decode(v) for v in node["set"]}
+        raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
+
+    def key(self, node: Any) -> Any:
+        if "key" in node:
+            return node["key"]
+        return tuple(self.key(k) for k in node["tuple"])
+
+
+def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
+         weights_only: Any = None, mmap: Any = None, **pickle_load_args: Any) -> Any:  # fmt: skip
+    """Read what :func:`save` wrote (``f``: a path or a binary file object). Tensors are made
+    on the current backend, on ``map_location`` when it names a device (``"cpu"``,
+    ``rg.device(...)``, a torch device); other forms of ``map_location`` (a dict, a function)
+    are refused. An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
+    A file of torch's own (a pickle) is refused with an error that says so."""
+    device = None
+    if map_location is not None:
+        if callable(map_location) and not isinstance(map_location, Device):
+            raise InvalidArgumentError("load: a function as map_location is not supported")
+        if isinstance(map_location, dict):
+            raise InvalidArgumentError("load: a dict as map_location is not supported")
+        kind = getattr(map_location, "type", None)
+        device = (
+            Device(kind, getattr(map_location, "index", None) or 0)
+            if isinstance(kind, str) and not isinstance(map_location, Device)
+            else Device(map_location)
+        )
+        if device.kind == "cpu":
+            device = None
+    data = f.read() if hasattr(f, "read") else None
+    source = io.BytesIO(data) if data is not None else f
+    try:
+        archive = np.load(source, allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise InvalidArgumentError(
+            f"load: {f!r} is not a file rg.save wrote ({error}); torch's own files are "
+            "pickles, which are never read here: in torch, save the state dict's tensors "
+            "as NumPy arrays (np.savez) and load those"
+        ) from None
+    with archive:
+        if not hasattr(archive, "files"):
+            return np.array(archive)
+        if _STRUCTURE not in archive.files:
+            if not all(name.endswith(".npy") for name in archive.zip.namelist()):
+                raise InvalidArgumentError(
+                    f"load: {f!r} is not a file rg.save wrote (a zip of other entries than "
+                    "NumPy arrays: torch's own format, whose pickles are never read here); in "
+                    "torch, save the state dict's tensors as NumPy arrays (np.savez) and load "
+                    "those"
+                )
+            return {name: np.array(archive[name]) for name in archive.files}
+        structure = json.loads(str(archive[_STRUCTURE]))
+        if structure.get("format") != _FORMAT:
+            raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
+        return _Reader(archive, device).decode(structure["object"])
+
+
+class safe_globals:  # noqa: N801 (torch's name)
+    """torch's allow-list of classes a ``weights_only`` load may rebuild. Loading here never
+    rebuilds objects from the file (no pickle), so there is nothing to allow: the context
+    manager is accepted and changes nothing."""
+
+    def __init__(self, safe_globals: list[Any]):
+        self.safe_globals = list(safe_globals)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def add_safe_globals(safe_globals: list[Any]) -> None:
+    """Accepted (see :class:`safe_globals`): nothing here needs allowing."""
+
+
+def get_safe_globals() -> list[Any]:
+    return []

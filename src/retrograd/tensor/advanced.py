@@ -1,0 +1,265 @@
+"""Advanced indexing, as torch's: ``x[idx]``, ``x[rows, cols]``, ``x[mask]``, ``x[:, [0, 2]]``,
+and item assignment ``x[index] = value`` (torch's ``index_put_``).
+
+Ints, slices, ``None`` and ``...`` are applied first, as a view (torch selects the ints before
+it indexes with tensors); the index tensors (int64 tensors, lists, arrays; a bool mask stands
+for the indices of its true elements, read on the host as torch reads them) are broadcast
+together, and the dimensions they index are merged into one, indexed with one ``index_select``
+(``select_assign`` to write): the gradient accumulates over repeated indices as torch's.
+Where the indexed dimensions are adjacent, the result's index dimensions take their place;
+otherwise they come first (NumPy's and torch's rule).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
+from ._dispatch import SCALARS, TensorBase, from_host, lift
+
+__all__ = ["get_index", "index_put", "set_index"]
+
+
+def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[int, Any]]]:
+    """The basic part of ``index`` (advanced items replaced by full slices) and, for the
+    tensor it gives, each advanced dimension's position and index tensor."""
+    arrays = TensorBase | list | np.ndarray
+    shape = t.shape
+    consumed = 0
+    for item in index:
+        if isinstance(item, TensorBase | np.ndarray) and _is_bool(item):
+            consumed += max(np.ndim(item) if isinstance(item, np.ndarray) else item.ndim, 1)
+        elif item is not None and item is not Ellipsis:
+            consumed += 1
+    if consumed > len(shape):
+        raise IndexOutOfRangeError(
+            f"indexing: too many indices ({consumed}) for a tensor of shape {shape_text(shape)}"
+        )
+    if any(i is Ellipsis for i in index):
+        at = next(k for k, i in enumerate(index) if i is Ellipsis)
+        index = index[:at] + (slice(None),) * (len(shape) - consumed) + index[at + 1 :]
+    basic: list[Any] = []
+    advanced: list[tuple[int, Any]] = []
+    out_dim = dim = 0
+    for item in index:
+        if item is None:
+            basic.append(None)
+            out_dim += 1
+        elif isinstance(item, bool):
+            raise IndexOutOfRangeError("indexing: a Python bool index is not supported")
+        elif isinstance(item, numbers.Integral):
+            basic.append(item)
+            dim += 1
+        elif isinstance(item, slice):
+            basic.append(item)
+            out_dim += 1
+            dim += 1
+        elif isinstance(item, arrays):
+            tensor = _as_index(t, item)
+            if tensor.dtype == "bool":
+                covered = shape[dim : dim + tensor.ndim]
+                if tensor.shape != covered:
+                    raise IndexOutOfRangeError(
+                        f"indexing: the mask of shape {shape_text(tensor.shape)} does not match "
+                        f"the indexed shape {shape_text(covered)} at dimension {dim}"
+                    )
+                for k, positions in enumerate(tensor.nonzero()):
+                    basic.append(slice(None))
+                    advanced.append((out_dim + k, positions))
+                out_dim += tensor.ndim
+                dim += tensor.ndim
+            else:
+                basic.append(slice(None))
+                advanced.append((out_dim, tensor))
+                out_dim += 1
+                dim += 1
+        else:
+            raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
+    return tuple(basic), advanced
+
+
+def _is_bool(item: Any) -> bool:
+    dtype = item.dtype
+    return dtype == "bool" or dtype == np.bool_
+
+
+def _as_index(t: Any, item: Any) -> Any:
+    if isinstance(item, TensorBase):
+        tensor = lift(t, item, "indexing")
+    else:
+        array = np.asarray(item)
+        if array.size == 0:
+            array = array.astype(np.int64)
+        if array.dtype != np.bool_ and not np.issubdtype(array.dtype, np.integer):
+            raise IndexOutOfRangeError(
+                f"indexing: tensors used as indices must be long, int or bool, got {array.dtype}"
+            )
+        tensor = from_host(type(t)._result, array, None, t._backend, t._device)
+    if tensor.dtype not in ("int64", "bool"):
+        raise IndexOutOfRangeError(
+            f"indexing: tensors used as indices must be long or bool, got {tensor.dtype}"
+        )
+    return tensor
+
+
+def _plan(y: Any, advanced: list[tuple[int, Any]]) -> tuple[Any, Any, tuple, tuple, list]:
+    """``y`` with its indexed dimensions merged in front, the flat int64 index into them, the
+    broadcast index shape, the shape of what the index gives, and the permutation used."""
+    shape = y.shape
+    positions = [p for p, _ in advanced]
+    try:
+        broadcast = np.broadcast_shapes(*[tensor.shape for _, tensor in advanced])
+    except ValueError:
+        shapes = ", ".join(shape_text(tensor.shape) for _, tensor in advanced)
+        raise IndexOutOfRangeError(
+            f"indexing: shape mismatch: indexing tensors could not be broadcast together "
+            f"with shapes {shapes}"
+        ) from None
+    rest = [d for d in range(len(shape)) if d not in positions]
+    order = positions + rest
+    moved = y if order == list(range(len(shape))) else y.permute(order)
+    sizes = [shape[p] for p in positions]
+    merged = moved.reshape((math.prod(sizes),) + tuple(shape[d] for d in rest))
+    flat = None
+    stride = 1
+    for (position, tensor), size in reversed(list(zip(advanced, sizes))):
+        index = tensor.expand(broadcast) if tensor.shape != broadcast else tensor
+        _check(index, size, position, shape)
+        index = index.mask_where(index.lower(0), index + size)  # torch wraps negatives
+        term = index if stride == 1 else index * stride
+        flat = term if flat is None else flat + term
+        stride *= size
+    rest_shape = tuple(shape[d] for d in rest)
+    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+    if adjacent and positions[0] > 0:
+        lead = positions[0]
+        result_shape = rest_shape[:lead] + tuple(broadcast) + rest_shape[lead:]
+    else:
+        result_shape = tuple(broadcast) + rest_shape
+    return merged, flat.reshape(-1), tuple(broadcast), result_shape, [adjacent, positions, rest]
+
+
+def _check(index: Any, size: int, dim: int, shape: tuple[int, ...]) -> None:
+    """Indices must lie in ``[-size, size)``: checked on the backend as ``index + size`` in
+    ``[0, 2 size)``, the message naming the index as given."""
+
+    def message(bad: int | None) -> str:
+        which = "an index" if bad is None else f"index {bad - size}"
+        return (
+            f"indexing: {which} is out of range for dimension {dim} of size {size} "
+            f"(shape {shape_text(shape)})"
+        )
+
+    shifted = index + size
+    shifted._backend.check_index_range(shifted._prim, 2 * size, message, None)
+
+
+def _to_result(taken: Any, broadcast: tuple, layout: list, inverse: bool = False) -> Any:
+    """The merged-dimension result ``[*broadcast, *rest]`` put in torch's order (the index
+    dimensions where the indexed ones were, when those were adjacent and not first);
+    ``inverse``: back from torch's order."""
+    adjacent, positions, _ = layout
+    if not (adjacent and positions[0] > 0):
+        return taken
+    lead, count = positions[0], len(broadcast)
+    ndim = taken.ndim
+    if inverse:
+        order = [*range(lead, lead + count), *range(lead), *range(lead + count, ndim)]
+    else:
+        order = [*range(count, count + lead), *range(count), *range(count + lead, ndim)]
+    return taken.permute(order)
+
+
+def get_index(t: Any, index: tuple[Any, ...]) -> Any:
+    """``t[index]`` with index tensors, lists or masks among the items."""
+    basic, advanced = _split(t, index)
+    y = t[basic] if any(not _full(b) for b in basic) else t
+    if not advanced:
+        return y
+    merged, flat, broadcast, _, layout = _plan(y, advanced)
+    rest = merged.shape[1:]
+    taken = merged.index_select(0, flat).reshape(broadcast + rest)
+    return _to_result(taken, broadcast, layout)
+
+
+def _full(item: Any) -> bool:
+    return isinstance(item, slice) and item == slice(None)
+
+
+def index_put(y: Any, advanced: list[tuple[int, Any]], value: Any, accumulate: bool) -> Any:
+    """``y`` with ``value`` written (added, with ``accumulate``) where ``advanced`` indexes."""
+    merged, flat, broadcast, result_shape, layout = _plan(y, advanced)
+    values = value if isinstance(value, TensorBase) else _host_value(y, value)
+    values = lift(y, values, "index_put_")
+    if values.dtype != y.dtype:
+        values = values.cast(y.dtype)
+    try:
+        fits = np.broadcast_shapes(values.shape, result_shape) == result_shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(
+            f"index_put_: shape mismatch: value tensor of shape {shape_text(values.shape)} "
+            f"cannot be broadcast to indexing result of shape {shape_text(result_shape)}"
+        )
+    values = _to_result(values.expand(result_shape), broadcast, layout, inverse=True)
+    rest = merged.shape[1:]
+    values = values.reshape((flat.shape[0],) + rest)
+    written = merged.select_assign(0, flat, values, "add" if accumulate else "assign")
+    _, positions, rest_dims = layout
+    order = positions + rest_dims
+    unmerged = written.reshape(tuple(y.shape[d] for d in order))
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return unmerged if order == sorted(order) else unmerged.permute(inverse)
+
+
+def _host_value(y: Any, value: Any) -> Any:
+    if isinstance(value, SCALARS):
+        return from_host(type(y)._result, np.asarray(value), y.dtype, y._backend, y._device)
+    return np.asarray(value)
+
+
+def set_index(t: Any, index: Any, value: Any) -> None:
+    """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
+    index tensors, lists and masks as torch's ``index_put_``."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    arrays = TensorBase | list | np.ndarray
+    if not any(isinstance(i, arrays | bool) for i in index):
+        target = t[index]
+        target.copy_(value)
+        return
+    basic, advanced = _split(t, index)
+    target = t[basic] if any(not _full(b) for b in basic) else t
+    mask = _whole_mask(target, index, advanced, value)
+    if mask is not None:
+        fill = value
+        target._update("index_put_", lambda y: _masked(y, mask, fill))
+        return
+    target._update("index_put_", lambda y: index_put(y, advanced, value, False))
+
+
+def _whole_mask(target: Any, index: tuple, advanced: list, value: Any) -> Any:
+    """The bool mask of ``x[mask] = scalar`` (a mask over the leading dimensions), written
+    with ``mask_where`` on the device, without reading the mask on the host."""
+    if len(index) != 1 or not isinstance(index[0], TensorBase) or not _is_bool(index[0]):
+        return None
+    if not (isinstance(value, SCALARS) or (isinstance(value, TensorBase) and value.numel() == 1)):
+        return None
+    mask = lift(target, index[0], "index_put_")
+    if mask.shape != target.shape[: mask.ndim]:
+        return None
+    return mask.reshape(mask.shape + (1,) * (target.ndim - mask.ndim))
+
+
+def _masked(y: Any, mask: Any, value: Any) -> Any:
+    if isinstance(value, TensorBase):
+        values = lift(y, value, "index_put_").reshape(()).cast(y.dtype)
+        return y.mask_where(mask, values.expand(y.shape))
+    if y.dtype == "int64" and isinstance(value, float) and not value.is_integer():
+        raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
+    return y.mask_fill(mask, value)

@@ -1,0 +1,265 @@
+"""Dtypes as PyTorch names them: ``rg.float32``, ``rg.long``, ``rg.bool``..., ``rg.finfo``,
+and the legacy tensor types (``rg.FloatTensor``, ``rg.LongTensor``...).
+
+A :class:`dtype` is a ``str`` (``rg.float32 == "float32"``), so every place that took a dtype
+name keeps working and a tensor's ``dtype`` compares equal to both spellings. Backends hold
+six dtypes (``DTYPES``); the other names torch has (``int32``, ``uint8``, ``complex64``...)
+exist so code that names them reads, and a tensor made with one is refused with a
+:class:`~retrograd.DTypeError` that says which dtype to use instead.
+
+>>> import retrograd as rg
+>>> rg.float32 == "float32", rg.long, rg.float64.is_floating_point
+(True, retrograd.int64, True)
+>>> rg.finfo(rg.float32).eps
+1.1920928955078125e-07
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import DTypeError
+from ._dispatch import DTYPES, FLOAT_DTYPES
+
+__all__ = [
+    "ALIASES",
+    "DTYPE_OBJECTS",
+    "LEGACY_NAMES",
+    "Size",
+    "can_cast",
+    "canonical_dtype",
+    "dtype",
+    "finfo",
+    "iinfo",
+    "legacy_type_dtype",
+    "legacy_type_name",
+]
+
+_ITEMSIZE = {
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+}
+
+
+class dtype(str):  # noqa: N801 (torch's name)
+    """A dtype name that is also a ``str``: ``rg.float32 == "float32"``.
+
+    ``is_floating_point``, ``is_complex``, ``is_signed`` and ``itemsize`` as torch's dtypes
+    have them; ``repr`` is ``retrograd.float32``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def is_floating_point(self) -> bool:
+        return str(self) in FLOAT_DTYPES
+
+    @property
+    def is_complex(self) -> bool:
+        return self.startswith("complex")
+
+    @property
+    def is_signed(self) -> bool:
+        return str(self) not in ("bool", "uint8")
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[str(self)]
+
+    def to_real(self) -> dtype:
+        return self
+
+    def __repr__(self) -> str:
+        return f"retrograd.{self!s}"
+
+    def __reduce__(self) -> tuple:
+        return (dtype, (str(self),))
+
+
+#: Every dtype name torch has that code in the wild names, as a :class:`dtype` object.
+DTYPE_OBJECTS: dict[str, dtype] = {name: dtype(name) for name in _ITEMSIZE}
+
+#: torch's other names for the same dtypes (``torch.float`` is float32, ``torch.int`` int32).
+ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+}
+
+_PYTHON_TYPES = {builtins.float: "float64", builtins.int: "int64", builtins.bool: "bool"}
+
+_INSTEAD = {
+    "int32": "int64 (rg.long)",
+    "int16": "int64 (rg.long)",
+    "int8": "int64 (rg.long)",
+    "uint8": "int64 (rg.long), or bool for masks",
+    "complex64": "two real tensors",
+    "complex128": "two real tensors",
+}
+
+
+def canonical_dtype(op: str, value: Any, allow_none: bool = False) -> str | None:
+    """``value`` (an ``rg`` dtype, a name such as ``"float32"``/``"torch.float32"``, a NumPy
+    dtype, a torch dtype, or Python's ``float``/``int``/``bool`` as torch reads them) as the
+    plain name a backend takes; a dtype the backends do not hold is a ``DTypeError`` that
+    says what to use instead."""
+    if value is None:
+        if allow_none:
+            return None
+        raise DTypeError(f"{op}: expected a dtype, got None")
+    if isinstance(value, type) and value in _PYTHON_TYPES:
+        return _PYTHON_TYPES[value]
+    if isinstance(value, str):
+        name = str(value)
+    elif isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        name = np.dtype(value).name
+    else:  # a torch dtype prints as "torch.float32"
+        name = str(value)
+    for prefix in ("torch.", "retrograd.", "rg."):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    name = ALIASES.get(name, name)
+    if name in DTYPES:
+        return name
+    if name in _INSTEAD:
+        raise DTypeError(
+            f"{op}: retrograd has no {name} tensors; use {_INSTEAD[name]} instead "
+            f"(its dtypes: {', '.join(DTYPES)})"
+        )
+    raise DTypeError(f"{op}: unknown dtype {value!r}; expected one of {', '.join(DTYPES)}")
+
+
+def can_cast(source: str, target: str) -> bool:
+    """torch's rule for writing a result of dtype ``source`` into a tensor of ``target`` (an
+    in-place op): never float into an integer or bool tensor, nor integer into bool."""
+    kinds = {"bool": 0, "int64": 1}
+    return kinds.get(str(source), 2) <= kinds.get(str(target), 2)
+
+
+class finfo:  # noqa: N801 (torch's name)
+    """Machine limits of a float dtype, as ``torch.finfo``: ``bits eps max min tiny
+    smallest_normal resolution dtype``."""
+
+    _BFLOAT16: ClassVar[dict[str, float]] = {
+        "bits": 16,
+        "eps": 0.0078125,
+        "max": 3.3895313892515355e38,
+        "min": -3.3895313892515355e38,
+        "tiny": 1.1754943508222875e-38,
+        "resolution": 0.01,
+    }
+
+    def __init__(self, type: Any = None):  # noqa: A002 (torch's name)
+        name = "float32" if type is None else canonical_dtype("finfo", type)
+        if name not in FLOAT_DTYPES:
+            raise DTypeError(f"finfo: {name} is not a float dtype (use rg.iinfo)")
+        if name == "bfloat16":
+            values = dict(self._BFLOAT16)
+        else:
+            info = np.finfo(name)
+            values = {
+                "bits": int(info.bits),
+                "eps": float(info.eps),
+                "max": float(info.max),
+                "min": float(info.min),
+                "tiny": float(info.tiny),
+                "resolution": 10.0 ** -int(info.precision),
+            }
+        self.bits: int = values["bits"]
+        self.eps: float = values["eps"]
+        self.max: float = values["max"]
+        self.min: float = values["min"]
+        self.tiny: float = values["tiny"]
+        self.smallest_normal: float = values["tiny"]
+        self.resolution: float = values["resolution"]
+        self.dtype: str = name
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, "
+            f"smallest_normal={self.smallest_normal}, tiny={self.tiny}, dtype={self.dtype})"
+        )
+
+
+class iinfo:  # noqa: N801 (torch's name)
+    """Limits of an integer dtype, as ``torch.iinfo``: ``bits max min dtype``."""
+
+    def __init__(self, type: Any):  # noqa: A002 (torch's name)
+        name = str(type).removeprefix("torch.").removeprefix("retrograd.")
+        name = ALIASES.get(name, name)
+        if name not in ("int64", "int32", "int16", "int8", "uint8", "bool"):
+            raise DTypeError(f"iinfo: {name} is not an integer dtype (use rg.finfo)")
+        info = np.iinfo("uint8" if name == "bool" else name)
+        self.bits: int = int(info.bits)
+        self.max: int = 1 if name == "bool" else int(info.max)
+        self.min: int = 0 if name == "bool" else int(info.min)
+        self.dtype: str = name
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
+#: The legacy tensor type of each dtype (``rg.FloatTensor`` is float32).
+LEGACY_NAMES = {
+    "float32": "FloatTensor",
+    "float64": "DoubleTensor",
+    "float16": "HalfTensor",
+    "bfloat16": "BFloat16Tensor",
+    "int64": "LongTensor",
+    "int32": "IntTensor",
+    "uint8": "ByteTensor",
+    "bool": "BoolTensor",
+}
+_LEGACY_DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
+
+
+def legacy_type_name(dtype: str) -> str:
+    """``t.type()``: ``"retrograd.FloatTensor"`` for float32, and so on."""
+    return f"retrograd.{LEGACY_NAMES[str(dtype)]}"
+
+
+def legacy_type_dtype(value: Any) -> str:
+    """The dtype a ``t.type(...)`` argument names: a legacy type (``rg.LongTensor``), its name
+    (``"torch.FloatTensor"``, ``"retrograd.LongTensor"``), or a dtype."""
+    legacy = getattr(value, "dtype_name", None)
+    if isinstance(legacy, str):
+        return canonical_dtype("type", legacy)
+    if isinstance(value, str):
+        name = value.rpartition(".")[2]
+        if name in _LEGACY_DTYPES:
+            return canonical_dtype("type", _LEGACY_DTYPES[name])
+    return canonical_dtype("type", value)
+
+
+class Size(tuple):
+    """torch's ``Size``: a tuple of ints (``rg.Size([2, 3])``) with ``numel()``."""
+
+    def __new__(cls, sizes: Any = ()) -> Size:
+        return super().__new__(cls, (int(n) for n in sizes))
+
+    def numel(self) -> int:
+        count = 1
+        for n in self:
+            count *= n
+        return count
+
+    def __repr__(self) -> str:
+        return f"retrograd.Size({list(self)})"

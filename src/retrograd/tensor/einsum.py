@@ -1,0 +1,159 @@
+"""``einsum``: Einstein summation as permutes, reshapes and batched matmuls.
+
+Each operand is first reduced on its own: a letter repeated within it takes the diagonal
+(multiplied by an identity mask and summed, which adds only zeros, so it is exact), a letter
+no other operand and not the output has is summed. Then the operands are contracted pairwise,
+left to right: the letters both share and the output keeps are batch dimensions, the letters
+both share and the rest of the equation drops are contracted by one ``matmul``, the others
+stay. ``...`` stands for the broadcast dimensions, named by letters of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ShapeError, shape_text
+
+__all__ = ["contract"]
+
+_SPARE = "ΑΒΓΔΕΖΗΘΙΚΛΜΝΞΟΠΡΣΤΥΦΧΨΩ"  # names for the dims an ellipsis stands for
+
+
+def _parse(equation: str, operands: list[Any]) -> tuple[list[str], str]:
+    equation = equation.replace(" ", "")
+    if "->" in equation:
+        left, output = equation.split("->")
+    else:
+        left, output = equation, None
+    inputs = left.split(",")
+    if len(inputs) != len(operands):
+        raise ShapeError(
+            f"einsum: the equation names {len(inputs)} operands, {len(operands)} were given"
+        )
+    ellipsis_dims = 0
+    for spec, t in zip(inputs, operands):
+        letters = spec.replace("...", "")
+        if not letters.isalpha() and letters:
+            raise ShapeError(f"einsum: invalid subscripts {spec!r} (letters and '...' only)")
+        if "..." in spec:
+            ellipsis_dims = max(ellipsis_dims, t.ndim - len(letters))
+        elif len(letters) != t.ndim:
+            raise ShapeError(
+                f"einsum: subscripts {spec!r} name {len(letters)} dimensions of an operand "
+                f"of shape {shape_text(t.shape)}"
+            )
+    spare = _SPARE[:ellipsis_dims]
+    expanded = []
+    for spec, t in zip(inputs, operands):
+        if "..." in spec:
+            own = t.ndim - len(spec.replace("...", ""))
+            spec = spec.replace("...", spare[ellipsis_dims - own :])
+        expanded.append(spec)
+    if output is None:
+        counts: dict[str, int] = {}
+        for spec in expanded:
+            for c in spec:
+                counts[c] = counts.get(c, 0) + 1
+        output = spare + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in spare))
+    else:
+        output = output.replace("...", spare)
+    for c in output:
+        if not any(c in spec for spec in expanded):
+            raise ShapeError(f"einsum: output subscript {c!r} appears in no operand")
+    return expanded, output
+
+
+def _diagonal(t: Any, spec: str) -> tuple[Any, str]:
+    """Take the diagonal of every letter repeated within ``spec``."""
+    while True:
+        repeated = next((c for c in spec if spec.count(c) > 1), None)
+        if repeated is None:
+            return t, spec
+        first = spec.index(repeated)
+        second = spec.index(repeated, first + 1)
+        n = t.shape[first]
+        if t.shape[second] != n:
+            raise ShapeError(
+                f"einsum: subscript {repeated!r} has sizes {n} and {t.shape[second]} in one operand"
+            )
+        eye = _eye_like(t, n)
+        shape = [1] * t.ndim
+        shape[first] = shape[second] = n
+        t = (t * eye.reshape(tuple(shape))).sum(second)
+        spec = spec[:second] + spec[second + 1 :]
+
+
+def _eye_like(t: Any, n: int) -> Any:
+    backend = t._backend
+    return type(t)._result(backend.eye(n, n, t.dtype, t._device), backend, t._device)
+
+
+def _sum_letters(t: Any, spec: str, keep: set[str]) -> tuple[Any, str]:
+    drop = [i for i, c in enumerate(spec) if c not in keep]
+    if not drop:
+        return t, spec
+    return t.sum(tuple(drop)), "".join(c for c in spec if c in keep)
+
+
+def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
+    """Contract ``a`` (letters ``sa``) with ``b`` (``sb``), keeping the letters in ``keep``."""
+    shared = [c for c in sa if c in sb]
+    batch = [c for c in shared if c in keep]
+    summed = [c for c in shared if c not in keep]
+    left = [c for c in sa if c not in sb]
+    right = [c for c in sb if c not in sa]
+    size = {}
+    for spec, t in ((sa, a), (sb, b)):
+        for c, n in zip(spec, t.shape):
+            if c in size and size[c] != n and 1 not in (size[c], n):
+                raise ShapeError(
+                    f"einsum: subscript {c!r} has sizes {size[c]} and {n} in different operands"
+                )
+            size[c] = n if c not in size or size[c] == 1 else size[c]
+    a = a.permute([sa.index(c) for c in batch + left + summed])
+    b = b.permute([sb.index(c) for c in batch + summed + right])
+    batch_shape = tuple(size[c] for c in batch)
+    a = a.expand(batch_shape + a.shape[len(batch) :]) if a.shape[: len(batch)] != batch_shape else a
+    b = b.expand(batch_shape + b.shape[len(batch) :]) if b.shape[: len(batch)] != batch_shape else b
+    nb = math.prod(batch_shape)
+    nl = math.prod(size[c] for c in left)
+    ns = math.prod(size[c] for c in summed)
+    nr = math.prod(size[c] for c in right)
+    if summed and any(a.shape[len(batch) + len(left) + i] != b.shape[len(batch) + i]
+                      for i in range(len(summed))):  # fmt: skip
+        raise ShapeError("einsum: a contracted subscript has different sizes in two operands")
+    product = a.reshape((nb, nl, ns)).matmul(b.reshape((nb, ns, nr)))
+    shape = batch_shape + tuple(size[c] for c in left) + tuple(size[c] for c in right)
+    return product.reshape(shape), "".join(batch + left + right)
+
+
+def contract(equation: str, operands: list[Any]) -> Any:
+    if not operands:
+        raise ShapeError("einsum: needs at least one operand")
+    specs, output = _parse(equation, operands)
+    reduced = []
+    for t, spec in zip(operands, specs):
+        t, spec = _diagonal(t, spec)
+        reduced.append((t, spec))
+    first = reduced[0][0]
+    dtype = first.dtype
+    for t, _ in reduced[1:]:
+        if t.dtype != dtype:
+            raise ShapeError(
+                f"einsum: operands have dtypes {dtype} and {t.dtype}; torch requires one dtype"
+            )
+    # sum, in each operand, the letters nothing else needs
+    operands_left = []
+    for i, (t, spec) in enumerate(reduced):
+        others = set(output).union(*(set(s) for j, (_, s) in enumerate(reduced) if j != i))
+        operands_left.append(_sum_letters(t, spec, others))
+    t, spec = operands_left[0]
+    for i in range(1, len(operands_left)):
+        u, su = operands_left[i]
+        keep = set(output).union(*(set(s) for _, s in operands_left[i + 1 :]))
+        t, spec = _pair(t, spec, u, su, keep)
+    t, spec = _sum_letters(t, spec, set(output))
+    if spec != output:
+        t = t.permute([spec.index(c) for c in output])
+    return t

@@ -1,0 +1,480 @@
+"""torch's function forms: ``rg.exp(x)``, ``rg.max(x, 1)``, ``rg.where(c, a, b)``,
+``rg.einsum(...)``, ``rg.meshgrid(...)``...
+
+Most are a tensor method called on the first argument (``rg.exp(x)`` is ``x.exp()``,
+``rg.sum(x, dim=1)`` is ``x.sum(dim=1)``), made by :func:`_method` from the table below so
+that each keeps its method's signature and meaning. The rest are written out: those whose
+first argument is not the tensor the method belongs to (``where``, ``pow`` of a number), and
+those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
+
+>>> import retrograd as rg
+>>> rg.max(rg.tensor([[1.0, 3.0], [2.0, 0.0]]), 1).indices.tolist()
+[1, 0]
+>>> rg.einsum("ij,jk->ik", rg.ones(2, 3), rg.ones(3, 4)).shape
+(2, 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
+from .shape import cat
+
+#: ``rg.<name>(input, *args, **kwargs)`` is ``input.<method>(*args, **kwargs)``.
+_METHODS = {
+    name: name
+    for name in [
+        "abs",
+        "add",
+        "addcdiv",
+        "addcmul",
+        "amax",
+        "amin",
+        "any",
+        "all",
+        "argmax",
+        "argmin",
+        "argsort",
+        "bmm",
+        "ceil",
+        "chunk",
+        "clamp",
+        "clip",
+        "clone",
+        "cos",
+        "cosh",
+        "count_nonzero",
+        "cummax",
+        "cummin",
+        "cumprod",
+        "cumsum",
+        "detach",
+        "diag",
+        "diagonal",
+        "diff",
+        "div",
+        "divide",
+        "dot",
+        "erf",
+        "erfinv",
+        "exp",
+        "exp2",
+        "expm1",
+        "flatten",
+        "flip",
+        "floor",
+        "floor_divide",
+        "gather",
+        "index_select",
+        "isfinite",
+        "isinf",
+        "isnan",
+        "lerp",
+        "log",
+        "log10",
+        "log1p",
+        "log2",
+        "logical_and",
+        "logical_not",
+        "logical_or",
+        "logical_xor",
+        "logsumexp",
+        "masked_fill",
+        "masked_select",
+        "matmul",
+        "maximum",
+        "mean",
+        "median",
+        "minimum",
+        "mm",
+        "movedim",
+        "mul",
+        "multiply",
+        "mv",
+        "nansum",
+        "narrow",
+        "ne",
+        "neg",
+        "negative",
+        "norm",
+        "numel",
+        "outer",
+        "permute",
+        "prod",
+        "reciprocal",
+        "relu",
+        "remainder",
+        "repeat_interleave",
+        "reshape",
+        "roll",
+        "round",
+        "rsqrt",
+        "select",
+        "sigmoid",
+        "sign",
+        "sin",
+        "sinh",
+        "softmax",
+        "sort",
+        "split",
+        "sqrt",
+        "square",
+        "squeeze",
+        "std",
+        "sub",
+        "subtract",
+        "swapaxes",
+        "swapdims",
+        "t",
+        "take",
+        "tan",
+        "tanh",
+        "tensor_split",
+        "tile",
+        "topk",
+        "trace",
+        "transpose",
+        "tril",
+        "triu",
+        "true_divide",
+        "trunc",
+        "unbind",
+        "unflatten",
+        "unsqueeze",
+        "var",
+        "eq",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "not_equal",
+        "log_softmax",
+        "fmod",
+        "atan2",
+        "acos",
+        "asin",
+        "atan",
+        "acosh",
+        "asinh",
+        "atanh",
+    ]
+}
+_METHODS.update({"arccos": "acos", "arcsin": "asin", "arctan": "atan", "fix": "trunc"})
+_METHODS.update({"arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh"})
+_METHODS.update({"bitwise_and": "logical_and", "bitwise_or": "logical_or"})
+_METHODS.update({"bitwise_not": "logical_not", "bitwise_xor": "logical_xor"})
+
+
+def _method(name: str, method: str) -> Callable[..., Any]:
+    def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
+        if kwargs.pop("out", None) is not None:
+            raise InvalidArgumentError(
+                f"{name}: out= is not supported (tensors are values here); assign the result"
+            )
+        if not isinstance(input, TensorBase):
+            raise DTypeError(
+                f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}"
+            )
+        return getattr(input, method)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
+    return function
+
+
+def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
+    """``torch.max``: the largest element; ``(values, indices)`` along a dim; or the
+    elementwise maximum of two tensors."""
+    return lift_input("max", input).max(*args, **kwargs)
+
+
+def min(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
+    """``torch.min``, as :func:`max`."""
+    return lift_input("min", input).min(*args, **kwargs)
+
+
+def sum(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
+    """``torch.sum``: ``input.sum(dim, keepdim, dtype=)``."""
+    return lift_input("sum", input).sum(*args, **kwargs)
+
+
+def pow(input: Any, exponent: Any) -> Any:  # noqa: A001, A002 (torch's name)
+    """``input ** exponent``; ``input`` may be a number when ``exponent`` is a tensor."""
+    if isinstance(input, SCALARS):
+        return exponent.__rpow__(input)
+    return input.pow(exponent)
+
+
+def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
+    """``input ** exponent`` in float64 (torch's ``float_power``)."""
+    base = input.double() if isinstance(input, TensorBase) else float(input)
+    power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
+    return pow(base, power)
+
+
+def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
+    return input
+
+
+def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa: A002 (torch's name)
+    """``input`` where ``condition`` is true, else ``other`` (tensors or numbers, broadcast
+    together; numbers take the tensors' dtype, as torch's); with ``condition`` alone, the
+    indices of its true elements (``condition.nonzero()`` as a tuple)."""
+    if input is None and other is None:
+        return tuple(condition.nonzero())
+    reference = next(v for v in (input, other, condition) if isinstance(v, TensorBase))
+    condition = lift(reference, condition, "where")
+    if condition.dtype != "bool":
+        raise DTypeError(f"where: condition must be a bool tensor, got {condition.dtype}")
+    if isinstance(input, TensorBase) and isinstance(other, TensorBase):
+        a, b = promote(input, other, "where")
+    elif isinstance(input, TensorBase):
+        a = input
+        b = _scalar_like(a, other)
+    elif isinstance(other, TensorBase):
+        b = other
+        a = _scalar_like(b, input)
+    else:
+        dtype = (
+            "float32"
+            if any(isinstance(v, float) for v in (input, other))
+            else ("bool" if all(isinstance(v, bool) for v in (input, other)) else "int64")
+        )
+        a = _filled(condition, input, dtype)
+        b = _filled(condition, other, dtype)
+    shape = np.broadcast_shapes(condition.shape, a.shape, b.shape)
+    if a.dtype != b.dtype:
+        target = result_dtype(a.dtype, b.dtype)
+        a, b = a.cast(target), b.cast(target)
+    a = a if a.shape == shape else a.expand(shape)
+    b = b if b.shape == shape else b.expand(shape)
+    mask = condition if condition.shape == shape else condition.expand(shape)
+    return b.mask_where(mask, a)
+
+
+def _scalar_like(t: Any, value: Any) -> Any:
+    if not isinstance(value, SCALARS):
+        return lift(t, value, "where")
+    dtype = scalar_dtype(t.dtype, value)
+    return _filled(t, value, dtype, ())
+
+
+def _filled(reference: Any, value: Any, dtype: str, shape: tuple | None = None) -> Any:
+    shape = reference.shape if shape is None else shape
+    prim = reference._backend.full(shape, value, dtype, reference._device)
+    return type(reference)._result(prim, reference._backend, reference._device)
+
+
+def is_tensor(obj: Any) -> bool:
+    return isinstance(obj, TensorBase)
+
+
+def is_floating_point(input: Any) -> bool:  # noqa: A002 (torch's name)
+    return input.is_float()
+
+
+def numel(input: Any) -> int:  # noqa: A002 (torch's name)
+    return input.numel()
+
+
+def equal(input: Any, other: Any) -> bool:  # noqa: A002 (torch's name)
+    """Whether the two tensors have the same shape and elements (a Python bool)."""
+    if input.shape != other.shape:
+        return False
+    return bool(input.eq(other).all().item())
+
+
+def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002 (torch's name)
+             equal_nan: bool = False) -> bool:  # fmt: skip
+    return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002 (torch's name)
+            equal_nan: bool = False) -> Any:  # fmt: skip
+    """``|input - other| <= atol + rtol * |other|`` elementwise (infinities equal only to
+    themselves; NaNs equal when ``equal_nan``)."""
+    a, b = promote(input, other, "isclose")
+    close = (a - b).abs().lower_equal((b.abs() * rtol) + atol).logical_or(a.eq(b))
+    if equal_nan:
+        close = close.logical_or(a.isnan().logical_and(b.isnan()))
+    return close
+
+
+def broadcast_shapes(*shapes: Any) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        listed = ", ".join(shape_text(s) for s in shapes)
+        raise ShapeError(f"broadcast_shapes: shapes {listed} do not broadcast") from None
+
+
+def broadcast_tensors(*tensors: Any) -> tuple[Any, ...]:
+    shape = broadcast_shapes(*[t.shape for t in tensors])
+    return tuple(t if t.shape == shape else t.expand(shape) for t in tensors)
+
+
+def concat(tensors: Sequence[Any], dim: int = 0) -> Any:
+    return cat(tensors, dim)
+
+
+concatenate = concat
+
+
+def hstack(tensors: Sequence[Any]) -> Any:
+    tensors = list(tensors)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors: Sequence[Any]) -> Any:
+    return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
+
+
+def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
+    """``(var, mean)`` over the same dims (the arguments of :meth:`Tensor.var`)."""
+    dim = args[0] if args else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    mean = input.mean() if dim is None else input.mean(dim, keepdim)
+    return input.var(*args, **kwargs), mean
+
+
+def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
+    variance, mean = var_mean(input, *args, **kwargs)
+    return variance.sqrt(), mean
+
+
+def cdist(x1: Any, x2: Any, p: float = 2.0) -> Any:
+    """Pairwise ``p``-norm distances between the rows of ``x1`` ``[..., P, M]`` and ``x2``
+    ``[..., R, M]``."""
+    diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
+    return diff.norm(p, dim=-1)
+
+
+def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
+    """The trapezoidal rule along ``dim`` (sample spacing ``dx``, or the points ``x``)."""
+    n = y.shape[dim]
+    left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
+    if x is None:
+        return ((left + right) * (dx / 2.0)).sum(dim)
+    spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
+    if x.ndim == 1 and y.ndim > 1:
+        d = dim % y.ndim
+        spacing = spacing.reshape((-1,) + (1,) * (y.ndim - d - 1))
+    return ((left + right) * spacing * 0.5).sum(dim)
+
+
+def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> Any:  # noqa: A002 (torch's name)
+    """The index of the bucket of each value in the sorted 1-d ``boundaries``: the number of
+    boundaries below it (``right=False``: ``boundaries[i-1] < v <= boundaries[i]``)."""
+    edges = lift(input, boundaries, "bucketize")
+    if edges.ndim != 1:
+        raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
+    values = input.unsqueeze_dim(-1)
+    below = values.greater_equal(edges) if right else values.greater(edges)
+    return below.cast("int64").sum(-1)
+
+
+def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (torch's name)
+           return_counts: bool = False, dim: int | None = None) -> Any:  # fmt: skip
+    """The sorted distinct values (a host read: their number is data, as in torch), with the
+    inverse indices and counts when asked."""
+    if dim is not None:
+        raise InvalidArgumentError("unique: dim= is not supported; flatten first")
+    array = input.numpy()
+    values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+    make = type(input)._result
+    backend, device = input._backend, input._device
+
+    def host(a: np.ndarray, dtype: str) -> Any:
+        return make(backend.from_data(a, dtype, device), backend, device)
+
+    out = host(values, input.dtype)
+    extra = []
+    if return_inverse:
+        extra.append(host(inverse.reshape(array.shape).astype(np.int64), "int64"))
+    if return_counts:
+        extra.append(host(counts.astype(np.int64), "int64"))
+    return (out, *extra) if extra else out
+
+
+def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:
+    """Grids from 1-d tensors: with ``indexing="ij"`` (torch's default) the output's dims
+    follow the inputs; ``"xy"`` swaps the first two (NumPy's). Each grid is a view."""
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    indexing = indexing or "ij"
+    if indexing not in ("ij", "xy"):
+        raise InvalidArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in tensors:
+        if t.ndim > 1:
+            raise ShapeError(f"meshgrid: expects 0-d or 1-d tensors, got {shape_text(t.shape)}")
+    flat = [t.reshape((-1,)) for t in tensors]
+    swap = indexing == "xy" and len(flat) >= 2
+    if swap:
+        flat[0], flat[1] = flat[1], flat[0]
+    shape = tuple(t.shape[0] for t in flat)
+    grids = []
+    for i, t in enumerate(flat):
+        view = t.reshape(tuple(-1 if j == i else 1 for j in range(len(flat))))
+        grids.append(view.expand(shape))
+    if swap:  # torch: the grids of the swapped inputs, handed back in the inputs' order
+        grids[0], grids[1] = grids[1], grids[0]
+    return tuple(grids)
+
+
+def einsum(equation: str, *operands: Any) -> Any:
+    """Einstein summation (``torch.einsum``): the operands contracted pairwise, left to
+    right, each contraction one batched ``matmul``; ``...`` broadcasts, a letter repeated in
+    one operand takes its diagonal, and a letter in one operand only is summed first."""
+    from .einsum import contract
+
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    return contract(equation, list(operands))
+
+
+for _name, _target in _METHODS.items():
+    globals()[_name] = _method(_name, _target)
+del _name, _target
+
+__all__ = sorted(
+    {
+        *_METHODS,
+        "allclose",
+        "broadcast_shapes",
+        "broadcast_tensors",
+        "cdist",
+        "concat",
+        "concatenate",
+        "einsum",
+        "equal",
+        "float_power",
+        "hstack",
+        "is_floating_point",
+        "is_tensor",
+        "isclose",
+        "max",
+        "meshgrid",
+        "min",
+        "numel",
+        "pow",
+        "std_mean",
+        "sum",
+        "trapezoid",
+        "bucketize",
+        "unique",
+        "var_mean",
+        "vstack",
+        "where",
+    }
+)

@@ -1,0 +1,74 @@
+"""torch's legacy tensor types: ``rg.FloatTensor``, ``rg.LongTensor``... and ``t.type()``.
+
+``rg.FloatTensor(2, 3)`` makes a float32 tensor of that shape (zeros: torch leaves it
+uninitialized), ``rg.FloatTensor([1, 2])`` one holding the data; ``isinstance(t,
+rg.FloatTensor)`` asks the dtype; ``t.type()`` names the type (``"retrograd.FloatTensor"``) and
+``t.type(rg.LongTensor)`` casts. Types of dtypes retrograd does not hold (``IntTensor``,
+``ByteTensor``) exist and refuse to make tensors, naming the dtype to use instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from ._dispatch import TensorBase
+from .dtypes import LEGACY_NAMES, canonical_dtype
+
+__all__ = [
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+]
+
+_DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
+
+
+class _LegacyMeta(type):
+    """``isinstance(t, rg.FloatTensor)``: a retrograd tensor of that dtype."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, TensorBase) and instance.dtype == cls.dtype_name
+
+    def __repr__(cls) -> str:
+        return f"<class 'retrograd.{cls.__name__}'>"
+
+
+class _LegacyTensor(metaclass=_LegacyMeta):
+    dtype_name = "float32"
+
+    def __new__(cls, *args: Any, device: Any = None) -> Any:  # type: ignore[misc]
+        from .creation import tensor, zeros
+
+        dtype = canonical_dtype(cls.__name__, cls.dtype_name)
+        if not args:
+            return zeros((0,), dtype=dtype, device=device)
+        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+            return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
+        if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
+            return zeros(args[0], dtype=dtype, device=device)
+        if len(args) != 1:
+            raise TypeError(f"{cls.__name__}: expected sizes or one sequence of data, got {args!r}")
+        data = args[0]
+        if hasattr(data, "cast") and hasattr(data, "primitive"):  # a retrograd tensor
+            return data.cast(dtype)
+        return tensor(data, dtype=dtype, device=device)
+
+
+def _legacy(name: str) -> type:
+    return _LegacyMeta(name, (_LegacyTensor,), {"dtype_name": _DTYPES[name], "__slots__": ()})
+
+
+FloatTensor = _legacy("FloatTensor")
+DoubleTensor = _legacy("DoubleTensor")
+HalfTensor = _legacy("HalfTensor")
+BFloat16Tensor = _legacy("BFloat16Tensor")
+LongTensor = _legacy("LongTensor")
+IntTensor = _legacy("IntTensor")
+ByteTensor = _legacy("ByteTensor")
+BoolTensor = _legacy("BoolTensor")

@@ -1,0 +1,383 @@
+"""Views: which tensors alias which, so that in-place updates behave as PyTorch's.
+
+Primitives never change (a value saved for backward is never modified); what an in-place op
+changes is the primitive a tensor *object* holds. PyTorch's aliasing is kept by remembering,
+for each tensor made by a view op (``view``/``reshape`` where torch views, ``transpose``,
+``permute``, ``t()``, basic indexing, ``narrow``/``chunk``/``split``/``unbind``, ``expand``,
+``unfold``, ``squeeze``/``unsqueeze``, ``detach()``, ``.data``), its *base* and how it was taken
+(a :class:`Link`), and for each base its live views (weak references). Then:
+
+- an in-place update of a view computes its base's new value (the view's values scattered
+  back: ``slice_assign`` for a slice, the inverse permutation for a transpose, a reshape back)
+  and updates the base the same way, up to the root, recorded in the graph as functional ops,
+  so gradients flow as torch's ``CopySlices`` makes them flow;
+- after a tensor is updated, every live view of it (and their views) is recomputed from it.
+
+Writes through ``.data`` or ``detach()`` are outside the graph: computed without recording and
+given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``). A write that cannot alias as
+torch's would (an expanded or overlapping-window view: one element in several places) is
+refused with an error that says so, as torch refuses it.
+
+Strides are modelled, lazily, only to decide what torch decides with them: whether
+``reshape``/``view``/``flatten`` of a view is a view (:func:`view_strides`, torch's
+``computeStride``) and whether ``contiguous()`` returns the tensor itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from weakref import ref
+
+import numpy as np
+
+from ..autodiff.grad_mode import enable_grad, no_grad
+from ..errors import AutodiffError, ShapeError, shape_text
+from ._dispatch import from_host, lift
+
+__all__ = [
+    "BASE",
+    "KIND",
+    "PARAMS",
+    "Link",
+    "contiguous_strides",
+    "diagonal_assign",
+    "diagonal_of",
+    "is_contiguous",
+    "link",
+    "outside_graph",
+    "strides_of",
+    "unlink",
+    "view_strides",
+    "write",
+]
+
+#: View kinds written back outside the graph.
+_DETACHED = ("data", "detach")
+
+
+#: A view's link, ``(base, kind, params)``: how it was taken from its base. A plain tuple:
+#: making one is most of what a view op pays; whether the view is recorded in the graph is
+#: read from the view itself when it is recomputed.
+Link = tuple
+BASE, KIND, PARAMS = 0, 1, 2
+
+
+def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
+    """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``."""
+    view._view = (base, kind, params)
+    views = getattr(base, "_views", None)
+    if views is None:
+        base._views = [ref(view)]
+        return view
+    views.append(ref(view))
+    count = len(views)
+    if count >= 8 and count & (count - 1) == 0:  # at powers of two: drop the dead ones
+        views[:] = [r for r in views if r() is not None]
+    return view
+
+
+def unlink(t: Any) -> None:
+    """Cut ``t`` from its base and its views from it (``t.data = x`` gives ``t`` new storage:
+    torch's old views keep aliasing the old one)."""
+    view = getattr(t, "_view", None)
+    if view is not None:
+        t._view = None
+    for r in getattr(t, "_views", None) or ():
+        child = r()
+        if child is not None and getattr(child, "_view", None) is not None:
+            child._view = None
+    t._views = []
+
+
+def outside_graph(t: Any) -> bool:
+    """Whether ``t`` is reached from its root through ``.data`` or ``detach()``."""
+    view = getattr(t, "_view", None)
+    while view is not None:
+        if view[KIND] in _DETACHED:
+            return True
+        view = getattr(view[BASE], "_view", None)
+    return False
+
+
+def root_of(t: Any) -> Any:
+    view = getattr(t, "_view", None)
+    while view is not None:
+        t = view[BASE]
+        view = getattr(t, "_view", None)
+    return t
+
+
+# -- the forward of each kind (recomputing a view from its base) -------------------------------
+def _forward(base: Any, kind: str, params: tuple) -> Any:
+    if kind == "reshape":
+        return base._apply("reshape", (base,), params)
+    if kind == "permute":
+        return base._apply("permute", (base,), params)
+    if kind == "index":
+        slices, out_shape = params[0], params[1]
+        out = base._apply("slice", (base,), (slices,)) if slices is not None else base
+        return out if out.shape == out_shape else out._apply("reshape", (out,), (out_shape,))
+    if kind == "expand":
+        return base._apply("expand", (base,), params)
+    if kind == "unfold":
+        return base._apply("unfold", (base,), params)
+    if kind == "diagonal":
+        return diagonal_of(base, params)
+    if kind == "data":
+        backend = base._backend
+        if not backend.is_autodiff:
+            return type(base)._result(base._prim, backend, base._device)
+        prim = backend.wrap(backend.inner_value(base._prim))
+        return type(base)._result(prim, backend, base._device)
+    if kind == "detach":
+        backend = base._backend
+        prim = backend.detach(base._prim) if backend.is_autodiff else base._prim
+        return type(base)._result(prim, backend, base._device)
+    raise AssertionError(f"unknown view kind {kind!r}")
+
+
+def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> Any:
+    """``base``'s new value when its view of ``kind`` takes ``value``."""
+    if kind == "reshape":
+        return value._apply("reshape", (value,), (base.shape,))
+    if kind == "permute":
+        order = params[0]
+        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+        return value._apply("permute", (value,), (inverse,))
+    if kind == "index":
+        slices, _, region = params[:3]
+        if slices is None:
+            return value._apply("reshape", (value,), (base.shape,))
+        values = value if value.shape == region else value._apply("reshape", (value,), (region,))
+        return base._apply("slice_assign", (base, values), (slices,))
+    if kind in _DETACHED:
+        return value
+    if kind == "diagonal":
+        return diagonal_assign(base, params, value)
+    what = "an expanded tensor" if kind == "expand" else "the windows of unfold"
+    raise ShapeError(
+        f"{op}: unsupported operation: more than one element of the written-to tensor refers "
+        f"to a single memory location ({what}); clone() it before writing, as in torch"
+    )
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def write(op: str, t: Any, value: Any, outside: bool) -> None:
+    """Make ``t`` hold ``value`` (its shape and dtype), through its bases up to the root,
+    then recompute every live view of what changed. ``outside``: a write through
+    ``.data``/``detach()``, recorded nowhere."""
+    view = getattr(t, "_view", None)
+    if view is None:
+        _set_root(op, t, value, outside)
+        refresh(t)
+        return
+    base = view[BASE]
+    outside = outside or view[KIND] in _DETACHED
+    if outside:
+        with no_grad():
+            new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
+    else:
+        new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
+    write(op, base, new_base, outside)
+
+
+def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
+    backend = t._backend
+    prim = value._prim
+    if backend.is_autodiff:
+        old = t._prim
+        if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
+            prim = backend.wrap(backend.inner_value(prim))
+            param_id = backend.param_id(old)
+            prim = (
+                backend.set_distributed(prim, param_id)
+                if param_id is not None
+                else backend.require_grad(prim)
+            )
+        elif outside and backend.is_tracked(old):
+            raise AutodiffError(
+                f"{op}: an in-place write through .data or detach() to a tensor computed in "
+                "the graph (not a leaf) is not supported: its backward would not see the "
+                "change; write to a clone(), or compute the new value out of place"
+            )
+    t._prim = prim
+
+
+def refresh(t: Any) -> None:
+    """Recompute every live view of ``t`` (and theirs) from ``t``'s value."""
+    views = getattr(t, "_views", None)
+    if not views:
+        return
+    alive = []
+    for r in views:
+        child = r()
+        if child is None:
+            continue
+        view = getattr(child, "_view", None)
+        if view is None or view[BASE] is not t:
+            continue
+        alive.append(r)
+        backend = child._backend
+        if backend.is_autodiff and backend.is_tracked(child._prim):  # recorded: record again
+            with enable_grad():
+                fresh = _forward(t, view[KIND], view[PARAMS])
+        else:
+            with no_grad():
+                fresh = _forward(t, view[KIND], view[PARAMS])
+        child._prim = fresh._prim
+        refresh(child)
+    views[:] = alive
+
+
+# -- strides -------------------------------------------------------------------------------------
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """torch's ``is_contiguous``: size-1 dimensions do not count; empty tensors are."""
+    if math.prod(shape) == 0:
+        return True
+    expected = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
+def strides_of(t: Any) -> tuple[int, ...]:
+    """``t``'s strides as torch would have them (a root tensor is contiguous)."""
+    view = getattr(t, "_view", None)
+    if view is None:
+        return contiguous_strides(t.shape)
+    base = view[BASE]
+    strides = strides_of(base)
+    shape = base.shape
+    kind, params = view[KIND], view[PARAMS]
+    if kind == "reshape":
+        new = view_strides(shape, strides, params[0])
+        return new if new is not None else contiguous_strides(params[0])
+    if kind == "permute":
+        return tuple(strides[d] for d in params[0])
+    if kind == "index":
+        return _index_strides(shape, strides, params[3] if len(params) > 3 else None, t.shape)
+    if kind == "expand":
+        target = params[0]
+        lead = len(target) - len(shape)
+        own = [0] * lead + [
+            0 if n == 1 and m != 1 else s for n, m, s in zip(shape, target[lead:], strides)
+        ]
+        return tuple(own)
+    if kind == "unfold":
+        d, _, step = params
+        return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+    if kind == "diagonal":
+        a, b, _ = params
+        rest = tuple(s for i, s in enumerate(strides) if i not in (a, b))
+        return (*rest, strides[a] + strides[b])
+    return strides  # data, detach
+
+
+def _index_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], items: Any, out_shape: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Strides after basic indexing; ``items`` says per index item ``("int",)``,
+    ``("slice", step)`` or ``("new",)``."""
+    if items is None:
+        return contiguous_strides(out_shape)
+    out, dim = [], 0
+    for item in items:
+        if item[0] == "new":
+            out.append(strides[dim] * shape[dim] if dim < len(shape) else 1)
+            continue
+        if item[0] == "slice":
+            out.append(strides[dim] * item[1])
+        dim += 1
+    return tuple(out)
+
+
+def view_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The strides of ``target`` as a view of a tensor with ``shape`` and ``strides``, or
+    ``None`` where no view exists (torch's ``computeStride``: then ``view`` fails and
+    ``reshape`` copies)."""
+    if math.prod(shape) == 0:
+        return tuple(strides) if tuple(shape) == tuple(target) else contiguous_strides(target)
+    if not shape:
+        return contiguous_strides(target)
+    new = [0] * len(target)
+    view_d = len(target) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (
+            shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride
+        ):
+            while view_d >= 0 and (view_numel < tensor_numel or target[view_d] == 1):
+                new[view_d] = view_numel * chunk_base_stride
+                view_numel *= target[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new)
+
+
+def view_error(op: str, shape: tuple[int, ...], target: tuple[int, ...]) -> ShapeError:
+    return ShapeError(
+        f"{op}: view size {shape_text(target)} is not compatible with the input's size "
+        f"{shape_text(shape)} and stride (at least one dimension spans across two contiguous "
+        "subspaces, as after a transpose); use .reshape(...) instead, as in torch"
+    )
+
+
+# -- diagonals (a view torch takes with strides; here a select of the merged dimensions) ----
+def _diagonal_positions(t: Any, params: tuple) -> tuple[Any, tuple[int, ...], list[int]]:
+    """``t`` with ``dim1``, ``dim2`` moved last and merged, the flat positions of the
+    diagonal in that merged dimension, and the permutation used."""
+    a, b, offset = params
+    shape = t.shape
+    rest = [d for d in range(t.ndim) if d not in (a, b)]
+    order = rest + [a, b]
+    rows, cols = shape[a], shape[b]
+    if offset >= 0:
+        length = max(0, min(rows, cols - offset))
+        positions = [i * cols + i + offset for i in range(length)]
+    else:
+        length = max(0, min(rows + offset, cols))
+        positions = [(i - offset) * cols + i for i in range(length)]
+    moved = t._apply("permute", (t,), (tuple(order),)) if order != list(range(t.ndim)) else t
+    merged = moved._apply("reshape", (moved,), (tuple(shape[d] for d in rest) + (rows * cols,),))
+    index = from_host(type(t), np.asarray(positions, dtype=np.int64), None, t._backend, t._device)
+    return merged, index, order
+
+
+def diagonal_of(t: Any, params: tuple) -> Any:
+    merged, index, _ = _diagonal_positions(t, params)
+    return merged._apply("select", (merged, index), (merged.ndim - 1,))
+
+
+def diagonal_assign(t: Any, params: tuple, values: Any) -> Any:
+    """``t`` with its diagonal (as :func:`diagonal_of` takes it) replaced by ``values``."""
+    merged, index, order = _diagonal_positions(t, params)
+    values = lift(t, values, "diagonal").cast(t.dtype)
+    written = merged._apply("select_assign", (merged, index, values), (merged.ndim - 1,))
+    shape = t.shape
+    unmerged = written._apply("reshape", (written,), (tuple(shape[d] for d in order),))
+    if order == list(range(t.ndim)):
+        return unmerged
+    inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+    return unmerged._apply("permute", (unmerged,), (inverse,))

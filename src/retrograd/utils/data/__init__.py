@@ -1,0 +1,51 @@
+"""torch's ``torch.utils.data``: datasets, samplers and the ``DataLoader``.
+
+>>> import retrograd as rg
+>>> from retrograd.utils.data import DataLoader, TensorDataset
+>>> data = TensorDataset(rg.arange(10).float(), rg.arange(10))
+>>> [x.shape for x, y in DataLoader(data, batch_size=4)]
+[(4,), (4,), (2,)]
+"""
+
+from . import dataloader, dataset, distributed, sampler
+from .dataloader import DataLoader, default_collate, get_worker_info
+from .dataset import (
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
+from .distributed import DistributedSampler
+from .sampler import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__all__ = [
+    "BatchSampler",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "DistributedSampler",
+    "IterableDataset",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "Subset",
+    "SubsetRandomSampler",
+    "TensorDataset",
+    "WeightedRandomSampler",
+    "dataloader",
+    "dataset",
+    "default_collate",
+    "distributed",
+    "get_worker_info",
+    "random_split",
+    "sampler",
+]

@@ -1,0 +1,207 @@
+"""``DataLoader``: batches of a dataset, as torch's, and ``default_collate``.
+
+Batches are read in this process, in the sampler's order; ``num_workers`` is accepted and
+the batches are the same as torch's worker processes would give (each batch is read and
+collated in order), only not in parallel. ``pin_memory``, ``timeout``, ``prefetch_factor``
+and ``persistent_workers`` concern those processes and are accepted and ignored; a
+``worker_init_fn`` is not called (there are no workers).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, ShapeError
+from ...tensor import Tensor, as_tensor, stack, tensor
+from ...tensor.internal import no_generator
+from .dataset import IterableDataset
+from .sampler import BatchSampler, RandomSampler, SequentialSampler
+
+__all__ = ["DataLoader", "default_collate", "get_worker_info"]
+
+
+def default_collate(batch: list[Any]) -> Any:
+    """torch's ``default_collate``: tensors stacked along a new first dimension; NumPy arrays
+    and scalars as tensors (their dtype kept); Python floats as float64, ints as int64, bools
+    as bool; strings kept as a list; dicts, named tuples and sequences collated field by
+    field (a tuple gives a list, as torch's)."""
+    elem = batch[0]
+    if isinstance(elem, Tensor):
+        return stack(batch, 0)
+    if isinstance(elem, np.ndarray):
+        if elem.dtype.kind in "SUO":
+            raise InvalidArgumentError(
+                f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
+                f"lists; found array of dtype {elem.dtype}"
+            )
+        return stack([as_tensor(b) for b in batch], 0)
+    if isinstance(elem, np.generic):
+        return tensor(np.asarray(batch))
+    if isinstance(elem, bool):
+        return tensor(batch, dtype="bool")
+    if isinstance(elem, float):
+        return tensor(batch, dtype="float64")
+    if isinstance(elem, int):
+        return tensor(batch, dtype="int64")
+    if isinstance(elem, str | bytes):
+        return batch
+    if isinstance(elem, collections.abc.Mapping):
+        return (
+            type(elem)({key: default_collate([d[key] for d in batch]) for key in elem})
+            if (isinstance(elem, dict))
+            else {key: default_collate([d[key] for d in batch]) for key in elem}
+        )
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
+        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
+    if isinstance(elem, collections.abc.Sequence):
+        size = len(elem)
+        if any(len(e) != size for e in batch):
+            raise ShapeError(
+                "default_collate: each element in list of batch should be of equal size"
+            )
+        transposed = [default_collate(list(samples)) for samples in zip(*batch)]
+        if isinstance(elem, tuple):
+            return transposed
+        try:
+            return type(elem)(transposed)
+        except TypeError:
+            return transposed
+    raise InvalidArgumentError(
+        f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+        f"found {type(elem).__name__}"
+    )
+
+
+def default_convert(data: Any) -> Any:
+    """What torch gives for unbatched samples (``batch_size=None``): NumPy arrays as tensors,
+    the rest as it is."""
+    if isinstance(data, np.ndarray) and data.dtype.kind not in "SUO":
+        return as_tensor(data)
+    return data
+
+
+def get_worker_info() -> None:
+    """``None``: batches are read in the main process (see the module)."""
+    return None
+
+
+class DataLoader:
+    """torch's ``DataLoader(dataset, batch_size=1, shuffle=None, sampler=None,
+    batch_sampler=None, num_workers=0, collate_fn=None, pin_memory=False, drop_last=False,
+    ...)``: iterate it for batches; ``len()`` is the number of batches."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], Any] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        if num_workers < 0:
+            raise InvalidArgumentError(
+                "num_workers option should be non-negative; use num_workers=0 to disable "
+                "multiprocessing"
+            )
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        no_generator("DataLoader", generator)
+        self.generator = generator
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            if shuffle not in (None, False):
+                raise InvalidArgumentError(
+                    f"DataLoader with IterableDataset: expected unspecified shuffle option, "
+                    f"but got shuffle={shuffle}"
+                )
+            if sampler is not None or batch_sampler is not None:
+                raise InvalidArgumentError(
+                    "DataLoader with IterableDataset: expected unspecified sampler and "
+                    "batch_sampler options"
+                )
+        if sampler is not None and shuffle:
+            raise InvalidArgumentError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise InvalidArgumentError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last"
+                )
+            batch_size = None
+            drop_last = False
+        elif batch_size is None and drop_last:
+            raise InvalidArgumentError(
+                "batch_size=None option disables auto-batching and is mutually exclusive "
+                "with drop_last"
+            )
+        if sampler is None and not self._iterable:
+            sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None and not self._iterable:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        if collate_fn is None:
+            collate_fn = (
+                default_collate if batch_size is not None or batch_sampler else (default_convert)
+            )
+        self.collate_fn = collate_fn
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterable:
+            yield from self._iterate_stream()
+            return
+        if self.batch_sampler is not None:
+            for indices in self.batch_sampler:
+                getitems = getattr(self.dataset, "__getitems__", None)
+                samples = getitems(indices) if getitems else [self.dataset[i] for i in indices]
+                yield self.collate_fn(samples)
+            return
+        for index in self.sampler:
+            yield self.collate_fn(self.dataset[index])
+
+    def _iterate_stream(self) -> Iterator[Any]:
+        if self.batch_size is None:
+            for sample in self.dataset:
+                yield self.collate_fn(sample)
+            return
+        batch: list[Any] = []
+        for sample in self.dataset:
+            batch.append(sample)
+            if len(batch) == self.batch_size:
+                yield self.collate_fn(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self.collate_fn(batch)
+
+    def __len__(self) -> int:
+        if self._iterable:
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        return len(self.sampler)

@@ -1,0 +1,119 @@
+"""Datasets: the map-style :class:`Dataset` (``__getitem__``, ``__len__``), the
+:class:`IterableDataset`, and torch's ready-made ones (:class:`TensorDataset`,
+:class:`ConcatDataset`, :class:`Subset`, :func:`random_split`)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import numbers
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ...errors import InvalidArgumentError, ShapeError
+from ...tensor import randperm
+from ...tensor.internal import no_generator
+
+__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
+
+
+class Dataset:
+    """A map-style dataset: subclasses give ``__getitem__(index)`` and ``__len__``."""
+
+    def __getitem__(self, index: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset read as a stream: subclasses give ``__iter__``."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+
+class TensorDataset(Dataset):
+    """Samples are the ``index``-th rows of each tensor (which share their first size)."""
+
+    def __init__(self, *tensors: Any) -> None:
+        if tensors and any(t.shape[0] != tensors[0].shape[0] for t in tensors):
+            sizes = [t.shape[0] for t in tensors]
+            raise ShapeError(f"TensorDataset: size mismatch between tensors ({sizes})")
+        self.tensors = tensors
+
+    def __getitem__(self, index: Any) -> tuple[Any, ...]:
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+
+class ConcatDataset(Dataset):
+    """The datasets one after the other."""
+
+    def __init__(self, datasets: Sequence[Dataset]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise InvalidArgumentError("ConcatDataset: datasets should not be an empty iterable")
+        self.cumulative_sizes = []
+        total = 0
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise InvalidArgumentError("ConcatDataset does not support IterableDataset")
+            total += len(d)
+            self.cumulative_sizes.append(total)
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index: int) -> Any:
+        if index < 0:
+            if -index > len(self):
+                raise IndexError("absolute value of index should not exceed dataset length")
+            index += len(self)
+        which = bisect.bisect_right(self.cumulative_sizes, index)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][index - start]
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = indices
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None) -> list[Subset]:
+    """Split ``dataset`` into random non-overlapping subsets of ``lengths`` (counts, or
+    fractions summing to 1: the remainder spread one by one from the first, as torch does),
+    the permutation drawn from the generator ``rg.manual_seed`` seeds."""
+    no_generator("random_split", generator)
+    n = len(dataset)
+    lengths = list(lengths)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        counts = [math.floor(n * frac) for frac in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        lengths = counts
+    if any(not isinstance(k, numbers.Integral) or k < 0 for k in lengths) or sum(lengths) != n:
+        raise InvalidArgumentError(
+            f"random_split: sum of input lengths {lengths} does not equal the length of the "
+            f"input dataset ({n})"
+        )
+    order = randperm(n).tolist()
+    subsets, start = [], 0
+    for k in lengths:
+        subsets.append(Subset(dataset, order[start : start + k]))
+        start += k
+    return subsets

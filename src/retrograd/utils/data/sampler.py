@@ -1,0 +1,138 @@
+"""Samplers: which indices a ``DataLoader`` reads, in which order, in which batches.
+
+Random orders come from the generator ``rg.manual_seed`` (``rg.seed``) seeds, so a seeded
+run is reproducible (the orders differ from torch's, whose generator is another)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...tensor import multinomial, randint, randperm, tensor
+from ...tensor.internal import no_generator
+
+__all__ = [
+    "BatchSampler",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+]
+
+
+class Sampler:
+    """Base class: ``__iter__`` yields indices (or lists of them, for a batch sampler)."""
+
+    def __init__(self, data_source: Any = None) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler):
+    """``0, 1, ..., len(data_source) - 1``."""
+
+    def __init__(self, data_source: Any) -> None:
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A random permutation (or ``num_samples`` draws with ``replacement``)."""
+
+    def __init__(self, data_source: Any, replacement: bool = False,
+                 num_samples: int | None = None, generator: Any = None) -> None:  # fmt: skip
+        no_generator("RandomSampler", generator)
+        self.data_source = data_source
+        self.replacement = replacement
+        self._num_samples = num_samples
+        if not isinstance(replacement, bool):
+            raise InvalidArgumentError(f"replacement should be a boolean, got {replacement!r}")
+        if self.num_samples <= 0:
+            raise InvalidArgumentError(
+                f"num_samples should be a positive integer value, got {self.num_samples}"
+            )
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.data_source)
+        if self.replacement:
+            yield from randint(0, n, (self.num_samples,)).tolist()
+            return
+        for _ in range(self.num_samples // n):
+            yield from randperm(n).tolist()
+        yield from randperm(n).tolist()[: self.num_samples % n]
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices, in a random order."""
+
+    def __init__(self, indices: Sequence[int], generator: Any = None) -> None:
+        no_generator("SubsetRandomSampler", generator)
+        self.indices = indices
+
+    def __iter__(self) -> Iterator[int]:
+        for i in randperm(len(self.indices)).tolist():
+            yield self.indices[i]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probabilities proportional to ``weights``."""
+
+    def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
+                 generator: Any = None) -> None:  # fmt: skip
+        no_generator("WeightedRandomSampler", generator)
+        self.weights = tensor(list(weights), dtype="float64")
+        self.num_samples = num_samples
+        self.replacement = replacement
+
+    def __iter__(self) -> Iterator[int]:
+        yield from multinomial(self.weights, self.num_samples, self.replacement).tolist()
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of ``batch_size`` indices from ``sampler`` (the last one shorter unless
+    ``drop_last``)."""
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise InvalidArgumentError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
+            )
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

@@ -1,0 +1,379 @@
+"""torch's ``utils.data``, ``save``/``load``, ``distributions`` and ``autograd`` names against
+torch: batches, samplers and collation; checkpoints that round-trip without pickle (and
+refuse what they cannot store); log-probabilities, entropies and KL divergences;
+``autograd.grad`` and ``Variable``."""
+
+from __future__ import annotations
+
+import functools
+import io
+import operator
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import nn
+from retrograd.utils import data as rdata
+from surface_testing import same_gradients, same_values
+
+RNG = np.random.default_rng(17)
+
+
+# -- utils.data ----------------------------------------------------------------------------------
+class Squares(rdata.Dataset):
+    def __len__(self) -> int:
+        return 7
+
+    def __getitem__(self, i: int):
+        return {"x": np.full(2, float(i)), "i": i, "name": f"n{i}", "pair": (float(i), i)}
+
+
+class TorchSquares(torch.utils.data.Dataset):
+    __len__ = Squares.__len__
+    __getitem__ = Squares.__getitem__
+
+
+def _same_batch(ours, theirs) -> None:
+    if isinstance(theirs, torch.Tensor):
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    elif isinstance(theirs, dict):
+        assert list(ours) == list(theirs)
+        for key in theirs:
+            _same_batch(ours[key], theirs[key])
+    elif isinstance(theirs, list | tuple):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            _same_batch(a, b)
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("batch_size, drop_last", [(3, False), (3, True), (1, False), (7, False)])
+def test_sequential_batches_and_collation_match_torch(batch_size, drop_last):
+    ours = rdata.DataLoader(Squares(), batch_size=batch_size, drop_last=drop_last, num_workers=2)
+    theirs = torch.utils.data.DataLoader(TorchSquares(), batch_size=batch_size, drop_last=drop_last)
+    assert len(ours) == len(theirs)
+    batches = list(ours)
+    assert len(batches) == len(theirs)
+    for mine, reference in zip(batches, theirs):
+        _same_batch(mine, reference)
+
+
+def test_collate_forms_match_torch():
+    point = namedtuple("point", ["x", "y"])
+    samples = [
+        [np.array([1, 2]), np.array([3, 4])],  # (int32 arrays: rg has int64 only)
+        [np.float32(2.5), np.float32(1.5)],
+        [True, False],
+        [point(1.0, 2), point(3.0, 4)],
+        [(rg.tensor([1.0, 2.0]), 1), (rg.tensor([3.0, 4.0]), 0)],
+    ]
+    torch_samples = [
+        samples[0],
+        samples[1],
+        samples[2],
+        samples[3],
+        [(torch.tensor([1.0, 2.0]), 1), (torch.tensor([3.0, 4.0]), 0)],
+    ]
+    for ours, theirs in zip(samples, torch_samples):
+        mine = rdata.default_collate(ours)
+        reference = torch.utils.data.default_collate(theirs)
+        if isinstance(reference, torch.Tensor):
+            _same_batch(mine, reference)
+        else:
+            assert type(mine).__name__ == type(reference).__name__
+            for a, b in zip(mine, reference):
+                _same_batch(a, b)
+
+
+def test_shuffling_draws_each_sample_once_per_epoch_and_follows_the_seed():
+    data = rdata.TensorDataset(rg.arange(10).float(), rg.arange(10))
+    rg.manual_seed(4)
+    first = [y.tolist() for _, y in rdata.DataLoader(data, batch_size=4, shuffle=True)]
+    rg.manual_seed(4)
+    again = [y.tolist() for _, y in rdata.DataLoader(data, batch_size=4, shuffle=True)]
+    assert first == again and sorted(functools.reduce(operator.iadd, first, [])) == list(range(10))
+    assert [len(b) for b in first] == [4, 4, 2]
+    with pytest.raises(rg.InvalidArgumentError, match="mutually exclusive"):
+        rdata.DataLoader(data, sampler=rdata.SequentialSampler(data), shuffle=True)
+
+
+def test_datasets_samplers_and_splits():
+    data = rdata.TensorDataset(rg.arange(6), rg.arange(6) * 10)
+    both = data + rdata.TensorDataset(rg.arange(3), rg.arange(3))
+    assert len(both) == 9 and both[7][0].item() == 1 and both[-1][1].item() == 2
+    subset = rdata.Subset(data, [5, 1])
+    assert len(subset) == 2 and subset[0][1].item() == 50
+    rg.manual_seed(0)
+    parts = rdata.random_split(data, [0.5, 0.5])
+    assert [len(p) for p in parts] == [3, 3]
+    assert sorted(parts[0].indices + parts[1].indices) == list(range(6))
+    torch_parts = torch.utils.data.random_split(range(7), [0.3, 0.3, 0.4])
+    assert [len(p) for p in rdata.random_split(list(range(7)), [0.3, 0.3, 0.4])] == [
+        len(p) for p in torch_parts
+    ]
+    batches = list(rdata.BatchSampler(rdata.SequentialSampler(range(5)), 2, drop_last=False))
+    assert batches == list(
+        torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(5)), 2, False)
+    )
+    drawn = list(rdata.RandomSampler(range(5), replacement=True, num_samples=20))
+    assert len(drawn) == 20 and set(drawn) <= set(range(5))
+    assert sorted(rdata.SubsetRandomSampler([3, 8, 9])) == [3, 8, 9]
+    weighted = list(rdata.WeightedRandomSampler([0.0, 1.0, 0.0], 5))
+    assert weighted == [1] * 5
+    assert rdata.get_worker_info() is None
+    assert rg.utils.data.dataloader.DataLoader is rdata.DataLoader
+
+
+def test_iterable_datasets_batch_as_torch_s():
+    class Stream(rdata.IterableDataset):
+        def __iter__(self):
+            return iter(range(5))
+
+    class TorchStream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(5))
+
+    ours = [b.tolist() for b in rdata.DataLoader(Stream(), batch_size=2)]
+    theirs = [b.tolist() for b in torch.utils.data.DataLoader(TorchStream(), batch_size=2)]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_distributed_sampler_shares_the_indices_as_torch_s(shuffle, drop_last):
+    data = list(range(11))
+    shares = []
+    for rank in range(3):
+        ours = rdata.DistributedSampler(data, 3, rank, shuffle=shuffle, drop_last=drop_last)
+        theirs = torch.utils.data.distributed.DistributedSampler(
+            data, 3, rank, shuffle=shuffle, drop_last=drop_last
+        )
+        assert len(ours) == len(theirs)
+        if not shuffle:
+            assert list(ours) == list(theirs)
+        shares.append(list(ours))
+    flat = functools.reduce(operator.iadd, shares, [])
+    assert len(flat) == 3 * len(shares[0]) and set(flat) <= set(data)
+    if not drop_last:
+        assert set(flat) == set(data)
+    sampler = rdata.DistributedSampler(data, 3, 0, shuffle=True)
+    sampler.set_epoch(1)
+    assert list(sampler) != shares[0] or not shuffle
+    with pytest.raises(rg.InvalidArgumentError, match="num_replicas and rank"):
+        rdata.DistributedSampler(data)
+
+
+# -- save and load -------------------------------------------------------------------------------
+def test_checkpoints_round_trip_without_pickle(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    optimizer = rg.optim.Adam(model.parameters(), lr=0.1)
+    grads = model(rg.randn(5, 3)).sum().backward()
+    optimizer.step(grads)
+    tied = rg.tensor([1.0, 2.0], dtype=rg.float64)
+    checkpoint = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": 3,
+        "best": float("inf"),
+        "history": [0.5, 0.25],
+        "shape": (2, 3),
+        "names": OrderedDict([("a", 1), ("b", None)]),
+        "keys": {0: "zero", (1, "x"): True},
+        "a": tied,
+        "b": tied,
+        "dtype": rg.float64,
+        "device": rg.device("cpu"),
+        "scalar": np.float32(2.5),
+    }
+    path = tmp_path / "ckpt.pt"
+    rg.save(checkpoint, path)
+    loaded = rg.load(path, map_location="cpu", weights_only=True)
+    assert loaded["epoch"] == 3 and loaded["best"] == float("inf")
+    assert loaded["history"] == [0.5, 0.25] and loaded["shape"] == (2, 3)
+    assert isinstance(loaded["names"], OrderedDict) and loaded["keys"][(1, "x")] is True
+    assert loaded["a"] is loaded["b"] and loaded["a"].dtype == rg.float64
+    assert loaded["dtype"] == rg.float64 and loaded["device"] == rg.device("cpu")
+    assert loaded["scalar"] == np.float32(2.5) and type(loaded["scalar"]) is np.float32
+    fresh = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    fresh.load_state_dict(loaded["model"])
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(fresh.state_dict()[name], value)
+    restored = rg.optim.Adam(fresh.parameters(), lr=0.1)
+    restored.load_state_dict(loaded["optimizer"])
+    assert restored.state_dict()["state"][0]["step"] == 1
+    buffer = io.BytesIO()
+    rg.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    assert list(rg.load(buffer)) == list(model.state_dict())
+
+
+def test_save_refuses_what_it_cannot_store_and_load_refuses_pickles(tmp_path):
+    import argparse
+
+    with pytest.raises(rg.DTypeError, match=r"Namespace at the saved object\['args'\]"):
+        rg.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "x.pt")
+    with pytest.raises(rg.DTypeError, match="Linear"):
+        rg.save([nn.Linear(1, 1)], tmp_path / "y.pt")
+    torch.save({"w": torch.ones(2)}, tmp_path / "torch.pt")
+    with pytest.raises(rg.InvalidArgumentError, match="never read here"):
+        rg.load(tmp_path / "torch.pt")
+    with rg.serialization.safe_globals([dict]):
+        pass
+
+
+def test_tensors_requiring_grad_load_as_leaves():
+    buffer = io.BytesIO()
+    rg.save([rg.tensor([1.0]).require_grad(), rg.tensor([2])], buffer)
+    buffer.seek(0)
+    leaf, ints = rg.load(buffer)
+    assert leaf.is_require_grad() and ints.dtype == rg.long
+
+
+# -- distributions -------------------------------------------------------------------------------
+def test_categorical_matches_torch():
+    logits = RNG.standard_normal((3, 5))
+    value = np.array([0, 4, 2])
+
+    def log_prob(lib, z):
+        return lib.distributions.Categorical(logits=z).log_prob(lib.tensor(value))
+
+    same_gradients(log_prob, [logits])
+    same_gradients(lambda lib, z: lib.distributions.Categorical(logits=z).entropy(), [logits])
+    same_gradients(
+        lambda lib, z: lib.distributions.categorical.Categorical(probs=z.softmax(-1)).log_prob(
+            lib.tensor(value)
+        ),
+        [logits],
+    )
+    same_gradients(
+        lambda lib, a, b: lib.distributions.kl_divergence(
+            lib.distributions.Categorical(logits=a), lib.distributions.Categorical(logits=b)
+        ),
+        [logits, RNG.standard_normal((3, 5))],
+    )
+    same_values(
+        lambda lib, z: (
+            lib.distributions.Categorical(logits=z).probs,
+            lib.distributions.Categorical(logits=z).logits,
+        ),
+        [logits],
+    )
+    rg.manual_seed(0)
+    d = rg.distributions.Categorical(probs=rg.tensor([0.1, 0.0, 0.9], dtype=rg.float64))
+    draws = d.sample((2000,))
+    assert draws.shape == (2000,) and draws.dtype == rg.long
+    counts = np.bincount(draws.numpy(), minlength=3) / 2000
+    assert counts[1] == 0 and abs(counts[2] - 0.9) < 0.03
+    assert d.sample().shape == () and rg.distributions.Categorical(logits=rg.zeros(4, 3)).sample(
+        (5,)
+    ).shape == (5, 4)
+
+
+def test_normal_and_bernoulli_match_torch():
+    loc, scale, value = RNG.standard_normal(4), RNG.uniform(0.5, 2.0, 4), RNG.standard_normal(4)
+    same_gradients(
+        lambda lib, m, s: (
+            lib.distributions.Normal(m, s).log_prob(lib.tensor(value))
+            + lib.distributions.normal.Normal(m, s).entropy()
+        ),
+        [loc, scale],
+    )
+    same_gradients(
+        lambda lib, m, s: lib.distributions.Normal(m, s).cdf(lib.tensor(value)), [loc, scale]
+    )
+    same_gradients(
+        lambda lib, a, b, c, d: lib.distributions.kl_divergence(
+            lib.distributions.Normal(a, b), lib.distributions.Normal(c, d)
+        ),
+        [loc, scale, value, scale[::-1].copy()],
+    )
+    same_gradients(
+        lambda lib, z: (
+            lib.distributions.Bernoulli(logits=z).log_prob(
+                z * 0.0 + lib.tensor([1.0, 0.0, 1.0, 0.0])
+            )
+            + lib.distributions.Bernoulli(logits=z).entropy()
+        ),
+        [value * 3],
+    )
+    rg.manual_seed(1)
+    m = rg.tensor(loc).require_grad()
+    sample = rg.distributions.Normal(m, 2.0).rsample((3000,))
+    assert sample.shape == (3000, 4) and abs(float(sample.mean()) - loc.mean()) < 0.1
+    grads = sample.sum().backward()
+    assert m.grad(grads).tolist() == [3000.0] * 4
+    assert not rg.distributions.Normal(m, 2.0).sample().requires_grad
+
+
+# -- autograd --------------------------------------------------------------------------------------
+def test_autograd_grad_as_torch_s_with_a_gradient_penalty():
+    a = RNG.standard_normal((4, 3))
+    w0 = RNG.standard_normal((3, 1))
+    results = {}
+    for lib in (rg, torch):
+        w = lib.tensor(w0)
+        w = lib.autograd.Variable(w, requires_grad=True)
+        x = lib.autograd.Variable(lib.tensor(a), requires_grad=True)
+        out = (x @ w).tanh()
+        (g,) = lib.autograd.grad(out, x, grad_outputs=lib.ones_like(out), create_graph=True)
+        penalty = ((g.norm(2, dim=1) - 1) ** 2).mean()
+        if lib is rg:
+            grads = penalty.backward()
+            results[lib] = (g.detach().numpy(), w.grad(grads).numpy())
+        else:
+            penalty.backward()
+            results[lib] = (g.detach().numpy(), w.grad.numpy())
+    for ours, theirs in zip(results[rg], results[torch]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10)
+    x = rg.tensor([1.0, 2.0]).require_grad()
+    y = rg.tensor([3.0]).require_grad()
+    with pytest.raises(rg.AutodiffError, match="allow_unused"):
+        rg.autograd.grad((x * x).sum(), [x, y])
+    gx, gy = rg.autograd.grad((x * x).sum(), [x, y], allow_unused=True)
+    assert gx.tolist() == [2.0, 4.0] and gy is None
+    assert rg.autograd.Variable(x) is x
+
+
+def test_inference_mode_records_nothing():
+    x = rg.tensor([1.0]).require_grad()
+    with rg.inference_mode():
+        assert not (x * 2).requires_grad
+    with rg.inference_mode(False):
+        assert (x * 2).requires_grad
+
+    @rg.inference_mode()
+    def evaluate():
+        return x * 2
+
+    assert not evaluate().requires_grad
+
+
+def test_size_and_testing_as_torch_s():
+    assert rg.Size([2, 3]) == torch.Size([2, 3]) == (2, 3)
+    assert rg.Size((2, 3, 4)).numel() == torch.Size((2, 3, 4)).numel() == 24
+    for lib in (rg, torch):
+        lib.testing.assert_close(lib.tensor([1.0, 2.0]), lib.tensor([1.0, 2.0 + 1e-6]))
+        with pytest.raises(AssertionError, match="not close"):
+            lib.testing.assert_close(lib.tensor([1.0, 2.0]), lib.tensor([1.0, 2.1]))
+        with pytest.raises(AssertionError, match="dtype"):
+            lib.testing.assert_close(lib.tensor([1.0]), lib.tensor([1.0], dtype=lib.float64))
+        with pytest.raises(AssertionError):
+            lib.testing.assert_close(lib.tensor([1, 2]), lib.tensor([1, 3]))
+
+
+def test_a_generator_of_its_own_is_refused_not_ignored():
+    generator = torch.Generator().manual_seed(0)
+    for call in (
+        lambda: rg.randn(2, generator=generator),
+        lambda: rg.randperm(3, generator=generator),
+        lambda: rg.zeros(2).uniform_(generator=generator),
+        lambda: rdata.DataLoader([1, 2], shuffle=True, generator=generator),
+        lambda: rdata.random_split([1, 2], [1, 1], generator=generator),
+    ):
+        with pytest.raises(rg.InvalidArgumentError, match="generator= is not supported"):
+            call()
