@@ -1,6 +1,6 @@
-"""BudgetCheckpointing's plan for repeated steps (autodiff/plan.py): the memory profile it
-plans against, the greedy choice, and training steps that follow the plan with gradients
-bit-identical to NoCheckpointing's."""
+"""BudgetCheckpointing's plan for repeated steps (autodiff/checkpoint/budget/plan.py): the
+memory profile it plans against, the greedy choice, and training steps that follow the plan
+with gradients bit-identical to NoCheckpointing's."""
 
 from __future__ import annotations
 

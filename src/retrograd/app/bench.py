@@ -32,10 +32,6 @@ __all__ = [
 PREFERRED_ORDER = ("bench_overhead", "bench_mlp", "bench_cnn", "bench_checkpointing", "bench_ddp")
 
 
-#: extra arguments per script: the checkpointing benchmark draws its memory-time curve
-EXTRA_ARGUMENTS = {"bench_checkpointing": ("--plot", "docs/checkpointing_curve.png")}
-
-
 class BenchmarksNotFoundError(FileNotFoundError):
     """The benchmark scripts are not where an editable install would have them."""
 
@@ -100,7 +96,7 @@ def run_benchmarks(
         started = time.perf_counter()
         try:
             completed = subprocess.run(
-                [sys.executable, str(script), *EXTRA_ARGUMENTS.get(script.stem, ())],
+                [sys.executable, str(script)],
                 cwd=directory.parent,
                 env=env,
                 capture_output=True,

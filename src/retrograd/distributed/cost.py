@@ -3,8 +3,9 @@ and scaling efficiency it gives, as pure functions (no MPI, nothing measured her
 
 Each message costs ``alpha`` seconds of latency plus ``beta`` seconds per byte (for an
 all-reduce, ``beta`` also absorbs the arithmetic of the reduction, which is memory-bound too).
-``docs/distributed.md`` ("Cost model") fits ``alpha`` and ``beta`` to this machine, checks the
-model against the ranks it can run, and predicts 16-256 ranks on a few networks.
+``docs/distributed.md`` ("Cost model") says how to fit ``alpha`` and ``beta`` to a machine or a
+network; ``benchmarks/bench_ddp.py --predict`` evaluates the model at 2-256 ranks on a few
+networks (``docs/benchmarks.md``, "Data parallel, cost model").
 
 >>> round(1e3 * all_reduce_seconds(7_440_000, 2, alpha=1.6e-6, beta=0.5e-9), 2)  # ms
 3.72

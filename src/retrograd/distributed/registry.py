@@ -1,9 +1,9 @@
 """The running contexts, by the devices they host, and the backward hook's install.
 
-Both the backward hook (:mod:`.sync`) and ``all_reduce`` (:mod:`.collective`) find a device's
-context here; the context registers itself on ``start`` and leaves on ``close``. The hook is
-installed in the autodiff runtime's ``BACKWARD_HOOKS`` while any context runs, so a process
-that never starts one pays nothing in its backwards.
+Both the backward hook (:mod:`.reducer.backward_hook`) and ``all_reduce``
+(:mod:`.collective`) find a device's context here; the context registers itself on ``start``
+and leaves on ``close``. The hook is installed in the autodiff runtime's ``BACKWARD_HOOKS``
+while any context runs, so a process that never starts one pays nothing in its backwards.
 """
 
 from __future__ import annotations
