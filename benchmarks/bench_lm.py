@@ -219,7 +219,7 @@ def main() -> None:
             f"vocab {args.vocab}; {args.rounds} interleaved rounds"
         )
         print(f"\n{title}\n" + common.table(rows, header))
-        tables[kind] = {"title": title, "header": header, "rows": rows, "unit": "ms"}
+        tables[title] = {"header": header, "rows": rows, "unit": "ms"}
     command = "PYTHONPATH=src python benchmarks/bench_lm.py " + " ".join(sys.argv[1:])
     path = common.write_results("lm", tables, command=command.strip())
     print(f"\nwrote {path}")

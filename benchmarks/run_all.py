@@ -8,7 +8,9 @@ docs from the results files they wrote.
 
 Each run writes ``benchmarks/results/<name>.json`` (``common.write_results``); afterwards
 ``report.py`` rewrites the tables of docs/benchmarks.md and the README's numbers from them.
-A ``bench_*.py`` that :func:`runs` does not list runs once with no arguments (its defaults).
+A ``bench_*.py`` that :func:`runs` does not list runs once with no arguments (its defaults),
+unless :data:`NOT_RUN` names it: a tool that needs arguments no standard run can give
+(``--list`` prints it with what it needs).
 Run from anywhere; the runs start in the repository root. The machine should be quiet: every
 number is a time, and other jobs on the cores make it someone else's.
 
@@ -34,6 +36,13 @@ ROOT = HERE.parent
 #: the environment variable ``common.write_results`` reads (``common`` itself is not imported
 #: here: it pins BLAS threads in this process's environment, which ``bench_train`` must not get)
 RESULTS_VARIABLE = "RETROGRAD_RESULTS"
+#: scripts that cannot run without arguments of the caller's: their command, and why
+NOT_RUN = {
+    "bench_ddp_checkouts.py": (
+        "python benchmarks/bench_ddp_checkouts.py BEFORE AFTER --rounds 5",
+        "a before/after of two checkouts of the distributed code: name them",
+    ),
+}
 
 
 def gpu_arguments(quick: bool) -> list[str]:
@@ -70,6 +79,9 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_ddp.py", ["--overhead", "--trials", "1", "--warmup", "1"]),
             ("bench_gpu.py", gpu_arguments(quick)),
             ("bench_train.py", ["--quick"]),
+            ("bench_lm.py", ["--rounds", "1"]),
+            ("bench_convnets.py", ["--rounds", "1", "--only", "cnn"]),
+            ("bench_convs.py", ["--repeats", "1", "--only", "cnn"]),
         ]
     return [
         ("bench_overhead.py", []),
@@ -89,14 +101,17 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_ddp.py", ["--overhead"]),
         ("bench_gpu.py", gpu_arguments(quick)),
         ("bench_train.py", []),
+        ("bench_lm.py", ["--rounds", "10"]),
+        ("bench_convnets.py", []),
+        ("bench_convs.py", ["--repeats", "5"]),
     ]
 
 
 def plan(quick: bool, only: list[str]) -> list[tuple[str, list[str]]]:
-    """:func:`runs`, then every other ``bench_*.py`` with its defaults; ``only`` keeps the
-    scripts whose name contains one of its words."""
+    """:func:`runs`, then every other ``bench_*.py`` but those of :data:`NOT_RUN` with its
+    defaults; ``only`` keeps the scripts whose name contains one of its words."""
     listed = runs(quick)
-    known = {script for script, _ in listed}
+    known = {script for script, _ in listed} | set(NOT_RUN)
     listed += [
         (path.name, []) for path in sorted(HERE.glob("bench_*.py")) if path.name not in known
     ]
@@ -118,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.list:
         for script, arguments in todo:
             print(" ".join(["python", f"benchmarks/{script}", *arguments]))
+        for script, (command, why) in NOT_RUN.items():
+            if not options.only or any(word in script for word in options.only):
+                print(f"# not run: {command}  ({why})")
         return 0
     environment = dict(os.environ)  # the runs import this checkout's retrograd
     environment["PYTHONPATH"] = os.pathsep.join(

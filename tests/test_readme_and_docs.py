@@ -153,6 +153,20 @@ def test_every_benchmark_results_file_has_a_block_in_benchmarks_md():
     quoted = report.quoted_names([(DOCS / "benchmarks.md").read_text()])
     assert {"overhead", "mlp", "cnn", "capture", "gpt", "checkpointing", "train"} <= quoted
     assert {"ddp", "ddp-scaling", "ddp-predict", "ddp-overhead", "gpu"} <= quoted
+    assert {"gpt-torch", "lm", "convnets", "convs", "ddp_checkouts"} <= quoted
+
+
+def test_every_results_name_a_script_writes_has_a_block_in_benchmarks_md():
+    """A benchmark added to benchmarks/ gets its section: every name a script passes to
+    ``write_results`` as a string literal is quoted by docs/benchmarks.md."""
+    written = {
+        match.group(1)
+        for path in sorted((ROOT / "benchmarks").glob("bench_*.py"))
+        for match in re.finditer(r"write_results\(\s*\"([\w.-]+)\"", path.read_text())
+    }
+    assert {"overhead", "lm", "convs"} <= written  # the pattern finds them
+    quoted = load_report().quoted_names([(DOCS / "benchmarks.md").read_text()])
+    assert sorted(written - quoted) == []
 
 
 def results_file(folder: Path, name: str, tables: dict, **machine) -> None:
