@@ -56,10 +56,10 @@ def layer_norm(x: rg.Tensor, gain: rg.Tensor, bias: rg.Tensor) -> rg.Tensor:
 
 
 class MLP:
-    name = "residual GELU MLP (8 x 1024, batch 256)"
-
     def __init__(self, scale: int = 1, seed: int = 0):
         self.width, self.batch, self.layers = 1024 // scale, 256 // scale, 8
+        # the sizes this instance runs (``--quick`` divides them by ``scale``)
+        self.name = f"residual GELU MLP ({self.layers} x {self.width}, batch {self.batch})"
         rng = np.random.default_rng(seed)
         w = self.width
         self.arrays = [
@@ -115,10 +115,12 @@ class MLP:
 
 
 class Transformer:
-    name = "4-layer transformer (d 256, 4 heads, seq 128, batch 8)"
-
     def __init__(self, scale: int = 1, seed: int = 0):
         self.d, self.heads, self.seq, self.batch, self.layers = 256 // scale, 4, 128, 8, 4
+        self.name = (
+            f"{self.layers}-layer transformer (d {self.d}, {self.heads} heads, seq {self.seq}, "
+            f"batch {self.batch})"
+        )
         rng = np.random.default_rng(seed)
         d = self.d
 
@@ -327,7 +329,7 @@ def run_workload(workload, repeats: int) -> list[dict]:
         results.append(
             {
                 "name": name,
-                "budget": strategy.max_bytes,
+                "budget": getattr(strategy, "max_bytes", None),  # Budget's alone
                 "peak": memory.peak_activation_bytes,
                 "engine_peak": grads.peak_bytes,
                 "recomputed": memory.recomputed_bytes,
