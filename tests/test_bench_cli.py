@@ -20,6 +20,10 @@ def test_lists_the_repository_scripts(capsys):
     listed = capsys.readouterr().out.split()
     assert listed[:2] == ["bench_overhead.py", "bench_mlp.py"]
     assert {"bench_checkpointing.py", "bench_cnn.py"} <= set(listed)
+    # a script that needs arguments no default can give is left to be run by hand
+    assert "bench_ddp_checkouts.py" not in listed
+    assert main(["bench", "ddp_checkouts"]) == 1
+    assert "needs arguments" in capsys.readouterr().err
 
 
 def test_clear_error_without_the_repository(tmp_path, monkeypatch, capsys):

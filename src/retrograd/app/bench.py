@@ -30,6 +30,8 @@ __all__ = [
 
 #: the order the scripts run in (others found in the folder follow, sorted)
 PREFERRED_ORDER = ("bench_overhead", "bench_mlp", "bench_cnn", "bench_checkpointing", "bench_ddp")
+#: scripts that need arguments no default can give (two checkouts to compare): run by hand
+NOT_STANDALONE = ("bench_ddp_checkouts",)
 
 
 class BenchmarksNotFoundError(FileNotFoundError):
@@ -54,8 +56,8 @@ def find_benchmarks(directory: str | os.PathLike | None = None) -> Path:
 
 
 def list_scripts(directory: Path) -> list[Path]:
-    """The scripts, in :data:`PREFERRED_ORDER` then by name."""
-    scripts = sorted(directory.glob("bench_*.py"))
+    """The scripts that run without arguments, in :data:`PREFERRED_ORDER` then by name."""
+    scripts = [p for p in directory.glob("bench_*.py") if p.stem not in NOT_STANDALONE]
     rank = {name: i for i, name in enumerate(PREFERRED_ORDER)}
     return sorted(scripts, key=lambda p: (rank.get(p.stem, len(rank)), p.name))
 
@@ -80,6 +82,12 @@ def run_benchmarks(
     if only:
         wanted = {name.removesuffix(".py").removeprefix("bench_") for name in only}
         unknown = wanted - {p.stem.removeprefix("bench_") for p in scripts}
+        by_hand = sorted(n for n in unknown if f"bench_{n}" in NOT_STANDALONE)
+        if by_hand:
+            raise CommandError(
+                f"benchmark {by_hand[0]} needs arguments (two checkouts to compare) — run it "
+                f"by hand: python benchmarks/bench_{by_hand[0]}.py --help"
+            )
         if unknown:
             known = ", ".join(p.stem.removeprefix("bench_") for p in scripts)
             raise CommandError(
