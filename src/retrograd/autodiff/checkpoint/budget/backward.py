@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -116,8 +115,8 @@ class BudgetCheckpointer(Checkpointer):
     """A checkpointer that keeps the bytes it holds under ``budget`` by dropping what it can
     (see the module docstring). ``base``: the arguments of :class:`~.checkpointer.Checkpointer`;
     ``needs`` and ``costs``: see :class:`BudgetCheckpointerBuilder`; ``reserved``: the values
-    holding one read of each parent; ``on_end``: called with the most bytes held when the
-    backward ends."""
+    holding one read of each parent; ``on_end``: called with the most bytes held over the
+    step (forward and this backward) when the backward ends."""
 
     __slots__ = ("active", "budget", "costs", "far", "needs", "now", "on_end", "reserved")
 
@@ -134,7 +133,8 @@ class BudgetCheckpointer(Checkpointer):
         states = self.states
         self.budget = budget
         self.needs = needs
-        #: key -> seconds its op takes (measured in forward, or here)
+        #: key -> seconds its op took in forward (never measured again here: a step that
+        #: repeats another with the same prices drops and recomputes the same values)
         self.costs = costs
         self.reserved = reserved
         self.on_end = on_end
@@ -156,7 +156,7 @@ class BudgetCheckpointer(Checkpointer):
 
     def end(self) -> BackwardReport:
         report = super().end()
-        self.on_end(self.peak_bytes)
+        self.on_end(report.peak_bytes)
         return report
 
     # -- reads: each read is one step of ``needs`` ------------------------------------------------
@@ -216,12 +216,6 @@ class BudgetCheckpointer(Checkpointer):
                 active.clear()
         if self.held_bytes > self.budget and not active:
             self._enforce_budget(protect=key)
-
-    def _rerun(self, node_id: int, node: Any, values: list) -> Any:
-        started = time.perf_counter()
-        output = super()._rerun(node_id, node, values)
-        self.costs[node_id] = time.perf_counter() - started
-        return output
 
     def _after_rerun(self, node_id: int) -> None:
         self._offer(node_id)
