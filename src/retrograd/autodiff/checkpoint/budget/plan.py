@@ -208,35 +208,55 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
     return [kept for _price, _owner, kept in ranked]
 
 
-def _trial(trace: Trace, evicted: list[bool], members: list[int], budget: int) -> Profile:
-    """The profile with ``members`` evicted too (``evicted`` itself unchanged)."""
+def _trial(
+    trace: Trace, evicted: list[bool], members: list[int], budget: int, evicts: bool = True
+) -> Profile:
+    """The profile with ``members`` evicted too (``evicts``), or kept (``evicted`` itself
+    unchanged)."""
     for v in members:
-        evicted[v] = True
+        evicted[v] = evicts
     trial = profile(trace, evicted, budget, views=False)
     for v in members:
-        evicted[v] = False
+        evicted[v] = not evicts
     return trial
 
 
 def _lower_peak(
     trace: Trace, groups: dict, evicted: list[bool], current: Profile, budget: int
 ) -> tuple[list[bool], Profile]:
-    """Phase two, under the floor: evict, one at a time, the candidate that lowers the peak
-    most (the cheaper on a tie), until none lowers it."""
+    """Phase two, under the floor: one move at a time, the one that lowers the peak most, else
+    the excess most (a peak held over several steps falls one step at a time), the cheaper on
+    a tie, until none does. A move evicts a candidate (:func:`_candidates`), or
+    keeps an evicted value that is held at the peak as a by-product of a recomputation:
+    keeping it from forward on cuts the chain that recomputes it, so that its evicted
+    ancestors need not be held then (a chain of recomputation is the floor's usual cause)."""
     evicted = list(evicted)
     while current.peak > budget:
-        best, best_profile = None, current
-        for members in _candidates(trace, groups, evicted, current):
-            trial = _trial(trace, evicted, members, budget)
-            if trial.peak < best_profile.peak or (
-                best is not None
-                and trial.peak == best_profile.peak
-                and trial.seconds < best_profile.seconds
+        best, best_profile, best_evicts = None, current, True
+        moves = [(members, True) for members in _candidates(trace, groups, evicted, current)]
+        moves.extend(([v], False) for v in _by_products_at_peak(trace, evicted, current))
+        for members, evicts in moves:
+            trial = _trial(trace, evicted, members, budget, evicts)
+            if (trial.peak, trial.excess, trial.seconds) < (
+                best_profile.peak,
+                best_profile.excess,
+                best_profile.seconds if best is not None else math.inf,
             ):
-                best, best_profile = members, trial
+                best, best_profile, best_evicts = members, trial, evicts
         if best is None:
             break
         for v in best:
-            evicted[v] = True
+            evicted[v] = best_evicts
         current = best_profile
     return evicted, current
+
+
+def _by_products_at_peak(trace: Trace, evicted: list[bool], current: Profile) -> list[int]:
+    """The evicted values held at the peak's step that a backward step reads (the others are
+    only ever by-products: keeping them would hold them from forward on)."""
+    at, first, last = current.at, current.first, current.last
+    return [
+        v
+        for v in range(len(evicted))
+        if evicted[v] and trace.reads[v] and first[v] <= at <= last[v]
+    ]
