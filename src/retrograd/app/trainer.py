@@ -220,6 +220,9 @@ class Replica:
         else:
             self.schedule = None
         self.clip_norm = config.clip_norm
+        #: under a memory budget, the most activation bytes a step that followed its plan held
+        #: (``Gradients.peak_bytes``); ``None`` until one did
+        self.planned_peak_bytes: int | None = None
 
     def loss(self, images: np.ndarray, labels: np.ndarray, batch_size: int) -> tuple[Any, int]:
         """This shard's summed cross-entropy over ``batch_size``, and how many it got right."""
@@ -236,7 +239,11 @@ class Replica:
     def step(self, images: np.ndarray, labels: np.ndarray, batch_size: int):
         """Forward, backward (gradients summed with the other replicas), optimizer step."""
         loss, correct = self.loss(images, labels, batch_size)
+        strategy = self.backend.checkpointing
+        planned = getattr(strategy, "planned_steps", None)
         grads = loss.backward()
+        if planned is not None and strategy.planned_steps > planned:
+            self.planned_peak_bytes = max(self.planned_peak_bytes or 0, grads.peak_bytes)
         if self.clip_norm is not None:
             optim.clip_grad_norm(grads, self.model, self.clip_norm, as_tensor=True)
         self.optimizer.step(grads)
@@ -426,6 +433,7 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         "recomputed_bytes": recomputed,
         "parameters": template.num_parameters(),
     }
+    summary.update(_plan_report(group.replicas[0]))
     metrics = {
         "config": asdict(config) | {"lr": config.learning_rate, "world_size": group.world},
         "dataset": {
@@ -603,6 +611,21 @@ def plot_curves(metrics: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
+def _plan_report(replica: Replica) -> dict[str, int]:
+    """Under a memory budget: the budget, the peak its plan predicted (the engine's count,
+    which ``Gradients.peak_bytes`` reports) and the most a step that followed it held, for
+    this process's first replica; empty under another strategy or before any plan."""
+    strategy = replica.backend.checkpointing
+    predicted = getattr(strategy, "predicted_peak", None)
+    if predicted is None or replica.planned_peak_bytes is None:
+        return {}
+    return {
+        "budget_bytes": strategy.max_bytes,
+        "plan_predicted_peak_bytes": predicted,
+        "plan_measured_peak_bytes": replica.planned_peak_bytes,
+    }
+
+
 def _summary_text(
     summary: dict[str, Any], config: TrainConfig, world: int, written: list[str]
 ) -> str:
@@ -618,6 +641,15 @@ def _summary_text(
         f"(checkpointing {config.checkpointing}, all epochs and workers)",
         f"  total time             {summary['total_seconds']:.1f} s",
     ]
+    if "plan_predicted_peak_bytes" in summary:
+        lines.insert(
+            -1,
+            f"  budget plan            predicted peak "
+            f"{_format_bytes(summary['plan_predicted_peak_bytes'])}, measured "
+            f"{_format_bytes(summary['plan_measured_peak_bytes'])} (budget "
+            f"{_format_bytes(summary['budget_bytes'])}; Gradients.peak_bytes of the steps "
+            "that followed it)",
+        )
     if written:
         lines.append("  wrote " + ", ".join(written))
     return "\n".join(lines)

@@ -140,6 +140,13 @@ class BudgetCheckpointing(CheckpointStrategy):
     plans = _of_part("planner", "plans", "Plans made.")
     planned_steps = _of_part("planner", "planned_steps", "Steps that followed a plan.")
 
+    @property
+    def predicted_peak(self) -> int | None:
+        """The activation bytes the latest plan predicts for its steps (the engine's count,
+        which ``Gradients.peak_bytes`` reports), ``None`` before the first plan."""
+        kept = self.planner.kept
+        return kept[0].counted if kept else None
+
     def recomputes(self, op: Any) -> bool:
         return False  # everything is kept at first; eviction decides later
 
