@@ -345,3 +345,20 @@ def test_a_planned_step_that_misses_is_replanned_from_the_measured_peak():
     replanned = planner.kept[0]
     assert planner.plans == 2 and replanned.target == 6 * MB
     assert replanned.counted <= 6 * MB and replanned.evict != planned.evict
+
+
+def test_a_plan_that_misses_its_budget_tries_lower_targets():
+    # a chain whose greedy aimed at the budget ends above it; aiming lower fits
+    from retrograd.autodiff.checkpoint.budget.plan import greedy_evictions
+
+    full, _, _ = _masked_step(rg.Autodiff(rg.NumpyBackend()))
+    strategy = rg.BudgetCheckpointing(full // 2)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
+    for _ in range(2):
+        _masked_step(backend)
+    trace = strategy.planner.kept[0].trace
+    for fraction in (0.6, 0.5, 0.4, 0.3):
+        budget = int(fraction * full)
+        _, _, aimed = greedy_evictions(trace, budget)
+        _, found, peak = plan_evictions(trace, budget)
+        assert peak <= aimed and found.peak == peak

@@ -137,9 +137,31 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     return Profile(peak, at, first, last, excess, seconds)
 
 
+#: the targets tried, as fractions of the budget, until a plan fits (the greedy is not
+#: monotonic: aiming lower can end lower than aiming at the budget did)
+TARGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
+
+
 def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
     """Which values to evict (per value, in recording order), the planned profile and its
     peak, both as the engine counts (views apart, no gradients: what the budget bounds).
+
+    The greedy of :func:`greedy_evictions` aimed at the budget, then, while its plan does not
+    fit, at lower targets (:data:`TARGETS`); the first plan that fits, else the lowest.
+    """
+    best = None
+    for fraction in TARGETS:
+        evicted, found, peak = greedy_evictions(trace, int(budget * fraction))
+        if best is None or peak < best[2]:
+            best = (evicted, found, peak)
+        if peak <= budget:
+            return evicted, profile(trace, evicted, budget, views=False), peak
+    return best[0], profile(trace, best[0], budget, views=False), best[2]
+
+
+def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+    """Which values to evict to fit ``budget``, by the greedy below; as
+    :func:`plan_evictions`.
 
     Greedy, in the price DTR and Megatron's selective recompute use (bytes freed per second of
     recomputation): while the peak passes ``budget``, take the :data:`CANDIDATES` values
