@@ -6,10 +6,12 @@ first (Belady's rule); among the few furthest, the cheapest to recompute per byt
 of distance goes (DTR's score, with the true distance to the next read in place of
 staleness).
 
-Two checkpointers, for the two ways a budgeted step's backward runs:
+The checkpointers, for the ways a budgeted step's backward runs:
 
-- :class:`BudgetCheckpointer`, for a step that followed a plan: as the plan assumed, each
-  recomputed value is kept until its last read;
+- :class:`PlannedCheckpointer`, for a step that followed a plan that fits: as the plan
+  assumed, each recomputed value is kept until its last read, nothing is dropped;
+- :class:`BudgetCheckpointer`, for a step that followed a plan under its floor: the same, and
+  values are dropped should it hold more than the plan's count;
 - :class:`ReservingBudgetCheckpointer`, after an eager step: a value kept from forward or
   recomputed *reserves* one read of each parent until its own last read, so that it can be
   dropped for the budget and recomputed when read again.
@@ -27,7 +29,12 @@ from ..checkpointer import BackwardReport, Checkpointer
 from ..retro_forward import topological_order
 from ..state import RECOMPUTE, State
 
-__all__ = ["BudgetCheckpointer", "BudgetCheckpointerBuilder", "ReservingBudgetCheckpointer"]
+__all__ = [
+    "BudgetCheckpointer",
+    "BudgetCheckpointerBuilder",
+    "PlannedCheckpointer",
+    "ReservingBudgetCheckpointer",
+]
 
 #: how many of the values read furthest in the future a drop in backward compares
 _DROP_CANDIDATES = 4
@@ -109,6 +116,23 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
                 else:
                     pending.append(current)
         return reserved
+
+
+class PlannedCheckpointer(Checkpointer):
+    """Backward of a step that follows a plan that fits: the plain checkpointer (each evicted
+    value recomputed once, kept to its last read, nothing dropped: no bookkeeping of future
+    reads), which reports its peak to ``on_end`` when it ends."""
+
+    __slots__ = ("on_end",)
+
+    def __init__(self, *base: Any):
+        *base, self.on_end = base
+        super().__init__(*base)
+
+    def end(self) -> BackwardReport:
+        report = super().end()
+        self.on_end(report.peak_bytes)
+        return report
 
 
 class BudgetCheckpointer(Checkpointer):

@@ -153,11 +153,10 @@ class Planner:
         kept = [p for p in self.kept if p.signatures != plan.signatures]
         self.kept = [plan, *kept][:MAX_PLANS]
 
-    def backward_begins(self, recorded: Any, steps: list) -> tuple[int, bool] | None:
+    def backward_begins(self, recorded: Any, steps: list) -> tuple[int, str] | None:
         """The step just recorded (a :class:`~.recorder.RecordedStep`) ends: plan the next
-        ones from it, unless it followed a plan. The byte limit its backward keeps to and
-        whether it recomputes each evicted value once (not a :data:`REPLAY`), when it followed
-        a plan, else ``None`` (backward as after an eager step)."""
+        ones from it, unless it followed a plan. The byte limit its backward keeps to and the
+        plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
         plan = self.plan
         followed = (
             self.following and plan is not None and len(recorded.values) == len(plan.signatures)
@@ -172,7 +171,7 @@ class Planner:
         self.kept.remove(plan)
         self.kept.insert(0, plan)  # the most recently followed first
         self._checking = plan
-        return plan.limit, plan.mode != REPLAY
+        return plan.limit, plan.mode
 
     def backward_ended(self, peak_bytes: int) -> None:
         """A backward ended, having held ``peak_bytes`` at most (the engine's count). A

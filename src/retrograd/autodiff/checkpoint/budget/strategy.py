@@ -24,9 +24,14 @@ from ..checkpointer import Checkpointer
 from ..retro_forward import KeepByProducts
 from ..state import EVICTED, RECOMPUTE, nbytes_of
 from ..strategy import CheckpointStrategy
-from .backward import BudgetCheckpointer, BudgetCheckpointerBuilder, ReservingBudgetCheckpointer
+from .backward import (
+    BudgetCheckpointer,
+    BudgetCheckpointerBuilder,
+    PlannedCheckpointer,
+    ReservingBudgetCheckpointer,
+)
 from .evictor import Evictor
-from .planner import Planner
+from .planner import FITS, FLOOR, Planner
 from .pool import BudgetSaved, Constant, MemoryPool, Slot
 from .recorder import TraceRecorder
 from .timer import OpTimer
@@ -293,6 +298,14 @@ class BudgetCheckpointing(CheckpointStrategy):
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
         sizes = builder.sizes()
+        if planned is not None and planned[1] == FITS:
+            # as the plan assumed, which fits: each evicted value recomputed once and kept to
+            # its last read, nothing dropped (a miss is re-planned when the backward ends)
+            states = builder.states(builder.count_reads())
+            start_peak = max(forward_peak, sum(sizes.values()))
+            return PlannedCheckpointer(
+                states, nodes, inner, sizes, KeepByProducts(), start_peak, self._backward_ended
+            )
         needs = builder.needs_in_order(tape.steps)
         states = builder.states({key: len(times) for key, times in needs.items()})
         reserved: set[int] = set()
@@ -300,7 +313,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             kind, budget = ReservingBudgetCheckpointer, self.max_bytes
             by_products: Any = SqrtAnchors.for_graph(builder.recomputable)
             reserved = builder.reserve(states, needs)
-        elif planned[1]:  # as the plan assumed: each evicted value recomputed once
+        elif planned[1] == FLOOR:  # as the plan assumed, dropping if it holds more
             kind, budget = BudgetCheckpointer, planned[0]
             by_products = KeepByProducts()
         else:  # a replay of the eager step (under the floor): from √n anchors, dropping
