@@ -66,11 +66,9 @@ def test_profile_counts_a_view_once_and_adds_fixed_bytes():
     assert profile(trace, [False, False, False], views=False).peak == 6 * MB
 
 
-def test_plan_evicts_the_cheapest_per_byte_until_it_fits():
-    # four values, one read each at steps 3, 2, 1, 0; all fit in 10 MiB, budget 7 MiB:
-    # evicting d (4 MiB for 1 s) or c (2 MiB for 0.1 s) ... the plan drops what frees the
-    # excess for the fewest seconds
-    trace = Trace(
+def _four_value_trace() -> Trace:
+    """a -> b -> c -> d, 1, 3, 2 and 4 MiB, read once each at steps 3, 2, 1, 0."""
+    return Trace(
         sizes=[1 * MB, 3 * MB, 2 * MB, 4 * MB],
         costs=[0.5, 3.0, 0.1, 1.0],
         parents=[(), (0,), (1,), (2,)],
@@ -79,6 +77,13 @@ def test_plan_evicts_the_cheapest_per_byte_until_it_fits():
         owners=[0, 1, 2, 3],
         horizon=4,
     )
+
+
+def test_plan_evicts_the_cheapest_per_byte_until_it_fits():
+    # four values, one read each at steps 3, 2, 1, 0; all fit in 10 MiB, budget 7 MiB:
+    # evicting d (4 MiB for 1 s) or c (2 MiB for 0.1 s) ... the plan drops what frees the
+    # excess for the fewest seconds
+    trace = _four_value_trace()
     evicted, found, counted = plan_evictions(trace, 7 * MB)
     # step 0 holds 10 MiB; d is read at 0, so only a, b, c can go; c is the cheapest per
     # byte and leaves 8 MiB; then b (3 MiB, recomputed at step 2 from a): 5 MiB
@@ -327,15 +332,7 @@ def test_a_graph_dropped_without_backward_starts_a_new_trace():
 def test_a_planned_step_that_misses_is_replanned_from_the_measured_peak():
     from retrograd.autodiff.checkpoint.budget.planner import FITS, Planner
 
-    trace = Trace(
-        sizes=[1 * MB, 3 * MB, 2 * MB, 4 * MB],
-        costs=[0.5, 3.0, 0.1, 1.0],
-        parents=[(), (0,), (1,), (2,)],
-        recomputable=[False, True, True, True],
-        reads=[[3], [2], [1], [0]],
-        owners=[0, 1, 2, 3],
-        horizon=4,
-    )
+    trace = _four_value_trace()
     planner = Planner(8 * MB)
     planner._adopt(planner._make_plan(["a", "b", "c", "d"], trace))
     planned = planner.kept[0]
