@@ -45,6 +45,9 @@ class EvictionPlan(NamedTuple):
     target: int
     #: the engine's count of the planned peak
     counted: int
+    #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
+    #: re-plans
+    attempts: list
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -84,8 +87,6 @@ class Planner:
         self.limit = max_bytes
         #: the plan whose backward runs now, checked when it ends
         self._checking: EvictionPlan | None = None
-        #: per graph (its signatures' identity): the attempts so far, (measured peak, plan)
-        self._attempts: dict[int, list[tuple[int, EvictionPlan]]] = {}
         #: the peak of the last step that followed no plan (the one the next plan comes from)
         self._eager_peak: int | None = None
         self.plans = 0
@@ -184,16 +185,22 @@ class Planner:
             return
         if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
             return
-        attempts = self._attempts.setdefault(id(plan.signatures), [])
+        attempts = plan.attempts
         attempts.append((peak_bytes, plan))
         if len(attempts) <= MAX_REPLANS:
             target = plan.target - (peak_bytes - plan.counted)
             if target > 0:
-                self._adopt(self._make_plan(plan.signatures, plan.trace, target))
+                self._adopt(self._make_plan(plan.signatures, plan.trace, target, attempts))
                 return
         self._adopt(min(attempts, key=lambda attempt: attempt[0])[1])
 
-    def _make_plan(self, signatures: list, trace: Trace, target: int | None = None) -> EvictionPlan:
+    def _make_plan(
+        self,
+        signatures: list,
+        trace: Trace,
+        target: int | None = None,
+        attempts: list | None = None,
+    ) -> EvictionPlan:
         """The plan for ``target`` bytes (the budget unless a re-plan lowers it): the
         signatures to match, which values to evict, the byte limit.
 
@@ -210,4 +217,5 @@ class Planner:
         else:
             mode = FLOOR
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
-        return EvictionPlan(signatures, evict, limit, mode, trace, target, counted)
+        attempts = [] if attempts is None else attempts
+        return EvictionPlan(signatures, evict, limit, mode, trace, target, counted, attempts)
