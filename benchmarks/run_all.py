@@ -82,6 +82,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_lm.py", ["--rounds", "1"]),
             ("bench_convnets.py", ["--rounds", "1", "--only", "cnn"]),
             ("bench_convs.py", ["--repeats", "1", "--only", "cnn"]),
+            ("bench_budget_loops.py", ["--quick"]),
         ]
     return [
         ("bench_overhead.py", []),
@@ -104,6 +105,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_lm.py", ["--rounds", "10"]),
         ("bench_convnets.py", []),
         ("bench_convs.py", ["--repeats", "5"]),
+        ("bench_budget_loops.py", []),
     ]
 
 

@@ -93,6 +93,18 @@ def test_balanced_checkpointing_gives_identical_losses_and_parameters(tmp_path):
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def test_a_budget_reports_its_plans_predicted_and_measured_peak(capsys):
+    plain = quiet()
+    budget = plain["summary"]["peak_activation_bytes"] // 3
+    assert main(["train", *SMALL, "--checkpointing", f"budget:{budget}"]) == 0
+    printed = capsys.readouterr().out
+    assert "budget plan            predicted peak" in printed and "measured" in printed
+    summary = quiet(checkpointing=f"budget:{budget}")["summary"]
+    assert summary["budget_bytes"] == budget
+    assert 0 < summary["plan_measured_peak_bytes"] <= 1.1 * summary["plan_predicted_peak_bytes"]
+    assert "plan_predicted_peak_bytes" not in plain["summary"]
+
+
 @pytest.mark.parametrize(("workers", "batch_size", "samples"), [(2, 32, 150), (3, 5, 22)])
 def test_workers_give_the_same_losses(workers, batch_size, samples):
     """N in-process replicas reproduce the single-worker curve.

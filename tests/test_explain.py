@@ -109,3 +109,25 @@ def test_a_consumed_graph_has_no_plan():
     loss.backward()
     with pytest.raises(rg.AutodiffError, match="consumed"):
         step_plan(backend, loss.primitive)
+
+
+@pytest.mark.parametrize("strategy", [rg.BalancedCheckpointing(), rg.BudgetCheckpointing(256)])
+def test_a_missing_value_is_reported_with_the_backward_step_that_recomputes_it(strategy):
+    from retrograd.autodiff.runtime import Tape
+
+    backend = RecordingAutodiff(inner_backend(), strategy)
+    _mlp_step(backend)[0].backward()  # under a budget, the step drawn follows the plan
+    loss, _ = _mlp_step(backend)
+    plan = step_plan(backend, loss.primitive)
+    missing = {v.key: v for v in plan if v.status in (RECOMPUTED, EVICTED)}
+    assert missing
+    assert all(v.recomputed_at is None for v in plan if v.key not in missing)
+    steps = Tape(loss.primitive.node).steps
+    for value in missing.values():
+        step, op = value.recomputed_at
+        assert steps[step].op.name == op
+        # that step reads the value, or a missing value recomputed from it
+        read = set(steps[step].saved.keys)
+        assert value.key in read or any(
+            value.key in missing[key].parents for key in read if key in missing
+        ), (value, read)

@@ -105,3 +105,14 @@ def test_recording_backend_changes_nothing():
             loss = (rg.tensor(x) @ weight).tanh().sum()
             results.append(weight.grad(loss.backward()).numpy())
     np.testing.assert_array_equal(*results)
+
+
+def test_a_budget_graph_shows_what_the_plan_evicts_and_where_it_is_recomputed(tmp_path, capsys):
+    arguments = ["graph", "--model", "mlp", "--checkpointing", "budget:2KB"]
+    assert main([*arguments, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    nodes = node_lines((tmp_path / "graph.dot").read_text())
+    evicted = [line for line in nodes if "evicted" in line]
+    assert evicted and "evicted" in printed
+    # each evicted value names the backward step that recomputes it
+    assert all(re.search(r"recomputed at backward step \d+ \(\w+\)", line) for line in evicted)

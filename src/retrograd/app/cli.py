@@ -8,7 +8,7 @@
     retrograd train --workers 2 --engine torch       # the same over torch.distributed: runs
                                                      #   torchrun --nproc_per_node 2 -m retrograd
     retrograd graph --checkpointing balanced         # graph.dot (+ graph.svg with Graphviz)
-    retrograd graph --checkpointing budget:64KB      # evicted values drawn apart
+    retrograd graph --checkpointing budget:64KB      # the plan's evictions, where recomputed
     retrograd bench                                  # the benchmark tables (source checkout)
 
 Also ``python -m retrograd``. Every error is one line on stderr, ``retrograd COMMAND: what —

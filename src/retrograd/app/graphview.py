@@ -74,6 +74,8 @@ class GraphNode:
     parents: list[int] = field(default_factory=list)
     nbytes: int = 0
     is_loss: bool = False
+    #: a missing value's recomputation: (backward step, the op of that step), else ``None``
+    recomputed_at: tuple[int, str] | None = None
 
 
 @dataclass
@@ -148,7 +150,11 @@ def _dot_node(node: GraphNode) -> str:
     shape = "" if node.shape is None else "[" + ", ".join(map(str, node.shape)) + "]"
     kind_text = {"compute": "compute-bound", "memory": "memory-bound"}.get(node.kind, node.kind)
     status = "" if node.status == PARAMETER else node.status
-    label = "\\n".join(filter(None, [_escape(node.label), shape, status]))
+    where = ""
+    if node.recomputed_at is not None:
+        step, op = node.recomputed_at
+        where = f"recomputed at backward step {step} ({op})"
+    label = "\\n".join(filter(None, [_escape(node.label), shape, status, where]))
     style, border = BORDER[node.status]
     attributes = {
         "label": label,
@@ -196,8 +202,9 @@ def trace_step(
 ) -> StepGraph:
     """Record one training step (forward and loss of ``model`` on a batch of random images)
     and return its graph with the checkpointing plan of ``checkpointing``
-    (``"none"`` or ``"balanced"``); the step's backward is then run, to report the bytes it
-    actually recomputed."""
+    (``"none"``, ``"balanced"`` or ``"budget:SIZE"``); the step's backward is then run, to
+    report the bytes it actually recomputed. Under a budget the step drawn is the second of
+    a loop, which follows the plan made from the first: what it evicts is the plan's."""
     from .trainer import make_strategy
 
     strategy = make_strategy(checkpointing)
@@ -209,6 +216,8 @@ def trace_step(
         names = {p.primitive.node.id: name for name, p in network.named_parameters()}
         images = rg.tensor(rng.random((batch_size, *image_shape), dtype=np.float32))
         labels = rg.tensor(rng.integers(0, classes, batch_size), dtype="int64")
+        if isinstance(strategy, rg.BudgetCheckpointing):  # the eager step the plan comes from
+            F.cross_entropy(network(images), labels).backward()
         loss = F.cross_entropy(network(images), labels)
     graph = _graph_of(step_plan(backend, loss.primitive), names)
     graph.strategy = type(strategy).__name__
@@ -243,6 +252,7 @@ def _graph_of(plan: StepPlan, names: dict[int, str]) -> StepGraph:
                 parents,
                 value.nbytes or 0,
                 value.key == plan.root,
+                value.recomputed_at,
             )
         )
     return StepGraph(nodes, "", "")

@@ -325,6 +325,9 @@ class Replica:
             self.model.set_distributed()
         self.optimizer, self.schedule = task.make_optimizer(self.model)
         self.clip_norm = config.clip_norm
+        #: under a memory budget, the most activation bytes a step that followed its plan held
+        #: (``Gradients.peak_bytes``); ``None`` until one did
+        self.planned_peak_bytes: int | None = None
 
     def loss(self, inputs: np.ndarray, targets: np.ndarray, total: int) -> tuple[Any, dict]:
         """This shard's summed loss divided by ``total``, the whole batch's target count."""
@@ -340,7 +343,11 @@ class Replica:
         """Forward, backward (gradients summed with the other replicas), optimizer step."""
         self.task.before_step(self, step)
         loss, counts = self.loss(inputs, targets, total)
+        strategy = self.backend.checkpointing
+        planned = getattr(strategy, "planned_steps", None)
         grads = loss.backward()
+        if planned is not None and strategy.planned_steps > planned:
+            self.planned_peak_bytes = max(self.planned_peak_bytes or 0, grads.peak_bytes)
         if self.clip_norm is not None:
             optim.clip_grad_norm(grads, self.model, self.clip_norm, as_tensor=True)
         self.optimizer.step(grads)
@@ -495,10 +502,26 @@ def _fit_in(
         group.close()
     model = group.replicas[0].model
     report = task.report(run, model, group.world, memory, started)
+    report.metrics["summary"].update(plan_report(group.replicas[0]))
     if group.is_main:
         written = write_outputs(folder, report, model, task.plot, say)
         say(summary_text(report, task.config.checkpointing, group.world, written))
     return report.metrics
+
+
+def plan_report(replica: Replica) -> dict[str, int]:
+    """Under a memory budget: the budget, the peak its plan predicted (the engine's count,
+    which ``Gradients.peak_bytes`` reports) and the most a step that followed it held, for
+    this process's first replica; empty under another strategy or before any plan."""
+    strategy = replica.backend.checkpointing
+    predicted = getattr(strategy, "predicted_peak", None)
+    if predicted is None or replica.planned_peak_bytes is None:
+        return {}
+    return {
+        "budget_bytes": strategy.max_bytes,
+        "plan_predicted_peak_bytes": predicted,
+        "plan_measured_peak_bytes": replica.planned_peak_bytes,
+    }
 
 
 def _probe_memory(task: Task, template: nn.Module, world: int) -> StepMemory:

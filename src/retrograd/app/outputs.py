@@ -128,6 +128,15 @@ def summary_text(report: Report, checkpointing: str, world: int, written: Sequen
         f"  total time             {summary['total_seconds']:.1f} s",
         *report.tail,
     ]
+    if "plan_predicted_peak_bytes" in summary:
+        lines.insert(
+            lines.index(f"  total time             {summary['total_seconds']:.1f} s"),
+            f"  budget plan            predicted peak "
+            f"{format_bytes(summary['plan_predicted_peak_bytes'])}, measured "
+            f"{format_bytes(summary['plan_measured_peak_bytes'])} (budget "
+            f"{format_bytes(summary['budget_bytes'])}; Gradients.peak_bytes of the steps "
+            "that followed it)",
+        )
     if written:
         lines.append("  wrote " + ", ".join(written))
     return "\n".join(lines)

@@ -76,6 +76,10 @@ class PlannedValue:
     dtype: str | None
     #: the bytes it holds, ``None`` where unknown
     nbytes: int | None
+    #: for a value missing when backward starts (recomputed, evicted): where backward first
+    #: needs it, so recomputes it: ``(step, op)``, the position of that backward step in the
+    #: order backward runs them and the op whose step it is; else ``None``
+    recomputed_at: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ def step_plan(backend: Autodiff, root: AutodiffPrimitive) -> StepPlan:
     tape = Tape(root_node)
     strategy = backend.checkpointing
     states = strategy.planned_states(tape)
+    first_needs = _first_needs(tape, strategy.tree_of(tape), states)
     inner = backend.inner
     noted = backend.shapes if isinstance(backend, RecordingAutodiff) else {}
 
@@ -152,6 +157,10 @@ def step_plan(backend: Autodiff, root: AutodiffPrimitive) -> StepPlan:
                 status = FREED
             else:
                 status = SAVED if state.computed else strategy.recomputed_status
+        recomputed_at = None
+        if state is not None and not state.computed and node.id in first_needs:
+            step = first_needs[node.id]
+            recomputed_at = (step, tape.steps[step].op.name)
         own = []
         for key in node.saved.keys:
             if key in tape.nodes or key not in states or key in own:
@@ -173,6 +182,27 @@ def step_plan(backend: Autodiff, root: AutodiffPrimitive) -> StepPlan:
                 shape,
                 dtype,
                 nbytes,
+                recomputed_at,
             )
         )
     return StepPlan(repr(strategy), root_node.id, tuple(values + constants))
+
+
+def _first_needs(tape: Tape, tree: dict, states: dict) -> dict[int, int]:
+    """key -> the first backward step (its position in ``tape.steps``) that needs the value:
+    a step whose rules read it, or the recomputation of a missing descendant (which reads
+    its parents)."""
+    first: dict[int, int] = {}
+    for position, node in enumerate(tape.steps):
+        if node.op is None:
+            continue
+        stack = list(node.saved.keys)
+        while stack:
+            key = stack.pop()
+            if key in first:
+                continue
+            first[key] = position
+            state = states.get(key)
+            if state is not None and not state.computed and key in tree:
+                stack.extend(parent.id for parent in tree[key].parents if parent is not None)
+    return first

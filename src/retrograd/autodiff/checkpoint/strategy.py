@@ -95,17 +95,23 @@ class CheckpointStrategy:
     def begin_backward(self, tape: Any, inner: Any, consume: bool) -> Checkpointer:
         """A backward over ``tape`` (:class:`~retrograd.autodiff.runtime.Tape`) starts: its
         checkpointer. ``consume``: the walked nodes' records let go of their values."""
-        builder = self.builder(tape.nodes, consume)
+        tree = self.tree_of(tape)
+        builder = self.builder(tree, consume)
         sizes = builder.sizes()
         states = builder.states(builder.count_reads())
         by_products = SqrtAnchors.for_graph(builder.recomputable)
-        return Checkpointer(states, tape.nodes, inner, sizes, by_products, sum(sizes.values()))
+        return Checkpointer(states, tree, inner, sizes, by_products, sum(sizes.values()))
 
     def planned_states(self, tape: Any) -> dict[int, State]:
         """The state of every value a backward over ``tape`` would read, as it would start:
         held, or missing (to recompute). Changes nothing, consumes nothing."""
-        builder = self.builder(tape.nodes, consume=False)
+        builder = self.builder(self.tree_of(tape), consume=False)
         return builder.states(builder.count_reads())
+
+    def tree_of(self, tape: Any) -> dict[int, Any]:
+        """node id -> node of the graph a backward over ``tape`` walks, as recomputation sees
+        it (a strategy that recomputes from more than the nodes' parents refines it)."""
+        return tape.nodes
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -6,10 +6,12 @@ first (Belady's rule); among the few furthest, the cheapest to recompute per byt
 of distance goes (DTR's score, with the true distance to the next read in place of
 staleness).
 
-Two checkpointers, for the two ways a budgeted step's backward runs:
+The checkpointers, for the ways a budgeted step's backward runs:
 
-- :class:`BudgetCheckpointer`, for a step that followed a plan: as the plan assumed, each
-  recomputed value is kept until its last read;
+- :class:`PlannedCheckpointer`, for a step that followed a plan that fits: as the plan
+  assumed, each recomputed value is kept until its last read, nothing is dropped;
+- :class:`BudgetCheckpointer`, for a step that followed a plan under its floor: the same, and
+  values are dropped should it hold more than the plan's count;
 - :class:`ReservingBudgetCheckpointer`, after an eager step: a value kept from forward or
   recomputed *reserves* one read of each parent until its own last read, so that it can be
   dropped for the budget and recomputed when read again.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,12 @@ from ..checkpointer import BackwardReport, Checkpointer
 from ..retro_forward import topological_order
 from ..state import RECOMPUTE, State
 
-__all__ = ["BudgetCheckpointer", "BudgetCheckpointerBuilder", "ReservingBudgetCheckpointer"]
+__all__ = [
+    "BudgetCheckpointer",
+    "BudgetCheckpointerBuilder",
+    "PlannedCheckpointer",
+    "ReservingBudgetCheckpointer",
+]
 
 #: how many of the values read furthest in the future a drop in backward compares
 _DROP_CANDIDATES = 4
@@ -112,12 +118,29 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
         return reserved
 
 
+class PlannedCheckpointer(Checkpointer):
+    """Backward of a step that follows a plan that fits: the plain checkpointer (each evicted
+    value recomputed once, kept to its last read, nothing dropped: no bookkeeping of future
+    reads), which reports its peak to ``on_end`` when it ends."""
+
+    __slots__ = ("on_end",)
+
+    def __init__(self, *base: Any):
+        *base, self.on_end = base
+        super().__init__(*base)
+
+    def end(self) -> BackwardReport:
+        report = super().end()
+        self.on_end(report.peak_bytes)
+        return report
+
+
 class BudgetCheckpointer(Checkpointer):
     """A checkpointer that keeps the bytes it holds under ``budget`` by dropping what it can
     (see the module docstring). ``base``: the arguments of :class:`~.checkpointer.Checkpointer`;
     ``needs`` and ``costs``: see :class:`BudgetCheckpointerBuilder`; ``reserved``: the values
-    holding one read of each parent; ``on_end``: called with the most bytes held when the
-    backward ends."""
+    holding one read of each parent; ``on_end``: called with the most bytes held over the
+    step (forward and this backward) when the backward ends."""
 
     __slots__ = ("active", "budget", "costs", "far", "needs", "now", "on_end", "reserved")
 
@@ -134,7 +157,8 @@ class BudgetCheckpointer(Checkpointer):
         states = self.states
         self.budget = budget
         self.needs = needs
-        #: key -> seconds its op takes (measured in forward, or here)
+        #: key -> seconds its op took in forward (never measured again here: a step that
+        #: repeats another with the same prices drops and recomputes the same values)
         self.costs = costs
         self.reserved = reserved
         self.on_end = on_end
@@ -156,7 +180,7 @@ class BudgetCheckpointer(Checkpointer):
 
     def end(self) -> BackwardReport:
         report = super().end()
-        self.on_end(self.peak_bytes)
+        self.on_end(report.peak_bytes)
         return report
 
     # -- reads: each read is one step of ``needs`` ------------------------------------------------
@@ -216,12 +240,6 @@ class BudgetCheckpointer(Checkpointer):
                 active.clear()
         if self.held_bytes > self.budget and not active:
             self._enforce_budget(protect=key)
-
-    def _rerun(self, node_id: int, node: Any, values: list) -> Any:
-        started = time.perf_counter()
-        output = super()._rerun(node_id, node, values)
-        self.costs[node_id] = time.perf_counter() - started
-        return output
 
     def _after_rerun(self, node_id: int) -> None:
         self._offer(node_id)

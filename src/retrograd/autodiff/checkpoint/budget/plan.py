@@ -47,9 +47,12 @@ class Trace:
     reads: list[list[int]]
     #: position of the value whose buffer it shares (a view of a parent), or its own
     owners: list[int]
-    #: ``(bytes, first step, last step)`` held whatever the plan: untracked values the rules
-    #: read, and the gradients in flight
+    #: ``(bytes, first step, last step)`` held whatever the plan: the untracked values held
+    #: (read by rules, or backed up), which the engine counts
     fixed: list[tuple[int, int, int]] = field(default_factory=list)
+    #: the same for the gradients in flight: real memory, but not activations (neither the
+    #: engine's count nor the budget covers them)
+    gradients: list[tuple[int, int, int]] = field(default_factory=list)
     #: number of backward steps
     horizon: int = 0
 
@@ -72,9 +75,10 @@ class Profile(NamedTuple):
 def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool = True) -> Profile:
     """Bytes held at each backward step when the values ``evicted`` are recomputed.
 
-    ``views``: a view and the value it views count once (real memory; the engine's own
-    count, ``views=False``, counts each). Step 0 stands for the end of forward too: every kept
-    value is held from its making until its last read.
+    ``views``: real memory, where a view and the value it views count once and the gradients
+    in flight count too; ``views=False``: the engine's own count (``Gradients.peak_bytes``,
+    what the budget bounds), which counts each view apart and no gradient. Step 0 stands for
+    the end of forward too: every kept value is held from its making until its last read.
     """
     sizes, parents, reads = trace.sizes, trace.parents, trace.reads
     n = len(sizes)
@@ -120,10 +124,9 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     for owner, start in starts.items():
         delta[start] += sizes[owner]
         delta[ends[owner] + 1] -= sizes[owner]
-    if views:
-        for nbytes, start, end in trace.fixed:
-            delta[start] += nbytes
-            delta[end + 1] -= nbytes
+    for nbytes, start, end in trace.fixed + trace.gradients if views else trace.fixed:
+        delta[start] += nbytes
+        delta[end + 1] -= nbytes
     peak, at, held, excess = -1, 0, 0, 0
     for step in range(horizon + 1):
         held += delta[step]
@@ -134,61 +137,67 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     return Profile(peak, at, first, last, excess, seconds)
 
 
-def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
-    """Which values to evict (per value, in recording order), the planned profile, and the
-    peak the engine will count (views counted apart, no gradients).
+#: the targets tried, as fractions of the budget, until a plan fits (the greedy is not
+#: monotonic: aiming lower can end lower than aiming at the budget did)
+TARGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
-    Greedy: while the peak passes ``budget``, take the :data:`CANDIDATES` values cheapest to
-    recompute per byte among those held at the peak and first needed after it, and evict the
-    one that removes the most excess (bytes above the budget, summed over backward's steps)
-    per second of recomputation it adds. Evicting a value whose ancestors are evicted makes
-    them by-products of its recomputation, held from then until their own reads: the excess
-    sees that where the peak alone would not. Stops when the peak fits or no candidate helps;
-    then, if it does not fit, returns the evictions of the lowest peak met on the way.
+
+def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+    """Which values to evict (per value, in recording order), the planned profile and its
+    peak, both as the engine counts (views apart, no gradients: what the budget bounds).
+
+    The greedy of :func:`greedy_evictions` aimed at the budget, then, while its plan does not
+    fit, at lower targets (:data:`TARGETS`); the first plan that fits, else the lowest.
     """
-    sizes, costs, recomputable, reads = trace.sizes, trace.costs, trace.recomputable, trace.reads
-    n = len(sizes)
+    best = None
+    for fraction in TARGETS:
+        evicted, found, peak = greedy_evictions(trace, int(budget * fraction))
+        if best is None or peak < best[2]:
+            best = (evicted, found, peak)
+        if peak <= budget:
+            return evicted, profile(trace, evicted, budget, views=False), peak
+    return best[0], profile(trace, best[0], budget, views=False), best[2]
+
+
+def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+    """Which values to evict to fit ``budget``, by the greedy below; as
+    :func:`plan_evictions`.
+
+    Greedy, in the price DTR and Megatron's selective recompute use (bytes freed per second of
+    recomputation): while the peak passes ``budget``, take the :data:`CANDIDATES` values
+    cheapest to recompute per byte among those held at the peak and first needed after it,
+    and evict the one that removes the most excess (bytes above the budget, summed over
+    backward's steps) per second of recomputation it adds. Evicting a value whose ancestors
+    are evicted makes them by-products of its recomputation, held from then until their own
+    reads: the excess sees that where the peak alone would not. Stops when the peak fits or no
+    candidate helps. Where the budget is out of reach, the plan then lowers the peak itself
+    from the lowest met on the way (:func:`_lower_peak`): the floor of a plan that recomputes
+    each evicted value once.
+    """
+    n = len(trace.sizes)
     # What no backward step reads is needed only to recompute evicted values: evicted from
     # the start (it costs nothing unless a recomputation needs it; kept, it would be held
     # from forward on, which is rarely worth its bytes).
-    evicted = [recomputable[v] and not reads[v] for v in range(n)]
+    evicted = [trace.recomputable[v] and not trace.reads[v] for v in range(n)]
     # A buffer is freed only when every value viewing it is: views go with their owner.
     groups: dict[int, list[int]] = {}
     for v in range(n):
         groups.setdefault(trace.owners[v], []).append(v)
-    current = profile(trace, evicted, budget)
+    current = profile(trace, evicted, budget, views=False)
     # Evictions lower the excess summed over backward's steps, which may raise the peak on the
-    # way: where the budget is out of reach, the lowest peak seen is the plan.
+    # way: where the budget is out of reach, the lowest peak seen is the start of phase two.
     lowest = (list(evicted), current)
     while current.peak > budget:
-        at, first, last = current.at, current.first, current.last
-        ranked = []
-        for owner, members in groups.items():
-            kept = [v for v in members if not evicted[v] and last[v] >= 0]
-            if not kept or not sizes[owner]:
-                continue
-            # each must be recomputable, and not read at or before the peak (else evicting
-            # it cannot lower the peak), and one of them held at the peak
-            if any(not recomputable[v] or first[v] <= at for v in kept):
-                continue
-            if all(last[v] < at for v in kept):
-                continue
-            ranked.append((sum(costs[v] for v in kept) / sizes[owner], owner, kept))
-        ranked.sort()
         best, best_score, best_profile = None, math.inf, None
         # the cheapest few per byte; further down the list only while none helps
-        for index, (_price, _owner, kept) in enumerate(ranked):
+        for index, members in enumerate(_candidates(trace, groups, evicted, current)):
             if index >= CANDIDATES and best_profile is not None:
                 break
-            for v in kept:
-                evicted[v] = True
-            trial = profile(trace, evicted, budget)
-            for v in kept:
-                evicted[v] = False
+            trial = _trial(trace, evicted, members, budget)
             saved = current.excess - trial.excess
             score = (trial.seconds - current.seconds) / saved if saved > 0 else math.inf
             if score < best_score:
-                best, best_score, best_profile = kept, score, trial
+                best, best_score, best_profile = members, score, trial
         if best_profile is None:
             break
         for v in best:
@@ -197,5 +206,79 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
         if current.peak < lowest[1].peak:
             lowest = (list(evicted), current)
     if current.peak > budget:
-        evicted, current = lowest
-    return evicted, current, profile(trace, evicted, views=False).peak
+        evicted, current = _lower_peak(trace, groups, *lowest, budget)
+    return evicted, current, current.peak
+
+
+def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profile) -> list:
+    """The kept members of each buffer whose eviction could lower ``current``'s peak (all
+    recomputable, none read at or before the peak, one held at it), cheapest per byte
+    first."""
+    sizes, costs, recomputable = trace.sizes, trace.costs, trace.recomputable
+    at, first, last = current.at, current.first, current.last
+    ranked = []
+    for owner, members in groups.items():
+        kept = [v for v in members if not evicted[v] and last[v] >= 0]
+        if not kept or not sizes[owner]:
+            continue
+        if any(not recomputable[v] or first[v] <= at for v in kept):
+            continue
+        if all(last[v] < at for v in kept):
+            continue
+        ranked.append((sum(costs[v] for v in kept) / sizes[owner], owner, kept))
+    ranked.sort()
+    return [kept for _price, _owner, kept in ranked]
+
+
+def _trial(
+    trace: Trace, evicted: list[bool], members: list[int], budget: int, evicts: bool = True
+) -> Profile:
+    """The profile with ``members`` evicted too (``evicts``), or kept (``evicted`` itself
+    unchanged)."""
+    for v in members:
+        evicted[v] = evicts
+    trial = profile(trace, evicted, budget, views=False)
+    for v in members:
+        evicted[v] = not evicts
+    return trial
+
+
+def _lower_peak(
+    trace: Trace, groups: dict, evicted: list[bool], current: Profile, budget: int
+) -> tuple[list[bool], Profile]:
+    """Phase two, under the floor: one move at a time, the one that lowers the peak most, else
+    the excess most (a peak held over several steps falls one step at a time), the cheaper on
+    a tie, until none does. A move evicts a candidate (:func:`_candidates`), or
+    keeps an evicted value that is held at the peak as a by-product of a recomputation:
+    keeping it from forward on cuts the chain that recomputes it, so that its evicted
+    ancestors need not be held then (a chain of recomputation is the floor's usual cause)."""
+    evicted = list(evicted)
+    while current.peak > budget:
+        best, best_profile, best_evicts = None, current, True
+        moves = [(members, True) for members in _candidates(trace, groups, evicted, current)]
+        moves.extend(([v], False) for v in _by_products_at_peak(trace, evicted, current))
+        for members, evicts in moves:
+            trial = _trial(trace, evicted, members, budget, evicts)
+            if (trial.peak, trial.excess, trial.seconds) < (
+                best_profile.peak,
+                best_profile.excess,
+                best_profile.seconds if best is not None else math.inf,
+            ):
+                best, best_profile, best_evicts = members, trial, evicts
+        if best is None:
+            break
+        for v in best:
+            evicted[v] = best_evicts
+        current = best_profile
+    return evicted, current
+
+
+def _by_products_at_peak(trace: Trace, evicted: list[bool], current: Profile) -> list[int]:
+    """The evicted values held at the peak's step that a backward step reads (the others are
+    only ever by-products: keeping them would hold them from forward on)."""
+    at, first, last = current.at, current.first, current.last
+    return [
+        v
+        for v in range(len(evicted))
+        if evicted[v] and trace.reads[v] and first[v] <= at <= last[v]
+    ]

@@ -1,12 +1,22 @@
 """The budget's client of the planner (:mod:`.plan`): when to plan, whether the step being
-recorded follows the plan, and how its backward runs.
+recorded follows a plan, and how its backward runs.
 
-The first step of a training loop, and any step whose graph differs from the one before,
-runs eagerly (evicting during forward, :mod:`.evictor`). When its backward starts, the
-recorded step is kept; the next step plans from it when it starts (a single step never pays
-for planning). A later step whose values match the plan's signatures, one by one, follows it:
-the plan evicts some values as soon as they are made, and its backward runs as the plan
-assumed. A step that stops matching runs eagerly from there and is planned afresh.
+The first step of a training loop, and any step whose graph matches no plan, runs eagerly
+(evicting during forward, :mod:`.evictor`). When its backward starts, the recorded step is
+kept; the next step plans from it when it starts (a single step never pays for planning).
+A later step whose values match a plan's signatures, one by one, follows it: the plan evicts
+some values as soon as they are made and keeps the others held (forward evicts none of them
+for the limit), and its backward runs as the plan assumed. Several plans are kept, one per
+graph (:data:`MAX_PLANS`, the least recently followed dropped first): a loop that alternates
+graphs (training and validation, two batch shapes, the short last batch of an epoch) plans
+each once.
+
+A followed step whose backward holds more than the plan predicted (by a tenth) is re-planned
+from the same trace with the budget lowered by the miss (:data:`MAX_REPLANS` times at most,
+then the attempt that held least is kept). A budget under the plan's floor (the lowest peak
+of a plan that recomputes each evicted value once) gets the lower of two, by what was
+measured: that floor (:data:`FLOOR`), or a replay of the eager step at its own prices, whose
+backward recomputes from √n anchors and drops for the budget (:data:`REPLAY`).
 """
 
 from __future__ import annotations
@@ -25,8 +35,36 @@ class EvictionPlan(NamedTuple):
     signatures: list
     #: per value: evicted as soon as it is made
     evict: list[bool]
-    #: the bytes held the engine may count while following it
+    #: the bytes held the engine may count while following it (its count of the plan's peak,
+    #: or the budget when that is higher; the budget when the plan does not fit)
     limit: int
+    #: how its steps run: :data:`FITS`, :data:`FLOOR` or :data:`REPLAY`
+    mode: str
+    #: the trace planned from, and the budget it was planned for (for a re-plan)
+    trace: Trace
+    target: int
+    #: the engine's count of the planned peak
+    counted: int
+    #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
+    #: re-plans
+    attempts: list
+
+
+#: the planned peak fits the budget: forward evicts what the plan says at once and keeps
+#: the rest held; backward recomputes each evicted value once, as the plan assumed
+FITS = "fits"
+#: under the budget's reach, the plan's own floor (the lowest peak of a plan that recomputes
+#: each value once) is below what the eager step held: followed as :data:`FITS` is
+FLOOR = "floor"
+#: under the budget's reach, the eager step held less than the plan's floor: the steps replay
+#: it (forward evicts for the budget, backward recomputes from √n anchors and drops what it
+#: holds for the budget), at the prices the eager step measured, so every step does the same
+REPLAY = "replay"
+
+#: plans kept at once (one per graph of the loop)
+MAX_PLANS = 8
+#: re-plans of one graph after its followed steps missed the prediction
+MAX_REPLANS = 3
 
 
 class Planner:
@@ -38,96 +76,146 @@ class Planner:
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
+        #: the plans, the most recently followed first
+        self.kept: list[EvictionPlan] = []
+        #: the plan the step being recorded follows
         self.plan: EvictionPlan | None = None
-        #: the step being recorded has matched the plan so far
+        #: the step being recorded has matched ``plan`` so far
         self.following = False
         #: what the next step plans from: signatures and trace (see backward_begins)
         self._pending: tuple[list, Trace] | None = None
         self.limit = max_bytes
-        #: backward runs as the plan assumed (see backward_ended); the step now checks that
-        self._plan_backward = True
-        self._checking = False
-        #: the peak of the last backward run as after an eager step (``None``: none yet)
+        #: the plan whose backward runs now, checked when it ends
+        self._checking: EvictionPlan | None = None
+        #: the peak of the last step that followed no plan (the one the next plan comes from)
         self._eager_peak: int | None = None
         self.plans = 0
         self.planned_steps = 0
 
-    def on_value(self, noted: tuple[int, tuple] | None, recompute: bool) -> bool:
+    def on_value(self, noted: tuple[int, tuple] | None, recompute: bool) -> tuple[bool, float]:
         """A value was recorded (``noted``: its position and signature, ``None`` past the
-        trace's end): whether the plan evicts it at once."""
+        trace's end): whether the plan evicts it at once, and the seconds the plan gives its op
+        (``-1.0`` when no plan is followed: the measured time stands)."""
         if noted is None:
-            self.following = False
-            return False
+            self._stop_following()
+            return False, -1.0
         position, signature = noted
-        if position == 0 and self._pending is not None:  # a step starts: plan it
-            self.plan = self._make_plan(*self._pending)
-            self._pending = None
-            self.following = True
-            self.limit = self.plan.limit
+        if position == 0:  # a step starts: plan it if a trace waits, and find its plan
+            if self._pending is not None:
+                self._adopt(self._make_plan(*self._pending))
+                self._pending = None
+            self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
+            self.following = self.plan is not None
+            self.limit = self.plan.limit if self.plan is not None else self.max_bytes
         if not self.following:
-            return False
+            return False, -1.0
         plan = self.plan
-        if position < len(plan.signatures) and plan.signatures[position] == signature:
-            return plan.evict[position] and recompute
-        self.following = False  # another graph: eager from here on, and planned afresh
-        self.limit = self.max_bytes
-        return False
+        if position >= len(plan.signatures) or plan.signatures[position] != signature:
+            plan = self._switch(position, signature)
+            if plan is None:  # another graph: eager from here on, and planned afresh
+                self._stop_following()
+                return False, -1.0
+        evict = plan.mode != REPLAY and plan.evict[position] and recompute
+        return evict, plan.trace.costs[position]
 
-    def backward_begins(self, recorded: Any, steps: list) -> int | None:
+    def planned(self, evict_now: bool) -> bool | None:
+        """What the step's plan says of the recomputable value just recorded (a
+        :class:`~.pool.Slot`'s ``planned``): evicted at once (``True``), kept held (``False``),
+        or ``None``: no plan followed, or a :data:`REPLAY`, whose forward evicts for the
+        budget (at the plan's fixed prices, so every step alike)."""
+        if not self.following:
+            return None
+        if self.plan.mode == REPLAY:
+            return None
+        return evict_now
+
+    def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
+        """Another kept plan that the step has matched so far, with the same evictions."""
+        plan = self.plan
+        for other in self.kept:
+            if (
+                other is not plan
+                and len(other.signatures) > position
+                and other.signatures[position] == signature
+                and other.signatures[:position] == plan.signatures[:position]
+                and other.evict[:position] == plan.evict[:position]
+            ):
+                self.plan = other
+                self.limit = other.limit
+                return other
+        return None
+
+    def _stop_following(self) -> None:
+        self.following = False
+        self.limit = self.max_bytes
+
+    def _adopt(self, plan: EvictionPlan) -> None:
+        """Keep ``plan`` first, in place of a plan of the same graph."""
+        kept = [p for p in self.kept if p.signatures != plan.signatures]
+        self.kept = [plan, *kept][:MAX_PLANS]
+
+    def backward_begins(self, recorded: Any, steps: list) -> tuple[int, str] | None:
         """The step just recorded (a :class:`~.recorder.RecordedStep`) ends: plan the next
-        ones from it, unless it followed the current plan. The byte limit its backward keeps
-        to when it runs as the plan assumed, else ``None`` (backward as after an eager step)."""
+        ones from it, unless it followed a plan. The byte limit its backward keeps to and the
+        plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
         plan = self.plan
         followed = (
             self.following and plan is not None and len(recorded.values) == len(plan.signatures)
         )
-        if not followed and recorded.plannable():
-            self._pending = recorded.observe(steps)
-            plan = self.plan = None
-        self.following = plan is not None
-        self.limit = plan.limit if plan is not None else self.max_bytes
-        self._checking = False
+        self._stop_following()
+        self._checking = None
         if not followed:
+            if recorded.plannable():
+                self._pending = recorded.observe(steps)
             return None
         self.planned_steps += 1
-        if not self._plan_backward:
-            return None  # backward as after an eager step (see backward_ended)
-        self._checking = True
-        return self.limit
+        self.kept.remove(plan)
+        self.kept.insert(0, plan)  # the most recently followed first
+        self._checking = plan
+        return plan.limit, plan.mode
 
     def backward_ended(self, peak_bytes: int) -> None:
-        """A backward ended, having held ``peak_bytes`` at most.
-
-        A plan that does not fit leaves backward to drop values for the budget, which it can
-        only do for values whose parents it still holds; when that fails (the budget passed
-        by more than a tenth) and an eager step's backward held less, later steps keep the
-        plan's forward but run backward as after an eager step, reserving parents so that
-        everything stays droppable. (Where the budget is out of reach, the eager backward can
-        hold more than the plan's: then the plan's stays, the lower of the two.)"""
-        if not self._checking:
+        """A backward ended, having held ``peak_bytes`` at most (the engine's count). A
+        followed plan that fits but held more than it predicted (by a tenth) is re-planned
+        from its trace with the budget lowered by the miss; after :data:`MAX_REPLANS`, the
+        attempt that held least stays."""
+        plan, self._checking = self._checking, None
+        if plan is None:
             self._eager_peak = peak_bytes
-        elif peak_bytes > 1.1 * self.limit and (
-            self._eager_peak is None or peak_bytes > self._eager_peak
-        ):
-            self._plan_backward = False
-        self._checking = False
+            return
+        if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
+            return
+        attempts = plan.attempts
+        attempts.append((peak_bytes, plan))
+        if len(attempts) <= MAX_REPLANS:
+            target = plan.target - (peak_bytes - plan.counted)
+            if target > 0:
+                self._adopt(self._make_plan(plan.signatures, plan.trace, target, attempts))
+                return
+        self._adopt(min(attempts, key=lambda attempt: attempt[0])[1])
 
-    def _make_plan(self, signatures: list, trace: Trace) -> EvictionPlan:
-        """The plan: the signatures to match, which values to evict, the byte limit.
+    def _make_plan(
+        self,
+        signatures: list,
+        trace: Trace,
+        target: int | None = None,
+        attempts: list | None = None,
+    ) -> EvictionPlan:
+        """The plan for ``target`` bytes (the budget unless a re-plan lowers it): the
+        signatures to match, which values to evict, the byte limit.
 
-        A plan that fits lets the engine count what it plans (the engine counts a view apart
-        from what it views). One that does not leaves backward to keep the budget by dropping
-        values, the engine's count of activations then being all it sees: it leaves room for
-        the temporaries of the op running at the worst moment (a backward rule's intermediate
-        results, about one largest value)."""
-        budget = self.max_bytes
-        evict, planned_profile, counted = plan_evictions(trace, budget)
+        The engine counts a view apart from what it views and no gradients: its limit is its
+        own count of the planned peak, never less than the budget, so that forward never
+        evicts for the limit what the plan keeps."""
+        target = self.max_bytes if target is None else target
+        evict, _profile, counted = plan_evictions(trace, target)
         self.plans += 1
-        if planned_profile.peak <= budget:
-            limit = max(budget, counted)
+        if counted <= target:
+            mode = FITS
+        elif self._eager_peak is not None and self._eager_peak < counted:
+            mode = REPLAY
         else:
-            largest = max(trace.sizes, default=0)
-            limit = budget - largest if 4 * largest <= budget else budget
-        # backward as planned first; backward_ended compares it with an eager step's
-        self._plan_backward = True
-        return EvictionPlan(signatures, evict, limit)
+            mode = FLOOR
+        limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
+        attempts = [] if attempts is None else attempts
+        return EvictionPlan(signatures, evict, limit, mode, trace, target, counted, attempts)

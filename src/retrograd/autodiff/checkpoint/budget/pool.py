@@ -14,10 +14,10 @@ import threading
 import weakref
 from typing import Any
 
-from ..builder import Saved
+from ..builder import NOTHING_SAVED, Saved
 from ..state import RECOMPUTE
 
-__all__ = ["BudgetSaved", "MemoryPool", "Slot"]
+__all__ = ["BudgetSaved", "Constant", "MemoryPool", "Slot"]
 
 
 class Slot:
@@ -51,13 +51,37 @@ class Slot:
 
 class BudgetSaved(Saved):
     """A node's record under a budget: its actions hold :class:`Slot` objects, and ``slot``
-    is its own output's (``None`` until an action holds it)."""
+    is its own output's (``None`` until an action holds it). ``sources``: when an input is
+    untracked but backed up (a :class:`Constant`), the node's parents with each ``None``
+    replaced by its constant, which a recomputation reads; else ``None``."""
 
-    __slots__ = ("slot",)
+    __slots__ = ("slot", "sources")
 
     def __init__(self, keys: tuple, actions: list | None, recompute: bool):
         super().__init__(keys, actions, recompute)
         self.slot: Slot | None = None
+        self.sources: tuple | None = None
+
+
+class Constant(Slot):
+    """An untracked input held under a budget (a mask, the input batch, a constant): the slot
+    of its value, and what a recomputation of its consumers reads in place of a parent node.
+    Like a node it has an ``id`` (a key of its own), no parents and no op, and it is never
+    recomputed. Every consumer of the same primitive shares one
+    (:class:`~.strategy.BudgetCheckpointing` finds them by the primitive's identity while they
+    live), so its bytes count once."""
+
+    __slots__ = ("id",)
+
+    op = None
+    saved = NOTHING_SAVED
+
+    def __init__(self, key: int, value: Any, nbytes: int):
+        super().__init__(value, nbytes, 0.0, (), False)
+        self.id = key
+
+    def __repr__(self) -> str:
+        return f"Constant({self.id}, {self.nbytes} bytes)"
 
 
 class MemoryPool:
@@ -84,7 +108,7 @@ class MemoryPool:
         ref = weakref.ref(slot, self._forget(ident, slot.nbytes))
         self._held[ident] = ref
         self.held_bytes += slot.nbytes
-        if slot.evictable:
+        if slot.evictable and slot.planned is not False:  # a followed plan keeps it held
             self._evictor.enter(ident, ref, slot)
 
     def evict(self, ident: int, slot: Slot) -> None:

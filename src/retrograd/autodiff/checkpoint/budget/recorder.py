@@ -9,6 +9,7 @@ knows: the step at which each value is read, and how long each gradient lives.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 from .plan import PLAN_LIMIT, Trace
@@ -34,12 +35,12 @@ class RecordedValue(NamedTuple):
 
 class RecordedStep(NamedTuple):
     """A whole recorded step: its values in order (a ``None`` last when it grew past
-    :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> bytes of the untracked values
-    rules read."""
+    :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> (bytes, backed up) of the
+    untracked values held."""
 
     values: list
     positions: dict[int, int]
-    constants: dict[int, int]
+    constants: dict[int, tuple[int, bool]]
 
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
@@ -56,11 +57,12 @@ class RecordedStep(NamedTuple):
         reads: list[list[int]] = [[] for _ in range(n)]
         grad_start: dict[int, int] = {}
         fixed: list[tuple[int, int, int]] = []
+        gradients: list[tuple[int, int, int]] = []
         constant_reads: dict[int, int] = {}
         for step, node in enumerate(steps):
             position = positions.get(node.id)
             if position is not None and position in grad_start:
-                fixed.append((values[position].nbytes, grad_start.pop(position), step))
+                gradients.append((values[position].nbytes, grad_start.pop(position), step))
             if node.op is None:
                 continue
             for parent in node.parents:
@@ -74,7 +76,19 @@ class RecordedStep(NamedTuple):
                     reads[position].append(step)
                 elif key in constants:
                     constant_reads[key] = step
-        fixed.extend((constants[key], 0, step) for key, step in constant_reads.items())
+        horizon = len(steps)
+        # A value that cannot be recomputed but backs up one that can is held through forward,
+        # read or not (backward lets it go when it starts, unless a recomputation needs it).
+        for value in values:
+            if value.recomputable:
+                for p in value.parents:
+                    if not values[p].recomputable and not reads[p]:
+                        reads[p].append(0)
+        fixed.extend(
+            (nbytes, 0, horizon if backup else constant_reads[key])
+            for key, (nbytes, backup) in constants.items()
+            if backup or key in constant_reads
+        )
         trace = Trace(
             sizes=[value.nbytes for value in values],
             costs=[value.seconds for value in values],
@@ -83,18 +97,29 @@ class RecordedStep(NamedTuple):
             reads=reads,
             owners=[value.owner for value in values],
             fixed=fixed,
-            horizon=len(steps),
+            gradients=gradients,
+            horizon=horizon,
         )
         return [value.signature for value in values], trace
 
 
+def _gone() -> None:
+    """A dead reference (before the first node of a step)."""
+    return None
+
+
 class TraceRecorder:
-    """Notes each node recorded under the budget until the step's backward starts."""
+    """Notes each node recorded under the budget until the step's backward starts, or until
+    the step's graph is dropped without one."""
 
     def __init__(self) -> None:
         self._values: list = []
         self._positions: dict[int, int] = {}
-        self._constants: dict[int, int] = {}
+        self._constants: dict[int, tuple[int, bool]] = {}
+        #: the step's first node: once it is gone, so is the step's graph (dropped without a
+        #: backward, as an evaluation without gradients would be), and the next node starts
+        #: a new step
+        self._first: weakref.ref = _gone
 
     def note(
         self, node: Any, inputs: tuple, out: Any, out_bytes: int, seconds: float, recompute: bool
@@ -102,7 +127,12 @@ class TraceRecorder:
         """Note ``node``: its position in the step and its signature, or ``None`` once the
         step is too long to plan (it is then not traced any further)."""
         values = self._values
+        if values and self._first() is None:  # the step's graph was dropped: a new step
+            self.take()
+            values = self._values
         position = len(values)
+        if position == 0:
+            self._first = weakref.ref(node)
         if position >= PLAN_LIMIT:  # too large to plan (or no backward for a long time)
             if position == PLAN_LIMIT:
                 self._positions.clear()
@@ -134,10 +164,12 @@ class TraceRecorder:
         positions[node.id] = position
         return position, signature
 
-    def note_constant(self, key: int, nbytes: int) -> None:
-        """An untracked value a rule reads, held under ``key``."""
+    def note_constant(self, key: int, nbytes: int, backup: bool) -> None:
+        """An untracked value held under ``key``: read by a rule, or backed up (``backup``)
+        for a recomputation of its consumer, which may come at any backward step."""
         if len(self._values) <= PLAN_LIMIT:
-            self._constants[key] = nbytes
+            held = self._constants.get(key)
+            self._constants[key] = (nbytes, backup or (held is not None and held[1]))
 
     def take(self) -> RecordedStep:
         """The step recorded so far; the next starts empty."""

@@ -14,22 +14,29 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from typing import Any
 
+from ...ids import new_node_id
 from ..anchored import SqrtAnchors
 from ..builder import Saved
 from ..checkpointer import Checkpointer
 from ..retro_forward import KeepByProducts
 from ..state import EVICTED, RECOMPUTE, nbytes_of
 from ..strategy import CheckpointStrategy
-from .backward import BudgetCheckpointer, BudgetCheckpointerBuilder, ReservingBudgetCheckpointer
+from .backward import (
+    BudgetCheckpointer,
+    BudgetCheckpointerBuilder,
+    PlannedCheckpointer,
+    ReservingBudgetCheckpointer,
+)
 from .evictor import Evictor
-from .planner import Planner
-from .pool import BudgetSaved, MemoryPool, Slot
+from .planner import FITS, FLOOR, Planner
+from .pool import BudgetSaved, Constant, MemoryPool, Slot
 from .recorder import TraceRecorder
 from .timer import OpTimer
 
-__all__ = ["BudgetCheckpointing", "parse_bytes"]
+__all__ = ["BudgetCheckpointing", "backs_up", "parse_bytes"]
 
 _UNITS = {
     "": 1,
@@ -65,6 +72,26 @@ def parse_bytes(size: int | str) -> int:
     if number <= 0:
         raise ValueError(f"BudgetCheckpointing: max_bytes must be positive, got {size!r}")
     return number
+
+
+def backs_up(nbytes: int, out_bytes: int, read: bool) -> bool:
+    """Whether an untracked input of ``nbytes`` (a mask, a constant, the input batch) is held
+    under a budget, so that its consumer, of ``out_bytes``, can be evicted and recomputed.
+
+    It is when it is no larger than the consumer's output: holding it never costs more than
+    the bytes it lets the budget free. It is too when a backward rule reads it (``read``): it
+    is held for that anyway. One held for another consumer is shared (one copy per primitive),
+    whatever this rule says. A large untracked table read into a small output is not: that
+    consumer is kept, as under NoCheckpointing.
+
+    >>> backs_up(4096, 65536, read=False)  # a causal mask of a masked attention
+    True
+    >>> backs_up(2**20, 2048, read=False)  # a 1 MiB table gathered into 2 KiB
+    False
+    >>> backs_up(2**20, 2048, read=True)  # held for its rule anyway
+    True
+    """
+    return read or nbytes <= out_bytes
 
 
 def _of_part(part: str, name: str, doc: str) -> property:
@@ -109,12 +136,21 @@ class BudgetCheckpointing(CheckpointStrategy):
         self.timer = OpTimer()
         self.recorder = TraceRecorder()
         self.planner = Planner(self.max_bytes)
+        #: id(primitive) -> the Constant holding it, while one lives (see _constants_of)
+        self._constants: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     # -- what reports and tests read: attributes of the parts ------------------------------------
     held_bytes = _of_part("pool", "held_bytes", "Bytes of the values held for backward now.")
     evictions = _of_part("evictor", "evictions", "Values evicted during forward, all time.")
     plans = _of_part("planner", "plans", "Plans made.")
     planned_steps = _of_part("planner", "planned_steps", "Steps that followed a plan.")
+
+    @property
+    def predicted_peak(self) -> int | None:
+        """The activation bytes the latest plan predicts for its steps (the engine's count,
+        which ``Gradients.peak_bytes`` reports), ``None`` before the first plan."""
+        kept = self.planner.kept
+        return kept[0].counted if kept else None
 
     def recomputes(self, op: Any) -> bool:
         return False  # everything is kept at first; eviction decides later
@@ -133,40 +169,62 @@ class BudgetCheckpointing(CheckpointStrategy):
         """The values ``node``'s rules read, in slots; its parents backed up if it can be
         recomputed; evicted at once if the plan says so; then evictions until the bytes held
         fit the limit again."""
-        plain = super().save(node, recipe, inputs, out)  # every value held as it is
         with self._lock:
             op = node.op
-            recompute = op.recomputable and None not in node.parents
-            saved = node.saved = BudgetSaved(plain.keys, None, recompute)
+            parents = node.parents
             out_bytes = nbytes_of(out)
+            constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
+            recompute = op.recomputable and len(constants) == parents.count(None)
+            keys = ()
+            saved = node.saved = BudgetSaved(keys, None, recompute)
             seconds = self.timer.measure(op.name, out_bytes, inputs)
             noted = self.recorder.note(node, inputs, out, out_bytes, seconds, recompute)
-            evict_now = self.planner.on_value(noted, recompute)
-            by_parent = {
-                parent.id: (parent, x.value)
-                for parent, x in zip(node.parents, inputs)
-                if parent is not None
-            }
+            evict_now, planned_seconds = self.planner.on_value(noted, recompute)
+            if planned_seconds >= 0:  # a followed step prices its values as its plan did
+                seconds = planned_seconds
             actions = []
             if recompute:  # its parents, to recompute it from should it be evicted
-                backups = {
-                    parent_id: self._slot_of(parent, value, False)
-                    for parent_id, (parent, value) in by_parent.items()
-                }
-                parents = tuple([backups[parent.id] for parent in node.parents])
-                slot = saved.slot = Slot(RECOMPUTE, out_bytes, seconds, parents, out_bytes > 0)
-                slot.planned = evict_now if self.planner.following else None
-                actions.extend((parent_id, slot, True) for parent_id, slot in backups.items())
-            for key, value, is_backup in plain.actions or ():
-                if key == node.id:
-                    slot = self._slot_of(node, out)
-                elif key in by_parent:
-                    slot = self._slot_of(*by_parent[key])
-                else:  # an untracked input a rule reads, under a key of its own
-                    slot = Slot(value, nbytes_of(value), 0.0, (), False)
+                sources = parents
+                if constants:
+                    sources = tuple(
+                        [constants[i] if p is None else p for i, p in enumerate(parents)]
+                    )
+                    saved.sources = sources
+                backups = {}
+                for source, x in zip(sources, inputs):
+                    if source.id not in backups:
+                        backups[source.id] = (
+                            source
+                            if type(source) is Constant
+                            else self._slot_of(source, x.value, False)
+                        )
+                slot = saved.slot = Slot(
+                    RECOMPUTE,
+                    out_bytes,
+                    seconds,
+                    tuple([backups[source.id] for source in sources]),
+                    out_bytes > 0,
+                )
+                slot.planned = self.planner.planned(evict_now)
+                actions.extend((key, slot, True) for key, slot in backups.items())
+            # What its rules read: a tracked input by its node's key, an untracked one by its
+            # constant's (or, too large to back up, held under a key of its own).
+            for i in recipe.saved_inputs:
+                parent, value = parents[i], inputs[i].value
+                if parent is not None:
+                    key, slot = parent.id, self._slot_of(parent, value)
+                elif i in constants:
+                    key, slot = constants[i].id, constants[i]
+                else:
+                    key, slot = new_node_id(), Slot(value, nbytes_of(value), 0.0, (), False)
                     self.pool.hold(slot)
-                    self.recorder.note_constant(key, slot.nbytes)
-                actions.append((key, slot, is_backup))
+                    self.recorder.note_constant(key, slot.nbytes, False)
+                keys += (key,)
+                actions.append((key, slot, False))
+            if recipe.save_out:
+                keys += (node.id,)
+                actions.append((node.id, self._slot_of(node, out), False))
+            saved.keys = keys
             saved.actions = actions or None
             pool, limit = self.pool, self.planner.limit
             if pool.held_bytes > limit:
@@ -174,6 +232,37 @@ class BudgetCheckpointing(CheckpointStrategy):
             pool.note_peak()
             self.timer.restart()
         return saved
+
+    def _constants_of(
+        self, parents: tuple, inputs: tuple, recipe: Any, out_bytes: int, recomputable: bool
+    ) -> dict[int, Constant]:
+        """The :class:`~.pool.Constant` of each untracked input (by input index) that is
+        backed up or read by a rule.
+
+        One copy per primitive, whatever the number of consumers; the size rule is
+        :func:`backs_up`."""
+        if None not in parents:
+            return {}
+        constants: dict[int, Constant] = {}
+        held = self._constants
+        for i, parent in enumerate(parents):
+            if parent is not None:
+                continue
+            value = inputs[i].value
+            constant = held.get(id(value))
+            if constant is not None and constant.value is not value:
+                constant = None  # another primitive now lives at that address
+            if constant is None:
+                nbytes = nbytes_of(value)
+                if not recomputable and i not in recipe.saved_inputs:
+                    continue
+                if not backs_up(nbytes, out_bytes, i in recipe.saved_inputs):
+                    continue
+                constant = held[id(value)] = Constant(new_node_id(), value, nbytes)
+                self.pool.hold(constant)
+            self.recorder.note_constant(constant.id, constant.nbytes, recomputable)
+            constants[i] = constant
+        return constants
 
     def _slot_of(self, node: Any, value: Any, read: bool = True) -> Slot:
         """The slot of ``node``'s output. A rule reading it (``read``) holds ``value`` in it;
@@ -205,19 +294,32 @@ class BudgetCheckpointing(CheckpointStrategy):
         with self._lock:
             forward_peak = self.pool.take_peak()
             self.timer.pause()  # backward runs before the next op: not that op's time
-            limit = self.planner.backward_begins(self.recorder.take(), tape.steps)
-        nodes = tape.nodes
+            planned = self.planner.backward_begins(self.recorder.take(), tape.steps)
+        nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
         sizes = builder.sizes()
+        if planned is not None and planned[1] == FITS:
+            # as the plan assumed, which fits: each evicted value recomputed once and kept to
+            # its last read, nothing dropped (a miss is re-planned when the backward ends)
+            states = builder.states(builder.count_reads())
+            start_peak = max(forward_peak, sum(sizes.values()))
+            return PlannedCheckpointer(
+                states, nodes, inner, sizes, KeepByProducts(), start_peak, self._backward_ended
+            )
         needs = builder.needs_in_order(tape.steps)
         states = builder.states({key: len(times) for key, times in needs.items()})
-        if limit is None:  # as after an eager step
+        reserved: set[int] = set()
+        if planned is None:  # as after an eager step
+            kind, budget = ReservingBudgetCheckpointer, self.max_bytes
+            by_products: Any = SqrtAnchors.for_graph(builder.recomputable)
+            reserved = builder.reserve(states, needs)
+        elif planned[1] == FLOOR:  # as the plan assumed, dropping if it holds more
+            kind, budget = BudgetCheckpointer, planned[0]
+            by_products = KeepByProducts()
+        else:  # a replay of the eager step (under the floor): from √n anchors, dropping
             kind, budget = ReservingBudgetCheckpointer, self.max_bytes
             by_products = SqrtAnchors.for_graph(builder.recomputable)
             reserved = builder.reserve(states, needs)
-        else:  # as the plan assumed
-            kind, budget = BudgetCheckpointer, limit
-            by_products, reserved = KeepByProducts(), set()
         start_peak = max(forward_peak, sum(sizes.values()))
         return kind(
             states,
@@ -233,6 +335,39 @@ class BudgetCheckpointing(CheckpointStrategy):
             on_end=self._backward_ended,
         )
 
+    def tree_of(self, tape: Any) -> dict[int, Any]:
+        """The walked graph, a node with backed-up untracked inputs seen as
+        :class:`_Sourced` (the engine's own nodes keep ``None`` for untracked parents)."""
+        return _with_sources(tape.nodes)
+
     def _backward_ended(self, peak_bytes: int) -> None:
         with self._lock:
             self.planner.backward_ended(peak_bytes)
+            self.pool.take_peak()  # the next step's forward peak starts from what is held now
+
+
+class _Sourced:
+    """A node as a recomputation under a budget sees it: its parents with each backed-up
+    untracked input in place (:class:`~.pool.Constant`), the rest the node's own."""
+
+    __slots__ = ("id", "op", "params", "parents", "saved")
+
+    def __init__(self, node: Any, sources: tuple):
+        self.id = node.id
+        self.op = node.op
+        self.params = node.params
+        self.parents = sources
+        self.saved = node.saved
+
+
+def _with_sources(nodes: dict[int, Any]) -> dict[int, Any]:
+    """``nodes``, with each node that has backed-up untracked inputs as :class:`_Sourced`
+    (in a copy; ``nodes`` itself when there is none)."""
+    tree = None
+    for key, node in nodes.items():
+        saved = node.saved
+        if type(saved) is BudgetSaved and saved.sources is not None:
+            if tree is None:
+                tree = dict(nodes)
+            tree[key] = _Sourced(node, saved.sources)
+    return nodes if tree is None else tree
