@@ -81,6 +81,18 @@ def test_the_transport_all_gathers_buffers_over_gloo(tmp_path):
         assert report["checks"] == 4
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_differentiable_collectives_over_gloo(ranks, tmp_path):
+    completed, reports = run_ranks("torch_collectives.py", tmp_path=tmp_path, ranks=ranks)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        forward = 6 + (8 if ranks == 2 else 4) + 2 * ranks + 4
+        assert report["checks"] == forward + 5 + 10
+
+
 def test_two_process_training_equals_full_batch_training(tmp_path):
     completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
     assert completed.returncode == 0, output(completed)

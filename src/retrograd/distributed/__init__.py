@@ -1,4 +1,4 @@
-"""Distributed data parallel: gradient sync during backward and a differentiable all-reduce.
+"""Distributed data parallel: gradient sync during backward and differentiable collectives.
 
 >>> from retrograd import distributed as dist
 >>> config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.MEAN, timeout=60.0)
@@ -20,8 +20,9 @@ Modules import one way, each only from those above it (none imports the package 
     membership                         heartbeats, member status, registration exchanges,
                                        the broken state, exit (processes, one rank each)
     transport/                         local, mpi, torch.distributed, shared memory
+    calls                              a user collective's call, header and agreement (pure)
     registry                           running contexts by device; the hook's install
-    collective                         the differentiable all_reduce, CollectiveTensor
+    collective                         the differentiable collectives, CollectiveTensor
     reducer/                           buckets, registrations, rounds, comm hooks, the fast
                                        path, the sync server, the backward hook
     context                            DistributedContext, ENGINES
@@ -29,7 +30,7 @@ Modules import one way, each only from those above it (none imports the package 
 
 from ..autodiff.params import ParamId
 from ..errors import DistributedError
-from .collective import CollectiveTensor, all_reduce
+from .collective import CollectiveTensor, all_gather, all_reduce, broadcast, reduce_scatter
 from .config import DistributedConfig, ReduceOperation
 from .context import ENGINES, DistributedContext
 
@@ -41,5 +42,8 @@ __all__ = [
     "DistributedError",
     "ParamId",
     "ReduceOperation",
+    "all_gather",
     "all_reduce",
+    "broadcast",
+    "reduce_scatter",
 ]
