@@ -329,3 +329,19 @@ def test_a_rank_that_never_joins_a_gather_fails_the_others_within_the_timeout(tm
         error = reports[rank]["error"]
         assert error is not None and "all_gather" in error and "rank 1" in error, error
         assert reports[rank]["elapsed"] < 3.0 + 2.0
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_zero_trains_as_the_wrapped_optimizer_across_processes(ranks, tmp_path):
+    """tests/zero_cases.py across processes: AdamW and SGD with momentum under ZeRO (clipping
+    active) equal to the wrapped optimizer on the full batch; the shares add up to the whole
+    state; consolidated, reloaded and continued equal to uninterrupted."""
+    completed, reports = run_ranks(ranks, "zero.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] > 60
+    for name in ("AdamW", "SGD"):
+        shares = sum(report["state_bytes"][name] for report in reports.values())
+        assert shares == reports[0]["total_bytes"][name]

@@ -93,6 +93,19 @@ def test_differentiable_collectives_over_gloo(ranks, tmp_path):
         assert report["checks"] == forward + 5 + 10
 
 
+def test_zero_trains_as_the_wrapped_optimizer_over_gloo(tmp_path):
+    completed, reports = run_ranks("torch_zero.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == [0, 1], output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] > 60
+    for name in ("AdamW", "SGD"):
+        shares = sum(report["state_bytes"][name] for report in reports.values())
+        assert shares == reports[0]["total_bytes"][name]
+
+
 def test_two_process_training_equals_full_batch_training(tmp_path):
     completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
     assert completed.returncode == 0, output(completed)

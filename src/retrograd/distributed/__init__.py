@@ -26,6 +26,7 @@ Modules import one way, each only from those above it (none imports the package 
     reducer/                           buckets, registrations, rounds, comm hooks, the fast
                                        path, the sync server, the backward hook
     context                            DistributedContext, ENGINES
+    zero                               ZeroRedundancyOptimizer (optimizer state sharded)
 """
 
 from ..autodiff.params import ParamId
@@ -33,6 +34,7 @@ from ..errors import DistributedError
 from .collective import CollectiveTensor, all_gather, all_reduce, broadcast, reduce_scatter
 from .config import DistributedConfig, ReduceOperation
 from .context import ENGINES, DistributedContext
+from .zero import ZeroRedundancyOptimizer, assign_owners, optimizer_state_bytes
 
 __all__ = [
     "ENGINES",
@@ -42,8 +44,11 @@ __all__ = [
     "DistributedError",
     "ParamId",
     "ReduceOperation",
+    "ZeroRedundancyOptimizer",
     "all_gather",
     "all_reduce",
+    "assign_owners",
     "broadcast",
+    "optimizer_state_bytes",
     "reduce_scatter",
 ]
