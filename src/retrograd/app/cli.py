@@ -139,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         "that many torchrun ranks",
     )
     train.add_argument(
+        "--zero",
+        action="store_true",
+        help="with data parallel: shard the optimizer state across the workers (ZeRO stage 1, "
+        "dist.ZeroRedundancyOptimizer); the summary shows the state's bytes per worker",
+    )
+    train.add_argument(
         "--engine",
         choices=ENGINES,
         default=defaults.engine,
@@ -295,6 +301,7 @@ def _train_gpt(options: argparse.Namespace) -> int:
         dropout=options.dropout,
         checkpointing=options.checkpointing,
         workers=options.workers,
+        zero=options.zero,
         seed=options.seed,
         out=options.out if options.out != defaults.out else GPTTrainConfig.out,
         resume=options.resume,
@@ -347,6 +354,7 @@ def _train(options: argparse.Namespace) -> int:
         clip_norm=options.clip_norm,
         checkpointing=options.checkpointing,
         workers=options.workers,
+        zero=options.zero,
         engine=options.engine,
         seed=options.seed,
         out=options.out,

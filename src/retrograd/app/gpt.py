@@ -43,12 +43,19 @@ import numpy as np
 import retrograd as rg
 
 from .. import optim
+from ..distributed.zero import optimizer_state_bytes
 from ..memory import measure_step_memory
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError
 from .models import GPT, GPTConfig
 from .text import TextCorpus, load_corpus
-from .trainer import _format_bytes, _progress, _valid_strategy, make_strategy
+from .trainer import (
+    _format_bytes,
+    _progress,
+    _valid_strategy,
+    make_strategy,
+    optimizer_state_line,
+)
 
 __all__ = ["GPTTrainConfig", "load_run", "sample", "train_gpt"]
 
@@ -77,6 +84,8 @@ class GPTTrainConfig:
     eval_batches: int = 4
     checkpointing: str = "none"
     workers: int = 1
+    #: shard the AdamW state across the workers (``dist.ZeroRedundancyOptimizer``)
+    zero: bool = False
     seed: int = 0
     out: str | None = "retrograd-gpt"
     resume: bool = False
@@ -133,16 +142,20 @@ class GPTTrainConfig:
 
 
 # -- replicas -------------------------------------------------------------------------------------
-def make_optimizer(model: GPT, config: GPTTrainConfig) -> Any:
+def make_optimizer(model: GPT, config: GPTTrainConfig, zero: bool = False) -> Any:
     """AdamW as nanoGPT configures it: weight decay on the 2-d weights (matmuls, embeddings),
     none on biases and layer-norm gains (torch's parameter groups), betas (0.9, 0.99) for a small
-    model."""
+    model; ``zero``: its state sharded across the running context's workers."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    if zero:
+        from ..distributed import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(groups, optim.AdamW, lr=config.lr, betas=(0.9, 0.99))
     return optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99))
 
 
@@ -168,7 +181,7 @@ class _Replica:
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:
             self.model.set_distributed()
-        self.optimizer = make_optimizer(self.model, config)
+        self.optimizer = make_optimizer(self.model, config, zero=config.zero and distributed)
 
     def loss(self, x: np.ndarray, y: np.ndarray, tokens: int) -> Any:
         """This shard's summed cross-entropy divided by the whole batch's token count."""
@@ -202,14 +215,14 @@ class _Group:
 
         devices = [rg.Device("cpu", i) for i in range(config.workers)]
         distributed = config.workers > 1
-        self.replicas = [
-            _Replica(template, config, d, i, distributed) for i, d in enumerate(devices)
-        ]
         self.context = self.pool = None
-        if config.workers > 1:
+        if distributed:
             settings = DistributedConfig(ReduceOperation.SUM, timeout=config.timeout)
             self.context = DistributedContext(devices, settings).start()
             self.pool = ThreadPoolExecutor(config.workers, thread_name_prefix="retrograd-gpt")
+        self.replicas = [
+            _Replica(template, config, d, i, distributed) for i, d in enumerate(devices)
+        ]
 
     def step(self, x: np.ndarray, y: np.ndarray, step: int) -> tuple[float, int]:
         """One optimizer step on the batch ``x -> y``; the batch's mean loss."""
@@ -222,6 +235,15 @@ class _Group:
         ]
         results = [f.result() for f in futures]
         return sum(r[0] for r in results), sum(r[1] for r in results)
+
+    def consolidate(self) -> None:
+        """Gather a sharded optimizer state on the first replica (a collective: every
+        replica's thread takes part); nothing to do for a plain optimizer."""
+        if self.pool is None or not hasattr(self.replicas[0].optimizer, "consolidate_state_dict"):
+            return
+        futures = [self.pool.submit(r.optimizer.consolidate_state_dict, 0) for r in self.replicas]
+        for future in futures:
+            future.result()
 
     def close(self) -> None:
         if self.pool is not None:
@@ -393,6 +415,7 @@ def _train(config: GPTTrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         echo(_banner(config, corpus, template, baseline, start_step))
         memory = _probe_memory(template, config, corpus)
         step = _run(config, corpus, group, rng, history, start_step, checkpoint, baseline, echo)
+        state_bytes = optimizer_state_bytes(group.replicas[0].optimizer)
     finally:
         group.close()
     model = group.replicas[0].model
@@ -409,6 +432,7 @@ def _train(config: GPTTrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         "tokens_per_second": tokens / max(1e-9, history["train_seconds"]),
         "peak_activation_bytes": memory.peak_activation_bytes,
         "recomputed_bytes": history["recomputed_bytes"],
+        "optimizer_state_bytes": state_bytes,
         "parameters": template.num_parameters(),
     }
     metrics = {
@@ -436,9 +460,19 @@ def _train(config: GPTTrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
 
 def _resumed_config(config: GPTTrainConfig, meta: dict[str, Any]) -> GPTTrainConfig:
     """The checkpoint's configuration, with what may change on resume taken from ``config``
-    (total steps, where to stop, progress, workers and checkpointing strategy)."""
+    (total steps, where to stop, progress, workers, sharding and checkpointing strategy)."""
     saved = {k: v for k, v in meta["config"].items() if k in _FIELDS}
-    keep = ("steps", "stop_at", "progress", "resume", "out", "workers", "checkpointing", "timeout")
+    keep = (
+        "steps",
+        "stop_at",
+        "progress",
+        "resume",
+        "out",
+        "workers",
+        "zero",
+        "checkpointing",
+        "timeout",
+    )
     for name in keep:
         if name != "steps" or config.steps is not None:
             saved[name] = getattr(config, name)
@@ -502,6 +536,7 @@ def _save(checkpoint, group, corpus, config, rng, history, step) -> None:
         "rng": rng.bit_generator.state,
         "history": history,
     }
+    group.consolidate()
     save_checkpoint(checkpoint, group.replicas[0], meta)
 
 
@@ -634,6 +669,7 @@ def _summary_text(summary, config, written, text) -> str:
         f"(one step of one worker, tracemalloc)",
         f"  recomputed in backward {_format_bytes(summary['recomputed_bytes'])} "
         f"(checkpointing {config.checkpointing})",
+        optimizer_state_line(summary["optimizer_state_bytes"], config.zero, config.workers),
         f"  total time             {summary['total_seconds']:.1f} s",
     ]
     if text:

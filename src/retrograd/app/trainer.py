@@ -40,6 +40,7 @@ import retrograd as rg
 
 from .. import nn, optim
 from ..distributed import ENGINES
+from ..distributed.zero import optimizer_state_bytes
 from ..memory import measure_step_memory
 from ..nn import functional as F  # noqa: N812  (PyTorch's idiom)
 from ._usage import UsageError
@@ -109,6 +110,8 @@ class TrainConfig:
     clip_norm: float | None = None
     checkpointing: str = "none"
     workers: int = 1
+    #: shard the optimizer state across the workers (``dist.ZeroRedundancyOptimizer``)
+    zero: bool = False
     engine: str = "local"
     seed: int = 0
     out: str | None = "retrograd-run"
@@ -208,9 +211,15 @@ class Replica:
             self.model.set_distributed()
         lr = config.learning_rate
         if config.optimizer == "adam":
-            self.optimizer = optim.Adam(self.model, lr=lr)
+            kind, settings = optim.Adam, {"lr": lr}
         else:
-            self.optimizer = optim.SGD(self.model, lr=lr, momentum=0.9, nesterov=True)
+            kind, settings = optim.SGD, {"lr": lr, "momentum": 0.9, "nesterov": True}
+        if config.zero and distributed:  # (the context that hosts ``device`` runs by now)
+            from ..distributed import ZeroRedundancyOptimizer
+
+            self.optimizer = ZeroRedundancyOptimizer(self.model, kind, **settings)
+        else:
+            self.optimizer = kind(self.model, **settings)
         if config.schedule == "cosine":
             self.schedule = optim.CosineAnnealingLR(self.optimizer, T_max=config.epochs)
         elif config.schedule == "step":
@@ -259,13 +268,13 @@ class _LocalGroup:
         self.rank = 0
         devices = [rg.Device("cpu", i) for i in range(self.world)]
         distributed = self.world > 1
-        self.replicas = [Replica(template, config, d, distributed) for d in devices]
         self.context = None
         self.pool = None
         if distributed:
             settings = DistributedConfig(ReduceOperation.SUM, timeout=config.timeout)
             self.context = DistributedContext(devices, settings).start()
             self.pool = ThreadPoolExecutor(self.world, thread_name_prefix="retrograd-worker")
+        self.replicas = [Replica(template, config, d, distributed) for d in devices]
 
     def run(self, shards: list[tuple[np.ndarray, np.ndarray]], batch_size: int) -> list:
         if self.pool is None:
@@ -347,6 +356,12 @@ def _progress(total: int, description: str, enabled: bool | None):
     return tqdm(total=total, desc=description, unit="batch", leave=True, dynamic_ncols=True)
 
 
+def optimizer_state_line(state_bytes: int, zero: bool, world: int) -> str:
+    """The summary's line on the optimizer state one worker holds."""
+    how = f"ZeRO: sharded over {world} workers" if zero and world > 1 else "a full copy each"
+    return f"  optimizer state        {_format_bytes(state_bytes)} per worker ({how})"
+
+
 def _format_bytes(count: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(count) < 1024 or unit == "GiB":
@@ -410,6 +425,7 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         history, step_losses, train_seconds, recomputed = _run_epochs(
             config, dataset, group, order_rng, say
         )
+        state_bytes = optimizer_state_bytes(group.replicas[0].optimizer)
     finally:
         group.close()
 
@@ -424,6 +440,7 @@ def _train(config: TrainConfig, echo: Callable[..., None]) -> dict[str, Any]:
         "peak_activation_bytes": memory.peak_activation_bytes,
         "kept_after_forward_bytes": memory.after_forward_bytes,
         "recomputed_bytes": recomputed,
+        "optimizer_state_bytes": state_bytes,
         "parameters": template.num_parameters(),
     }
     metrics = {
@@ -616,6 +633,7 @@ def _summary_text(
         f"(one step of one worker, {shard} samples, tracemalloc)",
         f"  recomputed in backward {_format_bytes(summary['recomputed_bytes'])} "
         f"(checkpointing {config.checkpointing}, all epochs and workers)",
+        optimizer_state_line(summary["optimizer_state_bytes"], config.zero, world),
         f"  total time             {summary['total_seconds']:.1f} s",
     ]
     if written:
