@@ -26,6 +26,7 @@ import torch
 import retrograd as rg
 from retrograd import distributed as dist
 from retrograd.distributed import buffers, launch
+from zero_cases import check_reports
 
 SCRIPTS = Path(__file__).parent / "torch_scripts"
 LAUNCH_SECONDS = 120.0
@@ -98,12 +99,7 @@ def test_zero_trains_as_the_wrapped_optimizer_over_gloo(tmp_path):
     assert completed.returncode == 0, output(completed)
     reports = reports[tmp_path.name]
     assert sorted(reports) == [0, 1], output(completed)
-    for rank, report in reports.items():
-        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
-        assert report["checks"] > 60
-    for name in ("AdamW", "SGD"):
-        shares = sum(report["state_bytes"][name] for report in reports.values())
-        assert shares == reports[0]["total_bytes"][name]
+    check_reports(reports)
 
 
 def test_two_process_training_equals_full_batch_training(tmp_path):

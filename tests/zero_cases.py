@@ -171,3 +171,14 @@ def resume_in_one_process_check(full, name, checks, device, n) -> None:
     train(model, opt, xs, ys, device, 3, first=3)
     for key, value in values(model).items():
         close(checks, f"{name}: {key} resumed in one process", value, values(reference)[key])
+
+
+def check_reports(reports) -> None:
+    """What every multi-process ZeRO run asserts of its ranks' reports: no failure, the
+    checks ran, and the shares of the state add up to the whole."""
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        assert report["checks"] > 60
+    for name in OPTIMIZERS:
+        shares = sum(report["state_bytes"][name] for report in reports.values())
+        assert shares == reports[0]["total_bytes"][name]

@@ -156,12 +156,13 @@ class ZeroRedundancyOptimizer:
 
     @property
     def lr(self) -> float:
-        return self.param_groups[0]["lr"]
+        """The first group's learning rate; setting it sets every group's (as the wrapped
+        optimizer's, whose groups these are)."""
+        return self.full.lr
 
     @lr.setter
     def lr(self, value: float) -> None:
-        for group in self.param_groups:
-            group["lr"] = value
+        self.full.lr = value
 
     def step(self, grads: Any) -> None:
         """Update the parameters this rank owns from ``grads``, then all-gather every rank's
