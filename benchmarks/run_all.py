@@ -83,6 +83,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_convnets.py", ["--rounds", "1", "--only", "cnn"]),
             ("bench_convs.py", ["--repeats", "1", "--only", "cnn"]),
             ("bench_budget_loops.py", ["--quick"]),
+            ("bench_zero.py", ["--steps", "2", "--trials", "1", "--warmup", "1"]),
         ]
     return [
         ("bench_overhead.py", []),
@@ -106,6 +107,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_convnets.py", []),
         ("bench_convs.py", ["--repeats", "5"]),
         ("bench_budget_loops.py", []),
+        ("bench_zero.py", []),
     ]
 
 

@@ -147,3 +147,16 @@ def test_cli_resume_without_steps_finishes_the_saved_run(text_file, tmp_path, ca
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["summary"]["step"] == 12 and len(metrics["step_losses"]) == 12
     assert metrics["config"]["n_embd"] == 32  # the saved run's settings, not the defaults
+
+
+def test_zero_takes_the_same_steps_and_resumes_from_a_consolidated_checkpoint(text_file, tmp_path):
+    settings = {"steps": 8, "eval_interval": 4, "workers": 2}
+    plain = quiet(text_file, out=None, **settings)
+    whole = quiet(text_file, out=None, zero=True, **settings)
+    np.testing.assert_allclose(whole["step_losses"], plain["step_losses"], rtol=1e-5)
+    full = plain["summary"]["optimizer_state_bytes"]
+    assert whole["summary"]["optimizer_state_bytes"] < 0.75 * full
+    interrupted = str(tmp_path / "zero")
+    quiet(text_file, out=interrupted, stop_at=4, zero=True, **settings)
+    resumed = quiet(text_file, out=interrupted, resume=True, zero=True, **settings)
+    np.testing.assert_allclose(resumed["step_losses"], whole["step_losses"], rtol=1e-6)

@@ -93,10 +93,11 @@ def test_balanced_checkpointing_gives_identical_losses_and_parameters(tmp_path):
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_a_budget_reports_its_plans_predicted_and_measured_peak(capsys):
+def test_a_budget_reports_its_plans_predicted_and_measured_peak(tmp_path, capsys):
     plain = quiet()
     budget = plain["summary"]["peak_activation_bytes"] // 3
-    assert main(["train", *SMALL, "--checkpointing", f"budget:{budget}"]) == 0
+    out = str(tmp_path / "run")
+    assert main(["train", *SMALL, "--checkpointing", f"budget:{budget}", "--out", out]) == 0
     printed = capsys.readouterr().out
     assert "budget plan            predicted peak" in printed and "measured" in printed
     summary = quiet(checkpointing=f"budget:{budget}")["summary"]
@@ -292,3 +293,22 @@ def test_an_unavailable_device_is_a_one_line_error(capsys):
         pytest.skip("this machine has a GPU: cuda is available")
     assert main(["train", "--backend", "torch", "--device", "cuda"]) == 1
     assert "is not available" in capsys.readouterr().err
+
+
+def test_zero_shards_the_optimizer_state_and_trains_as_data_parallel(tmp_path, capsys):
+    """``--zero``: the same losses as plain data parallel (the same update, computed by each
+    parameter's owner), and each worker holds at most half the Adam state plus its largest
+    parameter's (whole parameters are owned: the CNN's second convolution alone is most of it)."""
+    plain = quiet(batch_size=32, workers=2)
+    zero = quiet(batch_size=32, workers=2, zero=True)
+    np.testing.assert_allclose(zero["step_losses"], plain["step_losses"], rtol=WORKERS_RTOL)
+    full, share = (
+        plain["summary"]["optimizer_state_bytes"],
+        zero["summary"]["optimizer_state_bytes"],
+    )
+    assert full == 2 * 4 * plain["summary"]["parameters"]  # two float32 moments
+    largest = 2 * 4 * 73728  # the 128 x 64 x 3 x 3 convolution's two float32 moments
+    assert share < full and share <= full / 2 + largest
+    assert main(["train", *SMALL, "--workers", "2", "--zero", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "optimizer state" in printed and "ZeRO: sharded over 2 workers" in printed

@@ -24,6 +24,7 @@ pytest.importorskip(
 import retrograd
 from retrograd.distributed import launch
 from retrograd.distributed.transport import shm
+from zero_cases import check_reports
 
 if launch.find_mpiexec() is None:
     pytest.skip(
@@ -306,3 +307,37 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
         assert report["others"] >= cores - 1 and report["others"] > idle_others
         assert not report["overlap_pays"] and not report["overlapping"]
         assert not report["donates"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_differentiable_collectives_across_processes(ranks, tmp_path):
+    """tests/collective_cases.py across processes: values, gradients equal to the duals by
+    hand, composition, and bad calls (mismatched shapes, all_reduce's too) failing every rank
+    at once with the context still usable."""
+    completed, reports = run_ranks(ranks, "collectives.py", "checks", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        forward = 6 + (8 if ranks == 2 else 4) + 2 * ranks + 4
+        assert report["checks"] == forward + 5 + 10
+
+
+def test_a_rank_that_never_joins_a_gather_fails_the_others_within_the_timeout(tmp_path):
+    completed, reports = run_ranks(3, "collectives.py", "missing", tmp_path=tmp_path)
+    assert sorted(reports) == [0, 1, 2], output(completed)
+    for rank in (0, 2):
+        error = reports[rank]["error"]
+        assert error is not None and "all_gather" in error and "rank 1" in error, error
+        assert reports[rank]["elapsed"] < 3.0 + 2.0
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_zero_trains_as_the_wrapped_optimizer_across_processes(ranks, tmp_path):
+    """tests/zero_cases.py across processes: AdamW and SGD with momentum under ZeRO (clipping
+    active) equal to the wrapped optimizer on the full batch; the shares add up to the whole
+    state; consolidated, reloaded and continued equal to uninterrupted."""
+    completed, reports = run_ranks(ranks, "zero.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    check_reports(reports)

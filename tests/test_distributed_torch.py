@@ -26,6 +26,7 @@ import torch
 import retrograd as rg
 from retrograd import distributed as dist
 from retrograd.distributed import buffers, launch
+from zero_cases import check_reports
 
 SCRIPTS = Path(__file__).parent / "torch_scripts"
 LAUNCH_SECONDS = 120.0
@@ -79,6 +80,26 @@ def test_the_transport_all_gathers_buffers_over_gloo(tmp_path):
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         assert report["checks"] == 4
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_differentiable_collectives_over_gloo(ranks, tmp_path):
+    completed, reports = run_ranks("torch_collectives.py", tmp_path=tmp_path, ranks=ranks)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == list(range(ranks)), output(completed)
+    for rank, report in reports.items():
+        assert report["failures"] == [], f"rank {rank}: {report['failures']}"
+        forward = 6 + (8 if ranks == 2 else 4) + 2 * ranks + 4
+        assert report["checks"] == forward + 5 + 10
+
+
+def test_zero_trains_as_the_wrapped_optimizer_over_gloo(tmp_path):
+    completed, reports = run_ranks("torch_zero.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == [0, 1], output(completed)
+    check_reports(reports)
 
 
 def test_two_process_training_equals_full_batch_training(tmp_path):

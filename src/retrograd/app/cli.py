@@ -48,8 +48,8 @@ GPT_OPTIONS = (
 DEBUG = "on an error, print the traceback too (also: RETROGRAD_DEBUG=1)"
 #: ``train`` options of every model
 SHARED_OPTIONS = (
-    "batch_size", "lr", "clip_norm", "checkpointing", "workers", "engine", "backend", "device",
-    "seed", "out", "overwrite", "progress", "timeout",
+    "batch_size", "lr", "clip_norm", "checkpointing", "workers", "zero", "engine", "backend",
+    "device", "seed", "out", "overwrite", "progress", "timeout",
 )  # fmt: skip
 
 
@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         help="data-parallel replicas in this process (one thread each); with --engine torch, "
         f"that many torchrun ranks (default: {defaults.workers})",
+    )
+    train.add_argument(
+        "--zero",
+        action="store_true",
+        default=None,
+        help="with data parallel: shard the optimizer state across the workers (ZeRO stage 1, "
+        "dist.ZeroRedundancyOptimizer); the summary shows the state's bytes per worker",
     )
     train.add_argument(
         "--engine",

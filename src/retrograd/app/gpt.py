@@ -48,6 +48,7 @@ from .checkpoints import CHECKPOINT, Checkpoint, read_checkpoint, write_checkpoi
 from .loop import (
     BACKENDS,
     History,
+    OptimizerFactory,
     Period,
     Replica,
     Run,
@@ -57,6 +58,7 @@ from .loop import (
     finite_positive,
     fit,
     inner_backend,
+    optimizer_factory,
     shard_rows,
     valid_strategy,
 )
@@ -91,6 +93,8 @@ class GPTTrainConfig:
     eval_batches: int = 4
     checkpointing: str = "none"
     workers: int = 1
+    #: shard the AdamW state across the workers (``dist.ZeroRedundancyOptimizer``)
+    zero: bool = False
     seed: int = 0
     out: str | None = "retrograd-gpt"
     resume: bool = False
@@ -190,17 +194,20 @@ def train_gpt(
     return fit(GPTTask(config, given), echo)
 
 
-def make_optimizer(model: GPT, config: GPTTrainConfig) -> Any:
+def make_optimizer(
+    model: GPT, config: GPTTrainConfig, build: OptimizerFactory | None = None
+) -> Any:
     """AdamW as nanoGPT configures it: weight decay on the 2-d weights (matmuls, embeddings),
     none on biases and layer-norm gains (torch's parameter groups), betas (0.9, 0.99) for a small
-    model."""
+    model; made by ``build`` (:func:`~.loop.optimizer_factory`: sharded under ``--zero``)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99))
+    build = build or optimizer_factory(zero=False)
+    return build(groups, optim.AdamW, lr=config.lr, betas=(0.9, 0.99))
 
 
 def set_lr(optimizer: Any, lr: float) -> None:
@@ -214,6 +221,7 @@ class GPTTask(Task):
 
     records_key = "evals"
     resumable = True
+    saves_optimizer = True
 
     def __init__(self, config: GPTTrainConfig, given: frozenset[str] | set[str] = frozenset()):
         super().__init__(config)
@@ -257,8 +265,8 @@ class GPTTask(Task):
     def build_model(self) -> nn.Module:
         return GPT(self.config.model_config(self.corpus.vocab_size))
 
-    def make_optimizer(self, model: nn.Module) -> tuple[Any, Any]:
-        return make_optimizer(model, self.config), None  # the learning rate is set each step
+    def make_optimizer(self, model: nn.Module, build: OptimizerFactory) -> tuple[Any, Any]:
+        return make_optimizer(model, self.config, build), None  # lr: set each step
 
     def start(self, replicas: list[Replica]) -> Run:
         saved, self.saved = self.saved, None
@@ -432,8 +440,8 @@ class GPTTask(Task):
 
 #: settings a resumed run may change: how long it runs and how (not what it trains)
 RESUME_MAY_CHANGE = (
-    "steps", "stop_at", "progress", "resume", "out", "overwrite", "workers", "checkpointing",
-    "timeout", "backend", "device",
+    "steps", "stop_at", "progress", "resume", "out", "overwrite", "workers", "zero",
+    "checkpointing", "timeout", "backend", "device",
 )  # fmt: skip
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import retrograd as rg
 
 from .. import nn, optim
+from ..distributed.zero import optimizer_state_bytes
 from ..memory import StepMemory, measure_step_memory
 from ._usage import CommandError, UsageError
 from .outputs import Report, progress_bar, summary_text, write_outputs
@@ -223,6 +224,8 @@ class Task:
     engine = "local"
     #: whether a run into a folder holding a saved run of this kind may offer ``--resume``
     resumable = False
+    #: whether :meth:`save_state` writes the optimizer's state (gathered first when sharded)
+    saves_optimizer = False
 
     def __init__(self, config: Any):
         self.config = config
@@ -246,9 +249,9 @@ class Task:
         """The model, with fresh parameters (called once, seeded, on an autodiff backend)."""
         raise NotImplementedError
 
-    def make_optimizer(self, model: nn.Module) -> tuple[Any, Any]:
-        """An optimizer of ``model``'s parameters, and a schedule stepped after every period
-        (or ``None``)."""
+    def make_optimizer(self, model: nn.Module, build: OptimizerFactory) -> tuple[Any, Any]:
+        """An optimizer of ``model``'s parameters, made by ``build(params, kind, **settings)``
+        (:func:`optimizer_factory`), and a schedule stepped after every period (or ``None``)."""
         raise NotImplementedError
 
     def start(self, replicas: list[Replica]) -> Run:
@@ -300,6 +303,21 @@ class Task:
         raise NotImplementedError
 
 
+#: ``build(params, kind, **settings)``: an optimizer of class ``kind`` over ``params``
+OptimizerFactory = Callable[..., Any]
+
+
+def optimizer_factory(zero: bool) -> OptimizerFactory:
+    """How a task builds its optimizer: ``kind(params, **settings)``, or with ``zero`` the same
+    optimizer with its state sharded across the running context's workers
+    (``dist.ZeroRedundancyOptimizer``, ZeRO stage 1)."""
+    if not zero:
+        return lambda params, kind, **settings: kind(params, **settings)
+    from ..distributed import ZeroRedundancyOptimizer
+
+    return lambda params, kind, **settings: ZeroRedundancyOptimizer(params, kind, **settings)
+
+
 # -- replicas and groups of them -----------------------------------------------------------------
 @dataclass
 class StepResult:
@@ -323,7 +341,8 @@ class Replica:
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:
             self.model.set_distributed()
-        self.optimizer, self.schedule = task.make_optimizer(self.model)
+        build = optimizer_factory(distributed and getattr(config, "zero", False))
+        self.optimizer, self.schedule = task.make_optimizer(self.model, build)
         self.clip_norm = config.clip_norm
         #: under a memory budget, the most activation bytes a step that followed its plan held
         #: (``Gradients.peak_bytes``); ``None`` until one did
@@ -369,15 +388,15 @@ class _LocalGroup:
         self.is_main = True
         devices = [rg.Device("cpu", i) for i in range(self.world)]
         distributed = self.world > 1
+        self.context = self.pool = None
+        if distributed:  # before the replicas: a sharded optimizer finds its context
+            settings = DistributedConfig(ReduceOperation.SUM, timeout=task.config.timeout)
+            self.context = DistributedContext(devices, settings).start()
+            self.pool = ThreadPoolExecutor(self.world, thread_name_prefix="retrograd-worker")
         self.replicas = [
             Replica(task, template, device, rank, distributed)
             for rank, device in enumerate(devices)
         ]
-        self.context = self.pool = None
-        if distributed:
-            settings = DistributedConfig(ReduceOperation.SUM, timeout=task.config.timeout)
-            self.context = DistributedContext(devices, settings).start()
-            self.pool = ThreadPoolExecutor(self.world, thread_name_prefix="retrograd-worker")
 
     def run(self, shards: list, total: int, step: int) -> list[StepResult]:
         if self.pool is None:
@@ -390,6 +409,15 @@ class _LocalGroup:
 
     def reduce(self, array: np.ndarray) -> np.ndarray:
         return array
+
+    def consolidate(self) -> None:
+        """Gather a sharded optimizer state on the first replica (a collective: every
+        replica's thread takes part); nothing to do for a plain optimizer."""
+        if self.pool is None or not hasattr(self.replicas[0].optimizer, "consolidate_state_dict"):
+            return
+        futures = [self.pool.submit(r.optimizer.consolidate_state_dict, 0) for r in self.replicas]
+        for future in futures:
+            future.result()
 
     def close(self) -> None:
         if self.pool is not None:
@@ -412,6 +440,12 @@ class _LauncherGroup:
         self.shards = [self.rank]
         self.is_main = self.rank == 0
         self.replicas = [Replica(task, template, self.context.device, self.rank, self.world > 1)]
+
+    def consolidate(self) -> None:
+        """Gather a sharded optimizer state on rank 0 (every rank takes part)."""
+        optimizer = self.replicas[0].optimizer
+        if self.world > 1 and hasattr(optimizer, "consolidate_state_dict"):
+            optimizer.consolidate_state_dict(0)
 
     def run(self, shards: list, total: int, step: int) -> list[StepResult]:
         return [self.replicas[0].step(*shards[0], total, step)]
@@ -498,11 +532,16 @@ def _fit_in(
         say(task.banner(template, group.world, run))
         memory = _probe_memory(task, template, group.world)
         _run_periods(task, group, run, say, folder if group.is_main else None)
+        state_bytes = optimizer_state_bytes(group.replicas[0].optimizer)
     finally:
         group.close()
     model = group.replicas[0].model
     report = task.report(run, model, group.world, memory, started)
     report.metrics["summary"].update(plan_report(group.replicas[0]))
+    report.metrics["summary"]["optimizer_state_bytes"] = state_bytes
+    report.metrics["summary"]["optimizer_state_sharded"] = bool(
+        group.world > 1 and getattr(task.config, "zero", False)
+    )
     if group.is_main:
         written = write_outputs(folder, report, model, task.plot, say)
         say(summary_text(report, task.config.checkpointing, group.world, written))
@@ -569,6 +608,8 @@ def _run_periods(
                     bar.set_postfix(**closing)
                     bar.close()
                 say(line)
+            if task.saves_optimizer:
+                group.consolidate()
             task.save_state(group.replicas, run, folder)
     finally:
         if whole is not None:

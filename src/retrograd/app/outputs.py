@@ -125,6 +125,12 @@ def summary_text(report: Report, checkpointing: str, world: int, written: Sequen
         f"({report.memory_note})",
         f"  recomputed in backward {format_bytes(summary['recomputed_bytes'])} "
         f"({report.recompute_note})",
+        f"  optimizer state        {format_bytes(summary['optimizer_state_bytes'])} per worker "
+        + (
+            f"(ZeRO: sharded over {world} workers)"
+            if summary.get("optimizer_state_sharded")
+            else "(a full copy each)"
+        ),
         f"  total time             {summary['total_seconds']:.1f} s",
         *report.tail,
     ]

@@ -34,6 +34,7 @@ from .data import Dataset, load_dataset
 from .loop import (
     BACKENDS,
     STRATEGIES,
+    OptimizerFactory,
     Period,
     Replica,
     Run,
@@ -82,6 +83,8 @@ class TrainConfig:
     clip_norm: float | None = None
     checkpointing: str = "none"
     workers: int = 1
+    #: shard the optimizer state across the workers (``dist.ZeroRedundancyOptimizer``)
+    zero: bool = False
     engine: str = "local"
     seed: int = 0
     out: str | None = "retrograd-run"
@@ -181,12 +184,14 @@ class ImageTask(Task):
     def build_model(self) -> nn.Module:
         return build_model(self.config.model, self.dataset.image_shape, self.dataset.classes)
 
-    def make_optimizer(self, model: nn.Module) -> tuple[Any, Any]:
+    def make_optimizer(self, model: nn.Module, build: OptimizerFactory) -> tuple[Any, Any]:
         config = self.config
         if config.optimizer == "adam":
-            optimizer = optim.Adam(model, lr=config.learning_rate)
+            optimizer = build(model, optim.Adam, lr=config.learning_rate)
         else:
-            optimizer = optim.SGD(model, lr=config.learning_rate, momentum=0.9, nesterov=True)
+            optimizer = build(
+                model, optim.SGD, lr=config.learning_rate, momentum=0.9, nesterov=True
+            )
         if config.schedule == "cosine":
             return optimizer, optim.CosineAnnealingLR(optimizer, T_max=config.epochs)
         if config.schedule == "step":

@@ -1,4 +1,4 @@
-"""Distributed data parallel: gradient sync during backward and a differentiable all-reduce.
+"""Distributed data parallel: gradient sync during backward and differentiable collectives.
 
 >>> from retrograd import distributed as dist
 >>> config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.MEAN, timeout=60.0)
@@ -20,18 +20,21 @@ Modules import one way, each only from those above it (none imports the package 
     membership                         heartbeats, member status, registration exchanges,
                                        the broken state, exit (processes, one rank each)
     transport/                         local, mpi, torch.distributed, shared memory
+    calls                              a user collective's call, header and agreement (pure)
     registry                           running contexts by device; the hook's install
-    collective                         the differentiable all_reduce, CollectiveTensor
+    collective                         the differentiable collectives, CollectiveTensor
     reducer/                           buckets, registrations, rounds, comm hooks, the fast
                                        path, the sync server, the backward hook
     context                            DistributedContext, ENGINES
+    zero                               ZeroRedundancyOptimizer (optimizer state sharded)
 """
 
 from ..autodiff.params import ParamId
 from ..errors import DistributedError
-from .collective import CollectiveTensor, all_reduce
+from .collective import CollectiveTensor, all_gather, all_reduce, broadcast, reduce_scatter
 from .config import DistributedConfig, ReduceOperation
 from .context import ENGINES, DistributedContext
+from .zero import ZeroRedundancyOptimizer, assign_owners, optimizer_state_bytes
 
 __all__ = [
     "ENGINES",
@@ -41,5 +44,11 @@ __all__ = [
     "DistributedError",
     "ParamId",
     "ReduceOperation",
+    "ZeroRedundancyOptimizer",
+    "all_gather",
     "all_reduce",
+    "assign_owners",
+    "broadcast",
+    "optimizer_state_bytes",
+    "reduce_scatter",
 ]

@@ -3,7 +3,7 @@
 It makes the transport its ``engine`` names, starts and closes the server, registers itself
 (:mod:`.registry`) so that backwards and ``all_reduce`` calls on its devices find it, and
 offers its collaborators (the backward hook, ``all_reduce``) what they need of it as public
-methods: ``server``, ``start_all_reduce``, ``wait_for``, ``all_reduce_array``,
+methods: ``server``, ``start_collective`` (``start_all_reduce``), ``wait_for``,
 ``record_step``.
 """
 
@@ -15,10 +15,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from ..device import Device
 from ..errors import DistributedError, DTypeError, InvalidArgumentError
+from .calls import Call, check_headers, header, transport_collective
 from .config import DistributedConfig, ReduceOperation
 from .pending import Pending
 from .reducer.backward_hook import HOOK
@@ -26,6 +25,7 @@ from .reducer.rounds import DeviceStep
 from .reducer.server import SyncServer
 from .registry import register_context, unregister_context
 from .transport.base import Transport
+from .transport.ranks import dtype_name
 
 __all__ = ["ENGINES", "DistributedContext"]
 
@@ -212,26 +212,61 @@ class DistributedContext:
         self,
         device: Device,
         devices: tuple[Device, ...],
-        array: np.ndarray,
+        array: Any,
         op: ReduceOperation,
     ) -> Pending:
-        """Start ``device``'s part of an ``all_reduce`` of ``array`` over ``devices``: the
-        k-th call of each device over the same devices are matched."""
+        """Start ``device``'s part of an ``all_reduce`` of ``array`` (a buffer) over
+        ``devices`` (:meth:`start_collective`)."""
+        return self.start_collective(Call("all_reduce", op, tuple(devices)), device, array)
+
+    def start_collective(
+        self, call: Call, device: Device, buffer: Any, rejected: bool = False
+    ) -> Pending | None:
+        """Start ``device``'s part of ``call`` on ``buffer``: the k-th collective call of each
+        device over the same devices are matched. Every member first all-gathers its header
+        (:mod:`.calls`) and waits for the others' (at most the timeout); if they disagree, or
+        one ``rejected`` its call, every member raises :class:`~retrograd.DistributedError`
+        with the same message (a member that rejected its call gets ``None`` back at once
+        and raises its own error). Then the data's collective starts; its pending result (one
+        array) is returned."""
         if not self.running:
-            raise DistributedError(f"all_reduce: the distributed context is {self._state}")
-        members = self.transport.members
-        strangers = [d for d in devices if d not in self.transport.index]
+            raise DistributedError(f"{call.kind}: the distributed context is {self._state}")
+        devices, index = call.devices, self.transport.index
+        strangers = [d for d in devices if d not in index]
         if strangers or len(set(devices)) != len(devices):
             raise DistributedError(
-                f"all_reduce: devices must be distinct devices of the context "
-                f"({', '.join(map(str, members))}), got {', '.join(map(str, devices))}"
+                f"{call.kind}: devices must be distinct devices of the context "
+                f"({', '.join(map(str, self.transport.members))}), got "
+                f"{', '.join(map(str, devices))}"
             )
-        group = tuple(sorted(devices, key=self.transport.index.__getitem__))
+        group = tuple(sorted(devices, key=index.__getitem__))
         with self._lock:
             number = self._sequence.get((device, group), 0)
             self._sequence[(device, group)] = number + 1
-        pending = Pending(("op", group, number))
-        self._server.all_reduce(pending, device, [array], op, ("op", group, number), group)
+        order = tuple(index[d] for d in devices)
+        shape, dtype = tuple(buffer.shape), dtype_name(buffer)
+        mine = header(call, order, dtype, shape, rejected)
+        head_key: Any = ("op", group, number, "header")
+        head = Pending(head_key)
+        self._server.collective(
+            head, lambda transport: transport.all_gather(device, [mine], head_key, group)
+        )
+        if rejected:
+            return None
+        rows = self.wait_for(head, f"{call.describe()} (agreeing on the call)")[0]
+        names = [self.transport.member_name(index[d]) for d in group]
+        problem = check_headers(call, rows, names)
+        if problem is not None:
+            raise DistributedError(problem)
+        kind, op = transport_collective(call, dtype)
+        key = ("op", group, number)
+        pending = Pending(key)
+        if kind == "all_gather":
+            self._server.collective(
+                pending, lambda transport: transport.all_gather(device, [buffer], key, group)
+            )
+        else:
+            self._server.all_reduce(pending, device, [buffer], op, key, group)
         return pending
 
     def wait_for(self, pending: Pending, what: str) -> Any:
@@ -242,17 +277,6 @@ class DistributedContext:
             self._server.op_stalled(pending, what)
             pending.wait(1.0)
         return pending.outcome()
-
-    def all_reduce_array(
-        self,
-        device: Device,
-        devices: tuple[Device, ...],
-        array: np.ndarray,
-        op: ReduceOperation,
-    ) -> np.ndarray:
-        """``array`` all-reduced over ``devices``, waited for (``all_reduce``'s backward)."""
-        pending = self.start_all_reduce(device, devices, array, op)
-        return self.wait_for(pending, f"all_reduce backward ({op.name}) on {device}")[0]
 
     def record_step(self, step: DeviceStep, ended: float, waited: float) -> None:
         """Count a synced backward in :attr:`stats` (``ended``: when its backward ended;

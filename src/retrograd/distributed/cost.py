@@ -1,5 +1,6 @@
-"""A cost model of data-parallel training: the α–β time of an all-reduce and the step time
-and scaling efficiency it gives, as pure functions (no MPI, nothing measured here).
+"""A cost model of data-parallel training: the α–β time of an all-reduce, an all-gather and a
+reduce-scatter, the step time and scaling efficiency they give, and the step time and memory
+of ZeRO stages 1 and 2 against data parallel, as pure functions (no MPI, nothing measured).
 
 Each message costs ``alpha`` seconds of latency plus ``beta`` seconds per byte (for an
 all-reduce, ``beta`` also absorbs the arithmetic of the reduction, which is memory-bound too).
@@ -18,7 +19,15 @@ from typing import NamedTuple
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["StepPrediction", "all_reduce_seconds", "predict_step"]
+__all__ = [
+    "StepPrediction",
+    "ZeroPrediction",
+    "all_gather_seconds",
+    "all_reduce_seconds",
+    "predict_step",
+    "predict_zero",
+    "reduce_scatter_seconds",
+]
 
 ALGORITHMS = ("ring", "tree", "auto")
 
@@ -59,6 +68,34 @@ def all_reduce_seconds(
     if algorithm == "tree":
         return tree
     return min(ring, tree)
+
+
+def all_gather_seconds(nbytes: float, ranks: int, *, alpha: float, beta: float) -> float:
+    """Seconds one ring all-gather takes whose result (every rank's part together) is
+    ``nbytes``: ``(p-1) alpha + (p-1)/p n beta``, each rank sending and receiving every part
+    but its own once. Half a ring all-reduce of the same bytes.
+
+    >>> a, b = 2e-6, 1e-10
+    >>> all_gather_seconds(4e7, 64, alpha=a, beta=b) * 2 == all_reduce_seconds(
+    ...     4e7, 64, alpha=a, beta=b, algorithm="ring")
+    True
+    >>> all_gather_seconds(1e6, 1, alpha=a, beta=b)
+    0.0
+    """
+    p = ranks
+    if p <= 1:
+        return 0.0
+    return (p - 1) * alpha + (p - 1) / p * nbytes * beta
+
+
+def reduce_scatter_seconds(nbytes: float, ranks: int, *, alpha: float, beta: float) -> float:
+    """Seconds one ring reduce-scatter of ``nbytes`` per rank takes (each keeps ``1/p`` of the
+    sum): the all-gather's traffic in reverse, ``(p-1) alpha + (p-1)/p n beta``.
+
+    >>> reduce_scatter_seconds(8e6, 2, alpha=0.0, beta=1e-9)
+    0.004
+    """
+    return all_gather_seconds(nbytes, ranks, alpha=alpha, beta=beta)
 
 
 class StepPrediction(NamedTuple):
@@ -136,3 +173,82 @@ def predict_step(
         exposed = reduce_time(last, 1) + max(0.0, early - window_seconds)
     step = compute_seconds + overhead_seconds + exposed
     return StepPrediction(step, exposed, compute_seconds / step)
+
+
+class ZeroPrediction(NamedTuple):
+    """What :func:`predict_zero` predicts for one training step of one rank."""
+
+    #: seconds per step
+    step_seconds: float
+    #: communication per step (none of it hidden)
+    communication_seconds: float
+    #: optimizer state held by one rank
+    state_bytes: float
+    #: parameters + gradients + optimizer state held by one rank
+    memory_bytes: float
+
+
+def predict_zero(
+    stage: int,
+    ranks: int,
+    compute_seconds: float,
+    param_bytes: float,
+    *,
+    state_bytes: float,
+    update_seconds: float,
+    alpha: float,
+    beta: float,
+) -> ZeroPrediction:
+    """Step time and memory per rank of data parallel (``stage=0``) and of ZeRO stages 1 and 2
+    (Rajbhandari et al., 2020), communication not overlapped (an upper bound on the step):
+
+    - 0, data parallel: all-reduce the gradients (``param_bytes``), every rank updates every
+      parameter (``update_seconds``) and holds the whole optimizer state;
+    - 1, optimizer state sharded, as :class:`~retrograd.distributed.ZeroRedundancyOptimizer`
+      runs it: the gradients' all-reduce as before, ``1/p`` of the update, then an all-gather
+      of the parameters (1.5 times data parallel's traffic on a ring);
+    - 2, gradients sharded too: a reduce-scatter of the gradients instead of the all-reduce,
+      each rank keeping only its share (data parallel's traffic: reduce-scatter + all-gather
+      is one ring all-reduce).
+
+    ``compute_seconds``: forward and backward of one rank; ``state_bytes``: the whole
+    optimizer state (Adam: twice ``param_bytes``).
+
+    >>> kw = dict(state_bytes=2 * 4e8, update_seconds=0.02, alpha=5e-6, beta=1e-10)
+    >>> ddp, one, two = (predict_zero(s, 64, 0.3, 4e8, **kw) for s in (0, 1, 2))
+    >>> [round(p.step_seconds, 4) for p in (ddp, one, two)]
+    [0.3994, 0.4194, 0.3797]
+    >>> [round(p.memory_bytes / 1e9, 3) for p in (ddp, one, two)]   # GB per rank
+    [1.6, 0.812, 0.419]
+    """
+    if stage not in (0, 1, 2):
+        raise InvalidArgumentError(f"predict_zero: stage must be 0, 1 or 2, got {stage!r}")
+    if ranks < 1 or compute_seconds <= 0:
+        raise InvalidArgumentError(
+            f"predict_zero: ranks ({ranks}) and compute_seconds ({compute_seconds}) must be "
+            "positive"
+        )
+    p = ranks
+    ring = {"alpha": alpha, "beta": beta}
+    if stage == 0:
+        comm = all_reduce_seconds(param_bytes, p, algorithm="ring", **ring)
+        return ZeroPrediction(
+            compute_seconds + comm + update_seconds,
+            comm,
+            state_bytes,
+            2 * param_bytes + state_bytes,
+        )
+    gather = all_gather_seconds(param_bytes, p, **ring)
+    if stage == 1:
+        sync = all_reduce_seconds(param_bytes, p, algorithm="ring", **ring)
+        grads = param_bytes
+    else:
+        sync = reduce_scatter_seconds(param_bytes, p, **ring)
+        grads = param_bytes / p
+    comm = sync + gather
+    return ZeroPrediction(
+        compute_seconds + comm + update_seconds / p,
+        comm,
+        state_bytes / p,
+        param_bytes + grads + state_bytes / p,
+    )
