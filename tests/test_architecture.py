@@ -36,6 +36,9 @@ LAYERS = {
     "distributions": 5,
     "serialization": 5,
     "testing": 5,
+    # torch.futures; torch's process-wide defaults (default device, autocast state)
+    "futures": 5,
+    "defaults": 5,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

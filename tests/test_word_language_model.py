@@ -39,6 +39,7 @@ CONFIGS = {
     "Transformer": dict(model="Transformer", tied=False),
 }
 
+
 def _args(config):
     return SimpleNamespace(
         model=config["model"],

@@ -61,8 +61,17 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, distributions, testing, utils
+from . import autograd, distributions, futures, testing, utils
 from .autograd import inference_mode
+from .defaults import (
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    get_autocast_gpu_dtype,
+    get_default_device,
+    is_autocast_cpu_enabled,
+    is_autocast_enabled,
+    set_default_device,
+)
 from .device import Device as device  # noqa: N813 (torch's name)
 from .serialization import load, save
 from .tensor import (
@@ -86,6 +95,13 @@ from .tensor import functions as _functions
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
+from .tensor.layouts import (
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    memory_format,
+    preserve_format,
+)
 from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,
@@ -249,4 +265,20 @@ __all__ += [
     "testing",
     "uint8",
     "utils",
+]
+# memory formats, torch.futures, the default device and autocast state
+__all__ += [
+    "channels_last",
+    "channels_last_3d",
+    "contiguous_format",
+    "futures",
+    "get_autocast_cpu_dtype",
+    "get_autocast_dtype",
+    "get_autocast_gpu_dtype",
+    "get_default_device",
+    "is_autocast_cpu_enabled",
+    "is_autocast_enabled",
+    "memory_format",
+    "preserve_format",
+    "set_default_device",
 ]

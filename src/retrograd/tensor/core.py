@@ -43,6 +43,7 @@ from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_ty
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin
+from .layouts import check_memory_format
 from .reduce import ReduceMixin
 from .shape import ShapeMixin
 from .views import link, unlink
@@ -242,13 +243,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """torch's ``to``: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``,
         ``to(other)`` (its device and dtype), with ``device=``/``dtype=``/``copy=`` keywords
-        (``non_blocking`` is accepted). Returns this tensor itself when nothing changes,
-        unless ``copy=True``."""
+        (``non_blocking`` is accepted; ``memory_format`` is checked and keeps the values:
+        :mod:`.layouts`). Returns this tensor itself when nothing changes, unless
+        ``copy=True``."""
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         copy = bool(kwargs.pop("copy", False))
         kwargs.pop("non_blocking", None)
-        kwargs.pop("memory_format", None)
+        check_memory_format("to", kwargs.pop("memory_format", None), self.ndim)
         if kwargs:
             raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
         for arg in args:

@@ -1,0 +1,199 @@
+"""torch's surface beyond tensors and modules (API.md section 10), each name against torch:
+import paths (``nn.modules.activation.MultiheadAttention``, ``NonDynamicallyQuantizableLinear``),
+``nn.attention`` (``SDPBackend``, ``sdpa_kernel``), memory formats, the default device and
+autocast queries, ``torch.futures``; and the clear errors where a torch form cannot hold."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import nn
+from retrograd.nn import functional as F  # noqa: N812
+
+RNG = np.random.default_rng(29)
+
+
+# -- import paths --------------------------------------------------------------------------------
+def test_multihead_attention_at_torchs_module_paths():
+    assert rg.nn.modules.activation.MultiheadAttention is nn.MultiheadAttention
+    theirs, ours = torch.nn.MultiheadAttention(8, 2), nn.MultiheadAttention(8, 2)
+    assert type(ours.out_proj).__name__ == type(theirs.out_proj).__name__
+    assert isinstance(ours.out_proj, nn.Linear) and isinstance(theirs.out_proj, torch.nn.Linear)
+    layer = rg.nn.modules.linear.NonDynamicallyQuantizableLinear(4, 3, bias=False)
+    reference = torch.nn.modules.linear.NonDynamicallyQuantizableLinear(4, 3, bias=False)
+    assert list(layer.state_dict()) == list(reference.state_dict()) == ["weight"]
+    layer.double().load_state_dict({"weight": reference.weight.detach().double().numpy()})
+    x = RNG.standard_normal((2, 4))
+    expected = reference.double()(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(layer(rg.tensor(x)).numpy(), expected, rtol=1e-12)
+
+
+# -- nn.attention ---------------------------------------------------------------------------------
+def test_sdp_backends_have_torchs_names_and_values():
+    from torch.nn.attention import SDPBackend as Theirs
+
+    from retrograd.nn.attention import SDPBackend
+
+    assert [(b.name, b.value) for b in SDPBackend] == [
+        (name, int(member.value)) for name, member in Theirs.__members__.items()
+    ]
+
+
+@pytest.mark.parametrize("kernel", ["MATH", "FLASH_ATTENTION", "both"])
+def test_sdpa_kernel_selects_and_computes_torchs_attention(kernel):
+    from torch.nn import attention as theirs
+
+    from retrograd.nn import attention as ours
+
+    def chosen(lib):
+        kinds = ["MATH", "FLASH_ATTENTION"] if kernel == "both" else [kernel]
+        members = [getattr(lib.SDPBackend, k) for k in kinds]
+        return members if kernel == "both" else members[0]
+
+    q, k, v = (RNG.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    with theirs.sdpa_kernel(chosen(theirs)):
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            *(torch.tensor(a) for a in (q, k, v)), is_causal=True
+        )
+    with ours.sdpa_kernel(chosen(ours)):
+        selected = [b.name for b in ours.enabled_backends()]
+        got = F.scaled_dot_product_attention(*(rg.tensor(a) for a in (q, k, v)), is_causal=True)
+    assert selected == (["MATH", "FLASH_ATTENTION"] if kernel == "both" else [kernel])
+    assert len(ours.enabled_backends()) == 5  # restored on exit
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_sdpa_kernel_refuses_what_is_not_a_backend():
+    from retrograd.nn.attention import sdpa_kernel
+
+    with pytest.raises(rg.InvalidArgumentError, match="SDPBackend"), sdpa_kernel("math"):
+        pass
+    with pytest.raises(rg.InvalidArgumentError, match="no viable backend"), sdpa_kernel([]):
+        pass
+
+
+# -- memory formats -------------------------------------------------------------------------------
+def test_memory_formats_keep_values_as_torchs_do():
+    x = RNG.standard_normal((2, 3, 4, 5))
+    for name in ("channels_last", "contiguous_format", "preserve_format"):
+        expected = torch.tensor(x).to(memory_format=getattr(torch, name))
+        got = rg.tensor(x).to(memory_format=getattr(rg, name))
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+        assert isinstance(getattr(rg, name), rg.memory_format)
+    volume = RNG.standard_normal((2, 3, 2, 4, 5))
+    expected = torch.tensor(volume).contiguous(memory_format=torch.channels_last_3d)
+    got = rg.tensor(volume).contiguous(memory_format=rg.channels_last_3d)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert rg.tensor(x).is_contiguous(memory_format=rg.contiguous_format)
+    assert torch.tensor(x).is_contiguous(memory_format=torch.contiguous_format)
+
+
+def test_memory_formats_refuse_what_torch_refuses_and_what_cannot_be_answered():
+    with pytest.raises(RuntimeError, match="rank 4"):
+        torch.ones(2, 3).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(rg.ShapeError, match="rank 4"):
+        rg.ones((2, 3)).contiguous(memory_format=rg.channels_last)
+    with pytest.raises(rg.ShapeError, match="rank 5"):
+        rg.ones((2, 3, 4, 5)).to(memory_format=rg.channels_last_3d)
+    with pytest.raises(rg.InvalidArgumentError, match="memory format"):
+        rg.ones((2, 3, 4, 5)).is_contiguous(memory_format=rg.channels_last)
+    with pytest.raises(rg.InvalidArgumentError, match="memory_format"):
+        rg.ones((2, 3)).to(memory_format="channels_last")
+
+
+def test_module_to_channels_last_computes_torchs_outputs():
+    torch.manual_seed(3)
+    theirs = torch.nn.Conv2d(3, 4, 3).double()
+    ours = nn.Conv2d(3, 4, 3).double()
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    assert ours.to(memory_format=rg.channels_last) is ours
+    theirs = theirs.to(memory_format=torch.channels_last)
+    x = RNG.standard_normal((2, 3, 6, 6))
+    expected = theirs(torch.tensor(x).to(memory_format=torch.channels_last)).detach().numpy()
+    got = ours(rg.tensor(x).to(memory_format=rg.channels_last)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
+    with pytest.raises(rg.InvalidArgumentError, match="memory_format"):
+        ours.to(memory_format=torch.channels_last)
+
+
+# -- the default device, autocast queries -------------------------------------------------------
+def test_default_device_and_autocast_state_answer_as_torchs_on_the_cpu():
+    if rg.current_backend().default_device.kind == "cpu":
+        assert rg.get_default_device().type == torch.get_default_device().type == "cpu"
+    assert rg.is_autocast_enabled() is torch.is_autocast_enabled() is False
+    assert rg.is_autocast_enabled("cpu") is torch.is_autocast_enabled("cpu") is False
+    with pytest.warns(DeprecationWarning):
+        assert rg.is_autocast_cpu_enabled() is torch.is_autocast_cpu_enabled() is False
+    for device_type in ("cpu", "cuda"):
+        expected = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+        assert rg.get_autocast_dtype(device_type) == expected
+        assert rg.get_autocast_dtype(device_type) in (rg.bfloat16, rg.float16)
+    for old in ("get_autocast_cpu_dtype", "get_autocast_gpu_dtype"):
+        with pytest.warns(DeprecationWarning, match=old):
+            expected = str(getattr(torch, old)()).removeprefix("torch.")
+        with pytest.warns(DeprecationWarning, match=old):
+            assert getattr(rg, old)() == expected
+    with pytest.raises(rg.InvalidArgumentError, match="device_type"):
+        rg.get_autocast_dtype("tpu")
+
+
+def test_set_default_device_accepts_the_current_device_and_names_the_way_to_another():
+    current = rg.get_default_device()
+    rg.set_default_device(current)
+    rg.set_default_device(current.type)
+    assert rg.get_default_device() is current
+    other = "cuda:0" if current.type == "cpu" else "cpu"
+    with pytest.raises(rg.InvalidArgumentError, match="TorchBackend"):
+        rg.set_default_device(other)
+    assert rg.get_default_device() is current
+
+
+# -- torch.futures ---------------------------------------------------------------------------------
+def _futures_story(lib):
+    """One use of ``lib.futures`` (a value, a chain, an error, a second completion); what
+    happened, as plain values and exception types."""
+    seen = []
+    f = lib.futures.Future()
+    story = [f.done()]
+    chained = f.then(lambda fut: fut.value() * 10)
+    f.add_done_callback(lambda fut: seen.append(("callback", fut.value())))
+    f.set_result(4)
+    story += [f.done(), f.wait(), chained.wait(), list(seen)]
+    try:
+        f.set_result(5)
+    except RuntimeError:
+        story.append("completed twice: RuntimeError")
+    failed = lib.futures.Future()
+    failed.set_exception(ValueError("boom"))
+    for read in (failed.wait, failed.value):
+        try:
+            read()
+        except ValueError as error:
+            story.append(f"ValueError {error}")
+    broken = f.then(lambda fut: 1 / 0)
+    try:
+        broken.wait()
+    except RuntimeError as error:
+        story.append("ZeroDivisionError" in str(error))
+    story.append(lib.futures.wait_all([f, chained]))
+    try:
+        lib.futures.wait_all([f, failed])
+    except ValueError as error:
+        story.append(f"wait_all: {error}")
+    collected = lib.futures.collect_all([f, chained]).wait()
+    story.append([fut.value() for fut in collected])
+    late = lib.futures.Future()
+    threading.Timer(0.05, lambda: late.set_result("late")).start()
+    story.append(lib.futures.wait_all([late]))
+    return story
+
+
+def test_futures_behave_as_torchs():
+    assert _futures_story(rg) == _futures_story(torch)
+    with pytest.raises(rg.futures.FutureError, match="not complete"):
+        rg.futures.Future().value()
