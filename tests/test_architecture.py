@@ -39,6 +39,7 @@ LAYERS = {
     # torch.futures; torch's process-wide defaults (default device, autocast state)
     "futures": 5,
     "defaults": 5,
+    "linalg": 5,  # torch.linalg over the tensor API
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -61,7 +61,7 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, distributions, futures, testing, utils
+from . import autograd, distributions, futures, linalg, testing, utils
 from .autograd import inference_mode
 from .defaults import (
     get_autocast_cpu_dtype,
@@ -278,6 +278,7 @@ __all__ += [
     "get_default_device",
     "is_autocast_cpu_enabled",
     "is_autocast_enabled",
+    "linalg",
     "memory_format",
     "preserve_format",
     "set_default_device",
