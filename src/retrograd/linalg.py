@@ -36,13 +36,13 @@ def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The inverse of each square matrix of ``A`` ``[..., n, n]``; a singular one raises
     ``rg.InvalidArgumentError`` (torch: its ``LinAlgError``)."""
     _no_out("linalg.inv", out)
-    A = _matrices("linalg.inv", A)
-    if A.shape[-1] != A.shape[-2]:
+    matrices = _matrices("linalg.inv", A)
+    if matrices.shape[-1] != matrices.shape[-2]:
         raise ShapeError(
             f"linalg.inv: A must be batches of square matrices, but they are "
-            f"{A.shape[-2]} by {A.shape[-1]} matrices"
+            f"{matrices.shape[-2]} by {matrices.shape[-1]} matrices"
         )
-    return A._apply("inverse", (A,))
+    return matrices._apply("inverse", (matrices,))
 
 
 def pinv(
@@ -59,7 +59,7 @@ def pinv(
     Tolerances are numbers (torch also takes tensors of them). The gradient is torch's, which
     holds where the rank does not change under a small perturbation."""
     _no_out("linalg.pinv", out)
-    A = _matrices("linalg.pinv", A)
+    matrices = _matrices("linalg.pinv", A)
     if hermitian:
         raise InvalidArgumentError(
             "linalg.pinv: hermitian=True (which reads only the lower triangle) is not "
@@ -69,7 +69,7 @@ def pinv(
         raise InvalidArgumentError("linalg.pinv: atol and rtol must be numbers, not tensors")
     if rtol is None:
         rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
-    return A._apply("pinv", (A,), (float(atol or 0.0), float(rtol)))
+    return matrices._apply("pinv", (matrices,), (float(atol or 0.0), float(rtol)))
 
 
 def _eps(dtype: str) -> float:
