@@ -197,3 +197,107 @@ def test_futures_behave_as_torchs():
     assert _futures_story(rg) == _futures_story(torch)
     with pytest.raises(rg.futures.FutureError, match="not complete"):
         rg.futures.Future().value()
+
+
+# -- SyncBatchNorm ---------------------------------------------------------------------------------
+def _devices(n: int) -> list:
+    return [rg.Device("cpu", i) for i in range(n)]
+
+
+def _on_devices(devices, work):
+    """``work(index, device)`` in one thread per device; results in device order."""
+    results: list = [None] * len(devices)
+
+    def run(index, device):
+        try:
+            results[index] = work(index, device)
+        except BaseException as error:  # handed back to the test
+            results[index] = error
+
+    threads = [
+        threading.Thread(target=run, args=(i, d), daemon=True) for i, d in enumerate(devices)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60.0)
+        assert not thread.is_alive(), "a device thread hung"
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("shape", [(6, 3, 4, 5), (8, 3)])
+def test_sync_batch_norm_over_devices_is_torchs_batch_norm_of_the_whole_batch(shape, momentum):
+    """Each of 3 devices normalizes its share of a batch by the statistics of all of it: the
+    outputs, input gradients, summed parameter gradients and running statistics are those of
+    torch's BatchNorm over the whole batch (what torch's SyncBatchNorm computes)."""
+    from retrograd import distributed as dist
+
+    torch.manual_seed(5)
+    reference = torch.nn.BatchNorm2d(3, momentum=momentum) if len(shape) == 4 else None
+    reference = reference or torch.nn.BatchNorm1d(3, momentum=momentum)
+    reference = reference.double()
+    with torch.no_grad():
+        reference.weight.uniform_(0.5, 1.5)
+        reference.bias.uniform_(-0.5, 0.5)
+    state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
+    x, seed = RNG.standard_normal(shape) * 2.0 + 0.5, RNG.standard_normal(shape)
+    devices, steps = _devices(3), 2
+    shares = np.array_split(np.arange(shape[0]), len(devices))
+
+    def work(index, device):
+        layer = nn.SyncBatchNorm(3, momentum=momentum, dtype="float64", device=device)
+        layer.load_state_dict(state)
+        outs, grads = [], []
+        for _ in range(steps):
+            xs = rg.tensor(x[shares[index]], device=device).require_grad()
+            out = layer(xs)
+            found = (out * rg.tensor(seed[shares[index]], device=device)).sum().backward()
+            outs.append(out.numpy())
+            grads.append([g.grad(found).numpy() for g in (xs, layer.weight, layer.bias)])
+        return outs, grads, {k: np.asarray(v) for k, v in layer.state_dict().items()}
+
+    with dist.DistributedContext(devices, dist.DistributedConfig(timeout=30.0)):
+        results = _on_devices(devices, work)
+    for step in range(steps):
+        t_x = torch.tensor(x, requires_grad=True)
+        t_out = reference(t_x)
+        (t_out * torch.tensor(seed)).sum().backward()
+        got = np.concatenate([outs[step] for outs, _, _ in results])
+        np.testing.assert_allclose(got, t_out.detach().numpy(), rtol=1e-10, atol=1e-11)
+        x_grad = np.concatenate([grads[step][0] for _, grads, _ in results])
+        np.testing.assert_allclose(x_grad, t_x.grad.numpy(), rtol=1e-9, atol=1e-10)
+        for k, param in ((1, reference.weight), (2, reference.bias)):
+            summed = sum(grads[step][k] for _, grads, _ in results)
+            np.testing.assert_allclose(summed, param.grad.numpy(), rtol=1e-9, atol=1e-10)
+        reference.zero_grad()
+    for _, _, own in results:
+        for name, value in reference.state_dict().items():
+            np.testing.assert_allclose(own[name], value.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_sync_batch_norm_alone_is_batch_norm_and_converts_as_torchs():
+    torch.manual_seed(9)
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 1), torch.nn.BatchNorm2d(3)).double()
+    theirs = torch.nn.SyncBatchNorm.convert_sync_batchnorm(theirs)
+    ours = nn.SyncBatchNorm.convert_sync_batchnorm(
+        nn.Sequential(nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3)).double()
+    )
+    assert type(ours[1]).__name__ == type(theirs[1]).__name__ == "SyncBatchNorm"
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = RNG.standard_normal((4, 2, 3, 3))
+    for mode in ("train", "eval"):
+        getattr(ours, mode)()
+        getattr(theirs, mode)()
+        expected = theirs(torch.tensor(x)).detach().numpy()
+        np.testing.assert_allclose(ours(rg.tensor(x)).numpy(), expected, rtol=1e-10, atol=1e-12)
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_allclose(ours.state_dict()[name], value.numpy(), rtol=1e-10)
+    with pytest.raises(rg.ShapeError, match="at least 2D"):
+        nn.SyncBatchNorm(3)(rg.ones((3,)))
+    with pytest.raises(rg.InvalidArgumentError, match="process_group"):
+        nn.SyncBatchNorm(3, process_group="group")
