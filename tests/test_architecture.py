@@ -40,6 +40,11 @@ LAYERS = {
     "futures": 5,
     "defaults": 5,
     "linalg": 5,  # torch.linalg over the tensor API
+    # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
+    # import only the errors (and fft/nested the refusals), so they sit low
+    "unsupported": 1,
+    "fft": 2,
+    "nested": 2,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -301,3 +301,44 @@ def test_sync_batch_norm_alone_is_batch_norm_and_converts_as_torchs():
         nn.SyncBatchNorm(3)(rg.ones((3,)))
     with pytest.raises(rg.InvalidArgumentError, match="process_group"):
         nn.SyncBatchNorm(3, process_group="group")
+
+
+# -- forms that cannot hold: complex, sparse, nested ---------------------------------------------
+def test_layouts_are_torchs_and_every_tensor_is_strided():
+    t = rg.ones((2, 3))
+    assert t.layout is rg.strided and repr(t.layout) == "retrograd.strided"
+    assert str(torch.ones(2, 3).layout) == "torch.strided"
+    assert t.is_sparse is torch.ones(2, 3).is_sparse is False
+    assert {layout.name for layout in (rg.strided, rg.sparse_coo, rg.jagged)} == {
+        str(layout).removeprefix("torch.")
+        for layout in (torch.strided, torch.sparse_coo, torch.jagged)
+    }
+
+
+REFUSED = {
+    "view_as_real": (lambda: rg.view_as_real(rg.ones((2, 2))), rg.DTypeError, "complex"),
+    "view_as_complex": (lambda: rg.view_as_complex(rg.ones((2, 2))), rg.DTypeError, "complex"),
+    "polar": (lambda: rg.polar(rg.ones((2,)), rg.zeros((2,))), rg.DTypeError, "complex"),
+    "fft.fft": (lambda: rg.fft.fft(rg.ones((4,))), rg.DTypeError, "complex"),
+    "fft.fft2": (lambda: rg.fft.fft2(rg.ones((4, 4))), rg.DTypeError, "complex"),
+    "to_sparse": (lambda: rg.ones((2, 2)).to_sparse(), rg.InvalidArgumentError, "sparse"),
+    "sparse_coo_tensor": (
+        lambda: rg.sparse_coo_tensor(rg.tensor([[0], [1]]), rg.ones((1,)), (2, 2)),
+        rg.InvalidArgumentError,
+        "sparse",
+    ),
+    "spmm": (lambda: rg.spmm(rg.ones((2, 2)), rg.ones((2, 2))), rg.InvalidArgumentError, "sparse"),
+    "nested.nested_tensor": (
+        lambda: rg.nested.nested_tensor([rg.ones((2,)), rg.ones((3,))], layout=rg.jagged),
+        rg.InvalidArgumentError,
+        "nested",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_what_cannot_hold_raises_an_error_that_names_it(name):
+    call, error, word = REFUSED[name]
+    with pytest.raises(error, match=word) as raised:
+        call()
+    assert str(raised.value).startswith(name.split(".")[-1]) or name in str(raised.value)

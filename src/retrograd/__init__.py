@@ -61,7 +61,7 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, distributions, futures, linalg, testing, utils
+from . import autograd, distributions, fft, futures, linalg, nested, testing, utils
 from .autograd import inference_mode
 from .defaults import (
     get_autocast_cpu_dtype,
@@ -99,8 +99,12 @@ from .tensor.layouts import (
     channels_last,
     channels_last_3d,
     contiguous_format,
+    jagged,
+    layout,
     memory_format,
     preserve_format,
+    sparse_coo,
+    strided,
 )
 from .tensor.legacy import (
     BFloat16Tensor,
@@ -112,6 +116,7 @@ from .tensor.legacy import (
     IntTensor,
     LongTensor,
 )
+from .unsupported import polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -271,6 +276,7 @@ __all__ += [
     "channels_last",
     "channels_last_3d",
     "contiguous_format",
+    "fft",
     "futures",
     "get_autocast_cpu_dtype",
     "get_autocast_dtype",
@@ -282,4 +288,17 @@ __all__ += [
     "memory_format",
     "preserve_format",
     "set_default_device",
+]
+# forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested
+__all__ += [
+    "jagged",
+    "layout",
+    "nested",
+    "polar",
+    "sparse_coo",
+    "sparse_coo_tensor",
+    "spmm",
+    "strided",
+    "view_as_complex",
+    "view_as_real",
 ]

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..context import current_backend
 from ..device import Device
-from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
@@ -43,7 +43,7 @@ from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_ty
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin
-from .layouts import check_memory_format
+from .layouts import check_memory_format, strided
 from .reduce import ReduceMixin
 from .shape import ShapeMixin
 from .views import link, unlink
@@ -228,6 +228,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
 
     def is_floating_point(self) -> bool:
         return self.dtype in FLOAT_DTYPES
+
+    @property
+    def layout(self) -> Any:
+        """``rg.strided``: every retrograd tensor is dense (:mod:`.layouts`)."""
+        return strided
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    def to_sparse(self, *args: Any, **kwargs: Any) -> Tensor:
+        """torch's sparse layouts do not exist here: an error that says so."""
+        raise InvalidArgumentError(
+            "to_sparse: retrograd has no sparse layouts (every tensor is dense, rg.strided); "
+            "keep the dense tensor"
+        )
 
     def element_size(self) -> int:
         """Bytes per element."""

@@ -1,5 +1,7 @@
 """torch's memory formats: ``rg.contiguous_format``, ``rg.channels_last``,
-``rg.channels_last_3d``, ``rg.preserve_format`` (instances of ``rg.memory_format``).
+``rg.channels_last_3d``, ``rg.preserve_format`` (instances of ``rg.memory_format``); and its
+layouts (``rg.strided``, the layout of every retrograd tensor, ``rg.sparse_coo``,
+``rg.jagged``: instances of ``rg.layout``).
 
 In torch a memory format picks the strides of a 4-d or 5-d tensor; the values never change.
 retrograd's tensors are values whose layout is the kernels' choice (the NumPy convolutions run
@@ -26,8 +28,12 @@ __all__ = [
     "channels_last_3d",
     "check_memory_format",
     "contiguous_format",
+    "jagged",
+    "layout",
     "memory_format",
     "preserve_format",
+    "sparse_coo",
+    "strided",
 ]
 
 
@@ -76,3 +82,25 @@ def refuse_format_query(op: str, fmt: Any, ndim: int) -> None:
             f"{op}: retrograd tensors carry no memory format (the kernels choose the layout, "
             f"the values are the same); is_contiguous(memory_format={fmt!r}) has no answer"
         )
+
+
+class layout:  # noqa: N801 (torch's name)
+    """One of torch's tensor layouts, by name. retrograd's tensors are all ``strided`` (dense);
+    ``sparse_coo`` and ``jagged`` exist so that code naming them reads, and the functions that
+    would make such tensors raise (:mod:`retrograd.unsupported`)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"retrograd.{self.name}"
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+strided = layout("strided")
+sparse_coo = layout("sparse_coo")
+jagged = layout("jagged")
