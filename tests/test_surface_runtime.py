@@ -342,3 +342,79 @@ def test_what_cannot_hold_raises_an_error_that_names_it(name):
     with pytest.raises(error, match=word) as raised:
         call()
     assert str(raised.value).startswith(name.split(".")[-1]) or name in str(raised.value)
+
+
+# -- Generator -------------------------------------------------------------------------------------
+def _generator_story(lib):
+    """What a ``lib.Generator`` promises, as booleans and ints (the draws themselves differ
+    between the libraries: another algorithm)."""
+    from torch.utils import data as torch_data
+
+    from retrograd.utils import data as rg_data
+
+    data = rg_data if lib is rg else torch_data
+    g = lib.Generator()
+    story = [g.initial_seed(), g.manual_seed(5) is g, g.initial_seed()]
+    first = lib.rand(4, generator=g)
+    g.manual_seed(5)
+    story.append(bool((lib.rand(4, generator=g) == first).all()))
+    story.append(bool((lib.rand(4, generator=g) == first).all()))  # the stream moved on
+    lib.manual_seed(1)
+    expected = lib.rand(3)
+    lib.manual_seed(1)
+    lib.randn(2, generator=g)  # draws from g leave the global stream alone
+    story.append(bool((lib.rand(3) == expected).all()))
+    state = g.get_state()
+    before = lib.randn(3, generator=g)
+    g.set_state(state)
+    story.append(bool((lib.randn(3, generator=g) == before).all()))
+    same = [lib.randperm(20, generator=lib.Generator().manual_seed(9)).tolist() for _ in range(2)]
+    story += [same[0] == same[1], sorted(same[0]) == list(range(20))]
+    ints = lib.randint(3, 7, (50,), generator=g)
+    story += [str(ints.dtype).removeprefix("torch."), int(ints.min()) >= 3, int(ints.max()) < 7]
+    filled = [lib.zeros(4).uniform_(generator=lib.Generator().manual_seed(2)) for _ in range(2)]
+    story.append(bool((filled[0] == filled[1]).all()))
+    normal = lib.normal(0.0, 1.0, (3,), generator=lib.Generator().manual_seed(4))
+    story.append(
+        bool((normal == lib.normal(0.0, 1.0, (3,), generator=lib.Generator().manual_seed(4))).all())
+    )
+    splits = [
+        [
+            list(part.indices)
+            for part in data.random_split(range(10), [3, 7], lib.Generator().manual_seed(1))
+        ]
+        for _ in range(2)
+    ]
+    story += [splits[0] == splits[1], sorted(splits[0][0] + splits[0][1]) == list(range(10))]
+    orders = [
+        [
+            int(b)
+            for batch in data.DataLoader(
+                range(8), shuffle=True, generator=lib.Generator().manual_seed(3)
+            )
+            for b in batch
+        ]
+        for _ in range(2)
+    ]
+    story += [orders[0] == orders[1], sorted(orders[0]) == list(range(8))]
+    story.append(lib.Generator().manual_seed(-1).initial_seed())
+    fresh = g.seed()
+    story += [isinstance(fresh, int), g.initial_seed() == fresh]
+    return story
+
+
+def test_generator_behaves_as_torchs():
+    assert _generator_story(rg) == _generator_story(torch)
+
+
+@pytest.mark.numpy_only
+def test_a_generator_draws_what_the_global_stream_draws_after_the_same_seed():
+    rg.manual_seed(7)
+    expected = [rg.rand(5).tolist(), rg.randn(2, 3, dtype="float64").tolist()]
+    g = rg.Generator().manual_seed(7)
+    assert [
+        rg.rand(5, generator=g).tolist(),
+        rg.randn(2, 3, dtype="float64", generator=g).tolist(),
+    ] == expected
+    with pytest.raises(rg.InvalidArgumentError, match="get_state"):
+        g.set_state(rg.zeros((3,)))

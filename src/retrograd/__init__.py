@@ -95,6 +95,7 @@ from .tensor import functions as _functions
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
+from .tensor.generator import Generator
 from .tensor.layouts import (
     channels_last,
     channels_last_3d,
@@ -273,6 +274,7 @@ __all__ += [
 ]
 # memory formats, torch.futures, the default device and autocast state
 __all__ += [
+    "Generator",
     "channels_last",
     "channels_last_3d",
     "contiguous_format",
