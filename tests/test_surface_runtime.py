@@ -418,3 +418,22 @@ def test_a_generator_draws_what_the_global_stream_draws_after_the_same_seed():
     ] == expected
     with pytest.raises(rg.InvalidArgumentError, match="get_state"):
         g.set_state(rg.zeros((3,)))
+
+
+# -- cuda queries ----------------------------------------------------------------------------------
+def test_cuda_queries_answer_as_torchs():
+    assert rg.cuda.is_available() is torch.cuda.is_available()
+    assert rg.cuda.device_count() == torch.cuda.device_count()
+    count = torch.cuda.device_count()
+    with pytest.raises(rg.InvalidArgumentError, match="device"):
+        rg.cuda.set_device(count)  # one past the last (device 0 where there is none)
+    if count == 0:
+        for call in (rg.cuda.current_device, rg.cuda.synchronize):
+            with pytest.raises(rg.InvalidArgumentError, match="no CUDA device"):
+                call()
+        return
+    rg.cuda.set_device(count - 1)
+    assert rg.cuda.current_device() == torch.cuda.current_device() == count - 1
+    rg.cuda.synchronize()
+    rg.cuda.set_device("cuda:0")
+    assert torch.cuda.current_device() == 0

@@ -61,7 +61,7 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, distributions, fft, futures, linalg, nested, testing, utils
+from . import autograd, cuda, distributions, fft, futures, linalg, nested, testing, utils
 from .autograd import inference_mode
 from .defaults import (
     get_autocast_cpu_dtype,
@@ -278,6 +278,7 @@ __all__ += [
     "channels_last",
     "channels_last_3d",
     "contiguous_format",
+    "cuda",
     "fft",
     "futures",
     "get_autocast_cpu_dtype",
