@@ -173,3 +173,23 @@ def test_without_grad_the_forward_alone_runs_and_errors_name_the_function():
     with pytest.raises(rg.ShapeError, match="invalid gradient at index 0"):
         WrongShape.apply(leaf).backward()
     assert (leaf * 2.0).sum().backward() is not None  # the leaf stays usable
+
+
+# -- vmap ----------------------------------------------------------------------------------------
+def test_vmap_matches_torchs_values_and_gradients():
+    from surface_testing import same_gradients
+
+    x, w, b = RNG.standard_normal((5, 3)), RNG.standard_normal((3, 4)), RNG.standard_normal((4,))
+
+    def per_sample(lib, xs, weight, bias):
+        return lib.vmap(lambda row, m: (row @ m + bias).tanh(), in_dims=(0, None))(xs, weight)
+
+    same_gradients(per_sample, [x, w, b])
+
+    def two_outputs(lib, xs):
+        pair = lib.vmap(lambda row: (row * row, row.sum()), in_dims=1, out_dims=(1, 0))(xs)
+        return pair[0].sum(0) * pair[1]
+
+    same_gradients(two_outputs, [x])
+    with pytest.raises(rg.ShapeError, match="same size in the mapped dimension"):
+        rg.vmap(lambda a, c: a + c)(rg.ones((3,)), rg.ones((4,)))

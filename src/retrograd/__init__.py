@@ -62,7 +62,7 @@ from .tensor import (
 import math as _math
 
 from . import autograd, cuda, distributions, fft, futures, linalg, nested, testing, utils
-from .autograd import inference_mode
+from .autograd import inference_mode, vmap
 from .defaults import (
     get_autocast_cpu_dtype,
     get_autocast_dtype,
@@ -305,3 +305,4 @@ __all__ += [
     "view_as_complex",
     "view_as_real",
 ]
+__all__ += ["vmap"]

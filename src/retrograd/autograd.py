@@ -1,5 +1,6 @@
 """torch's ``torch.autograd`` names over retrograd's gradients-as-a-value: ``Variable``,
-``grad``, ``inference_mode`` and custom functions (``Function``).
+``grad``, ``inference_mode``, custom functions (``Function``) and ``vmap`` (torch's
+``torch.vmap``, here since it maps functions of tensors as ``grad`` does).
 
 ``Variable(t, requires_grad=False)`` is the tensor itself (torch deprecated the wrapper long
 ago: a tensor is a variable); with ``requires_grad=True`` a leaf that requires grad.
@@ -24,7 +25,7 @@ from .errors import AutodiffError, ShapeError
 from .tensor import Tensor
 from .tensor.functions import sum as _sum
 
-__all__ = ["Function", "FunctionCtx", "Variable", "grad", "inference_mode"]
+__all__ = ["Function", "FunctionCtx", "Variable", "grad", "inference_mode", "vmap"]
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802 (torch's name)
@@ -342,3 +343,50 @@ class Function:
             by_value.get(id(t._prim), t) if isinstance(t, Tensor) else t for t in ctx._saved
         )
         return tuple(recorded) if isinstance(output, tuple) else recorded[0]
+
+
+# -- vmap ------------------------------------------------------------------------------------------
+def vmap(
+    func: Any,
+    in_dims: Any = 0,
+    out_dims: Any = 0,
+    randomness: str = "error",
+    *,
+    chunk_size: int | None = None,
+) -> Any:
+    """torch's ``vmap``: ``func`` mapped over dimension ``in_dims`` of its tensor arguments
+    (an int for all, or one int or ``None`` per positional argument), the results stacked
+    along ``out_dims`` (an int, or one per output of a tuple). Computed as a loop over the
+    batch (the results and gradients are those of torch's batching rules; the speed is a
+    loop's). torch refuses random ops inside unless ``randomness`` says how; here each call
+    draws for itself, as ``randomness="different"`` does."""
+    from .tensor import stack
+
+    def mapped(*args: Any) -> Any:
+        dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)
+        if len(dims) != len(args):
+            raise ShapeError(
+                f"vmap: in_dims is compatible with {len(dims)} arguments, got {len(args)}"
+            )
+        sizes = {a.shape[d] for a, d in zip(args, dims) if d is not None and isinstance(a, Tensor)}
+        if len(sizes) != 1:
+            raise ShapeError(
+                "vmap: expected all tensors to have the same size in the mapped dimension, got "
+                f"sizes {sorted(sizes)} (and at least one mapped tensor)"
+            )
+        (size,) = sizes
+        results = []
+        for i in range(size):
+            picked = [
+                a.select(d, i) if d is not None and isinstance(a, Tensor) else a
+                for a, d in zip(args, dims)
+            ]
+            results.append(func(*picked))
+        if isinstance(results[0], tuple):
+            outs = out_dims if isinstance(out_dims, tuple | list) else (out_dims,) * len(results[0])
+            return tuple(
+                stack([r[k] for r in results], dim=outs[k]) for k in range(len(results[0]))
+            )
+        return stack(results, dim=out_dims)
+
+    return mapped
