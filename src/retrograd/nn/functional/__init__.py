@@ -42,6 +42,7 @@ from .activation import (
     threshold,
 )
 from .attention import scaled_dot_product_attention
+from .bags import embedding_bag
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .grid import affine_grid, grid_sample
 from .linear import embedding, linear, one_hot
@@ -166,3 +167,4 @@ __all__ = [
 ]
 # -- recurrent and transformer functions, nll_loss --
 __all__ += ["multi_head_attention_forward", "nll_loss"]
+__all__ += ["embedding_bag"]

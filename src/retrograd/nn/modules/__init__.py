@@ -100,6 +100,7 @@ from .pooling import (
     Upsample,
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .sparse import EmbeddingBag
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -209,4 +210,4 @@ __all__ += ["NLLLoss"]
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 __all__ += ["TransformerEncoder", "TransformerEncoderLayer"]
-__all__ += ["SyncBatchNorm"]
+__all__ += ["EmbeddingBag", "SyncBatchNorm"]
