@@ -437,3 +437,19 @@ def test_cuda_queries_answer_as_torchs():
     rg.cuda.synchronize()
     rg.cuda.set_device("cuda:0")
     assert torch.cuda.current_device() == 0
+
+
+def test_get_unsafe_globals_in_checkpoint_is_empty_for_what_save_writes(tmp_path):
+    import io
+
+    path = tmp_path / "checkpoint.pt"
+    rg.save({"w": rg.tensor([1.0, 2.0]), "step": 3}, path)
+    theirs = tmp_path / "torch.pt"
+    torch.save({"w": torch.ones(2), "step": 3}, theirs)
+    assert rg.serialization.get_unsafe_globals_in_checkpoint(path) == []
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(theirs) == []
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buffer)
+    buffer.seek(0)
+    with pytest.raises(rg.InvalidArgumentError, match="never read here"):
+        rg.serialization.get_unsafe_globals_in_checkpoint(buffer)
