@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 
-class memory_format:  # noqa: N801 (torch's name)
-    """One of torch's memory formats, by name; the four instances are module constants."""
+class _Named:
+    """A constant known by its name, printed as ``retrograd.<name>``, pickled as that name."""
 
     __slots__ = ("name",)
 
@@ -50,6 +50,12 @@ class memory_format:  # noqa: N801 (torch's name)
 
     def __reduce__(self) -> str:
         return self.name
+
+
+class memory_format(_Named):  # noqa: N801 (torch's name)
+    """One of torch's memory formats, by name; the four instances are module constants."""
+
+    __slots__ = ()
 
 
 contiguous_format = memory_format("contiguous_format")
@@ -84,21 +90,12 @@ def refuse_format_query(op: str, fmt: Any, ndim: int) -> None:
         )
 
 
-class layout:  # noqa: N801 (torch's name)
+class layout(_Named):  # noqa: N801 (torch's name)
     """One of torch's tensor layouts, by name. retrograd's tensors are all ``strided`` (dense);
     ``sparse_coo`` and ``jagged`` exist so that code naming them reads, and the functions that
     would make such tensors raise (:mod:`retrograd.unsupported`)."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"retrograd.{self.name}"
-
-    def __reduce__(self) -> str:
-        return self.name
+    __slots__ = ()
 
 
 strided = layout("strided")
