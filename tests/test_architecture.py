@@ -36,6 +36,16 @@ LAYERS = {
     "distributions": 5,
     "serialization": 5,
     "testing": 5,
+    # torch.futures; torch's process-wide defaults (default device, autocast state)
+    "futures": 5,
+    "defaults": 5,
+    "linalg": 5,  # torch.linalg over the tensor API
+    "cuda": 5,  # torch.cuda's queries, answered by the backend layer
+    # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
+    # import only the errors (and fft/nested the refusals), so they sit low
+    "unsupported": 1,
+    "fft": 2,
+    "nested": 2,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

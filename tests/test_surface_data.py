@@ -366,7 +366,9 @@ def test_size_and_testing_as_torch_s():
             lib.testing.assert_close(lib.tensor([1, 2]), lib.tensor([1, 3]))
 
 
-def test_a_generator_of_its_own_is_refused_not_ignored():
+def test_a_generator_not_retrograds_is_refused_not_ignored():
+    """torch's generator is another algorithm's stream: refused. ``rg.Generator`` is taken
+    (tests/test_surface_runtime.py), except by the one draw that has no such argument."""
     generator = torch.Generator().manual_seed(0)
     for call in (
         lambda: rg.randn(2, generator=generator),
@@ -375,5 +377,7 @@ def test_a_generator_of_its_own_is_refused_not_ignored():
         lambda: rdata.DataLoader([1, 2], shuffle=True, generator=generator),
         lambda: rdata.random_split([1, 2], [1, 1], generator=generator),
     ):
-        with pytest.raises(rg.InvalidArgumentError, match="generator= is not supported"):
+        with pytest.raises(rg.DTypeError, match=r"must be an rg\.Generator"):
             call()
+    with pytest.raises(rg.InvalidArgumentError, match="generator= is not supported"):
+        rdata.WeightedRandomSampler([0.5, 0.5], 2, generator=rg.Generator())

@@ -61,8 +61,17 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, distributions, testing, utils
-from .autograd import inference_mode
+from . import autograd, cuda, distributions, fft, futures, linalg, nested, testing, utils
+from .autograd import inference_mode, vmap
+from .defaults import (
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    get_autocast_gpu_dtype,
+    get_default_device,
+    is_autocast_cpu_enabled,
+    is_autocast_enabled,
+    set_default_device,
+)
 from .device import Device as device  # noqa: N813 (torch's name)
 from .serialization import load, save
 from .tensor import (
@@ -86,6 +95,18 @@ from .tensor import functions as _functions
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
+from .tensor.generator import Generator
+from .tensor.layouts import (
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    jagged,
+    layout,
+    memory_format,
+    preserve_format,
+    sparse_coo,
+    strided,
+)
 from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,
@@ -96,6 +117,7 @@ from .tensor.legacy import (
     IntTensor,
     LongTensor,
 )
+from .unsupported import polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -250,3 +272,37 @@ __all__ += [
     "uint8",
     "utils",
 ]
+# memory formats, torch.futures, the default device and autocast state
+__all__ += [
+    "Generator",
+    "channels_last",
+    "channels_last_3d",
+    "contiguous_format",
+    "cuda",
+    "fft",
+    "futures",
+    "get_autocast_cpu_dtype",
+    "get_autocast_dtype",
+    "get_autocast_gpu_dtype",
+    "get_default_device",
+    "is_autocast_cpu_enabled",
+    "is_autocast_enabled",
+    "linalg",
+    "memory_format",
+    "preserve_format",
+    "set_default_device",
+]
+# forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested
+__all__ += [
+    "jagged",
+    "layout",
+    "nested",
+    "polar",
+    "sparse_coo",
+    "sparse_coo_tensor",
+    "spmm",
+    "strided",
+    "view_as_complex",
+    "view_as_real",
+]
+__all__ += ["vmap"]

@@ -609,6 +609,33 @@ binary(
     lambda B, g, x, dim: B.cross(g, x, dim),
     ("dim",),
 )
+
+
+def _inverse_vjp(B, g, out):
+    """``d(A^-1) = -A^-1 dA A^-1``, so the gradient is ``-out^T g out^T``."""
+    out_t = B.swap_dims(out, -1, -2)
+    return B.neg(B.matmul(B.matmul(out_t, g), out_t))
+
+
+def _pinv_vjp(B, g, x, out, atol, rtol):
+    """torch's ``pinv_backward`` (Golub and Pereyra's derivative, valid where the rank is
+    locally constant), real case, arranged so the products are of the smaller side."""
+    m, n = B.shape(x)[-2:]
+    mm, t = B.matmul, (lambda a: B.swap_dims(a, -1, -2))
+    out_t, g_t = t(out), t(g)
+    if m <= n:
+        k = mm(g_t, out)
+        k_out_t = mm(k, out_t)
+        terms = B.sub(B.neg(t(mm(out, k))), B.sub(mm(mm(x, out), k_out_t), k_out_t))
+        return B.add(terms, mm(mm(out_t, out), B.sub(g_t, mm(k, x))))
+    k = mm(out, g_t)
+    out_t_k = mm(out_t, k)
+    terms = B.add(B.neg(t(mm(k, out))), mm(mm(B.sub(g_t, mm(x, k)), out), out_t))
+    return B.sub(B.add(terms, out_t_k), mm(mm(out_t_k, out), x))
+
+
+unary("inverse", _inverse_vjp, memory_bound=False)
+unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
 reduction(
     "softmax",
     lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),

@@ -13,7 +13,7 @@ from . import special
 from .numpy_nn import NumpyNNKernels
 from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
-from .protocol import Backend
+from .protocol import Backend, singular_matrix
 
 __all__ = ["NumpyBackend"]
 
@@ -542,6 +542,19 @@ class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernel
 
     def cross(self, x, y, dim):
         return np.cross(x, y, axis=dim)
+
+    def inverse(self, x):
+        try:
+            return np.linalg.inv(x)
+        except np.linalg.LinAlgError:
+            raise singular_matrix("inverse", x.shape) from None
+
+    def pinv(self, x, atol, rtol):
+        u, s, vh = np.linalg.svd(x, full_matrices=False)
+        largest = s.max(axis=-1, keepdims=True) if s.shape[-1] else s
+        kept = s > np.maximum(atol, rtol * largest)
+        s_inv = np.divide(1.0, s, out=np.zeros_like(s), where=kept)
+        return np.matmul(np.swapaxes(vh, -1, -2) * s_inv[..., None, :], np.swapaxes(u, -1, -2))
 
     def softmax(self, x, dim):
         shifted = x - np.max(x, axis=dim, keepdims=True)

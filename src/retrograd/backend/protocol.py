@@ -32,11 +32,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
+from ..errors import InvalidArgumentError, shape_text
 from .protocol_loss import LossProtocol
 from .protocol_nn import NNProtocol
 from .protocol_rnn import RecurrentProtocol
 
-__all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend"]
+__all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend", "singular_matrix"]
 
 #: Every dtype name of the protocol.
 DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
@@ -51,6 +52,13 @@ _INV_SQRT_2PI = 0.3989422804014327
 
 def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
+
+
+def singular_matrix(op: str, shape: Sequence[int]) -> InvalidArgumentError:
+    """The error for a matrix with no inverse (torch raises its ``LinAlgError``)."""
+    return InvalidArgumentError(
+        f"{op}: the input matrix of shape {shape_text(shape)} is singular, it has no inverse"
+    )
 
 
 class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
@@ -378,6 +386,16 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         raise NotImplementedError
 
     def cross(self, x: Any, y: Any, dim: int) -> Any:
+        raise NotImplementedError
+
+    def inverse(self, x: Any) -> Any:
+        """The inverse of each square matrix of ``x`` ``[..., n, n]`` (LU with pivoting, as
+        LAPACK's ``getrf``/``getri``); an exactly singular one raises ``InvalidArgumentError``."""
+        raise NotImplementedError
+
+    def pinv(self, x: Any, atol: float, rtol: float) -> Any:
+        """The Moore-Penrose pseudo-inverse of each matrix of ``x`` ``[..., m, n]`` from its SVD,
+        singular values at most ``max(atol, rtol * largest)`` taken as zero (torch's rule)."""
         raise NotImplementedError
 
     def softmax(self, x: Any, dim: int) -> Any:

@@ -38,7 +38,7 @@ import torch
 from ..device import Device
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from .numpy_backend import GENERATOR, numpy_dtype
-from .protocol import Backend
+from .protocol import Backend, singular_matrix
 from .torch_nn import TorchNNKernels
 from .torch_rnn import TorchRecurrentKernels
 
@@ -650,6 +650,15 @@ class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
     def cross(self, x, y, dim):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         return torch.linalg.cross(x.expand(shape), y.expand(shape), dim=dim)
+
+    def inverse(self, x):
+        try:
+            return torch.linalg.inv(x)
+        except torch.linalg.LinAlgError:
+            raise singular_matrix("inverse", tuple(x.shape)) from None
+
+    def pinv(self, x, atol, rtol):
+        return torch.linalg.pinv(x, atol=atol, rtol=rtol)
 
     def softmax(self, x, dim):
         return torch.softmax(x, dim)

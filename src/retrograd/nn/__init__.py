@@ -9,9 +9,18 @@
 """
 
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
-from . import functional, init, modules, parallel, utils
+from . import attention, functional, init, modules, parallel, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
 from .parallel import DataParallel
 from .parameter import Parameter
 
-__all__ = [*modules.__all__, "DataParallel", "Parameter", "functional", "init", "parallel", "utils"]
+__all__ = [
+    *modules.__all__,
+    "DataParallel",
+    "Parameter",
+    "attention",
+    "functional",
+    "init",
+    "parallel",
+    "utils",
+]

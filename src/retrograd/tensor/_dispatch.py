@@ -171,12 +171,20 @@ def check_scalar(op: str, value: Any) -> Any:
 
 
 def no_generator(op: str, generator: Any) -> None:
-    """torch's ``generator=`` names a stream of its own; retrograd has one seeded stream per
-    backend (``rg.manual_seed``), so a generator given is refused rather than ignored."""
+    """torch's ``generator=`` names a stream of its own; where a draw here cannot take one
+    (``multinomial``), a generator given is refused rather than ignored."""
     if generator is not None:
         raise InvalidArgumentError(
             f"{op}: generator= is not supported (one seeded stream: rg.manual_seed); drop it"
         )
+
+
+def checked_generator(op: str, generator: Any) -> Any:
+    """``generator`` when it is ``None`` or an ``rg.Generator`` (:mod:`.generator`: known here
+    by its ``draws`` method, so that this module needs no import of it); otherwise an error."""
+    if generator is None or callable(getattr(generator, "draws", None)):
+        return generator
+    raise DTypeError(f"{op}: generator must be an rg.Generator, got {type(generator).__name__}")
 
 
 def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:

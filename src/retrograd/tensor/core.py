@@ -28,7 +28,7 @@ import numpy as np
 
 from ..context import current_backend
 from ..device import Device
-from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
@@ -43,6 +43,7 @@ from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_ty
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin
+from .layouts import check_memory_format, strided
 from .reduce import ReduceMixin
 from .shape import ShapeMixin
 from .views import link, unlink
@@ -228,6 +229,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
     def is_floating_point(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
+    @property
+    def layout(self) -> Any:
+        """``rg.strided``: every retrograd tensor is dense (:mod:`.layouts`)."""
+        return strided
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    def to_sparse(self, *args: Any, **kwargs: Any) -> Tensor:
+        """torch's sparse layouts do not exist here: an error that says so."""
+        raise InvalidArgumentError(
+            "to_sparse: retrograd has no sparse layouts (every tensor is dense, rg.strided); "
+            "keep the dense tensor"
+        )
+
     def element_size(self) -> int:
         """Bytes per element."""
         return DTYPE_OBJECTS[self.dtype].itemsize
@@ -242,13 +259,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """torch's ``to``: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``,
         ``to(other)`` (its device and dtype), with ``device=``/``dtype=``/``copy=`` keywords
-        (``non_blocking`` is accepted). Returns this tensor itself when nothing changes,
-        unless ``copy=True``."""
+        (``non_blocking`` is accepted; ``memory_format`` is checked and keeps the values:
+        :mod:`.layouts`). Returns this tensor itself when nothing changes, unless
+        ``copy=True``."""
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         copy = bool(kwargs.pop("copy", False))
         kwargs.pop("non_blocking", None)
-        kwargs.pop("memory_format", None)
+        check_memory_format("to", kwargs.pop("memory_format", None), self.ndim)
         if kwargs:
             raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
         for arg in args:

@@ -18,7 +18,7 @@ import numpy as np
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import DTYPES, FLOAT_DTYPES, from_host, no_generator
+from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
 from .core import Tensor
 from .dtypes import canonical_dtype
 from .shape import shape_arg
@@ -347,24 +347,23 @@ def logspace(
 def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
          requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Uniform values on [0, 1) (``torch.rand``): ``rand(2, 3)`` or ``rand((2, 3))``."""
-    no_generator("rand", generator)
     shape, dtype, backend, device = _leading_shape("rand", args, dtype, backend, device)
-    return _requiring(random(shape, "uniform", dtype, backend, device), requires_grad)
+    drawn = random(shape, "uniform", dtype, backend, device, generator=generator)
+    return _requiring(drawn, requires_grad)
 
 
 def randn(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
           requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Standard normal values (``torch.randn``): ``randn(2, 3)`` or ``randn((2, 3))``."""
-    no_generator("randn", generator)
     shape, dtype, backend, device = _leading_shape("randn", args, dtype, backend, device)
-    return _requiring(random(shape, "normal", dtype, backend, device), requires_grad)
+    drawn = random(shape, "normal", dtype, backend, device, generator=generator)
+    return _requiring(drawn, requires_grad)
 
 
 def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any = None,
             generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """Integers drawn uniformly from ``[low, high)``: ``randint(high, size)`` or
     ``randint(low, high, size)`` (``torch.randint``), int64 by default."""
-    no_generator("randint", generator)
     ints = [a for a in args if isinstance(a, numbers.Integral) and not isinstance(a, bool)]
     if len(args) == 2 and len(ints) == 1:
         low, high, size = 0, args[0], args[1]
@@ -375,7 +374,7 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     if int(high) <= int(low):
         raise ShapeError(f"randint: expects low < high, got low={low}, high={high}")
     shape = _creation_shape("randint", size)
-    draws = random(shape, "uniform", "float64", backend, device)
+    draws = random(shape, "uniform", "float64", backend, device, generator=generator)
     out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)
     dtype = _check_dtype("randint", dtype)
     return out if dtype == "int64" else out.cast(dtype)
@@ -389,10 +388,9 @@ def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Ten
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
              generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
-    no_generator("randperm", generator)
     if not isinstance(n, numbers.Integral) or n < 0:
         raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
-    draws = random((int(n),), "uniform", "float64", backend, device)
+    draws = random((int(n),), "uniform", "float64", backend, device, generator=generator)
     out = draws.sort_with_indices(0)[1]
     dtype = _check_dtype("randperm", dtype)
     return out if dtype == "int64" else out.cast(dtype)
@@ -402,16 +400,19 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
            backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
     """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
     broadcast), as ``torch.normal``."""
-    no_generator("normal", generator)
     reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
     if reference is not None:
         shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])
-        noise = random(shape, "normal", reference.dtype, reference.backend, reference.device)
+        noise = random(
+            shape, "normal", reference.dtype, reference.backend, reference.device,
+            generator=generator,
+        )  # fmt: skip
         return noise * std + mean
     if size is None:
         raise ShapeError("normal: give a size for scalar mean and std")
     dtype = _check_dtype("normal", dtype) or "float32"
-    return random(_creation_shape("normal", size), "normal", dtype, backend, device) * std + mean
+    shape = _creation_shape("normal", size)
+    return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -443,8 +444,12 @@ def random(
     dtype: Any = "float32",
     backend: Any = None,
     device: Any = None,
+    *,
+    generator: Any = None,
 ) -> Tensor:
-    """Random values, ``"uniform"`` on [0, 1) or standard ``"normal"``; see :func:`seed`."""
+    """Random values, ``"uniform"`` on [0, 1) or standard ``"normal"``, from the stream
+    :func:`seed` seeds, or from ``generator`` (an ``rg.Generator``: :mod:`.generator`)."""
+    generator = checked_generator("random", generator)
     if distribution not in ("uniform", "normal"):
         raise InvalidArgumentError(
             f"random: distribution must be 'uniform' or 'normal', got {distribution!r}"
@@ -454,6 +459,9 @@ def random(
         raise DTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
     backend, device = _target(backend, device)
     shape = _creation_shape("random", shape)
+    if generator is not None:
+        drawn = generator.draws(shape, distribution, dtype)
+        return from_host(Tensor, drawn, dtype, backend, device)
     return Tensor(backend.random(shape, distribution, dtype, device), backend, device)
 
 

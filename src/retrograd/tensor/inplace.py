@@ -26,7 +26,16 @@ import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
-from ._dispatch import SCALARS, TensorBase, lift, no_generator, on_backend, wrap
+from ._dispatch import (
+    SCALARS,
+    TensorBase,
+    checked_generator,
+    from_host,
+    lift,
+    on_backend,
+    untracked,
+    wrap,
+)
 from .dtypes import can_cast
 from .views import outside_graph, refresh, root_of, write
 
@@ -335,34 +344,33 @@ class InplaceMixin:
     def put_(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         return self._update("put_", lambda t: t.put(index, source, accumulate))
 
-    # -- random fills (values from the generator rg.manual_seed seeds) --------------------------
+    # -- random fills (values from the stream rg.manual_seed seeds, or from generator=) -------
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
-        no_generator("uniform_", generator)
-        return self._update("uniform_", lambda t: _random(t, "uniform_") * (b - a) + a)
+        return self._update(
+            "uniform_", lambda t: _random(t, "uniform_", generator=generator) * (b - a) + a
+        )
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Any:
-        no_generator("normal_", generator)
-        return self._update("normal_", lambda t: _random(t, "normal_", "normal") * std + mean)
+        return self._update(
+            "normal_", lambda t: _random(t, "normal_", "normal", generator=generator) * std + mean
+        )
 
     def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Any:
-        no_generator("bernoulli_", generator)
-
         def draw(t: Any) -> Any:
             probability = p if isinstance(p, TensorBase) else float(p)
-            return (_random(t, "bernoulli_") < probability).cast(t.dtype)
+            return (_random(t, "bernoulli_", generator=generator) < probability).cast(t.dtype)
 
         return self._update("bernoulli_", draw)
 
     def exponential_(self, lambd: float = 1.0, *, generator: Any = None) -> Any:
-        no_generator("exponential_", generator)
         return self._update(
-            "exponential_", lambda t: -(1.0 - _random(t, "exponential_")).log() / lambd
+            "exponential_",
+            lambda t: -(1.0 - _random(t, "exponential_", generator=generator)).log() / lambd,
         )
 
     def random_(self, *args: Any, generator: Any = None) -> Any:
         """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``);
         without arguments from ``[0, 2**24]`` for float32 and ``[0, 2**53]`` for float64."""
-        no_generator("random_", generator)
         if len(args) > 2:
             raise ShapeError(f"random_: expected at most 2 arguments, got {len(args)}")
         if len(args) == 2:
@@ -378,7 +386,7 @@ class InplaceMixin:
             raise ShapeError(f"random_: expects from < to, got from={low} to={high}")
 
         def draw(t: Any) -> Any:
-            uniform = _random(t, "random_", dtype="float64")
+            uniform = _random(t, "random_", dtype="float64", generator=generator)
             return (uniform * (high - low)).floor().cast("int64") + low
 
         return self._update("random_", draw)
@@ -460,9 +468,20 @@ def _source(t: Any, src: Any, op: str) -> Any:
     return src
 
 
-def _random(t: Any, op: str, distribution: str = "uniform", dtype: str | None = None) -> Any:
-    """Draws of ``t``'s shape, in float (``t``'s dtype when it is one)."""
+def _random(
+    t: Any,
+    op: str,
+    distribution: str = "uniform",
+    dtype: str | None = None,
+    *,
+    generator: Any = None,
+) -> Any:
+    """Draws of ``t``'s shape, in float (``t``'s dtype when it is one), from the seeded
+    stream or from ``generator`` (an ``rg.Generator``)."""
     backend = t._backend
     if dtype is None:
         dtype = t.dtype if t.is_float() else "float64"
+    if checked_generator(op, generator) is not None:
+        drawn = generator.draws(t.shape, distribution, dtype)
+        return untracked(from_host(type(t), drawn, dtype, backend, t._device))
     return wrap(t, backend.random(t.shape, distribution, dtype, t._device))

@@ -31,7 +31,8 @@ Validation
         Raise ``IndexOutOfRangeError(message(bad))`` for an index outside ``[0, size)``; the
         backend checks on its device (``Backend.check_index_range``), no host copy.
     ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``,
-    ``no_generator(op, generator)`` (torch's ``generator=`` refused)
+    ``no_generator(op, generator)`` (torch's ``generator=`` refused where no draw takes one),
+    ``checked_generator(op, generator)`` (``None`` or an ``rg.Generator``, else an error)
     ``shape_text(shape) -> "[2, 3]"``
 
 Errors
@@ -60,6 +61,7 @@ from ._dispatch import (
     TensorOp,
     apply,
     check_scalar,
+    checked_generator,
     lift,
     no_generator,
     normalize_dim,
@@ -80,6 +82,7 @@ __all__ = [
     "apply",
     "check_indices",
     "check_scalar",
+    "checked_generator",
     "lift",
     "no_generator",
     "normalize_dim",

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import lift, normalize_dim, result_dtype
+from .layouts import check_memory_format, refuse_format_query
 from .views import is_contiguous, link, strides_of, view_error, view_strides
 
 __all__ = ["ShapeMixin", "cat", "flatten", "stack"]
@@ -59,12 +60,16 @@ class ShapeMixin:
 
     def contiguous(self, memory_format: Any = None) -> Any:
         """``self`` when its layout is contiguous as torch's would be; otherwise a copy, which
-        aliases nothing (an in-place op on it leaves this tensor alone, as in torch)."""
+        aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
+        ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
+        check_memory_format("contiguous", memory_format, self.ndim)
         if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
             return self
         return type(self)._result(self._prim, self._backend, self._device)
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
+        """torch's row-major contiguity; another memory format raises (:mod:`.layouts`)."""
+        refuse_format_query("is_contiguous", memory_format, self.ndim)
         return getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self))
 
     def stride(self, dim: int | None = None) -> Any:

@@ -42,7 +42,9 @@ from .activation import (
     threshold,
 )
 from .attention import scaled_dot_product_attention
+from .bags import embedding_bag
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+from .grid import affine_grid, grid_sample
 from .linear import embedding, linear, one_hot
 from .loss import (
     binary_cross_entropy,
@@ -92,6 +94,7 @@ __all__ = [
     "adaptive_avg_pool3d",
     "adaptive_max_pool1d",
     "adaptive_max_pool2d",
+    "affine_grid",
     "avg_pool1d",
     "avg_pool2d",
     "avg_pool3d",
@@ -115,6 +118,7 @@ __all__ = [
     "fold",
     "gelu",
     "glu",
+    "grid_sample",
     "group_norm",
     "hardsigmoid",
     "hardswish",
@@ -163,3 +167,4 @@ __all__ = [
 ]
 # -- recurrent and transformer functions, nll_loss --
 __all__ += ["multi_head_attention_forward", "nll_loss"]
+__all__ += ["embedding_bag"]

@@ -47,6 +47,7 @@ from .activation import (
     Threshold,
 )
 from .attention import MultiheadAttention
+from .batchnorm import SyncBatchNorm
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .dropout import Dropout1d, Dropout2d, Dropout3d
@@ -99,6 +100,7 @@ from .pooling import (
     Upsample,
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .sparse import EmbeddingBag
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -208,3 +210,4 @@ __all__ += ["NLLLoss"]
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 __all__ += ["TransformerEncoder", "TransformerEncoderLayer"]
+__all__ += ["EmbeddingBag", "SyncBatchNorm"]

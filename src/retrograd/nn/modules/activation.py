@@ -1,6 +1,7 @@
 """Activation modules, with PyTorch's constructor arguments: ``ReLU``, ``GELU``, ``SiLU``,
 ``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True`` is
-accepted and nothing is modified in place: API.md section 8)."""
+accepted and nothing is modified in place: API.md section 8). ``MultiheadAttention`` is
+importable from here too, torch's path for it (its home is :mod:`.attention`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ...errors import InvalidArgumentError
 from ...tensor import Tensor, full
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
+from .attention import MultiheadAttention
 from .module import Module
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "LogSigmoid",
     "LogSoftmax",
     "Mish",
+    "MultiheadAttention",
     "PReLU",
     "ReLU",
     "ReLU6",

@@ -22,7 +22,7 @@ from ...tensor import Tensor, zeros
 from .. import init
 from ..functional.multihead import multi_head_attention_forward
 from ..parameter import Parameter
-from .linear import Linear
+from .linear import NonDynamicallyQuantizableLinear
 from .module import Module
 
 __all__ = ["MultiheadAttention"]
@@ -83,7 +83,7 @@ class MultiheadAttention(Module):
             self.in_proj_bias = Parameter(zeros((3 * embed_dim,), **made))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **made)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **made)
         if add_bias_kv:
             self.bias_k = Parameter(zeros((1, 1, embed_dim), **made))
             self.bias_v = Parameter(zeros((1, 1, embed_dim), **made))

@@ -1,6 +1,7 @@
 """Linear layers and their companions: ``Identity``, ``Linear``, ``Embedding``, ``Flatten``,
 ``Unflatten`` (PyTorch's constructor signatures, defaults, weight layouts and
-initializations); ``Dropout`` lives in :mod:`.dropout`.
+initializations), and ``NonDynamicallyQuantizableLinear`` (the type of
+``MultiheadAttention.out_proj``, as torch's); ``Dropout`` lives in :mod:`.dropout`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from ..parameter import Parameter
 from .dropout import Dropout  # its home is .dropout, as torch's; kept importable from here
 from .module import Module, _fan_in_bound, _uniform
 
-__all__ = ["Dropout", "Embedding", "Flatten", "Identity", "Linear", "Unflatten"]
+__all__ = [
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "Linear",
+    "NonDynamicallyQuantizableLinear",
+    "Unflatten",
+]
 
 
 class Identity(Module):
@@ -70,6 +79,12 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, " + (
             f"bias={self.bias is not None}"
         )
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """A :class:`Linear` under torch's name for ``MultiheadAttention.out_proj`` (torch uses the
+    subclass to keep dynamic quantization off that layer; retrograd quantizes nothing, so it is
+    a ``Linear`` in every respect: arguments, layout, initialization, state-dict keys)."""
 
 
 class Embedding(Module):

@@ -39,6 +39,7 @@ from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
+from ...tensor.layouts import memory_format as _memory_format
 from ..parameter import Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
 
@@ -336,7 +337,12 @@ class Module:
         return self
 
     def to(
-        self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False
+        self,
+        *args: Any,
+        dtype: Any = None,
+        device: Any = None,
+        non_blocking: bool = False,
+        memory_format: Any = None,
     ) -> Module:
         """Cast floating parameters and buffers to ``dtype`` (``"float32"``/``"float64"``)
         and/or move everything to ``device``, in place; returns self.
@@ -344,8 +350,13 @@ class Module:
         As ``torch.nn.Module.to``: ``to("float64")``, ``to(rg.float64)``, ``to(dtype=...)``,
         ``to("cpu")``, ``to(rg.device("cpu", 1))``, ``to(tensor)`` (its dtype and device).
         Tied parameters stay one object; int buffers (batch norm's ``num_batches_tracked``)
-        keep their dtype.
+        keep their dtype. ``memory_format`` (``rg.channels_last``...) is checked and changes no
+        value: layouts are the kernels' choice (:mod:`retrograd.tensor.layouts`).
         """
+        if memory_format is not None and not isinstance(memory_format, _memory_format):
+            raise InvalidArgumentError(
+                f"Module.to: memory_format must be an rg.memory_format, got {memory_format!r}"
+            )
         for arg in args:
             if isinstance(arg, Tensor):
                 dtype, device = arg.dtype, arg.device

@@ -117,6 +117,17 @@ class _BatchNorm(Module):
                 assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
             assign(self.num_batches_tracked, self.num_batches_tracked * 0)
 
+    def _count_batch(self) -> float:
+        """Count a training batch (``num_batches_tracked``); the running statistics' update
+        factor: ``momentum``, or ``1 / batches`` for a cumulative average (``momentum=None``)."""
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            counter = self.num_batches_tracked
+            assign(counter, counter + 1, type(self).__name__)
+            if self.momentum is None:  # a cumulative moving average
+                factor = 1.0 / float(counter.item())
+        return factor
+
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
         if x.ndim not in self.ranks:
@@ -124,12 +135,7 @@ class _BatchNorm(Module):
                 f"{name}: expected a {' or '.join(f'{r}-d' for r in self.ranks)} input, got "
                 f"shape {list(x.shape)}"
             )
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            counter = self.num_batches_tracked
-            assign(counter, counter + 1, name)
-            if self.momentum is None:  # a cumulative moving average
-                factor = 1.0 / float(counter.item())
+        factor = self._count_batch()
         # As PyTorch: batch statistics in training, and in eval when no running ones are kept.
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats

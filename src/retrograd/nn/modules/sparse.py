@@ -1,5 +1,77 @@
-"""torch's ``torch.nn.modules.sparse`` path: ``Embedding`` (its home is :mod:`.linear`)."""
+"""torch's ``torch.nn.modules.sparse`` path: ``Embedding`` (its home is :mod:`.linear`) and
+``EmbeddingBag`` (sums, means or maxima of bags of rows: ``F.embedding_bag``)."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from ...tensor import Tensor, random, tensor
+from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..parameter import Parameter
 from .linear import Embedding
+from .module import Module
 
-__all__ = ["Embedding"]
+__all__ = ["Embedding", "EmbeddingBag"]
+
+
+class EmbeddingBag(Module):
+    """torch's ``nn.EmbeddingBag``: ``weight`` ``[num_embeddings, embedding_dim]`` drawn from
+    N(0, 1) (the ``padding_idx`` row zero); ``forward(input, offsets=None,
+    per_sample_weights=None)`` is :func:`~retrograd.nn.functional.embedding_bag`."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: Any = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
+        self.include_last_offset = include_last_offset
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            shape = (num_embeddings, embedding_dim)
+            values = random(shape, "normal", dtype=dtype or "float32", backend=backend,
+                            device=device).numpy().copy()  # fmt: skip
+            if padding_idx is not None:
+                values[padding_idx] = 0.0
+            _weight = tensor(values, backend=backend, device=device)
+        self.weight = Parameter(_weight)
+
+    def forward(
+        self,
+        input: Tensor,  # noqa: A002 (torch's name)
+        offsets: Tensor | None = None,
+        per_sample_weights: Tensor | None = None,
+    ) -> Tensor:
+        return F.embedding_bag(
+            input,
+            self.weight,
+            offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.mode,
+            self.sparse,
+            per_sample_weights,
+            self.include_last_offset,
+            self.padding_idx,
+        )
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor, as_tensor, stack, tensor
-from ...tensor.internal import no_generator
+from ...tensor.internal import checked_generator
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
@@ -126,8 +126,7 @@ class DataLoader:
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        no_generator("DataLoader", generator)
-        self.generator = generator
+        self.generator = checked_generator("DataLoader", generator)
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle not in (None, False):
@@ -156,7 +155,11 @@ class DataLoader:
                 "with drop_last"
             )
         if sampler is None and not self._iterable:
-            sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+            sampler = (
+                RandomSampler(dataset, generator=generator)
+                if shuffle
+                else SequentialSampler(dataset)
+            )
         if batch_size is not None and batch_sampler is None and not self._iterable:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_size = batch_size

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import randperm
-from ...tensor.internal import no_generator
+from ...tensor.internal import checked_generator
 
 __all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
 
@@ -97,8 +97,9 @@ class Subset(Dataset):
 def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None) -> list[Subset]:
     """Split ``dataset`` into random non-overlapping subsets of ``lengths`` (counts, or
     fractions summing to 1: the remainder spread one by one from the first, as torch does),
-    the permutation drawn from the generator ``rg.manual_seed`` seeds."""
-    no_generator("random_split", generator)
+    the permutation drawn from ``generator`` (an ``rg.Generator``) or the stream
+    ``rg.manual_seed`` seeds."""
+    checked_generator("random_split", generator)
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
@@ -111,7 +112,7 @@ def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None
             f"random_split: sum of input lengths {lengths} does not equal the length of the "
             f"input dataset ({n})"
         )
-    order = randperm(n).tolist()
+    order = randperm(n, generator=generator).tolist()
     subsets, start = [], 0
     for k in lengths:
         subsets.append(Subset(dataset, order[start : start + k]))

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...tensor import multinomial, randint, randperm, tensor
-from ...tensor.internal import no_generator
+from ...tensor.internal import checked_generator, no_generator
 
 __all__ = [
     "BatchSampler",
@@ -50,7 +50,7 @@ class RandomSampler(Sampler):
 
     def __init__(self, data_source: Any, replacement: bool = False,
                  num_samples: int | None = None, generator: Any = None) -> None:  # fmt: skip
-        no_generator("RandomSampler", generator)
+        self.generator = checked_generator("RandomSampler", generator)
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
@@ -68,11 +68,11 @@ class RandomSampler(Sampler):
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
         if self.replacement:
-            yield from randint(0, n, (self.num_samples,)).tolist()
+            yield from randint(0, n, (self.num_samples,), generator=self.generator).tolist()
             return
         for _ in range(self.num_samples // n):
-            yield from randperm(n).tolist()
-        yield from randperm(n).tolist()[: self.num_samples % n]
+            yield from randperm(n, generator=self.generator).tolist()
+        yield from randperm(n, generator=self.generator).tolist()[: self.num_samples % n]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -82,11 +82,11 @@ class SubsetRandomSampler(Sampler):
     """The given indices, in a random order."""
 
     def __init__(self, indices: Sequence[int], generator: Any = None) -> None:
-        no_generator("SubsetRandomSampler", generator)
+        self.generator = checked_generator("SubsetRandomSampler", generator)
         self.indices = indices
 
     def __iter__(self) -> Iterator[int]:
-        for i in randperm(len(self.indices)).tolist():
+        for i in randperm(len(self.indices), generator=self.generator).tolist():
             yield self.indices[i]
 
     def __len__(self) -> int:

@@ -1,0 +1,33 @@
+"""What the machine offers beyond the CPU, asked of torch (the one library here that drives
+a GPU), imported only when asked and only if installed: without torch, or without a CUDA
+device, there are none. ``rg.cuda`` answers from here, so that nothing above ``backend/``
+imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = ["cuda_call", "cuda_device_count"]
+
+
+def _torch() -> Any:
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    return torch
+
+
+def cuda_device_count() -> int:
+    """How many CUDA devices torch sees (0 without torch or without CUDA)."""
+    torch = _torch()
+    if torch is None or not torch.cuda.is_available():
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def cuda_call(name: str, *args: Any) -> Any:
+    """``torch.cuda.<name>(*args)``; call only when :func:`cuda_device_count` is positive."""
+    return getattr(_torch().cuda, name)(*args)

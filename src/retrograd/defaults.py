@@ -1,0 +1,123 @@
+"""torch's process-wide defaults and their queries, answered for retrograd:
+``get_default_device``/``set_default_device`` and the autocast state
+(``is_autocast_enabled``, ``get_autocast_dtype``...).
+
+Tensors are made on their backend's device (API.md section 1), so the default device is the
+current backend's; ``set_default_device`` accepts the device that already is the default and
+refuses another with an error that says how to get there (a backend on that device).
+
+retrograd never autocasts (every op computes in its inputs' dtype), so autocast is disabled
+everywhere; ``get_autocast_dtype(device_type)`` is the dtype torch's autocast would use on that
+device type by default (bfloat16 on the CPU, float16 on a GPU), as torch answers it.
+
+>>> import retrograd as rg
+>>> rg.get_default_device().type, rg.is_autocast_enabled("cpu"), rg.get_autocast_dtype("cpu")
+('cpu', False, retrograd.bfloat16)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .context import current_backend
+from .device import Device
+from .errors import InvalidArgumentError
+from .tensor.dtypes import DTYPE_OBJECTS
+
+__all__ = [
+    "get_autocast_cpu_dtype",
+    "get_autocast_dtype",
+    "get_autocast_gpu_dtype",
+    "get_default_device",
+    "is_autocast_cpu_enabled",
+    "is_autocast_enabled",
+    "set_default_device",
+]
+
+#: torch's default autocast dtype per device type
+_AUTOCAST_DTYPES = {"cpu": "bfloat16", "cuda": "float16", "mps": "float16", "xpu": "bfloat16"}
+
+
+def get_default_device() -> Device:
+    """The device new tensors are made on: the current backend's."""
+    return current_backend().default_device
+
+
+def set_default_device(device: Any) -> None:
+    """torch's ``set_default_device``: accepted for the device tensors are already made on
+    (``None`` means the CPU, as torch's); another device raises, naming the backend to use."""
+    target = Device("cpu") if device is None else _as_device(device)
+    current = get_default_device()
+    if target.kind != current.kind or (_has_index(device) and target.index != current.index):
+        raise InvalidArgumentError(
+            f"set_default_device: tensors are made on their backend's device ({current}), not "
+            f"on {target}; make the backend compute there instead, e.g. "
+            f"rg.set_default_backend(rg.Autodiff(rg.TorchBackend({str(target)!r})))"
+        )
+
+
+def _has_index(device: Any) -> bool:
+    if isinstance(device, Device):
+        return True
+    if isinstance(device, int):
+        return True
+    return isinstance(device, str) and ":" in device
+
+
+def _as_device(device: Any) -> Device:
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, int):
+        return Device("cuda", device)
+    if isinstance(device, str):
+        return Device(device)
+    if isinstance(getattr(device, "type", None), str):  # a torch.device
+        return Device(device.type, getattr(device, "index", None) or 0)
+    raise InvalidArgumentError(f"set_default_device: expected a device, got {device!r}")
+
+
+def _device_type(op: str, device_type: str) -> str:
+    if not isinstance(device_type, str) or device_type not in _AUTOCAST_DTYPES:
+        raise InvalidArgumentError(
+            f"{op}: expected one of {', '.join(_AUTOCAST_DTYPES)} as device_type, "
+            f"got {device_type!r}"
+        )
+    return device_type
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    """False: retrograd never autocasts (torch's default device type is ``"cuda"``)."""
+    _device_type("is_autocast_enabled", device_type)
+    return False
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"rg.{old}() is deprecated, as torch's is. Please use rg.{new} instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def is_autocast_cpu_enabled() -> bool:
+    """False: retrograd never autocasts (deprecated, as torch's)."""
+    _deprecated("is_autocast_cpu_enabled", "is_autocast_enabled('cpu')")
+    return False
+
+
+def get_autocast_dtype(device_type: str) -> Any:
+    """The dtype torch's autocast uses by default on ``device_type``."""
+    return DTYPE_OBJECTS[_AUTOCAST_DTYPES[_device_type("get_autocast_dtype", device_type)]]
+
+
+def get_autocast_cpu_dtype() -> Any:
+    """``get_autocast_dtype("cpu")``: bfloat16 (deprecated, as torch's)."""
+    _deprecated("get_autocast_cpu_dtype", "get_autocast_dtype('cpu')")
+    return get_autocast_dtype("cpu")
+
+
+def get_autocast_gpu_dtype() -> Any:
+    """``get_autocast_dtype("cuda")``: float16 (deprecated, as torch's)."""
+    _deprecated("get_autocast_gpu_dtype", "get_autocast_dtype('cuda')")
+    return get_autocast_dtype("cuda")

@@ -1,0 +1,78 @@
+"""torch's ``torch.linalg`` names retrograd has: :func:`inv` and :func:`pinv`, differentiable
+(the inverse's ``-A^-T g A^-T``; torch's pseudo-inverse backward), batched over leading dims,
+on float tensors, on every backend.
+
+>>> import retrograd as rg
+>>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()
+[[0.5, 0.0], [0.0, 0.25]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .tensor import FLOAT_DTYPES, Tensor
+from .tensor.creation import _no_out
+
+__all__ = ["inv", "pinv"]
+
+
+def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
+    if not isinstance(A, Tensor):
+        raise DTypeError(f"{op}: expected a tensor, got {type(A).__name__}")
+    if A.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{op}: expected a floating point tensor, got {A.dtype}")
+    if A.ndim < 2:
+        raise ShapeError(
+            f"{op}: the input must have at least 2 dimensions, got shape {shape_text(A.shape)}"
+        )
+    return A
+
+
+def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
+    """The inverse of each square matrix of ``A`` ``[..., n, n]``; a singular one raises
+    ``rg.InvalidArgumentError`` (torch: its ``LinAlgError``)."""
+    _no_out("linalg.inv", out)
+    matrices = _matrices("linalg.inv", A)
+    if matrices.shape[-1] != matrices.shape[-2]:
+        raise ShapeError(
+            f"linalg.inv: A must be batches of square matrices, but they are "
+            f"{matrices.shape[-2]} by {matrices.shape[-1]} matrices"
+        )
+    return matrices._apply("inverse", (matrices,))
+
+
+def pinv(
+    A: Tensor,  # noqa: N803 (torch's name)
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    hermitian: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """The Moore-Penrose pseudo-inverse of each matrix of ``A`` ``[..., m, n]``, as torch's:
+    singular values at most ``max(atol, rtol * largest)`` count as zero, ``rtol`` defaulting to
+    ``eps * max(m, n)`` when neither tolerance is given (to 0 when only ``atol`` > 0 is).
+    Tolerances are numbers (torch also takes tensors of them). The gradient is torch's, which
+    holds where the rank does not change under a small perturbation."""
+    _no_out("linalg.pinv", out)
+    matrices = _matrices("linalg.pinv", A)
+    if hermitian:
+        raise InvalidArgumentError(
+            "linalg.pinv: hermitian=True (which reads only the lower triangle) is not "
+            "supported; drop it for a symmetric input (the result is the same)"
+        )
+    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
+        raise InvalidArgumentError("linalg.pinv: atol and rtol must be numbers, not tensors")
+    if rtol is None:
+        rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
+    return matrices._apply("pinv", (matrices,), (float(atol or 0.0), float(rtol)))
+
+
+def _eps(dtype: str) -> float:
+    if dtype in ("bfloat16",):
+        return 0.0078125
+    return float(np.finfo(np.dtype(dtype)).eps)

@@ -1,0 +1,118 @@
+"""``embedding_bag``: sums, means or maxima of bags of embedding rows, as torch's.
+
+The bags (rows of a 2-d ``input``, or the runs of a 1-d ``input`` that ``offsets`` start) are
+laid out on the host as one padded ``[bags, longest]`` index matrix with a mask (indices are
+data the host holds anyway), the rows gathered by :func:`embedding`, and the reduction done
+with tensor ops over the mask: entries equal to ``padding_idx`` are left out of sums, means
+(their counts too) and maxima; an empty bag gives zeros. Gradients reach ``weight`` (never its
+``padding_idx`` row) and ``per_sample_weights``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import Tensor, tensor, zeros_like
+from ...tensor.functions import where
+from ...tensor.internal import shape_text
+from .linear import embedding
+
+__all__ = ["embedding_bag"]
+
+_MODES = ("sum", "mean", "max")
+
+
+def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # noqa: A002
+    """The padded index matrix ``[bags, longest]``, its mask, and the flat position in
+    ``input`` of each entry (for ``per_sample_weights``)."""
+    indices = input.numpy()
+    if input.ndim == 2:
+        if offsets is not None:
+            raise InvalidArgumentError(f"{fn}: if input is 2-d, then offsets has to be None")
+        bags, length = indices.shape
+        positions = np.arange(bags * length).reshape(bags, length)
+        return indices, np.ones(indices.shape, dtype=bool), positions
+    if input.ndim != 1:
+        raise ShapeError(f"{fn}: input has to be 1-d or 2-d, got {shape_text(input.shape)}")
+    if offsets is None:
+        raise InvalidArgumentError(f"{fn}: offsets has to be a 1-d tensor but got None")
+    starts = np.asarray(offsets.numpy() if isinstance(offsets, Tensor) else offsets, np.int64)
+    if starts.ndim != 1:
+        raise ShapeError(f"{fn}: offsets has to be a 1-d tensor, got shape {list(starts.shape)}")
+    n = indices.shape[0]
+    if include_last_offset:
+        starts, ends = starts[:-1], starts[1:]
+    else:
+        ends = np.append(starts[1:], n)
+    if starts.size and (starts[0] != 0 or np.any(np.diff(starts) < 0) or ends[-1] > n):
+        raise InvalidArgumentError(
+            f"{fn}: offsets must start at 0, not decrease and stay within the input's "
+            f"{n} entries, got {starts.tolist()}"
+        )
+    lengths = ends - starts
+    longest = max(int(lengths.max()) if lengths.size else 0, 1)
+    steps = np.arange(longest)
+    mask = steps[None, :] < lengths[:, None]
+    positions = np.where(mask, starts[:, None] + steps[None, :], 0)
+    return np.where(mask, indices[positions] if n else 0, 0), mask, positions
+
+
+def embedding_bag(
+    input: Tensor,  # noqa: A002 (torch's name)
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """``[bags, dim]``: each bag's rows of ``weight`` reduced by ``mode`` (module docstring),
+    as ``torch.nn.functional.embedding_bag``."""
+    fn = "embedding_bag"
+    if mode not in _MODES:
+        raise InvalidArgumentError(f"{fn}: mode has to be one of sum, mean or max, got {mode!r}")
+    refused = {"max_norm": max_norm is not None, "scale_grad_by_freq": scale_grad_by_freq}
+    for name, flag in {**refused, "sparse": sparse}.items():
+        if flag:
+            raise InvalidArgumentError(
+                f"{fn}: {name} is not supported (no in-place renormalization, dense gradients)"
+            )
+    if not isinstance(input, Tensor) or input.dtype != "int64":
+        raise DTypeError(f"{fn}: input must be an int64 tensor")
+    if per_sample_weights is not None and mode != "sum":
+        raise InvalidArgumentError(
+            f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "
+            f"mode='sum' (got mode='{mode}'). Please open a feature request on GitHub."
+        )
+    if per_sample_weights is not None and per_sample_weights.shape != input.shape:
+        raise ShapeError(
+            f"{fn}: per_sample_weights {shape_text(per_sample_weights.shape)} must have the "
+            f"shape of input {shape_text(input.shape)}"
+        )
+    indices, mask, positions = _bags(fn, input, offsets, include_last_offset)
+    if padding_idx is not None:
+        mask = mask & (indices != padding_idx % weight.shape[0])
+    made = dict(backend=weight.backend, device=weight.device)
+    rows = embedding(tensor(indices, dtype="int64", **made), weight)  # [bags, longest, dim]
+    keep = tensor(mask, **made)
+    counts = mask.sum(axis=1)
+    if mode == "max":
+        below = rows.detach().amin() - 1.0  # under every row value: left-out entries lose
+        top = where(keep.unsqueeze(-1), rows, below).amax(1)
+        return where(tensor(counts > 0, **made).unsqueeze(-1), top, zeros_like(top.detach()))
+    scale = keep.to(weight.dtype)
+    if per_sample_weights is not None:
+        flat = per_sample_weights.reshape(-1)
+        scale = scale * flat[tensor(positions, dtype="int64", **made)]
+    total = (rows * scale.unsqueeze(-1)).sum(1)
+    if mode == "mean":
+        divisor = tensor(np.maximum(counts, 1).astype(np.float64), dtype=weight.dtype, **made)
+        return total / divisor.unsqueeze(-1)
+    return total

@@ -1,0 +1,182 @@
+"""Spatial transformers: ``affine_grid`` and ``grid_sample``, torch's, composed of tensor ops
+(so their gradients, for the input and for the grid or ``theta``, are the ops' own).
+
+``grid_sample`` reads ``input`` ``[N, C, H, W]`` at the points of ``grid`` ``[N, Ho, Wo, 2]``
+(``x``, ``y`` in [-1, 1]) as torch's does: each point unnormalized to pixel coordinates
+(``align_corners`` says whether -1 and 1 are the centers or the outer edges of the corner
+pixels), then moved by ``padding_mode`` (``zeros``: left where it is, reading zeros outside;
+``border``: clipped to the image; ``reflection``: reflected at the border, then clipped),
+then read by ``mode``: ``bilinear`` weights the four pixels around it (each outside the image
+reads zero), ``nearest`` reads the one nearest (rounding half to even). The gradient of the
+grid is that of the bilinear weights, zero where a coordinate was clipped (torch's
+``clip_coordinates_set_grad``) and for ``nearest``. The 5-d (volumetric) form and ``bicubic``
+raise an error that says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import Tensor, arange, stack
+from ...tensor.functions import where
+from ...tensor.internal import FLOAT_DTYPES, shape_text
+
+__all__ = ["affine_grid", "grid_sample"]
+
+
+# -- affine_grid ----------------------------------------------------------------------------------
+def _base_coordinates(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
+    """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (pixel centers, so
+    scaled by ``(steps - 1) / steps``, without ``align_corners``); one step is the point 0."""
+    if steps <= 1:
+        return arange(1, dtype=theta.dtype, backend=theta.backend, device=theta.device) * 0.0
+    points = arange(steps, dtype=theta.dtype, backend=theta.backend, device=theta.device)
+    points = points * (2.0 / (steps - 1)) - 1.0
+    return points if align_corners else points * ((steps - 1) / steps)
+
+
+def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None = None) -> Tensor:
+    """The sampling grid of the affine maps ``theta`` (``[N, 2, 3]`` for a 4-d ``size``
+    ``(N, C, H, W)``, giving ``[N, H, W, 2]``; ``[N, 3, 4]`` for a 5-d one, giving
+    ``[N, D, H, W, 3]``), for :func:`grid_sample`, as torch's. Differentiable in ``theta``."""
+    fn = "affine_grid"
+    align = bool(align_corners)
+    size = tuple(int(n) for n in size)
+    if not isinstance(theta, Tensor) or theta.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{fn}: expected theta to be a floating point tensor")
+    if len(size) not in (4, 5):
+        raise ShapeError(f"{fn}: only 2D and 3D affine grids are supported, got size {list(size)}")
+    spatial = len(size) - 2
+    if theta.shape != (size[0], spatial, spatial + 1):
+        raise ShapeError(
+            f"{fn}: expected a batch of {spatial}D affine matrices of shape Nx{spatial}x"
+            f"{spatial + 1} for size {list(size)}, got {shape_text(theta.shape)}"
+        )
+    if min(size[2:]) <= 0:
+        raise ShapeError(f"{fn}: expected non-zero, positive output size, got {list(size)}")
+    # the base grid, last axis (x, y[, z], 1), x varying fastest (torch's order)
+    axes = [_base_coordinates(theta, n, align) for n in reversed(size[2:])]
+    shape = size[2:]
+    columns = []
+    for k, coords in enumerate(axes):  # k = 0 is x (the last dim), 1 is y, 2 is z
+        dim = len(shape) - 1 - k
+        view = [1] * len(shape)
+        view[dim] = shape[dim]
+        columns.append(coords.reshape(view).expand(shape))
+    columns.append(columns[0] * 0.0 + 1.0)
+    base = stack(columns, dim=-1).reshape(1, -1, spatial + 1)
+    grid = base.matmul(theta.transpose(1, 2))  # [N, points, spatial]
+    return grid.reshape(size[0], *shape, spatial)
+
+
+# -- grid_sample ----------------------------------------------------------------------------------
+_MODES = ("bilinear", "nearest")
+_PADDINGS = ("zeros", "border", "reflection")
+
+
+def _clip(coords: Tensor, limit: int) -> Tensor:
+    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends."""
+    inside = (coords > 0) & (coords < limit)
+    return where(inside, coords, coords.detach().clamp(0, limit))
+
+
+def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
+    """torch's ``reflect_coordinates``: reflected into [low, high] by the borders."""
+    if twice_low == twice_high:
+        return coords * 0.0
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    distance = (coords - low).abs()
+    extra = distance.remainder(span)  # distance >= 0: fmod
+    flips = (distance / span).floor().detach()
+    even = flips.remainder(2) == 0
+    return where(even, extra + low, (extra * -1.0) + (span + low))
+
+
+def _source(coords: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
+    """Grid coordinates in [-1, 1] to pixel coordinates, moved by ``padding_mode``."""
+    pixels = (coords + 1.0) * ((size - 1) / 2) if align else ((coords + 1.0) * size - 1.0) / 2
+    if padding_mode == "border":
+        return _clip(pixels, size - 1)
+    if padding_mode == "reflection":
+        reflected = (
+            _reflect(pixels, 0, 2 * (size - 1)) if align else _reflect(pixels, -1, 2 * size - 1)
+        )
+        return _clip(reflected, size - 1)
+    return pixels
+
+
+def _read(flat: Tensor, xs: Tensor, ys: Tensor, width: int, height: int) -> Tensor:
+    """``flat`` ``[N, C, H*W]`` at the integer-valued points ``xs``, ``ys`` ``[N, Ho, Wo]``,
+    zero where a point is outside the image: ``[N, C, Ho, Wo]``."""
+    n, c = flat.shape[:2]
+    inside = (xs >= 0) & (xs <= width - 1) & (ys >= 0) & (ys <= height - 1)
+    index = (ys.clamp(0, height - 1) * width + xs.clamp(0, width - 1)).long()
+    points = index.reshape(n, 1, -1).expand(n, c, index[0].numel())
+    values = flat.gather(2, points).reshape(n, c, *xs.shape[1:])
+    return values * inside.unsqueeze(1).to(flat.dtype)
+
+
+def grid_sample(
+    input: Tensor,  # noqa: A002 (torch's name)
+    grid: Tensor,
+    mode: str = "bilinear",
+    padding_mode: str = "zeros",
+    align_corners: bool | None = None,
+) -> Tensor:
+    """``input`` ``[N, C, H, W]`` read at the points of ``grid`` ``[N, Ho, Wo, 2]``:
+    ``[N, C, Ho, Wo]``, as torch's (see the module docstring)."""
+    fn = "grid_sample"
+    if mode not in _MODES:
+        supported = " or ".join(repr(m) for m in _MODES)
+        raise InvalidArgumentError(
+            f"{fn}: mode {mode!r} is not supported (retrograd has {supported}; torch's "
+            f"'bicubic' is not built)"
+            if mode == "bicubic"
+            else f"{fn}: mode must be {supported}, got {mode!r}"
+        )
+    if padding_mode not in _PADDINGS:
+        raise InvalidArgumentError(
+            f"{fn}: padding_mode must be one of {', '.join(_PADDINGS)}, got {padding_mode!r}"
+        )
+    for name, t in (("input", input), ("grid", grid)):
+        if not isinstance(t, Tensor) or t.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"{fn}: expected {name} to be a floating point tensor")
+    if input.dtype != grid.dtype:
+        raise DTypeError(
+            f"{fn}: expected input and grid to have the same dtype, but input has "
+            f"{input.dtype} and grid has {grid.dtype}"
+        )
+    if input.ndim == 5:
+        raise ShapeError(f"{fn}: volumetric (5-d) input is not supported; 4-d input only")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2:
+        raise ShapeError(
+            f"{fn}: expected 4-d input [N, C, H, W] and grid [N, H_out, W_out, 2], got "
+            f"{shape_text(input.shape)} and {shape_text(grid.shape)}"
+        )
+    if input.shape[0] != grid.shape[0]:
+        raise ShapeError(
+            f"{fn}: expected grid and input to have same batch size, but got input with sizes "
+            f"{shape_text(input.shape)} and grid with sizes {shape_text(grid.shape)}"
+        )
+    n, c, height, width = input.shape
+    if height == 0 or width == 0:
+        raise ShapeError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
+    align = bool(align_corners)
+    x = _source(grid[..., 0], width, padding_mode, align)
+    y = _source(grid[..., 1], height, padding_mode, align)
+    flat = input.reshape(n, c, height * width)
+    if mode == "nearest":
+        return _read(flat, x.detach().round(), y.detach().round(), width, height)
+    x0, y0 = x.detach().floor(), y.detach().floor()
+    x1, y1 = x0 + 1.0, y0 + 1.0
+    out = None
+    for xs, ys, weight in (
+        (x0, y0, (x1 - x) * (y1 - y)),
+        (x1, y0, (x - x0) * (y1 - y)),
+        (x0, y1, (x1 - x) * (y - y0)),
+        (x1, y1, (x - x0) * (y - y0)),
+    ):
+        term = _read(flat, xs, ys, width, height) * weight.unsqueeze(1)
+        out = term if out is None else out + term
+    return out

@@ -1,0 +1,107 @@
+"""``rg.Generator``: a random stream of its own, as ``torch.Generator``, for the ``generator=``
+argument of ``rand``, ``randn``, ``randint``, ``randperm``, ``normal``, the in-place random
+fills, the data samplers and ``random_split``.
+
+Draws are made on the host by NumPy's PCG64, seeded by ``manual_seed``, with the same calls the
+NumPy backend's process-wide stream makes, then copied to the tensor's backend and device. So a
+generator seeded with ``s`` gives the draws ``rg.manual_seed(s)`` gives the global stream
+(on the NumPy backend), and drawing from a generator leaves the global stream where it was, as
+in torch. The numbers differ from torch's (another algorithm, as ``rg.manual_seed``'s).
+
+>>> import retrograd as rg
+>>> g = rg.Generator().manual_seed(3)
+>>> first = rg.randperm(5, generator=g).tolist()
+>>> first == rg.randperm(5, generator=rg.Generator().manual_seed(3)).tolist()
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..errors import InvalidArgumentError
+from .creation import tensor
+
+__all__ = ["Generator"]
+
+#: torch's default seed of a new ``torch.Generator()``
+DEFAULT_SEED = 67280421310721
+_STATE_WORDS = 10  # PCG64: state and increment (128 bits each, as 4 x 32), has_uint32, uinteger
+
+
+class Generator:
+    """A seeded stream of random numbers (``torch.Generator``'s methods: ``manual_seed``,
+    ``seed``, ``initial_seed``, ``get_state``, ``set_state``, ``device``)."""
+
+    def __init__(self, device: Any = "cpu") -> None:
+        self.device = Device(device)
+        self._lock = threading.Lock()
+        self.manual_seed(DEFAULT_SEED)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Restart the stream from ``seed`` (negative seeds wrap to 64 bits, as torch's)."""
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise InvalidArgumentError(f"Generator.manual_seed: expected an int, got {seed!r}")
+        with self._lock:
+            self._initial = int(seed) % 2**64
+            self._rng = np.random.default_rng(self._initial)
+        return self
+
+    def seed(self) -> int:
+        """Restart the stream from a fresh non-deterministic seed, and return it."""
+        fresh = int(np.random.SeedSequence().entropy) % 2**63
+        self.manual_seed(fresh)
+        return fresh
+
+    def initial_seed(self) -> int:
+        """The seed the stream last started from."""
+        return self._initial
+
+    def get_state(self) -> Any:
+        """The stream's position, as an int64 tensor for :meth:`set_state` (torch gives a
+        uint8 tensor of its own algorithm's state; the two do not mix)."""
+        with self._lock:
+            state = self._rng.bit_generator.state
+        words = []
+        for value in (state["state"]["state"], state["state"]["inc"]):
+            words += [(value >> (32 * k)) & 0xFFFFFFFF for k in range(4)]
+        words += [int(state["has_uint32"]), int(state["uinteger"])]
+        return tensor(np.array(words, dtype=np.int64))
+
+    def set_state(self, new_state: Any) -> Generator:
+        """Return the stream to a position :meth:`get_state` gave."""
+        words = np.asarray(getattr(new_state, "numpy", lambda: new_state)())
+        if words.shape != (_STATE_WORDS,) or words.dtype != np.int64:
+            raise InvalidArgumentError(
+                f"Generator.set_state: expected the int64 tensor of {_STATE_WORDS} values that "
+                f"get_state returns, got {getattr(new_state, 'shape', new_state)!r}"
+            )
+        ints = [int(w) for w in words]
+        state = {
+            "bit_generator": "PCG64",
+            "state": {
+                "state": sum(ints[k] << (32 * k) for k in range(4)),
+                "inc": sum(ints[4 + k] << (32 * k) for k in range(4)),
+            },
+            "has_uint32": ints[8],
+            "uinteger": ints[9],
+        }
+        with self._lock:
+            self._rng.bit_generator.state = state
+        return self
+
+    def draws(self, shape: Sequence[int], distribution: str, dtype: str) -> np.ndarray:
+        """Host draws of ``shape`` (float32 for the half dtypes, cast when copied)."""
+        np_dtype = np.float64 if dtype == "float64" else np.float32
+        with self._lock:
+            if distribution == "uniform":
+                return self._rng.random(tuple(shape), dtype=np_dtype)
+            return self._rng.standard_normal(tuple(shape), dtype=np_dtype)
+
+    def __repr__(self) -> str:
+        return f"Generator(device={str(self.device)!r}, initial_seed={self._initial})"

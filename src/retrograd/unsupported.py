@@ -1,0 +1,78 @@
+"""torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
+complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, and :mod:`retrograd.fft`),
+sparse layouts (``sparse_coo_tensor``, ``spmm``; ``Tensor.to_sparse``) and nested tensors
+(:mod:`retrograd.nested`).
+
+Tensors here are dense and real: float32/float64 (bfloat16/float16 on torch), int64, bool.
+A name torch code uses is better met by an error that names what is missing than by an
+``AttributeError``, and never by a result that differs from torch's.
+
+>>> import retrograd as rg
+>>> rg.view_as_real(rg.ones((2,)))
+Traceback (most recent call last):
+...
+retrograd.errors.DTypeError: view_as_real: retrograd has no complex tensors ...
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from .errors import DTypeError, InvalidArgumentError
+
+__all__ = [
+    "no_complex",
+    "no_nested",
+    "no_sparse",
+    "polar",
+    "sparse_coo_tensor",
+    "spmm",
+    "view_as_complex",
+    "view_as_real",
+]
+
+
+def no_complex(op: str) -> NoReturn:
+    raise DTypeError(
+        f"{op}: retrograd has no complex tensors (dtypes: float32, float64, int64, bool; "
+        "bfloat16/float16 on rg.TorchBackend); keep real and imaginary parts as two real tensors"
+    )
+
+
+def no_sparse(op: str) -> NoReturn:
+    raise InvalidArgumentError(
+        f"{op}: retrograd has no sparse layouts (every tensor is dense, rg.strided); build the "
+        "dense tensor instead"
+    )
+
+
+def no_nested(op: str) -> NoReturn:
+    raise InvalidArgumentError(
+        f"{op}: retrograd has no nested (jagged) tensors; pad the sequences to one length and "
+        "pass a mask"
+    )
+
+
+def view_as_real(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
+    """Refused: no complex tensors."""
+    no_complex("view_as_real")
+
+
+def view_as_complex(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
+    """Refused: no complex tensors."""
+    no_complex("view_as_complex")
+
+
+def polar(abs: Any, angle: Any, *, out: Any = None) -> NoReturn:  # noqa: A002 (torch's name)
+    """Refused: no complex tensors."""
+    no_complex("polar")
+
+
+def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any) -> NoReturn:
+    """Refused: no sparse layouts."""
+    no_sparse("sparse_coo_tensor")
+
+
+def spmm(input: Any, mat2: Any) -> NoReturn:  # noqa: A002 (torch's name)
+    """Refused: no sparse layouts (``rg.mm`` multiplies dense matrices)."""
+    no_sparse("spmm")

@@ -1,0 +1,82 @@
+"""``F.embedding_bag`` and ``nn.EmbeddingBag`` against torch: every mode, 2-d bags and 1-d
+input with offsets (``include_last_offset``, empty bags), ``padding_idx``,
+``per_sample_weights``; values and gradients in float64; the module's state dict; errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import nn
+from surface_testing import same_gradients
+
+RNG = np.random.default_rng(43)
+WEIGHT = RNG.standard_normal((10, 4))
+FLAT = RNG.integers(0, 10, (9,))
+BAGS = {
+    "2-d": (RNG.integers(0, 10, (3, 5)), None, False),
+    "offsets": (FLAT, np.array([0, 2, 2, 6]), False),  # an empty bag in the middle
+    "last offset": (FLAT, np.array([0, 4, 4, 9]), True),
+}
+
+
+@pytest.mark.parametrize("padding_idx", [None, int(FLAT[0])])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("bags", list(BAGS))
+def test_embedding_bag_matches_torch(bags, mode, padding_idx):
+    indices, offsets, include_last = BAGS[bags]
+
+    def bag(lib, weight):
+        return lib.nn.functional.embedding_bag(
+            lib.tensor(indices),
+            weight,
+            None if offsets is None else lib.tensor(offsets),
+            mode=mode,
+            include_last_offset=include_last,
+            padding_idx=padding_idx,
+        )
+
+    same_gradients(bag, [WEIGHT])
+
+
+@pytest.mark.parametrize("bags", list(BAGS))
+def test_per_sample_weights_match_torch(bags):
+    indices, offsets, include_last = BAGS[bags]
+    per_sample = RNG.standard_normal(indices.shape)
+
+    def bag(lib, weight, scale):
+        off = None if offsets is None else lib.tensor(offsets)
+        return lib.nn.functional.embedding_bag(
+            lib.tensor(indices), weight, off, mode="sum", per_sample_weights=scale,
+            include_last_offset=include_last,
+        )  # fmt: skip
+
+    same_gradients(bag, [WEIGHT, per_sample])
+
+
+def test_the_module_has_torchs_state_and_outputs():
+    torch.manual_seed(1)
+    theirs = torch.nn.EmbeddingBag(10, 4, mode="max", padding_idx=2).double()
+    ours = nn.EmbeddingBag(10, 4, mode="max", padding_idx=2, dtype="float64")
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
+    assert np.all(ours.weight.numpy()[2] == 0.0)
+    ours.load_state_dict({"weight": theirs.weight.detach().numpy()})
+    x, off = torch.tensor(FLAT), torch.tensor([0, 3, 5])
+    expected = theirs(x, off).detach().numpy()
+    np.testing.assert_allclose(ours(rg.tensor(FLAT), rg.tensor([0, 3, 5])).numpy(), expected)
+
+
+def test_errors_say_what_is_wrong_or_unsupported():
+    weight = rg.tensor(WEIGHT)
+    with pytest.raises(rg.InvalidArgumentError, match="only supported for mode='sum'"):
+        rg.nn.functional.embedding_bag(
+            rg.tensor(BAGS["2-d"][0]), weight, per_sample_weights=rg.ones((3, 5)), mode="mean"
+        )
+    with pytest.raises(rg.InvalidArgumentError, match="offsets has to be None"):
+        rg.nn.functional.embedding_bag(rg.tensor(BAGS["2-d"][0]), weight, rg.tensor([0]))
+    with pytest.raises(rg.InvalidArgumentError, match="offsets has to be a 1-d tensor"):
+        rg.nn.functional.embedding_bag(rg.tensor(FLAT), weight)
+    with pytest.raises(rg.InvalidArgumentError, match="max_norm is not supported"):
+        nn.EmbeddingBag(10, 4, max_norm=1.0)(rg.tensor(BAGS["2-d"][0]))
