@@ -14,6 +14,11 @@ from retrograd.app.cli import main
 from retrograd.app.gpt import GPTTrainConfig, train_gpt
 from retrograd.app.text import TextCorpus, load_corpus, stdlib_text, unigram_entropy
 
+pytestmark = pytest.mark.numpy_only(
+    "the command line picks its inner backend by --backend (tested here with torch too); the "
+    "suite's RETROGRAD_INNER does not reach it, so a torch-suite run would repeat this one"
+)
+
 TEXT = "".join(
     f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n\n" for i in range(300)
 )  # ~10k characters of regular, Python-like text

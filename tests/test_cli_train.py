@@ -17,6 +17,11 @@ from retrograd.app.cli import main
 from retrograd.app.trainer import TrainConfig, train
 from test_data import write_mnist
 
+pytestmark = pytest.mark.numpy_only(
+    "the command line picks its inner backend by --backend (tested here with torch too); the "
+    "suite's RETROGRAD_INNER does not reach it, so a torch-suite run would repeat this one"
+)
+
 pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')
 
 SMALL = ["--epochs", "1", "--max-train-samples", "150", "--max-test-samples", "60", "--no-progress"]

@@ -21,6 +21,11 @@ import retrograd as rg
 from retrograd import nn
 from retrograd.files import FileSet, atomic_write
 
+pytestmark = pytest.mark.numpy_only(
+    "file writes (a model's save in a subprocess on the default backend): nothing here "
+    "depends on the suite's inner backend, so a torch-suite run would repeat this one"
+)
+
 SOURCE = str(Path(rg.__file__).resolve().parents[1])
 
 
