@@ -66,7 +66,9 @@ def sgd_update(
         if buffer is None:
             buffer = direction
         else:
-            buffer = buffer * momentum + direction * (1.0 - dampening)
+            # torch adds the gradient with alpha = 1 - dampening: no product when it is 1
+            damped = direction * (1.0 - dampening) if dampening else direction
+            buffer = buffer * momentum + damped
         state["momentum_buffer"] = buffer
         direction = direction + buffer * momentum if nesterov else buffer
     return value - direction * lr, state
