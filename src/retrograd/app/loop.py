@@ -341,7 +341,7 @@ class Replica:
         self.model = template.replicate(backend=self.backend, device=device)
         if distributed:
             self.model.set_distributed()
-        build = optimizer_factory(distributed and getattr(config, "zero", False))
+        build = optimizer_factory(distributed and config.zero)
         self.optimizer, self.schedule = task.make_optimizer(self.model, build)
         self.clip_norm = config.clip_norm
         #: under a memory budget, the most activation bytes a step that followed its plan held
@@ -540,7 +540,7 @@ def _fit_in(
     report.metrics["summary"].update(plan_report(group.replicas[0]))
     report.metrics["summary"]["optimizer_state_bytes"] = state_bytes
     report.metrics["summary"]["optimizer_state_sharded"] = bool(
-        group.world > 1 and getattr(task.config, "zero", False)
+        group.world > 1 and task.config.zero
     )
     if group.is_main:
         written = write_outputs(folder, report, model, task.plot, say)

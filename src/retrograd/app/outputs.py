@@ -116,6 +116,15 @@ def write_outputs(
 
 def summary_text(report: Report, checkpointing: str, world: int, written: Sequence[str]) -> str:
     summary = report.metrics["summary"]
+    plan = []
+    if "plan_predicted_peak_bytes" in summary:
+        plan.append(
+            f"  budget plan            predicted peak "
+            f"{format_bytes(summary['plan_predicted_peak_bytes'])}, measured "
+            f"{format_bytes(summary['plan_measured_peak_bytes'])} (budget "
+            f"{format_bytes(summary['budget_bytes'])}; Gradients.peak_bytes of the steps "
+            "that followed it)"
+        )
     lines = [
         "summary",
         *report.lines,
@@ -131,18 +140,10 @@ def summary_text(report: Report, checkpointing: str, world: int, written: Sequen
             if summary.get("optimizer_state_sharded")
             else "(a full copy each)"
         ),
+        *plan,
         f"  total time             {summary['total_seconds']:.1f} s",
         *report.tail,
     ]
-    if "plan_predicted_peak_bytes" in summary:
-        lines.insert(
-            lines.index(f"  total time             {summary['total_seconds']:.1f} s"),
-            f"  budget plan            predicted peak "
-            f"{format_bytes(summary['plan_predicted_peak_bytes'])}, measured "
-            f"{format_bytes(summary['plan_measured_peak_bytes'])} (budget "
-            f"{format_bytes(summary['budget_bytes'])}; Gradients.peak_bytes of the steps "
-            "that followed it)",
-        )
     if written:
         lines.append("  wrote " + ", ".join(written))
     return "\n".join(lines)
