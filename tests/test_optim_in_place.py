@@ -26,6 +26,10 @@ OPTIMIZERS = {
     "adam": lambda p: optim.Adam(p, lr=1e-2),
     "adam_decay": lambda p: optim.Adam(p, lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
     "adamw": lambda p: optim.AdamW(p, lr=1e-2, weight_decay=0.05),
+    "rmsprop": lambda p: optim.RMSprop(p, lr=1e-2),
+    "rmsprop_all": lambda p: optim.RMSprop(
+        p, lr=1e-2, alpha=0.9, weight_decay=0.01, momentum=0.8, centered=True
+    ),
 }
 
 
@@ -77,7 +81,9 @@ KERNEL_CASES = ["sgd", "sgd_decay", "sgd_momentum", "sgd_momentum_decay", "sgd_n
 
 @pytest.mark.parametrize("shape", [(6, 5), (260, 260)])  # NumPy: small, and compiled loops
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", [*KERNEL_CASES, "adam", "adam_decay", "adamw"])
+@pytest.mark.parametrize(
+    "name", [*KERNEL_CASES, "adam", "adam_decay", "adamw", "rmsprop", "rmsprop_all"]
+)
 def test_the_kernels_match_the_protocol_formula(name, dtype, shape):
     """Each backend's kernel, in place or not, against the protocol's composed default (NumPy:
     bit for bit; torch's fused SGD rounds ``add(x, alpha=)`` once, as torch eager does)."""
@@ -114,6 +120,20 @@ def test_the_kernels_match_the_protocol_formula(name, dtype, shape):
                     np.testing.assert_allclose(a, c, rtol=0, atol=tolerance)
                 else:
                     np.testing.assert_array_equal(a, c)
+        return
+    if name.startswith("rmsprop"):
+        everything = name == "rmsprop_all"
+        hyper = (1e-2, 0.9, 1e-6, 0.01 * everything, 0.8 * everything, everything)
+        empty = backend.zeros((0,), dtype, None)
+        average = backend.mul_scalar(first, 0.1)  # below the root of the square average
+        square = backend.add_scalar(second, 1.0)
+        states = (square, average, value) if everything else (square, empty, empty)
+        expected = rg.Backend.rmsprop_update(backend, value, grad, *states, *hyper, False)
+        for inplace in (False, True):
+            args = [copy(a) for a in (value, grad, *states)]
+            got = backend.rmsprop_update(*args, *hyper, inplace)
+            for a, b in zip(got, expected):
+                np.testing.assert_array_equal(backend.to_numpy(a), backend.to_numpy(b))
         return
     decoupled = name == "adamw"
     hyper = (3, 1e-2, 0.8, 0.99, 1e-6, 0.0 if name == "adam" else 0.05, decoupled)

@@ -100,6 +100,23 @@ class NumpyOptimizerKernels:
             loop(flat_value, flat_grad, scalar(lr), scalar(weight_decay))
         return value, buffer
 
+    def rmsprop_update(
+        self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
+        centered, inplace
+    ):  # fmt: skip
+        states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
+        hyper = (lr, alpha, eps, weight_decay, momentum, centered)
+        if not _compilable(value, grad, *states) or any(
+            a.shape != value.shape for a in (grad, *states)
+        ):
+            return super().rmsprop_update(value, grad, square, average, buffer, *hyper, inplace)
+        if not inplace:
+            value, square = value.copy(), square.copy()
+            average = average.copy() if centered else average
+            buffer = buffer.copy() if momentum > 0 else buffer
+        _rmsprop_numpy(value, grad, square, average, buffer, hyper)
+        return value, square, average, buffer
+
     def adam_update(
         self,
         value,
@@ -140,6 +157,38 @@ class NumpyOptimizerKernels:
             scalar(lr / (1.0 - beta1**step)),
         )
         return value, first, second
+
+
+def _rmsprop_numpy(value, grad, square, average, buffer, hyper):
+    """The protocol's RMSprop as NumPy operations in its order, written into the arrays
+    given."""
+    lr, alpha, eps, weight_decay, momentum, centered = hyper
+    if weight_decay:
+        decayed = np.multiply(value, weight_decay)
+        decayed += grad
+        grad = decayed
+    squares = np.multiply(grad, 1.0 - alpha)
+    squares *= grad
+    square *= alpha
+    square += squares
+    if centered:
+        moved = np.subtract(grad, average)
+        moved *= 1.0 - alpha
+        average += moved
+        denominator = np.multiply(average, average, out=squares)
+        np.subtract(square, denominator, out=denominator)
+        np.sqrt(denominator, out=denominator)
+    else:
+        denominator = np.sqrt(square, out=squares)
+    denominator += eps
+    quotient = np.divide(grad, denominator, out=denominator)
+    if momentum > 0.0:
+        buffer *= momentum
+        buffer += quotient
+        value -= np.multiply(buffer, lr, out=quotient)
+    else:
+        quotient *= lr
+        value -= quotient
 
 
 def _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):

@@ -20,8 +20,8 @@ Conventions, so that implementations stay small:
 - Nothing is modified in place: every method returns a new primitive (which may share memory
   with an input, as a view does). The exceptions say so where declared: the engine's gradient
   sums (``accumulate``, ``slice_accumulate``) and the optimizer updates called with
-  ``inplace=True`` (``sgd_update``, ``adam_update``), whose callers pass only buffers nothing
-  else references.
+  ``inplace=True`` (``sgd_update``, ``adam_update``, ``rmsprop_update``), whose callers pass
+  only buffers nothing else references.
 
 The neural-network kernels (convolution, batch norm, pooling, interpolation), the recurrent
 layers' and the losses' are declared in :mod:`.protocol_nn`, :mod:`.protocol_rnn` and
@@ -81,6 +81,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
             "reset_peak_memory",
             "adam_update",
             "sgd_update",
+            "rmsprop_update",
             "owns_memory",
             "attention",
             "attention_backward",
@@ -502,6 +503,47 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         )
         update = self.div(self.mul_scalar(first, step_size), denominator)
         return self.sub(value, update), first, second
+
+    def rmsprop_update(
+        self,
+        value: Any,
+        grad: Any,
+        square: Any,
+        average: Any,
+        buffer: Any,
+        lr: float,
+        alpha: float,
+        eps: float,
+        weight_decay: float,
+        momentum: float,
+        centered: bool,
+        inplace: bool,
+    ) -> tuple[Any, Any, Any, Any]:
+        """One RMSprop step, ``torch.optim.RMSprop``: ``(new value, square average, gradient
+        average, momentum buffer)``; ``average`` (centered) and ``buffer`` (momentum) are
+        empty (``[0]``) where unused, and come back so.
+
+        ``g = grad + value * weight_decay``; ``v = square * alpha + g * (1 - alpha) * g``;
+        centered, ``a = average + (g - average) * (1 - alpha)`` and the denominator ``sqrt(v -
+        a * a) + eps``, else ``sqrt(v) + eps``; with momentum ``b = buffer * momentum + g /
+        denominator`` and ``value - b * lr``, else ``value - g / denominator * lr``.
+        """
+        if weight_decay:
+            grad = self.add(grad, self.mul_scalar(value, weight_decay))
+        square = self.add(
+            self.mul_scalar(square, alpha), self.mul(self.mul_scalar(grad, 1.0 - alpha), grad)
+        )
+        if centered:
+            average = self.add(average, self.mul_scalar(self.sub(grad, average), 1.0 - alpha))
+            spread = self.sub(square, self.mul(average, average))
+            denominator = self.add_scalar(self.sqrt(spread), eps)
+        else:
+            denominator = self.add_scalar(self.sqrt(square), eps)
+        if momentum > 0.0:
+            buffer = self.add(self.mul_scalar(buffer, momentum), self.div(grad, denominator))
+            return self.sub(value, self.mul_scalar(buffer, lr)), square, average, buffer
+        step = self.mul_scalar(self.div(grad, denominator), lr)
+        return self.sub(value, step), square, average, buffer
 
     # -- fused transformer kernels --------------------------------------------------------------
     # Each has a default composed of the primitives above, so every backend has a correct one

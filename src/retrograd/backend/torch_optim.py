@@ -90,3 +90,36 @@ class TorchOptimizerKernels:
         update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
         value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
         return value, moment, variance
+
+    def rmsprop_update(
+        self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
+        centered, inplace
+    ):  # fmt: skip
+        # the protocol's order of operations, in place on the buffers given with ``inplace``
+        states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
+        if any(t.shape != value.shape or t.dtype != value.dtype for t in (grad, *states)):
+            return super().rmsprop_update(
+                value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
+                centered, inplace,
+            )  # fmt: skip
+        if not inplace:
+            value, square = value.clone(), square.clone()
+            average = average.clone() if centered else average
+            buffer = buffer.clone() if momentum > 0 else buffer
+        if weight_decay:
+            grad = torch.mul(value, weight_decay).add_(grad)
+        squares = torch.mul(grad, 1.0 - alpha).mul_(grad)
+        square.mul_(alpha).add_(squares)
+        if centered:
+            average.add_(torch.sub(grad, average).mul_(1.0 - alpha))
+            denominator = torch.mul(average, average, out=squares)
+            torch.sub(square, denominator, out=denominator).sqrt_()
+        else:
+            denominator = torch.sqrt(square, out=squares)
+        quotient = torch.div(grad, denominator.add_(eps), out=denominator)
+        if momentum > 0.0:
+            buffer.mul_(momentum).add_(quotient)
+            value.sub_(torch.mul(buffer, lr, out=quotient))
+        else:
+            value.sub_(quotient.mul_(lr))
+        return value, square, average, buffer

@@ -131,36 +131,37 @@ def rmsprop_update(
     weight_decay: float = 0.0,
     momentum: float = 0.0,
     centered: bool = False,
+    in_place: bool = False,
 ) -> tuple[Tensor, State]:
     """``torch.optim.RMSprop``: ``v = alpha v + (1 - alpha) g^2``; the denominator is
     ``sqrt(v) + eps`` (centered: ``sqrt(v - a^2) + eps``, ``a`` the running mean gradient);
     with momentum ``b = momentum b + g / denominator`` and ``p = p - lr b``, else
-    ``p = p - lr g / denominator``."""
+    ``p = p - lr g / denominator`` (``Backend.rmsprop_update``, one kernel). ``in_place``: as
+    for :func:`sgd_update`, the kernel may write into ``value`` and the state's buffers."""
     state = dict(state)
-    if weight_decay:
-        grad = grad + value * weight_decay
-    square = state.get("square_avg")
-    if square is None:
-        square = zeros_like(grad)
-    square = square * alpha + grad * (1.0 - alpha) * grad
-    state["square_avg"] = square
+    empty = None
+    buffers = []
+    for key, used in (
+        ("square_avg", True),
+        ("grad_avg", centered),
+        ("momentum_buffer", momentum > 0.0),
+    ):
+        kept = state.get(key) if used else None
+        if kept is None and used:
+            kept = zeros_like(grad)
+        if kept is None:
+            if empty is None:
+                empty = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
+            kept = empty
+        buffers.append(kept)
+    hyper = (lr, alpha, eps, weight_decay, momentum, centered, in_place)
+    value, *buffers = apply("rmsprop_update", (value, grad, *buffers), hyper)
+    state["square_avg"] = buffers[0]
     if centered:
-        average = state.get("grad_avg")
-        if average is None:
-            average = zeros_like(grad)
-        average = average + (grad - average) * (1.0 - alpha)
-        state["grad_avg"] = average
-        denominator = (square - average * average).sqrt() + eps
-    else:
-        denominator = square.sqrt() + eps
+        state["grad_avg"] = buffers[1]
     if momentum > 0.0:
-        buffer = state.get("momentum_buffer")
-        if buffer is None:
-            buffer = zeros_like(grad)
-        buffer = buffer * momentum + grad / denominator
-        state["momentum_buffer"] = buffer
-        return value - buffer * lr, state
-    return value - grad / denominator * lr, state
+        state["momentum_buffer"] = buffers[2]
+    return value, state
 
 
 # -- the optimizers -------------------------------------------------------------------------------
@@ -631,7 +632,9 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def update(self, value, grad, state, group):
+    updates_in_place = True
+
+    def update(self, value, grad, state, group, in_place=False):
         return rmsprop_update(
             value,
             grad,
@@ -642,4 +645,5 @@ class RMSprop(Optimizer):
             weight_decay=group["weight_decay"],
             momentum=group["momentum"],
             centered=group["centered"],
+            in_place=in_place,
         )
