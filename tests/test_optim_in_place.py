@@ -253,3 +253,31 @@ def test_an_in_place_step_allocates_no_parameter_sized_memory():
         tracemalloc.stop()
     assert peak < 512 * 512 * 4 // 8, peak  # the pure step made five 1 MiB arrays
     assert faults < 64, faults
+
+
+@pytest.mark.parametrize("layout", ["expanded", "transposed"])
+def test_the_sgd_kernel_reads_strided_gradients(layout):
+    """A gradient that is a broadcast or transposed view (fused kernels read memory as
+    contiguous: such a gradient is copied first, or takes the composed formula)."""
+    backend = inner_backend()
+    rng = np.random.default_rng(3)
+    value, buffer = (
+        backend.from_data(rng.standard_normal((300, 260)), "float32", None) for _ in "ab"
+    )
+    if layout == "expanded":
+        grad = backend.expand(
+            backend.from_data(rng.standard_normal((1, 260)), "float32", None), (300, 260)
+        )
+    else:
+        grad = backend.swap_dims(
+            backend.from_data(rng.standard_normal((260, 300)), "float32", None), 0, 1
+        )
+    hyper = (0.1, 0.9, 0.0, 1e-4, False)
+    expected = rg.Backend.sgd_update(backend, value, grad, buffer, *hyper, False)
+    copies = [
+        backend.from_data(np.array(backend.to_numpy(a)), "float32", None) for a in (value, buffer)
+    ]
+    got = backend.sgd_update(copies[0], grad, copies[1], *hyper, True)
+    for a, b in zip(got, expected):
+        a, b = backend.to_numpy(a), backend.to_numpy(b)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())

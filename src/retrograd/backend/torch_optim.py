@@ -30,14 +30,21 @@ class TorchOptimizerKernels:
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
     ):
-        # torch's own fused SGD: torch eager's bits (its add with alpha rounds once), one pass
+        # torch's own fused SGD: torch eager's bits (its add with alpha rounds once), one pass;
+        # it reads every tensor as contiguous memory (an expanded gradient would be misread)
+        first = bool(momentum) and buffer.numel() == 0
         fits = value.dtype == grad.dtype and value.dtype.is_floating_point
         fits = fits and value.shape == grad.shape and value.device == grad.device
-        if not fits or value.numel() == 0:
+        fits = fits and value.is_contiguous() and (first or not momentum or buffer.is_contiguous())
+        if (
+            not fits
+            or value.numel() == 0
+            or (momentum and not first and buffer.shape != value.shape)
+        ):
             return super().sgd_update(
                 value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
             )
-        first = bool(momentum) and buffer.numel() == 0
+        grad = grad.contiguous()
         if not inplace:
             value = value.clone()
             buffer = buffer if first or not momentum else buffer.clone()
