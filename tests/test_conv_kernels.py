@@ -249,6 +249,49 @@ def test_the_column_order_follows_the_larger_copy():
     assert not numpy_conv._channel_major(9 * 64 * 64, 4096 * 9 * 64)  # a 64x64 map
 
 
+FOLDED = {**CONVS, **{f"transposed-{k}": v for k, v in TRANSPOSED.items()}}
+# 2-d cases whose folds, when they have one, run only in the weight's column order (compiled
+# folds take the other): a stride-1 gradient that is a convolution in the other order
+FOLDED_CHANNEL_MAJOR_ONLY = {
+    "over-padded",
+    "transposed-stride1-widening",
+    "transposed-stride1-over-padded",
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", [k for k, c in FOLDED.items() if len(c[2]) == 2])
+def test_the_compiled_fold_gives_numpys_bits(name, dtype, monkeypatch):
+    """The compiled col2im (2-d, overlapping windows) against NumPy's strided adds, bit for
+    bit: a convolution's input gradient and a transposed convolution's output, each column
+    order, float32 and float64 (the compiled one forced at every size)."""
+    case = FOLDED[name]
+    transposed = len(case) == 8
+    x, w, b = (a.astype(dtype) for a in conv_arrays(case, transposed))
+    params = case[3:]
+    if not transposed:
+        g = RNG.standard_normal(NUMPY.conv(x, w, b, *params).shape).astype(dtype)
+    folds = []
+    choose = numpy_conv._compiled_fold
+
+    def run(minimum, channel_major):
+        monkeypatch.setattr(numpy_conv, "COMPILED_FOLD_MIN_SIZE", minimum)
+        monkeypatch.setattr(numpy_conv, "_channel_major", lambda *_: channel_major)
+        if transposed:
+            return NUMPY.conv_transpose(x, w, b, *params)
+        return NUMPY.conv_backward(g, x, w, *params, (True, False, False))[0]
+
+    def spy(*args):
+        folds.append(choose(*args))
+        return folds[-1]
+
+    monkeypatch.setattr(numpy_conv, "_compiled_fold", spy)
+    for channel_major in (False, True):
+        np.testing.assert_array_equal(run(0, channel_major), run(1 << 62, channel_major))
+    if folds and name not in FOLDED_CHANNEL_MAJOR_ONLY:
+        assert any(fold is not None for fold in folds)  # a fold of this case ran compiled
+
+
 # -- batch norm ------------------------------------------------------------------------------------
 NORM_SHAPES = {
     "2d": (8, 3),

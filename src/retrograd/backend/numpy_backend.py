@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from . import special
 from .numpy_nn import NumpyNNKernels
+from .numpy_optim import NumpyOptimizerKernels
 from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
 from .protocol import Backend, singular_matrix
@@ -124,7 +125,9 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 
-class NumpyBackend(NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernels, Backend):
+class NumpyBackend(
+    NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernels, NumpyOptimizerKernels, Backend
+):
     """CPU tensors as NumPy arrays; the embedded default inner backend.
 
     >>> b = NumpyBackend()

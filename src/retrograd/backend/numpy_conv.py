@@ -16,7 +16,8 @@ layout a convolution is one matrix product per batch block of columns (im2col):
   a stride-1 convolution with the flipped weight (every input cell written once), or the
   products ``output gradient @ weight`` placed back: copied when the stride equals the
   kernel (a U-Net's upsampling: the windows do not overlap), else folded (col2im: one
-  strided add per kernel offset).
+  strided add per kernel offset, or, in 2-d, one compiled pass giving the same sums:
+  :mod:`.compiled_conv`).
 
 The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
 ``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
@@ -319,13 +320,17 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
             products = np.matmul(rows[start:stop], w_rows)
             target[start:stop] = products.reshape(stop - start, *shape)
     else:
-        out = np.zeros((n, *full, c_out), dtype=xcl.dtype)
+        compiled = _compiled_fold(ndim, channel_major, xcl.dtype, n * math.prod(full) * c_out)
+        out = (np.empty if compiled else np.zeros)((n, *full, c_out), dtype=xcl.dtype)
         buffer = np.empty((size, cells, w_rows.shape[1]), dtype=xcl.dtype)
         for start in starts:
             stop = min(start + size, n)
             products = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
             products = products.reshape(stop - start, *shape)
             block = out[start:stop]
+            if compiled:  # the same sums in the same order, one pass (compiled_conv)
+                compiled(products, block, *stride, *dilation)
+                continue
             for offsets in _offsets(kernel):
                 target = block[(everything, *_offset_cells(offsets, in_size, stride, dilation))]
                 target += _column_offset(products, offsets, channel_major, ndim)
@@ -334,6 +339,23 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
     if bias.size:
         out = np.add(out, bias)  # a contiguous copy, bias added
     return np.ascontiguousarray(out)
+
+
+#: Folds of this many output elements or more run compiled (:mod:`.compiled_conv`); smaller ones
+#: stay NumPy's, so that a small model never loads Numba.
+COMPILED_FOLD_MIN_SIZE = 1 << 16
+
+
+def _compiled_fold(ndim: int, channel_major: bool, dtype, size: int):
+    """The compiled fold for a 2-d fold of products ordered ``(*kernel, c)`` in float32 or
+    float64 of at least :data:`COMPILED_FOLD_MIN_SIZE` elements, else ``None``."""
+    if ndim != 2 or channel_major or dtype not in (np.float32, np.float64):
+        return None
+    if size < COMPILED_FOLD_MIN_SIZE:
+        return None
+    from .compiled_conv import fold2d
+
+    return fold2d
 
 
 def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):

@@ -22,8 +22,6 @@ shape is the protocol's, the layout the backend's choice): q, k, v of a transfor
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import special
@@ -147,29 +145,6 @@ class NumpyTransformerKernels:
         if bias.size:
             out += bias  # the product is this kernel's own array
         return out
-
-    def adam_update(
-        self, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
-    ):
-        # the default's operations in its order (so the same rounding), on arrays made here
-        if weight_decay:
-            if decoupled:
-                value = np.multiply(value, 1.0 - lr * weight_decay)
-            else:
-                grad = np.add(grad, np.multiply(value, weight_decay))
-        moment = np.subtract(grad, first)
-        moment *= 1.0 - beta1
-        moment += first
-        squares = np.multiply(grad, 1.0 - beta2)
-        squares *= grad
-        variance = np.multiply(second, beta2)
-        variance += squares
-        denominator = np.sqrt(variance, out=squares)
-        denominator /= math.sqrt(1.0 - beta2**step)
-        denominator += eps
-        update = np.multiply(moment, lr / (1.0 - beta1**step))
-        update /= denominator
-        return np.subtract(value, update, out=update), moment, variance
 
     def gelu_backward(self, grad, x):
         return special.gelu_backward(grad, x)

@@ -18,7 +18,10 @@ Conventions, so that implementations stay small:
 - ``*_scalar`` operations take a Python scalar as second operand; ``r*_scalar`` put it first.
 - Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
 - Nothing is modified in place: every method returns a new primitive (which may share memory
-  with an input, as a view does).
+  with an input, as a view does). The exceptions say so where declared: the engine's gradient
+  sums (``accumulate``, ``slice_accumulate``) and the optimizer updates called with
+  ``inplace=True`` (``sgd_update``, ``adam_update``, ``rmsprop_update``), whose callers pass
+  only buffers nothing else references.
 
 The neural-network kernels (convolution, batch norm, pooling, interpolation), the recurrent
 layers' and the losses' are declared in :mod:`.protocol_nn`, :mod:`.protocol_rnn` and
@@ -77,6 +80,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
             "memory_allocated",
             "reset_peak_memory",
             "adam_update",
+            "sgd_update",
+            "rmsprop_update",
+            "owns_memory",
             "attention",
             "attention_backward",
             "batch_norm",
@@ -408,6 +414,56 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         out = self.matmul(x, self.swap_dims(weight, 0, 1))
         return self.add(out, bias) if self.shape(bias)[0] else out
 
+    # -- the optimizers' updates ------------------------------------------------------------
+    # torch.optim's formulas, one kernel per parameter. With ``inplace=True`` a kernel may
+    # write the new value into ``value`` and the new state into the state buffers and return
+    # them (torch's in-place ``param.add_``): the optimizer passes it only when nothing else
+    # references those buffers (:func:`retrograd.optim.optimizers.sole_reference`); with
+    # ``inplace=False`` it must not modify them. Either way the results are the same bits.
+    def owns_memory(self, x: Any) -> bool:
+        """Whether no other primitive shares ``x``'s memory (what the optimizers ask before
+        writing into a buffer; Python references to ``x`` itself they count themselves). This
+        default says no: nothing is ever written in place."""
+        return False
+
+    def sgd_update(
+        self,
+        value: Any,
+        grad: Any,
+        buffer: Any,
+        lr: float,
+        momentum: float,
+        dampening: float,
+        weight_decay: float,
+        nesterov: bool,
+        inplace: bool,
+    ) -> tuple[Any, Any]:
+        """One SGD step of a parameter, ``torch.optim.SGD``: ``(new value, new momentum
+        buffer)``; ``buffer`` is empty (``[0]``) at the first step and without momentum (then
+        the buffer returned is empty too).
+
+        ``d = grad + value * weight_decay``; with momentum ``b = buffer * momentum + d * (1 -
+        dampening)`` (no product when ``dampening`` is 0; ``b = d`` at the first step) and
+        ``d = d + b * momentum`` (Nesterov) or ``d = b``; then ``value - d * lr``. This default
+        composes primitives, each product rounded before its sum; a kernel may round a product
+        and its sum once, as torch's ``add(x, alpha=)`` does (``TorchBackend`` calls torch's
+        own fused SGD, whose bits are torch eager's).
+        """
+        direction = grad
+        if weight_decay:
+            direction = self.add(direction, self.mul_scalar(value, weight_decay))
+        if momentum:
+            if self.shape(buffer) == (0,) and self.shape(value) != (0,):
+                buffer = direction
+            else:
+                damped = self.mul_scalar(direction, 1.0 - dampening) if dampening else direction
+                buffer = self.add(self.mul_scalar(buffer, momentum), damped)
+            if nesterov:
+                direction = self.add(direction, self.mul_scalar(buffer, momentum))
+            else:
+                direction = buffer
+        return self.sub(value, self.mul_scalar(direction, lr)), buffer
+
     def adam_update(
         self,
         value: Any,
@@ -421,6 +477,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         eps: float,
         weight_decay: float,
         decoupled: bool,
+        inplace: bool = False,
     ) -> tuple[Any, Any, Any]:
         """One Adam/AdamW step of a parameter, ``torch.optim``'s formulas in their order of
         operations: ``(new value, first moment, second moment)``.
@@ -429,7 +486,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
         beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
         beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
-        primitives; a kernel fuses the passes.
+        primitives; a kernel fuses the passes, with the same rounding on every backend.
         """
         if weight_decay:
             if decoupled:
@@ -446,6 +503,47 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
         )
         update = self.div(self.mul_scalar(first, step_size), denominator)
         return self.sub(value, update), first, second
+
+    def rmsprop_update(
+        self,
+        value: Any,
+        grad: Any,
+        square: Any,
+        average: Any,
+        buffer: Any,
+        lr: float,
+        alpha: float,
+        eps: float,
+        weight_decay: float,
+        momentum: float,
+        centered: bool,
+        inplace: bool,
+    ) -> tuple[Any, Any, Any, Any]:
+        """One RMSprop step, ``torch.optim.RMSprop``: ``(new value, square average, gradient
+        average, momentum buffer)``; ``average`` (centered) and ``buffer`` (momentum) are
+        empty (``[0]``) where unused, and come back so.
+
+        ``g = grad + value * weight_decay``; ``v = square * alpha + g * (1 - alpha) * g``;
+        centered, ``a = average + (g - average) * (1 - alpha)`` and the denominator ``sqrt(v -
+        a * a) + eps``, else ``sqrt(v) + eps``; with momentum ``b = buffer * momentum + g /
+        denominator`` and ``value - b * lr``, else ``value - g / denominator * lr``.
+        """
+        if weight_decay:
+            grad = self.add(grad, self.mul_scalar(value, weight_decay))
+        square = self.add(
+            self.mul_scalar(square, alpha), self.mul(self.mul_scalar(grad, 1.0 - alpha), grad)
+        )
+        if centered:
+            average = self.add(average, self.mul_scalar(self.sub(grad, average), 1.0 - alpha))
+            spread = self.sub(square, self.mul(average, average))
+            denominator = self.add_scalar(self.sqrt(spread), eps)
+        else:
+            denominator = self.add_scalar(self.sqrt(square), eps)
+        if momentum > 0.0:
+            buffer = self.add(self.mul_scalar(buffer, momentum), self.div(grad, denominator))
+            return self.sub(value, self.mul_scalar(buffer, lr)), square, average, buffer
+        step = self.mul_scalar(self.div(grad, denominator), lr)
+        return self.sub(value, step), square, average, buffer
 
     # -- fused transformer kernels --------------------------------------------------------------
     # Each has a default composed of the primitives above, so every backend has a correct one

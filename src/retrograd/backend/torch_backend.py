@@ -28,7 +28,6 @@ device-side assert would be, but catchable and naming the op.
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, Sha
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend, singular_matrix
 from .torch_nn import TorchNNKernels
+from .torch_optim import TorchOptimizerKernels
 from .torch_rnn import TorchRecurrentKernels
 
 __all__ = ["TorchBackend"]
@@ -123,7 +123,7 @@ _SHAPE_WORDS = (
 )
 
 
-class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
+class TorchBackend(TorchNNKernels, TorchRecurrentKernels, TorchOptimizerKernels, Backend):
     """Tensors as torch tensors on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
 
     >>> b = TorchBackend("cpu")
@@ -423,7 +423,7 @@ class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
     def gelu(self, x):
         return torch.nn.functional.gelu(x)
 
-    # -- the engine's own kernels (gradient sums) and the optimizer's ---------------------------
+    # -- the engine's own kernels (gradient sums) ---------------------------
     def slice_backward(self, grad, shape, slices):
         out = grad.new_zeros(shape)
         positive, flips = _positive_slices(out, slices)
@@ -442,24 +442,6 @@ class TorchBackend(TorchNNKernels, TorchRecurrentKernels, Backend):
         if value.dtype != acc.dtype or value.shape != acc.shape or not acc.is_contiguous():
             return super().accumulate(acc, value)
         return acc.add_(value)
-
-    def adam_update(
-        self, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
-    ):
-        # the default's operations in its order (the same rounding as every backend), in place
-        # on tensors made here
-        if weight_decay:
-            if decoupled:
-                value = value * (1.0 - lr * weight_decay)
-            else:
-                grad = grad + value * weight_decay
-        moment = torch.sub(grad, first).mul_(1.0 - beta1).add_(first)
-        squares = torch.mul(grad, 1.0 - beta2).mul_(grad)
-        variance = torch.mul(second, beta2).add_(squares)
-        denominator = torch.sqrt(variance, out=squares)
-        denominator.div_(math.sqrt(1.0 - beta2**step)).add_(eps)
-        update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
-        return torch.sub(value, update, out=update), moment, variance
 
     def softplus(self, x, beta):
         # NumPy backend's formula, exact for every input (torch's threshold switches to x).

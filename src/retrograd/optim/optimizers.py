@@ -11,20 +11,34 @@ algorithm (``sgd_update``, ``adam_update``, ``rmsprop_update``: ``(value, grad, 
 hyper-parameters) -> (new value, new state)``) gives the new value, which replaces the
 parameter's value in place (:func:`retrograd.tensor.inplace.assign`: the object, its leaf
 status and its distributed mark stay). The formulas are PyTorch's, operation for operation, so
-the two agree on the same gradients up to float rounding; the test suite checks it.
+the two agree on the same gradients up to float rounding; the test suite checks it. SGD and
+Adam run one fused backend kernel per parameter (``Backend.sgd_update``, ``adam_update``).
+
+*Memory written in place.* As torch's optimizers do, ``Optimizer.step`` writes SGD's and
+Adam's new values and state into the parameter's own buffers (no array made per step: on a
+large model, fresh arrays every step cost more in page faults than the arithmetic) -- but only
+where nothing else can see those buffers, so that the in-place step is indistinguishable from
+the pure one: the same bits, and every other tensor, saved value and copy unchanged
+(:func:`sole_reference`). A graph still alive that saved a parameter (a forward recorded and
+not yet backpropagated, a checkpointer's recomputation), ``p.detach()``, ``p.data``, a view,
+``p.numpy()``, a capture's constant, a state buffer a caller kept (``b =
+optimizer.state[p]["exp_avg"]``): each holds a reference, and that parameter's step makes new
+arrays instead, as the pure functions always do. ``state_dict()`` copies. So, unlike torch, a
+detached alias of a parameter keeps its old values rather than following the update.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
-from ..tensor import Tensor, tensor, zeros_like
+from ..tensor import Tensor, tensor, zeros, zeros_like
 from ..tensor.inplace import assign
 from ..tensor.internal import apply
 
@@ -37,6 +51,7 @@ __all__ = [
     "adam_update",
     "rmsprop_update",
     "sgd_update",
+    "sole_reference",
 ]
 
 State = dict[str, Any]
@@ -53,25 +68,26 @@ def sgd_update(
     dampening: float = 0.0,
     weight_decay: float = 0.0,
     nesterov: bool = False,
+    in_place: bool = False,
 ) -> tuple[Tensor, State]:
     """``torch.optim.SGD``: ``d = g + weight_decay * p``; with momentum
     ``b = momentum * b + (1 - dampening) * d`` (``b = d`` at the first step) and
-    ``d = d + momentum * b`` (Nesterov) or ``d = b``; then ``p = p - lr * d``."""
+    ``d = d + momentum * b`` (Nesterov) or ``d = b``; then ``p = p - lr * d``
+    (``Backend.sgd_update``, one kernel).
+
+    ``in_place=True`` lets the kernel write the new value into ``value`` and the new buffer
+    into ``state["momentum_buffer"]`` (same bits): for a caller holding the only references
+    to both, as :meth:`Optimizer.step` does (:func:`sole_reference`).
+    """
     state = dict(state)
-    direction = grad
-    if weight_decay:
-        direction = direction + value * weight_decay
+    buffer = state.get("momentum_buffer") if momentum else None
+    if buffer is None:
+        buffer = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
+    hyper = (lr, momentum, dampening, weight_decay, nesterov, in_place)
+    value, buffer = apply("sgd_update", (value, grad, buffer), hyper)
     if momentum:
-        buffer = state.get("momentum_buffer")
-        if buffer is None:
-            buffer = direction
-        else:
-            # torch adds the gradient with alpha = 1 - dampening: no product when it is 1
-            damped = direction * (1.0 - dampening) if dampening else direction
-            buffer = buffer * momentum + damped
         state["momentum_buffer"] = buffer
-        direction = direction + buffer * momentum if nesterov else buffer
-    return value - direction * lr, state
+    return value, state
 
 
 def adam_update(
@@ -84,11 +100,13 @@ def adam_update(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     decoupled: bool = False,
+    in_place: bool = False,
 ) -> tuple[Tensor, State]:
     """Adam (``torch.optim.Adam``; ``decoupled``: AdamW's weight decay, ``p *= 1 - lr wd``):
     ``m = m + (1 - beta1) (g - m)``, ``v = beta2 v + (1 - beta2) g^2``, then
     ``p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``.
-    ``state["step"]`` is the step count *after* this step."""
+    ``state["step"]`` is the step count *after* this step. ``in_place``: as for
+    :func:`sgd_update`, the kernel may write into ``value`` and the two moments."""
     state = dict(state)
     beta1, beta2 = betas
     first = state.get("exp_avg")
@@ -96,7 +114,7 @@ def adam_update(
     if first is None:
         first, second = zeros_like(grad), zeros_like(grad)
     # one fused backend kernel (Backend.adam_update documents the formula and its order)
-    hyper = (state["step"], lr, beta1, beta2, eps, weight_decay, decoupled)
+    hyper = (state["step"], lr, beta1, beta2, eps, weight_decay, decoupled, in_place)
     value, first, second = apply("adam_update", (value, grad, first, second), hyper)
     state["exp_avg"], state["exp_avg_sq"] = first, second
     return value, state
@@ -113,36 +131,37 @@ def rmsprop_update(
     weight_decay: float = 0.0,
     momentum: float = 0.0,
     centered: bool = False,
+    in_place: bool = False,
 ) -> tuple[Tensor, State]:
     """``torch.optim.RMSprop``: ``v = alpha v + (1 - alpha) g^2``; the denominator is
     ``sqrt(v) + eps`` (centered: ``sqrt(v - a^2) + eps``, ``a`` the running mean gradient);
     with momentum ``b = momentum b + g / denominator`` and ``p = p - lr b``, else
-    ``p = p - lr g / denominator``."""
+    ``p = p - lr g / denominator`` (``Backend.rmsprop_update``, one kernel). ``in_place``: as
+    for :func:`sgd_update`, the kernel may write into ``value`` and the state's buffers."""
     state = dict(state)
-    if weight_decay:
-        grad = grad + value * weight_decay
-    square = state.get("square_avg")
-    if square is None:
-        square = zeros_like(grad)
-    square = square * alpha + grad * (1.0 - alpha) * grad
-    state["square_avg"] = square
+    empty = None
+    buffers = []
+    for key, used in (
+        ("square_avg", True),
+        ("grad_avg", centered),
+        ("momentum_buffer", momentum > 0.0),
+    ):
+        kept = state.get(key) if used else None
+        if kept is None and used:
+            kept = zeros_like(grad)
+        if kept is None:
+            if empty is None:
+                empty = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
+            kept = empty
+        buffers.append(kept)
+    hyper = (lr, alpha, eps, weight_decay, momentum, centered, in_place)
+    value, *buffers = apply("rmsprop_update", (value, grad, *buffers), hyper)
+    state["square_avg"] = buffers[0]
     if centered:
-        average = state.get("grad_avg")
-        if average is None:
-            average = zeros_like(grad)
-        average = average + (grad - average) * (1.0 - alpha)
-        state["grad_avg"] = average
-        denominator = (square - average * average).sqrt() + eps
-    else:
-        denominator = square.sqrt() + eps
+        state["grad_avg"] = buffers[1]
     if momentum > 0.0:
-        buffer = state.get("momentum_buffer")
-        if buffer is None:
-            buffer = zeros_like(grad)
-        buffer = buffer * momentum + grad / denominator
-        state["momentum_buffer"] = buffer
-        return value - buffer * lr, state
-    return value - grad / denominator * lr, state
+        state["momentum_buffer"] = buffers[2]
+    return value, state
 
 
 # -- the optimizers -------------------------------------------------------------------------------
@@ -253,11 +272,21 @@ class Optimizer:
                     continue
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
+                # asked before any reference of this step's own is made (see sole_reference)
+                in_place = self.updates_in_place and sole_reference(parameter, self.state)
                 value = parameter.inner() if parameter.backend.is_autodiff else parameter
                 state = self.state.get(parameter) or {"step": 0}
                 state = {**state, "step": state.get("step", 0) + 1}
-                new, self.state[parameter] = self.update(value, grad, state, group)
+                if in_place:
+                    new, self.state[parameter] = self.update(value, grad, state, group, True)
+                else:
+                    new, self.state[parameter] = self.update(value, grad, state, group)
                 assign(parameter, new, f"{type(self).__name__}.step")
+
+    #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
+    #: the value and state buffers it is given; :meth:`step` passes True only where
+    #: :func:`sole_reference` holds).
+    updates_in_place = False
 
     def update(
         self, value: Tensor, grad: Tensor, state: State, group: dict[str, Any]
@@ -352,6 +381,58 @@ class Optimizer:
         return "\n".join([*lines, ")"])
 
 
+def _count(x: Any) -> int:
+    return sys.getrefcount(x)
+
+
+# The count of an object that one slot of a container holds, read as ``_count(box[0])``: the
+# baseline of every count below, which reads a slot the same way (``_count(owner.attribute)``,
+# ``_count(mapping[key])``), so it holds on any CPython, whatever a call adds to the count.
+_box = [object()]
+_HELD_ONCE = _count(_box[0])
+del _box
+
+
+def _sole_tensor(t: Tensor) -> bool:
+    """``t``'s primitive held only by ``t``, and (on an autodiff backend) its inner value only
+    by that primitive, whose memory no other array or tensor shares (``Backend.owns_memory``)."""
+    backend = t.backend
+    if _count(t.primitive) > _HELD_ONCE:
+        return False
+    if backend.is_autodiff:
+        if _count(backend.inner_value(t.primitive)) > _HELD_ONCE:
+            return False
+        return backend.inner.owns_memory(backend.inner_value(t.primitive))
+    return backend.owns_memory(t.primitive)
+
+
+def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
+    """Whether an optimizer step may write ``parameter``'s new value and state into their
+    buffers: nothing but the parameter references its value, and nothing but the optimizer's
+    ``states[parameter]`` its state (the dict, each tensor in it and its value).
+
+    Python's reference counts decide: a graph that saved the value, a detached alias, a view,
+    a NumPy array over the memory, a kept state dict or buffer each add one, and the backend
+    says whether another array or tensor shares the memory (NumPy views and torch tensors over
+    one storage hold no Python reference to each other). Called before the step makes any
+    reference of its own. The parameter object itself may be held anywhere: it stays what it
+    is and shows the new value.
+    """
+    if not _sole_tensor(parameter):
+        return False
+    if states.get(parameter) is None:
+        return True
+    if _count(states.get(parameter)) > _HELD_ONCE:
+        return False
+    entry = states[parameter]
+    for key in entry:
+        if isinstance(entry[key], Tensor) and (
+            _count(entry[key]) > _HELD_ONCE or not _sole_tensor(entry[key])
+        ):
+            return False
+    return True
+
+
 def _check_finite(where: str, group: Mapping[str, Any]) -> None:
     """Every number among a group's hyper-parameters (``betas``' too) is finite."""
     for key, value in group.items():
@@ -441,7 +522,9 @@ class SGD(Optimizer):
                 "SGD: Nesterov momentum requires a momentum and zero dampening"
             )
 
-    def update(self, value, grad, state, group):
+    updates_in_place = True
+
+    def update(self, value, grad, state, group, in_place=False):
         return sgd_update(
             value,
             grad,
@@ -451,6 +534,7 @@ class SGD(Optimizer):
             dampening=group["dampening"],
             weight_decay=group["weight_decay"],
             nesterov=group["nesterov"],
+            in_place=in_place,
         )
 
 
@@ -484,7 +568,9 @@ class Adam(Optimizer):
                 f"{type(self).__name__}: betas must be in [0, 1), got {group['betas']!r}"
             )
 
-    def update(self, value, grad, state, group):
+    updates_in_place = True
+
+    def update(self, value, grad, state, group, in_place=False):
         return adam_update(
             value,
             grad,
@@ -494,6 +580,7 @@ class Adam(Optimizer):
             eps=group["eps"],
             weight_decay=group["weight_decay"],
             decoupled=self.decoupled,
+            in_place=in_place,
         )
 
 
@@ -545,7 +632,9 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def update(self, value, grad, state, group):
+    updates_in_place = True
+
+    def update(self, value, grad, state, group, in_place=False):
         return rmsprop_update(
             value,
             grad,
@@ -556,4 +645,5 @@ class RMSprop(Optimizer):
             weight_decay=group["weight_decay"],
             momentum=group["momentum"],
             centered=group["centered"],
+            in_place=in_place,
         )

@@ -1,0 +1,246 @@
+"""NumPy kernels of the optimizers' updates: SGD and Adam (:class:`NumpyOptimizerKernels`).
+
+With ``inplace`` the new value and state are written into the arrays given; without, into
+copies. Parameters of :data:`COMPILED_MIN_SIZE` elements or more (float32 or float64,
+contiguous, of one dtype) run the compiled loops of :mod:`.compiled_optim`: one pass over
+memory. Smaller ones take NumPy operations writing into the same arrays (one temporary), and
+anything else (another dtype, a strided gradient) the protocol's composed formula: all three
+give the same bits, the formula's. Numba loads on the first large update (seconds, once per
+process: a small model never pays it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["COMPILED_MIN_SIZE", "NumpyOptimizerKernels"]
+
+#: Parameters from this many elements (256 KiB of float32) on take the compiled loops.
+COMPILED_MIN_SIZE = 1 << 16
+
+_LOOPS: Any = None
+
+
+def _loops() -> Any:
+    global _LOOPS
+    if _LOOPS is None:
+        from . import compiled_optim
+
+        _LOOPS = compiled_optim
+    return _LOOPS
+
+
+def _compilable(*arrays: np.ndarray) -> bool:
+    """Arrays a compiled loop takes: float32 or float64, one dtype, C-contiguous."""
+    dtype = arrays[0].dtype
+    if dtype != np.float32 and dtype != np.float64:
+        return False
+    return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+class NumpyOptimizerKernels:
+    """The optimizer kernels of :class:`~retrograd.backend.NumpyBackend`."""
+
+    def owns_memory(self, x):
+        # an array over another's memory keeps that one as its base (a Python reference);
+        # one that owns its data is seen by others only through references to it
+        return isinstance(x, np.ndarray) and x.base is None and x.flags.writeable
+
+    def sgd_update(
+        self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
+    ):
+        first = bool(momentum) and buffer.size == 0 and value.size != 0
+        state = value if not momentum or first else buffer
+        if not _compilable(value, grad, state) or not value.shape == grad.shape == state.shape:
+            return super().sgd_update(
+                value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
+            )
+        if not inplace:
+            value = value.copy()
+            buffer = buffer if first or not momentum else buffer.copy()
+        if first:
+            buffer = np.empty_like(value)
+        if value.size < COMPILED_MIN_SIZE:
+            _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first)
+            return value, buffer
+        scalar = value.dtype.type
+        flat_value, flat_grad = value.reshape(-1), grad.reshape(-1)
+        flat_buffer = buffer.reshape(-1) if momentum else flat_value
+        loops = _loops()
+        if first or dampening or nesterov:
+            loops.sgd_any_loop(
+                flat_value,
+                flat_grad,
+                flat_buffer,
+                scalar(lr),
+                scalar(momentum),
+                scalar(1.0 - dampening),
+                scalar(weight_decay),
+                bool(weight_decay),
+                bool(momentum),
+                first,
+                bool(dampening),
+                bool(nesterov),
+            )
+        elif momentum:
+            loop = loops.SGD_LOOPS[True, bool(weight_decay)]
+            loop(
+                flat_value,
+                flat_grad,
+                flat_buffer,
+                scalar(lr),
+                scalar(momentum),
+                scalar(weight_decay),
+            )
+        else:
+            loop = loops.SGD_LOOPS[False, bool(weight_decay)]
+            loop(flat_value, flat_grad, scalar(lr), scalar(weight_decay))
+        return value, buffer
+
+    def rmsprop_update(
+        self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
+        centered, inplace
+    ):  # fmt: skip
+        states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
+        hyper = (lr, alpha, eps, weight_decay, momentum, centered)
+        if not _compilable(value, grad, *states) or any(
+            a.shape != value.shape for a in (grad, *states)
+        ):
+            return super().rmsprop_update(value, grad, square, average, buffer, *hyper, inplace)
+        if not inplace:
+            value, square = value.copy(), square.copy()
+            average = average.copy() if centered else average
+            buffer = buffer.copy() if momentum > 0 else buffer
+        _rmsprop_numpy(value, grad, square, average, buffer, hyper)
+        return value, square, average, buffer
+
+    def adam_update(
+        self,
+        value,
+        grad,
+        first,
+        second,
+        step,
+        lr,
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        decoupled,
+        inplace=False,
+    ):
+        shapes = value.shape == grad.shape == first.shape == second.shape
+        hyper = (step, lr, beta1, beta2, eps, weight_decay, decoupled)
+        if not (shapes and _compilable(value, grad, first, second)):
+            return _adam_numpy(value, grad, first, second, *hyper)
+        if not inplace:
+            value, first, second = value.copy(), first.copy(), second.copy()
+        if value.size < COMPILED_MIN_SIZE:
+            _adam_numpy(value, grad, first, second, *hyper, inplace=True)
+            return value, first, second
+        scalar = value.dtype.type
+        _loops().ADAM_LOOPS[bool(weight_decay), bool(decoupled)](
+            value.reshape(-1),
+            grad.reshape(-1),
+            first.reshape(-1),
+            second.reshape(-1),
+            scalar(1.0 - lr * weight_decay),
+            scalar(weight_decay),
+            scalar(1.0 - beta1),
+            scalar(1.0 - beta2),
+            scalar(beta2),
+            scalar(math.sqrt(1.0 - beta2**step)),
+            scalar(eps),
+            scalar(lr / (1.0 - beta1**step)),
+        )
+        return value, first, second
+
+
+def _rmsprop_numpy(value, grad, square, average, buffer, hyper):
+    """The protocol's RMSprop as NumPy operations in its order, written into the arrays
+    given."""
+    lr, alpha, eps, weight_decay, momentum, centered = hyper
+    if weight_decay:
+        decayed = np.multiply(value, weight_decay)
+        decayed += grad
+        grad = decayed
+    squares = np.multiply(grad, 1.0 - alpha)
+    squares *= grad
+    square *= alpha
+    square += squares
+    if centered:
+        moved = np.subtract(grad, average)
+        moved *= 1.0 - alpha
+        average += moved
+        denominator = np.multiply(average, average, out=squares)
+        np.subtract(square, denominator, out=denominator)
+        np.sqrt(denominator, out=denominator)
+    else:
+        denominator = np.sqrt(square, out=squares)
+    denominator += eps
+    quotient = np.divide(grad, denominator, out=denominator)
+    if momentum > 0.0:
+        buffer *= momentum
+        buffer += quotient
+        value -= np.multiply(buffer, lr, out=quotient)
+    else:
+        quotient *= lr
+        value -= quotient
+
+
+def _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
+    """The protocol's SGD as NumPy operations in its order, written into ``value`` and
+    ``buffer`` (which may be the same array when there is no momentum)."""
+    if weight_decay:
+        direction = np.multiply(value, weight_decay)
+        direction += grad
+    else:
+        direction = grad
+    if momentum:
+        if first:
+            np.copyto(buffer, direction)
+        else:
+            buffer *= momentum
+            if dampening:
+                buffer += np.multiply(direction, 1.0 - dampening)
+            else:
+                buffer += direction
+        if nesterov:
+            step = np.multiply(buffer, momentum)
+            step += direction
+        else:
+            step = buffer
+    else:
+        step = direction
+    value -= np.multiply(step, lr)
+
+
+def _adam_numpy(
+    value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled, inplace=False
+):
+    """The protocol's Adam as NumPy operations, in its order (so the same rounding): written
+    into ``value``, ``first`` and ``second`` with ``inplace``, else on arrays made here."""
+    if weight_decay:
+        if decoupled:
+            value = np.multiply(value, 1.0 - lr * weight_decay, out=value if inplace else None)
+        else:
+            grad = np.add(grad, np.multiply(value, weight_decay))
+    moment = np.subtract(grad, first)
+    moment *= 1.0 - beta1
+    if inplace:
+        moment = np.add(first, moment, out=first)
+    else:
+        moment += first
+    squares = np.multiply(grad, 1.0 - beta2)
+    squares *= grad
+    variance = np.multiply(second, beta2, out=second if inplace else None)
+    variance += squares
+    denominator = np.sqrt(variance, out=squares)
+    denominator /= math.sqrt(1.0 - beta2**step)
+    denominator += eps
+    update = np.multiply(moment, lr / (1.0 - beta1**step))
+    update /= denominator
+    return np.subtract(value, update, out=value if inplace else update), moment, variance
