@@ -180,6 +180,27 @@ def test_sine_and_cosine_are_numpys_where_numpy_has_fma(ufunc, dtype):
     assert kernels.matches_numpy(ufunc, dtype) is expected
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_sine_of_huge_arguments_takes_numpys_fallback(fuse_small, dtype):
+    # beyond the float32 reduction's range NumPy calls the C library: the kernel's vectorized
+    # loop sees the guard and runs again with the exact element functions
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((4, 5)) * 3).astype(dtype)
+    x[0, :3] = [2e5, -1e7, np.inf]
+    info = (np.ndarray, (4, 5), np.dtype(dtype), None)
+    meta = [info] * 5
+    calls = [
+        ("call", BACKEND.mul_scalar, "mul_scalar", [("s", 0), ("c", 3.0)], {}, 1),
+        ("call", BACKEND.sin, "sin", [("s", 1)], {}, 2),
+        ("call", BACKEND.cos, "cos", [("s", 1)], {}, 3),
+        ("call", BACKEND.add, "add", [("s", 2), ("s", 3)], {}, 4),
+    ]
+    fused, count = fusion.fuse_calls(calls, meta, {4}, exact=True)
+    assert count == 1 and [call[2] for call in fused] == ["fused"]
+    with np.errstate(all="ignore"):
+        assert same_bits(run(fused, [x], {4})[0], run(calls, [x], {4})[0])
+
+
 def test_values_passed_between_kernels_live_in_the_arena(fuse_small):
     # u (4, 5) is made by one kernel and read only by another (of shape (3, 4, 5)): it lives
     # in a row of the arena's stack, never as an array, and the results keep their bits

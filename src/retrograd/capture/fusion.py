@@ -321,7 +321,8 @@ def _fused_call(group: _Group, members: list, outputs: list[int], meta: list, ar
         literal_dtype = kernels.numpy_name(first if first in _FLOATS else out_dtype)
         temporary = f"t{number}"
         expression = op.render(elements, ks, literal_dtype)
-        body.append((temporary, expression, kernels.numpy_name(out_dtype)))
+        guarded = op.render_guarded(elements, literal_dtype)
+        body.append((temporary, expression, kernels.numpy_name(out_dtype), *(guarded or ())))
         names[call[5]] = temporary
     out_specs = [
         (names[slot], kernels.numpy_name(meta[slot][2]), stacked(slot)) for slot in outputs

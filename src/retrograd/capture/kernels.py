@@ -49,6 +49,11 @@ class FusedOp:
     out: str | None = None
     exact: bool | str = True  # or the one dtype it is exact in, or PROBED
     ufunc: str = ""  # the NumPy ufunc a PROBED op must match
+    #: a call-free version of ``expression`` that LLVM can vectorize, exact where ``guard``
+    #: is false: a kernel runs its loop with it, and again with ``expression`` where the guard
+    #: was true for some element (NumPy's float32 sin of a huge argument, say)
+    fast: str = ""
+    guard: str = ""
 
     def is_exact(self, dtype: str) -> bool:
         if self.exact == PROBED:
@@ -65,6 +70,13 @@ class FusedOp:
             gelu, backward = (_gelu_float32 if dtype == "float32" else _gelu_float64)(x)
             fields["gelu"], fields["gelu_backward"] = gelu, backward.format(a0=fields["a0"])
         return self.expression.format(t=dtype, **fields)
+
+    def render_guarded(self, elements: list[str], dtype: str) -> tuple[str, str] | None:
+        """``(fast expression, guard)`` for operands ``elements``, or ``None``."""
+        if not self.fast:
+            return None
+        fields = {f"a{i}": e for i, e in enumerate(elements)}
+        return self.fast.format(t=dtype, **fields), self.guard.format(t=dtype, **fields)
 
 
 #: An op exact where :func:`matches_numpy` finds its compiled version equal to NumPy's ufunc.
@@ -125,8 +137,22 @@ OPS: dict[str, FusedOp] = {
     "log1p": FusedOp((0,), "math.log1p({a0})", exact=False),
     # NumPy's own algorithm (float32) or the C library's (float64), as NumPy runs them:
     # exact where the probe agrees (:mod:`.numpy_trig`)
-    "sin": FusedOp((0,), "_sin_{t}({a0})", exact=PROBED, ufunc="sin"),
-    "cos": FusedOp((0,), "_cos_{t}({a0})", exact=PROBED, ufunc="cos"),
+    "sin": FusedOp(
+        (0,),
+        "_sin_{t}({a0})",
+        exact=PROBED,
+        ufunc="sin",
+        fast="_sin_reduced_{t}({a0})",
+        guard="_sin_outside_{t}({a0})",
+    ),
+    "cos": FusedOp(
+        (0,),
+        "_cos_{t}({a0})",
+        exact=PROBED,
+        ufunc="cos",
+        fast="_cos_reduced_{t}({a0})",
+        guard="_cos_outside_{t}({a0})",
+    ),
     "tanh": FusedOp((0,), "math.tanh({a0})", exact=False),
     "sigmoid": FusedOp((0,), _SIGMOID, exact=False),
     "erf": FusedOp((0,), "math.erf({a0})", exact=False),
@@ -195,11 +221,13 @@ _HEADER = (
     "import math\n\nimport numba\nimport numpy as np\n\n"
     "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n"
     "from retrograd.capture.numpy_trig import (\n"
-    "    cos_float32 as _cos_float32,\n"
-    "    cos_float64 as _cos_float64,\n"
-    "    sin_float32 as _sin_float32,\n"
-    "    sin_float64 as _sin_float64,\n"
-    ")\n\n\n"
+    + "".join(
+        f"    {trig}{part}_{dtype} as _{trig}{part}_{dtype},\n"
+        for trig in ("cos", "sin")
+        for part in ("", "_outside", "_reduced")
+        for dtype in ("float32", "float64")
+    )
+    + ")\n\n\n"
 )
 _DECORATOR = '@numba.njit(error_model="numpy", nogil=True, cache={cache})\n'
 
@@ -309,6 +337,10 @@ def build_kernel(
     (input elements), ``k<i>`` (constants) and earlier temporaries. ``outputs``: which
     temporaries are written out, with their dtypes.
 
+    A ``body`` entry may carry a call-free alternative expression and its guard
+    (:attr:`FusedOp.fast`): the kernel then runs the loop with the alternatives, and again with
+    the expressions if any guard was true.
+
     ``stacks``: the dtypes of *stacked buffers* (:mod:`.fusion`'s arena: a value passed from
     one kernel to another lives in a row of one preallocated array, never as an array of its
     own). An input or output given as ``(..., (stack, row))`` reads or writes row ``rows[row]``
@@ -356,16 +388,32 @@ def build_kernel(
             stores.append((f"s{stack}", f"w{number}, ", name))
         else:
             stores.append((f"o{number}", "", name))
-    depth = "    "
-    for d in range(ndim):
-        lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
-        depth += "    "
     where = ", ".join(index) if ndim else "()"
-    lines += [depth + load for load in loads]
-    lines += [f"{depth}{name} = np.{dtype}({expression})" for name, expression, dtype in body]
-    for target, row, name in stores:
-        at = f"{row}{where}" if row and ndim else (row.rstrip(", ") if row else where)
-        lines.append(f"{depth}{target}[{at}] = {name}")
+    guarded = any(len(entry) > 3 for entry in body)
+
+    def loop(fast: bool) -> None:
+        depth = "    "
+        for d in range(ndim):
+            lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
+            depth += "    "
+        lines.extend(depth + load for load in loads)
+        for name, expression, dtype, *alternative in body:
+            if fast and alternative:
+                expression = alternative[0]
+            lines.append(f"{depth}{name} = np.{dtype}({expression})")
+            if fast and alternative:
+                lines.append(f"{depth}outside |= {alternative[1]}")
+        for target, row, name in stores:
+            at = f"{row}{where}" if row and ndim else (row.rstrip(", ") if row else where)
+            lines.append(f"{depth}{target}[{at}] = {name}")
+
+    if guarded:
+        # the vectorized loop first; the exact one again only where a guard was true
+        lines.append("    outside = False")
+        loop(True)
+        lines.append("    if not outside:")
+        lines.append("        return")
+    loop(False)
     source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
     return Kernel(_compiled(source), source)
 

@@ -23,7 +23,16 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["cos_float32", "cos_float64", "sin_float32", "sin_float64"]
+__all__ = [
+    "cos_float32",
+    "cos_float64",
+    "cos_outside_float32",
+    "cos_reduced_float32",
+    "sin_float32",
+    "sin_float64",
+    "sin_outside_float32",
+    "sin_reduced_float32",
+]
 
 F = np.float32
 
@@ -38,6 +47,13 @@ def fma32(typingctx, a, b, c):
         return builder.fma(*args)
 
     return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+#: The C library's float32 sine and cosine (what NumPy's ``npy_sinf`` calls), by symbol: a
+#: call LLVM does not evaluate for every element of a vectorized loop as it would ``math.sin``
+#: (NumPy calls it only beyond the reduction's range), and one Numba's disk cache can keep.
+_sinf = types.ExternalFunction("sinf", types.float32(types.float32))
+_cosf = types.ExternalFunction("cosf", types.float32(types.float32))
 
 
 def _hex(text: str) -> np.float32:
@@ -60,11 +76,11 @@ SIN_RANGE, COS_RANGE = F(117435.992), F(71476.0625)
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _sincos(x, cosine):
-    if x != x:
-        return F(np.nan)
-    if abs(x) > (COS_RANGE if cosine else SIN_RANGE):
-        return F(math.cos(x)) if cosine else F(math.sin(x))
+def _reduced(x, cosine):
+    """NumPy's SIMD path for one element within the reduction's range: no call, no branch
+    (selections only), so that LLVM vectorizes a loop of it. A NaN gives NumPy's NaN."""
+    number = x == x
+    x = x if number else ZERO
     # round to nearest; NumPy's compiler contracts the product and the sum into one FMA
     quadrant = fma32(x, TWO_OVER_PI, RINT_MAGIC) - RINT_MAGIC
     reduced = fma32(quadrant, PIO2_HIGH, x)
@@ -80,21 +96,46 @@ def _sincos(x, cosine):
     sin = fma32(sin, square, THIRD)
     sin = fma32(sin, square, ZERO)
     sin = fma32(sin, reduced, reduced)
-    turn = int(quadrant) + (1 if cosine else 0)
+    turn = np.int32(quadrant) + np.int32(1 if cosine else 0)
     out = sin if turn & 1 == 0 else cos
-    return ZERO - out if turn & 2 == 2 else out
+    out = ZERO - out if turn & 2 == 2 else out
+    return out if number else F(np.nan)
 
 
 @numba.njit(inline="always", error_model="numpy")
 def sin_float32(x):
     """NumPy's float32 ``sin`` of ``x``."""
-    return _sincos(x, False)
+    return _sinf(x) if abs(x) > SIN_RANGE else _reduced(x, False)
 
 
 @numba.njit(inline="always", error_model="numpy")
 def cos_float32(x):
     """NumPy's float32 ``cos`` of ``x``."""
-    return _sincos(x, True)
+    return _cosf(x) if abs(x) > COS_RANGE else _reduced(x, True)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def sin_reduced_float32(x):
+    """:func:`sin_float32` where :func:`sin_outside_float32` is false (vectorizable)."""
+    return _reduced(x, False)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def cos_reduced_float32(x):
+    """:func:`cos_float32` where :func:`cos_outside_float32` is false (vectorizable)."""
+    return _reduced(x, True)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def sin_outside_float32(x):
+    """Whether NumPy's float32 ``sin`` of ``x`` calls the C library."""
+    return abs(x) > SIN_RANGE
+
+
+@numba.njit(inline="always", error_model="numpy")
+def cos_outside_float32(x):
+    """Whether NumPy's float32 ``cos`` of ``x`` calls the C library."""
+    return abs(x) > COS_RANGE
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -107,3 +148,15 @@ def sin_float64(x):
 def cos_float64(x):
     """NumPy's float64 ``cos`` (the C library's)."""
     return math.cos(x)
+
+
+sin_reduced_float64, cos_reduced_float64 = sin_float64, cos_float64
+
+
+@numba.njit(inline="always", error_model="numpy")
+def sin_outside_float64(x):
+    """Never: NumPy's float64 ``sin`` is the C library's everywhere."""
+    return False
+
+
+cos_outside_float64 = sin_outside_float64
