@@ -9,7 +9,9 @@ calls) as soon as a call outside it reads one of its values, or a kernel that ma
 its first argument (``accumulate``, ``slice_accumulate``) is handed one of the group's inputs.
 Every group then runs as one kernel at the place of its last call: all its operands exist by
 then, and nothing outside has read its values yet. It writes out only the values read after
-it; the others never reach memory.
+it; the others never reach memory. A value that only later kernels of the segment read goes to
+a row of the *arena* (:class:`_Arena`: preallocated, rows reused by liveness), not to an
+array of its own.
 
 Groups too small to pay for a compiled call stay as the calls they were (:func:`_worth_it`).
 """
