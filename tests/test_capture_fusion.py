@@ -27,7 +27,8 @@ BACKEND = NumpyBackend()
 SHAPES = [(3, 4, 5), (4, 5), (5,), (1, 5), (4, 1), ()]
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-38, -3.5, 2.0]
 EXACT_BINARY = ["add", "sub", "mul", "div", "relu_backward"]
-EXACT_UNARY = ["neg", "abs", "square", "sqrt", "recip", "relu"]
+# sin and cos are fused where the compiled versions give NumPy's bits (kernels.matches_numpy)
+EXACT_UNARY = ["neg", "abs", "square", "sqrt", "recip", "relu", "sin", "cos"]
 EXACT_SCALAR = ["add_scalar", "sub_scalar", "mul_scalar", "div_scalar", "rsub_scalar"]
 FAST_UNARY = ["exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu", "expm1", "log1p"]
 
@@ -163,10 +164,65 @@ def test_fast_fusion_agrees_within_the_stated_tolerance(fuse_small, dtype, seed)
 
 def test_transcendentals_are_left_alone_by_exact_fusion(fuse_small):
     rng = np.random.default_rng(0)
-    calls, meta, _, live = random_program(rng, np.float32, ["exp", "sin"], n_calls=20)
+    calls, meta, _, live = random_program(rng, np.float32, ["exp", "log"], n_calls=20)
     fused, _ = fusion.fuse_calls(calls, meta, live, exact=True)
     kept = [call[2] for call in fused]
-    assert kept.count("exp") + kept.count("sin") == sum(c[2] in ("exp", "sin") for c in calls)
+    assert kept.count("exp") + kept.count("log") == sum(c[2] in ("exp", "log") for c in calls)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("ufunc", ["sin", "cos"])
+def test_sine_and_cosine_are_numpys_where_numpy_has_fma(ufunc, dtype):
+    # NumPy's float32 sin and cos are its own FMA algorithm where the CPU has FMA3 (the C
+    # library's otherwise, which the port is not); float64 is the C library's everywhere
+    features = np._core._multiarray_umath.__cpu_features__
+    expected = dtype == "float64" or bool(features.get("FMA3") and features.get("AVX2"))
+    assert kernels.matches_numpy(ufunc, dtype) is expected
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_sine_of_huge_arguments_takes_numpys_fallback(fuse_small, dtype):
+    # beyond the float32 reduction's range NumPy calls the C library: the kernel's vectorized
+    # loop sees the guard and runs again with the exact element functions
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((4, 5)) * 3).astype(dtype)
+    x[0, :3] = [2e5, -1e7, np.inf]
+    info = (np.ndarray, (4, 5), np.dtype(dtype), None)
+    meta = [info] * 5
+    calls = [
+        ("call", BACKEND.mul_scalar, "mul_scalar", [("s", 0), ("c", 3.0)], {}, 1),
+        ("call", BACKEND.sin, "sin", [("s", 1)], {}, 2),
+        ("call", BACKEND.cos, "cos", [("s", 1)], {}, 3),
+        ("call", BACKEND.add, "add", [("s", 2), ("s", 3)], {}, 4),
+    ]
+    fused, count = fusion.fuse_calls(calls, meta, {4}, exact=True)
+    assert count == 1 and [call[2] for call in fused] == ["fused"]
+    with np.errstate(all="ignore"):
+        assert same_bits(run(fused, [x], {4})[0], run(calls, [x], {4})[0])
+
+
+def test_values_passed_between_kernels_live_in_the_arena(fuse_small):
+    # u (4, 5) is made by one kernel and read only by another (of shape (3, 4, 5)): it lives
+    # in a row of the arena's stack, never as an array, and the results keep their bits
+    rng = np.random.default_rng(3)
+    x, big = _values(rng, (4, 5), np.float64), _values(rng, (3, 4, 5), np.float64)
+    small = (np.ndarray, (4, 5), np.dtype(np.float64), None)
+    large = (np.ndarray, (3, 4, 5), np.dtype(np.float64), None)
+    meta = [small, large, small, small, large, large]
+    calls = [
+        ("call", BACKEND.mul, "mul", [("s", 0), ("s", 0)], {}, 2),
+        ("call", BACKEND.add_scalar, "add_scalar", [("s", 2), ("c", 1.0)], {}, 3),
+        ("call", BACKEND.mul, "mul", [("s", 1), ("s", 3)], {}, 4),
+        ("call", BACKEND.mul, "mul", [("s", 4), ("s", 4)], {}, 5),
+    ]
+    fused, count = fusion.fuse_calls(calls, meta, {5}, exact=True)
+    assert count == 2 and [call[5] for call in fused] == [None, 5]
+    stacks = [arg[1] for call in fused for arg in call[3] if arg[0] == "c"]
+    assert any(isinstance(v, np.ndarray) and v.shape == (1, 4, 5) for v in stacks)
+    with np.errstate(all="ignore"):
+        expected = run(calls, [x, big], {5})
+        for _ in range(2):  # the arena is reused from replay to replay
+            assert same_bits(run(fused, [x, big], {5})[0], expected[0])
 
 
 def test_an_input_written_in_place_later_seals_the_group(fuse_small):

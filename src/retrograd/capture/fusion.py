@@ -9,7 +9,9 @@ calls) as soon as a call outside it reads one of its values, or a kernel that ma
 its first argument (``accumulate``, ``slice_accumulate``) is handed one of the group's inputs.
 Every group then runs as one kernel at the place of its last call: all its operands exist by
 then, and nothing outside has read its values yet. It writes out only the values read after
-it; the others never reach memory.
+it; the others never reach memory. A value that only later kernels of the segment read goes to
+a row of the *arena* (:class:`_Arena`: preallocated, rows reused by liveness), not to an
+array of its own.
 
 Groups too small to pay for a compiled call stay as the calls they were (:func:`_worth_it`).
 """
@@ -192,49 +194,126 @@ def _rewrite(calls, specs, groups, meta, later) -> tuple[list, int]:
     for position, call in enumerate(calls):
         for slot in slots_of(call[3], call[4]):
             readers.setdefault(slot, set()).add(position)
+    chosen = [g for g in groups if _worth_it(int(np.prod(g.shape)), len(g.members))]
+    arena = _Arena(calls, chosen, meta, later, readers)
     replaced: dict[int, tuple | None] = {}
-    count = 0
-    for group in groups:
-        size = int(np.prod(group.shape))
-        if not _worth_it(size, len(group.members)):
-            continue
+    for group in chosen:
         members = set(group.members)
         outputs = [
             calls[p][5]
             for p in group.members
             if calls[p][5] in later or readers.get(calls[p][5], set()) - members
         ]
-        fused = _fused_call(group, [(calls[p], specs[p]) for p in group.members], outputs, meta)
+        fused = _fused_call(
+            group, [(calls[p], specs[p]) for p in group.members], outputs, meta, arena
+        )
         for position in group.members:
             replaced[position] = None
         replaced[group.members[-1]] = fused
-        count += 1
     out = []
     for position, call in enumerate(calls):
         if position not in replaced:
             out.append(call)
         elif replaced[position] is not None:
             out.append(replaced[position])
-    return out, count
+    return out, len(chosen)
 
 
-def _fused_call(group: _Group, members: list, outputs: list[int], meta: list) -> tuple:
-    """The recorded-call tuple that runs ``members`` as one kernel."""
+#: The arena holds values of at most this many elements (where an array's own allocation,
+#: boxing and unboxing cost more than its elements), and at most this many elements in all
+#: (it is kept between replays).
+ARENA_VALUE_ELEMENTS, ARENA_ELEMENTS = 1 << 14, 1 << 22
+
+
+class _Arena:
+    """Buffer assignment for values passed from one fused kernel to another.
+
+    A value made by a fused kernel and read only by fused kernels of the same segment (not
+    after it) never becomes an array of its own: it lives in a row of a *stack*, one
+    preallocated array per (dtype, shape) kept with the compiled program, which the kernels
+    read and write by row. Rows are reused by liveness (a row is free again after the last
+    kernel that reads its value, for the kernels after that one), so a stack holds no more
+    rows than values of its kind live at once. A replay then allocates, boxes and frees none
+    of these values, and touches memory already mapped.
+    """
+
+    def __init__(self, calls, chosen, meta, later, readers):
+        kernel_of = {p: g.members[-1] for g in chosen for p in g.members}
+        self.row: dict[int, tuple] = {}  # slot -> (stack key, row)
+        self.stacks: dict[tuple, Any] = {}
+        made = [
+            (group.members[-1], calls[p][5])
+            for group in chosen
+            for p in group.members
+            if calls[p][5] not in later
+        ]
+        ends: dict[int, int] = {}
+        for at, slot in made:
+            reading = readers.get(slot, set())
+            info = meta[slot]
+            size = int(np.prod(info[1]))
+            if not reading or any(r not in kernel_of for r in reading):
+                continue
+            if all(kernel_of[r] == at for r in reading) or size > ARENA_VALUE_ELEMENTS:
+                continue  # a temporary of its own kernel, or too big to keep
+            ends[slot] = max(kernel_of[r] for r in reading)
+        free: dict[tuple, list[int]] = {}
+        counts: dict[tuple, int] = {}
+        releases: dict[int, list[tuple]] = {}
+        total = 0
+        for at, slot in sorted((at, slot) for at, slot in made if slot in ends):
+            for released_at in sorted(p for p in releases if p < at):
+                for key, row in releases.pop(released_at):
+                    free.setdefault(key, []).append(row)
+            info = meta[slot]
+            key = (np.dtype(info[2]).str, tuple(info[1]))
+            if free.get(key):
+                row = free[key].pop()
+            else:
+                size = int(np.prod(info[1]))
+                if total + size > ARENA_ELEMENTS:
+                    continue
+                total += size
+                row = counts.get(key, 0)
+                counts[key] = row + 1
+            self.row[slot] = (key, row)
+            releases.setdefault(ends[slot], []).append((key, row))
+        for key, count in counts.items():
+            self.stacks[key] = np.zeros((count, *key[1]), np.dtype(key[0]))
+
+
+def _fused_call(group: _Group, members: list, outputs: list[int], meta: list, arena) -> tuple:
+    """The recorded-call tuple that runs ``members`` as one kernel; values in ``arena`` are
+    read from and written to its stacks."""
     ndim = len(group.shape)
     inputs: list[tuple] = []  # encoded operands, in argument order
     input_specs: list = []
     names: dict[Any, str] = {}  # slot (or id of a constant array) -> element expression
     constants: list = []
+    stacks: list[tuple] = []  # the arena's stack keys this kernel uses
+    rows: list[int] = []
     body = []
+
+    def stacked(slot: int) -> tuple | None:
+        if slot not in arena.row:
+            return None
+        key, row = arena.row[slot]
+        if key not in stacks:
+            stacks.append(key)
+        rows.append(row)
+        return stacks.index(key), len(rows) - 1
+
     for number, (call, (op, operands, values, out_dtype)) in enumerate(members):
         elements = []
         for encoded, (shape, dtype, scalar) in operands:
             key = encoded[1] if encoded[0] == "s" else ("c", id(encoded[1]))
             if key not in names:
-                names[key] = f"x{len(inputs)}"
-                inputs.append(encoded)
+                names[key] = f"x{len(input_specs)}"
                 broadcast = None if scalar else tuple(n == 1 for n in shape)
-                input_specs.append((broadcast, kernels.numpy_name(dtype)))
+                where = stacked(encoded[1]) if encoded[0] == "s" else None
+                if where is None:
+                    inputs.append(encoded)
+                input_specs.append((broadcast, kernels.numpy_name(dtype), where))
             elements.append(names[key])
         ks = []
         for value in values:
@@ -244,12 +323,24 @@ def _fused_call(group: _Group, members: list, outputs: list[int], meta: list) ->
         literal_dtype = kernels.numpy_name(first if first in _FLOATS else out_dtype)
         temporary = f"t{number}"
         expression = op.render(elements, ks, literal_dtype)
-        body.append((temporary, expression, kernels.numpy_name(out_dtype)))
+        guarded = op.render_guarded(elements, literal_dtype)
+        body.append((temporary, expression, kernels.numpy_name(out_dtype), *(guarded or ())))
         names[call[5]] = temporary
-    out_specs = [(names[slot], kernels.numpy_name(meta[slot][2])) for slot in outputs]
+    out_specs = [
+        (names[slot], kernels.numpy_name(meta[slot][2]), stacked(slot)) for slot in outputs
+    ]
     kernel = kernels.build_kernel(
-        ndim, input_specs, [type(c).__name__ for c in constants], body, out_specs
+        ndim,
+        input_specs,
+        [type(c).__name__ for c in constants],
+        body,
+        out_specs,
+        tuple(kernels.numpy_name(np.dtype(key[0])) for key in stacks),
     )
-    args = [*inputs, *(("c", c) for c in constants), *(("c", n) for n in group.shape)]
-    outs = tuple(outputs) if len(outputs) > 1 else (outputs[0] if outputs else None)
+    args = [*inputs, *(("c", arena.stacks[key]) for key in stacks)]
+    if stacks:
+        args.append(("c", np.array(rows, np.int64)))
+    args += [*(("c", c) for c in constants), *(("c", n) for n in group.shape)]
+    returned = [slot for slot in outputs if slot not in arena.row]
+    outs = tuple(returned) if len(returned) > 1 else (returned[0] if returned else None)
     return ("call", kernel.function, "fused", args, {}, outs)

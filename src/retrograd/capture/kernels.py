@@ -47,9 +47,17 @@ class FusedOp:
     arrays: tuple[int, ...]
     expression: str
     out: str | None = None
-    exact: bool | str = True  # or the one dtype it is exact in
+    exact: bool | str = True  # or the one dtype it is exact in, or PROBED
+    ufunc: str = ""  # the NumPy ufunc a PROBED op must match
+    #: a call-free version of ``expression`` that LLVM can vectorize, exact where ``guard``
+    #: is false: a kernel runs its loop with it, and again with ``expression`` where the guard
+    #: was true for some element (NumPy's float32 sin of a huge argument, say)
+    fast: str = ""
+    guard: str = ""
 
     def is_exact(self, dtype: str) -> bool:
+        if self.exact == PROBED:
+            return matches_numpy(self.ufunc, dtype)
         return self.exact is True or self.exact == dtype
 
     def render(self, elements: list[str], constants: list[str], dtype: str) -> str:
@@ -63,7 +71,16 @@ class FusedOp:
             fields["gelu"], fields["gelu_backward"] = gelu, backward.format(a0=fields["a0"])
         return self.expression.format(t=dtype, **fields)
 
+    def render_guarded(self, elements: list[str], dtype: str) -> tuple[str, str] | None:
+        """``(fast expression, guard)`` for operands ``elements``, or ``None``."""
+        if not self.fast:
+            return None
+        fields = {f"a{i}": e for i, e in enumerate(elements)}
+        return self.fast.format(t=dtype, **fields), self.guard.format(t=dtype, **fields)
 
+
+#: An op exact where :func:`matches_numpy` finds its compiled version equal to NumPy's ufunc.
+PROBED = "probed"
 _MAX = "({a0} if ({a0} > {a1} or {a0} != {a0}) else {a1})"  # np.maximum: NaN propagates
 _MIN = "({a0} if ({a0} < {a1} or {a0} != {a0}) else {a1})"
 # NumpyBackend.sigmoid: exp of -|x|, then 1 / (1 + tail) or tail / (1 + tail)
@@ -118,8 +135,24 @@ OPS: dict[str, FusedOp] = {
     "expm1": FusedOp((0,), "math.expm1({a0})", exact=False),
     "log": FusedOp((0,), "math.log({a0})", exact=False),
     "log1p": FusedOp((0,), "math.log1p({a0})", exact=False),
-    "sin": FusedOp((0,), "math.sin({a0})", exact=False),
-    "cos": FusedOp((0,), "math.cos({a0})", exact=False),
+    # NumPy's own algorithm (float32) or the C library's (float64), as NumPy runs them:
+    # exact where the probe agrees (:mod:`.numpy_trig`)
+    "sin": FusedOp(
+        (0,),
+        "_sin_{t}({a0})",
+        exact=PROBED,
+        ufunc="sin",
+        fast="_sin_reduced_{t}({a0})",
+        guard="_sin_outside_{t}({a0})",
+    ),
+    "cos": FusedOp(
+        (0,),
+        "_cos_{t}({a0})",
+        exact=PROBED,
+        ufunc="cos",
+        fast="_cos_reduced_{t}({a0})",
+        guard="_cos_outside_{t}({a0})",
+    ),
     "tanh": FusedOp((0,), "math.tanh({a0})", exact=False),
     "sigmoid": FusedOp((0,), _SIGMOID, exact=False),
     "erf": FusedOp((0,), "math.erf({a0})", exact=False),
@@ -186,7 +219,15 @@ CACHE_DIR = os.environ.get("RETROGRAD_KERNEL_CACHE") or os.path.join(
 )
 _HEADER = (
     "import math\n\nimport numba\nimport numpy as np\n\n"
-    "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n\n\n"
+    "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n"
+    "from retrograd.capture.numpy_trig import (\n"
+    + "".join(
+        f"    {trig}{part}_{dtype} as _{trig}{part}_{dtype},\n"
+        for trig in ("cos", "sin")
+        for part in ("", "_outside", "_reduced")
+        for dtype in ("float32", "float64")
+    )
+    + ")\n\n\n"
 )
 _DECORATOR = '@numba.njit(error_model="numpy", nogil=True, cache={cache})\n'
 
@@ -197,10 +238,55 @@ def _stamp() -> str:
     the backend's compiled helpers it inlines (Numba's cache checks only the kernel's own file,
     so a changed helper must change the kernel's file name)."""
     from ..backend import compiled
+    from . import numpy_trig
 
-    with open(compiled.__file__, "rb") as file:
-        helpers = hashlib.sha1(file.read()).hexdigest()[:12]
-    return f"# numba {_numba().__version__}, backend/compiled.py {helpers}\n"
+    digest = hashlib.sha1()
+    for module in (compiled, numpy_trig):
+        with open(module.__file__, "rb") as file:
+            digest.update(file.read())
+    helpers = digest.hexdigest()[:12]
+    return f"# numba {_numba().__version__}, helpers {helpers}\n"
+
+
+#: Arguments on which a PROBED op's compiled version must give NumPy's bits: random bit
+#: patterns (every exponent, NaNs, infinities, subnormals), arguments where the float32
+#: reduction runs (a tie-breaking difference shows there first), and the edges.
+PROBE_SIZE = 1 << 17
+
+
+@functools.cache
+def matches_numpy(ufunc: str, dtype: str) -> bool:
+    """Whether the compiled element function of ``ufunc`` in ``dtype`` gives NumPy's bits on
+    this machine (NumPy's float32 algorithm depends on the CPU's fused multiply-add)."""
+    numba = _numba()
+    if numba is None or dtype not in ("float32", "float64"):
+        return False
+    from . import numpy_trig
+
+    element = getattr(numpy_trig, f"{ufunc}_{dtype}")
+
+    @numba.njit(error_model="numpy")
+    def apply(x, out):
+        for i in range(x.size):
+            out[i] = element(x[i])
+
+    rng = np.random.default_rng(0)
+    width = np.uint32 if dtype == "float32" else np.uint64
+    raw = rng.integers(0, np.iinfo(width).max, PROBE_SIZE, dtype=width, endpoint=True)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 71476.0625, 117435.992, 1e-40]
+    x = np.concatenate(
+        [
+            raw.view(dtype),
+            rng.uniform(-2e5, 2e5, PROBE_SIZE).astype(dtype),
+            rng.uniform(-8.0, 8.0, PROBE_SIZE).astype(dtype),
+            np.array(edges, dtype),
+        ]
+    )
+    out = np.empty_like(x)
+    apply(x, out)
+    with np.errstate(all="ignore"):
+        expected = getattr(np, ufunc)(x)
+    return bool(np.array_equal(out.view(width), expected.view(width)))
 
 
 def _compiled(source: str) -> Any:
@@ -237,10 +323,11 @@ def _compiled(source: str) -> Any:
 
 def build_kernel(
     ndim: int,
-    inputs: list[tuple[tuple[bool, ...] | None, str]],
+    inputs: list[tuple],
     constants: list[str],
     body: list[tuple[str, str, str]],
-    outputs: list[tuple[int, str]],
+    outputs: list[tuple],
+    stacks: tuple[str, ...] = (),
 ) -> Kernel:
     """Compile (or find) the kernel that evaluates ``body`` over an ``ndim``-dimensional output.
 
@@ -249,37 +336,84 @@ def build_kernel(
     dtype. ``body``: ``(temporary, expression, dtype)`` in order, expressions over ``x<i>``
     (input elements), ``k<i>`` (constants) and earlier temporaries. ``outputs``: which
     temporaries are written out, with their dtypes.
+
+    A ``body`` entry may carry a call-free alternative expression and its guard
+    (:attr:`FusedOp.fast`): the kernel then runs the loop with the alternatives, and again with
+    the expressions if any guard was true.
+
+    ``stacks``: the dtypes of *stacked buffers* (:mod:`.fusion`'s arena: a value passed from
+    one kernel to another lives in a row of one preallocated array, never as an array of its
+    own). An input or output given as ``(..., (stack, row))`` reads or writes row ``rows[row]``
+    of stack ``stack``, ``rows`` an int64 array argument; the rows are arguments, so that
+    kernels of the same structure share their machine code. The call is then
+    ``function(*inputs, *stacks, rows, *constants, *sizes)``.
     """
     sizes = [f"n{d}" for d in range(ndim)]
     index = [f"i{d}" for d in range(ndim)]
-    args = [f"a{i}" for i in range(len(inputs))] + [f"k{i}" for i in range(len(constants))]
-    outs = [f"o{number}" for number in range(len(outputs))]
+    plain = [number for number, spec in enumerate(inputs) if len(spec) < 3 or spec[2] is None]
+    args = [f"a{i}" for i in plain] + [f"s{k}" for k in range(len(stacks))]
+    args += ["rows"] if stacks else []
+    args += [f"k{i}" for i in range(len(constants))]
+    written = [n for n, spec in enumerate(outputs) if len(spec) < 3 or spec[2] is None]
+    outs = [f"o{number}" for number in written]
     shape = f"({', '.join(sizes)}{',' if ndim == 1 else ''})"
     # Outputs are allocated by a Python wrapper and passed in: returning arrays made inside
     # compiled code costs more (each is boxed with its dtype unpickled).
     wrapper = [f"def run({', '.join(args + sizes)}):"]
-    wrapper += [f"    o{n} = np.empty({shape}, np.{dtype})" for n, (_, dtype) in enumerate(outputs)]
+    wrapper += [f"    o{n} = np.empty({shape}, np.{outputs[n][1]})" for n in written]
     wrapper.append(f"    kernel({', '.join(args + sizes + outs)})")
-    wrapper.append(f"    return {', '.join(outs)}{',' if len(outputs) > 1 else ''}")
+    wrapper.append(f"    return {', '.join(outs)}{',' if len(outs) > 1 else ''}")
     lines = [f"def kernel({', '.join(args + sizes + outs)}):"]
     loads = []
-    for number, (broadcast, _) in enumerate(inputs):
+    for number, (broadcast, _, *stacked) in enumerate(inputs):
+        source = f"a{number}"
+        row: list[str] = []
+        if stacked and stacked[0] is not None:
+            stack, at_row = stacked[0]
+            lines.append(f"    r{number} = rows[{at_row}]")
+            source, row = f"s{stack}", [f"r{number}"]
         if broadcast is None:
-            lines.append(f"    x{number} = a{number}")
+            lines.append(f"    x{number} = {source}")
         elif not broadcast:
-            lines.append(f"    x{number} = a{number}[()]")
+            lines.append(f"    x{number} = {source}[{row[0] if row else '()'}]")
         else:
             offset = ndim - len(broadcast)
-            at = ["0" if one else index[offset + d] for d, one in enumerate(broadcast)]
-            loads.append(f"x{number} = a{number}[{', '.join(at)}]")
-    depth = "    "
-    for d in range(ndim):
-        lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
-        depth += "    "
+            at = row + ["0" if one else index[offset + d] for d, one in enumerate(broadcast)]
+            loads.append(f"x{number} = {source}[{', '.join(at)}]")
+    stores = []
+    for number, (name, _, *stacked) in enumerate(outputs):
+        if stacked and stacked[0] is not None:
+            stack, at_row = stacked[0]
+            lines.append(f"    w{number} = rows[{at_row}]")
+            stores.append((f"s{stack}", f"w{number}, ", name))
+        else:
+            stores.append((f"o{number}", "", name))
     where = ", ".join(index) if ndim else "()"
-    lines += [depth + load for load in loads]
-    lines += [f"{depth}{name} = np.{dtype}({expression})" for name, expression, dtype in body]
-    lines += [f"{depth}o{number}[{where}] = {name}" for number, (name, _) in enumerate(outputs)]
+    guarded = any(len(entry) > 3 for entry in body)
+
+    def loop(fast: bool) -> None:
+        depth = "    "
+        for d in range(ndim):
+            lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
+            depth += "    "
+        lines.extend(depth + load for load in loads)
+        for name, expression, dtype, *alternative in body:
+            if fast and alternative:
+                expression = alternative[0]
+            lines.append(f"{depth}{name} = np.{dtype}({expression})")
+            if fast and alternative:
+                lines.append(f"{depth}outside |= {alternative[1]}")
+        for target, row, name in stores:
+            at = f"{row}{where}" if row and ndim else (row.rstrip(", ") if row else where)
+            lines.append(f"{depth}{target}[{at}] = {name}")
+
+    if guarded:
+        # the vectorized loop first; the exact one again only where a guard was true
+        lines.append("    outside = False")
+        loop(True)
+        lines.append("    if not outside:")
+        lines.append("        return")
+    loop(False)
     source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
     return Kernel(_compiled(source), source)
 

@@ -119,7 +119,7 @@ class CapturedStep:
         for position, item in enumerate(self._items):
             args = [env.pop(slot) if last[slot] == position else env[slot] for slot in item.ins]
             if isinstance(item, OptimizerCall):
-                outs = self._run_optimizer(item, args)
+                outs = self._run_optimizer(item, args, entries)
             else:
                 outs = item.run(*args)
             for slot, value in zip(item.outs, outs):
@@ -132,9 +132,11 @@ class CapturedStep:
             write_back(module, name, tensor, Tensor(backend.wrap(value), backend, tensor.device))
         return decode_result(self._result, env)
 
-    def _run_optimizer(self, item: OptimizerCall, args: list) -> list:
+    def _run_optimizer(self, item: OptimizerCall, args: list, entries: list) -> list:
+        """``item``'s optimizer stepped on the replayed gradients ``args``; the parameters'
+        values after it (``entries``: the state's parameters, objects an optimizer step
+        updates in place)."""
         backend = self._backend
-        entries = self._state.entries()
         grads = Gradients(backend.inner)
         values = iter(args)
         for index, encoded in item.grad_slots:
