@@ -154,9 +154,12 @@ class Planner:
         kept = [p for p in self.kept if p.signatures != plan.signatures]
         self.kept = [plan, *kept][:MAX_PLANS]
 
-    def backward_begins(self, recorded: Any, steps: list) -> tuple[int, str] | None:
+    def backward_begins(
+        self, recorded: Any, steps: list, fastest: Any = None
+    ) -> tuple[int, str] | None:
         """The step just recorded (a :class:`~.recorder.RecordedStep`) ends: plan the next
-        ones from it, unless it followed a plan. The byte limit its backward keeps to and the
+        ones from it (its ops priced by ``fastest``, see :meth:`.RecordedStep.observe`),
+        unless it followed a plan. The byte limit its backward keeps to and the
         plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
         plan = self.plan
         followed = (
@@ -166,7 +169,7 @@ class Planner:
         self._checking = None
         if not followed:
             if recorded.plannable():
-                self._pending = recorded.observe(steps)
+                self._pending = recorded.observe(steps, fastest)
             return None
         self.planned_steps += 1
         self.kept.remove(plan)

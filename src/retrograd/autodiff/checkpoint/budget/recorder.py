@@ -10,6 +10,7 @@ knows: the step at which each value is read, and how long each gradient lives.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .plan import PLAN_LIMIT, Trace
@@ -25,6 +26,8 @@ class RecordedValue(NamedTuple):
     nbytes: int
     #: its op's measured seconds
     seconds: float
+    #: what its op is priced by (the timer's key of the op and its sizes)
+    priced_as: tuple
     #: positions of its recorded parents
     parents: tuple[int, ...]
     #: whether it can be recomputed from its parents
@@ -45,9 +48,13 @@ class RecordedStep(NamedTuple):
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
 
-    def observe(self, steps: list) -> tuple[list, Trace]:
+    def observe(
+        self, steps: list, fastest: Callable[[tuple, float], float] | None = None
+    ) -> tuple[list, Trace]:
         """The signatures to match and the :class:`~.plan.Trace` to plan from, given the
-        backward's ``steps`` (its nodes in the order it runs them).
+        backward's ``steps`` (its nodes in the order it runs them); each value priced by
+        ``fastest(priced_as, seconds)`` when given (the timer's fastest time of its op), else
+        at its own measured seconds.
 
         Besides the values a plan decides on, the trace holds the gradients in flight (a
         node's gradient lives from its first child's step to its own) and the untracked values
@@ -91,7 +98,10 @@ class RecordedStep(NamedTuple):
         )
         trace = Trace(
             sizes=[value.nbytes for value in values],
-            costs=[value.seconds for value in values],
+            costs=[
+                value.seconds if fastest is None else fastest(value.priced_as, value.seconds)
+                for value in values
+            ],
             parents=[value.parents for value in values],
             recomputable=[value.recomputable for value in values],
             reads=reads,
@@ -122,7 +132,14 @@ class TraceRecorder:
         self._first: weakref.ref = _gone
 
     def note(
-        self, node: Any, inputs: tuple, out: Any, out_bytes: int, seconds: float, recompute: bool
+        self,
+        node: Any,
+        inputs: tuple,
+        out: Any,
+        out_bytes: int,
+        seconds: float,
+        recompute: bool,
+        priced_as: tuple = (),
     ) -> tuple[int, tuple] | None:
         """Note ``node``: its position in the step and its signature, or ``None`` once the
         step is too long to plan (it is then not traced any further)."""
@@ -156,6 +173,7 @@ class TraceRecorder:
                 signature,
                 out_bytes,
                 seconds,
+                priced_as,
                 tuple([p for p in parents if p >= 0]),
                 recompute,
                 owner,

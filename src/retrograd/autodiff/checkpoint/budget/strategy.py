@@ -178,7 +178,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             keys = ()
             saved = node.saved = BudgetSaved(keys, None, recompute)
             seconds = self.timer.measure(op.name, out_bytes, inputs)
-            noted = self.recorder.note(node, inputs, out, out_bytes, seconds, recompute)
+            noted = self.recorder.note(
+                node, inputs, out, out_bytes, seconds, recompute, self.timer.key
+            )
             evict_now, planned_seconds = self.planner.on_value(noted, recompute)
             if planned_seconds >= 0:  # a followed step prices its values as its plan did
                 seconds = planned_seconds
@@ -294,7 +296,9 @@ class BudgetCheckpointing(CheckpointStrategy):
         with self._lock:
             forward_peak = self.pool.take_peak()
             self.timer.pause()  # backward runs before the next op: not that op's time
-            planned = self.planner.backward_begins(self.recorder.take(), tape.steps)
+            planned = self.planner.backward_begins(
+                self.recorder.take(), tape.steps, self.timer.fastest
+            )
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
         sizes = builder.sizes()
