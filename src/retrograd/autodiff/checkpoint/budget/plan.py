@@ -55,6 +55,9 @@ class Trace:
     gradients: list[tuple[int, int, int]] = field(default_factory=list)
     #: number of backward steps
     horizon: int = 0
+    #: seconds its op took in the step traced (``costs`` may price it at the fastest time seen
+    #: for its op instead): what a replay of that step prices it at, to evict as it did
+    measured: list[float] = field(default_factory=list)
 
 
 class Profile(NamedTuple):
@@ -163,8 +166,9 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
 
 def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool]:
     """``evicted``, less the evictions the peak does not need: each buffer a recomputation
-    reruns, the dearest first, is kept held instead when the peak then still fits the budget
-    (or stays where it is, under the floor) and the recomputation's seconds fall.
+    reruns for a rule that reads it, the dearest first, is kept held instead when the peak
+    then still fits the budget (or stays where it is, under the floor) and the
+    recomputation's seconds fall.
 
     The greedy evicts by excess removed per second, aiming at lower targets when it misses;
     on the way it may evict what a later, larger eviction made needless. The plan is then as
@@ -174,7 +178,9 @@ def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool
     cap = max(budget, current.peak)
     groups: dict[int, list[int]] = {}
     for v in range(len(evicted)):
-        if evicted[v] and current.last[v] >= 0:
+        # what no rule reads stays evicted (needed only to recompute from, see
+        # greedy_evictions): kept, the engine holds it longer than this model counts
+        if evicted[v] and current.last[v] >= 0 and trace.reads[v]:
             groups.setdefault(trace.owners[v], []).append(v)
     dearest = sorted(groups.values(), key=lambda vs: -sum(trace.costs[v] for v in vs))
     for members in dearest:

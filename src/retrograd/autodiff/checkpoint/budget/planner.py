@@ -115,8 +115,9 @@ class Planner:
             if plan is None:  # another graph: eager from here on, and planned afresh
                 self._stop_following()
                 return False, -1.0
-        evict = plan.mode != REPLAY and plan.evict[position] and recompute
-        return evict, plan.trace.costs[position]
+        if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
+            return False, (plan.trace.measured or plan.trace.costs)[position]
+        return plan.evict[position] and recompute, plan.trace.costs[position]
 
     def planned(self, evict_now: bool) -> bool | None:
         """What the step's plan says of the recomputable value just recorded (a

@@ -109,6 +109,7 @@ class RecordedStep(NamedTuple):
             fixed=fixed,
             gradients=gradients,
             horizon=horizon,
+            measured=[value.seconds for value in values],
         )
         return [value.signature for value in values], trace
 
