@@ -43,6 +43,7 @@ import pathlib
 import sys
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import common  # (first: pins BLAS threads before NumPy loads)
 
@@ -184,17 +185,20 @@ class NanoGPT:
 
 def timed_in_turn(runs: dict, steps: int) -> tuple[dict, dict, dict, bool]:
     """Every run's steps in turn (A B C A B C ...): seconds, peaks and recomputed ops per
-    step, by run, and whether every run's gradients equal the first run's at every step."""
-    seconds: dict = {name: [] for name in runs}
+    step, by run, and whether every run's gradients equal the first run's at every step.
+    The seconds are wall time, and ``(name, "cpu")`` holds the process CPU time (less
+    disturbed by other jobs on a shared machine)."""
+    seconds: dict = {key: [] for name in runs for key in (name, (name, "cpu"))}
     peaks: dict = {name: [] for name in runs}
     ops: dict = {name: [] for name in runs}
     identical = True
     for index in range(steps):
         expected = None
         for name, step in runs.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             grads, arrays = step(index)
             seconds[name].append(time.perf_counter() - start)
+            seconds[name, "cpu"].append(time.process_time() - cpu)
             peaks[name].append(grads.peak_bytes)
             ops[name].append(grads.recomputed_ops)
             if expected is None:
@@ -202,6 +206,20 @@ def timed_in_turn(runs: dict, steps: int) -> tuple[dict, dict, dict, bool]:
             else:
                 identical &= all(np.array_equal(a, b) for a, b in zip(expected, arrays))
     return seconds, peaks, ops, identical
+
+
+def time_columns(seconds: dict, name: Any, timed: slice) -> list[str]:
+    """Run ``name``'s time against NoCheckpointing's (``seconds["none"]``) over the ``timed``
+    steps: the median wall-time ratio, the lowest and highest ratio of paired steps
+    (``"0.98-1.12"``), the median ratio of CPU time."""
+    ours, theirs = seconds[name][timed], seconds["none"][timed]
+    ratios = [a / b for a, b in zip(ours, theirs)]
+    cpu = median(seconds[name, "cpu"][timed]) / median(seconds["none", "cpu"][timed])
+    return [
+        f"{median(ours) / median(theirs):.2f}",
+        f"{min(ratios):.2f}-{max(ratios):.2f}",
+        f"{cpu:.2f}",
+    ]
 
 
 def planned_seconds(strategy: rg.BudgetCheckpointing) -> float:
@@ -230,9 +248,7 @@ def run(workload, steps: int) -> list[list]:
                 f"{max(after) / strategy.max_bytes:.2f}",
                 f"{max(after) / full:.2f}",
                 f"{strategy.predicted_peak / full:.2f}",
-                f"{median(seconds[f][TIMED]) / base:.2f}",
-                f"{min(s / b for s, b in zip(seconds[f][TIMED], seconds['none'][TIMED])):.2f}"
-                f"-{max(s / b for s, b in zip(seconds[f][TIMED], seconds['none'][TIMED])):.2f}",
+                *time_columns(seconds, f, TIMED),
                 f"{planned_seconds(strategy) / base:.3f}",
                 "/".join(str(n) for n in sorted(set(ops[f][1:]))),
                 f"{strategy.plans}/{strategy.planned_steps}",
@@ -251,6 +267,7 @@ HEADER = [
     "predicted / NoCkpt",
     "time / NoCkpt",
     "paired range",
+    "CPU time / NoCkpt",
     "planned recompute / NoCkpt step",
     "recomputed ops per step",
     "plans/planned steps",
@@ -290,7 +307,7 @@ def alternating(scale: int, pairs: int) -> list[list]:
             [
                 label,
                 f"{max(peaks['budget'][1:]) / budget:.2f}",
-                f"{median(seconds['budget'][timed]) / median(seconds['none'][timed]):.2f}",
+                *time_columns(seconds, "budget", timed),
                 f"{strategy.plans}/{strategy.planned_steps}",
                 "yes" if identical else "NO",
             ]
@@ -306,6 +323,8 @@ ALTERNATING_HEADER = [
     "graphs",
     "peak / budget",
     "time / NoCkpt",
+    "paired range",
+    "CPU time / NoCkpt",
     "plans/planned steps",
     "bit-identical",
 ]
@@ -348,7 +367,8 @@ def main() -> None:
         command=command,
         notes="peak: Gradients.peak_bytes of the steps after the plan; predicted: the plan's "
         "count of it; time: median of steps 4-8 against NoCheckpointing's, the two runs' "
-        "steps interleaved (paired range: the lowest and highest of the five paired ratios); "
+        "steps interleaved (paired range: the lowest and highest of the five paired ratios; "
+        "CPU time: the median ratio of process CPU time, less disturbed by other jobs); "
         "planned recompute: the seconds of recomputation the plan expects per step (its ops "
         "priced at their measured times) against NoCheckpointing's step",
     )
