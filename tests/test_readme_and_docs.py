@@ -339,3 +339,20 @@ def test_a_figure_block_shows_only_the_plot_drawn_beside_a_results_file(checkout
         in after
     )
     assert "Measured 2030-01-02 03:04 UTC" in after and "| mlp |" not in after
+
+
+def test_the_budget_plot_is_drawn_from_the_results_file(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = ROOT / "benchmarks" / "plot_budget_loops.py"
+    spec = importlib.util.spec_from_file_location("plot_budget_loops", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    header = ["workload", "budget", "peak / NoCkpt", "time / NoCkpt"]
+    rows = [["mlp", "0.5x", "0.54", "1.10"], ["mlp", "0.25x", "0.30", "1.90"]]
+    results_file(tmp_path, "budget_loops", {"loops": {"header": header, "rows": rows}})
+    assert module.points(json.loads((tmp_path / "budget_loops.json").read_text())) == {
+        "mlp": [(0.5, 1.10, 0.54), (0.25, 1.90, 0.30)]
+    }
+    drawn = module.plot(tmp_path / "budget_loops.json")
+    assert drawn == str(tmp_path / "budget_loops.png")
+    assert (tmp_path / "budget_loops.png").read_bytes()[:4] == b"\x89PNG"
