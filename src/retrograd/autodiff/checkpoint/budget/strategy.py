@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from time import perf_counter
 from typing import Any
 
 from ...ids import new_node_id
@@ -37,6 +38,10 @@ from .recorder import TraceRecorder
 from .timer import OpTimer
 
 __all__ = ["BudgetCheckpointing", "backs_up", "parse_bytes"]
+
+_new = object.__new__
+#: the constants of a node whose inputs are all tracked: none (shared, never changed)
+_NO_CONSTANTS: dict = {}
 
 _UNITS = {
     "": 1,
@@ -173,17 +178,30 @@ class BudgetCheckpointing(CheckpointStrategy):
             op = node.op
             parents = node.parents
             out_bytes = nbytes_of(out)
-            constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
-            recompute = op.recomputable and len(constants) == parents.count(None)
+            if None in parents:
+                constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
+                recompute = op.recomputable and len(constants) == parents.count(None)
+            else:
+                constants, recompute = _NO_CONSTANTS, op.recomputable
             keys = ()
-            saved = node.saved = BudgetSaved(keys, None, recompute)
-            seconds = self.timer.measure(op.name, out_bytes, inputs)
-            noted = self.recorder.note(
-                node, inputs, out, out_bytes, seconds, recompute, self.timer.key
-            )
-            evict_now, planned_seconds = self.planner.on_value(noted, recompute)
-            if planned_seconds >= 0:  # a followed step prices its values as its plan did
-                seconds = planned_seconds
+            # BudgetSaved's slots, assigned here: its __init__ (and Saved's) would cost frames
+            saved = node.saved = _new(BudgetSaved)
+            saved.actions, saved.recompute, saved.slot, saved.sources = None, recompute, None, None
+            planner, timer, recorder = self.planner, self.timer, self.recorder
+            # A followed plan prices the op: it is timed only while no plan is followed.
+            if planner.following:
+                measured = None
+                noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
+            else:
+                measured = timer.measure(op.name, out_bytes, inputs)
+                noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
+            planned, seconds = planner.on_value(noted, recompute)
+            if seconds < 0:  # no plan followed: the measured time stands
+                seconds = measured
+                if seconds is None:  # the plan was left at this op: it is timed after all
+                    seconds = timer.measure(op.name, out_bytes, inputs)
+                    if noted is not None:
+                        recorder.reprice_last(seconds, timer.key)
             actions = []
             if recompute:  # its parents, to recompute it from should it be evicted
                 sources = parents
@@ -207,8 +225,9 @@ class BudgetCheckpointing(CheckpointStrategy):
                     tuple([backups[source.id] for source in sources]),
                     out_bytes > 0,
                 )
-                slot.planned = self.planner.planned(evict_now)
-                actions.extend((key, slot, True) for key, slot in backups.items())
+                slot.planned = planned
+                for key, backup in backups.items():
+                    actions.append((key, backup, True))
             # What its rules read: a tracked input by its node's key, an untracked one by its
             # constant's (or, too large to back up, held under a key of its own).
             for i in recipe.saved_inputs:
@@ -228,11 +247,12 @@ class BudgetCheckpointing(CheckpointStrategy):
                 actions.append((node.id, self._slot_of(node, out), False))
             saved.keys = keys
             saved.actions = actions or None
-            pool, limit = self.pool, self.planner.limit
+            pool, limit = self.pool, planner.limit
             if pool.held_bytes > limit:
                 self.evictor.evict_until(pool, limit)
-            pool.note_peak()
-            self.timer.restart()
+            if pool.held_bytes > pool.peak:  # MemoryPool.note_peak, inlined
+                pool.peak = pool.held_bytes
+            timer.tick = perf_counter()  # OpTimer.restart, inlined: the next op's time starts
         return saved
 
     def _constants_of(

@@ -28,15 +28,16 @@ class OpTimer:
     def __init__(self) -> None:
         #: (op name, output bytes, input bytes) -> fastest run seen
         self._seconds: dict[tuple, float] = {}
+        #: when the next op's time started (the budget's ``save`` inlines :meth:`restart`);
         #: nothing was recorded yet: the first op's time is unknown, not the time since the
         #: strategy was made
-        self._tick = math.inf
+        self.tick = math.inf
         #: the key of the op measured last (see :meth:`fastest`)
         self.key: tuple = ()
 
     def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
         """Seconds the op just recorded took, the fastest seen for the same op and sizes."""
-        seconds = time.perf_counter() - self._tick
+        seconds = time.perf_counter() - self.tick
         key = self.key = (op_name, out_bytes, *[nbytes_of(x.value) for x in inputs])
         best = self._seconds.get(key)
         if best is not None and best <= seconds:
@@ -53,8 +54,8 @@ class OpTimer:
 
     def restart(self) -> None:
         """The next op's time starts now."""
-        self._tick = time.perf_counter()
+        self.tick = time.perf_counter()
 
     def pause(self) -> None:
         """A backward runs before the next op: that op's time is unknown."""
-        self._tick = math.inf
+        self.tick = math.inf
