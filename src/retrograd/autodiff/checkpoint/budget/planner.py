@@ -48,6 +48,9 @@ class EvictionPlan(NamedTuple):
     #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
     #: re-plans
     attempts: list
+    #: the recorded values planned from (:class:`~.recorder.RecordedValue`), which a step that
+    #: follows the plan notes as its own
+    values: list | None = None
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -112,7 +115,9 @@ class Planner:
         position, signature = noted
         if position == 0:  # a step starts: plan it if a trace waits, and find its plan
             if self._pending is not None:
-                self._adopt(self._make_plan(*self._pending))
+                values, trace = self._pending
+                signatures = [value.signature for value in values]
+                self._adopt(self._make_plan(signatures, trace, values=values))
                 self._pending = None
             self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
             self.following = self.plan is not None
@@ -195,7 +200,9 @@ class Planner:
         if len(attempts) <= MAX_REPLANS:
             target = plan.target - (peak_bytes - plan.counted)
             if target > 0:
-                self._adopt(self._make_plan(plan.signatures, plan.trace, target, attempts))
+                self._adopt(
+                    self._make_plan(plan.signatures, plan.trace, target, attempts, plan.values)
+                )
                 return
         self._adopt(min(attempts, key=lambda attempt: attempt[0])[1])
 
@@ -205,6 +212,7 @@ class Planner:
         trace: Trace,
         target: int | None = None,
         attempts: list | None = None,
+        values: list | None = None,
     ) -> EvictionPlan:
         """The plan for ``target`` bytes (the budget unless a re-plan lowers it): the
         signatures to match, which values to evict, the byte limit.
@@ -223,7 +231,9 @@ class Planner:
             mode = FLOOR
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
-        return EvictionPlan(signatures, evict, limit, mode, trace, target, counted, attempts)
+        return EvictionPlan(
+            signatures, evict, limit, mode, trace, target, counted, attempts, values
+        )
 
 
 def _prices(plan: EvictionPlan) -> list:

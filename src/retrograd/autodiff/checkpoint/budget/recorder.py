@@ -55,7 +55,7 @@ class RecordedStep(NamedTuple):
         fastest: Callable[[tuple, float], float] | None = None,
         planned: list | None = None,
     ) -> tuple[list, Trace]:
-        """The signatures to match and the :class:`~.plan.Trace` to plan from, given the
+        """The values (each with its price) and the :class:`~.plan.Trace` to plan from, given the
         backward's ``steps`` (its nodes in the order it runs them); each value priced by
         ``fastest(priced_as, seconds)`` when given (the timer's fastest time of its op), else
         at its own measured seconds. A value recorded while a plan was followed (not timed:
@@ -122,7 +122,7 @@ class RecordedStep(NamedTuple):
             horizon=horizon,
             measured=[value.seconds for value in values],
         )
-        return [value.signature for value in values], trace
+        return values, trace
 
 
 _new_value = tuple.__new__
@@ -195,6 +195,29 @@ class TraceRecorder:
         )
         positions[node.id] = position
         return position, signature
+
+    def note_followed(
+        self, node: Any, inputs: tuple, out: Any, out_bytes: int, recompute: bool, plan: list
+    ) -> tuple[int, tuple] | None:
+        """:meth:`note` for a step that follows a plan made from the recorded values ``plan``:
+        a node that matches the plan's value at its position is noted as that value (nothing
+        to build: the plan's trace already knows it, priced as it was); any other is noted
+        afresh, not timed (see :meth:`reprice_last`)."""
+        values = self._values
+        position = len(values)
+        if position and position < len(plan) and self._first() is not None:
+            expected = plan[position]
+            signature = expected.signature
+            if signature[0] == node.op.name and signature[1] == out_bytes:
+                positions = self._positions
+                at_of = []
+                for p in node.parents:
+                    at_of.append(-1 if p is None else positions.get(p.id, -1))
+                if signature[2] == tuple(at_of):
+                    values.append(expected)
+                    positions[node.id] = position
+                    return position, signature
+        return self.note(node, inputs, out, out_bytes, None, recompute)
 
     def reprice_last(self, seconds: float, priced_as: tuple) -> None:
         """The value noted last was timed after all (``seconds``, the timer's key

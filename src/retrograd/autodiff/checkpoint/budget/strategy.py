@@ -190,8 +190,11 @@ class BudgetCheckpointing(CheckpointStrategy):
             planner, timer, recorder = self.planner, self.timer, self.recorder
             # A followed plan prices the op: it is timed only while no plan is followed.
             if planner.following:
-                measured = None
-                noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
+                measured, plan = None, planner.plan.values
+                if plan is not None:
+                    noted = recorder.note_followed(node, inputs, out, out_bytes, recompute, plan)
+                else:
+                    noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
             else:
                 measured = timer.measure(op.name, out_bytes, inputs)
                 noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
