@@ -213,24 +213,23 @@ class BudgetCheckpointing(CheckpointStrategy):
                         [constants[i] if p is None else p for i, p in enumerate(parents)]
                     )
                     saved.sources = sources
-                backups = {}
+                backups = []  # by parent position; one action per distinct parent
                 for source, x in zip(sources, inputs):
-                    if source.id not in backups:
-                        backups[source.id] = (
-                            source
-                            if type(source) is Constant
-                            else self._slot_of(source, x.value, False)
-                        )
-                slot = saved.slot = Slot(
-                    RECOMPUTE,
-                    out_bytes,
-                    seconds,
-                    tuple([backups[source.id] for source in sources]),
-                    out_bytes > 0,
-                )
-                slot.planned = planned
-                for key, backup in backups.items():
-                    actions.append((key, backup, True))
+                    key = source.id
+                    for held_key, backup, _ in actions:  # noqa: B007 (read after the break)
+                        if held_key == key:
+                            break
+                    else:
+                        if type(source) is Constant:
+                            backup = source
+                        else:
+                            backup = self._slot_of(source, x.value, False)
+                        actions.append((key, backup, True))
+                    backups.append(backup)
+                # Slot's attributes, assigned here: its __init__ would cost a frame
+                slot = saved.slot = _new(Slot)
+                slot.value, slot.nbytes, slot.cost = RECOMPUTE, out_bytes, seconds
+                slot.parents, slot.evictable, slot.planned = tuple(backups), out_bytes > 0, planned
             # What its rules read: a tracked input by its node's key, an untracked one by its
             # constant's (or, too large to back up, held under a key of its own).
             for i in recipe.saved_inputs:
