@@ -52,12 +52,22 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
         super().__init__(tree, consume)
 
     def add(self, actions: list) -> None:
-        costs = self.costs
-        values = []
+        """Gather one node's actions, each holding a slot: its value as
+        :meth:`~.builder.CheckpointerBuilder.add` gathers it (written out here, not a call
+        with a copy of the actions: every walked node comes here) and its op's seconds."""
+        costs, kept, reads = self.costs, self.kept, self.reads
         for key, slot, is_backup in actions:
             costs[key] = slot.cost
-            values.append((key, slot.value, is_backup))
-        super().add(values)
+            value = slot.value
+            if is_backup:
+                if value is not RECOMPUTE:
+                    self.backups.append((key, value))
+            elif value is RECOMPUTE:
+                self.recomputed.append(key)
+            else:
+                if key not in kept:
+                    kept[key] = value
+                reads[key] = reads.get(key, 0) + 1
 
     def needs_in_order(self, steps: list) -> dict[int, list[int]]:
         """The reads of every value as the backward steps at which they happen, ascending
