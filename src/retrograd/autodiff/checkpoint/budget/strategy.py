@@ -306,7 +306,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             # read again while at hand, or backed up and the plan keeps it: held (again)
             slot.value = value
             self.pool.hold(slot)
-        elif slot.value is not RECOMPUTE:  # used again: evicted later among its tier
+        elif slot.planned is None and slot.value is not RECOMPUTE:
+            # used again: evicted later among its tier (a slot a followed plan decides on is
+            # no candidate)
             self.evictor.touch(slot)
         return slot
 
