@@ -379,3 +379,26 @@ def test_a_plan_that_misses_its_budget_tries_lower_targets():
         _, _, aimed = greedy_evictions(trace, budget)
         _, found, peak = plan_evictions(trace, budget)
         assert peak <= aimed and found.peak == peak
+
+
+def test_a_consuming_backward_takes_the_values_out_of_their_slots():
+    # The checkpointer alone holds what backward reads, and frees each value at its last read
+    # (as under NoCheckpointing): a slot, which lives while its node does (until the node's
+    # own backward step, or the graph's end), no longer keeps its value alive.
+    from backends import inner_backend
+    from retrograd.autodiff.checkpoint.state import RECOMPUTE
+
+    strategy = rg.BudgetCheckpointing(2**40)
+    backend = rg.Autodiff(inner_backend(), checkpointing=strategy)
+    rng = np.random.default_rng(0)
+    with rg.use_backend(backend):
+        w = rg.tensor(rng.standard_normal((8, 8)).astype(np.float32)).require_grad()
+        x = rg.tensor(rng.standard_normal((4, 8)).astype(np.float32))
+        for _ in range(3):  # the budget's later steps follow a plan
+            h = (x @ w).tanh() + x  # read by the matmul below; its own op reads nothing
+            slot = h.primitive.node.saved.slot
+            loss = (h @ w).sum()
+            assert slot.value is not RECOMPUTE and strategy.held_bytes > 0
+            loss.backward()
+            assert slot.value is RECOMPUTE
+    assert strategy.planned_steps == 2

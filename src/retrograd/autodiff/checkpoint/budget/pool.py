@@ -129,6 +129,20 @@ class MemoryPool:
         self.held_bytes -= slot.nbytes
         slot.value = RECOMPUTE
 
+    def release(self, slots: list) -> None:
+        """A backward consumed the records of ``slots``: its checkpointer holds their values
+        and frees each at its last read, so the slots let go of them (a slot would otherwise
+        keep its value alive until its node dies). A :class:`Constant`, shared by the steps,
+        keeps its own."""
+        held, evictor = self._held, self._evictor
+        for slot in slots:
+            if type(slot) is Slot and slot.value is not RECOMPUTE:
+                ident = id(slot)
+                if held.pop(ident, None) is not None:
+                    self.held_bytes -= slot.nbytes
+                    evictor.discard(ident)
+                slot.value = RECOMPUTE
+
     def note_peak(self) -> None:
         if self.held_bytes > self.peak:
             self.peak = self.held_bytes

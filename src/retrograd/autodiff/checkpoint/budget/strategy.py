@@ -325,6 +325,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             )
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
+        if builder.slots is not None:  # the checkpointer alone holds the values from now on
+            with self._lock:
+                self.pool.release(builder.slots)
         sizes = builder.sizes()
         if planned is not None and planned[1] == FITS:
             # as the plan assumed, which fits: each evicted value recomputed once and kept to
