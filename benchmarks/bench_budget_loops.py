@@ -1,5 +1,6 @@
-"""BudgetCheckpointing in training loops written as a new user writes them: the leaves, the
-input batch and the attention mask are built anew every step.
+"""BudgetCheckpointing in training loops written as a new user writes them: the input batch
+and the attention mask are built anew every step, and the parameters either too (leaves made
+from arrays each step) or once, as ``nn.Module`` parameters.
 
 Workloads (NumPy backend, float32):
 
@@ -7,6 +8,8 @@ Workloads (NumPy backend, float32):
 - ``masked``: a masked-attention transformer, attention written out
   (``att.mask_fill(mask, -inf).softmax(-1)``), 4 blocks, d 128, 4 heads, sequence 128;
 - ``sdpa``: the same blocks through ``F.scaled_dot_product_attention`` with a boolean mask;
+- ``mlp-module``, ``masked-module``: the first two with their weights ``nn.Parameter`` of an
+  ``nn.Module`` made once;
 - ``nanogpt``: the nanoGPT of ``tests/test_models_vs_torch.py`` (``nn.Module`` parameters,
   a registered causal-mask buffer, tied embeddings), 4 layers, n_embd 128, block 128, batch 8.
 
@@ -14,13 +17,22 @@ For each, NoCheckpointing's ``Gradients.peak_bytes`` of the first step is the re
 budgets are 0.5x and 0.25x of it. Every step of the three runs (NoCheckpointing, 0.5x, 0.25x)
 is timed in turn (A B C A B C ...), so that a shared machine's load affects them alike; the
 table reports, per budget: the peak of the steps after the plan against the budget and against
-NoCheckpointing's, the time ratio (median of steps 4-8 against NoCheckpointing's), the ops
-recomputed per step after the plan (one number when every step does the same work), and
-whether every step's gradients are bit-identical to NoCheckpointing's.
+NoCheckpointing's, the plan's predicted peak, the time ratio (median of steps 4-8 against
+NoCheckpointing's) and the seconds of recomputation the plan expects (its ops priced at their
+measured times) against NoCheckpointing's step, the ops recomputed per step after the plan
+(one number when every step does the same work), and whether every step's gradients are
+bit-identical to NoCheckpointing's.
 
-    python benchmarks/bench_budget_loops.py [--steps 8] [--quick]
+A second table alternates two graphs under one budget (the masked transformer at batch 4 and
+2, budget 0.5x of the larger one's peak): each graph alone, then both in turn, each against
+NoCheckpointing running the same steps; an alternating loop should cost no more than its
+slower graph alone (median over step pairs 3-6).
 
-It writes ``benchmarks/results/budget_loops.json`` (``benchmarks/common.py: write_results``).
+    python benchmarks/bench_budget_loops.py [--steps 8] [--quick] [--only mlp,masked]
+
+It writes ``benchmarks/results/budget_loops.json`` (``benchmarks/common.py: write_results``)
+and, with matplotlib, the memory-time plot ``benchmarks/results/budget_loops.png`` beside it
+(``benchmarks/plot_budget_loops.py`` redraws it from the results file).
 """
 
 from __future__ import annotations
@@ -30,23 +42,40 @@ import math
 import pathlib
 import sys
 import time
+from types import SimpleNamespace
+from typing import Any
 
-import common  # noqa: F401  (pins BLAS threads before NumPy loads)
+import common  # (first: pins BLAS threads before NumPy loads)
 
 # isort: split
 import numpy as np
 
 import retrograd as rg
-from common import median, table, write_results
+from common import median, optional, table, write_results
+from retrograd.autodiff.checkpoint.budget.plan import profile
 from retrograd.nn import functional as F  # noqa: N812
 
 FRACTIONS = (0.5, 0.25)
+#: steps timed: 4-8
+TIMED = slice(3, 8)
+
+
+def weights_of(arrays: list, module: bool, backend: rg.Autodiff):
+    """The weights of one run: a function that gives this step's weights. ``module``: the
+    ``nn.Parameter`` of an ``nn.Module`` made once (its weights the same every step); else
+    leaves made from ``arrays`` in each step, as a hand-written loop makes them."""
+    if not module:
+        return lambda: [rg.tensor(a).require_grad() for a in arrays]
+    with rg.use_backend(backend):
+        holder = rg.nn.Module()
+        holder.weights = rg.nn.ParameterList([rg.nn.Parameter(rg.tensor(a)) for a in arrays])
+    return lambda: list(holder.weights)
 
 
 class ResidualMLP:
-    name = "residual MLP"
-
-    def __init__(self, scale: int):
+    def __init__(self, scale: int, module: bool = False):
+        self.module = module
+        self.name = "residual MLP" + (" (nn.Module)" if module else "")
         self.width, self.batch, self.layers = 512 // scale, 128 // scale, 6
         rng = np.random.default_rng(0)
         w = self.width
@@ -56,9 +85,11 @@ class ResidualMLP:
         ]
 
     def make(self, backend: rg.Autodiff):
+        weights = weights_of(self.arrays, self.module, backend)
+
         def step(index: int):
             with rg.use_backend(backend):
-                ws = [rg.tensor(a).require_grad() for a in self.arrays]
+                ws = weights()
                 data = np.random.default_rng(index).standard_normal((self.batch, self.width))
                 h = rg.tensor(data.astype(np.float32))
                 for k in range(self.layers):
@@ -73,10 +104,12 @@ class Attention:
     """Pre-norm-free attention blocks with a residual MLP; ``fused``: the attention through
     ``F.scaled_dot_product_attention``, else written out with ``mask_fill`` and softmax."""
 
-    def __init__(self, scale: int, fused: bool):
-        self.fused = fused
+    def __init__(self, scale: int, fused: bool, module: bool = False, batch: int = 4):
+        self.fused, self.module = fused, module
         self.name = "transformer, F.sdpa" if fused else "transformer, masked attention"
-        self.d, self.heads, self.seq, self.batch, self.blocks = 128 // scale, 4, 128 // scale, 4, 4
+        self.name += " (nn.Module)" if module else ""
+        self.d, self.heads, self.seq, self.batch = 128 // scale, 4, 128 // scale, batch
+        self.blocks = 4
         rng = np.random.default_rng(1)
         d = self.d
         shapes = [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)]
@@ -86,12 +119,13 @@ class Attention:
             for shape in shapes
         ]
 
-    def make(self, backend: rg.Autodiff):
-        b, t, d, h = self.batch, self.seq, self.d, self.heads
+    def make(self, backend: rg.Autodiff, batch: int | None = None):
+        b, t, d, h = batch or self.batch, self.seq, self.d, self.heads
+        weights = weights_of(self.arrays, self.module, backend)
 
         def step(index: int):
             with rg.use_backend(backend):
-                ws = [rg.tensor(a).require_grad() for a in self.arrays]
+                ws = weights()
                 data = np.random.default_rng(index).standard_normal((b, t, d))
                 x = rg.tensor(data.astype(np.float32))
                 causal = np.triu(np.ones((t, t), dtype=bool), 1)
@@ -118,8 +152,6 @@ class NanoGPT:
     name = "nanoGPT (nn.Module)"
 
     def __init__(self, scale: int):
-        from types import SimpleNamespace
-
         self.config = SimpleNamespace(
             block_size=128 // scale,
             vocab_size=65,
@@ -151,36 +183,62 @@ class NanoGPT:
         return step
 
 
-def run(workload, steps: int) -> list[list[str]]:
+def timed_in_turn(runs: dict, steps: int) -> tuple[dict, dict, dict, bool]:
+    """Every run's steps in turn (A B C A B C ...): seconds, peaks and recomputed ops per
+    step, by run, and whether every run's gradients equal the first run's at every step.
+    The seconds are wall time, and ``(name, "cpu")`` holds the process CPU time (less
+    disturbed by other jobs on a shared machine)."""
+    seconds: dict = {key: [] for name in runs for key in (name, (name, "cpu"))}
+    peaks: dict = {name: [] for name in runs}
+    ops: dict = {name: [] for name in runs}
+    identical = True
+    for index in range(steps):
+        expected = None
+        for name, step in runs.items():
+            start, cpu = time.perf_counter(), time.process_time()
+            grads, arrays = step(index)
+            seconds[name].append(time.perf_counter() - start)
+            seconds[name, "cpu"].append(time.process_time() - cpu)
+            peaks[name].append(grads.peak_bytes)
+            ops[name].append(grads.recomputed_ops)
+            if expected is None:
+                expected = arrays
+            else:
+                identical &= all(np.array_equal(a, b) for a, b in zip(expected, arrays))
+    return seconds, peaks, ops, identical
+
+
+def time_columns(seconds: dict, name: Any, timed: slice) -> list[str]:
+    """Run ``name``'s time against NoCheckpointing's (``seconds["none"]``) over the ``timed``
+    steps: the median wall-time ratio, the lowest and highest ratio of paired steps
+    (``"0.98-1.12"``), the median ratio of CPU time."""
+    ours, theirs = seconds[name][timed], seconds["none"][timed]
+    ratios = [a / b for a, b in zip(ours, theirs)]
+    cpu = median(seconds[name, "cpu"][timed]) / median(seconds["none", "cpu"][timed])
+    return [
+        f"{median(ours) / median(theirs):.2f}",
+        f"{min(ratios):.2f}-{max(ratios):.2f}",
+        f"{cpu:.2f}",
+    ]
+
+
+def planned_seconds(strategy: rg.BudgetCheckpointing) -> float:
+    """Seconds of recomputation per step the strategy's latest plan expects."""
+    plan = strategy.planner.kept[0]
+    return profile(plan.trace, plan.evict, plan.target, views=False).seconds
+
+
+def run(workload, steps: int) -> list[list]:
     """One workload's rows: a NoCheckpointing run and a budget per fraction, steps in turn."""
     plain_step = workload.make(rg.Autodiff(rg.NumpyBackend()))
     first, _ = plain_step(0)
     full = first.peak_bytes
     strategies = {f: rg.BudgetCheckpointing(int(f * full)) for f in FRACTIONS}
-    runs = {"none": plain_step}
-    runs.update(
-        {f: workload.make(rg.Autodiff(rg.NumpyBackend(), s)) for f, s in strategies.items()}
-    )
-    seconds: dict = {name: [] for name in runs}
-    peaks: dict = {name: [] for name in runs}
-    ops: dict = {name: [] for name in runs}
-    identical = {f: True for f in FRACTIONS}
-    for index in range(steps):
-        expected = None
-        for name, step in runs.items():
-            start = time.perf_counter()
-            grads, arrays = step(index)
-            seconds[name].append(time.perf_counter() - start)
-            peaks[name].append(grads.peak_bytes)
-            ops[name].append(grads.recomputed_ops)
-            if name == "none":
-                expected = arrays
-            else:
-                identical[name] &= all(np.array_equal(a, b) for a, b in zip(expected, arrays))
-    timed = slice(3, 8)  # steps 4-8
-    base = median(seconds["none"][timed])
     rows = []
     for f, strategy in strategies.items():
+        runs = {"none": plain_step, f: workload.make(rg.Autodiff(rg.NumpyBackend(), strategy))}
+        seconds, peaks, ops, identical = timed_in_turn(runs, steps)
+        base = median(seconds["none"][TIMED])
         after = peaks[f][1:]
         rows.append(
             [
@@ -189,10 +247,12 @@ def run(workload, steps: int) -> list[list[str]]:
                 f"{full / 2**20:.2f}",
                 f"{max(after) / strategy.max_bytes:.2f}",
                 f"{max(after) / full:.2f}",
-                f"{median(seconds[f][timed]) / base:.2f}",
+                f"{strategy.predicted_peak / full:.2f}",
+                *time_columns(seconds, f, TIMED),
+                f"{planned_seconds(strategy) / base:.3f}",
                 "/".join(str(n) for n in sorted(set(ops[f][1:]))),
                 f"{strategy.plans}/{strategy.planned_steps}",
-                "yes" if identical[f] else "NO",
+                "yes" if identical else "NO",
             ]
         )
     return rows
@@ -204,39 +264,119 @@ HEADER = [
     "NoCkpt peak MiB",
     "peak / budget",
     "peak / NoCkpt",
+    "predicted / NoCkpt",
     "time / NoCkpt",
+    "paired range",
+    "CPU time / NoCkpt",
+    "planned recompute / NoCkpt step",
     "recomputed ops per step",
     "plans/planned steps",
     "bit-identical",
 ]
 
 
+def alternating(scale: int, pairs: int) -> list[list]:
+    """Two graphs (the masked transformer at batch 4 and 2) under one budget (0.5x of the
+    larger one's peak): each alone, then both in turn, each against NoCheckpointing."""
+    workload = Attention(scale, fused=False)
+    sizes = (4, 2)
+    full = workload.make(rg.Autodiff(rg.NumpyBackend()), sizes[0])(0)[0].peak_bytes
+    budget = int(0.5 * full)
+    rows = []
+
+    def ratio_and_row(label: str, graphs: tuple) -> None:
+        strategy = rg.BudgetCheckpointing(budget)
+        plain = [workload.make(rg.Autodiff(rg.NumpyBackend()), b) for b in graphs]
+        ours = [workload.make(rg.Autodiff(rg.NumpyBackend(), strategy), b) for b in graphs]
+
+        def in_turn(steps):  # one step of each graph: a pair
+            def pair(index):
+                results = [step(index) for step in steps]
+                report = SimpleNamespace(
+                    peak_bytes=max(grads.peak_bytes for grads, _ in results),
+                    recomputed_ops=sum(grads.recomputed_ops for grads, _ in results),
+                )
+                return report, [a for _, arrays in results for a in arrays]
+
+            return pair
+
+        runs = {"none": in_turn(plain), "budget": in_turn(ours)}
+        seconds, peaks, _ops, identical = timed_in_turn(runs, pairs)
+        timed = slice(2, pairs)
+        rows.append(
+            [
+                label,
+                f"{max(peaks['budget'][1:]) / budget:.2f}",
+                *time_columns(seconds, "budget", timed),
+                f"{strategy.plans}/{strategy.planned_steps}",
+                "yes" if identical else "NO",
+            ]
+        )
+
+    for size in sizes:
+        ratio_and_row(f"batch {size} alone", (size,))
+    ratio_and_row(f"batch {sizes[0]} and {sizes[1]} in turn", sizes)
+    return rows
+
+
+ALTERNATING_HEADER = [
+    "graphs",
+    "peak / budget",
+    "time / NoCkpt",
+    "paired range",
+    "CPU time / NoCkpt",
+    "plans/planned steps",
+    "bit-identical",
+]
+
+WORKLOADS = {
+    "mlp": lambda scale: ResidualMLP(scale),
+    "mlp-module": lambda scale: ResidualMLP(scale, module=True),
+    "masked": lambda scale: Attention(scale, False),
+    "masked-module": lambda scale: Attention(scale, False, module=True),
+    "sdpa": lambda scale: Attention(scale, True),
+    "nanogpt": lambda scale: NanoGPT(scale),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="quarter-size models")
+    parser.add_argument(
+        "--only", help=f"comma-separated workloads of {','.join(WORKLOADS)} (and 'alternating')"
+    )
     args = parser.parse_args()
     scale = 4 if args.quick else 1
-    workloads = [
-        ResidualMLP(scale),
-        Attention(scale, False),
-        Attention(scale, True),
-        NanoGPT(scale),
-    ]
+    chosen = args.only.split(",") if args.only else [*WORKLOADS, "alternating"]
     rows = []
-    for workload in workloads:
-        rows.extend(run(workload, max(args.steps, 8)))
-        print(table(rows[-len(FRACTIONS) :], HEADER), flush=True)
+    for name in chosen:
+        if name in WORKLOADS:
+            rows.extend(run(WORKLOADS[name](scale), max(args.steps, 8)))
+            print(table(rows[-len(FRACTIONS) :], HEADER), flush=True)
+    tables = {"loops": {"header": HEADER, "rows": rows}}
+    if "alternating" in chosen:
+        pair_rows = alternating(scale, max(args.steps // 2 + 2, 6))
+        print(table(pair_rows, ALTERNATING_HEADER), flush=True)
+        tables["alternating"] = {"header": ALTERNATING_HEADER, "rows": pair_rows}
     print(table(rows, HEADER))
-    command = "python benchmarks/bench_budget_loops.py" + (" --quick" if args.quick else "")
+    command = common.command_line()
     path = write_results(
         "budget_loops",
-        {"loops": {"header": HEADER, "rows": rows}},
+        tables,
         command=command,
-        notes="peak: Gradients.peak_bytes of the steps after the plan; time: median of steps "
-        "4-8 against NoCheckpointing's, steps of the three runs interleaved",
+        notes="peak: Gradients.peak_bytes of the steps after the plan; predicted: the plan's "
+        "count of it; time: median of steps 4-8 against NoCheckpointing's, the two runs' "
+        "steps interleaved (paired range: the lowest and highest of the five paired ratios; "
+        "CPU time: the median ratio of process CPU time, less disturbed by other jobs); "
+        "planned recompute: the seconds of recomputation the plan expects per step (its ops "
+        "priced at their measured times) against NoCheckpointing's step",
     )
     print(path)
+    if optional("matplotlib") is not None:
+        from plot_budget_loops import plot
+
+        print(plot(path))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ between them, so that no measured number is typed by hand:
     the whole of ``results/NAME.json``: where, when and how it was measured, then its tables;
     while there is no such file, a sentence saying so. ``NAME`` ``others`` stands for every
     results file that no other block of any document quotes.
+``<!-- figure: NAME -->`` ... ``<!-- /figure -->`` (each on a line of its own)
+    only the figure the benchmark drew beside ``results/NAME.json`` (``NAME.png``), with where
+    and when it was measured: a page that explains a feature shows its plot, the tables stay
+    in docs/benchmarks.md.
 ``<!-- value: KEY -->`` ... ``<!-- /value -->`` (inline)
     one quoted sentence (the README's numbers), made by ``VALUES[KEY]`` from the results files.
 
@@ -35,6 +39,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 BLOCK = re.compile(
     r"^<!-- results: (?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /results -->$", re.M | re.S
+)
+FIGURE = re.compile(
+    r"^<!-- figure: (?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /figure -->$", re.M | re.S
 )
 VALUE = re.compile(r"<!-- value: (?P<key>[\w.-]+) -->(?P<body>.*?)<!-- /value -->", re.S)
 RUN_ALL = "python benchmarks/run_all.py"
@@ -111,6 +118,23 @@ def render_block(name: str, results: dict[str, dict], where: Path = ROOT / "docs
         if table.get("note"):
             lines += [table["note"], ""]
     return "\n".join(lines)
+
+
+def render_figure(name: str, results: dict[str, dict], where: Path = ROOT / "docs") -> str:
+    """What stands between ``<!-- figure: name -->`` and ``<!-- /figure -->``."""
+    record = results.get(name)
+    if record is None or "figure" not in record:
+        return (
+            f"_No plot yet: `benchmarks/results/{name}.png` is drawn beside "
+            f"`benchmarks/results/{name}.json` by the benchmark that writes it; `{RUN_ALL}` "
+            "runs every benchmark and regenerates this page._\n"
+        )
+    link = Path(os.path.relpath(record["figure"], where)).as_posix()
+    return (
+        f"![{name}: {record['command']}]({link})\n\n"
+        f"Measured {record['date']} with `{record['command']}` on "
+        f"{machine_text(record['machine'])}.\n"
+    )
 
 
 def render_others(results: dict[str, dict], quoted: set[str], where: Path) -> str:
@@ -265,6 +289,13 @@ def render(text: str, results: dict[str, dict], quoted: set[str], where: Path) -
         return f"<!-- results: {name} -->\n\n{body.strip()}\n\n<!-- /results -->"
 
     text = BLOCK.sub(block, text)
+    text = FIGURE.sub(
+        lambda m: (
+            f"<!-- figure: {m['name']} -->\n\n"
+            f"{render_figure(m['name'], results, where).strip()}\n\n<!-- /figure -->"
+        ),
+        text,
+    )
     return VALUE.sub(
         lambda m: f"<!-- value: {m['key']} -->{render_value(m['key'], results)}<!-- /value -->",
         text,

@@ -86,10 +86,11 @@ def test_plan_evicts_the_cheapest_per_byte_until_it_fits():
     trace = _four_value_trace()
     evicted, found, counted = plan_evictions(trace, 7 * MB)
     # step 0 holds 10 MiB; d is read at 0, so only a, b, c can go; c is the cheapest per
-    # byte and leaves 8 MiB; then b (3 MiB, recomputed at step 2 from a): 5 MiB
-    assert evicted == [False, True, True, False]
+    # byte and leaves 8 MiB; then b (3 MiB, recomputed at step 2 from a): 5 MiB. With b
+    # evicted, c's eviction is needless (a + c + d = 7 MiB at step 0): c is kept, 0.1 s less
+    assert evicted == [False, True, False, False]
     assert found.peak <= 7 * MB and counted == found.peak
-    assert math.isclose(found.seconds, 3.1)
+    assert math.isclose(found.seconds, 3.0)
 
 
 def test_plan_that_cannot_fit_stops():
@@ -131,11 +132,30 @@ def test_steps_after_the_first_follow_the_plan_with_identical_gradients(fraction
             assert np.array_equal(a, b)
     assert strategy.plans == 1  # planned after the first step, followed by the others
     assert strategy.planned_steps == 2
+    followed = strategy.planner.kept[0]
     for _, grads in ours[1:]:
+        if followed.mode != "replay":  # a plan followed holds what it predicted, no more
+            assert grads.peak_bytes <= strategy.predicted_peak, followed.mode
         if fraction >= 0.5:
             assert grads.peak_bytes <= budget + 0.1 * plain[0][1].peak_bytes, grads.peak_bytes
         assert grads.peak_bytes < plain[0][1].peak_bytes
         assert grads.recomputed_bytes > 0
+
+
+def test_the_plan_prices_each_op_at_the_fastest_time_seen_for_it():
+    # the first op of a step is timed from nothing recorded: the pause before it (here made
+    # long on purpose) is no op's time; the plan prices it as its like cost in the step
+    import time
+
+    strategy = rg.BudgetCheckpointing(8000)
+    time.sleep(0.2)
+    _residual_mlp(strategy, steps=2)
+    trace = strategy.planner.kept[0].trace
+    assert max(trace.costs) < 0.2
+    matmuls = [
+        c for s, c in zip(strategy.planner.kept[0].signatures, trace.costs) if s[0] == "matmul"
+    ]
+    assert len(matmuls) == 4 and len(set(matmuls)) == 1  # one op and size: one price
 
 
 def test_a_different_graph_runs_eagerly_and_is_planned_afresh():
@@ -359,3 +379,26 @@ def test_a_plan_that_misses_its_budget_tries_lower_targets():
         _, _, aimed = greedy_evictions(trace, budget)
         _, found, peak = plan_evictions(trace, budget)
         assert peak <= aimed and found.peak == peak
+
+
+def test_a_consuming_backward_takes_the_values_out_of_their_slots():
+    # The checkpointer alone holds what backward reads, and frees each value at its last read
+    # (as under NoCheckpointing): a slot, which lives while its node does (until the node's
+    # own backward step, or the graph's end), no longer keeps its value alive.
+    from backends import inner_backend
+    from retrograd.autodiff.checkpoint.state import RECOMPUTE
+
+    strategy = rg.BudgetCheckpointing(2**40)
+    backend = rg.Autodiff(inner_backend(), checkpointing=strategy)
+    rng = np.random.default_rng(0)
+    with rg.use_backend(backend):
+        w = rg.tensor(rng.standard_normal((8, 8)).astype(np.float32)).require_grad()
+        x = rg.tensor(rng.standard_normal((4, 8)).astype(np.float32))
+        for _ in range(3):  # the budget's later steps follow a plan
+            h = (x @ w).tanh() + x  # read by the matmul below; its own op reads nothing
+            slot = h.primitive.node.saved.slot
+            loss = (h @ w).sum()
+            assert slot.value is not RECOMPUTE and strategy.held_bytes > 0
+            loss.backward()
+            assert slot.value is RECOMPUTE
+    assert strategy.planned_steps == 2

@@ -322,3 +322,37 @@ def test_docstring_examples(name):
     result = doctest.testmod(module, extraglobs={"rg": rg}, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
     assert result.attempted > 0
+
+
+def test_a_figure_block_shows_only_the_plot_drawn_beside_a_results_file(checkout):
+    # a page explaining a feature shows its benchmark's plot, and says so while there is none
+    page = checkout / "docs" / "checkpointing.md"
+    page.write_text("## Plot\n\n<!-- figure: budget_loops -->\nold\n<!-- /figure -->\n")
+    report = load_report()
+    before = report.rendered(checkout, checkout / "results")[page][1]
+    assert "_No plot yet: `benchmarks/results/budget_loops.png`" in before
+    results_file(checkout / "results", "budget_loops", one_table([["mlp", "1.00", "1.00"]]))
+    (checkout / "results" / "budget_loops.png").write_bytes(b"\x89PNG")
+    after = report.rendered(checkout, checkout / "results")[page][1]
+    assert (
+        "![budget_loops: python benchmarks/bench_budget_loops.py](../results/budget_loops.png)"
+        in after
+    )
+    assert "Measured 2030-01-02 03:04 UTC" in after and "| mlp |" not in after
+
+
+def test_the_budget_plot_is_drawn_from_the_results_file(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = ROOT / "benchmarks" / "plot_budget_loops.py"
+    spec = importlib.util.spec_from_file_location("plot_budget_loops", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    header = ["workload", "budget", "peak / NoCkpt", "time / NoCkpt"]
+    rows = [["mlp", "0.5x", "0.54", "1.10"], ["mlp", "0.25x", "0.30", "1.90"]]
+    results_file(tmp_path, "budget_loops", {"loops": {"header": header, "rows": rows}})
+    assert module.points(json.loads((tmp_path / "budget_loops.json").read_text())) == {
+        "mlp": [(0.5, 1.10, 0.54), (0.25, 1.90, 0.30)]
+    }
+    drawn = module.plot(tmp_path / "budget_loops.json")
+    assert drawn == str(tmp_path / "budget_loops.png")
+    assert (tmp_path / "budget_loops.png").read_bytes()[:4] == b"\x89PNG"

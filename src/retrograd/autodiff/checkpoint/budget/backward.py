@@ -44,20 +44,34 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
     """Gathers a budget's records, whose actions hold slots: their values, and the seconds
     each value's op took in forward (``costs``)."""
 
-    __slots__ = ("costs",)
+    __slots__ = ("costs", "slots")
 
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: key -> seconds its op took in forward
         self.costs: dict[int, float] = {}
+        #: the slots gathered, when the records let go of their values (``consume``)
+        self.slots: list | None = [] if consume else None
         super().__init__(tree, consume)
 
     def add(self, actions: list) -> None:
-        costs = self.costs
-        values = []
+        """Gather one node's actions, each holding a slot: its value as
+        :meth:`~.builder.CheckpointerBuilder.add` gathers it (written out here, not a call
+        with a copy of the actions: every walked node comes here) and its op's seconds."""
+        costs, kept, reads, slots = self.costs, self.kept, self.reads, self.slots
         for key, slot, is_backup in actions:
             costs[key] = slot.cost
-            values.append((key, slot.value, is_backup))
-        super().add(values)
+            if slots is not None:
+                slots.append(slot)
+            value = slot.value
+            if is_backup:
+                if value is not RECOMPUTE:
+                    self.backups.append((key, value))
+            elif value is RECOMPUTE:
+                self.recomputed.append(key)
+            else:
+                if key not in kept:
+                    kept[key] = value
+                reads[key] = reads.get(key, 0) + 1
 
     def needs_in_order(self, steps: list) -> dict[int, list[int]]:
         """The reads of every value as the backward steps at which they happen, ascending

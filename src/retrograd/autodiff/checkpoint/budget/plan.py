@@ -55,6 +55,9 @@ class Trace:
     gradients: list[tuple[int, int, int]] = field(default_factory=list)
     #: number of backward steps
     horizon: int = 0
+    #: seconds its op took in the step traced (``costs`` may price it at the fastest time seen
+    #: for its op instead): what a replay of that step prices it at, to evict as it did
+    measured: list[float] = field(default_factory=list)
 
 
 class Profile(NamedTuple):
@@ -155,8 +158,38 @@ def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]
         if best is None or peak < best[2]:
             best = (evicted, found, peak)
         if peak <= budget:
-            return evicted, profile(trace, evicted, budget, views=False), peak
-    return best[0], profile(trace, best[0], budget, views=False), best[2]
+            break
+    evicted = _keep_what_fits(trace, best[0], budget)
+    found = profile(trace, evicted, budget, views=False)
+    return evicted, found, found.peak
+
+
+def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool]:
+    """``evicted``, less the evictions the peak does not need: each buffer a recomputation
+    reruns for a rule that reads it, the dearest first, is kept held instead when the peak
+    then still fits the budget (or stays where it is, under the floor) and the
+    recomputation's seconds fall.
+
+    The greedy evicts by excess removed per second, aiming at lower targets when it misses;
+    on the way it may evict what a later, larger eviction made needless. The plan is then as
+    cheap as the budget allows, which is the price selective recompute pays."""
+    evicted = list(evicted)
+    current = profile(trace, evicted, budget, views=False)
+    cap = max(budget, current.peak)
+    groups: dict[int, list[int]] = {}
+    for v in range(len(evicted)):
+        # what no rule reads stays evicted (needed only to recompute from, see
+        # greedy_evictions): kept, the engine holds it longer than this model counts
+        if evicted[v] and current.last[v] >= 0 and trace.reads[v]:
+            groups.setdefault(trace.owners[v], []).append(v)
+    dearest = sorted(groups.values(), key=lambda vs: -sum(trace.costs[v] for v in vs))
+    for members in dearest:
+        trial = _trial(trace, evicted, members, budget, evicts=False)
+        if trial.peak <= cap and trial.seconds < current.seconds:
+            for v in members:
+                evicted[v] = False
+            current = trial
+    return evicted
 
 
 def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:

@@ -48,6 +48,9 @@ class EvictionPlan(NamedTuple):
     #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
     #: re-plans
     attempts: list
+    #: the recorded values planned from (:class:`~.recorder.RecordedValue`), which a step that
+    #: follows the plan notes as its own
+    values: list | None = None
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -91,43 +94,46 @@ class Planner:
         self._eager_peak: int | None = None
         self.plans = 0
         self.planned_steps = 0
+        #: the prices of the plan the step being recorded followed last, by position: what
+        #: its values recorded while following (not timed) cost, should it be planned from
+        self._prices: list | None = None
 
-    def on_value(self, noted: tuple[int, tuple] | None, recompute: bool) -> tuple[bool, float]:
+    def on_value(
+        self, noted: tuple[int, tuple] | None, recompute: bool
+    ) -> tuple[bool | None, float]:
         """A value was recorded (``noted``: its position and signature, ``None`` past the
-        trace's end): whether the plan evicts it at once, and the seconds the plan gives its op
-        (``-1.0`` when no plan is followed: the measured time stands)."""
+        trace's end): what the step's plan says of it, and the seconds the plan gives its op
+        (``-1.0`` when no plan is followed: the measured time stands).
+
+        What the plan says is a :class:`~.pool.Slot`'s ``planned``: evicted at once
+        (``True``: a recomputable value the plan evicts), kept held (``False``), or ``None``:
+        no plan followed, or a :data:`REPLAY`, whose forward evicts for the budget (at the
+        plan's fixed prices, so every step alike)."""
         if noted is None:
             self._stop_following()
-            return False, -1.0
+            return None, -1.0
         position, signature = noted
         if position == 0:  # a step starts: plan it if a trace waits, and find its plan
             if self._pending is not None:
-                self._adopt(self._make_plan(*self._pending))
+                values, trace = self._pending
+                signatures = [value.signature for value in values]
+                self._adopt(self._make_plan(signatures, trace, values=values))
                 self._pending = None
             self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
+            self._prices = None if self.plan is None else _prices(self.plan)
         if not self.following:
-            return False, -1.0
+            return None, -1.0
         plan = self.plan
         if position >= len(plan.signatures) or plan.signatures[position] != signature:
             plan = self._switch(position, signature)
             if plan is None:  # another graph: eager from here on, and planned afresh
                 self._stop_following()
-                return False, -1.0
-        evict = plan.mode != REPLAY and plan.evict[position] and recompute
-        return evict, plan.trace.costs[position]
-
-    def planned(self, evict_now: bool) -> bool | None:
-        """What the step's plan says of the recomputable value just recorded (a
-        :class:`~.pool.Slot`'s ``planned``): evicted at once (``True``), kept held (``False``),
-        or ``None``: no plan followed, or a :data:`REPLAY`, whose forward evicts for the
-        budget (at the plan's fixed prices, so every step alike)."""
-        if not self.following:
-            return None
-        if self.plan.mode == REPLAY:
-            return None
-        return evict_now
+                return None, -1.0
+        if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
+            return None, self._prices[position]
+        return plan.evict[position] and recompute, self._prices[position]
 
     def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
         """Another kept plan that the step has matched so far, with the same evictions."""
@@ -142,6 +148,7 @@ class Planner:
             ):
                 self.plan = other
                 self.limit = other.limit
+                self._prices = _prices(other)
                 return other
         return None
 
@@ -154,9 +161,12 @@ class Planner:
         kept = [p for p in self.kept if p.signatures != plan.signatures]
         self.kept = [plan, *kept][:MAX_PLANS]
 
-    def backward_begins(self, recorded: Any, steps: list) -> tuple[int, str] | None:
+    def backward_begins(
+        self, recorded: Any, steps: list, fastest: Any = None
+    ) -> tuple[int, str] | None:
         """The step just recorded (a :class:`~.recorder.RecordedStep`) ends: plan the next
-        ones from it, unless it followed a plan. The byte limit its backward keeps to and the
+        ones from it (its ops priced by ``fastest``, see :meth:`.RecordedStep.observe`),
+        unless it followed a plan. The byte limit its backward keeps to and the
         plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
         plan = self.plan
         followed = (
@@ -166,7 +176,7 @@ class Planner:
         self._checking = None
         if not followed:
             if recorded.plannable():
-                self._pending = recorded.observe(steps)
+                self._pending = recorded.observe(steps, fastest, self._prices)
             return None
         self.planned_steps += 1
         self.kept.remove(plan)
@@ -190,7 +200,9 @@ class Planner:
         if len(attempts) <= MAX_REPLANS:
             target = plan.target - (peak_bytes - plan.counted)
             if target > 0:
-                self._adopt(self._make_plan(plan.signatures, plan.trace, target, attempts))
+                self._adopt(
+                    self._make_plan(plan.signatures, plan.trace, target, attempts, plan.values)
+                )
                 return
         self._adopt(min(attempts, key=lambda attempt: attempt[0])[1])
 
@@ -200,6 +212,7 @@ class Planner:
         trace: Trace,
         target: int | None = None,
         attempts: list | None = None,
+        values: list | None = None,
     ) -> EvictionPlan:
         """The plan for ``target`` bytes (the budget unless a re-plan lowers it): the
         signatures to match, which values to evict, the byte limit.
@@ -218,4 +231,14 @@ class Planner:
             mode = FLOOR
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
-        return EvictionPlan(signatures, evict, limit, mode, trace, target, counted, attempts)
+        return EvictionPlan(
+            signatures, evict, limit, mode, trace, target, counted, attempts, values
+        )
+
+
+def _prices(plan: EvictionPlan) -> list:
+    """The seconds ``plan`` gives each value by position: a :data:`REPLAY` the eager step's
+    measured times, any other the plan's own prices."""
+    if plan.mode == REPLAY:
+        return plan.trace.measured or plan.trace.costs
+    return plan.trace.costs

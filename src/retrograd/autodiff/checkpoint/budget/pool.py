@@ -84,6 +84,14 @@ class Constant(Slot):
         return f"Constant({self.id}, {self.nbytes} bytes)"
 
 
+class _HeldRef(weakref.ref):
+    """The weak reference the pool holds a slot by: it carries the slot's identity and bytes
+    for the pool's one callback (no closure per slot, which would cost a function and its
+    cells, objects the garbage collector tracks, per value held)."""
+
+    __slots__ = ("ident", "nbytes")
+
+
 class MemoryPool:
     """The bytes of the slots held now (``held_bytes``), and the most since :meth:`take_peak`.
 
@@ -98,14 +106,18 @@ class MemoryPool:
         #: id(slot) -> weak reference, for every live slot whose bytes count
         self._held: dict[int, weakref.ref] = {}
         self.held_bytes = 0
-        self._peak = 0
+        #: the most bytes held since :meth:`take_peak` (the budget's ``save`` inlines
+        #: :meth:`note_peak`)
+        self.peak = 0
+        self._forget = self._forget  # the bound callback made once, not once per slot held
 
     def hold(self, slot: Slot) -> None:
         """Count ``slot``'s bytes until it is evicted or dies."""
         if not slot.nbytes:
             return
         ident = id(slot)
-        ref = weakref.ref(slot, self._forget(ident, slot.nbytes))
+        ref = _HeldRef(slot, self._forget)
+        ref.ident, ref.nbytes = ident, slot.nbytes
         self._held[ident] = ref
         self.held_bytes += slot.nbytes
         if slot.evictable and slot.planned is not False:  # a followed plan keeps it held
@@ -117,22 +129,33 @@ class MemoryPool:
         self.held_bytes -= slot.nbytes
         slot.value = RECOMPUTE
 
+    def release(self, slots: list) -> None:
+        """A backward consumed the records of ``slots``: its checkpointer holds their values
+        and frees each at its last read, so the slots let go of them (a slot would otherwise
+        keep its value alive until its node dies). A :class:`Constant`, shared by the steps,
+        keeps its own."""
+        held, evictor = self._held, self._evictor
+        for slot in slots:
+            if type(slot) is Slot and slot.value is not RECOMPUTE:
+                ident = id(slot)
+                if held.pop(ident, None) is not None:
+                    self.held_bytes -= slot.nbytes
+                    evictor.discard(ident)
+                slot.value = RECOMPUTE
+
     def note_peak(self) -> None:
-        if self.held_bytes > self._peak:
-            self._peak = self.held_bytes
+        if self.held_bytes > self.peak:
+            self.peak = self.held_bytes
 
     def take_peak(self) -> int:
         """The most bytes held since the last call (forward's worst moment)."""
-        peak, self._peak = self._peak, self.held_bytes
+        peak, self.peak = self.peak, self.held_bytes
         return peak
 
-    def _forget(self, ident: int, nbytes: int) -> Any:
+    def _forget(self, ref: _HeldRef) -> None:
         """The callback of a slot's weak reference: its bytes (if still held) stop counting."""
-
-        def callback(_ref: Any) -> None:
-            with self._lock:
-                if self._held.pop(ident, None) is not None:
-                    self.held_bytes -= nbytes
-                self._evictor.discard(ident)
-
-        return callback
+        ident = ref.ident
+        with self._lock:
+            if self._held.pop(ident, None) is not None:
+                self.held_bytes -= ref.nbytes
+            self._evictor.discard(ident)

@@ -10,6 +10,7 @@ knows: the step at which each value is read, and how long each gradient lives.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .plan import PLAN_LIMIT, Trace
@@ -23,8 +24,11 @@ class RecordedValue(NamedTuple):
     #: (op name, output bytes, parent positions): what a later step must match
     signature: tuple
     nbytes: int
-    #: its op's measured seconds
-    seconds: float
+    #: its op's measured seconds; ``None`` while a plan was followed, which priced it (see
+    #: :meth:`RecordedStep.observe`)
+    seconds: float | None
+    #: what its op is priced by (the timer's key of the op and its sizes)
+    priced_as: tuple
     #: positions of its recorded parents
     parents: tuple[int, ...]
     #: whether it can be recomputed from its parents
@@ -45,14 +49,28 @@ class RecordedStep(NamedTuple):
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
 
-    def observe(self, steps: list) -> tuple[list, Trace]:
-        """The signatures to match and the :class:`~.plan.Trace` to plan from, given the
-        backward's ``steps`` (its nodes in the order it runs them).
+    def observe(
+        self,
+        steps: list,
+        fastest: Callable[[tuple, float], float] | None = None,
+        planned: list | None = None,
+    ) -> tuple[list, Trace]:
+        """The values (each with its price) and the :class:`~.plan.Trace` to plan from, given the
+        backward's ``steps`` (its nodes in the order it runs them); each value priced by
+        ``fastest(priced_as, seconds)`` when given (the timer's fastest time of its op), else
+        at its own measured seconds. A value recorded while a plan was followed (not timed:
+        its ``seconds`` is ``None``) is priced as that plan priced it (``planned``, by
+        position).
 
         Besides the values a plan decides on, the trace holds the gradients in flight (a
         node's gradient lives from its first child's step to its own) and the untracked values
         rules read: the budget is then the real peak of the step."""
         values, positions, constants = self
+        if planned is not None:
+            values = [
+                value if value.seconds is not None else value._replace(seconds=planned[at])
+                for at, value in enumerate(values)
+            ]
         n = len(values)
         reads: list[list[int]] = [[] for _ in range(n)]
         grad_start: dict[int, int] = {}
@@ -91,7 +109,10 @@ class RecordedStep(NamedTuple):
         )
         trace = Trace(
             sizes=[value.nbytes for value in values],
-            costs=[value.seconds for value in values],
+            costs=[
+                value.seconds if fastest is None else fastest(value.priced_as, value.seconds)
+                for value in values
+            ],
             parents=[value.parents for value in values],
             recomputable=[value.recomputable for value in values],
             reads=reads,
@@ -99,8 +120,12 @@ class RecordedStep(NamedTuple):
             fixed=fixed,
             gradients=gradients,
             horizon=horizon,
+            measured=[value.seconds for value in values],
         )
-        return [value.signature for value in values], trace
+        return values, trace
+
+
+_new_value = tuple.__new__
 
 
 def _gone() -> None:
@@ -122,7 +147,14 @@ class TraceRecorder:
         self._first: weakref.ref = _gone
 
     def note(
-        self, node: Any, inputs: tuple, out: Any, out_bytes: int, seconds: float, recompute: bool
+        self,
+        node: Any,
+        inputs: tuple,
+        out: Any,
+        out_bytes: int,
+        seconds: float,
+        recompute: bool,
+        priced_as: tuple = (),
     ) -> tuple[int, tuple] | None:
         """Note ``node``: its position in the step and its signature, or ``None`` once the
         step is too long to plan (it is then not traced any further)."""
@@ -140,7 +172,10 @@ class TraceRecorder:
                 values.append(None)
             return None
         positions = self._positions
-        parents = tuple([-1 if p is None else positions.get(p.id, -1) for p in node.parents])
+        at_of = []  # a loop, not a comprehension: a comprehension costs a frame
+        for p in node.parents:
+            at_of.append(-1 if p is None else positions.get(p.id, -1))
+        parents = tuple(at_of)
         signature = (node.op.name, out_bytes, parents)
         # A view of an input shares its buffer (NumPy's ``base``): the plan counts it once.
         owner = position
@@ -151,18 +186,44 @@ class TraceRecorder:
                 if at >= 0 and (value is base or getattr(value, "base", None) is base):
                     owner = values[at].owner
                     break
-        values.append(
-            RecordedValue(
-                signature,
-                out_bytes,
-                seconds,
-                tuple([p for p in parents if p >= 0]),
-                recompute,
-                owner,
+        recorded = parents if -1 not in parents else tuple([p for p in parents if p >= 0])
+        values.append(  # the tuple itself: a NamedTuple's __new__ would cost a frame
+            _new_value(
+                RecordedValue,
+                (signature, out_bytes, seconds, priced_as, recorded, recompute, owner),
             )
         )
         positions[node.id] = position
         return position, signature
+
+    def note_followed(
+        self, node: Any, inputs: tuple, out: Any, out_bytes: int, recompute: bool, plan: list
+    ) -> tuple[int, tuple] | None:
+        """:meth:`note` for a step that follows a plan made from the recorded values ``plan``:
+        a node that matches the plan's value at its position is noted as that value (nothing
+        to build: the plan's trace already knows it, priced as it was); any other is noted
+        afresh, not timed (see :meth:`reprice_last`)."""
+        values = self._values
+        position = len(values)
+        if position and position < len(plan) and self._first() is not None:
+            expected = plan[position]
+            signature = expected.signature
+            if signature[0] == node.op.name and signature[1] == out_bytes:
+                positions = self._positions
+                at_of = []
+                for p in node.parents:
+                    at_of.append(-1 if p is None else positions.get(p.id, -1))
+                if signature[2] == tuple(at_of):
+                    values.append(expected)
+                    positions[node.id] = position
+                    return position, signature
+        return self.note(node, inputs, out, out_bytes, None, recompute)
+
+    def reprice_last(self, seconds: float, priced_as: tuple) -> None:
+        """The value noted last was timed after all (``seconds``, the timer's key
+        ``priced_as``): the plan it was noted under was left at it."""
+        values = self._values
+        values[-1] = values[-1]._replace(seconds=seconds, priced_as=priced_as)
 
     def note_constant(self, key: int, nbytes: int, backup: bool) -> None:
         """An untracked value held under ``key``: read by a rule, or backed up (``backup``)

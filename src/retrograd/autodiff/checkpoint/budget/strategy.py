@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from time import perf_counter
 from typing import Any
 
 from ...ids import new_node_id
@@ -37,6 +38,10 @@ from .recorder import TraceRecorder
 from .timer import OpTimer
 
 __all__ = ["BudgetCheckpointing", "backs_up", "parse_bytes"]
+
+_new = object.__new__
+#: the constants of a node whose inputs are all tracked: none (shared, never changed)
+_NO_CONSTANTS: dict = {}
 
 _UNITS = {
     "": 1,
@@ -173,15 +178,33 @@ class BudgetCheckpointing(CheckpointStrategy):
             op = node.op
             parents = node.parents
             out_bytes = nbytes_of(out)
-            constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
-            recompute = op.recomputable and len(constants) == parents.count(None)
+            if None in parents:
+                constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
+                recompute = op.recomputable and len(constants) == parents.count(None)
+            else:
+                constants, recompute = _NO_CONSTANTS, op.recomputable
             keys = ()
-            saved = node.saved = BudgetSaved(keys, None, recompute)
-            seconds = self.timer.measure(op.name, out_bytes, inputs)
-            noted = self.recorder.note(node, inputs, out, out_bytes, seconds, recompute)
-            evict_now, planned_seconds = self.planner.on_value(noted, recompute)
-            if planned_seconds >= 0:  # a followed step prices its values as its plan did
-                seconds = planned_seconds
+            # BudgetSaved's slots, assigned here: its __init__ (and Saved's) would cost frames
+            saved = node.saved = _new(BudgetSaved)
+            saved.actions, saved.recompute, saved.slot, saved.sources = None, recompute, None, None
+            planner, timer, recorder = self.planner, self.timer, self.recorder
+            # A followed plan prices the op: it is timed only while no plan is followed.
+            if planner.following:
+                measured, plan = None, planner.plan.values
+                if plan is not None:
+                    noted = recorder.note_followed(node, inputs, out, out_bytes, recompute, plan)
+                else:
+                    noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
+            else:
+                measured = timer.measure(op.name, out_bytes, inputs)
+                noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
+            planned, seconds = planner.on_value(noted, recompute)
+            if seconds < 0:  # no plan followed: the measured time stands
+                seconds = measured
+                if seconds is None:  # the plan was left at this op: it is timed after all
+                    seconds = timer.measure(op.name, out_bytes, inputs)
+                    if noted is not None:
+                        recorder.reprice_last(seconds, timer.key)
             actions = []
             if recompute:  # its parents, to recompute it from should it be evicted
                 sources = parents
@@ -190,23 +213,23 @@ class BudgetCheckpointing(CheckpointStrategy):
                         [constants[i] if p is None else p for i, p in enumerate(parents)]
                     )
                     saved.sources = sources
-                backups = {}
+                backups = []  # by parent position; one action per distinct parent
                 for source, x in zip(sources, inputs):
-                    if source.id not in backups:
-                        backups[source.id] = (
-                            source
-                            if type(source) is Constant
-                            else self._slot_of(source, x.value, False)
-                        )
-                slot = saved.slot = Slot(
-                    RECOMPUTE,
-                    out_bytes,
-                    seconds,
-                    tuple([backups[source.id] for source in sources]),
-                    out_bytes > 0,
-                )
-                slot.planned = self.planner.planned(evict_now)
-                actions.extend((key, slot, True) for key, slot in backups.items())
+                    key = source.id
+                    for held_key, backup, _ in actions:  # noqa: B007 (read after the break)
+                        if held_key == key:
+                            break
+                    else:
+                        if type(source) is Constant:
+                            backup = source
+                        else:
+                            backup = self._slot_of(source, x.value, False)
+                        actions.append((key, backup, True))
+                    backups.append(backup)
+                # Slot's attributes, assigned here: its __init__ would cost a frame
+                slot = saved.slot = _new(Slot)
+                slot.value, slot.nbytes, slot.cost = RECOMPUTE, out_bytes, seconds
+                slot.parents, slot.evictable, slot.planned = tuple(backups), out_bytes > 0, planned
             # What its rules read: a tracked input by its node's key, an untracked one by its
             # constant's (or, too large to back up, held under a key of its own).
             for i in recipe.saved_inputs:
@@ -226,11 +249,12 @@ class BudgetCheckpointing(CheckpointStrategy):
                 actions.append((node.id, self._slot_of(node, out), False))
             saved.keys = keys
             saved.actions = actions or None
-            pool, limit = self.pool, self.planner.limit
+            pool, limit = self.pool, planner.limit
             if pool.held_bytes > limit:
                 self.evictor.evict_until(pool, limit)
-            pool.note_peak()
-            self.timer.restart()
+            if pool.held_bytes > pool.peak:  # MemoryPool.note_peak, inlined
+                pool.peak = pool.held_bytes
+            timer.tick = perf_counter()  # OpTimer.restart, inlined: the next op's time starts
         return saved
 
     def _constants_of(
@@ -282,7 +306,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             # read again while at hand, or backed up and the plan keeps it: held (again)
             slot.value = value
             self.pool.hold(slot)
-        elif slot.value is not RECOMPUTE:  # used again: evicted later among its tier
+        elif slot.planned is None and slot.value is not RECOMPUTE:
+            # used again: evicted later among its tier (a slot a followed plan decides on is
+            # no candidate)
             self.evictor.touch(slot)
         return slot
 
@@ -294,9 +320,14 @@ class BudgetCheckpointing(CheckpointStrategy):
         with self._lock:
             forward_peak = self.pool.take_peak()
             self.timer.pause()  # backward runs before the next op: not that op's time
-            planned = self.planner.backward_begins(self.recorder.take(), tape.steps)
+            planned = self.planner.backward_begins(
+                self.recorder.take(), tape.steps, self.timer.fastest
+            )
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
+        if builder.slots is not None:  # the checkpointer alone holds the values from now on
+            with self._lock:
+                self.pool.release(builder.slots)
         sizes = builder.sizes()
         if planned is not None and planned[1] == FITS:
             # as the plan assumed, which fits: each evicted value recomputed once and kept to

@@ -2,7 +2,10 @@
 
 The time of an op is the wall time since the previous recorded op ended (its kernel and the
 Python around it): no clock call per kernel. A training loop reruns the same ops, so the
-fastest time seen for an op and its sizes is kept, which filters out pauses and noise.
+fastest time seen for an op and its sizes is kept, which filters out pauses and noise; a
+plan prices every value of its trace at that fastest time (:meth:`OpTimer.fastest`), so that
+the first op of a step (whose wall time since the previous op is unknown, or includes whatever
+the loop did in between) costs what its like cost elsewhere in the step.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ class OpTimer:
     def __init__(self) -> None:
         #: (op name, output bytes, input bytes) -> fastest run seen
         self._seconds: dict[tuple, float] = {}
-        self._tick = time.perf_counter()
+        #: when the next op's time started (the budget's ``save`` inlines :meth:`restart`);
+        #: nothing was recorded yet: the first op's time is unknown, not the time since the
+        #: strategy was made
+        self.tick = math.inf
+        #: the key of the op measured last (see :meth:`fastest`)
+        self.key: tuple = ()
 
     def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
         """Seconds the op just recorded took, the fastest seen for the same op and sizes."""
-        seconds = time.perf_counter() - self._tick
-        key = (op_name, out_bytes, *[nbytes_of(x.value) for x in inputs])
+        seconds = time.perf_counter() - self.tick
+        key = self.key = (op_name, out_bytes, *[nbytes_of(x.value) for x in inputs])
         best = self._seconds.get(key)
         if best is not None and best <= seconds:
             return best
@@ -39,10 +47,15 @@ class OpTimer:
         self._seconds[key] = seconds
         return seconds
 
+    def fastest(self, key: tuple, seconds: float) -> float:
+        """The fastest time measured for the op of ``key`` (a :attr:`key`), else ``seconds``
+        (an op never measured: its default estimate)."""
+        return self._seconds.get(key, seconds)
+
     def restart(self) -> None:
         """The next op's time starts now."""
-        self._tick = time.perf_counter()
+        self.tick = time.perf_counter()
 
     def pause(self) -> None:
         """A backward runs before the next op: that op's time is unknown."""
-        self._tick = math.inf
+        self.tick = math.inf
