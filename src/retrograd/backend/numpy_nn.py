@@ -180,6 +180,23 @@ def _first_real_cells(spatial, out_size, stride, padding, dilation, places):
     return first_real
 
 
+#: Max pools of this many input (gradient: output) elements or more run compiled
+#: (:mod:`.compiled_pool`); smaller ones stay NumPy's, so that a small model never loads Numba.
+COMPILED_POOL_MIN_SIZE = 1 << 16
+
+
+def _compiled_pool(x: np.ndarray, dtype) -> bool:
+    """Whether a 2-d max pool of ``x`` (or its backward, of ``x`` its indices) of values of
+    ``dtype`` runs compiled: ``x`` channels-last and of at least
+    :data:`COMPILED_POOL_MIN_SIZE` elements, ``dtype`` float32 or float64."""
+    return (
+        x.ndim == 4
+        and dtype in (np.float32, np.float64)
+        and x.size >= COMPILED_POOL_MIN_SIZE
+        and channels_last(x)
+    )
+
+
 def _max_pool_masked(cells, window_start, displacements, first_real, has_nan):
     """Max pooling with masked updates, for inputs holding NaN or -inf.
 
@@ -362,6 +379,15 @@ class NumpyNNKernels(NumpyConvKernels):
             pool_output_size(length, k, s, p, d, ceil_mode)
             for length, k, s, p, d in zip(spatial, kernel_size, stride, padding, dilation)
         )
+        if _compiled_pool(x, x.dtype):  # one pass, the same values and positions (compiled_pool)
+            from .compiled_pool import max_pool2d_last
+
+            best = np.empty((n, *out_size, c), dtype=x.dtype)
+            indices = np.empty((n, *out_size, c), dtype=np.int64)
+            max_pool2d_last(
+                np.moveaxis(x, 1, -1), best, indices, *kernel_size, *stride, *padding, *dilation
+            )
+            return np.moveaxis(best, -1, 1), np.moveaxis(indices, -1, 1)
         # Every window's cells, contiguous: [prod(kernel), N, C, *out] (padding is -inf).
         windows = _windows(x, kernel_size, stride, padding, dilation, out_size, -np.inf)
         if channels_last(x):  # keep the layout: the copy reads runs of C values
@@ -415,6 +441,16 @@ class NumpyNNKernels(NumpyConvKernels):
         # Scatter in the input's memory order, so the gradient comes out in its layout:
         # [N, C, cells], or [N, cells, C] for a channels-last input.
         last = channels_last(indices)
+        if last and _compiled_pool(indices, grad.dtype):  # the same adds, in order (compiled_pool)
+            from .compiled_pool import max_pool2d_last_backward
+
+            out = np.empty((n, cells, c), dtype=grad.dtype)
+            max_pool2d_last_backward(
+                np.ascontiguousarray(np.moveaxis(grad, 1, -1)).reshape(n, -1, c),
+                np.moveaxis(indices, 1, -1).reshape(n, -1, c),
+                out,
+            )
+            return np.moveaxis(out.reshape(n, *input_size, c), -1, 1)
         if last:
             indices, grad = np.moveaxis(indices, 1, -1), np.moveaxis(grad, 1, -1)
             flat = indices * c

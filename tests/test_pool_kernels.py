@@ -1,0 +1,68 @@
+"""NumPy's compiled 2-d max pooling (channels-last, :mod:`retrograd.backend.compiled_pool`)
+against its NumPy path, bit for bit: values, positions and the backward's adds, with ties,
+NaN, infinities, padding, dilation, ceil mode and overlapping windows; and against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from retrograd.backend import numpy_nn
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.numpy_only
+
+RNG = np.random.default_rng(27)
+NUMPY = rg.NumpyBackend()
+
+# name: (input shape [N, C, H, W], kernel, stride, padding, dilation, ceil_mode)
+POOLS = {
+    "2x2": ((3, 5, 8, 6), (2, 2), (2, 2), (0, 0), (1, 1), False),
+    "3x3-overlapping": ((2, 4, 9, 7), (3, 3), (1, 2), (1, 1), (1, 1), False),
+    "dilated-padded": ((2, 3, 11, 10), (3, 2), (2, 1), (1, 1), (2, 3), False),
+    "ceil-mode": ((2, 3, 7, 9), (2, 3), (2, 2), (0, 1), (1, 1), True),
+}
+
+
+def channels_last_input(shape, dtype, specials):
+    """A channels-last ``[N, C, H, W]`` array of small integers (many ties), with NaN and
+    infinities in some windows when ``specials``."""
+    n, c, h, w = shape
+    x = RNG.integers(-3, 3, (n, h, w, c)).astype(dtype)
+    if specials:
+        x[0, 0, 0, 0] = np.nan
+        x[0, 1, 1, 0] = np.nan
+        x[0, :3, :3, 1] = -np.inf
+        x[1, 2, 3, 2] = np.inf
+    return np.moveaxis(x, -1, 1)
+
+
+def run_pool(x, params, grad, compiled, monkeypatch):
+    monkeypatch.setattr(numpy_nn, "COMPILED_POOL_MIN_SIZE", 0 if compiled else 1 << 62)
+    best, indices = NUMPY.max_pool(x, *params)
+    return best, indices, NUMPY.max_pool_backward(grad, indices, x.shape[2:])
+
+
+@pytest.mark.parametrize("specials", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", POOLS)
+def test_the_compiled_max_pool_gives_numpys_bits(name, dtype, specials, monkeypatch):
+    shape, *params = POOLS[name]
+    x = channels_last_input(shape, dtype, specials)
+    out_shape = NUMPY.max_pool(x, *params)[0].shape
+    grad = RNG.standard_normal(out_shape).astype(dtype)
+    for grad_layout in (grad, np.moveaxis(np.ascontiguousarray(np.moveaxis(grad, 1, -1)), -1, 1)):
+        compiled = run_pool(x, params, grad_layout, True, monkeypatch)
+        numpy = run_pool(x, params, grad_layout, False, monkeypatch)
+        for a, b in zip(compiled, numpy):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+            assert a.shape == b.shape
+        assert numpy_nn.channels_last(compiled[0]) and numpy_nn.channels_last(compiled[2])
+        with torch.no_grad():
+            values, positions = torch.nn.functional.max_pool2d(
+                torch.from_numpy(x), *params, return_indices=True
+            )
+        np.testing.assert_array_equal(compiled[0], values.numpy())
+        np.testing.assert_array_equal(compiled[1], positions.numpy())
