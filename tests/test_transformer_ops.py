@@ -111,6 +111,45 @@ def test_layer_norm_finite_differences(shape, normalized, has_weight, has_bias):
     check_finite_differences(fn, arrays)
 
 
+@pytest.mark.numpy_only("the NumPy backend's compiled layer norm kernels against torch's")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_compiled_layer_norm_kernels_match_torch_float64(dtype, affine, layout):
+    # 111 rows: several flushes of the weight and bias gradients' partial sums and a partial
+    # last one; width 130 is no multiple of a vector width; a transposed input is copied.
+    x = (normal(3, 130, 37) * 3 + 1).transpose(0, 2, 1) if layout == "transposed" else None
+    x = normal(3, 37, 130) * 3 + 1 if x is None else x
+    weight, bias, grad = normal(130), normal(130), normal(3, 37, 130)
+    kernels = rg.NumpyBackend()
+    none = np.empty(0, dtype)
+    args = [a.astype(dtype) for a in (x, weight, bias, grad)]
+    affine_args = args[1:3] if affine else [none, none]
+    assert numpy_transformer._compiled_layer_norm(args[0], *affine_args)
+    out, stats = kernels.layer_norm(args[0], *affine_args, 1e-5)
+    dx, dweight, dbias = kernels.layer_norm_backward(args[3], args[0], affine_args[0], stats, 1e-5)
+    tx = torch.tensor(args[0], dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(args[1], dtype=torch.float64, requires_grad=True) if affine else None
+    tb = torch.tensor(args[2], dtype=torch.float64, requires_grad=True) if affine else None
+    expected = tf.layer_norm(tx, (130,), tw, tb, 1e-5)
+    expected.backward(torch.tensor(args[3], dtype=torch.float64))
+    unit = np.finfo(dtype).eps
+    for name, ours, theirs in [("out", out, expected), ("dx", dx, tx.grad)]:
+        assert ours.dtype == np.dtype(dtype) and ours.shape == x.shape, name
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=0, atol=64 * unit)
+    mean, var = args[0].astype(np.float64).mean(-1), args[0].astype(np.float64).var(-1)
+    np.testing.assert_allclose(stats[0], mean, rtol=8 * unit, atol=8 * unit)
+    np.testing.assert_allclose(stats[1], 1 / np.sqrt(var + 1e-5), rtol=8 * unit)
+    if affine:  # sums over 111 rows, within a few ulp of their size
+        np.testing.assert_allclose(dweight, tw.grad.numpy(), rtol=0, atol=64 * 111 * unit)
+        np.testing.assert_allclose(dbias, tb.grad.numpy(), rtol=0, atol=64 * 111 * unit)
+    else:  # without affine parameters torch has no weight gradient: sum(grad * xhat) then
+        xhat = (args[0].astype(np.float64) - mean[..., None]) / np.sqrt(var + 1e-5)[..., None]
+        want = (args[3] * xhat).sum((0, 1))
+        np.testing.assert_allclose(dweight, want, rtol=0, atol=64 * 111 * unit)
+        np.testing.assert_allclose(dbias, args[3].astype(np.float64).sum((0, 1)), atol=1e3 * unit)
+
+
 def test_layer_norm_rejects_bad_shapes():
     with pytest.raises(rg.ShapeError, match="layer_norm"):
         F.layer_norm(rg.ones((2, 3)), 4)
