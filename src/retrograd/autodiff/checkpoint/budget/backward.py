@@ -54,24 +54,14 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
         super().__init__(tree, consume)
 
     def add(self, actions: list) -> None:
-        """Gather one node's actions, each holding a slot: its value as
-        :meth:`~.builder.CheckpointerBuilder.add` gathers it (written out here, not a call
-        with a copy of the actions: every walked node comes here) and its op's seconds."""
-        costs, kept, reads, slots = self.costs, self.kept, self.reads, self.slots
-        for key, slot, is_backup in actions:
+        """Gather one node's actions, each holding a slot: its op's seconds, the slot itself
+        and its value as :meth:`~.builder.CheckpointerBuilder.add` gathers it."""
+        costs, slots = self.costs, self.slots
+        for key, slot, _ in actions:
             costs[key] = slot.cost
             if slots is not None:
                 slots.append(slot)
-            value = slot.value
-            if is_backup:
-                if value is not RECOMPUTE:
-                    self.backups.append((key, value))
-            elif value is RECOMPUTE:
-                self.recomputed.append(key)
-            else:
-                if key not in kept:
-                    kept[key] = value
-                reads[key] = reads.get(key, 0) + 1
+        super().add([(key, slot.value, is_backup) for key, slot, is_backup in actions])
 
     def needs_in_order(self, steps: list) -> dict[int, list[int]]:
         """The reads of every value as the backward steps at which they happen, ascending
