@@ -11,6 +11,8 @@ nanoGPT step) are then compared with their eager twins.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -265,6 +267,48 @@ def test_kernels_are_shared_by_structure():
     assert first.function is second.function
     x = np.ones((2, 3), np.float32)
     assert np.array_equal(first.function(x, x, np.float32(2.0), 2, 3), np.full((2, 3), 3.0))
+
+
+def _chain_kernel(links):
+    """A kernel of ``links`` links ``y = y * w + x`` over (6, 7) float32 operands that writes
+    every link's value out, as a chain whose values backward reads does."""
+    body, outputs, y = [], [], "x0"
+    for link in range(links):
+        body += [(f"t{2 * link}", f"{y} * x1", "float32")]
+        body += [(f"t{2 * link + 1}", f"t{2 * link} + x2", "float32")]
+        y = f"t{2 * link + 1}"
+        outputs.append((y, "float32"))
+    full = ((False, False), "float32")
+    return kernels.build_kernel(2, [full] * 3, [], body, outputs)
+
+
+def test_kernels_over_one_shape_run_one_vectorized_loop():
+    # operands of the output's shape: one loop over the elements, which LLVM vectorizes even
+    # with many outputs (each a pointer it must check against the others at run time)
+    kernel = _chain_kernel(12)
+    assert "for i in range(n):" in kernel.source
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal((6, 7)).astype(np.float32) for _ in range(3))
+    outs = kernel.function(x, w, b, 6, 7)
+    compiled = kernel.function.__globals__["kernel"]
+    ir = compiled.inspect_llvm(compiled.signatures[0])
+    assert re.search(r"<\d+ x float>", ir), "the fused loop was not vectorized"
+    y = x
+    for out in outs:
+        y = y * w + b
+        assert np.array_equal(out, y)
+
+
+def test_a_one_loop_kernel_reads_strided_and_broadcast_views():
+    kernel = _chain_kernel(3)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((7, 6)).astype(np.float32).T  # not C-contiguous
+    w = np.broadcast_to(np.float32(0.5), (6, 7))  # strides 0
+    b = rng.standard_normal((6, 14)).astype(np.float32)[:, ::2]
+    y = x
+    for out in kernel.function(x, w, b, 6, 7):
+        y = y * w + b
+        assert np.array_equal(out, y)
 
 
 # -- whole steps ------------------------------------------------------------------------------
