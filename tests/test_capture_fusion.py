@@ -370,6 +370,72 @@ def test_a_fast_fused_mlp_step_agrees_with_the_eager_step():
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+class _Chain(nn.Module):
+    """bench_capture.py's chain, shortened: ``y = sin(y * w) + x``, then a sum."""
+
+    def __init__(self, links):
+        super().__init__()
+        rng = np.random.default_rng(5)
+        self.links = links
+        self.register_parameter("x", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
+        self.register_parameter("w", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
+
+    def forward(self):
+        y = self.x
+        for _ in range(self.links):
+            y = (y * self.w).sin() + self.x
+        return y.sum()
+
+
+def test_the_seed_gradient_is_a_constant_of_the_fused_program():
+    # backward's ones_like(loss) expanded to the summed shape is the same at every replay: made
+    # once at capture and read by the fused kernels, read-only
+    def twin():
+        model = _Chain(6)
+        opt = optim.SGD(model, lr=0.1)
+
+        def train_step():
+            loss = model()
+            opt.step(loss.backward())
+            return loss
+
+        return model, opt, train_step
+
+    eager, _, eager_step = twin()
+    fused, fused_opt, fused_step = twin()
+    expected = [eager_step().numpy() for _ in range(4)]
+    step = rg.capture(fused_step, state=[fused_opt])
+    assert step.num_fused >= 2
+    assert "ones_like" not in step.code and "expand" not in step.code
+    got = [step.result.numpy()] + [step().numpy() for _ in range(3)]
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    for name in ("x", "w"):
+        assert np.array_equal(getattr(eager, name).numpy(), getattr(fused, name).numpy()), name
+
+
+def test_a_seed_read_by_a_call_that_stays_is_not_folded(fuse_small):
+    meta = [(np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))] * 2 + [None] * 6
+    meta[2] = (np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))
+    meta[3] = (np.ndarray, (4, 5), np.dtype(np.float32), (0, 0))
+    for slot in (4, 5, 6):
+        meta[slot] = (np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))
+    calls = [
+        ("call", BACKEND.ones_like, "ones_like", [("s", 0)], {}, 2),
+        ("call", BACKEND.expand, "expand", [("s", 2), ("c", (4, 5))], {}, 3),
+        ("call", BACKEND.mul, "mul", [("s", 3), ("s", 1)], {}, 4),
+        ("call", BACKEND.add, "add", [("s", 4), ("s", 1)], {}, 5),
+        ("call", BACKEND.mul, "mul", [("s", 5), ("s", 5)], {}, 6),
+        ("call", BACKEND.sum, "sum", [("s", 3)], {}, 7),
+    ]
+    fused, count = fusion.fuse_calls(calls, meta, {6, 7}, exact=True)
+    assert count == 1
+    assert [call[2] for call in fused] == ["ones_like", "expand", "fused", "sum"]
+    fused, count = fusion.fuse_calls(calls[:5], meta, {6}, exact=True)
+    assert [call[2] for call in fused] == ["fused"]
+    (constant,) = [a[1] for a in fused[0][3] if a[0] == "c" and isinstance(a[1], np.ndarray)]
+    assert not constant.flags.writeable and np.array_equal(constant, np.ones((4, 5)))
+
+
 def test_fusion_can_be_switched_off_and_bad_modes_are_refused():
     _, _, (model, opt) = mlp_twins()
     data = mlp_data(1)
