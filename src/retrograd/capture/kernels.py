@@ -456,7 +456,10 @@ def build_kernel(
         lines.append("        return")
     loop(False)
     source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
-    return Kernel(_compiled(source), source)
+    function = _compiled(source)
+    if not written:  # the wrapper allocates nothing: call the compiled function itself
+        function = getattr(function, "__globals__", {}).get("kernel", function)
+    return Kernel(function, source)
 
 
 def _full_or_hoisted(broadcast: tuple | None, ndim: int) -> bool:
