@@ -374,6 +374,20 @@ def test_a_fast_fused_mlp_step_agrees_with_the_eager_step():
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def test_a_one_loop_kernel_reads_a_row_of_another_shape_once():
+    # a 0-d value in the arena, read once by a (4, 5) kernel that loops over another stack
+    body = [("t0", "x0 * x1", "float32"), ("t1", "t0 + x2", "float32")]
+    full = ((False, False), "float32")
+    inputs = [(*full, (1, 0)), ((), "float32", (0, 1)), full]
+    kernel = kernels.build_kernel(2, inputs, [], body, [("t1", "float32")], ("float32",) * 2)
+    assert "for i in range(n):" in kernel.source
+    scalars = np.array([2.0, 3.0], np.float32)
+    rows = np.arange(40, dtype=np.float32).reshape(2, 4, 5)
+    b = np.ones((4, 5), np.float32)
+    out = kernel.function(b, scalars, rows, np.array([1, 0]), 4, 5)
+    assert np.array_equal(out, rows[1] * scalars[0] + b)
+
+
 class _Chain(nn.Module):
     """bench_capture.py's chain, shortened: ``y = sin(y * w) + x``, then a sum."""
 

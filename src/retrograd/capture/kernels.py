@@ -391,7 +391,11 @@ def build_kernel(
         # elements in C order, which LLVM vectorizes (a nested loop's innermost dimension may
         # be too short to), on contiguous views of the arrays
         lines.append(f"    n = {' * '.join(sizes)}")
-        lines += [f"    s{k}f = s{k}.reshape(s{k}.shape[0], n)" for k in range(len(stacks))]
+        # the stacks read or written element by element (not one read once) have rows of
+        # the output's shape
+        looped = {spec[2][0] for spec in inputs if spec[0] and len(spec) > 2 and spec[2]}
+        looped |= {spec[2][0] for spec in outputs if len(spec) > 2 and spec[2]}
+        lines += [f"    s{k}f = s{k}.reshape(s{k}.shape[0], n)" for k in sorted(looped)]
         lines += [f"    f{n} = o{n}.reshape(n)" for n in written]
     loads = []
     for number, (broadcast, _, *stacked) in enumerate(inputs):
