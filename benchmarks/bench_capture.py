@@ -22,11 +22,14 @@ for bit (default fusion) or closely (``fuse="fast"``). The first replay of a fus
 compiles its kernels (Numba; cached on disk by their source), so it is not timed.
 
     python benchmarks/bench_capture.py [--repeats 20] [--only chain,mlp,cnn,gpt]
+    python benchmarks/bench_capture.py --parts   # where a replay of the chain spends its time
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import time
 
 import common  # first: pins BLAS threads before NumPy loads
 
@@ -323,11 +326,68 @@ def rows_for(times, unit_scale):
     return rows
 
 
+def replay_parts(rounds: int) -> None:
+    """Where a replay of the chain's captured step (default fusion) spends its time: the
+    compiled segments' calls (the fused kernels together, the other calls by name), the
+    optimizer step, and the rest of the replay (checks of the inputs and state, loading and
+    writing back; with the timers' own cost), as medians over ``rounds`` replays; printed, no
+    results file."""
+    rng = np.random.default_rng(0)
+    x0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+    w0 = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+    steps, _, calls, fused = retrograd_steps(
+        lambda: Chain(x0, w0), (), lambda m: optim.SGD(m, lr=LR), lambda m: m()
+    )
+    step = steps["retrograd captured"]
+    captured = step.__defaults__[0][0]  # the CapturedStep behind the scheduled lambda
+    spent: dict[str, float] = {}
+
+    def timed(part, function):
+        def run(*args):
+            start = time.perf_counter()
+            out = function(*args)
+            spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
+            return out
+
+        return run
+
+    for item in captured._items:
+        namespace = getattr(getattr(item, "function", None), "__globals__", {})
+        for name, value in list(namespace.items()):
+            if callable(value) and re.fullmatch(r"[a-z_]+_\d+", name):
+                part = "fused kernels" if name.startswith("fused_") else name.rsplit("_", 1)[0]
+                namespace[name] = timed(part, value)
+    captured._run_optimizer = timed("optimizer step", captured._run_optimizer)
+    samples: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        spent.clear()
+        start = time.perf_counter()
+        step()
+        total = time.perf_counter() - start
+        spent["rest of the replay"] = total - sum(spent.values())
+        spent["whole replay"] = total
+        for part, seconds in spent.items():
+            samples.setdefault(part, []).append(seconds)
+    kernels = fused["retrograd captured"]
+    print(f"{Chain.ops}-op chain, (8, 8): {calls} recorded calls, {kernels} fused kernels")
+    rows = [
+        [part, f"{median(v) * 1e6:.1f}", f"{median(v) * 1e6 / Chain.ops:.2f}"]
+        for part, v in samples.items()
+    ]
+    print(table(rows, ["part", "µs per replay, median", "µs per op"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20, help="interleaved rounds (default 20)")
     parser.add_argument("--only", default="chain,mlp,cnn,gpt", help="comma-separated workloads")
+    parser.add_argument(
+        "--parts", action="store_true", help="only time the parts of the chain's replay"
+    )
     args = parser.parse_args()
+    if args.parts:
+        replay_parts(max(args.repeats, 200))
+        return
     torch = torch_single_thread()
     if torch is None:
         raise SystemExit("bench_capture compares against torch, which is not installed")

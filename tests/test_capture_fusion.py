@@ -11,6 +11,8 @@ nanoGPT step) are then compared with their eager twins.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -267,6 +269,52 @@ def test_kernels_are_shared_by_structure():
     assert np.array_equal(first.function(x, x, np.float32(2.0), 2, 3), np.full((2, 3), 3.0))
 
 
+def _chain_kernel(links):
+    """A kernel of ``links`` links ``y = y * w + x`` over (6, 7) float32 operands that writes
+    every link's value out, as a chain whose values backward reads does."""
+    body, outputs, y = [], [], "x0"
+    for link in range(links):
+        body += [(f"t{2 * link}", f"{y} * x1", "float32")]
+        body += [(f"t{2 * link + 1}", f"t{2 * link} + x2", "float32")]
+        y = f"t{2 * link + 1}"
+        outputs.append((y, "float32"))
+    full = ((False, False), "float32")
+    return kernels.build_kernel(2, [full] * 3, [], body, outputs)
+
+
+def test_kernels_over_one_shape_run_one_vectorized_loop():
+    # operands of the output's shape: one loop over the elements, which LLVM vectorizes even
+    # with many outputs (each a pointer it must check against the others at run time)
+    kernel = _chain_kernel(12)
+    assert "for i in range(n):" in kernel.source
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal((6, 7)).astype(np.float32) for _ in range(3))
+    outs = kernel.function(x, w, b, 6, 7)
+    namespace: dict = {}  # compiled afresh (a kernel loaded from the disk cache has no IR)
+    text = kernels._HEADER + kernels._DECORATOR.format(cache=False) + kernel.source
+    exec(compile(text, "<vectorization check>", "exec"), namespace)
+    namespace["run"](x, w, b, 6, 7)
+    compiled = namespace["kernel"]
+    ir = compiled.inspect_llvm(compiled.signatures[0])
+    assert re.search(r"<\d+ x float>", ir), "the fused loop was not vectorized"
+    y = x
+    for out in outs:
+        y = y * w + b
+        assert np.array_equal(out, y)
+
+
+def test_a_one_loop_kernel_reads_strided_and_broadcast_views():
+    kernel = _chain_kernel(3)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((7, 6)).astype(np.float32).T  # not C-contiguous
+    w = np.broadcast_to(np.float32(0.5), (6, 7))  # strides 0
+    b = rng.standard_normal((6, 14)).astype(np.float32)[:, ::2]
+    y = x
+    for out in kernel.function(x, w, b, 6, 7):
+        y = y * w + b
+        assert np.array_equal(out, y)
+
+
 # -- whole steps ------------------------------------------------------------------------------
 def mlp_twins():
     def make():
@@ -324,6 +372,86 @@ def test_a_fast_fused_mlp_step_agrees_with_the_eager_step():
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     for (name, p), (_, q) in zip(eager.named_parameters(), fast.named_parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_a_one_loop_kernel_reads_a_row_of_another_shape_once():
+    # a 0-d value in the arena, read once by a (4, 5) kernel that loops over another stack
+    body = [("t0", "x0 * x1", "float32"), ("t1", "t0 + x2", "float32")]
+    full = ((False, False), "float32")
+    inputs = [(*full, (1, 0)), ((), "float32", (0, 1)), full]
+    kernel = kernels.build_kernel(2, inputs, [], body, [("t1", "float32")], ("float32",) * 2)
+    assert "for i in range(n):" in kernel.source
+    scalars = np.array([2.0, 3.0], np.float32)
+    rows = np.arange(40, dtype=np.float32).reshape(2, 4, 5)
+    b = np.ones((4, 5), np.float32)
+    out = kernel.function(b, scalars, rows, np.array([1, 0]), 4, 5)
+    assert np.array_equal(out, rows[1] * scalars[0] + b)
+
+
+class _Chain(nn.Module):
+    """bench_capture.py's chain, shortened: ``y = sin(y * w) + x``, then a sum."""
+
+    def __init__(self, links):
+        super().__init__()
+        rng = np.random.default_rng(5)
+        self.links = links
+        self.register_parameter("x", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
+        self.register_parameter("w", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
+
+    def forward(self):
+        y = self.x
+        for _ in range(self.links):
+            y = (y * self.w).sin() + self.x
+        return y.sum()
+
+
+def test_the_seed_gradient_is_a_constant_of_the_fused_program():
+    # backward's ones_like(loss) expanded to the summed shape is the same at every replay: made
+    # once at capture and read by the fused kernels, read-only
+    def twin():
+        model = _Chain(6)
+        opt = optim.SGD(model, lr=0.1)
+
+        def train_step():
+            loss = model()
+            opt.step(loss.backward())
+            return loss
+
+        return model, opt, train_step
+
+    eager, _, eager_step = twin()
+    fused, fused_opt, fused_step = twin()
+    expected = [eager_step().numpy() for _ in range(4)]
+    step = rg.capture(fused_step, state=[fused_opt])
+    assert step.num_fused >= 2
+    assert "ones_like" not in step.code and "expand" not in step.code
+    got = [step.result.numpy()] + [step().numpy() for _ in range(3)]
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    for name in ("x", "w"):
+        assert np.array_equal(getattr(eager, name).numpy(), getattr(fused, name).numpy()), name
+
+
+def test_a_seed_read_by_a_call_that_stays_is_not_folded(fuse_small):
+    meta = [(np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))] * 2 + [None] * 6
+    meta[2] = (np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))
+    meta[3] = (np.ndarray, (4, 5), np.dtype(np.float32), (0, 0))
+    for slot in (4, 5, 6):
+        meta[slot] = (np.ndarray, (4, 5), np.dtype(np.float32), (20, 4))
+    calls = [
+        ("call", BACKEND.ones_like, "ones_like", [("s", 0)], {}, 2),
+        ("call", BACKEND.expand, "expand", [("s", 2), ("c", (4, 5))], {}, 3),
+        ("call", BACKEND.mul, "mul", [("s", 3), ("s", 1)], {}, 4),
+        ("call", BACKEND.add, "add", [("s", 4), ("s", 1)], {}, 5),
+        ("call", BACKEND.mul, "mul", [("s", 5), ("s", 5)], {}, 6),
+        ("call", BACKEND.sum, "sum", [("s", 3)], {}, 7),
+    ]
+    fused, count = fusion.fuse_calls(calls, meta, {6, 7}, exact=True)
+    assert count == 1
+    assert [call[2] for call in fused] == ["ones_like", "expand", "fused", "sum"]
+    fused, count = fusion.fuse_calls(calls[:5], meta, {6}, exact=True)
+    assert [call[2] for call in fused] == ["fused"]
+    (constant,) = [a[1] for a in fused[0][3] if a[0] == "c" and isinstance(a[1], np.ndarray)]
+    assert not constant.flags.writeable and np.array_equal(constant, np.ones((4, 5)))
 
 
 def test_fusion_can_be_switched_off_and_bad_modes_are_refused():

@@ -176,7 +176,8 @@ def fuse_calls(calls: list[tuple], meta: list, later: set, exact: bool) -> tuple
         maker[call[5]] = group
         group.made.add(call[5])
         group.inputs.update(s for s in reads if s not in group.made)
-    return _rewrite(calls, specs, groups, meta, later)
+    fused, count = _rewrite(calls, specs, groups, meta, later)
+    return (_fold_constants(fused, meta, later) if count else fused), count
 
 
 def _merge(group: _Group, other: _Group, group_of_call: dict, maker: dict) -> None:
@@ -344,3 +345,62 @@ def _fused_call(group: _Group, members: list, outputs: list[int], meta: list, ar
     returned = [slot for slot in outputs if slot not in arena.row]
     outs = tuple(returned) if len(returned) > 1 else (returned[0] if returned else None)
     return ("call", kernel.function, "fused", args, {}, outs)
+
+
+#: Kernels whose result depends on their operand's shape and dtype only, not its values.
+_SHAPE_ONLY = {"ones_like": np.ones, "zeros_like": np.zeros}
+
+
+def _fold_constants(calls: list[tuple], meta: list, later: set) -> list[tuple]:
+    """``calls`` with the values that are the same at every replay computed once, here, and
+    handed to the fused kernels that read them as constants: a ``ones_like`` or ``zeros_like``
+    (backward's seed gradient), and its ``expand`` to a shape. Only values that nothing but
+    fused kernels read (and nothing after the calls), so no kernel that may write into its
+    argument is handed one; they are read-only arrays (a small expanded one made contiguous,
+    which a kernel reads without a copy)."""
+    folded: dict[int, np.ndarray] = {}
+    made_by: dict[int, int] = {}
+    for position, (_, function, name, args, kwargs, out) in enumerate(calls):
+        if type(out) is not int or kwargs or out in later or meta[out] is None:
+            continue
+        if name in _SHAPE_ONLY and _is_numpy_kernel(function, name) and len(args) == 1:
+            value = _SHAPE_ONLY[name](meta[out][1], meta[out][2])
+        elif (
+            name == "expand"
+            and _is_numpy_kernel(function, name)
+            and len(args) == 2
+            and args[0][0] == "s"
+            and args[0][1] in folded
+            and args[1][0] == "c"
+        ):
+            value = np.broadcast_to(folded[args[0][1]], args[1][1])
+            if value.size <= ARENA_VALUE_ELEMENTS:
+                value = np.ascontiguousarray(value)
+        else:
+            continue
+        if not isinstance(value, np.ndarray) or value.shape != tuple(meta[out][1]):
+            continue
+        value.flags.writeable = False
+        folded[out], made_by[out] = value, position
+    changed = True
+    while changed:  # a value read by a call that stays is not folded, nor what it reads
+        changed = False
+        for position, call in enumerate(calls):
+            if call[2] == "fused" or made_by.get(call[5]) == position:
+                continue
+            for slot in slots_of(call[3], call[4]):
+                if slot in folded:
+                    del folded[slot], made_by[slot]
+                    changed = True
+    if not folded:
+        return calls
+    dropped = set(made_by.values())
+    out = []
+    for position, call in enumerate(calls):
+        if position in dropped:
+            continue
+        if call[2] == "fused":
+            args = [("c", folded[a[1]]) if a[0] == "s" and a[1] in folded else a for a in call[3]]
+            call = (*call[:3], args, *call[4:])
+        out.append(call)
+    return out

@@ -197,8 +197,28 @@ def _numba() -> Any:
         except ImportError:  # pragma: no cover - numba is a dependency
             _NUMBA = False
         else:
+            _allow_memory_checks()
             _NUMBA = numba
     return _NUMBA or None
+
+
+#: How many runtime alias checks LLVM's loop vectorizer may emit for one loop (LLVM's default
+#: is 8). A fused kernel reads and writes many arrays (and rows of the arena's stacks) that
+#: LLVM cannot prove distinct, so each pair of them needs a check before the vectorized loop;
+#: with the default, a kernel of more than a few outputs stays scalar. The checks run once per
+#: call (a few nanoseconds each), and a kernel whose arrays do overlap takes the scalar loop,
+#: so results are the same either way.
+MEMORY_CHECKS = 4096
+
+
+def _allow_memory_checks() -> None:
+    """Raise LLVM's limits on runtime alias checks (:data:`MEMORY_CHECKS`) for the code Numba
+    compiles in this process. They are heuristics' thresholds: they decide whether a loop is
+    vectorized, never what it computes."""
+    import llvmlite.binding as llvm
+
+    for option in ("runtime-memory-check-threshold", "vectorize-memory-check-threshold"):
+        llvm.set_option("retrograd", f"-{option}={MEMORY_CHECKS}")
 
 
 @dataclass
@@ -245,7 +265,8 @@ def _stamp() -> str:
         with open(module.__file__, "rb") as file:
             digest.update(file.read())
     helpers = digest.hexdigest()[:12]
-    return f"# numba {_numba().__version__}, helpers {helpers}\n"
+    numba = _numba()
+    return f"# numba {numba.__version__}, helpers {helpers}, memory checks {MEMORY_CHECKS}\n"
 
 
 #: Arguments on which a PROBED op's compiled version must give NumPy's bits: random bit
@@ -364,6 +385,18 @@ def build_kernel(
     wrapper.append(f"    kernel({', '.join(args + sizes + outs)})")
     wrapper.append(f"    return {', '.join(outs)}{',' if len(outs) > 1 else ''}")
     lines = [f"def kernel({', '.join(args + sizes + outs)}):"]
+    flat = ndim > 1 and all(_full_or_hoisted(spec[0], ndim) for spec in inputs)
+    if flat:
+        # every operand has the output's shape (or is loaded once): one loop over the
+        # elements in C order, which LLVM vectorizes (a nested loop's innermost dimension may
+        # be too short to), on contiguous views of the arrays
+        lines.append(f"    n = {' * '.join(sizes)}")
+        # the stacks read or written element by element (not one read once) have rows of
+        # the output's shape
+        looped = {spec[2][0] for spec in inputs if spec[0] and len(spec) > 2 and spec[2]}
+        looped |= {spec[2][0] for spec in outputs if len(spec) > 2 and spec[2]}
+        lines += [f"    s{k}f = s{k}.reshape(s{k}.shape[0], n)" for k in sorted(looped)]
+        lines += [f"    f{n} = o{n}.reshape(n)" for n in written]
     loads = []
     for number, (broadcast, _, *stacked) in enumerate(inputs):
         source = f"a{number}"
@@ -376,6 +409,12 @@ def build_kernel(
             lines.append(f"    x{number} = {source}")
         elif not broadcast:
             lines.append(f"    x{number} = {source}[{row[0] if row else '()'}]")
+        elif flat and row:
+            loads.append(f"x{number} = {source}f[{row[0]}, i]")
+        elif flat:
+            # a view of a C-contiguous array, a copy of another (a broadcast view, a slice)
+            lines.append(f"    e{number} = {source}.ravel()")
+            loads.append(f"x{number} = e{number}[i]")
         else:
             offset = ndim - len(broadcast)
             at = row + ["0" if one else index[offset + d] for d, one in enumerate(broadcast)]
@@ -391,10 +430,18 @@ def build_kernel(
     where = ", ".join(index) if ndim else "()"
     guarded = any(len(entry) > 3 for entry in body)
 
+    def store(target: str, row: str, name: str) -> str:
+        if flat:
+            return f"{target}f[{row}i] = {name}" if row else f"f{target[1:]}[i] = {name}"
+        at = f"{row}{where}" if row and ndim else (row.rstrip(", ") if row else where)
+        return f"{target}[{at}] = {name}"
+
     def loop(fast: bool) -> None:
         depth = "    "
-        for d in range(ndim):
-            lines.append(f"{depth}for {index[d]} in range({sizes[d]}):")
+        for d in range(1 if flat else ndim):
+            lines.append(
+                f"{depth}for {'i' if flat else index[d]} in range({'n' if flat else sizes[d]}):"
+            )
             depth += "    "
         lines.extend(depth + load for load in loads)
         for name, expression, dtype, *alternative in body:
@@ -403,9 +450,7 @@ def build_kernel(
             lines.append(f"{depth}{name} = np.{dtype}({expression})")
             if fast and alternative:
                 lines.append(f"{depth}outside |= {alternative[1]}")
-        for target, row, name in stores:
-            at = f"{row}{where}" if row and ndim else (row.rstrip(", ") if row else where)
-            lines.append(f"{depth}{target}[{at}] = {name}")
+        lines.extend(depth + store(*entry) for entry in stores)
 
     if guarded:
         # the vectorized loop first; the exact one again only where a guard was true
@@ -415,7 +460,16 @@ def build_kernel(
         lines.append("        return")
     loop(False)
     source = "\n".join(lines) + "\n\n\n" + "\n".join(wrapper)
-    return Kernel(_compiled(source), source)
+    function = _compiled(source)
+    if not written:  # the wrapper allocates nothing: call the compiled function itself
+        function = getattr(function, "__globals__", {}).get("kernel", function)
+    return Kernel(function, source)
+
+
+def _full_or_hoisted(broadcast: tuple | None, ndim: int) -> bool:
+    """Whether an input of ``broadcast`` has the output's shape, or is read once (a NumPy
+    scalar, a 0-d array)."""
+    return not broadcast or (len(broadcast) == ndim and not any(broadcast))
 
 
 def numpy_name(dtype: Any) -> str:

@@ -82,12 +82,29 @@ def sgd_update(
     state = dict(state)
     buffer = state.get("momentum_buffer") if momentum else None
     if buffer is None:
-        buffer = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
+        buffer = _empty_buffer(value)
     hyper = (lr, momentum, dampening, weight_decay, nesterov, in_place)
     value, buffer = apply("sgd_update", (value, grad, buffer), hyper)
     if momentum:
         state["momentum_buffer"] = buffer
     return value, state
+
+
+#: Empty buffers (the kernels' "no momentum buffer yet"), one per backend object, dtype and
+#: device: making a tensor costs more than a small parameter's whole update, and a buffer of
+#: no elements is never written.
+_EMPTY: dict[tuple, tuple[Any, Tensor]] = {}
+
+
+def _empty_buffer(value: Tensor) -> Tensor:
+    key = (id(value.backend), value.dtype, value.device)
+    cached = _EMPTY.get(key)
+    if cached is None or cached[0] is not value.backend:
+        if len(_EMPTY) >= 16:
+            _EMPTY.clear()
+        empty = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
+        cached = _EMPTY[key] = (value.backend, empty)
+    return cached[1]
 
 
 def adam_update(
