@@ -69,15 +69,25 @@ def _residual_trace(layers: int) -> Trace:
     return Trace(sizes, [1.0] * n, parents, [True] * n, reads, list(range(n)), horizon=horizon)
 
 
-def test_the_anchored_plan_keeps_the_residual_stream_when_it_fits():
+def test_the_anchors_are_the_residual_stream():
     trace = _residual_trace(4)
-    plan = anchored_plan(trace, budget=8 * MB)
-    assert plan.stride == 1
-    assert [v for v, e in enumerate(plan.evicted) if not e] == [3, 6, 9, 12]
-    # every other anchor is kept when the budget needs it (longer segments, fewer anchors)
+    kept = anchored_evictions(trace)
+    assert [v for v, e in enumerate(kept) if not e] == [3, 6, 9, 12]
+    # every 2nd anchor: longer segments, each held whole while backward goes through it
     fewer = anchored_evictions(trace, 2)
     assert [v for v, e in enumerate(fewer) if not e] == [6, 12]
-    assert engine_profile(trace, fewer)[1] > engine_profile(trace, plan.evicted)[1]
+    assert engine_profile(trace, kept) == (5 * MB, 9.0)
+    assert engine_profile(trace, fewer) == (6 * MB, 11.0)
+
+
+def test_the_anchored_plan_keeps_from_forward_what_the_budget_leaves_room_for():
+    trace = _residual_trace(4)
+    tight = anchored_plan(trace, 5 * MB)
+    # the last block's first value is read early in backward, while little else is held
+    assert [v for v, e in enumerate(tight.evicted) if not e] == [3, 6, 9, 10, 12]
+    assert (tight.peak, tight.seconds, tight.stride) == (5 * MB, 8.0, 1)
+    roomy = anchored_plan(trace, 13 * MB)  # NoCheckpointing's peak: nothing recomputed
+    assert (roomy.peak, roomy.seconds) == (13 * MB, 0.0) and not any(roomy.evicted)
 
 
 # -- training loops as new users write them: leaves, input and mask built every step ----------

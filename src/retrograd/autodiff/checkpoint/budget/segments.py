@@ -16,7 +16,8 @@ other recomputable value. The first need of a segment recomputes it from its anc
 backward reads is held until its last read and the rest is dropped at once, so every evicted
 value is recomputed once. :func:`anchored_plan` chooses how many cut points to keep (every
 one, every second, ...) by :func:`engine_profile`: the schedule that fits the budget for the
-least recomputation, else the one of the lowest peak.
+least recomputation, else the one of the lowest peak; then keeps from forward what the
+budget leaves room for.
 """
 
 from __future__ import annotations
@@ -162,5 +163,34 @@ def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
         plans.append(AnchoredPlan(evicted, *engine_profile(trace, evicted), stride))
     fitting = [plan for plan in plans if plan.peak <= budget]
     if fitting:
-        return min(fitting, key=lambda plan: plan.seconds)
-    return min(plans, key=lambda plan: (plan.peak, plan.seconds))
+        best = min(fitting, key=lambda plan: plan.seconds)
+    else:
+        best = min(plans, key=lambda plan: (plan.peak, plan.seconds))
+    return _keep_what_fits(trace, best, budget)
+
+
+def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int) -> AnchoredPlan:
+    """``plan``, with each evicted buffer that a rule reads kept from forward instead, the
+    dearest to recompute per byte first, when the peak then stays within the budget (or where
+    it is, over it) and the recomputation's seconds fall: a value read early in backward (the
+    last block's) costs its bytes only while the rest of the step holds less."""
+    evicted, peak, seconds = list(plan.evicted), plan.peak, plan.seconds
+    cap = max(budget, peak)
+    groups: dict[int, list[int]] = {}
+    for v, e in enumerate(evicted):
+        if e and trace.reads[v]:
+            groups.setdefault(trace.owners[v], []).append(v)
+    sizes, costs = trace.sizes, trace.costs
+    dearest = sorted(
+        groups.items(), key=lambda item: -sum(costs[v] for v in item[1]) / max(sizes[item[0]], 1)
+    )
+    for _owner, members in dearest:
+        for v in members:
+            evicted[v] = False
+        trial_peak, trial_seconds = engine_profile(trace, evicted)
+        if trial_peak <= cap and trial_seconds < seconds:
+            peak, seconds = trial_peak, trial_seconds
+        else:
+            for v in members:
+                evicted[v] = True
+    return AnchoredPlan(evicted, peak, seconds, plan.stride)
