@@ -13,10 +13,13 @@ each once.
 
 A followed step whose backward holds more than the plan predicted (by a tenth) is re-planned
 from the same trace with the budget lowered by the miss (:data:`MAX_REPLANS` times at most,
-then the attempt that held least is kept). A budget under the plan's floor (the lowest peak
-of a plan that recomputes each evicted value once) gets the lower of two, by what was
-measured: that floor (:data:`FLOOR`), or a replay of the eager step at its own prices, whose
-backward recomputes from √n anchors and drops for the budget (:data:`REPLAY`).
+then the attempt that held least is kept). A budget under the greedy plan's floor (the
+lowest peak it finds) gets, when it fits the budget or holds less than that floor, an
+anchored schedule (:mod:`.segments`: only anchors kept from forward, each segment recomputed
+once from its anchor, what backward does not read dropped at once: :data:`ANCHORED`); else
+the lower of two, by what was measured: that floor (:data:`FLOOR`), or a replay of the eager
+step at its own prices, whose backward recomputes from √n anchors and drops for the budget
+(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .plan import Trace, plan_evictions
+from .segments import anchored_plan, engine_profile
 
 __all__ = ["EvictionPlan", "Planner"]
 
@@ -38,7 +42,7 @@ class EvictionPlan(NamedTuple):
     #: the bytes held the engine may count while following it (its count of the plan's peak,
     #: or the budget when that is higher; the budget when the plan does not fit)
     limit: int
-    #: how its steps run: :data:`FITS`, :data:`FLOOR` or :data:`REPLAY`
+    #: how its steps run: :data:`FITS`, :data:`ANCHORED`, :data:`FLOOR` or :data:`REPLAY`
     mode: str
     #: the trace planned from, and the budget it was planned for (for a re-plan)
     trace: Trace
@@ -63,6 +67,17 @@ FLOOR = "floor"
 #: it (forward evicts for the budget, backward recomputes from √n anchors and drops what it
 #: holds for the budget), at the prices the eager step measured, so every step does the same
 REPLAY = "replay"
+#: under the greedy's floor: forward keeps only anchors (values that cut the step in two, such
+#: as the residual stream), backward recomputes each segment once from its anchor and keeps
+#: only what its rules read (:mod:`.segments`); followed as :data:`FLOOR` is (the engine's limit
+#: the schedule's own count, should it hold more)
+ANCHORED = "anchored"
+
+#: an anchored schedule recomputes each evicted value once, a replay of the eager step several
+#: times over (1.6-2.5 times NoCheckpointing's step on the transformers of
+#: ``benchmarks/bench_budget_loops.py``): a replay is preferred only when it holds less by more
+#: than this factor
+REPLAY_SLACK = 1.1
 
 #: plans kept at once (one per graph of the loop)
 MAX_PLANS = 8
@@ -225,15 +240,32 @@ class Planner:
         self.plans += 1
         if counted <= target:
             mode = FITS
-        elif self._eager_peak is not None and self._eager_peak < counted:
-            mode = REPLAY
         else:
-            mode = FLOOR
+            mode, evict, counted = self._under_the_floor(trace, target, evict, counted)
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
         return EvictionPlan(
             signatures, evict, limit, mode, trace, target, counted, attempts, values
         )
+
+    def _under_the_floor(
+        self, trace: Trace, target: int, evict: list[bool], counted: int
+    ) -> tuple[str, list[bool], int]:
+        """The mode, evictions and count of a plan whose greedy floor (``evict``, ``counted``)
+        is above ``target``: the anchored schedule when it fits, or holds less than the floor
+        (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
+        :data:`REPLAY_SLACK` times what the eager step held; else the floor or a replay of the
+        eager step, whichever held less."""
+        anchored = anchored_plan(trace, target)
+        eager = self._eager_peak
+        if anchored.peak <= target or (
+            anchored.peak < engine_profile(trace, evict)[0]
+            and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
+        ):
+            return ANCHORED, anchored.evicted, anchored.peak
+        if eager is not None and eager < counted:
+            return REPLAY, evict, counted
+        return FLOOR, evict, counted
 
 
 def _prices(plan: EvictionPlan) -> list:

@@ -32,7 +32,7 @@ from .backward import (
     ReservingBudgetCheckpointer,
 )
 from .evictor import Evictor
-from .planner import FITS, FLOOR, Planner
+from .planner import ANCHORED, FITS, FLOOR, Planner
 from .pool import BudgetSaved, Constant, MemoryPool, Slot
 from .recorder import TraceRecorder
 from .timer import OpTimer
@@ -344,7 +344,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             kind, budget = ReservingBudgetCheckpointer, self.max_bytes
             by_products: Any = SqrtAnchors.for_graph(builder.recomputable)
             reserved = builder.reserve(states, needs)
-        elif planned[1] == FLOOR:  # as the plan assumed, dropping if it holds more
+        elif planned[1] in (FLOOR, ANCHORED):  # as the plan assumed, dropping if it holds more
             kind, budget = BudgetCheckpointer, planned[0]
             by_products = KeepByProducts()
         else:  # a replay of the eager step (under the floor): from √n anchors, dropping

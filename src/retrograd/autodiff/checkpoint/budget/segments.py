@@ -1,0 +1,196 @@
+"""A schedule for a budget under the floor of the greedy plan: anchors kept from forward,
+every other value recomputed from them once, segment by segment (Chen et al. 2016, *Training
+Deep Nets with Sublinear Memory Cost*).
+
+The greedy of :mod:`.plan` models a recomputation as holding, for the whole backward step
+that needs it, every value it reruns. The checkpointer frees each by-product no backward rule
+reads as soon as the recomputation has read it for the last time, so a recomputation of a
+whole segment (the attention of a transformer block: the scores, their scaled and masked
+copies, each as large as the softmax) holds much less than that. The floor the greedy finds
+is then its model's floor, not the engine's: :func:`engine_profile` counts what the engine
+holds during a recomputation, op by op.
+
+:func:`anchored_evictions` keeps only *anchors*, a subset of the values that cut the recorded
+step in two (:func:`cut_points`: in a residual network, the residual stream), and evicts every
+other recomputable value. The first need of a segment recomputes it from its anchor; what
+backward reads is held until its last read and the rest is dropped at once, so every evicted
+value is recomputed once. :func:`anchored_plan` chooses how many cut points to keep (every
+one, every second, ...) by :func:`engine_profile`: the schedule that fits the budget for the
+least recomputation, else the one of the lowest peak; then keeps from forward what the
+budget leaves room for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .plan import Trace, profile
+
+__all__ = ["AnchoredPlan", "anchored_evictions", "anchored_plan", "cut_points", "engine_profile"]
+
+#: anchor strides tried: every cut point, every second one, ...
+STRIDES = (1, 2, 3, 4)
+
+
+def cut_points(trace: Trace) -> list[bool]:
+    """Per value: whether it cuts the recorded step in two, no edge (parent -> child) of the
+    trace passing over it in recording order. Kept, such a value bounds every recomputation:
+    what comes after it is recomputed from it and from what follows it alone. In a residual
+    network these are the values of the residual stream.
+
+    >>> chain = Trace([1] * 4, [0.0] * 4, [(), (0,), (1,), (2,)], [True] * 4, [[]] * 4,
+    ...               [0, 1, 2, 3])
+    >>> cut_points(chain)
+    [True, True, True, True]
+    >>> residual = Trace([1] * 4, [0.0] * 4, [(), (0,), (1,), (0, 2)], [True] * 4, [[]] * 4,
+    ...                  [0, 1, 2, 3])
+    >>> cut_points(residual)
+    [True, False, False, True]
+    """
+    n = len(trace.sizes)
+    furthest = list(range(n))  # per value, its last child in recording order
+    for child, parents in enumerate(trace.parents):
+        for p in parents:
+            if child > furthest[p]:
+                furthest[p] = child
+    cuts, spanned = [], -1
+    for v in range(n):
+        cuts.append(spanned <= v)
+        spanned = max(spanned, furthest[v])
+    return cuts
+
+
+def anchored_evictions(trace: Trace, stride: int = 1) -> list[bool]:
+    """Evict every recomputable value but the anchors: every ``stride``-th segment start, a
+    segment start being a cut point (:func:`cut_points`) with parents in the trace whose
+    successor is no cut point (of a run of cut points, the last bounds the recomputation).
+
+    >>> residual = Trace([1] * 7, [0.0] * 7, [(), (0,), (0, 1), (2,), (2, 3), (4,), (4, 5)],
+    ...                  [True] * 7, [[]] * 7, list(range(7)))
+    >>> anchored_evictions(residual)  # the segment starts 2, 4 and 6 kept
+    [True, True, False, True, False, True, False]
+    >>> anchored_evictions(residual, stride=2)  # 4 alone
+    [True, True, True, True, False, True, True]
+    """
+    cuts = cut_points(trace)
+    n = len(cuts)
+    starts = [
+        v for v in range(n) if cuts[v] and trace.parents[v] and (v + 1 == n or not cuts[v + 1])
+    ]
+    anchors = set(starts[stride - 1 :: stride]) if stride > 1 else set(starts)
+    return [trace.recomputable[v] and v not in anchors for v in range(n)]
+
+
+def engine_profile(trace: Trace, evicted: Sequence[bool]) -> tuple[int, float]:
+    """The most bytes the engine holds (its count: views apart, no gradients) when each
+    value ``evicted`` is recomputed once, at its first need, and kept to its last read, and the
+    seconds of recomputation.
+
+    As :func:`~.plan.profile`, except within a backward step: the values recomputed then are
+    rerun in recording order, and one that is read neither at that step nor later is freed as
+    soon as the last of them that reads it has run.
+    """
+    found = profile(trace, evicted, views=False)
+    first, last = found.first, found.last
+    sizes = trace.sizes
+    horizon = trace.horizon
+    delta = [0] * (horizon + 2)
+    rerun_at: dict[int, list[int]] = {}
+    for v in range(len(sizes)):
+        if last[v] < 0:
+            continue
+        if evicted[v]:
+            when = first[v]
+            rerun_at.setdefault(when, []).append(v)
+            if last[v] > when:  # held after its step: from the next one to its last read
+                delta[when + 1] += sizes[v]
+                delta[last[v] + 1] -= sizes[v]
+        else:
+            delta[0] += sizes[v]
+            delta[last[v] + 1] -= sizes[v]
+    for nbytes, start, end in trace.fixed:
+        delta[start] += nbytes
+        delta[end + 1] -= nbytes
+    peak, held = 0, 0
+    for step in range(horizon + 1):
+        held += delta[step]
+        peak = max(peak, held + _rerun_peak(rerun_at.get(step, ()), step, trace, last))
+    return peak, found.seconds
+
+
+def _rerun_peak(order: Sequence[int], step: int, trace: Trace, last: list[int]) -> int:
+    """The most bytes the values recomputed at backward step ``step`` (``order``, parents
+    first) hold at once while they are rerun: each is held from its rerun, and one needed
+    only by this recomputation (no rule reads it at this step or later: its last need is
+    this step) until the last of them that reads it has run."""
+    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
+    rerun = set(order)
+    uses: dict[int, int] = {}
+    for v in order:
+        for p in set(parents[v]):
+            if p in rerun:
+                uses[p] = uses.get(p, 0) + 1
+    live = top = 0
+    for v in order:
+        live += sizes[v]
+        top = max(top, live)
+        for p in set(parents[v]):
+            if p in rerun:
+                uses[p] -= 1
+                if uses[p] == 0 and last[p] == step and step not in reads[p]:
+                    live -= sizes[p]
+    return top
+
+
+class AnchoredPlan(NamedTuple):
+    """What :func:`anchored_plan` chooses."""
+
+    evicted: list[bool]
+    #: the engine's most bytes held (:func:`engine_profile`)
+    peak: int
+    seconds: float
+    #: anchors kept: every ``stride``-th segment start
+    stride: int
+
+
+def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
+    """The anchored schedule (:func:`anchored_evictions`) of the stride in :data:`STRIDES`
+    that fits ``budget`` for the least recomputation, else of the lowest peak."""
+    plans = []
+    for stride in STRIDES:
+        evicted = anchored_evictions(trace, stride)
+        plans.append(AnchoredPlan(evicted, *engine_profile(trace, evicted), stride))
+    fitting = [plan for plan in plans if plan.peak <= budget]
+    if fitting:
+        best = min(fitting, key=lambda plan: plan.seconds)
+    else:
+        best = min(plans, key=lambda plan: (plan.peak, plan.seconds))
+    return _keep_what_fits(trace, best, budget)
+
+
+def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int) -> AnchoredPlan:
+    """``plan``, with each evicted buffer that a rule reads kept from forward instead, the
+    dearest to recompute per byte first, when the peak then stays within the budget (or where
+    it is, over it) and the recomputation's seconds fall: a value read early in backward (the
+    last block's) costs its bytes only while the rest of the step holds less."""
+    evicted, peak, seconds = list(plan.evicted), plan.peak, plan.seconds
+    cap = max(budget, peak)
+    groups: dict[int, list[int]] = {}
+    for v, e in enumerate(evicted):
+        if e and trace.reads[v]:
+            groups.setdefault(trace.owners[v], []).append(v)
+    sizes, costs = trace.sizes, trace.costs
+    dearest = sorted(
+        groups.items(), key=lambda item: -sum(costs[v] for v in item[1]) / max(sizes[item[0]], 1)
+    )
+    for _owner, members in dearest:
+        for v in members:
+            evicted[v] = False
+        trial_peak, trial_seconds = engine_profile(trace, evicted)
+        if trial_peak <= cap and trial_seconds < seconds:
+            peak, seconds = trial_peak, trial_seconds
+        else:
+            for v in members:
+                evicted[v] = True
+    return AnchoredPlan(evicted, peak, seconds, plan.stride)
