@@ -422,3 +422,29 @@ def test_relu_backward_keeps_a_channels_last_layout():
     out = np.maximum(channels_last(RNG.standard_normal((2, 3, 4, 4))), 0)
     g = channels_last(RNG.standard_normal(out.shape))
     assert np.moveaxis(NUMPY.relu_backward(g, out), 1, -1).flags.c_contiguous
+
+
+@pytest.mark.numpy_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_first_layers_bias_added_in_the_product_matches_torch(dtype, monkeypatch):
+    """A convolution of few rows (one channel, 3x3) adds its bias in the product (a column
+    of ones): within rounding of the bias added after it, and of torch's float64 result."""
+    x = RNG.standard_normal((4, 1, 10, 10)).astype(dtype)
+    w, b = RNG.standard_normal((8, 1, 3, 3)).astype(dtype), RNG.standard_normal(8).astype(dtype)
+    assert numpy_conv.BIAS_COLUMN_ROWS > 9
+    in_product = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    monkeypatch.setattr(numpy_conv, "BIAS_COLUMN_ROWS", 0)
+    added_after = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    expected = aten.convolution(
+        *(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        False,
+        (0, 0),
+        1,
+    ).numpy()
+    tolerance = 4 * np.finfo(dtype).eps * np.abs(expected).max()
+    assert in_product.dtype == dtype and numpy_conv.channels_last(in_product)
+    np.testing.assert_allclose(in_product, added_after, rtol=0, atol=tolerance)
+    np.testing.assert_allclose(in_product, expected, rtol=0, atol=tolerance)
