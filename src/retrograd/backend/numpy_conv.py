@@ -372,8 +372,8 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
     return np.ascontiguousarray(out)
 
 
-#: Folds of this many output elements or more run compiled (:mod:`.compiled_conv`); smaller ones
-#: stay NumPy's, so that a small model never loads Numba.
+#: Folds (and bias gradients) of this many elements or more run compiled
+#: (:mod:`.compiled_conv`); smaller ones stay NumPy's, so that a small model never loads Numba.
 COMPILED_FOLD_MIN_SIZE = 1 << 16
 
 
@@ -416,6 +416,12 @@ def _channel_sums(xcl: np.ndarray) -> np.ndarray:
     """Per channel, the sum of the channels-last ``xcl`` (a bias's gradient), accumulated in
     float64 whatever the dtype."""
     rows = xcl.reshape(-1, xcl.shape[-1])
+    if rows.size >= COMPILED_FOLD_MIN_SIZE and rows.dtype in (np.float32, np.float64):
+        from .compiled_conv import channel_sums  # one pass, no float64 copy
+
+        sums = np.zeros(rows.shape[1], dtype=np.float64)
+        channel_sums(rows, sums)
+        return sums.astype(xcl.dtype)
     return np.einsum("mc->c", rows, dtype=np.float64).astype(xcl.dtype)
 
 
