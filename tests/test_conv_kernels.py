@@ -292,6 +292,29 @@ def test_the_compiled_fold_gives_numpys_bits(name, dtype, monkeypatch):
         assert any(fold is not None for fold in folds)  # a fold of this case ran compiled
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(64, 24, 24, 64), (3, 5, 7, 2), (2, 9, 9, 300)])
+def test_the_compiled_bias_gradient_sums_as_einsum_does(shape, dtype, monkeypatch):
+    """A convolution's bias gradient, compiled (forced at every size), against NumPy's
+    float64 ``einsum`` over the channels-last output gradient; and against torch."""
+    g = np.moveaxis(RNG.standard_normal(shape).astype(dtype), -1, 1)
+    x = RNG.standard_normal((shape[0], 3, shape[1] + 2, shape[2] + 2)).astype(dtype)
+    w = RNG.standard_normal((shape[3], 3, 3, 3)).astype(dtype)
+    needs = (False, False, True)
+
+    def bias_grad(minimum):
+        monkeypatch.setattr(numpy_conv, "COMPILED_FOLD_MIN_SIZE", minimum)
+        return NUMPY.conv_backward(g, x, w, (1, 1), (0, 0), (1, 1), 1, needs)[2]
+
+    compiled, numpy = bias_grad(0), bias_grad(1 << 62)
+    assert compiled.dtype == numpy.dtype == dtype
+    np.testing.assert_array_equal(compiled, numpy)
+    expected = torch.from_numpy(g.astype(np.float64)).sum(dim=(0, 2, 3)).numpy()
+    scale = np.abs(g.astype(np.float64)).sum(axis=(0, 2, 3))  # the sums' rounding scale
+    tolerance = 4 * np.finfo(np.float32).eps if dtype == "float32" else 1e-12
+    assert np.all(np.abs(compiled - expected) <= tolerance * scale)
+
+
 # -- batch norm ------------------------------------------------------------------------------------
 NORM_SHAPES = {
     "2d": (8, 3),
@@ -422,3 +445,29 @@ def test_relu_backward_keeps_a_channels_last_layout():
     out = np.maximum(channels_last(RNG.standard_normal((2, 3, 4, 4))), 0)
     g = channels_last(RNG.standard_normal(out.shape))
     assert np.moveaxis(NUMPY.relu_backward(g, out), 1, -1).flags.c_contiguous
+
+
+@pytest.mark.numpy_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_first_layers_bias_added_in_the_product_matches_torch(dtype, monkeypatch):
+    """A convolution of few rows (one channel, 3x3) adds its bias in the product (a column
+    of ones): within rounding of the bias added after it, and of torch's float64 result."""
+    x = RNG.standard_normal((4, 1, 10, 10)).astype(dtype)
+    w, b = RNG.standard_normal((8, 1, 3, 3)).astype(dtype), RNG.standard_normal(8).astype(dtype)
+    assert numpy_conv.BIAS_COLUMN_ROWS > 9
+    in_product = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    monkeypatch.setattr(numpy_conv, "BIAS_COLUMN_ROWS", 0)
+    added_after = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+    expected = aten.convolution(
+        *(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        False,
+        (0, 0),
+        1,
+    ).numpy()
+    tolerance = 4 * np.finfo(dtype).eps * np.abs(expected).max()
+    assert in_product.dtype == dtype and numpy_conv.channels_last(in_product)
+    np.testing.assert_allclose(in_product, added_after, rtol=0, atol=tolerance)
+    np.testing.assert_allclose(in_product, expected, rtol=0, atol=tolerance)

@@ -67,10 +67,13 @@ def max_pool2d_last(x, best, index, kh, kw, sh, sw, ph, pw, dh, dw):
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def max_pool2d_last_backward(grad, index, out):
     """``out`` ``[N, cells, C]`` (every cell written) = zeros plus each ``grad[n, o, c]``
-    (``[N, out_cells, C]``) added at ``out[n, index[n, o, c], c]``, in memory order."""
-    out[...] = 0
+    (``[N, out_cells, C]``, any strides) added at ``out[n, index[n, o, c], c]``, in memory
+    order. Each sample's zeros are written just before its adds, which then find them in the
+    cache; ``grad`` is read where it lies (a flattened pool's gradient arrives ``[N, C, ...]``)
+    rather than copied channels-last first."""
     batch, out_cells, channels = grad.shape
     for n in range(batch):
+        out[n] = 0
         for o in range(out_cells):
             for c in range(channels):
                 out[n, index[n, o, c], c] += grad[n, o, c]

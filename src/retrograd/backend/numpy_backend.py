@@ -73,6 +73,23 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
 _SAME_SIZE_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 _SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
+#: ReLUs (and their gradients) of this many elements or more run compiled
+#: (:mod:`.compiled_relu`); smaller ones stay NumPy's, so that a small model never loads Numba.
+COMPILED_RELU_MIN_SIZE = 1 << 16
+
+
+def _compiled_relu_arrays(arrays: list[np.ndarray]):
+    """For the compiled ReLU loops: the flat views of ``arrays`` and of a result laid out as
+    they are, and the result (:func:`.compiled_relu.dense_flat`), when they are float32 or
+    float64 arrays of at least :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in
+    memory in one order; else ``None``."""
+    first = arrays[0]
+    if first.dtype not in (np.float32, np.float64) or first.size < COMPILED_RELU_MIN_SIZE:
+        return None
+    from .compiled_relu import dense_flat
+
+    return dense_flat(arrays)
+
 
 def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
     """``np.where(mask, values, x)`` computed on the bits, ``x ^ ((x ^ values) & -mask)``, or
@@ -308,6 +325,13 @@ class NumpyBackend(
         return out / beta if beta != 1 else out
 
     def relu(self, x):
+        dense = _compiled_relu_arrays([x])
+        if dense is not None:  # one pass, the same bits (compiled_relu)
+            from .compiled_relu import relu_flat
+
+            (flat, result_flat), result = dense
+            relu_flat(flat, result_flat)
+            return result
         return np.maximum(x, 0)
 
     def relu_backward(self, grad, out):
@@ -315,6 +339,13 @@ class NumpyBackend(
         # whatever grad holds), a quarter faster than masking, keeping grad's layout
         if grad.dtype.kind != "f" or out.shape != grad.shape:
             return super().relu_backward(grad, out)
+        dense = _compiled_relu_arrays([grad, out]) if out.dtype == grad.dtype else None
+        if dense is not None:  # one pass, the same bits (compiled_relu)
+            from .compiled_relu import relu_backward_flat
+
+            (grad_flat, out_flat, result_flat), result = dense
+            relu_backward_flat(grad_flat, out_flat, result_flat)
+            return result
         bits = _SAME_SIZE_UINT[grad.itemsize]
         keep = np.less_equal(out, 0)  # not "greater": a NaN output keeps its gradient
         np.logical_not(keep, out=keep)

@@ -446,7 +446,7 @@ class NumpyNNKernels(NumpyConvKernels):
 
             out = np.empty((n, cells, c), dtype=grad.dtype)
             max_pool2d_last_backward(
-                np.ascontiguousarray(np.moveaxis(grad, 1, -1)).reshape(n, -1, c),
+                np.moveaxis(grad, 1, -1).reshape(n, -1, c),
                 np.moveaxis(indices, 1, -1).reshape(n, -1, c),
                 out,
             )
