@@ -377,7 +377,12 @@ class TorchTransport(RankTransport):
             f"rank {self.rank} was stopped by its launcher (SIGTERM: torchrun stops every "
             "rank once one has failed)"
         )
-        return "; ".join([head, *waiting, self.membership.peers_status()])
+        # torchrun may stop this rank before the library reports the dead peer: say what the
+        # rank was waiting for, which the library's own error would have named
+        flying = [
+            f"the all-reduce of {self._named(item)} was in flight" for item in self._in_flight
+        ]
+        return "; ".join([head, *flying, *waiting, self.membership.peers_status()])
 
     # -- collectives -------------------------------------------------------------------------
     def _tensors(self, buffers: Sequence[Any]) -> list[Any]:
@@ -458,13 +463,16 @@ class TorchTransport(RankTransport):
         work.wait()  # completed: returns at once, or raises its error
         return True
 
-    def _failure(self, item: InFlight, error: Exception) -> str:
+    @staticmethod
+    def _named(item: InFlight) -> str:
+        """What ``item`` reduces, as an error names it."""
         kind, number, what = item.pending.key
-        thing = (
-            f"gradient bucket {what + 1} of backward step {number}"
-            if kind == "grad"
-            else ("an all_reduce call")
-        )
+        if kind == "grad":
+            return f"gradient bucket {what + 1} of backward step {number}"
+        return "an all_reduce call"
+
+    def _failure(self, item: InFlight, error: Exception) -> str:
+        thing = self._named(item)
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         peers = self.membership.peers_status()
         return f"the all-reduce of {thing} failed ({first_line}); {peers}"
