@@ -245,17 +245,20 @@ def test_a_text_in_another_encoding_is_refused_or_read_as_told(tmp_path):
 
 
 # -- flags ----------------------------------------------------------------------------------------
-def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(text_file, tmp_path):
+def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(gpt_run, text_file, tmp_path):
+    """``gpt_run`` is this command with the default ``--backend``, numpy."""
     pytest.importorskip("torch")
-    runs = {}
-    for backend in ("numpy", "torch"):
-        out = tmp_path / backend
-        completed = retrograd(
-            "train", *GPT, "--text", text_file, "--backend", backend, "--out", str(out)
-        )
-        assert completed.returncode == 0, completed.stderr
-        runs[backend] = json.loads((out / "metrics.json").read_text())
+    out = tmp_path / "torch"
+    completed = retrograd(
+        "train", *GPT, "--text", text_file, "--backend", "torch", "--out", str(out)
+    )
+    assert completed.returncode == 0, completed.stderr
+    runs = {
+        backend: json.loads((folder / "metrics.json").read_text())
+        for backend, folder in (("numpy", gpt_run), ("torch", out))
+    }
     assert "torch backend on cpu" in completed.stdout
+    assert runs["numpy"]["config"]["backend"] == "numpy"
     assert runs["torch"]["config"]["backend"] == "torch"
     np.testing.assert_allclose(
         runs["torch"]["step_losses"], runs["numpy"]["step_losses"], rtol=1e-4

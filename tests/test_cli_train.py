@@ -42,6 +42,13 @@ def quiet(**settings) -> dict:
     return train(TrainConfig(**settings), echo=lambda *args: None)
 
 
+@pytest.fixture(scope="module")
+def default_run() -> dict:
+    """``quiet()``'s metrics, for the tests that compare against the default run and only read
+    it (the same seed gives the same run: test_same_seed_same_curve_different_seed_...)."""
+    return quiet()
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOURCE, env.get("PYTHONPATH")]))
@@ -98,8 +105,8 @@ def test_balanced_checkpointing_gives_identical_losses_and_parameters(tmp_path):
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_a_budget_reports_its_plans_predicted_and_measured_peak(tmp_path, capsys):
-    plain = quiet()
+def test_a_budget_reports_its_plans_predicted_and_measured_peak(default_run, tmp_path, capsys):
+    plain = default_run
     budget = plain["summary"]["peak_activation_bytes"] // 3
     out = str(tmp_path / "run")
     assert main(["train", *SMALL, "--checkpointing", f"budget:{budget}", "--out", out]) == 0
@@ -242,7 +249,7 @@ def test_python_m_retrograd_train(tmp_path):
     assert (tmp_path / "metrics.json").is_file() and (tmp_path / "curves.png").is_file()
 
 
-def test_mpi_engine_under_mpiexec(tmp_path):
+def test_mpi_engine_under_mpiexec(default_run, tmp_path):
     pytest.importorskip("mpi4py", reason='mpi4py is not installed (pip install -e ".[all]")')
     from retrograd.distributed import launch
 
@@ -270,18 +277,18 @@ def test_mpi_engine_under_mpiexec(tmp_path):
     assert completed.stdout.count("summary") == 1  # rank 0 alone reports
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["config"]["world_size"] == 2 and metrics["config"]["engine"] == "mpi"
-    single = quiet()
+    single = default_run
     np.testing.assert_allclose(metrics["step_losses"], single["step_losses"], rtol=WORKERS_RTOL)
 
 
-def test_torch_backend_trains_like_numpy(tmp_path, capsys):
+def test_torch_backend_trains_like_numpy(default_run, tmp_path, capsys):
     """``--backend torch``: the same run on rg.TorchBackend("cpu"), the same losses to float32
     rounding (the seeded generator gives both backends the same initial weights)."""
     pytest.importorskip("torch")
     assert main(["train", *SMALL, "--backend", "torch", "--out", str(tmp_path)]) == 0
     assert "torch backend on cpu" in capsys.readouterr().out
     on_torch = json.loads((tmp_path / "metrics.json").read_text())
-    on_numpy = quiet()
+    on_numpy = default_run
     np.testing.assert_allclose(
         on_torch["step_losses"], on_numpy["step_losses"], rtol=1e-4, atol=1e-5
     )

@@ -26,11 +26,15 @@ from retrograd.distributed import launch
 from retrograd.distributed.transport import shm
 from zero_cases import check_reports
 
-pytestmark = pytest.mark.numpy_only(
-    "the rank scripts run on the NumPy backend whatever the suite's RETROGRAD_INNER (the torch "
-    "engine's scripts follow it: test_distributed_torch.py), so a torch-suite run would repeat "
-    "this one"
-)
+pytestmark = [
+    pytest.mark.numpy_only(
+        "the rank scripts run on the NumPy backend whatever the suite's RETROGRAD_INNER (the "
+        "torch engine's scripts follow it: test_distributed_torch.py), so a torch-suite run "
+        "would repeat this one"
+    ),
+    # under pytest-xdist, one launch at a time: the timeouts below are sized for that
+    pytest.mark.xdist_group("mpiexec"),
+]
 
 if launch.find_mpiexec() is None:
     pytest.skip(

@@ -28,6 +28,9 @@ from retrograd import distributed as dist
 from retrograd.distributed import buffers, launch
 from zero_cases import check_reports
 
+#: under pytest-xdist, one launch at a time: the timeouts below are sized for that
+pytestmark = pytest.mark.xdist_group("torchrun")
+
 SCRIPTS = Path(__file__).parent / "torch_scripts"
 LAUNCH_SECONDS = 120.0
 
