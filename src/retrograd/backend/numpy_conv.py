@@ -51,10 +51,8 @@ __all__ = ["NumpyConvKernels", "channels_last"]
 
 #: Bytes of im2col columns (and output) per batch block: about a core's L2 cache. The block's
 #: copy and its product run one after the other on it, and a block that stays in the caches
-#: spares the copy's round trip through memory: on the small CNN's second convolution (811 KB
-#: of columns a sample), one-sample blocks ran its forward and weight gradient a tenth faster
-#: than blocks of 8 MB (on a 2-core AMD EPYC shared with other jobs, CPU time; ResNet-18's step
-#: unchanged). It bounds the memory a large batch takes as well.
+#: spares the copy's round trip through memory (``benchmarks/bench_convnets.py`` measures the
+#: effect). It bounds the memory a large batch takes as well.
 COLUMN_BLOCK_BYTES = 1 << 20
 
 
@@ -68,8 +66,7 @@ FOLD_BLOCK_BYTES = 1 << 20
 #: Convolutions with fewer rows than this (``C * prod(kernel)``: a network's first layer, on
 #: one to three channels) add their bias in the product, as a last column of ones beside the
 #: columns and the bias beside the weight, rather than in a pass over the output, which costs
-#: half as much as such a short product (the small CNN's first convolution: a tenth to a fifth
-#: less time).
+#: half as much as such a short product.
 BIAS_COLUMN_ROWS = 32
 
 #: Whether :func:`_warm_blas` has run in this process.
