@@ -79,16 +79,18 @@ COMPILED_RELU_MIN_SIZE = 1 << 16
 
 
 def _compiled_relu_arrays(arrays: list[np.ndarray]):
-    """For the compiled ReLU loops: the flat views of ``arrays`` and of a result laid out as
-    they are, and the result (:func:`.compiled_relu.dense_flat`), when they are float32 or
-    float64 arrays of at least :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in
-    memory in one order; else ``None``."""
+    """For the compiled ReLU loops: the module :mod:`.compiled_relu`, the flat views of
+    ``arrays`` and of a result laid out as they are, and the result
+    (:func:`.compiled_relu.dense_flat`), when they are float32 or float64 arrays of at least
+    :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in memory in one order; else
+    ``None``."""
     first = arrays[0]
     if first.dtype not in (np.float32, np.float64) or first.size < COMPILED_RELU_MIN_SIZE:
         return None
-    from .compiled_relu import dense_flat
+    from . import compiled_relu
 
-    return dense_flat(arrays)
+    dense = compiled_relu.dense_flat(arrays)
+    return None if dense is None else (compiled_relu, *dense)
 
 
 def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
@@ -327,10 +329,8 @@ class NumpyBackend(
     def relu(self, x):
         dense = _compiled_relu_arrays([x])
         if dense is not None:  # one pass, the same bits (compiled_relu)
-            from .compiled_relu import relu_flat
-
-            (flat, result_flat), result = dense
-            relu_flat(flat, result_flat)
+            kernels, (flat, result_flat), result = dense
+            kernels.relu_flat(flat, result_flat)
             return result
         return np.maximum(x, 0)
 
@@ -341,10 +341,8 @@ class NumpyBackend(
             return super().relu_backward(grad, out)
         dense = _compiled_relu_arrays([grad, out]) if out.dtype == grad.dtype else None
         if dense is not None:  # one pass, the same bits (compiled_relu)
-            from .compiled_relu import relu_backward_flat
-
-            (grad_flat, out_flat, result_flat), result = dense
-            relu_backward_flat(grad_flat, out_flat, result_flat)
+            kernels, (grad_flat, out_flat, result_flat), result = dense
+            kernels.relu_backward_flat(grad_flat, out_flat, result_flat)
             return result
         bits = _SAME_SIZE_UINT[grad.itemsize]
         keep = np.less_equal(out, 0)  # not "greater": a NaN output keeps its gradient
