@@ -1,10 +1,20 @@
 """Test-suite setup: every backward asserts that the checkpointer was drained (Burn's test
 build does the same), and the inner backend is chosen (``tests/backends.py``):
 ``RETROGRAD_INNER=torch`` or ``--inner torch`` makes ``Autodiff(TorchBackend("cpu"))`` the
-default backend. Tests about NumPy alone carry ``@pytest.mark.numpy_only(reason)`` and are
-skipped, with that reason, on another backend."""
+default backend.
+
+Two markers say how a test relates to that choice:
+
+- ``@pytest.mark.numpy_only(reason)``: a test about NumPy alone; skipped, with that reason, on
+  another backend.
+- ``@pytest.mark.backend_independent(reason)``: a test whose outcome cannot depend on the inner
+  backend, so that running it on a second backend tests nothing new; deselected on a backend
+  other than NumPy (pytest's closing line counts it). The claim is checked on every pass, at
+  collection, and on the NumPy pass while the test runs (``tests/backend_independence.py``).
+"""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -48,8 +58,14 @@ def pytest_configure(config):
     import retrograd as rg
 
     share_the_cores_among_workers()
+
     config.addinivalue_line(
         "markers", "numpy_only(reason): a test about the NumPy backend itself, not semantics"
+    )
+    config.addinivalue_line(
+        "markers",
+        "backend_independent(reason): never reaches the inner backend (checked on NumPy); "
+        "deselected on another backend",
     )
     choice = config.getoption("--inner")
     if choice:
@@ -61,11 +77,50 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     import backends
+    from backend_independence import module_problems
 
+    independent = [item for item in items if item.get_closest_marker("backend_independent")]
+    modules = {Path(item.path): item.module for item in independent}
+    for path in sorted(modules):
+        problems = module_problems(path, modules[path])
+        if problems:
+            raise pytest.UsageError(
+                f"{path.name} holds backend_independent tests but {'; '.join(problems)}"
+            )
     if not backends.on_torch():
         return
+    if independent:
+        config.hook.pytest_deselected(items=independent)
+        items[:] = [item for item in items if not item.get_closest_marker("backend_independent")]
     for item in items:
         marker = item.get_closest_marker("numpy_only")
         if marker is not None:
             reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
             item.add_marker(pytest.mark.skip(reason=f"NumPy backend only: {reason}"))
+
+
+def _run_withheld(item):
+    """A hook wrapper's body: the test phase within, with the default backend withheld where
+    the test is marked ``backend_independent`` (on the NumPy pass: the others deselect it)."""
+    import backends
+    from backend_independence import default_backend_withheld
+
+    if item.get_closest_marker("backend_independent") is None or backends.on_torch():
+        return (yield)
+    with default_backend_withheld(item.nodeid):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _run_withheld(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _run_withheld(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    return (yield from _run_withheld(item))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.backend_independent("reads the source with ast")
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "retrograd"
 
 #: Each top-level part of ``retrograd`` and its layer. A module may import modules of its own

@@ -7,6 +7,8 @@ import pytest
 
 from retrograd.app import data
 
+pytestmark = pytest.mark.backend_independent("data files to NumPy arrays, no tensor")
+
 
 def write_mnist(folder, train=30, test=10, gz=False, size=28, seed=0):
     """Small MNIST-format files: uint8 images [N, size, size] and uint8 labels."""

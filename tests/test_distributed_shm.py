@@ -13,7 +13,10 @@ import pytest
 
 from retrograd.distributed.transport import shm
 
-pytestmark = pytest.mark.skipif(not shm.available(), reason="needs x86-64 and /dev/shm")
+pytestmark = [
+    pytest.mark.skipif(not shm.available(), reason="needs x86-64 and /dev/shm"),
+    pytest.mark.backend_independent("the transport moves NumPy arrays, no tensor"),
+]
 
 
 def run_ranks(ranks: int, body) -> list:

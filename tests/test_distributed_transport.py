@@ -32,6 +32,8 @@ from retrograd.distributed.transport.pacing import (
 )
 from retrograd.distributed.transport.ranks import RankTransport, StartError
 
+pytestmark = pytest.mark.backend_independent("transports move NumPy arrays, no tensor")
+
 SUM, MEAN = ReduceOperation.SUM, ReduceOperation.MEAN
 
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import retrograd
+
+pytestmark = pytest.mark.backend_independent("reads the source with ast")
 
 PACKAGE = Path(retrograd.__file__).parent
 KERNELS = "retrograd.backend.numpy_nn"

@@ -23,6 +23,11 @@ import pytest
 
 import retrograd as rg
 
+#: Every test here but the docstring examples' (which run in this process, on the suite's
+#: default backend): examples run in fresh interpreters, whose default backend is NumPy's
+#: whatever the suite's, and the rest reads and writes files.
+BACKEND_INDEPENDENT = pytest.mark.backend_independent("fresh interpreters and files")
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -43,24 +48,28 @@ def run_example(block: str) -> subprocess.CompletedProcess:
     )
 
 
+@BACKEND_INDEPENDENT
 def test_readme_has_the_two_commands():
     text = README.read_text()
     assert 'pip install -e ".[all]" && retrograd train' in text
     assert 'pip install -e ".[dev]" && python -m pytest' in text
 
 
+@BACKEND_INDEPENDENT
 def test_readme_shows_the_gpt_on_its_first_screen():
     first_screen = "\n".join(README.read_text().splitlines()[:40])
     assert "retrograd train --model gpt" in first_screen
     assert "retrograd sample" in first_screen and "unigram" in first_screen
 
 
+@BACKEND_INDEPENDENT
 def test_readme_ten_line_example_is_ten_lines_of_code():
     first = python_blocks()[0]
     code = [line for line in first.splitlines() if line.strip()]
     assert len(code) <= 11  # ten lines, imports included, give or take the print
 
 
+@BACKEND_INDEPENDENT
 @pytest.mark.parametrize("index", range(2))
 def test_readme_examples_run(index):
     """Each example runs in a fresh interpreter, as a reader would paste it."""
@@ -71,6 +80,7 @@ def test_readme_examples_run(index):
         assert accuracy > 0.9, completed.stdout
 
 
+@BACKEND_INDEPENDENT
 @pytest.mark.parametrize(
     ("document", "index"),
     [(name, i) for name in DOCS_WITH_EXAMPLES for i in range(len(python_blocks(DOCS / name)))],
@@ -80,6 +90,7 @@ def test_docs_examples_run(document, index):
     assert completed.returncode == 0, f"{document}, example {index + 1}:\n{completed.stderr}"
 
 
+@BACKEND_INDEPENDENT
 def test_every_doc_with_examples_has_one():
     for name in DOCS_WITH_EXAMPLES:
         assert python_blocks(DOCS / name), name
@@ -103,6 +114,7 @@ def headings(text: str) -> list[str]:
     return [line for line in prose.splitlines() if line.startswith("#")]
 
 
+@BACKEND_INDEPENDENT
 def test_no_heading_under_docs_names_a_date_a_run_or_a_change():
     found = [
         f"{path.name}: {heading}"
@@ -113,6 +125,7 @@ def test_no_heading_under_docs_names_a_date_a_run_or_a_change():
     assert found == []
 
 
+@BACKEND_INDEPENDENT
 @pytest.mark.parametrize(
     "heading",
     [
@@ -137,6 +150,7 @@ def load_report():
     return module
 
 
+@BACKEND_INDEPENDENT
 def test_the_docs_quote_the_results_files():
     """docs/benchmarks.md's tables and the README's numbers are what report.py renders from
     benchmarks/results/*.json now: a results file rerun without regenerating the docs, or a
@@ -148,6 +162,7 @@ def test_the_docs_quote_the_results_files():
     )
 
 
+@BACKEND_INDEPENDENT
 def test_every_benchmark_results_file_has_a_block_in_benchmarks_md():
     report = load_report()
     quoted = report.quoted_names([(DOCS / "benchmarks.md").read_text()])
@@ -156,6 +171,7 @@ def test_every_benchmark_results_file_has_a_block_in_benchmarks_md():
     assert {"gpt-torch", "lm", "convnets", "convs", "ddp_checkouts"} <= quoted
 
 
+@BACKEND_INDEPENDENT
 def test_every_results_name_a_script_writes_has_a_block_in_benchmarks_md():
     """A benchmark added to benchmarks/ gets its section: every name a script passes to
     ``write_results`` as a string literal is quoted by docs/benchmarks.md."""
@@ -209,6 +225,7 @@ def checkout(tmp_path):
     return tmp_path
 
 
+@BACKEND_INDEPENDENT
 def test_without_results_files_the_docs_say_so(checkout):
     report = load_report()
     rendered = report.rendered(checkout, checkout / "results")
@@ -219,6 +236,7 @@ def test_without_results_files_the_docs_say_so(checkout):
     assert readme.count("no results file yet (`benchmarks/results/overhead.json`") == 2
 
 
+@BACKEND_INDEPENDENT
 def test_results_files_become_tables_and_the_readme_numbers(checkout):
     folder = checkout / "results"
     results_file(
@@ -324,6 +342,7 @@ def test_docstring_examples(name):
     assert result.attempted > 0
 
 
+@BACKEND_INDEPENDENT
 def test_a_figure_block_shows_only_the_plot_drawn_beside_a_results_file(checkout):
     # a page explaining a feature shows its benchmark's plot, and says so while there is none
     page = checkout / "docs" / "checkpointing.md"
@@ -341,6 +360,7 @@ def test_a_figure_block_shows_only_the_plot_drawn_beside_a_results_file(checkout
     assert "Measured 2030-01-02 03:04 UTC" in after and "| mlp |" not in after
 
 
+@BACKEND_INDEPENDENT
 def test_the_budget_plot_is_drawn_from_the_results_file(tmp_path):
     pytest.importorskip("matplotlib")
     path = ROOT / "benchmarks" / "plot_budget_loops.py"

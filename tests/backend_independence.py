@@ -1,0 +1,88 @@
+"""The ``backend_independent`` marker's checks (``tests/conftest.py`` applies them).
+
+A test so marked claims that its outcome cannot depend on the suite's inner backend, so that
+the suite's pass on a second backend deselects it. The claim is checked, not trusted:
+
+- :func:`module_problems`, at collection on every pass: the module holding the test does not
+  import ``tests/backends.py`` (the inner backend's choice), does not name ``RETROGRAD_INNER``
+  or ``torch_scripts`` (processes that follow the choice), and made no tensor or module on
+  the default backend as it was imported;
+- :func:`default_backend_withheld`, around the test's setup, call and teardown on the NumPy
+  pass: the process default backend, which the suite's conftest sets to the chosen inner
+  backend, is withheld, so that a test reaching it (``rg.tensor(...)`` outside
+  ``rg.use_backend``, ``rg.default_backend()``) fails, even where its code catches the error.
+
+What passes both is code that makes no tensor, or only tensors of backends it names itself:
+the same on every pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import retrograd as rg
+from retrograd import context
+
+#: What a module holding a ``backend_independent`` test may not name: the inner backend's
+#: switch, and the scripts that follow it in their own processes.
+FOLLOWS_THE_INNER_BACKEND = ("RETROGRAD_INNER", "torch_scripts")
+
+
+class DefaultBackendWithheldError(AssertionError):
+    """A test marked ``backend_independent`` asked for the default backend."""
+
+
+def imports_backends(source: str) -> bool:
+    """Whether Python ``source`` imports the suite's ``backends`` module."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "backends" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "backends" and not node.level:
+            return True
+    return False
+
+
+def module_problems(path: Path, module: ModuleType) -> list[str]:
+    """Why the test ``module`` at ``path`` may not hold ``backend_independent`` tests (none:
+    it may)."""
+    problems = []
+    made = [
+        name for name, value in vars(module).items() if isinstance(value, (rg.Tensor, rg.nn.Module))
+    ]
+    if made:
+        problems.append(f"makes {', '.join(made)} on the default backend at import")
+    source = path.read_text()
+    if imports_backends(source):
+        problems.append("imports tests/backends.py")
+    problems.extend(f"names {name}" for name in FOLLOWS_THE_INNER_BACKEND if name in source)
+    return problems
+
+
+@contextlib.contextmanager
+def default_backend_withheld(test: str) -> Iterator[list[str]]:
+    """Within: ``rg.default_backend`` (through which every tensor made without a backend of
+    its own finds one) records the call and raises :class:`DefaultBackendWithheldError`.
+    On leaving, raises that error if it was called at all, even if the caller caught it."""
+    asked: list[str] = []
+
+    def withheld() -> rg.Backend:
+        asked.append(test)
+        raise DefaultBackendWithheldError(
+            f"{test} is marked backend_independent but asked for the default backend"
+        )
+
+    saved = context.default_backend, rg.default_backend
+    context.default_backend = rg.default_backend = withheld
+    try:
+        yield asked
+    finally:
+        context.default_backend, rg.default_backend = saved
+    if asked:
+        raise DefaultBackendWithheldError(
+            f"{test} is marked backend_independent but asked for the default backend "
+            f"{len(asked)} time(s)"
+        )

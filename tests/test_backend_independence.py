@@ -1,0 +1,75 @@
+"""The ``backend_independent`` marker's checks (``tests/backend_independence.py``) catch a test
+that reaches the inner backend: by the default backend, even where the error is caught, and
+by the text and the import-time values of its module."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from backend_independence import (
+    DefaultBackendWithheldError,
+    default_backend_withheld,
+    imports_backends,
+    module_problems,
+)
+
+
+def test_a_tensor_made_on_the_default_backend_fails_the_test():
+    with pytest.raises(DefaultBackendWithheldError, match="1 time"):  # noqa: SIM117
+        with default_backend_withheld("t") as asked:
+            with pytest.raises(DefaultBackendWithheldError):
+                rg.tensor([1.0, 2.0])
+            assert asked == ["t"]
+    assert rg.tensor([1.0]).backend is rg.default_backend()  # given back
+
+
+def test_the_default_backend_asked_for_and_the_error_caught_still_fails_the_test():
+    with pytest.raises(DefaultBackendWithheldError, match="2 time"):  # noqa: SIM117
+        with default_backend_withheld("t"):
+            for _ in range(2):
+                with contextlib.suppress(Exception):  # as library code might
+                    rg.zeros((2,))
+
+
+def test_tensors_of_a_named_backend_and_plain_arrays_pass():
+    named = rg.Autodiff(rg.NumpyBackend())
+    with default_backend_withheld("t") as asked:
+        with rg.use_backend(named):
+            x = rg.tensor([1.0, 2.0]).require_grad()
+            (x * x).sum().backward()
+        np.add(np.ones(2), 1.0)
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import backends", "from backends import inner_backend", "import os, backends"],
+)
+def test_an_import_of_the_backends_module_is_seen(source):
+    assert imports_backends(source)
+
+
+def test_other_imports_and_mentions_are_not_imports_of_backends():
+    assert not imports_backends("import retrograd as rg\nfrom retrograd import backend\n")
+    assert not imports_backends("'''import backends'''\nfrom .backends import x\n")
+
+
+def test_a_module_that_follows_the_inner_backend_is_refused(tmp_path: Path):
+    path = tmp_path / "test_x.py"
+    path.write_text("import backends\nENV = 'RETROGRAD_INNER'\n")
+    module = types.ModuleType("test_x")
+    module.X = rg.tensor([1.0])
+    problems = module_problems(path, module)
+    assert problems == [
+        "makes X on the default backend at import",
+        "imports tests/backends.py",
+        "names RETROGRAD_INNER",
+    ]
+    path.write_text("import numpy as np\n")
+    assert module_problems(path, types.ModuleType("test_x")) == []
