@@ -1,7 +1,7 @@
 """The ``backend_independent`` marker's checks (``tests/conftest.py`` applies them).
 
 A test so marked claims that its outcome cannot depend on the suite's inner backend, so that
-the suite's pass on a second backend deselects it. The claim is checked, not trusted:
+the suite's pass on a second backend skips it. The claim is checked, not trusted:
 
 - :func:`module_problems`, at collection on every pass: the module holding the test does not
   import ``tests/backends.py`` (the inner backend's choice), does not name ``RETROGRAD_INNER``

@@ -8,9 +8,10 @@ Two markers say how a test relates to that choice:
 - ``@pytest.mark.numpy_only(reason)``: a test about NumPy alone; skipped, with that reason, on
   another backend.
 - ``@pytest.mark.backend_independent(reason)``: a test whose outcome cannot depend on the inner
-  backend, so that running it on a second backend tests nothing new; deselected on a backend
-  other than NumPy (pytest's closing line counts it). The claim is checked on every pass, at
-  collection, and on the NumPy pass while the test runs (``tests/backend_independence.py``).
+  backend, so that running it on a second backend tests nothing new; skipped on a backend
+  other than NumPy, as ``numpy_only`` tests are (``-rs`` lists both). The claim is checked on
+  every pass at collection, and on the NumPy pass while the test runs
+  (``tests/backend_independence.py``).
 """
 
 import os
@@ -19,6 +20,13 @@ from pathlib import Path
 import pytest
 
 os.environ["RETROGRAD_CHECK_CHECKPOINTER"] = "1"
+
+
+#: The markers whose tests a backend other than NumPy skips, and the skip reason's start.
+SKIPPED_OFF_NUMPY = {
+    "numpy_only": "NumPy backend only",
+    "backend_independent": "backend independent, ran on the NumPy pass",
+}
 
 
 def pytest_addoption(parser):
@@ -65,7 +73,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "backend_independent(reason): never reaches the inner backend (checked on NumPy); "
-        "deselected on another backend",
+        "skipped on another backend",
     )
     choice = config.getoption("--inner")
     if choice:
@@ -89,19 +97,18 @@ def pytest_collection_modifyitems(config, items):
             )
     if not backends.on_torch():
         return
-    if independent:
-        config.hook.pytest_deselected(items=independent)
-        items[:] = [item for item in items if not item.get_closest_marker("backend_independent")]
     for item in items:
-        marker = item.get_closest_marker("numpy_only")
-        if marker is not None:
-            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
-            item.add_marker(pytest.mark.skip(reason=f"NumPy backend only: {reason}"))
+        for name, why in SKIPPED_OFF_NUMPY.items():
+            marker = item.get_closest_marker(name)
+            if marker is not None:
+                reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+                item.add_marker(pytest.mark.skip(reason=f"{why}: {reason}"))
+                break
 
 
 def _run_withheld(item):
     """A hook wrapper's body: the test phase within, with the default backend withheld where
-    the test is marked ``backend_independent`` (on the NumPy pass: the others deselect it)."""
+    the test is marked ``backend_independent`` (on the NumPy pass: the others skip it)."""
     import backends
     from backend_independence import default_backend_withheld
 
