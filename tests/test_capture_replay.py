@@ -185,3 +185,42 @@ def test_changes_after_replays_are_seen_by_the_checks():
     opt.param_groups[0]["params"].append(rg.zeros((2,)).require_grad())
     with pytest.raises(rg.CaptureError, match=r"parameter groups of SGD changed"):
         step(x)
+
+
+def test_an_optimizer_with_a_step_of_its_own_is_called_at_every_replay():
+    class Logged(optim.SGD):
+        calls = 0
+
+        def step(self, grads):
+            type(self).calls += 1
+            super().step(grads)
+
+    (eager, eager_opt), (captured, captured_opt) = (
+        model_and_optimizer(lambda m: optim.SGD(m, lr=0.05, momentum=0.9)),
+        model_and_optimizer(lambda m: Logged(m, lr=0.05, momentum=0.9)),
+    )
+    batches = data()
+    for x in batches:
+        step_for(eager, eager_opt)(x)
+    step = rg.capture(step_for(captured, captured_opt), batches[0], state=[captured_opt])
+    for x in batches[1:]:
+        step(x)
+    assert Logged.calls == STEPS
+    assert_same_parameters(eager, captured)
+    assert_same_state(eager_opt, captured_opt)
+
+
+def test_parameters_reordered_in_their_group_after_capture_still_step_as_eager():
+    (eager, eager_opt), (captured, captured_opt) = (
+        model_and_optimizer(OPTIMIZERS["adam"]),
+        model_and_optimizer(OPTIMIZERS["adam"]),
+    )
+    batches = data()
+    step_for(eager, eager_opt)(batches[0])
+    step = rg.capture(step_for(captured, captured_opt), batches[0], state=[captured_opt])
+    for opt in (eager_opt, captured_opt):  # same sizes: the group check passes
+        opt.param_groups[0]["params"].reverse()
+    for x in batches[1:]:
+        step_for(eager, eager_opt)(x)
+        step(x)
+    assert_same_parameters(eager, captured)

@@ -76,7 +76,8 @@ def _render(encoded: tuple, namespace: dict) -> str:
 class OptimizerCall:
     """An optimizer step at replay: the replayed gradients handed to the optimizer, bound
     at capture to the parameters they are the gradients of (:class:`~retrograd.optim.bound.
-    BoundStep`: the update kernels called directly, the eager step's bits and state)."""
+    BoundStep`: the update kernels called directly, the eager step's bits and state), or to
+    ``optimizer.step`` in a ``Gradients`` value for an optimizer without a fused kernel."""
 
     def __init__(
         self,
@@ -91,7 +92,8 @@ class OptimizerCall:
         self.outs = outs  # the state values after the step, one per state entry
         #: the state entries' tensors at capture (``parameters[index]``, index a state index)
         self.parameters = [parameters[index] for index, _ in grad_slots]
-        self.bound = BoundStep(optimizer, self.parameters)
+        #: ``None`` for an optimizer whose step is its own code: ``optimizer.step`` is called
+        self.bound = BoundStep(optimizer, self.parameters) if BoundStep.binds(optimizer) else None
 
 
 class CudaGraphSegment:

@@ -145,10 +145,13 @@ class CapturedStep:
         grads = [
             next(values) if encoded[0] == "s" else encoded[1] for _, encoded in item.grad_slots
         ]
+        bound = item.bound
         parameters = item.parameters
-        if all(entries[index][2] is p for (index, _), p in zip(item.grad_slots, parameters)):
-            item.bound(grads)
-        else:  # a parameter replaced by another object under its name: the eager lookup
+        if (
+            bound is None
+            or not all(entries[index][2] is p for (index, _), p in zip(item.grad_slots, parameters))
+            or not bound(grads)
+        ):  # the optimizer's own step, or parameters not where they were: the eager lookup
             backend = self._backend
             gradients = Gradients(backend.inner)
             for (index, _), value in zip(item.grad_slots, grads):

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentError
 from ..tensor import Tensor
 from ..tensor.inplace import assign
 from .optimizers import SGD, Adam, Optimizer, RMSprop, _empty_buffer, sole_reference
@@ -153,13 +152,23 @@ def _has_state(state: dict | None, ready: Callable, group: dict) -> bool:
     return state is not None and ready(state, group)
 
 
+def _kernel_of(optimizer: Any) -> tuple[Callable, Callable] | None:
+    """The kernel call of ``optimizer``'s algorithm, or ``None`` when its step is its own."""
+    cls = type(optimizer)
+    if not isinstance(optimizer, Optimizer) or not optimizer.updates_in_place:
+        return None
+    if cls.step is not Optimizer.step or cls.step_parameter is not Optimizer.step_parameter:
+        return None
+    return _KERNELS.get(getattr(cls, "update", None))
+
+
 class BoundStep:
     """``optimizer.step`` on the gradients of ``parameters``, given as plain inner values in
-    that order.
+    that order, for the optimizers with a fused update kernel (:meth:`binds`).
 
-    Each parameter must be in one of the optimizer's groups; its group is read again at every
-    call by position (a group dict replaced by another is read too), and a parameter no longer
-    where it was is an error (the replay's state checks refuse changed groups first).
+    Each parameter's group is found again at every call by position (a group dict replaced by
+    another is read too); when a parameter is no longer where it was, the call steps nothing
+    and answers ``False``: the caller then steps the eager way.
     """
 
     def __init__(self, optimizer: Optimizer, parameters: Sequence[Tensor]):
@@ -173,35 +182,39 @@ class BoundStep:
         self.positions = [k for k, p in enumerate(parameters) if id(p) in where]
         self.parameters = [parameters[k] for k in self.positions]
         self.places = [_Place(p, *where[id(p)]) for p in self.parameters]
-        cls = type(optimizer)
-        # a subclass with a step of its own is called as it is
-        own_step = cls.step is not Optimizer.step or (
-            cls.step_parameter is not Optimizer.step_parameter
-        )
-        kernel = _KERNELS.get(getattr(cls, "update", None))
-        self.kernel = None if own_step or not optimizer.updates_in_place else kernel
+        self.kernel = _kernel_of(optimizer)
 
-    def __call__(self, grads: Sequence[Any]) -> None:
+    @staticmethod
+    def binds(optimizer: Any) -> bool:
+        """Whether a step of ``optimizer`` can be bound: SGD, Adam, AdamW or RMSprop, or a
+        subclass that changes none of ``step``, ``step_parameter`` and ``update`` (any other
+        optimizer's step is its own code, called as it is)."""
+        return _kernel_of(optimizer) is not None
+
+    def __call__(self, grads: Sequence[Any]) -> bool:
         """Step on ``grads``, one per parameter given at construction, in that order (those
-        of parameters not in the optimizer's groups are not read)."""
+        of parameters not in the optimizer's groups are not read); ``False`` (and nothing
+        done) when a parameter moved in ``param_groups`` since capture."""
         groups = self.optimizer.param_groups
+        for parameter, place in zip(self.parameters, self.places):
+            if place.group >= len(groups):
+                return False
+            params = groups[place.group]["params"]
+            if place.index >= len(params) or params[place.index] is not parameter:
+                return False
         for parameter, place, k in zip(self.parameters, self.places, self.positions):
             group = groups[place.group]
-            if group["params"][place.index] is not parameter:
-                raise InvalidArgumentError(
-                    f"{type(self.optimizer).__name__}: a parameter of the captured step moved "
-                    "in param_groups since capture"
-                )
             if self._fast(parameter, group):
                 self._step_one(parameter, grads[k], group, place)
             else:
                 grad_tensor = Tensor(grads[k], place.inner, place.device)
                 self.optimizer.step_parameter(parameter, grad_tensor, group)
+        return True
 
     def _fast(self, parameter: Tensor, group: dict) -> bool:
         """Whether the kernel call below does what :meth:`Optimizer.step_parameter` would."""
         kernel = self.kernel
-        if kernel is None or getattr(parameter, "_view", None) is not None:
+        if getattr(parameter, "_view", None) is not None:
             return False
         backend = parameter._backend
         return (
