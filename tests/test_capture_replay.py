@@ -16,22 +16,10 @@ import pytest
 import retrograd as rg
 from retrograd import nn, optim
 from retrograd.optim import Optimizer
+from test_capture_training import assert_same_optimizer_state as assert_same_state
+from test_capture_training import assert_same_parameters
 
 STEPS = 4
-
-
-def assert_same_parameters(a, b):
-    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
-        assert np.array_equal(p.numpy(), q.numpy()), name
-
-
-def assert_same_state(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    assert sa["state"].keys() == sb["state"].keys()
-    for key in sa["state"]:
-        for name, value in sa["state"][key].items():
-            assert np.array_equal(np.asarray(value), np.asarray(sb["state"][key][name])), name
 
 
 def model_and_optimizer(make_optimizer, dropout=0.0):
