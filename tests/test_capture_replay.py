@@ -212,3 +212,31 @@ def test_parameters_reordered_in_their_group_after_capture_still_step_as_eager()
         step_for(eager, eager_opt)(x)
         step(x)
     assert_same_parameters(eager, captured)
+
+
+def test_a_module_with_a_walk_of_its_own_is_walked_at_every_replay():
+    class Hiding(nn.Module):
+        """Lists its bias only while ``show_bias`` is set (its own named_parameters)."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(4, 2)
+            self.show_bias = True
+
+        def named_parameters(self, prefix="", recurse=True):
+            for name, p in super().named_parameters(prefix, recurse):
+                if self.show_bias or not name.endswith("bias"):
+                    yield name, p
+
+        def forward(self, x):
+            return self.inner(x)
+
+    model = Hiding()
+    opt = optim.SGD(model, lr=0.1)
+    x = data(n=1)[0]
+    step = rg.capture(step_for(model, opt), x, state=[opt])
+    step(x)
+    step(x)
+    model.show_bias = False  # no dict changed: only its own walk tells
+    with pytest.raises(rg.CaptureError, match=r"parameters of Hiding changed"):
+        step(x)

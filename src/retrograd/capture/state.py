@@ -106,8 +106,8 @@ class State:
             for _, sub in module.named_modules():
                 params = getattr(sub, "_parameters", None)
                 children = getattr(sub, "_modules", None)
-                if type(params) is not dict or type(children) is not dict:
-                    return ()  # not a retrograd Module: no identities to compare, walk each time
+                if type(params) is not dict or type(children) is not dict or not _plain(sub):
+                    return ()  # walks of its own: no identities to compare, walk each time
                 modules.append((sub, sub.training, *_dict_read(params), *_dict_read(children)))
         optimizers = []
         for optimizer in self.optimizers:
@@ -146,6 +146,18 @@ class State:
                         name = f"{type(optimizer).__name__}.param_groups[{number}][{index}]"
                         out.append((None, name, tensor))
         return out
+
+
+#: The walks of a module tree whose answers follow from the parameter and sub-module dicts.
+_WALKS = ("named_parameters", "named_modules", "named_children", "_named_members")
+
+
+def _plain(module: Any) -> bool:
+    """Whether ``module`` walks its tree with the walks of the class that defines them (a
+    subclass overriding one may answer from something else than its dicts)."""
+    cls = type(module)
+    base = next((k for k in cls.__mro__ if "_named_members" in vars(k)), None)
+    return base is not None and all(getattr(cls, n) is getattr(base, n) for n in _WALKS)
 
 
 def _dict_read(mapping: dict) -> tuple:
