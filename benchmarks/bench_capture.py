@@ -14,12 +14,16 @@ Four steps:
   each step (the warm-up of nanoGPT's schedule), for retrograd and torch alike.
 
 The implementations start from the same weights and take turns (interleaved rounds: each
-round times every implementation once); the table gives each one's median and range over the
-rounds, and its ratio to torch eager as the median (and range) of the rounds' ratios, which
-pairs measurements taken moments apart. The first steps' losses must agree before any timing
-is reported; after the run the captured model's parameters must equal the eager model's bit
-for bit (default fusion) or closely (``fuse="fast"``). The first replay of a fused step
-compiles its kernels (Numba; cached on disk by their source), so it is not timed.
+round times every implementation once, on a run of consecutive steps -- ``LOOP`` of them, the
+training loop a user runs -- given per step); the table gives each one's median and range over
+the rounds, and its ratio to torch eager as the median (and range) of the rounds' ratios, which
+pairs measurements taken moments apart. For the chain, whose steps are short enough for the
+caches to matter, a second table times single steps in turn (each step right after another
+implementation's, with the caches that one left: the first replay after an eager step). The
+first steps' losses must agree before any timing is reported; after the run the captured
+model's parameters must equal the eager model's bit for bit (default fusion) or closely
+(``fuse="fast"``). The first replay of a fused step compiles its kernels (Numba; cached on
+disk by their source), so it is not timed.
 
     python benchmarks/bench_capture.py [--repeats 20] [--only chain,mlp,cnn,gpt]
     python benchmarks/bench_capture.py --parts   # where a replay of the chain spends its time
@@ -136,6 +140,8 @@ def torch_classifier_step(torch, model, x, y):
 
 
 MODES = {"retrograd captured": True, "retrograd captured, fast fusion": "fast"}
+#: consecutive steps each round times, per workload (about 50 ms and more of eager steps)
+LOOP = {"chain": 20, "mlp": 2, "cnn": 2, "gpt": 2}
 
 
 def retrograd_steps(make_model, inputs, make_optimizer, loss_of, clip=None, schedule=None):
@@ -400,19 +406,28 @@ def main() -> None:
         first = {key: float(np.asarray(run().detach().numpy())) for key, run in candidates.items()}
         values = list(first.values())
         assert np.allclose(values, values[0], rtol=1e-3, atol=1e-4), first
-        times = interleaved(candidates, repeats=args.repeats)
-        check_models(models)
+        loop = LOOP[name]
+        runs = {f"{loop} consecutive steps" if loop > 1 else "": loop}
+        if name == "chain":
+            runs["one step at a time, each after another implementation's"] = 1
         kernels = ", ".join(f"{key.split(', ')[-1]}: {n} kernels" for key, n in fused.items())
-        title = f"{title}: training step, {calls} recorded calls ({kernels})"
-        header = ["implementation", f"{unit}, median (range)", "time / torch eager, per round"]
-        rows = rows_for(times, scale)
-        print(f"\n{title}")
-        print(table(rows, header))
-        tables[title] = {
-            "header": header,
-            "rows": rows,
-            "note": f"{args.repeats} interleaved rounds; ranges are min-max over the rounds.",
-        }
+        for run, steps_per_round in runs.items():
+            times = interleaved(candidates, repeats=args.repeats, loop=steps_per_round)
+            caption = f"{title}: training step, {calls} recorded calls ({kernels})"
+            caption += f"; {run}" if run else ""
+            header = ["implementation", f"{unit}, median (range)", "time / torch eager, per round"]
+            rows = rows_for(times, scale)
+            print(f"\n{caption}")
+            print(table(rows, header))
+            timed = f"{steps_per_round} consecutive steps per round and implementation, "
+            tables[caption] = {
+                "header": header,
+                "rows": rows,
+                "note": f"{args.repeats} interleaved rounds, "
+                + (timed if steps_per_round > 1 else "")
+                + "time per step; ranges are min-max over the rounds.",
+            }
+        check_models(models)
     common.write_results("capture", tables, command=common.command_line())
 
 

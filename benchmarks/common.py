@@ -50,19 +50,24 @@ def torch_single_thread():
 
 
 def interleaved(
-    candidates: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
+    candidates: dict[str, Callable[[], object]], repeats: int, warmup: int = 2, loop: int = 1
 ) -> dict[str, list[float]]:
     """Time each candidate ``repeats`` times, taking turns (A B C A B C ...), so that a
-    machine whose speed drifts affects all of them alike; returns seconds per call."""
+    machine whose speed drifts affects all of them alike; returns seconds per call.
+
+    ``loop``: each turn times that many consecutive calls (seconds per call: their mean), as
+    a training loop makes them; with one, each call follows another candidate's and starts
+    with caches that one left."""
     for function in candidates.values():
-        for _ in range(warmup):
+        for _ in range(warmup * loop):
             function()
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, function in candidates.items():
             start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(loop):
+                function()
+            times[name].append((time.perf_counter() - start) / loop)
     return times
 
 

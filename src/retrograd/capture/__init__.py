@@ -35,7 +35,7 @@ from ..context import current_backend
 from ..tensor import Tensor
 from .program import CudaGraphSegment, compile_program
 from .recording import CaptureError, Patches, Recorder, WatchedGradients
-from .replay import CapturedStep, inner_value
+from .replay import CapturedStep, inner_value, raw_spec
 from .state import State
 
 __all__ = ["CaptureError", "CapturedStep", "capture"]
@@ -116,6 +116,7 @@ def capture(
         _input_slots=input_slots,
         _state_slots=state_slots,
         _state_specs=[(t.shape, t.dtype) for _, _, t in entries],
+        _state_raw_specs=[raw_spec(inner_value(t)) for _, _, t in entries],
         _items=items,
         _last_item=last_item,
         _write_back=write_back,
@@ -203,9 +204,10 @@ def _optimizer_recorder(state: State, backend: Any, recorder: Recorder, loaded: 
                 f"{len(outside)} parameter(s) of no module in state=; list every module the "
                 "step trains"
             )
-        outs = [recorder.new_slot(inner_value(tensor)) for _, _, tensor in state.entries()]
+        parameters = [tensor for _, _, tensor in state.entries()]
+        outs = [recorder.new_slot(inner_value(tensor)) for tensor in parameters]
         loaded[:] = outs
-        recorder.steps.append(("optimizer", optimizer, grad_slots, outs))
+        recorder.steps.append(("optimizer", optimizer, grad_slots, outs, parameters))
         return out
 
     return on_step

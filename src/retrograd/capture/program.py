@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..optim.bound import BoundStep
 from .fusion import fuse_calls
 from .recording import CaptureError, Recorder, slots_of
 
@@ -73,13 +74,26 @@ def _render(encoded: tuple, namespace: dict) -> str:
 
 
 class OptimizerCall:
-    """An optimizer step at replay: the replayed gradients handed to ``optimizer.step``."""
+    """An optimizer step at replay: the replayed gradients handed to the optimizer, bound
+    at capture to the parameters they are the gradients of (:class:`~retrograd.optim.bound.
+    BoundStep`: the update kernels called directly, the eager step's bits and state), or to
+    ``optimizer.step`` in a ``Gradients`` value for an optimizer without a fused kernel."""
 
-    def __init__(self, optimizer: Any, grad_slots: list[tuple[int, tuple]], outs: list[int]):
+    def __init__(
+        self,
+        optimizer: Any,
+        grad_slots: list[tuple[int, tuple]],
+        outs: list[int],
+        parameters: list[Any],
+    ):
         self.optimizer = optimizer
         self.grad_slots = grad_slots  # (state index, encoded gradient)
         self.ins = [encoded[1] for _, encoded in grad_slots if encoded[0] == "s"]
         self.outs = outs  # the state values after the step, one per state entry
+        #: the state entries' tensors at capture (``parameters[index]``, index a state index)
+        self.parameters = [parameters[index] for index, _ in grad_slots]
+        #: ``None`` for an optimizer whose step is its own code: ``optimizer.step`` is called
+        self.bound = BoundStep(optimizer, self.parameters) if BoundStep.binds(optimizer) else None
 
 
 class CudaGraphSegment:
@@ -137,8 +151,8 @@ def _groups(recorder: Recorder) -> list[Any]:
                 groups.append([])
             groups[-1].append(step)
         else:
-            _, optimizer, grad_slots, outs = step
-            groups.append(OptimizerCall(optimizer, grad_slots, outs))
+            _, optimizer, grad_slots, outs, parameters = step
+            groups.append(OptimizerCall(optimizer, grad_slots, outs, parameters))
     return groups
 
 

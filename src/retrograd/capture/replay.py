@@ -19,7 +19,7 @@ from .program import CudaGraphSegment, OptimizerCall
 from .recording import CaptureError
 from .state import write_back
 
-__all__ = ["CapturedStep", "decode_result", "inner_value"]
+__all__ = ["CapturedStep", "decode_result", "inner_value", "raw_spec"]
 
 
 def inner_value(tensor: Tensor) -> Any:
@@ -93,26 +93,31 @@ class CapturedStep:
         return values
 
     def _state_values(self, entries: list) -> dict[int, Any]:
+        """The parameters' current values by slot, each checked against the shape and dtype
+        it had at capture (on the inner value's own attributes; the tensor's only to name a
+        difference)."""
         if len(entries) != len(self._state_specs):
             raise CaptureError(
                 f"captured step: the state has {len(entries)} parameters, "
                 f"{len(self._state_specs)} at capture"
             )
         env: dict[int, Any] = {}
-        for slot, (_, name, tensor), spec in zip(self._state_slots, entries, self._state_specs):
-            if (tensor.shape, tensor.dtype) != spec:
+        for slot, (_, name, tensor), spec, raw in zip(
+            self._state_slots, entries, self._state_specs, self._state_raw_specs
+        ):
+            value = inner_value(tensor)
+            if raw_spec(value) != raw and (tensor.shape, tensor.dtype) != spec:
                 raise CaptureError(
                     f"captured step: parameter {name!r} has shape {list(tensor.shape)} "
                     f"{tensor.dtype}, but {list(spec[0])} {spec[1]} at capture"
                 )
             if slot is not None:
-                env[slot] = inner_value(tensor)
+                env[slot] = value
         return env
 
     def __call__(self, *inputs: Any) -> Any:
         values = self._input_values(inputs)
-        self._state.check_modes()
-        entries = self._state.entries()
+        entries = self._state.checked()
         env = self._state_values(entries)
         env.update(zip(self._input_slots, values))
         last = self._last_item
@@ -134,16 +139,33 @@ class CapturedStep:
 
     def _run_optimizer(self, item: OptimizerCall, args: list, entries: list) -> list:
         """``item``'s optimizer stepped on the replayed gradients ``args``; the parameters'
-        values after it (``entries``: the state's parameters, objects an optimizer step
-        updates in place)."""
-        backend = self._backend
-        grads = Gradients(backend.inner)
+        values after it where the program reads them (``entries``: the state's parameters,
+        objects an optimizer step updates in place)."""
         values = iter(args)
-        for index, encoded in item.grad_slots:
-            value = next(values) if encoded[0] == "s" else encoded[1]
-            backend.grad_replace(entries[index][2].primitive, grads, value)
-        item.optimizer.step(grads)
-        return [inner_value(tensor) for _, _, tensor in entries]
+        grads = [
+            next(values) if encoded[0] == "s" else encoded[1] for _, encoded in item.grad_slots
+        ]
+        bound = item.bound
+        parameters = item.parameters
+        if (
+            bound is None
+            or not all(entries[index][2] is p for (index, _), p in zip(item.grad_slots, parameters))
+            or not bound(grads)
+        ):  # the optimizer's own step, or parameters not where they were: the eager lookup
+            backend = self._backend
+            gradients = Gradients(backend.inner)
+            for (index, _), value in zip(item.grad_slots, grads):
+                backend.grad_replace(entries[index][2].primitive, gradients, value)
+            item.optimizer.step(gradients)
+        return [
+            None if slot is None else inner_value(entry[2])
+            for slot, entry in zip(item.outs, entries)
+        ]
+
+
+def raw_spec(value: Any) -> tuple:
+    """An inner value's shape and dtype as its own type gives them (what a replay compares)."""
+    return getattr(value, "shape", None), getattr(value, "dtype", None)
 
 
 def decode_result(encoded: tuple, env: dict) -> Any:

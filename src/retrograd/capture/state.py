@@ -12,6 +12,7 @@ two groups as nanoGPT's ``configure_optimizers`` makes, needs no module at all).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import is_
 from typing import Any
 
 from ..optim import Optimizer
@@ -50,6 +51,7 @@ class State:
         self.names = [self._names(module) for module in self.modules]
         self.group_sizes = [self._group_sizes(optimizer) for optimizer in self.optimizers]
         self.modes = self._modes()
+        self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
         if not any(module is known for known in self.modules):
@@ -82,6 +84,38 @@ class State:
                 "then: capture it again for the other mode"
             )
 
+    def checked(self) -> list[tuple[Any, str, Tensor]]:
+        """:meth:`check_modes`, then :meth:`entries`; when nothing those walks read changed
+        since the last call -- every module's parameter and sub-module dicts (keys and value
+        objects), its mode, every optimizer's groups and their parameter lists -- the entries
+        that call found, after a check of object identities rather than a walk of the trees.
+        The list returned is shared: read it, do not change it."""
+        walked = self._walked
+        if walked is not None and _unchanged(walked[0]):
+            return walked[1]
+        self.check_modes()
+        entries = self.entries()
+        self._walked = (self._read(), entries)
+        return entries
+
+    def _read(self) -> tuple:
+        """What :meth:`checked` compares: per module of the trees, its parameter and
+        sub-module dicts and mode; per optimizer, its groups and their parameter lists."""
+        modules = []
+        for module in self.modules:
+            for _, sub in module.named_modules():
+                params = getattr(sub, "_parameters", None)
+                children = getattr(sub, "_modules", None)
+                if type(params) is not dict or type(children) is not dict or not _plain(sub):
+                    return ()  # walks of its own: no identities to compare, walk each time
+                modules.append((sub, sub.training, *_dict_read(params), *_dict_read(children)))
+        optimizers = []
+        for optimizer in self.optimizers:
+            groups = optimizer.param_groups
+            lists = [group["params"] for group in groups]
+            optimizers.append((optimizer, groups, list(groups), lists, [list(x) for x in lists]))
+        return (modules, optimizers)
+
     def entries(self) -> list[tuple[Any, str, Tensor]]:
         """``(module or None, name, tensor)`` for every parameter, each tensor once (weight
         tying, a module's parameter also in an optimizer's groups)."""
@@ -112,6 +146,56 @@ class State:
                         name = f"{type(optimizer).__name__}.param_groups[{number}][{index}]"
                         out.append((None, name, tensor))
         return out
+
+
+#: The walks of a module tree whose answers follow from the parameter and sub-module dicts.
+_WALKS = ("named_parameters", "named_modules", "named_children", "_named_members")
+
+
+def _plain(module: Any) -> bool:
+    """Whether ``module`` walks its tree with the walks of the class that defines them (a
+    subclass overriding one may answer from something else than its dicts)."""
+    cls = type(module)
+    base = next((k for k in cls.__mro__ if "_named_members" in vars(k)), None)
+    return base is not None and all(getattr(cls, n) is getattr(base, n) for n in _WALKS)
+
+
+def _dict_read(mapping: dict) -> tuple:
+    return mapping, list(mapping), list(mapping.values())
+
+
+def _same(a: list, b: list) -> bool:
+    """Two lists of the same objects, in order (by identity: tensors compare by value)."""
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
+def _dict_same(mapping: dict, keys: list, values: list) -> bool:
+    return (
+        len(mapping) == len(keys)
+        and list(mapping) == keys
+        and _same(values, list(mapping.values()))
+    )
+
+
+def _unchanged(read: tuple) -> bool:
+    """Whether what :meth:`State._read` read is as it was (an empty read: never)."""
+    if not read:
+        return False
+    modules, optimizers = read
+    for sub, training, params, names, values, children, child_names, child_values in modules:
+        if sub.training is not training or sub._parameters is not params:
+            return False
+        if sub._modules is not children or not _dict_same(params, names, values):
+            return False
+        if not _dict_same(children, child_names, child_values):
+            return False
+    for optimizer, groups, group_list, lists, members in optimizers:
+        if optimizer.param_groups is not groups or not _same(groups, group_list):
+            return False
+        for group, kept, items in zip(groups, lists, members):
+            if group["params"] is not kept or not _same(kept, items):
+                return False
+    return True
 
 
 def write_back(module: Any, name: str, tensor: Tensor, value: Tensor) -> None:

@@ -289,16 +289,21 @@ class Optimizer:
                     continue
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
-                # asked before any reference of this step's own is made (see sole_reference)
-                in_place = self.updates_in_place and sole_reference(parameter, self.state)
-                value = parameter.inner() if parameter.backend.is_autodiff else parameter
-                state = self.state.get(parameter) or {"step": 0}
-                state = {**state, "step": state.get("step", 0) + 1}
-                if in_place:
-                    new, self.state[parameter] = self.update(value, grad, state, group, True)
-                else:
-                    new, self.state[parameter] = self.update(value, grad, state, group)
-                assign(parameter, new, f"{type(self).__name__}.step")
+                self.step_parameter(parameter, grad, group)
+
+    def step_parameter(self, parameter: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+        """One parameter's share of :meth:`step`: ``grad`` (a tensor of the inner backend)
+        taken, the state stepped, the new value assigned in place."""
+        # asked before any reference of this step's own is made (see sole_reference)
+        in_place = self.updates_in_place and sole_reference(parameter, self.state)
+        value = parameter.inner() if parameter.backend.is_autodiff else parameter
+        state = self.state.get(parameter) or {"step": 0}
+        state = {**state, "step": state.get("step", 0) + 1}
+        if in_place:
+            new, self.state[parameter] = self.update(value, grad, state, group, True)
+        else:
+            new, self.state[parameter] = self.update(value, grad, state, group)
+        assign(parameter, new, f"{type(self).__name__}.step")
 
     #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
     #: the value and state buffers it is given; :meth:`step` passes True only where
