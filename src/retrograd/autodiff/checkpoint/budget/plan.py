@@ -247,7 +247,7 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
     """The kept members of each buffer whose eviction could lower ``current``'s peak (all
     recomputable, none read at or before the peak, one held at it), cheapest per byte
     first."""
-    sizes, costs, recomputable = trace.sizes, trace.costs, trace.recomputable
+    sizes, recomputable = trace.sizes, trace.recomputable
     at, first, last = current.at, current.first, current.last
     ranked = []
     for owner, members in groups.items():
@@ -258,9 +258,37 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
             continue
         if all(last[v] < at for v in kept):
             continue
-        ranked.append((sum(costs[v] for v in kept) / sizes[owner], owner, kept))
+        price = _rerun_cost(trace, evicted, last, kept)
+        ranked.append((price / sizes[owner], owner, kept))
     ranked.sort()
     return [kept for _price, _owner, kept in ranked]
+
+
+def _rerun_cost(trace: Trace, evicted: list[bool], last: list[int], members: list[int]) -> float:
+    """Seconds to recompute ``members``: their own ops', plus those of the evicted ancestors
+    no recomputation reruns yet (``last`` below 0), which theirs would rerun first (DTR's
+    evicted neighbourhood). A view of a value no rule reads costs its viewed value's op too:
+    ranked by its own op alone, every cheap view of a matmul's output would look free.
+
+    >>> chain = Trace([4, 4, 4], [3.0, 0.5, 0.1], [(), (0,), (1,)], [True] * 3,
+    ...               [[], [], [2]], [0, 1, 2])
+    >>> _rerun_cost(chain, [True, True, False], [-1, -1, 2], [2])
+    3.6
+    >>> _rerun_cost(chain, [False, True, False], [1, -1, 2], [2])
+    0.6
+    """
+    costs, parents = trace.costs, trace.parents
+    seconds = 0.0
+    seen: set[int] = set()
+    stack = list(members)
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        seconds += costs[v]
+        stack.extend(p for p in parents[v] if evicted[p] and last[p] < 0 and p not in seen)
+    return seconds
 
 
 def _trial(
