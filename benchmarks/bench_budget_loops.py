@@ -19,7 +19,9 @@ is timed in turn (A B C A B C ...), so that a shared machine's load affects them
 table reports, per budget: the peak of the steps after the plan against the budget and against
 NoCheckpointing's, the plan's predicted peak, the time ratio (median of steps 4-8 against
 NoCheckpointing's) and the seconds of recomputation the plan expects (its ops priced at their
-measured times) against NoCheckpointing's step, the ops recomputed per step after the plan
+measured times) against NoCheckpointing's step and the fewest any schedule under the budget
+needs at the same prices (``plan.recompute_floor``: a lower bound, so that a time ratio above
+``1 + fewest`` is no fault of the plan), the ops recomputed per step after the plan
 (one number when every step does the same work), and whether every step's gradients are
 bit-identical to NoCheckpointing's.
 
@@ -52,7 +54,7 @@ import numpy as np
 
 import retrograd as rg
 from common import median, optional, table, write_results
-from retrograd.autodiff.checkpoint.budget.plan import profile
+from retrograd.autodiff.checkpoint.budget.plan import profile, recompute_floor
 from retrograd.nn import functional as F  # noqa: N812
 
 FRACTIONS = (0.5, 0.25)
@@ -228,6 +230,12 @@ def planned_seconds(strategy: rg.BudgetCheckpointing) -> float:
     return profile(plan.trace, plan.evict, plan.target, views=False).seconds
 
 
+def floor_seconds(strategy: rg.BudgetCheckpointing) -> float:
+    """The fewest seconds of recomputation per step that any schedule keeping the latest
+    plan's trace under the budget needs, at the same prices (``plan.recompute_floor``)."""
+    return recompute_floor(strategy.planner.kept[0].trace, strategy.max_bytes)
+
+
 def run(workload, steps: int) -> list[list]:
     """One workload's rows: a NoCheckpointing run and a budget per fraction, steps in turn."""
     plain_step = workload.make(rg.Autodiff(rg.NumpyBackend()))
@@ -250,6 +258,7 @@ def run(workload, steps: int) -> list[list]:
                 f"{strategy.predicted_peak / full:.2f}",
                 *time_columns(seconds, f, TIMED),
                 f"{planned_seconds(strategy) / base:.3f}",
+                f"{floor_seconds(strategy) / base:.3f}",
                 "/".join(str(n) for n in sorted(set(ops[f][1:]))),
                 f"{strategy.plans}/{strategy.planned_steps}",
                 "yes" if identical else "NO",
@@ -269,6 +278,7 @@ HEADER = [
     "paired range",
     "CPU time / NoCkpt",
     "planned recompute / NoCkpt step",
+    "fewest recompute / NoCkpt step",
     "recomputed ops per step",
     "plans/planned steps",
     "bit-identical",
@@ -370,7 +380,8 @@ def main() -> None:
         "steps interleaved (paired range: the lowest and highest of the five paired ratios; "
         "CPU time: the median ratio of process CPU time, less disturbed by other jobs); "
         "planned recompute: the seconds of recomputation the plan expects per step (its ops "
-        "priced at their measured times) against NoCheckpointing's step",
+        "priced at their measured times) against NoCheckpointing's step; fewest recompute: the "
+        "lower bound of any schedule under the budget at the same prices (recompute_floor)",
     )
     print(path)
     if optional("matplotlib") is not None:

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from retrograd.autodiff.checkpoint.budget.plan import Trace, plan_evictions, profile
+from retrograd.autodiff.checkpoint.budget import plan
+from retrograd.autodiff.checkpoint.budget.plan import (
+    Trace,
+    plan_evictions,
+    profile,
+    recompute_floor,
+)
 
 MB = 2**20
 
@@ -97,6 +103,51 @@ def test_plan_that_cannot_fit_stops():
     trace = _chain_trace(recomputable=[False, False, False])
     evicted, found, _ = plan_evictions(trace, MB)
     assert evicted == [False, False, False] and found.peak == 7 * MB
+
+
+def _shared_unread_trace() -> Trace:
+    """x (kept, read last) -> m (10 s, read by no rule) -> r, a cheap copy of m read at step
+    2; x -> e (1 s, read at step 1); e -> f (read at step 0). 1, 2, 2, 2, 1 MiB."""
+    return Trace(
+        sizes=[1 * MB, 2 * MB, 2 * MB, 2 * MB, 1 * MB],
+        costs=[1.0, 10.0, 0.01, 1.0, 1.0],
+        parents=[(), (0,), (1,), (0,), (3,)],
+        recomputable=[False, True, True, True, True],
+        reads=[[3], [], [2], [1], [0]],
+        owners=[0, 1, 2, 3, 4],
+        horizon=4,
+    )
+
+
+def test_a_candidate_is_priced_with_the_unread_ancestors_it_reruns(monkeypatch):
+    # r's own op is nearly free, but recomputing it reruns m (no rule reads m: it is not
+    # held): r costs 10.01 s for its 2 MiB, e 1 s. With one candidate tried per round, the
+    # plan must rank e first.
+    monkeypatch.setattr(plan, "CANDIDATES", 1)
+    evicted, found, _ = plan_evictions(_shared_unread_trace(), 5 * MB)
+    assert evicted[3] and not evicted[2]
+    assert found.peak <= 5 * MB and math.isclose(found.seconds, 1.0)
+
+
+def test_lowering_the_peak_under_the_floor_ends():
+    # 4 MiB is under this trace's floor (5 MiB: x, r and m, its by-product, at step 2). Phase
+    # two once took a move that left the peak and the excess where they were at a higher
+    # price, then its reverse, for ever.
+    _, found, counted = plan_evictions(_shared_unread_trace(), 4 * MB)
+    assert counted == 5 * MB and math.isclose(found.seconds, 1.0)
+
+
+@pytest.mark.parametrize("budget", [4 * MB, 5 * MB, 6 * MB, 7 * MB])
+def test_the_recompute_floor_bounds_every_plan_that_fits(budget):
+    for trace in (_four_value_trace(), _shared_unread_trace(), _chain_trace()):
+        _, found, counted = plan_evictions(trace, budget)
+        floor = recompute_floor(trace, budget)
+        assert floor >= 0.0
+        if counted <= budget:
+            assert floor <= found.seconds + 1e-12, (trace, budget)
+    # the four-value trace: step 0 holds 10 MiB, 3 must go (c, 2 MiB at 0.1 s, and a third
+    # of b's 3 MiB at 3 s): 1.1 s at least; the plan's 3 s is b alone
+    assert math.isclose(recompute_floor(_four_value_trace(), 7 * MB), 1.1)
 
 
 def _residual_mlp(strategy, steps=3, batch=16, width=32, layers=4, seed=0):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["PLAN_LIMIT", "Profile", "Trace", "plan_evictions", "profile"]
+__all__ = ["PLAN_LIMIT", "Profile", "Trace", "plan_evictions", "profile", "recompute_floor"]
 
 #: graphs of more recorded values than this are not planned (the greedy plan is quadratic in
 #: the number of values); they run eagerly every step
@@ -247,7 +247,7 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
     """The kept members of each buffer whose eviction could lower ``current``'s peak (all
     recomputable, none read at or before the peak, one held at it), cheapest per byte
     first."""
-    sizes, costs, recomputable = trace.sizes, trace.costs, trace.recomputable
+    sizes, recomputable = trace.sizes, trace.recomputable
     at, first, last = current.at, current.first, current.last
     ranked = []
     for owner, members in groups.items():
@@ -258,9 +258,37 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
             continue
         if all(last[v] < at for v in kept):
             continue
-        ranked.append((sum(costs[v] for v in kept) / sizes[owner], owner, kept))
+        price = _rerun_cost(trace, evicted, last, kept)
+        ranked.append((price / sizes[owner], owner, kept))
     ranked.sort()
     return [kept for _price, _owner, kept in ranked]
+
+
+def _rerun_cost(trace: Trace, evicted: list[bool], last: list[int], members: list[int]) -> float:
+    """Seconds to recompute ``members``: their own ops', plus those of the evicted ancestors
+    no recomputation reruns yet (``last`` below 0), which theirs would rerun first (DTR's
+    evicted neighbourhood). A view of a value no rule reads costs its viewed value's op too:
+    ranked by its own op alone, every cheap view of a matmul's output would look free.
+
+    >>> chain = Trace([4, 4, 4], [3.0, 0.5, 0.1], [(), (0,), (1,)], [True] * 3,
+    ...               [[], [], [2]], [0, 1, 2])
+    >>> _rerun_cost(chain, [True, True, False], [-1, -1, 2], [2])
+    3.6
+    >>> _rerun_cost(chain, [False, True, False], [1, -1, 2], [2])
+    0.6
+    """
+    costs, parents = trace.costs, trace.parents
+    seconds = 0.0
+    seen: set[int] = set()
+    stack = list(members)
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        seconds += costs[v]
+        stack.extend(p for p in parents[v] if evicted[p] and last[p] < 0 and p not in seen)
+    return seconds
 
 
 def _trial(
@@ -292,10 +320,13 @@ def _lower_peak(
         moves.extend(([v], False) for v in _by_products_at_peak(trace, evicted, current))
         for members, evicts in moves:
             trial = _trial(trace, evicted, members, budget, evicts)
+            # strictly better than the best so far, the current plan at first: a move that
+            # leaves the peak and the excess where they are and costs more is none (it and
+            # its reverse would alternate for ever)
             if (trial.peak, trial.excess, trial.seconds) < (
                 best_profile.peak,
                 best_profile.excess,
-                best_profile.seconds if best is not None else math.inf,
+                best_profile.seconds,
             ):
                 best, best_profile, best_evicts = members, trial, evicts
         if best is None:
@@ -315,3 +346,56 @@ def _by_products_at_peak(trace: Trace, evicted: list[bool], current: Profile) ->
         for v in range(len(evicted))
         if evicted[v] and trace.reads[v] and first[v] <= at <= last[v]
     ]
+
+
+def recompute_floor(trace: Trace, budget: int) -> float:
+    """A lower bound on the seconds of recomputation per step of *any* schedule that keeps
+    ``trace`` under ``budget`` (as the engine counts), once or many times over, at the
+    trace's prices: what a plan can at best reach, against which its own seconds are judged.
+
+    With only the values no rule reads evicted, the bytes held at the peak's step above the
+    budget must go; only a value first read after that step can be absent then, and it is
+    recomputed at least once. Each such buffer is priced at its members' ops plus a share of
+    the unread ancestors they are recomputed from (an ancestor's seconds split evenly among
+    its children, so that no set of evictions is priced above what it costs); the cheapest
+    per byte fill the excess, the last one in part (a fractional knapsack, a lower bound of
+    the whole one).
+
+    >>> chain = Trace([4, 4, 4], [1.0, 2.0, 8.0], [(), (0,), (1,)], [True] * 3,
+    ...               [[3], [2], [1]], [0, 1, 2], horizon=4)
+    >>> recompute_floor(chain, 8)  # 4 bytes must go at step 0: the cheapest is value 0
+    1.0
+    >>> recompute_floor(chain, 6)  # 6 bytes: value 0, and half of value 1
+    2.0
+    >>> recompute_floor(chain, 12)
+    0.0
+    """
+    n = len(trace.sizes)
+    costs, parents = trace.costs, trace.parents
+    unread = [trace.recomputable[v] and not trace.reads[v] for v in range(n)]
+    children = [0] * n
+    for v in range(n):
+        for p in set(parents[v]):
+            children[p] += 1
+    share = [0.0] * n  # a value's seconds, with its share of its unread ancestors'
+    for v in range(n):
+        share[v] = costs[v] + sum(share[p] / children[p] for p in set(parents[v]) if unread[p])
+    start = profile(trace, unread, budget, views=False)
+    excess = start.peak - budget
+    groups: dict[int, list[int]] = {}
+    for v in range(n):
+        if not unread[v] and start.last[v] >= 0:
+            groups.setdefault(trace.owners[v], []).append(v)
+    prices = sorted(
+        (sum(share[v] for v in members) / trace.sizes[owner], trace.sizes[owner])
+        for owner, members in groups.items()
+        if trace.sizes[owner]
+        and all(trace.recomputable[v] and start.first[v] > start.at for v in members)
+    )
+    seconds = 0.0
+    for price, nbytes in prices:
+        if excess <= 0:
+            break
+        seconds += price * min(nbytes, excess)
+        excess -= nbytes
+    return seconds
