@@ -37,6 +37,26 @@ def causal_limits(first, row, keys, causal):
     return min(keys, first + row + 1) if causal else keys
 
 
+@numba.njit(inline="always", error_model="numpy", cache=True)
+def _larger(value, peak):
+    """``value`` if it is larger than ``peak`` or NaN, else ``peak`` (NumPy's ``max``)."""
+    return value if value > peak or value != value else peak
+
+
+@numba.njit(inline="always", error_model="numpy", cache=True)
+def _row_max(row, limit):
+    """The maximum of ``row[:limit]`` (``limit >= 1``), NaN if any is, over four interleaved
+    running maxima (one chain of comparisons would wait on each in turn)."""
+    a = b = c = d = row[0]
+    quads = limit // 4 * 4
+    for j in range(0, quads, 4):
+        a, b = _larger(row[j], a), _larger(row[j + 1], b)
+        c, d = _larger(row[j + 2], c), _larger(row[j + 3], d)
+    for j in range(quads, limit):
+        a = _larger(row[j], a)
+    return _larger(_larger(b, a), _larger(d, c))
+
+
 @_jit
 def softmax_forward(scores, first, causal, peaks):
     """In place, each row's unnormalised probabilities ``exp(s - max(s))`` over the keys it
@@ -46,10 +66,7 @@ def softmax_forward(scores, first, causal, peaks):
         for r in range(rows):
             row = scores[n, r]
             limit = causal_limits(first, r, keys, causal)
-            peak = row[0]
-            for j in range(1, limit):
-                value = row[j]
-                peak = value if value > peak or value != value else peak
+            peak = _row_max(row, limit)
             for j in range(limit):
                 row[j] = expf(row[j] - peak)
             for j in range(limit, keys):

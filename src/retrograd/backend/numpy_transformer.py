@@ -12,7 +12,10 @@ log-sum-exp of each row (``[..., L]``); backward recomputes each block's probabi
 them costs a ``[..., L, S]`` array per layer for the whole forward, as much as the rest of the
 block's activations at block size 128) and needs two ``L x S`` temporaries per block, the
 probabilities and their gradient. FlashAttention's backward, blocked over the batch instead of
-over the sequence (NumPy pays per call, not per element).
+over the sequence (NumPy pays per call, not per element). In float32 without a mask or
+dropout, each block's softmax passes (the causal mask, the row maximum, ``exp``, and
+backward's ``(dP - rowsum(dP * P)) * P``) run as one compiled loop each
+(``backend/compiled_attention.py``: within float32 rounding of these NumPy passes).
 
 The outputs of attention and its gradients are laid out in memory as their inputs are (the
 shape is the protocol's, the layout the backend's choice): q, k, v of a transformer are views
