@@ -12,7 +12,10 @@ log-sum-exp of each row (``[..., L]``); backward recomputes each block's probabi
 them costs a ``[..., L, S]`` array per layer for the whole forward, as much as the rest of the
 block's activations at block size 128) and needs two ``L x S`` temporaries per block, the
 probabilities and their gradient. FlashAttention's backward, blocked over the batch instead of
-over the sequence (NumPy pays per call, not per element).
+over the sequence (NumPy pays per call, not per element). In float32 without a mask or
+dropout, each block's softmax passes (the causal mask, the row maximum, ``exp``, and
+backward's ``(dP - rowsum(dP * P)) * P``) run as one compiled loop each
+(``backend/compiled_attention.py``: within float32 rounding of these NumPy passes).
 
 The outputs of attention and its gradients are laid out in memory as their inputs are (the
 shape is the protocol's, the layout the backend's choice): q, k, v of a transformer are views
@@ -173,6 +176,44 @@ def _layer_norm_backward_compiled(grad, x, weight, stats):
     return dx.reshape(x.shape), dweight.astype(x.dtype), dbias.astype(x.dtype)
 
 
+def _compiled_softmax(q, k, v, mask, drop, *others):
+    """The compiled softmax loops (``backend/compiled_attention.py``) when they take this
+    attention: float32 throughout, neither a mask nor dropout; else ``None``."""
+    if mask.size or drop.size or not all(a.dtype == np.float32 for a in (q, k, v, *others)):
+        return None
+    if q.size == 0 or k.shape[-2] == 0:
+        return None
+    from . import compiled_attention  # Numba: imported (and compiled) on first use
+
+    return compiled_attention
+
+
+def _stack(block: np.ndarray, dims: int = 2) -> np.ndarray:
+    """A block ``[..., R, K]`` (``dims`` 2) or ``[..., R]`` (``dims`` 1) as the C-contiguous
+    ``[N, R, K]`` or ``[N, R]`` the compiled loops take: a view of a contiguous block, a copy
+    of a strided one (which they only read)."""
+    return np.ascontiguousarray(block).reshape(-1, *block.shape[-dims:])
+
+
+def _exp_less_peak(scores, mask_part, hidden, rows, keys, mask):
+    """NumPy's softmax passes of a forward block, in place: the mask and causal bias added,
+    ``exp(s - max(s))``; returns each row's maximum (0 where every key is masked) and where
+    rows are fully masked (``None`` when none is)."""
+    if mask.size:
+        scores += _rows(mask_part, rows, keys)
+    if hidden is not None and rows.start < keys:  # keys before the rows: seen
+        scores[..., rows.start :] += hidden[rows, rows.start : keys]
+    peak = np.max(scores, axis=-1, keepdims=True)
+    hidden_rows = np.isneginf(peak)  # every key masked: a zero row (torch)
+    if not hidden_rows.any():
+        hidden_rows = None
+    else:
+        peak[hidden_rows] = 0.0
+    scores -= peak
+    np.exp(scores, out=scores)
+    return peak, hidden_rows
+
+
 class NumpyTransformerKernels:
     """The fused transformer kernels of :class:`~retrograd.backend.NumpyBackend`."""
 
@@ -290,7 +331,8 @@ class NumpyTransformerKernels:
         length, source = q.shape[-2], k.shape[-2]
         out = _like(q, (*q.shape[:-1], v.shape[-1]))
         lse = np.empty(q.shape[:-1], q.dtype)
-        hidden = _causal_bias(length, source, q.dtype) if causal else None
+        compiled = _compiled_softmax(q, k, v, mask, drop)
+        hidden = _causal_bias(length, source, q.dtype) if causal and compiled is None else None
         ndim = q.ndim
         factor = q.dtype.type(scale)
         # Each row's scores less the row's own maximum, as torch's kernels: exp cannot
@@ -310,17 +352,13 @@ class NumpyTransformerKernels:
             mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
             for rows, keys in _row_blocks(length, source, causal):
                 scores = np.matmul(scaled[..., rows, :], keys_t[..., :keys])
-                if mask.size:
-                    scores += _rows(mask_part, rows, keys)
-                if hidden is not None and rows.start < keys:  # keys before the rows: seen
-                    scores[..., rows.start :] += hidden[rows, rows.start : keys]
-                peak = np.max(scores, axis=-1, keepdims=True)
-                hidden_rows = np.isneginf(peak)  # every key masked: a zero row (torch)
-                masked = hidden_rows.any()
-                if masked:
-                    peak[hidden_rows] = 0.0
-                scores -= peak
-                np.exp(scores, out=scores)
+                if compiled is not None:  # the softmax's passes as one compiled loop
+                    peak = np.empty(scores.shape[:-1], scores.dtype)
+                    compiled.softmax_forward(_stack(scores), rows.start, causal, _stack(peak, 1))
+                    peak = peak[..., None]
+                    hidden_rows = None
+                else:
+                    peak, hidden_rows = _exp_less_peak(scores, mask_part, hidden, rows, keys, mask)
                 target = out[start:end, ..., rows, :]
                 if drop.size:  # the sum of the kept probabilities, then dropout
                     total = np.matmul(scores, ones[..., :keys, :])
@@ -330,7 +368,7 @@ class NumpyTransformerKernels:
                     weighted = np.matmul(scores, extended[..., :keys, :])
                     total = weighted[..., -1:]
                     weighted = weighted[..., :-1]
-                if masked:  # 0 / 1 = 0 there, and lse = +inf makes backward's exp 0
+                if hidden_rows is not None:  # 0 / 1 = 0 there; lse = +inf makes backward's exp 0
                     total = np.where(hidden_rows, 1.0, total).astype(total.dtype)
                     peak[hidden_rows] = np.inf
                 np.divide(weighted, total, out=target)
@@ -340,7 +378,8 @@ class NumpyTransformerKernels:
     def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
         length, source = q.shape[-2], k.shape[-2]
         dq, dk, dv = _like(q), _like(k), _like(v)
-        hidden = _causal_bias(length, source, q.dtype) if causal else None
+        compiled = _compiled_softmax(q, k, v, mask, drop, grad)
+        hidden = _causal_bias(length, source, q.dtype) if causal and compiled is None else None
         ndim = q.ndim
         factor = q.dtype.type(scale)
         # rowsum(grad * out) = rowsum(dP * P): the softmax term, from the small tensors
@@ -360,12 +399,16 @@ class NumpyTransformerKernels:
                 dv_part[..., reached:, :] = 0.0
             for index, (rows, width) in enumerate(reversed(blocks)):
                 probs = np.matmul(scaled[..., rows, :], keys_t[..., :width])
-                if mask.size:
-                    probs += _rows(mask_part, rows, width)
-                probs -= lse[start:end, ..., rows, None]
-                if hidden is not None and rows.start < width:
-                    probs[..., rows.start :] += hidden[rows, rows.start : width]
-                np.exp(probs, out=probs)
+                shift = lse[start:end, ..., rows]
+                if compiled is not None:
+                    compiled.exp_scores(_stack(probs), _stack(shift, 1), rows.start, causal)
+                else:
+                    if mask.size:
+                        probs += _rows(mask_part, rows, width)
+                    probs -= shift[..., None]
+                    if hidden is not None and rows.start < width:
+                        probs[..., rows.start :] += hidden[rows, rows.start : width]
+                    np.exp(probs, out=probs)
                 g = grads[..., rows, :]
                 dprobs = np.matmul(g, values_t[..., :width])
                 kept = probs
@@ -373,9 +416,13 @@ class NumpyTransformerKernels:
                     part = _rows(drop_part, rows, width)
                     dprobs *= part
                     kept = probs * part
-                dprobs -= row[start:end, ..., rows, None]
                 _accumulate(dv_part[..., :width, :], np.swapaxes(kept, -1, -2), g, index)
-                dprobs *= probs
+                sums = row[start:end, ..., rows]
+                if compiled is not None:  # (dP - row) * P in one loop
+                    compiled.softmax_grad(_stack(dprobs), _stack(probs), _stack(sums, 1))
+                else:
+                    dprobs -= sums[..., None]
+                    dprobs *= probs
                 np.matmul(dprobs, keys[..., :width, :], out=dq_part[..., rows, :])
                 _accumulate(
                     dk_part[..., :width, :],
