@@ -147,11 +147,6 @@ _KERNELS: dict[Callable, tuple[Callable, Callable]] = {
 }
 
 
-def _has_state(state: dict | None, ready: Callable, group: dict) -> bool:
-    """A state the kernel call takes (a parameter's first step makes it the eager way)."""
-    return state is not None and ready(state, group)
-
-
 def _kernel_of(optimizer: Any) -> tuple[Callable, Callable] | None:
     """The kernel call of ``optimizer``'s algorithm, or ``None`` when its step is its own."""
     cls = type(optimizer)
@@ -213,16 +208,18 @@ class BoundStep:
 
     def _fast(self, parameter: Tensor, group: dict) -> bool:
         """Whether the kernel call below does what :meth:`Optimizer.step_parameter` would."""
-        kernel = self.kernel
         if getattr(parameter, "_view", None) is not None:
             return False
         backend = parameter._backend
+        state = self.optimizer.state.get(parameter)  # a first step makes it the eager way
+        ready = self.kernel[0]
         return (
             backend.is_autodiff
             and not getattr(parameter, "_views", None)
             and backend.is_require_grad(parameter._prim)
             and backend.param_id(parameter._prim) is None
-            and _has_state(self.optimizer.state.get(parameter), kernel[0], group)
+            and state is not None
+            and ready(state, group)
         )
 
     def _step_one(self, parameter: Tensor, grad: Any, group: dict, place: _Place) -> None:
