@@ -8,7 +8,8 @@ parameter with one state.
 
 Each step computes on the inner backend (no graph is recorded): a *pure* update function per
 algorithm (``sgd_update``, ``adam_update``, ``rmsprop_update``: ``(value, grad, state,
-hyper-parameters) -> (new value, new state)``) gives the new value, which replaces the
+hyper-parameters) -> (new value, new state)``, each a call of its fused kernel through
+:class:`~.fused.FusedUpdate`) gives the new value, which replaces the
 parameter's value in place (:func:`retrograd.tensor.inplace.assign`: the object, its leaf
 status and its distributed mark stay). The formulas are PyTorch's, operation for operation, so
 the two agree on the same gradients up to float rounding; the test suite checks it. SGD and
@@ -38,14 +39,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
-from ..tensor import Tensor, tensor, zeros, zeros_like
+from ..tensor import Tensor, tensor
 from ..tensor.inplace import assign
-from ..tensor.internal import apply
+from .fused import ADAM, RMSPROP, SGD_MOMENTUM, FusedUpdate
 
 __all__ = [
     "SGD",
     "Adam",
     "AdamW",
+    "FusedOptimizer",
     "Optimizer",
     "RMSprop",
     "adam_update",
@@ -79,32 +81,14 @@ def sgd_update(
     into ``state["momentum_buffer"]`` (same bits): for a caller holding the only references
     to both, as :meth:`Optimizer.step` does (:func:`sole_reference`).
     """
-    state = dict(state)
-    buffer = state.get("momentum_buffer") if momentum else None
-    if buffer is None:
-        buffer = _empty_buffer(value)
-    hyper = (lr, momentum, dampening, weight_decay, nesterov, in_place)
-    value, buffer = apply("sgd_update", (value, grad, buffer), hyper)
-    if momentum:
-        state["momentum_buffer"] = buffer
-    return value, state
-
-
-#: Empty buffers (the kernels' "no momentum buffer yet"), one per backend object, dtype and
-#: device: making a tensor costs more than a small parameter's whole update, and a buffer of
-#: no elements is never written.
-_EMPTY: dict[tuple, tuple[Any, Tensor]] = {}
-
-
-def _empty_buffer(value: Tensor) -> Tensor:
-    key = (id(value.backend), value.dtype, value.device)
-    cached = _EMPTY.get(key)
-    if cached is None or cached[0] is not value.backend:
-        if len(_EMPTY) >= 16:
-            _EMPTY.clear()
-        empty = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
-        cached = _EMPTY[key] = (value.backend, empty)
-    return cached[1]
+    settings = {
+        "lr": lr,
+        "momentum": momentum,
+        "dampening": dampening,
+        "weight_decay": weight_decay,
+        "nesterov": nesterov,
+    }
+    return SGD_MOMENTUM.run(value, grad, state, settings, in_place)
 
 
 def adam_update(
@@ -124,17 +108,15 @@ def adam_update(
     ``p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``.
     ``state["step"]`` is the step count *after* this step. ``in_place``: as for
     :func:`sgd_update`, the kernel may write into ``value`` and the two moments."""
-    state = dict(state)
-    beta1, beta2 = betas
-    first = state.get("exp_avg")
-    second = state.get("exp_avg_sq")
-    if first is None:
-        first, second = zeros_like(grad), zeros_like(grad)
-    # one fused backend kernel (Backend.adam_update documents the formula and its order)
-    hyper = (state["step"], lr, beta1, beta2, eps, weight_decay, decoupled, in_place)
-    value, first, second = apply("adam_update", (value, grad, first, second), hyper)
-    state["exp_avg"], state["exp_avg_sq"] = first, second
-    return value, state
+    settings = {
+        "lr": lr,
+        "beta1": betas[0],
+        "beta2": betas[1],
+        "eps": eps,
+        "weight_decay": weight_decay,
+        "decoupled": decoupled,
+    }
+    return ADAM.run(value, grad, state, settings, in_place)
 
 
 def rmsprop_update(
@@ -155,30 +137,15 @@ def rmsprop_update(
     with momentum ``b = momentum b + g / denominator`` and ``p = p - lr b``, else
     ``p = p - lr g / denominator`` (``Backend.rmsprop_update``, one kernel). ``in_place``: as
     for :func:`sgd_update`, the kernel may write into ``value`` and the state's buffers."""
-    state = dict(state)
-    empty = None
-    buffers = []
-    for key, used in (
-        ("square_avg", True),
-        ("grad_avg", centered),
-        ("momentum_buffer", momentum > 0.0),
-    ):
-        kept = state.get(key) if used else None
-        if kept is None and used:
-            kept = zeros_like(grad)
-        if kept is None:
-            if empty is None:
-                empty = zeros((0,), dtype=value.dtype, backend=value.backend, device=value.device)
-            kept = empty
-        buffers.append(kept)
-    hyper = (lr, alpha, eps, weight_decay, momentum, centered, in_place)
-    value, *buffers = apply("rmsprop_update", (value, grad, *buffers), hyper)
-    state["square_avg"] = buffers[0]
-    if centered:
-        state["grad_avg"] = buffers[1]
-    if momentum > 0.0:
-        state["momentum_buffer"] = buffers[2]
-    return value, state
+    settings = {
+        "lr": lr,
+        "alpha": alpha,
+        "eps": eps,
+        "weight_decay": weight_decay,
+        "momentum": momentum,
+        "centered": centered,
+    }
+    return RMSPROP.run(value, grad, state, settings, in_place)
 
 
 # -- the optimizers -------------------------------------------------------------------------------
@@ -508,7 +475,25 @@ def _array(value: Any) -> Any:
     return np.asarray(value) if isinstance(value, Tensor) else value
 
 
-class SGD(Optimizer):
+class FusedOptimizer(Optimizer):
+    """An optimizer whose update is one fused backend kernel per parameter (:attr:`fused`),
+    written in place where :func:`sole_reference` allows; a captured step's replay calls the
+    same kernel directly (:class:`~.bound.BoundStep`)."""
+
+    #: the kernel's calling convention (:mod:`.fused`)
+    fused: FusedUpdate
+
+    updates_in_place = True
+
+    def settings(self, group: dict[str, Any]) -> dict[str, Any]:
+        """The kernel's settings (its hyper-parameters by name) for a parameter group."""
+        return {name: group[name] for name in self.fused.hyper if name != "step"}
+
+    def update(self, value, grad, state, group, in_place=False):
+        return self.fused.run(value, grad, state, self.settings(group), in_place)
+
+
+class SGD(FusedOptimizer):
     """Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
     ``torch.optim.SGD`` (:func:`sgd_update`).
 
@@ -544,23 +529,10 @@ class SGD(Optimizer):
                 "SGD: Nesterov momentum requires a momentum and zero dampening"
             )
 
-    updates_in_place = True
-
-    def update(self, value, grad, state, group, in_place=False):
-        return sgd_update(
-            value,
-            grad,
-            state,
-            lr=group["lr"],
-            momentum=group["momentum"],
-            dampening=group["dampening"],
-            weight_decay=group["weight_decay"],
-            nesterov=group["nesterov"],
-            in_place=in_place,
-        )
+    fused = SGD_MOMENTUM
 
 
-class Adam(Optimizer):
+class Adam(FusedOptimizer):
     """Adam (Kingma & Ba), L2 weight decay added to the gradient, as ``torch.optim.Adam``
     (:func:`adam_update`)."""
 
@@ -590,20 +562,18 @@ class Adam(Optimizer):
                 f"{type(self).__name__}: betas must be in [0, 1), got {group['betas']!r}"
             )
 
-    updates_in_place = True
+    fused = ADAM
 
-    def update(self, value, grad, state, group, in_place=False):
-        return adam_update(
-            value,
-            grad,
-            state,
-            lr=group["lr"],
-            betas=group["betas"],
-            eps=group["eps"],
-            weight_decay=group["weight_decay"],
-            decoupled=self.decoupled,
-            in_place=in_place,
-        )
+    def settings(self, group: dict[str, Any]) -> dict[str, Any]:
+        beta1, beta2 = group["betas"]
+        return {
+            "lr": group["lr"],
+            "beta1": beta1,
+            "beta2": beta2,
+            "eps": group["eps"],
+            "weight_decay": group["weight_decay"],
+            "decoupled": self.decoupled,
+        }
 
 
 class AdamW(Adam):
@@ -628,7 +598,7 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
-class RMSprop(Optimizer):
+class RMSprop(FusedOptimizer):
     """RMSprop (Hinton), as ``torch.optim.RMSprop`` (:func:`rmsprop_update`), with momentum,
     the centered variant and L2 weight decay."""
 
@@ -654,18 +624,4 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    updates_in_place = True
-
-    def update(self, value, grad, state, group, in_place=False):
-        return rmsprop_update(
-            value,
-            grad,
-            state,
-            lr=group["lr"],
-            alpha=group["alpha"],
-            eps=group["eps"],
-            weight_decay=group["weight_decay"],
-            momentum=group["momentum"],
-            centered=group["centered"],
-            in_place=in_place,
-        )
+    fused = RMSPROP
