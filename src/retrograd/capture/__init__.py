@@ -35,10 +35,10 @@ from ..context import current_backend
 from ..tensor import Tensor
 from .program import CudaGraphSegment, compile_program
 from .recording import CaptureError, Patches, Recorder, WatchedGradients
-from .replay import CapturedStep, inner_value, raw_spec
+from .replay import MAX_PROGRAMS, CapturedStep, inner_value, raw_spec
 from .state import State
 
-__all__ = ["CaptureError", "CapturedStep", "capture"]
+__all__ = ["MAX_PROGRAMS", "CaptureError", "CapturedStep", "capture"]
 
 
 def capture(
@@ -47,6 +47,7 @@ def capture(
     state: Iterable[Any] = (),
     cuda_graph: bool | str = "auto",
     fuse: bool | str = True,
+    recapture: bool = True,
 ) -> CapturedStep:
     """Run ``step_fn(*example_inputs)`` once, recording it; return a replayable step.
 
@@ -59,7 +60,12 @@ def capture(
     NumPy calls into fused kernels that compute bit for bit what the calls did; ``"fast"``
     also fuses transcendental functions (exp, log, sin, tanh, GELU...), whose compiled
     versions may differ from NumPy's in the last bit (docs/capture.md states the tolerance);
-    ``False`` replays every call as recorded.
+    ``False`` replays every call as recorded. ``recapture``: a call whose inputs differ in
+    shape, dtype or backend, or in a non-tensor argument's value, or made after a module the
+    step calls switched between ``train()`` and ``eval()``, captures the step again for them
+    (that call runs the step eagerly, as the first did) and keeps each program, as
+    ``jax.jit`` retraces; past :data:`MAX_PROGRAMS` programs such calls run the step eagerly,
+    with a warning. ``False`` refuses them with :class:`CaptureError` instead.
 
     >>> import retrograd as rg
     >>> from retrograd import nn, optim
@@ -79,7 +85,28 @@ def capture(
         raise CaptureError(f"capture: cuda_graph must be True, False or 'auto', got {cuda_graph!r}")
     if fuse not in (True, False, "fast"):
         raise CaptureError(f"capture: fuse must be True, False or 'fast', got {fuse!r}")
-    state = State(state)
+    state = list(state)
+    again = None
+    if recapture:
+
+        def again(*inputs: Any) -> CapturedStep:
+            return capture(
+                step_fn, *inputs, state=state, cuda_graph=cuda_graph, fuse=fuse, recapture=False
+            )
+
+    step = _capture_one(step_fn, example_inputs, State(state), cuda_graph, fuse)
+    step._recapture = again
+    return step
+
+
+def _capture_one(
+    step_fn: Callable[..., Any],
+    example_inputs: tuple,
+    state: State,
+    cuda_graph: bool | str,
+    fuse: bool | str,
+) -> CapturedStep:
+    """One program: ``step_fn`` run on ``example_inputs`` and recorded."""
     entries = state.entries()
     tensors = [x for x in example_inputs if isinstance(x, Tensor)] + [t for _, _, t in entries]
     backend = _step_backend(tensors, entries)
@@ -93,8 +120,9 @@ def capture(
         inner = candidate.inner if candidate.is_autodiff else candidate
         if not any(inner is known for known in inners):
             inners.append(inner)
-    with Patches(recorder, inners, on_step):
+    with Patches(recorder, inners, on_step) as patches:
         result = step_fn(*example_inputs)
+    state.called = patches.modules
 
     write_back = []
     final = state.entries()

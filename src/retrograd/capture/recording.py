@@ -21,6 +21,7 @@ from ..autodiff import Gradients
 from ..backend.protocol import PROTOCOL_OPS
 from ..context import capturing
 from ..errors import AutodiffError
+from ..nn import Module
 from ..optim import Optimizer
 
 __all__ = ["CaptureError", "Patches", "Recorder", "WatchedGradients", "slots_of"]
@@ -183,14 +184,20 @@ def _refusing_method(recorder: Recorder, name: str, method: Callable) -> Callabl
 
 class Patches:
     """Recording wrappers set as instance attributes over the inner backends' methods, and over
-    ``Optimizer.step``; undone on exit whatever happens. Inside, :func:`context.capturing`
-    is true on the recording thread (library code that would read a value on the host, such
-    as ``clip_grad_norm_``'s float return, keeps it a tensor instead)."""
+    ``Optimizer.step`` and ``Module.__call__``; undone on exit whatever happens. Inside,
+    :func:`context.capturing` is true on the recording thread (library code that would read a
+    value on the host, such as ``clip_grad_norm_``'s float return, keeps it a tensor instead).
+
+    :attr:`modules` lists every module the step called, each once, with its ``training`` flag
+    at its first call: the step may call modules that ``state`` does not list (an optimizer
+    over ``model.parameters()`` names no module), and their dropout and normalisation branch
+    on that flag, so the replay must be refused when it changes."""
 
     def __init__(self, recorder: Recorder, backends: list, on_step: Callable):
         self.recorder, self.backends, self.on_step = recorder, backends, on_step
         self.saved: list[tuple[Any, str, Any]] = []
         self.flag: Any = None
+        self.modules: list[tuple[Any, bool]] = []
 
     def __enter__(self) -> Patches:
         recorder = self.recorder
@@ -203,6 +210,7 @@ class Patches:
                 self._set(backend, name, wrap(recorder, name, method))
         for cls in _optimizer_classes():
             self._set(cls, "step", _optimizer_step(recorder, cls.__dict__["step"], self.on_step))
+        self._set(Module, "__call__", _module_call(Module.__dict__["__call__"], self.modules))
         self.flag = capturing.set(True)
         return self
 
@@ -232,6 +240,19 @@ def _optimizer_classes() -> list[type]:
             found.append(cls)
         stack.extend(cls.__subclasses__())
     return found
+
+
+def _module_call(call: Callable, modules: list[tuple[Any, bool]]) -> Callable:
+    seen: set[int] = set()
+
+    def recording_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) not in seen:
+            seen.add(id(self))
+            modules.append((self, getattr(self, "training", None)))
+        return call(self, *args, **kwargs)
+
+    recording_call.__wrapped__ = call  # type: ignore[attr-defined]
+    return recording_call
 
 
 def _optimizer_step(recorder: Recorder, step: Callable, on_step: Callable) -> Callable:

@@ -11,6 +11,7 @@ returns the step's result with the replayed values.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..autodiff import Gradients
@@ -19,7 +20,12 @@ from .program import CudaGraphSegment, OptimizerCall
 from .recording import CaptureError
 from .state import write_back
 
-__all__ = ["CapturedStep", "decode_result", "inner_value", "raw_spec"]
+__all__ = ["MAX_PROGRAMS", "CapturedStep", "decode_result", "inner_value", "raw_spec"]
+
+#: The programs a step keeps, one per input signature and mode (``torch.compile``'s default
+#: cache limit too): a loop whose shapes change every step would otherwise record and compile
+#: every step, slower than running it eagerly.
+MAX_PROGRAMS = 8
 
 
 def inner_value(tensor: Tensor) -> Any:
@@ -34,11 +40,21 @@ class CapturedStep:
     ``result`` is what ``step_fn`` returned when it ran during capture (the first step's loss).
     ``code`` is the compiled program, ``num_calls`` the number of recorded inner calls,
     ``num_fused`` the number of fused elementwise kernels they were grouped into, and
-    ``cuda_graph`` whether segments replay through CUDA graphs.
+    ``cuda_graph`` whether segments replay through CUDA graphs. These describe the program of
+    the first capture; ``programs`` counts all kept (``capture(..., recapture=True)``: one per
+    input signature and train/eval mode met).
     """
+
+    _recapture = None  # the step captured again for other inputs (None: refuse them)
 
     def __init__(self, **fields: Any):
         self.__dict__.update(fields)
+        self._others: list[CapturedStep] = []  # the programs captured again, newest last
+        self._warned = False
+
+    @property
+    def programs(self) -> int:
+        return 1 + len(self._others)
 
     @property
     def code(self) -> str:
@@ -62,13 +78,13 @@ class CapturedStep:
             f"inputs {[spec[1] for spec in self._input_specs if spec[0] == 't']})"
         )
 
-    def _input_values(self, inputs: tuple) -> list:
+    def _mismatch(self, inputs: tuple) -> str | None:
+        """Why this program cannot replay ``inputs`` in the modules' current modes, where
+        capturing the step again for them could (other shapes, dtypes, backends, constants or
+        modes); ``None`` when it can. A tensor given for a constant, or the reverse, raises."""
         specs = self._input_specs
         if len(inputs) != len(specs):
-            raise CaptureError(
-                f"captured step: expected {len(specs)} inputs as at capture, got {len(inputs)}"
-            )
-        values = []
+            return f"expected {len(specs)} inputs as at capture, got {len(inputs)}"
         for index, (spec, given) in enumerate(zip(specs, inputs)):
             if spec[0] == "t":
                 _, shape, dtype, backend = spec
@@ -78,19 +94,39 @@ class CapturedStep:
                         f"{dtype} at capture, got {type(given).__name__}"
                     )
                 if given.shape != shape or given.dtype != dtype or given.backend != backend:
-                    raise CaptureError(
-                        f"captured step: input {index} has shape {list(given.shape)} "
-                        f"{given.dtype} on {given.backend.name}, but the step was captured with "
-                        f"shape {list(shape)} {dtype} on {backend.name}; capture the step again "
-                        "for other shapes"
+                    return (
+                        f"input {index} has shape {list(given.shape)} {given.dtype} on "
+                        f"{given.backend.name}, but the step was captured with shape "
+                        f"{list(shape)} {dtype} on {backend.name}"
                     )
-                values.append(inner_value(given))
-            elif not (type(given) is type(spec[1]) and given == spec[1]):
+            elif isinstance(given, Tensor):
                 raise CaptureError(
-                    f"captured step: non-tensor input {index} was {spec[1]!r} at capture, got "
-                    f"{given!r}; it is a constant of the captured step (pass a Tensor instead)"
+                    f"captured step: non-tensor input {index} was {spec[1]!r} at capture, got a "
+                    "Tensor; a constant of the captured step stays a constant"
                 )
-        return values
+            elif not (type(given) is type(spec[1]) and given == spec[1]):
+                return (
+                    f"non-tensor input {index} was {spec[1]!r} at capture, got {given!r} (a "
+                    "constant of the captured step)"
+                )
+        return self._state.mode_change()
+
+    def _program_for(self, inputs: tuple) -> CapturedStep | None:
+        """The kept program that replays ``inputs``; ``None`` to capture one; raises where
+        none may be captured."""
+        reason = self._mismatch(inputs)
+        if reason is None:
+            return self
+        for index, other in enumerate(self._others):
+            if other._mismatch(inputs) is None:
+                self._others.append(self._others.pop(index))  # most recently used last
+                return other
+        if self._recapture is None:
+            raise CaptureError(
+                f"captured step: {reason}; capture the step again for these inputs and modes, or "
+                "capture with recapture=True"
+            )
+        return None
 
     def _state_values(self, entries: list) -> dict[int, Any]:
         """The parameters' current values by slot, each checked against the shape and dtype
@@ -116,7 +152,26 @@ class CapturedStep:
         return env
 
     def __call__(self, *inputs: Any) -> Any:
-        values = self._input_values(inputs)
+        program = self._program_for(inputs)
+        if program is not None:
+            return program._replay(inputs)
+        if self.programs >= MAX_PROGRAMS:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"captured step {getattr(self._fn, '__name__', 'step')!r}: inputs or modes "
+                    f"beyond the {MAX_PROGRAMS} programs kept; such steps run eagerly (pad "
+                    "inputs to a few shapes to replay them)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return self._fn(*inputs)
+        other = self._recapture(*inputs)  # runs the step, as the first capture did
+        self._others.append(other)
+        return other.result
+
+    def _replay(self, inputs: tuple) -> Any:
+        values = [inner_value(x) for x, spec in zip(inputs, self._input_specs) if spec[0] == "t"]
         entries = self._state.checked()
         env = self._state_values(entries)
         env.update(zip(self._input_slots, values))

@@ -51,6 +51,8 @@ class State:
         self.names = [self._names(module) for module in self.modules]
         self.group_sizes = [self._group_sizes(optimizer) for optimizer in self.optimizers]
         self.modes = self._modes()
+        #: ``(module, training)`` of the modules the step called (set after recording)
+        self.called: list[tuple[Any, bool]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -74,15 +76,35 @@ class State:
             for name, sub in module.named_modules()
         )
 
-    def check_modes(self) -> None:
+    def _tree_mode_change(self) -> str | None:
         modes = self._modes()
-        if modes != self.modes:
-            changed = [name or "(root)" for (name, a), (_, b) in zip(modes, self.modes) if a != b]
+        if modes == self.modes:
+            return None
+        changed = [name or "(root)" for (name, a), (_, b) in zip(modes, self.modes) if a != b]
+        return f"train()/eval() mode changed since capture (in {changed or 'the module tree'})"
+
+    def check_modes(self) -> None:
+        change = self._tree_mode_change()
+        if change is not None:
             raise CaptureError(
-                "captured step: train()/eval() mode changed since capture (in "
-                f"{changed or 'the module tree'}); the step was captured in the modes it had "
-                "then: capture it again for the other mode"
+                f"captured step: {change}; the step was captured in the modes it had then: "
+                "capture it again for the other mode"
             )
+
+    def mode_change(self) -> str | None:
+        """Where a module the step calls, listed in ``state`` or not, switched between
+        ``train()`` and ``eval()`` since capture; ``None`` if none did."""
+        for module, training in self.called:
+            if getattr(module, "training", None) is not training:
+                named = self._tree_mode_change()  # names the sub-module where it can
+                return (
+                    named
+                    or f"train()/eval() mode changed since capture (in a {type(module).__name__})"
+                )
+        walked = self._walked
+        if walked is not None and _unchanged(walked[0]):
+            return None  # the listed trees' modes are among what the last walk read
+        return self._tree_mode_change()
 
     def checked(self) -> list[tuple[Any, str, Tensor]]:
         """:meth:`check_modes`, then :meth:`entries`; when nothing those walks read changed
