@@ -122,7 +122,7 @@ def _capture_one(
             inners.append(inner)
     with Patches(recorder, inners, on_step) as patches:
         result = step_fn(*example_inputs)
-    state.called = patches.modules
+    state.calls(patches.modules)
 
     write_back = []
     final = state.entries()
@@ -188,7 +188,7 @@ def _record_inputs(example_inputs: tuple, recorder: Recorder) -> tuple[list, lis
                     f"capture: input {index} (shape {list(x.shape)}) is tracked by autodiff; "
                     "inputs of a captured step are data, not leaves that require grad"
                 )
-            input_specs.append(("t", x.shape, x.dtype, x.backend))
+            input_specs.append(("t", x.shape, x.dtype, x.backend, raw_spec(inner_value(x))))
             input_slots.append(recorder.new_slot(inner_value(x)))
         elif isinstance(x, (bool, int, float, str, type(None))):
             input_specs.append(("c", x))

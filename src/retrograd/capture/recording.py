@@ -248,7 +248,9 @@ def _module_call(call: Callable, modules: list[tuple[Any, bool]]) -> Callable:
     def recording_call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if id(self) not in seen:
             seen.add(id(self))
-            modules.append((self, getattr(self, "training", None)))
+            training = getattr(self, "training", None)
+            if training is not None:  # a module without one has no modes
+                modules.append((self, training))
         return call(self, *args, **kwargs)
 
     recording_call.__wrapped__ = call  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ two groups as nanoGPT's ``configure_optimizers`` makes, needs no module at all).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any
 
 from ..optim import Optimizer
@@ -21,6 +21,8 @@ from ..tensor.inplace import assign
 from .recording import CaptureError
 
 __all__ = ["State", "write_back"]
+
+_training = attrgetter("training")
 
 
 class State:
@@ -51,8 +53,9 @@ class State:
         self.names = [self._names(module) for module in self.modules]
         self.group_sizes = [self._group_sizes(optimizer) for optimizer in self.optimizers]
         self.modes = self._modes()
-        #: ``(module, training)`` of the modules the step called (set after recording)
-        self.called: list[tuple[Any, bool]] = []
+        #: the modules the step called and their ``training`` flags then (see :meth:`calls`)
+        self.called_modules: list[Any] = []
+        self.called_modes: list[Any] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -76,6 +79,12 @@ class State:
             for name, sub in module.named_modules()
         )
 
+    def calls(self, called: list[tuple[Any, Any]]) -> None:
+        """Note the ``(module, training)`` pairs of the modules the step called, listed or not
+        (their modes are checked at each replay too)."""
+        self.called_modules = [module for module, _ in called]
+        self.called_modes = [training for _, training in called]
+
     def _tree_mode_change(self) -> str | None:
         modes = self._modes()
         if modes == self.modes:
@@ -94,8 +103,10 @@ class State:
     def mode_change(self) -> str | None:
         """Where a module the step calls, listed in ``state`` or not, switched between
         ``train()`` and ``eval()`` since capture; ``None`` if none did."""
-        for module, training in self.called:
-            if getattr(module, "training", None) is not training:
+        if self.called_modes != list(map(_training, self.called_modules)):
+            for module, training in zip(self.called_modules, self.called_modes):
+                if _training(module) is training:
+                    continue
                 named = self._tree_mode_change()  # names the sub-module where it can
                 return (
                     named
