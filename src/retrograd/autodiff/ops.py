@@ -238,7 +238,7 @@ def _exclusive_prod(B, x, dim):
     """Product of the other elements along ``dim``, exact where ``x`` has zeros."""
     shape = B.shape(x)
     n = shape[dim]
-    if n == 1:
+    if n <= 1:  # an empty dimension has no products to take
         return B.ones_like(x)
     one = B.ones(shape[:dim] + (1,) + shape[dim + 1 :], B.dtype(x), B.device(x))
     head = _along(dim, slice(0, n - 1))

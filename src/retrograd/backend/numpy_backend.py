@@ -337,8 +337,8 @@ class NumpyBackend(
     def relu_backward(self, grad, out):
         # grad's bits times 0 or 1 in unsigned integers: exact selection (a zero is +0.0,
         # whatever grad holds), a quarter faster than masking, keeping grad's layout
-        if grad.dtype.kind != "f" or out.shape != grad.shape:
-            return super().relu_backward(grad, out)
+        if grad.dtype.kind != "f" or out.shape != grad.shape or not grad.ndim:
+            return super().relu_backward(grad, out)  # (0-d values may be NumPy scalars)
         dense = _compiled_relu_arrays([grad, out]) if out.dtype == grad.dtype else None
         if dense is not None:  # one pass, the same bits (compiled_relu)
             kernels, (grad_flat, out_flat, result_flat), result = dense

@@ -13,10 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DTypeError
+from ..context import capturing
+from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import lift, promote, untracked
 
-__all__ = ["bounded", "erfinv", "extremum", "rounded_quotient", "scaled"]
+__all__ = [
+    "bounded",
+    "check_integer_divisor",
+    "erfinv",
+    "extremum",
+    "integer_power",
+    "rounded_quotient",
+    "scaled",
+]
 
 SCALAR_TYPES = (int, float, bool, np.integer, np.floating, np.bool_)
 
@@ -41,6 +50,51 @@ def bounded(x: Any, bound: Any, side: str) -> Any:
     return x.mask_where(getattr(x, side)(bound), bound)
 
 
+def _integral(x: Any) -> bool:
+    if hasattr(x, "dtype"):
+        return x.dtype in ("int64", "bool")
+    return isinstance(x, int | np.integer | bool | np.bool_)
+
+
+def check_integer_divisor(op: str, a: Any, b: Any) -> None:
+    """Integer division or remainder by zero is an error, as in torch and Python, not the
+    undefined value an integer kernel makes. A divisor tensor is read on the host for it,
+    except while a step is captured (where a host read is refused)."""
+    if not (_integral(a) and _integral(b)):
+        return
+    if not hasattr(b, "dtype"):
+        zero = b == 0
+    elif capturing.get() or b.numel() == 0:
+        return
+    else:
+        zero = bool(b.cast("int64").equal_elem(0).any().item())
+    if zero:
+        raise InvalidArgumentError(f"{op}: integer division by zero")
+
+
+def integer_power(base: Any, exponent: Any) -> Any | None:
+    """torch's power of integers: an int64 result when both are integers (bools count as
+    integers); ``None`` when either is a float. A negative integer exponent is refused, as
+    torch refuses it."""
+    if not (_integral(base) and _integral(exponent)):
+        return None
+    if hasattr(exponent, "dtype"):
+        if (
+            not capturing.get()
+            and exponent.numel()
+            and bool(exponent.cast("int64").lower_elem(0).any().item())
+        ):
+            raise InvalidArgumentError("pow: integers to negative integer powers are not allowed")
+        exponent = exponent.cast("float64")
+    elif exponent < 0:
+        raise InvalidArgumentError(
+            f"pow: integers to negative integer powers are not allowed (exponent {exponent})"
+        )
+    base = base.cast("float64") if hasattr(base, "dtype") else float(base)
+    # exact below 2**53; torch's integer power wraps on overflow, as this does not
+    return (base**exponent).round().cast("int64")
+
+
 def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
     """``a / b`` rounded toward zero (``"trunc"``) or down (``"floor"``), as torch's ``div``
     with ``rounding_mode``; integer operands keep an integer result. The floor of a float
@@ -53,6 +107,7 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
         isinstance(b, int | np.integer) and not isinstance(b, bool)
     )
     if a.dtype in ("int64", "bool") and b_integral:
+        check_integer_divisor(f"div (rounding_mode={mode!r})", a, b)
         a64 = a.cast("int64")
         if mode == "trunc":
             return (a64.cast("float64") / b).trunc().cast("int64")

@@ -31,7 +31,15 @@ from ._dispatch import (
     scalar_dtype,
     wrap,
 )
-from .compositions import bounded, erfinv, extremum, rounded_quotient, scaled
+from .compositions import (
+    bounded,
+    check_integer_divisor,
+    erfinv,
+    extremum,
+    integer_power,
+    rounded_quotient,
+    scaled,
+)
 
 __all__ = ["ElementwiseMixin"]
 
@@ -256,18 +264,23 @@ class ElementwiseMixin:
         """``self ** other`` elementwise (float)."""
         return self._apply(POW, (self, other))
 
+    def pow(self, other: Any) -> Any:
+        """``self ** other``: int64 when both are integers (torch's rule), else float."""
+        result = integer_power(self, other)
+        return self._apply(POW, (self, other)) if result is None else result
+
     def powf_scalar(self, value: float) -> Any:
         value = check_scalar("powf_scalar", value)
         return self._apply(POW, (self, value))
 
-    pow = powf
-
     def remainder(self, other: Any) -> Any:
         """Remainder with the sign of the divisor (Python's ``%``, PyTorch's ``remainder``)."""
+        check_integer_divisor("remainder", self, other)
         return self._apply(REMAINDER, (self, other))
 
     def remainder_scalar(self, value: float) -> Any:
         value = check_scalar("remainder_scalar", value)
+        check_integer_divisor("remainder_scalar", self, value)
         return self._apply(REMAINDER, (self, value))
 
     def cross(self, other: Any, dim: int) -> Any:
@@ -313,15 +326,17 @@ class ElementwiseMixin:
         return self._apply(RDIV, (other, self))
 
     def __pow__(self, other):
-        return self._apply(POW, (self, other))
+        return self.pow(other)
 
     def __rpow__(self, other):
-        return self._apply(RPOW, (other, self))
+        result = integer_power(other, self)
+        return self._apply(RPOW, (other, self)) if result is None else result
 
     def __mod__(self, other):
-        return self._apply(REMAINDER, (self, other))
+        return self.remainder(other)
 
     def __rmod__(self, other):
+        check_integer_divisor("remainder", other, self)
         return self._apply(RREMAINDER, (other, self))
 
     def __neg__(self):

@@ -1,0 +1,100 @@
+"""Edge cases found by fuzzing ops against PyTorch: 0-d and empty tensors through backward,
+integer powers, and integer division by zero. Each against torch (float64 for gradients).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+def grads_against_torch(rg_fn, torch_fn, array):
+    x = rg.tensor(array).require_grad()
+    t = torch.tensor(array, requires_grad=True)
+    out, expected = rg_fn(x), torch_fn(t)
+    weights = np.random.default_rng(0).standard_normal(tuple(expected.shape))
+    got = x.grad((out * rg.tensor(weights)).sum().backward())
+    (expected * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-15, atol=0)
+    assert got.shape == tuple(t.grad.shape)
+    np.testing.assert_allclose(got.numpy(), t.grad.numpy(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "name, rg_fn, torch_fn",
+    [
+        ("relu", lambda x: x.relu(), torch.relu),
+        ("gelu", lambda x: x.gelu(), torch.nn.functional.gelu),
+        ("tanh", lambda x: x.tanh(), torch.tanh),
+        ("abs", lambda x: x.abs(), torch.abs),
+    ],
+)
+def test_unary_ops_of_a_0d_tensor_backpropagate(name, rg_fn, torch_fn):
+    grads_against_torch(rg_fn, torch_fn, np.array(0.75))
+    grads_against_torch(rg_fn, torch_fn, np.array(-0.5))
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_products_over_empty_dimensions_backpropagate(shape):
+    array = np.ones(shape)
+    grads_against_torch(lambda x: x.prod(), torch.prod, array)
+    grads_against_torch(lambda x: x.prod_dim(-1), lambda t: t.prod(-1, keepdim=True), array)
+
+
+def test_integer_powers_stay_integers_as_in_torch():
+    a_np, b_np = np.array([-7, -3, 0, 3, 7]), np.array([2, 0, 3, 1, 5])
+    a, b = rg.tensor(a_np), rg.tensor(b_np)
+    ta, tb = torch.tensor(a_np), torch.tensor(b_np)
+    for ours, theirs in [
+        (a**2, ta**2),
+        (a**b, ta**tb),
+        (2**b, 2**tb),
+        (a.pow(3), ta.pow(3)),
+        ((a > 0) ** 2, (ta > 0) ** 2),
+        (a**2.0, ta**2.0),  # a float exponent: float32
+        (a**0.5, ta**0.5),
+    ]:
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), (ours, theirs)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a**-1,
+        lambda a: a ** rg.tensor([1, 2, -1, 0, 1]),
+    ],
+    ids=["scalar", "tensor"],
+)
+def test_integers_to_negative_integer_powers_are_refused(call):
+    with pytest.raises(rg.InvalidArgumentError, match="negative integer powers"):
+        call(rg.tensor([-7, -3, 0, 3, 7]))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a // 0,
+        lambda a: a % 0,
+        lambda a: a // rg.tensor([1, 2, 0, 1, 1]),
+        lambda a: a % rg.tensor([1, 2, 0, 1, 1]),
+        lambda a: a.remainder(0),
+        lambda a: a.div(rg.zeros_like(a), rounding_mode="trunc"),
+        lambda a: 7 % rg.tensor([0, 1]),
+    ],
+)
+def test_integer_division_by_zero_is_an_error(call):
+    a = rg.tensor([-7, -3, 0, 3, 7])
+    with pytest.raises(rg.InvalidArgumentError, match="integer division by zero"):
+        call(a)
+    np.testing.assert_array_equal((a // 2).numpy(), np.array([-7, -3, 0, 3, 7]) // 2)
+
+
+def test_float_division_by_zero_follows_ieee_as_torch():
+    a = np.array([-1.0, 0.0, 2.0])
+    ours = (rg.tensor(a) // 0).numpy()
+    theirs = (torch.tensor(a) // 0).numpy()
+    np.testing.assert_array_equal(ours, theirs)
