@@ -46,6 +46,12 @@ LAYERS = {
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low
     "unsupported": 1,
+    # torch.amp's names (autocast, GradScaler): they import only the errors; torch.cuda.amp
+    # re-exports them
+    "amp": 1,
+    # torch.backends flags, and torch's process-wide settings and dtype queries
+    "backends": 5,
+    "runtime_settings": 5,
     "fft": 2,
     "nested": 2,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API

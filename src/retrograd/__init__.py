@@ -61,7 +61,20 @@ from .tensor import (
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
 
-from . import autograd, cuda, distributions, fft, futures, linalg, nested, testing, utils
+from . import (
+    amp,
+    autograd,
+    backends,
+    cuda,
+    distributions,
+    fft,
+    futures,
+    linalg,
+    nested,
+    testing,
+    utils,
+)
+from .amp import autocast
 from .autograd import inference_mode, vmap
 from .defaults import (
     get_autocast_cpu_dtype,
@@ -73,6 +86,20 @@ from .defaults import (
     set_default_device,
 )
 from .device import Device as device  # noqa: N813 (torch's name)
+from .runtime_settings import (
+    are_deterministic_algorithms_enabled,
+    can_cast,
+    compile,  # noqa: A004 (torch.compile)
+    get_default_dtype,
+    get_num_threads,
+    get_printoptions,
+    promote_types,
+    result_type,
+    set_default_dtype,
+    set_num_threads,
+    set_printoptions,
+    use_deterministic_algorithms,
+)
 from .serialization import load, save
 from .tensor import (
     as_tensor,
@@ -306,3 +333,22 @@ __all__ += [
     "view_as_real",
 ]
 __all__ += ["vmap"]
+# mixed precision, backend flags and process-wide settings (amp.py, backends.py,
+# runtime_settings.py)
+__all__ += [
+    "amp",
+    "are_deterministic_algorithms_enabled",
+    "autocast",
+    "backends",
+    "can_cast",
+    "compile",
+    "get_default_dtype",
+    "get_num_threads",
+    "get_printoptions",
+    "promote_types",
+    "result_type",
+    "set_default_dtype",
+    "set_num_threads",
+    "set_printoptions",
+    "use_deterministic_algorithms",
+]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import amp as _amp
 from .backend.accelerators import cuda_call, cuda_device_count
 from .device import Device
 from .errors import InvalidArgumentError
 
-__all__ = ["current_device", "device_count", "is_available", "set_device", "synchronize"]
+__all__ = ["amp", "current_device", "device_count", "is_available", "set_device", "synchronize"]
 
 
 def is_available() -> bool:
@@ -72,3 +73,30 @@ def set_device(device: Any) -> None:
 def synchronize(device: Any = None) -> None:
     """Wait until every kernel queued on ``device`` (the current one by default) is done."""
     cuda_call("synchronize", _index("synchronize", device))
+
+
+class _CudaAmp:
+    """``torch.cuda.amp``: the older spellings of :mod:`retrograd.amp`'s names, for the GPU
+    (``GradScaler(init_scale, ...)``, ``autocast(enabled=True, dtype=float16, ...)``)."""
+
+    @staticmethod
+    def GradScaler(  # noqa: N802 (torch's name)
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ) -> _amp.GradScaler:
+        return _amp.GradScaler(
+            "cuda", init_scale, growth_factor, backoff_factor, growth_interval, enabled
+        )
+
+    @staticmethod
+    def autocast(
+        enabled: bool = True, dtype: Any = "float16", cache_enabled: bool = True
+    ) -> _amp.autocast:
+        return _amp.autocast("cuda", dtype, enabled, cache_enabled)
+
+
+#: torch's ``torch.cuda.amp``
+amp = _CudaAmp()

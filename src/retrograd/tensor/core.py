@@ -44,6 +44,7 @@ from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin
 from .layouts import check_memory_format, strided
+from .printing import array2string_options
 from .reduce import ReduceMixin
 from .shape import ShapeMixin
 from .views import link, unlink
@@ -164,7 +165,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMi
         return int(self.item())
 
     def __repr__(self) -> str:
-        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        """torch's layout; the options of ``rg.set_printoptions``."""
+        body = np.array2string(
+            self.numpy(), separator=", ", prefix="tensor(", **array2string_options()
+        )
         tracked = self._backend.is_autodiff and self._backend.is_tracked(self._prim)
         suffix = (
             ", requires_grad"

@@ -67,6 +67,7 @@ from ._dispatch import (
     normalize_dim,
     promote,
     result_dtype,
+    scalar_dtype,
     untracked,
     wrap,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "promote",
     "reported",
     "result_dtype",
+    "scalar_dtype",
     "shape_text",
     "translate",
     "untracked",

@@ -1,0 +1,232 @@
+"""torch's automatic mixed precision names: ``autocast`` and ``GradScaler`` (``torch.amp``,
+``torch.autocast``, ``torch.cuda.amp``), so that training scripts written for AMP run.
+
+*autocast.* retrograd never autocasts: every op computes in its inputs' dtype. ``autocast(...,
+enabled=False)``, the form scripts use off the GPU, is exactly torch's (nothing happens).
+Entered enabled, it runs the block in the inputs' own dtypes -- the float32 results torch's
+autocast would round to bfloat16 or float16 are kept at full precision -- and warns once that
+it does so. For lower-precision training, cast the model and inputs (``model.to(rg.bfloat16)``
+on ``rg.TorchBackend``) instead.
+
+*GradScaler.* Dynamic loss scaling as torch's, with the gradients a value (``backward()``
+returns them; API.md section 3), so its calls take them where torch's read them from the
+parameters::
+
+    grads = scaler.scale(loss).backward()
+    scaler.unscale_(optimizer, grads)          # optional, before clipping
+    rg.nn.utils.clip_grad_norm_(grads, model.parameters(), 1.0)
+    scaler.step(optimizer, grads)              # skipped when a gradient is inf or NaN
+    scaler.update()
+
+``enabled=False`` makes every call a pass-through (``scale`` returns the loss, ``step`` calls
+``optimizer.step(grads)``). Enabled, the scale starts at ``init_scale``, is multiplied by
+``backoff_factor`` after a step with non-finite gradients (which is skipped) and by
+``growth_factor`` after ``growth_interval`` finite steps in a row, as torch's.
+
+>>> import retrograd as rg
+>>> with rg.autocast("cpu", enabled=False):
+...     rg.ones((2,)).sum().item()
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+from .errors import AutodiffError, InvalidArgumentError
+
+__all__ = ["GradScaler", "autocast"]
+
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "xla", "meta")
+_warned = False
+
+
+class autocast:  # noqa: N801 (torch's name)
+    """torch's ``autocast(device_type, dtype=None, enabled=True, cache_enabled=None)``: a
+    context manager and decorator; see the module docstring for what it does here."""
+
+    def __init__(
+        self,
+        device_type: str,
+        dtype: Any = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ):
+        if not isinstance(device_type, str) or device_type not in _DEVICE_TYPES:
+            raise InvalidArgumentError(
+                f"autocast: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
+            )
+        self.device_type, self.dtype = device_type, dtype
+        self.enabled, self.cache_enabled = bool(enabled), cache_enabled
+
+    def __enter__(self) -> autocast:
+        global _warned
+        if self.enabled and not _warned:
+            _warned = True
+            warnings.warn(
+                "autocast: retrograd does not autocast; ops inside compute in their inputs' "
+                "dtypes (full precision where torch would round to "
+                f"{self.dtype or 'the autocast dtype'}). Cast the model and inputs for "
+                "lower-precision training.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __call__(self, fn: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        run.__wrapped__ = fn  # type: ignore[attr-defined]
+        return run
+
+
+class GradScaler:
+    """torch's ``GradScaler(device="cuda", init_scale=2.0**16, growth_factor=2.0,
+    backoff_factor=0.5, growth_interval=2000, enabled=True)``; see the module docstring."""
+
+    def __init__(
+        self,
+        device: str = "cuda",
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ):
+        if not growth_factor > 1.0:
+            raise InvalidArgumentError(
+                f"GradScaler: growth_factor must be > 1, got {growth_factor}"
+            )
+        if not 0.0 < backoff_factor < 1.0:
+            raise InvalidArgumentError(
+                f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}"
+            )
+        self.device = device
+        self._enabled = bool(enabled)
+        self._scale = float(init_scale)
+        self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
+        self._growth_interval = int(growth_interval)
+        self._growth_tracker = 0
+        self._unscaled: dict[int, bool] = {}  # id(optimizer) -> found inf, this iteration
+        self._stepped = False
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def get_scale(self) -> float:
+        """The current scale (1.0 when disabled, as torch's)."""
+        return self._scale if self._enabled else 1.0
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def scale(self, outputs: Any) -> Any:
+        """``outputs`` (a tensor, or nested lists/tuples of them) times the scale."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, list | tuple):
+            return type(outputs)(self.scale(o) for o in outputs)
+        if hasattr(outputs, "backward"):  # a tensor (this module sits below the tensor API)
+            return outputs * self._scale
+        raise InvalidArgumentError(
+            f"GradScaler.scale: outputs must be tensors, got {type(outputs).__name__}"
+        )
+
+    def unscale_(self, optimizer: Any, grads: Any = None) -> None:
+        """Divide the gradients of ``optimizer``'s parameters in ``grads`` by the scale, in
+        place, and note whether any is inf or NaN (then :meth:`step` skips the step)."""
+        if not self._enabled:
+            return
+        if grads is None:
+            raise AutodiffError(
+                "GradScaler.unscale_: pass the gradients backward() returned, "
+                "scaler.unscale_(optimizer, grads) (gradients are a value here)"
+            )
+        if id(optimizer) in self._unscaled:
+            raise AutodiffError(
+                "GradScaler.unscale_: unscale_() has already been called on this optimizer "
+                "since the last update()"
+            )
+        inverse = 1.0 / self._scale
+        found_inf = False
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                grad = parameter.grad(grads)
+                if grad is None:
+                    continue
+                grad = grad * inverse
+                parameter.grad_replace(grads, grad)
+                found_inf = found_inf or not bool(grad.isfinite().all().item())
+        self._unscaled[id(optimizer)] = found_inf
+
+    def step(self, optimizer: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``optimizer.step(grads)`` on the unscaled gradients, unless one is inf or NaN;
+        returns what the step returned (``None`` when skipped)."""
+        if not self._enabled:
+            return optimizer.step(grads, *args, **kwargs)
+        if id(optimizer) not in self._unscaled:
+            self.unscale_(optimizer, grads)
+        self._stepped = True
+        if self._unscaled[id(optimizer)]:
+            return None
+        return optimizer.step(grads, *args, **kwargs)
+
+    def update(self, new_scale: Any = None) -> None:
+        """Back off the scale after a skipped step, grow it after ``growth_interval`` good
+        ones; or set it to ``new_scale``."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            self._scale = float(new_scale.item() if hasattr(new_scale, "item") else new_scale)
+        elif self._unscaled:
+            if any(self._unscaled.values()):
+                self._scale *= self._backoff_factor
+                self._growth_tracker = 0
+            else:
+                self._growth_tracker += 1
+                if self._growth_tracker == self._growth_interval:
+                    grown = self._scale * self._growth_factor
+                    if math.isfinite(grown):
+                        self._scale = grown
+                    self._growth_tracker = 0
+        self._unscaled.clear()
+        self._stepped = False
+
+    def state_dict(self) -> dict[str, Any]:
+        if not self._enabled:
+            return {}
+        return {
+            "scale": self._scale,
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "_growth_tracker": self._growth_tracker,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not self._enabled:
+            return
+        if not state_dict:
+            raise InvalidArgumentError(
+                "GradScaler.load_state_dict: the state dict is empty (saved from a disabled scaler)"
+            )
+        scale = state_dict["scale"]
+        self._scale = float(scale.item() if hasattr(scale, "item") else scale)
+        self._growth_factor = float(state_dict["growth_factor"])
+        self._backoff_factor = float(state_dict["backoff_factor"])
+        self._growth_interval = int(state_dict["growth_interval"])
+        tracker = state_dict["_growth_tracker"]
+        self._growth_tracker = int(tracker.item() if hasattr(tracker, "item") else tracker)

@@ -1,0 +1,169 @@
+"""torch's process-wide settings and dtype queries that scripts call at their top:
+``compile``, ``set_num_threads``/``get_num_threads``, ``set_printoptions``,
+``use_deterministic_algorithms``, ``get_default_dtype``/``set_default_dtype``, and
+``promote_types``/``result_type``/``can_cast``.
+
+- ``rg.compile(model)`` returns ``model`` itself (``torch.compile``'s arguments accepted):
+  compiling changes no value in torch either, only speed, and retrograd's whole-step compiler
+  is :func:`retrograd.capture`, which needs the optimizer as well.
+- ``set_num_threads(n)`` sets the threads of the BLAS/OpenMP pools NumPy uses (threadpoolctl)
+  and of torch, for ``rg.TorchBackend``.
+- ``set_printoptions`` sets how tensors print (torch's keywords and profiles;
+  :mod:`retrograd.tensor.printing`).
+- Every computation here is deterministic, so ``use_deterministic_algorithms(True)`` holds.
+- The default float dtype is float32, as torch's; ``set_default_dtype`` accepts float32 and
+  refuses another with an error that says what to do instead (pass ``dtype=`` where tensors are
+  made, or cast the model with ``model.double()``).
+
+>>> import retrograd as rg
+>>> rg.promote_types(rg.int64, rg.float32), rg.can_cast(rg.float64, rg.int64)
+(retrograd.float32, False)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .errors import DTypeError, InvalidArgumentError
+from .tensor import Tensor
+from .tensor.dtypes import DTYPE_OBJECTS, canonical_dtype
+from .tensor.internal import promote, result_dtype, scalar_dtype
+from .tensor.printing import get_printoptions, set_printoptions
+
+__all__ = [
+    "are_deterministic_algorithms_enabled",
+    "can_cast",
+    "compile",
+    "get_default_dtype",
+    "get_num_threads",
+    "get_printoptions",
+    "promote_types",
+    "result_type",
+    "set_default_dtype",
+    "set_num_threads",
+    "set_printoptions",
+    "use_deterministic_algorithms",
+]
+
+
+def compile(  # noqa: A001 (torch's name)
+    model: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: Any = "inductor",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+) -> Any:
+    """``torch.compile``: ``model`` (a module or function) unchanged; as a decorator with
+    arguments only (``@rg.compile(mode=...)``), the identity decorator."""
+    if model is None:
+        return lambda fn: fn
+    if not callable(model):
+        raise InvalidArgumentError(
+            f"compile: expected a module or a function, got {type(model).__name__}"
+        )
+    return model
+
+
+# -- threads ---------------------------------------------------------------------------------------
+def set_num_threads(threads: int) -> None:
+    """The number of threads NumPy's BLAS/OpenMP pools and torch use."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise InvalidArgumentError(f"set_num_threads: expected a positive int, got {threads!r}")
+    global _limits
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an optional dependency (the "examples" extra)
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        _limits = threadpool_limits(limits=threads)  # kept: the limit lasts while it is held
+    _set_torch_threads(threads)
+
+
+_limits: Any = None
+
+
+def _set_torch_threads(threads: int) -> None:
+    torch = sys.modules.get("torch")  # only where torch is in use: no import for it
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+def get_num_threads() -> int:
+    """The threads of the BLAS pool NumPy uses (the cores, without threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return os.cpu_count() or 1
+    pools = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(pools) if pools else 1
+
+
+# -- determinism and dtypes ---------------------------------------------------------------------
+_DETERMINISTIC = [False]
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Recorded; every retrograd kernel is deterministic already."""
+    _DETERMINISTIC[0] = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _DETERMINISTIC[0]
+
+
+def get_default_dtype() -> Any:
+    """float32, the dtype of tensors made from Python floats."""
+    return DTYPE_OBJECTS["float32"]
+
+
+def set_default_dtype(d: Any) -> None:
+    """Accepts float32 (the default); another default is refused, with what to do instead."""
+    name = canonical_dtype("set_default_dtype", d)
+    if name != "float32":
+        raise DTypeError(
+            f"set_default_dtype: retrograd's default float dtype is float32 and cannot be "
+            f"changed to {name}; pass dtype={name!r} where tensors are made, or cast a model "
+            "with model.to(dtype)"
+        )
+
+
+def promote_types(type1: Any, type2: Any) -> Any:
+    """The dtype two tensors of these dtypes combine to (torch's ``promote_types``)."""
+    a = canonical_dtype("promote_types", type1)
+    b = canonical_dtype("promote_types", type2)
+    return DTYPE_OBJECTS[result_dtype(a, b)]
+
+
+def result_type(tensor1: Any, tensor2: Any) -> Any:
+    """The dtype of an arithmetic op on these operands (tensors or Python numbers), with
+    torch's rules for 0-d tensors and scalars."""
+    for operand in (tensor1, tensor2):
+        if not isinstance(operand, Tensor | bool | int | float):
+            raise DTypeError(
+                f"result_type: expected tensors or Python numbers, got {type(operand).__name__}"
+            )
+    if not isinstance(tensor1, Tensor) and not isinstance(tensor2, Tensor):
+        kinds = [
+            float if isinstance(x, float) else int if type(x) is int else bool
+            for x in (tensor1, tensor2)
+        ]
+        name = "float32" if float in kinds else ("int64" if int in kinds else "bool")
+        return DTYPE_OBJECTS[name]
+    a, b = (tensor1, tensor2) if isinstance(tensor1, Tensor) else (tensor2, tensor1)
+    if not isinstance(b, Tensor):
+        return DTYPE_OBJECTS[scalar_dtype(str(a.dtype), b)]
+    return DTYPE_OBJECTS[str(promote(a, b, "result_type")[0].dtype)]
+
+
+def can_cast(from_: Any, to: Any) -> bool:
+    """Whether torch's casting rules allow ``from_`` into ``to`` (no float into an integer
+    or bool, no integer into bool)."""
+    kinds = {"bool": 0, "int64": 1}
+    source = canonical_dtype("can_cast", from_)
+    target = canonical_dtype("can_cast", to)
+    return kinds.get(source, 2) <= kinds.get(target, 2)
