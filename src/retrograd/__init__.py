@@ -118,7 +118,9 @@ from .tensor import (
     randperm,
     scalar_tensor,
 )
+from .tensor import assembly as _assembly
 from .tensor import functions as _functions
+from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
@@ -240,6 +242,7 @@ __all__ = [
 # torch's surface (API.md section 10)
 __all__ += [
     *_functions.__all__,
+    *_assembly.__all__,
     "BFloat16Tensor",
     "BoolTensor",
     "ByteTensor",

@@ -67,7 +67,8 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
                         f"indexing: the mask of shape {shape_text(tensor.shape)} does not match "
                         f"the indexed shape {shape_text(covered)} at dimension {dim}"
                     )
-                for k, positions in enumerate(tensor.nonzero()):
+                per_dim = tensor.nonzero(as_tuple=True) if tensor.ndim else ()
+                for k, positions in enumerate(per_dim):
                     basic.append(slice(None))
                     advanced.append((out_dim + k, positions))
                 out_dim += tensor.ndim

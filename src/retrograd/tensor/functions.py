@@ -230,9 +230,9 @@ def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa: A002 (torch's name)
     """``input`` where ``condition`` is true, else ``other`` (tensors or numbers, broadcast
     together; numbers take the tensors' dtype, as torch's); with ``condition`` alone, the
-    indices of its true elements (``condition.nonzero()`` as a tuple)."""
+    indices of its true elements (``condition.nonzero(as_tuple=True)``)."""
     if input is None and other is None:
-        return tuple(condition.nonzero())
+        return condition.nonzero(as_tuple=True)
     reference = next(v for v in (input, other, condition) if isinstance(v, TensorBase))
     condition = lift(reference, condition, "where")
     if condition.dtype != "bool":

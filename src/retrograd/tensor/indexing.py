@@ -119,7 +119,7 @@ class IndexingMixin:
         mask = _mask_tensor("masked_select", self, mask)
         shape = np.broadcast_shapes(mask.shape, self.shape)
         x = self.expand(shape).reshape(-1)
-        positions = mask.expand(shape).reshape(-1).nonzero()[0]
+        positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]
         return x.index_select(0, positions)
 
     def masked_scatter(self, mask: Any, source: Any) -> Any:
@@ -127,7 +127,7 @@ class IndexingMixin:
         mask = _mask_tensor("masked_scatter", self, mask)
         source = lift(self, source, "masked_scatter")
         shape = self.shape
-        positions = mask.expand(shape).reshape(-1).nonzero()[0]
+        positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]
         count = positions.shape[0]
         if source.numel() < count:
             raise ShapeError(
@@ -306,14 +306,23 @@ class IndexingMixin:
         """The upper triangle of the last two dimensions (``torch.triu``)."""
         return _triangle("triu", self, diagonal)
 
-    def nonzero(self) -> list[Any]:
-        """int64 indices of the non-zero (true) elements, one 1-d tensor per dimension."""
-        return list(self._apply("nonzero", (self,)))
+    def nonzero(self, *, as_tuple: bool | None = None) -> Any:
+        """int64 indices of the non-zero (true) elements: one 1-d tensor per dimension, in a
+        list (Burn's ``nonzero``; ``as_tuple=True``: torch's tuple of them). ``as_tuple=False``
+        gives torch's default form, ``[count, ndim]`` (as ``rg.nonzero(t)`` and
+        :meth:`argwhere` do)."""
+        if as_tuple is False:
+            return self.argwhere()
+        if not self.ndim:  # torch: a 0-d tensor as one dimension of size 1
+            per_dim = [wrap(self, self._backend.zeros((int(bool(self)),), "int64", self._device))]
+            return tuple(per_dim) if as_tuple else []
+        per_dim = list(self._apply("nonzero", (self,)))
+        return tuple(per_dim) if as_tuple else per_dim
 
     def argwhere(self) -> Any:
         """int64 indices ``[count, ndim]`` of the non-zero (true) elements."""
         if self.ndim:
-            return stack(self.nonzero(), 1)
+            return stack(list(self.nonzero(as_tuple=True)), 1)
         # A 0-d tensor: one row when it is true. Its count is data, read as nonzero would.
         return wrap(self, self._backend.zeros((int(bool(self)), 0), "int64", self._device))
 

@@ -1,0 +1,425 @@
+"""More of torch's function forms: tensors assembled from others (``atleast_2d``,
+``column_stack``, ``dstack``, ``block_diag``, ``cartesian_prod``, ``combinations``,
+``tensordot``, ``chain_matmul``), index grids (``tril_indices``, ``triu_indices``), searches
+(``searchsorted``, ``isin``), calculus on samples (``cumulative_trapezoid``, ``gradient``),
+signal windows (``hann_window``...), and the function forms of methods that had none
+(``rg.broadcast_to(x, shape)`` is ``x.broadcast_to(shape)``...).
+
+Each is composed of differentiable tensor operations, so gradients follow (the windows and
+index grids are constants, as in torch).
+
+>>> import retrograd as rg
+>>> rg.block_diag(rg.ones((1, 1)), 2 * rg.ones((2, 1))).tolist()
+[[1.0, 0.0], [0.0, 2.0], [0.0, 2.0]]
+>>> rg.searchsorted(rg.tensor([1, 3, 5]), rg.tensor([3, 6])).tolist()
+[1, 3]
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import TensorBase, lift
+from .creation import tensor, zeros
+from .functions import _method
+from .shape import cat, stack
+
+#: ``rg.<name>(input, *args, **kwargs)`` is ``input.<name>(*args, **kwargs)``
+_METHODS = [
+    "argwhere",
+    "broadcast_to",
+    "cross",
+    "fliplr",
+    "flipud",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "masked_scatter",
+]
+for _name in _METHODS:
+    globals()[_name] = _method(_name, _name)
+del _name
+
+
+def _tensors(op: str, tensors: Any) -> list:
+    tensors = (
+        list(tensors[0])
+        if len(tensors) == 1 and isinstance(tensors[0], list | tuple)
+        else list(tensors)
+    )
+    for t in tensors:
+        if not isinstance(t, TensorBase):
+            raise InvalidArgumentError(f"{op}: expected tensors, got {type(t).__name__}")
+    return tensors
+
+
+def _atleast(op: str, tensors: tuple, ndim: int) -> Any:
+    def one(t: Any) -> Any:
+        if t.ndim >= ndim:
+            return t
+        if ndim == 3 and t.ndim == 2:
+            return t.unsqueeze_dim(-1)  # torch: [m, n] -> [m, n, 1]
+        if ndim == 3 and t.ndim == 1:
+            return t.reshape((1, t.shape[0], 1))
+        return t.reshape((1,) * (ndim - t.ndim) + tuple(t.shape))
+
+    if len(tensors) == 1 and isinstance(tensors[0], TensorBase):
+        return one(tensors[0])
+    return tuple(one(t) for t in _tensors(op, tensors))
+
+
+def atleast_1d(*tensors: Any) -> Any:
+    """Each tensor with at least one dimension (a tuple for several)."""
+    return _atleast("atleast_1d", tensors, 1)
+
+
+def atleast_2d(*tensors: Any) -> Any:
+    """Each tensor with at least two dimensions (new ones in front)."""
+    return _atleast("atleast_2d", tensors, 2)
+
+
+def atleast_3d(*tensors: Any) -> Any:
+    """Each tensor with at least three dimensions, as torch adds them (``[n]`` becomes
+    ``[1, n, 1]``, ``[m, n]`` becomes ``[m, n, 1]``)."""
+    return _atleast("atleast_3d", tensors, 3)
+
+
+def column_stack(tensors: Sequence[Any]) -> Any:
+    """The tensors as columns side by side (a 1-d or 0-d one as one column)."""
+    columns = [
+        t.reshape((-1, 1)) if t.ndim <= 1 else t for t in _tensors("column_stack", (tensors,))
+    ]
+    return cat(columns, 1)
+
+
+def row_stack(tensors: Sequence[Any]) -> Any:
+    """``vstack``: the tensors as rows, one under another."""
+    return cat(list(atleast_2d(*_tensors("row_stack", (tensors,)))), 0)
+
+
+def dstack(tensors: Sequence[Any]) -> Any:
+    """The tensors stacked along the third dimension (after :func:`atleast_3d`)."""
+    parts = atleast_3d(*_tensors("dstack", (tensors,)))
+    return cat(list(parts) if isinstance(parts, tuple) else [parts], 2)
+
+
+def block_diag(*tensors: Any) -> Any:
+    """A block-diagonal matrix of the given 0-, 1- or 2-d tensors (a 1-d one is a row)."""
+    blocks = [t.reshape((1, -1)) if t.ndim <= 1 else t for t in _tensors("block_diag", tensors)]
+    for t in blocks:
+        if t.ndim != 2:
+            raise ShapeError(
+                f"block_diag: inputs must have at most 2 dimensions, got {shape_text(t.shape)}"
+            )
+    if not blocks:
+        return zeros((1, 0))  # torch's block_diag() of nothing
+    width = sum(t.shape[1] for t in blocks)
+    first = blocks[0]
+    rows, before = [], 0
+    for t in blocks:
+        after = width - before - t.shape[1]
+        pad = dict(dtype=t.dtype, backend=first.backend, device=first.device)
+        parts = [zeros((t.shape[0], before), **pad), t, zeros((t.shape[0], after), **pad)]
+        rows.append(cat([p for p in parts if p.shape[1]] or [t], 1))
+        before += t.shape[1]
+    return cat(rows, 0)
+
+
+def cartesian_prod(*tensors: Any) -> Any:
+    """Every combination of one element of each 1-d tensor, as rows ``[n1*n2*..., k]``
+    (one tensor: itself)."""
+    from .functions import meshgrid
+
+    tensors = _tensors("cartesian_prod", tensors)
+    if len(tensors) == 1:
+        return tensors[0]
+    grids = meshgrid(*tensors, indexing="ij")
+    return stack([g.reshape((-1,)) for g in grids], 1)
+
+
+def combinations(input: Any, r: int = 2, with_replacement: bool = False) -> Any:  # noqa: A002
+    """The length-``r`` combinations of a 1-d tensor's elements, as rows (itertools' order)."""
+    if input.ndim != 1:
+        raise ShapeError(f"combinations: expects a 1-d tensor, got {shape_text(input.shape)}")
+    choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    index = np.array(list(choose(range(input.shape[0]), r)), dtype=np.int64).reshape(-1, r)
+    if not len(index):
+        return input[:0].reshape((0, r)) if r else input[:0]
+    picked = input.index_select(
+        0, tensor(index.reshape(-1), backend=input.backend, device=input.device)
+    )
+    return picked.reshape((-1, r))
+
+
+def _triangle_indices(
+    op: str, row: int, col: int, offset: int, lower: bool, dtype: Any, device: Any
+) -> Any:
+    if row < 0 or col < 0:
+        raise InvalidArgumentError(f"{op}: row and col must be non-negative, got {row}, {col}")
+    mask = (
+        np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, dtype=bool)
+    )
+    return tensor(
+        np.stack(np.nonzero(mask)).astype(np.int64), dtype=dtype or "int64", device=device
+    )
+
+
+def tril_indices(
+    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, **_: Any
+) -> Any:
+    """The ``[2, n]`` row and column indices of the lower triangle (``offset`` above the
+    diagonal counts in), row by row, as torch orders them."""
+    return _triangle_indices("tril_indices", row, col, offset, True, dtype, device)
+
+
+def triu_indices(
+    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, **_: Any
+) -> Any:
+    """The ``[2, n]`` indices of the upper triangle (``offset`` above the diagonal on)."""
+    return _triangle_indices("triu_indices", row, col, offset, False, dtype, device)
+
+
+def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
+    """The sum of products over ``dims``: the last ``dims`` of ``a`` with the first of ``b``,
+    or two lists of dimensions; one ``matmul`` after a permute and reshape of each."""
+    b = lift(a, b, "tensordot")
+    if isinstance(dims, int):
+        if dims < 0 or dims > min(a.ndim, b.ndim):
+            raise ShapeError(
+                f"tensordot: dims={dims} is out of range for {shape_text(a.shape)} and "
+                f"{shape_text(b.shape)}"
+            )
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    dims_a = [d % a.ndim for d in dims_a]
+    dims_b = [d % b.ndim for d in dims_b]
+    if len(dims_a) != len(dims_b) or any(a.shape[i] != b.shape[j] for i, j in zip(dims_a, dims_b)):
+        raise ShapeError(
+            f"tensordot: contracted dimensions {dims_a} of {shape_text(a.shape)} and {dims_b} of "
+            f"{shape_text(b.shape)} differ"
+        )
+    free_a = [d for d in range(a.ndim) if d not in dims_a]
+    free_b = [d for d in range(b.ndim) if d not in dims_b]
+    size = math.prod(a.shape[d] for d in dims_a)
+    left = a.permute(free_a + dims_a).reshape((-1, size))
+    right = b.permute(dims_b + free_b).reshape((size, -1))
+    shape = tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b)
+    return (left @ right).reshape(shape)
+
+
+def nonzero(input: Any, *, as_tuple: bool = False) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``nonzero``: the indices ``[count, ndim]`` of the non-zero elements, or one
+    1-d tensor per dimension with ``as_tuple`` (``Tensor.nonzero()`` keeps Burn's list)."""
+    return input.nonzero(as_tuple=bool(as_tuple))
+
+
+def inner(input: Any, other: Any) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``inner``: the sum of products over the last dimension of both (a product for
+    a 0-d operand). (``Tensor.inner()`` is retrograd's access to the inner backend's tensor,
+    API.md section 3, so this one is a function only.)"""
+    other = lift(input, other, "inner")
+    if input.ndim == 0 or other.ndim == 0:
+        return input * other
+    return tensordot(input, other, ([-1], [-1]))
+
+
+def chain_matmul(*matrices: Any) -> Any:
+    """The product of the matrices, left to right."""
+    matrices = _tensors("chain_matmul", matrices)
+    if not matrices:
+        raise InvalidArgumentError("chain_matmul: expects at least one matrix")
+    return functools.reduce(lambda x, y: x @ y, matrices)
+
+
+def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, right: bool = False,
+                 side: str | None = None, sorter: Any = None) -> Any:  # fmt: skip
+    """For each value, the index where it would be inserted to keep its row of
+    ``sorted_sequence`` sorted (``right``/``side="right"``: after equal elements)."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise InvalidArgumentError(
+                f"searchsorted: side must be 'left' or 'right', got {side!r}"
+            )
+        right = side == "right"
+    if sorter is not None:
+        sorted_sequence = sorted_sequence.gather(-1, sorter)
+    scalar = not isinstance(values, TensorBase)
+    if scalar:
+        values = _like(sorted_sequence, values)
+    if sorted_sequence.ndim > 1 and sorted_sequence.shape[:-1] != values.shape[:-1]:
+        raise ShapeError(
+            "searchsorted: the leading dimensions of sorted_sequence "
+            f"{shape_text(sorted_sequence.shape)} and values {shape_text(values.shape)} differ"
+        )
+    edges = sorted_sequence.unsqueeze_dim(-2)
+    points = values.unsqueeze_dim(-1)
+    below = points.greater_equal(edges) if right else points.greater(edges)
+    out = below.cast("int64").sum(-1)
+    return out.reshape(()) if scalar else out
+
+
+def isin(
+    elements: Any, test_elements: Any, *, assume_unique: bool = False, invert: bool = False
+) -> Any:
+    """Whether each element is among ``test_elements``."""
+    if not isinstance(elements, TensorBase):
+        elements = _like(test_elements, elements)
+    if not isinstance(test_elements, TensorBase):
+        test_elements = _like(elements, test_elements)
+    tests = lift(elements, test_elements, "isin").reshape((-1,))
+    found = elements.unsqueeze_dim(-1).equal(tests).any(-1)  # an empty test set: all False
+    return found.logical_not() if invert else found
+
+
+def _like(reference: Any, value: Any) -> Any:
+    """A Python number or list as a tensor on ``reference``'s backend and device."""
+    return tensor(value, backend=reference.backend, device=reference.device)
+
+
+def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
+    """The running trapezoidal integral along ``dim`` (one element shorter)."""
+    n = y.shape[dim]
+    left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
+    if x is None:
+        return ((left + right) * (dx / 2.0)).cumsum(dim)
+    spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
+    if x.ndim == 1 and y.ndim > 1:
+        spacing = spacing.reshape((-1,) + (1,) * (y.ndim - dim % y.ndim - 1))
+    return ((left + right) * spacing * 0.5).cumsum(dim)
+
+
+def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple:  # noqa: A002
+    """torch's ``gradient``: central differences inside, one-sided ones (first or second
+    order, ``edge_order``) at the ends, along each of ``dim`` (every dimension by default),
+    with uniform ``spacing`` (a number, or one per dimension)."""
+    dims = (
+        list(range(input.ndim)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    )
+    steps = list(spacing) if isinstance(spacing, list | tuple) else [spacing] * len(dims)
+    if len(steps) != len(dims) or not all(isinstance(h, int | float) for h in steps):
+        raise InvalidArgumentError(
+            "gradient: spacing must be a number or one number per dimension (coordinate tensors "
+            "are not supported)"
+        )
+    if edge_order not in (1, 2):
+        raise InvalidArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order}")
+    out = []
+    for d, h in zip(dims, steps):
+        d %= input.ndim
+        n = input.shape[d]
+        if n < edge_order + 1:
+            raise ShapeError(
+                f"gradient: dimension {d} of {shape_text(input.shape)} needs at least "
+                f"{edge_order + 1} samples"
+            )
+        at = functools.partial(input.narrow, d)  # (start, length) along d
+        inner = (at(2, n - 2) - at(0, n - 2)) * (0.5 / h)
+        if edge_order == 1:
+            first = (at(1, 1) - at(0, 1)) * (1.0 / h)
+            last = (at(n - 1, 1) - at(n - 2, 1)) * (1.0 / h)
+        else:
+            first = (at(0, 1) * -3.0 + at(1, 1) * 4.0 - at(2, 1)) * (0.5 / h)
+            last = (at(n - 3, 1) - at(n - 2, 1) * 4.0 + at(n - 1, 1) * 3.0) * (0.5 / h)
+        out.append(cat([first, inner, last], d))
+    return tuple(out)
+
+
+# -- signal windows (constants) -----------------------------------------------------------------
+def _window(op: str, length: int, periodic: bool, dtype: Any, device: Any, values: Any) -> Any:
+    if not isinstance(length, int) or length < 0:
+        raise InvalidArgumentError(
+            f"{op}: window_length must be a non-negative int, got {length!r}"
+        )
+    if length <= 1:
+        return tensor(np.ones(length), dtype=dtype or "float32", device=device)
+    n = length + 1 if periodic else length
+    array = values(np.arange(n, dtype=np.float64), n)
+    return tensor(array[:length], dtype=dtype or "float32", device=device)
+
+
+def _cosine_sum(coefficients: Sequence[float]) -> Any:
+    def values(k: np.ndarray, n: int) -> np.ndarray:
+        phase = 2.0 * np.pi * k / (n - 1)
+        return sum((-1) ** i * c * np.cos(i * phase) for i, c in enumerate(coefficients))
+
+    return values
+
+
+def hann_window(
+    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+) -> Any:
+    return _window("hann_window", window_length, periodic, dtype, device, _cosine_sum([0.5, 0.5]))
+
+
+def hamming_window(window_length: int, periodic: bool = True, alpha: float = 0.54,
+                   beta: float = 0.46, *, dtype: Any = None, device: Any = None,
+                   **_: Any) -> Any:  # fmt: skip
+    return _window(
+        "hamming_window", window_length, periodic, dtype, device, _cosine_sum([alpha, beta])
+    )
+
+
+def blackman_window(
+    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+) -> Any:
+    return _window(
+        "blackman_window", window_length, periodic, dtype, device, _cosine_sum([0.42, 0.5, 0.08])
+    )
+
+
+def bartlett_window(
+    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+) -> Any:
+    def values(k: np.ndarray, n: int) -> np.ndarray:
+        return 1.0 - np.abs(2.0 * k / (n - 1) - 1.0)
+
+    return _window("bartlett_window", window_length, periodic, dtype, device, values)
+
+
+def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *,
+                  dtype: Any = None, device: Any = None, **_: Any) -> Any:  # fmt: skip
+    def values(k: np.ndarray, n: int) -> np.ndarray:
+        return np.i0(
+            beta * np.sqrt(np.clip(1.0 - (2.0 * k / (n - 1) - 1.0) ** 2, 0.0, None))
+        ) / np.i0(beta)
+
+    return _window("kaiser_window", window_length, periodic, dtype, device, values)
+
+
+__all__ = sorted(
+    {
+        *_METHODS,
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "bartlett_window",
+        "blackman_window",
+        "block_diag",
+        "cartesian_prod",
+        "chain_matmul",
+        "column_stack",
+        "combinations",
+        "cumulative_trapezoid",
+        "dstack",
+        "gradient",
+        "hamming_window",
+        "hann_window",
+        "inner",
+        "isin",
+        "kaiser_window",
+        "nonzero",
+        "row_stack",
+        "searchsorted",
+        "tensordot",
+        "tril_indices",
+        "triu_indices",
+    }
+)
