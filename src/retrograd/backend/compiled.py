@@ -35,7 +35,16 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["MINUS_LOGIT", "expf", "gelu_backward_float32", "gelu_float32", "gelu_slope"]
+__all__ = [
+    "EXP_HIGH",
+    "EXP_LOW",
+    "MINUS_LOGIT",
+    "expf",
+    "expf_within",
+    "gelu_backward_float32",
+    "gelu_float32",
+    "gelu_slope",
+]
 
 F = np.float32
 # For GELU, Phi(x) as a logistic: Phi(x) = 1 / (1 + exp(-v(x))), v = logit(Phi) odd, fitted by
@@ -84,23 +93,33 @@ def _fma(typingctx, a, b, c):
     return types.float32(types.float32, types.float32, types.float32), codegen
 
 
+#: ``expf``'s range: ``exp`` is 0 below, inf above (float32's smallest normal and largest value)
+EXP_LOW, EXP_HIGH = F(-87.33654), F(88.72283)
+
+
 @numba.njit(inline="always", error_model="numpy", cache=True)
-def expf(x):
-    """``exp`` of a float32 (Cephes' ``expf``): 0 below -87.34, inf above 88.72, NaN kept."""
-    clamped = min(max(x, F(-87.33654)), F(88.72283))
+def expf_within(x):
+    """``exp`` of a float32 in ``[EXP_LOW, EXP_HIGH]`` (or NaN, kept): Cephes' ``expf``
+    without its range checks."""
     # n = round(x / ln 2): adding 1.5 * 2**23 leaves no fraction bits, so the sum is rounded to
     # an integer (to even at ties), exactly recovered by the subtraction; cheaper than floor
-    n = _fma(clamped, F(1.4426950408889634), _ROUNDER) - _ROUNDER
-    r = _fma(n, F(2.12194440e-4), _fma(n, F(-0.693359375), clamped))
+    n = _fma(x, F(1.4426950408889634), _ROUNDER) - _ROUNDER
+    r = _fma(n, F(2.12194440e-4), _fma(n, F(-0.693359375), x))
     p = _fma(F(1.9875691500e-4), r, F(1.3981999507e-3))
     p = _fma(p, r, F(8.3334519073e-3))
     p = _fma(p, r, F(4.1665795894e-2))
     p = _fma(p, r, F(1.6666665459e-1))
     p = _fma(p, r, F(5.0000001201e-1))
     power = _float32_from_bits(np.int32(n + F(127.0)) * np.int32(1 << 23))  # 2**n
-    y = (_fma(p, r * r, r) + F(1.0)) * power
-    y = F(np.inf) if x > F(88.72283) else y
-    y = F(0.0) if x < F(-87.33654) else y
+    return (_fma(p, r * r, r) + F(1.0)) * power
+
+
+@numba.njit(inline="always", error_model="numpy", cache=True)
+def expf(x):
+    """``exp`` of a float32 (Cephes' ``expf``): 0 below -87.34, inf above 88.72, NaN kept."""
+    y = expf_within(min(max(x, EXP_LOW), EXP_HIGH))
+    y = F(np.inf) if x > EXP_HIGH else y
+    y = F(0.0) if x < EXP_LOW else y
     return x if x != x else y
 
 
