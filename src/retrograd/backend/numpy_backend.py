@@ -606,9 +606,10 @@ COLUMN_SUM_ELEMENTS = 1 << 14
 def _leading_column_sum(x: np.ndarray, dims: Any) -> bool:
     """Whether ``sum_dim(x, dims)`` sums a large C-contiguous float array over its leading
     dimensions (a linear layer's bias gradient): BLAS's vector-matrix product (``ones @ rows``)
-    takes it in one pass at about 2.5x NumPy's row-by-row reduction's speed (float32 [2048,
-    512], one thread); the same sums, rounded in BLAS's order (within float summation error
-    of NumPy's, as ``numpy_transformer``'s column sums already are)."""
+    takes it in one pass, in 0.66-0.75x the time of NumPy's row-by-row reduction (float32
+    [2048, 128] and [2048, 512], one thread, paired medians on a shared machine); the same
+    sums, rounded in BLAS's order (within float summation error of NumPy's, as
+    ``numpy_transformer``'s column sums already are)."""
     return (
         x.dtype in (np.float32, np.float64)
         and x.size >= COLUMN_SUM_ELEMENTS
