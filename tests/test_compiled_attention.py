@@ -136,3 +136,22 @@ def test_the_compiled_loops_take_only_float32_attention_without_mask_or_dropout(
     assert numpy_transformer._compiled_softmax(q, q, q, EMPTY, mask) is None
     wide = q.astype(np.float64)
     assert numpy_transformer._compiled_softmax(wide, wide, wide, EMPTY, EMPTY) is None
+
+
+def test_views_of_one_projection_as_a_gpt_hands_them(monkeypatch):
+    """q, k, v as nanoGPT makes them (``[B, T, 3C]`` split, ``[B, T, H, E] -> [B, H, T, E]``
+    views) and the gradient of an output laid out the same way: the compiled path reads the
+    strided views and writes its output rows in place, agreeing with the NumPy path."""
+    batch, heads, length, e = 2, 4, 96, 8
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((batch, length, 3 * heads * e)).astype(np.float32)
+    q, k, v = (
+        part.reshape(batch, length, heads, e).transpose(0, 2, 1, 3)
+        for part in np.split(qkv, 3, axis=-1)
+    )
+    g = rng.standard_normal((batch, length, heads, e)).astype(np.float32).transpose(0, 2, 1, 3)
+    compiled = _run(q, k, v, g, True)
+    numpy_path = _numpy_path(monkeypatch, q, k, v, g, causal=True)
+    assert compiled[0].transpose(0, 2, 1, 3).flags.c_contiguous  # [B, T, H, E] in memory
+    for found, expected in zip(compiled, numpy_path):
+        assert _close(found, expected.astype(np.float64), TOLERANCE)

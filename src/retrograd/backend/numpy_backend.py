@@ -400,6 +400,10 @@ class NumpyBackend(
         return np.add.reduce(x, axis=None)
 
     def sum_dim(self, x, dims):
+        if _leading_column_sum(x, dims):
+            rows = x.reshape(-1, int(np.prod(x.shape[len(dims) :])))
+            total = np.matmul(np.ones(rows.shape[0], x.dtype), rows)
+            return total.reshape((1,) * len(dims) + x.shape[len(dims) :])
         return np.sum(x, axis=dims, keepdims=True)
 
     def mean(self, x):
@@ -593,6 +597,26 @@ class NumpyBackend(
         shifted = x - np.max(x, axis=dim, keepdims=True)
         exps = np.exp(shifted)
         return exps / np.sum(exps, axis=dim, keepdims=True)
+
+
+#: Elements from which a sum over leading dimensions is a vector-matrix product.
+COLUMN_SUM_ELEMENTS = 1 << 14
+
+
+def _leading_column_sum(x: np.ndarray, dims: Any) -> bool:
+    """Whether ``sum_dim(x, dims)`` sums a large C-contiguous float array over its leading
+    dimensions (a linear layer's bias gradient): BLAS's vector-matrix product (``ones @ rows``)
+    takes it in one pass, in 0.66-0.75x the time of NumPy's row-by-row reduction (float32
+    [2048, 128] and [2048, 512], one thread, paired medians on a shared machine); the same
+    sums, rounded in BLAS's order (within float summation error of NumPy's, as
+    ``numpy_transformer``'s column sums already are)."""
+    return (
+        x.dtype in (np.float32, np.float64)
+        and x.size >= COLUMN_SUM_ELEMENTS
+        and 0 < len(dims) < x.ndim
+        and tuple(dims) == tuple(range(len(dims)))
+        and x.flags.c_contiguous
+    )
 
 
 def _addable_into(acc: Any, value: Any) -> bool:

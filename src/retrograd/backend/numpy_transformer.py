@@ -13,9 +13,10 @@ them costs a ``[..., L, S]`` array per layer for the whole forward, as much as t
 block's activations at block size 128) and needs two ``L x S`` temporaries per block, the
 probabilities and their gradient. FlashAttention's backward, blocked over the batch instead of
 over the sequence (NumPy pays per call, not per element). In float32 without a mask or
-dropout, each block's softmax passes (the causal mask, the row maximum, ``exp``, and
-backward's ``(dP - rowsum(dP * P)) * P``) run as one compiled loop each
-(``backend/compiled_attention.py``: within float32 rounding of these NumPy passes).
+dropout, each block's softmax passes (the scale, the causal mask, the row maximum, ``exp``,
+the row sums and the normalisation, and backward's ``scale * (dP - rowsum(dP * P)) * P``) run
+as one compiled loop each (``backend/compiled_attention.py``: within float32 rounding of these
+NumPy passes), and a block is two matmuls and a loop.
 
 The outputs of attention and its gradients are laid out in memory as their inputs are (the
 shape is the protocol's, the layout the backend's choice): q, k, v of a transformer are views
@@ -214,6 +215,60 @@ def _exp_less_peak(scores, mask_part, hidden, rows, keys, mask):
     return peak, hidden_rows
 
 
+def _attention_compiled(kernels, q, k, v, scale, causal):
+    """Float32 attention without mask or dropout, each block's softmax one compiled loop
+    (``backend/compiled_attention.py``: the scale, the row maxima, ``exp``, the row sums and
+    the normalisation), so that each block is two matmuls and one loop: ``q`` is not scaled
+    beforehand, ``v`` not extended by a column of ones, the output not divided afterwards."""
+    length, source = q.shape[-2], k.shape[-2]
+    out = _like(q, (*q.shape[:-1], v.shape[-1]))
+    lse = np.empty(q.shape[:-1], q.dtype)
+    factor = q.dtype.type(scale)
+    for start, end in _batch_blocks(q, length, source):
+        queries, keys_t, values = q[start:end], np.swapaxes(k[start:end], -1, -2), v[start:end]
+        for rows, keys in _row_blocks(length, source, causal):
+            probs = np.matmul(queries[..., rows, :], keys_t[..., :keys])
+            block_lse = np.empty(probs.shape[:-1], probs.dtype)
+            kernels.softmax_forward(_stack(probs), rows.start, causal, factor, _stack(block_lse, 1))
+            lse[start:end, ..., rows] = block_lse
+            np.matmul(probs, values[..., :keys, :], out=out[start:end, ..., rows, :])
+    return out, lse
+
+
+def _attention_backward_compiled(kernels, grad, q, k, v, out, lse, scale, causal):
+    """The backward of :func:`_attention_compiled`: per block the probabilities recomputed
+    (one matmul, one loop), ``dP``, and the scaled scores' gradient in one loop, so that
+    neither ``q`` nor ``dq`` takes a pass for the scale."""
+    length, source = q.shape[-2], k.shape[-2]
+    dq, dk, dv = _like(q), _like(k), _like(v)
+    factor = q.dtype.type(scale)
+    row = np.einsum("...ld,...ld->...l", grad, out)  # rowsum(dP * P), from the small tensors
+    # the widest row block first: it writes the gradients of the keys it reaches (all but,
+    # when causal with L < S, the last S - L, which no query sees), the others add
+    blocks = _row_blocks(length, source, causal)[::-1]
+    reached = blocks[0][1]
+    dk[..., reached:, :] = 0.0
+    dv[..., reached:, :] = 0.0
+    for start, end in _batch_blocks(q, length, source):
+        queries, keys, grads = q[start:end], k[start:end], grad[start:end]
+        keys_t, values_t = np.swapaxes(keys, -1, -2), np.swapaxes(v[start:end], -1, -2)
+        dq_part, dk_part, dv_part = dq[start:end], dk[start:end], dv[start:end]
+        for index, (rows, width) in enumerate(blocks):
+            probs = np.matmul(queries[..., rows, :], keys_t[..., :width])
+            shift = _stack(lse[start:end, ..., rows], 1)
+            kernels.exp_scores(_stack(probs), shift, rows.start, causal, factor)
+            g = grads[..., rows, :]
+            dprobs = np.matmul(g, values_t[..., :width])
+            _accumulate(dv_part[..., :width, :], np.swapaxes(probs, -1, -2), g, index)
+            sums = _stack(row[start:end, ..., rows], 1)
+            kernels.softmax_grad(_stack(dprobs), _stack(probs), sums, factor)
+            np.matmul(dprobs, keys[..., :width, :], out=dq_part[..., rows, :])
+            _accumulate(
+                dk_part[..., :width, :], np.swapaxes(dprobs, -1, -2), queries[..., rows, :], index
+            )
+    return dq, dk, dv
+
+
 class NumpyTransformerKernels:
     """The fused transformer kernels of :class:`~retrograd.backend.NumpyBackend`."""
 
@@ -328,11 +383,13 @@ class NumpyTransformerKernels:
 
     # -- attention ----------------------------------------------------------------------------
     def attention(self, q, k, v, mask, drop, scale, causal):
+        compiled = _compiled_softmax(q, k, v, mask, drop)
+        if compiled is not None:
+            return _attention_compiled(compiled, q, k, v, scale, causal)
         length, source = q.shape[-2], k.shape[-2]
         out = _like(q, (*q.shape[:-1], v.shape[-1]))
         lse = np.empty(q.shape[:-1], q.dtype)
-        compiled = _compiled_softmax(q, k, v, mask, drop)
-        hidden = _causal_bias(length, source, q.dtype) if causal and compiled is None else None
+        hidden = _causal_bias(length, source, q.dtype) if causal else None
         ndim = q.ndim
         factor = q.dtype.type(scale)
         # Each row's scores less the row's own maximum, as torch's kernels: exp cannot
@@ -352,13 +409,7 @@ class NumpyTransformerKernels:
             mask_part, drop_part = _part(mask, start, end, ndim), _part(drop, start, end, ndim)
             for rows, keys in _row_blocks(length, source, causal):
                 scores = np.matmul(scaled[..., rows, :], keys_t[..., :keys])
-                if compiled is not None:  # the softmax's passes as one compiled loop
-                    peak = np.empty(scores.shape[:-1], scores.dtype)
-                    compiled.softmax_forward(_stack(scores), rows.start, causal, _stack(peak, 1))
-                    peak = peak[..., None]
-                    hidden_rows = None
-                else:
-                    peak, hidden_rows = _exp_less_peak(scores, mask_part, hidden, rows, keys, mask)
+                peak, hidden_rows = _exp_less_peak(scores, mask_part, hidden, rows, keys, mask)
                 target = out[start:end, ..., rows, :]
                 if drop.size:  # the sum of the kept probabilities, then dropout
                     total = np.matmul(scores, ones[..., :keys, :])
@@ -376,10 +427,12 @@ class NumpyTransformerKernels:
         return out, lse
 
     def attention_backward(self, grad, q, k, v, out, lse, mask, drop, scale, causal):
+        compiled = _compiled_softmax(q, k, v, mask, drop, grad)
+        if compiled is not None:
+            return _attention_backward_compiled(compiled, grad, q, k, v, out, lse, scale, causal)
         length, source = q.shape[-2], k.shape[-2]
         dq, dk, dv = _like(q), _like(k), _like(v)
-        compiled = _compiled_softmax(q, k, v, mask, drop, grad)
-        hidden = _causal_bias(length, source, q.dtype) if causal and compiled is None else None
+        hidden = _causal_bias(length, source, q.dtype) if causal else None
         ndim = q.ndim
         factor = q.dtype.type(scale)
         # rowsum(grad * out) = rowsum(dP * P): the softmax term, from the small tensors
@@ -399,16 +452,12 @@ class NumpyTransformerKernels:
                 dv_part[..., reached:, :] = 0.0
             for index, (rows, width) in enumerate(reversed(blocks)):
                 probs = np.matmul(scaled[..., rows, :], keys_t[..., :width])
-                shift = lse[start:end, ..., rows]
-                if compiled is not None:
-                    compiled.exp_scores(_stack(probs), _stack(shift, 1), rows.start, causal)
-                else:
-                    if mask.size:
-                        probs += _rows(mask_part, rows, width)
-                    probs -= shift[..., None]
-                    if hidden is not None and rows.start < width:
-                        probs[..., rows.start :] += hidden[rows, rows.start : width]
-                    np.exp(probs, out=probs)
+                if mask.size:
+                    probs += _rows(mask_part, rows, width)
+                probs -= lse[start:end, ..., rows, None]
+                if hidden is not None and rows.start < width:
+                    probs[..., rows.start :] += hidden[rows, rows.start : width]
+                np.exp(probs, out=probs)
                 g = grads[..., rows, :]
                 dprobs = np.matmul(g, values_t[..., :width])
                 kept = probs
@@ -417,12 +466,8 @@ class NumpyTransformerKernels:
                     dprobs *= part
                     kept = probs * part
                 _accumulate(dv_part[..., :width, :], np.swapaxes(kept, -1, -2), g, index)
-                sums = row[start:end, ..., rows]
-                if compiled is not None:  # (dP - row) * P in one loop
-                    compiled.softmax_grad(_stack(dprobs), _stack(probs), _stack(sums, 1))
-                else:
-                    dprobs -= sums[..., None]
-                    dprobs *= probs
+                dprobs -= row[start:end, ..., rows, None]
+                dprobs *= probs
                 np.matmul(dprobs, keys[..., :width, :], out=dq_part[..., rows, :])
                 _accumulate(
                     dk_part[..., :width, :],

@@ -147,10 +147,11 @@ def gelu(x: np.ndarray) -> np.ndarray:
 def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``grad * (Phi(x) + x * phi(x))``, the gradient of :func:`gelu` at ``x``.
 
-    float32 evaluates ``Phi`` as :func:`gelu` does (the fitted logistic) rather than reading it
-    back from the forward's output: backward then holds only ``x``, and the output is freed as
-    soon as the next layer's backward has read it, as in torch (the output held to the GELU's
-    backward put the GPT's activation peak 4 MiB above torch's at GPT-small's shapes).
+    float32 differentiates :func:`gelu`'s own formula (the fitted logistic, one ``exp``;
+    ``backend/compiled.py``) rather than reading ``Phi`` back from the forward's output:
+    backward then holds only ``x``, and the output is freed as soon as the next layer's
+    backward has read it, as in torch (the output held to the GELU's backward put the GPT's
+    activation peak 4 MiB above torch's at GPT-small's shapes).
     """
     if x.dtype != np.float32:
         cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)

@@ -165,10 +165,8 @@ OPS: dict[str, FusedOp] = {
 def _gelu_float32(x: str) -> tuple[str, str]:
     """The NumPy backend's float32 GELU and its gradient (``backend/compiled.py``), operation
     for operation with the same ``exp``: a fused GELU is bit-identical to the backend's."""
-    square = f"({x} * {x})"
-    denominator = f"(_expf(_minus_logit({x}, {square})) + np.float32(1.0))"
-    normal = f"_expf({square} * np.float32(-0.5)) * {x} * _HALF_PDF"
-    return f"{x} / {denominator}", f"({normal} + np.float32(1.0) / {denominator}) * {{a0}}"
+    denominator = f"(_expf(_minus_logit({x}, ({x} * {x}))) + np.float32(1.0))"
+    return f"{x} / {denominator}", f"_gelu_slope({x}) * {{a0}}"
 
 
 _INV_SQRT_2, _INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
@@ -239,7 +237,8 @@ CACHE_DIR = os.environ.get("RETROGRAD_KERNEL_CACHE") or os.path.join(
 )
 _HEADER = (
     "import math\n\nimport numba\nimport numpy as np\n\n"
-    "from retrograd.backend.compiled import _HALF_PDF, _minus_logit, expf as _expf\n"
+    "from retrograd.backend.compiled import _minus_logit, expf as _expf\n"
+    "from retrograd.backend.compiled import gelu_slope as _gelu_slope\n"
     "from retrograd.capture.numpy_trig import (\n"
     + "".join(
         f"    {trig}{part}_{dtype} as _{trig}{part}_{dtype},\n"
