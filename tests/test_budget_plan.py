@@ -234,17 +234,11 @@ def test_ops_of_equal_bytes_and_different_shapes_are_priced_apart():
 
 def test_a_followed_plan_that_evicts_nothing_holds_everything_as_no_checkpointing_does():
     from retrograd.autodiff.checkpoint.checkpointer import HeldCheckpointer
+    from test_checkpointing import checkpointers_begun
 
     plain = _residual_mlp(rg.NoCheckpointing(), steps=1)[0][1]
     strategy = rg.BudgetCheckpointing(8 * plain.peak_bytes)
-    begun = []
-    begin = strategy.begin_backward
-
-    def spy(*args, **kwargs):
-        begun.append(begin(*args, **kwargs))
-        return begun[-1]
-
-    strategy.begin_backward = spy
+    begun = checkpointers_begun(strategy)
     steps = _residual_mlp(strategy, steps=3)
     assert [type(c) is HeldCheckpointer for c in begun] == [False, True, True]
     expected = _residual_mlp(rg.NoCheckpointing(), steps=3)

@@ -244,10 +244,9 @@ def test_graph_marks_evicted_values():
     assert "evicted" in step.to_dot() and "evicted" in step.summary()
 
 
-def test_a_backward_that_recomputes_nothing_hands_out_held_values_and_reports_them():
-    from retrograd.autodiff.checkpoint.checkpointer import HeldCheckpointer
-
-    strategy = rg.NoCheckpointing()
+def checkpointers_begun(strategy) -> list:
+    """The checkpointers ``strategy`` begins its backwards with, from now on (a list that
+    grows as backwards begin)."""
     begun = []
     begin = strategy.begin_backward
 
@@ -256,6 +255,14 @@ def test_a_backward_that_recomputes_nothing_hands_out_held_values_and_reports_th
         return begun[-1]
 
     strategy.begin_backward = spy
+    return begun
+
+
+def test_a_backward_that_recomputes_nothing_hands_out_held_values_and_reports_them():
+    from retrograd.autodiff.checkpoint.checkpointer import HeldCheckpointer
+
+    strategy = rg.NoCheckpointing()
+    begun = checkpointers_begun(strategy)
     with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
         x = rg.tensor(np.linspace(0.1, 1.0, 32)).require_grad()  # a leaf: not counted
         y = x.sin()  # its rule reads x; y is read by the product's rule, twice
