@@ -5,6 +5,7 @@ with gradients bit-identical to NoCheckpointing's."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -207,6 +208,44 @@ def test_the_plan_prices_each_op_at_the_fastest_time_seen_for_it():
         c for s, c in zip(strategy.planner.kept[0].signatures, trace.costs) if s[0] == "matmul"
     ]
     assert len(matmuls) == 4 and len(set(matmuls)) == 1  # one op and size: one price
+
+
+def test_ops_of_equal_bytes_and_different_shapes_are_priced_apart():
+    # a transformer's x @ w_up and q @ k.T read and make as many bytes, but the first is four
+    # times the work: priced at the other's time, the plan would recompute it too cheaply
+    from types import SimpleNamespace
+
+    from retrograd.autodiff.checkpoint.budget.timer import OpTimer
+
+    def inputs(*shapes):
+        return tuple(SimpleNamespace(value=np.empty(s, np.float32)) for s in shapes)
+
+    timer = OpTimer()
+    out_bytes = 4 * 128 * 512 * 4
+    timer.tick = time.perf_counter() - 0.004
+    up = timer.measure("matmul", out_bytes, inputs((4, 128, 128), (128, 512)))
+    up_key = timer.key
+    timer.tick = time.perf_counter() - 0.001
+    scores = timer.measure("matmul", out_bytes, inputs((4, 4, 128, 32), (4, 4, 32, 128)))
+    assert timer.key != up_key
+    assert timer.fastest(up_key, 0.0) == up >= 0.004
+    assert timer.fastest(timer.key, 0.0) == scores < up
+
+
+def test_a_followed_plan_that_evicts_nothing_holds_everything_as_no_checkpointing_does():
+    from retrograd.autodiff.checkpoint.checkpointer import HeldCheckpointer
+    from test_checkpointing import checkpointers_begun
+
+    plain = _residual_mlp(rg.NoCheckpointing(), steps=1)[0][1]
+    strategy = rg.BudgetCheckpointing(8 * plain.peak_bytes)
+    begun = checkpointers_begun(strategy)
+    steps = _residual_mlp(strategy, steps=3)
+    assert [type(c) is HeldCheckpointer for c in begun] == [False, True, True]
+    expected = _residual_mlp(rg.NoCheckpointing(), steps=3)
+    for (arrays, grads), (plain_arrays, plain_grads) in zip(steps, expected):
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, plain_arrays))
+        assert grads.recomputed_ops == 0 and grads.peak_bytes >= plain_grads.peak_bytes
+    assert strategy.planned_steps == 2
 
 
 def test_a_different_graph_runs_eagerly_and_is_planned_afresh():

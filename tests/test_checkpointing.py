@@ -242,3 +242,36 @@ def test_graph_marks_evicted_values():
     step = trace_step("mlp", (1, 8, 8), batch_size=2, checkpointing="budget:1KB")
     assert any(node.status == EVICTED for node in step.nodes)
     assert "evicted" in step.to_dot() and "evicted" in step.summary()
+
+
+def checkpointers_begun(strategy) -> list:
+    """The checkpointers ``strategy`` begins its backwards with, from now on (a list that
+    grows as backwards begin)."""
+    begun = []
+    begin = strategy.begin_backward
+
+    def spy(*args, **kwargs):
+        begun.append(begin(*args, **kwargs))
+        return begun[-1]
+
+    strategy.begin_backward = spy
+    return begun
+
+
+def test_a_backward_that_recomputes_nothing_hands_out_held_values_and_reports_them():
+    from retrograd.autodiff.checkpoint.checkpointer import HeldCheckpointer
+
+    strategy = rg.NoCheckpointing()
+    begun = checkpointers_begun(strategy)
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+        x = rg.tensor(np.linspace(0.1, 1.0, 32)).require_grad()  # a leaf: not counted
+        y = x.sin()  # its rule reads x; y is read by the product's rule, twice
+        loss = (y * y).sum()
+        first = loss.backward(retain_graph=True)
+        second = loss.backward()
+    assert [type(c) for c in begun] == [HeldCheckpointer, HeldCheckpointer]
+    assert all(c.is_empty() for c in begun)  # every value forgotten at its last read
+    expected = 2 * np.sin(np.linspace(0.1, 1.0, 32)) * np.cos(np.linspace(0.1, 1.0, 32))
+    for grads in (first, second):
+        np.testing.assert_allclose(x.grad(grads).numpy(), expected, rtol=1e-15)
+        assert grads.peak_bytes == 32 * 8 and grads.recomputed_ops == 0  # y alone

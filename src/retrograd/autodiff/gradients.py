@@ -84,7 +84,8 @@ class Gradients:
             values[node_id] = self.owned[node_id] = total
         else:
             values[node_id] = self.backend.add(old, value)
-        self._registered(node)
+        if self.on_register:  # tested here, not in _registered: a frame per gradient saved
+            self._registered(node)
 
     def owned_sum(self, node: Node) -> Any:
         """The gradient sum of ``node`` if this object allocated it and alone holds it (so a
@@ -96,15 +97,16 @@ class Gradients:
         """Register ``value``, the sum of ``node``'s gradient and a new contribution made by
         adding that contribution into :meth:`owned_sum`'s array."""
         self.values[node.id] = self.owned[node.id] = value
-        self._registered(node)
+        if self.on_register:
+            self._registered(node)
 
     def _registered(self, node: Node) -> None:
-        if self.on_register:
-            left = self.remaining.get(node.id)
-            if left is not None:
-                self.remaining[node.id] = left - 1
-            for hook in self.on_register:
-                hook(node, self)
+        """Count the registration down and call the ``on_register`` hooks (there are some)."""
+        left = self.remaining.get(node.id)
+        if left is not None:
+            self.remaining[node.id] = left - 1
+        for hook in self.on_register:
+            hook(node, self)
 
     def consume(self, node: Node) -> Any:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""

@@ -122,8 +122,7 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     plan = node.plan
     keys = node.saved.keys
     if keys:  # read even when no gradient arrived, so the checkpointer drains
-        retrieve = checkpointer.retrieve
-        saved = [retrieve(key) for key in keys]
+        saved = list(map(checkpointer.retrieve, keys))  # no comprehension frame per step
         if nodes is not None:  # create_graph: rules run on tracked values
             saved = [AutodiffPrimitive(v, nodes.get(k)) for k, v in zip(keys, saved)]
         out = saved.pop() if plan.save_out else None

@@ -107,6 +107,24 @@ class CheckpointerBuilder:
                     kept[key] = value
                 reads[key] = reads.get(key, 0) + 1
 
+    def held(self) -> dict[int, Any]:
+        """key -> value of every value read, when none is to be recomputed (``recomputed``
+        empty): every key read is then held, and the held keys read by no one are backups."""
+        kept, reads = self.kept, self.reads
+        if len(kept) == len(reads):  # no backup of its own: the same keys
+            return kept
+        return {key: kept[key] for key in reads}
+
+    def activation_bytes(self) -> int:
+        """The bytes of every held value but the parameters: the sum of :meth:`sizes`."""
+        tree = self.tree
+        total = 0
+        for key, value in self.kept.items():
+            node = tree.get(key)
+            if node is None or node.op is not None:
+                total += getattr(value, "nbytes", 0)  # nbytes_of, inlined: once per value
+        return total
+
     def sizes(self) -> dict[int, int]:
         """key -> bytes, for every held value but the parameters (leaves are the model, not
         activations); untracked values a rule reads (keys of no node) count."""

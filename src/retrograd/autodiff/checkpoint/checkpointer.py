@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from .retro_forward import rerun, topological_order
 from .state import RECOMPUTE, State, nbytes_of
 
-__all__ = ["BackwardReport", "Checkpointer", "checkpointer_checks_enabled"]
+__all__ = ["BackwardReport", "Checkpointer", "HeldCheckpointer", "checkpointer_checks_enabled"]
 
 
 class BackwardReport(NamedTuple):
@@ -35,6 +35,48 @@ class BackwardReport(NamedTuple):
 def checkpointer_checks_enabled() -> bool:
     """``RETROGRAD_CHECK_CHECKPOINTER=1``: every backward asserts the checkpointer drained."""
     return os.environ.get("RETROGRAD_CHECK_CHECKPOINTER") == "1"
+
+
+class HeldCheckpointer:
+    """The checkpointer of a backward that recomputes nothing: every value its rules read is
+    held (always under :class:`~.no_checkpointing.NoCheckpointing`; under any strategy when the
+    walked graph has nothing dropped). It hands ``values`` out, each forgotten at the last of
+    its ``reads``; ``peak_bytes``, what was held when backward started, is its peak, since
+    nothing is added. No :class:`~.state.State` per value and no byte count per read: this is
+    every eager step's checkpointer, so it is written for speed.
+    """
+
+    __slots__ = ("on_end", "peak_bytes", "reads", "values")
+
+    def __init__(self, values: dict[int, Any], reads: dict[int, int], peak_bytes: int, on_end=None):
+        self.values = values
+        self.reads = reads
+        self.peak_bytes = peak_bytes
+        #: called with the peak when the backward ends (a budget's planner listens), or None
+        self.on_end = on_end
+
+    def retrieve(self, key: int) -> Any:
+        """The value saved under ``key``; forgotten after its last read."""
+        reads = self.reads
+        left = reads[key] - 1
+        if left:
+            reads[key] = left
+            return self.values[key]
+        del reads[key]
+        return self.values.pop(key)
+
+    def end(self) -> BackwardReport:
+        """Close this backward (it has read everything) and report: nothing recomputed."""
+        if checkpointer_checks_enabled() and not self.is_empty():
+            raise AssertionError(
+                f"checkpointer not drained after backward: {sorted(self.reads)} left"
+            )
+        if self.on_end is not None:
+            self.on_end(self.peak_bytes)
+        return BackwardReport(0, 0, self.peak_bytes)
+
+    def is_empty(self) -> bool:
+        return not self.reads
 
 
 class Checkpointer:

@@ -21,7 +21,7 @@ from typing import Any
 from ..ids import new_node_id
 from .anchored import SqrtAnchors
 from .builder import NOTHING_SAVED, CheckpointerBuilder, Saved
-from .checkpointer import Checkpointer
+from .checkpointer import Checkpointer, HeldCheckpointer
 from .state import RECOMPUTE, RECOMPUTED, State
 
 __all__ = ["CheckpointStrategy"]
@@ -60,43 +60,59 @@ class CheckpointStrategy:
         inner value of its output. Called for every recorded node, so written for speed.
         """
         # Only an op whose inputs are all tracked can be recomputed from the graph.
-        recompute = recipe.all_tracked and self.recomputes(node.op)
-        actions = []
-        if recompute:  # back up the parents it would be recomputed from
-            for x in inputs:
-                parent = x.node
-                actions.append((parent.id, RECOMPUTE if parent.saved.recompute else x.value, True))
-        # What its rules read: a tracked input is keyed by its node, and recomputed rather than
-        # kept only when both it and this op are; an untracked one is kept under a fresh key.
+        if recipe.all_tracked and self.recomputes(node.op):
+            return self._save_recomputed(node, recipe, inputs, out)
+        # Kept: what its rules read, a tracked input keyed by its node, an untracked one under
+        # a fresh key (the commonest record of all, so no more than that is done here).
         keys = ()
+        actions = []
         parents = node.parents
         for i in recipe.saved_inputs:
             parent = parents[i]
-            if parent is None:
-                key = new_node_id()
-                actions.append((key, inputs[i].value, False))
-            else:
-                key = parent.id
-                value = RECOMPUTE if recompute and parent.saved.recompute else inputs[i].value
-                actions.append((key, value, False))
+            key = new_node_id() if parent is None else parent.id
+            actions.append((key, inputs[i].value, False))
             keys += (key,)
         if recipe.save_out:
             node_id = node.id
             keys += (node_id,)
-            actions.append((node_id, RECOMPUTE if recompute else out, False))
-        if not actions:
+            actions.append((node_id, out, False))
+        elif not keys:
             return NOTHING_SAVED
         saved = _new(Saved)  # Saved.__init__'s slots, assigned here: an __init__ costs a frame
         saved.keys = keys
         saved.actions = actions
-        saved.recompute = recompute
+        saved.recompute = False
         return saved
 
-    def begin_backward(self, tape: Any, inner: Any, consume: bool) -> Checkpointer:
+    def _save_recomputed(self, node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
+        """:meth:`save` for a node the strategy recomputes (its inputs are all tracked)."""
+        actions = []
+        for x in inputs:  # back up the parents it would be recomputed from
+            parent = x.node
+            actions.append((parent.id, RECOMPUTE if parent.saved.recompute else x.value, True))
+        # What its rules read: an input is recomputed rather than kept only when its own node
+        # is too (a compute-bound op keeps what it reads, docs/checkpointing.md).
+        keys = ()
+        parents = node.parents
+        for i in recipe.saved_inputs:
+            parent = parents[i]
+            key = parent.id
+            actions.append((key, RECOMPUTE if parent.saved.recompute else inputs[i].value, False))
+            keys += (key,)
+        if recipe.save_out:
+            keys += (node.id,)
+            actions.append((node.id, RECOMPUTE, False))
+        return Saved(keys, actions, True)
+
+    def begin_backward(
+        self, tape: Any, inner: Any, consume: bool
+    ) -> Checkpointer | HeldCheckpointer:
         """A backward over ``tape`` (:class:`~retrograd.autodiff.runtime.Tape`) starts: its
         checkpointer. ``consume``: the walked nodes' records let go of their values."""
         tree = self.tree_of(tape)
         builder = self.builder(tree, consume)
+        if not builder.recomputed:  # nothing was dropped: every value read is held
+            return HeldCheckpointer(builder.held(), builder.reads, builder.activation_bytes())
         sizes = builder.sizes()
         states = builder.states(builder.count_reads())
         by_products = SqrtAnchors.for_graph(builder.recomputable)

@@ -21,7 +21,7 @@ from typing import Any
 from ...ids import new_node_id
 from ..anchored import SqrtAnchors
 from ..builder import Saved
-from ..checkpointer import Checkpointer
+from ..checkpointer import Checkpointer, HeldCheckpointer
 from ..retro_forward import KeepByProducts
 from ..state import EVICTED, RECOMPUTE, nbytes_of
 from ..strategy import CheckpointStrategy
@@ -313,7 +313,9 @@ class BudgetCheckpointing(CheckpointStrategy):
         return slot
 
     # -- backward -------------------------------------------------------------------------------
-    def begin_backward(self, tape: Any, inner: Any, consume: bool) -> Checkpointer:
+    def begin_backward(
+        self, tape: Any, inner: Any, consume: bool
+    ) -> Checkpointer | HeldCheckpointer:
         """The step just recorded ends: the planner plans the next ones from it, unless it
         followed the current plan; then the checkpointer of its backward, as the plan assumed
         or as after an eager step."""
@@ -328,6 +330,11 @@ class BudgetCheckpointing(CheckpointStrategy):
         if builder.slots is not None:  # the checkpointer alone holds the values from now on
             with self._lock:
                 self.pool.release(builder.slots)
+        if planned is not None and planned[1] == FITS and not builder.recomputed:
+            # a plan that evicts nothing this backward reads: every value is held, as under
+            # NoCheckpointing, and its peak is what forward held
+            peak = max(forward_peak, builder.activation_bytes())
+            return HeldCheckpointer(builder.held(), builder.reads, peak, self._backward_ended)
         sizes = builder.sizes()
         if planned is not None and planned[1] == FITS:
             # as the plan assumed, which fits: each evicted value recomputed once and kept to

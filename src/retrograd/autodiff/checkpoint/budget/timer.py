@@ -2,7 +2,7 @@
 
 The time of an op is the wall time since the previous recorded op ended (its kernel and the
 Python around it): no clock call per kernel. A training loop reruns the same ops, so the
-fastest time seen for an op and its sizes is kept, which filters out pauses and noise; a
+fastest time seen for an op and its shapes is kept, which filters out pauses and noise; a
 plan prices every value of its trace at that fastest time (:meth:`OpTimer.fastest`), so that
 the first op of a step (whose wall time since the previous op is unknown, or includes whatever
 the loop did in between) costs what its like cost elsewhere in the step.
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-
-from ..state import nbytes_of
 
 __all__ = ["OpTimer"]
 
@@ -26,7 +24,10 @@ class OpTimer:
     done, :meth:`pause` while a backward runs (whose time is no op's)."""
 
     def __init__(self) -> None:
-        #: (op name, output bytes, input bytes) -> fastest run seen
+        #: (op name, output bytes, input shapes) -> fastest run seen. Shapes, not bytes: two
+        #: matmuls of equal operand and output bytes can differ fourfold in work (a
+        #: transformer's ``x @ w_up`` and its ``q @ k.T`` do), and one priced at the other's
+        #: time misleads the plan into recomputing it
         self._seconds: dict[tuple, float] = {}
         #: when the next op's time started (the budget's ``save`` inlines :meth:`restart`);
         #: nothing was recorded yet: the first op's time is unknown, not the time since the
@@ -36,9 +37,9 @@ class OpTimer:
         self.key: tuple = ()
 
     def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
-        """Seconds the op just recorded took, the fastest seen for the same op and sizes."""
+        """Seconds the op just recorded took, the fastest seen for the same op and shapes."""
         seconds = time.perf_counter() - self.tick
-        key = self.key = (op_name, out_bytes, *[nbytes_of(x.value) for x in inputs])
+        key = self.key = (op_name, out_bytes, *[getattr(x.value, "shape", None) for x in inputs])
         best = self._seconds.get(key)
         if best is not None and best <= seconds:
             return best
