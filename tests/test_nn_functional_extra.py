@@ -496,3 +496,62 @@ def test_bad_input_errors_name_the_op_and_shapes():
             rg.ones((3,)), 0.5, True)  # fmt: skip
     # a failed call leaves its inputs usable
     assert F.cosine_similarity(a, a).shape == (3,)
+
+
+# -- CTC -------------------------------------------------------------------------------------------
+def _ctc_case():
+    steps, batch, classes = 12, 3, 5
+    logits = rng.standard_normal((steps, batch, classes))
+    targets = rng.integers(1, classes, (batch, 4))
+    targets[1, 1] = targets[1, 0]  # a repeated label: the alignment needs a blank between
+    return logits, targets, np.array([12, 10, 7]), np.array([4, 2, 3])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("concatenated", [False, True])
+def test_ctc_loss_through_log_softmax(reduction, concatenated):
+    """Values and gradients in the logits (through ``log_softmax``, the contract of torch's
+    kernel, whose own gradient in ``log_probs`` is a shortcut valid only there)."""
+    logits, targets, input_lengths, target_lengths = _ctc_case()
+    if concatenated:
+        targets = np.concatenate([row[:n] for row, n in zip(targets, target_lengths)])
+
+    def call(module, x):
+        lengths = (input_lengths, target_lengths)
+        as_tensor = rg.tensor if module is F else torch.tensor
+        return module.ctc_loss(x.log_softmax(2), as_tensor(targets), *map(as_tensor, lengths),
+                               reduction=reduction)  # fmt: skip
+
+    compare_with_torch(lambda x: call(F, x), lambda x: call(TF, x), [logits], "float64")
+
+
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_impossible_and_empty(zero_infinity):
+    logits, targets, _, _ = _ctc_case()
+    input_lengths, target_lengths = np.array([12, 3, 7]), np.array([4, 3, 0])  # 3 steps: no
+    log_probs = torch.tensor(logits).log_softmax(2)
+    expected = TF.ctc_loss(log_probs, torch.tensor(targets), torch.tensor(input_lengths),
+                           torch.tensor(target_lengths), reduction="none",
+                           zero_infinity=zero_infinity).numpy()  # fmt: skip
+    options = {"reduction": "none", "zero_infinity": zero_infinity}
+    got = F.ctc_loss(rg.tensor(log_probs.numpy()), rg.tensor(targets), input_lengths,
+                     target_lengths, **options).numpy()  # fmt: skip
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert np.isinf(got[1]) != zero_infinity
+
+
+def test_ctc_loss_unbatched_and_module():
+    logits, targets, input_lengths, target_lengths = _ctc_case()
+    log_probs = torch.tensor(logits[:, 0]).log_softmax(1)
+    expected = TF.ctc_loss(log_probs, torch.tensor(targets[0]), torch.tensor(12),
+                           torch.tensor(4)).item()  # fmt: skip
+    got = F.ctc_loss(rg.tensor(log_probs.numpy()), rg.tensor(targets[0]), 12, 4).item()
+    assert abs(got - expected) < 1e-12
+    loss = rg.nn.CTCLoss(blank=0)(rg.tensor(logits).log_softmax(2), rg.tensor(targets),
+                                   input_lengths, target_lengths)  # fmt: skip
+    lengths = torch.tensor(input_lengths), torch.tensor(target_lengths)
+    log_probs = torch.tensor(logits).log_softmax(2)
+    expected = torch.nn.CTCLoss()(log_probs, torch.tensor(targets), *lengths)
+    assert abs(loss.item() - expected.item()) < 1e-12
+    with pytest.raises(rg.ShapeError, match=r"ctc_loss: input_lengths"):
+        F.ctc_loss(rg.tensor(logits), rg.tensor(targets), [13, 1, 1], target_lengths)

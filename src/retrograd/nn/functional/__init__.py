@@ -195,6 +195,7 @@ from .distance import (  # noqa: E402
 from .linear import bilinear  # noqa: E402
 from .loss import gaussian_nll_loss, poisson_nll_loss  # noqa: E402
 from .margin import (  # noqa: E402
+    ctc_loss,
     hinge_embedding_loss,
     margin_ranking_loss,
     multi_margin_loss,
@@ -227,7 +228,7 @@ __all__ += ["cosine_embedding_loss", "cosine_similarity", "pairwise_distance", "
 __all__ += ["bilinear", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 __all__ += ["gaussian_nll_loss", "hinge_embedding_loss", "poisson_nll_loss"]
 __all__ += ["margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss"]
-__all__ += ["multilabel_soft_margin_loss", "soft_margin_loss"]
+__all__ += ["ctc_loss", "multilabel_soft_margin_loss", "soft_margin_loss"]
 __all__ += ["alpha_dropout", "feature_alpha_dropout", "local_response_norm"]
 __all__ += ["adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices"]
 __all__ += ["lp_pool1d", "lp_pool2d", "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d"]

@@ -1,6 +1,6 @@
-"""Margin and ranking losses, as torch's: ``margin_ranking_loss``, ``hinge_embedding_loss``,
-``soft_margin_loss``, ``multilabel_soft_margin_loss``, ``multilabel_margin_loss``,
-``multi_margin_loss``.
+"""Margin, ranking and sequence losses, as torch's: ``margin_ranking_loss``,
+``hinge_embedding_loss``, ``soft_margin_loss``, ``multilabel_soft_margin_loss``,
+``multilabel_margin_loss``, ``multi_margin_loss``, ``ctc_loss``.
 
 Compositions of differentiable tensor ops; the class-index targets are read on the backend's
 device (masks and gathers), never on the host.
@@ -8,6 +8,8 @@ device (masks and gathers), never on the host.
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from ._common import _as_tensor, _float_input, _float_pair
 from .loss import _reduce, _reduction, _same_shape
 
 __all__ = [
+    "ctc_loss",
     "hinge_embedding_loss",
     "margin_ranking_loss",
     "multi_margin_loss",
@@ -212,3 +215,149 @@ def multi_margin_loss(
     arange = x.new_tensor(np.arange(classes), dtype="int64")
     hinge = hinge.mask_fill(index.equal(arange), 0.0)
     return _reduce(hinge.sum_dim(-1).squeeze_dim(-1) / classes, reduction)
+
+
+_CTC_IMPOSSIBLE = -1e30  # log-probability of an unreachable state: finite, so gradients stay 0
+
+
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Any,
+    target_lengths: Any,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> Tensor:
+    """The connectionist temporal classification loss, torch's ``F.ctc_loss``:
+    ``-log p(target | input)`` summed over the alignments by the forward (alpha) recursion in
+    log space, for ``log_probs`` ``[T, N, C]`` (or unbatched ``[T, C]``), targets padded
+    ``[N, S]`` or concatenated ``[sum(target_lengths)]``; ``"mean"`` divides each loss by its
+    target length, then averages. An impossible alignment costs ``inf`` (0 with
+    ``zero_infinity``). The lengths are read on the host, as torch reads them.
+
+    The gradient is autodiff's through the recursion (one step per time step): the exact
+    gradient in ``log_probs``. torch's kernel returns a shortcut that is exact only after
+    ``log_softmax``'s backward (it adds ``exp(log_probs)`` times the summed gradient, which
+    ``log_softmax`` removes): through the ``log_softmax`` that produces ``log_probs``, as
+    torch's contract has it, the two agree."""
+    fn = "ctc_loss"
+    reduction = _reduction(fn, reduction, None, None)
+    x = _float_input(fn, log_probs)
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = x.unsqueeze_dim(1)
+    if x.ndim != 3:
+        raise ShapeError(f"{fn}: log_probs must be [T, N, C] or [T, C], got {shape_text(x.shape)}")
+    steps, batch, classes = x.shape
+    in_lengths = _host_lengths(fn, x, input_lengths, "input_lengths", batch)
+    out_lengths = _host_lengths(fn, x, target_lengths, "target_lengths", batch)
+    if np.any(in_lengths > steps) or np.any(in_lengths < 0) or np.any(out_lengths < 0):
+        raise ShapeError(
+            f"{fn}: input_lengths must lie in [0, {steps}] and target_lengths be non-negative; "
+            f"got {in_lengths.tolist()} and {out_lengths.tolist()}"
+        )
+    labels = _padded_targets(fn, x, targets, out_lengths, unbatched)
+    if not 0 <= blank < classes:
+        raise InvalidArgumentError(f"{fn}: blank {blank} is out of range for {classes} classes")
+    width = 2 * labels.shape[1] + 1
+    # the extended label sequence: blank, l1, blank, l2, ..., blank
+    extended = np.full((batch, width), blank, dtype=np.int64)
+    extended[:, 1::2] = labels
+    skip = np.zeros((batch, width), dtype=bool)
+    skip[:, 2:] = (extended[:, 2:] != blank) & (extended[:, 2:] != extended[:, :-2])
+    index = x.new_tensor(np.broadcast_to(extended, (steps, batch, width)).copy(), dtype="int64")
+    emit = x.gather(2, index)  # [T, N, L]: log-probability of each extended label
+    impossible = x.new_full((batch, 1), _CTC_IMPOSSIBLE)
+    start = np.full((batch, width), _CTC_IMPOSSIBLE)
+    start[:, 0] = 0.0
+    start[:, 1] = 0.0
+    alpha = emit[0] + x.new_tensor(start)
+    skip_mask = _mask(x, skip)
+    for t in range(1, steps):
+        one = _cat_dim1([impossible, alpha.narrow(1, 0, width - 1)])
+        two = (
+            _cat_dim1([impossible, impossible, alpha.narrow(1, 0, width - 2)])
+            if width > 2
+            else None
+        )
+        candidates = [alpha, one]
+        if two is not None:
+            candidates.append(
+                two.mask_where(~skip_mask, x.new_full((batch, width), _CTC_IMPOSSIBLE))
+            )
+        step = _stack(candidates).logsumexp(0) + emit[t]
+        running = _mask(x, (t < in_lengths)[:, None])
+        alpha = alpha.mask_where(running, step)
+    ends = np.stack([2 * out_lengths, np.maximum(2 * out_lengths - 1, 0)], 1)
+    final = alpha.gather(1, x.new_tensor(ends, dtype="int64"))
+    final = final.mask_where(_mask(x, (out_lengths == 0)[:, None] & np.array([False, True])),
+                             x.new_full((batch, 2), _CTC_IMPOSSIBLE))  # fmt: skip
+    losses = -final.logsumexp(1)
+    infinite = losses.greater(-_CTC_IMPOSSIBLE / 2)
+    empty = _mask(x, in_lengths == 0)
+    infinite = infinite.logical_or(empty.logical_and(_mask(x, out_lengths > 0)))
+    losses = losses.mask_fill(empty.logical_and(~infinite), 0.0)
+    losses = (
+        losses.mask_fill(infinite, 0.0) if zero_infinity else losses.mask_fill(infinite, math.inf)
+    )
+    if unbatched:
+        losses = losses.squeeze_dim(0)
+    if reduction == "mean":
+        divisor = x.new_tensor(np.maximum(out_lengths, 1).astype(np.float64)).cast(x.dtype)
+        return (losses / (divisor.squeeze_dim(0) if unbatched else divisor)).mean()
+    return _reduce(losses, reduction)
+
+
+def _host_lengths(fn: str, x: Tensor, lengths: Any, name: str, batch: int) -> np.ndarray:
+    if isinstance(lengths, Tensor):
+        lengths = lengths.numpy()
+    values = np.asarray(lengths).reshape(-1)
+    if values.dtype.kind not in "iu" or values.shape != (batch,):
+        raise ShapeError(
+            f"{fn}: {name} must hold {batch} ints (one per sequence), got {np.asarray(lengths)!r}"
+        )
+    return values.astype(np.int64)
+
+
+def _padded_targets(fn, x, targets, lengths, unbatched) -> np.ndarray:
+    """The targets as a host ``[N, S]`` int64 array (concatenated ones split by length)."""
+    values = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
+    if values.dtype.kind not in "iu":
+        raise DTypeError(f"{fn}: targets must hold integer class indices, got {values.dtype}")
+    if unbatched:
+        values = values.reshape(1, -1)
+    if values.ndim == 1:
+        if values.shape[0] != lengths.sum():
+            raise ShapeError(
+                f"{fn}: concatenated targets hold {values.shape[0]} labels, target_lengths sum "
+                f"to {int(lengths.sum())}"
+            )
+        padded = np.zeros((len(lengths), max(int(lengths.max(initial=0)), 1)), dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        for n, (a, b) in enumerate(itertools.pairwise(offsets)):
+            padded[n, : b - a] = values[a:b]
+        values = padded
+    if values.ndim != 2 or values.shape[0] != len(lengths) or np.any(lengths > values.shape[1]):
+        raise ShapeError(
+            f"{fn}: targets must be [N, S] with S >= every target length, got "
+            f"{list(values.shape)} for lengths {lengths.tolist()}"
+        )
+    return values.astype(np.int64)
+
+
+def _cat_dim1(pieces: list[Tensor]) -> Tensor:
+    from ...tensor import cat
+
+    return cat(pieces, 1)
+
+
+def _stack(pieces: list[Tensor]) -> Tensor:
+    from ...tensor import stack
+
+    return stack(pieces, 0)
+
+
+def _mask(x: Tensor, values: np.ndarray) -> Tensor:
+    """A host bool array as a mask on ``x``'s backend and device."""
+    return _as_tensor("ctc_loss", x, values, "mask")

@@ -238,6 +238,7 @@ from .lazy import (  # noqa: E402
 from .linear import Bilinear  # noqa: E402
 from .loss import (  # noqa: E402
     CosineEmbeddingLoss,
+    CTCLoss,
     GaussianNLLLoss,
     HingeEmbeddingLoss,
     MarginRankingLoss,
@@ -273,4 +274,4 @@ __all__ += ["MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss
 __all__ += ["PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]
 __all__ += ["CrossMapLRN2d", "LocalResponseNorm", "TripletMarginWithDistanceLoss"]
 __all__ += ["LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
-__all__ += ["UpsamplingBilinear2d", "UpsamplingNearest2d"]
+__all__ += ["CTCLoss", "UpsamplingBilinear2d", "UpsamplingNearest2d"]

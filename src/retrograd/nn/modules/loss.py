@@ -17,6 +17,7 @@ from .module import Module
 __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
+    "CTCLoss",
     "CosineEmbeddingLoss",
     "CrossEntropyLoss",
     "GaussianNLLLoss",
@@ -372,3 +373,19 @@ class GaussianNLLLoss(_Loss):
 
     def forward(self, input: Tensor, target: Any, var: Any) -> Tensor:  # noqa: A002
         return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class CTCLoss(_Loss):
+    """``F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+    zero_infinity)``."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs: Tensor, targets: Any, input_lengths: Any,
+                target_lengths: Any) -> Tensor:  # fmt: skip
+        return F.ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+            self.zero_infinity,
+        )  # fmt: skip
