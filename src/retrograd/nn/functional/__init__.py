@@ -168,3 +168,74 @@ __all__ = [
 # -- recurrent and transformer functions, nll_loss --
 __all__ += ["multi_head_attention_forward", "nll_loss"]
 __all__ += ["embedding_bag"]
+
+# -- distances, margin and ranking losses, shrinkage, LRN, unpooling (torch's F surface) --------
+from .activation import (  # noqa: E402
+    celu_,
+    elu_,
+    gumbel_softmax,
+    hardshrink,
+    hardtanh_,
+    leaky_relu_,
+    relu_,
+    rrelu,
+    rrelu_,
+    selu_,
+    softshrink,
+    threshold_,
+)
+from .distance import (  # noqa: E402
+    cosine_embedding_loss,
+    cosine_similarity,
+    pairwise_distance,
+    pdist,
+    triplet_margin_loss,
+    triplet_margin_with_distance_loss,
+)
+from .linear import bilinear  # noqa: E402
+from .loss import gaussian_nll_loss, poisson_nll_loss  # noqa: E402
+from .margin import (  # noqa: E402
+    ctc_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    soft_margin_loss,
+)
+from .normalization import alpha_dropout, feature_alpha_dropout, local_response_norm  # noqa: E402
+from .pooling import (  # noqa: E402
+    adaptive_max_pool1d_with_indices,
+    adaptive_max_pool2d_with_indices,
+    lp_pool1d,
+    lp_pool2d,
+    lp_pool3d,
+    max_unpool1d,
+    max_unpool2d,
+    max_unpool3d,
+)
+from .sampling import (  # noqa: E402
+    channel_shuffle,
+    native_channel_shuffle,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
+
+__all__ += ["celu_", "elu_", "gumbel_softmax", "hardshrink", "hardtanh_", "leaky_relu_"]
+__all__ += ["relu_", "rrelu", "rrelu_", "selu_", "softshrink", "threshold_"]
+__all__ += ["cosine_embedding_loss", "cosine_similarity", "pairwise_distance", "pdist"]
+__all__ += ["bilinear", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
+__all__ += ["gaussian_nll_loss", "hinge_embedding_loss", "poisson_nll_loss"]
+__all__ += ["margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss"]
+__all__ += ["ctc_loss", "multilabel_soft_margin_loss", "soft_margin_loss"]
+__all__ += ["alpha_dropout", "feature_alpha_dropout", "local_response_norm"]
+__all__ += ["adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices"]
+__all__ += ["lp_pool1d", "lp_pool2d", "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d"]
+__all__ += [
+    "channel_shuffle",
+    "native_channel_shuffle",
+    "upsample",
+    "upsample_bilinear",
+    "upsample_nearest",
+]

@@ -17,6 +17,7 @@ from ...tensor.internal import (
     lift,
     promote,
     shape_text,
+    untracked,
     wrap,
 )
 
@@ -106,3 +107,11 @@ def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
     if bias.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
     return bias.cast(x.dtype)
+
+
+def _clamped_min(value: Tensor, eps: float) -> Tensor:
+    """``max(value, eps)`` in value, with the gradient of ``value`` itself: torch clamps
+    these (a norm, a variance) in place under ``no_grad``, so its backward never sees the
+    clamp. The clamp enters as a constant offset."""
+    constant = untracked(value)
+    return value + (constant.clamp_min(eps) - constant)

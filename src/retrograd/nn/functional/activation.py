@@ -7,8 +7,9 @@ from typing import Any
 
 from ...errors import (
     InvalidArgumentError,
+    RetrogradError,
 )
-from ...tensor import Tensor
+from ...tensor import Tensor, random
 from ._common import (
     _float_input,
 )
@@ -183,3 +184,106 @@ def _softmax_dim(fn: str, x: Tensor, dim: int | None) -> int:
     if dim is not None:
         return dim
     return 0 if x.ndim in (0, 1, 3) else 1
+
+
+# -- shrinkage, randomized leaky ReLU, Gumbel softmax ------------------------------------------
+def hardshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x`` where ``|x| > lambd``, else 0 (torch's gradient: 0 on ``[-lambd, lambd]``)."""
+    x = _float_input("hardshrink", x)
+    return x.mask_fill(x.abs().lower_equal(lambd), 0.0)
+
+
+def softshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
+    x = _float_input("softshrink", x)
+    if lambd < 0:
+        raise InvalidArgumentError(f"softshrink: lambd must be non-negative, got {lambd}")
+    shrunk = (x - lambd).mask_where(x.less(-lambd), x + lambd)
+    return shrunk.mask_fill(x.abs().lower_equal(lambd), 0.0)
+
+
+def rrelu(
+    x: Tensor,
+    lower: float = 1.0 / 8,
+    upper: float = 1.0 / 3,
+    training: bool = False,
+    inplace: bool = False,
+) -> Tensor:
+    """Randomized leaky ReLU: in training, each element at or below 0 is scaled by its own
+    slope drawn from U(``lower``, ``upper``) (from ``rg.seed``'s stream); in evaluation, the
+    leaky ReLU of the mean slope ``(lower + upper) / 2``. ``inplace`` as :func:`relu`."""
+    x = _float_input("rrelu", x)
+    if not lower <= upper:
+        raise InvalidArgumentError(
+            f"rrelu: lower bound ({lower}) must not exceed the upper bound ({upper})"
+        )
+    if not training:
+        return x.leaky_relu((lower + upper) / 2.0)
+    slopes = random(x.shape, "uniform", x.dtype, x.backend, x.device) * (upper - lower) + lower
+    return x.mask_where(x.less_equal(0.0), x * slopes)
+
+
+def gumbel_softmax(
+    logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1
+) -> Tensor:
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)``, ``g``
+    standard Gumbel noise (from ``rg.seed``'s stream); with ``hard``, the one-hot of its
+    argmax, whose gradient is the soft sample's (the straight-through estimator). ``eps`` is
+    unused, as in torch."""
+    logits = _float_input("gumbel_softmax", logits)
+    uniform = random(logits.shape, "uniform", logits.dtype, logits.backend, logits.device)
+    gumbels = -(-(1.0 - uniform).log()).log()  # -log(Exp(1)), Exp(1) = -log(1 - U)
+    return _gumbel_softmax(logits, gumbels, tau, hard, dim)
+
+
+def _gumbel_softmax(logits: Tensor, gumbels: Tensor, tau: float, hard: bool, dim: int) -> Tensor:
+    """:func:`gumbel_softmax` for given noise ``gumbels``."""
+    soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return soft
+    index = soft.argmax(dim, keepdim=True)
+    one_hot = soft.new_zeros(soft.shape).scatter(dim, index, 1.0)
+    return one_hot - soft.detach() + soft
+
+
+# -- torch's in-place forms: the input tensor object takes the result (API.md section 10) --------
+def _into(op: str, x: Tensor, out: Tensor) -> Tensor:
+    """``x`` made to hold ``out`` (computed from it), torch's errors named after ``op``."""
+    try:
+        return x.copy_(out)
+    except RetrogradError as error:
+        raise type(error)(str(error).replace("copy_", op, 1)) from None
+
+
+def relu_(x: Tensor) -> Tensor:
+    return _into("relu_", x, relu(x))
+
+
+def elu_(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return _into("elu_", x, elu(x, alpha))
+
+
+def selu_(x: Tensor) -> Tensor:
+    return _into("selu_", x, selu(x))
+
+
+def celu_(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return _into("celu_", x, celu(x, alpha))
+
+
+def leaky_relu_(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return _into("leaky_relu_", x, leaky_relu(x, negative_slope))
+
+
+def hardtanh_(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    return _into("hardtanh_", x, hardtanh(x, min_val, max_val))
+
+
+def threshold_(x: Tensor, threshold: float, value: float) -> Tensor:
+    return _into("threshold_", x, x.mask_fill(x.less_equal(threshold), value))
+
+
+def rrelu_(
+    x: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False
+) -> Tensor:
+    return _into("rrelu_", x, rrelu(x, lower, upper, training))

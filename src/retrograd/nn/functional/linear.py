@@ -1,4 +1,5 @@
-"""``linear`` (one fused backend op) and ``embedding`` (a gather of rows)."""
+"""``linear`` (one fused backend op), ``bilinear`` (a matrix product and a reduction) and
+``embedding`` (a gather of rows)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,46 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 _LINEAR = TensorOp("linear")
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``y[..., o] = x1 @ weight[o] @ x2 + bias[o]``, weight ``[out, in1, in2]`` as torch's;
+    the inputs ``[*, in1]`` and ``[*, in2]`` share their leading dimensions.
+
+    >>> import retrograd as rg
+    >>> bilinear(rg.ones((2, 3)), rg.ones((2, 4)), rg.ones((5, 3, 4))).shape
+    (2, 5)
+    """
+    fn = "bilinear"
+    x1, x2 = _float_pair(fn, input1, input2, "input2")
+    weight = _float_pair(fn, x1, weight, "weight")[1]
+    shapes = (
+        f"input1 {shape_text(x1.shape)}, input2 {shape_text(x2.shape)}, weight "
+        f"{shape_text(weight.shape)}"
+    )
+    if (
+        x1.ndim == 0
+        or x1.shape[:-1] != x2.shape[:-1]
+        or weight.ndim != 3
+        or weight.shape[1:] != (x1.shape[-1], x2.shape[-1])
+    ):
+        raise ShapeError(
+            f"{fn}: expected input1 [*, in1], input2 [*, in2] with the same leading "
+            f"dimensions and weight [out, in1, in2]; {shapes}"
+        )
+    out_features, in1, in2 = weight.shape
+    lead = x1.shape[:-1]
+    left = x1.reshape((-1, in1)).matmul(weight.permute((1, 0, 2)).reshape((in1, -1)))
+    pairs = left.reshape((-1, out_features, in2)) * x2.reshape((-1, 1, in2))
+    out = pairs.sum_dim(2).reshape((*lead, out_features))
+    if bias is not None:
+        bias = _as_tensor(fn, x1, bias, "bias")
+        if bias.shape != (out_features,):
+            raise ShapeError(
+                f"{fn}: bias must have shape [{out_features}]; bias {shape_text(bias.shape)}"
+            )
+        out = out + bias
+    return out
 
 
 # -- embedding ------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Losses with PyTorch's reductions: cross entropy (class indices or probabilities), negative
-log-likelihood and mean squared error."""
+log-likelihood, mean squared error, binary cross entropy, L1/smooth-L1/Huber, KL divergence,
+Poisson and Gaussian negative log-likelihoods."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from ...errors import (
@@ -19,6 +22,7 @@ from ...tensor.internal import (
 )
 from ._common import (
     _as_tensor,
+    _clamped_min,
     _float_input,
     _float_pair,
 )
@@ -402,3 +406,69 @@ def kl_div(
     if batchmean and reduction == "sum":
         return out / (x.shape[0] if x.ndim else 1)
     return out
+
+
+def poisson_nll_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    log_input: bool = True,
+    full: bool = False,
+    size_average: bool | None = None,
+    eps: float = 1e-8,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """The Poisson negative log-likelihood: ``exp(x) - y x`` for log-rates ``x``
+    (``log_input``), else ``x - y log(x + eps)``; ``full`` adds Stirling's approximation
+    ``y log y - y + log(2 pi y) / 2`` where ``y > 1``, as torch's."""
+    fn = "poisson_nll_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x, y = _float_pair(fn, input, target, "target")
+    if log_input:
+        losses = x.exp() - y * x
+    else:
+        losses = x - y * (x + eps).log()
+    if full:
+        stirling = y * y.log() - y + (y * (2 * math.pi)).log() * 0.5
+        losses = losses + stirling.mask_fill(y.less_equal(1.0), 0.0)
+    return _reduce(losses, reduction)
+
+
+def gaussian_nll_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    var: Tensor | float,
+    full: bool = False,
+    eps: float = 1e-6,
+    reduction: str = "mean",
+) -> Tensor:
+    """``(log(max(var, eps)) + (x - y)**2 / max(var, eps)) / 2`` (plus ``log(2 pi) / 2`` with
+    ``full``). ``var`` has the input's shape, or one dimension of size 1 (or missing last),
+    or is a float, as torch allows; the clamp at ``eps`` is not differentiated, as in torch.
+    A negative variance is an error (read on the host, as torch reads it)."""
+    fn = "gaussian_nll_loss"
+    reduction = _reduction(fn, reduction, None, None)
+    x, y = _float_pair(fn, input, target, "target")
+    if isinstance(var, numbers.Real) and not isinstance(var, bool):
+        if var < 0:
+            raise InvalidArgumentError(f"{fn}: var has negative entry/entries ({var})")
+        var = x.new_full(x.shape, float(var))
+    variance = _as_tensor(fn, x, var, "var").cast(x.dtype)
+    if bool(variance.less(0.0).any().item()):
+        raise InvalidArgumentError(f"{fn}: var has negative entry/entries")
+    if variance.shape != x.shape:
+        if variance.shape == x.shape[:-1]:
+            variance = variance.unsqueeze_dim(-1)
+        elif not (
+            variance.ndim == x.ndim
+            and sum(v for s, v in zip(x.shape, variance.shape) if s != v) == 1
+        ):
+            raise ShapeError(
+                f"{fn}: var is of incorrect size {shape_text(variance.shape)} for input "
+                f"{shape_text(x.shape)} (the input's shape, or one dimension of size 1)"
+            )
+    variance = _clamped_min(variance, eps)
+    losses = (variance.log() + (x - y).square() / variance) * 0.5
+    if full:
+        losses = losses + 0.5 * math.log(2 * math.pi)
+    return _reduce(losses, reduction)

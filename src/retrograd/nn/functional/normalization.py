@@ -1,4 +1,5 @@
-"""Layer, batch, group and RMS normalization, and dropout."""
+"""Layer, batch, group, RMS and local response normalization, and dropout (alpha dropout
+included)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,114 @@ def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = 
 
 def dropout3d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     return _feature_dropout("dropout3d", x, p, training, 3)
+
+
+_SELU_ALPHA_PRIME = 1.7580993408473766  # -scale * alpha of SELU: where alpha dropout sends
+
+
+def _alpha_dropout(fn: str, x: Tensor, p: float, training: bool, feature: bool) -> Tensor:
+    """torch's alpha dropout: dropped elements (whole channels with ``feature``) take SELU's
+    negative saturation value, and an affine map ``a x + b`` keeps the mean and variance."""
+    x = _float_input(fn, x)
+    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
+    if feature and x.ndim < 2:
+        raise ShapeError(
+            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
+            f"{shape_text(x.shape)}"
+        )
+    if not training or p == 0.0 or x.numel() == 0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    p = float(p)
+    shape = x.shape[:2] + (1,) * (x.ndim - 2) if feature else x.shape
+    keep = wrap(x, x.backend.bernoulli(shape, 1.0 - p, x.device)).cast(x.dtype)
+    a = 1.0 / math.sqrt((_SELU_ALPHA_PRIME**2 * p + 1.0) * (1.0 - p))
+    b = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
+    return x * (keep * a) + b
+
+
+def alpha_dropout(
+    x: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """Dropout for self-normalizing (SELU) networks: the identity unless ``training``."""
+    return _alpha_dropout("alpha_dropout", x, p, training, False)
+
+
+def feature_alpha_dropout(
+    x: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """:func:`alpha_dropout` of whole channels of ``[N, C, *]`` inputs."""
+    return _alpha_dropout("feature_alpha_dropout", x, p, training, True)
+
+
+def local_response_norm(
+    input: Tensor,  # noqa: A002 (torch's name)
+    size: int,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 1.0,
+) -> Tensor:
+    """``x / (k + alpha * mean(x**2 over size neighbouring channels))**beta`` (AlexNet's
+    normalization), the window zero-padded by ``size // 2`` before and ``(size - 1) // 2``
+    after each channel, as torch's.
+
+    >>> import retrograd as rg
+    >>> out = local_response_norm(rg.ones((1, 3, 1)), 2, alpha=1.0)
+    >>> [round(v, 6) for v in out.flatten().tolist()]
+    [0.737788, 0.594604, 0.594604]
+    """
+    fn = "local_response_norm"
+    x = _float_input(fn, input)
+    if x.ndim < 3:
+        raise ShapeError(
+            f"{fn}: expected a 3-d or higher input [N, C, *], got {shape_text(x.shape)}"
+        )
+    if not isinstance(size, numbers.Integral) or size < 1:
+        raise InvalidArgumentError(f"{fn}: size must be a positive int, got {size!r}")
+    if x.numel() == 0:
+        return x
+    channels = x.shape[1]
+    squares = x.square().reshape((x.shape[0], channels, -1))
+    before, after = size // 2, (size - 1) // 2
+    zeros = squares.new_zeros
+    padded = _cat_dim1([zeros((squares.shape[0], before, squares.shape[2])), squares,
+                        zeros((squares.shape[0], after, squares.shape[2]))])  # fmt: skip
+    window = padded.narrow(1, 0, channels)
+    for offset in range(1, size):
+        window = window + padded.narrow(1, offset, channels)
+    div = (window.reshape(x.shape) * (alpha / size) + k).pow(beta)
+    return x / div
+
+
+def _cross_map_lrn2d(x: Tensor, size: int, alpha: float, beta: float, k: float) -> Tensor:
+    """torch's legacy ``CrossMapLRN2d`` forward, its channel windows as its running sum
+    builds them (the first channel stays in every window past the first ``size // 2 + 1``,
+    as torch's loop never subtracts it); differentiated exactly, where torch's hand-written
+    backward assumes centred windows (and fails for ``size=1``)."""
+    fn = "CrossMapLRN2d"
+    x = _float_input(fn, x)
+    if x.ndim != 4:
+        raise ShapeError(f"{fn}: expected a 4-d input [N, C, H, W], got {shape_text(x.shape)}")
+    channels = x.shape[1]
+    squares = x.square()
+    running = squares.cumsum(1)
+    pre_pad = int((size - 1) / 2 + 1)
+    scales = []
+    for c in range(channels):
+        scale = running.narrow(1, min(c + pre_pad - 1, channels - 1), 1)
+        if c > pre_pad:
+            scale = scale - (running.narrow(1, c - pre_pad, 1) - squares.narrow(1, 0, 1))
+        scales.append(scale)
+    scale = _cat_dim1(scales) * (alpha / size) + k
+    return x * scale.pow(-beta)
+
+
+def _cat_dim1(pieces: list[Tensor]) -> Tensor:
+    from ...tensor import cat
+
+    return cat(pieces, 1)
 
 
 def normalize(

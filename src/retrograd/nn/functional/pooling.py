@@ -1,4 +1,5 @@
-"""Average, max and adaptive average pooling: one backend primitive each."""
+"""Average, max and adaptive average pooling (one backend primitive each); adaptive max
+pooling, power-average pooling and max unpooling (compositions of tensor ops)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from ...tensor import Tensor
 from ...tensor.internal import (
     TensorOp,
     apply,
+    check_indices,
     shape_text,
 )
 from ._common import (
     IntOrTuple,
+    _as_tensor,
     _batched,
     _float_input,
     _ints,
@@ -269,24 +272,53 @@ def adaptive_avg_pool3d(x: Tensor, output_size: int | Sequence[int | None]) -> T
 
 def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, return_indices: bool):
     """Maximum over torch's adaptive windows (``floor(i n / o)`` to ``ceil((i + 1) n / o)``),
-    one window at a time: the gradient goes to each window's maximum, as torch's."""
+    one window at a time: the gradient goes to each window's maximum, as torch's. With
+    ``return_indices``, also each maximum's flat index in its ``[N, C]`` plane."""
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))
     if len(sizes) != spatial or any(o < 1 for o in sizes):
         raise ShapeError(f"{fn}: output_size must be {spatial} positive ints, got {output_size!r}")
+    if any(n == 0 for n in x.shape[2:]):
+        raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
     if return_indices:
-        raise InvalidArgumentError(f"{fn}: return_indices=True is not supported")
+        values, indices = _adaptive_max_cells(x, sizes)
+        return _unbatched(values, squeeze), _unbatched(indices, squeeze)
     cells = x
     for axis, (n, o) in enumerate(zip(x.shape[2:], sizes)):
         dim = 2 + axis
         pieces = []
         for i in range(o):
-            start, end = (i * n) // o, -(-((i + 1) * n) // o)
+            start, end = _adaptive_window(i, n, o)
             pieces.append(cells.narrow(dim, start, end - start).max(dim, keepdim=True).values)
         cells = pieces[0] if o == 1 else _cat(pieces, dim)
     return _unbatched(cells, squeeze)
+
+
+def _adaptive_window(i: int, n: int, o: int) -> tuple[int, int]:
+    return (i * n) // o, -(-((i + 1) * n) // o)
+
+
+def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Values and flat plane indices of the adaptive maxima of ``[N, C, *spatial]`` ``x``
+    (1 or 2 spatial dims), one window at a time (the first maximum in row-major order)."""
+    n, c = x.shape[:2]
+    height, width = (1, x.shape[2]) if len(sizes) == 1 else x.shape[2:]
+    rows, cols = (1, sizes[0]) if len(sizes) == 1 else sizes
+    plane = x.reshape((n, c, height, width))
+    values, indices = [], []
+    for i in range(rows):
+        top, bottom = _adaptive_window(i, height, rows)
+        for j in range(cols):
+            left, right = _adaptive_window(j, width, cols)
+            window = plane.narrow(2, top, bottom - top).narrow(3, left, right - left)
+            value, local = window.reshape((n, c, -1)).max_dim_with_indices(2)
+            span = right - left
+            indices.append((local // span + top) * width + local % span + left)
+            values.append(value)
+    shape = (n, c, *sizes)
+    return _cat(values, 2).reshape(shape), _cat(indices, 2).reshape(shape)
 
 
 def _cat(pieces: list[Tensor], dim: int) -> Tensor:
@@ -302,3 +334,161 @@ def adaptive_max_pool1d(x: Tensor, output_size: Any, return_indices: bool = Fals
 def adaptive_max_pool2d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
     """Maximum pooling to ``output_size`` (``None`` keeps a dimension), torch's windows."""
     return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices)
+
+
+def adaptive_max_pool1d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool1d` and the int64 index of each maximum."""
+    return _adaptive_max_pool("adaptive_max_pool1d", 1, x, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool2d` and the flat int64 index (``h * W + w``) of each maximum."""
+    return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, True)
+
+
+# -- power-average pooling and max unpooling -------------------------------------------------------
+def _lp_pool(fn, spatial, x, norm_type, kernel_size, stride, ceil_mode) -> Tensor:
+    """torch's ``(sum over the window of x**p)**(1 / p)``: the average pool of ``x**p`` times
+    the window's size, its sign kept (``sign(s) relu(|s|)``) before the root."""
+    x = _float_input(fn, x)
+    kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
+    pool = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[spatial]
+    sums = pool(x.pow(norm_type), kernel, stride, 0, ceil_mode)
+    area = 1
+    for k in kernel:
+        area *= k
+    return (sums.sign() * sums.abs().relu() * area).pow(1.0 / norm_type)
+
+
+def lp_pool1d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    norm_type: float,
+    kernel_size: int,
+    stride: IntOrTuple | None = None,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """1-d power-average pooling: the ``norm_type``-norm of each window."""
+    return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    norm_type: float,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """2-d power-average pooling: the ``norm_type``-norm of each window.
+
+    >>> import retrograd as rg
+    >>> lp_pool2d(rg.full((1, 1, 2, 2), 2.0), 2, 2).tolist()
+    [[[[4.0]]]]
+    """
+    return _lp_pool("lp_pool2d", 2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    norm_type: float,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """3-d power-average pooling: the ``norm_type``-norm of each window."""
+    return _lp_pool("lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def _unpool_size(fn, x, kernel, stride, padding, output_size) -> tuple[int, ...]:
+    """torch's ``_unpool_output_size``: ``(in - 1) stride - 2 padding + kernel``, or
+    ``output_size`` (with or without its leading ``N, C``) within ``stride`` of that."""
+    spatial = len(kernel)
+    default = tuple(
+        (n - 1) * s + k - 2 * p for n, s, k, p in zip(x.shape[-spatial:], stride, kernel, padding)
+    )
+    if output_size is None:
+        return default
+    size = tuple(int(v) for v in output_size)
+    if len(size) == spatial + 2:
+        size = size[2:]
+    if len(size) != spatial or not all(d - s < v < d + s for v, d, s in zip(size, default, stride)):
+        raise ShapeError(
+            f"{fn}: output_size {tuple(output_size)} is invalid: expected {spatial} sizes, each "
+            f"within the stride of the default {default}; input {shape_text(x.shape)}"
+        )
+    return size
+
+
+def _max_unpool(fn, spatial, x, indices, kernel_size, stride, padding, output_size) -> Tensor:
+    """Each value of ``x`` written at its flat ``indices`` in a zero ``[N, C, *out]`` plane
+    (max pooling's indices undo it); the gradient reads the plane back at the indices."""
+    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    indices = _as_tensor(fn, x, indices, "indices")
+    if squeeze:
+        indices = indices.unsqueeze_dim(0)
+    if indices.dtype != "int64" or indices.shape != x.shape:
+        raise ShapeError(
+            f"{fn}: indices must be int64 with the input's shape; input {shape_text(x.shape)}, "
+            f"indices {indices.dtype} {shape_text(indices.shape)}"
+        )
+    kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
+    strides = kernel if stride is None else _ints(fn, "stride", stride, spatial, 1)
+    pads = _ints(fn, "padding", padding, spatial, 0)
+    size = _unpool_size(fn, x, kernel, strides, pads, output_size)
+    plane = 1
+    for v in size:
+        plane *= v
+
+    def out_of_range(bad: int | None) -> str:
+        value = "an index" if bad is None else f"index {bad}"
+        return f"{fn}: {value} is out of range for an output of size {size} ({plane} elements)"
+
+    check_indices(indices, plane, out_of_range)
+    n, c = x.shape[:2]
+    flat = x.reshape((n, c, -1))
+    out = flat.new_zeros((n, c, plane)).scatter(2, indices.reshape((n, c, -1)), flat)
+    return _unbatched(out.reshape((n, c, *size)), squeeze)
+
+
+def max_unpool1d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    indices: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """The partial inverse of :func:`max_pool1d`: maxima back at their indices, zeros
+    elsewhere."""
+    return _max_unpool("max_unpool1d", 1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    indices: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """The partial inverse of :func:`max_pool2d`: maxima back at their indices, zeros
+    elsewhere.
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([[[[1.0, 2.0], [4.0, 3.0]]]])
+    >>> values, indices = max_pool2d(x, 2, return_indices=True)
+    >>> max_unpool2d(values, indices, 2).tolist()
+    [[[[0.0, 0.0], [4.0, 0.0]]]]
+    """
+    return _max_unpool("max_unpool2d", 2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    indices: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """The partial inverse of :func:`max_pool3d`."""
+    return _max_unpool("max_unpool3d", 3, input, indices, kernel_size, stride, padding, output_size)

@@ -297,3 +297,59 @@ def fold(
             canvas = canvas + zeros.slice_assign(list(region), block)
     out = canvas[:, :, ph : ph + height, pw : pw + width]
     return out.squeeze_dim(0) if squeeze else out
+
+
+def upsample(
+    input: Tensor,  # noqa: A002 (torch's name)
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+) -> Tensor:
+    """torch's deprecated name for :func:`interpolate`."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(
+    input: Tensor,  # noqa: A002 (torch's name)
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+) -> Tensor:
+    """:func:`interpolate` with ``mode="nearest"`` (torch's deprecated form)."""
+    return interpolate(input, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(
+    input: Tensor,  # noqa: A002 (torch's name)
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+) -> Tensor:
+    """:func:`interpolate` with ``mode="bilinear"`` and ``align_corners=True``, as torch's
+    deprecated form (unlike ``interpolate``'s default)."""
+    return interpolate(input, size, scale_factor, "bilinear", align_corners=True)
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002 (torch's name)
+    """``[N, C, *]`` with its channels regrouped: channel ``g * (C / groups) + i`` moves to
+    ``i * groups + g`` (ShuffleNet's shuffle).
+
+    >>> import retrograd as rg
+    >>> channel_shuffle(rg.arange(6.0).reshape((1, 6)), 2).tolist()
+    [[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]]
+    """
+    fn = "channel_shuffle"
+    if not isinstance(input, Tensor):
+        raise ShapeError(f"{fn}: input must be a tensor, got {type(input).__name__}")
+    if not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"{fn}: groups must be a positive int, got {groups!r}")
+    if input.ndim < 2 or input.shape[1] % groups:
+        raise ShapeError(
+            f"{fn}: expected [N, C, *] with C divisible by groups={groups}, got "
+            f"{shape_text(input.shape)}"
+        )
+    n, c, *rest = input.shape
+    grouped = input.reshape((n, groups, c // groups, *rest))
+    return grouped.transpose(1, 2).reshape(input.shape)
+
+
+native_channel_shuffle = channel_shuffle  # torch's name for the same op

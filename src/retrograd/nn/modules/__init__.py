@@ -11,9 +11,12 @@ weight layouts, so that a PyTorch state dict loads unchanged.
 # torch's module paths (nn.modules.batchnorm.BatchNorm2d ...), importable as attributes
 from . import (  # noqa: F401
     batchnorm,
+    channelshuffle,
+    distance,
     dropout,
     fold,
     instancenorm,
+    lazy,
     normalization,
     padding,
     pixelshuffle,
@@ -211,3 +214,64 @@ __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "
 __all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 __all__ += ["TransformerEncoder", "TransformerEncoderLayer"]
 __all__ += ["EmbeddingBag", "SyncBatchNorm"]
+
+# -- distances, margin losses, LRN, unpooling, lazy layers (torch's nn surface) -----------------
+from .activation import Hardshrink, RReLU, Softshrink  # noqa: E402
+from .channelshuffle import ChannelShuffle  # noqa: E402
+from .distance import CosineSimilarity, PairwiseDistance  # noqa: E402
+from .dropout import AlphaDropout, FeatureAlphaDropout  # noqa: E402
+from .lazy import (  # noqa: E402
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+    LazyInstanceNorm1d,
+    LazyInstanceNorm2d,
+    LazyInstanceNorm3d,
+    LazyLinear,
+)
+from .linear import Bilinear  # noqa: E402
+from .loss import (  # noqa: E402
+    CosineEmbeddingLoss,
+    CTCLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    NLLLoss2d,
+    PoissonNLLLoss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+    TripletMarginWithDistanceLoss,
+)
+from .normalization import CrossMapLRN2d, LocalResponseNorm  # noqa: E402
+from .pooling import (  # noqa: E402
+    LPPool1d,
+    LPPool2d,
+    LPPool3d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    MaxUnpool3d,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
+
+__all__ += ["ChannelShuffle", "CosineSimilarity", "Hardshrink", "RReLU", "Softshrink"]
+__all__ += ["AlphaDropout", "Bilinear", "FeatureAlphaDropout", "PairwiseDistance"]
+__all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d"]
+__all__ += ["LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d"]
+__all__ += ["LazyConvTranspose3d", "LazyInstanceNorm1d", "LazyInstanceNorm2d"]
+__all__ += ["LazyInstanceNorm3d", "LazyLinear"]
+__all__ += ["CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss"]
+__all__ += ["MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss2d"]
+__all__ += ["PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]
+__all__ += ["CrossMapLRN2d", "LocalResponseNorm", "TripletMarginWithDistanceLoss"]
+__all__ += ["LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+__all__ += ["CTCLoss", "UpsamplingBilinear2d", "UpsamplingNearest2d"]

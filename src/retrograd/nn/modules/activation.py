@@ -20,6 +20,7 @@ __all__ = [
     "GELU",
     "GLU",
     "SELU",
+    "Hardshrink",
     "Hardsigmoid",
     "Hardswish",
     "Hardtanh",
@@ -29,6 +30,7 @@ __all__ = [
     "Mish",
     "MultiheadAttention",
     "PReLU",
+    "RReLU",
     "ReLU",
     "ReLU6",
     "SiLU",
@@ -37,6 +39,7 @@ __all__ = [
     "Softmax2d",
     "Softmin",
     "Softplus",
+    "Softshrink",
     "Softsign",
     "Tanh",
     "Tanhshrink",
@@ -282,3 +285,39 @@ class PReLU(Module):
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"
+
+
+class Hardshrink(_Elementwise):
+    """``F.hardshrink(x, lambd)``: 0 on ``[-lambd, lambd]``, ``x`` elsewhere."""
+
+    _fn = staticmethod(F.hardshrink)
+    _fields = ("lambd",)
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = lambd
+
+
+class Softshrink(Hardshrink):
+    """``F.softshrink(x, lambd)``: ``x`` moved towards 0 by ``lambd``, 0 in between."""
+
+    _fn = staticmethod(F.softshrink)
+
+
+class RReLU(Module):
+    """Randomized leaky ReLU: random slopes in U(``lower``, ``upper``) in training mode,
+    their mean in eval mode (``F.rrelu``).
+
+    >>> RReLU().eval()(rg.tensor([-24.0, 1.0])).tolist()
+    [-5.5, 1.0]
+    """
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rrelu(x, self.lower, self.upper, self.training)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}"

@@ -1,4 +1,5 @@
-"""Dropout layers: ``Dropout`` (elements) and ``Dropout1d/2d/3d`` (whole channels), the
+"""Dropout layers: ``Dropout`` (elements), ``Dropout1d/2d/3d`` (whole channels),
+``AlphaDropout`` and ``FeatureAlphaDropout`` (SELU networks'), the
 identity in eval mode (``inplace=True`` is accepted: nothing is modified in place)."""
 
 from __future__ import annotations
@@ -8,7 +9,14 @@ from ...tensor import Tensor
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
 from .module import Module
 
-__all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+__all__ = [
+    "AlphaDropout",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
+]
 
 
 class Dropout(Module):
@@ -50,3 +58,16 @@ class Dropout2d(Dropout):
 
 class Dropout3d(Dropout):
     _fn = staticmethod(F.dropout3d)
+
+
+class AlphaDropout(Dropout):
+    """``F.alpha_dropout`` in training mode: dropped elements take SELU's saturation value
+    and an affine map keeps the mean and variance."""
+
+    _fn = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    """``F.feature_alpha_dropout``: alpha dropout of whole channels."""
+
+    _fn = staticmethod(F.feature_alpha_dropout)

@@ -1,5 +1,5 @@
-"""Linear layers and their companions: ``Identity``, ``Linear``, ``Embedding``, ``Flatten``,
-``Unflatten`` (PyTorch's constructor signatures, defaults, weight layouts and
+"""Linear layers and their companions: ``Identity``, ``Linear``, ``Bilinear``, ``Embedding``,
+``Flatten``, ``Unflatten`` (PyTorch's constructor signatures, defaults, weight layouts and
 initializations), and ``NonDynamicallyQuantizableLinear`` (the type of
 ``MultiheadAttention.out_proj``, as torch's); ``Dropout`` lives in :mod:`.dropout`.
 """
@@ -15,6 +15,7 @@ from .dropout import Dropout  # its home is .dropout, as torch's; kept importabl
 from .module import Module, _fan_in_bound, _uniform
 
 __all__ = [
+    "Bilinear",
     "Dropout",
     "Embedding",
     "Flatten",
@@ -78,6 +79,47 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, " + (
             f"bias={self.bias is not None}"
+        )
+
+
+class Bilinear(Module):
+    """``y = x1 @ weight[o] @ x2 + bias[o]``, weight ``[out_features, in1_features,
+    in2_features]``, initialized as torch's ``nn.Bilinear``: U(-k, k), k = 1/sqrt(in1_features).
+
+    >>> Bilinear(3, 4, 5)(rg.ones((2, 3)), rg.ones((2, 4))).shape
+    (2, 5)
+    """
+
+    def __init__(
+        self,
+        in1_features: int,
+        in2_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        backend: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
+    ):
+        super().__init__()
+        dtype = dtype or "float32"
+        self.in1_features, self.in2_features = in1_features, in2_features
+        self.out_features = out_features
+        bound = _fan_in_bound(in1_features)
+        shape = (out_features, in1_features, in2_features)
+        self.weight = Parameter(_uniform(shape, bound, backend, device, dtype))
+        if bias:
+            self.bias = Parameter(_uniform((out_features,), bound, backend, device, dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
         )
 
 

@@ -1,11 +1,15 @@
 """Loss modules over their functional forms, with PyTorch's constructor arguments:
 ``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``BCELoss``, ``BCEWithLogitsLoss``, ``L1Loss``,
-``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``."""
+``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``, the margin, ranking and embedding losses
+(``TripletMarginLoss``, ``MarginRankingLoss``, ``HingeEmbeddingLoss``, ``CosineEmbeddingLoss``,
+``MultiMarginLoss``...), ``PoissonNLLLoss`` and ``GaussianNLLLoss``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
@@ -13,13 +17,26 @@ from .module import Module
 __all__ = [
     "BCELoss",
     "BCEWithLogitsLoss",
+    "CTCLoss",
+    "CosineEmbeddingLoss",
     "CrossEntropyLoss",
+    "GaussianNLLLoss",
+    "HingeEmbeddingLoss",
     "HuberLoss",
     "KLDivLoss",
     "L1Loss",
     "MSELoss",
+    "MarginRankingLoss",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
     "NLLLoss",
+    "NLLLoss2d",
+    "PoissonNLLLoss",
     "SmoothL1Loss",
+    "SoftMarginLoss",
+    "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss",
 ]
 
 
@@ -192,3 +209,183 @@ class KLDivLoss(_Loss):
         return F.kl_div(
             input, target, self.size_average, self.reduce, self.reduction, self.log_target
         )
+
+
+class NLLLoss2d(NLLLoss):
+    """torch's deprecated name for :class:`NLLLoss` over ``[N, C, H, W]`` inputs."""
+
+
+class _MarginLoss(_Loss):
+    """A loss with a ``margin``, its functional form called as
+    ``fn(*inputs, margin, size_average, reduce, reduction)``."""
+
+    _fn: Any = None
+
+    def __init__(self, margin: float = 0.0, size_average: bool | None = None,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, *inputs: Any) -> Tensor:
+        return type(self)._fn(*inputs, self.margin, self.size_average, self.reduce,
+                              self.reduction)  # fmt: skip
+
+
+class MarginRankingLoss(_MarginLoss):
+    """``F.margin_ranking_loss(input1, input2, target, margin)``."""
+
+    _fn = staticmethod(F.margin_ranking_loss)
+
+
+class CosineEmbeddingLoss(_MarginLoss):
+    """``F.cosine_embedding_loss(input1, input2, target, margin)``."""
+
+    _fn = staticmethod(F.cosine_embedding_loss)
+
+
+class HingeEmbeddingLoss(_MarginLoss):
+    """``F.hinge_embedding_loss(input, target, margin)`` (margin 1 by default)."""
+
+    _fn = staticmethod(F.hinge_embedding_loss)
+
+    def __init__(self, margin: float = 1.0, size_average: bool | None = None,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(margin, size_average, reduce, reduction)
+
+
+class SoftMarginLoss(_Loss):
+    """``F.soft_margin_loss``: the logistic loss of targets 1 and -1."""
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return F.soft_margin_loss(input, target, self.size_average, self.reduce, self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    """``F.multilabel_margin_loss``: int64 class targets, ended by -1."""
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return F.multilabel_margin_loss(
+            input, target, self.size_average, self.reduce, self.reduction
+        )
+
+
+class MultiLabelSoftMarginLoss(_Loss):
+    """``F.multilabel_soft_margin_loss(input, target, weight)``; ``weight`` is a buffer."""
+
+    def __init__(self, weight: Tensor | None = None, size_average: bool | None = None,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return F.multilabel_soft_margin_loss(
+            input, target, self.weight, self.size_average, self.reduce, self.reduction
+        )
+
+
+class MultiMarginLoss(_Loss):
+    """``F.multi_margin_loss(input, target, p, margin, weight)``; ``weight`` is a buffer."""
+
+    def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None,
+                 size_average: bool | None = None, reduce: bool | None = None,
+                 reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise InvalidArgumentError(
+                f"MultiMarginLoss: only p == 1 and p == 2 supported, got {p!r}"
+            )
+        self.p, self.margin = p, margin
+        self.register_buffer("weight", weight)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return F.multi_margin_loss(
+            input, target, self.p, self.margin, self.weight, self.size_average, self.reduce,
+            self.reduction,
+        )  # fmt: skip
+
+
+class TripletMarginLoss(_Loss):
+    """``F.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap)``.
+
+    >>> a, b = rg.tensor([[0.0, 0.0]]), rg.tensor([[3.0, 4.0]])
+    >>> round(TripletMarginLoss(margin=6.0, eps=0.0)(a, a, b).item(), 6)
+    1.0
+    """
+
+    def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
+                 swap: bool = False, size_average: bool | None = None,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        if margin <= 0:
+            raise InvalidArgumentError(
+                f"TripletMarginLoss: expected margin to be greater than 0, got {margin}"
+            )
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        return F.triplet_margin_loss(
+            anchor, positive, negative, self.margin, self.p, self.eps, self.swap,
+            self.size_average, self.reduce, self.reduction,
+        )  # fmt: skip
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """``F.triplet_margin_with_distance_loss`` with any ``distance_function``."""
+
+    def __init__(self, *, distance_function: Callable[[Tensor, Tensor], Tensor] | None = None,
+                 margin: float = 1.0, swap: bool = False, reduction: str = "mean"):  # fmt: skip
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise InvalidArgumentError(
+                f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin}"
+            )
+        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function,
+            margin=self.margin, swap=self.swap, reduction=self.reduction,
+        )  # fmt: skip
+
+
+class PoissonNLLLoss(_Loss):
+    """``F.poisson_nll_loss(input, target, log_input, full, eps=eps)``."""
+
+    def __init__(self, log_input: bool = True, full: bool = False,
+                 size_average: bool | None = None, eps: float = 1e-8,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input: Tensor, target: Any) -> Tensor:
+        return F.poisson_nll_loss(
+            log_input, target, self.log_input, self.full, self.size_average, self.eps,
+            self.reduce, self.reduction,
+        )  # fmt: skip
+
+
+class GaussianNLLLoss(_Loss):
+    """``F.gaussian_nll_loss(input, target, var, full, eps)``."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input: Tensor, target: Any, var: Any) -> Tensor:  # noqa: A002
+        return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class CTCLoss(_Loss):
+    """``F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+    zero_infinity)``."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs: Tensor, targets: Any, input_lengths: Any,
+                target_lengths: Any) -> Tensor:  # fmt: skip
+        return F.ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+            self.zero_infinity,
+        )  # fmt: skip

@@ -493,6 +493,9 @@ class Module:
         """
         if not isinstance(state, Mapping):
             state = _read_archive(state)
+        for prefix, module in list(self.named_modules()):  # lazy layers take the state's sizes
+            if hasattr(module, "_lazy_load"):
+                module._lazy_load(state, f"{prefix}." if prefix else "")
         own = dict(self._state_items())
         missing = [name for name in own if name not in state]
         unexpected = [name for name in state if name not in own]

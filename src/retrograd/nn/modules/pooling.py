@@ -20,10 +20,18 @@ __all__ = [
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
+    "LPPool1d",
+    "LPPool2d",
+    "LPPool3d",
     "MaxPool1d",
     "MaxPool2d",
     "MaxPool3d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
     "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
 ]
 
 
@@ -209,3 +217,90 @@ class AdaptiveMaxPool2d(Module):
 
 class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
     _pool = staticmethod(F.adaptive_max_pool1d)
+
+
+class UpsamplingNearest2d(Upsample):
+    """``F.interpolate(x, size, scale_factor, "nearest")`` (torch's legacy module)."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """``F.interpolate(x, size, scale_factor, "bilinear", align_corners=True)`` (torch's
+    legacy module; note ``align_corners=True``, unlike ``Upsample``'s default).
+
+    >>> UpsamplingBilinear2d(scale_factor=2)(rg.ones((1, 1, 2, 3))).shape
+    (1, 1, 4, 6)
+    """
+
+    def __init__(self, size: Any = None, scale_factor: Any = None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
+
+
+class _LPPool(Module):
+    """Power-average pooling: the ``norm_type``-norm of each window."""
+
+    _fn: Any = None
+
+    def __init__(self, norm_type: float, kernel_size: Any, stride: Any = None,
+                 ceil_mode: bool = False):  # fmt: skip
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self)._fn(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (
+            f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class LPPool1d(_LPPool):
+    _fn = staticmethod(F.lp_pool1d)
+
+
+class LPPool2d(_LPPool):
+    """``F.lp_pool2d``.
+
+    >>> LPPool2d(2, 2)(rg.full((1, 1, 4, 4), 2.0)).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
+
+    _fn = staticmethod(F.lp_pool2d)
+
+
+class LPPool3d(_LPPool):
+    _fn = staticmethod(F.lp_pool3d)
+
+
+class _MaxUnpool(Module):
+    """The partial inverse of max pooling: ``forward(input, indices, output_size=None)``."""
+
+    _fn: Any = None
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+
+    def forward(self, x: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
+        return type(self)._fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    _fn = staticmethod(F.max_unpool1d)
+
+
+class MaxUnpool2d(_MaxUnpool):
+    _fn = staticmethod(F.max_unpool2d)
+
+
+class MaxUnpool3d(_MaxUnpool):
+    _fn = staticmethod(F.max_unpool3d)

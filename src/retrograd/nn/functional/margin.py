@@ -1,0 +1,363 @@
+"""Margin, ranking and sequence losses, as torch's: ``margin_ranking_loss``,
+``hinge_embedding_loss``, ``soft_margin_loss``, ``multilabel_soft_margin_loss``,
+``multilabel_margin_loss``, ``multi_margin_loss``, ``ctc_loss``.
+
+Compositions of differentiable tensor ops; the class-index targets are read on the backend's
+device (masks and gathers), never on the host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...tensor import Tensor
+from ...tensor.internal import check_indices, shape_text
+from ._common import _as_tensor, _float_input, _float_pair
+from .loss import _reduce, _reduction, _same_shape
+
+__all__ = [
+    "ctc_loss",
+    "hinge_embedding_loss",
+    "margin_ranking_loss",
+    "multi_margin_loss",
+    "multilabel_margin_loss",
+    "multilabel_soft_margin_loss",
+    "soft_margin_loss",
+]
+
+
+def margin_ranking_loss(
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``max(0, -y (x1 - x2) + margin)`` (the three inputs broadcast; torch requires them to
+    have the same number of dimensions).
+
+    >>> import retrograd as rg
+    >>> x1, x2, y = rg.tensor([1.0, 2.0]), rg.tensor([2.0, 0.0]), rg.tensor([1.0, 1.0])
+    >>> margin_ranking_loss(x1, x2, y).item()
+    0.5
+    """
+    fn = "margin_ranking_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x1, x2 = _float_pair(fn, input1, input2, "input2")
+    y = _float_pair(fn, x1, target, "target")[1]
+    if not x1.ndim == x2.ndim == y.ndim:
+        raise ShapeError(
+            f"{fn}: all input tensors should have the same number of dimensions; input1 "
+            f"{shape_text(x1.shape)}, input2 {shape_text(x2.shape)}, target {shape_text(y.shape)}"
+        )
+    return _reduce((-y * (x1 - x2) + margin).clamp_min(0.0), reduction)
+
+
+def hinge_embedding_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    margin: float = 1.0,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``x`` where ``y`` is not -1, plus ``max(0, margin - x)`` where ``y`` is not 1 (torch's
+    two terms: a target of 1 or -1 picks one of them)."""
+    fn = "hinge_embedding_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x, y = _float_pair(fn, input, target, "target")
+    zeros = x.new_zeros(x.shape)
+    margin_term = zeros.mask_where(y.not_equal_elem(1.0), (margin - x).clamp_min(0.0))
+    return _reduce(margin_term + zeros.mask_where(y.not_equal_elem(-1.0), x), reduction)
+
+
+def soft_margin_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``log(1 + exp(-y x))``, the two-class logistic loss of targets 1 and -1."""
+    fn = "soft_margin_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    return _reduce((-y * x).exp().log1p(), reduction)
+
+
+def multilabel_soft_margin_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``-(y log sigmoid(x) + (1 - y) log sigmoid(-x))`` (times ``weight``), averaged over
+    the classes (the last dimension), then reduced over the samples."""
+    fn = "multilabel_soft_margin_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x, y = _float_pair(fn, input, target, "target")
+    _same_shape(fn, x, y)
+    if x.ndim == 0:
+        raise ShapeError(f"{fn}: input needs a class dimension, got a 0-d input")
+    losses = -(y * x.log_sigmoid() + (1.0 - y) * (-x).log_sigmoid())
+    if weight is not None:
+        losses = losses * _as_tensor(fn, x, weight, "weight").cast(x.dtype)
+    per_sample = losses.sum_dim(-1).squeeze_dim(-1) / x.shape[-1]
+    return _reduce(per_sample, reduction)
+
+
+def _class_targets(fn: str, x: Tensor, target: Any, expected: tuple[int, ...]) -> Tensor:
+    """``target`` as int64 class indices of shape ``expected``."""
+    target = _as_tensor(fn, x, target, "target")
+    if target.dtype != "int64":
+        raise DTypeError(f"{fn}: target must hold int64 class indices, got {target.dtype}")
+    if target.shape != expected:
+        raise ShapeError(
+            f"{fn}: target must have shape {shape_text(expected)}; input {shape_text(x.shape)}, "
+            f"target {shape_text(target.shape)}"
+        )
+    return target
+
+
+def _classes_input(fn: str, input: Any) -> Tensor:  # noqa: A002
+    x = _float_input(fn, input)
+    if x.ndim not in (1, 2) or x.shape[-1] == 0:
+        raise ShapeError(
+            f"{fn}: expected a non-empty [C] or [N, C] input, got {shape_text(x.shape)}"
+        )
+    return x
+
+
+def multilabel_margin_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``sum_j sum_i max(0, 1 - (x[y_j] - x[i])) / C`` over the target classes ``y_j`` (the
+    entries of ``target`` before its first -1) and the classes ``i`` that are not targets, for
+    ``[C]`` or ``[N, C]`` inputs and int64 targets of the same shape."""
+    fn = "multilabel_margin_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    x = _classes_input(fn, input)
+    target = _class_targets(fn, x, target, x.shape)
+    classes = x.shape[-1]
+
+    def out_of_range(bad: int | None) -> str:
+        value = "a target" if bad is None else f"target {bad}"
+        return f"{fn}: {value} is out of range for {classes} classes (-1 ends the targets)"
+
+    check_indices(target, classes, out_of_range, -1)
+    # the targets that count: those before the first -1
+    counted = target.not_equal_elem(-1).cast("int64").cumprod(-1).equal_elem(1)
+    index = target.mask_fill(~counted, 0)
+    arange = x.new_tensor(np.arange(classes), dtype="int64")
+    # is_target[..., i]: class i is one of the counted targets
+    hits = index.unsqueeze_dim(-1).equal(arange).logical_and(counted.unsqueeze_dim(-1))
+    is_target = hits.any(-2)
+    picked = x.gather(-1, index)  # x[y_j], [..., K]
+    hinge = (x.unsqueeze_dim(-2) - picked.unsqueeze_dim(-1) + 1.0).clamp_min(0.0)  # [..., K, C]
+    keep = counted.unsqueeze_dim(-1).logical_and((~is_target).unsqueeze_dim(-2))
+    hinge = hinge.mask_fill(~keep, 0.0)
+    per_sample = hinge.sum_dim(-1).squeeze_dim(-1).sum_dim(-1).squeeze_dim(-1) / classes
+    return _reduce(per_sample, reduction)
+
+
+def multi_margin_loss(
+    input: Tensor,  # noqa: A002 (torch's name)
+    target: Tensor,
+    p: int = 1,
+    margin: float = 1.0,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p / C`` for ``[N, C]`` (or ``[C]``)
+    inputs and int64 class targets ``[N]`` (or 0-d); ``p`` is 1 or 2, as torch allows."""
+    fn = "multi_margin_loss"
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    if p not in (1, 2):
+        raise InvalidArgumentError(f"{fn}: only p == 1 and p == 2 are supported, got {p!r}")
+    x = _classes_input(fn, input)
+    target = _class_targets(fn, x, target, x.shape[:-1])
+    classes = x.shape[-1]
+
+    def out_of_range(bad: int | None) -> str:
+        value = "a target" if bad is None else f"target {bad}"
+        return f"{fn}: {value} is out of range for {classes} classes"
+
+    check_indices(target, classes, out_of_range)
+    index = target.unsqueeze_dim(-1)
+    picked = x.gather(-1, index)
+    hinge = (x - picked + margin).clamp_min(0.0)
+    if p == 2:
+        hinge = hinge.square()
+    if weight is not None:
+        weight = _as_tensor(fn, x, weight, "weight")
+        if weight.shape != (classes,):
+            raise ShapeError(
+                f"{fn}: weight must have shape [{classes}] (one per class), got "
+                f"{shape_text(weight.shape)}"
+            )
+        hinge = hinge * weight.cast(x.dtype).gather(0, target.reshape((-1,))).reshape(index.shape)
+    arange = x.new_tensor(np.arange(classes), dtype="int64")
+    hinge = hinge.mask_fill(index.equal(arange), 0.0)
+    return _reduce(hinge.sum_dim(-1).squeeze_dim(-1) / classes, reduction)
+
+
+_CTC_IMPOSSIBLE = -1e30  # log-probability of an unreachable state: finite, so gradients stay 0
+
+
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Any,
+    target_lengths: Any,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> Tensor:
+    """The connectionist temporal classification loss, torch's ``F.ctc_loss``:
+    ``-log p(target | input)`` summed over the alignments by the forward (alpha) recursion in
+    log space, for ``log_probs`` ``[T, N, C]`` (or unbatched ``[T, C]``), targets padded
+    ``[N, S]`` or concatenated ``[sum(target_lengths)]``; ``"mean"`` divides each loss by its
+    target length, then averages. An impossible alignment costs ``inf`` (0 with
+    ``zero_infinity``). The lengths are read on the host, as torch reads them.
+
+    The gradient is autodiff's through the recursion (one step per time step): the exact
+    gradient in ``log_probs``. torch's kernel returns a shortcut that is exact only after
+    ``log_softmax``'s backward (it adds ``exp(log_probs)`` times the summed gradient, which
+    ``log_softmax`` removes): through the ``log_softmax`` that produces ``log_probs``, as
+    torch's contract has it, the two agree."""
+    fn = "ctc_loss"
+    reduction = _reduction(fn, reduction, None, None)
+    x = _float_input(fn, log_probs)
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = x.unsqueeze_dim(1)
+    if x.ndim != 3:
+        raise ShapeError(f"{fn}: log_probs must be [T, N, C] or [T, C], got {shape_text(x.shape)}")
+    steps, batch, classes = x.shape
+    in_lengths = _host_lengths(fn, x, input_lengths, "input_lengths", batch)
+    out_lengths = _host_lengths(fn, x, target_lengths, "target_lengths", batch)
+    if np.any(in_lengths > steps) or np.any(in_lengths < 0) or np.any(out_lengths < 0):
+        raise ShapeError(
+            f"{fn}: input_lengths must lie in [0, {steps}] and target_lengths be non-negative; "
+            f"got {in_lengths.tolist()} and {out_lengths.tolist()}"
+        )
+    labels = _padded_targets(fn, x, targets, out_lengths, unbatched)
+    if not 0 <= blank < classes:
+        raise InvalidArgumentError(f"{fn}: blank {blank} is out of range for {classes} classes")
+    width = 2 * labels.shape[1] + 1
+    # the extended label sequence: blank, l1, blank, l2, ..., blank
+    extended = np.full((batch, width), blank, dtype=np.int64)
+    extended[:, 1::2] = labels
+    skip = np.zeros((batch, width), dtype=bool)
+    skip[:, 2:] = (extended[:, 2:] != blank) & (extended[:, 2:] != extended[:, :-2])
+    index = x.new_tensor(np.broadcast_to(extended, (steps, batch, width)).copy(), dtype="int64")
+    emit = x.gather(2, index)  # [T, N, L]: log-probability of each extended label
+    impossible = x.new_full((batch, 1), _CTC_IMPOSSIBLE)
+    start = np.full((batch, width), _CTC_IMPOSSIBLE)
+    start[:, 0] = 0.0
+    start[:, 1] = 0.0
+    alpha = emit[0] + x.new_tensor(start)
+    skip_mask = _mask(x, skip)
+    for t in range(1, steps):
+        one = _cat_dim1([impossible, alpha.narrow(1, 0, width - 1)])
+        two = (
+            _cat_dim1([impossible, impossible, alpha.narrow(1, 0, width - 2)])
+            if width > 2
+            else None
+        )
+        candidates = [alpha, one]
+        if two is not None:
+            candidates.append(
+                two.mask_where(~skip_mask, x.new_full((batch, width), _CTC_IMPOSSIBLE))
+            )
+        step = _stack(candidates).logsumexp(0) + emit[t]
+        running = _mask(x, (t < in_lengths)[:, None])
+        alpha = alpha.mask_where(running, step)
+    ends = np.stack([2 * out_lengths, np.maximum(2 * out_lengths - 1, 0)], 1)
+    final = alpha.gather(1, x.new_tensor(ends, dtype="int64"))
+    final = final.mask_where(_mask(x, (out_lengths == 0)[:, None] & np.array([False, True])),
+                             x.new_full((batch, 2), _CTC_IMPOSSIBLE))  # fmt: skip
+    losses = -final.logsumexp(1)
+    infinite = losses.greater(-_CTC_IMPOSSIBLE / 2)
+    empty = _mask(x, in_lengths == 0)
+    infinite = infinite.logical_or(empty.logical_and(_mask(x, out_lengths > 0)))
+    losses = losses.mask_fill(empty.logical_and(~infinite), 0.0)
+    losses = (
+        losses.mask_fill(infinite, 0.0) if zero_infinity else losses.mask_fill(infinite, math.inf)
+    )
+    if unbatched:
+        losses = losses.squeeze_dim(0)
+    if reduction == "mean":
+        divisor = x.new_tensor(np.maximum(out_lengths, 1).astype(np.float64)).cast(x.dtype)
+        return (losses / (divisor.squeeze_dim(0) if unbatched else divisor)).mean()
+    return _reduce(losses, reduction)
+
+
+def _host_lengths(fn: str, x: Tensor, lengths: Any, name: str, batch: int) -> np.ndarray:
+    if isinstance(lengths, Tensor):
+        lengths = lengths.numpy()
+    values = np.asarray(lengths).reshape(-1)
+    if values.dtype.kind not in "iu" or values.shape != (batch,):
+        raise ShapeError(
+            f"{fn}: {name} must hold {batch} ints (one per sequence), got {np.asarray(lengths)!r}"
+        )
+    return values.astype(np.int64)
+
+
+def _padded_targets(fn, x, targets, lengths, unbatched) -> np.ndarray:
+    """The targets as a host ``[N, S]`` int64 array (concatenated ones split by length)."""
+    values = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
+    if values.dtype.kind not in "iu":
+        raise DTypeError(f"{fn}: targets must hold integer class indices, got {values.dtype}")
+    if unbatched:
+        values = values.reshape(1, -1)
+    if values.ndim == 1:
+        if values.shape[0] != lengths.sum():
+            raise ShapeError(
+                f"{fn}: concatenated targets hold {values.shape[0]} labels, target_lengths sum "
+                f"to {int(lengths.sum())}"
+            )
+        padded = np.zeros((len(lengths), max(int(lengths.max(initial=0)), 1)), dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        for n, (a, b) in enumerate(itertools.pairwise(offsets)):
+            padded[n, : b - a] = values[a:b]
+        values = padded
+    if values.ndim != 2 or values.shape[0] != len(lengths) or np.any(lengths > values.shape[1]):
+        raise ShapeError(
+            f"{fn}: targets must be [N, S] with S >= every target length, got "
+            f"{list(values.shape)} for lengths {lengths.tolist()}"
+        )
+    return values.astype(np.int64)
+
+
+def _cat_dim1(pieces: list[Tensor]) -> Tensor:
+    from ...tensor import cat
+
+    return cat(pieces, 1)
+
+
+def _stack(pieces: list[Tensor]) -> Tensor:
+    from ...tensor import stack
+
+    return stack(pieces, 0)
+
+
+def _mask(x: Tensor, values: np.ndarray) -> Tensor:
+    """A host bool array as a mask on ``x``'s backend and device."""
+    return _as_tensor("ctc_loss", x, values, "mask")
