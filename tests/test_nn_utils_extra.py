@@ -146,19 +146,26 @@ def scaled(module):
     return Scaled()
 
 
+def parametrized_pair(seed: int, out_features: int, *makers):
+    """torch's and our Linear(3, out_features) with the same weights and the parametrizations
+    ``makers`` (each called with ``torch.nn`` or ``nn``) registered on ``weight``, in order."""
+    torch.manual_seed(seed)
+    theirs = torch.nn.Linear(3, out_features).double()
+    ours = nn.Linear(3, out_features).double()
+    for make in makers:
+        torch.nn.utils.parametrize.register_parametrization(theirs, "weight", make(torch.nn))
+        parametrize.register_parametrization(ours, "weight", make(nn))
+    load_torch_state(ours, theirs)
+    return ours, theirs
+
+
 def test_parametrize_chain_matches_torch():
-    torch.manual_seed(3)
-    theirs, ours = torch.nn.Linear(3, 3).double(), nn.Linear(3, 3).double()
+    ours, theirs = parametrized_pair(3, 3, symmetric, scaled)
     tp, op = torch.nn.utils.parametrize, parametrize
-    tp.register_parametrization(theirs, "weight", symmetric(torch.nn))
-    op.register_parametrization(ours, "weight", symmetric(nn))
-    tp.register_parametrization(theirs, "weight", scaled(torch.nn))
-    op.register_parametrization(ours, "weight", scaled(nn))
     assert op.is_parametrized(ours) and op.is_parametrized(ours, "weight")
     assert not op.is_parametrized(ours, "bias")
     assert op.type_before_parametrizations(ours) is nn.Linear
     assert type(ours).__name__ == "ParametrizedLinear"
-    load_torch_state(ours, theirs)
     same_step(ours, theirs, (4, 3))
     with tp.cached(), op.cached():
         assert ours.weight is ours.weight
@@ -166,12 +173,8 @@ def test_parametrize_chain_matches_torch():
 
 
 def test_parametrized_assignment_and_removal_match_torch():
-    torch.manual_seed(4)
-    theirs, ours = torch.nn.Linear(3, 3).double(), nn.Linear(3, 3).double()
+    ours, theirs = parametrized_pair(4, 3, scaled)
     tp, op = torch.nn.utils.parametrize, parametrize
-    tp.register_parametrization(theirs, "weight", scaled(torch.nn))
-    op.register_parametrization(ours, "weight", scaled(nn))
-    load_torch_state(ours, theirs)
     value = np.arange(9.0).reshape(3, 3)
     with torch.no_grad():
         theirs.weight = torch.tensor(value)
@@ -188,11 +191,7 @@ def test_parametrized_assignment_and_removal_match_torch():
 
 
 def test_remove_parametrizations_without_leaving_them():
-    torch.manual_seed(5)
-    theirs, ours = torch.nn.Linear(3, 2).double(), nn.Linear(3, 2).double()
-    torch.nn.utils.parametrize.register_parametrization(theirs, "weight", scaled(torch.nn))
-    parametrize.register_parametrization(ours, "weight", scaled(nn))
-    load_torch_state(ours, theirs)
+    ours, theirs = parametrized_pair(5, 2, scaled)
     torch.nn.utils.parametrize.remove_parametrizations(theirs, "weight", leave_parametrized=False)
     parametrize.remove_parametrizations(ours, "weight", leave_parametrized=False)
     load_torch_state(ours, theirs)
