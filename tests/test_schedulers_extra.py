@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+import retrograd as rg
 from retrograd import nn, optim
 from retrograd.errors import InvalidArgumentError
 from retrograd.optim import lr_scheduler
@@ -224,3 +225,30 @@ def test_members_must_share_the_optimizer():
         lr_scheduler.SequentialLR(
             first, [lr_scheduler.StepLR(first, 2), lr_scheduler.ReduceLROnPlateau(first)], [2]
         )
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_training_with_one_cycle_gives_torch_parameters(kind):
+    """The cycled learning rate and momentum (or beta1) reach the optimizer's update."""
+    torch.manual_seed(0)
+    theirs_layer = torch.nn.Linear(3, 2).double()
+    ours_layer = nn.Linear(3, 2).double()
+    ours_layer.load_state_dict({k: v.numpy() for k, v in theirs_layer.state_dict().items()})
+    if kind == "sgd":
+        theirs_opt = torch.optim.SGD(theirs_layer.parameters(), lr=0.1, momentum=0.9)
+        ours_opt = optim.SGD(ours_layer.parameters(), lr=0.1, momentum=0.9)
+    else:
+        theirs_opt = torch.optim.Adam(theirs_layer.parameters(), lr=0.1)
+        ours_opt = optim.Adam(ours_layer.parameters(), lr=0.1)
+    theirs_schedule = T.OneCycleLR(theirs_opt, max_lr=0.5, total_steps=20)
+    ours_schedule = lr_scheduler.OneCycleLR(ours_opt, max_lr=0.5, total_steps=20)
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    for _ in range(20):
+        theirs_opt.zero_grad()
+        (theirs_layer(torch.tensor(x)) ** 2).sum().backward()
+        theirs_opt.step()
+        theirs_schedule.step()
+        ours_opt.step((ours_layer(rg.tensor(x)) ** 2).sum().backward())
+        ours_schedule.step()
+    for name, value in theirs_layer.state_dict().items():
+        np.testing.assert_allclose(ours_layer.state_dict()[name], value.numpy(), rtol=1e-10)
