@@ -33,7 +33,9 @@ __all__ = [
     "calculate_gain",
     "constant",
     "constant_",
+    "dirac",
     "dirac_",
+    "eye",
     "eye_",
     "kaiming_normal",
     "kaiming_normal_",
@@ -42,7 +44,10 @@ __all__ = [
     "normal",
     "normal_",
     "ones_",
+    "orthogonal",
     "orthogonal_",
+    "sparse",
+    "sparse_",
     "trunc_normal_",
     "uniform",
     "uniform_",
@@ -236,6 +241,23 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     return _fill(tensor, values, "dirac_")
 
 
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Any = None) -> Tensor:
+    """A sparse 2-d matrix (Martens, 2010; torch's ``sparse_``): values from N(0, std), then
+    ``ceil(sparsity * rows)`` entries of each column, at random rows, set to zero."""
+    if tensor.ndim != 2:
+        raise ShapeError(
+            f"sparse_: only tensors with 2 dimensions are supported, got {list(tensor.shape)}"
+        )
+    rows, cols = tensor.shape
+    num_zeros = math.ceil(sparsity * rows)
+    values = _draw(tensor, "normal") * std
+    # a random permutation of the rows for each column: the order of uniform draws
+    order = np.argsort(_draw(tensor, "uniform"), axis=0, kind="stable")
+    for col in range(cols):
+        values[order[:num_zeros, col], col] = 0.0
+    return _fill(tensor, values, "sparse_")
+
+
 # torch's deprecated spellings without the trailing underscore
 def uniform(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     return uniform_(tensor, a, b)
@@ -263,3 +285,19 @@ def kaiming_uniform(tensor: Tensor, *args: Any, **kwargs: Any) -> Tensor:
 
 def kaiming_normal(tensor: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     return kaiming_normal_(tensor, *args, **kwargs)
+
+
+def orthogonal(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    return orthogonal_(tensor, gain)
+
+
+def eye(tensor: Tensor) -> Tensor:
+    return eye_(tensor)
+
+
+def dirac(tensor: Tensor, groups: int = 1) -> Tensor:
+    return dirac_(tensor, groups)
+
+
+def sparse(tensor: Tensor, sparsity: float, std: float = 0.01) -> Tensor:
+    return sparse_(tensor, sparsity, std)

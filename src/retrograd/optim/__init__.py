@@ -17,6 +17,8 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 from . import lr_scheduler
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .clip import clip_grad_norm
+from .composite_schedules import ChainedScheduler, SequentialLR
+from .cyclic_schedules import CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from .schedules import (
     ConstantLR,
@@ -39,8 +41,11 @@ __all__ = [
     "Adam",
     "AdamW",
     "Adamax",
+    "ChainedScheduler",
     "ConstantLR",
     "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
+    "CyclicLR",
     "ExponentialLR",
     "LRScheduler",
     "LambdaLR",
@@ -48,11 +53,13 @@ __all__ = [
     "MultiStepLR",
     "MultiplicativeLR",
     "NAdam",
+    "OneCycleLR",
     "Optimizer",
     "PolynomialLR",
     "RAdam",
     "RMSprop",
     "ReduceLROnPlateau",
+    "SequentialLR",
     "StepLR",
     "clip_grad_norm",
     "lr_scheduler",

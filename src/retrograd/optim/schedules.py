@@ -27,15 +27,22 @@ class LRScheduler:
     """Base class. Call :meth:`step` once per epoch (or per step, as you count ``T``), after
     ``optimizer.step``, as in PyTorch; ``last_epoch`` counts the calls."""
 
-    def __init__(self, optimizer: Any):
+    def __init__(self, optimizer: Any, last_epoch: int = -1):
         self.optimizer = optimizer
-        for group in optimizer.param_groups:
-            group.setdefault("initial_lr", group["lr"])
+        for index, group in enumerate(optimizer.param_groups):
+            if last_epoch == -1:
+                group.setdefault("initial_lr", group["lr"])
+            elif "initial_lr" not in group:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: param_groups[{index}] has no 'initial_lr', which "
+                    f"resuming with last_epoch={last_epoch} needs (load the optimizer's state "
+                    "first, or leave last_epoch at -1)"
+                )
         #: each group's initial learning rate
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.base_lr = self.base_lrs[0]
-        self.last_epoch = 0
-        self._apply(0)
+        self.last_epoch = last_epoch
+        self.step()
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         """The learning rate at ``epoch`` of a group starting at ``base_lr`` (the first
@@ -51,6 +58,35 @@ class LRScheduler:
         self.last_epoch += 1
         self._apply(self.last_epoch)
         return self.optimizer.param_groups[0]["lr"]
+
+    #: whether torch's form of this schedule scales the group's current learning rate (so that
+    #: ``ChainedScheduler`` multiplies schedules), rather than setting it from ``base_lr``
+    chainable = True
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """Group ``index``'s learning rate at ``epoch`` when it is ``current`` now (torch's
+        recursive ``get_lr``, which ``ChainedScheduler`` composes): ``current`` times this
+        schedule's factor from ``epoch - 1`` to ``epoch`` (from ``base_lr`` at epoch 0), left
+        as it is where that factor is 0/0; the closed form for schedules that are not
+        chainable.
+
+        >>> from retrograd import nn, optim
+        >>> schedule = StepLR(optim.SGD(nn.Linear(1, 1), lr=1.0), step_size=2, gamma=0.5)
+        >>> schedule.chained_lr(2, 0, 3.0)
+        1.5
+        """
+        base = self.base_lrs[index]
+        if not self.chainable:
+            return self.lr_at(epoch, base)
+        before = base if epoch == 0 else self.lr_at(epoch - 1, base)
+        return current if before == 0 else current * (self.lr_at(epoch, base) / before)
+
+    def step_chained(self) -> None:
+        """Advance one epoch, scaling each group's current learning rate as torch's recursive
+        form does (the step ``ChainedScheduler`` takes)."""
+        self.last_epoch += 1
+        for index, group in enumerate(self.optimizer.param_groups):
+            group["lr"] = self.chained_lr(self.last_epoch, index, group["lr"])
 
     def get_last_lr(self) -> list[float]:
         """Each group's learning rate, as a list (torch's)."""
@@ -109,6 +145,20 @@ class CosineAnnealingLR(LRScheduler):
         cosine = (1.0 + math.cos(math.pi * epoch / self.T_max)) / 2.0
         return self.eta_min + (base - self.eta_min) * cosine
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form: the distance to ``eta_min`` scaled by the ratio of
+        consecutive cosines (a step up by the first cosine step at each restart of the
+        period)."""
+        if epoch == 0:
+            return current
+        if (epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
+            rise = (self.base_lrs[index] - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
+            return current + rise / 2
+        ratio = (1 + math.cos(math.pi * epoch / self.T_max)) / (
+            1 + math.cos(math.pi * (epoch - 1) / self.T_max)
+        )
+        return ratio * (current - self.eta_min) + self.eta_min
+
 
 class LambdaLR(LRScheduler):
     """``lr = base_lr * lr_lambda(epoch)`` (one function, or one per group)."""
@@ -131,6 +181,11 @@ class LambdaLR(LRScheduler):
         base = self.base_lr if base_lr is None else base_lr
         return base * self.lr_lambdas[0](epoch)
 
+    chainable = False
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        return self.base_lrs[index] * self.lr_lambdas[index](epoch)
+
 
 class MultiplicativeLR(LambdaLR):
     """``lr = lr * lr_lambda(epoch)`` at each step after the first."""
@@ -140,6 +195,11 @@ class MultiplicativeLR(LambdaLR):
             return
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = group["lr"] * fn(epoch)
+
+    chainable = True
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        return current * self.lr_lambdas[index](epoch) if epoch > 0 else current
 
 
 class MultiStepLR(LRScheduler):

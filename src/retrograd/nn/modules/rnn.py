@@ -29,6 +29,7 @@ from typing import Any
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from ..functional.rnn import GATES, recurrent, recurrent_cell
+from ..functional.rnn_packed import PackedSequence, recurrent_packed
 from ..parameter import Parameter
 from .module import Module, _uniform
 
@@ -156,7 +157,17 @@ class RNNBase(Module):
     def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for an LSTM): ``output`` ``[T, N,
         directions * H]`` (``[N, T, ...]`` with ``batch_first``; ``[T, ...]`` for an
-        unbatched ``[T, I]`` input), ``h_n`` ``[num_layers * directions, N, H]``."""
+        unbatched ``[T, I]`` input), ``h_n`` ``[num_layers * directions, N, H]``. A
+        :class:`~retrograd.nn.utils.rnn.PackedSequence` input gives a packed output and each
+        sequence's final state at its own last step, as torch's."""
+        if isinstance(input, PackedSequence):
+            weights = self._layer_weights()
+
+            def run(x: Tensor, state: Any) -> tuple[Tensor, Any]:
+                return recurrent(self.mode, x, state, weights, self.num_layers, self.dropout,
+                                 self.training, self.bidirectional, False)  # fmt: skip
+
+            return recurrent_packed(run, input, hx, self.mode == "LSTM")
         return recurrent(
             self.mode,
             input,

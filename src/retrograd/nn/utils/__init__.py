@@ -1,6 +1,9 @@
 """torch's ``torch.nn.utils``: gradient clipping by global norm, on the ``Gradients`` value
 (``clip_grad_norm_``, PyTorch's name; ``rg.optim.clip_grad_norm`` is the same function) and by
-value (``clip_grad_value_``), parameters as one vector, and :mod:`.rnn` (``pad_sequence``).
+value (``clip_grad_value_``), parameters as one vector, and :mod:`.rnn` (``pad_sequence``);
+``get_total_norm`` and ``clip_grads_with_norm_`` (the two halves of the clipping); weight and
+spectral normalization (:mod:`.norm_hooks`, :mod:`.parametrize`, :mod:`.parametrizations`),
+conv/linear + batch-norm fusion (:mod:`.fusion`) and ``skip_init``.
 
 The norm and the scale factor stay tensors on the gradients' backend, as in torch's foreach
 implementation: the clipping itself makes no host round trip, so on a device backend it only
@@ -16,16 +19,37 @@ from typing import Any
 
 from ...context import capturing
 from ...errors import InvalidArgumentError
-from ...tensor import Tensor, stack, zeros
-from . import rnn
+from ...tensor import Tensor, full, stack, zeros
+from . import parametrizations, parametrize, rnn
+from .fusion import (
+    fuse_conv_bn_eval,
+    fuse_conv_bn_weights,
+    fuse_linear_bn_eval,
+    fuse_linear_bn_weights,
+)
+from .init import skip_init
+from .norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 
 __all__ = [
     "clip_grad_norm",
     "clip_grad_norm_",
     "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights",
+    "fuse_linear_bn_eval",
+    "fuse_linear_bn_weights",
+    "get_total_norm",
     "parameters_to_vector",
+    "parametrizations",
+    "parametrize",
+    "remove_spectral_norm",
+    "remove_weight_norm",
     "rnn",
+    "skip_init",
+    "spectral_norm",
     "vector_to_parameters",
+    "weight_norm",
 ]
 
 
@@ -99,6 +123,74 @@ def clip_grad_norm_(
 
 #: The name ``rg.optim`` has always had.
 clip_grad_norm = clip_grad_norm_
+
+
+def get_total_norm(
+    tensors: Any,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """The ``norm_type`` norm of the norms of ``tensors`` (typically ``[p.grad(grads) for p in
+    params]``; ``None`` entries skipped), a 0-d tensor in their dtype, as torch's
+    ``get_total_norm`` (each norm in the tensor's own dtype, then the norm of those).
+
+    >>> import retrograd as rg
+    >>> get_total_norm([rg.tensor([3.0]), rg.tensor([4.0])]).item()
+    5.0
+    """
+    tensors = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t is not None]
+    norm_type = float(norm_type)
+    if not tensors:
+        return zeros(())
+    norms = [t.norm(norm_type) for t in tensors]
+    dtypes = {n.dtype for n in norms}
+    if len(dtypes) > 1:
+        norms = [n.cast(norms[0].dtype) for n in norms]
+    total = stack(norms).norm(norm_type)
+    if error_if_nonfinite and not math.isfinite(float(total.item())):
+        raise InvalidArgumentError(
+            f"get_total_norm: the total norm of order {norm_type} for gradients from "
+            f"`parameters` is non-finite ({float(total.item())}), so it cannot be clipped; set "
+            "error_if_nonfinite=False to compute it anyway"
+        )
+    return total
+
+
+def clip_grads_with_norm_(
+    grads: Any, parameters: Any, max_norm: float, total_norm: Any, foreach: bool | None = None
+) -> None:
+    """Scale the gradients of ``parameters`` in ``grads`` by ``max_norm / (total_norm +
+    1e-6)`` clamped to at most 1 (torch's ``clip_grads_with_norm_``, given the ``Gradients``
+    value first as :func:`clip_grad_norm_` is; ``total_norm`` from :func:`get_total_norm`).
+
+    >>> import retrograd as rg
+    >>> w = rg.tensor([3.0, 4.0]).require_grad()
+    >>> grads = (w * w).sum().backward()
+    >>> total = get_total_norm([w.grad(grads)])
+    >>> clip_grads_with_norm_(grads, [w], 1.0, total)
+    >>> [round(v, 3) for v in w.grad(grads).tolist()]
+    [0.6, 0.8]
+    """
+    from ...autodiff import Gradients
+
+    if not isinstance(grads, Gradients):
+        raise InvalidArgumentError(
+            "clip_grads_with_norm_: gradients are a value here, not fields on the parameters; "
+            "write clip_grads_with_norm_(grads, parameters, max_norm, total_norm) with the "
+            f"Gradients that backward() returned (got {type(grads).__name__} first)"
+        )
+    present = _with_gradients(grads, parameters)
+    if not present:
+        return
+    if not isinstance(total_norm, Tensor):
+        first = present[0][1]
+        total_norm = full(
+            (), float(total_norm), first.dtype, backend=first.backend, device=first.device
+        )
+    factor = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0).detach()
+    for parameter, grad in present:
+        parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
 
 
 def clip_grad_value_(grads: Any, parameters: Any, clip_value: float) -> None:

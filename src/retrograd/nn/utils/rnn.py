@@ -1,4 +1,7 @@
-"""torch's ``torch.nn.utils.rnn`` helpers that need no recurrent module: ``pad_sequence``."""
+"""torch's ``torch.nn.utils.rnn``: ``pad_sequence``, packed sequences (``PackedSequence``,
+``pack_padded_sequence``, ``pad_packed_sequence``, ``pack_sequence``, ``unpack_sequence``,
+``invert_permutation``; their home is :mod:`retrograd.nn.functional.rnn_packed`, which the
+recurrent modules read too) and ``unpad_sequence``."""
 
 from __future__ import annotations
 
@@ -8,8 +11,24 @@ from typing import Any
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor, stack
 from ..functional import pad
+from ..functional.rnn_packed import (
+    PackedSequence,
+    check_packed_sizes,
+    invert_permutation,
+    pack_padded_sequence,
+    pad_packed_sequence,
+)
 
-__all__ = ["pad_sequence"]
+__all__ = [
+    "PackedSequence",
+    "invert_permutation",
+    "pack_padded_sequence",
+    "pack_sequence",
+    "pad_packed_sequence",
+    "pad_sequence",
+    "unpack_sequence",
+    "unpad_sequence",
+]
 
 
 def pad_sequence(
@@ -39,3 +58,41 @@ def pad_sequence(
         amounts += [0, missing] if padding_side == "right" else [missing, 0]
         padded.append(pad(s, amounts, value=padding_value) if missing else s)
     return stack(padded, 0 if batch_first else 1)
+
+
+def pack_sequence(sequences: Sequence[Tensor], enforce_sorted: bool = True) -> PackedSequence:
+    """Pack a list of tensors ``[L_i, *]`` (longest first, unless not ``enforce_sorted``).
+
+    >>> import retrograd as rg
+    >>> pack_sequence([rg.tensor([1, 2, 3]), rg.tensor([4, 5])]).data.tolist()
+    [1, 4, 2, 5, 3]
+    """
+    sequences = list(sequences)
+    check_packed_sizes(sequences)
+    lengths = [s.shape[0] for s in sequences]
+    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
+
+
+def unpack_sequence(packed_sequences: PackedSequence) -> list[Tensor]:
+    """The list of tensors :func:`pack_sequence` packed, in their original order."""
+    padded, lengths = pad_packed_sequence(packed_sequences, batch_first=True)
+    return unpad_sequence(padded, lengths, batch_first=True)
+
+
+def unpad_sequence(
+    padded_sequences: Tensor, lengths: Any, batch_first: bool = False
+) -> list[Tensor]:
+    """Each sequence of a padded batch cut to its length.
+
+    >>> import retrograd as rg
+    >>> [s.tolist() for s in unpad_sequence(rg.tensor([[1, 4], [2, 5], [3, 0]]), [3, 2])]
+    [[1, 2, 3], [4, 5]]
+    """
+    if not batch_first:
+        padded_sequences = padded_sequences.swap_dims(0, 1)
+    lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
+    if len(lengths) != padded_sequences.shape[0]:
+        raise ShapeError(
+            f"unpad_sequence: {len(lengths)} lengths for a batch of {padded_sequences.shape[0]}"
+        )
+    return [padded_sequences[i].narrow(0, 0, int(n)) for i, n in enumerate(lengths)]

@@ -17,21 +17,46 @@ or tensors whose gradient is retained (``retain_grad()``) before the outputs are
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-from .autodiff import enable_grad, no_grad
-from .autodiff.ops import Op
-from .errors import AutodiffError, ShapeError
-from .tensor import Tensor
-from .tensor.functions import sum as _sum
+from ..autodiff import Gradients, enable_grad, no_grad, set_grad_enabled
+from ..autodiff.ops import Op
+from ..errors import AutodiffError, ShapeError
+from ..tensor import Tensor
+from ..tensor.functions import sum as _sum
+from .anomaly_mode import (
+    check_nan_gradients,
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
+from .gradient_checks import GradcheckError, gradcheck, gradgradcheck
 
-__all__ = ["Function", "FunctionCtx", "Variable", "grad", "inference_mode", "vmap"]
+__all__ = [
+    "Function",
+    "FunctionCtx",
+    "GradcheckError",
+    "Variable",
+    "backward",
+    "detect_anomaly",
+    "grad",
+    "gradcheck",
+    "gradgradcheck",
+    "inference_mode",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
+    "set_detect_anomaly",
+    "set_grad_enabled",
+    "vmap",
+]
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802 (torch's name)
     """The tensor ``data`` itself (made a leaf that requires grad with ``requires_grad``)."""
     if not isinstance(data, Tensor):
-        from .tensor import tensor
+        from ..tensor import tensor
 
         data = tensor(data)
     if requires_grad and not data.is_require_grad():
@@ -57,30 +82,8 @@ def grad(
     own graph (for a gradient penalty); ``retain_graph`` defaults to it, as in torch."""
     if is_grads_batched:
         raise AutodiffError("autograd.grad: is_grads_batched is not supported")
-    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    if grad_outputs is None:
-        weights: list[Any] = [None] * len(outs)
-    elif isinstance(grad_outputs, Tensor):
-        weights = [grad_outputs]
-    else:
-        weights = list(grad_outputs)
-    if len(weights) != len(outs):
-        raise ShapeError(f"autograd.grad: {len(weights)} grad_outputs for {len(outs)} outputs")
-    terms = []
-    for out, weight in zip(outs, weights):
-        if weight is None:
-            if out.numel() != 1:
-                raise AutodiffError(
-                    f"autograd.grad: grad can be implicitly created only for scalar outputs, "
-                    f"got shape {list(out.shape)}; pass grad_outputs"
-                )
-            terms.append(_sum(out))
-        else:
-            terms.append(_sum(out * weight.detach()))
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
+    total = _weighted_total("autograd.grad", outputs, grad_outputs)
     retain = create_graph if retain_graph is None else retain_graph
     grads = total.backward(retain_graph=retain, create_graph=create_graph)
     results: list[Tensor | None] = []
@@ -96,11 +99,89 @@ def grad(
                     "set allow_unused=True if this is the desired behavior"
                 )
             if materialize_grads:
-                from .tensor import zeros_like
+                from ..tensor import zeros_like
 
                 g = zeros_like(x)
         results.append(g)
+    check_nan_gradients("autograd.grad", ((f"input {i}", g) for i, g in enumerate(results)))
     return tuple(results)
+
+
+def _weighted_total(op: str, outputs: Any, weights: Any) -> Tensor:
+    """``sum_k sum(outputs[k] * weights[k])`` (a weight may be ``None`` for a one-element
+    output): one tensor whose backward gives the weighted gradients of all the outputs."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    if weights is None:
+        weights = [None] * len(outs)
+    elif isinstance(weights, Tensor):
+        weights = [weights]
+    else:
+        weights = list(weights)
+    if len(weights) != len(outs):
+        raise ShapeError(f"{op}: {len(weights)} gradients given for {len(outs)} outputs")
+    if not outs:
+        raise AutodiffError(f"{op}: no tensors to differentiate")
+    terms = []
+    for out, weight in zip(outs, weights):
+        if weight is None:
+            if out.numel() != 1:
+                raise AutodiffError(
+                    f"{op}: grad can be implicitly created only for scalar outputs, "
+                    f"got shape {list(out.shape)}; pass the output's gradient"
+                )
+            terms.append(_sum(out))
+        else:
+            if tuple(weight.shape) != tuple(out.shape):
+                raise ShapeError(
+                    f"{op}: gradient of shape {list(weight.shape)} given for an output of shape "
+                    f"{list(out.shape)}"
+                )
+            terms.append(_sum(out * weight.detach()))
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
+def backward(
+    tensors: Any,
+    grad_tensors: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    grad_variables: Any = None,
+    inputs: Any = None,
+) -> Gradients:
+    """torch's ``torch.autograd.backward(tensors, grad_tensors)``: backward from each tensor,
+    weighted by its ``grad_tensors`` entry (none for a one-element tensor). Gradients are a
+    value here, not fields on the tensors: this returns the ``Gradients`` (read with
+    ``x.grad(grads)``) instead of accumulating into ``x.grad``. ``inputs`` (torch: accumulate
+    only into these) is accepted; their gradients in the result are the same.
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([1.0, 2.0]).require_grad()
+    >>> grads = rg.autograd.backward([x * x], [rg.tensor([1.0, 10.0])])
+    >>> x.grad(grads).tolist()
+    [2.0, 40.0]
+    """
+    if grad_variables is not None:
+        if grad_tensors is not None:
+            raise AutodiffError(
+                "autograd.backward: 'grad_tensors' and 'grad_variables' (deprecated) both given; "
+                "use 'grad_tensors' only"
+            )
+        grad_tensors = grad_variables
+    total = _weighted_total("autograd.backward", tensors, grad_tensors)
+    retain = create_graph if retain_graph is None else retain_graph
+    grads = total.backward(retain_graph=retain, create_graph=create_graph)
+    if is_anomaly_enabled():
+        check_nan_gradients(
+            "autograd.backward",
+            (
+                (f"the tensor of node {node}", Tensor(value, grads.backend, grads.device))
+                for node, value in grads.values.items()
+            ),
+        )
+    return grads
 
 
 class inference_mode(no_grad):  # noqa: N801 (torch's name)
@@ -167,7 +248,7 @@ class _Call:
         self._pending: list[Any] = [
             outputs[j]._backend.inner_value(outputs[j]._prim) for j in differentiable
         ]
-        self._cache: tuple[int, int, tuple] | None = None
+        self._cache: tuple[int, Any, tuple] | None = None
 
     def take(self, k: int) -> Any:
         value, self._pending[k] = self._pending[k], None
@@ -178,14 +259,17 @@ class _Call:
     def input_gradients(self, B: Any, g: Any, k: int) -> tuple:  # noqa: N803 (the rules' name)
         """``backward``'s gradients of the tensor inputs, as ``B``'s primitives, for the
         gradient ``g`` of output ``k`` (the others' taken as zero); one call per ``g``."""
-        if self._cache is not None and self._cache[:2] == (k, id(g)):
+        # The gradients of every input come from one backward call per incoming ``g``; the
+        # cache is keyed by the object itself (a weak reference: an id alone could be reused
+        # by the next backward's gradient, with retain_graph, once this one is freed).
+        if self._cache is not None and self._cache[0] == k and self._cache[1]() is g:
             return self._cache[2]
         tracked = getattr(B, "is_autodiff", False)
         if tracked:  # create_graph: backward is recorded as it runs
             incoming = Tensor(g, B, self.device)
         else:
             incoming = Tensor(self.backend.wrap(g), self.backend, self.device)
-        from .tensor import zeros_like
+        from ..tensor import zeros_like
 
         grads_out = []
         for j, out in enumerate(self.outputs):
@@ -209,7 +293,10 @@ class _Call:
         grads = tuple(
             self._primitive(B, result[p], i, tracked) for i, p in enumerate(self.positions)
         )
-        self._cache = (k, id(g), grads)
+        try:
+            self._cache = (k, weakref.ref(g), grads)
+        except TypeError:  # a primitive without weak references: no caching
+            self._cache = None
         return grads
 
     def _primitive(self, B: Any, grad: Any, i: int, tracked: bool) -> Any:  # noqa: N803
@@ -360,7 +447,7 @@ def vmap(
     batch (the results and gradients are those of torch's batching rules; the speed is a
     loop's). torch refuses random ops inside unless ``randomness`` says how; here each call
     draws for itself, as ``randomness="different"`` does."""
-    from .tensor import stack
+    from ..tensor import stack
 
     def mapped(*args: Any) -> Any:
         dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)

@@ -1,0 +1,93 @@
+"""torch's anomaly mode (``torch.autograd.detect_anomaly``, ``set_detect_anomaly``,
+``is_anomaly_enabled``), as it can hold here.
+
+torch's anomaly mode records each forward op's traceback and checks every backward function's
+output for NaN. retrograd's backward runs in the autodiff layer, whose error messages already
+name the op at fault; what this mode adds is the NaN check, done on the gradients that
+``rg.autograd.backward`` and ``rg.autograd.grad`` return while the mode is on (an
+``AutodiffError`` naming the input whose gradient has NaN). ``loss.backward()`` called
+directly is not checked: use ``rg.autograd.backward(loss)`` inside the block to have it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import AutodiffError
+
+__all__ = [
+    "check_nan_gradients",
+    "detect_anomaly",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
+    "set_detect_anomaly",
+]
+
+_MODE = {"enabled": False, "check_nan": True}
+
+
+def is_anomaly_enabled() -> bool:
+    """Whether anomaly mode is on."""
+    return _MODE["enabled"]
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    """Whether anomaly mode checks gradients for NaN."""
+    return _MODE["check_nan"]
+
+
+class set_detect_anomaly:  # noqa: N801 (torch's name)
+    """Anomaly mode on or off (``mode``), at once and until the end of the ``with`` block
+    when used as one (torch's ``set_detect_anomaly``)."""
+
+    def __init__(self, mode: bool, check_nan: bool = True) -> None:
+        self._previous = dict(_MODE)
+        _MODE.update(enabled=bool(mode), check_nan=bool(check_nan))
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        _MODE.update(self._previous)
+
+
+class detect_anomaly:  # noqa: N801 (torch's name)
+    """Anomaly mode for the block: the gradients ``rg.autograd.backward`` and
+    ``rg.autograd.grad`` return are checked for NaN (see the module's notes for what differs
+    from torch's). Warns, as torch's does, that it is for debugging.
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([0.0]).require_grad()
+    >>> with detect_anomaly():  # doctest: +SKIP
+    ...     rg.autograd.backward((x.sqrt() * 0.0).sum())
+    Traceback (most recent call last):
+    retrograd.errors.AutodiffError: autograd.backward: anomaly detected: the gradient of ...
+    """
+
+    def __init__(self, check_nan: bool = True) -> None:
+        self.check_nan = check_nan
+        warnings.warn(
+            "Anomaly Detection has been enabled. This mode will increase the runtime and should "
+            "only be enabled for debugging.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    def __enter__(self) -> None:
+        self._previous = dict(_MODE)
+        _MODE.update(enabled=True, check_nan=self.check_nan)
+
+    def __exit__(self, *exc: Any) -> None:
+        _MODE.update(self._previous)
+
+
+def check_nan_gradients(op: str, gradients: Iterable[tuple[Any, Any]]) -> None:
+    """In anomaly mode, raise for the first gradient holding NaN; ``gradients`` yields
+    ``(what, tensor or None)``."""
+    if not (_MODE["enabled"] and _MODE["check_nan"]):
+        return
+    for what, g in gradients:
+        if g is not None and g.numel() and bool(g.isnan().any().item()):
+            raise AutodiffError(f"{op}: anomaly detected: the gradient of {what} has nan values")

@@ -1,0 +1,165 @@
+"""Schedules made of schedules: ``SequentialLR`` (one after another, switching at milestones)
+and ``ChainedScheduler`` (all at once, their factors multiplied), as torch's."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from .schedules import LRScheduler, ReduceLROnPlateau
+
+__all__ = ["ChainedScheduler", "SequentialLR"]
+
+
+def _check_members(name: str, optimizer: Any, schedulers: Any) -> list[Any]:
+    schedulers = list(schedulers)
+    if not schedulers:
+        raise InvalidArgumentError(f"{name} expects at least one scheduler, but got none")
+    for index, scheduler in enumerate(schedulers):
+        if not hasattr(scheduler, "optimizer"):
+            raise InvalidArgumentError(
+                f"{name}: the scheduler at index {index} has no `optimizer` attribute"
+            )
+        if isinstance(scheduler, ReduceLROnPlateau):
+            raise InvalidArgumentError(
+                f"{name} does not support `ReduceLROnPlateau` (its step needs the metric), but "
+                f"got one at index {index}"
+            )
+        if scheduler.optimizer is not optimizer:
+            raise InvalidArgumentError(
+                f"{name} expects all schedulers to belong to the same optimizer, but the "
+                f"{type(scheduler).__name__} at index {index} has another"
+            )
+    return schedulers
+
+
+class _Composite(LRScheduler):
+    """State saving shared by the composites: their members' states, as torch's."""
+
+    chainable = False
+    _schedulers: list[Any]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            key: value
+            for key, value in self.__dict__.items()
+            if key not in ("optimizer", "_schedulers")
+        }
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        members = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, member in zip(self._schedulers, members):
+            scheduler.load_state_dict(member)
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        raise InvalidArgumentError(
+            f"{type(self).__name__} has no closed form to chain; step it with step()"
+        )
+
+
+def _undo_step(scheduler: Any) -> None:
+    """Take back the step a scheduler's constructor made (each member's, for a composite)."""
+    if hasattr(scheduler, "_schedulers"):
+        for member in scheduler._schedulers:
+            _undo_step(member)
+    elif hasattr(scheduler, "last_epoch"):
+        scheduler.last_epoch -= 1
+
+
+class SequentialLR(_Composite):
+    """``schedulers[i]`` from ``milestones[i - 1]`` to ``milestones[i]``, each started from
+    its own epoch 0 at its milestone (``torch.optim.lr_scheduler.SequentialLR``: e.g. a
+    linear warm-up, then a cosine decay).
+
+    >>> from retrograd import nn, optim
+    >>> from retrograd.optim import ConstantLR, ExponentialLR
+    >>> sgd = optim.SGD(nn.Linear(1, 1), lr=1.0)
+    >>> schedule = SequentialLR(sgd, [ConstantLR(sgd, factor=0.1, total_iters=2),
+    ...                                ExponentialLR(sgd, gamma=0.5)], milestones=[2])
+    >>> [schedule.step() for _ in range(4)]
+    [0.1, 1.0, 0.5, 0.25]
+    """
+
+    def __init__(self, optimizer: Any, schedulers: Any, milestones: Any,
+                 last_epoch: int = -1):  # fmt: skip
+        self._schedulers = _check_members("SequentialLR", optimizer, schedulers)
+        if len(milestones) != len(self._schedulers) - 1:
+            raise InvalidArgumentError(
+                "SequentialLR expects one more scheduler than milestones, but got "
+                f"{len(self._schedulers)} schedulers and {len(milestones)} milestones"
+            )
+        self._milestones = list(milestones)
+        self.optimizer = optimizer
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.base_lr = self.base_lrs[0]
+        self.last_epoch = last_epoch + 1
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        _undo_step(self)
+        first = self._schedulers[bisect_right(self._milestones, 0)]
+        first.last_epoch = -1
+        first.step()
+
+    def step(self) -> float:
+        """Advance one epoch: the current scheduler steps, or the next starts at its epoch 0."""
+        self.last_epoch += 1
+        index = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[index]
+        if index > 0 and self._milestones[index - 1] == self.last_epoch:
+            scheduler.last_epoch = 0
+            scheduler._apply(0)
+        else:
+            scheduler.step()
+        return self.optimizer.param_groups[0]["lr"]
+
+
+class ChainedScheduler(_Composite):
+    """Every scheduler steps at each step, each scaling the learning rate the one before it
+    set (``torch.optim.lr_scheduler.ChainedScheduler``: torch's recursive forms, so the
+    factors of ``ConstantLR``, ``ExponentialLR``, ... multiply; a schedule that sets the rate
+    outright, such as ``OneCycleLR``, overrides those before it).
+
+    Made from freshly made schedulers, it sets the learning rates torch's would: each group
+    from its ``initial_lr`` through every member's epoch-0 factor.
+
+    >>> from retrograd import nn, optim
+    >>> from retrograd.optim import ConstantLR, ExponentialLR
+    >>> sgd = optim.SGD(nn.Linear(1, 1), lr=1.0)
+    >>> schedule = ChainedScheduler([ConstantLR(sgd, factor=0.1, total_iters=2),
+    ...                              ExponentialLR(sgd, gamma=0.5)])
+    >>> [round(schedule.step(), 6) for _ in range(3)]
+    [0.05, 0.25, 0.125]
+    """
+
+    def __init__(self, schedulers: Any, optimizer: Any = None):
+        schedulers = list(schedulers)
+        if optimizer is None and schedulers:
+            optimizer = schedulers[0].optimizer
+        self._schedulers = _check_members("ChainedScheduler", optimizer, schedulers)
+        self.optimizer = optimizer
+        for index, group in enumerate(optimizer.param_groups):
+            lr = group["initial_lr"]
+            for scheduler in self._schedulers:
+                if isinstance(scheduler, _Composite):
+                    lr = group["lr"]
+                else:
+                    lr = scheduler.chained_lr(scheduler.last_epoch, index, lr)
+            group["lr"] = lr
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.base_lr = self.base_lrs[0]
+        self.last_epoch = 0
+
+    def step(self) -> float:
+        """Step every scheduler, in order."""
+        self.last_epoch += 1
+        for scheduler in self._schedulers:
+            if scheduler.chainable:
+                scheduler.step_chained()
+            else:
+                scheduler.step()
+        return self.optimizer.param_groups[0]["lr"]
