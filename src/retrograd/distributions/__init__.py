@@ -23,8 +23,11 @@ from . import (
     distribution,
     gamma,
     kl,
+    mixture,
     multivariate_normal,
     normal,
+    transformed,
+    transforms,
 )
 from .bernoulli import Bernoulli
 from .categorical import Categorical
@@ -32,19 +35,43 @@ from .continuous import Cauchy, Exponential, Gumbel, HalfNormal, Laplace, LogNor
 from .discrete import Binomial, Geometric, OneHotCategorical, Poisson
 from .distribution import Distribution
 from .gamma import Beta, Chi2, Dirichlet, Gamma, StudentT
-from .kl import kl_divergence
+from .kl import kl_divergence, register_kl
+from .mixture import MixtureSameFamily
 from .multivariate_normal import Independent, MultivariateNormal
 from .normal import Normal
+from .transformed import (
+    ExpRelaxedCategorical,
+    LogitRelaxedBernoulli,
+    RelaxedBernoulli,
+    RelaxedOneHotCategorical,
+    TransformedDistribution,
+)
+from .transforms import (
+    AbsTransform,
+    AffineTransform,
+    ComposeTransform,
+    ExpTransform,
+    PowerTransform,
+    SigmoidTransform,
+    SoftmaxTransform,
+    TanhTransform,
+    Transform,
+)
 
 __all__ = [
+    "AbsTransform",
+    "AffineTransform",
     "Bernoulli",
     "Beta",
     "Binomial",
     "Categorical",
     "Cauchy",
     "Chi2",
+    "ComposeTransform",
     "Dirichlet",
     "Distribution",
+    "ExpRelaxedCategorical",
+    "ExpTransform",
     "Exponential",
     "Gamma",
     "Geometric",
@@ -53,11 +80,21 @@ __all__ = [
     "Independent",
     "Laplace",
     "LogNormal",
+    "LogitRelaxedBernoulli",
+    "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "Poisson",
+    "PowerTransform",
+    "RelaxedBernoulli",
+    "RelaxedOneHotCategorical",
+    "SigmoidTransform",
+    "SoftmaxTransform",
     "StudentT",
+    "TanhTransform",
+    "Transform",
+    "TransformedDistribution",
     "Uniform",
     "bernoulli",
     "categorical",
@@ -68,6 +105,10 @@ __all__ = [
     "gamma",
     "kl",
     "kl_divergence",
+    "mixture",
     "multivariate_normal",
     "normal",
+    "register_kl",
+    "transformed",
+    "transforms",
 ]
