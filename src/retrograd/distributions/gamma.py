@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from ..tensor import full_like, randn
+from ..tensor import cat, full_like, randn, stack
 from ..tensor.functions import where
 from . import constraints
 from .distribution import Distribution
-from .special import digamma, lgamma, log_beta, standard_gamma
+from .special import digamma, gammainc, lgamma, log_beta, standard_gamma
 from .utils import as_value, broadcast_all, tiny
 
 __all__ = ["Beta", "Chi2", "Dirichlet", "Gamma", "StudentT"]
@@ -69,6 +69,11 @@ class Gamma(Distribution):
             - lgamma(self.concentration)
         )
 
+    def cdf(self, value: Any) -> Any:
+        value = as_value(value, self.rate)
+        self._validate_sample(value)
+        return gammainc(self.concentration, self.rate * value)
+
     def entropy(self) -> Any:
         c = self.concentration
         return c - self.rate.log() + lgamma(c) + (1.0 - c) * digamma(c)
@@ -108,7 +113,7 @@ class Beta(Distribution):
     @property
     def mode(self) -> Any:
         a, b = self.concentration1, self.concentration0
-        return (a - 1) / (a + b - 2)
+        return _dirichlet_mode(stack([a, b], -1)).select(-1, 0)
 
     @property
     def variance(self) -> Any:
@@ -138,6 +143,17 @@ class Beta(Distribution):
         )
 
 
+def _dirichlet_mode(concentration: Any) -> Any:
+    """torch's: ``(c - 1)^+`` normalized; where every ``c < 1`` (the density is unbounded at
+    the corners) the first corner, which is what torch's argmax of that 0/0 row gives."""
+    excess = (concentration - 1).clamp(min=0)
+    mode = excess / excess.sum(-1, keepdim=True)
+    corner = (concentration * 0).narrow(-1, 0, 1) + 1
+    corner = cat([corner, (concentration * 0).narrow(-1, 1, concentration.shape[-1] - 1)], -1)
+    below_one = (concentration < 1).all(-1, keepdim=True).expand(mode.shape)
+    return where(below_one, corner, mode)
+
+
 class Dirichlet(Distribution):
     """Dirichlet over the simplex of the last dimension of ``concentration``."""
 
@@ -160,11 +176,7 @@ class Dirichlet(Distribution):
 
     @property
     def mode(self) -> Any:
-        excess = (self.concentration - 1).clamp(min=0)
-        mode = excess / excess.sum(-1, keepdim=True)
-        below_one = (self.concentration < 1).all(-1, keepdim=True)
-        peak = self.concentration.eq(self.concentration.max(-1, keepdim=True)[0])
-        return where(below_one.expand(mode.shape), peak.cast(mode.dtype), mode)
+        return _dirichlet_mode(self.concentration)
 
     @property
     def variance(self) -> Any:

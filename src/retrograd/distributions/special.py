@@ -29,7 +29,7 @@ from scipy import special
 from ..autodiff.ops import Op
 from ..tensor import Tensor, rand
 
-__all__ = ["digamma", "lgamma", "polygamma", "standard_gamma"]
+__all__ = ["digamma", "gammainc", "lgamma", "polygamma", "standard_gamma"]
 
 
 def _host(fn: Any) -> Any:
@@ -123,6 +123,63 @@ def gamma_cdf_alpha_derivative(alpha: np.ndarray, x: np.ndarray) -> np.ndarray:
         weight = np.exp((alpha + n) * log_x - x - special.gammaln(a))
         total += weight * (log_x - special.digamma(a))
     return total
+
+
+def _gammainc_forward(B: Any, a: Any, x: Any) -> Any:  # noqa: N803
+    values = np.asarray(B.to_numpy(x))
+    out = special.gammainc(np.asarray(B.to_numpy(a), np.float64), values)
+    return B.from_data(out.astype(values.dtype), B.dtype(x), B.device(x))
+
+
+def _host_gradient(B: Any, g: Any, fn: Any, a: Any, x: Any) -> Any:  # noqa: N803
+    """``g * fn(a, x)``, ``fn`` computed on the host values (a first-order gradient)."""
+    inner = getattr(B, "inner", B)
+    values = [np.asarray(_values(B, t), np.float64) for t in (a, x)]
+    local = np.asarray(fn(*values), dtype=np.asarray(_values(B, x)).dtype)
+    return B.mul(g, _lift(B, inner.from_data(local, B.dtype(x), B.device(x))))
+
+
+def _values(B: Any, t: Any) -> Any:  # noqa: N803
+    return B.to_numpy(t)
+
+
+def _lift(B: Any, prim: Any) -> Any:  # noqa: N803
+    return B.wrap(prim) if getattr(B, "is_autodiff", False) else prim
+
+
+def _gamma_density(a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    safe = np.maximum(x, np.finfo(np.float64).tiny)
+    return np.exp((a - 1) * np.log(safe) - x - special.gammaln(a)) * (x > 0)
+
+
+_GAMMAINC = Op(
+    "distributions_gammainc",
+    ("a", "x"),
+    (),
+    (
+        lambda B, g, a, x: _host_gradient(B, g, gamma_cdf_alpha_derivative, a, x),  # noqa: N803
+        lambda B, g, a, x: _host_gradient(B, g, _gamma_density, a, x),  # noqa: N803
+    ),
+    memory_bound=True,
+    forward=_gammainc_forward,
+)
+
+
+def gammainc(a: Tensor, x: Tensor) -> Tensor:
+    """The regularized lower incomplete gamma function ``P(a, x)`` (torch's
+    ``torch.special.gammainc``), differentiable in ``x`` and, unlike torch's, in ``a``
+    (first order: the gradients are computed on the host)."""
+    import numpy as _np
+
+    shape = tuple(_np.broadcast_shapes(tuple(a.shape), tuple(x.shape)))
+    a, x = a.expand(shape), x.expand(shape)
+    backend = x._backend
+    prim = (
+        backend.apply(_GAMMAINC, a._prim, x._prim)
+        if backend.is_autodiff
+        else (_gammainc_forward(backend, a._prim, x._prim))
+    )
+    return Tensor(prim, backend, x._device)
 
 
 def _gamma_sample_grad(alpha: np.ndarray, x: np.ndarray) -> np.ndarray:

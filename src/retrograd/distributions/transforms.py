@@ -231,6 +231,13 @@ class ExpTransform(Transform):
     __hash__ = object.__hash__
 
 
+def _clipped(probs: Any) -> Any:
+    """``probs`` kept in ``[tiny, 1 - eps]`` (torch's clipped sigmoid)."""
+    from .utils import eps, tiny
+
+    return probs.clamp(tiny(probs), 1 - eps(probs))
+
+
 class SigmoidTransform(Transform):
     """``y = sigmoid(x)``."""
 
@@ -239,14 +246,10 @@ class SigmoidTransform(Transform):
     codomain = constraints.unit_interval
 
     def _call(self, x: Any) -> Any:
-        from .utils import clamp_probs
-
-        return clamp_probs(x.sigmoid())
+        return _clipped(x.sigmoid())
 
     def _inverse(self, y: Any) -> Any:
-        from .utils import clamp_probs
-
-        y = clamp_probs(y)
+        y = _clipped(y)
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
