@@ -34,6 +34,7 @@ from .multivariate_normal import Independent, MultivariateNormal, _batch_mahalan
 from .normal import Normal
 from .special import digamma, lgamma
 from .transformed import TransformedDistribution
+from .transforms import sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
 
@@ -83,10 +84,6 @@ def kl_divergence(p: Any, q: Any) -> Any:
 
 def _infinite_where(mask: Any, value: Any) -> Any:
     return value.masked_fill(mask.expand(value.shape), math.inf)
-
-
-def _sum_rightmost(value: Any, dims: int) -> Any:
-    return value.sum(tuple(range(-dims, 0))) if dims > 0 else value
 
 
 @register_kl(Normal, Normal)
@@ -262,7 +259,7 @@ def _kl_independent_independent(p: Independent, q: Independent) -> Any:
             "kl_divergence: Independent distributions of different reinterpreted_batch_ndims"
         )
     inner = kl_divergence(p.base_dist, q.base_dist)
-    return _sum_rightmost(inner, p.reinterpreted_batch_ndims)
+    return sum_rightmost(inner, p.reinterpreted_batch_ndims)
 
 
 @register_kl(TransformedDistribution, TransformedDistribution)
@@ -272,4 +269,4 @@ def _kl_transformed_transformed(p: TransformedDistribution, q: TransformedDistri
             "kl_divergence: TransformedDistributions with different transforms or event shapes"
         )
     inner = kl_divergence(p.base_dist, q.base_dist)
-    return _sum_rightmost(inner, len(p.event_shape) - len(p.base_dist.event_shape))
+    return sum_rightmost(inner, len(p.event_shape) - len(p.base_dist.event_shape))

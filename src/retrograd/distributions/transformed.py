@@ -14,7 +14,13 @@ from . import constraints
 from .categorical import Categorical
 from .distribution import Distribution
 from .multivariate_normal import Independent
-from .transforms import ComposeTransform, ExpTransform, SigmoidTransform, Transform
+from .transforms import (
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    Transform,
+    sum_rightmost,
+)
 from .utils import as_value, broadcast_all, clamp_probs, eps, probs_to_logits, tiny
 
 __all__ = [
@@ -24,10 +30,6 @@ __all__ = [
     "RelaxedOneHotCategorical",
     "TransformedDistribution",
 ]
-
-
-def _sum_rightmost(value: Any, dims: int) -> Any:
-    return value.sum(tuple(range(-dims, 0))) if dims > 0 else value
 
 
 class TransformedDistribution(Distribution):
@@ -98,11 +100,11 @@ class TransformedDistribution(Distribution):
         for transform in reversed(self.transforms):
             x = transform.inv(y)
             event_dim += transform.domain.event_dim - transform.codomain.event_dim
-            log_prob = log_prob - _sum_rightmost(
+            log_prob = log_prob - sum_rightmost(
                 transform.log_abs_det_jacobian(x, y), event_dim - transform.domain.event_dim
             )
             y = x
-        return log_prob + _sum_rightmost(
+        return log_prob + sum_rightmost(
             self.base_dist.log_prob(y), event_dim - len(self.base_dist.event_shape)
         )
 

@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 
-def _sum_rightmost(value: Any, dims: int) -> Any:
+def sum_rightmost(value: Any, dims: int) -> Any:
+    """``value`` summed over its rightmost ``dims`` dimensions (none for ``dims <= 0``)."""
     return value.sum(tuple(range(-dims, 0))) if dims > 0 else value
 
 
@@ -193,7 +194,7 @@ class ComposeTransform(Transform):
         for part in self.parts:
             y_part = part(x)
             term = part.log_abs_det_jacobian(x, y_part)
-            total = total + _sum_rightmost(term, event_dim - part.event_dim)
+            total = total + sum_rightmost(term, event_dim - part.event_dim)
             x = y_part
         return total
 
@@ -380,7 +381,7 @@ class AffineTransform(Transform):
             result = x * 0 + math.log(abs(scale))
         else:
             result = (x * 0 + scale).abs().log()
-        return _sum_rightmost(result, self._event_dim)
+        return sum_rightmost(result, self._event_dim)
 
     def forward_shape(self, shape: Any) -> tuple[int, ...]:
         import numpy as np
