@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand
+from . import constraints
 from .distribution import Distribution
 
 __all__ = ["Bernoulli"]
@@ -15,20 +16,45 @@ __all__ = ["Bernoulli"]
 class Bernoulli(Distribution):
     """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
 
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.unit_interval,
+        "logits": constraints.real,
+    }
+    support = constraints.boolean
+    has_enumerate_support = True
+
     def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None) -> None:
         if (probs is None) == (logits is None):
             raise InvalidArgumentError(
                 "Bernoulli: either `probs` or `logits` must be specified, but not both."
             )
         if probs is not None:
+            self._param_name = "probs"
             self.probs = probs
             eps = _eps(probs)
             clamped = probs.clamp(eps, 1 - eps)
             self.logits = clamped.log() - (-clamped).log1p()
         else:
+            self._param_name = "logits"
             self.logits = logits
             self.probs = logits.sigmoid()
-        super().__init__(tuple(self.probs.shape))
+        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+
+    def _expand_args(self) -> dict[str, Any]:
+        return {self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def mode(self) -> Any:
+        mode = (self.probs >= 0.5).cast(self.probs.dtype)
+        return mode.masked_fill(self.probs.eq(0.5), float("nan"))
+
+    def enumerate_support(self, expand: bool = True) -> Any:
+        """``0., 1.`` along a new leading dimension (broadcast over the batch)."""
+        from ..tensor import tensor
+
+        values = tensor([0.0, 1.0], dtype=self.probs.dtype, device=self.probs.device)
+        values = values.reshape((-1,) + (1,) * len(self.batch_shape))
+        return values.expand((2,) + self.batch_shape) if expand else values
 
     @property
     def mean(self) -> Any:
@@ -47,6 +73,7 @@ class Bernoulli(Distribution):
     def log_prob(self, value: Any) -> Any:
         """``-binary_cross_entropy_with_logits(logits, value)``."""
         logits = self.logits
+        self._validate_sample(value)
         return -(logits.clamp(min=0) - logits * value + (-logits.abs()).exp().log1p())
 
     def entropy(self) -> Any:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import multinomial, tensor
+from . import constraints
 from .distribution import Distribution
 
 __all__ = ["Categorical"]
@@ -16,19 +17,34 @@ class Categorical(Distribution):
     """Over the last dimension of ``probs`` (normalized to sum 1) or ``logits`` (normalized
     so that ``logits.exp()`` sums to 1, as torch normalizes them)."""
 
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.simplex,
+        "logits": constraints.independent(constraints.real, 1),
+    }
+    has_enumerate_support = True
+
     def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None) -> None:
         if (probs is None) == (logits is None):
             raise InvalidArgumentError(
                 "Categorical: either `probs` or `logits` must be specified, but not both."
             )
         if probs is not None:
+            self._param_name = "probs"
             self.probs = probs / probs.sum(-1, keepdim=True)
             self.logits = self.probs.clamp(min=_tiny(self.probs)).log()
         else:
+            self._param_name = "logits"
             self.logits = logits - logits.logsumexp(-1, keepdim=True)
             self.probs = self.logits.softmax(-1)
         self._num_events = self.logits.shape[-1]
-        super().__init__(tuple(self.logits.shape[:-1]))
+        super().__init__(tuple(self.logits.shape[:-1]), validate_args=validate_args)
+
+    def _expand_args(self) -> dict[str, Any]:
+        return {self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def support(self) -> Any:
+        return constraints.integer_interval(0, self._num_events - 1)
 
     @property
     def param_shape(self) -> tuple[int, ...]:
@@ -41,6 +57,18 @@ class Categorical(Distribution):
     @property
     def mode(self) -> Any:
         return self.probs.argmax(-1)
+
+    @property
+    def variance(self) -> Any:
+        return self.probs * float("nan")
+
+    def enumerate_support(self, expand: bool = True) -> Any:
+        """``0 .. K-1`` along a new leading dimension (broadcast over the batch)."""
+        from ..tensor import arange
+
+        values = arange(self._num_events, device=self.logits.device)
+        values = values.reshape((-1,) + (1,) * len(self.batch_shape))
+        return values.expand((self._num_events,) + self.batch_shape) if expand else values
 
     def sample(self, sample_shape: Any = ()) -> Any:
         """int64 category indices of shape ``sample_shape + batch_shape``."""
@@ -55,6 +83,7 @@ class Categorical(Distribution):
 
     def log_prob(self, value: Any) -> Any:
         value = value if hasattr(value, "long") else tensor(value, dtype="int64")
+        self._validate_sample(value)
         value = value.long().unsqueeze(-1)
         value, log_pmf = _broadcast(value, self.logits)
         return log_pmf.gather(-1, value.narrow(-1, 0, 1)).squeeze(-1)

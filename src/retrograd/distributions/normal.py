@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import numbers
-from typing import Any
+from typing import Any, ClassVar
 
-from ..autodiff import no_grad
 from ..tensor import randn, tensor
+from . import constraints
 from .distribution import Distribution
+from .utils import broadcast_all
 
 __all__ = ["Normal"]
 
@@ -24,20 +24,15 @@ class Normal(Distribution):
     """Mean ``loc`` and standard deviation ``scale`` (tensors or numbers, broadcast)."""
 
     has_rsample = True
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "loc": constraints.real,
+        "scale": constraints.positive,
+    }
+    support = constraints.real
 
     def __init__(self, loc: Any, scale: Any, validate_args: Any = None) -> None:
-        reference = (
-            loc
-            if not isinstance(loc, numbers.Number)
-            else (scale if not isinstance(scale, numbers.Number) else None)
-        )
-        loc, scale = _as_tensor(loc, reference), _as_tensor(scale, reference)
-        import numpy as np
-
-        shape = tuple(np.broadcast_shapes(loc.shape, scale.shape))
-        self.loc = loc.expand(shape) if loc.shape != shape else loc
-        self.scale = scale.expand(shape) if scale.shape != shape else scale
-        super().__init__(shape)
+        self.loc, self.scale = broadcast_all(loc, scale)
+        super().__init__(tuple(self.loc.shape), validate_args=validate_args)
 
     @property
     def mean(self) -> Any:
@@ -61,12 +56,9 @@ class Normal(Distribution):
         eps = randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + eps * self.scale
 
-    def sample(self, sample_shape: Any = ()) -> Any:
-        with no_grad():
-            return self.rsample(sample_shape)
-
     def log_prob(self, value: Any) -> Any:
         value = _as_tensor(value, self.loc)
+        self._validate_sample(value)
         var = self.scale**2
         log_scale = self.scale.log()
         return -((value - self.loc) ** 2) / (2 * var) - log_scale - math.log(math.sqrt(2 * math.pi))

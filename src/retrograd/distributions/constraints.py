@@ -1,0 +1,191 @@
+"""torch's ``torch.distributions.constraints``: what a parameter or a sample must satisfy.
+
+A constraint's ``check(value)`` is a boolean tensor (one entry per event: the event dimensions
+``event_dim`` folded in); ``Distribution`` asks it for every parameter in ``arg_constraints``
+when ``validate_args`` holds, and ``support`` for the values ``log_prob`` is given.
+
+>>> import retrograd as rg
+>>> positive.check(rg.tensor([1.0, -1.0])).tolist()
+[True, False]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "Constraint",
+    "boolean",
+    "greater_than",
+    "greater_than_eq",
+    "half_open_interval",
+    "independent",
+    "integer_interval",
+    "interval",
+    "lower_cholesky",
+    "nonnegative",
+    "nonnegative_integer",
+    "one_hot",
+    "positive",
+    "positive_definite",
+    "positive_integer",
+    "real",
+    "real_vector",
+    "simplex",
+    "unit_interval",
+]
+
+
+class Constraint:
+    """A region: ``check(value)`` tells which values lie in it."""
+
+    is_discrete = False
+    event_dim = 0
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__.lstrip("_") + "()"
+
+
+class _Real(Constraint):
+    def check(self, value: Any) -> Any:
+        return value.eq(value)  # false for NaN only
+
+
+class _Boolean(Constraint):
+    is_discrete = True
+
+    def check(self, value: Any) -> Any:
+        return value.eq(0) | value.eq(1)
+
+
+class _GreaterThan(Constraint):
+    def __init__(self, lower_bound: float) -> None:
+        self.lower_bound = lower_bound
+
+    def check(self, value: Any) -> Any:
+        return value > self.lower_bound
+
+    def __repr__(self) -> str:
+        return f"GreaterThan(lower_bound={self.lower_bound})"
+
+
+class _GreaterThanEq(_GreaterThan):
+    def check(self, value: Any) -> Any:
+        return value >= self.lower_bound
+
+    def __repr__(self) -> str:
+        return f"GreaterThanEq(lower_bound={self.lower_bound})"
+
+
+class _Interval(Constraint):
+    def __init__(self, lower_bound: Any, upper_bound: Any) -> None:
+        self.lower_bound, self.upper_bound = lower_bound, upper_bound
+
+    def check(self, value: Any) -> Any:
+        return (value >= self.lower_bound) & (value <= self.upper_bound)
+
+    def __repr__(self) -> str:
+        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+
+
+class _HalfOpenInterval(_Interval):
+    def check(self, value: Any) -> Any:
+        return (value >= self.lower_bound) & (value < self.upper_bound)
+
+
+class _IntegerInterval(_Interval):
+    is_discrete = True
+
+    def check(self, value: Any) -> Any:
+        return value.eq(value.floor()) & super().check(value)
+
+
+class _IntegerGreaterThan(_GreaterThanEq):
+    is_discrete = True
+
+    def check(self, value: Any) -> Any:
+        return value.eq(value.floor()) & super().check(value)
+
+
+class _Independent(Constraint):
+    """``base`` on each entry, all of the last ``reinterpreted`` dimensions together."""
+
+    def __init__(self, base: Constraint, reinterpreted: int) -> None:
+        self.base, self.reinterpreted = base, reinterpreted
+        self.is_discrete = base.is_discrete
+        self.event_dim = base.event_dim + reinterpreted
+
+    def check(self, value: Any) -> Any:
+        ok = self.base.check(value)
+        for _ in range(self.reinterpreted):
+            ok = ok.all(-1)
+        return ok
+
+
+class _Simplex(Constraint):
+    event_dim = 1
+
+    def check(self, value: Any) -> Any:
+        return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() < 1e-6)
+
+
+class _OneHot(Constraint):
+    is_discrete = True
+    event_dim = 1
+
+    def check(self, value: Any) -> Any:
+        return (value.eq(0) | value.eq(1)).all(-1) & value.sum(-1).eq(1)
+
+
+class _LowerCholesky(Constraint):
+    event_dim = 2
+
+    def check(self, value: Any) -> Any:
+        lower = value.tril().eq(value).all(-1).all(-1)
+        return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+
+
+class _PositiveDefinite(Constraint):
+    """Symmetric, and its Cholesky factorization succeeds (NumPy's, on the values)."""
+
+    event_dim = 2
+
+    def check(self, value: Any) -> Any:
+        import numpy as np
+
+        from ..tensor import tensor
+
+        values = np.asarray(value.detach().numpy(), np.float64)
+        shape = values.shape[:-2]
+        flat = values.reshape((-1,) + values.shape[-2:])
+        ok = []
+        for matrix in flat:
+            try:
+                np.linalg.cholesky(matrix)
+                ok.append(bool(np.allclose(matrix, matrix.T, rtol=1e-6, atol=1e-8)))
+            except np.linalg.LinAlgError:
+                ok.append(False)
+        return tensor(np.array(ok, dtype=bool).reshape(shape), device=value.device)
+
+
+boolean = _Boolean()
+real = _Real()
+real_vector = _Independent(real, 1)
+positive = _GreaterThan(0.0)
+nonnegative = _GreaterThanEq(0.0)
+unit_interval = _Interval(0.0, 1.0)
+nonnegative_integer = _IntegerGreaterThan(0)
+positive_integer = _IntegerGreaterThan(1)
+simplex = _Simplex()
+one_hot = _OneHot()
+lower_cholesky = _LowerCholesky()
+positive_definite = _PositiveDefinite()
+greater_than = _GreaterThan
+greater_than_eq = _GreaterThanEq
+interval = _Interval
+half_open_interval = _HalfOpenInterval
+integer_interval = _IntegerInterval
+independent = _Independent

@@ -1,0 +1,334 @@
+"""Continuous families of one real parameter pair: :class:`Uniform`, :class:`Laplace`,
+:class:`Exponential`, :class:`Cauchy`, :class:`HalfNormal`, :class:`Gumbel`,
+:class:`LogNormal`, with torch's formulas (log_prob, entropy, moments, cdf/icdf) and
+reparameterized samples (``rsample``) drawn from the stream ``rg.seed`` seeds."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from ..tensor import full_like, rand, randn
+from ..tensor.functions import where
+from . import constraints
+from .distribution import Distribution
+from .utils import as_value, broadcast_all, eps, tiny
+
+__all__ = ["Cauchy", "Exponential", "Gumbel", "HalfNormal", "Laplace", "LogNormal", "Uniform"]
+
+EULER_GAMMA = 0.57721566490153286061
+
+
+def _uniform(d: Distribution, like: Any, sample_shape: Any) -> Any:
+    return rand(d._extended_shape(sample_shape), dtype=like.dtype, device=like.device)
+
+
+def _normal(d: Distribution, like: Any, sample_shape: Any) -> Any:
+    return randn(d._extended_shape(sample_shape), dtype=like.dtype, device=like.device)
+
+
+class _LocScale(Distribution):
+    """A location-scale family: ``loc`` real, ``scale`` positive, broadcast together."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "loc": constraints.real,
+        "scale": constraints.positive,
+    }
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc: Any, scale: Any, validate_args: Any = None) -> None:
+        self.loc, self.scale = broadcast_all(loc, scale)
+        super().__init__(tuple(self.loc.shape), validate_args=validate_args)
+
+    @property
+    def mode(self) -> Any:
+        return self.loc
+
+    def _value(self, value: Any) -> Any:
+        value = as_value(value, self.loc)
+        self._validate_sample(value)
+        return value
+
+
+class Uniform(Distribution):
+    """Uniform on ``[low, high)``."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {"low": constraints.real, "high": constraints.real}
+    has_rsample = True
+
+    def __init__(self, low: Any, high: Any, validate_args: Any = None) -> None:
+        self.low, self.high = broadcast_all(low, high)
+        super().__init__(tuple(self.low.shape), validate_args=validate_args)
+        if self._validate_args and not bool((self.low < self.high).all().item()):
+            from ..errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"Uniform: expected parameter low to be less than high, got low={self.low}, "
+                f"high={self.high}"
+            )
+
+    @property
+    def support(self) -> Any:
+        return constraints.half_open_interval(self.low, self.high)
+
+    @property
+    def mean(self) -> Any:
+        return (self.high + self.low) / 2
+
+    @property
+    def mode(self) -> Any:
+        return self.high * math.nan
+
+    @property
+    def stddev(self) -> Any:
+        return (self.high - self.low) / 12**0.5
+
+    @property
+    def variance(self) -> Any:
+        return (self.high - self.low).pow(2) / 12
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        u = _uniform(self, self.low, sample_shape)
+        return self.low + u * (self.high - self.low)
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.low)
+        self._validate_sample(value)
+        inside = (self.low <= value) & (self.high > value)
+        return inside.cast(self.low.dtype).log() - (self.high - self.low).log()
+
+    def cdf(self, value: Any) -> Any:
+        value = as_value(value, self.low)
+        return ((value - self.low) / (self.high - self.low)).clamp(0, 1)
+
+    def icdf(self, value: Any) -> Any:
+        return as_value(value, self.low) * (self.high - self.low) + self.low
+
+    def entropy(self) -> Any:
+        return (self.high - self.low).log()
+
+
+class Laplace(_LocScale):
+    """Laplace (double exponential) with location ``loc`` and scale ``scale``."""
+
+    @property
+    def mean(self) -> Any:
+        return self.loc
+
+    @property
+    def variance(self) -> Any:
+        return 2 * self.scale.pow(2)
+
+    @property
+    def stddev(self) -> Any:
+        return 2**0.5 * self.scale
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        e = eps(self.loc)
+        u = _uniform(self, self.loc, sample_shape) * (2 - e) + (e - 1)
+        return self.loc - self.scale * u.sign() * (-u.abs()).log1p()
+
+    def log_prob(self, value: Any) -> Any:
+        value = self._value(value)
+        return -(2 * self.scale).log() - (value - self.loc).abs() / self.scale
+
+    def cdf(self, value: Any) -> Any:
+        z = self._value(value) - self.loc
+        return 0.5 - 0.5 * z.sign() * (-z.abs() / self.scale).expm1()
+
+    def icdf(self, value: Any) -> Any:
+        term = as_value(value, self.loc) - 0.5
+        return self.loc - self.scale * term.sign() * (-2 * term.abs()).log1p()
+
+    def entropy(self) -> Any:
+        return 1 + (2 * self.scale).log()
+
+
+class Cauchy(_LocScale):
+    """Cauchy (Lorentz) with median ``loc`` and half width ``scale``: no mean or variance."""
+
+    @property
+    def mean(self) -> Any:
+        return full_like(self.loc, math.nan)
+
+    @property
+    def variance(self) -> Any:
+        return full_like(self.loc, math.inf)
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        u = _uniform(self, self.loc, sample_shape)
+        return self.loc + (math.pi * (u - 0.5)).tan() * self.scale
+
+    def log_prob(self, value: Any) -> Any:
+        z = (self._value(value) - self.loc) / self.scale
+        return -math.log(math.pi) - self.scale.log() - z.pow(2).log1p()
+
+    def cdf(self, value: Any) -> Any:
+        return ((self._value(value) - self.loc) / self.scale).atan() / math.pi + 0.5
+
+    def icdf(self, value: Any) -> Any:
+        return (math.pi * (as_value(value, self.loc) - 0.5)).tan() * self.scale + self.loc
+
+    def entropy(self) -> Any:
+        return math.log(4 * math.pi) + self.scale.log()
+
+
+class Gumbel(_LocScale):
+    """Gumbel (type-I extreme value) with location ``loc`` and scale ``scale``."""
+
+    @property
+    def mean(self) -> Any:
+        return self.loc + self.scale * EULER_GAMMA
+
+    @property
+    def stddev(self) -> Any:
+        return (math.pi / math.sqrt(6)) * self.scale
+
+    @property
+    def variance(self) -> Any:
+        return self.stddev.pow(2)
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        u = _uniform(self, self.loc, sample_shape).clamp(tiny(self.loc), 1 - eps(self.loc))
+        return self.loc - self.scale * (-u.log()).log()
+
+    def log_prob(self, value: Any) -> Any:
+        y = (self.loc - self._value(value)) / self.scale
+        return (y - y.exp()) - self.scale.log()
+
+    def cdf(self, value: Any) -> Any:
+        return (-(-(self._value(value) - self.loc) / self.scale).exp()).exp()
+
+    def icdf(self, value: Any) -> Any:
+        return self.loc - self.scale * (-as_value(value, self.loc).log()).log()
+
+    def entropy(self) -> Any:
+        return self.scale.log() + (1 + EULER_GAMMA)
+
+
+class LogNormal(_LocScale):
+    """``exp`` of ``Normal(loc, scale)``."""
+
+    support = constraints.positive
+
+    @property
+    def mean(self) -> Any:
+        return (self.loc + self.scale.pow(2) / 2).exp()
+
+    @property
+    def mode(self) -> Any:
+        return (self.loc - self.scale.pow(2)).exp()
+
+    @property
+    def variance(self) -> Any:
+        s2 = self.scale.pow(2)
+        return s2.expm1() * (2 * self.loc + s2).exp()
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        return (self.loc + _normal(self, self.loc, sample_shape) * self.scale).exp()
+
+    def log_prob(self, value: Any) -> Any:
+        log_value = self._value(value).log()
+        z = (log_value - self.loc) / self.scale
+        return -z.pow(2) / 2 - self.scale.log() - 0.5 * math.log(2 * math.pi) - log_value
+
+    def cdf(self, value: Any) -> Any:
+        z = (self._value(value).log() - self.loc) / (self.scale * math.sqrt(2))
+        return 0.5 * (1 + z.erf())
+
+    def icdf(self, value: Any) -> Any:
+        z = (2 * as_value(value, self.loc) - 1).erfinv() * math.sqrt(2)
+        return (self.loc + self.scale * z).exp()
+
+    def entropy(self) -> Any:
+        return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log() + self.loc
+
+
+class Exponential(Distribution):
+    """Exponential with rate ``rate`` (mean ``1 / rate``)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {"rate": constraints.positive}
+    support = constraints.nonnegative
+    has_rsample = True
+
+    def __init__(self, rate: Any, validate_args: Any = None) -> None:
+        (self.rate,) = broadcast_all(rate)
+        super().__init__(tuple(self.rate.shape), validate_args=validate_args)
+
+    @property
+    def mean(self) -> Any:
+        return self.rate.reciprocal()
+
+    @property
+    def mode(self) -> Any:
+        return self.rate * 0
+
+    @property
+    def stddev(self) -> Any:
+        return self.rate.reciprocal()
+
+    @property
+    def variance(self) -> Any:
+        return self.rate.pow(-2)
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        u = _uniform(self, self.rate, sample_shape)
+        return -(-u).log1p() / self.rate
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.rate)
+        self._validate_sample(value)
+        return self.rate.log() - self.rate * value
+
+    def cdf(self, value: Any) -> Any:
+        return 1 - (-self.rate * as_value(value, self.rate)).exp()
+
+    def icdf(self, value: Any) -> Any:
+        return -(-as_value(value, self.rate)).log1p() / self.rate
+
+    def entropy(self) -> Any:
+        return 1.0 - self.rate.log()
+
+
+class HalfNormal(Distribution):
+    """``|Normal(0, scale)|``."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {"scale": constraints.positive}
+    support = constraints.nonnegative
+    has_rsample = True
+
+    def __init__(self, scale: Any, validate_args: Any = None) -> None:
+        (self.scale,) = broadcast_all(scale)
+        super().__init__(tuple(self.scale.shape), validate_args=validate_args)
+
+    @property
+    def mean(self) -> Any:
+        return self.scale * math.sqrt(2 / math.pi)
+
+    @property
+    def mode(self) -> Any:
+        return self.scale * 0
+
+    @property
+    def variance(self) -> Any:
+        return self.scale.pow(2) * (1 - 2 / math.pi)
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        return (_normal(self, self.scale, sample_shape) * self.scale).abs()
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.scale)
+        self._validate_sample(value)
+        z = value / self.scale
+        log_prob = -z.pow(2) / 2 - self.scale.log() + 0.5 * math.log(2 / math.pi)
+        return where(value >= 0, log_prob, full_like(log_prob, -math.inf))
+
+    def cdf(self, value: Any) -> Any:
+        return (as_value(value, self.scale) / (self.scale * math.sqrt(2))).erf()
+
+    def icdf(self, value: Any) -> Any:
+        return self.scale * as_value(value, self.scale).erfinv() * math.sqrt(2)
+
+    def entropy(self) -> Any:
+        return 0.5 * math.log(math.pi / 2) + self.scale.log() + 0.5

@@ -1,0 +1,285 @@
+"""Discrete families: :class:`Poisson`, :class:`Binomial`, :class:`Geometric`,
+:class:`OneHotCategorical`, with torch's formulas.
+
+Poisson and binomial draws are inverse-CDF draws (SciPy's quantile functions on the host) of
+uniforms from the stream ``rg.seed`` seeds: exact in distribution, reproducible from the seed,
+not torch's numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy import stats
+
+from ..autodiff import no_grad
+from ..errors import InvalidArgumentError
+from ..tensor import rand, tensor
+from ..tensor.functions import where
+from . import constraints
+from .categorical import Categorical
+from .distribution import Distribution
+from .special import lgamma
+from .utils import as_value, broadcast_all, probs_to_logits, tiny
+
+__all__ = ["Binomial", "Geometric", "OneHotCategorical", "Poisson"]
+
+
+def _quantile_draws(d: Distribution, like: Any, sample_shape: Any, quantile: Any) -> Any:
+    """``quantile(u, *params)`` of uniforms ``u`` of the sample shape (on the host)."""
+    shape = d._extended_shape(sample_shape)
+    with no_grad():
+        u = rand(shape, dtype="float64", device=like.device).numpy()
+    return tensor(np.asarray(quantile(u), np.float64), dtype=like.dtype, device=like.device)
+
+
+def _host(t: Any, shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(np.asarray(t.detach().numpy(), np.float64), shape)
+
+
+def _probs_or_logits(name: str, probs: Any, logits: Any) -> None:
+    if (probs is None) == (logits is None):
+        raise InvalidArgumentError(
+            f"{name}: either `probs` or `logits` must be specified, but not both."
+        )
+
+
+class Poisson(Distribution):
+    """Poisson counts with mean ``rate``."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {"rate": constraints.nonnegative}
+    support = constraints.nonnegative_integer
+
+    def __init__(self, rate: Any, validate_args: Any = None) -> None:
+        (self.rate,) = broadcast_all(rate)
+        super().__init__(tuple(self.rate.shape), validate_args=validate_args)
+
+    @property
+    def mean(self) -> Any:
+        return self.rate
+
+    @property
+    def mode(self) -> Any:
+        return self.rate.floor()
+
+    @property
+    def variance(self) -> Any:
+        return self.rate
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        shape = self._extended_shape(sample_shape)
+        rate = _host(self.rate, shape)
+        return _quantile_draws(self, self.rate, sample_shape, lambda u: stats.poisson.ppf(u, rate))
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.rate)
+        self._validate_sample(value)
+        rate = self.rate
+        term = where(value.eq(0), value * 0, value * rate.clamp(min=tiny(rate)).log())
+        return term - rate - lgamma(value + 1)
+
+
+class Binomial(Distribution):
+    """Successes in ``total_count`` trials of probability ``probs`` (or ``sigmoid(logits)``)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "total_count": constraints.nonnegative_integer,
+        "probs": constraints.unit_interval,
+        "logits": constraints.real,
+    }
+    has_enumerate_support = True
+
+    def __init__(self, total_count: Any = 1, probs: Any = None, logits: Any = None,
+                 validate_args: Any = None) -> None:  # fmt: skip
+        _probs_or_logits("Binomial", probs, logits)
+        if probs is not None:
+            self._param_name = "probs"
+            self.total_count, self.probs = broadcast_all(total_count, probs)
+            self.logits = probs_to_logits(self.probs, is_binary=True)
+        else:
+            self._param_name = "logits"
+            self.total_count, self.logits = broadcast_all(total_count, logits)
+            self.probs = self.logits.sigmoid()
+        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+
+    def _expand_args(self) -> dict[str, Any]:
+        return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def support(self) -> Any:
+        return constraints.integer_interval(0, self.total_count)
+
+    @property
+    def mean(self) -> Any:
+        return self.total_count * self.probs
+
+    @property
+    def mode(self) -> Any:
+        return ((self.total_count + 1) * self.probs).floor().clamp(max=self.total_count)
+
+    @property
+    def variance(self) -> Any:
+        return self.total_count * self.probs * (1 - self.probs)
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        shape = self._extended_shape(sample_shape)
+        n, p = _host(self.total_count, shape), _host(self.probs, shape)
+        return _quantile_draws(self, self.probs, sample_shape, lambda u: stats.binom.ppf(u, n, p))
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.probs)
+        self._validate_sample(value)
+        n, logits = self.total_count, self.logits
+        normalize = n * logits.clamp(min=0) + n * (-logits.abs()).exp().log1p() - lgamma(n + 1)
+        return value * logits - lgamma(value + 1) - lgamma(n - value + 1) - normalize
+
+    def enumerate_support(self, expand: bool = True) -> Any:
+        """``0 .. total_count`` along a new leading dimension (one ``total_count`` for all)."""
+        counts = self.total_count.detach().numpy()
+        top = int(counts.max()) if counts.size else 0
+        if counts.size and int(counts.min()) != top:
+            raise NotImplementedError(
+                "Binomial.enumerate_support: inhomogeneous total_count is not supported"
+            )
+        from ..tensor import arange
+
+        values = arange(top + 1, device=self.probs.device).cast(self.probs.dtype)
+        values = values.reshape((-1,) + (1,) * len(self.batch_shape))
+        return values.expand((top + 1,) + self.batch_shape) if expand else values
+
+    def entropy(self) -> Any:
+        values = self.enumerate_support(expand=False)
+        log_prob = self.log_prob(values)
+        return -(log_prob.exp() * log_prob).sum(0)
+
+
+class Geometric(Distribution):
+    """Failures before the first success, success probability ``probs``."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.unit_interval,
+        "logits": constraints.real,
+    }
+    support = constraints.nonnegative_integer
+
+    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None):
+        _probs_or_logits("Geometric", probs, logits)
+        if probs is not None:
+            self._param_name = "probs"
+            (self.probs,) = broadcast_all(probs)
+            self.logits = probs_to_logits(self.probs, is_binary=True)
+        else:
+            self._param_name = "logits"
+            (self.logits,) = broadcast_all(logits)
+            self.probs = self.logits.sigmoid()
+        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+        if self._validate_args and not bool((self.probs > 0).all().item()):
+            raise InvalidArgumentError(
+                f"Geometric: expected parameter probs to be positive, got {self.probs}"
+            )
+
+    def _expand_args(self) -> dict[str, Any]:
+        return {self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def mean(self) -> Any:
+        return self.probs.reciprocal() - 1
+
+    @property
+    def mode(self) -> Any:
+        return self.probs * 0
+
+    @property
+    def variance(self) -> Any:
+        return (self.probs.reciprocal() - 1) / self.probs
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        shape = self._extended_shape(sample_shape)
+        with no_grad():
+            u = rand(shape, dtype=self.probs.dtype, device=self.probs.device).clamp(
+                min=tiny(self.probs)
+            )
+            return (u.log() / (-self.probs).log1p()).floor()
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.probs)
+        self._validate_sample(value)
+        value, probs = broadcast_all(value, self.probs)
+        probs = where(probs.eq(1) & value.eq(0), probs * 0, probs)
+        return value * (-probs).log1p() + self.probs.log()
+
+    def entropy(self) -> Any:
+        logits, probs = self.logits, self.probs
+        bce = logits.clamp(min=0) - logits * probs + (-logits.abs()).exp().log1p()
+        return bce / probs
+
+
+class OneHotCategorical(Distribution):
+    """:class:`Categorical` with its outcomes as one-hot vectors (event shape ``(K,)``)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.simplex,
+        "logits": constraints.independent(constraints.real, 1),
+    }
+    support = constraints.one_hot
+    has_enumerate_support = True
+
+    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None):
+        self._categorical = Categorical(probs, logits, validate_args=validate_args)
+        k = self._categorical.param_shape[-1]
+        super().__init__(self._categorical.batch_shape, (k,), validate_args=validate_args)
+
+    def _expand_args(self) -> dict[str, Any]:
+        name = self._categorical._param_name
+        return {name: getattr(self._categorical, name)}
+
+    @property
+    def probs(self) -> Any:
+        return self._categorical.probs
+
+    @property
+    def logits(self) -> Any:
+        return self._categorical.logits
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return self._categorical.param_shape
+
+    @property
+    def mean(self) -> Any:
+        return self.probs
+
+    @property
+    def mode(self) -> Any:
+        return _one_hot(self.probs.argmax(-1), self.event_shape[0], self.probs.dtype)
+
+    @property
+    def variance(self) -> Any:
+        return self.probs * (1 - self.probs)
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        indices = self._categorical.sample(sample_shape)
+        return _one_hot(indices, self.event_shape[0], self.probs.dtype)
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.probs)
+        self._validate_sample(value)
+        return self._categorical.log_prob(value.argmax(-1))
+
+    def entropy(self) -> Any:
+        return self._categorical.entropy()
+
+    def enumerate_support(self, expand: bool = True) -> Any:
+        from ..tensor import eye
+
+        k = self.event_shape[0]
+        values = eye(k, dtype=self.probs.dtype, device=self.probs.device)
+        values = values.reshape((k,) + (1,) * len(self.batch_shape) + (k,))
+        return values.expand((k,) + self.batch_shape + (k,)) if expand else values
+
+
+def _one_hot(indices: Any, k: int, dtype: Any) -> Any:
+    from ..tensor import arange
+
+    return indices.unsqueeze(-1).eq(arange(k, device=indices.device)).cast(dtype)

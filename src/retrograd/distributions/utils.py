@@ -1,0 +1,66 @@
+"""Helpers the distributions share: parameters broadcast to one shape and dtype, and the
+clamp that keeps probabilities off 0 and 1 (torch's ``distributions.utils``)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..tensor import tensor
+from ..tensor.dtypes import finfo
+
+__all__ = ["broadcast_all", "clamp_probs", "logits_to_probs", "probs_to_logits", "tiny"]
+
+
+def broadcast_all(*values: Any) -> tuple[Any, ...]:
+    """Tensors and numbers broadcast to one shape; numbers take the tensors' float dtype
+    (float32 when all are numbers, torch's default dtype)."""
+    tensors = [v for v in values if hasattr(v, "shape")]
+    floats = [t for t in tensors if t.is_float()]
+    dtype = floats[0].dtype if floats else "float32"
+    device = tensors[0].device if tensors else None
+    lifted = []
+    for v in values:
+        if isinstance(v, numbers.Number):
+            v = tensor(float(v), dtype=dtype, device=device)
+        elif not hasattr(v, "shape"):
+            v = tensor(v, dtype=dtype, device=device)
+        elif not v.is_float():
+            v = v.cast(dtype)
+        lifted.append(v)
+    shape = tuple(np.broadcast_shapes(*[tuple(v.shape) for v in lifted]))
+    return tuple(v if tuple(v.shape) == shape else v.expand(shape) for v in lifted)
+
+
+def as_value(value: Any, like: Any) -> Any:
+    """``value`` as a tensor of ``like``'s float dtype (numbers and lists lifted)."""
+    if hasattr(value, "shape"):
+        return value
+    return tensor(value, dtype=like.dtype, device=like.device)
+
+
+def tiny(t: Any) -> float:
+    return finfo(t.dtype).tiny
+
+
+def eps(t: Any) -> float:
+    return finfo(t.dtype).eps
+
+
+def clamp_probs(probs: Any) -> Any:
+    """``probs`` clamped into ``[eps, 1 - eps]``."""
+    e = eps(probs)
+    return probs.clamp(e, 1 - e)
+
+
+def probs_to_logits(probs: Any, is_binary: bool = False) -> Any:
+    clamped = clamp_probs(probs)
+    if is_binary:
+        return clamped.log() - (-clamped).log1p()
+    return clamped.log()
+
+
+def logits_to_probs(logits: Any, is_binary: bool = False) -> Any:
+    return logits.sigmoid() if is_binary else logits.softmax(-1)
