@@ -515,3 +515,52 @@ def test_function_forms_exist_for_the_new_methods():
         assert callable(getattr(rg, name)) and hasattr(rg.Tensor, name)
     zero = rg.tensor(0.0, dtype="float64")
     assert rg.logaddexp(zero, zero).item() == math.log(2.0)
+
+
+def test_linalg_det_slogdet_and_matrix_power_match_torch():
+    a = _well_conditioned(2, 3, 3)
+    same_gradients(lambda lib, m: lib.linalg.det(m), [a])
+    same_gradients(lambda lib, m: lib.linalg.slogdet(m).logabsdet, [a])
+    same_gradients(lambda lib, m: lib.linalg.matrix_power(m, 4), [a])
+    with pytest.raises(rg.ShapeError, match="square"):
+        rg.linalg.det(rg.ones(2, 3))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_logcumsumexp_matches_torch(dim):
+    same_gradients(lambda lib, x: lib.logcumsumexp(x, dim), [_normal(5, 7) * 3])
+    wide = np.array([[-1000.0, 0.0, 1000.0, -np.inf, 5.0]])
+    same_values(lambda lib, x: x.logcumsumexp(1), [wide])
+
+
+def test_mode_matches_torch():
+    ints = np.array([[1, 2, 2, 3, 3, 1], [5, 5, 4, 4, 0, 0]])
+    same_values(lambda lib, x: lib.mode(x, 1), [ints])
+    same_values(lambda lib, x: x.mode(0, True), [ints])
+    floats = np.array([[2.0, 1.0, 2.0, 1.0, 7.0], [0.5, 0.5, 3.0, 3.0, 3.0]])
+    same_gradients(lambda lib, x: x.mode().values, [floats])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda lib, x, y: x.clone().lgamma_(),
+        lambda lib, x, y: x.clone().xlogy_(y.abs()),
+        lambda lib, x, y: x.clone().addmm_(x, y, beta=0.5),
+        lambda lib, x, y: x.clone().nan_to_num_(nan=1.0),
+        lambda lib, x, y: x.clone().fmod_(2.0),
+        lambda lib, x, y: x.clone().arctan2_(y),
+    ],
+)
+def test_in_place_forms_match_torch(fn):
+    same_values(fn, [_normal(3, 3), _normal(3, 3)])
+
+
+def test_in_place_forms_keep_the_dtype_as_torch():
+    ints = np.array([5, 12, 7])
+    same_values(lambda lib, x: x.clone().bitwise_and_(6), [ints])
+    same_values(lambda lib, x: x.clone().gcd_(lib.tensor([10, 8, 3])), [ints])
+    with pytest.raises(rg.DTypeError, match="lgamma_"):
+        rg.tensor(ints).lgamma_()
+    with pytest.raises(rg.AutodiffError, match="in-place"):
+        rg.tensor([1.0]).require_grad().lgamma_()

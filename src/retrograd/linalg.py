@@ -1,6 +1,7 @@
 """torch's ``torch.linalg`` names retrograd has: :func:`inv` and :func:`pinv`, differentiable
-(the inverse's ``-A^-T g A^-T``; torch's pseudo-inverse backward), batched over leading dims,
-on float tensors, on every backend.
+(the inverse's ``-A^-T g A^-T``; torch's pseudo-inverse backward), :func:`det`,
+:func:`slogdet` (the gradient of ``log |det A|`` is ``A^-T``) and :func:`matrix_power`,
+batched over leading dims, on float tensors, on every backend.
 
 >>> import retrograd as rg
 >>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()
@@ -17,7 +18,7 @@ from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor.creation import _no_out
 
-__all__ = ["inv", "pinv"]
+__all__ = ["det", "inv", "matrix_power", "pinv", "slogdet"]
 
 
 def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
@@ -70,6 +71,24 @@ def pinv(
     if rtol is None:
         rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
     return matrices._apply("pinv", (matrices,), (float(atol or 0.0), float(rtol)))
+
+
+def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
+    """The determinant of each square matrix of ``A`` (``A.det()``)."""
+    _no_out("linalg.det", out)
+    return _matrices("linalg.det", A).det()
+
+
+def slogdet(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
+    """``(sign, logabsdet)`` of each square matrix of ``A`` (``A.slogdet()``)."""
+    _no_out("linalg.slogdet", out)
+    return _matrices("linalg.slogdet", A).slogdet()
+
+
+def matrix_power(A: Tensor, n: int, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
+    """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``)."""
+    _no_out("linalg.matrix_power", out)
+    return _matrices("linalg.matrix_power", A).matrix_power(n)
 
 
 def _eps(dtype: str) -> float:

@@ -41,6 +41,7 @@ __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 NanmedianResult = namedtuple("nanmedian", ["values", "indices"])
 AminmaxResult = namedtuple("aminmax", ["min", "max"])
+ModeResult = namedtuple("mode", ["values", "indices"])
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
@@ -99,6 +100,44 @@ class SelectionMixin:
     ) -> Any:  # fmt: skip
         """:meth:`quantile` of the values that are not NaN."""
         return _quantile(self, "nanquantile", q, dim, keepdim, interpolation, ignore_nan=True)
+
+    def mode(self, dim: int = -1, keepdim: bool = False) -> Any:
+        """``(values, indices)`` of the most frequent value along ``dim`` (the smallest of
+        those equally frequent) and its last position, as torch's; the positions are found
+        on the host, the values gathered (the gradient reaches those positions)."""
+        x = self.reshape((1,)) if self.ndim == 0 else self
+        d = normalize_dim("mode", dim, x.ndim)
+        if x.shape[d] == 0:
+            raise ShapeError(f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty")
+        rows = np.moveaxis(x.numpy(), d, -1)
+        flat = rows.reshape(-1, rows.shape[-1])
+        positions = np.empty(flat.shape[0], np.int64)
+        for i, row in enumerate(flat):
+            values, counts = np.unique(row, return_counts=True)
+            chosen = values[np.argmax(counts)]  # the first (smallest) of the most frequent
+            positions[i] = np.flatnonzero((row == chosen) | (np.isnan(row) & np.isnan(chosen)))[-1]
+        index = self._host(np.moveaxis(positions.reshape(rows.shape[:-1] + (1,)), -1, d), "int64")
+        values = x.gather(d, index)
+        if not keepdim or self.ndim == 0:
+            values, index = values.squeeze_dim(d), index.squeeze_dim(d)
+        return ModeResult(values, index)
+
+    def logcumsumexp(self, dim: int) -> Any:
+        """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
+        :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
+        d = normalize_dim("logcumsumexp", dim, self.ndim)
+        out = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        if out.ndim == 0:
+            return out
+        n, shift = out.shape[d], 1
+        from .shape import cat
+
+        while shift < n:
+            head = out.narrow(d, 0, shift)
+            combined = out.narrow(d, shift, n - shift).logaddexp(out.narrow(d, 0, n - shift))
+            out = cat([head, combined], d)
+            shift *= 2
+        return out
 
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """The mean of the values that are not NaN (float tensors)."""
