@@ -564,3 +564,60 @@ def test_in_place_forms_keep_the_dtype_as_torch():
         rg.tensor(ints).lgamma_()
     with pytest.raises(rg.AutodiffError, match="in-place"):
         rg.tensor([1.0]).require_grad().lgamma_()
+
+
+SOLVE = {
+    "matrix": ((3, 3), (3, 2), {}),
+    "vector": ((3, 3), (3,), {}),
+    "batch broadcast": ((2, 3, 3), (3, 4), {}),
+    "batched vectors": ((2, 3, 3), (2, 3), {}),
+    "right": ((3, 3), (2, 3), {"left": False}),
+}
+
+
+@pytest.mark.parametrize("case", list(SOLVE))
+def test_linalg_solve_matches_torch(case):
+    a_shape, b_shape, kwargs = SOLVE[case]
+    same_gradients(
+        lambda lib, a, b: lib.linalg.solve(a, b, **kwargs),
+        [_well_conditioned(*a_shape), _normal(*b_shape)],
+    )
+
+
+def test_linalg_solve_matches_finite_differences_and_refuses_singular_matrices():
+    check_finite_differences(
+        lambda a, b: rg.linalg.solve(a, b), [_well_conditioned(3, 3), _normal(3, 2)]
+    )
+    with pytest.raises(rg.InvalidArgumentError, match="singular"):
+        rg.linalg.solve(rg.zeros(2, 2, dtype="float64"), rg.ones(2, dtype="float64"))
+
+
+def test_methods_torch_removed_raise_as_there():
+    a = rg.eye(2)
+    for name in ("solve", "lstsq", "eig", "symeig"):
+        with pytest.raises(RuntimeError, match="removed"):
+            getattr(torch.eye(2), name)(*([torch.eye(2)] if name in ("solve", "lstsq") else []))
+        with pytest.raises(rg.InvalidArgumentError, match="removed"):
+            getattr(a, name)(a)
+
+
+def _positive_definite(*shape: int) -> np.ndarray:
+    a = _normal(*shape)
+    return a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")  # the oracle's torch.cholesky
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
+def test_cholesky_matches_torch(shape):
+    a = _positive_definite(*shape)
+    same_gradients(lambda lib, m: lib.linalg.cholesky(m), [a])
+    same_gradients(lambda lib, m: m.cholesky(upper=True), [a])
+    same_gradients(lambda lib, m: lib.cholesky(m), [a])
+
+
+def test_cholesky_matches_finite_differences_through_a_symmetric_input_and_refuses_indefinite():
+    check_finite_differences(
+        lambda a: (a @ a.mT + rg.eye(3, dtype="float64") * 3.0).cholesky(), [_normal(3, 3)]
+    )
+    with pytest.raises(rg.InvalidArgumentError, match="positive-definite"):
+        rg.linalg.cholesky(rg.tensor([[1.0, 2.0], [2.0, 1.0]]))

@@ -365,6 +365,19 @@ def _i1_slope(B, x, out):
     return B.mask_fill(slope, zero, 0.5)
 
 
+def _cholesky_vjp(B, g, out):
+    """torch's ``cholesky_backward``: with ``M = tril(L^T g)``, the gradient is
+    ``L^-T (M + tril(M, -1)^T) / 2 L^-1`` (symmetric)."""
+    n = B.shape(out)[-1]
+    positions = B.arange(0, n, 1, "int64", B.device(out))
+    rows, cols = B.reshape(positions, (n, 1)), B.reshape(positions, (1, n))
+    m = B.mask_fill(B.matmul(B.swap_dims(out, -1, -2), g), B.lower(rows, cols), 0.0)
+    strict = B.mask_fill(m, B.lower_equal(rows, cols), 0.0)
+    middle = B.mul_scalar(B.add(m, B.swap_dims(strict, -1, -2)), 0.5)
+    inverse = B.inverse(out)
+    return B.matmul(B.matmul(B.swap_dims(inverse, -1, -2), middle), inverse)
+
+
 def _slogdet_vjp(B, g, x):
     """``d log|det A| = tr(A^-1 dA)``: the gradient is ``g A^-T``, per matrix."""
     return B.mul(B.reshape(g, B.shape(g) + (1, 1)), B.swap_dims(B.inverse(x), -1, -2))
@@ -660,6 +673,16 @@ def _pinv_vjp(B, g, x, out, atol, rtol):
 unary("inverse", _inverse_vjp, memory_bound=False)
 unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
 reduction("slogdet", _slogdet_vjp, aux=True)
+unary("cholesky", _cholesky_vjp, memory_bound=False)
+binary(
+    "solve",
+    lambda B, g, x, out: B.neg(
+        B.matmul(B.solve(B.swap_dims(x, -1, -2), g), B.swap_dims(out, -1, -2))
+    ),
+    lambda B, g, x: B.solve(B.swap_dims(x, -1, -2), g),
+    memory_bound=False,
+    broadcast=False,
+)
 reduction(
     "softmax",
     lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),

@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.special
 
+from .protocol import singular_matrix
+from .protocol_math import not_positive_definite
+
 __all__ = ["NumpyMathKernels"]
 
 
@@ -54,6 +57,18 @@ class NumpyMathKernels:
 
     def bitwise_right_shift(self, x, y):
         return np.right_shift(x, np.clip(y, 0, 63))
+
+    def cholesky(self, x):
+        try:
+            return np.linalg.cholesky(x)
+        except np.linalg.LinAlgError:
+            raise not_positive_definite(x.shape) from None
+
+    def solve(self, a, b):
+        try:
+            return np.linalg.solve(a, b)
+        except np.linalg.LinAlgError:
+            raise singular_matrix("solve", a.shape) from None
 
     def slogdet(self, x):
         sign, logabsdet = np.linalg.slogdet(x)

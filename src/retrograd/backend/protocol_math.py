@@ -1,7 +1,8 @@
 """The special functions, integer bit operations and the remaining elementwise kernels of the
 backend protocol: the log-gamma family (``lgamma``, ``digamma``, ``polygamma``), the modified
 Bessel functions ``i0``/``i1``, ``erfc``, C's ``fmod`` and ``nextafter``, ``gcd``/``lcm``, the
-bitwise operations of integer and bool tensors, ``signbit``, and ``slogdet``.
+bitwise operations of integer and bool tensors, ``signbit``, ``cholesky``, ``solve`` and
+``slogdet``.
 
 Each is one library call on every backend (SciPy's special functions and NumPy's ufuncs;
 torch's operators), exact where a composition of the other primitives would not be (``1 -
@@ -10,9 +11,19 @@ erf(x)`` loses every digit of ``erfc`` for large ``x``; ``fmod`` from ``remainde
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MathProtocol"]
+from ..errors import InvalidArgumentError, shape_text
+
+__all__ = ["MathProtocol", "not_positive_definite"]
+
+
+def not_positive_definite(shape: Sequence[int]) -> InvalidArgumentError:
+    """The error for a matrix with no Cholesky factor (torch raises its ``LinAlgError``)."""
+    return InvalidArgumentError(
+        f"cholesky: the input matrix of shape {shape_text(shape)} is not positive-definite"
+    )
 
 
 class MathProtocol:
@@ -82,6 +93,17 @@ class MathProtocol:
 
     def signbit(self, x: Any) -> Any:
         """Whether the sign bit is set (bool; true for ``-0.0``)."""
+        raise NotImplementedError
+
+    def cholesky(self, x: Any) -> Any:
+        """The lower Cholesky factor ``L`` (``L @ L^T = x``) of each symmetric positive-definite
+        matrix of ``x``; another raises ``rg.InvalidArgumentError``."""
+        raise NotImplementedError
+
+    def solve(self, a: Any, b: Any) -> Any:
+        """``X`` with ``a @ X = b`` for each square ``a`` ``[..., n, n]`` and ``b``
+        ``[..., n, k]`` (one batch shape); a singular ``a`` raises
+        ``rg.InvalidArgumentError``."""
         raise NotImplementedError
 
     def slogdet(self, x: Any) -> tuple[Any, Any]:

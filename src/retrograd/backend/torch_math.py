@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from .protocol import singular_matrix
+from .protocol_math import not_positive_definite
+
 __all__ = ["TorchMathKernels"]
 
 
@@ -29,6 +32,18 @@ class TorchMathKernels:
 
     def polygamma(self, x, n):
         return torch.polygamma(n, x)
+
+    def cholesky(self, x):
+        out, info = torch.linalg.cholesky_ex(x)
+        if x.device.type == "cpu" and bool(info.any()):
+            raise not_positive_definite(tuple(x.shape))
+        return out
+
+    def solve(self, a, b):
+        out, info = torch.linalg.solve_ex(a, b)
+        if a.device.type == "cpu" and bool(info.any()):
+            raise singular_matrix("solve", tuple(a.shape))
+        return out
 
     def slogdet(self, x):
         sign, logabsdet = torch.linalg.slogdet(x)

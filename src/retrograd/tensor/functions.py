@@ -190,6 +190,7 @@ _METHODS.update(
             "bitwise_or",
             "bitwise_right_shift",
             "bitwise_xor",
+            "cholesky",
             "copysign",
             "corrcoef",
             "cov",

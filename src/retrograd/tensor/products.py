@@ -32,6 +32,19 @@ __all__ = ["ProductsMixin", "SlogdetResult"]
 SlogdetResult = namedtuple("slogdet", ["sign", "logabsdet"])
 
 
+def _removed(name: str, replacement: str) -> Callable[..., Any]:
+    """torch's methods removed since torch 1.9 (``Tensor.solve``...): the same error."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgumentError(
+            f"{name}: removed from torch since 1.9 (calling it raises there too); use {replacement}"
+        )
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Removed in torch (an error there and here); use {replacement}."
+    return method
+
+
 class ProductsMixin:
     """Fused products and matrix functions; needs ``_apply`` (see the module docstring)."""
 
@@ -116,6 +129,18 @@ class ProductsMixin:
             if n:
                 base = base.matmul(base)
         return result
+
+    # torch's methods removed since 1.9: the same error, naming what to use
+    solve = _removed("solve", "rg.linalg.solve(A, B)")
+    lstsq = _removed("lstsq", "rg.linalg.pinv(A) @ B")
+    eig = _removed("eig", "torch.linalg.eig (complex results: not in retrograd)")
+    symeig = _removed("symeig", "torch.linalg.eigh (not in retrograd)")
+
+    def cholesky(self, upper: bool = False) -> Any:
+        """The Cholesky factor of each symmetric positive-definite matrix: lower (``L @ L^T``)
+        or, with ``upper``, its transpose; the gradient is torch's."""
+        lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
+        return lower.transpose(-2, -1) if upper else lower
 
     def slogdet(self) -> Any:
         """``(sign, logabsdet)`` of each square matrix; the gradient flows through
