@@ -358,6 +358,31 @@ def _repeat_dim_vjp(B, g, x_shape, dim, times):
     return B.reshape(B.sum_dim(B.reshape(g, split), (dim,)), x_shape)
 
 
+def _i1_slope(B, x, out):
+    """``i1'(x) = i0(x) - i1(x) / x``, which is 1/2 at 0."""
+    zero = B.equal_elem(x, 0.0)
+    slope = B.sub(B.i0(x), B.div(out, B.mask_fill(x, zero, 1.0)))
+    return B.mask_fill(slope, zero, 0.5)
+
+
+def _cholesky_vjp(B, g, out):
+    """torch's ``cholesky_backward``: with ``M = tril(L^T g)``, the gradient is
+    ``L^-T (M + tril(M, -1)^T) / 2 L^-1`` (symmetric)."""
+    n = B.shape(out)[-1]
+    positions = B.arange(0, n, 1, "int64", B.device(out))
+    rows, cols = B.reshape(positions, (n, 1)), B.reshape(positions, (1, n))
+    m = B.mask_fill(B.matmul(B.swap_dims(out, -1, -2), g), B.lower(rows, cols), 0.0)
+    strict = B.mask_fill(m, B.lower_equal(rows, cols), 0.0)
+    middle = B.mul_scalar(B.add(m, B.swap_dims(strict, -1, -2)), 0.5)
+    inverse = B.inverse(out)
+    return B.matmul(B.matmul(B.swap_dims(inverse, -1, -2), middle), inverse)
+
+
+def _slogdet_vjp(B, g, x):
+    """``d log|det A| = tr(A^-1 dA)``: the gradient is ``g A^-T``, per matrix."""
+    return B.mul(B.reshape(g, B.shape(g) + (1, 1)), B.swap_dims(B.inverse(x), -1, -2))
+
+
 def _matmul_x_vjp(B, g, y):
     return B.matmul(g, B.swap_dims(y, -1, -2))
 
@@ -377,6 +402,11 @@ binary(
     "atan2",
     lambda B, g, x, y: B.div(B.mul(g, y), B.add(B.square(x), B.square(y))),
     lambda B, g, x, y: B.neg(B.div(B.mul(g, x), B.add(B.square(x), B.square(y)))),
+)
+binary(
+    "fmod",
+    lambda B, g: g,
+    lambda B, g, x, y: B.neg(B.mul(g, B.trunc(B.div(x, y)))),
 )
 binary(
     "hypot",
@@ -419,6 +449,12 @@ unary("asinh", lambda B, g, x: B.div(g, B.sqrt(B.add_scalar(B.square(x), 1.0))))
 unary("acosh", lambda B, g, x: B.div(g, B.sqrt(B.sub_scalar(B.square(x), 1.0))))
 unary("atanh", lambda B, g, x: B.div(g, B.rsub_scalar(B.square(x), 1.0)))
 unary("erf", lambda B, g, x: B.mul(g, B.mul_scalar(B.exp(B.neg(B.square(x))), _TWO_OVER_SQRT_PI)))
+unary("erfc", lambda B, g, x: B.mul(g, B.mul_scalar(B.exp(B.neg(B.square(x))), -_TWO_OVER_SQRT_PI)))
+unary("lgamma", lambda B, g, x: B.mul(g, B.digamma(x)))
+unary("digamma", lambda B, g, x: B.mul(g, B.polygamma(x, 1)))
+unary("polygamma", lambda B, g, x, n: B.mul(g, B.polygamma(x, n + 1)), ("n",))
+unary("i0", lambda B, g, x: B.mul(g, B.i1(x)))
+unary("i1", lambda B, g, x, out: B.mul(g, _i1_slope(B, x, out)))
 for _name in ("sign", "round", "floor", "ceil", "trunc"):
     unary(_name, _zeros_like_rule)
 unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0))))
@@ -636,6 +672,17 @@ def _pinv_vjp(B, g, x, out, atol, rtol):
 
 unary("inverse", _inverse_vjp, memory_bound=False)
 unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
+reduction("slogdet", _slogdet_vjp, aux=True)
+unary("cholesky", _cholesky_vjp, memory_bound=False)
+binary(
+    "solve",
+    lambda B, g, x, out: B.neg(
+        B.matmul(B.solve(B.swap_dims(x, -1, -2), g), B.swap_dims(out, -1, -2))
+    ),
+    lambda B, g, x: B.solve(B.swap_dims(x, -1, -2), g),
+    memory_bound=False,
+    broadcast=False,
+)
 reduction(
     "softmax",
     lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
@@ -653,6 +700,14 @@ for _name in (
     "lower_equal",
     "logical_and",
     "logical_or",
+    "nextafter",
+    "gcd",
+    "lcm",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
 ):
     untracked(_name, ("x", "y"))
 for _name in (
@@ -664,7 +719,7 @@ for _name in (
     "lower_equal_elem",
 ):
     untracked(_name, params=("s",))
-for _name in ("is_nan", "is_inf", "logical_not"):
+for _name in ("is_nan", "is_inf", "logical_not", "bitwise_not", "signbit"):
     untracked(_name)
 
 

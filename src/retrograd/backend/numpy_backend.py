@@ -10,6 +10,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from . import special
+from .numpy_math import NumpyMathKernels
 from .numpy_nn import NumpyNNKernels
 from .numpy_optim import NumpyOptimizerKernels
 from .numpy_rnn import NumpyRecurrentKernels
@@ -145,7 +146,12 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
 
 
 class NumpyBackend(
-    NumpyNNKernels, NumpyTransformerKernels, NumpyRecurrentKernels, NumpyOptimizerKernels, Backend
+    NumpyMathKernels,
+    NumpyNNKernels,
+    NumpyTransformerKernels,
+    NumpyRecurrentKernels,
+    NumpyOptimizerKernels,
+    Backend,
 ):
     """CPU tensors as NumPy arrays; the embedded default inner backend.
 

@@ -24,8 +24,9 @@ Conventions, so that implementations stay small:
   only buffers nothing else references.
 
 The neural-network kernels (convolution, batch norm, pooling, interpolation), the recurrent
-layers' and the losses' are declared in :mod:`.protocol_nn`, :mod:`.protocol_rnn` and
-:mod:`.protocol_loss`, base classes of :class:`Backend`; they are part of the protocol alike.
+layers', the losses' and the special functions' are declared in :mod:`.protocol_nn`,
+:mod:`.protocol_rnn`, :mod:`.protocol_loss` and :mod:`.protocol_math`, base classes of
+:class:`Backend`; they are part of the protocol alike.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 from ..device import CPU0
 from ..errors import InvalidArgumentError, shape_text
 from .protocol_loss import LossProtocol
+from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
 from .protocol_rnn import RecurrentProtocol
 
@@ -64,7 +66,7 @@ def singular_matrix(op: str, shape: Sequence[int]) -> InvalidArgumentError:
     )
 
 
-class Backend(NNProtocol, RecurrentProtocol, LossProtocol):
+class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
     """Abstract base of all backends; the method list, with its bases' (the neural-network,
     recurrent and loss kernels), *is* the protocol.
 

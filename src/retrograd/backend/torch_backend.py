@@ -38,6 +38,7 @@ from ..device import Device
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend, singular_matrix
+from .torch_math import TorchMathKernels
 from .torch_nn import TorchNNKernels
 from .torch_optim import TorchOptimizerKernels
 from .torch_rnn import TorchRecurrentKernels
@@ -123,7 +124,9 @@ _SHAPE_WORDS = (
 )
 
 
-class TorchBackend(TorchNNKernels, TorchRecurrentKernels, TorchOptimizerKernels, Backend):
+class TorchBackend(
+    TorchMathKernels, TorchNNKernels, TorchRecurrentKernels, TorchOptimizerKernels, Backend
+):
     """Tensors as torch tensors on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
 
     >>> b = TorchBackend("cpu")

@@ -45,14 +45,27 @@ from .indexing import IndexingMixin
 from .inplace import InplaceMixin
 from .layouts import check_memory_format, strided
 from .printing import array2string_options
+from .products import ProductsMixin
 from .reduce import ReduceMixin
+from .selection import SelectionMixin
 from .shape import ShapeMixin
+from .special import SpecialMixin
 from .views import link, unlink
 
 __all__ = ["Tensor"]
 
 
-class Tensor(ElementwiseMixin, ReduceMixin, ShapeMixin, IndexingMixin, InplaceMixin, TensorBase):
+class Tensor(
+    ElementwiseMixin,
+    SpecialMixin,
+    ReduceMixin,
+    ProductsMixin,
+    SelectionMixin,
+    ShapeMixin,
+    IndexingMixin,
+    InplaceMixin,
+    TensorBase,
+):
     """An n-dimensional array on a backend; differentiable on the autodiff backend.
 
     >>> import retrograd as rg

@@ -21,6 +21,7 @@ from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
 from .core import Tensor
 from .dtypes import canonical_dtype
+from .selection import multinomial
 from .shape import shape_arg
 
 __all__ = [
@@ -480,64 +481,6 @@ def _no_out(op: str, out: Any) -> None:
         raise InvalidArgumentError(
             f"{op}: out= is not supported (tensors are values here); assign the result"
         )
-
-
-def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
-    """int64 indices drawn from the categories of each row of ``probs`` (1-d, or 2-d with one
-    distribution per row; weights need not sum to one), as ``torch.multinomial``.
-
-    Draws come from the backend's seeded generator (:func:`seed`), on the backend: with
-    ``replacement``, by inverting each row's cumulative distribution at uniform draws;
-    without, by the Gumbel top-k trick (the ``num_samples`` largest of ``log p - log(-log u)``),
-    which draws exactly as sampling one at a time without replacement does. Nothing is read on
-    the host, so the values of ``probs`` are not checked (torch refuses negative or all-zero
-    rows; here such rows give unspecified indices).
-
-    >>> import retrograd as rg
-    >>> rg.seed(0)
-    >>> rg.multinomial(rg.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
-    [1, 1]
-    """
-    if not isinstance(probs, Tensor):
-        raise DTypeError(f"multinomial: probs must be a tensor, got {type(probs).__name__}")
-    if probs.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"multinomial: probs must be a float tensor, got {probs.dtype}")
-    if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
-        raise ShapeError(
-            f"multinomial: probs must be 1-d or 2-d with at least one category, got shape "
-            f"{shape_text(probs.shape)}"
-        )
-    if not isinstance(num_samples, numbers.Integral) or num_samples < 1:
-        raise InvalidArgumentError(
-            f"multinomial: num_samples must be a positive int, got {num_samples!r}"
-        )
-    categories = probs.shape[-1]
-    if not replacement and num_samples > categories:
-        raise InvalidArgumentError(
-            f"multinomial: cannot draw {num_samples} samples without replacement from "
-            f"{categories} categories (shape {shape_text(probs.shape)})"
-        )
-    p = probs.detach()  # a float tensor (checked above), in its own precision
-    rows = p if p.ndim == 2 else p.unsqueeze_dim(0)
-    count = rows.shape[0]
-    backend, device = p.backend, p.device
-    if replacement:
-        cdf = rows.cumsum(1)
-        total = cdf.narrow(1, categories - 1, 1)  # [rows, 1]
-        draws = random((count, int(num_samples)), "uniform", p.dtype, backend, device) * total
-        # The index is how many cumulative weights lie at or below the draw (zero-weight
-        # categories are never chosen: their cumulative weight equals the one before).
-        below = cdf.unsqueeze_dim(1) <= draws.unsqueeze_dim(2)  # [rows, samples, categories]
-        out = below.int().sum_dim(2).squeeze_dim(2).clamp_max(categories - 1)
-    else:
-        uniform = random((count, categories), "uniform", p.dtype, backend, device)
-        # u in [0, 1): clamp away from 0 and 1 so both logs stay finite.
-        gumbel = -(-(uniform.clamp(1e-20, 1.0 - 1e-7)).log()).log()
-        # Zero-weight categories get key -inf (last, never drawn while others remain); the
-        # clamp only keeps log from warning about the zeros the fill replaces.
-        keys = (rows.clamp_min(1e-30).log() + gumbel).mask_fill(rows <= 0.0, -math.inf)
-        out = keys.topk_with_indices(int(num_samples), 1)[1]
-    return out if probs.ndim == 2 else out.squeeze_dim(0)
 
 
 def _leading_shape(

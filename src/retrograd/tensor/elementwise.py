@@ -370,17 +370,23 @@ class ElementwiseMixin:
 
     def __invert__(self):
         if self.dtype != "bool":
-            raise DTypeError(f"~: only bool tensors can be inverted, this one is {self.dtype}")
+            return self.bitwise_not()  # int64 (floats refused there)
         return self._apply("logical_not", (self,))
 
+    # bool operands are logical, int64 ones bitwise (SpecialMixin), as torch's operators
     def __and__(self, other):
-        return self.logical_and(other)
+        return self.logical_and(other) if self._bools(other) else self.bitwise_and(other)
 
     def __or__(self, other):
-        return self.logical_or(other)
+        return self.logical_or(other) if self._bools(other) else self.bitwise_or(other)
 
     def __xor__(self, other):
-        return self.logical_xor(other)
+        return self.logical_xor(other) if self._bools(other) else self.bitwise_xor(other)
+
+    def _bools(self, other: Any) -> bool:
+        return self.dtype == "bool" and (
+            isinstance(other, bool) or getattr(other, "dtype", None) == "bool"
+        )
 
     __rand__ = __and__
     __ror__ = __or__

@@ -170,8 +170,98 @@ _METHODS = {
 }
 _METHODS.update({"arccos": "acos", "arcsin": "asin", "arctan": "atan", "fix": "trunc"})
 _METHODS.update({"arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh"})
-_METHODS.update({"bitwise_and": "logical_and", "bitwise_or": "logical_or"})
-_METHODS.update({"bitwise_not": "logical_not", "bitwise_xor": "logical_xor"})
+#: the methods of the special, products and selection mixins, under the same names
+_METHODS.update(
+    {
+        name: name
+        for name in [
+            "absolute",
+            "addbmm",
+            "addmm",
+            "addmv",
+            "addr",
+            "aminmax",
+            "arctan2",
+            "baddbmm",
+            "bincount",
+            "bitwise_and",
+            "bitwise_left_shift",
+            "bitwise_not",
+            "bitwise_or",
+            "bitwise_right_shift",
+            "bitwise_xor",
+            "cholesky",
+            "copysign",
+            "corrcoef",
+            "cov",
+            "deg2rad",
+            "det",
+            "diag_embed",
+            "diagflat",
+            "digamma",
+            "dist",
+            "dsplit",
+            "erfc",
+            "fmax",
+            "fmin",
+            "frac",
+            "gcd",
+            "heaviside",
+            "histc",
+            "hsplit",
+            "i0",
+            "index_put",
+            "inverse",
+            "is_complex",
+            "is_nonzero",
+            "is_same_size",
+            "is_signed",
+            "isneginf",
+            "isposinf",
+            "isreal",
+            "kron",
+            "kthvalue",
+            "lcm",
+            "ldexp",
+            "lgamma",
+            "logaddexp",
+            "logaddexp2",
+            "logcumsumexp",
+            "logdet",
+            "mode",
+            "logit",
+            "matrix_power",
+            "msort",
+            "mvlgamma",
+            "nan_to_num",
+            "nanmean",
+            "nanmedian",
+            "nanquantile",
+            "narrow_copy",
+            "nextafter",
+            "pinverse",
+            "positive",
+            "quantile",
+            "rad2deg",
+            "renorm",
+            "rot90",
+            "scatter_reduce",
+            "select_scatter",
+            "sgn",
+            "signbit",
+            "sinc",
+            "slice_scatter",
+            "slogdet",
+            "split_with_sizes",
+            "take_along_dim",
+            "unique_consecutive",
+            "vdot",
+            "vsplit",
+            "xlogy",
+            "bernoulli",
+        ]
+    }
+)
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:
@@ -219,6 +309,11 @@ def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     base = input.double() if isinstance(input, TensorBase) else float(input)
     power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
     return pow(base, power)
+
+
+def polygamma(n: int, input: Any) -> Any:  # noqa: A002 (torch's name)
+    """``torch.polygamma(n, input)``: ``input.polygamma(n)`` (the order comes first)."""
+    return lift_input("polygamma", input).polygamma(n)
 
 
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
@@ -467,6 +562,7 @@ __all__ = sorted(
         "meshgrid",
         "min",
         "numel",
+        "polygamma",
         "pow",
         "std_mean",
         "sum",

@@ -485,3 +485,33 @@ def _random(
         drawn = generator.draws(t.shape, distribution, dtype)
         return untracked(from_host(type(t), drawn, dtype, backend, t._device))
     return wrap(t, backend.random(t.shape, distribution, dtype, t._device))
+
+
+#: torch's in-place forms of methods whose arguments they share: ``x.<name>_(...)`` is
+#: ``x.<name>(...)`` written into ``x`` through :meth:`InplaceMixin._update` (the dtype kept;
+#: a result that does not cast to it, a float into an int tensor, is refused as in torch).
+SAME_ARGUMENTS = (
+    "absolute", "acos", "acosh", "addbmm", "addmm", "addmv", "addr", "arccos", "arccosh",
+    "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin", "asinh", "atan", "atan2",
+    "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
+    "bitwise_right_shift", "bitwise_xor", "copysign", "cosh", "deg2rad", "digamma", "erf",
+    "erfc", "exp2", "expm1", "fix", "fmod", "frac", "gcd", "heaviside", "hypot", "i0",
+    "index_put", "lcm", "ldexp", "lgamma", "log10", "log1p", "log2", "logit", "mvlgamma",
+    "nan_to_num", "negative", "nextafter", "polygamma", "rad2deg", "renorm", "scatter_reduce",
+    "sgn", "sinc", "sinh", "tan", "xlogy",
+)  # fmt: skip
+
+
+def _in_place(name: str) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._update(f"{name}_", lambda t: getattr(t, name)(*args, **kwargs))
+
+    method.__name__ = method.__qualname__ = f"{name}_"
+    method.__doc__ = f"``{name}`` in place (torch's ``{name}_``); returns ``self``."
+    return method
+
+
+for _name in SAME_ARGUMENTS:
+    if not hasattr(InplaceMixin, f"{_name}_"):
+        setattr(InplaceMixin, f"{_name}_", _in_place(_name))
+del _name

@@ -1,0 +1,50 @@
+"""The torch backend's kernels of :mod:`.protocol_math`: torch's own operators."""
+
+from __future__ import annotations
+
+import torch
+
+from .protocol import singular_matrix
+from .protocol_math import not_positive_definite
+
+__all__ = ["TorchMathKernels"]
+
+
+class TorchMathKernels:
+    """The special functions and bit operations on torch tensors."""
+
+    lgamma = staticmethod(torch.lgamma)
+    digamma = staticmethod(torch.digamma)
+    i0 = staticmethod(torch.i0)
+    i1 = staticmethod(torch.special.i1)
+    erfc = staticmethod(torch.erfc)
+    fmod = staticmethod(torch.fmod)
+    nextafter = staticmethod(torch.nextafter)
+    gcd = staticmethod(torch.gcd)
+    lcm = staticmethod(torch.lcm)
+    bitwise_and = staticmethod(torch.bitwise_and)
+    bitwise_or = staticmethod(torch.bitwise_or)
+    bitwise_xor = staticmethod(torch.bitwise_xor)
+    bitwise_not = staticmethod(torch.bitwise_not)
+    bitwise_left_shift = staticmethod(torch.bitwise_left_shift)
+    bitwise_right_shift = staticmethod(torch.bitwise_right_shift)
+    signbit = staticmethod(torch.signbit)
+
+    def polygamma(self, x, n):
+        return torch.polygamma(n, x)
+
+    def cholesky(self, x):
+        out, info = torch.linalg.cholesky_ex(x)
+        if x.device.type == "cpu" and bool(info.any()):
+            raise not_positive_definite(tuple(x.shape))
+        return out
+
+    def solve(self, a, b):
+        out, info = torch.linalg.solve_ex(a, b)
+        if a.device.type == "cpu" and bool(info.any()):
+            raise singular_matrix("solve", tuple(a.shape))
+        return out
+
+    def slogdet(self, x):
+        sign, logabsdet = torch.linalg.slogdet(x)
+        return logabsdet, sign

@@ -1,0 +1,193 @@
+"""torch's fused products and matrix functions as tensor methods: ``addmm``, ``baddbmm``,
+``addbmm``, ``addmv``, ``addr``, ``kron``, ``vdot``, and ``inverse``, ``pinverse``,
+``matrix_power``, ``det``, ``logdet``, ``slogdet``.
+
+:class:`ProductsMixin` needs one primitive from the class it is mixed into: ``_apply(op,
+inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), for the ``inverse``,
+``pinv`` and ``slogdet`` kernels; the rest compose the matrix product and elementwise ops of
+the other mixins, so their gradients are the parts'. ``beta * input + alpha * (a @ b)`` is
+computed as torch defines it: ``beta = 0`` ignores ``input`` (its NaNs do not propagate), and
+for integer tensors ``alpha`` and ``beta`` must be integers.
+
+>>> import retrograd as rg
+>>> rg.ones(2, 2).addmm(rg.eye(2), rg.full((2, 2), 3.0), alpha=2).tolist()
+[[7.0, 7.0], [7.0, 7.0]]
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import FLOAT_DTYPES, lift, wrap
+from .compositions import scaled
+
+__all__ = ["ProductsMixin", "SlogdetResult"]
+
+#: torch's ``torch.return_types.slogdet``
+SlogdetResult = namedtuple("slogdet", ["sign", "logabsdet"])
+
+
+def _removed(name: str, replacement: str) -> Callable[..., Any]:
+    """torch's methods removed since torch 1.9 (``Tensor.solve``...): the same error."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgumentError(
+            f"{name}: removed from torch since 1.9 (calling it raises there too); use {replacement}"
+        )
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Removed in torch (an error there and here); use {replacement}."
+    return method
+
+
+class ProductsMixin:
+    """Fused products and matrix functions; needs ``_apply`` (see the module docstring)."""
+
+    __slots__ = ()
+    _apply: Callable[..., Any]  # the one primitive: retrograd.tensor._dispatch.apply
+    dtype: str
+    shape: tuple[int, ...]
+    ndim: int
+
+    # -- beta * self + alpha * product --------------------------------------------------------
+    def addmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        """``beta * self + alpha * (mat1 @ mat2)`` (matrices; ``self`` broadcasts)."""
+        return _accumulated("addmm", self, lift(self, mat1, "addmm").mm(mat2), beta, alpha)
+
+    def baddbmm(self, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        """``beta * self + alpha * (batch1 @ batch2)``, batched ``[b, n, m] @ [b, m, p]``."""
+        product = lift(self, batch1, "baddbmm").bmm(batch2)
+        return _accumulated("baddbmm", self, product, beta, alpha)
+
+    def addbmm(self, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``."""
+        product = lift(self, batch1, "addbmm").bmm(batch2).sum(0)
+        return _accumulated("addbmm", self, product, beta, alpha)
+
+    def addmv(self, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        """``beta * self + alpha * (mat @ vec)``."""
+        return _accumulated("addmv", self, lift(self, mat, "addmv").mv(vec), beta, alpha)
+
+    def addr(self, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        """``beta * self + alpha * outer(vec1, vec2)``."""
+        return _accumulated("addr", self, lift(self, vec1, "addr").outer(vec2), beta, alpha)
+
+    def kron(self, other: Any) -> Any:
+        """The Kronecker product (the operand with fewer dims gets leading 1s)."""
+        b = lift(self, other, "kron")
+        ndim = max(self.ndim, b.ndim)
+        a_shape = (1,) * (ndim - self.ndim) + self.shape
+        b_shape = (1,) * (ndim - b.ndim) + b.shape
+        a = self.reshape(tuple(n for size in a_shape for n in (size, 1)))
+        b = b.reshape(tuple(n for size in b_shape for n in (1, size)))
+        return (a * b).reshape(tuple(m * n for m, n in zip(a_shape, b_shape)))
+
+    def vdot(self, other: Any) -> Any:
+        """The dot product of two 1-d tensors (conjugation is moot for real tensors)."""
+        other = lift(self, other, "vdot")
+        if self.dtype != other.dtype:
+            raise DTypeError(
+                f"vdot: expected both tensors to have one dtype, got {self.dtype} and {other.dtype}"
+            )
+        return self.dot(other)
+
+    # -- matrix functions ---------------------------------------------------------------------
+    def inverse(self) -> Any:
+        """The inverse of each square matrix (``rg.linalg.inv``; torch's ``inverse``)."""
+        return self._apply("inverse", (_square("inverse", self, floats=True),))
+
+    def pinverse(self, rcond: float = 1e-15) -> Any:
+        """The pseudo-inverse (``rg.linalg.pinv(self, rtol=rcond)``, torch's ``pinverse``):
+        singular values at most ``rcond`` times the largest count as zero."""
+        if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
+            raise ShapeError(
+                f"pinverse: expected a floating point tensor of at least 2 dimensions, got "
+                f"{self.dtype} of shape {shape_text(self.shape)}"
+            )
+        return self._apply("pinv", (self,), (0.0, float(rcond)))
+
+    def matrix_power(self, n: int) -> Any:
+        """The ``n``-th power of each square matrix (by squaring; ``n < 0`` powers the
+        inverse; ``n = 0`` gives identities)."""
+        if isinstance(n, bool) or not isinstance(n, int | np.integer):
+            raise InvalidArgumentError(f"matrix_power: n must be an int, got {n!r}")
+        _square("matrix_power", self)
+        if n == 0:
+            eye = self._backend.eye(self.shape[-1], self.shape[-1], self.dtype, self._device)
+            return wrap(self, eye).expand(self.shape)
+        base = self.inverse() if n < 0 else self
+        result, n = None, abs(int(n))
+        while n:
+            if n & 1:
+                result = base if result is None else result.matmul(base)
+            n >>= 1
+            if n:
+                base = base.matmul(base)
+        return result
+
+    # torch's methods removed since 1.9: the same error, naming what to use
+    solve = _removed("solve", "rg.linalg.solve(A, B)")
+    lstsq = _removed("lstsq", "rg.linalg.pinv(A) @ B")
+    eig = _removed("eig", "torch.linalg.eig (complex results: not in retrograd)")
+    symeig = _removed("symeig", "torch.linalg.eigh (not in retrograd)")
+
+    def cholesky(self, upper: bool = False) -> Any:
+        """The Cholesky factor of each symmetric positive-definite matrix: lower (``L @ L^T``)
+        or, with ``upper``, its transpose; the gradient is torch's."""
+        lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
+        return lower.transpose(-2, -1) if upper else lower
+
+    def slogdet(self) -> Any:
+        """``(sign, logabsdet)`` of each square matrix; the gradient flows through
+        ``logabsdet`` (``g A^-T``; a singular matrix has none)."""
+        matrices = _square("slogdet", self, floats=True)
+        logabsdet, sign = self._apply("slogdet", (matrices,))
+        return SlogdetResult(sign, logabsdet)
+
+    def det(self) -> Any:
+        """The determinant, as ``sign * exp(logabsdet)`` (its gradient ``det * A^-T``)."""
+        sign, logabsdet = self.slogdet()
+        return sign * logabsdet.exp()
+
+    def logdet(self) -> Any:
+        """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
+        sign, logabsdet = self.slogdet()
+        return logabsdet.mask_fill(sign.lower_elem(0.0), float("nan"))
+
+
+def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> Any:  # noqa: A002
+    """``beta * input + alpha * product``, with ``input`` broadcast to the product's shape."""
+    shape = product.shape
+    try:
+        out_shape = np.broadcast_shapes(input.shape, shape)
+    except ValueError:
+        out_shape = None
+    if out_shape != shape:
+        raise ShapeError(
+            f"{op}: input of shape {shape_text(input.shape)} does not broadcast to the "
+            f"product's shape {shape_text(shape)}"
+        )
+    if input.dtype not in FLOAT_DTYPES and (isinstance(beta, float) or isinstance(alpha, float)):
+        raise DTypeError(
+            f"{op}: for integer tensors, beta and alpha must be integers (got beta={beta!r}, "
+            f"alpha={alpha!r})"
+        )
+    product = product if alpha == 1 else scaled(op, product, alpha)
+    if beta == 0:
+        return product.cast(input.dtype) if product.dtype != input.dtype else product
+    return (input if beta == 1 else scaled(op, input, beta)) + product
+
+
+def _square(op: str, x: Any, floats: bool = False) -> Any:
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ShapeError(
+            f"{op}: expected a batch of square matrices, got shape {shape_text(x.shape)}"
+        )
+    if floats and x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
+    return x

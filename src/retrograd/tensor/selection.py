@@ -1,0 +1,680 @@
+"""torch's selection statistics, scatter forms, rearrangements, counts and metadata methods:
+``kthvalue``, ``nanmedian``, ``quantile``/``nanquantile``, ``nanmean``, ``aminmax``, ``cov``,
+``corrcoef``, ``renorm``, ``dist``; ``take_along_dim``, ``scatter_reduce``, ``index_put``,
+``select_scatter``, ``slice_scatter``, ``diag_embed``, ``diagflat``; ``rot90``, ``msort``,
+``hsplit``/``vsplit``/``dsplit``, ``split_with_sizes``, ``sum_to_size``; ``unique``,
+``unique_consecutive``, ``bincount``, ``histc``, ``multinomial``, ``bernoulli``; and
+``is_signed``, ``nbytes``, ``itemsize``..., with the autograd-hook names (``register_hook``,
+``grad_fn``, ``retains_grad``) answered as they hold here.
+
+:class:`SelectionMixin` needs one primitive from the class it is mixed into: ``_apply(op,
+inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), through the methods of the
+other mixins it composes (``sort``, ``gather``, ``index_copy``, ``flip``...), so every
+differentiable result here has the parts' gradients. Counts whose size is data (``unique``,
+``bincount``, ``histc``) read the values on the host, as torch's do.
+
+>>> import retrograd as rg
+>>> rg.tensor([[1, 2], [3, 4]]).rot90().tolist()
+[[2, 4], [1, 3]]
+>>> rg.tensor([3.0, 1.0, 2.0]).kthvalue(2).values.item()
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import namedtuple
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import FLOAT_DTYPES, TensorBase, lift, no_generator, normalize_dim, wrap
+from .dtypes import DTYPE_OBJECTS
+from .functions import unique as _unique
+
+__all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
+
+#: torch's ``torch.return_types``
+KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
+NanmedianResult = namedtuple("nanmedian", ["values", "indices"])
+AminmaxResult = namedtuple("aminmax", ["min", "max"])
+ModeResult = namedtuple("mode", ["values", "indices"])
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+class SelectionMixin:
+    """Selection statistics, scatter forms, rearrangements, counts and metadata; needs
+    ``_apply`` (see the module docstring)."""
+
+    __slots__ = ()
+    _apply: Callable[..., Any]  # the one primitive: retrograd.tensor._dispatch.apply
+    dtype: str
+    shape: tuple[int, ...]
+    ndim: int
+    _backend: Any
+    _device: Any
+    _prim: Any
+
+    # -- selection statistics -----------------------------------------------------------------
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> Any:
+        """``(values, indices)`` of the ``k``-th smallest element along ``dim`` (1-based)."""
+        x = self.reshape((1,)) if self.ndim == 0 else self
+        d = normalize_dim("kthvalue", dim, x.ndim)
+        if not 1 <= k <= x.shape[d]:
+            raise ShapeError(
+                f"kthvalue: k={k} is out of range for dimension {dim} of size {x.shape[d]}"
+            )
+        values, indices = x.sort_with_indices(d)
+        values, indices = values.narrow(d, k - 1, 1), indices.narrow(d, k - 1, 1)
+        if not keepdim or self.ndim == 0:
+            shape = self.shape if self.ndim == 0 else None
+            values = values.squeeze_dim(d) if shape is None else values.reshape(shape)
+            indices = indices.squeeze_dim(d) if shape is None else indices.reshape(shape)
+        return KthvalueResult(values, indices)
+
+    def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """:meth:`median` ignoring NaN (the lower middle of the others; NaN where all are)."""
+        if dim is None:
+            return _nan_lower_middle(self.reshape((-1,)), 0)[0].reshape(())
+        d = normalize_dim("nanmedian", dim, self.ndim)
+        values, indices = _nan_lower_middle(self, d)
+        if not keepdim:
+            values, indices = values.squeeze_dim(d), indices.squeeze_dim(d)
+        return NanmedianResult(values, indices)
+
+    def quantile(
+        self, q: Any, dim: int | None = None, keepdim: bool = False, *,
+        interpolation: str = "linear",
+    ) -> Any:  # fmt: skip
+        """The ``q``-quantiles (a number, or a 1-d tensor of them: a leading dim) along
+        ``dim`` (of all elements when ``None``), interpolated as torch's; NaN where a slice
+        holds one."""
+        return _quantile(self, "quantile", q, dim, keepdim, interpolation, ignore_nan=False)
+
+    def nanquantile(
+        self, q: Any, dim: int | None = None, keepdim: bool = False, *,
+        interpolation: str = "linear",
+    ) -> Any:  # fmt: skip
+        """:meth:`quantile` of the values that are not NaN."""
+        return _quantile(self, "nanquantile", q, dim, keepdim, interpolation, ignore_nan=True)
+
+    def mode(self, dim: int = -1, keepdim: bool = False) -> Any:
+        """``(values, indices)`` of the most frequent value along ``dim`` (the smallest of
+        those equally frequent) and its last position, as torch's; the positions are found
+        on the host, the values gathered (the gradient reaches those positions)."""
+        x = self.reshape((1,)) if self.ndim == 0 else self
+        d = normalize_dim("mode", dim, x.ndim)
+        if x.shape[d] == 0:
+            raise ShapeError(f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty")
+        rows = np.moveaxis(x.numpy(), d, -1)
+        flat = rows.reshape(-1, rows.shape[-1])
+        positions = np.empty(flat.shape[0], np.int64)
+        for i, row in enumerate(flat):
+            values, counts = np.unique(row, return_counts=True)
+            chosen = values[np.argmax(counts)]  # the first (smallest) of the most frequent
+            positions[i] = np.flatnonzero((row == chosen) | (np.isnan(row) & np.isnan(chosen)))[-1]
+        index = self._host(np.moveaxis(positions.reshape(rows.shape[:-1] + (1,)), -1, d), "int64")
+        values = x.gather(d, index)
+        if not keepdim or self.ndim == 0:
+            values, index = values.squeeze_dim(d), index.squeeze_dim(d)
+        return ModeResult(values, index)
+
+    def logcumsumexp(self, dim: int) -> Any:
+        """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
+        :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
+        d = normalize_dim("logcumsumexp", dim, self.ndim)
+        out = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        if out.ndim == 0:
+            return out
+        n, shift = out.shape[d], 1
+        from .shape import cat
+
+        while shift < n:
+            head = out.narrow(d, 0, shift)
+            combined = out.narrow(d, shift, n - shift).logaddexp(out.narrow(d, 0, n - shift))
+            out = cat([head, combined], d)
+            shift *= 2
+        return out
+
+    def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+        """The mean of the values that are not NaN (float tensors)."""
+        x = self if dtype is None else self.cast(dtype)
+        if x.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
+        kept = x.isnan().logical_not()
+        count = (
+            kept.cast(x.dtype).sum(dim, keepdim) if dim is not None else kept.cast(x.dtype).sum()
+        )
+        total = x.nansum(dim, keepdim) if dim is not None else x.nansum()
+        return total / count
+
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> Any:
+        """``(min, max)`` over ``dim`` (all elements when ``None``)."""
+        if dim is None:
+            low, high = self.amin(), self.amax()
+            if keepdim:
+                shape = (1,) * self.ndim
+                low, high = low.reshape(shape), high.reshape(shape)
+            return AminmaxResult(low, high)
+        return AminmaxResult(self.amin(dim, keepdim), self.amax(dim, keepdim))
+
+    def cov(self, *, correction: int = 1, fweights: Any = None, aweights: Any = None) -> Any:
+        """The covariance matrix of the variables in the rows (observations in the columns);
+        a 1-d tensor is one variable (a 0-d result)."""
+        if fweights is not None or aweights is not None:
+            raise InvalidArgumentError(
+                "cov: fweights and aweights are not supported; weight the observations first"
+            )
+        if self.ndim > 2:
+            raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
+        x = self.reshape((1, -1)) if self.ndim < 2 else self
+        x = x if x.dtype in FLOAT_DTYPES else x.cast("float32")
+        centred = x - x.mean(1, True)
+        out = centred.matmul(centred.transpose(0, 1)) / max(x.shape[1] - correction, 0)
+        return out.reshape(()) if self.ndim < 2 else out
+
+    def corrcoef(self) -> Any:
+        """Pearson's correlation coefficients of the rows, clipped to ``[-1, 1]``."""
+        c = self.cov()
+        if c.ndim == 0:
+            return c / c
+        std = c.diagonal().sqrt()
+        return (c / std.unsqueeze_dim(1) / std.unsqueeze_dim(0)).clamp(-1.0, 1.0)
+
+    def renorm(self, p: float, dim: int, maxnorm: float) -> Any:
+        """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
+        (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
+        d = normalize_dim("renorm", dim, self.ndim)
+        others = tuple(i for i in range(self.ndim) if i != d)
+        norms = self.norm(p, others, True) if others else self.abs()
+        factor = (maxnorm / (norms + 1e-7)).mask_fill(norms.lower_equal(maxnorm), 1.0)
+        return self * factor
+
+    def dist(self, other: Any, p: float = 2) -> Any:
+        """The ``p``-norm of ``self - other``."""
+        return (self - other).norm(p)
+
+    def msort(self) -> Any:
+        """The values sorted along dim 0."""
+        return self.sort(0).values
+
+    # -- index and scatter forms --------------------------------------------------------------
+    def take_along_dim(self, indices: Any, dim: int | None = None) -> Any:
+        """``gather`` along ``dim`` with the other dims of ``self`` and ``indices``
+        broadcast; with ``dim=None``, of the flattened tensors."""
+        index = lift(self, indices, "take_along_dim")
+        if dim is None:
+            return self.reshape((-1,)).gather(0, index.reshape((-1,)))
+        d = normalize_dim("take_along_dim", dim, self.ndim)
+        if index.ndim != self.ndim:
+            raise ShapeError(
+                f"take_along_dim: input and indices must have the same number of dimensions, "
+                f"got {shape_text(self.shape)} and {shape_text(index.shape)}"
+            )
+        sizes = [1 if i == d else n for i, n in enumerate(self.shape)]
+        broadcast = np.broadcast_shapes(
+            tuple(sizes), tuple(1 if i == d else n for i, n in enumerate(index.shape))
+        )
+        source = self.expand(tuple(self.shape[d] if i == d else n for i, n in enumerate(broadcast)))
+        index = index.expand(
+            tuple(index.shape[d] if i == d else n for i, n in enumerate(broadcast))
+        )
+        return source.gather(d, index)
+
+    def scatter_reduce(
+        self, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True
+    ) -> Any:
+        """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"`` or ``"mean"``
+        (torch's other reductions, ``"prod"``, ``"amax"``, ``"amin"``, are refused)."""
+        if reduce not in ("sum", "mean"):
+            raise InvalidArgumentError(
+                f"scatter_reduce: reduce={reduce!r} is not supported (only 'sum' and 'mean'); "
+                "for 'amax'/'amin' sort or mask the sources first"
+            )
+        base = self if include_self else self.scatter(dim, index, value=0)
+        total = base.scatter_add(dim, index, src)
+        if reduce == "sum":
+            return total
+        index = lift(self, index, "scatter_reduce")
+        ones = self._filled(index.shape, 1)
+        counts = self._filled(self.shape, 1 if include_self else 0)
+        counts = counts.scatter_add(dim, index, ones).clamp_min(1)
+        if self.dtype in FLOAT_DTYPES:
+            return total / counts
+        return total.div(counts, rounding_mode="floor")
+
+    def index_put(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Any:
+        """A copy with ``values`` at the positions the index tensors ``indices`` name (one per
+        leading dim, as ``t[indices] = values``); ``accumulate`` adds, duplicates summing."""
+        indices = tuple(indices)
+        if not accumulate:
+            out = self.clone()
+            out[indices] = values
+            return out
+        if len(indices) != self.ndim:
+            raise InvalidArgumentError(
+                f"index_put: accumulate=True needs one index tensor per dimension "
+                f"({self.ndim}), got {len(indices)}"
+            )
+        flat = None
+        for size, stride_index in zip(self.shape, indices):
+            index = lift(self, stride_index, "index_put").cast("int64")
+            index = index.mask_where(index.lower_elem(0), index + size)
+            flat = index if flat is None else flat * size + index
+        values = lift(self, values, "index_put") if not np.isscalar(values) else values
+        if np.isscalar(values):
+            values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
+        shape = np.broadcast_shapes(flat.shape, values.shape)
+        return self.put(flat.expand(shape), values.expand(shape), accumulate=True)
+
+    def select_scatter(self, src: Any, dim: int, index: int) -> Any:
+        """A copy with ``src`` written at ``index`` along ``dim``."""
+        d = normalize_dim("select_scatter", dim, self.ndim)
+        position = normalize_dim("select_scatter", index, self.shape[d])
+        return self._rows_copy(d, [position], lift(self, src, "select_scatter").unsqueeze_dim(d))
+
+    def slice_scatter(
+        self, src: Any, dim: int = 0, start: int | None = None, end: int | None = None,
+        step: int = 1,
+    ) -> Any:  # fmt: skip
+        """A copy with ``src`` written at ``start:end:step`` along ``dim``."""
+        d = normalize_dim("slice_scatter", dim, self.ndim)
+        positions = list(range(self.shape[d]))[slice(start, end, step)]
+        return self._rows_copy(d, positions, lift(self, src, "slice_scatter"))
+
+    def _rows_copy(self, d: int, positions: list[int], src: Any) -> Any:
+        expected = tuple(len(positions) if i == d else n for i, n in enumerate(self.shape))
+        if src.shape != expected:
+            raise ShapeError(
+                f"expected src of shape {shape_text(expected)}, got {shape_text(src.shape)}"
+            )
+        index = wrap(self, self._backend.from_data(np.asarray(positions, np.int64), "int64",
+                                                   self._device))  # fmt: skip
+        return self.index_copy(d, index, src)
+
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
+        """Matrices with the last dim of ``self`` on their ``offset`` diagonal, placed in dims
+        ``dim1``, ``dim2`` of the result."""
+        m = self.shape[-1] if self.ndim else 1
+        n = m + abs(offset)
+        row = wrap(self, self._backend.arange(0, n, 1, "int64", self._device))
+        on_diagonal = (row.unsqueeze_dim(0) - row.unsqueeze_dim(1)).equal_elem(offset)
+        x = self.reshape((1,)) if self.ndim == 0 else self
+        if n > m:
+            pad = wrap(self, self._backend.zeros(x.shape[:-1] + (n - m,), x.dtype, self._device))
+            from .shape import cat
+
+            x = cat([x, pad], -1)
+        values = x.unsqueeze_dim(-1) if offset >= 0 else x.unsqueeze_dim(-2)
+        values = values.expand(x.shape[:-1] + (n, n))
+        zeros = wrap(self, self._backend.zeros(values.shape, x.dtype, self._device))
+        out = zeros.mask_where(on_diagonal, values)
+        ndim = out.ndim
+        d1, d2 = normalize_dim("diag_embed", dim1, ndim), normalize_dim("diag_embed", dim2, ndim)
+        if d1 == d2:
+            raise ShapeError("diag_embed: dim1 and dim2 cannot be the same dimension")
+        return out.movedim((ndim - 2, ndim - 1), (d1, d2))
+
+    def diagflat(self, offset: int = 0) -> Any:
+        """The flattened values as the ``offset`` diagonal of a matrix."""
+        return self.reshape((-1,)).diag_embed(offset)
+
+    # -- rearrangements -----------------------------------------------------------------------
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
+        """Rotated by 90 degrees ``k`` times in the plane of ``dims``, from the first towards
+        the second."""
+        if len(dims) != 2:
+            raise ShapeError(f"rot90: dims must name 2 dimensions, got {tuple(dims)}")
+        a, b = (normalize_dim("rot90", d, self.ndim) for d in dims)
+        if a == b:
+            raise ShapeError(f"rot90: dims must differ, got {tuple(dims)}")
+        k %= 4
+        if k == 1:
+            return self.flip(b).transpose(a, b)
+        if k == 2:
+            return self.flip(a, b)
+        if k == 3:
+            return self.flip(a).transpose(a, b)
+        return self.clone()
+
+    def hsplit(self, sections: Any) -> tuple[Any, ...]:
+        """``tensor_split`` along dim 1 (dim 0 of a 1-d tensor)."""
+        return self._split_along("hsplit", sections, 0 if self.ndim == 1 else 1, 1)
+
+    def vsplit(self, sections: Any) -> tuple[Any, ...]:
+        return self._split_along("vsplit", sections, 0, 2)
+
+    def dsplit(self, sections: Any) -> tuple[Any, ...]:
+        return self._split_along("dsplit", sections, 2, 3)
+
+    def _split_along(self, op: str, sections: Any, dim: int, least: int) -> tuple[Any, ...]:
+        if self.ndim < least:
+            raise ShapeError(
+                f"{op}: needs at least {least} dimensions, got {shape_text(self.shape)}"
+            )
+        if isinstance(sections, int) and self.shape[dim] % sections:
+            raise ShapeError(
+                f"{op}: dimension {dim} of size {self.shape[dim]} is not divisible by {sections}"
+            )
+        return self.tensor_split(sections, dim)
+
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Any, ...]:
+        """Pieces of the given sizes along ``dim`` (they must add up to its size)."""
+        d = normalize_dim("split_with_sizes", dim, self.ndim)
+        if sum(split_sizes) != self.shape[d]:
+            raise ShapeError(
+                f"split_with_sizes: sizes {list(split_sizes)} do not add up to dimension "
+                f"{dim} of size {self.shape[d]}"
+            )
+        return tuple(self.split(list(split_sizes), d))
+
+    def sum_to_size(self, *size: Any) -> Any:
+        """Summed down to ``size`` (which must broadcast to this shape)."""
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], Sequence) else size
+        try:
+            ok = np.broadcast_shapes(tuple(shape), self.shape) == self.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ShapeError(
+                f"sum_to_size: size {shape_text(shape)} is not expandable to "
+                f"{shape_text(self.shape)}"
+            )
+        lead = self.ndim - len(shape)
+        dims = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and self.shape[lead + i] != 1
+        )
+        out = self.sum(dims, True) if dims else self
+        return out.reshape(tuple(shape))
+
+    def narrow_copy(self, dim: int, start: int, length: int) -> Any:
+        """:meth:`narrow` (a copy: tensors are values here)."""
+        return self.narrow(dim, start, length).clone()
+
+    # -- counts (host reads) and draws --------------------------------------------------------
+    def unique(
+        self, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (torch's name)
+        return_counts: bool = False, dim: int | None = None,
+    ) -> Any:  # fmt: skip
+        """``rg.unique`` of this tensor."""
+        return _unique(self, sorted, return_inverse, return_counts, dim)
+
+    def unique_consecutive(
+        self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+    ) -> Any:
+        """The values with each run of equal neighbours kept once (flattened; a host read)."""
+        if dim is not None:
+            raise InvalidArgumentError("unique_consecutive: dim= is not supported; flatten first")
+        array = self.numpy().reshape(-1)
+        starts = np.concatenate(([True], array[1:] != array[:-1])) if array.size else array
+        out = [self._host(array[starts], self.dtype)]
+        if return_inverse:
+            inverse = np.cumsum(starts) - 1
+            out.append(self._host(inverse.reshape(self.shape), "int64"))
+        if return_counts:
+            out.append(self._host(np.diff(np.append(np.flatnonzero(starts), array.size)), "int64"))
+        return tuple(out) if len(out) > 1 else out[0]
+
+    def bincount(self, weights: Any = None, minlength: int = 0) -> Any:
+        """How often each non-negative int occurs (summing ``weights`` instead, when given);
+        not differentiable, as in torch."""
+        if self.ndim != 1 or self.dtype != "int64":
+            raise DTypeError(
+                f"bincount: expected a 1-d int64 tensor, got {self.dtype} of shape "
+                f"{shape_text(self.shape)}"
+            )
+        array = self.numpy()
+        if array.size and array.min() < 0:
+            raise InvalidArgumentError("bincount: the input must hold non-negative ints")
+        if weights is None:
+            return self._host(np.bincount(array, minlength=minlength), "int64")
+        w = lift(self, weights, "bincount")
+        dtype = w.dtype if w.dtype in FLOAT_DTYPES else "float64"
+        counts = np.bincount(array, weights=w.numpy().astype(np.float64), minlength=minlength)
+        return self._host(counts, dtype if w.dtype != "float32" else "float64")
+
+    def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Any:  # noqa: A002
+        """A histogram of ``bins`` equal bins over ``[min, max]`` (the data's range when both
+        are 0); values outside are not counted (float tensors; not differentiable)."""
+        if self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
+        array = self.numpy().reshape(-1).astype(np.float64)
+        low, high = float(min), float(max)
+        if low == high and array.size:
+            low, high = float(array.min()), float(array.max())
+        if low == high:
+            low, high = low - 1.0, high + 1.0
+        if low > high:
+            raise InvalidArgumentError(f"histc: max ({high}) must not be below min ({low})")
+        inside = array[(array >= low) & (array <= high)]
+        position = ((inside - low) * bins / (high - low)).astype(np.int64)
+        counts = np.bincount(np.minimum(position, bins - 1), minlength=bins)
+        return self._host(counts.astype(np.float64), self.dtype)
+
+    def _filled(self, shape: tuple[int, ...], value: Any) -> Any:
+        return wrap(self, self._backend.full(shape, value, self.dtype, self._device))
+
+    def _host(self, array: np.ndarray, dtype: str) -> Any:
+        return wrap(self, self._backend.from_data(np.ascontiguousarray(array), dtype, self._device))
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *,
+                    generator: Any = None) -> Any:  # fmt: skip
+        """``rg.multinomial`` of these weights."""
+        no_generator("multinomial", generator)
+        return multinomial(self, num_samples, replacement)
+
+    def bernoulli(self, p: Any = None, *, generator: Any = None) -> Any:
+        """Zeros and ones drawn with the probabilities this tensor holds (or ``p``)."""
+        draws = self._filled(self.shape, 0)
+        return draws.bernoulli_(self if p is None else p, generator=generator)
+
+    # -- metadata -----------------------------------------------------------------------------
+    def is_signed(self) -> bool:
+        return self.dtype != "bool"
+
+    def is_complex(self) -> bool:
+        """False: retrograd tensors are real."""
+        return False
+
+    def is_same_size(self, other: Any) -> bool:
+        return self.shape == tuple(other.shape)
+
+    def is_nonzero(self) -> bool:
+        """The truth of a one-element tensor (an error for any other)."""
+        if self.numel() != 1:
+            raise ShapeError(
+                f"is_nonzero: expected a one-element tensor, got {shape_text(self.shape)}"
+            )
+        return bool(self.item())
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.kind == "cpu"
+
+    @property
+    def is_nested(self) -> bool:
+        return False
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_OBJECTS[self.dtype].itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return DTYPE_OBJECTS[self.dtype].itemsize * math.prod(self.shape)
+
+    def short(self) -> Any:
+        """torch's int16 cast: refused, retrograd's one integer dtype is int64 (``long()``)."""
+        return self.cast("int16")
+
+    def char(self) -> Any:
+        """torch's int8 cast: refused, retrograd's one integer dtype is int64 (``long()``)."""
+        return self.cast("int8")
+
+    def new(self, *args: Any, **kwargs: Any) -> Any:
+        """torch's legacy constructor: an error naming the ``new_*`` methods to use."""
+        raise InvalidArgumentError(
+            "new: the legacy constructor is not supported; use new_empty(size), "
+            "new_zeros(size) or new_tensor(data)"
+        )
+
+    def register_hook(self, hook: Any) -> Any:
+        """Refused: gradients are values here, returned by ``backward()`` in an
+        ``rg.Gradients``; transform ``x.grad(grads)`` after backward (or write an
+        ``rg.autograd.Function`` whose backward does it)."""
+        raise AutodiffError(
+            "register_hook: gradients are values in retrograd: backward() returns an "
+            "rg.Gradients; change x.grad(grads) after backward (grad_replace), or wrap the "
+            "computation in an rg.autograd.Function whose backward transforms the gradient"
+        )
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether ``retain_grad()`` was called on this (tracked, non-leaf) tensor."""
+        backend = self._backend
+        if not backend.is_autodiff or not backend.is_tracked(self._prim):
+            return False
+        node = getattr(self._prim, "node", None)
+        return bool(getattr(node, "retain", False)) and node.op is not None
+
+    @property
+    def grad_fn(self) -> Any:
+        """The name of the op that made this tensor (a string, where torch gives its backward
+        node), or ``None`` for a leaf or an untracked tensor: ``t.grad_fn is None`` means
+        the same here as in torch."""
+        backend = self._backend
+        if not backend.is_autodiff or not backend.is_tracked(self._prim):
+            return None
+        op = getattr(getattr(self._prim, "node", None), "op", None)
+        return None if op is None else f"{op.name}Backward"
+
+
+def _nan_lower_middle(x: Any, d: int) -> tuple[Any, Any]:
+    """The lower middle of the non-NaN values along ``d`` (kept as size 1), with its index
+    (sorting puts NaN last)."""
+    values, indices = x.sort_with_indices(d)
+    count = x.isnan().logical_not().cast("int64").sum(d, True)
+    middle = ((count - 1).clamp_min(0)).div(2, rounding_mode="floor")
+    return values.gather(d, middle), indices.gather(d, middle)
+
+
+def _quantile(
+    x: Any, op: str, q: Any, dim: Any, keepdim: bool, interpolation: str, ignore_nan: bool
+) -> Any:
+    if interpolation not in _INTERPOLATIONS:
+        raise InvalidArgumentError(
+            f"{op}: interpolation must be one of {list(_INTERPOLATIONS)}, got {interpolation!r}"
+        )
+    if x.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
+    if isinstance(q, TensorBase):
+        qs = lift(x, q, op)
+    else:  # numbers in the input's dtype, as torch takes them
+        qs = wrap(x, x._backend.from_data(np.asarray(q, np.float64), x.dtype, x._device))
+    scalar_q = qs.ndim == 0
+    qs = qs.reshape((-1,))
+    if qs.ndim > 1:
+        raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
+    q_values = qs.numpy()
+    if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
+        raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")
+    source = x.reshape((-1,)) if dim is None else x
+    d = 0 if dim is None else normalize_dim(op, dim, x.ndim)
+    values = source.sort(d).values.movedim(d, -1)  # [..., n], NaN last
+    n = values.shape[-1]
+    nans = values.isnan()
+    if ignore_nan:
+        last = nans.logical_not().cast(values.dtype).sum(-1, True) - 1.0
+    else:
+        last = wrap(values, values._backend.full(values.shape[:-1] + (1,), n - 1.0,
+                                                 values.dtype, values._device))  # fmt: skip
+    qs = qs.cast(values.dtype)
+    ranks = last * qs  # [..., len(q)]
+    if interpolation == "lower":
+        ranks = ranks.floor()
+    elif interpolation == "higher":
+        ranks = ranks.ceil()
+    elif interpolation == "nearest":
+        ranks = ranks.round()
+    valid = last.greater_equal(0.0)
+    below = ranks.floor().clamp_min(0.0).cast("int64")
+    above = ranks.ceil().clamp_min(0.0).cast("int64")
+    low, high = values.gather(-1, below), values.gather(-1, above)
+    if interpolation == "midpoint":
+        weights = (ranks - ranks.floor()).mask_fill(ranks.ne(ranks.floor()), 0.5)
+    else:
+        weights = ranks - ranks.floor()
+    out = low.lerp(high, weights)
+    invalid = valid.logical_not() if ignore_nan else nans.any(-1, True)
+    out = out.mask_fill(invalid.expand(out.shape), float("nan"))
+    out = out.movedim(-1, 0)  # q first, as torch
+    if keepdim:
+        kept = (
+            (1,) * x.ndim
+            if dim is None
+            else tuple(1 if i == d else n for i, n in enumerate(x.shape))
+        )
+        out = out.reshape(out.shape[:1] + kept)
+    return out.squeeze_dim(0) if scalar_q else out
+
+
+def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> Any:
+    """int64 indices drawn from the categories of each row of ``probs`` (1-d, or 2-d with one
+    distribution per row; weights need not sum to one), as ``torch.multinomial``.
+
+    Draws come from the backend's seeded generator (:func:`seed`), on the backend: with
+    ``replacement``, by inverting each row's cumulative distribution at uniform draws;
+    without, by the Gumbel top-k trick (the ``num_samples`` largest of ``log p - log(-log u)``),
+    which draws exactly as sampling one at a time without replacement does. Nothing is read on
+    the host, so the values of ``probs`` are not checked (torch refuses negative or all-zero
+    rows; here such rows give unspecified indices).
+
+    >>> import retrograd as rg
+    >>> rg.seed(0)
+    >>> rg.multinomial(rg.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+    [1, 1]
+    """
+    if not isinstance(probs, TensorBase):
+        raise DTypeError(f"multinomial: probs must be a tensor, got {type(probs).__name__}")
+    if probs.dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"multinomial: probs must be a float tensor, got {probs.dtype}")
+    if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
+        raise ShapeError(
+            f"multinomial: probs must be 1-d or 2-d with at least one category, got shape "
+            f"{shape_text(probs.shape)}"
+        )
+    if not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+        raise InvalidArgumentError(
+            f"multinomial: num_samples must be a positive int, got {num_samples!r}"
+        )
+    categories = probs.shape[-1]
+    if not replacement and num_samples > categories:
+        raise InvalidArgumentError(
+            f"multinomial: cannot draw {num_samples} samples without replacement from "
+            f"{categories} categories (shape {shape_text(probs.shape)})"
+        )
+    p = probs.detach()  # a float tensor (checked above), in its own precision
+    rows = p if p.ndim == 2 else p.unsqueeze_dim(0)
+    count = rows.shape[0]
+    backend, device = p.backend, p.device
+    if replacement:
+        cdf = rows.cumsum(1)
+        total = cdf.narrow(1, categories - 1, 1)  # [rows, 1]
+        draws = wrap(p, backend.random((count, int(num_samples)), "uniform", p.dtype, device))
+        draws = draws * total
+        # The index is how many cumulative weights lie at or below the draw (zero-weight
+        # categories are never chosen: their cumulative weight equals the one before).
+        below = cdf.unsqueeze_dim(1) <= draws.unsqueeze_dim(2)  # [rows, samples, categories]
+        out = below.int().sum_dim(2).squeeze_dim(2).clamp_max(categories - 1)
+    else:
+        uniform = wrap(p, backend.random((count, categories), "uniform", p.dtype, device))
+        # u in [0, 1): clamp away from 0 and 1 so both logs stay finite.
+        gumbel = -(-(uniform.clamp(1e-20, 1.0 - 1e-7)).log()).log()
+        # Zero-weight categories get key -inf (last, never drawn while others remain); the
+        # clamp only keeps log from warning about the zeros the fill replaces.
+        keys = (rows.clamp_min(1e-30).log() + gumbel).mask_fill(rows <= 0.0, -math.inf)
+        out = keys.topk_with_indices(int(num_samples), 1)[1]
+    return out if probs.ndim == 2 else out.squeeze_dim(0)

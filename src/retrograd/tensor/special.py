@@ -1,0 +1,396 @@
+"""torch's further elementwise methods: special functions (``lgamma``, ``digamma``,
+``polygamma``, ``mvlgamma``, ``i0``, ``erfc``, ``xlogy``, ``logit``, ``sinc``), the C library's
+(``fmod``, ``copysign``, ``nextafter``, ``ldexp``, ``fmax``/``fmin``), NaN handling
+(``nan_to_num``), integer ops (``gcd``, ``lcm``, the bitwise operations), predicates
+(``isclose``, ``signbit``, ``isposinf``...) and the aliases (``arccos``, ``absolute``...).
+
+:class:`SpecialMixin` needs one primitive from the class it is mixed into: ``_apply(op,
+inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`); it also calls the methods of
+:class:`~retrograd.tensor.elementwise.ElementwiseMixin`. An op with a kernel of its own
+(:mod:`retrograd.backend.protocol_math`) is one ``_apply``; the others are compositions of
+differentiable ops that compute what torch's kernel computes, so their gradients are the
+parts' (NaN-free where a branch is masked: the masked operand is replaced before the
+arithmetic, not after).
+
+>>> import retrograd as rg
+>>> rg.tensor([1.0, 0.5]).lgamma().tolist()
+[0.0, 0.5723649263381958]
+>>> (rg.tensor([12, 10]) & 6).tolist(), (rg.tensor([1, 2]) << 2).tolist()
+([4, 2], [4, 8])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, InvalidArgumentError
+from ._dispatch import (
+    COMMON,
+    FLOAT_DTYPES,
+    SCALARS,
+    TensorOp,
+    lift,
+    promote,
+    scalar_dtype,
+    untracked,
+    wrap,
+)
+from .compositions import check_integer_divisor
+from .functions import allclose, float_power, isclose, where
+
+__all__ = ["SpecialMixin", "operand"]
+
+LGAMMA, DIGAMMA, POLYGAMMA, I0, ERFC = (
+    TensorOp(name, floats=True) for name in ("lgamma", "digamma", "polygamma", "i0", "erfc")
+)
+FMOD = TensorOp("fmod", promote=COMMON)
+_INTEGERS = ("int64", "bool")
+#: torch's ``deg2rad``/``rad2deg`` factors (``M_PI / 180`` and ``180 / M_PI`` as doubles)
+_DEG2RAD = math.pi / 180.0
+_RAD2DEG = 180.0 / math.pi
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def operand(t: Any, value: Any, op: str) -> Any:
+    """``value`` as a tensor to combine with ``t``: a Python number as a 0-d tensor of the
+    dtype ``t op value`` takes (torch's rule for a number), anything else lifted."""
+    if isinstance(value, SCALARS):
+        dtype = scalar_dtype(t.dtype, value)
+        if isinstance(value, bool | np.bool_) and t.dtype != "bool":
+            value = int(value)
+        return wrap(t, t._backend.full((), value, dtype, t._device))
+    return lift(t, value, op)
+
+
+def _floats(op: str, a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` promoted to one float dtype (ints as float32)."""
+    return promote(a, operand(a, b, op), op, True)
+
+
+class SpecialMixin:
+    """Special functions, C-library functions, bit operations, predicates and aliases; needs
+    ``_apply`` (see the module docstring)."""
+
+    __slots__ = ()
+    _apply: Callable[..., Any]  # the one primitive: retrograd.tensor._dispatch.apply
+    dtype: str
+    shape: tuple[int, ...]
+    _backend: Any
+    _device: Any
+
+    # -- special functions --------------------------------------------------------------------
+    def lgamma(self) -> Any:
+        """``log |Gamma(x)|``; its gradient is ``digamma``."""
+        return self._apply(LGAMMA, (self,))
+
+    def digamma(self) -> Any:
+        """``d/dx lgamma(x)``; its gradient is ``polygamma(1, x)``."""
+        return self._apply(DIGAMMA, (self,))
+
+    def polygamma(self, n: int) -> Any:
+        """The ``n``-th derivative of ``digamma`` (torch's method order: ``x.polygamma(n)``;
+        the function is ``rg.polygamma(n, x)``)."""
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise InvalidArgumentError(f"polygamma: n must be a non-negative int, got {n!r}")
+        return self._apply(POLYGAMMA, (self,), (int(n),))
+
+    def mvlgamma(self, p: int) -> Any:
+        """The log of the multivariate gamma function of dimension ``p``:
+        ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; every element must exceed
+        ``(p-1)/2``, as torch requires."""
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise InvalidArgumentError(f"mvlgamma: p must be an int >= 1, got {p!r}")
+        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        if x.numel() and not bool(x.greater_elem((p - 1) / 2.0).all().item()):
+            raise InvalidArgumentError(
+                f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
+            )
+        halves = [x if i == 0 else x - i / 2.0 for i in range(p)]
+        total = halves[0].lgamma()
+        for shifted in halves[1:]:
+            total = total + shifted.lgamma()
+        return total + p * (p - 1) / 4.0 * math.log(math.pi)
+
+    def i0(self) -> Any:
+        """The modified Bessel function of the first kind, order 0; gradient ``i1``."""
+        return self._apply(I0, (self,))
+
+    def erfc(self) -> Any:
+        """``1 - erf(x)``, accurate in the tail (a kernel, not the subtraction)."""
+        return self._apply(ERFC, (self,))
+
+    def xlogy(self, other: Any) -> Any:
+        """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
+        The gradient in ``self`` is ``log(other)``, 0 where ``self`` is 0 and ``other`` is not
+        positive (torch's); in ``other`` it is ``self / other``, but 0 where ``self`` is 0 and
+        ``other`` is 0 or infinite (torch: NaN there)."""
+        x, y = _floats("xlogy", self, other)
+        regular = y.greater_elem(0.0).logical_and(~y.isinf()).logical_or(y.isnan())
+        singular = x.equal_elem(0.0).logical_and(~regular)
+        return (x * y.mask_fill(singular, 1.0).log()).mask_fill(singular, 0.0)
+
+    def logaddexp(self, other: Any) -> Any:
+        """``log(exp(self) + exp(other))`` without overflow: ``max + log1p(exp(-|a - b|))``,
+        the equal infinities kept, as torch's kernel."""
+        return _logaddexp("logaddexp", self, other, lambda d: d.neg().exp().log1p())
+
+    def logaddexp2(self, other: Any) -> Any:
+        """``log2(2**self + 2**other)``, as :meth:`logaddexp`."""
+        return _logaddexp(
+            "logaddexp2", self, other, lambda d: (d * -math.log(2.0)).exp().log1p() / math.log(2.0)
+        )
+
+    def logit(self, eps: float | None = None) -> Any:
+        """``log(z / (1 - z))`` with ``z`` the input clamped to ``[eps, 1 - eps]`` when ``eps``
+        is given (the gradient is then 0 outside, as torch's)."""
+        z = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        if eps is not None:
+            z = z.clamp(eps, 1.0 - eps)
+        return (z / (1.0 - z)).log()
+
+    def sinc(self) -> Any:
+        """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there)."""
+        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        zero = x.equal_elem(0.0)
+        product = x.mask_fill(zero, 1.0) * math.pi
+        return (product.sin() / product).mask_fill(zero, 1.0)
+
+    # -- NaN and infinities -------------------------------------------------------------------
+    def nan_to_num(
+        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> Any:
+        """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default the
+        dtype's largest and lowest finite values); the gradient is 0 where replaced. Integer
+        tensors come back unchanged."""
+        if self.dtype not in FLOAT_DTYPES:
+            return self
+        largest = _FLOAT_MAX.get(self.dtype) or float(np.finfo(self.dtype).max)
+        out = self.mask_fill(self.isnan(), float(nan))
+        out = out.mask_fill(self.isposinf(), largest if posinf is None else float(posinf))
+        return out.mask_fill(self.isneginf(), -largest if neginf is None else float(neginf))
+
+    def isposinf(self) -> Any:
+        return self.isinf().logical_and(self.greater_elem(0))
+
+    def isneginf(self) -> Any:
+        return self.isinf().logical_and(self.lower_elem(0))
+
+    def isreal(self) -> Any:
+        """All true: retrograd tensors are real."""
+        return wrap(self, self._backend.full(self.shape, True, "bool", self._device))
+
+    def signbit(self) -> Any:
+        """Whether the sign bit is set (true for ``-0.0`` and negative NaNs)."""
+        if self.dtype == "bool":
+            return self.logical_and(False)
+        if self.dtype == "int64":
+            return self.lower_elem(0)
+        return self._apply("signbit", (self,))
+
+    def isclose(
+        self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    ) -> Any:
+        """``|self - other| <= atol + rtol * |other|`` elementwise (``rg.isclose``)."""
+        return isclose(self, other, rtol, atol, equal_nan)
+
+    def allclose(
+        self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    ) -> bool:
+        """Whether :meth:`isclose` holds everywhere (a Python bool)."""
+        return allclose(self, other, rtol, atol, equal_nan)
+
+    # -- the C library ------------------------------------------------------------------------
+    def fmod(self, other: Any) -> Any:
+        """C's ``fmod``: the remainder with the sign of the dividend (``remainder`` takes the
+        divisor's); integer division by zero is an error."""
+        check_integer_divisor("fmod", self, other)
+        return self._apply(FMOD, (self, operand(self, other, "fmod")))
+
+    def frac(self) -> Any:
+        """``x - trunc(x)`` (float tensors, as torch's)."""
+        if self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"frac: expected a floating point tensor, got {self.dtype}")
+        return self - self.trunc()
+
+    def fix(self) -> Any:
+        """:meth:`trunc` under NumPy's name."""
+        return self.trunc()
+
+    def copysign(self, other: Any) -> Any:
+        """``|self|`` with the sign of ``other`` (its sign bit: ``-0.0`` counts as negative);
+        float. The gradient reaches ``self`` only."""
+        x, y = _floats("copysign", self, other)
+        magnitude = x.abs()
+        return magnitude.mask_where(y.signbit(), magnitude.neg())
+
+    def heaviside(self, values: Any) -> Any:
+        """0 where ``self < 0``, ``values`` where it is 0, 1 where it is positive (one dtype
+        for both, as torch requires). Not differentiable, as in torch: the result is a
+        constant."""
+        values = operand(self, values, "heaviside")
+        if values.dtype != self.dtype:
+            raise DTypeError(
+                f"heaviside: input and values must have one dtype, got {self.dtype} and "
+                f"{values.dtype}"
+            )
+        x, v = untracked(self), untracked(values)
+        step = x.greater_elem(0).cast(x.dtype)
+        zero = x.equal_elem(0)
+        return where(zero, v, step)
+
+    def sgn(self) -> Any:
+        """:meth:`sign` (torch's ``sgn`` differs only for complex tensors)."""
+        return self.sign()
+
+    def deg2rad(self) -> Any:
+        return (self if self.dtype in FLOAT_DTYPES else self.cast("float32")) * _DEG2RAD
+
+    def rad2deg(self) -> Any:
+        return (self if self.dtype in FLOAT_DTYPES else self.cast("float32")) * _RAD2DEG
+
+    def float_power(self, exponent: Any) -> Any:
+        """``self ** exponent`` in float64."""
+        return float_power(self, exponent)
+
+    def fmax(self, other: Any) -> Any:
+        """The larger, ignoring NaN (NaN only where both are); at a tie the gradient goes to
+        ``self``, as torch's."""
+        return _nan_ignoring(self, other, "fmax", "greater_equal")
+
+    def fmin(self, other: Any) -> Any:
+        return _nan_ignoring(self, other, "fmin", "lower_equal")
+
+    def ldexp(self, other: Any) -> Any:
+        """``self * 2**other``, as torch computes it (``2**other`` in float)."""
+        power = operand(self, other, "ldexp").__rpow__(2.0)
+        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        return x * power
+
+    def nextafter(self, other: Any) -> Any:
+        """The next float after ``self`` towards ``other`` (float tensors; not
+        differentiable, as in torch)."""
+        x, y = promote(self, operand(self, other, "nextafter"), "nextafter")
+        if x.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"nextafter: expected floating point tensors, got {x.dtype}")
+        return self._apply("nextafter", (x, y))
+
+    # -- integers and bits --------------------------------------------------------------------
+    def gcd(self, other: Any) -> Any:
+        """The greatest common divisor (int64 tensors)."""
+        return self._apply("gcd", _integers("gcd", self, other, ("int64",)))
+
+    def lcm(self, other: Any) -> Any:
+        return self._apply("lcm", _integers("lcm", self, other, ("int64",)))
+
+    def bitwise_and(self, other: Any) -> Any:
+        """``&`` of int64 or bool tensors (a number takes the tensor's dtype)."""
+        return self._apply("bitwise_and", _integers("bitwise_and", self, other))
+
+    def bitwise_or(self, other: Any) -> Any:
+        return self._apply("bitwise_or", _integers("bitwise_or", self, other))
+
+    def bitwise_xor(self, other: Any) -> Any:
+        return self._apply("bitwise_xor", _integers("bitwise_xor", self, other))
+
+    def bitwise_not(self) -> Any:
+        """``~``: bitwise not of an int64 tensor, logical not of a bool one."""
+        _integers("bitwise_not", self, None)
+        return self._apply("bitwise_not", (self,))
+
+    def bitwise_left_shift(self, other: Any) -> Any:
+        """``self << other`` (int64; a bool operand counts as 0/1); shifts of 64 or more
+        give 0."""
+        return self._apply("bitwise_left_shift", _shift_operands("bitwise_left_shift", self, other))
+
+    def bitwise_right_shift(self, other: Any) -> Any:
+        """Arithmetic ``self >> other`` (int64)."""
+        operands = _shift_operands("bitwise_right_shift", self, other)
+        return self._apply("bitwise_right_shift", operands)
+
+    def __lshift__(self, other):
+        return self.bitwise_left_shift(other)
+
+    def __rshift__(self, other):
+        return self.bitwise_right_shift(other)
+
+    def __rlshift__(self, other):
+        return operand(self, other, "bitwise_left_shift").bitwise_left_shift(self)
+
+    def __rrshift__(self, other):
+        return operand(self, other, "bitwise_right_shift").bitwise_right_shift(self)
+
+    # -- aliases (torch's and NumPy's names) --------------------------------------------------
+    def absolute(self) -> Any:
+        return self.abs()
+
+    def negative(self) -> Any:
+        return self.neg()
+
+    def positive(self) -> Any:
+        """The tensor itself (torch refuses bool tensors)."""
+        if self.dtype == "bool":
+            raise DTypeError("positive: bool tensors have no unary +; use the tensor itself")
+        return self
+
+    def arccos(self) -> Any:
+        return self.acos()
+
+    def arcsin(self) -> Any:
+        return self.asin()
+
+    def arctan(self) -> Any:
+        return self.atan()
+
+    def arccosh(self) -> Any:
+        return self.acosh()
+
+    def arcsinh(self) -> Any:
+        return self.asinh()
+
+    def arctanh(self) -> Any:
+        return self.atanh()
+
+    def arctan2(self, other: Any) -> Any:
+        return self.atan2(other)
+
+
+def _logaddexp(op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any]) -> Any:
+    x, y = _floats(op, a, b)
+    out = x.maximum(y) + softplus_of_gap((x - y).abs())
+    return out.mask_where(x.isinf().logical_and(x.eq(y)), x)
+
+
+def _nan_ignoring(a: Any, b: Any, op: str, keeps_first: str) -> Any:
+    """torch's ``fmax``/``fmin``: ``a`` where it wins, ties or ``b`` is NaN; else ``b``."""
+    x, y = promote(a, operand(a, b, op), op)
+    if x.dtype == "bool":
+        return x.logical_or(y) if op == "fmax" else x.logical_and(y)
+    first = getattr(x, keeps_first)(y).logical_or(y.isnan())
+    return y.mask_where(first, x)
+
+
+def _integers(op: str, a: Any, b: Any, dtypes: tuple[str, ...] = _INTEGERS) -> tuple[Any, ...]:
+    """The operands of an integer op, promoted to one dtype and checked to be one of
+    ``dtypes`` (floats are refused, as torch refuses them)."""
+    if b is None:
+        operands: tuple[Any, ...] = (a,)
+    else:
+        operands = promote(a, operand(a, b, op), op)
+    dtype = operands[0].dtype
+    if dtype not in dtypes:
+        allowed = " or ".join(dtypes)
+        raise DTypeError(f"{op}: expected {allowed} tensors, got {dtype}")
+    return operands
+
+
+def _shift_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
+    x, y = promote(a, operand(a, b, op), op)
+    if x.dtype == "bool":
+        x, y = x.cast("int64"), y.cast("int64")
+    if x.dtype != "int64":
+        raise DTypeError(f"{op}: expected int64 tensors, got {x.dtype}")
+    return x, y
