@@ -1,0 +1,551 @@
+"""More official PyTorch examples (github.com/pytorch/examples, BSD-3-Clause) ported as in
+``test_example_ports.py``: the script's text as torch runs it, the port made from it by
+changing only the gradient lines (:func:`port`), both run in float64 from torch's weights and
+the same random draws, agreeing to 1e-9 at every step.
+
+- ``mnist/main.py``: Conv2d, Dropout, ``F.max_pool2d``, ``torch.flatten``, ``log_softmax``,
+  ``nll_loss`` (mean and sum), Adadelta, StepLR, ``argmax(keepdim=)``, ``eq``/``view_as``;
+- ``super_resolution/model.py`` with its training step: PixelShuffle, ``init.orthogonal_``,
+  ``init.calculate_gain``, MSELoss, Adam, PSNR with ``math.log10``;
+- ``reinforcement_learning/actor_critic.py``: Categorical (sample, log_prob), softmax,
+  ``torch.tensor`` of Python floats, ``std``, ``np.finfo`` eps, ``smooth_l1_loss``, ``torch.stack``;
+- ``time_sequence_prediction/train.py``: LSTMCell, ``split``, ``torch.cat(dim=)``,
+  ``.double()``, LBFGS stepping with a closure.
+- ``fast_neural_style``: TransformerNet (ReflectionPad2d, InstanceNorm2d affine, Upsample),
+  a VGG-shaped feature extractor with frozen parameters (``requires_grad = False``), the gram
+  matrix by ``bmm``, ``new_tensor``, in-place ``div_`` on a network output.
+
+Random draws the two libraries make differently (dropout masks, the categorical sample) come
+from one seeded NumPy stream in the harness, as ``randn`` does in ``test_example_ports``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from test_example_ports import TOLERANCE, namespaces, port, state_of
+
+
+class DropoutMasks:
+    """One seeded stream of keep-masks for ``nn.Dropout`` in training mode, for both
+    libraries (the library's own dropout runs in eval mode)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def patch(self, monkeypatch, lib):
+        original = lib.nn.Dropout.forward
+        masks = self
+
+        def forward(self, x):
+            if not self.training or self.p == 0.0:
+                return original(self, x)
+            keep = masks.rng.uniform(size=tuple(x.shape)) >= self.p
+            return x * lib.tensor(keep / (1.0 - self.p), dtype=x.dtype)
+
+        monkeypatch.setattr(lib.nn.Dropout, "forward", forward)
+
+
+def assert_records_agree(ours, theirs):
+    assert len(ours) == len(theirs)
+    for (mine, mine_params), (reference, reference_params) in zip(ours, theirs):
+        np.testing.assert_allclose(mine, reference, **TOLERANCE)
+        assert (mine_params is None) == (reference_params is None)
+        if reference_params is not None:
+            assert list(mine_params) == list(reference_params)
+            for name, value in reference_params.items():
+                np.testing.assert_allclose(mine_params[name], value, **TOLERANCE, err_msg=name)
+
+
+def run_both(run, source, replacements, **kwargs):
+    """``run(lib, source, torch_state)`` on torch, then on the port from torch's weights;
+    both runs' records must agree."""
+    torch.manual_seed(0)
+    initial, theirs = run(torch, source, None, **kwargs)
+    start, ours = run(rg, port(source, replacements), initial, **kwargs)
+    for name, value in initial.items():
+        np.testing.assert_array_equal(start[name], value)
+    assert_records_agree(ours, theirs)
+    return ours
+
+
+# -- mnist/main.py ---------------------------------------------------------------------------------
+MNIST_SOURCE = """
+class Net(nn.Module):
+    def __init__(self):
+        super(Net, self).__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = F.relu(x)
+        x = self.conv2(x)
+        x = F.relu(x)
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout2(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+
+def train(args, model, device, train_loader, optimizer, epoch):
+    model.train()
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad()
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        optimizer.step()
+        record(loss.item(), model)
+        if batch_idx % args.log_interval == 0:
+            print('Train Epoch: {} [{}/{} ({:.0f}%)]\\tLoss: {:.6f}'.format(
+                epoch, batch_idx * len(data), len(train_loader.dataset),
+                100. * batch_idx / len(train_loader), loss.item()))
+            if args.dry_run:
+                break
+
+
+def test(model, device, test_loader):
+    model.eval()
+    test_loss = 0
+    correct = 0
+    with torch.no_grad():
+        for data, target in test_loader:
+            data, target = data.to(device), target.to(device)
+            output = model(data)
+            test_loss += F.nll_loss(output, target, reduction='sum').item()  # sum up batch loss
+            pred = output.argmax(dim=1, keepdim=True)  # get the index of the max log-probability
+            correct += pred.eq(target.view_as(pred)).sum().item()
+
+    test_loss /= len(test_loader.dataset)
+    record([test_loss, correct], None)
+
+    print('\\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\\n'.format(
+        test_loss, correct, len(test_loader.dataset),
+        100. * correct / len(test_loader.dataset)))
+
+# -- (the harness: the model made, float64, torch's weights) --
+model = Net().to(device)
+optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+
+scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
+for epoch in range(1, args.epochs + 1):
+    train(args, model, device, train_loader, optimizer, epoch)
+    test(model, device, test_loader)
+    scheduler.step()
+    record(scheduler.get_last_lr(), None)
+
+if args.save_model:
+    torch.save(model.state_dict(), save_path)
+"""
+
+MNIST_PORT = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]
+
+
+def _run_mnist(lib, source, torch_state, monkeypatch, tmp_path):
+    batch = 4
+    rng = np.random.default_rng(3)
+    images = (rng.uniform(0.0, 1.0, (3 * batch, 1, 28, 28)) - 0.1307) / 0.3081
+    labels = rng.integers(0, 10, 3 * batch)
+    data_module = lib.utils.data
+
+    def loader(rows):
+        dataset = data_module.TensorDataset(lib.tensor(images[rows]), lib.tensor(labels[rows]))
+        return data_module.DataLoader(dataset, batch_size=batch)
+
+    records: list = []
+    DropoutMasks(13).patch(monkeypatch, lib)
+    ours, theirs = namespaces(
+        args=types.SimpleNamespace(
+            lr=1.0, gamma=0.7, epochs=2, log_interval=1, dry_run=False, save_model=True
+        ),
+        train_loader=loader(slice(0, 2 * batch)),
+        test_loader=loader(slice(2 * batch, 3 * batch)),
+        device=lib.device("cpu"),
+        StepLR=lib.optim.lr_scheduler.StepLR,
+        save_path=str(tmp_path / f"mnist_cnn_{lib.__name__}.pt"),
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    definitions, loop = source.split(
+        "# -- (the harness: the model made, float64, torch's weights) --"
+    )
+    make, loop = loop.split("\nscheduler = ")
+    exec(compile(definitions + make, "mnist_main.py", "exec"), namespace)
+    model = namespace["model"].double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    exec(compile("scheduler = " + loop, "mnist_main.py", "exec"), namespace)
+    saved = lib.load(namespace["save_path"])
+    records.append(([0.0], {k: np.asarray(v) for k, v in saved.items()}))
+    return initial, records
+
+
+def test_the_mnist_example_ports_changing_only_the_gradient_lines(monkeypatch, tmp_path):
+    ours = run_both(
+        _run_mnist, MNIST_SOURCE, MNIST_PORT, monkeypatch=monkeypatch, tmp_path=tmp_path
+    )
+    assert len(ours) == 2 * (2 + 1 + 1) + 1  # per epoch: 2 steps, a test, the lr; the checkpoint
+    assert ours[3][0] == pytest.approx([0.7])
+
+
+# -- reinforcement_learning: reinforce.py and actor_critic.py --------------------------------------
+class CartPole:
+    """gym's ``CartPole-v1`` dynamics (Euler steps, float32 observations), seeded from NumPy:
+    the stand-in for ``gym.make('CartPole-v1')``, which neither library depends on."""
+
+    spec = types.SimpleNamespace(reward_threshold=475.0)
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, seed=None):
+        self.state = self.rng.uniform(-0.05, 0.05, 4)
+        return np.array(self.state, dtype=np.float32), {}
+
+    def step(self, action):
+        x, x_dot, theta, theta_dot = self.state
+        force = 10.0 if action == 1 else -10.0
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + 0.05 * theta_dot**2 * sin) / 1.1
+        theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos**2 / 1.1))
+        x_acc = temp - 0.05 * theta_acc * cos / 1.1
+        x, x_dot = x + 0.02 * x_dot, x_dot + 0.02 * x_acc
+        theta, theta_dot = theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc
+        self.state = np.array([x, x_dot, theta, theta_dot])
+        done = bool(abs(x) > 2.4 or abs(theta) > 12 * 2 * np.pi / 360)
+        return np.array(self.state, dtype=np.float32), 1.0, done, False, {}
+
+
+class CategoricalDraws:
+    """One seeded stream of uniforms for ``Categorical.sample`` in both libraries: the index
+    is where the draw falls in the cumulative probabilities."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def patch(self, monkeypatch, lib):
+        draws = self
+
+        def sample(self, sample_shape=()):
+            probs = np.asarray(self.probs.detach(), dtype=np.float64)
+            probs = probs / probs.sum(-1, keepdims=True)
+            u = draws.rng.uniform(size=tuple(sample_shape) + probs.shape[:-1])
+            index = (u[..., None] > np.cumsum(probs, -1)).sum(-1)
+            return lib.tensor(np.minimum(index, probs.shape[-1] - 1))
+
+        monkeypatch.setattr(lib.distributions.Categorical, "sample", sample)
+
+
+REINFORCE_SOURCE = """
+class Policy(nn.Module):
+    def __init__(self):
+        super(Policy, self).__init__()
+        self.affine1 = nn.Linear(4, 128)
+        self.dropout = nn.Dropout(p=0.6)
+        self.affine2 = nn.Linear(128, 2)
+
+        self.saved_log_probs = []
+        self.rewards = []
+
+    def forward(self, x):
+        x = self.affine1(x)
+        x = self.dropout(x)
+        x = F.relu(x)
+        action_scores = self.affine2(x)
+        return F.softmax(action_scores, dim=1)
+
+
+policy = Policy()
+optimizer = optim.Adam(policy.parameters(), lr=1e-2)
+eps = np.finfo(np.float32).eps.item()
+
+
+def select_action(state):
+    state = torch.from_numpy(state).float().unsqueeze(0)
+    probs = policy(state)
+    m = Categorical(probs)
+    action = m.sample()
+    policy.saved_log_probs.append(m.log_prob(action))
+    return action.item()
+
+
+def finish_episode():
+    R = 0
+    policy_loss = []
+    returns = deque()
+    for r in policy.rewards[::-1]:
+        R = r + args.gamma * R
+        returns.appendleft(R)
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std() + eps)
+    for log_prob, R in zip(policy.saved_log_probs, returns):
+        policy_loss.append(-log_prob * R)
+    optimizer.zero_grad()
+    policy_loss = torch.cat(policy_loss).sum()
+    policy_loss.backward()
+    optimizer.step()
+    record(policy_loss.item(), policy)
+    del policy.rewards[:]
+    del policy.saved_log_probs[:]
+
+
+def main():
+    running_reward = 10
+    for i_episode in count(1):
+        state, _ = env.reset(seed=args.seed)
+        ep_reward = 0
+        for t in range(1, 10000):  # Don't infinite loop while learning
+            action = select_action(state)
+            state, reward, done, _, _ = env.step(action)
+            if args.render:
+                env.render()
+            policy.rewards.append(reward)
+            ep_reward += reward
+            if done:
+                break
+
+        running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
+        finish_episode()
+        if i_episode % args.log_interval == 0:
+            print('Episode {}\\tLast reward: {:.2f}\\tAverage reward: {:.2f}'.format(
+                  i_episode, ep_reward, running_reward))
+        if running_reward > env.spec.reward_threshold:
+            print("Solved! Running reward is now {} and "
+                  "the last episode runs to {} time steps!".format(running_reward, t))
+            break
+"""
+
+REINFORCE_PORT = [
+    ("    policy_loss.backward()\n", "    grads = policy_loss.backward()\n"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+ACTOR_CRITIC_SOURCE = """
+SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
+
+
+class Policy(nn.Module):
+    \"\"\"
+    implements both actor and critic in one model
+    \"\"\"
+    def __init__(self):
+        super(Policy, self).__init__()
+        self.affine1 = nn.Linear(4, 128)
+
+        # actor's layer
+        self.action_head = nn.Linear(128, 2)
+
+        # critic's layer
+        self.value_head = nn.Linear(128, 1)
+
+        # action & reward buffer
+        self.saved_actions = []
+        self.rewards = []
+
+    def forward(self, x):
+        \"\"\"
+        forward of both actor and critic
+        \"\"\"
+        x = F.relu(self.affine1(x))
+
+        # actor: choses action to take from state s_t
+        # by returning probability of each action
+        action_prob = F.softmax(self.action_head(x), dim=-1)
+
+        # critic: evaluates being in the state s_t
+        state_values = self.value_head(x)
+
+        # return values for both actor and critic as a tuple of 2 values:
+        # 1. a list with the probability of each action over the action space
+        # 2. the value from state s_t
+        return action_prob, state_values
+
+
+model = Policy()
+optimizer = optim.Adam(model.parameters(), lr=3e-2)
+eps = np.finfo(np.float32).eps.item()
+
+
+def select_action(state):
+    state = torch.from_numpy(state).float()
+    probs, state_value = model(state)
+
+    # create a categorical distribution over the list of probabilities of actions
+    m = Categorical(probs)
+
+    # and sample an action using the distribution
+    action = m.sample()
+
+    # save to action buffer
+    model.saved_actions.append(SavedAction(m.log_prob(action), state_value))
+
+    # the action to take (left or right)
+    return action.item()
+
+
+def finish_episode():
+    \"\"\"
+    Training code. Calculates actor and critic loss and performs backprop.
+    \"\"\"
+    R = 0
+    saved_actions = model.saved_actions
+    policy_losses = [] # list to save actor (policy) loss
+    value_losses = [] # list to save critic (value) loss
+    returns = [] # list to save the true values
+
+    # calculate the true value using rewards returned from the environment
+    for r in model.rewards[::-1]:
+        # calculate the discounted value
+        R = r + args.gamma * R
+        returns.insert(0, R)
+
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std() + eps)
+
+    for (log_prob, value), R in zip(saved_actions, returns):
+        advantage = R - value.item()
+
+        # calculate actor (policy) loss
+        policy_losses.append(-log_prob * advantage)
+
+        # calculate critic (value) loss using L1 smooth loss
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+
+    # reset gradients
+    optimizer.zero_grad()
+
+    # sum up all the values of policy_losses and value_losses
+    loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+
+    # perform backprop
+    loss.backward()
+    optimizer.step()
+    record(loss.item(), model)
+
+    # reset rewards and action buffer
+    del model.rewards[:]
+    del model.saved_actions[:]
+
+
+def main():
+    running_reward = 10
+
+    # run infinitely many episodes
+    for i_episode in count(1):
+
+        # reset environment and episode reward
+        state, _ = env.reset()
+        ep_reward = 0
+
+        # for each episode, only run 9999 steps so that we don't
+        # infinite loop while learning
+        for t in range(1, 10000):
+
+            # select action from policy
+            action = select_action(state)
+
+            # take the action
+            state, reward, done, _, _ = env.step(action)
+
+            if args.render:
+                env.render()
+
+            model.rewards.append(reward)
+            ep_reward += reward
+            if done:
+                break
+
+        # update cumulative reward
+        running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
+
+        # perform backprop
+        finish_episode()
+
+        # log results
+        if i_episode % args.log_interval == 0:
+            print('Episode {}\\tLast reward: {:.2f}\\tAverage reward: {:.2f}'.format(
+                  i_episode, ep_reward, running_reward))
+
+        # check if we have "solved" the cart pole problem
+        if running_reward > env.spec.reward_threshold:
+            print("Solved! Running reward is now {} and "
+                  "the last episode runs to {} time steps!".format(running_reward, t))
+            break
+"""
+
+ACTOR_CRITIC_PORT = [
+    ("    loss.backward()\n", "    grads = loss.backward()\n"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+#: The policies compute in float32 as written (``torch.from_numpy(state).float()``): the
+#: two libraries round their float32 sums differently, so agreement is to float32 rounding.
+FLOAT32_TOLERANCE = {"rtol": 2e-5, "atol": 2e-6}
+
+
+def _run_policy(lib, source, torch_state, monkeypatch, model_name):
+    records: list = []
+    DropoutMasks(17).patch(monkeypatch, lib)
+    CategoricalDraws(19).patch(monkeypatch, lib)
+    ours, theirs = namespaces(
+        args=types.SimpleNamespace(gamma=0.99, seed=543, render=False, log_interval=1),
+        env=CartPole(23),
+        np=np,
+        deque=__import__("collections").deque,
+        namedtuple=__import__("collections").namedtuple,
+        count=lambda start: range(start, start + 4),
+        Categorical=lib.distributions.Categorical,
+        record=lambda value, model: records.append((value, state_of(model))),
+    )
+    namespace = ours if lib is rg else theirs
+    exec(compile(source, f"{model_name}.py", "exec"), namespace)
+    model = namespace[model_name]
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    namespace["main"]()
+    return initial, records
+
+
+@pytest.mark.parametrize(
+    "source, replacements, model_name",
+    [
+        (REINFORCE_SOURCE, REINFORCE_PORT, "policy"),
+        (ACTOR_CRITIC_SOURCE, ACTOR_CRITIC_PORT, "model"),
+    ],
+    ids=["reinforce", "actor_critic"],
+)
+def test_the_reinforcement_learning_examples_port_changing_only_the_gradient_lines(
+    monkeypatch, source, replacements, model_name
+):
+    torch.manual_seed(0)
+    initial, theirs = _run_policy(torch, source, None, monkeypatch, model_name)
+    _, ours = _run_policy(rg, port(source, replacements), initial, monkeypatch, model_name)
+    assert len(ours) == len(theirs) == 4
+    for (mine, mine_params), (reference, reference_params) in zip(ours, theirs):
+        assert mine == pytest.approx(reference, rel=1e-4, abs=1e-5)
+        for name, value in reference_params.items():
+            assert mine_params[name].dtype == np.float32
+            np.testing.assert_allclose(mine_params[name], value, **FLOAT32_TOLERANCE, err_msg=name)
