@@ -549,3 +549,118 @@ def test_the_reinforcement_learning_examples_port_changing_only_the_gradient_lin
         for name, value in reference_params.items():
             assert mine_params[name].dtype == np.float32
             np.testing.assert_allclose(mine_params[name], value, **FLOAT32_TOLERANCE, err_msg=name)
+
+
+# -- time_sequence_prediction/train.py -------------------------------------------------------------
+TIME_SEQUENCE_SOURCE = """
+class Sequence(nn.Module):
+    def __init__(self):
+        super(Sequence, self).__init__()
+        self.lstm1 = nn.LSTMCell(1, 51)
+        self.lstm2 = nn.LSTMCell(51, 51)
+        self.linear = nn.Linear(51, 1)
+        self.dummy_param = nn.Parameter(torch.empty(0))
+
+    def forward(self, input, future = 0):
+        outputs = []
+        device = self.dummy_param.device
+        h_t = torch.zeros(input.size(0), 51, dtype=torch.double).to(device)
+        c_t = torch.zeros(input.size(0), 51, dtype=torch.double).to(device)
+        h_t2 = torch.zeros(input.size(0), 51, dtype=torch.double).to(device)
+        c_t2 = torch.zeros(input.size(0), 51, dtype=torch.double).to(device)
+
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        for i in range(future):# if we should predict the future
+            h_t, c_t = self.lstm1(output, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        outputs = torch.cat(outputs, dim=1)
+        return outputs
+
+
+if __name__ == '__main__':
+    device = torch.device(device_name)
+    # set random seed to 0
+    np.random.seed(0)
+    torch.manual_seed(0)
+    # load data and make training set
+    data = torch.from_numpy(traindata).to(device)
+    input = data[3:, :-1]
+    target = data[3:, 1:]
+    test_input = data[:3, :-1]
+    test_target = data[:3, 1:]
+    # build the model
+    seq = Sequence().to(device).double()
+    load_weights(seq)
+    criterion = nn.MSELoss().to(device)
+    # use LBFGS as optimizer since we can load the whole data to train
+    optimizer = optim.LBFGS(seq.parameters(), lr=0.8)
+    #begin to train
+    for i in range(opt.steps):
+        print('STEP: ', i)
+        def closure():
+            optimizer.zero_grad()
+            out = seq(input)
+            loss = criterion(out, target)
+            print('loss:', loss.item())
+            loss.backward()
+            return loss
+        optimizer.step(closure)
+        # begin to predict, no need to track gradient here
+        with torch.no_grad():
+            future = 1000
+            pred = seq(test_input, future=future)
+            loss = criterion(pred[:, :-future], test_target)
+            print('test loss:', loss.item())
+            y = pred.cpu().detach().numpy()
+        record([loss.item(), *y[:, -1]], seq)
+"""
+
+TIME_SEQUENCE_PORT = [
+    ("            loss.backward()\n", "            grads = loss.backward()\n"),
+    ("            return loss\n", "            return loss, grads\n"),
+]
+
+
+def _sine_waves():
+    """``generate_sine_wave.py``, smaller: N waves of length L, shifted at random."""
+    np.random.seed(2)
+    T, L, N = 20, 24, 6  # noqa: N806 (the script's names)
+    x = np.empty((N, L), "int64")
+    x[:] = np.array(range(L)) + np.random.randint(-4 * T, 4 * T, N).reshape(N, 1)
+    return np.sin(x / 1.0 / T).astype("float64")
+
+
+def _run_time_sequence(lib, source, torch_state):
+    records: list = []
+    weights: dict = {}
+
+    def load_weights(model):
+        if torch_state is not None:
+            model.load_state_dict(torch_state)
+        weights.update(state_of(model))
+
+    ours, theirs = namespaces(
+        __name__="__main__",
+        device_name="cpu",
+        opt=types.SimpleNamespace(steps=2),
+        np=np,
+        traindata=_sine_waves(),
+        load_weights=load_weights,
+        record=lambda value, model: records.append((value, state_of(model))),
+    )
+    exec(compile(source, "time_sequence_prediction.py", "exec"), ours if lib is rg else theirs)
+    return weights, records
+
+
+def test_the_time_sequence_prediction_example_ports_changing_only_the_closure(capsys):
+    ours = run_both(_run_time_sequence, TIME_SEQUENCE_SOURCE, TIME_SEQUENCE_PORT)
+    assert len(ours) == 2
+    printed = capsys.readouterr().out
+    # each LBFGS step evaluates the closure up to max_eval = 25 times, in both libraries alike
+    assert printed.count("loss:") > 2 * 2 * 10

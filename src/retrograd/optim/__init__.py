@@ -17,6 +17,7 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 from . import lr_scheduler
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .clip import clip_grad_norm
+from .lbfgs import LBFGS
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from .schedules import (
     ConstantLR,
@@ -33,6 +34,7 @@ from .schedules import (
 )
 
 __all__ = [
+    "LBFGS",
     "SGD",
     "Adadelta",
     "Adagrad",
