@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the example scripts are kept as written, long lines included)
 """More official PyTorch examples (github.com/pytorch/examples, BSD-3-Clause) ported as in
 ``test_example_ports.py``: the script's text as torch runs it, the port made from it by
 changing only the gradient lines (:func:`port`), both run in float64 from torch's weights and
@@ -21,6 +22,7 @@ from one seeded NumPy stream in the harness, as ``randn`` does in ``test_example
 
 from __future__ import annotations
 
+import sys
 import types
 
 import numpy as np
@@ -664,3 +666,147 @@ def test_the_time_sequence_prediction_example_ports_changing_only_the_closure(ca
     printed = capsys.readouterr().out
     # each LBFGS step evaluates the closure up to max_eval = 25 times, in both libraries alike
     assert printed.count("loss:") > 2 * 2 * 10
+
+
+# -- super_resolution: model.py and main.py --------------------------------------------------------
+SUPER_RESOLUTION_SOURCE = """
+class Net(nn.Module):
+    def __init__(self, upscale_factor):
+        super(Net, self).__init__()
+
+        self.relu = nn.ReLU()
+        self.conv1 = nn.Conv2d(1, 64, (5, 5), (1, 1), (2, 2))
+        self.conv2 = nn.Conv2d(64, 64, (3, 3), (1, 1), (1, 1))
+        self.conv3 = nn.Conv2d(64, 32, (3, 3), (1, 1), (1, 1))
+        self.conv4 = nn.Conv2d(32, upscale_factor ** 2, (3, 3), (1, 1), (1, 1))
+        self.pixel_shuffle = nn.PixelShuffle(upscale_factor)
+
+        self._initialize_weights()
+
+    def forward(self, x):
+        x = self.relu(self.conv1(x))
+        x = self.relu(self.conv2(x))
+        x = self.relu(self.conv3(x))
+        x = self.pixel_shuffle(self.conv4(x))
+        return x
+
+    def _initialize_weights(self):
+        init.orthogonal_(self.conv1.weight, init.calculate_gain('relu'))
+        init.orthogonal_(self.conv2.weight, init.calculate_gain('relu'))
+        init.orthogonal_(self.conv3.weight, init.calculate_gain('relu'))
+        init.orthogonal_(self.conv4.weight)
+
+
+print('===> Building model')
+model = Net(upscale_factor=opt.upscale_factor).to(device)
+# -- (the harness: float64, torch's weights) --
+criterion = nn.MSELoss()
+
+optimizer = optim.Adam(model.parameters(), lr=opt.lr)
+
+
+def train(epoch):
+    epoch_loss = 0
+    for iteration, batch in enumerate(training_data_loader, 1):
+        input, target = batch[0].to(device), batch[1].to(device)
+
+        optimizer.zero_grad()
+        loss = criterion(model(input), target)
+        epoch_loss += loss.item()
+        loss.backward()
+        optimizer.step()
+
+        print("===> Epoch[{}]({}/{}): Loss: {:.4f}".format(epoch, iteration, len(training_data_loader), loss.item()))
+        record(loss.item(), model)
+
+    print("===> Epoch {} Complete: Avg. Loss: {:.4f}".format(epoch, epoch_loss / len(training_data_loader)))
+
+
+def test():
+    avg_psnr = 0
+    with torch.no_grad():
+        for batch in testing_data_loader:
+            input, target = batch[0].to(device), batch[1].to(device)
+
+            prediction = model(input)
+            mse = criterion(prediction, target)
+            psnr = 10 * log10(1 / mse.item())
+            avg_psnr += psnr
+    print("===> Avg. PSNR: {:.4f} dB".format(avg_psnr / len(testing_data_loader)))
+    record(avg_psnr, None)
+
+
+def checkpoint(epoch):
+    model_out_path = "model_epoch_{}.pth".format(epoch)
+    torch.save(model, model_out_path)
+    print("Checkpoint saved to {}".format(model_out_path))
+
+for epoch in range(1, opt.nEpochs + 1):
+    train(epoch)
+    test()
+    checkpoint(epoch)
+"""
+
+SUPER_RESOLUTION_PORT = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]
+
+
+def _run_super_resolution(lib, source, torch_state, monkeypatch, tmp_path):
+    """The datasets (BSDS300's luminance, cropped, and its downscaled copy) are random images
+    of the same shapes, loaded in order (``shuffle=False``: the libraries shuffle differently)."""
+    factor, batch = 3, 2
+    rng = np.random.default_rng(29)
+    images = rng.uniform(0.0, 1.0, (3 * batch, 1, 6 * factor, 6 * factor))
+    small = images.reshape(3 * batch, 1, 6, factor, 6, factor).mean((3, 5))
+    data_module = lib.utils.data
+
+    def loader(rows):
+        dataset = data_module.TensorDataset(lib.tensor(small[rows]), lib.tensor(images[rows]))
+        return data_module.DataLoader(dataset=dataset, batch_size=batch, shuffle=False)
+
+    folder = tmp_path / lib.__name__
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    records: list = []
+    ours, theirs = namespaces(
+        opt=types.SimpleNamespace(upscale_factor=factor, nEpochs=2, lr=0.01),
+        init=lib.nn.init,
+        log10=__import__("math").log10,
+        device=lib.device("cpu"),
+        training_data_loader=loader(slice(0, 2 * batch)),
+        testing_data_loader=loader(slice(2 * batch, 3 * batch)),
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    # the script's classes live in a module, as in the script, so that torch.save can pickle them
+    script = types.ModuleType(f"super_resolution_on_{lib.__name__}")
+    script.__dict__.update(ours if lib is rg else theirs)
+    monkeypatch.setitem(sys.modules, script.__name__, script)
+    namespace = script.__dict__
+    definitions, loop = source.split("# -- (the harness: float64, torch's weights) --")
+    exec(compile(definitions, "super_resolution.py", "exec"), namespace)
+    model = namespace["model"].double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    exec(compile(loop, "super_resolution.py", "exec"), namespace)
+    # super_resolve.py: the whole module saved with torch.save, loaded and run
+    saved = lib.load("model_epoch_2.pth", weights_only=False)
+    assert type(saved).__name__ == "Net" and saved is not model
+    records.append((saved(lib.tensor(small[:1])).detach().numpy(), state_of(saved)))
+    return initial, records
+
+
+def test_the_super_resolution_example_ports_changing_only_the_gradient_lines(monkeypatch, tmp_path):
+    ours = run_both(
+        _run_super_resolution,
+        SUPER_RESOLUTION_SOURCE,
+        SUPER_RESOLUTION_PORT,
+        monkeypatch=monkeypatch,
+        tmp_path=tmp_path,
+    )
+    assert len(ours) == 2 * (2 + 1) + 1
+    assert ours[-1][0].shape == (1, 1, 18, 18)
