@@ -248,6 +248,37 @@ def test_train_eval_and_requires_grad():
     assert all(p.is_require_grad() for p in model.parameters())
 
 
+def test_setting_requires_grad_on_a_leaf_freezes_it_in_place_as_in_torch():
+    """``for param in vgg.parameters(): param.requires_grad = False`` (fast_neural_style's
+    frozen feature extractor) and ``t.requires_grad_(False)``: the same object, its values
+    kept, no gradient from backward, skipped by the optimizer; a tracked intermediate refuses."""
+    model = nn.Linear(2, 1).double()
+    weight, bias = model.weight, model.bias
+    before = weight.tolist()
+    for param in model.parameters():
+        param.requires_grad = False
+    assert model.weight is weight and not weight.requires_grad and weight.tolist() == before
+    t = rg.tensor([1.0, 2.0], dtype="float64").require_grad()
+    assert t.requires_grad_(False) is t and not t.requires_grad and not t.is_require_grad()
+    loss = (model(rg.tensor([[1.0, 2.0]], dtype="float64")) * t.sum()).sum()
+    assert not loss.requires_grad
+    bias.requires_grad = True
+    bias_before = bias.tolist()
+    grads = model(rg.tensor([[1.0, 2.0]], dtype="float64")).sum().backward()
+    assert weight.grad(grads) is None and bias.grad(grads).tolist() == [1.0]
+    rg.optim.SGD(model.parameters(), lr=0.5).step(grads)
+    assert weight.tolist() == before and bias.tolist() == [bias_before[0] - 0.5]
+    computed = bias * 2.0
+    with pytest.raises(rg.AutodiffError, match=r"only a leaf.*detach"):
+        computed.requires_grad = False
+    computed.requires_grad = True  # already tracked: nothing to change
+    assert computed.requires_grad and bias.is_require_grad()
+    ints = rg.tensor([1, 2])
+    ints.requires_grad = False
+    with pytest.raises(rg.DTypeError, match="only float tensors"):
+        ints.requires_grad = True
+
+
 # -- init ------------------------------------------------------------------------------------------
 def test_init_functions_follow_torch_formulas():
     rg.seed(3)
