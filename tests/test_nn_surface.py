@@ -248,6 +248,35 @@ def test_train_eval_and_requires_grad():
     assert all(p.is_require_grad() for p in model.parameters())
 
 
+def test_a_reassigned_name_keeps_its_place_as_in_torch():
+    """siamese_network replaces ``resnet.conv1`` and then drops the last child with
+    ``Sequential(*list(resnet.children())[:-1])``: the order must stay torch's."""
+
+    def build(lib):
+        model = lib.nn.Module()
+        model.conv1 = lib.nn.Conv2d(3, 4, 3)
+        model.bn = lib.nn.BatchNorm2d(4)
+        model.fc = lib.nn.Linear(4, 2)
+        model.scale = lib.nn.Parameter(lib.ones(1))
+        model.shift = lib.nn.Parameter(lib.zeros(1))
+        model.register_buffer("first", lib.zeros(1))
+        model.register_buffer("second", lib.zeros(1))
+        model.conv1 = lib.nn.Conv2d(1, 4, 3)
+        model.scale = lib.nn.Parameter(lib.ones(2))
+        model.register_buffer("first", lib.ones(2))
+        model.add_module("bn", lib.nn.BatchNorm2d(4))
+        model.register_parameter("scale", lib.nn.Parameter(lib.ones(3)))
+        return model
+
+    ours, theirs = build(rg), build(torch)
+    assert [n for n, _ in ours.named_children()] == [n for n, _ in theirs.named_children()]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    trimmed = nn.Sequential(*list(ours.children())[:-1])
+    assert isinstance(trimmed[0], nn.Conv2d) and trimmed[0].in_channels == 1
+    assert isinstance(trimmed[-1], nn.BatchNorm2d)
+
+
 def test_setting_requires_grad_on_a_leaf_freezes_it_in_place_as_in_torch():
     """``for param in vgg.parameters(): param.requires_grad = False`` (fast_neural_style's
     frozen feature extractor) and ``t.requires_grad_(False)``: the same object, its values
