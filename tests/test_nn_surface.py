@@ -248,6 +248,66 @@ def test_train_eval_and_requires_grad():
     assert all(p.is_require_grad() for p in model.parameters())
 
 
+def test_a_reassigned_name_keeps_its_place_as_in_torch():
+    """siamese_network replaces ``resnet.conv1`` and then drops the last child with
+    ``Sequential(*list(resnet.children())[:-1])``: the order must stay torch's."""
+
+    def build(lib):
+        model = lib.nn.Module()
+        model.conv1 = lib.nn.Conv2d(3, 4, 3)
+        model.bn = lib.nn.BatchNorm2d(4)
+        model.fc = lib.nn.Linear(4, 2)
+        model.scale = lib.nn.Parameter(lib.ones(1))
+        model.shift = lib.nn.Parameter(lib.zeros(1))
+        model.register_buffer("first", lib.zeros(1))
+        model.register_buffer("second", lib.zeros(1))
+        model.conv1 = lib.nn.Conv2d(1, 4, 3)
+        model.scale = lib.nn.Parameter(lib.ones(2))
+        model.register_buffer("first", lib.ones(2))
+        model.add_module("bn", lib.nn.BatchNorm2d(4))
+        model.register_parameter("scale", lib.nn.Parameter(lib.ones(3)))
+        return model
+
+    ours, theirs = build(rg), build(torch)
+    assert [n for n, _ in ours.named_children()] == [n for n, _ in theirs.named_children()]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    trimmed = nn.Sequential(*list(ours.children())[:-1])
+    assert isinstance(trimmed[0], nn.Conv2d) and trimmed[0].in_channels == 1
+    assert isinstance(trimmed[-1], nn.BatchNorm2d)
+
+
+def test_setting_requires_grad_on_a_leaf_freezes_it_in_place_as_in_torch():
+    """``for param in vgg.parameters(): param.requires_grad = False`` (fast_neural_style's
+    frozen feature extractor) and ``t.requires_grad_(False)``: the same object, its values
+    kept, no gradient from backward, skipped by the optimizer; a tracked intermediate refuses."""
+    model = nn.Linear(2, 1).double()
+    weight, bias = model.weight, model.bias
+    before = weight.tolist()
+    for param in model.parameters():
+        param.requires_grad = False
+    assert model.weight is weight and not weight.requires_grad and weight.tolist() == before
+    t = rg.tensor([1.0, 2.0], dtype="float64").require_grad()
+    assert t.requires_grad_(False) is t and not t.requires_grad and not t.is_require_grad()
+    loss = (model(rg.tensor([[1.0, 2.0]], dtype="float64")) * t.sum()).sum()
+    assert not loss.requires_grad
+    bias.requires_grad = True
+    bias_before = bias.tolist()
+    grads = model(rg.tensor([[1.0, 2.0]], dtype="float64")).sum().backward()
+    assert weight.grad(grads) is None and bias.grad(grads).tolist() == [1.0]
+    rg.optim.SGD(model.parameters(), lr=0.5).step(grads)
+    assert weight.tolist() == before and bias.tolist() == [bias_before[0] - 0.5]
+    computed = bias * 2.0
+    with pytest.raises(rg.AutodiffError, match=r"only a leaf.*detach"):
+        computed.requires_grad = False
+    computed.requires_grad = True  # already tracked: nothing to change
+    assert computed.requires_grad and bias.is_require_grad()
+    ints = rg.tensor([1, 2])
+    ints.requires_grad = False
+    with pytest.raises(rg.DTypeError, match="only float tensors"):
+        ints.requires_grad = True
+
+
 # -- init ------------------------------------------------------------------------------------------
 def test_init_functions_follow_torch_formulas():
     rg.seed(3)

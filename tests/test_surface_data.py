@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import io
 import operator
+import pickle
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -213,17 +214,47 @@ def test_checkpoints_round_trip_without_pickle(tmp_path):
 
 
 def test_save_refuses_what_it_cannot_store_and_load_refuses_pickles(tmp_path):
-    import argparse
-
-    with pytest.raises(rg.DTypeError, match=r"Namespace at the saved object\['args'\]"):
-        rg.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "x.pt")
-    with pytest.raises(rg.DTypeError, match="Linear"):
-        rg.save([nn.Linear(1, 1)], tmp_path / "y.pt")
+    with pytest.raises(rg.DTypeError, match=r"function at the saved object\['f'\]"):
+        rg.save({"f": lambda: 1}, tmp_path / "x.pt")
     torch.save({"w": torch.ones(2)}, tmp_path / "torch.pt")
     with pytest.raises(rg.InvalidArgumentError, match="never read here"):
         rg.load(tmp_path / "torch.pt")
-    with rg.serialization.safe_globals([dict]):
-        pass
+
+
+def test_whole_modules_and_namespaces_save_as_torch_pickles_them_and_load_by_its_rule(tmp_path):
+    """``torch.save(model, path)`` and ``{"args": args}`` checkpoints: pickled entries, which a
+    default (``weights_only=True``) load refuses by name and ``weights_only=False`` or an
+    allow-list reads back, as in torch."""
+    import argparse
+
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)).double()
+    path = tmp_path / "model.pt"
+    rg.save({"model": model, "args": argparse.Namespace(lr=0.1), "step": 3}, path)
+    their_path = tmp_path / "torch.pt"
+    torch.save({"args": argparse.Namespace(lr=0.1)}, their_path)
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        torch.load(their_path)
+    with pytest.raises(
+        rg.InvalidArgumentError,
+        match=r"pickled .*Sequential at the saved object\['model'\].*weights_only=False",
+    ):
+        rg.load(path)
+    unsafe = rg.serialization.get_unsafe_globals_in_checkpoint(path)
+    assert "argparse.Namespace" in unsafe and "retrograd.nn.modules.container.Sequential" in unsafe
+    loaded = rg.load(path, weights_only=False)
+    assert loaded["step"] == 3 and loaded["args"].lr == 0.1
+    x = rg.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(loaded["model"](x).detach().numpy(), model(x).detach().numpy())
+    assert loaded["model"][0].weight.is_require_grad()
+    grads = loaded["model"](x).sum().backward()
+    assert loaded["model"][0].weight.grad(grads).shape == (2, 3)
+    only_args = tmp_path / "args.pt"
+    rg.save({"args": argparse.Namespace(lr=0.1)}, only_args)
+    with rg.serialization.safe_globals([argparse.Namespace]):
+        assert rg.serialization.get_unsafe_globals_in_checkpoint(only_args) == []
+        assert rg.load(only_args)["args"] == argparse.Namespace(lr=0.1)
+    with pytest.raises(rg.InvalidArgumentError, match=r"argparse\.Namespace"):
+        rg.load(only_args)
 
 
 def test_tensors_requiring_grad_load_as_leaves():

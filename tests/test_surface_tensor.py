@@ -778,6 +778,19 @@ def test_named_tuples_are_not_data():
 @pytest.mark.parametrize(
     "make",
     [
+        lambda lib: lib.where(lib.tensor([0.2, 0.7]) > 0.5, 1, 0),  # siamese_network's
+        lambda lib: lib.where(lib.tensor([0.2, 0.7]) > 0.5, 1.0, 0),
+        lambda lib: lib.where(lib.tensor([0.2, 0.7]) > 0.5, True, False),
+    ],
+)
+def test_where_between_two_numbers_takes_torch_s_dtype(make):
+    same_values(make, [])
+    assert str(make(rg).dtype) == str(make(torch).dtype).removeprefix("torch.")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
         lambda lib: lib.ones(2) + lib.tensor(1.5, dtype=lib.float64),
         lambda lib: lib.tensor(1.5, dtype=lib.float64) * lib.ones(2),
         lambda lib: lib.ones(2, dtype=lib.long) + lib.tensor(1.5, dtype=lib.float64),

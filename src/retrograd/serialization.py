@@ -1,13 +1,17 @@
-"""``rg.save`` and ``rg.load``: torch's checkpoint functions, without pickle.
+"""``rg.save`` and ``rg.load``: torch's checkpoint functions, pickle only where torch needs it.
 
 A file holds the arrays of every tensor and NumPy array (an ``.npz`` archive: NumPy's ``.npy``
 entries in a zip) and the structure around them as JSON: dicts (their keys may be str, int,
 float, bool, ``None`` or tuples of those), lists, tuples, numbers, strings, ``None``, devices
 and dtypes. That is what checkpoints hold (``{"model": model.state_dict(), "optimizer":
 optimizer.state_dict(), "epoch": 3}``); a tensor saved under two names (tied weights) loads as
-one tensor. Anything else (a module, an ``argparse.Namespace``, a function) is refused with an
-error that names where it is: loading never runs code from the file (torch's
-``weights_only=True``, always).
+one tensor, and loading it runs no code from the file.
+
+Anything else -- a whole module (``torch.save(model, path)``), an ``argparse.Namespace`` --
+is pickled into its own entry, as torch pickles it, and read back under torch's rule: a
+default (``weights_only=True``) load refuses it, naming it, unless its classes were allowed
+(``add_safe_globals``, ``safe_globals``); ``load(f, weights_only=False)`` unpickles it, for
+files whose source is trusted.
 
 >>> import io, retrograd as rg
 >>> buffer = io.BytesIO()
@@ -23,6 +27,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
+import pickletools
 from collections import OrderedDict
 from typing import Any
 
@@ -103,11 +109,22 @@ class _Writer:
             return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, set | frozenset):
             return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
-        raise DTypeError(
-            f"save: cannot store an object of type {type(obj).__name__} at {where}: rg.save "
-            "keeps tensors, arrays, numbers, strings and dicts/lists/tuples of them (no "
-            "pickle); save its state (e.g. model.state_dict(), vars(args)) instead"
-        )
+        return self.pickled(obj, where)
+
+    def pickled(self, obj: Any, where: str) -> dict[str, Any]:
+        """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows)."""
+        try:
+            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            raise DTypeError(
+                f"save: cannot store an object of type {type(obj).__name__} at {where}: "
+                f"it is not a tensor, array, number, string or container of them, and it "
+                f"cannot be pickled ({error})"
+            ) from None
+        name = f"p{len(self.arrays)}"
+        self.arrays[name] = np.frombuffer(data, dtype=np.uint8)
+        kind = type(obj)
+        return {"pickle": name, "type": f"{kind.__module__}.{kind.__qualname__}", "at": where}
 
     def key(self, key: Any, where: str) -> Any:
         if key is None or isinstance(key, bool | int | float | str):
@@ -142,9 +159,10 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
 
 
 class _Reader:
-    def __init__(self, archive: Any, device: Any) -> None:
+    def __init__(self, archive: Any, device: Any, weights_only: bool) -> None:
         self.archive = archive
         self.device = device
+        self.weights_only = weights_only
         self.made: dict[str, Any] = {}
 
     def decode(self, node: Any) -> Any:
@@ -169,6 +187,8 @@ class _Reader:
             return np.asarray(self.archive[node["npscalar"]]).astype(node["kind"])[()]
         if "float" in node:
             return float(node["float"])
+        if "pickle" in node:
+            return self.unpickle(node)
         if "device" in node:
             return Device(node["device"])
         if "dtype_name" in node:
@@ -183,6 +203,21 @@ class _Reader:
         if "set" in node:
             return {self.decode(v) for v in node["set"]}
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
+
+    def unpickle(self, node: dict[str, Any]) -> Any:
+        data = self.archive[node["pickle"]].tobytes()
+        if not self.weights_only:
+            return pickle.loads(data)
+        try:
+            return _AllowedOnly(io.BytesIO(data)).load()
+        except pickle.UnpicklingError as error:
+            raise InvalidArgumentError(
+                f"load: the file holds a pickled {node['type']} at {node['at']}, and "
+                f"weights_only=True (the default, as in torch) rebuilds only allowed classes "
+                f"({error}); if you trust the file's source, load it with "
+                "weights_only=False, or allow its classes with "
+                "rg.serialization.add_safe_globals([...])"
+            ) from None
 
     def key(self, node: Any) -> Any:
         if "key" in node:
@@ -236,35 +271,95 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         structure = json.loads(str(archive[_STRUCTURE]))
         if structure.get("format") != _FORMAT:
             raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
-        return _Reader(archive, device).decode(structure["object"])
+        reader = _Reader(archive, device, weights_only is not False)
+        return reader.decode(structure["object"])
+
+
+#: Classes and functions a ``weights_only`` load may rebuild from a pickled entry.
+_SAFE_GLOBALS: list[Any] = []
+
+
+class _AllowedOnly(pickle.Unpickler):
+    """An unpickler that rebuilds only the allowed classes (torch's ``weights_only``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        for allowed in _SAFE_GLOBALS:
+            if (allowed.__module__, allowed.__qualname__) == (module, name):
+                return allowed
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
 
 
 class safe_globals:  # noqa: N801 (torch's name)
-    """torch's allow-list of classes a ``weights_only`` load may rebuild. Loading here never
-    rebuilds objects from the file (no pickle), so there is nothing to allow: the context
-    manager is accepted and changes nothing."""
+    """torch's allow-list, for a block: the classes a ``weights_only`` load may rebuild
+    from a file's pickled entries."""
 
     def __init__(self, safe_globals: list[Any]):
         self.safe_globals = list(safe_globals)
 
     def __enter__(self) -> None:
-        return None
+        self.before = list(_SAFE_GLOBALS)
+        add_safe_globals(self.safe_globals)
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        _SAFE_GLOBALS[:] = self.before
 
 
 def add_safe_globals(safe_globals: list[Any]) -> None:
-    """Accepted (see :class:`safe_globals`): nothing here needs allowing."""
+    """Allow these classes and functions in ``weights_only`` loads (torch's)."""
+    _SAFE_GLOBALS.extend(g for g in safe_globals if g not in _SAFE_GLOBALS)
 
 
 def get_safe_globals() -> list[Any]:
-    return []
+    return list(_SAFE_GLOBALS)
 
 
 def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
-    """torch's list of the classes and functions a checkpoint would have ``load`` rebuild
-    beyond the safe ones: a file :func:`save` wrote rebuilds nothing (no pickle), so ``[]``;
-    any other file is refused as :func:`load` refuses it (its pickles are never read here)."""
-    load(f)
+    """torch's list of the classes and functions (``"module.name"``) a checkpoint's pickled
+    entries would have :func:`load` rebuild beyond the allowed ones: ``[]`` for a file of
+    tensors, arrays and containers. A file :func:`load` refuses is refused the same way."""
+    data = f.read() if hasattr(f, "read") else open(f, "rb").read()  # noqa: SIM115
+    load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
+    allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
+    names: list[str] = []
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        structure = json.loads(str(archive[_STRUCTURE])) if _STRUCTURE in archive.files else {}
+        for entry in _pickled_entries(structure.get("object")):
+            for name in _globals_in(archive[entry].tobytes()):
+                if name not in allowed and name not in names:
+                    names.append(name)
+    return names
+
+
+def _pickled_entries(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        if "pickle" in node:
+            return [node["pickle"]]
+        return [e for value in node.values() for e in _pickled_entries(value)]
+    if isinstance(node, list):
+        return [e for value in node for e in _pickled_entries(value)]
     return []
+
+
+def _globals_in(data: bytes) -> list[str]:
+    """The ``"module.name"`` of every class or function a pickle refers to, read from its
+    opcodes without running it."""
+    found: list[str] = []
+    strings: list[str] = []
+    memo: dict[int, Any] = {}
+    last: Any = None
+    for opcode, arg, _ in pickletools.genops(data):
+        pushed = None
+        if opcode.name == "GLOBAL":
+            found.append(arg.replace(" ", "."))
+        elif opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+            pushed = arg
+        elif opcode.name == "MEMOIZE":
+            memo[len(memo)] = last
+        elif opcode.name in ("BINGET", "LONG_BINGET", "GET"):
+            pushed = memo.get(arg)
+        elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+            found.append(f"{strings[-2]}.{strings[-1]}")
+        if isinstance(pushed, str):
+            strings.append(pushed)
+        last = pushed if opcode.name != "MEMOIZE" else last
+    return found

@@ -19,6 +19,7 @@ from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .clip import clip_grad_norm
 from .composite_schedules import ChainedScheduler, SequentialLR
 from .cyclic_schedules import CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR
+from .lbfgs import LBFGS
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from .schedules import (
     ConstantLR,
@@ -35,6 +36,7 @@ from .schedules import (
 )
 
 __all__ = [
+    "LBFGS",
     "SGD",
     "Adadelta",
     "Adagrad",

@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor, tensor
 from ..tensor.inplace import assign
+from .closure import evaluate_closure
 from .fused import ADAM, RMSPROP, SGD_MOMENTUM, FusedUpdate
 
 __all__ = [
@@ -238,16 +239,23 @@ class Optimizer:
         """Nothing to do: gradients are the value ``backward()`` returns. Kept so that
         PyTorch training loops port unchanged."""
 
-    def step(self, grads: Any = None) -> None:
+    def step(self, grads: Any = None) -> Any:
         """Update every parameter that has a gradient in ``grads`` (what ``backward()``
-        returned); parameters without one are left as they are, as in PyTorch. torch's
-        ``step()`` without them (gradients kept on the parameters) and ``step(closure)`` are
-        refused with an error that says what to write instead."""
-        if grads is None or callable(grads):
+        returned); parameters without one are left as they are, as in PyTorch.
+
+        ``step(closure)``, as in torch: the closure re-evaluates the model and returns
+        ``(loss, grads)`` (:mod:`.closure`); the step uses its gradients and returns its loss.
+        torch's ``step()`` without gradients (kept on the parameters there) is refused with an
+        error that says what to write instead."""
+        if callable(grads):
+            loss, grads = evaluate_closure(grads, f"{type(self).__name__}.step")
+            self.step(grads)
+            return loss
+        if grads is None:
             raise AutodiffError(
                 f"{type(self).__name__}.step: pass the gradients backward() returned, "
                 "grads = loss.backward(); optimizer.step(grads) (gradients are a value here, "
-                "not kept on the parameters" + ("; closures are not supported)" if grads else ")")
+                "not kept on the parameters)"
             )
         for group in self.param_groups:
             for parameter in group["params"]:

@@ -42,7 +42,7 @@ from ._dispatch import (
 from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_type_name
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
-from .inplace import InplaceMixin
+from .inplace import InplaceMixin, assign
 from .layouts import check_memory_format, strided
 from .printing import array2string_options
 from .products import ProductsMixin
@@ -449,8 +449,9 @@ class Tensor(
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        """PyTorch spelling of :meth:`require_grad`."""
-        return self.require_grad() if requires_grad else self.detach()
+        """torch's: set :attr:`requires_grad` in place and return ``self``."""
+        self.requires_grad = requires_grad
+        return self
 
     def is_require_grad(self) -> bool:
         """Whether this is a leaf that requires grad."""
@@ -458,8 +459,34 @@ class Tensor(
 
     @property
     def requires_grad(self) -> bool:
-        """Whether gradients flow through this tensor (leaf or tracked intermediate)."""
+        """Whether gradients flow through this tensor (leaf or tracked intermediate).
+
+        Settable on a leaf, as in torch (``param.requires_grad = False`` freezes a
+        parameter: backward computes no gradient for it and optimizers skip it); the tensor
+        object stays and keeps its values. A tracked intermediate cannot stop requiring grad
+        (``detach()`` it instead).
+
+        >>> import retrograd as rg
+        >>> w = rg.tensor([1.0]).require_grad()
+        >>> w.requires_grad = False
+        >>> w.requires_grad, w.tolist()
+        (False, [1.0])
+        """
         return self._backend.is_autodiff and self._backend.is_tracked(self._prim)
+
+    @requires_grad.setter
+    def requires_grad(self, requires_grad: bool) -> None:
+        if bool(requires_grad) == self.requires_grad:
+            return
+        if requires_grad:
+            self.require_grad()
+            return
+        if not self.is_require_grad():
+            raise AutodiffError(
+                f"requires_grad: only a leaf can stop requiring grad; this {list(self.shape)} "
+                "tensor is computed from others (use t.detach() for a value outside the graph)"
+            )
+        assign(self, self, "requires_grad_", untrack=True)
 
     def detach(self) -> Tensor:
         """A new leaf cut from the graph, requiring grad iff this one was such a leaf (Burn's

@@ -16,6 +16,7 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -343,8 +344,8 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
     else:
         dtype = (
             "float32"
-            if any(isinstance(v, float) for v in (input, other))
-            else ("bool" if all(isinstance(v, bool) for v in (input, other)) else "int64")
+            if builtins.any(isinstance(v, float) for v in (input, other))
+            else ("bool" if builtins.all(isinstance(v, bool) for v in (input, other)) else "int64")
         )
         a = _filled(condition, input, dtype)
         b = _filled(condition, other, dtype)

@@ -73,8 +73,10 @@ class Module:
                 f"{type(self).__name__}.__init__"
             )
         params, buffers, modules = state["_parameters"], state["_buffers"], state["_modules"]
+        # A name re-assigned keeps its place in its registry (torch's): ``children()``,
+        # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
         if isinstance(value, Parameter):
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif name in params:
             if value is None:
@@ -82,7 +84,7 @@ class Module:
             else:  # a tensor given for a parameter: its values, the Parameter object stays
                 self.set_parameter(name, value)
         elif isinstance(value, Module):
-            self._forget(name)
+            self._forget(name, keep="_modules")
             modules[name] = value
         elif name in modules:
             if value is not None:
@@ -114,11 +116,12 @@ class Module:
         if not self._forget(name):
             object.__delattr__(self, name)
 
-    def _forget(self, name: str) -> bool:
-        """Drop ``name`` from every registry and the instance dict; whether it was registered."""
+    def _forget(self, name: str, keep: str | None = None) -> bool:
+        """Drop ``name`` from every registry but ``keep`` and from the instance dict; whether
+        it was registered."""
         found = False
         for kind in ("_parameters", "_buffers", "_modules"):
-            if self.__dict__[kind].pop(name, _MISSING) is not _MISSING:
+            if kind != keep and self.__dict__[kind].pop(name, _MISSING) is not _MISSING:
                 found = True
         self._non_persistent_buffers.discard(name)
         self.__dict__.pop(name, None)
@@ -149,7 +152,7 @@ class Module:
                     f"{_describe(value)}"
                 )
             value = Parameter(value)
-        self._forget(name)
+        self._forget(name, keep="_parameters")
         self._parameters[name] = value
         return value
 
@@ -164,7 +167,7 @@ class Module:
                     f"register_buffer: {name!r} must be a Tensor or None, got {_describe(value)}"
                 )
             value = _untracked(value)
-        self._forget(name)
+        self._forget(name, keep="_buffers")
         self._buffers[name] = value
         if not persistent:
             self._non_persistent_buffers.add(name)
@@ -174,7 +177,7 @@ class Module:
         self._check_name("register_module", name)
         if module is not None and not isinstance(module, Module):
             raise DTypeError(f"register_module: {name!r} is not a Module: {_describe(module)}")
-        self._forget(name)
+        self._forget(name, keep="_modules")
         self._modules[name] = module
 
     add_module = register_module
