@@ -171,6 +171,17 @@ class TorchBackend(
     def __repr__(self) -> str:
         return f"TorchBackend({str(self.torch_device)!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled backend (inside a module saved whole) carries no lock, pending index
+        checks or generator: an unpickled one starts with fresh ones."""
+        state = dict(self.__dict__)
+        state.update(_pending=[], _pending_lock=None, _torch_generator=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pending_lock = threading.Lock()
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TorchBackend) and other.torch_device == self.torch_device
 
