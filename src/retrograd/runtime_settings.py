@@ -29,6 +29,7 @@ from typing import Any
 from .errors import DTypeError, InvalidArgumentError
 from .tensor import Tensor
 from .tensor.dtypes import DTYPE_OBJECTS, canonical_dtype
+from .tensor.dtypes import can_cast as dtype_can_cast
 from .tensor.internal import promote, result_dtype, scalar_dtype
 from .tensor.printing import get_printoptions, set_printoptions
 
@@ -163,7 +164,4 @@ def result_type(tensor1: Any, tensor2: Any) -> Any:
 def can_cast(from_: Any, to: Any) -> bool:
     """Whether torch's casting rules allow ``from_`` into ``to`` (no float into an integer
     or bool, no integer into bool)."""
-    kinds = {"bool": 0, "int64": 1}
-    source = canonical_dtype("can_cast", from_)
-    target = canonical_dtype("can_cast", to)
-    return kinds.get(source, 2) <= kinds.get(target, 2)
+    return dtype_can_cast(canonical_dtype("can_cast", from_), canonical_dtype("can_cast", to))
