@@ -20,6 +20,13 @@ def test_default_dtypes():
     assert rg.tensor([1, 2], dtype="int64").dtype == "int64"
     assert rg.arange(0, 5).dtype == "int64"
     assert rg.zeros((2,)).dtype == "float32"
+    rg.set_default_dtype(rg.float64)  # Python floats and dtype-less creation follow it
+    try:
+        assert rg.tensor(1.5).dtype == rg.zeros((2,)).dtype == "float64"
+        assert rg.tensor([[1, 2]]).dtype == "int64"
+        assert rg.tensor(np.array([1.0], np.float32)).dtype == "float32"
+    finally:
+        rg.set_default_dtype(rg.float32)
 
 
 def test_tensor_copies_numpy_data():

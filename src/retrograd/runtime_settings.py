@@ -11,9 +11,14 @@
 - ``set_printoptions`` sets how tensors print (torch's keywords and profiles;
   :mod:`retrograd.tensor.printing`).
 - Every computation here is deterministic, so ``use_deterministic_algorithms(True)`` holds.
-- The default float dtype is float32, as torch's; ``set_default_dtype`` accepts float32 and
-  refuses another with an error that says what to do instead (pass ``dtype=`` where tensors are
-  made, or cast the model with ``model.double()``).
+- ``set_default_dtype(rg.float64)`` makes float64 the dtype of every new floating tensor made
+  without a dtype, as ``torch.set_default_dtype``: Python floats and lists of them, the
+  creation functions (``zeros``, ``rand``, ``arange`` with a float, ``linspace``...), nn
+  modules' parameters and buffers, distributions, and an int tensor meeting a Python float or
+  a float op (``int_tensor / 2``, ``int_tensor.sqrt()``). Any float dtype may be the default
+  (float32, float64, and bfloat16/float16 where the backend has them: rg.TorchBackend); an int
+  or bool one is refused, as torch refuses it. The setting is process-wide, as torch's;
+  NumPy arrays keep their dtype, and ``*_like`` functions their source's.
 
 >>> import retrograd as rg
 >>> rg.promote_types(rg.int64, rg.float32), rg.can_cast(rg.float64, rg.int64)
@@ -28,7 +33,13 @@ from typing import Any
 
 from .errors import DTypeError, InvalidArgumentError
 from .tensor import Tensor
-from .tensor.dtypes import DTYPE_OBJECTS, canonical_dtype
+from .tensor.dtypes import (
+    DTYPE_OBJECTS,
+    FLOAT_DTYPES,
+    canonical_dtype,
+    default_float_dtype,
+    set_default_float_dtype,
+)
 from .tensor.dtypes import can_cast as dtype_can_cast
 from .tensor.internal import promote, result_dtype, scalar_dtype
 from .tensor.printing import get_printoptions, set_printoptions
@@ -118,19 +129,21 @@ def are_deterministic_algorithms_enabled() -> bool:
 
 
 def get_default_dtype() -> Any:
-    """float32, the dtype of tensors made from Python floats."""
-    return DTYPE_OBJECTS["float32"]
+    """The dtype of new floating tensors made without a dtype (float32 until
+    :func:`set_default_dtype` changes it)."""
+    return DTYPE_OBJECTS[default_float_dtype()]
 
 
 def set_default_dtype(d: Any) -> None:
-    """Accepts float32 (the default); another default is refused, with what to do instead."""
+    """Make ``d`` (a float dtype: float32, float64, bfloat16 or float16) the default float
+    dtype, process-wide, as ``torch.set_default_dtype``; an int or bool dtype is refused."""
     name = canonical_dtype("set_default_dtype", d)
-    if name != "float32":
+    if name not in FLOAT_DTYPES:
         raise DTypeError(
-            f"set_default_dtype: retrograd's default float dtype is float32 and cannot be "
-            f"changed to {name}; pass dtype={name!r} where tensors are made, or cast a model "
-            "with model.to(dtype)"
+            f"set_default_dtype: only floating-point dtypes ({', '.join(FLOAT_DTYPES)}) can be "
+            f"the default, got {name}"
         )
+    set_default_float_dtype(name)
 
 
 def promote_types(type1: Any, type2: Any) -> Any:
@@ -153,7 +166,7 @@ def result_type(tensor1: Any, tensor2: Any) -> Any:
             float if isinstance(x, float) else int if type(x) is int else bool
             for x in (tensor1, tensor2)
         ]
-        name = "float32" if float in kinds else ("int64" if int in kinds else "bool")
+        name = default_float_dtype() if float in kinds else ("int64" if int in kinds else "bool")
         return DTYPE_OBJECTS[name]
     a, b = (tensor1, tensor2) if isinstance(tensor1, Tensor) else (tensor2, tensor1)
     if not isinstance(b, Tensor):

@@ -15,7 +15,7 @@ from .numpy_nn import NumpyNNKernels
 from .numpy_optim import NumpyOptimizerKernels
 from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
-from .protocol import Backend, singular_matrix
+from .protocol import Backend, default_float_dtype, singular_matrix
 
 __all__ = ["NumpyBackend"]
 
@@ -66,8 +66,12 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
         if kind in "iu":
             return array.astype(np.int64, copy=False)
     elif kind in "fiu":
-        # Python floats and (nested lists of) numbers default to float32.
-        return array.astype(np.float32, copy=False)
+        # Python floats and (nested lists of) numbers take the default float dtype (float32
+        # unless rg.set_default_dtype changed it); a half default is made from float32 and
+        # cast where the backend has it.
+        default = default_float_dtype()
+        host = np.float64 if default == "float64" else np.float32
+        return array.astype(host, copy=False)
     raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
 
 

@@ -36,13 +36,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
-from ..errors import InvalidArgumentError, shape_text
+from ..errors import DTypeError, InvalidArgumentError, shape_text
 from .protocol_loss import LossProtocol
 from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
 from .protocol_rnn import RecurrentProtocol
 
-__all__ = ["DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "PROTOCOL_OPS", "Backend", "singular_matrix"]
+__all__ = [
+    "DTYPES",
+    "FLOAT_DTYPES",
+    "ITEMSIZE",
+    "PROTOCOL_OPS",
+    "Backend",
+    "default_float_dtype",
+    "set_default_float_dtype",
+    "singular_matrix",
+]
 
 #: Every dtype name of the protocol.
 DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
@@ -50,6 +59,27 @@ DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 #: Bytes per element of each dtype.
 ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
+
+#: torch's default dtype: the one Python floats and floating tensors made without a dtype take.
+#: Process-wide, as torch's (``rg.set_default_dtype``); kept here, below every layer that makes
+#: tensors, so that backends, the tensor API and nn all read the one value.
+_DEFAULT_FLOAT = ["float32"]
+
+
+def default_float_dtype() -> str:
+    """The dtype of new floating tensors made without a dtype (``rg.get_default_dtype``)."""
+    return _DEFAULT_FLOAT[0]
+
+
+def set_default_float_dtype(name: str) -> None:
+    """Make ``name`` (one of :data:`FLOAT_DTYPES`) the default float dtype."""
+    if name not in FLOAT_DTYPES:
+        raise DTypeError(
+            f"set_default_dtype: the default must be a float dtype ({', '.join(FLOAT_DTYPES)}), "
+            f"got {name!r}"
+        )
+    _DEFAULT_FLOAT[0] = name
+
 
 _INV_SQRT_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

@@ -6,6 +6,7 @@ import math
 from typing import Any, ClassVar
 
 from ..tensor import randn, tensor
+from ..tensor.dtypes import default_float_dtype
 from . import constraints
 from .distribution import Distribution
 from .utils import broadcast_all
@@ -16,7 +17,7 @@ __all__ = ["Normal"]
 def _as_tensor(value: Any, like: Any = None) -> Any:
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return value
-    dtype = like.dtype if like is not None else "float32"
+    dtype = like.dtype if like is not None else default_float_dtype()
     return tensor(float(value), dtype=dtype)
 
 

@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 
 from ..tensor import tensor
-from ..tensor.dtypes import finfo
+from ..tensor.dtypes import default_float_dtype, finfo
 
 __all__ = ["broadcast_all", "clamp_probs", "logits_to_probs", "probs_to_logits", "tiny"]
 
 
 def broadcast_all(*values: Any) -> tuple[Any, ...]:
     """Tensors and numbers broadcast to one shape; numbers take the tensors' float dtype
-    (float32 when all are numbers, torch's default dtype)."""
+    (torch's default dtype, ``rg.get_default_dtype()``, when all are numbers)."""
     tensors = [v for v in values if hasattr(v, "shape")]
     floats = [t for t in tensors if t.is_float()]
-    dtype = floats[0].dtype if floats else "float32"
+    dtype = floats[0].dtype if floats else default_float_dtype()
     device = tensors[0].device if tensors else None
     lifted = []
     for v in values:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, full_like, stack, zeros_like
+from ..tensor.dtypes import default_float_dtype
 from .optimizers import Optimizer, State
 
 __all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam"]
@@ -136,8 +137,10 @@ class NAdam(Optimizer):
         bias_correction2 = 1.0 - beta2**step
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * decay))
         mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * decay))
-        # torch keeps this product in a float32 state tensor: so is it kept here
-        mu_product = float(np.float32(state.get("mu_product", 1.0)) * np.float32(mu))
+        # torch keeps this product in a state tensor of its "scalar dtype" (float64 under a
+        # float64 default dtype, else float32): so is it kept here
+        scalar = np.float64 if default_float_dtype() == "float64" else np.float32
+        mu_product = float(scalar(state.get("mu_product", 1.0)) * scalar(mu))
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import DTYPES, FLOAT_DTYPES
+from ..backend.protocol import DTYPES, FLOAT_DTYPES, default_float_dtype
 from ..device import CPU0, Device
 from ..errors import (
     DTypeError,
@@ -75,7 +75,8 @@ SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
 # The dtype rules of a binary TensorOp, compared by identity on the hot path.
 #: ``TensorOp(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
 COMMON = "common"
-#: ``TensorOp(..., promote=FLOAT)``: as COMMON, then compute in float (ints and bools as float32).
+#: ``TensorOp(..., promote=FLOAT)``: as COMMON, then compute in float (ints and bools in the
+#: default float dtype, ``rg.get_default_dtype()``).
 FLOAT = "float"
 #: ``TensorOp(..., promote=COMPARE)``: as COMMON for two tensors; a scalar is compared as it is,
 #: the tensor keeping its dtype.
@@ -149,7 +150,7 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
         return tensor_dtype
     if isinstance(scalar, numbers.Integral):
         return "int64" if tensor_dtype == "bool" else tensor_dtype
-    return tensor_dtype if tensor_dtype in FLOAT_DTYPES else "float32"
+    return tensor_dtype if tensor_dtype in FLOAT_DTYPES else default_float_dtype()
 
 
 def scalar_value(value: Any, dtype: str) -> Any:
@@ -260,7 +261,7 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
 
 def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend, in one dtype: the
-    wider of the two, and at least float32 when ``floats``."""
+    wider of the two, and a float dtype when ``floats`` (ints and bools: the default one)."""
     b = lift(a, b, op)
     if a._backend is not b._backend:  # an inner-backend tensor lifted the other way round
         a = on_backend(a, b._backend, op)
@@ -271,7 +272,8 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
         target = _promoted(target, b_dtype, backend.shape(a._prim), backend.shape(b._prim))
         a, b = a.cast(target), b.cast(target)
     if floats and target not in FLOAT_DTYPES:
-        a, b = a.cast("float32"), b.cast("float32")
+        target = default_float_dtype()
+        a, b = a.cast(target), b.cast(target)
     return a, b
 
 
@@ -283,7 +285,7 @@ class TensorOp:
     - ``promote`` (``COMMON``, ``FLOAT`` or ``COMPARE``): a binary elementwise op; its two
       operands are lifted and promoted (see :func:`apply`), and ``scalar`` names the kernel
       for a Python scalar operand (``add_scalar``; ``rsub_scalar`` for a reflected op).
-    - ``floats``: a unary op computed in float (an int or bool tensor as float32).
+    - ``floats``: a unary op computed in float (an int or bool tensor in the default float dtype).
     - neither: the operands already fit (one backend, the dtypes the kernel wants). Such an
       op may also be given to :func:`apply` as the kernel's name alone.
 
@@ -333,7 +335,7 @@ def apply(op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     NumPy scalar, an array or a list. Tensors are lifted and promoted (:func:`promote`); a
     scalar goes to kernel ``op.scalar`` as ``scalar(tensor, value)``: a scalar given first
     makes a reflected op, whose ``scalar`` kernel takes it second (``rsub_scalar``). For a
-    unary op with ``op.floats``, an int or bool tensor is cast to float32 first.
+    unary op with ``op.floats``, an int or bool tensor is cast to the default float dtype first.
 
     Fast paths, checked first: two tensors of one backend, device and dtype; a float tensor
     with a Python ``float`` or ``int``; a float tensor for a ``floats`` op. They go straight to
@@ -396,7 +398,7 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     x = inputs[0]  # a unary op computed in float
     backend, prim = x._backend, x._prim
     if backend.dtype(prim) not in FLOAT_DTYPES:
-        return _run(op.name, op.kernel, (x.cast("float32"), *inputs[1:]), params)
+        return _run(op.name, op.kernel, (x.cast(default_float_dtype()), *inputs[1:]), params)
     try:  # without params, a plain call: CPython inlines a Python kernel's frame then
         out = (
             getattr(backend, op.kernel)(prim, *params)
@@ -448,7 +450,7 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 return _run(op.name, op.scalar, (t,), (value,))
             dtype = t._backend.dtype(t._prim)
             target = (
-                "float32"
+                default_float_dtype()
                 if rule is FLOAT and dtype not in FLOAT_DTYPES
                 else (scalar_dtype(dtype, value))
             )

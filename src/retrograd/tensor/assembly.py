@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, lift
 from .creation import tensor, zeros
@@ -339,10 +340,10 @@ def _window(op: str, length: int, periodic: bool, dtype: Any, device: Any, value
             f"{op}: window_length must be a non-negative int, got {length!r}"
         )
     if length <= 1:
-        return tensor(np.ones(length), dtype=dtype or "float32", device=device)
+        return tensor(np.ones(length), dtype=dtype or default_float_dtype(), device=device)
     n = length + 1 if periodic else length
     array = values(np.arange(n, dtype=np.float64), n)
-    return tensor(array[:length], dtype=dtype or "float32", device=device)
+    return tensor(array[:length], dtype=dtype or default_float_dtype(), device=device)
 
 
 def _cosine_sum(coefficients: Sequence[float]) -> Any:

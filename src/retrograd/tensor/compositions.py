@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import lift, promote, untracked
@@ -153,7 +154,7 @@ _SQRT_PI_HALF = math.sqrt(math.pi) / 2.0
 def erfinv(y: Any) -> Any:
     from ..autodiff.grad_mode import no_grad
 
-    x = y if y.is_float() else y.cast("float32")
+    x = y if y.is_float() else y.cast(default_float_dtype())
     with no_grad():
         value = untracked(x)
         w = -((1.0 - value) * (1.0 + value)).log()

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
@@ -103,7 +104,8 @@ def tensor(
     """A tensor holding a copy of ``data`` (a scalar, nested lists, a NumPy array or a
     tensor), as ``torch.tensor``.
 
-    Python floats default to float32, ints to int64, bools to bool (torch's rules); a NumPy
+    Python floats take the default float dtype (float32 unless :func:`rg.set_default_dtype
+    <retrograd.set_default_dtype>` changed it), ints int64, bools bool (torch's rules); a NumPy
     array keeps its dtype (float64 stays float64, other ints become int64).
     ``requires_grad=True`` makes it a leaf that requires grad.
 
@@ -121,17 +123,18 @@ def tensor(
 
 
 def _python_dtype(data: Any) -> str | None:
-    """torch's dtype for Python data: int64 for ints, bool for bools, float32 otherwise."""
+    """torch's dtype for Python data: int64 for ints, the default float dtype for floats;
+    ``None`` (the backend's reading) for bools and what NumPy cannot read."""
     try:
         kind = np.asarray(data).dtype.kind
     except (ValueError, TypeError):
         return None
-    return "int64" if kind in "iu" else None
+    return "int64" if kind in "iu" else (default_float_dtype() if kind == "f" else None)
 
 
 def zeros(
     *args: Any,
-    dtype: Any = "float32",
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
@@ -144,7 +147,7 @@ def zeros(
 
 def ones(
     *args: Any,
-    dtype: Any = "float32",
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
@@ -160,7 +163,7 @@ def _constant(
     """``zeros``/``ones``: the arguments read, the backend's kernel of that name called."""
     _no_out(op, out)
     shape, dtype, backend, device = _leading_shape(op, args, dtype, backend, device)
-    dtype = _check_dtype(op, dtype)
+    dtype = _check_dtype(op, dtype) or default_float_dtype()
     backend, device = _target(backend, device)
     made = getattr(backend, op)(shape, dtype, device)
     return _requiring(Tensor(made, backend, device), requires_grad)
@@ -168,7 +171,7 @@ def _constant(
 
 def empty(
     *args: Any,
-    dtype: Any = "float32",
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
@@ -188,15 +191,15 @@ def full(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    """A tensor filled with ``value`` (float32 for floats, int64 for ints, bool for bools;
-    ``value`` may be a 0-d tensor)."""
+    """A tensor filled with ``value`` (the default float dtype for floats, int64 for ints, bool
+    for bools; ``value`` may be a 0-d tensor)."""
     if isinstance(value, Tensor):
         value = value.item()
     if dtype is None:
         dtype = (
             "bool"
             if isinstance(value, bool)
-            else ("int64" if isinstance(value, numbers.Integral) else "float32")
+            else ("int64" if isinstance(value, numbers.Integral) else default_float_dtype())
         )
     dtype = _check_dtype("full", dtype)
     backend, device = _target(backend, device)
@@ -259,13 +262,13 @@ def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) 
 def eye(
     n: int,
     m: int | None = None,
-    dtype: Any = "float32",
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
     """The identity matrix (``n`` by ``m``)."""
-    dtype = _check_dtype("eye", dtype)
+    dtype = _check_dtype("eye", dtype) or default_float_dtype()
     if n < 0 or (m is not None and m < 0):
         raise ShapeError(f"eye: sizes must be non-negative, got {n} and {m}")
     backend, device = _target(backend, device)
@@ -283,8 +286,8 @@ def arange(
     requires_grad: bool = False,
 ) -> Tensor:
     """``start, start+step, ...`` below ``end`` (``arange(n)`` counts from 0): int64 when
-    all three are ints, float32 otherwise, as ``torch.arange``. Float ranges have torch's
-    length, ``ceil((end - start) / step)``, and values ``start + i * step``."""
+    all three are ints, the default float dtype otherwise, as ``torch.arange``. Float ranges
+    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``."""
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -292,7 +295,7 @@ def arange(
     if step == 0:
         raise ShapeError("arange: step must not be zero")
     integral = all(isinstance(v, numbers.Integral) for v in values)
-    dtype = _check_dtype("arange", dtype) or ("int64" if integral else "float32")
+    dtype = _check_dtype("arange", dtype) or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
     if integral and dtype == "int64":
         return Tensor(
@@ -310,12 +313,12 @@ def linspace(
     start: Any, end: Any, steps: int, dtype: Any = None, backend: Any = None,
     device: Any = None, requires_grad: bool = False,
 ) -> Tensor:  # fmt: skip
-    """``steps`` evenly spaced values from ``start`` to ``end`` (both included), float32 by
-    default, computed as torch's kernel computes them (from ``start`` in the first half,
-    from ``end`` in the second)."""
+    """``steps`` evenly spaced values from ``start`` to ``end`` (both included), in the default
+    float dtype unless ``dtype``, computed as torch's kernel computes them (from ``start`` in
+    the first half, from ``end`` in the second)."""
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
-    dtype = _check_dtype("linspace", dtype) or "float32"
+    dtype = _check_dtype("linspace", dtype) or default_float_dtype()
     start = float(start.item() if isinstance(start, Tensor) else start)
     end = float(end.item() if isinstance(end, Tensor) else end)
     precision = np.float64 if dtype == "float64" else np.float32
@@ -341,11 +344,11 @@ def logspace(
         linspace(start, end, steps, dtype="float64", **kwargs)
         .mul(math.log(base))
         .exp()
-        .cast(_check_dtype("logspace", dtype) or "float32")
+        .cast(_check_dtype("logspace", dtype) or default_float_dtype())
     )
 
 
-def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
+def rand(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,
          requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Uniform values on [0, 1) (``torch.rand``): ``rand(2, 3)`` or ``rand((2, 3))``."""
     shape, dtype, backend, device = _leading_shape("rand", args, dtype, backend, device)
@@ -353,7 +356,7 @@ def rand(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = 
     return _requiring(drawn, requires_grad)
 
 
-def randn(*args: Any, dtype: Any = "float32", backend: Any = None, device: Any = None,
+def randn(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,
           requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
     """Standard normal values (``torch.randn``): ``randn(2, 3)`` or ``randn((2, 3))``."""
     shape, dtype, backend, device = _leading_shape("randn", args, dtype, backend, device)
@@ -411,7 +414,7 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
         return noise * std + mean
     if size is None:
         raise ShapeError("normal: give a size for scalar mean and std")
-    dtype = _check_dtype("normal", dtype) or "float32"
+    dtype = _check_dtype("normal", dtype) or default_float_dtype()
     shape = _creation_shape("normal", size)
     return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
 
@@ -435,14 +438,16 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
-def scalar_tensor(value: Any, dtype: Any = "float32", device: Any = None, **_: Any) -> Tensor:
-    return tensor(value, dtype=dtype, device=device)
+def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, **_: Any) -> Tensor:
+    """A 0-d tensor of ``value``, in the default float dtype unless ``dtype`` (as torch's,
+    an int or bool ``value`` too)."""
+    return tensor(value, dtype=dtype or default_float_dtype(), device=device)
 
 
 def random(
     shape: Sequence[int],
     distribution: str = "uniform",
-    dtype: Any = "float32",
+    dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     *,
@@ -455,7 +460,7 @@ def random(
         raise InvalidArgumentError(
             f"random: distribution must be 'uniform' or 'normal', got {distribution!r}"
         )
-    dtype = _check_dtype("random", dtype)
+    dtype = _check_dtype("random", dtype) or default_float_dtype()
     if dtype not in FLOAT_DTYPES:
         raise DTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
     backend, device = _target(backend, device)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype, set_default_float_dtype
 from ..errors import DTypeError
 from ._dispatch import DTYPES, FLOAT_DTYPES
 
@@ -31,11 +32,13 @@ __all__ = [
     "Size",
     "can_cast",
     "canonical_dtype",
+    "default_float_dtype",
     "dtype",
     "finfo",
     "iinfo",
     "legacy_type_dtype",
     "legacy_type_name",
+    "set_default_float_dtype",
 ]
 
 _ITEMSIZE = {
@@ -168,7 +171,7 @@ class finfo:  # noqa: N801 (torch's name)
     }
 
     def __init__(self, type: Any = None):  # noqa: A002 (torch's name)
-        name = "float32" if type is None else canonical_dtype("finfo", type)
+        name = default_float_dtype() if type is None else canonical_dtype("finfo", type)
         if name not in FLOAT_DTYPES:
             raise DTypeError(f"finfo: {name} is not a float dtype (use rg.iinfo)")
         if name == "bfloat16":

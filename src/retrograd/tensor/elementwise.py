@@ -69,8 +69,8 @@ GREATER_EQUAL = TensorOp("greater_equal", scalar="greater_equal_elem", promote=C
 LOWER = TensorOp("lower", scalar="lower_elem", promote=COMPARE)
 LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE)
 
-# Unary ops computed in float (an int tensor as float32); the others take any dtype and are
-# called by name.
+# Unary ops computed in float (an int tensor in the default float dtype); the others take any
+# dtype and are called by name.
 (
     EXP,
     EXPM1,
@@ -166,7 +166,7 @@ class ElementwiseMixin:
     subtract = sub
 
     def div(self, other: Any, *, rounding_mode: str | None = None) -> Any:
-        """True division (ints are divided as float32); ``rounding_mode="trunc"`` or
+        """True division (ints are divided in the default float dtype); ``rounding_mode="trunc"`` or
         ``"floor"`` rounds the quotient as torch's ``div`` does (keeping an int dtype)."""
         if rounding_mode is None:
             return self._apply(DIV, (self, other))

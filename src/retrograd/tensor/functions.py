@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
 from .shape import cat
@@ -343,7 +344,7 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
         a = _scalar_like(b, input)
     else:
         dtype = (
-            "float32"
+            default_float_dtype()
             if builtins.any(isinstance(v, float) for v in (input, other))
             else ("bool" if builtins.all(isinstance(v, bool) for v in (input, other)) else "int64")
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
@@ -256,7 +257,7 @@ class IndexingMixin:
         value = check_scalar("mask_fill", value)
         source = self
         if isinstance(value, float) and not self.is_float():
-            source = self.cast("float32")
+            source = self.cast(default_float_dtype())
         return self._apply("mask_fill", (source, mask), (value,))
 
     def masked_fill(self, mask: Any, value: float) -> Any:

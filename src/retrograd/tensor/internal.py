@@ -19,7 +19,7 @@ Operands
     ``lift(reference, value, op) -> Tensor``
         ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
     ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
-        ``b`` lifted, both on one backend in one dtype (at least float32 when ``floats``).
+        ``b`` lifted, both on one backend in one dtype (a float dtype when ``floats``).
     ``untracked(t) -> Tensor``
         ``t``'s values outside the graph (no node; not requiring grad).
     ``wrap(reference, prim) -> Tensor``

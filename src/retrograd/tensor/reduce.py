@@ -15,6 +15,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..backend.protocol import default_float_dtype
 from ..errors import ShapeError, shape_text
 from ._dispatch import TensorOp, lift, normalize_dim, promote, untracked
 
@@ -158,7 +159,7 @@ class ReduceMixin:
 
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Any:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
-        x = self if self.is_float() else self.cast("float32")
+        x = self if self.is_float() else self.cast(default_float_dtype())
         peak = untracked(x).amax(dim, keepdim=True)
         peak = peak.mask_fill(peak.is_inf(), 0.0)
         out = (x - peak).exp().sum(dim, keepdim=True).log() + peak
@@ -247,7 +248,7 @@ class ReduceMixin:
         ``"fro"``/2, 1, ``inf``, ``-inf``, 0 or any positive power; the gradient at a zero
         vector is zero, as torch's."""
         x = self if dtype is None else self.cast(dtype)
-        return _norm(x if x.is_float() else x.cast("float32"), p, dim, keepdim)
+        return _norm(x if x.is_float() else x.cast(default_float_dtype()), p, dim, keepdim)
 
     # -- cumulative ---------------------------------------------------------------------------
     def cumsum(self, dim: int) -> Any:
@@ -474,7 +475,7 @@ def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
 def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correction: Any) -> Any:
     if correction is None:
         correction = 1 if unbiased else 0
-    x = x if x.is_float() else x.cast("float32")
+    x = x if x.is_float() else x.cast(default_float_dtype())
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
     centered = x - x.mean(dims, keepdim=True)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, TensorBase, lift, no_generator, normalize_dim, wrap
 from .dtypes import DTYPE_OBJECTS
@@ -126,7 +127,7 @@ class SelectionMixin:
         """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
         :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
         d = normalize_dim("logcumsumexp", dim, self.ndim)
-        out = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        out = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         if out.ndim == 0:
             return out
         n, shift = out.shape[d], 1
@@ -171,7 +172,7 @@ class SelectionMixin:
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
-        x = x if x.dtype in FLOAT_DTYPES else x.cast("float32")
+        x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         centred = x - x.mean(1, True)
         out = centred.matmul(centred.transpose(0, 1)) / max(x.shape[1] - correction, 0)
         return out.reshape(()) if self.ndim < 2 else out

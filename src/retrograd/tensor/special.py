@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import (
     COMMON,
@@ -67,7 +68,7 @@ def operand(t: Any, value: Any, op: str) -> Any:
 
 
 def _floats(op: str, a: Any, b: Any) -> tuple[Any, Any]:
-    """``a`` and ``b`` promoted to one float dtype (ints as float32)."""
+    """``a`` and ``b`` promoted to one float dtype (ints as the default one)."""
     return promote(a, operand(a, b, op), op, True)
 
 
@@ -104,7 +105,7 @@ class SpecialMixin:
         ``(p-1)/2``, as torch requires."""
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise InvalidArgumentError(f"mvlgamma: p must be an int >= 1, got {p!r}")
-        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         if x.numel() and not bool(x.greater_elem((p - 1) / 2.0).all().item()):
             raise InvalidArgumentError(
                 f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
@@ -147,14 +148,14 @@ class SpecialMixin:
     def logit(self, eps: float | None = None) -> Any:
         """``log(z / (1 - z))`` with ``z`` the input clamped to ``[eps, 1 - eps]`` when ``eps``
         is given (the gradient is then 0 outside, as torch's)."""
-        z = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        z = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         if eps is not None:
             z = z.clamp(eps, 1.0 - eps)
         return (z / (1.0 - z)).log()
 
     def sinc(self) -> Any:
         """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there)."""
-        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         zero = x.equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi
         return (product.sin() / product).mask_fill(zero, 1.0)
@@ -247,10 +248,10 @@ class SpecialMixin:
         return self.sign()
 
     def deg2rad(self) -> Any:
-        return (self if self.dtype in FLOAT_DTYPES else self.cast("float32")) * _DEG2RAD
+        return (self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())) * _DEG2RAD
 
     def rad2deg(self) -> Any:
-        return (self if self.dtype in FLOAT_DTYPES else self.cast("float32")) * _RAD2DEG
+        return (self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())) * _RAD2DEG
 
     def float_power(self, exponent: Any) -> Any:
         """``self ** exponent`` in float64."""
@@ -267,7 +268,7 @@ class SpecialMixin:
     def ldexp(self, other: Any) -> Any:
         """``self * 2**other``, as torch computes it (``2**other`` in float)."""
         power = operand(self, other, "ldexp").__rpow__(2.0)
-        x = self if self.dtype in FLOAT_DTYPES else self.cast("float32")
+        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         return x * power
 
     def nextafter(self, other: Any) -> Any:

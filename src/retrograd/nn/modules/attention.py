@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor, zeros
+from ...tensor.dtypes import default_float_dtype
 from .. import init
 from ..functional.multihead import multi_head_attention_forward
 from ..parameter import Parameter
@@ -63,7 +64,7 @@ class MultiheadAttention(Module):
                 f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads "
                 f"{num_heads}"
             )
-        made = dict(backend=backend, device=device, dtype=dtype or "float32")
+        made = dict(backend=backend, device=device, dtype=dtype or default_float_dtype())
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim

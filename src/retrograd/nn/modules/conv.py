@@ -11,6 +11,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
+from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module, _fan_in_bound, _uniform
@@ -62,7 +63,7 @@ class _ConvNd(Module):
                 f"{name}: padding_mode {padding_mode!r} is not supported (expected 'zeros', "
                 "'reflect', 'replicate' or 'circular'; transposed convolutions: 'zeros')"
             )
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         n = self.spatial
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _tuple(kernel_size, n)

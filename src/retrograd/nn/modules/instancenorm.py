@@ -9,6 +9,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module
@@ -31,7 +32,7 @@ class _InstanceNorm(Module):
         dtype: Any = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         shape = (num_features,)

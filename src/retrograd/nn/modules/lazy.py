@@ -27,6 +27,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor.dtypes import default_float_dtype
 from ...tensor.inplace import assign
 from ..parameter import Parameter
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
@@ -73,7 +74,7 @@ class LazyModuleMixin(Module):
     ) -> None:  # fmt: skip
         """Keep the layer's other arguments; hold empty placeholders under its state names."""
         self._lazy_arguments = (args, kwargs)
-        dtype = kwargs.get("dtype") or "float32"
+        dtype = kwargs.get("dtype") or default_float_dtype()
         device = kwargs.get("device")
         for name in parameters:
             empty = tensor(np.zeros((0,)), dtype=dtype, backend=kwargs.get("backend"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...tensor import Tensor, random, tensor
+from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .dropout import Dropout  # its home is .dropout, as torch's; kept importable from here
@@ -63,7 +64,7 @@ class Linear(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.in_features, self.out_features = in_features, out_features
         bound = _fan_in_bound(in_features)
         shape = (out_features, in_features)
@@ -102,7 +103,7 @@ class Bilinear(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
         bound = _fan_in_bound(in1_features)
@@ -148,7 +149,7 @@ class Embedding(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings

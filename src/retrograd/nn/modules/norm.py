@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor.dtypes import default_float_dtype
 from ...tensor.inplace import assign
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
@@ -48,7 +49,7 @@ class LayerNorm(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         shape = _shape(normalized_shape)
         self.normalized_shape, self.eps = shape, eps
         self.elementwise_affine = elementwise_affine
@@ -88,7 +89,7 @@ class _BatchNorm(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         shape = (num_features,)
@@ -209,7 +210,7 @@ class GroupNorm(Module):
                 f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
                 f"{num_groups}"
             )
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.num_groups, self.num_channels, self.eps, self.affine = (
             num_groups,
             num_channels,
@@ -249,7 +250,7 @@ class RMSNorm(Module):
         dtype: str | None = None,
     ):
         super().__init__()
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
+from ...tensor.dtypes import default_float_dtype
 from ..functional.rnn import GATES, recurrent, recurrent_cell
 from ..functional.rnn_packed import PackedSequence, recurrent_packed
 from ..parameter import Parameter
@@ -107,7 +108,7 @@ class RNNBase(Module):
         self.bias, self.batch_first = bool(bias), bool(batch_first)
         self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
         self.proj_size = 0
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         rows = GATES[mode] * self.hidden_size
         directions = 2 if bidirectional else 1
         bound = 1.0 / math.sqrt(self.hidden_size)
@@ -269,7 +270,7 @@ class RNNCellBase(Module):
         self.input_size = _positive_int(owner, "input_size", input_size, 0)
         self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
         self.bias = bool(bias)
-        dtype = dtype or "float32"
+        dtype = dtype or default_float_dtype()
         rows = GATES[mode] * self.hidden_size
         bound = 1.0 / math.sqrt(self.hidden_size)
         self.weight_ih = Parameter(_uniform((rows, input_size), bound, backend, device, dtype))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...tensor import Tensor, random, tensor
+from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .linear import Embedding
@@ -46,7 +47,7 @@ class EmbeddingBag(Module):
         self.padding_idx = padding_idx
         if _weight is None:
             shape = (num_embeddings, embedding_dim)
-            values = random(shape, "normal", dtype=dtype or "float32", backend=backend,
+            values = random(shape, "normal", dtype=dtype or default_float_dtype(), backend=backend,
                             device=device).numpy().copy()  # fmt: skip
             if padding_idx is not None:
                 values[padding_idx] = 0.0

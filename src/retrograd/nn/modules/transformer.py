@@ -28,6 +28,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .. import init
 from .attention import MultiheadAttention
@@ -437,6 +438,6 @@ class Transformer(Module):
         sz: int, device: Any = None, dtype: str | None = None, *, backend: Any = None
     ) -> Tensor:
         """The causal mask of ``sz`` positions: ``-inf`` above the diagonal (a position may
-        not attend to later ones), 0 elsewhere; float32 unless ``dtype``."""
+        not attend to later ones), 0 elsewhere; the default float dtype unless ``dtype``."""
         values = np.triu(np.full((sz, sz), -math.inf), 1)
-        return tensor(values, dtype=dtype or "float32", backend=backend, device=device)
+        return tensor(values, dtype=dtype or default_float_dtype(), backend=backend, device=device)
