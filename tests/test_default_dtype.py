@@ -343,3 +343,28 @@ def test_a_half_default_where_the_backend_has_half_tensors(dtype):
     finally:
         rg.set_default_dtype(rg.float32)
         torch.set_default_dtype(torch.float32)
+
+
+def test_a_pinn_residual_with_second_derivatives_matches_torch(float64_default):
+    """torch's PINN idiom: collocation points from ``linspace(..., requires_grad)``, u'' by
+    ``autograd.grad(create_graph=True)``, the residual's gradients for the weights."""
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    ours = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    ours.load_state_dict(theirs.state_dict())  # cast into our parameters' dtype, as torch's
+    assert {p.dtype for p in ours.parameters()} == {"float64"}
+    results = []
+    for m, net in ((rg, ours), (torch, theirs)):
+        x = m.linspace(0, 1, 11).reshape(-1, 1).requires_grad_()
+        u = net(x)
+        du = m.autograd.grad(u.sum(), x, create_graph=True)[0]
+        d2u = m.autograd.grad(du.sum(), x, create_graph=True)[0]
+        loss = ((d2u + math.pi**2 * m.sin(math.pi * x)) ** 2).mean() + (u[0] ** 2).sum()
+        grads = m.autograd.grad(loss, list(net.parameters()))
+        results.append((loss, grads))
+    (loss, grads), (expected, expected_grads) = results
+    assert loss.dtype == "float64"
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
+    for g, e in zip(grads, expected_grads, strict=True):
+        assert g.dtype == "float64"
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-11, atol=1e-13)
