@@ -109,6 +109,16 @@ def test_creation_dtypes_match_torch_under_a_float64_default(case, float64_defau
     assert made.dtype == _name(expected.dtype), case
 
 
+# NumPy 2 warns that torch's __array__ takes no copy= when the NumPy backend reads a torch tensor
+@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
+def test_a_torch_tensor_keeps_its_dtype_whatever_the_default(float64_default):
+    assert rg.tensor(torch.ones(2, dtype=torch.float32)).dtype == "float32"
+    assert rg.tensor(torch.ones(2, dtype=torch.float64)).dtype == "float64"
+    assert rg.tensor(torch.tensor([1, 2], dtype=torch.int32)).dtype == "int64"
+    assert rg.tensor(torch.tensor([True])).dtype == "bool"
+    assert rg.tensor(torch.ones(2, dtype=torch.float32), dtype=rg.float64).dtype == "float64"
+
+
 def test_creation_under_the_float32_default_is_unchanged():
     for case, make in CREATIONS.items():
         assert make(rg).dtype == _name(make(torch).dtype), case

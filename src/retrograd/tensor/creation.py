@@ -106,7 +106,7 @@ def tensor(
 
     Python floats take the default float dtype (float32 unless :func:`rg.set_default_dtype
     <retrograd.set_default_dtype>` changed it), ints int64, bools bool (torch's rules); a NumPy
-    array keeps its dtype (float64 stays float64, other ints become int64).
+    array or a torch tensor keeps its dtype (float64 stays float64, other ints become int64).
     ``requires_grad=True`` makes it a leaf that requires grad.
 
     >>> import retrograd as rg
@@ -118,8 +118,19 @@ def tensor(
     if isinstance(data, Tensor):
         data = data.numpy()  # a copy: the user's tensor may live on another backend
     elif dtype is None and not isinstance(data, np.ndarray | np.generic):
-        dtype = _python_dtype(data)
+        dtype = _foreign_dtype(data) or _python_dtype(data)
     return _requiring(from_host(Tensor, data, dtype, backend, device), requires_grad)
+
+
+def _foreign_dtype(data: Any) -> str | None:
+    """The dtype a tensor made from another library's array (a torch tensor) keeps, as
+    ``torch.tensor(t)`` keeps it (its ints as int64); ``None`` for Python data."""
+    if isinstance(data, list | tuple | int | float | bool) or not hasattr(data, "dtype"):
+        return None
+    name = str(data.dtype).removeprefix("torch.")
+    if name in DTYPES:
+        return name
+    return "int64" if name.startswith(("int", "uint")) else None
 
 
 def _python_dtype(data: Any) -> str | None:
