@@ -67,8 +67,8 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
             return array.astype(np.int64, copy=False)
     elif kind in "fiu":
         # Python floats and (nested lists of) numbers take the default float dtype (float32
-        # unless rg.set_default_dtype changed it); a half default is made from float32 and
-        # cast where the backend has it.
+        # unless rg.set_default_dtype changed it); under a half default, float32 here (the
+        # host has no half type: the tensor API asks for the half dtype by name).
         default = default_float_dtype()
         host = np.float64 if default == "float64" else np.float32
         return array.astype(host, copy=False)
