@@ -251,19 +251,34 @@ def test_distributions_of_python_numbers_take_the_default(float64_default):
         )
 
 
-def test_nadam_keeps_its_momentum_product_in_the_default_dtype(float64_default):
-    """torch keeps NAdam's ``mu_product`` in its scalar dtype, float64 under this default: the
-    steps agree to float64 rounding, not float32's."""
+OPTIMIZERS = {
+    "SGD": {"lr": 0.1, "momentum": 0.9, "nesterov": True},
+    "Adam": {"lr": 0.1},
+    "AdamW": {"lr": 0.1},
+    "NAdam": {"lr": 0.1, "decoupled_weight_decay": True, "weight_decay": 0.1},
+    "RAdam": {"lr": 0.1},
+    "Adamax": {"lr": 0.1},
+    "Adagrad": {"lr": 0.1},
+    "Adadelta": {"lr": 1.0},
+    "RMSprop": {"lr": 0.01, "centered": True, "momentum": 0.5},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizers_step_as_torchs_under_a_float64_default(name, float64_default):
+    """Parameters from Python floats, so float64 only by the default. torch keeps NAdam's
+    ``mu_product`` in its scalar dtype, float64 under this default: so does retrograd (kept in
+    float32, it moves these steps by ~1e-9)."""
     values = [0.3, -1.2, 2.0]
     ours, theirs = rg.tensor(values).require_grad(), torch.tensor(values, requires_grad=True)
-    ours_opt = optim.NAdam([ours], lr=0.1)
-    theirs_opt = torch.optim.NAdam([theirs], lr=0.1)
+    ours_opt = getattr(optim, name)([ours], **OPTIMIZERS[name])
+    theirs_opt = getattr(torch.optim, name)([theirs], **OPTIMIZERS[name])
     for _ in range(6):
-        grads = (ours * ours).sum().backward()
-        ours_opt.step(grads)
+        ours_opt.step((ours * ours).sin().sum().backward())
         theirs_opt.zero_grad()
-        (theirs * theirs).sum().backward()
+        (theirs * theirs).sin().sum().backward()
         theirs_opt.step()
+    assert ours.dtype == "float64"
     np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-14, atol=1e-15)
 
 
