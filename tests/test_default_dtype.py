@@ -7,6 +7,7 @@ torch to float64 rounding."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -210,6 +211,31 @@ def test_module_parameters_and_buffers_take_the_default_as_torch(case, float64_d
     ours, theirs = _state_dtypes(MODULES[case](nn)), _state_dtypes(MODULES[case](torch.nn))
     assert ours == theirs
     assert "float64" in ours.values()
+
+
+def test_every_shared_nn_module_made_under_a_float64_default_has_torchs_state_dtypes(
+    float64_default,
+):
+    """Each module class of both ``rg.nn`` and ``torch.nn``, made with the first of a few
+    argument lists both accept: the same parameters and buffers, in the same dtypes."""
+    made = 0
+    for name in sorted(dir(nn)):
+        cls = getattr(nn, name)
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            continue
+        if not hasattr(torch.nn, name):
+            continue
+        for args in [(), (4,), (4, 4), (4, 4, 3), (2, 4), (4, 2, 8)]:
+            try:
+                with warnings.catch_warnings():  # torch's advice on some constructions
+                    warnings.simplefilter("ignore")
+                    ours, theirs = cls(*args), getattr(torch.nn, name)(*args)
+            except Exception:  # not an argument list of this class: the next one
+                continue
+            assert _state_dtypes(ours) == _state_dtypes(theirs), (name, args)
+            made += 1
+            break
+    assert made >= 140  # 152 when written: the check covers the layers, not a few
 
 
 def test_lazy_modules_and_masks_take_the_default(float64_default):
