@@ -11,7 +11,7 @@ import pytest
 
 import retrograd as rg
 from retrograd import nn
-from retrograd.errors import InvalidArgumentError, ShapeError
+from retrograd.errors import AutodiffError, InvalidArgumentError, ShapeError
 from retrograd.nn.utils import parametrizations, parametrize
 
 torch = pytest.importorskip("torch")
@@ -282,10 +282,24 @@ def test_total_norm_and_clip_with_norm_match_torch(norm_type):
         np.testing.assert_allclose(p.grad(grads).numpy(), t.grad.numpy(), **TOL)
 
 
-def test_clip_grads_with_norm_says_how_to_call_it():
+def test_clipping_in_torchs_form_says_how_to_call_it():
+    """torch's ``clip_grad_norm_(parameters, max_norm)`` (gradients kept on the parameters)
+    gets the library's error with the call to write instead, not a TypeError about a missing
+    argument; the gradients are left as they were."""
     w = rg.tensor([3.0, 4.0]).require_grad()
-    with pytest.raises(InvalidArgumentError, match="gradients are a value"):
+    grads = (w * w).sum().backward()
+    with pytest.raises(AutodiffError, match="gradients are a value"):
         nn.utils.clip_grads_with_norm_([w], 1.0, 5.0, None)
+    with pytest.raises(AutodiffError, match=r"clip_grad_norm_\(grads, model.parameters\(\)"):
+        nn.utils.clip_grad_norm_([w], 1.0)
+    with pytest.raises(AutodiffError, match="clip_grad_norm_: gradients are a value"):
+        nn.utils.clip_grad_norm_(iter([w]), max_norm=1.0)
+    with pytest.raises(AutodiffError, match="clip_grad_value_: gradients are a value"):
+        nn.utils.clip_grad_value_([w], 0.5)
+    with pytest.raises(InvalidArgumentError, match="clip_grad_norm_: missing argument 'max_norm'"):
+        nn.utils.clip_grad_norm_(grads, [w])
+    assert w.grad(grads).tolist() == [6.0, 8.0]
+    assert nn.utils.clip_grad_norm_(grads, [w], 1.0) == 10.0
     with pytest.raises(InvalidArgumentError, match="non-finite"):
         nn.utils.get_total_norm([rg.tensor([float("nan")])], error_if_nonfinite=True)
 

@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from ...context import capturing
-from ...errors import InvalidArgumentError
+from ...errors import AutodiffError, InvalidArgumentError
 from ...tensor import Tensor, full, stack, zeros
 from . import parametrizations, parametrize, rnn
 from .fusion import (
@@ -55,8 +55,8 @@ __all__ = [
 
 def clip_grad_norm_(
     grads: Any,
-    parameters: Any,
-    max_norm: float,
+    parameters: Any = None,
+    max_norm: float | None = None,
     norm_type: float = 2.0,
     error_if_nonfinite: bool = False,
     *,
@@ -84,6 +84,7 @@ def clip_grad_norm_(
     >>> [round(v, 3) for v in w.grad(grads).tolist()]
     [0.6, 0.8]
     """
+    _require_gradients("clip_grad_norm_", grads, parameters, max_norm, "max_norm")
     norm_type = float(norm_type)
     if not norm_type > 0.0:
         raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be positive, got {norm_type}")
@@ -172,14 +173,7 @@ def clip_grads_with_norm_(
     >>> [round(v, 3) for v in w.grad(grads).tolist()]
     [0.6, 0.8]
     """
-    from ...autodiff import Gradients
-
-    if not isinstance(grads, Gradients):
-        raise InvalidArgumentError(
-            "clip_grads_with_norm_: gradients are a value here, not fields on the parameters; "
-            "write clip_grads_with_norm_(grads, parameters, max_norm, total_norm) with the "
-            f"Gradients that backward() returned (got {type(grads).__name__} first)"
-        )
+    _require_gradients("clip_grads_with_norm_", grads, parameters, max_norm, "max_norm")
     present = _with_gradients(grads, parameters)
     if not present:
         return
@@ -193,12 +187,29 @@ def clip_grads_with_norm_(
         parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
 
 
-def clip_grad_value_(grads: Any, parameters: Any, clip_value: float) -> None:
+def clip_grad_value_(grads: Any, parameters: Any = None, clip_value: float | None = None) -> None:
     """Clamp each gradient in ``grads`` to ``[-clip_value, clip_value]`` (torch's
     ``clip_grad_value_``, on the ``Gradients`` value)."""
+    _require_gradients("clip_grad_value_", grads, parameters, clip_value, "clip_value")
     bound = float(clip_value)
     for p, g in _with_gradients(grads, parameters):
         p.grad_replace(grads, g.clamp(-bound, bound))
+
+
+def _require_gradients(fn: str, grads: Any, parameters: Any, bound: Any, bound_name: str) -> None:
+    """torch's form, ``fn(parameters, max_norm)`` (gradients kept on the parameters), gets an
+    error that says what to write instead; so does a missing argument."""
+    from ...autodiff import Gradients
+
+    if not isinstance(grads, Gradients):
+        raise AutodiffError(
+            f"{fn}: gradients are a value here, not fields on the parameters; write "
+            f"grads = loss.backward(); {fn}(grads, model.parameters(), {bound_name}) with the "
+            f"Gradients that backward() returned (got {type(grads).__name__} first)"
+        )
+    if parameters is None or bound is None:
+        missing = "parameters" if parameters is None else bound_name
+        raise InvalidArgumentError(f"{fn}: missing argument {missing!r}")
 
 
 def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
