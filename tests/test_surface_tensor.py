@@ -673,6 +673,7 @@ def test_type_names_and_legacy_types():
         (rg.LongTensor, torch.LongTensor),
         (rg.DoubleTensor, torch.DoubleTensor),
         (rg.BoolTensor, torch.BoolTensor),
+        (rg.Tensor, torch.Tensor),  # the default float dtype
     ]
     for ours, theirs in pairs:
         made, reference = ours(2, 3), theirs(2, 3)
@@ -681,6 +682,14 @@ def test_type_names_and_legacy_types():
         assert isinstance(made, ours) and not isinstance(made, rg.HalfTensor)
         data = ours([1, 0, 2])
         np.testing.assert_array_equal(data.numpy(), theirs([1, 0, 2]).numpy())
+        assert dtype_name(data.dtype) == dtype_name(theirs([1, 0, 2]).dtype)
+        assert ours().shape == tuple(theirs().shape) == (0,)
+    weight = rg.nn.Parameter(rg.Tensor(3, 4))  # older model code's idiom
+    assert weight.shape == (3, 4) and weight.requires_grad
+    with pytest.raises(rg.ShapeError, match="Tensor: sizes must be non-negative"):
+        rg.Tensor(2, -1)
+    with pytest.raises(rg.InvalidArgumentError, match=r"Tensor: expected sizes or one sequence"):
+        rg.Tensor(2, "a")
 
 
 def test_new_tensors_take_the_dtype_and_device_of_their_source():

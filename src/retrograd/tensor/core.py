@@ -39,7 +39,14 @@ from ._dispatch import (
     normalize_dim,
     on_backend,
 )
-from .dtypes import DTYPE_OBJECTS, canonical_dtype, legacy_type_dtype, legacy_type_name
+from .dtypes import (
+    DTYPE_OBJECTS,
+    canonical_dtype,
+    default_float_dtype,
+    legacy_type_dtype,
+    legacy_type_name,
+)
+from .legacy import legacy_construct
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
@@ -85,6 +92,21 @@ class Tensor(
     _views: Any = None
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``Tensor(primitive, backend, device)``, the library's own form; or torch's legacy
+        constructor, ``rg.Tensor(2, 3)`` (zeros of that shape) and ``rg.Tensor([1, 2])`` (the
+        data), in the default float dtype, as ``torch.Tensor`` makes them.
+
+        >>> import retrograd as rg
+        >>> rg.Tensor([1, 2]).dtype, rg.Tensor(2, 3).shape
+        (retrograd.float32, (2, 3))
+        """
+        if len(args) >= 2 and not isinstance(args[1], int | float | str):
+            TensorBase.__init__(self, *args, **kwargs)
+            return
+        made = legacy_construct("Tensor", default_float_dtype(), args, kwargs.get("device"))
+        TensorBase.__init__(self, made._prim, made._backend, made._device)
 
     #: The one primitive the mixins need, ``self._apply(op, inputs, params=())``: run a backend
     #: kernel, operands lifted and promoted, errors translated (:func:`._dispatch.apply`).

@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 from ._dispatch import TensorBase
+from ..errors import InvalidArgumentError, ShapeError
 from .dtypes import LEGACY_NAMES, canonical_dtype
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "legacy_construct",
 ]
 
 _DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
@@ -43,21 +45,33 @@ class _LegacyTensor(metaclass=_LegacyMeta):
     dtype_name = "float32"
 
     def __new__(cls, *args: Any, device: Any = None) -> Any:  # type: ignore[misc]
-        from .creation import tensor, zeros
+        return legacy_construct(cls.__name__, cls.dtype_name, args, device)
 
-        dtype = canonical_dtype(cls.__name__, cls.dtype_name)
-        if not args:
-            return zeros((0,), dtype=dtype, device=device)
-        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
-            return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
-        if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
-            return zeros(args[0], dtype=dtype, device=device)
-        if len(args) != 1:
-            raise TypeError(f"{cls.__name__}: expected sizes or one sequence of data, got {args!r}")
-        data = args[0]
-        if hasattr(data, "cast") and hasattr(data, "primitive"):  # a retrograd tensor
-            return data.cast(dtype)
-        return tensor(data, dtype=dtype, device=device)
+
+def legacy_construct(name: str, dtype: str, args: tuple, device: Any = None) -> Any:
+    """What torch's legacy constructors make of their arguments: sizes give a tensor of that
+    shape (zeros: torch leaves it uninitialized), one sequence, array or tensor gives one
+    holding the data in ``dtype``, nothing gives an empty 1-d tensor."""
+    from .creation import tensor, zeros
+
+    dtype = canonical_dtype(name, dtype)
+    if not args:
+        return zeros((0,), dtype=dtype, device=device)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        if any(a < 0 for a in args):
+            raise ShapeError(f"{name}: sizes must be non-negative, got {tuple(args)}")
+        return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
+        return zeros(args[0], dtype=dtype, device=device)
+    if len(args) != 1:
+        raise InvalidArgumentError(
+            f"{name}: expected sizes or one sequence of data, got {len(args)} arguments "
+            f"({', '.join(type(a).__name__ for a in args)})"
+        )
+    data = args[0]
+    if isinstance(data, TensorBase):
+        return data.cast(dtype)
+    return tensor(data, dtype=dtype, device=device)
 
 
 def _legacy(name: str) -> type:
