@@ -46,7 +46,6 @@ from .dtypes import (
     legacy_type_dtype,
     legacy_type_name,
 )
-from .legacy import legacy_construct
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
@@ -105,8 +104,13 @@ class Tensor(
         if len(args) >= 2 and not isinstance(args[1], int | float | str):
             TensorBase.__init__(self, *args, **kwargs)
             return
-        made = legacy_construct("Tensor", default_float_dtype(), args, kwargs.get("device"))
+        made = self._legacy_construct("Tensor", default_float_dtype(), args, kwargs.get("device"))
         TensorBase.__init__(self, made._prim, made._backend, made._device)
+
+    #: ``legacy.legacy_construct``, set by the package (``tensor/__init__.py``): it makes
+    #: tensors through the creation functions, which import this module, so importing it
+    #: here would close a cycle.
+    _legacy_construct: Any = None
 
     #: The one primitive the mixins need, ``self._apply(op, inputs, params=())``: run a backend
     #: kernel, operands lifted and promoted, errors translated (:func:`._dispatch.apply`).

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ._dispatch import TensorBase
 from ..errors import InvalidArgumentError, ShapeError
+from ._dispatch import TensorBase
 from .dtypes import LEGACY_NAMES, canonical_dtype
 
 __all__ = [
