@@ -700,3 +700,29 @@ def test_shape_errors():
         rg.distributions.MixtureSameFamily(
             rg.distributions.Categorical(rg.ones(3)), rg.distributions.Normal(rg.zeros(4), 1.0)
         )
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("Bernoulli", (0.3,)),
+        ("Geometric", (0.3,)),
+        ("Binomial", (5, 0.3)),
+        ("Normal", (0.5, 2.0)),
+        ("Exponential", (1.5,)),
+        ("Gamma", (2.0, 1.5)),
+        ("Beta", (2.0, 3.0)),
+        ("Laplace", (0.0, 1.5)),
+        ("StudentT", (3.0,)),
+        ("Poisson", (2.0,)),
+    ],
+)
+def test_python_number_parameters_as_torch(name, args):
+    """torch's distributions take Python numbers for their parameters (``broadcast_all``):
+    a 0-d tensor of the default dtype, the same log-density as torch's."""
+    ours, theirs = getattr(rg.distributions, name)(*args), getattr(torch.distributions, name)(*args)
+    value = theirs.sample()
+    np.testing.assert_allclose(
+        ours.log_prob(rg.tensor(value.numpy())).numpy(), theirs.log_prob(value).numpy(), rtol=1e-6
+    )
+    assert ours.batch_shape == tuple(theirs.batch_shape) == ()

@@ -98,3 +98,41 @@ def test_float_division_by_zero_follows_ieee_as_torch():
     ours = (rg.tensor(a) // 0).numpy()
     theirs = (torch.tensor(a) // 0).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "values, dtype, fill",
+    [
+        ([1, 2, 3], "int64", 1.5),
+        ([1, 2, 3], "int64", -2.7),
+        ([1, 2, 3], "int64", 4),
+        ([True, False, True], "bool", 0.0),
+        ([True, False, True], "bool", 2),
+        ([1.0, 2.0, 3.0], "float32", 7),
+    ],
+)
+def test_masked_fill_keeps_the_tensors_dtype_as_torch(values, dtype, fill):
+    mask = [True, False, True]
+    ours = rg.tensor(values, dtype=dtype).masked_fill(rg.tensor(mask), fill)
+    theirs = torch.tensor(values, dtype=getattr(torch, dtype)).masked_fill(torch.tensor(mask), fill)
+    assert ours.dtype == dtype
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_masked_fill_takes_a_0d_tensor_value_that_receives_gradient():
+    x0, mask, weights = np.array([1.0, 2.0, 3.0]), [True, False, True], [1.0, 2.0, 3.0]
+    x, v = rg.tensor(x0).require_grad(), rg.tensor(5.0, dtype="float32").require_grad()
+    out = x.masked_fill(rg.tensor(mask), v)
+    grads = (out * rg.tensor(weights, dtype="float64")).sum().backward()
+    tx, tv = torch.tensor(x0, requires_grad=True), torch.tensor(5.0, requires_grad=True)
+    expected = tx.masked_fill(torch.tensor(mask), tv)
+    (expected * torch.tensor(weights, dtype=torch.float64)).sum().backward()
+    assert out.dtype == "float64"
+    np.testing.assert_array_equal(out.numpy(), expected.detach().numpy())
+    np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+    assert v.grad(grads).dtype == "float32" and v.grad(grads).item() == tv.grad.item() == 4.0
+    with pytest.raises(rg.ShapeError, match="masked_fill: value must be a 0-d tensor"):
+        x.masked_fill(rg.tensor(mask), rg.tensor([1.0]))
+    with pytest.raises(rg.InvalidArgumentError, match="masked_fill: value inf cannot"):
+        rg.tensor([1, 2, 3]).masked_fill(rg.tensor(mask), float("inf"))
+    assert rg.tensor([1, 2]).mask_fill(rg.tensor([True, False]), 1.5).dtype == "float32"  # Burn's

@@ -9,6 +9,7 @@ from ..errors import InvalidArgumentError
 from ..tensor import rand
 from . import constraints
 from .distribution import Distribution
+from .utils import broadcast_all
 
 __all__ = ["Bernoulli"]
 
@@ -30,12 +31,14 @@ class Bernoulli(Distribution):
             )
         if probs is not None:
             self._param_name = "probs"
+            (probs,) = broadcast_all(probs)  # a Python number too, as torch's
             self.probs = probs
             eps = _eps(probs)
             clamped = probs.clamp(eps, 1 - eps)
             self.logits = clamped.log() - (-clamped).log1p()
         else:
             self._param_name = "logits"
+            (logits,) = broadcast_all(logits)
             self.logits = logits
             self.probs = logits.sigmoid()
         super().__init__(tuple(self.probs.shape), validate_args=validate_args)

@@ -15,6 +15,7 @@ dimension's end, is an :class:`~retrograd.IndexOutOfRangeError`; a dimension is 
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -252,17 +253,44 @@ class IndexingMixin:
         return self._apply("mask_where", (a, mask, b))
 
     def mask_fill(self, mask: Any, value: float) -> Any:
-        """``value`` where ``mask`` is true, else ``self``."""
-        mask = _mask_tensor("mask_fill", self, mask)
-        value = check_scalar("mask_fill", value)
+        """``value`` where ``mask`` is true, else ``self`` (Burn's: a float value makes an int
+        tensor's result float)."""
+        return self._fill("mask_fill", mask, value, promote_to_float=True)
+
+    def masked_fill(self, mask: Any, value: Any) -> Any:
+        """torch's ``masked_fill``: the result keeps this tensor's dtype (a float value is
+        truncated toward zero for an int tensor, as torch casts it), and ``value`` may be a
+        0-d tensor, which then receives the gradient of the positions it fills.
+
+        >>> import retrograd as rg
+        >>> rg.tensor([1, 2]).masked_fill(rg.tensor([True, False]), 1.5).tolist()
+        [1, 2]
+        """
+        return self._fill("masked_fill", mask, value, promote_to_float=False)
+
+    def _fill(self, op: str, mask: Any, value: Any, promote_to_float: bool) -> Any:
+        mask = _mask_tensor(op, self, mask)
+        if isinstance(value, TensorBase) and not promote_to_float:
+            if value.ndim != 0:
+                raise ShapeError(
+                    f"{op}: value must be a 0-d tensor or a Python scalar, got a tensor of "
+                    f"shape {shape_text(value.shape)}"
+                )
+            return self.mask_where(mask, value.cast(self.dtype))
+        value = check_scalar(op, value)
         source = self
         if isinstance(value, float) and not self.is_float():
-            source = self.cast(default_float_dtype())
+            if promote_to_float:
+                source = self.cast(default_float_dtype())
+            elif self.dtype == "bool":
+                value = bool(value)
+            elif not math.isfinite(value):
+                raise InvalidArgumentError(
+                    f"{op}: value {value} cannot be converted to the tensor's dtype {self.dtype}"
+                )
+            else:
+                value = int(value)
         return self._apply("mask_fill", (source, mask), (value,))
-
-    def masked_fill(self, mask: Any, value: float) -> Any:
-        """:meth:`mask_fill` under torch's name."""
-        return self.mask_fill(mask, value)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
         """The diagonal over ``dim1`` and ``dim2`` (``offset`` above the main one when
