@@ -216,7 +216,8 @@ def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple
     """``(output, vjp_fn)`` (with ``has_aux``, ``(output, vjp_fn, aux)``): ``func``'s output at
     ``primals`` and a function of cotangents (the output's structure) returning the
     vector-Jacobian products, a tuple with one entry per primal. ``vjp_fn`` may be called
-    more than once.
+    more than once (the graph is always kept: its ``retain_graph`` is accepted for torch's
+    sake); its ``create_graph=True`` records the products.
 
     >>> import retrograd as rg
     >>> out, vjp_fn = rg.func.vjp(lambda x: x.sin(), rg.tensor([0.0, 1.0]))
