@@ -54,6 +54,8 @@ LAYERS = {
     "runtime_settings": 5,
     "fft": 2,
     "nested": 2,
+    # torch.func's transforms, over torch.autograd.functional's pieces
+    "func": 6,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -25,6 +25,7 @@ from ..autodiff.ops import Op
 from ..errors import AutodiffError, ShapeError
 from ..tensor import Tensor
 from ..tensor.functions import sum as _sum
+from . import functional
 from .anomaly_mode import (
     check_nan_gradients,
     detect_anomaly,
@@ -41,6 +42,7 @@ __all__ = [
     "Variable",
     "backward",
     "detect_anomaly",
+    "functional",
     "grad",
     "gradcheck",
     "gradgradcheck",

@@ -1,0 +1,406 @@
+"""torch's ``torch.func`` (JAX-style function transforms): ``grad``, ``grad_and_value``,
+``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian`` and ``vmap``.
+
+A transform takes a function of tensors and returns a function. Its arguments are plain
+tensors (or tuples, lists and dicts of them, torch's pytrees); it differentiates with respect to
+fresh leaves holding their values, and returns results cut from the graph. When an argument
+itself requires grad (the function runs inside another transform, or under ``backward``),
+the results are recorded instead, differentiable with respect to it: so transforms nest,
+``grad(grad(f))`` being the second derivative. ``jacfwd`` and ``jvp`` compute with reverse mode
+(``jvp`` by the double-backward trick): the values are forward mode's. ``vmap`` is
+``rg.vmap``. A tensor the function closes over is a constant to the transform unless an
+argument requires grad (torch's levels would keep its graph either way).
+
+>>> import retrograd as rg
+>>> from retrograd.func import grad
+>>> x = rg.tensor(2.0)
+>>> grad(lambda x: x ** 3)(x).item(), grad(grad(lambda x: x ** 3))(x).item()
+(12.0, 12.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .autodiff import enable_grad
+from .autograd import vmap
+from .autograd.functional import _fresh, _gradients, _plain
+from .errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .tensor import Tensor, stack, zeros, zeros_like
+
+__all__ = ["grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp", "vmap"]
+
+
+# -- pytrees: tuples, lists and dicts of tensors ---------------------------------------------------
+def _flatten(tree: Any) -> tuple[list[Any], Any]:
+    """The leaves of ``tree`` in order, and its structure (for :func:`_unflatten`)."""
+    if isinstance(tree, tuple | list):
+        leaves: list[Any] = []
+        specs = []
+        for item in tree:
+            sub, spec = _flatten(item)
+            leaves.extend(sub)
+            specs.append(spec)
+        return leaves, (type(tree), None, specs)
+    if isinstance(tree, dict):
+        leaves, specs = [], []
+        for key in tree:
+            sub, spec = _flatten(tree[key])
+            leaves.extend(sub)
+            specs.append(spec)
+        return leaves, (dict, list(tree), specs)
+    return [tree], None
+
+
+def _unflatten(leaves: Any, spec: Any) -> Any:
+    it = iter(leaves)
+
+    def build(spec: Any) -> Any:
+        if spec is None:
+            return next(it)
+        kind, keys, specs = spec
+        items = [build(s) for s in specs]
+        if kind is dict:
+            return dict(zip(keys, items))
+        if kind is list:
+            return items
+        if kind is tuple:
+            return tuple(items)
+        return kind(*items)  # a namedtuple
+
+    return build(spec)
+
+
+def _tensors(fn: str, what: str, tree: Any) -> tuple[list[Tensor], Any]:
+    leaves, spec = _flatten(tree)
+    for leaf in leaves:
+        if not isinstance(leaf, Tensor):
+            raise DTypeError(
+                f"{fn}: {what} must be tensors (or tuples, lists and dicts of them), got "
+                f"{type(leaf).__name__}"
+            )
+    return leaves, spec
+
+
+def _records(tensors: list[Tensor]) -> bool:
+    """Whether the transform records its results: some argument requires grad (an outer
+    transform's leaf, or a tensor of the caller's graph)."""
+    return any(t.requires_grad for t in tensors)
+
+
+def _split_aux(fn: str, out: Any, has_aux: bool) -> tuple[Any, Any]:
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise DTypeError(
+            f"{fn}: with has_aux=True the function must return a tuple (output, aux), got "
+            f"{type(out).__name__}"
+        )
+    return out
+
+
+def _finished(tree: Any, records: bool) -> Any:
+    if records:
+        return tree
+    leaves, spec = _flatten(tree)
+    return _unflatten([_plain(x) for x in leaves], spec)
+
+
+def _filled(grads: tuple[Tensor | None, ...], refs: list[Tensor]) -> list[Tensor]:
+    return [zeros_like(x) if g is None else g for g, x in zip(grads, refs)]
+
+
+def _argnums(fn: str, argnums: Any, n: int) -> tuple[int, ...]:
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not nums:
+        raise InvalidArgumentError(f"{fn}: argnums must be non-empty")
+    for a in nums:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise InvalidArgumentError(
+                f"{fn}: argnums must be an int or a tuple of ints, got {argnums!r}"
+            )
+        if not -n <= a < n:
+            raise InvalidArgumentError(
+                f"{fn}: argnums {a} is out of range for a function called with {n} positional "
+                "arguments"
+            )
+    return tuple(a % n for a in nums)
+
+
+class _Prepared:
+    """A call of a transformed function: the arguments differentiated (``argnums``) replaced
+    by fresh tensors, ``leaves`` (flat), ``spec`` rebuilding them in ``argnums``' form."""
+
+    def __init__(self, fn: str, argnums: Any, args: tuple) -> None:
+        nums = _argnums(fn, argnums, len(args))
+        chosen = args[nums[0]] if isinstance(argnums, int) else tuple(args[i] for i in nums)
+        flat, self.spec = _tensors(fn, "the arguments to differentiate", chosen)
+        self.records = _records(flat)
+        self.leaves = [_fresh(x, self.records, fn) for x in flat]
+        fresh = _unflatten(self.leaves, self.spec)
+        new_args = list(args)
+        if isinstance(argnums, int):
+            new_args[nums[0]] = fresh
+        else:
+            for i, value in zip(nums, fresh):
+                new_args[i] = value
+        self.args = tuple(new_args)
+
+    def gradient_tree(self, grads: tuple[Tensor | None, ...]) -> Any:
+        return _unflatten(_finished(_filled(grads, self.leaves), self.records), self.spec)
+
+
+# -- the transforms --------------------------------------------------------------------------------
+def grad_and_value(
+    func: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """``func`` transformed to return ``(gradient, value)``: the gradient of its scalar
+    (0-dim) output with respect to argument ``argnums`` (a tuple of ints: a tuple of
+    gradients), in that argument's structure. With ``has_aux``, ``func`` returns
+    ``(output, aux)`` and the result is ``(gradient, (value, aux))``.
+
+    >>> import retrograd as rg
+    >>> g, value = rg.func.grad_and_value(lambda x: (x * x).sum())(rg.tensor([1.0, 2.0]))
+    >>> g.tolist(), value.item()
+    ([2.0, 4.0], 5.0)
+    """
+    fn = "func.grad_and_value"
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with enable_grad():
+            call = _Prepared(fn, argnums, args)
+            out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
+            if not isinstance(out, Tensor):
+                raise DTypeError(
+                    f"{fn}: expected the function to return a tensor, got {type(out).__name__}"
+                )
+            if out.ndim != 0:
+                raise ShapeError(
+                    f"{fn}: expected the function to return a scalar (0-dim) tensor, got shape "
+                    f"{shape_text(out.shape)}; use vjp or jacrev for other outputs"
+                )
+            grads = _gradients([out], call.leaves, None, call.records)
+        value = _finished(out, call.records)
+        gradient = call.gradient_tree(grads)
+        if has_aux:
+            return gradient, (value, _finished(aux, call.records))
+        return gradient, value
+
+    return wrapper
+
+
+def grad(
+    func: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """``func`` transformed to return the gradient of its scalar (0-dim) output with respect to
+    argument ``argnums`` (a tuple of ints: a tuple of gradients); with ``has_aux`` ``func``
+    returns ``(output, aux)`` and the result is ``(gradient, aux)``. Nests: ``grad(grad(f))``.
+
+    >>> import retrograd as rg
+    >>> f = lambda x, y: (x * y).sum()
+    >>> gx, gy = rg.func.grad(f, argnums=(0, 1))(rg.tensor([1.0, 2.0]), rg.tensor([3.0, 4.0]))
+    >>> gx.tolist(), gy.tolist()
+    ([3.0, 4.0], [1.0, 2.0])
+    """
+    transformed = grad_and_value(func, argnums, has_aux)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gradient, value = transformed(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+
+    return wrapper
+
+
+def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
+    """``(output, vjp_fn)`` (with ``has_aux``, ``(output, vjp_fn, aux)``): ``func``'s output at
+    ``primals`` and a function of cotangents (the output's structure) returning the
+    vector-Jacobian products, a tuple with one entry per primal. ``vjp_fn`` may be called
+    more than once (the graph is always kept: its ``retain_graph`` is accepted for torch's
+    sake); its ``create_graph=True`` records the products.
+
+    >>> import retrograd as rg
+    >>> out, vjp_fn = rg.func.vjp(lambda x: x.sin(), rg.tensor([0.0, 1.0]))
+    >>> (g,) = vjp_fn(rg.tensor([2.0, 0.0]))
+    >>> g.tolist()
+    [2.0, 0.0]
+    """
+    fn = "func.vjp"
+    with enable_grad():
+        flat, spec = _tensors(fn, "primals", primals)
+        records = _records(flat)
+        leaves = [_fresh(x, records, fn) for x in flat]
+        out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
+        outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+
+    def vjp_fn(
+        cotangents: Any, *, retain_graph: bool = True, create_graph: bool | None = None
+    ) -> Any:
+        cots, cot_spec = _tensors(fn, "the cotangents", cotangents)
+        if cot_spec != out_spec or len(cots) != len(outputs):
+            raise ShapeError(
+                f"{fn}: the cotangents must have the structure of the function's outputs "
+                f"({len(outputs)} tensors), got {len(cots)} in another structure"
+            )
+        for i, (c, o) in enumerate(zip(cots, outputs)):
+            if tuple(c.shape) != tuple(o.shape):
+                raise ShapeError(
+                    f"{fn}: cotangent {i} has shape {shape_text(c.shape)}, expected "
+                    f"{shape_text(o.shape)} (the output's)"
+                )
+        keep = records or bool(create_graph) or _records(cots)
+        with enable_grad():
+            weights = cots if keep else [c.detach() for c in cots]
+            grads = _gradients(outputs, leaves, weights, keep)
+        return _unflatten(_finished(_filled(grads, leaves), keep), spec)
+
+    result = (_finished(out, records), vjp_fn)
+    return (*result, _finished(aux, records)) if has_aux else result
+
+
+def jvp(
+    func: Callable[..., Any],
+    primals: Any,
+    tangents: Any,
+    *,
+    strict: bool = False,
+    has_aux: bool = False,
+) -> tuple[Any, ...]:
+    """``(output, jvp_out)`` (with ``has_aux``, ``(output, jvp_out, aux)``): ``func``'s output
+    at ``primals`` (a tuple: ``func(*primals)``) and the Jacobian-vector product with
+    ``tangents`` (the primals' structure), in the output's structure. Computed by the
+    double-backward trick (reverse mode twice): the values of forward mode. ``strict``:
+    an output independent of the primals raises (else its tangent is zeros).
+
+    >>> import retrograd as rg
+    >>> out, t = rg.func.jvp(lambda x: x * x, (rg.tensor([1.0, 2.0]),), (rg.tensor([1.0, 1.0]),))
+    >>> t.tolist()
+    [2.0, 4.0]
+    """
+    fn = "func.jvp"
+    for name, value in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(value, tuple | list):
+            raise DTypeError(
+                f"{fn}: expected {name} to be a tuple (func is called as func(*primals)), got "
+                f"{type(value).__name__}"
+            )
+    flat, spec = _tensors(fn, "primals", tuple(primals))
+    tans, tan_spec = _tensors(fn, "tangents", tuple(tangents))
+    if tan_spec != spec:
+        raise ShapeError(f"{fn}: the tangents must have the structure of the primals")
+    for i, (t, p) in enumerate(zip(tans, flat)):
+        if tuple(t.shape) != tuple(p.shape):
+            raise ShapeError(
+                f"{fn}: tangent {i} has shape {shape_text(t.shape)}, expected "
+                f"{shape_text(p.shape)} (the primal's)"
+            )
+    records = _records(flat + tans)
+    with enable_grad():
+        leaves = [_fresh(x, records, fn) for x in flat]
+        out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
+        outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        # J^T u for dummy u (zeros: the backward is linear in u), whose gradient with respect
+        # to u, weighted by the tangents, is J t
+        dummies = [
+            (zeros_like(o) if o.is_float() else zeros_like(o).float()).require_grad()
+            for o in outputs
+        ]
+        grad_inputs = _gradients(outputs, leaves, dummies, create_graph=True)
+        weights = tans if records else [t.detach() for t in tans]
+        grads = _gradients(grad_inputs, dummies, weights, records)
+    if strict:
+        for i, (g, o) in enumerate(zip(grads, outputs)):
+            if g is None:
+                raise AutodiffError(
+                    f"{fn}: output {i} ({shape_text(o.shape)}) of the function is independent of "
+                    "the inputs; not allowed with strict=True"
+                )
+    tangents_out = _finished(_filled(grads, outputs), records)
+    result = (_finished(out, records), _unflatten(tangents_out, out_spec))
+    return (*result, _finished(aux, records)) if has_aux else result
+
+
+def jacrev(
+    func: Callable[..., Any],
+    argnums: int | tuple[int, ...] = 0,
+    *,
+    has_aux: bool = False,
+    chunk_size: int | None = None,
+) -> Callable[..., Any]:
+    """``func`` transformed to return its Jacobian with respect to argument ``argnums``: for
+    each output tensor (in the output's structure) a tensor of shape ``output.shape +
+    argument.shape`` (for a tuple ``argnums``, or an argument that is a tuple, list or dict, one
+    such per tensor in that structure). Reverse mode, one backward per output element
+    (``chunk_size`` is accepted; the values do not depend on it). With ``has_aux``,
+    ``(jacobian, aux)``.
+
+    >>> import retrograd as rg
+    >>> rg.func.jacrev(lambda x: x * x)(rg.tensor([1.0, 2.0])).tolist()
+    [[2.0, 0.0], [0.0, 4.0]]
+    """
+    return _jacobian("func.jacrev", func, argnums, has_aux)
+
+
+def jacfwd(
+    func: Callable[..., Any],
+    argnums: int | tuple[int, ...] = 0,
+    has_aux: bool = False,
+    *,
+    randomness: str = "error",
+) -> Callable[..., Any]:
+    """torch's forward-mode Jacobian: the same values and structure as :func:`jacrev` (here
+    computed in reverse mode). ``randomness`` is that of :func:`vmap`.
+
+    >>> import retrograd as rg
+    >>> rg.func.jacfwd(lambda x: x.sum(0))(rg.tensor([[1.0], [2.0]])).tolist()
+    [[[1.0], [1.0]]]
+    """
+    if randomness not in ("error", "different", "same"):
+        raise InvalidArgumentError(
+            f'func.jacfwd: randomness must be "error", "different" or "same", got {randomness!r}'
+        )
+    return _jacobian("func.jacfwd", func, argnums, has_aux)
+
+
+def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with enable_grad():
+            call = _Prepared(fn, argnums, args)
+            out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
+            outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+            per_output = []
+            for o in outputs:
+                rows: list[list[Tensor]] = [[] for _ in call.leaves]
+                flat = o.reshape(-1)
+                for k in range(o.numel()):
+                    grads = _gradients([flat[k]], call.leaves, None, call.records)
+                    for j, g in enumerate(_filled(grads, call.leaves)):
+                        rows[j].append(g)
+                jacs = [
+                    stack(r, dim=0).reshape(tuple(o.shape) + tuple(x.shape))
+                    if r
+                    else zeros(
+                        tuple(o.shape) + tuple(x.shape),
+                        dtype=x.dtype,
+                        backend=x.backend,
+                        device=x.device,
+                    )
+                    for r, x in zip(rows, call.leaves)
+                ]
+                per_output.append(_unflatten(_finished(jacs, call.records), call.spec))
+        jacobian = _unflatten(per_output, out_spec)
+        return (jacobian, _finished(aux, call.records)) if has_aux else jacobian
+
+    return wrapper
+
+
+def hessian(func: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
+    """``func`` transformed to return its Hessian with respect to argument ``argnums``:
+    ``jacfwd(jacrev(func, argnums), argnums)``, of shape ``output.shape + argument.shape +
+    argument.shape``.
+
+    >>> import retrograd as rg
+    >>> rg.func.hessian(lambda x: (x ** 3).sum())(rg.tensor([1.0, 2.0])).tolist()
+    [[6.0, 0.0], [0.0, 12.0]]
+    """
+    return jacfwd(jacrev(func, argnums), argnums)
