@@ -287,6 +287,9 @@ OPTIMIZERS = {
     "Adagrad": {"lr": 0.1},
     "Adadelta": {"lr": 1.0},
     "RMSprop": {"lr": 0.01, "centered": True, "momentum": 0.5},
+    "Rprop": {"lr": 0.1},
+    "ASGD": {"lr": 0.1, "t0": 1},
+    "Adafactor": {"lr": 0.1},
 }
 
 

@@ -165,6 +165,20 @@ FD_CASES = {
         lambda x: F.interpolate(x, size=(3, 2, 4), mode="trilinear"),
         [randn(1, 1, 2, 3, 2)],
     ),
+    "nearest-exact-1d": (
+        lambda x: F.interpolate(x, size=8, mode="nearest-exact"),
+        [randn(2, 2, 5)],
+    ),
+    "nearest-exact-2d-scale": (
+        lambda x: F.interpolate(x, scale_factor=(0.6, 2.3), mode="nearest-exact"),
+        [randn(1, 2, 5, 7)],
+    ),
+    "nearest-exact-3d": (
+        lambda x: F.interpolate(x, size=(2, 7, 3), mode="nearest-exact"),
+        [randn(1, 1, 4, 5, 6)],
+    ),
+    "area-1d": (lambda x: F.interpolate(x, scale_factor=1.7, mode="area"), [randn(2, 2, 5)]),
+    "area-2d": (lambda x: F.interpolate(x, size=(3, 11), mode="area"), [randn(1, 2, 5, 7)]),
     # embedding, losses, normalization
     "embedding": (lambda i, w: F.embedding(i, w), [ints(5, 2, 3), randn(5, 3)]),
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), [randn(4, 5), ints(5, 4)]),

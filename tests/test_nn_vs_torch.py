@@ -179,6 +179,8 @@ def test_adaptive_avg_pool_matches_torch(case, spatial, dtype):
 
 INTERPOLATION_MODES = {
     "nearest": (1, 2, 3),
+    "nearest-exact": (1, 2, 3),
+    "area": (1, 2, 3),
     "linear": (1,),
     "bilinear": (2,),
     "bicubic": (2,),
@@ -195,7 +197,7 @@ def test_interpolate_matches_torch(case, mode, dtype):
     size = tuple(int(n) for n in rng.integers(1, 7, spatial))
     x = rng.standard_normal((2, 2, *size))
     options = {}
-    if mode != "nearest":
+    if mode not in ("nearest", "nearest-exact", "area"):
         options["align_corners"] = bool(case % 2)
     if case % 4 < 2:
         options["size"] = tuple(int(n) for n in rng.integers(1, 12, spatial))

@@ -374,6 +374,12 @@ OPTIMIZERS = [
         "RAdam",
         {"lr": 0.05, "betas": (0.9, 0.9), "decoupled_weight_decay": True, "weight_decay": 0.1},
     ),
+    ("Rprop", {"lr": 0.05}),
+    ("Rprop", {"lr": 0.01, "etas": (0.3, 1.5), "step_sizes": (1e-3, 0.02)}),
+    ("ASGD", {"lr": 0.05}),
+    ("ASGD", {"lr": 0.05, "t0": 3, "weight_decay": 0.1}),  # averaging from step 4
+    ("Adafactor", {"lr": 0.05}),
+    ("Adafactor", {"lr": 0.05, "weight_decay": 0.1, "eps": (1e-20, 1e-3), "d": 1.5}),
 ]
 
 
@@ -599,3 +605,41 @@ def test_torch_s_step_without_gradients_says_what_to_write_instead():
     # step(closure) is torch's too: the closure returns (loss, grads) (tests/test_lbfgs.py)
     with pytest.raises(rg.InvalidArgumentError, match=r"return \(loss, grads\)"):
         optimizer.step(lambda: None)
+
+
+@pytest.mark.parametrize("name", ["Rprop", "ASGD", "Adafactor"])
+def test_state_of_every_shape_saves_loads_and_takes_torchs(name):
+    """Adafactor keeps a row and a column statistic per matrix, not buffers of the weight's
+    shape: its state dict, and torch's, load back and the steps continue bit for bit."""
+    torch.manual_seed(0)
+    theirs = torch.nn.Linear(3, 2).double()
+    ours = nn.Linear(3, 2).double()
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    opt_theirs = getattr(torch.optim, name)(theirs.parameters(), lr=0.05)
+    opt_ours = getattr(rg.optim, name)(ours.parameters(), lr=0.05)
+    x = _a(4, 3)
+    for _ in range(2):
+        opt_theirs.zero_grad()
+        (theirs(torch.tensor(x)) ** 2).sum().backward()
+        opt_theirs.step()
+        opt_ours.step((ours(rg.tensor(x)) ** 2).sum().backward())
+    for saved in (opt_ours.state_dict(), opt_theirs.state_dict()):
+        copy = nn.Linear(3, 2).double()
+        copy.load_state_dict(ours.state_dict())
+        resumed = getattr(rg.optim, name)(copy.parameters(), lr=0.05)
+        resumed.load_state_dict(saved)
+        resumed.step((copy(rg.tensor(x)) ** 2).sum().backward())
+        reference = nn.Linear(3, 2).double()
+        reference.load_state_dict(ours.state_dict())
+        again = getattr(rg.optim, name)(reference.parameters(), lr=0.05)
+        again.load_state_dict(opt_ours.state_dict())
+        again.step((reference(rg.tensor(x)) ** 2).sum().backward())
+        for mine, other in zip(copy.parameters(), reference.parameters()):
+            np.testing.assert_allclose(mine.numpy(), other.numpy(), rtol=1e-12, atol=1e-14)
+    bad = opt_ours.state_dict()
+    if name == "Adafactor":
+        bad["state"][0]["row_var"] = np.zeros((2, 3))
+        with pytest.raises(
+            rg.ShapeError, match=r"row_var has shape \[2, 3\].*state of shape \[2, 1\]"
+        ):
+            getattr(rg.optim, name)(nn.Linear(3, 2).double().parameters()).load_state_dict(bad)

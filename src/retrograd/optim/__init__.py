@@ -16,6 +16,7 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 
 from . import lr_scheduler
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
+from .classic import ASGD, Adafactor, Rprop
 from .clip import clip_grad_norm
 from .composite_schedules import ChainedScheduler, SequentialLR
 from .cyclic_schedules import CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR
@@ -36,9 +37,11 @@ from .schedules import (
 )
 
 __all__ = [
+    "ASGD",
     "LBFGS",
     "SGD",
     "Adadelta",
+    "Adafactor",
     "Adagrad",
     "Adam",
     "AdamW",
@@ -61,6 +64,7 @@ __all__ = [
     "RAdam",
     "RMSprop",
     "ReduceLROnPlateau",
+    "Rprop",
     "SequentialLR",
     "StepLR",
     "clip_grad_norm",

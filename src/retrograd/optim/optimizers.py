@@ -364,10 +364,19 @@ class Optimizer:
                     f"{where}: the state of parameter {number} is a {type(entry).__name__}, "
                     "not a dict"
                 )
-            new_state[p] = {key: _state_value(where, number, key, v, p) for key, v in entry.items()}
+            new_state[p] = {
+                key: _state_value(where, number, key, v, p, self.state_shape(key, p.shape))
+                for key, v in entry.items()
+            }
         for own, group in zip(self.param_groups, merged):
             own.update({k: v for k, v in group.items() if k != "params"})
         self.state = new_state
+
+    def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the state buffer ``key`` of a parameter of ``shape``: the
+        parameter's own, unless an algorithm keeps a buffer of another shape (Adafactor's
+        factored statistics), which ``load_state_dict`` then checks against."""
+        return tuple(shape)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -449,9 +458,12 @@ def _parameter_number(where: str, number: Any) -> int:
         ) from None
 
 
-def _state_value(where: str, number: int, key: str, value: Any, parameter: Tensor) -> Any:
+def _state_value(
+    where: str, number: int, key: str, value: Any, parameter: Tensor, shape: tuple[int, ...]
+) -> Any:
     """A saved state entry as the optimizer keeps it: the step an int, a buffer a tensor of
-    the parameter's shape, dtype, backend and device; a Python scalar as it is."""
+    ``shape`` (the parameter's, as a rule) in the parameter's dtype, backend and device; a
+    Python scalar as it is."""
     if key == "step":
         step = np.asarray(_array(value))
         if step.ndim or step.dtype.kind not in "iuf" or not (np.isfinite(step) and step >= 0):
@@ -459,18 +471,21 @@ def _state_value(where: str, number: int, key: str, value: Any, parameter: Tenso
                 f"{where}: the step of parameter {number} must be a count, got {value!r}"
             )
         return int(step)
-    if np.ndim(_array(value)) == 0 and not isinstance(value, np.ndarray | Tensor):
-        return value
+    if np.ndim(_array(value)) == 0 and not isinstance(value, Tensor):
+        # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
+        # mu_product): here they are Python numbers
+        return np.asarray(_array(value)).item()
     array = np.asarray(_array(value))
     if array.dtype.kind not in "biuf":
         raise DTypeError(
             f"{where}: state {number}/{key} holds {array.dtype} values, its parameter is "
             f"{parameter.dtype}"
         )
-    if tuple(array.shape) != tuple(parameter.shape):
+    if tuple(array.shape) != shape:
+        expected = "" if shape == tuple(parameter.shape) else f" (a state of shape {list(shape)})"
         raise ShapeError(
             f"{where}: state {number}/{key} has shape {list(array.shape)}, its parameter "
-            f"{list(parameter.shape)}"
+            f"{list(parameter.shape)}{expected}"
         )
     inner = parameter.inner() if parameter.backend.is_autodiff else parameter
     return tensor(np.asarray(array, dtype=inner.dtype), backend=inner.backend, device=inner.device)

@@ -26,6 +26,7 @@ from ._common import (
     _float_input,
     _ints,
 )
+from .pooling import _adaptive_avg_pool
 
 # -- interpolation ---------------------------------------------------------------------------------
 _INTERPOLATION_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
@@ -54,10 +55,10 @@ def interpolate(
     fn = "interpolate"
     x = _float_input(fn, x)
     spatial = x.ndim - 2
-    if mode == "nearest":
+    if mode in ("nearest", "nearest-exact", "area"):
         if not 1 <= spatial <= 3:
             raise ShapeError(
-                f"{fn}: mode 'nearest' needs a 3-d to 5-d input, got {shape_text(x.shape)}"
+                f"{fn}: mode {mode!r} needs a 3-d to 5-d input, got {shape_text(x.shape)}"
             )
         if align_corners is not None:
             raise InvalidArgumentError(
@@ -72,8 +73,8 @@ def interpolate(
             )
     else:
         raise InvalidArgumentError(
-            f"{fn}: mode must be 'nearest', 'linear', 'bilinear', 'bicubic' or 'trilinear', "
-            f"got {mode!r}"
+            f"{fn}: mode must be 'nearest', 'nearest-exact', 'area', 'linear', 'bilinear', "
+            f"'bicubic' or 'trilinear', got {mode!r}"
         )
     if (size is None) == (scale_factor is None):
         raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
@@ -98,12 +99,30 @@ def interpolate(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
+    if mode == "area":  # torch's: adaptive average pooling to the output size
+        return _adaptive_avg_pool(fn, spatial, x, out_size)
+    if mode == "nearest-exact":
+        return _nearest_exact(x, in_size, out_size, scales)
     kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
     return apply(
         TensorOp(fn, kernel="interpolate"),
         (x,),
         (out_size, kernel_mode, bool(align_corners), scales),
     )
+
+
+def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], scales) -> Tensor:
+    """torch's ``nearest-exact``: output pixel ``i`` reads input ``floor((i + 0.5) * s)``
+    (clamped to the last), ``s = 1 / scale_factor`` when the factor maps coordinates, else
+    ``in / out``: pixel centres line up, where the legacy ``nearest`` rule drifts by half a
+    pixel. A ``select`` of host indices per dimension, so the gradient flows back to the
+    pixels read."""
+    out = x
+    for axis, (n_in, n_out, factor) in enumerate(zip(in_size, out_size, scales)):
+        scale = 1.0 / factor if factor is not None else n_in / n_out
+        source = np.floor((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.int64)
+        out = out.select(2 + axis, np.minimum(source, n_in - 1))
+    return out
 
 
 _PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
