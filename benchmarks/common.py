@@ -129,12 +129,32 @@ def machine_info() -> dict[str, object]:
         numpy_pools = [pool for pool in pools if "numpy" in pool.get("filepath", "")]
         for pool in (numpy_pools or pools)[:1]:
             kernels = f", {pool['architecture']} kernels" if pool.get("architecture") else ""
+            # OpenBLAS takes its kernels from OPENBLAS_CORETYPE when set (this workplace's
+            # machines set Haswell: AVX2 kernels even on CPUs with AVX-512, where torch's
+            # MKL and oneDNN use AVX-512): say so beside the numbers it bounds
+            pinned = os.environ.get("OPENBLAS_CORETYPE")
+            if pinned:
+                kernels += f" (OPENBLAS_CORETYPE={pinned})"
             info["blas"] = f"{pool['internal_api']} {pool.get('version')}{kernels}"
+    flags = _cpu_flags()
+    if flags:
+        info["avx512"] = "avx512f" in flags
     for name in ("scipy", "torch", "jax", "mpi4py", "numba", "numexpr"):
         module = optional(name)
         if module is not None:
             info[name] = getattr(module, "__version__", "?")
     return info
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def command_line(argv: list[str] | None = None) -> str:

@@ -83,12 +83,14 @@ def machine_text(machine: dict) -> str:
     parts = [str(machine.get("cpu", "unknown CPU")), f"{machine.get('cores', '?')} cores"]
     if "memory_gib" in machine:
         parts.append(f"{machine['memory_gib']} GiB")
+    if machine.get("avx512"):
+        parts.append("AVX-512")
     threads = machine.get("blas_threads")
     parts.append("one BLAS thread" if threads == 1 else f"BLAS threads: {threads}")
     versions = [f"Python {machine.get('python', '?')}"]
     numpy = f"NumPy {machine.get('numpy', '?')}"
     versions.append(f"{numpy} ({machine['blas']})" if "blas" in machine else numpy)
-    known = {"cpu", "cores", "memory_gib", "blas_threads", "python", "numpy", "blas"}
+    known = {"cpu", "cores", "memory_gib", "blas_threads", "python", "numpy", "blas", "avx512"}
     versions += [f"{name} {version}" for name, version in machine.items() if name not in known]
     return ", ".join(parts) + "; " + ", ".join(versions)
 
