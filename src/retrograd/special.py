@@ -21,7 +21,7 @@ backend, ``torch.special``'s on the torch backend, with torch's derivatives:
 Integer inputs compute in the default float dtype (``rg.get_default_dtype()``), as torch's.
 
 >>> import retrograd as rg
->>> round(rg.special.ndtr(rg.tensor([0.0], dtype="float64")).item(), 12)
+>>> rg.special.ndtr(rg.tensor([0.0], dtype="float64")).item()
 0.5
 >>> rg.special.chebyshev_polynomial_t(rg.tensor([0.5], dtype="float64"), 3).tolist()
 [-1.0]
@@ -253,6 +253,7 @@ for _name in BESSEL_FUNCTIONS:
 for _name in POLYNOMIALS:
     globals()[_name].__doc__ = (
         f"torch.special.{_name}(input, n): the polynomial of degree ``n`` (truncated to an "
-        "integer; 0 where negative) at ``input``; not differentiable, as torch's."
+        "integer; 0 where negative) at ``input``; a gradient raises ``rg.AutodiffError`` (torch's "
+        "output is untracked)."
     )
 del _name, _doc
