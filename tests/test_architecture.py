@@ -42,6 +42,7 @@ LAYERS = {
     "futures": 5,
     "defaults": 5,
     "linalg": 5,  # torch.linalg over the tensor API
+    "special": 5,  # torch.special over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low

@@ -72,6 +72,7 @@ from . import (
     futures,
     linalg,
     nested,
+    special,
     testing,
     utils,
 )
@@ -323,6 +324,7 @@ __all__ += [
     "memory_format",
     "preserve_format",
     "set_default_device",
+    "special",
 ]
 # forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested
 __all__ += [

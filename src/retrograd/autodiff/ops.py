@@ -31,11 +31,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import AutodiffError
+
 __all__ = ["OPS", "Op", "sum_to_shape"]
 
 OPS: dict[str, Op] = {}
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
+_SQRT_TWO_PI = math.sqrt(2.0 * math.pi)
 
 
 class Plan:
@@ -365,6 +368,84 @@ def _i1_slope(B, x, out):
     return B.mask_fill(slope, zero, 0.5)
 
 
+def _no_derivative(op, argument):
+    """The error of a gradient torch does not implement either (torch: "the derivative for
+    ... is not implemented"), raised when backward reaches the op, as torch's is."""
+    return AutodiffError(
+        f"{op}: the derivative with respect to {argument} is not implemented (nor in torch); "
+        f"detach() that input, or keep the op out of the differentiated path"
+    )
+
+
+def _refuse(op, argument):
+    def rule(B, g):
+        raise _no_derivative(op, argument)
+
+    return rule
+
+
+def _over_x(B, x, value):
+    """``(x == 0, value / x)``, the quotient finite where ``x`` is 0 (the caller puts the limit
+    it knows there)."""
+    zero = B.equal_elem(x, 0.0)
+    return zero, B.div(value, B.mask_fill(x, zero, 1.0))
+
+
+def _i1e_slope(B, x, out):
+    """torch's ``i1e`` backward: ``i0e(x) - i1e(x) (sign(x) + 1/x)``, 1/2 at 0."""
+    zero, inverse = _over_x(B, x, B.ones_like(x))
+    slope = B.sub(B.i0e(x), B.mul(out, B.add(B.sign(x), inverse)))
+    return B.mask_fill(slope, zero, 0.5)
+
+
+def _spherical_j0_slope(B, x, out):
+    """``(cos x - sin(x)/x) / x``, from its Taylor series ``-x/3 + x^3/30 - x^5/840`` where
+    ``|x| < 0.01`` (the difference there cancels: 1e-4 relative at ``x = 1e-4``)."""
+    small = B.lower_elem(B.abs(x), 0.01)
+    _, slope = _over_x(B, x, B.sub(B.cos(x), out))
+    x2 = B.square(x)
+    inner = B.add_scalar(B.mul_scalar(x2, -1 / 840), 1 / 30)
+    series = B.mul(x, B.add_scalar(B.mul(x2, inner), -1 / 3))
+    return B.mask_where(slope, small, series)
+
+
+def _bessel_slope(B, x, out, kind):
+    """The derivative of the Bessel-type function ``kind`` at ``x`` (``out`` its value), from
+    the functions of the family (``J1' = J0 - J1/x``, ``K1' = -K0 - K1/x``; the scaled
+    ``k0e = exp(x) K0`` gains its own value)."""
+    f = lambda name: B.bessel_function(x, name)  # noqa: E731
+    if kind in ("bessel_j0", "bessel_y0", "modified_bessel_k0"):
+        return B.neg(f(kind[:-1] + "1"))
+    if kind == "modified_bessel_i0":
+        return f("modified_bessel_i1")
+    if kind == "scaled_modified_bessel_k0":
+        return B.sub(out, f("scaled_modified_bessel_k1"))
+    if kind == "spherical_bessel_j0":
+        return _spherical_j0_slope(B, x, out)
+    if kind == "airy_ai":  # Ai' has no kernel in torch (nor a derivative: torch's is none)
+        raise _no_derivative(kind, "input")
+    zero, ratio = _over_x(B, x, out)  # the order-1 functions: f1 / x
+    if kind in ("bessel_j1", "bessel_y1", "modified_bessel_i1"):
+        slope = B.sub(f(kind[:-1] + "0"), ratio)
+        # J1, I1 ~ x/2 at 0 (Y1 is singular there: its value, -inf, rules)
+        return B.mask_fill(slope, zero, 0.5) if kind != "bessel_y1" else slope
+    if kind == "modified_bessel_k1":
+        return B.neg(B.add(f("modified_bessel_k0"), ratio))
+    # scaled_modified_bessel_k1: d(exp(x) K1) = k1e - k0e - k1e / x
+    return B.sub(B.sub(out, f("scaled_modified_bessel_k0")), ratio)
+
+
+def _xlog1py_x_vjp(B, g, y, x):
+    """torch's: ``xlog1py(g, y)``, 0 where ``x`` is 0 and ``y <= -1``."""
+    grad = B.xlog1py(g, y)
+    return B.mask_fill(grad, B.logical_and(B.equal_elem(x, 0.0), B.lower_equal_elem(y, -1.0)), 0.0)
+
+
+def _gamma_density(B, a, x):
+    """``exp((a - 1) log x - x - lgamma(a))``, torch's gradient of ``gammainc`` in ``x``."""
+    return B.exp(B.sub(B.sub(B.mul(B.sub_scalar(a, 1.0), B.log(x)), x), B.lgamma(a)))
+
+
 def _cholesky_vjp(B, g, out):
     """torch's ``cholesky_backward``: with ``M = tril(L^T g)``, the gradient is
     ``L^-T (M + tril(M, -1)^T) / 2 L^-1`` (symmetric)."""
@@ -455,6 +536,75 @@ unary("digamma", lambda B, g, x: B.mul(g, B.polygamma(x, 1)))
 unary("polygamma", lambda B, g, x, n: B.mul(g, B.polygamma(x, n + 1)), ("n",))
 unary("i0", lambda B, g, x: B.mul(g, B.i1(x)))
 unary("i1", lambda B, g, x, out: B.mul(g, _i1_slope(B, x, out)))
+# torch.special's further functions (retrograd.special), with torch's derivatives
+unary("i0e", lambda B, g, x, out: B.mul(g, B.sub(B.i1e(x), B.mul(B.sign(x), out))))
+unary("i1e", lambda B, g, x, out: B.mul(g, _i1e_slope(B, x, out)))
+unary(
+    "erfcx",
+    lambda B, g, x, out: B.mul(
+        g, B.sub_scalar(B.mul(B.mul_scalar(x, 2.0), out), _TWO_OVER_SQRT_PI)
+    ),
+)
+unary(
+    "ndtr",
+    lambda B, g, x: B.mul(g, B.div_scalar(B.exp(B.mul_scalar(B.square(x), -0.5)), _SQRT_TWO_PI)),
+)
+# phi / Phi as exp(-(log Phi + x^2/2)) / sqrt(2 pi): finite where Phi underflows (torch's)
+unary(
+    "log_ndtr",
+    lambda B, g, x, out: B.mul(
+        g,
+        B.div_scalar(B.exp(B.neg(B.add(out, B.mul_scalar(B.square(x), 0.5)))), _SQRT_TWO_PI),
+    ),
+)
+unary(
+    "ndtri",
+    lambda B, g, out: B.mul(g, B.mul_scalar(B.exp(B.mul_scalar(B.square(out), 0.5)), _SQRT_TWO_PI)),
+)
+unary("entr", lambda B, g, x: B.mul(g, B.neg(B.add_scalar(B.log(x), 1.0))))
+# torch leaves these untracked (no gradient, silently); here their derivatives are the
+# family's own functions, and airy_ai's (which needs Ai', no kernel) raises AutodiffError
+unary(
+    "bessel_function",
+    lambda B, g, x, out, kind: B.mul(g, _bessel_slope(B, x, out, kind)),
+    ("kind",),
+)
+binary(
+    "xlog1py",
+    _xlog1py_x_vjp,
+    lambda B, g, x, y: B.div(B.mul(g, x), B.add_scalar(y, 1.0)),
+)
+binary(
+    "zeta",
+    _refuse("zeta", "input (the exponent x)"),
+    lambda B, g, x, y: B.mul(g, B.mul(B.neg(x), B.zeta(B.add_scalar(x, 1.0), y))),
+)
+binary(
+    "gammainc",
+    _refuse("gammainc", "input (the shape a)"),
+    lambda B, g, x, y: B.mul(g, _gamma_density(B, x, y)),
+)
+binary(
+    "gammaincc",
+    _refuse("gammaincc", "input (the shape a)"),
+    lambda B, g, x, y: B.neg(B.mul(g, _gamma_density(B, x, y))),
+)
+
+
+def _polynomial_refusal(argument):
+    def rule(B, g, kind):
+        raise _no_derivative(kind, argument)
+
+    return rule
+
+
+# torch has no derivative of the polynomials in either argument (their outputs are untracked)
+binary(
+    "orthogonal_polynomial",
+    _polynomial_refusal("input (x)"),
+    _polynomial_refusal("n"),
+    ("kind",),
+)
 for _name in ("sign", "round", "floor", "ceil", "trunc"):
     unary(_name, _zeros_like_rule)
 unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0))))

@@ -1,5 +1,9 @@
 """The NumPy backend's kernels of :mod:`.protocol_math`: SciPy's special functions (Cephes,
-float32 evaluated by SciPy's own float32 loops or in float64 and rounded) and NumPy's ufuncs."""
+float32 evaluated by SciPy's own float32 loops or in float64 and rounded) and NumPy's ufuncs.
+
+The orthogonal polynomials are SciPy's ``eval_*`` at integer degrees (recurrences, as torch's
+kernels); Chebyshev's third and fourth kinds, which SciPy lacks, are ``U_n -+ U_{n-1}``
+(``V_n(cos t) = cos((n + 1/2) t) / cos(t / 2)`` is that difference)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,60 @@ from .protocol import singular_matrix
 from .protocol_math import not_positive_definite
 
 __all__ = ["NumpyMathKernels"]
+
+
+def _spherical_j0(x):
+    return scipy.special.spherical_jn(0, x)
+
+
+def _airy_ai(x):
+    return scipy.special.airy(x)[0]
+
+
+#: torch.special's Bessel-type names and SciPy's functions
+_BESSEL = {
+    "airy_ai": _airy_ai,
+    "bessel_j0": scipy.special.j0,
+    "bessel_j1": scipy.special.j1,
+    "bessel_y0": scipy.special.y0,
+    "bessel_y1": scipy.special.y1,
+    "modified_bessel_i0": scipy.special.i0,
+    "modified_bessel_i1": scipy.special.i1,
+    "modified_bessel_k0": scipy.special.k0,
+    "modified_bessel_k1": scipy.special.k1,
+    "scaled_modified_bessel_k0": scipy.special.k0e,
+    "scaled_modified_bessel_k1": scipy.special.k1e,
+    "spherical_bessel_j0": _spherical_j0,
+}
+
+
+def _chebyshev_v(n, x):
+    return scipy.special.eval_chebyu(n, x) - scipy.special.eval_chebyu(n - 1, x)
+
+
+def _chebyshev_w(n, x):
+    return scipy.special.eval_chebyu(n, x) + scipy.special.eval_chebyu(n - 1, x)
+
+
+def _shifted(polynomial):
+    return lambda n, x: polynomial(n, 2.0 * x - 1.0)
+
+
+#: torch.special's polynomial names and ``p(n, x)`` at integer ``n >= 0``
+_POLYNOMIALS = {
+    "chebyshev_polynomial_t": scipy.special.eval_chebyt,
+    "chebyshev_polynomial_u": scipy.special.eval_chebyu,
+    "chebyshev_polynomial_v": _chebyshev_v,
+    "chebyshev_polynomial_w": _chebyshev_w,
+    "shifted_chebyshev_polynomial_t": _shifted(scipy.special.eval_chebyt),
+    "shifted_chebyshev_polynomial_u": _shifted(scipy.special.eval_chebyu),
+    "shifted_chebyshev_polynomial_v": _shifted(_chebyshev_v),
+    "shifted_chebyshev_polynomial_w": _shifted(_chebyshev_w),
+    "hermite_polynomial_h": scipy.special.eval_hermite,
+    "hermite_polynomial_he": scipy.special.eval_hermitenorm,
+    "laguerre_polynomial_l": scipy.special.eval_laguerre,
+    "legendre_polynomial_p": scipy.special.eval_legendre,
+}
 
 
 def _like(out, x):
@@ -40,6 +98,51 @@ class NumpyMathKernels:
 
     def erfc(self, x):
         return _like(scipy.special.erfc(x), x)
+
+    def i0e(self, x):
+        return _like(scipy.special.i0e(x), x)
+
+    def i1e(self, x):
+        return _like(scipy.special.i1e(x), x)
+
+    def erfcx(self, x):
+        return _like(scipy.special.erfcx(x), x)
+
+    def ndtr(self, x):
+        return _like(scipy.special.ndtr(x), x)
+
+    def log_ndtr(self, x):
+        return _like(scipy.special.log_ndtr(x), x)
+
+    def ndtri(self, x):
+        return _like(scipy.special.ndtri(x), x)
+
+    def entr(self, x):
+        return _like(scipy.special.entr(x), x)
+
+    def bessel_function(self, x, kind):
+        return _like(_BESSEL[kind](x), x)
+
+    def xlog1py(self, x, y):
+        return _like(scipy.special.xlog1py(x, y), x)
+
+    def zeta(self, x, q):
+        return _like(scipy.special.zeta(x, q), x)
+
+    def gammainc(self, a, x):
+        return _like(scipy.special.gammainc(a, x), x)
+
+    def gammaincc(self, a, x):
+        return _like(scipy.special.gammaincc(a, x), x)
+
+    def orthogonal_polynomial(self, x, n, kind):
+        x, n = np.broadcast_arrays(x, n)
+        finite = np.isfinite(n)
+        # torch casts the degree to int64 (truncation) and gives 0 for a negative one
+        degree = np.trunc(np.where(finite, n, 0.0)).astype(np.int64)
+        values = _POLYNOMIALS[kind](np.maximum(degree, 0), x.astype(np.float64))
+        out = np.where(degree < 0, 0.0, np.where(finite, values, np.nan))
+        return _like(out, x)
 
     fmod = staticmethod(np.fmod)
     nextafter = staticmethod(np.nextafter)

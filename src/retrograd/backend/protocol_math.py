@@ -1,6 +1,8 @@
 """The special functions, integer bit operations and the remaining elementwise kernels of the
 backend protocol: the log-gamma family (``lgamma``, ``digamma``, ``polygamma``), the modified
-Bessel functions ``i0``/``i1``, ``erfc``, C's ``fmod`` and ``nextafter``, ``gcd``/``lcm``, the
+Bessel functions ``i0``/``i1``, ``erfc``, the rest of ``torch.special`` (scaled Bessel and
+error functions, the normal CDF and quantile, zeta, the incomplete gamma functions, Bessel
+functions and orthogonal polynomials by name), C's ``fmod`` and ``nextafter``, ``gcd``/``lcm``, the
 bitwise operations of integer and bool tensors, ``signbit``, ``cholesky``, ``solve`` and
 ``slogdet``.
 
@@ -16,7 +18,38 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, shape_text
 
-__all__ = ["MathProtocol", "not_positive_definite"]
+__all__ = ["BESSEL_FUNCTIONS", "POLYNOMIALS", "MathProtocol", "not_positive_definite"]
+
+#: torch.special's Bessel-type functions of one argument, one kernel (``bessel_function``)
+BESSEL_FUNCTIONS = (
+    "airy_ai",
+    "bessel_j0",
+    "bessel_j1",
+    "bessel_y0",
+    "bessel_y1",
+    "modified_bessel_i0",
+    "modified_bessel_i1",
+    "modified_bessel_k0",
+    "modified_bessel_k1",
+    "scaled_modified_bessel_k0",
+    "scaled_modified_bessel_k1",
+    "spherical_bessel_j0",
+)
+#: torch.special's orthogonal polynomials ``p(x, n)``, one kernel (``orthogonal_polynomial``)
+POLYNOMIALS = (
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+)
 
 
 def not_positive_definite(shape: Sequence[int]) -> InvalidArgumentError:
@@ -53,6 +86,62 @@ class MathProtocol:
 
     def erfc(self, x: Any) -> Any:
         """``1 - erf(x)``, accurate where ``erf(x)`` is near 1."""
+        raise NotImplementedError
+
+    # -- torch.special's further functions (retrograd.special): float in, same dtype out ------
+    def i0e(self, x: Any) -> Any:
+        """``exp(-|x|) i0(x)``, the exponentially scaled modified Bessel function of order 0."""
+        raise NotImplementedError
+
+    def i1e(self, x: Any) -> Any:
+        """``exp(-|x|) i1(x)``."""
+        raise NotImplementedError
+
+    def erfcx(self, x: Any) -> Any:
+        """The scaled complementary error function ``exp(x^2) erfc(x)``, without overflow."""
+        raise NotImplementedError
+
+    def ndtr(self, x: Any) -> Any:
+        """The standard normal CDF ``Phi(x)``."""
+        raise NotImplementedError
+
+    def log_ndtr(self, x: Any) -> Any:
+        """``log Phi(x)``, accurate in the lower tail (where ``Phi`` underflows)."""
+        raise NotImplementedError
+
+    def ndtri(self, x: Any) -> Any:
+        """``Phi^-1(x)``, the standard normal quantile (``-inf``/``inf`` at 0/1, NaN outside)."""
+        raise NotImplementedError
+
+    def entr(self, x: Any) -> Any:
+        """``-x log x`` (0 at 0, ``-inf`` for negative ``x``)."""
+        raise NotImplementedError
+
+    def bessel_function(self, x: Any, kind: str) -> Any:
+        """The Bessel function ``kind`` of ``x``: one of :data:`BESSEL_FUNCTIONS` (torch's
+        ``torch.special.<kind>``: ``bessel_j0`` ... ``spherical_bessel_j0``, ``airy_ai``)."""
+        raise NotImplementedError
+
+    def xlog1py(self, x: Any, y: Any) -> Any:
+        """``x * log1p(y)``, 0 where ``x`` is 0 (unless ``y`` is NaN); broadcasting."""
+        raise NotImplementedError
+
+    def zeta(self, x: Any, q: Any) -> Any:
+        """The Hurwitz zeta function ``sum_k (k + q)^-x``; broadcasting."""
+        raise NotImplementedError
+
+    def gammainc(self, a: Any, x: Any) -> Any:
+        """The regularized lower incomplete gamma function ``P(a, x)``; broadcasting."""
+        raise NotImplementedError
+
+    def gammaincc(self, a: Any, x: Any) -> Any:
+        """The regularized upper incomplete gamma function ``Q(a, x) = 1 - P(a, x)``."""
+        raise NotImplementedError
+
+    def orthogonal_polynomial(self, x: Any, n: Any, kind: str) -> Any:
+        """The polynomial ``kind`` (one of :data:`POLYNOMIALS`, torch's names) of degree ``n``
+        at ``x`` (one float dtype, broadcasting), as torch computes it: ``n`` truncated to an
+        integer, 0 where it is negative."""
         raise NotImplementedError
 
     def fmod(self, x: Any, y: Any) -> Any:

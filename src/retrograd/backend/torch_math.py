@@ -30,6 +30,24 @@ class TorchMathKernels:
     bitwise_right_shift = staticmethod(torch.bitwise_right_shift)
     signbit = staticmethod(torch.signbit)
 
+    i0e = staticmethod(torch.special.i0e)
+    i1e = staticmethod(torch.special.i1e)
+    erfcx = staticmethod(torch.special.erfcx)
+    ndtr = staticmethod(torch.special.ndtr)
+    log_ndtr = staticmethod(torch.special.log_ndtr)
+    ndtri = staticmethod(torch.special.ndtri)
+    entr = staticmethod(torch.special.entr)
+    xlog1py = staticmethod(torch.special.xlog1py)
+    zeta = staticmethod(torch.special.zeta)
+    gammainc = staticmethod(torch.special.gammainc)
+    gammaincc = staticmethod(torch.special.gammaincc)
+
+    def bessel_function(self, x, kind):
+        return getattr(torch.special, kind)(x)
+
+    def orthogonal_polynomial(self, x, n, kind):
+        return getattr(torch.special, kind)(x, n)
+
     def polygamma(self, x, n):
         return torch.polygamma(n, x)
 

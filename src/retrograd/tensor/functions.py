@@ -212,6 +212,8 @@ _METHODS.update(
             "histc",
             "hsplit",
             "i0",
+            "igamma",
+            "igammac",
             "index_put",
             "inverse",
             "is_complex",

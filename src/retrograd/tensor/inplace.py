@@ -496,9 +496,9 @@ SAME_ARGUMENTS = (
     "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
     "bitwise_right_shift", "bitwise_xor", "copysign", "cosh", "deg2rad", "digamma", "erf",
     "erfc", "exp2", "expm1", "fix", "fmod", "frac", "gcd", "heaviside", "hypot", "i0",
-    "index_put", "lcm", "ldexp", "lgamma", "log10", "log1p", "log2", "logit", "mvlgamma",
-    "nan_to_num", "negative", "nextafter", "polygamma", "rad2deg", "renorm", "scatter_reduce",
-    "sgn", "sinc", "sinh", "tan", "xlogy",
+    "igamma", "igammac", "index_put", "lcm", "ldexp", "lgamma", "log10", "log1p", "log2",
+    "logit", "mvlgamma", "nan_to_num", "negative", "nextafter", "polygamma", "rad2deg",
+    "renorm", "scatter_reduce", "sgn", "sinc", "sinh", "tan", "xlogy",
 )  # fmt: skip
 
 

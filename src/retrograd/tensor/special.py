@@ -33,6 +33,7 @@ from ._dispatch import (
     COMMON,
     FLOAT_DTYPES,
     SCALARS,
+    TensorBase,
     TensorOp,
     lift,
     promote,
@@ -43,12 +44,15 @@ from ._dispatch import (
 from .compositions import check_integer_divisor
 from .functions import allclose, float_power, isclose, where
 
-__all__ = ["SpecialMixin", "operand"]
+__all__ = ["GAMMAINC", "GAMMAINCC", "SpecialMixin", "float_operands", "operand"]
 
 LGAMMA, DIGAMMA, POLYGAMMA, I0, ERFC = (
     TensorOp(name, floats=True) for name in ("lgamma", "digamma", "polygamma", "i0", "erfc")
 )
 FMOD = TensorOp("fmod", promote=COMMON)
+#: torch's ``igamma``/``igammac`` (``torch.special.gammainc``/``gammaincc``): operands in hand
+GAMMAINC = TensorOp("igamma", kernel="gammainc")
+GAMMAINCC = TensorOp("igammac", kernel="gammaincc")
 _INTEGERS = ("int64", "bool")
 #: torch's ``deg2rad``/``rad2deg`` factors (``M_PI / 180`` and ``180 / M_PI`` as doubles)
 _DEG2RAD = math.pi / 180.0
@@ -70,6 +74,20 @@ def operand(t: Any, value: Any, op: str) -> Any:
 def _floats(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     """``a`` and ``b`` promoted to one float dtype (ints as the default one)."""
     return promote(a, operand(a, b, op), op, True)
+
+
+def float_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
+    """The two operands of a binary float function taking a tensor and a tensor or a number,
+    either side (torch's ``Tensor, Number`` and ``Number, Tensor`` overloads), promoted to one
+    float dtype."""
+    if isinstance(a, TensorBase):
+        return _floats(op, a, b)
+    if isinstance(b, TensorBase):
+        return promote(operand(b, a, op), b, op, True)
+    raise DTypeError(
+        f"{op}(): expected a tensor for 'input' or 'other', got {type(a).__name__} and "
+        f"{type(b).__name__}"
+    )
 
 
 class SpecialMixin:
@@ -123,6 +141,16 @@ class SpecialMixin:
     def erfc(self) -> Any:
         """``1 - erf(x)``, accurate in the tail (a kernel, not the subtraction)."""
         return self._apply(ERFC, (self,))
+
+    def igamma(self, other: Any) -> Any:
+        """The regularized lower incomplete gamma function ``P(self, other)`` (torch's
+        ``igamma``, ``rg.special.gammainc``); differentiable in ``other`` only, as torch's:
+        a gradient for ``self`` raises ``rg.AutodiffError``."""
+        return self._apply(GAMMAINC, float_operands("igamma", self, other))
+
+    def igammac(self, other: Any) -> Any:
+        """``1 - igamma(self, other)``, accurate where ``igamma`` is near 1."""
+        return self._apply(GAMMAINCC, float_operands("igammac", self, other))
 
     def xlogy(self, other: Any) -> Any:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
