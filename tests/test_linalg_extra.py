@@ -414,3 +414,29 @@ def test_errors_name_the_op_and_shapes():
         rg.linalg.multi_dot([rect, rect])
     with pytest.raises(rg.ShapeError, match=r"solve_triangular.*square"):
         rg.linalg.solve_triangular(rect, rect, upper=True)
+
+
+def test_second_order_through_eigh_and_float32_decompositions_match_torch():
+    a = _symmetric(3, 3)
+    weights = np.arange(9.0).reshape(3, 3)
+
+    def loss(lib, z):
+        values, vectors = lib.linalg.eigh(z)
+        return (values**3).sum() + (vectors.abs() * lib.tensor(weights)).sum()
+
+    x, t = rg.tensor(a).require_grad(), torch.tensor(a, requires_grad=True)
+    (g,) = rg.autograd.grad(loss(rg, x), x, create_graph=True)
+    (tg,) = torch.autograd.grad(loss(torch, t), t, create_graph=True)
+    (gg,) = rg.autograd.grad((g * g).sum(), x)
+    (tgg,) = torch.autograd.grad((tg * tg).sum(), t)
+    np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy(), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(gg.numpy(), tgg.numpy(), rtol=1e-8, atol=1e-9)
+
+    def mixed(lib, x):
+        s = lib.linalg.svdvals(x)
+        r = lib.linalg.qr(x).R
+        square = x.transpose(-1, -2) @ x
+        e = lib.linalg.matrix_exp(square * 0.1)
+        return s.sum() + r.abs().sum() + lib.linalg.eigvalsh(square).sum() + e.sum()
+
+    same_gradients(mixed, [RNG.standard_normal((2, 4, 3))], "float32")

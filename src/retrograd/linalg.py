@@ -2,7 +2,14 @@
 float tensors, on every backend: :func:`inv` and :func:`pinv` (the inverse's ``-A^-T g
 A^-T``; torch's pseudo-inverse backward), :func:`det` and :func:`slogdet` (the gradient of
 ``log |det A|`` is ``A^-T``), :func:`solve` (LU; its gradients ``A^-T g`` and ``-A^-T g
-X^T``), :func:`cholesky` (torch's backward) and :func:`matrix_power`.
+X^T``), :func:`cholesky` (torch's backward) and :func:`matrix_power`; the norms
+(:func:`vector_norm`, :func:`matrix_norm`, :func:`norm`, from :mod:`retrograd.tensor.norms`);
+the decompositions :func:`eigh`/:func:`eigvalsh`, :func:`svd`/:func:`svdvals`, :func:`qr` and
+:func:`matrix_exp`, with torch's backward formulas (one op each, whose kernel packs the
+factors into one array); :func:`lstsq`, :func:`solve_triangular`, :func:`multi_dot`,
+:func:`cross`, :func:`vecdot`, :func:`matmul`, :func:`diagonal`, :func:`matrix_rank`,
+:func:`cond`, :func:`vander` and the ``_ex`` variants. torch's ``eig``/``eigvals`` (complex
+results) are not here: retrograd has no complex dtypes.
 
 >>> import retrograd as rg
 >>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()
