@@ -323,6 +323,8 @@ MODULES = [
     "retrograd.autodiff.grad_mode",
     "retrograd.autodiff.gradients",
     "retrograd.tensor.creation",
+    "retrograd.tensor.norms",
+    "retrograd.linalg",
     "retrograd.nn.functional.conv",
     "retrograd.nn.functional.linear",
     "retrograd.nn.functional.loss",

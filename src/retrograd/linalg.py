@@ -2,7 +2,14 @@
 float tensors, on every backend: :func:`inv` and :func:`pinv` (the inverse's ``-A^-T g
 A^-T``; torch's pseudo-inverse backward), :func:`det` and :func:`slogdet` (the gradient of
 ``log |det A|`` is ``A^-T``), :func:`solve` (LU; its gradients ``A^-T g`` and ``-A^-T g
-X^T``), :func:`cholesky` (torch's backward) and :func:`matrix_power`.
+X^T``), :func:`cholesky` (torch's backward) and :func:`matrix_power`; the norms
+(:func:`vector_norm`, :func:`matrix_norm`, :func:`norm`, from :mod:`retrograd.tensor.norms`);
+the decompositions :func:`eigh`/:func:`eigvalsh`, :func:`svd`/:func:`svdvals`, :func:`qr` and
+:func:`matrix_exp`, with torch's backward formulas (one op each, whose kernel packs the
+factors into one array); :func:`lstsq`, :func:`solve_triangular`, :func:`multi_dot`,
+:func:`cross`, :func:`vecdot`, :func:`matmul`, :func:`diagonal`, :func:`matrix_rank`,
+:func:`cond`, :func:`vander` and the ``_ex`` variants. torch's ``eig``/``eigvals`` (complex
+results) are not here: retrograd has no complex dtypes.
 
 >>> import retrograd as rg
 >>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()
@@ -11,16 +18,60 @@ X^T``), :func:`cholesky` (torch's backward) and :func:`matrix_power`.
 
 from __future__ import annotations
 
+import math
+import warnings
+from collections import namedtuple
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from .tensor import FLOAT_DTYPES, Tensor
-from .tensor._dispatch import lift
+from .tensor._dispatch import lift, normalize_dim
 from .tensor.creation import _no_out
+from .tensor.norms import matrix_norm, norm, vector_norm
 
-__all__ = ["cholesky", "det", "inv", "matrix_power", "pinv", "slogdet", "solve"]
+__all__ = [
+    "cholesky",
+    "cholesky_ex",
+    "cond",
+    "cross",
+    "det",
+    "diagonal",
+    "eigh",
+    "eigvalsh",
+    "inv",
+    "inv_ex",
+    "lstsq",
+    "matmul",
+    "matrix_exp",
+    "matrix_norm",
+    "matrix_power",
+    "matrix_rank",
+    "multi_dot",
+    "norm",
+    "pinv",
+    "qr",
+    "slogdet",
+    "solve",
+    "solve_ex",
+    "solve_triangular",
+    "svd",
+    "svdvals",
+    "vander",
+    "vecdot",
+    "vector_norm",
+]
+
+# torch.return_types' names and fields
+EighResult = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
+SVDResult = namedtuple("linalg_svd", ["U", "S", "Vh"])
+QRResult = namedtuple("linalg_qr", ["Q", "R"])
+LstsqResult = namedtuple("linalg_lstsq", ["solution", "residuals", "rank", "singular_values"])
+InvExResult = namedtuple("linalg_inv_ex", ["inverse", "info"])
+CholeskyExResult = namedtuple("linalg_cholesky_ex", ["L", "info"])
+SolveExResult = namedtuple("linalg_solve_ex", ["result", "info"])
 
 
 def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
@@ -137,3 +188,450 @@ def _eps(dtype: str) -> float:
     if dtype in ("bfloat16",):
         return 0.0078125
     return float(np.finfo(np.dtype(dtype)).eps)
+
+
+def _square(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
+    matrices = _matrices(op, A)
+    if matrices.shape[-1] != matrices.shape[-2]:
+        raise ShapeError(
+            f"{op}: A must be batches of square matrices, but they are "
+            f"{matrices.shape[-2]} by {matrices.shape[-1]} matrices"
+        )
+    return matrices
+
+
+def _identity(matrices: Tensor) -> Tensor:
+    """The ``n x n`` identity in ``matrices``' dtype, backend and device (untracked)."""
+    return matrices.new_zeros((matrices.shape[-1],)).add_scalar(1.0).diag()
+
+
+def _unpacked(packed: Tensor, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
+    """The factors a decomposition kernel packed along the last dim (the backend protocol's
+    ``linalg_svd``), each reshaped to its matrix shape: slices, so each factor's gradient
+    reaches the packed output, and the op's backward rule reads all of them at once."""
+    batch, start, parts = packed.shape[:-1], 0, []
+    for shape in shapes:
+        size = math.prod(shape)
+        parts.append(packed[..., start : start + size].reshape(batch + tuple(shape)))
+        start += size
+    return parts
+
+
+# -- decompositions ------------------------------------------------------------------------------
+def eigh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Any:  # noqa: N803 (torch's names)
+    """torch's ``linalg.eigh``: ``(eigenvalues, eigenvectors)`` of each symmetric matrix of
+    ``A`` ``[..., n, n]``, eigenvalues ascending, reading only the ``UPLO`` triangle.
+
+    The gradient is torch's (``V (skew(V^T gV) / E + diag(gL)) V^T``, ``E[i, j] = L[j] -
+    L[i]``), not symmetrized, as torch's. As torch's docs say, it is defined for distinct
+    eigenvalues and for losses that do not depend on the eigenvectors' signs; when no gradient
+    reaches the eigenvectors it is ``V diag(gL) V^T``, defined for repeated eigenvalues too.
+
+    >>> import retrograd as rg
+    >>> values, vectors = rg.linalg.eigh(rg.tensor([[2.0, 1.0], [1.0, 2.0]], dtype="float64"))
+    >>> [round(v, 12) for v in values.tolist()]
+    [1.0, 3.0]
+    >>> rg.linalg.svdvals(rg.tensor([[3.0, 0.0], [0.0, -4.0]], dtype="float64")).tolist()
+    [4.0, 3.0]
+    """
+    _no_out("linalg.eigh", out)
+    matrices = _square("linalg.eigh", A)
+    if UPLO not in ("L", "U"):
+        raise InvalidArgumentError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    n = matrices.shape[-1]
+    packed = matrices._apply("linalg_eigh", (matrices,), (UPLO == "U",))
+    return EighResult(packed[..., n], packed[..., :n])
+
+
+def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Tensor:  # noqa: N803
+    """torch's ``linalg.eigvalsh``: the eigenvalues of :func:`eigh` (gradient ``V diag(g)
+    V^T``)."""
+    _no_out("linalg.eigvalsh", out)
+    return eigh(A, UPLO).eigenvalues
+
+
+def svd(
+    A: Tensor,  # noqa: N803 (torch's name)
+    full_matrices: bool = True,
+    *,
+    driver: str | None = None,
+    out: Any = None,
+) -> Any:
+    """torch's ``linalg.svd``: ``(U, S, Vh)`` with ``A = U diag(S) Vh`` for each matrix of
+    ``A`` ``[..., m, n]``, ``S`` descending.
+
+    The gradient is torch's ``svd_backward``: defined for distinct singular values (and, for
+    a non-square ``A`` with gradients on ``U`` or ``Vh``, non-zero ones), for losses that do not
+    depend on the singular vectors' signs; with ``full_matrices`` the columns of ``U`` and rows
+    of ``Vh`` past ``min(m, n)`` get none (arbitrary bases, as torch's docs say). ``driver``
+    (CUDA only in torch) is not supported."""
+    _no_out("linalg.svd", out)
+    matrices = _matrices("linalg.svd", A)
+    if driver is not None:
+        raise InvalidArgumentError("linalg.svd: driver= is for CUDA inputs only (as torch's)")
+    m, n = matrices.shape[-2:]
+    k = min(m, n)
+    shapes = ((m, m if full_matrices else k), (k,), (n if full_matrices else k, n))
+    packed = matrices._apply("linalg_svd", (matrices,), (bool(full_matrices),))
+    return SVDResult(*_unpacked(packed, shapes))
+
+
+def svdvals(A: Tensor, *, driver: str | None = None, out: Any = None) -> Tensor:  # noqa: N803
+    """torch's ``linalg.svdvals``: the singular values, descending (gradient ``U diag(g)
+    Vh``, defined for repeated ones too)."""
+    _no_out("linalg.svdvals", out)
+    return svd(_matrices("linalg.svdvals", A), False, driver=driver).S
+
+
+def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N803
+    """torch's ``linalg.qr``: ``(Q, R)`` of each matrix of ``A`` ``[..., m, n]`` (LAPACK's
+    Householder QR: ``R``'s diagonal may be negative, as torch's). ``mode`` ``"reduced"``,
+    ``"complete"`` (``Q`` square), or ``"r"`` (``Q`` empty). The gradient is torch's
+    ``linalg_qr_backward``, for ``A`` of full rank; as torch's it refuses ``mode="r"`` and a
+    complete factorization of a tall matrix (raised in backward).
+
+    >>> import retrograd as rg
+    >>> q, r = rg.linalg.qr(rg.tensor([[3.0, 1.0], [4.0, 2.0]], dtype="float64"))
+    >>> [round(v, 12) + 0.0 for v in (q @ r).flatten().tolist()]
+    [3.0, 1.0, 4.0, 2.0]
+    """
+    _no_out("linalg.qr", out)
+    matrices = _matrices("linalg.qr", A)
+    if mode not in ("reduced", "complete", "r"):
+        raise InvalidArgumentError(
+            f"linalg.qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"
+        )
+    m, n = matrices.shape[-2:]
+    k = m if mode == "complete" else min(m, n)
+    packed = matrices._apply("linalg_qr", (matrices,), (mode,))
+    if mode == "r":
+        (r,) = _unpacked(packed, ((k, n),))
+        return QRResult(r.new_zeros((0,)), r)
+    q, r = _unpacked(packed, ((m, k), (k, n)))
+    return QRResult(q, r)
+
+
+def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+    """torch's ``linalg.matrix_exp`` of each square matrix of ``A`` (SciPy's ``expm`` on
+    NumPy; torch's own on torch). The gradient is the top-right block of ``exp([[A^T, g], [0,
+    A^T]])``, as torch's.
+
+    >>> import retrograd as rg
+    >>> rg.linalg.matrix_exp(rg.zeros((2, 2), dtype="float64")).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    matrices = _square("linalg.matrix_exp", A)
+    return matrices._apply("matrix_exp", (matrices,))
+
+
+# -- solvers and products ------------------------------------------------------------------------
+def lstsq(
+    A: Tensor,  # noqa: N803 (torch's name)
+    B: Any,  # noqa: N803 (torch's name)
+    rcond: float | None = None,
+    *,
+    driver: str | None = None,
+) -> Any:
+    """torch's ``linalg.lstsq``: ``(solution, residuals, rank, singular_values)`` for ``A``
+    ``[..., m, n]`` and ``B`` ``[..., m, k]`` (or ``[..., m]``), the fields as torch's CPU
+    default driver ``"gelsy"`` fills them (``residuals`` and ``singular_values`` empty,
+    ``rank`` int64). The solution is the minimum-norm one, ``pinv(A) @ B`` with singular values
+    at most ``rcond * largest`` dropped (``rcond`` defaulting to ``eps * max(m, n)``), and so
+    is its gradient (torch's also goes through ``pinv``); for a rank-deficient ``A`` gelsy's
+    basic solution differs from it. ``driver`` is accepted and ignored."""
+    matrices = _matrices("linalg.lstsq", A)
+    if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
+        raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
+    rhs = lift(matrices, B, "linalg.lstsq")
+    vector = rhs.ndim == matrices.ndim - 1
+    if rhs.ndim < 1 or (not vector and rhs.ndim < 2):
+        raise ShapeError(f"linalg.lstsq: B must have at least 1 dimension, got shape {rhs.shape}")
+    rows = rhs.shape[-1] if vector else rhs.shape[-2]
+    if rows != matrices.shape[-2]:
+        raise ShapeError(
+            f"linalg.lstsq: A of shape {shape_text(matrices.shape)} and B of shape "
+            f"{shape_text(rhs.shape)} have different numbers of rows"
+        )
+    if rhs.dtype != matrices.dtype:
+        raise DTypeError(
+            f"linalg.lstsq: A ({matrices.dtype}) and B ({rhs.dtype}) must have the same dtype"
+        )
+    if rcond is None:
+        rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
+    inverse = pinv(matrices, rtol=float(rcond))
+    solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
+    rank = matrix_rank(matrices.detach(), rtol=float(rcond))
+    empty = matrices.new_zeros((0,))
+    return LstsqResult(solution, empty, rank, empty)
+
+
+def solve_triangular(
+    A: Tensor,  # noqa: N803 (torch's name)
+    B: Any,  # noqa: N803 (torch's name)
+    *,
+    upper: bool,
+    left: bool = True,
+    unitriangular: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``linalg.solve_triangular``: ``X`` with ``A X = B`` (``X A = B`` when not
+    ``left``), reading only the ``upper`` (else lower) triangle of ``A`` (with ones on its
+    diagonal when ``unitriangular``); the gradient reaches only that triangle, as torch's.
+
+    >>> import retrograd as rg
+    >>> a = rg.tensor([[2.0, 9.0], [1.0, 4.0]], dtype="float64")
+    >>> rg.linalg.solve_triangular(a, rg.tensor([[2.0], [5.0]], dtype="float64"),
+    ...                            upper=False).tolist()
+    [[1.0], [1.0]]
+    """
+    _no_out("linalg.solve_triangular", out)
+    matrices = _square("linalg.solve_triangular", A)
+    rhs = lift(matrices, B, "linalg.solve_triangular")
+    if rhs.ndim < 2:
+        raise ShapeError(
+            f"linalg.solve_triangular: B must have at least 2 dimensions, got shape "
+            f"{shape_text(rhs.shape)}"
+        )
+    if unitriangular:
+        strict = matrices.triu(1) if upper else matrices.tril(-1)
+        triangle = strict + _identity(matrices)
+    else:
+        triangle = matrices.triu() if upper else matrices.tril()
+    return solve(triangle, rhs, left=left)
+
+
+def multi_dot(tensors: Sequence[Tensor], *, out: Any = None) -> Tensor:
+    """torch's ``linalg.multi_dot``: the product of two or more matrices, the first may be a
+    row vector and the last a column vector (their dims dropped from the result). The products
+    are taken left to right (torch orders them by cost; the result is the same up to
+    rounding)."""
+    _no_out("linalg.multi_dot", out)
+    tensors = list(tensors)
+    if len(tensors) < 2:
+        raise InvalidArgumentError(
+            f"linalg.multi_dot: expected at least 2 tensors, got {len(tensors)}"
+        )
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"linalg.multi_dot: argument {i} is a {type(t).__name__}")
+        allowed = (1, 2) if i in (0, len(tensors) - 1) else (2,)
+        if t.ndim not in allowed:
+            raise ShapeError(
+                f"linalg.multi_dot: tensor {i} must be "
+                f"{'1-D or 2-D' if len(allowed) == 2 else '2-D'}, got shape {shape_text(t.shape)}"
+            )
+    first_vector, last_vector = tensors[0].ndim == 1, tensors[-1].ndim == 1
+    mats = list(tensors)
+    if first_vector:
+        mats[0] = mats[0].unsqueeze_dim(0)
+    if last_vector:
+        mats[-1] = mats[-1].unsqueeze_dim(-1)
+    for i in range(len(mats) - 1):
+        if mats[i].shape[-1] != mats[i + 1].shape[-2]:
+            raise ShapeError(
+                f"linalg.multi_dot: tensors {i} and {i + 1} of shapes "
+                f"{shape_text(tensors[i].shape)} and {shape_text(tensors[i + 1].shape)} cannot "
+                "be multiplied"
+            )
+    result = mats[0]
+    for m in mats[1:]:
+        result = result @ m
+    if last_vector:
+        result = result.squeeze_dim(-1)
+    if first_vector:
+        result = result.squeeze_dim(0)
+    return result
+
+
+def cross(input: Tensor, other: Any, *, dim: int = -1, out: Any = None) -> Tensor:  # noqa: A002
+    """torch's ``linalg.cross``: the cross product of 3-vectors along ``dim`` (default the
+    last), the inputs broadcasting."""
+    _no_out("linalg.cross", out)
+    if not isinstance(input, Tensor):
+        raise DTypeError(f"linalg.cross: expected a tensor, got {type(input).__name__}")
+    return input.cross(other, dim)
+
+
+def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
+    """torch's ``linalg.vecdot``: ``sum(x * y)`` along ``dim``, the inputs broadcasting."""
+    _no_out("linalg.vecdot", out)
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"linalg.vecdot: expected a tensor, got {type(x).__name__}")
+    product = x * lift(x, y, "linalg.vecdot")
+    return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
+
+
+def matmul(input: Tensor, other: Any, *, out: Any = None) -> Tensor:  # noqa: A002
+    """torch's ``linalg.matmul`` (``torch.matmul``)."""
+    _no_out("linalg.matmul", out)
+    if not isinstance(input, Tensor):
+        raise DTypeError(f"linalg.matmul: expected a tensor, got {type(input).__name__}")
+    return input.matmul(other)
+
+
+def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: N803
+    """torch's ``linalg.diagonal``: ``A.diagonal(offset, dim1, dim2)``, over the last two
+    dims by default."""
+    if not isinstance(A, Tensor):
+        raise DTypeError(f"linalg.diagonal: expected a tensor, got {type(A).__name__}")
+    return A.diagonal(offset, dim1, dim2)
+
+
+def matrix_rank(
+    A: Tensor,  # noqa: N803 (torch's name)
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    hermitian: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``linalg.matrix_rank``: the number of singular values above ``max(atol, rtol *
+    largest)`` (int64), the tolerances defaulting as :func:`pinv`'s. ``hermitian`` uses the
+    absolute eigenvalues, as torch's."""
+    _no_out("linalg.matrix_rank", out)
+    matrices = _matrices("linalg.matrix_rank", A).detach()
+    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
+        raise InvalidArgumentError("linalg.matrix_rank: atol and rtol must be numbers")
+    if rtol is None:
+        rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
+    values = eigvalsh(matrices).abs() if hermitian else svdvals(matrices)
+    if not values.shape[-1]:
+        return values.sum(-1).cast("int64")
+    largest = values.amax(-1, keepdim=True)
+    tolerance = (largest * float(rtol)).clamp_min(float(atol or 0.0))
+    return values.greater(tolerance).cast("int64").sum(-1)
+
+
+def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
+    """torch's ``linalg.cond``: ``p`` ``None``/2 (largest over smallest singular value), -2
+    (its inverse), or ``norm(A, p) * norm(inv(A), p)`` for ``"fro"``, ``"nuc"``, ``±1``,
+    ``±inf`` (square ``A``)."""
+    _no_out("linalg.cond", out)
+    matrices = _matrices("linalg.cond", A)
+    if p is None or p in (2, -2):
+        values = svdvals(matrices)
+        largest, smallest = values[..., 0], values[..., -1]
+        return largest / smallest if p != -2 else smallest / largest
+    matrices = _square("linalg.cond", matrices)
+    return matrix_norm(matrices, p) * matrix_norm(inv(matrices), p)
+
+
+def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's name)
+    """torch's ``linalg.vander``: ``[..., n, N]`` of the powers ``x^0 .. x^(N-1)`` of each
+    element of ``x`` ``[..., n]`` (``N`` defaulting to ``n``), as a cumulative product (exact
+    gradient at zeros)."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"linalg.vander: expected a tensor, got {type(x).__name__}")
+    if x.ndim < 1:
+        raise ShapeError("linalg.vander: x must have at least one dimension")
+    n = x.shape[-1] if N is None else int(N)
+    if n < 1:
+        raise InvalidArgumentError(f"linalg.vander: N must be greater than 1, got {N}")
+    column = x.unsqueeze_dim(-1)
+    ones = column.new_zeros(column.shape).add_scalar(1.0) if x.is_float() else None
+    if ones is None:
+        ones = column.new_zeros(column.shape) + 1
+    if n == 1:
+        return ones
+    powers = column.expand(x.shape + (n - 1,)).cumprod(-1)
+    from .tensor.shape import cat
+
+    return cat([ones, powers], -1)
+
+
+# -- the _ex variants ----------------------------------------------------------------------------
+def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
+    """LAPACK's ``info`` of each matrix (host arrays; computed only on the failure path):
+    ``getrf``'s first exactly-zero pivot (1-based) or ``potrf``'s order of the first leading
+    minor that is not positive-definite; 0 where the factorization succeeds."""
+    import scipy.linalg
+
+    values = matrices.detach().cast("float64").numpy()
+    flat = values.reshape((-1,) + values.shape[-2:])
+    info = np.zeros(len(flat), np.int64)
+    for i, a in enumerate(flat):
+        if kind == "lu":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lu, _ = scipy.linalg.lu_factor(a, check_finite=False)
+            zeros = np.flatnonzero(np.diag(lu) == 0)
+            info[i] = zeros[0] + 1 if zeros.size else 0
+        else:
+            for k in range(1, a.shape[-1] + 1):
+                try:
+                    np.linalg.cholesky(np.tril(a[:k, :k]) + np.tril(a[:k, :k], -1).T)
+                except np.linalg.LinAlgError:
+                    info[i] = k
+                    break
+    return info.reshape(values.shape[:-2])
+
+
+def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) -> Any:
+    try:
+        return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int64")
+    except InvalidArgumentError:
+        if check_errors:
+            raise
+    info = _lapack_info(matrices, kind)
+    failed = info != 0
+    # the failing matrices are replaced by the identity for the computation and their
+    # results are NaN (torch's LAPACK leaves partial results there)
+    mask = lift(matrices, failed.reshape(failed.shape + (1, 1)), op)
+    result = compute(matrices.where(mask.logical_not(), _identity(matrices)))
+    nan_mask = mask.expand(mask.shape[:-2] + result.shape[-2:]) if result.ndim >= 2 else mask
+    return result.mask_fill(nan_mask, math.nan), lift(matrices, info, op)
+
+
+def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  # noqa: N803
+    """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
+    position of the first zero pivot) for each matrix, int64 (torch: int32, a dtype retrograd
+    lacks); a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
+    raises ``rg.InvalidArgumentError`` when ``check_errors``."""
+    _no_out("linalg.inv_ex", out)
+    matrices = _square("linalg.inv_ex", A)
+    return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
+
+
+def cholesky_ex(
+    A: Tensor,  # noqa: N803 (torch's name)
+    *,
+    upper: bool = False,
+    check_errors: bool = False,
+    out: Any = None,
+) -> Any:
+    """torch's ``linalg.cholesky_ex``: ``(L, info)``, ``info`` the order of the first leading
+    minor that is not positive-definite (0 for none), int64; a failed factor is NaN."""
+    _no_out("linalg.cholesky_ex", out)
+    matrices = _square("linalg.cholesky_ex", A)
+    return CholeskyExResult(
+        *_ex(
+            "linalg.cholesky_ex", lambda m: cholesky(m, upper=upper), matrices, "chol", check_errors
+        )
+    )
+
+
+def solve_ex(
+    A: Tensor,  # noqa: N803 (torch's name)
+    B: Any,  # noqa: N803 (torch's name)
+    *,
+    left: bool = True,
+    check_errors: bool = False,
+    out: Any = None,
+) -> Any:
+    """torch's ``linalg.solve_ex``: ``(result, info)`` of :func:`solve`, ``info`` as
+    :func:`inv_ex`'s; a singular matrix's solution is NaN."""
+    _no_out("linalg.solve_ex", out)
+    matrices = _square("linalg.solve_ex", A)
+    try:
+        result = solve(matrices, B, left=left)
+        return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int64"))
+    except InvalidArgumentError:
+        if check_errors:
+            raise
+    info = _lapack_info(matrices, "lu")
+    failed = lift(matrices, info != 0, "linalg.solve_ex")
+    safe = matrices.where(failed.reshape(failed.shape + (1, 1)).logical_not(), _identity(matrices))
+    result = solve(safe, B, left=left)
+    shape = failed.shape + (1,) * (result.ndim - failed.ndim)
+    info_tensor = lift(matrices, info, "linalg.solve_ex")
+    return SolveExResult(result.mask_fill(failed.reshape(shape), math.nan), info_tensor)

@@ -31,9 +31,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutodiffError
+from ..errors import AutodiffError, InvalidArgumentError
 
-__all__ = ["OPS", "Op", "sum_to_shape"]
+__all__ = ["OPS", "Op", "sum_to_shape", "unpack"]
 
 OPS: dict[str, Op] = {}
 
@@ -820,10 +820,166 @@ def _pinv_vjp(B, g, x, out, atol, rtol):
     return B.sub(B.add(terms, out_t_k), mm(mm(out_t_k, out), x))
 
 
+def _mt(B, a):
+    return B.swap_dims(a, -1, -2)
+
+
+def _last(B, x, start, stop):
+    """``x[..., start:stop]``."""
+    return B.slice(x, (slice(None),) * (len(B.shape(x)) - 1) + (slice(start, stop),))
+
+
+def unpack(B, packed, shapes):
+    """The factors a decomposition kernel packed side by side along the last dim (see
+    ``linalg_svd`` of the backend protocol): one array of each matrix shape in ``shapes``
+    (``(k,)`` for a vector), with the leading dims of ``packed``."""
+    batch, start, parts = B.shape(packed)[:-1], 0, []
+    for shape in shapes:
+        size = math.prod(shape)
+        parts.append(B.reshape(_last(B, packed, start, start + size), batch + tuple(shape)))
+        start += size
+    return parts
+
+
+def _diag_embed(B, v):
+    """``[..., k]`` to ``[..., k, k]`` with ``v`` on the diagonal."""
+    k = B.shape(v)[-1]
+    return B.mul(B.reshape(v, B.shape(v) + (1,)), B.eye(k, k, B.dtype(v), B.device(v)))
+
+
+def _spectral_gaps(B, values):
+    """``E[i, j] = values[j] - values[i]`` with ones on the diagonal (torch's ``E``)."""
+    shape = B.shape(values)
+    k = shape[-1]
+    rows = B.reshape(values, shape[:-1] + (1, k))
+    cols = B.reshape(values, shape[:-1] + (k, 1))
+    return B.add(B.sub(rows, cols), B.eye(k, k, B.dtype(values), B.device(values)))
+
+
+def _over_gaps(B, numerator, gaps):
+    """``numerator / gaps``, zero where the numerator is: the gradient reaching no
+    eigen/singular vector (``eigvalsh``, ``svdvals``, or ``eigh`` used for its values only) is
+    then exact for repeated values too, as torch's (which leaves that gradient undefined);
+    where a vector's gradient meets a repeated value the result is infinite, as torch's."""
+    zero = B.equal_elem(numerator, 0.0)
+    if B.shape(gaps) != B.shape(numerator):
+        gaps = B.expand(gaps, B.shape(numerator))
+    return B.mask_fill(B.div(numerator, B.mask_fill(gaps, zero, 1.0)), zero, 0.0)
+
+
+def _eigh_vjp(B, g, out, upper):
+    """torch's ``linalg_eig_backward`` for a real symmetric input: ``V (skew(V^T gV) / E +
+    diag(gL)) V^T`` with ``skew(X) = (X - X^T) / 2``."""
+    n = B.shape(out)[-1] - 1
+    vectors, values = _last(B, out, 0, n), B.reshape(_last(B, out, n, n + 1), B.shape(out)[:-1])
+    g_vectors, g_values = _last(B, g, 0, n), B.reshape(_last(B, g, n, n + 1), B.shape(g)[:-1])
+    vhgv = B.matmul(_mt(B, vectors), g_vectors)
+    skew = B.mul_scalar(B.sub(vhgv, _mt(B, vhgv)), 0.5)
+    inner = B.add(_over_gaps(B, skew, _spectral_gaps(B, values)), _diag_embed(B, g_values))
+    return B.matmul(vectors, B.matmul(inner, _mt(B, vectors)))
+
+
+def _svd_shapes(m, n, full_matrices):
+    k = min(m, n)
+    return ((m, m if full_matrices else k), (k,), (n if full_matrices else k, n))
+
+
+def _svd_vjp(B, g, x_shape, out, full_matrices):
+    """torch's ``svd_backward`` (real case), valid for distinct non-zero singular values:
+    with ``full_matrices`` the columns of ``U`` and rows of ``Vh`` past ``k = min(m, n)`` get
+    no gradient (torch's docs: they are arbitrary bases)."""
+    m, n = x_shape[-2:]
+    k = min(m, n)
+    shapes = _svd_shapes(m, n, full_matrices)
+    u, s, vh = unpack(B, out, shapes)
+    gu, gs, gvh = unpack(B, g, shapes)
+    if full_matrices:
+        u, gu = _last(B, u, 0, k), _last(B, gu, 0, k)
+        vh, gvh = _mt(B, _last(B, _mt(B, vh), 0, k)), _mt(B, _last(B, _mt(B, gvh), 0, k))
+    uhgu = B.matmul(_mt(B, u), gu)
+    uhgu = B.sub(uhgu, _mt(B, uhgu))
+    vhgv = B.matmul(vh, _mt(B, gvh))
+    vhgv = B.sub(vhgv, _mt(B, vhgv))
+    rows, cols = B.reshape(s, B.shape(s)[:-1] + (1, k)), B.reshape(s, B.shape(s)[:-1] + (k, 1))
+    numerator = B.add(B.mul(uhgu, rows), B.mul(cols, vhgv))
+    inner = B.add(_over_gaps(B, numerator, _spectral_gaps(B, B.square(s))), _diag_embed(B, gs))
+    if m > n:
+        gu_sinv = _over_gaps(B, gu, rows)
+        left = B.add(B.matmul(u, inner), gu_sinv)
+        left = B.sub(left, B.matmul(u, B.matmul(_mt(B, u), gu_sinv)))
+        return B.matmul(left, vh)
+    if m < n:
+        sinv_gvh = _over_gaps(B, gvh, cols)
+        right = B.add(B.matmul(inner, vh), sinv_gvh)
+        right = B.sub(right, B.matmul(B.matmul(sinv_gvh, _mt(B, vh)), vh))
+        return B.matmul(u, right)
+    return B.matmul(u, B.matmul(inner, vh))
+
+
+def _qr_shapes(m, n, mode):
+    k = m if mode == "complete" else min(m, n)
+    return ((m, 0 if mode == "r" else k), (k, n))
+
+
+def _qr_vjp(B, g, x_shape, out, mode):
+    """torch's ``linalg_qr_backward`` (real case): with ``M = gR R^T - Q^T gQ``, for ``m >=
+    n`` ``gA = (gQ + Q copyltu(M)) R^-T`` (``copyltu`` mirrors the upper triangle of ``M``
+    down); for ``m < n`` ``gA = [Q tril(M^T - M) R1^-T, 0] + Q gR`` with ``R1`` the leading
+    ``m x m`` block of ``R``."""
+    m, n = x_shape[-2:]
+    if mode == "r":
+        raise InvalidArgumentError(
+            "linalg.qr: the derivative of linalg.qr depends on Q, which is not computed when "
+            "mode='r'; use mode='reduced' to differentiate through it"
+        )
+    if mode == "complete" and m > n:
+        raise InvalidArgumentError(
+            f"linalg.qr: the QR decomposition of {m} by {n} matrices is not differentiable "
+            "when mode='complete' and nrows > ncols"
+        )
+    q, r = unpack(B, out, _qr_shapes(m, n, mode))
+    gq, gr = unpack(B, g, _qr_shapes(m, n, mode))
+    k = min(m, n)
+    positions = B.arange(0, k, 1, "int64", B.device(out))
+    rows, cols = B.reshape(positions, (k, 1)), B.reshape(positions, (1, k))
+    big_m = B.sub(B.matmul(gr, _mt(B, r)), B.matmul(_mt(B, q), gq))
+    if m >= n:
+        upper = B.mask_fill(big_m, B.greater(rows, cols), 0.0)  # triu(M)
+        strict = B.mask_fill(big_m, B.greater_equal(rows, cols), 0.0)  # triu(M, 1)
+        b = B.add(B.matmul(q, B.add(upper, _mt(B, strict))), gq)
+        return _mt(B, _solve_upper_transposed(B, r, _mt(B, b)))
+    lower = B.mask_fill(B.sub(_mt(B, big_m), big_m), B.lower(rows, cols), 0.0)
+    b = B.matmul(q, lower)
+    r1 = _last(B, r, 0, m)
+    head = _mt(B, _solve_upper_transposed(B, r1, _mt(B, b)))
+    tail = B.zeros(B.shape(head)[:-1] + (n - m,), B.dtype(head), B.device(head))
+    return B.add(B.cat([head, tail], len(B.shape(head)) - 1), B.matmul(q, gr))
+
+
+def _solve_upper_transposed(B, r, rhs):
+    """``X`` with ``R X = rhs`` for upper-triangular ``R``: ``(b R^-T)^T = R^-1 b^T``."""
+    return B.solve(r, rhs)
+
+
+def _matrix_exp_vjp(B, g, x):
+    """The gradient of ``exp(A)`` is the top-right block of ``exp([[A^T, g], [0, A^T]])``
+    (Mathias' block-triangular identity, as torch's ``linalg_matrix_exp_differential``)."""
+    n = B.shape(x)[-1]
+    xt = _mt(B, x)
+    top = B.cat([xt, g], len(B.shape(x)) - 1)
+    bottom = B.cat([B.zeros_like(xt), xt], len(B.shape(x)) - 1)
+    block = B.matrix_exp(B.cat([top, bottom], len(B.shape(x)) - 2))
+    return B.slice(block, (slice(None),) * (len(B.shape(x)) - 2) + (slice(0, n), slice(n, None)))
+
+
 unary("inverse", _inverse_vjp, memory_bound=False)
 unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
 reduction("slogdet", _slogdet_vjp, aux=True)
 unary("cholesky", _cholesky_vjp, memory_bound=False)
+unary("linalg_eigh", _eigh_vjp, ("upper",), memory_bound=False)
+unary("linalg_svd", _svd_vjp, ("full_matrices",), memory_bound=False)
+unary("linalg_qr", _qr_vjp, ("mode",), memory_bound=False)
+unary("matrix_exp", _matrix_exp_vjp, memory_bound=False)
 binary(
     "solve",
     lambda B, g, x, out: B.neg(

@@ -8,6 +8,7 @@ kernels); Chebyshev's third and fourth kinds, which SciPy lacks, are ``U_n -+ U_
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import scipy.special
 
 from .protocol import singular_matrix
@@ -176,3 +177,34 @@ class NumpyMathKernels:
     def slogdet(self, x):
         sign, logabsdet = np.linalg.slogdet(x)
         return _like(logabsdet, x), _like(sign, x)
+
+    def linalg_eigh(self, x, upper):
+        values, vectors = np.linalg.eigh(x, UPLO="U" if upper else "L")
+        return np.concatenate([vectors, values[..., None]], axis=-1)
+
+    def linalg_svd(self, x, full_matrices):
+        u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)
+        return _flat_cat([u, s, vh], x.shape[:-2])
+
+    def linalg_qr(self, x, mode):
+        batch, (m, n) = x.shape[:-2], x.shape[-2:]
+        if mode == "r":
+            r = np.linalg.qr(x, mode="r") if m and n else np.zeros(batch + (min(m, n), n), x.dtype)
+            return _flat_cat([r], batch)
+        if not (m and n):  # LAPACK has nothing to factor; Q is the identity, as torch's
+            k = m if mode == "complete" else min(m, n)
+            q = np.broadcast_to(np.eye(m, k, dtype=x.dtype), batch + (m, k))
+            return _flat_cat([q, np.zeros(batch + (k, n), x.dtype)], batch)
+        q, r = np.linalg.qr(x, mode=mode)
+        return _flat_cat([q, r], batch)
+
+    def matrix_exp(self, x):
+        if x.ndim == 2 or x.size == 0:
+            return _like(scipy.linalg.expm(x) if x.size else x.copy(), x)
+        flat = x.reshape((-1,) + x.shape[-2:])
+        return _like(np.stack([scipy.linalg.expm(a) for a in flat]).reshape(x.shape), x)
+
+
+def _flat_cat(parts, batch):
+    """``parts`` with their matrix dims flattened, side by side along one last dim."""
+    return np.concatenate([p.reshape(batch + (-1,)) for p in parts], axis=-1)

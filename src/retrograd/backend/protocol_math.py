@@ -3,8 +3,13 @@ backend protocol: the log-gamma family (``lgamma``, ``digamma``, ``polygamma``),
 Bessel functions ``i0``/``i1``, ``erfc``, the rest of ``torch.special`` (scaled Bessel and
 error functions, the normal CDF and quantile, zeta, the incomplete gamma functions, Bessel
 functions and orthogonal polynomials by name), C's ``fmod`` and ``nextafter``, ``gcd``/``lcm``, the
-bitwise operations of integer and bool tensors, ``signbit``, ``cholesky``, ``solve`` and
-``slogdet``.
+bitwise operations of integer and bool tensors, ``signbit``, ``cholesky``, ``solve``,
+``slogdet`` and the decompositions of ``rg.linalg`` (``linalg_eigh``, ``linalg_svd``,
+``linalg_qr``, ``matrix_exp``).
+
+A decomposition has several outputs and an op of the autodiff table has one, so each returns
+its factors *packed* into one array (see each method), which the tensor layer slices apart and
+whose gradient the op's backward rule slices the same way.
 
 Each is one library call on every backend (SciPy's special functions and NumPy's ufuncs;
 torch's operators), exact where a composition of the other primitives would not be (``1 -
@@ -198,4 +203,28 @@ class MathProtocol:
     def slogdet(self, x: Any) -> tuple[Any, Any]:
         """``(log |det A|, sign(det A))`` of each matrix of ``x`` ``[..., n, n]`` (``-inf``
         and 0 for a singular one)."""
+        raise NotImplementedError
+
+    def linalg_eigh(self, x: Any, upper: bool) -> Any:
+        """The eigendecomposition of each symmetric matrix of ``x`` ``[..., n, n]`` (reading
+        only its upper triangle when ``upper``, else the lower), packed ``[..., n, n + 1]``:
+        the eigenvectors in the first ``n`` columns, the eigenvalues (ascending) in the last."""
+        raise NotImplementedError
+
+    def linalg_svd(self, x: Any, full_matrices: bool) -> Any:
+        """The SVD ``U diag(S) Vh`` of each matrix of ``x`` ``[..., m, n]``, packed
+        ``[..., m*p + k + q*n]``: ``U`` ``[m, p]``, ``S`` (descending) ``[k]`` and ``Vh``
+        ``[q, n]`` flattened, in that order; ``k = min(m, n)``, ``p = m`` and ``q = n`` when
+        ``full_matrices``, else ``p = q = k``."""
+        raise NotImplementedError
+
+    def linalg_qr(self, x: Any, mode: str) -> Any:
+        """The QR decomposition of each matrix of ``x`` ``[..., m, n]`` (Householder, as
+        LAPACK's ``geqrf``), packed ``[..., m*p + r*n]``: ``Q`` ``[m, p]`` then ``R`` ``[r,
+        n]`` flattened; ``mode`` ``"reduced"``: ``p = r = min(m, n)``, ``"complete"``: ``p =
+        r = m``, ``"r"``: no ``Q`` (``p = 0``), ``r = min(m, n)``."""
+        raise NotImplementedError
+
+    def matrix_exp(self, x: Any) -> Any:
+        """The exponential of each square matrix of ``x`` ``[..., n, n]``."""
         raise NotImplementedError

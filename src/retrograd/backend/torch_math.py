@@ -66,3 +66,23 @@ class TorchMathKernels:
     def slogdet(self, x):
         sign, logabsdet = torch.linalg.slogdet(x)
         return logabsdet, sign
+
+    def linalg_eigh(self, x, upper):
+        values, vectors = torch.linalg.eigh(x, UPLO="U" if upper else "L")
+        return torch.cat([vectors, values.unsqueeze(-1)], dim=-1)
+
+    def linalg_svd(self, x, full_matrices):
+        u, s, vh = torch.linalg.svd(x, full_matrices=full_matrices)
+        return _flat_cat([u, s, vh], x.shape[:-2])
+
+    def linalg_qr(self, x, mode):
+        q, r = torch.linalg.qr(x, mode=mode)
+        return _flat_cat([r] if mode == "r" else [q, r], x.shape[:-2])
+
+    def matrix_exp(self, x):
+        return torch.linalg.matrix_exp(x)
+
+
+def _flat_cat(parts, batch):
+    """``parts`` with their matrix dims flattened, side by side along one last dim."""
+    return torch.cat([p.reshape(tuple(batch) + (-1,)) for p in parts], dim=-1)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backend.protocol import default_float_dtype
 from ..errors import ShapeError, shape_text
+from . import norms
 from ._dispatch import TensorOp, lift, normalize_dim, promote, untracked
 
 __all__ = [
@@ -244,11 +245,14 @@ class ReduceMixin:
     def norm(
         self, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
     ) -> Any:
-        """torch's ``norm``: the ``p``-norm over ``dim`` (all elements when ``None``):
-        ``"fro"``/2, 1, ``inf``, ``-inf``, 0 or any positive power; the gradient at a zero
-        vector is zero, as torch's."""
+        """torch's ``norm``, with its dispatch: ``"fro"`` over at most two dims (or all) is
+        the 2-norm of the elements, ``"nuc"`` a nuclear norm over two dims (all, for a
+        matrix), a number ``p`` (any: ``inf``, ``-inf``, 0, negative) the vector ``p``-norm
+        over ``dim`` (``rg.linalg.vector_norm``, torch's gradients, zero at a zero vector).
+        An integer tensor is taken in the default float dtype (torch refuses it)."""
         x = self if dtype is None else self.cast(dtype)
-        return _norm(x if x.is_float() else x.cast(default_float_dtype()), p, dim, keepdim)
+        x = x if x.is_float() else x.cast(default_float_dtype())
+        return norms.tensor_norm(x, p, dim, keepdim)
 
     # -- cumulative ---------------------------------------------------------------------------
     def cumsum(self, dim: int) -> Any:
@@ -481,27 +485,4 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
     centered = x - x.mean(dims, keepdim=True)
     total = centered.square().sum(dims, keepdim=True)
     out = total / max(count - correction, 0) if count - correction > 0 else total / 0.0
-    return _dropped(out, dims, keepdim)
-
-
-def _norm(x: Any, p: Any, dim: Any, keepdim: bool) -> Any:
-    dims = _dims("norm", dim, x.ndim)
-    if p == "fro" or p == 2 or p == 2.0:
-        total = x.square().sum(dims, keepdim=True)
-        zero = total.equal(0.0)
-        out = total.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
-    elif p == 1:
-        out = x.abs().sum(dims, keepdim=True)
-    elif p == math.inf:
-        out = x.abs().amax(dims, keepdim=True)
-    elif p == -math.inf:
-        out = x.abs().amin(dims, keepdim=True)
-    elif p == 0:
-        out = x.not_equal(0.0).cast(x.dtype).sum(dims, keepdim=True)
-    elif isinstance(p, numbers.Real) and p > 0:
-        total = x.abs().pow(float(p)).sum(dims, keepdim=True)
-        zero = total.equal(0.0)
-        out = total.mask_fill(zero, 1.0).pow(1.0 / p).mask_fill(zero, 0.0)
-    else:
-        raise ShapeError(f"norm: unsupported p={p!r} (expected 'fro', a positive number, inf)")
     return _dropped(out, dims, keepdim)
