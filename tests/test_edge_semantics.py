@@ -136,3 +136,32 @@ def test_masked_fill_takes_a_0d_tensor_value_that_receives_gradient():
     with pytest.raises(rg.InvalidArgumentError, match="masked_fill: value inf cannot"):
         rg.tensor([1, 2, 3]).masked_fill(rg.tensor(mask), float("inf"))
     assert rg.tensor([1, 2]).mask_fill(rg.tensor([True, False]), 1.5).dtype == "float32"  # Burn's
+
+
+@pytest.mark.parametrize("decimals", [0, 1, 2, -1])
+def test_round_takes_decimals_as_torch(decimals):
+    values = [1.2345, -2.5678, 0.05, 125.0, 135.0]
+    for dtype in ("float32", "float64"):
+        ours = rg.tensor(values, dtype=dtype)
+        theirs = torch.tensor(values, dtype=getattr(torch, dtype))
+        np.testing.assert_array_equal(
+            rg.round(ours, decimals=decimals).numpy(),
+            torch.round(theirs, decimals=decimals).numpy(),
+        )
+        np.testing.assert_array_equal(
+            ours.clone().round_(decimals=decimals).numpy(), theirs.round(decimals=decimals).numpy()
+        )
+    with pytest.raises(rg.InvalidArgumentError, match="round: decimals must be an int"):
+        rg.tensor([1.0]).round(decimals=1.5)
+
+
+def test_xlogy_takes_a_number_on_either_side_with_gradients():
+    array = np.array([0.5, 2.0, 3.0])
+    for first, second in [(2.0, "t"), ("t", 3.0), (0.0, "t")]:
+        x, t = rg.tensor(array).require_grad(), torch.tensor(array, requires_grad=True)
+        ours = rg.xlogy(x if first == "t" else first, x if second == "t" else second)
+        theirs = torch.xlogy(t if first == "t" else first, t if second == "t" else second)
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-15)
+        grads = ours.sum().backward()
+        theirs.sum().backward()
+        np.testing.assert_allclose(x.grad(grads).numpy(), t.grad.numpy(), rtol=1e-14)

@@ -148,6 +148,7 @@ from .tensor.legacy import (
     IntTensor,
     LongTensor,
 )
+from .tensor.special import xlogy
 from .unsupported import polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
@@ -339,7 +340,7 @@ __all__ += [
     "view_as_complex",
     "view_as_real",
 ]
-__all__ += ["vmap"]
+__all__ += ["vmap", "xlogy"]
 # mixed precision, backend flags and process-wide settings (amp.py, backends.py,
 # runtime_settings.py)
 __all__ += [

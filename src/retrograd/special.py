@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.protocol_math import BESSEL_FUNCTIONS, POLYNOMIALS
-from .errors import InvalidArgumentError
 from .tensor import Tensor
 from .tensor._dispatch import TensorOp
 from .tensor.creation import _no_out
@@ -55,7 +54,7 @@ from .tensor.functions import (
     sigmoid,
     sinc,
 )
-from .tensor.special import GAMMAINC, GAMMAINCC, float_operands
+from .tensor.special import GAMMAINC, GAMMAINCC, float_operands, xlogy
 
 __all__ = [
     "airy_ai",
@@ -144,23 +143,7 @@ def round(input: Tensor, *, decimals: int = 0, out: Any = None) -> Tensor:  # no
     """Round half to even, to ``decimals`` decimal places as torch's: ``round(x * 10^d) /
     10^d``, or ``round(x / 10^-d) * 10^-d`` for negative ``decimals`` (gradient 0)."""
     _no_out("special.round", out)
-    x = lift_input("special.round", input)
-    if isinstance(decimals, bool) or not isinstance(decimals, int):
-        raise InvalidArgumentError(f"special.round: decimals must be an int, got {decimals!r}")
-    if decimals == 0:
-        return x.round()
-    scale = 10.0 ** abs(decimals)
-    if decimals > 0:
-        return (x * scale).round() / scale
-    return (x / scale).round() * scale
-
-
-def xlogy(input: Any, other: Any, *, out: Any = None) -> Tensor:  # noqa: A002 (torch's name)
-    """``input * log(other)``, 0 where ``input`` is 0 (``Tensor.xlogy``); either argument may
-    be a number, as torch's."""
-    _no_out("special.xlogy", out)
-    x, y = float_operands("xlogy", input, other)
-    return x.xlogy(y)
+    return lift_input("special.round", input).round(decimals=decimals)
 
 
 # -- ops of their own ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError, shape_text
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     COMMON,
     COMPARE,
@@ -466,9 +466,24 @@ class ElementwiseMixin:
         """-1, 0 or 1; its gradient is zero."""
         return self._apply("sign", (self,))
 
-    def round(self) -> Any:
-        """Round half to even, as PyTorch; zero gradient."""
-        return self._apply("round", (self,))
+    def round(self, *, decimals: int = 0) -> Any:
+        """Round half to even, as PyTorch; zero gradient. ``decimals`` as torch's:
+        ``round(x * 10^d) / 10^d``, or ``round(x / 10^-d) * 10^-d`` when negative.
+
+        >>> import retrograd as rg
+        >>> rg.tensor([1.2345, 2.5]).round(decimals=2).tolist()
+        [1.2300000190734863, 2.5]
+        """
+        if isinstance(decimals, bool) or not isinstance(decimals, int):
+            raise InvalidArgumentError(f"round: decimals must be an int, got {decimals!r}")
+        if decimals == 0:
+            return self._apply("round", (self,))
+        scale = 10.0 ** abs(decimals)
+        if decimals > 0:
+            scaled = self * scale
+            return scaled._apply("round", (scaled,)) / scale
+        scaled = self / scale
+        return scaled._apply("round", (scaled,)) * scale
 
     def floor(self) -> Any:
         return self._apply("floor", (self,))

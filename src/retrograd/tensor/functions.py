@@ -261,7 +261,6 @@ _METHODS.update(
             "unique_consecutive",
             "vdot",
             "vsplit",
-            "xlogy",
             "bernoulli",
         ]
     }

@@ -259,8 +259,8 @@ class InplaceMixin:
     def ceil_(self) -> Any:
         return self._update("ceil_", lambda t: t.ceil())
 
-    def round_(self) -> Any:
-        return self._update("round_", lambda t: t.round())
+    def round_(self, *, decimals: int = 0) -> Any:
+        return self._update("round_", lambda t: t.round(decimals=decimals))
 
     def trunc_(self) -> Any:
         return self._update("trunc_", lambda t: t.trunc())

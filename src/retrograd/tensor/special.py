@@ -90,6 +90,20 @@ def float_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     )
 
 
+def xlogy(input: Any, other: Any, *, out: Any = None) -> Any:  # noqa: A002 (torch's name)
+    """``torch.xlogy``: ``input * log(other)``, 0 where ``input`` is 0; either argument may
+    be a number.
+
+    >>> import retrograd as rg
+    >>> xlogy(0.0, rg.tensor([0.0, 2.0])).tolist()
+    [0.0, 0.0]
+    """
+    if out is not None:
+        raise InvalidArgumentError("xlogy: out= is not supported (tensors are values here)")
+    x, y = float_operands("xlogy", input, other)
+    return x.xlogy(y)
+
+
 class SpecialMixin:
     """Special functions, C-library functions, bit operations, predicates and aliases; needs
     ``_apply`` (see the module docstring)."""
