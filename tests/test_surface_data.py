@@ -91,6 +91,44 @@ def test_collate_forms_match_torch():
                 _same_batch(a, b)
 
 
+def test_unbatched_samples_are_converted_as_torch():
+    """``batch_size=None`` sends each sample through ``default_convert``: NumPy arrays and
+    scalars become tensors inside dicts, tuples (as lists) and named tuples."""
+    point = namedtuple("point", ["x", "y"])
+    samples = [
+        {"x": np.arange(3.0), "y": np.int64(2), "name": "a"},
+        (np.ones(2, dtype=np.float32), 1.5),
+        point(np.zeros(2), "b"),
+        np.array(["s", "t"]),
+    ]
+    for sample in samples:
+        mine = rdata.default_convert(sample)
+        reference = torch.utils.data.default_convert(sample)
+        assert type(mine).__name__ == type(reference).__name__
+        pairs = (
+            [(mine[k], reference[k]) for k in reference]
+            if isinstance(reference, dict)
+            else list(zip(mine, reference))
+            if isinstance(reference, list | tuple)
+            else [(mine, reference)]
+        )
+        for a, b in pairs:
+            if isinstance(b, torch.Tensor):
+                _same_batch(a, b)
+            else:
+                assert np.array_equal(np.asarray(a), np.asarray(b))
+
+    class Samples(rdata.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return {"x": np.full(2, i, dtype=np.float32)}
+
+    first = next(iter(rdata.DataLoader(Samples(), batch_size=None)))
+    assert isinstance(first["x"], rg.Tensor) and first["x"].dtype == "float32"
+
+
 def test_shuffling_draws_each_sample_once_per_epoch_and_follows_the_seed():
     data = rdata.TensorDataset(rg.arange(10).float(), rg.arange(10))
     rg.manual_seed(4)

@@ -8,7 +8,7 @@
 """
 
 from . import dataloader, dataset, distributed, sampler
-from .dataloader import DataLoader, default_collate, get_worker_info
+from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from .dataset import (
     ConcatDataset,
     Dataset,
@@ -44,6 +44,7 @@ __all__ = [
     "dataloader",
     "dataset",
     "default_collate",
+    "default_convert",
     "distributed",
     "get_worker_info",
     "random_split",

@@ -22,7 +22,7 @@ from ...tensor.internal import checked_generator
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "get_worker_info"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
 
 
 def default_collate(batch: list[Any]) -> Any:
@@ -78,10 +78,32 @@ def default_collate(batch: list[Any]) -> Any:
 
 
 def default_convert(data: Any) -> Any:
-    """What torch gives for unbatched samples (``batch_size=None``): NumPy arrays as tensors,
-    the rest as it is."""
-    if isinstance(data, np.ndarray) and data.dtype.kind not in "SUO":
+    """torch's ``default_convert``, what unbatched samples (``batch_size=None``) go through:
+    NumPy arrays and scalars as tensors (string and object arrays kept), inside dicts, named
+    tuples and sequences too (a tuple gives a list, as torch's); the rest as it is.
+
+    >>> default_convert({"x": np.zeros(2), "name": "a"})["x"].shape
+    (2,)
+    """
+    if isinstance(data, np.ndarray | np.generic) and not isinstance(data, np.str_ | np.bytes_):
+        if isinstance(data, np.ndarray) and data.dtype.kind in "SUO":
+            return data
         return as_tensor(data)
+    if isinstance(data, collections.abc.Mapping):
+        converted = {key: default_convert(data[key]) for key in data}
+        try:
+            return type(data)(converted)
+        except TypeError:
+            return converted
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, collections.abc.Sequence) and not isinstance(data, str | bytes):
+        try:
+            return type(data)([default_convert(d) for d in data])
+        except TypeError:
+            return [default_convert(d) for d in data]
     return data
 
 
