@@ -175,7 +175,8 @@ def test_two_runs_into_one_folder_at_once_one_refused_the_files_one_runs(tmp_pat
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["config"]["seed"] == winner
     with rg.use_backend(rg.NumpyBackend()):
-        model = build_model("mlp", (1, 8, 8)).load_state_dict(out / "model.npz")
+        model = build_model("mlp", (1, 8, 8))
+        model.load_state_dict(out / "model.npz")
     digits = load_digits().limited(40, 20)
     test_loss, _ = evaluate(model, digits.test_images, digits.test_labels)
     assert test_loss == pytest.approx(metrics["summary"]["test_loss"], rel=1e-6)

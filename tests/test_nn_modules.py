@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import retrograd as rg
 from backends import inner_backend
@@ -157,7 +158,7 @@ def test_state_dict_round_trip_through_npz(tmp_path):
     rg.seed(2)
     other = small_cnn().eval()
     assert not np.allclose(other(x).numpy(), expected)
-    assert other.load_state_dict(path) is other
+    assert repr(other.load_state_dict(path)) == "<All keys matched successfully>"
     np.testing.assert_array_equal(other(x).numpy(), expected)
     for (name, a), (_, b) in zip(model.named_parameters(), other.named_parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
@@ -168,13 +169,31 @@ def test_state_dict_round_trip_through_npz(tmp_path):
     assert not np.any(model[0].bias.numpy() == 99.0)
 
 
+def test_state_dict_takes_torchs_keywords():
+    model = nn.Sequential(nn.Linear(3, 2))
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    ours = model.state_dict(prefix="net.")
+    assert list(ours) == list(reference.state_dict(prefix="net.")) == ["net.0.weight", "net.0.bias"]
+    target = {"other": 1}
+    assert model.state_dict(destination=target) is target and list(target)[1:] == [
+        "0.weight",
+        "0.bias",
+    ]
+    assert model.state_dict(keep_vars=True)["0.weight"] is model[0].weight
+
+
 def test_load_state_dict_reports_mismatches():
     model = nn.Linear(3, 2)
     state = model.state_dict()
     with pytest.raises(KeyError, match="missing parameters \\['bias'\\]"):
         model.load_state_dict({"weight": state["weight"]})
-    model.load_state_dict({"weight": state["weight"] * 0}, strict=False)
+    result = model.load_state_dict({"weight": state["weight"] * 0, "extra": 1}, strict=False)
     assert model.weight.numpy().sum() == 0
+    missing, unexpected = result  # torch's named tuple
+    assert (missing, unexpected) == (result.missing_keys, result.unexpected_keys)
+    assert (missing, unexpected) == (["bias"], ["extra"])
+    with pytest.raises(RuntimeError, match="missing parameters"):  # what torch raises
+        model.load_state_dict({"weight": state["weight"]})
     with pytest.raises(rg.ShapeError, match="weight"):
         model.load_state_dict({"weight": np.zeros((2, 2)), "bias": state["bias"]})
     with pytest.raises(KeyError, match="unexpected \\['extra'\\]"):

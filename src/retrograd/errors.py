@@ -17,6 +17,7 @@ __all__ = [
     "IndexOutOfRangeError",
     "RetrogradError",
     "ShapeError",
+    "StateDictError",
     "reported",
     "translate",
 ]
@@ -48,6 +49,14 @@ class AutodiffError(RetrogradError, RuntimeError):
 
 class DistributedError(RetrogradError, RuntimeError):
     """A collective that failed: a peer that died, never arrived, or disagreed."""
+
+
+class StateDictError(RetrogradError, KeyError, RuntimeError):
+    """A state dict whose keys do not match the module's under strict loading: a
+    ``KeyError``, and the ``RuntimeError`` torch raises there, so either ``except`` catches it."""
+
+    def __str__(self) -> str:  # KeyError's own quotes the message
+        return str(self.args[0]) if self.args else ""
 
 
 def shape_text(shape: Sequence[int]) -> str:

@@ -24,6 +24,7 @@ by :meth:`Module.named_parameters`; ``state_dict`` has it under every name, as P
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import os
@@ -34,14 +35,32 @@ from typing import Any
 import numpy as np
 
 from ...device import Device
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError, StateDictError
 from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
+from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
 from ..parameter import Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
+
+
+class IncompatibleKeys(
+    collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+):
+    """What ``load_state_dict`` returns, as torch's ``_IncompatibleKeys``:
+    ``missing, unexpected = model.load_state_dict(state, strict=False)``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
 
 __all__ = ["Module"]
 
@@ -463,14 +482,21 @@ class Module:
             if child is not None:
                 yield from child._state_items(f"{prefix}{name}.")
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(
+        self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
         """Parameters and persistent buffers by dotted name, PyTorch's keys (a tied parameter
-        under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies.
+        under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies
+        (``keep_vars``: the tensors themselves). torch's ``prefix`` goes before every key and
+        ``destination`` is the dict filled (and returned).
 
         ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
         loads it into the same model written for PyTorch.
         """
-        return {name: np.array(value.numpy(), copy=True) for name, value in self._state_items()}
+        out = {} if destination is None else destination
+        for name, value in self._state_items():
+            out[prefix + name] = value if keep_vars else np.array(value.numpy(), copy=True)
+        return out
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` to an ``.npz`` file (``.npz`` is appended to a name
@@ -483,9 +509,13 @@ class Module:
         with atomic_write(path) as file:
             np.savez(file, **state)
 
-    def load_state_dict(self, state: StateSource, strict: bool = True) -> Module:
+    def load_state_dict(
+        self, state: StateSource, strict: bool = True, assign: bool = False
+    ) -> IncompatibleKeys:
         """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
-        tensors) or an ``.npz`` file; returns self.
+        tensors) or an ``.npz`` file; returns torch's named tuple of the ``missing_keys`` and
+        ``unexpected_keys`` (both empty under ``strict``). ``assign`` is accepted for torch's
+        signature: values are always written into the existing objects.
 
         Each value is written into the existing object (a ``Parameter`` stays the same object,
         so ties hold), cast to its dtype. ``strict`` (the default) requires exactly this
@@ -503,7 +533,7 @@ class Module:
         missing = [name for name in own if name not in state]
         unexpected = [name for name in state if name not in own]
         if strict and (missing or unexpected):
-            raise KeyError(
+            raise StateDictError(
                 f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
             )
         fresh = {}
@@ -527,8 +557,8 @@ class Module:
                 device=current.device,
             )
         for name, value in fresh.items():
-            assign(own[name], value, f"load_state_dict {name!r}")
-        return self
+            _assign(own[name], value, f"load_state_dict {name!r}")
+        return IncompatibleKeys(missing, unexpected)
 
     def replicate(self, backend: Any = None, device: Any = None) -> Module:
         """A copy of this module whose parameters and buffers are new tensors (same values) on
