@@ -262,3 +262,57 @@ def test_module_errors():
         nn.MultiMarginLoss(p=3)
     with pytest.raises(rg.ShapeError, match=r"bilinear.*\[2, 3\]"):
         nn.Bilinear(3, 4, 5)(rg.ones((2, 3)), rg.ones((2, 5)))
+
+
+def test_full_backward_hooks_see_and_replace_gradients_as_torchs():
+    """A hook on the first layer (whose input needs no gradient: ``(None,)``), one on the
+    last (its result doubles the input gradient) and a pre-hook (tripling the output
+    gradient) on the activation: the gradients each sees and the weights' gradients after
+    the replacements, against torch."""
+    import warnings
+
+    def build(lib):
+        torch.manual_seed(0)
+        return lib.nn.Sequential(
+            lib.nn.Conv2d(1, 2, 3), lib.nn.ReLU(), lib.nn.Flatten(), lib.nn.Linear(8, 3)
+        )
+
+    theirs, ours = build(torch), build(rg)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((2, 1, 4, 4))
+    seen: dict[str, list] = {"torch": [], "rg": []}
+
+    def hooks(key):
+        def full(module, grad_input, grad_output):
+            inputs = [None if g is None else np.array(g.detach().numpy()) for g in grad_input]
+            seen[key].append((inputs, np.array(grad_output[0].detach().numpy())))
+            return None if grad_input[0] is None else (grad_input[0] * 2,)
+
+        def pre(module, grad_output):
+            return (grad_output[0] * 3,)
+
+        return full, pre
+
+    for key, model in (("torch", theirs.double()), ("rg", ours.double())):
+        full, pre = hooks(key)
+        model[0].register_full_backward_hook(full)
+        model[3].register_full_backward_hook(full)
+        model[1].register_full_backward_pre_hook(pre)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns of the (None,) input gradient
+        theirs(torch.tensor(x)).sum().backward()
+    grads = ours(rg.tensor(x)).sum().backward()
+    assert len(seen["rg"]) == len(seen["torch"]) == 2
+    for (mine_in, mine_out), (their_in, their_out) in zip(seen["rg"], seen["torch"]):
+        np.testing.assert_allclose(mine_out, their_out, rtol=1e-12)
+        assert [g is None for g in mine_in] == [g is None for g in their_in]
+        for a, b in zip(mine_in, their_in):
+            if b is not None:
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+    for name, p in theirs.named_parameters():
+        mine = dict(ours.named_parameters())[name]
+        np.testing.assert_allclose(mine.grad(grads).numpy(), p.grad.numpy(), rtol=1e-12)
+    with pytest.raises(rg.AutodiffError, match="backward hooks are supported on a module called"):
+        bilinear = rg.nn.Bilinear(2, 2, 1)
+        bilinear.register_full_backward_hook(lambda m, gi, go: None)
+        bilinear(rg.ones(1, 2), rg.ones(1, 2))

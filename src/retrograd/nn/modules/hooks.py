@@ -1,5 +1,13 @@
-"""Forward hooks of a module (``register_forward_pre_hook``, ``register_forward_hook``) and
-the handle that removes one, as torch's.
+"""Hooks of a module, as torch's: forward (``register_forward_pre_hook``,
+``register_forward_hook``), backward (``register_full_backward_hook``,
+``register_full_backward_pre_hook``), and the handle that removes one.
+
+Backward hooks see the gradients flowing through the module: its input is passed through an
+identity :class:`~retrograd.autograd.Function` whose backward receives the input's gradient,
+and its output through another whose backward receives the output's (torch's
+``BackwardHook`` does the same). They are supported for a module called with one tensor and
+returning one tensor (a layer: the Grad-CAM and gradient-logging uses); another call raises
+an error that says so.
 
 A module without hooks keeps none: its ``__call__`` looks for ``_call_hooks`` in its
 ``__dict__`` and calls ``forward`` directly when there are none."""
@@ -7,6 +15,9 @@ A module without hooks keeps none: its ``__call__`` looks for ``_call_hooks`` in
 from __future__ import annotations
 
 from typing import Any
+
+from ...autograd import Function
+from ...errors import AutodiffError
 
 __all__ = ["RemovableHandle", "call_with_hooks", "register_hook"]
 
@@ -34,7 +45,7 @@ def register_hook(
     """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table."""
     hooks = module.__dict__.get("_call_hooks")
     if hooks is None:
-        hooks = {"pre": {}, "post": {}, "next": 0}
+        hooks = {"pre": {}, "post": {}, "backward": {}, "backward_pre": {}, "next": 0}
         object.__setattr__(module, "_call_hooks", hooks)
     key = hooks["next"]
     hooks["next"] = key + 1
@@ -61,9 +72,88 @@ def call_with_hooks(module: Any, hooks: dict[str, Any], args: tuple, kwargs: dic
             result = hook(module, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
+    backward = hooks["backward"] or hooks["backward_pre"]
+    if backward:
+        args, state = _watch_input(module, hooks, args)
     output = module.forward(*args, **kwargs)
     for hook, with_kwargs in list(hooks["post"].values()):
         result = hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
         if result is not None:
             output = result
+    if backward:
+        output = _watch_output(module, hooks, output, state)
     return output
+
+
+def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple, dict]:
+    from ...tensor import Tensor
+
+    positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if len(positions) != 1:
+        raise AutodiffError(
+            f"{type(module).__name__}: backward hooks are supported on a module called with one "
+            f"tensor, this call has {len(positions)}; register the hook on a submodule, or use "
+            "an rg.autograd.Function"
+        )
+    i = positions[0]
+    state = {"grad_output": None, "input_tracked": args[i].requires_grad}
+    if args[i].requires_grad:
+        args = (*args[:i], _InputGradients.apply(args[i], module, hooks, state), *args[i + 1 :])
+    return args, state
+
+
+def _watch_output(module: Any, hooks: dict[str, Any], output: Any, state: dict) -> Any:
+    from ...tensor import Tensor
+
+    if not isinstance(output, Tensor):
+        raise AutodiffError(
+            f"{type(module).__name__}: backward hooks are supported on a module returning one "
+            f"tensor, this call returned {type(output).__name__}"
+        )
+    if not output.requires_grad:
+        return output
+    return _OutputGradients.apply(output, module, hooks, state)
+
+
+def _first(result: Any) -> Any:
+    return result[0] if isinstance(result, tuple | list) else result
+
+
+class _OutputGradients(Function):
+    """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
+    it) and keeps it for the full hooks."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+        ctx.module, ctx.hooks, ctx.state = module, hooks, state
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        for hook, _ in list(ctx.hooks["backward_pre"].values()):
+            result = hook(ctx.module, (grad,))
+            if result is not None:
+                grad = _first(result)
+        ctx.state["grad_output"] = (grad,)
+        if not ctx.state["input_tracked"]:  # no input gradient will come: torch's (None,)
+            for hook, _ in list(ctx.hooks["backward"].values()):
+                hook(ctx.module, (None,), (grad,))
+        return grad, None, None, None
+
+
+class _InputGradients(Function):
+    """Identity; its backward hands the input's gradient, with the output's, to the full
+    hooks (each may replace the input's)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+        ctx.module, ctx.hooks, ctx.state = module, hooks, state
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        for hook, _ in list(ctx.hooks["backward"].values()):
+            result = hook(ctx.module, (grad,), ctx.state["grad_output"])
+            if result is not None:
+                grad = _first(result)
+        return grad, None, None, None

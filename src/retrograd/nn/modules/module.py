@@ -618,6 +618,22 @@ class Module:
         Returns a handle whose ``remove()`` unregisters it."""
         return register_hook(self, "post", hook, prepend, with_kwargs)
 
+    def register_full_backward_hook(
+        self, hook: Callable[..., Any], prepend: bool = False
+    ) -> RemovableHandle:
+        """Call ``hook(module, grad_input, grad_output)`` when backward passes through this
+        module (tuples of gradients, ``None`` for an input that needs none); a non-``None``
+        result replaces ``grad_input``. For a module called with one tensor and returning one
+        (see :mod:`.hooks`)."""
+        return register_hook(self, "backward", hook, prepend, False)
+
+    def register_full_backward_pre_hook(
+        self, hook: Callable[..., Any], prepend: bool = False
+    ) -> RemovableHandle:
+        """Call ``hook(module, grad_output)`` before the module's own backward; a non-``None``
+        result replaces ``grad_output``."""
+        return register_hook(self, "backward_pre", hook, prepend, False)
+
     def extra_repr(self) -> str:
         return ""
 
