@@ -683,6 +683,71 @@ def test_type_names_and_legacy_types():
         np.testing.assert_array_equal(data.numpy(), theirs([1, 0, 2]).numpy())
 
 
+def test_the_tensor_class_makes_tensors_as_torchs_legacy_constructor():
+    """``torch.Tensor(2, 3)`` as ``gcn/main.py`` writes it (``nn.Parameter(torch.Tensor(
+    input_dim, output_dim))``): the class itself, called with sizes, data or a tensor, makes a
+    float tensor; ``rg.Tensor(2, 3)`` once made a broken tensor holding the int 2."""
+    forms = [(2, 3), (4,), (), ([1, 0, 2],), ((2, 2),), (np.array([1, 2]),), (rg.Size([2, 1]),)]
+    for args in forms:
+        theirs = torch.Tensor(*(torch.Size(a) if isinstance(a, rg.Size) else a for a in args))
+        made = rg.Tensor(*args)
+        assert type(made) is rg.Tensor and made.shape == tuple(theirs.shape)
+        assert dtype_name(made.dtype) == dtype_name(theirs.dtype)
+        if args and not all(isinstance(a, int) for a in args) and not isinstance(args[0], rg.Size):
+            np.testing.assert_array_equal(made.numpy(), theirs.numpy())
+    source = rg.tensor([1.0, 2.0], dtype=rg.float64)
+    alias = rg.Tensor(source)  # torch's shares the storage and keeps the dtype
+    alias.add_(1.0)
+    assert alias.dtype == rg.float64 and source.tolist() == [2.0, 3.0]
+    weight = rg.nn.Parameter(rg.Tensor(3, 2))
+    rg.nn.init.xavier_normal_(weight)
+    grads = (weight * weight).sum().backward()
+    np.testing.assert_allclose(weight.grad(grads).numpy(), 2 * weight.numpy())
+    for bad in [(2.5,), ([1, 2], 3)]:
+        with pytest.raises(TypeError):
+            torch.Tensor(*bad)
+        with pytest.raises(TypeError, match="Tensor"):
+            rg.Tensor(*bad)
+    with pytest.raises(rg.ShapeError):
+        rg.Tensor(-1)
+
+
+def test_creation_functions_take_torchs_size_keyword():
+    """``torch.empty(size=(n_heads, 2 * n_hidden, 1))`` as ``gat/main.py`` writes it: every
+    creation function names its shape ``size`` (``full`` its value ``fill_value``,
+    ``randint`` its bounds ``low``/``high``)."""
+    calls = [
+        lambda lib: lib.empty(size=(2, 3)),
+        lambda lib: lib.zeros(size=(2, 3), dtype=lib.float64),
+        lambda lib: lib.ones(size=[4]),
+        lambda lib: lib.rand(size=(2, 1)),
+        lambda lib: lib.randn(size=(3,), dtype=lib.float64),
+        lambda lib: lib.full(size=(2, 2), fill_value=7),
+        lambda lib: lib.full((2, 2), fill_value=1.5),
+        lambda lib: lib.randint(5, size=(2, 3)),
+        lambda lib: lib.randint(2, 5, size=(6,)),
+        lambda lib: lib.randint(low=2, high=5, size=(6,)),
+        lambda lib: lib.randint(high=3, size=(2,)),
+    ]
+    for call in calls:
+        made, reference = call(rg), call(torch)
+        assert made.shape == tuple(reference.shape)
+        assert dtype_name(made.dtype) == dtype_name(reference.dtype)
+    assert rg.zeros(size=(2,)).tolist() == [0.0, 0.0] and rg.full(
+        size=(1,), fill_value=3
+    ).tolist() == [3]
+    low_high = rg.randint(low=2, high=5, size=(200,)).numpy()
+    assert low_high.min() == 2 and low_high.max() == 4
+    for call in (
+        lambda lib: lib.zeros(2, size=(3,)),
+        lambda lib: lib.full((2,), 1.0, fill_value=2.0),
+    ):
+        with pytest.raises(TypeError):
+            call(torch)
+        with pytest.raises(TypeError):
+            call(rg)
+
+
 def test_new_tensors_take_the_dtype_and_device_of_their_source():
     for lib in (rg, torch):
         x = lib.tensor([1.0, 2.0], dtype=lib.float64)

@@ -22,6 +22,7 @@ and leave every tensor and graph as they were.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,13 @@ from .views import link, unlink
 
 __all__ = ["Tensor"]
 
+_new = object.__new__
+
+
+def _wraps_a_primitive(args: tuple, kwargs: dict) -> bool:
+    """``Tensor(primitive, backend[, device])``, the internal form (a backend is no int)."""
+    return "backend" in kwargs or (len(args) >= 2 and not isinstance(args[1], numbers.Integral))
+
 
 class Tensor(
     ElementwiseMixin,
@@ -85,6 +93,27 @@ class Tensor(
     _views: Any = None
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
+
+    #: torch's legacy constructor forms (:func:`.legacy.legacy_new`), installed by
+    #: :mod:`.legacy`, which needs the creation functions that need this class.
+    _legacy_new: Any = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``Tensor(primitive, backend, device)`` wraps a backend primitive; torch's legacy
+        forms make one of the default dtype: ``rg.Tensor(2, 3)`` (zeros: torch leaves it
+        uninitialized), ``rg.Tensor([1, 2])``, ``rg.Tensor()`` (empty), ``rg.Tensor(t)`` (``t``
+        itself, a view sharing its value)."""
+        if cls is not Tensor or not args or _wraps_a_primitive(args, kwargs):
+            return _new(cls)  # bare: ``__init__`` fills it (copy and unpickling: their state)
+        return Tensor._legacy_new("Tensor", "float32", args, kwargs.pop("device", None), True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if _wraps_a_primitive(args, kwargs):
+            TensorBase.__init__(self, *args, **kwargs)
+        elif not args and not kwargs:  # ``rg.Tensor()``: torch's empty float tensor
+            empty = Tensor._legacy_new("Tensor", "float32", (), None)
+            TensorBase.__init__(self, empty._prim, empty._backend, empty._device)
+        # else a legacy form, which ``__new__`` made
 
     #: The one primitive the mixins need, ``self._apply(op, inputs, params=())``: run a backend
     #: kernel, operands lifted and promoted, errors translated (:func:`._dispatch.apply`).

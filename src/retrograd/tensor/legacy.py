@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 from ._dispatch import TensorBase
+from .core import Tensor
 from .dtypes import LEGACY_NAMES, canonical_dtype
 
 __all__ = [
@@ -43,21 +44,30 @@ class _LegacyTensor(metaclass=_LegacyMeta):
     dtype_name = "float32"
 
     def __new__(cls, *args: Any, device: Any = None) -> Any:  # type: ignore[misc]
-        from .creation import tensor, zeros
+        return legacy_new(cls.__name__, canonical_dtype(cls.__name__, cls.dtype_name), args, device)
 
-        dtype = canonical_dtype(cls.__name__, cls.dtype_name)
-        if not args:
-            return zeros((0,), dtype=dtype, device=device)
-        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
-            return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
-        if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
-            return zeros(args[0], dtype=dtype, device=device)
-        if len(args) != 1:
-            raise TypeError(f"{cls.__name__}: expected sizes or one sequence of data, got {args!r}")
-        data = args[0]
-        if hasattr(data, "cast") and hasattr(data, "primitive"):  # a retrograd tensor
-            return data.cast(dtype)
-        return tensor(data, dtype=dtype, device=device)
+
+def legacy_new(fn: str, dtype: str, args: tuple, device: Any, alias: bool = False) -> Any:
+    """torch's legacy constructor forms: ``()`` an empty tensor, sizes (ints, or one
+    ``Size``) a tensor of that shape (zeros: torch leaves it uninitialized), one sequence or
+    array the data in ``dtype``, one tensor that tensor (``alias``: itself, as
+    ``torch.Tensor(t)`` shares ``t``'s storage; else cast to ``dtype``)."""
+    from .creation import tensor, zeros
+
+    if not args:
+        return zeros((0,), dtype=dtype, device=device)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
+        return zeros(args[0], dtype=dtype, device=device)
+    if len(args) != 1:
+        raise TypeError(f"{fn}: expected sizes or one sequence of data, got {args!r}")
+    data = args[0]
+    if isinstance(data, TensorBase):
+        return data.view(data.shape) if alias else data.cast(dtype)
+    if isinstance(data, (numbers.Number, str, bytes)):
+        raise TypeError(f"{fn}: data must be a sequence, got {type(data).__name__} {data!r}")
+    return tensor(data, dtype=dtype, device=device)
 
 
 def _legacy(name: str) -> type:
@@ -72,3 +82,5 @@ LongTensor = _legacy("LongTensor")
 IntTensor = _legacy("IntTensor")
 ByteTensor = _legacy("ByteTensor")
 BoolTensor = _legacy("BoolTensor")
+
+Tensor._legacy_new = staticmethod(legacy_new)  # ``rg.Tensor(2, 3)`` (see ``Tensor.__new__``)
