@@ -1,3 +1,4 @@
+# ruff: noqa: E501, W291, W293  (the example scripts are kept as written: long lines, trailing blanks)
 """More official PyTorch examples (github.com/pytorch/examples at 77f55b9, BSD-3-Clause)
 ported as in ``test_example_ports.py``: the script's text as torch runs it, the port made from
 it by changing only the gradient lines (:func:`port`), both run in float64 from torch's
@@ -208,3 +209,480 @@ def test_the_mnist_rnn_example_ports_changing_only_the_gradient_lines(monkeypatc
     ours = run_both(_run_mnist_rnn, MNIST_RNN_SOURCE, MNIST_RNN_PORT, monkeypatch=monkeypatch)
     assert len(ours) == 2 * (2 + 1 + 1)  # per epoch: 2 steps, a test, the lr
     assert ours[3][0] == pytest.approx([0.7])
+
+
+# -- gcn/main.py and gat/main.py -------------------------------------------------------------------
+GCN_SOURCE = r'''
+class GraphConv(nn.Module):
+    """
+        Graph Convolutional Layer described in "Semi-Supervised Classification with Graph Convolutional Networks".
+
+        Given an input feature representation for each node in a graph, the Graph Convolutional Layer aims to aggregate
+        information from the node's neighborhood to update its own representation. This is achieved by applying a graph
+        convolutional operation that combines the features of a node with the features of its neighboring nodes.
+
+        Mathematically, the Graph Convolutional Layer can be described as follows:
+
+            H' = f(D^(-1/2) * A * D^(-1/2) * H * W)
+
+        where:
+            H: Input feature matrix with shape (N, F_in), where N is the number of nodes and F_in is the number of 
+                input features per node.
+            A: Adjacency matrix of the graph with shape (N, N), representing the relationships between nodes.
+            W: Learnable weight matrix with shape (F_in, F_out), where F_out is the number of output features per node.
+            D: The degree matrix.
+    """
+    def __init__(self, input_dim, output_dim, use_bias=False):
+        super(GraphConv, self).__init__()
+
+        # Initialize the weight matrix W (in this case called `kernel`)
+        self.kernel = nn.Parameter(torch.Tensor(input_dim, output_dim))
+        nn.init.xavier_normal_(self.kernel) # Initialize the weights using Xavier initialization
+
+        # Initialize the bias (if use_bias is True)
+        self.bias = None
+        if use_bias:
+            self.bias = nn.Parameter(torch.Tensor(output_dim))
+            nn.init.zeros_(self.bias) # Initialize the bias to zeros
+
+    def forward(self, input_tensor, adj_mat):
+        """
+        Performs a graph convolution operation.
+
+        Args:
+            input_tensor (torch.Tensor): Input tensor representing node features.
+            adj_mat (torch.Tensor): Normalized adjacency matrix representing graph structure.
+
+        Returns:
+            torch.Tensor: Output tensor after the graph convolution operation.
+        """
+
+        support = torch.mm(input_tensor, self.kernel) # Matrix multiplication between input and weight matrix
+        output = torch.spmm(adj_mat, support) # Sparse matrix multiplication between adjacency matrix and support
+        # Add the bias (if bias is not None)
+        if self.bias is not None:
+            output = output + self.bias
+
+        return output
+
+
+class GCN(nn.Module):
+    """
+    Graph Convolutional Network (GCN) as described in the paper `"Semi-Supervised Classification with Graph 
+    Convolutional Networks" <https://arxiv.org/pdf/1609.02907.pdf>`.
+
+    The Graph Convolutional Network is a deep learning architecture designed for semi-supervised node 
+    classification tasks on graph-structured data. It leverages the graph structure to learn node representations 
+    by propagating information through the graph using graph convolutional layers.
+
+    The original implementation consists of two stacked graph convolutional layers. The ReLU activation function is 
+    applied to the hidden representations, and the Softmax activation function is applied to the output representations.
+    """
+    def __init__(self, input_dim, hidden_dim, output_dim, use_bias=True, dropout_p=0.1):
+        super(GCN, self).__init__()
+
+        # Define the Graph Convolution layers
+        self.gc1 = GraphConv(input_dim, hidden_dim, use_bias=use_bias)
+        self.gc2 = GraphConv(hidden_dim, output_dim, use_bias=use_bias)
+
+        # Define the dropout layer
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, input_tensor, adj_mat):
+        """
+        Performs forward pass of the Graph Convolutional Network (GCN).
+
+        Args:
+            input_tensor (torch.Tensor): Input node feature matrix with shape (N, input_dim), where N is the number of nodes
+                and input_dim is the number of input features per node.
+            adj_mat (torch.Tensor): Normalized adjacency matrix of the graph with shape (N, N), representing the relationships between
+                nodes.
+
+        Returns:
+            torch.Tensor: Output tensor with shape (N, output_dim), representing the predicted class probabilities for each node.
+        """
+
+        # Perform the first graph convolutional layer
+        x = self.gc1(input_tensor, adj_mat)
+        x = F.relu(x) # Apply ReLU activation function
+        x = self.dropout(x) # Apply dropout regularization
+
+        # Perform the second graph convolutional layer
+        x = self.gc2(x, adj_mat)
+
+        # Apply log-softmax activation function for classification
+        return F.log_softmax(x, dim=1)
+
+
+def train_iter(epoch, model, optimizer, criterion, input, target, mask_train, mask_val, print_every=10):
+    start_t = time.time()
+    model.train()
+    optimizer.zero_grad()
+
+    # Forward pass
+    output = model(*input) 
+    loss = criterion(output[mask_train], target[mask_train]) # Compute the loss using the training mask
+
+    loss.backward()
+    optimizer.step()
+    record(loss.item(), model)
+
+    # Evaluate the model performance on training and validation sets
+    loss_train, acc_train = test(model, criterion, input, target, mask_train)
+    loss_val, acc_val = test(model, criterion, input, target, mask_val)
+    record([loss_train, acc_train, loss_val, acc_val], None)
+
+    if epoch % print_every == 0:
+        # Print the training progress at specified intervals
+        print(f'Epoch: {epoch:04d} ({(time.time() - start_t):.4f}s) loss_train: {loss_train:.4f} acc_train: {acc_train:.4f} loss_val: {loss_val:.4f} acc_val: {acc_val:.4f}')
+
+
+def test(model, criterion, input, target, mask):
+    model.eval()
+    with torch.no_grad():
+        output = model(*input)
+        output, target = output[mask], target[mask]
+
+        loss = criterion(output, target)
+        acc = (output.argmax(dim=1) == target).float().sum() / len(target)
+    return loss.item(), acc.item()
+
+
+# -- (the harness: the model made, float64, torch's weights) --
+    gcn = GCN(features.shape[1], args.hidden_dim, labels.max().item() + 1, args.include_bias, args.dropout_p).to(device)
+    optimizer = Adam(gcn.parameters(), lr=args.lr, weight_decay=args.l2)
+    criterion = nn.NLLLoss()
+
+    for epoch in range(args.epochs):
+        train_iter(epoch + 1, gcn, optimizer, criterion, (features, adj_mat), labels, idx_train, idx_val, args.val_every)
+        if args.dry_run:
+            break
+
+    loss_test, acc_test = test(gcn, criterion, (features, adj_mat), labels, idx_test)
+    print(f'Test set results: loss {loss_test:.4f} accuracy {acc_test:.4f}')
+    record([loss_test, acc_test], None)
+'''
+
+GAT_SOURCE = r'''
+class GraphAttentionLayer(nn.Module):
+    """
+    Graph Attention Layer (GAT) as described in the paper `"Graph Attention Networks" <https://arxiv.org/pdf/1710.10903.pdf>`.
+
+        This operation can be mathematically described as:
+
+            e_ij = a(W h_i, W h_j)
+            α_ij = softmax_j(e_ij) = exp(e_ij) / Σ_k(exp(e_ik))     
+            h_i' = σ(Σ_j(α_ij W h_j))
+            
+            where h_i and h_j are the feature vectors of nodes i and j respectively, W is a learnable weight matrix,
+            a is an attention mechanism that computes the attention coefficients e_ij, and σ is an activation function.
+
+    """
+    def __init__(self, in_features: int, out_features: int, n_heads: int, concat: bool = False, dropout: float = 0.4, leaky_relu_slope: float = 0.2):
+        super(GraphAttentionLayer, self).__init__()
+
+        self.n_heads = n_heads # Number of attention heads
+        self.concat = concat # wether to concatenate the final attention heads
+        self.dropout = dropout # Dropout rate
+
+        if concat: # concatenating the attention heads
+            self.out_features = out_features # Number of output features per node
+            assert out_features % n_heads == 0 # Ensure that out_features is a multiple of n_heads
+            self.n_hidden = out_features // n_heads
+        else: # averaging output over the attention heads (Used in the main paper)
+            self.n_hidden = out_features
+
+        #  A shared linear transformation, parametrized by a weight matrix W is applied to every node
+        #  Initialize the weight matrix W 
+        self.W = nn.Parameter(torch.empty(size=(in_features, self.n_hidden * n_heads)))
+
+        # Initialize the attention weights a
+        self.a = nn.Parameter(torch.empty(size=(n_heads, 2 * self.n_hidden, 1)))
+
+        self.leakyrelu = nn.LeakyReLU(leaky_relu_slope) # LeakyReLU activation function
+        self.softmax = nn.Softmax(dim=1) # softmax activation function to the attention coefficients
+
+        self.reset_parameters() # Reset the parameters
+
+
+    def reset_parameters(self):
+        """
+        Reinitialize learnable parameters.
+        """
+        nn.init.xavier_normal_(self.W)
+        nn.init.xavier_normal_(self.a)
+    
+
+    def _get_attention_scores(self, h_transformed: torch.Tensor):
+        """calculates the attention scores e_ij for all pairs of nodes (i, j) in the graph
+        in vectorized parallel form. for each pair of source and target nodes (i, j),
+        the attention score e_ij is computed as follows:
+
+            e_ij = LeakyReLU(a^T [Wh_i || Wh_j]) 
+
+            where || denotes the concatenation operation, and a and W are the learnable parameters.
+
+        Args:
+            h_transformed (torch.Tensor): Transformed feature matrix with shape (n_nodes, n_heads, n_hidden),
+                where n_nodes is the number of nodes and out_features is the number of output features per node.
+
+        Returns:
+            torch.Tensor: Attention score matrix with shape (n_heads, n_nodes, n_nodes), where n_nodes is the number of nodes.
+        """
+        
+        source_scores = torch.matmul(h_transformed, self.a[:, :self.n_hidden, :])
+        target_scores = torch.matmul(h_transformed, self.a[:, self.n_hidden:, :])
+
+        # broadcast add 
+        # (n_heads, n_nodes, 1) + (n_heads, 1, n_nodes) = (n_heads, n_nodes, n_nodes)
+        e = source_scores + target_scores.mT
+        return self.leakyrelu(e)
+
+    def forward(self,  h: torch.Tensor, adj_mat: torch.Tensor):
+        """
+        Performs a graph attention layer operation.
+
+        Args:
+            h (torch.Tensor): Input tensor representing node features.
+            adj_mat (torch.Tensor): Adjacency matrix representing graph structure.
+
+        Returns:
+            torch.Tensor: Output tensor after the graph convolution operation.
+        """
+        n_nodes = h.shape[0]
+
+        # Apply linear transformation to node feature -> W h
+        # output shape (n_nodes, n_hidden * n_heads)
+        h_transformed = torch.mm(h, self.W)
+        h_transformed = F.dropout(h_transformed, self.dropout, training=self.training)
+
+        # splitting the heads by reshaping the tensor and putting heads dim first
+        # output shape (n_heads, n_nodes, n_hidden)
+        h_transformed = h_transformed.view(n_nodes, self.n_heads, self.n_hidden).permute(1, 0, 2)
+        
+        # getting the attention scores
+        # output shape (n_heads, n_nodes, n_nodes)
+        e = self._get_attention_scores(h_transformed)
+
+        # Set the attention score for non-existent edges to -9e15 (MASKING NON-EXISTENT EDGES)
+        connectivity_mask = -9e16 * torch.ones_like(e)
+        e = torch.where(adj_mat > 0, e, connectivity_mask) # masked attention scores
+        
+        # attention coefficients are computed as a softmax over the rows
+        # for each column j in the attention score matrix e
+        attention = F.softmax(e, dim=-1)
+        attention = F.dropout(attention, self.dropout, training=self.training)
+
+        # final node embeddings are computed as a weighted average of the features of its neighbors
+        h_prime = torch.matmul(attention, h_transformed)
+
+        # concatenating/averaging the attention heads
+        # output shape (n_nodes, out_features)
+        if self.concat:
+            h_prime = h_prime.permute(1, 0, 2).contiguous().view(n_nodes, self.out_features)
+        else:
+            h_prime = h_prime.mean(dim=0)
+
+        return h_prime
+
+################################
+### MAIN GAT NETWORK MODULE  ###
+################################
+
+class GAT(nn.Module):
+    """
+    Graph Attention Network (GAT) as described in the paper `"Graph Attention Networks" <https://arxiv.org/pdf/1710.10903.pdf>`.
+    Consists of a 2-layer stack of Graph Attention Layers (GATs). The fist GAT Layer is followed by an ELU activation.
+    And the second (final) layer is a GAT layer with a single attention head and softmax activation function. 
+    """
+    def __init__(self,
+        in_features,
+        n_hidden,
+        n_heads,
+        num_classes,
+        concat=False,
+        dropout=0.4,
+        leaky_relu_slope=0.2):
+        """ Initializes the GAT model. 
+
+        Args:
+            in_features (int): number of input features per node.
+            n_hidden (int): output size of the first Graph Attention Layer.
+            n_heads (int): number of attention heads in the first Graph Attention Layer.
+            num_classes (int): number of classes to predict for each node.
+            concat (bool, optional): Wether to concatinate attention heads or take an average over them for the
+                output of the first Graph Attention Layer. Defaults to False.
+            dropout (float, optional): dropout rate. Defaults to 0.4.
+            leaky_relu_slope (float, optional): alpha (slope) of the leaky relu activation. Defaults to 0.2.
+        """
+
+        super(GAT, self).__init__()
+
+        # Define the Graph Attention layers
+        self.gat1 = GraphAttentionLayer(
+            in_features=in_features, out_features=n_hidden, n_heads=n_heads,
+            concat=concat, dropout=dropout, leaky_relu_slope=leaky_relu_slope
+            )
+        
+        self.gat2 = GraphAttentionLayer(
+            in_features=n_hidden, out_features=num_classes, n_heads=1,
+            concat=False, dropout=dropout, leaky_relu_slope=leaky_relu_slope
+            )
+        
+
+    def forward(self, input_tensor: torch.Tensor , adj_mat: torch.Tensor):
+        """
+        Performs a forward pass through the network.
+
+        Args:
+            input_tensor (torch.Tensor): Input tensor representing node features.
+            adj_mat (torch.Tensor): Adjacency matrix representing graph structure.
+
+        Returns:
+            torch.Tensor: Output tensor after the forward pass.
+        """
+
+        # Apply the first Graph Attention layer
+        x = self.gat1(input_tensor, adj_mat)
+        x = F.elu(x) # Apply ELU activation function to the output of the first layer
+
+        # Apply the second Graph Attention layer
+        x = self.gat2(x, adj_mat)
+
+        return F.log_softmax(x, dim=1) # Apply log softmax activation function
+
+
+def train_iter(epoch, model, optimizer, criterion, input, target, mask_train, mask_val, print_every=10):
+    start_t = time.time()
+    model.train()
+    optimizer.zero_grad()
+
+    # Forward pass
+    output = model(*input) 
+    loss = criterion(output[mask_train], target[mask_train]) # Compute the loss using the training mask
+
+    loss.backward()
+    optimizer.step()
+    record(loss.item(), model)
+
+    # Evaluate the model performance on training and validation sets
+    loss_train, acc_train = test(model, criterion, input, target, mask_train)
+    loss_val, acc_val = test(model, criterion, input, target, mask_val)
+    record([loss_train, acc_train, loss_val, acc_val], None)
+
+    if epoch % print_every == 0:
+        # Print the training progress at specified intervals
+        print(f'Epoch: {epoch:04d} ({(time.time() - start_t):.4f}s) loss_train: {loss_train:.4f} acc_train: {acc_train:.4f} loss_val: {loss_val:.4f} acc_val: {acc_val:.4f}')
+
+
+def test(model, criterion, input, target, mask):
+    model.eval()
+    with torch.no_grad():
+        output = model(*input)
+        output, target = output[mask], target[mask]
+
+        loss = criterion(output, target)
+        acc = (output.argmax(dim=1) == target).float().sum() / len(target)
+    return loss.item(), acc.item()
+
+
+# -- (the harness: the model made, float64, torch's weights) --
+    # Create the model
+    # The model consists of a 2-layer stack of Graph Attention Layers (GATs).
+    gat_net = GAT(
+        in_features=features.shape[1],          # Number of input features per node  
+        n_hidden=args.hidden_dim,               # Output size of the first Graph Attention Layer
+        n_heads=args.num_heads,                 # Number of attention heads in the first Graph Attention Layer
+        num_classes=labels.max().item() + 1,    # Number of classes to predict for each node
+        concat=args.concat_heads,               # Wether to concatinate attention heads
+        dropout=args.dropout_p,                 # Dropout rate
+        leaky_relu_slope=0.2                    # Alpha (slope) of the leaky relu activation
+    ).to(device)
+
+    # configure the optimizer and loss function
+    optimizer = Adam(gat_net.parameters(), lr=args.lr, weight_decay=args.l2)
+    criterion = nn.NLLLoss()
+
+    # Train and evaluate the model
+    for epoch in range(args.epochs):
+        train_iter(epoch + 1, gat_net, optimizer, criterion, (features, adj_mat), labels, idx_train, idx_val, args.val_every)
+        if args.dry_run:
+            break
+    loss_test, acc_test = test(gat_net, criterion, (features, adj_mat), labels, idx_test)
+    print(f'Test set results: loss {loss_test:.4f} accuracy {acc_test:.4f}')
+    record([loss_test, acc_test], None)
+'''
+
+GRAPH_PORT = [
+    ("    loss.backward()\n", "    grads = loss.backward()\n"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def _graph(nodes: int, features: int, classes: int, normalized: bool):
+    """A Cora-shaped graph: row-normalized bag-of-words features, labels covering every
+    class, a symmetric adjacency with self-loops (``D^-1/2 A D^-1/2`` for the GCN, as its
+    ``load_cora`` makes it, dense: ``torch.spmm`` takes a dense matrix too)."""
+    rng = np.random.default_rng(41)
+    words = (rng.uniform(size=(nodes, features)) < 0.3).astype(np.float64)
+    words[:, 0] = 1.0
+    labels = np.arange(nodes) % classes
+    edges = np.triu(rng.uniform(size=(nodes, nodes)) < 0.25, 1)
+    adj = (edges | edges.T).astype(np.float64) + np.eye(nodes)
+    if normalized:
+        scale = np.sqrt(1.0 / adj.sum(1))
+        adj = scale[:, None] * adj * scale[None, :]
+    return words / words.sum(1, keepdims=True), labels, adj, rng.permutation(nodes)
+
+
+def _run_graph(lib, source, torch_state, monkeypatch, name, args):
+    features, labels, adj, idx = _graph(14, 12, 3, normalized=name == "gcn")
+    records: list = []
+    ours, theirs = namespaces(
+        args=args,
+        features=lib.tensor(features),
+        labels=lib.tensor(labels),
+        adj_mat=lib.tensor(adj),
+        idx_test=lib.tensor(idx[:4]),
+        idx_val=lib.tensor(idx[4:8]),
+        idx_train=lib.tensor(idx[8:]),
+        device=lib.device("cpu"),
+        Adam=lib.optim.Adam,
+        time=__import__("time"),
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    definitions, make, loop = split_at_harness(source, "    for epoch in range(args.epochs):")
+    exec(compile(definitions + make, f"{name}_main.py", "exec"), namespace)
+    model = namespace[f"{name}_net" if name == "gat" else name].double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    Masks(31).patch(monkeypatch, lib)
+    exec(compile(loop, f"{name}_main.py", "exec"), namespace)
+    return initial, records
+
+
+def test_the_gcn_example_ports_changing_only_the_gradient_lines(monkeypatch):
+    args = types.SimpleNamespace(
+        epochs=3, lr=0.01, l2=5e-4, dropout_p=0.5, hidden_dim=6, val_every=1,
+        include_bias=True, dry_run=False,
+    )  # fmt: skip
+    ours = run_both(
+        _run_graph, GCN_SOURCE, GRAPH_PORT, monkeypatch=monkeypatch, name="gcn", args=args
+    )
+    assert len(ours) == 3 * 2 + 1  # per epoch: the step, the train/val evaluation; the test
+
+
+@pytest.mark.parametrize("concat", [False, True], ids=["averaged_heads", "concatenated_heads"])
+def test_the_gat_example_ports_changing_only_the_gradient_lines(monkeypatch, concat):
+    args = types.SimpleNamespace(
+        epochs=3, lr=0.005, l2=5e-4, dropout_p=0.6, hidden_dim=8, num_heads=2,
+        concat_heads=concat, val_every=1, dry_run=False,
+    )  # fmt: skip
+    ours = run_both(
+        _run_graph, GAT_SOURCE, GRAPH_PORT, monkeypatch=monkeypatch, name="gat", args=args
+    )
+    assert len(ours) == 3 * 2 + 1

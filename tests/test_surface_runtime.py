@@ -327,13 +327,33 @@ REFUSED = {
         rg.InvalidArgumentError,
         "sparse",
     ),
-    "spmm": (lambda: rg.spmm(rg.ones((2, 2)), rg.ones((2, 2))), rg.InvalidArgumentError, "sparse"),
     "nested.nested_tensor": (
         lambda: rg.nested.nested_tensor([rg.ones((2,)), rg.ones((3,))], layout=rg.jagged),
         rg.InvalidArgumentError,
         "nested",
     ),
 }
+
+
+def test_spmm_of_dense_matrices_is_mm_as_torchs():
+    """``torch.spmm`` takes a dense first operand and is then ``mm`` (gcn/main.py's
+    ``torch.spmm(adj_mat, support)``); retrograd's refused it as a sparse form."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+    weights = rng.standard_normal((4, 2))
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    (torch.spmm(ta, tb) * torch.tensor(weights)).sum().backward()
+    ra, rb = rg.tensor(a, requires_grad=True), rg.tensor(b, requires_grad=True)
+    out = rg.spmm(ra, rb)
+    grads = (out * rg.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), (ta @ tb).detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ra.grad(grads).numpy(), ta.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(rb.grad(grads).numpy(), tb.grad.numpy(), rtol=1e-12)
+    for x, y in [((2, 3, 4), (4, 2)), ((3, 4), (4,)), ((3,), (3, 2))]:
+        with pytest.raises(RuntimeError):
+            torch.spmm(torch.ones(x), torch.ones(y))
+        with pytest.raises(rg.ShapeError, match="spmm"):
+            rg.spmm(rg.ones(x), rg.ones(y))
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
