@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
     ShapeError,
 )
 from ...tensor import Tensor
@@ -106,7 +107,15 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
 
 
 # -- embedding ------------------------------------------------------------------------------------
-def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+def embedding(
+    indices: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     """Rows of ``weight`` ``[num_embeddings, dim]`` at the int64 ``indices`` (any shape):
     ``[*indices.shape, dim]``. The row at ``padding_idx`` gets no gradient, as in PyTorch.
 
@@ -117,6 +126,12 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
     fn = "embedding"
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
+    refused = {"max_norm": max_norm is not None, "scale_grad_by_freq": scale_grad_by_freq}
+    for name, flag in {**refused, "sparse": sparse}.items():
+        if flag:
+            raise InvalidArgumentError(
+                f"{fn}: {name} is not supported (no in-place renormalization, dense gradients)"
+            )
     indices = _as_tensor(fn, weight, indices, "indices")
     if indices.dtype != "int64":
         raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")

@@ -162,10 +162,10 @@ class TransformerEncoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
@@ -212,10 +212,10 @@ class TransformerDecoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
@@ -360,10 +360,10 @@ class Transformer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         made = _factory(backend, device, dtype)
