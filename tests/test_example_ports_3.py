@@ -686,3 +686,165 @@ def test_the_gat_example_ports_changing_only_the_gradient_lines(monkeypatch, con
         _run_graph, GAT_SOURCE, GRAPH_PORT, monkeypatch=monkeypatch, name="gat", args=args
     )
     assert len(ours) == 3 * 2 + 1
+
+
+# -- mnist_forward_forward/main.py -----------------------------------------------------------------
+FORWARD_FORWARD_SOURCE = r"""
+def get_y_neg(y):
+    y_neg = y.clone()
+    for idx, y_samp in enumerate(y):
+        allowed_indices = list(range(10))
+        allowed_indices.remove(y_samp.item())
+        y_neg[idx] = torch.tensor(allowed_indices)[
+            torch.randint(len(allowed_indices), size=(1,))
+        ].item()
+    return y_neg.to(device)
+
+
+def overlay_y_on_x(x, y, classes=10):
+    x_ = x.clone()
+    x_[:, :classes] *= 0.0
+    x_[range(x.shape[0]), y] = x.max()
+    return x_
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dims):
+
+        super().__init__()
+        self.layers = []
+        for d in range(len(dims) - 1):
+            self.layers = self.layers + [Layer(dims[d], dims[d + 1]).to(device)]
+
+    def predict(self, x):
+        goodness_per_label = []
+        for label in range(10):
+            h = overlay_y_on_x(x, label)
+            goodness = []
+            for layer in self.layers:
+                h = layer(h)
+                goodness = goodness + [h.pow(2).mean(1)]
+            goodness_per_label += [sum(goodness).unsqueeze(1)]
+        goodness_per_label = torch.cat(goodness_per_label, 1)
+        return goodness_per_label.argmax(1)
+
+    def train(self, x_pos, x_neg):
+        h_pos, h_neg = x_pos, x_neg
+        for i, layer in enumerate(self.layers):
+            print("training layer: ", i)
+            h_pos, h_neg = layer.train(h_pos, h_neg)
+
+
+class Layer(nn.Linear):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.relu = torch.nn.ReLU()
+        self.opt = Adam(self.parameters(), lr=args.lr)
+        self.threshold = args.threshold
+        self.num_epochs = args.epochs
+
+    def forward(self, x):
+        x_direction = x / (x.norm(2, 1, keepdim=True) + 1e-4)
+        return self.relu(torch.mm(x_direction, self.weight.T) + self.bias.unsqueeze(0))
+
+    def train(self, x_pos, x_neg):
+        for i in range(self.num_epochs):
+            g_pos = self.forward(x_pos).pow(2).mean(1)
+            g_neg = self.forward(x_neg).pow(2).mean(1)
+            loss = torch.log1p(
+                torch.exp(
+                    torch.cat([-g_pos + self.threshold, g_neg - self.threshold])
+                )
+            ).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            record(loss.item(), self)
+            if i % args.log_interval == 0:
+                print("Loss: ", loss.item())
+        return self.forward(x_pos).detach(), self.forward(x_neg).detach()
+
+
+# -- (the harness: the model made, float64, torch's weights) --
+    net = Net([784, 500, 500])
+    x, y = next(iter(train_loader))
+    x, y = x.to(device), y.to(device)
+    x_pos = overlay_y_on_x(x, y)
+    y_neg = get_y_neg(y)
+    x_neg = overlay_y_on_x(x, y_neg)
+    net.train(x_pos, x_neg)
+    print("train error:", 1.0 - net.predict(x).eq(y).float().mean().item())
+    record(1.0 - net.predict(x).eq(y).float().mean().item(), None)
+    x_te, y_te = next(iter(test_loader))
+    x_te, y_te = x_te.to(device), y_te.to(device)
+    if args.save_model:
+        torch.save(net.state_dict(), "mnist_ff.pt")
+    print("test error:", 1.0 - net.predict(x_te).eq(y_te).float().mean().item())
+    record(1.0 - net.predict(x_te).eq(y_te).float().mean().item(), None)
+"""
+
+FORWARD_FORWARD_PORT = [
+    ("            loss.backward()\n", "            grads = loss.backward()\n"),
+    ("            self.opt.step()\n", "            self.opt.step(grads)\n"),
+]
+
+
+class IntegerDraws:
+    """One seeded stream for ``torch.randint(high, size=...)`` in both libraries (the
+    negative labels of ``get_y_neg``)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def patch(self, monkeypatch, lib):
+        def randint(high, size, **_):
+            return lib.tensor(self.rng.integers(0, high, tuple(size)))
+
+        monkeypatch.setattr(lib, "randint", randint)
+
+
+def _run_forward_forward(lib, source, torch_state, monkeypatch):
+    rng = np.random.default_rng(43)
+    images = (rng.uniform(0.0, 1.0, (2, 12, 784)) - 0.1307) / 0.3081
+    labels = rng.integers(0, 10, (2, 12))
+    batches = [(lib.tensor(images[i]), lib.tensor(labels[i])) for i in range(2)]
+    records: list = []
+    ours, theirs = namespaces(
+        args=types.SimpleNamespace(
+            epochs=4, lr=0.03, threshold=2.0, log_interval=2, save_model=False
+        ),
+        train_loader=batches[:1],
+        test_loader=batches[1:],
+        device=lib.device("cpu"),
+        Adam=lib.optim.Adam,
+        record=lambda value, layer: records.append(
+            (value, None if layer is None else state_of(layer))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    definitions, make, loop = split_at_harness(source, "    x, y = next(iter(train_loader))\n")
+    exec(compile(definitions + make, "mnist_forward_forward_main.py", "exec"), namespace)
+    layers = namespace["net"].layers
+    for index, layer in enumerate(layers):
+        layer.double()
+        if torch_state is not None:
+            layer.load_state_dict(
+                {
+                    k[len(f"{index}.") :]: v
+                    for k, v in torch_state.items()
+                    if k.startswith(f"{index}.")
+                }
+            )
+    initial = {f"{i}.{k}": v for i, layer in enumerate(layers) for k, v in state_of(layer).items()}
+    IntegerDraws(47).patch(monkeypatch, lib)
+    exec(compile(loop, "mnist_forward_forward_main.py", "exec"), namespace)
+    return initial, records
+
+
+def test_the_mnist_forward_forward_example_ports_changing_only_the_gradient_lines(monkeypatch):
+    """Each ``Layer`` is an ``nn.Linear`` subclass with its own Adam, trained on its own
+    loss; ``Layer.train`` and ``Net.train`` take the place of ``Module.train``, and the layers
+    are held in a plain list (``Net`` registers no parameters)."""
+    ours = run_both(_run_forward_forward, FORWARD_FORWARD_SOURCE, FORWARD_FORWARD_PORT,
+                    monkeypatch=monkeypatch)  # fmt: skip
+    assert len(ours) == 2 * 4 + 2  # 4 steps for each layer, the train and the test error

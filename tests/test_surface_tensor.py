@@ -748,6 +748,29 @@ def test_creation_functions_take_torchs_size_keyword():
             call(rg)
 
 
+def test_a_range_or_an_inner_tuple_indexes_as_a_sequence_as_in_torch():
+    """``x_[range(x.shape[0]), y] = x.max()`` (mnist_forward_forward/main.py): torch reads a
+    ``range``, and a tuple inside the index, as a list of indices, reading and writing."""
+    x = _distinct(3, 4)
+    reads = [
+        lambda t: t[range(2)],
+        lambda t: t[range(3), [0, 1, 2]],
+        lambda t: t[:, range(1, 4, 2)],
+        lambda t: t[(0, 2), 1],
+        lambda t: t[(2, 0),],
+    ]
+    for read in reads:
+        same_gradients(lambda lib, t, read=read: read(t) * 2.0, [x], "float64")
+
+    def write(lib, t):
+        out = t * 1.0
+        out[range(3), lib.tensor([3, 1, 0])] = t.max()
+        out[(0, 2), 2] = 0.5
+        return out
+
+    same_gradients(write, [x], "float64")
+
+
 def test_new_tensors_take_the_dtype_and_device_of_their_source():
     for lib in (rg, torch):
         x = lib.tensor([1.0, 2.0], dtype=lib.float64)
