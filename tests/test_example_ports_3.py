@@ -7,6 +7,28 @@ weights and the same random draws, agreeing to 1e-9 at every step.
 - ``mnist_rnn/main.py``: ``nn.LSTM(batch_first=True)``, ``BatchNorm1d`` on ``[N, C]``,
   ``Dropout2d`` on a 2-d input (torch's deprecated element-wise behaviour), ``output[:, -1, :]``,
   Adadelta, StepLR;
+- ``gcn/main.py``: ``nn.Parameter(torch.Tensor(in, out))`` (the legacy constructor),
+  ``xavier_normal_``, ``torch.spmm`` of the (dense) normalized adjacency, ``nn.Dropout``,
+  Adam with ``weight_decay``, ``nn.NLLLoss`` on rows picked by index tensors;
+- ``gat/main.py``: ``torch.empty(size=...)``, ``xavier_normal_`` of a 3-d tensor, ``torch.mm``,
+  ``F.dropout(training=)``, ``view``/``permute``/``.mT``, ``torch.where`` against
+  ``ones_like`` masking, ``LeakyReLU``, ``F.elu``, ``mean(dim=0)`` or
+  ``contiguous().view`` of the heads;
+- ``mnist_forward_forward/main.py``: ``class Layer(nn.Linear)`` passing ``device, dtype``
+  positionally, a ``train`` method shadowing ``Module.train``, layers in a plain list each
+  with its own Adam, ``x.norm(2, 1, keepdim=True)``, ``weight.T``, ``log1p``, in-place
+  ``x_[:, :10] *= 0.0`` and ``x_[range(n), y] = x.max()``, Python ``sum`` of tensors;
+- ``language_translation`` (``src/data.py``, ``src/model.py``, ``main.py``): a DataLoader of
+  string pairs with a ``collate_fn`` calling ``pad_sequence``, the sinusoidal positional
+  encoding buffer, ``nn.Transformer`` with a float causal mask, a bool source mask and bool
+  padding masks, ``CrossEntropyLoss(ignore_index=)``, Adam with ``betas``/``eps``,
+  ``torch.save``/``torch.load`` of the state, and greedy decoding through
+  ``transformer.encoder``/``decoder`` (``fill_``, ``type_as``, ``torch.max(dim=)``).
+
+Dropout masks are the library's own: retrograd draws them from the generator
+``rg.manual_seed`` seeds, and torch's dropout functions are replaced by the same draws
+(:class:`Masks`); the transformer runs with ``dropout=0.0`` (torch's attention dropout is
+inside ``scaled_dot_product_attention``, out of the harness's reach).
 """
 
 from __future__ import annotations
@@ -848,3 +870,517 @@ def test_the_mnist_forward_forward_example_ports_changing_only_the_gradient_line
     ours = run_both(_run_forward_forward, FORWARD_FORWARD_SOURCE, FORWARD_FORWARD_PORT,
                     monkeypatch=monkeypatch)  # fmt: skip
     assert len(ours) == 2 * 4 + 2  # 4 steps for each layer, the train and the test error
+
+
+# -- language_translation (src/data.py, src/model.py, main.py) -----------------------------------
+TRANSLATION_SOURCE = r"""
+# -- src/data.py --
+# Turns an iterable into a generator
+def _yield_tokens(iterable_data, tokenizer, src):
+
+    # Iterable data stores the samples as (src, tgt) so this will help us select just one language or the other
+    index = 0 if src else 1
+
+    for data in iterable_data:
+        yield tokenizer(data[index])
+
+# Get data, tokenizer, text transform, vocab objs, etc. Everything we
+# need to start training the model
+def get_data(opts):
+
+    src_lang = opts.src
+    tgt_lang = opts.tgt
+
+    multi30k.URL["train"] = "https://raw.githubusercontent.com/neychev/small_DL_repo/master/datasets/Multi30k/training.tar.gz"
+    multi30k.URL["valid"] = "https://raw.githubusercontent.com/neychev/small_DL_repo/master/datasets/Multi30k/validation.tar.gz"
+
+    # Define a token "unkown", "padding", "beginning of sentence", and "end of sentence"
+    special_symbols = {
+        "<unk>":0,
+        "<pad>":1,
+        "<bos>":2,
+        "<eos>":3
+    }
+
+    # Get training examples from torchtext (the multi30k dataset)
+    train_iterator = Multi30k(split="train", language_pair=(src_lang, tgt_lang))
+    valid_iterator = Multi30k(split="valid", language_pair=(src_lang, tgt_lang))
+
+    # Grab a tokenizer for these languages
+    src_tokenizer = get_tokenizer("spacy", src_lang)
+    tgt_tokenizer = get_tokenizer("spacy", tgt_lang)
+
+    # Build a vocabulary object for these languages
+    src_vocab = build_vocab_from_iterator(
+        _yield_tokens(train_iterator, src_tokenizer, True),
+        min_freq=1,
+        specials=list(special_symbols.keys()),
+        special_first=True
+    )
+
+    tgt_vocab = build_vocab_from_iterator(
+        _yield_tokens(train_iterator, tgt_tokenizer, False),
+        min_freq=1,
+        specials=list(special_symbols.keys()),
+        special_first=True
+    )
+
+    src_vocab.set_default_index(special_symbols["<unk>"])
+    tgt_vocab.set_default_index(special_symbols["<unk>"])
+
+    # Helper function to sequentially apply transformations
+    def _seq_transform(*transforms):
+        def func(txt_input):
+            for transform in transforms:
+                txt_input = transform(txt_input)
+            return txt_input
+        return func
+
+    # Function to add BOS/EOS and create tensor for input sequence indices
+    def _tensor_transform(token_ids):
+        return torch.cat(
+            (torch.tensor([special_symbols["<bos>"]]),
+             torch.tensor(token_ids),
+             torch.tensor([special_symbols["<eos>"]]))
+        )
+
+    src_lang_transform = _seq_transform(src_tokenizer, src_vocab, _tensor_transform)
+    tgt_lang_transform = _seq_transform(tgt_tokenizer, tgt_vocab, _tensor_transform)
+
+    # Now we want to convert the torchtext data pipeline to a dataloader. We
+    # will need to collate batches
+    def _collate_fn(batch):
+        src_batch, tgt_batch = [], []
+        for src_sample, tgt_sample in batch:
+            src_batch.append(src_lang_transform(src_sample.rstrip("\n")))
+            tgt_batch.append(tgt_lang_transform(tgt_sample.rstrip("\n")))
+
+        src_batch = pad_sequence(src_batch, padding_value=special_symbols["<pad>"])
+        tgt_batch = pad_sequence(tgt_batch, padding_value=special_symbols["<pad>"])
+        return src_batch, tgt_batch
+
+    # Create the dataloader
+    train_dataloader = DataLoader(train_iterator, batch_size=opts.batch, collate_fn=_collate_fn)
+    valid_dataloader = DataLoader(valid_iterator, batch_size=opts.batch, collate_fn=_collate_fn)
+
+    return train_dataloader, valid_dataloader, src_vocab, tgt_vocab, src_lang_transform, tgt_lang_transform, special_symbols
+
+def generate_square_subsequent_mask(size, device):
+    mask = (torch.triu(torch.ones((size, size), device=device)) == 1).transpose(0, 1)
+    mask = mask.float().masked_fill(mask == 0, float('-inf')).masked_fill(mask == 1, float(0.0))
+    return mask
+
+# Create masks for input into model
+def create_mask(src, tgt, pad_idx, device):
+
+    # Get sequence length
+    src_seq_len = src.shape[0]
+    tgt_seq_len = tgt.shape[0]
+
+    # Generate the mask
+    tgt_mask = generate_square_subsequent_mask(tgt_seq_len, device)
+    src_mask = torch.zeros((src_seq_len, src_seq_len),device=device).type(torch.bool)
+
+    # Overlay the mask over the original input
+    src_padding_mask = (src == pad_idx).transpose(0, 1)
+    tgt_padding_mask = (tgt == pad_idx).transpose(0, 1)
+    return src_mask, tgt_mask, src_padding_mask, tgt_padding_mask
+
+# -- src/model.py --
+class PositionalEncoding(nn.Module):
+    def __init__(
+        self,
+        emb_size,
+        dropout,
+        maxlen=5000
+    ):
+        super(PositionalEncoding, self).__init__()
+        den = torch.exp(- torch.arange(0, emb_size, 2)* math.log(10000) / emb_size)
+        pos = torch.arange(0, maxlen).reshape(maxlen, 1)
+        pos_embedding = torch.zeros((maxlen, emb_size))
+        pos_embedding[:, 0::2] = torch.sin(pos * den)
+        pos_embedding[:, 1::2] = torch.cos(pos * den)
+        pos_embedding = pos_embedding.unsqueeze(-2)
+
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer('pos_embedding', pos_embedding)
+
+    def forward(self, token_embedding):
+        return self.dropout(token_embedding + self.pos_embedding[:token_embedding.size(0), :])
+
+class Translator(nn.Module):
+    def __init__(
+            self,
+            num_encoder_layers,
+            num_decoder_layers,
+            embed_size,
+            num_heads,
+            src_vocab_size,
+            tgt_vocab_size,
+            dim_feedforward,
+            dropout
+        ):
+        super(Translator, self).__init__()
+
+        # Output of embedding must be equal (embed_size)
+        self.src_embedding = nn.Embedding(src_vocab_size, embed_size)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, embed_size)
+
+        self.pos_enc = PositionalEncoding(embed_size, dropout)
+
+        self.transformer = nn.Transformer(
+            d_model=embed_size,
+            nhead=num_heads,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            dim_feedforward=dim_feedforward,
+            dropout=dropout
+        )
+
+        self.ff = nn.Linear(embed_size, tgt_vocab_size)
+
+        self._init_weights()
+
+    def _init_weights(self):
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src, trg, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask, memory_key_padding_mask):
+
+        src_emb = self.pos_enc(self.src_embedding(src))
+        tgt_emb = self.pos_enc(self.tgt_embedding(trg))
+
+        outs = self.transformer(
+            src_emb,
+            tgt_emb,
+            src_mask,
+            tgt_mask,
+            None,
+            src_padding_mask,
+            tgt_padding_mask,
+            memory_key_padding_mask
+        )
+
+        return self.ff(outs)
+
+    def encode(self, src, src_mask):
+
+        embed = self.src_embedding(src)
+
+        pos_enc = self.pos_enc(embed)
+
+        return self.transformer.encoder(pos_enc, src_mask)
+
+    def decode(self, tgt, memory, tgt_mask):
+        
+        embed = self.tgt_embedding(tgt)
+
+        pos_enc = self.pos_enc(embed)
+
+        return self.transformer.decoder(pos_enc, memory, tgt_mask)
+
+# -- main.py --
+# Function to generate output sequence using greedy algorithm
+def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol):
+
+    # Move to device
+    src = src.to(DEVICE)
+    src_mask = src_mask.to(DEVICE)
+
+    # Encode input
+    memory = model.encode(src, src_mask)
+
+    # Output will be stored here
+    ys = torch.ones(1, 1).fill_(start_symbol).type(torch.long).to(DEVICE)
+
+    # For each element in our translation (which could range up to the maximum translation length)
+    for _ in range(max_len-1):
+
+        # Decode the encoded representation of the input
+        memory = memory.to(DEVICE)
+        tgt_mask = (generate_square_subsequent_mask(ys.size(0), DEVICE).type(torch.bool)).to(DEVICE)
+        out = model.decode(ys, memory, tgt_mask)
+
+        # Reshape
+        out = out.transpose(0, 1)
+
+        # Covert to probabilities and take the max of these probabilities
+        prob = model.ff(out[:, -1])
+        _, next_word = torch.max(prob, dim=1)
+        next_word = next_word.item()
+
+        # Now we have an output which is the vector representation of the translation
+        ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word)], dim=0)
+        if next_word == end_symbol:
+            break
+
+    return ys
+
+# Train the model for 1 epoch
+def train(model, train_dl, loss_fn, optim, special_symbols, opts):
+
+    # Object for accumulating losses
+    losses = 0
+
+    # Put model into training mode
+    model.train()
+    for src, tgt in tqdm(train_dl, ascii=True):
+
+        src = src.to(DEVICE)
+        tgt = tgt.to(DEVICE)
+
+        # We need to reshape the input slightly to fit into the transformer
+        tgt_input = tgt[:-1, :]
+
+        # Create masks
+        src_mask, tgt_mask, src_padding_mask, tgt_padding_mask = create_mask(src, tgt_input, special_symbols["<pad>"], DEVICE)
+
+        # Pass into model, get probability over the vocab out
+        logits = model(src, tgt_input, src_mask, tgt_mask,src_padding_mask, tgt_padding_mask, src_padding_mask)
+
+        # Reset gradients before we try to compute the gradients over the loss
+        optim.zero_grad()
+
+        # Get original shape back
+        tgt_out = tgt[1:, :]
+
+        # Compute loss and gradient over that loss
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+        loss.backward()
+
+        # Step weights
+        optim.step()
+        record(loss.item(), model)
+
+        # Accumulate a running loss for reporting
+        losses += loss.item()
+
+        if opts.dry_run:
+            break
+
+    # Return the average loss
+    return losses / len(list(train_dl))
+
+# Check the model accuracy on the validation dataset
+def validate(model, valid_dl, loss_fn, special_symbols):
+    
+    # Object for accumulating losses
+    losses = 0
+
+    # Turn off gradients a moment
+    model.eval()
+
+    for src, tgt in tqdm(valid_dl):
+
+        src = src.to(DEVICE)
+        tgt = tgt.to(DEVICE)
+
+        # We need to reshape the input slightly to fit into the transformer
+        tgt_input = tgt[:-1, :]
+
+        # Create masks
+        src_mask, tgt_mask, src_padding_mask, tgt_padding_mask = create_mask(src, tgt_input, special_symbols["<pad>"], DEVICE)
+
+        # Pass into model, get probability over the vocab out
+        logits = model(src, tgt_input, src_mask, tgt_mask,src_padding_mask, tgt_padding_mask, src_padding_mask)
+
+        # Get original shape back, compute loss, accumulate that loss
+        tgt_out = tgt[1:, :]
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+        losses += loss.item()
+
+    # Return the average loss
+    return losses / len(list(valid_dl))
+
+# -- (the harness: the model made, float64, torch's weights) --
+
+    # Set up logging
+    os.makedirs(opts.logging_dir, exist_ok=True)
+    logger = logging.getLogger(__name__)
+    logging.basicConfig(filename=opts.logging_dir + "log.txt", level=logging.INFO)
+
+    # This prints it to the screen as well
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO)
+    logging.getLogger().addHandler(console)
+
+    logging.info(f"Translation task: {opts.src} -> {opts.tgt}")
+    logging.info(f"Using device: {DEVICE}")
+
+    # Get training data, tokenizer and vocab
+    # objects as well as any special symbols we added to our dataset
+    train_dl, valid_dl, src_vocab, tgt_vocab, _, _, special_symbols = get_data(opts)
+
+    logging.info("Loaded data")
+
+    src_vocab_size = len(src_vocab)
+    tgt_vocab_size = len(tgt_vocab)
+
+    logging.info(f"{opts.src} vocab size: {src_vocab_size}")
+    logging.info(f"{opts.tgt} vocab size: {tgt_vocab_size}")
+
+    # Create model
+    model = Translator(
+        num_encoder_layers=opts.enc_layers,
+        num_decoder_layers=opts.dec_layers,
+        embed_size=opts.embed_size,
+        num_heads=opts.attn_heads,
+        src_vocab_size=src_vocab_size,
+        tgt_vocab_size=tgt_vocab_size,
+        dim_feedforward=opts.dim_feedforward,
+        dropout=opts.dropout
+    ).to(DEVICE)
+
+    logging.info("Model created... starting training!")
+
+    # Set up our learning tools
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=special_symbols["<pad>"])
+
+    # These special values are from the "Attention is all you need" paper
+    optim = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98), eps=1e-9)
+
+    best_val_loss = 1e6
+    
+    for idx, epoch in enumerate(range(1, opts.epochs+1)):
+
+        start_time = time()
+        train_loss = train(model, train_dl, loss_fn, optim, special_symbols, opts)
+        epoch_time = time() - start_time
+        val_loss   = validate(model, valid_dl, loss_fn, special_symbols)
+        record([train_loss, val_loss], None)
+
+        # Once training is done, we want to save out the model
+        if val_loss < best_val_loss:
+            best_val_loss = val_loss
+            logging.info("New best model, saving...")
+            torch.save(model.state_dict(), opts.logging_dir + "best.pt")
+
+        torch.save(model.state_dict(), opts.logging_dir + "last.pt")
+
+        logger.info(f"Epoch: {epoch}\n\tTrain loss: {train_loss:.3f}\n\tVal loss: {val_loss:.3f}\n\tEpoch time = {epoch_time:.1f} seconds\n\tETA = {epoch_time*(opts.epochs-idx-1):.1f} seconds")
+"""
+
+TRANSLATION_PORT = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optim.step()\n", "        optim.step(grads)\n"),
+]
+
+
+class Vocab:
+    """The stand-in for torchtext's vocabulary: tokens to indices, the specials first."""
+
+    def __init__(self, tokens):
+        self.itos, self.stoi, self.default = (
+            list(tokens),
+            {t: i for i, t in enumerate(tokens)},
+            None,
+        )
+
+    def __call__(self, tokens):
+        return [self.stoi.get(t, self.default) for t in tokens]
+
+    def __len__(self):
+        return len(self.itos)
+
+    def set_default_index(self, index):
+        self.default = index
+
+    def lookup_tokens(self, indices):
+        return [self.itos[i] for i in indices]
+
+
+def build_vocab_from_iterator(iterator, min_freq=1, specials=(), special_first=True):
+    return Vocab(list(specials) + sorted({token for tokens in iterator for token in tokens}))
+
+
+def _corpus():
+    """Multi30k's stand-in: German-English pairs of 2 to 5 words (torchtext is neither
+    library's dependency)."""
+    rng = np.random.default_rng(53)
+    german, english = (
+        ["ein", "mann", "hund", "rot", "sieht", "das", "haus"],
+        ["a", "man", "dog", "red", "sees", "the", "house"],
+    )
+
+    def sentence(words, n):
+        return " ".join(rng.choice(words, n)) + "\n"
+
+    pairs = [(sentence(german, n), sentence(english, n + 1)) for n in rng.integers(2, 6, 9)]
+    return {"train": pairs[:6], "valid": pairs[6:]}
+
+
+class _Logging:
+    """The ``logging`` module's stand-in, so the port leaves the process's logging alone."""
+
+    INFO = 20
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self
+
+
+def _run_translation(lib, source, torch_state, monkeypatch, tmp_path):
+    corpus = _corpus()
+    records: list = []
+    opts = types.SimpleNamespace(
+        src="de", tgt="en", epochs=2, lr=1e-3, batch=3, attn_heads=2, enc_layers=2,
+        dec_layers=2, embed_size=8, dim_feedforward=16, dropout=0.0, dry_run=False,
+        logging_dir=str(tmp_path / lib.__name__) + "/",
+    )  # fmt: skip
+    ours, theirs = namespaces(
+        opts=opts,
+        math=__import__("math"),
+        os=__import__("os"),
+        logging=_Logging(),
+        time=__import__("time").time,
+        tqdm=lambda iterable, **kwargs: iterable,
+        DEVICE=lib.device("cpu"),
+        pad_sequence=lib.nn.utils.rnn.pad_sequence,
+        DataLoader=lib.utils.data.DataLoader,
+        Multi30k=lambda split, language_pair: corpus[split],
+        multi30k=types.SimpleNamespace(URL={}),
+        get_tokenizer=lambda kind, language: str.split,
+        build_vocab_from_iterator=build_vocab_from_iterator,
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    definitions, make, loop = split_at_harness(source, "    best_val_loss = 1e6\n")
+    exec(compile(definitions + make, "language_translation.py", "exec"), namespace)
+    model = namespace["model"].double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    exec(compile(loop, "language_translation.py", "exec"), namespace)
+    # as ``inference(opts)`` translates a sentence, the model loaded back from ``last.pt``
+    exec(compile(INFERENCE, "language_translation.py", "exec"), namespace)
+    return initial, records
+
+
+#: ``inference(opts)``'s lines, its sentence from the validation set instead of ``input()``.
+INFERENCE = """
+_, _, src_vocab, tgt_vocab, src_transform, _, special_symbols = get_data(opts)
+model.load_state_dict(torch.load(opts.logging_dir + "last.pt"))
+model.eval()
+for sentence, _ in Multi30k(split="valid", language_pair=(opts.src, opts.tgt)):
+    src = src_transform(sentence.rstrip("\\n")).view(-1, 1)
+    num_tokens = src.shape[0]
+    src_mask = (torch.zeros(num_tokens, num_tokens)).type(torch.bool)
+    tgt_tokens = greedy_decode(
+        model, src, src_mask, max_len=num_tokens+5, start_symbol=special_symbols["<bos>"], end_symbol=special_symbols["<eos>"]
+    ).flatten()
+    record(tgt_tokens.tolist(), None)
+"""
+
+
+@pytest.mark.filterwarnings("ignore:.*(nested_tensor|mismatched key_padding_mask).*")
+def test_the_language_translation_example_ports_changing_only_the_gradient_lines(
+    monkeypatch, tmp_path
+):
+    """nn.Transformer (encoder and decoder stacks, post-norm) with a float causal mask, a
+    bool source mask and bool padding masks, an ignore_index cross entropy, Adam with the
+    paper's betas; then greedy decoding through ``transformer.encoder``/``decoder``."""
+    ours = run_both(_run_translation, TRANSLATION_SOURCE, TRANSLATION_PORT,
+                    monkeypatch=monkeypatch, tmp_path=tmp_path)  # fmt: skip
+    assert len(ours) == 2 * (2 + 1) + 3  # per epoch: 2 steps, the losses; 3 translations
