@@ -473,3 +473,23 @@ def test_get_unsafe_globals_in_checkpoint_is_empty_for_what_save_writes(tmp_path
     buffer.seek(0)
     with pytest.raises(rg.InvalidArgumentError, match="never read here"):
         rg.serialization.get_unsafe_globals_in_checkpoint(buffer)
+
+
+def test_accelerator_answers_as_torchs_on_this_machine():
+    """``torch.accelerator`` (``use_accel = not args.no_accel and
+    torch.accelerator.is_available()`` in current pytorch/examples scripts): the same answers
+    as torch's; without a device, the calls that need one raise."""
+    assert rg.accelerator.is_available() == torch.accelerator.is_available()
+    assert rg.accelerator.device_count() == torch.accelerator.device_count()
+    theirs = torch.accelerator.current_accelerator()
+    ours = rg.accelerator.current_accelerator()
+    assert (ours is None) == (theirs is None)
+    if theirs is None:
+        for call in ("current_device_index", "synchronize"):
+            with pytest.raises(RuntimeError):
+                getattr(torch.accelerator, call)()
+            with pytest.raises(rg.InvalidArgumentError, match="none is available"):
+                getattr(rg.accelerator, call)()
+    else:
+        assert ours.type == theirs.type
+        assert rg.accelerator.current_device_index() == torch.accelerator.current_device_index()

@@ -771,6 +771,25 @@ def test_a_range_or_an_inner_tuple_indexes_as_a_sequence_as_in_torch():
     same_gradients(write, [x], "float64")
 
 
+def test_a_zero_dim_tensor_formats_as_its_value_as_in_torch():
+    """``'{val:6.2f}'.format(val=acc1[0])`` (imagenet/main.py's AverageMeter): a 0-d tensor
+    takes a format spec as its value does; a tensor of more dimensions refuses one."""
+    cases = [
+        (lambda lib: lib.tensor(1.5, dtype=lib.float64), "6.2f"),
+        (lambda lib: lib.tensor([2.25, 1.0])[0], ".3e"),
+        (lambda lib: lib.tensor(7), "d"),
+        (lambda lib: lib.tensor(7), "04d"),
+        (lambda lib: lib.tensor(True), ""),
+        (lambda lib: lib.tensor(3.0, requires_grad=True) * 2, "+.1f"),
+    ]
+    for make, spec in cases:
+        assert format(make(rg), spec) == format(make(torch), spec)
+    for lib in (rg, torch):
+        with pytest.raises(TypeError):
+            format(lib.tensor([1.5]), ".2f")
+    assert format(rg.tensor([1.5]), "") == str(rg.tensor([1.5]))
+
+
 def test_new_tensors_take_the_dtype_and_device_of_their_source():
     for lib in (rg, torch):
         x = lib.tensor([1.0, 2.0], dtype=lib.float64)

@@ -206,6 +206,13 @@ class Tensor(
             )
         return int(self.item())
 
+    def __format__(self, format_spec: str) -> str:
+        """torch's: a 0-d tensor formats as its value (``f"{loss:.4f}"``, ``"{avg:6.2f}"``);
+        any other tensor only with an empty spec, as its ``str``."""
+        if self.ndim == 0:
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
+
     def __repr__(self) -> str:
         """torch's layout; the options of ``rg.set_printoptions``."""
         body = np.array2string(
