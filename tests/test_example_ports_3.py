@@ -23,7 +23,13 @@ weights and the same random draws, agreeing to 1e-9 at every step.
   encoding buffer, ``nn.Transformer`` with a float causal mask, a bool source mask and bool
   padding masks, ``CrossEntropyLoss(ignore_index=)``, Adam with ``betas``/``eps``,
   ``torch.save``/``torch.load`` of the state, and greedy decoding through
-  ``transformer.encoder``/``decoder`` (``fill_``, ``type_as``, ``torch.max(dim=)``).
+  ``transformer.encoder``/``decoder`` (``fill_``, ``type_as``, ``torch.max(dim=)``);
+- ``imagenet/main.py``'s ``main_worker`` (one CPU process; torchvision's model and
+  ``FakeData`` stood in for): ``torch.accelerator.is_available()``, SGD with momentum and
+  weight decay, StepLR, ``AverageMeter`` summing 0-d tensors and formatting them
+  (``'{val:6.2f}'``), top-k accuracy (``topk``, ``.t()``, ``expand_as``, ``mul_``),
+  ``acc1 > best_acc1``, ``max`` of a tensor and an int, and the checkpoint (model, optimizer
+  and scheduler state) saved with ``torch.save`` and copied.
 
 Dropout masks are the library's own: retrograd draws them from the generator
 ``rg.manual_seed`` seeds, and torch's dropout functions are replaced by the same draws
@@ -1384,3 +1390,485 @@ def test_the_language_translation_example_ports_changing_only_the_gradient_lines
     ours = run_both(_run_translation, TRANSLATION_SOURCE, TRANSLATION_PORT,
                     monkeypatch=monkeypatch, tmp_path=tmp_path)  # fmt: skip
     assert len(ours) == 2 * (2 + 1) + 3  # per epoch: 2 steps, the losses; 3 translations
+
+
+# -- imagenet/main.py ------------------------------------------------------------------------------
+IMAGENET_SOURCE = r'''
+best_acc1 = 0
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    global best_acc1
+    args.gpu = gpu
+
+    use_accel = not args.no_accel and torch.accelerator.is_available()
+
+    if use_accel:
+        if args.gpu is not None:
+            torch.accelerator.set_device_index(args.gpu)
+        device = torch.accelerator.current_accelerator()
+    else:
+        device = torch.device("cpu")
+
+    if args.distributed:
+        if args.dist_url == "env://" and args.rank == -1:
+            args.rank = int(os.environ["RANK"])
+        if args.multiprocessing_distributed:
+            # For multiprocessing distributed training, rank needs to be the
+            # global rank among all the processes
+            args.rank = args.rank * ngpus_per_node + gpu
+        dist.init_process_group(backend=args.dist_backend, init_method=args.dist_url,
+                                world_size=args.world_size, rank=args.rank)
+    # create model
+    if args.pretrained:
+        print("=> using pre-trained model '{}'".format(args.arch))
+        model = models.__dict__[args.arch](pretrained=True)
+    else:
+        print("=> creating model '{}'".format(args.arch))
+        model = models.__dict__[args.arch]()
+
+    if not use_accel:
+        print('using CPU, this will be slow')
+    elif args.distributed:
+        # For multiprocessing distributed, DistributedDataParallel constructor
+        # should always set the single device scope, otherwise,
+        # DistributedDataParallel will use all available devices.
+        if device.type == 'cuda':
+            if args.gpu is not None:
+                torch.cuda.set_device(args.gpu)
+                model.cuda(device)
+                # When using a single GPU per process and per
+                # DistributedDataParallel, we need to divide the batch size
+                # ourselves based on the total number of GPUs of the current node.
+                args.batch_size = int(args.batch_size / ngpus_per_node)
+                args.workers = int((args.workers + ngpus_per_node - 1) / ngpus_per_node)
+                model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+            else:
+                model.cuda()
+                # DistributedDataParallel will divide and allocate batch_size to all
+                # available GPUs if device_ids are not set
+                model = torch.nn.parallel.DistributedDataParallel(model)
+    elif device.type == 'cuda':
+        # DataParallel will divide and allocate batch_size to all available GPUs
+        if args.arch.startswith('alexnet') or args.arch.startswith('vgg'):
+            model.features = torch.nn.DataParallel(model.features)
+            model.cuda()
+        else:
+            model = torch.nn.DataParallel(model).cuda()
+    else:
+        model.to(device)
+
+
+    # define loss function (criterion), optimizer, and learning rate scheduler
+    criterion = nn.CrossEntropyLoss().to(device)
+
+    optimizer = torch.optim.SGD(model.parameters(), args.lr,
+                                momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    
+    """Sets the learning rate to the initial LR decayed by 10 every 30 epochs"""
+    scheduler = StepLR(optimizer, step_size=30, gamma=0.1)
+    
+    # optionally resume from a checkpoint
+    if args.resume:
+        if os.path.isfile(args.resume):
+            print("=> loading checkpoint '{}'".format(args.resume))
+            if args.gpu is None:
+                checkpoint = torch.load(args.resume)
+            else:
+                # Map model to be loaded to specified single gpu.
+                loc = f'{device.type}:{args.gpu}'
+                checkpoint = torch.load(args.resume, map_location=loc)
+            args.start_epoch = checkpoint['epoch']
+            best_acc1 = checkpoint['best_acc1']
+            if args.gpu is not None:
+                # best_acc1 may be from a checkpoint from a different GPU
+                best_acc1 = best_acc1.to(args.gpu)
+            model.load_state_dict(checkpoint['state_dict'])
+            optimizer.load_state_dict(checkpoint['optimizer'])
+            scheduler.load_state_dict(checkpoint['scheduler'])
+            print("=> loaded checkpoint '{}' (epoch {})"
+                  .format(args.resume, checkpoint['epoch']))
+        else:
+            print("=> no checkpoint found at '{}'".format(args.resume))
+
+
+    # Data loading code
+    if args.dummy:
+        print("=> Dummy data is used!")
+        train_dataset = datasets.FakeData(1281167, (3, 224, 224), 1000, transforms.ToTensor())
+        val_dataset = datasets.FakeData(50000, (3, 224, 224), 1000, transforms.ToTensor())
+    else:
+        traindir = os.path.join(args.data, 'train')
+        valdir = os.path.join(args.data, 'val')
+        normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406],
+                                     std=[0.229, 0.224, 0.225])
+
+        train_dataset = datasets.ImageFolder(
+            traindir,
+            transforms.Compose([
+                transforms.RandomResizedCrop(224),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                normalize,
+            ]))
+
+        val_dataset = datasets.ImageFolder(
+            valdir,
+            transforms.Compose([
+                transforms.Resize(256),
+                transforms.CenterCrop(224),
+                transforms.ToTensor(),
+                normalize,
+            ]))
+
+    if args.distributed:
+        train_sampler = torch.utils.data.distributed.DistributedSampler(train_dataset)
+        val_sampler = torch.utils.data.distributed.DistributedSampler(val_dataset, shuffle=False, drop_last=True)
+    else:
+        train_sampler = None
+        val_sampler = None
+
+    train_loader = torch.utils.data.DataLoader(
+        train_dataset, batch_size=args.batch_size, shuffle=(train_sampler is None),
+        num_workers=args.workers, pin_memory=True, sampler=train_sampler)
+
+    val_loader = torch.utils.data.DataLoader(
+        val_dataset, batch_size=args.batch_size, shuffle=False,
+        num_workers=args.workers, pin_memory=True, sampler=val_sampler)
+
+    if args.evaluate:
+        validate(val_loader, model, criterion, args)
+        return
+
+    for epoch in range(args.start_epoch, args.epochs):
+        if args.distributed:
+            train_sampler.set_epoch(epoch)
+
+        # train for one epoch
+        train(train_loader, model, criterion, optimizer, epoch, device, args)
+
+        # evaluate on validation set
+        acc1 = validate(val_loader, model, criterion, args)
+        record(float(acc1), None)
+        
+        scheduler.step()
+        
+        # remember best acc@1 and save checkpoint
+        is_best = acc1 > best_acc1
+        best_acc1 = max(acc1, best_acc1)
+
+        if not args.multiprocessing_distributed or (args.multiprocessing_distributed
+                and args.rank % ngpus_per_node == 0):
+            save_checkpoint({
+                'epoch': epoch + 1,
+                'arch': args.arch,
+                'state_dict': model.state_dict(),
+                'best_acc1': best_acc1,
+                'optimizer' : optimizer.state_dict(),
+                'scheduler' : scheduler.state_dict()
+            }, is_best)
+
+
+def train(train_loader, model, criterion, optimizer, epoch, device, args):
+    
+    use_accel = not args.no_accel and torch.accelerator.is_available()
+
+    batch_time = AverageMeter('Time', use_accel, ':6.3f', Summary.NONE)
+    data_time = AverageMeter('Data', use_accel, ':6.3f', Summary.NONE)
+    losses = AverageMeter('Loss', use_accel, ':.4e', Summary.NONE)
+    top1 = AverageMeter('Acc@1', use_accel, ':6.2f', Summary.NONE)
+    top5 = AverageMeter('Acc@5', use_accel, ':6.2f', Summary.NONE)
+    progress = ProgressMeter(
+        len(train_loader),
+        [batch_time, data_time, losses, top1, top5],
+        prefix="Epoch: [{}]".format(epoch))
+
+    # switch to train mode
+    model.train()
+
+    end = time.time()
+    for i, (images, target) in enumerate(train_loader):
+        # measure data loading time
+        data_time.update(time.time() - end)
+
+        # move data to the same device as model
+        images = images.to(device, non_blocking=True)
+        target = target.to(device, non_blocking=True)
+
+        # compute output
+        output = model(images)
+        loss = criterion(output, target)
+
+        # measure accuracy and record loss
+        acc1, acc5 = accuracy(output, target, topk=(1, 5))
+        losses.update(loss.item(), images.size(0))
+        top1.update(acc1[0], images.size(0))
+        top5.update(acc5[0], images.size(0))
+
+        # compute gradient and do SGD step
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        record(loss.item(), model)
+
+        # measure elapsed time
+        batch_time.update(time.time() - end)
+        end = time.time()
+
+        if i % args.print_freq == 0:
+            progress.display(i + 1)
+
+
+def validate(val_loader, model, criterion, args):
+
+    use_accel = not args.no_accel and torch.accelerator.is_available()
+
+    def run_validate(loader, base_progress=0):
+
+        if use_accel:
+            device = torch.accelerator.current_accelerator()
+        else:
+            device = torch.device("cpu")
+
+        with torch.no_grad():
+            end = time.time()
+            for i, (images, target) in enumerate(loader):
+                i = base_progress + i
+                if use_accel:
+                    if args.gpu is not None and device.type=='cuda':
+                        torch.accelerator.set_device_index(args.gpu)
+                        images = images.cuda(args.gpu, non_blocking=True)
+                        target = target.cuda(args.gpu, non_blocking=True)
+                    else:
+                        images = images.to(device)
+                        target = target.to(device)
+
+                # compute output
+                output = model(images)
+                loss = criterion(output, target)
+
+                # measure accuracy and record loss
+                acc1, acc5 = accuracy(output, target, topk=(1, 5))
+                losses.update(loss.item(), images.size(0))
+                top1.update(acc1[0], images.size(0))
+                top5.update(acc5[0], images.size(0))
+
+                # measure elapsed time
+                batch_time.update(time.time() - end)
+                end = time.time()
+
+                if i % args.print_freq == 0:
+                    progress.display(i + 1)
+
+    batch_time = AverageMeter('Time', use_accel, ':6.3f', Summary.NONE)
+    losses = AverageMeter('Loss', use_accel, ':.4e', Summary.NONE)
+    top1 = AverageMeter('Acc@1', use_accel, ':6.2f', Summary.AVERAGE)
+    top5 = AverageMeter('Acc@5', use_accel, ':6.2f', Summary.AVERAGE)
+    progress = ProgressMeter(
+        len(val_loader) + (args.distributed and (len(val_loader.sampler) * args.world_size < len(val_loader.dataset))),
+        [batch_time, losses, top1, top5],
+        prefix='Test: ')
+
+    # switch to evaluate mode
+    model.eval()
+
+    run_validate(val_loader)
+    if args.distributed:
+        top1.all_reduce()
+        top5.all_reduce()
+
+    if args.distributed and (len(val_loader.sampler) * args.world_size < len(val_loader.dataset)):
+        aux_val_dataset = Subset(val_loader.dataset,
+                                 range(len(val_loader.sampler) * args.world_size, len(val_loader.dataset)))
+        aux_val_loader = torch.utils.data.DataLoader(
+            aux_val_dataset, batch_size=args.batch_size, shuffle=False,
+            num_workers=args.workers, pin_memory=True)
+        run_validate(aux_val_loader, len(val_loader))
+
+    progress.display_summary()
+
+    return top1.avg
+
+
+def save_checkpoint(state, is_best, filename='checkpoint.pth.tar'):
+    torch.save(state, filename)
+    if is_best:
+        shutil.copyfile(filename, 'model_best.pth.tar')
+
+class Summary(Enum):
+    NONE = 0
+    AVERAGE = 1
+    SUM = 2
+    COUNT = 3
+
+class AverageMeter(object):
+    """Computes and stores the average and current value"""
+    def __init__(self, name, use_accel, fmt=':f', summary_type=Summary.AVERAGE):
+        self.name = name
+        self.use_accel = use_accel
+        self.fmt = fmt
+        self.summary_type = summary_type
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+    def all_reduce(self):    
+        if self.use_accel:
+            device = torch.accelerator.current_accelerator()
+        else:
+            device = torch.device("cpu")
+        total = torch.tensor([self.sum, self.count], dtype=torch.float32, device=device)
+        dist.all_reduce(total, dist.ReduceOp.SUM, async_op=False)
+        self.sum, self.count = total.tolist()
+        self.avg = self.sum / self.count
+
+    def __str__(self):
+        fmtstr = '{name} {val' + self.fmt + '} ({avg' + self.fmt + '})'
+        return fmtstr.format(**self.__dict__)
+    
+    def summary(self):
+        fmtstr = ''
+        if self.summary_type is Summary.NONE:
+            fmtstr = ''
+        elif self.summary_type is Summary.AVERAGE:
+            fmtstr = '{name} {avg:.3f}'
+        elif self.summary_type is Summary.SUM:
+            fmtstr = '{name} {sum:.3f}'
+        elif self.summary_type is Summary.COUNT:
+            fmtstr = '{name} {count:.3f}'
+        else:
+            raise ValueError('invalid summary type %r' % self.summary_type)
+        
+        return fmtstr.format(**self.__dict__)
+
+
+class ProgressMeter(object):
+    def __init__(self, num_batches, meters, prefix=""):
+        self.batch_fmtstr = self._get_batch_fmtstr(num_batches)
+        self.meters = meters
+        self.prefix = prefix
+
+    def display(self, batch):
+        entries = [self.prefix + self.batch_fmtstr.format(batch)]
+        entries += [str(meter) for meter in self.meters]
+        print('\t'.join(entries))
+        
+    def display_summary(self):
+        entries = [" *"]
+        entries += [meter.summary() for meter in self.meters]
+        print(' '.join(entries))
+
+    def _get_batch_fmtstr(self, num_batches):
+        num_digits = len(str(num_batches // 1))
+        fmt = '{:' + str(num_digits) + 'd}'
+        return '[' + fmt + '/' + fmt.format(num_batches) + ']'
+
+def accuracy(output, target, topk=(1,)):
+    """Computes the accuracy over the k top predictions for the specified values of k"""
+    with torch.no_grad():
+        maxk = max(topk)
+        batch_size = target.size(0)
+
+        _, pred = output.topk(maxk, 1, True, True)
+        pred = pred.t()
+        correct = pred.eq(target.view(1, -1).expand_as(pred))
+
+        res = []
+        for k in topk:
+            correct_k = correct[:k].reshape(-1).float().sum(0, keepdim=True)
+            res.append(correct_k.mul_(100.0 / batch_size))
+        return res
+'''
+
+IMAGENET_PORT = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]
+
+
+def _run_imagenet(lib, source, torch_state, monkeypatch, tmp_path):
+    """``main_worker`` as ``main()`` calls it on one CPU process; torchvision's stand-ins: a
+    small CNN for ``models.__dict__[args.arch]`` (torch's weights in the port) and
+    ``FakeData`` of one training batch (so the loader's shuffle leaves each step's mean loss
+    as it is) and two validation batches."""
+    records: list = []
+    made: dict = {}
+    nn = lib.nn
+
+    def tiny():
+        model = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU(inplace=True),
+            nn.MaxPool2d(2), nn.Conv2d(6, 8, 3), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(8, 10),
+        ).double()  # fmt: skip
+        if torch_state is not None:
+            model.load_state_dict(torch_state)
+        made["initial"] = state_of(model)
+        return model
+
+    def fake_data(size, image_size, num_classes, transform):
+        count, seed = (6, 61) if size > 100000 else (12, 71)  # a seed where acc@1 > 0
+        rng = np.random.default_rng(seed)
+        images = rng.standard_normal((count, image_size[0], 8, 8))
+        return lib.utils.data.TensorDataset(
+            lib.tensor(images), lib.tensor(rng.integers(0, 10, count))
+        )
+
+    args = types.SimpleNamespace(
+        arch="tiny", pretrained=False, no_accel=True, distributed=False, lr=0.1, momentum=0.9,
+        weight_decay=1e-4, resume="", dummy=True, batch_size=6, workers=0, evaluate=False,
+        start_epoch=0, epochs=2, print_freq=1, multiprocessing_distributed=False, rank=0, gpu=None,
+    )  # fmt: skip
+    ours, theirs = namespaces(
+        models=types.SimpleNamespace(tiny=tiny),
+        datasets=types.SimpleNamespace(FakeData=fake_data),
+        transforms=types.SimpleNamespace(ToTensor=lambda: None),
+        StepLR=lib.optim.lr_scheduler.StepLR,
+        Subset=lib.utils.data.Subset,
+        Enum=__import__("enum").Enum,
+        os=__import__("os"),
+        shutil=__import__("shutil"),
+        time=__import__("time"),
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    (tmp_path / lib.__name__).mkdir()
+    monkeypatch.chdir(tmp_path / lib.__name__)
+    exec(compile(source, "imagenet_main.py", "exec"), namespace)
+    namespace["main_worker"](None, 1, args)
+    for name in ("checkpoint.pth.tar", "model_best.pth.tar"):
+        checkpoint = lib.load(name)
+        momentum = [
+            np.asarray(s["momentum_buffer"]) for s in checkpoint["optimizer"]["state"].values()
+        ]
+        records.append(([checkpoint["epoch"], float(checkpoint["best_acc1"])], None))
+        records.append((np.concatenate([m.ravel() for m in momentum]), None))
+        records.append((0.0, {k: np.asarray(v) for k, v in checkpoint["state_dict"].items()}))
+        records.append(
+            ([checkpoint["scheduler"]["last_epoch"], *checkpoint["scheduler"]["base_lrs"]], None)
+        )
+    return made["initial"], records
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_the_imagenet_example_ports_changing_only_the_gradient_lines(monkeypatch, tmp_path):
+    """``main_worker``'s single-process CPU path: SGD with momentum and weight decay, StepLR,
+    ``AverageMeter`` summing 0-d tensors and formatting them (``'{val:6.2f}'``), top-k
+    accuracy (``topk``, ``t()``, ``expand_as``, ``mul_``), ``acc1 > best_acc1``, and the
+    checkpoint (state, optimizer and scheduler state) saved and copied."""
+    ours = run_both(_run_imagenet, IMAGENET_SOURCE, IMAGENET_PORT, monkeypatch=monkeypatch,
+                    tmp_path=tmp_path)  # fmt: skip
+    assert len(ours) == 2 * (1 + 1) + 2 * 4  # per epoch: the step, acc@1; two checkpoints
