@@ -29,7 +29,12 @@ weights and the same random draws, agreeing to 1e-9 at every step.
   weight decay, StepLR, ``AverageMeter`` summing 0-d tensors and formatting them
   (``'{val:6.2f}'``), top-k accuracy (``topk``, ``.t()``, ``expand_as``, ``mul_``),
   ``acc1 > best_acc1``, ``max`` of a tensor and an int, and the checkpoint (model, optimizer
-  and scheduler state) saved with ``torch.save`` and copied.
+  and scheduler state) saved with ``torch.save`` and copied;
+- ``legacy/snli`` (``model.py``, ``train.py``): ``class Linear(Bottle, nn.Linear)`` (a mixin
+  whose ``forward`` calls ``super().forward``), a bidirectional LSTM from ``new_zeros``
+  states, ``ht[-2:].transpose(0, 1).contiguous().view``, one ``ReLU`` and one ``Dropout``
+  shared across a ``Sequential``, frozen embeddings (``detach``) filled through
+  ``weight.data.copy_``, ``torch.max(answer, 1)[1]``, whole-model ``torch.save`` snapshots.
 
 Dropout masks are the library's own: retrograd draws them from the generator
 ``rg.manual_seed`` seeds, and torch's dropout functions are replaced by the same draws
@@ -39,6 +44,7 @@ inside ``scaled_dot_product_attention``, out of the harness's reach).
 
 from __future__ import annotations
 
+import sys
 import types
 import warnings
 
@@ -1872,3 +1878,289 @@ def test_the_imagenet_example_ports_changing_only_the_gradient_lines(monkeypatch
     ours = run_both(_run_imagenet, IMAGENET_SOURCE, IMAGENET_PORT, monkeypatch=monkeypatch,
                     tmp_path=tmp_path)  # fmt: skip
     assert len(ours) == 2 * (1 + 1) + 2 * 4  # per epoch: the step, acc@1; two checkpoints
+
+
+# -- legacy/snli (model.py, train.py) --------------------------------------------------------------
+SNLI_SOURCE = r"""
+# -- model.py --
+class Bottle(nn.Module):
+
+    def forward(self, input):
+        if len(input.size()) <= 2:
+            return super(Bottle, self).forward(input)
+        size = input.size()[:2]
+        out = super(Bottle, self).forward(input.view(size[0]*size[1], -1))
+        return out.view(size[0], size[1], -1)
+
+
+class Linear(Bottle, nn.Linear):
+    pass
+
+
+class Encoder(nn.Module):
+
+    def __init__(self, config):
+        super(Encoder, self).__init__()
+        self.config = config
+        input_size = config.d_proj if config.projection else config.d_embed
+        dropout = 0 if config.n_layers == 1 else config.dp_ratio
+        self.rnn = nn.LSTM(input_size=input_size, hidden_size=config.d_hidden,
+                        num_layers=config.n_layers, dropout=dropout,
+                        bidirectional=config.birnn)
+
+    def forward(self, inputs):
+        batch_size = inputs.size()[1]
+        state_shape = self.config.n_cells, batch_size, self.config.d_hidden
+        h0 = c0 = inputs.new_zeros(state_shape)
+        outputs, (ht, ct) = self.rnn(inputs, (h0, c0))
+        return ht[-1] if not self.config.birnn else ht[-2:].transpose(0, 1).contiguous().view(batch_size, -1)
+
+
+class SNLIClassifier(nn.Module):
+
+    def __init__(self, config):
+        super(SNLIClassifier, self).__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.n_embed, config.d_embed)
+        self.projection = Linear(config.d_embed, config.d_proj)
+        self.encoder = Encoder(config)
+        self.dropout = nn.Dropout(p=config.dp_ratio)
+        self.relu = nn.ReLU()
+        seq_in_size = 2*config.d_hidden
+        if self.config.birnn:
+            seq_in_size *= 2
+        lin_config = [seq_in_size]*2
+        self.out = nn.Sequential(
+            Linear(*lin_config),
+            self.relu,
+            self.dropout,
+            Linear(*lin_config),
+            self.relu,
+            self.dropout,
+            Linear(*lin_config),
+            self.relu,
+            self.dropout,
+            Linear(seq_in_size, config.d_out))
+
+    def forward(self, batch):
+        prem_embed = self.embed(batch.premise)
+        hypo_embed = self.embed(batch.hypothesis)
+        if self.config.fix_emb:
+            prem_embed = prem_embed.detach()
+            hypo_embed = hypo_embed.detach()
+        if self.config.projection:
+            prem_embed = self.relu(self.projection(prem_embed))
+            hypo_embed = self.relu(self.projection(hypo_embed))
+        premise = self.encoder(prem_embed)
+        hypothesis = self.encoder(hypo_embed)
+        scores = self.out(torch.cat([premise, hypothesis], 1))
+        return scores
+
+
+# -- train.py --
+config = args
+config.n_embed = len(inputs.vocab)
+config.d_out = len(answers.vocab)
+config.n_cells = config.n_layers
+
+# double the number of cells for bidirectional networks
+if config.birnn:
+    config.n_cells *= 2
+
+if args.resume_snapshot:
+    model = torch.load(args.resume_snapshot, map_location=device)
+else:
+    model = SNLIClassifier(config)
+    if args.word_vectors:
+        model.embed.weight.data.copy_(inputs.vocab.vectors)
+        model.to(device)
+
+# -- (the harness: the model made, float64, torch's weights) --
+criterion = nn.CrossEntropyLoss()
+opt = O.Adam(model.parameters(), lr=args.lr)
+
+iterations = 0
+start = time.time()
+best_dev_acc = -1
+header = '  Time Epoch Iteration Progress    (%Epoch)   Loss   Dev/Loss     Accuracy  Dev/Accuracy'
+dev_log_template = ' '.join('{:>6.0f},{:>5.0f},{:>9.0f},{:>5.0f}/{:<5.0f} {:>7.0f}%,{:>8.6f},{:8.6f},{:12.4f},{:12.4f}'.split(','))
+log_template =     ' '.join('{:>6.0f},{:>5.0f},{:>9.0f},{:>5.0f}/{:<5.0f} {:>7.0f}%,{:>8.6f},{},{:12.4f},{}'.split(','))
+makedirs(args.save_path)
+print(header)
+
+for epoch in range(args.epochs):
+    train_iter.init_epoch()
+    n_correct, n_total = 0, 0
+    for batch_idx, batch in enumerate(train_iter):
+
+        # switch model to training mode, clear gradient accumulators
+        model.train(); opt.zero_grad()
+
+        iterations += 1
+
+        # forward pass
+        answer = model(batch)
+
+        # calculate accuracy of predictions in the current batch
+        n_correct += (torch.max(answer, 1)[1].view(batch.label.size()) == batch.label).sum().item()
+        n_total += batch.batch_size
+        train_acc = 100. * n_correct/n_total
+
+        # calculate loss of the network output with respect to training labels
+        loss = criterion(answer, batch.label)
+
+        # backpropagate and update optimizer learning rate
+        loss.backward(); opt.step()
+        record(loss.item(), model)
+
+        # checkpoint model periodically
+        if iterations % args.save_every == 0:
+            snapshot_prefix = os.path.join(args.save_path, 'snapshot')
+            snapshot_path = snapshot_prefix + '_acc_{:.4f}_loss_{:.6f}_iter_{}_model.pt'.format(train_acc, loss.item(), iterations)
+            torch.save(model, snapshot_path)
+            for f in glob.glob(snapshot_prefix + '*'):
+                if f != snapshot_path:
+                    os.remove(f)
+
+        # evaluate performance on validation set periodically
+        if iterations % args.dev_every == 0:
+
+            # switch model to evaluation mode
+            model.eval(); dev_iter.init_epoch()
+
+            # calculate accuracy on validation set
+            n_dev_correct, dev_loss = 0, 0
+            with torch.no_grad():
+                for dev_batch_idx, dev_batch in enumerate(dev_iter):
+                     answer = model(dev_batch)
+                     n_dev_correct += (torch.max(answer, 1)[1].view(dev_batch.label.size()) == dev_batch.label).sum().item()
+                     dev_loss = criterion(answer, dev_batch.label)
+            dev_acc = 100. * n_dev_correct / len(dev)
+            record([dev_acc, dev_loss.item()], None)
+
+            print(dev_log_template.format(time.time()-start,
+                epoch, iterations, 1+batch_idx, len(train_iter),
+                100. * (1+batch_idx) / len(train_iter), loss.item(), dev_loss.item(), train_acc, dev_acc))
+
+            # update best validation set accuracy
+            if dev_acc > best_dev_acc:
+
+                # found a model with better validation set accuracy
+
+                best_dev_acc = dev_acc
+                snapshot_prefix = os.path.join(args.save_path, 'best_snapshot')
+                snapshot_path = snapshot_prefix + '_devacc_{}_devloss_{}__iter_{}_model.pt'.format(dev_acc, dev_loss.item(), iterations)
+
+                # save model, delete previous 'best_snapshot' files
+                torch.save(model, snapshot_path)
+                for f in glob.glob(snapshot_prefix + '*'):
+                    if f != snapshot_path:
+                        os.remove(f)
+
+        elif iterations % args.log_every == 0:
+
+            # print progress message
+            print(log_template.format(time.time()-start,
+                epoch, iterations, 1+batch_idx, len(train_iter),
+                100. * (1+batch_idx) / len(train_iter), loss.item(), ' '*8, n_correct/n_total*100, ' '*12))
+        if args.dry_run:
+            break
+"""
+
+SNLI_PORT = [
+    ("        loss.backward(); opt.step()\n", "        grads = loss.backward(); opt.step(grads)\n")
+]
+
+
+class BucketIterator:
+    """torchtext's legacy ``BucketIterator`` stood in for: fixed batches with ``premise`` and
+    ``hypothesis`` ``[length, batch]`` and ``label`` ``[batch]``."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def init_epoch(self):
+        pass
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def _run_snli(lib, source, torch_state, monkeypatch, tmp_path):
+    rng = np.random.default_rng(59)
+    words, batch = 12, 3
+
+    def batches(count):
+        return [
+            types.SimpleNamespace(
+                premise=lib.tensor(rng.integers(0, words, (int(rng.integers(3, 6)), batch))),
+                hypothesis=lib.tensor(rng.integers(0, words, (int(rng.integers(3, 6)), batch))),
+                label=lib.tensor(rng.integers(0, 3, batch)), batch_size=batch,
+            )
+            for _ in range(count)
+        ]  # fmt: skip
+
+    vectors = rng.standard_normal((words, 6))
+    records: list = []
+    args = types.SimpleNamespace(
+        epochs=2, d_embed=6, d_proj=5, d_hidden=4, n_layers=1, log_every=1, lr=1e-2,
+        dev_every=3, save_every=2, dp_ratio=0.2, birnn=True, lower=True, projection=True,
+        fix_emb=True, gpu=0, save_path=str(tmp_path / lib.__name__ / "results"),
+        word_vectors="glove.6B.100d", resume_snapshot="", dry_run=False,
+    )  # fmt: skip
+    dev = batches(2)
+    ours, theirs = namespaces(
+        args=args,
+        device=lib.device("cpu"),
+        answers=types.SimpleNamespace(vocab=["<unk>", "entailment", "neutral", "contradiction"]),
+        train_iter=BucketIterator(batches(3)),
+        dev_iter=BucketIterator(dev),
+        dev=[None] * (batch * len(dev)),
+        O=lib.optim,
+        os=__import__("os"),
+        glob=__import__("glob"),
+        time=__import__("time"),
+        makedirs=lambda name: __import__("os").makedirs(name, exist_ok=True),
+        record=lambda value, model: records.append(
+            (value, None if model is None else state_of(model))
+        ),
+    )
+    namespace = ours if lib is rg else theirs
+    namespace["inputs"] = types.SimpleNamespace(vocab=_VocabWithVectors(words, lib.tensor(vectors)))
+    script = types.ModuleType(f"snli_on_{lib.__name__}")  # whole-model snapshots pickle its classes
+    script.__dict__.update(namespace)
+    monkeypatch.setitem(sys.modules, script.__name__, script)
+    definitions, loop = source.split(
+        "# -- (the harness: the model made, float64, torch's weights) --\n"
+    )
+    exec(compile(definitions, "snli.py", "exec"), script.__dict__)
+    model = script.model.double()
+    embedded = np.asarray(model.embed.weight.detach())
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    Masks(37).patch(monkeypatch, lib)
+    exec(compile(loop, "snli.py", "exec"), script.__dict__)
+    records.append((embedded, None))  # the word vectors, copied in through ``weight.data``
+    (best,) = __import__("glob").glob(args.save_path + "/best_snapshot*")
+    records.append((0.0, state_of(lib.load(best, weights_only=False))))
+    return initial, records
+
+
+class _VocabWithVectors(list):
+    def __init__(self, size, vectors):
+        super().__init__(range(size))
+        self.vectors = vectors
+
+
+def test_the_snli_example_ports_changing_only_the_gradient_lines(monkeypatch, tmp_path):
+    """``class Linear(Bottle, nn.Linear)`` (a mixin whose ``forward`` calls
+    ``super().forward``), a bidirectional LSTM from ``new_zeros`` states, ``ht[-2:]``
+    transposed, one ``ReLU`` and one ``Dropout`` shared across a ``Sequential``, frozen
+    (detached) embeddings copied in through ``weight.data.copy_``, and whole-model
+    ``torch.save`` snapshots loaded back."""
+    ours = run_both(_run_snli, SNLI_SOURCE, SNLI_PORT, monkeypatch=monkeypatch, tmp_path=tmp_path)
+    assert len(ours) == 2 * 3 + 2 + 2  # 3 steps an epoch, 2 dev evaluations, the vectors, the best
