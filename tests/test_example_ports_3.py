@@ -34,7 +34,10 @@ weights and the same random draws, agreeing to 1e-9 at every step.
   whose ``forward`` calls ``super().forward``), a bidirectional LSTM from ``new_zeros``
   states, ``ht[-2:].transpose(0, 1).contiguous().view``, one ``ReLU`` and one ``Dropout``
   shared across a ``Sequential``, frozen embeddings (``detach``) filled through
-  ``weight.data.copy_``, ``torch.max(answer, 1)[1]``, whole-model ``torch.save`` snapshots.
+  ``weight.data.copy_``, ``torch.max(answer, 1)[1]``, whole-model ``torch.save`` snapshots;
+- ``regression/main.py``: gradient descent written on ``param.data.add_`` (its gradient line,
+  ``param.grad``, read as ``param.grad(grads)``), ``fc.zero_grad()``, ``x ** i`` features,
+  ``smooth_l1_loss``, ``'{:+.2f}'.format`` of 0-d tensors.
 
 Dropout masks are the library's own: retrograd draws them from the generator
 ``rg.manual_seed`` seeds, and torch's dropout functions are replaced by the same draws
@@ -53,7 +56,7 @@ import pytest
 import torch
 
 import retrograd as rg
-from test_example_ports import namespaces, port, state_of
+from test_example_ports import Stream, namespaces, port, state_of
 from test_example_ports_2 import assert_records_agree
 
 
@@ -2164,3 +2167,112 @@ def test_the_snli_example_ports_changing_only_the_gradient_lines(monkeypatch, tm
     ``torch.save`` snapshots loaded back."""
     ours = run_both(_run_snli, SNLI_SOURCE, SNLI_PORT, monkeypatch=monkeypatch, tmp_path=tmp_path)
     assert len(ours) == 2 * 3 + 2 + 2  # 3 steps an epoch, 2 dev evaluations, the vectors, the best
+
+
+# -- regression/main.py ----------------------------------------------------------------------------
+REGRESSION_SOURCE = r'''
+POLY_DEGREE = 4
+W_target = torch.randn(POLY_DEGREE, 1) * 5
+b_target = torch.randn(1) * 5
+
+
+def make_features(x):
+    """Builds features i.e. a matrix with columns [x, x^2, x^3, x^4]."""
+    x = x.unsqueeze(1)
+    return torch.cat([x ** i for i in range(1, POLY_DEGREE+1)], 1)
+
+
+def f(x):
+    """Approximated function."""
+    return x.mm(W_target) + b_target.item()
+
+
+def poly_desc(W, b):
+    """Creates a string description of a polynomial."""
+    result = 'y = '
+    for i, w in enumerate(W):
+        result += '{:+.2f} x^{} '.format(w, i + 1)
+    result += '{:+.2f}'.format(b[0])
+    return result
+
+
+def get_batch(batch_size=32):
+    """Builds a batch i.e. (x, f(x)) pair."""
+    random = torch.randn(batch_size)
+    x = make_features(random)
+    y = f(x)
+    return x, y
+
+
+# Define model
+fc = torch.nn.Linear(W_target.size(0), 1)
+# -- (the harness: the model made, float64, torch's weights) --
+
+for batch_idx in count(1):
+    # Get data
+    batch_x, batch_y = get_batch()
+
+    # Reset gradients
+    fc.zero_grad()
+
+    # Forward pass
+    output = F.smooth_l1_loss(fc(batch_x), batch_y)
+    loss = output.item()
+
+    # Backward pass
+    output.backward()
+
+    # Apply gradients
+    for param in fc.parameters():
+        param.data.add_(-0.1 * param.grad)
+    record(loss, fc)
+
+    # Stop criterion
+    if loss < 1e-3:
+        break
+
+print('Loss: {:.6f} after {} batches'.format(loss, batch_idx))
+print('==> Learned function:\t' + poly_desc(fc.weight.view(-1), fc.bias))
+print('==> Actual function:\t' + poly_desc(W_target.view(-1), b_target))
+'''
+
+REGRESSION_PORT = [
+    ("    output.backward()\n", "    grads = output.backward()\n"),
+    (
+        "        param.data.add_(-0.1 * param.grad)\n",
+        "        param.data.add_(-0.1 * param.grad(grads))\n",
+    ),
+]
+
+
+def _run_regression(lib, source, torch_state, monkeypatch, printed):
+    records: list = []
+    Stream(71).patch(monkeypatch, lib)  # ``torch.randn``: the target and every batch
+    ours, theirs = namespaces(
+        count=lambda start: range(start, start + 25),
+        record=lambda value, model: records.append((value, state_of(model))),
+        print=lambda *args: printed.setdefault(lib.__name__, []).append(" ".join(map(str, args))),
+    )
+    namespace = ours if lib is rg else theirs
+    definitions, loop = source.split(
+        "# -- (the harness: the model made, float64, torch's weights) --\n"
+    )
+    exec(compile(definitions, "regression_main.py", "exec"), namespace)
+    model = namespace["fc"].double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    exec(compile(loop, "regression_main.py", "exec"), namespace)
+    return initial, records
+
+
+def test_the_regression_example_ports_changing_only_the_gradient_lines(monkeypatch):
+    """Plain gradient descent written on ``param.data`` (``add_`` of ``-0.1 * param.grad``,
+    the gradient read as ``param.grad(grads)``), ``fc.zero_grad()``, ``x ** i`` features,
+    ``smooth_l1_loss``, and ``'{:+.2f}'`` formatting of 0-d tensors in ``poly_desc``."""
+    printed: dict = {}
+    ours = run_both(_run_regression, REGRESSION_SOURCE, REGRESSION_PORT,
+                    monkeypatch=monkeypatch, printed=printed)  # fmt: skip
+    assert len(ours) == 25
+    assert printed["retrograd"] == printed["torch"] and len(printed["torch"]) == 3
+    assert printed["torch"][1].startswith("==> Learned function:\ty = ")
