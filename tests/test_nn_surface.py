@@ -901,8 +901,8 @@ def test_modules_take_device_and_dtype_positionally_where_torch_does(name):
 
 def test_embedding_takes_torchs_arguments_and_from_pretrained():
     """torch's ``Embedding`` signature whole: ``_weight``/``_freeze`` and ``from_pretrained``
-    hold the table given (frozen or not); ``max_norm``, ``scale_grad_by_freq`` and ``sparse``
-    are refused by name rather than by a ``TypeError`` on the argument count."""
+    hold the table given (frozen or not); ``sparse=True`` is refused by name rather than by a
+    ``TypeError`` on the argument count."""
     import torch
 
     table = np.random.default_rng(0).standard_normal((5, 3))
@@ -916,9 +916,40 @@ def test_embedding_takes_torchs_arguments_and_from_pretrained():
         assert ours.weight.requires_grad == theirs.weight.requires_grad
         out = theirs(torch.tensor(indices))
         np.testing.assert_array_equal(ours(rg.tensor(indices)).numpy(), out.detach().numpy())
-    with pytest.raises(rg.InvalidArgumentError, match="max_norm"):
-        nn.Embedding(5, 3, max_norm=1.0)(rg.tensor([1]))
     with pytest.raises(rg.InvalidArgumentError, match="sparse"):
         F.embedding(rg.tensor([1]), rg.ones((3, 2)), sparse=True)
     with pytest.raises(rg.ShapeError, match="_weight"):
         nn.Embedding(5, 3, _weight=rg.ones((4, 3)))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_norm": 1.0}, {"max_norm": 2.0, "norm_type": 1.0}, {"scale_grad_by_freq": True},
+     {"max_norm": 1.5, "scale_grad_by_freq": True, "padding_idx": 2}],
+    ids=["max_norm", "max_norm_l1", "scale_grad_by_freq", "all"],
+)  # fmt: skip
+def test_embedding_max_norm_and_scale_grad_by_freq_as_torchs(options):
+    """``max_norm`` renormalizes the looked-up rows of the weight in place (untracked) before
+    the lookup, ``scale_grad_by_freq`` divides each row's gradient by its index's count in
+    the batch: values, the weight left behind, and gradients equal torch's, functional and
+    module forms, over two steps (the second sees the first's renormalized rows)."""
+    import torch
+
+    table = np.random.default_rng(1).standard_normal((5, 3)) * 3
+    batches = [np.array([[0, 2], [2, 4]]), np.array([[1, 2, 2]])]
+    theirs = torch.nn.Embedding(5, 3, _weight=torch.tensor(table), **options)
+    ours = nn.Embedding(5, 3, _weight=rg.tensor(table), **options)
+    for indices in batches:
+        weights = np.arange(indices.size * 3, dtype=np.float64).reshape(*indices.shape, 3)
+        out = theirs(torch.tensor(indices))
+        theirs.weight.grad = None
+        (out * torch.tensor(weights)).sum().backward()
+        mine = ours(rg.tensor(indices))
+        grads = (mine * rg.tensor(weights)).sum().backward()
+        np.testing.assert_allclose(mine.numpy(), out.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            ours.weight.grad(grads).numpy(), theirs.weight.grad.numpy(), rtol=1e-12
+        )
+    functional = F.embedding(rg.tensor([[3]]), rg.tensor(table), max_norm=0.5)
+    assert float(functional.norm()) == pytest.approx(0.5, rel=1e-6)
