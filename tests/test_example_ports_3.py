@@ -37,7 +37,13 @@ weights and the same random draws, agreeing to 1e-9 at every step.
   ``weight.data.copy_``, ``torch.max(answer, 1)[1]``, whole-model ``torch.save`` snapshots;
 - ``regression/main.py``: gradient descent written on ``param.data.add_`` (its gradient line,
   ``param.grad``, read as ``param.grad(grads)``), ``fc.zero_grad()``, ``x ** i`` features,
-  ``smooth_l1_loss``, ``'{:+.2f}'.format`` of 0-d tensors.
+  ``smooth_l1_loss``, ``'{:+.2f}'.format`` of 0-d tensors;
+- ``word_language_model/generate.py`` (no gradient line: its text runs unchanged) over
+  ``model.py``'s ``RNNModel`` (LSTM) and ``TransformerModel`` (an ``nn.Transformer``
+  subclass replacing its ``decoder``): the whole pickled model loaded back under
+  ``torch.serialization.safe_globals`` listing torch's module paths, ``init_hidden``,
+  ``torch.multinomial(...)[0]`` fed to ``input.fill_``, ``torch.Tensor([[word_idx]]).long()``
+  and used as a list index.
 
 Dropout masks are the library's own: retrograd draws them from the generator
 ``rg.manual_seed`` seeds, and torch's dropout functions are replaced by the same draws
@@ -2276,3 +2282,311 @@ def test_the_regression_example_ports_changing_only_the_gradient_lines(monkeypat
     assert len(ours) == 25
     assert printed["retrograd"] == printed["torch"] and len(printed["torch"]) == 3
     assert printed["torch"][1].startswith("==> Learned function:\ty = ")
+
+
+# -- word_language_model/generate.py ---------------------------------------------------------------
+WORD_LANGUAGE_MODEL_SOURCE = r'''
+class RNNModel(nn.Module):
+    """Container module with an encoder, a recurrent module, and a decoder."""
+
+    def __init__(self, rnn_type, ntoken, ninp, nhid, nlayers, dropout=0.5, tie_weights=False):
+        super(RNNModel, self).__init__()
+        self.ntoken = ntoken
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        if rnn_type in ['LSTM', 'GRU']:
+            self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)
+        else:
+            try:
+                nonlinearity = {'RNN_TANH': 'tanh', 'RNN_RELU': 'relu'}[rnn_type]
+            except KeyError as e:
+                raise ValueError( """An invalid option for `--model` was supplied,
+                                 options are ['LSTM', 'GRU', 'RNN_TANH' or 'RNN_RELU']""") from e
+            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=nonlinearity, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+
+        # Optionally tie weights as in:
+        # "Using the Output Embedding to Improve Language Models" (Press & Wolf 2016)
+        # https://arxiv.org/abs/1608.05859
+        # and
+        # "Tying Word Vectors and Word Classifiers: A Loss Framework for Language Modeling" (Inan et al. 2016)
+        # https://arxiv.org/abs/1611.01462
+        if tie_weights:
+            if nhid != ninp:
+                raise ValueError('When using the tied flag, nhid must be equal to emsize')
+            self.decoder.weight = self.encoder.weight
+
+        self.init_weights()
+
+        self.rnn_type = rnn_type
+        self.nhid = nhid
+        self.nlayers = nlayers
+
+    def init_weights(self):
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def forward(self, input, hidden):
+        emb = self.drop(self.encoder(input))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        decoded = self.decoder(output)
+        decoded = decoded.view(-1, self.ntoken)
+        return F.log_softmax(decoded, dim=1), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        if self.rnn_type == 'LSTM':
+            return (weight.new_zeros(self.nlayers, bsz, self.nhid),
+                    weight.new_zeros(self.nlayers, bsz, self.nhid))
+        else:
+            return weight.new_zeros(self.nlayers, bsz, self.nhid)
+
+# Temporarily leave PositionalEncoding module here. Will be moved somewhere else.
+class PositionalEncoding(nn.Module):
+    r"""Inject some information about the relative or absolute position of the tokens in the sequence.
+        The positional encodings have the same dimension as the embeddings, so that the two can be summed.
+        Here, we use sine and cosine functions of different frequencies.
+    .. math:
+        \text{PosEncoder}(pos, 2i) = sin(pos/10000^(2i/d_model))
+        \text{PosEncoder}(pos, 2i+1) = cos(pos/10000^(2i/d_model))
+        \text{where pos is the word position and i is the embed idx)
+    Args:
+        d_model: the embed dim (required).
+        dropout: the dropout value (default=0.1).
+        max_len: the max. length of the incoming sequence (default=5000).
+    Examples:
+        >>> pos_encoder = PositionalEncoding(d_model)
+    """
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super(PositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(p=dropout)
+
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0).transpose(0, 1)
+        self.register_buffer('pe', pe)
+
+    def forward(self, x):
+        r"""Inputs of forward function
+        Args:
+            x: the sequence fed to the positional encoder model (required).
+        Shape:
+            x: [sequence length, batch size, embed dim]
+            output: [sequence length, batch size, embed dim]
+        Examples:
+            >>> output = pos_encoder(x)
+        """
+
+        x = x + self.pe[:x.size(0), :]
+        return self.dropout(x)
+
+class TransformerModel(nn.Transformer):
+    """Container module with an encoder, a recurrent or transformer module, and a decoder."""
+
+    def __init__(self, ntoken, ninp, nhead, nhid, nlayers, dropout=0.5):
+        super(TransformerModel, self).__init__(d_model=ninp, nhead=nhead, dim_feedforward=nhid, num_encoder_layers=nlayers)
+        self.model_type = 'Transformer'
+        self.src_mask = None
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+
+        self.input_emb = nn.Embedding(ntoken, ninp)
+        self.ninp = ninp
+        self.decoder = nn.Linear(ninp, ntoken)
+
+        self.init_weights()
+
+    def _generate_square_subsequent_mask(self, sz):
+        return torch.log(torch.tril(torch.ones(sz,sz)))
+
+    def init_weights(self):
+        initrange = 0.1
+        nn.init.uniform_(self.input_emb.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def forward(self, src, has_mask=True):
+        if has_mask:
+            device = src.device
+            if self.src_mask is None or self.src_mask.size(0) != len(src):
+                mask = self._generate_square_subsequent_mask(len(src)).to(device)
+                self.src_mask = mask
+        else:
+            self.src_mask = None
+
+        src = self.input_emb(src) * math.sqrt(self.ninp)
+        src = self.pos_encoder(src)
+        output = self.encoder(src, mask=self.src_mask)
+        output = self.decoder(output)
+        return F.log_softmax(output, dim=-1)
+'''
+
+GENERATE_SOURCE = r"""
+torch.manual_seed(args.seed)
+
+if args.accel and torch.accelerator.is_available():
+    device = torch.accelerator.current_accelerator()
+
+else:
+    device = torch.device("cpu")
+
+if args.temperature < 1e-3:
+    parser.error("--temperature has to be greater or equal 1e-3.")
+
+with open(args.checkpoint, 'rb') as f:
+    safe_globals = [
+        PositionalEncoding,
+        RNNModel,
+        TransformerModel,
+        torch.nn.functional.relu,
+        torch.nn.modules.activation.MultiheadAttention,
+        torch.nn.modules.container.ModuleList,
+        torch.nn.modules.dropout.Dropout,
+        torch.nn.modules.linear.Linear,
+        torch.nn.modules.linear.NonDynamicallyQuantizableLinear,
+        torch.nn.modules.normalization.LayerNorm,
+        torch.nn.modules.sparse.Embedding,
+        torch.nn.modules.rnn.GRU,
+        torch.nn.modules.rnn.LSTM,
+        torch.nn.modules.rnn.RNN,
+        torch.nn.modules.transformer.TransformerEncoder,
+        torch.nn.modules.transformer.TransformerEncoderLayer,
+    ]
+    with torch.serialization.safe_globals(safe_globals):
+        model = torch.load(f, map_location=device)
+model.eval()
+
+corpus = data.Corpus(args.data)
+ntokens = len(corpus.dictionary)
+
+is_transformer_model = hasattr(model, 'model_type') and model.model_type == 'Transformer'
+if not is_transformer_model:
+    hidden = model.init_hidden(1)
+input = torch.randint(ntokens, (1, 1), dtype=torch.long).to(device)
+
+with open(args.outf, 'w') as outf:
+    with torch.no_grad():  # no tracking history
+        for i in range(args.words):
+            if is_transformer_model:
+                output = model(input, False)
+                word_weights = output[-1].squeeze().div(args.temperature).exp().cpu()
+                word_idx = torch.multinomial(word_weights, 1)[0]
+                word_tensor = torch.Tensor([[word_idx]]).long().to(device)
+                input = torch.cat([input, word_tensor], 0)
+            else:
+                output, hidden = model(input, hidden)
+                word_weights = output.squeeze().div(args.temperature).exp().cpu()
+                word_idx = torch.multinomial(word_weights, 1)[0]
+                input.fill_(word_idx)
+
+            word = corpus.dictionary.idx2word[word_idx]
+            record(word_weights.tolist(), None)
+
+            outf.write(word + ('\n' if i % 20 == 19 else ' '))
+
+            if i % args.log_interval == 0:
+                print('| Generated {}/{} words'.format(i, args.words))
+"""
+
+
+class MultinomialDraws:
+    """One seeded stream of uniforms for ``torch.multinomial(weights, 1)`` in both libraries:
+    the index is where the draw falls in the normalized cumulative weights."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def patch(self, monkeypatch, lib):
+        def multinomial(weights, num_samples, **_):
+            p = np.asarray(weights, dtype=np.float64)
+            u = self.rng.uniform()
+            index = min(int((u > np.cumsum(p / p.sum())).sum()), p.size - 1)
+            return lib.tensor([index])
+
+        monkeypatch.setattr(lib, "multinomial", multinomial)
+
+
+def _run_generate(lib, source, torch_state, monkeypatch, tmp_path, kind):
+    """``main.py``'s checkpoint (the whole model, ``torch.save(model, f)``) of a model made
+    from ``model.py``, then ``generate.py`` as it is: the model loaded back under
+    ``torch.serialization.safe_globals`` and sampled from, word by word."""
+    records: list = []
+    folder = tmp_path / f"{lib.__name__}_{kind}"
+    folder.mkdir()
+    words = [f"w{i}" for i in range(15)]
+    ours, theirs = namespaces(
+        math=__import__("math"),
+        args=types.SimpleNamespace(
+            data="./data/wikitext-2",
+            checkpoint=str(folder / "model.pt"),
+            outf=str(folder / "generated.txt"),
+            words=12,
+            seed=1111,
+            temperature=0.8,
+            log_interval=4,
+            accel=False,
+        ),
+        parser=types.SimpleNamespace(error=lambda message: pytest.fail(message)),
+        data=types.SimpleNamespace(
+            Corpus=lambda path: types.SimpleNamespace(dictionary=_Dictionary(words))
+        ),
+        record=lambda value, model: records.append((value, None)),
+    )
+    namespace = ours if lib is rg else theirs
+    script = types.ModuleType(f"word_language_model_on_{lib.__name__}")  # the pickled classes' home
+    script.__dict__.update(namespace)
+    monkeypatch.setitem(sys.modules, script.__name__, script)
+    exec(compile(WORD_LANGUAGE_MODEL_SOURCE, "model.py", "exec"), script.__dict__)
+    if kind == "LSTM":
+        model = script.RNNModel("LSTM", len(words), 8, 8, 2, dropout=0.2)
+    else:
+        model = script.TransformerModel(len(words), 8, 2, 16, 2, dropout=0.2)
+    model = model.double()
+    if torch_state is not None:
+        model.load_state_dict(torch_state)
+    initial = state_of(model)
+    with open(script.args.checkpoint, "wb") as f:  # main.py's ``torch.save(model, f)``
+        lib.save(model, f)
+    IntegerDraws(73).patch(monkeypatch, lib)
+    MultinomialDraws(79).patch(monkeypatch, lib)
+    exec(compile(source, "generate.py", "exec"), script.__dict__)
+    records.append((0.0, None))
+    with open(script.args.outf) as f:
+        generated = f.read()
+    return initial, records + [(float(len(generated.split())), None)], generated
+
+
+class _Dictionary:
+    def __init__(self, words):
+        self.idx2word = words
+
+    def __len__(self):
+        return len(self.idx2word)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
+def test_the_word_language_model_generate_script_ports_unchanged(monkeypatch, tmp_path, kind):
+    """``generate.py`` has no gradient line: its text runs as it is. It loads a whole pickled
+    model under ``torch.serialization.safe_globals`` (torch's module paths:
+    ``nn.modules.activation.MultiheadAttention``, ``NonDynamicallyQuantizableLinear``...),
+    ``init_hidden``'s ``new_zeros``, ``torch.randint(..., dtype=torch.long)``,
+    ``div(temperature).exp()``, ``torch.multinomial(...)[0]`` (a 0-d tensor) used in
+    ``input.fill_``, ``torch.Tensor([[word_idx]]).long()`` and as a list index; the
+    TransformerModel is an ``nn.Transformer`` subclass replacing its ``decoder``."""
+    torch.manual_seed(0)
+    initial, theirs, their_text = _run_generate(
+        torch, GENERATE_SOURCE, None, monkeypatch, tmp_path, kind
+    )
+    start, ours, our_text = _run_generate(
+        rg, port(GENERATE_SOURCE, []), initial, monkeypatch, tmp_path, kind
+    )
+    for name, value in initial.items():
+        np.testing.assert_array_equal(start[name], value)
+    assert_records_agree(ours, theirs)
+    assert our_text == their_text and len(our_text.split()) == 12
