@@ -2570,6 +2570,7 @@ class _Dictionary:
         return len(self.idx2word)
 
 
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
 def test_the_word_language_model_generate_script_ports_unchanged(monkeypatch, tmp_path, kind):
     """``generate.py`` has no gradient line: its text runs as it is. It loads a whole pickled
