@@ -44,6 +44,7 @@ LAYERS = {
     "linalg": 5,  # torch.linalg over the tensor API
     "special": 5,  # torch.special over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
+    "accelerator": 6,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low
     "unsupported": 1,

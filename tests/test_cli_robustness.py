@@ -450,8 +450,9 @@ def test_nothing_is_unpickled_but_what_rg_load_is_told_to():
         if path.name != "serialization.py":
             assert "import pickle" not in text, f"{path}: import pickle"
     text = (SOURCE / "retrograd" / "serialization.py").read_text(encoding="utf-8")
-    assert text.count("pickle.loads(") == 1
-    assert "if not self.weights_only:\n            return pickle.loads(data)" in text
+    assert "pickle.loads(" not in text and text.count(".load()") == 2
+    assert "if not self.weights_only:\n            return _TensorUnpickler(" in text
+    assert "return _AllowedOnly(io.BytesIO(data), self).load()" in text
 
 
 def test_the_readme_says_no_command_has_run_on_a_gpu():

@@ -78,5 +78,35 @@ def test_errors_say_what_is_wrong_or_unsupported():
         rg.nn.functional.embedding_bag(rg.tensor(BAGS["2-d"][0]), weight, rg.tensor([0]))
     with pytest.raises(rg.InvalidArgumentError, match="offsets has to be a 1-d tensor"):
         rg.nn.functional.embedding_bag(rg.tensor(FLAT), weight)
-    with pytest.raises(rg.InvalidArgumentError, match="max_norm is not supported"):
-        nn.EmbeddingBag(10, 4, max_norm=1.0)(rg.tensor(BAGS["2-d"][0]))
+    with pytest.raises(rg.InvalidArgumentError, match="scale_grad_by_freq is not supported"):
+        nn.EmbeddingBag(10, 4, scale_grad_by_freq=True)(rg.tensor(BAGS["2-d"][0]))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("bags", list(BAGS))
+def test_max_norm_renormalizes_the_rows_looked_up_as_torchs(bags, mode):
+    """``max_norm``: the rows ``input`` looks up whose norm passes it are scaled in place
+    (untracked) to ``max_norm / (norm + 1e-7)`` of themselves before the bags are reduced;
+    the output, the weight left behind and its gradient equal torch's."""
+    indices, offsets, include_last = BAGS[bags]
+    outputs, tables, gradients = [], [], []
+    for lib in (torch, rg):
+        weight = (torch.tensor(WEIGHT * 2, requires_grad=True) if lib is torch
+                  else rg.nn.Parameter(rg.tensor(WEIGHT * 2)))  # fmt: skip
+        out = lib.nn.functional.embedding_bag(
+            lib.tensor(indices), weight, None if offsets is None else lib.tensor(offsets),
+            mode=mode, include_last_offset=include_last, max_norm=1.5, norm_type=1.0,
+        )  # fmt: skip
+        scale = np.arange(out.numel(), dtype=np.float64).reshape(tuple(out.shape))
+        if lib is torch:
+            (out * torch.tensor(scale)).sum().backward()
+            gradients.append(weight.grad.numpy())
+            outputs.append(out.detach().numpy())
+            tables.append(weight.detach().numpy())
+        else:
+            grads = (out * rg.tensor(scale)).sum().backward()
+            gradients.append(weight.grad(grads).numpy())
+            outputs.append(out.numpy())
+            tables.append(weight.numpy())
+    for theirs, ours in (outputs, tables, gradients):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

@@ -8,6 +8,7 @@ PyTorch in float64 (values and gradients, several argument combinations and redu
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -555,3 +556,61 @@ def test_ctc_loss_unbatched_and_module():
     assert abs(loss.item() - expected.item()) < 1e-12
     with pytest.raises(rg.ShapeError, match=r"ctc_loss: input_lengths"):
         F.ctc_loss(rg.tensor(logits), rg.tensor(targets), [13, 1, 1], target_lengths)
+
+
+# -- feature dropout at every rank (found porting mnist_rnn/main.py) -------------------------------
+FEATURE_DROPOUT_RANKS = [
+    ("dropout1d", (3, 40)), ("dropout1d", (2, 30, 5)),
+    ("dropout2d", (40, 30)), ("dropout2d", (3, 40, 5)), ("dropout2d", (2, 30, 3, 3)),
+    ("dropout2d", (2, 20, 2, 2, 2)),
+    ("dropout3d", (40,)), ("dropout3d", (30, 4)), ("dropout3d", (20, 3, 2, 2)),
+    ("dropout3d", (2, 20, 2, 2, 2)), ("dropout3d", (20, 2, 2, 2, 2, 2)),
+]  # fmt: skip
+
+
+def _constant_axes(values: np.ndarray) -> tuple[int, ...]:
+    """The axes along which ``values`` never changes: the axes a dropout mask is broadcast on."""
+    return tuple(
+        axis
+        for axis in range(values.ndim)
+        if values.shape[axis] > 1 and np.all(values == np.take(values, [0], axis=axis))
+    )
+
+
+@pytest.mark.parametrize("name, shape", FEATURE_DROPOUT_RANKS)
+def test_feature_dropout_zeroes_the_slices_torch_zeroes_at_every_rank(name, shape):
+    """torch's ``dropout2d`` reads dimension 1 as the channels at every rank (a 2-d input is
+    element-wise dropout, a 3-d one ``[N, C, L]``) and ``dropout3d`` reads any rank but 5 as
+    unbatched; both warn off their documented ranks. Which axes the mask is broadcast on, the
+    scale, the gradient (the mask itself) and the warning must match torch's."""
+    p = 0.4
+    x = rng.uniform(0.5, 1.5, shape)
+    torch.manual_seed(3)
+    with warnings.catch_warnings(record=True) as theirs_warned:
+        warnings.simplefilter("always")
+        theirs = getattr(TF, name)(torch.tensor(x), p).numpy() / x
+    rg.manual_seed(3)
+    x_ours = rg.tensor(x, requires_grad=True)
+    with warnings.catch_warnings(record=True) as ours_warned:
+        warnings.simplefilter("always")
+        out = getattr(F, name)(x_ours, p)
+    ratio = out.numpy() / x
+    assert bool(ours_warned) == bool(theirs_warned)
+    assert set(np.unique(np.round(ratio, 12))) == {0.0, round(1 / (1 - p), 12)}
+    assert _constant_axes(ratio) == _constant_axes(theirs)
+    weights = rng.standard_normal(shape)
+    grads = (out * rg.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(x_ours.grad(grads).numpy(), ratio * weights, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name, shape",
+    [("dropout1d", (5,)), ("dropout1d", (2, 2, 2, 2)), ("dropout2d", (5,)),
+     ("dropout2d", ()), ("dropout3d", ())],
+)  # fmt: skip
+def test_feature_dropout_rejects_the_ranks_torch_rejects(name, shape):
+    with pytest.raises(RuntimeError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        getattr(TF, name)(torch.ones(shape, dtype=torch.float64), 0.5)
+    with pytest.raises(rg.ShapeError, match=name):
+        getattr(F, name)(rg.ones(shape), 0.5)

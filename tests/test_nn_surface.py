@@ -834,3 +834,122 @@ def test_optimizer_resumes_from_torchs_state_dict(kind):
         np.testing.assert_allclose(
             ours.state_dict()[name], value.numpy(), rtol=1e-11, atol=1e-13, err_msg=name
         )
+
+
+# -- torch's positional factory arguments (found porting mnist_forward_forward/main.py) ----------
+_REQUIRED = {
+    "in_features": 3, "out_features": 2, "in1_features": 3, "in2_features": 2,
+    "in_channels": 2, "out_channels": 4, "kernel_size": 3, "num_features": 4,
+    "normalized_shape": 4, "num_groups": 2, "num_channels": 4, "input_size": 3,
+    "hidden_size": 4, "embed_dim": 4, "num_heads": 2, "d_model": 4, "nhead": 2,
+    "num_embeddings": 5, "embedding_dim": 3,
+}  # fmt: skip
+
+
+def _torch_positional_factory_modules() -> list[str]:
+    import inspect
+
+    import torch
+
+    names = []
+    for name in sorted(dir(torch.nn)):
+        cls = getattr(torch.nn, name)
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)) or name.startswith(
+            ("Lazy", "RNNBase", "RNNCellBase", "_")
+        ):
+            continue
+        try:
+            parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        except (TypeError, ValueError):
+            continue
+        positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+        if positional[-2:] == ["device", "dtype"] and hasattr(nn, name):
+            names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("name", _torch_positional_factory_modules())
+def test_modules_take_device_and_dtype_positionally_where_torch_does(name):
+    """``class Layer(nn.Linear)`` calling ``super().__init__(in_features, out_features, bias,
+    device, dtype)``: every module whose torch signature ends in positional ``device, dtype``
+    takes them there too, each argument before them at torch's position (torch's defaults
+    passed positionally), and makes float64 parameters of torch's shapes."""
+    import inspect
+
+    import torch
+
+    theirs_cls, ours_cls = getattr(torch.nn, name), getattr(nn, name)
+    parameters = [
+        p
+        for p in list(inspect.signature(theirs_cls.__init__).parameters.values())[1:]
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("device", "dtype")
+    ]
+    args = []
+    for p in parameters:
+        value = _REQUIRED[p.name] if p.default is p.empty else p.default
+        args.append("relu" if callable(value) else value)
+    theirs = theirs_cls(*args, "cpu", torch.float64)
+    ours = ours_cls(*args, "cpu", rg.float64)
+    mine, reference = ours.state_dict(), theirs.state_dict()
+    assert {k: tuple(v.shape) for k, v in mine.items()} == {
+        k: tuple(v.shape) for k, v in reference.items()
+    }
+    floating = [k for k, v in reference.items() if v.dtype.is_floating_point]
+    assert all(reference[k].dtype == torch.float64 for k in floating)
+    assert all(mine[k].dtype == rg.float64 for k in floating)
+
+
+def test_embedding_takes_torchs_arguments_and_from_pretrained():
+    """torch's ``Embedding`` signature whole: ``_weight``/``_freeze`` and ``from_pretrained``
+    hold the table given (frozen or not); ``sparse=True`` is refused by name rather than by a
+    ``TypeError`` on the argument count."""
+    import torch
+
+    table = np.random.default_rng(0).standard_normal((5, 3))
+    indices = np.array([[0, 4], [2, 2]])
+    for make in (
+        lambda lib, t: lib.nn.Embedding(5, 3, None, None, 2.0, False, False, t),
+        lambda lib, t: lib.nn.Embedding.from_pretrained(t, freeze=False, padding_idx=1),
+        lambda lib, t: lib.nn.Embedding.from_pretrained(t),
+    ):
+        theirs, ours = make(torch, torch.tensor(table)), make(rg, rg.tensor(table))
+        assert ours.weight.requires_grad == theirs.weight.requires_grad
+        out = theirs(torch.tensor(indices))
+        np.testing.assert_array_equal(ours(rg.tensor(indices)).numpy(), out.detach().numpy())
+    with pytest.raises(rg.InvalidArgumentError, match="sparse"):
+        F.embedding(rg.tensor([1]), rg.ones((3, 2)), sparse=True)
+    with pytest.raises(rg.ShapeError, match="_weight"):
+        nn.Embedding(5, 3, _weight=rg.ones((4, 3)))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_norm": 1.0}, {"max_norm": 2.0, "norm_type": 1.0}, {"scale_grad_by_freq": True},
+     {"max_norm": 1.5, "scale_grad_by_freq": True, "padding_idx": 2}],
+    ids=["max_norm", "max_norm_l1", "scale_grad_by_freq", "all"],
+)  # fmt: skip
+def test_embedding_max_norm_and_scale_grad_by_freq_as_torchs(options):
+    """``max_norm`` renormalizes the looked-up rows of the weight in place (untracked) before
+    the lookup, ``scale_grad_by_freq`` divides each row's gradient by its index's count in
+    the batch: values, the weight left behind, and gradients equal torch's, functional and
+    module forms, over two steps (the second sees the first's renormalized rows)."""
+    import torch
+
+    table = np.random.default_rng(1).standard_normal((5, 3)) * 3
+    batches = [np.array([[0, 2], [2, 4]]), np.array([[1, 2, 2]])]
+    theirs = torch.nn.Embedding(5, 3, _weight=torch.tensor(table), **options)
+    ours = nn.Embedding(5, 3, _weight=rg.tensor(table), **options)
+    for indices in batches:
+        weights = np.arange(indices.size * 3, dtype=np.float64).reshape(*indices.shape, 3)
+        out = theirs(torch.tensor(indices))
+        theirs.weight.grad = None
+        (out * torch.tensor(weights)).sum().backward()
+        mine = ours(rg.tensor(indices))
+        grads = (mine * rg.tensor(weights)).sum().backward()
+        np.testing.assert_allclose(mine.numpy(), out.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            ours.weight.grad(grads).numpy(), theirs.weight.grad.numpy(), rtol=1e-12
+        )
+    functional = F.embedding(rg.tensor([[3]]), rg.tensor(table), max_norm=0.5)
+    assert float(functional.norm()) == pytest.approx(0.5, rel=1e-6)

@@ -295,6 +295,70 @@ def test_whole_modules_and_namespaces_save_as_torch_pickles_them_and_load_by_its
         rg.load(only_args)
 
 
+def test_a_whole_module_loads_under_the_allow_list_torch_needs(tmp_path):
+    """``generate.py``'s ``with torch.serialization.safe_globals([RNNModel, ...]):
+    torch.load(f)``: a pickled module needs only its modules' classes allowed, as torch's (its
+    tensors are the file's arrays, parameters rebuilt as ``Parameter``s); tied and frozen
+    parameters, buffers and a Transformer's causal-mask cache come back as they were."""
+
+    def build(lib):
+        class Tied(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = lib.nn.Embedding(5, 4)
+                self.encoder = lib.nn.TransformerEncoder(
+                    lib.nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0), 1
+                )
+                self.norm = lib.nn.BatchNorm1d(4)
+                self.out = lib.nn.Linear(4, 5)
+                self.out.weight = self.embed.weight
+                self.norm.bias.requires_grad_(False)
+
+        return Tied
+
+    classes = {}
+    for lib in (torch, rg):
+        made = build(lib)
+        made.__qualname__ = made.__name__ = "Tied"
+        made.__module__ = __name__
+        classes[lib.__name__] = made
+    model = classes["retrograd"]().double()
+    path = tmp_path / "model.pt"
+    globals()["Tied"] = classes["retrograd"]  # where the pickle finds the class
+    try:
+        rg.save(model, path)
+        theirs = classes["torch"]().double()
+        globals()["Tied"] = classes["torch"]
+        torch.save(theirs, tmp_path / "torch.pt")
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "torch.pt")
+        globals()["Tied"] = classes["retrograd"]
+        ours = rg.serialization.get_unsafe_globals_in_checkpoint(path)
+        # the same classes and functions (retrograd's relu lives in nn.functional.activation)
+        assert sorted(n.rsplit(".", 1)[1] for n in ours) == sorted(
+            n.rsplit(".", 1)[1] for n in names
+        )
+        with rg.serialization.safe_globals([classes["retrograd"]] + [
+            rg.nn.Embedding, rg.nn.TransformerEncoder, rg.nn.TransformerEncoderLayer,
+            rg.nn.BatchNorm1d, rg.nn.Linear, rg.nn.LayerNorm, rg.nn.Dropout, rg.nn.ModuleList,
+            rg.nn.MultiheadAttention, rg.nn.modules.linear.NonDynamicallyQuantizableLinear,
+            rg.nn.functional.relu,
+        ]):  # fmt: skip
+            loaded = rg.load(path)
+    finally:
+        globals().pop("Tied", None)
+    assert type(loaded.out.weight) is rg.nn.Parameter and loaded.out.weight is loaded.embed.weight
+    assert not loaded.norm.bias.requires_grad and loaded.norm.weight.requires_grad
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(loaded.state_dict()[name]), np.asarray(value))
+    x = rg.tensor(np.random.default_rng(0).standard_normal((3, 2, 4)))
+    mask = rg.nn.Transformer.generate_square_subsequent_mask(3, dtype=rg.float64)
+    np.testing.assert_allclose(
+        loaded.encoder(x, mask=mask).numpy(), model.encoder(x, mask=mask).numpy(), rtol=1e-12
+    )
+    grads = loaded.encoder(x, mask=mask).sum().backward()
+    assert loaded.encoder.layers[0].linear1.weight.grad(grads).shape == (8, 4)
+
+
 def test_tensors_requiring_grad_load_as_leaves():
     buffer = io.BytesIO()
     rg.save([rg.tensor([1.0]).require_grad(), rg.tensor([2])], buffer)

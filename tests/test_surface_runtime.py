@@ -327,13 +327,33 @@ REFUSED = {
         rg.InvalidArgumentError,
         "sparse",
     ),
-    "spmm": (lambda: rg.spmm(rg.ones((2, 2)), rg.ones((2, 2))), rg.InvalidArgumentError, "sparse"),
     "nested.nested_tensor": (
         lambda: rg.nested.nested_tensor([rg.ones((2,)), rg.ones((3,))], layout=rg.jagged),
         rg.InvalidArgumentError,
         "nested",
     ),
 }
+
+
+def test_spmm_of_dense_matrices_is_mm_as_torchs():
+    """``torch.spmm`` takes a dense first operand and is then ``mm`` (gcn/main.py's
+    ``torch.spmm(adj_mat, support)``); retrograd's refused it as a sparse form."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+    weights = rng.standard_normal((4, 2))
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    (torch.spmm(ta, tb) * torch.tensor(weights)).sum().backward()
+    ra, rb = rg.tensor(a, requires_grad=True), rg.tensor(b, requires_grad=True)
+    out = rg.spmm(ra, rb)
+    grads = (out * rg.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), (ta @ tb).detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ra.grad(grads).numpy(), ta.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(rb.grad(grads).numpy(), tb.grad.numpy(), rtol=1e-12)
+    for x, y in [((2, 3, 4), (4, 2)), ((3, 4), (4,)), ((3,), (3, 2))]:
+        with pytest.raises(RuntimeError):
+            torch.spmm(torch.ones(x), torch.ones(y))
+        with pytest.raises(rg.ShapeError, match="spmm"):
+            rg.spmm(rg.ones(x), rg.ones(y))
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
@@ -453,3 +473,23 @@ def test_get_unsafe_globals_in_checkpoint_is_empty_for_what_save_writes(tmp_path
     buffer.seek(0)
     with pytest.raises(rg.InvalidArgumentError, match="never read here"):
         rg.serialization.get_unsafe_globals_in_checkpoint(buffer)
+
+
+def test_accelerator_answers_as_torchs_on_this_machine():
+    """``torch.accelerator`` (``use_accel = not args.no_accel and
+    torch.accelerator.is_available()`` in current pytorch/examples scripts): the same answers
+    as torch's; without a device, the calls that need one raise."""
+    assert rg.accelerator.is_available() == torch.accelerator.is_available()
+    assert rg.accelerator.device_count() == torch.accelerator.device_count()
+    theirs = torch.accelerator.current_accelerator()
+    ours = rg.accelerator.current_accelerator()
+    assert (ours is None) == (theirs is None)
+    if theirs is None:
+        for call in ("current_device_index", "synchronize"):
+            with pytest.raises(RuntimeError):
+                getattr(torch.accelerator, call)()
+            with pytest.raises(rg.InvalidArgumentError, match="none is available"):
+                getattr(rg.accelerator, call)()
+    else:
+        assert ours.type == theirs.type
+        assert rg.accelerator.current_device_index() == torch.accelerator.current_device_index()

@@ -688,8 +688,115 @@ def test_type_names_and_legacy_types():
     assert weight.shape == (3, 4) and weight.requires_grad
     with pytest.raises(rg.ShapeError, match="Tensor: sizes must be non-negative"):
         rg.Tensor(2, -1)
-    with pytest.raises(rg.InvalidArgumentError, match=r"Tensor: expected sizes or one sequence"):
+    with pytest.raises(rg.DTypeError, match=r"Tensor: expected sizes or one sequence"):
         rg.Tensor(2, "a")
+
+
+def test_the_tensor_class_makes_tensors_as_torchs_legacy_constructor():
+    """``torch.Tensor(2, 3)`` as ``gcn/main.py`` writes it (``nn.Parameter(torch.Tensor(
+    input_dim, output_dim))``): the class itself, called with sizes, data or a tensor, makes a
+    float tensor; ``rg.Tensor(2, 3)`` once made a broken tensor holding the int 2."""
+    forms = [(2, 3), (4,), (), ([1, 0, 2],), ((2, 2),), (np.array([1, 2]),), (rg.Size([2, 1]),)]
+    for args in forms:
+        theirs = torch.Tensor(*(torch.Size(a) if isinstance(a, rg.Size) else a for a in args))
+        made = rg.Tensor(*args)
+        assert type(made) is rg.Tensor and made.shape == tuple(theirs.shape)
+        assert dtype_name(made.dtype) == dtype_name(theirs.dtype)
+        if args and not all(isinstance(a, int) for a in args) and not isinstance(args[0], rg.Size):
+            np.testing.assert_array_equal(made.numpy(), theirs.numpy())
+    source = rg.tensor([1.0, 2.0], dtype=rg.float64)
+    alias = rg.Tensor(source)  # torch's shares the storage and keeps the dtype
+    alias.add_(1.0)
+    assert alias.dtype == rg.float64 and source.tolist() == [2.0, 3.0]
+    weight = rg.nn.Parameter(rg.Tensor(3, 2))
+    rg.nn.init.xavier_normal_(weight)
+    grads = (weight * weight).sum().backward()
+    np.testing.assert_allclose(weight.grad(grads).numpy(), 2 * weight.numpy())
+    for bad in [(2.5,), ([1, 2], 3)]:
+        with pytest.raises(TypeError):
+            torch.Tensor(*bad)
+        with pytest.raises(TypeError, match="Tensor"):
+            rg.Tensor(*bad)
+    with pytest.raises(rg.ShapeError):
+        rg.Tensor(-1)
+
+
+def test_creation_functions_take_torchs_size_keyword():
+    """``torch.empty(size=(n_heads, 2 * n_hidden, 1))`` as ``gat/main.py`` writes it: every
+    creation function names its shape ``size`` (``full`` its value ``fill_value``,
+    ``randint`` its bounds ``low``/``high``)."""
+    calls = [
+        lambda lib: lib.empty(size=(2, 3)),
+        lambda lib: lib.zeros(size=(2, 3), dtype=lib.float64),
+        lambda lib: lib.ones(size=[4]),
+        lambda lib: lib.rand(size=(2, 1)),
+        lambda lib: lib.randn(size=(3,), dtype=lib.float64),
+        lambda lib: lib.full(size=(2, 2), fill_value=7),
+        lambda lib: lib.full((2, 2), fill_value=1.5),
+        lambda lib: lib.randint(5, size=(2, 3)),
+        lambda lib: lib.randint(2, 5, size=(6,)),
+        lambda lib: lib.randint(low=2, high=5, size=(6,)),
+        lambda lib: lib.randint(high=3, size=(2,)),
+    ]
+    for call in calls:
+        made, reference = call(rg), call(torch)
+        assert made.shape == tuple(reference.shape)
+        assert dtype_name(made.dtype) == dtype_name(reference.dtype)
+    assert rg.zeros(size=(2,)).tolist() == [0.0, 0.0] and rg.full(
+        size=(1,), fill_value=3
+    ).tolist() == [3]
+    low_high = rg.randint(low=2, high=5, size=(200,)).numpy()
+    assert low_high.min() == 2 and low_high.max() == 4
+    for call in (
+        lambda lib: lib.zeros(2, size=(3,)),
+        lambda lib: lib.full((2,), 1.0, fill_value=2.0),
+    ):
+        with pytest.raises(TypeError):
+            call(torch)
+        with pytest.raises(TypeError):
+            call(rg)
+
+
+def test_a_range_or_an_inner_tuple_indexes_as_a_sequence_as_in_torch():
+    """``x_[range(x.shape[0]), y] = x.max()`` (mnist_forward_forward/main.py): torch reads a
+    ``range``, and a tuple inside the index, as a list of indices, reading and writing."""
+    x = _distinct(3, 4)
+    reads = [
+        lambda t: t[range(2)],
+        lambda t: t[range(3), [0, 1, 2]],
+        lambda t: t[:, range(1, 4, 2)],
+        lambda t: t[(0, 2), 1],
+        lambda t: t[(2, 0),],
+    ]
+    for read in reads:
+        same_gradients(lambda lib, t, read=read: read(t) * 2.0, [x], "float64")
+
+    def write(lib, t):
+        out = t * 1.0
+        out[range(3), lib.tensor([3, 1, 0])] = t.max()
+        out[(0, 2), 2] = 0.5
+        return out
+
+    same_gradients(write, [x], "float64")
+
+
+def test_a_zero_dim_tensor_formats_as_its_value_as_in_torch():
+    """``'{val:6.2f}'.format(val=acc1[0])`` (imagenet/main.py's AverageMeter): a 0-d tensor
+    takes a format spec as its value does; a tensor of more dimensions refuses one."""
+    cases = [
+        (lambda lib: lib.tensor(1.5, dtype=lib.float64), "6.2f"),
+        (lambda lib: lib.tensor([2.25, 1.0])[0], ".3e"),
+        (lambda lib: lib.tensor(7), "d"),
+        (lambda lib: lib.tensor(7), "04d"),
+        (lambda lib: lib.tensor(True), ""),
+        (lambda lib: lib.tensor(3.0, requires_grad=True) * 2, "+.1f"),
+    ]
+    for make, spec in cases:
+        assert format(make(rg), spec) == format(make(torch), spec)
+    for lib in (rg, torch):
+        with pytest.raises(TypeError):
+            format(lib.tensor([1.5]), ".2f")
+    assert format(rg.tensor([1.5]), "") == str(rg.tensor([1.5]))
 
 
 def test_new_tensors_take_the_dtype_and_device_of_their_source():

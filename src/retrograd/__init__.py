@@ -62,6 +62,7 @@ from .tensor import (
 import math as _math
 
 from . import (
+    accelerator,
     amp,
     autograd,
     backends,
@@ -308,6 +309,7 @@ __all__ += [
 # memory formats, torch.futures, the default device and autocast state
 __all__ += [
     "Generator",
+    "accelerator",
     "channels_last",
     "channels_last_3d",
     "contiguous_format",

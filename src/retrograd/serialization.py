@@ -24,6 +24,7 @@ files whose source is trusted.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -112,9 +113,14 @@ class _Writer:
         return self.pickled(obj, where)
 
     def pickled(self, obj: Any, where: str) -> dict[str, Any]:
-        """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows)."""
+        """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows). The
+        tensors inside it are stored as this file's arrays, the pickle naming them (as torch
+        stores its storages): the pickle holds no backend, graph or NumPy internals, so a
+        module's pickle needs no more allowed classes than torch's does."""
+        buffer = io.BytesIO()
         try:
-            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+            _TensorPickler(buffer, self, where).dump(obj)
+            data = buffer.getvalue()
         except (pickle.PicklingError, TypeError, AttributeError) as error:
             raise DTypeError(
                 f"save: cannot store an object of type {type(obj).__name__} at {where}: "
@@ -135,6 +141,32 @@ class _Writer:
             f"save: cannot store a dict key of type {type(key).__name__} at {where} "
             "(str, int, float, bool, None or tuples of them)"
         )
+
+
+class _TensorPickler(pickle.Pickler):
+    """``pickle`` with each tensor replaced by a reference to the file's array of it; a
+    ``Parameter`` (or another tensor class) pickles as its class called on that tensor and
+    its ``requires_grad``, as ``Parameter(data, requires_grad)`` is built."""
+
+    def __init__(self, file: Any, writer: _Writer, where: str) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.writer, self.where = writer, where
+        self.origins: dict[int, Any] = {}
+        self.held: list[Any] = []  # the plain tensors made below, alive while ids are in use
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not Tensor:
+            return None
+        node = self.writer.encode(self.origins.get(id(obj), obj), self.where)
+        return ("tensor", node["tensor"], node["dtype"], node["requires_grad"])
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not isinstance(obj, Tensor) or type(obj) is Tensor:
+            return NotImplemented
+        plain = Tensor(obj._prim, obj._backend, obj._device)
+        self.origins[id(plain)] = obj
+        self.held.append(plain)
+        return (type(obj), (plain, bool(obj.is_require_grad())))
 
 
 def _is_torch_tensor(obj: Any) -> bool:
@@ -207,9 +239,9 @@ class _Reader:
     def unpickle(self, node: dict[str, Any]) -> Any:
         data = self.archive[node["pickle"]].tobytes()
         if not self.weights_only:
-            return pickle.loads(data)
+            return _TensorUnpickler(io.BytesIO(data), self).load()
         try:
-            return _AllowedOnly(io.BytesIO(data)).load()
+            return _AllowedOnly(io.BytesIO(data), self).load()
         except pickle.UnpicklingError as error:
             raise InvalidArgumentError(
                 f"load: the file holds a pickled {node['type']} at {node['at']}, and "
@@ -279,13 +311,41 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
 _SAFE_GLOBALS: list[Any] = []
 
 
-class _AllowedOnly(pickle.Unpickler):
+#: What torch's ``weights_only`` load allows without being told (its ``torch.nn.Parameter``,
+#: ``OrderedDict``, devices and dtypes): retrograd's, by name (``nn`` sits above this layer).
+_ALLOWED_BY_DEFAULT = {
+    ("retrograd.nn.parameter", "Parameter"),
+    ("collections", "OrderedDict"),
+    ("retrograd.device", "Device"),
+    ("retrograd.tensor.dtypes", "dtype"),
+}
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """``pickle`` reading :class:`_TensorPickler`'s references back as the file's tensors."""
+
+    def __init__(self, file: Any, reader: _Reader) -> None:
+        super().__init__(file)
+        self.reader = reader
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "tensor"):
+            raise pickle.UnpicklingError(f"unknown reference {pid!r} in a pickled entry")
+        _, name, dtype_name, requires_grad = pid
+        return self.reader.decode(
+            {"tensor": name, "dtype": dtype_name, "requires_grad": requires_grad}
+        )
+
+
+class _AllowedOnly(_TensorUnpickler):
     """An unpickler that rebuilds only the allowed classes (torch's ``weights_only``)."""
 
     def find_class(self, module: str, name: str) -> Any:
         for allowed in _SAFE_GLOBALS:
             if (allowed.__module__, allowed.__qualname__) == (module, name):
                 return allowed
+        if (module, name) in _ALLOWED_BY_DEFAULT:
+            return getattr(importlib.import_module(module), name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
 
 
@@ -320,6 +380,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     data = f.read() if hasattr(f, "read") else open(f, "rb").read()  # noqa: SIM115
     load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
+    allowed |= {f"{module}.{name}" for module, name in _ALLOWED_BY_DEFAULT}
     names: list[str] = []
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         structure = json.loads(str(archive[_STRUCTURE])) if _STRUCTURE in archive.files else {}

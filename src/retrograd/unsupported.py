@@ -1,7 +1,8 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
 complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, and :mod:`retrograd.fft`),
-sparse layouts (``sparse_coo_tensor``, ``spmm``; ``Tensor.to_sparse``) and nested tensors
-(:mod:`retrograd.nested`).
+sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
+(:mod:`retrograd.nested`). ``spmm`` is here too, with the one meaning it keeps on dense
+tensors: ``mm``.
 
 Tensors here are dense and real: float32/float64 (bfloat16/float16 on torch), int64, bool.
 A name torch code uses is better met by an error that names what is missing than by an
@@ -73,6 +74,19 @@ def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any
     no_sparse("sparse_coo_tensor")
 
 
-def spmm(input: Any, mat2: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no sparse layouts (``rg.mm`` multiplies dense matrices)."""
-    no_sparse("spmm")
+def spmm(input: Any, mat2: Any) -> Any:  # noqa: A002 (torch's name)
+    """torch's sparse-times-dense product. Every retrograd tensor is dense, and torch's
+    ``spmm`` of a dense first operand is the matrix product ``mm`` (values and gradients):
+    so is this (``gcn/main.py`` calls it on the adjacency matrix, dense or sparse)."""
+    from .errors import ShapeError, shape_text
+
+    if not hasattr(input, "mm"):
+        raise TypeError(f"spmm: input must be a tensor, got {type(input).__name__}")
+    if input.ndim != 2:
+        raise ShapeError(
+            f"spmm: expects two matrices, got input of shape {shape_text(input.shape)}"
+        )
+    try:
+        return input.mm(mat2)
+    except ShapeError as error:
+        raise ShapeError(f"spmm: {error}") from None

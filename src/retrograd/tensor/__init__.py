@@ -51,13 +51,8 @@ from .creation import (
     zeros_like,
 )
 from .indexing import tril, triu
-from .legacy import legacy_construct
 from .reduce import topk
 from .shape import cat, flatten, stack
-
-# ``rg.Tensor(2, 3)`` and ``rg.Tensor([1, 2])``, torch's legacy forms, make tensors through the
-# creation functions, which import ``core``: the constructor is handed to the class here.
-Tensor._legacy_construct = staticmethod(legacy_construct)
 
 __all__ = [
     "DTYPES",

@@ -27,7 +27,7 @@ __all__ = ["get_index", "index_put", "set_index"]
 def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[int, Any]]]:
     """The basic part of ``index`` (advanced items replaced by full slices) and, for the
     tensor it gives, each advanced dimension's position and index tensor."""
-    arrays = TensorBase | list | np.ndarray
+    arrays = TensorBase | list | np.ndarray | range | tuple  # sequences of indices, as torch's
     shape = t.shape
     consumed = 0
     for item in index:
@@ -229,7 +229,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     index tensors, lists and masks as torch's ``index_put_``."""
     if not isinstance(index, tuple):
         index = (index,)
-    arrays = TensorBase | list | np.ndarray
+    arrays = TensorBase | list | np.ndarray | range | tuple
     if not any(isinstance(i, arrays | bool) for i in index):
         target = t[index]
         target.copy_(value)

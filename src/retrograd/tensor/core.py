@@ -22,6 +22,7 @@ and leave every tensor and graph as they were.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,15 @@ from .views import link, unlink
 
 __all__ = ["Tensor"]
 
+_new = object.__new__
+
+
+def _wraps_a_primitive(args: tuple, kwargs: dict) -> bool:
+    """``Tensor(primitive, backend[, device])``, the internal form (a backend is no int)."""
+    return "backend" in kwargs or (
+        len(args) >= 2 and not isinstance(args[1], numbers.Number | str | bytes | list | tuple)
+    )
+
 
 class Tensor(
     ElementwiseMixin,
@@ -92,25 +102,27 @@ class Tensor(
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 
+    #: torch's legacy constructor forms (:func:`.legacy.legacy_new`), installed by
+    #: :mod:`.legacy`, which needs the creation functions that need this class.
+    _legacy_new: Any = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``Tensor(primitive, backend, device)`` wraps a backend primitive; torch's legacy
+        forms make one of the default dtype: ``rg.Tensor(2, 3)`` (zeros: torch leaves it
+        uninitialized), ``rg.Tensor([1, 2])``, ``rg.Tensor()`` (empty), ``rg.Tensor(t)`` (``t``
+        itself, a view sharing its value)."""
+        if cls is not Tensor or not args or _wraps_a_primitive(args, kwargs):
+            return _new(cls)  # bare: ``__init__`` fills it (copy and unpickling: their state)
+        device = kwargs.pop("device", None)
+        return Tensor._legacy_new("Tensor", default_float_dtype(), args, device, True)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """``Tensor(primitive, backend, device)``, the library's own form; or torch's legacy
-        constructor, ``rg.Tensor(2, 3)`` (zeros of that shape) and ``rg.Tensor([1, 2])`` (the
-        data), in the default float dtype, as ``torch.Tensor`` makes them.
-
-        >>> import retrograd as rg
-        >>> rg.Tensor([1, 2]).dtype, rg.Tensor(2, 3).shape
-        (retrograd.float32, (2, 3))
-        """
-        if len(args) >= 2 and not isinstance(args[1], int | float | str):
+        if _wraps_a_primitive(args, kwargs):
             TensorBase.__init__(self, *args, **kwargs)
-            return
-        made = self._legacy_construct("Tensor", default_float_dtype(), args, kwargs.get("device"))
-        TensorBase.__init__(self, made._prim, made._backend, made._device)
-
-    #: ``legacy.legacy_construct``, set by the package (``tensor/__init__.py``): it makes
-    #: tensors through the creation functions, which import this module, so importing it
-    #: here would close a cycle.
-    _legacy_construct: Any = None
+        elif not args and not kwargs:  # ``rg.Tensor()``: torch's empty float tensor
+            empty = Tensor._legacy_new("Tensor", default_float_dtype(), (), None)
+            TensorBase.__init__(self, empty._prim, empty._backend, empty._device)
+        # else a legacy form, which ``__new__`` made
 
     #: The one primitive the mixins need, ``self._apply(op, inputs, params=())``: run a backend
     #: kernel, operands lifted and promoted, errors translated (:func:`._dispatch.apply`).
@@ -202,6 +214,13 @@ class Tensor(
                 f"__index__: only int64 tensors can be used as an index, got {self.dtype}"
             )
         return int(self.item())
+
+    def __format__(self, format_spec: str) -> str:
+        """torch's: a 0-d tensor formats as its value (``f"{loss:.4f}"``, ``"{avg:6.2f}"``);
+        any other tensor only with an empty spec, as its ``str``."""
+        if self.ndim == 0:
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
 
     def __repr__(self) -> str:
         """torch's layout; the options of ``rg.set_printoptions``."""

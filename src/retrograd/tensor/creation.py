@@ -150,10 +150,13 @@ def zeros(
     device: Any = None,
     requires_grad: bool = False,
     out: Any = None,
+    size: Any = None,
 ) -> Tensor:
     """A tensor of zeros: ``zeros((2, 3))`` or torch's ``zeros(2, 3, dtype=...)`` (see
     :func:`_leading_shape` for the positional forms)."""
-    return _constant("zeros", args, dtype, backend, device, requires_grad, out)
+    return _constant(
+        "zeros", _sized("zeros", args, size), dtype, backend, device, requires_grad, out
+    )
 
 
 def ones(
@@ -163,9 +166,10 @@ def ones(
     device: Any = None,
     requires_grad: bool = False,
     out: Any = None,
+    size: Any = None,
 ) -> Tensor:
     """A tensor of ones: ``ones((2, 3))`` or ``ones(2, 3)``."""
-    return _constant("ones", args, dtype, backend, device, requires_grad, out)
+    return _constant("ones", _sized("ones", args, size), dtype, backend, device, requires_grad, out)
 
 
 def _constant(
@@ -188,22 +192,41 @@ def empty(
     requires_grad: bool = False,
     memory_format: Any = None,
     pin_memory: bool = False,
+    size: Any = None,
 ) -> Tensor:
     """torch's ``empty``: a tensor of that shape whose values are unspecified (here zeros:
     primitives are never written in place, so nothing is saved by leaving them unset)."""
+    args = _sized("empty", args, size)
     return zeros(*args, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
 
 
+def _sized(op: str, args: tuple, size: Any) -> tuple:
+    """torch's keyword form ``zeros(size=(2, 3))``: the shape as the one positional argument."""
+    if size is None:
+        return args
+    if args:
+        raise DTypeError(f"{op}: the shape given twice, as {args!r} and as size={size!r}")
+    return (size,)
+
+
 def full(
-    shape: Sequence[int],
-    value: Any,
+    shape: Sequence[int] | None = None,
+    value: Any = None,
     dtype: Any = None,
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    *,
+    size: Sequence[int] | None = None,
+    fill_value: Any = None,
 ) -> Tensor:
     """A tensor filled with ``value`` (the default float dtype for floats, int64 for ints, bool
-    for bools; ``value`` may be a 0-d tensor)."""
+    for bools; ``value`` may be a 0-d tensor). torch's keywords ``size=`` and ``fill_value=``
+    name them too."""
+    shape, value = (
+        _keyword("full", "shape", shape, "size", size),
+        _keyword("full", "value", value, "fill_value", fill_value),
+    )
     if isinstance(value, Tensor):
         value = value.item()
     if dtype is None:
@@ -218,6 +241,14 @@ def full(
     return _requiring(
         Tensor(backend.full(shape, value, dtype, device), backend, device), requires_grad
     )
+
+
+def _keyword(op: str, name: str, value: Any, torch_name: str, torch_value: Any) -> Any:
+    """One argument given positionally or by torch's keyword, not both and not neither."""
+    if (value is None) == (torch_value is None):
+        given = "twice" if value is not None else "not given"
+        raise TypeError(f"{op}: {name} ({torch_name}=) {given}")
+    return value if torch_value is None else torch_value
 
 
 def _like(t: Tensor, dtype: Any, device: Any) -> tuple[Any, Any, Any]:
@@ -360,25 +391,42 @@ def logspace(
 
 
 def rand(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,
-         requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
+         requires_grad: bool = False, generator: Any = None,
+         size: Any = None) -> Tensor:  # fmt: skip
     """Uniform values on [0, 1) (``torch.rand``): ``rand(2, 3)`` or ``rand((2, 3))``."""
+    args = _sized("rand", args, size)
     shape, dtype, backend, device = _leading_shape("rand", args, dtype, backend, device)
     drawn = random(shape, "uniform", dtype, backend, device, generator=generator)
     return _requiring(drawn, requires_grad)
 
 
 def randn(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,
-          requires_grad: bool = False, generator: Any = None) -> Tensor:  # fmt: skip
+          requires_grad: bool = False, generator: Any = None,
+          size: Any = None) -> Tensor:  # fmt: skip
     """Standard normal values (``torch.randn``): ``randn(2, 3)`` or ``randn((2, 3))``."""
+    args = _sized("randn", args, size)
     shape, dtype, backend, device = _leading_shape("randn", args, dtype, backend, device)
     drawn = random(shape, "normal", dtype, backend, device, generator=generator)
     return _requiring(drawn, requires_grad)
 
 
 def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any = None,
-            generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+            generator: Any = None, requires_grad: bool = False, low: Any = None,
+            high: Any = None, size: Any = None) -> Tensor:  # fmt: skip
     """Integers drawn uniformly from ``[low, high)``: ``randint(high, size)`` or
-    ``randint(low, high, size)`` (``torch.randint``), int64 by default."""
+    ``randint(low, high, size)`` (``torch.randint``), int64 by default; any of them may be
+    given by torch's keyword (``randint(10, size=(3,))``)."""
+    if low is not None or high is not None or size is not None:
+        rest = list(args)
+        size = size if size is not None else (rest.pop() if rest else None)
+        high = high if high is not None else (rest.pop() if rest else None)
+        low = low if low is not None else (rest.pop() if rest else 0)
+        if rest or size is None or high is None:
+            raise ShapeError(
+                f"randint: expected (high, size) or (low, high, size), got {args!r} with "
+                f"low={low!r}, high={high!r}, size={size!r}"
+            )
+        args = (low, high, size)
     ints = [a for a in args if isinstance(a, numbers.Integral) and not isinstance(a, bool)]
     if len(args) == 2 and len(ints) == 1:
         low, high, size = 0, args[0], args[1]

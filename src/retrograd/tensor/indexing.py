@@ -547,7 +547,8 @@ def _basic_index(t: Any, index: Any) -> Any:
     (:mod:`.advanced`), which copies."""
     if not isinstance(index, tuple):
         index = (index,)
-    arrays = TensorBase | list | np.ndarray
+    # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
+    arrays = TensorBase | list | np.ndarray | range | tuple
     if any(isinstance(i, arrays | bool) for i in index):
         from .advanced import get_index
 

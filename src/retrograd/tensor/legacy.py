@@ -12,8 +12,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import DTypeError, ShapeError
 from ._dispatch import TensorBase
+from .core import Tensor
 from .dtypes import LEGACY_NAMES, canonical_dtype
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "HalfTensor",
     "IntTensor",
     "LongTensor",
-    "legacy_construct",
 ]
 
 _DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
@@ -45,32 +45,34 @@ class _LegacyTensor(metaclass=_LegacyMeta):
     dtype_name = "float32"
 
     def __new__(cls, *args: Any, device: Any = None) -> Any:  # type: ignore[misc]
-        return legacy_construct(cls.__name__, cls.dtype_name, args, device)
+        return legacy_new(cls.__name__, canonical_dtype(cls.__name__, cls.dtype_name), args, device)
 
 
-def legacy_construct(name: str, dtype: str, args: tuple, device: Any = None) -> Any:
-    """What torch's legacy constructors make of their arguments: sizes give a tensor of that
-    shape (zeros: torch leaves it uninitialized), one sequence, array or tensor gives one
-    holding the data in ``dtype``, nothing gives an empty 1-d tensor."""
+def legacy_new(fn: str, dtype: str, args: tuple, device: Any, alias: bool = False) -> Any:
+    """torch's legacy constructor forms: ``()`` an empty tensor, sizes (ints, or one
+    ``Size``) a tensor of that shape (zeros: torch leaves it uninitialized), one sequence or
+    array the data in ``dtype``, one tensor that tensor (``alias``: itself, as
+    ``torch.Tensor(t)`` shares ``t``'s storage; else cast to ``dtype``)."""
     from .creation import tensor, zeros
 
-    dtype = canonical_dtype(name, dtype)
     if not args:
         return zeros((0,), dtype=dtype, device=device)
     if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
         if any(a < 0 for a in args):
-            raise ShapeError(f"{name}: sizes must be non-negative, got {tuple(args)}")
+            raise ShapeError(f"{fn}: sizes must be non-negative, got {tuple(args)}")
         return zeros(tuple(int(a) for a in args), dtype=dtype, device=device)
     if len(args) == 1 and isinstance(args[0], tuple) and type(args[0]).__name__ == "Size":
         return zeros(args[0], dtype=dtype, device=device)
     if len(args) != 1:
-        raise InvalidArgumentError(
-            f"{name}: expected sizes or one sequence of data, got {len(args)} arguments "
+        raise DTypeError(
+            f"{fn}: expected sizes or one sequence of data, got {len(args)} arguments "
             f"({', '.join(type(a).__name__ for a in args)})"
         )
     data = args[0]
     if isinstance(data, TensorBase):
-        return data.cast(dtype)
+        return data.view(data.shape) if alias else data.cast(dtype)
+    if isinstance(data, (numbers.Number, str, bytes)):
+        raise DTypeError(f"{fn}: data must be a sequence, got {type(data).__name__} {data!r}")
     return tensor(data, dtype=dtype, device=device)
 
 
@@ -86,3 +88,5 @@ LongTensor = _legacy("LongTensor")
 IntTensor = _legacy("IntTensor")
 ByteTensor = _legacy("ByteTensor")
 BoolTensor = _legacy("BoolTensor")
+
+Tensor._legacy_new = staticmethod(legacy_new)  # ``rg.Tensor(2, 3)`` (see ``Tensor.__new__``)

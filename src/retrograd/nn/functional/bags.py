@@ -18,7 +18,7 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, tensor, zeros_like
 from ...tensor.functions import where
 from ...tensor.internal import shape_text
-from .linear import embedding
+from .linear import _renorm_rows, embedding
 
 __all__ = ["embedding_bag"]
 
@@ -78,12 +78,9 @@ def embedding_bag(
     fn = "embedding_bag"
     if mode not in _MODES:
         raise InvalidArgumentError(f"{fn}: mode has to be one of sum, mean or max, got {mode!r}")
-    refused = {"max_norm": max_norm is not None, "scale_grad_by_freq": scale_grad_by_freq}
-    for name, flag in {**refused, "sparse": sparse}.items():
+    for name, flag in {"scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse}.items():
         if flag:
-            raise InvalidArgumentError(
-                f"{fn}: {name} is not supported (no in-place renormalization, dense gradients)"
-            )
+            raise InvalidArgumentError(f"{fn}: {name} is not supported (dense gradients)")
     if not isinstance(input, Tensor) or input.dtype != "int64":
         raise DTypeError(f"{fn}: input must be an int64 tensor")
     if per_sample_weights is not None and mode != "sum":
@@ -97,6 +94,8 @@ def embedding_bag(
             f"shape of input {shape_text(input.shape)}"
         )
     indices, mask, positions = _bags(fn, input, offsets, include_last_offset)
+    if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
+        _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
     if padding_idx is not None:
         mask = mask & (indices != padding_idx % weight.shape[0])
     made = dict(backend=weight.backend, device=weight.device)

@@ -6,9 +6,11 @@ from __future__ import annotations
 from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.inplace import assign
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -106,7 +108,15 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
 
 
 # -- embedding ------------------------------------------------------------------------------------
-def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+def embedding(
+    indices: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     """Rows of ``weight`` ``[num_embeddings, dim]`` at the int64 ``indices`` (any shape):
     ``[*indices.shape, dim]``. The row at ``padding_idx`` gets no gradient, as in PyTorch.
 
@@ -117,6 +127,11 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
     fn = "embedding"
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
+    if sparse:
+        raise InvalidArgumentError(
+            f"{fn}: sparse=True is not supported (retrograd has no sparse gradients; the dense "
+            "one, sparse=False, holds the same values)"
+        )
     indices = _as_tensor(fn, weight, indices, "indices")
     if indices.dtype != "int64":
         raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
@@ -135,7 +150,16 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
 
     check_indices(indices, count, out_of_range)
     flat = indices.reshape((-1,))
+    if max_norm is not None:
+        _renorm_rows(weight, flat, float(max_norm), norm_type)
     rows = weight.select(0, flat)
+    if scale_grad_by_freq:
+        # the value unchanged (``rows - held`` is exactly 0), each occurrence's gradient
+        # divided by how often its index occurs in ``indices``, as torch's
+        held = rows.detach()
+        ones = held.new_ones((flat.shape[0],))
+        counts = held.new_zeros((count,)).index_add(0, flat, ones).select(0, flat)
+        rows = held + (rows - held) / counts.reshape((-1, 1))
     if padding_idx is not None:
         if not -count <= padding_idx < count:
             raise IndexOutOfRangeError(
@@ -144,6 +168,17 @@ def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -
         padding = (flat == (padding_idx % count)).reshape((-1, 1))
         rows = rows.mask_where(padding, weight.detach().select(0, flat))
     return rows.reshape((*indices.shape, weight.shape[1]))
+
+
+def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch's ``embedding_renorm_``: each row of ``weight`` that ``flat`` looks up and whose
+    ``norm_type``-norm passes ``max_norm`` is scaled, in place and untracked, to
+    ``max_norm / (norm + 1e-7)`` times itself."""
+    held = weight.detach()
+    norms = held.norm(p=norm_type, dim=1, keepdim=True)
+    used = held.new_zeros((held.shape[0],)).index_fill(0, flat, 1.0).reshape((-1, 1)) > 0
+    scale = (max_norm / (norms + 1e-7)).where(used & (norms > max_norm), 1.0)
+    assign(weight, held * scale, "embedding")
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,35 +97,65 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
 
 
 def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int) -> Tensor:
-    """Zero whole channels (``[N, C, *spatial]``, or unbatched ``[C, *spatial]``) with
-    probability ``p``, scaling the rest by ``1 / (1 - p)``: torch's ``dropout1d/2d/3d``."""
+    """Zero whole channels with probability ``p``, scaling the rest by ``1 / (1 - p)``:
+    torch's ``dropout1d/2d/3d``, whose channel dimension is not always the one the name says.
+
+    ``dropout1d`` takes ``[N, C, L]`` or unbatched ``[C, L]``. ``dropout3d`` takes
+    ``[N, C, D, H, W]``; any other rank is read as unbatched, its first dimension the channels.
+    ``dropout2d`` always reads dimension 1 as the channels, so a 3-d input is ``[N, C, L]``
+    (not unbatched ``[C, H, W]``) and a 2-d one ``[N, C]`` is element-wise dropout. Ranks
+    other than the documented ones warn, as torch does.
+    """
     x = _float_input(fn, x)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
-    if x.ndim not in (spatial + 1, spatial + 2):
+    documented = (spatial + 1, spatial + 2)
+    if spatial == 1 and x.ndim not in documented:
+        raise ShapeError(f"{fn}: expected a 2-d or 3-d input, got {shape_text(x.shape)}")
+    batched = x.ndim == spatial + 2 if spatial != 2 else True
+    if x.ndim < (2 if batched else 1):
         raise ShapeError(
-            f"{fn}: expected a {spatial + 1}-d or {spatial + 2}-d input, got {shape_text(x.shape)}"
+            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
+            f"{shape_text(x.shape)}"
+        )
+    if spatial == 2 and x.ndim == 3:
+        warnings.warn(
+            f"{fn}: received a 3-d input, read as [N, C, L] (channel-wise 1-d dropout) as torch "
+            "reads it for now; torch will read it as unbatched [C, H, W] in a future release",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif x.ndim not in documented:
+        warnings.warn(
+            f"{fn}: received a {x.ndim}-d input; torch deprecates this (it expects "
+            f"{documented[0]}-d or {documented[1]}-d) and zeroes whole slices along dimension "
+            f"{1 if batched else 0}",
+            UserWarning,
+            stacklevel=3,
         )
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    channels = x.shape[: x.ndim - spatial]
-    mask_shape = channels + (1,) * spatial
+    lead = 2 if batched else 1
+    mask_shape = x.shape[:lead] + (1,) * (x.ndim - lead)
     keep = wrap(x, x.backend.bernoulli(mask_shape, 1.0 - float(p), x.device))
     return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
 
 
 def dropout1d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels of ``[N, C, L]`` (or unbatched ``[C, L]``)."""
     return _feature_dropout("dropout1d", x, p, training, 1)
 
 
 def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero whole channels of ``[N, C, H, W]`` (torch's ``dropout2d``)."""
+    """Zero whole channels of ``[N, C, H, W]`` (torch's ``dropout2d``: dimension 1 is the
+    channels at every rank, so ``[N, C, L]`` drops ``[L]`` rows and ``[N, C]`` elements)."""
     return _feature_dropout("dropout2d", x, p, training, 2)
 
 
 def dropout3d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero whole channels of ``[N, C, D, H, W]``; other ranks are unbatched ``[C, *]``."""
     return _feature_dropout("dropout3d", x, p, training, 3)
 
 

@@ -48,10 +48,10 @@ class MultiheadAttention(Module):
         kdim: int | None = None,
         vdim: int | None = None,
         batch_first: bool = False,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:

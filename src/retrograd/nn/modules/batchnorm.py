@@ -43,11 +43,11 @@ class SyncBatchNorm(_BatchNorm):
         affine: bool = True,
         track_running_stats: bool = True,
         process_group: Any = None,
+        device: Any = None,
+        dtype: str | None = None,
         *,
         bias: bool = True,
         backend: Any = None,
-        device: Any = None,
-        dtype: str | None = None,
     ):
         super().__init__(
             num_features,

@@ -45,11 +45,11 @@ class _ConvNd(Module):
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: str | None = None,
         *,
         output_padding: int | Sequence[int] = 0,
         backend: Any = None,
-        device: Any = None,
-        dtype: str | None = None,
     ):
         super().__init__()
         name = type(self).__name__
@@ -165,6 +165,8 @@ class ConvTranspose2d(_ConvNd):
         bias: bool = True,
         dilation: int | Sequence[int] = 1,
         padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: str | None = None,
         **factory: Any,
     ):
         super().__init__(
@@ -177,6 +179,8 @@ class ConvTranspose2d(_ConvNd):
             groups,
             bias,
             padding_mode,
+            device,
+            dtype,
             output_padding=output_padding,
             **factory,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import ShapeError, shape_text
 from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -58,10 +59,10 @@ class Linear(Module):
         in_features: int,
         out_features: int,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -97,10 +98,10 @@ class Bilinear(Module):
         in2_features: int,
         out_features: int,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -143,10 +144,16 @@ class Embedding(Module):
         num_embeddings: int,
         embedding_dim: int,
         padding_idx: int | None = None,
-        *,
-        backend: Any = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -154,16 +161,50 @@ class Embedding(Module):
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings
         self.padding_idx = padding_idx
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is not None:  # torch's: the table as given, padding row included
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ShapeError(
+                    f"Embedding: _weight must be [{num_embeddings}, {embedding_dim}], got "
+                    f"{shape_text(_weight.shape)}"
+                )
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+            return
         values = random(
             (num_embeddings, embedding_dim), "normal", dtype=dtype, backend=backend, device=device
         ).numpy()
         if padding_idx is not None:
             values = values.copy()
             values[padding_idx] = 0.0
-        self.weight = Parameter(tensor(values, backend=backend, device=device))
+        self.weight = Parameter(tensor(values, backend=backend, device=device), not _freeze)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """torch's: an embedding holding ``embeddings`` ``[num, dim]`` (frozen by default)."""
+        if embeddings.ndim != 2:
+            raise ShapeError(
+                f"Embedding.from_pretrained: embeddings must be 2-d, got "
+                f"{shape_text(embeddings.shape)}"
+            )
+        rows, dim = embeddings.shape
+        return cls(rows, dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                   embeddings, freeze)  # fmt: skip
 
     def forward(self, indices: Tensor) -> Tensor:
-        return F.embedding(indices, self.weight, self.padding_idx)
+        return F.embedding(
+            indices, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+            self.scale_grad_by_freq, self.sparse,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -43,10 +43,10 @@ class LayerNorm(Module):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -83,10 +83,10 @@ class _BatchNorm(Module):
         momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -199,10 +199,10 @@ class GroupNorm(Module):
         num_channels: int,
         eps: float = 1e-5,
         affine: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
@@ -244,10 +244,10 @@ class RMSNorm(Module):
         normalized_shape: int | Sequence[int],
         eps: float | None = None,
         elementwise_affine: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()

@@ -74,10 +74,10 @@ class RNNBase(Module):
         dropout: float = 0.0,
         bidirectional: bool = False,
         proj_size: int = 0,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         owner = type(self).__name__
@@ -259,10 +259,10 @@ class RNNCellBase(Module):
         input_size: int,
         hidden_size: int,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         owner = type(self).__name__
@@ -317,22 +317,26 @@ class RNNCell(RNNCellBase):
         hidden_size: int,
         bias: bool = True,
         nonlinearity: str = "tanh",
+        device: Any = None,
+        dtype: str | None = None,
         **kwargs: Any,
     ):
         mode = _nonlinearity_mode("RNNCell", nonlinearity)
-        super().__init__(mode, input_size, hidden_size, bias, **kwargs)
+        super().__init__(mode, input_size, hidden_size, bias, device, dtype, **kwargs)
         self.nonlinearity = nonlinearity
 
 
 class LSTMCell(RNNCellBase):
     """One LSTM step: ``forward(input, (h, c))`` returns ``(h', c')``."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, **kwargs: Any):
-        super().__init__("LSTM", input_size, hidden_size, bias, **kwargs)
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: str | None = None, **kwargs: Any):  # fmt: skip
+        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype, **kwargs)
 
 
 class GRUCell(RNNCellBase):
     """One GRU step: ``forward(input, h)`` returns ``h'``."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, **kwargs: Any):
-        super().__init__("GRU", input_size, hidden_size, bias, **kwargs)
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: str | None = None, **kwargs: Any):  # fmt: skip
+        super().__init__("GRU", input_size, hidden_size, bias, device, dtype, **kwargs)

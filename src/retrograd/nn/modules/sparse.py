@@ -32,10 +32,10 @@ class EmbeddingBag(Module):
         _weight: Any = None,
         include_last_offset: bool = False,
         padding_idx: int | None = None,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim

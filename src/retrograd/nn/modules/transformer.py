@@ -67,6 +67,21 @@ def _sequence_length(x: Tensor, batch_first: bool) -> int:
     return x.shape[0] if x.ndim == 2 or not batch_first else x.shape[1]
 
 
+class _HoldsCausalCheck:
+    """A module keeping a :class:`_CausalCheck`, a cache that is no part of its state: a
+    pickle (``torch.save(model)``) holds none, so loading one under ``weights_only`` needs no
+    class torch's does not, and the module loaded back starts a fresh one."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_causal", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_causal"] = _CausalCheck()
+
+
 class _CausalCheck:
     """PyTorch's ``_detect_is_causal_mask``: ``is_causal`` when given, else whether ``mask`` is
     the square subsequent mask of ``size``, read on the host, once per mask: the answer for the
@@ -163,10 +178,10 @@ class TransformerEncoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
@@ -213,10 +228,10 @@ class TransformerDecoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
@@ -257,7 +272,7 @@ class TransformerDecoderLayer(Module):
         return _feed_forward_block(self, x, self.dropout3)
 
 
-class TransformerEncoder(Module):
+class TransformerEncoder(_HoldsCausalCheck, Module):
     """``num_layers`` copies of ``encoder_layer`` (``layers``), then ``norm`` if given.
     ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``.
     ``enable_nested_tensor`` and ``mask_check`` (PyTorch's sparsity fast path) are accepted
@@ -295,7 +310,7 @@ class TransformerEncoder(Module):
         return output if self.norm is None else self.norm(output)
 
 
-class TransformerDecoder(Module):
+class TransformerDecoder(_HoldsCausalCheck, Module):
     """``num_layers`` copies of ``decoder_layer`` (``layers``), then ``norm`` if given.
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False)``."""
@@ -361,10 +376,10 @@ class Transformer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        *,
-        backend: Any = None,
         device: Any = None,
         dtype: str | None = None,
+        *,
+        backend: Any = None,
     ):
         super().__init__()
         made = _factory(backend, device, dtype)
