@@ -65,7 +65,7 @@ def test_masked_fill_is_mask_fill_with_gradient():
         [a],
         "float64",
     )
-    with pytest.raises(rg.DTypeError, match="mask_fill"):
+    with pytest.raises(rg.DTypeError, match="masked_fill"):
         rg.tensor(a).masked_fill(rg.ones(3, 4), 0.0)
 
 
