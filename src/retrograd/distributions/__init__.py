@@ -25,6 +25,7 @@ from . import (
     exp_family,
     gamma,
     kl,
+    lkj_cholesky,
     lowrank_multivariate_normal,
     mixture,
     multivariate_normal,
@@ -33,6 +34,7 @@ from . import (
     transformed_families,
     transforms,
     von_mises,
+    wishart,
 )
 from .bernoulli import Bernoulli
 from .categorical import Categorical
@@ -60,6 +62,7 @@ from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .gamma import Beta, Chi2, Dirichlet, FisherSnedecor, Gamma, StudentT
 from .kl import kl_divergence, register_kl
+from .lkj_cholesky import LKJCholesky
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture import MixtureSameFamily
 from .multivariate_normal import Independent, MultivariateNormal
@@ -101,6 +104,7 @@ from .transforms import (
     Transform,
 )
 from .von_mises import VonMises
+from .wishart import Wishart
 
 __all__ = [
     "AbsTransform",
@@ -133,6 +137,7 @@ __all__ = [
     "IndependentTransform",
     "InverseGamma",
     "Kumaraswamy",
+    "LKJCholesky",
     "Laplace",
     "LogNormal",
     "LogisticNormal",
@@ -165,6 +170,7 @@ __all__ = [
     "Uniform",
     "VonMises",
     "Weibull",
+    "Wishart",
     "bernoulli",
     "categorical",
     "constraints",
@@ -176,6 +182,7 @@ __all__ = [
     "gamma",
     "kl",
     "kl_divergence",
+    "lkj_cholesky",
     "lowrank_multivariate_normal",
     "mixture",
     "multivariate_normal",
@@ -185,4 +192,5 @@ __all__ = [
     "transformed_families",
     "transforms",
     "von_mises",
+    "wishart",
 ]

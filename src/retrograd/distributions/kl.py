@@ -302,8 +302,13 @@ def _kl_expfamily_expfamily(p: ExponentialFamily, q: ExponentialFamily) -> Any:
     p_params, log_normalizer, gradients = log_normalizer_gradients(p)
     q_params = q._natural_params
     result = q._log_normalizer(*q_params) - log_normalizer
+    batch = len(result.shape)
     for p_param, q_param, gradient in zip(p_params, q_params, gradients, strict=True):
-        result = result - sum_rightmost((q_param - p_param) * gradient, len(q.event_shape))
+        # each parameter's own event dimensions: torch sums ``len(q.event_shape)`` rightmost
+        # ones of every parameter, which for a batched Wishart's scalar ``df`` term sums over
+        # the batch (the two agree without a batch)
+        term = (q_param - p_param) * gradient
+        result = result - sum_rightmost(term, len(term.shape) - batch)
     return result
 
 
