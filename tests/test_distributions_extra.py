@@ -990,6 +990,10 @@ def test_lgamma_digamma_are_differentiable_to_second_order():
             ),
             ["LowRankMultivariateNormal", "cov_diag"],
         ),
+        (lambda: rg.distributions.Wishart(1.5, covariance_matrix=rg.eye(3)), ["Wishart", "df"]),
+        (lambda: rg.distributions.Wishart(4.0), ["Wishart", "exactly one"]),
+        (lambda: rg.distributions.LKJCholesky(1), ["LKJCholesky", "dim"]),
+        (lambda: rg.distributions.LKJCholesky(3, rg.tensor([-1.0])), ["LKJCholesky"]),
     ],
 )
 def test_bad_parameters_raise_named_errors(make, words):
@@ -1108,6 +1112,8 @@ def test_transformed_family_kl_and_errors():
         rg.distributions.Multinomial(2, rg.tensor([0.5, 0.5])).log_prob(rg.tensor([2.0, 1.0]))
     with pytest.raises(rg.ShapeError, match="ReshapeTransform"):
         rg.distributions.transforms.ReshapeTransform((2, 3), (4,))
+    empty = rg.distributions.Multinomial(0, rg.tensor([0.5, 0.5])).sample((3,))
+    assert empty.shape == (3, 2) and empty.sum().item() == 0
 
 
 def test_kumaraswamy_mode_is_the_density_maximum():

@@ -359,6 +359,8 @@ class Multinomial(Distribution):
 
     def sample(self, sample_shape: Any = ()) -> Any:
         sample_shape = tuple(sample_shape)
+        if not self.total_count:  # no draws: all counts 0
+            return self.probs.detach().new_zeros(self._extended_shape(sample_shape))
         indices = self._categorical.sample((self.total_count,) + sample_shape)
         return _one_hot(indices, self.event_shape[0], self.probs.dtype).sum(0)
 
