@@ -16,6 +16,8 @@ from typing import Any
 __all__ = [
     "Constraint",
     "boolean",
+    "cat",
+    "corr_cholesky",
     "greater_than",
     "greater_than_eq",
     "half_open_interval",
@@ -23,6 +25,7 @@ __all__ = [
     "integer_interval",
     "interval",
     "lower_cholesky",
+    "multinomial",
     "nonnegative",
     "nonnegative_integer",
     "one_hot",
@@ -32,6 +35,8 @@ __all__ = [
     "real",
     "real_vector",
     "simplex",
+    "square",
+    "stack",
     "unit_interval",
 ]
 
@@ -171,6 +176,81 @@ class _PositiveDefinite(Constraint):
         return tensor(np.array(ok, dtype=bool).reshape(shape), device=value.device)
 
 
+class _CorrCholesky(Constraint):
+    """Lower-triangular with a positive diagonal and rows of unit Euclidean norm."""
+
+    event_dim = 2
+
+    def check(self, value: Any) -> Any:
+        from .utils import eps
+
+        tol = eps(value) * value.shape[-1] * 10
+        row_norm = (value * value).sum(-1).sqrt()
+        unit_rows = ((row_norm - 1).abs() <= tol).all(-1)
+        return _LowerCholesky().check(value) & unit_rows
+
+
+class _Square(Constraint):
+    event_dim = 2
+
+    def check(self, value: Any) -> Any:
+        from ..tensor import full
+
+        ok = value.shape[-1] == value.shape[-2]
+        return full(tuple(value.shape[:-2]), ok, dtype="bool", device=value.device)
+
+
+class _Cat(Constraint):
+    """``cseq[i]`` on consecutive pieces of ``lengths[i]`` entries along ``dim``."""
+
+    def __init__(self, cseq: Any, dim: int = 0, lengths: Any = None) -> None:
+        self.cseq = list(cseq)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        self.dim = dim
+        self.is_discrete = any(c.is_discrete for c in self.cseq)
+        self.event_dim = max(c.event_dim for c in self.cseq)
+
+    def check(self, value: Any) -> Any:
+        from ..tensor import cat
+
+        checks, start = [], 0
+        for constraint, length in zip(self.cseq, self.lengths, strict=True):
+            checks.append(constraint.check(value.narrow(self.dim, start, length)))
+            start += length
+        return cat(checks, self.dim)
+
+
+class _Stack(Constraint):
+    """``cseq[i]`` on the ``i``-th slice along ``dim``."""
+
+    def __init__(self, cseq: Any, dim: int = 0) -> None:
+        self.cseq = list(cseq)
+        self.dim = dim
+        self.is_discrete = any(c.is_discrete for c in self.cseq)
+        # a negative ``dim`` reaching into the event makes the stacked dimension part of it
+        event_dim = max(c.event_dim for c in self.cseq)
+        self.event_dim = event_dim + 1 if dim + event_dim < 0 else event_dim
+
+    def check(self, value: Any) -> Any:
+        from ..tensor import stack
+
+        pieces = [value.select(self.dim, i) for i in range(value.shape[self.dim])]
+        return stack([c.check(v) for c, v in zip(self.cseq, pieces, strict=True)], self.dim)
+
+
+class _Multinomial(Constraint):
+    """Non-negative integer counts summing to at most ``upper_bound`` (torch's check)."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound: int) -> None:
+        self.upper_bound = upper_bound
+
+    def check(self, value: Any) -> Any:
+        return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
+
+
 boolean = _Boolean()
 real = _Real()
 real_vector = _Independent(real, 1)
@@ -183,6 +263,11 @@ simplex = _Simplex()
 one_hot = _OneHot()
 lower_cholesky = _LowerCholesky()
 positive_definite = _PositiveDefinite()
+corr_cholesky = _CorrCholesky()
+square = _Square()
+cat = _Cat
+stack = _Stack
+multinomial = _Multinomial
 greater_than = _GreaterThan
 greater_than_eq = _GreaterThanEq
 interval = _Interval

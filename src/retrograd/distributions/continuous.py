@@ -1,6 +1,7 @@
 """Continuous families of one real parameter pair: :class:`Uniform`, :class:`Laplace`,
 :class:`Exponential`, :class:`Cauchy`, :class:`HalfNormal`, :class:`Gumbel`,
-:class:`LogNormal`, with torch's formulas (log_prob, entropy, moments, cdf/icdf) and
+:class:`LogNormal`, and :class:`GeneralizedPareto`, with torch's formulas (log_prob,
+entropy, moments, cdf/icdf) and
 reparameterized samples (``rsample``) drawn from the stream ``rg.seed`` seeds."""
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from . import constraints
 from .distribution import Distribution
 from .utils import as_value, broadcast_all, eps, tiny
 
-__all__ = ["Cauchy", "Exponential", "Gumbel", "HalfNormal", "Laplace", "LogNormal", "Uniform"]
+__all__ = [
+    "Cauchy",
+    "Exponential",
+    "GeneralizedPareto",
+    "Gumbel",
+    "HalfNormal",
+    "Laplace",
+    "LogNormal",
+    "Uniform",
+]
 
 EULER_GAMMA = 0.57721566490153286061
 
@@ -332,3 +342,87 @@ class HalfNormal(Distribution):
 
     def entropy(self) -> Any:
         return 0.5 * math.log(math.pi / 2) + self.scale.log() + 0.5
+
+
+class GeneralizedPareto(Distribution):
+    """The generalized Pareto distribution of peaks over a threshold: location ``loc``,
+    ``scale`` and shape ``concentration`` (``xi``; exponential at 0, bounded above for
+    ``xi < 0``)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "loc": constraints.real,
+        "scale": constraints.positive,
+        "concentration": constraints.real,
+    }
+    has_rsample = True
+
+    def __init__(self, loc: Any, scale: Any, concentration: Any, validate_args: Any = None):
+        self.loc, self.scale, self.concentration = broadcast_all(loc, scale, concentration)
+        super().__init__(tuple(self.loc.shape), validate_args=validate_args)
+
+    def _zero_and_safe(self) -> tuple[Any, Any]:
+        """Where ``concentration`` is 0 (torch's ``isclose``), and the concentration with those
+        entries replaced by 1 so the ``xi != 0`` branch stays finite."""
+        c = self.concentration
+        eq_zero = c.isclose(c * 0)
+        return eq_zero, where(eq_zero, c * 0 + 1, c)
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        return self.icdf(_uniform(self, self.loc, sample_shape))
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.loc)
+        self._validate_sample(value)
+        z = (value - self.loc) / self.scale
+        eq_zero, safe = self._zero_and_safe()
+        y = 1 / safe + 1
+        nonzero = where(y.eq(0), y, y * (safe * z).log1p())
+        return -self.scale.log() - where(eq_zero, z, nonzero)
+
+    def log_survival_function(self, value: Any) -> Any:
+        value = as_value(value, self.loc)
+        self._validate_sample(value)
+        z = (value - self.loc) / self.scale
+        eq_zero, safe = self._zero_and_safe()
+        return where(eq_zero, -z, -(safe * z).log1p() / safe)
+
+    def log_cdf(self, value: Any) -> Any:
+        return (-self.log_survival_function(value).exp()).log1p()
+
+    def cdf(self, value: Any) -> Any:
+        return self.log_cdf(value).exp()
+
+    def icdf(self, value: Any) -> Any:
+        eq_zero, safe = self._zero_and_safe()
+        log_u = (-as_value(value, self.loc)).log1p()
+        nonzero = self.loc + self.scale / safe * (-safe * log_u).expm1()
+        return where(eq_zero, self.loc - self.scale * log_u, nonzero)
+
+    @property
+    def mean(self) -> Any:
+        c = self.concentration
+        valid = c < 1
+        safe = where(valid, c, c * 0 + 0.5)
+        return where(valid, self.loc + self.scale / (1 - safe), full_like(c, math.nan))
+
+    @property
+    def variance(self) -> Any:
+        c = self.concentration
+        valid = c < 0.5
+        safe = where(valid, c, c * 0 + 0.25)
+        result = self.scale.pow(2) / ((1 - safe).pow(2) * (1 - 2 * safe))
+        return where(valid, result, full_like(c, math.nan))
+
+    @property
+    def mode(self) -> Any:
+        return self.loc
+
+    def entropy(self) -> Any:
+        return self.scale.log() + self.concentration + 1
+
+    @property
+    def support(self) -> Any:
+        c = self.concentration
+        safe = where(c < 0, c, c * 0 - 1)
+        upper = where(c < 0, self.loc - self.scale / safe, full_like(c, math.inf))
+        return constraints.interval(self.loc, upper)

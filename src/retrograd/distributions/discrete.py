@@ -1,5 +1,6 @@
 """Discrete families: :class:`Poisson`, :class:`Binomial`, :class:`Geometric`,
-:class:`OneHotCategorical`, with torch's formulas.
+:class:`NegativeBinomial`, :class:`Multinomial`, :class:`OneHotCategorical` (and its
+straight-through :class:`OneHotCategoricalStraightThrough`), with torch's formulas.
 
 Poisson and binomial draws are inverse-CDF draws (SciPy's quantile functions on the host) of
 uniforms from the stream ``rg.seed`` seeds: exact in distribution, reproducible from the seed,
@@ -8,6 +9,7 @@ not torch's numbers.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,7 +25,15 @@ from .distribution import Distribution
 from .special import lgamma
 from .utils import as_value, broadcast_all, probs_to_logits, tiny
 
-__all__ = ["Binomial", "Geometric", "OneHotCategorical", "Poisson"]
+__all__ = [
+    "Binomial",
+    "Geometric",
+    "Multinomial",
+    "NegativeBinomial",
+    "OneHotCategorical",
+    "OneHotCategoricalStraightThrough",
+    "Poisson",
+]
 
 
 def _quantile_draws(d: Distribution, like: Any, sample_shape: Any, quantile: Any) -> Any:
@@ -277,6 +287,173 @@ class OneHotCategorical(Distribution):
         values = eye(k, dtype=self.probs.dtype, device=self.probs.device)
         values = values.reshape((k,) + (1,) * len(self.batch_shape) + (k,))
         return values.expand((k,) + self.batch_shape + (k,)) if expand else values
+
+
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """:class:`OneHotCategorical` whose ``rsample`` is the one-hot draw with the
+    straight-through gradient of ``probs`` (Bengio et al., 2013)."""
+
+    has_rsample = True
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        samples = self.sample(sample_shape)
+        probs = self.probs
+        return samples + (probs - probs.detach())
+
+
+class Multinomial(Distribution):
+    """Counts of ``total_count`` draws (one int for the whole batch) from the categories of
+    ``probs`` or ``logits`` (the last dimension)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.simplex,
+        "logits": constraints.real_vector,
+    }
+
+    def __init__(self, total_count: int = 1, probs: Any = None, logits: Any = None,
+                 validate_args: Any = None) -> None:  # fmt: skip
+        if isinstance(total_count, bool) or not isinstance(total_count, int | np.integer):
+            raise NotImplementedError(
+                "Multinomial: inhomogeneous total_count is not supported (expected an int, got "
+                f"{type(total_count).__name__})"
+            )
+        self.total_count = int(total_count)
+        self._categorical = Categorical(probs, logits, validate_args=validate_args)
+        self._binomial = Binomial(self.total_count, probs=self.probs, validate_args=False)
+        batch = self._categorical.batch_shape
+        super().__init__(batch, self._categorical.param_shape[-1:], validate_args=validate_args)
+
+    def _expand_args(self) -> dict[str, Any]:
+        name = self._categorical._param_name
+        return {name: getattr(self._categorical, name)}
+
+    def expand(self, batch_shape: Any, _instance: Any = None) -> Multinomial:
+        batch_shape = tuple(batch_shape)
+        ((name, param),) = self._expand_args().items()
+        param = param.expand(batch_shape + tuple(param.shape[-1:]))
+        return Multinomial(self.total_count, **{name: param}, validate_args=False)
+
+    @property
+    def support(self) -> Any:
+        return constraints.multinomial(self.total_count)
+
+    @property
+    def probs(self) -> Any:
+        return self._categorical.probs
+
+    @property
+    def logits(self) -> Any:
+        return self._categorical.logits
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return self._categorical.param_shape
+
+    @property
+    def mean(self) -> Any:
+        return self.probs * self.total_count
+
+    @property
+    def variance(self) -> Any:
+        return self.total_count * self.probs * (1 - self.probs)
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        sample_shape = tuple(sample_shape)
+        if not self.total_count:  # no draws: all counts 0
+            return self.probs.detach().new_zeros(self._extended_shape(sample_shape))
+        indices = self._categorical.sample((self.total_count,) + sample_shape)
+        return _one_hot(indices, self.event_shape[0], self.probs.dtype).sum(0)
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.probs)
+        self._validate_sample(value)
+        shape = tuple(np.broadcast_shapes(tuple(self.logits.shape), tuple(value.shape)))
+        logits, value = self.logits.expand(shape), value.expand(shape)
+        # a category of probability 0 that was never drawn contributes 0, not 0 * -inf
+        logits = where(value.eq(0) & logits.eq(-np.inf), value * 0, logits)
+        log_factorial_n = lgamma(value.sum(-1) + 1)
+        log_factorial_xs = lgamma(value + 1).sum(-1)
+        return log_factorial_n - log_factorial_xs + (logits * value).sum(-1)
+
+    def entropy(self) -> Any:
+        n = self.total_count
+        term1 = n * self._categorical.entropy() - math.lgamma(n + 1)
+        support = self._binomial.enumerate_support(expand=False)
+        support = support.narrow(0, 1, support.shape[0] - 1)
+        binomial_probs = self._binomial.log_prob(support).exp()
+        weights = lgamma(support + 1)
+        return term1 + (binomial_probs * weights).sum((0, -1))
+
+
+class NegativeBinomial(Distribution):
+    """Successes before ``total_count`` failures, success probability ``probs`` (or
+    ``sigmoid(logits)``); ``total_count`` may be any non-negative real."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "total_count": constraints.greater_than_eq(0),
+        "probs": constraints.half_open_interval(0.0, 1.0),
+        "logits": constraints.real,
+    }
+    support = constraints.nonnegative_integer
+
+    def __init__(self, total_count: Any, probs: Any = None, logits: Any = None,
+                 validate_args: Any = None) -> None:  # fmt: skip
+        _probs_or_logits("NegativeBinomial", probs, logits)
+        self._param_name = "probs" if probs is not None else "logits"
+        given = probs if probs is not None else logits
+        self.total_count, param = broadcast_all(total_count, given)
+        self.total_count = self.total_count.cast(param.dtype)
+        # only the given parameter is stored (and validated); the other is derived on use
+        self.__dict__[self._param_name] = param
+        super().__init__(tuple(param.shape), validate_args=validate_args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "logits" and "probs" in self.__dict__:
+            value = probs_to_logits(self.__dict__["probs"], is_binary=True)
+        elif name == "probs" and "logits" in self.__dict__:
+            value = self.__dict__["logits"].sigmoid()
+        else:
+            raise AttributeError(name)
+        self.__dict__[name] = value
+        return value
+
+    def _expand_args(self) -> dict[str, Any]:
+        return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return tuple(getattr(self, self._param_name).shape)
+
+    @property
+    def mean(self) -> Any:
+        return self.total_count * self.logits.exp()
+
+    @property
+    def mode(self) -> Any:
+        return ((self.total_count - 1) * self.logits.exp()).floor().clamp(min=0.0)
+
+    @property
+    def variance(self) -> Any:
+        return self.mean / (-self.logits).sigmoid()
+
+    def sample(self, sample_shape: Any = ()) -> Any:
+        from .gamma import Gamma
+
+        with no_grad():
+            rate = Gamma(self.total_count, (-self.logits).exp(), validate_args=False).sample(
+                sample_shape
+            )
+            return Poisson(rate, validate_args=False).sample()
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.total_count)
+        self._validate_sample(value)
+        n, logits = self.total_count, self.logits
+        # log sigmoid(z) = -softplus(-z)
+        log_unnormalized = -n * logits.softplus() - value * (-logits).softplus()
+        log_normalization = -lgamma(n + value) + lgamma(1.0 + value) + lgamma(n)
+        log_normalization = where((n + value).eq(0), log_normalization * 0, log_normalization)
+        return log_unnormalized - log_normalization
 
 
 def _one_hot(indices: Any, k: int, dtype: Any) -> Any:

@@ -42,8 +42,10 @@ class Distribution:
         if validate_args is not None:
             self._validate_args = bool(validate_args)
         if self._validate_args:
-            for name, constraint in type(self).arg_constraints.items():
+            for name, constraint in self.arg_constraints.items():
                 value = self.__dict__.get(name)  # parameters not given are not checked
+                if value is None and isinstance(getattr(type(self), name, None), property):
+                    value = getattr(self, name)  # a base distribution's, as torch checks it
                 if not hasattr(value, "shape"):
                     continue
                 if not bool(constraint.check(value).all().item()):

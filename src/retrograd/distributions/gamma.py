@@ -1,4 +1,5 @@
-"""The gamma family: :class:`Gamma`, :class:`Beta`, :class:`Dirichlet`, :class:`StudentT`.
+"""The gamma family: :class:`Gamma`, :class:`Beta`, :class:`Dirichlet`, :class:`StudentT`,
+:class:`FisherSnedecor`.
 
 Log densities and entropies are torch's formulas over the differentiable ``lgamma`` /
 ``digamma`` of :mod:`.special`. ``rsample`` draws standard gamma variates by inverse CDF from
@@ -20,7 +21,7 @@ from .distribution import Distribution
 from .special import digamma, gammainc, lgamma, log_beta, standard_gamma
 from .utils import as_value, broadcast_all, tiny
 
-__all__ = ["Beta", "Chi2", "Dirichlet", "Gamma", "StudentT"]
+__all__ = ["Beta", "Chi2", "Dirichlet", "FisherSnedecor", "Gamma", "StudentT"]
 
 
 def _xlogy(x: Any, y: Any) -> Any:
@@ -266,6 +267,57 @@ class StudentT(Distribution):
             + 0.5 * df.log()
             + lbeta
         )
+
+
+class FisherSnedecor(Distribution):
+    """Snedecor's F with ``df1`` and ``df2`` degrees of freedom: the ratio of two scaled
+    chi-squared draws (``rsample`` differentiable through both gamma draws)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "df1": constraints.positive,
+        "df2": constraints.positive,
+    }
+    support = constraints.positive
+    has_rsample = True
+
+    def __init__(self, df1: Any, df2: Any, validate_args: Any = None) -> None:
+        self.df1, self.df2 = broadcast_all(df1, df2)
+        self._gamma1 = Gamma(self.df1 * 0.5, self.df1, validate_args=False)
+        self._gamma2 = Gamma(self.df2 * 0.5, self.df2, validate_args=False)
+        super().__init__(tuple(self.df1.shape), validate_args=validate_args)
+
+    @property
+    def mean(self) -> Any:
+        df2 = where(self.df2 <= 2, full_like(self.df2, math.nan), self.df2)
+        return df2 / (df2 - 2)
+
+    @property
+    def mode(self) -> Any:
+        df1, df2 = self.df1, self.df2
+        mode = (df1 - 2) / df1 * df2 / (df2 + 2)
+        return where(df1 <= 2, full_like(mode, math.nan), mode)
+
+    @property
+    def variance(self) -> Any:
+        df1 = self.df1
+        df2 = where(self.df2 <= 4, full_like(self.df2, math.nan), self.df2)
+        return 2 * df2.pow(2) * (df1 + df2 - 2) / (df1 * (df2 - 2).pow(2) * (df2 - 4))
+
+    def rsample(self, sample_shape: Any = ()) -> Any:
+        x1 = self._gamma1.rsample(sample_shape)
+        x2 = self._gamma2.rsample(sample_shape)
+        x2 = x2.clamp(min=tiny(x2))
+        return (x1 / x2).clamp(min=tiny(x2))
+
+    def log_prob(self, value: Any) -> Any:
+        value = as_value(value, self.df1)
+        self._validate_sample(value)
+        ct1, ct2 = self.df1 * 0.5, self.df2 * 0.5
+        ct3 = self.df1 / self.df2
+        t1 = lgamma(ct1 + ct2) - lgamma(ct1) - lgamma(ct2)
+        t2 = ct1 * ct3.log() + (ct1 - 1) * value.log()
+        t3 = (ct1 + ct2) * (ct3 * value).log1p()
+        return t1 + t2 - t3
 
 
 def constraints_error(name: str, value: Any) -> Exception:

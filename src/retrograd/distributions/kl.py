@@ -28,12 +28,21 @@ from .continuous import (
     LogNormal,
     Uniform,
 )
+from .continuous_bernoulli import ContinuousBernoulli
 from .discrete import Binomial, Geometric, OneHotCategorical, Poisson
+from .exp_family import ExponentialFamily, log_normalizer_gradients
 from .gamma import Beta, Dirichlet, Gamma
+from .lowrank_multivariate_normal import (
+    LowRankMultivariateNormal,
+    _lowrank_logdet,
+    _lowrank_mahalanobis,
+    _trace_xxt,
+)
 from .multivariate_normal import Independent, MultivariateNormal, _batch_mahalanobis, solve_lower
 from .normal import Normal
 from .special import digamma, lgamma
 from .transformed import TransformedDistribution
+from .transformed_families import Pareto
 from .transforms import sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
@@ -270,3 +279,118 @@ def _kl_transformed_transformed(p: TransformedDistribution, q: TransformedDistri
         )
     inner = kl_divergence(p.base_dist, q.base_dist)
     return sum_rightmost(inner, len(p.event_shape) - len(p.base_dist.event_shape))
+
+
+@register_kl(ContinuousBernoulli, ContinuousBernoulli)
+def _kl_continuous_bernoulli_continuous_bernoulli(
+    p: ContinuousBernoulli, q: ContinuousBernoulli
+) -> Any:
+    t1 = p.mean * (p.logits - q.logits)
+    t2 = p._cont_bern_log_norm() + (-p.probs).log1p()
+    t3 = -q._cont_bern_log_norm() - (-q.probs).log1p()
+    return t1 + t2 + t3
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p: ExponentialFamily, q: ExponentialFamily) -> Any:
+    """The Bregman divergence of the log normalizer, for two members of one family."""
+    if type(p) is not type(q):
+        raise NotImplementedError(
+            "kl_divergence: the KL divergence between different exponential families "
+            f"({type(p).__name__}, {type(q).__name__}) has no Bregman form"
+        )
+    p_params, log_normalizer, gradients = log_normalizer_gradients(p)
+    q_params = q._natural_params
+    result = q._log_normalizer(*q_params) - log_normalizer
+    batch = len(result.shape)
+    for p_param, q_param, gradient in zip(p_params, q_params, gradients, strict=True):
+        # each parameter's own event dimensions: torch sums ``len(q.event_shape)`` rightmost
+        # ones of every parameter, which for a batched Wishart's scalar ``df`` term sums over
+        # the batch (the two agree without a batch)
+        term = (q_param - p_param) * gradient
+        result = result - sum_rightmost(term, len(term.shape) - batch)
+    return result
+
+
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p: Pareto, q: Pareto) -> Any:
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * scale_ratio.log() - alpha_ratio.log() + alpha_ratio - 1
+    return _infinite_where(p.scale < q.scale, result)
+
+
+def _same_event_shape(p: Any, q: Any) -> None:
+    if p.event_shape != q.event_shape:
+        raise InvalidArgumentError(
+            f"kl_divergence: {type(p).__name__} and {type(q).__name__} of different event "
+            f"shapes {p.event_shape} and {q.event_shape}"
+        )
+
+
+def _broadcast_solve(lower: Any, rhs: Any) -> Any:
+    """``solve_lower`` with the batch dimensions of ``lower`` and ``rhs`` broadcast."""
+    import numpy as np
+
+    batch = tuple(np.broadcast_shapes(tuple(lower.shape[:-2]), tuple(rhs.shape[:-2])))
+    return solve_lower(
+        lower.expand(batch + tuple(lower.shape[-2:])), rhs.expand(batch + tuple(rhs.shape[-2:]))
+    )
+
+
+def _woodbury_factor(q: LowRankMultivariateNormal) -> Any:
+    """``A = C^-1 W.mT D^-1`` with ``inv(cov) = D^-1 - A.mT A``."""
+    w, d = q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag
+    return _broadcast_solve(q._capacitance_tril, w.transpose(-2, -1) / d.unsqueeze(-2))
+
+
+def _lowrank_logdet_of(d: LowRankMultivariateNormal) -> Any:
+    return _lowrank_logdet(
+        d._unbroadcasted_cov_factor, d._unbroadcasted_cov_diag, d._capacitance_tril
+    )
+
+
+def _lowrank_mahalanobis_of(q: LowRankMultivariateNormal, diff: Any) -> Any:
+    return _lowrank_mahalanobis(
+        q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag, diff, q._capacitance_tril
+    )
+
+
+@register_kl(LowRankMultivariateNormal, LowRankMultivariateNormal)
+def _kl_lowrank_lowrank(p: LowRankMultivariateNormal, q: LowRankMultivariateNormal) -> Any:
+    _same_event_shape(p, q)
+    term1 = _lowrank_logdet_of(q) - _lowrank_logdet_of(p)
+    term3 = _lowrank_mahalanobis_of(q, q.loc - p.loc)
+    a = _woodbury_factor(q)
+    p_w, p_d = p._unbroadcasted_cov_factor, p._unbroadcasted_cov_diag
+    q_d = q._unbroadcasted_cov_diag
+    term21 = (p_d / q_d).sum(-1)
+    term22 = _trace_xxt(p_w * q_d.rsqrt().unsqueeze(-1))
+    term23 = _trace_xxt(a * p_d.sqrt().unsqueeze(-2))
+    term24 = _trace_xxt(a @ p_w)
+    term2 = term21 + term22 - term23 - term24
+    return 0.5 * (term1 + term2 + term3 - p.event_shape[0])
+
+
+@register_kl(MultivariateNormal, LowRankMultivariateNormal)
+def _kl_mvn_lowrank(p: MultivariateNormal, q: LowRankMultivariateNormal) -> Any:
+    _same_event_shape(p, q)
+    p_tril = p._unbroadcasted_scale_tril
+    term1 = _lowrank_logdet_of(q) - 2 * p_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    term3 = _lowrank_mahalanobis_of(q, q.loc - p.loc)
+    a = _woodbury_factor(q)
+    term21 = _trace_xxt(p_tril * q._unbroadcasted_cov_diag.rsqrt().unsqueeze(-1))
+    term22 = _trace_xxt(a @ p_tril)
+    return 0.5 * (term1 + term21 - term22 + term3 - p.event_shape[0])
+
+
+@register_kl(LowRankMultivariateNormal, MultivariateNormal)
+def _kl_lowrank_mvn(p: LowRankMultivariateNormal, q: MultivariateNormal) -> Any:
+    _same_event_shape(p, q)
+    q_tril = q._unbroadcasted_scale_tril
+    term1 = 2 * q_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1) - _lowrank_logdet_of(p)
+    term3 = _batch_mahalanobis(q_tril, q.loc - p.loc)
+    p_d_sqrt = p._unbroadcasted_cov_diag.sqrt().diag_embed()
+    term21 = _trace_xxt(_broadcast_solve(q_tril, p._unbroadcasted_cov_factor))
+    term22 = _trace_xxt(_broadcast_solve(q_tril, p_d_sqrt))
+    return 0.5 * (term1 + term21 + term22 + term3 - p.event_shape[0])

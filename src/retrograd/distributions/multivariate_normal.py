@@ -28,6 +28,11 @@ def cholesky(matrix: Any) -> Any:
     """The lower Cholesky factor ``L`` of symmetric positive-definite ``matrix`` (``...,
     n, n``), ``L @ L.mT == matrix``; differentiable (the Cholesky-Banachiewicz recurrence)."""
     n = matrix.shape[-1]
+    # the values of the lower triangle (as torch's), with the symmetric gradient torch gives
+    # (the recurrence alone reads, and so differentiates, the lower triangle only)
+    lower_values = (matrix.tril() + matrix.tril(-1).transpose(-2, -1)).detach()
+    symmetric = (matrix + matrix.transpose(-2, -1)) / 2
+    matrix = symmetric + (lower_values - symmetric.detach())
     rows: list[list[Any]] = [[None] * n for _ in range(n)]
     zero = matrix[..., 0, 0] * 0
     for i in range(n):

@@ -94,6 +94,7 @@ class TransformedDistribution(Distribution):
 
     def log_prob(self, value: Any) -> Any:
         value = as_value(value, _float_parameter(self))
+        self._validate_sample(value)
         event_dim = len(self.event_shape)
         log_prob: Any = 0.0
         y = value
@@ -108,20 +109,24 @@ class TransformedDistribution(Distribution):
             self.base_dist.log_prob(y), event_dim - len(self.base_dist.event_shape)
         )
 
-    def _monotone_sign(self) -> int:
-        sign = 1
+    def _monotonize_cdf(self, value: Any) -> Any:
+        """``value`` where the transforms increase, ``1 - value`` where they decrease (the
+        sign an int, or a tensor of signs for tensor-parameterized transforms, as torch's)."""
+        sign: Any = 1
         for transform in self.transforms:
             sign = sign * transform.sign
-        return sign
+        if isinstance(sign, int) and sign == 1:
+            return value
+        return sign * (value - 0.5) + 0.5
 
     def cdf(self, value: Any) -> Any:
+        value = as_value(value, _float_parameter(self))
         for transform in reversed(self.transforms):
             value = transform.inv(value)
-        value = self.base_dist.cdf(value)
-        return value if self._monotone_sign() == 1 else 1 - value
+        return self._monotonize_cdf(self.base_dist.cdf(value))
 
     def icdf(self, value: Any) -> Any:
-        value = value if self._monotone_sign() == 1 else 1 - value
+        value = self._monotonize_cdf(as_value(value, _float_parameter(self)))
         value = self.base_dist.icdf(value)
         for transform in self.transforms:
             value = transform(value)

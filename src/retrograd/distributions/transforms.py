@@ -18,21 +18,42 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, ShapeError
 from . import constraints
 
 __all__ = [
     "AbsTransform",
     "AffineTransform",
+    "CatTransform",
     "ComposeTransform",
+    "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
     "ExpTransform",
+    "IndependentTransform",
+    "LowerCholeskyTransform",
+    "PositiveDefiniteTransform",
     "PowerTransform",
+    "ReshapeTransform",
     "SigmoidTransform",
     "SoftmaxTransform",
+    "SoftplusTransform",
+    "StackTransform",
+    "StickBreakingTransform",
     "TanhTransform",
     "Transform",
     "identity_transform",
 ]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """torch's parameter equality of transforms: numbers by value, tensors entrywise."""
+    if hasattr(a, "shape") or hasattr(b, "shape"):
+        try:
+            first, second = (a, b) if hasattr(a, "shape") else (b, a)
+            return bool((first == second).all().item())
+        except ShapeError:  # shapes that do not broadcast are not equal
+            return False
+    return a == b
 
 
 def sum_rightmost(value: Any, dims: int) -> Any:
@@ -186,6 +207,16 @@ class ComposeTransform(Transform):
             y = part.inv(y)
         return y
 
+    def forward_shape(self, shape: Any) -> tuple[int, ...]:
+        for part in self.parts:
+            shape = part.forward_shape(shape)
+        return tuple(shape)
+
+    def inverse_shape(self, shape: Any) -> tuple[int, ...]:
+        for part in reversed(self.parts):
+            shape = part.inverse_shape(shape)
+        return tuple(shape)
+
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         if not self.parts:
             return x * 0
@@ -314,13 +345,19 @@ class PowerTransform(Transform):
         self.exponent = exponent
 
     @property
-    def sign(self) -> int:  # type: ignore[override]
+    def sign(self) -> Any:  # type: ignore[override]
+        # torch's: an int for a number or a one-element tensor here, else the tensor of signs
         exponent = self.exponent
         if hasattr(exponent, "shape"):
             if exponent.numel() != 1:
-                raise NotImplementedError("PowerTransform.sign of a tensor exponent")
+                return exponent.sign()
             exponent = exponent.item()
         return 1 if exponent > 0 else -1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PowerTransform) and _same(self.exponent, other.exponent)
+
+    __hash__ = object.__hash__
 
     def _call(self, x: Any) -> Any:
         return x.pow(self.exponent)
@@ -365,12 +402,21 @@ class AffineTransform(Transform):
         if isinstance(scale, int | float):
             return 1 if scale > 0 else (-1 if scale < 0 else 0)
         if scale.numel() != 1:
-            raise NotImplementedError("AffineTransform.sign of a tensor scale with several values")
+            return scale.sign()  # torch's: the tensor of signs, one per entry
         value = scale.item()
         return 1 if value > 0 else (-1 if value < 0 else 0)
 
     def _call(self, x: Any) -> Any:
         return self.loc + self.scale * x
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, AffineTransform)
+            and _same(self.loc, other.loc)
+            and _same(self.scale, other.scale)
+        )
+
+    __hash__ = object.__hash__
 
     def _inverse(self, y: Any) -> Any:
         return (y - self.loc) / self.scale
@@ -414,3 +460,510 @@ class SoftmaxTransform(Transform):
         return isinstance(other, SoftmaxTransform)
 
     __hash__ = object.__hash__
+
+
+class SoftplusTransform(Transform):
+    """``y = log(1 + exp(x))``."""
+
+    bijective = True
+    sign = 1
+    codomain = constraints.positive
+
+    def _call(self, x: Any) -> Any:
+        return x.softplus()
+
+    def _inverse(self, y: Any) -> Any:
+        return (-(-y).expm1()).log() + y
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        return -(-x).softplus()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SoftplusTransform)
+
+    __hash__ = object.__hash__
+
+
+def _offsets(like: Any, n: int, top: int) -> Any:
+    """``top - 1, top - 2, ..., top - n`` as a tensor of ``like``'s dtype."""
+    from ..tensor import arange
+
+    return top - arange(1, n + 1, device=like.device).cast(like.dtype)
+
+
+def _pad_last(x: Any, before: bool) -> Any:
+    """``x`` with a column of ones added before (or after) its last dimension."""
+    from ..tensor import cat
+
+    one = x.narrow(-1, 0, 1) * 0 + 1
+    return cat([one, x] if before else [x, one], -1)
+
+
+class StickBreakingTransform(Transform):
+    """Real vectors of ``K - 1`` entries onto the ``K``-simplex by stick breaking (the
+    logistic-normal's map; bijective, with a Jacobian determinant, unlike softmax)."""
+
+    bijective = True
+    domain = constraints.real_vector
+    codomain = constraints.simplex
+
+    def _call(self, x: Any) -> Any:
+        offset = _offsets(x, x.shape[-1], x.shape[-1] + 1)
+        z = _clipped((x - offset.log()).sigmoid())
+        z_cumprod = (1 - z).cumprod(-1)
+        return _pad_last(z, before=False) * _pad_last(z_cumprod, before=True)
+
+    def _inverse(self, y: Any) -> Any:
+        from .utils import tiny
+
+        y_crop = y.narrow(-1, 0, y.shape[-1] - 1)
+        offset = _offsets(y, y_crop.shape[-1], y.shape[-1])
+        sf = (1 - y_crop.cumsum(-1)).clamp(min=tiny(y))
+        return y_crop.log() - sf.log() + offset.log()
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        offset = _offsets(x, x.shape[-1], x.shape[-1] + 1)
+        x = x - offset.log()
+        log_sigmoid = -(-x).softplus()
+        return (-x + log_sigmoid + y.narrow(-1, 0, y.shape[-1] - 1).log()).sum(-1)
+
+    def forward_shape(self, shape: Any) -> tuple[int, ...]:
+        _at_least("StickBreakingTransform", shape, 1)
+        return tuple(shape[:-1]) + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape: Any) -> tuple[int, ...]:
+        _at_least("StickBreakingTransform", shape, 1)
+        return tuple(shape[:-1]) + (shape[-1] - 1,)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StickBreakingTransform)
+
+    __hash__ = object.__hash__
+
+
+def _at_least(name: str, shape: Any, dims: int) -> None:
+    if len(shape) < dims:
+        raise ShapeError(f"{name}: too few dimensions on input, got shape {tuple(shape)}")
+
+
+class IndependentTransform(Transform):
+    """``base_transform`` with its rightmost ``reinterpreted_batch_ndims`` dimensions read as
+    one event (log-determinants summed over them)."""
+
+    def __init__(self, base_transform: Transform, reinterpreted_batch_ndims: int,
+                 cache_size: int = 0) -> None:  # fmt: skip
+        super().__init__(cache_size)
+        self.base_transform = base_transform
+        self.reinterpreted_batch_ndims = int(reinterpreted_batch_ndims)
+
+    @property
+    def domain(self) -> Any:  # type: ignore[override]
+        return constraints.independent(self.base_transform.domain, self.reinterpreted_batch_ndims)
+
+    @property
+    def codomain(self) -> Any:  # type: ignore[override]
+        return constraints.independent(self.base_transform.codomain, self.reinterpreted_batch_ndims)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return self.base_transform.bijective
+
+    @property
+    def sign(self) -> Any:  # type: ignore[override]
+        return self.base_transform.sign
+
+    def _call(self, x: Any) -> Any:
+        _at_least("IndependentTransform", x.shape, self.domain.event_dim)
+        return self.base_transform(x)
+
+    def _inverse(self, y: Any) -> Any:
+        _at_least("IndependentTransform", y.shape, self.codomain.event_dim)
+        return self.base_transform.inv(y)
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        result = self.base_transform.log_abs_det_jacobian(x, y)
+        return sum_rightmost(result, self.reinterpreted_batch_ndims)
+
+    def forward_shape(self, shape: Any) -> tuple[int, ...]:
+        return self.base_transform.forward_shape(shape)
+
+    def inverse_shape(self, shape: Any) -> tuple[int, ...]:
+        return self.base_transform.inverse_shape(shape)
+
+    def __repr__(self) -> str:
+        return f"IndependentTransform({self.base_transform!r}, {self.reinterpreted_batch_ndims})"
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+class ReshapeTransform(Transform):
+    """Events of ``in_shape`` reshaped to ``out_shape`` (the same number of entries)."""
+
+    bijective = True
+
+    def __init__(self, in_shape: Any, out_shape: Any, cache_size: int = 0) -> None:
+        self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)
+        if _numel(self.in_shape) != _numel(self.out_shape):
+            raise ShapeError(
+                f"ReshapeTransform: in_shape {self.in_shape} and out_shape {self.out_shape} "
+                "have different numbers of elements"
+            )
+        super().__init__(cache_size)
+
+    @property
+    def domain(self) -> Any:  # type: ignore[override]
+        return constraints.independent(constraints.real, len(self.in_shape))
+
+    @property
+    def codomain(self) -> Any:  # type: ignore[override]
+        return constraints.independent(constraints.real, len(self.out_shape))
+
+    def _call(self, x: Any) -> Any:
+        batch = tuple(x.shape[: x.ndim - len(self.in_shape)])
+        return x.reshape(batch + self.out_shape)
+
+    def _inverse(self, y: Any) -> Any:
+        batch = tuple(y.shape[: y.ndim - len(self.out_shape)])
+        return y.reshape(batch + self.in_shape)
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        batch = tuple(x.shape[: x.ndim - len(self.in_shape)])
+        return x.new_zeros(batch)
+
+    def _swap(self, shape: Any, have: tuple[int, ...], want: tuple[int, ...]) -> tuple[int, ...]:
+        shape = tuple(shape)
+        _at_least("ReshapeTransform", shape, len(have))
+        cut = len(shape) - len(have)
+        if shape[cut:] != have:
+            raise ShapeError(
+                f"ReshapeTransform: shape mismatch: expected {have}, got {shape[cut:]}"
+            )
+        return shape[:cut] + want
+
+    def forward_shape(self, shape: Any) -> tuple[int, ...]:
+        return self._swap(shape, self.in_shape, self.out_shape)
+
+    def inverse_shape(self, shape: Any) -> tuple[int, ...]:
+        return self._swap(shape, self.out_shape, self.in_shape)
+
+    def __repr__(self) -> str:
+        return f"ReshapeTransform(in_shape={self.in_shape}, out_shape={self.out_shape})"
+
+
+class LowerCholeskyTransform(Transform):
+    """Square matrices onto lower-triangular ones with a positive diagonal (the strictly
+    lower part kept, the diagonal exponentiated); no Jacobian determinant, as torch's."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.lower_cholesky
+
+    def _call(self, x: Any) -> Any:
+        return x.tril(-1) + x.diagonal(dim1=-2, dim2=-1).exp().diag_embed()
+
+    def _inverse(self, y: Any) -> Any:
+        return y.tril(-1) + y.diagonal(dim1=-2, dim2=-1).log().diag_embed()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LowerCholeskyTransform)
+
+    __hash__ = object.__hash__
+
+
+class PositiveDefiniteTransform(Transform):
+    """Square matrices onto positive-definite ones: ``L @ L.mT`` of their
+    :class:`LowerCholeskyTransform`."""
+
+    domain = constraints.independent(constraints.real, 2)
+    codomain = constraints.positive_definite
+
+    def _call(self, x: Any) -> Any:
+        lower = LowerCholeskyTransform()(x)
+        return lower @ lower.transpose(-2, -1)
+
+    def _inverse(self, y: Any) -> Any:
+        from .multivariate_normal import cholesky
+
+        return LowerCholeskyTransform().inv(cholesky(y))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PositiveDefiniteTransform)
+
+    __hash__ = object.__hash__
+
+
+class CatTransform(Transform):
+    """``tseq[i]`` applied to consecutive pieces of ``lengths[i]`` entries (1 each by default)
+    along ``dim``, the results concatenated."""
+
+    def __init__(self, tseq: Any, dim: int = 0, lengths: Any = None, cache_size: int = 0):
+        tseq = list(tseq)
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise InvalidArgumentError("CatTransform: every element of tseq must be a Transform")
+        super().__init__(cache_size)
+        self.transforms = tseq
+        self.lengths = [1] * len(tseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise InvalidArgumentError(
+                f"CatTransform: {len(self.lengths)} lengths for {len(self.transforms)} transforms"
+            )
+        self.dim = int(dim)
+
+    @property
+    def event_dim(self) -> int:
+        return max(t.event_dim for t in self.transforms)
+
+    @property
+    def length(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def domain(self) -> Any:  # type: ignore[override]
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @property
+    def codomain(self) -> Any:  # type: ignore[override]
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    def _check(self, x: Any) -> None:
+        if not -x.ndim <= self.dim < x.ndim:
+            raise ShapeError(
+                f"CatTransform: dim {self.dim} out of range for a tensor of shape {tuple(x.shape)}"
+            )
+        if x.shape[self.dim] != self.length:
+            raise ShapeError(
+                f"CatTransform: size {x.shape[self.dim]} along dim {self.dim} must equal the "
+                f"total length {self.length}"
+            )
+
+    def _pieces(self, x: Any) -> Any:
+        start = 0
+        for transform, length in zip(self.transforms, self.lengths, strict=True):
+            yield transform, x.narrow(self.dim, start, length)
+            start += length
+
+    def _call(self, x: Any) -> Any:
+        from ..tensor import cat
+
+        self._check(x)
+        return cat([t(piece) for t, piece in self._pieces(x)], self.dim)
+
+    def _inverse(self, y: Any) -> Any:
+        from ..tensor import cat
+
+        self._check(y)
+        return cat([t.inv(piece) for t, piece in self._pieces(y)], self.dim)
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        from ..tensor import cat
+
+        self._check(x)
+        self._check(y)
+        terms = []
+        for (t, xs), (_, ys) in zip(self._pieces(x), self._pieces(y), strict=True):
+            term = t.log_abs_det_jacobian(xs, ys)
+            terms.append(sum_rightmost(term, self.event_dim - t.event_dim))
+        dim = self.dim - x.ndim if self.dim >= 0 else self.dim
+        dim += self.event_dim
+        if dim < 0:
+            return cat(terms, dim)
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        return total
+
+    def __repr__(self) -> str:
+        return f"CatTransform({self.transforms!r}, dim={self.dim}, lengths={self.lengths})"
+
+
+class StackTransform(Transform):
+    """``tseq[i]`` applied to the ``i``-th slice along ``dim``, the results stacked."""
+
+    def __init__(self, tseq: Any, dim: int = 0, cache_size: int = 0) -> None:
+        tseq = list(tseq)
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise InvalidArgumentError("StackTransform: every element of tseq must be a Transform")
+        super().__init__(cache_size)
+        self.transforms = tseq
+        self.dim = int(dim)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    @property
+    def domain(self) -> Any:  # type: ignore[override]
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @property
+    def codomain(self) -> Any:  # type: ignore[override]
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
+
+    def _slices(self, z: Any) -> list[Any]:
+        if not -z.ndim <= self.dim < z.ndim:
+            raise ShapeError(
+                f"StackTransform: dim {self.dim} out of range for a tensor of shape "
+                f"{tuple(z.shape)}"
+            )
+        if z.shape[self.dim] != len(self.transforms):
+            raise ShapeError(
+                f"StackTransform: size {z.shape[self.dim]} along dim {self.dim} must equal the "
+                f"number of transforms {len(self.transforms)}"
+            )
+        return [z.select(self.dim, i) for i in range(z.shape[self.dim])]
+
+    def _call(self, x: Any) -> Any:
+        from ..tensor import stack
+
+        pieces = self._slices(x)
+        return stack([t(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
+
+    def _inverse(self, y: Any) -> Any:
+        from ..tensor import stack
+
+        pieces = self._slices(y)
+        return stack([t.inv(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        from ..tensor import stack
+
+        xs, ys = self._slices(x), self._slices(y)
+        terms = [
+            t.log_abs_det_jacobian(a, b) for t, a, b in zip(self.transforms, xs, ys, strict=True)
+        ]
+        return stack(terms, self.dim)
+
+    def __repr__(self) -> str:
+        return f"StackTransform({self.transforms!r}, dim={self.dim})"
+
+
+class CumulativeDistributionTransform(Transform):
+    """``y = distribution.cdf(x)`` onto the unit interval (inverse ``icdf``; the
+    log-determinant is the log density)."""
+
+    bijective = True
+    sign = 1
+    codomain = constraints.unit_interval
+
+    def __init__(self, distribution: Any, cache_size: int = 0) -> None:
+        super().__init__(cache_size)
+        self.distribution = distribution
+
+    @property
+    def domain(self) -> Any:  # type: ignore[override]
+        return self.distribution.support
+
+    def _call(self, x: Any) -> Any:
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y: Any) -> Any:
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        return self.distribution.log_prob(x)
+
+
+def _tril_indices(n: int, diag: int) -> tuple[list[int], list[int]]:
+    """Row-major indices of the entries of an ``n x n`` matrix on or below diagonal
+    ``diag`` (torch's ``tril_indices`` order)."""
+    rows, cols = [], []
+    for i in range(n):
+        for j in range(n):
+            if j - i <= diag:
+                rows.append(i)
+                cols.append(j)
+    return rows, cols
+
+
+def _vec_to_tril(vec: Any, diag: int) -> Any:
+    """A vector of the entries below diagonal ``diag`` placed into a square matrix."""
+    from ..tensor import stack
+
+    n = _side(vec.shape[-1], diag)
+    rows, cols = _tril_indices(n, diag)
+    where = {(r, c): k for k, (r, c) in enumerate(zip(rows, cols, strict=True))}
+    zero = vec.narrow(-1, 0, 1).squeeze(-1) * 0
+    entries = [
+        stack([vec.select(-1, where[i, j]) if (i, j) in where else zero for j in range(n)], -1)
+        for i in range(n)
+    ]
+    return stack(entries, -2)
+
+
+def _side(count: int, diag: int) -> int:
+    """The side ``n`` of the square matrix with ``count`` entries on or below ``diag``."""
+    n = 1
+    while len(_tril_indices(n, diag)[0]) < count:
+        n += 1
+    if len(_tril_indices(n, diag)[0]) != count:
+        raise ShapeError(f"expected a flattened triangular matrix, got {count} entries")
+    return n
+
+
+def _tril_to_vec(matrix: Any, diag: int) -> Any:
+    from ..tensor import stack
+
+    rows, cols = _tril_indices(matrix.shape[-1], diag)
+    return stack([matrix[..., i, j] for i, j in zip(rows, cols, strict=True)], -1)
+
+
+class CorrCholeskyTransform(Transform):
+    """Unconstrained vectors of ``D (D - 1) / 2`` entries onto Cholesky factors of ``D x D``
+    correlation matrices (tanh, then stick breaking along each row; torch's map)."""
+
+    bijective = True
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+
+    def _call(self, x: Any) -> Any:
+        from ..tensor import eye
+        from .utils import eps
+
+        x = x.tanh()
+        e = eps(x)
+        x = x.clamp(-1 + e, 1 - e)
+        r = _vec_to_tril(x, -1)
+        z = r.pow(2)
+        z1m_cumprod_sqrt = (1 - z).sqrt().cumprod(-1)
+        n = r.shape[-1]
+        r = r + eye(n, dtype=r.dtype, device=r.device)
+        return r * _pad_last(z1m_cumprod_sqrt.narrow(-1, 0, n - 1), before=True)
+
+    def _inverse(self, y: Any) -> Any:
+        n = y.shape[-1]
+        y_cumsum = 1 - (y * y).cumsum(-1)
+        shifted = _pad_last(y_cumsum.narrow(-1, 0, n - 1), before=True)
+        t = _tril_to_vec(y, -1) / _tril_to_vec(shifted, -1).sqrt()
+        return (t.log1p() - (-t).log1p()) / 2
+
+    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+        y1m_cumsum = 1 - (y * y).cumsum(-1)
+        stick_breaking_logdet = 0.5 * _tril_to_vec(y1m_cumsum, -2).log().sum(-1)
+        tanh_logdet = -2 * (x + (-2 * x).softplus() - math.log(2.0)).sum(-1)
+        return stick_breaking_logdet + tanh_logdet
+
+    def forward_shape(self, shape: Any) -> tuple[int, ...]:
+        _at_least("CorrCholeskyTransform", shape, 1)
+        count = shape[-1]
+        side = round((0.25 + 2 * count) ** 0.5 + 0.5)
+        if side * (side - 1) // 2 != count:
+            raise ShapeError(
+                f"CorrCholeskyTransform: {count} is not the size of a flattened strictly lower "
+                "triangle"
+            )
+        return tuple(shape[:-1]) + (side, side)
+
+    def inverse_shape(self, shape: Any) -> tuple[int, ...]:
+        _at_least("CorrCholeskyTransform", shape, 2)
+        if shape[-2] != shape[-1]:
+            raise ShapeError(f"CorrCholeskyTransform: expected square matrices, got {tuple(shape)}")
+        side = shape[-1]
+        return tuple(shape[:-2]) + (side * (side - 1) // 2,)
