@@ -7,7 +7,8 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -15,8 +16,11 @@ __all__ = [
     "DTypeError",
     "DistributedError",
     "IndexOutOfRangeError",
+    "KeyMismatchError",
     "RetrogradError",
     "ShapeError",
+    "guard",
+    "guard_namespace",
     "reported",
     "translate",
 ]
@@ -32,6 +36,11 @@ class ShapeError(RetrogradError, ValueError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class KeyMismatchError(InvalidArgumentError, KeyError):
+    """Names that do not match (a state dict's keys against a module's): a ``KeyError``, as
+    before, and an :class:`InvalidArgumentError` of the hierarchy."""
 
 
 class DTypeError(RetrogradError, TypeError):
@@ -104,3 +113,88 @@ class reported:  # noqa: N801  (used as a ``with`` statement, like contextlib's 
         if translated is error:
             return False
         raise translated
+
+
+#: What Python and NumPy raise on arguments a function cannot use (a str for a dim, None for
+#: a tensor, a float for a size) before any kernel runs: the class of the hierarchy each means.
+_ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
+    (IndexError, IndexOutOfRangeError),
+    (TypeError, DTypeError),
+    (AttributeError, DTypeError),
+    (ValueError, InvalidArgumentError),
+    (KeyError, InvalidArgumentError),
+    (ZeroDivisionError, InvalidArgumentError),
+    (OverflowError, InvalidArgumentError),
+    (StopIteration, InvalidArgumentError),
+)
+_CAUGHT = tuple(kind for kind, _ in _ARGUMENT_ERRORS)
+
+
+def _describe(value: Any) -> str:
+    """An argument as an error message names it: a tensor by its shape and dtype, a short
+    value by its repr, anything else by its type (a half-built module's repr may fail)."""
+    try:
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if isinstance(shape, tuple) and dtype is not None:
+            return f"{type(value).__name__} {shape_text(shape)} {dtype}"
+        text = repr(value)
+    except Exception:
+        return type(value).__name__
+    return text if len(text) <= 40 and "\n" not in text else type(value).__name__
+
+
+def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: dict) -> Exception:
+    """``error`` (a built-in exception raised inside ``op``) as the hierarchy's, naming the op
+    and the arguments it was given."""
+    kind = next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
+    given = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+    text = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
+    return kind(f"{op}: invalid arguments ({', '.join(given)}): {text or type(error).__name__}")
+
+
+def guard(
+    op: str, function: Callable[..., Any], owner: Any = None, qualname: str | None = None
+) -> Callable[..., Any]:
+    """``function`` whose built-in exceptions about its arguments (``_ARGUMENT_ERRORS``: an
+    ``AttributeError`` of an int given for a tensor, a ``TypeError`` of a str given for a dim)
+    come out as the hierarchy's, naming ``op`` and the arguments, the original as the cause.
+
+    The public entry points are guarded (:func:`guard_namespace`), so that an argument no
+    check foresaw still gets an error of API.md section 7, never a bare traceback; errors
+    already in the hierarchy pass on, their message prefixed with ``op`` where it names
+    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged.
+
+    ``owner`` (a module or class) and ``qualname``: where the guarded function is found, so
+    that pickle, which finds a function by its name, finds the guarded one.
+    """
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except RetrogradError as error:
+            # raised by an op this one called (``all`` calls ``sum``): named after both
+            if error.args and isinstance(error.args[0], str) and op not in error.args[0]:
+                error.args = (f"{op}: {error.args[0]}", *error.args[1:])
+            raise
+        except _CAUGHT as error:
+            raise argument_error(op, error, args, kwargs) from error
+
+    guarded.__retrograd_guarded__ = True  # type: ignore[attr-defined]
+    if owner is not None:
+        guarded.__module__ = owner if isinstance(owner, str) else owner.__module__
+        guarded.__qualname__ = qualname or op
+    return guarded
+
+
+def guard_namespace(namespace: dict[str, Any], names: Iterable[str]) -> None:
+    """Replace each plain function among ``namespace[name]`` (a module's globals) by its
+    :func:`guard`."""
+    for name in names:
+        value = namespace.get(name)
+        if (
+            callable(value)
+            and type(value).__name__ == "function"
+            and not getattr(value, "__retrograd_guarded__", False)
+        ):
+            namespace[name] = guard(name, value, namespace["__name__"], name)

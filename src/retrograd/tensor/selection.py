@@ -409,7 +409,7 @@ class SelectionMixin:
         if dim is not None:
             raise InvalidArgumentError("unique_consecutive: dim= is not supported; flatten first")
         array = self.numpy().reshape(-1)
-        starts = np.concatenate(([True], array[1:] != array[:-1])) if array.size else array
+        starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]  # bool, if empty
         out = [self._host(array[starts], self.dtype)]
         if return_inverse:
             inverse = np.cumsum(starts) - 1
