@@ -57,8 +57,8 @@ CASES = [
     ("expand_as", rg.DTypeError, lambda a, b: a.expand_as("x")),
     ("view_as", rg.DTypeError, lambda a, b: a.view_as(None)),
     ("is_same_size", rg.DTypeError, lambda a, b: a.is_same_size(5)),
-    ("reshape", rg.InvalidArgumentError, lambda a, b: a.reshape("a")),
-    ("broadcast_to", rg.InvalidArgumentError, lambda a, b: a.broadcast_to("a")),
+    ("reshape", rg.ShapeError, lambda a, b: a.reshape("a")),
+    ("broadcast_to", rg.ShapeError, lambda a, b: a.broadcast_to("a")),
     ("roll", rg.InvalidArgumentError, lambda a, b: a.roll("a", 0)),
     ("diag_embed", rg.DTypeError, lambda a, b: a.diag_embed("a")),
     ("diagonal", rg.InvalidArgumentError, lambda a, b: a.diagonal("a")),
@@ -81,11 +81,24 @@ CASES = [
     ("float_power", rg.InvalidArgumentError, lambda a, b: a.float_power("a")),
     ("grad", rg.DTypeError, lambda a, b: a.grad("not gradients")),
     ("grad", rg.DTypeError, lambda a, b: a.grad({})),
+    ("indexing", rg.IndexOutOfRangeError, lambda a, b: a[::0]),
+    ("len() of a 0-d tensor", rg.DTypeError, lambda a, b: len(rg.tensor(1.0))),
+    ("len() of a 0-d tensor", rg.DTypeError, lambda a, b: list(rg.tensor(1.0))),
+    ("sum_dim", rg.ShapeError, lambda a, b: rg.tensor(1.0).sum_dim(1)),
+    ("zeros", rg.ShapeError, lambda a, b: rg.zeros((1.5,))),
+    ("reshape", rg.ShapeError, lambda a, b: a.reshape((3.0, 2.0))),
+    # devices: unknown kinds, bad indices
+    ("device", rg.InvalidArgumentError, lambda a, b: rg.device("cpu:a")),
+    ("device", rg.InvalidArgumentError, lambda a, b: rg.Device("cpu", -1)),
+    ("device", rg.InvalidArgumentError, lambda a, b: rg.device(5)),
+    ("tensor", rg.InvalidArgumentError, lambda a, b: rg.tensor([1.0], device="tpu")),
+    ("to", rg.InvalidArgumentError, lambda a, b: a.to("tpu")),
+    ("zeros", rg.InvalidArgumentError, lambda a, b: rg.zeros((2,), device="gpu")),
     # rg.* functions: a number or a str where a tensor or a list of them belongs
     ("cat", rg.DTypeError, lambda a, b: rg.cat(5)),
     ("cat", rg.DTypeError, lambda a, b: rg.cat(rg.tensor(1.0))),
     ("stack", rg.DTypeError, lambda a, b: rg.stack("a")),
-    ("zeros", rg.InvalidArgumentError, lambda a, b: rg.zeros("a")),
+    ("zeros", rg.ShapeError, lambda a, b: rg.zeros("a")),
     ("eye", rg.DTypeError, lambda a, b: rg.eye("a")),
     ("arange", rg.DTypeError, lambda a, b: rg.arange("a")),
     ("einsum", rg.DTypeError, lambda a, b: rg.einsum(5, a)),
@@ -124,7 +137,7 @@ CASES = [
     ("Conv1d", rg.DTypeError, lambda a, b: nn.Conv1d(3, 4, "x")),
     ("Embedding", rg.DTypeError, lambda a, b: nn.Embedding(3, 4, "x")),
     ("Dropout", rg.DTypeError, lambda a, b: nn.Dropout("a")),
-    ("Bilinear", rg.InvalidArgumentError, lambda a, b: nn.Bilinear(3, 4, "x")),
+    ("Bilinear", rg.ShapeError, lambda a, b: nn.Bilinear(3, 4, "x")),
     ("BatchNorm1d", rg.DTypeError, lambda a, b: nn.BatchNorm1d(3)("a")),
     ("InstanceNorm1d", rg.DTypeError, lambda a, b: nn.InstanceNorm1d(3)("a")),
     ("Flatten", rg.DTypeError, lambda a, b: nn.Flatten()("a")),
@@ -152,6 +165,7 @@ CASES = [
     ("load_state_dict", rg.DTypeError, lambda a, b: _linear().load_state_dict(None)),
     ("load_state_dict", KeyMismatchError, lambda a, b: _linear().load_state_dict({"x": a})),
     ("load", rg.DTypeError, lambda a, b: rg.load(5)),
+    ("save", rg.DTypeError, lambda a, b: rg.save({"a": a}, 5)),
     ("load", rg.DTypeError, lambda a, b: rg.load(None)),
 ]  # fmt: skip
 
@@ -218,6 +232,24 @@ def test_unique_consecutive_of_empty_and_full_tensors_matches_torch(shape):
         np.testing.assert_array_equal(mine.numpy(), other.numpy())
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0)])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_softmax_of_empty_tensors_is_empty_as_in_torch(shape, dim):
+    for name in ("softmax", "log_softmax"):
+        x = rg.zeros(shape).require_grad()
+        t = torch.zeros(shape, requires_grad=True)
+        out, expected = getattr(x, name)(dim), getattr(t, name)(dim)
+        assert out.shape == tuple(expected.shape)
+        expected.sum().backward()
+        assert x.grad(out.sum().backward()).shape == tuple(t.grad.shape)
+
+
+def test_devices_that_exist_still_parse():
+    assert rg.device("cuda:1") == rg.Device("cuda", 1)
+    assert rg.Device("cpu", np.int64(2)) is rg.Device("cpu", 2)
+    assert str(rg.device("cpu")) == "cpu:0"
+
+
 def test_logical_not_of_numbers_is_whether_they_are_zero():
     values = np.array([[0, 1, -2], [3, 0, 5]])
     for array in (values, values.astype(np.float32)):
@@ -267,6 +299,17 @@ def test_save_on_a_full_disk_keeps_the_previous_file_and_says_so(tmp_path, monke
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temporary
     assert rg.load(path)["w"].tolist() == [1.0, 2.0]
+
+
+def test_a_write_into_a_missing_folder_names_the_file_not_a_temporary(tmp_path):
+    for write, name in (
+        (lambda path: rg.save({"w": rg.ones((2,))}, path), "x.pt"),
+        (lambda path: _linear().save(path), "x.npz"),
+    ):
+        path = tmp_path / "missing" / name
+        with pytest.raises(FileNotFoundError) as raised:
+            write(path)
+        assert raised.value.filename == str(path)
 
 
 def test_save_of_something_it_cannot_store_leaves_the_file_alone(tmp_path):

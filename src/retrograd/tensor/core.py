@@ -137,7 +137,7 @@ class Tensor(
     def __len__(self) -> int:
         shape = self.shape
         if not shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise DTypeError("len() of a 0-d tensor")
         return shape[0]
 
     # -- conversion ---------------------------------------------------------------------------

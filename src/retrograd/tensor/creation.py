@@ -508,7 +508,7 @@ def _leading_shape(
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:
-    shape = shape_arg(shape)
+    shape = shape_arg(shape, op)
     if any(n < 0 for n in shape):
         raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")
     return shape

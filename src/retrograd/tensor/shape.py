@@ -312,7 +312,7 @@ class ShapeMixin:
         """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
         shape = self.shape
         d = normalize_dim("unflatten", dim, len(shape))
-        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes))
+        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes, "unflatten"))
         return _reshaped("unflatten", self, shape[:d] + sizes + shape[d + 1 :])
 
     def flatten(self, start: int = 0, end: int = -1) -> Any:
@@ -474,20 +474,21 @@ def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""
     if len(args) == 1 and not isinstance(args[0], numbers.Integral):
-        return shape_arg(args[0])
+        return shape_arg(args[0], op)
     if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in args):
         raise ShapeError(f"{op}: expected a shape (ints or one sequence of ints), got {args!r}")
     return tuple(int(n) for n in args)
 
 
-def shape_arg(shape: Any) -> tuple[int, ...]:
-    """A shape argument (an int or a sequence of ints) as a tuple of ints."""
-    if isinstance(shape, numbers.Integral):
+def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
+    """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
+    or a str does not, as in torch) as a tuple of ints."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         return (int(shape),)
     try:
-        return tuple(int(n) for n in shape)
+        return tuple(operator.index(n) for n in shape)
     except TypeError:
-        raise ShapeError(f"expected a shape (a sequence of ints), got {shape!r}") from None
+        raise ShapeError(f"{op}: expected a shape (a sequence of ints), got {shape!r}") from None
 
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:
