@@ -149,6 +149,7 @@ def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: d
     kind = next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
     given = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
     text = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
+    text = text.strip().splitlines()[0] if text.strip() else ""  # one line (torch's run on)
     return kind(f"{op}: invalid arguments ({', '.join(given)}): {text or type(error).__name__}")
 
 

@@ -349,6 +349,8 @@ class Tensor(
         from .shape import varargs_shape
 
         shape = varargs_shape(op, size if isinstance(size, tuple) else (size,))
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")
         dtype = self.dtype if dtype is None else canonical_dtype(op, dtype)
         device = self._device if device is None else _device(device)
         backend = self._backend
