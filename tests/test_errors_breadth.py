@@ -251,6 +251,15 @@ def test_devices_that_exist_still_parse():
     assert str(rg.device("cpu")) == "cpu:0"
 
 
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "smooth_l1_loss", "soft_margin_loss"])
+@pytest.mark.parametrize("legacy", [(0,), (0, 1), (1, 0), (None, 0)])
+def test_legacy_size_average_and_reduce_are_read_by_truth_as_in_torch(name, legacy):
+    x, y = A / 7, B
+    ours = getattr(F, name)(rg.tensor(x), rg.tensor(y), *legacy)
+    theirs = getattr(torch.nn.functional, name)(torch.tensor(x), torch.tensor(y), *legacy)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
 def test_logical_not_of_numbers_is_whether_they_are_zero():
     values = np.array([[0, 1, -2], [3, 0, 5]])
     for array in (values, values.astype(np.float32)):
