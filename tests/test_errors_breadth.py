@@ -88,6 +88,13 @@ CASES = [
     ("sum_dim", rg.ShapeError, lambda a, b: rg.tensor(1.0).sum_dim(1)),
     ("zeros", rg.ShapeError, lambda a, b: rg.zeros((1.5,))),
     ("reshape", rg.ShapeError, lambda a, b: a.reshape((3.0, 2.0))),
+    # values torch refuses and a wrong result came of (glu halved an odd dim unevenly)
+    ("glu", rg.ShapeError, lambda a, b: F.glu(a, 1)),
+    ("hardtanh", rg.InvalidArgumentError, lambda a, b: F.hardtanh(a, 2.0, 1.0)),
+    ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(0, 5, -1)),
+    ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(5.0, 0.0, 0.5)),
+    ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(0, float("inf"))),
+    ("diff", rg.InvalidArgumentError, lambda a, b: a.diff(-1)),
     # devices: unknown kinds, bad indices
     ("device", rg.InvalidArgumentError, lambda a, b: rg.device("cpu:a")),
     ("device", rg.InvalidArgumentError, lambda a, b: rg.Device("cpu", -1)),
