@@ -392,6 +392,22 @@ def test_load_of_a_damaged_file_is_one_clear_error_naming_it(tmp_path, kind):
 
 
 @files_only_once
+def test_a_damaged_pickled_entry_is_one_clear_error_even_when_trusted():
+    import argparse
+
+    buffer = io.BytesIO()
+    rg.save({"args": argparse.Namespace(lr=0.1)}, buffer)
+    with np.load(io.BytesIO(buffer.getvalue())) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    pickled = next(name for name in arrays if name.startswith("p"))
+    arrays[pickled] = np.frombuffer(b"\x80\x05 cut short", dtype=np.uint8)
+    with pytest.raises(rg.InvalidArgumentError, match="load: the file object is damaged"):
+        rg.load(io.BytesIO(_npz(**arrays)), weights_only=False)
+    with pytest.raises(rg.DTypeError, match="get_unsafe_globals_in_checkpoint"):
+        rg.serialization.get_unsafe_globals_in_checkpoint(5)  # never fd 5
+
+
+@files_only_once
 def test_load_of_a_missing_file_is_file_not_found_as_in_torch(tmp_path):
     with pytest.raises(FileNotFoundError):
         rg.load(tmp_path / "nothing.pt")

@@ -293,6 +293,7 @@ _DAMAGE = (
     AttributeError,
     zipfile.BadZipFile,
     zlib.error,
+    pickle.UnpicklingError,
 )
 
 
@@ -377,6 +378,11 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     """torch's list of the classes and functions (``"module.name"``) a checkpoint's pickled
     entries would have :func:`load` rebuild beyond the allowed ones: ``[]`` for a file of
     tensors, arrays and containers. A file :func:`load` refuses is refused the same way."""
+    if not hasattr(f, "read") and not isinstance(f, str | bytes | os.PathLike):
+        raise DTypeError(  # open(an int) would read that file descriptor
+            "get_unsafe_globals_in_checkpoint: f must be a path or a binary file object, "
+            f"got {type(f).__name__}"
+        )
     data = f.read() if hasattr(f, "read") else open(f, "rb").read()  # noqa: SIM115
     load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
