@@ -267,6 +267,20 @@ def test_legacy_size_average_and_reduce_are_read_by_truth_as_in_torch(name, lega
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bins, low, high", [(5, 0, 0), (100, 0, 0), (7, -1, 1), (3, 0.1, 0.8)])
+def test_histc_bins_values_on_edges_as_torch_does(dtype, bins, low, high):
+    rng = np.random.default_rng(0)
+    arrays = [np.arange(6.0).reshape(2, 3) / 7 + 0.1] + [
+        rng.standard_normal(n) * scale for n, scale in ((7, 1.0), (30, 0.1), (12, 7.0))
+    ]
+    for array in arrays:
+        array = array.astype(dtype)
+        ours = rg.tensor(array).histc(bins, low, high)
+        theirs = torch.tensor(array).histc(bins, low, high)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_logical_not_of_numbers_is_whether_they_are_zero():
     values = np.array([[0, 1, -2], [3, 0, 5]])
     for array in (values, values.astype(np.float32)):
