@@ -95,6 +95,13 @@ CASES = [
     ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(5.0, 0.0, 0.5)),
     ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(0, float("inf"))),
     ("diff", rg.InvalidArgumentError, lambda a, b: a.diff(-1)),
+    # sizes no machine holds: an error of the hierarchy, also a MemoryError
+    ("zeros", rg.OutOfMemoryError, lambda a, b: rg.zeros((10**9, 10**9))),
+    ("randn", rg.OutOfMemoryError, lambda a, b: rg.randn(10**9, 10**9)),
+    ("eye", rg.OutOfMemoryError, lambda a, b: rg.eye(10**8)),
+    ("eye", rg.InvalidArgumentError, lambda a, b: rg.eye(10**10)),  # past any address
+    ("normal_", rg.InvalidArgumentError, lambda a, b: nn.init.normal_(rg.zeros((2,)), std=-1.0)),
+    ("uniform_", rg.InvalidArgumentError, lambda a, b: nn.init.uniform_(rg.zeros((2,)), 1.0, 0.0)),
     # devices: unknown kinds, bad indices
     ("device", rg.InvalidArgumentError, lambda a, b: rg.device("cpu:a")),
     ("device", rg.InvalidArgumentError, lambda a, b: rg.Device("cpu", -1)),
@@ -190,6 +197,7 @@ def test_bad_arguments_raise_the_hierarchy_naming_the_op(leaves, op, error, call
     message = str(raised.value)
     assert op.split(".")[0] in message, message
     assert "\n" not in message.strip("\"'")  # one line
+    assert isinstance(raised.value, MemoryError) == (error is rg.OutOfMemoryError)
     grads = pending.sum().backward()
     np.testing.assert_array_equal(a.grad(grads).numpy(), B)
     np.testing.assert_array_equal(b.grad(grads).numpy(), A)

@@ -31,6 +31,7 @@ from .errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    OutOfMemoryError,
     RetrogradError,
     ShapeError,
 )
@@ -203,6 +204,7 @@ __all__ = [
     "InvalidArgumentError",
     "NoCheckpointing",
     "NumpyBackend",
+    "OutOfMemoryError",
     "ParamId",
     "RetrogradError",
     "ShapeError",

@@ -17,6 +17,7 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
     "guard",
@@ -53,6 +54,11 @@ class IndexOutOfRangeError(RetrogradError, IndexError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class OutOfMemoryError(RetrogradError, MemoryError):
+    """An allocation the machine cannot make (a size typed wrong: ``zeros((10**8, 10**8))``);
+    torch's ``OutOfMemoryError``, a ``MemoryError`` here as NumPy's."""
 
 
 class DistributedError(RetrogradError, RuntimeError):
@@ -126,8 +132,21 @@ _ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
     (ZeroDivisionError, InvalidArgumentError),
     (OverflowError, InvalidArgumentError),
     (StopIteration, InvalidArgumentError),
+    (MemoryError, OutOfMemoryError),
 )
 _CAUGHT = tuple(kind for kind, _ in _ARGUMENT_ERRORS)
+#: A device backend's allocator says it is out of memory, or that a size overflows, in a
+#: ``RuntimeError`` (torch's CPU allocator, its ``OutOfMemoryError``): words, not classes.
+_RUNTIME_WORDS = (
+    ("allocate memory", OutOfMemoryError),
+    ("out of memory", OutOfMemoryError),
+    ("integer multiplication overflow", InvalidArgumentError),
+)
+
+
+def _runtime_kind(error: RuntimeError) -> type | None:
+    text = str(error).lower()
+    return next((kind for words, kind in _RUNTIME_WORDS if words in text), None)
 
 
 def _describe(value: Any) -> str:
@@ -146,11 +165,13 @@ def _describe(value: Any) -> str:
 def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: dict) -> Exception:
     """``error`` (a built-in exception raised inside ``op``) as the hierarchy's, naming the op
     and the arguments it was given."""
-    kind = next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
+    kind = _runtime_kind(error) if isinstance(error, RuntimeError) else None
+    kind = kind or next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
     given = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
     text = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
     text = text.strip().splitlines()[0] if text.strip() else ""  # one line (torch's run on)
-    return kind(f"{op}: invalid arguments ({', '.join(given)}): {text or type(error).__name__}")
+    what = "out of memory for" if kind is OutOfMemoryError else "invalid arguments"
+    return kind(f"{op}: {what} ({', '.join(given)}): {text or type(error).__name__}")
 
 
 def guard(
@@ -179,6 +200,10 @@ def guard(
                 error.args = (f"{op}: {error.args[0]}", *error.args[1:])
             raise
         except _CAUGHT as error:
+            raise argument_error(op, error, args, kwargs) from error
+        except RuntimeError as error:  # only the allocator's words: other errors are bugs
+            if _runtime_kind(error) is None:
+                raise
             raise argument_error(op, error, args, kwargs) from error
 
     guarded.__retrograd_guarded__ = True  # type: ignore[attr-defined]

@@ -71,6 +71,9 @@ __all__ = [
 ]
 
 
+_UNGUARDED = ("LambdaLR", "MultiplicativeLR", "Optimizer", "LRScheduler")
+
+
 def _guard_constructors() -> None:
     """Each optimizer's and schedule's constructor answers arguments no check foresaw (a
     float for ``betas``, a str for ``lr``) with an error of the hierarchy naming the class
@@ -78,7 +81,8 @@ def _guard_constructors() -> None:
     those functions' exceptions pass unchanged."""
     for name in __all__:
         cls = globals().get(name)
-        if not isinstance(cls, type) or name in ("LambdaLR", "MultiplicativeLR"):
+        # the bases run inside their subclasses' guards, which name the class the user made
+        if not isinstance(cls, type) or name in _UNGUARDED:
             continue
         function = inspect.getattr_static(cls, "__init__", None)
         if getattr(function, "__retrograd_guarded__", False):
