@@ -91,6 +91,10 @@ CASES = [
     ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(5.0, 0.0, 0.5)),
     ("arange", rg.InvalidArgumentError, lambda a, b: rg.arange(0, float("inf"))),
     ("diff", rg.InvalidArgumentError, lambda a, b: a.diff(-1)),
+    # what a device backend raises as a RuntimeError (torch's), as NumPy's ValueError
+    ("diag_embed", rg.InvalidArgumentError, lambda a, b: a.diag_embed(float("nan"))),
+    ("sub", rg.DTypeError, lambda a, b: rg.tensor([True]) - rg.tensor([False])),
+    ("sub", rg.DTypeError, lambda a, b: rg.tensor([True]).sub(True)),
     # sizes no machine holds: an error of the hierarchy, also a MemoryError
     ("zeros", rg.OutOfMemoryError, lambda a, b: rg.zeros((10**9, 10**9))),
     ("randn", rg.OutOfMemoryError, lambda a, b: rg.randn(10**9, 10**9)),

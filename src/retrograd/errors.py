@@ -144,9 +144,16 @@ _RUNTIME_WORDS = (
 )
 
 
-def _runtime_kind(error: RuntimeError) -> type | None:
+def _runtime_kind(error: RuntimeError, args: Sequence[Any] = ()) -> type | None:
+    """The class a device backend's ``RuntimeError`` means: its allocator's words, or what the
+    backend of the first tensor among ``args`` says (``Backend.error_class``, as
+    :func:`translate` asks it); ``None``: not about the input, a bug to propagate."""
     text = str(error).lower()
-    return next((kind for words, kind in _RUNTIME_WORDS if words in text), None)
+    kind = next((kind for words, kind in _RUNTIME_WORDS if words in text), None)
+    backend = next((a._backend for a in args if hasattr(a, "_backend")), None)
+    if kind is None and backend is not None:
+        kind = backend.error_class(error)
+    return kind
 
 
 def _describe(value: Any) -> str:
@@ -165,7 +172,7 @@ def _describe(value: Any) -> str:
 def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: dict) -> Exception:
     """``error`` (a built-in exception raised inside ``op``) as the hierarchy's, naming the op
     and the arguments it was given."""
-    kind = _runtime_kind(error) if isinstance(error, RuntimeError) else None
+    kind = _runtime_kind(error, args) if isinstance(error, RuntimeError) else None
     kind = kind or next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
     given = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
     text = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
@@ -201,8 +208,8 @@ def guard(
             raise
         except _CAUGHT as error:
             raise argument_error(op, error, args, kwargs) from error
-        except RuntimeError as error:  # only the allocator's words: other errors are bugs
-            if _runtime_kind(error) is None:
+        except RuntimeError as error:  # what the backend knows as bad input; others are bugs
+            if _runtime_kind(error, args) is None:
                 raise
             raise argument_error(op, error, args, kwargs) from error
 
