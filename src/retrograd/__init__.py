@@ -31,9 +31,11 @@ from .errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    OutOfMemoryError,
     RetrogradError,
     ShapeError,
 )
+from .errors import guard_namespace as _guard_namespace
 from .tensor import (
     Tensor,
     arange,
@@ -206,6 +208,7 @@ __all__ = [
     "InvalidArgumentError",
     "NoCheckpointing",
     "NumpyBackend",
+    "OutOfMemoryError",
     "ParamId",
     "RetrogradError",
     "ShapeError",
@@ -362,3 +365,15 @@ __all__ += [
     "set_printoptions",
     "use_deterministic_algorithms",
 ]
+
+# The function forms of the tensor API answer arguments no check foresaw with an error of the
+# hierarchy naming the function (errors.guard); internal code keeps calling the plain ones.
+_guard_namespace(
+    globals(),
+    [
+        name
+        for name, value in list(globals().items())
+        if not name.startswith("_")
+        and getattr(value, "__module__", "").startswith("retrograd.tensor")
+    ],
+)

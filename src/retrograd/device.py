@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
 import threading
+from typing import Any
+
+from .errors import InvalidArgumentError
 
 __all__ = ["Device"]
 
 _INTERNED: dict = {}
+#: torch's device types: a device of another kind is a typo, refused as torch refuses it
+KINDS = frozenset(
+    ("cpu", "cuda", "mps", "xpu", "xla", "meta", "hip", "ipu", "hpu", "mtia", "maia", "ve",
+     "fpga", "lazy", "vulkan", "mkldnn", "opengl", "opencl", "ideep", "privateuseone")
+)  # fmt: skip
 _LOCK = threading.Lock()
 
 
@@ -29,10 +38,11 @@ class Device:
     def __new__(cls, kind: str = "cpu", index: int = 0) -> Device:
         if isinstance(kind, Device):
             return kind
-        if ":" in kind:
-            kind, _, number = kind.partition(":")
-            index = int(number)
-        key = (str(kind), int(index))
+        key = (kind, index)
+        device = _INTERNED.get(key) if type(kind) is str and type(index) is int else None
+        if device is not None:  # a device made before: checked then
+            return device
+        key = _parsed(kind, index)
         device = _INTERNED.get(key)
         if device is None:
             with _LOCK:
@@ -60,6 +70,28 @@ class Device:
 
     def __reduce__(self):
         return (Device, (self.kind, self.index))
+
+
+def _parsed(kind: Any, index: Any) -> tuple[str, int]:
+    """``(kind, index)`` of ``Device(kind, index)`` (``kind`` may be ``"cuda:1"``), checked."""
+    given = kind if index == 0 else f"{kind!r}, {index!r}"
+    if not isinstance(kind, str):
+        raise InvalidArgumentError(f"device: expected a device string, got {kind!r}")
+    if ":" in kind:
+        kind, _, number = kind.partition(":")
+        index = int(number) if number.isdigit() else number
+    if kind not in KINDS:
+        raise InvalidArgumentError(
+            f"device: unknown device type {kind!r} in {given!r}; expected one of "
+            f"{', '.join(sorted(KINDS))}"
+        )
+    if isinstance(index, numbers.Integral) and not isinstance(index, bool):
+        index = int(index)
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InvalidArgumentError(
+            f"device: the index must be a non-negative int, got {index!r} in {given!r}"
+        )
+    return kind, int(index)
 
 
 CPU0 = Device("cpu", 0)

@@ -7,7 +7,8 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -15,9 +16,12 @@ __all__ = [
     "DTypeError",
     "DistributedError",
     "IndexOutOfRangeError",
+    "KeyMismatchError",
+    "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
-    "StateDictError",
+    "guard",
+    "guard_namespace",
     "reported",
     "translate",
 ]
@@ -35,6 +39,15 @@ class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
 
 
+class KeyMismatchError(InvalidArgumentError, KeyError, RuntimeError):
+    """Names that do not match (a state dict's keys against a module's under strict
+    loading): an :class:`InvalidArgumentError` of the hierarchy, the ``KeyError`` it was
+    before, and the ``RuntimeError`` torch raises there, so each ``except`` catches it."""
+
+    def __str__(self) -> str:  # KeyError's own quotes the message
+        return str(self.args[0]) if self.args else ""
+
+
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
 
@@ -47,16 +60,13 @@ class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
 
 
+class OutOfMemoryError(RetrogradError, MemoryError):
+    """An allocation the machine cannot make (a size typed wrong: ``zeros((10**8, 10**8))``);
+    torch's ``OutOfMemoryError``, a ``MemoryError`` here as NumPy's."""
+
+
 class DistributedError(RetrogradError, RuntimeError):
     """A collective that failed: a peer that died, never arrived, or disagreed."""
-
-
-class StateDictError(RetrogradError, KeyError, RuntimeError):
-    """A state dict whose keys do not match the module's under strict loading: a
-    ``KeyError``, and the ``RuntimeError`` torch raises there, so either ``except`` catches it."""
-
-    def __str__(self) -> str:  # KeyError's own quotes the message
-        return str(self.args[0]) if self.args else ""
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -113,3 +123,115 @@ class reported:  # noqa: N801  (used as a ``with`` statement, like contextlib's 
         if translated is error:
             return False
         raise translated
+
+
+#: What Python and NumPy raise on arguments a function cannot use (a str for a dim, None for
+#: a tensor, a float for a size) before any kernel runs: the class of the hierarchy each means.
+_ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
+    (IndexError, IndexOutOfRangeError),
+    (TypeError, DTypeError),
+    (AttributeError, DTypeError),
+    (ValueError, InvalidArgumentError),
+    (KeyError, InvalidArgumentError),
+    (ZeroDivisionError, InvalidArgumentError),
+    (OverflowError, InvalidArgumentError),
+    (StopIteration, InvalidArgumentError),
+    (MemoryError, OutOfMemoryError),
+)
+_CAUGHT = tuple(kind for kind, _ in _ARGUMENT_ERRORS)
+#: A device backend's allocator says it is out of memory, or that a size overflows, in a
+#: ``RuntimeError`` (torch's CPU allocator, its ``OutOfMemoryError``): words, not classes.
+_RUNTIME_WORDS = (
+    ("allocate memory", OutOfMemoryError),
+    ("out of memory", OutOfMemoryError),
+    ("integer multiplication overflow", InvalidArgumentError),
+)
+
+
+def _runtime_kind(error: RuntimeError, args: Sequence[Any] = ()) -> type | None:
+    """The class a device backend's ``RuntimeError`` means: its allocator's words, or what the
+    backend of the first tensor among ``args`` says (``Backend.error_class``, as
+    :func:`translate` asks it); ``None``: not about the input, a bug to propagate."""
+    text = str(error).lower()
+    kind = next((kind for words, kind in _RUNTIME_WORDS if words in text), None)
+    backend = next((a._backend for a in args if hasattr(a, "_backend")), None)
+    if kind is None and backend is not None:
+        kind = backend.error_class(error)
+    return kind
+
+
+def _describe(value: Any) -> str:
+    """An argument as an error message names it: a tensor by its shape and dtype, a short
+    value by its repr, anything else by its type (a half-built module's repr may fail)."""
+    try:
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if isinstance(shape, tuple) and dtype is not None:
+            return f"{type(value).__name__} {shape_text(shape)} {dtype}"
+        text = repr(value)
+    except Exception:
+        return type(value).__name__
+    return text if len(text) <= 40 and "\n" not in text else type(value).__name__
+
+
+def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: dict) -> Exception:
+    """``error`` (a built-in exception raised inside ``op``) as the hierarchy's, naming the op
+    and the arguments it was given."""
+    kind = _runtime_kind(error, args) if isinstance(error, RuntimeError) else None
+    kind = kind or next(target for source, target in _ARGUMENT_ERRORS if isinstance(error, source))
+    given = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+    text = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
+    text = text.strip().splitlines()[0] if text.strip() else ""  # one line (torch's run on)
+    what = "out of memory for" if kind is OutOfMemoryError else "invalid arguments"
+    return kind(f"{op}: {what} ({', '.join(given)}): {text or type(error).__name__}")
+
+
+def guard(
+    op: str, function: Callable[..., Any], owner: Any = None, qualname: str | None = None
+) -> Callable[..., Any]:
+    """``function`` whose built-in exceptions about its arguments (``_ARGUMENT_ERRORS``: an
+    ``AttributeError`` of an int given for a tensor, a ``TypeError`` of a str given for a dim)
+    come out as the hierarchy's, naming ``op`` and the arguments, the original as the cause.
+
+    The public entry points are guarded (:func:`guard_namespace`), so that an argument no
+    check foresaw still gets an error of API.md section 7, never a bare traceback; errors
+    already in the hierarchy pass on, their message prefixed with ``op`` where it names
+    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged.
+
+    ``owner`` (a module or class) and ``qualname``: where the guarded function is found, so
+    that pickle, which finds a function by its name, finds the guarded one.
+    """
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except RetrogradError as error:
+            # raised by an op this one called (``all`` calls ``sum``): named after both
+            if error.args and isinstance(error.args[0], str) and op not in error.args[0]:
+                error.args = (f"{op}: {error.args[0]}", *error.args[1:])
+            raise
+        except _CAUGHT as error:
+            raise argument_error(op, error, args, kwargs) from error
+        except RuntimeError as error:  # what the backend knows as bad input; others are bugs
+            if _runtime_kind(error, args) is None:
+                raise
+            raise argument_error(op, error, args, kwargs) from error
+
+    guarded.__retrograd_guarded__ = True  # type: ignore[attr-defined]
+    if owner is not None:
+        guarded.__module__ = owner if isinstance(owner, str) else owner.__module__
+        guarded.__qualname__ = qualname or op
+    return guarded
+
+
+def guard_namespace(namespace: dict[str, Any], names: Iterable[str]) -> None:
+    """Replace each plain function among ``namespace[name]`` (a module's globals) by its
+    :func:`guard`."""
+    for name in names:
+        value = namespace.get(name)
+        if (
+            callable(value)
+            and type(value).__name__ == "function"
+            and not getattr(value, "__retrograd_guarded__", False)
+        ):
+            namespace[name] = guard(name, value, namespace["__name__"], name)

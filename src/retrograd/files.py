@@ -84,9 +84,12 @@ class FileSet:
 
     def _temporary(self, name: str) -> tuple[int, Path]:
         final = self.folder / name
-        descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
-        )
+        try:
+            descriptor, temporary = tempfile.mkstemp(
+                prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
+            )
+        except OSError as error:  # named by the file to write, not the temporary's name
+            raise OSError(error.errno, error.strerror or str(error), str(final)) from error
         if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide the file from the user's group
             os.fchmod(descriptor, 0o666 & ~_process_umask())
         return descriptor, Path(temporary)

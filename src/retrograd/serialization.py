@@ -30,13 +30,16 @@ import json
 import os
 import pickle
 import pickletools
+import zipfile
+import zlib
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from .device import Device
-from .errors import DTypeError, InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError, RetrogradError
+from .files import atomic_write
 from .tensor import Tensor, tensor
 from .tensor.dtypes import DTYPE_OBJECTS, dtype
 
@@ -183,8 +186,12 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
     structure = {"format": _FORMAT, "object": writer.encode(obj, "the saved object")}
     arrays = dict(writer.arrays)
     arrays[_STRUCTURE] = np.array(json.dumps(structure))
+    if not isinstance(f, str | os.PathLike) and not callable(getattr(f, "write", None)):
+        raise DTypeError(f"save: f must be a path or a binary file object, got {type(f).__name__}")
     if isinstance(f, str | os.PathLike):
-        with open(f, "wb") as handle:  # np.savez would append ".npz" to a path
+        # Whole or not at all: a full disk or a crash midway leaves the previous file as it
+        # was (and np.savez given a path would append ".npz" to it).
+        with atomic_write(f) as handle:
             np.savez(handle, **arrays)
     else:
         np.savez(f, **arrays)
@@ -278,33 +285,87 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         )
         if device.kind == "cpu":
             device = None
-    data = f.read() if hasattr(f, "read") else None
-    source = io.BytesIO(data) if data is not None else f
+    if not hasattr(f, "read") and not isinstance(f, str | bytes | os.PathLike):
+        raise DTypeError(f"load: f must be a path or a binary file object, got {type(f).__name__}")
+    name = repr(os.fspath(f)) if isinstance(f, str | bytes | os.PathLike) else "the file object"
+    if hasattr(f, "read"):
+        data = f.read()
+        if not isinstance(data, bytes):
+            raise DTypeError(f"load: {name} was opened in text mode; open it with 'rb'")
+        _check_magic(name, data[:8])
+        return _load_archive(io.BytesIO(data), name, device, weights_only is not False)
+    with open(f, "rb") as handle:  # a missing file stays FileNotFoundError, as in torch
+        _check_magic(name, handle.read(8))
+        handle.seek(0)
+        return _load_archive(handle, name, device, weights_only is not False)
+
+
+def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> Any:
     try:
         archive = np.load(source, allow_pickle=False)
-    except (ValueError, OSError) as error:
-        raise InvalidArgumentError(
-            f"load: {f!r} is not a file rg.save wrote ({error}); torch's own files are "
-            "pickles, which are never read here: in torch, save the state dict's tensors "
-            "as NumPy arrays (np.savez) and load those"
-        ) from None
-    with archive:
-        if not hasattr(archive, "files"):
+        if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
             return np.array(archive)
-        if _STRUCTURE not in archive.files:
-            if not all(name.endswith(".npy") for name in archive.zip.namelist()):
-                raise InvalidArgumentError(
-                    f"load: {f!r} is not a file rg.save wrote (a zip of other entries than "
-                    "NumPy arrays: torch's own format, whose pickles are never read here); in "
-                    "torch, save the state dict's tensors as NumPy arrays (np.savez) and load "
-                    "those"
-                )
-            return {name: np.array(archive[name]) for name in archive.files}
-        structure = json.loads(str(archive[_STRUCTURE]))
-        if structure.get("format") != _FORMAT:
-            raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
-        reader = _Reader(archive, device, weights_only is not False)
-        return reader.decode(structure["object"])
+        with archive:
+            return _read(archive, name, device, weights_only)
+    except RetrogradError:
+        raise
+    except _DAMAGE as error:
+        raise InvalidArgumentError(
+            f"load: {name} is damaged, truncated or not a file rg.save wrote ({_text(error)})"
+        ) from None
+
+
+#: What NumPy, zipfile and json raise on a damaged archive (read lazily, entry by entry).
+_DAMAGE = (
+    ValueError,
+    OSError,
+    EOFError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    zipfile.BadZipFile,
+    zlib.error,
+    pickle.UnpicklingError,
+)
+
+
+def _text(error: BaseException) -> str:
+    return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+
+
+def _check_magic(name: str, data: bytes) -> None:
+    """An error naming what ``data`` is, unless it starts as an ``.npz`` (a zip) or ``.npy``."""
+    if data.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
+        return
+    if not data:
+        what = "it is empty"
+    elif data[:1] == b"\x80":
+        what = "it is a pickle (torch's legacy format), which is never read here"
+    else:
+        what = f"it starts with {data[:8]!r}, not an .npz archive's bytes"
+    raise InvalidArgumentError(
+        f"load: {name} is not a file rg.save wrote ({what}); truncated, or another format. "
+        "torch's own files are pickles, which are never read here: in torch, save the state "
+        "dict's tensors as NumPy arrays (np.savez) and load those"
+    )
+
+
+def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
+    if _STRUCTURE not in archive.files:
+        if not all(entry.endswith(".npy") for entry in archive.zip.namelist()):
+            raise InvalidArgumentError(
+                f"load: {name} is not a file rg.save wrote (a zip of other entries than "
+                "NumPy arrays: torch's own format, whose pickles are never read here); in "
+                "torch, save the state dict's tensors as NumPy arrays (np.savez) and load "
+                "those"
+            )
+        return {entry: np.array(archive[entry]) for entry in archive.files}
+    structure = json.loads(str(archive[_STRUCTURE]))
+    if not isinstance(structure, dict) or "object" not in structure:
+        raise InvalidArgumentError(f"load: {name} has no saved object in its structure entry")
+    if structure.get("format") != _FORMAT:
+        raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
+    return _Reader(archive, device, weights_only).decode(structure["object"])
 
 
 #: Classes and functions a ``weights_only`` load may rebuild from a pickled entry.
@@ -377,6 +438,11 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     """torch's list of the classes and functions (``"module.name"``) a checkpoint's pickled
     entries would have :func:`load` rebuild beyond the allowed ones: ``[]`` for a file of
     tensors, arrays and containers. A file :func:`load` refuses is refused the same way."""
+    if not hasattr(f, "read") and not isinstance(f, str | bytes | os.PathLike):
+        raise DTypeError(  # open(an int) would read that file descriptor
+            "get_unsafe_globals_in_checkpoint: f must be a path or a binary file object, "
+            f"got {type(f).__name__}"
+        )
     data = f.read() if hasattr(f, "read") else open(f, "rb").read()  # noqa: SIM115
     load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}

@@ -604,6 +604,8 @@ class NumpyBackend(
         return np.matmul(np.swapaxes(vh, -1, -2) * s_inv[..., None, :], np.swapaxes(u, -1, -2))
 
     def softmax(self, x, dim):
+        if x.size == 0:  # nothing to normalise (np.max of an empty axis raises)
+            return x.copy()
         shifted = x - np.max(x, axis=dim, keepdims=True)
         exps = np.exp(shifted)
         return exps / np.sum(exps, axis=dim, keepdims=True)

@@ -287,6 +287,8 @@ class NumpyTransformerKernels:
     # head is tens of MiB, and whole-array passes each go to memory. Another dimension takes
     # whole-array passes (on arrays made here, no temporary left over).
     def log_softmax(self, x, dim):
+        if x.size == 0:  # nothing to normalise (np.max of an empty axis raises)
+            return x.copy()
         if dim != x.ndim - 1:
             out = np.subtract(x, np.max(x, axis=dim, keepdims=True))
             total = np.sum(np.exp(out), axis=dim, keepdims=True)
@@ -301,6 +303,8 @@ class NumpyTransformerKernels:
         return out.reshape(x.shape)
 
     def log_softmax_backward(self, grad, out, dim):
+        if out.size == 0:
+            return np.zeros(out.shape, np.result_type(grad, out))
         if dim != out.ndim - 1:
             result = np.exp(out)
             result *= -np.sum(grad, axis=dim, keepdims=True)

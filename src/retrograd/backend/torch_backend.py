@@ -365,6 +365,10 @@ class TorchBackend(
                 return IndexOutOfRangeError
             if "not implemented for" in lowered or "dtype" in lowered or "scalar type" in lowered:
                 return DTypeError
+            if "bool" in lowered and "not supported" in lowered:  # bool - bool, -bool
+                return DTypeError
+            if "unsupported range" in lowered or "without overflow" in lowered:  # nan, inf
+                return InvalidArgumentError
             if any(word in lowered for word in _SHAPE_WORDS):
                 return ShapeError
         return None

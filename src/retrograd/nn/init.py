@@ -73,11 +73,15 @@ def _fill(t: Tensor, values: Any, op: str) -> Tensor:
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     """Values from U(a, b)."""
+    if not a <= b:  # torch's check (a NaN bound too)
+        raise InvalidArgumentError(f"uniform_: expects a <= b, got a={a!r}, b={b!r}")
     return _fill(tensor, a + (b - a) * _draw(tensor, "uniform"), "uniform_")
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """Values from N(mean, std^2)."""
+    if not std >= 0.0:  # torch's check (a NaN std too)
+        raise InvalidArgumentError(f"normal_: expects std >= 0, got {std!r}")
     return _fill(tensor, mean + std * _draw(tensor, "normal"), "normal_")
 
 

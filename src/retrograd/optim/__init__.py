@@ -14,6 +14,9 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 ``state_dict``/``load_state_dict`` are torch's.
 """
 
+import inspect
+
+from ..errors import guard
 from . import lr_scheduler
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .classic import ASGD, Adafactor, Rprop
@@ -70,3 +73,26 @@ __all__ = [
     "clip_grad_norm",
     "lr_scheduler",
 ]
+
+
+_UNGUARDED = ("LambdaLR", "MultiplicativeLR", "Optimizer", "LRScheduler")
+
+
+def _guard_constructors() -> None:
+    """Each optimizer's and schedule's constructor answers arguments no check foresaw (a
+    float for ``betas``, a str for ``lr``) with an error of the hierarchy naming the class
+    (errors.guard). Schedules that call the user's functions at construction are left out:
+    those functions' exceptions pass unchanged."""
+    for name in __all__:
+        cls = globals().get(name)
+        # the bases run inside their subclasses' guards, which name the class the user made
+        if not isinstance(cls, type) or name in _UNGUARDED:
+            continue
+        function = inspect.getattr_static(cls, "__init__", None)
+        if getattr(function, "__retrograd_guarded__", False):
+            function = function.__wrapped__
+        if type(function).__name__ == "function":
+            cls.__init__ = guard(name, function, cls, f"{cls.__qualname__}.__init__")
+
+
+_guard_constructors()

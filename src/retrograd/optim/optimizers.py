@@ -178,7 +178,13 @@ class Optimizer:
                 f"{type(self).__name__}: params must be an iterable of tensors, of parameter "
                 "groups, or a module; got a single tensor"
             )
-        groups = list(params)
+        try:
+            groups = list(params)
+        except TypeError:
+            raise DTypeError(
+                f"{type(self).__name__}: params must be an iterable of tensors, of parameter "
+                f"groups, or a module; got {type(params).__name__}"
+            ) from None
         if not groups:
             raise InvalidArgumentError(f"{type(self).__name__}: got an empty parameter list")
         if not isinstance(groups[0], Mapping):
@@ -219,10 +225,27 @@ class Optimizer:
         self.param_groups.append(new)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        if not group["lr"] >= 0.0:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}: lr must be non-negative, got {group['lr']!r}"
-            )
+        """A group's hyper-parameters checked as torch checks them: numbers, ``lr``,
+        ``eps``, ``weight_decay`` and ``momentum`` non-negative, ``betas`` a pair."""
+        name = type(self).__name__
+        for key in ("lr", "eps", "weight_decay", "momentum"):
+            if key not in group:
+                continue
+            value = group[key]
+            if isinstance(value, Tensor) and value.numel() == 1:
+                value = value.item()
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise DTypeError(f"{name}: {key} must be a number, got {value!r}")
+            if not value >= 0.0:
+                raise InvalidArgumentError(f"{name}: {key} must be non-negative, got {value!r}")
+        if "betas" in group:
+            betas = group["betas"]
+            if not (
+                isinstance(betas, tuple | list)
+                and len(betas) == 2
+                and all(isinstance(b, int | float) and not isinstance(b, bool) for b in betas)
+            ):
+                raise DTypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
 
     # -- the learning rate of a one-group optimizer, as before -------------------------------
     @property
@@ -256,6 +279,11 @@ class Optimizer:
                 f"{type(self).__name__}.step: pass the gradients backward() returned, "
                 "grads = loss.backward(); optimizer.step(grads) (gradients are a value here, "
                 "not kept on the parameters)"
+            )
+        if not (callable(getattr(grads, "get", None)) and hasattr(grads, "backend")):
+            raise DTypeError(
+                f"{type(self).__name__}.step: expected the gradients backward() returned "
+                f"(grads = loss.backward()), got {type(grads).__name__}"
             )
         for group in self.param_groups:
             for parameter in group["params"]:

@@ -194,6 +194,8 @@ def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
         raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
     size = ndim + extra
     if not -size <= dim < size:
+        if size == 0:
+            raise ShapeError(f"{op}: dimension {dim} given for a 0-d tensor, which has none")
         raise ShapeError(
             f"{op}: dimension {dim} is out of range for a tensor with {ndim} dimensions "
             f"(expected {-size} to {size - 1})"

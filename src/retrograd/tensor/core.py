@@ -29,7 +29,7 @@ import numpy as np
 
 from ..context import current_backend
 from ..device import Device
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
@@ -175,7 +175,7 @@ class Tensor(
     def __len__(self) -> int:
         shape = self.shape
         if not shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise DTypeError("len() of a 0-d tensor")
         return shape[0]
 
     # -- conversion ---------------------------------------------------------------------------
@@ -394,6 +394,8 @@ class Tensor(
         from .shape import varargs_shape
 
         shape = varargs_shape(op, size if isinstance(size, tuple) else (size,))
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")
         dtype = self.dtype if dtype is None else canonical_dtype(op, dtype)
         device = self._device if device is None else _device(device)
         backend = self._backend
@@ -573,17 +575,22 @@ class Tensor(
 
     def grad(self, grads: Any) -> Tensor | None:
         """This tensor's gradient in ``grads``, on the inner backend, or ``None``."""
-        value = self._autodiff("grad").grad(self._prim, grads)
+        value = self._autodiff("grad").grad(self._prim, _gradients("grad", grads))
         return None if value is None else Tensor(value, grads.backend, self._device)
 
     def grad_remove(self, grads: Any) -> Tensor | None:
         """Remove this tensor's gradient from ``grads`` and return it."""
-        value = self._autodiff("grad_remove").grad_remove(self._prim, grads)
+        value = self._autodiff("grad_remove").grad_remove(
+            self._prim, _gradients("grad_remove", grads)
+        )
         return None if value is None else Tensor(value, grads.backend, self._device)
 
     def grad_replace(self, grads: Any, grad: Tensor) -> None:
         """Set this tensor's gradient in ``grads`` to ``grad``."""
         backend = self._autodiff("grad_replace")
+        _gradients("grad_replace", grads)
+        if not isinstance(grad, Tensor):
+            raise DTypeError(f"grad_replace: grad must be a tensor, got {type(grad).__name__}")
         if grad.shape != self.shape:
             raise ShapeError(
                 f"grad_replace: grad has shape {shape_text(grad.shape)}, expected "
@@ -617,6 +624,17 @@ class Tensor(
         return self._backend.is_autodiff and self._backend.param_id(self._prim) is not None
 
 
+def _gradients(op: str, grads: Any) -> Any:
+    """``grads`` checked to be what ``backward()`` returns (an ``rg.Gradients``: known by its
+    ``get`` and ``backend``, so that this module needs no import of the autodiff engine)."""
+    if not (callable(getattr(grads, "get", None)) and hasattr(grads, "backend")):
+        raise DTypeError(
+            f"{op}: expected the gradients backward() returned (grads = loss.backward()), "
+            f"got {type(grads).__name__}"
+        )
+    return grads
+
+
 def _is_dtype(value: Any) -> bool:
     """Whether a positional argument of ``to`` names a dtype rather than a device."""
     if isinstance(value, str):
@@ -635,3 +653,61 @@ def _device(value: Any) -> Device:
     if isinstance(kind, str):  # a torch.device
         return Device(kind, 0 if index is None else index)
     raise DTypeError(f"expected a device, got {value!r}")
+
+
+#: Methods left unguarded (:func:`~retrograd.errors.guard`): the hottest ones, whose arguments
+#: are checked where they are used (a guard is a Python call more per op), and those that run
+#: user code (hooks during ``backward``), whose own exceptions must pass unchanged.
+_UNGUARDED = frozenset(
+    [
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "matmul",
+        "neg",
+        "exp",
+        "log",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "sqrt",
+        "pow",
+        "square",
+        "abs",
+        "numpy",
+        "item",
+        "tolist",
+        "detach",
+        "grad",
+        "grad_remove",
+        "grad_replace",
+        "require_grad",
+        "requires_grad_",
+        "is_require_grad",
+        "inner",
+        "cast",
+        "float",
+        "double",
+        "size",
+        "dim",
+        "backward",
+        "register_hook",
+        "from_inner",
+    ]
+)
+
+
+def _guard_methods(cls: type) -> None:
+    """Guard every public method of ``cls`` (its mixins' too) but :data:`_UNGUARDED`."""
+    import inspect
+
+    for name in dir(cls):
+        if name.startswith("_") or name in _UNGUARDED:
+            continue
+        value = inspect.getattr_static(cls, name)
+        if type(value).__name__ == "function":
+            setattr(cls, name, guard(name, value, cls, f"{cls.__qualname__}.{name}"))
+
+
+_guard_methods(Tensor)

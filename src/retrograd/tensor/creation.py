@@ -336,6 +336,12 @@ def arange(
     start, end, step = values
     if step == 0:
         raise ShapeError("arange: step must not be zero")
+    if not all(math.isfinite(v) for v in values):
+        raise InvalidArgumentError(f"arange: unsupported range {start} -> {end} (step {step})")
+    if (end - start) * step < 0:  # torch's rule: a range the step walks away from
+        raise InvalidArgumentError(
+            f"arange: start {start} and end {end} are inconsistent with the sign of step {step}"
+        )
     integral = all(isinstance(v, numbers.Integral) for v in values)
     dtype = _check_dtype("arange", dtype) or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
@@ -572,7 +578,7 @@ def _leading_shape(
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:
-    shape = shape_arg(shape)
+    shape = shape_arg(shape, op)
     if any(n < 0 for n in shape):
         raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")
     return shape

@@ -630,7 +630,8 @@ class ElementwiseMixin:
 
     # -- logic --------------------------------------------------------------------------------
     def logical_not(self) -> Any:
-        return ~self
+        # ``~`` of an int tensor is bitwise; logical_not is "== 0" for every dtype (torch)
+        return ~self if self.dtype == "bool" else self == 0
 
     def logical_and(self, other: Any) -> Any:
         return self._logical(other, "logical_and")

@@ -603,7 +603,10 @@ def basic_slices(
             slices.append(slice(i, i + 1, 1))
             items.append(("int",))
         elif isinstance(item, slice):
-            start, stop, step = item.indices(size)
+            try:
+                start, stop, step = item.indices(size)
+            except (TypeError, ValueError) as error:  # a step of 0, a bound that is no int
+                raise IndexOutOfRangeError(f"indexing: slice {item!r}: {error}") from None
             count = len(range(start, stop, step))
             if step < 0 and stop < 0:  # Python's "before the first element"
                 stop = None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend.protocol import default_float_dtype
-from ..errors import ShapeError, shape_text
+from ..errors import InvalidArgumentError, ShapeError, shape_text
 from . import norms
 from ._dispatch import TensorOp, lift, normalize_dim, promote, untracked
 
@@ -394,6 +394,8 @@ class ReduceMixin:
         from .shape import cat
 
         x = self
+        if not isinstance(n, numbers.Integral) or n < 0:
+            raise InvalidArgumentError(f"diff: order n must be a non-negative int, got {n!r}")
         d = normalize_dim("diff", dim, self.ndim)
         if prepend is not None or append is not None:
             parts = [p for p in (prepend, x, append) if p is not None]

@@ -410,7 +410,7 @@ class SelectionMixin:
         if dim is not None:
             raise InvalidArgumentError("unique_consecutive: dim= is not supported; flatten first")
         array = self.numpy().reshape(-1)
-        starts = np.concatenate(([True], array[1:] != array[:-1])) if array.size else array
+        starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]  # bool, if empty
         out = [self._host(array[starts], self.dtype)]
         if return_inverse:
             inverse = np.cumsum(starts) - 1
@@ -442,16 +442,18 @@ class SelectionMixin:
         are 0); values outside are not counted (float tensors; not differentiable)."""
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
-        array = self.numpy().reshape(-1).astype(np.float64)
-        low, high = float(min), float(max)
+        # in the tensor's precision, as torch bins: a value on a bin's edge falls as there
+        kind = np.float64 if self.dtype == "float64" else np.float32
+        array = self.numpy().reshape(-1).astype(kind)
+        low, high = kind(min), kind(max)
         if low == high and array.size:
-            low, high = float(array.min()), float(array.max())
+            low, high = array.min(), array.max()
         if low == high:
-            low, high = low - 1.0, high + 1.0
+            low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
             raise InvalidArgumentError(f"histc: max ({high}) must not be below min ({low})")
         inside = array[(array >= low) & (array <= high)]
-        position = ((inside - low) * bins / (high - low)).astype(np.int64)
+        position = ((inside - low) * kind(bins) / (high - low)).astype(np.int64)
         counts = np.bincount(np.minimum(position, bins - 1), minlength=bins)
         return self._host(counts.astype(np.float64), self.dtype)
 

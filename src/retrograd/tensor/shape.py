@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -311,7 +312,7 @@ class ShapeMixin:
         """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
         shape = self.shape
         d = normalize_dim("unflatten", dim, len(shape))
-        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes))
+        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes, "unflatten"))
         return _reshaped("unflatten", self, shape[:d] + sizes + shape[d + 1 :])
 
     def flatten(self, start: int = 0, end: int = -1) -> Any:
@@ -352,6 +353,8 @@ class ShapeMixin:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
         size = self.shape[d]
+        if size == 0:  # torch: as many empty pieces as asked for
+            return [self.narrow(d, 0, 0) for _ in range(int(chunks))]
         step = max(1, -(-size // chunks))
         return [self.narrow(d, s, min(step, size - s)) for s in range(0, size, step)]
 
@@ -375,7 +378,9 @@ class ShapeMixin:
             for i in range(n):
                 bounds.append(bounds[-1] + base + (1 if i < extra else 0))
         else:
-            bounds = [0] + [min(max(int(i), 0), size) for i in indices_or_sections] + [size]
+            # a negative index counts from the end, as in torch and Python
+            inner = [operator.index(i) for i in indices_or_sections]
+            bounds = [0] + [min(max(i + size if i < 0 else i, 0), size) for i in inner] + [size]
         return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Any]:
@@ -385,7 +390,8 @@ class ShapeMixin:
         if isinstance(split_size, numbers.Integral):
             if split_size <= 0:
                 raise ShapeError(f"split: split_size must be positive, got {split_size}")
-            sizes = [min(split_size, size - s) for s in range(0, size, split_size)]
+            # an empty dimension is one empty piece, as in torch
+            sizes = [min(split_size, size - s) for s in range(0, size, split_size)] or [0]
         else:
             sizes = [int(n) for n in split_size]
             if sum(sizes) != size or any(n < 0 for n in sizes):
@@ -468,20 +474,21 @@ def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""
     if len(args) == 1 and not isinstance(args[0], numbers.Integral):
-        return shape_arg(args[0])
+        return shape_arg(args[0], op)
     if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in args):
         raise ShapeError(f"{op}: expected a shape (ints or one sequence of ints), got {args!r}")
     return tuple(int(n) for n in args)
 
 
-def shape_arg(shape: Any) -> tuple[int, ...]:
-    """A shape argument (an int or a sequence of ints) as a tuple of ints."""
-    if isinstance(shape, numbers.Integral):
+def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
+    """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
+    or a str does not, as in torch) as a tuple of ints."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         return (int(shape),)
     try:
-        return tuple(int(n) for n in shape)
+        return tuple(operator.index(n) for n in shape)
     except TypeError:
-        raise ShapeError(f"expected a shape (a sequence of ints), got {shape!r}") from None
+        raise ShapeError(f"{op}: expected a shape (a sequence of ints), got {shape!r}") from None
 
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:

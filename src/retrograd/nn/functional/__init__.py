@@ -13,6 +13,8 @@ anything is computed.
 
 from __future__ import annotations
 
+from ...errors import guard_namespace as _guard_namespace
+
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
 from .activation import (
     celu,
@@ -239,3 +241,6 @@ __all__ += [
     "upsample_bilinear",
     "upsample_nearest",
 ]
+
+# Arguments no check foresaw get an error of the hierarchy naming the function (errors.guard).
+_guard_namespace(globals(), __all__)

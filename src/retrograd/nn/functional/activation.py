@@ -8,8 +8,11 @@ from typing import Any
 from ...errors import (
     InvalidArgumentError,
     RetrogradError,
+    ShapeError,
+    shape_text,
 )
 from ...tensor import Tensor, random
+from ...tensor.internal import normalize_dim
 from ._common import (
     _float_input,
 )
@@ -91,6 +94,10 @@ def hardtanh(
     x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
 ) -> Tensor:
     """``x`` clamped to ``[min_val, max_val]``."""
+    if min_val > max_val:
+        raise InvalidArgumentError(
+            f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val}"
+        )
     return x.clamp(min_val, max_val)
 
 
@@ -166,6 +173,12 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
+    size = x.shape[normalize_dim("glu", dim, x.ndim)]
+    if size % 2:
+        raise ShapeError(
+            f"glu: halving dimension {dim} must be even, but it has size {size} (input "
+            f"{shape_text(x.shape)})"
+        )
     a, b = x.chunk(2, dim)
     return a * b.sigmoid()
 

@@ -32,10 +32,11 @@ from ._common import (
 def _reduction(fn: str, reduction: str, size_average: bool | None, reduce: bool | None) -> str:
     """``reduction``, or what PyTorch's deprecated ``size_average``/``reduce`` say instead."""
     if size_average is not None or reduce is not None:
-        if reduce is False:
+        # torch reads them by truth (its legacy_get_string): a 0 is False, as written so
+        if reduce is not None and not reduce:
             reduction = "none"
         else:
-            reduction = "sum" if size_average is False else "mean"
+            reduction = "sum" if size_average is not None and not size_average else "mean"
     if reduction not in ("mean", "sum", "none"):
         raise InvalidArgumentError(
             f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"

@@ -7,6 +7,10 @@ weight layouts, so that a PyTorch state dict loads unchanged.
 ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
 """
 
+import inspect
+
+from ...errors import guard
+
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
 # torch's module paths (nn.modules.batchnorm.BatchNorm2d ...), importable as attributes
 from . import (  # noqa: F401
@@ -275,3 +279,26 @@ __all__ += ["PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]
 __all__ += ["CrossMapLRN2d", "LocalResponseNorm", "TripletMarginWithDistanceLoss"]
 __all__ += ["LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 __all__ += ["CTCLoss", "UpsamplingBilinear2d", "UpsamplingNearest2d"]
+
+
+def _guard_modules() -> None:
+    """Each built-in module's constructor and ``forward`` answer arguments no check foresaw
+    (a str given for a size, a list for the input) with an error of the hierarchy naming the
+    module (errors.guard). Containers' ``forward`` runs the user's modules, whose exceptions
+    pass unchanged; a user's subclass keeps its own ``forward`` unguarded."""
+    for name in __all__:
+        cls = globals().get(name)
+        if not isinstance(cls, type) or not issubclass(cls, Module) or cls is Module:
+            continue
+        for method in ("__init__", "forward"):
+            if method == "forward" and cls.__module__.endswith(".container"):
+                continue
+            function = inspect.getattr_static(cls, method, None)
+            if getattr(function, "__retrograd_guarded__", False):
+                function = function.__wrapped__  # a base's: guarded again under this name
+            if type(function).__name__ != "function" or function is vars(Module).get(method):
+                continue
+            setattr(cls, method, guard(name, function, cls, f"{cls.__qualname__}.{method}"))
+
+
+_guard_modules()

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...device import Device
-from ...errors import DTypeError, InvalidArgumentError, ShapeError, StateDictError
+from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, ShapeError
 from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
@@ -525,6 +525,11 @@ class Module:
         file is read without pickle: object arrays are refused, never run.
         """
         if not isinstance(state, Mapping):
+            if not isinstance(state, str | bytes | os.PathLike) and not hasattr(state, "read"):
+                raise DTypeError(
+                    "load_state_dict: expected a mapping of names to arrays or tensors, or "
+                    f"the path of an .npz file, got {type(state).__name__}"
+                )
             state = _read_archive(state)
         for prefix, module in list(self.named_modules()):  # lazy layers take the state's sizes
             if hasattr(module, "_lazy_load"):
@@ -533,7 +538,7 @@ class Module:
         missing = [name for name in own if name not in state]
         unexpected = [name for name in state if name not in own]
         if strict and (missing or unexpected):
-            raise StateDictError(
+            raise KeyMismatchError(
                 f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
             )
         fresh = {}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, as_tensor, stack, tensor
 from ...tensor.internal import checked_generator
 from .dataset import IterableDataset
@@ -138,10 +138,19 @@ class DataLoader:
         pin_memory_device: str = "",
         in_order: bool = True,
     ) -> None:
-        if num_workers < 0:
+        if not isinstance(num_workers, int) or num_workers < 0:
             raise InvalidArgumentError(
-                "num_workers option should be non-negative; use num_workers=0 to disable "
-                "multiprocessing"
+                f"DataLoader: num_workers option should be a non-negative int, got "
+                f"{num_workers!r}; use num_workers=0 to disable multiprocessing"
+            )
+        if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
+            raise DTypeError(
+                f"DataLoader: dataset must be indexable (a Dataset, a list) or iterable, got "
+                f"{type(dataset).__name__}"
+            )
+        if collate_fn is not None and not callable(collate_fn):
+            raise DTypeError(
+                f"DataLoader: collate_fn must be callable, got {type(collate_fn).__name__}"
             )
         self.dataset = dataset
         self.num_workers = num_workers

@@ -10,7 +10,7 @@ import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import randperm
 from ...tensor.internal import checked_generator
 
@@ -38,6 +38,17 @@ class TensorDataset(Dataset):
     """Samples are the ``index``-th rows of each tensor (which share their first size)."""
 
     def __init__(self, *tensors: Any) -> None:
+        for t in tensors:
+            shape = getattr(t, "shape", None)
+            if not isinstance(shape, tuple):
+                raise DTypeError(
+                    f"TensorDataset: expected tensors or arrays, got {type(t).__name__}"
+                )
+            if not shape:
+                raise ShapeError(
+                    "TensorDataset: a 0-d tensor has no samples to index (each tensor's "
+                    "first dimension numbers the samples)"
+                )
         if tensors and any(t.shape[0] != tensors[0].shape[0] for t in tensors):
             sizes = [t.shape[0] for t in tensors]
             raise ShapeError(f"TensorDataset: size mismatch between tensors ({sizes})")
