@@ -42,8 +42,11 @@ def test_every_torch_special_function_is_in_rg_special():
     missing = [name for name in TORCH_NAMES if not callable(getattr(rg.special, name, None))]
     assert missing == []
     assert sorted(rg.special.__all__) == TORCH_NAMES
-    assert rg.special.expit is rg.sigmoid and rg.special.psi is rg.digamma
-    assert rg.special.gammaln is rg.lgamma
+    x = rg.tensor([-1.5, 0.25, 2.0], dtype="float64")
+    for alias, function in [("expit", rg.sigmoid), ("psi", rg.digamma), ("gammaln", rg.lgamma)]:
+        assert getattr(rg.special, alias)(x).tolist() == function(x).tolist()
+    with pytest.raises(rg.DTypeError, match="expit"):  # guarded under its own name
+        rg.special.expit("x")
 
 
 #: name: (arguments, {tolerances}); values in float64

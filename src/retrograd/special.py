@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.protocol_math import BESSEL_FUNCTIONS, POLYNOMIALS
+from .errors import guard_namespace as _guard_namespace
 from .tensor import Tensor
 from .tensor._dispatch import TensorOp
 from .tensor.creation import _no_out
@@ -240,3 +241,7 @@ for _name in POLYNOMIALS:
         "output is untracked)."
     )
 del _name, _doc
+
+# Arguments no check foresaw get an error of the hierarchy naming the function, as the rest of
+# the public surface (errors.guard); an alias of a tensor function is guarded under its own name.
+_guard_namespace(globals(), __all__)

@@ -231,13 +231,19 @@ class Optimizer:
         for key in ("lr", "eps", "weight_decay", "momentum"):
             if key not in group:
                 continue
-            value = group[key]
-            if isinstance(value, Tensor) and value.numel() == 1:
-                value = value.item()
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise DTypeError(f"{name}: {key} must be a number, got {value!r}")
-            if not value >= 0.0:
-                raise InvalidArgumentError(f"{name}: {key} must be non-negative, got {value!r}")
+            # Adafactor's eps is a pair (a None first: the dtype's machine epsilon)
+            values = group[key] if key == "eps" and isinstance(group[key], tuple) else (group[key],)
+            for value in values:
+                if value is None and len(values) > 1:
+                    continue
+                if isinstance(value, Tensor) and value.numel() == 1:
+                    value = value.item()
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise DTypeError(f"{name}: {key} must be a number, got {group[key]!r}")
+                if not value >= 0.0:
+                    raise InvalidArgumentError(
+                        f"{name}: {key} must be non-negative, got {group[key]!r}"
+                    )
         if "betas" in group:
             betas = group["betas"]
             if not (
