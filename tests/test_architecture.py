@@ -58,6 +58,7 @@ LAYERS = {
     "nested": 2,
     # torch.func's transforms, over torch.autograd.functional's pieces
     "func": 6,
+    "jit": 6,  # torch.jit's names with eager meaning (futures for fork)
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -73,6 +73,7 @@ from . import (
     fft,
     func,
     futures,
+    jit,
     linalg,
     nested,
     special,
@@ -91,6 +92,7 @@ from .defaults import (
     set_default_device,
 )
 from .device import Device as device  # noqa: N813 (torch's name)
+from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
 from .runtime_settings import (
     are_deterministic_algorithms_enabled,
     can_cast,
@@ -345,7 +347,7 @@ __all__ += [
     "view_as_complex",
     "view_as_real",
 ]
-__all__ += ["vmap", "xlogy"]
+__all__ += ["jit", "vmap", "xlogy"]
 # mixed precision, backend flags and process-wide settings (amp.py, backends.py,
 # runtime_settings.py)
 __all__ += [

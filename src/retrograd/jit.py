@@ -1,0 +1,124 @@
+"""torch's ``torch.jit`` names that model code carries, with eager meaning.
+
+Model code written for TorchScript marks methods (``@torch.jit.ignore``, ``@torch.jit.unused``,
+``@torch.jit.export``), branches on ``torch.jit.is_scripting()`` and annotates attributes
+``torch.jit.Final``; timm, torchvision and many research models do. retrograd runs that code
+as Python, as torch itself does outside a scripted call: the decorators return what they are
+given, ``is_scripting()`` and ``is_tracing()`` are ``False``, ``script(m)`` and ``trace(f, x)``
+return ``m`` and ``f`` unchanged (a step is made fast by :func:`retrograd.capture` instead),
+``annotate(type, value)`` is ``value``, and ``fork``/``wait`` run the call at once and hand
+back its completed future. Saving or loading a TorchScript archive is refused by name.
+
+>>> import retrograd as rg
+>>> class Net(rg.nn.Module):
+...     @rg.jit.ignore
+...     def debug(self):
+...         return "eager"
+...     def forward(self, x):
+...         return x if rg.jit.is_scripting() else x * 2
+>>> rg.jit.script(Net())(rg.tensor([1.0])).tolist()
+[2.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from .errors import InvalidArgumentError
+from .futures import Future
+
+__all__ = [
+    "Final",
+    "annotate",
+    "export",
+    "fork",
+    "ignore",
+    "interface",
+    "is_scripting",
+    "is_tracing",
+    "load",
+    "save",
+    "script",
+    "trace",
+    "unused",
+    "wait",
+]
+
+
+def _marker(fn: Any = None, **_: Any) -> Any:
+    """A decorator used bare (``@ignore``) or called (``@ignore(drop=True)``): the function."""
+    if fn is None:
+        return lambda f: f
+    return fn
+
+
+ignore = _marker
+unused = _marker
+export = _marker
+interface = _marker
+
+
+def is_scripting() -> bool:
+    """``False``: nothing here runs as TorchScript."""
+    return False
+
+
+def is_tracing() -> bool:
+    """``False``: nothing here is traced by ``torch.jit.trace``."""
+    return False
+
+
+def script(obj: Any, *_: Any, **__: Any) -> Any:
+    """``obj`` itself: it runs eagerly (``rg.capture`` replays a whole step fast)."""
+    return obj
+
+
+def trace(func: Any, example_inputs: Any = None, *_: Any, **__: Any) -> Any:
+    """``func`` itself, run eagerly on each call."""
+    return func
+
+
+def annotate(the_type: Any, the_value: Any) -> Any:
+    """``the_value``: the annotation is for TorchScript's compiler."""
+    return the_value
+
+
+def fork(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    """A completed future of ``func(*args, **kwargs)``, called now (torch runs it
+    asynchronously only under TorchScript)."""
+    future: Future = Future()
+    try:
+        future.set_result(func(*args, **kwargs))
+    except Exception as error:
+        future.set_exception(error)
+    return future
+
+
+def wait(future: Future) -> Any:
+    """The value of a :func:`fork`'s future."""
+    return future.wait()
+
+
+def save(*_: Any, **__: Any) -> None:
+    raise InvalidArgumentError(
+        "jit.save: TorchScript archives are not made here; save the state with rg.save("
+        "model.state_dict(), path) (or the module with rg.save(model, path))"
+    )
+
+
+def load(*_: Any, **__: Any) -> None:
+    raise InvalidArgumentError(
+        "jit.load: TorchScript archives cannot be read here; load a state dict saved by "
+        "torch.save(model.state_dict(), path) with rg.load and model.load_state_dict"
+    )
+
+
+Final = Final
+
+
+def _assert(condition: Any, message: str) -> None:
+    """torch's ``torch._assert``: an ``assert`` that TorchScript and FX can trace; here the
+    statement itself (an ``AssertionError`` with ``message``)."""
+    if not bool(condition):
+        raise AssertionError(message)
