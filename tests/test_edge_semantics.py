@@ -165,3 +165,19 @@ def test_xlogy_takes_a_number_on_either_side_with_gradients():
         grads = ours.sum().backward()
         theirs.sum().backward()
         np.testing.assert_allclose(x.grad(grads).numpy(), t.grad.numpy(), rtol=1e-14)
+
+
+def test_softmax_methods_take_a_dtype_as_torch():
+    """``attn.softmax(dim=-1, dtype=torch.float32)``, as BERT-style attention writes it: the
+    input cast first, the gradient flowing back to the input's dtype."""
+    array = np.random.default_rng(3).standard_normal((2, 5))
+    for method in ("softmax", "log_softmax"):
+        x, t = rg.tensor(array).require_grad(), torch.tensor(array, requires_grad=True)
+        ours = getattr(x, method)(dim=-1, dtype=rg.float32)
+        theirs = getattr(t, method)(dim=-1, dtype=torch.float32)
+        assert ours.dtype == "float32"
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-6)
+        grads = (ours * rg.tensor(array, dtype="float32")).sum().backward()
+        (theirs * torch.tensor(array, dtype=torch.float32)).sum().backward()
+        assert x.grad(grads).dtype == "float64"
+        np.testing.assert_allclose(x.grad(grads).numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)

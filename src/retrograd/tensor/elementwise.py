@@ -543,13 +543,17 @@ class ElementwiseMixin:
     def leaky_relu(self, slope: float = 0.01) -> Any:
         return self._apply(LEAKY_RELU, (self,), (float(slope),))
 
-    def softmax(self, dim: int) -> Any:
-        d = normalize_dim("softmax", dim, self.ndim)
-        return self._apply(SOFTMAX, (self,), (d,))
+    def softmax(self, dim: int, dtype: Any = None) -> Any:
+        """Softmax along ``dim``; ``dtype`` casts first (torch's ``x.softmax(-1,
+        dtype=torch.float32)``, as attention code computes in float32)."""
+        x = self if dtype is None else self.cast(dtype)
+        d = normalize_dim("softmax", dim, x.ndim)
+        return x._apply(SOFTMAX, (x,), (d,))
 
-    def log_softmax(self, dim: int) -> Any:
-        d = normalize_dim("log_softmax", dim, self.ndim)
-        return self._apply(LOG_SOFTMAX, (self,), (d,))
+    def log_softmax(self, dim: int, dtype: Any = None) -> Any:
+        x = self if dtype is None else self.cast(dtype)
+        d = normalize_dim("log_softmax", dim, x.ndim)
+        return x._apply(LOG_SOFTMAX, (x,), (d,))
 
     # -- comparisons --------------------------------------------------------------------------
     def equal(self, other: Any) -> Any:
