@@ -17,7 +17,7 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 import inspect
 
 from ..errors import guard
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
 from .classic import ASGD, Adafactor, Rprop
 from .clip import clip_grad_norm
@@ -72,6 +72,7 @@ __all__ = [
     "StepLR",
     "clip_grad_norm",
     "lr_scheduler",
+    "swa_utils",
 ]
 
 
@@ -96,3 +97,7 @@ def _guard_constructors() -> None:
 
 
 _guard_constructors()
+# torch keeps SWALR in swa_utils only (not in lr_scheduler)
+swa_utils.SWALR.__init__ = guard(
+    "SWALR", swa_utils.SWALR.__init__, swa_utils.SWALR, "SWALR.__init__"
+)
