@@ -61,6 +61,13 @@ def assert_same_state(ours, theirs, tolerance: float = 1e-12) -> None:
         )
 
 
+def lerp_in_place(averaged_list, current_list, num_averaged) -> None:
+    """A user's multi_avg_fn written as for torch: in-place ops on the tensors it is given
+    (the same code runs on both libraries)."""
+    for averaged, current in zip(averaged_list, current_list):
+        averaged.lerp_(current, 0.25)
+
+
 AVERAGES = {
     "swa": ({}, {}),
     "ema": (
@@ -76,16 +83,18 @@ AVERAGES = {
         {"multi_avg_fn": TS.get_swa_multi_avg_fn()},
     ),
     "swa_single": ({"avg_fn": swa_utils.get_swa_avg_fn()}, {"avg_fn": TS.get_swa_avg_fn()}),
+    "user_in_place": ({"multi_avg_fn": lerp_in_place}, {"multi_avg_fn": lerp_in_place}),
 }
 
 
 # torch's get_swa_multi_avg_fn fails on int buffers (addcdiv of int tensors), which batch
-# norm's num_batches_tracked is: that pair is left out (ours averages and truncates)
+# norm's num_batches_tracked is, as lerp_ does: those pairs are left out (ours averages and
+# truncates)
 CASES = [
     (kind, use_buffers)
     for kind in AVERAGES
     for use_buffers in (False, True)
-    if (kind, use_buffers) != ("swa_multi", True)
+    if not use_buffers or kind not in ("swa_multi", "user_in_place")
 ]
 
 
@@ -135,6 +144,9 @@ def test_averaged_model_structure():
     for p, q in zip(averaged.parameters(), model.parameters()):
         np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
         assert p.is_require_grad()
+    on_cpu = swa_utils.AveragedModel(model, device="cpu")
+    assert on_cpu.n_averaged.device == rg.device("cpu")
+    assert on_cpu.n_averaged.dtype == "int64" and int(on_cpu.n_averaged.item()) == 0
     with pytest.raises(InvalidArgumentError, match="only one of avg_fn and multi_avg_fn"):
         swa_utils.AveragedModel(
             model, avg_fn=swa_utils.get_swa_avg_fn(), multi_avg_fn=swa_utils.get_swa_multi_avg_fn()
