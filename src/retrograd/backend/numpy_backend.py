@@ -179,6 +179,10 @@ class NumpyBackend(
     def from_data(self, data, dtype, device):
         if isinstance(data, np.ndarray | np.generic):
             array = np.array(data, copy=True)
+        elif hasattr(data, "__array__"):
+            # another library's array (a torch tensor): read without asking its __array__ for
+            # NumPy 2's copy= keyword, which older implementations lack, then copied
+            array = np.array(np.asarray(data), copy=True)
         else:
             array = np.array(data)
         if dtype is not None:
