@@ -45,3 +45,54 @@ def test_cuda_calls_needing_a_device_raise_as_torch_cpu_build(name: str) -> None
         getattr(torch.cuda, name)()
     with pytest.raises(InvalidArgumentError, match=f"cuda.{name}: no CUDA device"):
         getattr(rg.cuda, name)()
+
+
+# -- the process-wide stream's state: torch.get_rng_state / torch.random ----------------------
+
+
+def test_rng_state_round_trip_repeats_draws_as_torch(tmp_path) -> None:
+    for lib in (torch, rg):
+        lib.manual_seed(11)
+        lib.rand(4)
+        state = lib.get_rng_state()
+        first = (lib.randn(3).tolist(), lib.rand(2).tolist(), lib.randperm(6).tolist())
+        lib.manual_seed(12)
+        lib.set_rng_state(state)
+        again = (lib.randn(3).tolist(), lib.rand(2).tolist(), lib.randperm(6).tolist())
+        assert again == first
+        assert lib.initial_seed() == 11
+    # checkpoint resume: the state survives rg.save / rg.load
+    rg.manual_seed(3)
+    rg.save({"rng": rg.get_rng_state()}, tmp_path / "ckpt.pt")
+    expected = rg.randn(5).tolist()
+    rg.manual_seed(4)
+    rg.set_rng_state(rg.load(tmp_path / "ckpt.pt")["rng"])
+    assert rg.randn(5).tolist() == expected
+    assert rg.initial_seed() == 3
+
+
+def test_set_rng_state_rejects_what_get_rng_state_did_not_give() -> None:
+    with pytest.raises(InvalidArgumentError, match="set_rng_state: expected the int64 tensor"):
+        rg.set_rng_state(rg.zeros(5))
+    with pytest.raises(InvalidArgumentError, match="set_rng_state"):
+        rg.set_rng_state(rg.tensor(torch.get_rng_state().numpy()))
+
+
+def test_random_namespace_names_as_torch_random() -> None:
+    assert rg.random((2, 3)).shape == (2, 3)  # still the API's function
+    assert rg.random((2,), "normal").dtype == "float32"
+    for lib in (torch, rg):
+        lib.random.manual_seed(21)
+        assert lib.random.initial_seed() == 21
+        state = lib.random.get_rng_state()
+        before = lib.rand(3).tolist()
+        lib.random.set_rng_state(state)
+        with lib.random.fork_rng():
+            assert lib.rand(3).tolist() == before
+            lib.rand(7)
+        assert lib.rand(3).tolist() == before  # fork_rng put the stream back
+        with lib.random.fork_rng(enabled=False):
+            lib.rand(1)
+        assert lib.rand(3).tolist() != before
+        fresh = lib.random.seed()
+        assert isinstance(fresh, int) and lib.random.initial_seed() == fresh
