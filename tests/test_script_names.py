@@ -96,3 +96,41 @@ def test_random_namespace_names_as_torch_random() -> None:
         assert lib.rand(3).tolist() != before
         fresh = lib.random.seed()
         assert isinstance(fresh, int) and lib.random.initial_seed() == fresh
+
+
+# -- nn.Buffer --------------------------------------------------------------------------------
+
+
+def _buffered(lib):
+    class Stats(lib.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = lib.nn.Linear(2, 2)
+            self.mean = lib.nn.Buffer(lib.ones(2))
+            self.scratch = lib.nn.Buffer(lib.zeros(3), persistent=False)
+            self.plain = lib.zeros(1)  # a bare tensor stays an attribute
+
+    return Stats()
+
+
+def test_buffer_assignment_registers_as_torch() -> None:
+    ours, theirs = _buffered(rg), _buffered(torch)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert [n for n, _ in ours.named_buffers()] == [n for n, _ in theirs.named_buffers()]
+    assert "plain" not in dict(ours.named_buffers())
+    assert type(ours.mean) is rg.Tensor and ours.mean.tolist() == [1.0, 1.0]
+    for module, lib in ((ours, rg), (theirs, torch)):  # re-assigning keeps the registration
+        module.mean = lib.nn.Buffer(lib.full((3,), 2.0))
+        module.scratch = lib.nn.Buffer(lib.ones(1))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert ours.mean.tolist() == theirs.mean.tolist()
+    assert ours.to("float64").mean.dtype == "float64"
+
+
+def test_buffer_is_a_new_leaf_as_torch() -> None:
+    for lib in (rg, torch):
+        buf = lib.nn.Buffer(lib.ones(2, requires_grad=True) * 3)
+        assert buf.requires_grad and buf.is_leaf and buf.persistent
+        assert buf.tolist() == [3.0, 3.0]
+        assert not lib.nn.Buffer(lib.ones(2)).requires_grad
+    assert not rg.nn.Buffer([1.0], persistent=False).persistent
