@@ -134,3 +134,47 @@ def test_buffer_is_a_new_leaf_as_torch() -> None:
         assert buf.tolist() == [3.0, 3.0]
         assert not lib.nn.Buffer(lib.ones(2)).requires_grad
     assert not rg.nn.Buffer([1.0], persistent=False).persistent
+
+
+# -- utils.data.ChainDataset, StackDataset ----------------------------------------------------
+
+
+def _stream(lib, values):
+    class Stream(lib.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(values)
+
+        def __len__(self) -> int:
+            return len(values)
+
+    return Stream()
+
+
+def test_chain_dataset_as_torch() -> None:
+    for lib in (rg, torch):
+        data = lib.utils.data
+        chain = data.ChainDataset([_stream(lib, [1, 2]), _stream(lib, [3]), _stream(lib, [])])
+        assert list(chain) == [1, 2, 3] and len(chain) == 3
+        assert isinstance(chain, data.IterableDataset)
+        assert list(_stream(lib, [5]) + _stream(lib, [6])) == [5, 6]
+    bad = rg.utils.data.ChainDataset([_stream(rg, [1]), rg.utils.data.TensorDataset(rg.ones(2))])
+    with pytest.raises(InvalidArgumentError, match="ChainDataset only supports IterableDataset"):
+        list(bad)
+
+
+def test_stack_dataset_tuple_and_dict_forms_as_torch() -> None:
+    images, labels = [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], [7, 8, 9]
+    for lib in (rg, torch):
+        data = lib.utils.data
+        pairs = data.StackDataset(data.TensorDataset(lib.tensor(images)), labels)
+        assert len(pairs) == 3
+        (x,), y = pairs[1]
+        assert x.tolist() == [2.0, 3.0] and y == 8
+        named = data.StackDataset(image=lib.tensor(images), label=labels)
+        assert set(named[2]) == {"image", "label"} and named[2]["label"] == 9
+        batches = list(data.DataLoader(named, batch_size=2))
+        assert [b["label"].tolist() for b in batches] == [[7, 8], [9]]
+        assert batches[0]["image"].tolist() == images[:2]
+        for bad_args, bad_kwargs in (((labels,), {"b": labels}), ((), {}), ((labels, [1]), {})):
+            with pytest.raises(ValueError):
+                data.StackDataset(*bad_args, **bad_kwargs)
