@@ -3,6 +3,7 @@ torch 2.13's CPU build answers for the same call."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -178,3 +179,79 @@ def test_stack_dataset_tuple_and_dict_forms_as_torch() -> None:
         for bad_args, bad_kwargs in (((labels,), {"b": labels}), ((), {}), ((labels, [1]), {})):
             with pytest.raises(ValueError):
                 data.StackDataset(*bad_args, **bad_kwargs)
+
+
+# -- func.functional_call -----------------------------------------------------------------------
+
+
+def _net(lib):
+    class Net(lib.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = lib.nn.Linear(3, 4)
+            self.norm = lib.nn.BatchNorm1d(4)
+            self.head = lib.nn.Linear(4, 3, bias=False)
+            self.register_buffer("shift", lib.ones(3))
+
+        def forward(self, x, scale=1.0):
+            h = self.norm(self.emb(x).tanh())
+            return (self.head(h) + self.shift) * scale
+
+    return Net()
+
+
+def _same_start(ours, theirs) -> None:
+    for name, p in theirs.named_parameters():
+        ours.get_parameter(name).data = rg.tensor(p.detach().numpy().copy())
+
+
+@pytest.mark.parametrize("form", ["rg.func", "nn.utils.stateless"])
+def test_functional_call_gradients_match_torch(form: str) -> None:
+    torch.manual_seed(0)
+    theirs, ours = _net(torch), _net(rg)
+    _same_start(ours, theirs)
+    ours.train(), theirs.train()
+    values = {
+        n: torch.randn(p.shape, dtype=torch.float64).float() for n, p in theirs.named_parameters()
+    }
+    x = torch.randn(5, 3)
+    t_params = {n: v.clone().requires_grad_(True) for n, v in values.items()}
+    t_out = torch.func.functional_call(
+        theirs, (t_params, {"shift": torch.full((3,), 2.0)}), (x,), {"scale": 0.5}
+    )
+    t_grads = torch.autograd.grad((t_out**2).sum(), list(t_params.values()))
+    call = rg.func.functional_call if form == "rg.func" else rg.nn.utils.stateless.functional_call
+    r_params = {n: rg.tensor(v.numpy(), requires_grad=True) for n, v in values.items()}
+    before = {n: p.tolist() for n, p in ours.named_parameters()}
+    r_out = call(
+        ours, (r_params, {"shift": rg.full((3,), 2.0)}), (rg.tensor(x.numpy()),), {"scale": 0.5}
+    )
+    r_grads = rg.autograd.grad((r_out**2).sum(), list(r_params.values()))
+    assert np.allclose(r_out.detach().numpy(), t_out.detach().numpy(), atol=1e-5)
+    for rg_g, t_g in zip(r_grads, t_grads, strict=True):
+        assert np.allclose(rg_g.numpy(), t_g.numpy(), atol=1e-4)
+    # the module's own tensors are back (values and objects), its running stats updated once
+    assert {n: p.tolist() for n, p in ours.named_parameters()} == before
+    assert ours.shift.tolist() == [1.0, 1.0, 1.0]
+    assert np.allclose(ours.norm.running_mean.numpy(), theirs.norm.running_mean.numpy(), atol=1e-5)
+
+
+def test_functional_call_ties_strict_and_restores_on_error() -> None:
+    for lib in (rg, torch):
+        tied = lib.nn.Sequential(lib.nn.Linear(2, 2, bias=False), lib.nn.Linear(2, 2, bias=False))
+        tied[1].weight = tied[0].weight
+        x = lib.ones(1, 2)
+        out = lib.func.functional_call(tied, {"0.weight": 2 * lib.eye(2)}, x)
+        assert out.tolist() == [[4.0, 4.0]]  # both layers saw the given weight
+        out = lib.func.functional_call(tied, {"0.weight": 2 * lib.eye(2)}, x, tie_weights=False)
+        assert out.tolist() != [[4.0, 4.0]]
+        with pytest.raises(RuntimeError, match=r"(?i)missing"):
+            lib.func.functional_call(
+                tied, {"0.weight": lib.eye(2)}, x, strict=True, tie_weights=False
+            )
+        with pytest.raises(ValueError, match="multiple dictionaries"):
+            lib.func.functional_call(tied, ({"0.weight": lib.eye(2)}, {"0.weight": lib.eye(2)}), x)
+        original = tied[0].weight
+        with pytest.raises((RuntimeError, ValueError)):
+            lib.func.functional_call(tied, {"0.weight": lib.ones(3, 3)}, x)
+        assert tied[0].weight is original and tied[1].weight is original
