@@ -255,3 +255,34 @@ def test_functional_call_ties_strict_and_restores_on_error() -> None:
         with pytest.raises((RuntimeError, ValueError)):
             lib.func.functional_call(tied, {"0.weight": lib.ones(3, 3)}, x)
         assert tied[0].weight is original and tied[1].weight is original
+
+
+# -- adaptive_max_pool3d ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("output_size", [(2, 3, 2), (1, None, 3), 2])
+def test_adaptive_max_pool3d_matches_torch(output_size) -> None:
+    x = torch.randn(2, 2, 5, 4, 5, dtype=torch.float64)
+    want, want_idx = torch.nn.functional.adaptive_max_pool3d_with_indices(x, output_size)
+    ours = rg.tensor(x.numpy(), requires_grad=True)
+    got, idx = rg.nn.functional.adaptive_max_pool3d_with_indices(ours, output_size)
+    assert np.allclose(got.detach().numpy(), want.numpy())
+    assert idx.dtype == "int64" and (idx.numpy() == want_idx.numpy()).all()
+    weights = torch.randn(want.shape, dtype=torch.float64)
+    x.requires_grad_(True)
+    (want_grad,) = torch.autograd.grad(
+        (torch.nn.functional.adaptive_max_pool3d(x, output_size) * weights).sum(), [x]
+    )
+    (grad,) = rg.autograd.grad((got * rg.tensor(weights.numpy())).sum(), [ours])
+    assert np.allclose(grad.numpy(), want_grad.numpy())
+    module = rg.nn.AdaptiveMaxPool3d(output_size, return_indices=True)
+    assert module(rg.tensor(x.detach().numpy()[0]))[1].tolist() == want_idx[0].tolist()
+
+
+def test_adaptive_max_pool3d_finite_differences() -> None:
+    x = rg.tensor(
+        np.random.default_rng(0).standard_normal((1, 2, 3, 4, 3)),
+        dtype="float64",
+        requires_grad=True,
+    )
+    assert rg.autograd.gradcheck(lambda a: rg.nn.functional.adaptive_max_pool3d(a, (2, 2, 2)), (x,))
