@@ -56,8 +56,9 @@ LAYERS = {
     "runtime_settings": 5,
     "fft": 2,
     "nested": 2,
-    # torch.func's transforms, over torch.autograd.functional's pieces
-    "func": 6,
+    # torch.func's transforms, over torch.autograd.functional's pieces, and functional_call
+    # (nn.utils.stateless's, re-exported)
+    "func": 7,
     "jit": 6,  # torch.jit's names with eager meaning (futures for fork)
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,

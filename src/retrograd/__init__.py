@@ -131,7 +131,8 @@ from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__al
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
-from .tensor.generator import Generator
+from .tensor.generator import Generator, get_rng_state, initial_seed, set_rng_state
+from .tensor.generator import random_namespace as random  # noqa: F811 (rg.random, callable)
 from .tensor.layouts import (
     channels_last,
     channels_last_3d,
@@ -326,12 +327,15 @@ __all__ += [
     "get_autocast_dtype",
     "get_autocast_gpu_dtype",
     "get_default_device",
+    "get_rng_state",
+    "initial_seed",
     "is_autocast_cpu_enabled",
     "is_autocast_enabled",
     "linalg",
     "memory_format",
     "preserve_format",
     "set_default_device",
+    "set_rng_state",
     "special",
 ]
 # forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested

@@ -19,7 +19,26 @@ from .backend.accelerators import cuda_call, cuda_device_count
 from .device import Device
 from .errors import InvalidArgumentError
 
-__all__ = ["amp", "current_device", "device_count", "is_available", "set_device", "synchronize"]
+__all__ = [
+    "amp",
+    "current_device",
+    "device_count",
+    "empty_cache",
+    "initial_seed",
+    "ipc_collect",
+    "is_available",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_device",
+    "synchronize",
+]
 
 
 def is_available() -> bool:
@@ -73,6 +92,86 @@ def set_device(device: Any) -> None:
 def synchronize(device: Any = None) -> None:
     """Wait until every kernel queued on ``device`` (the current one by default) is done."""
     cuda_call("synchronize", _index("synchronize", device))
+
+
+def ipc_collect() -> None:
+    """Free the CUDA memory other processes no longer hold through IPC (an error without a
+    device, as torch's CPU build answers)."""
+    _index("ipc_collect", None)
+    cuda_call("ipc_collect")
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    """Start new peaks for :func:`max_memory_allocated` and :func:`max_memory_reserved` (an
+    error without a device, as torch's CPU build answers)."""
+    cuda_call("reset_peak_memory_stats", _index("reset_peak_memory_stats", device))
+
+
+def initial_seed() -> int:
+    """The seed of torch's CUDA generator (an error without a device, as torch's CPU build)."""
+    _index("initial_seed", None)
+    return int(cuda_call("initial_seed"))
+
+
+# Seeding: retrograd's random tensors on a GPU are drawn from the stream ``rg.manual_seed``
+# seeds (on the host, or on the device with ``TorchBackend("cuda", generator="torch")``, which
+# ``rg.manual_seed`` seeds too). These seed torch's own CUDA generators, and without a device
+# they do nothing, silently, as torch's CPU build does, so scripts that call them run anywhere.
+def manual_seed(seed: int) -> None:
+    """Seed torch's generator of the current CUDA device; a no-op without one."""
+    if cuda_device_count() > 0:
+        cuda_call("manual_seed", int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed torch's generators of every CUDA device; a no-op without one."""
+    if cuda_device_count() > 0:
+        cuda_call("manual_seed_all", int(seed))
+
+
+def seed() -> None:
+    """Seed the current CUDA device's generator non-deterministically; a no-op without one."""
+    if cuda_device_count() > 0:
+        cuda_call("seed")
+
+
+def seed_all() -> None:
+    """Seed every CUDA device's generator non-deterministically; a no-op without one."""
+    if cuda_device_count() > 0:
+        cuda_call("seed_all")
+
+
+def empty_cache() -> None:
+    """Return torch's cached, unused CUDA memory to the driver; a no-op without a device."""
+    if cuda_device_count() > 0:
+        cuda_call("empty_cache")
+
+
+def _counter(name: str, device: Any) -> int:
+    # torch's CPU build answers 0 for every counter, whatever device is named.
+    if cuda_device_count() == 0:
+        return 0
+    return int(cuda_call(name, _index(name, device)))
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes of CUDA memory tensors occupy now (0 without a device)."""
+    return _counter("memory_allocated", device)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    """The peak of :func:`memory_allocated` since the last reset (0 without a device)."""
+    return _counter("max_memory_allocated", device)
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Bytes of CUDA memory torch's caching allocator holds (0 without a device)."""
+    return _counter("memory_reserved", device)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    """The peak of :func:`memory_reserved` since the last reset (0 without a device)."""
+    return _counter("max_memory_reserved", device)
 
 
 class _CudaAmp:

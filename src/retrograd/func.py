@@ -27,9 +27,20 @@ from .autodiff import enable_grad
 from .autograd import vmap
 from .autograd.functional import _fresh, _gradients, _plain
 from .errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .nn.utils.stateless import functional_call
 from .tensor import Tensor, stack, zeros, zeros_like
 
-__all__ = ["grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp", "vmap"]
+__all__ = [
+    "functional_call",
+    "grad",
+    "grad_and_value",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "vjp",
+    "vmap",
+]
 
 
 # -- pytrees: tuples, lists and dicts of tensors ---------------------------------------------------

@@ -201,6 +201,12 @@ class Autodiff(Backend):
     def seed(self, seed):
         self.inner.seed(seed)
 
+    def rng_state(self):
+        return self.inner.rng_state()
+
+    def set_rng_state(self, words):
+        self.inner.set_rng_state(words)
+
     def to_device(self, x, device):
         return AutodiffPrimitive(self.inner.to_device(x.value, device), x.node)
 

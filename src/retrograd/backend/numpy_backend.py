@@ -31,13 +31,46 @@ _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 class _Generator:
     """The process-wide random generator behind ``rg.seed`` (NumPy's is thread-safe)."""
 
+    #: PCG64's state and increment (128 bits each, as 4 x 32), has_uint32, uinteger, then the
+    #: initial seed (64 bits, as 2 x 32): ``rg.get_rng_state``'s int64 words
+    STATE_WORDS = 12
+
     def __init__(self) -> None:
-        self.rng = np.random.default_rng()
         self.lock = threading.Lock()
+        self.reseed(int(np.random.SeedSequence().entropy) % 2**63)
 
     def reseed(self, seed: int) -> None:
         with self.lock:
-            self.rng = np.random.default_rng(seed)
+            self.initial = int(seed) % 2**64
+            self.rng = np.random.default_rng(self.initial)
+
+    def state_words(self) -> np.ndarray:
+        with self.lock:
+            state = self.rng.bit_generator.state
+            initial = self.initial
+        words = []
+        for value in (state["state"]["state"], state["state"]["inc"]):
+            words += [(value >> (32 * k)) & 0xFFFFFFFF for k in range(4)]
+        words += [int(state["has_uint32"]), int(state["uinteger"])]
+        words += [initial & 0xFFFFFFFF, initial >> 32]
+        return np.array(words, dtype=np.int64)
+
+    def set_state_words(self, words: np.ndarray) -> None:
+        ints = [int(w) for w in words]
+        state = {
+            "bit_generator": "PCG64",
+            "state": {
+                "state": sum(ints[k] << (32 * k) for k in range(4)),
+                "inc": sum(ints[4 + k] << (32 * k) for k in range(4)),
+            },
+            "has_uint32": ints[8],
+            "uinteger": ints[9],
+        }
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state
+        with self.lock:
+            self.rng = rng
+            self.initial = ints[10] | (ints[11] << 32)
 
 
 GENERATOR = _Generator()
@@ -241,6 +274,12 @@ class NumpyBackend(
 
     def seed(self, seed):
         GENERATOR.reseed(seed)
+
+    def rng_state(self):
+        return GENERATOR.state_words()
+
+    def set_rng_state(self, words):
+        GENERATOR.set_state_words(words)
 
     def cast(self, x, dtype):
         return np.asarray(x).astype(numpy_dtype(dtype))

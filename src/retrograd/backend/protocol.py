@@ -196,6 +196,15 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
     def seed(self, seed: int) -> None:
         raise NotImplementedError
 
+    def rng_state(self) -> Any:
+        """The position of the stream :meth:`seed` seeds, and the seed it started from, as a
+        host int64 array :meth:`set_rng_state` takes back (``rg.get_rng_state``)."""
+        raise NotImplementedError
+
+    def set_rng_state(self, words: Any) -> None:
+        """Return the stream to a position :meth:`rng_state` gave."""
+        raise NotImplementedError
+
     def cast(self, x: Any, dtype: str) -> Any:
         raise NotImplementedError
 

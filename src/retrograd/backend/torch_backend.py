@@ -284,6 +284,14 @@ class TorchBackend(
         if self.generator == "torch":
             self._device_generator().manual_seed(seed)
 
+    def rng_state(self):
+        # The host stream's, as torch.get_rng_state is the CPU generator's alone (a
+        # generator="torch" device stream is the one torch.cuda.get_rng_state would give).
+        return GENERATOR.state_words()
+
+    def set_rng_state(self, words):
+        GENERATOR.set_state_words(words)
+
     def cast(self, x, dtype):
         return x.to(torch_dtype(dtype))
 

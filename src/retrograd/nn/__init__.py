@@ -12,11 +12,12 @@
 from . import attention, functional, init, modules, parallel, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
 from .parallel import DataParallel
-from .parameter import Parameter
+from .parameter import Buffer, Parameter
 
 __all__ = [
     *modules.__all__,
     "DataParallel",
+    "Buffer",
     "Parameter",
     "attention",
     "functional",

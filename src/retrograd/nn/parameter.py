@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import DTypeError
 from ..tensor import FLOAT_DTYPES, Tensor, tensor
 
-__all__ = ["Parameter"]
+__all__ = ["Buffer", "Parameter"]
 
 
 class Parameter(Tensor):
@@ -60,3 +60,30 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+class Buffer(Tensor):
+    """torch's ``nn.Buffer`` (torch 2.5): ``self.x = nn.Buffer(t, persistent=False)`` in a
+    module registers ``t``'s values as a buffer, as ``register_buffer("x", t, persistent)``
+    does. ``Buffer(t)`` is a new leaf on ``t``'s values (requiring grad iff ``t`` did, as
+    torch's); the buffer the module then holds is a plain tensor, untracked as every
+    registered buffer here."""
+
+    _result = Tensor
+
+    def __init__(self, data: Any = None, *, persistent: bool = True) -> None:
+        if data is None:
+            data = tensor([])
+        elif not isinstance(data, Tensor):
+            data = tensor(data)
+        backend, primitive = data.backend, data.primitive
+        if backend.is_autodiff:  # torch's: a new leaf, requiring grad iff ``data`` did
+            requires_grad = data.requires_grad
+            primitive = backend.wrap(backend.inner_value(primitive))
+            if requires_grad:
+                primitive = backend.require_grad(primitive)
+        super().__init__(primitive, backend, data.device)
+        self.persistent = bool(persistent)
+
+    def __repr__(self) -> str:
+        return "Buffer containing:\n" + super().__repr__()

@@ -17,17 +17,28 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..context import current_backend
 from ..device import Device
 from ..errors import InvalidArgumentError
+from . import creation
 from .creation import tensor
 
-__all__ = ["Generator"]
+__all__ = [
+    "Generator",
+    "fork_rng",
+    "get_rng_state",
+    "initial_seed",
+    "random_namespace",
+    "set_rng_state",
+]
 
 #: torch's default seed of a new ``torch.Generator()``
 DEFAULT_SEED = 67280421310721
@@ -105,3 +116,84 @@ class Generator:
 
     def __repr__(self) -> str:
         return f"Generator(device={str(self.device)!r}, initial_seed={self._initial})"
+
+
+# -- the process-wide stream (the one ``rg.manual_seed`` seeds): torch.random's names ---------
+_RNG_STATE_WORDS = 12  # the backend's words: PCG64's position, then the initial seed
+
+
+def get_rng_state() -> Any:
+    """The position of the stream ``rg.manual_seed`` seeds, as an int64 tensor of 12 values
+    :func:`set_rng_state` takes back (``rg.save`` stores it). torch's is a uint8 tensor of its
+    own algorithm's state; the two do not mix."""
+    return tensor(np.asarray(current_backend().rng_state(), dtype=np.int64))
+
+
+def set_rng_state(new_state: Any) -> None:
+    """Return the stream ``rg.manual_seed`` seeds to a position :func:`get_rng_state` gave:
+    the draws that followed it repeat (and :func:`initial_seed` answers its seed again)."""
+    words = np.asarray(getattr(new_state, "numpy", lambda: new_state)())
+    if words.shape != (_RNG_STATE_WORDS,) or words.dtype != np.int64:
+        raise InvalidArgumentError(
+            f"set_rng_state: expected the int64 tensor of {_RNG_STATE_WORDS} values that "
+            f"get_rng_state returns, got {getattr(new_state, 'shape', new_state)!r} "
+            f"({getattr(new_state, 'dtype', type(new_state).__name__)})"
+        )
+    current_backend().set_rng_state(words)
+
+
+def initial_seed() -> int:
+    """The seed the stream ``rg.manual_seed`` seeds last started from."""
+    words = [int(w) for w in current_backend().rng_state()]
+    return words[10] | (words[11] << 32)
+
+
+def fresh_seed() -> int:
+    """Seed the stream non-deterministically (``torch.seed()``) and return the seed."""
+    value = int(np.random.SeedSequence().entropy) % 2**63
+    creation.seed(value)
+    return value
+
+
+@contextlib.contextmanager
+def fork_rng(
+    devices: Any = None,
+    enabled: bool = True,
+    _caller: str = "fork_rng",
+    _devices_kw: str = "devices",
+    device_type: str = "cuda",
+) -> Iterator[None]:
+    """Draws inside the block leave the stream where it was when the block began (torch's
+    ``torch.random.fork_rng``; ``devices``/``device_type`` name CUDA generators, whose
+    retrograd draws come from this same stream)."""
+    if not enabled:
+        yield
+        return
+    saved = get_rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
+class _Random:
+    """``rg.random``: the function ``rg.random(shape, distribution)`` (API.md), which also
+    carries ``torch.random``'s names (``rg.random.manual_seed``, ``get_rng_state``...)."""
+
+    def __init__(self) -> None:
+        functools.update_wrapper(self, creation.random)
+        self.manual_seed = creation.manual_seed
+        self.seed = fresh_seed
+        self.initial_seed = initial_seed
+        self.get_rng_state = get_rng_state
+        self.set_rng_state = set_rng_state
+        self.fork_rng = fork_rng
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return creation.random(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return "<rg.random: rg.random(shape, distribution) and torch.random's names>"
+
+
+random_namespace = _Random()

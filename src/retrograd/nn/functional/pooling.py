@@ -3,6 +3,8 @@ pooling, power-average pooling and max unpooling (compositions of tensor ops).""
 
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -301,22 +303,28 @@ def _adaptive_window(i: int, n: int, o: int) -> tuple[int, int]:
 
 
 def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """Values and flat plane indices of the adaptive maxima of ``[N, C, *spatial]`` ``x``
-    (1 or 2 spatial dims), one window at a time (the first maximum in row-major order)."""
+    """Values and flat indices (row-major over the spatial dims: ``(d * H + h) * W + w`` in 3-d)
+    of the adaptive maxima of ``[N, C, *spatial]`` ``x``, one window at a time (the first
+    maximum in row-major order)."""
     n, c = x.shape[:2]
-    height, width = (1, x.shape[2]) if len(sizes) == 1 else x.shape[2:]
-    rows, cols = (1, sizes[0]) if len(sizes) == 1 else sizes
-    plane = x.reshape((n, c, height, width))
+    spatial = x.shape[2:]
+    strides = [math.prod(spatial[axis + 1 :]) for axis in range(len(spatial))]
     values, indices = [], []
-    for i in range(rows):
-        top, bottom = _adaptive_window(i, height, rows)
-        for j in range(cols):
-            left, right = _adaptive_window(j, width, cols)
-            window = plane.narrow(2, top, bottom - top).narrow(3, left, right - left)
-            value, local = window.reshape((n, c, -1)).max_dim_with_indices(2)
-            span = right - left
-            indices.append((local // span + top) * width + local % span + left)
-            values.append(value)
+    for cell in itertools.product(*(range(o) for o in sizes)):
+        window, starts, spans = x, [], []
+        for axis, (i, size, o) in enumerate(zip(cell, spatial, sizes)):
+            begin, end = _adaptive_window(i, size, o)
+            window = window.narrow(2 + axis, begin, end - begin)
+            starts.append(begin)
+            spans.append(end - begin)
+        value, rest = window.reshape((n, c, -1)).max_dim_with_indices(2)
+        index = None
+        for axis in reversed(range(len(spans))):  # the window's flat index, last dim first
+            term = (rest % spans[axis] + starts[axis]) * strides[axis]
+            index = term if index is None else index + term
+            rest = rest // spans[axis]
+        indices.append(index)
+        values.append(value)
     shape = (n, c, *sizes)
     return _cat(values, 2).reshape(shape), _cat(indices, 2).reshape(shape)
 
@@ -334,6 +342,17 @@ def adaptive_max_pool1d(x: Tensor, output_size: Any, return_indices: bool = Fals
 def adaptive_max_pool2d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
     """Maximum pooling to ``output_size`` (``None`` keeps a dimension), torch's windows."""
     return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices)
+
+
+def adaptive_max_pool3d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    """Maximum pooling of ``[N, C, D, H, W]`` (or ``[C, D, H, W]``) to ``output_size``."""
+    return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, return_indices)
+
+
+def adaptive_max_pool3d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+    """:func:`adaptive_max_pool3d` and the flat int64 index (``(d * H + h) * W + w``) of each
+    maximum."""
+    return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, True)
 
 
 def adaptive_max_pool1d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:

@@ -42,7 +42,7 @@ from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
-from ..parameter import Parameter
+from ..parameter import Buffer, Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
 
 
@@ -97,6 +97,9 @@ class Module:
         if isinstance(value, Parameter):
             self._forget(name, keep="_parameters")
             params[name] = value
+        elif isinstance(value, Buffer):
+            plain = Tensor(value.primitive, value.backend, value.device)
+            self.register_buffer(name, plain, persistent=value.persistent)
         elif name in params:
             if value is None:
                 params[name] = None

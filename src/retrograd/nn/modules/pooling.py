@@ -17,6 +17,7 @@ __all__ = [
     "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
@@ -217,6 +218,10 @@ class AdaptiveMaxPool2d(Module):
 
 class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
     _pool = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
+    _pool = staticmethod(F.adaptive_max_pool3d)
 
 
 class UpsamplingNearest2d(Upsample):

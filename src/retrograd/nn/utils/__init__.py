@@ -20,7 +20,7 @@ from typing import Any
 from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
 from ...tensor import Tensor, full, stack, zeros
-from . import parametrizations, parametrize, rnn
+from . import parametrizations, parametrize, rnn, stateless
 from .fusion import (
     fuse_conv_bn_eval,
     fuse_conv_bn_weights,
@@ -48,6 +48,7 @@ __all__ = [
     "rnn",
     "skip_init",
     "spectral_norm",
+    "stateless",
     "vector_to_parameters",
     "weight_norm",
 ]

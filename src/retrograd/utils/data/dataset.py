@@ -14,7 +14,16 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import randperm
 from ...tensor.internal import checked_generator
 
-__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
+__all__ = [
+    "ChainDataset",
+    "ConcatDataset",
+    "Dataset",
+    "IterableDataset",
+    "StackDataset",
+    "Subset",
+    "TensorDataset",
+    "random_split",
+]
 
 
 class Dataset:
@@ -32,6 +41,66 @@ class IterableDataset(Dataset):
 
     def __iter__(self) -> Iterator[Any]:
         raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+    def __add__(self, other: Dataset) -> ChainDataset:  # type: ignore[override] (torch's)
+        return ChainDataset([self, other])
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after the other, chained as they are iterated (each
+    ``IterableDataset``; ``len`` sums theirs)."""
+
+    def __init__(self, datasets: Sequence[Dataset]) -> None:
+        self.datasets = datasets
+
+    def _check(self, d: Any) -> None:
+        if not isinstance(d, IterableDataset):
+            raise InvalidArgumentError(
+                f"ChainDataset only supports IterableDataset, got {type(d).__name__}"
+            )
+
+    def __iter__(self) -> Iterator[Any]:
+        for d in self.datasets:
+            self._check(d)
+            yield from d
+
+    def __len__(self) -> int:
+        total = 0
+        for d in self.datasets:
+            self._check(d)
+            total += len(d)  # type: ignore[arg-type]
+        return total
+
+
+class StackDataset(Dataset):
+    """Datasets of one length read side by side: sample ``i`` is the tuple of their ``i``-th
+    samples (``StackDataset(a, b)``) or the dict of them (``StackDataset(x=a, y=b)``)."""
+
+    def __init__(self, *args: Dataset, **kwargs: Dataset) -> None:
+        if args and kwargs:
+            raise InvalidArgumentError(
+                "StackDataset: supported either tuple- (via args) or dict- (via kwargs) like "
+                "input/output, but both types are given"
+            )
+        if not args and not kwargs:
+            raise InvalidArgumentError("StackDataset: at least one dataset should be passed")
+        named = dict(enumerate(args)) if args else kwargs
+        lengths = {key: len(d) for key, d in named.items()}  # type: ignore[arg-type]
+        if len(set(lengths.values())) != 1:
+            raise ShapeError(f"StackDataset: size mismatch between datasets {lengths}")
+        self._length = next(iter(lengths.values()))
+        self.datasets: tuple[Dataset, ...] | dict[str, Dataset] = args if args else kwargs
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(self.datasets, dict):
+            return {key: d[index] for key, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        return [self[i] for i in indices]
+
+    def __len__(self) -> int:
+        return self._length
 
 
 class TensorDataset(Dataset):
