@@ -23,6 +23,7 @@ from typing import Any
 from ..autodiff import enable_grad
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ..tensor import Tensor, stack, zeros, zeros_like
+from .differentiate import grad
 
 __all__ = ["hessian", "hvp", "jacobian", "jvp", "vhp", "vjp"]
 
@@ -93,30 +94,20 @@ def _gradients(
     weights: Sequence[Tensor | None] | None,
     create_graph: bool,
 ) -> tuple[Tensor | None, ...]:
-    """The gradients of ``sum_k sum(outputs[k] * weights[k])`` with respect to each of
-    ``inputs`` (``None`` where it does not depend on one), a ``None`` weight meaning a
-    one-element output taken as it is. Outputs that are ``None`` or do not require grad are
-    left out (torch's ``_autograd_grad``). The weights are not detached: a weight that
-    requires grad makes the gradients differentiable with respect to it (the double-backward
-    trick). The graph is retained: the function may close over tensors of the caller's."""
+    """:func:`retrograd.autograd.grad` of the outputs that require grad (torch's
+    ``_autograd_grad``: ``None`` outputs and constant ones left out), ``None`` for an input
+    they do not depend on. The graph is retained: the function may close over tensors of the
+    caller's."""
     if weights is None:
         weights = [None] * len(outputs)
-    total = None
-    for out, weight in zip(outputs, weights):
-        if out is None or not out.requires_grad:
-            continue
-        term = out.sum() if weight is None else (out * weight).sum()
-        total = term if total is None else total + term
-    if total is None:
+    pairs = [(o, w) for o, w in zip(outputs, weights) if o is not None and o.requires_grad]
+    if not pairs:
         return (None,) * len(inputs)
-    grads = total.backward(retain_graph=True, create_graph=create_graph)
-    results: list[Tensor | None] = []
-    for x in inputs:
-        g = x.grad(grads)
-        if g is not None and g.backend is not x.backend and x.backend.is_autodiff:
-            g = Tensor.from_inner(g, backend=x.backend)
-        results.append(g)
-    return tuple(results)
+    outs, ws = zip(*pairs)
+    return grad(
+        list(outs), list(inputs), list(ws), retain_graph=True, create_graph=create_graph,
+        allow_unused=True,
+    )  # fmt: skip
 
 
 def _check_v(fn: str, v: tuple[Tensor, ...], refs: tuple[Tensor, ...], is_tuple: bool,

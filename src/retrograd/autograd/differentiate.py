@@ -1,0 +1,137 @@
+"""``torch.autograd.grad`` and ``torch.autograd.backward`` over retrograd's gradients-as-a-
+value: the weighted sum of the outputs, one backward, each input's gradient read from the
+``Gradients`` it returns. :mod:`.functional` builds its transforms on :func:`grad`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autodiff import Gradients
+from ..errors import AutodiffError, ShapeError
+from ..tensor import Tensor
+from ..tensor.functions import sum as _sum
+from .anomaly_mode import check_nan_gradients, is_anomaly_enabled
+
+__all__ = ["backward", "grad"]
+
+
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """The gradients of ``outputs`` (a tensor or a sequence) with respect to ``inputs``
+    (a tensor or a sequence), weighted by ``grad_outputs`` (ones for a scalar output), as a
+    tuple; an input the outputs do not depend on raises unless ``allow_unused`` (then
+    ``None``, or zeros with ``materialize_grads``). ``create_graph`` records the gradients'
+    own graph (for a gradient penalty); ``retain_graph`` defaults to it, as in torch."""
+    if is_grads_batched:
+        raise AutodiffError("autograd.grad: is_grads_batched is not supported")
+    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    total = _weighted_total("autograd.grad", outputs, grad_outputs, create_graph)
+    retain = create_graph if retain_graph is None else retain_graph
+    grads = total.backward(retain_graph=retain, create_graph=create_graph)
+    results: list[Tensor | None] = []
+    for x in ins:
+        g = x.grad(grads)
+        if g is not None and g.backend is not x.backend and x.backend.is_autodiff:
+            g = Tensor.from_inner(g, backend=x.backend)
+        if g is None:
+            if not allow_unused and not materialize_grads:
+                raise AutodiffError(
+                    "autograd.grad: one of the differentiated tensors appears to not have been "
+                    "used in the graph (or is not a leaf requiring grad, nor retain_grad()); "
+                    "set allow_unused=True if this is the desired behavior"
+                )
+            if materialize_grads:
+                from ..tensor import zeros_like
+
+                g = zeros_like(x)
+        results.append(g)
+    check_nan_gradients("autograd.grad", ((f"input {i}", g) for i, g in enumerate(results)))
+    return tuple(results)
+
+
+def _weighted_total(op: str, outputs: Any, weights: Any, create_graph: bool = False) -> Tensor:
+    """``sum_k sum(outputs[k] * weights[k])`` (a weight may be ``None`` for a one-element
+    output): one tensor whose backward gives the weighted gradients of all the outputs. The
+    weights are constants of the backward unless ``create_graph``: then, as torch's, the
+    gradients are differentiable with respect to them too (the double-backward trick of
+    ``jvp``)."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    if weights is None:
+        weights = [None] * len(outs)
+    elif isinstance(weights, Tensor):
+        weights = [weights]
+    else:
+        weights = list(weights)
+    if len(weights) != len(outs):
+        raise ShapeError(f"{op}: {len(weights)} gradients given for {len(outs)} outputs")
+    if not outs:
+        raise AutodiffError(f"{op}: no tensors to differentiate")
+    terms = []
+    for out, weight in zip(outs, weights):
+        if weight is None:
+            if out.numel() != 1:
+                raise AutodiffError(
+                    f"{op}: grad can be implicitly created only for scalar outputs, "
+                    f"got shape {list(out.shape)}; pass the output's gradient"
+                )
+            terms.append(_sum(out))
+        else:
+            if tuple(weight.shape) != tuple(out.shape):
+                raise ShapeError(
+                    f"{op}: gradient of shape {list(weight.shape)} given for an output of shape "
+                    f"{list(out.shape)}"
+                )
+            terms.append(_sum(out * (weight if create_graph else weight.detach())))
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
+def backward(
+    tensors: Any,
+    grad_tensors: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    grad_variables: Any = None,
+    inputs: Any = None,
+) -> Gradients:
+    """torch's ``torch.autograd.backward(tensors, grad_tensors)``: backward from each tensor,
+    weighted by its ``grad_tensors`` entry (none for a one-element tensor). Gradients are a
+    value here, not fields on the tensors: this returns the ``Gradients`` (read with
+    ``x.grad(grads)``) instead of accumulating into ``x.grad``. ``inputs`` (torch: accumulate
+    only into these) is accepted; their gradients in the result are the same.
+
+    >>> import retrograd as rg
+    >>> x = rg.tensor([1.0, 2.0]).require_grad()
+    >>> grads = rg.autograd.backward([x * x], [rg.tensor([1.0, 10.0])])
+    >>> x.grad(grads).tolist()
+    [2.0, 40.0]
+    """
+    if grad_variables is not None:
+        if grad_tensors is not None:
+            raise AutodiffError(
+                "autograd.backward: 'grad_tensors' and 'grad_variables' (deprecated) both given; "
+                "use 'grad_tensors' only"
+            )
+        grad_tensors = grad_variables
+    total = _weighted_total("autograd.backward", tensors, grad_tensors, create_graph)
+    retain = create_graph if retain_graph is None else retain_graph
+    grads = total.backward(retain_graph=retain, create_graph=create_graph)
+    if is_anomaly_enabled():
+        check_nan_gradients(
+            "autograd.backward",
+            (
+                (f"the tensor of node {node}", Tensor(value, grads.backend, grads.device))
+                for node, value in grads.values.items()
+            ),
+        )
+    return grads
