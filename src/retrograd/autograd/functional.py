@@ -77,6 +77,12 @@ def _fresh(x: Tensor, create_graph: bool, fn: str = "autograd.functional") -> Te
     return leaf
 
 
+def _fresh_inputs(fn: str, inputs: Any, create_graph: bool) -> tuple[bool, tuple[Tensor, ...]]:
+    """Whether ``inputs`` was a tuple, and a fresh leaf (:func:`_fresh`) for each input."""
+    is_tuple, inputs = _as_tuple(inputs, "inputs", fn)
+    return is_tuple, tuple(_fresh(x, create_graph, fn) for x in inputs)
+
+
 def _plain(x: Any) -> Any:
     """``x`` cut from the graph and not requiring grad (a detached leaf that required grad
     keeps requiring it, Burn's rule: not wanted in a result)."""
@@ -211,8 +217,7 @@ def vjp(
     """
     fn = "autograd.functional.vjp"
     with enable_grad():
-        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
-        inputs = tuple(_fresh(x, create_graph, fn) for x in inputs)
+        is_inputs_tuple, inputs = _fresh_inputs(fn, inputs, create_graph)
         is_outputs_tuple, outputs = _run(fn, func, inputs)
         _check_outputs(fn, outputs, strict)
         vs = _v_for(fn, v, outputs, is_outputs_tuple, "output", create_graph)
@@ -244,8 +249,7 @@ def jvp(
     """
     fn = "autograd.functional.jvp"
     with enable_grad():
-        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
-        inputs = tuple(_fresh(x, create_graph, fn) for x in inputs)
+        is_inputs_tuple, inputs = _fresh_inputs(fn, inputs, create_graph)
         vs = _v_for(fn, v, inputs, is_inputs_tuple, "input", create_graph)
         is_outputs_tuple, outputs = _run(fn, func, inputs)
         _check_outputs(fn, outputs, strict)
@@ -306,8 +310,7 @@ def jacobian(
             f'{fn}: strategy must be "forward-mode" or "reverse-mode", got {strategy!r}'
         )
     with enable_grad():
-        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
-        inputs = tuple(_fresh(x, create_graph, fn) for x in inputs)
+        is_inputs_tuple, inputs = _fresh_inputs(fn, inputs, create_graph)
         is_outputs_tuple, outputs = _run(fn, func, inputs)
         _check_outputs(fn, outputs, strict)
         jac = tuple(
@@ -450,8 +453,7 @@ def hvp(
 def _hessian_product(fn: str, func: Callable[..., Any], inputs: Any, v: Any,
                      create_graph: bool, strict: bool) -> tuple[Any, Any]:  # fmt: skip
     with enable_grad():
-        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
-        inputs = tuple(_fresh(x, create_graph, fn) for x in inputs)
+        is_inputs_tuple, inputs = _fresh_inputs(fn, inputs, create_graph)
         vs = _v_for(fn, v, inputs, is_inputs_tuple, "input", create_graph)
         is_outputs_tuple, outputs = _run(fn, func, inputs)
         _check_outputs(fn, outputs, strict)
