@@ -225,20 +225,12 @@ class Geometric(Distribution):
         return bce / probs
 
 
-class OneHotCategorical(Distribution):
-    """:class:`Categorical` with its outcomes as one-hot vectors (event shape ``(K,)``)."""
+class _OverCategorical:
+    """The parameters of a distribution built on a :class:`Categorical` over its last
+    dimension (``self._categorical``): ``probs``, ``logits``, ``param_shape`` and the one
+    given, for ``expand``, read from it."""
 
-    arg_constraints: ClassVar[dict[str, Any]] = {
-        "probs": constraints.simplex,
-        "logits": constraints.independent(constraints.real, 1),
-    }
-    support = constraints.one_hot
-    has_enumerate_support = True
-
-    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None):
-        self._categorical = Categorical(probs, logits, validate_args=validate_args)
-        k = self._categorical.param_shape[-1]
-        super().__init__(self._categorical.batch_shape, (k,), validate_args=validate_args)
+    _categorical: Categorical
 
     def _expand_args(self) -> dict[str, Any]:
         name = self._categorical._param_name
@@ -255,6 +247,22 @@ class OneHotCategorical(Distribution):
     @property
     def param_shape(self) -> tuple[int, ...]:
         return self._categorical.param_shape
+
+
+class OneHotCategorical(_OverCategorical, Distribution):
+    """:class:`Categorical` with its outcomes as one-hot vectors (event shape ``(K,)``)."""
+
+    arg_constraints: ClassVar[dict[str, Any]] = {
+        "probs": constraints.simplex,
+        "logits": constraints.independent(constraints.real, 1),
+    }
+    support = constraints.one_hot
+    has_enumerate_support = True
+
+    def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None):
+        self._categorical = Categorical(probs, logits, validate_args=validate_args)
+        k = self._categorical.param_shape[-1]
+        super().__init__(self._categorical.batch_shape, (k,), validate_args=validate_args)
 
     @property
     def mean(self) -> Any:
@@ -301,7 +309,7 @@ class OneHotCategoricalStraightThrough(OneHotCategorical):
         return samples + (probs - probs.detach())
 
 
-class Multinomial(Distribution):
+class Multinomial(_OverCategorical, Distribution):
     """Counts of ``total_count`` draws (one int for the whole batch) from the categories of
     ``probs`` or ``logits`` (the last dimension)."""
 
@@ -323,10 +331,6 @@ class Multinomial(Distribution):
         batch = self._categorical.batch_shape
         super().__init__(batch, self._categorical.param_shape[-1:], validate_args=validate_args)
 
-    def _expand_args(self) -> dict[str, Any]:
-        name = self._categorical._param_name
-        return {name: getattr(self._categorical, name)}
-
     def expand(self, batch_shape: Any, _instance: Any = None) -> Multinomial:
         batch_shape = tuple(batch_shape)
         ((name, param),) = self._expand_args().items()
@@ -336,18 +340,6 @@ class Multinomial(Distribution):
     @property
     def support(self) -> Any:
         return constraints.multinomial(self.total_count)
-
-    @property
-    def probs(self) -> Any:
-        return self._categorical.probs
-
-    @property
-    def logits(self) -> Any:
-        return self._categorical.logits
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return self._categorical.param_shape
 
     @property
     def mean(self) -> Any:
