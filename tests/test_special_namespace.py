@@ -127,20 +127,8 @@ def test_binary_values_match_torch(name):
     _compare(ours, theirs, rtol=1e-6)
 
 
-POLYNOMIALS = [
-    "chebyshev_polynomial_t",
-    "chebyshev_polynomial_u",
-    "chebyshev_polynomial_v",
-    "chebyshev_polynomial_w",
-    "shifted_chebyshev_polynomial_t",
-    "shifted_chebyshev_polynomial_u",
-    "shifted_chebyshev_polynomial_v",
-    "shifted_chebyshev_polynomial_w",
-    "hermite_polynomial_h",
-    "hermite_polynomial_he",
-    "laguerre_polynomial_l",
-    "legendre_polynomial_p",
-]
+# torch's own list, not retrograd's: every polynomial family torch.special has
+POLYNOMIALS = sorted(name for name in TORCH_NAMES if "_polynomial_" in name)
 
 
 @pytest.mark.parametrize("name", POLYNOMIALS)
