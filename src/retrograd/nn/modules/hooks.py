@@ -119,14 +119,19 @@ def _first(result: Any) -> Any:
     return result[0] if isinstance(result, tuple | list) else result
 
 
-class _OutputGradients(Function):
-    """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
-    it) and keeps it for the full hooks."""
+class _Watch(Function):
+    """Identity on a module's input or output whose backward sees the gradient flowing
+    through it; the module, its hooks and the call's shared state ride along."""
 
     @staticmethod
     def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
         ctx.module, ctx.hooks, ctx.state = module, hooks, state
         return x.clone()
+
+
+class _OutputGradients(_Watch):
+    """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
+    it) and keeps it for the full hooks."""
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
@@ -141,14 +146,9 @@ class _OutputGradients(Function):
         return grad, None, None, None
 
 
-class _InputGradients(Function):
+class _InputGradients(_Watch):
     """Identity; its backward hands the input's gradient, with the output's, to the full
     hooks (each may replace the input's)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
-        ctx.module, ctx.hooks, ctx.state = module, hooks, state
-        return x.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
