@@ -30,7 +30,13 @@ A second table alternates two graphs under one budget (the masked transformer at
 NoCheckpointing running the same steps; an alternating loop should cost no more than its
 slower graph alone (median over step pairs 3-6).
 
-    python benchmarks/bench_budget_loops.py [--steps 8] [--quick] [--only mlp,masked]
+    python benchmarks/bench_budget_loops.py [--steps 8] [--quick] [--only mlp,masked] [--explain]
+
+``--explain`` prints, per workload and budget, what the plan's steps pay and why: the ops a
+planned step recomputes by op kind (count, MiB, the seconds they took in a step run after the
+timed ones, and the seconds the plan priced them at) against NoCheckpointing's step, and what
+the plan holds at its peak by op kind (the untracked values held, such as the input batch and
+masks, apart): where a budget is missed, the bytes that stay.
 
 It writes ``benchmarks/results/budget_loops.json`` (``benchmarks/common.py: write_results``)
 and, with matplotlib, the memory-time plot ``benchmarks/results/budget_loops.png`` beside it
@@ -55,6 +61,9 @@ import numpy as np
 import retrograd as rg
 from common import median, optional, table, write_results
 from retrograd.autodiff.checkpoint.budget.plan import profile, recompute_floor
+from retrograd.autodiff.checkpoint.budget.planner import FITS, FLOOR
+from retrograd.autodiff.checkpoint.budget.segments import engine_profile
+from retrograd.autodiff.checkpoint.checkpointer import Checkpointer
 from retrograd.nn import functional as F  # noqa: N812
 
 FRACTIONS = (0.5, 0.25)
@@ -236,8 +245,9 @@ def floor_seconds(strategy: rg.BudgetCheckpointing) -> float:
     return recompute_floor(strategy.planner.kept[0].trace, strategy.max_bytes)
 
 
-def run(workload, steps: int) -> list[list]:
-    """One workload's rows: a NoCheckpointing run and a budget per fraction, steps in turn."""
+def run(workload, steps: int, explained: list | None = None) -> list[list]:
+    """One workload's rows: a NoCheckpointing run and a budget per fraction, steps in turn.
+    ``explained``: where the rows of :func:`explain` go, when given."""
     plain_step = workload.make(rg.Autodiff(rg.NumpyBackend()))
     first, _ = plain_step(0)
     full = first.peak_bytes
@@ -264,7 +274,109 @@ def run(workload, steps: int) -> list[list]:
                 "yes" if identical else "NO",
             ]
         )
+        if explained is not None:  # after the row: its extra step is none of the row's
+            explained.extend(explain(workload.name, f, strategy, runs[f], steps, base, full))
     return rows
+
+
+def _tally(entries: list[tuple[str, int, float]]) -> dict[str, list]:
+    """``(op kind, bytes, seconds)`` entries summed by kind: kind -> [count, bytes, seconds]."""
+    kinds: dict[str, list] = {}
+    for kind, nbytes, seconds in entries:
+        total = kinds.setdefault(kind, [0, 0, 0.0])
+        total[0] += 1
+        total[1] += nbytes
+        total[2] += seconds
+    return kinds
+
+
+def _by_kind(entries: list[tuple[str, int, float]], seconds: bool = True) -> str:
+    """``entries`` summed by kind (:func:`_tally`), the dearest (else the largest) first:
+    ``"matmul 6 (1.50 MiB, 3.80 ms), tanh 4 (...)"``."""
+    ordered = sorted(_tally(entries).items(), key=lambda item: (-item[1][2], -item[1][1]))
+    return ", ".join(
+        f"{kind} {count} ({nbytes / 2**20:.2f} MiB"
+        + (f", {spent * 1e3:.2f} ms)" if seconds else ")")
+        for kind, (count, nbytes, spent) in ordered
+    )
+
+
+def recomputed_in(step, index: int) -> tuple[Any, list[tuple[str, int, float]]]:
+    """Run ``step(index)`` (not timed) and return its gradients and the ops its backward
+    recomputed, in order: ``(op name, output bytes, seconds)``. It listens at the
+    checkpointer's one recomputation call (:meth:`Checkpointer._rerun`) for that step alone."""
+    done: list[tuple[str, int, float]] = []
+    original = Checkpointer._rerun
+
+    def listening(self, node_id, node, values):
+        start = time.perf_counter()
+        output = original(self, node_id, node, values)
+        done.append((node.op.name, getattr(output, "nbytes", 0), time.perf_counter() - start))
+        return output
+
+    Checkpointer._rerun = listening
+    try:
+        grads, _ = step(index)
+    finally:
+        Checkpointer._rerun = original
+    return grads, done
+
+
+def explain(
+    name: str, fraction: float, strategy, step, steps: int, base: float, full: int
+) -> list[list]:
+    """Why a budget's planned steps cost what they do (see the module docstring), one row:
+    the plan's mode; the ops one more step recomputed, by kind, at their measured seconds,
+    and their sum against NoCheckpointing's step (``base`` seconds); the evicted values as
+    the plan prices them; and what the plan holds, by kind (``fixed``: the untracked values
+    held), against the budget and NoCheckpointing's peak (``full``): at the peak of its model
+    (:func:`profile`) for a greedy plan, at the end of forward for the others (whose peak
+    :func:`engine_profile` counts op by op within a recomputation: the row gives it)."""
+    grads, done = recomputed_in(step, steps)
+    plan = strategy.planner.kept[0]
+    trace = plan.trace
+    found = profile(trace, plan.evict, plan.target, views=False)
+    if plan.mode in (FITS, FLOOR):
+        at, peak, where = found.at, found.peak, "peak"
+    else:
+        at, peak, where = 0, engine_profile(trace, plan.evict)[0], "end of forward"
+    planned, held = [], []
+    for v, signature in enumerate(plan.signatures):
+        if found.last[v] < 0:
+            continue
+        if plan.evict[v]:
+            planned.append((signature[0], trace.sizes[v], trace.costs[v]))
+        start = found.first[v] if plan.evict[v] else 0
+        if start <= at <= found.last[v]:
+            held.append((signature[0], trace.sizes[v], 0.0))
+    fixed = sum(nbytes for nbytes, first, last in trace.fixed if first <= at <= last)
+    held_bytes = fixed + sum(nbytes for _, nbytes, _ in held)
+    return [
+        [
+            name,
+            f"{fraction}x",
+            f"{plan.mode}: peak {peak / full:.2f}x NoCkpt",
+            f"{len(done)}: {_by_kind(done)}",
+            f"{sum(s for _, _, s in done) / base:.3f}",
+            _by_kind(planned),
+            f"{where} (step {at}/{trace.horizon}): {held_bytes / full:.2f}x NoCkpt "
+            f"({held_bytes / strategy.max_bytes:.2f}x budget); fixed "
+            f"{fixed / 2**20:.2f} MiB, {_by_kind(held, seconds=False)}",
+            f"{grads.peak_bytes / full:.2f}",
+        ]
+    ]
+
+
+EXPLAIN_HEADER = [
+    "workload",
+    "budget",
+    "plan",
+    "recomputed in a planned step (measured)",
+    "its seconds / NoCkpt step",
+    "recomputed as the plan prices it",
+    "what the plan holds",
+    "measured peak / NoCkpt",
+]
 
 
 HEADER = [
@@ -356,14 +468,22 @@ def main() -> None:
     parser.add_argument(
         "--only", help=f"comma-separated workloads of {','.join(WORKLOADS)} (and 'alternating')"
     )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="per budget: the ops a planned step recomputes and what its peak holds, by op kind",
+    )
     args = parser.parse_args()
     scale = 4 if args.quick else 1
     chosen = args.only.split(",") if args.only else [*WORKLOADS, "alternating"]
     rows = []
+    explained: list | None = [] if args.explain else None
     for name in chosen:
         if name in WORKLOADS:
-            rows.extend(run(WORKLOADS[name](scale), max(args.steps, 8)))
+            rows.extend(run(WORKLOADS[name](scale), max(args.steps, 8), explained))
             print(table(rows[-len(FRACTIONS) :], HEADER), flush=True)
+            if explained:
+                print(table(explained[-len(FRACTIONS) :], EXPLAIN_HEADER), flush=True)
     tables = {"loops": {"header": HEADER, "rows": rows}}
     if "alternating" in chosen:
         pair_rows = alternating(scale, max(args.steps // 2 + 2, 6))
