@@ -171,6 +171,46 @@ def _residual_mlp(strategy, steps=3, batch=16, width=32, layers=4, seed=0):
     return results
 
 
+def test_the_residual_mlp_plan_recomputes_the_fewest_matmuls_its_peak_allows():
+    # docs/checkpointing.md, the residual MLP at 0.5x: NoCheckpointing holds 13 values of one
+    # size (the input; per layer the tanh output and the residual). 0.6x of that leaves room
+    # for 7 at the end of forward, the input and the last residual (read at backward's first
+    # step) among them: 6 of the other 12 must be recomputed, each by a matmul of its own (a
+    # tanh output by its layer's first, a residual by its second). Priced as matmuls dominate
+    # (1 s, any other op 0.01 s), the plan recomputes exactly those 6.
+    batch, width, layers = 16, 64, 6
+    rng = np.random.default_rng(0)
+    arrays = [
+        (rng.standard_normal((width, width)) / width**0.5).astype(np.float32)
+        for _ in range(2 * layers)
+    ]
+    unit = batch * width * 4
+
+    def step(backend):
+        with rg.use_backend(backend):
+            ws = [rg.tensor(a).require_grad() for a in arrays]
+            h = rg.tensor(rng.standard_normal((batch, width)).astype(np.float32))
+            for k in range(layers):
+                h = h + (h @ ws[2 * k]).tanh() @ ws[2 * k + 1]
+            return (h * h).mean().backward()
+
+    full = step(rg.Autodiff(rg.NumpyBackend())).peak_bytes
+    assert full == 13 * unit
+    budget = int(0.6 * full)
+    strategy = rg.BudgetCheckpointing(budget)
+    backend = rg.Autodiff(rg.NumpyBackend(), strategy)
+    step(backend)
+    step(backend)  # plans from the first step's trace
+    followed = strategy.planner.kept[0]
+    ops = [signature[0] for signature in followed.signatures]
+    trace = followed.trace
+    trace.costs = [1.0 if op == "matmul" else 0.01 for op in ops]
+    evicted, found, peak = plan_evictions(trace, budget)
+    assert peak == 7 * unit
+    recomputed = [ops[v] for v in range(len(ops)) if evicted[v] and found.last[v] >= 0]
+    assert recomputed.count("matmul") == 6, recomputed
+
+
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 0.8])
 def test_steps_after_the_first_follow_the_plan_with_identical_gradients(fraction):
     # 0.3 is under this small model's floor (its gradients in flight alone are a fifth of
