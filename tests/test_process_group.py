@@ -59,6 +59,19 @@ def test_collectives_in_torchs_form_are_in_place(process_group):
     assert x.tolist() == [1.0, -2.0]
 
 
+def test_in_place_collectives_on_parameters_and_computed_values(process_group):
+    """``dist.broadcast(p.data, 0)`` writes through to the parameter, which stays a leaf;
+    ``loss.detach()`` of a computed loss takes the result alone (torch's idiom for logging)."""
+    layer = rg.nn.Linear(2, 1)
+    dist.broadcast(layer.weight.data, 0)
+    assert layer.weight.requires_grad and layer.weight.is_leaf
+    loss = (rg.ones(2, requires_grad=True) * 2).sum()
+    logged = loss.detach()
+    dist.all_reduce(logged, op=dist.ReduceOp.AVG)
+    assert logged.item() == 4.0 and not logged.requires_grad
+    assert loss.backward() is not None  # the graph is untouched
+
+
 def test_a_ddp_loop_trains_as_without_it(process_group):
     rng = np.random.default_rng(0)
     data = TensorDataset(

@@ -1,4 +1,5 @@
-"""Run under ``torchrun --nproc_per_node 2 torch_process_group.py OUT``: a DDP training script
+"""Run under ``torchrun --nproc_per_node 2 torch_process_group.py OUT`` (or ``mpiexec -n 2
+torch_process_group.py mpi OUT``): a DDP training script
 written as PyTorch's DDP tutorial writes it (``init_process_group``, ``DistributedDataParallel``
 with no process group, ``DistributedSampler`` with no rank, torch's in-place collectives,
 ``destroy_process_group``), imports aside. Each rank also trains the same model in one process
@@ -7,13 +8,14 @@ each collective returned."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from torch_common import use_suite_backend, write_report
+from torch_common import use_suite_backend
 
 import retrograd as torch
 import retrograd.distributed as dist
@@ -48,8 +50,8 @@ def train(model, loader, sampler=None):
 
 def main() -> None:
     use_suite_backend()
-    out = Path(sys.argv[1])
-    dist.init_process_group(backend="gloo")
+    out = Path(sys.argv[-1])
+    dist.init_process_group(backend=sys.argv[1] if len(sys.argv) > 2 else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model = DDP(make_model().double())
     sampler = DistributedSampler(data(), shuffle=False)
@@ -67,8 +69,8 @@ def main() -> None:
     # one process: rank r's k-th batch is samples r, r + world, ... of the k-th run of
     # world * BATCH samples, and DDP averages the ranks' mean gradients: that run's mean
     whole = train(make_model().double(), DataLoader(data(), batch_size=world * BATCH))
-    write_report(
-        out,
+    out.mkdir(parents=True, exist_ok=True)
+    report = json.dumps(
         {
             "rank": rank,
             "world_size": world,
@@ -79,8 +81,9 @@ def main() -> None:
             "all_gather": [t.tolist() for t in gathered],
             "broadcast": shared.tolist(),
             "initialized_after_destroy": dist.is_initialized(),
-        },
+        }
     )
+    (out / f"rank{rank}.json").write_text(report)
 
 
 if __name__ == "__main__":
