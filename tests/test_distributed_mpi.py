@@ -351,3 +351,18 @@ def test_zero_trains_as_the_wrapped_optimizer_across_processes(ranks, tmp_path):
     assert completed.returncode == 0, output(completed)
     assert sorted(reports) == list(range(ranks)), output(completed)
     check_reports(reports)
+
+
+def test_a_torch_style_ddp_script_runs_under_mpiexec(tmp_path):
+    """``init_process_group("mpi")``: the torch engine's DDP script
+    (``tests/torch_scripts/torch_process_group.py``) on the mpi engine."""
+    script = Path("..") / "torch_scripts" / "torch_process_group.py"
+    completed, reports = run_ranks(2, script, "mpi", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    assert sorted(reports) == [0, 1], output(completed)
+    for report in reports.values():
+        assert report["world_size"] == 2
+        assert report["max_difference"] < 1e-12, report
+        assert report["all_reduce"] == [3.0]
+        assert report["all_gather"] == [[0, 0], [1, 10]]
+        assert report["broadcast"] == [1.0, 1.0, 1.0]

@@ -342,3 +342,19 @@ def test_train_with_workers_and_the_torch_engine_runs_torchrun_and_matches_threa
     assert ranks["config"]["engine"] == "torch" and ranks["config"]["world_size"] == 2
     # the same shards summed in the same order: the thread run's losses
     np.testing.assert_allclose(ranks["step_losses"], threads["step_losses"], rtol=1e-5)
+
+
+def test_a_torch_style_ddp_script_runs_as_written(tmp_path):
+    """init_process_group, DDP and DistributedSampler without a group or rank, torch's in-place
+    all_reduce / all_gather / broadcast, barrier, destroy_process_group."""
+    completed, reports = run_ranks("torch_process_group.py", tmp_path=tmp_path)
+    assert completed.returncode == 0, output(completed)
+    reports = reports[tmp_path.name]
+    assert sorted(reports) == [0, 1], output(completed)
+    for report in reports.values():
+        assert report["world_size"] == 2
+        assert report["max_difference"] < 1e-12, report
+        assert report["all_reduce"] == [3.0]
+        assert report["all_gather"] == [[0, 0], [1, 10]]
+        assert report["broadcast"] == [1.0, 1.0, 1.0]
+        assert report["initialized_after_destroy"] is False

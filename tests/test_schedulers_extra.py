@@ -252,3 +252,39 @@ def test_training_with_one_cycle_gives_torch_parameters(kind):
         ours_schedule.step()
     for name, value in theirs_layer.state_dict().items():
         np.testing.assert_allclose(ours_layer.state_dict()[name], value.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("StepLR", {"step_size": 2}),
+        ("ExponentialLR", {"gamma": 0.7}),
+        ("OneCycleLR", {"max_lr": 1.0, "total_steps": 9}),
+    ],
+)
+def test_step_count_last_lr_and_the_deprecated_epoch_argument(name, options):
+    """torch's bookkeeping (``_step_count``, ``_last_lr`` in the state dict; ``get_last_lr``
+    is what the last step set, not a rate changed by hand since) and ``step(epoch)``."""
+    import warnings
+
+    ours_optimizer, theirs_optimizer = make_ours("sgd"), make_torch("sgd")
+    ours = getattr(lr_scheduler, name)(ours_optimizer, **options)
+    theirs = getattr(T, name)(theirs_optimizer, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "optimizer.step() before lr_scheduler.step()"
+        for _ in range(3):
+            ours.step()
+            theirs.step()
+    assert ours._step_count == theirs._step_count == 4
+    assert ours.state_dict()["_last_lr"] == pytest.approx(
+        theirs.state_dict()["_last_lr"], rel=1e-12
+    )
+    ours_optimizer.param_groups[0]["lr"] = theirs_optimizer.param_groups[0]["lr"] = 5.0
+    assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-12)
+    if name != "OneCycleLR":  # torch's OneCycleLR has no closed form to jump to
+        with pytest.warns(UserWarning, match="epoch parameter"):
+            ours.step(6)
+        with pytest.warns(UserWarning, match="epoch parameter"):
+            theirs.step(6)
+        assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-12)
+        assert ours.last_epoch == theirs.last_epoch == 6

@@ -26,14 +26,34 @@ Modules import one way, each only from those above it (none imports the package 
     reducer/                           buckets, registrations, rounds, comm hooks, the fast
                                        path, the sync server, the backward hook
     context                            DistributedContext, ENGINES
+    process_group                      torch's c10d functions over a default context;
+                                       the collectives in retrograd's and torch's forms
     zero                               ZeroRedundancyOptimizer (optimizer state sharded)
 """
 
 from ..autodiff.params import ParamId
 from ..errors import DistributedError
-from .collective import CollectiveTensor, all_gather, all_reduce, broadcast, reduce_scatter
+from .collective import CollectiveTensor
 from .config import DistributedConfig, ReduceOperation
 from .context import ENGINES, DistributedContext
+from .process_group import (
+    ReduceOp,
+    Work,
+    all_gather,
+    all_reduce,
+    barrier,
+    broadcast,
+    destroy_process_group,
+    get_backend,
+    get_rank,
+    get_world_size,
+    group,
+    init_process_group,
+    is_available,
+    is_initialized,
+    reduce,
+    reduce_scatter,
+)
 from .zero import ZeroRedundancyOptimizer, assign_owners, optimizer_state_bytes
 
 __all__ = [
@@ -43,12 +63,24 @@ __all__ = [
     "DistributedContext",
     "DistributedError",
     "ParamId",
+    "ReduceOp",
     "ReduceOperation",
+    "Work",
     "ZeroRedundancyOptimizer",
     "all_gather",
     "all_reduce",
     "assign_owners",
+    "barrier",
     "broadcast",
+    "destroy_process_group",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "group",
+    "init_process_group",
+    "is_available",
+    "is_initialized",
     "optimizer_state_bytes",
+    "reduce",
     "reduce_scatter",
 ]

@@ -8,7 +8,8 @@ parameter's dotted name its id), so that inside a running ``rg.distributed.Distr
 torch's averaging). Given the context as ``process_group``, it also makes every replica start
 from rank 0's parameters (and buffers), as torch's broadcast at construction; without one,
 replicas must start equal (seed every rank alike). ``state_dict`` keys carry torch's
-``module.`` prefix. ``DataParallel`` and ``data_parallel`` run the module on its own device
+``module.`` prefix. After ``dist.init_process_group`` the default group is the process group.
+``DataParallel`` and ``data_parallel`` run the module on its own device
 (what torch does without several GPUs).
 """
 
@@ -56,6 +57,8 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.process_group = process_group
         module.set_distributed()
+        if process_group is None and dist.is_initialized():  # init_process_group's, as torch
+            process_group = dist.process_group.default_context()
         if process_group is not None:
             _broadcast_from_first(module, process_group, broadcast_buffers)
 

@@ -104,6 +104,7 @@ class SequentialLR(_Composite):
         first = self._schedulers[bisect_right(self._milestones, 0)]
         first.last_epoch = -1
         first.step()
+        self._record()
 
     def step(self) -> float:
         """Advance one epoch: the current scheduler steps, or the next starts at its epoch 0."""
@@ -115,7 +116,7 @@ class SequentialLR(_Composite):
             scheduler._apply(0)
         else:
             scheduler.step()
-        return self.optimizer.param_groups[0]["lr"]
+        return self._record()
 
 
 class ChainedScheduler(_Composite):
@@ -153,6 +154,7 @@ class ChainedScheduler(_Composite):
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.base_lr = self.base_lrs[0]
         self.last_epoch = 0
+        self._record()
 
     def step(self) -> float:
         """Step every scheduler, in order."""
@@ -162,4 +164,4 @@ class ChainedScheduler(_Composite):
                 scheduler.step_chained()
             else:
                 scheduler.step()
-        return self.optimizer.param_groups[0]["lr"]
+        return self._record()

@@ -374,4 +374,4 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         self.last_epoch = math.floor(epoch)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = self.lr_at(self.T_cur, base)
-        return self.optimizer.param_groups[0]["lr"]
+        return self._record()

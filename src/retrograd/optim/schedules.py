@@ -4,6 +4,7 @@ from the group's own initial learning rate (``group["initial_lr"]``, as torch's)
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -21,6 +22,14 @@ __all__ = [
     "ReduceLROnPlateau",
     "StepLR",
 ]
+
+
+_EPOCH_DEPRECATED = (
+    "The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where "
+    "possible. Please use `scheduler.step()` to step the scheduler. During the deprecation, if "
+    "epoch is different from None, the closed form is used instead of the new chainable form, "
+    "where available."
+)
 
 
 class LRScheduler:
@@ -53,11 +62,23 @@ class LRScheduler:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = self.lr_at(epoch, base)
 
-    def step(self) -> float:
-        """Advance one epoch and set every group's learning rate; returns the first's."""
-        self.last_epoch += 1
+    def step(self, epoch: int | None = None) -> float:
+        """Advance one epoch and set every group's learning rate; returns the first's.
+        ``step(epoch)``, torch's deprecated form, goes to ``epoch`` (the closed form)."""
+        if epoch is None:
+            self.last_epoch += 1
+        else:
+            warnings.warn(_EPOCH_DEPRECATED, UserWarning, stacklevel=2)
+            self.last_epoch = epoch
         self._apply(self.last_epoch)
-        return self.optimizer.param_groups[0]["lr"]
+        return self._record()
+
+    def _record(self) -> float:
+        """Note a step as torch's schedulers do (``_step_count``, ``_last_lr``, which
+        :meth:`get_last_lr` returns and checkpoints keep); returns the first group's rate."""
+        self._step_count = getattr(self, "_step_count", 0) + 1
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        return self._last_lr[0]
 
     #: whether torch's form of this schedule scales the group's current learning rate (so that
     #: ``ChainedScheduler`` multiplies schedules), rather than setting it from ``base_lr``
@@ -87,10 +108,11 @@ class LRScheduler:
         self.last_epoch += 1
         for index, group in enumerate(self.optimizer.param_groups):
             group["lr"] = self.chained_lr(self.last_epoch, index, group["lr"])
+        self._record()
 
     def get_last_lr(self) -> list[float]:
-        """Each group's learning rate, as a list (torch's)."""
-        return [group["lr"] for group in self.optimizer.param_groups]
+        """Each group's learning rate as the last step set it, as a list (torch's)."""
+        return list(self._last_lr)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the optimizer (and functions, which do not save), as torch's."""

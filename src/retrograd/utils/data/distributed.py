@@ -27,10 +27,16 @@ class DistributedSampler(Sampler):
     def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:  # fmt: skip
         if num_replicas is None or rank is None:
-            raise InvalidArgumentError(
-                "DistributedSampler: give num_replicas and rank (ctx.world_size and ctx.rank "
-                "of your rg.distributed.DistributedContext); there is no default process group"
-            )
+            from ... import distributed as dist
+
+            if not dist.is_initialized():
+                raise InvalidArgumentError(
+                    "DistributedSampler: give num_replicas and rank (ctx.world_size and "
+                    "ctx.rank of your rg.distributed.DistributedContext), or call "
+                    "rg.distributed.init_process_group first"
+                )
+            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
+            rank = dist.get_rank() if rank is None else rank
         if rank >= num_replicas or rank < 0:
             raise InvalidArgumentError(
                 f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
