@@ -31,10 +31,9 @@ LAYERS = {
     "tensor": 4,
     "distributed": 5,
     "memory": 5,
-    # torch's other namespaces over the tensor API: torch.autograd, torch.utils (data
-    # loading), torch.distributions, torch.save/load
+    # torch's other namespaces over the tensor API: torch.autograd, torch.distributions,
+    # torch.save/load
     "autograd": 5,
-    "utils": 5,
     "distributions": 5,
     "serialization": 5,
     "testing": 5,
@@ -44,7 +43,11 @@ LAYERS = {
     "linalg": 5,  # torch.linalg over the tensor API
     "special": 5,  # torch.special over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
-    "accelerator": 6,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
+    "accelerator": 6,
+    # torch.utils (data loading): DistributedSampler takes the process group's rank
+    "utils": 6,
+    # torch.multiprocessing: Python's, with spawn (imports only the errors)
+    "multiprocessing": 1,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low
     "unsupported": 1,

@@ -178,9 +178,9 @@ def init_process_group(
                 raise InvalidArgumentError(
                     f"init_process_group: rank {os.environ['RANK']} of a job of one process"
                 )
-            from ..defaults import get_default_device
+            from ..context import current_backend
 
-            context = DistributedContext([get_default_device()], config)
+            context = DistributedContext([current_backend().default_device], config)
         _default.update(context=context.start(), backend=name or "gloo")
         _default["device"] = _make_tensors_on(context.local_devices[0])
 
