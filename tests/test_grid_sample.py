@@ -93,3 +93,24 @@ def test_errors_say_what_is_not_supported():
         torch.ones(1, 1, 3, 3), torch.zeros(1, 2, 2, 2), align_corners=False
     )
     assert F.grid_sample(image, grid).shape == tuple(reference.shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_the_identity_grid_is_torchs_to_the_bit(dtype, align_corners):
+    """A spatial transformer starts at the identity, where every grid point sits on a pixel
+    center: one rounding apart, a point falls on the other side of it and the bilinear
+    gradient of the grid changes side. affine_grid's points are torch's exactly."""
+    identity = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    for size in range(1, 30):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on 1-pixel grids with align_corners
+            expected = torch.nn.functional.affine_grid(
+                torch.tensor(identity, dtype=getattr(torch, dtype)),
+                (1, 1, size, size + 3),
+                align_corners,
+            )
+        ours = F.affine_grid(
+            rg.tensor(identity, dtype=dtype), (1, 1, size, size + 3), align_corners
+        )
+        np.testing.assert_array_equal(ours.numpy(), expected.numpy(), err_msg=f"size {size}")

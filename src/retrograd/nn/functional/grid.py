@@ -11,14 +11,23 @@ reads zero), ``nearest`` reads the one nearest (rounding half to even). The grad
 grid is that of the bilinear weights, zero where a coordinate was clipped (torch's
 ``clip_coordinates_set_grad``) and for ``nearest``. The 5-d (volumetric) form and ``bicubic``
 raise an error that says so.
+
+At a point exactly on a pixel center (every point of an identity transform, where spatial
+transformers start) the bilinear gradient of the grid is one-sided, and the side is decided by
+the last bit of the unnormalized coordinate. ``affine_grid``'s points are torch's to the bit;
+torch's CPU kernels then unnormalize with fused multiply-adds whose rounding differs between
+its forward and backward kernels, so there the grid's gradient may take the other side than
+torch's (the input's gradient and the output agree).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, arange, stack
+from ...tensor import Tensor, arange, stack, tensor
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 
@@ -28,12 +37,26 @@ __all__ = ["affine_grid", "grid_sample"]
 # -- affine_grid ----------------------------------------------------------------------------------
 def _base_coordinates(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
     """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (pixel centers, so
-    scaled by ``(steps - 1) / steps``, without ``align_corners``); one step is the point 0."""
+    times ``steps - 1`` over ``steps`` without ``align_corners``); one step is the point 0."""
     if steps <= 1:
         return arange(1, dtype=theta.dtype, backend=theta.backend, device=theta.device) * 0.0
-    points = arange(steps, dtype=theta.dtype, backend=theta.backend, device=theta.device)
-    points = points * (2.0 / (steps - 1)) - 1.0
-    return points if align_corners else points * ((steps - 1) / steps)
+    points = tensor(
+        _linspace(steps, np.dtype(theta.dtype)), backend=theta.backend, device=theta.device
+    )
+    return points if align_corners else points * float(steps - 1) / float(steps)
+
+
+def _linspace(steps: int, dtype: np.dtype) -> np.ndarray:
+    """torch's ``linspace(-1, 1, steps)`` to the bit: ``-1 + step * i`` below the middle,
+    ``1 - step * (steps - 1 - i)`` from it, each a fused multiply-add (one rounding), as its
+    vectorized kernel computes it. A point rounded otherwise may fall on the other side of a
+    pixel center, where the bilinear gradient of the grid is one-sided."""
+    wide = np.longdouble if dtype == np.float64 else np.float64  # the product exactly
+    step = wide(dtype.type(2) / dtype.type(steps - 1))
+    index = np.arange(steps)
+    below = wide(-1) + step * index.astype(wide)
+    above = wide(1) - step * (steps - 1 - index).astype(wide)
+    return np.where(index < steps // 2, below, above).astype(dtype)
 
 
 def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None = None) -> Tensor:
@@ -95,7 +118,8 @@ def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
 
 def _source(coords: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
     """Grid coordinates in [-1, 1] to pixel coordinates, moved by ``padding_mode``."""
-    pixels = (coords + 1.0) * ((size - 1) / 2) if align else ((coords + 1.0) * size - 1.0) / 2
+    # torch's grid_sampler_unnormalize, in its order of operations
+    pixels = (coords + 1.0) / 2 * (size - 1) if align else ((coords + 1.0) * size - 1.0) / 2
     if padding_mode == "border":
         return _clip(pixels, size - 1)
     if padding_mode == "reflection":
