@@ -114,3 +114,12 @@ def test_the_identity_grid_is_torchs_to_the_bit(dtype, align_corners):
             rg.tensor(identity, dtype=dtype), (1, 1, size, size + 3), align_corners
         )
         np.testing.assert_array_equal(ours.numpy(), expected.numpy(), err_msg=f"size {size}")
+
+
+def test_linspace_is_torchs_to_the_bit():
+    for start, end in [(-1, 1), (0, 10), (-3.5, 2.25), (5, -2)]:
+        for steps in range(1, 40):
+            for dtype in ("float32", "float64"):
+                ours = rg.linspace(start, end, steps, dtype=dtype).numpy()
+                theirs = torch.linspace(start, end, steps, dtype=getattr(torch, dtype)).numpy()
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{start, end, steps, dtype}")

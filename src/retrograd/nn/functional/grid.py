@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, arange, stack, tensor
+from ...tensor import Tensor, arange, linspace, stack
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 
@@ -36,27 +34,15 @@ __all__ = ["affine_grid", "grid_sample"]
 
 # -- affine_grid ----------------------------------------------------------------------------------
 def _base_coordinates(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
-    """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (pixel centers, so
-    times ``steps - 1`` over ``steps`` without ``align_corners``); one step is the point 0."""
+    """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (``linspace``'s, torch's
+    to the bit), times ``steps - 1`` over ``steps`` without ``align_corners`` (pixel centers);
+    one step is the point 0."""
     if steps <= 1:
         return arange(1, dtype=theta.dtype, backend=theta.backend, device=theta.device) * 0.0
-    points = tensor(
-        _linspace(steps, np.dtype(theta.dtype)), backend=theta.backend, device=theta.device
+    points = linspace(
+        -1.0, 1.0, steps, dtype=theta.dtype, backend=theta.backend, device=theta.device
     )
     return points if align_corners else points * float(steps - 1) / float(steps)
-
-
-def _linspace(steps: int, dtype: np.dtype) -> np.ndarray:
-    """torch's ``linspace(-1, 1, steps)`` to the bit: ``-1 + step * i`` below the middle,
-    ``1 - step * (steps - 1 - i)`` from it, each a fused multiply-add (one rounding), as its
-    vectorized kernel computes it. A point rounded otherwise may fall on the other side of a
-    pixel center, where the bilinear gradient of the grid is one-sided."""
-    wide = np.longdouble if dtype == np.float64 else np.float64  # the product exactly
-    step = wide(dtype.type(2) / dtype.type(steps - 1))
-    index = np.arange(steps)
-    below = wide(-1) + step * index.astype(wide)
-    above = wide(1) - step * (steps - 1 - index).astype(wide)
-    return np.where(index < steps // 2, below, above).astype(dtype)
 
 
 def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None = None) -> Tensor:
