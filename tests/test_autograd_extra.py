@@ -171,3 +171,45 @@ def test_anomaly_mode_checks_for_nan():
             assert autograd.is_anomaly_enabled() and not autograd.is_anomaly_check_nan_enabled()
             autograd.backward((x.sqrt() * 0.0).sum())
     assert not autograd.is_anomaly_enabled() and autograd.is_anomaly_check_nan_enabled()
+
+
+def test_a_wgan_gp_penalty_written_with_only_inputs():
+    """The gradient penalty as WGAN-GP code writes it (``only_inputs=True``, deprecated and
+    ignored in torch), against torch's: the penalty and every parameter's gradient."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((5, 4))
+
+    def critic(lib):
+        lib.manual_seed(0)
+        return lib.nn.Sequential(lib.nn.Linear(4, 8), lib.nn.Tanh(), lib.nn.Linear(8, 1)).double()
+
+    ours, theirs = critic(rg), critic(torch)
+    theirs.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in ours.state_dict().items()})
+
+    def penalty(lib, model):
+        interpolates = lib.tensor(x, requires_grad=True)
+        out = model(interpolates)
+        gradients = lib.autograd.grad(
+            outputs=out,
+            inputs=interpolates,
+            grad_outputs=lib.ones_like(out),
+            create_graph=True,
+            retain_graph=True,
+            only_inputs=True,
+        )[0]
+        return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+    ours_penalty, theirs_penalty = penalty(rg, ours), penalty(torch, theirs)
+    grads = ours_penalty.backward()
+    theirs_penalty.backward()
+    np.testing.assert_allclose(ours_penalty.item(), theirs_penalty.item(), rtol=1e-13)
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        if q.grad is None or not q.grad.abs().sum():  # the last bias: no path to the penalty
+            assert p.grad(grads) is None or not p.grad(grads).abs().sum().item()
+        else:
+            np.testing.assert_allclose(
+                p.grad(grads).numpy(), q.grad.numpy(), rtol=1e-10, atol=1e-14
+            )
+    with pytest.warns(UserWarning, match="only_inputs argument is deprecated"):
+        w = rg.tensor([1.0]).require_grad()
+        rg.autograd.grad((w * w).sum(), w, only_inputs=False)

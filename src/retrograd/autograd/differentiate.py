@@ -4,6 +4,7 @@ value: the weighted sum of the outputs, one backward, each input's gradient read
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..autodiff import Gradients
@@ -21,6 +22,7 @@ def grad(
     grad_outputs: Any = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool | None = None,
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
@@ -29,7 +31,15 @@ def grad(
     (a tensor or a sequence), weighted by ``grad_outputs`` (ones for a scalar output), as a
     tuple; an input the outputs do not depend on raises unless ``allow_unused`` (then
     ``None``, or zeros with ``materialize_grads``). ``create_graph`` records the gradients'
-    own graph (for a gradient penalty); ``retain_graph`` defaults to it, as in torch."""
+    own graph (for a gradient penalty); ``retain_graph`` defaults to it, as in torch.
+    ``only_inputs``, deprecated in torch and ignored there, is accepted and ignored (WGAN-GP
+    code still passes it)."""
+    if not only_inputs:
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To "
+            "accumulate gradient for other parts of the graph, please use torch.autograd.backward.",
+            stacklevel=2,
+        )
     if is_grads_batched:
         raise AutodiffError("autograd.grad: is_grads_batched is not supported")
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
