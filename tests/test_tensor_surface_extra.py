@@ -621,3 +621,19 @@ def test_cholesky_matches_finite_differences_through_a_symmetric_input_and_refus
     )
     with pytest.raises(rg.InvalidArgumentError, match="positive-definite"):
         rg.linalg.cholesky(rg.tensor([[1.0, 2.0], [2.0, 1.0]]))
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([0.5, -1.0], "element < 0"),
+        ([float("nan"), 1.0], "`nan`"),
+        ([float("inf"), 1.0], "`inf`"),
+        ([[0.2, 0.8], [0.0, 0.0]], r"sum of probabilities <= 0"),
+    ],
+)
+def test_multinomial_refuses_what_torch_refuses(weights, message):
+    with pytest.raises(RuntimeError):  # torch refuses them too
+        torch.multinomial(torch.tensor(weights), 1, replacement=True)
+    with pytest.raises(rg.errors.InvalidArgumentError, match=message):
+        rg.multinomial(rg.tensor(weights), 1, replacement=True)

@@ -624,6 +624,18 @@ def _quantile(
     return out.squeeze_dim(0) if scalar_q else out
 
 
+def _check_weights(rows: Any) -> None:
+    """torch's checks of multinomial weights ``[rows, categories]`` (NumPy)."""
+    if not np.isfinite(rows).all() or (rows < 0).any():
+        raise InvalidArgumentError(
+            "multinomial: probability tensor contains either `inf`, `nan` or element < 0"
+        )
+    if (rows.sum(axis=1) <= 0).any():
+        raise InvalidArgumentError(
+            "multinomial: invalid multinomial distribution (sum of probabilities <= 0)"
+        )
+
+
 def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> Any:
     """int64 indices drawn from the categories of each row of ``probs`` (1-d, or 2-d with one
     distribution per row; weights need not sum to one), as ``torch.multinomial``.
@@ -631,9 +643,10 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
     Draws come from the backend's seeded generator (:func:`seed`), on the backend: with
     ``replacement``, by inverting each row's cumulative distribution at uniform draws;
     without, by the Gumbel top-k trick (the ``num_samples`` largest of ``log p - log(-log u)``),
-    which draws exactly as sampling one at a time without replacement does. Nothing is read on
-    the host, so the values of ``probs`` are not checked (torch refuses negative or all-zero
-    rows; here such rows give unspecified indices).
+    which draws exactly as sampling one at a time without replacement does. On the CPU the
+    weights are checked as torch checks them (negative, infinite or NaN weights, an all-zero
+    row: each an ``InvalidArgumentError``);
+    on an accelerator they are not read back (torch checks there with a device-side assert).
 
     >>> import retrograd as rg
     >>> rg.seed(0)
@@ -661,6 +674,8 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
         )
     p = probs.detach()  # a float tensor (checked above), in its own precision
     rows = p if p.ndim == 2 else p.unsqueeze_dim(0)
+    if p.device.kind == "cpu":
+        _check_weights(rows.numpy())
     count = rows.shape[0]
     backend, device = p.backend, p.device
     if replacement:
