@@ -47,7 +47,9 @@ LAYERS = {
     # torch.utils (data loading): DistributedSampler takes the process group's rank
     "utils": 6,
     # torch.multiprocessing: Python's, with spawn (imports only the errors)
-    "multiprocessing": 1,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
+    "multiprocessing": 1,
+    # torch.profiler: times the inner backend's calls (the protocol, the current backend)
+    "profiler": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low
     "unsupported": 1,

@@ -24,7 +24,7 @@ from ..autodiff import enable_grad, no_grad, set_grad_enabled
 from ..autodiff.ops import Op
 from ..errors import AutodiffError, ShapeError
 from ..tensor import Tensor
-from . import functional
+from . import functional, profiler
 from .anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -48,6 +48,7 @@ __all__ = [
     "inference_mode",
     "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled",
+    "profiler",
     "set_detect_anomaly",
     "set_grad_enabled",
     "vmap",

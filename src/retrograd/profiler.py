@@ -1,0 +1,447 @@
+"""torch's ``torch.profiler`` (and ``torch.autograd.profiler``): where a step's time goes, one
+event per call that reaches the inner backend (its kernels: ``matmul``, ``conv2d``,
+``layer_norm_backward``...), forward and backward alike, plus the ranges the code names with
+:class:`record_function`::
+
+    with rg.profiler.profile(record_shapes=True) as prof:
+        with rg.profiler.record_function("train_step"):
+            optimizer.step(loss_fn(model(x), y).backward())
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
+    prof.export_chrome_trace("trace.json")     # chrome://tracing, Perfetto
+
+While recording, a timing wrapper sits over each protocol method of the current backend's
+inner backend (the instance the step's tensors live on); nothing is patched otherwise. Times
+are host wall times: on an accelerator a kernel's time shows where the host waits for it.
+``schedule``, ``on_trace_ready`` and ``tensorboard_trace_handler`` follow torch's semantics.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ContextDecorator
+from typing import Any
+
+from .backend.protocol import PROTOCOL_OPS
+from .context import current_backend
+from .errors import InvalidArgumentError
+
+__all__ = [
+    "EventList",
+    "FunctionEvent",
+    "ProfilerAction",
+    "ProfilerActivity",
+    "profile",
+    "record_function",
+    "schedule",
+    "tensorboard_trace_handler",
+]
+
+#: answers from metadata, not work: not timed
+_METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class"})
+
+
+class ProfilerActivity(enum.Enum):
+    CPU = "CPU"
+    CUDA = "CUDA"
+    XPU = "XPU"
+    MTIA = "MTIA"
+
+
+class ProfilerAction(enum.Enum):
+    NONE = 0
+    WARMUP = 1
+    RECORD = 2
+    RECORD_AND_SAVE = 3
+
+
+def schedule(
+    *, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0
+) -> Callable[[int], ProfilerAction]:
+    """torch's schedule: skip ``skip_first`` steps, then cycles of ``wait`` idle, ``warmup``
+    and ``active`` recorded steps (the last one saves), ``repeat`` times (0: for ever).
+
+    >>> plan = schedule(wait=1, warmup=1, active=2)
+    >>> [plan(step).name for step in range(4)]
+    ['NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE']
+    """
+    if min(wait, warmup, repeat, skip_first) < 0 or active <= 0:
+        raise InvalidArgumentError(
+            "schedule: wait, warmup, repeat and skip_first must be >= 0 and active > 0"
+        )
+
+    def action(step: int) -> ProfilerAction:
+        if step < skip_first:
+            return ProfilerAction.NONE
+        step -= skip_first
+        cycle = wait + warmup + active
+        if repeat > 0 and step // cycle >= repeat:
+            return ProfilerAction.NONE
+        position = step % cycle
+        if position < wait:
+            return ProfilerAction.NONE
+        if position < wait + warmup:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD if position < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
+
+    return action
+
+
+class FunctionEvent:
+    """One timed call (or one :class:`record_function` range): microseconds since the
+    profile started; ``self_cpu_time_total`` leaves out the calls made inside it."""
+
+    def __init__(self, name: str, start: float, end: float, thread: int, shapes: list):
+        self.name, self.key = name, name
+        self.time_range = (start, end)
+        self.thread = thread
+        self.input_shapes = shapes
+        self.children: list[FunctionEvent] = []
+        self.count = 1
+
+    @property
+    def cpu_time_total(self) -> float:
+        return self.time_range[1] - self.time_range[0]
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return self.cpu_time_total - sum(child.cpu_time_total for child in self.children)
+
+    def __repr__(self) -> str:
+        return f"<FunctionEvent {self.name} {self.cpu_time_total:.1f} us>"
+
+
+class FunctionEventAvg:
+    """The events of one name (and input shapes, when grouped by them), summed."""
+
+    def __init__(self, key: str, shapes: Any = None):
+        self.key, self.input_shapes = key, shapes
+        self.count = 0
+        self.cpu_time_total = 0.0
+        self.self_cpu_time_total = 0.0
+
+    def add(self, event: Any) -> FunctionEventAvg:
+        self.count += event.count
+        self.cpu_time_total += event.cpu_time_total
+        self.self_cpu_time_total += event.self_cpu_time_total
+        return self
+
+    @property
+    def cpu_time(self) -> float:
+        return self.cpu_time_total / max(self.count, 1)
+
+    @property
+    def self_cpu_time(self) -> float:
+        return self.self_cpu_time_total / max(self.count, 1)
+
+    def __repr__(self) -> str:
+        return f"<FunctionEventAvg {self.key} x{self.count} {self.cpu_time_total:.1f} us>"
+
+
+_SORT_KEYS = {
+    "cpu_time_total",
+    "self_cpu_time_total",
+    "cpu_time",
+    "self_cpu_time",
+    "count",
+}
+
+
+def _time(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+class EventList(list):
+    """A list of events, with torch's ``key_averages``, ``table`` and ``total_average``."""
+
+    def key_averages(self, group_by_input_shape: bool = False) -> EventList:
+        groups: dict[Any, FunctionEventAvg] = {}
+        for event in self:
+            shapes = str(event.input_shapes) if group_by_input_shape else None
+            key = (event.key, shapes)
+            if key not in groups:
+                groups[key] = FunctionEventAvg(event.key, shapes)
+            groups[key].add(event)
+        return EventList(groups.values())
+
+    def total_average(self) -> FunctionEventAvg:
+        total = FunctionEventAvg("Total")
+        for event in self:
+            total.add(event)
+        return total
+
+    def table(
+        self,
+        sort_by: str | None = None,
+        row_limit: int = 100,
+        header: str | None = None,
+        top_level_events_only: bool = False,
+        **_: Any,
+    ) -> str:
+        """torch's table: name, self and total CPU time (and their share of the whole), the
+        average, the number of calls; sorted by ``sort_by`` (largest first)."""
+        rows = list(self)
+        if sort_by is not None:
+            if sort_by not in _SORT_KEYS:
+                raise InvalidArgumentError(
+                    f"table: sort_by must be one of {sorted(_SORT_KEYS)}, got {sort_by!r}"
+                )
+            rows.sort(key=lambda row: getattr(row, sort_by), reverse=True)
+        whole = sum(row.self_cpu_time_total for row in self) or 1.0
+        shapes = any(getattr(row, "input_shapes", None) for row in rows)
+        width = max([len("Name"), *(len(row.key) for row in rows[:row_limit])]) + 2
+        columns = [
+            "Self CPU %",
+            "Self CPU",
+            "CPU total %",
+            "CPU total",
+            "CPU time avg",
+            "# of Calls",
+        ]
+        line = "-" * width + "".join(" " + "-" * 14 for _ in columns)
+        lines = [header] if header else []
+        lines += [line, "Name".ljust(width) + "".join(f" {c:>14}" for c in columns)]
+        if shapes:
+            lines[-1] += "  Input Shapes"
+        lines.append(line)
+        for row in rows[:row_limit]:
+            cells = [
+                f"{100 * row.self_cpu_time_total / whole:.2f}%",
+                _time(row.self_cpu_time_total),
+                f"{100 * row.cpu_time_total / whole:.2f}%",
+                _time(row.cpu_time_total),
+                _time(row.cpu_time_total / max(row.count, 1)),
+                str(row.count),
+            ]
+            text = row.key.ljust(width) + "".join(f" {c:>14}" for c in cells)
+            if shapes and row.input_shapes:
+                text += f"  {row.input_shapes}"
+            lines.append(text)
+        lines += [line, f"Self CPU time total: {_time(whole)}"]
+        return "\n".join(lines)
+
+
+class _Recording:
+    """The events of one recording, and the per-thread stacks that give each its children."""
+
+    def __init__(self, record_shapes: bool):
+        self.record_shapes = record_shapes
+        self.origin = time.perf_counter_ns()
+        self.events: list[FunctionEvent] = []
+        self.local = threading.local()
+        self.lock = threading.Lock()
+
+    def now(self) -> float:
+        return (time.perf_counter_ns() - self.origin) / 1e3
+
+    def begin(self, name: str, args: Iterable[Any]) -> tuple[str, float, list, list]:
+        stack = getattr(self.local, "stack", None)
+        if stack is None:
+            stack = self.local.stack = []
+        shapes = (
+            [list(getattr(a, "shape", ())) for a in args if hasattr(a, "shape")]
+            if self.record_shapes
+            else []
+        )
+        children: list[FunctionEvent] = []
+        stack.append(children)
+        return name, self.now(), shapes, children
+
+    def end(self, opened: tuple[str, float, list, list]) -> FunctionEvent:
+        name, start, shapes, children = opened
+        event = FunctionEvent(name, start, self.now(), threading.get_ident(), shapes)
+        event.children = children
+        stack = self.local.stack
+        stack.pop()
+        if stack:
+            stack[-1].append(event)
+        with self.lock:
+            self.events.append(event)
+        return event
+
+
+#: the recording in progress (one at a time, as torch's profiler)
+_active: list[_Recording] = []
+
+
+def _timed(recording: _Recording, name: str, method: Callable) -> Callable:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        opened = recording.begin(name, args)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            recording.end(opened)
+
+    return timed
+
+
+class record_function(ContextDecorator):  # noqa: N801  (torch's name)
+    """A named range in the profile (a context manager or a decorator); nothing when no
+    profile records."""
+
+    def __init__(self, name: str, args: str | None = None):
+        self.name = name
+        self._opened: list = []
+
+    def __enter__(self) -> record_function:
+        recording = _active[-1] if _active else None
+        self._opened.append((recording, recording.begin(self.name, ()) if recording else None))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        recording, opened = self._opened.pop()
+        if recording is not None and opened is not None:
+            recording.end(opened)
+
+
+class profile:  # noqa: N801  (torch's name)
+    """torch's ``profile(activities=None, schedule=None, on_trace_ready=None,
+    record_shapes=False, ...)``: records while active (every step without a ``schedule``);
+    ``step()`` advances the schedule; ``key_averages()``, ``events()``,
+    ``export_chrome_trace(path)`` read the last recording. ``profile_memory``, ``with_stack``,
+    ``with_flops`` and ``with_modules`` are accepted and not measured."""
+
+    def __init__(
+        self,
+        activities: Iterable[ProfilerActivity] | None = None,
+        schedule: Callable[[int], ProfilerAction] | None = None,
+        on_trace_ready: Callable[[profile], Any] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        enabled: bool = True,
+        **_: Any,
+    ):
+        self.activities = set(activities or [ProfilerActivity.CPU])
+        self.schedule = schedule
+        self.on_trace_ready = on_trace_ready
+        self.record_shapes = record_shapes
+        self.enabled = enabled
+        self.step_num = 0
+        self._recording: _Recording | None = None
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._events = EventList()
+
+    # -- recording ------------------------------------------------------------------------------
+    def _action(self) -> ProfilerAction:
+        if not self.enabled:
+            return ProfilerAction.NONE
+        return self.schedule(self.step_num) if self.schedule else ProfilerAction.RECORD
+
+    def _start_recording(self) -> None:
+        if self._recording is not None:
+            return
+        if _active:
+            raise InvalidArgumentError("profile: another profile is already recording")
+        recording = self._recording = _Recording(self.record_shapes)
+        _active.append(recording)
+        backend = current_backend()
+        inner = backend.inner if backend.is_autodiff else backend
+        for name in PROTOCOL_OPS:
+            if name in _METADATA or name.startswith("_"):
+                continue
+            method = getattr(inner, name)
+            self._saved.append((inner, name, vars(inner).get(name, _MISSING)))
+            setattr(inner, name, _timed(recording, name, method))
+
+    def _stop_recording(self) -> None:
+        if self._recording is None:
+            return
+        for owner, name, old in reversed(self._saved):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self._saved.clear()
+        _active.remove(self._recording)
+        self._events = EventList(sorted(self._recording.events, key=lambda e: e.time_range[0]))
+        self._recording = None
+
+    def start(self) -> None:
+        if self._action() in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self._start_recording()
+
+    def stop(self) -> None:
+        saving = self._recording is not None
+        self._stop_recording()
+        if saving and self.on_trace_ready is not None:
+            self.on_trace_ready(self)
+
+    def step(self) -> None:
+        """The end of a training step: the schedule decides whether the next one records,
+        and a finished active span is handed to ``on_trace_ready``."""
+        before = self._action()
+        self.step_num += 1
+        after = self._action()
+        if before == ProfilerAction.RECORD_AND_SAVE:
+            self._stop_recording()
+            if self.on_trace_ready is not None:
+                self.on_trace_ready(self)
+        if after in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self._start_recording()
+
+    def __enter__(self) -> profile:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- results --------------------------------------------------------------------------------
+    def events(self) -> EventList:
+        return self._events
+
+    def key_averages(self, group_by_input_shape: bool = False, **_: Any) -> EventList:
+        return self._events.key_averages(group_by_input_shape)
+
+    def export_chrome_trace(self, path: str | os.PathLike) -> None:
+        """The events as Chrome's trace format (``chrome://tracing``, Perfetto)."""
+        trace = {
+            "traceEvents": [
+                {
+                    "name": event.name,
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "ts": event.time_range[0],
+                    "dur": event.cpu_time_total,
+                    "pid": os.getpid(),
+                    "tid": event.thread,
+                    "args": {"Input Dims": event.input_shapes} if event.input_shapes else {},
+                }
+                for event in self._events
+            ],
+            "displayTimeUnit": "ms",
+        }
+        with open(path, "w") as file:
+            json.dump(trace, file)
+
+
+_MISSING = object()
+
+
+def tensorboard_trace_handler(
+    dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
+) -> Callable[[profile], None]:
+    """An ``on_trace_ready`` writing each trace to ``dir_name`` as
+    ``<worker>.<milliseconds>.pt.trace.json`` (TensorBoard's profiler plugin reads it)."""
+    if use_gzip:
+        raise InvalidArgumentError("tensorboard_trace_handler: use_gzip is not supported")
+
+    def handler(prof: profile) -> None:
+        os.makedirs(dir_name, exist_ok=True)
+        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        stamp = int(time.time() * 1000)
+        prof.export_chrome_trace(os.path.join(dir_name, f"{worker}.{stamp}.pt.trace.json"))
+
+    return handler
