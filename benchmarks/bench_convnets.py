@@ -88,15 +88,22 @@ def retrograd_step(builder, state, x, y, sgd, inner):
         model.load_state_dict(state)
         optimizer = roptim.SGD(model.parameters(), **sgd)
         inputs, targets = rg.tensor(x), rg.tensor(y)
+    # The last step's gradients live until the next step begins, as torch's .grad tensors
+    # live until its zero_grad(set_to_none=True): the implementations share one process and
+    # its heap, and one that freed a step's gradients at its end would leave the freed
+    # memory to the others' next steps and grow the heap (page faults) in its own.
+    last = []
 
     def step():
         with rg.use_backend(backend):
             start = time.process_time()
+            last.clear()
             loss = RF.cross_entropy(model(inputs), targets)
             forward = time.process_time()
             grads = loss.backward()
             backward = time.process_time()
             optimizer.step(grads)
+            last.append(grads)
             value = loss.item()
             end = time.process_time()
         return value, (forward - start, backward - forward, end - backward)

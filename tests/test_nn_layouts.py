@@ -101,9 +101,10 @@ def test_convolutions_write_channels_last_and_pooling_keeps_the_layout():
     x = RNG.standard_normal((2, 3, 8, 8))
     out = KERNELS.conv(x, RNG.standard_normal((5, 3, 3, 3)), np.zeros(5), (1, 1), (0, 0), (1, 1), 1)
     assert out.shape == (2, 5, 6, 6) and channels_last(out)
-    pooled, indices = KERNELS.max_pool(out, (2, 2), (2, 2), (0, 0), (1, 1), False)
+    window = ((2, 2), (2, 2), (0, 0), (1, 1), False)
+    pooled, indices = KERNELS.max_pool(out, *window)
     assert channels_last(pooled) and channels_last(indices)
-    back = KERNELS.max_pool_backward(np.ones(pooled.shape), indices, out.shape[2:])
+    back = KERNELS.max_pool_backward(np.ones(pooled.shape), indices, out.shape[2:], *window)
     assert channels_last(back)
     grouped = KERNELS.conv(
         out, RNG.standard_normal((5, 1, 3, 3)), np.zeros(5), (1, 1), (0, 0), (1, 1), 5
@@ -122,8 +123,8 @@ def test_pooling_and_interpolation_agree_across_input_layouts(layout):
         np.testing.assert_array_equal(got_indices, indices)
         g = RNG.standard_normal(values.shape)
         np.testing.assert_array_equal(
-            KERNELS.max_pool_backward(relaid(g), relaid(indices), x.shape[2:]),
-            KERNELS.max_pool_backward(g, indices, x.shape[2:]),
+            KERNELS.max_pool_backward(relaid(g), relaid(indices), x.shape[2:], *args),
+            KERNELS.max_pool_backward(g, indices, x.shape[2:], *args),
         )
     avg = ((3, 2), (2, 1), (1, 1), True, False)
     np.testing.assert_allclose(

@@ -41,7 +41,7 @@ def channels_last_input(shape, dtype, specials):
 def run_pool(x, params, grad, compiled, monkeypatch):
     monkeypatch.setattr(numpy_nn, "COMPILED_POOL_MIN_SIZE", 0 if compiled else 1 << 62)
     best, indices = NUMPY.max_pool(x, *params)
-    return best, indices, NUMPY.max_pool_backward(grad, indices, x.shape[2:])
+    return best, indices, NUMPY.max_pool_backward(grad, indices, x.shape[2:], *params)
 
 
 @pytest.mark.parametrize("specials", [False, True])

@@ -316,7 +316,21 @@ def test_max_pool(x, kernel, stride, padding, dilation, ceil_mode):
     args = (kernel, stride, padding, dilation, ceil_mode)
     run("max_pool", [x], args)
     values, indices = NP.max_pool(x, *args)
-    run("max_pool_backward", [values, indices], (x.shape[2:],))
+    run("max_pool_backward", [values, indices], (x.shape[2:], *args))
+
+
+def test_batch_norm_update_follows_torchs_running_statistics():
+    x = RNG.standard_normal((4, 3, 5, 2))
+    mean, var = RNG.standard_normal(3), RNG.random(3) + 0.5
+    none = TB.zeros((0,), "float64", None)
+    _, stats = TB.batch_norm(TB.from_data(x, None, None), none, none, 1e-5)
+    got = TB.batch_norm_update(torch.tensor(mean), torch.tensor(var), stats, 0.3, 1e-5, 40)
+    expected = [torch.tensor(mean), torch.tensor(var)]  # torch updates them in place
+    torch.native_batch_norm(torch.tensor(x), None, None, *expected, True, 0.3, 1e-5)
+    for value, reference in zip(got, expected):
+        np.testing.assert_allclose(TB.to_numpy(value), reference.numpy(), rtol=1e-12)
+    # and the protocol's default (the NumPy backend's) agrees
+    same(NP.batch_norm_update(mean, var, TB.to_numpy(stats), 0.3, 1e-5, 40), got, rtol=1e-12)
 
 
 def test_max_pool_propagates_nan_and_handles_minus_infinity():

@@ -228,6 +228,14 @@ class Autodiff(Backend):
     def nonzero(self, x):
         return tuple(AutodiffPrimitive(index, None) for index in self.inner.nonzero(x.value))
 
+    def batch_norm_update(self, running_mean, running_var, stats, momentum, eps, count):
+        # state, never tracked: the inner backend's own update, not the protocol's default
+        # composed of a dozen op calls each wrapped here
+        updated = self.inner.batch_norm_update(
+            running_mean.value, running_var.value, stats.value, momentum, eps, count
+        )
+        return tuple(AutodiffPrimitive(value, None) for value in updated)
+
     def cast(self, x, dtype):
         value = self.inner.cast(x.value, dtype)
         if x.node is None or dtype not in FLOAT_DTYPES:

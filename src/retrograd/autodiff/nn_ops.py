@@ -143,18 +143,27 @@ def _gather_pooled(B, g, indices):
     return B.reshape(B.gather(flat, flat_indices, 2), index_shape)
 
 
+_MAX_POOL = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+
+
+def _max_pool_vjp(B, g, x_shape, aux, kernel_size, stride, padding, dilation, ceil_mode):
+    # the window goes along so that a backend can run its own pooling backward kernel
+    window = (kernel_size, stride, padding, dilation, ceil_mode)
+    return B.max_pool_backward(g, aux, x_shape[2:], *window)
+
+
 Op(
     "max_pool",
     ("x",),
-    ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
-    (lambda B, g, x_shape, aux: B.max_pool_backward(g, aux, x_shape[2:]),),
+    _MAX_POOL,
+    (_max_pool_vjp,),
     memory_bound=False,
     aux=True,
 )
 Op(
     "max_pool_backward",
     ("grad", "indices"),
-    ("input_size",),
+    ("input_size", *_MAX_POOL),
     (lambda B, g, indices: _gather_pooled(B, g, indices), None),
     memory_bound=False,
 )

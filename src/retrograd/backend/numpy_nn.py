@@ -435,7 +435,8 @@ class NumpyNNKernels(NumpyConvKernels):
         indices += window_start
         return best, indices
 
-    def max_pool_backward(self, grad, indices, input_size):
+    def max_pool_backward(self, grad, indices, input_size, *window):
+        # the indices say where each gradient goes: the window is not needed
         n, c = grad.shape[:2]
         cells = math.prod(input_size)
         # Scatter in the input's memory order, so the gradient comes out in its layout:

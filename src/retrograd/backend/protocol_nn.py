@@ -289,9 +289,21 @@ class NNProtocol:
         row-major order, NaN propagates."""
         raise NotImplementedError
 
-    def max_pool_backward(self, grad: Any, indices: Any, input_size: tuple[int, ...]) -> Any:
+    def max_pool_backward(
+        self,
+        grad: Any,
+        indices: Any,
+        input_size: tuple[int, ...],
+        kernel_size: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[int, ...],
+        dilation: tuple[int, ...],
+        ceil_mode: bool,
+    ) -> Any:
         """Sums ``grad`` into zeros of spatial ``input_size`` at the flat ``indices`` of
-        :meth:`max_pool` (per batch element and channel)."""
+        :meth:`max_pool` (per batch element and channel). The indices alone define the
+        result; the window arguments (those :meth:`max_pool` made ``indices`` with) are for
+        a backend whose own pooling backward kernel takes them (torch's)."""
         raise NotImplementedError
 
     def adaptive_avg_pool(self, x: Any, output_size: tuple[int, ...]) -> Any:

@@ -6,13 +6,11 @@ variants, which are made from the others:
 
 - 1-d pooling and adaptive pooling run the 2-d kernels on ``[N, C, 1, L]`` (``avg_pool1d``
   takes no ``divisor_override``; the 2-d kernel gives the same windows and indices);
-- max-pool backward is a ``scatter_add`` of the gradient at the flat indices (the protocol
-  passes no window arguments, and overlapping windows add up, as torch's own backward does);
 - a transposed convolution whose ``output_padding`` torch refuses (``>= max(stride,
   dilation)``, which Burn allows) is computed without padding and cropping, then padded with
   the cells no input reaches, which hold just the bias;
-- backward kernels that take the forward's input only for its sizes get an uninitialised
-  tensor of that size.
+- backward kernels that take the forward's input only for its sizes get one element
+  expanded to that size.
 """
 
 from __future__ import annotations
@@ -32,13 +30,19 @@ def _optional(value: torch.Tensor) -> torch.Tensor | None:
 
 
 def _proxy(reference: torch.Tensor, n: int, c: int, spatial) -> torch.Tensor:
-    """An uninitialised input of ``[n, c, *spatial]``: what a backward kernel reads sizes from."""
-    return reference.new_empty((n, c, *spatial))
+    """An input of ``[n, c, *spatial]`` for a backward kernel that reads only its sizes: one
+    element expanded, so that no input-sized buffer is allocated (an allocation that large
+    can move the heap's top, and the gradient the kernel allocates next lands on fresh pages)."""
+    return reference.new_empty(()).expand(n, c, *spatial)
 
 
 _AVG_POOL = {2: aten.avg_pool2d, 3: aten.avg_pool3d}
 _AVG_POOL_BACKWARD = {2: aten.avg_pool2d_backward, 3: aten.avg_pool3d_backward}
 _MAX_POOL = {2: aten.max_pool2d_with_indices, 3: aten.max_pool3d_with_indices}
+_MAX_POOL_BACKWARD = {
+    2: aten.max_pool2d_with_indices_backward,
+    3: aten.max_pool3d_with_indices_backward,
+}
 _ADAPTIVE = {2: aten._adaptive_avg_pool2d, 3: aten._adaptive_avg_pool3d}
 _ADAPTIVE_BACKWARD = {2: aten._adaptive_avg_pool2d_backward, 3: aten._adaptive_avg_pool3d_backward}
 _UPSAMPLE = {
@@ -246,6 +250,15 @@ class TorchNNKernels:
         )
         return out, torch.stack([mean, rstd]).to(x.dtype)
 
+    def batch_norm_update(self, running_mean, running_var, stats, momentum, eps, count):
+        # the protocol's formula and roundings, in plain torch calls
+        variance = stats[1].square().reciprocal_().sub_(eps).mul_(count / (count - 1))
+        keep = 1.0 - momentum
+        return (
+            running_mean.mul(keep) + stats[0].mul(momentum),
+            running_var.mul(keep) + variance.mul(momentum),
+        )
+
     def batch_norm_backward(self, grad, x, weight, stats, eps):
         mean, rstd = stats[0], stats[1]
         dx, dweight, dbias = aten.native_batch_norm_backward(
@@ -308,15 +321,29 @@ class TorchNNKernels:
             return values.squeeze(2), indices.squeeze(2)
         return _MAX_POOL[len(kernel_size)](x, kernel_size, stride, padding, dilation, ceil_mode)
 
-    def max_pool_backward(self, grad, indices, input_size):
+    def max_pool_backward(
+        self, grad, indices, input_size, kernel_size, stride, padding, dilation, ceil_mode
+    ):
         n, c = grad.shape[:2]
-        cells = 1
-        for length in input_size:
-            cells *= length
-        out = grad.new_zeros((n, c, cells))
-        # Overlapping windows can pick one cell several times: add, not assign.
-        out.scatter_add_(2, indices.flatten(2), grad.flatten(2))
-        return out.reshape(n, c, *input_size)
+        if len(input_size) == 1:
+            lifted, k, s, p, d = _lift1d(
+                grad, (kernel_size, 1), (stride, 1), (padding, 0), (dilation, 1)
+            )
+            proxy = _proxy(grad, n, c, (1, *input_size))
+            out = aten.max_pool2d_with_indices_backward(
+                lifted, proxy, k, s, p, d, ceil_mode, indices.unsqueeze(2)
+            )
+            return out.squeeze(2)
+        return _MAX_POOL_BACKWARD[len(input_size)](
+            grad,
+            _proxy(grad, n, c, input_size),
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            indices,
+        )
 
     def adaptive_avg_pool(self, x, output_size):
         if len(output_size) == 1:
