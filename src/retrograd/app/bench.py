@@ -96,7 +96,7 @@ def run_benchmarks(
             )
         scripts = [p for p in scripts if p.stem.removeprefix("bench_") in wanted]
     env = dict(os.environ)
-    source = str(Path(__file__).resolve().parents[1])  # the folder holding this package
+    source = str(Path(__file__).resolve().parents[2])  # the folder holding the retrograd package
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
     results = []
     for script in scripts:
