@@ -1,0 +1,418 @@
+"""The model zoo against PyTorch: each model of ``tests/zoo_models.py`` is built from the same text
+for both libraries, PyTorch's copy loads our weights, and in float64 the logits, the gradient of
+the loss for every parameter, the parameters after two optimizer steps (SGD with momentum or
+AdamW) and the BatchNorm statistics equal PyTorch's, in training mode (dropout and stochastic
+depth off, BatchNorm on batch statistics) and in evaluation mode (dropout at its default rate,
+BatchNorm on running statistics). The initializations, which the copy of the weights would hide,
+are compared on their own: constant ones exactly, random ones by their spread.
+
+Runs on either inner backend (``RETROGRAD_INNER=torch``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+import zoo_models as zoo
+from backends import inner_backend
+from retrograd import nn as rnn
+from retrograd import optim as roptim
+from retrograd.nn import functional as RF  # noqa: N812
+
+torch = pytest.importorskip("torch")
+tnn, TF = torch.nn, torch.nn.functional
+
+TOL = {"float64": (1e-9, 1e-11), "float32": (2e-4, 2e-6)}
+
+
+def _classify(shape, classes=5):
+    def inputs(rng):
+        return [rng.standard_normal(shape)], rng.integers(0, classes, shape[:1])
+
+    return inputs
+
+
+def _ce(lib, F, out, y):  # noqa: N803
+    return F.cross_entropy(out, y)
+
+
+def _ce_aux(lib, F, out, y):  # noqa: N803
+    # torchvision's references/classification: the main loss plus 0.3 of each auxiliary loss
+    if isinstance(out, tuple):
+        logits, aux2, aux1 = out
+        return (
+            F.cross_entropy(logits, y)
+            + 0.3 * F.cross_entropy(aux1, y)
+            + 0.3 * F.cross_entropy(aux2, y)
+        )
+    return F.cross_entropy(out, y)
+
+
+def _dit_inputs(rng):
+    x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    t = rng.integers(0, 1000, (2,))
+    y = rng.integers(0, 10, (2,))
+    return [x, t, y], rng.standard_normal((2, 8, 8, 8)).astype(np.float32)
+
+
+def _mse(lib, F, out, target):  # noqa: N803
+    return F.mse_loss(out, target)
+
+
+# name: (builder, options for training mode, options for evaluation mode, inputs, loss,
+#        optimizer, dtype)
+ZOO = {
+    "mobilenet_v2": (
+        zoo.make_mobilenet_v2,
+        {"num_classes": 5, "last_channel": 64, "dropout": 0.0},
+        {"num_classes": 5, "last_channel": 64},
+        _classify((2, 3, 64, 64)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "mobilenet_v3_small": (
+        zoo.make_mobilenet_v3_small,
+        {"num_classes": 5, "dropout": 0.0},
+        {"num_classes": 5},
+        _classify((2, 3, 64, 64)),
+        _ce,
+        "adamw",
+        "float64",
+    ),
+    "efficientnet_b0": (
+        zoo.make_efficientnet_b0,
+        {"num_classes": 5, "dropout": 0.0, "stochastic_depth_prob": 0.0},
+        {"num_classes": 5},
+        _classify((2, 3, 64, 64)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "densenet": (
+        zoo.make_densenet,
+        {"num_classes": 5},
+        {"num_classes": 5, "drop_rate": 0.2},
+        _classify((2, 3, 64, 64)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "shufflenet_v2": (
+        zoo.make_shufflenet_v2,
+        {"num_classes": 5},
+        {"num_classes": 5},
+        _classify((2, 3, 64, 64)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "squeezenet1_1": (
+        zoo.make_squeezenet,
+        {"num_classes": 5, "dropout": 0.0},
+        {"num_classes": 5},
+        _classify((2, 3, 48, 48)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "squeezenet1_0": (
+        zoo.make_squeezenet,
+        {"version": "1_0", "num_classes": 5, "dropout": 0.0},
+        {"version": "1_0", "num_classes": 5},
+        _classify((2, 3, 45, 45)),
+        _ce,
+        "adamw",
+        "float64",
+    ),
+    "googlenet": (
+        zoo.make_googlenet,
+        {"num_classes": 5, "dropout": 0.0, "dropout_aux": 0.0, "transform_input": True},
+        {"num_classes": 5, "transform_input": True},
+        _classify((2, 3, 64, 64)),
+        _ce_aux,
+        "sgd",
+        "float64",
+    ),
+    "vgg11_bn": (
+        zoo.make_vgg11_bn,
+        {"num_classes": 5, "dropout": 0.0},
+        {"num_classes": 5},
+        _classify((2, 3, 32, 32)),
+        _ce,
+        "sgd",
+        "float64",
+    ),
+    "convnext": (
+        zoo.make_convnext,
+        {"num_classes": 5, "stochastic_depth_prob": 0.0, "layer_scale": 0.5},
+        {"num_classes": 5, "layer_scale": 0.5},
+        _classify((2, 3, 32, 32)),
+        _ce,
+        "adamw",
+        "float64",
+    ),
+    "swin": (
+        zoo.make_swin,
+        {"num_classes": 5, "stochastic_depth_prob": 0.0},
+        {"num_classes": 5},
+        _classify((2, 3, 40, 40)),
+        _ce,
+        "adamw",
+        "float64",
+    ),
+    "vit": (
+        zoo.make_vit,
+        {"num_classes": 5, "init_values": 0.1},
+        {"num_classes": 5, "global_pool": "avg", "drop_rate": 0.3, "drop_path_rate": 0.2},
+        _classify((2, 3, 16, 16)),
+        _ce,
+        "adamw",
+        "float64",
+    ),
+    "dit": (
+        zoo.make_dit,
+        {"class_dropout_prob": 0.0},
+        {},
+        _dit_inputs,
+        _mse,
+        "adamw",
+        "float32",
+    ),
+}
+
+
+def _close(got, expected, rtol, atol, name):
+    """Elementwise within ``rtol``, and within ``rtol`` of the array's largest magnitude: deep
+    BatchNorm nets on a batch of two amplify the last bits of small entries."""
+    expected = np.asarray(expected)
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol + rtol * scale, err_msg=name)
+
+
+def _tensor(lib, a):
+    return lib.from_numpy(np.array(a, copy=True))
+
+
+def _optimizer(module, kind, params):
+    if kind == "sgd":
+        return module.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    return module.AdamW(params, lr=1e-3, weight_decay=0.05)
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _build(name, mode):
+    build, train_options, eval_options, *_ = ZOO[name]
+    options = train_options if mode == "train" else eval_options
+    dtype = ZOO[name][-1]
+    rg.seed(1)
+    model = build(rg, rnn, RF, **options)
+    torch.manual_seed(1)
+    reference = build(torch, tnn, TF, **options)
+    if dtype == "float64":
+        model, reference = model.double(), reference.double()
+    return model, reference
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_matches_torch(name, mode):
+    _, _, _, inputs, loss_fn, kind, dtype = ZOO[name]
+    rtol, atol = TOL[dtype]
+    rng = np.random.default_rng(7)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        model, reference = _build(name, mode)
+        state = model.state_dict()
+        reference.load_state_dict({k: _tensor(torch, v) for k, v in state.items()})
+        if mode == "eval":
+            model.eval()
+            reference.eval()
+        ours = _optimizer(roptim, kind, model.parameters())
+        theirs = _optimizer(torch.optim, kind, reference.parameters())
+        trainable = {n for n, p in reference.named_parameters() if p.requires_grad}
+        for _ in range(2):
+            args, target = inputs(rng)
+            out = model(*[_tensor(rg, a) for a in args])
+            expected = reference(*[_tensor(torch, a) for a in args])
+            assert type(out).__name__ == type(expected).__name__
+            for o, e in zip(_outputs(out), _outputs(expected), strict=True):
+                _close(o.numpy(), e.detach().numpy(), rtol, atol, "output")
+            loss = loss_fn(rg, RF, out, _tensor(rg, target))
+            grads = loss.backward()
+            theirs.zero_grad()
+            loss_fn(torch, TF, expected, _tensor(torch, target)).backward()
+            theirs_by_name = dict(reference.named_parameters())
+            for pname, p in model.named_parameters():
+                if pname not in trainable:
+                    assert not p.requires_grad, pname
+                    continue
+                expected_grad = theirs_by_name[pname].grad
+                if expected_grad is None:  # a branch this mode skips (GoogLeNet's aux heads)
+                    assert p.grad(grads) is None, pname
+                    continue
+                _close(p.grad(grads).numpy(), expected_grad.numpy(), rtol, atol, pname)
+            ours.step(grads)
+            theirs.step()
+            expected_state = reference.state_dict()
+            got_state = model.state_dict()
+            assert list(got_state) == list(expected_state)
+            for key, value in expected_state.items():
+                _close(got_state[key], value.numpy(), rtol, atol, key)
+                assert got_state[key].dtype == value.numpy().dtype, key
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_initialization_matches_torch(name):
+    """The copy of the weights hides the initialization; compare it on its own: a constant
+    initialization exactly, a random one by the spread of its values."""
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        model, reference = _build(name, "eval")
+        ours = model.state_dict()
+        theirs = reference.state_dict()
+        assert list(ours) == list(theirs)
+        for key, value in theirs.items():
+            expected = value.numpy()
+            got = np.asarray(ours[key])
+            assert got.shape == expected.shape, key
+            assert got.dtype == expected.dtype, key
+            if expected.size == 0:
+                continue
+            if np.all(expected == expected.flat[0]) or expected.dtype.kind in "iu":
+                np.testing.assert_array_equal(got, expected, err_msg=key)
+            elif expected.size >= 64:
+                ratio = got.std() / expected.std()
+                assert 0.6 < ratio < 1.6, (key, got.std(), expected.std())
+
+
+# -- the library defects the zoo found, each on its own ---------------------------------------
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    [
+        ("reshape", (), {"shape": (3, 4)}),
+        ("view", (), {"size": (4, 3)}),
+        ("permute", (), {"dims": (1, 0)}),
+        ("expand", (), {"size": (2, 2, 6)}),
+        ("repeat", (), {"repeats": (2, 1)}),
+        ("tile", (), {"dims": (2,)}),
+        ("flip", (), {"dims": (0,)}),
+        ("new_zeros", (), {"size": (3,)}),
+        ("new_ones", (), {"size": (2, 1)}),
+        ("new_empty", (), {"size": (2, 5)}),
+        ("new_zeros", ((3, 2),), {}),
+        ("new_ones", (3, 2), {}),
+    ],
+)
+def test_shape_methods_take_torchs_keywords(method, args, kwargs):
+    """DiT's ``x.reshape(shape=(...))``: torch's varargs methods also take their sequence by
+    the keyword torch names it; giving it both ways is a ShapeError."""
+    values = np.arange(12.0).reshape(2, 6)
+    ours = getattr(rg.tensor(values), method)(*args, **kwargs)
+    theirs = getattr(torch.from_numpy(values), method)(*args, **kwargs)
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    if not method.startswith("new_empty"):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    if kwargs:
+        (value,) = kwargs.values()
+        with pytest.raises(rg.errors.ShapeError, match=method):
+            getattr(rg.tensor(values), method)(value, **kwargs)
+
+
+BOUNDS = [-6.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.5, 3.0, 6.0, 7.0]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [
+        ("relu6", lambda f, nn: f.relu6),
+        ("ReLU6(inplace)", lambda f, nn: nn.ReLU6(inplace=True)),
+        ("hardtanh", lambda f, nn: f.hardtanh),
+        ("Hardtanh(-0.5, 2.5)", lambda f, nn: nn.Hardtanh(-0.5, 2.5)),
+        ("hardsigmoid", lambda f, nn: f.hardsigmoid),
+        ("Hardsigmoid", lambda f, nn: nn.Hardsigmoid()),
+        ("hardswish", lambda f, nn: f.hardswish),
+    ],
+)
+def test_hard_activations_gradient_matches_torch_at_the_bounds(name, build, dtype):
+    """torch's ``hardtanh_backward`` passes the gradient strictly inside ``(min, max)`` (relu6:
+    none at an exact 0, which a depthwise conv of a patch ReLU6 zeroed gives in MobileNetV2's
+    eval mode), and its ``hardsigmoid_backward`` multiplies by 1/6 rounded to float32, in
+    float64 too (MobileNetV3's squeeze-excitation)."""
+    rng = np.random.default_rng(0)
+    values = np.concatenate([BOUNDS, 4 * rng.standard_normal(40)]).astype(dtype)
+    weights = rng.standard_normal(values.shape).astype(dtype)
+    x = rg.tensor(values).require_grad()
+    out = build(RF, rnn)(x * 1.0)
+    grads = (out * rg.tensor(weights)).sum().backward()
+    tx = torch.from_numpy(values.copy()).requires_grad_()
+    expected = build(TF, tnn)(tx * 1.0)
+    (expected * torch.from_numpy(weights)).sum().backward()
+    exact = name != "hardswish"  # hardswish's x * (x + 3) / 6 rounds in its own order
+    rtol = 1e-6 if dtype == "float32" else 1e-14
+
+    def check(got, want):
+        if exact:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+    check(out.numpy(), expected.detach().numpy())
+    check(x.grad(grads).numpy(), tx.grad.numpy())
+    assert str(out.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1]
+
+
+@pytest.mark.parametrize("which", ["torchvision", "timm"])
+def test_stochastic_depth_in_training_keeps_or_zeroes_whole_rows(which):
+    """torchvision's ``stochastic_depth(mode="row")`` and timm's ``drop_path`` in training: the
+    noise (``empty(...).bernoulli_(survival)``, ``div_(survival)``) zeroes whole samples and
+    scales the others by ``1 / survival``, and the gradient is the same mask; ``p = 1`` drops
+    every sample (no division), eval mode is the identity."""
+    if which == "torchvision":
+        drop = zoo._ops(rg, rnn, RF).stochastic_depth
+
+        def call(x, p, training):
+            return drop(x, p, "row", training)
+
+    else:
+        timm_drop = zoo._timm_layers(rg, rnn, RF).drop_path
+
+        def call(x, p, training):
+            return timm_drop(x, p, training)
+
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((64, 3, 2)) + 5.0
+    rg.seed(0)
+    x = rg.tensor(values).require_grad()
+    out = call(x, 0.25, True)
+    grads = (out * 2.0).sum().backward()
+    got = out.numpy()
+    kept = np.all(got != 0, axis=(1, 2))
+    assert 30 < kept.sum() < 64  # about 48 of 64 survive
+    np.testing.assert_allclose(got[kept], values[kept] / 0.75, rtol=1e-15)
+    np.testing.assert_array_equal(got[~kept], 0.0)
+    mask = np.broadcast_to(kept[:, None, None] / 0.75, values.shape)
+    np.testing.assert_allclose(x.grad(grads).numpy(), 2.0 * mask, rtol=1e-15)
+    assert call(x, 0.25, False) is x
+    np.testing.assert_array_equal(call(rg.tensor(values), 1.0, True).numpy(), 0.0)
+
+
+def test_dit_label_dropout_with_forced_ids_matches_torch():
+    """DiT's classifier-free-guidance label drop: ``torch.where(drop_ids, num_classes, labels)``
+    with a Python int as the value picked, then the embedding of the null class."""
+    labels = np.array([3, 1, 4, 1, 5])
+    force = np.array([1, 0, 0, 1, 0])
+    outputs = []
+    for lib, nn, F in ((rg, rnn, RF), (torch, tnn, TF)):  # noqa: N806
+        lib.manual_seed(0)
+        model = zoo.make_dit(lib, nn, F, num_classes=6).double()
+        embedder = model.y_embedder
+        dropped = embedder.token_drop(_tensor(lib, labels), _tensor(lib, force))
+        outputs.append(dropped.numpy())
+        assert str(dropped.dtype).endswith("int64")
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(outputs[0], [6, 1, 4, 6, 5])
