@@ -1864,9 +1864,11 @@ def make_swin(
     mlp_ratio=4.0,
     stochastic_depth_prob=0.1,
     num_classes=1000,
+    v2=False,
 ):
     """torchvision's ``SwinTransformer`` (v1: ``shifted_window_attention``,
-    ``ShiftedWindowAttention``, ``SwinTransformerBlock``, ``PatchMerging``); ``swin_t`` is
+    ``ShiftedWindowAttention``, ``SwinTransformerBlock``, ``PatchMerging``; with ``v2`` their
+    V2s: cosine attention, the continuous position bias MLP, post-norm); ``swin_t`` is
     ``patch_size=[4, 4], embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
     window_size=[7, 7]``."""
     ops = _ops(torch, nn, F)
@@ -2140,6 +2142,140 @@ def make_swin(
             x = x + self.stochastic_depth(self.mlp(self.norm2(x)))
             return x
 
+    class PatchMergingV2(nn.Module):
+        def __init__(self, dim, norm_layer=nn.LayerNorm):
+            super().__init__()
+            self.dim = dim
+            self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+            self.norm = norm_layer(2 * dim)  # difference
+
+        def forward(self, x):
+            x = _patch_merging_pad(x)
+            x = self.reduction(x)  # ... H/2 W/2 2*C
+            x = self.norm(x)
+            return x
+
+    class ShiftedWindowAttentionV2(ShiftedWindowAttention):
+        def __init__(
+            self,
+            dim,
+            window_size,
+            shift_size,
+            num_heads,
+            qkv_bias=True,
+            proj_bias=True,
+            attention_dropout=0.0,
+            dropout=0.0,
+        ):
+            super().__init__(
+                dim,
+                window_size,
+                shift_size,
+                num_heads,
+                qkv_bias=qkv_bias,
+                proj_bias=proj_bias,
+                attention_dropout=attention_dropout,
+                dropout=dropout,
+            )
+
+            self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((num_heads, 1, 1))))
+            # mlp to generate continuous relative position bias
+            self.cpb_mlp = nn.Sequential(
+                nn.Linear(2, 512, bias=True),
+                nn.ReLU(inplace=True),
+                nn.Linear(512, num_heads, bias=False),
+            )
+            if qkv_bias:
+                length = self.qkv.bias.numel() // 3
+                self.qkv.bias[length : 2 * length].data.zero_()
+
+        def define_relative_position_bias_table(self):
+            # get relative_coords_table
+            relative_coords_h = torch.arange(
+                -(self.window_size[0] - 1), self.window_size[0], dtype=torch.float32
+            )
+            relative_coords_w = torch.arange(
+                -(self.window_size[1] - 1), self.window_size[1], dtype=torch.float32
+            )
+            relative_coords_table = torch.stack(
+                torch.meshgrid([relative_coords_h, relative_coords_w], indexing="ij")
+            )
+            relative_coords_table = (
+                relative_coords_table.permute(1, 2, 0).contiguous().unsqueeze(0)
+            )  # 1, 2*Wh-1, 2*Ww-1, 2
+
+            relative_coords_table[:, :, :, 0] /= self.window_size[0] - 1
+            relative_coords_table[:, :, :, 1] /= self.window_size[1] - 1
+
+            relative_coords_table *= 8  # normalize to -8, 8
+            relative_coords_table = (
+                torch.sign(relative_coords_table)
+                * torch.log2(torch.abs(relative_coords_table) + 1.0)
+                / 3.0
+            )
+            self.register_buffer("relative_coords_table", relative_coords_table)
+
+        def get_relative_position_bias(self):
+            relative_position_bias = _get_relative_position_bias(
+                self.cpb_mlp(self.relative_coords_table).view(-1, self.num_heads),
+                self.relative_position_index,  # type: ignore[arg-type]
+                self.window_size,
+            )
+            relative_position_bias = 16 * torch.sigmoid(relative_position_bias)
+            return relative_position_bias
+
+        def forward(self, x):
+            relative_position_bias = self.get_relative_position_bias()
+            return shifted_window_attention(
+                x,
+                self.qkv.weight,
+                self.proj.weight,
+                relative_position_bias,
+                self.window_size,
+                self.num_heads,
+                shift_size=self.shift_size,
+                attention_dropout=self.attention_dropout,
+                dropout=self.dropout,
+                qkv_bias=self.qkv.bias,
+                proj_bias=self.proj.bias,
+                logit_scale=self.logit_scale,
+                training=self.training,
+            )
+
+    class SwinTransformerBlockV2(SwinTransformerBlock):
+        def __init__(
+            self,
+            dim,
+            num_heads,
+            window_size,
+            shift_size,
+            mlp_ratio=4.0,
+            dropout=0.0,
+            attention_dropout=0.0,
+            stochastic_depth_prob=0.0,
+            norm_layer=nn.LayerNorm,
+            attn_layer=ShiftedWindowAttentionV2,
+        ):
+            super().__init__(
+                dim,
+                num_heads,
+                window_size,
+                shift_size,
+                mlp_ratio=mlp_ratio,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                stochastic_depth_prob=stochastic_depth_prob,
+                norm_layer=norm_layer,
+                attn_layer=attn_layer,
+            )
+
+        def forward(self, x):
+            # Here is the difference, we apply norm after the attention in V2.
+            # In V1 we applied norm before the attention.
+            x = x + self.stochastic_depth(self.norm1(self.attn(x)))
+            x = x + self.stochastic_depth(self.norm2(self.mlp(x)))
+            return x
+
     class SwinTransformer(nn.Module):
         def __init__(
             self,
@@ -2242,6 +2378,9 @@ def make_swin(
         mlp_ratio=mlp_ratio,
         stochastic_depth_prob=stochastic_depth_prob,
         num_classes=num_classes,
+        # swin_v2_t: block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2
+        block=SwinTransformerBlockV2 if v2 else None,
+        downsample_layer=PatchMergingV2 if v2 else PatchMerging,
     )
 
 
@@ -2965,4 +3104,492 @@ def make_dit(
         class_dropout_prob=class_dropout_prob,
         num_classes=num_classes,
         learn_sigma=learn_sigma,
+    )
+
+
+# -- torchvision ViT ------------------------------------------------------------------------------
+def make_torchvision_vit(
+    torch,
+    nn,
+    F,
+    image_size=16,
+    patch_size=4,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    mlp_dim=32,
+    dropout=0.0,
+    attention_dropout=0.0,
+    num_classes=1000,
+    representation_size=None,
+):
+    """torchvision's ``VisionTransformer`` (``MLPBlock``, ``EncoderBlock`` on
+    ``nn.MultiheadAttention(batch_first=True)``, ``Encoder``); ``vit_b_16`` is
+    ``image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
+    mlp_dim=3072``."""
+    MLP = _ops(torch, nn, F).MLP
+
+    class MLPBlock(MLP):
+        """Transformer MLP block."""
+
+        _version = 2
+
+        def __init__(self, in_dim, mlp_dim, dropout):
+            super().__init__(
+                in_dim, [mlp_dim, in_dim], activation_layer=nn.GELU, inplace=None, dropout=dropout
+            )
+
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+                    if m.bias is not None:
+                        nn.init.normal_(m.bias, std=1e-6)
+
+    class EncoderBlock(nn.Module):
+        """Transformer encoder block."""
+
+        def __init__(
+            self,
+            num_heads,
+            hidden_dim,
+            mlp_dim,
+            dropout,
+            attention_dropout,
+            norm_layer=partial(nn.LayerNorm, eps=1e-6),
+        ):
+            super().__init__()
+            self.num_heads = num_heads
+
+            # Attention block
+            self.ln_1 = norm_layer(hidden_dim)
+            self.self_attention = nn.MultiheadAttention(
+                hidden_dim, num_heads, dropout=attention_dropout, batch_first=True
+            )
+            self.dropout = nn.Dropout(dropout)
+
+            # MLP block
+            self.ln_2 = norm_layer(hidden_dim)
+            self.mlp = MLPBlock(hidden_dim, mlp_dim, dropout)
+
+        def forward(self, input):
+            torch._assert(
+                input.dim() == 3,
+                f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}",
+            )
+            x = self.ln_1(input)
+            x, _ = self.self_attention(x, x, x, need_weights=False)
+            x = self.dropout(x)
+            x = x + input
+
+            y = self.ln_2(x)
+            y = self.mlp(y)
+            return x + y
+
+    class Encoder(nn.Module):
+        """Transformer Model Encoder for sequence to sequence translation."""
+
+        def __init__(
+            self,
+            seq_length,
+            num_layers,
+            num_heads,
+            hidden_dim,
+            mlp_dim,
+            dropout,
+            attention_dropout,
+            norm_layer=partial(nn.LayerNorm, eps=1e-6),
+        ):
+            super().__init__()
+            # Note that batch_size is on the first dim because
+            # we have batch_first=True in nn.MultiAttention() by default
+            self.pos_embedding = nn.Parameter(
+                torch.empty(1, seq_length, hidden_dim).normal_(std=0.02)
+            )  # from BERT
+            self.dropout = nn.Dropout(dropout)
+            layers = OrderedDict()
+            for i in range(num_layers):
+                layers[f"encoder_layer_{i}"] = EncoderBlock(
+                    num_heads,
+                    hidden_dim,
+                    mlp_dim,
+                    dropout,
+                    attention_dropout,
+                    norm_layer,
+                )
+            self.layers = nn.Sequential(layers)
+            self.ln = norm_layer(hidden_dim)
+
+        def forward(self, input):
+            torch._assert(
+                input.dim() == 3,
+                f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}",
+            )
+            input = input + self.pos_embedding
+            return self.ln(self.layers(self.dropout(input)))
+
+    class VisionTransformer(nn.Module):
+        """Vision Transformer as per https://arxiv.org/abs/2010.11929."""
+
+        def __init__(
+            self,
+            image_size,
+            patch_size,
+            num_layers,
+            num_heads,
+            hidden_dim,
+            mlp_dim,
+            dropout=0.0,
+            attention_dropout=0.0,
+            num_classes=1000,
+            representation_size=None,
+            norm_layer=partial(nn.LayerNorm, eps=1e-6),
+            conv_stem_configs=None,
+        ):
+            super().__init__()
+            torch._assert(image_size % patch_size == 0, "Input shape indivisible by patch size!")
+            self.image_size = image_size
+            self.patch_size = patch_size
+            self.hidden_dim = hidden_dim
+            self.mlp_dim = mlp_dim
+            self.attention_dropout = attention_dropout
+            self.dropout = dropout
+            self.num_classes = num_classes
+            self.representation_size = representation_size
+            self.norm_layer = norm_layer
+
+            if conv_stem_configs is not None:
+                raise NotImplementedError("the conv stem is not ported")
+            else:
+                self.conv_proj = nn.Conv2d(
+                    in_channels=3,
+                    out_channels=hidden_dim,
+                    kernel_size=patch_size,
+                    stride=patch_size,
+                )
+
+            seq_length = (image_size // patch_size) ** 2
+
+            # Add a class token
+            self.class_token = nn.Parameter(torch.zeros(1, 1, hidden_dim))
+            seq_length += 1
+
+            self.encoder = Encoder(
+                seq_length,
+                num_layers,
+                num_heads,
+                hidden_dim,
+                mlp_dim,
+                dropout,
+                attention_dropout,
+                norm_layer,
+            )
+            self.seq_length = seq_length
+
+            heads_layers = OrderedDict()
+            if representation_size is None:
+                heads_layers["head"] = nn.Linear(hidden_dim, num_classes)
+            else:
+                heads_layers["pre_logits"] = nn.Linear(hidden_dim, representation_size)
+                heads_layers["act"] = nn.Tanh()
+                heads_layers["head"] = nn.Linear(representation_size, num_classes)
+
+            self.heads = nn.Sequential(heads_layers)
+
+            if isinstance(self.conv_proj, nn.Conv2d):
+                # Init the patchify stem
+                fan_in = (
+                    self.conv_proj.in_channels
+                    * self.conv_proj.kernel_size[0]
+                    * self.conv_proj.kernel_size[1]
+                )
+                nn.init.trunc_normal_(self.conv_proj.weight, std=math.sqrt(1 / fan_in))
+                if self.conv_proj.bias is not None:
+                    nn.init.zeros_(self.conv_proj.bias)
+
+            if hasattr(self.heads, "pre_logits") and isinstance(self.heads.pre_logits, nn.Linear):
+                fan_in = self.heads.pre_logits.in_features
+                nn.init.trunc_normal_(self.heads.pre_logits.weight, std=math.sqrt(1 / fan_in))
+                nn.init.zeros_(self.heads.pre_logits.bias)
+
+            if isinstance(self.heads.head, nn.Linear):
+                nn.init.zeros_(self.heads.head.weight)
+                nn.init.zeros_(self.heads.head.bias)
+
+        def _process_input(self, x):
+            n, c, h, w = x.shape
+            p = self.patch_size
+            torch._assert(
+                h == self.image_size, f"Wrong image height! Expected {self.image_size} but got {h}!"
+            )
+            torch._assert(
+                w == self.image_size, f"Wrong image width! Expected {self.image_size} but got {w}!"
+            )
+            n_h = h // p
+            n_w = w // p
+
+            # (n, c, h, w) -> (n, hidden_dim, n_h, n_w)
+            x = self.conv_proj(x)
+            # (n, hidden_dim, n_h, n_w) -> (n, hidden_dim, (n_h * n_w))
+            x = x.reshape(n, self.hidden_dim, n_h * n_w)
+
+            # (n, hidden_dim, (n_h * n_w)) -> (n, (n_h * n_w), hidden_dim)
+            # The self attention layer expects inputs in the format (N, S, E)
+            # where S is the source sequence length, N is the batch size, E is the
+            # embedding dimension
+            x = x.permute(0, 2, 1)
+
+            return x
+
+        def forward(self, x):
+            # Reshape and permute the input tensor
+            x = self._process_input(x)
+            n = x.shape[0]
+
+            # Expand the class token to the full batch
+            batch_class_token = self.class_token.expand(n, -1, -1)
+            x = torch.cat([batch_class_token, x], dim=1)
+
+            x = self.encoder(x)
+
+            # Classifier "token" as used by standard language architectures
+            x = x[:, 0]
+
+            x = self.heads(x)
+
+            return x
+
+    return VisionTransformer(
+        image_size,
+        patch_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        mlp_dim,
+        dropout=dropout,
+        attention_dropout=attention_dropout,
+        num_classes=num_classes,
+        representation_size=representation_size,
+    )
+
+
+# -- ResNeXt / wide / dilated ResNet --------------------------------------------------------------
+def make_resnext(
+    torch,
+    nn,
+    F,
+    layers=(1, 1, 1, 1),
+    num_classes=1000,
+    zero_init_residual=False,
+    groups=4,
+    width_per_group=32,
+    replace_stride_with_dilation=None,
+    group_norm=False,
+    width=4,
+):
+    """torchvision's ``ResNet`` on ``Bottleneck`` (``resnext50_32x4d`` is ``groups=32,
+    width_per_group=4``, ``wide_resnet50_2`` ``width_per_group=128``; segmentation backbones
+    ``replace_stride_with_dilation=[False, True, True]``); ``width`` (64 there) scales the
+    stages, ``group_norm`` passes ``norm_layer=lambda c: nn.GroupNorm(4, c)``."""
+
+    def conv3x3(in_planes, out_planes, stride=1, groups=1, dilation=1):
+        """3x3 convolution with padding"""
+        return nn.Conv2d(
+            in_planes,
+            out_planes,
+            kernel_size=3,
+            stride=stride,
+            padding=dilation,
+            groups=groups,
+            bias=False,
+            dilation=dilation,
+        )
+
+    def conv1x1(in_planes, out_planes, stride=1):
+        """1x1 convolution"""
+        return nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False)
+
+    class Bottleneck(nn.Module):
+        expansion = 4
+
+        def __init__(
+            self,
+            inplanes,
+            planes,
+            stride=1,
+            downsample=None,
+            groups=1,
+            base_width=64,
+            dilation=1,
+            norm_layer=None,
+        ):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = nn.BatchNorm2d
+            width = int(planes * (base_width / 64.0)) * groups
+            # Both self.conv2 and self.downsample layers downsample the input when stride != 1
+            self.conv1 = conv1x1(inplanes, width)
+            self.bn1 = norm_layer(width)
+            self.conv2 = conv3x3(width, width, stride, groups, dilation)
+            self.bn2 = norm_layer(width)
+            self.conv3 = conv1x1(width, planes * self.expansion)
+            self.bn3 = norm_layer(planes * self.expansion)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+            self.stride = stride
+
+        def forward(self, x):
+            identity = x
+
+            out = self.conv1(x)
+            out = self.bn1(out)
+            out = self.relu(out)
+
+            out = self.conv2(out)
+            out = self.bn2(out)
+            out = self.relu(out)
+
+            out = self.conv3(out)
+            out = self.bn3(out)
+
+            if self.downsample is not None:
+                identity = self.downsample(x)
+
+            out += identity
+            out = self.relu(out)
+
+            return out
+
+    class ResNet(nn.Module):
+        def __init__(
+            self,
+            block,
+            layers,
+            num_classes=1000,
+            zero_init_residual=False,
+            groups=1,
+            width_per_group=64,
+            replace_stride_with_dilation=None,
+            norm_layer=None,
+        ):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = nn.BatchNorm2d
+            self._norm_layer = norm_layer
+
+            self.inplanes = width
+            self.dilation = 1
+            if replace_stride_with_dilation is None:
+                # each element in the tuple indicates if we should replace
+                # the 2x2 stride with a dilated convolution instead
+                replace_stride_with_dilation = [False, False, False]
+            if len(replace_stride_with_dilation) != 3:
+                raise ValueError(
+                    "replace_stride_with_dilation should be None "
+                    f"or a 3-element tuple, got {replace_stride_with_dilation}"
+                )
+            self.groups = groups
+            self.base_width = width_per_group
+            self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+            self.bn1 = norm_layer(self.inplanes)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+            self.layer1 = self._make_layer(block, width, layers[0])
+            self.layer2 = self._make_layer(
+                block, 2 * width, layers[1], stride=2, dilate=replace_stride_with_dilation[0]
+            )
+            self.layer3 = self._make_layer(
+                block, 4 * width, layers[2], stride=2, dilate=replace_stride_with_dilation[1]
+            )
+            self.layer4 = self._make_layer(
+                block, 8 * width, layers[3], stride=2, dilate=replace_stride_with_dilation[2]
+            )
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(8 * width * block.expansion, num_classes)
+
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                    nn.init.constant_(m.weight, 1)
+                    nn.init.constant_(m.bias, 0)
+
+            # Zero-initialize the last BN in each residual branch,
+            # so that the residual branch starts with zeros, and each residual block behaves like an identity.
+            # This improves the model by 0.2~0.3% according to https://arxiv.org/abs/1706.02677
+            if zero_init_residual:
+                for m in self.modules():
+                    if isinstance(m, Bottleneck) and m.bn3.weight is not None:
+                        nn.init.constant_(m.bn3.weight, 0)  # type: ignore[arg-type]
+
+        def _make_layer(self, block, planes, blocks, stride=1, dilate=False):
+            norm_layer = self._norm_layer
+            downsample = None
+            previous_dilation = self.dilation
+            if dilate:
+                self.dilation *= stride
+                stride = 1
+            if stride != 1 or self.inplanes != planes * block.expansion:
+                downsample = nn.Sequential(
+                    conv1x1(self.inplanes, planes * block.expansion, stride),
+                    norm_layer(planes * block.expansion),
+                )
+
+            layers = []
+            layers.append(
+                block(
+                    self.inplanes,
+                    planes,
+                    stride,
+                    downsample,
+                    self.groups,
+                    self.base_width,
+                    previous_dilation,
+                    norm_layer,
+                )
+            )
+            self.inplanes = planes * block.expansion
+            for _ in range(1, blocks):
+                layers.append(
+                    block(
+                        self.inplanes,
+                        planes,
+                        groups=self.groups,
+                        base_width=self.base_width,
+                        dilation=self.dilation,
+                        norm_layer=norm_layer,
+                    )
+                )
+
+            return nn.Sequential(*layers)
+
+        def _forward_impl(self, x):
+            # See note [TorchScript super()]
+            x = self.conv1(x)
+            x = self.bn1(x)
+            x = self.relu(x)
+            x = self.maxpool(x)
+
+            x = self.layer1(x)
+            x = self.layer2(x)
+            x = self.layer3(x)
+            x = self.layer4(x)
+
+            x = self.avgpool(x)
+            x = torch.flatten(x, 1)
+            x = self.fc(x)
+
+            return x
+
+        def forward(self, x):
+            return self._forward_impl(x)
+
+    return ResNet(
+        Bottleneck,
+        list(layers),
+        num_classes=num_classes,
+        zero_init_residual=zero_init_residual,
+        groups=groups,
+        width_per_group=width_per_group,
+        replace_stride_with_dilation=replace_stride_with_dilation,
+        norm_layer=(lambda c: nn.GroupNorm(4, c)) if group_norm else None,
     )
