@@ -3593,3 +3593,379 @@ def make_resnext(
         replace_stride_with_dilation=replace_stride_with_dilation,
         norm_layer=(lambda c: nn.GroupNorm(4, c)) if group_norm else None,
     )
+
+
+# -- LLaMA (Hugging Face transformers' modeling_llama) -------------------------------------------
+def make_llama(
+    torch,
+    nn,
+    F,
+    vocab_size=32,
+    hidden_size=16,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=16,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    attention_bias=False,
+    attention_dropout=0.0,
+    initializer_range=0.02,
+    attn_implementation="eager",
+    tie_word_embeddings=False,
+):
+    """transformers' ``LlamaForCausalLM`` (``LlamaRMSNorm``, ``LlamaRotaryEmbedding``,
+    ``rotate_half``, ``apply_rotary_pos_emb``, ``LlamaMLP``, ``repeat_kv``, ``LlamaAttention``
+    eager or SDPA, ``LlamaDecoderLayer``, the causal mask from ``finfo.min``, the shifted
+    cross-entropy); ``forward(input_ids, labels)`` returns ``(loss, logits)``. Its RMSNorm and
+    softmax compute in float32 whatever the model's dtype, as the original."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=rms_norm_eps,
+        rope_theta=rope_theta,
+        attention_bias=attention_bias,
+        attention_dropout=attention_dropout,
+        initializer_range=initializer_range,
+        hidden_act="silu",
+        pad_token_id=None,
+        _attn_implementation=attn_implementation,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    ACT2FN = {"silu": nn.SiLU()}
+
+    class LlamaRMSNorm(nn.Module):
+        def __init__(self, hidden_size, eps=1e-6):
+            """LlamaRMSNorm is equivalent to T5LayerNorm"""
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+
+    class LlamaRotaryEmbedding(nn.Module):
+        def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+            super().__init__()
+            self.dim = dim
+            self.max_position_embeddings = max_position_embeddings
+            self.base = base
+            inv_freq = 1.0 / (
+                self.base
+                ** (torch.arange(0, self.dim, 2, dtype=torch.int64).float().to(device) / self.dim)
+            )
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+        @torch.no_grad()
+        def forward(self, x, position_ids):
+            # x: [bs, num_attention_heads, seq_len, head_size]
+            inv_freq_expanded = (
+                self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            )
+            position_ids_expanded = position_ids[:, None, :].float()
+            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos()
+            sin = emb.sin()
+            return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+    def rotate_half(x):
+        """Rotates half the hidden dims of the input."""
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        cos = cos.unsqueeze(unsqueeze_dim)
+        sin = sin.unsqueeze(unsqueeze_dim)
+        q_embed = (q * cos) + (rotate_half(q) * sin)
+        k_embed = (k * cos) + (rotate_half(k) * sin)
+        return q_embed, k_embed
+
+    class LlamaMLP(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.hidden_size = config.hidden_size
+            self.intermediate_size = config.intermediate_size
+            self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+            self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+            self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+            self.act_fn = ACT2FN[config.hidden_act]
+
+        def forward(self, x):
+            down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+            return down_proj
+
+    def repeat_kv(hidden_states, n_rep):
+        batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+        if n_rep == 1:
+            return hidden_states
+        hidden_states = hidden_states[:, :, None, :, :].expand(
+            batch, num_key_value_heads, n_rep, slen, head_dim
+        )
+        return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+    class LlamaAttention(nn.Module):
+        """Multi-headed attention from 'Attention Is All You Need' paper"""
+
+        def __init__(self, config, layer_idx=None):
+            super().__init__()
+            self.config = config
+            self.layer_idx = layer_idx
+            self.attention_dropout = config.attention_dropout
+            self.hidden_size = config.hidden_size
+            self.num_heads = config.num_attention_heads
+            self.head_dim = self.hidden_size // self.num_heads
+            self.num_key_value_heads = config.num_key_value_heads
+            self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+            self.max_position_embeddings = config.max_position_embeddings
+            self.rope_theta = config.rope_theta
+            self.is_causal = True
+
+            if (self.head_dim * self.num_heads) != self.hidden_size:
+                raise ValueError(
+                    f"hidden_size must be divisible by num_heads (got `hidden_size`: {self.hidden_size}"
+                    f" and `num_heads`: {self.num_heads})."
+                )
+
+            self.q_proj = nn.Linear(
+                self.hidden_size, self.num_heads * self.head_dim, bias=config.attention_bias
+            )
+            self.k_proj = nn.Linear(
+                self.hidden_size,
+                self.num_key_value_heads * self.head_dim,
+                bias=config.attention_bias,
+            )
+            self.v_proj = nn.Linear(
+                self.hidden_size,
+                self.num_key_value_heads * self.head_dim,
+                bias=config.attention_bias,
+            )
+            self.o_proj = nn.Linear(self.hidden_size, self.hidden_size, bias=config.attention_bias)
+            self.rotary_emb = LlamaRotaryEmbedding(
+                self.head_dim,
+                max_position_embeddings=self.max_position_embeddings,
+                base=self.rope_theta,
+            )
+
+        def forward(self, hidden_states, attention_mask=None, position_ids=None):
+            bsz, q_len, _ = hidden_states.size()
+
+            query_states = self.q_proj(hidden_states)
+            key_states = self.k_proj(hidden_states)
+            value_states = self.v_proj(hidden_states)
+
+            query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(
+                1, 2
+            )
+            key_states = key_states.view(
+                bsz, q_len, self.num_key_value_heads, self.head_dim
+            ).transpose(1, 2)
+            value_states = value_states.view(
+                bsz, q_len, self.num_key_value_heads, self.head_dim
+            ).transpose(1, 2)
+
+            cos, sin = self.rotary_emb(value_states, position_ids)
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+            key_states = repeat_kv(key_states, self.num_key_value_groups)
+            value_states = repeat_kv(value_states, self.num_key_value_groups)
+
+            if self.config._attn_implementation == "sdpa":
+                causal_mask = attention_mask
+                if attention_mask is not None:
+                    causal_mask = causal_mask[:, :, :, : key_states.shape[-2]]
+                query_states = query_states.contiguous()
+                key_states = key_states.contiguous()
+                value_states = value_states.contiguous()
+                is_causal = True if causal_mask is None and q_len > 1 else False
+                attn_output = torch.nn.functional.scaled_dot_product_attention(
+                    query_states,
+                    key_states,
+                    value_states,
+                    attn_mask=causal_mask,
+                    dropout_p=self.attention_dropout if self.training else 0.0,
+                    is_causal=is_causal,
+                )
+                attn_weights = None
+            else:
+                attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(
+                    self.head_dim
+                )
+
+                if attention_mask is not None:  # no matter the length, we just slice it
+                    causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+                    attn_weights = attn_weights + causal_mask
+
+                # upcast attention to fp32
+                attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(
+                    query_states.dtype
+                )
+                attn_weights = nn.functional.dropout(
+                    attn_weights, p=self.attention_dropout, training=self.training
+                )
+                attn_output = torch.matmul(attn_weights, value_states)
+
+            if attn_output.size() != (bsz, self.num_heads, q_len, self.head_dim):
+                raise ValueError(
+                    f"`attn_output` should be of size {(bsz, self.num_heads, q_len, self.head_dim)}, but is"
+                    f" {attn_output.size()}"
+                )
+
+            attn_output = attn_output.transpose(1, 2).contiguous()
+
+            attn_output = attn_output.reshape(bsz, q_len, -1)
+
+            attn_output = self.o_proj(attn_output)
+
+            return attn_output, attn_weights
+
+    class LlamaDecoderLayer(nn.Module):
+        def __init__(self, config, layer_idx):
+            super().__init__()
+            self.hidden_size = config.hidden_size
+
+            self.self_attn = LlamaAttention(config=config, layer_idx=layer_idx)
+
+            self.mlp = LlamaMLP(config)
+            self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.post_attention_layernorm = LlamaRMSNorm(
+                config.hidden_size, eps=config.rms_norm_eps
+            )
+
+        def forward(self, hidden_states, attention_mask=None, position_ids=None):
+            residual = hidden_states
+
+            hidden_states = self.input_layernorm(hidden_states)
+
+            # Self Attention
+            hidden_states, self_attn_weights = self.self_attn(
+                hidden_states=hidden_states,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+            )
+            hidden_states = residual + hidden_states
+
+            # Fully Connected
+            residual = hidden_states
+            hidden_states = self.post_attention_layernorm(hidden_states)
+            hidden_states = self.mlp(hidden_states)
+            hidden_states = residual + hidden_states
+
+            outputs = (hidden_states,)
+            return outputs
+
+    class LlamaModel(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.padding_idx = config.pad_token_id
+            self.vocab_size = config.vocab_size
+
+            self.embed_tokens = nn.Embedding(
+                config.vocab_size, config.hidden_size, self.padding_idx
+            )
+            self.layers = nn.ModuleList(
+                [
+                    LlamaDecoderLayer(config, layer_idx)
+                    for layer_idx in range(config.num_hidden_layers)
+                ]
+            )
+            self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+        def _update_causal_mask(self, input_tensor):
+            dtype = input_tensor.dtype
+            min_dtype = torch.finfo(dtype).min
+            sequence_length = input_tensor.shape[1]
+            target_length = sequence_length
+            causal_mask = torch.full(
+                (sequence_length, target_length),
+                fill_value=min_dtype,
+                dtype=dtype,
+                device=input_tensor.device,
+            )
+            if sequence_length != 1:
+                causal_mask = torch.triu(causal_mask, diagonal=1)
+            causal_mask = causal_mask[None, None, :, :].expand(input_tensor.shape[0], 1, -1, -1)
+            return causal_mask
+
+        def forward(self, input_ids):
+            inputs_embeds = self.embed_tokens(input_ids)
+            position_ids = torch.arange(
+                0, inputs_embeds.shape[1], device=inputs_embeds.device
+            ).unsqueeze(0)
+            if self.config._attn_implementation == "sdpa":
+                causal_mask = None  # SDPA's is_causal
+            else:
+                causal_mask = self._update_causal_mask(inputs_embeds)
+
+            hidden_states = inputs_embeds
+            for decoder_layer in self.layers:
+                layer_outputs = decoder_layer(
+                    hidden_states,
+                    attention_mask=causal_mask,
+                    position_ids=position_ids,
+                )
+                hidden_states = layer_outputs[0]
+
+            hidden_states = self.norm(hidden_states)
+            return hidden_states
+
+    class LlamaForCausalLM(nn.Module):
+        _tied_weights_keys = ["lm_head.weight"]
+
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.model = LlamaModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.apply(self._init_weights)
+            if config.tie_word_embeddings:
+                self.lm_head.weight = self.model.embed_tokens.weight
+
+        def _init_weights(self, module):
+            std = self.config.initializer_range
+            if isinstance(module, nn.Linear):
+                module.weight.data.normal_(mean=0.0, std=std)
+                if module.bias is not None:
+                    module.bias.data.zero_()
+            elif isinstance(module, nn.Embedding):
+                module.weight.data.normal_(mean=0.0, std=std)
+                if module.padding_idx is not None:
+                    module.weight.data[module.padding_idx].zero_()
+
+        def forward(self, input_ids, labels=None):
+            hidden_states = self.model(input_ids)
+            logits = self.lm_head(hidden_states)
+            logits = logits.float()
+
+            loss = None
+            if labels is not None:
+                # Shift so that tokens < n predict n
+                shift_logits = logits[..., :-1, :].contiguous()
+                shift_labels = labels[..., 1:].contiguous()
+                # Flatten the tokens
+                loss_fct = nn.CrossEntropyLoss()
+                shift_logits = shift_logits.view(-1, self.config.vocab_size)
+                shift_labels = shift_labels.view(-1)
+                # Enable model parallelism
+                shift_labels = shift_labels.to(shift_logits.device)
+                loss = loss_fct(shift_logits, shift_labels)
+
+            return loss, logits
+
+    return LlamaForCausalLM(config)
