@@ -67,6 +67,14 @@ def _llama_loss(lib, F, out, target):  # noqa: N803
     return loss
 
 
+def _ce_inception(lib, F, out, y):  # noqa: N803
+    # torchvision's references/classification: 0.4 of the auxiliary loss
+    if isinstance(out, tuple):
+        logits, aux = out
+        return F.cross_entropy(logits, y) + 0.4 * F.cross_entropy(aux, y)
+    return F.cross_entropy(out, y)
+
+
 def _mse(lib, F, out, target):  # noqa: N803
     return F.mse_loss(out, target)
 
@@ -143,6 +151,15 @@ ZOO = {
         {"num_classes": 5, "transform_input": True},
         _classify((2, 3, 64, 64)),
         _ce_aux,
+        "sgd",
+        "float64",
+    ),
+    "inception_v3": (
+        zoo.make_inception_v3,
+        {"num_classes": 5, "dropout": 0.0, "transform_input": True},
+        {"num_classes": 5, "aux_logits": False},
+        _classify((2, 3, 299, 299)),
+        _ce_inception,
         "sgd",
         "float64",
     ),

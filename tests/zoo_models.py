@@ -3969,3 +3969,397 @@ def make_llama(
             return loss, logits
 
     return LlamaForCausalLM(config)
+
+
+# -- Inception v3 ---------------------------------------------------------------------------------
+def make_inception_v3(
+    torch,
+    nn,
+    F,
+    num_classes=1000,
+    aux_logits=True,
+    transform_input=False,
+    init_weights=True,
+    dropout=0.5,
+    width_div=16,
+):
+    """torchvision's ``Inception3`` (``BasicConv2d``, ``InceptionA``..``InceptionE``,
+    ``InceptionAux``, the asymmetric 1x7/7x1 convolutions, ``stddev`` attributes on modules
+    for the initialization); every channel count is divided by ``width_div``."""
+    InceptionOutputs = namedtuple("InceptionOutputs", ["logits", "aux_logits"])
+
+    def w(c):
+        return c // width_div
+
+    class BasicConv2d(nn.Module):
+        def __init__(self, in_channels, out_channels, **kwargs):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, bias=False, **kwargs)
+            self.bn = nn.BatchNorm2d(out_channels, eps=0.001)
+
+        def forward(self, x):
+            x = self.conv(x)
+            x = self.bn(x)
+            return F.relu(x, inplace=True)
+
+    class InceptionA(nn.Module):
+        def __init__(self, in_channels, pool_features, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.branch1x1 = conv_block(in_channels, w(64), kernel_size=1)
+
+            self.branch5x5_1 = conv_block(in_channels, w(48), kernel_size=1)
+            self.branch5x5_2 = conv_block(w(48), w(64), kernel_size=5, padding=2)
+
+            self.branch3x3dbl_1 = conv_block(in_channels, w(64), kernel_size=1)
+            self.branch3x3dbl_2 = conv_block(w(64), w(96), kernel_size=3, padding=1)
+            self.branch3x3dbl_3 = conv_block(w(96), w(96), kernel_size=3, padding=1)
+
+            self.branch_pool = conv_block(in_channels, pool_features, kernel_size=1)
+
+        def _forward(self, x):
+            branch1x1 = self.branch1x1(x)
+
+            branch5x5 = self.branch5x5_1(x)
+            branch5x5 = self.branch5x5_2(branch5x5)
+
+            branch3x3dbl = self.branch3x3dbl_1(x)
+            branch3x3dbl = self.branch3x3dbl_2(branch3x3dbl)
+            branch3x3dbl = self.branch3x3dbl_3(branch3x3dbl)
+
+            branch_pool = F.avg_pool2d(x, kernel_size=3, stride=1, padding=1)
+            branch_pool = self.branch_pool(branch_pool)
+
+            outputs = [branch1x1, branch5x5, branch3x3dbl, branch_pool]
+            return outputs
+
+        def forward(self, x):
+            outputs = self._forward(x)
+            return torch.cat(outputs, 1)
+
+    class InceptionB(nn.Module):
+        def __init__(self, in_channels, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.branch3x3 = conv_block(in_channels, w(384), kernel_size=3, stride=2)
+
+            self.branch3x3dbl_1 = conv_block(in_channels, w(64), kernel_size=1)
+            self.branch3x3dbl_2 = conv_block(w(64), w(96), kernel_size=3, padding=1)
+            self.branch3x3dbl_3 = conv_block(w(96), w(96), kernel_size=3, stride=2)
+
+        def _forward(self, x):
+            branch3x3 = self.branch3x3(x)
+
+            branch3x3dbl = self.branch3x3dbl_1(x)
+            branch3x3dbl = self.branch3x3dbl_2(branch3x3dbl)
+            branch3x3dbl = self.branch3x3dbl_3(branch3x3dbl)
+
+            branch_pool = F.max_pool2d(x, kernel_size=3, stride=2)
+
+            outputs = [branch3x3, branch3x3dbl, branch_pool]
+            return outputs
+
+        def forward(self, x):
+            outputs = self._forward(x)
+            return torch.cat(outputs, 1)
+
+    class InceptionC(nn.Module):
+        def __init__(self, in_channels, channels_7x7, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.branch1x1 = conv_block(in_channels, w(192), kernel_size=1)
+
+            c7 = channels_7x7
+            self.branch7x7_1 = conv_block(in_channels, c7, kernel_size=1)
+            self.branch7x7_2 = conv_block(c7, c7, kernel_size=(1, 7), padding=(0, 3))
+            self.branch7x7_3 = conv_block(c7, w(192), kernel_size=(7, 1), padding=(3, 0))
+
+            self.branch7x7dbl_1 = conv_block(in_channels, c7, kernel_size=1)
+            self.branch7x7dbl_2 = conv_block(c7, c7, kernel_size=(7, 1), padding=(3, 0))
+            self.branch7x7dbl_3 = conv_block(c7, c7, kernel_size=(1, 7), padding=(0, 3))
+            self.branch7x7dbl_4 = conv_block(c7, c7, kernel_size=(7, 1), padding=(3, 0))
+            self.branch7x7dbl_5 = conv_block(c7, w(192), kernel_size=(1, 7), padding=(0, 3))
+
+            self.branch_pool = conv_block(in_channels, w(192), kernel_size=1)
+
+        def _forward(self, x):
+            branch1x1 = self.branch1x1(x)
+
+            branch7x7 = self.branch7x7_1(x)
+            branch7x7 = self.branch7x7_2(branch7x7)
+            branch7x7 = self.branch7x7_3(branch7x7)
+
+            branch7x7dbl = self.branch7x7dbl_1(x)
+            branch7x7dbl = self.branch7x7dbl_2(branch7x7dbl)
+            branch7x7dbl = self.branch7x7dbl_3(branch7x7dbl)
+            branch7x7dbl = self.branch7x7dbl_4(branch7x7dbl)
+            branch7x7dbl = self.branch7x7dbl_5(branch7x7dbl)
+
+            branch_pool = F.avg_pool2d(x, kernel_size=3, stride=1, padding=1)
+            branch_pool = self.branch_pool(branch_pool)
+
+            outputs = [branch1x1, branch7x7, branch7x7dbl, branch_pool]
+            return outputs
+
+        def forward(self, x):
+            outputs = self._forward(x)
+            return torch.cat(outputs, 1)
+
+    class InceptionD(nn.Module):
+        def __init__(self, in_channels, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.branch3x3_1 = conv_block(in_channels, w(192), kernel_size=1)
+            self.branch3x3_2 = conv_block(w(192), w(320), kernel_size=3, stride=2)
+
+            self.branch7x7x3_1 = conv_block(in_channels, w(192), kernel_size=1)
+            self.branch7x7x3_2 = conv_block(w(192), w(192), kernel_size=(1, 7), padding=(0, 3))
+            self.branch7x7x3_3 = conv_block(w(192), w(192), kernel_size=(7, 1), padding=(3, 0))
+            self.branch7x7x3_4 = conv_block(w(192), w(192), kernel_size=3, stride=2)
+
+        def _forward(self, x):
+            branch3x3 = self.branch3x3_1(x)
+            branch3x3 = self.branch3x3_2(branch3x3)
+
+            branch7x7x3 = self.branch7x7x3_1(x)
+            branch7x7x3 = self.branch7x7x3_2(branch7x7x3)
+            branch7x7x3 = self.branch7x7x3_3(branch7x7x3)
+            branch7x7x3 = self.branch7x7x3_4(branch7x7x3)
+
+            branch_pool = F.max_pool2d(x, kernel_size=3, stride=2)
+            outputs = [branch3x3, branch7x7x3, branch_pool]
+            return outputs
+
+        def forward(self, x):
+            outputs = self._forward(x)
+            return torch.cat(outputs, 1)
+
+    class InceptionE(nn.Module):
+        def __init__(self, in_channels, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.branch1x1 = conv_block(in_channels, w(320), kernel_size=1)
+
+            self.branch3x3_1 = conv_block(in_channels, w(384), kernel_size=1)
+            self.branch3x3_2a = conv_block(w(384), w(384), kernel_size=(1, 3), padding=(0, 1))
+            self.branch3x3_2b = conv_block(w(384), w(384), kernel_size=(3, 1), padding=(1, 0))
+
+            self.branch3x3dbl_1 = conv_block(in_channels, w(448), kernel_size=1)
+            self.branch3x3dbl_2 = conv_block(w(448), w(384), kernel_size=3, padding=1)
+            self.branch3x3dbl_3a = conv_block(w(384), w(384), kernel_size=(1, 3), padding=(0, 1))
+            self.branch3x3dbl_3b = conv_block(w(384), w(384), kernel_size=(3, 1), padding=(1, 0))
+
+            self.branch_pool = conv_block(in_channels, w(192), kernel_size=1)
+
+        def _forward(self, x):
+            branch1x1 = self.branch1x1(x)
+
+            branch3x3 = self.branch3x3_1(x)
+            branch3x3 = [
+                self.branch3x3_2a(branch3x3),
+                self.branch3x3_2b(branch3x3),
+            ]
+            branch3x3 = torch.cat(branch3x3, 1)
+
+            branch3x3dbl = self.branch3x3dbl_1(x)
+            branch3x3dbl = self.branch3x3dbl_2(branch3x3dbl)
+            branch3x3dbl = [
+                self.branch3x3dbl_3a(branch3x3dbl),
+                self.branch3x3dbl_3b(branch3x3dbl),
+            ]
+            branch3x3dbl = torch.cat(branch3x3dbl, 1)
+
+            branch_pool = F.avg_pool2d(x, kernel_size=3, stride=1, padding=1)
+            branch_pool = self.branch_pool(branch_pool)
+
+            outputs = [branch1x1, branch3x3, branch3x3dbl, branch_pool]
+            return outputs
+
+        def forward(self, x):
+            outputs = self._forward(x)
+            return torch.cat(outputs, 1)
+
+    class InceptionAux(nn.Module):
+        def __init__(self, in_channels, num_classes, conv_block=None):
+            super().__init__()
+            if conv_block is None:
+                conv_block = BasicConv2d
+            self.conv0 = conv_block(in_channels, w(128), kernel_size=1)
+            self.conv1 = conv_block(w(128), w(768), kernel_size=5)
+            self.conv1.stddev = 0.01  # type: ignore[assignment]
+            self.fc = nn.Linear(w(768), num_classes)
+            self.fc.stddev = 0.001  # type: ignore[assignment]
+
+        def forward(self, x):
+            # N x 768 x 17 x 17
+            x = F.avg_pool2d(x, kernel_size=5, stride=3)
+            # N x 768 x 5 x 5
+            x = self.conv0(x)
+            # N x 128 x 5 x 5
+            x = self.conv1(x)
+            # N x 768 x 1 x 1
+            # Adaptive average pooling
+            x = F.adaptive_avg_pool2d(x, (1, 1))
+            # N x 768 x 1 x 1
+            x = torch.flatten(x, 1)
+            # N x 768
+            x = self.fc(x)
+            # N x 1000
+            return x
+
+    class Inception3(nn.Module):
+        def __init__(
+            self,
+            num_classes=1000,
+            aux_logits=True,
+            transform_input=False,
+            inception_blocks=None,
+            init_weights=None,
+            dropout=0.5,
+        ):
+            super().__init__()
+            if inception_blocks is None:
+                inception_blocks = [
+                    BasicConv2d,
+                    InceptionA,
+                    InceptionB,
+                    InceptionC,
+                    InceptionD,
+                    InceptionE,
+                    InceptionAux,
+                ]
+            if init_weights is None:
+                init_weights = True
+            if len(inception_blocks) != 7:
+                raise ValueError(
+                    f"length of inception_blocks should be 7 instead of {len(inception_blocks)}"
+                )
+            conv_block = inception_blocks[0]
+            inception_a = inception_blocks[1]
+            inception_b = inception_blocks[2]
+            inception_c = inception_blocks[3]
+            inception_d = inception_blocks[4]
+            inception_e = inception_blocks[5]
+            inception_aux = inception_blocks[6]
+
+            self.aux_logits = aux_logits
+            self.transform_input = transform_input
+            self.Conv2d_1a_3x3 = conv_block(3, w(32), kernel_size=3, stride=2)
+            self.Conv2d_2a_3x3 = conv_block(w(32), w(32), kernel_size=3)
+            self.Conv2d_2b_3x3 = conv_block(w(32), w(64), kernel_size=3, padding=1)
+            self.maxpool1 = nn.MaxPool2d(kernel_size=3, stride=2)
+            self.Conv2d_3b_1x1 = conv_block(w(64), w(80), kernel_size=1)
+            self.Conv2d_4a_3x3 = conv_block(w(80), w(192), kernel_size=3)
+            self.maxpool2 = nn.MaxPool2d(kernel_size=3, stride=2)
+            self.Mixed_5b = inception_a(w(192), pool_features=w(32))
+            self.Mixed_5c = inception_a(w(256), pool_features=w(64))
+            self.Mixed_5d = inception_a(w(288), pool_features=w(64))
+            self.Mixed_6a = inception_b(w(288))
+            self.Mixed_6b = inception_c(w(768), channels_7x7=w(128))
+            self.Mixed_6c = inception_c(w(768), channels_7x7=w(160))
+            self.Mixed_6d = inception_c(w(768), channels_7x7=w(160))
+            self.Mixed_6e = inception_c(w(768), channels_7x7=w(192))
+            self.AuxLogits = None
+            if aux_logits:
+                self.AuxLogits = inception_aux(w(768), num_classes)
+            self.Mixed_7a = inception_d(w(768))
+            self.Mixed_7b = inception_e(w(1280))
+            self.Mixed_7c = inception_e(w(2048))
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.dropout = nn.Dropout(p=dropout)
+            self.fc = nn.Linear(w(2048), num_classes)
+            if init_weights:
+                for m in self.modules():
+                    if isinstance(m, nn.Conv2d) or isinstance(m, nn.Linear):
+                        stddev = float(m.stddev) if hasattr(m, "stddev") else 0.1  # type: ignore
+                        torch.nn.init.trunc_normal_(m.weight, mean=0.0, std=stddev, a=-2, b=2)
+                    elif isinstance(m, nn.BatchNorm2d):
+                        nn.init.constant_(m.weight, 1)
+                        nn.init.constant_(m.bias, 0)
+
+        def _transform_input(self, x):
+            if self.transform_input:
+                x_ch0 = torch.unsqueeze(x[:, 0], 1) * (0.229 / 0.5) + (0.485 - 0.5) / 0.5
+                x_ch1 = torch.unsqueeze(x[:, 1], 1) * (0.224 / 0.5) + (0.456 - 0.5) / 0.5
+                x_ch2 = torch.unsqueeze(x[:, 2], 1) * (0.225 / 0.5) + (0.406 - 0.5) / 0.5
+                x = torch.cat((x_ch0, x_ch1, x_ch2), 1)
+            return x
+
+        def _forward(self, x):
+            # N x 3 x 299 x 299
+            x = self.Conv2d_1a_3x3(x)
+            # N x 32 x 149 x 149
+            x = self.Conv2d_2a_3x3(x)
+            # N x 32 x 147 x 147
+            x = self.Conv2d_2b_3x3(x)
+            # N x 64 x 147 x 147
+            x = self.maxpool1(x)
+            # N x 64 x 73 x 73
+            x = self.Conv2d_3b_1x1(x)
+            # N x 80 x 73 x 73
+            x = self.Conv2d_4a_3x3(x)
+            # N x 192 x 71 x 71
+            x = self.maxpool2(x)
+            # N x 192 x 35 x 35
+            x = self.Mixed_5b(x)
+            # N x 256 x 35 x 35
+            x = self.Mixed_5c(x)
+            # N x 288 x 35 x 35
+            x = self.Mixed_5d(x)
+            # N x 288 x 35 x 35
+            x = self.Mixed_6a(x)
+            # N x 768 x 17 x 17
+            x = self.Mixed_6b(x)
+            # N x 768 x 17 x 17
+            x = self.Mixed_6c(x)
+            # N x 768 x 17 x 17
+            x = self.Mixed_6d(x)
+            # N x 768 x 17 x 17
+            x = self.Mixed_6e(x)
+            # N x 768 x 17 x 17
+            aux = None
+            if self.AuxLogits is not None:
+                if self.training:
+                    aux = self.AuxLogits(x)
+            # N x 768 x 17 x 17
+            x = self.Mixed_7a(x)
+            # N x 1280 x 8 x 8
+            x = self.Mixed_7b(x)
+            # N x 2048 x 8 x 8
+            x = self.Mixed_7c(x)
+            # N x 2048 x 8 x 8
+            # Adaptive average pooling
+            x = self.avgpool(x)
+            # N x 2048 x 1 x 1
+            x = self.dropout(x)
+            # N x 2048 x 1 x 1
+            x = torch.flatten(x, 1)
+            # N x 2048
+            x = self.fc(x)
+            # N x 1000 (num_classes)
+            return x, aux
+
+        def eager_outputs(self, x, aux):
+            if self.training and self.aux_logits:
+                return InceptionOutputs(x, aux)
+            else:
+                return x  # type: ignore[return-value]
+
+        def forward(self, x):
+            x = self._transform_input(x)
+            x, aux = self._forward(x)
+            aux_defined = self.training and self.aux_logits
+            return self.eager_outputs(x, aux) if aux_defined else x
+
+    return Inception3(
+        num_classes=num_classes,
+        aux_logits=aux_logits,
+        transform_input=transform_input,
+        init_weights=init_weights,
+        dropout=dropout,
+    )
