@@ -11,6 +11,8 @@ Runs on either inner backend (``RETROGRAD_INNER=torch``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -481,3 +483,76 @@ def test_dit_label_dropout_with_forced_ids_matches_torch():
         assert str(dropped.dtype).endswith("int64")
     np.testing.assert_array_equal(outputs[0], outputs[1])
     np.testing.assert_array_equal(outputs[0], [6, 1, 4, 6, 5])
+
+
+def _param_groups(model, weight_decay):
+    """timm's ``param_groups_weight_decay`` / nanoGPT's ``configure_optimizers``: no weight
+    decay for biases, norms and 1-d parameters (position embeddings and tokens too)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if param.ndim <= 1 or name.endswith(".bias") or name in ("pos_embed", "cls_token"):
+            no_decay.append(param)
+        else:
+            decay.append(param)
+    return [
+        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": weight_decay},
+    ]
+
+
+@pytest.mark.parametrize(
+    "recipe", ["vit_adamw_warmup_cosine_clip", "resnext_sgd_nesterov_onecycle"]
+)
+def test_zoo_training_recipe_matches_torch(recipe):
+    """Four steps of a real recipe: parameter groups without weight decay on biases and norms,
+    a scheduler (LambdaLR warmup + cosine, or OneCycleLR with momentum cycling), gradient
+    clipping by global norm; losses, gradients and parameters equal torch's."""
+    name = "vit" if recipe.startswith("vit") else "resnext"
+    _, _, _, inputs, loss_fn, _, dtype = ZOO[name]
+    rtol, atol = TOL[dtype]
+    rng = np.random.default_rng(11)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        model, reference = _build(name, "train")
+        reference.load_state_dict({k: _tensor(torch, v) for k, v in model.state_dict().items()})
+        optimizers, schedulers = [], []
+        for lib, net in ((rg, model), (torch, reference)):
+            groups = _param_groups(net, 0.05)
+            if name == "vit":
+                opt = lib.optim.AdamW(groups, lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+                warmup, total = 2, 4
+
+                def lr_lambda(step, warmup=warmup, total=total):
+                    if step < warmup:
+                        return (step + 1) / warmup
+                    progress = (step - warmup) / max(1, total - warmup)
+                    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+                sched = lib.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+            else:
+                opt = lib.optim.SGD(groups, lr=0.1, momentum=0.9, nesterov=True)
+                sched = lib.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=4)
+            optimizers.append(opt)
+            schedulers.append(sched)
+        (ours, theirs), (our_sched, their_sched) = optimizers, schedulers
+        for _ in range(4):
+            args, target = inputs(rng)
+            out = model(*[_tensor(rg, a) for a in args])
+            expected = reference(*[_tensor(torch, a) for a in args])
+            loss = loss_fn(rg, RF, out, _tensor(rg, target))
+            their_loss = loss_fn(torch, TF, expected, _tensor(torch, target))
+            _close(loss.numpy(), their_loss.detach().numpy(), rtol, atol, "loss")
+            grads = loss.backward()
+            theirs.zero_grad()
+            their_loss.backward()
+            norm = rnn.utils.clip_grad_norm_(grads, model.parameters(), 0.5)
+            their_norm = tnn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+            _close(np.asarray(norm), their_norm.numpy(), rtol, atol, "norm")
+            ours.step(grads)
+            theirs.step()
+            our_sched.step()
+            their_sched.step()
+            assert our_sched.get_last_lr() == pytest.approx(their_sched.get_last_lr(), rel=1e-12)
+            for key, value in reference.state_dict().items():
+                _close(model.state_dict()[key], value.numpy(), rtol, atol, key)
