@@ -556,3 +556,27 @@ def test_zoo_training_recipe_matches_torch(recipe):
             assert our_sched.get_last_lr() == pytest.approx(their_sched.get_last_lr(), rel=1e-12)
             for key, value in reference.state_dict().items():
                 _close(model.state_dict()[key], value.numpy(), rtol, atol, key)
+
+
+@pytest.mark.parametrize("p", [1.5, -0.1, float("nan")])
+def test_bernoulli_refuses_a_probability_outside_0_1(p):
+    """torchvision's ``noise.bernoulli_(survival_rate)`` with a miscomputed rate: torch raises;
+    drawing ``u < p`` would silently give all ones or all zeros."""
+    with pytest.raises(rg.errors.InvalidArgumentError, match=r"bernoulli_: p must be in \[0, 1\]"):
+        rg.zeros(3).bernoulli_(p)
+    with pytest.raises(RuntimeError):
+        torch.zeros(3).bernoulli_(p)
+    with pytest.raises(rg.errors.InvalidArgumentError, match="probabilities must be in"):
+        rg.bernoulli(rg.tensor([0.2, 1.0 + abs(p) if p == p else p]))
+    assert rg.zeros(4).bernoulli_(1.0).numpy().tolist() == [1.0] * 4
+    assert rg.bernoulli(rg.tensor([0.0, 1.0])).numpy().tolist() == [0.0, 1.0]
+
+
+def test_conv_with_no_output_channels_is_a_shape_error():
+    """A width multiplier that rounds a layer to 0 channels (ResNeXt's
+    ``int(planes * base_width / 64) * groups``): torch refuses the weight; so do we, naming it,
+    rather than failing inside the kernel on an index."""
+    with pytest.raises(rg.errors.ShapeError, match="conv2d: weight has no output channels"):
+        rnn.Conv2d(8, 0, 1)(rg.zeros(2, 8, 3, 3))
+    with pytest.raises(RuntimeError, match="at least 1 at dimension 0"):
+        tnn.Conv2d(8, 0, 1)(torch.zeros(2, 8, 3, 3))
