@@ -77,6 +77,10 @@ def _ce_inception(lib, F, out, y):  # noqa: N803
     return F.cross_entropy(out, y)
 
 
+def _fpn_loss(lib, F, out, target):  # noqa: N803
+    return sum((level**2).mean() * (i + 1) for i, level in enumerate(out.values()))
+
+
 def _mse(lib, F, out, target):  # noqa: N803
     return F.mse_loss(out, target)
 
@@ -219,6 +223,15 @@ ZOO = {
         "sgd",
         "float64",
     ),
+    "resnet_fpn": (
+        zoo.make_resnet_fpn,
+        {},
+        {"trainable_layers": 5, "returned_layers": [2, 3, 4]},
+        _classify((2, 3, 64, 64)),
+        _fpn_loss,
+        "sgd",
+        "float64",
+    ),
     "vit": (
         zoo.make_vit,
         {"num_classes": 5, "init_values": 0.1},
@@ -268,6 +281,8 @@ def _optimizer(module, kind, params):
 
 
 def _outputs(out):
+    if isinstance(out, dict):  # an OrderedDict of feature maps (FPN)
+        return list(out.values())
     return list(out) if isinstance(out, tuple) else [out]
 
 
@@ -305,6 +320,8 @@ def test_zoo_model_matches_torch(name, mode):
             out = model(*[_tensor(rg, a) for a in args])
             expected = reference(*[_tensor(torch, a) for a in args])
             assert type(out).__name__ == type(expected).__name__
+            if isinstance(out, dict):
+                assert list(out) == list(expected)
             for o, e in zip(_outputs(out), _outputs(expected), strict=True):
                 _close(o.numpy(), e.detach().numpy(), rtol, atol, "output")
             loss = loss_fn(rg, RF, out, None if target is None else _tensor(rg, target))

@@ -3385,6 +3385,7 @@ def make_resnext(
     replace_stride_with_dilation=None,
     group_norm=False,
     width=4,
+    norm_layer=None,
 ):
     """torchvision's ``ResNet`` on ``Bottleneck`` (``resnext50_32x4d`` is ``groups=32,
     width_per_group=4``, ``wide_resnet50_2`` ``width_per_group=128``; segmentation backbones
@@ -3591,7 +3592,7 @@ def make_resnext(
         groups=groups,
         width_per_group=width_per_group,
         replace_stride_with_dilation=replace_stride_with_dilation,
-        norm_layer=(lambda c: nn.GroupNorm(4, c)) if group_norm else None,
+        norm_layer=(lambda c: nn.GroupNorm(4, c)) if group_norm else norm_layer,
     )
 
 
@@ -4363,3 +4364,252 @@ def make_inception_v3(
         init_weights=init_weights,
         dropout=dropout,
     )
+
+
+# -- ResNet + FPN (torchvision.models.detection.backbone_utils) -----------------------------------
+def make_resnet_fpn(
+    torch,
+    nn,
+    F,
+    trainable_layers=3,
+    returned_layers=None,
+    out_channels=8,
+    width=4,
+):
+    """torchvision's ``resnet_fpn_backbone``: a ResNet-50-style backbone on
+    ``FrozenBatchNorm2d`` with its first layers frozen (``requires_grad_(False)``),
+    ``IntermediateLayerGetter`` (an ``nn.ModuleDict`` returning an ``OrderedDict``),
+    ``FeaturePyramidNetwork`` (nearest ``interpolate`` to the lateral's ``shape[-2:]``) and
+    ``LastLevelMaxPool``; ``out_channels`` is 256 there."""
+    Conv2dNormActivation = _ops(torch, nn, F).Conv2dNormActivation
+
+    class FrozenBatchNorm2d(nn.Module):
+        def __init__(self, num_features, eps=1e-5):
+            super().__init__()
+            self.eps = eps
+            self.register_buffer("weight", torch.ones(num_features))
+            self.register_buffer("bias", torch.zeros(num_features))
+            self.register_buffer("running_mean", torch.zeros(num_features))
+            self.register_buffer("running_var", torch.ones(num_features))
+
+        def forward(self, x):
+            # move reshapes to the beginning
+            # to make it user-friendly
+            w = self.weight.reshape(1, -1, 1, 1)
+            b = self.bias.reshape(1, -1, 1, 1)
+            rv = self.running_var.reshape(1, -1, 1, 1)
+            rm = self.running_mean.reshape(1, -1, 1, 1)
+            scale = w * (rv + self.eps).rsqrt()
+            bias = b - rm * scale
+            return x * scale + bias
+
+        def __repr__(self):
+            return f"{self.__class__.__name__}({self.weight.shape[0]}, eps={self.eps})"
+
+    class IntermediateLayerGetter(nn.ModuleDict):
+        _version = 2
+
+        def __init__(self, model, return_layers):
+            if not set(return_layers).issubset([name for name, _ in model.named_children()]):
+                raise ValueError("return_layers are not present in model")
+            orig_return_layers = return_layers
+            return_layers = {str(k): str(v) for k, v in return_layers.items()}
+            layers = OrderedDict()
+            for name, module in model.named_children():
+                layers[name] = module
+                if name in return_layers:
+                    del return_layers[name]
+                if not return_layers:
+                    break
+
+            super().__init__(layers)
+            self.return_layers = orig_return_layers
+
+        def forward(self, x):
+            out = OrderedDict()
+            for name, module in self.items():
+                x = module(x)
+                if name in self.return_layers:
+                    out_name = self.return_layers[name]
+                    out[out_name] = x
+            return out
+
+    class ExtraFPNBlock(nn.Module):
+        def forward(self, results, x, names):
+            pass
+
+    class LastLevelMaxPool(ExtraFPNBlock):
+        """Applies a max_pool2d (not actual max_pool2d, we just subsample) on top of the last
+        feature map"""
+
+        def forward(self, x, y, names):
+            names.append("pool")
+            # Use max pooling to simulate stride 2 subsampling
+            x.append(F.max_pool2d(x[-1], kernel_size=1, stride=2, padding=0))
+            return x, names
+
+    class FeaturePyramidNetwork(nn.Module):
+        _version = 2
+
+        def __init__(self, in_channels_list, out_channels, extra_blocks=None, norm_layer=None):
+            super().__init__()
+            self.inner_blocks = nn.ModuleList()
+            self.layer_blocks = nn.ModuleList()
+            for in_channels in in_channels_list:
+                if in_channels == 0:
+                    raise ValueError("in_channels=0 is currently not supported")
+                inner_block_module = Conv2dNormActivation(
+                    in_channels,
+                    out_channels,
+                    kernel_size=1,
+                    padding=0,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+                layer_block_module = Conv2dNormActivation(
+                    out_channels,
+                    out_channels,
+                    kernel_size=3,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+                self.inner_blocks.append(inner_block_module)
+                self.layer_blocks.append(layer_block_module)
+
+            # initialize parameters now to avoid modifying the initialization of top_blocks
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_uniform_(m.weight, a=1)
+                    if m.bias is not None:
+                        nn.init.constant_(m.bias, 0)
+
+            if extra_blocks is not None:
+                if not isinstance(extra_blocks, ExtraFPNBlock):
+                    raise TypeError(
+                        f"extra_blocks should be of type ExtraFPNBlock not {type(extra_blocks)}"
+                    )
+            self.extra_blocks = extra_blocks
+
+        def get_result_from_inner_blocks(self, x, idx):
+            """This is equivalent to self.inner_blocks[idx](x), but torchscript doesn't support
+            this yet"""
+            num_blocks = len(self.inner_blocks)
+            if idx < 0:
+                idx += num_blocks
+            out = x
+            for i, module in enumerate(self.inner_blocks):
+                if i == idx:
+                    out = module(x)
+            return out
+
+        def get_result_from_layer_blocks(self, x, idx):
+            num_blocks = len(self.layer_blocks)
+            if idx < 0:
+                idx += num_blocks
+            out = x
+            for i, module in enumerate(self.layer_blocks):
+                if i == idx:
+                    out = module(x)
+            return out
+
+        def forward(self, x):
+            # unpack OrderedDict into two lists for easier handling
+            names = list(x.keys())
+            x = list(x.values())
+
+            last_inner = self.get_result_from_inner_blocks(x[-1], -1)
+            results = []
+            results.append(self.get_result_from_layer_blocks(last_inner, -1))
+
+            for idx in range(len(x) - 2, -1, -1):
+                inner_lateral = self.get_result_from_inner_blocks(x[idx], idx)
+                feat_shape = inner_lateral.shape[-2:]
+                inner_top_down = F.interpolate(last_inner, size=feat_shape, mode="nearest")
+                last_inner = inner_lateral + inner_top_down
+                results.insert(0, self.get_result_from_layer_blocks(last_inner, idx))
+
+            if self.extra_blocks is not None:
+                results, names = self.extra_blocks(results, x, names)
+
+            # make it back an OrderedDict
+            out = OrderedDict([(k, v) for k, v in zip(names, results)])
+
+            return out
+
+    class BackboneWithFPN(nn.Module):
+        def __init__(
+            self,
+            backbone,
+            return_layers,
+            in_channels_list,
+            out_channels,
+            extra_blocks=None,
+            norm_layer=None,
+        ):
+            super().__init__()
+
+            if extra_blocks is None:
+                extra_blocks = LastLevelMaxPool()
+
+            self.body = IntermediateLayerGetter(backbone, return_layers=return_layers)
+            self.fpn = FeaturePyramidNetwork(
+                in_channels_list=in_channels_list,
+                out_channels=out_channels,
+                extra_blocks=extra_blocks,
+                norm_layer=norm_layer,
+            )
+            self.out_channels = out_channels
+
+        def forward(self, x):
+            x = self.body(x)
+            x = self.fpn(x)
+            return x
+
+    def _resnet_fpn_extractor(
+        backbone, trainable_layers, returned_layers=None, extra_blocks=None, norm_layer=None
+    ):
+        # select layers that won't be frozen
+        if trainable_layers < 0 or trainable_layers > 5:
+            raise ValueError(
+                f"Trainable layers should be in the range [0,5], got {trainable_layers}"
+            )
+        layers_to_train = ["layer4", "layer3", "layer2", "layer1", "conv1"][:trainable_layers]
+        if trainable_layers == 5:
+            layers_to_train.append("bn1")
+        for name, parameter in backbone.named_parameters():
+            if all([not name.startswith(layer) for layer in layers_to_train]):
+                parameter.requires_grad_(False)
+
+        if extra_blocks is None:
+            extra_blocks = LastLevelMaxPool()
+
+        if returned_layers is None:
+            returned_layers = [1, 2, 3, 4]
+        if min(returned_layers) <= 0 or max(returned_layers) >= 5:
+            raise ValueError(
+                f"Each returned layer should be in the range [1,4]. Got {returned_layers}"
+            )
+        return_layers = {f"layer{k}": str(v) for v, k in enumerate(returned_layers)}
+
+        in_channels_stage2 = backbone.inplanes // 8
+        in_channels_list = [in_channels_stage2 * 2 ** (i - 1) for i in returned_layers]
+        return BackboneWithFPN(
+            backbone,
+            return_layers,
+            in_channels_list,
+            out_channels,
+            extra_blocks=extra_blocks,
+            norm_layer=norm_layer,
+        )
+
+    backbone = make_resnext(
+        torch,
+        nn,
+        F,
+        layers=(1, 1, 1, 1),
+        groups=1,
+        width_per_group=64,
+        width=width,
+        norm_layer=FrozenBatchNorm2d,
+    )
+    return _resnet_fpn_extractor(backbone, trainable_layers, returned_layers)
