@@ -905,8 +905,10 @@ def make_densenet(
     num_classes=1000,
     memory_efficient=False,
 ):
-    """torchvision's ``DenseNet`` (``_DenseLayer``, ``_DenseBlock``, ``_Transition``)."""
+    """torchvision's ``DenseNet`` (``_DenseLayer``, ``_DenseBlock``, ``_Transition``);
+    ``memory_efficient`` recomputes each bottleneck under ``torch.utils.checkpoint``."""
     Tensor = torch.Tensor
+    cp = torch.utils.checkpoint
 
     class _DenseLayer(nn.Module):
         def __init__(
@@ -938,6 +940,12 @@ def make_densenet(
             bottleneck_output = self.conv1(self.relu1(self.norm1(concated_features)))
             return bottleneck_output
 
+        def call_checkpoint_bottleneck(self, input):
+            def closure(*inputs):
+                return self.bn_function(inputs)
+
+            return cp.checkpoint(closure, *input, use_reentrant=False)
+
         # todo: rewrite when torchscript supports any
         def any_requires_grad(self, input):
             for tensor in input:
@@ -952,7 +960,10 @@ def make_densenet(
                 prev_features = input
 
             if self.memory_efficient and self.any_requires_grad(prev_features):
-                raise NotImplementedError("memory_efficient DenseNet is not ported")
+                if torch.jit.is_scripting():
+                    raise Exception("Memory Efficient not supported in JIT")
+
+                bottleneck_output = self.call_checkpoint_bottleneck(prev_features)
             else:
                 bottleneck_output = self.bn_function(prev_features)
 
