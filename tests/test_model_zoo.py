@@ -614,3 +614,24 @@ def test_conv_with_no_output_channels_is_a_shape_error():
         rnn.Conv2d(8, 0, 1)(rg.zeros(2, 8, 3, 3))
     with pytest.raises(RuntimeError, match="at least 1 at dimension 0"):
         tnn.Conv2d(8, 0, 1)(torch.zeros(2, 8, 3, 3))
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+def test_cummax_and_cummin_return_values_and_indices_as_torch(name):
+    """``torch.cummax(x, d)`` is a ``(values, indices)`` pair; a bare tensor let a ported
+    ``torch.cummax(x, d)[0]`` read the first row instead of the values, without an error."""
+    values = np.random.default_rng(5).standard_normal((3, 4, 5))
+    x = rg.tensor(values).require_grad()
+    tx = torch.from_numpy(values.copy()).requires_grad_()
+    for ours, theirs in (
+        (getattr(rg, name)(x, dim=-1), getattr(torch, name)(tx, dim=-1)),
+        (getattr(x, name)(1), getattr(tx, name)(1)),
+    ):
+        got, got_indices = ours  # unpacks as torch's
+        np.testing.assert_array_equal(got.numpy(), theirs.values.detach().numpy())
+        np.testing.assert_array_equal(ours[0].numpy(), theirs[0].detach().numpy())
+        np.testing.assert_array_equal(got_indices.numpy(), theirs.indices.numpy())
+        grads = (ours.values * 2.0).sum().backward()
+        tx.grad = None
+        (theirs.values * 2.0).sum().backward()
+        np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
