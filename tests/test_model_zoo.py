@@ -635,3 +635,20 @@ def test_cummax_and_cummin_return_values_and_indices_as_torch(name):
         tx.grad = None
         (theirs.values * 2.0).sum().backward()
         np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "nansum", "nanmean"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reductions_over_no_dims_reduce_everything_as_torch(name, keepdim):
+    """``loss.sum(dim=tuple(range(1, loss.ndim)))`` on a 1-d loss passes ``dim=()``: torch
+    reduces every dimension (as ``amax``/``var`` here already did); ``sum``/``mean`` returned
+    the tensor unchanged."""
+    values = np.arange(6.0).reshape(2, 3) - 2.0
+    x = rg.tensor(values).require_grad()
+    out = getattr(x, name)(dim=(), keepdim=keepdim)
+    expected = getattr(torch.from_numpy(values), name)(dim=(), keepdim=keepdim)
+    assert tuple(out.shape) == tuple(expected.shape)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-15)
+    grads = out.sum().backward()
+    scale = 1.0 / values.size if "mean" in name else 1.0
+    np.testing.assert_allclose(x.grad(grads).numpy(), np.full(values.shape, scale), rtol=1e-15)

@@ -97,6 +97,8 @@ class ReduceMixin:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
         ndim = self.ndim
         dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+        if not dims:  # torch: ``dim=()`` reduces every dimension, as amax/var/std here do
+            dims = tuple(range(ndim))
         normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
         if len(normalized) != len(dims):
             raise ShapeError(f"{op}: dimensions {list(dims)} repeat")
