@@ -652,3 +652,23 @@ def test_reductions_over_no_dims_reduce_everything_as_torch(name, keepdim):
     grads = out.sum().backward()
     scale = 1.0 / values.size if "mean" in name else 1.0
     np.testing.assert_allclose(x.grad(grads).numpy(), np.full(values.shape, scale), rtol=1e-15)
+
+
+def test_module_attributes_read_as_torchs():
+    """Ported code reads layer attributes: a pool's default stride is its kernel size, an
+    ``Upsample``'s factor a float, and ModuleLists concatenate with ``+``."""
+    for lib in (rg, torch):
+        assert lib.nn.MaxPool2d(3).stride == 3
+        assert lib.nn.AvgPool2d(2, padding=1).stride == 2
+        assert lib.nn.MaxPool2d(3, 2).stride == 2
+        assert lib.nn.Upsample(scale_factor=2).scale_factor == 2.0
+        assert isinstance(lib.nn.Upsample(scale_factor=2).scale_factor, float)
+        assert lib.nn.Upsample(scale_factor=(2, 3)).scale_factor == (2.0, 3.0)
+        first, second = lib.nn.ModuleList([lib.nn.ReLU()]), lib.nn.ModuleList([lib.nn.Tanh()])
+        both = first + second
+        assert type(both) is lib.nn.ModuleList and len(both) == 2 and len(first) == 1
+        assert both[0] is first[0] and both[1] is second[0]
+    x = rg.tensor(np.arange(32.0).reshape(1, 2, 4, 4))
+    np.testing.assert_array_equal(
+        rnn.MaxPool2d(2)(x).numpy(), tnn.MaxPool2d(2)(torch.from_numpy(x.numpy())).numpy()
+    )
