@@ -672,3 +672,42 @@ def test_module_attributes_read_as_torchs():
     np.testing.assert_array_equal(
         rnn.MaxPool2d(2)(x).numpy(), tnn.MaxPool2d(2)(torch.from_numpy(x.numpy())).numpy()
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("Adam", {"amsgrad": True, "weight_decay": 0.1}),
+        ("AdamW", {"amsgrad": True, "maximize": True, "foreach": False}),
+        ("Adam", {"maximize": True, "weight_decay": 0.1, "fused": None}),
+        ("Adam", {"weight_decay": 0.1, "decoupled_weight_decay": True}),
+        ("SGD", {"momentum": 0.9, "weight_decay": 0.01, "maximize": True, "foreach": None}),
+        ("RMSprop", {"centered": True, "momentum": 0.5, "maximize": True}),
+    ],
+)
+def test_optimizer_switches_match_torch(kind, options):
+    """torch's ``amsgrad``, ``maximize``, ``decoupled_weight_decay`` and the implementation
+    switches (``foreach``, ``fused``) that training scripts pass: five steps of a small model
+    equal torch's (they were refused as unexpected arguments)."""
+    rng = np.random.default_rng(0)
+    start = [rng.standard_normal((3, 4)), rng.standard_normal(3)]
+    batches = [rng.standard_normal((5, 4)) for _ in range(5)]
+    finals = []
+    for lib in (rg, torch):
+        params = [lib.nn.Parameter(lib.from_numpy(v.copy())) for v in start]
+        opt = getattr(lib.optim, kind)(params, lr=0.01, **options)
+        for batch in batches:
+            loss = (lib.tanh(lib.from_numpy(batch) @ params[0].T + params[1]) ** 2).sum()
+            if lib is rg:
+                opt.step(loss.backward())
+            else:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        finals.append([np.array(p.detach().numpy()) for p in params])
+    for ours, theirs in zip(*finals, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    with pytest.raises(rg.errors.InvalidArgumentError, match="capturable"):
+        rg.optim.Adam([rg.nn.Parameter(rg.zeros(2))], capturable=True)
+    with pytest.raises(rg.errors.InvalidArgumentError, match="unexpected keyword"):
+        rg.optim.SGD([rg.nn.Parameter(rg.zeros(2))], lr=0.1, bogus=1)
