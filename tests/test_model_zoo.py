@@ -711,3 +711,18 @@ def test_optimizer_switches_match_torch(kind, options):
         rg.optim.Adam([rg.nn.Parameter(rg.zeros(2))], capturable=True)
     with pytest.raises(rg.errors.InvalidArgumentError, match="unexpected keyword"):
         rg.optim.SGD([rg.nn.Parameter(rg.zeros(2))], lr=0.1, bogus=1)
+
+
+def test_split_and_chunk_return_tuples_as_torch():
+    """``torch.split``/``chunk`` give tuples; code concatenates them with other tuples
+    (``x.chunk(2) + (extra,)``), which a list refuses."""
+    x = rg.arange(10)
+    t = torch.arange(10)
+    for ours, theirs in (
+        (x.split(3), t.split(3)),
+        (rg.split(x, [3, 7]), torch.split(t, [3, 7])),
+        (x.chunk(3), t.chunk(3)),
+        (rg.chunk(x, 4), torch.chunk(t, 4)),
+    ):
+        assert type(ours) is tuple and type(theirs) is tuple
+        assert [p.tolist() for p in ours + (x[:1],)] == [p.tolist() for p in theirs + (t[:1],)]

@@ -355,16 +355,17 @@ class ShapeMixin:
         items = (("slice", 1),) * len(self.shape)
         return link(out, self, "index", (slices, out.shape, out.shape, items))
 
-    def chunk(self, chunks: int, dim: int = 0) -> list[Any]:
-        """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller)."""
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
+        """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller); a
+        tuple, as torch's (``x.chunk(2) + (y,)``)."""
         if not isinstance(chunks, numbers.Integral) or chunks <= 0:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
         size = self.shape[d]
         if size == 0:  # torch: as many empty pieces as asked for
-            return [self.narrow(d, 0, 0) for _ in range(int(chunks))]
+            return tuple(self.narrow(d, 0, 0) for _ in range(int(chunks)))
         step = max(1, -(-size // chunks))
-        return [self.narrow(d, s, min(step, size - s)) for s in range(0, size, step)]
+        return tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step))
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along ``dim``, that dimension removed (views, as torch's)."""
@@ -391,8 +392,9 @@ class ShapeMixin:
             bounds = [0] + [min(max(i + size if i < 0 else i, 0), size) for i in inner] + [size]
         return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
 
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Any]:
-        """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size."""
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Any, ...]:
+        """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size;
+        a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
         if isinstance(split_size, numbers.Integral):
@@ -408,7 +410,7 @@ class ShapeMixin:
         for n in sizes:
             pieces.append(self.narrow(d, start, n))
             start += n
-        return pieces
+        return tuple(pieces)
 
     def unfold(self, dim: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension."""
