@@ -726,3 +726,24 @@ def test_split_and_chunk_return_tuples_as_torch():
     ):
         assert type(ours) is tuple and type(theirs) is tuple
         assert [p.tolist() for p in ours + (x[:1],)] == [p.tolist() for p in theirs + (t[:1],)]
+
+
+def test_functional_keywords_torch_code_passes():
+    """``F.silu(x, inplace=True)`` (EfficientNet-style code) is accepted as ``F.relu``'s
+    ``inplace`` is; ``F.interpolate(..., antialias=False)`` resizes as torch does and
+    ``antialias=True`` is refused by name rather than by a TypeError."""
+    values = np.random.default_rng(6).standard_normal((1, 2, 4, 4))
+    np.testing.assert_allclose(
+        RF.silu(rg.tensor(values), inplace=True).numpy(),
+        TF.silu(torch.from_numpy(values.copy()), inplace=True).numpy(),
+        rtol=1e-14,
+    )
+    np.testing.assert_allclose(
+        RF.interpolate(rg.tensor(values), scale_factor=2, mode="bilinear", antialias=False).numpy(),
+        TF.interpolate(
+            torch.from_numpy(values), scale_factor=2, mode="bilinear", antialias=False
+        ).numpy(),
+        rtol=1e-14,
+    )
+    with pytest.raises(rg.errors.InvalidArgumentError, match="antialias"):
+        RF.interpolate(rg.tensor(values), size=2, mode="bilinear", antialias=True)

@@ -48,8 +48,9 @@ def log_sigmoid(x: Tensor) -> Tensor:
     return x.log_sigmoid()
 
 
-def silu(x: Tensor) -> Tensor:
-    """``x * sigmoid(x)``."""
+def silu(x: Tensor, inplace: bool = False) -> Tensor:
+    """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
+    ``F.silu(x, inplace=True)``)."""
     return x.silu()
 
 

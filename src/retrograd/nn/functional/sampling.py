@@ -39,8 +39,10 @@ def interpolate(
     mode: str = "nearest",
     align_corners: bool | None = None,
     recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
 ) -> Tensor:
     """Resize the spatial dimensions to ``size``, or by ``scale_factor``, PyTorch's rules.
+    ``antialias=True`` (torch's low-pass filter when downsampling) is refused.
 
     ``mode``: ``"nearest"`` (PyTorch's legacy floor rule; 1 to 3 spatial dims), ``"linear"``
     (3-d input), ``"bilinear"``, ``"bicubic"`` (4-d, A = -0.75) or ``"trilinear"`` (5-d).
@@ -53,6 +55,11 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
+    if antialias:
+        raise InvalidArgumentError(
+            f"{fn}: antialias=True is not supported (torch's anti-aliasing filter); resize "
+            "without it, or blur before downsampling"
+        )
     x = _float_input(fn, x)
     spatial = x.ndim - 2
     if mode in ("nearest", "nearest-exact", "area"):
