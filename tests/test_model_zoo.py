@@ -6,6 +6,13 @@ depth off, BatchNorm on batch statistics) and in evaluation mode (dropout at its
 BatchNorm on running statistics). The initializations, which the copy of the weights would hide,
 are compared on their own: constant ones exactly, random ones by their spread.
 
+Two training recipes (parameter groups, schedulers, gradient clipping) run four steps against
+torch's, and the library defects the zoo found each have a focused test at the end: hard
+activations' gradients on their bounds, torch's keyword forms of the shape methods,
+``bernoulli_``'s probability check, ``cummax``/``cummin``'s ``(values, indices)``, reductions over
+``dim=()``, module attributes (pool strides, ``Upsample`` factors), optimizer switches
+(``amsgrad``, ``maximize``, ``foreach``/``fused``), ``split``/``chunk`` tuples.
+
 Runs on either inner backend (``RETROGRAD_INNER=torch``).
 """
 
