@@ -755,3 +755,12 @@ def test_functional_keywords_torch_code_passes():
     )
     with pytest.raises(rg.errors.InvalidArgumentError, match="antialias"):
         RF.interpolate(rg.tensor(values), size=2, mode="bilinear", antialias=True)
+    # HRNet-style keyword calls: F.interpolate(input=score, size=...), F.pad(input=x, pad=...)
+    np.testing.assert_allclose(
+        RF.interpolate(input=rg.tensor(values), size=(5, 3), mode="nearest").numpy(),
+        TF.interpolate(input=torch.from_numpy(values), size=(5, 3), mode="nearest").numpy(),
+    )
+    np.testing.assert_allclose(
+        RF.pad(input=rg.tensor(values), pad=(1, 0, 2, 1), mode="reflect").numpy(),
+        TF.pad(input=torch.from_numpy(values), pad=(1, 0, 2, 1), mode="reflect").numpy(),
+    )

@@ -33,7 +33,7 @@ _INTERPOLATION_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
 def interpolate(
-    x: Tensor,
+    input: Tensor,  # noqa: A002 (torch's name: ``F.interpolate(input=x, size=...)``)
     size: int | Sequence[int] | None = None,
     scale_factor: float | Sequence[float] | None = None,
     mode: str = "nearest",
@@ -55,6 +55,7 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
+    x = input
     if antialias:
         raise InvalidArgumentError(
             f"{fn}: antialias=True is not supported (torch's anti-aliasing filter); resize "
@@ -135,7 +136,12 @@ def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], s
 _PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
-def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+def pad(
+    input: Tensor,  # noqa: A002 (torch's name: ``F.pad(input=x, pad=...)``)
+    pad: Sequence[int],
+    mode: str = "constant",
+    value: float = 0.0,
+) -> Tensor:
     """Pad (or, with negative entries, crop) the last dimensions, as ``torch.nn.functional.pad``.
 
     ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
@@ -151,6 +157,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
     [[5.0, 1.0]]
     """
     fn = "pad"
+    x = input
     if mode not in _PAD_MODES:
         raise InvalidArgumentError(
             f"{fn}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}"
