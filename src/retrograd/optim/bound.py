@@ -63,6 +63,8 @@ def _kernel_of(optimizer: Any) -> FusedUpdate | None:
         return None
     if cls.update is not FusedOptimizer.update or not optimizer.updates_in_place:
         return None
+    if optimizer.bypasses_kernel():  # maximize/amsgrad: more than the bare kernel
+        return None
     return optimizer.fused
 
 

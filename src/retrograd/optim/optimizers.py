@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
 from .fused import ADAM, RMSPROP, SGD_MOMENTUM, FusedUpdate
@@ -547,7 +547,31 @@ class FusedOptimizer(Optimizer):
         return {name: group[name] for name in self.fused.hyper if name != "step"}
 
     def update(self, value, grad, state, group, in_place=False):
+        if group.get("maximize"):
+            grad = -grad  # torch negates the gradient first, then decays and steps as usual
+        if group.get("amsgrad"):
+            return self.amsgrad_update(value, grad, state, group)
         return self.fused.run(value, grad, state, self.settings(group), in_place)
+
+    def amsgrad_update(self, value, grad, state, group):
+        raise NotImplementedError
+
+    def bypasses_kernel(self) -> bool:
+        """Whether a group asks for what the fused kernel alone does not do (``maximize``,
+        ``amsgrad``): a captured step then runs :meth:`update` rather than the bare kernel."""
+        return any(group.get("maximize") or group.get("amsgrad") for group in self.param_groups)
+
+
+def _switches(name: str, flags: dict[str, Any]) -> None:
+    """torch's implementation switches: ``foreach``/``fused`` (how torch loops over the
+    parameters; one algorithm here, the same numbers) change nothing; ``capturable`` and
+    ``differentiable`` are refused when asked for."""
+    unknown = sorted(set(flags) - {"foreach", "fused", "capturable", "differentiable"})
+    if unknown:
+        raise InvalidArgumentError(f"{name}: unexpected keyword arguments {unknown}")
+    refused = sorted(key for key in ("capturable", "differentiable") if flags.get(key))
+    if refused:
+        raise InvalidArgumentError(f"{name}: {refused} are not supported")
 
 
 class SGD(FusedOptimizer):
@@ -569,13 +593,18 @@ class SGD(FusedOptimizer):
         dampening: float = 0.0,
         weight_decay: float = 0.0,
         nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        **flags: Any,
     ):
+        _switches("SGD", flags)
         defaults = {
             "lr": lr,
             "momentum": float(momentum),
             "dampening": float(dampening),
             "weight_decay": float(weight_decay),
             "nesterov": bool(nesterov),
+            "maximize": bool(maximize),
         }
         super().__init__(params, defaults)
 
@@ -602,14 +631,50 @@ class Adam(FusedOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool = False,
+        **flags: Any,
     ):
+        _switches(type(self).__name__, flags)
+        if decoupled_weight_decay:  # torch's Adam(decoupled_weight_decay=True) is AdamW
+            self.decoupled = True
         defaults = {
             "lr": lr,
             "betas": (float(betas[0]), float(betas[1])),
             "eps": float(eps),
             "weight_decay": float(weight_decay),
+            "amsgrad": bool(amsgrad),
+            "maximize": bool(maximize),
         }
         super().__init__(params, defaults)
+
+    def amsgrad_update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        """torch's single-tensor Adam with ``amsgrad``, operation for operation: the
+        denominator uses the running maximum of the second moment (``max_exp_avg_sq``)."""
+        state = dict(state)
+        beta1, beta2 = group["betas"]
+        lr, step, weight_decay = group["lr"], state["step"], group["weight_decay"]
+        if weight_decay:
+            if self.decoupled:
+                value = value * (1.0 - lr * weight_decay)
+            else:
+                grad = grad + value * weight_decay
+        first, second = state.get("exp_avg"), state.get("exp_avg_sq")
+        if first is None:
+            first, second = zeros_like(grad), zeros_like(grad)
+        peak = state.get("max_exp_avg_sq")
+        if peak is None:
+            peak = zeros_like(grad)
+        first = first.lerp(grad, 1.0 - beta1)
+        second = second * beta2 + grad * grad * (1.0 - beta2)
+        step_size = lr / (1.0 - beta1**step)
+        peak = peak.maximum(second)
+        denom = peak.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]
+        value = value + first * (-step_size) / denom
+        state.update(exp_avg=first, exp_avg_sq=second, max_exp_avg_sq=peak)
+        return value, state
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -651,8 +716,13 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        **flags: Any,
     ):
-        super().__init__(params, lr, betas, eps, weight_decay)
+        flags.pop("decoupled_weight_decay", None)  # AdamW's is always on
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, **flags)
 
 
 class RMSprop(FusedOptimizer):
@@ -668,7 +738,11 @@ class RMSprop(FusedOptimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
+        *,
+        maximize: bool = False,
+        **flags: Any,
     ):
+        _switches("RMSprop", flags)
         if not alpha >= 0.0:
             raise InvalidArgumentError(f"RMSprop: alpha must be non-negative, got {alpha!r}")
         defaults = {
@@ -678,6 +752,7 @@ class RMSprop(FusedOptimizer):
             "weight_decay": float(weight_decay),
             "momentum": float(momentum),
             "centered": bool(centered),
+            "maximize": bool(maximize),
         }
         super().__init__(params, defaults)
 

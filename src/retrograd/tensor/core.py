@@ -55,7 +55,7 @@ from .printing import array2string_options
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
-from .shape import ShapeMixin
+from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
 from .views import link, unlink
 
@@ -401,20 +401,22 @@ class Tensor(
         backend = self._backend
         return Tensor(backend.full(shape, fill, dtype, device), backend, device)
 
-    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None,
+    def new_zeros(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                   requires_grad: bool = False) -> Tensor:  # fmt: skip
-        """Zeros of ``size``, with this tensor's dtype and device unless given."""
-        out = self._new_like("new_zeros", size, dtype, device, 0)
+        """Zeros of ``size`` (varargs, one sequence or ``size=``), with this tensor's dtype and
+        device unless given."""
+        out = self._new_like("new_zeros", _sized("new_zeros", args, size), dtype, device, 0)
         return out.require_grad() if requires_grad else out
 
-    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None,
+    def new_ones(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                  requires_grad: bool = False) -> Tensor:  # fmt: skip
-        out = self._new_like("new_ones", size, dtype, device, 1)
+        out = self._new_like("new_ones", _sized("new_ones", args, size), dtype, device, 1)
         return out.require_grad() if requires_grad else out
 
-    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None,
+    def new_empty(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                   requires_grad: bool = False) -> Tensor:  # fmt: skip
         """torch's ``new_empty`` (values unspecified: here zeros)."""
+        size = _sized("new_empty", args, size)
         return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
@@ -622,6 +624,11 @@ class Tensor(
 
     def is_distributed(self) -> bool:
         return self._backend.is_autodiff and self._backend.param_id(self._prim) is not None
+
+
+def _sized(op: str, args: tuple, size: Any) -> tuple:
+    """The size of a ``new_*`` method: varargs, one sequence, or torch's ``size=``."""
+    return by_keyword(op, args, "size", size)
 
 
 def _gradients(op: str, grads: Any) -> Any:

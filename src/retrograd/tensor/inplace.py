@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
-from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     SCALARS,
     TensorBase,
@@ -356,6 +356,10 @@ class InplaceMixin:
         )
 
     def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Any:
+        """Ones with probability ``p`` (a number, or a tensor of them), zeros elsewhere; a
+        probability outside ``[0, 1]`` is an error, as torch's (it would silently clip)."""
+        _check_probability("bernoulli_", p)
+
         def draw(t: Any) -> Any:
             probability = p if isinstance(p, TensorBase) else float(p)
             return (_random(t, "bernoulli_", generator=generator) < probability).cast(t.dtype)
@@ -515,3 +519,16 @@ for _name in SAME_ARGUMENTS:
     if not hasattr(InplaceMixin, f"{_name}_"):
         setattr(InplaceMixin, f"{_name}_", _in_place(_name))
 del _name
+
+
+def _check_probability(op: str, p: Any) -> None:
+    if isinstance(p, TensorBase):
+        if p.numel() and not bool(((p >= 0) & (p <= 1)).all()):
+            raise InvalidArgumentError(
+                f"{op}: probabilities must be in [0, 1], got values from {float(p.min())} to "
+                f"{float(p.max())}"
+            )
+        return
+    probability = float(p)
+    if not 0.0 <= probability <= 1.0:
+        raise InvalidArgumentError(f"{op}: p must be in [0, 1], got {p!r}")

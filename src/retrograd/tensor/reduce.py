@@ -21,6 +21,8 @@ from . import norms
 from ._dispatch import TensorOp, lift, normalize_dim, promote, untracked
 
 __all__ = [
+    "CummaxResult",
+    "CumminResult",
     "MaxResult",
     "MedianResult",
     "MinResult",
@@ -35,6 +37,8 @@ MaxResult = namedtuple("max", ["values", "indices"])
 MinResult = namedtuple("min", ["values", "indices"])
 SortResult = namedtuple("sort", ["values", "indices"])
 TopkResult = namedtuple("topk", ["values", "indices"])
+CummaxResult = namedtuple("cummax", ["values", "indices"])
+CumminResult = namedtuple("cummin", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
 
 _EMPTY_REFUSED = ("max_dim", "min_dim", "argmax", "argmin")
@@ -93,6 +97,8 @@ class ReduceMixin:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
         ndim = self.ndim
         dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+        if not dims:  # torch: ``dim=()`` reduces every dimension, as amax/var/std here do
+            dims = tuple(range(ndim))
         normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
         if len(normalized) != len(dims):
             raise ShapeError(f"{op}: dimensions {list(dims)} repeat")
@@ -263,10 +269,14 @@ class ReduceMixin:
         return self._apply("cumprod", (self,), (normalize_dim("cumprod", dim, self.ndim),))
 
     def cummax(self, dim: int) -> Any:
-        return self.cummax_with_indices(dim)[0]
+        """torch's ``cummax``: ``(values, indices)`` along ``dim``, an index the latest where
+        the running maximum is reached. (A bare tensor here would let ported
+        ``torch.cummax(x, d)[0]`` read the first row instead of the values.)"""
+        return CummaxResult(*self.cummax_with_indices(dim))
 
     def cummin(self, dim: int) -> Any:
-        return self.cummin_with_indices(dim)[0]
+        """torch's ``cummin``: ``(values, indices)`` along ``dim``."""
+        return CumminResult(*self.cummin_with_indices(dim))
 
     def cummax_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._apply("cummax", (self,), (normalize_dim("cummax", dim, self.ndim),))

@@ -32,16 +32,19 @@ class ShapeMixin:
     shape: tuple[int, ...]
     ndim: int
 
-    def reshape(self, *shape: Any) -> Any:
-        """The same elements in ``shape``, given as one sequence or as separate ints
-        (``t.reshape(2, -1)``, as torch); one entry may be -1. A view of this tensor where
-        torch's would be one (see :mod:`.views`), else a copy."""
+    def reshape(self, *args: Any, shape: Any = None) -> Any:
+        """The same elements in ``shape``, given as one sequence, as separate ints
+        (``t.reshape(2, -1)``) or by keyword (``t.reshape(shape=(2, -1))``), as torch; one entry
+        may be -1. A view of this tensor where torch's would be one (see :mod:`.views`), else
+        a copy."""
+        shape = by_keyword("reshape", args, "shape", shape)
         target = infer_shape("reshape", self.shape, varargs_shape("reshape", shape))
         return _reshaped("reshape", self, target, strict=False)
 
-    def view(self, *shape: Any) -> Any:
+    def view(self, *shape: Any, size: Any = None) -> Any:
         """:meth:`reshape` as a view; where torch's strides allow none (after a transpose),
         the error torch gives. ``view(dtype)`` (a reinterpretation of the bytes) is refused."""
+        shape = by_keyword("view", shape, "size", size)
         if len(shape) == 1 and _names_dtype(shape[0]):
             raise ShapeError(
                 "view: reinterpreting the bytes as another dtype is not supported; use "
@@ -128,8 +131,10 @@ class ShapeMixin:
 
     swapaxes = swapdims = swap_dims
 
-    def permute(self, *dims: Any) -> Any:
-        """Reorder the dimensions: ``permute(2, 0, 1)`` or ``permute((2, 0, 1))``."""
+    def permute(self, *args: Any, dims: Any = None) -> Any:
+        """Reorder the dimensions: ``permute(2, 0, 1)``, ``permute((2, 0, 1))`` or
+        ``permute(dims=(2, 0, 1))``."""
+        dims = by_keyword("permute", args, "dims", dims)
         if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
             dims = tuple(dims[0])
         ndim = self.ndim
@@ -159,8 +164,10 @@ class ShapeMixin:
 
     moveaxis = movedim
 
-    def flip(self, *dims: Any) -> Any:
-        """Reverse the order along ``dims`` (``flip(0, 1)`` or ``flip((0, 1))``)."""
+    def flip(self, *args: Any, dims: Any = None) -> Any:
+        """Reverse the order along ``dims`` (``flip(0, 1)``, ``flip((0, 1))`` or
+        ``flip(dims=(0, 1))``)."""
+        dims = by_keyword("flip", args, "dims", dims)
         if len(dims) == 1:
             dims = dims[0]
         return self._flip(dims)
@@ -178,9 +185,10 @@ class ShapeMixin:
             raise ShapeError(f"flip: dimensions {list(dims)} repeat")
         return self._apply("flip", (self,), (normalized,)) if normalized else self
 
-    def expand(self, *sizes: Any) -> Any:
-        """Broadcast to ``sizes`` (-1 keeps a dimension), without copying: a view (writing
-        into it is refused, as torch refuses it)."""
+    def expand(self, *sizes: Any, size: Any = None) -> Any:
+        """Broadcast to ``sizes`` (-1 keeps a dimension; torch's keyword is ``size``), without
+        copying: a view (writing into it is refused, as torch refuses it)."""
+        sizes = by_keyword("expand", sizes, "size", size)
         shape = varargs_shape("expand", sizes)
         own = self.shape
         if len(shape) < len(own):
@@ -215,11 +223,11 @@ class ShapeMixin:
             raise ShapeError(f"repeat_dim: times must be a non-negative int, got {times!r}")
         return self if times == 1 else self._apply("repeat_dim", (self,), (d, int(times)))
 
-    def repeat(self, *sizes: Any) -> Any:
+    def repeat(self, *sizes: Any, repeats: Any = None) -> Any:
         """Tile the tensor ``sizes[d]`` times along each dimension ``d`` (PyTorch's ``repeat``,
         Burn's ``repeat``; ``repeat(2, 3)`` or ``repeat((2, 3))``); extra leading sizes add
-        dimensions."""
-        sizes = varargs_shape("repeat", sizes)
+        dimensions; torch's keyword is ``repeats``."""
+        sizes = varargs_shape("repeat", by_keyword("repeat", sizes, "repeats", repeats))
         if len(sizes) < self.ndim:
             raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor with {self.ndim} dimensions")
         out = self._apply("reshape", (self,), ((1,) * (len(sizes) - self.ndim) + self.shape,))
@@ -227,9 +235,9 @@ class ShapeMixin:
             out = out.repeat_dim(dim, times)
         return out
 
-    def tile(self, *dims: Any) -> Any:
+    def tile(self, *args: Any, dims: Any = None) -> Any:
         """torch's ``tile``: as :meth:`repeat`, fewer sizes than dimensions padded with 1s."""
-        sizes = varargs_shape("tile", dims)
+        sizes = varargs_shape("tile", by_keyword("tile", args, "dims", dims))
         return self.repeat((1,) * (self.ndim - len(sizes)) + sizes)
 
     def repeat_interleave(
@@ -347,16 +355,17 @@ class ShapeMixin:
         items = (("slice", 1),) * len(self.shape)
         return link(out, self, "index", (slices, out.shape, out.shape, items))
 
-    def chunk(self, chunks: int, dim: int = 0) -> list[Any]:
-        """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller)."""
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
+        """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller); a
+        tuple, as torch's (``x.chunk(2) + (y,)``)."""
         if not isinstance(chunks, numbers.Integral) or chunks <= 0:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
         size = self.shape[d]
         if size == 0:  # torch: as many empty pieces as asked for
-            return [self.narrow(d, 0, 0) for _ in range(int(chunks))]
+            return tuple(self.narrow(d, 0, 0) for _ in range(int(chunks)))
         step = max(1, -(-size // chunks))
-        return [self.narrow(d, s, min(step, size - s)) for s in range(0, size, step)]
+        return tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step))
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along ``dim``, that dimension removed (views, as torch's)."""
@@ -383,8 +392,9 @@ class ShapeMixin:
             bounds = [0] + [min(max(i + size if i < 0 else i, 0), size) for i in inner] + [size]
         return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
 
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Any]:
-        """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size."""
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Any, ...]:
+        """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size;
+        a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
         if isinstance(split_size, numbers.Integral):
@@ -400,7 +410,7 @@ class ShapeMixin:
         for n in sizes:
             pieces.append(self.narrow(d, start, n))
             start += n
-        return pieces
+        return tuple(pieces)
 
     def unfold(self, dim: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension."""
@@ -470,6 +480,17 @@ def flatten(t: Any, start_dim: int = 0, end_dim: int = -1) -> Any:
 
 
 # -- shape arguments -----------------------------------------------------------------------------
+def by_keyword(op: str, args: tuple[Any, ...], keyword: str, value: Any) -> tuple[Any, ...]:
+    """The varargs of a method torch also lets take its sequence by keyword
+    (``t.reshape(shape=...)``, ``t.permute(dims=...)``): ``args``, or ``(value,)`` when the
+    keyword was given instead."""
+    if value is None:
+        return args
+    if args:
+        raise ShapeError(f"{op}: got {keyword}= and positional {keyword} {args!r}; give one")
+    return (value,)
+
+
 def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""

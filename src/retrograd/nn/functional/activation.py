@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any
 
 from ...errors import (
@@ -47,8 +48,9 @@ def log_sigmoid(x: Tensor) -> Tensor:
     return x.log_sigmoid()
 
 
-def silu(x: Tensor) -> Tensor:
-    """``x * sigmoid(x)``."""
+def silu(x: Tensor, inplace: bool = False) -> Tensor:
+    """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
+    ``F.silu(x, inplace=True)``)."""
     return x.silu()
 
 
@@ -85,34 +87,55 @@ def tanh(x: Tensor) -> Tensor:
     return x.tanh()
 
 
+def _hard_clamp(x: Tensor, min_val: float, max_val: float) -> Tensor:
+    """``x`` clamped to ``[min_val, max_val]`` with torch's ``hardtanh_backward``: the gradient
+    passes strictly inside only, none on the bounds (``clamp``'s passes on the bounds, and
+    ``relu6`` of an exact 0 -- a conv of a patch a ReLU zeroed, in eval mode -- is common)."""
+    out = x.clamp(min_val, max_val)
+    if not x.is_float():
+        return out
+    inside = x.greater(min_val).logical_and(x.less(max_val))
+    return out.mask_where(inside.logical_not(), out.detach())
+
+
 def relu6(x: Tensor, inplace: bool = False) -> Tensor:
-    """``min(max(x, 0), 6)``."""
-    return x.clamp(0.0, 6.0) if x.is_float() else x.clamp(0, 6)
+    """``min(max(x, 0), 6)``; no gradient at 0 and 6, as torch's."""
+    return _hard_clamp(x, 0.0, 6.0) if x.is_float() else x.clamp(0, 6)
 
 
 def hardtanh(
     x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
 ) -> Tensor:
-    """``x`` clamped to ``[min_val, max_val]``."""
+    """``x`` clamped to ``[min_val, max_val]``; the gradient passes strictly inside."""
     if min_val > max_val:
         raise InvalidArgumentError(
             f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val}"
         )
-    return x.clamp(min_val, max_val)
+    return _hard_clamp(x, min_val, max_val)
+
+
+#: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``
+_TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
 
 
 def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6`` (torch's gradient: 1/6 strictly inside ``(-3, 3)``)."""
     x = _float_input("hardsigmoid", x)
-    return (x + 3.0).clamp(0.0, 6.0) / 6.0
+    shifted = _hard_clamp(x + 3.0, 0.0, 6.0)
+    # torch's hardsigmoid_backward multiplies by ``1.0f / 6.0f``, 1/6 rounded to float32, in
+    # every dtype: the slope here is that constant (the value stays the exact ``/ 6``), so that
+    # float64 gradients agree with torch's to the last bits rather than to 3e-8.
+    slope = shifted * _TORCH_SIXTH
+    return (shifted / 6.0).detach() + (slope - slope.detach())
 
 
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
-    """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``[-3, 3]``)."""
+    """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``(-3, 3)``)."""
     x = _float_input("hardswish", x)
-    inside = x.greater(-3.0).logical_and(x.less(3.0))
-    above = x.greater_equal(3.0)
-    return (x * (x + 3.0) / 6.0).mask_fill(~inside, 0.0).mask_where(above, x)
+    # torch's hardswish_backward: 0 up to -3, ``x / 3 + 0.5`` inside, 1 from 3 on; a NaN stays
+    # NaN
+    below = x.less_equal(-3.0)
+    return (x * (x + 3.0) / 6.0).mask_fill(below, 0.0).mask_where(x.less(3.0).logical_not(), x)
 
 
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:

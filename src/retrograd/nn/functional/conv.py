@@ -55,6 +55,8 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     else:
         padding = _ints(fn, "padding", padding, spatial, 0)
     channels, out_channels = x.shape[1], weight.shape[0]
+    if out_channels == 0:  # as torch: "expected weight to be at least 1 at dimension 0"
+        raise ShapeError(f"{fn}: weight has no output channels (dimension 0 is 0); {shapes}")
     if channels % groups or out_channels % groups:
         raise ShapeError(
             f"{fn}: groups={groups} must divide the input channels ({channels}) and the output "

@@ -33,14 +33,16 @@ _INTERPOLATION_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
 def interpolate(
-    x: Tensor,
+    input: Tensor,  # noqa: A002 (torch's name: ``F.interpolate(input=x, size=...)``)
     size: int | Sequence[int] | None = None,
     scale_factor: float | Sequence[float] | None = None,
     mode: str = "nearest",
     align_corners: bool | None = None,
     recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
 ) -> Tensor:
     """Resize the spatial dimensions to ``size``, or by ``scale_factor``, PyTorch's rules.
+    ``antialias=True`` (torch's low-pass filter when downsampling) is refused.
 
     ``mode``: ``"nearest"`` (PyTorch's legacy floor rule; 1 to 3 spatial dims), ``"linear"``
     (3-d input), ``"bilinear"``, ``"bicubic"`` (4-d, A = -0.75) or ``"trilinear"`` (5-d).
@@ -53,6 +55,12 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
+    x = input
+    if antialias:
+        raise InvalidArgumentError(
+            f"{fn}: antialias=True is not supported (torch's anti-aliasing filter); resize "
+            "without it, or blur before downsampling"
+        )
     x = _float_input(fn, x)
     spatial = x.ndim - 2
     if mode in ("nearest", "nearest-exact", "area"):
@@ -128,7 +136,12 @@ def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], s
 _PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
-def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+def pad(
+    input: Tensor,  # noqa: A002 (torch's name: ``F.pad(input=x, pad=...)``)
+    pad: Sequence[int],
+    mode: str = "constant",
+    value: float = 0.0,
+) -> Tensor:
     """Pad (or, with negative entries, crop) the last dimensions, as ``torch.nn.functional.pad``.
 
     ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
@@ -144,6 +157,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
     [[5.0, 1.0]]
     """
     fn = "pad"
+    x = input
     if mode not in _PAD_MODES:
         raise InvalidArgumentError(
             f"{fn}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}"

@@ -127,6 +127,11 @@ class ModuleList(_Indexed):
     def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
         return self.extend(modules)
 
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        """A new list of this one's modules then ``other``'s (the same module objects)."""
+        combined = ModuleList(list(self._modules.values()))
+        return combined.extend(other)
+
 
 class ModuleDict(Module):
     """A dict of sub-modules, registered under their keys (in insertion order).

@@ -53,7 +53,9 @@ class MaxPool2d(Module):
         ceil_mode: bool = False,
     ):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        # torch stores the default stride as the kernel size (code reads ``pool.stride``)
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     _pool = staticmethod(F.max_pool2d)
@@ -84,7 +86,8 @@ class AvgPool2d(Module):
         divisor_override: int | None = None,
     ):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size  # as torch stores it
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
         self.divisor_override = divisor_override
 
@@ -134,6 +137,12 @@ class Upsample(Module):
         recompute_scale_factor: bool | None = None,
     ):
         super().__init__()
+        self.name = type(self).__name__
+        # torch stores the factor as float(s), which is what code reading it sees
+        if isinstance(scale_factor, tuple | list):
+            scale_factor = tuple(float(factor) for factor in scale_factor)
+        elif scale_factor is not None:
+            scale_factor = float(scale_factor)
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
@@ -173,7 +182,8 @@ class AvgPool1d(Module):
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
                  ceil_mode: bool = False, count_include_pad: bool = True):  # fmt: skip
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size  # as torch stores it
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
