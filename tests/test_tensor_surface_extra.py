@@ -637,3 +637,15 @@ def test_multinomial_refuses_what_torch_refuses(weights, message):
         torch.multinomial(torch.tensor(weights), 1, replacement=True)
     with pytest.raises(rg.errors.InvalidArgumentError, match=message):
         rg.multinomial(rg.tensor(weights), 1, replacement=True)
+
+
+def test_hypot_function_is_torchs():
+    a, b = np.array([3.0, 1e200, -2.0, 0.5]), np.array([4.0, 1e200, 0.0, -0.25])
+    x = rg.tensor(a, dtype="float64").require_grad()
+    out = rg.hypot(x, rg.tensor(b, dtype="float64"))
+    grads = out.sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    expected = torch.hypot(tx, torch.tensor(b))
+    expected.sum().backward()
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-15)
+    np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-15)

@@ -162,6 +162,7 @@ _METHODS = {
         "log_softmax",
         "fmod",
         "atan2",
+        "hypot",
         "acos",
         "asin",
         "atan",
