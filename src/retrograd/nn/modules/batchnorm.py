@@ -58,6 +58,7 @@ class SyncBatchNorm(_BatchNorm):
             backend=backend,
             device=device,
             dtype=dtype,
+            bias=bias,
         )
         if process_group is not None:
             raise InvalidArgumentError(
@@ -65,8 +66,6 @@ class SyncBatchNorm(_BatchNorm):
                 "over every device of the running DistributedContext"
             )
         self.process_group = None
-        if affine and not bias:
-            self.register_parameter("bias", None)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 2:

@@ -30,6 +30,8 @@ class _InstanceNorm(Module):
         track_running_stats: bool = False,
         device: Any = None,
         dtype: Any = None,
+        *,
+        bias: bool = True,
     ):
         super().__init__()
         dtype = dtype or default_float_dtype()
@@ -38,7 +40,10 @@ class _InstanceNorm(Module):
         shape = (num_features,)
         if affine:
             self.weight = Parameter(tensor(np.ones(shape), dtype=dtype, device=device))
-            self.bias = Parameter(tensor(np.zeros(shape), dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(tensor(np.zeros(shape), dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)

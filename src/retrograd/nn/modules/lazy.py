@@ -249,14 +249,14 @@ class _LazyNormBase(LazyModuleMixin):
 
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None,
-                 **factory: Any):  # fmt: skip
+                 *, bias: bool = True, **factory: Any):  # fmt: skip
         super().__init__()
         tracking = track_running_stats
         self.affine, self.track_running_stats = affine, tracking
         self._size_from = ("weight", 0) if affine else ("running_mean", 0)
-        parameters = ("weight", "bias") if affine else ()
+        parameters = (("weight", "bias") if bias else ("weight",)) if affine else ()
         buffers = ("running_mean", "running_var") if tracking else ()
-        kwargs = {"eps": eps, "momentum": momentum, "affine": affine,
+        kwargs = {"eps": eps, "momentum": momentum, "affine": affine, "bias": bias,
                   "track_running_stats": tracking, "device": device, "dtype": dtype}  # fmt: skip
         if "backend" in factory:
             kwargs["backend"] = factory.pop("backend")
@@ -266,6 +266,7 @@ class _LazyNormBase(LazyModuleMixin):
             self.register_buffer("num_batches_tracked", count)
         if not affine:
             self.register_parameter("weight", None)
+        if not (affine and bias):
             self.register_parameter("bias", None)
 
 

@@ -86,6 +86,7 @@ class _BatchNorm(Module):
         device: Any = None,
         dtype: str | None = None,
         *,
+        bias: bool = True,
         backend: Any = None,
     ):
         super().__init__()
@@ -95,7 +96,10 @@ class _BatchNorm(Module):
         shape = (num_features,)
         if affine:
             self.weight = Parameter(_filled(shape, 1.0, dtype, backend, device))
-            self.bias = Parameter(_filled(shape, 0.0, dtype, backend, device))
+            if bias:  # torch 2.13's ``bias=False``: a scale without a shift
+                self.bias = Parameter(_filled(shape, 0.0, dtype, backend, device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -202,6 +206,7 @@ class GroupNorm(Module):
         device: Any = None,
         dtype: str | None = None,
         *,
+        bias: bool = True,
         backend: Any = None,
     ):
         super().__init__()
@@ -219,7 +224,10 @@ class GroupNorm(Module):
         )
         if affine:
             self.weight = Parameter(_filled((num_channels,), 1.0, dtype, backend, device))
-            self.bias = Parameter(_filled((num_channels,), 0.0, dtype, backend, device))
+            if bias:
+                self.bias = Parameter(_filled((num_channels,), 0.0, dtype, backend, device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
