@@ -20,6 +20,11 @@ layout a convolution is one matrix product per batch block of columns (im2col):
   strided add per kernel offset, or, in 2-d, the same adds compiled, per block of samples
   small enough that the products are folded from the cache: :mod:`.compiled_conv`).
 
+Float32 3x3 convolutions of stride 1 with enough output cells and channels run as Winograd's
+F(2x2, 3x3) or F(4x4, 3x3) instead, forward, input gradient and weight gradient: 2.25 or 4
+times fewer products, between compiled transforms (:mod:`.compiled_winograd`,
+:data:`WINOGRAD_MIN_CELLS`), in batch blocks whose transformed tiles stay in the caches.
+
 The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
 ``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
 outweighs the columns (the deep layers of a network: small maps, many channels),
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -68,6 +74,31 @@ FOLD_BLOCK_BYTES = 1 << 20
 #: columns and the bias beside the weight, rather than in a pass over the output, which costs
 #: half as much as such a short product.
 BIAS_COLUMN_ROWS = 32
+
+#: Float32 3x3 convolutions of stride 1 run as Winograd's minimal filtering (forward, input
+#: and weight gradients; :mod:`.compiled_winograd`) from this many output cells ``N * H *
+#: W``, with at least :data:`WINOGRAD_MIN_CHANNELS` channels in and out; ``None`` turns it
+#: off. Its products are 2.25 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)) times fewer than im2col's,
+#: but its weight is 16/9 or 4 times larger, transformed on every call: with few cells (a
+#: U-Net's bottom, 32 cells of 1024 channels; a ResNet's last stage, 64 of 512) that costs
+#: more than it saves (measured on ResNet-18's and U-Net's layers: F(2x2, 3x3) about even
+#: with im2col at 128 cells, F(4x4, 3x3) with F(2x2, 3x3) at 512). With few channels the
+#: tiles' transforms outweigh the products.
+WINOGRAD_MIN_CELLS: int | None = 256
+WINOGRAD_MIN_CHANNELS = 16
+
+#: From this many output cells, and an output at least 4x4, F(4x4, 3x3) rather than F(2x2,
+#: 3x3) (see :data:`WINOGRAD_MIN_CELLS`).
+WINOGRAD_LARGE_TILE_CELLS = 1024
+
+#: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
+WINOGRAD_TILE: int | None = None
+
+#: Bytes of Winograd's transformed tiles and their products per batch block
+#: (:func:`_winograd_blocks`): a few times a core's L2 cache, so that the products read the
+#: tiles, and the output transform the products, from the caches.
+WINOGRAD_BLOCK_BYTES = 1 << 21
+
 
 #: Whether :func:`_warm_blas` has run in this process.
 _BLAS_WARMED = [False]
@@ -249,6 +280,139 @@ def _flipped_transposed(weight: np.ndarray) -> np.ndarray:
     return np.flip(weight, spatial).swapaxes(0, 1)
 
 
+class _Scratch(threading.local):
+    """Per thread, grow-only buffers for a convolution's temporaries (by slot name)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
+
+
+def _scratch(slot: str, shape, dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array of ``shape`` in this thread's buffer ``slot``, kept
+    between calls: Winograd's transformed tiles are megabytes, and a fresh array that size is a
+    fresh mapping from the system (glibc maps large blocks) whose every page faults when first
+    written: 1300 faults, 2.8 ms of system time, on a ResNet-18 layer whose products take 1.7.
+    A slot's contents are valid until its next use in the same thread."""
+    size = math.prod(shape)
+    buffer = _SCRATCH.buffers.get(slot)
+    if buffer is None or buffer.dtype != dtype or buffer.size < size:
+        buffer = np.empty(size, dtype=dtype)
+        _SCRATCH.buffers[slot] = buffer
+    return buffer[:size].reshape(shape)
+
+
+def _winograd(dtype, weight_shape, stride, dilation, n: int, out_size) -> bool:
+    """Whether a convolution by a weight of ``weight_shape`` (``[C_out, C_in, *kernel]`` or
+    a transposed convolution's ``[C_in, C_out, *kernel]``) runs as Winograd's F(2x2, 3x3)
+    (:mod:`.compiled_winograd`): float32, a 3x3 kernel of stride 1 and no dilation, enough
+    cells and channels (:data:`WINOGRAD_MIN_CELLS`)."""
+    if WINOGRAD_MIN_CELLS is None or dtype != np.float32 or tuple(weight_shape[2:]) != (3, 3):
+        return False
+    if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
+        return False
+    if min(weight_shape[:2]) < WINOGRAD_MIN_CHANNELS:
+        return False
+    return n * out_size[0] * out_size[1] >= WINOGRAD_MIN_CELLS
+
+
+def _winograd_tile(n: int, out_size) -> int:
+    """The output tile's side: :data:`WINOGRAD_TILE` where set, else 4 from
+    :data:`WINOGRAD_LARGE_TILE_CELLS` output cells where each side has room for it, else 2."""
+    if WINOGRAD_TILE is not None:
+        return WINOGRAD_TILE
+    large = n * math.prod(out_size) >= WINOGRAD_LARGE_TILE_CELLS and min(out_size) >= 4
+    return 4 if large else 2
+
+
+def _winograd_blocks(xcl, padding, out_size, channels_out, tile):
+    """Yield ``(start, stop, v)`` per batch block: the transformed input tiles ``v``
+    ``[(tile + 2) ** 2, tiles, C]`` (this thread's scratch) of samples ``start:stop`` of the
+    channels-last ``xcl`` padded by ``padding`` before each axis, for an output of
+    ``out_size``. A block's tiles and their products (``channels_out`` per tile) take about
+    :data:`WINOGRAD_BLOCK_BYTES`, so that each product reads its tiles from the cache."""
+    from .compiled_winograd import input_tiles, input_tiles4
+
+    n, c_in = xcl.shape[0], xcl.shape[-1]
+    tiles_h, tiles_w = (out_size[0] + tile - 1) // tile, (out_size[1] + tile - 1) // tile
+    points = (tile + 2) ** 2
+    xp = _pad_last(xcl, padding, (tile * tiles_h + 2, tile * tiles_w + 2))
+    per_sample = points * tiles_h * tiles_w * (c_in + channels_out) * xcl.itemsize
+    size, starts = _blocks(n, per_sample, WINOGRAD_BLOCK_BYTES)
+    transform = input_tiles4 if tile == 4 else input_tiles
+    for start in starts:
+        stop = min(start + size, n)
+        v = _scratch("tiles", (points, (stop - start) * tiles_h * tiles_w, c_in), xcl.dtype)
+        transform(xp[start:stop], tiles_h, tiles_w, v)
+        yield start, stop, v
+
+
+def _winograd_weight(weight: np.ndarray, flipped: bool, tile: int) -> np.ndarray:
+    """The transformed weight ``[(tile + 2) ** 2, A, B]`` of ``weight`` ``[A, B, 3, 3]``:
+    ``G w G^T``, of the weight turned by 180 degrees with ``flipped``."""
+    from .compiled_winograd import FLIPPED, UNFLIPPED, weight_tiles, weight_tiles4
+
+    u = np.empty(((tile + 2) ** 2, *weight.shape[:2]), dtype=weight.dtype)
+    taps = np.ascontiguousarray(weight).reshape(*weight.shape[:2], 9)
+    if tile == 4:
+        weight_tiles4(taps, flipped, u)
+    else:
+        weight_tiles(taps, FLIPPED if flipped else UNFLIPPED, u)
+    return u
+
+
+def _winograd_conv(xcl, weight, bias, padding, out_size, transposed=False):
+    """:func:`_conv_last` of a 3x3 stride-1 kernel as F(2x2, 3x3) or F(4x4, 3x3): 16 or 36
+    products ``[tiles, C] @ [C, O]`` between the transforms. ``transposed``: ``weight`` is a
+    transposed convolution's ``[C, O, 3, 3]`` and the convolution the stride-1 one with its
+    flip."""
+    from .compiled_winograd import output_tiles, output_tiles4
+
+    tile = _winograd_tile(xcl.shape[0], out_size)
+    u = _winograd_weight(weight, transposed, tile)
+    u = u if transposed else u.transpose(0, 2, 1)  # [points, C, O]
+    c_out = u.shape[2]
+    out = np.empty((xcl.shape[0], *out_size, c_out), dtype=xcl.dtype)
+    transform = output_tiles4 if tile == 4 else output_tiles
+    for start, stop, v in _winograd_blocks(xcl, padding, out_size, c_out, tile):
+        m = _scratch("products", (len(u), v.shape[1], c_out), xcl.dtype)
+        np.matmul(v, u, out=m)
+        transform(m, out[start:stop], bias, bias.size > 0)
+    return out
+
+
+def _winograd_weight_grad(xcl, gcl, padding):
+    """:func:`_weight_grad_last` of a 3x3 stride-1 kernel as F(2x2, 3x3) or F(4x4, 3x3):
+    ``dU = sum over blocks of Z^T @ V`` (``Z = A dY A^T``), then ``G^T dU G``."""
+    from .compiled_winograd import (
+        grad_tiles,
+        grad_tiles4,
+        weight_grad_untile,
+        weight_grad_untile4,
+    )
+
+    out_size = gcl.shape[1:-1]
+    tile = _winograd_tile(gcl.shape[0], out_size)
+    c_out = gcl.shape[-1]
+    whole = tuple(tile * ((length + tile - 1) // tile) for length in out_size)
+    gp = _pad_last(gcl, (0, 0), whole)
+    transform = grad_tiles4 if tile == 4 else grad_tiles
+    du = part = None
+    for start, stop, v in _winograd_blocks(xcl, padding, out_size, c_out, tile):
+        z = _scratch("products", (len(v), v.shape[1], c_out), gcl.dtype)
+        transform(gp[start:stop], z)
+        if du is None:
+            du = np.matmul(z.transpose(0, 2, 1), v)  # [points, O, C]
+        else:
+            part = np.matmul(z.transpose(0, 2, 1), v, out=part)
+            du += part
+    taps = np.empty((*du.shape[1:], 9), dtype=du.dtype)
+    (weight_grad_untile4 if tile == 4 else weight_grad_untile)(du, taps)
+    return taps.reshape(*du.shape[1:], 3, 3)
+
+
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
     """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
     give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
@@ -257,6 +421,8 @@ def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_m
     _warm_blas()
     n, c_out = xcl.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
+    if _winograd(xcl.dtype, weight.shape, stride, dilation, n, out_size):
+        return _winograd_conv(xcl, weight, bias, padding, out_size)
     cells = math.prod(out_size)
     if channel_major is None:
         channel_major = _channel_major(weight.size, n * cells * weight[0].size)
@@ -317,6 +483,9 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
     )
     cells = math.prod(in_size)
     channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    if _winograd(xcl.dtype, weight.shape, stride, dilation, n, out_size):
+        before = tuple(k - 1 - p for k, p in zip(kernel, padding))
+        return _winograd_conv(xcl, weight, bias, before, out_size, transposed=True)
     if all(s == 1 for s in stride) and not channel_major and c_out >= c_in:
         # The adjoint of a stride-1 convolution is a convolution with the flipped weight,
         # padded by the kernel's reach less the padding (negative: cropped) on the left.
@@ -332,7 +501,10 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
         shape = (*in_size, *kernel, c_out)
     full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
     everything = slice(None)
-    rows = xcl.reshape(n, cells, c_in)
+    # one matrix per block, [B * cells, C_in]: a stack [B, cells, C_in] would be B products
+    # (NumPy's matmul multiplies a stack by a matrix one matrix at a time), each as short as a
+    # deep layer's few cells: [16, 4, 512] @ [512, 4608] took three times [64, 512]'s time.
+    rows = xcl.reshape(n * cells, c_in)
     size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize)
     disjoint = all(s == k and d == 1 for s, k, d in zip(stride, kernel, dilation))
     if disjoint:  # every output cell is written by one kernel offset of one input cell
@@ -351,17 +523,19 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
             target = np.moveaxis(target, -1, 1 + ndim)
         for start in starts:
             stop = min(start + size, n)
-            products = np.matmul(rows[start:stop], w_rows)
+            products = np.matmul(rows[start * cells : stop * cells], w_rows)
             target[start:stop] = products.reshape(stop - start, *shape)
     else:
         compiled = _compiled_fold(ndim, channel_major, xcl.dtype, n * math.prod(full) * c_out)
         out = (np.empty if compiled else np.zeros)((n, *full, c_out), dtype=xcl.dtype)
         if compiled:  # blocks whose products stay in cache until folded
             size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize, FOLD_BLOCK_BYTES)
-        buffer = np.empty((size, cells, w_rows.shape[1]), dtype=xcl.dtype)
+        buffer = np.empty((size * cells, w_rows.shape[1]), dtype=xcl.dtype)
         for start in starts:
             stop = min(start + size, n)
-            products = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
+            products = np.matmul(
+                rows[start * cells : stop * cells], w_rows, out=buffer[: (stop - start) * cells]
+            )
             products = products.reshape(stop - start, *shape)
             block = out[start:stop]
             if compiled:  # the same sums in the same order (compiled_conv)
@@ -401,6 +575,8 @@ def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
     _warm_blas()
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
+    if _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size):
+        return _winograd_weight_grad(xcl, gcl, padding)
     cells = math.prod(out_size)
     rows = c_in * math.prod(kernel)
     channel_major = _channel_major(c_out * rows, n * cells * rows)
