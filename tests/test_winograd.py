@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from retrograd.backend import numpy_conv
+from retrograd.backend import compiled_winograd, numpy_conv
 from retrograd.backend.numpy_conv import _from_last, _to_last
 
 torch = pytest.importorskip("torch")
@@ -109,6 +109,23 @@ def test_float32_convolution_and_its_gradients_match_torch(name, layout, tile, w
     for mine, theirs, magnitude in zip((dx, dw, db), expected, magnitudes):
         assert mine.dtype == np.float32
         assert_within(mine, theirs.numpy(), magnitude.numpy(), TOLERANCE[tile])
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_each_gradient_alone_is_the_one_computed_with_the_others(tile, winograd):
+    """The backward computes the input and weight gradients together (F(4x4, 3x3): from the
+    same transformed output-gradient tiles) or either alone: the same values."""
+    x, w, _ = arrays((3, 6, 9, 10), 7)
+    g = RNG.standard_normal((3, 7, 9, 10)).astype(np.float32)
+    params = ((1, 1), (1, 1), (1, 1), 1)
+    winograd(tile)
+    both = NUMPY.conv_backward(g, x, w, *params, (True, True, False))
+    np.testing.assert_array_equal(
+        NUMPY.conv_backward(g, x, w, *params, (True, False, False))[0], both[0]
+    )
+    np.testing.assert_array_equal(
+        NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1], both[1]
+    )
 
 
 @pytest.mark.parametrize("tile", [2, 4])
@@ -223,6 +240,22 @@ def test_uncovered_convolutions_fall_back_bit_for_bit(name, winograd, monkeypatc
     monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CELLS", None)
     for a, b_ in zip(forced, run()):
         np.testing.assert_array_equal(a, b_)
+
+
+def test_the_weight_transforms_are_their_matrix_definitions():
+    """F(2x2, 3x3)'s compiled weight transform (plain and turned by 180 degrees) and weight
+    gradient untransform against ``G``'s Kronecker square as a matrix, in float64."""
+    taps = RNG.standard_normal((3, 5, 9))
+    u = np.empty((16, 3, 5))
+    compiled_winograd.weight_tiles(taps, compiled_winograd.UNFLIPPED, u)
+    np.testing.assert_allclose(u, np.einsum("ek,abk->eab", compiled_winograd.WEIGHT, taps))
+    compiled_winograd.weight_tiles(taps, compiled_winograd.FLIPPED, u)
+    turned = np.einsum("ek,abk->eab", compiled_winograd.WEIGHT, taps[..., ::-1])
+    np.testing.assert_allclose(u, turned)
+    du = RNG.standard_normal((16, 3, 5))
+    grad = np.empty((3, 5, 9))
+    compiled_winograd.weight_grad_untile(du, grad)
+    np.testing.assert_allclose(grad, np.einsum("ek,eab->abk", compiled_winograd.WEIGHT, du))
 
 
 def test_sizes_choose_the_tile():

@@ -42,6 +42,7 @@ import numpy as np
 __all__ = [
     "FLIPPED",
     "WEIGHT",
+    "fold_tiles4",
     "grad_tiles",
     "grad_tiles4",
     "input_tiles",
@@ -187,17 +188,18 @@ def grad_tiles(gp, z):
                 t += 1
 
 
-#: ``G`` and ``G^T``'s Kronecker products, float64 (exact: halves and quarters): the weight
-#: transform ``U[e] = sum_k WEIGHT[e, k] w[..., k]`` (``k`` the 9 kernel offsets, ``e`` the 16
-#: transformed values, both row-major) and the weight gradient's ``dw[..., k] = sum_e
-#: WEIGHT[e, k] dU[e]``, each one matrix product ([16, 9] by the weight's [9, O * C]).
+#: F(2x2, 3x3)'s weight transform as a matrix, ``G``'s Kronecker square (float64, exact:
+#: halves and quarters): ``U[e] = sum_k WEIGHT[e, k] w[..., k]`` (``k`` the 9 kernel offsets,
+#: ``e`` the 16 transformed values, both row-major), and the weight gradient's ``dw[..., k] =
+#: sum_e WEIGHT[e, k] dU[e]``: the definition :func:`weight_tiles` and
+#: :func:`weight_grad_untile` compute in fewer operations (the tests hold them to it).
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 WEIGHT = np.kron(_G, _G)
 #: ``G F = P G`` for the flip ``F`` of the three taps and ``P`` the swap of the first and last
 #: of the four transformed ones: the transform of a flipped weight is the weight's, its 16
 #: values permuted (``WEIGHT[FLIPPED]``: an input gradient's weight with no flipped copy).
 FLIPPED = np.array([4 * p + q for p in (3, 1, 2, 0) for q in (3, 1, 2, 0)])
-#: The identity order of :func:`weight_tiles`
+#: The identity order of :func:`weight_tiles`.
 UNFLIPPED = np.arange(16)
 
 
@@ -518,3 +520,60 @@ def weight_grad_untile4(du, taps):
         for c in range(width):
             for j in range(9):
                 taps[o, c, j] = k[j, c]
+
+
+@numba.njit(inline="always", error_model="numpy", cache=True, nogil=True)
+def _fold_row(m0, m1, m2, m3, m4, m5, q0, q1, q2, q3, q4, q5):
+    """``q = B m`` for six vectors ``m`` (``B``: ``B^T``'s transpose)."""
+    for i in range(q0.shape[0]):
+        q0[i] = _FOUR * m0[i]
+    for i in range(q0.shape[0]):
+        q1[i] = _FOUR * ((m2[i] - m1[i]) + m5[i]) + _TWO * (m4[i] - m3[i])
+    for i in range(q0.shape[0]):
+        q2[i] = -(_FIVE * m0[i] + _FOUR * (m1[i] + m2[i]) + (m3[i] + m4[i]))
+    for i in range(q0.shape[0]):
+        q3[i] = (m1[i] - m2[i]) + _TWO * (m3[i] - m4[i]) - _FIVE * m5[i]
+    for i in range(q0.shape[0]):
+        q4[i] = m0[i] + (m1[i] + m2[i]) + (m3[i] + m4[i])
+    for i in range(q0.shape[0]):
+        q5[i] = m5[i]
+
+
+@_jit
+def fold_tiles4(m, dx, tiles_h, tiles_w, top, left):
+    """F(4x4, 3x3)'s input gradient: ``dx`` ``[N, H, W, C]`` (zeros on entry) += ``B m B^T``
+    of each tile's 36 values ``m[:, t, c]`` (``[36, N * tiles_h * tiles_w, C]``: the
+    products ``Z[e] @ U[e]`` of the transformed output gradient and weight), each tile's 6x6
+    patch added where the forward's tile read its input, tile ``(ty, tx)`` at ``(4 ty - top,
+    4 tx - left)`` (``top``, ``left``: the forward's padding). The patches overlap; their
+    cells outside ``dx`` (the padding) are dropped. ``B`` runs over a whole row of tiles at
+    once first."""
+    batch, height, width, channels = dx.shape
+    rows = np.empty((36, tiles_w, channels), dtype=m.dtype)  # B m: rows[6 i + b]
+    patch = np.empty((6, channels), dtype=m.dtype)
+    t = 0
+    for n in range(batch):
+        for ty in range(tiles_h):
+            for b in range(6):
+                _fold_row(
+                    m[b, t : t + tiles_w].reshape(-1), m[6 + b, t : t + tiles_w].reshape(-1),
+                    m[12 + b, t : t + tiles_w].reshape(-1), m[18 + b, t : t + tiles_w].reshape(-1),
+                    m[24 + b, t : t + tiles_w].reshape(-1), m[30 + b, t : t + tiles_w].reshape(-1),
+                    rows[b].reshape(-1), rows[6 + b].reshape(-1), rows[12 + b].reshape(-1),
+                    rows[18 + b].reshape(-1), rows[24 + b].reshape(-1), rows[30 + b].reshape(-1),
+                )  # fmt: skip
+            for tx in range(tiles_w):
+                for i in range(6):
+                    y = 4 * ty + i - top
+                    if y < 0 or y >= height:
+                        continue
+                    _fold_row(
+                        rows[6 * i, tx], rows[6 * i + 1, tx], rows[6 * i + 2, tx],
+                        rows[6 * i + 3, tx], rows[6 * i + 4, tx], rows[6 * i + 5, tx],
+                        patch[0], patch[1], patch[2], patch[3], patch[4], patch[5],
+                    )  # fmt: skip
+                    for j in range(6):
+                        x = 4 * tx + j - left
+                        if 0 <= x < width:
+                            _add(dx[n, y, x], patch[j])
+            t += tiles_w
