@@ -94,6 +94,13 @@ WINOGRAD_LARGE_TILE_CELLS = 1024
 #: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
 WINOGRAD_TILE: int | None = None
 
+#: Float32 2-d stride-1 convolutions whose kernel taps land on the padding so often that
+#: at most this fraction of im2col's products read the input run tap by tap instead
+#: (:func:`_tapwise_conv`): one product per kernel tap over the cells where it reads the
+#: input. A ResNet's last stage, 3x3 kernels on 2x2 maps padded by 1: 16 of 36 (0.44);
+#: 4x4 maps: 0.69. ``None`` turns it off.
+TAPWISE_MAX_COVERED: float | None = 0.5
+
 #: Bytes of Winograd's transformed tiles and their products per batch block
 #: (:func:`_winograd_blocks`): a few times a core's L2 cache, so that the products read the
 #: tiles, and the output transform the products, from the caches.
@@ -465,6 +472,84 @@ def _winograd_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool
     return dx, dw
 
 
+def _tap_cells(in_size, out_size, kernel, padding):
+    """Yield ``(offsets, outputs, inputs)`` per kernel tap that reads the input at all (2-d
+    or any, stride 1, no dilation): the slices of output cells whose window puts that tap
+    on an input cell, and of those input cells."""
+    for offsets in _offsets(kernel):
+        outputs, inputs = [], []
+        for k, n, m, p in zip(offsets, in_size, out_size, padding):
+            low, high = max(0, p - k), min(m, n + p - k)
+            if high <= low:
+                break
+            outputs.append(slice(low, high))
+            inputs.append(slice(low + k - p, high + k - p))
+        else:
+            yield offsets, tuple(outputs), tuple(inputs)
+
+
+def _tapwise(dtype, weight_shape, stride, dilation, in_size, out_size, padding) -> bool:
+    """Whether a convolution runs tap by tap (:data:`TAPWISE_MAX_COVERED`)."""
+    if TAPWISE_MAX_COVERED is None or dtype != np.float32 or len(weight_shape) != 4:
+        return False
+    if any(s != 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    kernel = weight_shape[2:]
+    covered = sum(
+        math.prod(s.stop - s.start for s in outputs)
+        for _, outputs, _ in _tap_cells(in_size, out_size, kernel, padding)
+    )
+    return covered <= TAPWISE_MAX_COVERED * math.prod(kernel) * math.prod(out_size)
+
+
+def _tap_major(weight: np.ndarray) -> np.ndarray:
+    """``weight`` ``[O, C, *kernel]`` as ``[*kernel, O, C]`` (C-contiguous): each tap's
+    matrix a product's operand."""
+    return np.ascontiguousarray(np.moveaxis(weight, (0, 1), (-2, -1)))
+
+
+def _tapwise_conv(xcl, weight, bias, padding, out_size):
+    """:func:`_conv_last` (stride 1) tap by tap: per kernel tap, the input cells it reads
+    times its ``[O, C]`` matrix, added to the outputs that read them (no products of the
+    padding's zeros)."""
+    n, c_in, c_out = xcl.shape[0], xcl.shape[-1], weight.shape[0]
+    taps = _tap_major(weight)
+    out = np.zeros((n, *out_size, c_out), dtype=xcl.dtype)
+    everything = slice(None)
+    for offsets, outputs, inputs in _tap_cells(
+        xcl.shape[1:-1], out_size, weight.shape[2:], padding
+    ):
+        rows = xcl[(everything, *inputs, everything)]
+        product = np.matmul(rows.reshape(-1, c_in), taps[offsets].T)
+        out[(everything, *outputs, everything)] += product.reshape(*rows.shape[:-1], c_out)
+    if bias.size:
+        out += bias
+    return out
+
+
+def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool):
+    """:func:`_tapwise_conv`'s input and weight gradients (channels-last ``dx``, ``dw``;
+    ``None`` where not needed), tap by tap."""
+    c_in, c_out = xcl.shape[-1], gcl.shape[-1]
+    kernel = weight.shape[2:]
+    taps = _tap_major(weight) if needs_dx else None
+    dx = np.zeros_like(xcl) if needs_dx else None
+    dw = np.zeros((*kernel, c_out, c_in), dtype=xcl.dtype) if needs_dw else None
+    everything = slice(None)
+    for offsets, outputs, inputs in _tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding):
+        grads = gcl[(everything, *outputs, everything)]
+        g_rows = grads.reshape(-1, c_out)
+        if needs_dx:
+            product = np.matmul(g_rows, taps[offsets])
+            dx[(everything, *inputs, everything)] += product.reshape(*grads.shape[:-1], c_in)
+        if needs_dw:
+            x_rows = xcl[(everything, *inputs, everything)].reshape(-1, c_in)
+            np.matmul(g_rows.T, x_rows, out=dw[offsets])
+    if needs_dw:
+        dw = np.ascontiguousarray(np.moveaxis(dw, (-2, -1), (0, 1)))
+    return dx, dw
+
+
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
     """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
     give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
@@ -807,6 +892,8 @@ class NumpyConvKernels:
         )
         if groups != 1:
             return _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size)
+        if _tapwise(x.dtype, weight.shape, stride, dilation, x.shape[2:], out_size, padding):
+            return _from_last(_tapwise_conv(_to_last(x), weight, bias, padding, out_size))
         out = _conv_last(_to_last(x), weight, bias, stride, padding, dilation, out_size)
         return _from_last(out)
 
@@ -836,8 +923,13 @@ class NumpyConvKernels:
         dx = dweight = dbias = None
         n, out_size = x.shape[0], grad.shape[2:]
         winograd = _winograd(grad.dtype, weight.shape, stride, dilation, n, out_size)
-        if winograd and _winograd_tile(n, out_size) == 4 and (needs[0] or needs[1]):
-            dx, dweight = _winograd_backward(_to_last(x), gcl, weight, padding, *needs[:2])
+        shared = winograd and _winograd_tile(n, out_size) == 4
+        tapwise = _tapwise(
+            grad.dtype, weight.shape, stride, dilation, x.shape[2:], out_size, padding
+        )
+        if (shared or tapwise) and (needs[0] or needs[1]):
+            backward = _winograd_backward if shared else _tapwise_backward
+            dx, dweight = backward(_to_last(x), gcl, weight, padding, *needs[:2])
             if dx is not None:
                 dx = _from_last(dx)
             if needs[2]:
