@@ -2,6 +2,9 @@
 convolutions (``backend/compiled_winograd.py``): forward, input gradient and weight gradient,
 and the transposed convolutions that run on them, against PyTorch in float64.
 
+Weight gradients run as Winograd's only with ``WINOGRAD_WEIGHT_GRADIENT`` (off by default:
+im2col's keep exact zeros; see numpy_conv); these tests force it on, and check the default.
+
 The float32 tolerance is relative to the convolution of the absolute values (``|x| * |w|``,
 the scale of the sums' rounding): 8 float32 epsilons for F(2x2, 3x3), 64 for F(4x4, 3x3)
 (its transforms' coefficients up to 8 and 1/24 amplify rounding; measured up to 30 on
@@ -51,6 +54,7 @@ def winograd(monkeypatch):
         monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CHANNELS", 1)
         monkeypatch.setattr(numpy_conv, "WINOGRAD_TILE", tile)
         monkeypatch.setattr(numpy_conv, "WINOGRAD_BLOCK_BYTES", 1)
+        monkeypatch.setattr(numpy_conv, "WINOGRAD_WEIGHT_GRADIENT", True)
 
     return force
 
@@ -197,6 +201,25 @@ def test_the_algebra_is_exact_in_float64(name, winograd):
     )  # fmt: skip
     np.testing.assert_allclose(_from_last(dx), expected[0].numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(dw, expected[1].numpy(), rtol=1e-12, atol=1e-11)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_weight_gradients_are_im2cols_by_default(tile, winograd, monkeypatch):
+    """WINOGRAD_WEIGHT_GRADIENT off (the default): the weight gradient is im2col's, bit for
+    bit, an element whose products are all zero exactly 0 (here: a channel that is zero
+    but at one corner cell, whose far taps meet only padding and zeros)."""
+    x, w, _ = arrays((2, 3, 6, 6), 4)
+    x[:, 0] = 0
+    x[:, 0, 5, 5] = 1
+    g = RNG.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    params = ((1, 1), (1, 1), (1, 1), 1)
+    winograd(tile)
+    monkeypatch.setattr(numpy_conv, "WINOGRAD_WEIGHT_GRADIENT", False)
+    default = NUMPY.conv_backward(g, x, w, *params, (True, True, False))
+    monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CELLS", None)
+    plain = NUMPY.conv_backward(g, x, w, *params, (True, True, False))
+    np.testing.assert_array_equal(default[1], plain[1])
+    assert np.all(default[1][:, 0, 0, :] == 0) and np.all(default[1][:, 0, :, 0] == 0)
 
 
 def test_float64_never_takes_the_winograd_path(winograd, monkeypatch):

@@ -91,6 +91,16 @@ WINOGRAD_MIN_CHANNELS = 16
 #: 3x3) (see :data:`WINOGRAD_MIN_CELLS`).
 WINOGRAD_LARGE_TILE_CELLS = 1024
 
+#: Whether weight gradients run as Winograd's too (off: im2col's). Within its bound of the
+#: products' scale, like the rest, but a weight gradient's element whose every product is
+#: zero (a tap that only ever meets the padding or zeros of a ReLU, as on small maps of
+#: sparse activations) comes out as rounding noise, not 0, after the transforms' cancellation;
+#: Adam's first steps, ``g / |g|``, turn that noise into steps of the learning rate: 1 and 2
+#: data-parallel workers trained the CLI's CNN to losses 1e-4 apart in 5 steps (1e-7 with
+#: im2col's weight gradient; tests/test_cli_train.py holds them to 1e-5). Forward and input
+#: gradients did not move that comparison.
+WINOGRAD_WEIGHT_GRADIENT = False
+
 #: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
 WINOGRAD_TILE: int | None = None
 
@@ -296,14 +306,21 @@ class _Scratch(threading.local):
 
 _SCRATCH = _Scratch()
 
+#: The largest scratch array :func:`_scratch` keeps between calls (per slot and thread):
+#: a batch block's is about :data:`WINOGRAD_BLOCK_BYTES`, more only when one sample is more.
+SCRATCH_KEEP_BYTES = 1 << 25
+
 
 def _scratch(slot: str, shape, dtype) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` in this thread's buffer ``slot``, kept
     between calls: Winograd's transformed tiles are megabytes, and a fresh array that size is a
     fresh mapping from the system (glibc maps large blocks) whose every page faults when first
     written: 1300 faults, 2.8 ms of system time, on a ResNet-18 layer whose products take 1.7.
-    A slot's contents are valid until its next use in the same thread."""
+    A slot's contents are valid until its next use in the same thread. Arrays larger than
+    :data:`SCRATCH_KEEP_BYTES` are fresh, not kept (one huge image would hold its memory)."""
     size = math.prod(shape)
+    if size * np.dtype(dtype).itemsize > SCRATCH_KEEP_BYTES:
+        return np.empty(shape, dtype=dtype)
     buffer = _SCRATCH.buffers.get(slot)
     if buffer is None or buffer.dtype != dtype or buffer.size < size:
         buffer = np.empty(size, dtype=dtype)
@@ -712,7 +729,8 @@ def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
     _warm_blas()
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
-    if _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size):
+    winograd = _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size)
+    if winograd and WINOGRAD_WEIGHT_GRADIENT:
         return _winograd_weight_grad(xcl, gcl, padding)
     cells = math.prod(out_size)
     rows = c_in * math.prod(kernel)
@@ -928,8 +946,17 @@ class NumpyConvKernels:
             grad.dtype, weight.shape, stride, dilation, x.shape[2:], out_size, padding
         )
         if (shared or tapwise) and (needs[0] or needs[1]):
-            backward = _winograd_backward if shared else _tapwise_backward
-            dx, dweight = backward(_to_last(x), gcl, weight, padding, *needs[:2])
+            xcl = _to_last(x)
+            if tapwise:
+                dx, dweight = _tapwise_backward(xcl, gcl, weight, padding, *needs[:2])
+            else:
+                by_winograd = needs[1] and WINOGRAD_WEIGHT_GRADIENT
+                if needs[0] or by_winograd:
+                    dx, dweight = _winograd_backward(
+                        xcl, gcl, weight, padding, needs[0], by_winograd
+                    )
+                if needs[1] and not by_winograd:
+                    dweight = _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation)
             if dx is not None:
                 dx = _from_last(dx)
             if needs[2]:
