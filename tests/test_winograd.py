@@ -222,6 +222,61 @@ def test_weight_gradients_are_im2cols_by_default(tile, winograd, monkeypatch):
     assert np.all(default[1][:, 0, 0, :] == 0) and np.all(default[1][:, 0, :, 0] == 0)
 
 
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("dense", ["gradient", "input"])
+def test_known_exact_zeros_of_the_weight_gradient_are_zeros(dense, tile, winograd, monkeypatch):
+    """The default: Winograd's weight gradient where one side is free of zeros, its elements
+    that are sums of zero products set to exactly 0, the rest as torch's; im2col's where both
+    sides have zeros."""
+    x, w, _ = arrays((2, 3, 6, 6), 4)
+    g = RNG.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    sparse = x if dense == "gradient" else g
+    sparse[:, 0] = 0  # one channel alive at one corner: taps reaching it from one side only
+    sparse[:, 0, 5, 5] = 1
+    params = ((1, 1), (1, 1), (1, 1), 1)
+    winograd(tile)
+    monkeypatch.setattr(numpy_conv, "WINOGRAD_WEIGHT_GRADIENT", None)
+    calls = []
+    monkeypatch.setattr(
+        numpy_conv, "_winograd_weight_grad", spy(calls, numpy_conv._winograd_weight_grad)
+    )
+    monkeypatch.setattr(numpy_conv, "_winograd_backward", spy(calls, numpy_conv._winograd_backward))
+    dw = NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1]
+    assert calls  # Winograd's
+    expected = aten.convolution_backward(
+        as_torch(g), as_torch(x), as_torch(w), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+        [False, True, False],
+    )[1].numpy()  # fmt: skip
+    if dense == "gradient":  # no output reaches the corner input through a top or left tap
+        assert np.all(dw[:, 0, 0, :] == 0) and np.all(dw[:, 0, :, 0] == 0)
+    else:  # the corner output reaches no input through a bottom or right tap
+        assert np.all(dw[0, :, 2, :] == 0) and np.all(dw[0, :, :, 2] == 0)
+    assert np.all(dw[expected == 0] == 0)
+    magnitude = aten.convolution_backward(
+        as_torch(np.abs(g)), as_torch(np.abs(x)), as_torch(np.abs(w)), None, [1, 1], [1, 1],
+        [1, 1], False, [0, 0], 1, [False, True, False],
+    )[1].numpy()  # fmt: skip
+    assert_within(dw, expected, magnitude, TOLERANCE[tile])
+
+    calls.clear()
+    x[:, 1, 0, 0] = 0  # zeros on both sides now: im2col's
+    g[:, 1, 0, 0] = 0
+    dw = NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1]
+    monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CELLS", None)
+    plain = NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1]
+    np.testing.assert_array_equal(dw, plain)
+    assert not calls or all(c is None for c in calls)
+
+
+def spy(calls, function):
+    def wrapped(*args):
+        result = function(*args)
+        calls.append(result if function.__name__ != "_winograd_backward" or args[5] else None)
+        return result
+
+    return wrapped
+
+
 def test_float64_never_takes_the_winograd_path(winograd, monkeypatch):
     x, w, b = arrays((2, 4, 8, 8), 5, dtype=np.float64)
     g = RNG.standard_normal((2, 5, 8, 8))

@@ -91,15 +91,16 @@ WINOGRAD_MIN_CHANNELS = 16
 #: 3x3) (see :data:`WINOGRAD_MIN_CELLS`).
 WINOGRAD_LARGE_TILE_CELLS = 1024
 
-#: Whether weight gradients run as Winograd's too (off: im2col's). Within its bound of the
-#: products' scale, like the rest, but a weight gradient's element whose every product is
-#: zero (a tap that only ever meets the padding or zeros of a ReLU, as on small maps of
-#: sparse activations) comes out as rounding noise, not 0, after the transforms' cancellation;
-#: Adam's first steps, ``g / |g|``, turn that noise into steps of the learning rate: 1 and 2
-#: data-parallel workers trained the CLI's CNN to losses 1e-4 apart in 5 steps (1e-7 with
-#: im2col's weight gradient; tests/test_cli_train.py holds them to 1e-5). Forward and input
-#: gradients did not move that comparison.
-WINOGRAD_WEIGHT_GRADIENT = False
+#: When weight gradients run as Winograd's: ``None`` (the default) where the elements that
+#: are exactly zero are known (:func:`_exact_zeros`), those set to 0; ``True`` always (the
+#: tests); ``False`` never. Winograd's weight gradient is within its bound of the products'
+#: scale, like the rest, but an element whose every product is zero (a tap that only meets
+#: the padding or an activation's zeros) comes out of the transforms' cancellation as
+#: rounding noise, not 0, and Adam's first steps, ``g / |g|``, turn that noise into steps of
+#: the learning rate: 1 and 2 data-parallel workers trained the CLI's CNN to losses 1e-4
+#: apart in 5 steps (1e-7 with im2col's weight gradient; tests/test_cli_train.py allows
+#: 1e-5). Forward and input gradients did not move that comparison.
+WINOGRAD_WEIGHT_GRADIENT: bool | None = None
 
 #: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
 WINOGRAD_TILE: int | None = None
@@ -567,6 +568,41 @@ def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool)
     return dx, dw
 
 
+def _exact_zeros(xcl, gcl, kernel, padding):
+    """Where a stride-1 convolution's weight gradient ``[O, C, *kernel]`` is exactly zero,
+    as a boolean array broadcasting to it, when that is cheap to know: every element is a sum
+    of products ``g[n, o, p] * x[n, c, p + k - padding]``, so where every output gradient is
+    nonzero, element ``(o, c, k)`` is zero exactly when channel ``c`` of the input is zero on
+    every cell tap ``k`` reads (a dead channel; one alive only where a tap cannot reach), the
+    same for every ``o``; and symmetrically where every input is nonzero. ``None`` where
+    both have zeros (ReLU's and max-pooling's): which sums vanish is then a convolution of
+    their supports."""
+    if np.all(gcl):
+        side, channel_axis = xcl, 1
+    elif np.all(xcl):
+        side, channel_axis = gcl, 0
+    else:
+        return None
+    alive = np.any(side != 0, axis=0)  # [*spatial, channels]
+    zeros = np.ones((*kernel, side.shape[-1]), dtype=bool)
+    cells = _tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding)
+    for offsets, outputs, inputs in cells:
+        region = inputs if channel_axis == 1 else outputs
+        zeros[offsets] = ~alive[(*region, slice(None))].any(axis=tuple(range(len(kernel))))
+    zeros = np.moveaxis(zeros, -1, 0)  # [channels, *kernel]
+    return zeros[None] if channel_axis == 1 else zeros[:, None]
+
+
+def _winograd_weight_grad_applies(xcl, gcl, kernel, padding):
+    """``(applies, zeros)``: whether a Winograd-eligible weight gradient runs as Winograd's
+    (:data:`WINOGRAD_WEIGHT_GRADIENT`), and the mask of its exact zeros to set (or
+    ``None``)."""
+    if WINOGRAD_WEIGHT_GRADIENT is not None:
+        return WINOGRAD_WEIGHT_GRADIENT, None
+    zeros = _exact_zeros(xcl, gcl, kernel, padding)
+    return zeros is not None, zeros
+
+
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
     """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
     give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
@@ -730,8 +766,13 @@ def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
     winograd = _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size)
-    if winograd and WINOGRAD_WEIGHT_GRADIENT:
-        return _winograd_weight_grad(xcl, gcl, padding)
+    if winograd:
+        applies, zeros = _winograd_weight_grad_applies(xcl, gcl, kernel, padding)
+        if applies:
+            grad = _winograd_weight_grad(xcl, gcl, padding)
+            if zeros is not None:
+                grad[np.broadcast_to(zeros, grad.shape)] = 0
+            return grad
     cells = math.prod(out_size)
     rows = c_in * math.prod(kernel)
     channel_major = _channel_major(c_out * rows, n * cells * rows)
@@ -950,11 +991,15 @@ class NumpyConvKernels:
             if tapwise:
                 dx, dweight = _tapwise_backward(xcl, gcl, weight, padding, *needs[:2])
             else:
-                by_winograd = needs[1] and WINOGRAD_WEIGHT_GRADIENT
+                by_winograd, zeros = False, None
+                if needs[1]:
+                    by_winograd, zeros = _winograd_weight_grad_applies(xcl, gcl, kernel, padding)
                 if needs[0] or by_winograd:
                     dx, dweight = _winograd_backward(
                         xcl, gcl, weight, padding, needs[0], by_winograd
                     )
+                if by_winograd and zeros is not None:
+                    dweight[np.broadcast_to(zeros, dweight.shape)] = 0
                 if needs[1] and not by_winograd:
                     dweight = _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation)
             if dx is not None:
