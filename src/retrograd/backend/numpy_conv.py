@@ -21,9 +21,12 @@ layout a convolution is one matrix product per batch block of columns (im2col):
   small enough that the products are folded from the cache: :mod:`.compiled_conv`).
 
 Float32 3x3 convolutions of stride 1 with enough output cells and channels run as Winograd's
-F(2x2, 3x3) or F(4x4, 3x3) instead, forward, input gradient and weight gradient: 2.25 or 4
-times fewer products, between compiled transforms (:mod:`.compiled_winograd`,
-:data:`WINOGRAD_MIN_CELLS`), in batch blocks whose transformed tiles stay in the caches.
+F(2x2, 3x3) or F(4x4, 3x3) instead, forward, input gradient and (where its exact zeros are
+known: :data:`WINOGRAD_WEIGHT_GRADIENT`) weight gradient: 2.25 or 4 times fewer products,
+between compiled transforms (:mod:`.compiled_winograd`, :data:`WINOGRAD_MIN_CELLS`), in
+batch blocks whose transformed tiles stay in the caches. Float32 stride-1 convolutions on
+maps so small that most of im2col's products would read padding run tap by tap
+(:data:`TAPWISE_MAX_COVERED`).
 
 The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
 ``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
