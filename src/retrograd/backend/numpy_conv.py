@@ -20,6 +20,14 @@ layout a convolution is one matrix product per batch block of columns (im2col):
   strided add per kernel offset, or, in 2-d, the same adds compiled, per block of samples
   small enough that the products are folded from the cache: :mod:`.compiled_conv`).
 
+Float32 3x3 convolutions of stride 1 with enough output cells and channels run as Winograd's
+F(2x2, 3x3) or F(4x4, 3x3) instead, forward, input gradient and (where its exact zeros are
+known: :data:`WINOGRAD_WEIGHT_GRADIENT`) weight gradient: 2.25 or 4 times fewer products,
+between compiled transforms (:mod:`.compiled_winograd`, :data:`WINOGRAD_MIN_CELLS`), in
+batch blocks whose transformed tiles stay in the caches. Float32 stride-1 convolutions on
+maps so small that most of im2col's products would read padding run tap by tap
+(:data:`TAPWISE_MAX_COVERED`).
+
 The columns' rows are ordered ``(*kernel, c)``: one copy of a window view, in runs of
 ``kernel[-1] * C`` contiguous values, with the weight reordered to match; or, where the weight
 outweighs the columns (the deep layers of a network: small maps, many channels),
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -68,6 +77,49 @@ FOLD_BLOCK_BYTES = 1 << 20
 #: columns and the bias beside the weight, rather than in a pass over the output, which costs
 #: half as much as such a short product.
 BIAS_COLUMN_ROWS = 32
+
+#: Float32 3x3 convolutions of stride 1 run as Winograd's minimal filtering (forward, input
+#: and weight gradients; :mod:`.compiled_winograd`) from this many output cells ``N * H *
+#: W``, with at least :data:`WINOGRAD_MIN_CHANNELS` channels in and out; ``None`` turns it
+#: off. Its products are 2.25 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)) times fewer than im2col's,
+#: but its weight is 16/9 or 4 times larger, transformed on every call: with few cells (a
+#: U-Net's bottom, 32 cells of 1024 channels; a ResNet's last stage, 64 of 512) that costs
+#: more than it saves (measured on ResNet-18's and U-Net's layers: F(2x2, 3x3) about even
+#: with im2col at 128 cells, F(4x4, 3x3) with F(2x2, 3x3) at 512). With few channels the
+#: tiles' transforms outweigh the products.
+WINOGRAD_MIN_CELLS: int | None = 256
+WINOGRAD_MIN_CHANNELS = 16
+
+#: From this many output cells, and an output at least 4x4, F(4x4, 3x3) rather than F(2x2,
+#: 3x3) (see :data:`WINOGRAD_MIN_CELLS`).
+WINOGRAD_LARGE_TILE_CELLS = 1024
+
+#: When weight gradients run as Winograd's: ``None`` (the default) where the elements that
+#: are exactly zero are known (:func:`_exact_zeros`), those set to 0; ``True`` always (the
+#: tests); ``False`` never. Winograd's weight gradient is within its bound of the products'
+#: scale, like the rest, but an element whose every product is zero (a tap that only meets
+#: the padding or an activation's zeros) comes out of the transforms' cancellation as
+#: rounding noise, not 0, and Adam's first steps, ``g / |g|``, turn that noise into steps of
+#: the learning rate: 1 and 2 data-parallel workers trained the CLI's CNN to losses 1e-4
+#: apart in 5 steps (1e-7 with im2col's weight gradient; tests/test_cli_train.py allows
+#: 1e-5). Forward and input gradients did not move that comparison.
+WINOGRAD_WEIGHT_GRADIENT: bool | None = None
+
+#: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
+WINOGRAD_TILE: int | None = None
+
+#: Float32 2-d stride-1 convolutions whose kernel taps land on the padding so often that
+#: at most this fraction of im2col's products read the input run tap by tap instead
+#: (:func:`_tapwise_conv`): one product per kernel tap over the cells where it reads the
+#: input. A ResNet's last stage, 3x3 kernels on 2x2 maps padded by 1: 16 of 36 (0.44);
+#: 4x4 maps: 0.69. ``None`` turns it off.
+TAPWISE_MAX_COVERED: float | None = 0.5
+
+#: Bytes of Winograd's transformed tiles and their products per batch block
+#: (:func:`_winograd_blocks`): a few times a core's L2 cache, so that the products read the
+#: tiles, and the output transform the products, from the caches.
+WINOGRAD_BLOCK_BYTES = 1 << 21
+
 
 #: Whether :func:`_warm_blas` has run in this process.
 _BLAS_WARMED = [False]
@@ -249,6 +301,311 @@ def _flipped_transposed(weight: np.ndarray) -> np.ndarray:
     return np.flip(weight, spatial).swapaxes(0, 1)
 
 
+class _Scratch(threading.local):
+    """Per thread, grow-only buffers for a convolution's temporaries (by slot name)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
+
+#: The largest scratch array :func:`_scratch` keeps between calls (per slot and thread):
+#: a batch block's is about :data:`WINOGRAD_BLOCK_BYTES`, more only when one sample is more.
+SCRATCH_KEEP_BYTES = 1 << 25
+
+
+def _scratch(slot: str, shape, dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array of ``shape`` in this thread's buffer ``slot``, kept
+    between calls: Winograd's transformed tiles are megabytes, and a fresh array that size is a
+    fresh mapping from the system (glibc maps large blocks) whose every page faults when first
+    written: 1300 faults, 2.8 ms of system time, on a ResNet-18 layer whose products take 1.7.
+    A slot's contents are valid until its next use in the same thread. Arrays larger than
+    :data:`SCRATCH_KEEP_BYTES` are fresh, not kept (one huge image would hold its memory)."""
+    size = math.prod(shape)
+    if size * np.dtype(dtype).itemsize > SCRATCH_KEEP_BYTES:
+        return np.empty(shape, dtype=dtype)
+    buffer = _SCRATCH.buffers.get(slot)
+    if buffer is None or buffer.dtype != dtype or buffer.size < size:
+        buffer = np.empty(size, dtype=dtype)
+        _SCRATCH.buffers[slot] = buffer
+    return buffer[:size].reshape(shape)
+
+
+def _winograd(dtype, weight_shape, stride, dilation, n: int, out_size) -> bool:
+    """Whether a convolution by a weight of ``weight_shape`` (``[C_out, C_in, *kernel]`` or
+    a transposed convolution's ``[C_in, C_out, *kernel]``) runs as Winograd's F(2x2, 3x3)
+    (:mod:`.compiled_winograd`): float32, a 3x3 kernel of stride 1 and no dilation, enough
+    cells and channels (:data:`WINOGRAD_MIN_CELLS`)."""
+    if WINOGRAD_MIN_CELLS is None or dtype != np.float32 or tuple(weight_shape[2:]) != (3, 3):
+        return False
+    if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
+        return False
+    if min(weight_shape[:2]) < WINOGRAD_MIN_CHANNELS:
+        return False
+    return n * out_size[0] * out_size[1] >= WINOGRAD_MIN_CELLS
+
+
+def _winograd_tile(n: int, out_size) -> int:
+    """The output tile's side: :data:`WINOGRAD_TILE` where set, else 4 from
+    :data:`WINOGRAD_LARGE_TILE_CELLS` output cells where each side has room for it, else 2."""
+    if WINOGRAD_TILE is not None:
+        return WINOGRAD_TILE
+    large = n * math.prod(out_size) >= WINOGRAD_LARGE_TILE_CELLS and min(out_size) >= 4
+    return 4 if large else 2
+
+
+def _winograd_blocks(xcl, padding, out_size, channels_out, tile):
+    """Yield ``(start, stop, v)`` per batch block: the transformed input tiles ``v``
+    ``[(tile + 2) ** 2, tiles, C]`` (this thread's scratch) of samples ``start:stop`` of the
+    channels-last ``xcl`` padded by ``padding`` before each axis, for an output of
+    ``out_size``. A block's tiles and their products (``channels_out`` per tile) take about
+    :data:`WINOGRAD_BLOCK_BYTES`, so that each product reads its tiles from the cache."""
+    from .compiled_winograd import input_tiles, input_tiles4
+
+    n, c_in = xcl.shape[0], xcl.shape[-1]
+    tiles_h, tiles_w = (out_size[0] + tile - 1) // tile, (out_size[1] + tile - 1) // tile
+    points = (tile + 2) ** 2
+    xp = _pad_last(xcl, padding, (tile * tiles_h + 2, tile * tiles_w + 2))
+    per_sample = points * tiles_h * tiles_w * (c_in + channels_out) * xcl.itemsize
+    size, starts = _blocks(n, per_sample, WINOGRAD_BLOCK_BYTES)
+    transform = input_tiles4 if tile == 4 else input_tiles
+    for start in starts:
+        stop = min(start + size, n)
+        v = _scratch("tiles", (points, (stop - start) * tiles_h * tiles_w, c_in), xcl.dtype)
+        transform(xp[start:stop], tiles_h, tiles_w, v)
+        yield start, stop, v
+
+
+def _winograd_weight(weight: np.ndarray, flipped: bool, tile: int) -> np.ndarray:
+    """The transformed weight ``[(tile + 2) ** 2, A, B]`` of ``weight`` ``[A, B, 3, 3]``:
+    ``G w G^T``, of the weight turned by 180 degrees with ``flipped``."""
+    from .compiled_winograd import FLIPPED, UNFLIPPED, weight_tiles, weight_tiles4
+
+    u = np.empty(((tile + 2) ** 2, *weight.shape[:2]), dtype=weight.dtype)
+    taps = np.ascontiguousarray(weight).reshape(*weight.shape[:2], 9)
+    if tile == 4:
+        weight_tiles4(taps, flipped, u)
+    else:
+        weight_tiles(taps, FLIPPED if flipped else UNFLIPPED, u)
+    return u
+
+
+def _winograd_conv(xcl, weight, bias, padding, out_size, transposed=False):
+    """:func:`_conv_last` of a 3x3 stride-1 kernel as F(2x2, 3x3) or F(4x4, 3x3): 16 or 36
+    products ``[tiles, C] @ [C, O]`` between the transforms. ``transposed``: ``weight`` is a
+    transposed convolution's ``[C, O, 3, 3]`` and the convolution the stride-1 one with its
+    flip."""
+    from .compiled_winograd import output_tiles, output_tiles4
+
+    tile = _winograd_tile(xcl.shape[0], out_size)
+    u = _winograd_weight(weight, transposed, tile)
+    u = u if transposed else u.transpose(0, 2, 1)  # [points, C, O]
+    c_out = u.shape[2]
+    out = np.empty((xcl.shape[0], *out_size, c_out), dtype=xcl.dtype)
+    transform = output_tiles4 if tile == 4 else output_tiles
+    for start, stop, v in _winograd_blocks(xcl, padding, out_size, c_out, tile):
+        m = _scratch("products", (len(u), v.shape[1], c_out), xcl.dtype)
+        np.matmul(v, u, out=m)
+        transform(m, out[start:stop], bias, bias.size > 0)
+    return out
+
+
+def _winograd_weight_grad(xcl, gcl, padding):
+    """:func:`_weight_grad_last` of a 3x3 stride-1 kernel as F(2x2, 3x3) or F(4x4, 3x3):
+    ``dU = sum over blocks of Z^T @ V`` (``Z = A dY A^T``), then ``G^T dU G``."""
+    from .compiled_winograd import (
+        grad_tiles,
+        grad_tiles4,
+        weight_grad_untile,
+        weight_grad_untile4,
+    )
+
+    out_size = gcl.shape[1:-1]
+    tile = _winograd_tile(gcl.shape[0], out_size)
+    c_out = gcl.shape[-1]
+    whole = tuple(tile * ((length + tile - 1) // tile) for length in out_size)
+    gp = _pad_last(gcl, (0, 0), whole)
+    transform = grad_tiles4 if tile == 4 else grad_tiles
+    du = part = None
+    for start, stop, v in _winograd_blocks(xcl, padding, out_size, c_out, tile):
+        z = _scratch("products", (len(v), v.shape[1], c_out), gcl.dtype)
+        transform(gp[start:stop], z)
+        if du is None:
+            du = np.matmul(z.transpose(0, 2, 1), v)  # [points, O, C]
+        else:
+            part = np.matmul(z.transpose(0, 2, 1), v, out=part)
+            du += part
+    taps = np.empty((*du.shape[1:], 9), dtype=du.dtype)
+    (weight_grad_untile4 if tile == 4 else weight_grad_untile)(du, taps)
+    return taps.reshape(*du.shape[1:], 3, 3)
+
+
+def _winograd_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool):
+    """A 3x3 stride-1 convolution's input and weight gradients (channels-last ``dx``,
+    ``dw``; ``None`` where not needed) as F(4x4, 3x3) transposed, sharing the transformed
+    output-gradient tiles ``Z = A dY A^T``: ``dU = sum Z^T @ V`` as
+    :func:`_winograd_weight_grad`, and ``dV = Z @ U`` folded back, ``B dV B^T`` per tile
+    added where the forward's tile read its input (:func:`.compiled_winograd.fold_tiles4`).
+    The forward's own tiling, so no output-gradient padding and no partial tiles beyond the
+    forward's: an unpadded convolution's input gradient as a convolution of the output
+    gradient padded by 2 has 36% more products on the small CNN's 24x24 maps."""
+    from .compiled_winograd import (
+        fold_tiles4,
+        grad_tiles4,
+        input_tiles4,
+        weight_grad_untile4,
+    )
+
+    n, c_in, c_out = gcl.shape[0], xcl.shape[-1], gcl.shape[-1]
+    out_size = gcl.shape[1:-1]
+    tiles_h, tiles_w = (out_size[0] + 3) // 4, (out_size[1] + 3) // 4
+    per_tile = tiles_h * tiles_w
+    gp = _pad_last(gcl, (0, 0), (4 * tiles_h, 4 * tiles_w))
+    if needs_dw:
+        xp = _pad_last(xcl, padding, (4 * tiles_h + 2, 4 * tiles_w + 2))
+    u = _winograd_weight(weight, False, 4) if needs_dx else None  # [36, O, C]
+    dx = np.zeros_like(xcl) if needs_dx else None
+    per_sample = 36 * per_tile * (2 * c_in + c_out) * xcl.itemsize
+    size, starts = _blocks(n, per_sample, WINOGRAD_BLOCK_BYTES)
+    du = part = None
+    for start in starts:
+        stop = min(start + size, n)
+        z = _scratch("grads", (36, (stop - start) * per_tile, c_out), gcl.dtype)
+        grad_tiles4(gp[start:stop], z)
+        if needs_dw:
+            v = _scratch("tiles", (36, (stop - start) * per_tile, c_in), xcl.dtype)
+            input_tiles4(xp[start:stop], tiles_h, tiles_w, v)
+            if du is None:
+                du = np.matmul(z.transpose(0, 2, 1), v)  # [36, O, C]
+            else:
+                part = np.matmul(z.transpose(0, 2, 1), v, out=part)
+                du += part
+        if needs_dx:
+            m = _scratch("products", (36, (stop - start) * per_tile, c_in), xcl.dtype)
+            np.matmul(z, u, out=m)
+            fold_tiles4(m, dx[start:stop], tiles_h, tiles_w, *padding)
+    dw = None
+    if needs_dw:
+        taps = np.empty((c_out, c_in, 9), dtype=xcl.dtype)
+        weight_grad_untile4(du, taps)
+        dw = taps.reshape(c_out, c_in, 3, 3)
+    return dx, dw
+
+
+def _tap_cells(in_size, out_size, kernel, padding):
+    """Yield ``(offsets, outputs, inputs)`` per kernel tap that reads the input at all (2-d
+    or any, stride 1, no dilation): the slices of output cells whose window puts that tap
+    on an input cell, and of those input cells."""
+    for offsets in _offsets(kernel):
+        outputs, inputs = [], []
+        for k, n, m, p in zip(offsets, in_size, out_size, padding):
+            low, high = max(0, p - k), min(m, n + p - k)
+            if high <= low:
+                break
+            outputs.append(slice(low, high))
+            inputs.append(slice(low + k - p, high + k - p))
+        else:
+            yield offsets, tuple(outputs), tuple(inputs)
+
+
+def _tapwise(dtype, weight_shape, stride, dilation, in_size, out_size, padding) -> bool:
+    """Whether a convolution runs tap by tap (:data:`TAPWISE_MAX_COVERED`)."""
+    if TAPWISE_MAX_COVERED is None or dtype != np.float32 or len(weight_shape) != 4:
+        return False
+    if any(s != 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    kernel = weight_shape[2:]
+    covered = sum(
+        math.prod(s.stop - s.start for s in outputs)
+        for _, outputs, _ in _tap_cells(in_size, out_size, kernel, padding)
+    )
+    return covered <= TAPWISE_MAX_COVERED * math.prod(kernel) * math.prod(out_size)
+
+
+def _tap_major(weight: np.ndarray) -> np.ndarray:
+    """``weight`` ``[O, C, *kernel]`` as ``[*kernel, O, C]`` (C-contiguous): each tap's
+    matrix a product's operand."""
+    return np.ascontiguousarray(np.moveaxis(weight, (0, 1), (-2, -1)))
+
+
+def _tapwise_conv(xcl, weight, bias, padding, out_size):
+    """:func:`_conv_last` (stride 1) tap by tap: per kernel tap, the input cells it reads
+    times its ``[O, C]`` matrix, added to the outputs that read them (no products of the
+    padding's zeros)."""
+    n, c_in, c_out = xcl.shape[0], xcl.shape[-1], weight.shape[0]
+    taps = _tap_major(weight)
+    out = np.zeros((n, *out_size, c_out), dtype=xcl.dtype)
+    everything = slice(None)
+    for offsets, outputs, inputs in _tap_cells(
+        xcl.shape[1:-1], out_size, weight.shape[2:], padding
+    ):
+        rows = xcl[(everything, *inputs, everything)]
+        product = np.matmul(rows.reshape(-1, c_in), taps[offsets].T)
+        out[(everything, *outputs, everything)] += product.reshape(*rows.shape[:-1], c_out)
+    if bias.size:
+        out += bias
+    return out
+
+
+def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool):
+    """:func:`_tapwise_conv`'s input and weight gradients (channels-last ``dx``, ``dw``;
+    ``None`` where not needed), tap by tap."""
+    c_in, c_out = xcl.shape[-1], gcl.shape[-1]
+    kernel = weight.shape[2:]
+    taps = _tap_major(weight) if needs_dx else None
+    dx = np.zeros_like(xcl) if needs_dx else None
+    dw = np.zeros((*kernel, c_out, c_in), dtype=xcl.dtype) if needs_dw else None
+    everything = slice(None)
+    for offsets, outputs, inputs in _tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding):
+        grads = gcl[(everything, *outputs, everything)]
+        g_rows = grads.reshape(-1, c_out)
+        if needs_dx:
+            product = np.matmul(g_rows, taps[offsets])
+            dx[(everything, *inputs, everything)] += product.reshape(*grads.shape[:-1], c_in)
+        if needs_dw:
+            x_rows = xcl[(everything, *inputs, everything)].reshape(-1, c_in)
+            np.matmul(g_rows.T, x_rows, out=dw[offsets])
+    if needs_dw:
+        dw = np.ascontiguousarray(np.moveaxis(dw, (-2, -1), (0, 1)))
+    return dx, dw
+
+
+def _exact_zeros(xcl, gcl, kernel, padding):
+    """Where a stride-1 convolution's weight gradient ``[O, C, *kernel]`` is exactly zero,
+    as a boolean array broadcasting to it, when that is cheap to know: every element is a sum
+    of products ``g[n, o, p] * x[n, c, p + k - padding]``, so where every output gradient is
+    nonzero, element ``(o, c, k)`` is zero exactly when channel ``c`` of the input is zero on
+    every cell tap ``k`` reads (a dead channel; one alive only where a tap cannot reach), the
+    same for every ``o``; and symmetrically where every input is nonzero. ``None`` where
+    both have zeros (ReLU's and max-pooling's): which sums vanish is then a convolution of
+    their supports."""
+    if np.all(gcl):
+        side, channel_axis = xcl, 1
+    elif np.all(xcl):
+        side, channel_axis = gcl, 0
+    else:
+        return None
+    alive = np.any(side != 0, axis=0)  # [*spatial, channels]
+    zeros = np.ones((*kernel, side.shape[-1]), dtype=bool)
+    cells = _tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding)
+    for offsets, outputs, inputs in cells:
+        region = inputs if channel_axis == 1 else outputs
+        zeros[offsets] = ~alive[(*region, slice(None))].any(axis=tuple(range(len(kernel))))
+    zeros = np.moveaxis(zeros, -1, 0)  # [channels, *kernel]
+    return zeros[None] if channel_axis == 1 else zeros[:, None]
+
+
+def _winograd_weight_grad_applies(xcl, gcl, kernel, padding):
+    """``(applies, zeros)``: whether a Winograd-eligible weight gradient runs as Winograd's
+    (:data:`WINOGRAD_WEIGHT_GRADIENT`), and the mask of its exact zeros to set (or
+    ``None``)."""
+    if WINOGRAD_WEIGHT_GRADIENT is not None:
+        return WINOGRAD_WEIGHT_GRADIENT, None
+    zeros = _exact_zeros(xcl, gcl, kernel, padding)
+    return zeros is not None, zeros
+
+
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
     """Channels-last convolution: ``xcl`` ``[N, *in, C]`` and ``weight`` ``[O, C, *kernel]``
     give ``[N, *out_size, O]`` (C-contiguous), ``bias`` (``[O]`` or empty) added.
@@ -257,6 +614,8 @@ def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_m
     _warm_blas()
     n, c_out = xcl.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
+    if _winograd(xcl.dtype, weight.shape, stride, dilation, n, out_size):
+        return _winograd_conv(xcl, weight, bias, padding, out_size)
     cells = math.prod(out_size)
     if channel_major is None:
         channel_major = _channel_major(weight.size, n * cells * weight[0].size)
@@ -317,6 +676,9 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
     )
     cells = math.prod(in_size)
     channel_major = _channel_major(weight.size, n * cells * weight[0].size)
+    if _winograd(xcl.dtype, weight.shape, stride, dilation, n, out_size):
+        before = tuple(k - 1 - p for k, p in zip(kernel, padding))
+        return _winograd_conv(xcl, weight, bias, before, out_size, transposed=True)
     if all(s == 1 for s in stride) and not channel_major and c_out >= c_in:
         # The adjoint of a stride-1 convolution is a convolution with the flipped weight,
         # padded by the kernel's reach less the padding (negative: cropped) on the left.
@@ -332,7 +694,10 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
         shape = (*in_size, *kernel, c_out)
     full = _folded_lengths(in_size, kernel, stride, padding, dilation, out_size)
     everything = slice(None)
-    rows = xcl.reshape(n, cells, c_in)
+    # one matrix per block, [B * cells, C_in]: a stack [B, cells, C_in] would be B products
+    # (NumPy's matmul multiplies a stack by a matrix one matrix at a time), each as short as a
+    # deep layer's few cells: [16, 4, 512] @ [512, 4608] took three times [64, 512]'s time.
+    rows = xcl.reshape(n * cells, c_in)
     size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize)
     disjoint = all(s == k and d == 1 for s, k, d in zip(stride, kernel, dilation))
     if disjoint:  # every output cell is written by one kernel offset of one input cell
@@ -351,17 +716,19 @@ def _conv_transpose_last(xcl, weight, bias, stride, padding, output_padding, dil
             target = np.moveaxis(target, -1, 1 + ndim)
         for start in starts:
             stop = min(start + size, n)
-            products = np.matmul(rows[start:stop], w_rows)
+            products = np.matmul(rows[start * cells : stop * cells], w_rows)
             target[start:stop] = products.reshape(stop - start, *shape)
     else:
         compiled = _compiled_fold(ndim, channel_major, xcl.dtype, n * math.prod(full) * c_out)
         out = (np.empty if compiled else np.zeros)((n, *full, c_out), dtype=xcl.dtype)
         if compiled:  # blocks whose products stay in cache until folded
             size, starts = _blocks(n, w_rows.shape[1] * cells * xcl.itemsize, FOLD_BLOCK_BYTES)
-        buffer = np.empty((size, cells, w_rows.shape[1]), dtype=xcl.dtype)
+        buffer = np.empty((size * cells, w_rows.shape[1]), dtype=xcl.dtype)
         for start in starts:
             stop = min(start + size, n)
-            products = np.matmul(rows[start:stop], w_rows, out=buffer[: stop - start])
+            products = np.matmul(
+                rows[start * cells : stop * cells], w_rows, out=buffer[: (stop - start) * cells]
+            )
             products = products.reshape(stop - start, *shape)
             block = out[start:stop]
             if compiled:  # the same sums in the same order (compiled_conv)
@@ -401,6 +768,14 @@ def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
     _warm_blas()
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
+    winograd = _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size)
+    if winograd:
+        applies, zeros = _winograd_weight_grad_applies(xcl, gcl, kernel, padding)
+        if applies:
+            grad = _winograd_weight_grad(xcl, gcl, padding)
+            if zeros is not None:
+                grad[np.broadcast_to(zeros, grad.shape)] = 0
+            return grad
     cells = math.prod(out_size)
     rows = c_in * math.prod(kernel)
     channel_major = _channel_major(c_out * rows, n * cells * rows)
@@ -579,6 +954,8 @@ class NumpyConvKernels:
         )
         if groups != 1:
             return _grouped_conv(x, weight, bias, stride, padding, dilation, groups, out_size)
+        if _tapwise(x.dtype, weight.shape, stride, dilation, x.shape[2:], out_size, padding):
+            return _from_last(_tapwise_conv(_to_last(x), weight, bias, padding, out_size))
         out = _conv_last(_to_last(x), weight, bias, stride, padding, dilation, out_size)
         return _from_last(out)
 
@@ -606,6 +983,33 @@ class NumpyConvKernels:
         gcl = _to_last(grad)
         kernel = weight.shape[2:]
         dx = dweight = dbias = None
+        n, out_size = x.shape[0], grad.shape[2:]
+        winograd = _winograd(grad.dtype, weight.shape, stride, dilation, n, out_size)
+        shared = winograd and _winograd_tile(n, out_size) == 4
+        tapwise = _tapwise(
+            grad.dtype, weight.shape, stride, dilation, x.shape[2:], out_size, padding
+        )
+        if (shared or tapwise) and (needs[0] or needs[1]):
+            xcl = _to_last(x)
+            if tapwise:
+                dx, dweight = _tapwise_backward(xcl, gcl, weight, padding, *needs[:2])
+            else:
+                by_winograd, zeros = False, None
+                if needs[1]:
+                    by_winograd, zeros = _winograd_weight_grad_applies(xcl, gcl, kernel, padding)
+                if needs[0] or by_winograd:
+                    dx, dweight = _winograd_backward(
+                        xcl, gcl, weight, padding, needs[0], by_winograd
+                    )
+                if by_winograd and zeros is not None:
+                    dweight[np.broadcast_to(zeros, dweight.shape)] = 0
+                if needs[1] and not by_winograd:
+                    dweight = _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation)
+            if dx is not None:
+                dx = _from_last(dx)
+            if needs[2]:
+                dbias = _channel_sums(gcl)
+            return dx, dweight, dbias
         if needs[0]:
             output_padding = conv_transpose_output_padding(
                 x.shape[2:], grad.shape[2:], kernel, stride, padding, dilation
