@@ -66,3 +66,29 @@ def test_the_compiled_max_pool_gives_numpys_bits(name, dtype, specials, monkeypa
             )
         np.testing.assert_array_equal(compiled[0], values.numpy())
         np.testing.assert_array_equal(compiled[1], positions.numpy())
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, stride",
+    [
+        ((3, 4, 9, 9), (3, 3), (1, 1)),
+        ((2, 3, 11), (3,), (2,)),
+        ((2, 2, 5, 6, 7), (2, 2, 2), (1, 2, 1)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channels_first_max_pool_backward_adds_as_np_add_at(shape, kernel, stride, dtype):
+    """The compiled backward of channels-first pooling (any rank, overlapping windows): the
+    same bits as ``np.add.at`` over the flat gradient, the reference order."""
+    backend = rg.NumpyBackend()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    zeros, ones = (0,) * len(kernel), (1,) * len(kernel)
+    values, indices = backend.max_pool(x, kernel, stride, zeros, ones, False)
+    grad = rng.standard_normal(values.shape).astype(dtype)
+    out = backend.max_pool_backward(grad, indices, shape[2:], kernel, stride, zeros, ones, False)
+    planes, cells = shape[0] * shape[1], int(np.prod(shape[2:]))
+    flat = indices.reshape(planes, -1) + (np.arange(planes) * cells)[:, None]
+    expected = np.zeros(planes * cells, dtype)
+    np.add.at(expected, flat.ravel(), grad.ravel())
+    np.testing.assert_array_equal(out, expected.reshape(out.shape))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["max_pool2d_last", "max_pool2d_last_backward"]
+__all__ = ["max_pool2d_last", "max_pool2d_last_backward", "max_pool_planes_backward"]
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -77,3 +77,16 @@ def max_pool2d_last_backward(grad, index, out):
         for o in range(out_cells):
             for c in range(channels):
                 out[n, index[n, o, c], c] += grad[n, o, c]
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def max_pool_planes_backward(grad, index, out):
+    """``out`` ``[planes, cells]`` (every cell written) = zeros plus each ``grad[p, o]``
+    (``[planes, out_cells]``) added at ``out[p, index[p, o]]``: channels-first pooling of any
+    rank, each plane's flat indices. Plane by plane, in memory order, as ``np.add.at`` over the
+    flattened arrays adds (the same bits); each plane's zeros are written just before its adds."""
+    planes, out_cells = grad.shape
+    for p in range(planes):
+        out[p] = 0
+        for o in range(out_cells):
+            out[p, index[p, o]] += grad[p, o]

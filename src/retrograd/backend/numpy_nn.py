@@ -452,6 +452,16 @@ class NumpyNNKernels(NumpyConvKernels):
                 out,
             )
             return np.moveaxis(out.reshape(n, *input_size, c), -1, 1)
+        if not last and grad.dtype in (np.float32, np.float64) and grad.size:
+            from .compiled_pool import max_pool_planes_backward  # the same adds, in order
+
+            out = np.empty((n * c, cells), dtype=grad.dtype)
+            max_pool_planes_backward(
+                np.ascontiguousarray(grad).reshape(n * c, -1),
+                np.ascontiguousarray(indices).reshape(n * c, -1),
+                out,
+            )
+            return out.reshape(n, c, *input_size)
         if last:
             indices, grad = np.moveaxis(indices, 1, -1), np.moveaxis(grad, 1, -1)
             flat = indices * c
