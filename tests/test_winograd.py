@@ -2,8 +2,9 @@
 convolutions (``backend/compiled_winograd.py``): forward, input gradient and weight gradient,
 and the transposed convolutions that run on them, against PyTorch in float64.
 
-Weight gradients run as Winograd's only with ``WINOGRAD_WEIGHT_GRADIENT`` (off by default:
-im2col's keep exact zeros; see numpy_conv); these tests force it on, and check the default.
+Weight gradients run as Winograd's by default only where their exact zeros are known (one side
+free of zeros, or large maps, the dead channels' and taps' elements set to 0; see numpy_conv);
+these tests force it on, and check the default.
 
 The float32 tolerance is relative to the convolution of the absolute values (``|x| * |w|``,
 the scale of the sums' rounding): 8 float32 epsilons for F(2x2, 3x3), 64 for F(4x4, 3x3)
@@ -266,6 +267,41 @@ def test_known_exact_zeros_of_the_weight_gradient_are_zeros(dense, tile, winogra
     plain = NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1]
     np.testing.assert_array_equal(dw, plain)
     assert not calls or all(c is None for c in calls)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_large_maps_with_zeros_on_both_sides_keep_dead_channels_exactly_zero(
+    tile, winograd, monkeypatch
+):
+    """ReLU'd inputs and pooled gradients on maps of WINOGRAD_SUPPORT_CELLS output cells or
+    more: Winograd's weight gradient, a dead input channel's and a dead filter's elements 0."""
+    x, w, _ = arrays((8, 3, 24, 24), 4)
+    x = np.maximum(x, 0)  # ReLU's zeros
+    x[:, 2] = 0  # a dead input channel
+    g = RNG.standard_normal((8, 4, 24, 24)).astype(np.float32)
+    g[g < 0.5] = 0  # a max-pool's backward: mostly zeros
+    g[:, 1] = 0  # a dead filter
+    assert numpy_conv.WINOGRAD_SUPPORT_CELLS <= 8 * 24 * 24
+    params = ((1, 1), (1, 1), (1, 1), 1)
+    winograd(tile)
+    monkeypatch.setattr(numpy_conv, "WINOGRAD_WEIGHT_GRADIENT", None)
+    calls = []
+    monkeypatch.setattr(
+        numpy_conv, "_winograd_weight_grad", spy(calls, numpy_conv._winograd_weight_grad)
+    )
+    monkeypatch.setattr(numpy_conv, "_winograd_backward", spy(calls, numpy_conv._winograd_backward))
+    dw = NUMPY.conv_backward(g, x, w, *params, (False, True, False))[1]
+    assert calls and any(c is not None for c in calls)  # Winograd's
+    assert np.all(dw[:, 2] == 0) and np.all(dw[1] == 0)
+    expected = aten.convolution_backward(
+        as_torch(g), as_torch(x), as_torch(w), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+        [False, True, False],
+    )[1].numpy()  # fmt: skip
+    magnitude = aten.convolution_backward(
+        as_torch(np.abs(g)), as_torch(np.abs(x)), as_torch(np.abs(w)), None, [1, 1], [1, 1],
+        [1, 1], False, [0, 0], 1, [False, True, False],
+    )[1].numpy()  # fmt: skip
+    assert_within(dw, expected, magnitude, TOLERANCE[tile])
 
 
 def spy(calls, function):

@@ -95,15 +95,21 @@ WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_LARGE_TILE_CELLS = 1024
 
 #: When weight gradients run as Winograd's: ``None`` (the default) where the elements that
-#: are exactly zero are known (:func:`_exact_zeros`), those set to 0; ``True`` always (the
-#: tests); ``False`` never. Winograd's weight gradient is within its bound of the products'
-#: scale, like the rest, but an element whose every product is zero (a tap that only meets
-#: the padding or an activation's zeros) comes out of the transforms' cancellation as
-#: rounding noise, not 0, and Adam's first steps, ``g / |g|``, turn that noise into steps of
-#: the learning rate: 1 and 2 data-parallel workers trained the CLI's CNN to losses 1e-4
-#: apart in 5 steps (1e-7 with im2col's weight gradient; tests/test_cli_train.py allows
-#: 1e-5). Forward and input gradients did not move that comparison.
+#: are exactly zero are known (:func:`_winograd_weight_grad_applies`), those set to 0;
+#: ``True`` always (the tests); ``False`` never. Winograd's weight gradient is within its
+#: bound of the products' scale, like the rest, but an element whose every product is zero
+#: (a tap that only meets the padding or an activation's zeros) comes out of the transforms'
+#: cancellation as rounding noise, not 0, and Adam's first steps, ``g / |g|``, turn that
+#: noise into steps of the learning rate: 1 and 2 data-parallel workers trained the CLI's
+#: CNN to losses 1e-4 apart in 5 steps (1e-7 with im2col's weight gradient;
+#: tests/test_cli_train.py allows 1e-5). Forward and input gradients did not move that
+#: comparison.
 WINOGRAD_WEIGHT_GRADIENT: bool | None = None
+
+#: Output cells (batch times map) from which a weight gradient whose input and output
+#: gradient both have zeros runs as Winograd's, its dead channels' and taps' elements set to
+#: 0 (:func:`_exact_zeros`).
+WINOGRAD_SUPPORT_CELLS = 4096
 
 #: Winograd's output tile, 2 or 4, forced (the tests force each); ``None``: by size.
 WINOGRAD_TILE: int | None = None
@@ -572,38 +578,40 @@ def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool)
 
 
 def _exact_zeros(xcl, gcl, kernel, padding):
-    """Where a stride-1 convolution's weight gradient ``[O, C, *kernel]`` is exactly zero,
-    as a boolean array broadcasting to it, when that is cheap to know: every element is a sum
-    of products ``g[n, o, p] * x[n, c, p + k - padding]``, so where every output gradient is
-    nonzero, element ``(o, c, k)`` is zero exactly when channel ``c`` of the input is zero on
-    every cell tap ``k`` reads (a dead channel; one alive only where a tap cannot reach), the
-    same for every ``o``; and symmetrically where every input is nonzero. ``None`` where
-    both have zeros (ReLU's and max-pooling's): which sums vanish is then a convolution of
-    their supports."""
-    if np.all(gcl):
-        side, channel_axis = xcl, 1
-    elif np.all(xcl):
-        side, channel_axis = gcl, 0
-    else:
-        return None
-    alive = np.any(side != 0, axis=0)  # [*spatial, channels]
-    zeros = np.ones((*kernel, side.shape[-1]), dtype=bool)
-    cells = _tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding)
-    for offsets, outputs, inputs in cells:
-        region = inputs if channel_axis == 1 else outputs
-        zeros[offsets] = ~alive[(*region, slice(None))].any(axis=tuple(range(len(kernel))))
-    zeros = np.moveaxis(zeros, -1, 0)  # [channels, *kernel]
-    return zeros[None] if channel_axis == 1 else zeros[:, None]
+    """Where a stride-1 convolution's weight gradient ``[O, C, *kernel]`` is exactly zero
+    because one side of its products is: every element is a sum of products ``g[n, o, p] *
+    x[n, c, p + k - padding]``, so element ``(o, c, k)`` is zero where channel ``c`` of the
+    input is zero on every cell tap ``k`` reads (a dead channel; one alive only where a tap
+    cannot reach), and where channel ``o`` of the output gradient is zero on every cell tap
+    ``k`` sends to (a dead filter). A boolean array broadcasting to the gradient. Where both
+    sides have zeros (ReLU's and max-pooling's) an element may also vanish because their
+    supports miss each other; on maps of more than :data:`WINOGRAD_SUPPORT_CELLS` cells, with
+    no dead channel, that is taken not to happen (see :func:`_winograd_weight_grad_applies`)."""
+    cells = list(_tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding))
+
+    def dead_taps(side, inputs_side):
+        alive = np.any(side != 0, axis=0)  # [*spatial, channels]
+        zeros = np.ones((*kernel, side.shape[-1]), dtype=bool)
+        for offsets, outputs, inputs in cells:
+            region = inputs if inputs_side else outputs
+            zeros[offsets] = ~alive[(*region, slice(None))].any(axis=tuple(range(len(kernel))))
+        return np.moveaxis(zeros, -1, 0)  # [channels, *kernel]
+
+    return dead_taps(xcl, True)[None] | dead_taps(gcl, False)[:, None]
 
 
 def _winograd_weight_grad_applies(xcl, gcl, kernel, padding):
     """``(applies, zeros)``: whether a Winograd-eligible weight gradient runs as Winograd's
-    (:data:`WINOGRAD_WEIGHT_GRADIENT`), and the mask of its exact zeros to set (or
-    ``None``)."""
+    (:data:`WINOGRAD_WEIGHT_GRADIENT`), and the mask of its exact zeros to set (or ``None``).
+    By default it runs where every exact zero is known: one side has no zeros, or the maps
+    are large enough (:data:`WINOGRAD_SUPPORT_CELLS`) that two supports of a live input
+    channel and a live filter missing each other on every sample is not a case to plan for."""
     if WINOGRAD_WEIGHT_GRADIENT is not None:
         return WINOGRAD_WEIGHT_GRADIENT, None
     zeros = _exact_zeros(xcl, gcl, kernel, padding)
-    return zeros is not None, zeros
+    if np.all(gcl) or np.all(xcl):
+        return True, zeros
+    return math.prod(gcl.shape[:-1]) >= WINOGRAD_SUPPORT_CELLS, zeros
 
 
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
