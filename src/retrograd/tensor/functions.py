@@ -401,9 +401,19 @@ def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # 
 def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002 (torch's name)
             equal_nan: bool = False) -> Any:  # fmt: skip
     """``|input - other| <= atol + rtol * |other|`` elementwise (infinities equal only to
-    themselves; NaNs equal when ``equal_nan``)."""
-    a, b = promote(input, other, "isclose")
-    close = (a - b).abs().lower_equal((b.abs() * rtol) + atol).logical_or(a.eq(b))
+    themselves; NaNs equal when ``equal_nan``). As torch's, both have one dtype."""
+    other = lift(input, other, "isclose")
+    if input.dtype != other.dtype:
+        raise DTypeError(
+            f"isclose: expected both tensors of one dtype, got {input.dtype} and {other.dtype}"
+        )
+    if input.dtype == "bool":
+        return input.eq(other)
+    a, b = input, other
+    error = (a - b).abs()
+    # torch: a finite error within tolerance (|x - inf| <= inf * rtol is not close)
+    within = error.lower_equal((b.abs() * rtol) + atol).logical_and(error.isfinite())
+    close = within.logical_or(a.eq(b))
     if equal_nan:
         close = close.logical_or(a.isnan().logical_and(b.isnan()))
     return close
@@ -540,6 +550,86 @@ def einsum(equation: str, *operands: Any) -> Any:
         operands = tuple(operands[0])
     return contract(equation, list(operands))
 
+
+#: torch's functions that are tensor methods here but were missing as functions (the
+#: fuzzer against torch met ``rg.hypot``, ``rg.scatter_add``...), in-place forms included
+_METHODS.update(
+    {
+        name: name
+        for name in [
+            "abs_",
+            "acos_",
+            "acosh_",
+            "addmv_",
+            "arccos_",
+            "arccosh_",
+            "arcsin_",
+            "arcsinh_",
+            "arctan_",
+            "arctanh_",
+            "asin_",
+            "asinh_",
+            "atan_",
+            "atanh_",
+            "ceil_",
+            "clamp_",
+            "clamp_max",
+            "clamp_max_",
+            "clamp_min",
+            "clamp_min_",
+            "clip_",
+            "cos_",
+            "cosh_",
+            "deg2rad_",
+            "detach_",
+            "erf_",
+            "erfc_",
+            "exp2_",
+            "exp_",
+            "expm1_",
+            "fill_",
+            "fix_",
+            "floor_",
+            "frac_",
+            "gcd_",
+            "ger",
+            "hypot",
+            "i0_",
+            "index_put_",
+            "lcm_",
+            "ldexp_",
+            "log10_",
+            "log1p_",
+            "log2_",
+            "log_",
+            "logit_",
+            "moveaxis",
+            "nan_to_num_",
+            "neg_",
+            "negative_",
+            "put",
+            "rad2deg_",
+            "ravel",
+            "reciprocal_",
+            "relu_",
+            "round_",
+            "rsqrt_",
+            "scatter",
+            "scatter_add",
+            "sigmoid_",
+            "sin_",
+            "sinc_",
+            "sinh_",
+            "sqrt_",
+            "square_",
+            "tan_",
+            "tanh_",
+            "trunc_",
+            "xlogy_",
+            "zero_",
+        ]
+    }
+)
 
 for _name, _target in _METHODS.items():
     globals()[_name] = _method(_name, _target)

@@ -128,7 +128,8 @@ class IndexingMixin:
         """A copy with the elements where ``mask`` is true taken, in order, from ``source``."""
         mask = _mask_tensor("masked_scatter", self, mask)
         source = lift(self, source, "masked_scatter")
-        shape = self.shape
+        shape = tuple(np.broadcast_shapes(self.shape, mask.shape))  # torch broadcasts both
+        x = self if self.shape == shape else self.expand(shape)
         positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]
         count = positions.shape[0]
         if source.numel() < count:
@@ -136,7 +137,7 @@ class IndexingMixin:
                 f"masked_scatter: source has {source.numel()} elements, the mask selects {count}"
             )
         values = source.reshape(-1).narrow(0, 0, count)
-        flat = self.reshape(-1).select_assign(0, positions, values, "assign")
+        flat = x.reshape(-1).select_assign(0, positions, values, "assign")
         return flat.reshape(shape)
 
     def take(self, index: Any) -> Any:

@@ -432,6 +432,11 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     for t in lifted[1:]:
         dtype = result_dtype(dtype, t.dtype)
     lifted = [t.cast(dtype) for t in lifted]
+    # torch's legacy rule: a 1-d empty tensor joins anything (it is skipped, after taking
+    # part in the dtype)
+    joined = [t for t in lifted if t.shape != (0,)]
+    if joined and len(joined) < len(lifted):
+        lifted = joined
     ndim = lifted[0].ndim
     d = normalize_dim("cat", dim, ndim)
     reference = lifted[0].shape
