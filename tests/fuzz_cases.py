@@ -1357,3 +1357,117 @@ def _api_names(rng):
         [op],
         lambda lib, a: ours(a) if lib is rg else theirs(a),
     )
+
+
+@gen("more_ops")
+def _more_ops(rng):
+    """Less common tensor methods and functions, in torch's spelling."""
+    shape = rand_shape(rng, 1, 4)
+    n = len(shape)
+    d0, d1 = rand_dim(rng, n), rand_dim(rng, n)
+    size = shape[d0]
+    k = int(rng.integers(-2, 3))
+    fns = {
+        "sum_all_dims_tuple": lambda lib, a: a.sum(()),
+        "cumsum_dtype": lambda lib, a: a.cumsum(d0, dtype=lib.float64),
+        "roll_tuple": lambda lib, a: a.roll((1, -1), (d0, d1)) if d0 % n != d1 % n else a.roll(1),
+        "tril_k": lambda lib, a: a.tril(k) if n >= 2 else a,
+        "triu_k": lambda lib, a: lib.triu(a, k) if n >= 2 else a,
+        "repeat_interleave_dim": lambda lib, a: a.repeat_interleave(2, dim=d0),
+        "narrow_negative": lambda lib, a: a.narrow(d0, -1, 1) if size else a,
+        "split_sizes": lambda lib, a: a.split([size // 2, size - size // 2], d0),
+        "chunk_uneven": lambda lib, a: a.chunk(3, d0),
+        "unflatten": lambda lib, a: a.flatten().unflatten(0, (1, -1)),
+        "movedim_lists": lambda lib, a: lib.movedim(a, [d0], [d1]),
+        "squeeze_tuple": lambda lib, a: a.unsqueeze(0).unsqueeze(-1).squeeze((0, -1)),
+        "mT": lambda lib, a: a.mT if n >= 2 else a,
+        "expand_as": lambda lib, a: a[..., :1].expand_as(a) if size and shape[-1] else a,
+        "index_put_accumulate": lambda lib, a: (
+            a.index_put((lib.tensor([0, 0]),), lib.ones(shape[1:], dtype=a.dtype), accumulate=True)
+            if shape[0]
+            else a
+        ),
+        "take": lambda lib, a: a.take(lib.tensor([0, -1])) if a.numel() else a,
+        "index_fill_neg": lambda lib, a: (
+            a.index_fill(d0, lib.tensor([size - 1]), -1) if size else a
+        ),
+        "scatter_value": lambda lib, a: (
+            a.scatter(
+                d0,
+                lib.zeros(a.shape, dtype=lib.int64)[(slice(None),) * (d0 % n) + (slice(0, 1),)],
+                2.0,
+            )
+            if size
+            else a
+        ),
+        "rot90": lambda lib, a: lib.rot90(a, 1, (d0, d1)) if d0 % n != d1 % n else a,
+        # (contiguous: torch's kron views its input, and refuses a transposed one)
+        "kron": lambda lib, a: lib.kron(a.contiguous(), lib.ones(2, dtype=a.dtype)),
+        "flip_all": lambda lib, a: a.flip(tuple(range(n))),
+        "diag_embed": lambda lib, a: lib.diag_embed(a),
+        "cummin_values": lambda lib, a: _first(lib, lib.cummin(a, d0)),
+        "amax_tuple_keep": lambda lib, a: a.amax((d0,), keepdim=True) if size else a,
+        "std_mean": lambda lib, a: lib.std_mean(a, dim=d0) if a.is_floating_point() else a,
+        "var_mean": lambda lib, a: (
+            lib.var_mean(a, d0, correction=0) if a.is_floating_point() else a
+        ),
+        "aminmax": lambda lib, a: lib.aminmax(a, dim=d0) if size else a,
+        "count_nonzero_tuple": lambda lib, a: lib.count_nonzero(a, dim=(d0,)),
+        "any_dim_tuple": lambda lib, a: a.any(dim=d0),
+        "sort_stable_desc": lambda lib, a: a.sort(dim=d0, descending=True, stable=True),
+        "clone_contiguous_view": lambda lib, a: a.clone().contiguous().view(-1),
+        "new_zeros": lambda lib, a: a.new_zeros((2,)),
+        "new_full": lambda lib, a: a.new_full((2,), 3),
+        "new_tensor": lambda lib, a: a.new_tensor([1, 2]),
+        "zeros_like_dtype": lambda lib, a: lib.zeros_like(a, dtype=lib.float64),
+        "full_like": lambda lib, a: lib.full_like(a, 2.5),
+        "type_as": lambda lib, a: a.type_as(lib.ones(1, dtype=lib.float64)),
+        "to_dtype": lambda lib, a: a.to(lib.int64),
+        "where_scalars": lambda lib, a: lib.where(a > 0, 1.0, 0),
+        "masked_fill_tensor_value": lambda lib, a: a.masked_fill(a > 0, lib.tensor(2.0)),
+        "nan_to_num_int": lambda lib, a: lib.nan_to_num(a, nan=0.0),
+        "frac": lambda lib, a: a.frac() if a.is_floating_point() else a,
+        "bitwise_not_bool": lambda lib, a: ~(a > 0),
+        "pow_tensor_scalar_base": lambda lib, a: lib.pow(2.0, a),
+        "float_power": lambda lib, a: lib.float_power(a, 2),
+        "true_divide_int": lambda lib, a: lib.true_divide(a, 2),
+        "mul_bool_scalar": lambda lib, a: a * True,
+        "rsub": lambda lib, a: lib.rsub(a, 1) if a.dtype != lib.bool else a,
+        "sub_scalar_alpha": lambda lib, a: lib.sub(a, 2, alpha=3) if a.dtype != lib.bool else a,
+        "addcmul": lambda lib, a: lib.addcmul(a, a, a, value=0.5) if a.is_floating_point() else a,
+        "addcdiv": lambda lib, a: (
+            lib.addcdiv(a, a, a + 3.0, value=2) if a.is_floating_point() else a
+        ),
+        "square_int": lambda lib, a: a.square(),
+        "exp_int": lambda lib, a: a.exp(),
+        "sqrt_int": lambda lib, a: a.sqrt(),
+        "sigmoid_int": lambda lib, a: a.sigmoid(),
+        "trunc_int": lambda lib, a: a.trunc(),
+        "ceil_int": lambda lib, a: a.ceil(),
+        "round_int": lambda lib, a: a.round(),
+        "neg_int": lambda lib, a: a.neg() if a.dtype != lib.bool else a,
+        "reciprocal_int": lambda lib, a: a.reciprocal(),
+        "sign_int": lambda lib, a: a.sign(),
+        "signbit_int": lambda lib, a: a.signbit(),
+        "sum_int_dtype": lambda lib, a: a.sum(d0, dtype=lib.float32),
+        "prod_int": lambda lib, a: a.prod(d0),
+        "max_int_dim": lambda lib, a: a.max(d0) if size else a,
+        "mean_dtype": lambda lib, a: a.mean(d0, dtype=lib.float64),
+        "argsort_desc_int": lambda lib, a: a.argsort(dim=d0, descending=True, stable=True),
+        "bincount": lambda lib, a: (
+            lib.bincount(a.flatten().abs().long()) if a.dtype == lib.int64 else a
+        ),
+        "searchsorted": lambda lib, a: lib.searchsorted(lib.tensor([0.0, 1.0, 2.0]), a.double()),
+        "bucketize": lambda lib, a: lib.bucketize(a.double(), lib.tensor([0.0, 1.0]), right=True),
+        "clamp_tensor_max_only": lambda lib, a: a.clamp(max=lib.zeros(shape[-1:], dtype=a.dtype)),
+        "outer_int": lambda lib, a: lib.outer(a.flatten(), a.flatten()[:2]),
+        "cross": lambda lib, a: lib.linalg.cross(a, a.flip(d0)) if shape[-1] == 3 else a,
+        "diff_n2": lambda lib, a: a.diff(n=2, dim=d0),
+        "allclose": lambda lib, a: lib.tensor(lib.allclose(a.double(), a.double() + 1e-9)),
+        "equal": lambda lib, a: lib.tensor(lib.equal(a, a.clone())),
+        "tolist_roundtrip": lambda lib, a: lib.tensor(a.tolist(), dtype=a.dtype),
+        "numel_size": lambda lib, a: lib.tensor([a.numel(), a.size(d0), a.dim()]),
+    }
+    name = sorted(fns)[int(rng.integers(len(fns)))]
+    dtype = rand_dtype(rng)
+    return Case(f"more.{name} d0={d0} d1={d1} k={k}", [operand(rng, shape, dtype)], fns[name])

@@ -75,9 +75,9 @@ CASES = {
     "clamp_bool_bool": (lambda lib, a: a.clamp(max=False), np.array([True])),
     "clamp_tensor_bounds": (
         lambda lib, a, lo, hi: lib.clamp(a, lo, hi),
-        f64(-0.5, 2.0, 0.5, NAN, -3.0, 5.0),
-        f64(-0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-        f64(0.0, 3.0, 1.0, 1.0, 0.0, 0.0),
+        f64(-0.5, 2.0, 0.5, NAN, -3.0, 5.0, NAN),
+        f64(-0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 7.0),
+        f64(0.0, 3.0, 1.0, 1.0, 0.0, 0.0, -2.5),
     ),
     # integer activations keep their dtype; bools are refused
     "relu_int": (lambda lib, a: (lib.relu(a), lib.nn.functional.relu6(a)), np.array([-2, 0, 7])),
@@ -184,6 +184,24 @@ CASES = {
     "logsumexp_empty": (lambda lib, a: a.logsumexp(0), np.zeros((0, 3))),
     "diff_empty": (lambda lib, a: a.diff(dim=0), np.zeros((0, 1))),
     "amin_empty_other_dim": (lambda lib, a: a.amin(1), np.zeros((0, 1))),
+    "sum_empty_dims_tuple": (lambda lib, a: (a.sum(()), a.mean(())), np.ones((2, 3))),
+    "cumsum_dtype": (
+        lambda lib, a: (a.cumsum(0, dtype=lib.float64), a.cumprod(0)),
+        np.array([True, True]),
+    ),
+    "index_put_accumulate_leading": (
+        lambda lib, a: a.index_put(
+            (lib.tensor([0, 0, -1]),), lib.ones(3, dtype=a.dtype), accumulate=True
+        ),
+        np.zeros((2, 3)),
+    ),
+    "index_put_mixed_dtypes": (
+        lambda lib, a: a.index_put((lib.tensor([0]),), lib.ones(3)),
+        np.zeros((2, 3)),
+    ),
+    "take_negative": (lambda lib, a: a.take(lib.tensor([[-1, 0]])), f64(1.0, 2.0, 3.0)),
+    "rsub": (lambda lib, a: lib.rsub(a, 3, alpha=2), f64(1.0, 2.0)),
+    "std_mean_zero_spread": (lambda lib, a: lib.std_mean(a, dim=0), f64(2.0, 2.0)),
 }
 
 

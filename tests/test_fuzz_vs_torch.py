@@ -38,7 +38,7 @@ GROUPS = {
     "elementwise": _group("bin_", "scalar_", "un_", "zero_dim", "clamp_tensor", "where"),
     "reductions": _group("red_", "api_reductions"),
     "shapes_and_indexing": _group(
-        "shape_ops", "cat_stack", "expand", "getitem", "setitem", "gather_scatter", "misc"
+        "shape_ops", "cat_stack", "expand", "getitem", "setitem", "gather_scatter", "misc", "more"
     ),
     "products": _group("matmul"),
     "in_place_and_api_names": _group("inplace_", "view_alias", "api_names"),
@@ -46,7 +46,7 @@ GROUPS = {
 EXAMPLES = {
     "elementwise": 450,
     "reductions": 300,
-    "shapes_and_indexing": 300,
+    "shapes_and_indexing": 350,
     "products": 120,
     "in_place_and_api_names": 250,
 }

@@ -63,6 +63,8 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
     except while a step is captured (where a host read is refused)."""
     if not (_integral(a) and _integral(b)):
         return
+    if hasattr(a, "dtype") and a.numel() == 0:  # nothing is divided (torch: an empty result)
+        return
     if not hasattr(b, "dtype"):
         zero = b == 0
     elif capturing.get() or b.numel() == 0:

@@ -633,8 +633,11 @@ class ElementwiseMixin:
             out = out.mask_where(to_min, lo)
         if hi is not None:
             to_max = x.greater(hi)
-            if lo is not None:  # (a NaN stays NaN)
-                to_max = to_max.logical_or(hi.lower(lo).logical_and(x.isnan().logical_not()))
+            if lo is not None:
+                inverted = hi.lower(lo)
+                to_max = to_max.logical_or(inverted)
+                # where x is NaN the value stays NaN, the gradient still goes to max
+                hi = hi.mask_where(inverted.logical_and(x.isnan()), hi + untracked(x))
             out = out.mask_where(to_max, hi)
         return out
 

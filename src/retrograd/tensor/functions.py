@@ -448,6 +448,14 @@ def vstack(tensors: Sequence[Any]) -> Any:
     return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
 
 
+def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``rsub``: ``other - alpha * input``."""
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"rsub(): argument 'input' must be a Tensor, not {type(input).__name__}")
+    scaled = input if alpha == 1 else input * alpha
+    return other - scaled
+
+
 def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
     """``(var, mean)`` over the same dims (the arguments of :meth:`Tensor.var`)."""
     dim = args[0] if args else kwargs.get("dim")
@@ -457,8 +465,10 @@ def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa:
 
 
 def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
-    variance, mean = var_mean(input, *args, **kwargs)
-    return variance.sqrt(), mean
+    dim = args[0] if args else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    mean = input.mean() if dim is None else input.mean(dim, keepdim)
+    return input.std(*args, **kwargs), mean  # std's gradient (0 at zero spread), as torch's
 
 
 def cdist(x1: Any, x2: Any, p: float = 2.0) -> Any:
@@ -639,6 +649,7 @@ __all__ = sorted(
     {
         *_METHODS,
         "allclose",
+        "rsub",
         "broadcast_shapes",
         "broadcast_tensors",
         "cdist",

@@ -149,7 +149,9 @@ class IndexingMixin:
             else from_host(type(self), np.asarray(index), None, self._backend, self._device)
         )
         flat = self.reshape(-1)
-        return flat.index_select(0, index.reshape(-1)).reshape(index.shape)
+        shape, index = index.shape, index.reshape(-1)
+        index = index.mask_where(index.lower_elem(0), index + flat.shape[0])  # torch wraps
+        return flat.index_select(0, index).reshape(shape)
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""

@@ -90,7 +90,7 @@ class SelectionMixin:
     @scalar_dims
     def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """:meth:`median` ignoring NaN (the lower middle of the others; NaN where all are)."""
-        if self.dtype == "bool":
+        if self.dtype == "bool" and self.numel():
             raise DTypeError("nanmedian: not implemented for bool tensors (as in torch)")
         if dim is None:
             flat = self.reshape((-1,))
@@ -278,15 +278,35 @@ class SelectionMixin:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per
         leading dim, as ``t[indices] = values``); ``accumulate`` adds, duplicates summing."""
         indices = tuple(indices)
+        if isinstance(values, TensorBase) and values.dtype != self.dtype:
+            raise DTypeError(
+                f"index_put: the values' dtype {values.dtype} is not the tensor's {self.dtype} "
+                "(torch requires them to match)"
+            )
         if not accumulate:
             out = self.clone()
             out[indices] = values
             return out
-        if len(indices) != self.ndim:
+        if len(indices) > self.ndim:
             raise InvalidArgumentError(
-                f"index_put: accumulate=True needs one index tensor per dimension "
-                f"({self.ndim}), got {len(indices)}"
+                f"index_put: too many indices ({len(indices)}) for a tensor of "
+                f"{self.ndim} dimensions"
             )
+        if len(indices) < self.ndim:
+            # torch: the leading dims indexed, whole slices of the rest added at each index
+            lead, rest = self.shape[: len(indices)], self.shape[len(indices) :]
+            flat = None
+            for size, stride_index in zip(lead, indices):
+                index = lift(self, stride_index, "index_put").cast("int64")
+                index = index.mask_where(index.lower_elem(0), index + size)
+                flat = index if flat is None else flat * size + index
+            flat = flat.reshape((-1,))
+            rows = self.reshape((math.prod(lead),) + rest)
+            values = lift(self, values, "index_put") if not np.isscalar(values) else values
+            if np.isscalar(values):
+                values = wrap(self, self._backend.full(rest, values, self.dtype, self._device))
+            values = values.cast(self.dtype).expand((flat.shape[0],) + rest)
+            return rows.index_add(0, flat, values).reshape(self.shape)
         flat = None
         for size, stride_index in zip(self.shape, indices):
             index = lift(self, stride_index, "index_put").cast("int64")
