@@ -201,6 +201,18 @@ CASES = {
     ),
     "take_negative": (lambda lib, a: a.take(lib.tensor([[-1, 0]])), f64(1.0, 2.0, 3.0)),
     "rsub": (lambda lib, a: lib.rsub(a, 3, alpha=2), f64(1.0, 2.0)),
+    "prelu_at_zero": (
+        lambda lib, a: lib.nn.functional.prelu(a, lib.full((1,), 0.25, dtype=a.dtype)),
+        f64(0.0, -1.0, 2.0),
+    ),
+    "huber_smooth_l1_inf_nan": (
+        lambda lib, a, b: (
+            lib.nn.functional.huber_loss(a, b, reduction="none", delta=0.7),
+            lib.nn.functional.smooth_l1_loss(a, b, reduction="none", beta=0.5),
+        ),
+        f64(INF, NAN, 0.2, -3.0),
+        f64(0.0, 0.0, 0.0, 0.0),
+    ),
     "std_mean_zero_spread": (lambda lib, a: lib.std_mean(a, dim=0), f64(2.0, 2.0)),
 }
 

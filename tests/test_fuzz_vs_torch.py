@@ -42,6 +42,7 @@ GROUPS = {
     ),
     "products": _group("matmul"),
     "in_place_and_api_names": _group("inplace_", "view_alias", "api_names"),
+    "nn_functional": _group("nn_functional"),
 }
 EXAMPLES = {
     "elementwise": 450,
@@ -49,6 +50,7 @@ EXAMPLES = {
     "shapes_and_indexing": 350,
     "products": 120,
     "in_place_and_api_names": 250,
+    "nn_functional": 120,
 }
 
 
@@ -92,6 +94,7 @@ test_reductions_match_torch = _fuzz_test("reductions")
 test_shapes_and_indexing_match_torch = _fuzz_test("shapes_and_indexing")
 test_products_match_torch = _fuzz_test("products")
 test_in_place_and_api_names_match_torch = _fuzz_test("in_place_and_api_names")
+test_nn_functional_match_torch = _fuzz_test("nn_functional")
 
 
 @pytest.mark.parametrize("name", sorted(fuzz_cases.GENERATORS))

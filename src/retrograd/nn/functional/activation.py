@@ -175,7 +175,9 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
         if weight.numel() == 1
         else weight.reshape((x.shape[1],) + (1,) * (x.ndim - 2))
     )
-    return x.mask_where(x.less(0.0), x * slope)
+    # torch's kernel takes the weight's branch wherever x > 0 fails: at 0 the gradient is
+    # the weight, not 1
+    return x.mask_where(x.greater(0.0).logical_not(), x * slope)
 
 
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
