@@ -231,7 +231,7 @@ def scalar_dims(method: Any = None, *, position: int = 0) -> Any:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.ndim == 0:
+        if (args or kwargs) and self.ndim == 0:  # (no dim given: nothing to wrap)
             if "dim" in kwargs and _is_scalar_dim(kwargs["dim"]):
                 dim = kwargs["dim"]
                 kwargs = {**kwargs, "dim": 0 if isinstance(dim, numbers.Integral) else (0,)}
@@ -479,8 +479,23 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     return result
 
 
+_SUBTRACTIONS = ("sub", "rsub")
+
+
+def _is_bool(value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return True
+    return isinstance(value, TensorBase) and value._backend.dtype(value._prim) == "bool"
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
+    if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
+        # torch refuses ``-`` with a bool operand (two bool tensors fail in the kernel)
+        raise DTypeError(
+            f"{op.name}: subtraction with a bool tensor is not supported (as in torch); use "
+            "^ or logical_xor() for bools, ~ or logical_not() to invert a mask"
+        )
     rule = op.promote
     if op.scalar is not None:
         if isinstance(b, SCALARS):

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import default_float_dtype
+from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     COMMON,
@@ -369,13 +369,10 @@ class ElementwiseMixin:
     def __radd__(self, other):
         return self._apply(ADD, (other, self))
 
-    def __sub__(self, other):
-        if self.dtype == "bool" or other.__class__ is bool or _is_bool(other):
-            _no_bool_subtraction(self, other)
+    def __sub__(self, other):  # (a bool operand is refused in dispatch's slow path)
         return self._apply(SUB, (self, other))
 
     def __rsub__(self, other):
-        _no_bool_subtraction(other, self)
         return self._apply(RSUB, (other, self))
 
     def __mul__(self, other):
@@ -470,7 +467,7 @@ class ElementwiseMixin:
         return self._apply("neg", (self,))
 
     def abs(self) -> Any:
-        if self.dtype == "bool":
+        if self._backend.dtype(self._prim) == "bool":
             _no_bool("abs")
         return self._apply("abs", (self,))
 
@@ -573,17 +570,17 @@ class ElementwiseMixin:
         return scaled._apply("round", (scaled,)) * scale
 
     def floor(self) -> Any:
-        if self.dtype == "bool":
+        if self._backend.dtype(self._prim) == "bool":
             _no_bool("floor")
         return self._apply("floor", (self,))
 
     def ceil(self) -> Any:
-        if self.dtype == "bool":
+        if self._backend.dtype(self._prim) == "bool":
             _no_bool("ceil")
         return self._apply("ceil", (self,))
 
     def trunc(self) -> Any:
-        if self.dtype == "bool":
+        if self._backend.dtype(self._prim) == "bool":
             _no_bool("trunc")
         return self._apply("trunc", (self,))
 
@@ -596,13 +593,15 @@ class ElementwiseMixin:
             max is None or isinstance(max, SCALAR_TYPES)
         ):
             x = self
-            bounds = [b for b in (min, max) if b is not None]
-            if x.dtype == "bool" and all(isinstance(b, bool) for b in bounds):
-                _no_bool("clamp")
-            if not x.is_float() and any(isinstance(b, float) for b in bounds):
-                x = x.cast(default_float_dtype())  # torch's promotion with a float scalar
-            elif x.dtype == "bool" and any(not isinstance(b, bool) for b in bounds):
-                x = x.cast("int64")
+            dtype = self._backend.dtype(self._prim)
+            if dtype not in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+                bounds = [b for b in (min, max) if b is not None]
+                if dtype == "bool" and all(isinstance(b, bool) for b in bounds):
+                    _no_bool("clamp")
+                if any(isinstance(b, float) for b in bounds):
+                    x = x.cast(default_float_dtype())  # torch's promotion with a float scalar
+                elif dtype == "bool":
+                    x = x.cast("int64")
             # min > max gives max everywhere, with no gradient (the kernel's order of
             # min(max(x, lo), hi) and the gradient's rule lo <= x <= hi, as torch's)
             return x._apply("clamp", (x,), (min, max))
@@ -651,10 +650,11 @@ class ElementwiseMixin:
 
     # -- activations --------------------------------------------------------------------------
     def relu(self) -> Any:
-        if self.dtype == "int64":  # torch keeps an integer tensor's dtype (and refuses bool)
+        dtype = self._backend.dtype(self._prim)
+        if dtype not in FLOAT_DTYPES:  # torch keeps an integer tensor's dtype, refuses bool
+            if dtype == "bool":
+                raise DTypeError("relu: not implemented for bool tensors (as in torch)")
             return self.clamp_min(0)
-        if self.dtype == "bool":
-            raise DTypeError("relu: not implemented for bool tensors (as in torch)")
         return self._apply(RELU, (self,))
 
     def gelu(self) -> Any:
