@@ -644,7 +644,6 @@ def _first(lib, out):
 _NO_TIES = ("kthvalue", "topk", "mode")  # torch's index among ties is its kernel's choice
 _NO_SPECIAL = (
     "mode",
-    "prod",
     "unique",
     "logcumsumexp",
     "cumprod",

@@ -213,6 +213,9 @@ CASES = {
         f64(INF, NAN, 0.2, -3.0),
         f64(0.0, 0.0, 0.0, 0.0),
     ),
+    "prod_gradient_inf": (lambda lib, a: (a.prod(), a.prod(0)), f64(2.0, INF, 3.0)),
+    "prod_gradient_two_zeros_inf": (lambda lib, a: a.prod(), f64(0.0, INF, 0.0, 2.0)),
+    "prod_zero_dim_nan": (lambda lib, a: (a.prod(), a.prod(0)), np.float64(NAN)),
     "std_mean_zero_spread": (lambda lib, a: lib.std_mean(a, dim=0), f64(2.0, 2.0)),
 }
 

@@ -250,12 +250,19 @@ def _exclusive_prod(B, x, dim):
     return B.mul(before, after)
 
 
-def _prod_vjp(B, g, x, x_shape):
+def _prod_vjp(B, g, x, out, x_shape):
+    zeros = B.equal_elem(x, 0.0)
+    if not B.any(zeros):  # torch: grad * result / input (inf and NaN as its)
+        return B.mul(B.expand(g, x_shape), B.div(B.expand(out, x_shape), x))
     flat = B.reshape(x, (math.prod(x_shape),))
+    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1:  # torch: zeros (no inf * 0)
+        return B.zeros_like(x)
     return B.mul(B.expand(g, x_shape), B.reshape(_exclusive_prod(B, flat, 0), x_shape))
 
 
-def _prod_dim_vjp(B, g, x, dim):
+def _prod_dim_vjp(B, g, x, out, dim):
+    if not B.any(B.equal_elem(x, 0.0)):  # as _prod_vjp: torch's result / input
+        return B.mul(g, B.div(out, x))
     return B.mul(g, _exclusive_prod(B, x, dim))
 
 

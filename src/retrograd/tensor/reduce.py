@@ -118,11 +118,14 @@ class ReduceMixin:
         shape = tuple(n for axis, n in enumerate(out.shape) if axis not in normalized)
         return out._apply("reshape", (out,), (shape,))
 
-    @scalar_dims
     def prod(self, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """Product of all elements (or along ``dim``, torch's ``prod(dim, keepdim)``); its
-        gradient is exact where elements are zero."""
+        gradient is torch's: ``result / input`` when no element is zero, exact products of
+        the others where one is."""
         x = self if dtype is None else self.cast(dtype)
+        if x.ndim == 0 and (dim is None or (isinstance(dim, int) and dim in (0, -1))):
+            # torch: the product of one element is itself, its gradient the incoming one
+            return (x.cast("int64") if x.dtype == "bool" else x).reshape(())
         if dim is None:
             return x._apply("prod", (x,))
         out = x.prod_dim(dim)
