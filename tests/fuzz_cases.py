@@ -645,8 +645,8 @@ _NO_TIES = ("kthvalue", "topk", "mode")  # torch's index among ties is its kerne
 _NO_SPECIAL = (
     "mode",
     "unique",
+    "cumprod",  # torch's zero-path masks at inf and NaN are not followed
     "logcumsumexp",
-    "cumprod",
     "nanmean",
     "var",
     "std",

@@ -107,6 +107,7 @@ CASES = {
     "atan2_origin": (lambda lib, a, b: lib.atan2(a, b), f64(0.0, 1.0), f64(0.0, 0.0)),
     "pow_zero_to_negative": (lambda lib, a, b: a**b, f64(0.0, 0.0, 2.0), f64(-1.0, 2.0, 0.5)),
     "cumprod_single": (lambda lib, a: a.cumprod(0), f64(NAN)),
+    "cumprod_size_one_dim": (lambda lib, a: a.cumprod(1), np.array([[NAN], [INF], [2.0]])),
     "maximum_nan": (
         lambda lib, a, b: (lib.maximum(a, b), lib.minimum(a, b)),
         f64(NAN, 1.0, 2.0),

@@ -271,7 +271,7 @@ def _reverse_cumsum(B, g, dim):
 
 
 def _cumprod_vjp(B, g, x, out, dim):
-    if math.prod(B.shape(x)) <= 1:  # torch: the gradient itself (also at inf and NaN)
+    if math.prod(B.shape(x)) <= 1 or B.shape(x)[dim] == 1:  # torch: the gradient itself
         return g
     if not B.any(B.equal_elem(x, 0.0)):
         return B.div(_reverse_cumsum(B, B.mul(g, out), dim), x)
