@@ -182,6 +182,8 @@ CASES = {
         np.array([[True, False, True], [False, True, False]]),
         np.arange(6.0),
     ),
+    "negative_slice_step": (lambda lib, a: a[::-1], f64(1.0, 2.0, 3.0)),
+    "conjugate_transposes": (lambda lib, a: (a.H, a.mH), np.arange(6.0).reshape(2, 3)),
     "logsumexp_empty": (lambda lib, a: a.logsumexp(0), np.zeros((0, 3))),
     "diff_empty": (lambda lib, a: a.diff(dim=0), np.zeros((0, 1))),
     "amin_empty_other_dim": (lambda lib, a: a.amin(1), np.zeros((0, 1))),

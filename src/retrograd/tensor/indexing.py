@@ -606,6 +606,11 @@ def basic_slices(
             slices.append(slice(i, i + 1, 1))
             items.append(("int",))
         elif isinstance(item, slice):
+            if isinstance(item.step, int) and item.step < 0:
+                raise InvalidArgumentError(
+                    f"indexing: slice {item!r}: step must be greater than zero (as in torch); "
+                    "use flip() to reverse"
+                )
             try:
                 start, stop, step = item.indices(size)
             except (TypeError, ValueError) as error:  # a step of 0, a bound that is no int
