@@ -9,9 +9,9 @@ are compared on their own: constant ones exactly, random ones by their spread.
 Two training recipes (parameter groups, schedulers, gradient clipping) run four steps against
 torch's, and the library defects the zoo found each have a focused test at the end: hard
 activations' gradients on their bounds, torch's keyword forms of the shape methods,
-``bernoulli_``'s probability check, ``cummax``/``cummin``'s ``(values, indices)``, reductions over
-``dim=()``, module attributes (pool strides, ``Upsample`` factors), optimizer switches
-(``amsgrad``, ``maximize``, ``foreach``/``fused``), ``split``/``chunk`` tuples.
+``bernoulli_``'s probability check, ``rg.cummax``/``rg.cummin``'s ``(values, indices)``,
+reductions over ``dim=()``, module attributes (pool strides, ``Upsample`` factors), optimizer
+switches (``amsgrad``, ``maximize``, ``foreach``/``fused``), ``split``/``chunk`` tuples.
 
 Runs on either inner backend (``RETROGRAD_INNER=torch``).
 """
@@ -625,23 +625,22 @@ def test_conv_with_no_output_channels_is_a_shape_error():
 
 @pytest.mark.parametrize("name", ["cummax", "cummin"])
 def test_cummax_and_cummin_return_values_and_indices_as_torch(name):
-    """``torch.cummax(x, d)`` is a ``(values, indices)`` pair; a bare tensor let a ported
-    ``torch.cummax(x, d)[0]`` read the first row instead of the values, without an error."""
+    """``torch.cummax(x, d)`` is a ``(values, indices)`` pair, and so is ``rg.cummax``: a bare
+    tensor would let a ported ``torch.cummax(x, d)[0]`` read the first row instead of the
+    values. The method ``x.cummax(d)`` keeps API.md's (Burn's) values-only form."""
     values = np.random.default_rng(5).standard_normal((3, 4, 5))
     x = rg.tensor(values).require_grad()
     tx = torch.from_numpy(values.copy()).requires_grad_()
-    for ours, theirs in (
-        (getattr(rg, name)(x, dim=-1), getattr(torch, name)(tx, dim=-1)),
-        (getattr(x, name)(1), getattr(tx, name)(1)),
-    ):
-        got, got_indices = ours  # unpacks as torch's
-        np.testing.assert_array_equal(got.numpy(), theirs.values.detach().numpy())
-        np.testing.assert_array_equal(ours[0].numpy(), theirs[0].detach().numpy())
-        np.testing.assert_array_equal(got_indices.numpy(), theirs.indices.numpy())
-        grads = (ours.values * 2.0).sum().backward()
-        tx.grad = None
-        (theirs.values * 2.0).sum().backward()
-        np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+    ours, theirs = getattr(rg, name)(x, dim=-1), getattr(torch, name)(tx, dim=-1)
+    got, got_indices = ours  # unpacks as torch's
+    np.testing.assert_array_equal(got.numpy(), theirs.values.detach().numpy())
+    np.testing.assert_array_equal(ours[0].numpy(), theirs[0].detach().numpy())
+    np.testing.assert_array_equal(got_indices.numpy(), theirs.indices.numpy())
+    grads = (ours.values * 2.0).sum().backward()
+    (theirs.values * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+    method = getattr(x, name)(1)
+    np.testing.assert_array_equal(method.numpy(), getattr(tx, name)(1).values.detach().numpy())
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "nansum", "nanmean"])

@@ -250,12 +250,19 @@ def _exclusive_prod(B, x, dim):
     return B.mul(before, after)
 
 
-def _prod_vjp(B, g, x, x_shape):
+def _prod_vjp(B, g, x, out, x_shape):
+    zeros = B.equal_elem(x, 0.0)
+    if not B.any(zeros):  # torch: grad * result / input (inf and NaN as its)
+        return B.mul(B.expand(g, x_shape), B.div(B.expand(out, x_shape), x))
     flat = B.reshape(x, (math.prod(x_shape),))
+    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1:  # torch: zeros (no inf * 0)
+        return B.zeros_like(x)
     return B.mul(B.expand(g, x_shape), B.reshape(_exclusive_prod(B, flat, 0), x_shape))
 
 
-def _prod_dim_vjp(B, g, x, dim):
+def _prod_dim_vjp(B, g, x, out, dim):
+    if not B.any(B.equal_elem(x, 0.0)):  # as _prod_vjp: torch's result / input
+        return B.mul(g, B.div(out, x))
     return B.mul(g, _exclusive_prod(B, x, dim))
 
 
@@ -264,6 +271,8 @@ def _reverse_cumsum(B, g, dim):
 
 
 def _cumprod_vjp(B, g, x, out, dim):
+    if math.prod(B.shape(x)) <= 1 or B.shape(x)[dim] == 1:  # torch: the gradient itself
+        return g
     if not B.any(B.equal_elem(x, 0.0)):
         return B.div(_reverse_cumsum(B, B.mul(g, out), dim), x)
     # Exact with zeros: d out_i / d x_k = prod_{j<=i, j!=k} x_j for i >= k. Row k of a (n, n)
@@ -297,7 +306,9 @@ def _cumprod_vjp(B, g, x, out, dim):
 
 def _extreme_vjp(B, g, x, out):
     """max()/min() of all elements: the gradient is shared evenly between ties (PyTorch)."""
-    hits = B.cast(B.equal(x, out), B.dtype(g))
+    # a NaN result ties with the NaNs of x (torch's evenly_distribute_backward)
+    tied = B.logical_or(B.equal(x, out), B.logical_and(B.is_nan(x), B.is_nan(out)))
+    hits = B.cast(tied, B.dtype(g))
     return B.mul(hits, B.div(g, B.sum(hits)))
 
 
@@ -315,9 +326,10 @@ def _pow_x_vjp(B, g, x, y):
 
 
 def _pow_y_vjp(B, g, x, y, out):
-    zero_base = B.equal_elem(x, 0.0)
-    grad = B.mul(g, B.mul(out, B.log(B.mask_fill(x, zero_base, 1.0))))
-    return B.mask_fill(grad, B.logical_and(zero_base, B.greater_equal_elem(y, 0.0)), 0.0)
+    # torch: zero where x == 0 and y >= 0; elsewhere out * log(x) (-inf * inf at 0 ** -y)
+    zero_grad = B.logical_and(B.equal_elem(x, 0.0), B.greater_equal_elem(y, 0.0))
+    grad = B.mul(g, B.mul(out, B.log(B.mask_fill(x, zero_grad, 1.0))))
+    return B.mask_fill(grad, zero_grad, 0.0)
 
 
 def _pow_scalar_vjp(B, g, x, s):
@@ -335,12 +347,29 @@ def _rpow_scalar_vjp(B, g, x, out, s):
     return B.mul_scalar(g, math.nan)
 
 
+def _floor_quotient(B, x, y):
+    """torch's ``div_floor_floating`` (the remainder's gradient is ``-g * (x // y)``): the
+    exact multiple ``x - fmod(x, y)`` over ``y``, one less where ``fmod``'s sign is not
+    ``y``'s, floored and rounded up where the division left it more than half below, so
+    that a quotient ``x / y`` rounding onto an integer is floored as torch floors it."""
+    mod = B.fmod(x, y)
+    div = B.div(B.sub(x, mod), y)
+    flip = B.not_equal(B.lower_elem(mod, 0.0), B.lower_elem(y, 0.0))
+    div = B.mask_where(div, B.logical_and(B.not_equal_elem(mod, 0.0), flip), B.sub_scalar(div, 1.0))
+    floored = B.floor(div)
+    up = B.greater_elem(B.sub(div, floored), 0.5)
+    floored = B.mask_where(floored, up, B.add_scalar(floored, 1.0))
+    return B.mask_where(floored, B.equal_elem(y, 0.0), B.div(x, y))
+
+
 def _clamp_vjp(B, g, x, lo, hi):
-    outside = None if lo is None else B.lower_elem(x, lo)
+    # torch's rule: the gradient passes where lo <= x <= hi (both bounds included), so
+    # nowhere at NaN, nor anywhere when lo > hi
+    inside = None if lo is None else B.greater_equal_elem(x, lo)
     if hi is not None:
-        above = B.greater_elem(x, hi)
-        outside = above if outside is None else B.logical_or(outside, above)
-    return g if outside is None else B.mask_fill(g, outside, 0.0)
+        below = B.lower_equal_elem(x, hi)
+        inside = below if inside is None else B.logical_and(inside, below)
+    return g if inside is None else B.mask_fill(g, B.logical_not(inside), 0.0)
 
 
 def _silu_vjp(B, g, x):
@@ -478,11 +507,19 @@ binary("sub", lambda B, g: g, lambda B, g: B.neg(g))
 binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
 binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))
 binary("pow", _pow_x_vjp, _pow_y_vjp)
-binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, B.floor(B.div(x, y)))))
+binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, _floor_quotient(B, x, y))))
+
+
+def _atan2_vjp(B, g, x, y, numerator):
+    # torch: grad * numerator / (x^2 + y^2), zero where the denominator is (no 0 / 0)
+    squares = B.add(B.square(x), B.square(y))
+    return B.mask_fill(B.div(B.mul(g, numerator), squares), B.equal_elem(squares, 0.0), 0.0)
+
+
 binary(
     "atan2",
-    lambda B, g, x, y: B.div(B.mul(g, y), B.add(B.square(x), B.square(y))),
-    lambda B, g, x, y: B.neg(B.div(B.mul(g, x), B.add(B.square(x), B.square(y)))),
+    lambda B, g, x, y: _atan2_vjp(B, g, x, y, y),
+    lambda B, g, x, y: B.neg(_atan2_vjp(B, g, x, y, x)),
 )
 binary(
     "fmod",
@@ -509,7 +546,8 @@ unary("rremainder_scalar", lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scal
 
 # -- elementwise unary -------------------------------------------------------------------------
 unary("neg", lambda B, g: B.neg(g))
-unary("abs", lambda B, g, x: B.mul(g, B.sign(x)))
+# torch's abs backward is g * sgn(x), and its sgn of NaN is 0 (so g * 0 there)
+unary("abs", lambda B, g, x: B.mul(g, B.mask_fill(B.sign(x), B.is_nan(x), 0.0)))
 unary("exp", lambda B, g, out: B.mul(g, out))
 unary("expm1", lambda B, g, out: B.mul(g, B.add_scalar(out, 1.0)))
 unary("log", lambda B, g, x: B.div(g, x))

@@ -177,8 +177,12 @@ def _scatter_index(indices: np.ndarray, dim: int) -> tuple:
 def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, Any]:
     values = ufunc.accumulate(x, axis=dim)
     positions = np.arange(x.shape[dim]).reshape((-1,) + (1,) * (x.ndim - dim - 1))
-    # The latest position where x reaches the running extreme, as PyTorch reports it.
-    candidates = np.where(x == values, positions, 0)
+    # The latest position where x reaches the running extreme, as PyTorch reports it (a NaN
+    # reaches a NaN extreme: the latest NaN so far).
+    reached = x == values
+    if x.dtype.kind == "f":
+        reached |= np.isnan(x) & np.isnan(values)
+    candidates = np.where(reached, positions, 0)
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 

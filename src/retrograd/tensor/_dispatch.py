@@ -27,6 +27,7 @@ label); the mixins and :class:`~retrograd.tensor.Tensor` build on it.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -201,6 +202,47 @@ def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
             f"(expected {-size} to {size - 1})"
         )
     return int(dim) % size if size else 0
+
+
+def _is_scalar_dim(dim: Any) -> bool:
+    if isinstance(dim, numbers.Integral) and not isinstance(dim, bool):
+        return dim in (0, -1)
+    if isinstance(dim, list | tuple) and dim:
+        return all(_is_scalar_dim(d) for d in dim) and len(dim) == 1
+    return False
+
+
+def _as_zero_dim(out: Any) -> Any:
+    if isinstance(out, TensorBase):
+        return out.reshape(()) if out.numel() == 1 else out
+    if isinstance(out, tuple):
+        items = [_as_zero_dim(o) for o in out]
+        return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+    return out
+
+
+def scalar_dims(method: Any = None, *, position: int = 0) -> Any:
+    """``method`` (whose ``dim`` is its argument number ``position`` after ``self``) taking,
+    on a 0-d tensor, dimension ``0`` or ``-1`` (or a one-element tuple of them) as torch
+    does: as the one dimension of the tensor seen as ``[1]``, the result 0-d again (keepdim
+    or not)."""
+    if method is None:
+        return functools.partial(scalar_dims, position=position)
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (args or kwargs) and self.ndim == 0:  # (no dim given: nothing to wrap)
+            if "dim" in kwargs and _is_scalar_dim(kwargs["dim"]):
+                dim = kwargs["dim"]
+                kwargs = {**kwargs, "dim": 0 if isinstance(dim, numbers.Integral) else (0,)}
+                return _as_zero_dim(method(self.reshape((1,)), *args, **kwargs))
+            if len(args) > position and _is_scalar_dim(args[position]):
+                dim = 0 if isinstance(args[position], numbers.Integral) else (0,)
+                args = (*args[:position], dim, *args[position + 1 :])
+                return _as_zero_dim(method(self.reshape((1,)), *args, **kwargs))
+        return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 # -- operands ------------------------------------------------------------------------------------
@@ -437,8 +479,23 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     return result
 
 
+_SUBTRACTIONS = ("sub", "rsub")
+
+
+def _is_bool(value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return True
+    return isinstance(value, TensorBase) and value._backend.dtype(value._prim) == "bool"
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
+    if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
+        # torch refuses ``-`` with a bool operand (two bool tensors fail in the kernel)
+        raise DTypeError(
+            f"{op.name}: subtraction with a bool tensor is not supported (as in torch); use "
+            "^ or logical_xor() for bools, ~ or logical_not() to invert a mask"
+        )
     rule = op.promote
     if op.scalar is not None:
         if isinstance(b, SCALARS):

@@ -224,16 +224,40 @@ def _host_value(y: Any, value: Any) -> Any:
     return np.asarray(value)
 
 
+def _is_bool_index(item: Any) -> bool:
+    if isinstance(item, bool):
+        return True
+    if isinstance(item, TensorBase | np.ndarray):
+        return str(item.dtype) == "bool"
+    return isinstance(item, list) and bool(item) and all(isinstance(v, bool) for v in item)
+
+
 def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
     if not isinstance(index, tuple):
         index = (index,)
+    if isinstance(value, TensorBase) and value.ndim and value.shape[0] == 1:
+        # torch drops the value's leading size-1 dims first (``slicePrefix1sDims``), so
+        # ``t[0, 0] = ones(1)`` and ``t[0] = ones(1, 1, n)`` fit
+        shape = value.shape
+        lead = next((i for i, n in enumerate(shape) if n != 1), len(shape))
+        value = value.reshape(shape[lead:])
     arrays = TensorBase | list | np.ndarray | range | tuple
     if not any(isinstance(i, arrays | bool) for i in index):
         target = t[index]
         target.copy_(value)
         return
+    if isinstance(value, TensorBase) and value.dtype != t.dtype:
+        picks = [i for i in index if isinstance(i, arrays | bool)]
+        one_mask = len(picks) == 1 and _is_bool_index(picks[0])
+        if one_mask and value.numel() == 1:  # torch: a masked_fill_, which casts the value
+            value = value.cast(t.dtype)
+    if isinstance(value, TensorBase) and value.dtype != t.dtype:
+        raise DTypeError(
+            f"index_put_: the value's dtype {value.dtype} is not the tensor's {t.dtype} (torch "
+            "requires them to match when indexing with tensors, lists or masks); cast it first"
+        )
     basic, advanced = _split(t, index)
     target = t[basic] if any(not _full(b) for b in basic) else t
     mask = _whole_mask(target, index, advanced, value)
@@ -261,6 +285,8 @@ def _masked(y: Any, mask: Any, value: Any) -> Any:
     if isinstance(value, TensorBase):
         values = lift(y, value, "index_put_").reshape(()).cast(y.dtype)
         return y.mask_where(mask, values.expand(y.shape))
-    if y.dtype == "int64" and isinstance(value, float) and not value.is_integer():
-        raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
+    if y.dtype == "int64" and isinstance(value, float):  # torch converts, toward zero
+        if not math.isfinite(value):
+            raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
+        value = int(value)
     return y.mask_fill(mask, value)

@@ -210,8 +210,9 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
     free_a = [d for d in range(a.ndim) if d not in dims_a]
     free_b = [d for d in range(b.ndim) if d not in dims_b]
     size = math.prod(a.shape[d] for d in dims_a)
-    left = a.permute(free_a + dims_a).reshape((-1, size))
-    right = b.permute(dims_b + free_b).reshape((size, -1))
+    # explicit sizes: with a size-0 dimension, -1 would be ambiguous
+    left = a.permute(free_a + dims_a).reshape((math.prod(a.shape[d] for d in free_a), size))
+    right = b.permute(dims_b + free_b).reshape((size, math.prod(b.shape[d] for d in free_b)))
     shape = tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b)
     return (left @ right).reshape(shape)
 

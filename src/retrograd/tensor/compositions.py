@@ -16,7 +16,7 @@ import numpy as np
 from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
-from ._dispatch import lift, promote, untracked
+from ._dispatch import lift, promote, untracked, wrap
 
 __all__ = [
     "bounded",
@@ -63,6 +63,8 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
     except while a step is captured (where a host read is refused)."""
     if not (_integral(a) and _integral(b)):
         return
+    if hasattr(a, "dtype") and a.numel() == 0:  # nothing is divided (torch: an empty result)
+        return
     if not hasattr(b, "dtype"):
         zero = b == 0
     elif capturing.get() or b.numel() == 0:
@@ -75,25 +77,30 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
 
 def integer_power(base: Any, exponent: Any) -> Any | None:
     """torch's power of integers: an int64 result when both are integers (bools count as
-    integers); ``None`` when either is a float. A negative integer exponent is refused, as
-    torch refuses it."""
+    integers); ``None`` when either is a float. A negative Python exponent is refused, as
+    torch refuses it; a negative entry of an exponent tensor gives torch's integer result
+    (1 for a base of 1, +-1 for -1 by the exponent's parity, 0 otherwise)."""
     if not (_integral(base) and _integral(exponent)):
         return None
-    if hasattr(exponent, "dtype"):
-        if (
-            not capturing.get()
-            and exponent.numel()
-            and bool(exponent.cast("int64").lower_elem(0).any().item())
-        ):
-            raise InvalidArgumentError("pow: integers to negative integer powers are not allowed")
-        exponent = exponent.cast("float64")
-    elif exponent < 0:
+    if not hasattr(exponent, "dtype") and exponent < 0:
         raise InvalidArgumentError(
             f"pow: integers to negative integer powers are not allowed (exponent {exponent})"
         )
-    base = base.cast("float64") if hasattr(base, "dtype") else float(base)
-    # exact below 2**53; torch's integer power wraps on overflow, as this does not
-    return (base**exponent).round().cast("int64")
+    if not hasattr(exponent, "dtype"):
+        base = base.cast("float64")
+        # exact below 2**53; torch's integer power wraps on overflow, as this does not
+        return (base**exponent).round().cast("int64")
+    exponent = exponent.cast("int64")
+    if not hasattr(base, "dtype"):
+        base = wrap(exponent, exponent._backend.full((), int(base), "int64", exponent._device))
+    base = base.cast("int64")
+    negative = exponent.lower_elem(0)
+    power = base.cast("float64") ** exponent.mask_fill(negative, 0).cast("float64")
+    power = power.round().cast("int64")
+    odd = exponent.remainder(2).equal_elem(1)
+    minus_one = odd.cast("int64") * -2 + 1  # (-1) ** exponent
+    small = base.equal_elem(1).cast("int64") + base.equal_elem(-1).cast("int64") * minus_one
+    return power.mask_where(negative, small)
 
 
 def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
@@ -104,8 +111,10 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
     integer is still floored right."""
     if not hasattr(a, "dtype"):
         a = lift(b, a, "div")
+    if a.dtype == "bool" and (getattr(b, "dtype", None) == "bool" or isinstance(b, bool)):
+        raise DTypeError(f"div (rounding_mode={mode!r}): not implemented for bool tensors")
     b_integral = (hasattr(b, "dtype") and b.dtype in ("int64", "bool")) or (
-        isinstance(b, int | np.integer) and not isinstance(b, bool)
+        isinstance(b, int | np.integer | np.bool_)  # a Python bool too: torch's int
     )
     if a.dtype in ("int64", "bool") and b_integral:
         check_integer_divisor(f"div (rounding_mode={mode!r})", a, b)
@@ -116,12 +125,43 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
         return (multiple / b).round().cast("int64")
     quotient = a / b
     if mode == "trunc":
-        return quotient.trunc()
-    floored = ((a - a.remainder(b)) / b).round()
-    zero = lift(a, b, "div").equal(0.0) if not isinstance(b, SCALAR_TYPES) else (b == 0)
-    if zero is True:
-        return quotient
-    return floored if zero is False else floored.mask_where(zero, quotient)
+        return _zero_gradient(untracked(quotient).trunc(), a, b)
+    return _floor_quotient(a, b, quotient)
+
+
+def _zero_gradient(out: Any, a: Any, b: Any) -> Any:
+    """``out`` (computed outside the graph) in the graph of ``a`` and ``b`` with a zero
+    gradient for each, as torch's rounded divisions have (no NaN from ``1 / b`` at 0)."""
+    everywhere = out.equal(out).logical_or(True)
+    for operand in (a, b):
+        if getattr(operand, "requires_grad", False):
+            out = operand.cast(out.dtype).mask_where(everywhere, out)
+    return out
+
+
+def _floor_quotient(a: Any, b: Any, quotient: Any) -> Any:
+    """torch's ``div_floor_floating``, step for step: the exact multiple ``a - fmod(a, b)``
+    divided by ``b``, one less where ``fmod``'s sign is not ``b``'s, floored, and rounded up
+    where the division left it more than half below; a zero quotient keeps the sign of
+    ``a / b`` and ``b == 0`` gives ``a / b`` (so ``-1 // inf`` is ``-1`` and ``0 // -0.5``
+    is ``-0.0``). As torch's, the gradient is zero for both operands."""
+    dtype = quotient.dtype
+    x = untracked(a).cast(dtype)
+    if isinstance(b, SCALAR_TYPES):
+        y = wrap(x, x._backend.full((), float(b), dtype, x._device))
+    else:
+        y = untracked(lift(a, b, "div")).cast(dtype)
+    q = untracked(quotient)
+    mod = x.fmod(y)
+    div = (x - mod) / y
+    div = div.mask_where(
+        mod.not_equal(0.0).logical_and(mod.lower(0.0).not_equal(y.lower(0.0))), div - 1.0
+    )
+    floored = div.floor()
+    floored = floored.mask_where((div - floored).greater(0.5), floored + 1.0)
+    zero = (q * 0.0).mask_fill(q.isnan().logical_or(q.isinf()), 0.0).copysign(q)
+    out = floored.mask_where(div.equal(0.0), zero).mask_where(y.equal(0.0), q)
+    return _zero_gradient(out, a, b)
 
 
 def extremum(a: Any, b: Any, kind: str) -> Any:
@@ -134,8 +174,10 @@ def extremum(a: Any, b: Any, kind: str) -> Any:
     second = b.greater(a) if kind == "maximum" else b.lower(a)
     if a.dtype not in ("float32", "float64", "bfloat16", "float16"):
         return b.mask_where(first, a)
-    tie = (a + b) * 0.5
-    return tie.mask_where(first, a).mask_where(second, b)
+    # neither larger: a tie (half the gradient each) or a NaN (torch: the NaN result, and
+    # the whole gradient to both operands, as its backward masks only by < and >)
+    neither = (a + b).mask_where(a.equal(b), (a + b) * 0.5)
+    return neither.mask_where(first, a).mask_where(second, b)
 
 
 # Giles (2010), "Approximating the erfinv function": single-precision coefficients, refined

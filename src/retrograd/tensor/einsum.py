@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import ShapeError, shape_text
+from ..errors import DTypeError, ShapeError, shape_text
+from ._dispatch import promote
 
 __all__ = ["contract"]
 
@@ -123,7 +124,17 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
     if summed and any(a.shape[len(batch) + len(left) + i] != b.shape[len(batch) + i]
                       for i in range(len(summed))):  # fmt: skip
         raise ShapeError("einsum: a contracted subscript has different sizes in two operands")
-    product = a.reshape((nb, nl, ns)).matmul(b.reshape((nb, ns, nr)))
+    if summed:  # a matrix product, as torch's bmm: one dtype, no promotion
+        if a.dtype != b.dtype and ns <= 1:  # torch multiplies when nothing real is summed
+            a, b = promote(a, b, "einsum")
+        if a.dtype != b.dtype:
+            raise DTypeError(
+                f"einsum: operands contracted over {''.join(summed)!r} have different dtypes "
+                f"({a.dtype} {shape_text(a.shape)} and {b.dtype} {shape_text(b.shape)})"
+            )
+        product = a.reshape((nb, nl, ns)).matmul(b.reshape((nb, ns, nr)))
+    else:  # nothing summed: torch multiplies elementwise, promoting as ``*`` does
+        product = a.reshape((nb, nl, 1)) * b.reshape((nb, 1, nr))
     shape = batch_shape + tuple(size[c] for c in left) + tuple(size[c] for c in right)
     return product.reshape(shape), "".join(batch + left + right)
 
@@ -136,13 +147,6 @@ def contract(equation: str, operands: list[Any]) -> Any:
     for t, spec in zip(operands, specs):
         t, spec = _diagonal(t, spec)
         reduced.append((t, spec))
-    first = reduced[0][0]
-    dtype = first.dtype
-    for t, _ in reduced[1:]:
-        if t.dtype != dtype:
-            raise ShapeError(
-                f"einsum: operands have dtypes {dtype} and {t.dtype}; torch requires one dtype"
-            )
     # sum, in each operand, the letters nothing else needs
     operands_left = []
     for i, (t, spec) in enumerate(reduced):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     COMMON,
@@ -28,7 +29,9 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    scalar_dims,
     scalar_dtype,
+    untracked,
     wrap,
 )
 from .compositions import (
@@ -135,6 +138,43 @@ LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE
 )
 
 
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool | np.bool_) or getattr(value, "dtype", None) == "bool"
+
+
+def _no_bool_subtraction(a: Any, b: Any) -> None:
+    """torch refuses ``-`` with a bool operand (tensor or Python bool)."""
+    if _is_bool(a) or _is_bool(b):
+        raise DTypeError(
+            "sub: subtraction with a bool tensor is not supported (as in torch); use ^ or "
+            "logical_xor() for bools, ~ or logical_not() to invert a mask"
+        )
+
+
+def _tracked(bound: Any) -> bool:
+    return bool(getattr(bound, "requires_grad", False))
+
+
+def untracked_bound(bound: Any) -> Any:
+    return untracked(bound) if hasattr(bound, "dtype") else bound
+
+
+def _bound(x: Any, bound: Any, dtype: str) -> Any:
+    """A clamp bound as a tensor of ``dtype`` (a number fills ``x``'s shape)."""
+    if hasattr(bound, "dtype"):
+        return lift(x, bound, "clamp").cast(dtype)
+    return wrap(x, x._backend.full(x.shape, bound, dtype, x._device))
+
+
+def _no_bool(op: str) -> None:
+    raise DTypeError(f"{op}: not implemented for bool tensors (as in torch)")
+
+
+def _truth(t: Any) -> Any:
+    """``t`` as a bool tensor: non-zero is true (NaN too), as torch's logical ops read it."""
+    return t if t.dtype == "bool" else t.not_equal(0)
+
+
 class ElementwiseMixin:
     """Elementwise methods and operators; needs ``_apply`` (see the module docstring)."""
 
@@ -149,12 +189,16 @@ class ElementwiseMixin:
     # -- arithmetic ---------------------------------------------------------------------------
     def add(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
+        if alpha != 1 and self.dtype == "bool" and _is_bool(other):
+            # torch: bool + alpha * bool stays bool (a logical or with a true alpha)
+            return self.logical_or(other) if alpha else self.logical_or(False)
         if alpha != 1:
             other = scaled("add", other, alpha)
         return self._apply(ADD, (self, other))
 
     def sub(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self - alpha * other``."""
+        _no_bool_subtraction(self, other)
         if alpha != 1:
             other = scaled("sub", other, alpha)
         return self._apply(SUB, (self, other))
@@ -227,9 +271,18 @@ class ElementwiseMixin:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
         ``end`` when ``weight >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
+        if not self.is_float() or end.dtype != self.dtype:  # torch: no promotion in lerp
+            raise DTypeError(
+                f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
+                f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"
+            )
         diff = end - self
         if not isinstance(weight, SCALAR_TYPES):
             weight = lift(self, weight, "lerp")
+            if weight.dtype != self.dtype:
+                raise DTypeError(
+                    f"lerp: expected weight of the input's dtype {self.dtype}, got {weight.dtype}"
+                )
             near_start = self + weight * diff
             near_end = end - diff * (1.0 - weight)
             return near_start.mask_where(weight.greater_equal(0.5), near_end)
@@ -266,6 +319,10 @@ class ElementwiseMixin:
 
     def pow(self, other: Any) -> Any:
         """``self ** other``: int64 when both are integers (torch's rule), else float."""
+        if _is_bool(self) and _is_bool(other):
+            if isinstance(other, bool):  # torch: x ** True is x, x ** False all true
+                return self.logical_and(True) if other else self.logical_or(True)
+            _no_bool("pow")
         result = integer_power(self, other)
         return self._apply(POW, (self, other)) if result is None else result
 
@@ -275,6 +332,8 @@ class ElementwiseMixin:
 
     def remainder(self, other: Any) -> Any:
         """Remainder with the sign of the divisor (Python's ``%``, PyTorch's ``remainder``)."""
+        if _is_bool(self) and _is_bool(other):
+            _no_bool("remainder")
         check_integer_divisor("remainder", self, other)
         return self._apply(REMAINDER, (self, other))
 
@@ -298,6 +357,9 @@ class ElementwiseMixin:
         return self._apply(ATAN2, (self, other))
 
     def hypot(self, other: Any) -> Any:
+        other_float = other.is_float() if hasattr(other, "dtype") else isinstance(other, float)
+        if not self.is_float() and not other_float:  # torch has no integer hypot
+            raise DTypeError(f"hypot: not implemented for {self.dtype} operands (as in torch)")
         return self._apply(HYPOT, (self, other))
 
     # -- operators ----------------------------------------------------------------------------
@@ -307,7 +369,7 @@ class ElementwiseMixin:
     def __radd__(self, other):
         return self._apply(ADD, (other, self))
 
-    def __sub__(self, other):
+    def __sub__(self, other):  # (a bool operand is refused in dispatch's slow path)
         return self._apply(SUB, (self, other))
 
     def __rsub__(self, other):
@@ -329,6 +391,8 @@ class ElementwiseMixin:
         return self.pow(other)
 
     def __rpow__(self, other):
+        if _is_bool(self) and _is_bool(other):
+            _no_bool("pow")
         result = integer_power(other, self)
         return self._apply(RPOW, (other, self)) if result is None else result
 
@@ -336,6 +400,8 @@ class ElementwiseMixin:
         return self.remainder(other)
 
     def __rmod__(self, other):
+        if _is_bool(self) and _is_bool(other):
+            _no_bool("remainder")
         check_integer_divisor("remainder", other, self)
         return self._apply(RREMAINDER, (other, self))
 
@@ -343,6 +409,8 @@ class ElementwiseMixin:
         return self.neg()
 
     def __pos__(self):
+        if self.dtype == "bool":
+            raise DTypeError("+: the unary + operator on a bool tensor is not supported (as torch)")
         return self
 
     def __abs__(self):
@@ -399,6 +467,8 @@ class ElementwiseMixin:
         return self._apply("neg", (self,))
 
     def abs(self) -> Any:
+        if self._backend.dtype(self._prim) == "bool":
+            _no_bool("abs")
         return self._apply("abs", (self,))
 
     def exp(self) -> Any:
@@ -417,6 +487,8 @@ class ElementwiseMixin:
         return self._apply(SQRT, (self,))
 
     def square(self) -> Any:
+        if self.dtype == "bool":  # torch: bools square as int64 (pow(x, 2))
+            return self.cast("int64")
         return self._apply("square", (self,))
 
     def recip(self) -> Any:
@@ -463,8 +535,14 @@ class ElementwiseMixin:
         return self._apply(ERF, (self,))
 
     def sign(self) -> Any:
-        """-1, 0 or 1; its gradient is zero."""
-        return self._apply("sign", (self,))
+        """-1, 0 or 1 (bools: themselves; NaN: 0, as torch's ``(0 < x) - (x < 0)``); its
+        gradient is zero."""
+        if self.dtype == "bool":
+            return self
+        out = self._apply("sign", (self,))
+        if self.dtype in ("int64",):
+            return out
+        return out.mask_fill(self.isnan(), 0.0)
 
     def round(self, *, decimals: int = 0) -> Any:
         """Round half to even, as PyTorch; zero gradient. ``decimals`` as torch's:
@@ -474,6 +552,12 @@ class ElementwiseMixin:
         >>> rg.tensor([1.2345, 2.5]).round(decimals=2).tolist()
         [1.2300000190734863, 2.5]
         """
+        if self.dtype == "bool":
+            _no_bool("round")
+        if decimals and not self.is_float():
+            raise DTypeError(
+                f"round: decimals={decimals} needs a floating point tensor (as in torch)"
+            )
         if isinstance(decimals, bool) or not isinstance(decimals, int):
             raise InvalidArgumentError(f"round: decimals must be an int, got {decimals!r}")
         if decimals == 0:
@@ -486,12 +570,18 @@ class ElementwiseMixin:
         return scaled._apply("round", (scaled,)) * scale
 
     def floor(self) -> Any:
+        if self._backend.dtype(self._prim) == "bool":
+            _no_bool("floor")
         return self._apply("floor", (self,))
 
     def ceil(self) -> Any:
+        if self._backend.dtype(self._prim) == "bool":
+            _no_bool("ceil")
         return self._apply("ceil", (self,))
 
     def trunc(self) -> Any:
+        if self._backend.dtype(self._prim) == "bool":
+            _no_bool("trunc")
         return self._apply("trunc", (self,))
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (torch's name)
@@ -502,14 +592,52 @@ class ElementwiseMixin:
         if (min is None or isinstance(min, SCALAR_TYPES)) and (
             max is None or isinstance(max, SCALAR_TYPES)
         ):
-            if min is not None and max is not None and min > max:
-                return self._apply("clamp", (self,), (max, max))
-            return self._apply("clamp", (self,), (min, max))
-        out = self
+            x = self
+            dtype = self._backend.dtype(self._prim)
+            if dtype not in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+                bounds = [b for b in (min, max) if b is not None]
+                if dtype == "bool" and all(isinstance(b, bool) for b in bounds):
+                    _no_bool("clamp")
+                if any(isinstance(b, float) for b in bounds):
+                    x = x.cast(default_float_dtype())  # torch's promotion with a float scalar
+                elif dtype == "bool":
+                    x = x.cast("int64")
+            # min > max gives max everywhere, with no gradient (the kernel's order of
+            # min(max(x, lo), hi) and the gradient's rule lo <= x <= hi, as torch's)
+            return x._apply("clamp", (x,), (min, max))
+        value = untracked(self)
         if min is not None:
-            out = bounded(out, min, "lower")
+            value = bounded(value, untracked_bound(min), "lower")
         if max is not None:
-            out = bounded(out, max, "greater")
+            value = bounded(value, untracked_bound(max), "greater")
+        if not (self.requires_grad or _tracked(min) or _tracked(max)):
+            return value
+        # torch's clamp_backward_min_max: x's gradient where min <= x <= max; min's where
+        # x < min < max; max's where x > max or max < min (so none at x < min == max, nor NaN)
+        dtype = value.dtype
+        x = self.cast(dtype)
+        lo = None if min is None else _bound(x, min, dtype)
+        hi = None if max is None else _bound(x, max, dtype)
+        inside = None
+        if lo is not None:
+            inside = x.greater_equal(lo)
+        if hi is not None:
+            below = x.lower_equal(hi)
+            inside = below if inside is None else inside.logical_and(below)
+        out = value.mask_where(inside, x)
+        if lo is not None:
+            to_min = x.lower(lo)
+            if hi is not None:
+                to_min = to_min.logical_and(lo.lower(hi))
+            out = out.mask_where(to_min, lo)
+        if hi is not None:
+            to_max = x.greater(hi)
+            if lo is not None:
+                inverted = hi.lower(lo)
+                to_max = to_max.logical_or(inverted)
+                # where x is NaN the value stays NaN, the gradient still goes to max
+                hi = hi.mask_where(inverted.logical_and(x.isnan()), hi + untracked(x))
+            out = out.mask_where(to_max, hi)
         return out
 
     clip = clamp
@@ -522,6 +650,11 @@ class ElementwiseMixin:
 
     # -- activations --------------------------------------------------------------------------
     def relu(self) -> Any:
+        dtype = self._backend.dtype(self._prim)
+        if dtype not in FLOAT_DTYPES:  # torch keeps an integer tensor's dtype, refuses bool
+            if dtype == "bool":
+                raise DTypeError("relu: not implemented for bool tensors (as in torch)")
+            return self.clamp_min(0)
         return self._apply(RELU, (self,))
 
     def gelu(self) -> Any:
@@ -543,15 +676,25 @@ class ElementwiseMixin:
     def leaky_relu(self, slope: float = 0.01) -> Any:
         return self._apply(LEAKY_RELU, (self,), (float(slope),))
 
+    @scalar_dims
     def softmax(self, dim: int, dtype: Any = None) -> Any:
         """Softmax along ``dim``; ``dtype`` casts first (torch's ``x.softmax(-1,
         dtype=torch.float32)``, as attention code computes in float32)."""
         x = self if dtype is None else self.cast(dtype)
+        if not x.is_float():  # torch has no integer softmax (pass dtype=); empty passes
+            if x.numel():
+                raise DTypeError(f"softmax: expected a floating point tensor, got {x.dtype}")
+            return x
         d = normalize_dim("softmax", dim, x.ndim)
         return x._apply(SOFTMAX, (x,), (d,))
 
+    @scalar_dims
     def log_softmax(self, dim: int, dtype: Any = None) -> Any:
         x = self if dtype is None else self.cast(dtype)
+        if not x.is_float():
+            if x.numel():
+                raise DTypeError(f"log_softmax: expected a floating point tensor, got {x.dtype}")
+            return x
         d = normalize_dim("log_softmax", dim, x.ndim)
         return x._apply(LOG_SOFTMAX, (x,), (d,))
 
@@ -648,17 +791,14 @@ class ElementwiseMixin:
         if isinstance(other, bool):
             other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
         other = lift(self, other, "logical_xor")
-        if self.dtype != "bool" or other.dtype != "bool":
-            raise DTypeError(
-                f"logical_xor: expected bool tensors, got {self.dtype} and {other.dtype}"
-            )
-        return self._apply(NOT_EQUAL, (self, other))
+        a, b = _truth(self), _truth(other)
+        return a._apply(NOT_EQUAL, (a, b))
 
     def _logical(self, other: Any, op: str) -> Any:
-        """Both operands checked to be bool (a Python bool fills this tensor's shape)."""
+        """torch's logical ops take any dtype, non-zero as true (a Python bool fills this
+        tensor's shape)."""
         if isinstance(other, bool):
             other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
         other = lift(self, other, op)
-        if self.dtype != "bool" or other.dtype != "bool":
-            raise DTypeError(f"{op}: expected bool tensors, got {self.dtype} and {other.dtype}")
-        return self._apply(op, (self, other))
+        a, b = _truth(self), _truth(other)
+        return a._apply(op, (a, b))

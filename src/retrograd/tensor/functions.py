@@ -25,6 +25,7 @@ import numpy as np
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
+from .reduce import CummaxResult, CumminResult
 from .shape import cat
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<method>(*args, **kwargs)``.
@@ -51,8 +52,6 @@ _METHODS = {
         "cos",
         "cosh",
         "count_nonzero",
-        "cummax",
-        "cummin",
         "cumprod",
         "cumsum",
         "detach",
@@ -291,6 +290,17 @@ def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
     return lift_input("max", input).max(*args, **kwargs)
 
 
+def cummax(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
+    """``torch.cummax``: ``(values, indices)`` of the running maximum along ``dim`` (the
+    method ``x.cummax(d)`` keeps API.md's values-only form, as ``topk``'s did)."""
+    return CummaxResult(*lift_input("cummax", input).cummax_with_indices(dim))
+
+
+def cummin(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
+    """``torch.cummin``: ``(values, indices)``, as :func:`cummax`."""
+    return CumminResult(*lift_input("cummin", input).cummin_with_indices(dim))
+
+
 def min(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
     """``torch.min``, as :func:`max`."""
     return lift_input("min", input).min(*args, **kwargs)
@@ -402,9 +412,19 @@ def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # 
 def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002 (torch's name)
             equal_nan: bool = False) -> Any:  # fmt: skip
     """``|input - other| <= atol + rtol * |other|`` elementwise (infinities equal only to
-    themselves; NaNs equal when ``equal_nan``)."""
-    a, b = promote(input, other, "isclose")
-    close = (a - b).abs().lower_equal((b.abs() * rtol) + atol).logical_or(a.eq(b))
+    themselves; NaNs equal when ``equal_nan``). As torch's, both have one dtype."""
+    other = lift(input, other, "isclose")
+    if input.dtype != other.dtype:
+        raise DTypeError(
+            f"isclose: expected both tensors of one dtype, got {input.dtype} and {other.dtype}"
+        )
+    if input.dtype == "bool":
+        return input.eq(other)
+    a, b = input, other
+    error = (a - b).abs()
+    # torch: a finite error within tolerance (|x - inf| <= inf * rtol is not close)
+    within = error.lower_equal((b.abs() * rtol) + atol).logical_and(error.isfinite())
+    close = within.logical_or(a.eq(b))
     if equal_nan:
         close = close.logical_or(a.isnan().logical_and(b.isnan()))
     return close
@@ -439,6 +459,14 @@ def vstack(tensors: Sequence[Any]) -> Any:
     return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
 
 
+def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``rsub``: ``other - alpha * input``."""
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"rsub(): argument 'input' must be a Tensor, not {type(input).__name__}")
+    scaled = input if alpha == 1 else input * alpha
+    return other - scaled
+
+
 def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
     """``(var, mean)`` over the same dims (the arguments of :meth:`Tensor.var`)."""
     dim = args[0] if args else kwargs.get("dim")
@@ -448,8 +476,10 @@ def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa:
 
 
 def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
-    variance, mean = var_mean(input, *args, **kwargs)
-    return variance.sqrt(), mean
+    dim = args[0] if args else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    mean = input.mean() if dim is None else input.mean(dim, keepdim)
+    return input.std(*args, **kwargs), mean  # std's gradient (0 at zero spread), as torch's
 
 
 def cdist(x1: Any, x2: Any, p: float = 2.0) -> Any:
@@ -542,6 +572,86 @@ def einsum(equation: str, *operands: Any) -> Any:
     return contract(equation, list(operands))
 
 
+#: torch's functions that are tensor methods here but were missing as functions (the
+#: fuzzer against torch met ``rg.hypot``, ``rg.scatter_add``...), in-place forms included
+_METHODS.update(
+    {
+        name: name
+        for name in [
+            "abs_",
+            "acos_",
+            "acosh_",
+            "addmv_",
+            "arccos_",
+            "arccosh_",
+            "arcsin_",
+            "arcsinh_",
+            "arctan_",
+            "arctanh_",
+            "asin_",
+            "asinh_",
+            "atan_",
+            "atanh_",
+            "ceil_",
+            "clamp_",
+            "clamp_max",
+            "clamp_max_",
+            "clamp_min",
+            "clamp_min_",
+            "clip_",
+            "cos_",
+            "cosh_",
+            "deg2rad_",
+            "detach_",
+            "erf_",
+            "erfc_",
+            "exp2_",
+            "exp_",
+            "expm1_",
+            "fill_",
+            "fix_",
+            "floor_",
+            "frac_",
+            "gcd_",
+            "ger",
+            "hypot",
+            "i0_",
+            "index_put_",
+            "lcm_",
+            "ldexp_",
+            "log10_",
+            "log1p_",
+            "log2_",
+            "log_",
+            "logit_",
+            "moveaxis",
+            "nan_to_num_",
+            "neg_",
+            "negative_",
+            "put",
+            "rad2deg_",
+            "ravel",
+            "reciprocal_",
+            "relu_",
+            "round_",
+            "rsqrt_",
+            "scatter",
+            "scatter_add",
+            "sigmoid_",
+            "sin_",
+            "sinc_",
+            "sinh_",
+            "sqrt_",
+            "square_",
+            "tan_",
+            "tanh_",
+            "trunc_",
+            "xlogy_",
+            "zero_",
+        ]
+    }
+)
+
 for _name, _target in _METHODS.items():
     globals()[_name] = _method(_name, _target)
 del _name, _target
@@ -550,11 +660,14 @@ __all__ = sorted(
     {
         *_METHODS,
         "allclose",
+        "rsub",
         "broadcast_shapes",
         "broadcast_tensors",
         "cdist",
         "concat",
         "concatenate",
+        "cummax",
+        "cummin",
         "einsum",
         "equal",
         "float_power",

@@ -128,7 +128,8 @@ class IndexingMixin:
         """A copy with the elements where ``mask`` is true taken, in order, from ``source``."""
         mask = _mask_tensor("masked_scatter", self, mask)
         source = lift(self, source, "masked_scatter")
-        shape = self.shape
+        shape = tuple(np.broadcast_shapes(self.shape, mask.shape))  # torch broadcasts both
+        x = self if self.shape == shape else self.expand(shape)
         positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]
         count = positions.shape[0]
         if source.numel() < count:
@@ -136,7 +137,7 @@ class IndexingMixin:
                 f"masked_scatter: source has {source.numel()} elements, the mask selects {count}"
             )
         values = source.reshape(-1).narrow(0, 0, count)
-        flat = self.reshape(-1).select_assign(0, positions, values, "assign")
+        flat = x.reshape(-1).select_assign(0, positions, values, "assign")
         return flat.reshape(shape)
 
     def take(self, index: Any) -> Any:
@@ -148,7 +149,9 @@ class IndexingMixin:
             else from_host(type(self), np.asarray(index), None, self._backend, self._device)
         )
         flat = self.reshape(-1)
-        return flat.index_select(0, index.reshape(-1)).reshape(index.shape)
+        shape, index = index.shape, index.reshape(-1)
+        index = index.mask_where(index.lower_elem(0), index + flat.shape[0])  # torch wraps
+        return flat.index_select(0, index).reshape(shape)
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
@@ -603,6 +606,11 @@ def basic_slices(
             slices.append(slice(i, i + 1, 1))
             items.append(("int",))
         elif isinstance(item, slice):
+            if isinstance(item.step, int) and item.step < 0:
+                raise InvalidArgumentError(
+                    f"indexing: slice {item!r}: step must be greater than zero (as in torch); "
+                    "use flip() to reverse"
+                )
             try:
                 start, stop, step = item.indices(size)
             except (TypeError, ValueError) as error:  # a step of 0, a bound that is no int

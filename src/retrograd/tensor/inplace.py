@@ -19,6 +19,7 @@ requires grad, outside ``no_grad``; a float result written into an int tensor).
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -315,7 +316,7 @@ class InplaceMixin:
     def copy_(self, src: Any, non_blocking: bool = False) -> Any:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
-        return self._update("copy_", lambda t: _source(t, src, "copy_"))
+        return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")))
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
@@ -452,12 +453,18 @@ def _filled(t: Any, value: Any) -> Any:
     if t.dtype == "bool":
         value = bool(value)
     elif t.dtype == "int64":
-        if isinstance(value, float) and not value.is_integer():
+        if isinstance(value, float) and not math.isfinite(value):
             raise DTypeError(f"fill_: cannot fill an int64 tensor with {value!r}")
-        value = int(value)
+        value = int(value)  # torch converts, truncating toward zero (fill_(1.5) writes 1)
     else:
         value = float(value)
     return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))
+
+
+def _converted(t: Any, src: Any) -> Any:
+    """``src`` in ``t``'s dtype: torch's ``copy_`` converts any dtype (float into an int or
+    bool tensor too), unlike the in-place arithmetic, which refuses a narrowing."""
+    return src if src.dtype == t.dtype else src.cast(t.dtype)
 
 
 def _source(t: Any, src: Any, op: str) -> Any:

@@ -177,6 +177,10 @@ def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> An
             f"{op}: for integer tensors, beta and alpha must be integers (got beta={beta!r}, "
             f"alpha={alpha!r})"
         )
+    if op != "addr":  # torch's addr promotes; the fused matrix products do not
+        from .reduce import same_dtype
+
+        same_dtype(op, input, product)
     product = product if alpha == 1 else scaled(op, product, alpha)
     if beta == 0:
         return product.cast(input.dtype) if product.dtype != input.dtype else product

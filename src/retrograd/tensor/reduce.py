@@ -15,10 +15,11 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backend.protocol import default_float_dtype
-from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
+from ..context import capturing
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
-from ._dispatch import TensorOp, lift, normalize_dim, promote, untracked
+from ._dispatch import TensorOp, lift, normalize_dim, scalar_dims, untracked
 
 __all__ = [
     "CummaxResult",
@@ -69,6 +70,7 @@ class ReduceMixin:
         return self
 
     # -- over all elements --------------------------------------------------------------------
+    @scalar_dims
     def sum(
         self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
     ) -> Any:
@@ -81,23 +83,33 @@ class ReduceMixin:
             return x._apply("sum", (x,))
         return x._over_dims("sum", dim, keepdim)
 
+    @scalar_dims
     def mean(
         self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
     ) -> Any:
-        """Mean of all elements (0-d); with ``dim``, torch's ``mean(dim, keepdim)``."""
+        """Mean of all elements (0-d); with ``dim``, torch's ``mean(dim, keepdim)``. An
+        integer or bool tensor needs ``dtype=`` (torch cannot infer the result's dtype)."""
         x = self if dtype is None else self.cast(dtype)
+        if x._backend.dtype(x._prim) not in FLOAT_DTYPES:
+            raise DTypeError(
+                f"mean: could not infer the output dtype of a {x.dtype} tensor (as in torch); "
+                "pass dtype= or cast to a floating dtype first"
+            )
         if dim is None:
             return x._apply(MEAN, (x,))
         return x._over_dims("mean", dim, keepdim)
 
+    @scalar_dims
     def nansum(self, dim: Any = None, keepdim: bool = False) -> Any:
+        if not self.is_float():  # nothing to skip; ints and bools sum as int64 (torch)
+            return self.sum(dim, keepdim)
         return self.mask_fill(self.is_nan(), 0.0).sum(dim, keepdim)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
         ndim = self.ndim
         dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
-        if not dims:  # torch: ``dim=()`` reduces every dimension, as amax/var/std here do
+        if not dims:  # torch: an empty tuple of dims reduces every dim
             dims = tuple(range(ndim))
         normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
         if len(normalized) != len(dims):
@@ -112,13 +124,18 @@ class ReduceMixin:
 
     def prod(self, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """Product of all elements (or along ``dim``, torch's ``prod(dim, keepdim)``); its
-        gradient is exact where elements are zero."""
+        gradient is torch's: ``result / input`` when no element is zero, exact products of
+        the others where one is."""
         x = self if dtype is None else self.cast(dtype)
+        if x.ndim == 0 and (dim is None or (isinstance(dim, int) and dim in (0, -1))):
+            # torch: the product of one element is itself, its gradient the incoming one
+            return (x.cast("int64") if x.dtype == "bool" else x).reshape(())
         if dim is None:
             return x._apply("prod", (x,))
         out = x.prod_dim(dim)
         return out if keepdim else out.squeeze_dim(dim)
 
+    @scalar_dims
     def max(self, dim: Any = None, keepdim: bool = False) -> Any:
         """torch's ``max``: the largest element (0-d; ties share the gradient evenly); with
         ``dim``, ``(values, indices)`` along it (the gradient goes to the index); with a
@@ -132,6 +149,7 @@ class ReduceMixin:
             values, indices = values.squeeze_dim(dim), indices.squeeze_dim(dim)
         return MaxResult(values, indices)
 
+    @scalar_dims
     def min(self, dim: Any = None, keepdim: bool = False) -> Any:
         """torch's ``min``, as :meth:`max`."""
         if dim is None:
@@ -143,30 +161,43 @@ class ReduceMixin:
             values, indices = values.squeeze_dim(dim), indices.squeeze_dim(dim)
         return MinResult(values, indices)
 
+    @scalar_dims
     def amax(self, dim: Any = (), keepdim: bool = False) -> Any:
         """The largest values over ``dim`` (all dims when empty); ties share the gradient
         evenly, as torch's ``amax``."""
         return _even_extremum(self, "amax", dim, keepdim)
 
+    @scalar_dims
     def amin(self, dim: Any = (), keepdim: bool = False) -> Any:
         return _even_extremum(self, "amin", dim, keepdim)
 
+    @scalar_dims
     def any(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether any element is non-zero (bool; over ``dim`` when given)."""
         counts = self.not_equal(False if self.dtype == "bool" else 0).cast("int64")
         return counts.sum(dim, keepdim).greater(0)
 
+    @scalar_dims
     def all(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether every element is non-zero (bool; over ``dim`` when given)."""
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
         return zeros.sum(dim, keepdim).equal(0)
 
+    @scalar_dims
     def count_nonzero(self, dim: Any = None) -> Any:
         return self.not_equal(False if self.dtype == "bool" else 0).cast("int64").sum(dim)
 
+    @scalar_dims
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Any:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
         x = self if self.is_float() else self.cast(default_float_dtype())
+        if x.numel() == 0:  # torch: log(0) = -inf over an empty dimension
+            out = x.exp().sum(dim, keepdim=True).log()
+            return (
+                out
+                if keepdim
+                else out.squeeze_dims((dim,) if isinstance(dim, numbers.Integral) else tuple(dim))
+            )
         peak = untracked(x).amax(dim, keepdim=True)
         peak = peak.mask_fill(peak.is_inf(), 0.0)
         out = (x - peak).exp().sum(dim, keepdim=True).log() + peak
@@ -208,30 +239,45 @@ class ReduceMixin:
     def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._apply("min_dim", (self,), (self._reduce_dim("min_dim", dim),))
 
+    @scalar_dims
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """torch's ``argmax``: int64 index of the largest value along ``dim`` (dropped unless
         ``keepdim``), or into the flattened tensor when ``dim`` is ``None``."""
         return _arg_extremum(self, "argmax", dim, keepdim)
 
+    @scalar_dims
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Any:
         return _arg_extremum(self, "argmin", dim, keepdim)
 
+    @scalar_dims
     def median(self, dim: int | None = None, keepdim: bool = False) -> Any:
-        """torch's ``median``: the lower of the two middle values; with ``dim``,
-        ``(values, indices)`` along it."""
+        """torch's ``median``: the lower of the two middle values, or NaN where the values
+        hold one (its first position as the index); with ``dim``, ``(values, indices)``
+        along it. Without ``dim`` the gradient is shared among the elements equal to the
+        median, as torch's."""
+        if self.dtype == "bool":
+            raise DTypeError("median: not implemented for bool tensors (as in torch)")
         if dim is None:
             flat = self.reshape((-1,))
-            values, indices = flat.sort_with_indices(0)
-            middle = (flat.shape[0] - 1) // 2
-            return values.narrow(0, middle, 1).reshape(())
+            if flat.shape[0] == 0:  # torch: NaN (a float tensor's), not an error
+                return flat.sum() * math.nan
+            constant = untracked(flat)
+            values, _ = constant.sort_with_indices(0)
+            value = values.gather(0, _median_position(constant, 0)).reshape(())
+            if not flat.requires_grad:
+                return value
+            return _shared_evenly(flat, constant, value, (0,)).reshape(())
         d = normalize_dim("median", dim, self.ndim)
+        if self.shape[d] == 0:
+            raise ShapeError(f"median: dimension {dim} of shape {shape_text(self.shape)} is empty")
         values, indices = self.sort_with_indices(d)
-        middle = (self.shape[d] - 1) // 2
-        values, indices = values.narrow(d, middle, 1), indices.narrow(d, middle, 1)
+        position = _median_position(self, d)
+        values, indices = values.gather(d, position), indices.gather(d, position)
         if not keepdim:
             values, indices = values.squeeze_dim(d), indices.squeeze_dim(d)
         return MedianResult(values, indices)
 
+    @scalar_dims
     def var(
         self, dim: Any = None, unbiased: Any = True, keepdim: bool = False, *,
         correction: Any = None,
@@ -241,13 +287,18 @@ class ReduceMixin:
         ``keepdim``."""
         return _variance(self, "var", dim, unbiased, keepdim, correction)
 
+    @scalar_dims
     def std(
         self, dim: Any = None, unbiased: Any = True, keepdim: bool = False, *,
         correction: Any = None,
     ) -> Any:  # fmt: skip
-        """torch's ``std``: the square root of :meth:`var`."""
-        return _variance(self, "std", dim, unbiased, keepdim, correction).sqrt()
+        """torch's ``std``: the square root of :meth:`var`; where it is 0 the gradient is 0
+        (torch's ``std_backward`` masks the 1 / (2 std) there)."""
+        variance = _variance(self, "std", dim, unbiased, keepdim, correction)
+        zero = variance.equal_elem(0.0)
+        return variance.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
 
+    @scalar_dims(position=1)
     def norm(
         self, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
     ) -> Any:
@@ -255,47 +306,69 @@ class ReduceMixin:
         the 2-norm of the elements, ``"nuc"`` a nuclear norm over two dims (all, for a
         matrix), a number ``p`` (any: ``inf``, ``-inf``, 0, negative) the vector ``p``-norm
         over ``dim`` (``rg.linalg.vector_norm``, torch's gradients, zero at a zero vector).
-        An integer tensor is taken in the default float dtype (torch refuses it)."""
+        An integer or bool tensor is refused, as torch refuses it (pass ``dtype=``)."""
         x = self if dtype is None else self.cast(dtype)
-        x = x if x.is_float() else x.cast(default_float_dtype())
+        if not x.is_float():
+            raise DTypeError(f"norm: expected a floating point tensor, got {x.dtype} (as torch)")
         return norms.tensor_norm(x, p, dim, keepdim)
 
     # -- cumulative ---------------------------------------------------------------------------
-    def cumsum(self, dim: int) -> Any:
-        return self._apply("cumsum", (self,), (normalize_dim("cumsum", dim, self.ndim),))
+    @scalar_dims
+    def cumsum(self, dim: int, *, dtype: Any = None) -> Any:
+        """Cumulative sum along ``dim``; ``dtype`` casts first (bools and ints sum as int64,
+        as torch's)."""
+        x = self if dtype is None else self.cast(dtype)
+        if x.dtype == "bool":
+            x = x.cast("int64")
+        return x._apply("cumsum", (x,), (normalize_dim("cumsum", dim, x.ndim),))
 
-    def cumprod(self, dim: int) -> Any:
-        """Cumulative product; its gradient is exact where elements are zero."""
-        return self._apply("cumprod", (self,), (normalize_dim("cumprod", dim, self.ndim),))
+    @scalar_dims
+    def cumprod(self, dim: int, *, dtype: Any = None) -> Any:
+        """Cumulative product; its gradient is exact where elements are zero. ``dtype``
+        casts first; bools multiply as int64, as torch's."""
+        x = self if dtype is None else self.cast(dtype)
+        if x.dtype == "bool":
+            x = x.cast("int64")
+        return x._apply("cumprod", (x,), (normalize_dim("cumprod", dim, x.ndim),))
 
+    @scalar_dims
     def cummax(self, dim: int) -> Any:
-        """torch's ``cummax``: ``(values, indices)`` along ``dim``, an index the latest where
-        the running maximum is reached. (A bare tensor here would let ported
-        ``torch.cummax(x, d)[0]`` read the first row instead of the values.)"""
-        return CummaxResult(*self.cummax_with_indices(dim))
+        """The running maximum along ``dim`` (API.md's, Burn's: the values;
+        :func:`retrograd.cummax` and :meth:`cummax_with_indices` give torch's ``(values,
+        indices)``)."""
+        return self.cummax_with_indices(dim)[0]
 
+    @scalar_dims
     def cummin(self, dim: int) -> Any:
-        """torch's ``cummin``: ``(values, indices)`` along ``dim``."""
-        return CumminResult(*self.cummin_with_indices(dim))
+        """The running minimum along ``dim`` (API.md's: the values; :func:`retrograd.cummin`
+        gives torch's ``(values, indices)``)."""
+        return self.cummin_with_indices(dim)[0]
 
+    @scalar_dims
     def cummax_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._apply("cummax", (self,), (normalize_dim("cummax", dim, self.ndim),))
 
+    @scalar_dims
     def cummin_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._apply("cummin", (self,), (normalize_dim("cummin", dim, self.ndim),))
 
     # -- sorting ------------------------------------------------------------------------------
+    @scalar_dims
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
         """torch's ``sort``: ``(values, indices)`` along ``dim`` (always stable)."""
         return SortResult(*self.sort_with_indices(dim, descending))
 
+    @scalar_dims
     def sort_with_indices(self, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
         d = normalize_dim("sort", dim, self.ndim)
         return self._apply("sort", (self,), (d, bool(descending)))
 
-    def argsort(self, dim: int = -1, descending: bool = False) -> Any:
+    @scalar_dims
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+        """torch's ``argsort`` (always stable, so ``stable`` changes nothing)."""
         return self.sort_with_indices(dim, descending)[1]
 
+    @scalar_dims(position=1)
     def topk(
         self,
         k: int,
@@ -307,7 +380,10 @@ class ReduceMixin:
         smallest) entries along ``dim``, largest (smallest) first."""
         return topk(self, k, dim, largest, sorted)
 
+    @scalar_dims(position=1)
     def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
+        if self.dtype == "bool":
+            raise DTypeError("topk: bool tensors are not supported (as in torch)")
         d = normalize_dim("topk", dim, self.ndim)
         if not 0 <= k <= self.shape[d]:
             raise ShapeError(
@@ -318,7 +394,8 @@ class ReduceMixin:
     # -- contraction --------------------------------------------------------------------------
     def matmul(self, other: Any) -> Any:
         """Matrix product; batched, batch dims broadcasting; 1-d operands as in NumPy."""
-        a, b = promote(self, other, "matmul")
+        a, b = self, lift(self, other, "matmul")
+        same_dtype("matmul", a, b)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(
                 f"matmul: both operands need at least 1 dimension, got shapes "
@@ -395,7 +472,11 @@ class ReduceMixin:
     ger = outer
 
     def trace(self) -> Any:
-        """The sum of the main diagonal of a matrix."""
+        """The sum of the main diagonal of a matrix (2-d only, as torch's)."""
+        if self.ndim != 2:
+            raise ShapeError(f"trace: expected a matrix, got shape {shape_text(self.shape)}")
+        if self.dtype == "bool":
+            raise DTypeError("trace: not implemented for bool tensors (as in torch)")
         return self.diagonal().sum()
 
     def diff(self, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Any:
@@ -412,6 +493,8 @@ class ReduceMixin:
             x = cat([lift(x, p, "diff") for p in parts], d)
         for _ in range(n):
             size = x.shape[d]
+            if size == 0:  # torch: an empty difference stays empty
+                break
             later, earlier = x.narrow(d, 1, size - 1), x.narrow(d, 0, size - 1)
             x = later.logical_xor(earlier) if x.dtype == "bool" else later - earlier
         return x
@@ -421,6 +504,17 @@ class ReduceMixin:
 
     def __rmatmul__(self, other):
         return lift(self, other, "matmul").matmul(self)
+
+
+def same_dtype(op: str, *operands: Any) -> None:
+    """torch's rule for matrix products: no type promotion (the operands share one dtype,
+    and it is not bool); a mixed product is an error, never a silent cast."""
+    dtypes = [t.dtype for t in operands]
+    if len(set(dtypes)) > 1:
+        shapes = ", ".join(f"{t.dtype} {shape_text(t.shape)}" for t in operands)
+        raise DTypeError(f"{op}: expected operands of one dtype, got {shapes}")
+    if dtypes and dtypes[0] == "bool":
+        raise DTypeError(f"{op}: not implemented for bool tensors (cast to int64 or a float)")
 
 
 def topk(
@@ -461,6 +555,8 @@ def _dropped(x: Any, dims: tuple[int, ...], keepdim: bool) -> Any:
 
 
 def _arg_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
+    if x.dtype == "bool":
+        raise DTypeError(f"{op}: bool tensors are not supported (as in torch); cast to int64")
     if dim is None:
         flat = x.reshape((-1,))
         out = flat._apply(op, (flat,), (flat._reduce_dim(op, 0),)).reshape(())
@@ -475,23 +571,64 @@ def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
     split evenly among the tied elements (``x - x.detach()`` is zero in value, so the value
     is the extremum exactly and the gradient is ``tied / count``)."""
     dims = _dims(op, dim, x.ndim)
-    x._nonempty(op)
+    if any(x.shape[d] == 0 for d in dims) or (not dims and x.numel() == 0):
+        x._nonempty(op)  # torch refuses only a reduction over an empty dimension
     tracked = x.requires_grad
     constant = untracked(x) if tracked else x
     value = constant
     for d in dims:
         value = value.max_dim(d) if op == "amax" else value.min_dim(d)
     if tracked:
-        tied = constant.equal(value).cast(x.dtype)
-        count = tied.sum(dims, keepdim=True)
-        value = value + ((x - constant) * tied).sum(dims, keepdim=True) / count
+        # amax's backward counts the elements equal to the result: none when it is NaN
+        value = _shared_evenly(x, constant, value, dims, nan_ties=False)
     return _dropped(value, dims, keepdim)
+
+
+def _median_position(x: Any, d: int) -> Any:
+    """Where each slice's median sits along ``d`` after a stable ascending sort (kept dim):
+    the lower middle, or the first NaN (sorted last) where the slice holds any."""
+    n = x.shape[d]
+    shape = tuple(1 if axis == d else size for axis, size in enumerate(x.shape))
+    middle = (n - 1) // 2
+    if not x.is_float():
+        return untracked(x).sum_dim(d).cast("int64").mul(0).add(middle).reshape(shape)
+    nans = untracked(x).isnan().cast("int64").sum_dim(d)
+    return (nans.mul(-1).add(n)).mask_where(nans.equal_elem(0), nans.mul(0).add(middle))
+
+
+def _shared_evenly(
+    x: Any, constant: Any, value: Any, dims: tuple[int, ...], nan_ties: bool = True
+) -> Any:
+    """``value`` (an extremum or median of ``x`` over ``dims``, kept) with torch's gradient:
+    split evenly among the elements equal to it (with ``nan_ties``, the NaNs when it is NaN,
+    as torch's evenly_distribute_backward). ``x - constant`` is zero in value where finite,
+    so a finite value is exact; an infinite or NaN one is the mean of its tied copies (itself,
+    exactly), so that ``inf - inf`` puts no NaN into it."""
+    mask = constant.equal(value)
+    if nan_ties:
+        mask = mask.logical_or(constant.isnan().logical_and(value.isnan()))
+    tied = mask.cast(x.dtype)
+    count = tied.sum(dims, keepdim=True)
+    finite = mask.logical_and(constant.isfinite())
+    offset = (x - constant).mask_fill(finite.logical_not(), 0.0)
+    out = value + (offset * tied).sum(dims, keepdim=True) / count
+    if not capturing.get() and bool(untracked(value).isfinite().all().item()):
+        return out  # the common case, read on the host (not while a step is captured)
+    copies = value.expand(x.shape).mask_where(mask, x)  # x where tied: equal to value
+    extreme = copies.mask_fill(mask.logical_not(), 0.0).sum(dims, keepdim=True) / count
+    if not nan_ties:  # a NaN nothing equals: torch's grad * mask / count is NaN everywhere
+        unmatched = (x * (tied / count)).sum(dims, keepdim=True)
+        extreme = extreme.mask_where(count.equal(0.0), unmatched)
+    return out.mask_where(value.isfinite().logical_not(), extreme)
 
 
 def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correction: Any) -> Any:
     if correction is None:
         correction = 1 if unbiased else 0
-    x = x if x.is_float() else x.cast(default_float_dtype())
+    if not x.is_float():
+        raise DTypeError(
+            f"{op}: only floating point tensors are supported (as in torch), got {x.dtype}"
+        )
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
     centered = x - x.mean(dims, keepdim=True)

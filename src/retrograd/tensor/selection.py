@@ -32,7 +32,16 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import FLOAT_DTYPES, TensorBase, lift, no_generator, normalize_dim, wrap
+from ._dispatch import (
+    FLOAT_DTYPES,
+    TensorBase,
+    lift,
+    no_generator,
+    normalize_dim,
+    scalar_dims,
+    untracked,
+    wrap,
+)
 from .dtypes import DTYPE_OBJECTS
 from .functions import unique as _unique
 
@@ -62,6 +71,8 @@ class SelectionMixin:
     # -- selection statistics -----------------------------------------------------------------
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         """``(values, indices)`` of the ``k``-th smallest element along ``dim`` (1-based)."""
+        if self.dtype == "bool" and self.ndim:  # (torch's 0-d path takes bools)
+            raise DTypeError("kthvalue: not implemented for bool tensors (as in torch)")
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("kthvalue", dim, x.ndim)
         if not 1 <= k <= x.shape[d]:
@@ -76,10 +87,22 @@ class SelectionMixin:
             indices = indices.squeeze_dim(d) if shape is None else indices.reshape(shape)
         return KthvalueResult(values, indices)
 
+    @scalar_dims
     def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """:meth:`median` ignoring NaN (the lower middle of the others; NaN where all are)."""
+        if self.dtype == "bool" and self.numel():
+            raise DTypeError("nanmedian: not implemented for bool tensors (as in torch)")
         if dim is None:
-            return _nan_lower_middle(self.reshape((-1,)), 0)[0].reshape(())
+            flat = self.reshape((-1,))
+            if flat.shape[0] == 0:  # torch: NaN, not an error
+                return flat.sum() * math.nan
+            value = _nan_lower_middle(untracked(flat), 0)[0].reshape((1,))
+            if not flat.requires_grad:
+                return value.reshape(())
+            # torch shares the gradient among the elements equal to it, as median's
+            from .reduce import _shared_evenly
+
+            return _shared_evenly(flat, untracked(flat), value, (0,)).reshape(())
         d = normalize_dim("nanmedian", dim, self.ndim)
         values, indices = _nan_lower_middle(self, d)
         if not keepdim:
@@ -123,11 +146,14 @@ class SelectionMixin:
             values, index = values.squeeze_dim(d), index.squeeze_dim(d)
         return ModeResult(values, index)
 
+    @scalar_dims
     def logcumsumexp(self, dim: int) -> Any:
         """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
         :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
         d = normalize_dim("logcumsumexp", dim, self.ndim)
-        out = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
+        if self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"logcumsumexp: expected a floating point tensor, got {self.dtype}")
+        out = self
         if out.ndim == 0:
             return out
         n, shift = out.shape[d], 1
@@ -140,6 +166,7 @@ class SelectionMixin:
             shift *= 2
         return out
 
+    @scalar_dims
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """The mean of the values that are not NaN (float tensors)."""
         x = self if dtype is None else self.cast(dtype)
@@ -251,15 +278,35 @@ class SelectionMixin:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per
         leading dim, as ``t[indices] = values``); ``accumulate`` adds, duplicates summing."""
         indices = tuple(indices)
+        if isinstance(values, TensorBase) and values.dtype != self.dtype:
+            raise DTypeError(
+                f"index_put: the values' dtype {values.dtype} is not the tensor's {self.dtype} "
+                "(torch requires them to match)"
+            )
         if not accumulate:
             out = self.clone()
             out[indices] = values
             return out
-        if len(indices) != self.ndim:
+        if len(indices) > self.ndim:
             raise InvalidArgumentError(
-                f"index_put: accumulate=True needs one index tensor per dimension "
-                f"({self.ndim}), got {len(indices)}"
+                f"index_put: too many indices ({len(indices)}) for a tensor of "
+                f"{self.ndim} dimensions"
             )
+        if len(indices) < self.ndim:
+            # torch: the leading dims indexed, whole slices of the rest added at each index
+            lead, rest = self.shape[: len(indices)], self.shape[len(indices) :]
+            flat = None
+            for size, stride_index in zip(lead, indices):
+                index = lift(self, stride_index, "index_put").cast("int64")
+                index = index.mask_where(index.lower_elem(0), index + size)
+                flat = index if flat is None else flat * size + index
+            flat = flat.reshape((-1,))
+            rows = self.reshape((math.prod(lead),) + rest)
+            values = lift(self, values, "index_put") if not np.isscalar(values) else values
+            if np.isscalar(values):
+                values = wrap(self, self._backend.full(rest, values, self.dtype, self._device))
+            values = values.cast(self.dtype).expand((flat.shape[0],) + rest)
+            return rows.index_add(0, flat, values).reshape(self.shape)
         flat = None
         for size, stride_index in zip(self.shape, indices):
             index = lift(self, stride_index, "index_put").cast("int64")

@@ -109,6 +109,21 @@ class ShapeMixin:
             raise ShapeError(f"mT: needs at least 2 dimensions, got {shape_text(self.shape)}")
         return self.swap_dims(-2, -1)
 
+    @property
+    def mH(self) -> Any:  # noqa: N802 (torch's name)
+        """The conjugate of :attr:`mT`: real tensors have no conjugate, so ``mT``."""
+        return self.mT
+
+    @property
+    def H(self) -> Any:  # noqa: N802 (torch's name)
+        """A matrix's conjugate transpose (real: the transpose); a 0-d tensor itself, as
+        torch's, which refuses other ranks."""
+        if self.ndim == 0:
+            return self
+        if self.ndim != 2:
+            raise ShapeError(f"H: expects a matrix or a 0-d tensor, got {shape_text(self.shape)}")
+        return self.swap_dims(0, 1)
+
     def t(self) -> Any:
         """torch's ``t()``: a matrix transposed; a 0-d or 1-d tensor as it is."""
         if self.ndim > 2:
@@ -442,6 +457,11 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     for t in lifted[1:]:
         dtype = result_dtype(dtype, t.dtype)
     lifted = [t.cast(dtype) for t in lifted]
+    # torch's legacy rule: a 1-d empty tensor joins anything (it is skipped, after taking
+    # part in the dtype)
+    joined = [t for t in lifted if t.shape != (0,)]
+    if joined and len(joined) < len(lifted):
+        lifted = joined
     ndim = lifted[0].ndim
     d = normalize_dim("cat", dim, ndim)
     reference = lifted[0].shape

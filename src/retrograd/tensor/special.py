@@ -193,7 +193,13 @@ class SpecialMixin:
         z = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         if eps is not None:
             z = z.clamp(eps, 1.0 - eps)
-        return (z / (1.0 - z)).log()
+            return (z / (1.0 - z)).log()
+        # log(z) - log1p(-z): torch's gradient 1 / (z (1 - z)), infinite (not NaN) at 0
+        # and 1; outside [0, 1] the value and torch's gradient are NaN
+        out = z.log() - (-z).log1p()
+        outside = z.lower_elem(0.0).logical_or(z.greater_elem(1.0))
+        nan_there = (untracked(z) * 0.0).mask_fill(outside, math.nan)  # 0 inside: no NaN leaks
+        return out.mask_where(outside, z * nan_there)
 
     def sinc(self) -> Any:
         """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there)."""
@@ -250,6 +256,10 @@ class SpecialMixin:
     def fmod(self, other: Any) -> Any:
         """C's ``fmod``: the remainder with the sign of the dividend (``remainder`` takes the
         divisor's); integer division by zero is an error."""
+        if self.dtype == "bool" and (
+            isinstance(other, bool) or getattr(other, "dtype", None) == "bool"
+        ):
+            raise DTypeError("fmod: not implemented for bool tensors (as in torch)")
         check_integer_divisor("fmod", self, other)
         return self._apply(FMOD, (self, operand(self, other, "fmod")))
 

@@ -31,7 +31,7 @@ from weakref import ref
 
 import numpy as np
 
-from ..autodiff.grad_mode import enable_grad, no_grad
+from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..errors import AutodiffError, ShapeError, shape_text
 from ._dispatch import from_host, lift
 
@@ -219,7 +219,12 @@ def refresh(t: Any) -> None:
             continue
         alive.append(r)
         backend = child._backend
-        if backend.is_autodiff and backend.is_tracked(child._prim):  # recorded: record again
+        # recorded: record again; an untracked view of a base the write put into the graph
+        # joins it too (torch: a view of a tensor that requires grad requires grad)
+        if backend.is_autodiff and (
+            backend.is_tracked(child._prim)
+            or (is_grad_enabled() and view[KIND] not in _DETACHED and backend.is_tracked(t._prim))
+        ):
             with enable_grad():
                 fresh = _forward(t, view[KIND], view[PARAMS])
         else:

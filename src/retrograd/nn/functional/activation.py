@@ -7,13 +7,14 @@ import struct
 from typing import Any
 
 from ...errors import (
+    DTypeError,
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
     shape_text,
 )
 from ...tensor import Tensor, random
-from ...tensor.internal import normalize_dim
+from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
 )
@@ -29,7 +30,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """``x * Phi(x)``, Phi the standard normal CDF; with ``approximate="tanh"``, PyTorch's
     ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))``."""
     if approximate == "none":
-        return x.gelu()
+        return _float_input("gelu", x).gelu()
     if approximate != "tanh":
         raise InvalidArgumentError(
             f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}"
@@ -45,18 +46,19 @@ def sigmoid(x: Tensor) -> Tensor:
 
 def log_sigmoid(x: Tensor) -> Tensor:
     """``log(sigmoid(x))``, computed without overflow."""
-    return x.log_sigmoid()
+    return _float_input("log_sigmoid", x).log_sigmoid()
 
 
 def silu(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
     ``F.silu(x, inplace=True)``)."""
-    return x.silu()
+    return _float_input("silu", x).silu()
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, computed without overflow; where ``beta * x`` is
     above ``threshold``, ``x`` itself (torch's linear tail, gradient 1)."""
+    x = _float_input("softplus", x)
     out = x.softplus(beta)
     if threshold is None:
         return out
@@ -64,7 +66,7 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    return x.leaky_relu(negative_slope)
+    return _float_input("leaky_relu", x).leaky_relu(negative_slope)
 
 
 def softmax(x: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
@@ -99,8 +101,8 @@ def _hard_clamp(x: Tensor, min_val: float, max_val: float) -> Tensor:
 
 
 def relu6(x: Tensor, inplace: bool = False) -> Tensor:
-    """``min(max(x, 0), 6)``; no gradient at 0 and 6, as torch's."""
-    return _hard_clamp(x, 0.0, 6.0) if x.is_float() else x.clamp(0, 6)
+    """``min(max(x, 0), 6)``: torch's ``hardtanh(x, 0, 6)``, with its gradient."""
+    return hardtanh(x, 0.0, 6.0)
 
 
 def hardtanh(
@@ -111,7 +113,17 @@ def hardtanh(
         raise InvalidArgumentError(
             f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val}"
         )
-    return _hard_clamp(x, min_val, max_val)
+    if x.dtype == "bool":
+        raise DTypeError("hardtanh: bool inputs are not supported (as in torch)")
+    if not x.is_float():  # torch keeps an integer tensor's dtype
+        return x.clamp(int(min_val), int(max_val))
+    out = x.clamp(min_val, max_val)
+    if not x.requires_grad:
+        return out
+    # torch's hardtanh_backward stops the gradient where x <= min_val or x >= max_val: at
+    # the bounds themselves too (where clamp's own gradient passes); NaN passes it
+    stopped = x.lower_equal_elem(min_val).logical_or(x.greater_equal_elem(max_val))
+    return x.mask_where(stopped, untracked(out))
 
 
 #: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``
@@ -132,22 +144,29 @@ def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``(-3, 3)``)."""
     x = _float_input("hardswish", x)
-    # torch's hardswish_backward: 0 up to -3, ``x / 3 + 0.5`` inside, 1 from 3 on; a NaN stays
-    # NaN
+    # torch's kernel: 0 where x <= -3, x itself where x >= 3 or NaN (gradient 1 there)
+    passed = x.greater_equal(3.0).logical_or(x.isnan())
     below = x.less_equal(-3.0)
-    return (x * (x + 3.0) / 6.0).mask_fill(below, 0.0).mask_where(x.less(3.0).logical_not(), x)
+    safe = x.mask_fill(passed.logical_or(below), 0.0)  # no NaN from the branch not taken
+    out = (safe * (safe + 3.0) / 6.0).mask_where(passed, x).mask_fill(below, 0.0)
+    return out.mask_fill(x.equal(-math.inf), math.nan)  # torch's -inf * 0
 
 
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
     x = _float_input("elu", x)
-    return x.mask_where(x.less_equal(0.0), x.expm1() * alpha)
+    negative = x.less_equal(0.0)
+    # the branch not taken sees 0, so that exp(inf) puts no NaN into the gradient
+    safe = x.mask_fill(negative.logical_not(), 0.0)
+    return x.mask_where(negative, safe.expm1() * alpha)
 
 
 def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     x = _float_input("celu", x)
-    return x.mask_where(x.less_equal(0.0), (x / alpha).expm1() * alpha)
+    negative = x.less_equal(0.0)
+    safe = x.mask_fill(negative.logical_not(), 0.0)  # as elu's
+    return x.mask_where(negative, (safe / alpha).expm1() * alpha)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -173,15 +192,20 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
         if weight.numel() == 1
         else weight.reshape((x.shape[1],) + (1,) * (x.ndim - 2))
     )
-    return x.mask_where(x.less(0.0), x * slope)
+    # torch's kernel takes the weight's branch wherever x > 0 fails: at 0 the gradient is
+    # the weight, not 1
+    return x.mask_where(x.greater(0.0).logical_not(), x * slope)
 
 
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
+    x = _float_input("mish", x)
     return x * x.softplus().tanh()
 
 
 def softsign(x: Tensor) -> Tensor:
+    if x.dtype == "bool":
+        raise DTypeError("softsign: not implemented for bool tensors (as in torch)")
     return x / (x.abs() + 1.0)
 
 
@@ -191,7 +215,10 @@ def tanhshrink(x: Tensor) -> Tensor:
 
 def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
     """``x`` where above ``threshold``, else ``value``."""
-    return x.mask_fill(x.less_equal(threshold), value)
+    if x.dtype == "bool":
+        raise DTypeError("threshold: not implemented for bool tensors (as in torch)")
+    # torch writes ``value`` in the input's dtype (an integer tensor stays one)
+    return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
@@ -212,7 +239,7 @@ def softmin(x: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any 
 
 def logsigmoid(x: Tensor) -> Tensor:
     """torch's name for :func:`log_sigmoid`."""
-    return x.log_sigmoid()
+    return log_sigmoid(x)
 
 
 def _softmax_dim(fn: str, x: Tensor, dim: int | None) -> int:

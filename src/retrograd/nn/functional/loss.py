@@ -363,7 +363,9 @@ def smooth_l1_loss(
     d = (x - y).abs()
     if beta == 0:
         return _reduce(d, reduction)
-    losses = (d - 0.5 * beta).mask_where(d.lower(beta), d.square() * (0.5 / beta))
+    quadratic = d.lower(beta).logical_or(d.isnan())  # NaN takes torch's quadratic branch
+    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    losses = (d - 0.5 * beta).mask_where(quadratic, near.square() * (0.5 / beta))
     return _reduce(losses, reduction)
 
 
@@ -380,7 +382,9 @@ def huber_loss(
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
     d = (x - y).abs()
-    losses = ((d - 0.5 * delta) * delta).mask_where(d.lower_equal(delta), d.square() * 0.5)
+    quadratic = d.lower_equal(delta).logical_or(d.isnan())  # NaN: torch's quadratic branch
+    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    losses = ((d - 0.5 * delta) * delta).mask_where(quadratic, near.square() * 0.5)
     return _reduce(_weighted(fn, losses, weight), reduction)
 
 
