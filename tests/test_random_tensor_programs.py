@@ -153,7 +153,8 @@ def steps(rg_api: bool):
         "topk": lambda x, y: cat([x.topk(2, 2).values, x.narrow(2, 0, 2)], 2),
         "cumsum": lambda x, y: x.cumsum(2) * 0.5,
         "cumprod": lambda x, y: (x * 0.5 + 1.0).cumprod(1),
-        "cummax": lambda x, y: x.cummax(2).values,
+        # the method: API.md's values (retrograd), torch's (values, indices) pair
+        "cummax": lambda x, y: x.cummax(2) if isinstance(x, rg.Tensor) else x.cummax(2).values,
         # elementwise math
         "cross": lambda x, y: pick(lambda: x.cross(x.cos(), 1), lambda: x.cross(x.cos(), dim=1))(),
         "softmax": lambda x, y: x.softmax(1) + x.log_softmax(-1) * 0.1,

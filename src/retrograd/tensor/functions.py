@@ -292,7 +292,7 @@ def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
 
 def cummax(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
     """``torch.cummax``: ``(values, indices)`` of the running maximum along ``dim`` (the
-    method ``x.cummax(d)`` keeps API.md's values-only form, as ``topk``'s did)."""
+    method ``x.cummax(d)`` keeps API.md's values-only form)."""
     return CummaxResult(*lift_input("cummax", input).cummax_with_indices(dim))
 
 
