@@ -577,27 +577,35 @@ def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool)
     return dx, dw
 
 
-def _exact_zeros(xcl, gcl, kernel, padding):
+def _exact_zeros(x_nonzero, g_nonzero, x_dense, g_dense, kernel, padding):
     """Where a stride-1 convolution's weight gradient ``[O, C, *kernel]`` is exactly zero
-    because one side of its products is: every element is a sum of products ``g[n, o, p] *
-    x[n, c, p + k - padding]``, so element ``(o, c, k)`` is zero where channel ``c`` of the
-    input is zero on every cell tap ``k`` reads (a dead channel; one alive only where a tap
-    cannot reach), and where channel ``o`` of the output gradient is zero on every cell tap
-    ``k`` sends to (a dead filter). A boolean array broadcasting to the gradient. Where both
-    sides have zeros (ReLU's and max-pooling's) an element may also vanish because their
-    supports miss each other; on maps of more than :data:`WINOGRAD_SUPPORT_CELLS` cells, with
-    no dead channel, that is taken not to happen (see :func:`_winograd_weight_grad_applies`)."""
-    cells = list(_tap_cells(xcl.shape[1:-1], gcl.shape[1:-1], kernel, padding))
+    because one side of its products is, from where the input and the output gradient are
+    nonzero (``[N, *spatial, channels]`` booleans; ``*_dense``: nonzero everywhere): every
+    element is a sum of products ``g[n, o, p] * x[n, c, p + k - padding]``, so element
+    ``(o, c, k)`` is zero where channel ``c`` of the input is zero on every cell tap ``k``
+    reads (a dead channel; one alive only where a tap cannot reach), and where channel ``o`` of
+    the output gradient is zero on every cell tap ``k`` sends to (a dead filter). A boolean
+    array broadcasting to the gradient. A side without zeros adds only the taps that read
+    nothing but padding, which the other side marks too. Where both sides have zeros (ReLU's
+    and max-pooling's) an element may also vanish because their supports miss each other; on
+    maps of more than :data:`WINOGRAD_SUPPORT_CELLS` cells, with no dead channel, that is
+    taken not to happen (see :func:`_winograd_weight_grad_applies`)."""
+    cells = list(_tap_cells(x_nonzero.shape[1:-1], g_nonzero.shape[1:-1], kernel, padding))
 
-    def dead_taps(side, inputs_side):
-        alive = np.any(side != 0, axis=0)  # [*spatial, channels]
-        zeros = np.ones((*kernel, side.shape[-1]), dtype=bool)
+    def dead_taps(nonzero, inputs_side):
+        alive = nonzero.any(axis=0)  # [*spatial, channels]
+        zeros = np.ones((*kernel, nonzero.shape[-1]), dtype=bool)
         for offsets, outputs, inputs in cells:
             region = inputs if inputs_side else outputs
             zeros[offsets] = ~alive[(*region, slice(None))].any(axis=tuple(range(len(kernel))))
         return np.moveaxis(zeros, -1, 0)  # [channels, *kernel]
 
-    return dead_taps(xcl, True)[None] | dead_taps(gcl, False)[:, None]
+    if g_dense and not x_dense:
+        return dead_taps(x_nonzero, True)[None]
+    if x_dense and not g_dense:
+        return dead_taps(g_nonzero, False)[:, None]
+    zeros = dead_taps(x_nonzero, True)[None]  # both dense: the padding-only taps
+    return zeros if g_dense else zeros | dead_taps(g_nonzero, False)[:, None]
 
 
 def _winograd_weight_grad_applies(xcl, gcl, kernel, padding):
@@ -608,10 +616,11 @@ def _winograd_weight_grad_applies(xcl, gcl, kernel, padding):
     channel and a live filter missing each other on every sample is not a case to plan for."""
     if WINOGRAD_WEIGHT_GRADIENT is not None:
         return WINOGRAD_WEIGHT_GRADIENT, None
-    zeros = _exact_zeros(xcl, gcl, kernel, padding)
-    if np.all(gcl) or np.all(xcl):
-        return True, zeros
-    return math.prod(gcl.shape[:-1]) >= WINOGRAD_SUPPORT_CELLS, zeros
+    x_nonzero, g_nonzero = xcl != 0, gcl != 0
+    x_dense, g_dense = bool(x_nonzero.all()), bool(g_nonzero.all())
+    if not (x_dense or g_dense) and math.prod(gcl.shape[:-1]) < WINOGRAD_SUPPORT_CELLS:
+        return False, None
+    return True, _exact_zeros(x_nonzero, g_nonzero, x_dense, g_dense, kernel, padding)
 
 
 def _conv_last(xcl, weight, bias, stride, padding, dilation, out_size, channel_major=None):
@@ -769,14 +778,17 @@ def _compiled_fold(ndim: int, channel_major: bool, dtype, size: int):
     return fold2d
 
 
-def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation):
+def _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation, winograd_checked=False):
     """The weight gradient ``[O, C, *kernel]`` of an ungrouped convolution from the
     channels-last input ``xcl`` and output gradient ``gcl`` ``[N, *out, O]``: one product
-    ``[O, N * cells] @ [N * cells, rows]`` per block of columns."""
+    ``[O, N * cells] @ [N * cells, rows]`` per block of columns (or Winograd's, unless
+    ``winograd_checked``: the caller already found it does not apply)."""
     _warm_blas()
     n, c_in, c_out = xcl.shape[0], xcl.shape[-1], gcl.shape[-1]
     out_size = gcl.shape[1:-1]
-    winograd = _winograd(xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size)
+    winograd = not winograd_checked and _winograd(
+        xcl.dtype, (c_out, c_in, *kernel), stride, dilation, n, out_size
+    )
     if winograd:
         applies, zeros = _winograd_weight_grad_applies(xcl, gcl, kernel, padding)
         if applies:
@@ -1012,7 +1024,9 @@ class NumpyConvKernels:
                 if by_winograd and zeros is not None:
                     dweight[np.broadcast_to(zeros, dweight.shape)] = 0
                 if needs[1] and not by_winograd:
-                    dweight = _weight_grad_last(xcl, gcl, kernel, stride, padding, dilation)
+                    dweight = _weight_grad_last(
+                        xcl, gcl, kernel, stride, padding, dilation, winograd_checked=True
+                    )
             if dx is not None:
                 dx = _from_last(dx)
             if needs[2]:
