@@ -8,7 +8,8 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -186,7 +187,11 @@ def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: d
 
 
 def guard(
-    op: str, function: Callable[..., Any], owner: Any = None, qualname: str | None = None
+    op: str,
+    function: Callable[..., Any],
+    owner: Any = None,
+    qualname: str | None = None,
+    first_name: str | None = None,
 ) -> Callable[..., Any]:
     """``function`` whose built-in exceptions about its arguments (``_ARGUMENT_ERRORS``: an
     ``AttributeError`` of an int given for a tensor, a ``TypeError`` of a str given for a dim)
@@ -198,11 +203,17 @@ def guard(
     another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged.
 
     ``owner`` (a module or class) and ``qualname``: where the guarded function is found, so
-    that pickle, which finds a function by its name, finds the guarded one.
+    that pickle, which finds a function by its name, finds the guarded one. ``first_name``:
+    torch's name of the first parameter, accepted as a keyword too (``F.relu(input=x)`` for
+    a ``relu(x)``) and shown in the signature.
     """
 
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
+        if first_name is not None and first_name in kwargs:
+            if args:
+                raise DTypeError(f"{op}: got the {first_name} twice (by position and by name)")
+            args = (kwargs.pop(first_name),)
         try:
             return function(*args, **kwargs)
         except RetrogradError as error:
@@ -218,15 +229,23 @@ def guard(
             raise argument_error(op, error, args, kwargs) from error
 
     guarded.__retrograd_guarded__ = True  # type: ignore[attr-defined]
+    if first_name is not None:
+        signature = inspect.signature(function)
+        first, *rest = signature.parameters.values()
+        guarded.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[first.replace(name=first_name), *rest]
+        )
     if owner is not None:
         guarded.__module__ = owner if isinstance(owner, str) else owner.__module__
         guarded.__qualname__ = qualname or op
     return guarded
 
 
-def guard_namespace(namespace: dict[str, Any], names: Iterable[str]) -> None:
+def guard_namespace(
+    namespace: dict[str, Any], names: Iterable[str], first_names: Mapping[str, str] | None = None
+) -> None:
     """Replace each plain function among ``namespace[name]`` (a module's globals) by its
-    :func:`guard`."""
+    :func:`guard`; ``first_names[name]``: its first parameter's torch name."""
     for name in names:
         value = namespace.get(name)
         if (
@@ -234,4 +253,5 @@ def guard_namespace(namespace: dict[str, Any], names: Iterable[str]) -> None:
             and type(value).__name__ == "function"
             and not getattr(value, "__retrograd_guarded__", False)
         ):
-            namespace[name] = guard(name, value, namespace["__name__"], name)
+            first = (first_names or {}).get(name)
+            namespace[name] = guard(name, value, namespace["__name__"], name, first)

@@ -13,11 +13,8 @@ anything is computed.
 
 from __future__ import annotations
 
-import functools
 import inspect
-from typing import Any
 
-from ...errors import DTypeError
 from ...errors import guard_namespace as _guard_namespace
 
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
@@ -252,35 +249,15 @@ __all__ += [
 
 
 # Arguments no check foresaw get an error of the hierarchy naming the function (errors.guard).
-def _input_keyword(function: Any) -> Any:
-    """``function(x, ...)`` that also takes its first argument as torch's ``input=`` (PyTorch
-    code writes ``F.cross_entropy(input=logits, target=y)``)."""
-    signature = inspect.signature(function)
-    parameters = list(signature.parameters.values())
-
-    @functools.wraps(function)
-    def taking_input(*args: Any, **kwargs: Any) -> Any:
-        if "input" in kwargs:
-            if args:
-                raise DTypeError(
-                    f"{function.__name__}: got the input twice (by position and as input=)"
-                )
-            args = (kwargs.pop("input"),)
-        return function(*args, **kwargs)
-
-    taking_input.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[parameters[0].replace(name="input"), *parameters[1:]]
-    )
-    return taking_input
+def _takes_input(name: str) -> bool:
+    """Whether torch names ``name``'s first parameter ``input`` where retrograd's is another
+    (PyTorch code writes ``F.cross_entropy(input=logits, target=y)``)."""
+    function = globals()[name]
+    if not (callable(function) and type(function).__name__ == "function"):
+        return False
+    parameters = list(inspect.signature(function).parameters)
+    first = parameters[0] if parameters else None
+    return "input" not in parameters and (first == "x" or name in ("cross_entropy", "embedding"))
 
 
-for _name in __all__:
-    _function = globals()[_name]
-    if callable(_function) and type(_function).__name__ == "function":
-        _parameters = list(inspect.signature(_function).parameters)
-        _first = _parameters[0] if _parameters else None
-        if "input" not in _parameters and (
-            _first == "x" or _name in ("cross_entropy", "embedding")  # torch: input
-        ):
-            globals()[_name] = _input_keyword(_function)
-_guard_namespace(globals(), __all__)
+_guard_namespace(globals(), __all__, {name: "input" for name in __all__ if _takes_input(name)})
