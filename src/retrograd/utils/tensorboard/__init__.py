@@ -182,16 +182,9 @@ class SummaryWriter:
         global_step: Any = None,
         walltime: float | None = None,
     ) -> None:
-        limits, counts = list(bucket_limits), list(bucket_counts)
-        if len(limits) != len(counts):
-            raise InvalidArgumentError(
-                f"add_histogram_raw: {len(limits)} bucket_limits but {len(counts)} bucket_counts"
-            )
-        histo = summaries.HistogramProto(
-            min=min, max=max, num=num, sum=sum, sum_squares=sum_squares,
-            bucket_limit=limits, bucket=counts,
-        )  # fmt: skip
-        summary = summaries.Summary(value=[summaries.Summary.Value(tag=tag, histo=histo)])
+        summary = summaries.histogram_raw(
+            tag, min, max, num, sum, sum_squares, bucket_limits, bucket_counts
+        )
         self._write(summary, global_step, walltime)
 
     def add_image(

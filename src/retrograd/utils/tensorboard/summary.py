@@ -22,6 +22,7 @@ __all__ = [
     "default_bins",
     "grid",
     "histogram",
+    "histogram_raw",
     "hparams",
     "image",
     "pr_curve",
@@ -115,6 +116,29 @@ def histogram(tag: str, values: Any, bins: Any, max_bins: int | None = None) -> 
             )
         ]
     )
+
+
+def histogram_raw(
+    tag: str,
+    low: float,
+    high: float,
+    num: int,
+    total: float,
+    sum_squares: float,
+    bucket_limits: Any,
+    bucket_counts: Any,
+) -> Summary:
+    """A distribution already bucketed: each bucket's right edge and count."""
+    limits, counts = list(bucket_limits), list(bucket_counts)
+    if len(limits) != len(counts):
+        raise InvalidArgumentError(
+            f"add_histogram_raw: {len(limits)} bucket_limits but {len(counts)} bucket_counts"
+        )
+    histo = HistogramProto(
+        min=low, max=high, num=num, sum=total, sum_squares=sum_squares,
+        bucket_limit=limits, bucket=counts,
+    )  # fmt: skip
+    return Summary(value=[Summary.Value(tag=tag, histo=histo)])
 
 
 _LAYOUTS = {"CHW", "HWC", "HW", "NCHW", "NHWC"}
