@@ -26,6 +26,7 @@ Run: ``PYTHONPATH=src python benchmarks/bench_convnets.py [--rounds 10] [--only 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 
@@ -152,14 +153,18 @@ def measure(name: str, rounds: int, torch) -> dict[str, dict[str, list]]:
             raise SystemExit(f"{name}: first losses differ: {first}")
     for step in steps.values():  # a second warm-up step each
         step()
-    samples = {label: {"wall": [], "cpu": [], "phases": []} for label in steps}
+    samples = {label: {"wall": [], "cpu": [], "phases": [], "faults": []} for label in steps}
     for _ in range(rounds):
         for label, step in steps.items():
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             wall, cpu = time.perf_counter(), time.process_time()
             _, phases = step()
             samples[label]["wall"].append(time.perf_counter() - wall)
             samples[label]["cpu"].append(time.process_time() - cpu)
             samples[label]["phases"].append(phases)
+            samples[label]["faults"].append(
+                resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            )
     return samples
 
 
@@ -181,6 +186,7 @@ def summarize(name: str, samples: dict[str, dict[str, list]]) -> list[list[str]]
                 f"{np.median(cpu_ratio):.3f} [{cpu_ratio.min():.3f}-{cpu_ratio.max():.3f}]",
                 f"{np.median(wall_ratio):.3f} [{wall_ratio.min():.3f}-{wall_ratio.max():.3f}]",
                 " / ".join(f"{p:.1f}" for p in phases),
+                f"{np.median(s['faults']):.0f}",
             ]
         )
     return rows
@@ -194,6 +200,7 @@ HEADER = [
     "CPU / torch eager, paired",
     "wall / torch eager, paired",
     "CPU ms: forward / backward / optimizer",
+    "page faults per step, median",
 ]
 
 

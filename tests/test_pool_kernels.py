@@ -92,3 +92,56 @@ def test_channels_first_max_pool_backward_adds_as_np_add_at(shape, kernel, strid
     expected = np.zeros(planes * cells, dtype)
     np.add.at(expected, flat.ravel(), grad.ravel())
     np.testing.assert_array_equal(out, expected.reshape(out.shape))
+
+
+def planes_input(shape, dtype, specials):
+    """A contiguous ``[N, C, H, W]`` tensor of small integers (many ties), with -inf in whole
+    windows and +inf somewhere when ``specials``."""
+    x = torch.from_numpy(RNG.integers(-3, 3, shape).astype(dtype))
+    if specials:
+        x[0, 1, :3, :3] = -np.inf
+        x[-1, -1] = -np.inf
+        x[1, 2, 3, 2] = np.inf
+    return x
+
+
+@pytest.mark.parametrize("specials", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", [*POOLS, "resnet-stem"])
+def test_torch_backends_compiled_max_pool_gives_torchs_values_and_indices(
+    name, dtype, specials, monkeypatch
+):
+    from retrograd.backend import torch_nn
+
+    monkeypatch.setattr(torch_nn, "COMPILED_POOL_MIN_SIZE", 0)
+    shape, *params = POOLS.get(name) or ((2, 3, 16, 15), (3, 3), (2, 2), (1, 1), (1, 1), False)
+    x = planes_input(shape, dtype, specials)
+    assert torch_nn._compiled_max_pool2d(x, *params) is not None  # the compiled kernel ran
+    values, indices = rg.TorchBackend("cpu").max_pool(x, *params)
+    expected = torch.ops.aten.max_pool2d_with_indices(x, *params)
+    assert torch.equal(values, expected[0]) and values.dtype == expected[0].dtype
+    assert torch.equal(indices, expected[1])
+
+
+@pytest.mark.parametrize("layout", ["nan", "channels-last", "strided"])
+def test_torch_backends_max_pool_leaves_nan_and_other_layouts_to_torch(layout, monkeypatch):
+    """Where the compiled kernel does not apply (a NaN read, whose rule is torch's; a layout
+    other than contiguous planes) torch's kernel runs, with torch's results."""
+    from retrograd.backend import torch_nn
+
+    monkeypatch.setattr(torch_nn, "COMPILED_POOL_MIN_SIZE", 0)
+    shape, *params = POOLS["3x3-overlapping"]
+    x = planes_input(shape, "float32", True)
+    if layout == "nan":
+        x[0, 0, 0, 0] = x[0, 0, 0, 1] = x[1, 3, 4, 4] = np.nan
+    elif layout == "channels-last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    else:
+        x = x.transpose(2, 3)
+    if layout == "nan":
+        assert torch_nn._compiled_max_pool2d(x, *params) is None
+    values, indices = rg.TorchBackend("cpu").max_pool(x, *params)
+    expected = torch.ops.aten.max_pool2d_with_indices(x, *params)
+    assert torch.equal(values.isnan(), expected[0].isnan())
+    assert torch.equal(values.nan_to_num(), expected[0].nan_to_num())
+    assert torch.equal(indices, expected[1])

@@ -19,7 +19,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["max_pool2d_last", "max_pool2d_last_backward", "max_pool_planes_backward"]
+__all__ = [
+    "max_pool2d_last",
+    "max_pool2d_last_backward",
+    "max_pool2d_planes",
+    "max_pool_planes_backward",
+]
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -62,6 +67,74 @@ def max_pool2d_last(x, best, index, kh, kw, sh, sw, ph, pw, dh, dw):
                             if value > cell_best[c] or value != value:
                                 cell_best[c] = value
                                 cell_index[c] = place
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def max_pool2d_planes(x, best, index, kh, kw, sh, sw, ph, pw, dh, dw):
+    """``best[p, oy, ox]`` (``[planes, OH, OW]``) the maximum of the plane ``x[p]``
+    (``[planes, H, W]``, the layout PyTorch's convolutions write) over the window of output
+    ``(oy, ox)``, ``index[p, oy, ox]`` its flat position ``y * W + x`` in the plane, for
+    inputs without NaN; returns whether a NaN was read, in which case the results are not
+    PyTorch's and the caller pools another way.
+
+    A plane's window, unlike a channels-last row of channels, gives no run of independent
+    maxima to vectorize; what costs here is branching. A cell replaces the window's maximum
+    when strictly greater (the first maximum keeps its place, PyTorch's tie rule), chosen by
+    selects, not branches: with random data every other comparison would mispredict. NaN,
+    which must win, is only noted (one more comparison, no branch): checking it per cell
+    the way :func:`max_pool2d_last` does makes every comparison a branch again.
+    """
+    planes, height, width = x.shape
+    out_h, out_w = best.shape[1], best.shape[2]
+    rows_lo, rows_hi = _inside(out_h, height, kh, sh, ph, dh)
+    columns_lo, columns_hi = _inside(out_w, width, kw, sw, pw, dw)
+    if dh != 1 or dw != 1:  # every window checked
+        rows_lo, rows_hi, columns_lo, columns_hi = 0, 0, 0, 0
+    seen_nan = False
+    for p in range(planes):
+        for oy in range(out_h):
+            y0 = oy * sh - ph
+            row_inside = rows_lo <= oy < rows_hi
+            for ox in range(out_w):
+                x0 = ox * sw - pw
+                cell_best = -np.inf
+                if row_inside and columns_lo <= ox < columns_hi:
+                    # The common window: no bounds, unit dilation (the loops unroll).
+                    cell_index = y0 * width + x0
+                    for y in range(y0, y0 + kh):
+                        for column in range(x0, x0 + kw):
+                            value = x[p, y, column]
+                            take = value > cell_best
+                            seen_nan |= value != value
+                            cell_best = value if take else cell_best
+                            cell_index = y * width + column if take else cell_index
+                else:
+                    cell_index = _first_real(y0, dh, height) * width + _first_real(x0, dw, width)
+                    for i in range(kh):
+                        y = y0 + i * dh
+                        for j in range(kw):
+                            column = x0 + j * dw
+                            if 0 <= y < height and 0 <= column < width:
+                                value = x[p, y, column]
+                                take = value > cell_best
+                                seen_nan |= value != value
+                                cell_best = value if take else cell_best
+                                cell_index = y * width + column if take else cell_index
+                best[p, oy, ox] = cell_best
+                index[p, oy, ox] = cell_index
+    return seen_nan
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def _inside(out_length, length, kernel, stride, padding, dilation):
+    """The outputs ``[lo, hi)`` along one axis whose windows lie wholly inside the input."""
+    lo = 0
+    while lo < out_length and lo * stride - padding < 0:
+        lo += 1
+    hi = out_length
+    while hi > lo and (hi - 1) * stride - padding + (kernel - 1) * dilation >= length:
+        hi -= 1
+    return lo, hi
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
