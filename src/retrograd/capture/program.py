@@ -15,6 +15,7 @@ from typing import Any
 from ..optim.bound import BoundStep
 from .fusion import fuse_calls
 from .recording import CaptureError, Recorder, slots_of
+from .slices import gather_slices
 
 __all__ = ["CudaGraphSegment", "OptimizerCall", "Segment", "compile_program"]
 
@@ -188,6 +189,7 @@ def compile_program(
         for g, group in enumerate(groups):
             if isinstance(group, list):
                 later = {slot for slot, where in last_group.items() if where > g}
+                group = gather_slices(group, recorder.meta, later)
                 groups[g], count = fuse_calls(group, recorder.meta, later, exact=fuse != "fast")
                 fused += count
     last_group, last_call = _last_uses(groups, live_at_end)
