@@ -39,6 +39,7 @@ __all__ = [
     "EXP_HIGH",
     "EXP_LOW",
     "MINUS_LOGIT",
+    "bias_gelu_float32",
     "expf",
     "expf_within",
     "gelu_backward_float32",
@@ -165,3 +166,18 @@ def gelu_backward_float32(grad, x, out):
     """``out = grad * gelu'(x)`` (:func:`gelu_slope`) over flat contiguous float32 arrays."""
     for i in range(x.size):
         out[i] = gelu_slope(x[i]) * grad[i]
+
+
+@_jit
+def bias_gelu_float32(out, bias, y):
+    """In place ``out += bias`` (a row ``[D]`` added to each row of the C-contiguous ``[N,
+    D]`` ``out``, a linear layer's product) and ``y = gelu(out)`` as :func:`gelu_float32`,
+    in one pass: a captured step's linear layer followed by its GELU (``capture/linear.py``),
+    the bits of the two calls."""
+    rows, width = out.shape
+    for i in range(rows):
+        row, target = out[i], y[i]
+        for j in range(width):
+            v = row[j] + bias[j]
+            row[j] = v
+            target[j] = v / (expf(_minus_logit(v, v * v)) + F(1.0))
