@@ -1,7 +1,8 @@
-"""A linear layer's bias and the GELU after it in one pass in a captured step
-(:mod:`retrograd.capture.linear`, ``compiled.bias_gelu_float32``): bit for bit the calls
-(``linear``, ``reshape``, ``gelu``), against torch's linear + GELU, and in a captured MLP
-equal to the eager step; the calls stay where the pass does not apply."""
+"""A linear layer's epilogue in one pass in a captured step (:mod:`retrograd.capture.linear`):
+its bias and the GELU after it (``compiled.bias_gelu_float32``), or its bias and the residual
+add after it (``compiled.bias_residual_rows``). Bit for bit the calls (``linear``,
+``reshape``, ``gelu`` or ``add``), against torch, and in captured steps equal to the eager
+step; the calls stay where the pass does not apply."""
 
 from __future__ import annotations
 
@@ -94,15 +95,15 @@ def _recorded(reader=False):
 
 def test_the_rewrite_and_where_it_does_not_apply():
     calls, meta, values = _recorded()
-    (fused,) = capture_linear.fuse_linear_gelu(calls, meta, later=set())
+    (fused,) = capture_linear.fuse_linear_epilogues(calls, meta, later=set())
     assert fused[2] == "linear_gelu" and fused[5] == (4, 5)
     got = fused[1](*[values[p] if kind == "s" else p for kind, p in fused[3]])
     for a, b in zip(got, values[4:]):
         np.testing.assert_array_equal(_bits(a), _bits(b))
     # the product read after the calls, or by another call in between: the calls stay
-    assert capture_linear.fuse_linear_gelu(calls, meta, later={3}) == calls
+    assert capture_linear.fuse_linear_epilogues(calls, meta, later={3}) == calls
     calls, meta, _ = _recorded(reader=True)
-    assert capture_linear.fuse_linear_gelu(calls, meta, later=set()) == calls
+    assert capture_linear.fuse_linear_epilogues(calls, meta, later=set()) == calls
 
 
 def test_a_captured_gelu_mlp_equals_the_eager_step_bit_for_bit():
@@ -131,6 +132,100 @@ def test_a_captured_gelu_mlp_equals_the_eager_step_bit_for_bit():
     replayed_step, opt = step_for(replayed)
     captured = rg.capture(replayed_step, batches[0], state=[opt])
     assert "linear_gelu" in captured.code
+    got = [captured.result.numpy()] + [captured(x).numpy() for x in batches[1:]]
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    for (name, p), (_, q) in zip(eager.named_parameters(), replayed.named_parameters()):
+        assert np.array_equal(p.numpy(), q.numpy()), name
+
+
+def _linear_add_calls(x, weight, bias, residual, shape):
+    product = BACKEND.linear(x, weight, bias)
+    if shape is not None:
+        product = BACKEND.reshape(product, shape)
+    return product
+
+
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, width, reshaped",
+    [((2048, 512), 128, (16, 128, 128)), ((3, 5, 7), 9, None), ((33, 16), 1, (3, 11, 1))],
+)
+def test_the_residual_pass_gives_the_calls_bits(shape, width, reshaped, dtype, first):
+    x, weight, bias = _operands(shape, width, dtype)
+    bias[:2] = [-0.0, 0.0][: bias.size]
+    product = _linear_add_calls(x, weight, bias, None, reshaped)
+    residual = np.random.default_rng(3).standard_normal(product.shape).astype(dtype)
+    residual.reshape(-1)[:2] = -0.0
+    expected = BACKEND.add(residual, product) if first else BACKEND.add(product, residual)
+    got = capture_linear.linear_add(
+        BACKEND.linear, BACKEND.reshape, BACKEND.add, first, reshaped, x, weight, bias, residual
+    )
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+def test_a_strided_residual_runs_the_calls():
+    x, weight, bias = _operands((6, 4), 5)
+    residual = np.random.default_rng(5).standard_normal((5, 6)).astype(np.float32).T
+    got = capture_linear.linear_add(
+        BACKEND.linear, BACKEND.reshape, BACKEND.add, True, None, x, weight, bias, residual
+    )
+    np.testing.assert_array_equal(got, residual + BACKEND.linear(x, weight, bias))
+
+
+def test_the_residual_pass_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    x, weight, bias, residual = (
+        rng.standard_normal(shape).astype(np.float32)
+        for shape in ((64, 32), (48, 32), 48, (64, 48))
+    )
+    got = capture_linear.linear_add(
+        BACKEND.linear, BACKEND.reshape, BACKEND.add, True, None, x, weight, bias, residual
+    )
+    theirs = torch.from_numpy(residual) + torch.nn.functional.linear(
+        *(torch.from_numpy(a) for a in (x, weight, bias))
+    )
+    np.testing.assert_allclose(got, theirs.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class Residual(nn.Module):
+    """Pre-norm residual layers ending in a linear layer (a transformer block's ``x + c_proj
+    (...)``), and one whose sum is also read elsewhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.fc, self.proj = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        x = x + self.proj(self.fc(self.ln(x)).tanh())
+        return (x + self.proj(self.fc(x).relu())).square().mean()
+
+
+def test_a_captured_residual_layer_equals_the_eager_step_bit_for_bit():
+    rg.seed(1)
+    eager, replayed = Residual(), Residual()
+    replayed.load_state_dict(eager.state_dict())
+    rng = np.random.default_rng(7)
+    batches = [rg.tensor(rng.standard_normal((6, 5, 16)).astype(np.float32)) for _ in range(3)]
+
+    def step_for(model):
+        opt = optim.AdamW(model, lr=1e-2)
+
+        def step(x):
+            loss = model(x)
+            opt.step(loss.backward())
+            return loss
+
+        return step, opt
+
+    eager_step, _ = step_for(eager)
+    expected = [eager_step(x).numpy() for x in batches]
+    replayed_step, opt = step_for(replayed)
+    captured = rg.capture(replayed_step, batches[0], state=[opt])
+    assert "linear_add" in captured.code
     got = [captured.result.numpy()] + [captured(x).numpy() for x in batches[1:]]
     assert all(np.array_equal(e, g) for e, g in zip(expected, got))
     for (name, p), (_, q) in zip(eager.named_parameters(), replayed.named_parameters()):

@@ -1,4 +1,5 @@
-"""The float32 GELU and its gradient as single vectorized loops, compiled with Numba.
+"""The float32 GELU and its gradient as single vectorized loops, compiled with Numba (and a
+linear layer's epilogues for captured steps: its bias with the GELU, or with the residual add).
 
 NumPy's float32 ``exp`` runs element by element on this project's machines (about 4 ns an
 element, twenty times a multiplication), and the NumPy formulation of the GELU makes eighteen
@@ -40,6 +41,7 @@ __all__ = [
     "EXP_LOW",
     "MINUS_LOGIT",
     "bias_gelu_float32",
+    "bias_residual_rows",
     "expf",
     "expf_within",
     "gelu_backward_float32",
@@ -181,3 +183,15 @@ def bias_gelu_float32(out, bias, y):
             v = row[j] + bias[j]
             row[j] = v
             target[j] = v / (expf(_minus_logit(v, v * v)) + F(1.0))
+
+
+@_jit
+def bias_residual_rows(out, bias, residual):
+    """In place ``out = residual + (out + bias)`` over C-contiguous ``[N, D]`` rows (``bias``
+    ``[D]``): a linear layer's product, its bias and the residual stream it is added to, in
+    one pass (``capture/linear.py``), the bits of the bias addition and the ``add``."""
+    rows, width = out.shape
+    for i in range(rows):
+        row, base = out[i], residual[i]
+        for j in range(width):
+            row[j] = base[j] + (row[j] + bias[j])
