@@ -18,6 +18,7 @@ from .linear import fuse_linear_epilogues
 from .norm import fuse_layer_norm_backward_add
 from .recording import CaptureError, Recorder, slots_of
 from .slices import gather_slices
+from .squares import fuse_squares_total
 
 __all__ = ["CudaGraphSegment", "OptimizerCall", "Segment", "compile_program"]
 
@@ -194,6 +195,7 @@ def compile_program(
                 group = gather_slices(group, recorder.meta, later)
                 group = fuse_layer_norm_backward_add(group, recorder.meta, later)
                 group = fuse_linear_epilogues(group, recorder.meta, later)
+                group = fuse_squares_total(group, recorder.meta, later)
                 groups[g], count = fuse_calls(group, recorder.meta, later, exact=fuse != "fast")
                 fused += count
     last_group, last_call = _last_uses(groups, live_at_end)
