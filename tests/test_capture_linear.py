@@ -162,7 +162,14 @@ def test_the_residual_pass_gives_the_calls_bits(shape, width, reshaped, dtype, f
         BACKEND.linear, BACKEND.reshape, BACKEND.add, first, reshaped, x, weight, bias, residual
     )
     assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert got.base is None  # its own memory, as the add's result
     np.testing.assert_array_equal(_bits(got), _bits(expected))
+    if reshaped is not None:  # a target with -1 in it
+        target = (-1, *reshaped[1:])
+        again = capture_linear.linear_add(
+            BACKEND.linear, BACKEND.reshape, BACKEND.add, first, target, x, weight, bias, residual
+        )
+        np.testing.assert_array_equal(_bits(again), _bits(expected))
 
 
 def test_a_strided_residual_runs_the_calls():

@@ -50,6 +50,7 @@ def test_the_fused_kernel_gives_the_two_calls_bits(shape, dtype, weighted, first
     dx, dweight, dbias = BACKEND.layer_norm_backward(grad, x, weight, stats, 1e-5)
     expected = BACKEND.add(residual, dx) if first else BACKEND.add(dx, residual)
     got = _fused(first, grad, x, weight, stats, residual)
+    assert got[0].base is None  # its own memory, as the add's result
     for a, b in zip(got, (expected, dweight, dbias)):
         assert a.shape == b.shape and a.dtype == b.dtype
         np.testing.assert_array_equal(_bits(a), _bits(b))

@@ -85,19 +85,29 @@ def linear_add(
         and x.shape[-1] == weight.shape[1]
         and residual.flags.c_contiguous
     ):
-        product = np.matmul(x, weight.T)
-        if shape is not None:
-            product = reshape(product, shape)
-        if product.shape == residual.shape and product.flags.c_contiguous:
+        rows = (*x.shape[:-1], weight.shape[0])
+        if residual.shape == (rows if shape is None else _resolved(shape, rows)):
             from ..backend.compiled import bias_residual_rows
 
-            rows = product.reshape(-1, bias.size)
-            bias_residual_rows(rows, bias, residual.reshape(-1, bias.size))
-            return product
+            out = np.empty(residual.shape, x.dtype)  # its own memory, as the add's result
+            np.matmul(x, weight.T, out=out.reshape(rows))
+            flat = out.reshape(-1, bias.size)
+            bias_residual_rows(flat, bias, residual.reshape(-1, bias.size))
+            return out
     product = linear(x, weight, bias)
     if shape is not None:
         product = reshape(product, shape)
     return add(residual, product) if first else add(product, residual)
+
+
+def _resolved(shape: Any, rows: tuple) -> tuple:
+    """``shape`` (a reshape's target, maybe with a ``-1``) for an array of shape ``rows``."""
+    shape = tuple(shape)
+    if -1 in shape:
+        known = int(np.prod([n for n in shape if n != -1]))
+        size = int(np.prod(rows))
+        shape = tuple(size // known if known and n == -1 else n for n in shape)
+    return shape
 
 
 def _float_array(encoded: tuple, meta: list) -> tuple | None:

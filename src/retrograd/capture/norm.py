@@ -48,11 +48,12 @@ def layer_norm_backward_add(
         grads = np.ascontiguousarray(grad).reshape(-1, width)
         base = np.ascontiguousarray(residual).reshape(-1, width)
         means, rstds = np.ascontiguousarray(stats).reshape(2, -1)
-        out = np.empty(rows.shape, x.dtype)
+        out = np.empty(x.shape, x.dtype)  # its own memory, as the add's result
         dweight, dbias = np.zeros(width), np.zeros(width)
         weight = np.ascontiguousarray(weight)
-        layer_norm_backward_add_rows(grads, rows, weight, means, rstds, base, out, dweight, dbias)
-        return out.reshape(x.shape), dweight.astype(x.dtype), dbias.astype(x.dtype)
+        flat = out.reshape(rows.shape)
+        layer_norm_backward_add_rows(grads, rows, weight, means, rstds, base, flat, dweight, dbias)
+        return out, dweight.astype(x.dtype), dbias.astype(x.dtype)
     dx, dweight, dbias = backward(grad, x, weight, stats, eps)
     return (add(residual, dx) if first else add(dx, residual)), dweight, dbias
 
