@@ -148,3 +148,18 @@ def test_a_captured_split_backward_equals_the_eager_step_bit_for_bit():
     assert all(np.array_equal(e, g) for e, g in zip(expected, got))
     for (name, p), (_, q) in zip(eager.named_parameters(), replayed.named_parameters()):
         assert np.array_equal(p.numpy(), q.numpy()), name
+
+
+def test_without_fusion_the_calls_replay_as_recorded():
+    rg.seed(0)
+    model = Split()
+    opt = optim.SGD(model, lr=0.1)
+
+    def step(x):
+        loss = model(x)
+        opt.step(loss.backward())
+        return loss
+
+    x = rg.tensor(np.ones((2, 3, 8), np.float32))
+    captured = rg.capture(step, x, state=[opt], fuse=False)
+    assert "slice_gather" not in captured.code and "slice_accumulate" in captured.code
