@@ -145,6 +145,26 @@ def test_the_kernels_match_the_protocol_formula(name, dtype, shape):
             np.testing.assert_array_equal(backend.to_numpy(a), backend.to_numpy(b))
 
 
+@pytest.mark.skipif(on_torch(), reason="the NumPy backend's choice between its two paths")
+@pytest.mark.parametrize("loaded", [False, True])
+@pytest.mark.parametrize("name", ["adam", "adam_decay", "adamw"])
+def test_small_adam_updates_take_the_loops_once_loaded(monkeypatch, name, loaded):
+    """Below COMPILED_MIN_SIZE Adam takes NumPy operations until the compiled loops are
+    loaded, the loops after (faster from the smallest parameter on): the formula's bits
+    either way."""
+    from retrograd.backend import compiled_optim, numpy_optim
+
+    monkeypatch.setattr(numpy_optim, "_LOOPS", compiled_optim if loaded else None)
+    calls = []
+    numpy_path = numpy_optim._adam_numpy
+    monkeypatch.setattr(
+        numpy_optim, "_adam_numpy", lambda *a, **k: (calls.append(1), numpy_path(*a, **k))[1]
+    )
+    for dtype in ("float32", "float64"):
+        test_the_kernels_match_the_protocol_formula(name, dtype, (6, 5))
+    assert len(calls) == (0 if loaded else 4)  # a pure and an in-place update per dtype
+
+
 @pytest.mark.skipif(not on_torch(), reason="torch's own SGD kernel: the torch backend's")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_sgd_on_the_torch_backend_is_torch_eagers_bits(dtype):

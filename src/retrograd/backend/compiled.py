@@ -1,4 +1,5 @@
-"""The float32 GELU and its gradient as single vectorized loops, compiled with Numba.
+"""The float32 GELU and its gradient as single vectorized loops, compiled with Numba (and a
+linear layer's epilogues for captured steps: its bias with the GELU, or with the residual add).
 
 NumPy's float32 ``exp`` runs element by element on this project's machines (about 4 ns an
 element, twenty times a multiplication), and the NumPy formulation of the GELU makes eighteen
@@ -39,6 +40,8 @@ __all__ = [
     "EXP_HIGH",
     "EXP_LOW",
     "MINUS_LOGIT",
+    "bias_gelu_float32",
+    "bias_residual_rows",
     "expf",
     "expf_within",
     "gelu_backward_float32",
@@ -165,3 +168,30 @@ def gelu_backward_float32(grad, x, out):
     """``out = grad * gelu'(x)`` (:func:`gelu_slope`) over flat contiguous float32 arrays."""
     for i in range(x.size):
         out[i] = gelu_slope(x[i]) * grad[i]
+
+
+@_jit
+def bias_gelu_float32(out, bias, y):
+    """In place ``out += bias`` (a row ``[D]`` added to each row of the C-contiguous ``[N,
+    D]`` ``out``, a linear layer's product) and ``y = gelu(out)`` as :func:`gelu_float32`,
+    in one pass: a captured step's linear layer followed by its GELU (``capture/linear.py``),
+    the bits of the two calls."""
+    rows, width = out.shape
+    for i in range(rows):
+        row, target = out[i], y[i]
+        for j in range(width):
+            v = row[j] + bias[j]
+            row[j] = v
+            target[j] = v / (expf(_minus_logit(v, v * v)) + F(1.0))
+
+
+@_jit
+def bias_residual_rows(out, bias, residual):
+    """In place ``out = residual + (out + bias)`` over C-contiguous ``[N, D]`` rows (``bias``
+    ``[D]``): a linear layer's product, its bias and the residual stream it is added to, in
+    one pass (``capture/linear.py``), the bits of the bias addition and the ``add``."""
+    rows, width = out.shape
+    for i in range(rows):
+        row, base = out[i], residual[i]
+        for j in range(width):
+            row[j] = base[j] + (row[j] + bias[j])

@@ -25,7 +25,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["ROWS_PER_FLUSH", "layer_norm_backward_rows", "layer_norm_rows"]
+__all__ = [
+    "ROWS_PER_FLUSH",
+    "layer_norm_backward_add_rows",
+    "layer_norm_backward_rows",
+    "layer_norm_rows",
+]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True, fastmath={"reassoc"})
 
@@ -95,6 +100,46 @@ def layer_norm_backward_rows(grad, x, weight, means, rstds, dx, dweight, dbias):
             xhat = (row[j] - mean) * rstd
             gw = g[j] * weight[j] if scaled else g[j]
             target[j] = rstd * (gw - offset - xhat * slope)
+        if (i + 1) % ROWS_PER_FLUSH == 0 or i + 1 == rows:
+            for j in range(width):
+                dweight[j] += partial_weight[j]
+                dbias[j] += partial_bias[j]
+                partial_weight[j] = 0
+                partial_bias[j] = 0
+
+
+@_jit
+def layer_norm_backward_add_rows(grad, x, weight, means, rstds, addend, out, dweight, dbias):
+    """:func:`layer_norm_backward_rows` with the input's gradient added to ``addend`` (``[N,
+    D]``, C-contiguous) as it is written: ``out = addend + dx``, ``dx`` never stored (a
+    residual stream's gradient, summed with the layer norm's in one pass). The same loops,
+    so the same bits as the two steps (the row sums' loop is the other kernel's, so LLVM
+    vectorizes it alike; tests/test_capture_norm.py compares them)."""
+    rows, width = x.shape
+    scaled = weight.size > 0
+    factors = np.empty(2, x.dtype)
+    partial_weight = np.zeros(width, x.dtype)
+    partial_bias = np.zeros(width, x.dtype)
+    zero = partial_bias[0]
+    for i in range(rows):
+        row, g, target, base = x[i], grad[i], out[i], addend[i]
+        mean, rstd = means[i], rstds[i]
+        weighted = zero
+        projected = zero
+        for j in range(width):
+            xhat = (row[j] - mean) * rstd
+            gw = g[j] * weight[j] if scaled else g[j]
+            weighted += gw
+            projected += gw * xhat
+            partial_weight[j] += g[j] * xhat
+            partial_bias[j] += g[j]
+        factors[0], factors[1] = weighted / width, projected / width
+        offset, slope = factors[0], factors[1]
+        for j in range(width):
+            xhat = (row[j] - mean) * rstd
+            gw = g[j] * weight[j] if scaled else g[j]
+            value = rstd * (gw - offset - xhat * slope)
+            target[j] = base[j] + value
         if (i + 1) % ROWS_PER_FLUSH == 0 or i + 1 == rows:
             for j in range(width):
                 dweight[j] += partial_weight[j]

@@ -614,8 +614,14 @@ class NumpyBackend(
             np.add.at(out, _window_index(dim, out.ndim, indices), values)
             return out
         # An embedding's gradient: np.add.at goes row by row (3 ms for 2048 rows of 128);
-        # sorting the indices and summing each run of equal ones with reduceat is ~4x faster.
+        # sorting the indices and summing each run of equal ones with reduceat is ~4x faster,
+        # and the compiled loop giving reduceat's bits ~9x more (compiled_index).
         rows = np.where(indices < 0, indices + out.shape[dim], indices)
+        if _compiled_index_add(out, rows, values, dim):
+            from .compiled_index import index_add_rows
+
+            if index_add_rows(out, rows, values, values.dtype.type(-0.0)):
+                return out
         order = np.argsort(rows, kind="stable")
         ranked = rows[order]
         starts = np.flatnonzero(np.concatenate(([True], ranked[1:] != ranked[:-1])))
@@ -675,6 +681,27 @@ def _leading_column_sum(x: np.ndarray, dims: Any) -> bool:
         and 0 < len(dims) < x.ndim
         and tuple(dims) == tuple(range(len(dims)))
         and x.flags.c_contiguous
+    )
+
+
+#: Embedding gradients (``select_add`` of rows) of this many elements or more take the
+#: compiled loop (:mod:`.compiled_index`); smaller ones stay NumPy's, so that a small model
+#: never loads Numba.
+COMPILED_INDEX_MIN_SIZE = 1 << 14
+
+
+def _compiled_index_add(out: np.ndarray, rows: np.ndarray, values: np.ndarray, dim: int) -> bool:
+    """Whether :func:`.compiled_index.index_add_rows` takes this ``select_add``: rows of a
+    float matrix, C-contiguous values of its dtype, one per (in-range, made non-negative)
+    index, of :data:`COMPILED_INDEX_MIN_SIZE` elements or more."""
+    return (
+        dim == 0
+        and out.ndim == 2
+        and out.dtype in (np.float32, np.float64)
+        and values.shape == (rows.size, out.shape[1])
+        and values.flags.c_contiguous
+        and values.size >= COMPILED_INDEX_MIN_SIZE
+        and rows.dtype.kind == "i"
     )
 
 

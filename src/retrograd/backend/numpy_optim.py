@@ -3,10 +3,12 @@
 With ``inplace`` the new value and state are written into the arrays given; without, into
 copies. Parameters of :data:`COMPILED_MIN_SIZE` elements or more (float32 or float64,
 contiguous, of one dtype) run the compiled loops of :mod:`.compiled_optim`: one pass over
-memory. Smaller ones take NumPy operations writing into the same arrays (one temporary), and
-anything else (another dtype, a strided gradient) the protocol's composed formula: all three
-give the same bits, the formula's. Numba loads on the first large update (seconds, once per
-process: a small model never pays it).
+memory; Adam's smaller ones too once the loops are loaded (a loop then beats Adam's eleven
+NumPy operations from the smallest parameter on: 4 against 6 us at 128 elements, 13 against
+59 us at 48K). Smaller ones take NumPy operations writing into the same arrays (one
+temporary), and anything else (another dtype, a strided gradient) the protocol's composed
+formula: all three give the same bits, the formula's. Numba loads on the first large update
+(seconds, once per process: a small model never pays it).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class NumpyOptimizerKernels:
             return _adam_numpy(value, grad, first, second, *hyper)
         if not inplace:
             value, first, second = value.copy(), first.copy(), second.copy()
-        if value.size < COMPILED_MIN_SIZE:
+        if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
             _adam_numpy(value, grad, first, second, *hyper, inplace=True)
             return value, first, second
         scalar = value.dtype.type

@@ -16,8 +16,12 @@ The package, in the order the work happens:
   ``state`` (an optimizer over parameter groups needs no module);
 - :mod:`.program`: the recording split at optimizer steps into segments compiled to
   straight-line Python (a ``del`` after each value's last use), or CUDA graphs on torch CUDA
-  tensors; :mod:`.fusion` and :mod:`.kernels` first group chains of elementwise NumPy calls into
-  compiled kernels (bit-identical by default; ``fuse="fast"`` also fuses transcendentals);
+  tensors; :mod:`.slices`, :mod:`.norm`, :mod:`.linear` and :mod:`.squares` first run a few
+  patterns of calls as one (a split's backward, a layer norm's backward with the residual
+  add, a linear layer with its GELU or residual add, a gradient norm's sum of squares; the
+  calls' bits), then :mod:`.fusion` and :mod:`.kernels`
+  group chains of elementwise NumPy calls into compiled kernels (bit-identical by default;
+  ``fuse="fast"`` also fuses transcendentals);
 - :mod:`.replay`: :class:`CapturedStep`, which checks inputs and state, runs the program,
   calls the optimizers on the replayed gradients, and writes back what the step replaced.
 

@@ -14,7 +14,11 @@ from typing import Any
 
 from ..optim.bound import BoundStep
 from .fusion import fuse_calls
+from .linear import fuse_linear_epilogues
+from .norm import fuse_layer_norm_backward_add
 from .recording import CaptureError, Recorder, slots_of
+from .slices import gather_slices
+from .squares import fuse_squares_total
 
 __all__ = ["CudaGraphSegment", "OptimizerCall", "Segment", "compile_program"]
 
@@ -188,6 +192,10 @@ def compile_program(
         for g, group in enumerate(groups):
             if isinstance(group, list):
                 later = {slot for slot, where in last_group.items() if where > g}
+                group = gather_slices(group, recorder.meta, later)
+                group = fuse_layer_norm_backward_add(group, recorder.meta, later)
+                group = fuse_linear_epilogues(group, recorder.meta, later)
+                group = fuse_squares_total(group, recorder.meta, later)
                 groups[g], count = fuse_calls(group, recorder.meta, later, exact=fuse != "fast")
                 fused += count
     last_group, last_call = _last_uses(groups, live_at_end)
