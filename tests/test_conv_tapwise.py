@@ -43,12 +43,14 @@ def forced(monkeypatch):
     monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CELLS", None)
 
 
-@pytest.mark.parametrize("reorder", ["numpy", "compiled"])
+@pytest.mark.parametrize("reorder", ["numpy", "compiled", "compiled-in-blocks"])
 @pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 @pytest.mark.parametrize("name", SHAPES)
 def test_tap_by_tap_matches_torch(name, layout, reorder, forced, monkeypatch):
-    if reorder == "compiled":  # the weight and its gradient reordered by compiled_conv's loops
+    if reorder != "numpy":  # the weight and its gradient reordered by compiled_conv's loops
         monkeypatch.setattr(numpy_conv, "COMPILED_REORDER_MIN_SIZE", 0)
+    if reorder == "compiled-in-blocks":  # a few filters (channels) at a time, blocks uneven
+        monkeypatch.setattr(numpy_conv, "TAPWISE_BLOCK_BYTES", 700)
     x_shape, w_shape, padding = SHAPES[name]
     x = RNG.standard_normal(x_shape).astype(np.float32)
     if layout == "channels-last":
@@ -128,8 +130,8 @@ def test_the_compiled_reorders_permute_as_numpy_does(w_shape, dtype, monkeypatch
     taps = numpy_conv._tap_major(w)
     assert taps.dtype == dtype and taps.flags.c_contiguous
     np.testing.assert_array_equal(taps, by_numpy)
-    back = numpy_conv._from_tap_major(taps)
-    assert back.dtype == dtype and back.flags.c_contiguous
+    back = np.empty_like(w)
+    numpy_conv._from_tap_major(taps, back)
     np.testing.assert_array_equal(back, w)
     # a weight that is not C-contiguous (a transposed view) reorders as its values say
     view = np.swapaxes(RNG.standard_normal(w_shape[1::-1] + w_shape[2:]).astype(dtype), 0, 1)
