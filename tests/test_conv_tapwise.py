@@ -136,3 +136,26 @@ def test_the_compiled_reorders_permute_as_numpy_does(w_shape, dtype, monkeypatch
     # a weight that is not C-contiguous (a transposed view) reorders as its values say
     view = np.swapaxes(RNG.standard_normal(w_shape[1::-1] + w_shape[2:]).astype(dtype), 0, 1)
     np.testing.assert_array_equal(numpy_conv._tap_major(view), np.moveaxis(view, (0, 1), (-2, -1)))
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, out_shape",
+    [
+        ((2, 4, 2, 2), (0, 4, 3, 3), (2, 0, 2, 2)),
+        ((2, 0, 2, 2), (3, 0, 3, 3), (2, 3, 2, 2)),
+        ((0, 4, 2, 2), (3, 4, 3, 3), (0, 3, 2, 2)),
+    ],
+    ids=["no-filters", "no-channels", "no-samples"],
+)
+def test_empty_tap_by_tap_convolutions_give_zeros(x_shape, w_shape, out_shape):
+    """By hand: every sum is empty (torch's own backward aborts the process on these)."""
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    params = ((1, 1), (1, 1), (1, 1))
+    assert numpy_conv._tapwise(x.dtype, w.shape, (1, 1), (1, 1), (2, 2), (2, 2), (1, 1))
+    out = NUMPY.conv(x, w, np.zeros(0, np.float32), *params, 1)
+    g = RNG.standard_normal(out_shape).astype(np.float32)
+    dx, dw = NUMPY.conv_backward(g, x, w, *params, 1, (True, True, False))[:2]
+    for a, shape in ((out, out_shape), (dx, x_shape), (dw, w_shape)):
+        assert a.shape == shape and a.dtype == np.float32
+        np.testing.assert_array_equal(a, np.zeros(shape, np.float32))

@@ -604,6 +604,12 @@ def _whole_first(cells: list, lengths, side: int) -> bool:
     return False
 
 
+def _cell_rows(cells: np.ndarray) -> np.ndarray:
+    """Channels-last ``cells`` ``[N, *spatial, C]`` as rows ``[N * cells, C]`` (any of them
+    zero: ``reshape(-1, 0)`` cannot say how many rows)."""
+    return cells.reshape(math.prod(cells.shape[:-1]), cells.shape[-1])
+
+
 def _place_product(target: np.ndarray, product: np.ndarray, first: bool) -> None:
     """Write (``first``) or add ``product`` (rows of ``target``'s cells) into ``target``."""
     product = product.reshape(target.shape)
@@ -623,11 +629,11 @@ def _tapwise_conv(xcl, weight, bias, padding, out_size):
     whole = _whole_first(cells, out_size, 1)
     out = (np.empty if whole else np.zeros)((n, *out_size, c_out), dtype=xcl.dtype)
     everything = slice(None)
-    rows = [xcl[(everything, *inputs, everything)].reshape(-1, c_in) for _, _, inputs in cells]
+    rows = [_cell_rows(xcl[(everything, *inputs, everything)]) for _, _, inputs in cells]
     blocks = _tap_blocks(c_out, c_in, math.prod(kernel), xcl.itemsize)
-    # one buffer for every block's reordered weight, which then stays in the caches
-    size = blocks[0].stop * c_in * math.prod(kernel)
-    buffer = np.empty(size, dtype=weight.dtype) if len(blocks) > 1 else None
+    buffer = None  # one for every block's reordered weight, which then stays in the caches
+    if len(blocks) > 1:
+        buffer = np.empty(blocks[0].stop * c_in * math.prod(kernel), dtype=weight.dtype)
     for block in blocks:
         taps = _tap_major(weight[block], buffer)
         for index, (offsets, outputs, _) in enumerate(cells):
@@ -648,7 +654,7 @@ def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool)
     cells = list(_tap_cells(in_size, gcl.shape[1:-1], kernel, padding))
     whole = _whole_first(cells, in_size, 2)
     everything = slice(None)
-    g_rows = [gcl[(everything, *outputs, everything)].reshape(-1, c_out) for _, outputs, _ in cells]
+    g_rows = [_cell_rows(gcl[(everything, *outputs, everything)]) for _, outputs, _ in cells]
     dx = dw = None
     if needs_dx:  # the whole weight at once: in blocks of channels it read slower
         dx = (np.empty_like if whole else np.zeros_like)(xcl)
@@ -657,11 +663,12 @@ def _tapwise_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool)
             target = dx[(everything, *inputs, everything)]
             _place_product(target, np.matmul(g_rows[index], taps[offsets]), index == 0 and whole)
     if needs_dw:
-        x_rows = [xcl[(everything, *inputs, everything)].reshape(-1, c_in) for *_, inputs in cells]
+        x_rows = [_cell_rows(xcl[(everything, *inputs, everything)]) for *_, inputs in cells]
         read = {offsets for offsets, _, _ in cells}
         dw = np.empty((c_out, c_in, *kernel), dtype=xcl.dtype)
         blocks = _tap_blocks(c_out, c_in, taps_count, xcl.itemsize)
-        buffer = np.empty(blocks[0].stop * c_in * taps_count, dtype=xcl.dtype)
+        largest = blocks[0].stop if blocks else 0
+        buffer = np.empty(largest * c_in * taps_count, dtype=xcl.dtype)
         for block in blocks:
             shape = (*kernel, block.stop - block.start, c_in)
             taps = buffer[: math.prod(shape)].reshape(shape)
