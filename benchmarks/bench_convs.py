@@ -14,7 +14,10 @@ operand read and each result written once, float32. The roofline time is ``max(F
 bytes / bandwidth)``; "of roofline" is that time over the measured one.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_convs.py [--repeats 5] [--only cnn,resnet18,unet]``
-(writes ``benchmarks/results/convs.json``).
+(writes ``benchmarks/results/convs.json``). Two variants print their table without writing it:
+``--split`` times the backward's input and weight gradients apart (the passes ``input grad`` and
+``weight grad``), and ``--cold`` flushes the caches (a copy of 64 MiB) before every timed call,
+as a training step finds a layer's weight: last touched by the previous step's update.
 """
 
 from __future__ import annotations
@@ -38,11 +41,17 @@ from retrograd.nn import functional as RF  # noqa: N812
 BYTES = 4  # float32
 
 
+#: Set by ``--cold``: called before every timed call (a copy that evicts the caches).
+FLUSH: list = []
+
+
 def best_seconds(function, repeats: int) -> float:
     """The least CPU time of ``repeats`` calls (after one warm-up call)."""
     function()
     best = math.inf
     for _ in range(repeats):
+        for flush in FLUSH:
+            flush()
         start = time.process_time()
         function()
         best = min(best, time.process_time() - start)
@@ -91,8 +100,10 @@ def recorded_convolutions(name: str) -> list[tuple]:
     return list(seen)
 
 
-def layer_costs(spec, out_shape) -> dict[str, tuple[float, float]]:
-    """``{"forward": (flops, bytes), "backward": (flops, bytes)}`` of one convolution."""
+def layer_costs(spec, out_shape, split: bool = False) -> dict[str, tuple[float, float]]:
+    """``{"forward": (flops, bytes), "backward": (flops, bytes)}`` of one convolution; with
+    ``split``, ``"input grad"`` (where the input needs one) and ``"weight grad"`` in place of
+    ``"backward"``."""
     transposed, x_shape, w_shape = spec[:3]
     x_size, w_size, y_size = math.prod(x_shape), math.prod(w_shape), math.prod(out_shape)
     # multiply-adds: each output (input, for a transposed one) cell of each channel pairs
@@ -103,10 +114,16 @@ def layer_costs(spec, out_shape) -> dict[str, tuple[float, float]]:
     data_needed = x_shape[1] > 3 or transposed  # the data's gradient is never needed
     backward_flops = 2 * macs * (2 if data_needed else 1)
     backward_bytes = BYTES * (y_size + x_size + w_size + w_size + (x_size if data_needed else 0))
-    return {"forward": forward, "backward": (backward_flops, backward_bytes)}, data_needed
+    if not split:
+        return {"forward": forward, "backward": (backward_flops, backward_bytes)}, data_needed
+    costs = {"forward": forward}
+    if data_needed:
+        costs["input grad"] = (2 * macs, BYTES * (y_size + w_size + x_size))
+    costs["weight grad"] = (2 * macs, BYTES * (y_size + x_size + w_size))
+    return costs, data_needed
 
 
-def time_layer(spec, torch, repeats: int):
+def time_layer(spec, torch, repeats: int, split: bool = False):
     transposed, x_shape, w_shape, stride, padding, output_padding, dilation, groups = spec
     rng = np.random.default_rng(1)
     numpy_backend = rg.NumpyBackend()
@@ -120,8 +137,11 @@ def time_layer(spec, torch, repeats: int):
     else:
         y = numpy_backend.conv(x, w, none, stride, padding, dilation, groups)
     g = rng.standard_normal(y.shape).astype(np.float32)
-    costs, data_needed = layer_costs(spec, y.shape)
-    needs = (data_needed, True, False)
+    costs, data_needed = layer_costs(spec, y.shape, split)
+    masks = {"backward": (data_needed, True, False)}
+    if split:
+        masks = {"input grad": (True, False, False)} if data_needed else {}
+        masks["weight grad"] = (False, True, False)
     # NumPy's kernels take the channels-last arrays the network hands them
     x_last, g_last = (
         np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1) for a in (x, g)
@@ -131,18 +151,24 @@ def time_layer(spec, torch, repeats: int):
             "forward": lambda: numpy_backend.conv_transpose(
                 x_last, w, none, stride, padding, output_padding, dilation, groups
             ),
-            "backward": lambda: numpy_backend.conv_transpose_backward(
-                g_last, x_last, w, stride, padding, output_padding, dilation, groups, needs
-            ),
+            **{
+                phase: lambda needs=needs: numpy_backend.conv_transpose_backward(
+                    g_last, x_last, w, stride, padding, output_padding, dilation, groups, needs
+                )
+                for phase, needs in masks.items()
+            },
         }
     else:
         ours = {
             "forward": lambda: numpy_backend.conv(
                 x_last, w, none, stride, padding, dilation, groups
             ),
-            "backward": lambda: numpy_backend.conv_backward(
-                g_last, x_last, w, stride, padding, dilation, groups, needs
-            ),
+            **{
+                phase: lambda needs=needs: numpy_backend.conv_backward(
+                    g_last, x_last, w, stride, padding, dilation, groups, needs
+                )
+                for phase, needs in masks.items()
+            },
         }
     aten = torch.ops.aten
     tx, tw, tg = (torch.from_numpy(a) for a in (x, w, g))
@@ -150,24 +176,27 @@ def time_layer(spec, torch, repeats: int):
         "forward": lambda: aten.convolution(
             tx, tw, None, stride, padding, dilation, transposed, output_padding, groups
         ),
-        "backward": lambda: aten.convolution_backward(
-            tg,
-            tx,
-            tw,
-            None,
-            stride,
-            padding,
-            dilation,
-            transposed,
-            output_padding,
-            groups,
-            list(needs),
-        ),
+        **{
+            phase: lambda needs=needs: aten.convolution_backward(
+                tg,
+                tx,
+                tw,
+                None,
+                stride,
+                padding,
+                dilation,
+                transposed,
+                output_padding,
+                groups,
+                list(needs),
+            )
+            for phase, needs in masks.items()
+        },
     }
     times = {
         (label, phase): best_seconds(kernels[phase], repeats)
         for label, kernels in (("numpy", ours), ("torch", theirs))
-        for phase in ("forward", "backward")
+        for phase in costs
     }
     return costs, times, y.shape
 
@@ -201,6 +230,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=",".join(MODELS))
+    parser.add_argument(
+        "--split", action="store_true", help="input and weight gradients apart (not written)"
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="caches flushed before each call (not written)"
+    )
     args = parser.parse_args()
     torch = torch_single_thread()
     if torch is None:
@@ -214,11 +249,14 @@ def main() -> None:
         f"{peaks['torch'] / 1e9:.1f} GFLOP/s; memory bandwidth {memory / 1e9:.1f} GB/s; "
         f"balance {peak / memory:.1f} FLOP/byte"
     )
+    if args.cold:
+        source, target = np.ones(16 << 20, dtype=np.float32), np.empty(16 << 20, np.float32)
+        FLUSH.append(lambda: np.copyto(target, source))
     rows = []
     totals: dict[tuple[str, str], float] = {}
     for name in args.only.split(","):
         for spec in recorded_convolutions(name):
-            costs, times, _ = time_layer(spec, torch, args.repeats)
+            costs, times, _ = time_layer(spec, torch, args.repeats, args.split)
             for phase, (flops, nbytes) in costs.items():
                 bound = max(flops / peak, nbytes / memory)
                 row = [name, describe(spec), phase, f"{flops / 1e9:.3f}", f"{nbytes / 1e6:.1f}"]
@@ -237,6 +275,8 @@ def main() -> None:
     ]
     print()
     print(table(sums, ["model", "numpy ms (all layers, both passes)", "torch ms"]))
+    if args.split or args.cold:  # variants: the results file keeps the default's table
+        return
     path = write_results(
         "convs",
         {

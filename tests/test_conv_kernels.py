@@ -325,10 +325,21 @@ NORM_SHAPES = {
 }
 
 
+@pytest.fixture(params=["numpy", "compiled"])
+def norm_kernels(request, monkeypatch):
+    """Channels-last batch norm by NumPy's operations, or (float64 too) by the compiled
+    kernels that run float32's."""
+    from retrograd.backend import numpy_nn
+
+    dtypes = (np.float32, np.float64) if request.param == "compiled" else ()
+    monkeypatch.setattr(numpy_nn, "COMPILED_BATCH_NORM_DTYPES", dtypes)
+    return request.param
+
+
 @pytest.mark.parametrize("affine", ["both", "weight", "none"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", NORM_SHAPES)
-def test_batch_norm_training_matches_torch(name, dtype, affine):
+def test_batch_norm_training_matches_torch(name, dtype, affine, norm_kernels):
     x = RNG.standard_normal(NORM_SHAPES[name]) * 3 + 2
     if name == "4d-channels-last":
         x = channels_last(x)
@@ -346,7 +357,7 @@ def test_batch_norm_training_matches_torch(name, dtype, affine):
 
 
 @pytest.mark.parametrize("name", ["2d", "4d", "4d-channels-last"])
-def test_batch_norm_gradients_match_finite_differences(name):
+def test_batch_norm_gradients_match_finite_differences(name, norm_kernels):
     x = RNG.standard_normal(NORM_SHAPES[name]) + 1
     if name == "4d-channels-last":
         x = channels_last(x)
@@ -416,6 +427,52 @@ def test_numpy_batch_norm_keeps_the_layout_and_sums_float32_exactly():
     assert np.moveaxis(out, 1, -1).flags.c_contiguous and out.dtype == np.float32
     exact = x.astype(np.float64).mean(axis=(0, 2, 3))
     np.testing.assert_allclose(stats[0], exact, rtol=np.finfo(np.float32).eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 3, 3, 3), (16, 5, 5, 5), (7, 6, 11, 4)])
+def test_compiled_channels_last_batch_norm_matches_the_numpy_kernels(shape, dtype, monkeypatch):
+    """Channels-last float32 batch norm runs compiled (``compiled_norm``; float64 forced
+    here), a contiguous NCHW one in NumPy's operations: the same values within rounding, rows
+    fewer than a sum block (18), and not a multiple of it (400, 308)."""
+    from retrograd.backend import numpy_nn
+
+    monkeypatch.setattr(numpy_nn, "COMPILED_BATCH_NORM_DTYPES", (np.float32, np.float64))
+    x = (RNG.standard_normal(shape) * 3 + 5).astype(dtype)
+    w, b, g = (RNG.standard_normal(n).astype(dtype) for n in (shape[1], shape[1], shape))
+    eps = 1e-4
+    # within a few units in the last place of the outputs' scale (the two sum in other orders)
+    unit = 4 * np.finfo(dtype).eps
+
+    def close(actual, expected):
+        assert actual.dtype == dtype and actual.shape == expected.shape
+        np.testing.assert_allclose(actual, expected, rtol=unit, atol=unit * np.abs(expected).max())
+
+    for weight, bias in ((w, b), (w[:0], b[:0])):
+        out, stats = NUMPY.batch_norm(channels_last(x), weight, bias, eps)
+        ref_out, ref_stats = NUMPY.batch_norm(x, weight, bias, eps)
+        assert np.moveaxis(out, 1, -1).flags.c_contiguous
+        close(stats, ref_stats)
+        close(out, ref_out)
+        mine = NUMPY.batch_norm_backward(channels_last(g), channels_last(x), weight, stats, eps)
+        theirs = NUMPY.batch_norm_backward(g, x, weight, stats, eps)
+        assert np.moveaxis(mine[0], 1, -1).flags.c_contiguous
+        for a, e in zip(mine, theirs):
+            close(a, e)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_batch_norm_update_is_the_protocols_arithmetic(dtype):
+    x = channels_last((RNG.standard_normal((4, 3, 2, 5)) * 2 + 1).astype(dtype))
+    _, stats = NUMPY.batch_norm(x, np.zeros(0, dtype), np.zeros(0, dtype), 1e-3)
+    running = RNG.standard_normal(3).astype(dtype), RNG.random(3).astype(dtype) + 0.5
+    mine = NUMPY.batch_norm_update(*running, stats, 0.3, 1e-3, 40)
+    default = NNProtocol.batch_norm_update(NUMPY, *running, stats, 0.3, 1e-3, 40)
+    for a, e in zip(mine, default):
+        assert a.dtype == e.dtype == dtype
+        np.testing.assert_array_equal(a, e)
+    variance = x.astype(np.float64).var(axis=(0, 2, 3), ddof=1)
+    np.testing.assert_allclose(mine[1], 0.7 * running[1] + 0.3 * variance, rtol=1e-5)
 
 
 def test_batch_norm_is_one_compute_bound_op():

@@ -29,6 +29,7 @@ SHAPES = {
     "5x5-on-3x3": ((2, 3, 3, 3), (4, 3, 5, 5), (2, 2)),
     "rectangular": ((2, 4, 2, 3), (3, 4, 3, 3), (1, 1)),
     "over-padded": ((2, 3, 2, 2), (5, 3, 2, 2), (2, 1)),
+    "batch-one": ((1, 8, 2, 2), (6, 8, 3, 3), (1, 1)),
 }
 
 
@@ -42,10 +43,18 @@ def forced(monkeypatch):
     monkeypatch.setattr(numpy_conv, "WINOGRAD_MIN_CELLS", None)
 
 
+@pytest.mark.parametrize("reorder", ["numpy", "compiled", "compiled-in-blocks"])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
 @pytest.mark.parametrize("name", SHAPES)
-def test_tap_by_tap_matches_torch(name, forced):
+def test_tap_by_tap_matches_torch(name, layout, reorder, forced, monkeypatch):
+    if reorder != "numpy":  # the weight and its gradient reordered by compiled_conv's loops
+        monkeypatch.setattr(numpy_conv, "COMPILED_REORDER_MIN_SIZE", 0)
+    if reorder == "compiled-in-blocks":  # a few filters (channels) at a time, blocks uneven
+        monkeypatch.setattr(numpy_conv, "TAPWISE_BLOCK_BYTES", 700)
     x_shape, w_shape, padding = SHAPES[name]
     x = RNG.standard_normal(x_shape).astype(np.float32)
+    if layout == "channels-last":
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
     w = RNG.standard_normal(w_shape).astype(np.float32)
     b = RNG.standard_normal(w_shape[0]).astype(np.float32)
     params = ((1, 1), padding, (1, 1))
@@ -109,3 +118,44 @@ def test_uncovered_convolutions_fall_back_bit_for_bit(case, forced, monkeypatch)
     monkeypatch.setattr(numpy_conv, "TAPWISE_MAX_COVERED", None)
     for a, b_ in zip(tapwise, run()):
         np.testing.assert_array_equal(a, b_)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("w_shape", [(5, 3, 3, 3), (2, 4, 1, 2), (3, 2, 3), (2, 3, 1, 2, 2)])
+def test_the_compiled_reorders_permute_as_numpy_does(w_shape, dtype, monkeypatch):
+    w = RNG.standard_normal(w_shape).astype(dtype)
+    by_numpy = numpy_conv._tap_major(w)
+    np.testing.assert_array_equal(by_numpy, np.moveaxis(w, (0, 1), (-2, -1)))
+    monkeypatch.setattr(numpy_conv, "COMPILED_REORDER_MIN_SIZE", 0)
+    taps = numpy_conv._tap_major(w)
+    assert taps.dtype == dtype and taps.flags.c_contiguous
+    np.testing.assert_array_equal(taps, by_numpy)
+    back = np.empty_like(w)
+    numpy_conv._from_tap_major(taps, back)
+    np.testing.assert_array_equal(back, w)
+    # a weight that is not C-contiguous (a transposed view) reorders as its values say
+    view = np.swapaxes(RNG.standard_normal(w_shape[1::-1] + w_shape[2:]).astype(dtype), 0, 1)
+    np.testing.assert_array_equal(numpy_conv._tap_major(view), np.moveaxis(view, (0, 1), (-2, -1)))
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, out_shape",
+    [
+        ((2, 4, 2, 2), (0, 4, 3, 3), (2, 0, 2, 2)),
+        ((2, 0, 2, 2), (3, 0, 3, 3), (2, 3, 2, 2)),
+        ((0, 4, 2, 2), (3, 4, 3, 3), (0, 3, 2, 2)),
+    ],
+    ids=["no-filters", "no-channels", "no-samples"],
+)
+def test_empty_tap_by_tap_convolutions_give_zeros(x_shape, w_shape, out_shape):
+    """By hand: every sum is empty (torch's own backward aborts the process on these)."""
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    params = ((1, 1), (1, 1), (1, 1))
+    assert numpy_conv._tapwise(x.dtype, w.shape, (1, 1), (1, 1), (2, 2), (2, 2), (1, 1))
+    out = NUMPY.conv(x, w, np.zeros(0, np.float32), *params, 1)
+    g = RNG.standard_normal(out_shape).astype(np.float32)
+    dx, dw = NUMPY.conv_backward(g, x, w, *params, 1, (True, True, False))[:2]
+    for a, shape in ((out, out_shape), (dx, x_shape), (dw, w_shape)):
+        assert a.shape == shape and a.dtype == np.float32
+        np.testing.assert_array_equal(a, np.zeros(shape, np.float32))

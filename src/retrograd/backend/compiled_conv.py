@@ -12,13 +12,19 @@ less time than NumPy's passes over large blocks on the small CNN's input gradien
 A bias's gradient, the per-channel sums of a channels-last output gradient, is one pass here
 too, accumulated in float64 in memory order (NumPy's ``einsum`` casts blocks to float64 first:
 twice the time).
+
+A weight ``[O, C, T]`` (``T`` the kernel's taps) reordered tap-major, ``[T, O, C]``, and back:
+the tap-by-tap convolutions' operands. NumPy's copy of the transposed view reads every ``T``-th
+value; these loops read one filter's row (``C * T`` values, in the L1 cache) and write its
+``T`` runs of ``C`` values (and back: read ``T`` runs, write one row), about 0.5 ms each way
+against NumPy's 0.8 and 1.0 on ResNet-18's 512x512x3x3 weight.
 """
 
 from __future__ import annotations
 
 import numba
 
-__all__ = ["channel_sums", "fold2d"]
+__all__ = ["channel_sums", "fold2d", "taps_first", "taps_last"]
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -46,3 +52,21 @@ def channel_sums(rows, sums):
     for m in range(rows.shape[0]):
         for c in range(rows.shape[1]):
             sums[c] += rows[m, c]
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def taps_first(weight, out):
+    """``out[t, o, c]`` (``[T, O, C]``) = ``weight[o, c, t]`` (``[O, C, T]``)."""
+    for o in range(weight.shape[0]):
+        for t in range(weight.shape[2]):
+            for c in range(weight.shape[1]):
+                out[t, o, c] = weight[o, c, t]
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def taps_last(taps, out):
+    """``out[o, c, t]`` (``[O, C, T]``) = ``taps[t, o, c]`` (``[T, O, C]``)."""
+    for o in range(taps.shape[1]):
+        for t in range(taps.shape[0]):
+            for c in range(taps.shape[2]):
+                out[o, c, t] = taps[t, o, c]

@@ -16,8 +16,21 @@ per element measured 1.8x slower for the whole backward). The elementwise arithm
 the arrays' dtype. Sums are reassociated (``fastmath`` ``reassoc`` only, so LLVM vectorizes
 them); the order is fixed by the compiled code, so results are the same from run to run.
 
+Batch norm over channels-last rows ``[M, C]`` (a convolution's output: ``[N, H, W, C]`` in
+memory) is per channel, along the columns: the forward's two passes of sums (the mean, then
+the squares of the centred values) and one that writes the output; the backward's one pass
+of sums (of the gradient and of its product with the centred input) and one that writes the
+input's gradient: four and three passes over memory where NumPy's whole-array operations made
+eight and ten (ResNet-18's batch norms at batch 16, each timed alone and summed: forward 2.7 ->
+1.1 ms, backward 3.6 -> 1.4 ms a step, torch's 1.0 and 1.3; one thread). Float32 by default
+(``numpy_nn.COMPILED_BATCH_NORM_DTYPES``). The sums are the NumPy backend's
+(``numpy_nn._channel_dot``): in the arrays' dtype over blocks of ``block`` rows, the block
+sums in float64; the arithmetic per element is the NumPy kernels', in the arrays' dtype, in
+the same order. Not reassociated: each channel's sum runs
+down its column, the loops across channels vectorize as they are.
+
 Numba caches the machine code beside this file (or in its user-wide cache); the module is
-imported on the first layer norm the NumPy backend runs.
+imported on the first layer norm (or channels-last batch norm) the NumPy backend runs.
 """
 
 from __future__ import annotations
@@ -27,12 +40,17 @@ import numpy as np
 
 __all__ = [
     "ROWS_PER_FLUSH",
+    "batch_norm_backward_columns",
+    "batch_norm_columns",
+    "channel_moments",
+    "channel_projections",
     "layer_norm_backward_add_rows",
     "layer_norm_backward_rows",
     "layer_norm_rows",
 ]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True, fastmath={"reassoc"})
+_exact = numba.njit(error_model="numpy", cache=True, nogil=True)
 
 
 @_jit
@@ -146,3 +164,80 @@ def layer_norm_backward_add_rows(grad, x, weight, means, rstds, addend, out, dwe
                 dbias[j] += partial_bias[j]
                 partial_weight[j] = 0
                 partial_bias[j] = 0
+
+
+@_exact
+def _flush(partial, totals, i, rows, block):
+    """Add the block sums ``partial`` into the float64 ``totals`` (and zero them) after row
+    ``i`` when a block of ``block`` rows, or the last row, ends there."""
+    if (i + 1) % block == 0 or i + 1 == rows:
+        for j in range(partial.shape[0]):
+            totals[j] += partial[j]
+            partial[j] = 0
+
+
+@_exact
+def channel_moments(rows, block, means, variances):
+    """Per column of ``rows`` ``[M, C]`` (C-contiguous, M > 0): ``means[c]`` its mean and
+    ``variances[c]`` the mean of the squares of its values less that mean rounded to the
+    arrays' dtype (float64 ``[C]`` outputs; sums as the module docstring says)."""
+    count, channels = rows.shape
+    partial = np.zeros(channels, rows.dtype)
+    totals = np.zeros(channels, np.float64)
+    for i in range(count):
+        row = rows[i]
+        for j in range(channels):
+            partial[j] += row[j]
+        _flush(partial, totals, i, count, block)
+    for j in range(channels):
+        means[j] = totals[j] / count
+        totals[j] = 0
+    centre = means.astype(rows.dtype)
+    for i in range(count):
+        row = rows[i]
+        for j in range(channels):
+            centred = row[j] - centre[j]
+            partial[j] += centred * centred
+        _flush(partial, totals, i, count, block)
+    for j in range(channels):
+        variances[j] = totals[j] / count
+
+
+@_exact
+def batch_norm_columns(rows, centre, scale, shift, shifted, out):
+    """``out[m, c] = (rows[m, c] - centre[c]) * scale[c] (+ shift[c] where ``shifted``)``, in
+    the arrays' dtype."""
+    for i in range(rows.shape[0]):
+        row, target = rows[i], out[i]
+        for j in range(rows.shape[1]):
+            value = (row[j] - centre[j]) * scale[j]
+            if shifted:
+                value = value + shift[j]
+            target[j] = value
+
+
+@_exact
+def channel_projections(grad, rows, centre, block, sums, projections):
+    """Per column, ``sums[c]`` the sum of ``grad`` and ``projections[c]`` that of ``grad *
+    (rows - centre)`` (``[M, C]`` C-contiguous, M > 0; float64 ``[C]`` outputs, zeros on
+    entry)."""
+    count, channels = rows.shape
+    partial_sums = np.zeros(channels, rows.dtype)
+    partial_projections = np.zeros(channels, rows.dtype)
+    for i in range(count):
+        row, g = rows[i], grad[i]
+        for j in range(channels):
+            partial_sums[j] += g[j]
+            partial_projections[j] += g[j] * (row[j] - centre[j])
+        _flush(partial_sums, sums, i, count, block)
+        _flush(partial_projections, projections, i, count, block)
+
+
+@_exact
+def batch_norm_backward_columns(grad, rows, centre, a, b, k, dx):
+    """``dx[m, c] = grad[m, c] * a[c] + ((rows[m, c] - centre[c]) * b[c] + k[c])``, in the
+    arrays' dtype."""
+    for i in range(rows.shape[0]):
+        row, g, target = rows[i], grad[i], dx[i]
+        for j in range(rows.shape[1]):
+            target[j] = g[j] * a[j] + ((row[j] - centre[j]) * b[j] + k[j])

@@ -261,6 +261,57 @@ def _channel_dot(a: np.ndarray, b: np.ndarray | None, subscript: str) -> np.ndar
     return total
 
 
+#: The dtypes whose channels-last batch norm runs compiled (``backend/compiled_norm.py``). Not
+#: float64: its sums, in another order than NumPy's, moved a deep float64 net's gradients
+#: (Inception v3 on a batch of two, tests/test_model_zoo.py) by 3e-9 relative from where
+#: NumPy's left them beside torch's, past that test's 1e-9; float64 stays as it was. The
+#: kernels take float64 too (the finite-difference tests run them so).
+COMPILED_BATCH_NORM_DTYPES: tuple = (np.float32,)
+
+
+def _compiled_batch_norm(rows: np.ndarray, subscript: str) -> bool:
+    """Whether batch norm runs in the compiled kernels: channels-last rows ``[M, C]`` of
+    :data:`COMPILED_BATCH_NORM_DTYPES`, not empty."""
+    return subscript == "mc" and rows.dtype in COMPILED_BATCH_NORM_DTYPES and rows.size > 0
+
+
+def _batch_norm_compiled(rows, shape, weight, bias, eps):
+    """:meth:`NumpyNNKernels.batch_norm` of channels-last ``rows`` ``[M, C]`` (the input of
+    ``shape``): the same sums and arithmetic in three compiled passes over memory."""
+    from .compiled_norm import batch_norm_columns, channel_moments  # Numba: on first use
+
+    dtype, channels = rows.dtype, rows.shape[1]
+    mean, variance = np.empty(channels), np.empty(channels)
+    channel_moments(rows, SUM_BLOCK_ROWS, mean, variance)
+    rstd = 1.0 / np.sqrt(variance + eps)
+    scale = rstd * weight if weight.size else rstd
+    shift = bias.astype(dtype) if bias.size else np.zeros(channels, dtype)
+    out = np.empty_like(rows)
+    centre, scale = mean.astype(dtype), scale.astype(dtype)
+    batch_norm_columns(rows, centre, scale, shift, bias.size > 0, out)
+    stats = np.stack([mean, rstd]).astype(dtype)
+    return _from_per_channel(out, shape, "mc"), stats
+
+
+def _batch_norm_backward_compiled(g, rows, shape, weight, stats):
+    """:meth:`NumpyNNKernels.batch_norm_backward` of channels-last ``rows`` and ``g``: two
+    compiled passes over memory."""
+    from .compiled_norm import batch_norm_backward_columns, channel_projections
+
+    dtype, count, channels = rows.dtype, rows.shape[0], rows.shape[1]
+    centre = np.ascontiguousarray(stats[0])
+    rstd = stats[1].astype(np.float64)
+    dbias, projection = np.zeros(channels), np.zeros(channels)
+    channel_projections(g, rows, centre, SUM_BLOCK_ROWS, dbias, projection)
+    dweight = projection * rstd
+    a = rstd * weight if weight.size else rstd
+    b = -a * rstd * rstd * projection / count
+    k = -a * dbias / count
+    dx = np.empty_like(rows)
+    batch_norm_backward_columns(g, rows, centre, *(v.astype(dtype) for v in (a, b, k)), dx)
+    return _from_per_channel(dx, shape, "mc"), dweight.astype(dtype), dbias.astype(dtype)
+
+
 def _column(vector: np.ndarray, subscript: str, dtype) -> np.ndarray:
     """A per-channel ``[C]`` vector in ``dtype``, shaped to broadcast against the rows."""
     vector = vector.astype(dtype, copy=False)
@@ -275,6 +326,8 @@ class NumpyNNKernels(NumpyConvKernels):
         # mean, then the variance of the centred values (two passes, float64 sums), then the
         # affine map in place on the centred values: the output keeps x's layout
         rows, subscript = _per_channel(x)
+        if _compiled_batch_norm(rows, subscript):
+            return _batch_norm_compiled(rows, x.shape, weight, bias, eps)
         count = x.size // x.shape[1]
         mean = _channel_dot(rows, None, subscript) / count
         centered = np.subtract(rows, _column(mean, subscript, x.dtype))
@@ -292,6 +345,8 @@ class NumpyNNKernels(NumpyConvKernels):
         # per channel: two passes of sums, then three of arithmetic
         rows, subscript = _per_channel(x)
         g = _per_channel(grad, subscript)[0]
+        if _compiled_batch_norm(rows, subscript):
+            return _batch_norm_backward_compiled(g, rows, x.shape, weight, stats)
         count = x.size // x.shape[1]
         mean, rstd = stats[0].astype(np.float64), stats[1].astype(np.float64)
         centered = np.subtract(rows, _column(mean, subscript, x.dtype))
@@ -310,6 +365,16 @@ class NumpyNNKernels(NumpyConvKernels):
             _from_per_channel(dx, x.shape, subscript),
             dweight.astype(dtype),
             dbias.astype(dtype),
+        )
+
+    def batch_norm_update(self, running_mean, running_var, stats, momentum, eps, count):
+        # the protocol's arithmetic, the same NumPy operations, without its dozen dispatches
+        # through the backend per layer and step
+        variance = np.subtract(np.reciprocal(np.square(stats[1])), eps)
+        variance = np.multiply(variance, count / (count - 1))
+        return tuple(
+            np.add(np.multiply(old, 1.0 - momentum), np.multiply(new, momentum))
+            for old, new in ((running_mean, stats[0]), (running_var, variance))
         )
 
     # -- pooling ----------------------------------------------------------------------------------
