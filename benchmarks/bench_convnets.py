@@ -20,12 +20,15 @@ min-max over rounds, and each step's ratio to torch eager's step of the same rou
 median and min-max.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_convnets.py [--rounds 10] [--only cnn,resnet18,unet]``
-(writes ``benchmarks/results/convnets.json``).
+(writes ``benchmarks/results/convnets.json``). ``--alone "retrograd torch"`` (or another
+implementation) times that one alone after the first-loss check, its page faults those of a
+process of its own, and writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import sys
 import time
@@ -133,7 +136,10 @@ def torch_step(torch, builder, state, x, y, sgd):
     return step
 
 
-def measure(name: str, rounds: int, torch) -> dict[str, dict[str, list]]:
+def measure(name: str, rounds: int, torch, alone: str | None = None) -> dict[str, dict[str, list]]:
+    """Samples per implementation; with ``alone`` only that implementation's, the other two
+    dropped after the first-loss check, so that its steps have the process's heap to
+    themselves."""
     builder, x_shape, y_shape, classes, sgd, _ = MODELS[name]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -151,6 +157,9 @@ def measure(name: str, rounds: int, torch) -> dict[str, dict[str, list]]:
     for loss in first.values():
         if abs(loss - reference) > 1e-3 * max(1.0, abs(reference)):
             raise SystemExit(f"{name}: first losses differ: {first}")
+    if alone is not None:
+        steps = {alone: steps[alone]}
+        gc.collect()
     for step in steps.values():  # a second warm-up step each
         step()
     samples = {label: {"wall": [], "cpu": [], "phases": [], "faults": []} for label in steps}
@@ -208,11 +217,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="rounds per model")
     parser.add_argument("--only", default=",".join(MODELS), help="comma-separated models")
+    parser.add_argument(
+        "--alone",
+        choices=IMPLEMENTATIONS,
+        help="time only this implementation, in a process of its own (no results file)",
+    )
     args = parser.parse_args()
     torch = torch_single_thread()
     if torch is None:
         raise SystemExit("bench_convnets needs torch")
     print(machine())
+    if args.alone:
+        for name in args.only.split(","):
+            s = measure(name, args.rounds or MODELS[name][-1], torch, args.alone)[args.alone]
+            cpu = np.array(s["cpu"]) * 1e3
+            print(
+                f"{name} {args.alone} alone: CPU ms {np.median(cpu):.1f} "
+                f"[{cpu.min():.1f}-{cpu.max():.1f}], page faults per step "
+                f"{np.median(s['faults']):.0f}"
+            )
+        return
     rows = []
     for name in args.only.split(","):
         rounds = args.rounds or MODELS[name][-1]
