@@ -63,6 +63,31 @@ def test_blocks_agree_with_one_block_and_with_the_composed_default(monkeypatch):
     np.testing.assert_allclose(out, reference, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("shape", "dim"), [((64, 10), 1), ((4, 6, 5), 0), ((3, 5, 7), -1)])
+def test_torch_backend_log_softmax_backward_is_the_composed_default_and_torchs(shape, dim, dtype):
+    """``TorchBackend``'s one-kernel log-softmax backward: the protocol's composition and the
+    gradient torch's autograd gives, also for a gradient that is a transposed view."""
+    from retrograd.backend.protocol import Backend
+
+    backend = rg.TorchBackend("cpu")
+    x = torch.from_numpy(rng.standard_normal(shape) * 3).to(dtype).requires_grad_()
+    grad = (
+        torch.from_numpy(rng.standard_normal(shape[::-1]))
+        .to(dtype)
+        .permute(*reversed(range(len(shape))))
+    )
+    out = torch.log_softmax(x, dim)
+    (expected,) = torch.autograd.grad(out, x, grad)
+    out = out.detach()
+    ours = backend.log_softmax_backward(grad, out, dim)
+    composed = Backend.log_softmax_backward(backend, grad, out, dim)
+    assert ours.dtype == dtype and ours.shape == x.shape
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(ours, composed, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(ours, expected, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_gather_backward_kernel_is_the_composed_default_and_torchs(dim):
     """``gather``'s gradient: the backend's kernel, the protocol's composition, PyTorch."""

@@ -674,6 +674,12 @@ class TorchBackend(
     def log_softmax(self, x, dim):
         return torch.log_softmax(x, dim)
 
+    def log_softmax_backward(self, grad, out, dim):
+        # one kernel and one array, where the protocol's default makes four (exp, sum, mul, sub)
+        if grad.dtype != out.dtype:
+            return super().log_softmax_backward(grad, out, dim)
+        return torch._log_softmax_backward_data(grad, out, dim, out.dtype)
+
 
 def _check_protocol() -> None:
     missing = [
