@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .fusion import _is_numpy_kernel
-from .recording import slots_of
+from .recording import slot_readers
 
 __all__ = ["fuse_linear_epilogues", "linear_add", "linear_gelu"]
 
@@ -186,10 +186,7 @@ def fuse_linear_epilogues(calls: list[tuple], meta: list, later: set) -> list[tu
     residual ``add`` replaced by one :func:`linear_gelu` or :func:`linear_add` call.
     ``meta``: each slot's recorded type, shape and dtype; ``later``: the slots read after
     these calls."""
-    readers: dict[int, int] = {}
-    for call in calls:
-        for slot in slots_of(call[3], call[4]):
-            readers[slot] = readers.get(slot, 0) + 1
+    readers = slot_readers(calls)
     out: list[tuple] = []
     position = 0
     while position < len(calls):

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backend.numpy_transformer import _compiled_layer_norm
 from .fusion import _is_numpy_kernel
-from .recording import slots_of
+from .recording import slot_readers
 
 __all__ = ["fuse_layer_norm_backward_add", "layer_norm_backward_add"]
 
@@ -112,10 +112,7 @@ def fuse_layer_norm_backward_add(calls: list[tuple], meta: list, later: set) -> 
     gradient to another (read by nothing else) replaced by one
     :func:`layer_norm_backward_add` call. ``meta``: each slot's recorded type, shape and
     dtype; ``later``: the slots read after these calls."""
-    readers: dict[int, int] = {}
-    for call in calls:
-        for slot in slots_of(call[3], call[4]):
-            readers[slot] = readers.get(slot, 0) + 1
+    readers = slot_readers(calls)
     out: list[tuple] = []
     position = 0
     while position < len(calls):

@@ -139,6 +139,16 @@ def slots_of(args: list, kwargs: dict) -> list[int]:
     return found
 
 
+def slot_readers(calls: list[tuple]) -> dict[int, int]:
+    """How many reads of each slot ``calls`` make (a call reading a slot twice counts
+    twice): what a rewrite asks before it keeps a value in registers instead of memory."""
+    readers: dict[int, int] = {}
+    for call in calls:
+        for slot in slots_of(call[3], call[4]):
+            readers[slot] = readers.get(slot, 0) + 1
+    return readers
+
+
 def _is_torch_cuda(value: Any) -> bool:
     return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", 0) is True
 

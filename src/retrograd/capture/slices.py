@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .fusion import _is_numpy_kernel
-from .recording import slots_of
+from .recording import slot_readers
 
 __all__ = ["MAX_GATHER_ELEMENTS", "gather_slices", "slice_gather"]
 
@@ -117,10 +117,7 @@ def gather_slices(calls: list[tuple], meta: list, later: set) -> list[tuple]:
     assembles a whole array from its parts replaced by one :func:`slice_gather` call.
     ``meta``: each slot's recorded type, shape and dtype; ``later``: the slots read after
     these calls."""
-    readers: dict[int, int] = {}
-    for call in calls:
-        for slot in slots_of(call[3], call[4]):
-            readers[slot] = readers.get(slot, 0) + 1
+    readers = slot_readers(calls)
     out: list[tuple] = []
     position = 0
     while position < len(calls):

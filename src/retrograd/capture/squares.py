@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .fusion import _is_numpy_kernel
-from .recording import slots_of
+from .recording import slot_readers
 
 __all__ = ["fuse_squares_total", "squares_total"]
 
@@ -102,10 +102,7 @@ def fuse_squares_total(calls: list[tuple], meta: list, later: set) -> list[tuple
     """``calls`` with each run of per-gradient ``square``, ``sum``, float64 ``cast`` and the
     ``add`` of the casts replaced by one :func:`squares_total` call. ``meta``: each slot's
     recorded type, shape and dtype; ``later``: the slots read after these calls."""
-    readers: dict[int, int] = {}
-    for call in calls:
-        for slot in slots_of(call[3], call[4]):
-            readers[slot] = readers.get(slot, 0) + 1
+    readers = slot_readers(calls)
     out: list[tuple] = []
     position = 0
     while position < len(calls):
