@@ -138,6 +138,15 @@ CASES = {
         f64(0.3, 2.5, -7.0),
         f64(0.1, -0.5, 3.5),
     ),
+    # torch computes x ** -0.5 as rsqrt (and x ** 0.5 as sqrt): -0.0 -> -inf, -inf -> NaN
+    "pow_minus_half_signed_zero": (
+        lambda lib, a: (a**-0.5, a.pow(-0.5), a**0.5, a**1.5),
+        f64(-0.0, -INF, 0.0, INF, 4.0, -4.0, 0.25),
+    ),
+    "pow_minus_half_float32": (
+        lambda lib, a: a**-0.5,
+        np.array([-0.0, -INF, 0.0, INF, 4.0, 0.3], np.float32),
+    ),
     "int_pow_negative_exponent": (
         lambda lib, a, b: (a**b, 2**b),
         np.array([1, -1, 2, 0, -1]),
@@ -240,6 +249,10 @@ def _setitem(kind):
             out[[0, 1]] = v  # index_put_ wants one dtype
         elif kind == "int_fill":
             out[0] = 2.7  # truncated toward zero
+        elif kind == "bool_mask_float":
+            out[lib.tensor([True, False, True])] = 0.5  # nonzero: True
+            out[lib.tensor([False, True, False])] = NAN  # NaN is nonzero too
+            out[lib.tensor([True, False, False])] = -0.0
         return out
 
     return fn
@@ -252,6 +265,7 @@ def _setitem(kind):
         ("mask_scalar_value", [np.array([1, -1, 2]), f64(2.5)]),
         ("advanced_mixed", [np.zeros((3, 2)), np.ones(2, np.float32)]),
         ("int_fill", [np.zeros(3, np.int64), f64(0.0)]),
+        ("bool_mask_float", [np.zeros(3, bool), f64(0.0)]),
     ],
 )
 def test_setitem_matches_torch(kind, arrays):

@@ -325,7 +325,6 @@ class NumpyBackend(
     sub_scalar = staticmethod(np.subtract)
     mul_scalar = staticmethod(np.multiply)
     div_scalar = staticmethod(np.true_divide)
-    pow_scalar = staticmethod(np.power)
     remainder_scalar = staticmethod(np.remainder)
 
     def rsub_scalar(self, x, s):
@@ -333,6 +332,13 @@ class NumpyBackend(
 
     def rdiv_scalar(self, x, s):
         return np.true_divide(s, x)
+
+    def pow_scalar(self, x, s):
+        if s == -0.5 and x.dtype.kind == "f":
+            # torch computes x ** -0.5 as rsqrt (NumPy's x ** 0.5 is already sqrt): -0.0 gives
+            # -inf and -inf NaN, where IEEE pow gives inf and 0
+            return np.reciprocal(np.sqrt(x))
+        return np.power(x, s)
 
     def rpow_scalar(self, x, s):
         return np.power(s, x)
