@@ -143,6 +143,12 @@ CASES = {
         lambda lib, a: (a**-0.5, a.pow(-0.5), a**0.5, a**1.5),
         f64(-0.0, -INF, 0.0, INF, 4.0, -4.0, 0.25),
     ),
+    # a tensor exponent of 0.5 (broadcast or 0-d) is IEEE pow in torch, not sqrt
+    "pow_tensor_exponent_half": (
+        lambda lib, a, b: (a**b, a ** b.reshape(()), b.expand(5) ** b),
+        f64(-0.0, -INF, 0.0, INF, 4.0),
+        f64(0.5),
+    ),
     "pow_minus_half_float32": (
         lambda lib, a: a**-0.5,
         np.array([-0.0, -INF, 0.0, INF, 4.0, 0.3], np.float32),

@@ -317,7 +317,18 @@ class NumpyBackend(
     sub = staticmethod(np.subtract)
     mul = staticmethod(np.multiply)
     div = staticmethod(np.true_divide)
-    pow = staticmethod(np.power)
+
+    def pow(self, x, y):
+        out = np.power(x, y)
+        if np.asarray(x).dtype.kind == "f" and np.any(y == 0.5):
+            # NumPy takes sqrt for an exponent of 0.5 that its loop sees as a scalar (a 0-d or
+            # broadcast one), so -0.0 and -inf give -0.0 and NaN; torch's pow with a tensor
+            # exponent is IEEE pow's, 0.0 and inf (a scalar exponent is pow_scalar's sqrt)
+            fix = (y == 0.5) & ((x == 0.0) | (x == -np.inf)) & np.signbit(x)
+            if fix.any():
+                out = np.where(fix, np.abs(x).astype(out.dtype), out)
+        return out
+
     remainder = staticmethod(np.remainder)
     atan2 = staticmethod(np.arctan2)
     hypot = staticmethod(np.hypot)
