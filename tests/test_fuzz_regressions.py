@@ -118,6 +118,11 @@ CASES = {
     "median_ties": (lambda lib, a: a.median(), f64(1.0, 1.0, 1.0, 2.0)),
     "median_nan": (lambda lib, a: (a.median(), a.median(0)), f64(3.0, NAN, 1.0)),
     "median_empty": (lambda lib, a: a.median(), np.zeros(0)),
+    # an all-NaN slice: torch's index is where std::nth_element leaves position 0
+    "nanmedian_all_nan": (
+        lambda lib, a: (a.nanmedian(0), a.nanmedian(1), a[:4].nanmedian(0), a[:, :4].nanmedian(1)),
+        np.where(np.arange(35).reshape(7, 5) == 11, 1.0, NAN),
+    ),
     "nanmedian_ties": (lambda lib, a: a.nanmedian(), f64(NAN, 1.0, 1.0, 2.0)),
     # (the method keeps Burn's values-only form; torch's gives (values, indices))
     "cummax_nan": (
