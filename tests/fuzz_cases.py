@@ -652,7 +652,13 @@ _NO_SPECIAL = (
     "std",
     "var_corr0",
 )  # NaN orders and inf * 0 in torch's formulas
-_NO_EXPAND = ("median", "nanmedian")  # torch's median reads expanded inputs wrongly
+_NO_EXPAND = (
+    "median",  # torch's median reads expanded inputs wrongly
+    "nanmedian",
+    # an expanded operand is constant: its std is 0 and the gradient 0 / 0, which torch's
+    # rounded mean turns into noise (std 1e-16, a gradient of order 1)
+    "std",
+)
 
 
 def _reduce_case(rng, name, fn, multi):

@@ -118,6 +118,11 @@ CASES = {
     "median_ties": (lambda lib, a: a.median(), f64(1.0, 1.0, 1.0, 2.0)),
     "median_nan": (lambda lib, a: (a.median(), a.median(0)), f64(3.0, NAN, 1.0)),
     "median_empty": (lambda lib, a: a.median(), np.zeros(0)),
+    # an all-NaN slice: torch's index is where std::nth_element leaves position 0
+    "nanmedian_all_nan": (
+        lambda lib, a: (a.nanmedian(0), a.nanmedian(1), a[:4].nanmedian(0), a[:, :4].nanmedian(1)),
+        np.where(np.arange(35).reshape(7, 5) == 11, 1.0, NAN),
+    ),
     "nanmedian_ties": (lambda lib, a: a.nanmedian(), f64(NAN, 1.0, 1.0, 2.0)),
     # (the method keeps Burn's values-only form; torch's gives (values, indices))
     "cummax_nan": (
@@ -137,6 +142,21 @@ CASES = {
         lambda lib, a, b: lib.remainder(a, b),
         f64(0.3, 2.5, -7.0),
         f64(0.1, -0.5, 3.5),
+    ),
+    # torch computes x ** -0.5 as rsqrt (and x ** 0.5 as sqrt): -0.0 -> -inf, -inf -> NaN
+    "pow_minus_half_signed_zero": (
+        lambda lib, a: (a**-0.5, a.pow(-0.5), a**0.5, a**1.5),
+        f64(-0.0, -INF, 0.0, INF, 4.0, -4.0, 0.25),
+    ),
+    # a tensor exponent of 0.5 (broadcast or 0-d) is IEEE pow in torch, not sqrt
+    "pow_tensor_exponent_half": (
+        lambda lib, a, b: (a**b, a ** b.reshape(()), b.expand(5) ** b),
+        f64(-0.0, -INF, 0.0, INF, 4.0),
+        f64(0.5),
+    ),
+    "pow_minus_half_float32": (
+        lambda lib, a: a**-0.5,
+        np.array([-0.0, -INF, 0.0, INF, 4.0, 0.3], np.float32),
     ),
     "int_pow_negative_exponent": (
         lambda lib, a, b: (a**b, 2**b),
@@ -240,6 +260,10 @@ def _setitem(kind):
             out[[0, 1]] = v  # index_put_ wants one dtype
         elif kind == "int_fill":
             out[0] = 2.7  # truncated toward zero
+        elif kind == "bool_mask_float":
+            out[lib.tensor([True, False, True])] = 0.5  # nonzero: True
+            out[lib.tensor([False, True, False])] = NAN  # NaN is nonzero too
+            out[lib.tensor([True, False, False])] = -0.0
         return out
 
     return fn
@@ -252,6 +276,7 @@ def _setitem(kind):
         ("mask_scalar_value", [np.array([1, -1, 2]), f64(2.5)]),
         ("advanced_mixed", [np.zeros((3, 2)), np.ones(2, np.float32)]),
         ("int_fill", [np.zeros(3, np.int64), f64(0.0)]),
+        ("bool_mask_float", [np.zeros(3, bool), f64(0.0)]),
     ],
 )
 def test_setitem_matches_torch(kind, arrays):

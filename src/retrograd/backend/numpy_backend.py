@@ -317,7 +317,18 @@ class NumpyBackend(
     sub = staticmethod(np.subtract)
     mul = staticmethod(np.multiply)
     div = staticmethod(np.true_divide)
-    pow = staticmethod(np.power)
+
+    def pow(self, x, y):
+        out = np.power(x, y)
+        if np.asarray(x).dtype.kind == "f" and np.any(y == 0.5):
+            # NumPy takes sqrt for an exponent of 0.5 that its loop sees as a scalar (a 0-d or
+            # broadcast one), so -0.0 and -inf give -0.0 and NaN; torch's pow with a tensor
+            # exponent is IEEE pow's, 0.0 and inf (a scalar exponent is pow_scalar's sqrt)
+            fix = (y == 0.5) & ((x == 0.0) | (x == -np.inf)) & np.signbit(x)
+            if fix.any():
+                out = np.where(fix, np.abs(x).astype(out.dtype), out)
+        return out
+
     remainder = staticmethod(np.remainder)
     atan2 = staticmethod(np.arctan2)
     hypot = staticmethod(np.hypot)
@@ -325,7 +336,6 @@ class NumpyBackend(
     sub_scalar = staticmethod(np.subtract)
     mul_scalar = staticmethod(np.multiply)
     div_scalar = staticmethod(np.true_divide)
-    pow_scalar = staticmethod(np.power)
     remainder_scalar = staticmethod(np.remainder)
 
     def rsub_scalar(self, x, s):
@@ -333,6 +343,13 @@ class NumpyBackend(
 
     def rdiv_scalar(self, x, s):
         return np.true_divide(s, x)
+
+    def pow_scalar(self, x, s):
+        if s == -0.5 and x.dtype.kind == "f":
+            # torch computes x ** -0.5 as rsqrt (NumPy's x ** 0.5 is already sqrt): -0.0 gives
+            # -inf and -inf NaN, where IEEE pow gives inf and 0
+            return np.reciprocal(np.sqrt(x))
+        return np.power(x, s)
 
     def rpow_scalar(self, x, s):
         return np.power(s, x)

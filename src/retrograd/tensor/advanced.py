@@ -289,4 +289,6 @@ def _masked(y: Any, mask: Any, value: Any) -> Any:
         if not math.isfinite(value):
             raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
         value = int(value)
+    elif y.dtype == "bool" and isinstance(value, float):  # torch converts: nonzero (NaN too)
+        value = bool(value)
     return y.mask_fill(mask, value)

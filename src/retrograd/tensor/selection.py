@@ -608,7 +608,29 @@ def _nan_lower_middle(x: Any, d: int) -> tuple[Any, Any]:
     values, indices = x.sort_with_indices(d)
     count = x.isnan().logical_not().cast("int64").sum(d, True)
     middle = ((count - 1).clamp_min(0)).div(2, rounding_mode="floor")
+    all_nan = _all_nan_pick(x.shape[d] if x.ndim else 1)
+    if all_nan:  # (the stable sort keeps an all-NaN slice in order: position is index)
+        middle = middle.mask_fill(count == 0, all_nan)
     return values.gather(d, middle), indices.gather(d, middle)
+
+
+def _all_nan_pick(n: int) -> int:
+    """The index torch's CPU ``nanmedian`` gives an all-NaN slice of ``n``: its kernel runs
+    ``std::nth_element`` for position 0 with every element equivalent, so the answer is where
+    libstdc++'s introselect moves things (its median-of-three swaps the middle element to the
+    front, its partition swaps ``p`` with ``last - p``, and it goes on below the cut while more
+    than 3 remain). The rounds are replayed backwards from position 0."""
+    rounds, last, depth = [], n, 2 * (n.bit_length() - 1) if n else 0
+    while last > 3 and depth:
+        depth -= 1
+        rounds.append(last)
+        last = (last - 1) // 2 + 1
+    p = 0
+    for last in reversed(rounds):
+        p = last - p if p else 0  # before the partition
+        mid = last // 2
+        p = mid if p == 0 else 0 if p == mid else p  # before the swap of the front and mid
+    return p
 
 
 def _quantile(
