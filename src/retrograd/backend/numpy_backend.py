@@ -320,10 +320,13 @@ class NumpyBackend(
 
     def pow(self, x, y):
         out = np.power(x, y)
-        if np.asarray(x).dtype.kind == "f" and np.any(y == 0.5):
+        exponent = np.asarray(y)
+        seen_as_scalar = exponent.ndim == 0 or exponent.size < out.size or 0 in exponent.strides
+        if np.asarray(x).dtype.kind == "f" and seen_as_scalar and np.any(exponent == 0.5):
             # NumPy takes sqrt for an exponent of 0.5 that its loop sees as a scalar (a 0-d or
             # broadcast one), so -0.0 and -inf give -0.0 and NaN; torch's pow with a tensor
-            # exponent is IEEE pow's, 0.0 and inf (a scalar exponent is pow_scalar's sqrt)
+            # exponent is IEEE pow's, 0.0 and inf (a scalar exponent is pow_scalar's sqrt).
+            # A full exponent array already gets IEEE pow: nothing to scan.
             fix = (y == 0.5) & ((x == 0.0) | (x == -np.inf)) & np.signbit(x)
             if fix.any():
                 out = np.where(fix, np.abs(x).astype(out.dtype), out)
