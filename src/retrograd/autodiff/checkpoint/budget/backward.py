@@ -36,8 +36,12 @@ __all__ = [
     "ReservingBudgetCheckpointer",
 ]
 
-#: how many of the values read furthest in the future a drop in backward compares
-_DROP_CANDIDATES = 4
+#: how many of the values read furthest in the future a drop in backward compares (with 4,
+#: the residual MLP of ``benchmarks/bench_budget_loops.py`` at 0.25x held 5 of its 13 values
+#: and recomputed 89 ops a step; with 8, 4 values, the least any schedule holds, and 61 ops)
+_DROP_CANDIDATES = 8
+#: how many dropped ancestors a drop's price counts at most (:meth:`BudgetCheckpointer._drop_cost`)
+_COST_HORIZON = 64
 
 
 class BudgetCheckpointerBuilder(CheckpointerBuilder):
@@ -170,10 +174,13 @@ class BudgetCheckpointer(Checkpointer):
         self.now = 0
         #: heap of (-next read, key) of held values, stale entries included
         self.far: list[tuple[int, int]] = []
-        #: the values recomputations in progress make and read: never dropped for the budget
-        #: (dropping them would recompute them again at once, and a graph of diamonds over and
-        #: over: each read costs at most one recomputation of its missing ancestors)
-        self.active: set[int] = set()
+        #: the values recomputations in progress make and read, each with the reads they still
+        #: owe it: never dropped for the budget while it owes any (dropping it would recompute
+        #: it again at once, and a graph of diamonds over and over: each read costs at most one
+        #: recomputation of its missing ancestors). Once read by the last of them, a value
+        #: another step reads later may go, to be recomputed again from the anchors before it
+        #: (Chen et al.'s schedule: a chain recomputed from its start for each of its reads)
+        self.active: dict[int, int] = {}
         for key, state in states.items():
             if state.value is not RECOMPUTE:
                 self._offer(key)
@@ -233,10 +240,11 @@ class BudgetCheckpointer(Checkpointer):
         order = topological_order(self.states, self.tree, key)
         active = self.active
         outermost = not active
+        active[key] = active.get(key, 0) + 1  # the read this recomputation is for
         for node_id in order:
-            active.add(node_id)
+            active.setdefault(node_id, 0)
             for parent in self.tree[node_id].parents:
-                active.add(parent.id)
+                active[parent.id] = active.get(parent.id, 0) + 1
         try:
             self._recompute_order(key, order)
         finally:
@@ -246,6 +254,14 @@ class BudgetCheckpointer(Checkpointer):
             self._enforce_budget(protect=key)
 
     def _after_rerun(self, node_id: int) -> None:
+        active = self.active
+        for parent in self.tree[node_id].parents:
+            owed = active.get(parent.id)
+            if owed is not None:
+                if owed <= 1:
+                    del active[parent.id]
+                else:
+                    active[parent.id] = owed - 1
         self._offer(node_id)
         if self.held_bytes > self.budget:
             self._enforce_budget(protect=node_id)
@@ -260,13 +276,24 @@ class BudgetCheckpointer(Checkpointer):
             self._need(parent.id, when)
 
     def _drop_cost(self, node_id: int) -> float:
-        """Seconds a recomputation of ``node_id`` would take: its op's, and its dropped
-        parents' (one level: DTR's evicted neighbourhood, approximately)."""
-        costs, states = self.costs, self.states
+        """Seconds a recomputation of ``node_id`` would take: its op's, and those of every
+        dropped ancestor it would recompute first (DTR's evicted neighbourhood, upstream).
+        In a chain recomputed from its start, a value late in it costs the whole chain: the
+        values that shorten the chains to come (anchors) are the last to go. At most
+        :data:`_COST_HORIZON` ancestors are counted, so that a drop costs no more than that."""
+        costs, states, tree = self.costs, self.states, self.tree
         cost = costs.get(node_id, 0.0)
-        for parent in self.tree[node_id].parents:
-            if states[parent.id].value is RECOMPUTE:
-                cost += costs.get(parent.id, 0.0)
+        seen = {node_id}
+        stack = [parent.id for parent in tree[node_id].parents]
+        while stack and len(seen) <= _COST_HORIZON:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            state = states.get(current)
+            if state is not None and state.value is RECOMPUTE:
+                cost += costs.get(current, 0.0)
+                stack.extend(parent.id for parent in tree[current].parents)
         return cost
 
     def _enforce_budget(self, protect: int) -> None:
