@@ -36,8 +36,19 @@ __all__ = [
     "ReservingBudgetCheckpointer",
 ]
 
-#: how many of the values read furthest in the future a drop in backward compares
-_DROP_CANDIDATES = 4
+#: how many of the values read furthest in the future a drop in backward compares (with 4,
+#: the residual MLP of ``benchmarks/bench_budget_loops.py`` at 0.25x held 5 of its 13 values
+#: and recomputed 89 ops a step; with 8, 4 values, the least any schedule holds, and 61 ops)
+_DROP_CANDIDATES = 8
+#: dropped ancestors a drop's price counts at most (:meth:`BudgetCheckpointer._rerun_price`)
+_COST_HORIZON = 64
+#: recomputations one backward may spend on values it has already recomputed once (the
+#: ops a drop of such a value would rerun, counted when it is dropped): a small graph may
+#: recompute its chains from their start for each read (the residual MLP at 0.25x spends
+#: 80), while a long chain stays linear, each value recomputed at most about twice
+#: (API.md section 4: a 20,000-op chain under ``BudgetCheckpointing(256)`` recomputes
+#: about 2n ops, where an unbounded drop took n^2/30)
+_SPARE_RERUNS = 128
 
 
 class BudgetCheckpointerBuilder(CheckpointerBuilder):
@@ -146,7 +157,19 @@ class BudgetCheckpointer(Checkpointer):
     holding one read of each parent; ``on_end``: called with the most bytes held over the
     step (forward and this backward) when the backward ends."""
 
-    __slots__ = ("active", "budget", "costs", "far", "needs", "now", "on_end", "reserved")
+    __slots__ = (
+        "active",
+        "budget",
+        "costs",
+        "far",
+        "needs",
+        "now",
+        "on_end",
+        "parked",
+        "reruns",
+        "reserved",
+        "spare",
+    )
 
     def __init__(
         self,
@@ -170,10 +193,21 @@ class BudgetCheckpointer(Checkpointer):
         self.now = 0
         #: heap of (-next read, key) of held values, stale entries included
         self.far: list[tuple[int, int]] = []
-        #: the values recomputations in progress make and read: never dropped for the budget
-        #: (dropping them would recompute them again at once, and a graph of diamonds over and
-        #: over: each read costs at most one recomputation of its missing ancestors)
-        self.active: set[int] = set()
+        #: the values recomputations in progress make and read, each with the reads they still
+        #: owe it: never dropped for the budget while it owes any (dropping it would recompute
+        #: it again at once, and a graph of diamonds over and over: each read costs at most one
+        #: recomputation of its missing ancestors). Once read by the last of them, a value
+        #: another step reads later may go, to be recomputed again from the anchors before it
+        #: (Chen et al.'s schedule: a chain recomputed from its start for each of its reads)
+        self.active: dict[int, int] = {}
+        #: active values a drop took out of ``far``, offered again when the outermost
+        #: recomputation ends (left in ``far``, every drop during a long recomputation would
+        #: pop and push them all again)
+        self.parked: list[int] = []
+        #: key -> times backward recomputed it
+        self.reruns: dict[int, int] = {}
+        #: what is left of :data:`_SPARE_RERUNS`
+        self.spare = _SPARE_RERUNS
         for key, state in states.items():
             if state.value is not RECOMPUTE:
                 self._offer(key)
@@ -233,19 +267,38 @@ class BudgetCheckpointer(Checkpointer):
         order = topological_order(self.states, self.tree, key)
         active = self.active
         outermost = not active
+        active[key] = active.get(key, 0) + 1  # the read this recomputation is for
         for node_id in order:
-            active.add(node_id)
+            active.setdefault(node_id, 0)
             for parent in self.tree[node_id].parents:
-                active.add(parent.id)
+                active[parent.id] = active.get(parent.id, 0) + 1
         try:
             self._recompute_order(key, order)
         finally:
             if outermost:
                 active.clear()
+                self._unpark()
         if self.held_bytes > self.budget and not active:
             self._enforce_budget(protect=key)
 
+    def _unpark(self) -> None:
+        states, needs = self.states, self.needs
+        for key in self.parked:
+            state = states.get(key)
+            if state is not None and state.value is not RECOMPUTE and needs.get(key):
+                self._offer(key)
+        self.parked.clear()
+
     def _after_rerun(self, node_id: int) -> None:
+        self.reruns[node_id] = self.reruns.get(node_id, 0) + 1
+        active = self.active
+        for parent in self.tree[node_id].parents:
+            owed = active.get(parent.id)
+            if owed is not None:
+                if owed <= 1:
+                    del active[parent.id]
+                else:
+                    active[parent.id] = owed - 1
         self._offer(node_id)
         if self.held_bytes > self.budget:
             self._enforce_budget(protect=node_id)
@@ -259,23 +312,36 @@ class BudgetCheckpointer(Checkpointer):
         for parent in self.tree[node_id].parents:
             self._need(parent.id, when)
 
-    def _drop_cost(self, node_id: int) -> float:
-        """Seconds a recomputation of ``node_id`` would take: its op's, and its dropped
-        parents' (one level: DTR's evicted neighbourhood, approximately)."""
-        costs, states = self.costs, self.states
+    def _rerun_price(self, node_id: int) -> tuple[float, int]:
+        """Seconds and ops a recomputation of ``node_id`` would take: its op, and every dropped
+        ancestor it would recompute first (DTR's evicted neighbourhood, upstream). In a chain
+        recomputed from its start, a value late in it costs the whole chain: the values that
+        shorten the chains to come (anchors) are the last to go. At most
+        :data:`_COST_HORIZON` ancestors are counted, so that a drop costs no more than that."""
+        costs, states, tree = self.costs, self.states, self.tree
         cost = costs.get(node_id, 0.0)
-        for parent in self.tree[node_id].parents:
-            if states[parent.id].value is RECOMPUTE:
-                cost += costs.get(parent.id, 0.0)
-        return cost
+        seen = {node_id}
+        stack = [parent.id for parent in tree[node_id].parents]
+        while stack and len(seen) <= _COST_HORIZON:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            state = states.get(current)
+            if state is not None and state.value is RECOMPUTE:
+                cost += costs.get(current, 0.0)
+                stack.extend(parent.id for parent in tree[current].parents)
+        return cost, len(seen)
 
     def _enforce_budget(self, protect: int) -> None:
         """Drop held values until under the budget: among the :data:`_DROP_CANDIDATES` read
-        furthest ahead, the cheapest per byte and per step of distance. A value that can no
-        longer be dropped (a parent was released) never becomes droppable again and leaves
-        the queue."""
+        furthest ahead, the cheapest per byte and per step of distance. A value already
+        recomputed once goes only while :data:`_SPARE_RERUNS` covers the ops its
+        recomputation would rerun. A value that can no longer be dropped (a parent was
+        released, or the spare is spent) leaves the queue; an active one waits in ``parked``
+        until the recomputation using it ends."""
         far, states, needs, sizes = self.far, self.states, self.needs, self.sizes
-        active = self.active
+        active, parked, reruns = self.active, self.parked, self.reruns
         now = self.now
         skipped = []
         while self.held_bytes > self.budget and far:
@@ -286,22 +352,28 @@ class BudgetCheckpointer(Checkpointer):
                 state = states.get(key)
                 if state is None or state.value is RECOMPUTE or needs[key][0] != -entry[0]:
                     continue  # stale
-                if key == protect or key in active:
+                if key == protect:
                     skipped.append(entry)
+                    continue
+                if key in active:
+                    parked.append(key)
                     continue
                 if not self._droppable(key) or not sizes.get(key):
                     continue
-                picks.append(entry)
+                cost, ops = self._rerun_price(key)
+                if reruns.get(key) and (ops > self.spare or ops > _COST_HORIZON):
+                    continue  # recomputed again, past the spare (or a chain not counted out)
+                picks.append((cost / (sizes[key] * (max(-entry[0] - now, 0) + 1)), ops, entry))
             if not picks:
                 break
-            best = min(
-                picks,
-                key=lambda e: self._drop_cost(e[1]) / (sizes[e[1]] * (max(-e[0] - now, 0) + 1)),
-            )
-            for entry in picks:
-                if entry is not best:
-                    heapq.heappush(far, entry)
-            self._drop(best[1])
+            best = min(picks, key=lambda pick: pick[0])
+            for pick in picks:
+                if pick is not best:
+                    heapq.heappush(far, pick[2])
+            key = best[2][1]
+            if reruns.get(key):
+                self.spare -= best[1]
+            self._drop(key)
         for entry in skipped:
             heapq.heappush(far, entry)
 

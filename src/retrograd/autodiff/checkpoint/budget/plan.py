@@ -22,13 +22,54 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["PLAN_LIMIT", "Profile", "Trace", "plan_evictions", "profile", "recompute_floor"]
+__all__ = [
+    "PLAN_EFFORT",
+    "PLAN_LIMIT",
+    "Effort",
+    "Profile",
+    "Trace",
+    "plan_evictions",
+    "profile",
+    "recompute_floor",
+]
 
 #: graphs of more recorded values than this are not planned (the greedy plan is quadratic in
 #: the number of values); they run eagerly every step
 PLAN_LIMIT = 3000
 #: how many of the cheapest values per byte each round of the plan tries
 CANDIDATES = 8
+#: values profiled at most by one plan (each trial profiles the whole trace, about half a
+#: microsecond per value): the greedy's rounds are quadratic in the values and its phase under
+#: the floor cubic, so that a chain of 300 residual layers (1200 values) took a minute to plan
+#: at a tenth of its peak; with this cap, a few seconds. The transformers of
+#: ``benchmarks/bench_budget_loops.py`` profile at most 0.2M values a plan.
+PLAN_EFFORT = 2_000_000
+
+
+class Effort:
+    """What is left of one plan's :data:`PLAN_EFFORT`: every trial spends the trace's length,
+    and the greedy's rounds stop once it is spent, keeping the best plan found so far, so that
+    the time a plan takes is bounded whatever the graph (the plan is then rougher: it may not
+    fit where a longer search would, and the planner's fallbacks under the floor take over).
+
+    >>> effort = Effort(10)
+    >>> effort.spend(6), effort.spent
+    (None, False)
+    >>> effort.spend(6), effort.spent
+    (None, True)
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self, visits: int = PLAN_EFFORT):
+        self.left = visits
+
+    def spend(self, visits: int) -> None:
+        self.left -= visits
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
 
 
 @dataclass
@@ -145,26 +186,30 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
 TARGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
-def plan_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+def plan_evictions(
+    trace: Trace, budget: int, effort: Effort | None = None
+) -> tuple[list[bool], Profile, int]:
     """Which values to evict (per value, in recording order), the planned profile and its
     peak, both as the engine counts (views apart, no gradients: what the budget bounds).
 
     The greedy of :func:`greedy_evictions` aimed at the budget, then, while its plan does not
-    fit, at lower targets (:data:`TARGETS`); the first plan that fits, else the lowest.
+    fit, at lower targets (:data:`TARGETS`); the first plan that fits, else the lowest. The
+    search stops where ``effort`` (:class:`Effort`, a new one by default) is spent.
     """
+    effort = Effort() if effort is None else effort
     best = None
     for fraction in TARGETS:
-        evicted, found, peak = greedy_evictions(trace, int(budget * fraction))
+        evicted, found, peak = greedy_evictions(trace, int(budget * fraction), effort)
         if best is None or peak < best[2]:
             best = (evicted, found, peak)
-        if peak <= budget:
+        if peak <= budget or effort.spent:
             break
-    evicted = _keep_what_fits(trace, best[0], budget)
+    evicted = _keep_what_fits(trace, best[0], budget, effort)
     found = profile(trace, evicted, budget, views=False)
     return evicted, found, found.peak
 
 
-def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool]:
+def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int, effort: Effort) -> list[bool]:
     """``evicted``, less the evictions the peak does not need: each buffer a recomputation
     reruns for a rule that reads it, the dearest first, is kept held instead when the peak
     then still fits the budget (or stays where it is, under the floor) and the
@@ -184,7 +229,9 @@ def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool
             groups.setdefault(trace.owners[v], []).append(v)
     dearest = sorted(groups.values(), key=lambda vs: -sum(trace.costs[v] for v in vs))
     for members in dearest:
-        trial = _trial(trace, evicted, members, budget, evicts=False)
+        if effort.spent:
+            break
+        trial = _trial(trace, evicted, members, budget, effort, evicts=False)
         if trial.peak <= cap and trial.seconds < current.seconds:
             for v in members:
                 evicted[v] = False
@@ -192,7 +239,9 @@ def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int) -> list[bool
     return evicted
 
 
-def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, int]:
+def greedy_evictions(
+    trace: Trace, budget: int, effort: Effort | None = None
+) -> tuple[list[bool], Profile, int]:
     """Which values to evict to fit ``budget``, by the greedy below; as
     :func:`plan_evictions`.
 
@@ -205,8 +254,9 @@ def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, in
     reads: the excess sees that where the peak alone would not. Stops when the peak fits or no
     candidate helps. Where the budget is out of reach, the plan then lowers the peak itself
     from the lowest met on the way (:func:`_lower_peak`): the floor of a plan that recomputes
-    each evicted value once.
+    each evicted value once. Both phases stop where ``effort`` is spent.
     """
+    effort = Effort() if effort is None else effort
     n = len(trace.sizes)
     # What no backward step reads is needed only to recompute evicted values: evicted from
     # the start (it costs nothing unless a recomputation needs it; kept, it would be held
@@ -220,13 +270,13 @@ def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, in
     # Evictions lower the excess summed over backward's steps, which may raise the peak on the
     # way: where the budget is out of reach, the lowest peak seen is the start of phase two.
     lowest = (list(evicted), current)
-    while current.peak > budget:
+    while current.peak > budget and not effort.spent:
         best, best_score, best_profile = None, math.inf, None
         # the cheapest few per byte; further down the list only while none helps
         for index, members in enumerate(_candidates(trace, groups, evicted, current)):
-            if index >= CANDIDATES and best_profile is not None:
+            if (index >= CANDIDATES or effort.spent) and best_profile is not None:
                 break
-            trial = _trial(trace, evicted, members, budget)
+            trial = _trial(trace, evicted, members, budget, effort)
             saved = current.excess - trial.excess
             score = (trial.seconds - current.seconds) / saved if saved > 0 else math.inf
             if score < best_score:
@@ -239,7 +289,7 @@ def greedy_evictions(trace: Trace, budget: int) -> tuple[list[bool], Profile, in
         if current.peak < lowest[1].peak:
             lowest = (list(evicted), current)
     if current.peak > budget:
-        evicted, current = _lower_peak(trace, groups, *lowest, budget)
+        evicted, current = _lower_peak(trace, groups, *lowest, budget, effort)
     return evicted, current, current.peak
 
 
@@ -292,10 +342,16 @@ def _rerun_cost(trace: Trace, evicted: list[bool], last: list[int], members: lis
 
 
 def _trial(
-    trace: Trace, evicted: list[bool], members: list[int], budget: int, evicts: bool = True
+    trace: Trace,
+    evicted: list[bool],
+    members: list[int],
+    budget: int,
+    effort: Effort,
+    evicts: bool = True,
 ) -> Profile:
     """The profile with ``members`` evicted too (``evicts``), or kept (``evicted`` itself
-    unchanged)."""
+    unchanged), paid from ``effort``."""
+    effort.spend(len(evicted))
     for v in members:
         evicted[v] = evicts
     trial = profile(trace, evicted, budget, views=False)
@@ -305,7 +361,7 @@ def _trial(
 
 
 def _lower_peak(
-    trace: Trace, groups: dict, evicted: list[bool], current: Profile, budget: int
+    trace: Trace, groups: dict, evicted: list[bool], current: Profile, budget: int, effort: Effort
 ) -> tuple[list[bool], Profile]:
     """Phase two, under the floor: one move at a time, the one that lowers the peak most, else
     the excess most (a peak held over several steps falls one step at a time), the cheaper on
@@ -314,12 +370,14 @@ def _lower_peak(
     keeping it from forward on cuts the chain that recomputes it, so that its evicted
     ancestors need not be held then (a chain of recomputation is the floor's usual cause)."""
     evicted = list(evicted)
-    while current.peak > budget:
+    while current.peak > budget and not effort.spent:
         best, best_profile, best_evicts = None, current, True
         moves = [(members, True) for members in _candidates(trace, groups, evicted, current)]
         moves.extend(([v], False) for v in _by_products_at_peak(trace, evicted, current))
         for members, evicts in moves:
-            trial = _trial(trace, evicted, members, budget, evicts)
+            if effort.spent and best is not None:
+                break
+            trial = _trial(trace, evicted, members, budget, effort, evicts)
             # strictly better than the best so far, the current plan at first: a move that
             # leaves the peak and the excess where they are and costs more is none (it and
             # its reverse would alternate for ever)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .plan import Trace, profile
+from .plan import Effort, Trace, profile
 
 __all__ = ["AnchoredPlan", "anchored_evictions", "anchored_plan", "cut_points", "engine_profile"]
 
@@ -154,9 +154,11 @@ class AnchoredPlan(NamedTuple):
     stride: int
 
 
-def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
+def anchored_plan(trace: Trace, budget: int, effort: Effort | None = None) -> AnchoredPlan:
     """The anchored schedule (:func:`anchored_evictions`) of the stride in :data:`STRIDES`
-    that fits ``budget`` for the least recomputation, else of the lowest peak."""
+    that fits ``budget`` for the least recomputation, else of the lowest peak; what it keeps
+    from forward is searched until ``effort`` (a new :class:`~.plan.Effort` by default) is
+    spent."""
     plans = []
     for stride in STRIDES:
         evicted = anchored_evictions(trace, stride)
@@ -166,10 +168,10 @@ def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
         best = min(fitting, key=lambda plan: plan.seconds)
     else:
         best = min(plans, key=lambda plan: (plan.peak, plan.seconds))
-    return _keep_what_fits(trace, best, budget)
+    return _keep_what_fits(trace, best, budget, Effort() if effort is None else effort)
 
 
-def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int) -> AnchoredPlan:
+def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int, effort: Effort) -> AnchoredPlan:
     """``plan``, with each evicted buffer that a rule reads kept from forward instead, the
     dearest to recompute per byte first, when the peak then stays within the budget (or where
     it is, over it) and the recomputation's seconds fall: a value read early in backward (the
@@ -185,8 +187,11 @@ def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int) -> AnchoredPl
         groups.items(), key=lambda item: -sum(costs[v] for v in item[1]) / max(sizes[item[0]], 1)
     )
     for _owner, members in dearest:
+        if effort.spent:
+            break
         for v in members:
             evicted[v] = False
+        effort.spend(len(evicted))
         trial_peak, trial_seconds = engine_profile(trace, evicted)
         if trial_peak <= cap and trial_seconds < seconds:
             peak, seconds = trial_peak, trial_seconds

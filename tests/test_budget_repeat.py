@@ -1,0 +1,97 @@
+"""BudgetCheckpointing where no schedule that recomputes each value once fits: a chain is
+recomputed from its anchors for each of its reads (autodiff/checkpoint/budget/backward.py,
+``BudgetCheckpointer.active``), and a plan's search is bounded (``plan.Effort``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import retrograd as rg
+from retrograd.autodiff.checkpoint.budget.plan import Effort, plan_evictions
+
+WIDTH, BATCH, LAYERS = 64, 16, 6
+VALUE = WIDTH * BATCH * 4  # bytes of one activation
+
+
+def _mlp_step(backend: rg.Autodiff, index: int):
+    """The residual MLP of ``benchmarks/bench_budget_loops.py``, small: leaves, input built
+    every step; its 13 activations of one size make NoCheckpointing's peak."""
+    rng = np.random.default_rng(0)
+    arrays = [
+        (rng.standard_normal((WIDTH, WIDTH)) / WIDTH**0.5).astype(np.float32)
+        for _ in range(2 * LAYERS)
+    ]
+    data = np.random.default_rng(index).standard_normal((BATCH, WIDTH)).astype(np.float32)
+    with rg.use_backend(backend):
+        ws = [rg.tensor(a).require_grad() for a in arrays]
+        h = rg.tensor(data)
+        for k in range(LAYERS):
+            h = h + (h @ ws[2 * k]).tanh() @ ws[2 * k + 1]
+        grads = (h * h).mean().backward()
+        return grads, [w.grad(grads).numpy() for w in ws]
+
+
+def test_a_budget_under_every_once_only_schedule_recomputes_chains_again():
+    full = rg.Autodiff(rg.NumpyBackend())
+    reference = [_mlp_step(full, i) for i in range(5)]
+    peak = reference[0][0].peak_bytes
+    assert peak == (2 * LAYERS + 1) * VALUE
+    # A quarter of the peak: recomputing a layer's tanh output from its residual holds the
+    # input, the residual, the product and the output, 4 values, which is the least any
+    # schedule holds; each value recomputed once holds the residual stream (7 values).
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=rg.BudgetCheckpointing(peak // 4))
+    ops = []
+    for i, (_, expected) in enumerate(reference):
+        grads, got = _mlp_step(backend, i)
+        assert grads.peak_bytes <= 4 * VALUE, (i, grads.peak_bytes / VALUE)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+        ops.append(grads.recomputed_ops)
+    # more ops than a forward's 4 per layer: chains recomputed more than once
+    assert min(ops) > 4 * LAYERS, ops
+    assert len(set(ops[1:])) == 1, ops
+
+
+def test_a_half_budget_still_recomputes_each_value_once():
+    full = rg.Autodiff(rg.NumpyBackend())
+    peak = _mlp_step(full, 0)[0].peak_bytes
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=rg.BudgetCheckpointing(peak // 2))
+    ops = [_mlp_step(backend, i)[0].recomputed_ops for i in range(4)]
+    assert ops[1:] == [12] * 3, ops  # 6 matmuls, 4 tanh, 2 adds: the plan of docs/checkpointing.md
+
+
+def _deep_trace(layers: int):
+    """The trace a planned step records for ``layers`` residual tanh layers of tiny tensors."""
+    rng = np.random.default_rng(0)
+    arrays = [(rng.standard_normal((8, 8)) / 3).astype(np.float32) for _ in range(layers)]
+    data = rng.standard_normal((2, 8)).astype(np.float32)
+
+    def step(backend):
+        with rg.use_backend(backend):
+            h = rg.tensor(data)
+            for a in arrays:
+                h = h + (h @ rg.tensor(a).require_grad()).tanh()
+            return (h * h).sum().backward()
+
+    peak = step(rg.Autodiff(rg.NumpyBackend())).peak_bytes
+    strategy = rg.BudgetCheckpointing(peak // 10)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
+    for _ in range(2):
+        step(backend)
+    return strategy.planner.kept[0].trace, peak
+
+
+def test_a_plan_of_a_large_graph_stops_where_its_effort_is_spent():
+    trace, peak = _deep_trace(50)
+    n = len(trace.sizes)
+    # unbounded, this search profiles several million values (a 300-layer chain took a
+    # minute); bounded, it stops after the round in which the effort ran out
+    effort = Effort(40 * n)
+    evicted, found, counted = plan_evictions(trace, peak // 10, effort)
+    assert effort.spent
+    spent = 40 * n - effort.left
+    assert spent <= 40 * n + 4 * n * n, spent / n  # at most one more round of trials
+    assert len(evicted) == n and counted == found.peak
+    unbounded = Effort(10**12)
+    plan_evictions(trace, peak // 10, unbounded)
+    assert 10**12 - unbounded.left > 10 * spent
