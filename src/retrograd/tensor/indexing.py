@@ -118,7 +118,14 @@ class IndexingMixin:
     def masked_select(self, mask: Any) -> Any:
         """The elements where ``mask`` (broadcast) is true, as a 1-d tensor (its length is
         data: read on the host, as torch reads it)."""
-        mask = _mask_tensor("masked_select", self, mask)
+        return self._select_masked("masked_select", mask)
+
+    def mask_select(self, mask: Any) -> Any:
+        """Burn's name for :meth:`masked_select` (as ``mask_fill`` is for ``masked_fill``)."""
+        return self._select_masked("mask_select", mask)
+
+    def _select_masked(self, op: str, mask: Any) -> Any:
+        mask = _mask_tensor(op, self, mask)
         shape = np.broadcast_shapes(mask.shape, self.shape)
         x = self.expand(shape).reshape(-1)
         positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]
