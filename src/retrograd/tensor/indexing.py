@@ -120,6 +120,24 @@ class IndexingMixin:
         data: read on the host, as torch reads it)."""
         return self._select_masked("masked_select", mask)
 
+    def one_hot(self, num_classes: int = -1) -> Any:
+        """int64 ``[*, num_classes]``: 1 at each index held in this int64 tensor, 0 elsewhere
+        (Burn's ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more
+        than the largest index (a host read, as in torch)."""
+        if self.dtype != "int64":
+            raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        if self.numel():
+            if int(self.min().item()) < 0:
+                raise IndexOutOfRangeError("one_hot: class values must be non-negative")
+            if int(self.max().item()) >= num_classes:
+                raise IndexOutOfRangeError(
+                    f"one_hot: class values must be smaller than num_classes={num_classes}"
+                )
+        classes = wrap(self, self._backend.arange(0, num_classes, 1, "int64", self._device))
+        return self.unsqueeze_dim(-1).equal(classes).cast("int64")
+
     def mask_select(self, mask: Any) -> Any:
         """Burn's name for :meth:`masked_select` (as ``mask_fill`` is for ``masked_fill``)."""
         return self._select_masked("mask_select", mask)
