@@ -631,3 +631,101 @@ def test_one_hot_keeps_autodiff():
     grads = (logits * one_hot).sum().backward()
     close(logits.grad(grads), [[1.0, 0.0], [0.0, 1.0]])
     assert F.one_hot(targets, 2).tolist() == [[1, 0], [0, 1]]
+
+
+# Burn's ctc cases compare the gradient of sum(ctc_loss(log_softmax(logits))) with PyTorch's
+# reference values (copied from its test source into burn_ctc_cases.json).
+CTC_CASES = json.loads((Path(__file__).parent / "burn_ctc_cases.json").read_text())
+
+
+def ctc_logits(steps, batch, classes, batch_stride=13):
+    """Burn's fixture: sin((t*7 + n*batch_stride + c*3) * 0.1), laid out [T, N, C]."""
+    t = np.arange(steps)[:, None, None]
+    n = np.arange(batch)[None, :, None]
+    c = np.arange(classes)[None, None, :]
+    return np.sin(((t * 7 + n * batch_stride + c * 3) * 0.1).astype(np.float32))
+
+
+def test_ctc_loss_grad_first_row():
+    x = rg.tensor(ctc_logits(5, 3, 4)).require_grad()
+    targets = rg.tensor([[1, 2, 0], [1, 0, 0], [3, 2, 1]], dtype="int64")
+    loss = F.ctc_loss(x.log_softmax(2), targets, [5, 5, 5], [2, 1, 3], 0, reduction="sum")
+    grad = np.asarray(x.grad(loss.backward())).reshape(-1)
+    close(grad[:4], [-0.1679008007, -0.4595540464, 0.2795598209, 0.3478950262], APPROX)
+
+
+@pytest.mark.parametrize("name", sorted(CTC_CASES))
+def test_ctc_loss_grad(name):
+    case = CTC_CASES[name]
+    shape = (case["t"], case["n"], case["c"])
+    x = rg.tensor(ctc_logits(*shape)).require_grad()
+    targets = rg.tensor(np.array(case["targets"]).reshape(case["target_shape"]))
+    loss = F.ctc_loss(
+        x.log_softmax(2),
+        targets,
+        rg.tensor(case["input_lengths"]),
+        rg.tensor(case["target_lengths"]),
+        case["blank"],
+        reduction="sum",
+    )
+    close(x.grad(loss.backward()), np.array(case["grad"]).reshape(shape), APPROX)
+
+
+def test_ctc_loss_grad_empty_target():
+    x = rg.zeros((3, 1, 2)).require_grad()
+    loss = F.ctc_loss(x.log_softmax(2), rg.tensor([[0]]), [3], [0], 0, reduction="sum")
+    close(x.grad(loss.backward()), np.array([-0.5, 0.5] * 3).reshape(3, 1, 2), 1e-4)
+
+
+def test_ctc_loss_grad_unreachable_is_finite():
+    # Two steps cannot emit [1, 1] (it needs a blank between): the loss is inf. Burn asks for a
+    # finite gradient; torch's CPU kernel gives NaN there without zero_infinity and 0 with it.
+    for zero_infinity in (False, True):
+        log_probs = rg.full((2, 1, 3), float(np.log(1.0 / 3.0))).require_grad()
+        loss = F.ctc_loss(
+            log_probs,
+            rg.tensor([[1, 1]]),
+            [2],
+            [2],
+            0,
+            reduction="sum",
+            zero_infinity=zero_infinity,
+        )
+        assert loss.item() == (0.0 if zero_infinity else np.inf)
+        grad = np.asarray(log_probs.grad(loss.backward()))
+        assert np.isfinite(grad).all()
+        if zero_infinity:
+            close(grad, np.zeros((2, 1, 3)))
+
+
+def ctc_btc_vs_tbc(batch, steps, warmup, classes, targets, target_lengths):
+    """Burn's swap_dims + narrow checks: [B, T, C] logits swapped to [T, B, C] and narrowed
+    must give the loss and gradient of the same data laid out [T, B, C] up front."""
+    tbc = ctc_logits(steps, batch, classes, batch_stride=31)
+    lengths = [steps - warmup] * batch
+    a = rg.tensor(np.ascontiguousarray(tbc.transpose(1, 0, 2))).require_grad()
+    log_probs_a = a.log_softmax(2).swap_dims(0, 1).narrow(0, warmup, steps - warmup)
+    loss_a = F.ctc_loss(log_probs_a, targets, lengths, target_lengths, 0, reduction="none")
+    b = rg.tensor(tbc).require_grad()
+    log_probs_b = b.log_softmax(2).narrow(0, warmup, steps - warmup)
+    loss_b = F.ctc_loss(log_probs_b, targets, lengths, target_lengths, 0, reduction="none")
+    grad_a = np.asarray(a.grad(loss_a.sum().backward()))
+    grad_b = np.asarray(b.grad(loss_b.sum().backward()))
+    return loss_a.numpy(), loss_b.numpy(), grad_a, grad_b
+
+
+def test_ctc_loss_grad_swap_dims_then_narrow():
+    targets = rg.tensor([[1, 2], [2, 3]], dtype="int64")
+    _, _, grad_a, grad_b = ctc_btc_vs_tbc(2, 8, 2, 4, targets, [2, 2])
+    np.testing.assert_allclose(grad_a.transpose(1, 0, 2), grad_b, atol=1e-3)
+    assert np.abs(grad_b).max() > 0
+
+
+def test_ctc_loss_scaled_swap_dims_then_narrow():
+    si = np.arange(64)
+    targets = np.zeros((2, 64), dtype=np.int64)
+    targets[0] = (si * 3) % 35 + 1
+    targets[1, :43] = (si[:43] * 3 + 7) % 35 + 1
+    loss_a, loss_b, _, _ = ctc_btc_vs_tbc(2, 494, 92, 36, rg.tensor(targets), [64, 43])
+    assert (loss_a > 0).all()
+    np.testing.assert_allclose(loss_a, loss_b, atol=1.0)

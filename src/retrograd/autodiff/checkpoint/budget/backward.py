@@ -39,6 +39,14 @@ __all__ = [
 #: how many of the values read furthest in the future a drop in backward compares
 _DROP_CANDIDATES = 4
 
+#: how many times backward may recompute one value, under a budget smaller than a value it
+#: holds, before the value is kept to its last read. No drop can meet such a budget, and
+#: dropping each value of a chain right after recomputing it recomputes the chain again for
+#: the next read: O(n^2) op executions for n ops (API.md section 4 allows about two reruns of
+#: each op; a 2,000-op chain under a 256-byte budget took 100 s). A budget that one value fits
+#: keeps DTR's trade of recomputation for memory unchanged.
+_MAX_RERUNS = 2
+
 
 class BudgetCheckpointerBuilder(CheckpointerBuilder):
     """Gathers a budget's records, whose actions hold slots: their values, and the seconds
@@ -146,7 +154,19 @@ class BudgetCheckpointer(Checkpointer):
     holding one read of each parent; ``on_end``: called with the most bytes held over the
     step (forward and this backward) when the backward ends."""
 
-    __slots__ = ("active", "budget", "costs", "far", "needs", "now", "on_end", "reserved")
+    __slots__ = (
+        "active",
+        "budget",
+        "cannot_fit",
+        "costs",
+        "far",
+        "needs",
+        "now",
+        "on_end",
+        "parked",
+        "reruns",
+        "reserved",
+    )
 
     def __init__(
         self,
@@ -174,9 +194,20 @@ class BudgetCheckpointer(Checkpointer):
         #: (dropping them would recompute them again at once, and a graph of diamonds over and
         #: over: each read costs at most one recomputation of its missing ancestors)
         self.active: set[int] = set()
+        #: active values taken out of ``far`` by a drop, offered again when the recomputation
+        #: ends (left in ``far``, every drop during a long recomputation would pop and push
+        #: them all back: O(n) per rerun)
+        self.parked: list[int] = []
+        #: key -> times backward recomputed it (see :data:`_MAX_RERUNS`)
+        self.reruns: dict[int, int] = {}
+        #: whether a value held in this backward is larger than the budget
+        self.cannot_fit = False
+        sizes = self.sizes
         for key, state in states.items():
             if state.value is not RECOMPUTE:
                 self._offer(key)
+                if sizes.get(key, 0) > budget:
+                    self.cannot_fit = True
 
     def retrieve(self, key: int) -> Any:
         self.now = self.needs[key][0]
@@ -242,10 +273,22 @@ class BudgetCheckpointer(Checkpointer):
         finally:
             if outermost:
                 active.clear()
+                self._unpark()
         if self.held_bytes > self.budget and not active:
             self._enforce_budget(protect=key)
 
+    def _unpark(self) -> None:
+        states, needs = self.states, self.needs
+        for key in self.parked:
+            state = states.get(key)
+            if state is not None and state.value is not RECOMPUTE and needs.get(key):
+                self._offer(key)
+        self.parked.clear()
+
     def _after_rerun(self, node_id: int) -> None:
+        self.reruns[node_id] = self.reruns.get(node_id, 0) + 1
+        if self.sizes[node_id] > self.budget:
+            self.cannot_fit = True
         self._offer(node_id)
         if self.held_bytes > self.budget:
             self._enforce_budget(protect=node_id)
@@ -258,6 +301,12 @@ class BudgetCheckpointer(Checkpointer):
         when = self.needs[node_id][0]
         for parent in self.tree[node_id].parents:
             self._need(parent.id, when)
+
+    def _drop(self, node_id: int) -> bool:
+        # Also bounds the drops of a recomputation's transient by-products (anchored.py).
+        if self.cannot_fit and self.reruns.get(node_id, 0) >= _MAX_RERUNS:
+            return False
+        return super()._drop(node_id)
 
     def _drop_cost(self, node_id: int) -> float:
         """Seconds a recomputation of ``node_id`` would take: its op's, and its dropped
@@ -275,7 +324,7 @@ class BudgetCheckpointer(Checkpointer):
         longer be dropped (a parent was released) never becomes droppable again and leaves
         the queue."""
         far, states, needs, sizes = self.far, self.states, self.needs, self.sizes
-        active = self.active
+        active, parked, reruns = self.active, self.parked, self.reruns
         now = self.now
         skipped = []
         while self.held_bytes > self.budget and far:
@@ -286,9 +335,14 @@ class BudgetCheckpointer(Checkpointer):
                 state = states.get(key)
                 if state is None or state.value is RECOMPUTE or needs[key][0] != -entry[0]:
                     continue  # stale
-                if key == protect or key in active:
+                if key == protect:
                     skipped.append(entry)
                     continue
+                if key in active:
+                    parked.append(key)
+                    continue
+                if self.cannot_fit and reruns.get(key, 0) >= _MAX_RERUNS:
+                    continue  # kept to its last read from now on
                 if not self._droppable(key) or not sizes.get(key):
                     continue
                 picks.append(entry)
