@@ -729,3 +729,142 @@ def test_ctc_loss_scaled_swap_dims_then_narrow():
     loss_a, loss_b, _, _ = ctc_btc_vs_tbc(2, 494, 92, 36, rg.tensor(targets), [64, 43])
     assert (loss_a > 0).all()
     np.testing.assert_allclose(loss_a, loss_b, atol=1.0)
+
+
+# gather_nd / scatter_nd: Burn's names (API.md has no nd forms; retrograd adds them as Burn
+# spells them, with update= as scatter's).
+ND_DATA = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]
+ND_SQUARE = [[1.0, 2.0], [3.0, 4.0]]
+
+
+@pytest.mark.parametrize(
+    "data, values, indices, update, expected_data, expected_values",
+    [
+        (ND_DATA, [[10.0, 20.0, 30.0]], [[1]], "add", [[1.0] * 3] * 3, [[1.0] * 3]),
+        (
+            ND_DATA,
+            [[10.0, 20.0, 30.0]],
+            [[1]],
+            "assign",
+            [[1.0] * 3, [0.0] * 3, [1.0] * 3],
+            [[1.0] * 3],
+        ),
+        (ND_SQUARE, [10.0, 20.0], [[0, 1], [1, 0]], "add", [[1.0, 1.0], [1.0, 1.0]], [1.0, 1.0]),
+        (
+            ND_DATA,
+            [[10.0, 20.0, 30.0]],
+            [[1]],
+            "mul",
+            [[1.0] * 3, [10.0, 20.0, 30.0], [1.0] * 3],
+            [[4.0, 5.0, 6.0]],
+        ),
+        (ND_DATA, [[1.0, 2.0, 3.0]], [[1]], "max", [[1.0] * 3] * 3, [[0.0] * 3]),
+        (
+            ND_DATA,
+            [[10.0, 20.0, 30.0]],
+            [[1]],
+            "max",
+            [[1.0] * 3, [0.0] * 3, [1.0] * 3],
+            [[1.0] * 3],
+        ),
+        (
+            ND_DATA,
+            [[1.0, 5.0, 10.0]],
+            [[1]],
+            "max",
+            [[1.0] * 3, [1.0, 1.0, 0.0], [1.0] * 3],
+            [[0.0, 1.0, 1.0]],
+        ),
+        (
+            ND_DATA,
+            [[1.0, 2.0, 3.0]],
+            [[1]],
+            "min",
+            [[1.0] * 3, [0.0] * 3, [1.0] * 3],
+            [[1.0] * 3],
+        ),
+        (
+            ND_DATA,
+            [[1.0, 5.0, 10.0]],
+            [[1]],
+            "min",
+            [[1.0] * 3, [0.0, 1.0, 1.0], [1.0] * 3],
+            [[1.0, 1.0, 0.0]],
+        ),
+        (ND_SQUARE, [10.0, 1.0], [[0, 1], [1, 0]], "max", [[1.0, 0.0], [1.0, 1.0]], [1.0, 0.0]),
+        (ND_SQUARE, [10.0, 20.0], [[0, 1], [1, 0]], "mul", [[1.0, 10.0], [20.0, 1.0]], [2.0, 3.0]),
+        (
+            ND_SQUARE,
+            [10.0, 20.0],
+            [[0, 1], [1, 0]],
+            "assign",
+            [[1.0, 0.0], [0.0, 1.0]],
+            [1.0, 1.0],
+        ),
+    ],
+    ids=[
+        "add",
+        "assign",
+        "add_k_equals_d",
+        "mul",
+        "max_data_wins",
+        "max_values_win",
+        "max_tie",
+        "min",
+        "min_tie",
+        "max_k_equals_d",
+        "mul_k_equals_d",
+        "assign_k_equals_d",
+    ],
+)
+def test_scatter_nd(data, values, indices, update, expected_data, expected_values):
+    d = rg.tensor(data).require_grad()
+    v = rg.tensor(values).require_grad()
+    grads = d.scatter_nd(rg.tensor(indices), v, update).sum().backward()
+    close(d.grad(grads), expected_data)
+    close(v.grad(grads), expected_values)
+
+
+def test_scatter_nd_mul_with_one_side_tracked():
+    d = rg.tensor(ND_SQUARE).require_grad()
+    out = d.scatter_nd(rg.tensor([[0, 1]]), rg.tensor([10.0]), "mul")
+    close(out, [[1.0, 20.0], [3.0, 4.0]])
+    close(d.grad(out.sum().backward()), [[1.0, 10.0], [1.0, 1.0]])
+    v = rg.tensor([10.0]).require_grad()
+    out = rg.tensor(ND_SQUARE).scatter_nd(rg.tensor([[0, 1]]), v, "mul")
+    close(v.grad(out.sum().backward()), [2.0])
+
+
+def test_gather_nd():
+    d = rg.tensor(ND_DATA).require_grad()
+    out = d.gather_nd(rg.tensor([[0], [2]]))
+    close(out, [[1.0, 2.0, 3.0], [7.0, 8.0, 9.0]])
+    close(d.grad(out.sum().backward()), [[1.0] * 3, [0.0] * 3, [1.0] * 3])
+    d = rg.tensor(ND_SQUARE).require_grad()
+    out = d.gather_nd(rg.tensor([[0, 1], [1, 0]]))
+    close(out, [2.0, 3.0])
+    close(d.grad(out.sum().backward()), [[0.0, 1.0], [1.0, 0.0]])
+
+
+def test_scatter_nd_repeated_positions_combine_in_turn():
+    d = rg.tensor(ND_DATA).require_grad()
+    v = rg.tensor([[10.0, 20.0, 30.0], [2.0, 3.0, 4.0]]).require_grad()
+    out = d.scatter_nd(rg.tensor([[1], [1]]), v, "mul")
+    close(out, [[1.0, 2.0, 3.0], [80.0, 300.0, 720.0], [7.0, 8.0, 9.0]])
+    grads = out.sum().backward()
+    close(d.grad(grads), [[1.0] * 3, [20.0, 60.0, 120.0], [1.0] * 3])
+    close(v.grad(grads), [[8.0, 15.0, 24.0], [40.0, 100.0, 180.0]])
+    out = rg.tensor(ND_DATA).scatter_nd(rg.tensor([[1], [1]]), v.detach(), "add")
+    close(out, [[1.0, 2.0, 3.0], [16.0, 28.0, 40.0], [7.0, 8.0, 9.0]])
+
+
+def test_nd_errors_name_the_op():
+    d = rg.tensor(ND_SQUARE)
+    with pytest.raises(rg.IndexOutOfRangeError, match="gather_nd"):
+        d.gather_nd(rg.tensor([[2, 0]]))
+    with pytest.raises(rg.ShapeError, match="scatter_nd"):
+        d.scatter_nd(rg.tensor([[0, 1]]), rg.tensor([1.0, 2.0]), "add")
+    with pytest.raises(rg.RetrogradError, match="scatter_nd"):
+        d.scatter_nd(rg.tensor([[0, 1]]), rg.tensor([1.0]), "prod")
+    with pytest.raises(rg.DTypeError, match="gather_nd"):
+        d.gather_nd(rg.tensor([[0.0, 1.0]]))
