@@ -726,7 +726,10 @@ def test_ctc_loss_scaled_swap_dims_then_narrow():
     targets = np.zeros((2, 64), dtype=np.int64)
     targets[0] = (si * 3) % 35 + 1
     targets[1, :43] = (si[:43] * 3 + 7) % 35 + 1
-    loss_a, loss_b, _, _ = ctc_btc_vs_tbc(2, 494, 92, 36, rg.tensor(targets), [64, 43])
+    # Burn's shape is T=494, warmup 92 (402 steps); 200 steps keep every target reachable and
+    # the file fast (the full shape never finished under BudgetCheckpointing(256) before the
+    # fix that tests/test_checkpointing.py covers; it now takes about 4 s there).
+    loss_a, loss_b, _, _ = ctc_btc_vs_tbc(2, 240, 40, 36, rg.tensor(targets), [64, 43])
     assert (loss_a > 0).all()
     np.testing.assert_allclose(loss_a, loss_b, atol=1.0)
 
