@@ -871,3 +871,75 @@ def test_nd_errors_name_the_op():
         d.scatter_nd(rg.tensor([[0, 1]]), rg.tensor([1.0]), "prod")
     with pytest.raises(rg.DTypeError, match="gather_nd"):
         d.gather_nd(rg.tensor([[0.0, 1.0]]))
+
+
+# deform_conv2d: torchvision's function (Burn's deform_conv2d, with the mask and bias given by
+# keyword); Burn's cases copied from its test source into burn_deform_conv2d_cases.json. Burn
+# compares at a relative 0.5; this implementation matches its values to 1e-3.
+DEFORM_CASES = json.loads((Path(__file__).parent / "burn_deform_conv2d_cases.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(DEFORM_CASES))
+def test_deform_conv2d(name):
+    case, expected = DEFORM_CASES[name]["case"], DEFORM_CASES[name]["grads"]
+    kh, kw = case["kernel_size_1"], case["kernel_size_2"]
+    stride = (case["stride_1"], case["stride_2"])
+    padding = (case["padding_1"], case["padding_2"])
+    dilation = (case["dilation_1"], case["dilation_2"])
+    out_h = (case["height"] + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    out_w = (case["width"] + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    batch, groups = case["batch_size"], case["offset_groups"]
+    offset_shape = (batch, 2 * groups * kh * kw, out_h, out_w)
+    mask_shape = (batch, groups * kh * kw, out_h, out_w)
+    x = arange_float((batch, case["channels_in"], case["height"], case["width"])).require_grad()
+    offset = (arange_float(offset_shape) / float(np.prod(offset_shape))).require_grad()
+    mask = (arange_float(mask_shape) / float(np.prod(mask_shape))).require_grad()
+    weight_shape = (case["channels_out"], case["channels_in"] // case["groups"], kh, kw)
+    weight = arange_float(weight_shape).require_grad()
+    bias = arange_float((case["channels_out"],)).require_grad()
+    out = F.deform_conv2d(x, offset, weight, bias, stride, padding, dilation, mask=mask)
+    grads = out.backward()
+    for leaf, key in ((bias, "bias"), (x, "x"), (offset, "offset"), (mask, "mask")):
+        close(leaf.grad(grads), expected[key], APPROX)
+    np.testing.assert_allclose(np.asarray(weight.grad(grads)), expected["weight"], rtol=APPROX)
+
+
+def test_deform_conv2d_matches_finite_differences_in_float64():
+    rng = np.random.default_rng(3)
+    # groups=2 and offset_groups=2, offsets kept off integer steps (bilinear kinks)
+    data = {
+        "x": rng.standard_normal((1, 4, 5, 5)),
+        "offset": rng.uniform(-1.3, 1.3, (1, 2 * 2 * 4, 4, 4)).round(1) + 0.05,
+        "weight": rng.standard_normal((2, 2, 2, 2)),
+        "mask": rng.uniform(0.2, 1.0, (1, 2 * 4, 4, 4)),
+        "bias": rng.standard_normal(2),
+    }
+
+    def loss(values):
+        t = {k: rg.tensor(v) for k, v in values.items()}
+        out = F.deform_conv2d(t["x"], t["offset"], t["weight"], t["bias"], mask=t["mask"])
+        return (out * out).sum(), t
+
+    leaves = {k: rg.tensor(v).require_grad() for k, v in data.items()}
+    out = F.deform_conv2d(
+        leaves["x"], leaves["offset"], leaves["weight"], leaves["bias"], mask=leaves["mask"]
+    )
+    grads = (out * out).sum().backward()
+    eps = 1e-6
+    for name, value in data.items():  # the derivative along a random direction, per input
+        direction = rng.standard_normal(value.shape)
+        plus, minus = dict(data), dict(data)
+        plus[name] = value + eps * direction
+        minus[name] = value - eps * direction
+        numeric = (loss(plus)[0].item() - loss(minus)[0].item()) / (2 * eps)
+        analytic = float((leaves[name].grad(grads).numpy() * direction).sum())
+        np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
+
+
+def test_deform_conv2d_errors_name_the_op():
+    x = rg.zeros((1, 2, 4, 4))
+    weight = rg.zeros((3, 2, 3, 3))
+    with pytest.raises(rg.ShapeError, match="deform_conv2d: offset"):
+        F.deform_conv2d(x, rg.zeros((1, 17, 2, 2)), weight)
+    with pytest.raises(rg.ShapeError, match="deform_conv2d: mask"):
+        F.deform_conv2d(x, rg.zeros((1, 18, 2, 2)), weight, mask=rg.zeros((1, 8, 2, 2)))
