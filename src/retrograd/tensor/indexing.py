@@ -60,6 +60,27 @@ class IndexingMixin:
         """
         return self._apply("slice", (self,), (_ranges("slice", self.shape, ranges),))
 
+    def slice_dim(self, dim: int, range_: Any) -> Any:
+        """Burn's ``slice_dim``: :meth:`slice` along one dimension, ``range_`` a ``(start,
+        end)`` pair, a ``slice`` or a Python ``range``."""
+        d = normalize_dim("slice_dim", dim, self.ndim)
+        if isinstance(range_, range):
+            range_ = slice(range_.start, range_.stop, range_.step)
+        ranges = [slice(None)] * d + [range_]
+        return self._apply("slice", (self,), (_ranges("slice_dim", self.shape, ranges),))
+
+    def zeros_like(self) -> Any:
+        """Burn's ``zeros_like``: zeros of this shape, dtype and device (untracked)."""
+        return wrap(self, self._backend.full(self.shape, 0, self.dtype, self._device))
+
+    def ones_like(self) -> Any:
+        """Burn's ``ones_like``: ones of this shape, dtype and device (untracked)."""
+        return wrap(self, self._backend.full(self.shape, 1, self.dtype, self._device))
+
+    def contains_nan(self) -> Any:
+        """Burn's ``contains_nan``: a 0-d bool tensor, true when any element is NaN."""
+        return self.is_nan().any()
+
     def slice_assign(self, ranges: Sequence[Any], values: Any) -> Any:
         """A copy with the sliced region replaced by ``values``."""
         shape = self.shape
