@@ -1,7 +1,9 @@
 """A third batch of Burn's autodiff tests (burn-autodiff's ``src/tests``, now
 ``burn-backend-tests/tests/autodiff``), ported against API.md and run under every checkpointing
-strategy on the chosen inner backend. Expected values are Burn's; where Burn's value is not
-torch's, the comment says so and the test asserts torch's."""
+strategy on the chosen inner backend. Expected values are Burn's (tracel-ai/burn at
+2c06be351006851d42fdb6df16b976f4a82d9747; the burn_*_cases.json files hold its larger cases as
+its test source writes them); where Burn's value is not torch's, the comment says so and the
+test asserts torch's."""
 
 from __future__ import annotations
 
