@@ -12,12 +12,16 @@ import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from backends import inner_backend
 
-STRATEGIES = [rg.NoCheckpointing(), rg.BalancedCheckpointing()]
+STRATEGIES = {
+    "none": rg.NoCheckpointing,
+    "balanced": rg.BalancedCheckpointing,
+    "budget": lambda: rg.BudgetCheckpointing(256),
+}
 
 
-@pytest.fixture(autouse=True, params=STRATEGIES, ids=["none", "balanced"])
+@pytest.fixture(autouse=True, params=list(STRATEGIES))
 def backend(request):
-    with rg.use_backend(rg.Autodiff(inner_backend(), request.param)) as active:
+    with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[request.param]())) as active:
         yield active
 
 

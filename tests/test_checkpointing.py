@@ -127,6 +127,30 @@ def test_budget_below_the_floor_still_saves():
         assert grads.peak_bytes <= 0.4 * plain.peak_bytes
 
 
+def test_budget_smaller_than_one_value_recomputes_a_chain_linearly():
+    # No drop can meet a 256-byte budget when each value takes 400: dropping every value right
+    # after its recomputation recomputed the chain again for each read (O(n^2): a 2,000-op
+    # chain took 100 s). Each value is now recomputed at most twice, then kept.
+    counts = {}
+    for n in (250, 1000):
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), rg.BudgetCheckpointing(256))):
+            x = rg.tensor(np.linspace(0.1, 0.9, 100)).cast("float32").require_grad()
+            y = x
+            for _ in range(n):
+                y = (y * 1.0001).sin()
+            grads = y.sum().backward()
+        counts[n] = grads.recomputed_ops
+        assert grads.recomputed_ops <= 4 * 2 * n
+        assert grads.peak_bytes > 256  # the report says the budget was passed
+        expected = np.ones(100)
+        value = np.linspace(0.1, 0.9, 100).astype(np.float32).astype(np.float64)
+        for _ in range(n):
+            expected = expected * 1.0001 * np.cos(value * 1.0001)
+            value = np.sin(value * 1.0001)
+        np.testing.assert_allclose(x.grad(grads).numpy(), expected, rtol=1e-3)
+    assert counts[1000] <= 4.5 * counts[250]
+
+
 def test_budget_evicts_during_forward():
     strategy = rg.BudgetCheckpointing(4096)
     with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):

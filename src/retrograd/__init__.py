@@ -78,6 +78,7 @@ from . import (
     multiprocessing,
     nested,
     profiler,
+    signal,
     special,
     testing,
     utils,
@@ -340,6 +341,7 @@ __all__ += [
     "profiler",
     "set_default_device",
     "set_rng_state",
+    "signal",
     "special",
 ]
 # forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested

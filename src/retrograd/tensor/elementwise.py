@@ -13,6 +13,7 @@ its ``*_scalar`` form, the dtype rule: ``COMMON``; ``FLOAT`` for ops computed in
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -329,6 +330,16 @@ class ElementwiseMixin:
     def powf_scalar(self, value: float) -> Any:
         value = check_scalar("powf_scalar", value)
         return self._apply(POW, (self, value))
+
+    def powi_scalar(self, value: int) -> Any:
+        """Burn's ``powi_scalar``: ``self ** value`` for an int ``value`` (as :meth:`pow`)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise DTypeError(f"powi_scalar: the exponent must be an int, got {value!r}")
+        return self.pow(int(value))
+
+    def powi(self, other: Any) -> Any:
+        """Burn's ``powi``: ``self ** other`` for an int tensor (or int) ``other``."""
+        return self.pow(other)
 
     def remainder(self, other: Any) -> Any:
         """Remainder with the sign of the divisor (Python's ``%``, PyTorch's ``remainder``)."""

@@ -60,6 +60,27 @@ class IndexingMixin:
         """
         return self._apply("slice", (self,), (_ranges("slice", self.shape, ranges),))
 
+    def slice_dim(self, dim: int, range_: Any) -> Any:
+        """Burn's ``slice_dim``: :meth:`slice` along one dimension, ``range_`` a ``(start,
+        end)`` pair, a ``slice`` or a Python ``range``."""
+        d = normalize_dim("slice_dim", dim, self.ndim)
+        if isinstance(range_, range):
+            range_ = slice(range_.start, range_.stop, range_.step)
+        ranges = [slice(None)] * d + [range_]
+        return self._apply("slice", (self,), (_ranges("slice_dim", self.shape, ranges),))
+
+    def zeros_like(self) -> Any:
+        """Burn's ``zeros_like``: zeros of this shape, dtype and device (untracked)."""
+        return wrap(self, self._backend.full(self.shape, 0, self.dtype, self._device))
+
+    def ones_like(self) -> Any:
+        """Burn's ``ones_like``: ones of this shape, dtype and device (untracked)."""
+        return wrap(self, self._backend.full(self.shape, 1, self.dtype, self._device))
+
+    def contains_nan(self) -> Any:
+        """Burn's ``contains_nan``: a 0-d bool tensor, true when any element is NaN."""
+        return self.is_nan().any()
+
     def slice_assign(self, ranges: Sequence[Any], values: Any) -> Any:
         """A copy with the sliced region replaced by ``values``."""
         shape = self.shape
@@ -118,7 +139,32 @@ class IndexingMixin:
     def masked_select(self, mask: Any) -> Any:
         """The elements where ``mask`` (broadcast) is true, as a 1-d tensor (its length is
         data: read on the host, as torch reads it)."""
-        mask = _mask_tensor("masked_select", self, mask)
+        return self._select_masked("masked_select", mask)
+
+    def one_hot(self, num_classes: int = -1) -> Any:
+        """int64 ``[*, num_classes]``: 1 at each index held in this int64 tensor, 0 elsewhere
+        (Burn's ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more
+        than the largest index (a host read, as in torch)."""
+        if self.dtype != "int64":
+            raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        if self.numel():
+            if int(self.min().item()) < 0:
+                raise IndexOutOfRangeError("one_hot: class values must be non-negative")
+            if int(self.max().item()) >= num_classes:
+                raise IndexOutOfRangeError(
+                    f"one_hot: class values must be smaller than num_classes={num_classes}"
+                )
+        classes = wrap(self, self._backend.arange(0, num_classes, 1, "int64", self._device))
+        return self.unsqueeze_dim(-1).equal(classes).cast("int64")
+
+    def mask_select(self, mask: Any) -> Any:
+        """Burn's name for :meth:`masked_select` (as ``mask_fill`` is for ``masked_fill``)."""
+        return self._select_masked("mask_select", mask)
+
+    def _select_masked(self, op: str, mask: Any) -> Any:
+        mask = _mask_tensor(op, self, mask)
         shape = np.broadcast_shapes(mask.shape, self.shape)
         x = self.expand(shape).reshape(-1)
         positions = mask.expand(shape).reshape(-1).nonzero(as_tuple=True)[0]

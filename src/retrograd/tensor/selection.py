@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import (
     FLOAT_DTYPES,
     TensorBase,
@@ -273,6 +280,102 @@ class SelectionMixin:
         if self.dtype in FLOAT_DTYPES:
             return total / counts
         return total.div(counts, rounding_mode="floor")
+
+    def gather_nd(self, indices: Any) -> Any:
+        """Burn's ``gather_nd``: ``indices`` (int64 ``[*batch, k]``) names a position in the
+        first ``k`` dims; the result, ``[*batch, *shape[k:]]``, holds the slice there."""
+        flat, batch, rest = self._nd_positions("gather_nd", indices)
+        lead = math.prod(self.shape[: self.ndim - len(rest)])
+        return self.reshape((lead, *rest)).select(0, flat).reshape((*batch, *rest))
+
+    def scatter_nd(self, indices: Any, values: Any, update: str = "add") -> Any:
+        """Burn's ``scatter_nd``: a copy with ``values`` (``[*batch, *shape[k:]]``) combined into
+        the slices ``indices`` (int64 ``[*batch, k]``) names, by ``update``: ``"add"``,
+        ``"assign"``, ``"mul"``, ``"max"`` or ``"min"`` (repeated positions add, multiply or
+        reduce in turn). As Burn's, ``"max"``/``"min"`` send the gradient to every side that
+        holds the result, both at a tie (torch's ``amax`` would split it); an infinite value
+        that wins gets none."""
+        op = "scatter_nd"
+        if update not in ("add", "assign", "mul", "max", "min"):
+            raise InvalidArgumentError(
+                f"{op}: update must be 'add', 'assign', 'mul', 'max' or 'min', got {update!r}"
+            )
+        flat, batch, rest = self._nd_positions(op, indices)
+        values = lift(self, values, op)
+        if values.shape != (*batch, *rest):
+            raise ShapeError(
+                f"{op}: values must have shape {shape_text((*batch, *rest))} (indices' batch "
+                f"dims, then the data's dims past k), got {shape_text(values.shape)}"
+            )
+        lead = math.prod(self.shape[: self.ndim - len(rest)])
+        data = self.reshape((lead, *rest))
+        values = values.cast(self.dtype).reshape((flat.shape[0], *rest))
+        if update in ("add", "assign"):
+            return data.select_assign(0, flat, values, update).reshape(self.shape)
+        rounds = self._nd_rounds(flat)
+        if update == "mul":
+            for positions, rows in rounds:
+                taken = values.select(0, rows)
+                data = data.select_assign(0, positions, data.select(0, positions) * taken, "assign")
+            return data.reshape(self.shape)
+        # max / min: the result computed outside the graph, then each side's gradient routed
+        # to where it equals the result (both at a tie, as Burn's backward)
+        result = data.detach()
+        plain = values.detach()
+        for positions, rows in rounds:
+            current, taken = result.select(0, positions), plain.select(0, rows)
+            best = current.maximum(taken) if update == "max" else current.minimum(taken)
+            result = result.select_assign(0, positions, best, "assign")
+        data_won = data.detach() == result
+        values_won = (plain == result.select(0, flat)) & plain.isfinite()
+        out = data.mask_where(~data_won, result)
+        if values.requires_grad:
+            zero_valued = (values - plain).mask_fill(~values_won, 0.0)
+            out = out.select_assign(0, flat, zero_valued, "add")
+        return out.reshape(self.shape)
+
+    def _nd_positions(self, op: str, indices: Any) -> tuple[Any, tuple, tuple]:
+        """``indices`` ``[*batch, k]`` as flat positions in the first ``k`` dims (int64
+        ``[prod(batch)]``), the batch dims and the data's dims past ``k``."""
+        indices = lift(self, indices, op)
+        if indices.dtype != "int64":
+            raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
+        if indices.ndim < 1 or not 1 <= indices.shape[-1] <= self.ndim:
+            raise ShapeError(
+                f"{op}: indices must be [*batch, k] with 1 <= k <= {self.ndim} (the data's "
+                f"dims, {shape_text(self.shape)}), got {shape_text(indices.shape)}"
+            )
+        k = indices.shape[-1]
+        lead = self.shape[:k]
+        rows = indices.reshape((-1, k))
+        if rows.shape[0]:
+            bounds = self._host(np.asarray(lead, dtype=np.int64), "int64")
+            if bool(((rows < 0) | (rows >= bounds)).any().item()):
+                raise IndexOutOfRangeError(
+                    f"{op}: an index is out of range for the first {k} dims "
+                    f"{shape_text(lead)} of {shape_text(self.shape)}"
+                )
+        strides = np.ones(k, dtype=np.int64)
+        for j in range(k - 2, -1, -1):
+            strides[j] = strides[j + 1] * lead[j + 1]
+        flat = (rows * self._host(strides, "int64")).sum_dim(1).reshape(-1)
+        return flat, indices.shape[:-1], self.shape[k:]
+
+    def _nd_rounds(self, flat: Any) -> list[tuple[Any, Any]]:
+        """``flat`` split into rounds without a repeated position: (positions, rows of the
+        values) per round (the positions read on the host, as torch reads index data)."""
+        host = np.asarray(flat.numpy(), dtype=np.int64)
+        order = np.argsort(host, kind="stable")
+        rank = np.empty(len(host), dtype=np.int64)
+        sorted_positions = host[order]
+        starts = np.r_[True, sorted_positions[1:] != sorted_positions[:-1]] if len(host) else []
+        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(host)), 0))
+        rank[order] = np.arange(len(host)) - group_start
+        rounds = []
+        for r in range(int(rank.max()) + 1 if len(host) else 0):
+            rows = np.nonzero(rank == r)[0]
+            rounds.append((self._host(host[rows], "int64"), self._host(rows, "int64")))
+        return rounds
 
     def index_put(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Any:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per

@@ -48,6 +48,7 @@ from .activation import (
 from .attention import scaled_dot_product_attention
 from .bags import embedding_bag
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+from .deform import deform_conv2d
 from .grid import affine_grid, grid_sample
 from .linear import embedding, linear, one_hot
 from .loss import (
@@ -113,6 +114,7 @@ __all__ = [
     "conv_transpose2d",
     "conv_transpose3d",
     "cross_entropy",
+    "deform_conv2d",
     "dropout",
     "dropout1d",
     "dropout2d",

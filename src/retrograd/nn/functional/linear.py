@@ -184,14 +184,4 @@ def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 ``[*, num_classes]``: 1 at each index of ``tensor`` (int64), 0 elsewhere;
     ``num_classes=-1`` takes one more than the largest index (a host read, as in torch)."""
-    if tensor.dtype != "int64":
-        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {tensor.dtype}")
-    if num_classes == -1:
-        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
-    classes = wrap(tensor, tensor.backend.arange(0, num_classes, 1, "int64", tensor.device))
-    if tensor.numel():
-        if int(tensor.min().item()) < 0:
-            raise IndexOutOfRangeError("one_hot: class values must be non-negative")
-        if int(tensor.max().item()) >= num_classes:
-            raise IndexOutOfRangeError("one_hot: class values must be smaller than num_classes")
-    return tensor.unsqueeze_dim(-1).equal(classes).cast("int64")
+    return tensor.one_hot(num_classes)
