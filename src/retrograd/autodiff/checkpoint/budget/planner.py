@@ -47,7 +47,7 @@ class EvictionPlan(NamedTuple):
     #: the trace planned from, and the budget it was planned for (for a re-plan)
     trace: Trace
     target: int
-    #: the engine's count of the planned peak
+    #: the engine's count of the planned peak (a :data:`REPLAY`'s: what the eager step held)
     counted: int
     #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
     #: re-plans
@@ -264,7 +264,7 @@ class Planner:
         ):
             return ANCHORED, anchored.evicted, anchored.peak
         if eager is not None and eager < counted:
-            return REPLAY, evict, counted
+            return REPLAY, evict, eager  # a replay holds what the eager step held
         return FLOOR, evict, counted
 
 
