@@ -46,8 +46,8 @@ class IndexingMixin:
         return _basic_index(self, index)
 
     def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
+        # len() first, outside a generator: iter() of a 0-d tensor fails at once, as torch's
+        return (self[i] for i in range(len(self)))
 
     def slice(self, ranges: Sequence[Any]) -> Any:
         """Slice the leading dimensions: one ``(start, end)`` pair or ``slice`` per dimension.
@@ -394,6 +394,15 @@ def check_indices(
     lies outside ``[0, size)`` (entries equal to ``ignore`` allowed): the backend checks, on its
     device, without a host copy (``bad`` may be ``None`` where it reports no value)."""
     indices._backend.check_index_range(indices._prim, size, message, ignore)
+
+
+def check_values(ok: Any, error: Callable[[], Exception]) -> None:
+    """Raise ``error()`` unless every element of the bool tensor ``ok`` is true: a check of
+    values (a probability in [0, 1], a non-negative std) that the backend makes as it checks
+    index ranges, on its device, without a host copy (the flags as 0/1 indices into a size
+    of 1; a deferred check raises at the next synchronisation)."""
+    flags = ok.logical_not().cast("int64")
+    flags._backend.check_index_range(flags._prim, 1, lambda bad: error(), None)
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:

@@ -216,6 +216,10 @@ class SelectionMixin:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
         (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
         d = normalize_dim("renorm", dim, self.ndim)
+        if not p > 0:  # NaN too
+            raise InvalidArgumentError(f"renorm: non-positive-norm not supported, got p={p!r}")
+        if not maxnorm >= 0:
+            raise InvalidArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
         others = tuple(i for i in range(self.ndim) if i != d)
         norms = self.norm(p, others, True) if others else self.abs()
         factor = (maxnorm / (norms + 1e-7)).mask_fill(norms.lower_equal(maxnorm), 1.0)

@@ -1,0 +1,208 @@
+"""Bad input found by a differential sweep of the public surface against PyTorch (every call
+made on both): each case below was a silent result where torch refuses (a probability above
+1 in binary cross-entropy, a negative std in ``normal``, a negative p in ``cdist``), or a bare
+Python exception (``ValueError`` from NumPy's broadcasting in a distribution, an
+``AttributeError`` from inside ``autograd.backward``), or a message that did not name the op.
+Each now raises the class of API.md section 7 naming the op and the values or shapes at fault,
+and the same tensors, modules and optimizers work afterwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+from retrograd import distributions as D  # noqa: N812  (torch's idiom)
+from retrograd import optim
+from retrograd.utils.data import DataLoader
+
+A = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
+B = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -2.0]], dtype=np.float32)
+P = np.array([[0.2, 0.5, 0.9], [0.1, 0.7, 0.4]], dtype=np.float32)
+
+
+@pytest.fixture
+def leaves():
+    return rg.tensor(A).require_grad(), rg.tensor(B).require_grad()
+
+
+def _backward(outputs):
+    return rg.autograd.backward(outputs)
+
+
+# (op the message names, error class, call on the leaves a and b, fragments of the message)
+CASES = [
+    # values torch refuses that gave a silent result (NaN losses, draws from a negative std)
+    ("binary_cross_entropy", rg.InvalidArgumentError,
+     lambda a, b: F.binary_cross_entropy(a, rg.ones((2, 3))), ["between 0 and 1", "[2, 3]"]),
+    ("binary_cross_entropy", rg.InvalidArgumentError,
+     lambda a, b: F.binary_cross_entropy(rg.tensor([0.5, -0.1]), rg.ones((2,))), ["[2]"]),
+    ("binary_cross_entropy", rg.InvalidArgumentError,
+     lambda a, b: F.binary_cross_entropy(rg.tensor([0.5, float("nan")]), rg.ones((2,))), []),
+    ("BCELoss", rg.InvalidArgumentError,
+     lambda a, b: rg.nn.BCELoss()(a * 0.5, rg.ones((2, 3))), ["between 0 and 1"]),
+    ("normal", rg.InvalidArgumentError, lambda a, b: rg.normal(0.0, -1.0, (2,)), ["std -1.0"]),
+    ("normal", rg.InvalidArgumentError, lambda a, b: rg.normal(0.0, float("nan"), (2,)), ["nan"]),
+    ("normal", rg.InvalidArgumentError, lambda a, b: rg.normal(a, -1.0), ["std -1.0"]),
+    ("normal", rg.InvalidArgumentError, lambda a, b: rg.normal(a, b), ["std [2, 3]"]),
+    ("cdist", rg.InvalidArgumentError, lambda a, b: rg.cdist(a, b, -1.0), ["p=-1.0"]),
+    ("cdist", rg.DTypeError, lambda a, b: rg.cdist(a, b, "two"), ["'two'"]),
+    ("renorm", rg.InvalidArgumentError, lambda a, b: a.renorm(0, 0, 1.0), ["p=0"]),
+    ("renorm", rg.InvalidArgumentError, lambda a, b: a.renorm(2, 0, -1.0), ["-1.0"]),
+    ("Adagrad", rg.InvalidArgumentError, lambda a, b: optim.Adagrad([a], lr_decay=-1.0),
+     ["lr_decay", "-1.0"]),
+    ("Adagrad", rg.InvalidArgumentError,
+     lambda a, b: optim.Adagrad([a], initial_accumulator_value=-1.0), ["initial_accumulator"]),
+    ("NAdam", rg.InvalidArgumentError, lambda a, b: optim.NAdam([a], momentum_decay=-1.0),
+     ["momentum_decay"]),
+    # autograd's functions given what is not a tensor: an AttributeError from inside before
+    ("autograd.backward", rg.DTypeError, lambda a, b: rg.autograd.backward("a"), ["'a'"]),
+    ("autograd.backward", rg.DTypeError, lambda a, b: rg.autograd.backward([a.sum(), 5]),
+     ["int"]),
+    ("autograd.grad", rg.DTypeError, lambda a, b: rg.autograd.grad((a * b).sum(), "a"), ["'a'"]),
+    ("autograd.grad", rg.DTypeError,
+     lambda a, b: rg.autograd.grad([a * b], [a], grad_outputs=["x"]), ["str"]),
+    # iter() of a 0-d tensor fails at once, as torch's, not at the first next()
+    ("len() of a 0-d tensor", rg.DTypeError, lambda a, b: iter(rg.tensor(1.0)), []),
+    # distributions: NumPy's broadcast ValueError, a tuple IndexError, a float() ValueError
+    ("Normal", rg.ShapeError, lambda a, b: D.Normal(rg.zeros(3), rg.ones(2)), ["[3]", "[2]"]),
+    ("Beta", rg.ShapeError, lambda a, b: D.Beta(rg.ones(2), rg.ones(3)), ["[2]", "[3]"]),
+    ("Categorical", rg.ShapeError, lambda a, b: D.Categorical(probs=rg.tensor(1.0)),
+     ["one-dimensional"]),
+    ("Categorical.log_prob", rg.ShapeError,
+     lambda a, b: D.Categorical(probs=rg.ones((2, 3)) / 3).log_prob(rg.tensor([0, 1, 2])),
+     ["[3]", "[2]"]),
+    ("Normal.log_prob", rg.InvalidArgumentError, lambda a, b: D.Normal(0.0, 1.0).log_prob("a"),
+     ["'a'"]),
+    ("Normal.cdf", rg.InvalidArgumentError, lambda a, b: D.Normal(0.0, 1.0).cdf("a"), []),
+    ("Normal.entropy", rg.DTypeError, lambda a, b: D.Normal(0.0, 1.0).entropy(5), []),
+    # a parameter outside its constraint: torch's words, on one line
+    ("Normal", rg.InvalidArgumentError, lambda a, b: D.Normal(0.0, -1.0),
+     ["scale", "found invalid values: -1.0"]),
+    ("MultivariateNormal", rg.InvalidArgumentError,
+     lambda a, b: D.MultivariateNormal(rg.zeros(2), rg.tensor([[1.0, 2.0], [2.0, 1.0]])),
+     ["[[1.0, 2.0], [2.0, 1.0]]"]),
+    # data loading: messages that named no op
+    ("DataLoader", rg.InvalidArgumentError, lambda a, b: DataLoader([1, 2], batch_size=0),
+     ["batch_size=0"]),
+    ("DataLoader", rg.InvalidArgumentError, lambda a, b: DataLoader([1, 2], batch_size=-1),
+     ["batch_size=-1"]),
+    ("DataLoader", rg.InvalidArgumentError,
+     lambda a, b: DataLoader([1, 2], shuffle=True, sampler=[0, 1]), ["shuffle"]),
+    ("default_collate", rg.ShapeError,
+     lambda a, b: list(DataLoader([rg.ones(2), rg.ones(3)], batch_size=2)), ["[2]", "[3]"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "op, error, call, fragments", CASES, ids=[f"{case[0]}-{i}" for i, case in enumerate(CASES)]
+)
+def test_bad_input_raises_the_hierarchy_naming_op_and_values(leaves, op, error, call, fragments):
+    a, b = leaves
+    pending = a * b + 1.0  # a graph in progress that the failure must not disturb
+    with pytest.raises(rg.RetrogradError) as raised:
+        call(a, b)
+    assert isinstance(raised.value, error), f"{type(raised.value).__name__}: {raised.value}"
+    message = str(raised.value)
+    assert message.startswith(op), message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert "\n" not in message
+    grads = pending.sum().backward()
+    np.testing.assert_array_equal(a.grad(grads).numpy(), B)
+    np.testing.assert_array_equal(b.grad(grads).numpy(), A)
+
+
+# -- the same calls with valid values still agree with torch ----------------------------------
+def test_binary_cross_entropy_of_probabilities_still_matches_torch():
+    y = (P > 0.45).astype(np.float32)
+    x = rg.tensor(P).require_grad()
+    t = torch.tensor(P, requires_grad=True)
+    ours = F.binary_cross_entropy(x, rg.tensor(y))
+    theirs = torch.nn.functional.binary_cross_entropy(t, torch.tensor(y))
+    theirs.backward()
+    np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad(ours.backward()).numpy(), t.grad.numpy(), rtol=1e-5)
+    # 0 and 1 themselves are probabilities (a saturated sigmoid): finite, as torch's
+    edges = np.array([0.0, 1.0], np.float32)
+    ours = F.binary_cross_entropy(rg.tensor(edges), rg.tensor([1.0, 0.0]))
+    theirs = torch.nn.functional.binary_cross_entropy(torch.tensor(edges), torch.tensor([1.0, 0.0]))
+    np.testing.assert_allclose(ours.item(), theirs.item())
+
+
+def test_a_zero_std_p_and_zero_lr_decay_are_still_accepted():
+    rg.seed(0)
+    drawn = rg.normal(rg.zeros(3), rg.tensor([1.0, 0.0, 2.0]))
+    assert drawn.tolist()[1] == 0.0
+    assert rg.normal(1.5, 0.0, (2,)).tolist() == [1.5, 1.5]
+    x1, x2 = rg.tensor(A), rg.tensor(B)
+    ours = rg.cdist(x1, x2, 0.0)
+    theirs = torch.cdist(torch.tensor(A), torch.tensor(B), 0.0)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    ours = rg.tensor(A).renorm(1, 0, 5.0)
+    theirs = torch.tensor(A).renorm(1, 0, 5.0)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    w = rg.nn.Parameter(rg.tensor([1.0, 2.0]))
+    opt = optim.Adagrad([w], lr=0.1, lr_decay=0.0)
+    opt.step((w * w).sum().backward())
+    np.testing.assert_allclose(w.tolist(), [0.9, 1.9], rtol=1e-6)
+
+
+def test_an_optimizer_whose_constructor_failed_leaves_the_parameter_trainable():
+    w = rg.nn.Parameter(rg.tensor([1.0, 2.0]))
+    with pytest.raises(rg.InvalidArgumentError, match="Adagrad: lr_decay"):
+        optim.Adagrad([w], lr_decay=-0.5)
+    opt = optim.Adagrad([w], lr=0.1)
+    opt.step((w * w).sum().backward())
+    np.testing.assert_allclose(w.tolist(), [0.9, 1.9], rtol=1e-6)
+
+
+def test_autograd_functions_still_take_tensors_and_sequences():
+    x = rg.tensor([1.0, 2.0]).require_grad()
+    assert rg.autograd.grad((x * x).sum(), x)[0].tolist() == [2.0, 4.0]
+    (g,) = rg.autograd.grad([x * x], (x,), grad_outputs=(rg.tensor([1.0, 10.0]),))
+    assert g.tolist() == [2.0, 40.0]
+    grads = rg.autograd.backward(iter([(x * x).sum()]))
+    assert x.grad(grads).tolist() == [2.0, 4.0]
+
+
+def test_iterating_tensors_still_yields_their_rows():
+    assert [row.tolist() for row in rg.tensor(A)] == A.tolist()
+    assert list(rg.zeros((0, 2))) == []
+
+
+def test_distributions_still_broadcast_and_their_methods_pickle_by_name():
+    import pickle
+
+    normal = D.Normal(rg.zeros((2, 1)), rg.ones(3))
+    assert normal.batch_shape == (2, 3)
+    value = rg.tensor([0.5, -1.0, 2.0])
+    theirs = torch.distributions.Normal(torch.zeros(2, 1), torch.ones(3)).log_prob(
+        torch.tensor(value.numpy())
+    )
+    np.testing.assert_allclose(normal.log_prob(value).numpy(), theirs.numpy(), rtol=1e-6)
+    logits = rg.tensor([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])
+    ours = D.Categorical(logits=logits).log_prob(rg.tensor([[2], [0]]))
+    theirs = torch.distributions.Categorical(logits=torch.tensor(logits.numpy())).log_prob(
+        torch.tensor([[2], [0]])
+    )
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    assert pickle.loads(pickle.dumps(D.Normal.log_prob)) is D.Normal.log_prob
+
+
+def test_a_users_distribution_subclass_keeps_its_own_exceptions():
+    class Mine(D.Normal):
+        def log_prob(self, value):
+            raise KeyError("the user's own")
+
+    with pytest.raises(KeyError) as raised:
+        Mine(0.0, 1.0).log_prob(rg.tensor(0.0))
+    assert not isinstance(raised.value, rg.RetrogradError)
+
+
+def test_data_loaders_with_good_batch_sizes_still_batch():
+    loader = DataLoader([rg.ones(2) * i for i in range(3)], batch_size=2)
+    assert [batch.shape for batch in loader] == [(2, 2), (1, 2)]
+    assert [batch for batch in DataLoader([1, 2, 3], batch_size=None)] == [1, 2, 3]
