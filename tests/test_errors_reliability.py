@@ -93,6 +93,59 @@ CASES = [
      lambda a, b: DataLoader([1, 2], shuffle=True, sampler=[0, 1]), ["shuffle"]),
     ("default_collate", rg.ShapeError,
      lambda a, b: list(DataLoader([rg.ones(2), rg.ones(3)], batch_size=2)), ["[2]", "[3]"]),
+    ("default_collate", rg.DTypeError, lambda a, b: rg.utils.data.default_collate(None), []),
+    ("random_split", rg.DTypeError, lambda a, b: rg.utils.data.random_split(a, "a"), []),
+    # namespaces that were not guarded: an AttributeError of a str or None from inside
+    ("normal_", rg.DTypeError, lambda a, b: rg.nn.init.normal_("a"), ["'a'"]),
+    ("xavier_uniform_", rg.DTypeError, lambda a, b: rg.nn.init.xavier_uniform_(None), ["None"]),
+    ("uniform_", rg.DTypeError, lambda a, b: rg.nn.init.uniform_(rg.zeros(2), "a"), []),
+    ("orthogonal_", rg.DTypeError, lambda a, b: rg.nn.init.orthogonal_(rg.zeros((2, 2)), "a"),
+     []),
+    ("get_total_norm", rg.InvalidArgumentError,
+     lambda a, b: rg.nn.utils.get_total_norm([a], "bogus"), ["'bogus'"]),
+    ("parameters_to_vector", rg.DTypeError,
+     lambda a, b: rg.nn.utils.parameters_to_vector("a"), []),
+    ("vector_to_parameters", rg.DTypeError,
+     lambda a, b: rg.nn.utils.vector_to_parameters(rg.ones(6), ["a"]), []),
+    ("fuse_linear_bn_eval", rg.DTypeError, lambda a, b: rg.nn.utils.fuse_linear_bn_eval(a, b),
+     []),
+    ("weight_norm", rg.DTypeError, lambda a, b: rg.nn.utils.weight_norm(None), []),
+    ("pad_sequence", rg.DTypeError, lambda a, b: rg.nn.utils.rnn.pad_sequence(None), []),
+    ("pad_packed_sequence", rg.DTypeError,
+     lambda a, b: rg.nn.utils.rnn.pad_packed_sequence(a), ["Tensor [2, 3]"]),
+    ("solve", rg.DTypeError, lambda a, b: rg.linalg.solve(rg.tensor(A[:, :2]), [1.5]), ["[1.5]"]),
+    ("multi_dot", rg.DTypeError, lambda a, b: rg.linalg.multi_dot(None), []),
+    ("is_parametrized", rg.DTypeError,
+     lambda a, b: rg.nn.utils.parametrize.is_parametrized("a"), []),
+    ("register_parametrization", rg.DTypeError,
+     lambda a, b: rg.nn.utils.parametrize.register_parametrization(
+         rg.nn.Linear(3, 2), "weight", "a"), ["parametrization", "str"]),
+    # transforms given something that is not a function
+    ("autograd.functional.jacobian", rg.DTypeError,
+     lambda a, b: rg.autograd.functional.jacobian(a, b), ["func must be callable", "[2, 3]"]),
+    ("autograd.functional.hessian", rg.DTypeError,
+     lambda a, b: rg.autograd.functional.hessian(a, b), ["callable"]),
+    ("autograd.functional.vjp", rg.DTypeError, lambda a, b: rg.autograd.functional.vjp(a, b),
+     ["callable"]),
+    ("func.vjp", rg.DTypeError, lambda a, b: rg.func.vjp(None, a), ["None"]),
+    ("func.jacrev", rg.DTypeError, lambda a, b: rg.func.jacrev(a), ["callable"]),
+    ("func.grad_and_value", rg.DTypeError, lambda a, b: rg.func.grad(5), ["5"]),
+    ("gradcheck", rg.DTypeError, lambda a, b: rg.autograd.gradcheck(a, (b,)), ["callable"]),
+    ("skip_init", rg.DTypeError, lambda a, b: rg.nn.utils.skip_init("a"), ["'a'"]),
+    ("add_safe_globals", rg.DTypeError, lambda a, b: rg.serialization.add_safe_globals(None),
+     ["NoneType"]),
+    # gradients as a value: Python's TypeError spoke of sequences or named nothing
+    ("Gradients *", rg.DTypeError, lambda a, b: (a * b).sum().backward() * "a", ["str"]),
+    ("Gradients *", rg.DTypeError, lambda a, b: "a" * (a * b).sum().backward(), ["str"]),
+    ("Gradients +", rg.DTypeError, lambda a, b: (a * b).sum().backward() + 5, ["int"]),
+    ("Gradients +", rg.DTypeError, lambda a, b: [1] + (a * b).sum().backward(), ["list"]),
+    ("Gradients /", rg.DTypeError, lambda a, b: (a * b).sum().backward() / "a", ["str"]),
+    # torch's keywords of Tensor.backward (a bare "unexpected keyword" TypeError before)
+    ("backward", rg.ShapeError, lambda a, b: (a * b).sum().backward(gradient=rg.ones(3)),
+     ["[3]"]),
+    ("backward", rg.DTypeError, lambda a, b: (a * b).sum().backward(inputs=["a"]), ["['a']"]),
+    ("backward", rg.DTypeError,
+     lambda a, b: (a * b).sum().backward(rg.tensor(1.0), gradient=rg.tensor(1.0)), ["twice"]),
 ]  # fmt: skip
 
 
@@ -206,3 +259,61 @@ def test_data_loaders_with_good_batch_sizes_still_batch():
     loader = DataLoader([rg.ones(2) * i for i in range(3)], batch_size=2)
     assert [batch.shape for batch in loader] == [(2, 2), (1, 2)]
     assert [batch for batch in DataLoader([1, 2, 3], batch_size=None)] == [1, 2, 3]
+
+
+def test_backward_takes_torchs_gradient_and_inputs_keywords():
+    x = rg.tensor([1.0, 2.0]).require_grad()
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    (x * x).backward(gradient=rg.tensor([1.0, 10.0]))
+    grads = (x * x).backward(gradient=rg.tensor([1.0, 10.0]), inputs=[x])
+    (t * t).backward(gradient=torch.tensor([1.0, 10.0]), inputs=[t])
+    assert x.grad(grads).tolist() == t.grad.tolist() == [2.0, 40.0]
+    grads = (x * x).sum().backward(None, True)  # torch's positional retain_graph
+    assert x.grad(grads).tolist() == [2.0, 4.0]
+
+
+def test_gradients_still_add_and_scale_by_numbers():
+    w = rg.tensor([1.0, 2.0]).require_grad()
+    first, second = (w * 3).sum().backward(), (w * w).sum().backward()
+    assert w.grad(sum([first, second])).tolist() == [5.0, 7.0]
+    assert w.grad(first * np.float32(0.5)).tolist() == [1.5, 1.5]
+    assert w.grad(2 * first).tolist() == [6.0, 6.0]
+    assert w.grad(first / 3).tolist() == [1.0, 1.0]
+
+
+def test_guarded_namespaces_keep_their_functions_pickling_and_their_aliases_one_object():
+    import pickle
+
+    from retrograd import nn
+
+    assert optim.clip_grad_norm is nn.utils.clip_grad_norm_ is nn.utils.clip_grad_norm
+    for function in (nn.init.normal_, nn.utils.clip_grad_norm_, nn.utils.rnn.pad_sequence,
+                     rg.linalg.solve, rg.utils.data.random_split,
+                     nn.utils.parametrize.is_parametrized):  # fmt: skip
+        assert pickle.loads(pickle.dumps(function)) is function
+        assert getattr(function, "__retrograd_guarded__", False), function
+
+
+def test_a_users_function_given_to_a_transform_keeps_its_own_exceptions():
+    def broken(x):
+        raise KeyError("the user's own")
+
+    for transform in (
+        lambda: rg.autograd.functional.jacobian(broken, rg.ones(2)),
+        lambda: rg.func.grad(broken)(rg.ones(2)),
+        lambda: rg.nn.utils.skip_init(
+            type("Mine", (), {"__init__": lambda s, device=None: broken(0)})
+        ),
+    ):
+        with pytest.raises(KeyError) as raised:
+            transform()
+        assert not isinstance(raised.value, rg.RetrogradError)
+
+
+def test_init_functions_still_fill_in_place_after_a_failed_call():
+    w = rg.nn.Parameter(rg.zeros((2, 3)))
+    with pytest.raises(rg.DTypeError):
+        rg.nn.init.uniform_(w, "a")
+    assert w.tolist() == [[0.0] * 3] * 2
+    rg.nn.init.constant_(w, 0.5)
+    assert w.tolist() == [[0.5] * 3] * 2
