@@ -317,3 +317,94 @@ def test_init_functions_still_fill_in_place_after_a_failed_call():
     assert w.tolist() == [[0.0] * 3] * 2
     rg.nn.init.constant_(w, 0.5)
     assert w.tolist() == [[0.5] * 3] * 2
+
+
+def _schedule(kind: str):
+    sched = optim.lr_scheduler
+    w = rg.nn.Parameter(rg.tensor([1.0, 2.0]))
+    opt = optim.SGD([w], lr=0.1)
+    make = {
+        "StepLR": lambda: sched.StepLR(opt, 2, 0.5),
+        "CosineAnnealingLR": lambda: sched.CosineAnnealingLR(opt, 10),
+        "OneCycleLR": lambda: sched.OneCycleLR(opt, max_lr=0.1, total_steps=10),
+    }[kind]
+    return w, opt, make()
+
+
+@pytest.mark.parametrize("kind", ["StepLR", "CosineAnnealingLR", "OneCycleLR"])
+@pytest.mark.parametrize("epoch", ["a", [1], 1.5, rg.ones((3, 3))])
+def test_a_schedule_stepped_to_a_bad_epoch_refuses_and_keeps_stepping(kind, epoch):
+    """``step(epoch)`` set the epoch to the bad value before failing (a bare TypeError), and
+    every later ``step()`` failed too."""
+    w, opt, schedule = _schedule(kind)
+    _, _, reference = _schedule(kind)
+    with pytest.raises(rg.DTypeError, match=rf"{kind}\.step: epoch must be an int"):
+        schedule.step(epoch)
+    for _ in range(3):
+        opt.step((w * w).sum().backward())
+        assert schedule.step() == reference.step()
+    assert schedule.get_last_lr() == reference.get_last_lr()
+
+
+@pytest.mark.parametrize("bad", ["a", None, [1, 2]])
+def test_schedule_state_and_plateau_metrics_of_the_wrong_kind_are_refused(bad):
+    _, opt, schedule = _schedule("StepLR")
+    with pytest.raises(rg.DTypeError, match=r"StepLR\.load_state_dict: expected the dict"):
+        schedule.load_state_dict(bad)
+    schedule.load_state_dict(schedule.state_dict())
+    plateau = optim.lr_scheduler.ReduceLROnPlateau(opt)
+    with pytest.raises(rg.DTypeError, match=r"ReduceLROnPlateau\.step: metrics must"):
+        plateau.step(bad)
+    plateau.step(rg.tensor(1.0))
+    plateau.step(0.5)
+    assert plateau.best == 0.5
+
+
+def test_module_lookups_and_save_refuse_what_is_not_a_name_or_a_path(tmp_path):
+    from retrograd import nn
+
+    model = nn.Sequential(nn.Linear(3, 2))
+    for call, op in (
+        (lambda: model.get_parameter(None), "get_parameter"),
+        (lambda: model.get_buffer(["0"]), "get_buffer"),
+        (lambda: model.get_submodule(0), "get_submodule"),
+        (lambda: model.save(None), "save"),
+    ):
+        with pytest.raises(rg.DTypeError) as raised:
+            call()
+        assert str(raised.value).startswith(op), raised.value
+    assert model.get_parameter("0.weight") is model[0].weight
+    model.save(tmp_path / "m.npz")
+    assert (tmp_path / "m.npz").exists()
+
+
+def test_extending_a_module_list_with_a_bad_item_adds_nothing():
+    from retrograd import nn
+
+    layers = nn.ModuleList([nn.Linear(3, 3)])
+    with pytest.raises(rg.DTypeError, match="item 2 is not a Module"):
+        layers.extend([nn.Linear(3, 3), 5])
+    assert len(layers) == 1
+    with pytest.raises(rg.DTypeError, match=r"ModuleList\.extend: expected an iterable"):
+        layers.extend(None)
+    layers.extend(nn.Sequential(nn.Linear(3, 3), nn.ReLU()))  # a module is an iterable
+    assert len(layers) == 3
+
+
+@pytest.mark.numpy_only("the command line: nothing here depends on the suite's inner backend")
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        (["train", "--epochs", "abc"], "argument --epochs: must be a positive integer, got 'abc'"),
+        (["train", "--lr", "x"], "argument --lr: must be a positive finite number, got 'x'"),
+        (["sample", "--tokens", "1.5"], "argument --tokens: must be a positive integer"),
+    ],
+)
+def test_the_cli_says_what_a_number_flag_expected(capsys, arguments, said):
+    from retrograd.app import cli
+
+    with pytest.raises(SystemExit) as raised:
+        cli.main(arguments)
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "_positive" not in err and "Traceback" not in err, err

@@ -62,7 +62,15 @@ class _Indexed(Module):
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
-        for module in modules:
+        owner = type(self).__name__
+        if not isinstance(modules, Iterable):
+            raise DTypeError(
+                f"{owner}.extend: expected an iterable of Modules, got {type(modules).__name__}"
+            )
+        # all checked before any is added: a bad item leaves the list as it was
+        start = len(self._modules)
+        checked = [_checked(owner, start + i, m) for i, m in enumerate(modules)]
+        for module in checked:
             self.append(module)
         return self
 
