@@ -16,6 +16,7 @@ import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from retrograd import distributions as D  # noqa: N812  (torch's idiom)
 from retrograd import optim
+from retrograd.errors import KeyMismatchError
 from retrograd.utils.data import DataLoader
 
 A = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
@@ -65,7 +66,27 @@ CASES = [
     ("autograd.grad", rg.DTypeError,
      lambda a, b: rg.autograd.grad([a * b], [a], grad_outputs=["x"]), ["str"]),
     # iter() of a 0-d tensor fails at once, as torch's, not at the first next()
-    ("len() of a 0-d tensor", rg.DTypeError, lambda a, b: iter(rg.tensor(1.0)), []),
+    ("iter", rg.DTypeError, lambda a, b: iter(rg.tensor(1.0)), ["0-d"]),
+    # a bool mask given to take was read as the indices 0 and 1
+    ("take", rg.DTypeError, lambda a, b: a.take(rg.ones((2, 3), dtype="bool")), ["bool"]),
+    # random fills with parameters torch refuses: reversed ranges, negative std, lambda <= 0
+    ("uniform_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).uniform_(5.0, 1.0),
+     ["from=5.0", "to=1.0"]),
+    ("uniform_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).uniform_(float("nan")),
+     ["nan"]),
+    ("uniform_", rg.DTypeError, lambda a, b: rg.zeros(3).uniform_("a"), ["str"]),
+    ("normal_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).normal_(0.0, -1.0),
+     ["std -1.0"]),
+    ("exponential_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).exponential_(0.0),
+     ["lambda=0.0"]),
+    ("exponential_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).exponential_(-2),
+     ["lambda=-2"]),
+    # the rank check of q ran after q was flattened: a 2-d q gave a 1-d result
+    ("quantile", rg.ShapeError, lambda a, b: a.quantile(rg.tensor([[0.5]])), ["[1, 1]"]),
+    ("nanquantile", rg.ShapeError, lambda a, b: a.nanquantile([[0.5, 0.2]]), ["[1, 2]"]),
+    # a missing name: a bare KeyError('b') before; still a KeyError
+    ("ModuleDict", KeyMismatchError,
+     lambda a, b: rg.nn.ModuleDict({"a": rg.nn.Linear(3, 2)})["b"], ["'b'", "['a']"]),
     # distributions: NumPy's broadcast ValueError, a tuple IndexError, a float() ValueError
     ("Normal", rg.ShapeError, lambda a, b: D.Normal(rg.zeros(3), rg.ones(2)), ["[3]", "[2]"]),
     ("Beta", rg.ShapeError, lambda a, b: D.Beta(rg.ones(2), rg.ones(3)), ["[2]", "[3]"]),
@@ -408,3 +429,25 @@ def test_the_cli_says_what_a_number_flag_expected(capsys, arguments, said):
     assert raised.value.code == 2
     err = capsys.readouterr().err
     assert said in err and "_positive" not in err and "Traceback" not in err, err
+
+
+def test_valid_random_fills_takes_and_quantiles_still_work():
+    rg.seed(0)
+    x = rg.zeros((200,))
+    assert x.uniform_(-1.0, 1.0).min().item() >= -1.0 and x.max().item() < 1.0
+    assert x.uniform_(2.0, 2.0).tolist() == [2.0] * 200  # an empty range: torch's from == to
+    assert x.normal_(1.5, 0.0).tolist() == [1.5] * 200
+    assert x.exponential_(rg.tensor(2.0)).min().item() >= 0.0
+    values = rg.tensor(A)
+    taken = values.take(rg.tensor([[0, -1], [4, 2]]))
+    np.testing.assert_array_equal(
+        taken.numpy(), torch.tensor(A).take(torch.tensor([[0, -1], [4, 2]]))
+    )
+    q = [0.25, 0.5]
+    np.testing.assert_allclose(
+        values.quantile(rg.tensor(q), dim=1).numpy(),
+        torch.tensor(A).quantile(torch.tensor(q), dim=1).numpy(),
+        rtol=1e-6,
+    )
+    layers = rg.nn.ModuleDict({"a": rg.nn.Linear(3, 2)})
+    assert "b" not in layers and layers["a"] is layers.a

@@ -46,7 +46,9 @@ class IndexingMixin:
         return _basic_index(self, index)
 
     def __iter__(self):
-        # len() first, outside a generator: iter() of a 0-d tensor fails at once, as torch's
+        # checked here, outside a generator: iter() of a 0-d tensor fails at once, as torch's
+        if not self.ndim:
+            raise DTypeError("iter: iteration over a 0-d tensor (len() of a 0-d tensor)")
         return (self[i] for i in range(len(self)))
 
     def slice(self, ranges: Sequence[Any]) -> Any:
@@ -148,6 +150,8 @@ class IndexingMixin:
             if isinstance(index, TensorBase)
             else from_host(type(self), np.asarray(index), None, self._backend, self._device)
         )
+        if index.dtype != "int64":  # a bool mask would be read as indices 0 and 1
+            raise DTypeError(f"take: expected an int64 index, got {index.dtype}")
         flat = self.reshape(-1)
         shape, index = index.shape, index.reshape(-1)
         index = index.mask_where(index.lower_elem(0), index + flat.shape[0])  # torch wraps

@@ -651,9 +651,9 @@ def _quantile(
     else:  # numbers in the input's dtype, as torch takes them
         qs = wrap(x, x._backend.from_data(np.asarray(q, np.float64), x.dtype, x._device))
     scalar_q = qs.ndim == 0
-    qs = qs.reshape((-1,))
-    if qs.ndim > 1:
+    if qs.ndim > 1:  # checked before the flattening below, which would hide it
         raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
+    qs = qs.reshape((-1,))
     q_values = qs.numpy()
     if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
         raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError
+from ...errors import DTypeError, IndexOutOfRangeError, KeyMismatchError
 from ...tensor import Tensor
 from ..parameter import Parameter
 from .module import Module
@@ -156,7 +156,12 @@ class ModuleDict(Module):
             self.update(modules)
 
     def __getitem__(self, key: str) -> Module:
-        return self._modules[key]
+        try:
+            return self._modules[key]
+        except (KeyError, TypeError):  # a missing name, or an unhashable key
+            raise KeyMismatchError(
+                f"ModuleDict: no module named {key!r}; it has {list(self._modules)}"
+            ) from None
 
     def __setitem__(self, key: str, module: Module) -> None:
         self.register_module(key, _checked("ModuleDict", key, module))
