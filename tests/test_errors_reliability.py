@@ -84,6 +84,15 @@ CASES = [
     # the rank check of q ran after q was flattened: a 2-d q gave a 1-d result
     ("quantile", rg.ShapeError, lambda a, b: a.quantile(rg.tensor([[0.5]])), ["[1, 1]"]),
     ("nanquantile", rg.ShapeError, lambda a, b: a.nanquantile([[0.5, 0.2]]), ["[1, 2]"]),
+    # a float k rotated by k % 4 quarter turns (1.5: none at all); values torch refuses
+    ("rot90", rg.DTypeError, lambda a, b: a.rot90(1.5), ["1.5"]),
+    ("rot90", rg.DTypeError, lambda a, b: a.rot90(float("nan")), ["nan"]),
+    ("celu", rg.InvalidArgumentError, lambda a, b: F.celu(a - 3.0, 0.0), ["alpha cannot be 0"]),
+    ("softshrink", rg.InvalidArgumentError, lambda a, b: F.softshrink(a, float("nan")),
+     ["nan"]),
+    ("softshrink", rg.InvalidArgumentError, lambda a, b: F.softshrink(a, float("inf")),
+     ["inf"]),
+    ("pdist", rg.InvalidArgumentError, lambda a, b: F.pdist(a, float("nan")), ["nan"]),
     # a missing name: a bare KeyError('b') before; still a KeyError
     ("ModuleDict", KeyMismatchError,
      lambda a, b: rg.nn.ModuleDict({"a": rg.nn.Linear(3, 2)})["b"], ["'b'", "['a']"]),
@@ -451,3 +460,17 @@ def test_valid_random_fills_takes_and_quantiles_still_work():
     )
     layers = rg.nn.ModuleDict({"a": rg.nn.Linear(3, 2)})
     assert "b" not in layers and layers["a"] is layers.a
+
+
+def test_rot90_celu_softshrink_and_pdist_with_good_values_match_torch():
+    x, t = rg.tensor(A - 3.5), torch.tensor(A - 3.5)
+    for k in (1, 2, 3, -1, 5, np.int64(2)):
+        np.testing.assert_array_equal(x.rot90(k).numpy(), t.rot90(int(k)).numpy())
+    pairs = [
+        (F.celu(x, 0.5), torch.nn.functional.celu(t, 0.5)),
+        (F.softshrink(x, 1.0), torch.nn.functional.softshrink(t, 1.0)),
+        (F.pdist(x, 0.0), torch.nn.functional.pdist(t, 0.0)),
+        (F.pdist(x, 1.5), torch.nn.functional.pdist(t, 1.5)),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)

@@ -378,6 +378,9 @@ class SelectionMixin:
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
         """Rotated by 90 degrees ``k`` times in the plane of ``dims``, from the first towards
         the second."""
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            # k % 4 of a float is no number of quarter turns: 1.5 rotated nothing
+            raise DTypeError(f"rot90: k must be an int, got {k!r}")
         if len(dims) != 2:
             raise ShapeError(f"rot90: dims must name 2 dimensions, got {tuple(dims)}")
         a, b = (normalize_dim("rot90", d, self.ndim) for d in dims)
