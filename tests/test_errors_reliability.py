@@ -69,6 +69,10 @@ CASES = [
     ("iter", rg.DTypeError, lambda a, b: iter(rg.tensor(1.0)), ["0-d"]),
     # a bool mask given to take was read as the indices 0 and 1
     ("take", rg.DTypeError, lambda a, b: a.take(rg.ones((2, 3), dtype="bool")), ["bool"]),
+    # the message named the index after its wrap (-7 of 6 elements read "index -1")
+    ("take", rg.IndexOutOfRangeError, lambda a, b: a.take(rg.tensor([0, -7])),
+     ["index -7", "6 elements", "[2, 3]"]),
+    ("take", rg.IndexOutOfRangeError, lambda a, b: a.take(rg.tensor([[6]])), ["index 6"]),
     # random fills with parameters torch refuses: reversed ranges, negative std, lambda <= 0
     ("uniform_", rg.InvalidArgumentError, lambda a, b: rg.zeros(3).uniform_(5.0, 1.0),
      ["from=5.0", "to=1.0"]),
@@ -474,3 +478,25 @@ def test_rot90_celu_softshrink_and_pdist_with_good_values_match_torch():
     ]
     for ours, theirs in pairs:
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_value_checks_on_a_device_are_deferred_to_the_next_host_read_as_index_checks_are():
+    """``check_values`` rides on the backend's index check: with deferred checks (a GPU's
+    default) the BCE range check costs no synchronisation and raises its own class, the
+    hierarchy's value error, at the next host read, folded or not."""
+    backend = rg.Autodiff(rg.TorchBackend("cpu", deferred_index_checks=True))
+    bad = rg.tensor([0.5, 1.5], backend=backend)
+    good = rg.tensor([0.5, 0.25], backend=backend)
+    target = rg.tensor([1.0, 0.0], backend=backend)
+    loss = F.binary_cross_entropy(bad, target)  # no error yet: nothing read back
+    with pytest.raises(rg.InvalidArgumentError, match="binary_cross_entropy: all elements"):
+        loss.item()
+    for _ in range(80):  # past the fold of pending checks into one pair of vectors
+        F.binary_cross_entropy(good, target)
+    F.binary_cross_entropy(bad, target)
+    with pytest.raises(rg.InvalidArgumentError, match="between 0 and 1"):
+        backend.inner.synchronize()
+    expected = torch.nn.functional.binary_cross_entropy(
+        torch.tensor([0.5, 0.25]), torch.tensor([1.0, 0.0])
+    )
+    assert F.binary_cross_entropy(good, target).item() == pytest.approx(expected.item())

@@ -154,7 +154,17 @@ class IndexingMixin:
             raise DTypeError(f"take: expected an int64 index, got {index.dtype}")
         flat = self.reshape(-1)
         shape, index = index.shape, index.reshape(-1)
-        index = index.mask_where(index.lower_elem(0), index + flat.shape[0])  # torch wraps
+        size = flat.shape[0]
+
+        def message(bad: int | None) -> str:  # the index as given, before the wrap below
+            which = "an index" if bad is None else f"index {bad - size}"
+            return (
+                f"take: {which} is out of range for a tensor of {size} elements "
+                f"(shape {shape_text(self.shape)})"
+            )
+
+        check_indices(index + size, 2 * size, message)
+        index = index.mask_where(index.lower_elem(0), index + size)  # torch wraps
         return flat.index_select(0, index).reshape(shape)
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
