@@ -366,13 +366,13 @@ def _schedule(kind: str):
 
 
 @pytest.mark.parametrize("kind", ["StepLR", "CosineAnnealingLR", "OneCycleLR"])
-@pytest.mark.parametrize("epoch", ["a", [1], 1.5, rg.ones((3, 3))])
+@pytest.mark.parametrize("epoch", ["a", [1], {"epoch": 1}, rg.ones((3, 3))])
 def test_a_schedule_stepped_to_a_bad_epoch_refuses_and_keeps_stepping(kind, epoch):
     """``step(epoch)`` set the epoch to the bad value before failing (a bare TypeError), and
     every later ``step()`` failed too."""
     w, opt, schedule = _schedule(kind)
     _, _, reference = _schedule(kind)
-    with pytest.raises(rg.DTypeError, match=rf"{kind}\.step: epoch must be an int"):
+    with pytest.raises(rg.DTypeError, match=rf"{kind}\.step: epoch must be a number"):
         schedule.step(epoch)
     for _ in range(3):
         opt.step((w * w).sum().backward())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError
@@ -67,15 +67,15 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> float:
         """Advance one epoch and set every group's learning rate; returns the first's.
         ``step(epoch)``, torch's deprecated form, goes to ``epoch`` (the closed form)."""
-        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, Integral)):
-            raise DTypeError(f"{type(self).__name__}.step: epoch must be an int, got {epoch!r}")
+        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, Real)):
+            raise DTypeError(f"{type(self).__name__}.step: epoch must be a number, got {epoch!r}")
         groups = self.optimizer.param_groups
         before = self.last_epoch, [group["lr"] for group in groups]
         if epoch is None:
             self.last_epoch += 1
         else:
             warnings.warn(_EPOCH_DEPRECATED, UserWarning, stacklevel=2)
-            self.last_epoch = int(epoch)
+            self.last_epoch = epoch
         try:
             self._apply(self.last_epoch)
         except BaseException:
