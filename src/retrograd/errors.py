@@ -70,6 +70,23 @@ class DistributedError(RetrogradError, RuntimeError):
     """A collective that failed: a peer that died, never arrived, or disagreed."""
 
 
+def index_error(message: str | Exception) -> Exception:
+    """What a failed range check raises (``Backend.check_index_range``): an
+    :class:`IndexOutOfRangeError` of ``message``, or ``message`` itself where the check's
+    message maker gave an exception (a value check built on the index check, such as a
+    probability outside [0, 1], raises the hierarchy's class for values)."""
+    return message if isinstance(message, Exception) else IndexOutOfRangeError(message)
+
+
+def check_callable(op: str, value: Any, what: str = "func") -> None:
+    """Refuse a ``value`` that cannot be called where ``op`` calls it (a tensor passed as the
+    function of a transform): a ``DTypeError`` naming ``op`` at the call, not Python's
+    "object is not callable" from inside (functions that run the user's code are not guarded,
+    so that its own exceptions pass unchanged)."""
+    if not callable(value):
+        raise DTypeError(f"{op}: {what} must be callable, got {_describe(value)}")
+
+
 def shape_text(shape: Sequence[int]) -> str:
     """``[2, 3]``: a shape as error messages write it."""
     return "[" + ", ".join(str(n) for n in shape) + "]"

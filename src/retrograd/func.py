@@ -26,7 +26,14 @@ from typing import Any
 from .autodiff import enable_grad
 from .autograd import vmap
 from .autograd.functional import _fresh, _gradients, _plain
-from .errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_callable,
+    shape_text,
+)
 from .nn.utils.stateless import functional_call
 from .tensor import Tensor, stack, zeros, zeros_like
 
@@ -177,6 +184,7 @@ def grad_and_value(
     ([2.0, 4.0], 5.0)
     """
     fn = "func.grad_and_value"
+    check_callable(fn, func)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
@@ -237,6 +245,7 @@ def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple
     [2.0, 0.0]
     """
     fn = "func.vjp"
+    check_callable(fn, func)
     with enable_grad():
         flat, spec = _tensors(fn, "primals", primals)
         records = _records(flat)
@@ -289,6 +298,7 @@ def jvp(
     [2.0, 4.0]
     """
     fn = "func.jvp"
+    check_callable(fn, func)
     for name, value in (("primals", primals), ("tangents", tangents)):
         if not isinstance(value, tuple | list):
             raise DTypeError(
@@ -374,6 +384,8 @@ def jacfwd(
 
 
 def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) -> Callable:
+    check_callable(fn, func)
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
             call = _Prepared(fn, argnums, args)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim
 from .tensor.creation import _no_out
@@ -635,3 +636,8 @@ def solve_ex(
     shape = failed.shape + (1,) * (result.ndim - failed.ndim)
     info_tensor = lift(matrices, info, "linalg.solve_ex")
     return SolveExResult(result.mask_fill(failed.reshape(shape), math.nan), info_tensor)
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+_guard_namespace(globals(), __all__)

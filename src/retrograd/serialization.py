@@ -427,6 +427,11 @@ class safe_globals:  # noqa: N801 (torch's name)
 
 def add_safe_globals(safe_globals: list[Any]) -> None:
     """Allow these classes and functions in ``weights_only`` loads (torch's)."""
+    if not isinstance(safe_globals, list | tuple):
+        raise DTypeError(
+            f"add_safe_globals: expected a list of classes and functions, got "
+            f"{type(safe_globals).__name__}"
+        )
     _SAFE_GLOBALS.extend(g for g in safe_globals if g not in _SAFE_GLOBALS)
 
 

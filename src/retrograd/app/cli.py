@@ -29,7 +29,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..errors import RetrogradError
 from ._usage import CommandError, UsageError
@@ -53,8 +53,17 @@ SHARED_OPTIONS = (
 )  # fmt: skip
 
 
+def _number(kind: type, text: str, what: str) -> Any:
+    """``text`` as a ``kind``, or argparse's one-line error saying what was expected (its
+    own names the type function: "invalid _positive_int value")."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(int, text, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
@@ -72,14 +81,14 @@ def _strategy(text: str) -> str:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, "a positive finite number")
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
 
 
 def _probability(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, "a number in [0, 1)")
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
     return value

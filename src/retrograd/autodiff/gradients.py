@@ -6,7 +6,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutodiffError
+from ..errors import AutodiffError, DTypeError
 from .graph import Node
 
 __all__ = ["Gradients"]
@@ -160,7 +160,11 @@ class Gradients:
         if isinstance(other, numbers.Number) and other == 0:
             return self._like(dict(self.values))  # sum(list_of_gradients) starts from 0
         if not isinstance(other, Gradients):
-            return NotImplemented
+            # an error of the hierarchy, not NotImplemented: Python's own TypeError would
+            # speak of sequences (``[1] + grads``) or name no operation
+            raise DTypeError(
+                f"Gradients +: adds another Gradients (or 0), got {type(other).__name__}"
+            )
         if other.backend != self.backend:
             raise AutodiffError(
                 f"Gradients +: the operands hold gradients on different backends "
@@ -181,7 +185,7 @@ class Gradients:
         """Every gradient multiplied by the number ``scale`` (e.g. ``1 / accumulation_steps``);
         dtypes are kept."""
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            return NotImplemented
+            raise DTypeError(f"Gradients *: scales by a number, got {type(scale).__name__}")
         mul = self.backend.mul_scalar
         factor = float(scale)
         return self._like({node_id: mul(value, factor) for node_id, value in self.values.items()})
@@ -190,7 +194,7 @@ class Gradients:
 
     def __truediv__(self, divisor: object) -> Gradients:
         if isinstance(divisor, bool) or not isinstance(divisor, numbers.Real):
-            return NotImplemented
+            raise DTypeError(f"Gradients /: divides by a number, got {type(divisor).__name__}")
         if divisor == 0:
             raise AutodiffError("Gradients /: division by zero")
         return self * (1.0 / float(divisor))

@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from ..autodiff import Gradients
-from ..errors import AutodiffError, ShapeError
+from ..errors import AutodiffError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..tensor.functions import sum as _sum
 from .anomaly_mode import check_nan_gradients, is_anomaly_enabled
@@ -42,7 +42,7 @@ def grad(
         )
     if is_grads_batched:
         raise AutodiffError("autograd.grad: is_grads_batched is not supported")
-    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    ins = _tensors("autograd.grad", "inputs", inputs)
     total = _weighted_total("autograd.grad", outputs, grad_outputs, create_graph)
     retain = create_graph if retain_graph is None else retain_graph
     grads = total.backward(retain_graph=retain, create_graph=create_graph)
@@ -73,13 +73,11 @@ def _weighted_total(op: str, outputs: Any, weights: Any, create_graph: bool = Fa
     weights are constants of the backward unless ``create_graph``: then, as torch's, the
     gradients are differentiable with respect to them too (the double-backward trick of
     ``jvp``)."""
-    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    outs = _tensors(op, "outputs", outputs)
     if weights is None:
         weights = [None] * len(outs)
-    elif isinstance(weights, Tensor):
-        weights = [weights]
     else:
-        weights = list(weights)
+        weights = _tensors(op, "gradients", weights, none_allowed=True)
     if len(weights) != len(outs):
         raise ShapeError(f"{op}: {len(weights)} gradients given for {len(outs)} outputs")
     if not outs:
@@ -104,6 +102,23 @@ def _weighted_total(op: str, outputs: Any, weights: Any, create_graph: bool = Fa
     for term in terms[1:]:
         total = total + term
     return total
+
+
+def _tensors(op: str, what: str, value: Any, none_allowed: bool = False) -> list[Any]:
+    """``value`` (a tensor or a sequence of them; ``None`` entries where ``none_allowed``) as
+    a list, anything else refused naming ``op``: a str or a number would otherwise fail deep
+    inside the backward with an ``AttributeError``."""
+    items = [value] if isinstance(value, Tensor) else value
+    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+        raise DTypeError(f"{op}: {what} must be a tensor or a sequence of tensors, got {value!r}")
+    items = list(items)
+    for item in items:
+        if not (isinstance(item, Tensor) or (none_allowed and item is None)):
+            raise DTypeError(
+                f"{op}: {what} must be a tensor or a sequence of tensors, got an element of "
+                f"type {type(item).__name__}"
+            )
+    return items
 
 
 def backward(

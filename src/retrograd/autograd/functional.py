@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..autodiff import enable_grad
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_callable,
+    shape_text,
+)
 from ..tensor import Tensor, stack, zeros, zeros_like
 from .differentiate import grad
 
@@ -192,6 +199,7 @@ def _post(values: tuple[Any, ...], create_graph: bool) -> tuple[Any, ...]:
 
 
 def _run(fn: str, func: Callable[..., Any], inputs: tuple[Tensor, ...]) -> tuple[bool, tuple]:
+    check_callable(fn, func)
     result = func(*inputs)
     return _as_tuple(result, "outputs of the user-provided function", fn)
 
@@ -370,6 +378,7 @@ def hessian(
     [[6.0, 0.0], [0.0, 12.0]]
     """
     fn = "autograd.functional.hessian"
+    check_callable(fn, func)
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
     if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
         raise InvalidArgumentError(

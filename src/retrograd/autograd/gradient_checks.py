@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AutodiffError
+from ..errors import AutodiffError, check_callable
 from ..tensor import Tensor, tensor
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
@@ -112,6 +112,7 @@ def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1
     >>> gradcheck(lambda t: (t * t.sin()).sum(), (x,))
     True
     """
+    check_callable("gradcheck", func)
     _unsupported(check_batched_grad=check_batched_grad,
                  check_batched_forward_grad=check_batched_forward_grad,
                  check_forward_ad=check_forward_ad)  # fmt: skip
@@ -160,6 +161,7 @@ def gradgradcheck(func: Callable, inputs: Any, grad_outputs: Any = None, *, eps:
     >>> gradgradcheck(lambda t: t.exp() * t, (x,))
     True
     """
+    check_callable("gradgradcheck", func)
     from ..tensor import random
 
     _unsupported(check_batched_grad=check_batched_grad, check_forward_ad=check_fwd_over_rev)

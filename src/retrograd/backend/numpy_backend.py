@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, index_error
 from . import special
 from .numpy_math import NumpyMathKernels
 from .numpy_nn import NumpyNNKernels
@@ -301,7 +301,7 @@ class NumpyBackend(
         if ignore is not None:
             bad &= indices != ignore
         if bad.any():
-            raise IndexOutOfRangeError(message(int(indices[bad].flat[0])))
+            raise index_error(message(int(indices[bad].flat[0])))
 
     def error_class(self, error):
         if isinstance(error, IndexError):

@@ -235,7 +235,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
         """Raise ``IndexOutOfRangeError(message(bad))`` when an entry of the int64 ``indices``
         lies outside ``[0, size)``; entries equal to ``ignore`` are allowed.
 
-        ``bad`` is the first offending value. A backend whose values live on an accelerator
+        ``bad`` is the first offending value; where ``message(bad)`` is an exception rather
+        than a str, that exception is raised (:func:`retrograd.errors.index_error`: value checks
+        built on this one). A backend whose values live on an accelerator
         may check asynchronously instead of copying the indices to the host: the error is
         then raised at the next synchronisation (as CUDA's device-side asserts are), and
         ``bad`` may be ``None``. The NumPy backend checks at once.

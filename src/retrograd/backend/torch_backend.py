@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..device import Device
-from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
+from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, index_error
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend, singular_matrix
 from .torch_math import TorchMathKernels
@@ -327,7 +327,7 @@ class TorchBackend(
             bad &= indices != ignore
         if not self.deferred_index_checks:
             if bad.any():
-                raise IndexOutOfRangeError(message(int(indices[bad].flatten()[0])))
+                raise index_error(message(int(indices[bad].flatten()[0])))
             return
         # No host copy: keep device scalars, read at the next synchronisation.
         flat = bad.flatten()
@@ -357,7 +357,7 @@ class TorchBackend(
         which = int(torch.argmax(flags.to(torch.uint8)))
         firsts = torch.cat([first for _, first, _ in pending])
         messages = [m for _, _, message in pending for m in _messages(message)]
-        raise IndexOutOfRangeError(messages[which](int(firsts[which].cpu())))
+        raise index_error(messages[which](int(firsts[which].cpu())))
 
     def error_class(self, error):
         if isinstance(error, IndexError):

@@ -194,3 +194,37 @@ __all__ = [
     "von_mises",
     "wishart",
 ]
+
+#: the methods of each distribution whose bad arguments (a str for a value, a list for a
+#: shape) get the hierarchy's errors naming the class and method (errors.guard)
+_GUARDED_METHODS = ("__init__", "sample", "rsample", "sample_n", "log_prob", "entropy",
+                    "cdf", "icdf", "expand", "enumerate_support", "perplexity")  # fmt: skip
+#: wrappers of other distributions and transforms, which may be the user's: their methods'
+#: exceptions pass unchanged (their constructors are still checked)
+_UNGUARDED_METHODS = ("TransformedDistribution", "MixtureSameFamily", "Independent")
+
+
+def _guard_distributions() -> None:
+    import inspect
+
+    from ..errors import guard
+
+    for name in __all__:
+        cls = globals().get(name)
+        if not isinstance(cls, type) or not issubclass(cls, Distribution):
+            continue
+        if cls in (Distribution, ExponentialFamily):
+            continue  # bases: they run inside their subclasses' guards
+        for method in _GUARDED_METHODS:
+            if method != "__init__" and name in _UNGUARDED_METHODS:
+                continue
+            function = inspect.getattr_static(cls, method, None)
+            if getattr(function, "__retrograd_guarded__", False):
+                function = function.__wrapped__  # a base's: guarded again under this name
+            if type(function).__name__ != "function":
+                continue
+            op = name if method == "__init__" else f"{name}.{method}"
+            setattr(cls, method, guard(op, function, cls, f"{cls.__qualname__}.{method}"))
+
+
+_guard_distributions()

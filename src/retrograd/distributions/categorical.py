@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..autodiff import no_grad
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ..tensor import multinomial, tensor
 from . import constraints
 from .distribution import Distribution
@@ -28,6 +28,10 @@ class Categorical(Distribution):
             raise InvalidArgumentError(
                 "Categorical: either `probs` or `logits` must be specified, but not both."
             )
+        given = probs if probs is not None else logits
+        if getattr(given, "ndim", 1) == 0:
+            name = "probs" if probs is not None else "logits"
+            raise ShapeError(f"Categorical: `{name}` parameter must be at least one-dimensional")
         if probs is not None:
             self._param_name = "probs"
             self.probs = probs / probs.sum(-1, keepdim=True)
@@ -109,7 +113,13 @@ def _most_negative(t: Any) -> float:
 def _broadcast(value: Any, logits: Any) -> tuple[Any, Any]:
     import numpy as np
 
-    shape = np.broadcast_shapes(value.shape[:-1], logits.shape[:-1])
+    try:
+        shape = np.broadcast_shapes(value.shape[:-1], logits.shape[:-1])
+    except ValueError:
+        raise ShapeError(
+            f"log_prob: values of shape {shape_text(value.shape[:-1])} do not broadcast with "
+            f"the batch shape {shape_text(logits.shape[:-1])}"
+        ) from None
     value = value.expand(tuple(shape) + (1,))
     log_pmf = logits.expand(tuple(shape) + (logits.shape[-1],))
     return value, log_pmf

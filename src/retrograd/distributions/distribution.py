@@ -52,7 +52,7 @@ class Distribution:
                     raise InvalidArgumentError(
                         f"{type(self).__name__}: expected parameter {name} (tensor of shape "
                         f"{tuple(value.shape)}) to satisfy the constraint {constraint!r}, but "
-                        f"found invalid values:\n{value}"
+                        f"found invalid values: {_values_text(value)}"
                     )
 
     # -- shapes ----------------------------------------------------------------------------
@@ -133,8 +133,18 @@ class Distribution:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: expected value argument (tensor of shape "
                 f"{tuple(value.shape)}) to be within the support ({self.support!r}) of the "
-                f"distribution, but found invalid values:\n{value}"
+                f"distribution, but found invalid values: {_values_text(value)}"
             )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_shape={list(self.batch_shape)})"
+
+
+def _values_text(value: Any) -> str:
+    """A tensor's values on one line (an error message is one line), cut short past 200
+    characters."""
+    try:
+        text = repr(value.tolist())
+    except Exception:
+        text = type(value).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ShapeError, shape_text
 from ..tensor import tensor
 from ..tensor.dtypes import default_float_dtype, finfo
 
@@ -30,7 +31,14 @@ def broadcast_all(*values: Any) -> tuple[Any, ...]:
         elif not v.is_float():
             v = v.cast(dtype)
         lifted.append(v)
-    shape = tuple(np.broadcast_shapes(*[tuple(v.shape) for v in lifted]))
+    shapes = [tuple(v.shape) for v in lifted]
+    try:
+        shape = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            f"broadcast_all: parameters of shapes {', '.join(shape_text(s) for s in shapes)} "
+            f"do not broadcast together"
+        ) from None
     return tuple(v if tuple(v.shape) == shape else v.expand(shape) for v in lifted)
 
 

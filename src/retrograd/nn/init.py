@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, ShapeError
+from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
 from ..tensor.inplace import assign
 
@@ -305,3 +306,8 @@ def dirac(tensor: Tensor, groups: int = 1) -> Tensor:
 
 def sparse(tensor: Tensor, sparsity: float, std: float = 0.01) -> Tensor:
     return sparse_(tensor, sparsity, std)
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+_guard_namespace(globals(), __all__)

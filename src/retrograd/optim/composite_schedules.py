@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 from .schedules import LRScheduler, ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
@@ -50,6 +50,11 @@ class _Composite(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("_schedulers"), list):
+            raise DTypeError(
+                f"{type(self).__name__}.load_state_dict: expected the dict state_dict() "
+                f"returned, got {type(state_dict).__name__}"
+            )
         state = dict(state_dict)
         members = state.pop("_schedulers")
         self.__dict__.update(state)

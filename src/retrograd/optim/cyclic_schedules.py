@@ -5,10 +5,11 @@ formulas, operation for operation (so float64 sequences agree with torch's to ro
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 from .schedules import LRScheduler
 
 __all__ = ["CosineAnnealingWarmRestarts", "CyclicLR", "OneCycleLR"]
@@ -348,6 +349,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     def step(self, epoch: float | None = None) -> float:  # type: ignore[override]
         """Advance one epoch, or go to ``epoch`` (fractional allowed); returns the first
         group's learning rate."""
+        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, numbers.Real)):
+            raise DTypeError(
+                f"CosineAnnealingWarmRestarts.step: epoch must be a number, got {epoch!r}"
+            )
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:

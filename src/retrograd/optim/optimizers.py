@@ -226,9 +226,14 @@ class Optimizer:
 
     def _check_group(self, group: dict[str, Any]) -> None:
         """A group's hyper-parameters checked as torch checks them: numbers, ``lr``,
-        ``eps``, ``weight_decay`` and ``momentum`` non-negative, ``betas`` a pair."""
+        ``eps``, ``weight_decay``, ``momentum`` (and Adagrad's ``lr_decay`` and
+        ``initial_accumulator_value``, NAdam's ``momentum_decay``) non-negative, ``betas`` a
+        pair."""
         name = type(self).__name__
-        for key in ("lr", "eps", "weight_decay", "momentum"):
+        for key in (
+            "lr", "eps", "weight_decay", "momentum",
+            "lr_decay", "initial_accumulator_value", "momentum_decay",
+        ):  # fmt: skip
             if key not in group:
                 continue
             # Adafactor's eps is a pair (a None first: the dtype's machine epsilon)

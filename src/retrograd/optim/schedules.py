@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
+from numbers import Real
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "ConstantLR",
@@ -65,12 +67,23 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> float:
         """Advance one epoch and set every group's learning rate; returns the first's.
         ``step(epoch)``, torch's deprecated form, goes to ``epoch`` (the closed form)."""
+        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, Real)):
+            raise DTypeError(f"{type(self).__name__}.step: epoch must be a number, got {epoch!r}")
+        groups = self.optimizer.param_groups
+        before = self.last_epoch, [group["lr"] for group in groups]
         if epoch is None:
             self.last_epoch += 1
         else:
             warnings.warn(_EPOCH_DEPRECATED, UserWarning, stacklevel=2)
             self.last_epoch = epoch
-        self._apply(self.last_epoch)
+        try:
+            self._apply(self.last_epoch)
+        except BaseException:
+            # a schedule that cannot go there leaves the epoch and the rates as they were
+            self.last_epoch = before[0]
+            for group, lr in zip(groups, before[1]):
+                group["lr"] = lr
+            raise
         return self._record()
 
     def _record(self) -> float:
@@ -123,6 +136,7 @@ class LRScheduler:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _check_state("load_state_dict", self, state_dict)
         self.__dict__.update(state_dict)
 
 
@@ -334,7 +348,13 @@ class ReduceLROnPlateau:
         return current > bound
 
     def step(self, metrics: Any) -> None:
-        current = float(metrics.item() if hasattr(metrics, "item") else metrics)
+        value = metrics.item() if hasattr(metrics, "item") else metrics
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise DTypeError(
+                f"ReduceLROnPlateau.step: metrics must be a number (or a one-element tensor), "
+                f"got {type(metrics).__name__}"
+            )
+        current = float(value)
         self.last_epoch += 1
         if self._better(current):
             self.best = current
@@ -361,4 +381,14 @@ class ReduceLROnPlateau:
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _check_state("load_state_dict", self, state_dict)
         self.__dict__.update(state_dict)
+
+
+def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
+    """A schedule's state is a dict of its attributes (what ``state_dict`` gave)."""
+    if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
+        raise DTypeError(
+            f"{type(schedule).__name__}.{op}: expected the dict state_dict() returned, got "
+            f"{type(state_dict).__name__}"
+        )

@@ -553,16 +553,35 @@ class Tensor(
     def backward(
         self,
         grad: Tensor | None = None,
-        *,
-        retain_graph: bool = False,
+        retain_graph: bool | None = False,
         create_graph: bool = False,
+        inputs: Any = None,
+        *,
+        gradient: Tensor | None = None,
     ) -> Any:
         """Backpropagate from this tensor and return the :class:`~retrograd.Gradients`.
 
         ``grad`` seeds the backward (ones of this tensor's shape by default). The part of the
         graph walked is consumed unless ``retain_graph``; ``create_graph`` records the backward
         itself, so gradients are tracked tensors that can be differentiated again.
+        torch's keywords are taken too: ``gradient`` (``grad``'s name there) and ``inputs``
+        (torch accumulates only into these; here the returned gradients hold theirs as they
+        are, so it is checked and otherwise changes nothing, as in ``autograd.backward``).
         """
+        if gradient is not None:
+            if grad is not None:
+                raise DTypeError("backward: got the gradient twice (as grad and as gradient)")
+            grad = gradient
+        if inputs is not None:
+            items = [inputs] if isinstance(inputs, Tensor) else inputs
+            if (
+                isinstance(items, str | bytes)
+                or not hasattr(items, "__iter__")
+                or not all(isinstance(t, Tensor) for t in items)
+            ):
+                raise DTypeError(
+                    f"backward: inputs must be a tensor or a sequence of tensors, got {inputs!r}"
+                )
         backend = self._autodiff("backward")
         seed = None
         if grad is not None:

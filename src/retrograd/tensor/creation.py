@@ -22,6 +22,7 @@ from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
 from .core import Tensor
 from .dtypes import canonical_dtype
+from .indexing import check_values
 from .selection import multinomial
 from .shape import shape_arg
 
@@ -478,6 +479,15 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
            backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
     """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
     broadcast), as ``torch.normal``."""
+    if isinstance(std, numbers.Real) and not std >= 0.0:  # NaN too, as torch's check
+        raise InvalidArgumentError(f"normal: expects std >= 0.0, but found std {std!r}")
+    if isinstance(std, Tensor):
+        check_values(
+            std.greater_equal_elem(0.0),
+            lambda: InvalidArgumentError(
+                f"normal: expects all elements of std >= 0.0 (std {shape_text(std.shape)})"
+            ),
+        )
     reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
     if reference is not None:
         shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])

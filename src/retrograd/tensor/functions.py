@@ -17,6 +17,7 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 from __future__ import annotations
 
 import builtins
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -485,6 +486,10 @@ def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa:
 def cdist(x1: Any, x2: Any, p: float = 2.0) -> Any:
     """Pairwise ``p``-norm distances between the rows of ``x1`` ``[..., P, M]`` and ``x2``
     ``[..., R, M]``."""
+    if not isinstance(p, numbers.Real) or isinstance(p, bool):
+        raise DTypeError(f"cdist: p must be a number, got {p!r}")
+    if not p >= 0:
+        raise InvalidArgumentError(f"cdist: only supports non-negative p values, got p={p!r}")
     diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
     return diff.norm(p, dim=-1)
 

@@ -46,8 +46,10 @@ class IndexingMixin:
         return _basic_index(self, index)
 
     def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
+        # checked here, outside a generator: iter() of a 0-d tensor fails at once, as torch's
+        if not self.ndim:
+            raise DTypeError("iter: iteration over a 0-d tensor (len() of a 0-d tensor)")
+        return (self[i] for i in range(len(self)))
 
     def slice(self, ranges: Sequence[Any]) -> Any:
         """Slice the leading dimensions: one ``(start, end)`` pair or ``slice`` per dimension.
@@ -194,9 +196,21 @@ class IndexingMixin:
             if isinstance(index, TensorBase)
             else from_host(type(self), np.asarray(index), None, self._backend, self._device)
         )
+        if index.dtype != "int64":  # a bool mask would be read as indices 0 and 1
+            raise DTypeError(f"take: expected an int64 index, got {index.dtype}")
         flat = self.reshape(-1)
         shape, index = index.shape, index.reshape(-1)
-        index = index.mask_where(index.lower_elem(0), index + flat.shape[0])  # torch wraps
+        size = flat.shape[0]
+
+        def message(bad: int | None) -> str:  # the index as given, before the wrap below
+            which = "an index" if bad is None else f"index {bad - size}"
+            return (
+                f"take: {which} is out of range for a tensor of {size} elements "
+                f"(shape {shape_text(self.shape)})"
+            )
+
+        check_indices(index + size, 2 * size, message)
+        index = index.mask_where(index.lower_elem(0), index + size)  # torch wraps
         return flat.index_select(0, index).reshape(shape)
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
@@ -440,6 +454,15 @@ def check_indices(
     lies outside ``[0, size)`` (entries equal to ``ignore`` allowed): the backend checks, on its
     device, without a host copy (``bad`` may be ``None`` where it reports no value)."""
     indices._backend.check_index_range(indices._prim, size, message, ignore)
+
+
+def check_values(ok: Any, error: Callable[[], Exception]) -> None:
+    """Raise ``error()`` unless every element of the bool tensor ``ok`` is true: a check of
+    values (a probability in [0, 1], a non-negative std) that the backend makes as it checks
+    index ranges, on its device, without a host copy (the flags as 0/1 indices into a size
+    of 1; a deferred check raises at the next synchronisation)."""
+    flags = ok.logical_not().cast("int64")
+    flags._backend.check_index_range(flags._prim, 1, lambda bad: error(), None)
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:

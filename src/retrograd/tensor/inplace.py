@@ -347,11 +347,19 @@ class InplaceMixin:
 
     # -- random fills (values from the stream rg.manual_seed seeds, or from generator=) -------
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
+        low, high = _real("uniform_", "from", a), _real("uniform_", "to", b)
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise InvalidArgumentError(
+                f"uniform_: expects to return a [from, to) range, but found from={a!r} to={b!r}"
+            )
         return self._update(
             "uniform_", lambda t: _random(t, "uniform_", generator=generator) * (b - a) + a
         )
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Any:
+        _real("normal_", "mean", mean)
+        if not _real("normal_", "std", std) >= 0.0:  # NaN too
+            raise InvalidArgumentError(f"normal_: expects std >= 0.0, but found std {std!r}")
         return self._update(
             "normal_", lambda t: _random(t, "normal_", "normal", generator=generator) * std + mean
         )
@@ -368,6 +376,10 @@ class InplaceMixin:
         return self._update("bernoulli_", draw)
 
     def exponential_(self, lambd: float = 1.0, *, generator: Any = None) -> Any:
+        if not _real("exponential_", "lambd", lambd) > 0.0:  # NaN too
+            raise InvalidArgumentError(
+                f"exponential_: expects lambda > 0.0, but found lambda={lambd!r}"
+            )
         return self._update(
             "exponential_",
             lambda t: -(1.0 - _random(t, "exponential_", generator=generator)).log() / lambd,
@@ -526,6 +538,15 @@ for _name in SAME_ARGUMENTS:
     if not hasattr(InplaceMixin, f"{_name}_"):
         setattr(InplaceMixin, f"{_name}_", _in_place(_name))
 del _name
+
+
+def _real(op: str, name: str, value: Any) -> float:
+    """A random fill's parameter as a float: a number (or a one-element tensor), as torch's."""
+    if isinstance(value, TensorBase) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise DTypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
+    return float(value)
 
 
 def _check_probability(op: str, p: Any) -> None:

@@ -30,6 +30,8 @@ Validation
     ``check_indices(indices, size, message, ignore=None)``
         Raise ``IndexOutOfRangeError(message(bad))`` for an index outside ``[0, size)``; the
         backend checks on its device (``Backend.check_index_range``), no host copy.
+    ``check_values(ok, error)``
+        Raise ``error()`` unless the bool tensor ``ok`` is all true; checked as indices are.
     ``normalize_dim(op, dim, ndim, extra=0) -> int``, ``check_scalar(op, value)``,
     ``no_generator(op, generator)`` (torch's ``generator=`` refused where no draw takes one),
     ``checked_generator(op, generator)`` (``None`` or an ``rg.Generator``, else an error)
@@ -71,7 +73,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .indexing import check_indices
+from .indexing import check_indices, check_values
 
 __all__ = [
     "COMMON",
@@ -83,6 +85,7 @@ __all__ = [
     "apply",
     "check_indices",
     "check_scalar",
+    "check_values",
     "checked_generator",
     "lift",
     "no_generator",

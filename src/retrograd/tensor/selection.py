@@ -223,6 +223,10 @@ class SelectionMixin:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
         (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
         d = normalize_dim("renorm", dim, self.ndim)
+        if not p > 0:  # NaN too
+            raise InvalidArgumentError(f"renorm: non-positive-norm not supported, got p={p!r}")
+        if not maxnorm >= 0:
+            raise InvalidArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
         others = tuple(i for i in range(self.ndim) if i != d)
         norms = self.norm(p, others, True) if others else self.abs()
         factor = (maxnorm / (norms + 1e-7)).mask_fill(norms.lower_equal(maxnorm), 1.0)
@@ -477,6 +481,9 @@ class SelectionMixin:
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
         """Rotated by 90 degrees ``k`` times in the plane of ``dims``, from the first towards
         the second."""
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            # k % 4 of a float is no number of quarter turns: 1.5 rotated nothing
+            raise DTypeError(f"rot90: k must be an int, got {k!r}")
         if len(dims) != 2:
             raise ShapeError(f"rot90: dims must name 2 dimensions, got {tuple(dims)}")
         a, b = (normalize_dim("rot90", d, self.ndim) for d in dims)
@@ -750,9 +757,9 @@ def _quantile(
     else:  # numbers in the input's dtype, as torch takes them
         qs = wrap(x, x._backend.from_data(np.asarray(q, np.float64), x.dtype, x._device))
     scalar_q = qs.ndim == 0
-    qs = qs.reshape((-1,))
-    if qs.ndim > 1:
+    if qs.ndim > 1:  # checked before the flattening below, which would hide it
         raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
+    qs = qs.reshape((-1,))
     q_values = qs.numpy()
     if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
         raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")

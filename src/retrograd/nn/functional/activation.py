@@ -164,6 +164,8 @@ def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
 def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     x = _float_input("celu", x)
+    if alpha == 0:  # torch's refusal: x / alpha has no limit to take
+        raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
     negative = x.less_equal(0.0)
     safe = x.mask_fill(negative.logical_not(), 0.0)  # as elu's
     return x.mask_where(negative, (safe / alpha).expm1() * alpha)
@@ -259,8 +261,10 @@ def hardshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
     x = _float_input("softshrink", x)
-    if lambd < 0:
-        raise InvalidArgumentError(f"softshrink: lambd must be non-negative, got {lambd}")
+    if not 0 <= lambd < math.inf:  # NaN and infinity too, as torch's range check
+        raise InvalidArgumentError(
+            f"softshrink: lambd must be non-negative and finite, got {lambd}"
+        )
     shrunk = (x - lambd).mask_where(x.less(-lambd), x + lambd)
     return shrunk.mask_fill(x.abs().lower_equal(lambd), 0.0)
 

@@ -87,7 +87,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002 (torch's name)
     x = _float_input(fn, input)
     if x.ndim != 2:
         raise ShapeError(f"{fn}: input must be a 2-d tensor [N, M], got {shape_text(x.shape)}")
-    if p < 0:
+    if not p >= 0:  # NaN too
         raise InvalidArgumentError(f"{fn}: p must be non-negative, got {p}")
     if x.shape[0] < 2:  # no pairs: an empty result, connected to the graph
         return x.sum_dim(1).reshape((-1,)).narrow(0, 0, 0)

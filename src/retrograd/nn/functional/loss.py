@@ -17,6 +17,7 @@ from ...tensor import Tensor
 from ...tensor.internal import (
     FLOAT_DTYPES,
     check_indices,
+    check_values,
     shape_text,
     untracked,
 )
@@ -293,6 +294,14 @@ def binary_cross_entropy(
     # 0 or 1 (a saturated sigmoid), added as (x - x) * slope: zero in value. torch's eps is
     # the float32 nearest 1e-12, in every dtype.
     constant, target = untracked(x), untracked(y)
+    # torch refuses probabilities outside [0, 1] (NaN too), where the logs would give NaN
+    check_values(
+        constant.greater_equal_elem(0.0).logical_and(constant.lower_equal_elem(1.0)),
+        lambda: InvalidArgumentError(
+            f"{fn}: all elements of input should be between 0 and 1; input "
+            f"{shape_text(x.shape)} {x.dtype}"
+        ),
+    )
     raw_log_x = constant.log()
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
     log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)

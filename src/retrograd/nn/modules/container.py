@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError
+from ...errors import DTypeError, IndexOutOfRangeError, KeyMismatchError
 from ...tensor import Tensor
 from ..parameter import Parameter
 from .module import Module
@@ -62,7 +62,15 @@ class _Indexed(Module):
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
-        for module in modules:
+        owner = type(self).__name__
+        if not isinstance(modules, Iterable):
+            raise DTypeError(
+                f"{owner}.extend: expected an iterable of Modules, got {type(modules).__name__}"
+            )
+        # all checked before any is added: a bad item leaves the list as it was
+        start = len(self._modules)
+        checked = [_checked(owner, start + i, m) for i, m in enumerate(modules)]
+        for module in checked:
             self.append(module)
         return self
 
@@ -148,7 +156,12 @@ class ModuleDict(Module):
             self.update(modules)
 
     def __getitem__(self, key: str) -> Module:
-        return self._modules[key]
+        try:
+            return self._modules[key]
+        except (KeyError, TypeError):  # a missing name, or an unhashable key
+            raise KeyMismatchError(
+                f"ModuleDict: no module named {key!r}; it has {list(self._modules)}"
+            ) from None
 
     def __setitem__(self, key: str, module: Module) -> None:
         self.register_module(key, _checked("ModuleDict", key, module))

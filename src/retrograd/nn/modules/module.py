@@ -287,6 +287,7 @@ class Module:
         return sum(p.numel() for p in self.parameters())
 
     def _owner(self, name: str, kind: str = "_parameters") -> tuple[Module, str]:
+        _check_name("get_parameter" if kind == "_parameters" else "get_buffer", name)
         *path, leaf = name.split(".")
         module = self
         for part in path:
@@ -310,6 +311,7 @@ class Module:
         return module._buffers[leaf]
 
     def get_submodule(self, target: str) -> Module:
+        _check_name("get_submodule", target)
         module = self
         for part in target.split(".") if target else ():
             child = module._modules.get(part)
@@ -505,6 +507,8 @@ class Module:
         """Write :meth:`state_dict` to an ``.npz`` file (``.npz`` is appended to a name
         without it, as ``np.savez`` does), whole or not at all: a failed or interrupted write
         leaves the previous file as it was (:func:`retrograd.files.atomic_write`)."""
+        if not isinstance(path, str | os.PathLike):
+            raise DTypeError(f"save: expected a path (str or os.PathLike), got {_describe(path)}")
         path = os.fspath(path)
         if not str(path).endswith(".npz"):
             path = f"{path}.npz"
@@ -733,3 +737,10 @@ def _uniform(shape: tuple[int, ...], bound: float, backend: Any, device: Any, dt
 def _fan_in_bound(fan_in: int) -> float:
     """PyTorch's default bound for layers' weights and biases: ``1 / sqrt(fan_in)``."""
     return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
+def _check_name(op: str, name: Any) -> None:
+    """A dotted name (``"encoder.0.weight"``) must be a str: anything else failed with an
+    ``AttributeError`` about ``split``."""
+    if not isinstance(name, str):
+        raise DTypeError(f"{op}: expected a dotted name (a str), got {_describe(name)}")

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
+from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
 from . import parametrizations, parametrize, rnn, stateless
 from .fusion import (
@@ -248,3 +249,12 @@ def vector_to_parameters(vec: Tensor, parameters: Any) -> None:
         n = p.numel()
         assign(p, vec.narrow(0, start, n).reshape(p.shape), "vector_to_parameters")
         start += n
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+# skip_init constructs the user's module class: its exceptions pass unchanged.
+_guard_namespace(
+    globals(), [name for name in __all__ if name not in ("skip_init", "clip_grad_norm")]
+)
+clip_grad_norm = clip_grad_norm_  # the alias is the guarded function itself

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, check_callable
 
 __all__ = ["skip_init"]
 
@@ -20,6 +20,7 @@ def skip_init(module_cls: type, *args: Any, **kwargs: Any) -> Any:
     >>> skip_init(nn.Linear, 3, 2).weight.shape
     (2, 3)
     """
+    check_callable("skip_init", module_cls, "module_cls")
     parameters = inspect.signature(module_cls).parameters
     if "device" not in parameters and not any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()

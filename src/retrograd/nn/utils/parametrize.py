@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...autodiff import no_grad
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor
 from ...tensor.inplace import assign
 from ..modules.container import ModuleDict, ModuleList
@@ -212,6 +213,11 @@ def register_parametrization(module: Any, tensor_name: str, parametrization: Mod
     >>> bool((w == w.transpose(0, 1)).all())
     True
     """
+    for what, value in (("module", module), ("parametrization", parametrization)):
+        if not isinstance(value, Module):
+            raise DTypeError(
+                f"register_parametrization: {what} must be an nn.Module, got {type(value).__name__}"
+            )
     parametrization.train(module.training)
     if is_parametrized(module, tensor_name):
         if not unsafe:
@@ -272,3 +278,11 @@ def remove_parametrizations(module: Any, tensor_name: str, leave_parametrized: b
         del module._modules["parametrizations"]
         module.__class__ = type(module).__bases__[0]
     return module
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+# register_parametrization runs the user's parametrization: its exceptions pass unchanged.
+_guard_namespace(
+    globals(), ["is_parametrized", "remove_parametrizations", "type_before_parametrizations"]
+)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import InvalidArgumentError, ShapeError
+from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, stack
 from ..functional import pad
 from ..functional.rnn_packed import (
@@ -96,3 +97,8 @@ def unpad_sequence(
             f"unpad_sequence: {len(lengths)} lengths for a batch of {padded_sequences.shape[0]}"
         )
     return [padded_sequences[i].narrow(0, 0, int(n)) for i, n in enumerate(lengths)]
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+_guard_namespace(globals(), __all__)

@@ -7,6 +7,7 @@
 [(4,), (4,), (2,)]
 """
 
+from ...errors import guard_namespace as _guard_namespace
 from . import dataloader, dataset, distributed, sampler
 from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from .dataset import (
@@ -54,3 +55,8 @@ __all__ = [
     "random_split",
     "sampler",
 ]
+
+
+# Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
+# the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+_guard_namespace(globals(), __all__)

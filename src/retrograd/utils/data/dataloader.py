@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ...tensor import Tensor, as_tensor, stack, tensor
 from ...tensor.internal import checked_generator
 from .dataset import IterableDataset
@@ -32,6 +32,12 @@ def default_collate(batch: list[Any]) -> Any:
     field (a tuple gives a list, as torch's)."""
     elem = batch[0]
     if isinstance(elem, Tensor):
+        shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
+        if len(shapes) > 1:
+            raise ShapeError(
+                f"default_collate: stack expects each tensor to be equal size, got "
+                f"{', '.join(shape_text(s) for s in sorted(shapes))}"
+            )
         return stack(batch, 0)
     if isinstance(elem, np.ndarray):
         if elem.dtype.kind in "SUO":
@@ -171,18 +177,22 @@ class DataLoader:
                     "batch_sampler options"
                 )
         if sampler is not None and shuffle:
-            raise InvalidArgumentError("sampler option is mutually exclusive with shuffle")
+            raise InvalidArgumentError(
+                "DataLoader: sampler option is mutually exclusive with shuffle"
+            )
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise InvalidArgumentError(
-                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "DataLoader: batch_sampler option is mutually exclusive with batch_size, "
+                    "shuffle, "
                     "sampler, and drop_last"
                 )
             batch_size = None
             drop_last = False
         elif batch_size is None and drop_last:
             raise InvalidArgumentError(
-                "batch_size=None option disables auto-batching and is mutually exclusive "
+                "DataLoader: batch_size=None option disables auto-batching and is mutually "
+                "exclusive "
                 "with drop_last"
             )
         if sampler is None and not self._iterable:
@@ -190,6 +200,13 @@ class DataLoader:
                 RandomSampler(dataset, generator=generator)
                 if shuffle
                 else SequentialSampler(dataset)
+            )
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0
+        ):
+            raise InvalidArgumentError(
+                f"DataLoader: batch_size should be a positive integer value, but got "
+                f"batch_size={batch_size!r}"
             )
         if batch_size is not None and batch_sampler is None and not self._iterable:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)

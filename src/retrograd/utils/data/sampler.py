@@ -55,10 +55,13 @@ class RandomSampler(Sampler):
         self.replacement = replacement
         self._num_samples = num_samples
         if not isinstance(replacement, bool):
-            raise InvalidArgumentError(f"replacement should be a boolean, got {replacement!r}")
+            raise InvalidArgumentError(
+                f"RandomSampler: replacement should be a boolean, got {replacement!r}"
+            )
         if self.num_samples <= 0:
             raise InvalidArgumentError(
-                f"num_samples should be a positive integer value, got {self.num_samples}"
+                f"RandomSampler: num_samples should be a positive integer value, got "
+                f"{self.num_samples}"
             )
 
     @property
@@ -117,7 +120,8 @@ class BatchSampler(Sampler):
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise InvalidArgumentError(
-                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
+                f"BatchSampler: batch_size should be a positive integer value, but got "
+                f"batch_size={batch_size!r}"
             )
         self.sampler = sampler
         self.batch_size = batch_size
