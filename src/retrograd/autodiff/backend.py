@@ -278,6 +278,11 @@ class Autodiff(Backend):
     def grad(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.get(x.node.id)
 
+    def grad_key(self, x: AutodiffPrimitive) -> int | None:
+        """The key of ``x``'s gradient in a ``Gradients`` (``grads.replace(key, value)``),
+        kept where holding ``x`` itself would keep its value alive."""
+        return None if x.node is None else x.node.id
+
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.remove(x.node.id)
 

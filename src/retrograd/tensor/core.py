@@ -576,9 +576,21 @@ class Tensor(
         return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
 
     def grad(self, grads: Any) -> Tensor | None:
-        """This tensor's gradient in ``grads``, on the inner backend, or ``None``."""
-        value = self._autodiff("grad").grad(self._prim, _gradients("grad", grads))
-        return None if value is None else Tensor(value, grads.backend, self._device)
+        """This tensor's gradient in ``grads``, on the inner backend, or ``None``.
+
+        As torch's ``p.grad`` is the gradient itself, an in-place write into the tensor
+        returned (``p.grad(grads).data.clamp_(-c, c)``, ``.mul_(s)``, ``[mask] = 0``, through
+        its views too) writes the new value into ``grads``, where an optimizer step then reads
+        it."""
+        backend = self._autodiff("grad")
+        value = backend.grad(self._prim, _gradients("grad", grads))
+        if value is None:
+            return None
+        out = Tensor(value, grads.backend, self._device)
+        # read by views.write at the root; the key, not the leaf: holding the parameter's
+        # value would stop an optimizer step from updating it in place (sole_reference)
+        out._grad_sink = (grads, backend.grad_key(self._prim))
+        return out
 
     def grad_remove(self, grads: Any) -> Tensor | None:
         """Remove this tensor's gradient from ``grads`` and return it."""

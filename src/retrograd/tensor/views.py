@@ -202,6 +202,10 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
                 "change; write to a clone(), or compute the new value out of place"
             )
     t._prim = prim
+    sink = t.__dict__.get("_grad_sink") if hasattr(t, "__dict__") else None
+    if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
+        grads, key = sink
+        grads.replace(key, prim)
 
 
 def refresh(t: Any) -> None:
