@@ -531,9 +531,9 @@ for _op in OPS.values():
         continue
     if not _op.differentiable:
         _method = _untracked_method(_op)
-    elif len(_op.inputs) == 1:
+    elif len(_op.inputs) == 1 and _op.forward is None:
         _method = _unary_method(_op)
-    elif len(_op.inputs) == 2:
+    elif len(_op.inputs) == 2 and _op.forward is None:  # a ``forward=`` runs in the general one
         _method = _binary_method(_op)
     else:
         _method = _general_method(_op)
