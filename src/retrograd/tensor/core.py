@@ -556,14 +556,20 @@ class Tensor(
         *,
         retain_graph: bool = False,
         create_graph: bool = False,
+        gradient: Tensor | None = None,
     ) -> Any:
         """Backpropagate from this tensor and return the :class:`~retrograd.Gradients`.
 
-        ``grad`` seeds the backward (ones of this tensor's shape by default). The part of the
-        graph walked is consumed unless ``retain_graph``; ``create_graph`` records the backward
-        itself, so gradients are tracked tensors that can be differentiated again.
+        ``grad`` (torch's keyword: ``gradient``) seeds the backward (ones of this tensor's
+        shape by default). The part of the graph walked is consumed unless ``retain_graph``;
+        ``create_graph`` records the backward itself, so gradients are tracked tensors that can
+        be differentiated again.
         """
         backend = self._autodiff("backward")
+        if gradient is not None:
+            if grad is not None:
+                raise InvalidArgumentError("backward: got the seed twice (grad and gradient=)")
+            grad = gradient
         seed = None
         if grad is not None:
             grad = lift(self, grad, "backward")
