@@ -267,10 +267,12 @@ class Autodiff(Backend):
             return AutodiffPrimitive(x.value, Node.leaf())
         return AutodiffPrimitive(x.value, None)
 
-    def retain_grad(self, x: AutodiffPrimitive) -> None:
+    def retain_grad(self, x: AutodiffPrimitive, retain: bool = True) -> None:
+        """Keep ``x``'s gradient in what backward returns (``retain=False``: stop keeping
+        it, as ``autograd.grad`` does after a backward it kept it for)."""
         if x.node is None:
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
-        x.node.retain = True
+        x.node.retain = retain
 
     def backward(self, x, seed=None, retain_graph=False, create_graph=False, device=None):
         return runtime.backward(self, x, seed, retain_graph, create_graph, device)
