@@ -1,20 +1,21 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
-- MAML on sine regression (the common from-scratch form, and with ``torch.func.functional_call``):
+- MAML on sine regression (the from-scratch form, and with ``torch.func.functional_call``):
   an ``nn.Sequential`` of an ``OrderedDict``, an ``argforward`` over a list of weights,
   two inner steps of ``torch.autograd.grad(loss, weights, create_graph=True)`` with fast
   weights ``w - inner_lr * g`` (from the second step on, tensors of the graph, not leaves),
   ``OrderedDict(model.named_parameters())`` rebuilt from ``zip(fast.items(), grads)``, the
-  meta loss summed from ``0`` over tasks, and Adam on the meta-gradients (second order).
+  meta loss summed from ``0`` over tasks, and Adam on the meta-gradients; second order and
+  first order (``create_graph=False``).
 
-The defect found: ``autograd.grad`` took gradients with respect to leaves (and
+The defects found: ``autograd.grad`` took gradients with respect to leaves (and
 ``retain_grad()`` tensors) only; torch takes any tensor of the graph, so the second inner step
-failed. It now keeps the gradients of the non-leaf inputs for that backward.
-
-Not fixed: first-order MAML (``create_graph=False``) still fails at the meta backward:
-``autograd.grad`` walks (and frees) the graph below the fast weights down to the leaves, where
-torch stops at the inputs it is asked for.
+failed. And it walked (and, without ``retain_graph``, consumed) the whole graph below its
+inputs, down to the leaves, where torch's engine stops at the inputs: first-order MAML
+(``create_graph=False``) then found the fast weights' graph consumed at the meta backward.
+The backward now walks toward the inputs only (``Tensor.backward(inputs=)``, torch's keyword),
+and keeps the gradients of non-leaf inputs for that backward.
 """
 
 from __future__ import annotations
@@ -104,12 +105,13 @@ MAML_STEP = [
 ]
 
 
+@pytest.mark.parametrize("first_order", [False, True])
 @pytest.mark.parametrize("use_functional_call", [True, False])
-def test_second_order_maml_matches_torch(use_functional_call):
+def test_maml_matches_torch(use_functional_call, first_order):
     theirs, ours = both(MAML_SOURCE, MAML_STEP)
     torch.manual_seed(0)
-    initial, expected = theirs["main"](None, False, use_functional_call)
-    _, got = ours["main"](initial, False, use_functional_call)
+    initial, expected = theirs["main"](None, first_order, use_functional_call)
+    _, got = ours["main"](initial, first_order, use_functional_call)
     assert_records_agree(got, expected, rtol=1e-9, atol=1e-11)
 
 
@@ -123,3 +125,39 @@ def test_autograd_grad_with_respect_to_a_tensor_of_the_graph_as_torch_s():
         again = lib.autograd.grad((g_fast * g_w).sum(), w)[0]
         results.append((g_fast.tolist(), g_w.tolist(), again.tolist(), fast.retains_grad))
     assert results[1] == results[0]
+
+
+def test_backward_toward_some_inputs_gives_only_theirs_as_torch_s():
+    """torch's ``inputs=``: the gradients of those tensors (a leaf or not), none for the rest."""
+    results = []
+    for lib in (torch, rg):
+        w = lib.tensor([0.5, -0.25], dtype=lib.float64, requires_grad=True)
+        v = lib.tensor([2.0, 1.0], dtype=lib.float64, requires_grad=True)
+        hidden = (w * 3.0).exp()
+        loss = (hidden * hidden * v).sum()
+        if lib is torch:
+            loss.backward(inputs=[hidden, v])
+            results.append((hidden.grad.tolist(), v.grad.tolist(), w.grad is None))
+        else:
+            grads = loss.backward(inputs=[hidden, v])
+            results.append(
+                (hidden.grad(grads).tolist(), v.grad(grads).tolist(), w.grad(grads) is None)
+            )
+    assert results[1] == results[0]
+    assert results[0][2]
+
+
+@pytest.mark.parametrize("first_order", [False, True])
+@pytest.mark.parametrize("strategy", ["balanced", "budget"])
+def test_maml_under_recomputing_checkpointing_strategies(strategy, first_order):
+    """The backward toward the fast weights reads (and may recompute) only what its steps
+    need; the values below them stay for the meta backward under every strategy."""
+    theirs, ours = both(MAML_SOURCE, MAML_STEP)
+    torch.manual_seed(0)
+    initial, expected = theirs["main"](None, first_order, True, steps=2)
+    checkpointing = (
+        rg.BalancedCheckpointing() if strategy == "balanced" else rg.BudgetCheckpointing("1KB")
+    )
+    with rg.use_backend(rg.Autodiff(rg.current_backend().inner, checkpointing=checkpointing)):
+        _, got = ours["main"](initial, first_order, True, steps=2)
+    assert_records_agree(got, expected, rtol=1e-9, atol=1e-11)

@@ -274,8 +274,15 @@ class Autodiff(Backend):
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
         x.node.retain = retain
 
-    def backward(self, x, seed=None, retain_graph=False, create_graph=False, device=None):
-        return runtime.backward(self, x, seed, retain_graph, create_graph, device)
+    def backward(
+        self, x, seed=None, retain_graph=False, create_graph=False, device=None, inputs=None
+    ):
+        """``inputs``: primitives whose gradients alone are wanted (torch's ``inputs=``): the
+        backward walks only toward them and consumes nothing else."""
+        stop = None
+        if inputs is not None:
+            stop = frozenset(p.node.id for p in inputs if p.node is not None)
+        return runtime.backward(self, x, seed, retain_graph, create_graph, device, stop)
 
     def grad(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.get(x.node.id)

@@ -52,7 +52,10 @@ def grad(
     for x in kept:
         x._backend.retain_grad(x._prim)
     try:
-        grads = total.backward(retain_graph=retain, create_graph=create_graph)
+        # toward the inputs only, as torch's engine: the graph below them is neither walked
+        # nor consumed (first-order MAML differentiates through it again later)
+        wanted = [x for x in ins if x.requires_grad]
+        grads = total.backward(retain_graph=retain, create_graph=create_graph, inputs=wanted)
     finally:
         for x in kept:
             x._backend.retain_grad(x._prim, False)

@@ -557,13 +557,15 @@ class Tensor(
         retain_graph: bool = False,
         create_graph: bool = False,
         gradient: Tensor | None = None,
+        inputs: Any = None,
     ) -> Any:
         """Backpropagate from this tensor and return the :class:`~retrograd.Gradients`.
 
         ``grad`` (torch's keyword: ``gradient``) seeds the backward (ones of this tensor's
         shape by default). The part of the graph walked is consumed unless ``retain_graph``;
         ``create_graph`` records the backward itself, so gradients are tracked tensors that can
-        be differentiated again.
+        be differentiated again. ``inputs`` (torch's): the tensors whose gradients are wanted;
+        the backward walks only toward them and leaves the rest of the graph unconsumed.
         """
         backend = self._autodiff("backward")
         if gradient is not None:
@@ -579,7 +581,13 @@ class Tensor(
                     f"{shape_text(self.shape)}"
                 )
             seed = backend.inner_value(grad.cast(self.dtype)._prim)
-        return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
+        if inputs is None:
+            return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
+        wanted = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        prims = [t._prim for t in wanted if isinstance(t, Tensor) and t._backend is backend]
+        return backend.backward(
+            self._prim, seed, retain_graph, create_graph, self._device, inputs=prims
+        )
 
     def grad(self, grads: Any) -> Tensor | None:
         """This tensor's gradient in ``grads``, on the inner backend, or ``None``.
