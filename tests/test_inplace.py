@@ -256,9 +256,24 @@ def test_data_writes_reach_the_parameter_and_record_nothing():
     assert p.shape == (4,) and p.is_require_grad()
     values = p.data
     assert not values.requires_grad and values.tolist() == [1.0] * 4
-    hidden = rg.tensor([1.0]).require_grad() * 2.0
-    with pytest.raises(rg.AutodiffError, match=r"through \.data or detach"):
+
+
+def test_a_data_write_into_a_computed_tensor_keeps_it_in_its_graph_as_torch_does():
+    """torch lets ``.data`` (and ``detach()``) write into a tensor computed in the graph: the
+    values change and later uses still send their gradient back through it (TCN initializes
+    its weight-normed convolutions so: ``conv.weight.data.normal_(0, 0.01)``)."""
+    results = []
+    for lib in (torch, rg):
+        leaf = lib.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        hidden = leaf * 2.0
         hidden.data.add_(1.0)
+        hidden.detach()[0] = 10.0
+        hidden.data[2] = float("inf")  # an infinite value, then overwritten: no NaN left
+        hidden.data.clamp_(max=100.0)
+        loss = (hidden * hidden).sum()
+        grad = lib.autograd.grad(loss, leaf)[0]
+        results.append((hidden.tolist(), grad.tolist()))
+    assert results[1] == results[0] == ([10.0, -3.0, 100.0], [40.0, -12.0, 400.0])
 
 
 def test_the_pieces_of_split_and_unbind_alias_their_source():

@@ -203,6 +203,38 @@ def argument_error(op: str, error: BaseException, args: Sequence[Any], kwargs: d
     return kind(f"{op}: {what} ({', '.join(given)}): {text or type(error).__name__}")
 
 
+#: torch's arg parser takes NumPy's names for two parameters of every native function:
+#: ``axis`` for ``dim`` and ``keepdims`` for ``keepdim`` (``torch.cumprod(a, axis=0)``,
+#: ``x.sum(axis=1, keepdims=True)``)
+_NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
+
+
+def _numpy_aliases(function: Callable[..., Any]) -> tuple[tuple[str, str], ...]:
+    """The NumPy names ``function`` takes for its parameters (those it has, under torch's
+    name and not under NumPy's)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        (alias, name)
+        for alias, name in _NUMPY_NAMES
+        if name in parameters and alias not in parameters
+    )
+
+
+def _renamed(op: str, function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the NumPy names ``function`` takes renamed to torch's (read from its
+    signature only when a NumPy name is given: nothing is paid at import or per call)."""
+    kwargs = dict(kwargs)
+    for alias, name in _numpy_aliases(function):
+        if alias in kwargs:
+            if name in kwargs:
+                raise DTypeError(f"{op}: got {name} twice (as {name}= and as {alias}=)")
+            kwargs[name] = kwargs.pop(alias)
+    return kwargs
+
+
 def guard(
     op: str,
     function: Callable[..., Any],
@@ -231,6 +263,8 @@ def guard(
             if args:
                 raise DTypeError(f"{op}: got the {first_name} twice (by position and by name)")
             args = (kwargs.pop(first_name),)
+        if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
+            kwargs = _renamed(op, function, kwargs)
         try:
             return function(*args, **kwargs)
         except RetrogradError as error:

@@ -11,6 +11,9 @@
 - ``set_printoptions`` sets how tensors print (torch's keywords and profiles;
   :mod:`retrograd.tensor.printing`).
 - Every computation here is deterministic, so ``use_deterministic_algorithms(True)`` holds.
+- ``set_float32_matmul_precision("high")`` (nanoGPT's first line on a GPU) is recorded and
+  checked as torch checks it; float32 products are computed in float32 always (no TF32), the
+  ``"highest"`` of torch.
 - ``set_default_dtype(rg.float64)`` makes float64 the dtype of every new floating tensor made
   without a dtype, as ``torch.set_default_dtype``: Python floats and lists of them, the
   creation functions (``zeros``, ``rand``, ``arange`` with a float, ``linspace``...), nn
@@ -49,11 +52,13 @@ __all__ = [
     "can_cast",
     "compile",
     "get_default_dtype",
+    "get_float32_matmul_precision",
     "get_num_threads",
     "get_printoptions",
     "promote_types",
     "result_type",
     "set_default_dtype",
+    "set_float32_matmul_precision",
     "set_num_threads",
     "set_printoptions",
     "use_deterministic_algorithms",
@@ -126,6 +131,24 @@ def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None
 
 def are_deterministic_algorithms_enabled() -> bool:
     return _DETERMINISTIC[0]
+
+
+_MATMUL_PRECISION = ["highest"]
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Recorded (``"highest"``, ``"high"`` or ``"medium"``, as torch accepts); the float32
+    products are computed in float32 whatever it says."""
+    if precision not in ("highest", "high", "medium"):
+        raise InvalidArgumentError(
+            "set_float32_matmul_precision: expected 'highest', 'high' or 'medium', got "
+            f"{precision!r}"
+        )
+    _MATMUL_PRECISION[0] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    return _MATMUL_PRECISION[0]
 
 
 def get_default_dtype() -> Any:

@@ -267,16 +267,30 @@ class Autodiff(Backend):
             return AutodiffPrimitive(x.value, Node.leaf())
         return AutodiffPrimitive(x.value, None)
 
-    def retain_grad(self, x: AutodiffPrimitive) -> None:
+    def retain_grad(self, x: AutodiffPrimitive, retain: bool = True) -> None:
+        """Keep ``x``'s gradient in what backward returns (``retain=False``: stop keeping
+        it, as ``autograd.grad`` does after a backward it kept it for)."""
         if x.node is None:
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
-        x.node.retain = True
+        x.node.retain = retain
 
-    def backward(self, x, seed=None, retain_graph=False, create_graph=False, device=None):
-        return runtime.backward(self, x, seed, retain_graph, create_graph, device)
+    def backward(
+        self, x, seed=None, retain_graph=False, create_graph=False, device=None, inputs=None
+    ):
+        """``inputs``: primitives whose gradients alone are wanted (torch's ``inputs=``): the
+        backward walks only toward them and consumes nothing else."""
+        stop = None
+        if inputs is not None:
+            stop = frozenset(p.node.id for p in inputs if p.node is not None)
+        return runtime.backward(self, x, seed, retain_graph, create_graph, device, stop)
 
     def grad(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.get(x.node.id)
+
+    def grad_key(self, x: AutodiffPrimitive) -> int | None:
+        """The key of ``x``'s gradient in a ``Gradients`` (``grads.replace(key, value)``),
+        kept where holding ``x`` itself would keep its value alive."""
+        return None if x.node is None else x.node.id
 
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.remove(x.node.id)
@@ -526,9 +540,9 @@ for _op in OPS.values():
         continue
     if not _op.differentiable:
         _method = _untracked_method(_op)
-    elif len(_op.inputs) == 1:
+    elif len(_op.inputs) == 1 and _op.forward is None:
         _method = _unary_method(_op)
-    elif len(_op.inputs) == 2:
+    elif len(_op.inputs) == 2 and _op.forward is None:  # a ``forward=`` runs in the general one
         _method = _binary_method(_op)
     else:
         _method = _general_method(_op)

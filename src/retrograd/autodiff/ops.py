@@ -503,6 +503,9 @@ def _matmul_y_vjp(B, g, x):
 
 # -- elementwise binary ------------------------------------------------------------------------
 binary("add", lambda B, g: g, lambda B, g: g)
+# torch's write through ``.data`` into a tensor computed in the graph: the written values ``y``
+# (untracked), the gradient passing whole to the tensor written into (tensor/views.py)
+binary("data_write", lambda B, g: g, None, forward=lambda B, x, y: y, broadcast=False)
 binary("sub", lambda B, g: g, lambda B, g: B.neg(g))
 binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
 binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))

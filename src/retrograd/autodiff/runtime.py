@@ -40,9 +40,12 @@ class Tape:
     (a stable sort by depth, so nodes of one depth keep the order the walk found them in).
     """
 
-    __slots__ = ("children", "nodes", "steps")
+    __slots__ = ("children", "lookup", "nodes", "run", "skipped", "steps")
 
-    def __init__(self, root: Node):
+    def __init__(self, root: Node, stop: frozenset[int] | None = None):
+        if stop is not None:
+            self._toward(root, stop)
+            return
         nodes = {root.id: root}
         children: dict[int, int] = {}
         walked = []
@@ -66,9 +69,53 @@ class Tape:
                         nodes[parent_id] = parent
                         stack.append(parent)
         walked.sort(key=_depth, reverse=True)
-        self.steps = walked
-        self.nodes = nodes
+        self.steps = self.run = walked
+        self.nodes = self.lookup = nodes
         self.children = children
+        self.skipped = ()
+
+    def _toward(self, root: Node, stop: frozenset[int]) -> None:
+        """The steps a backward needs for the gradients of the nodes ``stop`` only (torch's
+        ``inputs=``): a node runs when one of them lies below it. Nothing else is walked
+        through or consumed, so the graph below the inputs stays for a later backward (MAML's
+        fast weights, differentiated first order, then through by the meta loss)."""
+        reached = {root.id: root}
+        stack = [root]
+        while stack:
+            for parent in stack.pop().parents:
+                if parent is not None and parent.id not in reached:
+                    reached[parent.id] = parent
+                    stack.append(parent)
+        needed: set[int] = set()
+        for node in sorted(reached.values(), key=_depth):  # parents before their children
+            if any(p is not None and (p.id in stop or p.id in needed) for p in node.parents):
+                needed.add(node.id)
+        steps = [node for node in reached.values() if node.id in needed]
+        for node in steps:
+            if node.consumed:
+                raise AutodiffError(
+                    f"backward: the graph through {node.describe()} was consumed by an earlier "
+                    "backward(), which frees what it walks; call that earlier backward with "
+                    "retain_graph=True to backpropagate through the same graph again"
+                )
+        steps.sort(key=_depth, reverse=True)
+        children: dict[int, int] = {}
+        for node in steps:
+            for parent in node.parents:
+                if parent is not None and (parent.id in stop or parent.id in needed):
+                    children[parent.id] = children.get(parent.id, 0) + 1
+        self.run = steps
+        self.children = children
+        #: every node reached, by id: what the checkpointer sees (a value a step reads may
+        #: be recomputed from below the inputs) and where create_graph's rules find the node
+        #: of a saved value (a weight below an op run stays tracked for a second backward)
+        self.nodes = self.lookup = reached
+        #: the recorded nodes reached but not run: their reads are drained after the run,
+        #: nothing consumed; ``steps`` lists them last (a checkpointer plans reads in order)
+        skipped = [n for n in reached.values() if n.op is not None and n.id not in needed]
+        skipped.sort(key=_depth, reverse=True)
+        self.skipped = skipped
+        self.steps = steps + skipped
 
 
 def backward(
@@ -78,8 +125,10 @@ def backward(
     retain_graph: bool = False,
     create_graph: bool = False,
     device: Any = None,
+    stop: frozenset[int] | None = None,
 ) -> Gradients:
-    """Backpropagate from ``root`` on the autodiff ``backend``; see ``Tensor.backward``."""
+    """Backpropagate from ``root`` on the autodiff ``backend``; see ``Tensor.backward``.
+    ``stop``: the node ids whose gradients are wanted, walking no further (``inputs=``)."""
     root_node = root.node
     if root_node is None:
         raise AutodiffError(
@@ -88,8 +137,11 @@ def backward(
         )
     retain = retain_graph or create_graph
     inner = backend.inner
-    tape = Tape(root_node)
-    checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=not retain)
+    tape = Tape(root_node, stop)
+    # toward some inputs only: the graph's records keep their values (a later backward may
+    # walk the part below the inputs); the nodes run are released below as usual
+    consume = not retain and stop is None
+    checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -101,13 +153,16 @@ def backward(
         seed = inner.ones_like(root.value)
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
-    nodes = tape.nodes if create_graph else None
-    for node in tape.steps:
+    nodes = tape.lookup if create_graph else None
+    for node in tape.run:
         if node.op is not None:
             _step(node, rules_backend, grads, checkpointer, nodes)
             if not retain:
                 _release(node)
 
+    for node in tape.skipped:  # the reads a skipped step would have made
+        for key in node.saved.keys:
+            checkpointer.retrieve(key)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:

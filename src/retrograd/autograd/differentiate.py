@@ -45,7 +45,20 @@ def grad(
     ins = _tensors("autograd.grad", "inputs", inputs)
     total = _weighted_total("autograd.grad", outputs, grad_outputs, create_graph)
     retain = create_graph if retain_graph is None else retain_graph
-    grads = total.backward(retain_graph=retain, create_graph=create_graph)
+    # torch differentiates with respect to any tensor of the graph, not only leaves (MAML's
+    # fast weights ``w - lr * g`` after the first inner step): their gradients are kept for
+    # this backward only
+    kept = [x for x in ins if x.requires_grad and not x.is_leaf and not x.retains_grad]
+    for x in kept:
+        x._backend.retain_grad(x._prim)
+    try:
+        # toward the inputs only, as torch's engine: the graph below them is neither walked
+        # nor consumed (first-order MAML differentiates through it again later)
+        wanted = [x for x in ins if x.requires_grad]
+        grads = total.backward(retain_graph=retain, create_graph=create_graph, inputs=wanted)
+    finally:
+        for x in kept:
+            x._backend.retain_grad(x._prim, False)
     results: list[Tensor | None] = []
     for x in ins:
         g = x.grad(grads)
@@ -55,8 +68,8 @@ def grad(
             if not allow_unused and not materialize_grads:
                 raise AutodiffError(
                     "autograd.grad: one of the differentiated tensors appears to not have been "
-                    "used in the graph (or is not a leaf requiring grad, nor retain_grad()); "
-                    "set allow_unused=True if this is the desired behavior"
+                    "used in the graph (or does not require grad); set allow_unused=True if "
+                    "this is the desired behavior"
                 )
             if materialize_grads:
                 from ..tensor import zeros_like

@@ -161,6 +161,12 @@ def _fans(t: Tensor, op: str) -> tuple[int, int]:
     return t.shape[1] * receptive, t.shape[0] * receptive
 
 
+def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
+    """torch's private helper, which layers written after ``nn.Linear`` call in their
+    ``reset_parameters`` (``fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)``)."""
+    return _fans(tensor, "_calculate_fan_in_and_fan_out")
+
+
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     """U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio)."""
     fan_in, fan_out = _fans(tensor, "xavier_uniform_")

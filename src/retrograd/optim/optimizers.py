@@ -298,12 +298,18 @@ class Optimizer:
             )
         for group in self.param_groups:
             for parameter in group["params"]:
-                grad = parameter.grad(grads)
-                if grad is None:
+                given = parameter.grad(grads)
+                if given is None:
                     continue
+                grad = given
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
                 self.step_parameter(parameter, grad, group)
+                # The step made the parameter a fresh leaf; ``grads`` keeps its gradient under
+                # that leaf too, as torch keeps ``p.grad`` across a step: a second optimizer
+                # over the same parameter (the chatbot tutorial's shared embedding), a clip or
+                # a log of the gradients after the step still find it.
+                parameter.grad_replace(grads, given)
 
     def step_parameter(self, parameter: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         """One parameter's share of :meth:`step`: ``grad`` (a tensor of the inner backend)

@@ -561,12 +561,11 @@ class Tensor(
     ) -> Any:
         """Backpropagate from this tensor and return the :class:`~retrograd.Gradients`.
 
-        ``grad`` seeds the backward (ones of this tensor's shape by default). The part of the
-        graph walked is consumed unless ``retain_graph``; ``create_graph`` records the backward
-        itself, so gradients are tracked tensors that can be differentiated again.
-        torch's keywords are taken too: ``gradient`` (``grad``'s name there) and ``inputs``
-        (torch accumulates only into these; here the returned gradients hold theirs as they
-        are, so it is checked and otherwise changes nothing, as in ``autograd.backward``).
+        ``grad`` (torch's keyword: ``gradient``) seeds the backward (ones of this tensor's
+        shape by default). The part of the graph walked is consumed unless ``retain_graph``;
+        ``create_graph`` records the backward itself, so gradients are tracked tensors that can
+        be differentiated again. ``inputs`` (torch's): the tensors whose gradients are wanted;
+        the backward walks only toward them and leaves the rest of the graph unconsumed.
         """
         if gradient is not None:
             if grad is not None:
@@ -582,6 +581,8 @@ class Tensor(
                 raise DTypeError(
                     f"backward: inputs must be a tensor or a sequence of tensors, got {inputs!r}"
                 )
+        if retain_graph is None:  # torch's default: kept when the backward is recorded
+            retain_graph = create_graph
         backend = self._autodiff("backward")
         seed = None
         if grad is not None:
@@ -592,12 +593,30 @@ class Tensor(
                     f"{shape_text(self.shape)}"
                 )
             seed = backend.inner_value(grad.cast(self.dtype)._prim)
-        return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
+        if inputs is None:
+            return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
+        wanted = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        prims = [t._prim for t in wanted if isinstance(t, Tensor) and t._backend is backend]
+        return backend.backward(
+            self._prim, seed, retain_graph, create_graph, self._device, inputs=prims
+        )
 
     def grad(self, grads: Any) -> Tensor | None:
-        """This tensor's gradient in ``grads``, on the inner backend, or ``None``."""
-        value = self._autodiff("grad").grad(self._prim, _gradients("grad", grads))
-        return None if value is None else Tensor(value, grads.backend, self._device)
+        """This tensor's gradient in ``grads``, on the inner backend, or ``None``.
+
+        As torch's ``p.grad`` is the gradient itself, an in-place write into the tensor
+        returned (``p.grad(grads).data.clamp_(-c, c)``, ``.mul_(s)``, ``[mask] = 0``, through
+        its views too) writes the new value into ``grads``, where an optimizer step then reads
+        it."""
+        backend = self._autodiff("grad")
+        value = backend.grad(self._prim, _gradients("grad", grads))
+        if value is None:
+            return None
+        out = Tensor(value, grads.backend, self._device)
+        # read by views.write at the root; the key, not the leaf: holding the parameter's
+        # value would stop an optimizer step from updating it in place (sole_reference)
+        out._grad_sink = (grads, backend.grad_key(self._prim))
+        return out
 
     def grad_remove(self, grads: Any) -> Tensor | None:
         """Remove this tensor's gradient from ``grads`` and return it."""

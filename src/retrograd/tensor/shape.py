@@ -198,7 +198,9 @@ class ShapeMixin:
         normalized = tuple(normalize_dim("flip", d, ndim) for d in _dims_arg(dims))
         if len(set(normalized)) != len(normalized):
             raise ShapeError(f"flip: dimensions {list(dims)} repeat")
-        return self._apply("flip", (self,), (normalized,)) if normalized else self
+        # torch's flip always copies, even over no dimension: a later in-place write into the
+        # result must leave this tensor alone
+        return self._apply("flip", (self,), (normalized,)) if normalized else self.clone()
 
     def expand(self, *sizes: Any, size: Any = None) -> Any:
         """Broadcast to ``sizes`` (-1 keeps a dimension; torch's keyword is ``size``), without
@@ -296,7 +298,9 @@ class ShapeMixin:
             k = int(shift) % size
             if k:
                 out = cat([out.narrow(d, size - k, k), out.narrow(d, 0, size - k)], d)
-        return out
+        # torch's roll always copies, a whole-turn shift too: makemore's MLP writes into
+        # ``torch.roll(idx, 1, 1)`` of a one-column ``idx`` and expects ``idx`` untouched
+        return out.clone() if out is self else out
 
     def squeeze_dim(self, dim: int) -> Any:
         """Remove dimension ``dim``, which must have size 1."""

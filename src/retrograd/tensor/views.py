@@ -14,9 +14,10 @@ for each tensor made by a view op (``view``/``reshape`` where torch views, ``tra
 - after a tensor is updated, every live view of it (and their views) is recomputed from it.
 
 Writes through ``.data`` or ``detach()`` are outside the graph: computed without recording and
-given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``). A write that cannot alias as
-torch's would (an expanded or overlapping-window view: one element in several places) is
-refused with an error that says so, as torch refuses it.
+given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor computed in the
+graph through the op ``data_write``, which keeps it there as torch's ``.data`` write does. A
+write that cannot alias as torch's would (an expanded or overlapping-window view: one element
+in several places) is refused with an error that says so, as torch refuses it.
 
 Strides are modelled, lazily, only to decide what torch decides with them: whether
 ``reshape``/``view``/``flatten`` of a view is a view (:func:`view_strides`, torch's
@@ -32,7 +33,7 @@ from weakref import ref
 import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
-from ..errors import AutodiffError, ShapeError, shape_text
+from ..errors import ShapeError, shape_text
 from ._dispatch import from_host, lift
 
 __all__ = [
@@ -196,12 +197,23 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
                 else backend.require_grad(prim)
             )
         elif outside and backend.is_tracked(old):
-            raise AutodiffError(
-                f"{op}: an in-place write through .data or detach() to a tensor computed in "
-                "the graph (not a leaf) is not supported: its backward would not see the "
-                "change; write to a clone(), or compute the new value out of place"
-            )
+            prim = _through_data(t, old, value)
     t._prim = prim
+    sink = t.__dict__.get("_grad_sink") if hasattr(t, "__dict__") else None
+    if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
+        grads, key = sink
+        grads.replace(key, prim)
+
+
+def _through_data(t: Any, old: Any, value: Any) -> Any:
+    """The primitive a tensor computed in the graph holds after a write through ``.data``:
+    torch's ``.data`` write changes the values and leaves the tensor in its graph, so later
+    uses still send their gradient back through it (TCN initializes its weight-normed
+    convolutions so: ``conv.weight.data.normal_()``, recomputed at the next forward anyway).
+    The op table's ``data_write``: the new values, the gradient passing whole to the old."""
+    backend = t._backend
+    with enable_grad():
+        return backend.data_write(old, backend.detach(value._prim))
 
 
 def refresh(t: Any) -> None:

@@ -172,7 +172,7 @@ def pad(
             f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
             f"{x.ndim} dimensions of the input of shape {shape_text(x.shape)}"
         )
-    out = x
+    out, copied = x, False
     for pair in range(len(amounts) // 2):
         dim = x.ndim - 1 - pair
         left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
@@ -195,6 +195,7 @@ def pad(
                 shape = out.shape[:dim] + (amount,) + out.shape[dim + 1 :]
                 parts.append(full(shape, value, out.dtype, out.backend, out.device))
             out = cat([parts[0], out, parts[1]], dim)
+            copied = True
             continue
         kept = out.shape[dim]
         limit = kept - 1 if mode == "reflect" else (kept if mode == "circular" else None)
@@ -205,7 +206,10 @@ def pad(
             )
         indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode=_PAD_MODES[mode])
         out = out.select(dim, indices)
-    return out
+        copied = True
+    # torch's pad always returns a new tensor: zero pads or crops alone (views of ``x``) are
+    # copied, so a later in-place write into the result leaves ``x`` alone
+    return out if copied else out.clone()
 
 
 def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:

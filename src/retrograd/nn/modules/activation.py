@@ -12,7 +12,7 @@ from ...tensor import Tensor, full
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .attention import MultiheadAttention
-from .module import Module
+from .module import Module, _refill
 
 __all__ = [
     "CELU",
@@ -279,6 +279,10 @@ class PReLU(Module):
         self.num_parameters = num_parameters
         self.init = init
         self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype, device=device))
+
+    def reset_parameters(self) -> None:
+        """The slopes set to ``init`` again, in place."""
+        _refill(self.weight, float(self.init))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.prelu(x, self.weight)

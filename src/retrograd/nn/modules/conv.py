@@ -14,7 +14,7 @@ from ...tensor import Tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .module import Module, _fan_in_bound, _uniform
+from .module import Module, _fan_in_bound, _redraw_uniform, _uniform
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
@@ -83,6 +83,13 @@ class _ConvNd(Module):
             self.bias = Parameter(_uniform((out_channels,), bound, backend, device, dtype))
         else:
             self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        """Draw weight and bias again as the constructor does (U(-k, k), k = 1/sqrt(fan_in),
+        fan_in from the weight's second dimension and the kernel), in place."""
+        bound = _fan_in_bound(self.weight.shape[1] * math.prod(self.weight.shape[2:]))
+        _redraw_uniform(self.weight, bound)
+        _redraw_uniform(self.bias, bound)
 
     def forward(self, x: Tensor) -> Tensor:
         padding = self.padding

@@ -14,7 +14,7 @@ from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .dropout import Dropout  # its home is .dropout, as torch's; kept importable from here
-from .module import Module, _fan_in_bound, _uniform
+from .module import Module, _fan_in_bound, _redraw, _redraw_uniform, _uniform
 
 __all__ = [
     "Bilinear",
@@ -75,6 +75,13 @@ class Linear(Module):
         else:
             self.register_parameter("bias", None)
 
+    def reset_parameters(self) -> None:
+        """Draw weight and bias again as the constructor does (torch's ``kaiming_uniform_(a=
+        sqrt(5))``: U(-k, k), k = 1/sqrt(in_features)), in place."""
+        bound = _fan_in_bound(self.weight.shape[1])
+        _redraw_uniform(self.weight, bound)
+        _redraw_uniform(self.bias, bound)
+
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
 
@@ -114,6 +121,12 @@ class Bilinear(Module):
             self.bias = Parameter(_uniform((out_features,), bound, backend, device, dtype))
         else:
             self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        """Draw weight and bias again from U(-k, k), k = 1/sqrt(in1_features), in place."""
+        bound = _fan_in_bound(self.weight.shape[1])
+        _redraw_uniform(self.weight, bound)
+        _redraw_uniform(self.bias, bound)
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return F.bilinear(input1, input2, self.weight, self.bias)
@@ -178,6 +191,18 @@ class Embedding(Module):
             values = values.copy()
             values[padding_idx] = 0.0
         self.weight = Parameter(tensor(values, backend=backend, device=device), not _freeze)
+
+    def reset_parameters(self) -> None:
+        """Draw the table again from N(0, 1), the ``padding_idx`` row zero, in place."""
+        padding_idx = self.padding_idx
+
+        def table(shape: tuple[int, ...], device: Any, dtype: str) -> Tensor:
+            values = random(shape, "normal", dtype=dtype, device=device).numpy().copy()
+            if padding_idx is not None:
+                values[padding_idx] = 0.0
+            return tensor(values, dtype=dtype, device=device)
+
+        _redraw(self.weight, table)
 
     @classmethod
     def from_pretrained(

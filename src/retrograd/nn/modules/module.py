@@ -346,9 +346,17 @@ class Module:
     # -- modes, functions, dtypes -------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Training mode (dropout active, batch norm on batch statistics) for this module and
-        its sub-modules; returns self."""
-        for module in self.modules():
-            object.__setattr__(module, "training", bool(mode))
+        its sub-modules; returns self. As torch's, each child's own ``train`` is called, so a
+        module that overrides it (LoRA's merging of its weights on ``eval()``) sees the switch.
+        """
+        if not isinstance(mode, bool):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.train: training mode is expected to be boolean, got "
+                f"{mode!r}"
+            )
+        object.__setattr__(self, "training", mode)
+        for module in self.children():
+            module.train(mode)
         return self
 
     def eval(self) -> Module:
@@ -732,6 +740,28 @@ def _uniform(shape: tuple[int, ...], bound: float, backend: Any, device: Any, dt
     """U(-bound, bound) from the generator :func:`retrograd.seed` seeds; an untracked tensor."""
     values = random(shape, "uniform", dtype=dtype, backend=backend, device=device).numpy()
     return tensor((values * 2.0 - 1.0) * bound, dtype=dtype, backend=backend, device=device)
+
+
+def _redraw(parameter: Tensor | None, make: Callable[[tuple[int, ...], Any, str], Tensor]) -> None:
+    """Give ``parameter`` (if any) new values ``make(shape, device, dtype)``, in place (a
+    layer's ``reset_parameters``: the object stays, ties and optimizer state hold)."""
+    if parameter is None:
+        return
+    value = make(tuple(parameter.shape), parameter.device, parameter.dtype)
+    assign(parameter, value, "reset_parameters")
+
+
+def _redraw_uniform(parameter: Tensor | None, bound: float) -> None:
+    """``parameter`` drawn again from U(-bound, bound), as the constructor drew it."""
+    _redraw(parameter, lambda shape, device, dtype: _uniform(shape, bound, None, device, dtype))
+
+
+def _refill(parameter: Tensor | None, value: float) -> None:
+    """``parameter`` (if any) filled with ``value``, in place."""
+    _redraw(
+        parameter,
+        lambda shape, device, dtype: tensor(np.full(shape, value), dtype=dtype, device=device),
+    )
 
 
 def _fan_in_bound(fan_in: int) -> float:

@@ -15,7 +15,7 @@ from ...tensor.dtypes import default_float_dtype
 from ...tensor.inplace import assign
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .module import Module
+from .module import Module, _refill
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
@@ -62,6 +62,11 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        """Weight ones and bias zeros again (with ``elementwise_affine``), in place."""
+        _refill(self.weight, 1.0)
+        _refill(getattr(self, "bias", None), 0.0)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -132,6 +137,12 @@ class _BatchNorm(Module):
             if self.momentum is None:  # a cumulative moving average
                 factor = 1.0 / float(counter.item())
         return factor
+
+    def reset_parameters(self) -> None:
+        """The running statistics reset, weight ones and bias zeros again, in place."""
+        self.reset_running_stats()
+        _refill(self.weight, 1.0)
+        _refill(getattr(self, "bias", None), 0.0)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -232,6 +243,11 @@ class GroupNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
+    def reset_parameters(self) -> None:
+        """Weight ones and bias zeros again (with ``affine``), in place."""
+        _refill(self.weight, 1.0)
+        _refill(getattr(self, "bias", None), 0.0)
+
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
@@ -265,6 +281,11 @@ class RMSNorm(Module):
             self.weight = Parameter(_filled(self.normalized_shape, 1.0, dtype, backend, device))
         else:
             self.register_parameter("weight", None)
+
+    def reset_parameters(self) -> None:
+        """Weight ones again (with ``elementwise_affine``), in place."""
+        _refill(self.weight, 1.0)
+        _refill(getattr(self, "bias", None), 0.0)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)

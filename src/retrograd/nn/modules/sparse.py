@@ -54,6 +54,8 @@ class EmbeddingBag(Module):
             _weight = tensor(values, backend=backend, device=device)
         self.weight = Parameter(_weight)
 
+    reset_parameters = Embedding.reset_parameters  # N(0, 1), the padding row zero
+
     def forward(
         self,
         input: Tensor,  # noqa: A002 (torch's name)

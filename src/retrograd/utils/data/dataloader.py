@@ -28,8 +28,8 @@ __all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"
 def default_collate(batch: list[Any]) -> Any:
     """torch's ``default_collate``: tensors stacked along a new first dimension; NumPy arrays
     and scalars as tensors (their dtype kept); Python floats as float64, ints as int64, bools
-    as bool; strings kept as a list; dicts, named tuples and sequences collated field by
-    field (a tuple gives a list, as torch's)."""
+    as bool; strings kept as they come (the batch's list, a field's tuple); dicts, named
+    tuples and sequences collated field by field (a tuple gives a list, as torch's)."""
     elem = batch[0]
     if isinstance(elem, Tensor):
         shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
@@ -63,14 +63,15 @@ def default_collate(batch: list[Any]) -> Any:
             else {key: default_collate([d[key] for d in batch]) for key in elem}
         )
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
+        return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise ShapeError(
                 "default_collate: each element in list of batch should be of equal size"
             )
-        transposed = [default_collate(list(samples)) for samples in zip(*batch)]
+        # each field's samples as the tuple zip makes (torch's): strings stay a tuple
+        transposed = [default_collate(samples) for samples in zip(*batch)]
         if isinstance(elem, tuple):
             return transposed
         try:

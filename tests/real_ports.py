@@ -1,0 +1,132 @@
+"""The harness of the ``tests/test_real_ports_*.py`` files: programs written as their authors
+write them for PyTorch (minGPT, makemore, cleanrl, the PyTorch tutorials), each kept once as
+text and run twice: as written, in a namespace where ``torch``, ``nn``, ``F`` and ``optim`` are
+PyTorch's, and ported, where they are retrograd's and :func:`port` has changed only the lines
+that must change (the gradient lines: ``backward()`` returns the gradients, ``step`` and
+``clip_grad_norm_`` take them; ``import`` lines naming ``torch.``). Both start from torch's
+weights and the same random draws; :func:`assert_records_agree` compares what each run
+recorded (losses, parameters after every step, samples).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+import retrograd as rg
+
+
+def port(source: str, replacements: list[tuple[str, str]]) -> str:
+    """``source`` with each ``(torch text, retrograd text)`` replaced wherever it occurs (it
+    must occur)."""
+    for old, new in replacements:
+        assert old in source, f"{old!r} does not occur"
+        source = source.replace(old, new)
+    return source
+
+
+def run_source(source: str, lib: Any, **shared: Any) -> dict[str, Any]:
+    """Execute ``source`` with ``torch`` bound to ``lib`` (torch or retrograd); return its
+    globals."""
+    names = {
+        "torch": lib,
+        "nn": lib.nn,
+        "optim": lib.optim,
+        "F": lib.nn.functional,
+        "math": math,
+        "np": np,
+        **shared,
+    }
+    exec(compile(source, f"<{getattr(lib, '__name__', 'lib')} port>", "exec"), names)
+    return names
+
+
+def both(source: str, replacements: list[tuple[str, str]], **shared: Any):
+    """The namespaces of ``source`` run under torch and of its port run under retrograd."""
+    theirs = run_source(source, torch, **shared)
+    ported = port(source, replacements).replace("from torch.", "from retrograd.")
+    ours = run_source(ported, rg, **shared)
+    return theirs, ours
+
+
+def state_of(model: Any) -> dict[str, np.ndarray]:
+    """A module's state as NumPy copies (torch's tensors or retrograd's arrays)."""
+    return {
+        k: np.array(v.detach().numpy() if hasattr(v, "detach") else v, copy=True)
+        for k, v in model.state_dict().items()
+    }
+
+
+def params_of(*modules: Any) -> dict[str, np.ndarray]:
+    return {
+        f"{i}.{name}": np.array(p.detach().numpy(), copy=True)
+        for i, module in enumerate(modules)
+        for name, p in module.named_parameters()
+    }
+
+
+def assert_records_agree(ours: list, theirs: list, rtol: float, atol: float, skip=()) -> None:
+    """Each record equal within the tolerances: numbers and arrays, dicts of arrays (names
+    in ``skip`` left out: parameters whose true gradient is zero, so Adam's first steps follow
+    the rounding noise), lists of those, and anything else (strings, token lists) exactly."""
+    assert len(ours) == len(theirs), (len(ours), len(theirs))
+    for i, (mine, reference) in enumerate(zip(ours, theirs)):
+        where = f"record {i}"
+        if isinstance(reference, dict):
+            assert list(mine) == list(reference), where
+            for name, value in reference.items():
+                if name in skip:
+                    continue
+                np.testing.assert_allclose(
+                    np.asarray(mine[name], dtype=np.float64),
+                    np.asarray(value, dtype=np.float64),
+                    rtol=rtol,
+                    atol=atol,
+                    err_msg=f"{where}: {name}",
+                )
+        elif isinstance(reference, str) or (
+            isinstance(reference, list) and reference and isinstance(reference[0], str | list)
+        ):
+            assert mine == reference, where
+        else:
+            np.testing.assert_allclose(
+                np.asarray(mine, dtype=np.float64),
+                np.asarray(reference, dtype=np.float64),
+                rtol=rtol,
+                atol=atol,
+                err_msg=where,
+            )
+
+
+class Draws:
+    """One seeded stream of draws for both libraries: the stand-ins for ``torch.randn`` and
+    ``torch.randint`` (which take torch's ``generator=``, ignored: the stream is the
+    generator), so both runs draw the same numbers."""
+
+    def __init__(self, lib: Any, seed: int):
+        self.lib = lib
+        self.rng = np.random.default_rng(seed)
+
+    def randn(self, *size: Any, generator: Any = None, dtype: Any = None, **_: Any) -> Any:
+        shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
+        lib = self.lib
+        return lib.tensor(self.rng.standard_normal(tuple(shape)), dtype=dtype or lib.float32)
+
+    def randint(self, low: int, high: int, size: Any, generator: Any = None, **_: Any) -> Any:
+        return self.lib.tensor(self.rng.integers(low, high, tuple(size)), dtype=self.lib.int64)
+
+
+class WithDraws:
+    """``lib`` with ``randn``/``randint`` taken from :class:`Draws` (everything else is
+    ``lib``'s own)."""
+
+    def __init__(self, lib: Any, seed: int):
+        draws = Draws(lib, seed)
+        self._lib = lib
+        self.randn, self.randint = draws.randn, draws.randint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
