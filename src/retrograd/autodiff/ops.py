@@ -344,7 +344,8 @@ def _rpow_scalar_vjp(B, g, x, out, s):
     if s == 0:
         grad = B.mul_scalar(B.mul(g, out), -math.inf)
         return B.mask_fill(grad, B.greater_equal_elem(x, 0.0), 0.0)
-    return B.mul_scalar(g, math.nan)
+    # log of a negative base: NaN, through ``out`` as torch's (a NaN second derivative too)
+    return B.mul_scalar(B.mul(g, out), math.nan)
 
 
 def _floor_quotient(B, x, y):

@@ -111,6 +111,10 @@ def _interpolation_taps(length, out, mode, align_corners, scale, dtype):
             index = np.floor(positions.astype(np.float32) * ratio).astype(np.int64)
             index = np.minimum(index, length - 1)
         return index[None, :], np.ones((1, out), dtype=dtype)
+    if mode == "linear" and out == length:
+        # torch's linear kernels copy an axis whose size does not change, whatever the
+        # scale factor (which would otherwise map coordinates by 1 / scale_factor)
+        return positions[None, :], np.ones((1, out), dtype=dtype)
     ratio = _source_scale(length, out, align_corners, scale, real)
     if align_corners:
         source = positions.astype(dtype) * ratio

@@ -48,7 +48,10 @@ def bounded(x: Any, bound: Any, side: str) -> Any:
     if isinstance(bound, SCALAR_TYPES):
         return x.mask_fill(getattr(x, side)(bound), bound)
     bound = lift(x, bound, "clamp")
-    return x.mask_where(getattr(x, side)(bound), bound)
+    beyond = getattr(x, side)(bound)
+    if bound.is_float():  # a NaN bound gives NaN, as torch's max/min propagate it
+        beyond = beyond.logical_or(bound.isnan())
+    return x.mask_where(beyond, bound)
 
 
 def _integral(x: Any) -> bool:
@@ -213,5 +216,13 @@ def erfinv(y: Any) -> Any:
             guess = guess - step.mask_fill(step.is_nan(), 0.0)
     if not x.requires_grad:
         return guess
-    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess)
-    return guess + (x - guess.erf()) * (_SQRT_PI_HALF * guess.square().exp())
+    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess). At x = +-1
+    # (guess +-inf) that step is inf * 0: its slope is zeroed there and the edge recorded as
+    # sign(x) * -log(1 - x^2), which is +-inf with torch's infinite gradient
+    edge = untracked(x).abs().equal(1.0)
+    slope = (_SQRT_PI_HALF * guess.square().exp()).mask_fill(edge, 0.0)
+    out = guess + (x - guess.erf()) * slope
+    if not edge.any().item():
+        return out
+    at_edge = x.mask_fill(edge.logical_not(), 0.0)
+    return out.mask_where(edge, -(1.0 - at_edge * at_edge).log() * untracked(x).sign())

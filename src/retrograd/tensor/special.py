@@ -442,8 +442,8 @@ def _integers(op: str, a: Any, b: Any, dtypes: tuple[str, ...] = _INTEGERS) -> t
 
 def _shift_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     x, y = promote(a, operand(a, b, op), op)
-    if x.dtype == "bool":
-        x, y = x.cast("int64"), y.cast("int64")
+    # (two bools promote to bool, which torch's shift kernels refuse; a bool beside an int
+    # promotes to int64)
     if x.dtype != "int64":
         raise DTypeError(f"{op}: expected int64 tensors, got {x.dtype}")
     return x, y

@@ -288,22 +288,34 @@ def binary_cross_entropy(
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
-    # The values from the clamped logs (of x's values: they are differentiated in y only);
-    # the gradient in x is torch's formula, (x - y) / max(x (1 - x), eps), finite where x is
-    # 0 or 1 (a saturated sigmoid), added as (x - x) * slope: zero in value. torch's eps is
-    # the float32 nearest 1e-12, in every dtype.
+    # The values from the clamped logs (of x's values), as torch computes them. The
+    # gradients: where x (1 - x) >= eps (torch's eps, the float32 nearest 1e-12, in every
+    # dtype) the loss's own formula, recorded as ``direct - value(direct)`` (zero in value),
+    # so that second derivatives are right too; elsewhere (x at 0 or 1: a saturated sigmoid)
+    # torch's finite first derivatives, (x - y) / max(x (1 - x), eps) in x and the unclamped
+    # logs in y, added as (x - x) * slope.
     constant, target = untracked(x), untracked(y)
     raw_log_x = constant.log()
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
     log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)
     losses = -(target * log_x + (1.0 - target) * log_not_x)
-    if x.requires_grad:
-        slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
-        losses = losses + (x - constant) * slope
-    if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
-        slope = raw_log_not_x - raw_log_x
-        slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
-        losses = losses + (y - target) * slope
+    if not (x.requires_grad or y.requires_grad):
+        return _reduce(_weighted(fn, losses, weight), reduction)
+    edge = (constant * (1.0 - constant)).less(_BCE_EPS)
+    inner = x.masked_fill(edge, 0.5)
+    direct = -(y * inner.log() + (1.0 - y) * (1.0 - inner).log())
+    losses = losses + (direct - untracked(direct))
+    if edge.any().item():
+        slopes = None
+        if x.requires_grad:
+            slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
+            slopes = (x - constant) * slope.mask_fill(edge.logical_not(), 0.0)
+        if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
+            slope = raw_log_not_x - raw_log_x
+            slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
+            term = (y - target) * slope.mask_fill(edge.logical_not(), 0.0)
+            slopes = term if slopes is None else slopes + term
+        losses = losses + slopes
     return _reduce(_weighted(fn, losses, weight), reduction)
 
 
