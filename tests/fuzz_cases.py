@@ -274,14 +274,16 @@ def _leaves_and_loss(lib, case: Case, arrays, seed: int):
     return [lf for op, lf in zip(case.operands, leaves) if op.dtype == "float64"], loss
 
 
-def _second_loss(lib, grads, seed: int):
-    """``sum(v * g)`` over the tracked first-order gradients ``g``."""
+def _second_loss(lib, grads, leaves, seed: int):
+    """``sum(v * g)`` over the tracked first-order gradients ``g`` (one ``v`` drawn per leaf,
+    tracked or not, so that both libraries weigh each gradient alike)."""
     rng = np.random.default_rng(seed + 1)
     loss = None
-    for g in grads:
+    for g, leaf in zip(grads, leaves):
+        v = rng.standard_normal(tuple(leaf.shape))
         if g is None or not g.requires_grad:
             continue
-        term = (g * lib.tensor(rng.standard_normal(tuple(g.shape)))).sum()
+        term = (g * lib.tensor(v)).sum()
         loss = term if loss is None else loss + term
     return loss
 
@@ -304,16 +306,17 @@ def compare_second_order(case: Case, arrays, seed: int = 0) -> None:
         return
     try:
         t_first = torch.autograd.grad(t_loss, t_leaves, create_graph=True, allow_unused=True)
-        t_second_loss = _second_loss(torch, t_first, seed)
+        t_second_loss = _second_loss(torch, t_first, t_leaves, seed)
         if t_second_loss is None:
             return
         t_second = torch.autograd.grad(t_second_loss, t_leaves, allow_unused=True)
     except (RuntimeError, NotImplementedError):
         return
     r_leaves, r_loss = _leaves_and_loss(rg, case, arrays, seed)
-    r_grads = r_loss.backward(create_graph=True)
-    r_first = [lf.grad(r_grads) for lf in r_leaves]
-    r_second_loss = _second_loss(rg, r_first, seed)
+    r_second_loss = None
+    if r_loss is not None and r_loss.requires_grad:  # (else: overwritten by constants)
+        r_grads = r_loss.backward(create_graph=True)
+        r_second_loss = _second_loss(rg, [lf.grad(r_grads) for lf in r_leaves], r_leaves, seed)
     want = [
         np.zeros(tuple(lf.shape))
         if g is None

@@ -135,6 +135,11 @@ CASES = {
     ),
     "pad_reflect_2d_mixed": (_pad("reflect", (1, -1, -1, 1)), np.arange(12.0).reshape(1, 1, 3, 4)),
     # fold refuses empty non-batch dimensions, as torch
+    # erfinv in float32 near +-1 (Newton's steps in float32 were 3% off at 0.9999999)
+    "erfinv_float32_tails": (
+        lambda lib, a: a.erfinv(),
+        np.array([0.9999, 0.99999, -0.999999, 0.9999999, -0.99995], np.float32),
+    ),
     "fold_no_blocks": (
         lambda lib, x: lib.nn.functional.fold(x, (1, 4), (1, 3), dilation=(1, 2), stride=(2, 1)),
         np.ones((2, 6, 0)),
@@ -167,6 +172,46 @@ SECOND_ORDER = {
     "celu_at_zero": (lambda lib, x: lib.nn.functional.celu(x, 2.0), f64(-1.5, -0.0, 0.0, 0.5)),
     # a negative base's log is NaN through the output, as torch's: a second derivative
     "rpow_negative_base": (lambda lib, x: (-0.5) ** x, f64(-1.0, 2.0)),
+    # logaddexp's kinks (maximum, abs) zeroed its second derivative at ties: s (1 - s)
+    "logaddexp_ties": (
+        lambda lib, x, y: lib.logaddexp(x, y),
+        f64(1.0, 2.0, -1.0),
+        f64(1.0, 0.5, -1.0),
+    ),
+    "logaddexp2_ties": (lambda lib, x, y: lib.logaddexp2(x, y), f64(1.0, 2.0), f64(1.0, 0.5)),
+    "logcumsumexp_ties": (lambda lib, x: x.logcumsumexp(1), np.array([[1.0, 1.0, 2.0, -1.0, 1.0]])),
+    # two zeros: the first derivatives are all 0, the second ones at the zeros not
+    "prod_two_zeros": (lambda lib, x: x.prod(), f64(2.0, 0.0, 0.5, 0.0, 3.0)),
+    "prod_dim_two_zeros": (
+        lambda lib, x: x.prod(0),
+        np.array([[2.0, 0.0], [0.0, 1.5], [0.0, 3.0]]),
+    ),
+    # the floor quotient is a constant: no 0 / 0 at a zero divisor
+    "remainder_zero_divisor": (
+        lambda lib, x, y: lib.remainder(x, y) * x,
+        f64(2.5, -1.5, 3.0),
+        f64(0.0, 0.0, 2.0),
+    ),
+    "fmod_zero_divisor": (
+        lambda lib, x, y: lib.fmod(x, y) * y,
+        f64(2.5, -1.5, 3.0),
+        f64(0.0, 0.0, -0.7),
+    ),
+    "rremainder": (lambda lib, x: (2.5 % x) * x, f64(0.0, -1.5, 3.0)),
+    # huber/smooth_l1 squared |d|: abs's kink zeroed the second derivative at d = 0; at
+    # |d| == delta torch's second derivative is the linear branch's
+    "huber": (
+        lambda lib, x, y: lib.nn.functional.huber_loss(x, y, reduction="none", delta=0.5),
+        f64(1.0, 2.0, 0.5, 1.5),
+        f64(1.0, 1.5, 1.0, 0.0),
+    ),
+    "smooth_l1": (
+        lambda lib, x, y: lib.nn.functional.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+        f64(1.0, 2.0, 0.5, 1.5),
+        f64(1.0, 1.5, 1.0, 0.0),
+    ),
+    # erfinv's recorded Newton step had a constant slope: second derivative 0
+    "erfinv": (lambda lib, x: x.erfinv(), f64(0.5, -0.3, 0.99, 1e-8)),
 }
 
 

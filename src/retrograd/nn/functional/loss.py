@@ -372,11 +372,14 @@ def smooth_l1_loss(
     reduction = _reduction(fn, reduction, size_average, reduce)
     if beta < 0:
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
-    d = (x - y).abs()
+    diff = x - y
+    d = diff.abs()
     if beta == 0:
         return _reduce(d, reduction)
     quadratic = d.lower(beta).logical_or(d.isnan())  # NaN takes torch's quadratic branch
-    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    # the square of the difference itself, not of |d|: abs's kink would zero the second
+    # derivative at d = 0 (the branch not taken sees 0: no inf * 0)
+    near = diff.mask_fill(quadratic.logical_not(), 0.0)
     losses = (d - 0.5 * beta).mask_where(quadratic, near.square() * (0.5 / beta))
     return _reduce(losses, reduction)
 
@@ -388,14 +391,18 @@ def huber_loss(
     delta: float = 1.0,
     weight: Tensor | None = None,
 ) -> Tensor:
-    """``0.5 d**2`` where ``|d| <= delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
+    """``0.5 d**2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
     fn = "huber_loss"
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
-    d = (x - y).abs()
-    quadratic = d.lower_equal(delta).logical_or(d.isnan())  # NaN: torch's quadratic branch
-    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    diff = x - y
+    d = diff.abs()
+    # |d| < delta, strictly: at |d| == delta both branches have the same value and slope, and
+    # torch's second derivative there is the linear branch's, 0. NaN: torch's quadratic
+    # branch. The square of the difference itself, as smooth_l1_loss's.
+    quadratic = d.lower(delta).logical_or(d.isnan())
+    near = diff.mask_fill(quadratic.logical_not(), 0.0)
     losses = ((d - 0.5 * delta) * delta).mask_where(quadratic, near.square() * 0.5)
     return _reduce(_weighted(fn, losses, weight), reduction)
 
