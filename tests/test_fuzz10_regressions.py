@@ -134,6 +134,11 @@ CASES = {
         np.arange(6.0).reshape(1, 1, 2, 3),
     ),
     "pad_reflect_2d_mixed": (_pad("reflect", (1, -1, -1, 1)), np.arange(12.0).reshape(1, 1, 3, 4)),
+    # tied maxima in an adaptive window: the gradient to the first in row-major order
+    "adaptive_max_pool2d_ties": (
+        lambda lib, x: lib.nn.functional.adaptive_max_pool2d(x, (2, 1)),
+        np.array([[[[-0.7, -2.5, 3.0], [3.0, 2.4, 0.1], [3.0, -3.6, 2.5], [3.2, -1.0, 1.0]]]]),
+    ),
     # fold refuses empty non-batch dimensions, as torch
     # erfinv in float32 near +-1 (Newton's steps in float32 were 3% off at 0.9999999)
     "erfinv_float32_tails": (
