@@ -1846,13 +1846,8 @@ def _setitem_grad(rng):
     except (IndexError, RuntimeError):
         selected = (1,)
     mode = str(rng.choice(["set", "iadd", "imul", "index_put_acc", "index_put"]))
-    # (index_put_ itself does not strip a value's leading ones as setitem does; retrograd's
-    # does: such values are drawn for setitem only)
-    vshape = (
-        broadcast_partner(rng, selected)
-        if rng.random() < 0.6 and mode in ("set", "iadd", "imul")
-        else selected
-    )
+    # (index_put_ does not drop a value's leading ones as setitem does: torch refuses them)
+    vshape = broadcast_partner(rng, selected) if rng.random() < 0.6 else selected
 
     def fn(lib, a, v):
         base = a * 1.0
@@ -1885,10 +1880,21 @@ def _index_put_accumulate(rng):
     n = len(shape)
     k = int(rng.integers(1, n + 1))
     m = int(rng.integers(0, 5))
-    idx = [rng.integers(-shape[d], shape[d], m).tolist() for d in range(k)]
-    vshape = (m,) + shape[k:]
+    kind = str(rng.choice(["long", "long", "mask", "broadcast"]))
+    if kind == "mask":  # a bool mask over the first k dims
+        idx = [("mask", (rng.random(shape[:k]) < 0.5).tolist())]
+        m = int(np.sum(idx[0][1]))
+    elif kind == "broadcast" and k >= 2:  # index tensors of shapes (m, 1) and (m,)
+        idx = [rng.integers(-shape[d], shape[d], m).tolist() for d in range(k)]
+        idx[0] = [[i] for i in idx[0]]
+    else:
+        idx = [rng.integers(-shape[d], shape[d], m).tolist() for d in range(k)]
+    picked = (m, m) if isinstance(idx[0], list) and idx[0] and isinstance(idx[0][0], list) else (m,)
+    vshape = picked + shape[k:]
     if rng.random() < 0.4:
         vshape = vshape[1:]
+    elif rng.random() < 0.2:
+        vshape = (1,) + vshape  # torch refuses it: leading ones are not dropped
     acc = bool(rng.random() < 0.7)
     dt = rand_dtype(rng, ["float64", "float64", "float32", "int64"])
     vdt = dt if rng.random() < 0.8 else rand_dtype(rng, ["float64", "float32", "int64"])
@@ -1897,7 +1903,13 @@ def _index_put_accumulate(rng):
     def fn(lib, a, v):
         base = a * 1
         target = base.transpose(0, 1).transpose(0, 1) if through_view else base
-        target.index_put_(tuple(lib.tensor(i, dtype=lib.int64) for i in idx), v, accumulate=acc)
+        index = tuple(
+            lib.tensor(i[1], dtype=lib.bool)
+            if isinstance(i, tuple)
+            else lib.tensor(i, dtype=lib.int64)
+            for i in idx
+        )
+        target.index_put_(index, v, accumulate=acc)
         return base
 
     return Case(

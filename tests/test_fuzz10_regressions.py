@@ -139,6 +139,31 @@ CASES = {
         lambda lib, x: lib.nn.functional.adaptive_max_pool2d(x, (2, 1)),
         np.array([[[[-0.7, -2.5, 3.0], [3.0, 2.4, 0.1], [3.0, -3.6, 2.5], [3.2, -1.0, 1.0]]]]),
     ),
+    # index_put_(accumulate=True) with a bool mask added at the mask's 0/1 values as indices
+    "index_put_accumulate_mask": (
+        lambda lib, x, v: x.clone().index_put_((lib.tensor([True, False, True, False]),), v, True),
+        np.arange(12.0).reshape(4, 3),
+        f64(1.0, 2.0, 3.0),
+    ),
+    # index tensors that broadcast to 2-d, the rest of the dims whole
+    "index_put_accumulate_broadcast_index": (
+        lambda lib, x, v: x.clone().index_put_(
+            (lib.tensor([[0], [0]]), lib.tensor([0, 2])), v, accumulate=True
+        ),
+        np.arange(24.0).reshape(4, 3, 2),
+        np.array([[1.0, 2.0], [3.0, 4.0]]),
+    ),
+    # index_put_ does not drop a value's leading ones (setitem does): torch refuses them
+    "index_put_leading_ones": (
+        lambda lib, x, v: x.clone().index_put_((lib.tensor([0, 1]),), v),
+        np.zeros(4),
+        np.ones((1, 2)),
+    ),
+    "index_put_mask_single_value": (
+        lambda lib, x, v: x.clone().index_put_((lib.tensor([[True, False], [False, True]]),), v),
+        np.zeros((2, 2), np.int64),
+        np.full((1, 1), 2.5),
+    ),
     # fold refuses empty non-batch dimensions, as torch
     # erfinv in float32 near +-1 (Newton's steps in float32 were 3% off at 0.9999999)
     "erfinv_float32_tails": (
