@@ -2084,6 +2084,7 @@ TIE_OPS = {
     "clamp": lambda lib, a, dim, keep: (a.clamp(min=1.0, max=1.0) * 1.0, a.clamp(0.0, 1.0)),
     "where": lambda lib, a, dim, keep: lib.where(a >= 1.0, a, a * 2),
     "sort": lambda lib, a, dim, keep: a.sort(dim=-1 if dim is None else dim, stable=True)[0],
+    "any_all_no_dims": lambda lib, a, dim, keep: (a.any(dim=()), (a > 0).all(dim=[], keepdim=keep)),
 }
 
 

@@ -164,6 +164,12 @@ CASES = {
         np.zeros((2, 2), np.int64),
         np.full((1, 1), 2.5),
     ),
+    # any/all over dim=() reduce over no dimension (sum's dim=() is every dimension)
+    "any_all_no_dims": (
+        lambda lib, x: (x.any(dim=()), x.all(dim=[]), lib.any(x, dim=(), keepdim=True)),
+        np.array([[1, 0], [0, 0]]),
+    ),
+    "sum_no_dims": (lambda lib, x: (x.sum(dim=()), x.mean(dim=[], keepdim=True)), f64(1.0, 2.5)),
     # fold refuses empty non-batch dimensions, as torch
     # erfinv in float32 near +-1 (Newton's steps in float32 were 3% off at 0.9999999)
     "erfinv_float32_tails": (
