@@ -2334,13 +2334,6 @@ def _nnf_interpolate(rng):
             kw["recompute_scale_factor"] = bool(rng.random() < 0.5)
     if mode in ("linear", "bilinear", "bicubic") and rng.random() < 0.6:
         kw["align_corners"] = bool(rng.random() < 0.5)
-    factors = kw.get("scale_factor")
-    if mode == "bicubic" and factors is not None:
-        # torch's bicubic backward copies the gradient when no size changes, though its
-        # forward interpolated by the scale factor: that gradient is not followed
-        factors = factors if isinstance(factors, tuple) else (factors,) * nd
-        if all(math.floor(n * f) == n for n, f in zip(shape[2:], factors)):
-            kw["scale_factor"] = 2.0
     return Case(
         f"interpolate {mode} {shape} {kw}",
         [Operand(shape, rand_dtype(rng, ["float64", "float64", "float32"]))],

@@ -121,6 +121,29 @@ CASES = {
         lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=1.3, mode="trilinear"),
         np.arange(24.0).reshape(1, 1, 2, 4, 3),
     ),
+    # torch's 1-d and 3-d nearest forward kernels apply the scale factor where the 2-d one
+    # copies (same size) or halves (twice the size); every nearest backward takes the shortcut
+    "nearest_1d_same_size": (
+        lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=1.3, mode="nearest"),
+        np.arange(6.0).reshape(2, 1, 3),
+    ),
+    "nearest_1d_twice": (
+        lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=2.1, mode="nearest"),
+        np.arange(6.0).reshape(2, 1, 3),
+    ),
+    "nearest_3d_same_size": (
+        lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=1.3, mode="nearest"),
+        np.arange(6.0).reshape(1, 1, 1, 2, 3),
+    ),
+    "nearest_2d_same_size": (
+        lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=(1.3, 2.1), mode="nearest"),
+        np.arange(6.0).reshape(1, 1, 2, 3),
+    ),
+    # torch's bicubic backward copies the gradient when no size changes
+    "bicubic_same_size_gradient": (
+        lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=1.3, mode="bicubic"),
+        np.array([[[[1.7, -1.5, -0.0]]], [[[-3.6, -1.0, -2.5]]]]),
+    ),
     # reflect/replicate with a crop on one side read the whole input (torch's index map)
     "pad_reflect_crop_right": (_pad("reflect", (2, -2)), np.arange(6.0).reshape(1, 2, 3)),
     "pad_reflect_crop_left": (_pad("reflect", (-1, 2)), np.arange(6.0).reshape(1, 2, 3)),
