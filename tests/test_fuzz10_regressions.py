@@ -193,6 +193,13 @@ CASES = {
         np.array([[1, 0], [0, 0]]),
     ),
     "sum_no_dims": (lambda lib, x: (x.sum(dim=()), x.mean(dim=[], keepdim=True)), f64(1.0, 2.5)),
+    # multi_margin_loss counts a term where it is > 0 only: not at 0, nor at NaN
+    "multi_margin_boundary_and_nan": (
+        lambda lib, x: lib.nn.functional.multi_margin_loss(
+            x, lib.tensor([0, 2]), p=2, reduction="none"
+        ),
+        np.array([[0.5, 1.0, -0.5, 1.5], [0.2, NAN, 0.2, -0.8]]),
+    ),
     # fold refuses empty non-batch dimensions, as torch
     # erfinv in float32 near +-1 (Newton's steps in float32 were 3% off at 0.9999999)
     "erfinv_float32_tails": (
