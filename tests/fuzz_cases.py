@@ -2393,6 +2393,15 @@ def _nnf_conv(rng):
     if rng.random() < 0.3:
         pad = 0 if isinstance(pad, str) else pad
         opad = int(rng.integers(0, max(stride, dil)))
+        # (an empty output: torch's float32 kernel returns it, its float64 one refuses it, as
+        # retrograd does: drawn in float64 only)
+        pads = (pad,) * nd if isinstance(pad, int) else pad
+        sizes = [
+            (n - 1) * stride - 2 * q + dil * (kk - 1) + opad + 1
+            for n, kk, q in zip(spatial, k, pads)
+        ]
+        if min(sizes) < 1:
+            dt = "float64"
         w_shape = (cin, cout // groups) + k
 
         def fn(lib, x, w, b):
