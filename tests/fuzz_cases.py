@@ -234,10 +234,11 @@ def compare(case: Case, arrays, seed: int = 0) -> None:
             return
         raise Mismatch("retrograd's result left the graph where torch's has a gradient")
     grads = r_loss.backward()
-    r_grads = [lf.grad(grads) for lf in r_leaves if lf.is_require_grad()]
-    for k, (r, t) in enumerate(zip(r_grads, t_grads)):
-        if t is None:
-            t = torch.zeros(())
+    tracked = [lf for lf in r_leaves if lf.is_require_grad()]
+    r_grads = [lf.grad(grads) for lf in tracked]
+    for k, (r, t, leaf) in enumerate(zip(r_grads, t_grads, tracked)):
+        if t is None:  # torch's graph never reached the leaf (a norm with p=0): zeros
+            t = torch.zeros(leaf.shape, dtype=torch.float64)
         if t._is_zerotensor():
             t = torch.zeros(t.shape, dtype=t.dtype)
         want = t.detach().numpy()
@@ -250,6 +251,94 @@ def compare(case: Case, arrays, seed: int = 0) -> None:
         )
         got = np.broadcast_to(got, want.shape) if got.ndim == 0 else got
         _close(got, want, False, case.rtol or (1e-7 if float64 else 1e-5), f"gradient {k}")
+
+
+def _leaves_and_loss(lib, case: Case, arrays, seed: int):
+    """Float64 leaves, and ``sum(w * out)`` over the float64 outputs (``None`` if none)."""
+    torch = _torch()
+    leaves, tensors = [], []
+    for op, a in zip(case.operands, arrays):
+        t = lib.tensor(a)
+        if op.dtype == "float64":
+            t = t.requires_grad_(True) if lib is torch else t.require_grad()
+        leaves.append(t)
+        tensors.append(take_view(lib, t, op))
+    out = case.fn(lib, *tensors)
+    rng = np.random.default_rng(seed)
+    loss = None
+    for o in _flatten(out):
+        if not isinstance(o, (torch.Tensor, rg.Tensor)) or _dtype_name(o.dtype) != "float64":
+            continue
+        term = (o * lib.tensor(rng.standard_normal(tuple(o.shape)))).sum()
+        loss = term if loss is None else loss + term
+    return [lf for op, lf in zip(case.operands, leaves) if op.dtype == "float64"], loss
+
+
+def _second_loss(lib, grads, leaves, seed: int):
+    """``sum(v * g)`` over the tracked first-order gradients ``g`` (one ``v`` drawn per leaf,
+    tracked or not, so that both libraries weigh each gradient alike)."""
+    rng = np.random.default_rng(seed + 1)
+    loss = None
+    for g, leaf in zip(grads, leaves):
+        v = rng.standard_normal(tuple(leaf.shape))
+        if g is None or not g.requires_grad:
+            continue
+        term = (g * lib.tensor(v)).sum()
+        loss = term if loss is None else loss + term
+    return loss
+
+
+def compare_second_order(case: Case, arrays, seed: int = 0) -> None:
+    """Second derivatives: the gradient of ``sum(v * grad(sum(w * f(x))))``, ``backward(
+    create_graph=True)`` (API.md section 3) against ``torch.autograd.grad(create_graph=True)``.
+
+    Where torch's second derivative is NaN it is not compared: torch's backward formulas
+    mask their first derivative with ``where`` (sinc at 0, copysign, pow at a zero base or
+    exponent, norm at a zero vector), and differentiating through the masked-out branch
+    gives 0 * inf. Elsewhere, NaNs included, the two must agree.
+    """
+    torch = _torch()
+    try:
+        t_leaves, t_loss = _leaves_and_loss(torch, case, arrays, seed)
+    except Exception:
+        return
+    if t_loss is None or not t_loss.requires_grad or not t_leaves:
+        return
+    try:
+        t_first = torch.autograd.grad(t_loss, t_leaves, create_graph=True, allow_unused=True)
+        t_second_loss = _second_loss(torch, t_first, t_leaves, seed)
+        if t_second_loss is None:
+            return
+        t_second = torch.autograd.grad(t_second_loss, t_leaves, allow_unused=True)
+    except (RuntimeError, NotImplementedError):
+        return
+    r_leaves, r_loss = _leaves_and_loss(rg, case, arrays, seed)
+    r_second_loss = None
+    if r_loss is not None and r_loss.requires_grad:  # (else: overwritten by constants)
+        r_grads = r_loss.backward(create_graph=True)
+        r_second_loss = _second_loss(rg, [lf.grad(r_grads) for lf in r_leaves], r_leaves, seed)
+    want = [
+        np.zeros(tuple(lf.shape))
+        if g is None
+        else torch.zeros(g.shape, dtype=g.dtype).numpy()
+        if g._is_zerotensor()
+        else g.numpy()
+        for g, lf in zip(t_second, t_leaves)
+    ]
+    if r_second_loss is None:
+        got = [np.zeros(w.shape) for w in want]
+    else:
+        grads = r_second_loss.backward()
+        got = [
+            np.zeros(w.shape) if lf.grad(grads) is None else lf.grad(grads).numpy()
+            for lf, w in zip(r_leaves, want)
+        ]
+    for k, (g, w) in enumerate(zip(got, want)):
+        g = np.broadcast_to(g, w.shape) if g.ndim == 0 else g
+        compared = ~np.isnan(w)
+        if g.shape != w.shape:
+            raise Mismatch(f"second-order gradient {k}: shape {g.shape} != torch's {w.shape}")
+        _close(g[compared], w[compared], False, case.rtol or 1e-7, f"second-order gradient {k}")
 
 
 # ---- drawing shapes and operands --------------------------------------------------------
@@ -1593,3 +1682,905 @@ def _nn_functional(rng):
         for op in ops:
             op.special = False
     return Case(f"F.{name} red={red}", ops, fn, rtol=1e-5 if dtype == "float32" else 1e-8)
+
+
+# ---- in-place writes through views, view chains, setitem gradients ----------------------
+# (torch refuses in-place writes to the outputs of unbind/split/chunk, which retrograd
+# allows: those views are not drawn; as_strided is not part of the API)
+
+
+def _base_views(shape) -> list[tuple[str, Callable]]:
+    """Views of a base of ``shape`` to write through: name and fn(lib, base)."""
+    n = len(shape)
+    views = [
+        ("whole", lambda lib, t: t),
+        ("view_same", lambda lib, t: t.view(shape)),
+        ("unsqueeze_squeeze", lambda lib, t: t.unsqueeze(0).squeeze(0)),
+    ]
+    if n >= 1 and shape[0] >= 1:
+        half = shape[0] // 2
+        views += [
+            ("slice1", lambda lib, t: t[1:]),
+            ("slice_neg", lambda lib, t: t[-1:]),
+            ("select0", lambda lib, t: t[0]),
+            ("select_neg", lambda lib, t: t[-1]),
+            ("narrow", lambda lib, t: t.narrow(0, half, shape[0] - half)),
+            ("step", lambda lib, t: t[::2]),
+            ("ellipsis_last", lambda lib, t: t[..., 0] if shape[-1] else t),
+        ]
+    if n >= 2:
+        views += [
+            ("t", lambda lib, t: t.transpose(0, 1)),
+            ("mT", lambda lib, t: t.mT),
+            ("movedim", lambda lib, t: t.movedim(0, -1)),
+            ("permute", lambda lib, t: t.permute(*range(n - 1, -1, -1))),
+            ("diagonal", lambda lib, t: t.diagonal()),
+            ("col_step", lambda lib, t: t[:, 1::2]),
+            ("flatten_view", lambda lib, t: t.view(-1)),
+            ("unflatten", lambda lib, t: t.flatten().unflatten(0, (shape[0], -1))),
+            ("chain", lambda lib, t: t[1:].transpose(0, 1)[::2]),
+            ("none_index", lambda lib, t: t[None, :, 1:]),
+            ("last_two", lambda lib, t: t[:, -2:]),
+        ]
+    return views
+
+
+def _write(name: str, lib, v, o) -> None:
+    """In-place op ``name`` on the view ``v`` with the operand ``o``."""
+    if name == "iadd":
+        v += o
+    elif name == "isub":
+        v -= o
+    elif name == "imul":
+        v *= o
+    elif name == "idiv":
+        v /= o * o + 2.0
+    elif name == "set_ellipsis":
+        v[...] = o
+    else:
+        VIEW_WRITES[name](lib, v, o)
+
+
+VIEW_WRITES = {
+    "add_": lambda lib, v, o: v.add_(o),
+    "add_alpha": lambda lib, v, o: v.add_(o, alpha=-0.5),
+    "sub_": lambda lib, v, o: v.sub_(o),
+    "mul_": lambda lib, v, o: v.mul_(o),
+    "div_": lambda lib, v, o: v.div_(o * o + 1.0),
+    "copy_": lambda lib, v, o: v.copy_(o),
+    "fill_": lambda lib, v, o: v.fill_(1.5),
+    "zero_": lambda lib, v, o: v.zero_(),
+    "clamp_": lambda lib, v, o: v.clamp_(-0.5, 0.7),
+    "masked_fill_": lambda lib, v, o: v.masked_fill_(o > 0, -3.0),
+    "pow_": lambda lib, v, o: v.pow_(2),
+    "exp_": lambda lib, v, o: v.exp_(),
+    "tanh_": lambda lib, v, o: v.tanh_(),
+    "sigmoid_": lambda lib, v, o: v.sigmoid_(),
+    "neg_": lambda lib, v, o: v.neg_(),
+    "abs_sqrt_": lambda lib, v, o: v.abs_().sqrt_(),
+    "addcmul_": lambda lib, v, o: v.addcmul_(o, o, value=0.5),
+    "lerp_": lambda lib, v, o: v.lerp_(o, 0.3),
+    "relu_": lambda lib, v, o: v.relu_(),
+    "mul_scalar": lambda lib, v, o: v.mul_(-2.0),
+    "clamp_min_": lambda lib, v, o: v.clamp_min_(0.1),
+    "iadd": None,
+    "isub": None,
+    "imul": None,
+    "idiv": None,
+    "set_ellipsis": None,
+}
+
+
+def _view_shape(fn, shape) -> tuple[int, ...]:
+    return tuple(fn(_torch(), _torch().zeros(shape)).shape)
+
+
+@gen("view_write")
+def _view_write(rng):
+    """A write through a view of a non-leaf, then the base, the view, or both read (the
+    gradient flows through the write into the leaf and the operand)."""
+    shape = rand_shape(rng, 1, 3)
+    views = _base_views(shape)
+    vname, vfn = views[int(rng.integers(len(views)))]
+    op = sorted(VIEW_WRITES)[int(rng.integers(len(VIEW_WRITES)))]
+    pre = str(rng.choice(["mul", "clone", "add"]))
+    read = str(rng.choice(["base", "view", "both", "square"]))
+    vshape = _view_shape(vfn, shape)
+    other = broadcast_partner(rng, vshape) if rng.random() < 0.7 else vshape
+
+    def fn(lib, a, b):
+        base = a * 1.0 if pre == "mul" else a.clone() if pre == "clone" else a + 0.5
+        v = vfn(lib, base)
+        _write(op, lib, v, b)
+        if read == "base":
+            return base
+        if read == "view":
+            return v
+        if read == "square":
+            return (base * base).sum(0) if base.ndim else base * base
+        return base, v
+
+    return Case(
+        f"view_write {vname}.{op} pre={pre} read={read}",
+        [Operand(shape, "float64", special=rng.random() < 0.1), Operand(other, "float64")],
+        fn,
+    )
+
+
+@gen("view_write_twice")
+def _view_write_twice(rng):
+    """Two writes through two views of one base."""
+    shape = rand_shape(rng, 2, 3, zero=False)
+    views = _base_views(shape)
+    (n1, v1), (n2, v2) = (views[int(rng.integers(len(views)))] for _ in range(2))
+    op1, op2 = (sorted(VIEW_WRITES)[int(rng.integers(len(VIEW_WRITES)))] for _ in range(2))
+    s1, s2 = _view_shape(v1, shape), _view_shape(v2, shape)
+
+    def fn(lib, a, b, c):
+        base = a * 2.0
+        x, y = v1(lib, base), v2(lib, base)
+        _write(op1, lib, x, b)
+        _write(op2, lib, y, c)
+        return base.sin(), x, y
+
+    return Case(
+        f"two views {n1}.{op1} {n2}.{op2}",
+        [
+            Operand(shape, "float64"),
+            Operand(broadcast_partner(rng, s1), "float64"),
+            Operand(broadcast_partner(rng, s2), "float64"),
+        ],
+        fn,
+    )
+
+
+@gen("setitem_grad")
+def _setitem_grad(rng):
+    """``x[idx] = v`` (and ``+=``, ``*=``, ``index_put_``) with a float64 ``v`` that
+    broadcasts into the selection: gradients into both."""
+    torch = _torch()
+    shape = rand_shape(rng, 1, 3)
+    items = _index(rng, shape)
+    try:
+        selected = tuple(torch.zeros(shape)[_realize(torch, items)].shape)
+    except (IndexError, RuntimeError):
+        selected = (1,)
+    mode = str(rng.choice(["set", "iadd", "imul", "index_put_acc", "index_put"]))
+    # (index_put_ does not drop a value's leading ones as setitem does: torch refuses them)
+    vshape = broadcast_partner(rng, selected) if rng.random() < 0.6 else selected
+
+    def fn(lib, a, v):
+        base = a * 1.0
+        idx = _realize(lib, items)
+        all_long = idx and all(
+            isinstance(i, (torch.Tensor, rg.Tensor)) and _dtype_name(i.dtype) == "int64"
+            for i in idx
+        )
+        if mode == "iadd":
+            base[idx] += v
+        elif mode == "imul":
+            base[idx] *= v
+        elif mode.startswith("index_put") and all_long:
+            base.index_put_(tuple(idx), v, accumulate=mode == "index_put_acc")
+        else:
+            base[idx] = v
+        return base
+
+    return Case(
+        f"setitem_grad {items} {mode} v{vshape}",
+        [Operand(shape, "float64"), Operand(vshape, "float64")],
+        fn,
+    )
+
+
+@gen("index_put_accumulate")
+def _index_put_accumulate(rng):
+    """``index_put_`` with repeated (and negative) indices, into the base or a view of it."""
+    shape = rand_shape(rng, 1, 3, zero=False)
+    n = len(shape)
+    k = int(rng.integers(1, n + 1))
+    m = int(rng.integers(0, 5))
+    kind = str(rng.choice(["long", "long", "mask", "broadcast"]))
+    if kind == "mask":  # a bool mask over the first k dims
+        idx = [("mask", (rng.random(shape[:k]) < 0.5).tolist())]
+        m = int(np.sum(idx[0][1]))
+    elif kind == "broadcast" and k >= 2:  # index tensors of shapes (m, 1) and (m,)
+        idx = [rng.integers(-shape[d], shape[d], m).tolist() for d in range(k)]
+        idx[0] = [[i] for i in idx[0]]
+    else:
+        idx = [rng.integers(-shape[d], shape[d], m).tolist() for d in range(k)]
+    picked = (m, m) if isinstance(idx[0], list) and idx[0] and isinstance(idx[0][0], list) else (m,)
+    vshape = picked + shape[k:]
+    if rng.random() < 0.4:
+        vshape = vshape[1:]
+    elif rng.random() < 0.2:
+        vshape = (1,) + vshape  # torch refuses it: leading ones are not dropped
+    acc = bool(rng.random() < 0.7)
+    dt = rand_dtype(rng, ["float64", "float64", "float32", "int64"])
+    vdt = dt if rng.random() < 0.8 else rand_dtype(rng, ["float64", "float32", "int64"])
+    through_view = bool(rng.random() < 0.4 and n >= 2)
+
+    def fn(lib, a, v):
+        base = a * 1
+        target = base.transpose(0, 1).transpose(0, 1) if through_view else base
+        index = tuple(
+            lib.tensor(i[1], dtype=lib.bool)
+            if isinstance(i, tuple)
+            else lib.tensor(i, dtype=lib.int64)
+            for i in idx
+        )
+        target.index_put_(index, v, accumulate=acc)
+        return base
+
+    return Case(
+        f"index_put_ acc={acc} idx={idx} view={through_view}",
+        [Operand(shape, dt), Operand(vshape, vdt)],
+        fn,
+    )
+
+
+def _chain_steps(rng, shape) -> tuple[list[str], list[Callable]]:
+    torch = _torch()
+    t = torch.zeros(shape)
+    names, steps = [], []
+    for _ in range(int(rng.integers(1, 5))):
+        n = t.ndim
+        if n == 0:
+            choices = [
+                ("unsqueeze", lambda lib, x: x.unsqueeze(0)),
+                ("expand", lambda lib, x: x.expand(3)),
+                ("unfold0", lambda lib, x: x.unfold(0, 1, 1)),
+            ]
+        else:
+            d = rand_dim(rng, n)
+            size = t.shape[d]
+            st = 1 + int(rng.integers(0, 2))
+            w = min(int(rng.integers(0, 3)), size)
+            choices = [
+                (f"unfold({d},{w},{st})", lambda lib, x, d=d, w=w, st=st: x.unfold(d, w, st)),
+                (f"narrow{d}", lambda lib, x, d=d, s=size: x.narrow(d, s // 3, s - s // 3)),
+                (f"movedim{d}", lambda lib, x, d=d: x.movedim(d, 0)),
+                (f"flip{d}", lambda lib, x, d=d: x.flip(d)),
+                (f"unflatten{d}", lambda lib, x, d=d, s=size: x.unflatten(d, (1, s))),
+                (f"select{d}", lambda lib, x, d=d, s=size: x.select(d, -1) if s else x),
+                ("contiguous", lambda lib, x: x.contiguous()),
+                (
+                    "expand_contiguous",
+                    lambda lib, x: x.unsqueeze(0).expand(2, *x.shape).contiguous(),
+                ),
+                (
+                    "expand_reshape",
+                    lambda lib, x: x.unsqueeze(1).expand(x.shape[0], 2, *x.shape[1:]).reshape(-1),
+                ),
+                ("step2", lambda lib, x: x[..., ::2]),
+                ("step3", lambda lib, x: x[..., 1::3]),
+                ("scaled_T", lambda lib, x: (x * 2).transpose(0, -1)),
+                ("squeeze", lambda lib, x: x.squeeze()),
+                ("diagonal", lambda lib, x: x.diagonal(0, 0, -1) if x.ndim >= 2 else x),
+                ("diagonal_off", lambda lib, x: x.diagonal(-1, -1, 0) if x.ndim >= 2 else x),
+                ("tril", lambda lib, x: x.tril() if x.ndim >= 2 else x),
+                ("sum_expand", lambda lib, x: x.sum(0, keepdim=True).expand_as(x)),
+                ("swapaxes", lambda lib, x: x.swapaxes(0, -1)),
+                ("reshape_view", lambda lib, x: x.reshape(-1).view(x.shape)),
+            ]
+        name, step = choices[int(rng.integers(len(choices)))]
+        try:
+            t = step(torch, t)
+        except RuntimeError:
+            break
+        names.append(name)
+        steps.append(step)
+    return names, steps
+
+
+@gen("view_chain")
+def _view_chain(rng):
+    """A chain of views (unfold with windows of 0, narrow, movedim, unflatten, expand then
+    contiguous, diagonal...): values and gradients."""
+    shape = rand_shape(rng, 1, 4, zero=rng.random() < 0.2)
+    names, steps = _chain_steps(rng, shape)
+
+    def fn(lib, a):
+        for step in steps:
+            a = step(lib, a)
+        return a
+
+    dtype = rand_dtype(rng, ["float64", "float64", "float32", "int64", "bool"])
+    return Case("chain " + " ".join(names), [Operand(shape, dtype)], fn)
+
+
+# ---- norms, corrections, ties, special values, integer arithmetic -----------------------
+
+
+@gen("norms")
+def _norms(rng):
+    """``norm(p)`` and ``linalg.vector_norm(ord)`` with p = 0, +-inf, fractional, negative,
+    over dim tuples (0-d inputs too), with zeros and ties."""
+    shape = rand_shape(rng, 0, 3)
+    p = [0, 1, 2, 3, 0.5, math.inf, -math.inf, -1, 1.5][int(rng.integers(9))]
+    kw = _kw(_dims(rng, len(shape)), bool(rng.random() < 0.5))
+    op = operand(rng, shape, rand_dtype(rng, ["float64", "float64", "float32"]))
+    # (a NaN norm of order < 1: torch's gradient at the zero entries is NaN, retrograd's 0)
+    op.special = rng.random() < 0.2 and 1 <= p < math.inf
+    if rng.random() < 0.3:
+        op.values = [0.0, 1.0, -1.0, 2.0]
+    if rng.random() < 0.5:
+        return Case(f"norm p={p} {kw}", [op], lambda lib, a: a.norm(p=p, **kw))
+    return Case(
+        f"vector_norm ord={p} {kw}", [op], lambda lib, a: lib.linalg.vector_norm(a, ord=p, **kw)
+    )
+
+
+@gen("matrix_norms")
+def _matrix_norms(rng):
+    shape = rand_shape(rng, 2, 3, zero=rng.random() < 0.2)
+    p = ["fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf][int(rng.integers(8))]
+    keep = bool(rng.random() < 0.5)
+    op = operand(rng, shape, rand_dtype(rng, ["float64", "float64", "float32"]))
+    if rng.random() < 0.5:
+        p = p if p in ("fro", "nuc") else "fro"
+        return Case(
+            f"norm {p} keep={keep}",
+            [op],
+            lambda lib, a: lib.norm(a, p=p, dim=(-2, -1), keepdim=keep),
+        )
+    return Case(
+        f"matrix_norm {p} keep={keep}",
+        [op],
+        lambda lib, a: lib.linalg.matrix_norm(a, ord=p, keepdim=keep),
+    )
+
+
+@gen("var_correction")
+def _var_correction(rng):
+    """var/std (and their _mean forms) with corrections 0, 0.5, 1, 2, 3 over dim tuples.
+    (Where the correction reaches the count, torch's gradient differs between its full and
+    its dim reductions: not drawn.)"""
+    shape = rand_shape(rng, 1, 3, zero=False)
+    dim = _dims(rng, len(shape))
+    kw = _kw(dim, bool(rng.random() < 0.5))
+    dims = range(len(shape)) if dim is None else (dim,) if isinstance(dim, int) else dim
+    count = int(np.prod([shape[d] for d in dims]))
+    corrections = [c for c in (0, 0.5, 1, 2, 3) if c < count]
+    c = corrections[int(rng.integers(len(corrections)))]
+    which = str(rng.choice(["var", "std", "var_mean", "std_mean"]))
+    op = operand(rng, shape, rand_dtype(rng, ["float64", "float64", "float32"]))
+    if op.view == "expand":  # (torch's std of a constant: noise of 1e-16, see _NO_EXPAND)
+        op.view = "plain"
+
+    def fn(lib, a):
+        if which in ("var", "std"):
+            return getattr(a, which)(correction=c, **kw)
+        return getattr(lib, which)(a, correction=c, **kw)
+
+    return Case(f"{which} correction={c} {kw}", [op], fn)
+
+
+@gen("cumulative")
+def _cumulative(rng):
+    shape = rand_shape(rng, 0, 3)
+    d = rand_dim(rng, len(shape))
+    which = str(rng.choice(["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"]))
+    pool = ["float64", "float64", "float32"] + (["int64", "bool"] if which[3] in "sp" else [])
+    op = operand(rng, shape, rand_dtype(rng, pool))
+    if which == "cumprod" and op.dtype.startswith("float") and rng.random() < 0.5:
+        op.values = [0.0, 0.0, 1.0, 2.0, -1.5, 0.5]
+
+    def fn(lib, a):
+        out = getattr(a, which)(d)
+        return _first(lib, out) if which in ("cummax", "cummin") else out
+
+    return Case(f"{which}({d})", [op], fn)
+
+
+TIE_OPS = {
+    "max": lambda lib, a, dim, keep: a.max() if dim is None else a.max(dim, keepdim=keep)[0],
+    "min": lambda lib, a, dim, keep: a.min() if dim is None else a.min(dim, keepdim=keep)[0],
+    "amax": lambda lib, a, dim, keep: a.amax() if dim is None else a.amax(dim, keepdim=keep),
+    "amin_empty_dims": lambda lib, a, dim, keep: a.amin(dim=() if dim is None else dim),
+    "max_binary": lambda lib, a, dim, keep: lib.max(a, a.flip(0) if a.ndim else a),
+    "maximum": lambda lib, a, dim, keep: (lib.maximum(a, lib.ones_like(a)), lib.fmax(a, a)),
+    "logsumexp": lambda lib, a, dim, keep: lib.logsumexp(a, dim=0 if dim is None else dim),
+    "clamp": lambda lib, a, dim, keep: (a.clamp(min=1.0, max=1.0) * 1.0, a.clamp(0.0, 1.0)),
+    "where": lambda lib, a, dim, keep: lib.where(a >= 1.0, a, a * 2),
+    "sort": lambda lib, a, dim, keep: a.sort(dim=-1 if dim is None else dim, stable=True)[0],
+    "any_all_no_dims": lambda lib, a, dim, keep: (a.any(dim=()), (a > 0).all(dim=[], keepdim=keep)),
+}
+
+
+@gen("ties")
+def _ties(rng):
+    """Reductions and selections over tied values (the gradient split between the ties,
+    as torch splits it), infinities among them."""
+    shape = rand_shape(rng, 0, 3)
+    dim = None if rng.random() < 0.3 else rand_dim(rng, len(shape))
+    name = sorted(TIE_OPS)[int(rng.integers(len(TIE_OPS)))]
+    keep = bool(rng.random() < 0.5)
+    op = operand(rng, shape, rand_dtype(rng, ["float64", "float64", "float32"]))
+    op.values = [1.0, 1.0, 2.0, -1.0, 0.0] + ([math.inf, -math.inf] if rng.random() < 0.3 else [])
+    fn = TIE_OPS[name]
+    return Case(f"ties {name} dim={dim} keep={keep}", [op], lambda lib, a: fn(lib, a, dim, keep))
+
+
+@gen("prod_zeros")
+def _prod_zeros(rng):
+    shape = rand_shape(rng, 0, 3)
+    dim = None if rng.random() < 0.3 else rand_dim(rng, len(shape))
+    keep = bool(rng.random() < 0.5)
+    op = operand(rng, shape, rand_dtype(rng, ["float64", "float64", "float32", "int64"]))
+    op.values = (
+        [0, 1, 2, -3]
+        if op.dtype == "int64"
+        else [0.0, 0.0, 1.0, 2.0, -1.5, 0.5, 3.0]
+        if rng.random() < 0.8
+        else [0.0, math.inf, math.nan, 1.0]
+    )
+    return Case(
+        f"prod dim={dim} keep={keep}",
+        [op],
+        lambda lib, a: a.prod() if dim is None else a.prod(dim, keepdim=keep),
+    )
+
+
+BOUNDARY_VALUES = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 1e-300, -1e-300, 1e308,
+                   0.5, -0.5, 2.0, -2.0, 1e-8]  # fmt: skip
+BOUNDARY_OPS = {
+    "log1p": lambda lib, a, b: a.log1p(),
+    "atan2": lambda lib, a, b: lib.atan2(a, b),
+    "pow": lambda lib, a, b: a**b,
+    "pow_half": lambda lib, a, b: a**0.5,
+    "pow_1.5": lambda lib, a, b: a**1.5,
+    "pow_neg_1.5": lambda lib, a, b: a**-1.5,
+    "pow_0": lambda lib, a, b: a**0,
+    "pow_0.0": lambda lib, a, b: a**0.0,
+    "pow_3": lambda lib, a, b: a**3,
+    "rpow_0": lambda lib, a, b: 0.0**a,
+    "rpow_neg": lambda lib, a, b: (-2.0) ** a,
+    "sqrt": lambda lib, a, b: a.sqrt(),
+    "rsqrt": lambda lib, a, b: a.rsqrt(),
+    "log": lambda lib, a, b: a.log(),
+    "hypot": lambda lib, a, b: lib.hypot(a, b),
+    "div": lambda lib, a, b: a / b,
+    "remainder": lambda lib, a, b: lib.remainder(a, b),
+    "fmod": lambda lib, a, b: lib.fmod(a, b),
+    "floordiv": lambda lib, a, b: a // b,
+    "trunc_div": lambda lib, a, b: lib.div(a, b, rounding_mode="trunc"),
+    "tanh": lambda lib, a, b: a.tanh(),
+    "sigmoid": lambda lib, a, b: a.sigmoid(),
+    "softplus": lambda lib, a, b: lib.nn.functional.softplus(a),
+    "softplus_beta": lambda lib, a, b: lib.nn.functional.softplus(a, beta=2.0, threshold=5.0),
+    "logsigmoid": lambda lib, a, b: lib.nn.functional.logsigmoid(a),
+    "silu": lambda lib, a, b: lib.nn.functional.silu(a),
+    "gelu_tanh": lambda lib, a, b: lib.nn.functional.gelu(a, approximate="tanh"),
+    "elu": lambda lib, a, b: lib.nn.functional.elu(a, alpha=0.5),
+    "celu": lambda lib, a, b: lib.nn.functional.celu(a, alpha=2.0),
+    "mish": lambda lib, a, b: lib.nn.functional.mish(a),
+    "erfinv": lambda lib, a, b: a.erfinv(),
+    "acos": lambda lib, a, b: a.acos(),
+    "asin": lambda lib, a, b: a.asin(),
+    "acosh": lambda lib, a, b: a.acosh(),
+    "atanh": lambda lib, a, b: a.atanh(),
+    "asinh": lambda lib, a, b: a.asinh(),
+    "cosh": lambda lib, a, b: a.cosh(),
+    "expm1": lambda lib, a, b: a.expm1(),
+    "exp2": lambda lib, a, b: a.exp2(),
+    "lgamma": lambda lib, a, b: a.lgamma(),
+    "sinc": lambda lib, a, b: a.sinc(),
+    "logaddexp": lambda lib, a, b: lib.logaddexp(a, b),
+    "logaddexp2": lambda lib, a, b: lib.logaddexp2(a, b),
+    "maximum": lambda lib, a, b: lib.maximum(a, b),
+    "clamp_tensor": lambda lib, a, b: a.clamp(min=b),
+    "abs": lambda lib, a, b: a.abs(),
+    "sgn": lambda lib, a, b: a.sgn(),
+    "log_softmax": lambda lib, a, b: a.log_softmax(-1) if a.ndim else a.log_softmax(0),
+    "softmax": lambda lib, a, b: a.softmax(-1) if a.ndim else a.softmax(0),
+    "nan_to_num": lambda lib, a, b: lib.nan_to_num(a),
+    "square": lambda lib, a, b: a.square(),
+    "reciprocal": lambda lib, a, b: a.reciprocal(),
+    "log2": lambda lib, a, b: a.log2(),
+    "erfcx": lambda lib, a, b: lib.special.erfcx(a),
+    "log_ndtr": lambda lib, a, b: lib.special.log_ndtr(a),
+    "ndtri": lambda lib, a, b: lib.special.ndtri(a),
+    "xlog1py": lambda lib, a, b: lib.special.xlog1py(a, b),
+    "entr": lambda lib, a, b: lib.special.entr(a),
+}
+
+
+@gen("boundary_values")
+def _boundary_values(rng):
+    """Ops at their boundaries: log1p(-1), atan2(0, 0), 0 ** 0, negative ** fractional,
+    sqrt(0), erfinv(+-1), infinities, denormals, -0.0. (Left out: digamma's poles, where
+    torch's trigamma is a finite garbage value; xlogy at y = 0, retrograd's 0 for torch's
+    0 / 0; norms of infinities, inf / inf in torch's gradient; copysign and lerp's gradients
+    at infinities, see BINARY.)"""
+    shape = rand_shape(rng, 0, 2)
+    name = sorted(BOUNDARY_OPS)[int(rng.integers(len(BOUNDARY_OPS)))]
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    other_dt = rand_dtype(rng, ["float64", "float32", "int64"]) if rng.random() < 0.3 else dt
+    other = Operand(shape, other_dt, values=BOUNDARY_VALUES if rng.random() < 0.8 else [0.0, 1.0])
+    if other_dt == "int64":
+        other.values = [0, 1, -1, 2, -2]
+    return Case(
+        f"boundary {name}", [Operand(shape, dt, values=BOUNDARY_VALUES), other], BOUNDARY_OPS[name]
+    )
+
+
+INT_SCALAR_OPS = {
+    "floordiv": lambda a, s: a // s,
+    "rfloordiv": lambda a, s: s // a,
+    "mod": lambda a, s: a % s,
+    "rmod": lambda a, s: s % a,
+    "div": lambda a, s: a / s,
+    "rdiv": lambda a, s: s / a,
+    "pow": lambda a, s: a**s,
+    "rpow": lambda a, s: s**a,
+    "sub": lambda a, s: a - s,
+    "rsub": lambda a, s: s - a,
+    "mul": lambda a, s: a * s,
+    "eq": lambda a, s: a == s,
+    "ge": lambda a, s: a >= s,
+    "and": lambda a, s: a & s,
+    "or": lambda a, s: a | s,
+    "xor": lambda a, s: a ^ s,
+    "lshift": lambda a, s: a << s,
+    "rshift": lambda a, s: a >> s,
+    "radd": lambda a, s: s + a,
+    "clamp_min": lambda a, s: a.clamp(min=s),
+    "fmod": lambda a, s: a.fmod(s),
+}
+IN_PLACE_SCALAR_OPS = ("+=", "-=", "*=", "/=", "//=", "%=")
+
+
+@gen("int_scalar")
+def _int_scalar(rng):
+    """Integer and bool tensors (and float ones) against Python ints, floats and bools:
+    the result dtype, signs of floor division and remainder, in-place refusals."""
+    shape = rand_shape(rng, 0, 2)
+    scalar = [0, 1, -1, 2, -3, 0.5, -2.5, True, False, 7, -7, 3.0, -0.0][int(rng.integers(13))]
+    names = sorted(INT_SCALAR_OPS) + list(IN_PLACE_SCALAR_OPS)
+    name = names[int(rng.integers(len(names)))]
+    if name.endswith("shift") and not isinstance(scalar, bool):
+        scalar = abs(int(scalar))  # (a negative shift: C's undefined behaviour in torch)
+    dt = rand_dtype(rng, ["int64", "int64", "bool", "float32", "float64"])
+    op = Operand(shape, dt, values=[-7, -3, -1, 0, 1, 2, 3, 5] if dt == "int64" else None)
+
+    def fn(lib, a):
+        if name not in IN_PLACE_SCALAR_OPS:
+            return INT_SCALAR_OPS[name](a, scalar)
+        b = a.clone()
+        if name == "+=":
+            b += scalar
+        elif name == "-=":
+            b -= scalar
+        elif name == "*=":
+            b *= scalar
+        elif name == "/=":
+            b /= scalar
+        elif name == "//=":
+            b //= scalar
+        else:
+            b %= scalar
+        return b
+
+    return Case(f"int_scalar {name} {scalar!r}", [op], fn)
+
+
+INT_BINARY_OPS = {
+    "floordiv": lambda lib, a, b: a // b,
+    "mod": lambda lib, a, b: a % b,
+    "fmod": lambda lib, a, b: lib.fmod(a, b),
+    "div_trunc": lambda lib, a, b: lib.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda lib, a, b: lib.div(a, b, rounding_mode="floor"),
+    "div": lambda lib, a, b: a / b,
+    "pow": lambda lib, a, b: a ** b.abs(),
+    "lshift": lambda lib, a, b: a << b.abs(),
+    "rshift": lambda lib, a, b: a >> b.abs(),
+    "gcd": lambda lib, a, b: lib.gcd(a, b),
+    "lcm": lambda lib, a, b: lib.lcm(a, b),
+    "true_divide": lambda lib, a, b: lib.true_divide(a, b),
+    "floor_divide": lambda lib, a, b: lib.floor_divide(a, b),
+    "remainder": lambda lib, a, b: lib.remainder(a, b),
+}
+
+
+@gen("int_binary")
+def _int_binary(rng):
+    shape = rand_shape(rng, 0, 2)
+    other = broadcast_partner(rng, shape)
+    name = sorted(INT_BINARY_OPS)[int(rng.integers(len(INT_BINARY_OPS)))]
+    da = rand_dtype(rng, ["int64", "int64", "bool", "float64"])
+    db = rand_dtype(rng, ["int64", "int64", "float32", "float64"])
+    ints = [-7, -3, -2, -1, 1, 2, 3, 5, 7]
+    return Case(
+        f"int_binary {name}",
+        [
+            Operand(shape, da, values=ints if da == "int64" else None),
+            Operand(other, db, values=ints if db == "int64" else [-2.5, -1.0, 1.0, 2.0, 3.5, -0.5]),
+        ],
+        INT_BINARY_OPS[name],
+    )
+
+
+# ---- nn.functional with unusual arguments -----------------------------------------------
+
+
+def _nnf(lib):
+    return lib.nn.functional
+
+
+@gen("nnf_interpolate")
+def _nnf_interpolate(rng):
+    """Every mode, size or scale_factor (a number or a tuple), align_corners,
+    recompute_scale_factor; axes whose size does not change."""
+    nd = int(rng.integers(1, 3))
+    mode = str(rng.choice(["nearest", "nearest-exact", "linear", "bilinear", "bicubic", "area"]))
+    nd = 1 if mode == "linear" else 2 if mode in ("bilinear", "bicubic") else nd
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(
+        int(rng.integers(1, 6)) for _ in range(nd)
+    )
+    kw: dict = {}
+    if rng.random() < 0.5:
+        kw["size"] = (
+            tuple(int(rng.integers(1, 8)) for _ in range(nd))
+            if rng.random() < 0.7
+            else int(rng.integers(1, 8))
+        )
+    else:
+        sf = [0.5, 1.5, 2.0, 2.5, 3.0, 0.7, 1.0, 1.3][int(rng.integers(8))]
+        if mode == "area":  # (an empty result: torch's area mode gives it, retrograd refuses)
+            sf = max(sf, 1.0)
+        kw["scale_factor"] = sf if rng.random() < 0.6 else (sf,) * nd
+        if rng.random() < 0.4:
+            kw["recompute_scale_factor"] = bool(rng.random() < 0.5)
+    if mode in ("linear", "bilinear", "bicubic") and rng.random() < 0.6:
+        kw["align_corners"] = bool(rng.random() < 0.5)
+    return Case(
+        f"interpolate {mode} {shape} {kw}",
+        [Operand(shape, rand_dtype(rng, ["float64", "float64", "float32"]))],
+        lambda lib, x: _nnf(lib).interpolate(x, mode=mode, **kw),
+    )
+
+
+@gen("nnf_pad")
+def _nnf_pad(rng):
+    """constant (negative amounts: crops), reflect, replicate (a crop on one side, a pad on
+    the other) and circular padding of 1 to 3 dimensions. (torch's circular padding with a
+    negative amount reads uninitialized memory, or corrupts its heap, and its reflect padding
+    with one has a gradient of uninitialized memory: not drawn.)"""
+    mode = str(rng.choice(["constant", "reflect", "replicate", "circular"]))
+    nd = int(rng.integers(1, 4)) if mode != "constant" else int(rng.integers(1, 3))
+    spatial = tuple(int(rng.integers(1, 5)) for _ in range(nd))
+    batch = (int(rng.integers(1, 3)),) * int(rng.integers(1, 3))
+    pad: list[int] = []
+    for s in reversed(spatial):
+        high = s - 1 if mode == "reflect" else s if mode == "circular" else 3
+        # (replicate: never an empty result, where torch's kernels disagree among themselves)
+        low = -1 if mode == "constant" or (mode == "replicate" and s >= 3) else 0
+        pad += [int(rng.integers(low, high + 1)) for _ in range(2)]
+    k = int(rng.integers(1, nd + 1)) if mode == "constant" else nd
+    amounts = tuple(pad[: 2 * k])
+    kw = {"value": 1.5} if mode == "constant" and rng.random() < 0.5 else {}
+    return Case(
+        f"pad {mode} {batch + spatial} {amounts}",
+        [Operand(batch + spatial, rand_dtype(rng, ["float64", "float64", "float32"]))],
+        lambda lib, x: _nnf(lib).pad(x, amounts, mode=mode, **kw),
+    )
+
+
+@gen("nnf_conv")
+def _nnf_conv(rng):
+    """conv and conv_transpose, 1-d and 2-d: groups, dilation, padding='same'/'valid'/
+    tuples, stride larger than the kernel, output_padding."""
+    nd = int(rng.integers(1, 3))
+    groups = int(rng.choice([1, 1, 2, 3]))
+    cin, cout = groups * int(rng.integers(1, 3)), groups * int(rng.integers(1, 3))
+    k = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    spatial = tuple(int(rng.integers(1, 7)) for _ in range(nd))
+    stride, dil = int(rng.integers(1, 5)), int(rng.integers(1, 3))
+    pad = rng.choice(["same", "valid", 0, 1, 2, "tuple"])
+    pad = (
+        tuple(int(rng.integers(0, 3)) for _ in range(nd))
+        if pad == "tuple"
+        else str(pad)
+        if pad in ("same", "valid")
+        else int(pad)
+    )
+    if pad == "same":
+        stride = 1
+    bias = bool(rng.random() < 0.5)
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    x_shape = (int(rng.integers(1, 3)), cin) + spatial
+    if rng.random() < 0.3:
+        pad = 0 if isinstance(pad, str) else pad
+        opad = int(rng.integers(0, max(stride, dil)))
+        # (an empty output: torch's float32 kernel returns it, its float64 one refuses it, as
+        # retrograd does: drawn in float64 only)
+        pads = (pad,) * nd if isinstance(pad, int) else pad
+        sizes = [
+            (n - 1) * stride - 2 * q + dil * (kk - 1) + opad + 1
+            for n, kk, q in zip(spatial, k, pads)
+        ]
+        if min(sizes) < 1:
+            dt = "float64"
+        w_shape = (cin, cout // groups) + k
+
+        def fn(lib, x, w, b):
+            return getattr(_nnf(lib), f"conv_transpose{nd}d")(
+                x, w, b if bias else None, stride=stride, padding=pad, output_padding=opad,
+                groups=groups, dilation=dil,
+            )  # fmt: skip
+
+        name = f"conv_transpose{nd}d s={stride} p={pad} op={opad} d={dil} g={groups}"
+    else:
+        w_shape = (cout, cin // groups) + k
+
+        def fn(lib, x, w, b):
+            return getattr(_nnf(lib), f"conv{nd}d")(
+                x, w, b if bias else None, stride=stride, padding=pad, dilation=dil, groups=groups
+            )
+
+        name = f"conv{nd}d s={stride} p={pad} d={dil} g={groups}"
+    return Case(
+        f"{name} x{x_shape} w{w_shape}",
+        [Operand(x_shape, dt), Operand(w_shape, dt), Operand((cout,), dt)],
+        fn,
+        rtol=1e-4 if dt == "float32" else None,
+    )
+
+
+@gen("nnf_pool")
+def _nnf_pool(rng):
+    """max/avg/lp/adaptive pooling: ceil_mode, count_include_pad, divisor_override,
+    dilation, return_indices, ties in a window. (torch's max pooling with a window wholly in
+    the padding, dilation > 1 with padding, corrupts its heap in backward: not drawn.)"""
+    nd = int(rng.integers(1, 3))
+    which = str(rng.choice(["max", "avg", "adaptive_avg", "adaptive_max", "lp", "max_indices"]))
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(
+        int(rng.integers(1, 8)) for _ in range(nd)
+    )
+    k, s = int(rng.integers(1, 4)), [None, 1, 2, 3][int(rng.integers(4))]
+    p, ceil = int(rng.integers(0, k // 2 + 1)), bool(rng.random() < 0.5)
+    dil = int(rng.integers(1, 3))
+    if dil > 1:
+        p = 0
+    op = Operand(shape, rand_dtype(rng, ["float64", "float64", "float32"]))
+    f = _nnf
+    if which in ("max", "max_indices"):
+        if rng.random() < 0.3:
+            op.values = [1.0, 2.0, -1.0, 0.5, 3.0]
+        ret = which == "max_indices"
+        return Case(
+            f"max_pool{nd}d k={k} s={s} p={p} d={dil} ceil={ceil} {shape}",
+            [op],
+            lambda lib, x: getattr(f(lib), f"max_pool{nd}d")(
+                x, k, s, p, dil, ceil_mode=ceil, return_indices=ret
+            ),
+        )
+    if which == "avg":
+        kw = {"ceil_mode": ceil, "count_include_pad": bool(rng.random() < 0.5)}
+        divisor = [None, None, 2, 5][int(rng.integers(4))]
+        if nd == 2 and divisor:
+            kw["divisor_override"] = divisor
+        return Case(
+            f"avg_pool{nd}d k={k} s={s} p={p} {kw} {shape}",
+            [op],
+            lambda lib, x: getattr(f(lib), f"avg_pool{nd}d")(x, k, s, p, **kw),
+        )
+    if which == "lp":
+        norm = [1.0, 2.0, 3.0][int(rng.integers(3))]
+        op.values = [0.5, 1.0, 2.0, 1.5, 0.25]
+        return Case(
+            f"lp_pool{nd}d p={norm} k={k} s={s} ceil={ceil} {shape}",
+            [op],
+            lambda lib, x: getattr(f(lib), f"lp_pool{nd}d")(x, norm, k, s, ceil_mode=ceil),
+        )
+    out = tuple(int(rng.integers(1, 6)) for _ in range(nd))
+    if rng.random() < 0.3:
+        out = out[0] if nd == 1 else (out[0], None)
+    return Case(
+        f"{which}_pool{nd}d out={out} {shape}",
+        [op],
+        lambda lib, x: getattr(f(lib), f"{which}_pool{nd}d")(x, out),
+    )
+
+
+@gen("nnf_fold")
+def _nnf_fold(rng):
+    """F.unfold and F.fold (and fold of unfold) with kernel, dilation, padding, stride."""
+    k, d, p, s = (
+        tuple(int(rng.integers(lo, hi)) for _ in range(2))
+        for lo, hi in ((1, 4), (1, 3), (0, 2), (1, 4))
+    )
+    height, width = int(rng.integers(1, 7)), int(rng.integers(1, 7))
+    channels, batch = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    which = str(rng.choice(["unfold", "fold", "roundtrip"]))
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    kw = {"dilation": d, "padding": p, "stride": s}
+    if which != "fold":
+
+        def fn(lib, x):
+            cols = _nnf(lib).unfold(x, k, **kw)
+            return _nnf(lib).fold(cols, (height, width), k, **kw) if which == "roundtrip" else cols
+
+        return Case(f"{which} k={k} {kw}", [Operand((batch, channels, height, width), dt)], fn)
+    blocks = 1
+    for i, n in enumerate((height, width)):
+        blocks *= max((n + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1, 0)
+    return Case(
+        f"fold k={k} {kw} out={(height, width)}",
+        [Operand((batch, channels * k[0] * k[1], blocks), dt)],
+        lambda lib, x: _nnf(lib).fold(x, (height, width), k, **kw),
+    )
+
+
+NNF_MISC = {
+    "group_norm": lambda f, lib, x: f.group_norm(x, 1),
+    "instance_norm": lambda f, lib, x: f.instance_norm(x),
+    "local_response_norm": lambda f, lib, x: f.local_response_norm(x, 2),
+    "layer_norm_weight": lambda f, lib, x: f.layer_norm(
+        x, x.shape[-1:], lib.ones(x.shape[-1], dtype=x.dtype) * 2, None, 1e-3
+    ),
+    "rms_norm": lambda f, lib, x: f.rms_norm(x, x.shape[-1:]),
+    "hardtanh": lambda f, lib, x: f.hardtanh(x, -0.5, 0.5),
+    "rrelu_eval": lambda f, lib, x: f.rrelu(x, training=False),
+    "softplus_neg_beta": lambda f, lib, x: f.softplus(x, beta=-1.0),
+    "threshold": lambda f, lib, x: f.threshold(x, 0.0, 0.0),
+    "cosine_similarity": lambda f, lib, x: f.cosine_similarity(x, x.flip(-1), dim=1, eps=1e-3),
+    "pdist": lambda f, lib, x: f.pdist(x[0]),
+    "triplet_margin": lambda f, lib, x: f.triplet_margin_loss(x[:, 0], x[:, 1], x.sum(1)),
+    "soft_margin": lambda f, lib, x: f.soft_margin_loss(x, x.sign().detach()),
+    "poisson_nll": lambda f, lib, x: f.poisson_nll_loss(x, x.abs()),
+    "gaussian_nll": lambda f, lib, x: f.gaussian_nll_loss(x, x.flip(0), x.abs() + 0.1),
+    "hinge_embedding": lambda f, lib, x: f.hinge_embedding_loss(x, x.sign().detach()),
+    "nll_2d": lambda f, lib, x: f.nll_loss(
+        x.log_softmax(1), lib.zeros((x.shape[0], x.shape[2]), dtype=lib.int64)
+    ),
+    "cross_entropy_2d": lambda f, lib, x: f.cross_entropy(
+        x, lib.ones((x.shape[0], x.shape[2]), dtype=lib.int64), label_smoothing=0.2
+    ),
+    "cross_entropy_weight": lambda f, lib, x: f.cross_entropy(
+        x[..., 0],
+        lib.zeros(x.shape[0], dtype=lib.int64),
+        weight=lib.arange(x.shape[1], dtype=x.dtype) + 1,
+    ),
+    "sdpa_causal": lambda f, lib, x: f.scaled_dot_product_attention(x, x, x, is_causal=True),
+    "sdpa_mask": lambda f, lib, x: f.scaled_dot_product_attention(
+        x, x * 2, x, attn_mask=lib.ones(x.shape[1], x.shape[1], dtype=lib.bool).tril()
+    ),
+    "normalize_p1": lambda f, lib, x: f.normalize(x, p=1.0, dim=1),
+    "normalize_inf": lambda f, lib, x: f.normalize(x, p=math.inf, dim=-1),
+    "bilinear": lambda f, lib, x: f.bilinear(
+        x, x, lib.ones(2, x.shape[-1], x.shape[-1], dtype=x.dtype)
+    ),
+    "smooth_l1_beta0": lambda f, lib, x: f.smooth_l1_loss(x, x.flip(0), beta=0.0),
+    "huber_none": lambda f, lib, x: f.huber_loss(x, x.flip(-1), reduction="none", delta=0.5),
+    "kl_log_target": lambda f, lib, x: f.kl_div(
+        x.log_softmax(1), x.flip(0).log_softmax(1), reduction="batchmean", log_target=True
+    ),
+    "bce_logits_pos_weight": lambda f, lib, x: f.binary_cross_entropy_with_logits(
+        x, x.sigmoid().flip(0), pos_weight=lib.ones(x.shape[-1], dtype=x.dtype) * 2
+    ),
+    "bce": lambda f, lib, x: f.binary_cross_entropy(x.sigmoid(), x.flip(0).sigmoid()),
+    "multi_margin": lambda f, lib, x: f.multi_margin_loss(
+        x[..., 0], lib.zeros(x.shape[0], dtype=lib.int64)
+    ),
+    "elu": lambda f, lib, x: f.elu(x.round(), 0.7),
+    "selu": lambda f, lib, x: f.selu(x.round()),
+    "celu": lambda f, lib, x: f.celu(x.round(), 1.5),
+}
+
+
+@gen("nnf_misc")
+def _nnf_misc(rng):
+    """Normalizations, losses and attention on [N, C, L] inputs (rounded ones put exact
+    zeros into the elu family)."""
+    shape = (int(rng.integers(1, 3)), int(rng.integers(2, 5)), int(rng.integers(1, 4)))
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    name = sorted(NNF_MISC)[int(rng.integers(len(NNF_MISC)))]
+    fn = NNF_MISC[name]
+    return Case(
+        f"nnf.{name} {shape}",
+        [Operand(shape, dt)],
+        lambda lib, x: fn(_nnf(lib), lib, x),
+        rtol=1e-4 if dt == "float32" else 1e-8,
+    )

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: answers from metadata, not work: not timed
-_METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class"})
+_METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class", "detach"})
 
 
 class ProfilerActivity(enum.Enum):

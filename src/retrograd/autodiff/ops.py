@@ -255,8 +255,11 @@ def _prod_vjp(B, g, x, out, x_shape):
     if not B.any(zeros):  # torch: grad * result / input (inf and NaN as its)
         return B.mul(B.expand(g, x_shape), B.div(B.expand(out, x_shape), x))
     flat = B.reshape(x, (math.prod(x_shape),))
-    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1:  # torch: zeros (no inf * 0)
-        return B.zeros_like(x)
+    nonfinite = B.any(B.logical_or(B.is_inf(x), B.is_nan(x)))
+    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1 and nonfinite:
+        return B.zeros_like(x)  # torch: zeros (no inf * 0)
+    # (with two zeros and the rest finite the exclusive products are zeros too, and their
+    # derivatives, taken under create_graph, are the second derivatives: nonzero at the zeros)
     return B.mul(B.expand(g, x_shape), B.reshape(_exclusive_prod(B, flat, 0), x_shape))
 
 
@@ -344,14 +347,18 @@ def _rpow_scalar_vjp(B, g, x, out, s):
     if s == 0:
         grad = B.mul_scalar(B.mul(g, out), -math.inf)
         return B.mask_fill(grad, B.greater_equal_elem(x, 0.0), 0.0)
-    return B.mul_scalar(g, math.nan)
+    # log of a negative base: NaN, through ``out`` as torch's (a NaN second derivative too)
+    return B.mul_scalar(B.mul(g, out), math.nan)
 
 
 def _floor_quotient(B, x, y):
     """torch's ``div_floor_floating`` (the remainder's gradient is ``-g * (x // y)``): the
     exact multiple ``x - fmod(x, y)`` over ``y``, one less where ``fmod``'s sign is not
     ``y``'s, floored and rounded up where the division left it more than half below, so
-    that a quotient ``x / y`` rounding onto an integer is floored as torch floors it."""
+    that a quotient ``x / y`` rounding onto an integer is floored as torch floors it. A
+    constant (torch's floor division has no derivative: 0, not the 0 / 0 of a division by 0
+    under ``create_graph``)."""
+    x, y = B.detach(x), B.detach(y)
     mod = B.fmod(x, y)
     div = B.div(B.sub(x, mod), y)
     flip = B.not_equal(B.lower_elem(mod, 0.0), B.lower_elem(y, 0.0))
@@ -527,7 +534,7 @@ binary(
 binary(
     "fmod",
     lambda B, g: g,
-    lambda B, g, x, y: B.neg(B.mul(g, B.trunc(B.div(x, y)))),
+    lambda B, g, x, y: B.neg(B.mul(g, B.trunc(B.div(B.detach(x), B.detach(y))))),
 )
 binary(
     "hypot",
@@ -545,7 +552,11 @@ unary("remainder_scalar", lambda B, g: g, ("s",))
 unary("rsub_scalar", lambda B, g: B.neg(g), ("s",))
 unary("rdiv_scalar", lambda B, g, x, out: B.neg(B.div(B.mul(g, out), x)), ("s",))
 unary("rpow_scalar", _rpow_scalar_vjp, ("s",))
-unary("rremainder_scalar", lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scalar(x, s)))), ("s",))
+unary(
+    "rremainder_scalar",
+    lambda B, g, x, s: B.neg(B.mul(g, B.floor(B.rdiv_scalar(B.detach(x), s)))),
+    ("s",),
+)
 
 # -- elementwise unary -------------------------------------------------------------------------
 unary("neg", lambda B, g: B.neg(g))

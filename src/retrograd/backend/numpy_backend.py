@@ -291,6 +291,9 @@ class NumpyBackend(
     def to_device(self, x, device):
         return x
 
+    def detach(self, x):
+        return x  # (a plain value has no graph)
+
     def any(self, x):
         return bool(np.any(x))
 

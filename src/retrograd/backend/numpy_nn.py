@@ -94,23 +94,31 @@ def _source_scale(length, out, align_corners, scale, real):
     return real(length) / real(out)
 
 
-def _interpolation_taps(length, out, mode, align_corners, scale, dtype):
-    """Per output position along one axis: input indices ``[taps, out]`` and their weights.
+def _interpolation_taps(length, out, mode, align_corners, scale, dtype, spatial=2):
+    """Per output position along one axis (of ``spatial``): input indices ``[taps, out]`` and
+    their weights.
 
     Indices never decrease along the output axis, which the adjoint relies on.
     """
     real = np.dtype(dtype).type
     positions = np.arange(out)
     if mode == "nearest":
-        if out == length:
+        # torch's 2-d kernel (and every backward) copies an axis of the same size, and halves
+        # the indices of one twice as long, whatever the scale factor; its 1-d and 3-d
+        # forward kernels apply the factor
+        if out == length and (spatial == 2 or scale is None):
             index = positions
-        elif out == 2 * length:
+        elif out == 2 * length and (spatial == 2 or scale is None):
             index = positions // 2
         else:  # PyTorch's legacy "nearest": floor(dst * scale), in float32 whatever the dtype
             ratio = _source_scale(length, out, False, scale, np.float32)
             index = np.floor(positions.astype(np.float32) * ratio).astype(np.int64)
             index = np.minimum(index, length - 1)
         return index[None, :], np.ones((1, out), dtype=dtype)
+    if mode == "linear" and out == length:
+        # torch's linear kernels copy an axis whose size does not change, whatever the
+        # scale factor (which would otherwise map coordinates by 1 / scale_factor)
+        return positions[None, :], np.ones((1, out), dtype=dtype)
     ratio = _source_scale(length, out, align_corners, scale, real)
     if align_corners:
         source = positions.astype(dtype) * ratio
@@ -557,13 +565,20 @@ class NumpyNNKernels(NumpyConvKernels):
     def interpolate(self, x, output_size, mode, align_corners, scales):
         out = x
         for axis, (n, o, scale) in enumerate(zip(x.shape[2:], output_size, scales), start=2):
-            index, weights = _interpolation_taps(n, o, mode, align_corners, scale, x.dtype)
+            index, weights = _interpolation_taps(
+                n, o, mode, align_corners, scale, x.dtype, len(output_size)
+            )
             out = _gather_axis(out, axis, index, weights)
         return out
 
     def interpolate_backward(self, grad, input_size, mode, align_corners, scales):
+        if mode == "bicubic" and tuple(input_size) == tuple(grad.shape[2:]):
+            # torch's bicubic backward copies the gradient when no size changes, though its
+            # forward interpolated by the scale factors
+            return grad.copy()
         g = grad
         for axis, (n, o, scale) in enumerate(zip(input_size, grad.shape[2:], scales), start=2):
+            # (torch's nearest backward takes the 2-d kernel's shortcuts in every dimension)
             index, weights = _interpolation_taps(n, o, mode, align_corners, scale, grad.dtype)
             g = _scatter_axis(g, axis, index, weights, n)
         return g

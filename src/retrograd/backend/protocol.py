@@ -215,6 +215,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
         """Whether any element is true (a Python bool: backward rules may branch on it)."""
         raise NotImplementedError
 
+    def detach(self, x: Any) -> Any:
+        """``x`` cut from any graph: a backward rule's constant (a piecewise-constant factor
+        such as a floor quotient, whose derivative is 0) under ``create_graph``."""
+        raise NotImplementedError
+
     def memory_allocated(self) -> tuple[int, int] | None:
         """``(bytes allocated now, peak bytes since reset_peak_memory())`` of the device memory
         this backend's allocator holds, or ``None`` where its values live in host memory that

@@ -301,6 +301,9 @@ class TorchBackend(
             return x.to(torch.device("cuda", device.index))
         return x  # cpu labels are logical (the in-process engine's cpu:0, cpu:1...)
 
+    def detach(self, x):
+        return x  # (a plain value has no graph)
+
     def any(self, x):
         self.synchronize()
         return bool(x.any())

@@ -27,7 +27,8 @@ from ..optim import Optimizer
 __all__ = ["CaptureError", "Patches", "Recorder", "WatchedGradients", "slots_of"]
 
 #: Calls that answer from metadata (shapes, dtypes, devices): not part of the step's work.
-METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class"})
+#: (``detach`` on an inner backend is the identity: nothing to record)
+METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class", "detach"})
 #: Calls whose answer depends on tensor values on the host: a replay could not follow them.
 HOST_READS = {
     "to_numpy": "copies a tensor's values to the host (.item(), .tolist(), .numpy(), "

@@ -48,7 +48,10 @@ def bounded(x: Any, bound: Any, side: str) -> Any:
     if isinstance(bound, SCALAR_TYPES):
         return x.mask_fill(getattr(x, side)(bound), bound)
     bound = lift(x, bound, "clamp")
-    return x.mask_where(getattr(x, side)(bound), bound)
+    beyond = getattr(x, side)(bound)
+    if bound.is_float():  # a NaN bound gives NaN, as torch's max/min propagate it
+        beyond = beyond.logical_or(bound.isnan())
+    return x.mask_where(beyond, bound)
 
 
 def _integral(x: Any) -> bool:
@@ -198,7 +201,9 @@ def erfinv(y: Any) -> Any:
 
     x = y if y.is_float() else y.cast(default_float_dtype())
     with no_grad():
-        value = untracked(x)
+        # Newton's steps in float64 whatever the dtype: near +-1 a float32 erf's rounding,
+        # times erf's inverse slope (1e5 there), left erfinv(0.9999999) 3% off
+        value = untracked(x) if x.dtype == "float64" else untracked(x).cast("float64")
         w = -((1.0 - value) * (1.0 + value)).log()
         central, tail = w - 2.5, w.clamp_min(5.0).sqrt() - 3.0
         p_central = central * 0.0 + _GILES_CENTRAL[0]
@@ -211,7 +216,20 @@ def erfinv(y: Any) -> Any:
         for _ in range(3):
             step = (guess.erf() - value) * _SQRT_PI_HALF * (guess.square()).exp()
             guess = guess - step.mask_fill(step.is_nan(), 0.0)
+        guess = guess.cast(x.dtype)
     if not x.requires_grad:
         return guess
-    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess)
-    return guess + (x - guess.erf()) * (_SQRT_PI_HALF * guess.square().exp())
+    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess). At x = +-1
+    # (guess +-inf) that step is inf * 0: its slope is zeroed there and the edge recorded as
+    # sign(x) * -log(1 - x^2), which is +-inf with torch's infinite gradient
+    edge = untracked(x).abs().equal(1.0)
+    slope = (_SQRT_PI_HALF * guess.square().exp()).mask_fill(edge, 0.0)
+    # and the second derivative, 2 erfinv(x) slope^2, as half of it times (x - x)^2: zero in
+    # value and in first derivative
+    curvature = (2.0 * guess * slope * slope).mask_fill(edge, 0.0)
+    offset = x - untracked(x)
+    out = guess + (x - guess.erf()) * slope + offset * offset * (0.5 * curvature)
+    if not edge.any().item():
+        return out
+    at_edge = x.mask_fill(edge.logical_not(), 0.0)
+    return out.mask_where(edge, -(1.0 - at_edge * at_edge).log() * untracked(x).sign())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,13 @@ class InplaceMixin:
                         "operation; do it under rg.no_grad(), or on .data, as in torch"
                     )
             value = _fit(op, self, compute(self))
+        backend = self._backend
+        if backend.is_autodiff and backend.is_require_grad(value._prim):
+            # the new value is a leaf itself (copy_ of a leaf, fill_ of a 0-d one): held as
+            # is, this tensor would become that leaf (refusing later in-place ops, taking its
+            # gradient); torch's result is a non-leaf copy of it (untracked under no_grad)
+            with no_grad() if outside else nullcontext():
+                value = value.clone()
         write(op, self, value, outside)
         return self
 

@@ -68,12 +68,10 @@ def _drop(x: Tensor, dims: tuple[int, ...], keepdim: bool) -> Tensor:
 def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) -> Tensor:  # noqa: A002
     """The ``ord``-norm over ``dims``, composed of differentiable ops whose gradient is
     torch's ``norm_backward``: zero at a zero vector, zero at the zero entries (``ord < 1``)."""
-    if not x.ndim:
-        x, dims = x.reshape((1,)), (0,)
-        squeeze = not keepdim
-        keepdim = True
-    else:
-        squeeze = False
+    # a 0-d input stays 0-d, keepdim or not (torch's)
+    squeeze = not x.ndim
+    if squeeze:
+        x, dims, keepdim = x.reshape((1,)), (0,), True
     magnitude = x.abs()
     if ord == 2:
         total = x.square().sum(dims, keepdim=True)
@@ -86,9 +84,11 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     elif ord == -math.inf:
         out = magnitude.amin(dims, keepdim=True)
     elif ord == 0:
-        # the count has no gradient; the zero term keeps the result in the graph, as torch's
+        # the count has no gradient (a NaN counts, as torch's); the zero term keeps the
+        # result in the graph, as torch's (every entry masked: NaNs too)
         count = x.not_equal(0.0).cast(x.dtype).sum(dims, keepdim=True)
-        out = count + x.mask_fill(x.equal(x), 0.0).sum(dims, keepdim=True)
+        everywhere = x.equal(x).logical_or(x.isnan())
+        out = count + x.mask_fill(everywhere, 0.0).sum(dims, keepdim=True)
     else:
         zero_entry = magnitude.equal(0.0)
         safe = magnitude.mask_fill(zero_entry, 1.0).pow(float(ord))

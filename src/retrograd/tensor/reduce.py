@@ -173,13 +173,19 @@ class ReduceMixin:
 
     @scalar_dims
     def any(self, dim: Any = None, keepdim: bool = False) -> Any:
-        """Whether any element is non-zero (bool; over ``dim`` when given)."""
-        counts = self.not_equal(False if self.dtype == "bool" else 0).cast("int64")
-        return counts.sum(dim, keepdim).greater(0)
+        """Whether any element is non-zero (bool; over ``dim`` when given: over none for
+        ``dim=()``, as torch's, unlike ``sum``'s every dim)."""
+        nonzero = self.not_equal(False if self.dtype == "bool" else 0)
+        if isinstance(dim, (tuple, list)) and not dim:
+            return nonzero
+        return nonzero.cast("int64").sum(dim, keepdim).greater(0)
 
     @scalar_dims
     def all(self, dim: Any = None, keepdim: bool = False) -> Any:
-        """Whether every element is non-zero (bool; over ``dim`` when given)."""
+        """Whether every element is non-zero (bool; over ``dim`` when given, over none for
+        ``dim=()`` as :meth:`any`)."""
+        if isinstance(dim, (tuple, list)) and not dim:
+            return self.not_equal(False if self.dtype == "bool" else 0)
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
         return zeros.sum(dim, keepdim).equal(0)
 

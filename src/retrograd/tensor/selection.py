@@ -385,15 +385,47 @@ class SelectionMixin:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per
         leading dim, as ``t[indices] = values``); ``accumulate`` adds, duplicates summing."""
         indices = tuple(indices)
-        if isinstance(values, TensorBase) and values.dtype != self.dtype:
+        # one value written through a mask: torch's masked_fill_ path (any shape, cast)
+        single = (
+            not accumulate
+            and isinstance(values, TensorBase)
+            and values.numel() == 1
+            and any(isinstance(i, TensorBase) and i.dtype == "bool" for i in indices)
+        )
+        if isinstance(values, TensorBase) and values.dtype != self.dtype and not single:
             raise DTypeError(
                 f"index_put: the values' dtype {values.dtype} is not the tensor's {self.dtype} "
                 "(torch requires them to match)"
             )
+        if isinstance(values, TensorBase):
+            # torch's index_put_ broadcasts the values to the indexing result without
+            # dropping their leading ones (t[i] = v drops them; index_put_ does not)
+            tensors = [i for i in indices if isinstance(i, TensorBase)]
+            if len(tensors) == len(indices) and tensors:
+                masks = [i for i in tensors if i.dtype == "bool"]
+                consumed = sum(i.ndim for i in masks) + len(tensors) - len(masks)
+                lead = 1 if masks else len(np.broadcast_shapes(*(i.shape for i in tensors)))
+                if values.ndim > lead + self.ndim - consumed and not single:
+                    raise ShapeError(
+                        f"index_put: shape mismatch: value tensor of shape "
+                        f"{shape_text(values.shape)} cannot be broadcast to the indexing result "
+                        f"({lead + self.ndim - consumed} dimensions) of a tensor of shape "
+                        f"{shape_text(self.shape)}"
+                    )
         if not accumulate:
             out = self.clone()
             out[indices] = values
             return out
+        # a bool mask indexes its true positions (k dims: k index tensors), as in torch
+        indices = tuple(
+            part
+            for i in indices
+            for part in (
+                i.nonzero(as_tuple=True)
+                if isinstance(i, TensorBase) and i.dtype == "bool"
+                else (i,)
+            )
+        )
         if len(indices) > self.ndim:
             raise InvalidArgumentError(
                 f"index_put: too many indices ({len(indices)}) for a tensor of "
@@ -407,12 +439,15 @@ class SelectionMixin:
                 index = lift(self, stride_index, "index_put").cast("int64")
                 index = index.mask_where(index.lower_elem(0), index + size)
                 flat = index if flat is None else flat * size + index
+            # (index tensors that broadcast to several dims: the values broadcast to those)
+            picked = flat.shape
             flat = flat.reshape((-1,))
             rows = self.reshape((math.prod(lead),) + rest)
             values = lift(self, values, "index_put") if not np.isscalar(values) else values
             if np.isscalar(values):
                 values = wrap(self, self._backend.full(rest, values, self.dtype, self._device))
-            values = values.cast(self.dtype).expand((flat.shape[0],) + rest)
+            values = values.cast(self.dtype).expand(picked + rest)
+            values = values.reshape((flat.shape[0],) + rest)
             return rows.index_add(0, flat, values).reshape(self.shape)
         flat = None
         for size, stride_index in zip(self.shape, indices):
@@ -423,7 +458,9 @@ class SelectionMixin:
         if np.isscalar(values):
             values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
         shape = np.broadcast_shapes(flat.shape, values.shape)
-        return self.put(flat.expand(shape), values.expand(shape), accumulate=True)
+        return self.put(
+            flat.expand(shape).reshape((-1,)), values.expand(shape).reshape((-1,)), accumulate=True
+        )
 
     def select_scatter(self, src: Any, dim: int, index: int) -> Any:
         """A copy with ``src`` written at ``index`` along ``dim``."""

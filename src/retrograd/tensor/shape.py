@@ -432,10 +432,15 @@ class ShapeMixin:
         return tuple(pieces)
 
     def unfold(self, dim: int, size: int, step: int) -> Any:
-        """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension."""
+        """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
+        (windows of size 0 too, as torch's)."""
+        if self.ndim == 0 and dim in (0, -1):
+            # torch: a 0-d tensor is one element along one dimension, its window that
+            # dimension (shape (size,))
+            return self.reshape(1).unfold(0, size, step).reshape(-1)
         d = normalize_dim("unfold", dim, self.ndim)
         length = self.shape[d]
-        if size <= 0 or step <= 0 or size > length:
+        if size < 0 or step <= 0 or size > length:
             raise ShapeError(
                 f"unfold: window size {size} and step {step} do not fit dimension {dim} of size "
                 f"{length}"

@@ -184,7 +184,11 @@ class SpecialMixin:
     def logaddexp2(self, other: Any) -> Any:
         """``log2(2**self + 2**other)``, as :meth:`logaddexp`."""
         return _logaddexp(
-            "logaddexp2", self, other, lambda d: (d * -math.log(2.0)).exp().log1p() / math.log(2.0)
+            "logaddexp2",
+            self,
+            other,
+            lambda d: (d * -math.log(2.0)).exp().log1p() / math.log(2.0),
+            math.log(2.0),
         )
 
     def logit(self, eps: float | None = None) -> Any:
@@ -411,10 +415,28 @@ class SpecialMixin:
         return self.atan2(other)
 
 
-def _logaddexp(op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any]) -> Any:
+def _logaddexp(
+    op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
+) -> Any:
     x, y = _floats(op, a, b)
     out = x.maximum(y) + softplus_of_gap((x - y).abs())
-    return out.mask_where(x.isinf().logical_and(x.eq(y)), x)
+    out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
+    if not (x.requires_grad or y.requires_grad):
+        return out
+    # max + softplus(-|x - y|) has kinks at x == y (maximum's and abs's), so that its second
+    # derivative there is 0, not torch's s (1 - s): the derivatives are taken from the smooth
+    # log(e^(x - m) + e^(y - m)) with m the (constant) maximum, added as smooth - value(smooth)
+    # (zero in value: the value stays the accurate one above); where m is infinite, from the
+    # formula above, whose first derivatives there are torch's
+    top = untracked(x.maximum(y))
+    infinite = top.isinf()
+    top = top.mask_fill(infinite, 0.0)
+    xs, ys = x.mask_fill(infinite, 0.0), y.mask_fill(infinite, 0.0)
+    smooth = (((xs - top) * scale).exp() + ((ys - top) * scale).exp()).log()
+    if scale != 1.0:
+        smooth = smooth / scale
+    finite = untracked(out) + (smooth - untracked(smooth))
+    return finite.mask_where(infinite, out)
 
 
 def _nan_ignoring(a: Any, b: Any, op: str, keeps_first: str) -> Any:
@@ -442,8 +464,8 @@ def _integers(op: str, a: Any, b: Any, dtypes: tuple[str, ...] = _INTEGERS) -> t
 
 def _shift_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     x, y = promote(a, operand(a, b, op), op)
-    if x.dtype == "bool":
-        x, y = x.cast("int64"), y.cast("int64")
+    # (two bools promote to bool, which torch's shift kernels refuse; a bool beside an int
+    # promotes to int64)
     if x.dtype != "int64":
         raise DTypeError(f"{op}: expected int64 tensors, got {x.dtype}")
     return x, y

@@ -155,10 +155,18 @@ def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
     x = _float_input("elu", x)
-    negative = x.less_equal(0.0)
-    # the branch not taken sees 0, so that exp(inf) puts no NaN into the gradient
-    safe = x.mask_fill(negative.logical_not(), 0.0)
-    return x.mask_where(negative, safe.expm1() * alpha)
+    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0))
+
+
+def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
+    """``scale * (exp(x * input_scale) - 1)`` where ``x < 0``; ``x * scale * input_scale``
+    at 0, torch's derivatives there: the first is the exponential's, the second 0 (torch's
+    double backward masks by ``x < 0``). Elsewhere the exponential sees 0, so that exp(inf)
+    puts no NaN into the gradient."""
+    safe = x.mask_fill(x.less(0.0).logical_not(), 0.0)
+    if input_scale != 1.0:
+        safe = safe * input_scale
+    return (safe.expm1() * scale).mask_where(x.equal(0.0), x * (scale * input_scale))
 
 
 def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
@@ -166,9 +174,7 @@ def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = _float_input("celu", x)
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
-    negative = x.less_equal(0.0)
-    safe = x.mask_fill(negative.logical_not(), 0.0)  # as elu's
-    return x.mask_where(negative, (safe / alpha).expm1() * alpha)
+    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0 / alpha))
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717

@@ -289,10 +289,12 @@ def binary_cross_entropy(
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
-    # The values from the clamped logs (of x's values: they are differentiated in y only);
-    # the gradient in x is torch's formula, (x - y) / max(x (1 - x), eps), finite where x is
-    # 0 or 1 (a saturated sigmoid), added as (x - x) * slope: zero in value. torch's eps is
-    # the float32 nearest 1e-12, in every dtype.
+    # The values from the clamped logs (of x's values), as torch computes them. The
+    # gradients: where x (1 - x) >= eps (torch's eps, the float32 nearest 1e-12, in every
+    # dtype) the loss's own formula, recorded as ``direct - value(direct)`` (zero in value),
+    # so that second derivatives are right too; elsewhere (x at 0 or 1: a saturated sigmoid)
+    # torch's finite first derivatives, (x - y) / max(x (1 - x), eps) in x and the unclamped
+    # logs in y, added as (x - x) * slope.
     constant, target = untracked(x), untracked(y)
     # torch refuses probabilities outside [0, 1] (NaN too), where the logs would give NaN
     check_values(
@@ -306,13 +308,23 @@ def binary_cross_entropy(
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
     log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)
     losses = -(target * log_x + (1.0 - target) * log_not_x)
-    if x.requires_grad:
-        slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
-        losses = losses + (x - constant) * slope
-    if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
-        slope = raw_log_not_x - raw_log_x
-        slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
-        losses = losses + (y - target) * slope
+    if not (x.requires_grad or y.requires_grad):
+        return _reduce(_weighted(fn, losses, weight), reduction)
+    edge = (constant * (1.0 - constant)).less(_BCE_EPS)
+    inner = x.masked_fill(edge, 0.5)
+    direct = -(y * inner.log() + (1.0 - y) * (1.0 - inner).log())
+    losses = losses + (direct - untracked(direct))
+    if edge.any().item():
+        slopes = None
+        if x.requires_grad:
+            slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
+            slopes = (x - constant) * slope.mask_fill(edge.logical_not(), 0.0)
+        if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
+            slope = raw_log_not_x - raw_log_x
+            slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
+            term = (y - target) * slope.mask_fill(edge.logical_not(), 0.0)
+            slopes = term if slopes is None else slopes + term
+        losses = losses + slopes
     return _reduce(_weighted(fn, losses, weight), reduction)
 
 
@@ -369,11 +381,14 @@ def smooth_l1_loss(
     reduction = _reduction(fn, reduction, size_average, reduce)
     if beta < 0:
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
-    d = (x - y).abs()
+    diff = x - y
+    d = diff.abs()
     if beta == 0:
         return _reduce(d, reduction)
     quadratic = d.lower(beta).logical_or(d.isnan())  # NaN takes torch's quadratic branch
-    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    # the square of the difference itself, not of |d|: abs's kink would zero the second
+    # derivative at d = 0 (the branch not taken sees 0: no inf * 0)
+    near = diff.mask_fill(quadratic.logical_not(), 0.0)
     losses = (d - 0.5 * beta).mask_where(quadratic, near.square() * (0.5 / beta))
     return _reduce(losses, reduction)
 
@@ -385,14 +400,18 @@ def huber_loss(
     delta: float = 1.0,
     weight: Tensor | None = None,
 ) -> Tensor:
-    """``0.5 d**2`` where ``|d| <= delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
+    """``0.5 d**2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
     fn = "huber_loss"
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
-    d = (x - y).abs()
-    quadratic = d.lower_equal(delta).logical_or(d.isnan())  # NaN: torch's quadratic branch
-    near = d.mask_fill(quadratic.logical_not(), 0.0)  # no inf * 0 from the branch not taken
+    diff = x - y
+    d = diff.abs()
+    # |d| < delta, strictly: at |d| == delta both branches have the same value and slope, and
+    # torch's second derivative there is the linear branch's, 0. NaN: torch's quadratic
+    # branch. The square of the difference itself, as smooth_l1_loss's.
+    quadratic = d.lower(delta).logical_or(d.isnan())
+    near = diff.mask_fill(quadratic.logical_not(), 0.0)
     losses = ((d - 0.5 * delta) * delta).mask_where(quadratic, near.square() * 0.5)
     return _reduce(_weighted(fn, losses, weight), reduction)
 

@@ -201,7 +201,10 @@ def multi_margin_loss(
     check_indices(target, classes, out_of_range)
     index = target.unsqueeze_dim(-1)
     picked = x.gather(-1, index)
-    hinge = (x - picked + margin).clamp_min(0.0)
+    # torch's kernel counts a term where it is > 0 only: not at 0 (no gradient), nor at NaN
+    # (neither value nor gradient), unlike clamp_min
+    hinge = x - picked + margin
+    hinge = hinge.mask_fill(hinge.greater(0.0).logical_not(), 0.0)
     if p == 2:
         hinge = hinge.square()
     if weight is not None:

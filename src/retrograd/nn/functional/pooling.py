@@ -288,7 +288,9 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
         values, indices = _adaptive_max_cells(x, sizes)
         return _unbatched(values, squeeze), _unbatched(indices, squeeze)
     cells = x
-    for axis, (n, o) in enumerate(zip(x.shape[2:], sizes)):
+    # the last axis first: among tied maxima the gradient then goes to the first in
+    # row-major order (the smallest row holding the maximum, its first column), as torch's
+    for axis, (n, o) in reversed(list(enumerate(zip(x.shape[2:], sizes)))):
         dim = 2 + axis
         pieces = []
         for i in range(o):

@@ -177,34 +177,55 @@ def pad(
         dim = x.ndim - 1 - pair
         left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
         size = out.shape[dim]
-        # Crops first (torch applies negative amounts as crops).
-        start, stop = max(0, -left), size - max(0, -right)
-        if stop < start:
-            raise ShapeError(
-                f"{fn}: pad ({left}, {right}) crops more than dimension {dim} of size {size} "
-                f"(input shape {shape_text(x.shape)})"
-            )
-        if (start, stop) != (0, size):
-            out = out.narrow(dim, start, stop - start)
-        left, right = max(0, left), max(0, right)
-        if not (left or right):
-            continue
-        if mode == "constant":
-            parts = []
-            for amount in (left, right):
-                shape = out.shape[:dim] + (amount,) + out.shape[dim + 1 :]
-                parts.append(full(shape, value, out.dtype, out.backend, out.device))
-            out = cat([parts[0], out, parts[1]], dim)
+        if mode in ("constant", "circular"):
+            # crops first (torch applies negative amounts as crops, then pads what is left)
+            start, stop = max(0, -left), size - max(0, -right)
+            if stop < start:
+                raise ShapeError(
+                    f"{fn}: pad ({left}, {right}) crops more than dimension {dim} of size "
+                    f"{size} (input shape {shape_text(x.shape)})"
+                )
+            if (start, stop) != (0, size):
+                out = out.narrow(dim, start, stop - start)
+            left, right = max(0, left), max(0, right)
+            if not (left or right):
+                continue
+            if mode == "constant":
+                parts = []
+                for amount in (left, right):
+                    shape = out.shape[:dim] + (amount,) + out.shape[dim + 1 :]
+                    parts.append(full(shape, value, out.dtype, out.backend, out.device))
+                out = cat([parts[0], out, parts[1]], dim)
+                copied = True
+                continue
+            kept = out.shape[dim]
+            if kept == 0 or max(left, right) > kept:
+                raise ShapeError(
+                    f"{fn}: circular padding ({left}, {right}) needs dimension {dim} at least "
+                    f"as large as the padding, got size {kept} after the crops (input shape "
+                    f"{shape_text(x.shape)})"
+                )
+            indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode="wrap")
+            out = out.select(dim, indices)
             copied = True
             continue
-        kept = out.shape[dim]
-        limit = kept - 1 if mode == "reflect" else (kept if mode == "circular" else None)
-        if kept == 0 or (limit is not None and max(left, right) > limit):
+        if (left, right) == (0, 0):
+            continue
+        # reflect and replicate: torch maps every output position to the input it copies
+        # from the whole input dimension (position i reads i - left, reflected or clamped),
+        # a negative amount on one side included: pad by the positive amounts, then crop
+        grow = (max(0, left), max(0, right))
+        too_wide = mode == "reflect" and max(grow) > size - 1
+        # (torch's one-dimensional kernels refuse an empty result, its 2-d and 3-d ones not)
+        smallest = 1 if len(amounts) == 2 else 0
+        if size == 0 or too_wide or size + left + right < smallest:
             raise ShapeError(
                 f"{fn}: {mode} padding ({left}, {right}) needs dimension {dim} larger than the "
-                f"padding, got size {kept} (input shape {shape_text(x.shape)})"
+                f"padding, and a non-empty result, got size {size} (input shape "
+                f"{shape_text(x.shape)})"
             )
-        indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode=_PAD_MODES[mode])
+        indices = np.pad(np.arange(size, dtype=np.int64), grow, mode=_PAD_MODES[mode])
+        indices = indices[max(0, -left) : len(indices) - max(0, -right)]
         out = out.select(dim, indices)
         copied = True
     # torch's pad always returns a new tensor: zero pads or crops alone (views of ``x``) are
@@ -309,6 +330,11 @@ def fold(
     if squeeze:
         cols = cols.unsqueeze_dim(0)
     n, ckk, length = cols.shape
+    if not (ckk and length):  # torch's: only the batch may be empty
+        raise ShapeError(
+            f"{fn}: expected a 2-D or 3-D (batch mode) input with non-zero dimensions other "
+            f"than the batch, got {shape_text(input.shape)}"
+        )
     if ckk % (kh * kw):
         raise ShapeError(f"{fn}: dimension 1 of {shape_text(input.shape)} must divide by {kh * kw}")
     c = ckk // (kh * kw)
