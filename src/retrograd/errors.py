@@ -274,6 +274,8 @@ def guard(
             raise
         except _CAUGHT as error:
             raise argument_error(op, error, args, kwargs) from error
+        except NotImplementedError:  # a RuntimeError, but a limit of ours, not bad input
+            raise
         except RuntimeError as error:  # what the backend knows as bad input; others are bugs
             if _runtime_kind(error, args) is None:
                 raise
