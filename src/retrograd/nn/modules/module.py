@@ -44,6 +44,7 @@ from ...tensor.inplace import assign as _assign  # load_state_dict's parameter i
 from ...tensor.layouts import memory_format as _memory_format
 from ..parameter import Buffer, Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
+from .state_value import StateValue
 
 
 class IncompatibleKeys(
@@ -499,8 +500,9 @@ class Module:
         self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
     ) -> dict[str, Any]:
         """Parameters and persistent buffers by dotted name, PyTorch's keys (a tied parameter
-        under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies
-        (``keep_vars``: the tensors themselves). torch's ``prefix`` goes before every key and
+        under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies that
+        answer torch's tensor idioms and write back in place (:class:`~.state_value.StateValue`;
+        ``keep_vars``: the tensors themselves). torch's ``prefix`` goes before every key and
         ``destination`` is the dict filled (and returned).
 
         ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
@@ -508,7 +510,7 @@ class Module:
         """
         out = {} if destination is None else destination
         for name, value in self._state_items():
-            out[prefix + name] = value if keep_vars else np.array(value.numpy(), copy=True)
+            out[prefix + name] = value if keep_vars else StateValue(value.numpy(), value)
         return out
 
     def save(self, path: str | os.PathLike) -> None:

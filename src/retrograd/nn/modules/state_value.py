@@ -1,0 +1,168 @@
+"""What :meth:`Module.state_dict` holds: NumPy copies that answer torch's tensor idioms.
+
+Real training code handles the values of a state dict as tensors: it copies the best model
+(``{k: v.cpu().clone() for k, v in model.state_dict().items()}``), casts (``v.float()``,
+``v.to(device)``), counts (``v.numel()``), and a timm-style EMA writes into another model
+through them (``ema_v.copy_(decay * ema_v + (1 - decay) * model_v)``), since in torch a state
+dict's tensors share the module's storage. A :class:`StateValue` is still a NumPy array (so
+``np.savez``, ``torch.from_numpy`` and NumPy arithmetic take it) that has those methods; its
+in-place writes reach the parameter or buffer it was copied from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import DTypeError, ShapeError
+from ...tensor import Tensor, tensor
+from ...tensor.dtypes import canonical_dtype
+from ...tensor.inplace import assign
+
+__all__ = ["StateValue"]
+
+_CASTS = {"float": np.float32, "double": np.float64, "half": np.float16, "long": np.int64}
+
+
+class StateValue(np.ndarray):
+    """A copy of a module's parameter or buffer, taken by ``state_dict()``; see the module
+    docstring. Arrays computed from it (arithmetic, slices) write nowhere else. ``size``
+    stays NumPy's element count (NumPy code reads it), where torch's is the shape.
+
+    >>> import retrograd as rg
+    >>> layer = rg.nn.Linear(2, 1)
+    >>> value = layer.state_dict()["bias"]
+    >>> value.clone().shape, value.numel(), value.dim()
+    ((1,), 1, 1)
+    >>> _ = value.copy_(np.array([3.0]))
+    >>> layer.bias.tolist()
+    [3.0]
+    """
+
+    _source: Tensor | None
+
+    def __new__(cls, array: np.ndarray, source: Tensor | None = None) -> StateValue:
+        value = np.array(array, copy=True).view(cls)
+        value._source = source
+        return value
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._source = None  # derived arrays (views, results) write nowhere else
+
+    def __reduce__(self) -> Any:  # pickled (copy.deepcopy, torch.save) as a plain array
+        return np.array(self).__reduce__()
+
+    # -- torch's read-only idioms ----------------------------------------------------------------
+    def clone(self, *, memory_format: Any = None) -> np.ndarray:
+        return np.array(self, copy=True)
+
+    def detach(self) -> StateValue:
+        return self
+
+    def cpu(self) -> StateValue:
+        return self
+
+    def contiguous(self, memory_format: Any = None) -> StateValue:
+        return self
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        return self.view(np.ndarray)
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.kind == "f"
+
+    def to(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """A device changes nothing (host copies); a dtype (``rg``'s, torch's, NumPy's, a
+        name) casts."""
+        dtype = kwargs.get("dtype")
+        for arg in args:
+            if not _is_device(arg):
+                dtype = arg
+        if dtype is None:
+            return self
+        return np.asarray(self, dtype=np.dtype(canonical_dtype("to", dtype)))
+
+    def float(self) -> np.ndarray:
+        return self.astype(_CASTS["float"]).view(np.ndarray)
+
+    def double(self) -> np.ndarray:
+        return self.astype(_CASTS["double"]).view(np.ndarray)
+
+    def half(self) -> np.ndarray:
+        return self.astype(_CASTS["half"]).view(np.ndarray)
+
+    def long(self) -> np.ndarray:
+        return self.astype(_CASTS["long"]).view(np.ndarray)
+
+    # -- in-place writes, which reach the module's tensor ----------------------------------------
+    def copy_(self, src: Any, non_blocking: bool = False) -> StateValue:
+        source = np.asarray(_host(src))
+        try:
+            source = np.broadcast_to(source, self.shape)
+        except ValueError:
+            raise ShapeError(
+                f"copy_: the source of shape {list(source.shape)} does not broadcast to the "
+                f"state value's {list(self.shape)}"
+            ) from None
+        return self._write("copy_", source)
+
+    def mul_(self, other: Any) -> StateValue:
+        return self._write("mul_", self * _host(other))
+
+    def add_(self, other: Any, *, alpha: Any = 1) -> StateValue:
+        return self._write("add_", self + _host(other) * alpha)
+
+    def sub_(self, other: Any, *, alpha: Any = 1) -> StateValue:
+        return self._write("sub_", self - _host(other) * alpha)
+
+    def div_(self, other: Any) -> StateValue:
+        return self._write("div_", self / _host(other))
+
+    def lerp_(self, end: Any, weight: Any) -> StateValue:
+        return self._write("lerp_", self + (_host(end) - self) * _host(weight))
+
+    def zero_(self) -> StateValue:
+        return self._write("zero_", np.zeros_like(self))
+
+    def fill_(self, value: Any) -> StateValue:
+        value = np.asarray(_host(value))
+        if value.ndim or value.dtype.kind not in "biuf":
+            raise DTypeError(f"fill_: expected a number, got {value!r}")
+        return self._write("fill_", np.full(self.shape, value, dtype=self.dtype))
+
+    def _write(self, op: str, new: Any) -> StateValue:
+        new = np.asarray(new)
+        if new.shape != self.shape:
+            raise ShapeError(
+                f"{op}: the result has shape {list(new.shape)}, the state value {list(self.shape)}"
+            )
+        if new.dtype.kind not in "biuf":
+            raise DTypeError(f"{op}: expected numbers, got {new.dtype} values")
+        np.copyto(self, new, casting="unsafe")
+        source = self._source
+        if source is not None:
+            value = tensor(np.array(self, copy=True), backend=source.backend, device=source.device)
+            assign(source, value, f"state_dict {op}")
+        return self
+
+
+def _is_device(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.split(":")[0] in ("cpu", "cuda", "mps", "meta")
+    return type(value).__name__ in ("Device", "device")
+
+
+def _host(value: Any) -> Any:
+    """A NumPy value of ``value`` (a tensor, an array, a number)."""
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()  # a torch tensor
+    return np.asarray(value) if not isinstance(value, int | float | bool) else value
