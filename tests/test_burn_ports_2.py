@@ -15,19 +15,7 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
-from backends import inner_backend
-
-STRATEGIES = {
-    "none": rg.NoCheckpointing,
-    "balanced": rg.BalancedCheckpointing,
-    "budget": lambda: rg.BudgetCheckpointing(256),
-}
-
-
-@pytest.fixture(autouse=True, params=list(STRATEGIES))
-def backend(request):
-    with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[request.param]())) as active:
-        yield active
+from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 
 
 def close(actual, expected, tol=1e-5):

@@ -255,8 +255,9 @@ def _prod_vjp(B, g, x, out, x_shape):
     if not B.any(zeros):  # torch: grad * result / input (inf and NaN as its)
         return B.mul(B.expand(g, x_shape), B.div(B.expand(out, x_shape), x))
     flat = B.reshape(x, (math.prod(x_shape),))
-    nonfinite = B.any(B.logical_or(B.is_inf(x), B.is_nan(x)))
-    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1 and nonfinite:
+    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1 and B.any(
+        B.logical_or(B.is_inf(x), B.is_nan(x))
+    ):
         return B.zeros_like(x)  # torch: zeros (no inf * 0)
     # (with two zeros and the rest finite the exclusive products are zeros too, and their
     # derivatives, taken under create_graph, are the second derivatives: nonzero at the zeros)

@@ -40,7 +40,7 @@ class Tape:
     (a stable sort by depth, so nodes of one depth keep the order the walk found them in).
     """
 
-    __slots__ = ("children", "lookup", "nodes", "run", "skipped", "steps")
+    __slots__ = ("children", "nodes", "run", "skipped", "steps")
 
     def __init__(self, root: Node, stop: frozenset[int] | None = None):
         if stop is not None:
@@ -70,7 +70,7 @@ class Tape:
                         stack.append(parent)
         walked.sort(key=_depth, reverse=True)
         self.steps = self.run = walked
-        self.nodes = self.lookup = nodes
+        self.nodes = nodes
         self.children = children
         self.skipped = ()
 
@@ -109,7 +109,7 @@ class Tape:
         #: every node reached, by id: what the checkpointer sees (a value a step reads may
         #: be recomputed from below the inputs) and where create_graph's rules find the node
         #: of a saved value (a weight below an op run stays tracked for a second backward)
-        self.nodes = self.lookup = reached
+        self.nodes = reached
         #: the recorded nodes reached but not run: their reads are drained after the run,
         #: nothing consumed; ``steps`` lists them last (a checkpointer plans reads in order)
         skipped = [n for n in reached.values() if n.op is not None and n.id not in needed]
@@ -153,7 +153,7 @@ def backward(
         seed = inner.ones_like(root.value)
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
-    nodes = tape.lookup if create_graph else None
+    nodes = tape.nodes if create_graph else None
     for node in tape.run:
         if node.op is not None:
             _step(node, rules_backend, grads, checkpointer, nodes)

@@ -571,13 +571,12 @@ class Tensor(
             if grad is not None:
                 raise DTypeError("backward: got the gradient twice (as grad and as gradient)")
             grad = gradient
+        wanted = None
         if inputs is not None:
             items = [inputs] if isinstance(inputs, Tensor) else inputs
-            if (
-                isinstance(items, str | bytes)
-                or not hasattr(items, "__iter__")
-                or not all(isinstance(t, Tensor) for t in items)
-            ):
+            iterable = not isinstance(items, str | bytes) and hasattr(items, "__iter__")
+            wanted = list(items) if iterable else []
+            if not iterable or not all(isinstance(t, Tensor) for t in wanted):
                 raise DTypeError(
                     f"backward: inputs must be a tensor or a sequence of tensors, got {inputs!r}"
                 )
@@ -593,10 +592,9 @@ class Tensor(
                     f"{shape_text(self.shape)}"
                 )
             seed = backend.inner_value(grad.cast(self.dtype)._prim)
-        if inputs is None:
+        if wanted is None:
             return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
-        wanted = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-        prims = [t._prim for t in wanted if isinstance(t, Tensor) and t._backend is backend]
+        prims = [t._prim for t in wanted if t._backend is backend]
         return backend.backward(
             self._prim, seed, retain_graph, create_graph, self._device, inputs=prims
         )

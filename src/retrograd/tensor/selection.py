@@ -51,6 +51,7 @@ from ._dispatch import (
 )
 from .dtypes import DTYPE_OBJECTS
 from .functions import unique as _unique
+from .indexing import check_values
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -352,13 +353,15 @@ class SelectionMixin:
         k = indices.shape[-1]
         lead = self.shape[:k]
         rows = indices.reshape((-1, k))
-        if rows.shape[0]:
+        if rows.shape[0]:  # on the backend's device, no host read (indexing.check_values)
             bounds = self._host(np.asarray(lead, dtype=np.int64), "int64")
-            if bool(((rows < 0) | (rows >= bounds)).any().item()):
-                raise IndexOutOfRangeError(
+            check_values(
+                (rows >= 0) & (rows < bounds),
+                lambda: IndexOutOfRangeError(
                     f"{op}: an index is out of range for the first {k} dims "
                     f"{shape_text(lead)} of {shape_text(self.shape)}"
-                )
+                ),
+            )
         strides = np.ones(k, dtype=np.int64)
         for j in range(k - 2, -1, -1):
             strides[j] = strides[j + 1] * lead[j + 1]

@@ -199,7 +199,7 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
         elif outside and backend.is_tracked(old):
             prim = _through_data(t, old, value)
     t._prim = prim
-    sink = t.__dict__.get("_grad_sink") if hasattr(t, "__dict__") else None
+    sink = getattr(t, "_grad_sink", None)
     if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
         grads, key = sink
         grads.replace(key, prim)

@@ -45,6 +45,7 @@ from ...tensor.layouts import memory_format as _memory_format
 from ..parameter import Buffer, Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
 from .state_value import StateValue
+from .state_value import host_array as _host_array
 
 
 class IncompatibleKeys(
@@ -700,16 +701,6 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
         raise InvalidArgumentError(
             f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({error})"
         ) from None
-
-
-def _host_array(value: Any) -> np.ndarray:
-    """A state-dict entry (array, retrograd tensor, PyTorch tensor) as a NumPy array."""
-    if isinstance(value, np.ndarray | Tensor):
-        return np.asarray(value)
-    detach = getattr(value, "detach", None)  # a PyTorch tensor, possibly on a GPU
-    if callable(detach):
-        return np.asarray(detach().cpu().numpy())
-    return np.asarray(value)
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:

@@ -17,12 +17,11 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor.core import _is_dtype
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
 
 __all__ = ["StateValue"]
-
-_CASTS = {"float": np.float32, "double": np.float64, "half": np.float16, "long": np.int64}
 
 
 class StateValue(np.ndarray):
@@ -83,23 +82,23 @@ class StateValue(np.ndarray):
         name) casts."""
         dtype = kwargs.get("dtype")
         for arg in args:
-            if not _is_device(arg):
+            if _is_dtype(arg):
                 dtype = arg
         if dtype is None:
             return self
         return np.asarray(self, dtype=np.dtype(canonical_dtype("to", dtype)))
 
     def float(self) -> np.ndarray:
-        return self.astype(_CASTS["float"]).view(np.ndarray)
+        return self.astype(np.float32).view(np.ndarray)
 
     def double(self) -> np.ndarray:
-        return self.astype(_CASTS["double"]).view(np.ndarray)
+        return self.astype(np.float64).view(np.ndarray)
 
     def half(self) -> np.ndarray:
-        return self.astype(_CASTS["half"]).view(np.ndarray)
+        return self.astype(np.float16).view(np.ndarray)
 
     def long(self) -> np.ndarray:
-        return self.astype(_CASTS["long"]).view(np.ndarray)
+        return self.astype(np.int64).view(np.ndarray)
 
     # -- in-place writes, which reach the module's tensor ----------------------------------------
     def copy_(self, src: Any, non_blocking: bool = False) -> StateValue:
@@ -153,16 +152,17 @@ class StateValue(np.ndarray):
         return self
 
 
-def _is_device(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.split(":")[0] in ("cpu", "cuda", "mps", "meta")
-    return type(value).__name__ in ("Device", "device")
+def host_array(value: Any) -> np.ndarray:
+    """A state-dict entry (array, retrograd tensor, PyTorch tensor) as a NumPy array."""
+    if isinstance(value, np.ndarray | Tensor):
+        return np.asarray(value)
+    detach = getattr(value, "detach", None)  # a PyTorch tensor, possibly on a GPU
+    if callable(detach):
+        return np.asarray(detach().cpu().numpy())
+    return np.asarray(value)
 
 
 def _host(value: Any) -> Any:
-    """A NumPy value of ``value`` (a tensor, an array, a number)."""
-    if isinstance(value, Tensor):
-        return value.numpy()
-    if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()  # a torch tensor
-    return np.asarray(value) if not isinstance(value, int | float | bool) else value
+    """An operand of an in-place write: a Python number as it is (NumPy keeps the array's
+    dtype), anything else as :func:`host_array`."""
+    return value if isinstance(value, int | float | bool) else host_array(value)

@@ -38,7 +38,7 @@ __all__ = [
 
 #: how many of the values read furthest in the future a drop in backward compares (with 4,
 #: the residual MLP of ``benchmarks/bench_budget_loops.py`` at 0.25x held 5 of its 13 values
-#: and recomputed 89 ops a step; with 8, 4 values, the least any schedule holds, and 61 ops)
+#: and recomputed 89 ops a step; with 8, 4 values, the least any schedule holds, and 56 ops)
 _DROP_CANDIDATES = 8
 #: dropped ancestors a drop's price counts at most (:meth:`BudgetCheckpointer._rerun_price`)
 _COST_HORIZON = 64
@@ -313,8 +313,10 @@ class BudgetCheckpointer(Checkpointer):
             self._need(parent.id, when)
 
     def _rerun_price(self, node_id: int) -> tuple[float, int]:
-        """Seconds and ops a recomputation of ``node_id`` would take: its op, and every dropped
-        ancestor it would recompute first (DTR's evicted neighbourhood, upstream). In a chain
+        """Seconds a recomputation of ``node_id`` would take (its op, and every dropped
+        ancestor it would recompute first: DTR's evicted neighbourhood, upstream), and the
+        values that walk met (those ops and the held values they read: an upper bound of the
+        ops, what the spare is charged). In a chain
         recomputed from its start, a value late in it costs the whole chain: the values that
         shorten the chains to come (anchors) are the last to go. At most
         :data:`_COST_HORIZON` ancestors are counted, so that a drop costs no more than that."""

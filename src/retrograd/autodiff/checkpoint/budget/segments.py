@@ -154,11 +154,10 @@ class AnchoredPlan(NamedTuple):
     stride: int
 
 
-def anchored_plan(trace: Trace, budget: int, effort: Effort | None = None) -> AnchoredPlan:
+def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
     """The anchored schedule (:func:`anchored_evictions`) of the stride in :data:`STRIDES`
     that fits ``budget`` for the least recomputation, else of the lowest peak; what it keeps
-    from forward is searched until ``effort`` (a new :class:`~.plan.Effort` by default) is
-    spent."""
+    from forward is searched until an :class:`~.plan.Effort` of its own is spent."""
     plans = []
     for stride in STRIDES:
         evicted = anchored_evictions(trace, stride)
@@ -168,7 +167,7 @@ def anchored_plan(trace: Trace, budget: int, effort: Effort | None = None) -> An
         best = min(fitting, key=lambda plan: plan.seconds)
     else:
         best = min(plans, key=lambda plan: (plan.peak, plan.seconds))
-    return _keep_what_fits(trace, best, budget, Effort() if effort is None else effort)
+    return _keep_what_fits(trace, best, budget, Effort())
 
 
 def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int, effort: Effort) -> AnchoredPlan:
