@@ -10,10 +10,10 @@ import numpy as np
 from ...errors import ShapeError
 from ...tensor import Tensor, tensor
 from ...tensor.dtypes import default_float_dtype
-from ...tensor.inplace import assign
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
 from ..parameter import Parameter
-from .module import Module, _refill
+from .module import Module, _reset_affine
+from .norm import _reset_running_stats
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
@@ -62,17 +62,12 @@ class _InstanceNorm(Module):
             self.register_buffer("num_batches_tracked", None)
 
     def reset_running_stats(self) -> None:
-        """Running mean zeros, variance ones, no batch counted (with ``track_running_stats``)."""
-        if self.track_running_stats:
-            _refill(self.running_mean, 0.0)
-            _refill(self.running_var, 1.0)
-            assign(self.num_batches_tracked, self.num_batches_tracked * 0, "reset_running_stats")
+        _reset_running_stats(self)
 
     def reset_parameters(self) -> None:
         """The running statistics reset, weight ones and bias zeros again, in place."""
         self.reset_running_stats()
-        _refill(self.weight, 1.0)
-        _refill(self.bias, 0.0)
+        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__

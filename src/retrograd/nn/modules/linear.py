@@ -14,7 +14,7 @@ from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
 from .dropout import Dropout  # its home is .dropout, as torch's; kept importable from here
-from .module import Module, _fan_in_bound, _redraw, _redraw_uniform, _uniform
+from .module import Module, _fan_in_bound, _redraw, _redraw_fan_in, _uniform
 
 __all__ = [
     "Bilinear",
@@ -78,9 +78,7 @@ class Linear(Module):
     def reset_parameters(self) -> None:
         """Draw weight and bias again as the constructor does (torch's ``kaiming_uniform_(a=
         sqrt(5))``: U(-k, k), k = 1/sqrt(in_features)), in place."""
-        bound = _fan_in_bound(self.weight.shape[1])
-        _redraw_uniform(self.weight, bound)
-        _redraw_uniform(self.bias, bound)
+        _redraw_fan_in(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -124,9 +122,7 @@ class Bilinear(Module):
 
     def reset_parameters(self) -> None:
         """Draw weight and bias again from U(-k, k), k = 1/sqrt(in1_features), in place."""
-        bound = _fan_in_bound(self.weight.shape[1])
-        _redraw_uniform(self.weight, bound)
-        _redraw_uniform(self.bias, bound)
+        _redraw_fan_in(self)
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return F.bilinear(input1, input2, self.weight, self.bias)

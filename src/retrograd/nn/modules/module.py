@@ -757,6 +757,22 @@ def _refill(parameter: Tensor | None, value: float) -> None:
     )
 
 
+def _reset_affine(module: Module) -> None:
+    """A normalization's affine parameters (those it has) back to weight ones and bias
+    zeros, in place (its ``reset_parameters``)."""
+    _refill(getattr(module, "weight", None), 1.0)
+    _refill(getattr(module, "bias", None), 0.0)
+
+
+def _redraw_fan_in(module: Module) -> None:
+    """A layer's weight and bias (if any) drawn again from U(-k, k), k = 1/sqrt(the weight's
+    second dimension), as Linear and Bilinear draw them (torch's ``kaiming_uniform_(a=
+    sqrt(5))``), in place."""
+    bound = _fan_in_bound(module.weight.shape[1])
+    _redraw_uniform(module.weight, bound)
+    _redraw_uniform(module.bias, bound)
+
+
 def _fan_in_bound(fan_in: int) -> float:
     """PyTorch's default bound for layers' weights and biases: ``1 / sqrt(fan_in)``."""
     return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0

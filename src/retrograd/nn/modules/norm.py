@@ -15,13 +15,23 @@ from ...tensor.dtypes import default_float_dtype
 from ...tensor.inplace import assign
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .module import Module, _refill
+from .module import Module, _reset_affine
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
 def _filled(shape: tuple[int, ...], value: float, dtype: str, backend: Any, device: Any) -> Tensor:
     return tensor(np.full(shape, value), dtype=dtype, backend=backend, device=device)
+
+
+def _reset_running_stats(module: Module) -> None:
+    """A batch or instance norm's running mean zeros, variance ones, no batch counted (with
+    ``track_running_stats``), in place."""
+    if module.track_running_stats:
+        for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
+            buffer = getattr(module, name)
+            assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
+        assign(module.num_batches_tracked, module.num_batches_tracked * 0)
 
 
 def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -65,8 +75,7 @@ class LayerNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight ones and bias zeros again (with ``elementwise_affine``), in place."""
-        _refill(self.weight, 1.0)
-        _refill(getattr(self, "bias", None), 0.0)
+        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -121,11 +130,7 @@ class _BatchNorm(Module):
             self.register_buffer("num_batches_tracked", None)
 
     def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
-                buffer = getattr(self, name)
-                assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
-            assign(self.num_batches_tracked, self.num_batches_tracked * 0)
+        _reset_running_stats(self)
 
     def _count_batch(self) -> float:
         """Count a training batch (``num_batches_tracked``); the running statistics' update
@@ -141,8 +146,7 @@ class _BatchNorm(Module):
     def reset_parameters(self) -> None:
         """The running statistics reset, weight ones and bias zeros again, in place."""
         self.reset_running_stats()
-        _refill(self.weight, 1.0)
-        _refill(getattr(self, "bias", None), 0.0)
+        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -245,8 +249,7 @@ class GroupNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight ones and bias zeros again (with ``affine``), in place."""
-        _refill(self.weight, 1.0)
-        _refill(getattr(self, "bias", None), 0.0)
+        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -284,8 +287,7 @@ class RMSNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight ones again (with ``elementwise_affine``), in place."""
-        _refill(self.weight, 1.0)
-        _refill(getattr(self, "bias", None), 0.0)
+        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
