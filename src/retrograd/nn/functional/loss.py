@@ -314,17 +314,18 @@ def binary_cross_entropy(
     inner = x.masked_fill(edge, 0.5)
     direct = -(y * inner.log() + (1.0 - y) * (1.0 - inner).log())
     losses = losses + (direct - untracked(direct))
-    if edge.any().item():
-        slopes = None
-        if x.requires_grad:
-            slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
-            slopes = (x - constant) * slope.mask_fill(edge.logical_not(), 0.0)
-        if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
-            slope = raw_log_not_x - raw_log_x
-            slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
-            term = (y - target) * slope.mask_fill(edge.logical_not(), 0.0)
-            slopes = term if slopes is None else slopes + term
-        losses = losses + slopes
+    # (zero in value and gradient where no x is at an edge: added whatever the data, so that
+    # no host read of ``edge`` stalls a step on an accelerator)
+    slopes = None
+    if x.requires_grad:
+        slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
+        slopes = (x - constant) * slope.mask_fill(edge.logical_not(), 0.0)
+    if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
+        slope = raw_log_not_x - raw_log_x
+        slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
+        term = (y - target) * slope.mask_fill(edge.logical_not(), 0.0)
+        slopes = term if slopes is None else slopes + term
+    losses = losses + slopes
     return _reduce(_weighted(fn, losses, weight), reduction)
 
 
