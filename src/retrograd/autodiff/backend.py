@@ -74,6 +74,10 @@ class Autodiff(Backend):
     def __hash__(self) -> int:
         return hash((Autodiff, self.inner, self.checkpointing))
 
+    def __reduce__(self) -> tuple:
+        # pickled as what makes it, not its graph: an unpickled tensor starts no graph
+        return type(self), (self.inner, self.checkpointing)
+
     # -- recording ----------------------------------------------------------------------------
     #: The recording hook. A subclass may define ``_on_record(self, node, out)``: it is then
     #: called with every node this backend records (after the node is complete) and the inner

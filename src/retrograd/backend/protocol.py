@@ -141,6 +141,15 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
     #: True for backends that record a graph (the autodiff decorator).
     is_autodiff = False
 
+    def __copy__(self) -> Backend:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Backend:
+        """A backend is the engine its tensors run on, not a value of theirs: a copied module,
+        optimizer or tensor keeps running on the same one (a copy of an autodiff backend would
+        copy its graph and its checkpointer's state with it)."""
+        return self
+
     # -- data, creation, metadata -------------------------------------------------------------
     def from_data(self, data: Any, dtype: str | None, device: Any) -> Any:
         """A primitive holding ``data`` (scalar, nested lists, NumPy array), copied."""

@@ -445,6 +445,41 @@ class Tensor(
             return apply("reshape", (self,), (self.shape,))
         return Tensor(self._prim, backend, self._device)
 
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """``copy.deepcopy``: a new leaf of this tensor's class (a ``Parameter`` stays one) on
+        the same backend and device, with this one's values, requiring grad iff it does
+        (torch's copy of a leaf; a non-leaf's copy is a leaf too, where torch refuses). The
+        copy has a node of its own: a target network or an EMA model copied from a model
+        gets gradients of its own, not its source's. Attributes set on the tensor are copied;
+        view links are not (the copy is a base of its own); a ``distributed`` mark is not
+        (the copy is not the parameter the other devices reduce)."""
+        copied = _fresh_leaf(
+            type(self), self._backend, self._device, self._leaf_value(), self.requires_grad
+        )
+        memo[id(self)] = copied
+        _copy_attributes(copied, self.__dict__, memo)
+        return copied
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        """Pickled as its values, class, backend, device and whether it requires grad, never
+        its graph; unpickled as a new leaf, on the current backend where that equals the
+        pickled one (see :func:`_unpickled`)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in _VIEW_ATTRIBUTES}
+        return _unpickled, (
+            type(self),
+            self._backend,
+            self._device,
+            self._leaf_value(),
+            self.requires_grad,
+            state,
+        )
+
+    def _leaf_value(self) -> Any:
+        """The inner backend's value of this tensor (values are never written in place, so a
+        copy may share it)."""
+        backend = self._backend
+        return backend.inner_value(self._prim) if backend.is_autodiff else self._prim
+
     @property
     def data(self) -> Tensor:
         """This tensor's values outside the graph, aliasing it: ``p.data.add_(g, alpha=-lr)``
@@ -739,6 +774,42 @@ _UNGUARDED = frozenset(
         "from_inner",
     ]
 )
+
+
+#: what links a view and its base (:mod:`.views`): never copied or pickled
+_VIEW_ATTRIBUTES = frozenset({"_view", "_views"})
+
+
+def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:
+    """A new leaf of class ``cls`` on ``backend`` holding the inner value ``value``, made as
+    unpickling makes an object (no ``__init__``: a ``Parameter``'s would check its input)."""
+    primitive = backend.wrap(value) if backend.is_autodiff else value
+    if requires_grad:
+        primitive = backend.require_grad(primitive)
+    leaf = _new(cls)
+    TensorBase.__init__(leaf, primitive, backend, device)
+    return leaf
+
+
+def _copy_attributes(tensor: Tensor, attributes: dict, memo: dict) -> None:
+    import copy
+
+    for name, value in attributes.items():
+        if name not in _VIEW_ATTRIBUTES:
+            tensor.__dict__[name] = copy.deepcopy(value, memo)
+
+
+def _unpickled(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool,
+               attributes: dict) -> Any:  # fmt: skip
+    """A pickled tensor, made again. On the current backend where it equals the pickled one
+    (a tensor sent to a worker, or pickled and read back in one process, joins the backend
+    running there, not a second instance of it with a checkpointer of its own)."""
+    current = current_backend()
+    if current is not backend and current == backend:
+        backend = current
+    leaf = _fresh_leaf(cls, backend, device, value, requires_grad)
+    leaf.__dict__.update(attributes)
+    return leaf
 
 
 def _guard_methods(cls: type) -> None:

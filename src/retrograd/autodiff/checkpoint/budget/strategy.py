@@ -169,6 +169,10 @@ class BudgetCheckpointing(CheckpointStrategy):
     def __hash__(self) -> int:
         return hash((type(self), self.max_bytes))
 
+    def __reduce__(self) -> tuple:
+        # its settings: the lock, the pool, the timings and plans belong to this process's steps
+        return type(self), (self.max_bytes,)
+
     # -- forward --------------------------------------------------------------------------------
     def save(self, node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
         """The values ``node``'s rules read, in slots; its parents backed up if it can be
