@@ -95,3 +95,26 @@ def test_a_plan_of_a_large_graph_stops_where_its_effort_is_spent():
     unbounded = Effort(10**12)
     plan_evictions(trace, peak // 10, unbounded)
     assert 10**12 - unbounded.left > 10 * spent
+
+
+def test_backwards_inside_a_followed_step_keep_the_plans_consistent():
+    """A Jacobian's rows with ``create_graph`` run backwards inside the step whose plan is
+    followed; one of them re-planned the step's graph, and the followed plan, no longer kept,
+    was then looked up in the kept list (ValueError). Expected values: torch's."""
+    import torch
+
+    a = np.random.default_rng(0).uniform(-1.0, 1.0, (3, 4))
+    t = torch.tensor(a, requires_grad=True)
+    t_total = torch.autograd.functional.jacobian(
+        lambda x: x.sin() * x.exp() + x * x, t, create_graph=True
+    ).sum()
+    (expected,) = torch.autograd.grad(t_total, t)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=rg.BudgetCheckpointing(256))
+    with rg.use_backend(backend):
+        x = rg.tensor(a, dtype=rg.float64).require_grad()
+        for _ in range(3):
+            total = rg.autograd.functional.jacobian(
+                lambda x: x.sin() * x.exp() + x * x, x, create_graph=True
+            ).sum()
+            (got,) = rg.autograd.grad(total, x)
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)

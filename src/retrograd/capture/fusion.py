@@ -4,7 +4,9 @@ A call is fusable when it is one of the NumPy backend's own elementwise kernels
 (:data:`.kernels.OPS`, or a float cast) on NumPy arrays whose shapes broadcast to its output's,
 with one dtype (a bool mask aside). Walking the segment in order, a fusable call joins an open
 group of its output's shape that made one of its operands (merging several such groups), or
-else the latest open group of that shape, or starts one. A group is *sealed* (takes no more
+else the latest open group of that shape (unless a call of that group is the last to read a
+large value, which the group's kernel, moved to this later call, would keep alive), or starts
+one. A group is *sealed* (takes no more
 calls) as soon as a call outside it reads one of its values, or a kernel that may write into
 its first argument (``accumulate``, ``slice_accumulate``) is handed one of the group's inputs.
 Every group then runs as one kernel at the place of its last call: all its operands exist by
@@ -136,6 +138,10 @@ def fuse_calls(calls: list[tuple], meta: list, later: set, exact: bool) -> tuple
     if not kernels.available():
         return calls, 0
     specs = [_spec(call, meta, exact) for call in calls]
+    last_read: dict[int, int] = {}
+    for position, call in enumerate(calls):
+        for slot in slots_of(call[3], call[4]):
+            last_read[slot] = position
     groups: list[_Group] = []
     group_of_call: dict[int, _Group] = {}
     maker: dict[int, _Group] = {}  # slot -> the group whose call made it
@@ -158,7 +164,8 @@ def fuse_calls(calls: list[tuple], meta: list, later: set, exact: bool) -> tuple
                 other.open = False
         if not joinable:
             latest = next((g for g in reversed(groups) if g.open and g.shape == shape), None)
-            joinable = [latest] if latest is not None else []
+            if latest is not None and not _frees_a_large_value(latest, last_read, meta, later):
+                joinable = [latest]
         if joinable:
             group = joinable[0]
             for other in joinable[1:]:
@@ -178,6 +185,25 @@ def fuse_calls(calls: list[tuple], meta: list, later: set, exact: bool) -> tuple
         group.inputs.update(s for s in reads if s not in group.made)
     fused, count = _rewrite(calls, specs, groups, meta, later)
     return (_fold_constants(fused, meta, later) if count else fused), count
+
+
+def _frees_a_large_value(group: _Group, last_read: dict, meta: list, later: set) -> bool:
+    """Whether a call of ``group`` is the last to read a value of an array's own size (above
+    the arena's). A call that shares no value with the group would move the group's kernel
+    to its own place, later, and the value would live until then where the eager step freed
+    it (a recomputation in backward, fused with the gradient chain after it, held one
+    activation more than the eager step)."""
+    end = group.members[-1]
+    for slot in group.inputs:
+        info = meta[slot]
+        if (
+            last_read.get(slot, end + 1) <= end
+            and slot not in later
+            and info is not None
+            and int(np.prod(info[1])) > ARENA_VALUE_ELEMENTS
+        ):
+            return True
+    return False
 
 
 def _merge(group: _Group, other: _Group, group_of_call: dict, maker: dict) -> None:

@@ -194,8 +194,11 @@ class Planner:
                 self._pending = recorded.observe(steps, fastest, self._prices)
             return None
         self.planned_steps += 1
-        self.kept.remove(plan)
-        self.kept.insert(0, plan)  # the most recently followed first
+        # The most recently followed first, unless a re-plan of its graph replaced it while
+        # it ran (a backward inside the step, as a Jacobian's rows with create_graph, ended).
+        position = next((i for i, kept in enumerate(self.kept) if kept is plan), None)
+        if position is not None:
+            self.kept.insert(0, self.kept.pop(position))
         self._checking = plan
         return plan.limit, plan.mode
 
