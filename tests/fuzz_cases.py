@@ -704,9 +704,9 @@ REDUCE_ONE = {  # dim None or int
     "nanmedian": lambda lib, a, kw: a.nanmedian(**kw),
     "cumsum": lambda lib, a, kw: a.cumsum(kw.get("dim", 0)),
     "cumprod": lambda lib, a, kw: lib.cumprod(a, dim=kw.get("dim", 0)),
-    # Burn's (API.md's) cummax/cummin return the values only; torch's a (values, indices)
-    "cummax": lambda lib, a, kw: _first(lib, a.cummax(kw.get("dim", 0))),
-    "cummin": lambda lib, a, kw: lib.cummin(a, kw.get("dim", 0)).values,  # torch's function
+    # the values and indices (API.md section 2's values are also torch's pair)
+    "cummax": lambda lib, a, kw: a.cummax(kw.get("dim", 0)),
+    "cummin": lambda lib, a, kw: lib.cummin(a, kw.get("dim", 0)),
     "logcumsumexp": lambda lib, a, kw: a.logcumsumexp(kw.get("dim", 0)),
     "sort": lambda lib, a, kw: a.sort(dim=kw.get("dim", -1), stable=True),
     "sort_desc": lambda lib, a, kw: lib.sort(
@@ -2067,8 +2067,7 @@ def _cumulative(rng):
         op.values = [0.0, 0.0, 1.0, 2.0, -1.5, 0.5]
 
     def fn(lib, a):
-        out = getattr(a, which)(d)
-        return _first(lib, out) if which in ("cummax", "cummin") else out
+        return getattr(a, which)(d)
 
     return Case(f"{which}({d})", [op], fn)
 

@@ -564,8 +564,8 @@ def test_min_dim_3d_dim1():
 def test_sort_3d_dim1():
     t1 = rg.tensor([[[1.0, 7.0], [-2.0, -3.0]]]).require_grad()
     t2 = rg.tensor([[[4.0, -7.0], [2.0, 3.0]]]).require_grad()
-    # t.sort(d) is torch's (values, indices) here (API.md section 10), Burn's is the values.
-    grads = t1.mul(t1.matmul(t2).sort(1).values).backward()
+    # t.sort(d): the values (API.md section 2), which are also torch's pair (section 10)
+    grads = t1.mul(t1.matmul(t2).sort(1)).backward()
     close(t1.grad(grads), [[[-1.0, -8.0], [-27.0, 37.0]]], APPROX)
     close(t2.grad(grads), [[[-4.0, -17.0], [-17.0, -42.0]]], APPROX)
 

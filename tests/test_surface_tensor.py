@@ -886,7 +886,9 @@ def test_random_creation_has_the_shapes_dtypes_and_ranges_of_torch():
 def test_named_tuples_are_not_data():
     x = rg.tensor([[1.0, 2.0]])
     with pytest.raises(rg.DTypeError, match="named tuple"):
-        x * x.sort(1)
+        x * x.max(1)
+    # sort/topk/cummax/cummin give API.md section 2's values, which are also torch's pair
+    assert (x * x.sort(1, descending=True)).tolist() == [[2.0, 2.0]]
     values, indices = x.max(1)
     assert values.tolist() == [2.0] and indices.tolist() == [1]
 

@@ -44,6 +44,7 @@ from ..errors import (
     reported,
     translate,
 )
+from .pairs import ValuesAndIndices
 
 __all__ = [
     "COMMON",
@@ -291,6 +292,8 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
                 f"{op}: tensors on different devices ({reference._device} and {value._device})"
             )
         return value
+    if isinstance(value, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
+        return lift(reference, value.values, op)
     if isinstance(value, np.ndarray | list | tuple):
         if hasattr(value, "_fields"):  # a (values, indices) result, not data
             raise DTypeError(

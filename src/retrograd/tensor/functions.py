@@ -26,6 +26,7 @@ import numpy as np
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
+from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat
 
@@ -274,11 +275,7 @@ def _method(name: str, method: str) -> Callable[..., Any]:
             raise InvalidArgumentError(
                 f"{name}: out= is not supported (tensors are values here); assign the result"
             )
-        if not isinstance(input, TensorBase):
-            raise DTypeError(
-                f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}"
-            )
-        return getattr(input, method)(*args, **kwargs)
+        return getattr(lift_input(name, input), method)(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
@@ -292,8 +289,8 @@ def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
 
 
 def cummax(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
-    """``torch.cummax``: ``(values, indices)`` of the running maximum along ``dim`` (the
-    method ``x.cummax(d)`` keeps API.md's values-only form)."""
+    """``torch.cummax``: ``(values, indices)`` of the running maximum along ``dim``, as the
+    method ``x.cummax(d)`` gives them (:class:`~.pairs.ValuesAndIndices`)."""
     return CummaxResult(*lift_input("cummax", input).cummax_with_indices(dim))
 
 
@@ -333,6 +330,8 @@ def polygamma(n: int, input: Any) -> Any:  # noqa: A002 (torch's name)
 
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase):
+        if isinstance(input, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
+            return input.values
         raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
     return input
 

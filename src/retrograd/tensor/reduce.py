@@ -20,6 +20,7 @@ from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
 from ._dispatch import TensorOp, lift, normalize_dim, scalar_dims, untracked
+from .pairs import values_and_indices
 
 __all__ = [
     "CummaxResult",
@@ -36,10 +37,13 @@ __all__ = [
 #: torch's ``torch.return_types``: named ``(values, indices)`` pairs.
 MaxResult = namedtuple("max", ["values", "indices"])
 MinResult = namedtuple("min", ["values", "indices"])
-SortResult = namedtuple("sort", ["values", "indices"])
-TopkResult = namedtuple("topk", ["values", "indices"])
-CummaxResult = namedtuple("cummax", ["values", "indices"])
-CumminResult = namedtuple("cummin", ["values", "indices"])
+
+
+#: torch's pairs that API.md section 2 reads as the values (:mod:`.pairs`)
+SortResult = values_and_indices("sort")
+TopkResult = values_and_indices("topk")
+CummaxResult = values_and_indices("cummax")
+CumminResult = values_and_indices("cummin")
 MedianResult = namedtuple("median", ["values", "indices"])
 
 _EMPTY_REFUSED = ("max_dim", "min_dim", "argmax", "argmin")
@@ -339,16 +343,14 @@ class ReduceMixin:
 
     @scalar_dims
     def cummax(self, dim: int) -> Any:
-        """The running maximum along ``dim`` (API.md's, Burn's: the values;
-        :func:`retrograd.cummax` and :meth:`cummax_with_indices` give torch's ``(values,
-        indices)``)."""
-        return self.cummax_with_indices(dim)[0]
+        """The running maximum along ``dim``: the values (API.md section 2, Burn's), which
+        are also torch's ``(values, indices)`` pair (:class:`~.pairs.ValuesAndIndices`)."""
+        return CummaxResult(*self.cummax_with_indices(dim))
 
     @scalar_dims
     def cummin(self, dim: int) -> Any:
-        """The running minimum along ``dim`` (API.md's: the values; :func:`retrograd.cummin`
-        gives torch's ``(values, indices)``)."""
-        return self.cummin_with_indices(dim)[0]
+        """The running minimum along ``dim``, as :meth:`cummax`."""
+        return CumminResult(*self.cummin_with_indices(dim))
 
     @scalar_dims
     def cummax_with_indices(self, dim: int) -> tuple[Any, Any]:
@@ -361,7 +363,8 @@ class ReduceMixin:
     # -- sorting ------------------------------------------------------------------------------
     @scalar_dims
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
-        """torch's ``sort``: ``(values, indices)`` along ``dim`` (always stable)."""
+        """The values sorted along ``dim`` (API.md section 2), which are also torch's
+        ``(values, indices)`` pair (:class:`~.pairs.ValuesAndIndices`); always stable."""
         return SortResult(*self.sort_with_indices(dim, descending))
 
     @scalar_dims
@@ -382,8 +385,9 @@ class ReduceMixin:
         largest: bool = True,
         sorted: bool = True,  # noqa: A002 (torch's name)
     ) -> Any:
-        """torch's ``topk``: ``(values, indices)`` of the ``k`` largest (``largest=False``:
-        smallest) entries along ``dim``, largest (smallest) first."""
+        """The ``k`` largest (``largest=False``: smallest) entries along ``dim``, largest
+        (smallest) first: the values (API.md section 2), which are also torch's ``(values,
+        indices)`` pair (:class:`~.pairs.ValuesAndIndices`)."""
         return topk(self, k, dim, largest, sorted)
 
     @scalar_dims(position=1)
@@ -531,8 +535,9 @@ def topk(
     sorted: bool = True,  # noqa: A002
 ) -> tuple[Any, Any]:
     """``(values, int64 indices)`` of the ``k`` largest (``largest=False``: smallest) entries
-    along ``dim``, as ``torch.topk`` (the method ``x.topk(k, d)`` keeps Burn's values-only
-    form). The result is always sorted, largest (or smallest) first."""
+    along ``dim``, as ``torch.topk``, as a :class:`~.pairs.ValuesAndIndices` (the values
+    tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
+    always sorted, largest (or smallest) first."""
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
     values, indices = (-x).topk_with_indices(k, dim)

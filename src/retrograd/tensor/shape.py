@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import lift, normalize_dim, result_dtype
 from .layouts import check_memory_format, refuse_format_query
+from .pairs import ValuesAndIndices
 from .views import is_contiguous, link, strides_of, view_error, view_strides
 
 __all__ = ["ShapeMixin", "cat", "flatten", "stack"]
@@ -457,7 +458,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     >>> rg.cat([rg.zeros((1, 2)), rg.ones((2, 2))], 0).shape
     (3, 2)
     """
-    tensors = list(tensors)
+    tensors = [t.values if isinstance(t, ValuesAndIndices) else t for t in tensors]
     if not tensors:
         raise ShapeError("cat: needs at least one tensor")
     first = tensors[0]
