@@ -466,12 +466,14 @@ def check_values(ok: Any, error: Callable[[], Exception]) -> None:
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:
-    """Normalize one ``(start, end)`` pair or ``slice`` per leading dimension.
+    """Normalize one ``(start, end)`` pair, ``slice`` or int (Burn's ``s![i]``: ``i..i+1``)
+    per leading dimension.
 
     As in Burn, ``start`` and ``end`` bound the range ``[start, end)`` whatever the step, and
     a negative step walks that range backwards from its last element: ``slice(0, 4, -2)``
     takes elements 3 and 1. A range past the dimension's end is an out-of-range index; more
-    ranges than dimensions, or a range ending before it starts, a shape error.
+    ranges than dimensions a shape error; a range ending before it starts is empty (Burn's
+    ``s![2..1]``).
     """
     single_pair = (
         isinstance(ranges, tuple)
@@ -490,6 +492,15 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
     for dim, (item, size) in enumerate(zip(ranges, shape)):
         if isinstance(item, slice):
             start, end, step = item.start, item.stop, item.step
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            # Burn's ``s![i]``: the one element at i, its dimension kept
+            start = int(item) + size if item < 0 else int(item)
+            if not 0 <= start < size:
+                raise IndexOutOfRangeError(
+                    f"{op}: index {item} is out of bounds for dimension {dim} of size {size} "
+                    f"(shape {shape_text(shape)})"
+                )
+            start, end, step = start, start + 1, None
         else:
             try:
                 start, end = item
@@ -507,14 +518,12 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
             start += size
         if end < 0:
             end += size
-        if not 0 <= start <= end <= size:
-            message = (
+        if not (0 <= start <= size and 0 <= end <= size):
+            raise IndexOutOfRangeError(
                 f"{op}: range {start}..{end} is out of bounds for dimension {dim} of size {size} "
                 f"(shape {shape_text(shape)})"
             )
-            if 0 <= start <= size and 0 <= end <= size:  # within the dimension, but reversed
-                raise ShapeError(message)
-            raise IndexOutOfRangeError(message)
+        end = max(start, end)
         if step > 0 or start == end:
             slices.append(slice(start, end, step))
         else:
