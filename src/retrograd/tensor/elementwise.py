@@ -747,6 +747,8 @@ class ElementwiseMixin:
     def isfinite(self) -> Any:
         return ~(self.is_nan() | self.is_inf())
 
+    is_finite = isfinite  # Burn's name
+
     def not_equal(self, other: Any) -> Any:
         return self._apply(NOT_EQUAL, (self, other))
 

@@ -189,6 +189,16 @@ class ReduceMixin:
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
         return zeros.sum(dim, keepdim).equal(0)
 
+    def any_dim(self, dim: int) -> Any:
+        """Burn's ``any_dim``: whether any element along ``dim`` is non-zero, ``dim`` kept
+        with size 1 (bool)."""
+        return self.any(normalize_dim("any_dim", dim, self.ndim), keepdim=True)
+
+    def all_dim(self, dim: int) -> Any:
+        """Burn's ``all_dim``: whether every element along ``dim`` is non-zero, ``dim`` kept
+        with size 1 (bool; true along an empty dimension)."""
+        return self.all(normalize_dim("all_dim", dim, self.ndim), keepdim=True)
+
     @scalar_dims
     def count_nonzero(self, dim: Any = None) -> Any:
         return self.not_equal(False if self.dtype == "bool" else 0).cast("int64").sum(dim)
