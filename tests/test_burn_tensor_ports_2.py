@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 from test_burn_tensor_ports import approx, arange_f, eq
 
@@ -382,7 +383,7 @@ def test_softmax_by_hand_on_transposed_input():
 
 
 def test_mean_dim_fused_after_conv1d():
-    x = rg.nn.functional.conv1d(rg.ones((128, 32, 1)), rg.ones((1, 32, 1)))
+    x = F.conv1d(rg.ones((128, 32, 1)), rg.ones((1, 32, 1)))
     g = x.powi_scalar(2).sum_dim(2).add_scalar(1e-5).sqrt()
     norm = g.div(g.mean_dim(1))
     eq(x.mul(norm).add(x).sum(), 8192.0)
@@ -432,33 +433,33 @@ def test_reductions_of_empty():
 
 CMP_A = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 CMP_B = [[1.0, 1.0, 1.0], [4.0, 3.0, 50.0]]
-T, F = True, False
+Y, N = True, False  # Burn's true/false, short for the tables
 
 
 def test_equal_not_equal():
     a = rg.tensor([[0.0, 1.0, 2.0], [inf, 4.0, -inf]])
     b = rg.tensor([[1.0, 1.0, 1.0], [inf, 3.0, -inf]])
-    eq(a.equal(b), [[F, T, F], [T, F, T]], "bool")
+    eq(a.equal(b), [[N, Y, N], [Y, N, Y]], "bool")
     a = rg.tensor([[0.0, 1.0, 2.0], [3.0, inf, 5.0]])
-    eq(a.not_equal(b), [[T, F, T], [T, T, T]], "bool")
+    eq(a.not_equal(b), [[Y, N, Y], [Y, Y, Y]], "bool")
     a, b = rg.tensor(CMP_A), rg.tensor([[1.0, 1.0, 1.0], [4.0, 3.0, 5.0]])
-    eq(a.equal(b), [[F, T, F], [F, F, T]])
-    eq(a.not_equal(b), [[T, F, T], [T, T, F]])
+    eq(a.equal(b), [[N, Y, N], [N, N, Y]])
+    eq(a.not_equal(b), [[Y, N, Y], [Y, Y, N]])
     c = rg.tensor([[0.0, 1.0, 2.0], [3.0, 2.0, 5.0]])
-    eq(c.equal_elem(2), [[F, F, T], [F, T, F]])
-    eq(c.not_equal_elem(2), [[T, T, F], [T, F, T]])
+    eq(c.equal_elem(2), [[N, N, Y], [N, Y, N]])
+    eq(c.not_equal_elem(2), [[Y, Y, N], [Y, N, Y]])
 
 
 def test_order_comparisons():
     a, b = rg.tensor(CMP_A), rg.tensor(CMP_B)
-    eq(a.greater_elem(4), [[F, F, F], [F, F, T]], "bool")
-    eq(a.greater_equal_elem(4.0), [[F, F, F], [F, T, T]])
-    eq(a.greater(b), [[F, F, T], [F, T, F]])
-    eq(a.greater_equal(b), [[F, T, T], [F, T, F]])
-    eq(a.lower_elem(4.0), [[T, T, T], [T, F, F]])
-    eq(a.lower_equal_elem(4.0), [[T, T, T], [T, T, F]])
-    eq(a.lower(b), [[T, F, F], [T, F, T]])
-    eq(a.lower_equal(b), [[T, T, F], [T, F, T]])
+    eq(a.greater_elem(4), [[N, N, N], [N, N, Y]], "bool")
+    eq(a.greater_equal_elem(4.0), [[N, N, N], [N, Y, Y]])
+    eq(a.greater(b), [[N, N, Y], [N, Y, N]])
+    eq(a.greater_equal(b), [[N, Y, Y], [N, Y, N]])
+    eq(a.lower_elem(4.0), [[Y, Y, Y], [Y, N, N]])
+    eq(a.lower_equal_elem(4.0), [[Y, Y, Y], [Y, Y, N]])
+    eq(a.lower(b), [[Y, N, N], [Y, N, Y]])
+    eq(a.lower_equal(b), [[Y, Y, N], [Y, N, Y]])
     eq(a > b, a.greater(b))
     eq(a <= b, a.lower_equal(b))
 
@@ -468,40 +469,40 @@ def test_comparisons_broadcast():
     rhs = rg.tensor(
         [[0.5, 1.5, 2.5, 3.5], [1.5, 2.5, 3.5, 4.5], [2.5, 3.5, 4.5, 5.5], [3.5, 4.5, 5.5, 6.5]]
     )
-    eq(lhs.greater(rhs), [[T] * 4, [F] * 4, [F] * 4, [F] * 4])
+    eq(lhs.greater(rhs), [[Y] * 4, [N] * 4, [N] * 4, [N] * 4])
     col = rg.tensor([[1.0], [2.0], [3.0], [4.0]])
-    eq(col.greater_equal(lhs), [[T, F, F, F], [T, T, F, F], [T, T, T, F], [T, T, T, T]])
+    eq(col.greater_equal(lhs), [[Y, N, N, N], [Y, Y, N, N], [Y, Y, Y, N], [Y, Y, Y, Y]])
     row = rg.tensor([[0.0, 1.0, -1.0, 2.0, -2.0]])
     col = rg.tensor([[0.5], [1.5], [-0.5], [-1.5], [2.5]])
     eq(
         row.lower(col),
-        [[T, F, T, F, T], [T, T, T, F, T], [F, F, T, F, T], [F, F, F, F, T], [T, T, T, T, T]],
+        [[Y, N, Y, N, Y], [Y, Y, Y, N, Y], [N, N, Y, N, Y], [N, N, N, N, Y], [Y, Y, Y, Y, Y]],
     )
     eq(
         rg.tensor([[2.5]]).lower_equal(rg.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 2.5, 3.0, 3.5]])),
-        [[F, F, T, T], [F, T, T, T]],
+        [[N, N, Y, Y], [N, Y, Y, Y]],
     )
     eq(
         rg.tensor([[2.0], [3.0], [4.0]]).equal(rg.tensor([[2.0, 3.0, 4.0, 2.0]])),
-        [[T, F, F, T], [F, T, F, F], [F, F, T, F]],
+        [[Y, N, N, Y], [N, Y, N, N], [N, N, Y, N]],
     )
     eq(
         rg.tensor([[1.0], [2.0], [3.0]]).not_equal(rg.tensor([[1.0, 2.0, 3.0]])),
-        [[F, T, T], [T, F, T], [T, T, F]],
+        [[N, Y, Y], [Y, N, Y], [Y, Y, N]],
     )
 
 
 def test_comparisons_of_strided_views():
     m = rg.tensor([[1.0, 2.0], [3.0, 4.0]])
-    eq(m.transpose().greater(rg.full((2, 2), 2.0)), [[F, T], [F, T]])
+    eq(m.transpose().greater(rg.full((2, 2), 2.0)), [[N, Y], [N, Y]])
     v = rg.tensor([1.0, 2.0, 3.0, 4.0])
-    eq(v.flip([0]).equal(rg.tensor([4.0, 2.0, 2.0, 1.0])), [T, F, T, T])
-    eq(m.flip([0]).lower(rg.tensor([[2.0, 5.0], [2.0, 1.0]])), [[F, T], [T, F]])
-    eq(v.flip([0]).greater_elem(2.5), [T, T, F, F])
-    eq(m.transpose().equal(rg.tensor([[1.0, 3.0], [2.0, 4.0]]).transpose()), [[T, F], [F, T]])
+    eq(v.flip([0]).equal(rg.tensor([4.0, 2.0, 2.0, 1.0])), [Y, N, Y, Y])
+    eq(m.flip([0]).lower(rg.tensor([[2.0, 5.0], [2.0, 1.0]])), [[N, Y], [Y, N]])
+    eq(v.flip([0]).greater_elem(2.5), [Y, Y, N, N])
+    eq(m.transpose().equal(rg.tensor([[1.0, 3.0], [2.0, 4.0]]).transpose()), [[Y, N], [N, Y]])
     six = rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).narrow(0, 1, 4)
-    eq(six.not_equal(rg.tensor([2.0, 2.0, 4.0, 4.0])), [F, T, F, T])
-    eq(m.flip([0, 1]).lower(rg.full((2, 2), 3.0)), [[F, F], [T, T]])
+    eq(six.not_equal(rg.tensor([2.0, 2.0, 4.0, 4.0])), [N, Y, N, Y])
+    eq(m.flip([0, 1]).lower(rg.full((2, 2), 3.0)), [[N, N], [Y, Y]])
 
 
 def logical_mask(rows, cols):
@@ -522,24 +523,24 @@ def nonzero_values(mask, dtype):
 
 def test_any_all():
     for t, expected in [
-        (rg.tensor([[0.0, 0.0, 0.0], [1.0, -1.0, 0.0]]), T),
-        (rg.zeros((2, 3)), F),
-        (rg.tensor([[0, 0, 0], [1, -1, 0]]), T),
-        (rg.zeros((2, 3), dtype="int64"), F),
-        (rg.tensor([[F, F, F], [T, T, F]]), T),
-        (rg.zeros((2, 3), dtype="bool"), F),
+        (rg.tensor([[0.0, 0.0, 0.0], [1.0, -1.0, 0.0]]), Y),
+        (rg.zeros((2, 3)), N),
+        (rg.tensor([[0, 0, 0], [1, -1, 0]]), Y),
+        (rg.zeros((2, 3), dtype="int64"), N),
+        (rg.tensor([[N, N, N], [Y, Y, N]]), Y),
+        (rg.zeros((2, 3), dtype="bool"), N),
     ]:
         eq(t.any(), expected, "bool")
     for t in (
         rg.tensor([[0.0, 0.0, 0.0], [1.0, -1.0, 0.0]]),
         rg.tensor([[0, 0, 0], [1, -1, 0]]),
-        rg.tensor([[F, F, F], [T, T, F]]),
+        rg.tensor([[N, N, N], [Y, Y, N]]),
     ):
-        eq(t.any_dim(1), [[F], [T]], "bool")
+        eq(t.any_dim(1), [[N], [Y]], "bool")
     t = rg.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 1.0]])
-    eq(t.all(), F)
-    eq(t.all_dim(1), [[F], [T]], "bool")
-    eq(t.all_dim(-1), [[F], [T]])
+    eq(t.all(), N)
+    eq(t.all_dim(1), [[N], [Y]], "bool")
+    eq(t.all_dim(-1), [[N], [Y]])
     mask = logical_mask(8, 513)
     for t in (
         rg.tensor(nonzero_values(mask, np.float32)),
@@ -550,21 +551,210 @@ def test_any_all():
         eq(t.all_dim(1), mask.all(1, keepdims=True))
     for dtype in ("float32", "int64", "bool"):
         e = rg.zeros((0,), dtype=dtype)
-        eq(e.any(), F)
-        eq(e.all(), T)
-        eq(rg.zeros((3, 0), dtype=dtype).all_dim(1), [[T], [T], [T]])
+        eq(e.any(), N)
+        eq(e.all(), Y)
+        eq(rg.zeros((3, 0), dtype=dtype).all_dim(1), [[Y], [Y], [Y]])
     with pytest.raises(rg.ShapeError):
         t.any_dim(2)
 
 
 def test_is_nan_is_inf_is_finite():
     eq(rg.tensor(CMP_A).is_nan(), np.zeros((2, 3), dtype=bool), "bool")
-    eq(rg.tensor([[0.0, nan, 2.0], [nan, 4.0, 5.0]]).is_nan(), [[F, T, F], [T, F, F]])
+    eq(rg.tensor([[0.0, nan, 2.0], [nan, 4.0, 5.0]]).is_nan(), [[N, Y, N], [Y, N, N]])
     assert not rg.tensor(CMP_A).contains_nan().item()
     assert rg.tensor([[0.0, nan, 2.0], [3.0, 4.0, 5.0]]).contains_nan().item()
     big = rg.cat([rg.ones((2048,)) * 60000.0, rg.ones((2048,)) * -60000.0], 0)
     assert not big.contains_nan().item()
     eq(rg.tensor(CMP_A).is_inf(), np.zeros((2, 3), dtype=bool), "bool")
-    eq(rg.tensor([[0.0, inf, 2.0], [-inf, 4.0, 5.0]]).is_inf(), [[F, T, F], [T, F, F]])
+    eq(rg.tensor([[0.0, inf, 2.0], [-inf, 4.0, 5.0]]).is_inf(), [[N, Y, N], [Y, N, N]])
     eq(rg.tensor(CMP_A).is_finite(), np.ones((2, 3), dtype=bool), "bool")
-    eq(rg.tensor([[0.0, inf, nan], [-inf, nan, 5.0]]).is_finite(), [[T, F, F], [F, F, T]])
+    eq(rg.tensor([[0.0, inf, nan], [-inf, nan, 5.0]]).is_finite(), [[Y, N, N], [N, N, Y]])
+
+
+# ---- activation/*.rs: API.md's activations as methods and in rg.nn.functional, the rest under
+# their torch names in F (celu, elu, glu, hardtanh, mish, prelu, relu6, selu, softmin,
+# softsign, tanhshrink, threshold mean what Burn's do). Burn's hard_sigmoid(alpha, beta),
+# quiet_softmax and thresholded_relu have no API.md or torch counterpart and are not ported.
+
+F_MAX = float(np.finfo(np.float32).max)
+F_MIN = float(np.finfo(np.float32).min)
+ACT = [[1.0, 7.0], [13.0, -3.0]]
+MISH_INPUT = [[-0.4240, -0.9574, -0.2215], [-0.5767, 0.7218, -0.1620]]
+GELU_INPUT = [[0.5447, 0.9809, 0.4114, 0.1398, 0.8045, 0.4103, 0.2388, 0.5262, 0.6677, 0.6737]]
+
+
+def test_celu_elu_selu():
+    approx(F.celu(rg.tensor([[1.0, 7.0], [-3.0, 0.5]]), 1.0), [[1.0, 7.0], [-0.950213, 0.5]])
+    approx(F.celu(rg.tensor([0.0, -1.0, -2.0]), 2.0), [0.0, -0.786939, -1.264241])
+    approx(F.elu(rg.tensor([[1.0, 7.0], [13.0, -3.0]]), 1.0), [[1, 7], [13, -0.950213]])
+    approx(F.elu(rg.tensor([0.0, -1.0, -2.0]), 2.0), [0.0, -1.264241, -1.729329])
+    approx(
+        F.selu(rg.tensor([[0.0, 1.0, -1.0], [2.0, -2.0, 0.5]])),
+        [[0.0, 1.0507, -1.1113], [2.1014, -1.5202, 0.5254]],
+    )
+    approx(F.selu(rg.tensor([0.0])), [0.0])
+
+
+def test_gelu():
+    expected = [[0.3851, 0.8207, 0.2714, 0.0777, 0.6351, 0.2704, 0.1419, 0.3687, 0.4993, 0.5051]]
+    approx(rg.tensor(GELU_INPUT).gelu(), expected)
+    approx(F.gelu(rg.tensor(GELU_INPUT)), expected)
+    np.testing.assert_allclose(rg.tensor([-3.0, 0.0, 3.0]).gelu().numpy(), [0, 0, 3], atol=0.01)
+
+
+def test_glu():
+    x = rg.tensor(
+        [
+            [
+                [-0.5710, -1.3416, 1.9128, -0.8257, -0.1331, -1.4804, -0.6281, -0.6115],
+                [0.0267, -1.3834, 0.2752, 0.7844, -0.3549, -0.4274, 0.3290, -0.5459],
+                [-1.6347, -2.0908, 1.8801, 0.3541, 0.2237, 1.0377, 2.4850, 0.3490],
+            ]
+        ]
+    )
+    expected = [
+        [
+            [-0.2665, -0.2487, 0.6656, -0.2904],
+            [0.0110, -0.5461, 0.1601, 0.2877],
+            [-0.9084, -1.5439, 1.7355, 0.2077],
+        ]
+    ]
+    approx(F.glu(x, 2), expected)
+    approx(F.glu(x, -1), expected)
+
+
+def test_hardtanh_relu6_threshold():
+    approx(
+        F.hardtanh(rg.tensor([[-2.0, -1.0, 0.0], [0.5, 1.0, 2.0]]), -1.0, 1.0),
+        [[-1, -1, 0], [0.5, 1, 1]],
+    )
+    approx(F.hardtanh(rg.tensor([-3.0, -2.0, 0.0, 2.0, 3.0]), -2.0, 2.0), [-2, -2, 0, 2, 2])
+    approx(F.relu6(rg.tensor([[-2.0, 0.0, 3.0], [6.0, 8.0, 5.5]])), [[0, 0, 3], [6, 6, 5.5]])
+    approx(F.relu6(rg.tensor([-0.1, 0.0, 6.0, 6.1])), [0, 0, 6, 6])
+    approx(
+        F.threshold(rg.tensor([[-1.0, 0.5, 1.0], [1.5, 2.0, -3.0]]), 1.0, 20.0),
+        [[20, 20, 20], [1.5, 2, 20]],
+    )
+    approx(F.threshold(rg.tensor([-2.0, 0.0, 3.0]), 0.0, 0.0), [0, 0, 3])
+
+
+def test_relu_leaky_relu():
+    x = rg.tensor([[0.0, -1.0, 2.0], [3.0, -4.0, 5.0]])
+    eq(x.relu(), [[0, 0, 2], [3, 0, 5]])
+    eq(F.relu(x), [[0, 0, 2], [3, 0, 5]])
+    approx(rg.tensor([-2.0, -1.0, 0.0, 1.0, 2.0]).relu(), [0, 0, 0, 1, 2], 1e-6)
+    approx(x.leaky_relu(0.01), [[0.0, -0.01, 2.0], [3.0, -0.04, 5.0]])
+    approx(F.leaky_relu(x, 0.01), [[0.0, -0.01, 2.0], [3.0, -0.04, 5.0]])
+    approx(rg.tensor([-2.0, -1.0, 0.0, 1.0, 2.0]).leaky_relu(0.01), [-0.02, -0.01, 0, 1, 2], 1e-6)
+
+
+def test_sigmoid_log_sigmoid():
+    approx(rg.tensor(ACT).sigmoid(), [[0.731059, 0.999089], [0.999998, 0.047426]])
+    np.testing.assert_allclose(
+        rg.tensor([-10.0, 0.0, 10.0]).sigmoid().numpy(), [0, 0.5, 1], atol=1e-3
+    )
+    approx(rg.tensor([F_MAX, F_MIN]).sigmoid(), [1.0, 0.0])
+    np.testing.assert_allclose(
+        rg.tensor(ACT).log_sigmoid().numpy(),
+        [[-3.132617e-1, -9.114665e-4], [-2.260327e-6, -3.0485873]],
+        rtol=0.01,
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(
+        F.log_sigmoid(rg.tensor([-10.0, 0.0, 10.0])).numpy(), [-10.0, -0.6931472, 0.0], atol=1e-3
+    )
+    approx(rg.tensor([300.0, -300.0]).log_sigmoid(), [0.0, -300.0])
+    np.testing.assert_allclose(
+        rg.tensor([F_MAX, F_MIN]).log_sigmoid().numpy(), [0.0, F_MIN], rtol=1e-6
+    )
+
+
+def test_mish_silu_tanh_softsign_tanhshrink():
+    approx(
+        F.mish(rg.tensor(MISH_INPUT)),
+        [[-0.19709, -0.30056, -0.11714], [-0.24132, 0.58235, -0.08877]],
+    )
+    approx(rg.tensor([[1.0, 2.0], [3.0, 4.0]]).silu(), [[0.73106, 1.76159], [2.85772, 3.92806]])
+    approx(F.silu(rg.tensor([[1.0, 2.0], [3.0, 4.0]])), [[0.73106, 1.76159], [2.85772, 3.92806]])
+    approx(
+        F.tanh(rg.tensor([[1.0, 2.0], [3.0, 4.0]])), [[0.761594, 0.964028], [0.995055, 0.999329]]
+    )
+    approx(F.softsign(rg.tensor(ACT)), [[0.5, 0.875], [0.928571, -0.75]])
+    approx(F.softsign(rg.tensor([0.0])), [0.0])
+    approx(
+        F.tanhshrink(rg.tensor([[-1.0, 0.0], [1.0, 2.0]])), [[-0.238406, 0.0], [0.238406, 1.035972]]
+    )
+
+
+PRELU_INPUT = [[-1.1, 0.0, 1.2, 0.25, -5.4], [-4.567, 0.56, -1.55, 99.9, 0.0]]
+
+
+def test_prelu():
+    x = rg.tensor(PRELU_INPUT)
+    approx(
+        F.prelu(x, rg.tensor([0.5, 0.25, 0.0, -0.8, -0.4])),
+        [[-0.55, 0.0, 1.2, 0.25, 2.16], [-2.2835, 0.56, 0.0, 99.9, 0.0]],
+    )
+    approx(
+        F.prelu(x, rg.tensor([-0.8])),
+        [[0.88, 0.0, 1.2, 0.25, 4.32], [3.6536, 0.56, 1.24, 99.9, 0.0]],
+    )
+    approx(F.prelu(rg.tensor(GELU_INPUT), rg.tensor([0.25])), GELU_INPUT)
+    v = rg.tensor([-1.1, 0.0, 1.2, 0.25, -5.4])
+    approx(F.prelu(v, rg.tensor([0.0])), [0, 0, 1.2, 0.25, 0])
+    approx(F.prelu(v, rg.tensor([0.5])), [-0.55, 0.0, 1.2, 0.25, -2.7])
+    with pytest.raises(rg.RetrogradError):
+        F.prelu(rg.tensor([-1.1, 2.0, 1.2, 0.25, -5.4]), rg.tensor([0.5, -0.25, 0.0, 0.5, -1.0]))
+    with pytest.raises(rg.RetrogradError):
+        F.prelu(x, rg.tensor([-0.8, 0.1]))
+
+
+def test_softmax_log_softmax_softmin():
+    expected = [[2.472623e-03, 9.975274e-01], [1.0, 1.125352e-07]]
+    for d in (1, -1):
+        approx(rg.tensor(ACT).softmax(d), expected)
+        approx(F.softmax(rg.tensor(ACT), d), expected)
+        approx(F.softmin(rg.tensor(ACT), d), [[9.975274e-01, 2.472623e-03], [1.125352e-07, 1.0]])
+        np.testing.assert_allclose(
+            rg.tensor([[1.0, 0.0], [0.0, 1.0]]).log_softmax(d).numpy(),
+            [[-0.3132617, -1.3132617], [-1.3132617, -0.3132617]],
+            rtol=0.01,
+            atol=1e-4,
+        )
+    approx(rg.tensor([1.0, 2.0, 3.0]).softmax(0), [0.09003, 0.24473, 0.66524])
+    approx(
+        rg.tensor([[-1.0, 0.0, 1.0, 2.0], [0.5, 0.5, 0.5, 0.5]]).softmax(1),
+        [[0.03205860, 0.08714432, 0.23688284, 0.64391422], [0.25] * 4],
+    )
+    t = rg.tensor([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]])
+    approx(
+        t.softmax(2),
+        [
+            [[0.09003057, 0.24472848, 0.66524094]] * 2,
+            [[0.21194156, 0.21194156, 0.57611688], [1 / 3] * 3],
+        ],
+    )
+    row = [3.2932044e-4, 1.7980287e-2, 0.98169035]
+    approx((arange_f(12, (3, 4)) + 1).transpose().softmax(1), [row] * 4, 1e-5)
+
+
+def test_softmax_non_last_axis():
+    t = rg.tensor([[[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]], [[0.1, 2.5, -0.3], [1.2, -0.7, 2.1]]])
+    e = np.exp(np.asarray(t, dtype=np.float64))
+    approx(t.softmax(1), e / e.sum(1, keepdims=True))
+    t = rg.tensor(
+        [
+            [[[1.0, -0.5], [0.3, 2.1]], [[-1.2, 0.0], [0.8, 1.5]]],
+            [[[0.4, -1.1], [2.0, 0.2]], [[-0.3, 0.9], [1.1, -0.7]]],
+        ]
+    )
+    e = np.exp(np.asarray(t, dtype=np.float64))
+    approx(t.softmax(0), e / e.sum(0, keepdims=True))
+
+
+def test_softplus():
+    x = rg.tensor(MISH_INPUT)
+    expected = [[0.503453, 0.324898, 0.588517], [0.445806, 1.117805, 0.615424]]
+    approx(x.softplus(), expected)
+    approx(F.softplus(x, 1.0), expected)
+    approx(F.softplus(x, 2.0), [[0.178232, 0.068737, 0.247990], [0.137132, 0.827771, 0.272106]])
