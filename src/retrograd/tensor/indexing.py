@@ -144,9 +144,17 @@ class IndexingMixin:
         return self._select_masked("masked_select", mask)
 
     def one_hot(self, num_classes: int = -1) -> Any:
-        """int64 ``[*, num_classes]``: 1 at each index held in this int64 tensor, 0 elsewhere
-        (Burn's ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more
-        than the largest index (a host read, as in torch)."""
+        """``[*, num_classes]``: 1 at each index held in this tensor, 0 elsewhere (Burn's
+        ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more than
+        the largest index (a host read, as in torch). An int64 tensor gives int64; a float
+        tensor of whole class values gives that float dtype, as Burn's float ``one_hot``."""
+        if self.is_floating_point():
+            values = self.detach()
+            if values.numel() and not bool((values == values.round()).all().item()):
+                raise DTypeError(
+                    f"one_hot: a {self.dtype} tensor of classes must hold whole numbers"
+                )
+            return values.cast("int64").one_hot(num_classes).cast(self.dtype)
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
         if num_classes == -1:
