@@ -13,7 +13,7 @@ import itertools
 import math
 import numbers
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
@@ -443,6 +443,12 @@ class ShapeMixin:
             inner = [operator.index(i) for i in indices_or_sections]
             bounds = [0] + [min(max(i + size if i < 0 else i, 0), size) for i in inner] + [size]
         return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
+
+    def iter_dim(self, dim: int) -> Iterator[Any]:
+        """Burn's ``iter_dim``: the slices of size 1 along ``dim`` in order, ``dim`` kept (each
+        a :meth:`narrow`); the dimension is checked when called, the slices made as iterated."""
+        d = normalize_dim("iter_dim", dim, self.ndim)
+        return (self.narrow(d, i, 1) for i in range(self.shape[d]))
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Any, ...]:
         """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size;

@@ -1,0 +1,444 @@
+"""The rest of Burn's float op tests (``crates/burn-backend-tests/tests/tensor/float/{ops,stats}``,
+tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747): matmul, the unary math ops,
+hypot, prod, fmod, var, eye, ported against API.md under every checkpointing strategy on the
+chosen inner backend (expected values are Burn's)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
+from test_burn_tensor_ports import approx, arange_f, eq
+
+E = math.e
+nan, inf = math.nan, math.inf
+
+# ---- matmul.rs --------------------------------------------------------------------------------
+
+
+def test_matmul():
+    t = rg.tensor
+    eq(
+        t([[1.0, 7.0], [2.0, 3.0], [1.0, 5.0]]).matmul(t([[4.0, 7.0, 5.0], [2.0, 3.0, 5.0]])),
+        [[18, 28, 40], [14, 23, 25], [14, 22, 30]],
+        "float32",
+    )
+    eq(t([[[1.0, 7.0], [2.0, 3.0]]]).matmul(t([[[4.0, 7.0], [2.0, 3.0]]])), [[[18, 28], [14, 23]]])
+    eq(
+        t([[[1.0, 7.0], [2.0, 3.0]]]).matmul(
+            t([[[4.0, 7.0], [2.0, 3.0]], [[2.0, 5.0], [6.0, 3.0]]])
+        ),
+        [[[18, 28], [14, 23]], [[44, 26], [22, 19]]],
+    )
+    eq(
+        t([[[[1.0, 7.0], [2.0, 3.0]]], [[[2.0, 5.0], [6.0, 3.0]]]]).matmul(
+            t([[[[9.0, 8.0], [1.0, 4.0]], [[2.0, 7.0], [3.0, 5.0]]]])
+        ),
+        [
+            [[[16, 36], [21, 28]], [[23, 42], [13, 29]]],
+            [[[23, 36], [57, 60]], [[19, 39], [21, 57]]],
+        ],
+    )
+    eq(
+        t([[5.0, 14.0], [14.0, 50.0]]).matmul(t([[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]])),
+        [[15, 34, 53], [42, 106, 170]],
+    )
+    eq(
+        arange_f(12, (3, 4)).matmul(
+            t([[0.0, 1.0, 2.0], [4.0, 5.0, 6.0], [8.0, 9.0, 10.0], [12.0, 13.0, 14.0]])
+        ),
+        [[56, 62, 68], [152, 174, 196], [248, 286, 324]],
+    )
+    rows = t([[[1.0, 7.0]], [[2.0, 3.0]], [[1.0, 5.0]]])
+    eq(
+        rows.matmul(t([[[4.0, 7.0, 5.0], [2.0, 3.0, 5.0]]])),
+        [[[18, 28, 40]], [[14, 23, 25]], [[14, 22, 30]]],
+    )
+    eq(
+        rows.matmul(
+            t(
+                [
+                    [[1.0, 4.0, 5.0], [3.0, 5.0, 6.0]],
+                    [[8.0, 2.0, 3.0], [0.0, 2.0, 4.0]],
+                    [[4.0, 7.0, 5.0], [2.0, 3.0, 5.0]],
+                ]
+            )
+        ),
+        [[[22, 39, 47]], [[16, 10, 18]], [[14, 22, 30]]],
+    )
+    sq = arange_f(16, (4, 4))
+    approx(
+        sq.matmul(sq),
+        [[56, 62, 68, 74], [152, 174, 196, 218], [248, 286, 324, 362], [344, 398, 452, 506]],
+    )
+    approx(
+        sq.matmul(sq.transpose()),
+        [[14, 38, 62, 86], [38, 126, 214, 302], [62, 214, 366, 518], [86, 302, 518, 734]],
+    )
+    r = arange_f(32, (4, 8))
+    approx(
+        r.matmul(r.transpose()),
+        [
+            [140, 364, 588, 812],
+            [364, 1100, 1836, 2572],
+            [588, 1836, 3084, 4332],
+            [812, 2572, 4332, 6092],
+        ],
+    )
+    eq(t([[1.0, 2.0, 3.0, 4.0]]).matmul(t([[3.0], [4.0], [5.0], [6.0]])), [[50]])
+    eq(
+        t([[3.0] * 3, [4.0] * 3, [5.0] * 3, [6.0] * 3]).matmul(t([[1.0, 2.0, 3.0, 4.0]] * 3)),
+        [[9, 18, 27, 36], [12, 24, 36, 48], [15, 30, 45, 60], [18, 36, 54, 72]],
+    )
+    with pytest.raises(rg.ShapeError):
+        t([[3.0, 3.0], [4.0, 4.0], [5.0, 5.0], [6.0, 6.0]]).matmul(t([[1.0, 2.0, 3.0, 4.0]] * 3))
+
+
+def test_matmul_vecmat_transposed_fused():
+    weight = arange_f(64, (1, 2, 1, 32)).transpose()
+    signal = arange_f(192, (1, 2, 3, 32))
+    eq(signal.matmul(weight) + 5, [[[[10421], [26293], [42165]], [[172213], [220853], [269493]]]])
+
+
+def test_matmul_transposed_operands():
+    t = rg.tensor
+    lhs = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    eq(lhs.transpose().matmul(t([[1.0, 0.0], [0.0, 1.0]])), [[1, 4], [2, 5], [3, 6]])
+    rhs = t([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    eq(t([[1.0, 0.0], [0.0, 1.0]]).matmul(rhs.transpose()), [[1, 3, 5], [2, 4, 6]])
+    eq(lhs.transpose().matmul(rhs.transpose()), [[9, 19, 29], [12, 26, 40], [15, 33, 51]])
+    q = arange_f(12, (2, 2, 3)) + 1
+    k = t([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]])
+    eq(q.matmul(k.swap_dims(1, 2)), [[[1, 2], [4, 5]], [[24, 48], [33, 66]]])
+    b = t([[[1.0, 0.0], [0.0, 1.0]], [[2.0, 0.0], [0.0, 2.0]]])
+    eq(q.swap_dims(1, 2).matmul(b), [[[1, 4], [2, 5], [3, 6]], [[14, 20], [16, 22], [18, 24]]])
+    a = arange_f(12, (2, 3, 2)) + 1
+    eq(
+        a.swap_dims(1, 2).matmul(q.swap_dims(1, 2)),
+        [[[22, 49], [28, 64]], [[220, 301], [244, 334]]],
+    )
+    lhs3 = t([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
+    rhs3 = t(
+        [
+            [[1.0, 0.0], [0.0, 1.0]],
+            [[2.0, 0.0], [0.0, 2.0]],
+            [[1.0, 1.0], [1.0, 1.0]],
+            [[0.0, 1.0], [1.0, 0.0]],
+        ]
+    )
+    eq(
+        lhs3.swap_dims(1, 2).matmul(rhs3),
+        [
+            [[1, 4], [2, 5], [3, 6]],
+            [[2, 8], [4, 10], [6, 12]],
+            [[5, 5], [7, 7], [9, 9]],
+            [[4, 1], [5, 2], [6, 3]],
+        ],
+    )
+
+
+# ---- abs, ceil, floor, exp, log, log1p, sqrt, square, recip, neg, erf, hypot, prod ------------
+
+X23 = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+ROUNDING = [[24.0423, 87.9478, 76.1838], [59.6929, 43.8169, 94.8826]]
+
+
+def test_unary_math():
+    eq(rg.tensor([1.0, -2.0, 3.0, -4.0]).flip([0]).abs(), [4, 3, 2, 1])
+    eq(rg.tensor([[0.0, -1.0, 2.0], [3.0, 4.0, -5.0]]).abs(), [[0, 1, 2], [3, 4, 5]])
+    approx(rg.tensor(ROUNDING).ceil(), [[25, 88, 77], [60, 44, 95]])
+    approx(rg.tensor(ROUNDING).floor(), [[24, 87, 76], [59, 43, 94]])
+    approx(rg.tensor([[0.0, 1.0], [2.0, 3.0]]).transpose().exp(), [[1, E * E], [E, E**3]])
+    x = rg.tensor(X23)
+    approx(x.exp(), [[1.0, 2.71830, 7.3891], [20.0855, 54.5981, 148.4132]])
+    cube = rg.tensor([[[1.0, E], [E * E, E**3]], [[1.0, E], [E * E, E**3]]])
+    approx(cube.permute([2, 0, 1]).log(), [[[0, 2], [0, 2]], [[1, 3], [1, 3]]])
+    approx(x.log(), [[-inf, 0.0, math.log(2)], [1.09861, 1.38629, 1.60944]])
+    approx(x.log1p(), [[0.0, math.log(2), 1.09861], [1.38629, 1.60944, 1.79176]])
+    approx(rg.tensor([1.0, 4.0, 9.0, 16.0, 25.0, 36.0]).narrow(0, 1, 4).sqrt(), [2, 3, 4, 5])
+    approx(rg.tensor([[1.0, 4.0], [9.0, 16.0]]).flip([0]).sqrt(), [[3, 4], [1, 2]])
+    approx(x.sqrt(), [[0.0, 1.0, math.sqrt(2)], [1.73205, 2.0, 2.2360]])
+    approx(x.square(), [[0, 1, 4], [9, 16, 25]])
+    approx(
+        rg.tensor([[0.5, 1.0, 2.0], [3.0, -4.0, -5.0]]).recip(),
+        [[2.0, 1.0, 0.5], [0.33333, -0.25, -0.2]],
+    )
+    neg = x.neg().numpy()
+    eq(neg, [[-0.0, -1, -2], [-3, -4, -5]])
+    assert np.signbit(neg[0, 0])  # -0.0, as Burn checks bit for bit
+    approx(x.erf(), [[0.0, 0.8427, 0.99532], [0.99998, 1.0, 1.0]])
+    approx(
+        rg.tensor([[-0.056, -0.043, -0.089], [3.0, 4.0, 5.0]]).erf(),
+        [[-0.06312324, -0.048490416, -0.10016122], [0.99998, 1.0, 1.0]],
+    )
+
+
+def test_hypot():
+    approx(
+        rg.tensor([[3.0, 4.0], [5.0, 12.0]]).hypot(rg.tensor([[4.0, 3.0], [12.0, 5.0]])),
+        [[5, 5], [13, 13]],
+    )
+    approx(
+        rg.tensor([[3.0, 4.0, 5.0]]).hypot(rg.tensor([[4.0], [3.0]])),
+        [[5.0, 5.656854, 6.404], [4.2426405, 5.0, 5.831]],
+        1e-3,
+    )  # Burn writes 6.404 and 5.831 to three places (its tolerance is 0.5%)
+    approx(
+        rg.tensor([[0.0, 3.0], [0.0, 0.0]]).hypot(rg.tensor([[4.0, 0.0], [0.0, 5.0]])),
+        [[4, 3], [0, 5]],
+    )
+
+
+def test_prod():
+    f = rg.tensor([[-5.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    eq(f.prod(), -600.0)
+    eq(f.prod_dim(1), [[-10], [60]])
+    eq(f.prod_dim(-1), [[-10], [60]])
+
+
+# ---- fmod.rs (torch's name and meaning: the sign of the dividend) -----------------------------
+
+
+def test_fmod():
+    approx(
+        rg.tensor([[5.3, -5.3], [7.5, -7.5]]).fmod(rg.tensor([[2.0, 2.0], [3.0, 3.0]])),
+        [[1.3, -1.3], [1.5, -1.5]],
+    )
+    approx(rg.tensor([5.3, -5.3, 7.5, -7.5]).fmod(2.0), [1.3, -1.3, 1.5, -1.5])
+    approx(
+        rg.tensor([10.0, 7.5, 3.8, 1.2]).fmod(rg.tensor([3.0, 2.0, 1.5, 0.7])), [1.0, 1.5, 0.8, 0.5]
+    )
+    approx(
+        rg.tensor([-10.0, -7.5, -3.8, -1.2]).fmod(rg.tensor([3.0, 2.0, 1.5, 0.7])),
+        [-1.0, -1.5, -0.8, -0.5],
+    )
+    approx(
+        rg.tensor([5.3, -5.3, 5.3, -5.3]).fmod(rg.tensor([2.0, 2.0, -2.0, -2.0])),
+        [1.3, -1.3, 1.3, -1.3],
+    )
+    assert np.isnan(
+        rg.tensor([inf, -inf, inf, -inf]).fmod(rg.tensor([2.0, 3.0, -2.0, -3.0])).numpy()
+    ).all()
+    assert np.isnan(
+        rg.tensor([5.3, -5.3, 0.0, 1.0]).fmod(rg.tensor([0.0, -0.0, 0.0, -0.0])).numpy()
+    ).all()
+    approx(
+        rg.tensor([5.3, -5.3, 0.0, -0.0]).fmod(rg.tensor([inf, -inf, inf, -inf])),
+        [5.3, -5.3, 0.0, -0.0],
+    )
+    out = rg.tensor([nan, 5.3, nan, 0.0]).fmod(rg.tensor([2.0, nan, nan, 3.0])).numpy()
+    assert np.isnan(out[:3]).all() and not np.isnan(out[3])
+    assert rg.tensor([-0.0]).fmod(rg.tensor([2.0])).item() == 0.0
+    approx(
+        rg.tensor([[5.3, -5.3]]).fmod(rg.tensor([[2.0, 2.0], [3.0, 3.0], [1.5, 1.5]])),
+        [[1.3, -1.3], [2.3, -2.3], [0.8, -0.8]],
+    )
+    approx(
+        rg.tensor([[[5.0, -7.0, 8.0]]]).fmod(rg.tensor([[[3.0] * 3], [[4.0] * 3]])),
+        [[[2.0, -1.0, 2.0]], [[1.0, -3.0, 0.0]]],
+    )
+
+
+# ---- stats/var.rs, stats/eye.rs ----------------------------------------------------------------
+
+VAR_INPUT = [[0.5, 1.8, 0.2, -2.0], [3.0, -4.0, 5.0, 0.0]]
+
+
+def test_var():
+    # API.md section 2 says var(d) keeps d with size 1 (Burn); the method is torch's here
+    # (drops it unless keepdim=True; see the report), so this passes keepdim=True.
+    t = rg.tensor(VAR_INPUT)
+    approx(t.var(1, keepdim=True), [[2.4892], [15.3333]])
+    approx(t.var(-1, keepdim=True), t.var(1, keepdim=True))
+    var, mean = rg.var_mean(t, 1, keepdim=True)
+    approx(var, [[2.4892], [15.3333]])
+    approx(mean, [[0.125], [1.0]])
+    # Burn's var_bias is the biased (n) variance: torch's correction=0
+    approx(rg.var(t, 1, correction=0, keepdim=True), [[1.86688], [11.5]])
+
+
+def test_eye():
+    eq(rg.eye(3), [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "float32")
+    eq(rg.eye(3, dtype="int64"), [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "int64")
+
+
+# ---- iter_dim.rs ------------------------------------------------------------------------------
+
+ITER_3D = [[[1.0, 2.0, 3.0, 1.0, 2.0], [4.0, 5.0, 6.0, 1.0, 2.0], [7.0, 8.0, 9.0, 1.0, 2.0]]]
+
+
+def test_iter_dim():
+    assert list(rg.tensor([1, 2, 3, 4]).iter_dim(0))[-1].tolist() == [4]
+    with pytest.raises(rg.ShapeError):
+        rg.zeros((10,)).iter_dim(1)
+    data = [[1.0, 2.0, 3.0, 1.0, 2.0], [4.0, 5.0, 6.0, 1.0, 2.0], [7.0, 8.0, 9.0, 1.0, 2.0]]
+    t = rg.tensor(data)
+    eq(list(t.transpose().iter_dim(1))[1].flatten(0, -1), t.slice([(1, 2), (0, 5)]).flatten(0, -1))
+    m = rg.tensor([[3.0, 4.9, 2.0], [2.0, 1.9, 3.0]])
+    rows = list(m.iter_dim(0))
+    assert len(rows) == 2
+    approx(rows[0], [[3.0, 4.9, 2.0]])
+    approx(rows[1], [[2.0, 1.9, 3.0]])
+    approx(list(m.iter_dim(1))[1], [[4.9], [1.9]])
+    assert len(list(m.iter_dim(1))) == 3
+    c = rg.tensor(ITER_3D)
+    parts = list(c.iter_dim(0))
+    assert len(parts) == 1
+    eq(parts[0], c)
+    eq(list(c.iter_dim(1))[2], [[[7, 8, 9, 1, 2]]])
+    parts = list(c.iter_dim(2))
+    assert len(parts) == 5
+    eq(parts[0], [[[1], [4], [7]]])
+    eq(parts[4], [[[2], [2], [2]]])
+    eq(parts[1].flatten(0, -1), [2, 5, 8])
+    x = rg.arange(0, 72).reshape([4, 6, 3])
+    parts = list(x.iter_dim(1))
+    eq(parts[0], [[[0, 1, 2]], [[18, 19, 20]], [[36, 37, 38]], [[54, 55, 56]]])
+    eq(parts[-1], [[[15, 16, 17]], [[33, 34, 35]], [[51, 52, 53]], [[69, 70, 71]]])
+    eq(parts[3], [[[9, 10, 11]], [[27, 28, 29]], [[45, 46, 47]], [[63, 64, 65]]])
+    single = rg.arange(0, 12).reshape([4, 1, 3])
+    assert len(list(single.iter_dim(1))) == 1
+    eq(next(single.iter_dim(1)), single)
+
+
+def test_iter_dim_gradient():
+    x = rg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float64").require_grad()
+    loss = sum(((i + 1) * p).sum() for i, p in enumerate(x.iter_dim(1)))
+    eq(x.grad(loss.backward()), [[1, 2], [1, 2]])
+
+
+# ---- negative_dims.rs -------------------------------------------------------------------------
+
+
+def test_negative_dims():
+    t = rg.ones((2, 1, 3, 1))
+    eq(t.squeeze_dim(-3), t.squeeze_dim(1))
+    eq(t.squeeze_dims([-3, -1]), t.squeeze_dims([1, 3]))
+    m = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    eq(m.unsqueeze_dim(-1), m.unsqueeze_dim(2))
+    eq(m.unsqueeze_dim(-3), m.unsqueeze_dim(0))
+    eq(m.unsqueeze_dim(-2), m.unsqueeze_dim(1))
+    c = arange_f(24, (2, 3, 4))
+    eq(c.flip([-3, -1]), c.flip([0, 2]))
+    eq(c.movedim(0, -1), c.movedim(0, 2))
+    eq(c.movedim([-3, -2], [-2, -3]), c.movedim([0, 1], [1, 0]))
+    x = rg.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    eq(x.slice_dim(-1, slice(1, None)), x.slice_dim(1, slice(1, None)))
+    idx = rg.tensor([[2, 1, 0], [0, 2, 1]])
+    eq(x.gather(-1, idx), x.gather(1, idx))
+    v, si = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), rg.tensor([[1, 0, 2], [1, 2, 0]])
+    eq(rg.zeros((2, 3)).scatter(-1, si, v, "add"), rg.zeros((2, 3)).scatter(1, si, v, "add"))
+    eq(m.repeat_dim(-1, 2), m.repeat_dim(1, 2))
+    other = rg.tensor([[7.0], [8.0]])
+    eq(rg.cat([m, other], -1), rg.cat([m, other], 1))
+    eq(rg.stack([m, m], -1), rg.stack([m, m], 2))
+    eq(rg.stack([m, m], -3), rg.stack([m, m], 0))
+    eq(x.narrow(-1, 1, 2), x.narrow(1, 1, 2))
+    for a, b in zip(x.chunk(2, -1), x.chunk(2, 1)):
+        eq(a, b)
+    for a, b in zip(x.split(2, -1), x.split(2, 1)):
+        eq(a, b)
+    for a, b in zip(x.split_with_sizes([1, 2], -1), x.split_with_sizes([1, 2], 1)):
+        eq(a, b)
+    b = rg.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 1.0]])
+    for a, c2 in zip(b.iter_dim(-1), b.iter_dim(1)):
+        eq(a, c2)
+    eq(b.any_dim(-1), b.any_dim(1))
+    eq(b.all_dim(-1), b.all_dim(1))
+
+
+# ---- full.rs, init.rs, create_like.rs, cast.rs, mask_select.rs --------------------------------
+
+
+def test_full_zeros_ones_and_like():
+    eq(rg.full((2, 3), 2.1), np.full((2, 3), 2.1, dtype=np.float32), "float32")
+    eq(rg.full((2, 3), 2.1, dtype="float32"), np.full((2, 3), 2.1, dtype=np.float32), "float32")
+    assert rg.zeros((2, 2)).shape == (2, 2)
+    eq(rg.zeros((2, 2)), [[0, 0], [0, 0]], "float32")
+    eq(rg.zeros((2, 2), dtype="float32"), [[0, 0], [0, 0]], "float32")
+    eq(rg.ones((2, 2)), [[1, 1], [1, 1]], "float32")
+    source = arange_f(12, (2, 2, 3))
+    for made, value in ((source.zeros_like(), 0.0), (source.ones_like(), 1.0)):
+        assert made.shape == source.shape and made.dtype == source.dtype
+        assert made.device == source.device
+        eq(made, np.full((2, 2, 3), value))
+
+
+def test_cast():
+    eq(
+        rg.tensor([[0.0, 43.0, 0.0], [2.0, -4.2, 31.33]]).bool(),
+        [[False, True, False], [True, True, True]],
+        "bool",
+    )
+    eq(rg.tensor([[1.0, 2.0, 3.0], [4.4, 5.5, 6.6]]).int(), [[1, 2, 3], [4, 5, 6]], "int64")
+    eq(rg.tensor([[1, 2, 3], [4, 5, 6]]).float(), [[1, 2, 3], [4, 5, 6]], "float32")
+    eq(rg.tensor([[True, False, True], [False, False, True]]).float(), [[1, 0, 1], [0, 0, 1]])
+    data = [[1.0, 2.0, 3.0], [4.4, 5.5, 6.6]]
+    approx(rg.tensor(data).cast("float32"), data)
+    eq(rg.tensor(data).cast("int64"), [[1, 2, 3], [4, 5, 6]], "int64")
+    assert rg.tensor([1.0, 2.5, 3.7]).cast("float32").dtype == "float32"
+
+
+def test_mask_select():
+    eq(
+        rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).mask_select(
+            rg.tensor([False, True, False, True, True])
+        ),
+        [2, 4, 5],
+    )
+    eq(
+        rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).mask_select(
+            rg.tensor([[True, False, True], [False, True, False]])
+        ),
+        [1, 3, 5],
+    )
+    eq(
+        arange_f(8, (2, 2, 2))
+        .add(1.0)
+        .mask_select(rg.tensor([[[True, False], [False, True]], [[True, True], [False, False]]])),
+        [1, 4, 5, 6],
+    )
+    eq(
+        rg.tensor([[1.0, 2.0], [3.0, 4.0]]).mask_select(rg.tensor([[False, False], [True, False]])),
+        [3],
+    )
+    assert rg.tensor([1.0, 2.0, 3.0]).mask_select(rg.tensor([False] * 3)).shape == (0,)
+    eq(
+        rg.tensor([[1.0, 2.0], [3.0, 4.0]])
+        .transpose()
+        .mask_select(rg.tensor([[True, False], [False, True]])),
+        [1, 4],
+    )
+    eq(
+        rg.tensor([1.0, 2.0, 3.0, 4.0])
+        .flip([0])
+        .mask_select(rg.tensor([True, False, True, False]).flip([0])),
+        [3, 1],
+    )
+    eq(
+        rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .narrow(0, 1, 4)
+        .mask_select(rg.tensor([True, False, False, True])),
+        [2, 5],
+    )
+    with pytest.raises(rg.ShapeError):
+        rg.tensor([1.0, 2.0, 3.0]).mask_select(rg.tensor([True, False]))
+
+
+def test_is_close_all_close():
+    # Burn's is_close/all_close are torch's isclose/allclose (rtol 1e-5, atol 1e-8)
+    a = rg.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 1.0]])
+    b = rg.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 3.0]]) + 1e-9
+    eq(a.isclose(b), [[True, True, True], [True, True, False]])
+    eq(a.isclose(b, rtol=1e-5, atol=1e-8), [[True, True, True], [True, True, False]])
+    assert not a.allclose(b)
+    assert a.allclose(rg.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 1.0]]) + 1e-9)
+    inf_plus, one, inf_minus = rg.tensor([[inf]]), rg.tensor([[1.0]]), rg.tensor([[-inf]])
+    assert not inf_plus.allclose(inf_minus)
+    assert not one.allclose(inf_minus)
+    assert not one.allclose(inf_plus)
+    assert inf_plus.allclose(inf_plus)
