@@ -498,3 +498,112 @@ def test_conv2d_binary_broadcasted():
     ]
     expected = np.broadcast_to(np.asarray(per_channel)[None, :, None, None], (1, 8, 26, 26))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-2, atol=1e-5)
+
+
+# ---- attention.rs: Burn compares its attention with attention_fallback on random inputs;
+# here F.scaled_dot_product_attention (API.md section 8, torch's meaning) is compared with
+# that fallback written in NumPy. Differences from Burn's API: Burn's bool mask is true where
+# a key is hidden, torch's where it is kept (so the ports pass ~mask); Burn takes a mask and a
+# bias together, torch one attn_mask (the ports fold them into one float mask); Burn's causal
+# mask is bottom-right aligned when seq_q != seq_k, torch's (and API.md's) top-left, so the
+# cross-attention port builds Burn's mask by hand; torch has no softcap (not ported), and
+# torch refuses attn_mask with is_causal=True (as retrograd does), so those ports fold the
+# causal mask into attn_mask. ---------------------------------------------------------------
+
+RNG = np.random.default_rng(4325)
+
+
+def uniform(shape, low=-1.0, high=1.0):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+def attention_fallback(q, k, v, hidden=None, bias=None, scale=None, causal=False):
+    """Burn's attention_fallback in float64: ``hidden`` true where a key is masked; causal
+    bottom-right aligned; a fully masked row gives zeros."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    if hidden is not None:
+        scores = np.where(hidden, -np.inf, scores)
+    if causal:
+        seq_q, seq_k = scores.shape[-2:]
+        future = np.arange(seq_k)[None, :] > np.arange(seq_q)[:, None] + (seq_k - seq_q)
+        scores = np.where(future, -np.inf, scores)
+    if bias is not None:
+        scores = scores + bias
+    peak = np.maximum(scores.max(-1, keepdims=True), np.finfo(np.float64).min)
+    numerator = np.exp(scores - peak)
+    return numerator / np.maximum(numerator.sum(-1, keepdims=True), 1e-300) @ v
+
+
+def sdpa(q, k, v, **kwargs):
+    return F.scaled_dot_product_attention(rg.tensor(q), rg.tensor(k), rg.tensor(v), **kwargs)
+
+
+def close_to(out, expected):
+    np.testing.assert_allclose(np.asarray(out, dtype=np.float64), expected, rtol=1e-2, atol=1e-3)
+
+
+def test_attention_no_mask_and_scale():
+    q, k, v = (uniform((1, 1, 128, 64), 0.0, 1.0) for _ in range(3))
+    close_to(sdpa(q, k, v), attention_fallback(q, k, v))
+    q, k, v = (uniform((1, 2, 16, 32)) for _ in range(3))
+    close_to(sdpa(q, k, v, scale=0.1), attention_fallback(q, k, v, scale=0.1))
+
+
+def test_attention_bias_and_causal():
+    q, k, v = (uniform((1, 2, 16, 32)) for _ in range(3))
+    bias = uniform((1, 2, 16, 16), -0.5, 0.5)
+    close_to(sdpa(q, k, v, attn_mask=rg.tensor(bias)), attention_fallback(q, k, v, bias=bias))
+    q, k, v = (uniform((2, 4, 16, 32)) for _ in range(3))
+    close_to(sdpa(q, k, v, is_causal=True), attention_fallback(q, k, v, causal=True))
+    for shape in ((1, 1, 16, 16), (2, 1, 16, 16)):
+        q, k, v = (uniform((2, 3, 16, 32)) for _ in range(3))
+        bias = uniform(shape, -0.5, 0.5)
+        close_to(sdpa(q, k, v, attn_mask=rg.tensor(bias)), attention_fallback(q, k, v, bias=bias))
+
+
+def test_attention_cross_attention_with_bias():
+    q = uniform((2, 2, 8, 32))
+    k, v = uniform((2, 2, 24, 32)), uniform((2, 2, 24, 32))
+    bias = uniform((2, 2, 8, 24), -0.5, 0.5)
+    future = np.arange(24)[None, :] > np.arange(8)[:, None] + 16  # Burn's bottom-right mask
+    folded = np.where(future, -np.inf, bias).astype(np.float32)
+    close_to(
+        sdpa(q, k, v, attn_mask=rg.tensor(folded)),
+        attention_fallback(q, k, v, bias=bias, causal=True),
+    )
+    with pytest.raises(rg.RetrogradError):  # torch refuses attn_mask with is_causal
+        sdpa(q, k, v, attn_mask=rg.tensor(bias), is_causal=True)
+
+
+def test_attention_fully_masked_rows_are_zero():
+    q, k, v = (uniform((1, 1, 4, 8)) for _ in range(3))
+    out = sdpa(q, k, v, attn_mask=rg.zeros((1, 1, 4, 4), dtype="bool")).numpy()
+    assert not np.isnan(out).any() and (np.abs(out) < 1e-4).all()
+    hidden = np.zeros((1, 1, 4, 4), dtype=bool)
+    hidden[..., 0] = True
+    keep = ~hidden & np.tril(np.ones((4, 4), dtype=bool))
+    out = sdpa(q, k, v, attn_mask=rg.tensor(keep)).numpy()
+    assert not np.isnan(out).any()
+    assert (np.abs(out[0, 0, 0]) < 1e-4).all()
+    assert (np.abs(out[0, 0, 1:]) > 1e-4).any()
+    close_to(out, attention_fallback(q, k, v, hidden=hidden, causal=True))
+
+
+def test_attention_mask_bias_scale_causal_together():
+    q, k, v = (uniform((2, 2, 16, 32)) for _ in range(3))
+    bias = uniform((2, 2, 16, 16), -0.5, 0.5)
+    hidden = uniform((2, 2, 16, 16), 0.0, 1.0) > 0.7
+    hidden[..., 0] = False  # keep every row attending somewhere, as a float mask needs
+    causal = np.tril(np.ones((16, 16), dtype=bool))
+    folded = np.where(hidden | ~causal, -np.inf, bias).astype(np.float32)
+    close_to(
+        sdpa(q, k, v, attn_mask=rg.tensor(folded), scale=0.05),
+        attention_fallback(q, k, v, hidden=hidden, bias=bias, scale=0.05, causal=True),
+    )
+    q, k, v = (uniform((2, 3, 16, 32)) for _ in range(3))
+    hidden = uniform((1, 1, 16, 16), 0.0, 1.0) > 0.7
+    close_to(
+        sdpa(q, k, v, attn_mask=rg.tensor(~hidden)), attention_fallback(q, k, v, hidden=hidden)
+    )
