@@ -607,3 +607,83 @@ def test_attention_mask_bias_scale_causal_together():
     close_to(
         sdpa(q, k, v, attn_mask=rg.tensor(~hidden)), attention_fallback(q, k, v, hidden=hidden)
     )
+
+
+# ---- burn-nn's loss tests (crates/burn-nn/src/loss/{cross_entropy,mse}.rs): Burn's
+# CrossEntropyLossConfig options as F.cross_entropy's torch arguments (weights -> weight,
+# smoothing -> label_smoothing). Its pad_tokens divide by the whole batch, torch's
+# ignore_index by the kept rows, so they are not ported. -------------------------------------
+
+CE_TARGETS = [2, 0, 4, 1]
+CE_ONE_HOT = np.eye(5, dtype=np.float32)[CE_TARGETS]
+
+
+def log_softmax_np(x):
+    x = np.asarray(x, dtype=np.float64)
+    shifted = x - x.max(1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+
+
+def test_cross_entropy_index_and_probability_targets():
+    logits = RNG.normal(0.0, 1.0, (4, 5)).astype(np.float32)
+    by_index = F.cross_entropy(rg.tensor(logits), rg.tensor(CE_TARGETS))
+    by_probs = F.cross_entropy(rg.tensor(logits), rg.tensor(CE_ONE_HOT))
+    expected = -(log_softmax_np(logits) * CE_ONE_HOT).sum(1).mean()
+    np.testing.assert_allclose(by_index.item(), expected, rtol=5e-3, atol=1e-5)
+    np.testing.assert_allclose(by_probs.item(), expected, rtol=5e-3, atol=1e-5)
+    np.testing.assert_allclose(
+        rg.nn.CrossEntropyLoss()(rg.tensor(logits), rg.tensor(CE_TARGETS)).item(),
+        expected,
+        rtol=5e-3,
+        atol=1e-5,
+    )
+
+
+def test_cross_entropy_weights_and_smoothing():
+    logits = RNG.normal(0.0, 1.0, (4, 5)).astype(np.float32)
+    weights = np.array([1.0, 2.0, 3.0, 4.0, 5.0], dtype=np.float32)
+    loss = F.cross_entropy(rg.tensor(logits), rg.tensor(CE_TARGETS), weight=rg.tensor(weights))
+    expected = -(log_softmax_np(logits) * CE_ONE_HOT * weights).sum() / (1.0 + 2.0 + 3.0 + 5.0)
+    np.testing.assert_allclose(loss.item(), expected, rtol=5e-3, atol=1e-5)
+    zero = F.cross_entropy(
+        rg.tensor(logits), rg.tensor(CE_TARGETS), weight=rg.tensor(weights), label_smoothing=0.0
+    )
+    np.testing.assert_allclose(zero.item(), loss.item(), rtol=1e-6)
+    smoothed = np.array(
+        [
+            [0.01, 0.01, 0.96, 0.01, 0.01],
+            [0.96, 0.01, 0.01, 0.01, 0.01],
+            [0.01, 0.01, 0.01, 0.01, 0.96],
+            [0.01, 0.96, 0.01, 0.01, 0.01],
+        ]
+    )
+    loss = F.cross_entropy(rg.tensor(logits), rg.tensor(CE_TARGETS), label_smoothing=0.05)
+    expected = -(log_softmax_np(logits) * smoothed).sum(1).mean()
+    np.testing.assert_allclose(loss.item(), expected, rtol=5e-3, atol=1e-5)
+
+
+def test_cross_entropy_of_probabilities_as_logits():
+    probs = rg.tensor(
+        [
+            [0.1, 0.2, 0.7, 0.0, 0.0],
+            [0.7, 0.1, 0.1, 0.1, 0.0],
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+            [0.0, 0.3, 0.3, 0.2, 0.2],
+        ]
+    )
+    loss = F.cross_entropy(probs, rg.tensor(CE_TARGETS))
+    np.testing.assert_allclose(loss.item(), 1.354197, rtol=5e-3)
+    # Burn's logits=false form is torch's negative log-likelihood of the log-probabilities
+    nll = F.nll_loss(probs.clamp_min(1e-8).log(), rg.tensor(CE_TARGETS))
+    np.testing.assert_allclose(nll.item(), 0.88169014, rtol=5e-3)
+
+
+def test_mse_loss():
+    logits = rg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    targets = rg.tensor([[2.0, 1.0], [3.0, 2.0]])
+    np.testing.assert_array_equal(
+        F.mse_loss(logits, targets, reduction="none").numpy(), [[1.0, 1.0], [0.0, 4.0]]
+    )
+    assert F.mse_loss(logits, targets).item() == 1.5
+    assert F.mse_loss(logits, targets, reduction="sum").item() == 6.0
+    assert rg.nn.MSELoss()(logits, targets).item() == 1.5
