@@ -406,3 +406,127 @@ def test_inverse_hyperbolic_atan2_and_angles():
         ).rad2deg(),
         [0.0, 22.5, 30.0, 45.0, 60.0, 90.0, 180.0, 270.0, 360.0, -60.0],
     )
+
+
+# ---- int/ops: bitwise, sort_argsort, topk, arg, maxmin (``.values`` on sort/topk: torch's
+# tuples here, as test_burn_tensor_ports_2 notes; argmax with keepdim=True, likewise) ---------
+
+BITS_A = [[3, 4, 5], [9, 3, 8]]
+BITS_B = [[6, 7, 8], [9, 10, 15]]
+
+
+def test_int_bitwise():
+    a, b = rg.tensor(BITS_A), rg.tensor(BITS_B)
+    eq(a.bitwise_and(b), [[2, 4, 0], [9, 2, 8]], "int64")
+    eq(rg.tensor([13, 7]).bitwise_and(rg.tensor([11, 3])), [9, 3])
+    eq(a.bitwise_and(5), [[1, 4, 5], [1, 1, 0]], "int64")  # Burn's bitwise_and_scalar
+    eq(a.bitwise_not(), [[-4, -5, -6], [-10, -4, -9]], "int64")
+    eq(a.bitwise_or(5), [[7, 5, 5], [13, 7, 13]])
+    eq(a.bitwise_or(b), [[7, 7, 13], [9, 11, 15]])
+    eq(rg.tensor([13, 7]).bitwise_or(rg.tensor([11, 3])), [15, 7])
+    eq(a.bitwise_xor(5), [[6, 1, 0], [12, 6, 13]])
+    eq(a.bitwise_xor(b), [[5, 3, 13], [0, 9, 7]])
+    eq(rg.tensor([13, 7]).bitwise_xor(rg.tensor([11, 3])), [6, 4])
+    shifts = rg.tensor([[1, 2, 3], [4, 5, 6]])
+    eq(a.bitwise_left_shift(shifts), [[6, 16, 40], [144, 96, 512]], "int64")
+    eq(a.bitwise_left_shift(2), [[12, 16, 20], [36, 12, 32]])
+    eq(a.bitwise_right_shift(shifts), [[1, 1, 0], [0, 0, 0]])
+    eq(a.bitwise_right_shift(2), [[0, 1, 1], [2, 0, 2]])
+
+
+INT_3D = [[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [8, 2, 8]]]
+INT_3D_B = [[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [7, 2, 8]]]
+
+
+def test_int_sort():
+    v = rg.tensor([1, 4, 7, 2, 5, 6, 3, 0, 9, 8, 2, 8, -10, 42, 1000])
+    eq(v.sort(0).values, [-10, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 8, 9, 42, 1000], "int64")
+    w = rg.tensor([1, 4, 7, 2, 5, 6, 3, 0, 9, 8, -10, 42, 1000])
+    eq(w.argsort(0), [10, 7, 0, 3, 6, 1, 4, 5, 2, 9, 8, 11, 12], "int64")
+    values, indices = w.sort_with_indices(0, descending=True)
+    eq(values, [1000, 42, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -10])
+    eq(indices, [12, 11, 8, 9, 2, 5, 4, 1, 6, 3, 0, 7, 10])
+    values, indices = rg.tensor(INT_3D).sort_with_indices(1, descending=True)
+    eq(values, [[[2, 5, 7], [1, 4, 6]], [[8, 2, 9], [3, 0, 8]]])
+    eq(indices, [[[1, 1, 0], [0, 0, 1]], [[1, 1, 0], [0, 0, 1]]])
+    t = rg.tensor(INT_3D)
+    eq(t.sort(0).values, [[[1, 0, 7], [2, 2, 6]], [[3, 4, 9], [8, 5, 8]]])
+    eq(t.sort(1).values, [[[1, 4, 6], [2, 5, 7]], [[3, 0, 8], [8, 2, 9]]])
+    eq(t.sort(2).values, [[[1, 4, 7], [2, 5, 6]], [[0, 3, 9], [2, 8, 8]]])
+    b = rg.tensor(INT_3D_B)
+    expected = {
+        0: (
+            [[[1, 0, 7], [2, 2, 6]], [[3, 4, 9], [7, 5, 8]]],
+            [[[0, 1, 0], [0, 1, 0]], [[1, 0, 1], [1, 0, 1]]],
+        ),
+        1: (
+            [[[1, 4, 6], [2, 5, 7]], [[3, 0, 8], [7, 2, 9]]],
+            [[[0, 0, 1], [1, 1, 0]], [[0, 0, 1], [1, 1, 0]]],
+        ),
+        2: (
+            [[[1, 4, 7], [2, 5, 6]], [[0, 3, 9], [2, 7, 8]]],
+            [[[0, 1, 2], [0, 1, 2]], [[1, 0, 2], [1, 0, 2]]],
+        ),
+    }
+    for d, (vals, idx) in expected.items():
+        values, indices = b.sort_with_indices(d)
+        eq(values, vals)
+        eq(indices, idx)
+        eq(b.argsort(d), idx)
+    eq(rg.tensor([1, 2, 3, 4, 5]).sort(0, descending=True).values, [5, 4, 3, 2, 1])
+    m = rg.tensor([[3, 1, 5], [2, 6, 4]])
+    eq(m.sort(-1, descending=True).values, [[5, 3, 1], [6, 4, 2]])
+    values, indices = m.sort_with_indices(-2, descending=True)
+    eq(values, [[3, 6, 5], [2, 1, 4]])
+    eq(indices, [[0, 1, 0], [1, 0, 1]])
+    eq(m.argsort(-1, descending=True), [[2, 0, 1], [1, 2, 0]])
+
+
+def test_int_topk():
+    v = rg.tensor([1, 2, 3, 4, 5])
+    values, indices = v.topk_with_indices(3, 0)
+    eq(values, [5, 4, 3], "int64")
+    eq(indices, [4, 3, 2], "int64")
+    eq(v.topk(3, 0).values, [5, 4, 3])
+    approx(rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).topk(3, 0).values, [5, 4, 3])
+    eq(rg.tensor(INT_3D).topk(2, 2).values, [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
+    approx(rg.tensor(INT_3D).float().topk(2, 2).values, [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
+    # Burn's argtopk is the indices of topk_with_indices
+    eq(v.topk_with_indices(3, 0)[1], [4, 3, 2])
+    t = rg.tensor([[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [8, 2, 7]]])
+    eq(t.topk_with_indices(2, 2)[1], [[[2, 1], [2, 1]], [[2, 0], [0, 2]]])
+    values, indices = t.topk_with_indices(2, -1)
+    eq(values, [[[7, 4], [6, 5]], [[9, 3], [8, 7]]])
+    eq(indices, [[[2, 1], [2, 1]], [[2, 0], [0, 2]]])
+
+
+def test_int_arg_and_maxmin():
+    eq(rg.tensor([[10, 11, 2], [3, 4, 5]]).argmax(0, keepdim=True), [[0, 0, 1]], "int64")
+    eq(rg.tensor([[10, 11, 2], [30, 4, 5]]).argmin(0, keepdim=True), [[0, 1, 0]], "int64")
+    t = rg.tensor(I23)
+    values, indices = t.max_dim_with_indices(0)
+    eq(values, [[3, 4, 5]], "int64")
+    eq(indices, [[1, 1, 1]], "int64")
+    values, indices = t.max_dim_with_indices(1)
+    eq(values, [[2], [5]])
+    eq(indices, [[2], [2]])
+    values, indices = t.min_dim_with_indices(0)
+    eq(values, [[0, 1, 2]])
+    eq(indices, [[0, 0, 0]])
+    values, indices = t.min_dim_with_indices(1)
+    eq(values, [[0], [3]])
+    eq(indices, [[0], [0]])
+    ties = rg.tensor([[1, 3, 3], [2, 2, 0]])
+    values, indices = ties.max_dim_with_indices(1)
+    eq(values, [[3], [2]])
+    eq(indices, [[1], [0]])
+    values, indices = ties.min_dim_with_indices(1)
+    eq(values, [[1], [0]])
+    eq(indices, [[0], [2]])
+    c = rg.tensor([[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [8, 2, 7]]])
+    values, indices = c.max_dim_with_indices(2)
+    eq(values, [[[7], [6]], [[9], [8]]])
+    eq(indices, [[[2], [2]], [[2], [0]]])
+    values, indices = c.min_dim_with_indices(2)
+    eq(values, [[[1], [2]], [[0], [2]]])
+    eq(indices, [[[0], [0]], [[1], [1]]])

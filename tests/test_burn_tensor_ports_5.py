@@ -442,3 +442,78 @@ def test_is_close_all_close():
     assert not one.allclose(inf_minus)
     assert not one.allclose(inf_plus)
     assert inf_plus.allclose(inf_plus)
+
+
+# ---- gather_scatter_nd.rs ---------------------------------------------------------------------
+
+
+def test_gather_nd():
+    idx = rg.tensor
+    eq(arange_f(9, (3, 3)).gather_nd(idx([[0, 1], [1, 2], [2, 0]])), [1, 5, 6])
+    c = arange_f(24, (2, 3, 4))
+    out = c.gather_nd(idx([[1], [0]]))
+    eq(out, np.arange(24).reshape(2, 3, 4)[[1, 0]])
+    eq(out[0, 0], [12, 13, 14, 15])
+    eq(arange_f(8, (2, 2, 2)).gather_nd(idx([[0, 0, 1], [1, 1, 0]])), [1, 6])
+    eq(
+        rg.tensor([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]]).gather_nd(
+            idx([[0, 0], [0, 2], [1, 1]])
+        ),
+        [10, 30, 50],
+    )
+    eq(rg.tensor([10.0, 20.0, 30.0]).gather_nd(idx([[1]])), [20])
+    d = arange_f(12, (2, 3, 2)) + 1
+    eq(d.gather_nd(idx([[0, 2], [1, 0], [0, 1]])), [[5, 6], [7, 8], [3, 4]])
+
+
+def test_scatter_nd():
+    idx = rg.tensor
+    pos = idx([[0, 1], [2, 0]])
+    eq(
+        rg.zeros((3, 3)).scatter_nd(pos, rg.tensor([10.0, 20.0]), "assign"),
+        [[0, 10, 0], [0, 0, 0], [20, 0, 0]],
+    )
+    eq(
+        rg.ones((3, 3)).scatter_nd(pos, rg.tensor([10.0, 20.0]), "add"),
+        [[1, 11, 1], [1, 1, 1], [21, 1, 1]],
+    )
+    eq(
+        rg.zeros((2, 3)).scatter_nd(idx([[0, 1], [0, 1]]), rg.tensor([5.0, 3.0]), "add"),
+        [[0, 8, 0], [0, 0, 0]],
+    )
+    rows = rg.tensor([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])
+    eq(rg.zeros((2, 3)).scatter_nd(idx([[0], [1]]), rows, "assign"), rows)
+    eq(
+        rg.tensor([[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]]).scatter_nd(
+            idx([[0, 1], [1, 2]]), rg.tensor([10.0, 2.0]), "mul"
+        ),
+        [[2, 30, 4], [5, 6, 14]],
+    )
+    base = rg.tensor([[5.0, 10.0], [15.0, 20.0]])
+    eq(base.scatter_nd(idx([[0, 0], [1, 1]]), rg.tensor([3.0, 25.0]), "min"), [[3, 10], [15, 20]])
+    eq(base.scatter_nd(idx([[0, 0], [1, 1]]), rg.tensor([3.0, 25.0]), "max"), [[5, 10], [15, 25]])
+    eq(
+        rg.zeros((3, 3)).scatter_nd(idx([[0], [2], [1]]), arange_f(9, (3, 3)) + 1, "assign"),
+        [[1, 2, 3], [7, 8, 9], [4, 5, 6]],
+    )
+    eq(rg.tensor([1.0, 2.0, 3.0]).scatter_nd(idx([[2]]), rg.tensor([99.0]), "assign"), [1, 2, 99])
+    eq(
+        rg.ones((2, 2, 2)).scatter_nd(
+            idx([[1]]), rg.tensor([[[10.0, 20.0], [30.0, 40.0]]]), "assign"
+        ),
+        [[[1, 1], [1, 1]], [[10, 20], [30, 40]]],
+    )
+    data = arange_f(9, (3, 3)) + 1
+    gathered = data.gather_nd(idx([[0], [2]]))
+    eq(
+        rg.zeros((3, 3)).scatter_nd(idx([[0], [2]]), gathered, "add"),
+        [[1, 2, 3], [0, 0, 0], [7, 8, 9]],
+    )
+    out = rg.zeros((2, 3, 4)).scatter_nd(
+        idx([[0, 1], [1, 2]]),
+        rg.tensor([[10.0, 20.0, 30.0, 40.0], [50.0, 60.0, 70.0, 80.0]]),
+        "add",
+    )
+    expected = np.zeros((2, 3, 4))
+    expected[0, 1], expected[1, 2] = [10, 20, 30, 40], [50, 60, 70, 80]
+    eq(out, expected)
