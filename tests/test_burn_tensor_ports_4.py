@@ -530,3 +530,91 @@ def test_int_arg_and_maxmin():
     values, indices = c.min_dim_with_indices(2)
     eq(values, [[[1], [2]], [[0], [2]]])
     eq(indices, [[[0], [0]], [[1], [1]]])
+
+
+# ---- take.rs (Burn's take(dim, indices); take(index) stays torch's flat form) ----------------
+
+
+def test_take():
+    idx = rg.tensor
+    eq(rg.tensor([0.0, 1.0, 2.0]).take(0, idx([1, 1, 0, 1, 2])), [1, 1, 0, 1, 2])
+    m = rg.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    eq(m.take(0, idx([1, 0, 1, 1])), [[3, 4, 5], [0, 1, 2], [3, 4, 5], [3, 4, 5]])
+    eq(m.take(1, idx([2, 0, 1])), [[2, 0, 1], [5, 3, 4]])
+    t = arange_f(12, (3, 4)) + 1
+    eq(t.take(0, idx([2, 0, 1, 1])), t.select(0, idx([2, 0, 1, 1])))
+    eq(
+        t.take(0, idx([[0, 2], [1, 0]])),
+        [[[1, 2, 3, 4], [9, 10, 11, 12]], [[5, 6, 7, 8], [1, 2, 3, 4]]],
+    )
+    w = arange_f(8, (2, 4)) + 1
+    eq(w.take(1, idx([[0, 3], [2, 1]])), [[[1, 4], [3, 2]], [[5, 8], [7, 6]]])
+    c = arange_f(12, (2, 3, 2)) + 1
+    eq(
+        c.take(1, idx([[0, 2], [1, 0]])),
+        [[[[1, 2], [5, 6]], [[3, 4], [1, 2]]], [[[7, 8], [11, 12]], [[9, 10], [7, 8]]]],
+    )
+    s = arange_f(6, (2, 3)) + 1
+    eq(
+        s.take(1, idx([[[0, 2], [1, 0]], [[2, 1], [0, 2]]])),
+        [[[[1, 3], [2, 1]], [[3, 2], [1, 3]]], [[[4, 6], [5, 4]], [[6, 5], [4, 6]]]],
+    )
+    eq(s.take(0, idx([1])), [[4, 5, 6]])
+    eq(s.take(-1, idx([2, 0, 1])), s.take(1, idx([2, 0, 1])))
+    for dim in (10, -3):
+        with pytest.raises(rg.ShapeError):
+            m.take(dim, idx([1, 0]))
+    eq(m.take(idx([0, 5])), [0, 5])  # torch's flat take is unchanged
+    b = rg.tensor([[Y, N], [N, Y]])
+    eq(b.take(0, idx([1, 0])), [[N, Y], [Y, N]], "bool")
+    b3 = rg.tensor([[Y, N, Y], [N, Y, N], [Y, Y, N]])
+    eq(b3.take(0, idx([[0, 2], [1, 0]])), [[[Y, N, Y], [Y, Y, N]], [[N, Y, N], [Y, N, Y]]])
+
+
+def test_take_gradient():
+    x = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype="float64").require_grad()
+    out = x.take(1, rg.tensor([[0, 2], [2, 2]]))
+    assert out.shape == (2, 2, 2)
+    eq(x.grad(out.sum().backward()), [[1, 0, 3], [1, 0, 3]])
+
+
+# ---- bool/ops: gather_scatter, select, unfold, repeat, expand, cat/stack -----------------------
+
+
+def test_bool_gather_scatter_select():
+    t = rg.tensor([Y, N, N])
+    eq(t.scatter(0, rg.tensor([1, 0, 2]), rg.tensor([N, Y, Y]), "add"), [Y, N, Y], "bool")
+    eq(t.gather(0, rg.tensor([1, 1, 0, 1, 2])), [N, N, Y, N, N], "bool")
+    eq(rg.tensor([Y, N, Y]).select(0, rg.tensor([0, 2, 1, 0])), [Y, Y, N, Y], "bool")
+    eq(rg.tensor([[Y, N, Y], [N, Y, N]]).select(0, rg.tensor([1, 0])), [[N, Y, N], [Y, N, Y]])
+    add = "add"
+    eq(rg.tensor([Y, N, Y]).select_assign(0, rg.tensor([0, 2]), rg.tensor([N, Y]), add), [Y, N, Y])
+    eq(rg.tensor([N, Y]).select_assign(0, rg.tensor([0, 0]), rg.tensor([Y, N]), add), [Y, Y])
+    eq(rg.tensor([N]).select_assign(0, rg.tensor([0]), rg.tensor([Y]), add), [Y])
+    eq(rg.tensor([Y, N]).select_assign(0, rg.tensor([0, 0, 0]), rg.tensor([Y, Y, Y]), add), [Y, N])
+
+
+def test_bool_shape_ops():
+    rg.seed(1)
+    x = rg.random((2, 6, 6)).greater_elem(0.5)
+    expected = rg.stack(
+        [
+            x.slice([slice(None), (0, 3)]).swap_dims(1, 2),
+            x.slice([slice(None), (2, 5)]).swap_dims(1, 2),
+        ],
+        1,
+    )
+    eq(x.unfold(1, 3, 2), expected, "bool")
+    data = np.array([[[N, Y], [Y, N]], [[Y, Y], [N, N]]])
+    eq(rg.tensor(data).repeat([2, 3, 2]), np.tile(data, (2, 3, 2)), "bool")
+    eq(rg.tensor([N, Y, N]).expand([3, 3]), [[N, Y, N]] * 3, "bool")
+    eq(rg.tensor([Y, N, N]).flip([0]).expand([2, 3]), [[N, N, Y]] * 2)
+    a, b = rg.tensor([[Y, N]]), rg.tensor([[N, N]])
+    eq(rg.cat([a, b], 0), [[Y, N], [N, N]], "bool")
+    eq(rg.stack([a, b], 0), [[[Y, N]], [[N, N]]], "bool")
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).transpose(), [[Y, N], [N, N], [Y, Y]])
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).reshape([3, 2]), [[Y, N], [Y, N], [N, Y]])
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).flip([1]), [[Y, N, Y], [Y, N, N]])
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).permute([1, 0]), [[Y, N], [N, N], [Y, Y]])
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).movedim(0, 1), [[Y, N], [N, N], [Y, Y]])
+    eq(rg.tensor([[Y, N], [N, Y]]).repeat_dim(1, 2), [[Y, N, Y, N], [N, Y, N, Y]])

@@ -196,8 +196,12 @@ class IndexingMixin:
         flat = x.reshape(-1).select_assign(0, positions, values, "assign")
         return flat.reshape(shape)
 
-    def take(self, index: Any) -> Any:
-        """Elements of the flattened tensor at ``index`` (any shape)."""
+    def take(self, index: Any, indices: Any = None) -> Any:
+        """torch's ``take(index)``: elements of the flattened tensor at ``index`` (any shape).
+        Burn's ``take(dim, indices)``: :meth:`select` along ``dim`` with an index tensor of
+        any shape, which takes ``dim``'s place in the result's shape."""
+        if indices is not None:
+            return self._take_along("take", index, indices)
         index = lift(self, index, "take") if isinstance(index, TensorBase) else index
         index = (
             index
@@ -220,6 +224,16 @@ class IndexingMixin:
         check_indices(index + size, 2 * size, message)
         index = index.mask_where(index.lower_elem(0), index + size)  # torch wraps
         return flat.index_select(0, index).reshape(shape)
+
+    def _take_along(self, op: str, dim: Any, indices: Any) -> Any:
+        if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+            raise DTypeError(f"{op}: dim must be an int, got {dim!r}")
+        d = normalize_dim(op, dim, self.ndim)
+        indices = lift(self, indices, op) if isinstance(indices, TensorBase) else indices
+        if not isinstance(indices, TensorBase):
+            indices = from_host(type(self), np.asarray(indices), None, self._backend, self._device)
+        picked = self.select(d, indices.reshape(-1))
+        return picked.reshape(self.shape[:d] + indices.shape + self.shape[d + 1 :])
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
