@@ -517,3 +517,95 @@ def test_scatter_nd():
     expected = np.zeros((2, 3, 4))
     expected[0, 1], expected[1, 2] = [10, 20, 30, 40], [50, 60, 70, 80]
     eq(out, expected)
+
+
+# ---- padding.rs: Burn's ``pad((left, right, top, bottom), mode)`` is torch's
+# ``F.pad(x, (left, right, top, bottom), mode)``; PadMode::Edge is torch's "replicate". torch's
+# reflect/replicate take a batch or channel dimension in front of the padded ones, so the 2-d
+# cases pad x[None] and drop it again. ----------------------------------------------------------
+
+
+def pad(x, pads, mode="constant", value=0.0):
+    import retrograd.nn.functional as F  # noqa: N812
+
+    if mode == "constant":
+        return F.pad(x, pads, mode, value)
+    lifted = x.ndim == 2
+    out = F.pad(x.unsqueeze_dim(0) if lifted else x, pads, mode)
+    return out.squeeze_dim(0) if lifted else out
+
+
+def test_pad_constant():
+    out = pad(rg.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]), (2, 2, 2, 2), value=1.1)
+    expected = np.full((6, 7), 1.1, dtype=np.float32)
+    expected[2:4, 2:5] = [[0, 1, 2], [3, 4, 5]]
+    eq(out, expected)
+    x4 = rg.tensor([[[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]])
+    expected = np.full((1, 1, 7, 6), 1.1, dtype=np.float32)
+    expected[0, 0, 2:5, 2:4] = [[0, 1], [2, 3], [4, 5]]
+    eq(pad(x4, (2, 2, 2, 2), value=1.1), expected)
+    expected = np.full((1, 1, 10, 5), 1.1, dtype=np.float32)
+    expected[0, 0, 4:7, 2:4] = [[0, 1], [2, 3], [4, 5]]
+    eq(pad(x4, (2, 1, 4, 3), value=1.1), expected)
+    eq(
+        pad(rg.tensor([[1.0, 2.0], [3.0, 4.0]]), (1, 1, 1, 1)),
+        [[0, 0, 0, 0], [0, 1, 2, 0], [0, 3, 4, 0], [0, 0, 0, 0]],
+    )
+    padded = pad(rg.zeros((0, 3)), (0, 0, 2, 2), value=1.0)
+    assert padded.shape == (4, 3)
+    eq(padded, np.ones((4, 3)))
+
+
+def test_pad_reflect():
+    m = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    eq(
+        pad(m, (1, 1, 1, 1), "reflect"),
+        [[5, 4, 5, 6, 5], [2, 1, 2, 3, 2], [5, 4, 5, 6, 5], [2, 1, 2, 3, 2]],
+    )
+    row = rg.tensor([[1.0, 2.0, 3.0, 4.0]])
+    eq(pad(row, (2, 2, 0, 0), "reflect"), [[3, 2, 1, 2, 3, 4, 3, 2]])
+    sq = arange_f(9, (1, 1, 3, 3)) + 1
+    eq(
+        pad(sq, (1, 1, 1, 1), "reflect"),
+        [[[[5, 4, 5, 6, 5], [2, 1, 2, 3, 2], [5, 4, 5, 6, 5], [8, 7, 8, 9, 8], [5, 4, 5, 6, 5]]]],
+    )
+    eq(pad(row, (3, 3, 0, 0), "reflect"), [[4, 3, 2, 1, 2, 3, 4, 3, 2, 1]])
+    eq(
+        pad(arange_f(9, (3, 3)) + 1, (2, 1, 1, 2), "reflect"),
+        [
+            [6, 5, 4, 5, 6, 5],
+            [3, 2, 1, 2, 3, 2],
+            [6, 5, 4, 5, 6, 5],
+            [9, 8, 7, 8, 9, 8],
+            [6, 5, 4, 5, 6, 5],
+            [3, 2, 1, 2, 3, 2],
+        ],
+    )
+    with pytest.raises(rg.RetrogradError):
+        pad(rg.tensor([[1.0, 2.0, 3.0]]), (3, 0, 0, 0), "reflect")
+
+
+def test_pad_edge():
+    m = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    eq(
+        pad(m, (1, 1, 1, 1), "replicate"),
+        [[1, 1, 2, 3, 3], [1, 1, 2, 3, 3], [4, 4, 5, 6, 6], [4, 4, 5, 6, 6]],
+    )
+    eq(
+        pad(rg.tensor([[1.0, 2.0, 3.0, 4.0]]), (2, 3, 0, 0), "replicate"),
+        [[1, 1, 1, 2, 3, 4, 4, 4, 4]],
+    )
+    eq(
+        pad(rg.tensor([[[[1.0, 2.0], [3.0, 4.0]]]]), (1, 1, 1, 1), "replicate"),
+        [[[[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]]]],
+    )
+    eq(pad(m, (2, 1, 3, 1), "replicate"), [[1, 1, 1, 2, 3, 3]] * 4 + [[4, 4, 4, 5, 6, 6]] * 2)
+    sq = rg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for mode in ("constant", "reflect", "replicate"):
+        eq(pad(sq, (0, 0, 0, 0), mode, 5.0), sq)
+
+
+def test_pad_empty_tensor_edge_and_reflect_raise():
+    for mode in ("replicate", "reflect"):
+        with pytest.raises(rg.ShapeError):
+            pad(rg.zeros((0, 3)), (0, 0, 1, 1), mode)
