@@ -795,3 +795,78 @@ def test_affine_grid_and_meshgrid():
         rg.stack(rg.meshgrid(a, b, indexing="ij"), 0),
         [[[0.5, 0.5], [1.0, 1.0], [2.5, 2.5]], [[0.5, 1.0], [0.5, 1.0], [0.5, 1.0]]],
     )
+
+
+# ---- hann/hamming/blackman_window.rs, dot.rs, grid_sample.rs (torch's names; Burn's
+# ``hann_window(n, periodic)`` is ``rg.hann_window(n, periodic=...)``, its grid_sample_2d default
+# is torch's bilinear, zeros padding, align_corners=False) ----------------------------------------
+
+
+#: Burn's Hamming window has the exact coefficients 25/46 and 21/46; torch's (the name's meaning
+#: here) defaults to 0.54 and 0.46, so the ports pass Burn's as alpha and beta.
+BURN_HAMMING = {"alpha": 25 / 46, "beta": 21 / 46}
+
+
+def test_windows():
+    approx(
+        rg.hann_window(8, periodic=True),
+        [0.0, 0.146447, 0.5, 0.853553, 1.0, 0.853553, 0.5, 0.146447],
+    )
+    approx(
+        rg.hann_window(8, periodic=False),
+        [0.0, 0.188255, 0.611260, 0.950484, 0.950484, 0.611260, 0.188255, 0.0],
+    )
+    approx(
+        rg.hamming_window(8, periodic=True, **BURN_HAMMING),
+        [0.086957, 0.220669, 0.543478, 0.866288, 1.0, 0.866288, 0.543478, 0.220669],
+    )
+    approx(
+        rg.hamming_window(8, periodic=False, **BURN_HAMMING),
+        [0.086957, 0.258842, 0.645064, 0.954790, 0.954790, 0.645064, 0.258842, 0.086957],
+    )
+    approx(
+        rg.blackman_window(8, periodic=True),
+        [0.0, 6.6447e-02, 3.4e-01, 7.7355e-01, 1.0, 7.7355e-01, 3.4e-01, 6.6447e-02],
+    )
+    approx(
+        rg.blackman_window(8, periodic=False),
+        [0.0, 9.0453e-02, 4.5918e-01, 9.2036e-01, 9.2036e-01, 4.5918e-01, 9.0453e-02, 0.0],
+    )
+    approx(rg.hamming_window(8), 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(8) / 8))
+    for window in (rg.hann_window, rg.hamming_window, rg.blackman_window):
+        assert window(4, periodic=True, dtype="float32").dtype == "float32"
+        for periodic in (True, False):
+            assert window(0, periodic=periodic).shape == (0,)
+            eq(window(1, periodic=periodic), [1.0])
+
+
+def test_dot():
+    eq(rg.tensor([1.0, 2.0, 3.0]).dot(rg.tensor([0.0, -1.0, 4.0])), 10.0)
+    eq(rg.tensor([1, 2, 3]).dot(rg.tensor([0, -1, 4])), 10, "int64")
+    with pytest.raises(rg.RetrogradError):
+        rg.tensor([1, 2]).dot(rg.tensor([1, 2, 3]))
+
+
+GRID_INPUT = [[[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]]]
+GRID = [[[[0.0, 0.0], [-1.0, 0.25]], [[1.0, 1.0], [0.2, -0.8]]]]
+
+
+def test_grid_sample():
+    import retrograd.nn.functional as F  # noqa: N812
+
+    x, grid = rg.tensor(GRID_INPUT), rg.tensor(GRID)
+    approx(
+        F.grid_sample(x, grid, mode="bilinear", align_corners=False),
+        [[[[4.0, 2.0625], [2.0, 1.04]]]],
+    )
+    approx(
+        F.grid_sample(x, grid, padding_mode="border", align_corners=True),
+        [[[[4.0, 3.75], [8.0, 1.8]]]],
+    )
+    outside = rg.tensor([[[[0.0, -2.0]]]])
+    approx(F.grid_sample(x, outside, align_corners=False), [[[[0.0]]]])
+    approx(F.grid_sample(x, outside, padding_mode="border", align_corners=False), [[[[1.0]]]])
+    approx(
+        F.grid_sample(x, grid, padding_mode="reflection", align_corners=False),
+        [[[[4.0, 4.125], [8.0, 1.3]]]],
+    )
