@@ -687,3 +687,136 @@ def test_mse_loss():
     assert F.mse_loss(logits, targets).item() == 1.5
     assert F.mse_loss(logits, targets, reduction="sum").item() == 6.0
     assert rg.nn.MSELoss()(logits, targets).item() == 1.5
+
+
+# ---- unfold4d.rs, fold4d.rs: Burn's unfold4d/fold4d are torch's F.unfold/F.fold ------------------
+
+
+def test_unfold4d():
+    out = F.unfold(arange(2, 5, 3, 4), (2, 3), dilation=1, padding=0, stride=1)
+    assert out.shape == (2, 30, 4)
+    out = F.unfold(arange(1, 2, 4, 4), (2, 2), dilation=1, padding=0, stride=1)
+    np.testing.assert_allclose(
+        out.numpy(),
+        [
+            [
+                [0, 1, 2, 4, 5, 6, 8, 9, 10],
+                [1, 2, 3, 5, 6, 7, 9, 10, 11],
+                [4, 5, 6, 8, 9, 10, 12, 13, 14],
+                [5, 6, 7, 9, 10, 11, 13, 14, 15],
+                [16, 17, 18, 20, 21, 22, 24, 25, 26],
+                [17, 18, 19, 21, 22, 23, 25, 26, 27],
+                [20, 21, 22, 24, 25, 26, 28, 29, 30],
+                [21, 22, 23, 25, 26, 27, 29, 30, 31],
+            ]
+        ],
+        rtol=5e-3,
+    )
+    out = F.unfold(arange(1, 2, 3, 4), (2, 3), dilation=(1, 2), padding=(0, 1), stride=(1, 2))
+    np.testing.assert_allclose(
+        out.numpy(),
+        [
+            [
+                [0, 0],
+                [1, 5],
+                [3, 7],
+                [0, 0],
+                [5, 9],
+                [7, 11],
+                [0, 0],
+                [13, 17],
+                [15, 19],
+                [0, 0],
+                [17, 21],
+                [19, 23],
+            ]
+        ],
+        rtol=5e-3,
+    )
+
+
+def test_fold4d():
+    def columns(batch, channels, kernel, padding, stride, size):
+        blocks = math.prod(
+            (size[i] + 2 * padding[i] - (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(2)
+        )
+        return arange(batch, channels * kernel[0] * kernel[1], blocks)
+
+    cols = columns(2, 3, (2, 2), (1, 1), (2, 2), (3, 3))
+    assert F.fold(cols, (3, 3), (2, 2), padding=(1, 1), stride=(2, 2)).shape == (2, 3, 3, 3)
+    cols = columns(1, 1, (2, 2), (1, 1), (2, 2), (3, 3))
+    np.testing.assert_allclose(
+        F.fold(cols, (3, 3), (2, 2), padding=(1, 1), stride=(2, 2)).numpy(),
+        [[[[12, 9, 13], [6, 3, 7], [14, 11, 15]]]],
+        rtol=5e-3,
+    )
+    cols = columns(1, 1, (2, 2), (0, 0), (2, 2), (4, 4))
+    np.testing.assert_allclose(
+        F.fold(cols, (4, 4), (2, 2), padding=0, stride=(2, 2)).numpy(),
+        [[[[0, 4, 1, 5], [8, 12, 9, 13], [2, 6, 3, 7], [10, 14, 11, 15]]]],
+        rtol=5e-3,
+    )
+
+
+# ---- ctc.rs: Burn's ctc_loss(log_probs, targets, input_lengths, target_lengths, blank) is
+# torch's F.ctc_loss(..., blank, reduction="none") -------------------------------------------------
+
+
+def ctc(log_probs, targets, input_lengths, target_lengths):
+    return F.ctc_loss(
+        log_probs,
+        rg.tensor(targets),
+        rg.tensor(input_lengths),
+        rg.tensor(target_lengths),
+        blank=0,
+        reduction="none",
+    )
+
+
+def sine_logits(t, n, c, mix=(7, 13, 3)):
+    a, b, k = mix
+    idx = np.arange(t)[:, None, None] * a + np.arange(n)[None, :, None] * b
+    return rg.tensor(np.sin((idx + np.arange(c)[None, None, :] * k) * 0.1).astype(np.float32))
+
+
+def test_ctc_loss_small_cases():
+    out = ctc(rg.full((2, 1, 3), math.log(1.0 / 3.0)), [[1, 1]], [2], [2]).numpy()
+    assert np.isposinf(out[0])
+    for target, length in (([[0]], 0), ([[1, 1]], 2)):
+        out = ctc(rg.full((3, 1, 2), math.log(0.5)), target, [3], [length])
+        np.testing.assert_allclose(out.numpy(), [3.0 * math.log(2.0)], rtol=1e-3, atol=1e-3)
+
+
+def test_ctc_loss_matches_pytorch():
+    log_probs = sine_logits(5, 3, 4).log_softmax(2)
+    out = ctc(log_probs, [[1, 2, 0], [1, 0, 0], [3, 2, 1]], [5, 5, 5], [2, 1, 3])
+    np.testing.assert_allclose(
+        out.numpy(),
+        [3.5236570835113525, 3.495313882827759, 4.262677192687988],
+        rtol=1e-3,
+        atol=1e-3,
+    )
+
+
+def test_ctc_loss_long_sequences():
+    for t, lengths, max_target, cut in ((400, [400, 400], 60, 40), (494, [494, 390], 64, 43)):
+        log_probs = sine_logits(t, 2, 36).log_softmax(2)
+        first = [i % 35 + 1 for i in range(max_target)]
+        second = [i % 35 + 1 if i < cut else 0 for i in range(max_target)]
+        out = ctc(log_probs, [first, second], lengths, [max_target, cut]).numpy()
+        assert np.isfinite(out).all() and (out > 10.0).all() and (out < 10000.0).all()
+
+
+def test_ctc_loss_of_strided_log_probs():
+    full = sine_logits(10, 1, 4).log_softmax(2)
+    narrowed = full.narrow(0, 3, 7)
+    reference = rg.tensor(np.ascontiguousarray(np.asarray(full)[3:10]))
+    a = ctc(narrowed, [[1, 2]], [7], [2]).numpy()
+    b = ctc(reference, [[1, 2]], [7], [2]).numpy()
+    np.testing.assert_allclose(a, b, atol=1e-3)
+    btc = sine_logits(2, 8, 4, mix=(31, 7, 3)).log_softmax(2)  # [b, t, c]
+    narrowed = btc.swap_dims(0, 1).narrow(0, 2, 6)
+    reference = rg.tensor(np.ascontiguousarray(np.asarray(btc).swapaxes(0, 1)[2:8]))
+    a = ctc(narrowed, [[1, 2], [2, 3]], [6, 6], [2, 2]).numpy()
+    b = ctc(reference, [[1, 2], [2, 3]], [6, 6], [2, 2]).numpy()
+    np.testing.assert_allclose(a, b, atol=1e-3)
