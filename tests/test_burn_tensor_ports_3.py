@@ -1,7 +1,8 @@
 """Burn's forward module tests (``crates/burn-backend-tests/tests/tensor/float/module``,
 tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747): convolutions, transposed
-convolutions, pooling, adaptive pooling and interpolation, through rg.nn.functional's torch
-signatures (API.md section 6), under every checkpointing strategy on the chosen inner backend.
+convolutions, deformable convolution, pooling, adaptive pooling and interpolation, through
+rg.nn.functional's torch signatures (API.md section 6; deform_conv2d is torchvision's),
+under every checkpointing strategy on the chosen inner backend.
 
 Burn writes these as ``XTestCase { sizes }.assert_output(expected)``, the inputs being
 ``arange`` reshaped to the case's shapes (weights and bias too); burn_module_forward_cases.json
@@ -92,6 +93,27 @@ def interpolate_case(case, mode, align_corners):
     return F.interpolate(x, size=size, mode=mode, align_corners=align_corners)
 
 
+def deform_case(case):
+    """Burn's deform_conv2d case: x, offset, mask, weight and bias are ``arange`` over their
+    sizes divided by their element counts; torchvision's F.deform_conv2d takes the weight and
+    offset groups from the shapes."""
+    kh, kw = pair(case, "kernel_size", 2)
+    (ph, pw), (sh, sw), (dh, dw) = (pair(case, n, 2) for n in ("padding", "stride", "dilation"))
+    out_h = (case["height"] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (case["width"] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    batch, groups = case["batch_size"], case["offset_groups"]
+
+    def scaled(*shape):
+        return arange(*shape) / float(math.prod(shape))
+
+    x = scaled(batch, case["channels_in"], case["height"], case["width"])
+    weight = scaled(case["channels_out"], case["channels_in"] // case["weight_groups"], kh, kw)
+    bias = rg.arange(0, case["channels_out"]).float() / float(case["channels_out"])
+    offset = scaled(batch, kh * kw * groups * 2, out_h, out_w)
+    mask = scaled(batch, kh * kw * groups, out_h, out_w)
+    return F.deform_conv2d(x, offset, weight, bias, (sh, sw), (ph, pw), (dh, dw), mask=mask)
+
+
 #: file -> (how to build the output, Burn's tolerance as (relative, absolute))
 BUILDERS = {
     "conv1d": (lambda c, e: conv_case(c, 1, False), (1e-5, 1e-5)),
@@ -110,6 +132,7 @@ BUILDERS = {
         lambda c, e: interpolate_case(c, "bilinear", e != "false"),
         (1e-2, 1e-2),
     ),
+    "deform_conv2d": (lambda c, e: deform_case(c), (1e-2, 1e-2)),
     "bicubic_interpolate": (
         lambda c, e: interpolate_case(c, "bicubic", e != "false"),
         (1e-2, 1e-2),
