@@ -618,3 +618,103 @@ def test_bool_shape_ops():
     eq(rg.tensor([[Y, N, Y], [N, N, Y]]).permute([1, 0]), [[Y, N], [N, N], [Y, Y]])
     eq(rg.tensor([[Y, N, Y], [N, N, Y]]).movedim(0, 1), [[Y, N], [N, N], [Y, Y]])
     eq(rg.tensor([[Y, N], [N, Y]]).repeat_dim(1, 2), [[Y, N, Y, N], [N, Y, N, Y]])
+
+
+# ---- int/ops: comparison, mask, gather_scatter, slice_assign, cat, chunk, expand, flip, full,
+# init, create_like ----------------------------------------------------------------------------
+
+
+def test_int_comparison():
+    a, b = rg.tensor(I23), rg.tensor([[1, 1, 1], [4, 3, 5]])
+    eq(a.equal(b), [[N, Y, N], [N, N, Y]], "bool")
+    eq(a.not_equal(b), [[Y, N, Y], [Y, Y, N]], "bool")
+    c = rg.tensor([[0, 1, 2], [3, 2, 5]])
+    eq(c.equal_elem(2), [[N, N, Y], [N, Y, N]])
+    eq(c.not_equal_elem(2), [[Y, Y, N], [Y, N, Y]])
+    eq(a.greater_elem(4), [[N, N, N], [N, N, Y]])
+    eq(a.greater_equal_elem(4), [[N, N, N], [N, Y, Y]])
+    eq(a.lower_elem(4), [[Y, Y, Y], [Y, N, N]])
+    eq(a.lower_equal_elem(4), [[Y, Y, Y], [Y, Y, N]])
+    d = rg.tensor([[1, 1, 1], [4, 3, 50]])
+    eq(a.greater(d), [[N, N, Y], [N, Y, N]])
+    eq(a.greater_equal(d), [[N, Y, Y], [N, Y, N]])
+    eq(a.lower(d), [[Y, N, N], [Y, N, Y]])
+    eq(a.lower_equal(d), [[Y, Y, N], [Y, N, Y]])
+
+
+def test_int_mask_gather_scatter():
+    base = rg.arange(2, 6).reshape([1, 2, 2])
+    mask = rg.tensor([[[Y, N], [N, Y]], [[N, Y], [Y, N]], [[N, N], [N, N]], [[Y, Y], [Y, Y]]])
+    eq(
+        base.mask_where(mask, rg.ones((4, 2, 2), dtype="int64")),
+        [[[1, 3], [4, 1]], [[2, 1], [1, 5]], [[2, 3], [4, 5]], [[1, 1], [1, 1]]],
+        "int64",
+    )
+    m = rg.tensor([[1, 7], [2, 3]])
+    diag = rg.tensor([[Y, N], [N, Y]])
+    eq(m.mask_where(diag, rg.tensor([[8, 9], [10, 11]])), [[8, 7], [2, 11]], "int64")
+    eq(m.mask_fill(diag, 9), [[9, 7], [2, 9]], "int64")
+    eq(
+        rg.tensor([10, 20, 30, 40]).flip([0]).mask_fill(rg.tensor([Y, N, Y, N]), -1),
+        [-1, 30, -1, 10],
+    )
+    eq(rg.tensor([5, 6, 7]).gather(0, rg.tensor([1, 1, 0, 1, 2])), [6, 6, 5, 6, 7], "int64")
+    x = rg.arange(0, 24).reshape([3, 4, 2])
+    idx = rg.tensor([0, 2, 1, 3])
+    expected = [
+        [[0, 1], [4, 5], [2, 3], [6, 7]],
+        [[8, 9], [12, 13], [10, 11], [14, 15]],
+        [[16, 17], [20, 21], [18, 19], [22, 23]],
+    ]
+    perm = idx.reshape([1, 1, 4]).repeat_dim(0, 3).repeat_dim(1, 2)
+    eq(x.permute([0, 2, 1]).gather(2, perm).permute([0, 2, 1]), expected)
+    eq(x.gather(1, idx.reshape([1, 4, 1]).repeat_dim(0, 3).repeat_dim(2, 2)), expected)
+    eq(
+        rg.zeros((3,), dtype="int64").scatter(0, rg.tensor([1, 0, 2]), rg.tensor([5, 4, 3]), "add"),
+        [4, 5, 3],
+        "int64",
+    )
+
+
+def test_int_slice_assign_cat_chunk():
+    t = rg.tensor([1, 2, 3, 4, 5])
+    t1 = t.slice_assign([(0, 3)], rg.tensor([10, 20, 30]))
+    t2 = t + 2
+    eq(t1, [10, 20, 30, 4, 5], "int64")
+    eq(t2, [3, 4, 5, 6, 7])
+    m = rg.arange(1, 13).reshape([3, 4])
+    eq(
+        m.slice_assign([slice(0, 3, 2)], rg.tensor([[100, 101, 102, 103], [200, 201, 202, 203]])),
+        [[100, 101, 102, 103], [5, 6, 7, 8], [200, 201, 202, 203]],
+    )
+    rows = rg.tensor([[40, 30, 20, 10], [80, 70, 60, 50], [120, 110, 100, 90]])
+    eq(
+        m.slice_assign([slice(None), slice(0, 4, -1)], rows),
+        [[10, 20, 30, 40], [50, 60, 70, 80], [90, 100, 110, 120]],
+    )
+    eq(t.slice_assign([(3, 3)], rg.zeros((0,), dtype="int64")), [1, 2, 3, 4, 5])
+    eq(rg.cat([rg.tensor([[1, 2, 3]]), rg.tensor([[4, 5, 6]])], 0), [[1, 2, 3], [4, 5, 6]], "int64")
+    eq(rg.cat([rg.tensor([[1, 2, 3]]), rg.zeros((1, 0), dtype="int64")], 1), [[1, 2, 3]])
+    assert [p.tolist() for p in rg.tensor([[0, 1, 2, 3]]).chunk(2, 1)] == [[[0, 1]], [[2, 3]]]
+
+
+def test_int_expand_flip_creation():
+    v = rg.tensor([1, 2, 3])
+    eq(v.expand([3, 3]), [[1, 2, 3]] * 3, "int64")
+    eq(v.expand([2, -1]), [[1, 2, 3]] * 2)
+    with pytest.raises(rg.ShapeError):
+        v.expand([-1, 3])
+    eq(v.expand([2, 3]) + 1, [[2, 3, 4]] * 2)
+    eq(rg.tensor([[1, 2], [3, 4]]).transpose().expand([3, 2, 2]), [[[1, 3], [2, 4]]] * 3)
+    eq(v.flip([0]).expand([2, 3]), [[3, 2, 1]] * 2)
+    eq(rg.tensor([0, 1, 2, 3, 4]).narrow(0, 1, 3).expand([2, 3]), [[1, 2, 3]] * 2)
+    c = rg.arange(0, 24).reshape([2, 3, 4])
+    eq(c.flip([0, 2]), np.arange(24).reshape(2, 3, 4)[::-1, :, ::-1], "int64")
+    eq(c.flip([]), c)
+    eq(rg.full((2, 2), 2, dtype="int64"), [[2, 2], [2, 2]], "int64")
+    eq(rg.zeros((2, 2), dtype="int64"), [[0, 0], [0, 0]], "int64")
+    eq(rg.ones((2, 2), dtype="int64"), [[1, 1], [1, 1]], "int64")
+    source = rg.arange(0, 12).reshape([2, 2, 3])
+    for made, value in ((source.zeros_like(), 0), (source.ones_like(), 1)):
+        assert made.shape == source.shape and made.dtype == "int64"
+        eq(made, np.full((2, 2, 3), value))
