@@ -870,3 +870,20 @@ def test_grid_sample():
         F.grid_sample(x, grid, padding_mode="reflection", align_corners=False),
         [[[[4.0, 4.125], [8.0, 1.3]]]],
     )
+
+
+# ---- random.rs (API.md's rg.random: "uniform" on [0, 1) or "normal"; Burn's Uniform(low, high)
+# and Bernoulli(p) distributions have no API.md form and are not ported), int square.rs --------
+
+
+def test_random_and_seed():
+    t = rg.random((20,), "uniform").numpy()
+    assert t.dtype == np.float32 and ((t >= 0.0) & (t < 1.0)).all()
+    rg.seed(42)
+    a = rg.random((5,))
+    rg.seed(42)
+    b = rg.random((5,))
+    eq(a, b)
+    n = rg.random((1000,), "normal").numpy()
+    assert abs(n.mean()) < 0.2 and 0.8 < n.std() < 1.2
+    eq(rg.tensor([[0, 1, 2], [3, 4, 5]]).square(), [[0, 1, 4], [9, 16, 25]], "int64")
