@@ -979,3 +979,11 @@ def test_slice_assign_empty_and_single_index():
     assert rg.ones((2, 3, 1)).slice([-1]).shape == (1, 3, 1)
     with pytest.raises(IndexError):
         rg.ones((2, 3, 1)).slice([2])
+
+
+def test_slice_takes_python_ranges():
+    # Burn's ``a..b`` ranges: a Python range per dimension (or one for the first)
+    t = arange_f(12, (3, 4))
+    eq(t.slice([range(1, 3), range(0, 4, 2)]), [[4, 6], [8, 10]])
+    eq(t.slice(range(0, 2)), [[0, 1, 2, 3], [4, 5, 6, 7]])
+    eq(t.slice_assign([range(0, 1)], rg.zeros((1, 4))), [[0] * 4, [4, 5, 6, 7], [8, 9, 10, 11]])

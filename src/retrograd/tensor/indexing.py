@@ -488,8 +488,8 @@ def check_values(ok: Any, error: Callable[[], Exception]) -> None:
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:
-    """Normalize one ``(start, end)`` pair, ``slice`` or int (Burn's ``s![i]``: ``i..i+1``)
-    per leading dimension.
+    """Normalize one ``(start, end)`` pair, ``slice``, ``range`` or int (Burn's ``s![i]``:
+    ``i..i+1``) per leading dimension.
 
     As in Burn, ``start`` and ``end`` bound the range ``[start, end)`` whatever the step, and
     a negative step walks that range backwards from its last element: ``slice(0, 4, -2)``
@@ -502,7 +502,7 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
         and len(ranges) == 2
         and all(isinstance(v, numbers.Integral | type(None)) for v in ranges)
     )
-    if isinstance(ranges, slice) or single_pair:
+    if isinstance(ranges, slice | range) or single_pair:
         ranges = [ranges]
     ranges = list(ranges)
     if len(ranges) > len(shape):
@@ -512,6 +512,8 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
         )
     slices = []
     for dim, (item, size) in enumerate(zip(ranges, shape)):
+        if isinstance(item, range):  # Burn's ``a..b``, as slice_dim takes it
+            item = slice(item.start, item.stop, item.step)
         if isinstance(item, slice):
             start, end, step = item.start, item.stop, item.step
         elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
