@@ -757,4 +757,5 @@ def test_softplus():
     expected = [[0.503453, 0.324898, 0.588517], [0.445806, 1.117805, 0.615424]]
     approx(x.softplus(), expected)
     approx(F.softplus(x, 1.0), expected)
+    approx(x.softplus(2.0), [[0.178232, 0.068737, 0.247990], [0.137132, 0.827771, 0.272106]])
     approx(F.softplus(x, 2.0), [[0.178232, 0.068737, 0.247990], [0.137132, 0.827771, 0.272106]])

@@ -718,3 +718,68 @@ def test_int_expand_flip_creation():
     for made, value in ((source.zeros_like(), 0), (source.ones_like(), 1)):
         assert made.shape == source.shape and made.dtype == "int64"
         eq(made, np.full((2, 2, 3), value))
+
+
+# ---- int/ops: select, slice, stack, unfold, reshape, transpose, permute, movedim, repeat_dim,
+# repeat (repeat's surplus count adds a dimension, torch's meaning: see the float port) ---------
+
+
+def test_int_select_slice_stack():
+    eq(rg.tensor([5, 6, 7]).select(0, rg.tensor([1, 1, 0, 1, 2])), [6, 6, 5, 6, 7], "int64")
+    base = rg.tensor([[10, 20], [30, 40], [50, 60]])
+    eq(
+        base.select_assign(0, rg.tensor([2, 0]), rg.tensor([[5, 70], [80, 1]]), "assign"),
+        [[80, 1], [30, 40], [5, 70]],
+        "int64",
+    )
+    base = rg.tensor([[10, 20, 30], [40, 50, 60]])
+    eq(
+        base.select_assign(1, rg.tensor([2, 0]), rg.tensor([[7, 8], [9, 10]]), "assign"),
+        [[8, 20, 7], [10, 50, 9]],
+    )
+    t = rg.tensor([1, 2, 3, 4, 5])
+    eq(t.slice([(0, 3)]) + t.slice([(2, 5)]), [4, 6, 8], "int64")
+    m = rg.arange(1, 13).reshape([3, 4])
+    eq(m.slice([slice(0, 3, 2)]), [[1, 2, 3, 4], [9, 10, 11, 12]])
+    eq(m.slice([slice(None), slice(0, 4, -1)]), [[4, 3, 2, 1], [8, 7, 6, 5], [12, 11, 10, 9]])
+    eq(rg.stack([rg.tensor([[1, 2, 3]]), rg.tensor([[4, 5, 6]])], 0), [[[1, 2, 3]], [[4, 5, 6]]])
+    ones = rg.arange(1, 25).reshape([4, 6])
+    mixed = rg.stack([ones, rg.zeros((4, 6), dtype="int64")], 2).reshape([4, 12])
+    expected = np.zeros((4, 12), dtype=np.int64)
+    expected[:, ::2] = np.arange(1, 25).reshape(4, 6)
+    eq(mixed, expected, "int64")
+
+
+def test_int_shape_ops():
+    rg.seed(2)
+    x = (rg.random((2, 6, 6)) * 100).int()
+    expected = rg.stack(
+        [
+            x.slice([slice(None), (0, 3)]).swap_dims(1, 2),
+            x.slice([slice(None), (2, 5)]).swap_dims(1, 2),
+        ],
+        1,
+    )
+    eq(x.unfold(1, 3, 2), expected, "int64")
+    eq(
+        rg.zeros((8, 4, 8), dtype="int64") + rg.arange(0, 32).reshape([1, 4, 8]),
+        np.broadcast_to(np.arange(32).reshape(1, 4, 8), (8, 4, 8)),
+    )
+    c = rg.tensor([[[0, 1, 2], [3, 4, 5]], [[6, 7, 8], [9, 10, 11]]])
+    eq(c.transpose(), [[[0, 3], [1, 4], [2, 5]], [[6, 9], [7, 10], [8, 11]]], "int64")
+    eq(c.swap_dims(0, 2), [[[0, 6], [3, 9]], [[1, 7], [4, 10]], [[2, 8], [5, 11]]])
+    r = rg.arange(0, 24).reshape([2, 3, 4])
+    eq(r.permute([2, 1, 0]), np.arange(24).reshape(2, 3, 4).transpose(2, 1, 0), "int64")
+    eq(r.permute([-1, 1, 0]), r.permute([2, 1, 0]))
+    eq(r.permute([0, 1, 2]), r)
+    for dims in ([0, 0, 1], [3, 0, 1]):
+        with pytest.raises(rg.ShapeError):
+            r.permute(dims)
+    eq(r.movedim(0, 2), np.moveaxis(np.arange(24).reshape(2, 3, 4), 0, 2), "int64")
+    eq(r.movedim(0, -1), r.movedim(0, 2))
+    eq(r.movedim([0, 1], [1, 0]), np.arange(24).reshape(2, 3, 4).swapaxes(0, 1))
+    eq(rg.tensor([[0, 1, 2]]).repeat_dim(0, 4), [[0, 1, 2]] * 4, "int64")
+    data = np.arange(1, 17).reshape(4, 2, 2)
+    eq(rg.tensor(data).repeat_dim(2, 3), np.tile(data, (1, 1, 3)), "int64")
+    eq(rg.tensor(data).repeat([2, 3, 2]), np.tile(data, (2, 3, 2)), "int64")
+    eq(rg.tensor([[0, 1, 2]]).repeat([4, 1, 1]), [[[0, 1, 2]]] * 4)
