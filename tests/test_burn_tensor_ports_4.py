@@ -783,3 +783,67 @@ def test_int_shape_ops():
     eq(rg.tensor(data).repeat_dim(2, 3), np.tile(data, (1, 1, 3)), "int64")
     eq(rg.tensor(data).repeat([2, 3, 2]), np.tile(data, (2, 3, 2)), "int64")
     eq(rg.tensor([[0, 1, 2]]).repeat([4, 1, 1]), [[[0, 1, 2]]] * 4)
+
+
+# ---- int/ops: all, any, mask_select, take, gather_scatter_nd; bool/ops: create_like, full, init,
+# mask_select --------------------------------------------------------------------------------
+
+
+def test_int_all_any_mask_select_take():
+    t = rg.tensor([[0, 1, 0], [1, -1, 1]])
+    eq(t.all(), N, "bool")
+    eq(rg.ones((2, 3), dtype="int64").all(), Y)
+    eq(t.all_dim(1), [[N], [Y]])
+    eq(rg.tensor([[0, 0, 0], [1, -1, 0]]).any(), Y)
+    eq(rg.zeros((2, 3), dtype="int64").any(), N)
+    eq(rg.tensor([[0, 0, 0], [1, -1, 0]]).any_dim(1), [[N], [Y]])
+    eq(rg.tensor([10, 20, 30, 40]).mask_select(rg.tensor([Y, N, N, Y])), [10, 40], "int64")
+    eq(rg.tensor([[1, 2, 3], [4, 5, 6]]).mask_select(rg.tensor([[N, Y, N], [Y, N, Y]])), [2, 4, 6])
+    eq(
+        rg.tensor([[10, 20, 30], [40, 50, 60]]).take(0, rg.tensor([1, 0])),
+        [[40, 50, 60], [10, 20, 30]],
+        "int64",
+    )
+    eq(
+        rg.tensor([[10, 20, 30], [40, 50, 60], [70, 80, 90]]).take(0, rg.tensor([[0, 2], [2, 1]])),
+        [[[10, 20, 30], [70, 80, 90]], [[70, 80, 90], [40, 50, 60]]],
+    )
+
+
+def test_int_gather_scatter_nd():
+    idx = rg.tensor
+    data = rg.tensor([[10, 20, 30], [40, 50, 60]])
+    eq(data.gather_nd(idx([[0, 1], [1, 2]])), [20, 60], "int64")
+    eq(data.gather_nd(idx([[1], [0]])), [[40, 50, 60], [10, 20, 30]])
+    base = rg.tensor([[1, 2, 3], [4, 5, 6]])
+    eq(
+        base.scatter_nd(idx([[0, 0], [1, 2]]), rg.tensor([10, 20]), "add"),
+        [[11, 2, 3], [4, 5, 26]],
+        "int64",
+    )
+    eq(
+        rg.tensor([[2, 3], [4, 5]]).scatter_nd(idx([[0, 1], [1, 0]]), rg.tensor([10, 3]), "mul"),
+        [[2, 30], [12, 5]],
+    )
+    eq(
+        base.scatter_nd(idx([[0, 1], [1, 2]]), rg.tensor([99, 88]), "assign"),
+        [[1, 99, 3], [4, 5, 88]],
+    )
+    mm = rg.tensor([[5, 10], [15, 20]])
+    eq(mm.scatter_nd(idx([[0, 0], [1, 1]]), rg.tensor([3, 25]), "min"), [[3, 10], [15, 20]])
+    eq(mm.scatter_nd(idx([[0, 0], [1, 1]]), rg.tensor([3, 25]), "max"), [[5, 10], [15, 25]])
+    eq(rg.zeros((2, 3), dtype="int64").scatter_nd(idx([[0], [1]]), data, "assign"), data)
+    eq(rg.tensor([1, 2, 3]).scatter_nd(idx([[0]]), rg.tensor([99]), "assign"), [99, 2, 3])
+
+
+def test_bool_creation_and_mask_select():
+    source = rg.tensor([[[N, Y, N], [Y, Y, Y]], [[N, N, N], [Y, Y, N]]])
+    for made, value in ((source.zeros_like(), N), (source.ones_like(), Y)):
+        assert made.shape == source.shape and made.dtype == "bool"
+        eq(made, np.full((2, 2, 3), value))
+    eq(rg.full((2, 2), True), [[Y, Y], [Y, Y]], "bool")
+    eq(rg.full((2, 2), False), [[N, N], [N, N]], "bool")
+    eq(rg.zeros((2, 2), dtype="bool"), [[N, N], [N, N]], "bool")
+    eq(rg.ones((2, 2), dtype="bool"), [[Y, Y], [Y, Y]], "bool")
+    eq(rg.tensor(np.array([True, False, True])), [Y, N, Y], "bool")
+    eq(rg.tensor([Y, N, Y]).mask_select(rg.tensor([Y, Y, N])), [Y, N], "bool")
