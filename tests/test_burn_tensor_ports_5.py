@@ -887,3 +887,59 @@ def test_random_and_seed():
     n = rg.random((1000,), "normal").numpy()
     assert abs(n.mean()) < 0.2 and 0.8 < n.std() < 1.2
     eq(rg.tensor([[0, 1, 2], [3, 4, 5]]).square(), [[0, 1, 4], [9, 16, 25]], "int64")
+
+
+# ---- the Burn methods added for these ports (take(dim, indices), unsqueeze_dims, iter_dim):
+# their gradients against finite differences in float64 and against torch ------------------------
+
+
+def _fd_and_torch(build_rg, build_torch, shape):
+    import torch
+
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=shape)
+    weights = rng.normal(size=build_torch(torch.tensor(data)).shape)
+    x = rg.tensor(data).require_grad()
+    grad = np.asarray(x.grad((build_rg(x) * rg.tensor(weights)).sum().backward()))
+
+    def f(a):
+        return float((np.asarray(build_rg(rg.tensor(a))) * weights).sum())
+
+    numeric = np.zeros_like(data)
+    for i in np.ndindex(*shape):
+        up, down = data.copy(), data.copy()
+        up[i] += 1e-6
+        down[i] -= 1e-6
+        numeric[i] = (f(up) - f(down)) / 2e-6
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6)
+    t = torch.tensor(data, requires_grad=True)
+    (build_torch(t) * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_take_dim_gradient():
+    import torch
+
+    index = [[0, 2], [2, 2], [1, 0]]
+    _fd_and_torch(
+        lambda x: x.take(1, rg.tensor(index)),
+        lambda t: t.index_select(1, torch.tensor(index).reshape(-1)).reshape(2, 3, 2, 2),
+        (2, 3, 2),
+    )
+
+
+def test_unsqueeze_dims_and_iter_dim_gradients():
+    _fd_and_torch(
+        lambda x: x.unsqueeze_dims([0, -1]) * 2.0, lambda t: t.reshape(1, 2, 3, 1) * 2.0, (2, 3)
+    )
+    _fd_and_torch(
+        lambda x: rg.cat([p * (i + 1.0) for i, p in enumerate(x.iter_dim(1))], 1),
+        lambda t: _torch_scaled_columns(t),
+        (2, 3),
+    )
+
+
+def _torch_scaled_columns(t):
+    import torch
+
+    return torch.cat([t.narrow(1, i, 1) * (i + 1.0) for i in range(t.shape[1])], 1)
