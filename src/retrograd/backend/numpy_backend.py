@@ -487,9 +487,14 @@ class NumpyBackend(
         return np.sum(x, axis=dims, keepdims=True)
 
     def mean(self, x):
+        if x.size == 0:  # NaN, as torch, without NumPy's "mean of empty slice" warnings
+            return np.full((), np.nan, dtype=x.dtype)
         return np.mean(x)
 
     def mean_dim(self, x, dims):
+        if x.size == 0:
+            shape = tuple(1 if d in dims else n for d, n in enumerate(x.shape))
+            return np.full(shape, np.nan, dtype=x.dtype)
         return np.mean(x, axis=dims, keepdims=True)
 
     def prod(self, x):

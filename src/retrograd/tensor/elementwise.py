@@ -311,7 +311,12 @@ class ElementwiseMixin:
         return self._apply(MUL, (self, value))
 
     def div_scalar(self, value: float) -> Any:
+        """``self / value``; an int tensor divided by an int is Burn's int division (the
+        quotient rounded toward zero, an int tensor), as ``div_scalar`` is Burn's name and
+        torch has none; ``/`` and ``div`` keep torch's true division."""
         value = check_scalar("div_scalar", value)
+        if self.dtype == "int64" and isinstance(value, numbers.Integral):
+            return rounded_quotient(self, int(value), "trunc")
         return self._apply(DIV, (self, value))
 
     def powf(self, other: Any) -> Any:
@@ -746,6 +751,8 @@ class ElementwiseMixin:
 
     def isfinite(self) -> Any:
         return ~(self.is_nan() | self.is_inf())
+
+    is_finite = isfinite  # Burn's name
 
     def not_equal(self, other: Any) -> Any:
         return self._apply(NOT_EQUAL, (self, other))

@@ -144,9 +144,17 @@ class IndexingMixin:
         return self._select_masked("masked_select", mask)
 
     def one_hot(self, num_classes: int = -1) -> Any:
-        """int64 ``[*, num_classes]``: 1 at each index held in this int64 tensor, 0 elsewhere
-        (Burn's ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more
-        than the largest index (a host read, as in torch)."""
+        """``[*, num_classes]``: 1 at each index held in this tensor, 0 elsewhere (Burn's
+        ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more than
+        the largest index (a host read, as in torch). An int64 tensor gives int64; a float
+        tensor of whole class values gives that float dtype, as Burn's float ``one_hot``."""
+        if self.is_floating_point():
+            values = self.detach()
+            if values.numel() and not bool((values == values.round()).all().item()):
+                raise DTypeError(
+                    f"one_hot: a {self.dtype} tensor of classes must hold whole numbers"
+                )
+            return values.cast("int64").one_hot(num_classes).cast(self.dtype)
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
         if num_classes == -1:
@@ -188,8 +196,12 @@ class IndexingMixin:
         flat = x.reshape(-1).select_assign(0, positions, values, "assign")
         return flat.reshape(shape)
 
-    def take(self, index: Any) -> Any:
-        """Elements of the flattened tensor at ``index`` (any shape)."""
+    def take(self, index: Any, indices: Any = None) -> Any:
+        """torch's ``take(index)``: elements of the flattened tensor at ``index`` (any shape).
+        Burn's ``take(dim, indices)``: :meth:`select` along ``dim`` with an index tensor of
+        any shape, which takes ``dim``'s place in the result's shape."""
+        if indices is not None:
+            return self._take_along("take", index, indices)
         index = lift(self, index, "take") if isinstance(index, TensorBase) else index
         index = (
             index
@@ -212,6 +224,16 @@ class IndexingMixin:
         check_indices(index + size, 2 * size, message)
         index = index.mask_where(index.lower_elem(0), index + size)  # torch wraps
         return flat.index_select(0, index).reshape(shape)
+
+    def _take_along(self, op: str, dim: Any, indices: Any) -> Any:
+        if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+            raise DTypeError(f"{op}: dim must be an int, got {dim!r}")
+        d = normalize_dim(op, dim, self.ndim)
+        indices = lift(self, indices, op) if isinstance(indices, TensorBase) else indices
+        if not isinstance(indices, TensorBase):
+            indices = from_host(type(self), np.asarray(indices), None, self._backend, self._device)
+        picked = self.select(d, indices.reshape(-1))
+        return picked.reshape(self.shape[:d] + indices.shape + self.shape[d + 1 :])
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
@@ -466,19 +488,21 @@ def check_values(ok: Any, error: Callable[[], Exception]) -> None:
 
 
 def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[slice, ...]:
-    """Normalize one ``(start, end)`` pair or ``slice`` per leading dimension.
+    """Normalize one ``(start, end)`` pair, ``slice``, ``range`` or int (Burn's ``s![i]``:
+    ``i..i+1``) per leading dimension.
 
     As in Burn, ``start`` and ``end`` bound the range ``[start, end)`` whatever the step, and
     a negative step walks that range backwards from its last element: ``slice(0, 4, -2)``
     takes elements 3 and 1. A range past the dimension's end is an out-of-range index; more
-    ranges than dimensions, or a range ending before it starts, a shape error.
+    ranges than dimensions a shape error; a range ending before it starts is empty (Burn's
+    ``s![2..1]``).
     """
     single_pair = (
         isinstance(ranges, tuple)
         and len(ranges) == 2
         and all(isinstance(v, numbers.Integral | type(None)) for v in ranges)
     )
-    if isinstance(ranges, slice) or single_pair:
+    if isinstance(ranges, slice | range) or single_pair:
         ranges = [ranges]
     ranges = list(ranges)
     if len(ranges) > len(shape):
@@ -488,8 +512,19 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
         )
     slices = []
     for dim, (item, size) in enumerate(zip(ranges, shape)):
+        if isinstance(item, range):  # Burn's ``a..b``, as slice_dim takes it
+            item = slice(item.start, item.stop, item.step)
         if isinstance(item, slice):
             start, end, step = item.start, item.stop, item.step
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            # Burn's ``s![i]``: the one element at i, its dimension kept
+            start = int(item) + size if item < 0 else int(item)
+            if not 0 <= start < size:
+                raise IndexOutOfRangeError(
+                    f"{op}: index {item} is out of bounds for dimension {dim} of size {size} "
+                    f"(shape {shape_text(shape)})"
+                )
+            start, end, step = start, start + 1, None
         else:
             try:
                 start, end = item
@@ -507,14 +542,12 @@ def _ranges(op: str, shape: tuple[int, ...], ranges: Sequence[Any]) -> tuple[sli
             start += size
         if end < 0:
             end += size
-        if not 0 <= start <= end <= size:
-            message = (
+        if not (0 <= start <= size and 0 <= end <= size):
+            raise IndexOutOfRangeError(
                 f"{op}: range {start}..{end} is out of bounds for dimension {dim} of size {size} "
                 f"(shape {shape_text(shape)})"
             )
-            if 0 <= start <= size and 0 <= end <= size:  # within the dimension, but reversed
-                raise ShapeError(message)
-            raise IndexOutOfRangeError(message)
+        end = max(start, end)
         if step > 0 or start == end:
             slices.append(slice(start, end, step))
         else:

@@ -193,6 +193,16 @@ class ReduceMixin:
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
         return zeros.sum(dim, keepdim).equal(0)
 
+    def any_dim(self, dim: int) -> Any:
+        """Burn's ``any_dim``: whether any element along ``dim`` is non-zero, ``dim`` kept
+        with size 1 (bool)."""
+        return self.any(normalize_dim("any_dim", dim, self.ndim), keepdim=True)
+
+    def all_dim(self, dim: int) -> Any:
+        """Burn's ``all_dim``: whether every element along ``dim`` is non-zero, ``dim`` kept
+        with size 1 (bool; true along an empty dimension)."""
+        return self.all(normalize_dim("all_dim", dim, self.ndim), keepdim=True)
+
     @scalar_dims
     def count_nonzero(self, dim: Any = None) -> Any:
         return self.not_equal(False if self.dtype == "bool" else 0).cast("int64").sum(dim)
@@ -217,11 +227,21 @@ class ReduceMixin:
         return out.squeeze_dims(dims)
 
     def squeeze_dims(self, dims: Sequence[int]) -> Any:
-        """Remove each of ``dims`` (all of size 1)."""
-        ndim = self.ndim
-        drop = {normalize_dim("squeeze", d, ndim) for d in dims}
-        shape = tuple(n for axis, n in enumerate(self.shape) if axis not in drop)
-        return self._apply("reshape", (self,), (shape,))
+        """Remove each of ``dims`` (all of size 1; repeats count once); no dims removes every
+        dimension of size 1, as Burn's ``squeeze_dims(&[])``."""
+        shape = self.shape
+        if len(dims) == 0:
+            drop = {axis for axis, n in enumerate(shape) if n == 1}
+        else:
+            drop = {normalize_dim("squeeze_dims", d, len(shape)) for d in dims}
+        wide = sorted(axis for axis in drop if shape[axis] != 1)
+        if wide:
+            raise ShapeError(
+                f"squeeze_dims: dimension {wide[0]} has size {shape[wide[0]]}, expected 1 "
+                f"(shape {shape_text(shape)}, dims {list(dims)})"
+            )
+        kept = tuple(n for axis, n in enumerate(shape) if axis not in drop)
+        return self._apply("reshape", (self,), (kept,))
 
     # -- along one dimension (kept with size 1) -----------------------------------------------
     def sum_dim(self, dim: int) -> Any:

@@ -13,7 +13,7 @@ import itertools
 import math
 import numbers
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
@@ -39,7 +39,8 @@ class ShapeMixin:
         may be -1. A view of this tensor where torch's would be one (see :mod:`.views`), else
         a copy."""
         shape = by_keyword("reshape", args, "shape", shape)
-        target = infer_shape("reshape", self.shape, varargs_shape("reshape", shape))
+        target = keep_zero_dims(self.shape, varargs_shape("reshape", shape))
+        target = infer_shape("reshape", self.shape, target)
         return _reshaped("reshape", self, target, strict=False)
 
     def view(self, *shape: Any, size: Any = None) -> Any:
@@ -336,6 +337,38 @@ class ShapeMixin:
 
     unsqueeze = unsqueeze_dim
 
+    def unsqueeze_dims(self, dims: Sequence[int]) -> Any:
+        """Insert a dimension of size 1 at each of ``dims``, positions in the output (Burn's
+        ``unsqueeze_dims``): a negative entry counts from the output's end, the k-th negative
+        one from the right landing one place further left; a repeated position inserts that
+        many dimensions there."""
+        shape = self.shape
+        rank = len(shape) + len(dims)
+        positions = []
+        offset = rank
+        for d in dims:
+            if not isinstance(d, numbers.Integral) or not -rank <= d < rank:
+                raise ShapeError(
+                    f"unsqueeze_dims: dimension {d} is out of range for an output with {rank} "
+                    f"dimensions (shape {shape_text(shape)}, dims {list(dims)})"
+                )
+            if d < 0:
+                offset -= 1
+                d = d + offset + 1
+            positions.append(int(d))
+        positions.sort()
+        for i in range(1, len(positions)):
+            positions[i] = max(positions[i], positions[i - 1] + 1)
+        if positions and positions[-1] >= rank:
+            raise ShapeError(
+                f"unsqueeze_dims: dims {list(dims)} place a dimension past the output's {rank} "
+                f"(shape {shape_text(shape)})"
+            )
+        rest = iter(shape)
+        inserted = set(positions)
+        target = tuple(1 if i in inserted else next(rest) for i in range(rank))
+        return _reshaped("unsqueeze_dims", self, target)
+
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Any:
         """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
         shape = self.shape
@@ -412,16 +445,25 @@ class ShapeMixin:
             bounds = [0] + [min(max(i + size if i < 0 else i, 0), size) for i in inner] + [size]
         return tuple(self.narrow(d, a, max(b - a, 0)) for a, b in itertools.pairwise(bounds))
 
+    def iter_dim(self, dim: int) -> Iterator[Any]:
+        """Burn's ``iter_dim``: the slices of size 1 along ``dim`` in order, ``dim`` kept (each
+        a :meth:`narrow`); the dimension is checked when called, the slices made as iterated."""
+        d = normalize_dim("iter_dim", dim, self.ndim)
+        return (self.narrow(d, i, 1) for i in range(self.shape[d]))
+
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Any, ...]:
         """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of each size;
         a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
         if isinstance(split_size, numbers.Integral):
-            if split_size <= 0:
-                raise ShapeError(f"split: split_size must be positive, got {split_size}")
+            if split_size < 0 or (split_size == 0 and size > 0):
+                raise ShapeError(
+                    f"split: split_size must be positive unless dimension {dim} is empty, got "
+                    f"{split_size} for shape {shape_text(self.shape)}"
+                )
             # an empty dimension is one empty piece, as in torch
-            sizes = [min(split_size, size - s) for s in range(0, size, split_size)] or [0]
+            sizes = [min(split_size, size - s) for s in range(0, size, split_size or 1)] or [0]
         else:
             sizes = [int(n) for n in split_size]
             if sum(sizes) != size or any(n < 0 for n in sizes):
@@ -544,6 +586,20 @@ def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:
     return (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+
+
+def keep_zero_dims(own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Burn's ``reshape``: a 0 in ``shape`` keeps the input's size at that position. Only for
+    a tensor with elements, where torch's literal 0 could never hold; an empty tensor's 0 stays
+    torch's empty dimension."""
+    if 0 not in shape or math.prod(own) == 0:
+        return shape
+    if any(n == 0 and i >= len(own) for i, n in enumerate(shape)):
+        raise ShapeError(
+            f"reshape: a 0 in {shape_text(shape)} keeps the input's size at its position, but "
+            f"the input {shape_text(own)} has no dimension there"
+        )
+    return tuple(own[i] if n == 0 else n for i, n in enumerate(shape))
 
 
 def infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -183,5 +183,9 @@ def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 ``[*, num_classes]``: 1 at each index of ``tensor`` (int64), 0 elsewhere;
-    ``num_classes=-1`` takes one more than the largest index (a host read, as in torch)."""
+    ``num_classes=-1`` takes one more than the largest index (a host read, as in torch).
+    Unlike the method (Burn's, which also takes a float tensor of class values), torch's
+    function takes int64 indices only."""
+    if tensor.dtype != "int64":
+        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {tensor.dtype}")
     return tensor.one_hot(num_classes)
