@@ -4,8 +4,8 @@ aggregation, comparisons, any/all, activations and modules, ported against API.m
 checkpointing strategy on the chosen inner backend. Expected values are Burn's; where Burn's
 value is not what API.md (or torch, for a torch-named op) fixes, the comment says so and the
 test follows API.md. Burn's ``sort_descending(d)`` is API.md's ``sort(d, descending=True)``.
-``t.sort(d)`` and ``t.topk(k, d)`` are torch's ``(values, indices)`` here (API.md section 10, as
-test_burn_ports_2 notes); Burn's return the values, so these tests read ``.values``."""
+``t.sort(d)`` and ``t.topk(k, d)`` are read as Burn's values (API.md section 2); they are also
+torch's ``(values, indices)`` pair (section 10, ``tensor/pairs.py``)."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ SORT_3D = [[[-0.5, 1.2, -0.21], [0.0, 2.1, 0.94]], [[-0.3, 2.3, 4.0], [0.99, 3.0
 def test_sort_and_argsort_1d():
     t = rg.tensor(SORT_1D)
     approx(
-        t.sort(0).values,
+        t.sort(0),
         [-8.1, -0.3, -0.21, 0.0, 0.5, 0.94, 0.99, 1.2, 2.1, 2.3, 3.0, 4.0, 199.412],
     )
     eq(t.argsort(0), [12, 6, 2, 3, 0, 5, 10, 1, 4, 7, 11, 9, 8], "int64")
     values, indices = t.sort_with_indices(0, descending=True)
     approx(values, [199.412, 4.0, 3.0, 2.3, 2.1, 1.2, 0.99, 0.94, 0.5, 0.0, -0.21, -0.3, -8.1])
     eq(indices, [8, 9, 11, 7, 4, 1, 10, 5, 0, 3, 2, 6, 12], "int64")
-    approx(rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).sort(0, descending=True).values, [5, 4, 3, 2, 1])
+    approx(rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).sort(0, descending=True), [5, 4, 3, 2, 1])
 
 
 def test_sort_descending_3d():
@@ -66,7 +66,7 @@ SORTED_3D = {
 def test_sort_3d(dim):
     t = rg.tensor(SORT_3D)
     expected_values, expected_indices = SORTED_3D[dim]
-    approx(t.sort(dim).values, expected_values)
+    approx(t.sort(dim), expected_values)
     values, indices = t.sort_with_indices(dim)
     approx(values, expected_values)
     eq(indices, expected_indices, "int64")
@@ -75,12 +75,12 @@ def test_sort_3d(dim):
 
 def test_sort_nan_goes_last():
     t = rg.tensor([[-0.5, nan], [0.0, 0.94], [-0.3, nan]])
-    approx(t.sort(0).values, [[-0.5, 0.94], [-0.3, nan], [0.0, nan]])
+    approx(t.sort(0), [[-0.5, 0.94], [-0.3, nan], [0.0, nan]])
 
 
 def test_sort_negative_dims():
     t = rg.tensor([[3.0, 1.0, 5.0], [2.0, 6.0, 4.0]])
-    approx(t.sort(-1).values, [[1, 3, 5], [2, 4, 6]])
+    approx(t.sort(-1), [[1, 3, 5], [2, 4, 6]])
     values, indices = t.sort_with_indices(-2)
     approx(values, [[2, 1, 4], [3, 6, 5]])
     eq(indices, [[1, 0, 1], [0, 1, 0]])
@@ -95,11 +95,11 @@ def test_topk():
     values, indices = t.topk_with_indices(2, 2)
     approx(values, [[[7, 4], [6, 5]], [[9, 3], [8, 7]]])
     eq(indices, [[[2, 1], [2, 1]], [[2, 0], [0, 2]]], "int64")
-    approx(t.topk(2, -1).values, [[[7, 4], [6, 5]], [[9, 3], [8, 7]]])
+    approx(t.topk(2, -1), [[[7, 4], [6, 5]], [[9, 3], [8, 7]]])
     m = rg.tensor([[12.0, -2.0, 3.0], [5.0, 3.0, 6.0]])
-    approx(m.topk(2, 0).values, [[12, 3, 6], [5, -2, 3]])
-    approx(m.topk(3, 1).values, [[12, 3, -2], [6, 5, 3]])
-    approx(t.topk(2, 0).values, [[[3, 4, 9], [8, 5, 7]], [[1, 0, 7], [2, 2, 6]]])
+    approx(m.topk(2, 0), [[12, 3, 6], [5, -2, 3]])
+    approx(m.topk(3, 1), [[12, 3, -2], [6, 5, 3]])
+    approx(t.topk(2, 0), [[[3, 4, 9], [8, 5, 7]], [[1, 0, 7], [2, 2, 6]]])
     approx(m.topk_with_indices(2, 0)[0], [[12, 3, 6], [5, -2, 3]])
     approx(m.topk_with_indices(3, 1)[0], [[12, 3, -2], [6, 5, 3]])
     approx(t.topk_with_indices(2, 0)[0], [[[3, 4, 9], [8, 5, 7]], [[1, 0, 7], [2, 2, 6]]])

@@ -408,8 +408,8 @@ def test_inverse_hyperbolic_atan2_and_angles():
     )
 
 
-# ---- int/ops: bitwise, sort_argsort, topk, arg, maxmin (``.values`` on sort/topk: torch's
-# tuples here, as test_burn_tensor_ports_2 notes; argmax with keepdim=True, likewise) ---------
+# ---- int/ops: bitwise, sort_argsort, topk, arg, maxmin (argmax with keepdim=True: torch's
+# argmax drops the dimension, API.md section 10) -----------------------------------------------
 
 BITS_A = [[3, 4, 5], [9, 3, 8]]
 BITS_B = [[6, 7, 8], [9, 10, 15]]
@@ -440,7 +440,7 @@ INT_3D_B = [[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [7, 2, 8]]]
 
 def test_int_sort():
     v = rg.tensor([1, 4, 7, 2, 5, 6, 3, 0, 9, 8, 2, 8, -10, 42, 1000])
-    eq(v.sort(0).values, [-10, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 8, 9, 42, 1000], "int64")
+    eq(v.sort(0), [-10, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 8, 9, 42, 1000], "int64")
     w = rg.tensor([1, 4, 7, 2, 5, 6, 3, 0, 9, 8, -10, 42, 1000])
     eq(w.argsort(0), [10, 7, 0, 3, 6, 1, 4, 5, 2, 9, 8, 11, 12], "int64")
     values, indices = w.sort_with_indices(0, descending=True)
@@ -450,9 +450,9 @@ def test_int_sort():
     eq(values, [[[2, 5, 7], [1, 4, 6]], [[8, 2, 9], [3, 0, 8]]])
     eq(indices, [[[1, 1, 0], [0, 0, 1]], [[1, 1, 0], [0, 0, 1]]])
     t = rg.tensor(INT_3D)
-    eq(t.sort(0).values, [[[1, 0, 7], [2, 2, 6]], [[3, 4, 9], [8, 5, 8]]])
-    eq(t.sort(1).values, [[[1, 4, 6], [2, 5, 7]], [[3, 0, 8], [8, 2, 9]]])
-    eq(t.sort(2).values, [[[1, 4, 7], [2, 5, 6]], [[0, 3, 9], [2, 8, 8]]])
+    eq(t.sort(0), [[[1, 0, 7], [2, 2, 6]], [[3, 4, 9], [8, 5, 8]]])
+    eq(t.sort(1), [[[1, 4, 6], [2, 5, 7]], [[3, 0, 8], [8, 2, 9]]])
+    eq(t.sort(2), [[[1, 4, 7], [2, 5, 6]], [[0, 3, 9], [2, 8, 8]]])
     b = rg.tensor(INT_3D_B)
     expected = {
         0: (
@@ -473,9 +473,9 @@ def test_int_sort():
         eq(values, vals)
         eq(indices, idx)
         eq(b.argsort(d), idx)
-    eq(rg.tensor([1, 2, 3, 4, 5]).sort(0, descending=True).values, [5, 4, 3, 2, 1])
+    eq(rg.tensor([1, 2, 3, 4, 5]).sort(0, descending=True), [5, 4, 3, 2, 1])
     m = rg.tensor([[3, 1, 5], [2, 6, 4]])
-    eq(m.sort(-1, descending=True).values, [[5, 3, 1], [6, 4, 2]])
+    eq(m.sort(-1, descending=True), [[5, 3, 1], [6, 4, 2]])
     values, indices = m.sort_with_indices(-2, descending=True)
     eq(values, [[3, 6, 5], [2, 1, 4]])
     eq(indices, [[0, 1, 0], [1, 0, 1]])
@@ -487,10 +487,10 @@ def test_int_topk():
     values, indices = v.topk_with_indices(3, 0)
     eq(values, [5, 4, 3], "int64")
     eq(indices, [4, 3, 2], "int64")
-    eq(v.topk(3, 0).values, [5, 4, 3])
-    approx(rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).topk(3, 0).values, [5, 4, 3])
-    eq(rg.tensor(INT_3D).topk(2, 2).values, [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
-    approx(rg.tensor(INT_3D).float().topk(2, 2).values, [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
+    eq(v.topk(3, 0), [5, 4, 3])
+    approx(rg.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).topk(3, 0), [5, 4, 3])
+    eq(rg.tensor(INT_3D).topk(2, 2), [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
+    approx(rg.tensor(INT_3D).float().topk(2, 2), [[[7, 4], [6, 5]], [[9, 3], [8, 8]]])
     # Burn's argtopk is the indices of topk_with_indices
     eq(v.topk_with_indices(3, 0)[1], [4, 3, 2])
     t = rg.tensor([[[1, 4, 7], [2, 5, 6]], [[3, 0, 9], [8, 2, 7]]])
