@@ -17,6 +17,26 @@ import retrograd as rg
 INNER = os.environ.get("RETROGRAD_INNER", "numpy")
 
 
+#: The checkpointing strategy of the default backend: ``none`` (the default), ``balanced`` or
+#: ``budget:BYTES``, from ``RETROGRAD_CHECKPOINTING``: the real-program ports run under a budget
+#: in CI (.ci/run), so that a budget holds in loops nobody wrote for it.
+CHECKPOINTING = os.environ.get("RETROGRAD_CHECKPOINTING", "none")
+
+
+def checkpointing() -> rg.CheckpointStrategy:
+    """A fresh instance of the chosen strategy."""
+    kind, _, size = CHECKPOINTING.partition(":")
+    if kind == "none":
+        return rg.NoCheckpointing()
+    if kind == "balanced":
+        return rg.BalancedCheckpointing()
+    if kind == "budget" and size:
+        return rg.BudgetCheckpointing(size)
+    raise ValueError(
+        f"RETROGRAD_CHECKPOINTING: none, balanced or budget:BYTES, not {CHECKPOINTING!r}"
+    )
+
+
 def select(choice: str) -> None:
     global INNER
     INNER = choice

@@ -1,7 +1,7 @@
 """Test-suite setup: every backward asserts that the checkpointer was drained (Burn's test
 build does the same), and the inner backend is chosen (``tests/backends.py``):
 ``RETROGRAD_INNER=torch`` or ``--inner torch`` makes ``Autodiff(TorchBackend("cpu"))`` the
-default backend.
+default backend, and ``RETROGRAD_CHECKPOINTING=budget:65536`` (or ``balanced``) its strategy.
 
 Two markers say how a test relates to that choice:
 
@@ -79,8 +79,10 @@ def pytest_configure(config):
     if choice:
         backends.select(choice)
         os.environ["RETROGRAD_INNER"] = choice  # subprocesses (CLI, mpiexec) follow
-    if backends.on_torch():
-        rg.set_default_backend(rg.Autodiff(backends.inner_backend()))
+    if backends.on_torch() or backends.CHECKPOINTING != "none":
+        rg.set_default_backend(
+            rg.Autodiff(backends.inner_backend(), checkpointing=backends.checkpointing())
+        )
 
 
 def pytest_collection_modifyitems(config, items):
