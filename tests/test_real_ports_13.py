@@ -92,6 +92,8 @@ class SharedDraws:
             return lib.tensor(rng.standard_normal(tuple(shape)), dtype=dtype or lib.float32)
 
         def randint(low, high=None, size=None, generator=None, dtype=None, device=None, **_):
+            if size is None:  # torch's randint(high, size)
+                low, high, size = 0, low, high
             return lib.tensor(rng.integers(low, high, tuple(size)), dtype=dtype or lib.int64)
 
         def randperm(n, generator=None, dtype=None, device=None, **_):
