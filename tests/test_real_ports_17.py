@@ -15,8 +15,16 @@
   frozen by ``param.requires_grad = False`` during the generators' step, both discriminators'
   gradients summed before one step, and the linear-decay ``LambdaLR``.
 
-The port changes the gradient lines: the two discriminators' gradients are summed
-(``self.grads_D + grads``), where torch sums them into ``.grad``. It ran unchanged otherwise.
+- DANN (github.com/fungtion/DANN ``models/functions.py``, ``models/model.py``, ``main.py``,
+  ``test.py``): the gradient reversal layer as a ``torch.autograd.Function`` (``ctx.alpha``,
+  ``x.view_as(x)``, ``grad_output.neg() * ctx.alpha`` and ``None`` for ``alpha``, applied with
+  a NumPy float), ``nn.Sequential()`` grown by ``add_module``, ``input_data.expand(n, 3, 28,
+  28)`` of one-channel images, ``Dropout2d``, ``my_net.zero_grad()``, the ``alpha`` schedule
+  ``2. / (1. + np.exp(-10 * p)) - 1``, ``torch.zeros(batch_size).long()`` domain labels, and the
+  test loop's ``n_correct.data.numpy() * 1.0 / n_total``.
+
+The ports change the gradient lines; CycleGAN's two discriminators' gradients are summed
+(``self.grads_D + grads``), where torch sums them into ``.grad``. Both ran unchanged otherwise.
 """
 
 from __future__ import annotations
@@ -530,3 +538,169 @@ def default_float64():
     finally:
         torch.set_default_dtype(saved[0])
         rg.set_default_dtype(saved[1])
+
+
+# -- DANN ------------------------------------------------------------------------------------------
+DANN_SOURCE = """
+from torch.autograd import Function
+
+class ReverseLayerF(Function):
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        output = grad_output.neg() * ctx.alpha
+
+        return output, None
+
+class CNNModel(nn.Module):
+
+    def __init__(self):
+        super(CNNModel, self).__init__()
+        self.feature = nn.Sequential()
+        self.feature.add_module('f_conv1', nn.Conv2d(3, 64, kernel_size=5))
+        self.feature.add_module('f_bn1', nn.BatchNorm2d(64))
+        self.feature.add_module('f_pool1', nn.MaxPool2d(2))
+        self.feature.add_module('f_relu1', nn.ReLU(True))
+        self.feature.add_module('f_conv2', nn.Conv2d(64, 50, kernel_size=5))
+        self.feature.add_module('f_bn2', nn.BatchNorm2d(50))
+        self.feature.add_module('f_drop1', nn.Dropout2d())
+        self.feature.add_module('f_pool2', nn.MaxPool2d(2))
+        self.feature.add_module('f_relu2', nn.ReLU(True))
+
+        self.class_classifier = nn.Sequential()
+        self.class_classifier.add_module('c_fc1', nn.Linear(50 * 4 * 4, 100))
+        self.class_classifier.add_module('c_bn1', nn.BatchNorm1d(100))
+        self.class_classifier.add_module('c_relu1', nn.ReLU(True))
+        self.class_classifier.add_module('c_drop1', nn.Dropout())
+        self.class_classifier.add_module('c_fc2', nn.Linear(100, 100))
+        self.class_classifier.add_module('c_bn2', nn.BatchNorm1d(100))
+        self.class_classifier.add_module('c_relu2', nn.ReLU(True))
+        self.class_classifier.add_module('c_fc3', nn.Linear(100, 10))
+        self.class_classifier.add_module('c_softmax', nn.LogSoftmax(dim=1))
+
+        self.domain_classifier = nn.Sequential()
+        self.domain_classifier.add_module('d_fc1', nn.Linear(50 * 4 * 4, 100))
+        self.domain_classifier.add_module('d_bn1', nn.BatchNorm1d(100))
+        self.domain_classifier.add_module('d_relu1', nn.ReLU(True))
+        self.domain_classifier.add_module('d_fc2', nn.Linear(100, 2))
+        self.domain_classifier.add_module('d_softmax', nn.LogSoftmax(dim=1))
+
+    def forward(self, input_data, alpha):
+        input_data = input_data.expand(input_data.data.shape[0], 3, 28, 28)
+        feature = self.feature(input_data)
+        feature = feature.view(-1, 50 * 4 * 4)
+        reverse_feature = ReverseLayerF.apply(feature, alpha)
+        class_output = self.class_classifier(feature)
+        domain_output = self.domain_classifier(reverse_feature)
+
+        return class_output, domain_output
+
+def test(net, dataloader):
+    net = net.eval()
+    n_total = 0
+    n_correct = 0
+    with torch.no_grad():
+        for t_img, t_label in dataloader:
+            class_output, _ = net(input_data=t_img, alpha=0)
+            pred = class_output.data.max(1, keepdim=True)[1]
+            n_correct += pred.eq(t_label.data.view_as(pred)).cpu().sum()
+            n_total += len(t_label)
+    return n_correct.data.numpy() * 1.0 / n_total
+
+def main(my_net, dataloader_source, dataloader_target, n_epoch=2, lr=1e-3):
+    records = []
+    optimizer = optim.Adam(my_net.parameters(), lr=lr)
+
+    loss_class = torch.nn.NLLLoss()
+    loss_domain = torch.nn.NLLLoss()
+
+    for p in my_net.parameters():
+        p.requires_grad = True
+
+    # training
+    for epoch in range(n_epoch):
+
+        len_dataloader = min(len(dataloader_source), len(dataloader_target))
+        data_source_iter = iter(dataloader_source)
+        data_target_iter = iter(dataloader_target)
+
+        for i in range(len_dataloader):
+
+            p = float(i + epoch * len_dataloader) / n_epoch / len_dataloader
+            alpha = 2. / (1. + np.exp(-10 * p)) - 1
+
+            # training model using source data
+            data_source = next(data_source_iter)
+            s_img, s_label = data_source
+
+            my_net.zero_grad()
+            batch_size = len(s_label)
+
+            domain_label = torch.zeros(batch_size).long()
+
+            class_output, domain_output = my_net(input_data=s_img, alpha=alpha)
+            err_s_label = loss_class(class_output, s_label)
+            err_s_domain = loss_domain(domain_output, domain_label)
+
+            # training model using target data
+            data_target = next(data_target_iter)
+            t_img, _ = data_target
+
+            batch_size = len(t_img)
+
+            domain_label = torch.ones(batch_size).long()
+
+            _, domain_output = my_net(input_data=t_img, alpha=alpha)
+            err_t_domain = loss_domain(domain_output, domain_label)
+            err = err_t_domain + err_s_domain + err_s_label
+            err.backward()
+            optimizer.step()
+
+            records.append([err_s_label.data.cpu().numpy(), err_s_domain.data.cpu().numpy(), err_t_domain.data.cpu().item()])
+        my_net.train()
+    records.append(float(test(my_net, dataloader_target)))
+    records.append({n: v.detach().numpy().copy() for n, v in my_net.state_dict().items()})
+    return records
+"""
+
+DANN_STEP = [
+    (
+        "            err.backward()\n            optimizer.step()",
+        "            grads = err.backward()\n            optimizer.step(grads)",
+    )
+]
+
+
+def test_dann_with_a_gradient_reversal_function_matches_torch(monkeypatch):
+    rng = np.random.default_rng(70)
+    source = [(rng.uniform(0, 1, (2, 1, 28, 28)), rng.integers(0, 10, 2)) for _ in range(2)]
+    target = [(rng.uniform(0, 1, (2, 3, 28, 28)), rng.integers(0, 10, 2)) for _ in range(2)]
+
+    def go(names, lib, models):
+        def loader(batches):
+            return [(lib.tensor(x), lib.tensor(y)) for x, y in batches]
+
+        return names["main"](models[0], loader(source), loader(target))
+
+    # float64, as CycleGAN's: in float32 the 64-channel convolutions' weights whose gradients
+    # are rounding noise take Adam steps of either sign
+    with default_float64():
+        records = _run(
+            monkeypatch, DANN_SOURCE, DANN_STEP, 71, lambda names: (names["CNNModel"](),), go
+        )
+    # the biases before each BatchNorm are taken out by it: their true gradient is 0
+    cancelled = [
+        "feature.f_conv1.bias", "feature.f_conv2.bias", "class_classifier.c_fc1.bias",
+        "class_classifier.c_fc2.bias", "domain_classifier.d_fc1.bias",
+    ]  # fmt: skip
+    cancelled += [
+        name.replace("conv", "bn").replace("fc", "bn").replace(".bias", ".running_mean")
+        for name in cancelled
+    ]
+    assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-8, skip=cancelled)
