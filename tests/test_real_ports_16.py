@@ -26,7 +26,8 @@
   by ``getattr(optim, name)`` and ``lr_scheduler.StepLR``.
 
 All three ran unchanged but for the gradient lines (and ``import torch.optim.lr_scheduler as
-lr_scheduler``, an import line).
+lr_scheduler``, an import line). A sweep of everyday idioms beside them found one defect:
+``x.flatten(start_dim=1)`` was refused (the method took only ``start``/``end``).
 """
 
 from __future__ import annotations
@@ -602,3 +603,15 @@ def test_prototypical_networks_match_torch(monkeypatch):
     # and the last BatchNorm's bias moves every embedding alike, which no distance sees
     biases.append("encoder.3.1.bias")
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=biases)
+
+
+def test_flatten_takes_torch_s_keywords():
+    """``x.flatten(start_dim=1)`` (found by a sweep of everyday idioms beside these ports)."""
+    for lib in (torch, rg):
+        x = lib.ones(2, 3, 4)
+        assert tuple(x.flatten(start_dim=1).shape) == (2, 12)
+        assert tuple(x.flatten(end_dim=1).shape) == (6, 4)
+        assert tuple(x.flatten(start_dim=1, end_dim=-1).shape) == (2, 12)
+        assert tuple(lib.flatten(x, start_dim=1).shape) == (2, 12)
+    with pytest.raises(TypeError, match="start_dim"):
+        rg.ones(2, 3).flatten(1, start_dim=1)
