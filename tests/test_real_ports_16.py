@@ -26,8 +26,9 @@
   by ``getattr(optim, name)`` and ``lr_scheduler.StepLR``.
 
 All three ran unchanged but for the gradient lines (and ``import torch.optim.lr_scheduler as
-lr_scheduler``, an import line). A sweep of everyday idioms beside them found one defect:
-``x.flatten(start_dim=1)`` was refused (the method took only ``start``/``end``).
+lr_scheduler``, an import line). A sweep of everyday idioms beside them found two defects:
+``x.flatten(start_dim=1)`` was refused (the method took only ``start``/``end``), and
+``t == None`` raised where torch answers ``False``.
 """
 
 from __future__ import annotations
@@ -615,3 +616,14 @@ def test_flatten_takes_torch_s_keywords():
         assert tuple(lib.flatten(x, start_dim=1).shape) == (2, 12)
     with pytest.raises(TypeError, match="start_dim"):
         rg.ones(2, 3).flatten(1, start_dim=1)
+
+
+def test_comparing_a_tensor_with_none_or_a_string_is_python_s_answer_as_in_torch():
+    """``if mask == None:`` (found by the same sweep): torch's ``==`` gives way to Python's
+    identity comparison for ``None`` and strings, so the answer is a plain bool."""
+    for lib in (torch, rg):
+        t = lib.tensor([1.0, 2.0])
+        assert (t == None) is False  # noqa: E711 (the idiom under test)
+        assert (t != None) is True  # noqa: E711
+        assert (t == "mean") is False and (t != "mean") is True
+        assert (t == 1.0).tolist() == [True, False]
