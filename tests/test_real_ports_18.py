@@ -18,6 +18,15 @@ the three ``torch.func`` tutorials of pytorch/tutorials (``intermediate_source/`
   ``movedim(1, 0)``, and Hessian-vector products by ``jvp(grad(f), ...)`` and ``vjp(grad(f),
   ...)``.
 
+Beside them, the sampling idioms of GPT-2 era generation code: the widely copied
+``top_k_top_p_filtering`` (``logits[indices_to_remove] = filter_value`` of ``-inf``, the
+boolean shift ``sorted_indices_to_remove[..., 1:] = sorted_indices_to_remove[...,
+:-1].clone()``, ``scatter`` of a boolean source back to vocabulary order) in a generation loop
+with a KV cache (``torch.cat((past_key, k), dim=-2)``, ``scaled_dot_product_attention(is_causal=
+layer_past is None)``, positions from ``past_key_values[0][0].size(-2)``, a tied ``lm_head``,
+``torch.multinomial``); the cached decoding is checked against the full recomputation. It ran
+unchanged.
+
 The defects found: ``vmap`` took tensors only, so a dict argument (``params``) or a dict result
 (``grad`` of a dict) failed; it now maps and stacks pytrees (tuples, lists, dicts) leaf by leaf,
 as torch's. And ``torch.func.stack_module_state`` was missing.
@@ -400,3 +409,157 @@ def test_stack_module_state_as_torch_s():
         rg.func.stack_module_state([mine[0], mine[1]])
     with pytest.raises(ValueError, match="at least one"):
         rg.func.stack_module_state([])
+
+
+# -- sampling: top-k / nucleus filtering with a KV cache --------------------------------------------
+SAMPLING_SOURCE = """
+def top_k_top_p_filtering(logits, top_k=0, top_p=1.0, filter_value=-float("Inf"), min_tokens_to_keep=1):
+    \"\"\" Filter a distribution of logits using top-k and/or nucleus (top-p) filtering
+    \"\"\"
+    if top_k > 0:
+        top_k = min(max(top_k, min_tokens_to_keep), logits.size(-1))  # Safety check
+        # Remove all tokens with a probability less than the last token of the top-k
+        indices_to_remove = logits < torch.topk(logits, top_k)[0][..., -1, None]
+        logits[indices_to_remove] = filter_value
+
+    if top_p < 1.0:
+        sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+        cumulative_probs = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+
+        # Remove tokens with cumulative probability above the threshold (token with 0 are kept)
+        sorted_indices_to_remove = cumulative_probs > top_p
+        if min_tokens_to_keep > 1:
+            # Keep at least min_tokens_to_keep (set to min_tokens_to_keep-1 because we add the first one below)
+            sorted_indices_to_remove[..., :min_tokens_to_keep] = 0
+        # Shift the indices to the right to keep also the first token above the threshold
+        sorted_indices_to_remove[..., 1:] = sorted_indices_to_remove[..., :-1].clone()
+        sorted_indices_to_remove[..., 0] = 0
+
+        # scatter sorted tensors to original indexing
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        logits[indices_to_remove] = filter_value
+    return logits
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x, layer_past=None, use_cache=False):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if layer_past is not None:
+            past_key, past_value = layer_past
+            k = torch.cat((past_key, k), dim=-2)
+            v = torch.cat((past_value, v), dim=-2)
+        present = (k, v) if use_cache else None
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=layer_past is None)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y), present
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(approximate='tanh'), nn.Linear(4 * n_embd, n_embd))
+
+    def forward(self, x, layer_past=None, use_cache=False):
+        a, present = self.attn(self.ln_1(x), layer_past=layer_past, use_cache=use_cache)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, present
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size=20, block_size=16, n_embd=8, n_head=2, n_layer=2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx, past_key_values=None, use_cache=False):
+        past_length = 0 if past_key_values is None else past_key_values[0][0].size(-2)
+        pos = torch.arange(past_length, past_length + idx.size(1), dtype=torch.long).unsqueeze(0)
+        x = self.wte(idx) + self.wpe(pos)
+        presents = []
+        for i, block in enumerate(self.h):
+            x, present = block(x, layer_past=None if past_key_values is None else past_key_values[i], use_cache=use_cache)
+            presents.append(present)
+        return self.lm_head(self.ln_f(x)), (tuple(presents) if use_cache else None)
+
+@torch.no_grad()
+def sample_sequence(model, context, length, temperature=1.0, top_k=0, top_p=0.0):
+    generated = context
+    past = None
+    next_input = context
+    steps = []
+    for _ in range(length):
+        logits, past = model(next_input, past_key_values=past, use_cache=True)
+        next_token_logits = logits[:, -1, :] / (temperature if temperature > 0 else 1.)
+        filtered_logits = top_k_top_p_filtering(next_token_logits, top_k=top_k, top_p=top_p if top_p > 0 else 1.0)
+        if temperature == 0:  # greedy sampling:
+            next_token = torch.argmax(filtered_logits, dim=-1).unsqueeze(-1)
+        else:
+            next_token = torch.multinomial(F.softmax(filtered_logits, dim=-1), num_samples=1)
+        steps.append(torch.isinf(filtered_logits).sum(-1).tolist())
+        generated = torch.cat((generated, next_token), dim=1)
+        next_input = next_token
+    # the cached decoding equals the full recomputation
+    full, _ = model(generated[:, :-1])
+    cached_last, _ = model(generated[:, :-1], use_cache=False)
+    return generated.tolist(), steps, full[:, -1].numpy().copy(), cached_last[:, -1].numpy().copy(), logits[:, -1].numpy().copy()
+"""
+
+
+class SharedMultinomial:
+    """``torch.multinomial`` of a library drawing by inverse CDF from one seeded stream."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def patch(self, monkeypatch, lib):
+        rng = np.random.default_rng(self.seed)
+
+        def multinomial(probs, num_samples, replacement=False, generator=None):
+            p = probs.numpy().astype(np.float64)
+            u = rng.random(p.shape[:-1] + (1,)) * p.sum(-1, keepdims=True)
+            index = (np.cumsum(p, -1) < u).sum(-1, keepdims=True).clip(0, p.shape[-1] - 1)
+            return lib.tensor(index, dtype=lib.int64)
+
+        monkeypatch.setattr(lib, "multinomial", multinomial)
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.8, 5, 0.0), (1.0, 0, 0.7), (1.2, 6, 0.9), (0, 0, 0.0)]
+)
+def test_top_k_top_p_sampling_with_a_kv_cache_matches_torch(monkeypatch, temperature, top_k, top_p):
+    torch.manual_seed(0)
+    state = {
+        k: v.numpy().copy() for k, v in both(SAMPLING_SOURCE, [])[0]["GPT"]().state_dict().items()
+    }
+    records = []
+    for lib in (torch, rg):
+        with monkeypatch.context() as patch:
+            SharedMultinomial(64).patch(patch, lib)
+            names = both(SAMPLING_SOURCE, [])[0 if lib is torch else 1]
+            model = names["GPT"]()
+            model.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
+            model.eval()
+            context = lib.tensor(np.array([[1, 5, 7], [2, 2, 9]]))
+            generated, steps, full, cached, last = names["sample_sequence"](
+                model, context, 6, temperature, top_k, top_p
+            )
+            records.append([generated, steps, full, cached, last])
+    assert records[1][0] == records[0][0] and records[1][1] == records[0][1]
+    for mine, reference in zip(records[1][2:], records[0][2:]):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(records[1][4], records[1][2], rtol=1e-5, atol=1e-6)  # cache == full
