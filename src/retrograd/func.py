@@ -1,5 +1,7 @@
 """torch's ``torch.func`` (JAX-style function transforms): ``grad``, ``grad_and_value``,
-``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian`` and ``vmap``.
+``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian`` and ``vmap``, with ``functional_call``
+and ``stack_module_state`` (model ensembling: one module's code over stacked copies of
+several modules' weights).
 
 A transform takes a function of tensors and returns a function. Its arguments are plain
 tensors (or tuples, lists and dicts of them, torch's pytrees); it differentiates with respect to
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .autodiff import enable_grad
+from .autodiff import enable_grad, no_grad
 from .autograd import vmap
 from .autograd.functional import _fresh, _gradients, _plain
 from .errors import (
@@ -45,6 +47,7 @@ __all__ = [
     "jacfwd",
     "jacrev",
     "jvp",
+    "stack_module_state",
     "vjp",
     "vmap",
 ]
@@ -427,3 +430,44 @@ def hessian(func: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Cal
     [[6.0, 0.0], [0.0, 12.0]]
     """
     return jacfwd(jacrev(func, argnums), argnums)
+
+
+# -- model ensembling ------------------------------------------------------------------------------
+def stack_module_state(models: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """torch's ``stack_module_state``: the parameters and the buffers of ``models`` (modules of
+    one class, all in training or all in eval mode), each name's tensors stacked along a new
+    first dimension, for ``vmap`` over ``functional_call``. Stacked parameters are new leaves
+    that require grad (when the models' do), as torch's.
+
+    >>> import retrograd as rg
+    >>> params, buffers = stack_module_state([rg.nn.Linear(2, 3) for _ in range(4)])
+    >>> params["weight"].shape, params["weight"].requires_grad, buffers
+    ((4, 3, 2), True, {})
+    """
+    models = list(models)
+    if not models:
+        raise InvalidArgumentError("stack_module_state: Expected at least one model, got 0.")
+    if len({bool(m.training) for m in models}) != 1:
+        raise InvalidArgumentError(
+            "stack_module_state: Expected all models to have the same training/eval mode."
+        )
+    if len({type(m) for m in models}) != 1:
+        raise InvalidArgumentError(
+            "stack_module_state: Expected all models to be of the same class."
+        )
+
+    def stacked(tensors: tuple[Tensor, ...], name: str) -> Tensor:
+        flags = {bool(t.requires_grad) for t in tensors}
+        if len(flags) != 1:
+            raise InvalidArgumentError(
+                f"Expected {name} from each model to have the same .requires_grad"
+            )
+        with no_grad():  # stacked outside the graph: a new leaf (detach keeps requires_grad)
+            result = stack(list(tensors))
+        return result.requires_grad_() if flags == {True} else result
+
+    all_params = [dict(m.named_parameters()) for m in models]
+    all_buffers = [dict(m.named_buffers()) for m in models]
+    params = {k: stacked(tuple(p[k] for p in all_params), k) for k in all_params[0]}
+    buffers = {k: stacked(tuple(b[k] for b in all_buffers), k) for k in all_buffers[0]}
+    return params, buffers

@@ -325,12 +325,36 @@ def vmap(
     chunk_size: int | None = None,
 ) -> Any:
     """torch's ``vmap``: ``func`` mapped over dimension ``in_dims`` of its tensor arguments
-    (an int for all, or one int or ``None`` per positional argument), the results stacked
-    along ``out_dims`` (an int, or one per output of a tuple). Computed as a loop over the
-    batch (the results and gradients are those of torch's batching rules; the speed is a
-    loop's). torch refuses random ops inside unless ``randomness`` says how; here each call
-    draws for itself, as ``randomness="different"`` does."""
+    (an int for all, or one int or ``None`` per positional argument; an argument may be a
+    pytree, a tuple, list or dict of tensors, mapped leaf by leaf), the results stacked along
+    ``out_dims`` (an int, or one per output of a tuple; a dict or list output is stacked leaf
+    by leaf, as torch's per-sample gradients of ``grad`` over a parameter dict are). Computed
+    as a loop over the batch (the results and gradients are those of torch's batching rules;
+    the speed is a loop's). torch refuses random ops inside unless ``randomness`` says how;
+    here each call draws for itself, as ``randomness="different"`` does."""
     from ..tensor import stack
+
+    def leaves(tree: Any) -> list[Any]:
+        if isinstance(tree, dict):
+            return [leaf for value in tree.values() for leaf in leaves(value)]
+        if isinstance(tree, tuple | list):
+            return [leaf for value in tree for leaf in leaves(value)]
+        return [tree]
+
+    def select(tree: Any, dim: int, i: int) -> Any:
+        if isinstance(tree, dict):
+            return {key: select(value, dim, i) for key, value in tree.items()}
+        if isinstance(tree, tuple | list):
+            return type(tree)(select(value, dim, i) for value in tree)
+        return tree.select(dim, i) if isinstance(tree, Tensor) else tree
+
+    def stacked(results: list[Any], dim: int) -> Any:
+        first = results[0]
+        if isinstance(first, dict):
+            return {key: stacked([r[key] for r in results], dim) for key in first}
+        if isinstance(first, tuple | list):
+            return type(first)(stacked([r[k] for r in results], dim) for k in range(len(first)))
+        return stack(results, dim=dim)
 
     def mapped(*args: Any) -> Any:
         dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)
@@ -338,7 +362,13 @@ def vmap(
             raise ShapeError(
                 f"vmap: in_dims is compatible with {len(dims)} arguments, got {len(args)}"
             )
-        sizes = {a.shape[d] for a, d in zip(args, dims) if d is not None and isinstance(a, Tensor)}
+        sizes = {
+            leaf.shape[d]
+            for a, d in zip(args, dims)
+            if d is not None
+            for leaf in leaves(a)
+            if isinstance(leaf, Tensor)
+        }
         if len(sizes) != 1:
             raise ShapeError(
                 "vmap: expected all tensors to have the same size in the mapped dimension, got "
@@ -347,16 +377,11 @@ def vmap(
         (size,) = sizes
         results = []
         for i in range(size):
-            picked = [
-                a.select(d, i) if d is not None and isinstance(a, Tensor) else a
-                for a, d in zip(args, dims)
-            ]
+            picked = [a if d is None else select(a, d, i) for a, d in zip(args, dims)]
             results.append(func(*picked))
         if isinstance(results[0], tuple):
             outs = out_dims if isinstance(out_dims, tuple | list) else (out_dims,) * len(results[0])
-            return tuple(
-                stack([r[k] for r in results], dim=outs[k]) for k in range(len(results[0]))
-            )
-        return stack(results, dim=out_dims)
+            return tuple(stacked([r[k] for r in results], outs[k]) for k in range(len(results[0])))
+        return stacked(results, out_dims)
 
     return mapped

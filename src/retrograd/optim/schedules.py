@@ -149,11 +149,11 @@ class StepLR(LRScheduler):
     [1.0, 0.5, 0.5, 0.25]
     """
 
-    def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1):
+    def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
         if step_size < 1:
             raise InvalidArgumentError(f"StepLR: step_size must be positive, got {step_size}")
         self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -170,11 +170,11 @@ class CosineAnnealingLR(LRScheduler):
     [0.5, 0.0]
     """
 
-    def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0):  # noqa: N803
+    def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
         if T_max < 1:
             raise InvalidArgumentError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
         self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -207,7 +207,7 @@ class LambdaLR(LRScheduler):
                 f"LambdaLR: expected {groups} lr_lambdas, but got {len(lambdas)}"
             )
         self.lr_lambdas = list(lambdas)
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def _apply(self, epoch: int) -> None:
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
@@ -243,7 +243,7 @@ class MultiStepLR(LRScheduler):
 
     def __init__(self, optimizer: Any, milestones: Any, gamma: float = 0.1, last_epoch: int = -1):
         self.milestones, self.gamma = sorted(milestones), gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -255,7 +255,7 @@ class ExponentialLR(LRScheduler):
 
     def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1):
         self.gamma = gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -271,7 +271,7 @@ class LinearLR(LRScheduler):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
             raise InvalidArgumentError("LinearLR: factors must be in (0, 1] and [0, 1]")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -286,7 +286,7 @@ class ConstantLR(LRScheduler):
     def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
                  last_epoch: int = -1):  # fmt: skip
         self.factor, self.total_iters = factor, total_iters
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
@@ -299,7 +299,7 @@ class PolynomialLR(LRScheduler):
     def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
                  last_epoch: int = -1):  # fmt: skip
         self.total_iters, self.power = total_iters, power
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr

@@ -433,9 +433,14 @@ class ElementwiseMixin:
         return self.abs()
 
     def __eq__(self, other):  # type: ignore[override]
+        if other is None or isinstance(other, str):
+            # torch's answer: Python's identity fallback (``if mask == None:`` is False)
+            return NotImplemented
         return self._apply(EQUAL, (self, other))
 
     def __ne__(self, other):  # type: ignore[override]
+        if other is None or isinstance(other, str):
+            return NotImplemented
         return self._apply(NOT_EQUAL, (self, other))
 
     def __lt__(self, other):

@@ -267,12 +267,15 @@ class SelectionMixin:
     def scatter_reduce(
         self, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True
     ) -> Any:
-        """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"`` or ``"mean"``
-        (torch's other reductions, ``"prod"``, ``"amax"``, ``"amin"``, are refused)."""
+        """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"mean"``,
+        ``"amax"`` or ``"amin"`` (torch's ``"prod"`` is refused). ``amax``/``amin`` split the
+        gradient evenly among the values that tie for the result, as torch's backward does."""
+        if reduce in ("amax", "amin"):
+            return self._scatter_extreme(dim, index, src, reduce, include_self)
         if reduce not in ("sum", "mean"):
             raise InvalidArgumentError(
-                f"scatter_reduce: reduce={reduce!r} is not supported (only 'sum' and 'mean'); "
-                "for 'amax'/'amin' sort or mask the sources first"
+                f"scatter_reduce: reduce={reduce!r} is not supported (only 'sum', 'mean', "
+                "'amax' and 'amin')"
             )
         base = self if include_self else self.scatter(dim, index, value=0)
         total = base.scatter_add(dim, index, src)
@@ -285,6 +288,57 @@ class SelectionMixin:
         if self.dtype in FLOAT_DTYPES:
             return total / counts
         return total.div(counts, rounding_mode="floor")
+
+    def _scatter_extreme(
+        self, dim: int, index: Any, src: Any, reduce: str, include_self: bool
+    ) -> Any:
+        """:meth:`scatter_reduce`'s ``amax``/``amin``: the result computed outside the graph
+        (by :meth:`scatter_nd` over each index entry's full position), then the gradient routed
+        to the values equal to it, split evenly at a tie (torch's rule; a winning infinity gets
+        none, as in :meth:`scatter_nd`)."""
+        op = "scatter_reduce"
+        d = normalize_dim(op, dim, self.ndim)
+        index, src = lift(self, index, op), lift(self, src, op)
+        self.detach().scatter_add(d, index, src.detach().cast(self.dtype))  # torch's checks
+        if src.shape != index.shape:  # torch reads src only where index has entries
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        src = src.cast(self.dtype)
+        extreme = "max" if reduce == "amax" else "min"
+        if include_self:
+            base = self.detach()
+        elif self.dtype in FLOAT_DTYPES:
+            base = self.detach().scatter(
+                d, index, value=-math.inf if extreme == "max" else math.inf
+            )
+        else:
+            info = np.iinfo(np.int64)
+            base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)
+        grids = np.indices(index.shape, dtype=np.int64).reshape(index.ndim, -1).T
+        positions = self._host(grids, "int64").reshape((*index.shape, index.ndim))
+        column = self._host(np.arange(index.ndim) == d, "bool")
+        positions = positions.mask_where(column, index.unsqueeze(-1))
+        result = base.scatter_nd(positions, src.detach(), extreme)
+        tracked = [t for t in (self, src) if t.requires_grad]
+        if not tracked or self.dtype not in FLOAT_DTYPES:
+            return result
+        value = result.gather(d, index)
+        self_won = self.detach() == result
+        src_won = src.detach() == value
+        # torch counts an equal self value in the split even where include_self=False leaves
+        # it out (and then gives it no gradient): its rule, kept so gradients agree
+        count = self_won.cast(self.dtype).scatter_add(d, index, src_won.cast(self.dtype))
+        count = count.clamp_min(1)
+        if not include_self:
+            scattered = self._filled(self.shape, 0).scatter(d, index, value=1).cast("bool")
+            self_won = self_won & ~scattered
+        out = result
+        if self.requires_grad:  # zero-valued, carrying the gradient where self won
+            share = (self - self.detach()).mask_fill(~(self_won & self.isfinite()), 0.0)
+            out = out + share / count
+        if src.requires_grad:
+            share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
+            out = out.scatter_add(d, index, share / count.gather(d, index))
+        return out
 
     def gather_nd(self, indices: Any) -> Any:
         """Burn's ``gather_nd``: ``indices`` (int64 ``[*batch, k]``) names a position in the

@@ -376,8 +376,24 @@ class ShapeMixin:
         sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes, "unflatten"))
         return _reshaped("unflatten", self, shape[:d] + sizes + shape[d + 1 :])
 
-    def flatten(self, start: int = 0, end: int = -1) -> Any:
-        """Merge dimensions ``start..=end`` into one."""
+    def flatten(
+        self,
+        start: int = 0,
+        end: int = -1,
+        *,
+        start_dim: int | None = None,
+        end_dim: int | None = None,
+    ) -> Any:
+        """Merge dimensions ``start..=end`` into one (torch's keywords ``start_dim`` and
+        ``end_dim`` name them too: ``x.flatten(start_dim=1)``)."""
+        if start_dim is not None:
+            if start != 0:
+                raise TypeError("flatten() got multiple values for argument 'start_dim'")
+            start = start_dim
+        if end_dim is not None:
+            if end != -1:
+                raise TypeError("flatten() got multiple values for argument 'end_dim'")
+            end = end_dim
         shape = self.shape
         if not shape:
             return self.reshape((1,))

@@ -17,13 +17,14 @@ from ...tensor import Tensor, random
 from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
+    _in_place,
 )
 
 
 def relu(x: Tensor, inplace: bool = False) -> Tensor:
-    """``max(x, 0)``; the gradient at 0 is 0. ``inplace`` is accepted; the result is a new
-    tensor (as for the modules' ``inplace``: API.md section 8)."""
-    return x.relu()
+    """``max(x, 0)``; the gradient at 0 is 0. With ``inplace=True`` ``x`` takes the result,
+    as in torch (so do the other activations' and the modules' ``inplace``)."""
+    return _in_place("relu", x, inplace, lambda t: t.relu())
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -50,9 +51,8 @@ def log_sigmoid(x: Tensor) -> Tensor:
 
 
 def silu(x: Tensor, inplace: bool = False) -> Tensor:
-    """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
-    ``F.silu(x, inplace=True)``)."""
-    return _float_input("silu", x).silu()
+    """``x * sigmoid(x)``; ``inplace`` as :func:`relu`'s."""
+    return _in_place("silu", _float_input("silu", x), inplace, lambda t: t.silu())
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -66,7 +66,8 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    return _float_input("leaky_relu", x).leaky_relu(negative_slope)
+    x = _float_input("leaky_relu", x)
+    return _in_place("leaky_relu", x, inplace, lambda t: t.leaky_relu(negative_slope))
 
 
 def softmax(x: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
@@ -102,7 +103,7 @@ def _hard_clamp(x: Tensor, min_val: float, max_val: float) -> Tensor:
 
 def relu6(x: Tensor, inplace: bool = False) -> Tensor:
     """``min(max(x, 0), 6)``: torch's ``hardtanh(x, 0, 6)``, with its gradient."""
-    return hardtanh(x, 0.0, 6.0)
+    return hardtanh(x, 0.0, 6.0, inplace)
 
 
 def hardtanh(
@@ -115,6 +116,10 @@ def hardtanh(
         )
     if x.dtype == "bool":
         raise DTypeError("hardtanh: bool inputs are not supported (as in torch)")
+    return _in_place("hardtanh", x, inplace, lambda t: _hardtanh(t, min_val, max_val))
+
+
+def _hardtanh(x: Tensor, min_val: float, max_val: float) -> Tensor:
     if not x.is_float():  # torch keeps an integer tensor's dtype
         return x.clamp(int(min_val), int(max_val))
     out = x.clamp(min_val, max_val)
@@ -132,7 +137,10 @@ _TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
 
 def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6`` (torch's gradient: 1/6 strictly inside ``(-3, 3)``)."""
-    x = _float_input("hardsigmoid", x)
+    return _in_place("hardsigmoid", _float_input("hardsigmoid", x), inplace, _hardsigmoid)
+
+
+def _hardsigmoid(x: Tensor) -> Tensor:
     shifted = _hard_clamp(x + 3.0, 0.0, 6.0)
     # torch's hardsigmoid_backward multiplies by ``1.0f / 6.0f``, 1/6 rounded to float32, in
     # every dtype: the slope here is that constant (the value stays the exact ``/ 6``), so that
@@ -143,7 +151,10 @@ def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
 
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``(-3, 3)``)."""
-    x = _float_input("hardswish", x)
+    return _in_place("hardswish", _float_input("hardswish", x), inplace, _hardswish)
+
+
+def _hardswish(x: Tensor) -> Tensor:
     # torch's kernel: 0 where x <= -3, x itself where x >= 3 or NaN (gradient 1 there)
     passed = x.greater_equal(3.0).logical_or(x.isnan())
     below = x.less_equal(-3.0)
@@ -154,8 +165,12 @@ def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
 
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
-    x = _float_input("elu", x)
-    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0))
+    return _in_place(
+        "elu",
+        _float_input("elu", x),
+        inplace,
+        lambda t: t.mask_where(t.less_equal(0.0), _negative_branch(t, alpha, 1.0)),
+    )
 
 
 def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
@@ -174,7 +189,12 @@ def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = _float_input("celu", x)
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
-    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0 / alpha))
+    return _in_place(
+        "celu",
+        x,
+        inplace,
+        lambda t: t.mask_where(t.less_equal(0.0), _negative_branch(t, alpha, 1.0 / alpha)),
+    )
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -183,7 +203,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(x: Tensor, inplace: bool = False) -> Tensor:
     """``scale * elu(x, alpha)`` with torch's constants."""
-    return elu(x, _SELU_ALPHA) * _SELU_SCALE
+    return _in_place("selu", x, inplace, lambda t: elu(t, _SELU_ALPHA) * _SELU_SCALE)
 
 
 def prelu(x: Tensor, weight: Tensor) -> Tensor:
@@ -208,7 +228,7 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
     x = _float_input("mish", x)
-    return x * x.softplus().tanh()
+    return _in_place("mish", x, inplace, lambda t: t * t.softplus().tanh())
 
 
 def softsign(x: Tensor) -> Tensor:
@@ -226,7 +246,8 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     if x.dtype == "bool":
         raise DTypeError("threshold: not implemented for bool tensors (as in torch)")
     # torch writes ``value`` in the input's dtype (an integer tensor stays one)
-    return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
+    value = value if x.is_float() else int(value)
+    return _in_place("threshold", x, inplace, lambda t: t.mask_fill(t.less_equal(threshold), value))
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
@@ -284,16 +305,16 @@ def rrelu(
 ) -> Tensor:
     """Randomized leaky ReLU: in training, each element at or below 0 is scaled by its own
     slope drawn from U(``lower``, ``upper``) (from ``rg.seed``'s stream); in evaluation, the
-    leaky ReLU of the mean slope ``(lower + upper) / 2``. ``inplace`` as :func:`relu`."""
+    leaky ReLU of the mean slope ``(lower + upper) / 2``. ``inplace`` as :func:`relu`'s."""
     x = _float_input("rrelu", x)
     if not lower <= upper:
         raise InvalidArgumentError(
             f"rrelu: lower bound ({lower}) must not exceed the upper bound ({upper})"
         )
     if not training:
-        return x.leaky_relu((lower + upper) / 2.0)
+        return _in_place("rrelu", x, inplace, lambda t: t.leaky_relu((lower + upper) / 2.0))
     slopes = random(x.shape, "uniform", x.dtype, x.backend, x.device) * (upper - lower) + lower
-    return x.mask_where(x.less_equal(0.0), x * slopes)
+    return _in_place("rrelu", x, inplace, lambda t: t.mask_where(t.less_equal(0.0), t * slopes))
 
 
 def gumbel_softmax(

@@ -326,6 +326,8 @@ def _host_lengths(fn: str, x: Tensor, lengths: Any, name: str, batch: int) -> np
 def _padded_targets(fn, x, targets, lengths, unbatched) -> np.ndarray:
     """The targets as a host ``[N, S]`` int64 array (concatenated ones split by length)."""
     values = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
+    if values.dtype.kind in "fb":  # torch casts the targets to int64 (float labels truncate)
+        values = values.astype(np.int64)
     if values.dtype.kind not in "iu":
         raise DTypeError(f"{fn}: targets must hold integer class indices, got {values.dtype}")
     if unbatched:

@@ -1,6 +1,7 @@
 """Activation modules, with PyTorch's constructor arguments: ``ReLU``, ``GELU``, ``SiLU``,
-``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True`` is
-accepted and nothing is modified in place: API.md section 8). ``MultiheadAttention`` is
+``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True``
+makes the input hold the result, as in torch: ``x + block(x)``, ``block`` opening with
+``nn.ReLU(True)``, adds the rectified ``x``). ``MultiheadAttention`` is
 importable from here too, torch's path for it (its home is :mod:`.attention`)."""
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ReLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+        return F.relu(x, self.inplace)
 
 
 class GELU(Module):
@@ -89,7 +90,7 @@ class SiLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.silu(x)
+        return F.silu(x, self.inplace)
 
 
 class Tanh(Module):
@@ -108,13 +109,16 @@ class Sigmoid(Module):
 
 class _Elementwise(Module):
     """An activation with no parameters: ``forward`` is :attr:`_fn` with the stored keyword
-    arguments (``inplace`` accepted, see the module docstring)."""
+    arguments, and ``inplace`` where the layer has it (see the module docstring)."""
 
     _fn: Any = None
     _fields: tuple[str, ...] = ()
 
     def forward(self, x: Tensor) -> Tensor:
-        return type(self)._fn(x, *(getattr(self, f) for f in self._fields))
+        fields = (getattr(self, f) for f in self._fields)
+        if getattr(self, "inplace", False):
+            return type(self)._fn(x, *fields, inplace=True)
+        return type(self)._fn(x, *fields)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
@@ -321,7 +325,7 @@ class RReLU(Module):
         self.lower, self.upper, self.inplace = lower, upper, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rrelu(x, self.lower, self.upper, self.training)
+        return F.rrelu(x, self.lower, self.upper, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"lower={self.lower}, upper={self.upper}"

@@ -236,17 +236,28 @@ class MarginRankingLoss(_MarginLoss):
 
     _fn = staticmethod(F.margin_ranking_loss)
 
+    def forward(self, input1: Tensor, input2: Tensor, target: Any) -> Tensor:
+        """torch's parameter names (``loss(a, b, target=torch.ones(n))``)."""
+        return super().forward(input1, input2, target)
+
 
 class CosineEmbeddingLoss(_MarginLoss):
     """``F.cosine_embedding_loss(input1, input2, target, margin)``."""
 
     _fn = staticmethod(F.cosine_embedding_loss)
 
+    def forward(self, input1: Tensor, input2: Tensor, target: Any) -> Tensor:
+        """torch's parameter names (``loss(a, b, target=torch.ones(n))``)."""
+        return super().forward(input1, input2, target)
+
 
 class HingeEmbeddingLoss(_MarginLoss):
     """``F.hinge_embedding_loss(input, target, margin)`` (margin 1 by default)."""
 
     _fn = staticmethod(F.hinge_embedding_loss)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+        return super().forward(input, target)
 
     def __init__(self, margin: float = 1.0, size_average: bool | None = None,
                  reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip

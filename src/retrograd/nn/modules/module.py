@@ -619,6 +619,13 @@ class Module:
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
 
+    @property
+    def _forward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of forward pre-hooks, read-only here: each registered hook by its
+        handle's id, in call order (pruning code looks its methods up in it)."""
+        hooks = self.__dict__.get("_call_hooks")
+        return {} if hooks is None else {key: hook for key, (hook, _) in hooks["pre"].items()}
+
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
     ) -> RemovableHandle:

@@ -3,6 +3,7 @@
 value (``clip_grad_value_``), parameters as one vector, and :mod:`.rnn` (``pad_sequence``);
 ``get_total_norm`` and ``clip_grads_with_norm_`` (the two halves of the clipping); weight and
 spectral normalization (:mod:`.norm_hooks`, :mod:`.parametrize`, :mod:`.parametrizations`),
+pruning (:mod:`.prune`),
 conv/linear + batch-norm fusion (:mod:`.fusion`) and ``skip_init``.
 
 The norm and the scale factor stay tensors on the gradients' backend, as in torch's foreach
@@ -21,7 +22,7 @@ from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
-from . import parametrizations, parametrize, rnn, stateless
+from . import parametrizations, parametrize, prune, rnn, stateless
 from .fusion import (
     fuse_conv_bn_eval,
     fuse_conv_bn_weights,
@@ -44,6 +45,7 @@ __all__ = [
     "parameters_to_vector",
     "parametrizations",
     "parametrize",
+    "prune",
     "remove_spectral_norm",
     "remove_weight_norm",
     "rnn",

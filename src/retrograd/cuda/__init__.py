@@ -3,7 +3,8 @@
 (:mod:`retrograd.backend.accelerators`: torch's view of the machine). Without torch or
 without a CUDA device there is none: ``is_available()`` is False, ``device_count()`` 0, and the
 calls that need a device raise an error that says so. Tensors compute on a GPU under
-``rg.Autodiff(rg.TorchBackend("cuda"))`` (API.md section 9).
+``rg.Autodiff(rg.TorchBackend("cuda"))`` (API.md section 9). ``retrograd.cuda.amp`` is torch's
+older home of ``GradScaler`` and ``autocast`` (``from torch.cuda.amp import GradScaler``).
 
 >>> import retrograd as rg
 >>> rg.cuda.is_available() == (rg.cuda.device_count() > 0)
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import amp as _amp
-from .backend.accelerators import cuda_call, cuda_device_count
-from .device import Device
-from .errors import InvalidArgumentError
+from ..backend.accelerators import cuda_call, cuda_device_count
+from ..device import Device
+from ..errors import InvalidArgumentError
+from . import amp
 
 __all__ = [
     "amp",
@@ -172,30 +173,3 @@ def memory_reserved(device: Any = None) -> int:
 def max_memory_reserved(device: Any = None) -> int:
     """The peak of :func:`memory_reserved` since the last reset (0 without a device)."""
     return _counter("max_memory_reserved", device)
-
-
-class _CudaAmp:
-    """``torch.cuda.amp``: the older spellings of :mod:`retrograd.amp`'s names, for the GPU
-    (``GradScaler(init_scale, ...)``, ``autocast(enabled=True, dtype=float16, ...)``)."""
-
-    @staticmethod
-    def GradScaler(  # noqa: N802 (torch's name)
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        enabled: bool = True,
-    ) -> _amp.GradScaler:
-        return _amp.GradScaler(
-            "cuda", init_scale, growth_factor, backoff_factor, growth_interval, enabled
-        )
-
-    @staticmethod
-    def autocast(
-        enabled: bool = True, dtype: Any = "float16", cache_enabled: bool = True
-    ) -> _amp.autocast:
-        return _amp.autocast("cuda", dtype, enabled, cache_enabled)
-
-
-#: torch's ``torch.cuda.amp``
-amp = _CudaAmp()
