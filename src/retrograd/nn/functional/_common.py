@@ -24,16 +24,6 @@ from ...tensor.internal import (
 IntOrTuple = int | Sequence[int]
 
 
-def _in_place(op: str, x: Tensor, inplace: bool, compute: Any) -> Tensor:
-    """``compute(x)``; with torch's ``inplace=True``, ``x`` itself made to hold it and returned,
-    so that a caller still holding ``x`` sees the new values (``x + block(x)`` where ``block``
-    opens with ``nn.ReLU(inplace=True)`` adds the rectified ``x``, in torch). Refused on a leaf
-    that requires grad, as torch refuses it."""
-    if not inplace:
-        return compute(x)
-    return x._update(op, compute)
-
-
 # -- argument handling -----------------------------------------------------------------------------
 def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
     """``value`` (an int, or one int per spatial dimension) as a tuple of ``count`` ints."""

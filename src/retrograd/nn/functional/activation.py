@@ -17,14 +17,13 @@ from ...tensor import Tensor, random
 from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
-    _in_place,
 )
 
 
 def relu(x: Tensor, inplace: bool = False) -> Tensor:
-    """``max(x, 0)``; the gradient at 0 is 0. With ``inplace=True`` ``x`` takes the result,
-    as in torch (so do the other activations' and the modules' ``inplace``)."""
-    return _in_place("relu", x, inplace, lambda t: t.relu())
+    """``max(x, 0)``; the gradient at 0 is 0. ``inplace`` is accepted; the result is a new
+    tensor (as for the modules' ``inplace``: API.md section 8)."""
+    return x.relu()
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -51,8 +50,9 @@ def log_sigmoid(x: Tensor) -> Tensor:
 
 
 def silu(x: Tensor, inplace: bool = False) -> Tensor:
-    """``x * sigmoid(x)``; ``inplace`` as :func:`relu`'s."""
-    return _in_place("silu", _float_input("silu", x), inplace, lambda t: t.silu())
+    """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
+    ``F.silu(x, inplace=True)``)."""
+    return _float_input("silu", x).silu()
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -66,8 +66,7 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    x = _float_input("leaky_relu", x)
-    return _in_place("leaky_relu", x, inplace, lambda t: t.leaky_relu(negative_slope))
+    return _float_input("leaky_relu", x).leaky_relu(negative_slope)
 
 
 def softmax(x: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
@@ -103,7 +102,7 @@ def _hard_clamp(x: Tensor, min_val: float, max_val: float) -> Tensor:
 
 def relu6(x: Tensor, inplace: bool = False) -> Tensor:
     """``min(max(x, 0), 6)``: torch's ``hardtanh(x, 0, 6)``, with its gradient."""
-    return hardtanh(x, 0.0, 6.0, inplace)
+    return hardtanh(x, 0.0, 6.0)
 
 
 def hardtanh(
@@ -116,10 +115,6 @@ def hardtanh(
         )
     if x.dtype == "bool":
         raise DTypeError("hardtanh: bool inputs are not supported (as in torch)")
-    return _in_place("hardtanh", x, inplace, lambda t: _hardtanh(t, min_val, max_val))
-
-
-def _hardtanh(x: Tensor, min_val: float, max_val: float) -> Tensor:
     if not x.is_float():  # torch keeps an integer tensor's dtype
         return x.clamp(int(min_val), int(max_val))
     out = x.clamp(min_val, max_val)
@@ -137,10 +132,7 @@ _TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
 
 def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6`` (torch's gradient: 1/6 strictly inside ``(-3, 3)``)."""
-    return _in_place("hardsigmoid", _float_input("hardsigmoid", x), inplace, _hardsigmoid)
-
-
-def _hardsigmoid(x: Tensor) -> Tensor:
+    x = _float_input("hardsigmoid", x)
     shifted = _hard_clamp(x + 3.0, 0.0, 6.0)
     # torch's hardsigmoid_backward multiplies by ``1.0f / 6.0f``, 1/6 rounded to float32, in
     # every dtype: the slope here is that constant (the value stays the exact ``/ 6``), so that
@@ -151,10 +143,7 @@ def _hardsigmoid(x: Tensor) -> Tensor:
 
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``(-3, 3)``)."""
-    return _in_place("hardswish", _float_input("hardswish", x), inplace, _hardswish)
-
-
-def _hardswish(x: Tensor) -> Tensor:
+    x = _float_input("hardswish", x)
     # torch's kernel: 0 where x <= -3, x itself where x >= 3 or NaN (gradient 1 there)
     passed = x.greater_equal(3.0).logical_or(x.isnan())
     below = x.less_equal(-3.0)
@@ -165,12 +154,8 @@ def _hardswish(x: Tensor) -> Tensor:
 
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
-    return _in_place(
-        "elu",
-        _float_input("elu", x),
-        inplace,
-        lambda t: t.mask_where(t.less_equal(0.0), _negative_branch(t, alpha, 1.0)),
-    )
+    x = _float_input("elu", x)
+    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0))
 
 
 def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
@@ -189,12 +174,7 @@ def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = _float_input("celu", x)
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
-    return _in_place(
-        "celu",
-        x,
-        inplace,
-        lambda t: t.mask_where(t.less_equal(0.0), _negative_branch(t, alpha, 1.0 / alpha)),
-    )
+    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0 / alpha))
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -203,7 +183,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(x: Tensor, inplace: bool = False) -> Tensor:
     """``scale * elu(x, alpha)`` with torch's constants."""
-    return _in_place("selu", x, inplace, lambda t: elu(t, _SELU_ALPHA) * _SELU_SCALE)
+    return elu(x, _SELU_ALPHA) * _SELU_SCALE
 
 
 def prelu(x: Tensor, weight: Tensor) -> Tensor:
@@ -228,7 +208,7 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
     x = _float_input("mish", x)
-    return _in_place("mish", x, inplace, lambda t: t * t.softplus().tanh())
+    return x * x.softplus().tanh()
 
 
 def softsign(x: Tensor) -> Tensor:
@@ -246,8 +226,7 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     if x.dtype == "bool":
         raise DTypeError("threshold: not implemented for bool tensors (as in torch)")
     # torch writes ``value`` in the input's dtype (an integer tensor stays one)
-    value = value if x.is_float() else int(value)
-    return _in_place("threshold", x, inplace, lambda t: t.mask_fill(t.less_equal(threshold), value))
+    return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
@@ -305,16 +284,16 @@ def rrelu(
 ) -> Tensor:
     """Randomized leaky ReLU: in training, each element at or below 0 is scaled by its own
     slope drawn from U(``lower``, ``upper``) (from ``rg.seed``'s stream); in evaluation, the
-    leaky ReLU of the mean slope ``(lower + upper) / 2``. ``inplace`` as :func:`relu`'s."""
+    leaky ReLU of the mean slope ``(lower + upper) / 2``. ``inplace`` as :func:`relu`."""
     x = _float_input("rrelu", x)
     if not lower <= upper:
         raise InvalidArgumentError(
             f"rrelu: lower bound ({lower}) must not exceed the upper bound ({upper})"
         )
     if not training:
-        return _in_place("rrelu", x, inplace, lambda t: t.leaky_relu((lower + upper) / 2.0))
+        return x.leaky_relu((lower + upper) / 2.0)
     slopes = random(x.shape, "uniform", x.dtype, x.backend, x.device) * (upper - lower) + lower
-    return _in_place("rrelu", x, inplace, lambda t: t.mask_where(t.less_equal(0.0), t * slopes))
+    return x.mask_where(x.less_equal(0.0), x * slopes)
 
 
 def gumbel_softmax(

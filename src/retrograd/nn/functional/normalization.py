@@ -25,7 +25,6 @@ from ...tensor.internal import (
 from ._common import (
     _as_tensor,
     _float_input,
-    _in_place,
     _ints,
 )
 
@@ -83,11 +82,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
     the identity unless ``training``. ``rg.seed`` makes the mask reproducible.
 
     The mask is drawn once, here, as an untracked tensor, so the recorded graph is a plain
-    product that recomputes exactly under any checkpointing strategy. With ``inplace=True``
-    (in training) ``x`` takes the result, as in torch.
+    product that recomputes exactly under any checkpointing strategy.
     """
-    if inplace and training:
-        return _in_place("dropout", x, True, lambda t: dropout(t, p, training))
     fn = "dropout"
     x = _float_input(fn, x)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
@@ -149,23 +145,17 @@ def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int)
 
 def dropout1d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero whole channels of ``[N, C, L]`` (or unbatched ``[C, L]``)."""
-    if inplace and training:
-        return _in_place("dropout1d", x, True, lambda t: dropout1d(t, p, training))
     return _feature_dropout("dropout1d", x, p, training, 1)
 
 
 def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero whole channels of ``[N, C, H, W]`` (torch's ``dropout2d``: dimension 1 is the
     channels at every rank, so ``[N, C, L]`` drops ``[L]`` rows and ``[N, C]`` elements)."""
-    if inplace and training:
-        return _in_place("dropout2d", x, True, lambda t: dropout2d(t, p, training))
     return _feature_dropout("dropout2d", x, p, training, 2)
 
 
 def dropout3d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero whole channels of ``[N, C, D, H, W]``; other ranks are unbatched ``[C, *]``."""
-    if inplace and training:
-        return _in_place("dropout3d", x, True, lambda t: dropout3d(t, p, training))
     return _feature_dropout("dropout3d", x, p, training, 3)
 
 
@@ -199,8 +189,6 @@ def alpha_dropout(
     x: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
 ) -> Tensor:
     """Dropout for self-normalizing (SELU) networks: the identity unless ``training``."""
-    if inplace and training:
-        return _in_place("alpha_dropout", x, True, lambda t: alpha_dropout(t, p, training))
     return _alpha_dropout("alpha_dropout", x, p, training, False)
 
 
@@ -208,10 +196,6 @@ def feature_alpha_dropout(
     x: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
 ) -> Tensor:
     """:func:`alpha_dropout` of whole channels of ``[N, C, *]`` inputs."""
-    if inplace and training:
-        return _in_place(
-            "feature_alpha_dropout", x, True, lambda t: feature_alpha_dropout(t, p, training)
-        )
     return _alpha_dropout("feature_alpha_dropout", x, p, training, True)
 
 

@@ -1,7 +1,6 @@
 """Activation modules, with PyTorch's constructor arguments: ``ReLU``, ``GELU``, ``SiLU``,
-``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True``
-makes the input hold the result, as in torch: ``x + block(x)``, ``block`` opening with
-``nn.ReLU(True)``, adds the rectified ``x``). ``MultiheadAttention`` is
+``Tanh``, ``Sigmoid``, ``Softmax``, ``LeakyReLU``, ``PReLU``, ``ELU``... (``inplace=True`` is
+accepted and nothing is modified in place: API.md section 8). ``MultiheadAttention`` is
 importable from here too, torch's path for it (its home is :mod:`.attention`)."""
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ class ReLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x, self.inplace)
+        return F.relu(x)
 
 
 class GELU(Module):
@@ -90,7 +89,7 @@ class SiLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.silu(x, self.inplace)
+        return F.silu(x)
 
 
 class Tanh(Module):
@@ -109,16 +108,13 @@ class Sigmoid(Module):
 
 class _Elementwise(Module):
     """An activation with no parameters: ``forward`` is :attr:`_fn` with the stored keyword
-    arguments, and ``inplace`` where the layer has it (see the module docstring)."""
+    arguments (``inplace`` accepted, see the module docstring)."""
 
     _fn: Any = None
     _fields: tuple[str, ...] = ()
 
     def forward(self, x: Tensor) -> Tensor:
-        fields = (getattr(self, f) for f in self._fields)
-        if getattr(self, "inplace", False):
-            return type(self)._fn(x, *fields, inplace=True)
-        return type(self)._fn(x, *fields)
+        return type(self)._fn(x, *(getattr(self, f) for f in self._fields))
 
     def extra_repr(self) -> str:
         return ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
@@ -325,7 +321,7 @@ class RReLU(Module):
         self.lower, self.upper, self.inplace = lower, upper, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rrelu(x, self.lower, self.upper, self.training, self.inplace)
+        return F.rrelu(x, self.lower, self.upper, self.training)
 
     def extra_repr(self) -> str:
         return f"lower={self.lower}, upper={self.upper}"

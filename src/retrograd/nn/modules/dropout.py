@@ -1,6 +1,6 @@
 """Dropout layers: ``Dropout`` (elements), ``Dropout1d/2d/3d`` (whole channels),
 ``AlphaDropout`` and ``FeatureAlphaDropout`` (SELU networks'), the
-identity in eval mode (``inplace=True`` makes the input hold the result, as in torch)."""
+identity in eval mode (``inplace=True`` is accepted: nothing is modified in place)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = [
 
 class Dropout(Module):
     """Zero each element with probability ``p`` in training mode; the identity in eval mode.
-    With ``inplace=True`` the input takes the result, as in torch.
+    ``inplace=True`` is accepted (nothing is modified in place).
 
     >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
     [[1.0, 1.0], [1.0, 1.0]]
@@ -38,8 +38,6 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.inplace:
-            return self._fn(x, self.p, self.training, inplace=True)
         return self._fn(x, self.p, self.training)
 
     def extra_repr(self) -> str:
