@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from ..backend.protocol import default_float_dtype
 from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, lift
 from .creation import tensor, zeros
-from .functions import _method
+from .functions import _method, lift_input
 from .shape import cat, stack
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<name>(*args, **kwargs)``
@@ -143,6 +144,25 @@ def cartesian_prod(*tensors: Any) -> Any:
         return tensors[0]
     grids = meshgrid(*tensors, indexing="ij")
     return stack([g.reshape((-1,)) for g in grids], 1)
+
+
+def vander(x: Any, N: int | None = None, increasing: bool = False) -> Any:  # noqa: N803
+    """torch's ``vander``: ``[len(x), N]`` of the powers of the 1-d ``x``, ``x**(N-1)`` first
+    (``increasing``: ``x**0`` first); ``N`` defaults to ``len(x)``. The powers are running
+    products, as torch computes them (so their rounding and gradient are torch's)."""
+    x = lift_input("vander", x)
+    if x.ndim != 1:
+        raise ShapeError(f"vander: x must be a 1-d tensor, got shape {shape_text(x.shape)}")
+    n = x.shape[0] if N is None else N
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise InvalidArgumentError(f"vander: N must be a non-negative int, got {N!r}")
+    if x.dtype == "bool":
+        x = x.cast("int64")
+    if n == 0:
+        return x.reshape((-1, 1))[:, :0]
+    ones = x.reshape((-1, 1)).ones_like()
+    powers = cat([ones, x.reshape((-1, 1)).expand((x.shape[0], n - 1))], 1).cumprod(1)
+    return powers if increasing else powers.flip((1,))
 
 
 def combinations(input: Any, r: int = 2, with_replacement: bool = False) -> Any:  # noqa: A002
@@ -423,5 +443,6 @@ __all__ = sorted(
         "tensordot",
         "tril_indices",
         "triu_indices",
+        "vander",
     }
 )

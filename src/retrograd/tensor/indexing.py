@@ -116,6 +116,7 @@ class IndexingMixin:
     def index_add(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
         """A copy with ``alpha * source`` added at ``index`` along ``dim`` (torch's
         ``index_add``; repeated indices accumulate)."""
+        _same_dtype("index_add", self, source)
         source = lift(self, source, "index_add")
         if alpha != 1:
             source = source * alpha
@@ -123,6 +124,7 @@ class IndexingMixin:
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
         """A copy with ``source`` written at ``index`` along ``dim``."""
+        _same_dtype("index_copy", self, source)
         return self.select_assign(dim, _one_dim(index), source, "assign")
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Any:
@@ -183,6 +185,7 @@ class IndexingMixin:
     def masked_scatter(self, mask: Any, source: Any) -> Any:
         """A copy with the elements where ``mask`` is true taken, in order, from ``source``."""
         mask = _mask_tensor("masked_scatter", self, mask)
+        _same_dtype("masked_scatter", self, source)
         source = lift(self, source, "masked_scatter")
         shape = tuple(np.broadcast_shapes(self.shape, mask.shape))  # torch broadcasts both
         x = self if self.shape == shape else self.expand(shape)
@@ -237,6 +240,7 @@ class IndexingMixin:
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
+        _same_dtype("put", self, source)
         source = lift(self, source, "put")
         index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
         flat = self.reshape(-1).select_assign(
@@ -289,7 +293,8 @@ class IndexingMixin:
         ``index`` along ``dim`` (``reduce="add"`` adds instead); Burn's form names the update,
         ``scatter(dim, indices, values, "add" | "assign")``. ``src`` may be larger than
         ``index`` (its leading part is used, as torch uses it)."""
-        if update is None:
+        if update is None:  # torch's form, which refuses a src of another dtype
+            _same_dtype("scatter", self, src)
             if reduce not in (None, "add"):
                 raise InvalidArgumentError(
                     f"scatter: reduce={reduce!r} is not supported (only 'add')"
@@ -309,6 +314,7 @@ class IndexingMixin:
 
     def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
         """A copy with ``src`` added at ``index`` along ``dim``."""
+        _same_dtype("scatter_add", self, src)
         return self._scatter(dim, index, src, "add")
 
     def _scatter(self, dim: int, indices: Any, values: Any, update: str) -> Any:
@@ -734,3 +740,12 @@ def _one_dim(index: Any) -> Any:
     if isinstance(index, TensorBase) and index.ndim == 0:
         return index.reshape((1,))
     return index
+
+
+def _same_dtype(op: str, x: Any, source: Any) -> None:
+    """torch's refusal of a source tensor of another dtype (these ops do not promote)."""
+    if isinstance(source, TensorBase) and source.dtype != x.dtype:
+        raise DTypeError(
+            f"{op}: self ({x.dtype}) and source ({source.dtype}) must have the same dtype, "
+            "as in torch; cast one of them"
+        )

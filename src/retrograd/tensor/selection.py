@@ -267,15 +267,17 @@ class SelectionMixin:
     def scatter_reduce(
         self, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True
     ) -> Any:
-        """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"mean"``,
-        ``"amax"`` or ``"amin"`` (torch's ``"prod"`` is refused). ``amax``/``amin`` split the
-        gradient evenly among the values that tie for the result, as torch's backward does."""
+        """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"prod"``,
+        ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
+        among the values that tie for the result, as torch's backward does."""
         if reduce in ("amax", "amin"):
             return self._scatter_extreme(dim, index, src, reduce, include_self)
+        if reduce == "prod":
+            return self._scatter_product(dim, index, src, include_self)
         if reduce not in ("sum", "mean"):
             raise InvalidArgumentError(
-                f"scatter_reduce: reduce={reduce!r} is not supported (only 'sum', 'mean', "
-                "'amax' and 'amin')"
+                f"scatter_reduce: reduce={reduce!r} is not supported (only 'sum', 'prod', "
+                "'mean', 'amax' and 'amin')"
             )
         base = self if include_self else self.scatter(dim, index, value=0)
         total = base.scatter_add(dim, index, src)
@@ -313,11 +315,7 @@ class SelectionMixin:
         else:
             info = np.iinfo(np.int64)
             base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)
-        grids = np.indices(index.shape, dtype=np.int64).reshape(index.ndim, -1).T
-        positions = self._host(grids, "int64").reshape((*index.shape, index.ndim))
-        column = self._host(np.arange(index.ndim) == d, "bool")
-        positions = positions.mask_where(column, index.unsqueeze(-1))
-        result = base.scatter_nd(positions, src.detach(), extreme)
+        result = base.scatter_nd(self._scatter_positions(d, index), src.detach(), extreme)
         tracked = [t for t in (self, src) if t.requires_grad]
         if not tracked or self.dtype not in FLOAT_DTYPES:
             return result
@@ -339,6 +337,27 @@ class SelectionMixin:
             share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
             out = out.scatter_add(d, index, share / count.gather(d, index))
         return out
+
+    def _scatter_product(self, dim: int, index: Any, src: Any, include_self: bool) -> Any:
+        """:meth:`scatter_reduce`'s ``prod``: :meth:`scatter_nd`'s ``"mul"`` over each index
+        entry's full position, so the gradient is the product of the other factors, zeros
+        included (torch's)."""
+        op = "scatter_reduce"
+        d = normalize_dim(op, dim, self.ndim)
+        index, src = lift(self, index, op), lift(self, src, op)
+        self.detach().scatter_add(d, index, src.detach())  # torch's checks
+        if src.shape != index.shape:  # torch reads src only where index has entries
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        base = self if include_self else self.scatter(d, index, value=1)
+        return base.scatter_nd(self._scatter_positions(d, index), src, "mul")
+
+    def _scatter_positions(self, d: int, index: Any) -> Any:
+        """``[*index.shape, ndim]``: the full position each entry of ``index`` along ``d``
+        names (its own coordinates, with the index in place of dimension ``d``)."""
+        grids = np.indices(index.shape, dtype=np.int64).reshape(index.ndim, -1).T
+        positions = self._host(grids, "int64").reshape((*index.shape, index.ndim))
+        column = self._host(np.arange(index.ndim) == d, "bool")
+        return positions.mask_where(column, index.unsqueeze(-1))
 
     def gather_nd(self, indices: Any) -> Any:
         """Burn's ``gather_nd``: ``indices`` (int64 ``[*batch, k]``) names a position in the
