@@ -208,6 +208,18 @@ def test_balanced_checkpointing_recomputations_are_part_of_the_recording():
     assert counts["balanced"] > counts["none"]
 
 
+def eager_and_replay_peaks(eager, replay) -> dict:
+    """The traced peak of a second run of each (the first warms caches and the arena)."""
+    peaks = {}
+    for name, run in (("eager", eager), ("replay", replay)):
+        run()
+        tracemalloc.start()
+        run()
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peaks
+
+
 @pytest.mark.numpy_only("tracemalloc sees NumPy's arrays, not torch's allocations")
 def test_replay_memory_is_as_low_as_the_eager_steps():
     rg.seed(0)
@@ -225,13 +237,7 @@ def test_replay_memory_is_as_low_as_the_eager_steps():
     step = rg.capture(train_step, x, state=[opt])
     capture_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    peaks = {}
-    for name, run in (("eager", lambda: train_step(x)), ("replay", lambda: step(x))):
-        run()
-        tracemalloc.start()
-        run()
-        peaks[name] = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+    peaks = eager_and_replay_peaks(lambda: train_step(x), lambda: step(x))
     # equal up to the replay's own bookkeeping (a dict of live values: bytes, not arrays)
     assert peaks["replay"] <= peaks["eager"] * 1.01, peaks
     # the recording holds values weakly: capturing costs what an eager step does, plus the
@@ -300,13 +306,7 @@ def test_a_fused_recomputation_holds_no_more_than_the_eager_step(budget):
         x = rg.random((256, 256))
         assert [train_step(x) for _ in range(2)][-1] > 0
         step = rg.capture(train_step, x, state=[opt])
-        peaks = {}
-        for name, run in (("eager", lambda: train_step(x)), ("replay", lambda: step(x))):
-            run()
-            tracemalloc.start()
-            run()
-            peaks[name] = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
+        peaks = eager_and_replay_peaks(lambda: train_step(x), lambda: step(x))
     assert peaks["replay"] <= peaks["eager"] * 1.01, peaks
 
 
