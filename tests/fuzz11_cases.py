@@ -36,7 +36,8 @@ from fuzz_cases import FLOATS, Case, Operand, _torch, gen, rand_dim, rand_dtype,
 # against the tensor's shape (both libraries see the same shapes, so take the same path)
 VIEWS = {
     "transpose": lambda lib, t, r: t.transpose(r[0] % t.ndim, r[1] % t.ndim) if t.ndim else t,
-    "permute": lambda lib, t, r: t.permute(*reversed(range(t.ndim))),
+    # (a tuple: torch's permute() of a 0-d tensor wants one, it refuses no argument at all)
+    "permute": lambda lib, t, r: t.permute(tuple(reversed(range(t.ndim)))),
     "narrow": lambda lib, t, r: (
         t.narrow(d := r[0] % t.ndim, r[1] % max(t.shape[d], 1), 0) if t.ndim else t
     ),
@@ -107,6 +108,28 @@ WRITES = {
     "iadd": None,
     "imul": None,
 }
+
+
+def _under_no_grad(write):
+    def run(lib, y, t):
+        with lib.no_grad():
+            write(lib, y, t)
+
+    return run
+
+
+# writes the graph does not record: under no_grad into the leaf y (whole, or through a view
+# of it), and through detach() into a live tensor t (its values change, its place in the
+# graph stays)
+OUTSIDE_WRITES = {
+    "leaf_mul_": _under_no_grad(lambda lib, y, t: y.mul_(1.5)),
+    "leaf_view_add_": _under_no_grad(lambda lib, y, t: y[..., :1].add_(0.5) if y.ndim else y),
+    "leaf_setitem": _under_no_grad(lambda lib, y, t: y.__setitem__(0, -1.0) if y.ndim else y),
+    # (not t.data.mul_: torch's .data write bypasses the version check, and a backward that
+    # saved t, as exp_ or tanh_ save their output, then reads the new values; retrograd's
+    # saved values never change, API.md section 10)
+    "detach_add_": lambda lib, y, t: t.detach().add_(1) if t.is_floating_point() else t,
+}
 OUT_OF_PLACE = {
     "mul_y": lambda lib, t, y: t * y,
     "sin": lambda lib, t, y: t.sin(),
@@ -149,7 +172,7 @@ def _prog_views(rng):
         elif kind == "op":
             steps.append(("op", str(rng.choice(sorted(OUT_OF_PLACE))), r))
         else:
-            steps.append(("nograd", "mul_", r))
+            steps.append(("nograd", str(rng.choice(sorted(OUTSIDE_WRITES))), r))
     dtype = "float64" if rng.random() < 0.85 else str(rng.choice(["float32", "int64"]))
 
     def fn(lib, x, y):
@@ -172,8 +195,7 @@ def _prog_views(rng):
             elif kind == "op":
                 live.append((OUT_OF_PLACE[name](lib, t, _partner(lib, y, t.shape)), True))
             elif kind == "nograd":
-                with lib.no_grad():
-                    y.mul_(1.5)
+                OUTSIDE_WRITES[name](lib, y, t)
             elif writable:
                 o = _partner(lib, y, t.shape).to(t.dtype)
                 _write(name, lib, t, o)
