@@ -1095,3 +1095,250 @@ def _compose_chain(rng):
         fn,
         rtol=1e-6,
     )
+
+
+# ---- einsum equations ---------------------------------------------------------------------
+
+EINSUM = [
+    "ii->i", "ii", "ij->ji", "ij,jk->ik", "ij,ij->", "i,j->ij", "bij,bjk->bik",
+    "...ij,...jk->...ik", "ij->", "iij->j", "ijk->kji", "i,i->i", "ij,j->i", "ab,cd->abcd",
+    "aab->ab", "i,i,i->", "...i,...i->...", "ij,kj->ik", "ij,jk", "ba,ab", "i...->...",
+    "bn,anm,bm->ba", "ij,ij->ij", "ii->", "ijj->ij", "a,a->", "...,...->...", "i->",
+]  # fmt: skip
+
+
+def _einsum_shapes(rng, equation):
+    lhs = equation.split("->")[0]
+    sizes = {c: int(rng.choice([0, 1, 2, 3], p=[0.05, 0.25, 0.35, 0.35])) for c in "abcdijkmn"}
+    ellipsis = tuple(int(rng.integers(1, 3)) for _ in range(int(rng.integers(0, 3))))
+    shapes = []
+    for term in lhs.split(","):
+        dims = []
+        for part in term.split("..."):
+            dims.append(tuple(sizes[c] for c in part))
+        shape = dims[0] + (ellipsis + dims[1] if len(dims) > 1 else ())
+        if len(dims) > 1 and ellipsis and rng.random() < 0.3:  # a broadcast ellipsis
+            shape = dims[0] + (1,) * len(ellipsis) + dims[1]
+        shapes.append(shape)
+    return shapes
+
+
+@gen("einsum_eq")
+def _einsum_eq(rng):
+    """einsum: traces, diagonals, repeated letters, ellipses that broadcast, implicit
+    outputs, three operands, dtypes mixed (torch refuses some mixes)."""
+    equation = EINSUM[int(rng.integers(len(EINSUM)))]
+    shapes = _einsum_shapes(rng, equation)
+    if rng.random() < 0.1 and len(shapes) > 1:  # a size mismatch: both refuse
+        shapes[0] = shapes[0][:-1] + (shapes[0][-1] + 1,) if shapes[0] else (1,)
+    dt = rand_dtype(rng, ["float64", "float64", "float32", "int64"])
+    mixed = rng.random() < 0.1 and not any(0 in s for s in shapes)
+    # (not mixed with an empty operand: torch's batched kernels skip their dtype check then,
+    # see matmul in fuzz_cases)
+    ops = [Operand(s, "float64" if mixed and k == 0 else dt) for k, s in enumerate(shapes)]
+    return Case(
+        f"einsum {equation} {shapes}",
+        ops,
+        lambda lib, *xs: lib.einsum(equation, *xs),
+        rtol=1e-5 if dt == "float32" else None,
+    )
+
+
+# ---- grid_sample, affine_grid, 3-d pooling, pixel shuffles ------------------------------
+
+
+@gen("nnf2_grid_sample")
+def _nnf2_grid_sample(rng):
+    """grid_sample's modes, padding modes and align_corners on 4-d inputs (5-d inputs and
+    mode 'bicubic' are refused, documented limitations)."""
+    nd = 2
+    mode = str(rng.choice(["bilinear", "nearest"]))
+    pad = str(rng.choice(["zeros", "border", "reflection"]))
+    align = bool(rng.random() < 0.5)
+    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    spatial = tuple(int(rng.integers(1, 5)) for _ in range(nd))
+    out = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    grid = Operand(
+        (n, *out, nd), "float64", values=[-1.3, -1.0, -0.6, -0.25, 0.0, 0.3, 0.55, 1.0, 1.2, 0.8]
+    )
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    if dt == "float32":
+        grid.dtype = "float32"
+    return Case(
+        f"grid_sample{nd}d {mode} {pad} align={align} x{(n, c, *spatial)} out{out}",
+        [Operand((n, c, *spatial), dt), grid],
+        lambda lib, x, g: _f(lib).grid_sample(
+            x, g, mode=mode, padding_mode=pad, align_corners=align
+        ),
+        rtol=1e-4 if dt == "float32" else 1e-7,
+    )
+
+
+@gen("nnf2_affine_grid")
+def _nnf2_affine_grid(rng):
+    nd = 2 if rng.random() < 0.7 else 3
+    n = int(rng.integers(1, 3))
+    size = (n, int(rng.integers(1, 3))) + tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    align = bool(rng.random() < 0.5)
+    sample = bool(rng.random() < 0.5) and nd == 2  # (5-d grid_sample: see above)
+
+    def fn(lib, theta, x):
+        grid = _f(lib).affine_grid(theta, size, align_corners=align)
+        if sample:
+            return _f(lib).grid_sample(x, grid, align_corners=align)
+        return grid
+
+    return Case(
+        f"affine_grid{nd}d size={size} align={align} sample={sample}",
+        # (values that put no sampling point exactly on a pixel: the bilinear gradient there
+        # takes one side or the other with the last bit of the coordinate)
+        [
+            Operand(
+                (n, nd, nd + 1), "float64", values=[0.37, -0.83, 1.21, 0.59, -0.26, 0.91, -1.13]
+            ),
+            Operand(size, "float64"),
+        ],
+        fn,
+    )
+
+
+@gen("nnf2_pool3d")
+def _nnf2_pool3d(rng):
+    """3-d pooling (max with dilation and indices, avg with divisor_override and
+    count_include_pad, adaptive, lp) and pixel/channel shuffles."""
+    which = str(rng.choice(["max", "avg", "adaptive_max", "adaptive_avg", "lp", "shuffle"]))
+    k, s = int(rng.integers(1, 3)), [None, 1, 2][int(rng.integers(3))]
+    p = int(rng.integers(0, k // 2 + 1))
+    ceil = bool(rng.random() < 0.5)
+    shape = (1, int(rng.integers(1, 3))) + tuple(int(rng.integers(1, 5)) for _ in range(3))
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    op = Operand(shape, dt, distinct=which in ("max", "adaptive_max"))
+    f = _f
+    if which == "max":
+        dil = int(rng.integers(1, 3))
+        p = 0 if dil > 1 else p  # (see nnf_pool: torch's backward there corrupts its heap)
+        fn = lambda lib, x: f(lib).max_pool3d(x, k, s, p, dil, ceil_mode=ceil, return_indices=True)  # noqa: E731
+        name = f"max_pool3d k={k} s={s} p={p} d={dil} ceil={ceil}"
+    elif which == "avg":
+        kw = {"ceil_mode": ceil, "count_include_pad": bool(rng.random() < 0.5)}
+        if rng.random() < 0.4:
+            kw["divisor_override"] = int(rng.integers(1, 4))
+        fn = lambda lib, x: f(lib).avg_pool3d(x, k, s, p, **kw)  # noqa: E731
+        name = f"avg_pool3d k={k} s={s} p={p} {kw}"
+    elif which.startswith("adaptive"):
+        out = tuple(int(rng.integers(1, 4)) for _ in range(3))
+        if rng.random() < 0.3:
+            out = (out[0], None, out[2])
+        fn = lambda lib, x: getattr(f(lib), f"{which}_pool3d")(x, out)  # noqa: E731
+        name = f"{which}_pool3d out={out}"
+    elif which == "lp":
+        norm = [1.0, 2.0][int(rng.integers(2))]
+        op.values = [0.5, 1.0, 2.0, 1.5]
+        fn = lambda lib, x: f(lib).lp_pool3d(x, norm, k, s, ceil_mode=ceil)  # noqa: E731
+        name = f"lp_pool3d p={norm} k={k} s={s} ceil={ceil}"
+    else:
+        r = int(rng.integers(1, 3))
+        kind = str(rng.choice(["pixel_shuffle", "pixel_unshuffle", "channel_shuffle"]))
+        c = int(rng.integers(1, 3)) * (r * r if kind == "pixel_shuffle" else r)
+        shape = (1, c, r * int(rng.integers(1, 3)), r * int(rng.integers(1, 3)))
+        op = Operand(shape, dt)
+        fn = lambda lib, x: getattr(f(lib), kind)(x, r)  # noqa: E731
+        name = f"{kind} r={r}"
+    return Case(f"{name} {op.shape}", [op], fn, rtol=1e-4 if dt == "float32" else None)
+
+
+# ---- more functions with argument grids ---------------------------------------------------
+
+MISC2 = {
+    "cdist": lambda lib, a, b, r: lib.cdist(a, b, p=[0.0, 1.0, 2.0, 3.0, math.inf, 1.5][r % 6]),
+    "cdist_mm": lambda lib, a, b, r: lib.cdist(
+        a, b, compute_mode="use_mm_for_euclid_dist" if r % 2 else "donot_use_mm_for_euclid_dist"
+    ),
+    "dist": lambda lib, a, b, r: lib.dist(a, b, p=[0, 1, 2, math.inf, 3][r % 5]),
+    "trapezoid": lambda lib, a, b, r: lib.trapezoid(a, dx=0.5, dim=r % a.ndim - a.ndim),
+    "trapezoid_x": lambda lib, a, b, r: lib.trapezoid(a, a.cumsum(-1).detach(), dim=-1),
+    "cumulative_trapezoid": lambda lib, a, b, r: lib.cumulative_trapezoid(a, dim=r % a.ndim),
+    "diag_embed": lambda lib, a, b, r: lib.diag_embed(a, offset=r % 3 - 1, dim1=-1, dim2=0),
+    "diagflat": lambda lib, a, b, r: lib.diagflat(a, r % 3 - 1),
+    "block_diag": lambda lib, a, b, r: lib.block_diag(a.reshape(a.shape[0], -1), b[0, 0], b[0]),
+    "cartesian_prod": lambda lib, a, b, r: lib.cartesian_prod(a.flatten()[:3], b.flatten()[:2]),
+    "rot90": lambda lib, a, b, r: lib.rot90(a, r % 5 - 2, [0, -1]),
+    "repeat_interleave": lambda lib, a, b, r: a.repeat_interleave(r % 3, dim=r % a.ndim),
+    "repeat_interleave_t": lambda lib, a, b, r: lib.repeat_interleave(
+        a, lib.arange(a.shape[0]) % 3, dim=0
+    ),
+    "histc": lambda lib, a, b, r: lib.histc(a, bins=r % 4 + 1, min=-1, max=1.5),
+    "tensordot": lambda lib, a, b, r: lib.tensordot(a, b, dims=([0, -1], [0, -1])),
+    "tensordot0": lambda lib, a, b, r: lib.tensordot(a, b[0, 0], dims=0),
+    "combinations": lambda lib, a, b, r: lib.combinations(
+        a.flatten()[:4], r=r % 3 + 1, with_replacement=bool(r % 2)
+    ),
+    "cov": lambda lib, a, b, r: lib.cov(a.reshape(a.shape[0], -1), correction=r % 3),
+    "corrcoef": lambda lib, a, b, r: lib.corrcoef(a.reshape(a.shape[0], -1)),
+    "quantile": lambda lib, a, b, r: lib.quantile(
+        a,
+        0.3,
+        dim=r % a.ndim,
+        keepdim=bool(r % 2),
+        interpolation=["linear", "lower", "higher", "midpoint", "nearest"][r % 5],
+    ),
+    "quantile_t": lambda lib, a, b, r: lib.quantile(
+        a.flatten(), lib.tensor([0.0, 0.5, 1.0], dtype=a.dtype)
+    ),
+    "nanquantile": lambda lib, a, b, r: lib.nanquantile(a, 0.75, dim=-1),
+    "aminmax": lambda lib, a, b, r: tuple(lib.aminmax(a, dim=r % a.ndim, keepdim=bool(r % 2))),
+    "take": lambda lib, a, b, r: lib.take(a, lib.tensor([[0, -1], [1, 0]])),
+    "put_": lambda lib, a, b, r: (a * 1).put_(
+        lib.tensor([0, 1, 0]), b.flatten()[:3].to(a.dtype), accumulate=bool(r % 2)
+    ),
+    "unique_consecutive": lambda lib, a, b, r: lib.unique_consecutive(
+        a.round(), return_inverse=True, return_counts=True, dim=None if r % 2 else 0
+    ),
+    "bincount": lambda lib, a, b, r: lib.bincount(
+        (a.abs() * 2).long().flatten(),
+        weights=b.flatten()[: a.numel()] if r % 2 else None,
+        minlength=r % 4,
+    ),
+    "std_mean": lambda lib, a, b, r: tuple(lib.std_mean(a, dim=r % a.ndim, correction=r % 2)),
+    "var_mean": lambda lib, a, b, r: tuple(lib.var_mean(a, dim=(0, -1), keepdim=True)),
+    "renorm": lambda lib, a, b, r: lib.renorm(a, [1.0, 2.0, 3.0][r % 3], r % a.ndim, 1.0),
+    "triu_indices": lambda lib, a, b, r: lib.triu_indices(a.shape[0], a.shape[-1], r % 3 - 1),
+    "tril_indices": lambda lib, a, b, r: lib.tril_indices(a.shape[-1], a.shape[0] + 1, r % 3 - 1),
+    "addr": lambda lib, a, b, r: lib.addr(
+        a[:, 0] if a.ndim > 1 else a, a.flatten(), b.flatten(), beta=0.5, alpha=2
+    ),
+    "meshgrid": lambda lib, a, b, r: tuple(
+        lib.meshgrid(a.flatten()[:3], b.flatten()[:2], indexing=["ij", "xy"][r % 2])
+    ),
+    "atleast_3d": lambda lib, a, b, r: lib.atleast_3d(a[0]),
+    "logdet": lambda lib, a, b, r: (
+        a.reshape(a.shape[0], -1) @ a.reshape(a.shape[0], -1).mT
+        + lib.eye(a.shape[0], dtype=a.dtype)
+    ).logdet(),
+    "narrow_copy": lambda lib, a, b, r: lib.narrow_copy(a, -1, 0, a.shape[-1] - r % 2),
+    "index_select": lambda lib, a, b, r: lib.index_select(
+        a, r % a.ndim - a.ndim, lib.tensor([0, 0])
+    ),
+}
+
+
+@gen("misc2")
+def _misc2(rng):
+    shape = rand_shape(rng, 2, 3, zero=False)
+    name = sorted(MISC2)[int(rng.integers(len(MISC2)))]
+    dt = rand_dtype(rng, ["float64", "float64", "float32", "int64"])
+    r = int(rng.integers(0, 1000))
+    fn = MISC2[name]
+    bshape = (int(rng.integers(1, 4)),) + shape[1:] if name.startswith(("cdist", "dist")) else shape
+    if name == "dist":
+        bshape = shape
+    return Case(
+        f"misc2 {name} r={r} {shape}",
+        # (no NaN for the quantiles: where torch's gradient goes among NaNs is its sort's)
+        [
+            Operand(shape, dt, special=rng.random() < 0.1 and "quantile" not in name),
+            Operand(bshape, dt),
+        ],
+        lambda lib, a, b: fn(lib, a, b, r),
+        rtol=1e-4 if dt == "float32" else None,
+    )

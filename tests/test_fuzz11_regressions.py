@@ -179,6 +179,65 @@ CASES = {
         lambda lib, x: lib.nn.functional.group_norm(x, 1),
         f64(1.0, 3.0)[None, :, None],
     ),
+    # einsum broadcasts a size-1 dim against the other operand's, contracted ones too
+    "einsum_broadcast_contracted": (
+        lambda lib, a, b: lib.einsum("ij,jk->ik", a, b),
+        RNG.standard_normal((2, 2)),
+        RNG.standard_normal((1, 3)),
+    ),
+    "einsum_broadcast_three": (
+        lambda lib, a, b, c: lib.einsum("i,i,i->", a, b, c),
+        f64(1.0, 2.0),
+        f64(3.0),
+        f64(-0.5),
+    ),
+    "einsum_broadcast_to_empty": (
+        lambda lib, a, b: lib.einsum("ij,ij->", a, b),
+        np.ones((3, 1)),
+        np.ones((3, 0)),
+    ),
+    # bincount keeps float32 weights' dtype (torch 2.13)
+    "bincount_float32_weights": (
+        lambda lib, i, w: lib.bincount(i, weights=w),
+        i64(0, 2, 2),
+        np.array([0.5, 1.5, 2.0], np.float32),
+    ),
+    # a single row is one variable: 0-d
+    "cov_single_row": (lambda lib, a: (lib.cov(a), lib.corrcoef(a)), np.array([[1.0, 2.0, 4.0]])),
+    # cdist: compute_mode taken, integers refused, p = 0 NaN where a difference is NaN
+    "cdist_compute_mode": (
+        lambda lib, a, b: lib.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"),
+        RNG.standard_normal((2, 3)),
+        RNG.standard_normal((4, 3)),
+    ),
+    "cdist_int_refused": (
+        lambda lib, a, b: lib.cdist(a, b),
+        np.ones((2, 3), np.int64),
+        np.ones((1, 3), np.int64),
+    ),
+    "cdist_p0_nan": (
+        lambda lib, a, b: lib.cdist(a, b, p=0),
+        np.array([[np.nan, 1.0], [0.0, 2.0]]),
+        np.array([[0.0, 1.0]]),
+    ),
+    "unique_consecutive_dim": (
+        lambda lib, a: lib.unique_consecutive(a, return_inverse=True, return_counts=True, dim=1),
+        np.array([[1, 1, 2, 2, 1], [3, 3, 0, 0, 3]]),
+    ),
+    # repeats that are all zero: an empty int64 index, not a float one
+    "repeat_interleave_zero_repeats": (
+        lambda lib, a: lib.repeat_interleave(a, lib.tensor([0, 0]), dim=0),
+        np.ones((2, 3)),
+    ),
+    # torch's 3-d average pooling refuses an input smaller than the kernel, padding or not
+    "avg_pool3d_small_input": (
+        lambda lib, x: lib.nn.functional.avg_pool3d(x, 2, 1, 1),
+        np.ones((1, 1, 1, 2, 3)),
+    ),
+    "lp_pool3d_small_input": (
+        lambda lib, x: lib.nn.functional.lp_pool3d(x, 2.0, 2, ceil_mode=True),
+        np.ones((1, 1, 2, 2, 1)),
+    ),
 }
 
 

@@ -65,7 +65,7 @@ GROUPS = {
     # round 11 (tests/fuzz11_cases.py)
     "view_programs": _group("prog_", "compose_"),
     "promotion": _group("promote_", "index_combo"),
-    "linalg_and_special": _group("linalg_", "special_"),
+    "linalg_and_special": _group("linalg_", "special_", "einsum_", "misc2"),
     "nn_argument_grids": _group("nnf2_"),
 }
 EXAMPLES = {
@@ -80,7 +80,7 @@ EXAMPLES = {
     "nn_arguments": 100,
     "view_programs": 60,
     "promotion": 120,
-    "linalg_and_special": 60,
+    "linalg_and_special": 80,
     "nn_argument_grids": 50,
 }
 # Second derivatives (``backward(create_graph=True)``) of the float64 generators, on finite
@@ -90,7 +90,7 @@ SECOND_ORDER = sorted(
     for n in fuzz_cases.GENERATORS
     if n.startswith(
         ("bin_", "un_", "red_", "nnf_", "nn_functional", "view_", "setitem_grad", "prog_")
-        + ("compose_", "linalg_", "special_", "nnf2_", "index_combo")
+        + ("compose_", "linalg_", "special_", "nnf2_", "index_combo", "einsum_", "misc2")
     )
     or n in ("norms", "matrix_norms", "var_correction", "ties", "cumulative", "prod_zeros")
 )

@@ -115,15 +115,16 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
     a = a.permute([sa.index(c) for c in batch + left + summed])
     b = b.permute([sb.index(c) for c in batch + summed + right])
     batch_shape = tuple(size[c] for c in batch)
-    a = a.expand(batch_shape + a.shape[len(batch) :]) if a.shape[: len(batch)] != batch_shape else a
-    b = b.expand(batch_shape + b.shape[len(batch) :]) if b.shape[: len(batch)] != batch_shape else b
+    summed_shape = tuple(size[c] for c in summed)
+    # a size-1 dim broadcasts against the other operand's, batch and contracted alike (torch)
+    a_shape = batch_shape + a.shape[len(batch) : len(batch) + len(left)] + summed_shape
+    b_shape = batch_shape + summed_shape + b.shape[len(batch) + len(summed) :]
+    a = a.expand(a_shape) if a.shape != a_shape else a
+    b = b.expand(b_shape) if b.shape != b_shape else b
     nb = math.prod(batch_shape)
     nl = math.prod(size[c] for c in left)
-    ns = math.prod(size[c] for c in summed)
+    ns = math.prod(summed_shape)
     nr = math.prod(size[c] for c in right)
-    if summed and any(a.shape[len(batch) + len(left) + i] != b.shape[len(batch) + i]
-                      for i in range(len(summed))):  # fmt: skip
-        raise ShapeError("einsum: a contracted subscript has different sizes in two operands")
     if summed:  # a matrix product, as torch's bmm: one dtype, no promotion
         if a.dtype != b.dtype and ns <= 1:  # torch multiplies when nothing real is summed
             a, b = promote(a, b, "einsum")
