@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 
@@ -1341,4 +1342,102 @@ def _misc2(rng):
         ],
         lambda lib, a, b: fn(lib, a, b, r),
         rtol=1e-4 if dt == "float32" else None,
+    )
+
+
+# ---- attention and CTC argument grids ----------------------------------------------------
+
+
+@gen("attn_sdpa")
+def _attn_sdpa(rng):
+    """scaled_dot_product_attention with any bool mask, all-masked rows (NaN) included
+    (first derivatives only: on those rows torch's second ones are 0 where its output is
+    NaN, a region not worth agreeing on)."""
+    return _sdpa_case(rng, open_rows=False)
+
+
+@gen("nnf2_sdpa")
+def _nnf2_sdpa(rng):
+    """scaled_dot_product_attention: bool and float masks that broadcast, is_causal with
+    L != S, scale, enable_gqa, 3-d and 4-d inputs; every row keeps a key."""
+    return _sdpa_case(rng, open_rows=True)
+
+
+def _sdpa_case(rng, open_rows: bool) -> Case:
+    b, h, lq, lk = (int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 4)),
+                    int(rng.integers(1, 4)))  # fmt: skip
+    e, ev = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    gqa = bool(rng.random() < 0.2) and h == 2
+    hk = 1 if gqa else h
+    four = bool(rng.random() < 0.7) or gqa
+    lead, leadk = ((b, h) if four else (b,)), ((b, hk) if four else (b,))
+    mask_kind = str(rng.choice(["none", "bool", "float", "causal"]))
+    kw: dict = {}
+    if rng.random() < 0.3:
+        # (not 0: torch's math path scales the masked scores, -inf * 0, for NaN rows)
+        kw["scale"] = [0.5, 2.0, 1e-3][int(rng.integers(3))]
+    if gqa:
+        kw["enable_gqa"] = True
+    mshape = (lq, lk) if rng.random() < 0.5 else (1,) * (len(lead)) + (lq, lk)
+    dt = rand_dtype(rng, ["float64", "float64", "float32"])
+    ops = [Operand(lead + (lq, e), dt), Operand(leadk + (lk, e), dt), Operand(leadk + (lk, ev), dt)]
+    if mask_kind in ("bool", "float"):
+        ops.append(Operand(mshape, "bool" if mask_kind == "bool" else dt))
+
+    def fn(lib, q, k, v, *mask):
+        f = _f(lib)
+        if mask_kind == "causal":
+            return f.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
+        if open_rows and mask_kind == "bool":
+            mask = (mask[0] | (lib.arange(lk) == 0),)
+        return f.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None, **kw)
+
+    return Case(
+        f"sdpa mask={mask_kind}{mshape} q{ops[0].shape} k{ops[1].shape} v{ops[2].shape} {kw}",
+        ops,
+        fn,
+        rtol=1e-4 if dt == "float32" else 1e-7,
+    )
+
+
+@gen("nnf2_ctc")
+def _nnf2_ctc(rng):
+    """ctc_loss: reductions, blank not 0, zero_infinity, targets too long for the input
+    (an infinite loss), padded and concatenated targets. (An impossible alignment without
+    zero_infinity: torch's gradient is NaN, retrograd's finite, as Burn's test asks,
+    tests/test_burn_ports_2.py: values only then.)"""
+    t_len, n, c = int(rng.integers(1, 6)), int(rng.integers(1, 3)), int(rng.integers(2, 5))
+    blank = int(rng.integers(0, c))
+    labels = [k for k in range(c) if k != blank]
+    s_max = int(rng.integers(1, 4))
+    targets = rng.choice(labels, (n, s_max)).tolist()
+    in_lens = [int(rng.integers(1, t_len + 1)) for _ in range(n)]
+    tg_lens = [int(rng.integers(0, s_max + 1)) for _ in range(n)]
+    red = str(rng.choice(["mean", "sum", "none"]))
+    zero_inf = bool(rng.random() < 0.5)
+    concat = bool(rng.random() < 0.3)
+
+    def fn(lib, x):
+        lp = x.log_softmax(-1)
+        if concat:
+            tg = lib.tensor(
+                [t for row, m in zip(targets, tg_lens) for t in row[:m]], dtype=lib.int64
+            )
+        else:
+            tg = lib.tensor(targets, dtype=lib.int64)
+        return _f(lib).ctc_loss(
+            lp, tg, lib.tensor(in_lens), lib.tensor(tg_lens), blank=blank, reduction=red,
+            zero_infinity=zero_inf,
+        )  # fmt: skip
+
+    feasible = all(
+        i >= m + sum(1 for a, b in itertools.pairwise(row[:m]) if a == b)
+        for row, i, m in zip(targets, in_lens, tg_lens)
+    )
+    return Case(
+        f"ctc T={t_len} N={n} C={c} blank={blank} tg={targets} in={in_lens} len={tg_lens} "
+        f"red={red} zi={zero_inf} concat={concat}",
+        [Operand((t_len, n, c), "float64")],
+        fn,
+        grad=feasible or zero_inf,
     )

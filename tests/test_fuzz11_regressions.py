@@ -238,6 +238,29 @@ CASES = {
         lambda lib, x: lib.nn.functional.lp_pool3d(x, 2.0, 2, ceil_mode=True),
         np.ones((1, 1, 2, 2, 1)),
     ),
+    # scaled_dot_product_attention: enable_gqa, and leading dims that broadcast
+    "sdpa_enable_gqa": (
+        lambda lib, q, k, v: lib.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True
+        ),
+        RNG.standard_normal((1, 4, 3, 2)),
+        RNG.standard_normal((1, 2, 3, 2)),
+        RNG.standard_normal((1, 2, 3, 5)),
+    ),
+    "sdpa_broadcast_heads": (
+        lambda lib, q, k, v: lib.nn.functional.scaled_dot_product_attention(q, k, v),
+        RNG.standard_normal((2, 3, 2, 4)),
+        RNG.standard_normal((2, 1, 5, 4)),
+        RNG.standard_normal((1, 1, 5, 3)),
+    ),
+    "sdpa_gqa_heads_not_dividing": (
+        lambda lib, q, k, v: lib.nn.functional.scaled_dot_product_attention(
+            q, k, v, enable_gqa=True
+        ),
+        RNG.standard_normal((1, 3, 2, 2)),
+        RNG.standard_normal((1, 2, 2, 2)),
+        RNG.standard_normal((1, 2, 2, 2)),
+    ),
 }
 
 

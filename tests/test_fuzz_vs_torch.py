@@ -66,7 +66,7 @@ GROUPS = {
     "view_programs": _group("prog_", "compose_"),
     "promotion": _group("promote_", "index_combo"),
     "linalg_and_special": _group("linalg_", "special_", "einsum_", "misc2"),
-    "nn_argument_grids": _group("nnf2_"),
+    "nn_argument_grids": _group("nnf2_", "attn_"),
 }
 EXAMPLES = {
     "elementwise": 450,
@@ -81,7 +81,7 @@ EXAMPLES = {
     "view_programs": 60,
     "promotion": 120,
     "linalg_and_special": 80,
-    "nn_argument_grids": 50,
+    "nn_argument_grids": 80,
 }
 # Second derivatives (``backward(create_graph=True)``) of the float64 generators, on finite
 # values: infinities make torch's and retrograd's 0 * inf land in different places.
