@@ -29,7 +29,17 @@ import operator
 import numpy as np
 
 import retrograd as rg
-from fuzz_cases import FLOATS, Case, Operand, _torch, gen, rand_dim, rand_dtype, rand_shape
+from fuzz_cases import (
+    FLOATS,
+    GENERATORS,
+    Case,
+    Operand,
+    _torch,
+    gen,
+    rand_dim,
+    rand_dtype,
+    rand_shape,
+)
 
 # ---- programs of views and in-place writes ----------------------------------------------
 
@@ -1441,3 +1451,192 @@ def _nnf2_ctc(rng):
         fn,
         grad=feasible or zero_inf,
     )
+
+
+# ---- modules with torch's parameters ----------------------------------------------------
+
+
+def _module(lib, build, seed: int):
+    """``build(nn)`` for torch (seeded) and retrograd, retrograd's loaded with torch's state
+    dict; both in float64."""
+    torch = _torch()
+    torch.manual_seed(seed)
+    tm = build(torch.nn).double()
+    if lib is torch:
+        return tm
+    rm = build(rg.nn).double()
+    rm.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+    return rm
+
+
+def _state(lib, m):
+    """The module's floating buffers after the call (running statistics)."""
+    return [b for _, b in sorted(m.named_buffers()) if b.is_floating_point()]
+
+
+MODULES = {
+    "mha": lambda rng: _mha_case(rng),
+    "rnn": lambda rng: _rnn_case(rng),
+    "batchnorm": lambda rng: _bn_case(rng),
+    "encoder_layer": lambda rng: _encoder_case(rng),
+}
+
+
+def _mha_case(rng):
+    e, heads = [(4, 2), (4, 1), (6, 3), (2, 2)][int(rng.integers(4))]
+    kdim = [None, 3][int(rng.integers(2))]
+    vdim = [None, 5][int(rng.integers(2))]
+    bias, bias_kv, zero_attn = (bool(rng.random() < 0.5) for _ in range(3))
+    batch_first = bool(rng.random() < 0.5)
+    n, lq, lk = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    need, average = bool(rng.random() < 0.7), bool(rng.random() < 0.5)
+    mask_kind = str(rng.choice(["none", "bool", "float", "padding", "both", "causal"]))
+    seed = int(rng.integers(0, 1000))
+    ek, ev = kdim or e, vdim or e
+    shape = (lambda ln, d: (n, ln, d)) if batch_first else (lambda ln, d: (ln, n, d))
+    masks = rng.random((lq, lk)) < 0.3
+    masks[:, 0] = False  # (every query keeps a key: all-masked rows are NaN in torch)
+    padding = rng.random((n, lk)) < 0.3
+    padding[:, 0] = False
+
+    def fn(lib, q, k, v):
+        m = _module(
+            lib,
+            lambda nn: nn.MultiheadAttention(
+                e, heads, bias=bias, add_bias_kv=bias_kv, add_zero_attn=zero_attn,
+                kdim=kdim, vdim=vdim, batch_first=batch_first,
+            ),
+            seed,
+        )  # fmt: skip
+        kw: dict = {"need_weights": need, "average_attn_weights": average}
+        if mask_kind in ("bool", "both"):
+            kw["attn_mask"] = lib.tensor(masks)
+        if mask_kind == "float":
+            kw["attn_mask"] = lib.tensor(np.where(masks, -1.5, 0.25))
+        if mask_kind in ("padding", "both"):
+            kw["key_padding_mask"] = lib.tensor(padding)
+        if mask_kind == "causal":
+            kw["attn_mask"] = lib.tensor(np.triu(np.ones((lq, lk), bool), 1))
+            kw["is_causal"] = True
+        out, weights = m(q, k, v, **kw)
+        return (out, weights) if need else out
+
+    return Case(
+        f"MultiheadAttention e={e} h={heads} kdim={kdim} vdim={vdim} bias={bias} "
+        f"bias_kv={bias_kv} zero_attn={zero_attn} bf={batch_first} mask={mask_kind} "
+        f"need={need} avg={average} q{shape(lq, e)} k{shape(lk, ek)}",
+        [Operand(shape(lq, e), "float64"), Operand(shape(lk, ek), "float64"),
+         Operand(shape(lk, ev), "float64")],
+        fn,
+    )  # fmt: skip
+
+
+def _rnn_case(rng):
+    kind = str(rng.choice(["RNN", "LSTM", "GRU"]))
+    size, hidden = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    layers, bi = int(rng.integers(1, 3)), bool(rng.random() < 0.5)
+    bias, batch_first = bool(rng.random() < 0.7), bool(rng.random() < 0.5)
+    proj = 0  # (LSTM's proj_size is refused, a documented limitation)
+    extra = {"nonlinearity": str(rng.choice(["tanh", "relu"]))} if kind == "RNN" else {}
+    n, t = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    unbatched = bool(rng.random() < 0.2)
+    x_shape = (t, size) if unbatched else ((n, t, size) if batch_first else (t, n, size))
+    with_state = bool(rng.random() < 0.5)
+    d = 2 if bi else 1
+    h_shape = (layers * d, proj or hidden) if unbatched else (layers * d, n, proj or hidden)
+    c_shape = h_shape[:-1] + (hidden,)
+    seed = int(rng.integers(0, 1000))
+
+    def fn(lib, x, h, c):
+        m = _module(
+            lib,
+            lambda nn: getattr(nn, kind)(
+                size, hidden, layers, bias=bias, batch_first=batch_first, bidirectional=bi,
+                **extra,
+            ),
+            seed,
+        )  # fmt: skip
+        if not with_state:
+            return m(x)
+        return m(x, (h, c) if kind == "LSTM" else h)
+
+    return Case(
+        f"{kind} in={size} h={hidden} layers={layers} bi={bi} bias={bias} bf={batch_first} "
+        f"{extra} x{x_shape} state={with_state}",
+        [Operand(x_shape, "float64"), Operand(h_shape, "float64"), Operand(c_shape, "float64")],
+        fn,
+    )
+
+
+def _bn_case(rng):
+    kind = str(
+        rng.choice(["BatchNorm1d", "BatchNorm2d", "InstanceNorm1d", "GroupNorm", "LayerNorm"])
+    )
+    c = int(rng.integers(1, 4))
+    momentum = [0.1, None, 0.5][int(rng.integers(3))]
+    affine = bool(rng.random() < 0.6)
+    track = bool(rng.random() < 0.7)
+    train = bool(rng.random() < 0.6)
+    calls = int(rng.integers(1, 3))
+    n = int(rng.integers(2, 4))
+    shape = {"BatchNorm1d": (n, c, 2), "BatchNorm2d": (n, c, 2, 2), "InstanceNorm1d": (n, c, 3),
+             "GroupNorm": (n, c * 2, 2), "LayerNorm": (n, 2, c)}[kind]  # fmt: skip
+    seed = int(rng.integers(0, 1000))
+
+    def build(nn):
+        if kind == "GroupNorm":
+            return nn.GroupNorm(2, c * 2, affine=affine)
+        if kind == "LayerNorm":
+            return nn.LayerNorm(c, elementwise_affine=affine, bias=track)
+        return getattr(nn, kind)(c, momentum=momentum, affine=affine, track_running_stats=track)
+
+    def fn(lib, x):
+        m = _module(lib, build, seed)
+        m.train(train)
+        outs = [m(x * (k + 1)) for k in range(calls)]
+        return outs + _state(lib, m)
+
+    return Case(
+        f"{kind} c={c} momentum={momentum} affine={affine} track={track} train={train} "
+        f"calls={calls} {shape}",
+        [Operand(shape, "float64")],
+        fn,
+    )
+
+
+def _encoder_case(rng):
+    d, heads = [(4, 2), (2, 1)][int(rng.integers(2))]
+    ff = int(rng.integers(1, 6))
+    norm_first, batch_first = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+    act = str(rng.choice(["relu", "gelu"]))
+    decoder = bool(rng.random() < 0.4)
+    n, t = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    shape = (n, t, d) if batch_first else (t, n, d)
+    causal = bool(rng.random() < 0.5)
+    seed = int(rng.integers(0, 1000))
+
+    def fn(lib, x, mem):
+        kind = "TransformerDecoderLayer" if decoder else "TransformerEncoderLayer"
+        m = _module(
+            lib,
+            lambda nn: getattr(nn, kind)(
+                d, heads, ff, dropout=0.0, activation=act, batch_first=batch_first,
+                norm_first=norm_first,
+            ),
+            seed,
+        )  # fmt: skip
+        mask = lib.tensor(np.triu(np.ones((t, t), bool), 1)) if causal else None
+        if decoder:
+            return m(x, mem, tgt_mask=mask)
+        return m(x, src_mask=mask)
+
+    return Case(
+        f"{'decoder' if decoder else 'encoder'} d={d} h={heads} ff={ff} nf={norm_first} "
+        f"bf={batch_first} act={act} causal={causal} {shape}",
+        [Operand(shape, "float64"), Operand(shape, "float64")],
+        fn,
+    )
+
+
+for _name, _fn in MODULES.items():
+    GENERATORS["mod_" + _name] = _fn

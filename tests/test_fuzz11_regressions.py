@@ -264,6 +264,23 @@ CASES = {
 }
 
 
+def _instance_norm_momentum_none(lib, x):
+    m = lib.nn.InstanceNorm1d(2, momentum=None, track_running_stats=True, dtype=lib.float64)
+    out = m(x)
+    return out, m.running_mean, m.running_var
+
+
+# a hinge exactly at 0 (x[0] - x[1] == 1): torch's kernel sends no gradient there
+CASES["multilabel_margin_hinge_at_zero"] = (
+    lambda lib, x: lib.nn.functional.multilabel_margin_loss(x, lib.tensor([[1, -1, 0]])),
+    np.array([[0.0, 1.0, 3.0]]),
+)
+CASES["instance_norm_momentum_none"] = (  # torch: momentum 0, the statistics stay
+    _instance_norm_momentum_none,
+    RNG.standard_normal((3, 2, 4)),
+)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_torch(name):
     fn, *arrays = CASES[name]

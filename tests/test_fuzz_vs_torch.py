@@ -66,7 +66,7 @@ GROUPS = {
     "view_programs": _group("prog_", "compose_"),
     "promotion": _group("promote_", "index_combo"),
     "linalg_and_special": _group("linalg_", "special_", "einsum_", "misc2"),
-    "nn_argument_grids": _group("nnf2_", "attn_"),
+    "nn_argument_grids": _group("nnf2_", "attn_", "mod_"),
 }
 EXAMPLES = {
     "elementwise": 450,
