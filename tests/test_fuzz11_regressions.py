@@ -275,6 +275,20 @@ CASES["multilabel_margin_hinge_at_zero"] = (
     lambda lib, x: lib.nn.functional.multilabel_margin_loss(x, lib.tensor([[1, -1, 0]])),
     np.array([[0.0, 1.0, 3.0]]),
 )
+# a zero pivot: torch's triangular solve gives inf and NaN (retrograd refused it as singular),
+# and so does the QR gradient of a rank-deficient matrix (its backward raised)
+CASES["solve_triangular_zero_pivot"] = (
+    lambda lib, a, b: (
+        lib.linalg.solve_triangular(a, b, upper=True),
+        lib.linalg.solve_triangular(a.mT, b.mT, upper=False, left=False),
+    ),
+    np.array([[0.0, 1.0], [0.0, 2.0]]),
+    np.array([[1.0], [2.0]]),
+)
+CASES["qr_rank_deficient_gradient"] = (
+    lambda lib, a: tuple(lib.linalg.qr(a)),
+    np.array([[[0.0, 0.0]]]),
+)
 CASES["instance_norm_momentum_none"] = (  # torch: momentum 0, the statistics stay
     _instance_norm_momentum_none,
     RNG.standard_normal((3, 2, 4)),
