@@ -289,6 +289,11 @@ CASES["qr_rank_deficient_gradient"] = (
     lambda lib, a: tuple(lib.linalg.qr(a)),
     np.array([[[0.0, 0.0]]]),
 )
+# renorm keeps a slice whose norm is NaN (NaN > maxnorm is false), as torch's kernel
+CASES["renorm_nan_slice"] = (
+    lambda lib, a: lib.renorm(a, 2.0, 0, 1.0),
+    np.array([[np.nan, 1.0], [3.0, 4.0]]),
+)
 CASES["instance_norm_momentum_none"] = (  # torch: momentum 0, the statistics stay
     _instance_norm_momentum_none,
     RNG.standard_normal((3, 2, 4)),

@@ -229,8 +229,16 @@ class SelectionMixin:
         if not maxnorm >= 0:
             raise InvalidArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
         others = tuple(i for i in range(self.ndim) if i != d)
-        norms = self.norm(p, others, True) if others else self.abs()
-        factor = (maxnorm / (norms + 1e-7)).mask_fill(norms.lower_equal(maxnorm), 1.0)
+
+        def norm_of(x: Any) -> Any:
+            return x.norm(p, others, True) if others else x.abs()
+
+        # Scaled only where the norm exceeds maxnorm: a slice whose norm is NaN is kept, as
+        # torch's kernel keeps it. The kept slices are zeroed before the differentiable norm,
+        # so that no NaN (or 1 / 0) of theirs reaches the gradient through the masked factor.
+        exceeds = norm_of(self.detach()).greater(maxnorm)
+        norms = norm_of(self.mask_fill(~exceeds, 0.0))
+        factor = (maxnorm / (norms + 1e-7)).mask_fill(~exceeds, 1.0)
         return self * factor
 
     def dist(self, other: Any, p: float = 2) -> Any:
