@@ -294,6 +294,14 @@ CASES["renorm_nan_slice"] = (
     lambda lib, a: lib.renorm(a, 2.0, 0, 1.0),
     np.array([[np.nan, 1.0], [3.0, 4.0]]),
 )
+# a contracted letter of size 1 in one operand: torch sums the other over it first, so a
+# float and an int operand multiply (retrograd refused their mixed dtypes)
+CASES["einsum_size_one_contraction_mixed_dtypes"] = (
+    lambda lib, a, b, c: lib.einsum("bn,anm,bm->ba", a, b, c),
+    np.array([[1.5, -2.0]]),
+    np.full((3, 1, 1), 2, np.int64),
+    np.full((1, 1), 3, np.int64),
+)
 CASES["instance_norm_momentum_none"] = (  # torch: momentum 0, the statistics stay
     _instance_norm_momentum_none,
     RNG.standard_normal((3, 2, 4)),

@@ -112,6 +112,16 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
                     f"einsum: subscript {c!r} has sizes {size[c]} and {n} in different operands"
                 )
             size[c] = n if c not in size or size[c] == 1 else size[c]
+    # a contracted letter of size 1 in one operand broadcasts: the other is summed over it
+    # first (torch's way: then nothing real is contracted over it, so mixed dtypes multiply)
+    for c in summed:
+        na, nb = a.shape[sa.index(c)], b.shape[sb.index(c)]
+        if na != nb and 1 in (na, nb):
+            if na == 1:
+                b = b.sum(sb.index(c), True)
+            else:
+                a = a.sum(sa.index(c), True)
+            size[c] = 1
     a = a.permute([sa.index(c) for c in batch + left + summed])
     b = b.permute([sb.index(c) for c in batch + summed + right])
     batch_shape = tuple(size[c] for c in batch)
