@@ -1356,7 +1356,9 @@ def _misc2(rng):
             Operand(
                 shape,
                 dt,
-                special=rng.random() < 0.1 and "quantile" not in name,
+                # (nor for std_mean/var_mean: torch's one-pass mean of a slice holding inf is
+                # NaN, where mean() gives inf)
+                special=rng.random() < 0.1 and "quantile" not in name and "_mean" not in name,
                 distinct="quantile" in name,
             ),
             Operand(bshape, dt),
