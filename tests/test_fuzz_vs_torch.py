@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fuzz11_cases  # noqa: F401 (registers round 11's generators in fuzz_cases.GENERATORS)
 import fuzz_cases
 
 pytest.importorskip("torch")
@@ -61,6 +62,11 @@ GROUPS = {
         "int_binary",
     ),
     "nn_arguments": _group("nnf_"),
+    # round 11 (tests/fuzz11_cases.py)
+    "view_programs": _group("prog_", "compose_"),
+    "promotion": _group("promote_", "index_combo"),
+    "linalg_and_special": _group("linalg_", "special_", "einsum_", "misc2"),
+    "nn_argument_grids": _group("nnf2_", "attn_", "mod_"),
 }
 EXAMPLES = {
     "elementwise": 450,
@@ -72,13 +78,20 @@ EXAMPLES = {
     "views_written_in_place": 150,
     "numerics": 150,
     "nn_arguments": 100,
+    "view_programs": 60,
+    "promotion": 120,
+    "linalg_and_special": 80,
+    "nn_argument_grids": 80,
 }
 # Second derivatives (``backward(create_graph=True)``) of the float64 generators, on finite
 # values: infinities make torch's and retrograd's 0 * inf land in different places.
 SECOND_ORDER = sorted(
     n
     for n in fuzz_cases.GENERATORS
-    if n.startswith(("bin_", "un_", "red_", "nnf_", "nn_functional", "view_", "setitem_grad"))
+    if n.startswith(
+        ("bin_", "un_", "red_", "nnf_", "nn_functional", "view_", "setitem_grad", "prog_")
+        + ("compose_", "linalg_", "special_", "nnf2_", "index_combo", "einsum_", "misc2")
+    )
     or n in ("norms", "matrix_norms", "var_correction", "ties", "cumulative", "prod_zeros")
 )
 
@@ -127,6 +140,10 @@ test_nn_functional_match_torch = _fuzz_test("nn_functional")
 test_views_written_in_place_match_torch = _fuzz_test("views_written_in_place")
 test_numerics_match_torch = _fuzz_test("numerics")
 test_nn_arguments_match_torch = _fuzz_test("nn_arguments")
+test_view_programs_match_torch = _fuzz_test("view_programs")
+test_promotion_match_torch = _fuzz_test("promotion")
+test_linalg_and_special_match_torch = _fuzz_test("linalg_and_special")
+test_nn_argument_grids_match_torch = _fuzz_test("nn_argument_grids")
 
 
 def _run_second_order(name: str, seed: int) -> None:

@@ -32,6 +32,7 @@ from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim
 from .tensor.creation import _no_out
 from .tensor.norms import matrix_norm, norm, vector_norm
+from .tensor.shape import cat
 
 __all__ = [
     "cholesky",
@@ -398,7 +399,27 @@ def solve_triangular(
         triangle = strict + _identity(matrices)
     else:
         triangle = matrices.triu() if upper else matrices.tril()
-    return solve(triangle, rhs, left=left)
+    try:
+        return solve(triangle, rhs, left=left)
+    except InvalidArgumentError:  # a zero pivot: torch's substitution gives inf and NaN
+        if left:
+            return _substitute(triangle, rhs, upper)
+        return _substitute(triangle.mT, rhs.mT, not upper).mT
+
+
+def _substitute(triangle: Tensor, rhs: Tensor, upper: bool) -> Tensor:
+    """``X`` with ``triangle @ X = rhs`` by back- (``upper``) or forward substitution, one row
+    at a time, dividing by each pivot (a zero one gives inf or NaN, as in torch)."""
+    n = triangle.shape[-1]
+    rows: dict[int, Tensor] = {}
+    for i in reversed(range(n)) if upper else range(n):
+        acc = rhs[..., i : i + 1, :]
+        known = range(i + 1, n) if upper else range(i)
+        if len(known):
+            solved = cat([rows[j] for j in known], -2)
+            acc = acc - triangle[..., i : i + 1, known.start : known.stop] @ solved
+        rows[i] = acc / triangle[..., i : i + 1, i : i + 1]
+    return cat([rows[i] for i in range(n)], -2)
 
 
 def multi_dot(tensors: Sequence[Tensor], *, out: Any = None) -> Tensor:
@@ -535,7 +556,6 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's
     if n == 1:
         return ones
     powers = column.expand(x.shape + (n - 1,)).cumprod(-1)
-    from .tensor.shape import cat
 
     return cat([ones, powers], -1)
 

@@ -1010,8 +1010,27 @@ def _qr_vjp(B, g, x_shape, out, mode):
 
 
 def _solve_upper_transposed(B, r, rhs):
-    """``X`` with ``R X = rhs`` for upper-triangular ``R``: ``(b R^-T)^T = R^-1 b^T``."""
-    return B.solve(r, rhs)
+    """``X`` with ``R X = rhs`` for upper-triangular ``R``: ``(b R^-T)^T = R^-1 b^T``. A
+    singular ``R`` (a rank-deficient input) is solved by back-substitution, dividing by its
+    zero pivots as torch's triangular solve does: inf and NaN, not an error."""
+    try:
+        return B.solve(r, rhs)
+    except InvalidArgumentError:
+        return _back_substitute(B, r, rhs)
+
+
+def _back_substitute(B, r, rhs):
+    """``R X = rhs`` for upper-triangular ``R``, one row of ``X`` at a time from the last."""
+    k = B.shape(r)[-1]
+    lead = (slice(None),) * (len(B.shape(r)) - 2)
+    rows: list = []  # the rows of X solved so far, i + 1 ... k - 1
+    for i in reversed(range(k)):
+        acc = B.slice(rhs, lead + (slice(i, i + 1), slice(None)))
+        if rows:
+            known = B.cat(rows, len(B.shape(r)) - 2)
+            acc = B.sub(acc, B.matmul(B.slice(r, lead + (slice(i, i + 1), slice(i + 1, k))), known))
+        rows.insert(0, B.div(acc, B.slice(r, lead + (slice(i, i + 1), slice(i, i + 1)))))
+    return B.cat(rows, len(B.shape(r)) - 2)
 
 
 def _matrix_exp_vjp(B, g, x):

@@ -146,6 +146,11 @@ def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
     return result_dtype(a, b)
 
 
+#: torch's dtype for two tensors, 0-d ones by category (for the tensor methods that check a
+#: result's dtype before computing it)
+promoted_dtype = _promoted
+
+
 def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     """The dtype of ``tensor op scalar`` (PyTorch's rule: the tensor's, unless it is wider)."""
     if isinstance(scalar, bool | np.bool_):

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import default_float_dtype
+from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import lift, promote, untracked, wrap
 
 __all__ = [
     "bounded",
+    "check_alpha",
     "check_integer_divisor",
     "erfinv",
     "extremum",
@@ -31,16 +32,37 @@ __all__ = [
 SCALAR_TYPES = (int, float, bool, np.integer, np.floating, np.bool_)
 
 
-def scaled(op: str, other: Any, alpha: Any) -> Any:
-    """``alpha * other`` for ``add``/``sub``'s ``alpha`` (torch refuses a float alpha for ints
-    and a non-bool alpha for bools, as here)."""
-    if isinstance(alpha, float) and isinstance(other, int | bool):
+def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
+    """``alpha * other`` for ``add``/``sub``'s ``alpha``. ``result`` is the dtype of the sum
+    (both operands promoted): torch checks ``alpha`` against it, refusing a float alpha
+    (even ``2.0``) for an integral result and a bool alpha for a non-bool one, and a tensor
+    ``other`` is cast to it before the scaling (``float64 [] + 0.5 * bool [n]`` is float64)."""
+    if result is None:  # (the fused products: their own checks ran)
+        if isinstance(alpha, float) and isinstance(other, int | bool):
+            return other * alpha
+        if (
+            hasattr(other, "dtype")
+            and other.dtype in ("int64", "bool")
+            and isinstance(alpha, float)
+        ):
+            if not float(alpha).is_integer():
+                raise DTypeError(f"{op}: a float alpha ({alpha}) for an integer tensor")
+            alpha = int(alpha)
         return other * alpha
-    if hasattr(other, "dtype") and other.dtype in ("int64", "bool") and isinstance(alpha, float):
-        if not float(alpha).is_integer():
-            raise DTypeError(f"{op}: a float alpha ({alpha}) for an integer tensor")
-        alpha = int(alpha)
+    check_alpha(op, alpha, result)
+    if hasattr(other, "dtype") and other.dtype != result:
+        other = other.cast(result)
     return other * alpha
+
+
+def check_alpha(op: str, alpha: Any, result: str) -> None:
+    """torch's checks of ``add``/``sub``'s ``alpha`` against the result's dtype."""
+    if isinstance(alpha, bool | np.bool_) and result != "bool":
+        raise DTypeError(f"{op}: a bool alpha ({alpha}) is only supported for bool results")
+    if isinstance(alpha, float | np.floating) and result not in FLOAT_DTYPES:
+        raise DTypeError(
+            f"{op}: a float alpha ({alpha}) for an integral ({result}) result, as torch refuses"
+        )
 
 
 def bounded(x: Any, bound: Any, side: str) -> Any:

@@ -96,9 +96,12 @@ class Tensor(
     #: in the instance ``__dict__``, which CPython makes only when a view op first writes
     #: one: until then the class defaults below answer reads, without the exception a
     #: missing slot costs.
+    #: ``_former_keys``: the gradient keys of the leaves this tensor held before in-place
+    #: writes made it a fresh leaf (newest first; see :func:`.views.remember_leaf`).
     __slots__ = ("__dict__",)
     _view: Any = None
     _views: Any = None
+    _former_keys: tuple = ()
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 
@@ -643,19 +646,47 @@ class Tensor(
         it."""
         backend = self._autodiff("grad")
         value = backend.grad(self._prim, _gradients("grad", grads))
+        key = backend.grad_key(self._prim)
+        if self._former_keys:
+            key, value = self._merged_grad(grads, key, value)
         if value is None:
             return None
         out = Tensor(value, grads.backend, self._device)
         # read by views.write at the root; the key, not the leaf: holding the parameter's
         # value would stop an optimizer step from updating it in place (sole_reference)
-        out._grad_sink = (grads, backend.grad_key(self._prim))
+        out._grad_sink = (grads, key)
         return out
+
+    def _merged_grad(self, grads: Any, key: Any, value: Any) -> tuple[Any, Any]:
+        """``(key, gradient)`` of a leaf that in-place writes (under no_grad, or through
+        ``.data``) made a fresh leaf: a graph recorded before a write sent its gradient to the
+        old leaf, torch's to the one tensor. The gradients under this tensor's former keys are
+        added into one entry of ``grads`` (under the newest key found), so that what one
+        reads, replaces or removes is the tensor's whole gradient."""
+        found = [] if value is None else [key]
+        total = value
+        for former in self._former_keys:
+            part = grads.get(former)
+            if part is not None:
+                total = part if total is None else grads.backend.add(total, part)
+                found.append(former)
+        if len(found) > 1:
+            for k in found[1:]:
+                grads.remove(k)
+            grads.replace(found[0], total)
+        return (found[0] if found else key), total
 
     def grad_remove(self, grads: Any) -> Tensor | None:
         """Remove this tensor's gradient from ``grads`` and return it."""
-        value = self._autodiff("grad_remove").grad_remove(
-            self._prim, _gradients("grad_remove", grads)
-        )
+        backend = self._autodiff("grad_remove")
+        _gradients("grad_remove", grads)
+        if self._former_keys:  # (the whole gradient, merged under one key by grad)
+            merged = self.grad(grads)
+            if merged is None:
+                return None
+            grads.remove(merged._grad_sink[1])
+            return Tensor(merged._prim, grads.backend, self._device)
+        value = backend.grad_remove(self._prim, grads)
         return None if value is None else Tensor(value, grads.backend, self._device)
 
     def grad_replace(self, grads: Any, grad: Tensor) -> None:
@@ -673,6 +704,9 @@ class Tensor(
         if grad._backend is not grads.backend:
             value = on_backend(grad, grads.backend, "grad_replace")._prim
         backend.grad_replace(self._prim, grads, value)
+        for former in self._former_keys:  # the new gradient is the tensor's whole one
+            if former in grads:
+                grads.remove(former)
 
     def inner(self) -> Tensor:
         """The same values on the inner backend, without graph."""

@@ -112,18 +112,29 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
                     f"einsum: subscript {c!r} has sizes {size[c]} and {n} in different operands"
                 )
             size[c] = n if c not in size or size[c] == 1 else size[c]
+    # a contracted letter of size 1 in one operand broadcasts: the other is summed over it
+    # first (torch's way: then nothing real is contracted over it, so mixed dtypes multiply)
+    for c in summed:
+        na, nb = a.shape[sa.index(c)], b.shape[sb.index(c)]
+        if na != nb and 1 in (na, nb):
+            if na == 1:
+                b = b.sum(sb.index(c), True)
+            else:
+                a = a.sum(sa.index(c), True)
+            size[c] = 1
     a = a.permute([sa.index(c) for c in batch + left + summed])
     b = b.permute([sb.index(c) for c in batch + summed + right])
     batch_shape = tuple(size[c] for c in batch)
-    a = a.expand(batch_shape + a.shape[len(batch) :]) if a.shape[: len(batch)] != batch_shape else a
-    b = b.expand(batch_shape + b.shape[len(batch) :]) if b.shape[: len(batch)] != batch_shape else b
+    summed_shape = tuple(size[c] for c in summed)
+    # a size-1 dim broadcasts against the other operand's, batch and contracted alike (torch)
+    a_shape = batch_shape + a.shape[len(batch) : len(batch) + len(left)] + summed_shape
+    b_shape = batch_shape + summed_shape + b.shape[len(batch) + len(summed) :]
+    a = a.expand(a_shape) if a.shape != a_shape else a
+    b = b.expand(b_shape) if b.shape != b_shape else b
     nb = math.prod(batch_shape)
     nl = math.prod(size[c] for c in left)
-    ns = math.prod(size[c] for c in summed)
+    ns = math.prod(summed_shape)
     nr = math.prod(size[c] for c in right)
-    if summed and any(a.shape[len(batch) + len(left) + i] != b.shape[len(batch) + i]
-                      for i in range(len(summed))):  # fmt: skip
-        raise ShapeError("einsum: a contracted subscript has different sizes in two operands")
     if summed:  # a matrix product, as torch's bmm: one dtype, no promotion
         if a.dtype != b.dtype and ns <= 1:  # torch multiplies when nothing real is summed
             a, b = promote(a, b, "einsum")

@@ -30,6 +30,7 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    promoted_dtype,
     scalar_dims,
     scalar_dtype,
     untracked,
@@ -37,6 +38,7 @@ from ._dispatch import (
 )
 from .compositions import (
     bounded,
+    check_alpha,
     check_integer_divisor,
     erfinv,
     extremum,
@@ -152,6 +154,22 @@ def _no_bool_subtraction(a: Any, b: Any) -> None:
         )
 
 
+def _given(alpha: Any) -> bool:
+    """Whether ``alpha`` is other than the default 1 (``1.0`` and ``True`` count: torch checks
+    their types against the result's dtype)."""
+    return type(alpha) is not int or alpha != 1
+
+
+def _sum_dtype(a: Any, b: Any) -> str | None:
+    """The dtype of ``a + b`` (torch's promotion), ``None`` where ``b`` is neither a tensor
+    nor a number (it is lifted later, and refused there if it cannot be)."""
+    if isinstance(b, SCALAR_TYPES):
+        return scalar_dtype(a.dtype, b)
+    if hasattr(b, "_prim") and hasattr(b, "dtype"):
+        return promoted_dtype(a.dtype, b.dtype, a.shape, b.shape)
+    return None
+
+
 def _tracked(bound: Any) -> bool:
     return bool(getattr(bound, "requires_grad", False))
 
@@ -190,18 +208,20 @@ class ElementwiseMixin:
     # -- arithmetic ---------------------------------------------------------------------------
     def add(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
-        if alpha != 1 and self.dtype == "bool" and _is_bool(other):
-            # torch: bool + alpha * bool stays bool (a logical or with a true alpha)
-            return self.logical_or(other) if alpha else self.logical_or(False)
-        if alpha != 1:
-            other = scaled("add", other, alpha)
+        if _given(alpha):
+            result = _sum_dtype(self, other)
+            if result == "bool" and _is_bool(other):
+                # torch: bool + alpha * bool stays bool (a logical or with a true alpha)
+                check_alpha("add", alpha, result)
+                return self.logical_or(other) if alpha else self.logical_or(False)
+            other = scaled("add", other, alpha, result)
         return self._apply(ADD, (self, other))
 
     def sub(self, other: Any, *, alpha: Any = 1) -> Any:
         """``self - alpha * other``."""
         _no_bool_subtraction(self, other)
-        if alpha != 1:
-            other = scaled("sub", other, alpha)
+        if _given(alpha):
+            other = scaled("sub", other, alpha, _sum_dtype(self, other))
         return self._apply(SUB, (self, other))
 
     def mul(self, other: Any) -> Any:
@@ -261,11 +281,23 @@ class ElementwiseMixin:
     def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
         """``self + value * tensor1 * tensor2``."""
         product = lift(self, tensor1, "addcmul") * tensor2
+        result = promoted_dtype(self.dtype, product.dtype, self.shape, product.shape)
+        if result == "bool":
+            raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
+        if result not in FLOAT_DTYPES and isinstance(value, float | np.floating):
+            value = int(value)  # torch casts value to the result's dtype, truncating
         return self + (product if value == 1 else product * value)
 
     def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
         """``self + value * tensor1 / tensor2``."""
-        quotient = lift(self, tensor1, "addcdiv") / tensor2
+        tensor1 = lift(self, tensor1, "addcdiv")
+        tensor2 = lift(self, tensor2, "addcdiv")
+        if not tensor1.is_float() and not tensor2.is_float():
+            raise DTypeError(
+                "addcdiv: integer division with addcdiv is not supported (as in torch); "
+                "divide with a float tensor, or use div(..., rounding_mode=...)"
+            )
+        quotient = tensor1 / tensor2
         return self + (quotient if value == 1 else quotient * value)
 
     def lerp(self, end: Any, weight: Any) -> Any:

@@ -482,14 +482,41 @@ def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa:
     return input.std(*args, **kwargs), mean  # std's gradient (0 at zero spread), as torch's
 
 
-def cdist(x1: Any, x2: Any, p: float = 2.0) -> Any:
+_CDIST_MODES = (
+    "use_mm_for_euclid_dist_if_necessary",
+    "use_mm_for_euclid_dist",
+    "donot_use_mm_for_euclid_dist",
+)
+
+
+def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0]) -> Any:
     """Pairwise ``p``-norm distances between the rows of ``x1`` ``[..., P, M]`` and ``x2``
-    ``[..., R, M]``."""
+    ``[..., R, M]``. ``compute_mode`` is checked and otherwise ignored: the distances are
+    always computed from the differences (torch's matrix-product route for p = 2 is faster
+    and less exact; its results agree to rounding)."""
+    if compute_mode not in _CDIST_MODES:
+        raise InvalidArgumentError(
+            f"cdist: {compute_mode!r} is not a valid value for compute_mode (one of "
+            f"{', '.join(_CDIST_MODES)})"
+        )
     if not isinstance(p, numbers.Real) or isinstance(p, bool):
         raise DTypeError(f"cdist: p must be a number, got {p!r}")
     if not p >= 0:
         raise InvalidArgumentError(f"cdist: only supports non-negative p values, got p={p!r}")
+    for name, x in (("x1", x1), ("x2", x2)):
+        if not isinstance(x, TensorBase) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, TensorBase) else type(x).__name__
+            raise DTypeError(f"cdist: only floating point tensors are supported, {name} is {what}")
+        if x.ndim < 2:
+            raise ShapeError(f"cdist: {name} must have at least 2 dimensions, got {x.ndim}")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(
+            f"cdist: x1 {shape_text(x1.shape)} and x2 {shape_text(x2.shape)} must have the same "
+            "number of columns"
+        )
     diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
+    if p == 0:  # torch's kernel: min(ceil(|d|), 1) summed, so a NaN gives NaN (norm: 1)
+        return diff.abs().ceil().clamp(max=1.0).sum(-1)
     return diff.norm(p, dim=-1)
 
 

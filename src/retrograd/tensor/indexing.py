@@ -579,7 +579,10 @@ def _index_tensor(op: str, x: Any, indices: Any, dim: int, one_dim: bool = False
     if isinstance(indices, TensorBase):
         indices = lift(x, indices, op)
     else:  # user's host data: a list or an array
-        indices = from_host(type(x), np.asarray(indices), None, x._backend, x._device)
+        host = np.asarray(indices)
+        if host.size == 0:  # (an empty list: no dtype of its own, float64 to NumPy)
+            host = host.astype(np.int64)
+        indices = from_host(type(x), host, None, x._backend, x._device)
     if indices.dtype != "int64":
         raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
     if one_dim and indices.ndim != 1:

@@ -39,7 +39,7 @@ from ._dispatch import (
     wrap,
 )
 from .dtypes import can_cast
-from .views import outside_graph, refresh, root_of, write
+from .views import outside_graph, refresh, remember_leaf, root_of, write
 
 __all__ = ["InplaceMixin", "assign"]
 
@@ -59,8 +59,9 @@ def assign(
     ``value`` (a tensor of ``target``'s backend or of its inner backend) is cut from any graph
     and, unless ``keep_dtype=False``, cast to ``target``'s dtype; it is moved to ``device``
     (``target``'s own by default), where ``target`` then lives. On an autodiff backend
-    ``target`` stays what it was: a leaf requiring grad if it was one (a fresh leaf, so a
-    gradient of the old value in an earlier ``Gradients`` is not mistaken for one of the new),
+    ``target`` stays what it was: a leaf requiring grad if it was one (a fresh leaf, whose
+    node holds nothing of the old value's; ``target.grad(grads)`` still finds a gradient the
+    old leaf got, as torch's ``.grad`` survives an update, see :func:`.views.remember_leaf`),
     carrying its distributed mark; untracked otherwise, or with ``untrack=True``.
     ``check_shape`` (the default) requires the old shape: a ``ShapeError`` naming ``op``.
     Views of ``target`` see the new value; a ``target`` that is a view writes to its base.
@@ -88,6 +89,8 @@ def assign(
             write(op, target, wrap(target, primitive), True)  # through the view to its base
             return target
         if backend.is_require_grad(old) and not untrack:
+            if check_shape:  # (a value of another shape: the old gradient does not fit)
+                remember_leaf(target, old)
             param_id = backend.param_id(old)
             primitive = (
                 backend.set_distributed(primitive, param_id)
@@ -313,7 +316,10 @@ class InplaceMixin:
                 raise ShapeError(
                     f"fill_: only a 0-d tensor can fill, got shape {shape_text(value.shape)}"
                 )
-            return self._update("fill_", lambda t: lift(t, value, "fill_").expand(t.shape))
+            # torch casts the value to the tensor's dtype, whatever the two are
+            return self._update(
+                "fill_", lambda t: _cast(lift(t, value, "fill_"), t.dtype).expand(t.shape)
+            )
         if not isinstance(value, SCALARS):
             raise DTypeError(f"fill_: expected a number, got {type(value).__name__}")
         return self._update("fill_", lambda t: _filled(t, value))
@@ -525,11 +531,14 @@ SAME_ARGUMENTS = (
     "absolute", "acos", "acosh", "addbmm", "addmm", "addmv", "addr", "arccos", "arccosh",
     "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin", "asinh", "atan", "atan2",
     "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or",
-    "bitwise_right_shift", "bitwise_xor", "copysign", "cosh", "deg2rad", "digamma", "erf",
-    "erfc", "exp2", "expm1", "fix", "fmod", "frac", "gcd", "heaviside", "hypot", "i0",
-    "igamma", "igammac", "index_put", "lcm", "ldexp", "lgamma", "log10", "log1p", "log2",
-    "logit", "mvlgamma", "nan_to_num", "negative", "nextafter", "polygamma", "rad2deg",
-    "renorm", "scatter_reduce", "sgn", "sinc", "sinh", "tan", "xlogy",
+    "bitwise_right_shift", "bitwise_xor", "copysign", "cosh", "cumprod", "cumsum", "deg2rad",
+    "digamma", "divide", "erf", "erfc", "exp2", "expm1", "fix", "floor_divide", "fmod", "frac",
+    "gcd", "greater", "greater_equal", "heaviside", "hypot", "i0", "igamma", "igammac",
+    "index_put", "lcm", "ldexp", "less", "less_equal", "lgamma", "log10", "log1p", "log2",
+    "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "multiply",
+    "mvlgamma", "nan_to_num", "negative", "nextafter", "not_equal", "polygamma", "rad2deg",
+    "renorm", "scatter_reduce", "sgn", "sinc", "sinh", "subtract", "tan", "true_divide",
+    "xlogy",
 )  # fmt: skip
 
 
@@ -568,3 +577,7 @@ def _check_probability(op: str, p: Any) -> None:
     probability = float(p)
     if not 0.0 <= probability <= 1.0:
         raise InvalidArgumentError(f"{op}: p must be in [0, 1], got {p!r}")
+
+
+def _cast(value: Any, dtype: str) -> Any:
+    return value if value.dtype == dtype else value.cast(dtype)

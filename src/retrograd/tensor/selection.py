@@ -199,7 +199,7 @@ class SelectionMixin:
 
     def cov(self, *, correction: int = 1, fweights: Any = None, aweights: Any = None) -> Any:
         """The covariance matrix of the variables in the rows (observations in the columns);
-        a 1-d tensor is one variable (a 0-d result)."""
+        a 1-d tensor or a single row is one variable (a 0-d result, as torch's)."""
         if fweights is not None or aweights is not None:
             raise InvalidArgumentError(
                 "cov: fweights and aweights are not supported; weight the observations first"
@@ -210,7 +210,7 @@ class SelectionMixin:
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         centred = x - x.mean(1, True)
         out = centred.matmul(centred.transpose(0, 1)) / max(x.shape[1] - correction, 0)
-        return out.reshape(()) if self.ndim < 2 else out
+        return out.reshape(()) if x.shape[0] == 1 else out
 
     def corrcoef(self) -> Any:
         """Pearson's correlation coefficients of the rows, clipped to ``[-1, 1]``."""
@@ -229,8 +229,16 @@ class SelectionMixin:
         if not maxnorm >= 0:
             raise InvalidArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
         others = tuple(i for i in range(self.ndim) if i != d)
-        norms = self.norm(p, others, True) if others else self.abs()
-        factor = (maxnorm / (norms + 1e-7)).mask_fill(norms.lower_equal(maxnorm), 1.0)
+
+        def norm_of(x: Any) -> Any:
+            return x.norm(p, others, True) if others else x.abs()
+
+        # Scaled only where the norm exceeds maxnorm: a slice whose norm is NaN is kept, as
+        # torch's kernel keeps it. The kept slices are zeroed before the differentiable norm,
+        # so that no NaN (or 1 / 0) of theirs reaches the gradient through the masked factor.
+        exceeds = norm_of(self.detach()).greater(maxnorm)
+        norms = norm_of(self.mask_fill(~exceeds, 0.0))
+        factor = (maxnorm / (norms + 1e-7)).mask_fill(~exceeds, 1.0)
         return self * factor
 
     def dist(self, other: Any, p: float = 2) -> Any:
@@ -676,17 +684,28 @@ class SelectionMixin:
     def unique_consecutive(
         self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
     ) -> Any:
-        """The values with each run of equal neighbours kept once (flattened; a host read)."""
-        if dim is not None:
-            raise InvalidArgumentError("unique_consecutive: dim= is not supported; flatten first")
-        array = self.numpy().reshape(-1)
-        starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]  # bool, if empty
-        out = [self._host(array[starts], self.dtype)]
+        """The values with each run of equal neighbours kept once (flattened; with ``dim``,
+        the slices along ``dim`` with each run of equal neighbouring slices kept once); a host
+        read, not differentiable, as torch's."""
+        if dim is None:
+            array = self.numpy().reshape(-1)
+            starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]
+            kept = array[starts]
+        else:
+            d = normalize_dim("unique_consecutive", dim, self.ndim)
+            moved = np.moveaxis(self.numpy().reshape(self.shape), d, 0)
+            rows = moved.reshape(moved.shape[0], -1)
+            differs = (rows[1:] != rows[:-1]).any(axis=1)
+            starts = np.concatenate(([True], differs))[: rows.shape[0]]
+            kept = np.moveaxis(moved[starts], 0, d)
+        out = [self._host(np.ascontiguousarray(kept), self.dtype)]
         if return_inverse:
             inverse = np.cumsum(starts) - 1
-            out.append(self._host(inverse.reshape(self.shape), "int64"))
+            shape = self.shape if dim is None else (self.shape[d],)
+            out.append(self._host(inverse.reshape(shape), "int64"))
         if return_counts:
-            out.append(self._host(np.diff(np.append(np.flatnonzero(starts), array.size)), "int64"))
+            counts = np.diff(np.append(np.flatnonzero(starts), starts.size))
+            out.append(self._host(counts, "int64"))
         return tuple(out) if len(out) > 1 else out[0]
 
     def bincount(self, weights: Any = None, minlength: int = 0) -> Any:
@@ -703,9 +722,10 @@ class SelectionMixin:
         if weights is None:
             return self._host(np.bincount(array, minlength=minlength), "int64")
         w = lift(self, weights, "bincount")
+        # torch 2.13: the float weights' own dtype (float32 too), float64 for int or bool ones
         dtype = w.dtype if w.dtype in FLOAT_DTYPES else "float64"
         counts = np.bincount(array, weights=w.numpy().astype(np.float64), minlength=minlength)
-        return self._host(counts, dtype if w.dtype != "float32" else "float64")
+        return self._host(counts, dtype)
 
     def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Any:  # noqa: A002
         """A histogram of ``bins`` equal bins over ``[min, max]`` (the data's range when both

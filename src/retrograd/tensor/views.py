@@ -47,6 +47,7 @@ __all__ = [
     "is_contiguous",
     "link",
     "outside_graph",
+    "remember_leaf",
     "strides_of",
     "unlink",
     "view_strides",
@@ -189,6 +190,7 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
     if backend.is_autodiff:
         old = t._prim
         if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
+            remember_leaf(t, old)
             prim = backend.wrap(backend.inner_value(prim))
             param_id = backend.param_id(old)
             prim = (
@@ -203,6 +205,20 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
     if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
         grads, key = sink
         grads.replace(key, prim)
+
+
+#: How many former leaves a tensor remembers (a gradient recorded before that many in-place
+#: writes to the leaf is no longer found).
+FORMER_LEAVES = 8
+
+
+def remember_leaf(t: Any, old: Any) -> None:
+    """Before a write makes the leaf ``t`` a fresh leaf (its old node keeps the values the
+    graph recorded), remember the old leaf's gradient key: ``t.grad(grads)`` of a graph
+    recorded before the write still finds its gradient, as torch's ``.grad`` would."""
+    key = t._backend.grad_key(old)
+    if key is not None:
+        t._former_keys = (key, *t._former_keys[: FORMER_LEAVES - 1])
 
 
 def _through_data(t: Any, old: Any, value: Any) -> Any:

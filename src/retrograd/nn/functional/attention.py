@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -36,14 +38,17 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """``dropout(softmax(query @ key^T * scale + mask)) @ value``, PyTorch's function.
 
-    ``query`` ``[..., L, E]``, ``key`` ``[..., S, E]``, ``value`` ``[..., S, Ev]`` with equal
-    leading dimensions; ``attn_mask`` broadcastable to ``[..., L, S]``: bool keeps the keys
-    where it is true, float is added to the scores; ``is_causal`` keeps key ``j <= i`` for
-    query ``i`` (top-left aligned, as PyTorch; not together with ``attn_mask``); ``scale``
-    defaults to ``1 / sqrt(E)``; ``dropout_p`` drops probabilities from the seeded generator
+    ``query`` ``[..., L, E]``, ``key`` ``[..., S, E]``, ``value`` ``[..., S, Ev]`` whose
+    leading dimensions broadcast (``enable_gqa``: key and value heads, dim -3, repeated to the
+    query's, grouped-query attention); ``attn_mask`` broadcastable to ``[..., L, S]``: bool
+    keeps the keys where it is true, float is added to the scores; ``is_causal`` keeps key
+    ``j <= i`` for query ``i`` (top-left aligned, as PyTorch; not together with
+    ``attn_mask``); ``scale`` defaults to ``1 / sqrt(E)``; ``dropout_p`` drops probabilities
+    from the seeded generator
     (``rg.seed``). One fused op (the backend's ``attention``): backward keeps the output and
     each row's log-sum-exp, never the ``[..., L, S]`` probabilities. A float mask that requires
     a gradient gets one: the attention is then composed of ordinary ops.
@@ -58,6 +63,20 @@ def scaled_dot_product_attention(
         )
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise DTypeError(f"{fn}: query, key and value must have one float dtype; {shapes}")
+    if enable_gqa and q.ndim >= 3:
+        heads = q.shape[-3]
+        if any(t.shape[-3] == 0 or heads % t.shape[-3] for t in (k, v)):
+            raise ShapeError(
+                f"{fn}: with enable_gqa the key and value heads (dim -3) must divide the "
+                f"query's; {shapes}"
+            )
+        k, v = (t.repeat_interleave(heads // t.shape[-3], dim=-3) for t in (k, v))
+    try:  # torch broadcasts the leading dimensions, as matmul does
+        lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    except ValueError:
+        lead = None
+    if lead is not None:
+        q, k, v = (t if t.shape[:-2] == lead else t.expand(lead + t.shape[-2:]) for t in (q, k, v))
     length, source = q.shape[-2], k.shape[-2]
     if (
         k.shape[:-2] != q.shape[:-2]

@@ -10,7 +10,6 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
-from ...tensor.inplace import assign
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -178,7 +177,10 @@ def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float
     norms = held.norm(p=norm_type, dim=1, keepdim=True)
     used = held.new_zeros((held.shape[0],)).index_fill(0, flat, 1.0).reshape((-1, 1)) > 0
     scale = (max_norm / (norms + 1e-7)).where(used & (norms > max_norm), 1.0)
-    assign(weight, held * scale, "embedding")
+    # through detach(), as torch's renorm runs under no_grad: a weight computed in the graph
+    # keeps its place there (the gradient passes to what it was computed from), a leaf
+    # stays a leaf
+    weight.detach().copy_(held * scale)
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

@@ -473,6 +473,13 @@ def group_norm(
             f"{fn}: {channels} channels cannot be split into num_groups={num_groups!r} groups; "
             f"input {shape_text(x.shape)}"
         )
+    # torch's check (_verify_batch_size of [N * C / G, G, *]): one value in all but the
+    # group dim is refused
+    if x.shape[0] * channels // num_groups * math.prod(x.shape[2:]) == 1:
+        raise InvalidArgumentError(
+            f"{fn}: expected more than 1 value per channel when training, got input "
+            f"{shape_text(x.shape)} in {num_groups} groups"
+        )
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     grouped = x.reshape((x.shape[0], int(num_groups), -1))

@@ -71,6 +71,13 @@ def _avg_pool(
     kernel, stride, padding, _ = _pool_args(
         fn, spatial, x, kernel_size, stride, padding, 1, ceil_mode
     )
+    sizes = x.shape[-spatial:]
+    if spatial == 3 and any(n < k for n, k in zip(sizes, kernel)):
+        # torch's 3-d average pooling compares the unpadded input with the kernel
+        raise ShapeError(
+            f"{fn}: input image {sizes} smaller than kernel size {kernel} (the padding does "
+            "not count, as in torch)"
+        )
     if divisor_override is not None:
         if not isinstance(divisor_override, numbers.Integral) or divisor_override == 0:
             raise InvalidArgumentError(

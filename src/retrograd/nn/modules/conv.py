@@ -94,14 +94,21 @@ class _ConvNd(Module):
     def forward(self, x: Tensor) -> Tensor:
         padding = self.padding
         if self.padding_mode != "zeros":  # torch pads with the mode, then convolves unpadded
-            if isinstance(padding, str):
-                raise InvalidArgumentError(
-                    f"{type(self).__name__}: padding={padding!r} with padding_mode "
-                    f"{self.padding_mode!r} is not supported"
-                )
-            amounts = [n for p in reversed(padding) for n in (p, p)]
-            x = F.pad(x, amounts, mode=_PAD_MODES[self.padding_mode])
-            padding = 0
+            if not isinstance(padding, str):
+                amounts = [n for p in reversed(padding) for n in (p, p)]
+            elif padding == "valid" or (padding == "same" and max(self.stride) == 1):
+                # torch's amounts for a string: 'valid' none, 'same' d * (k - 1) in all,
+                # the odd one at the end (any other string, or 'same' with a stride, is
+                # refused by the convolution itself, as torch refuses it)
+                amounts = []
+                for d, k in reversed(list(zip(self.dilation, self.kernel_size))):
+                    total = d * (k - 1) if padding == "same" else 0
+                    amounts += [total // 2, total - total // 2]
+            else:
+                amounts = None
+            if amounts is not None:
+                x = F.pad(x, amounts, mode=_PAD_MODES[self.padding_mode])
+                padding = 0
         return self._convolution(
             x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
         )

@@ -80,9 +80,11 @@ class _InstanceNorm(Module):
         if unbatched:
             x = x.unsqueeze(0)
         use_input_stats = self.training or not self.track_running_stats
+        # momentum=None: torch passes 0.0 (no cumulative average, unlike the batch norms), so
+        # the running statistics stay where they are
         out = F.instance_norm(
             x, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
-            self.momentum if self.momentum is not None else 0.1, self.eps,
+            self.momentum if self.momentum is not None else 0.0, self.eps,
         )  # fmt: skip
         return out.squeeze(0) if unbatched else out
 
