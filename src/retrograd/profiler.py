@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ContextDecorator
 from typing import Any
 
-from .backend.protocol import PROTOCOL_OPS
+from .backend.protocol import METADATA, PROTOCOL_OPS
 from .context import current_backend
 from .errors import InvalidArgumentError
 
@@ -41,9 +41,6 @@ __all__ = [
     "schedule",
     "tensorboard_trace_handler",
 ]
-
-#: answers from metadata, not work: not timed
-_METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class", "detach"})
 
 
 class ProfilerActivity(enum.Enum):
@@ -349,7 +346,7 @@ class profile:  # noqa: N801  (torch's name)
         backend = current_backend()
         inner = backend.inner if backend.is_autodiff else backend
         for name in PROTOCOL_OPS:
-            if name in _METADATA or name.startswith("_"):
+            if name in METADATA or name.startswith("_"):
                 continue
             method = getattr(inner, name)
             self._saved.append((inner, name, vars(inner).get(name, _MISSING)))

@@ -154,15 +154,16 @@ def backward(
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
     nodes = tape.nodes if create_graph else None
-    for node in tape.run:
-        if node.op is not None:
-            _step(node, rules_backend, grads, checkpointer, nodes)
-            if not retain:
-                _release(node)
+    with inner.arithmetic_warnings_ignored():
+        for node in tape.run:
+            if node.op is not None:
+                _step(node, rules_backend, grads, checkpointer, nodes)
+                if not retain:
+                    _release(node)
 
-    for node in tape.skipped:  # the reads a skipped step would have made
-        for key in node.saved.keys:
-            checkpointer.retrieve(key)
+        for node in tape.skipped:  # the reads a skipped step would have made
+            for key in node.saved.keys:
+                checkpointer.retrieve(key)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:

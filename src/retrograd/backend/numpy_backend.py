@@ -306,6 +306,10 @@ class NumpyBackend(
         if bad.any():
             raise index_error(message(int(indices[bad].flat[0])))
 
+    @staticmethod
+    def arithmetic_warnings_ignored():
+        return np.errstate(all="ignore")
+
     def error_class(self, error):
         if isinstance(error, IndexError):
             return IndexOutOfRangeError

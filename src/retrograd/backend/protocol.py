@@ -31,6 +31,7 @@ layers', the losses' and the special functions' are declared in :mod:`.protocol_
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "DTYPES",
     "FLOAT_DTYPES",
     "ITEMSIZE",
+    "METADATA",
     "PROTOCOL_OPS",
     "Backend",
     "default_float_dtype",
@@ -133,6 +135,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
             *RecurrentProtocol.OPTIONAL_RECURRENT,
             "log_softmax_backward",
             "gather_backward",
+            "arithmetic_warnings_ignored",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -268,6 +271,14 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
         :func:`retrograd.errors.translate` asks this.
         """
         return None
+
+    def arithmetic_warnings_ignored(self) -> contextlib.AbstractContextManager:
+        """A context in which this backend's arithmetic gives IEEE results (``inf``, ``NaN``)
+        without warnings. Backward runs its rules and recomputations in it: a gradient's
+        ``0 * inf`` or ``0 / 0`` is the rule's answer (torch gives the same values silently),
+        and a warning from inside the engine would point at no line the user wrote. Nothing
+        here; the NumPy backend silences NumPy's floating-point warnings."""
+        return contextlib.nullcontext()
 
     # -- elementwise binary, broadcasting -----------------------------------------------------
     add = sub = mul = div = pow = remainder = atan2 = hypot = _required
@@ -733,6 +744,21 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
         dk = self.matmul(self.swap_dims(dscores, -1, -2), q)
         return dq, dk, dv
 
+
+#: Protocol methods that compute no tensor (they answer from shapes, dtypes, devices; ``detach``
+#: of an inner backend is the identity): what wraps every operation (capture's recording, the
+#: profiler's timing) passes them by.
+METADATA = frozenset(
+    {
+        "shape",
+        "dtype",
+        "same_dtype",
+        "device",
+        "error_class",
+        "detach",
+        "arithmetic_warnings_ignored",
+    }
+)
 
 #: Names of the protocol's tensor operations (everything but data/creation/metadata), the
 #: kernels of its bases included.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..autodiff import Gradients
-from ..backend.protocol import PROTOCOL_OPS
+from ..backend.protocol import METADATA, PROTOCOL_OPS
 from ..context import capturing
 from ..errors import AutodiffError
 from ..nn import Module
@@ -26,9 +26,6 @@ from ..optim import Optimizer
 
 __all__ = ["CaptureError", "Patches", "Recorder", "WatchedGradients", "slots_of"]
 
-#: Calls that answer from metadata (shapes, dtypes, devices): not part of the step's work.
-#: (``detach`` on an inner backend is the identity: nothing to record)
-METADATA = frozenset({"shape", "dtype", "same_dtype", "device", "error_class", "detach"})
 #: Calls whose answer depends on tensor values on the host: a replay could not follow them.
 HOST_READS = {
     "to_numpy": "copies a tensor's values to the host (.item(), .tolist(), .numpy(), "
@@ -214,7 +211,7 @@ class Patches:
         recorder = self.recorder
         for backend in self.backends:
             for name in PROTOCOL_OPS:
-                if name in METADATA:
+                if name in METADATA:  # (``detach`` on an inner backend: the identity)
                     continue
                 method = getattr(backend, name)
                 wrap = _refusing_method if name in HOST_READS else _recording_method
@@ -269,8 +266,10 @@ def _module_call(call: Callable, modules: list[tuple[Any, bool]]) -> Callable:
 
 
 def _optimizer_step(recorder: Recorder, step: Callable, on_step: Callable) -> Callable:
-    def recording_step(self: Any, grads: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorder.active():
+    def recording_step(self: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # torch's step() without gradients, or a closure: the step's own answer (its error
+        # says what to write; a closure's backward returns gradients this wrapper then sees)
+        if not recorder.active() or grads is None or callable(grads):
             return step(self, grads, *args, **kwargs)
         return on_step(self, lambda watched: step(self, watched, *args, **kwargs), grads)
 

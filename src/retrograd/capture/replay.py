@@ -183,16 +183,18 @@ class CapturedStep:
         env = self._state_values(entries)
         env.update(zip(self._input_slots, values))
         last = self._last_item
-        for position, item in enumerate(self._items):
-            args = [env.pop(slot) if last[slot] == position else env[slot] for slot in item.ins]
-            if isinstance(item, OptimizerCall):
-                outs = self._run_optimizer(item, args, entries)
-            else:
-                outs = item.run(*args)
-            for slot, value in zip(item.outs, outs):
-                if slot is not None:
-                    env[slot] = value
         backend = self._backend
+        # the step's backward kernels are among these: quiet, as backward is when run eagerly
+        with backend.inner.arithmetic_warnings_ignored():
+            for position, item in enumerate(self._items):
+                args = [env.pop(slot) if last[slot] == position else env[slot] for slot in item.ins]
+                if isinstance(item, OptimizerCall):
+                    outs = self._run_optimizer(item, args, entries)
+                else:
+                    outs = item.run(*args)
+                for slot, value in zip(item.outs, outs):
+                    if slot is not None:
+                        env[slot] = value
         for index, encoded in self._write_back:
             module, name, tensor = entries[index]
             value = env[encoded[1]] if encoded[0] == "s" else encoded[1]

@@ -319,10 +319,12 @@ class Optimizer:
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         state = self.state.get(parameter) or {"step": 0}
         state = {**state, "step": state.get("step", 0) + 1}
-        if in_place:
-            new, self.state[parameter] = self.update(value, grad, state, group, True)
-        else:
-            new, self.state[parameter] = self.update(value, grad, state, group)
+        # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
+        with value.backend.arithmetic_warnings_ignored():
+            if in_place:
+                new, self.state[parameter] = self.update(value, grad, state, group, True)
+            else:
+                new, self.state[parameter] = self.update(value, grad, state, group)
         assign(parameter, new, f"{type(self).__name__}.step")
 
     #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
