@@ -119,7 +119,9 @@ def measure_step_memory(loss_fn: Callable[[], Any], parameters: Sequence[Any]) -
     """Run ``loss_fn()`` (forward) and its ``backward()`` under ``tracemalloc``.
 
     ``parameters`` are the leaves whose gradients are the step's result. Tracing slows the
-    step several times over; measure a step apart from the timed ones.
+    step several times over; measure a step apart from the timed ones. Measure a step that
+    has run before: the first one in a process also allocates what stays for the run
+    (compiled kernels, modules imported on first use), which this counts as the step's.
 
     >>> import retrograd as rg
     >>> w = rg.ones((64, 64)).require_grad()
