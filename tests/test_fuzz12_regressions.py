@@ -222,3 +222,30 @@ def test_optimizer_refuses_a_non_leaf_tensor_as_torch_does():
         fn(rg)
     # leaves that require no gradient are accepted (and left alone), as torch's
     rg.optim.Adam([rg.tensor([1.0])], lr=0.1)
+
+
+# ---- clip_grad_norm_ of order 0 and negative orders --------------------------------------
+
+
+@pytest.mark.parametrize("special", [None, float("inf"), float("nan")])
+@pytest.mark.parametrize("norm_type", [0, -1.0, -2.5, float("-inf"), 0.5, float("inf")])
+def test_clip_grad_norm_of_any_order_matches_torch(norm_type, special):
+    # orders 0 and below were refused; torch's total is then the norm of the per-gradient
+    # norms (3 non-zero gradients: order 0 gives 3, not the count of non-zero entries)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s) for s in [(3,), (2, 2), (1,)]]
+    weights = [rng.standard_normal(a.shape) for a in arrays]
+    weights[1][0, 0] = 0.0 if special is None else special
+
+    def fn(lib):
+        ps = [lib.nn.Parameter(lib.tensor(a)) for a in arrays]
+        loss = sum((p * lib.tensor(w)).sum() for p, w in zip(ps, weights))
+        if lib is torch:
+            loss.backward()
+            total = torch.nn.utils.clip_grad_norm_(ps, 0.5, norm_type=norm_type)
+            return [total] + [p.grad for p in ps]
+        grads = loss.backward()
+        total = rg.nn.utils.clip_grad_norm_(grads, ps, 0.5, norm_type=norm_type, as_tensor=True)
+        return [total] + [p.grad(grads) for p in ps]
+
+    check(Trial(f"clip order {norm_type}", fn))
