@@ -241,17 +241,22 @@ def erfinv(y: Any) -> Any:
         guess = guess.cast(x.dtype)
     if not x.requires_grad:
         return guess
+
     # the gradient through ndtri (erfinv(x) = ndtri((1 + x) / 2) / sqrt(2)), whose rule reads
     # its own output: exact to every order (create_graph), the value staying Newton's. Each
     # half from its own edge, where 1 +- x is exact; at x = +-1 (guess +-inf) the edge is
     # recorded below, and a 0 stands in here so that no inf * 0 reaches its gradient
-    from ..special import ndtri
+    def ndtri(p: Any) -> Any:
+        return p._apply("ndtri", (p,))
 
     edge = untracked(x).abs().equal(1.0)
     safe = x.mask_fill(edge, 0.0)
+    if safe.dtype not in ("float32", "float64"):  # (no half-precision ndtri kernel in torch)
+        safe = safe.cast("float32")
     lower = ndtri(safe * 0.5 + 0.5)
     upper = -ndtri(0.5 - safe * 0.5)
-    through = lower.mask_where(untracked(x).greater(0.0), upper) * (1.0 / math.sqrt(2.0))
+    through = lower.mask_where(untracked(safe).greater(0.0), upper) * (1.0 / math.sqrt(2.0))
+    through = through.cast(x.dtype)
     out = guess + (through - untracked(through))
     if not edge.any().item():
         return out
