@@ -40,13 +40,15 @@ class Adadelta(Optimizer):
                  weight_decay: float = 0.0, **flags: Any):  # fmt: skip
         if not 0.0 <= rho <= 1.0:
             raise InvalidArgumentError(f"Adadelta: rho must be in [0, 1], got {rho!r}")
-        _no_flags("Adadelta", flags)
+        maximize = _no_flags("Adadelta", flags)
         defaults = {"lr": lr, "rho": float(rho), "eps": float(eps),
                     "weight_decay": float(weight_decay)}  # fmt: skip
+        defaults["maximize"] = maximize
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         rho, eps = group["rho"], group["eps"]
         grad = _decayed(value, grad, group["weight_decay"])
         square = state.get("square_avg")
@@ -68,14 +70,16 @@ class Adagrad(Optimizer):
     def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
                  eps: float = 1e-10, **flags: Any):  # fmt: skip
-        _no_flags("Adagrad", flags)
+        maximize = _no_flags("Adagrad", flags)
         defaults = {"lr": lr, "lr_decay": float(lr_decay), "weight_decay": float(weight_decay),
                     "initial_accumulator_value": float(initial_accumulator_value),
                     "eps": float(eps)}  # fmt: skip
+        defaults["maximize"] = maximize
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         step = state["step"]
         grad = _decayed(value, grad, group["weight_decay"])
         clr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
@@ -92,13 +96,15 @@ class Adamax(Optimizer):
 
     def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, **flags: Any):  # fmt: skip
-        _no_flags("Adamax", flags)
+        maximize = _no_flags("Adamax", flags)
         defaults = {"lr": lr, "betas": _check_betas("Adamax", betas), "eps": float(eps),
                     "weight_decay": float(weight_decay)}  # fmt: skip
+        defaults["maximize"] = maximize
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         beta1, beta2 = group["betas"]
         step = state["step"]
         grad = _decayed(value, grad, group["weight_decay"])
@@ -119,14 +125,16 @@ class NAdam(Optimizer):
     def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
-        _no_flags("NAdam", flags)
+        maximize = _no_flags("NAdam", flags)
         defaults = {"lr": lr, "betas": _check_betas("NAdam", betas), "eps": float(eps),
                     "weight_decay": float(weight_decay), "momentum_decay": float(momentum_decay),
                     "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
+        defaults["maximize"] = maximize
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         beta1, beta2 = group["betas"]
         lr, step, decay = group["lr"], state["step"], group["momentum_decay"]
         if group["weight_decay"]:
@@ -161,14 +169,16 @@ class RAdam(Optimizer):
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
-        _no_flags("RAdam", flags)
+        maximize = _no_flags("RAdam", flags)
         defaults = {"lr": lr, "betas": _check_betas("RAdam", betas), "eps": float(eps),
                     "weight_decay": float(weight_decay),
                     "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
+        defaults["maximize"] = maximize
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         beta1, beta2 = group["betas"]
         lr, step = group["lr"], state["step"]
         if group["weight_decay"]:
@@ -196,11 +206,18 @@ class RAdam(Optimizer):
         return value - corrected * lr, state
 
 
-def _no_flags(name: str, flags: dict[str, Any]) -> None:
+def _no_flags(name: str, flags: dict[str, Any]) -> bool:
     """torch's implementation switches (``foreach``, ``fused``...) change nothing here;
-    ``maximize`` and ``capturable``/``differentiable`` are refused."""
+    ``capturable``/``differentiable`` are refused. Returns ``maximize`` (a group setting)."""
     for key in ("foreach", "fused"):
         flags.pop(key, None)
+    maximize = bool(flags.pop("maximize", False))
     unsupported = {k: v for k, v in flags.items() if v}
     if unsupported:
         raise InvalidArgumentError(f"{name}: {sorted(unsupported)} are not supported")
+    return maximize
+
+
+def _ascent(grad: Tensor, group: dict) -> Tensor:
+    """torch's ``maximize``: the gradient negated before anything else of the update."""
+    return -grad if group.get("maximize") else grad

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, full_like, zeros, zeros_like
 from ..tensor.dtypes import default_float_dtype, finfo
-from .adaptive import _decayed, _no_flags
+from .adaptive import _ascent, _decayed, _no_flags
 from .optimizers import Optimizer, State
 
 __all__ = ["ASGD", "Adafactor", "Rprop"]
@@ -50,13 +50,15 @@ class Rprop(Optimizer):
             )
         if not float(lr) >= 0.0:
             raise InvalidArgumentError(f"Rprop: lr must be non-negative, got {lr!r}")
-        _no_flags("Rprop", flags)
+        maximize = _no_flags("Rprop", flags)
         defaults = {"lr": lr, "etas": (etaminus, etaplus),
                     "step_sizes": (float(step_sizes[0]), float(step_sizes[1]))}  # fmt: skip
+        defaults["maximize"] = bool(maximize)
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         etaminus, etaplus = group["etas"]
         low, high = group["step_sizes"]
         prev, step_size = state.get("prev"), state.get("step_size")
@@ -93,13 +95,15 @@ class ASGD(Optimizer):
             raise InvalidArgumentError(
                 f"ASGD: weight_decay must be non-negative, got {weight_decay!r}"
             )
-        _no_flags("ASGD", flags)
+        maximize = _no_flags("ASGD", flags)
         defaults = {"lr": lr, "lambd": float(lambd), "alpha": float(alpha), "t0": float(t0),
                     "weight_decay": float(weight_decay)}  # fmt: skip
+        defaults["maximize"] = bool(maximize)
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         lr, lambd = group["lr"], group["lambd"]
         step = state["step"]
         eta, mu, ax = state.get("eta"), state.get("mu"), state.get("ax")
@@ -150,10 +154,10 @@ class Adafactor(Optimizer):
             raise InvalidArgumentError(
                 f"Adafactor: d (the clipping threshold) must be at least 1, got {d!r}"
             )
-        _no_flags("Adafactor", {"maximize": maximize})
         defaults = {"lr": lr, "beta2_decay": float(beta2_decay),
                     "eps": (None if eps[0] is None else float(eps[0]), float(eps[1])),
                     "d": float(d), "weight_decay": float(weight_decay)}  # fmt: skip
+        defaults["maximize"] = bool(maximize)
         super().__init__(params, defaults)
 
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -165,6 +169,7 @@ class Adafactor(Optimizer):
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
+        grad = _ascent(grad, group)
         lr, step = group["lr"], float(state["step"])
         eps1, eps2 = group["eps"]
         if eps1 is None:

@@ -130,8 +130,8 @@ class ChainedScheduler(_Composite):
     factors of ``ConstantLR``, ``ExponentialLR``, ... multiply; a schedule that sets the rate
     outright, such as ``OneCycleLR``, overrides those before it).
 
-    Made from freshly made schedulers, it sets the learning rates torch's would: each group
-    from its ``initial_lr`` through every member's epoch-0 factor.
+    Made from freshly made schedulers, the learning rates are torch's: each group's
+    ``initial_lr`` through every member's epoch-0 factor, which their constructors applied.
 
     >>> from retrograd import nn, optim
     >>> from retrograd.optim import ConstantLR, ExponentialLR
@@ -148,14 +148,8 @@ class ChainedScheduler(_Composite):
             optimizer = schedulers[0].optimizer
         self._schedulers = _check_members("ChainedScheduler", optimizer, schedulers)
         self.optimizer = optimizer
-        for index, group in enumerate(optimizer.param_groups):
-            lr = group["initial_lr"]
-            for scheduler in self._schedulers:
-                if isinstance(scheduler, _Composite):
-                    lr = group["lr"]
-                else:
-                    lr = scheduler.chained_lr(scheduler.last_epoch, index, lr)
-            group["lr"] = lr
+        # the rates are the ones the members' constructors left, each having scaled the rate
+        # the one before it set (torch's: the chain touches no rate when it is made)
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.base_lr = self.base_lrs[0]
         self.last_epoch = 0

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
@@ -210,6 +210,12 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
+                )
+            if not p.is_leaf:  # torch's refusal: no gradient of its own, never updated
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: can't optimize a non-leaf tensor (the "
+                    f"{shape_text(p.shape)} result of an op on tensors requiring grad); pass "
+                    "the leaf, or a detached copy made a parameter"
                 )
             if id(p) not in seen:  # a tied parameter given twice is one parameter
                 seen.add(id(p))

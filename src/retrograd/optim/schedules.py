@@ -53,7 +53,13 @@ class LRScheduler:
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.base_lr = self.base_lrs[0]
         self.last_epoch = last_epoch
-        self.step()
+        if last_epoch == -1 and self.chainable:
+            # torch's first step is its recursive form, from each group's current rate: a
+            # schedule made over an optimizer restored mid-run (resuming from a checkpoint)
+            # keeps the restored rate rather than going back to ``initial_lr``
+            self.step_chained()
+        else:
+            self.step()
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         """The learning rate at ``epoch`` of a group starting at ``base_lr`` (the first

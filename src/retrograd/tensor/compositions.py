@@ -241,16 +241,23 @@ def erfinv(y: Any) -> Any:
         guess = guess.cast(x.dtype)
     if not x.requires_grad:
         return guess
-    # the last Newton step recorded: its gradient is exactly 1 / erf'(guess). At x = +-1
-    # (guess +-inf) that step is inf * 0: its slope is zeroed there and the edge recorded as
-    # sign(x) * -log(1 - x^2), which is +-inf with torch's infinite gradient
+
+    # the gradient through ndtri (erfinv(x) = ndtri((1 + x) / 2) / sqrt(2)), whose rule reads
+    # its own output: exact to every order (create_graph), the value staying Newton's. Each
+    # half from its own edge, where 1 +- x is exact; at x = +-1 (guess +-inf) the edge is
+    # recorded below, and a 0 stands in here so that no inf * 0 reaches its gradient
+    def ndtri(p: Any) -> Any:
+        return p._apply("ndtri", (p,))
+
     edge = untracked(x).abs().equal(1.0)
-    slope = (_SQRT_PI_HALF * guess.square().exp()).mask_fill(edge, 0.0)
-    # and the second derivative, 2 erfinv(x) slope^2, as half of it times (x - x)^2: zero in
-    # value and in first derivative
-    curvature = (2.0 * guess * slope * slope).mask_fill(edge, 0.0)
-    offset = x - untracked(x)
-    out = guess + (x - guess.erf()) * slope + offset * offset * (0.5 * curvature)
+    safe = x.mask_fill(edge, 0.0)
+    if safe.dtype not in ("float32", "float64"):  # (no half-precision ndtri kernel in torch)
+        safe = safe.cast("float32")
+    lower = ndtri(safe * 0.5 + 0.5)
+    upper = -ndtri(0.5 - safe * 0.5)
+    through = lower.mask_where(untracked(safe).greater(0.0), upper) * (1.0 / math.sqrt(2.0))
+    through = through.cast(x.dtype)
+    out = guess + (through - untracked(through))
     if not edge.any().item():
         return out
     at_edge = x.mask_fill(edge.logical_not(), 0.0)

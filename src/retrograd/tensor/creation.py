@@ -334,6 +334,10 @@ def arange(
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    dtype = _check_dtype("arange", dtype)
+    if dtype == "int64" and all(math.isfinite(v) for v in values):
+        # torch's integer arange truncates the three to integers first (a step of 0.5 is 0)
+        values = [int(v) for v in values]
     start, end, step = values
     if step == 0:
         raise ShapeError("arange: step must not be zero")
@@ -344,7 +348,7 @@ def arange(
             f"arange: start {start} and end {end} are inconsistent with the sign of step {step}"
         )
     integral = all(isinstance(v, numbers.Integral) for v in values)
-    dtype = _check_dtype("arange", dtype) or ("int64" if integral else default_float_dtype())
+    dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
     if integral and dtype == "int64":
         return Tensor(
@@ -352,8 +356,6 @@ def arange(
         )
     count = max(0, math.ceil((end - start) / step))
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
-    if dtype == "int64":
-        host = np.floor(host)
     out = from_host(Tensor, host, dtype, backend, device)
     return _requiring(out, requires_grad)
 
@@ -398,12 +400,13 @@ def torch_linspace(start: float, end: float, steps: int, precision: type) -> np.
 def logspace(
     start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None, **kwargs: Any
 ) -> Tensor:
-    return (
-        linspace(start, end, steps, dtype="float64", **kwargs)
-        .mul(math.log(base))
-        .exp()
-        .cast(_check_dtype("logspace", dtype) or default_float_dtype())
-    )
+    """``base ** linspace(start, end, steps)`` (``torch.logspace``), the powers taken in
+    float64 (``2 ** 3`` exactly 8, where ``exp(3 log 2)`` is 7.999...); for an integer dtype
+    ``start`` and ``end`` are truncated to integers first, as torch's."""
+    dtype = _check_dtype("logspace", dtype) or default_float_dtype()
+    if dtype == "int64":
+        start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
+    return (float(base) ** linspace(start, end, steps, dtype="float64", **kwargs)).cast(dtype)
 
 
 def rand(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,

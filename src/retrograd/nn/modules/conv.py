@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -200,20 +200,45 @@ class ConvTranspose2d(_ConvNd):
         )
 
     def forward(self, x: Tensor, output_size: Any = None) -> Tensor:
-        if output_size is not None:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}: output_size is not supported; set output_padding"
-            )
         return self._transposed_convolution(
             x,
             self.weight,
             self.bias,
             self.stride,
             self.padding,
-            self.output_padding,
+            self._output_padding(x, output_size),
             self.groups,
             self.dilation,
         )
+
+    def _output_padding(self, x: Tensor, output_size: Any) -> tuple[int, ...]:
+        """``output_padding``, or torch's for an ``output_size`` asked of the call: the
+        shape padded past the smallest output ``(in - 1) s - 2 p + d (k - 1) + 1``, which may
+        grow by at most ``s - 1``."""
+        if output_size is None:
+            return tuple(self.output_padding)
+        n = self.spatial
+        leading = 2 if x.ndim == n + 2 else 1
+        sizes = [int(size) for size in output_size]
+        if len(sizes) == leading + n:
+            sizes = sizes[leading:]
+        if len(sizes) != n:
+            raise ShapeError(
+                f"{type(self).__name__}: for a {x.ndim}-d input, output_size must have {n} or "
+                f"{leading + n} elements, got {list(output_size)}"
+            )
+        smallest = [
+            (x.shape[leading + d] - 1) * self.stride[d] - 2 * self.padding[d]
+            + self.dilation[d] * (self.kernel_size[d] - 1) + 1
+            for d in range(n)
+        ]  # fmt: skip
+        largest = [low + self.stride[d] - 1 for d, low in enumerate(smallest)]
+        if any(not low <= size <= high for size, low, high in zip(sizes, smallest, largest)):
+            raise ShapeError(
+                f"{type(self).__name__}: requested an output size of {sizes}, but valid sizes "
+                f"range from {smallest} to {largest} (for an input of {x.shape[leading:]})"
+            )
+        return tuple(size - low for size, low in zip(sizes, smallest))
 
 
 class ConvTranspose1d(ConvTranspose2d):

@@ -73,7 +73,8 @@ def clip_grad_norm_(
     ``parameters`` is a module, a tensor or an iterable of tensors (each object counted once:
     a tied parameter is one parameter). As ``torch.nn.utils.clip_grad_norm_``: the scale is
     ``max_norm / (norm + eps)`` clamped to at most 1, and the gradients in ``grads`` are
-    replaced by the scaled ones; ``norm_type`` may be ``float("inf")``. The norm is accumulated
+    replaced by the scaled ones; ``norm_type`` may be ``float("inf")``, or 0 or negative
+    (then torch's norm of the per-gradient norms). The norm is accumulated
     in float64 whatever the gradients' dtype; it comes back as a Python float, or with
     ``as_tensor`` as a 0-d float64 tensor on the gradients' backend (torch's return type),
     which needs no synchronisation with a device; left unset, ``as_tensor`` is true while
@@ -90,8 +91,8 @@ def clip_grad_norm_(
     """
     _require_gradients("clip_grad_norm_", grads, parameters, max_norm, "max_norm")
     norm_type = float(norm_type)
-    if not norm_type > 0.0:
-        raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be positive, got {norm_type}")
+    if math.isnan(norm_type):
+        raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be a number, got {norm_type}")
     present = _with_gradients(grads, parameters)
     if as_tensor is None:
         as_tensor = capturing.get()
@@ -99,7 +100,12 @@ def clip_grad_norm_(
         return zeros((), "float64") if as_tensor else 0.0
     # One running float64 sum (or max), added in parameter order, without reading each one
     # on the host.
-    if math.isinf(norm_type):
+    if norm_type <= 0.0:
+        # torch's total is the norm of the per-gradient norms: for these orders (a count of
+        # non-zeros, a minimum, negative powers) not the norm of all the entries at once
+        norms = [grad.cast("float64").norm(norm_type) for _, grad in present]
+        total = stack(norms).norm(norm_type)
+    elif math.isinf(norm_type):
         total = stack([grad.abs().max().cast("float64") for _, grad in present]).max()
     else:
         total = None
@@ -107,7 +113,7 @@ def clip_grad_norm_(
             magnitude = grad.square() if norm_type == 2.0 else grad.abs().powf_scalar(norm_type)
             part = magnitude.sum().cast("float64")
             total = part if total is None else total + part
-    if not math.isinf(norm_type):
+    if 0.0 < norm_type < math.inf:
         total = total.sqrt() if norm_type == 2.0 else total.powf_scalar(1.0 / norm_type)
     if error_if_nonfinite and not math.isfinite(float(total.item())):
         raise InvalidArgumentError(
