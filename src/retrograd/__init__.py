@@ -96,6 +96,7 @@ from .defaults import (
 )
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
+from .linalg import lu_unpack  # torch.lu_unpack, top level in torch
 from .runtime_settings import (
     are_deterministic_algorithms_enabled,
     can_cast,
@@ -299,6 +300,7 @@ __all__ += [
     "int8",
     "linspace",
     "load",
+    "lu_unpack",
     "logspace",
     "long",
     "manual_seed",

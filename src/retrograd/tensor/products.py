@@ -142,6 +142,14 @@ class ProductsMixin:
         lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
         return lower.transpose(-2, -1) if upper else lower
 
+    def lu(self, pivot: bool = True, get_infos: bool = False) -> Any:
+        """torch's ``Tensor.lu``: ``(LU, pivots)`` (``rg.linalg.lu_factor_ex``: a singular
+        matrix is factored, not refused), and LAPACK's ``infos`` with ``get_infos``."""
+        from ..linalg import lu_factor_ex  # linalg builds on the tensor API: import at call
+
+        factors = lu_factor_ex(self, pivot=pivot)
+        return tuple(factors) if get_infos else tuple(factors[:2])
+
     def slogdet(self) -> Any:
         """``(sign, logabsdet)`` of each square matrix; the gradient flows through
         ``logabsdet`` (``g A^-T``; a singular matrix has none)."""
