@@ -62,6 +62,7 @@ from .tensor import (
 # isort: split
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
+import sys as _sys
 
 from . import (
     accelerator,
@@ -79,6 +80,7 @@ from . import (
     nested,
     profiler,
     signal,
+    sparse,
     special,
     testing,
     utils,
@@ -189,6 +191,10 @@ inf = _math.inf
 nan = _math.nan
 
 __version__ = "0.1.0"
+
+# torch.sparse carries the torch module (it imports it), and real code reaches the package
+# through it (``torch.sparse.torch.eye(n)``): the same here (sparse may not import the package)
+sparse.torch = _sys.modules[__name__]
 
 
 def __getattr__(name: str):

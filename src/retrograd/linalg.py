@@ -32,6 +32,7 @@ from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim
 from .tensor.creation import _no_out
 from .tensor.norms import matrix_norm, norm, vector_norm
+from .tensor.products import lu_factorize, lu_info
 from .tensor.shape import cat
 
 __all__ = [
@@ -333,16 +334,10 @@ def lu_factor_ex(
     else 0); ``check_errors`` raises for a nonzero one, as :func:`lu_factor` always does."""
     _no_out("linalg.lu_factor_ex", out)
     factors = _lu_factor("linalg.lu_factor_ex", A, pivot)
-    info = _lu_info(factors.LU)
+    info = lu_info(factors.LU)
     if check_errors:
         _check_lu_info("linalg.lu_factor_ex", info)
     return LUFactorExResult(*factors, info)
-
-
-def _lu_info(lu: Tensor) -> Tensor:
-    k = min(lu.shape[-2:])
-    zero = (lu.diagonal(dim1=-2, dim2=-1)[..., :k] == 0).long()
-    return (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
 
 
 def _check_lu_info(op: str, info: Tensor) -> None:
@@ -374,7 +369,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa
     """
     _no_out("linalg.lu_factor", out)
     factors = _lu_factor("linalg.lu_factor", A, pivot)
-    _check_lu_info("linalg.lu_factor", _lu_info(factors.LU))
+    _check_lu_info("linalg.lu_factor", lu_info(factors.LU))
     return factors
 
 
@@ -384,24 +379,7 @@ def _lu_factor(op: str, A: Any, pivot: bool) -> Any:  # noqa: N803 (torch's name
         raise InvalidArgumentError(
             f"{op}: LU without pivoting is not implemented (as torch's on the CPU)"
         )
-    m, n = matrices.shape[-2:]
-    batch = matrices.shape[:-2]
-    rows = matrices.new_tensor(np.arange(m), dtype="int64")
-    lu, pivots = matrices, []
-    for j in range(min(m, n)):
-        # LAPACK's pivot: the first row of the largest magnitude in column j, at or below j
-        p = lu[..., j:, j].abs().argmax(dim=-1, keepdim=True) + j
-        pivots.append(p)
-        swap = rows.where(rows != j, p).where((rows != p) | (rows == j), j)
-        lu = lu.gather(-2, swap.unsqueeze(-1).expand(batch + (m, n)))
-        head = lu[..., j : j + 1, j : j + 1]
-        # a zero pivot means a zero column below it: LAPACK leaves it unscaled (0, not NaN)
-        below = lu[..., j + 1 :, j : j + 1] / head.masked_fill(head == 0, 1.0)
-        schur = lu[..., j + 1 :, j + 1 :] - below @ lu[..., j : j + 1, j + 1 :]
-        lu = cat([lu[..., : j + 1, :], cat([lu[..., j + 1 :, :j], below, schur], -1)], -2)
-    if not pivots:
-        return LUFactorResult(lu, rows.new_zeros(batch + (0,)))
-    return LUFactorResult(lu, cat(pivots, -1) + 1)
+    return LUFactorResult(*lu_factorize(matrices))
 
 
 def lu_unpack(
