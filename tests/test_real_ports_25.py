@@ -26,7 +26,8 @@
   primary capsules as an ``nn.ModuleList`` of convolutions concatenated on ``dim=-1``,
   ``.squeeze().transpose(0, 1)``, ``(x ** 2).sum(dim=-1) ** 0.5``, one-hot labels by
   ``torch.sparse.torch.eye(NUM_CLASSES).index_select(dim=0, index=labels)``, the masked
-  decoder input ``(x * y[:, :, None]).view(x.size(0), -1)``, ``CapsuleLoss`` (``F.relu(0.9 -
+  decoder input ``(x * y[:, :, None]).view(x.size(0), -1)`` (as ``reshape``: torch's own
+  ``view`` refuses the product of the transposed capsules, which keeps their strides), ``CapsuleLoss`` (``F.relu(0.9 -
   classes, inplace=True) ** 2``, ``nn.MSELoss(size_average=False)``, ``torch.numel``), the
   random-shift ``augmentation`` (``slice`` objects from ``np.random.randint``, written into
   ``torch.zeros(*x.size())``), Adam with its defaults, and the ``processor`` torchnet's
@@ -449,7 +450,7 @@ class CapsuleNet(nn.Module):
             _, max_length_indices = classes.max(dim=1)
             y = Variable(torch.sparse.torch.eye(NUM_CLASSES)).index_select(dim=0, index=max_length_indices.data)
 
-        reconstructions = self.decoder((x * y[:, :, None]).view(x.size(0), -1))
+        reconstructions = self.decoder((x * y[:, :, None]).reshape(x.size(0), -1))
 
         return classes, reconstructions
 
