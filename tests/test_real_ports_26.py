@@ -1,0 +1,136 @@
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
+"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+
+- PixelCNN as jzbontar/pixelcnn-pytorch writes it (``main.py``), smaller (8 feature maps, 6x6
+  images, four masked layers): ``MaskedConv2d(nn.Conv2d)`` taking ``mask_type, *args,
+  **kwargs``, its mask made by ``register_buffer('mask', self.weight.data.clone())``,
+  ``fill_(1)`` and slice writes whose bound adds a bool (``kW // 2 + (mask_type == 'B')``),
+  ``self.weight.data *= self.mask`` before every ``super(...).forward(x)``, ``nn.ReLU(True)``,
+  the target ``(input.data[:,0] * 255).long()``, ``F.cross_entropy`` over 256 intensity
+  classes, Adam, ``net.train(False)``, and sampling pixel by pixel with
+  ``F.softmax(out[:, :, i, j])`` (no dim: torch's implicit dim 1) and ``sample[:, :, i, j] =
+  torch.multinomial(probs, 1).float() / 255.`` into a ``fill_(0)``-ed tensor. The script's
+  Python 2 era lines are today's: ``.item()`` for ``loss.data[0]`` (a 0-d index torch refuses),
+  no ``.cuda(async=True)`` (a syntax error since Python 3.7) and ``torch.no_grad()`` for
+  ``Variable(sample, volatile=True)``.
+
+``torch.multinomial`` draws from one seeded stream for both libraries (inverse CDF of the
+same uniforms).
+
+It ran unchanged but for the gradient lines; no defect found.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import retrograd as rg
+from real_ports import assert_records_agree, both
+
+PIXELCNN_SOURCE = """
+from torch.autograd import Variable
+
+class MaskedConv2d(nn.Conv2d):
+    def __init__(self, mask_type, *args, **kwargs):
+        super(MaskedConv2d, self).__init__(*args, **kwargs)
+        assert mask_type in {'A', 'B'}
+        self.register_buffer('mask', self.weight.data.clone())
+        _, _, kH, kW = self.weight.size()
+        self.mask.fill_(1)
+        self.mask[:, :, kH // 2, kW // 2 + (mask_type == 'B'):] = 0
+        self.mask[:, :, kH // 2 + 1:] = 0
+
+    def forward(self, x):
+        self.weight.data *= self.mask
+        return super(MaskedConv2d, self).forward(x)
+
+fm = 8
+def build():
+    net = nn.Sequential(
+        MaskedConv2d('A', 1,  fm, 7, 1, 3, bias=False), nn.BatchNorm2d(fm), nn.ReLU(True),
+        MaskedConv2d('B', fm, fm, 7, 1, 3, bias=False), nn.BatchNorm2d(fm), nn.ReLU(True),
+        MaskedConv2d('B', fm, fm, 7, 1, 3, bias=False), nn.BatchNorm2d(fm), nn.ReLU(True),
+        MaskedConv2d('B', fm, fm, 7, 1, 3, bias=False), nn.BatchNorm2d(fm), nn.ReLU(True),
+        nn.Conv2d(fm, 256, 1))
+    return net
+
+def main(net, tr, te, epochs=2, size=6):
+    records = []
+    sample = torch.Tensor(2, 1, size, size)
+    optimizer = optim.Adam(net.parameters())
+    for epoch in range(epochs):
+        # train
+        err_tr = []
+        net.train(True)
+        for input, _ in tr:
+            input = Variable(input)
+            target = Variable((input.data[:,0] * 255).long())
+            loss = F.cross_entropy(net(input), target)
+            err_tr.append(loss.item())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        # compute error on test set
+        err_te = []
+        net.train(False)
+        for input, _ in te:
+            input = Variable(input)
+            target = Variable((input.data[:,0] * 255).long())
+            loss = F.cross_entropy(net(input), target)
+            err_te.append(loss.item())
+        records.append([np.mean(err_tr), np.mean(err_te)])
+
+        # sample
+        sample.fill_(0)
+        net.train(False)
+        with torch.no_grad():
+            for i in range(size):
+                for j in range(size):
+                    out = net(Variable(sample))
+                    probs = F.softmax(out[:, :, i, j]).data
+                    sample[:, :, i, j] = torch.multinomial(probs, 1).float() / 255.
+        records.append(sample.numpy().copy())
+    records.append({n: v.detach().numpy().copy() for n, v in net.state_dict().items()})
+    return records
+"""
+
+PIXELCNN_STEP = [
+    (
+        "            loss.backward()\n            optimizer.step()",
+        "            grads = loss.backward()\n            optimizer.step(grads)",
+    ),
+]
+
+
+def test_pixelcnn_training_and_sampling_match_torch(monkeypatch):
+    rng = np.random.default_rng(80)
+    tr = [(rng.integers(0, 256, (2, 1, 6, 6)) / 255.0, None) for _ in range(2)]
+    te = [(rng.integers(0, 256, (2, 1, 6, 6)) / 255.0, None)]
+    theirs, ours = both(PIXELCNN_SOURCE, PIXELCNN_STEP)
+    records, initial = [], None
+    for lib, names in ((torch, theirs), (rg, ours)):
+        draws = np.random.default_rng(81)
+
+        def multinomial(
+            probs, num_samples, replacement=False, generator=None, lib=lib, draws=draws
+        ):
+            p = np.asarray(probs.numpy(), dtype=np.float64)
+            cdf = np.cumsum(p / p.sum(-1, keepdims=True), -1)
+            u = draws.uniform(size=p.shape[:-1] + (1,))
+            return lib.tensor(np.minimum((u > cdf).sum(-1, keepdims=True), p.shape[-1] - 1))
+
+        with monkeypatch.context() as patch:
+            patch.setattr(lib, "multinomial", multinomial)
+            torch.manual_seed(0)
+            net = names["build"]()
+            if initial is None:
+                initial = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+            else:
+                net.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
+            batches = [
+                [(lib.tensor(x, dtype=lib.float32), y) for x, y in part] for part in (tr, te)
+            ]
+            records.append(names["main"](net, *batches))
+    assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
