@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
 - PixelCNN as jzbontar/pixelcnn-pytorch writes it (``main.py``), smaller (8 feature maps, 6x6
