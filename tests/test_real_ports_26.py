@@ -13,10 +13,19 @@
   no ``.cuda(async=True)`` (a syntax error since Python 3.7) and ``torch.no_grad()`` for
   ``Variable(sample, volatile=True)``.
 
-``torch.multinomial`` draws from one seeded stream for both libraries (inverse CDF of the
-same uniforms).
+- the Gumbel-softmax VAE of YongfeiYan/Gumbel_Softmax_VAE (``gumbel_softmax_vae.py``), smaller
+  (6x6 images, narrower layers): ``sample_gumbel`` by ``-torch.log(-torch.log(U + eps) + eps)``
+  of ``torch.rand(shape)`` with a ``torch.Size``, the straight-through ``hard`` sample
+  (``torch.zeros_like(y).view(-1, shape[-1])``, ``scatter_(1, ind.view(-1, 1), 1)``, ``(y_hard -
+  y).detach() + y``), ``F.softmax(q_y, dim=-1).reshape(*q.size())``,
+  ``F.binary_cross_entropy(..., size_average=False)``, the KL term through ``torch.log(qy *
+  categorical_dim + 1e-20)``, and the temperature annealed by ``np.maximum(temp *
+  np.exp(-ANNEAL_RATE * batch_idx), temp_min)`` (a NumPy float dividing the logits).
 
-It ran unchanged but for the gradient lines. A sweep of the training utilities beside it found
+``torch.multinomial`` and ``torch.rand`` draw from one seeded stream for both libraries (the
+sample by the inverse CDF of the same uniforms).
+
+Both ran unchanged but for the gradient lines. A sweep of the training utilities beside it found
 one defect: ``clip_grad_norm_``/``clip_grad_value_`` refused torch's ``foreach`` argument
 (positional fifth in ``clip_grad_norm_``, as torch's since 2.0); it is accepted now and, as in
 torch, changes nothing in the result.
@@ -25,6 +34,7 @@ torch, changes nothing in the result.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import retrograd as rg
@@ -154,3 +164,143 @@ def test_gradient_clipping_takes_torch_s_foreach_switch():
     rg.nn.utils.clip_grad_value_(grads, [ours], 0.3, foreach=True)
     np.testing.assert_allclose(our_norm, norm.item(), rtol=1e-12)
     np.testing.assert_allclose(ours.grad(grads).numpy(), theirs.grad.numpy(), rtol=1e-12)
+
+
+# -- Gumbel-softmax VAE ----------------------------------------------------------------------------
+GUMBEL_SOURCE = """
+latent_dim = 3
+categorical_dim = 4  # one-of-K vector
+temp_min = 0.5
+ANNEAL_RATE = 0.1
+is_cuda = False
+
+
+def sample_gumbel(shape, eps=1e-20):
+    U = torch.rand(shape)
+    if is_cuda:
+        U = U.cuda()
+    return -torch.log(-torch.log(U + eps) + eps)
+
+
+def gumbel_softmax_sample(logits, temperature):
+    y = logits + sample_gumbel(logits.size())
+    return F.softmax(y / temperature, dim=-1)
+
+
+def gumbel_softmax(logits, temperature, hard=False):
+    y = gumbel_softmax_sample(logits, temperature)
+
+    if not hard:
+        return y.view(-1, latent_dim * categorical_dim)
+
+    shape = y.size()
+    _, ind = y.max(dim=-1)
+    y_hard = torch.zeros_like(y).view(-1, shape[-1])
+    y_hard.scatter_(1, ind.view(-1, 1), 1)
+    y_hard = y_hard.view(*shape)
+    # Set gradients w.r.t. y_hard gradients w.r.t. y
+    y_hard = (y_hard - y).detach() + y
+    return y_hard.view(-1, latent_dim * categorical_dim)
+
+
+class VAE_gumbel(nn.Module):
+    def __init__(self, temp):
+        super(VAE_gumbel, self).__init__()
+
+        self.fc1 = nn.Linear(36, 16)
+        self.fc2 = nn.Linear(16, 12)
+        self.fc3 = nn.Linear(12, latent_dim * categorical_dim)
+
+        self.fc4 = nn.Linear(latent_dim * categorical_dim, 12)
+        self.fc5 = nn.Linear(12, 16)
+        self.fc6 = nn.Linear(16, 36)
+
+        self.relu = nn.ReLU()
+        self.sigmoid = nn.Sigmoid()
+
+    def encode(self, x):
+        h1 = self.relu(self.fc1(x))
+        h2 = self.relu(self.fc2(h1))
+        return self.relu(self.fc3(h2))
+
+    def decode(self, z):
+        h4 = self.relu(self.fc4(z))
+        h5 = self.relu(self.fc5(h4))
+        return self.sigmoid(self.fc6(h5))
+
+    def forward(self, x, temp, hard):
+        q = self.encode(x.view(-1, 36))
+        q_y = q.view(q.size(0), latent_dim, categorical_dim)
+        z = gumbel_softmax(q_y, temp, hard)
+        return self.decode(z), F.softmax(q_y, dim=-1).reshape(*q.size())
+
+
+# Reconstruction + KL divergence losses summed over all elements and batch
+def loss_function(recon_x, x, qy):
+    BCE = F.binary_cross_entropy(recon_x, x.view(-1, 36), size_average=False) / x.shape[0]
+
+    log_ratio = torch.log(qy * categorical_dim + 1e-20)
+    KLD = torch.sum(qy * log_ratio, dim=-1).mean()
+
+    return BCE + KLD
+
+
+def train(model, optimizer, train_loader, args, records):
+    model.train()
+    train_loss = 0
+    temp = args.temp
+    for batch_idx, (data, _) in enumerate(train_loader):
+        optimizer.zero_grad()
+        recon_batch, qy = model(data, temp, args.hard)
+        loss = loss_function(recon_batch, data, qy)
+        loss.backward()
+        train_loss += loss.item() * len(data)
+        optimizer.step()
+        if batch_idx % 2 == 1:
+            temp = np.maximum(temp * np.exp(-ANNEAL_RATE * batch_idx), temp_min)
+        records.append([loss.item(), float(temp)])
+    records.append(train_loss / len(train_loader))
+
+
+def main(model, train_loader, args):
+    records = []
+    optimizer = optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(1, args.epochs + 1):
+        train(model, optimizer, train_loader, args, records)
+    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+    return records
+"""
+
+GUMBEL_STEP = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_gumbel_softmax_vae_matches_torch(monkeypatch, hard):
+    import types
+
+    args = types.SimpleNamespace(temp=1.0, hard=hard, epochs=2)
+    rng = np.random.default_rng(90)
+    batches = [(rng.uniform(0, 1, (4, 1, 6, 6)), None) for _ in range(4)]
+    theirs, ours = both(GUMBEL_SOURCE, GUMBEL_STEP)
+    records, initial = [], None
+    for lib, names in ((torch, theirs), (rg, ours)):
+        draws = np.random.default_rng(91)
+
+        def rand(*shape, lib=lib, draws=draws, **_):
+            size = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+            return lib.tensor(draws.uniform(size=tuple(size)), dtype=lib.float32)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(lib, "rand", rand)
+            torch.manual_seed(0)
+            model = names["VAE_gumbel"](args.temp)
+            if initial is None:
+                initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+            else:
+                model.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
+            loader = [(lib.tensor(x, dtype=lib.float32), y) for x, y in batches]
+            records.append(names["main"](model, loader, args))
+    assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
