@@ -42,6 +42,7 @@ LAYERS = {
     "defaults": 5,
     "linalg": 5,  # torch.linalg over the tensor API
     "special": 5,  # torch.special over the tensor API
+    "sparse": 5,  # torch.sparse's names that hold on dense tensors, over the tensor API
     "signal": 5,  # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
     "accelerator": 6,

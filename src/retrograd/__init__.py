@@ -62,6 +62,7 @@ from .tensor import (
 # isort: split
 # -- torch's surface (API.md section 10): each name as torch's ``torch.<name>`` ------------------
 import math as _math
+import sys as _sys
 
 from . import (
     accelerator,
@@ -79,6 +80,7 @@ from . import (
     nested,
     profiler,
     signal,
+    sparse,
     special,
     testing,
     utils,
@@ -96,6 +98,7 @@ from .defaults import (
 )
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
+from .linalg import lu_unpack  # torch.lu_unpack, top level in torch
 from .runtime_settings import (
     are_deterministic_algorithms_enabled,
     can_cast,
@@ -188,6 +191,10 @@ inf = _math.inf
 nan = _math.nan
 
 __version__ = "0.1.0"
+
+# torch.sparse carries the torch module (it imports it), and real code reaches the package
+# through it (``torch.sparse.torch.eye(n)``): the same here (sparse may not import the package)
+sparse.torch = _sys.modules[__name__]
 
 
 def __getattr__(name: str):
@@ -299,6 +306,7 @@ __all__ += [
     "int8",
     "linspace",
     "load",
+    "lu_unpack",
     "logspace",
     "long",
     "manual_seed",

@@ -32,6 +32,7 @@ from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim
 from .tensor.creation import _no_out
 from .tensor.norms import matrix_norm, norm, vector_norm
+from .tensor.products import lu_factorize, lu_info
 from .tensor.shape import cat
 
 __all__ = [
@@ -46,6 +47,10 @@ __all__ = [
     "inv",
     "inv_ex",
     "lstsq",
+    "lu",
+    "lu_factor",
+    "lu_factor_ex",
+    "lu_unpack",
     "matmul",
     "matrix_exp",
     "matrix_norm",
@@ -74,6 +79,10 @@ LstsqResult = namedtuple("linalg_lstsq", ["solution", "residuals", "rank", "sing
 InvExResult = namedtuple("linalg_inv_ex", ["inverse", "info"])
 CholeskyExResult = namedtuple("linalg_cholesky_ex", ["L", "info"])
 SolveExResult = namedtuple("linalg_solve_ex", ["result", "info"])
+LUFactorResult = namedtuple("linalg_lu_factor", ["LU", "pivots"])
+LUFactorExResult = namedtuple("linalg_lu_factor_ex", ["LU", "pivots", "info"])
+LUResult = namedtuple("linalg_lu", ["P", "L", "U"])
+LUUnpackResult = namedtuple("lu_unpack", ["P", "L", "U"])
 
 
 def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
@@ -311,6 +320,122 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
         return QRResult(r.new_zeros((0,)), r)
     q, r = _unpacked(packed, ((m, k), (k, n)))
     return QRResult(q, r)
+
+
+def lu_factor_ex(
+    A: Tensor,  # noqa: N803 (torch's name)
+    *,
+    pivot: bool = True,
+    check_errors: bool = False,
+    out: Any = None,
+) -> Any:
+    """torch's ``linalg.lu_factor_ex``: :func:`lu_factor`'s ``(LU, pivots)`` and LAPACK's
+    ``info`` per matrix (``i`` when ``U[i-1, i-1]`` is the first zero on ``U``'s diagonal,
+    else 0); ``check_errors`` raises for a nonzero one, as :func:`lu_factor` always does."""
+    _no_out("linalg.lu_factor_ex", out)
+    factors = _lu_factor("linalg.lu_factor_ex", A, pivot)
+    info = lu_info(factors.LU)
+    if check_errors:
+        _check_lu_info("linalg.lu_factor_ex", info)
+    return LUFactorExResult(*factors, info)
+
+
+def _check_lu_info(op: str, info: Tensor) -> None:
+    bad = [int(i) for i in info.flatten().tolist() if i]
+    if bad:
+        raise InvalidArgumentError(
+            f"{op}: U[{bad[0]},{bad[0]}] is zero (the matrix is singular) and using it on "
+            "lu_solve would divide by zero; linalg.lu or linalg.lu_factor_ex factor it anyway "
+            "(as torch's)"
+        )
+
+
+def lu_factor(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803
+    """torch's ``linalg.lu_factor``: ``(LU, pivots)`` of each matrix of ``A`` ``[..., m, n]``
+    by Gaussian elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U``
+    and, below the diagonal, ``L``'s multipliers; ``pivots`` (1-based, as LAPACK's) says which
+    row was swapped with row ``i`` at step ``i``. :func:`lu_unpack` makes ``P, L, U`` of it.
+
+    Written with tensor ops (a row swap by ``gather``, the Schur complement updated), so it
+    runs on every backend and its gradient is that of the elimination, torch's for matrices of
+    full rank. ``pivots`` are int64 here (torch's are int32, a dtype retrograd does not have).
+    As torch on the CPU, ``pivot=False`` is refused; as torch's, a singular matrix (a zero on
+    ``U``'s diagonal) is refused too (:func:`lu_factor_ex` and :func:`lu` factor it).
+
+    >>> import retrograd as rg
+    >>> LU, pivots = rg.linalg.lu_factor(rg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float64"))
+    >>> LU.tolist(), pivots.tolist()
+    ([[3.0, 4.0], [0.3333333333333333, 0.6666666666666667]], [2, 2])
+    """
+    _no_out("linalg.lu_factor", out)
+    factors = _lu_factor("linalg.lu_factor", A, pivot)
+    _check_lu_info("linalg.lu_factor", lu_info(factors.LU))
+    return factors
+
+
+def _lu_factor(op: str, A: Any, pivot: bool) -> Any:  # noqa: N803 (torch's name)
+    matrices = _matrices(op, A)
+    if not pivot:
+        raise InvalidArgumentError(
+            f"{op}: LU without pivoting is not implemented (as torch's on the CPU)"
+        )
+    return LUFactorResult(*lu_factorize(matrices))
+
+
+def lu_unpack(
+    LU_data: Tensor,  # noqa: N803 (torch's names)
+    LU_pivots: Tensor,  # noqa: N803
+    unpack_data: bool = True,
+    unpack_pivots: bool = True,
+    *,
+    out: Any = None,
+) -> Any:
+    """torch's ``lu_unpack``: ``(P, L, U)`` with ``A = P @ L @ U`` from :func:`lu_factor`'s
+    ``(LU, pivots)``; ``L`` unit lower triangular ``[..., m, k]``, ``U`` upper ``[..., k,
+    n]``, ``k = min(m, n)``. What is not unpacked is an empty tensor, as torch's."""
+    _no_out("lu_unpack", out)
+    lu = _matrices("lu_unpack", LU_data)
+    if not isinstance(LU_pivots, Tensor) or LU_pivots.dtype != "int64":
+        raise DTypeError(
+            f"lu_unpack: LU_pivots must be an integer tensor (lu_factor's pivots), got "
+            f"{getattr(LU_pivots, 'dtype', type(LU_pivots).__name__)}"
+        )
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    if tuple(LU_pivots.shape) != tuple(lu.shape[:-2]) + (k,):
+        raise ShapeError(
+            f"lu_unpack: LU_pivots of shape {shape_text(LU_pivots.shape)} do not fit LU_data "
+            f"of shape {shape_text(lu.shape)} (expected {shape_text(lu.shape[:-2] + (k,))})"
+        )
+    empty = lu.new_zeros((0,))
+    L = U = P = empty  # noqa: N806 (torch's names)
+    rows = lu.new_tensor(np.arange(m), dtype="int64")
+    if unpack_data:
+        unit = (rows[:, None] == rows[None, :k]).to(lu.dtype)
+        L = lu[..., :, :k].tril(-1) + unit  # noqa: N806
+        U = lu[..., :k, :].triu()  # noqa: N806
+    if unpack_pivots:
+        # the rows of P^T A in order: row i of the factored matrix is A's row perm[i]
+        perm = rows.expand(tuple(LU_pivots.shape[:-1]) + (m,))
+        for i in range(k):
+            p = LU_pivots[..., i : i + 1] - 1
+            at_i, at_p = perm[..., i : i + 1], perm.gather(-1, p)
+            perm = perm.where(rows != i, at_p).where((rows != p) | (rows == i), at_i)
+        P = (rows[:, None] == perm[..., None, :]).to(lu.dtype)  # noqa: N806
+    return LUUnpackResult(P, L, U)
+
+
+def lu(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803 (torch's name)
+    """torch's ``linalg.lu``: ``(P, L, U)`` with ``A = P @ L @ U`` (:func:`lu_factor` then
+    :func:`lu_unpack`); the gradients of ``L`` and ``U`` reach ``A``.
+
+    >>> import retrograd as rg
+    >>> P, L, U = rg.linalg.lu(rg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float64"))
+    >>> P.tolist(), U.tolist()
+    ([[0.0, 1.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 0.6666666666666667]])
+    """
+    _no_out("linalg.lu", out)
+    return LUResult(*lu_unpack(*_lu_factor("linalg.lu", A, pivot)))
 
 
 def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)

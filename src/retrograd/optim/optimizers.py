@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -169,8 +170,11 @@ class Optimizer:
         self.module = params if hasattr(params, "named_parameters") else None
         #: torch's groups: dicts of ``"params"`` (a list of tensors) and hyper-parameters
         self.param_groups: list[dict[str, Any]] = []
-        #: per parameter (the tensor object itself, hashed by identity): step count, buffers
-        self.state: dict[Tensor, State] = {}
+        #: per parameter (the tensor object itself, hashed by identity): step count, buffers;
+        #: a ``defaultdict(dict)`` as torch's, so an optimizer written as torch's are
+        #: (``param_state = self.state[p]; if 'mu' not in param_state: ...``) finds an empty
+        #: entry for a parameter it has not stepped yet
+        self.state: dict[Tensor, State] = defaultdict(dict)
         if self.module is not None:
             params = self.module.parameters()
         if isinstance(params, Tensor):
@@ -404,7 +408,7 @@ class Optimizer:
         for saved, own in zip(groups, self.param_groups):
             for number, p in zip(saved["params"], own["params"]):
                 by_number[_parameter_number(where, number)] = p
-        new_state: dict[Tensor, State] = {}
+        new_state: dict[Tensor, State] = defaultdict(dict)
         for number, entry in saved_state.items():
             p = by_number.get(_parameter_number(where, number))
             if p is None:

@@ -234,6 +234,7 @@ _METHODS.update(
             "logaddexp2",
             "logcumsumexp",
             "logdet",
+            "lu",
             "mode",
             "logit",
             "matrix_power",

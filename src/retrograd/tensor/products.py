@@ -25,8 +25,9 @@ import numpy as np
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, lift, wrap
 from .compositions import scaled
+from .shape import cat
 
-__all__ = ["ProductsMixin", "SlogdetResult"]
+__all__ = ["ProductsMixin", "SlogdetResult", "lu_factorize", "lu_info"]
 
 #: torch's ``torch.return_types.slogdet``
 SlogdetResult = namedtuple("slogdet", ["sign", "logabsdet"])
@@ -142,6 +143,22 @@ class ProductsMixin:
         lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
         return lower.transpose(-2, -1) if upper else lower
 
+    def lu(self, pivot: bool = True, get_infos: bool = False) -> Any:
+        """torch's ``Tensor.lu``: ``(LU, pivots)`` (:func:`lu_factorize`, as
+        ``rg.linalg.lu_factor_ex``: a singular matrix is factored, not refused), and LAPACK's
+        ``infos`` with ``get_infos``."""
+        if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(
+                f"lu: expected a floating point tensor of at least 2 dimensions, got "
+                f"{self.dtype} of shape {shape_text(self.shape)}"
+            )
+        if not pivot:
+            raise InvalidArgumentError(
+                "lu: LU without pivoting is not implemented (as torch's on the CPU)"
+            )
+        lu, pivots = lu_factorize(self)
+        return (lu, pivots, lu_info(lu)) if get_infos else (lu, pivots)
+
     def slogdet(self) -> Any:
         """``(sign, logabsdet)`` of each square matrix; the gradient flows through
         ``logabsdet`` (``g A^-T``; a singular matrix has none)."""
@@ -158,6 +175,41 @@ class ProductsMixin:
         """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
         sign, logabsdet = self.slogdet()
         return logabsdet.mask_fill(sign.lower_elem(0.0), float("nan"))
+
+
+def lu_factorize(matrices: Any) -> tuple[Any, Any]:
+    """``(LU, pivots)`` of each matrix of ``matrices`` ``[..., m, n]`` (float) by Gaussian
+    elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U`` and, below
+    the diagonal, ``L``'s multipliers; ``pivots`` (1-based, int64) the row swapped with row
+    ``i`` at step ``i``. Tensor ops only (a ``gather`` per row swap, the Schur complement
+    updated), so it runs on every backend and its gradient is the elimination's: torch's
+    ``linalg_lu`` backward for matrices of full rank (``rg.linalg.lu_factor`` and ``lu``)."""
+    m, n = matrices.shape[-2:]
+    batch = tuple(matrices.shape[:-2])
+    rows = matrices.new_tensor(np.arange(m), dtype="int64")
+    lu, pivots = matrices, []
+    for j in range(min(m, n)):
+        # LAPACK's pivot: the first row of the largest magnitude in column j, at or below j
+        p = lu[..., j:, j].abs().argmax(dim=-1, keepdim=True) + j
+        pivots.append(p)
+        swap = rows.where(rows != j, p).where((rows != p) | (rows == j), j)
+        lu = lu.gather(-2, swap.unsqueeze(-1).expand(batch + (m, n)))
+        head = lu[..., j : j + 1, j : j + 1]
+        # a zero pivot means a zero column below it: LAPACK leaves it unscaled (0, not NaN)
+        below = lu[..., j + 1 :, j : j + 1] / head.masked_fill(head == 0, 1.0)
+        schur = lu[..., j + 1 :, j + 1 :] - below @ lu[..., j : j + 1, j + 1 :]
+        lu = cat([lu[..., : j + 1, :], cat([lu[..., j + 1 :, :j], below, schur], -1)], -2)
+    if not pivots:
+        return lu, rows.new_zeros(batch + (0,))
+    return lu, cat(pivots, -1) + 1
+
+
+def lu_info(lu: Any) -> Any:
+    """LAPACK's ``info`` of each factored matrix: ``i`` when ``U[i-1, i-1]`` is the first
+    zero on ``U``'s diagonal, else 0 (int64, the batch's shape)."""
+    k = min(lu.shape[-2:])
+    zero = (lu.diagonal(dim1=-2, dim2=-1)[..., :k] == 0).long()
+    return (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
 
 
 def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> Any:  # noqa: A002

@@ -63,6 +63,7 @@ def clip_grad_norm_(
     max_norm: float | None = None,
     norm_type: float = 2.0,
     error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
     *,
     eps: float = 1e-6,
     as_tensor: bool | None = None,
@@ -79,7 +80,8 @@ def clip_grad_norm_(
     ``as_tensor`` as a 0-d float64 tensor on the gradients' backend (torch's return type),
     which needs no synchronisation with a device; left unset, ``as_tensor`` is true while
     ``rg.capture`` records a step and false elsewhere. ``error_if_nonfinite`` raises
-    ``InvalidArgumentError`` for a NaN or infinite norm (a host read).
+    ``InvalidArgumentError`` for a NaN or infinite norm (a host read). ``foreach`` (torch's
+    choice of its multi-tensor kernels, the same result) is accepted and changes nothing.
 
     >>> import retrograd as rg
     >>> w = rg.tensor([3.0, 4.0]).require_grad()
@@ -197,9 +199,15 @@ def clip_grads_with_norm_(
         parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
 
 
-def clip_grad_value_(grads: Any, parameters: Any = None, clip_value: float | None = None) -> None:
+def clip_grad_value_(
+    grads: Any,
+    parameters: Any = None,
+    clip_value: float | None = None,
+    foreach: bool | None = None,
+) -> None:
     """Clamp each gradient in ``grads`` to ``[-clip_value, clip_value]`` (torch's
-    ``clip_grad_value_``, on the ``Gradients`` value)."""
+    ``clip_grad_value_``, on the ``Gradients`` value; ``foreach``, torch's kernel choice, is
+    accepted and changes nothing)."""
     _require_gradients("clip_grad_value_", grads, parameters, clip_value, "clip_value")
     bound = float(clip_value)
     for p, g in _with_gradients(grads, parameters):
