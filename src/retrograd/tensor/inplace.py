@@ -75,6 +75,8 @@ def assign(
             f"{shape_text(value.shape)}"
         )
     if value._backend is not backend:
+        if value._backend.is_autodiff and not backend.is_autodiff:
+            value = untracked(value)  # cut from its graph, as documented, then moved
         value = on_backend(value, backend, op)
     if keep_dtype and value.dtype != target.dtype:
         value = value.cast(target.dtype)
@@ -132,6 +134,9 @@ def _fit(op: str, t: Any, value: Any) -> Any:
                 f"{dtype} (the tensor's own)"
             )
         value = value.cast(dtype)
+    if value._backend is not t._backend:  # ``inner_t.add_(tracked)``: computed on autodiff
+        # ``t`` records no graph: under no_grad nothing is lost, otherwise the gradient is
+        value = on_backend(value if is_grad_enabled() else untracked(value), t._backend, op)
     return value
 
 

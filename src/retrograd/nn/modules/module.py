@@ -69,6 +69,13 @@ __all__ = ["Module"]
 StateSource = Mapping[str, Any] | str | os.PathLike
 
 
+def _not_numbers(value: Any) -> str:
+    """A state-dict value that holds no numbers, as an error message names it."""
+    if value is None or isinstance(value, str | bytes):
+        return repr(value)[:40]
+    return f"a value of type {type(value).__name__}"
+
+
 class Module:
     """Base class of layers and models.
 
@@ -563,16 +570,21 @@ class Module:
         for name, current in own.items():  # convert everything before changing anything
             if name not in state:
                 continue
-            array = _host_array(state[name])
+            try:
+                array = _host_array(state[name])
+            except (ValueError, TypeError):  # ragged nested lists
+                array = None
+            if array is None or array.dtype.kind not in "biuf":  # checked before the shape:
+                # None or a str is a 0-d array, and "the state has []" would say nothing
+                found = f"{array.dtype} values" if array is not None and array.ndim else None
+                raise DTypeError(
+                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
+                    f"{found or _not_numbers(state[name])}"
+                )
             if tuple(array.shape) != current.shape:
                 raise ShapeError(
                     f"load_state_dict: {name!r} has shape {list(current.shape)}, "
                     f"the state has {list(array.shape)}"
-                )
-            if array.dtype.kind not in "biuf":
-                raise DTypeError(
-                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
-                    f"{array.dtype} values"
                 )
             fresh[name] = tensor(
                 np.asarray(array, dtype=current.dtype),
