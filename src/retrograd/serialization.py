@@ -212,6 +212,8 @@ class _Reader:
             name = node["tensor"]
             if name not in self.made:
                 values = self.archive[name]
+                if values.dtype.kind not in "biuf":  # a damaged header: not numbers
+                    raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 dtype = node.get("dtype")
                 out = tensor(values, dtype=dtype, device=self.device)
                 if node.get("requires_grad"):
