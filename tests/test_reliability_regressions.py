@@ -353,3 +353,72 @@ def test_zipfile_is_what_the_damaged_header_cases_read():
     info = zipfile.ZipFile(io.BytesIO(data)).infolist()[0]
     assert int.from_bytes(data[entry + 10 : entry + 12], "little") == info.compress_type
     assert int.from_bytes(data[entry + 32 : entry + 34], "little") == len(info.comment) == 0
+
+
+# -- second pass: integers past int64, constructors, module lookups ------------------------------
+@pytest.mark.parametrize(
+    "call, error, said",
+    [
+        (lambda: rg.tensor([2**63]), rg.InvalidArgumentError, "9223372036854775808 is out"),
+        (lambda: rg.tensor([1.0, 1e30], dtype="int64"), rg.InvalidArgumentError, "1e+30 is out"),
+        (lambda: rg.tensor([float("nan")], dtype="int64"), rg.InvalidArgumentError, "nan is out"),
+        (lambda: rg.tensor(np.array([2**63], np.uint64)), rg.InvalidArgumentError, "int64"),
+        (lambda: rg.tensor([1, 2**63], dtype="int64"), rg.InvalidArgumentError, "int64"),
+        (lambda: rg.randint(0, 2**70, (2,)), rg.InvalidArgumentError, "randint: low=0"),
+        (lambda: rg.ones(3, dtype="int64") * 2**70, rg.InvalidArgumentError, "mul: the integer"),
+        (lambda: 2**64 - rg.ones(3, dtype="int64"), rg.InvalidArgumentError, "sub: the integer"),
+        (lambda: rg.spmm(None, rg.ones((2, 2))), rg.DTypeError, "spmm: input must be a tensor"),
+        (lambda: rg.BudgetCheckpointing("12XB"), rg.InvalidArgumentError, "cannot read the size"),
+        (lambda: rg.BudgetCheckpointing(-5), rg.InvalidArgumentError, "must be positive"),
+        (lambda: rg.BudgetCheckpointing(None), rg.DTypeError, "an int or a string"),
+        (lambda: rg.Autodiff(5), rg.DTypeError, "Autodiff: inner must be a backend"),
+        (lambda: rg.Autodiff(rg.NumpyBackend(), "x"), rg.DTypeError, "CheckpointStrategy"),
+        (lambda: rg.TorchBackend("tpu"), rg.InvalidArgumentError, "TorchBackend: not a device"),
+        (lambda: rg.TorchBackend("cuda:x"), rg.InvalidArgumentError, "'cuda:x'"),
+        (lambda: rg.TorchBackend("cpu", generator="x"), rg.InvalidArgumentError, "generator"),
+        (lambda: rg.nn.Linear(3, 2).get_parameter("x"), KeyMismatchError,
+         "get_parameter: Linear has no parameter 'x'"),
+        (lambda: rg.nn.Linear(3, 2).get_buffer("a.b"), KeyMismatchError,
+         "get_buffer: Linear has no sub-module 'a'"),
+        (lambda: rg.nn.utils.prune.ln_structured(rg.nn.Linear(3, 2), "weight", 0.5, 2, dim=5),
+         rg.IndexOutOfRangeError, "prune: invalid dim 5"),
+        (lambda: rg.cross(rg.ones((2, 2)), rg.ones((2, 2))), rg.ShapeError,
+         "cross: no dimension of size 3"),
+    ],
+)  # fmt: skip
+def test_bare_exceptions_and_wrapped_integers_found_in_the_second_pass(call, error, said):
+    """Each was a bare ``ValueError``/``TypeError``/``RuntimeError``/``KeyError``/
+    ``IndexError``/``OverflowError``, or (``tensor([2**63])``, ``randint`` past int64) a
+    silently wrapped negative number; torch refuses every one of these values too."""
+    with pytest.raises(error) as raised:
+        call()
+    assert said in str(raised.value)
+
+
+def test_int64_edges_and_good_constructors_still_work():
+    assert rg.tensor([2**63 - 1]).tolist() == [2**63 - 1]
+    assert rg.tensor(np.array([5], np.uint64)).tolist() == [5]
+    assert (rg.ones(2, dtype="int64") + (2**63 - 2)).tolist() == [2**63 - 1] * 2
+    assert rg.randint(-(2**63), 2**63, (3,)).dtype == "int64"
+    assert rg.BudgetCheckpointing("64MiB") is not None
+    a, b = np.random.default_rng(2).standard_normal((2, 4, 3, 2))
+    ours = rg.tensor(a).cross(rg.tensor(b))  # torch's default: the first dim of size 3
+    np.testing.assert_allclose(ours.numpy(), torch.tensor(a).cross(torch.tensor(b), dim=1).numpy())
+
+
+@pytest.mark.parametrize(
+    "write",
+    [lambda lib, t: t.zero_(), lambda lib, t: t.fill_(2.0),
+     lambda lib, t: t.copy_(lib.tensor([1.0, 2.0, 3.0]))],
+)  # fmt: skip
+def test_a_constant_written_over_an_intermediate_keeps_it_in_the_graph(write):
+    """``y = x * 1.5; y.zero_()`` left y cut from the graph: a later backward found nothing
+    that requires grad (torch: y stays in it, x's gradient is zero)."""
+    x, t = rg.ones(3).require_grad(), torch.ones(3, requires_grad=True)
+    ours, theirs = x * 1.5, t * 1.5
+    write(rg, ours)
+    write(torch, theirs)
+    assert ours.requires_grad and theirs.requires_grad
+    grads = (ours * ours + x).sum().backward()
+    (theirs * theirs + t).sum().backward()
+    np.testing.assert_array_equal(x.grad(grads).numpy(), t.grad.numpy())

@@ -162,6 +162,9 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     return tensor_dtype if tensor_dtype in FLOAT_DTYPES else default_float_dtype()
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def scalar_value(value: Any, dtype: str) -> Any:
     """``value`` as the Python scalar a kernel of ``dtype`` takes."""
     if dtype in FLOAT_DTYPES:
@@ -539,6 +542,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 if rule is FLOAT and dtype not in FLOAT_DTYPES
                 else (scalar_dtype(dtype, value))
             )
+            if target == "int64" and not _INT64_MIN <= value <= _INT64_MAX:  # torch refuses it
+                raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
     if isinstance(a, TensorBase):

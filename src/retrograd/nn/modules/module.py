@@ -296,17 +296,20 @@ class Module:
         return sum(p.numel() for p in self.parameters())
 
     def _owner(self, name: str, kind: str = "_parameters") -> tuple[Module, str]:
-        _check_name("get_parameter" if kind == "_parameters" else "get_buffer", name)
+        op = "get_parameter" if kind == "_parameters" else "get_buffer"
+        _check_name(op, name)
         *path, leaf = name.split(".")
         module = self
         for part in path:
             child = module._modules.get(part)
             if child is None:
-                raise KeyError(f"{type(self).__name__} has no sub-module {part!r} (in {name!r})")
+                raise KeyMismatchError(
+                    f"{op}: {type(self).__name__} has no sub-module {part!r} (in {name!r})"
+                )
             module = child
         if leaf not in getattr(module, kind):
             what = "parameter" if kind == "_parameters" else "buffer"
-            raise KeyError(f"{type(self).__name__} has no {what} {name!r}")
+            raise KeyMismatchError(f"{op}: {type(self).__name__} has no {what} {name!r}")
         return module, leaf
 
     def get_parameter(self, name: str) -> Parameter:
