@@ -422,3 +422,33 @@ def test_a_constant_written_over_an_intermediate_keeps_it_in_the_graph(write):
     grads = (ours * ours + x).sum().backward()
     (theirs * theirs + t).sum().backward()
     np.testing.assert_array_equal(x.grad(grads).numpy(), t.grad.numpy())
+
+
+# -- indexing: torch's reading of lists and bool scalars -----------------------------------------
+@pytest.mark.parametrize(
+    "index",
+    [
+        lambda m: [[0, 1], [1, 0]],  # a list of lists is a tuple of indices (was a 4-d result)
+        lambda m: [m.tensor([0, 1]), m.tensor([1, 2])],  # a list of tensors too
+        lambda m: [[0, 1], slice(None)],  # (NumPy's bare ValueError before)
+        lambda m: [slice(None), 0],
+        lambda m: True,  # a bool scalar: a new dimension of size 1 (refused before)
+        lambda m: False,  # ... or of size 0
+        lambda m: (0, True),
+        lambda m: (Ellipsis, False),
+        lambda m: (m.tensor(True), 0),  # a 0-d bool tensor (was read as no index at all)
+        lambda m: (m.tensor(False), Ellipsis, 1),  # (was the whole tensor: a wrong result)
+    ],
+)
+def test_lists_and_bool_scalars_index_as_torch_reads_them(index):
+    data = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    x, t = rg.tensor(data).require_grad(), torch.tensor(data, requires_grad=True)
+    ours, theirs = x[index(rg)], t[index(torch)]
+    _close(ours, theirs)
+    grads = (ours * 2.0).sum().backward()
+    (theirs * 2.0).sum().backward()
+    _close(x.grad(grads), t.grad)
+    written, expected = rg.tensor(data), torch.tensor(data)
+    written[index(rg)] = -1.0
+    expected[index(torch)] = -1.0
+    _close(written, expected)

@@ -745,3 +745,68 @@ def test_files_that_are_not_checkpoints_get_clear_errors(tmp_path, kind):
     with pytest.raises((rg.RetrogradError, OSError)):
         model.load_state_dict(str(path))
     np.testing.assert_array_equal(model.weight.numpy(), before)
+
+
+# -- indexing against torch ---------------------------------------------------------------------
+def _indices(lib: Any) -> list[Any]:
+    """Index forms of every kind, out-of-range and ill-typed ones included, built with
+    ``lib``'s tensors (so that torch reads the same index)."""
+    t = lib.tensor
+    return [
+        0, -1, 2, -3, 5, (0, 0, 0), (1, -1, -1), (2,), (0, 3), (0, 0, 4), (0, 0, -5),
+        slice(None), slice(1, None), slice(None, None, 2), slice(5, 10), slice(-10, 1),
+        (Ellipsis, 0), (None, 0), (0, None, Ellipsis, None), (Ellipsis, None),
+        [0, 1], [0, 2], [[0, 1]], [[0, 1], [1, 0]], [-1, -2], [], [True, False], [True],
+        [t([0, 1]), t([1, 2])], [slice(None), 0], [None, 0], [[0, 1], slice(None)],
+        t([0, 1]), t([0, 5]), t([-3]), t([[0], [1]]), t([]), t([], dtype=lib.int64),
+        t([0.0, 1.0]), t([True, False]), t([True]), t(True), t(False), t(0), t(1.0),
+        t([[True, False, True], [False, True, True]]), t(np.ones((2, 3, 4), bool)),
+        t(np.ones((2, 4), bool)), (t([0, 1]), t([0, 1])), (t([0, 1]), t([0, 1, 2])),
+        (t([0, 1]), slice(None), t([0, 3])), (slice(None), t([0, 2])), (0, t([0, 2]), t([1, 3])),
+        (slice(None), [0, 2], [1, 3]), ([0, 1], Ellipsis, [0, 3]), (t([[0], [1]]), t([0, 1, 2])),
+        True, False, (0, True), (True, 0), (Ellipsis, False), (t(True), 0), (t(False), Ellipsis, 1),
+        (True, t([0, 1])), "a", 1.5, (0, "a"), {0: 1}, (0, 1.0), np.int64(1), np.array([0, 1]),
+        np.array([True, False]), (slice(0, 1.5),), slice(None, None, 0),
+    ]  # fmt: skip
+
+
+def _index_ops(lib: Any, x: Any, index: Any, op: str) -> Any:
+    if op == "get":
+        return x[index]
+    if op == "set":
+        x[index] = -1.0
+        return x
+    if op == "set tensor":
+        x[index] = lib.tensor(-2.0, dtype=x.dtype)
+        return x
+    leaf = x.clone().requires_grad_(True) if lib is torch else x.clone().require_grad()
+    loss = (leaf[index] * 3.0).sum()
+    if lib is torch:
+        loss.backward()
+        return leaf.grad
+    return leaf.grad(loss.backward())
+
+
+def test_indexing_reads_writes_and_gradients_agree_with_torch():
+    """Every index form, read, written (a number, a 0-d tensor) and differentiated: the same
+    result as torch's, or, where torch refuses, the hierarchy's error (an out-of-range index:
+    an ``IndexError`` subclass)."""
+    data = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    failures = []
+    for ours_index, theirs_index in zip(_indices(rg), _indices(torch)):
+        for op in ("get", "set", "set tensor", "grad"):
+            try:
+                theirs = _index_ops(torch, torch.tensor(data), theirs_index, op).numpy()
+            except Exception:  # torch refuses: ours must refuse clearly
+                theirs = None
+            label = f"{op} [{ours_index!r}]"
+            outcome = _check_outcome(label, _index_ops, rg, rg.tensor(data), ours_index, op)
+            if outcome not in ("ok", "refused"):
+                failures.append(outcome)
+            elif outcome == "refused" and theirs is not None:
+                failures.append(f"{label}: refused where torch gives a result")
+            elif outcome == "ok" and theirs is not None:
+                ours = _index_ops(rg, rg.tensor(data), ours_index, op).numpy()
+                if ours.shape != theirs.shape or not np.array_equal(ours, theirs):
+                    failures.append(f"{label}: {ours.shape}, torch {theirs.shape}")
+    assert not failures, "\n".join(failures)
