@@ -452,3 +452,30 @@ def test_lists_and_bool_scalars_index_as_torch_reads_them(index):
     written[index(rg)] = -1.0
     expected[index(torch)] = -1.0
     _close(written, expected)
+
+
+# -- module API: what would break the module later is refused at the call -----------------------
+def test_module_registrations_refuse_what_would_break_the_module():
+    model = rg.nn.Sequential(rg.nn.Linear(3, 2), rg.nn.ReLU())
+    x = rg.ones((4, 3))
+    expected = model(x).numpy()
+    # a buffer over the parameter 'weight' replaced it: every forward failed (torch: KeyError)
+    with pytest.raises(KeyMismatchError, match="register_buffer: 'weight' is already a param"):
+        model[0].register_buffer("weight", rg.ones(2))
+    with pytest.raises(KeyMismatchError, match="already a sub-module"):
+        model.register_buffer("0", rg.ones(2))
+    # a hook that is not callable failed every later forward
+    with pytest.raises(rg.DTypeError, match="register_forward_hook: hook must be callable"):
+        model.register_forward_hook(5)
+    with pytest.raises(rg.DTypeError, match="register_forward_pre_hook: hook must be callable"):
+        model[0].register_forward_pre_hook(None)
+    with pytest.raises(rg.DTypeError, match="apply: fn must be callable"):
+        model.apply(5)
+    with pytest.raises(rg.DTypeError, match="state_dict: prefix must be a str"):
+        model.state_dict(prefix=5)
+    np.testing.assert_array_equal(model(x).numpy(), expected)
+    grads = model(x).sum().backward()
+    assert all(p.grad(grads) is not None for p in model.parameters())
+    model[0].register_buffer("scale", rg.ones(2))  # a new name still registers
+    assert sorted(model.state_dict()) == ["0.bias", "0.scale", "0.weight"]
+    assert sorted(model.state_dict(prefix="m.")) == ["m.0.bias", "m.0.scale", "m.0.weight"]

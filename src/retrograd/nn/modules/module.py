@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from ...device import Device
-from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    KeyMismatchError,
+    ShapeError,
+    check_callable,
+)
 from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
@@ -192,6 +198,11 @@ class Module:
         :meth:`named_buffers`, saved by :meth:`state_dict` unless ``persistent=False``, cast by
         :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
         self._check_name("register_buffer", name)
+        if name in self._parameters or name in self._modules:  # torch's KeyError too
+            kind = "parameter" if name in self._parameters else "sub-module"
+            raise KeyMismatchError(
+                f"register_buffer: {name!r} is already a {kind} of {type(self).__name__}"
+            )
         if value is not None:
             if not isinstance(value, Tensor):
                 raise DTypeError(
@@ -378,6 +389,7 @@ class Module:
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn`` on every sub-module (children first, as PyTorch) and on self; returns
         self. The idiom of custom initialization: ``model.apply(self._init_weights)``."""
+        check_callable("apply", fn, "fn")  # here, not after the children were visited
         for child in self.children():
             child.apply(fn)
         fn(self)
@@ -519,6 +531,8 @@ class Module:
         ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
         loads it into the same model written for PyTorch.
         """
+        if not isinstance(prefix, str):
+            raise DTypeError(f"state_dict: prefix must be a str, got {_describe(prefix)}")
         out = {} if destination is None else destination
         for name, value in self._state_items():
             out[prefix + name] = value if keep_vars else StateValue(value.numpy(), value)
