@@ -98,7 +98,8 @@ SHAPE_ERRORS = {
         ["max_pool1d", "2-d (unbatched) or 3-d (batched)", "[1, 1, 4, 4]"],
     ),
     "adaptive_avg_pool2d size": (
-        lambda: F.adaptive_avg_pool2d(zeros(1, 1, 4, 4), (2, 0)),
+        # (2, 0) is an empty output, as in torch; a negative size is refused
+        lambda: F.adaptive_avg_pool2d(zeros(1, 1, 4, 4), (2, -1)),
         ["adaptive_avg_pool2d", "output_size"],
     ),
     "interpolate rank": (

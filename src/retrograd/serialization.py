@@ -30,6 +30,7 @@ import json
 import os
 import pickle
 import pickletools
+import tokenize
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -211,6 +212,8 @@ class _Reader:
             name = node["tensor"]
             if name not in self.made:
                 values = self.archive[name]
+                if values.dtype.kind not in "biuf":  # a damaged header: not numbers
+                    raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 dtype = node.get("dtype")
                 out = tensor(values, dtype=dtype, device=self.device)
                 if node.get("requires_grad"):
@@ -306,6 +309,7 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
         if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
             return np.array(archive)
         with archive:
+            _check_entries(source, archive, name)
             return _read(archive, name, device, weights_only)
     except RetrogradError:
         raise
@@ -315,18 +319,53 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
         ) from None
 
 
-#: What NumPy, zipfile and json raise on a damaged archive (read lazily, entry by entry).
+#: What NumPy, zipfile and json raise on a damaged archive (read lazily, entry by entry):
+#: zipfile's NotImplementedError and RuntimeError come from a flipped bit in a header that
+#: then claims a compression method, an encryption or a zip version; NumPy's header parser
+#: raises tokenize's and ast's errors on a damaged header, MemoryError on a shape damaged
+#: into a size no machine holds.
 _DAMAGE = (
     ValueError,
     OSError,
     EOFError,
     KeyError,
+    IndexError,
     TypeError,
     AttributeError,
+    OverflowError,
+    MemoryError,
+    SyntaxError,
+    NotImplementedError,
+    RuntimeError,
+    tokenize.TokenError,
     zipfile.BadZipFile,
     zlib.error,
     pickle.UnpicklingError,
 )
+
+
+def _check_entries(source: Any, archive: Any, name: str) -> None:
+    """Refuse an archive whose directory lists fewer entries than its end record counts:
+    zipfile reads a damaged entry's comment length as is, and a comment that runs to the end
+    of the directory swallows the entries after it without an error (a dict with keys
+    missing would be loaded)."""
+    source.seek(0, os.SEEK_END)
+    if source.tell() < _END_RECORD:
+        return
+    source.seek(-_END_RECORD, os.SEEK_END)
+    end = source.read(_END_RECORD)
+    if end[:4] != b"PK\x05\x06":  # an archive comment of its own: nothing to compare
+        return
+    counted, listed = int.from_bytes(end[10:12], "little"), len(archive.zip.infolist())
+    if counted != listed:
+        raise InvalidArgumentError(
+            f"load: {name} is damaged, truncated or not a file rg.save wrote (its directory "
+            f"lists {listed} entries, its end record counts {counted})"
+        )
+
+
+#: The size of a zip's end-of-central-directory record without an archive comment.
+_END_RECORD = 22
 
 
 def _text(error: BaseException) -> str:

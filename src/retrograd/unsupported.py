@@ -78,10 +78,10 @@ def spmm(input: Any, mat2: Any) -> Any:  # noqa: A002 (torch's name)
     """torch's sparse-times-dense product. Every retrograd tensor is dense, and torch's
     ``spmm`` of a dense first operand is the matrix product ``mm`` (values and gradients):
     so is this (``gcn/main.py`` calls it on the adjacency matrix, dense or sparse)."""
-    from .errors import ShapeError, shape_text
+    from .errors import DTypeError, ShapeError, shape_text
 
     if not hasattr(input, "mm"):
-        raise TypeError(f"spmm: input must be a tensor, got {type(input).__name__}")
+        raise DTypeError(f"spmm: input must be a tensor, got {type(input).__name__}")
     if input.ndim != 2:
         raise ShapeError(
             f"spmm: expects two matrices, got input of shape {shape_text(input.shape)}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..backend.numpy_backend import NumpyBackend
 from ..backend.protocol import FLOAT_DTYPES, Backend
-from ..errors import AutodiffError
+from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
 from .grad_mode import _MODE, DISABLED_THREADS
@@ -45,9 +45,14 @@ class Autodiff(Backend):
         self, inner: Backend | None = None, checkpointing: CheckpointStrategy | None = None
     ):
         self.inner = inner if inner is not None else NumpyBackend()
+        if not isinstance(self.inner, Backend):  # here, not as an AttributeError at an op
+            raise DTypeError(
+                "Autodiff: inner must be a backend (rg.NumpyBackend(), rg.TorchBackend(...)), "
+                f"got {inner!r}"
+            )
         self.checkpointing = checkpointing if checkpointing is not None else NoCheckpointing()
         if not isinstance(self.checkpointing, CheckpointStrategy):
-            raise TypeError(
+            raise DTypeError(
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
         self._save = self.checkpointing.save  # what a node saves for backward

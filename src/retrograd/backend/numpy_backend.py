@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, index_error
+from ..errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    index_error,
+)
 from . import special
 from .numpy_math import NumpyMathKernels
 from .numpy_nn import NumpyNNKernels
@@ -88,9 +94,28 @@ def numpy_dtype(dtype: str) -> np.dtype:
         raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
 
 
+def check_int64_range(array: np.ndarray) -> None:
+    """Refuse values past int64's range about to become int64 (``tensor([2**63])``, a uint64
+    array, ``tensor([1e30, nan], dtype="int64")``): a cast would wrap them to negative
+    numbers, where torch refuses them ("cannot be converted to type int64 without overflow")."""
+    kind = array.dtype.kind
+    if not array.size or kind not in "uf":
+        return
+    if kind == "u":
+        bad = array[array > np.iinfo(np.int64).max]
+    else:  # 2**63 itself is out: the largest float64 below it is the last one that fits
+        bad = array[~((array >= -(2.0**63)) & (array < 2.0**63))]
+    if bad.size:
+        raise InvalidArgumentError(
+            f"tensor: {bad.ravel()[0].item()!r} is out of int64's range (retrograd's integer dtype)"
+        )
+
+
 def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
     """Map an array made from user data onto the four dtypes retrograd knows."""
     kind = array.dtype.kind
+    if kind == "u":  # unsigned ints become int64 (floats stay floats)
+        check_int64_range(array)
     if kind == "b":
         return array
     if isinstance(data, np.ndarray | np.generic):
@@ -225,6 +250,8 @@ class NumpyBackend(
         if dtype is not None:
             if array.dtype.kind not in "biuf":
                 raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
+            if dtype == "int64":
+                check_int64_range(array)
             return array.astype(numpy_dtype(dtype), copy=False)
         return _canonical(array, data)
 

@@ -68,7 +68,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
 def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     """``data`` as a NumPy array in one of the four host dtypes, NumPy backend's rules (a half
     dtype is made from float32 and cast on the device)."""
-    from .numpy_backend import _canonical
+    from .numpy_backend import _canonical, check_int64_range
 
     if isinstance(data, np.ndarray | np.generic):
         array = np.array(data, copy=True)
@@ -78,6 +78,8 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
         return _canonical(array, data)
     if array.dtype.kind not in "biuf":
         raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
+    if dtype == "int64":
+        check_int64_range(array)
     return array.astype(numpy_dtype("float32" if dtype in _HALF else dtype), copy=False)
 
 
@@ -144,7 +146,12 @@ class TorchBackend(
     ):
         if isinstance(device, Device):
             device = str(device)
-        self.torch_device = torch.device(device)
+        try:
+            self.torch_device = torch.device(device)
+        except (RuntimeError, TypeError) as error:  # torch's words, the hierarchy's class
+            raise InvalidArgumentError(
+                f"TorchBackend: not a device: {device!r} ({str(error).splitlines()[0][:120]})"
+            ) from None
         if self.torch_device.type == "cuda" and not torch.cuda.is_available():
             raise InvalidArgumentError(
                 f"TorchBackend: device {str(device)!r} is not available "
@@ -153,7 +160,7 @@ class TorchBackend(
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
         if generator not in ("numpy", "torch"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"TorchBackend: generator must be 'numpy' or 'torch', not {generator!r}"
             )
         self.generator = generator

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, check_callable
 
 __all__ = [
     "ConstantLR",
@@ -212,6 +212,8 @@ class LambdaLR(LRScheduler):
             raise InvalidArgumentError(
                 f"LambdaLR: expected {groups} lr_lambdas, but got {len(lambdas)}"
             )
+        for fn in lambdas:  # here, not as Python's "not callable" at the first step
+            check_callable(type(self).__name__, fn, "lr_lambda")
         self.lr_lambdas = list(lambdas)
         super().__init__(optimizer, last_epoch)
 
@@ -291,6 +293,10 @@ class ConstantLR(LRScheduler):
 
     def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
                  last_epoch: int = -1):  # fmt: skip
+        if not isinstance(factor, Real) or not 0.0 <= factor <= 1.0:  # torch's range
+            raise InvalidArgumentError(
+                f"ConstantLR: factor must be between 0 and 1, got {factor!r}"
+            )
         self.factor, self.total_iters = factor, total_iters
         super().__init__(optimizer, last_epoch)
 

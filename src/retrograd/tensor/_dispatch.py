@@ -37,11 +37,13 @@ import numpy as np
 from ..backend.protocol import DTYPES, FLOAT_DTYPES, default_float_dtype
 from ..device import CPU0, Device
 from ..errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
     reported,
+    shape_text,
     translate,
 )
 from .pairs import ValuesAndIndices
@@ -160,6 +162,9 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     return tensor_dtype if tensor_dtype in FLOAT_DTYPES else default_float_dtype()
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def scalar_value(value: Any, dtype: str) -> Any:
     """``value`` as the Python scalar a kernel of ``dtype`` takes."""
     if dtype in FLOAT_DTYPES:
@@ -195,11 +200,19 @@ def checked_generator(op: str, generator: Any) -> Any:
     raise DTypeError(f"{op}: generator must be an rg.Generator, got {type(generator).__name__}")
 
 
-def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0) -> int:
-    """``dim`` in ``[-(ndim+extra), ndim+extra)`` mapped to a non-negative index."""
+def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0, scalar: bool = False) -> int:
+    """``dim`` in ``[-(ndim+extra), ndim+extra)`` mapped to a non-negative index. ``scalar``:
+    a 0-d tensor takes ``0`` and ``-1`` as torch's shape ops do (its one dimension when seen
+    as ``[1]``), mapped to 0."""
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
     size = ndim + extra
+    if scalar and size == 0:
+        if dim not in (0, -1):
+            raise ShapeError(
+                f"{op}: dimension {dim} is out of range for a 0-d tensor (expected 0 or -1)"
+            )
+        return 0
     if not -size <= dim < size:
         if size == 0:
             raise ShapeError(f"{op}: dimension {dim} given for a 0-d tensor, which has none")
@@ -282,6 +295,12 @@ def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     if backend.is_autodiff and backend.inner == source:
         return type(t)._result(backend.wrap(t._prim), backend, t._device)
     if source.is_autodiff and source.inner == backend:
+        if source.is_tracked(t._prim):  # its inner value alone would lose the gradient
+            raise AutodiffError(
+                f"{op}: a tensor that requires grad ({shape_text(t.shape)} {t.dtype}) cannot"
+                f" join a tensor of {backend!r}, which records no graph; make that one a"
+                f" tensor of {source!r} first (rg.Tensor.from_inner(t, backend=...))"
+            )
         return type(t)._result(source.inner_value(t._prim), backend, t._device)
     raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
 
@@ -314,9 +333,11 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
 def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend, in one dtype: the
     wider of the two, and a float dtype when ``floats`` (ints and bools: the default one)."""
-    b = lift(a, b, op)
-    if a._backend is not b._backend:  # an inner-backend tensor lifted the other way round
+    if isinstance(b, TensorBase) and b._backend.is_autodiff and not a._backend.is_autodiff:
+        # an inner-backend tensor with one of its autodiff decorator's: the result is
+        # recorded, whichever comes first (``x_inner + w`` keeps w's gradient)
         a = on_backend(a, b._backend, op)
+    b = lift(a, b, op)
     backend = b._backend
     target = backend.dtype(a._prim)
     b_dtype = backend.dtype(b._prim)
@@ -521,6 +542,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 if rule is FLOAT and dtype not in FLOAT_DTYPES
                 else (scalar_dtype(dtype, value))
             )
+            if target == "int64" and not _INT64_MIN <= value <= _INT64_MAX:  # torch refuses it
+                raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
     if isinstance(a, TensorBase):

@@ -21,7 +21,55 @@ import numpy as np
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from ._dispatch import SCALARS, TensorBase, from_host, lift
 
-__all__ = ["get_index", "index_put", "set_index"]
+__all__ = ["get_index", "index_items", "index_put", "set_index", "split_bool_scalars"]
+
+
+def index_items(index: Any) -> tuple[Any, ...]:
+    """``index`` as the tuple of items torch reads: a tuple as it is; a list holding a
+    tensor, a sequence, a slice, ``...`` or ``None`` as a tuple of its items (torch's
+    ``treatSequenceAsTuple``, NumPy's old rule: ``x[[rows, cols]]`` is ``x[rows, cols]``);
+    anything else as a one-item tuple."""
+    if isinstance(index, tuple):
+        return index
+    sequences = TensorBase | list | tuple | range | np.ndarray | slice
+    if (
+        isinstance(index, list)
+        and len(index) < 32
+        and any(i is None or i is Ellipsis or isinstance(i, sequences) for i in index)
+    ):
+        return tuple(index)
+    return (index,)
+
+
+def _is_bool_scalar(item: Any) -> bool:
+    if isinstance(item, bool | np.bool_):
+        return True
+    return isinstance(item, TensorBase | np.ndarray) and not np.ndim(item) and _is_bool(item)
+
+
+def split_bool_scalars(index: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """torch's reading of a bool scalar in an index (``True``, ``False``, a 0-d bool
+    tensor): a new dimension of size 1 there (``None``), indexed by ``[0]`` (true) or by no
+    index at all (false), as two indexes to apply in turn; ``None`` when there is none."""
+    if not any(_is_bool_scalar(item) for item in index):
+        return None
+    unsqueeze: list[Any] = []
+    pick: list[Any] = []
+    for item in index:
+        if _is_bool_scalar(item):
+            unsqueeze.append(None)
+            pick.append(np.zeros(1 if bool(item) else 0, dtype=np.int64))
+        elif item is None:
+            unsqueeze.append(None)
+            pick.append(slice(None))
+        elif item is Ellipsis:
+            unsqueeze.append(Ellipsis)
+            pick.append(Ellipsis)
+        else:  # what the second index consumes: one dimension, or a mask's
+            mask = isinstance(item, TensorBase | np.ndarray) and _is_bool(item)
+            unsqueeze.extend([slice(None)] * (max(np.ndim(item), 1) if mask else 1))
+            pick.append(item)
+    return tuple(unsqueeze), tuple(pick)
 
 
 def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[int, Any]]]:
@@ -235,8 +283,11 @@ def _is_bool_index(item: Any) -> bool:
 def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
-    if not isinstance(index, tuple):
-        index = (index,)
+    index = index_items(index)
+    bools = split_bool_scalars(index)
+    if bools is not None:  # through the view with the new dimensions
+        set_index(t[bools[0]], bools[1], value)
+        return
     if isinstance(value, TensorBase) and value.ndim and value.shape[0] == 1:
         # torch drops the value's leading size-1 dims first (``slicePrefix1sDims``), so
         # ``t[0, 0] = ones(1)`` and ``t[0] = ones(1, 1, n)`` fit

@@ -170,9 +170,11 @@ def combinations(input: Any, r: int = 2, with_replacement: bool = False) -> Any:
     if input.ndim != 1:
         raise ShapeError(f"combinations: expects a 1-d tensor, got {shape_text(input.shape)}")
     choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    if not r:  # torch: no combinations of length 0 at all, an empty 1-d tensor
+        return input[:0]
     index = np.array(list(choose(range(input.shape[0]), r)), dtype=np.int64).reshape(-1, r)
     if not len(index):
-        return input[:0].reshape((0, r)) if r else input[:0]
+        return input[:0].reshape((0, r))
     picked = input.index_select(
         0, tensor(index.reshape(-1), backend=input.backend, device=input.device)
     )
@@ -309,7 +311,9 @@ def _like(reference: Any, value: Any) -> Any:
 def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The running trapezoidal integral along ``dim`` (one element shorter)."""
     n = y.shape[dim]
-    left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
+    # no samples: no intervals (torch's 0, or an empty running integral), not a narrow of -1
+    length = n - 1 if n else 0
+    left, right = y.narrow(dim, 0, length), y.narrow(dim, 1 if n else 0, length)
     if x is None:
         return ((left + right) * (dx / 2.0)).cumsum(dim)
     spacing = x.diff(dim=-1 if x.ndim == 1 else dim)

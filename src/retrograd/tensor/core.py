@@ -29,7 +29,15 @@ import numpy as np
 
 from ..context import current_backend
 from ..device import Device
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    RetrogradError,
+    ShapeError,
+    guard,
+    shape_text,
+)
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
@@ -716,9 +724,20 @@ class Tensor(
     @staticmethod
     def from_inner(inner_tensor: Tensor, backend: Any = None) -> Tensor:
         """An untracked tensor of the autodiff ``backend`` holding ``inner_tensor``'s values."""
+        if not isinstance(inner_tensor, TensorBase):
+            raise DTypeError(
+                f"from_inner: expected a tensor of the inner backend, got "
+                f"{type(inner_tensor).__name__}"
+            )
         backend = backend if backend is not None else current_backend()
-        if not backend.is_autodiff:
+        if not getattr(backend, "is_autodiff", False):
             raise AutodiffError(f"from_inner: {backend!r} is not an autodiff backend")
+        if inner_tensor._backend != backend.inner:  # wrapped, its primitive would not fit
+            raise RetrogradError(
+                f"from_inner: the tensor ({shape_text(inner_tensor.shape)} "
+                f"{inner_tensor.dtype}) is one of {inner_tensor._backend!r}, not of "
+                f"{backend!r}'s inner backend {backend.inner!r}"
+            )
         return Tensor(backend.wrap(inner_tensor._prim), backend, inner_tensor._device)
 
     def set_distributed(self, param_id: Any) -> Tensor:

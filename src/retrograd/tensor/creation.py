@@ -455,6 +455,8 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
         raise ShapeError(f"randint: expected (high, size) or (low, high, size), got {args!r}")
     if int(high) <= int(low):
         raise ShapeError(f"randint: expects low < high, got low={low}, high={high}")
+    if int(low) < -(2**63) or int(high) > 2**63:  # torch refuses them too; the draws would wrap
+        raise InvalidArgumentError(f"randint: low={low} and high={high} must lie in int64's range")
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)
     out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)

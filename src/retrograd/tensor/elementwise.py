@@ -390,9 +390,21 @@ class ElementwiseMixin:
         check_integer_divisor("remainder_scalar", self, value)
         return self._apply(REMAINDER, (self, value))
 
-    def cross(self, other: Any, dim: int) -> Any:
-        """Cross product of 3-vectors along ``dim``."""
+    def cross(self, other: Any, dim: int | None = None) -> Any:
+        """Cross product of 3-vectors along ``dim`` (torch's default: the first dimension of
+        size 3 of the operands' broadcast shape)."""
         a, b = promote(self, other, "cross")
+        if dim is None:
+            try:
+                shape = np.broadcast_shapes(a.shape, b.shape)
+            except ValueError:
+                shape = ()
+            dim = next((d for d, n in enumerate(shape) if n == 3), None)
+            if dim is None:
+                raise ShapeError(
+                    f"cross: no dimension of size 3 in {shape_text(a.shape)} and "
+                    f"{shape_text(b.shape)}; give dim"
+                )
         d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
         if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
             raise ShapeError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import numbers
+import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -524,7 +525,9 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
 def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The trapezoidal rule along ``dim`` (sample spacing ``dx``, or the points ``x``)."""
     n = y.shape[dim]
-    left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
+    # no samples: no intervals (torch's 0, or an empty running integral), not a narrow of -1
+    length = n - 1 if n else 0
+    left, right = y.narrow(dim, 0, length), y.narrow(dim, 1 if n else 0, length)
     if x is None:
         return ((left + right) * (dx / 2.0)).sum(dim)
     spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
@@ -599,9 +602,43 @@ def einsum(equation: str, *operands: Any) -> Any:
     one operand takes its diagonal, and a letter in one operand only is summed first."""
     from .einsum import contract
 
+    if isinstance(equation, TensorBase):  # torch's sublist form: op1, [0, 1], op2, [1, 2]...
+        equation, operands = _sublist_equation((equation, *operands))
     if len(operands) == 1 and isinstance(operands[0], list | tuple):
         operands = tuple(operands[0])
     return contract(equation, list(operands))
+
+
+def _sublist_equation(arguments: tuple) -> tuple[str, tuple]:
+    """torch's ``einsum(op1, sublist1, op2, sublist2, ..., [sublist_out])`` as an equation
+    and its operands: each subscript an int in [0, 52) (a letter) or ``...``."""
+    letters = string.ascii_lowercase + string.ascii_uppercase
+
+    def subscripts(sublist: Any) -> str:
+        if not isinstance(sublist, list | tuple):
+            raise DTypeError(
+                f"einsum: expected a sublist of ints after each operand, got "
+                f"{type(sublist).__name__}"
+            )
+        text = ""
+        for item in sublist:
+            if item is Ellipsis:
+                text += "..."
+            elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                if not 0 <= item < len(letters):
+                    raise InvalidArgumentError(
+                        f"einsum: subscript {item} is out of range (expected 0 to 51)"
+                    )
+                text += letters[item]
+            else:
+                raise DTypeError(f"einsum: subscripts must be ints or ..., got {item!r}")
+        return text
+
+    pairs = len(arguments) // 2
+    operands = arguments[: 2 * pairs : 2]
+    inputs = ",".join(subscripts(sublist) for sublist in arguments[1 : 2 * pairs : 2])
+    output = "->" + subscripts(arguments[-1]) if len(arguments) % 2 else ""
+    return inputs + output, operands
 
 
 #: torch's functions that are tensor methods here but were missing as functions (the

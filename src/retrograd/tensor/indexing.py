@@ -659,13 +659,20 @@ def _basic_index(t: Any, index: Any) -> Any:
     """``t[index]``: ints, slices, ``...`` and ``None`` give a view of ``t`` (see
     :mod:`.views`); index tensors, lists and bool masks are torch's advanced indexing
     (:mod:`.advanced`), which copies."""
+    if not isinstance(index, tuple | int):  # (a tuple or an int: the common cases, as they are)
+        from .advanced import index_items
+
+        index = index_items(index)
     if not isinstance(index, tuple):
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
-    if any(isinstance(i, arrays | bool) for i in index):
-        from .advanced import get_index
+    if any(isinstance(i, arrays | bool | np.bool_) for i in index):
+        from .advanced import get_index, split_bool_scalars
 
+        bools = split_bool_scalars(index)
+        if bools is not None:
+            return get_index(t[bools[0]], bools[1])
         return get_index(t, index)
     slices, items, out_shape = basic_slices(t.shape, index)
     out = t

@@ -75,6 +75,8 @@ def assign(
             f"{shape_text(value.shape)}"
         )
     if value._backend is not backend:
+        if value._backend.is_autodiff and not backend.is_autodiff:
+            value = untracked(value)  # cut from its graph, as documented, then moved
         value = on_backend(value, backend, op)
     if keep_dtype and value.dtype != target.dtype:
         value = value.cast(target.dtype)
@@ -132,6 +134,9 @@ def _fit(op: str, t: Any, value: Any) -> Any:
                 f"{dtype} (the tensor's own)"
             )
         value = value.cast(dtype)
+    if value._backend is not t._backend:  # ``inner_t.add_(tracked)``: computed on autodiff
+        # ``t`` records no graph: under no_grad nothing is lost, otherwise the gradient is
+        value = on_backend(value if is_grad_enabled() else untracked(value), t._backend, op)
     return value
 
 
@@ -183,6 +188,18 @@ class InplaceMixin:
             # gradient); torch's result is a non-leaf copy of it (untracked under no_grad)
             with no_grad() if outside else nullcontext():
                 value = value.clone()
+        elif (
+            not outside
+            and backend.is_autodiff
+            and is_grad_enabled()
+            and backend.is_tracked(self._prim)
+            and not backend.is_tracked(value._prim)
+        ):
+            # a value that does not depend on the old one (zero_, fill_, copy_ of a constant):
+            # torch's result stays in the graph, its gradient to the old value zero, where
+            # one cut from the graph would make a later backward find nothing to differentiate
+            never = wrap(self, backend.zeros(self.shape, "bool", self._device))
+            value = self.where(never, value)
         write(op, self, value, outside)
         return self
 

@@ -896,6 +896,9 @@ def _quantile(
     q_values = qs.numpy()
     if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
         raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")
+    if not x.ndim and dim is not None:  # 0 or -1 of a 0-d tensor: its one value, as torch's
+        normalize_dim(op, dim, 0, scalar=True)
+        dim, keepdim = None, False
     source = x.reshape((-1,)) if dim is None else x
     d = 0 if dim is None else normalize_dim(op, dim, x.ndim)
     values = source.sort(d).values.movedim(d, -1)  # [..., n], NaN last

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
-from ._dispatch import lift, normalize_dim, result_dtype
+from ._dispatch import lift, normalize_dim, result_dtype, scalar_dims
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
 from .views import is_contiguous, link, strides_of, view_error, view_strides
@@ -137,8 +137,8 @@ class ShapeMixin:
 
     def swap_dims(self, dim1: int, dim2: int) -> Any:
         ndim = self.ndim
-        a = normalize_dim("swap_dims", dim1, ndim)
-        b = normalize_dim("swap_dims", dim2, ndim)
+        a = normalize_dim("swap_dims", dim1, ndim, scalar=True)
+        b = normalize_dim("swap_dims", dim2, ndim, scalar=True)
         if a == b:
             return self
         out = self._apply("swap_dims", (self,), (a, b))
@@ -170,8 +170,10 @@ class ShapeMixin:
         targets = _dims_arg(destination)
         if len(sources) != len(targets):
             raise ShapeError(f"movedim: {list(sources)} and {list(targets)} differ in length")
-        sources = tuple(normalize_dim("movedim", d, ndim) for d in sources)
-        targets = tuple(normalize_dim("movedim", d, ndim) for d in targets)
+        sources = tuple(normalize_dim("movedim", d, ndim, scalar=True) for d in sources)
+        targets = tuple(normalize_dim("movedim", d, ndim, scalar=True) for d in targets)
+        if not ndim:  # 0 or -1 of a 0-d tensor, as torch takes them: nothing moves
+            return self.permute(())
         order = [-1] * ndim
         for s, t in zip(sources, targets):
             order[t] = s
@@ -197,9 +199,11 @@ class ShapeMixin:
 
     def _flip(self, dims: Any) -> Any:
         ndim = self.ndim
-        normalized = tuple(normalize_dim("flip", d, ndim) for d in _dims_arg(dims))
+        normalized = tuple(normalize_dim("flip", d, ndim, scalar=True) for d in _dims_arg(dims))
         if len(set(normalized)) != len(normalized):
             raise ShapeError(f"flip: dimensions {list(dims)} repeat")
+        if not ndim:  # 0 or -1 of a 0-d tensor, as torch takes them: nothing to reverse
+            normalized = ()
         # torch's flip always copies, even over no dimension: a later in-place write into the
         # result must leave this tensor alone
         return self._apply("flip", (self,), (normalized,)) if normalized else self.clone()
@@ -315,6 +319,7 @@ class ShapeMixin:
             )
         return _reshaped("squeeze_dim", self, shape[:d] + shape[d + 1 :])
 
+    @scalar_dims
     def squeeze(self, dim: Any = None) -> Any:
         """Remove dimensions of size 1: all of them, or ``dim`` (an int or several) where it
         has size 1 (torch's ``squeeze`` leaves a dimension of another size alone)."""

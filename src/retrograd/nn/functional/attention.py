@@ -92,7 +92,12 @@ def scaled_dot_product_attention(
         raise InvalidArgumentError(f"{fn}: dropout_p must be between 0 and 1, got {dropout_p!r}")
     if is_causal and attn_mask is not None:
         raise InvalidArgumentError(f"{fn}: give attn_mask or is_causal, not both")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if not source:  # no keys: torch's zeros (an empty sum of values), composed for gradients
+        return q.matmul(k.transpose(-2, -1)).matmul(v)
+    # no features (E = 0): every score is 0 whatever the scale (torch scales q and k, empty)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
+    scale = float(scale)
     empty = wrap(q, q.backend.zeros((0,), q.dtype, q.device))
     mask = empty
     if attn_mask is not None:

@@ -22,6 +22,7 @@ torch's (the input's gradient and the output agree).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
@@ -122,7 +123,8 @@ def _read(flat: Tensor, xs: Tensor, ys: Tensor, width: int, height: int) -> Tens
     n, c = flat.shape[:2]
     inside = (xs >= 0) & (xs <= width - 1) & (ys >= 0) & (ys <= height - 1)
     index = (ys.clamp(0, height - 1) * width + xs.clamp(0, width - 1)).long()
-    points = index.reshape(n, 1, -1).expand(n, c, index[0].numel())
+    count = math.prod(xs.shape[1:])  # (not -1, nor index[0]: N may be 0)
+    points = index.reshape(n, 1, count).expand(n, c, count)
     values = flat.gather(2, points).reshape(n, c, *xs.shape[1:])
     return values * inside.unsqueeze(1).to(flat.dtype)
 

@@ -299,9 +299,11 @@ def instance_norm(
     channels = x.shape[1]
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
+    if use_input_stats and not x.numel():  # as torch: empty in, empty out, no statistics
+        return _affine_only(fn, x, weight, bias, channels)
     if use_input_stats:
         dims = tuple(range(2, x.ndim))
-        count = x.numel() // (x.shape[0] * channels) if x.shape[0] * channels else 0
+        count = x.numel() // (x.shape[0] * channels)
         if count <= 1:
             raise InvalidArgumentError(
                 f"{fn}: expected more than 1 spatial element per channel when training, got "
@@ -409,7 +411,9 @@ def batch_norm(
         if shift is not None:
             out = out + shift
         return out
-    count = x.numel() // channels if channels else 0
+    if not x.numel():  # torch's empty batch: an empty result, the statistics left alone
+        return _affine_only(fn, x, weight, bias, channels)
+    count = x.numel() // channels
     if count <= 1:
         raise InvalidArgumentError(
             f"{fn}: expected more than 1 value per channel when training, got input "
@@ -449,6 +453,21 @@ def batch_norm(
 _BATCH_NORM = TensorOp("batch_norm")
 
 
+def _affine_only(
+    fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, channels: int
+) -> Tensor:
+    """The result of a normalization of an empty ``x`` (torch's: no statistics to take,
+    the affine map still applied, so weight and bias get their zero gradients)."""
+    out = x
+    scale = _channel_param(fn, x, weight, "weight", channels)
+    shift = _channel_param(fn, x, bias, "bias", channels)
+    if scale is not None:
+        out = out * scale
+    if shift is not None:
+        out = out + shift
+    return out
+
+
 def group_norm(
     input: Tensor,  # noqa: A002 (PyTorch's name)
     num_groups: int,
@@ -482,7 +501,8 @@ def group_norm(
         )
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
-    grouped = x.reshape((x.shape[0], int(num_groups), -1))
+    per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
+    grouped = x.reshape((x.shape[0], int(num_groups), per_group))
     centered = grouped - grouped.mean_dim(-1)
     variance = centered.square().mean_dim(-1)
     out = (centered * (variance + float(eps)).sqrt().recip()).reshape(x.shape)

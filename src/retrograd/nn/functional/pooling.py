@@ -211,10 +211,13 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
         raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
     # None keeps the input's size, as in PyTorch.
     sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
-    if not all(isinstance(o, numbers.Integral) and o >= 1 for o in sizes):
-        raise ShapeError(f"{fn}: output_size must be positive ints, got {output_size!r}")
-    if any(n == 0 for n in x.shape[2:]):
-        raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
+    if not all(isinstance(o, numbers.Integral) and o >= 0 for o in sizes):
+        raise ShapeError(f"{fn}: output_size must be non-negative ints, got {output_size!r}")
+    if not all(sizes) or not all(x.shape[2:]):
+        # torch's results: an empty output, or each cell the mean of an empty window (NaN)
+        dims = tuple(range(2, x.ndim))
+        out = x.mean(dims, keepdim=True).expand((*x.shape[:2], *(int(o) for o in sizes)))
+        return _unbatched(out, squeeze)
     out = apply(TensorOp(fn, kernel="adaptive_avg_pool"), (x,), (tuple(int(o) for o in sizes),))
     return _unbatched(out, squeeze)
 
@@ -472,8 +475,9 @@ def _max_unpool(fn, spatial, x, indices, kernel_size, stride, padding, output_si
 
     check_indices(indices, plane, out_of_range)
     n, c = x.shape[:2]
-    flat = x.reshape((n, c, -1))
-    out = flat.new_zeros((n, c, plane)).scatter(2, indices.reshape((n, c, -1)), flat)
+    cells = math.prod(x.shape[2:])  # (not -1: N may be 0)
+    flat = x.reshape((n, c, cells))
+    out = flat.new_zeros((n, c, plane)).scatter(2, indices.reshape((n, c, cells)), flat)
     return _unbatched(out.reshape((n, c, *size)), squeeze)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...autograd import Function
-from ...errors import AutodiffError
+from ...errors import AutodiffError, check_callable
 
 __all__ = ["RemovableHandle", "call_with_hooks", "register_hook"]
 
@@ -39,10 +39,21 @@ class RemovableHandle:
         self.remove()
 
 
+#: the register method of each kind of hook, for errors
+_NAMES = {
+    "pre": "forward_pre",
+    "post": "forward",
+    "backward": "full_backward",
+    "backward_pre": "full_backward_pre",
+}
+
+
 def register_hook(
     module: Any, kind: str, hook: Any, prepend: bool, with_kwargs: bool
 ) -> RemovableHandle:
     """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table."""
+    # refused here: registered, it would fail every later call of the module
+    check_callable(f"register_{_NAMES.get(kind, kind)}_hook", hook, "hook")
     hooks = module.__dict__.get("_call_hooks")
     if hooks is None:
         hooks = {"pre": {}, "post": {}, "backward": {}, "backward_pre": {}, "next": 0}

@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from ...device import Device
-from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    KeyMismatchError,
+    ShapeError,
+    check_callable,
+)
 from ...files import atomic_write
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
@@ -67,6 +73,13 @@ class IncompatibleKeys(
 __all__ = ["Module"]
 
 StateSource = Mapping[str, Any] | str | os.PathLike
+
+
+def _not_numbers(value: Any) -> str:
+    """A state-dict value that holds no numbers, as an error message names it."""
+    if value is None or isinstance(value, str | bytes):
+        return repr(value)[:40]
+    return f"a value of type {type(value).__name__}"
 
 
 class Module:
@@ -185,6 +198,11 @@ class Module:
         :meth:`named_buffers`, saved by :meth:`state_dict` unless ``persistent=False``, cast by
         :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
         self._check_name("register_buffer", name)
+        if name in self._parameters or name in self._modules:  # torch's KeyError too
+            kind = "parameter" if name in self._parameters else "sub-module"
+            raise KeyMismatchError(
+                f"register_buffer: {name!r} is already a {kind} of {type(self).__name__}"
+            )
         if value is not None:
             if not isinstance(value, Tensor):
                 raise DTypeError(
@@ -289,17 +307,20 @@ class Module:
         return sum(p.numel() for p in self.parameters())
 
     def _owner(self, name: str, kind: str = "_parameters") -> tuple[Module, str]:
-        _check_name("get_parameter" if kind == "_parameters" else "get_buffer", name)
+        op = "get_parameter" if kind == "_parameters" else "get_buffer"
+        _check_name(op, name)
         *path, leaf = name.split(".")
         module = self
         for part in path:
             child = module._modules.get(part)
             if child is None:
-                raise KeyError(f"{type(self).__name__} has no sub-module {part!r} (in {name!r})")
+                raise KeyMismatchError(
+                    f"{op}: {type(self).__name__} has no sub-module {part!r} (in {name!r})"
+                )
             module = child
         if leaf not in getattr(module, kind):
             what = "parameter" if kind == "_parameters" else "buffer"
-            raise KeyError(f"{type(self).__name__} has no {what} {name!r}")
+            raise KeyMismatchError(f"{op}: {type(self).__name__} has no {what} {name!r}")
         return module, leaf
 
     def get_parameter(self, name: str) -> Parameter:
@@ -368,6 +389,7 @@ class Module:
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn`` on every sub-module (children first, as PyTorch) and on self; returns
         self. The idiom of custom initialization: ``model.apply(self._init_weights)``."""
+        check_callable("apply", fn, "fn")  # here, not after the children were visited
         for child in self.children():
             child.apply(fn)
         fn(self)
@@ -509,6 +531,8 @@ class Module:
         ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
         loads it into the same model written for PyTorch.
         """
+        if not isinstance(prefix, str):
+            raise DTypeError(f"state_dict: prefix must be a str, got {_describe(prefix)}")
         out = {} if destination is None else destination
         for name, value in self._state_items():
             out[prefix + name] = value if keep_vars else StateValue(value.numpy(), value)
@@ -563,16 +587,21 @@ class Module:
         for name, current in own.items():  # convert everything before changing anything
             if name not in state:
                 continue
-            array = _host_array(state[name])
+            try:
+                array = _host_array(state[name])
+            except (ValueError, TypeError):  # ragged nested lists
+                array = None
+            if array is None or array.dtype.kind not in "biuf":  # checked before the shape:
+                # None or a str is a 0-d array, and "the state has []" would say nothing
+                found = f"{array.dtype} values" if array is not None and array.ndim else None
+                raise DTypeError(
+                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
+                    f"{found or _not_numbers(state[name])}"
+                )
             if tuple(array.shape) != current.shape:
                 raise ShapeError(
                     f"load_state_dict: {name!r} has shape {list(current.shape)}, "
                     f"the state has {list(array.shape)}"
-                )
-            if array.dtype.kind not in "biuf":
-                raise DTypeError(
-                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
-                    f"{array.dtype} values"
                 )
             fresh[name] = tensor(
                 np.asarray(array, dtype=current.dtype),

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, ones_like, zeros_like
 from ...tensor import rand as _rand
 
@@ -204,7 +204,9 @@ class PruningContainer(BasePruningMethod):
         if method.PRUNING_TYPE == "structured":
             dim = method.dim + t.ndim if method.dim < 0 else method.dim
             if not 0 <= dim < t.ndim:
-                raise IndexError(f"Pruning dimension {method.dim} out of range for {t.ndim} dims")
+                raise IndexOutOfRangeError(
+                    f"prune: dimension {method.dim} is out of range for {t.ndim} dims"
+                )
             others = [d for d in range(t.ndim) if d != dim]
             keep_channel = default_mask.sum(dim=others) != 0
             slc: list[Any] = [slice(None)] * t.ndim
@@ -483,7 +485,7 @@ def _validate_structured(t: Tensor, dim: int) -> None:
     if t.ndim <= 1:
         raise ShapeError("Structured pruning can only be applied to multidimensional tensors")
     if dim >= t.ndim or dim < -t.ndim:
-        raise IndexError(f"Invalid index {dim} for tensor of size {tuple(t.shape)}")
+        raise IndexOutOfRangeError(f"prune: invalid dim {dim} for a tensor of shape {t.shape}")
 
 
 def _channel_mask(t: Tensor, dim: int, keep: Tensor) -> Tensor:

@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    KeyMismatchError,
+    ShapeError,
+    shape_text,
+)
 from ...tensor import Tensor, as_tensor, stack, tensor
 from ...tensor.internal import checked_generator
 from .dataset import IterableDataset
@@ -57,6 +63,14 @@ def default_collate(batch: list[Any]) -> Any:
     if isinstance(elem, str | bytes):
         return batch
     if isinstance(elem, collections.abc.Mapping):
+        for sample in batch:  # one sample without a key of the first: name both
+            mapping = isinstance(sample, collections.abc.Mapping)
+            if not mapping or any(key not in sample for key in elem):
+                other = f"has keys {list(sample)}" if mapping else f"is a {type(sample).__name__}"
+                raise KeyMismatchError(
+                    f"default_collate: the samples of a batch differ: the first has keys "
+                    f"{list(elem)}, another {other}"
+                )
         return (
             type(elem)({key: default_collate([d[key] for d in batch]) for key in elem})
             if (isinstance(elem, dict))

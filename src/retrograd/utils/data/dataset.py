@@ -10,7 +10,7 @@ import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from ...tensor import randperm
 from ...tensor.internal import checked_generator
 
@@ -149,9 +149,11 @@ class ConcatDataset(Dataset):
         return self.cumulative_sizes[-1]
 
     def __getitem__(self, index: int) -> Any:
+        if not -len(self) <= index < len(self):
+            raise IndexOutOfRangeError(
+                f"ConcatDataset: index {index} is out of range for {len(self)} samples"
+            )
         if index < 0:
-            if -index > len(self):
-                raise IndexError("absolute value of index should not exceed dataset length")
             index += len(self)
         which = bisect.bisect_right(self.cumulative_sizes, index)
         start = self.cumulative_sizes[which - 1] if which else 0

@@ -18,6 +18,7 @@ import weakref
 from time import perf_counter
 from typing import Any
 
+from ....errors import DTypeError, InvalidArgumentError
 from ...ids import new_node_id
 from ..anchored import SqrtAnchors
 from ..builder import Saved
@@ -60,22 +61,22 @@ _UNITS = {
 def parse_bytes(size: int | str) -> int:
     """``512``, ``"512MB"`` (10**6), ``"2GiB"`` (2**30), ``"1.5 gb"`` -> bytes."""
     if isinstance(size, bool):
-        raise TypeError(f"BudgetCheckpointing: max_bytes must be an int or a string, got {size!r}")
+        raise DTypeError(f"BudgetCheckpointing: max_bytes must be an int or a string, got {size!r}")
     if isinstance(size, int):
         number = size
     elif isinstance(size, str):
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", size)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"BudgetCheckpointing: cannot read the size {size!r}; write bytes as an int "
                 "or a string such as '512MB', '64MiB' or '2GiB'"
             )
         number = int(float(match.group(1)) * _UNITS[unit])
     else:
-        raise TypeError(f"BudgetCheckpointing: max_bytes must be an int or a string, got {size!r}")
+        raise DTypeError(f"BudgetCheckpointing: max_bytes must be an int or a string, got {size!r}")
     if number <= 0:
-        raise ValueError(f"BudgetCheckpointing: max_bytes must be positive, got {size!r}")
+        raise InvalidArgumentError(f"BudgetCheckpointing: max_bytes must be positive, got {size!r}")
     return number
 
 
