@@ -20,25 +20,15 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .errors import ShapeError, shape_text
 from .tensor import Tensor
-from .unsupported import no_sparse
+from .unsupported import dense_mm, no_sparse
 
 __all__ = ["log_softmax", "mm", "softmax", "sum"]
 
 
 def mm(mat1: Tensor, mat2: Any) -> Tensor:
     """``mat1 @ mat2`` for two matrices (torch's ``sparse.mm`` of a dense ``mat1``)."""
-    if not isinstance(mat1, Tensor):
-        raise TypeError(f"sparse.mm: mat1 must be a tensor, got {type(mat1).__name__}")
-    if mat1.ndim != 2:
-        raise ShapeError(
-            f"sparse.mm: expects two matrices, got mat1 of shape {shape_text(mat1.shape)}"
-        )
-    try:
-        return mat1.mm(mat2)
-    except ShapeError as error:
-        raise ShapeError(f"sparse.mm: {error}") from None
+    return dense_mm("sparse.mm", "mat1", mat1, mat2)
 
 
 def sum(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A001, A002 (torch's names)

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
+    "dense_mm",
     "no_complex",
     "no_nested",
     "no_sparse",
@@ -78,15 +79,21 @@ def spmm(input: Any, mat2: Any) -> Any:  # noqa: A002 (torch's name)
     """torch's sparse-times-dense product. Every retrograd tensor is dense, and torch's
     ``spmm`` of a dense first operand is the matrix product ``mm`` (values and gradients):
     so is this (``gcn/main.py`` calls it on the adjacency matrix, dense or sparse)."""
+    return dense_mm("spmm", "input", input, mat2)
+
+
+def dense_mm(op: str, name: str, first: Any, mat2: Any) -> Any:
+    """``first.mm(mat2)``, the product torch's sparse products give for a dense ``first``
+    (named ``name`` in the errors of ``op``)."""
     from .errors import DTypeError, ShapeError, shape_text
 
-    if not hasattr(input, "mm"):
-        raise DTypeError(f"spmm: input must be a tensor, got {type(input).__name__}")
-    if input.ndim != 2:
+    if not hasattr(first, "mm"):
+        raise DTypeError(f"{op}: {name} must be a tensor, got {type(first).__name__}")
+    if first.ndim != 2:
         raise ShapeError(
-            f"spmm: expects two matrices, got input of shape {shape_text(input.shape)}"
+            f"{op}: expects two matrices, got {name} of shape {shape_text(first.shape)}"
         )
     try:
-        return input.mm(mat2)
+        return first.mm(mat2)
     except ShapeError as error:
-        raise ShapeError(f"spmm: {error}") from None
+        raise ShapeError(f"{op}: {error}") from None

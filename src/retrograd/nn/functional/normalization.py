@@ -403,14 +403,8 @@ def batch_norm(
             )
         column = (1, channels) + (1,) * (x.ndim - 2)
         mean, variance = (value.reshape(column) for value in running)
-        out = (x - mean) * (variance + float(eps)).sqrt().recip()
-        scale = _channel_param(fn, x, weight, "weight", channels)
-        shift = _channel_param(fn, x, bias, "bias", channels)
-        if scale is not None:
-            out = out * scale
-        if shift is not None:
-            out = out + shift
-        return out
+        normalized = (x - mean) * (variance + float(eps)).sqrt().recip()
+        return _affine_only(fn, normalized, weight, bias, channels)
     if not x.numel():  # torch's empty batch: an empty result, the statistics left alone
         return _affine_only(fn, x, weight, bias, channels)
     count = x.numel() // channels
@@ -456,8 +450,9 @@ _BATCH_NORM = TensorOp("batch_norm")
 def _affine_only(
     fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, channels: int
 ) -> Tensor:
-    """The result of a normalization of an empty ``x`` (torch's: no statistics to take,
-    the affine map still applied, so weight and bias get their zero gradients)."""
+    """``x``, already normalized, through the affine map of ``weight`` and ``bias`` where
+    given: evaluation's last step, and the whole result for an empty ``x`` (torch's: no
+    statistics to take, the map still applied, so weight and bias get their zero gradients)."""
     out = x
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
