@@ -237,6 +237,12 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     index tensors, lists and masks as torch's ``index_put_``."""
     if not isinstance(index, tuple):
         index = (index,)
+    # torch reads a 0-d integer tensor in an index as that integer (a select, not an
+    # index_put_): the value is then converted to the tensor's dtype, as for ``t[1] = v``
+    index = tuple(
+        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
+        for i in index
+    )
     if isinstance(value, TensorBase) and value.ndim and value.shape[0] == 1:
         # torch drops the value's leading size-1 dims first (``slicePrefix1sDims``), so
         # ``t[0, 0] = ones(1)`` and ``t[0] = ones(1, 1, n)`` fit
