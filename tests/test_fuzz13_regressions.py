@@ -196,3 +196,41 @@ def test_index_put_accumulate_refuses_values_that_do_not_fit(indices, values):
         return [y, *lib.autograd.grad((y * y.exp()).sum(), [x, v])]
 
     check(Trial("index_put", fn))
+
+
+# ---- kl_divergence between families torch pairs ---------------------------------------------
+
+KL_CROSS = {
+    "laplace_normal": (lambda d, a, b: d.Laplace(a, b), lambda d, a, b: d.Normal(a, b)),
+    "normal_laplace": (lambda d, a, b: d.Normal(a, b), lambda d, a, b: d.Laplace(a, b)),
+    "exponential_normal": (lambda d, a, b: d.Exponential(b), lambda d, a, b: d.Normal(a, b)),
+    "gamma_normal": (lambda d, a, b: d.Gamma(b, a.exp()), lambda d, a, b: d.Normal(a, b)),
+    "gamma_exponential": (lambda d, a, b: d.Gamma(b, a.exp()), lambda d, a, b: d.Exponential(b)),
+    "normal_gamma": (lambda d, a, b: d.Normal(a, b), lambda d, a, b: d.Gamma(b, b)),
+    "laplace_uniform": (lambda d, a, b: d.Laplace(a, b), lambda d, a, b: d.Uniform(a, a + b)),
+    "exponential_beta": (lambda d, a, b: d.Exponential(b), lambda d, a, b: d.Beta(b, b)),
+    "gamma_uniform": (lambda d, a, b: d.Gamma(b, b), lambda d, a, b: d.Uniform(a, a + b)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KL_CROSS))
+def test_cross_family_kl_divergence_matches_torch(name):
+    # these pairs raised NotImplementedError; torch has closed forms (or infinity, where p's
+    # support reaches outside q's)
+    rng = np.random.default_rng(5)
+    a1, b1, a2, b2 = (
+        rng.normal(size=(2, 3)),
+        rng.uniform(0.5, 2, (2, 3)),
+        *rng.uniform(0.5, 2, (2, 2, 3)),
+    )
+    make_p, make_q = KL_CROSS[name]
+
+    def fn(lib):
+        leaves = [lib.tensor(v, requires_grad=True) for v in (a1, b1, a2, b2)]
+        d = lib.distributions
+        kl = d.kl_divergence(make_p(d, *leaves[:2]), make_q(d, *leaves[2:]))
+        if not kl.requires_grad:  # (infinity throughout: a constant, as torch's)
+            return [kl, "constant"]
+        return [kl, *lib.autograd.grad(kl.sum(), leaves, allow_unused=True)]
+
+    check(Trial(name, fn, rtol=1e-7))
