@@ -56,7 +56,8 @@ class Categorical(Distribution):
 
     @property
     def mean(self) -> Any:
-        return self.probs * float("nan")
+        # undefined for categories: NaN of the batch shape, a constant (torch's)
+        return self.probs.new_full(self.batch_shape, float("nan"))
 
     @property
     def mode(self) -> Any:
@@ -64,7 +65,7 @@ class Categorical(Distribution):
 
     @property
     def variance(self) -> Any:
-        return self.probs * float("nan")
+        return self.probs.new_full(self.batch_shape, float("nan"))
 
     def enumerate_support(self, expand: bool = True) -> Any:
         """``0 .. K-1`` along a new leading dimension (broadcast over the batch)."""

@@ -220,6 +220,78 @@ def _kl_uniform_normal(p: Uniform, q: Normal) -> Any:
     return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
 
 
+@register_kl(Laplace, Normal)
+def _kl_laplace_normal(p: Laplace, q: Normal) -> Any:
+    var_normal = q.scale.pow(2)
+    scale_sqr_var_ratio = p.scale.pow(2) / var_normal
+    t1 = 0.5 * (2 * scale_sqr_var_ratio / math.pi).log()
+    t2 = 0.5 * p.loc.pow(2) - p.loc * q.loc + 0.5 * q.loc.pow(2)
+    return -t1 + scale_sqr_var_ratio + t2 / var_normal - 1
+
+
+@register_kl(Normal, Laplace)
+def _kl_normal_laplace(p: Normal, q: Laplace) -> Any:
+    loc_diff = p.loc - q.loc
+    loc_diff_scale_ratio = loc_diff / p.scale
+    t1 = (p.scale / q.scale).log()
+    t2 = math.sqrt(2 / math.pi) * p.scale * (-0.5 * loc_diff_scale_ratio.pow(2)).exp()
+    t3 = loc_diff * (math.sqrt(0.5) * loc_diff_scale_ratio).erf()
+    return -t1 + (t2 + t3) / q.scale - 0.5 * (1 + math.log(0.5 * math.pi))
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p: Exponential, q: Normal) -> Any:
+    var_normal = q.scale.pow(2)
+    rate_sqr = p.rate.pow(2)
+    t1 = 0.5 * (rate_sqr * var_normal * 2 * math.pi).log()
+    t2 = rate_sqr.reciprocal() - q.loc / p.rate + 0.5 * q.loc.pow(2)
+    return t1 - 1 + t2 / var_normal
+
+
+@register_kl(Gamma, Exponential)
+def _kl_gamma_exponential(p: Gamma, q: Exponential) -> Any:
+    return -p.entropy() - q.rate.log() + q.rate * p.concentration / p.rate
+
+
+@register_kl(Gamma, Normal)
+def _kl_gamma_normal(p: Gamma, q: Normal) -> Any:
+    var_normal = q.scale.pow(2)
+    beta_sqr = p.rate.pow(2)
+    c = p.concentration
+    t1 = 0.5 * (beta_sqr * var_normal * 2 * math.pi).log() - c - lgamma(c)
+    t2 = 0.5 * (c.pow(2) + c) / beta_sqr - q.loc * c / p.rate + 0.5 * q.loc.pow(2)
+    return t1 + (c - 1) * digamma(c) + t2 / var_normal
+
+
+# p's support reaches where q has no density: infinite throughout (torch's, p's shape)
+@register_kl(Normal, Uniform)
+@register_kl(Normal, Exponential)
+@register_kl(Normal, Gamma)
+@register_kl(Normal, Beta)
+@register_kl(Laplace, Uniform)
+@register_kl(Laplace, Exponential)
+@register_kl(Laplace, Gamma)
+@register_kl(Laplace, Beta)
+def _kl_real_line_infinity(p: Any, q: Any) -> Any:
+    return _infinite_like(p.loc)
+
+
+@register_kl(Exponential, Uniform)
+@register_kl(Exponential, Beta)
+def _kl_exponential_infinity(p: Exponential, q: Any) -> Any:
+    return _infinite_like(p.rate)
+
+
+@register_kl(Gamma, Uniform)
+@register_kl(Gamma, Beta)
+def _kl_gamma_infinity(p: Gamma, q: Any) -> Any:
+    return _infinite_like(p.concentration)
+
+
+def _infinite_like(t: Any) -> Any:
+    return t.detach().new_full(tuple(t.shape), math.inf)
+
+
 @register_kl(Poisson, Poisson)
 def _kl_poisson_poisson(p: Poisson, q: Poisson) -> Any:
     return p.rate * (p.rate.log() - q.rate.log()) - (p.rate - q.rate)

@@ -284,6 +284,12 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
     index = index_items(index)
+    # torch reads a 0-d integer tensor in an index as that integer (a select, not an
+    # index_put_): the value is then converted to the tensor's dtype, as for ``t[1] = v``
+    index = tuple(
+        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
+        for i in index
+    )
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)

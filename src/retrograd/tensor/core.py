@@ -507,6 +507,17 @@ class Tensor(
         if not isinstance(value, TensorBase):
             raise DTypeError(f"data: expected a tensor, got {type(value).__name__}")
         unlink(self)
+        backend = self._backend
+        if (
+            backend.is_autodiff
+            and backend.is_tracked(self._prim)
+            and not backend.is_require_grad(self._prim)
+            and (value.shape, value.dtype, value.device) == (self.shape, self.dtype, self.device)
+        ):
+            # a tensor computed in the graph stays there, as torch's does (a later use sends
+            # its gradient through to what it was computed from): a write through .data
+            self.data.copy_(value)
+            return
         assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
 
     @property

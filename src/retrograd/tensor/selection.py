@@ -530,7 +530,7 @@ class SelectionMixin:
             values = lift(self, values, "index_put") if not np.isscalar(values) else values
             if np.isscalar(values):
                 values = wrap(self, self._backend.full(rest, values, self.dtype, self._device))
-            values = values.cast(self.dtype).expand(picked + rest)
+            values = _fitted(values, picked + rest).cast(self.dtype)
             values = values.reshape((flat.shape[0],) + rest)
             return rows.index_add(0, flat, values).reshape(self.shape)
         flat = None
@@ -541,10 +541,8 @@ class SelectionMixin:
         values = lift(self, values, "index_put") if not np.isscalar(values) else values
         if np.isscalar(values):
             values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
-        shape = np.broadcast_shapes(flat.shape, values.shape)
-        return self.put(
-            flat.expand(shape).reshape((-1,)), values.expand(shape).reshape((-1,)), accumulate=True
-        )
+        values = _fitted(values, flat.shape)
+        return self.put(flat.reshape((-1,)), values.reshape((-1,)), accumulate=True)
 
     def select_scatter(self, src: Any, dim: int, index: int) -> Any:
         """A copy with ``src`` written at ``index`` along ``dim``."""
@@ -1011,3 +1009,18 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
         keys = (rows.clamp_min(1e-30).log() + gumbel).mask_fill(rows <= 0.0, -math.inf)
         out = keys.topk_with_indices(int(num_samples), 1)[1]
     return out if probs.ndim == 2 else out.squeeze_dim(0)
+
+
+def _fitted(values: Any, shape: tuple[int, ...]) -> Any:
+    """``values`` broadcast to ``index_put``'s indexing result ``shape``; torch refuses values
+    that would widen it (broadcasting the indices to the values instead)."""
+    try:
+        fits = np.broadcast_shapes(values.shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(
+            f"index_put: shape mismatch: value tensor of shape {shape_text(values.shape)} "
+            f"cannot be broadcast to indexing result of shape {shape_text(shape)}"
+        )
+    return values.expand(tuple(shape))

@@ -531,9 +531,10 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
         dtype = result_dtype(dtype, t.dtype)
     lifted = [t.cast(dtype) for t in lifted]
     # torch's legacy rule: a 1-d empty tensor joins anything (it is skipped, after taking
-    # part in the dtype)
+    # part in the dtype); among 1-d tensors it is joined as any other, so that the result
+    # is in the graph when it is (torch's requires grad then)
     joined = [t for t in lifted if t.shape != (0,)]
-    if joined and len(joined) < len(lifted):
+    if joined and len(joined) < len(lifted) and any(t.ndim != 1 for t in joined):
         lifted = joined
     ndim = lifted[0].ndim
     d = normalize_dim("cat", dim, ndim)

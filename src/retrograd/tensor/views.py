@@ -200,6 +200,8 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
             )
         elif outside and backend.is_tracked(old):
             prim = _through_data(t, old, value)
+        elif is_grad_enabled() and backend.is_tracked(old) and not backend.is_tracked(prim):
+            prim = _overwritten(t, old, prim)
     t._prim = prim
     sink = getattr(t, "_grad_sink", None)
     if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
@@ -230,6 +232,17 @@ def _through_data(t: Any, old: Any, value: Any) -> Any:
     backend = t._backend
     with enable_grad():
         return backend.data_write(old, backend.detach(value._prim))
+
+
+def _overwritten(t: Any, old: Any, prim: Any) -> Any:
+    """The primitive a tensor computed in the graph holds after an in-place write of values
+    that do not depend on it (``fill_``, ``zero_``, ``t[...] = 2.0``): torch keeps such a
+    tensor in the graph (it still requires grad; backward sends its old value a zero
+    gradient), so it stays there, as ``mask_where`` of the old value with every element
+    taken from the new one."""
+    backend = t._backend
+    everywhere = backend.ones(tuple(t.shape), "bool", t._device)
+    return backend.mask_where(old, everywhere, prim)
 
 
 def refresh(t: Any) -> None:

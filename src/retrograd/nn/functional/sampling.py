@@ -397,17 +397,17 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002 (torch'
     ``i * groups + g`` (ShuffleNet's shuffle).
 
     >>> import retrograd as rg
-    >>> channel_shuffle(rg.arange(6.0).reshape((1, 6)), 2).tolist()
-    [[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]]
+    >>> channel_shuffle(rg.arange(6.0).reshape((1, 6, 1)), 2).flatten().tolist()
+    [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
     """
     fn = "channel_shuffle"
     if not isinstance(input, Tensor):
         raise ShapeError(f"{fn}: input must be a tensor, got {type(input).__name__}")
     if not isinstance(groups, int) or groups < 1:
         raise ShapeError(f"{fn}: groups must be a positive int, got {groups!r}")
-    if input.ndim < 2 or input.shape[1] % groups:
+    if input.ndim < 3 or input.shape[1] % groups:  # torch refuses [N, C] too
         raise ShapeError(
-            f"{fn}: expected [N, C, *] with C divisible by groups={groups}, got "
+            f"{fn}: expected [N, C, *] (3 dims at least) with C divisible by groups={groups}, got "
             f"{shape_text(input.shape)}"
         )
     n, c, *rest = input.shape

@@ -12,8 +12,8 @@ __all__ = ["ChannelShuffle"]
 class ChannelShuffle(Module):
     """``F.channel_shuffle(x, groups)``: ShuffleNet's regrouping of channels.
 
-    >>> ChannelShuffle(2)(rg.arange(4.0).reshape((1, 4))).tolist()
-    [[0.0, 2.0, 1.0, 3.0]]
+    >>> ChannelShuffle(2)(rg.arange(4.0).reshape((1, 4, 1))).flatten().tolist()
+    [0.0, 2.0, 1.0, 3.0]
     """
 
     def __init__(self, groups: int):
