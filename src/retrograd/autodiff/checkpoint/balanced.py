@@ -7,7 +7,12 @@ from typing import Any
 
 from .strategy import CheckpointStrategy
 
-__all__ = ["BalancedCheckpointing"]
+__all__ = ["VIEWS", "BalancedCheckpointing"]
+
+#: Memory-bound ops whose output is a view of their input wherever the layout allows (on NumPy
+#: and torch alike): recomputing one needs its input kept, which is the same memory, so it
+#: frees nothing, and each recomputation is counted as new bytes. They are kept.
+VIEWS = frozenset({"reshape", "permute", "swap_dims", "expand", "slice"})
 
 
 class BalancedCheckpointing(CheckpointStrategy):
@@ -15,7 +20,8 @@ class BalancedCheckpointing(CheckpointStrategy):
 
     A memory-bound output that a compute-bound op reads in its backward rule (the input of a
     matmul, say) is kept too: recomputing it could mean recomputing a whole residual stream.
+    Views (:data:`VIEWS`) are kept: recomputing one frees nothing.
     """
 
     def recomputes(self, op: Any) -> bool:
-        return op.memory_bound
+        return op.memory_bound and op.name not in VIEWS
