@@ -188,18 +188,8 @@ class InplaceMixin:
             # gradient); torch's result is a non-leaf copy of it (untracked under no_grad)
             with no_grad() if outside else nullcontext():
                 value = value.clone()
-        elif (
-            not outside
-            and backend.is_autodiff
-            and is_grad_enabled()
-            and backend.is_tracked(self._prim)
-            and not backend.is_tracked(value._prim)
-        ):
-            # a value that does not depend on the old one (zero_, fill_, copy_ of a constant):
-            # torch's result stays in the graph, its gradient to the old value zero, where
-            # one cut from the graph would make a later backward find nothing to differentiate
-            never = wrap(self, backend.zeros(self.shape, "bool", self._device))
-            value = self.where(never, value)
+        # (a value that does not depend on the old one, zero_ or fill_, keeps a tracked
+        # tensor in the graph: views._overwritten, where every write ends)
         write(op, self, value, outside)
         return self
 
