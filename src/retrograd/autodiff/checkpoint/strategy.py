@@ -29,6 +29,25 @@ __all__ = ["CheckpointStrategy"]
 _new = object.__new__
 
 
+def _held_by_a_reader(node: Any, value: Any) -> None:
+    """A kept op's rule reads the output ``value`` of ``node``, a node the strategy
+    recomputes: that output is held until backward anyway, so ``node`` will never be
+    recomputed, and the parents it backed up for that (held since forward: a residual
+    ``add``'s projection, which nothing else reads) are let go now. Its output is backed up
+    instead (the same array: no new bytes), so that a backward that does not walk the
+    reader still finds it."""
+    saved = node.saved
+    actions = saved.actions
+    if not actions:  # consumed by a backward already
+        return
+    last_key, _, last_is_backup = actions[-1]
+    if last_is_backup and last_key == node.id:  # done for an earlier reader
+        return
+    actions = [action for action in actions if not action[2]]
+    actions.append((node.id, value, True))
+    saved.actions = actions
+
+
 class CheckpointStrategy:
     """Decides, per op, whether its output is recomputed during backward instead of kept.
 
@@ -69,8 +88,14 @@ class CheckpointStrategy:
         parents = node.parents
         for i in recipe.saved_inputs:
             parent = parents[i]
-            key = new_node_id() if parent is None else parent.id
-            actions.append((key, inputs[i].value, False))
+            value = inputs[i].value
+            if parent is None:
+                key = new_node_id()
+            else:
+                key = parent.id
+                if parent.saved.recompute:
+                    _held_by_a_reader(parent, value)
+            actions.append((key, value, False))
             keys += (key,)
         if recipe.save_out:
             node_id = node.id
