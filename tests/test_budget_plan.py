@@ -466,6 +466,32 @@ def test_two_graphs_in_alternation_are_planned_once_each():
     assert len(set(ops[4][1:])) == 1 and len(set(ops[2][1:])) == 1, ops
 
 
+def test_a_loop_whose_graph_changes_every_step_stops_planning():
+    # a shape drawn per batch (a sequence length, say): a graph planned when the next step
+    # starts another is followed by no step until it comes back. Once MAX_PLANS plans have
+    # been dropped for newer ones, a graph is planned only when the next step starts as it
+    # did, or when it comes back soon after (within MAX_PLANS graphs); before, every step
+    # planned the one before it (39 plans here)
+    from retrograd.autodiff.checkpoint.budget.planner import MAX_PLANS
+
+    full, _, _ = _masked_step(rg.Autodiff(rg.NumpyBackend()))
+    strategy = rg.BudgetCheckpointing(full // 2)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
+    plain = rg.Autodiff(rg.NumpyBackend())
+    for batch in [*range(1, 21), *range(1, 21)]:  # each graph back 20 steps later
+        _, _, grads = _masked_step(backend, batch)
+        _, _, expected = _masked_step(plain, batch)
+        assert all(np.array_equal(a, b) for a, b in zip(expected, grads))
+    assert strategy.plans == 2 * MAX_PLANS
+    # the last MAX_PLANS plans made (batches 9-16) are kept and followed the second time
+    assert strategy.planned_steps == MAX_PLANS
+    # the same graph twice in a row is planned at once, and followed
+    for _ in range(3):
+        _masked_step(backend, 4)
+    assert strategy.plans == 2 * MAX_PLANS + 1
+    assert strategy.planned_steps == MAX_PLANS + 2
+
+
 def test_a_graph_dropped_without_backward_starts_a_new_trace():
     full, _, _ = _masked_step(rg.Autodiff(rg.NumpyBackend()))
     strategy = rg.BudgetCheckpointing(full // 2)

@@ -383,3 +383,30 @@ def test_balanced_residual_adds_hold_no_backups(metric_branch):
         assert balanced.peak_bytes <= none.peak_bytes
     for ours, theirs in zip(got, expected, strict=True):
         np.testing.assert_array_equal(ours, theirs)
+
+
+class _RecomputeProducts(rg.CheckpointStrategy):
+    def recomputes(self, op):
+        return op.name in ("matmul", "mul")
+
+
+def test_a_product_by_its_own_transpose_is_recomputed_bit_for_bit():
+    """``q @ q.swap_dims(1, 2)`` (q one buffer, read transposed): NumPy gives that product to
+    BLAS's syrk, whose bits differ from gemm's. Recomputed in backward, ``q`` is a new buffer
+    while the kept transposed view still reads the old one, so the product ran as gemm and
+    the gradients differed from NoCheckpointing's in the last bits (seen under
+    BudgetCheckpointing's eager steps, 1e-5 on a masked-attention stack)."""
+    rng = np.random.default_rng(0)
+    x_value = rng.standard_normal((3, 32, 16)).astype(np.float32)
+    w_value = rng.standard_normal((16, 16)).astype(np.float32)
+    results = []
+    for strategy in (rg.NoCheckpointing(), _RecomputeProducts()):
+        with rg.use_backend(rg.Autodiff(rg.NumpyBackend(), strategy)):
+            x = rg.tensor(x_value).require_grad()
+            w = rg.tensor(w_value).require_grad()
+            q = x @ w
+            scores = q @ q.swap_dims(1, 2)
+            grads = (scores * scores).sum().backward()
+            results.append((grads.recomputed_ops, w.grad(grads).numpy()))
+    assert results[0][0] == 0 and results[1][0] > 0
+    np.testing.assert_array_equal(results[1][1], results[0][1])

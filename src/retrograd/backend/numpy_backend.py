@@ -697,7 +697,20 @@ class NumpyBackend(
         return tuple(index.astype(np.int64, copy=False) for index in np.nonzero(x))
 
     # -- linear algebra and fused activations -------------------------------------------------
-    matmul = staticmethod(np.matmul)
+    @staticmethod
+    def matmul(x, y):
+        # NumPy hands a product of one buffer by its own transpose (``q @ q.swapaxes(-1, -2)``)
+        # to BLAS's syrk, whose bits differ from gemm's: the product would then depend on
+        # whether its operands share memory, and a recomputed operand does not (checkpointing
+        # recomputes ``q`` into a new buffer while a kept transposed view still reads the
+        # old one), so gradients would differ from NoCheckpointing's in the last bits. Such a
+        # pair runs as any other product.
+        x_base, y_base = getattr(x, "base", None), getattr(y, "base", None)
+        if (
+            y_base is x or x_base is y or (x_base is not None and x_base is y_base)
+        ) and x.ctypes.data == y.ctypes.data:
+            y = y.copy()
+        return np.matmul(x, y)
 
     def cross(self, x, y, dim):
         return np.cross(x, y, axis=dim)

@@ -3,13 +3,15 @@ recorded follows a plan, and how its backward runs.
 
 The first step of a training loop, and any step whose graph matches no plan, runs eagerly
 (evicting during forward, :mod:`.evictor`). When its backward starts, the recorded step is
-kept; the next step plans from it when it starts (a single step never pays for planning).
+kept; the next step plans from it when it starts (a single step never pays for planning;
+see :meth:`Planner._recurs` for a loop whose graph changes every step).
 A later step whose values match a plan's signatures, one by one, follows it: the plan evicts
 some values as soon as they are made and keeps the others held (forward evicts none of them
 for the limit), and its backward runs as the plan assumed. Several plans are kept, one per
 graph (:data:`MAX_PLANS`, the least recently followed dropped first): a loop that alternates
 graphs (training and validation, two batch shapes, the short last batch of an epoch) plans
-each once.
+each once. A loop with more graphs than that (one per batch, say) plans a graph only when it
+comes again, once it has dropped that many plans.
 
 A followed step whose backward holds more than the plan predicted (by a tenth) is re-planned
 from the same trace with the budget lowered by the miss (:data:`MAX_REPLANS` times at most,
@@ -81,6 +83,9 @@ REPLAY_SLACK = 1.1
 
 #: plans kept at once (one per graph of the loop)
 MAX_PLANS = 8
+#: graphs of eager steps remembered, unplanned, for a plan when they come again: a graph
+#: that comes back later than that would have had its plan dropped before it came
+SEEN_GRAPHS = MAX_PLANS
 #: re-plans of one graph after its followed steps missed the prediction
 MAX_REPLANS = 3
 
@@ -107,8 +112,13 @@ class Planner:
         self._checking: EvictionPlan | None = None
         #: the peak of the last step that followed no plan (the one the next plan comes from)
         self._eager_peak: int | None = None
+        #: the graphs of recent eager steps that were not planned (hashes of their
+        #: signatures, oldest first): planned when seen again
+        self._seen: dict[int, None] = {}
         self.plans = 0
         self.planned_steps = 0
+        #: plans dropped from the kept ones, the least recently followed, for a new one
+        self.dropped = 0
         #: the prices of the plan the step being recorded followed last, by position: what
         #: its values recorded while following (not timed) cost, should it be planned from
         self._prices: list | None = None
@@ -131,9 +141,10 @@ class Planner:
         if position == 0:  # a step starts: plan it if a trace waits, and find its plan
             if self._pending is not None:
                 values, trace = self._pending
-                signatures = [value.signature for value in values]
-                self._adopt(self._make_plan(signatures, trace, values=values))
                 self._pending = None
+                signatures = [value.signature for value in values]
+                if self._recurs(signatures, signature):
+                    self._adopt(self._make_plan(signatures, trace, values=values))
             self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
@@ -149,6 +160,25 @@ class Planner:
         if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
             return None, self._prices[position]
         return plan.evict[position] and recompute, self._prices[position]
+
+    def _recurs(self, signatures: list, starting: tuple) -> bool:
+        """Whether the graph of ``signatures``, recorded by the step before, is worth a plan:
+        the step now starting begins as it did (``starting``, its first value's signature);
+        or plans have not been wasted yet (fewer than :data:`MAX_PLANS` dropped unfollowed
+        from the kept ones: a loop of a few graphs in alternation never drops one); or that
+        graph was seen before (among the last :data:`SEEN_GRAPHS`). A loop whose graph
+        changes every step (a sequence length drawn per batch) would otherwise pay for a plan
+        at every step and follow almost none."""
+        if signatures[0] == starting or self.dropped < MAX_PLANS:
+            return True
+        graph = hash(tuple(signatures))
+        seen = self._seen
+        if graph in seen:
+            return True
+        seen[graph] = None
+        if len(seen) > SEEN_GRAPHS:
+            del seen[next(iter(seen))]
+        return False
 
     def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
         """Another kept plan that the step has matched so far, with the same evictions."""
@@ -173,8 +203,9 @@ class Planner:
 
     def _adopt(self, plan: EvictionPlan) -> None:
         """Keep ``plan`` first, in place of a plan of the same graph."""
-        kept = [p for p in self.kept if p.signatures != plan.signatures]
-        self.kept = [plan, *kept][:MAX_PLANS]
+        kept = [plan, *[p for p in self.kept if p.signatures != plan.signatures]]
+        self.dropped += max(0, len(kept) - MAX_PLANS)
+        self.kept = kept[:MAX_PLANS]
 
     def backward_begins(
         self, recorded: Any, steps: list, fastest: Any = None
