@@ -165,6 +165,30 @@ def test_lu_panics():
         rg.linalg.lu(rg.tensor([1.0, 2.0, 3.0]))
 
 
+# ---- lu_decomposition.rs (burn-tensor's linalg tests before they moved, at 5cf7900b^): the
+# packed factors are torch's lu_factor's; Burn's permutation vector is the row of P holding the
+# one of each column. A singular matrix panics in Burn and is refused by lu_factor (torch's
+# too); a non-square one panics in Burn and is factored by torch's lu_factor (kept).
+
+
+def test_lu_decomposition_packed_factors():
+    lu, pivots = rg.linalg.lu_factor(rg.tensor([[4.0, 3.0], [6.0, 3.0]]))
+    close(lu, [[6.0, 3.0], [2.0 / 3.0, 1.0]], 1e-6, 1e-6)
+    a = rg.tensor([[0.0, 5.0, 22.0 / 3.0], [4.0, 2.0, 1.0], [2.0, 7.0, 9.0]])
+    lu, pivots = rg.linalg.lu_factor(a)
+    close(lu, [[4.0, 2.0, 1.0], [0.5, 6.0, 8.5], [0.0, 0.8333333, 0.25000048]])
+    p, _, _ = rg.lu_unpack(lu, pivots)
+    eq(p.argmax(0), [1, 2, 0])
+    eq(rg.linalg.lu_factor(rg.tensor([[5.0]]))[0], [[5.0]])
+    eq(rg.linalg.lu_factor(rg.eye(4))[0], np.eye(4))
+    with pytest.raises(rg.InvalidArgumentError, match="singular"):
+        rg.linalg.lu_factor(rg.tensor([[1.0, 2.0], [2.0, 4.0]]))
+    a = uniform((50, 50))
+    lu, pivots = rg.linalg.lu_factor(a)
+    p, lower, upper = rg.lu_unpack(lu, pivots)
+    close(p.matmul(lower).matmul(upper), a, 1e-2, 1e-2)
+
+
 # ---- det.rs (the cases test_burn_tensor_ports_5.test_det leaves out) -------------------------
 
 

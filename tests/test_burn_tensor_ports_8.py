@@ -344,3 +344,59 @@ def test_bitwise_scalar():
     eq(t.bitwise_xor_scalar(5), [[6, 1, 0], [12, 6, 13]])
     eq(t.bitwise_left_shift_scalar(2), [[12, 16, 20], [36, 12, 32]])
     eq(t.bitwise_right_shift_scalar(2), [[0, 1, 1], [2, 0, 2]])
+
+
+# ---- small forward cases the earlier ports do not hold (movedim.rs, narrow.rs, chunk.rs,
+# repeat_dim.rs, int reshape.rs and stack.rs) --------------------------------------------------
+
+MOVEDIM_0_2 = [
+    [[0.0, 12.0], [1.0, 13.0], [2.0, 14.0], [3.0, 15.0]],
+    [[4.0, 16.0], [5.0, 17.0], [6.0, 18.0], [7.0, 19.0]],
+    [[8.0, 20.0], [9.0, 21.0], [10.0, 22.0], [11.0, 23.0]],
+]
+
+
+def test_movedim_float_and_int():
+    for t in (rg.arange(0, 24).reshape((2, 3, 4)).float(), rg.arange(0, 24).reshape((2, 3, 4))):
+        eq(t.movedim(0, 2), MOVEDIM_0_2)
+        eq(t.movedim(0, -1), MOVEDIM_0_2)
+        eq(t.movedim(0, 0), t)
+    t = rg.arange(0, 24).reshape((2, 3, 4)).float()
+    eq(t.flip([-3, -1]), t.flip([0, 2]))
+    eq(t.movedim([-3, -2], [-2, -3]), t.movedim([0, 1], [1, 0]))
+    for source, destination in (([0, 1], [0]), (0, 100), ([0, 100], [0, 1])):
+        with pytest.raises(rg.ShapeError, match="movedim"):
+            t.movedim(source, destination)
+
+
+def test_narrow_chunk_and_repeat_dim_of_views():
+    t = rg.arange(0, 64).reshape((8, 8)).float()
+    eq(t.narrow(0, 3, 4), np.arange(24, 56, dtype=np.float32).reshape(4, 8))
+    assert [c.shape[0] for c in rg.arange(0, 100).float().chunk(8, 0)] == [13] * 7 + [9]
+    out = rg.arange(0, 16).float().reshape((4, 1, 4)).swap_dims(0, 2).repeat_dim(1, 4)
+    eq(out, np.repeat(np.arange(16.0).reshape(4, 4).T[:, None, :], 4, axis=1))
+    eq(out[0], [[0.0, 4.0, 8.0, 12.0]] * 4)
+    out = rg.arange(0, 16).float().reshape((2, 2, 1, 4)).swap_dims(0, 1).repeat_dim(2, 4)
+    eq(out[0, 1], [[8.0, 9.0, 10.0, 11.0]] * 4)
+    eq(out[1, 0], [[4.0, 5.0, 6.0, 7.0]] * 4)
+    out = rg.arange(0, 16).float().reshape((1, 2, 2, 4)).swap_dims(0, 2).swap_dims(1, 3)
+    out = out.repeat_dim(2, 4)
+    eq(out[0, 3], [[3.0, 11.0]] * 4)
+    eq(out[1, 2], [[6.0, 14.0]] * 4)
+    eq(rg.ones((2, 3, 4)).repeat_dim(2, 0).shape, (2, 3, 0))
+
+
+def test_int_reshape_broadcasts_and_stack_layout():
+    t1 = rg.arange(0, 32).reshape((2, 4, 4))
+    t2 = rg.arange(0, 16).reshape((1, 4, 4))
+    t3 = rg.arange(0, 8).reshape((4, 1, 2)).swap_dims(0, 2)
+    out = t1 + t2 + t3
+    eq(out[0], [[0, 4, 8, 12], [8, 12, 16, 20], [16, 20, 24, 28], [24, 28, 32, 36]])
+    eq(out[1], [[17, 21, 25, 29], [25, 29, 33, 37], [33, 37, 41, 45], [41, 45, 49, 53]])
+    lhs = rg.arange(0, 4).reshape((2, 2))
+    out = lhs.reshape((2, 2, 1)).mul(lhs.reshape((1, 2, 2))).sum_dim(1).reshape((2, 2))
+    eq(out, [[2, 3], [6, 11]])
+    tensor = rg.arange(1, 25).reshape((4, 6))
+    out = rg.stack([tensor, rg.zeros((4, 6), dtype="int64")], 2).reshape((4, 12))
+    eq(out[1], [7, 0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0])
+    eq(out[3], [19, 0, 20, 0, 21, 0, 22, 0, 23, 0, 24, 0])
