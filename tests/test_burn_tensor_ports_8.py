@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 from test_burn_tensor_ports import approx, eq
 
@@ -400,3 +401,35 @@ def test_int_reshape_broadcasts_and_stack_layout():
     out = rg.stack([tensor, rg.zeros((4, 6), dtype="int64")], 2).reshape((4, 12))
     eq(out[1], [7, 0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0])
     eq(out[3], [19, 0, 20, 0, 21, 0, 22, 0, 23, 0, 24, 0])
+
+
+# ---- activation/quiet_softmax.rs, thresholded_relu.rs ----------------------------------------
+
+
+def test_quiet_softmax():
+    x = rg.tensor([[1.0, 7.0], [13.0, -3.0]])
+    burn = [[2.47e-03, 9.975e-01], [1.0, 1.1254e-07]]
+    # Burn's Tolerance::default() (relative 0.5%, absolute 1e-5): its 9.975e-01 is rounded
+    for out in (F.quiet_softmax(x, 1), F.quiet_softmax(x, -1), x.quiet_softmax(1)):
+        np.testing.assert_allclose(np.asarray(out), burn, rtol=5e-3, atol=1e-5)
+    # and exactly "softmax plus one", with its gradient, against torch's formula in float64
+    torch = pytest.importorskip("torch")
+    data = [[1.0, 7.0], [13.0, -3.0]]
+    weights = [[1.0, 2.0], [3.0, 4.0]]
+    t = torch.tensor(data, dtype=torch.float64, requires_grad=True)
+    expected = t.exp() / (1 + t.exp().sum(1, keepdim=True))
+    (expected * torch.tensor(weights, dtype=torch.float64)).sum().backward()
+    x = rg.tensor(np.array(data)).require_grad()
+    out = F.quiet_softmax(x, 1)
+    grads = (out * rg.tensor(np.array(weights))).sum().backward()
+    approx(out, expected.detach().numpy(), 1e-12)
+    approx(x.grad(grads), t.grad.numpy(), 1e-12)
+
+
+def test_thresholded_relu():
+    out = F.thresholded_relu(rg.tensor([[0.0, -1.0, 2.0], [3.0, 1.0, 0.5]]), 1.0)
+    eq(out, [[0.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
+    out = rg.tensor([[0.0, -1.0, 2.0], [3.0, 0.5, 0.6]]).thresholded_relu(0.5)
+    eq(out, np.array([[0.0, 0.0, 2.0], [3.0, 0.0, 0.6]], dtype=np.float32))
+    x = rg.tensor([[0.0, -1.0, 2.0], [3.0, 1.0, 0.5]]).require_grad()
+    approx(x.grad(F.thresholded_relu(x, 1.0).sum().backward()), [[0, 0, 1], [1, 0, 0]])

@@ -220,6 +220,19 @@ class BurnNamesMixin:
     def bitwise_right_shift_scalar(self, other: int) -> Any:
         return self.bitwise_right_shift(other)
 
+    # -- Burn's activations (rg.nn.functional has them too) ------------------------------------
+    def quiet_softmax(self, dim: int) -> Any:
+        """Burn's ``quiet_softmax``: ``exp(x_i) / (1 + sum_j exp(x_j))`` along ``dim``."""
+        from ..nn.functional import quiet_softmax
+
+        return quiet_softmax(self, dim)
+
+    def thresholded_relu(self, alpha: float = 1.0) -> Any:
+        """Burn's ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
+        from ..nn.functional import thresholded_relu
+
+        return thresholded_relu(self, alpha)
+
     # -- one-hot and sampling ------------------------------------------------------------------
     def one_hot_fill(
         self, num_classes: int, on_value: float, off_value: float, axis: int = -1

@@ -229,6 +229,24 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
 
 
+def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """Burn's (and ONNX's) ``thresholded_relu``: ``x`` where ``x > alpha``, else 0 (torch's
+    ``threshold(x, alpha, 0)``)."""
+    return threshold(x, alpha, 0.0)
+
+
+def quiet_softmax(x: Tensor, dim: int) -> Tensor:
+    """Burn's ``quiet_softmax`` ("softmax plus one"): ``exp(x_i) / (1 + sum_j exp(x_j))``
+    along ``dim``, so a row of very negative values can give all its weights near 0. Shifted
+    by the row's (untracked) maximum ``m`` for stability: ``exp(x_i - m) / (sum_j exp(x_j -
+    m) + exp(-m))``, as Burn computes it."""
+    x = _float_input("quiet_softmax", x)
+    dim = normalize_dim("quiet_softmax", dim, x.ndim)
+    peak = untracked(x).amax(dim, keepdim=True)
+    shifted = (x - peak).exp()
+    return shifted / (shifted.sum(dim, keepdim=True) + (-peak).exp())
+
+
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
