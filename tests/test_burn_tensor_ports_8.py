@@ -433,3 +433,12 @@ def test_thresholded_relu():
     eq(out, np.array([[0.0, 0.0, 2.0], [3.0, 0.0, 0.6]], dtype=np.float32))
     x = rg.tensor([[0.0, -1.0, 2.0], [3.0, 1.0, 0.5]]).require_grad()
     approx(x.grad(F.thresholded_relu(x, 1.0).sum().backward()), [[0, 0, 1], [1, 0, 0]])
+
+
+def test_hard_sigmoid():
+    out = F.hard_sigmoid(rg.tensor([[1.0, 7.0], [13.0, -3.0]]), 0.2, 0.5)
+    approx(out, [[0.7, 1.0], [1.0, 0.0]], 1e-3)
+    big = float(np.finfo(np.float32).max)
+    approx(rg.tensor([big, -big]).hard_sigmoid(0.2, 0.5), [1.0, 0.0], 1e-3)
+    x = rg.tensor([[1.0, 7.0], [13.0, -3.0]]).require_grad()
+    approx(x.grad(F.hard_sigmoid(x, 0.2, 0.5).sum().backward()), [[0.2, 0], [0, 0]])

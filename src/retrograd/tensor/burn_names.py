@@ -227,6 +227,12 @@ class BurnNamesMixin:
 
         return quiet_softmax(self, dim)
 
+    def hard_sigmoid(self, alpha: float = 0.2, beta: float = 0.5) -> Any:
+        """Burn's ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)``."""
+        from ..nn.functional import hard_sigmoid
+
+        return hard_sigmoid(self, alpha, beta)
+
     def thresholded_relu(self, alpha: float = 1.0) -> Any:
         """Burn's ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
         from ..nn.functional import thresholded_relu

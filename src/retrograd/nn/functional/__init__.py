@@ -180,6 +180,7 @@ from .activation import (  # noqa: E402
     celu_,
     elu_,
     gumbel_softmax,
+    hard_sigmoid,
     hardshrink,
     hardtanh_,
     leaky_relu_,
@@ -237,7 +238,7 @@ __all__ += ["relu_", "rrelu", "rrelu_", "selu_", "softshrink", "threshold_"]
 __all__ += ["cosine_embedding_loss", "cosine_similarity", "pairwise_distance", "pdist"]
 __all__ += ["bilinear", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 __all__ += ["gaussian_nll_loss", "hinge_embedding_loss", "poisson_nll_loss"]
-__all__ += ["quiet_softmax", "thresholded_relu"]
+__all__ += ["hard_sigmoid", "quiet_softmax", "thresholded_relu"]
 __all__ += ["margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss"]
 __all__ += ["ctc_loss", "multilabel_soft_margin_loss", "soft_margin_loss"]
 __all__ += ["alpha_dropout", "feature_alpha_dropout", "local_response_norm"]

@@ -235,6 +235,12 @@ def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
     return threshold(x, alpha, 0.0)
 
 
+def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
+    """Burn's (and ONNX's) ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)`` (torch's
+    ``hardsigmoid`` is this with ``alpha = 1/6``); the gradient passes strictly inside."""
+    return (_float_input("hard_sigmoid", x) * alpha + beta).clamp(0.0, 1.0)
+
+
 def quiet_softmax(x: Tensor, dim: int) -> Tensor:
     """Burn's ``quiet_softmax`` ("softmax plus one"): ``exp(x_i) / (1 + sum_j exp(x_j))``
     along ``dim``, so a row of very negative values can give all its weights near 0. Shifted
