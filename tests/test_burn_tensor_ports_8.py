@@ -4,11 +4,16 @@ tensor``, tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747): ``max_dim
 ``median_with_indices``, ``sort_descending``, ``argtopk``, ``is_close``/``all_close``,
 ``fmod_scalar``, ``roll_dim``, ``one_hot_fill``, ``categorical``, ``slice_fill``, ``pad``,
 ``select_dim``, ``bool_and``/``bool_or``/``bool_xor``/``bool_not``, ``bitwise_*_scalar``,
-``empty_like`` and ``rank``. The earlier ports left them out as names API.md does not give;
-retrograd now has them (``tensor/burn_names.py``, composites of the API.md/torch ops), so they
-are ported here as Burn writes them, under every checkpointing strategy on the chosen inner
-backend, with gradient checks where the composite is differentiable. Expected values are
-Burn's."""
+``empty_like``, ``rank``, and the activations ``hard_sigmoid(alpha, beta)``,
+``quiet_softmax`` and ``thresholded_relu`` (also in ``rg.nn.functional``). The earlier ports
+left them out as names API.md does not give; retrograd now has them
+(``tensor/burn_names.py``, composites of the API.md/torch ops), so they are ported here as Burn
+writes them, under every checkpointing strategy on the chosen inner backend, with gradient
+checks where the composite is differentiable. Expected values are Burn's.
+
+Deliberate difference: Burn's ``roll(shifts, dims)`` turns the other way from torch's;
+``Tensor.roll`` keeps torch's direction (a torch name, API.md section 10) and Burn's
+``roll_dim`` is Burn's."""
 
 from __future__ import annotations
 
