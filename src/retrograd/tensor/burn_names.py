@@ -16,8 +16,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentError, ShapeError
-from ._dispatch import check_scalar, normalize_dim, wrap
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
+from ._dispatch import check_scalar, normalize_dim, untracked, wrap
 
 __all__ = ["BurnNamesMixin"]
 
@@ -29,6 +29,12 @@ def _dims(op: str, ndim: int, dims: Sequence[int]) -> list[int]:
     if isinstance(dims, numbers.Integral):
         dims = [dims]
     return sorted({normalize_dim(op, d, ndim) for d in dims})
+
+
+def _floats(op: str, x: Any) -> Any:
+    if not x.is_float():
+        raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
+    return x
 
 
 class BurnNamesMixin:
@@ -62,21 +68,6 @@ class BurnNamesMixin:
         """Burn's ``empty_like``: a tensor of this shape, dtype and device (its values
         unspecified: zeros here)."""
         return self.zeros_like()
-
-    def pad(self, padding: Sequence[int], mode: Any = 0.0) -> Any:
-        """Burn's ``pad((left, right, top, bottom), mode)``: the last dimension padded by
-        ``left``/``right``, the one before by ``top``/``bottom``; ``mode`` a number (the
-        constant), ``"constant"``, ``"reflect"`` or ``"edge"`` (torch's ``"replicate"``)."""
-        from ..nn.functional import pad  # the torch-named kernel; nn imports tensor
-
-        if isinstance(mode, str):
-            modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
-            if mode.lower() not in modes:
-                raise InvalidArgumentError(
-                    f"pad: mode must be a number, 'constant', 'reflect' or 'edge', got {mode!r}"
-                )
-            return pad(self, list(padding), mode=modes[mode.lower()])
-        return pad(self, list(padding), mode="constant", value=float(mode))
 
     # -- reductions over several dims (kept with size 1) ---------------------------------------
     def sum_dims(self, dims: Sequence[int]) -> Any:
@@ -220,24 +211,27 @@ class BurnNamesMixin:
     def bitwise_right_shift_scalar(self, other: int) -> Any:
         return self.bitwise_right_shift(other)
 
-    # -- Burn's activations (rg.nn.functional has them too) ------------------------------------
-    def quiet_softmax(self, dim: int) -> Any:
-        """Burn's ``quiet_softmax``: ``exp(x_i) / (1 + sum_j exp(x_j))`` along ``dim``."""
-        from ..nn.functional import quiet_softmax
-
-        return quiet_softmax(self, dim)
-
+    # -- Burn's activations (rg.nn.functional has them too, calling these) ---------------------
     def hard_sigmoid(self, alpha: float = 0.2, beta: float = 0.5) -> Any:
-        """Burn's ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)``."""
-        from ..nn.functional import hard_sigmoid
+        """Burn's (and ONNX's) ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)`` (torch's
+        ``hardsigmoid`` is this with ``alpha = 1/6``); the gradient passes strictly inside."""
+        return (_floats("hard_sigmoid", self) * alpha + beta).clamp(0.0, 1.0)
 
-        return hard_sigmoid(self, alpha, beta)
+    def quiet_softmax(self, dim: int) -> Any:
+        """Burn's ``quiet_softmax`` ("softmax plus one"): ``exp(x_i) / (1 + sum_j exp(x_j))``
+        along ``dim``, so a row of very negative values can give all its weights near 0.
+        Shifted by the row's (untracked) maximum ``m`` for stability: ``exp(x_i - m) /
+        (sum_j exp(x_j - m) + exp(-m))``, as Burn computes it."""
+        x = _floats("quiet_softmax", self)
+        d = normalize_dim("quiet_softmax", dim, x.ndim)
+        peak = untracked(x).amax(d, keepdim=True)
+        shifted = (x - peak).exp()
+        return shifted / (shifted.sum(d, keepdim=True) + (-peak).exp())
 
     def thresholded_relu(self, alpha: float = 1.0) -> Any:
-        """Burn's ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
-        from ..nn.functional import thresholded_relu
-
-        return thresholded_relu(self, alpha)
+        """Burn's (and ONNX's) ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
+        x = _floats("thresholded_relu", self)
+        return x.mask_fill(x.lower_equal(alpha), 0.0)
 
     # -- one-hot and sampling ------------------------------------------------------------------
     def one_hot_fill(

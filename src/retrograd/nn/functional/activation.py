@@ -230,27 +230,18 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
 
 
 def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """Burn's (and ONNX's) ``thresholded_relu``: ``x`` where ``x > alpha``, else 0 (torch's
-    ``threshold(x, alpha, 0)``)."""
-    return threshold(x, alpha, 0.0)
+    """Burn's (and ONNX's) ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
+    return _float_input("thresholded_relu", x).thresholded_relu(alpha)
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
-    """Burn's (and ONNX's) ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)`` (torch's
-    ``hardsigmoid`` is this with ``alpha = 1/6``); the gradient passes strictly inside."""
-    return (_float_input("hard_sigmoid", x) * alpha + beta).clamp(0.0, 1.0)
+    """Burn's (and ONNX's) ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)``."""
+    return _float_input("hard_sigmoid", x).hard_sigmoid(alpha, beta)
 
 
 def quiet_softmax(x: Tensor, dim: int) -> Tensor:
-    """Burn's ``quiet_softmax`` ("softmax plus one"): ``exp(x_i) / (1 + sum_j exp(x_j))``
-    along ``dim``, so a row of very negative values can give all its weights near 0. Shifted
-    by the row's (untracked) maximum ``m`` for stability: ``exp(x_i - m) / (sum_j exp(x_j -
-    m) + exp(-m))``, as Burn computes it."""
-    x = _float_input("quiet_softmax", x)
-    dim = normalize_dim("quiet_softmax", dim, x.ndim)
-    peak = untracked(x).amax(dim, keepdim=True)
-    shifted = (x - peak).exp()
-    return shifted / (shifted.sum(dim, keepdim=True) + (-peak).exp())
+    """Burn's ``quiet_softmax``: ``exp(x_i) / (1 + sum_j exp(x_j))`` along ``dim``."""
+    return _float_input("quiet_softmax", x).quiet_softmax(dim)
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
