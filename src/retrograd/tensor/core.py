@@ -10,7 +10,8 @@ methods in terms of it. Here that primitive is ``_apply``
   activations, comparisons, logic;
 - :class:`~retrograd.tensor.reduce.ReduceMixin`: reductions, sorting, matmul;
 - :class:`~retrograd.tensor.shape.ShapeMixin`: reshaping, broadcasting, splitting;
-- :class:`~retrograd.tensor.indexing.IndexingMixin`: ``t[...]``, slices, gather/scatter, masks.
+- :class:`~retrograd.tensor.indexing.IndexingMixin`: ``t[...]``, slices, gather/scatter, masks;
+- :class:`~retrograd.tensor.burn_names.BurnNamesMixin`: Burn's names for ops the others have.
 
 What is left here is what is particular to a tensor: metadata, conversion to host values
 (the user asked for them), casts, devices, and the autodiff surface (``require_grad``,
@@ -48,6 +49,7 @@ from ._dispatch import (
     normalize_dim,
     on_backend,
 )
+from .burn_names import BurnNamesMixin
 from .dtypes import (
     DTYPE_OBJECTS,
     canonical_dtype,
@@ -88,6 +90,7 @@ class Tensor(
     ShapeMixin,
     IndexingMixin,
     InplaceMixin,
+    BurnNamesMixin,
     TensorBase,
 ):
     """An n-dimensional array on a backend; differentiable on the autodiff backend.

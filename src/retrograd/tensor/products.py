@@ -168,11 +168,13 @@ class ProductsMixin:
 
     def det(self) -> Any:
         """The determinant, as ``sign * exp(logabsdet)`` (its gradient ``det * A^-T``)."""
+        _square("det", self, floats=True)  # so that a bad input's error names det, not slogdet
         sign, logabsdet = self.slogdet()
         return sign * logabsdet.exp()
 
     def logdet(self) -> Any:
         """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
+        _square("logdet", self, floats=True)
         sign, logabsdet = self.slogdet()
         return logabsdet.mask_fill(sign.lower_elem(0.0), float("nan"))
 

@@ -180,15 +180,18 @@ from .activation import (  # noqa: E402
     celu_,
     elu_,
     gumbel_softmax,
+    hard_sigmoid,
     hardshrink,
     hardtanh_,
     leaky_relu_,
+    quiet_softmax,
     relu_,
     rrelu,
     rrelu_,
     selu_,
     softshrink,
     threshold_,
+    thresholded_relu,
 )
 from .distance import (  # noqa: E402
     cosine_embedding_loss,
@@ -235,6 +238,7 @@ __all__ += ["relu_", "rrelu", "rrelu_", "selu_", "softshrink", "threshold_"]
 __all__ += ["cosine_embedding_loss", "cosine_similarity", "pairwise_distance", "pdist"]
 __all__ += ["bilinear", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 __all__ += ["gaussian_nll_loss", "hinge_embedding_loss", "poisson_nll_loss"]
+__all__ += ["hard_sigmoid", "quiet_softmax", "thresholded_relu"]
 __all__ += ["margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss"]
 __all__ += ["ctc_loss", "multilabel_soft_margin_loss", "soft_margin_loss"]
 __all__ += ["alpha_dropout", "feature_alpha_dropout", "local_response_norm"]

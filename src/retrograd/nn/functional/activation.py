@@ -229,6 +229,21 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
 
 
+def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """Burn's (and ONNX's) ``thresholded_relu``: ``x`` where ``x > alpha``, else 0."""
+    return _float_input("thresholded_relu", x).thresholded_relu(alpha)
+
+
+def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
+    """Burn's (and ONNX's) ``hard_sigmoid``: ``clamp(alpha * x + beta, 0, 1)``."""
+    return _float_input("hard_sigmoid", x).hard_sigmoid(alpha, beta)
+
+
+def quiet_softmax(x: Tensor, dim: int) -> Tensor:
+    """Burn's ``quiet_softmax``: ``exp(x_i) / (1 + sum_j exp(x_j))`` along ``dim``."""
+    return _float_input("quiet_softmax", x).quiet_softmax(dim)
+
+
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
