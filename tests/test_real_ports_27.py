@@ -848,7 +848,13 @@ def test_llama2c_training_and_generation_match_torch(monkeypatch, capsys, flash)
                 patch.delattr(lib.nn.functional, "scaled_dot_product_attention")
             torch.manual_seed(0)
             args = names["ModelArgs"](
-                dim=16, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=16, multiple_of=8, max_seq_len=8
+                dim=16,
+                n_layers=2,
+                n_heads=4,
+                n_kv_heads=2,
+                vocab_size=16,
+                multiple_of=8,
+                max_seq_len=8,
             )
             model = names["Transformer"](args)
         assert model.layers[0].attention.flash is flash

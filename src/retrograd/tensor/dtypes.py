@@ -266,3 +266,6 @@ class Size(tuple):
 
     def __repr__(self) -> str:
         return f"retrograd.Size({list(self)})"
+
+    # Messages format shapes as ``(2, 3)``: ``str`` (and so f-strings) keeps the tuple's form.
+    __str__ = tuple.__repr__
