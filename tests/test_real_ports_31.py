@@ -414,31 +414,45 @@ def test_sagan_spectral_norm_and_self_attention_training_match_torch(monkeypatch
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
-        G = names["Generator"](2, image_size=64, z_dim=8, conv_dim=8).double()
-        D = names["Discriminator"](2, image_size=64, conv_dim=8).double()
+        gen = names["Generator"](2, image_size=64, z_dim=8, conv_dim=8).double()
+        disc = names["Discriminator"](2, image_size=64, conv_dim=8).double()
         # the weight became weight_bar, weight_u, weight_v (u and v not trained)
-        conv = D.l1[0].module
-        assert sorted(n for n, _ in conv.named_parameters()) == ["bias", "weight_bar", "weight_u", "weight_v"]
+        conv = disc.l1[0].module
+        assert sorted(n for n, _ in conv.named_parameters()) == [
+            "bias",
+            "weight_bar",
+            "weight_u",
+            "weight_v",
+        ]
         assert not conv.weight_u.requires_grad
         if initial is None:
-            for p in G.parameters():  # the attention gammas start at zero: give them a value
+            for p in gen.parameters():  # the attention gammas start at zero: give them a value
                 if p.dim() == 1 and p.numel() == 1:
                     p.data.fill_(0.3)
-            initial = [{k: v.detach().numpy().copy() for k, v in m.state_dict().items()} for m in (G, D)]
+            initial = [
+                {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+                for m in (gen, disc)
+            ]
         else:
-            for m, state in zip((G, D), initial):
+            for m, state in zip((gen, disc), initial):
                 m.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
-        config = type("Config", (), dict(adv_loss=adv_loss, z_dim=8, lambda_gp=10, g_lr=1e-3, d_lr=4e-3, beta1=0.0, beta2=0.9))
+        config = type(
+            "Config",
+            (),
+            dict(
+                adv_loss=adv_loss, z_dim=8, lambda_gp=10, g_lr=1e-3, d_lr=4e-3, beta1=0.0, beta2=0.9
+            ),
+        )
         randn, rand = _draws(lib, 32)
         with monkeypatch.context() as patch:
             patch.setattr(lib, "randn", randn)
             patch.setattr(lib, "rand", rand)
-            trainer = names["Trainer"](G, D, config)
+            trainer = names["Trainer"](gen, disc, config)
             record = [trainer.step(lib.tensor(batch, dtype=lib.float64)) for batch in images]
         flat = []
         for step in record:
             flat.extend(step)
-        flat.append({n: p.detach().numpy().copy() for n, p in G.named_parameters()})
-        flat.append({n: p.detach().numpy().copy() for n, p in D.named_parameters()})
+        flat.append({n: p.detach().numpy().copy() for n, p in gen.named_parameters()})
+        flat.append({n: p.detach().numpy().copy() for n, p in disc.named_parameters()})
         records.append(flat)
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-9)
