@@ -52,6 +52,7 @@ from ._dispatch import (
 from .burn_names import BurnNamesMixin
 from .dtypes import (
     DTYPE_OBJECTS,
+    Size,
     canonical_dtype,
     default_float_dtype,
     legacy_type_dtype,
@@ -144,9 +145,11 @@ class Tensor(
 
     # -- metadata -----------------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        """The dimensions, as a tuple of ints."""
-        return tuple(self._backend.shape(self._prim))
+    def shape(self) -> Size:
+        """The dimensions, as a tuple of ints: an ``rg.Size``, as torch's ``shape`` is a
+        ``torch.Size``, so the legacy constructors (``rg.FloatTensor(x.shape)``,
+        ``x.new(x.size())``) read it as a shape where a plain tuple is data."""
+        return tuple.__new__(Size, self._backend.shape(self._prim))
 
     @property
     def ndim(self) -> int:

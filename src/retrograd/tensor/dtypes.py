@@ -264,5 +264,6 @@ class Size(tuple):
             count *= n
         return count
 
-    def __repr__(self) -> str:
-        return f"retrograd.Size({list(self)})"
+    # Printed as the tuple it is, ``(2, 3)`` (torch prints ``torch.Size([2, 3])``): shapes are
+    # ``Size``s, and messages and printed examples read ``(2, 3)`` as they always have.
+    __repr__ = tuple.__repr__

@@ -805,11 +805,12 @@ class SelectionMixin:
         """torch's int8 cast: refused, retrograd's one integer dtype is int64 (``long()``)."""
         return self.cast("int8")
 
-    def new(self, *args: Any, **kwargs: Any) -> Any:
-        """torch's legacy constructor: an error naming the ``new_*`` methods to use."""
-        raise InvalidArgumentError(
-            "new: the legacy constructor is not supported; use new_empty(size), "
-            "new_zeros(size) or new_tensor(data)"
+    def new(self, *args: Any, device: Any = None) -> Any:
+        """torch's legacy constructor in this tensor's dtype and device: sizes (ints, or one
+        ``Size`` such as ``x.shape``) make a tensor of that shape (zeros: torch leaves it
+        uninitialized), one sequence the data, no argument an empty tensor."""
+        return type(self)._legacy_new(
+            "new", self.dtype, args, self.device if device is None else device
         )
 
     def register_hook(self, hook: Any) -> Any:

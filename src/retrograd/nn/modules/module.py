@@ -573,12 +573,34 @@ class Module:
                     f"the path of an .npz file, got {type(state).__name__}"
                 )
             state = _read_archive(state)
+        # torch's per-module step, for the classes that override it (torchvision's
+        # FrozenBatchNorm2d drops ``num_batches_tracked``; others rename old keys): each edits
+        # a copy of the state, as torch's does, before the one checked pass below loads it
+        state = dict(state)
+        added_missing: list[str] = []
+        added_unexpected: list[str] = []
+        errors: list[str] = []
+        for prefix, module in list(self.named_modules()):
+            if type(module)._load_from_state_dict is not Module._load_from_state_dict:
+                module._load_from_state_dict(
+                    state,
+                    f"{prefix}." if prefix else "",
+                    {},
+                    strict,
+                    added_missing,
+                    added_unexpected,
+                    errors,
+                )
+        if errors:
+            raise KeyMismatchError(f"load_state_dict: {'; '.join(map(str, errors))}")
         for prefix, module in list(self.named_modules()):  # lazy layers take the state's sizes
             if hasattr(module, "_lazy_load"):
                 module._lazy_load(state, f"{prefix}." if prefix else "")
         own = dict(self._state_items())
         missing = [name for name in own if name not in state]
+        missing += [name for name in added_missing if name not in missing]
         unexpected = [name for name in state if name not in own]
+        unexpected += [name for name in added_unexpected if name not in unexpected]
         if strict and (missing or unexpected):
             raise KeyMismatchError(
                 f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
@@ -611,6 +633,22 @@ class Module:
         for name, value in fresh.items():
             _assign(own[name], value, f"load_state_dict {name!r}")
         return IncompatibleKeys(missing, unexpected)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """torch's per-module loading step, for subclasses to override: an override may edit
+        ``state_dict`` (the keys under ``prefix`` are this module's), add to the key lists and
+        ``error_msgs``, and call ``super()._load_from_state_dict(...)``. Here the base does
+        nothing: :meth:`load_state_dict` loads every module's own entries in one checked pass
+        after the overrides have run, so a wrong entry still changes nothing."""
 
     def replicate(self, backend: Any = None, device: Any = None) -> Module:
         """A copy of this module whose parameters and buffers are new tensors (same values) on
