@@ -26,7 +26,7 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
+from ._dispatch import SCALARS, TensorBase, lift, normalize_dim, promote, result_dtype, scalar_dtype
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat
@@ -544,18 +544,23 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
     if edges.ndim != 1:
         raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
     values = input.unsqueeze_dim(-1)
-    below = values.greater_equal(edges) if right else values.greater(edges)
-    return below.cast("int64").sum(-1)
+    # as searchsorted counts them: a NaN value is past every boundary
+    after = edges.greater(values) if right else edges.greater_equal(values)
+    return after.logical_not().cast("int64").sum(-1)
 
 
 def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (torch's name)
            return_counts: bool = False, dim: int | None = None) -> Any:  # fmt: skip
     """The sorted distinct values (a host read: their number is data, as in torch), with the
     inverse indices and counts when asked."""
-    if dim is not None:
-        raise InvalidArgumentError("unique: dim= is not supported; flatten first")
     array = input.numpy()
-    values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+    if dim is None:
+        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(array.shape)
+    else:  # the distinct slices along dim, sorted lexicographically (as torch's and NumPy's)
+        d = normalize_dim("unique", dim, input.ndim)
+        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True, axis=d)
+        inverse = inverse.reshape(-1)
     make = type(input)._result
     backend, device = input._backend, input._device
 
@@ -565,7 +570,7 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
     out = host(values, input.dtype)
     extra = []
     if return_inverse:
-        extra.append(host(inverse.reshape(array.shape).astype(np.int64), "int64"))
+        extra.append(host(inverse.astype(np.int64), "int64"))
     if return_counts:
         extra.append(host(counts.astype(np.int64), "int64"))
     return (out, *extra) if extra else out

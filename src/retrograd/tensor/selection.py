@@ -270,6 +270,8 @@ class SelectionMixin:
         index = index.expand(
             tuple(index.shape[d] if i == d else n for i, n in enumerate(broadcast))
         )
+        # torch counts negative indices from the end here (not with dim=None, nor in gather)
+        index = index.mask_where(index.lower_elem(0), index + self.shape[d])
         return source.gather(d, index)
 
     def scatter_reduce(
@@ -749,7 +751,9 @@ class SelectionMixin:
         return wrap(self, self._backend.full(shape, value, self.dtype, self._device))
 
     def _host(self, array: np.ndarray, dtype: str) -> Any:
-        return wrap(self, self._backend.from_data(np.ascontiguousarray(array), dtype, self._device))
+        # (ascontiguousarray makes a 0-d array 1-d: its shape is put back)
+        array = np.ascontiguousarray(array).reshape(np.shape(array))
+        return wrap(self, self._backend.from_data(array, dtype, self._device))
 
     def multinomial(self, num_samples: int, replacement: bool = False, *,
                     generator: Any = None) -> Any:  # fmt: skip
@@ -902,20 +906,22 @@ def _quantile(
     values = source.sort(d).values.movedim(d, -1)  # [..., n], NaN last
     n = values.shape[-1]
     nans = values.isnan()
+    qs = qs.cast(values.dtype)
+    # A row's NaN is its result, read (as torch reads it, so that the gradient reaches that
+    # NaN too) at a rank past the numbers: the last place of a row holding one, for quantile,
+    # and place 0 of a row of NaN only, for nanquantile
     if ignore_nan:
         last = nans.logical_not().cast(values.dtype).sum(-1, True) - 1.0
+        ranks = (last * qs).clamp_min(0.0)  # [..., len(q)]
     else:
-        last = wrap(values, values._backend.full(values.shape[:-1] + (1,), n - 1.0,
-                                                 values.dtype, values._device))  # fmt: skip
-    qs = qs.cast(values.dtype)
-    ranks = last * qs  # [..., len(q)]
+        ranks = (qs * (n - 1.0)).expand(values.shape[:-1] + qs.shape)
+        ranks = ranks.mask_fill(nans.any(-1, True).expand(ranks.shape), n - 1.0)
     if interpolation == "lower":
         ranks = ranks.floor()
     elif interpolation == "higher":
         ranks = ranks.ceil()
     elif interpolation == "nearest":
         ranks = ranks.round()
-    valid = last.greater_equal(0.0)
     below = ranks.floor().clamp_min(0.0).cast("int64")
     above = ranks.ceil().clamp_min(0.0).cast("int64")
     low, high = values.gather(-1, below), values.gather(-1, above)
@@ -923,10 +929,7 @@ def _quantile(
         weights = (ranks - ranks.floor()).mask_fill(ranks.ne(ranks.floor()), 0.5)
     else:
         weights = ranks - ranks.floor()
-    out = low.lerp(high, weights)
-    invalid = valid.logical_not() if ignore_nan else nans.any(-1, True)
-    out = out.mask_fill(invalid.expand(out.shape), float("nan"))
-    out = out.movedim(-1, 0)  # q first, as torch
+    out = low.lerp(high, weights).movedim(-1, 0)  # q first, as torch
     if keepdim:
         kept = (
             (1,) * x.ndim

@@ -1,0 +1,776 @@
+"""Round 14 of the differential fuzzer against PyTorch: what rounds 1-13 do not draw, or draw
+only on fixed arguments. Each generator takes a ``numpy`` generator and returns a
+:class:`fuzz12_cases.Trial` written once against a namespace ``lib`` (``torch`` or
+``retrograd``); :func:`fuzz12_cases.check` runs it on both and raises
+:class:`fuzz_cases.Mismatch` on the first difference in raising or not, dtype, shape or value.
+Inputs come as plain, transposed, stepped or expanded views of float64 leaves, so gradients
+reach the leaf through the view.
+
+- ``selection``: sort/argsort/msort/topk/kthvalue/median/nanmedian/mode/quantile/
+  nanquantile/unique/unique_consecutive/searchsorted/bucketize/histc/bincount/isin on their
+  argument grids (descending, stable, largest, sorted, interpolation, return_inverse and
+  counts, sides and sorters, weights and minlength), ties where torch's pick is defined;
+- ``scatter``: scatter_reduce in every reduction with and without self, index_add with
+  alpha, index_copy, take, put/put_ with accumulate, take_along_dim without a dim, gather at
+  negative dims, with duplicate indices, and out-of-range indices that must raise;
+- ``promotion``: result dtypes of n-ary ops across int64/bool/float32/float64 tensors, 0-d
+  tensors and Python scalars (where, clamp, cat/stack, addcmul/addcdiv, lerp, float_power,
+  ldexp, heaviside, gcd, copysign, full/full_like, result_type/promote_types/can_cast);
+- ``linalg``: batched solve_triangular, lu_factor/lu, matrix_power (negative too), vecdot,
+  multi_dot, cross with a dim, cond, matrix_rank, vander, tensordot, kron, block_diag, cdist
+  at p in {0, 1, 2, 3, inf}, addmm/baddbmm/addmv/addr with alpha/beta (beta=0 ignores NaN),
+  trace, logdet;
+- ``chain2``: programs of 3-6 ops through views and in-place updates, then the second
+  derivative (the gradient of a weighted sum of the gradient, with ``create_graph``);
+- ``nnf``: lp_pool, local_response_norm, cosine_similarity/pairwise_distance/pdist,
+  one_hot, adaptive max pools with indices, softmin, hardtanh/threshold/celu/rrelu(eval)/
+  prelu, avg_pool's divisor_override, max_pool with dilation and ceil_mode, normalize with
+  p, losses with every reduction;
+- ``scan``: cumsum/cumprod with dtype=, cumprod through several zeros, logcumsumexp with
+  -inf, cummax/cummin, diff with n/prepend/append, trapezoid/cumulative_trapezoid,
+  var_mean/std_mean with correction, aminmax, renorm, nan_to_num, dist.
+
+Known differences are left out of the draws and named where they are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fuzz12_cases import Trial, _pick, check  # noqa: F401 (check re-exported for the test)
+
+GENERATORS: dict = {}
+
+
+def gen(name):
+    def register(fn):
+        GENERATORS[name] = fn
+        return fn
+
+    return register
+
+
+def _shape(rng, rmin=1, rmax=3, lo=1, hi=4):
+    return tuple(int(v) for v in rng.integers(lo, hi, size=int(rng.integers(rmin, rmax + 1))))
+
+
+def _weight_fn(rng):
+    seed = int(rng.integers(1 << 30))
+    return lambda shape: np.random.default_rng(seed).uniform(-1, 1, size=shape)
+
+
+class Input:
+    """A float64 (or other dtype) leaf drawn for a target shape, read through a random view."""
+
+    def __init__(self, rng, shape, dtype="float64", values=None, view=None, distinct=False):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        nd = len(self.shape)
+        kinds = ["plain", "plain", "T", "step"] + ([] if distinct else ["expand"])
+        kinds = [k for k in kinds if k == "plain" or (nd >= 2 if k == "T" else nd >= 1)]
+        self.view = view if view in kinds else _pick(rng, *kinds)
+        base = self.shape
+        if self.view == "T":
+            base = base[:-2] + (base[-1], base[-2])
+        elif self.view == "step":
+            base = base[:-1] + (base[-1] * 2,)
+        elif self.view == "expand":
+            # size-1 dims where the draw says so, expanded back
+            base = tuple(1 if rng.random() < 0.5 else n for n in base)
+        n = int(np.prod(base)) if base else 1
+        if distinct:  # no ties anywhere (torch's pick among ties is its kernel's)
+            flat = rng.permutation(n) * 0.5 - 1.0
+        elif values is not None:
+            flat = np.array([values[int(i)] for i in rng.integers(len(values), size=n)])
+        elif dtype == "bool":
+            flat = rng.random(n) < 0.5
+        elif dtype == "int64":
+            flat = rng.integers(-4, 5, size=n)
+        else:
+            flat = rng.uniform(-2.0, 2.0, size=n)
+        self.array = np.asarray(flat).astype(dtype).reshape(base)
+
+    def leaf(self, lib, grad=True):
+        leaf = lib.tensor(self.array, dtype=getattr(lib, self.dtype))
+        if grad and self.dtype.startswith("float"):
+            leaf.requires_grad_(True)
+        return leaf
+
+    def read(self, lib, leaf):
+        if self.view == "T":
+            return leaf.transpose(-1, -2)
+        if self.view == "step":
+            return leaf[..., ::2]
+        if self.view == "expand":
+            return leaf.expand(*self.shape)
+        return leaf
+
+    def make(self, lib, grad=True):
+        """(leaf, the view of it)"""
+        leaf = self.leaf(lib, grad)
+        return leaf, self.read(lib, leaf)
+
+    def __repr__(self):
+        return f"{self.dtype}{list(self.shape)}:{self.view}"
+
+
+def _grads(lib, outs, leaves, weight):
+    """The float64 gradients of a weighted sum of the float outputs w.r.t. the leaves."""
+    outs = [o for o in outs if o.dtype in (lib.float64, lib.float32) and o.requires_grad]
+    leaves = [x for x in leaves if x.requires_grad]
+    if not outs or not leaves:
+        return []
+    total = 0
+    for k, o in enumerate(outs):
+        w = lib.tensor(np.asarray(weight(tuple(o.shape))) * (k + 1), dtype=o.dtype)
+        total = total + (o * w).sum()
+    return list(lib.autograd.grad(total, leaves, allow_unused=True))
+
+
+def _trial(name, body, leaves_of, weight, rtol=1e-9):
+    """A trial returning body's results, then gradients of its float results."""
+
+    def fn(lib):
+        results, leaves = body(lib)
+        tensors = [r for r in results if isinstance(r, lib.Tensor)]
+        return [*results, *_grads(lib, tensors, leaves, weight)]
+
+    return Trial(name, fn, rtol=rtol)
+
+
+# ---- sorting and selection ----------------------------------------------------------------
+
+TIED = [-1.0, 0.0, 0.5, 0.5, 2.0, -1.0]
+
+
+@gen("selection")
+def _selection(rng):
+    kind = _pick(
+        rng,
+        "sort",
+        "argsort",
+        "msort",
+        "topk",
+        "kthvalue",
+        "median",
+        "nanmedian",
+        "mode",
+        "quantile",
+        "unique",
+        "unique_consecutive",
+        "searchsorted",
+        "bucketize",
+        "histc",
+        "bincount",
+        "isin",
+    )
+    return globals()["_sel_" + kind](rng, _weight_fn(rng))
+
+
+def _sel_sort(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    nd = len(shape)
+    stable = _pick(rng, True, None)
+    # ties only under stable=True: torch's order among ties is its kernel's otherwise
+    x = Input(rng, shape, values=TIED, distinct=not stable)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    desc = _pick(rng, True, False)
+    form = _pick(rng, "method", "function", "kw")
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        kw = {"descending": desc}
+        if stable:
+            kw["stable"] = True
+        if form == "method":
+            # (torch's stable= form takes the dim as a keyword only)
+            v, i = t.sort(**kw, dim=dim) if stable else t.sort(dim, **kw)
+        elif form == "function":
+            v, i = lib.sort(t, dim=dim, **kw)
+        else:
+            v, i = lib.sort(t, **kw) if dim == -1 else t.sort(dim=dim, **kw)
+        return [v, i], [leaf]
+
+    return _trial(f"sort {x} dim={dim} desc={desc} stable={stable} {form}", body, None, weight)
+
+
+def _sel_argsort(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    nd = len(shape)
+    x = Input(rng, shape, values=TIED)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    desc = _pick(rng, True, False)
+
+    def body(lib):
+        _, t = x.make(lib)
+        return [t.argsort(dim=dim, descending=desc, stable=True)], []
+
+    return _trial(f"argsort {x} dim={dim} desc={desc}", body, None, weight)
+
+
+def _sel_msort(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    x = Input(rng, shape, values=TIED)
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        return [lib.msort(t)], [leaf]
+
+    return _trial(f"msort {x}", body, None, weight)
+
+
+def _sel_topk(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 5)
+    nd = len(shape)
+    x = Input(rng, shape, distinct=True)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    size = shape[dim] if nd else 1
+    # k = size + 1: both refuse (k = 0 of a 0-d tensor: torch's result is 0-d, left out)
+    k = int(rng.integers(0 if nd else 1, size + 2))
+    largest, srt = _pick(rng, True, False), _pick(rng, True, True, False)
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        v, i = lib.topk(t, k, dim=dim, largest=largest, sorted=srt)
+        if not srt:  # the order of an unsorted topk is the kernel's: compare as sets
+            v, order = v.sort(dim)
+            i = i.gather(dim, order)
+        return [v, i], [leaf]
+
+    return _trial(f"topk {x} k={k} dim={dim} largest={largest} sorted={srt}", body, None, weight)
+
+
+def _sel_kthvalue(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 5)
+    nd = len(shape)
+    x = Input(rng, shape, distinct=True)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    size = shape[dim] if nd else 1
+    k = int(rng.integers(0, size + 2))  # 0 and size + 1: both refuse
+    keep = _pick(rng, True, False)
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        v, i = t.kthvalue(k, dim, keepdim=keep)
+        return [v, i], [leaf]
+
+    return _trial(f"kthvalue {x} k={k} dim={dim} keep={keep}", body, None, weight)
+
+
+def _sel_median(rng, weight, name="median"):
+    shape = _shape(rng, 0, 3, 1, 5)
+    nd = len(shape)
+    special = name == "nanmedian" or rng.random() < 0.3
+    x = Input(rng, shape, distinct=True)
+    if special:  # NaNs in place of some values
+        x.array = np.where(rng.random(x.array.shape) < 0.3, math.nan, x.array)
+    how = _pick(rng, "all", "dim", "dim")
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    keep = _pick(rng, True, False)
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        f = getattr(t, name)
+        if how == "all":
+            return [f()], [leaf]
+        v, i = f(dim, keepdim=keep)
+        return [v, i], [leaf]
+
+    return _trial(f"{name} {x} {how} dim={dim} keep={keep}", body, None, weight)
+
+
+def _sel_nanmedian(rng, weight):
+    return _sel_median(rng, weight, "nanmedian")
+
+
+def _sel_mode(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 5)
+    nd = len(shape)
+    # one most frequent value per row: (torch's pick among equally frequent values and its
+    # index among the repeats are its kernel's) draws from a small pool, then compare values
+    x = Input(rng, shape, values=[0.0, 1.0, 1.0, 1.0, 2.0], view="plain")
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    keep = _pick(rng, True, False)
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        v, _ = t.mode(dim, keepdim=keep)
+        return [v], [leaf]
+
+    return _trial(f"mode {x} dim={dim} keep={keep}", body, None, weight)
+
+
+def _sel_quantile(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 5)
+    nd = len(shape)
+    nan = rng.random() < 0.3
+    x = Input(rng, shape, distinct=True)
+    if nan:
+        x.array = np.where(rng.random(x.array.shape) < 0.3, math.nan, x.array)
+    name = _pick(rng, "quantile", "nanquantile")
+    q_kind = _pick(rng, "float", "tensor0", "tensor1", "bad")
+    qs = [float(v) for v in rng.choice([0.0, 0.1, 0.25, 0.5, 0.8, 1.0], size=3)]
+    dim = _pick(rng, None, int(rng.integers(-max(nd, 1), max(nd, 1))))
+    keep = _pick(rng, True, False)
+    interp = _pick(rng, "linear", "lower", "higher", "midpoint", "nearest")
+
+    def body(lib):
+        leaf, t = x.make(lib)
+        if q_kind == "float":
+            q = qs[0]
+        elif q_kind == "tensor0":
+            q = lib.tensor(qs[1], dtype=lib.float64)
+        elif q_kind == "tensor1":
+            q = lib.tensor(qs, dtype=lib.float64)
+        else:
+            q = 1.5
+        out = getattr(lib, name)(t, q, dim=dim, keepdim=keep, interpolation=interp)
+        return [out], [leaf]
+
+    return _trial(f"{name} {x} q={q_kind}{qs} dim={dim} keep={keep} {interp}", body, None, weight)
+
+
+def _sel_unique(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    nd = len(shape)
+    dtype = _pick(rng, "float64", "int64", "bool")
+    x = Input(rng, shape, dtype=dtype, values=None if dtype == "bool" else [0, 1, 1, 2, -3])
+    inv, cnt = _pick(rng, True, False), _pick(rng, True, False)
+    dim = _pick(rng, None, None, int(rng.integers(-max(nd, 1), max(nd, 1))))
+    if dim is not None and 0 in shape:
+        dim = None  # torch's unique(dim=) of an empty tensor: its own refusals
+    srt = _pick(rng, True, False)
+
+    def body(lib):
+        _, t = x.make(lib, grad=False)
+        out = lib.unique(t, sorted=True, return_inverse=inv, return_counts=cnt, dim=dim)
+        if not srt:
+            out = t.unique(return_inverse=inv, return_counts=cnt, dim=dim)
+        return list(out) if isinstance(out, tuple) else [out], []
+
+    return _trial(f"unique {x} inv={inv} counts={cnt} dim={dim}", body, None, weight)
+
+
+def _sel_unique_consecutive(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 5)
+    nd = len(shape)
+    dtype = _pick(rng, "float64", "int64")
+    x = Input(rng, shape, dtype=dtype, values=[0, 1, 1, 2])
+    inv, cnt = _pick(rng, True, False), _pick(rng, True, False)
+    dim = _pick(rng, None, int(rng.integers(-max(nd, 1), max(nd, 1))))
+    if dim is not None and 0 in shape:
+        dim = None
+
+    def body(lib):
+        _, t = x.make(lib, grad=False)
+        out = lib.unique_consecutive(t, return_inverse=inv, return_counts=cnt, dim=dim)
+        return list(out) if isinstance(out, tuple) else [out], []
+
+    return _trial(f"unique_consecutive {x} inv={inv} counts={cnt} dim={dim}", body, None, weight)
+
+
+def _sel_searchsorted(rng, weight):
+    rows = _pick(rng, (), (2,), (2, 3))
+    m = int(rng.integers(0, 5))
+    seq = np.sort(rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0], size=(*rows, m)), axis=-1)
+    sorter_perm = rng.random() < 0.3
+    shuffled = seq[..., rng.permutation(m)]
+    vals_shape = (*rows, int(rng.integers(0, 4))) if rows else _shape(rng, 0, 2, 0, 4)
+    vals = rng.choice([-2.0, 0.0, 0.5, 1.0, 3.0, math.nan], size=vals_shape)
+    right = _pick(rng, True, False)
+    side = _pick(rng, None, "left", "right")
+    # (out_int32=True: retrograd's one int dtype is int64, as for .int(); left out)
+    out_int32 = False
+    scalar = rng.random() < 0.2 and not rows
+    if scalar:
+        vals = np.array(0.5)
+
+    def body(lib):
+        s = lib.tensor(seq, dtype=lib.float64)
+        v = 0.5 if scalar else lib.tensor(vals, dtype=lib.float64)
+        kw = {"right": right, "out_int32": out_int32}
+        if side is not None:
+            kw["side"] = side
+        if sorter_perm:  # the sequence shuffled, and the permutation that sorts it
+            s = lib.tensor(shuffled, dtype=lib.float64)
+            kw["sorter"] = lib.tensor(np.argsort(shuffled, axis=-1, kind="stable"))
+        return [lib.searchsorted(s, v, **kw)], []
+
+    return _trial(
+        f"searchsorted {seq.shape} {vals_shape} right={right} side={side} int32={out_int32} "
+        f"sorter={sorter_perm} scalar={scalar}",
+        body,
+        None,
+        weight,
+    )
+
+
+def _sel_bucketize(rng, weight):
+    m = int(rng.integers(0, 5))
+    bounds = np.sort(rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0], size=m))
+    x = Input(rng, _shape(rng, 0, 3, 0, 4), values=[-2.0, 0.0, 0.5, 1.0, 3.0, math.nan])
+    right = _pick(rng, True, False)
+    out_int32 = False  # (as in searchsorted)
+
+    def body(lib):
+        _, t = x.make(lib, grad=False)
+        b = lib.tensor(bounds, dtype=lib.float64)
+        return [lib.bucketize(t, b, right=right, out_int32=out_int32)], []
+
+    return _trial(f"bucketize {x} {bounds} right={right} int32={out_int32}", body, None, weight)
+
+
+def _sel_histc(rng, weight):
+    x = Input(rng, _shape(rng, 0, 3, 0, 5), values=[-2.0, -1.0, 0.0, 0.3, 1.0, 2.0, 3.0])
+    bins = int(rng.integers(1, 6))
+    lo, hi = _pick(rng, (0, 0), (-1.0, 1.0), (0.0, 2.0), (1.0, -1.0))
+
+    def body(lib):
+        _, t = x.make(lib, grad=False)
+        return [lib.histc(t, bins=bins, min=lo, max=hi)], []
+
+    return _trial(f"histc {x} bins={bins} range=({lo},{hi})", body, None, weight)
+
+
+def _sel_bincount(rng, weight):
+    weighted = _pick(rng, None, "float64", "float32", "int64")
+    # (an empty input with weights: torch's result is int64 zeros, its weights' dtype
+    # otherwise; left out)
+    n = int(rng.integers(0 if weighted is None else 1, 6))
+    idx = rng.integers(0, 5, size=n)
+    if rng.random() < 0.1 and n:
+        idx[0] = -1  # both refuse
+    w = rng.uniform(-1, 1, size=n)
+    minlength = int(rng.integers(0, 7))
+
+    def body(lib):
+        i = lib.tensor(idx, dtype=lib.int64)
+        wt = None
+        leaves = []
+        if weighted is not None:
+            wt = lib.tensor(w, dtype=getattr(lib, weighted))
+        return [lib.bincount(i, weights=wt, minlength=minlength)], leaves
+
+    return _trial(f"bincount {idx} w={weighted} minlength={minlength}", body, None, weight)
+
+
+def _sel_isin(rng, weight):
+    dtype = _pick(rng, "float64", "int64")
+    x = Input(rng, _shape(rng, 0, 3, 0, 4), dtype=dtype, values=[0, 1, 2, 3])
+    t_shape = _shape(rng, 0, 2, 0, 4)
+    tv = rng.choice([1, 3, 5], size=t_shape)
+    invert = _pick(rng, True, False)
+    scalar = _pick(rng, None, "elements", "test")
+
+    def body(lib):
+        _, e = x.make(lib, grad=False)
+        t = lib.tensor(tv, dtype=getattr(lib, dtype))
+        if scalar == "elements":
+            return [lib.isin(2, t, invert=invert)], []
+        if scalar == "test":
+            return [lib.isin(e, 1, invert=invert)], []
+        return [lib.isin(e, t, invert=invert)], []
+
+    return _trial(f"isin {x} {tv.shape} invert={invert} scalar={scalar}", body, None, weight)
+
+
+# ---- scatter, index_add, take, put ---------------------------------------------------------
+
+
+@gen("scatter")
+def _scatter(rng):
+    kind = _pick(
+        rng,
+        "scatter_reduce",
+        "scatter_reduce",
+        "scatter_value",
+        "index_add",
+        "index_copy",
+        "take",
+        "put",
+        "take_along_dim",
+        "gather",
+        "index_select",
+        "masked_scatter",
+    )
+    return globals()["_sc_" + kind](rng, _weight_fn(rng))
+
+
+def _index_values(rng, shape, size, bad):
+    """Indices in [0, size) with duplicates (one out of range, or negative, when ``bad``)."""
+    idx = rng.integers(0, max(size, 1), size=shape)
+    if bad and idx.size:
+        idx.flat[int(rng.integers(idx.size))] = _pick(rng, size, -size - 1, -1)
+    return idx
+
+
+def _sc_scatter_reduce(rng, weight):
+    shape = _shape(rng, 1, 3, 1, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-nd, nd))
+    d = dim % nd
+    ishape = tuple(int(rng.integers(0, n + 1)) if i != d else int(rng.integers(0, 5))
+                   for i, n in enumerate(shape))  # fmt: skip
+    bad = rng.random() < 0.08
+    idx = _index_values(rng, ishape, shape[d], bad)
+    reduce = _pick(rng, "sum", "prod", "mean", "amax", "amin")
+    include = _pick(rng, True, False)
+    dtype = _pick(rng, "float64", "float64", "float32", "int64")
+    # ties between self and src (amax/amin split the gradient between equal values)
+    pool = [-1.0, 0.5, 2.0, 0.5] if reduce in ("amax", "amin") and rng.random() < 0.5 else None
+    if dtype == "int64":
+        pool = [-2, 0, 1, 3]
+    x = Input(rng, shape, dtype, values=pool)
+    src = Input(rng, ishape, dtype, values=pool, view="plain")
+    how = _pick(rng, "method", "inplace")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        sl, st = src.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        if how == "inplace":
+            out = xt * 1 if dtype != "int64" else xt.clone()
+            out.scatter_reduce_(dim, i, st, reduce, include_self=include)
+        else:
+            out = xt.scatter_reduce(dim, i, st, reduce=reduce, include_self=include)
+        return [out], [xl, sl]
+
+    return _trial(
+        f"scatter_reduce {x} dim={dim} idx{ishape} {reduce} include_self={include} {how} bad={bad}",
+        body,
+        None,
+        weight,
+    )
+
+
+def _sc_scatter_value(rng, weight):
+    shape = _shape(rng, 1, 3, 1, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-nd, nd))
+    d = dim % nd
+    ishape = tuple(int(rng.integers(0, n + 1)) for n in shape)
+    # distinct positions along dim (an assignment's pick among duplicates is the kernel's)
+    idx = np.stack(
+        [rng.permutation(shape[d])[: ishape[d]] for _ in range(int(np.prod(ishape)) or 1)]
+    )
+    idx = np.moveaxis(
+        idx[: int(np.prod([n for i, n in enumerate(ishape) if i != d])) or 1].reshape(
+            [n for i, n in enumerate(ishape) if i != d] + [ishape[d]]
+        ),
+        -1,
+        d,
+    ) if 0 not in ishape else np.zeros(ishape, dtype=np.int64)  # fmt: skip
+    value = _pick(rng, 1.5, -2, True)
+    red = _pick(rng, None, "add", "multiply")
+    x = Input(rng, shape)
+
+    def body(lib):
+        # (torch has no derivative of scatter with reduce=)
+        xl, xt = x.make(lib, grad=red is None)
+        i = lib.tensor(idx, dtype=lib.int64)
+        if red is None:
+            return [xt.scatter(dim, i, value)], [xl]
+        return [xt.scatter(dim, i, value, reduce=red)], [xl]
+
+    return _trial(f"scatter value {x} dim={dim} idx{ishape} {value} {red}", body, None, weight)
+
+
+def _sc_index_add(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    d = dim % nd if nd else 0
+    k = int(rng.integers(0, 5))
+    bad = rng.random() < 0.08
+    idx = _index_values(rng, (k,), shape[d] if nd else 1, bad)
+    sshape = tuple(k if i == d else n for i, n in enumerate(shape)) if nd else ()
+    if not nd and k != 1:
+        idx, sshape = idx[:1] if k else np.array([0]), ()
+    alpha = _pick(rng, 1, 2, -0.5)
+    dtype = _pick(rng, "float64", "float64", "int64")
+    if dtype == "int64" and isinstance(alpha, float):
+        alpha = 3  # (a float alpha for an int tensor: refused by both, drawn elsewhere)
+    x = Input(rng, shape, dtype)
+    src = Input(rng, sshape, dtype)
+    how = _pick(rng, "method", "function", "inplace")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        sl, st = src.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        if how == "method":
+            out = xt.index_add(dim, i, st, alpha=alpha)
+        elif how == "function":
+            out = lib.index_add(xt, dim, i, st, alpha=alpha)
+        else:
+            out = xt.clone()
+            out.index_add_(dim, i, st, alpha=alpha)
+        return [out], [xl, sl]
+
+    return _trial(f"index_add {x} dim={dim} idx={idx} src={src} alpha={alpha} {how}", body,
+                  None, weight)  # fmt: skip
+
+
+def _sc_index_copy(rng, weight):
+    shape = _shape(rng, 1, 3, 1, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-nd, nd))
+    d = dim % nd
+    k = int(rng.integers(0, shape[d] + 1))
+    idx = rng.permutation(shape[d])[:k]  # distinct (a copy's pick among duplicates: kernel's)
+    if rng.random() < 0.08 and k:
+        idx[0] = shape[d]
+    sshape = tuple(k if i == d else n for i, n in enumerate(shape))
+    x = Input(rng, shape)
+    src = Input(rng, sshape)
+    how = _pick(rng, "method", "inplace")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        sl, st = src.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        if how == "method":
+            out = xt.index_copy(dim, i, st)
+        else:
+            out = xt * 1.0
+            out.index_copy_(dim, i, st)
+        return [out], [xl, sl]
+
+    return _trial(f"index_copy {x} dim={dim} idx={idx} {how}", body, None, weight)
+
+
+def _sc_take(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    n = int(np.prod(shape)) if shape else 1
+    ishape = _shape(rng, 0, 2, 0, 4)
+    bad = rng.random() < 0.1 or n == 0
+    idx = rng.integers(-n, max(n, 1), size=ishape) if n else np.zeros(ishape, dtype=np.int64)
+    if bad and idx.size:
+        idx.flat[0] = _pick(rng, n, -n - 1)
+    x = Input(rng, shape)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        return [lib.take(xt, lib.tensor(idx, dtype=lib.int64))], [xl]
+
+    return _trial(f"take {x} idx={idx.tolist()}", body, None, weight)
+
+
+def _sc_put(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 4)
+    n = int(np.prod(shape)) if shape else 1
+    k = int(rng.integers(0, 5))
+    accumulate = _pick(rng, True, False)
+    if accumulate:
+        idx = rng.integers(-n, n, size=k)
+    else:  # distinct targets (a put's pick among duplicates: the kernel's)
+        idx = rng.permutation(n)[: min(k, n)] - (n if rng.random() < 0.5 else 0)
+    if rng.random() < 0.08 and idx.size:
+        idx[0] = n
+    x = Input(rng, shape, view="plain")
+    src = Input(rng, idx.shape, view="plain")
+    how = _pick(rng, "method", "inplace")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        sl, st = src.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        if how == "method":
+            out = xt.put(i, st, accumulate=accumulate)
+        else:
+            out = xt * 1.0
+            out.put_(i, st, accumulate=accumulate)
+        return [out], [xl, sl]
+
+    return _trial(f"put {x} idx={idx.tolist()} accumulate={accumulate} {how}", body, None, weight)
+
+
+def _sc_take_along_dim(rng, weight):
+    shape = _shape(rng, 1, 3, 1, 4)
+    nd = len(shape)
+    dim = _pick(rng, None, int(rng.integers(-nd, nd)))
+    if dim is None:
+        n = int(np.prod(shape))
+        idx = rng.integers(0, n, size=_shape(rng, 1, 1, 0, 5))
+    else:
+        d = dim % nd
+        # broadcasting between the index and the input outside dim
+        ishape = tuple(int(rng.integers(0, 4)) if i == d else _pick(rng, n, 1)
+                       for i, n in enumerate(shape))  # fmt: skip
+        idx = rng.integers(-shape[d] if rng.random() < 0.2 else 0, shape[d], size=ishape)
+    # (dim=None of a non-contiguous input: torch's view(-1) refuses it, a torch bug; left out)
+    x = Input(rng, shape, view="plain" if dim is None else None)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        out = lib.take_along_dim(xt, i) if dim is None else lib.take_along_dim(xt, i, dim=dim)
+        return [out], [xl]
+
+    return _trial(f"take_along_dim {x} idx={idx.tolist()} dim={dim}", body, None, weight)
+
+
+def _sc_gather(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    d = dim % nd if nd else 0
+    size = shape[d] if nd else 1
+    ishape = tuple(int(rng.integers(0, n + 1)) if i != d else int(rng.integers(0, 5))
+                   for i, n in enumerate(shape)) if nd else _pick(rng, (), (2,))  # fmt: skip
+    bad = rng.random() < 0.08
+    idx = _index_values(rng, ishape, size, bad)
+    sparse = _pick(rng, False, False, True)
+    x = Input(rng, shape)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        i = lib.tensor(idx, dtype=lib.int64)
+        out = lib.gather(xt, dim, i, sparse_grad=False) if sparse else xt.gather(dim, i)
+        return [out], [xl]
+
+    return _trial(f"gather {x} dim={dim} idx={idx.tolist()} bad={bad}", body, None, weight)
+
+
+def _sc_index_select(rng, weight):
+    shape = _shape(rng, 0, 3, 0, 4)
+    nd = len(shape)
+    dim = int(rng.integers(-max(nd, 1), max(nd, 1)))
+    size = shape[dim % nd] if nd else 1
+    k = int(rng.integers(0, 5))
+    idx = rng.integers(0, max(size, 1), size=_pick(rng, (k,), ()))
+    if (rng.random() < 0.1 or size == 0) and idx.size:
+        idx.flat[0] = size
+    x = Input(rng, shape)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        return [xt.index_select(dim, lib.tensor(idx, dtype=lib.int64))], [xl]
+
+    return _trial(f"index_select {x} dim={dim} idx={idx.tolist()}", body, None, weight)
+
+
+def _sc_masked_scatter(rng, weight):
+    shape = _shape(rng, 0, 3, 1, 4)
+    mshape = tuple(_pick(rng, n, 1) for n in shape)[int(rng.integers(0, len(shape) + 1)) :]
+    mask = rng.random(mshape) < 0.5
+    n = int(np.prod(shape)) if shape else 1
+    m = n - int(rng.integers(0, 2)) if rng.random() < 0.2 else n + int(rng.integers(0, 3))
+    x = Input(rng, shape)
+    src = Input(rng, _pick(rng, (m,), (1, m)), view="plain")
+    how = _pick(rng, "method", "inplace")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        sl, st = src.make(lib)
+        mk = lib.tensor(mask)
+        if how == "method":
+            out = xt.masked_scatter(mk, st)
+        else:
+            out = xt * 1.0
+            out.masked_scatter_(mk, st)
+        return [out], [xl, sl]
+
+    return _trial(f"masked_scatter {x} mask{mshape} src{src.shape} {how}", body, None, weight)

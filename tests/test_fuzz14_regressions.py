@@ -1,0 +1,177 @@
+"""Regressions from the fourteenth fuzzing round (selection, scatter and index ops, result
+dtypes, linalg, second derivatives through views, ``nn.functional`` arguments, cumulative
+ops; generators in ``tests/fuzz14_cases.py``). Expected values all come from torch, run
+side by side by :func:`fuzz12_cases.check`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from fuzz12_cases import Trial, check
+
+torch = pytest.importorskip("torch")
+
+NAN = math.nan
+
+
+def _grad(lib, out, leaves):
+    w = lib.tensor(np.linspace(-1.0, 1.0, out.numel()).reshape(tuple(out.shape)), dtype=out.dtype)
+    return list(lib.autograd.grad((out * w).sum(), leaves))
+
+
+# ---- quantile: a NaN result is read from the NaN, which gets the gradient ------------------
+
+
+@pytest.mark.parametrize("name", ["quantile", "nanquantile"])
+@pytest.mark.parametrize("interpolation", ["linear", "midpoint", "nearest", "lower", "higher"])
+def test_quantile_gradient_reaches_the_nan_it_returns(name, interpolation):
+    # retrograd masked a NaN row's result to NaN: a constant, no gradient; torch reads the
+    # NaN itself (the last sorted place; for nanquantile, place 0 of an all-NaN row)
+    a = np.array([[0.5, NAN, -1.0, 2.0], [NAN, NAN, NAN, NAN], [1.0, 3.0, -2.0, 0.0]])
+
+    def fn(lib):
+        x = lib.tensor(a, requires_grad=True)
+        q = lib.tensor([0.0, 0.3, 1.0], dtype=lib.float64)
+        out = getattr(lib, name)(x, q, dim=1, interpolation=interpolation)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial(f"{name} {interpolation}", fn))
+
+
+# ---- searchsorted and bucketize --------------------------------------------------------------
+
+
+def test_searchsorted_refuses_side_left_with_right_true():
+    def fn(lib):
+        s = lib.tensor([0.0, 1.0, 2.0])
+        return [lib.searchsorted(s, lib.tensor([0.5]), right=True, side="left")]
+
+    check(Trial("opposites", fn))
+    with pytest.raises(rg.InvalidArgumentError, match="opposites"):
+        fn(rg)
+
+
+@pytest.mark.parametrize("sorter", [False, True])
+def test_searchsorted_of_a_0d_values_tensor_is_0d(sorter):
+    def fn(lib):
+        s = lib.tensor([2.0, 0.0, 1.0] if sorter else [0.0, 1.0, 2.0])
+        kw = {"sorter": lib.tensor([1, 2, 0])} if sorter else {}
+        return [lib.searchsorted(s, lib.tensor(0.5), **kw), lib.searchsorted(s, 1.0, **kw)]
+
+    check(Trial("0-d values", fn))
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_and_bucketize_put_nan_past_every_edge(right):
+    def fn(lib):
+        s = lib.tensor([0.0, 1.0, 2.0], dtype=lib.float64)
+        v = lib.tensor([NAN, 1.0, -NAN, 5.0], dtype=lib.float64)
+        return [lib.searchsorted(s, v, right=right), lib.bucketize(v, s, right=right)]
+
+    check(Trial("nan", fn))
+
+
+# ---- unique ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_along_a_dim(dim):
+    # refused ("dim= is not supported") before
+    a = np.array([[1, 0, 1], [2, 2, 2], [1, 0, 1], [0, 5, 0]])
+
+    def fn(lib):
+        x = lib.tensor(a)
+        return list(lib.unique(x, return_inverse=True, return_counts=True, dim=dim))
+
+    check(Trial(f"unique dim={dim}", fn))
+
+
+def test_unique_consecutive_inverse_of_a_0d_tensor_is_0d():
+    # a host read through np.ascontiguousarray, which makes a 0-d array 1-d
+    def fn(lib):
+        return list(
+            lib.unique_consecutive(lib.tensor(3.0), return_inverse=True, return_counts=True)
+        )
+
+    check(Trial("0-d", fn))
+
+
+# ---- index ops on 0-d tensors and negative flat indices --------------------------------------
+
+ZERO_D = {
+    "gather_0d_index": lambda lib, x: x.gather(0, lib.tensor(0)),
+    "gather_1d_index": lambda lib, x: x.gather(-1, lib.tensor([0, 0])),
+    "gather_bad": lambda lib, x: x.gather(0, lib.tensor([[0]])),
+    "topk_unsorted": lambda lib, x: lib.topk(x, 1, sorted=False)[0],
+    "index_select": lambda lib, x: x.index_select(-1, lib.tensor(0)),
+    "index_select_two": lambda lib, x: x.index_select(0, lib.tensor([0, 0])),
+    "index_add": lambda lib, x: x.index_add(-1, lib.tensor([0]), lib.tensor(3.0, dtype=x.dtype)),
+    "index_copy": lambda lib, x: x.index_copy(0, lib.tensor([0]), lib.tensor(3.0, dtype=x.dtype)),
+    "index_fill": lambda lib, x: x.index_fill(0, lib.tensor([0]), 3.0),
+    "index_fill_out_of_range": lambda lib, x: x.index_fill(0, lib.tensor([1]), 3.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_D))
+def test_index_ops_on_a_0d_tensor(name):
+    # dimension 0 / -1 of a 0-d tensor was "given for a 0-d tensor, which has none"
+    def fn(lib):
+        x = lib.tensor(2.0, dtype=lib.float64, requires_grad=True)
+        out = ZERO_D[name](lib, x)
+        return [out, *lib.autograd.grad(out.sum() * 1.5, [x])]
+
+    check(Trial(name, fn))
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put_counts_negative_indices_from_the_end(accumulate):
+    def fn(lib):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64, requires_grad=True)
+        v = lib.tensor([9.0, 8.0, 7.0], dtype=lib.float64, requires_grad=True)
+        y = x * 1.0
+        y.put_(lib.tensor([-1, 0, -3]), v, accumulate=accumulate)
+        return [y, *_grad(lib, y, [x, v])]
+
+    check(Trial("put negative", fn))
+
+
+def test_put_refuses_an_index_below_minus_the_size():
+    def fn(lib):
+        return [lib.zeros(2, 2).put(lib.tensor([-5]), lib.tensor([1.0]))]
+
+    check(Trial("put -5", fn))
+    with pytest.raises(IndexError, match="index -5 is out of range"):
+        fn(rg)
+
+
+def test_take_along_dim_counts_negative_indices_from_the_end():
+    def fn(lib):
+        x = lib.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=lib.float64, requires_grad=True)
+        out = lib.take_along_dim(x, lib.tensor([[-1, 0], [-3, -2]]), dim=1)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial("take_along_dim negative", fn))
+
+
+def test_gather_takes_sparse_grad():
+    def fn(lib):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64, requires_grad=True)
+        out = lib.gather(x, 1, lib.tensor([[1, 1], [0, 1]]), sparse_grad=False)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial("sparse_grad", fn))
+
+
+def test_scatter_reduce_multiply():
+    # refused ("only 'add'") before; torch's legacy form of scatter_reduce(..., "prod")
+    def fn(lib):
+        x = lib.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=lib.float64)
+        i = lib.tensor([[0, 0], [2, 0]])
+        src = lib.tensor([[2.0, 3.0], [0.5, -1.0]], dtype=lib.float64)
+        return [x.scatter(1, i, src, reduce="multiply"), x.scatter(1, i, 1.5, reduce="multiply")]
+
+    check(Trial("multiply", fn))
