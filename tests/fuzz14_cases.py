@@ -774,3 +774,133 @@ def _sc_masked_scatter(rng, weight):
         return [out], [xl, sl]
 
     return _trial(f"masked_scatter {x} mask{mshape} src{src.shape} {how}", body, None, weight)
+
+
+# ---- result dtypes of n-ary ops ------------------------------------------------------------
+
+PROMO_DTYPES = ["bool", "int64", "float32", "float64"]
+PROMO_SCALARS = [True, 2, -3, 0.5, -1.5, 0]
+
+
+def _promo_operand(rng):
+    """("tensor", dtype, shape) — a 0-d tensor sometimes — or ("scalar", value)."""
+    if rng.random() < 0.3:
+        return ("scalar", _pick(rng, *PROMO_SCALARS))
+    dtype = _pick(rng, *PROMO_DTYPES)
+    shape = _pick(rng, (), (3,), (2, 3), (1, 3))
+    return ("tensor", dtype, shape)
+
+
+def _promo_value(lib, spec, seed):
+    if spec[0] == "scalar":
+        return spec[1]
+    _, dtype, shape = spec
+    r = np.random.default_rng(seed)
+    if dtype == "bool":
+        a = r.random(shape) < 0.5
+    elif dtype == "int64":
+        a = r.integers(-3, 4, size=shape)
+    else:
+        a = r.uniform(-2, 2, size=shape)
+    return lib.tensor(a, dtype=getattr(lib, dtype))
+
+
+PROMO_OPS = {
+    "where": (3, lambda lib, c, a, b: lib.where(c if _is_t(lib, c) else lib.tensor(c) > 0, a, b)),
+    "where_bool": (
+        3,
+        lambda lib, c, a, b: lib.where((c > 0) if _is_t(lib, c) else lib.tensor(bool(c)), a, b),
+    ),
+    "clamp": (3, lambda lib, a, lo, hi: lib.clamp(a, lo, hi)),
+    "clamp_min": (2, lambda lib, a, lo: lib.clamp(a, min=lo)),
+    "clamp_max_method": (2, lambda lib, a, hi: a.clamp(max=hi) if _is_t(lib, a) else None),
+    "cat": (3, lambda lib, a, b, c: lib.cat([_t(lib, a), _t(lib, b), _t(lib, c)], -1)),
+    "stack": (2, lambda lib, a, b: lib.stack([_t(lib, a), _t(lib, b)])),
+    "addcmul": (3, lambda lib, a, b, c: lib.addcmul(_t(lib, a), _t(lib, b), _t(lib, c))),
+    "addcmul_value": (
+        3,
+        lambda lib, a, b, c: lib.addcmul(_t(lib, a), _t(lib, b), _t(lib, c), value=2),
+    ),
+    "addcdiv": (3, lambda lib, a, b, c: lib.addcdiv(_t(lib, a), _t(lib, b), _t(lib, c))),
+    "lerp": (3, lambda lib, a, b, w: lib.lerp(_t(lib, a), _t(lib, b), w)),
+    "float_power": (2, lambda lib, a, b: lib.float_power(a, b)),
+    # (a bool exponent: torch refuses it for a float input only, its kernel's dispatch;
+    # left out)
+    "ldexp": (2, lambda lib, a, b: lib.ldexp(_t(lib, a), _nobool(lib, _t(lib, b)))),
+    "heaviside": (2, lambda lib, a, b: lib.heaviside(_t(lib, a), _t(lib, b))),
+    "gcd": (2, lambda lib, a, b: lib.gcd(_t(lib, a), _t(lib, b))),
+    "copysign": (2, lambda lib, a, b: lib.copysign(a, b)),
+    "nextafter": (2, lambda lib, a, b: lib.nextafter(_t(lib, a), _t(lib, b))),
+    "true_divide": (2, lambda lib, a, b: lib.true_divide(a, b)),
+    "floor_divide": (2, lambda lib, a, b: lib.floor_divide(a, b)),
+    "result_type": (2, lambda lib, a, b: str(lib.result_type(a, b)).split(".")[-1]),
+    "promote_types": (
+        2,
+        lambda lib, a, b: str(lib.promote_types(_t(lib, a).dtype, _t(lib, b).dtype)).split(".")[-1],
+    ),
+    "can_cast": (2, lambda lib, a, b: str(lib.can_cast(_t(lib, a).dtype, _t(lib, b).dtype))),
+    "full": (1, lambda lib, v: lib.full((2,), v if not _is_t(lib, v) else 1)),
+    "full_like": (2, lambda lib, a, v: lib.full_like(_t(lib, a), v if not _is_t(lib, v) else 2)),
+    "maximum": (2, lambda lib, a, b: lib.maximum(_t(lib, a), _t(lib, b))),
+    "fmin": (2, lambda lib, a, b: lib.fmin(_t(lib, a), _t(lib, b))),
+    "dot": (2, lambda lib, a, b: lib.dot(_t(lib, a).flatten()[:2], _t(lib, b).flatten()[:2])),
+    "matmul": (2, lambda lib, a, b: _t(lib, a).reshape(1, -1)[:, :1] @ _t(lib, b).reshape(1, -1)),
+    "isclose": (2, lambda lib, a, b: lib.isclose(_t(lib, a), _t(lib, b))),
+    "eq_scalar_tensor": (2, lambda lib, a, b: _t(lib, a) == b),
+    "bitwise_or": (2, lambda lib, a, b: _t(lib, a) | b),
+    "remainder_scalar_first": (
+        2,
+        lambda lib, a, b: lib.remainder(a, _t(lib, b)) if not _is_t(lib, a) else a % b,
+    ),
+    "sum_dtype": (1, lambda lib, a: _t(lib, a).sum(dtype=lib.float64)),
+    "prod_int": (1, lambda lib, a: _t(lib, a).prod()),
+    "mean_int": (1, lambda lib, a: _t(lib, a).mean()),
+    "cumsum_bool": (1, lambda lib, a: _t(lib, a).reshape(-1).cumsum(0)),
+    "cumsum_dtype": (1, lambda lib, a: _t(lib, a).reshape(-1).cumsum(0, dtype=lib.float32)),
+    "sum_bool": (1, lambda lib, a: _t(lib, a).sum(-1)),
+    "abs_neg": (1, lambda lib, a: (-_t(lib, a)) if _t(lib, a).dtype != lib.bool else abs(a)),
+    "sign_sqrt": (1, lambda lib, a: (lib.sign(_t(lib, a)), lib.sqrt(_t(lib, a).abs()))),
+    "trunc_round": (1, lambda lib, a: (lib.trunc(_t(lib, a)), lib.round(_t(lib, a)))),
+    "softmax_int": (1, lambda lib, a: lib.softmax(_t(lib, a).reshape(-1), 0)),
+    "masked_fill_float_into_int": (
+        2,
+        lambda lib, a, b: _t(lib, a).masked_fill(_t(lib, a) != 0, b if not _is_t(lib, b) else 1),
+    ),
+    "inplace_add": (2, lambda lib, a, b: _inplace(lib, a, b, "add_")),
+    "inplace_mul": (2, lambda lib, a, b: _inplace(lib, a, b, "mul_")),
+    "inplace_div": (2, lambda lib, a, b: _inplace(lib, a, b, "div_")),
+    "inplace_clamp": (2, lambda lib, a, b: _inplace(lib, a, b, "clamp_")),
+    "inplace_copy": (2, lambda lib, a, b: _t(lib, a).clone().copy_(_t(lib, b).expand_as(a))),
+}
+
+
+def _is_t(lib, x):
+    return isinstance(x, lib.Tensor)
+
+
+def _t(lib, x):
+    return x if _is_t(lib, x) else lib.tensor(x)
+
+
+def _nobool(lib, t):
+    return t.long() if t.dtype == lib.bool else t
+
+
+def _inplace(lib, a, b, name):
+    a = _t(lib, a).clone()
+    return getattr(a, name)(b)
+
+
+@gen("promotion")
+def _promotion(rng):
+    name = sorted(PROMO_OPS)[int(rng.integers(len(PROMO_OPS)))]
+    arity, f = PROMO_OPS[name]
+    specs = [_promo_operand(rng) for _ in range(arity)]
+    seeds = [int(v) for v in rng.integers(1 << 30, size=arity)]
+
+    def fn(lib):
+        args = [_promo_value(lib, s, k) for s, k in zip(specs, seeds)]
+        out = f(lib, *args)
+        return list(out) if isinstance(out, tuple) else [out]
+
+    return Trial(f"promotion {name} {specs}", fn, rtol=1e-6)

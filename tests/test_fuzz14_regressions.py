@@ -175,3 +175,88 @@ def test_scatter_reduce_multiply():
         return [x.scatter(1, i, src, reduce="multiply"), x.scatter(1, i, 1.5, reduce="multiply")]
 
     check(Trial("multiply", fn))
+
+
+# ---- result dtypes ---------------------------------------------------------------------------
+
+NUMBER_FIRST = {
+    "add": lambda lib, t: lib.add(3, t, alpha=2),
+    "sub": lambda lib, t: lib.sub(2.5, t),
+    "mul": lambda lib, t: lib.mul(True, t),
+    "div_floor": lambda lib, t: lib.div(3, t, rounding_mode="floor"),
+    "true_divide": lambda lib, t: lib.true_divide(2, t),
+    "floor_divide": lambda lib, t: lib.floor_divide(-3, t),
+    "remainder": lambda lib, t: lib.remainder(-1.5, t),
+    "numbers_only": lambda lib, t: lib.mul(3, 2),
+    "floor_divide_numbers": lambda lib, t: lib.floor_divide(0, -1.5),
+    "remainder_numbers": lambda lib, t: lib.remainder(3, 2),  # torch: no such form
+    "atan2_number": lambda lib, t: lib.atan2(3, t),  # torch: no such form
+}
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float64", "bool"])
+@pytest.mark.parametrize("name", sorted(NUMBER_FIRST))
+def test_number_first_arithmetic_functions(name, dtype):
+    # "argument 'input' must be a Tensor" for every one, where torch's parser takes a number
+    def fn(lib):
+        t = lib.tensor(np.array([2, 4, 1]).astype(dtype), dtype=getattr(lib, dtype))
+        if dtype == "float64" and name not in ("floor_divide", "remainder"):
+            t.requires_grad_(True)  # (torch has no derivative of those two in their divisor)
+        out = NUMBER_FIRST[name](lib, t)
+        grads = lib.autograd.grad(out.sum(), [t]) if out.requires_grad else []
+        return [out, *grads]
+
+    check(Trial(name, fn))
+
+
+def test_float_power_refuses_two_numbers():
+    check(Trial("float_power", lambda lib: [lib.float_power(2, 0.5)]))
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((3,), (), (2, 3)), ((), (), (3,)), ((2, 3), (3,), ()), ((), (), ())],
+)
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
+def test_addcmul_addcdiv_promote_their_three_operands_together(name, shapes):
+    # float32 [3] + float64 [] * int64 [2, 3] was float64: the product promoted first
+    def fn(lib):
+        x = lib.ones(shapes[0], dtype=lib.float32)
+        a = lib.full(shapes[1], 1.5, dtype=lib.float64)
+        b = lib.full(shapes[2], 3, dtype=lib.int64)
+        return [getattr(lib, name)(x, a, b, value=0.5), getattr(lib, name)(x, b, a)]
+
+    check(Trial(name, fn))
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    ["scalar_0d", "0d_scalar", "scalar_1d", "1d_scalar", "0d_0d", "scalar_scalar"],
+)
+def test_clamp_with_a_number_and_a_tensor_bound(bounds):
+    # torch reads a 0-d tensor beside a number as a number and refuses any other tensor there
+    def bound(lib, kind, value):
+        return {
+            "scalar": value,
+            "0d": lib.tensor(value, dtype=lib.float64),
+            "1d": lib.tensor([value] * 3, dtype=lib.float64),
+        }[kind]
+
+    def fn(lib):
+        lo, hi = bounds.split("_")
+        x = lib.tensor([-2, 0, 3])
+        return [lib.clamp(x, bound(lib, lo, -0.5), bound(lib, hi, 2.5))]
+
+    check(Trial(bounds, fn))
+
+
+def test_ldexp_of_an_int_tensor_by_a_0d_float64_exponent_is_float64():
+    # the int tensor was cast to float32 first, then multiplied: float32
+    def fn(lib):
+        x = lib.tensor([1, 2, 3])
+        return [
+            lib.ldexp(x, lib.tensor(2.0, dtype=lib.float64)),
+            lib.ldexp(x, lib.tensor([1, 2, 0])),
+        ]
+
+    check(Trial("ldexp", fn))

@@ -271,12 +271,38 @@ _METHODS.update(
 )
 
 
+#: functions whose ``input`` torch takes as a Python number (its argument parser makes one a
+#: tensor for the arithmetic ones; ``remainder`` and the bitwise ones have a number-first
+#: overload, which needs a tensor ``other``)
+_NUMBER_INPUTS = {
+    **dict.fromkeys(["add", "sub", "subtract", "mul", "multiply", "div", "divide"], False),
+    **dict.fromkeys(["true_divide", "floor_divide"], False),
+    **dict.fromkeys(["remainder", "bitwise_and", "bitwise_or", "bitwise_xor"], True),
+    **dict.fromkeys(["bitwise_left_shift", "bitwise_right_shift"], True),
+}
+
+
+def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002
+    """A number ``input`` as a 0-d tensor beside ``other`` (which types it as torch's wrapped
+    number would: a 0-d tensor is as weak in promotion, for retrograd's dtypes)."""
+    from .creation import tensor  # (creation imports the Tensor class, which imports us)
+
+    other = args[0] if args else kwargs.get("other")
+    if not isinstance(other, TensorBase):
+        if _NUMBER_INPUTS[name]:
+            lift_input(name, input)  # raises: torch has no number-number form
+        return tensor(input)
+    return tensor(input, backend=other.backend, device=other.device)
+
+
 def _method(name: str, method: str) -> Callable[..., Any]:
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
         if kwargs.pop("out", None) is not None:
             raise InvalidArgumentError(
                 f"{name}: out= is not supported (tensors are values here); assign the result"
             )
+        if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
+            input = _number_input(name, input, args, kwargs)  # noqa: A001
         return getattr(lift_input(name, input), method)(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = name
@@ -320,6 +346,8 @@ def pow(input: Any, exponent: Any) -> Any:  # noqa: A001, A002 (torch's name)
 
 def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     """``input ** exponent`` in float64 (torch's ``float_power``)."""
+    if not isinstance(exponent, TensorBase):
+        lift_input("float_power", input)  # torch has no number-number form
     base = input.double() if isinstance(input, TensorBase) else float(input)
     power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
     return pow(base, power)

@@ -322,10 +322,9 @@ class SpecialMixin:
         return _nan_ignoring(self, other, "fmin", "lower_equal")
 
     def ldexp(self, other: Any) -> Any:
-        """``self * 2**other``, as torch computes it (``2**other`` in float)."""
-        power = operand(self, other, "ldexp").__rpow__(2.0)
-        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
-        return x * power
+        """``self * 2**other``, as torch computes it (``2**other`` in float; the product
+        promotes, so a 0-d float64 ``other`` makes an int or bool ``self``'s result float64)."""
+        return self * operand(self, other, "ldexp").__rpow__(2.0)
 
     def nextafter(self, other: Any) -> Any:
         """The next float after ``self`` towards ``other`` (float tensors; not
