@@ -118,12 +118,17 @@ class Input:
 
 def _grads(lib, outs, leaves, weight):
     """The float64 gradients of a weighted sum of the float outputs w.r.t. the leaves."""
-    outs = [o for o in outs if o.dtype in (lib.float64, lib.float32) and o.requires_grad]
+    # (each output weighted by its place among all of them: one that is differentiable in
+    # one library only, as slogdet's sign, changes nothing else)
+    outs = [(k, o) for k, o in enumerate(outs)]
+    outs = [(k, o) for k, o in outs if o.dtype in (lib.float64, lib.float32) and o.requires_grad]
     leaves = [x for x in leaves if x.requires_grad]
-    if not outs or not leaves:
+    if not leaves:
         return []
+    if not outs:  # (no gradient at all: torch's None or zeros, as an unused leaf)
+        return [None] * len(leaves)
     total = 0
-    for k, o in enumerate(outs):
+    for k, o in outs:
         w = lib.tensor(np.asarray(weight(tuple(o.shape))) * (k + 1), dtype=o.dtype)
         total = total + (o * w).sum()
     return list(lib.autograd.grad(total, leaves, allow_unused=True))
@@ -904,3 +909,389 @@ def _promotion(rng):
         return list(out) if isinstance(out, tuple) else [out]
 
     return Trial(f"promotion {name} {specs}", fn, rtol=1e-6)
+
+
+# ---- linalg on batched and awkward inputs --------------------------------------------------
+
+
+def _batch(rng):
+    return _pick(rng, (), (2,), (1, 2), (2, 1))
+
+
+def _well(rng, shape):
+    """A well-conditioned square batch: noise plus a multiple of the identity."""
+    n = shape[-1]
+    return rng.uniform(-1, 1, size=shape) + 3.0 * np.eye(n)
+
+
+@gen("linalg")
+def _linalg(rng):
+    kind = _pick(
+        rng,
+        "solve_triangular",
+        "lu_factor",
+        "lu",
+        "matrix_power",
+        "vecdot",
+        "multi_dot",
+        "cross",
+        "cond",
+        "matrix_rank",
+        "vander",
+        "tensordot",
+        "kron",
+        "block_diag",
+        "cdist",
+        "addmm_family",
+        "trace_logdet",
+        "solve_batched",
+        "norms",
+    )
+    return globals()["_la_" + kind](rng, _weight_fn(rng))
+
+
+def _la_solve_triangular(rng, weight):
+    n, k = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    b = _batch(rng)
+    upper, left, unit = _pick(rng, True, False), _pick(rng, True, False), _pick(rng, True, False)
+    a = _well(rng, (*b, n, n))
+    rhs = rng.uniform(-1, 1, size=(*_pick(rng, b, ()), n, k) if left else (*b, k, n))
+    if rng.random() < 0.1:
+        rhs = rng.uniform(-1, 1, size=(n + 1, k))  # both refuse
+
+    def body(lib):
+        A = lib.tensor(a, requires_grad=True)  # noqa: N806
+        B = lib.tensor(rhs, requires_grad=True)  # noqa: N806
+        out = lib.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit)
+        return [out], [A, B]
+
+    return _trial(
+        f"solve_triangular {a.shape} {rhs.shape} upper={upper} left={left} unit={unit}",
+        body,
+        None,
+        weight,
+        rtol=1e-7,
+    )
+
+
+def _la_lu_factor(rng, weight):
+    n = int(rng.integers(1, 4))
+    a = _well(rng, (*_batch(rng), n, n))
+    pivot = True
+
+    def body(lib):
+        A = lib.tensor(a, requires_grad=True)  # noqa: N806
+        LU, piv = lib.linalg.lu_factor(A, pivot=pivot)  # noqa: N806
+        # (torch's pivots are int32, retrograd's int64: its one int dtype, as for .int())
+        return [LU, piv.long()], [A]
+
+    return _trial(f"lu_factor {a.shape}", body, None, weight, rtol=1e-7)
+
+
+def _la_lu(rng, weight):
+    m, n = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    a = rng.uniform(-1, 1, size=(*_batch(rng), m, n))
+    a[..., : min(m, n), : min(m, n)] += 3 * np.eye(min(m, n))  # pivots stay on the diagonal
+
+    def body(lib):
+        A = lib.tensor(a, requires_grad=True)  # noqa: N806
+        P, L, U = lib.linalg.lu(A)  # noqa: N806
+        return [P, L, U], [A]
+
+    return _trial(f"lu {a.shape}", body, None, weight, rtol=1e-7)
+
+
+def _la_matrix_power(rng, weight):
+    n = int(rng.integers(1, 4))
+    k = int(rng.integers(-3, 5))
+    a = _well(rng, (*_batch(rng), n, n)) / 3.0
+    nonsquare = rng.random() < 0.1
+    if nonsquare:
+        a = a[..., :, :0] if n == 1 else a[..., :, 1:]
+
+    def body(lib):
+        A = lib.tensor(a, requires_grad=True)  # noqa: N806
+        return [lib.linalg.matrix_power(A, k)], [A]
+
+    return _trial(f"matrix_power {a.shape} k={k}", body, None, weight, rtol=1e-7)
+
+
+def _la_vecdot(rng, weight):
+    n = int(rng.integers(0, 4))
+    sa, sb = (*_batch(rng), n), (*_batch(rng), n)
+    dim = _pick(rng, -1, -1, 0)
+    x, y = Input(rng, sa), Input(rng, sb)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        yl, yt = y.make(lib)
+        return [lib.linalg.vecdot(xt, yt, dim=dim)], [xl, yl]
+
+    return _trial(f"vecdot {x} {y} dim={dim}", body, None, weight)
+
+
+def _la_multi_dot(rng, weight):
+    k = int(rng.integers(1, 5))
+    dims = [int(v) for v in rng.integers(1, 4, size=k + 1)]
+    shapes = [(dims[i], dims[i + 1]) for i in range(k)]
+    vec_first, vec_last = rng.random() < 0.3, rng.random() < 0.3
+    if vec_first:
+        shapes[0] = (dims[1],)
+    if vec_last and (k > 1 or not vec_first):
+        shapes[-1] = (dims[-2],)
+    if rng.random() < 0.1:
+        shapes[0] = (dims[0], dims[1] + 1)  # both refuse
+    mats = [Input(rng, s, view=_pick(rng, "plain", "T")) for s in shapes]
+
+    def body(lib):
+        made = [m.make(lib) for m in mats]
+        return [lib.linalg.multi_dot([t for _, t in made])], [leaf for leaf, _ in made]
+
+    return _trial(f"multi_dot {mats}", body, None, weight)
+
+
+def _la_cross(rng, weight):
+    b = _shape(rng, 0, 2, 1, 3)
+    pos = int(rng.integers(0, len(b) + 1))
+    sa = b[:pos] + (3,) + b[pos:]
+    sb = tuple(_pick(rng, n, 1) if n != 3 else 3 for n in sa)
+    dim = _pick(rng, None, pos, pos - len(sa))
+    fn_name = _pick(rng, "linalg", "torch")
+    x, y = Input(rng, sa), Input(rng, sb)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        yl, yt = y.make(lib)
+        if fn_name == "linalg":
+            out = lib.linalg.cross(xt, yt) if dim is None else lib.linalg.cross(xt, yt, dim=dim)
+        else:
+            out = lib.cross(xt, yt) if dim is None else lib.cross(xt, yt, dim=dim)
+        return [out], [xl, yl]
+
+    return _trial(f"cross {fn_name} {x} {y} dim={dim}", body, None, weight)
+
+
+def _la_cond(rng, weight):
+    n = int(rng.integers(1, 4))
+    p = _pick(rng, None, 2, -2, 1, -1, math.inf, -math.inf, "fro", "nuc")
+    a = _well(rng, (*_batch(rng), n, n))
+
+    def body(lib):
+        # (the gradient of the other orders: torch's own backward refuses it, its inverse
+        # modified in place; left out)
+        A = lib.tensor(a, requires_grad=p in (2, -2, None))  # noqa: N806
+        return [lib.linalg.cond(A, p)], [A]
+
+    return _trial(f"cond {a.shape} p={p}", body, None, weight, rtol=1e-7)
+
+
+def _la_matrix_rank(rng, weight):
+    m, n = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    r = int(rng.integers(0, min(m, n) + 1))
+    b = _batch(rng)
+    a = rng.uniform(-1, 1, size=(*b, m, r)) @ rng.uniform(-1, 1, size=(*b, r, n))
+    herm = rng.random() < 0.3 and m == n
+    if herm:
+        a = a @ np.swapaxes(a, -1, -2)
+    kw = _pick(rng, {}, {"atol": 0.5}, {"rtol": 0.1}, {"tol": 1e-3})
+    if herm:
+        kw = dict(kw, hermitian=True)
+
+    def body(lib):
+        A = lib.tensor(a)  # noqa: N806
+        return [lib.linalg.matrix_rank(A, **kw)], []
+
+    return _trial(f"matrix_rank {a.shape} rank={r} {kw}", body, None, weight)
+
+
+def _la_vander(rng, weight):
+    x = Input(rng, (*_batch(rng), int(rng.integers(0, 4))))
+    n = _pick(rng, None, 0, 1, 3)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        return [lib.linalg.vander(xt, N=n)], [xl]
+
+    return _trial(f"vander {x} N={n}", body, None, weight)
+
+
+def _la_tensordot(rng, weight):
+    shared = _shape(rng, 0, 2, 1, 4)
+    a_extra, b_extra = _shape(rng, 0, 2, 1, 3), _shape(rng, 0, 2, 1, 3)
+    how = _pick(rng, "int", "lists", "bad")
+    if how == "int":
+        sa, sb, dims = a_extra + shared, shared + b_extra, len(shared)
+    else:
+        pa = rng.permutation(len(shared))
+        sa = shared + a_extra
+        sb = b_extra + tuple(shared[i] for i in pa)
+        dims = (
+            list(range(len(shared))),
+            [len(b_extra) + int(np.flatnonzero(pa == i)[0]) for i in range(len(shared))],
+        )
+        if how == "bad" and shared:
+            sb = b_extra + tuple(shared[i] + 1 for i in pa)
+    x, y = Input(rng, sa), Input(rng, sb)
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        yl, yt = y.make(lib)
+        return [lib.tensordot(xt, yt, dims=dims)], [xl, yl]
+
+    return _trial(f"tensordot {x} {y} dims={dims}", body, None, weight)
+
+
+def _la_kron(rng, weight):
+    # (non-contiguous inputs: torch's kron views them, and refuses; left out)
+    x = Input(rng, _shape(rng, 0, 3, 1, 3), view=_pick(rng, "plain", "expand"))
+    y = Input(rng, _shape(rng, 0, 3, 1, 3), view=_pick(rng, "plain", "expand"))
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        yl, yt = y.make(lib)
+        return [lib.kron(xt, yt)], [xl, yl]
+
+    return _trial(f"kron {x} {y}", body, None, weight)
+
+
+def _la_block_diag(rng, weight):
+    # (a 1-d empty block: torch's backward misplaces the blocks after it; left out)
+    shapes = [_pick(rng, (), (2,), (1, 3), (2, 2), (0, 2)) for _ in range(int(rng.integers(1, 4)))]
+    dtypes = [_pick(rng, "float64", "float64", "int64") for _ in shapes]
+    ins = [Input(rng, s, d) for s, d in zip(shapes, dtypes)]
+
+    def body(lib):
+        made = [i.make(lib) for i in ins]
+        return [lib.block_diag(*[t for _, t in made])], [leaf for leaf, _ in made]
+
+    return _trial(f"block_diag {ins}", body, None, weight)
+
+
+def _la_cdist(rng, weight):
+    d = int(rng.integers(1, 4))
+    b = _pick(rng, (), (2,))
+    # (uniform values: no ties between the coordinate differences that p = inf compares)
+    x = Input(rng, (*b, int(rng.integers(0, 4)), d))
+    y = Input(rng, (*_pick(rng, b, (1,) * len(b)), int(rng.integers(1, 4)), d))
+    p = _pick(rng, 0.0, 1.0, 2.0, 3.0, 0.5, math.inf)
+    mode = _pick(rng, "use_mm_for_euclid_dist_if_necessary", "donot_use_mm_for_euclid_dist")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        yl, yt = y.make(lib)
+        # p = 0 counts differences: no gradient in torch (left out)
+        if p == 0.0:
+            xl.requires_grad_(False), yl.requires_grad_(False)
+        return [lib.cdist(xt, yt, p=p, compute_mode=mode)], [xl, yl]
+
+    return _trial(f"cdist {x} {y} p={p}", body, None, weight, rtol=1e-7)
+
+
+def _la_addmm_family(rng, weight):
+    which = _pick(rng, "addmm", "addbmm", "baddbmm", "addmv", "addr")
+    n, m, k, bt = (int(v) for v in rng.integers(1, 4, size=4))
+    shapes = {
+        "addmm": ((n, m), (n, k), (k, m)),
+        "addbmm": ((n, m), (bt, n, k), (bt, k, m)),
+        "baddbmm": ((bt, n, m), (bt, n, k), (bt, k, m)),
+        "addmv": ((n,), (n, k), (k,)),
+        "addr": ((n, m), (n,), (m,)),
+    }[which]
+    self_shape = shapes[0]
+    if rng.random() < 0.4:  # a broadcasting input
+        self_shape = tuple(_pick(rng, s, 1) for s in self_shape)[int(rng.integers(0, 2)) :]
+    beta, alpha = _pick(rng, 1, 0, 0.5, -2), _pick(rng, 1, 0.5, 0, 2)
+    nan = beta == 0 and rng.random() < 0.5  # beta = 0: the input's NaN is ignored
+    x = Input(rng, self_shape)
+    if nan:
+        x.array = np.full_like(x.array, math.nan)
+    a, b = Input(rng, shapes[1]), Input(rng, shapes[2])
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        al, at = a.make(lib)
+        bl, bt_ = b.make(lib)
+        out = getattr(lib, which)(xt, at, bt_, beta=beta, alpha=alpha)
+        return [out], [xl, al, bl]
+
+    return _trial(f"{which} {x} {a} {b} beta={beta} alpha={alpha}", body, None, weight)
+
+
+def _la_trace_logdet(rng, weight):
+    which = _pick(rng, "trace", "logdet", "slogdet", "det")
+    if which == "trace":
+        x = Input(rng, _shape(rng, 2, 2, 0, 4))
+    else:
+        n = int(rng.integers(0, 4))
+        x = Input(rng, (*_batch(rng), n, n), view=_pick(rng, "plain", "T"))
+        x.array = x.array + 3 * np.eye(n) * _pick(rng, 1, -1)  # logdet of -: NaN
+    # a singular matrix (no gradient: torch's at a singular matrix is its solver's noise)
+    singular = which != "trace" and rng.random() < 0.15 and x.shape[-1] > 1
+    if singular:  # (a zero row: an exact zero pivot; a repeated row is rounding's to call)
+        x.array[..., 0, :] = 0.0
+
+    def body(lib):
+        xl, xt = x.make(lib, grad=not singular)
+        if which == "slogdet":
+            sign, val = lib.linalg.slogdet(xt)
+            return [sign, val], [xl]
+        return [getattr(lib, which)(xt)], [xl]
+
+    return _trial(f"{which} {x}", body, None, weight, rtol=1e-6)
+
+
+def _la_solve_batched(rng, weight):
+    n = int(rng.integers(1, 4))
+    ab, bb = _batch(rng), _batch(rng)
+    a = _well(rng, (*ab, n, n))
+    vec = rng.random() < 0.3
+    left = _pick(rng, True, False) if not vec else True
+    rhs = rng.uniform(-1, 1, size=(*bb, n) if vec else (*bb, n, 2) if left else (*bb, 2, n))
+    which = _pick(rng, "solve", "inv", "pinv", "lstsq")
+
+    def body(lib):
+        A = lib.tensor(a, requires_grad=True)  # noqa: N806
+        B = lib.tensor(rhs, requires_grad=True)  # noqa: N806
+        if which == "solve":
+            return [lib.linalg.solve(A, B, left=left)], [A, B]
+        if which == "inv":
+            return [lib.linalg.inv(A)], [A]
+        if which == "pinv":
+            return [lib.linalg.pinv(A)], [A]
+        return [lib.linalg.lstsq(A, B if B.ndim == A.ndim else B[..., None]).solution], [A, B]
+
+    return _trial(f"{which} {a.shape} {rhs.shape} left={left}", body, None, weight, rtol=1e-6)
+
+
+def _la_norms(rng, weight):
+    which = _pick(rng, "vector_norm", "matrix_norm", "norm")
+    shape = _shape(rng, 1, 4, 1, 4)
+    x = Input(rng, shape, distinct=True)
+    nd = len(shape)
+    keep = _pick(rng, True, False)
+    if which == "vector_norm":
+        ord_ = _pick(rng, 2, 1, 0, 3, 0.5, math.inf, -math.inf, -1)
+        dim = _pick(rng, None, int(rng.integers(-nd, nd)), tuple(range(nd))[-2:])
+        kw = {"ord": ord_, "dim": dim, "keepdim": keep}
+        if ord_ == 0:
+            x.view = "plain"
+    elif which == "matrix_norm":
+        ord_ = _pick(rng, "fro", "nuc", 1, -1, math.inf, -math.inf, 2, -2)
+        kw = {"ord": ord_, "keepdim": keep}
+        if nd < 2:
+            kw["dim"] = (0, -1)  # both refuse: one dimension given twice
+    else:
+        ord_ = _pick(rng, None, "fro", 2, 1, math.inf)
+        dim = _pick(rng, None, -1, (0, -1) if nd >= 2 else -1)
+        kw = {"ord": ord_, "dim": dim, "keepdim": keep}
+        if ord_ is not None and dim is None and nd > 2:
+            kw["dim"] = (0, 1)
+    dtype_kw = _pick(rng, None, "float64")
+
+    def body(lib):
+        xl, xt = x.make(lib)
+        extra = {"dtype": lib.float64} if dtype_kw else {}
+        f = getattr(lib.linalg, which)
+        return [f(xt, **kw, **extra)], [xl]
+
+    return _trial(f"{which} {x} {kw} dtype={dtype_kw}", body, None, weight, rtol=1e-7)

@@ -22,7 +22,7 @@ from fuzz_cases import Mismatch
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"selection": 300, "scatter": 300, "promotion": 500}
+DRAWS = {"selection": 300, "scatter": 300, "promotion": 500, "linalg": 300}
 
 
 def _check(name: str, seed: int) -> None:

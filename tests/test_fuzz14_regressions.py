@@ -260,3 +260,61 @@ def test_ldexp_of_an_int_tensor_by_a_0d_float64_exponent_is_float64():
         ]
 
     check(Trial("ldexp", fn))
+
+
+# ---- linalg ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, big_n", [(1, None), (3, 1), (0, None), (2, 0), (3, 2), (2, None)])
+def test_linalg_vander_refuses_n_of_one_or_less(n, big_n):
+    # N = 1 (or a default N of one element) gave a column of ones where torch refuses
+    def fn(lib):
+        x = lib.tensor(np.arange(n) + 1.5, dtype=lib.float64, requires_grad=True)
+        out = lib.linalg.vander(x, N=big_n)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial(f"vander n={n} N={big_n}", fn))
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((3, 3), (2, 3, 1)), ((2, 3, 3), (3,)), ((2, 3, 3), (3, 1)), ((2, 3, 3), (2, 3))],
+)
+def test_lstsq_takes_b_of_as_many_dimensions_as_a_or_one_fewer(a_shape, b_shape):
+    def fn(lib):
+        a = lib.tensor(np.eye(3) * 2.0 + 0.1, dtype=lib.float64).expand(*a_shape)
+        b = lib.ones(b_shape, dtype=lib.float64)
+        return [lib.linalg.lstsq(a, b).solution]
+
+    check(Trial(f"lstsq {a_shape} {b_shape}", fn))
+
+
+@pytest.mark.parametrize("tol", [1e-3, 0.5, 2.0])
+def test_matrix_rank_takes_tol(tol):
+    def fn(lib):
+        a = lib.tensor(np.diag([3.0, 1.0, 0.2]), dtype=lib.float64)
+        return [
+            lib.linalg.matrix_rank(a, tol=tol),
+            lib.linalg.matrix_rank(a, hermitian=True, tol=tol),
+        ]
+
+    check(Trial(f"tol={tol}", fn))
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, dims",
+    [((1,), (2,), ([0], [0])), ((2, 1), (3, 2), ([1], [0])), ((2, 3), (1, 3), 1),
+     ((1, 2, 3), (4, 2, 1), ([0, 2], [2, 0])), ((2,), (3,), ([0], [0]))],
+)  # fmt: skip
+def test_tensordot_sums_a_side_contracted_against_size_one(a_shape, b_shape, dims):
+    # "contracted dimensions differ": torch sums the other side's dimension first
+    rng = np.random.default_rng(5)
+    av, bv = rng.uniform(-1, 1, a_shape), rng.uniform(-1, 1, b_shape)
+
+    def fn(lib):
+        a = lib.tensor(av, requires_grad=True)
+        b = lib.tensor(bv, requires_grad=True)
+        out = lib.tensordot(a, b, dims=dims)
+        return [out, *_grad(lib, out, [a, b])]
+
+    check(Trial(f"tensordot {a_shape} {b_shape} {dims}", fn))

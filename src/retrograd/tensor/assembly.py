@@ -224,6 +224,14 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
         dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
     dims_a = [d % a.ndim for d in dims_a]
     dims_b = [d % b.ndim for d in dims_b]
+    if len(dims_a) == len(dims_b):
+        # a contracted size 1 against a larger one: the other side summed there first (torch's
+        # broadcast of contracted dimensions)
+        for i, j in zip(dims_a, dims_b):
+            if b.shape[j] == 1 and a.shape[i] != 1:
+                a = a.sum(i, keepdim=True)
+            elif a.shape[i] == 1 and b.shape[j] != 1:
+                b = b.sum(j, keepdim=True)
     if len(dims_a) != len(dims_b) or any(a.shape[i] != b.shape[j] for i, j in zip(dims_a, dims_b)):
         raise ShapeError(
             f"tensordot: contracted dimensions {dims_a} of {shape_text(a.shape)} and {dims_b} of "
