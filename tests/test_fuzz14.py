@@ -22,7 +22,15 @@ from fuzz_cases import Mismatch
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"selection": 300, "scatter": 300, "promotion": 500, "linalg": 300}
+DRAWS = {
+    "selection": 300,
+    "scatter": 300,
+    "promotion": 500,
+    "linalg": 300,
+    "chain2": 150,
+    "nnf": 400,
+    "scan": 400,
+}
 
 
 def _check(name: str, seed: int) -> None:

@@ -318,3 +318,65 @@ def test_tensordot_sums_a_side_contracted_against_size_one(a_shape, b_shape, dim
         return [out, *_grad(lib, out, [a, b])]
 
     check(Trial(f"tensordot {a_shape} {b_shape} {dims}", fn))
+
+
+# ---- nn.functional and cumulative ops --------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (0, 3)])
+def test_one_hot_refuses_to_infer_the_classes_of_an_empty_tensor(shape):
+    # num_classes=-1 of an empty tensor gave [..., 0] where torch refuses
+    def fn(lib):
+        return [lib.nn.functional.one_hot(lib.zeros(shape, dtype=lib.int64), -1)]
+
+    check(Trial(f"one_hot {shape}", fn))
+    check(
+        Trial(
+            "with classes",
+            lambda lib: [lib.nn.functional.one_hot(lib.zeros(shape, dtype=lib.int64), 3)],
+        )
+    )
+
+
+@pytest.mark.parametrize("name", ["cumsum_", "cumprod_"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_inplace_cumulative_ops_take_only_their_own_dtype(name, dtype):
+    def fn(lib):
+        x = lib.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=lib.float64)
+        getattr(x, name)(1, dtype=getattr(lib, dtype))
+        return [x]
+
+    check(Trial(f"{name} {dtype}", fn))
+
+
+@pytest.mark.parametrize("shape", [(3,), (1,), (), (2, 3)])
+def test_renorm_needs_two_dimensions(shape):
+    def fn(lib):
+        x = lib.tensor(np.full(shape, 2.0), requires_grad=True)
+        out = lib.renorm(x, 2, 0, 1.0)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial(f"renorm {shape}", fn))
+
+
+def test_diff_of_order_zero_is_the_input_without_prepend_or_append():
+    def fn(lib):
+        x = lib.tensor([1.0, 4.0, 9.0], dtype=lib.float64, requires_grad=True)
+        p = lib.tensor([0.5], dtype=lib.float64, requires_grad=True)
+        out = lib.diff(x, n=0, prepend=p, append=p)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial("diff n=0", fn))
+
+
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (2, 1, 2)])
+def test_var_mean_keeps_the_mean_dims_over_all_elements(name, shape):
+    # the mean was 0-d with dim=None, keepdim=True; the var [1, ..., 1]
+    def fn(lib):
+        x = lib.tensor(np.arange(np.prod(shape), dtype=np.float64).reshape(shape) ** 1.5,
+                       requires_grad=True)  # fmt: skip
+        v, m = getattr(lib, name)(x, dim=None, keepdim=True, correction=0)
+        return [v, m, *_grad(lib, v + m, [x])]
+
+    check(Trial(f"{name} {shape}", fn))

@@ -499,17 +499,21 @@ def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch
 
 def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
     """``(var, mean)`` over the same dims (the arguments of :meth:`Tensor.var`)."""
-    dim = args[0] if args else kwargs.get("dim")
-    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    mean = input.mean() if dim is None else input.mean(dim, keepdim)
-    return input.var(*args, **kwargs), mean
+    return input.var(*args, **kwargs), _mean_of(input, args, kwargs)
 
 
 def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
+    # (std's gradient: 0 at zero spread, as torch's)
+    return input.std(*args, **kwargs), _mean_of(input, args, kwargs)
+
+
+def _mean_of(input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002 (torch's name)
+    """var_mean's mean: over var's dims (all when None), keepdim honoured either way."""
     dim = args[0] if args else kwargs.get("dim")
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    mean = input.mean() if dim is None else input.mean(dim, keepdim)
-    return input.std(*args, **kwargs), mean  # std's gradient (0 at zero spread), as torch's
+    if dim is not None:
+        return input.mean(dim, keepdim)
+    return input.mean().reshape((1,) * input.ndim) if keepdim else input.mean()
 
 
 _CDIST_MODES = (

@@ -164,7 +164,12 @@ class IndexingMixin:
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+            if not self.numel():  # nothing to count the classes of, as torch refuses
+                raise InvalidArgumentError(
+                    f"one_hot: cannot infer num_classes from an empty tensor (shape "
+                    f"{shape_text(self.shape)}); pass num_classes"
+                )
+            num_classes = int(self.max().item()) + 1
         if self.numel():
             if int(self.min().item()) < 0:
                 raise IndexOutOfRangeError("one_hot: class values must be non-negative")

@@ -223,6 +223,10 @@ class SelectionMixin:
     def renorm(self, p: float, dim: int, maxnorm: float) -> Any:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
         (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
+        if self.ndim < 2:  # (torch's rule: one slice per entry of dim, of at least one dim)
+            raise ShapeError(
+                f"renorm: input needs at least 2 dimensions, got {shape_text(self.shape)}"
+            )
         d = normalize_dim("renorm", dim, self.ndim)
         if not p > 0:  # NaN too
             raise InvalidArgumentError(f"renorm: non-positive-norm not supported, got p={p!r}")
