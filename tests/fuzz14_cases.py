@@ -1829,8 +1829,13 @@ def _scan_cumprod(rng, weight):
 
 def _scan_logcumsumexp(rng, weight):
     shape = _shape(rng, 0, 3, 0, 4)
-    x = Input(rng, shape, values=[-math.inf, 0.5, -1.0, 2.0, 30.0, -30.0])
+    x = Input(rng, shape, values=[-math.inf, 0.5, -1.0, 2.0, 30.0, -30.0], view="plain")
     dim = _scan_dim(rng, shape)
+    if len(shape) and x.array.size:
+        # (a slice that starts with -inf: torch's gradient is NaN along its -inf prefix, the
+        # 0 * inf of its formula, retrograd's 0; those starts are made finite)
+        along = np.moveaxis(x.array, dim, 0)  # (a view: written through)
+        along[0] = np.where(np.isneginf(along[0]), 0.5, along[0])
 
     def body(lib):
         xl, xt = x.make(lib)

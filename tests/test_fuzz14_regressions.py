@@ -380,3 +380,30 @@ def test_var_mean_keeps_the_mean_dims_over_all_elements(name, shape):
         return [v, m, *_grad(lib, v + m, [x])]
 
     check(Trial(f"{name} {shape}", fn))
+
+
+@pytest.mark.parametrize(
+    "values, dim",
+    [([0.5, -math.inf, -math.inf, 2.0, -math.inf], 0),
+     ([[1.0, 0.5], [-math.inf, -math.inf], [-math.inf, -math.inf]], 0),
+     ([[30.0, -math.inf, -math.inf, -30.0]], 1), (2.5, 0), (-math.inf, -1)],
+)  # fmt: skip
+def test_logcumsumexp_gradient_of_minus_infinity_is_zero(values, dim):
+    # the doubling scan added -inf to -inf: logaddexp's gradient there is NaN, which reached
+    # the -inf entries where torch's exp(x_i - out_j) gives 0 (and a 0-d tensor: identity)
+    def fn(lib):
+        x = lib.tensor(values, dtype=lib.float64, requires_grad=True)
+        out = lib.logcumsumexp(x, dim)
+        return [out, *_grad(lib, out, [x])]
+
+    check(Trial(f"logcumsumexp {values}", fn))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nan_to_num_casts_its_replacements_to_the_tensors_precision(dtype):
+    # on the torch backend, 1e300 into a float32 tensor raised an overflow error from the fill
+    def fn(lib):
+        x = lib.tensor([math.inf, math.nan, -math.inf, 1.5], dtype=getattr(lib, dtype))
+        return [lib.nan_to_num(x, nan=1e300, posinf=1e300, neginf=-1e300)]
+
+    check(Trial(f"nan_to_num {dtype}", fn))

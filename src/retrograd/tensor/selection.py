@@ -154,16 +154,20 @@ class SelectionMixin:
             values, index = values.squeeze_dim(d), index.squeeze_dim(d)
         return ModeResult(values, index)
 
-    @scalar_dims
     def logcumsumexp(self, dim: int) -> Any:
         """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
         :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
-        d = normalize_dim("logcumsumexp", dim, self.ndim)
+        d = normalize_dim("logcumsumexp", dim, self.ndim, scalar=True)
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"logcumsumexp: expected a floating point tensor, got {self.dtype}")
-        out = self
-        if out.ndim == 0:
-            return out
+        if self.ndim == 0:  # (0 or -1: the value itself, its gradient passed on, as torch's)
+            return self
+        # -inf entries join the scan as the dtype's lowest number, with no gradient: the
+        # scan's partial sums of -inf alone would be -inf, and logaddexp's gradient there
+        # NaN, where torch's formula (exp(x_i - out_j)) gives 0; a prefix of -inf only is put
+        # back to -inf after
+        dead = self.detach().isneginf()
+        out = self.mask_fill(dead, float(np.finfo(np.dtype(self.dtype)).min))
         n, shift = out.shape[d], 1
         from .shape import cat
 
@@ -172,7 +176,7 @@ class SelectionMixin:
             combined = out.narrow(d, shift, n - shift).logaddexp(out.narrow(d, 0, n - shift))
             out = cat([head, combined], d)
             shift *= 2
-        return out
+        return out.mask_fill(dead.logical_not().cast("int64").cumsum(d).equal_elem(0), -math.inf)
 
     @scalar_dims
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:

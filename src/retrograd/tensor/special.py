@@ -222,9 +222,18 @@ class SpecialMixin:
         if self.dtype not in FLOAT_DTYPES:
             return self
         largest = _FLOAT_MAX.get(self.dtype) or float(np.finfo(self.dtype).max)
-        out = self.mask_fill(self.isnan(), float(nan))
-        out = out.mask_fill(self.isposinf(), largest if posinf is None else float(posinf))
-        return out.mask_fill(self.isneginf(), -largest if neginf is None else float(neginf))
+
+        def fill(value: float) -> float:
+            # in the tensor's precision first, as torch's kernel casts it: 1e300 is inf in
+            # float32 (not an overflow error from the fill)
+            if self.dtype not in _FLOAT_MAX:  # (the half types: the backend's own rounding)
+                with np.errstate(over="ignore"):
+                    return float(np.asarray(value, np.float64).astype(self.dtype))
+            return float(value)
+
+        out = self.mask_fill(self.isnan(), fill(nan))
+        out = out.mask_fill(self.isposinf(), largest if posinf is None else fill(posinf))
+        return out.mask_fill(self.isneginf(), -largest if neginf is None else fill(neginf))
 
     def isposinf(self) -> Any:
         return self.isinf().logical_and(self.greater_elem(0))
