@@ -407,3 +407,29 @@ def test_nan_to_num_casts_its_replacements_to_the_tensors_precision(dtype):
         return [lib.nan_to_num(x, nan=1e300, posinf=1e300, neginf=-1e300)]
 
     check(Trial(f"nan_to_num {dtype}", fn))
+
+
+@pytest.mark.parametrize("b_shape", [(2, 3), (1, 3), (3, 1), (3,), (2, 3, 1), (1, 3, 2)])
+def test_lstsq_reads_b_as_a_vector_only_of_a_shape_less_its_last_dim(b_shape):
+    # B [1, 3] against A [2, 3, 3] was read as vectors (one dimension fewer than A), where
+    # torch reads a matrix of 1 row, and refuses it
+    def fn(lib):
+        a = lib.tensor(np.eye(3) * [2.0, 3.0, 4.0] + 0.5, requires_grad=True).expand(2, 3, 3)
+        b = lib.tensor(np.arange(np.prod(b_shape)).reshape(b_shape) + 1.0, requires_grad=True)
+        out = lib.linalg.lstsq(a, b).solution
+        return [out, *_grad(lib, out, [a, b])]
+
+    check(Trial(f"lstsq {b_shape}", fn))
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_solve_triangular_reads_b_as_matrices_even_of_a_shape_less_its_last_dim(left):
+    # B [2, 2] against A [2, 2, 2] was solve's vector case: a [2, 2] result, torch's [2, 2, 2]
+    def fn(lib):
+        a = lib.tensor(np.array([[[2.0, 0.5], [0.0, 3.0]], [[1.0, -1.0], [0.0, 4.0]]]),
+                       requires_grad=True)  # fmt: skip
+        b = lib.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=lib.float64, requires_grad=True)
+        out = lib.linalg.solve_triangular(a, b, upper=True, left=left)
+        return [out, *_grad(lib, out, [a, b])]
+
+    check(Trial(f"solve_triangular left={left}", fn))

@@ -475,9 +475,17 @@ def lstsq(
             f"linalg.lstsq: B of shape {shape_text(rhs.shape)} must have as many dimensions as "
             f"A of shape {shape_text(matrices.shape)}, or one fewer"
         )
-    vector = rhs.ndim == matrices.ndim - 1
+    # a vector right-hand side only of exactly A's shape less its last dimension (torch's
+    # rule); another of one dimension fewer is a batch of matrices
+    vector = rhs.shape == matrices.shape[:-1]
     if rhs.ndim < 1 or (not vector and rhs.ndim < 2):
         raise ShapeError(f"linalg.lstsq: B must have at least 1 dimension, got shape {rhs.shape}")
+    if not vector and rhs.ndim == matrices.ndim - 1:
+        # (torch takes some of these, pairing entries of different batches, and refuses others)
+        raise ShapeError(
+            f"linalg.lstsq: B of shape {shape_text(rhs.shape)}, one dimension fewer than A of "
+            f"shape {shape_text(matrices.shape)}, must be A's shape less its last dimension"
+        )
     rows = rhs.shape[-1] if vector else rhs.shape[-2]
     if rows != matrices.shape[-2]:
         raise ShapeError(
@@ -524,6 +532,8 @@ def solve_triangular(
             f"linalg.solve_triangular: B must have at least 2 dimensions, got shape "
             f"{shape_text(rhs.shape)}"
         )
+    if rhs.shape == matrices.shape[:-1]:  # a batch of matrices here, never solve's vector
+        rhs = rhs.expand(np.broadcast_shapes(matrices.shape[:-2], rhs.shape[:-2]) + rhs.shape[-2:])
     if unitriangular:
         strict = matrices.triu(1) if upper else matrices.tril(-1)
         triangle = strict + _identity(matrices)
