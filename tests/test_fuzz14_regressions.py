@@ -187,8 +187,6 @@ NUMBER_FIRST = {
     "true_divide": lambda lib, t: lib.true_divide(2, t),
     "floor_divide": lambda lib, t: lib.floor_divide(-3, t),
     "remainder": lambda lib, t: lib.remainder(-1.5, t),
-    "numbers_only": lambda lib, t: lib.mul(3, 2),
-    "floor_divide_numbers": lambda lib, t: lib.floor_divide(0, -1.5),
     "remainder_numbers": lambda lib, t: lib.remainder(3, 2),  # torch: no such form
     "atan2_number": lambda lib, t: lib.atan2(3, t),  # torch: no such form
 }

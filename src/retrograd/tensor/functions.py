@@ -26,7 +26,16 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import SCALARS, TensorBase, lift, normalize_dim, promote, result_dtype, scalar_dtype
+from ._dispatch import (
+    SCALARS,
+    TensorBase,
+    from_host,
+    lift,
+    normalize_dim,
+    promote,
+    result_dtype,
+    scalar_dtype,
+)
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat
@@ -271,28 +280,30 @@ _METHODS.update(
 )
 
 
-#: functions whose ``input`` torch takes as a Python number (its argument parser makes one a
-#: tensor for the arithmetic ones; ``remainder`` and the bitwise ones have a number-first
-#: overload, which needs a tensor ``other``)
-_NUMBER_INPUTS = {
-    **dict.fromkeys(["add", "sub", "subtract", "mul", "multiply", "div", "divide"], False),
-    **dict.fromkeys(["true_divide", "floor_divide"], False),
-    **dict.fromkeys(["remainder", "bitwise_and", "bitwise_or", "bitwise_xor"], True),
-    **dict.fromkeys(["bitwise_left_shift", "bitwise_right_shift"], True),
-}
+#: functions whose ``input`` torch takes as a Python number before a tensor ``other`` (its
+#: argument parser makes one a tensor for the arithmetic ones; ``remainder`` and the bitwise
+#: ones have a number-first overload)
+_NUMBER_INPUTS = frozenset(
+    ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide"]
+    + ["floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor"]
+    + ["bitwise_left_shift", "bitwise_right_shift"]
+)
 
 
 def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002
-    """A number ``input`` as a 0-d tensor beside ``other`` (which types it as torch's wrapped
-    number would: a 0-d tensor is as weak in promotion, for retrograd's dtypes)."""
-    from .creation import tensor  # (creation imports the Tensor class, which imports us)
-
+    """A number ``input`` as a 0-d tensor beside the tensor ``other`` (which types it as
+    torch's wrapped number would: a 0-d tensor is as weak in promotion, for retrograd's
+    dtypes). Two numbers are refused (torch's arithmetic takes them; a known gap)."""
     other = args[0] if args else kwargs.get("other")
     if not isinstance(other, TensorBase):
-        if _NUMBER_INPUTS[name]:
-            lift_input(name, input)  # raises: torch has no number-number form
-        return tensor(input)
-    return tensor(input, backend=other.backend, device=other.device)
+        return lift_input(name, input)  # raises
+    if isinstance(input, bool | np.bool_):
+        dtype = "bool"
+    elif isinstance(input, numbers.Integral):
+        dtype = "int64"
+    else:
+        dtype = default_float_dtype()
+    return from_host(type(other), input, dtype, other._backend, other._device)
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:
