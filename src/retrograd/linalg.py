@@ -470,9 +470,22 @@ def lstsq(
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
     rhs = lift(matrices, B, "linalg.lstsq")
-    vector = rhs.ndim == matrices.ndim - 1
+    if not 0 <= matrices.ndim - rhs.ndim <= 1:  # torch's rule: no broadcast of A's batch
+        raise ShapeError(
+            f"linalg.lstsq: B of shape {shape_text(rhs.shape)} must have as many dimensions as "
+            f"A of shape {shape_text(matrices.shape)}, or one fewer"
+        )
+    # a vector right-hand side only of exactly A's shape less its last dimension (torch's
+    # rule); another of one dimension fewer is a batch of matrices
+    vector = rhs.shape == matrices.shape[:-1]
     if rhs.ndim < 1 or (not vector and rhs.ndim < 2):
         raise ShapeError(f"linalg.lstsq: B must have at least 1 dimension, got shape {rhs.shape}")
+    if not vector and rhs.ndim == matrices.ndim - 1:
+        # (torch takes some of these, pairing entries of different batches, and refuses others)
+        raise ShapeError(
+            f"linalg.lstsq: B of shape {shape_text(rhs.shape)}, one dimension fewer than A of "
+            f"shape {shape_text(matrices.shape)}, must be A's shape less its last dimension"
+        )
     rows = rhs.shape[-1] if vector else rhs.shape[-2]
     if rows != matrices.shape[-2]:
         raise ShapeError(
@@ -519,6 +532,8 @@ def solve_triangular(
             f"linalg.solve_triangular: B must have at least 2 dimensions, got shape "
             f"{shape_text(rhs.shape)}"
         )
+    if rhs.shape == matrices.shape[:-1]:  # a batch of matrices here, never solve's vector
+        rhs = rhs.expand(np.broadcast_shapes(matrices.shape[:-2], rhs.shape[:-2]) + rhs.shape[-2:])
     if unitriangular:
         strict = matrices.triu(1) if upper else matrices.tril(-1)
         triangle = strict + _identity(matrices)
@@ -631,11 +646,16 @@ def matrix_rank(
     rtol: float | None = None,
     hermitian: bool = False,
     out: Any = None,
+    tol: float | None = None,
 ) -> Tensor:
     """torch's ``linalg.matrix_rank``: the number of singular values above ``max(atol, rtol *
     largest)`` (int64), the tolerances defaulting as :func:`pinv`'s. ``hermitian`` uses the
-    absolute eigenvalues, as torch's."""
+    absolute eigenvalues, as torch's. ``tol`` (torch's older form) is ``atol=tol, rtol=0``."""
     _no_out("linalg.matrix_rank", out)
+    if tol is not None:
+        if atol is not None or rtol is not None:
+            raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
+        atol, rtol = tol, 0.0
     matrices = _matrices("linalg.matrix_rank", A).detach()
     if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
         raise InvalidArgumentError("linalg.matrix_rank: atol and rtol must be numbers")
@@ -672,14 +692,12 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's
     if x.ndim < 1:
         raise ShapeError("linalg.vander: x must have at least one dimension")
     n = x.shape[-1] if N is None else int(N)
-    if n < 1:
-        raise InvalidArgumentError(f"linalg.vander: N must be greater than 1, got {N}")
+    if n <= 1:  # (torch refuses N = 1 too, and a default N of one element or none)
+        raise InvalidArgumentError(f"linalg.vander: N must be greater than 1, got {n}")
     column = x.unsqueeze_dim(-1)
     ones = column.new_zeros(column.shape).add_scalar(1.0) if x.is_float() else None
     if ones is None:
         ones = column.new_zeros(column.shape) + 1
-    if n == 1:
-        return ones
     powers = column.expand(x.shape + (n - 1,)).cumprod(-1)
 
     return cat([ones, powers], -1)

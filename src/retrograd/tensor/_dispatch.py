@@ -153,6 +153,19 @@ def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
 promoted_dtype = _promoted
 
 
+def promoted_dtype_of(*tensors: Any) -> str:
+    """torch's dtype for several tensors taken together (as one kernel takes ``addcmul``'s
+    three): the dimensioned ones' dtype, unless a 0-d one is of a higher category. Pairwise
+    steps differ: ``float32 [n] + float64 [] * int64 [n]`` is float32, not float64."""
+    dims = [t.dtype for t in tensors if t.ndim]
+    zeros = [t.dtype for t in tensors if not t.ndim]
+    zero = functools.reduce(result_dtype, zeros) if zeros else None
+    if not dims:
+        return zero
+    dim = functools.reduce(result_dtype, dims)
+    return dim if zero is None or _category(zero) <= _category(dim) else zero
+
+
 def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     """The dtype of ``tensor op scalar`` (PyTorch's rule: the tensor's, unless it is wider)."""
     if isinstance(scalar, bool | np.bool_):

@@ -224,6 +224,14 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
         dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
     dims_a = [d % a.ndim for d in dims_a]
     dims_b = [d % b.ndim for d in dims_b]
+    if len(dims_a) == len(dims_b):
+        # a contracted size 1 against a larger one: the other side summed there first (torch's
+        # broadcast of contracted dimensions)
+        for i, j in zip(dims_a, dims_b):
+            if b.shape[j] == 1 and a.shape[i] != 1:
+                a = a.sum(i, keepdim=True)
+            elif a.shape[i] == 1 and b.shape[j] != 1:
+                b = b.sum(j, keepdim=True)
     if len(dims_a) != len(dims_b) or any(a.shape[i] != b.shape[j] for i, j in zip(dims_a, dims_b)):
         raise ShapeError(
             f"tensordot: contracted dimensions {dims_a} of {shape_text(a.shape)} and {dims_b} of "
@@ -272,11 +280,15 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
             raise InvalidArgumentError(
                 f"searchsorted: side must be 'left' or 'right', got {side!r}"
             )
+        if right and side == "left":  # (torch takes right=False with either side)
+            raise InvalidArgumentError(
+                "searchsorted: side and right can't be set to opposites, got side='left' "
+                "while right=True"
+            )
         right = side == "right"
     if sorter is not None:
         sorted_sequence = sorted_sequence.gather(-1, sorter)
-    scalar = not isinstance(values, TensorBase)
-    if scalar:
+    if not isinstance(values, TensorBase):
         values = _like(sorted_sequence, values)
     if sorted_sequence.ndim > 1 and sorted_sequence.shape[:-1] != values.shape[:-1]:
         raise ShapeError(
@@ -285,9 +297,12 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
         )
     edges = sorted_sequence.unsqueeze_dim(-2)
     points = values.unsqueeze_dim(-1)
-    below = points.greater_equal(edges) if right else points.greater(edges)
-    out = below.cast("int64").sum(-1)
-    return out.reshape(()) if scalar else out
+    # the edges a value is not left of (right: not strictly right of), as torch's binary
+    # search counts them: a NaN value is past every edge
+    after = edges.greater(points) if right else edges.greater_equal(points)
+    below = after.logical_not()
+    # one index per value (a 0-d values tensor's one included: the compare made it 1-d)
+    return below.cast("int64").sum(-1).reshape(values.shape)
 
 
 def isin(

@@ -31,6 +31,7 @@ from ._dispatch import (
     normalize_dim,
     promote,
     promoted_dtype,
+    promoted_dtype_of,
     scalar_dims,
     scalar_dtype,
     untracked,
@@ -279,17 +280,17 @@ class ElementwiseMixin:
         return erfinv(self)
 
     def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
-        """``self + value * tensor1 * tensor2``."""
-        product = lift(self, tensor1, "addcmul") * tensor2
-        result = promoted_dtype(self.dtype, product.dtype, self.shape, product.shape)
-        if result == "bool":
+        """``self + value * tensor1 * tensor2``, in the dtype of the three taken together."""
+        x, t1, t2 = _common(self, tensor1, tensor2, "addcmul")
+        if x.dtype == "bool":
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
-        if result not in FLOAT_DTYPES and isinstance(value, float | np.floating):
+        if x.dtype not in FLOAT_DTYPES and isinstance(value, float | np.floating):
             value = int(value)  # torch casts value to the result's dtype, truncating
-        return self + (product if value == 1 else product * value)
+        product = t1 * t2
+        return x + (product if value == 1 else product * value)
 
     def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
-        """``self + value * tensor1 / tensor2``."""
+        """``self + value * tensor1 / tensor2``, in the dtype of the three taken together."""
         tensor1 = lift(self, tensor1, "addcdiv")
         tensor2 = lift(self, tensor2, "addcdiv")
         if not tensor1.is_float() and not tensor2.is_float():
@@ -297,8 +298,9 @@ class ElementwiseMixin:
                 "addcdiv: integer division with addcdiv is not supported (as in torch); "
                 "divide with a float tensor, or use div(..., rounding_mode=...)"
             )
-        quotient = tensor1 / tensor2
-        return self + (quotient if value == 1 else quotient * value)
+        x, t1, t2 = _common(self, tensor1, tensor2, "addcdiv")
+        quotient = t1 / t2
+        return x + (quotient if value == 1 else quotient * value)
 
     def lerp(self, end: Any, weight: Any) -> Any:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
@@ -654,6 +656,22 @@ class ElementwiseMixin:
         passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
         if min is None and max is None:
             raise ShapeError("clamp: at least one of min and max must not be None")
+        if (
+            min is not None
+            and max is not None
+            and (isinstance(min, SCALAR_TYPES) != isinstance(max, SCALAR_TYPES))
+        ):
+            # torch has a numbers form and a tensors form: beside a number, a bound tensor
+            # is read as a number when it is 0-d, and refused otherwise
+            bound = max if isinstance(min, SCALAR_TYPES) else min
+            if getattr(bound, "ndim", None) != 0:
+                raise DTypeError(
+                    f"clamp: min ({type(min).__name__}) and max ({type(max).__name__}) must "
+                    "both be numbers or both tensors (a tensor beside a number must be 0-d)"
+                )
+            min, max = (  # noqa: A001 (torch's names)
+                b if b is None or isinstance(b, SCALAR_TYPES) else b.item() for b in (min, max)
+            )
         if (min is None or isinstance(min, SCALAR_TYPES)) and (
             max is None or isinstance(max, SCALAR_TYPES)
         ):
@@ -869,3 +887,10 @@ class ElementwiseMixin:
         other = lift(self, other, op)
         a, b = _truth(self), _truth(other)
         return a._apply(op, (a, b))
+
+
+def _common(x: Any, a: Any, b: Any, op: str) -> tuple[Any, Any, Any]:
+    """``x``, ``a`` and ``b`` cast to the dtype torch's kernel gives the three together."""
+    a, b = lift(x, a, op), lift(x, b, op)
+    dtype = promoted_dtype_of(x, a, b)
+    return tuple(t if t.dtype == dtype else t.cast(dtype) for t in (x, a, b))

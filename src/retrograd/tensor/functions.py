@@ -26,7 +26,16 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import SCALARS, TensorBase, lift, promote, result_dtype, scalar_dtype
+from ._dispatch import (
+    SCALARS,
+    TensorBase,
+    from_host,
+    lift,
+    normalize_dim,
+    promote,
+    result_dtype,
+    scalar_dtype,
+)
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat
@@ -271,12 +280,40 @@ _METHODS.update(
 )
 
 
+#: functions whose ``input`` torch takes as a Python number before a tensor ``other`` (its
+#: argument parser makes one a tensor for the arithmetic ones; ``remainder`` and the bitwise
+#: ones have a number-first overload)
+_NUMBER_INPUTS = frozenset(
+    ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide"]
+    + ["floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor"]
+    + ["bitwise_left_shift", "bitwise_right_shift"]
+)
+
+
+def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002
+    """A number ``input`` as a 0-d tensor beside the tensor ``other`` (which types it as
+    torch's wrapped number would: a 0-d tensor is as weak in promotion, for retrograd's
+    dtypes). Two numbers are refused (torch's arithmetic takes them; a known gap)."""
+    other = args[0] if args else kwargs.get("other")
+    if not isinstance(other, TensorBase):
+        return lift_input(name, input)  # raises
+    if isinstance(input, bool | np.bool_):
+        dtype = "bool"
+    elif isinstance(input, numbers.Integral):
+        dtype = "int64"
+    else:
+        dtype = default_float_dtype()
+    return from_host(type(other), input, dtype, other._backend, other._device)
+
+
 def _method(name: str, method: str) -> Callable[..., Any]:
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
         if kwargs.pop("out", None) is not None:
             raise InvalidArgumentError(
                 f"{name}: out= is not supported (tensors are values here); assign the result"
             )
+        if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
+            input = _number_input(name, input, args, kwargs)  # noqa: A001
         return getattr(lift_input(name, input), method)(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = name
@@ -320,6 +357,8 @@ def pow(input: Any, exponent: Any) -> Any:  # noqa: A001, A002 (torch's name)
 
 def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     """``input ** exponent`` in float64 (torch's ``float_power``)."""
+    if not isinstance(exponent, TensorBase):
+        lift_input("float_power", input)  # torch has no number-number form
     base = input.double() if isinstance(input, TensorBase) else float(input)
     power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
     return pow(base, power)
@@ -471,17 +510,21 @@ def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch
 
 def var_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
     """``(var, mean)`` over the same dims (the arguments of :meth:`Tensor.var`)."""
-    dim = args[0] if args else kwargs.get("dim")
-    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    mean = input.mean() if dim is None else input.mean(dim, keepdim)
-    return input.var(*args, **kwargs), mean
+    return input.var(*args, **kwargs), _mean_of(input, args, kwargs)
 
 
 def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa: A002 (torch's name)
+    # (std's gradient: 0 at zero spread, as torch's)
+    return input.std(*args, **kwargs), _mean_of(input, args, kwargs)
+
+
+def _mean_of(input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002 (torch's name)
+    """var_mean's mean: over var's dims (all when None), keepdim honoured either way."""
     dim = args[0] if args else kwargs.get("dim")
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    mean = input.mean() if dim is None else input.mean(dim, keepdim)
-    return input.std(*args, **kwargs), mean  # std's gradient (0 at zero spread), as torch's
+    if dim is not None:
+        return input.mean(dim, keepdim)
+    return input.mean().reshape((1,) * input.ndim) if keepdim else input.mean()
 
 
 _CDIST_MODES = (
@@ -544,18 +587,23 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
     if edges.ndim != 1:
         raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
     values = input.unsqueeze_dim(-1)
-    below = values.greater_equal(edges) if right else values.greater(edges)
-    return below.cast("int64").sum(-1)
+    # as searchsorted counts them: a NaN value is past every boundary
+    after = edges.greater(values) if right else edges.greater_equal(values)
+    return after.logical_not().cast("int64").sum(-1)
 
 
 def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (torch's name)
            return_counts: bool = False, dim: int | None = None) -> Any:  # fmt: skip
     """The sorted distinct values (a host read: their number is data, as in torch), with the
     inverse indices and counts when asked."""
-    if dim is not None:
-        raise InvalidArgumentError("unique: dim= is not supported; flatten first")
     array = input.numpy()
-    values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+    if dim is None:
+        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(array.shape)
+    else:  # the distinct slices along dim, sorted lexicographically (as torch's and NumPy's)
+        d = normalize_dim("unique", dim, input.ndim)
+        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True, axis=d)
+        inverse = inverse.reshape(-1)
     make = type(input)._result
     backend, device = input._backend, input._device
 
@@ -565,7 +613,7 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
     out = host(values, input.dtype)
     extra = []
     if return_inverse:
-        extra.append(host(inverse.reshape(array.shape).astype(np.int64), "int64"))
+        extra.append(host(inverse.astype(np.int64), "int64"))
     if return_counts:
         extra.append(host(counts.astype(np.int64), "int64"))
     return (out, *extra) if extra else out

@@ -107,6 +107,8 @@ class IndexingMixin:
     def index_select(self, dim: int, index: Any) -> Any:
         """The entries of ``index`` (int64, 1-d; a 0-d index counts as one entry) along
         ``dim`` (torch's ``index_select``, Burn's ``select``)."""
+        if self.ndim == 0:  # torch's: dim 0 or -1 and one index into the one value
+            return self._on_scalar("index_select", dim, index).index_select(0, index).reshape(())
         d = normalize_dim("index_select", dim, self.ndim)
         if isinstance(index, TensorBase) and index.ndim == 0:
             index = index.reshape((1,))
@@ -129,10 +131,12 @@ class IndexingMixin:
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Any:
         """A copy with ``value`` written at ``index`` along ``dim``."""
-        d = normalize_dim("index_fill", dim, self.ndim)
-        indices = _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True)
-        shape = self.shape
-        region = shape[:d] + (indices.shape[0],) + shape[d + 1 :]
+        if self.ndim == 0:  # its one value (select_assign checks dim and index)
+            d, indices, region = dim, index, ()
+        else:
+            d = normalize_dim("index_fill", dim, self.ndim)
+            indices = _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True)
+            region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
         if isinstance(values, TensorBase):
             filler = values.cast(self.dtype).expand(region)
@@ -160,7 +164,12 @@ class IndexingMixin:
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+            if not self.numel():  # nothing to count the classes of, as torch refuses
+                raise InvalidArgumentError(
+                    f"one_hot: cannot infer num_classes from an empty tensor (shape "
+                    f"{shape_text(self.shape)}); pass num_classes"
+                )
+            num_classes = int(self.max().item()) + 1
         if self.numel():
             if int(self.min().item()) < 0:
                 raise IndexOutOfRangeError("one_hot: class values must be non-negative")
@@ -213,20 +222,9 @@ class IndexingMixin:
         )
         if index.dtype != "int64":  # a bool mask would be read as indices 0 and 1
             raise DTypeError(f"take: expected an int64 index, got {index.dtype}")
-        flat = self.reshape(-1)
-        shape, index = index.shape, index.reshape(-1)
-        size = flat.shape[0]
-
-        def message(bad: int | None) -> str:  # the index as given, before the wrap below
-            which = "an index" if bad is None else f"index {bad - size}"
-            return (
-                f"take: {which} is out of range for a tensor of {size} elements "
-                f"(shape {shape_text(self.shape)})"
-            )
-
-        check_indices(index + size, 2 * size, message)
-        index = index.mask_where(index.lower_elem(0), index + size)  # torch wraps
-        return flat.index_select(0, index).reshape(shape)
+        shape = index.shape
+        index = _wrapped_flat("take", self, index.reshape(-1))
+        return self.reshape(-1).index_select(0, index).reshape(shape)
 
     def _take_along(self, op: str, dim: Any, indices: Any) -> Any:
         if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
@@ -243,9 +241,11 @@ class IndexingMixin:
         _same_dtype("put", self, source)
         source = lift(self, source, "put")
         index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
+        index = _index_tensor("put", self.reshape(-1), index, 0, one_dim=True, checked=False)
         flat = self.reshape(-1).select_assign(
-            0, index, source.reshape(-1), "add" if accumulate else "assign"
-        )
+            0, _wrapped_flat("put", self, index), source.reshape(-1),
+            "add" if accumulate else "assign",
+        )  # fmt: skip
         return flat.reshape(self.shape)
 
     def where(self, condition: Any, other: Any) -> Any:
@@ -257,6 +257,15 @@ class IndexingMixin:
     def select_assign(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
         """A copy with ``values`` added to (``update="add"``) or written over (``"assign"``) the
         entries ``indices`` along ``dim``."""
+        if self.ndim == 0:  # torch's index_add/copy/fill of a 0-d tensor: its one value
+            flat = self._on_scalar("select_assign", dim, indices)
+            values = lift(self, values, "select_assign")
+            if values.numel() != 1:
+                raise ShapeError(
+                    f"select_assign: values of shape {shape_text(values.shape)} for a 0-d "
+                    "tensor (expected one value)"
+                )
+            return flat.select_assign(0, indices, values.reshape((1,)), update).reshape(())
         d = normalize_dim("select_assign", dim, self.ndim)
         indices = _index_tensor("select_assign", self, indices, d, one_dim=True)
         shape = self.shape
@@ -272,8 +281,27 @@ class IndexingMixin:
         a, b = promote(self, values, "select_assign")
         return self._apply(op, (a, indices, b), (d,))
 
-    def gather(self, dim: int, indices: Any) -> Any:
-        """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (PyTorch's ``gather``)."""
+    def _on_scalar(self, op: str, dim: Any, index: Any) -> Any:
+        """This 0-d tensor as ``[1]``, for an index op along ``dim`` (0 or -1, as torch takes
+        them) with ``index`` of one entry (torch's rule for a 0-d input)."""
+        normalize_dim(op, dim, 0, scalar=True)
+        count = index.numel() if isinstance(index, TensorBase) else np.asarray(index).size
+        if count != 1:
+            raise ShapeError(f"{op}: an index into a 0-d tensor has one entry, got {count}")
+        return self.reshape((1,))
+
+    def gather(self, dim: int, indices: Any, *, sparse_grad: bool = False) -> Any:
+        """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (PyTorch's ``gather``;
+        ``sparse_grad`` is accepted and changes nothing: gradients here are dense)."""
+        if self.ndim == 0:  # torch's: dim 0 or -1, a 0-d or 1-d index into the one value
+            normalize_dim("gather", dim, 0, scalar=True)
+            index = indices if isinstance(indices, TensorBase) else np.asarray(indices)
+            if index.ndim > 1:
+                raise ShapeError(
+                    f"gather: indices of shape {shape_text(tuple(index.shape))} must be 0-d "
+                    "or 1-d for a 0-d input"
+                )
+            return self.reshape((1,)).gather(0, index.reshape((-1,))).reshape(tuple(index.shape))
         d = normalize_dim("gather", dim, self.ndim)
         indices = _index_tensor("gather", self, indices, d)
         _check_index_extent("gather", indices, self.shape, d)
@@ -290,16 +318,16 @@ class IndexingMixin:
         reduce: str | None = None,
     ) -> Any:
         """torch's ``scatter``: a copy with ``src`` (or the scalar ``value``) written at
-        ``index`` along ``dim`` (``reduce="add"`` adds instead); Burn's form names the update,
-        ``scatter(dim, indices, values, "add" | "assign")``. ``src`` may be larger than
-        ``index`` (its leading part is used, as torch uses it)."""
+        ``index`` along ``dim`` (``reduce="add"`` adds instead, ``"multiply"`` multiplies);
+        Burn's form names the update, ``scatter(dim, indices, values, "add" | "assign")``.
+        ``src`` may be larger than ``index`` (its leading part is used, as torch uses it)."""
         if update is None:  # torch's form, which refuses a src of another dtype
             _same_dtype("scatter", self, src)
-            if reduce not in (None, "add"):
+            if reduce not in (None, "add", "multiply"):
                 raise InvalidArgumentError(
-                    f"scatter: reduce={reduce!r} is not supported (only 'add')"
+                    f"scatter: reduce={reduce!r} is not supported (only 'add' and 'multiply')"
                 )
-            update = "add" if reduce == "add" else "assign"
+            update = "assign" if reduce is None else reduce
         if src is None and value is None:
             raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
         if src is None or not isinstance(src, TensorBase | np.ndarray | list):
@@ -310,6 +338,8 @@ class IndexingMixin:
                 else (np.asarray(index).shape)
             )
             src = wrap(self, self._backend.full(shape, fill, self.dtype, self._device))
+        if update == "multiply":  # torch's legacy form of scatter_reduce's "prod"
+            return self.scatter_reduce(dim, index, src, "prod", include_self=True)
         return self._scatter(dim, index, src, update)
 
     def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
@@ -573,9 +603,11 @@ def _broadcast_values(op: str, values: Any, region: tuple[int, ...]) -> Any:
     return values.expand(region)
 
 
-def _index_tensor(op: str, x: Any, indices: Any, dim: int, one_dim: bool = False) -> Any:
-    """``indices`` as an int64 tensor on ``x``'s backend, its shape and values checked for
-    indexing dimension ``dim`` of ``x``."""
+def _index_tensor(
+    op: str, x: Any, indices: Any, dim: int, one_dim: bool = False, checked: bool = True
+) -> Any:
+    """``indices`` as an int64 tensor on ``x``'s backend, its shape and values (unless not
+    ``checked``) checked for indexing dimension ``dim`` of ``x``."""
     if isinstance(indices, TensorBase):
         indices = lift(x, indices, op)
     else:  # user's host data: a list or an array
@@ -602,7 +634,8 @@ def _index_tensor(op: str, x: Any, indices: Any, dim: int, one_dim: bool = False
             f"(input shape {shape_text(shape)})"
         )
 
-    check_indices(indices, size, message)
+    if checked:
+        check_indices(indices, size, message)
     return indices
 
 
@@ -743,6 +776,22 @@ def basic_slices(
             raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
         dim += 1
     return tuple(slices), tuple(items), tuple(out_shape)
+
+
+def _wrapped_flat(op: str, x: Any, index: Any) -> Any:
+    """The int64 flat ``index`` into ``x`` with negative entries counted from the end (torch's
+    ``take`` and ``put_`` wrap them), each checked against ``x``'s element count."""
+    size = x.numel()
+
+    def message(bad: int | None) -> str:  # the index as given, before the wrap below
+        which = "an index" if bad is None else f"index {bad - size}"
+        return (
+            f"{op}: {which} is out of range for a tensor of {size} elements "
+            f"(shape {shape_text(x.shape)})"
+        )
+
+    check_indices(index + size, 2 * size, message)
+    return index.mask_where(index.lower_elem(0), index + size)
 
 
 def _one_dim(index: Any) -> Any:

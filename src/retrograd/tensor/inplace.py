@@ -38,7 +38,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .dtypes import can_cast
+from .dtypes import can_cast, canonical_dtype
 from .views import outside_graph, refresh, remember_leaf, root_of, write
 
 __all__ = ["InplaceMixin", "assign"]
@@ -551,6 +551,13 @@ SAME_ARGUMENTS = (
 
 def _in_place(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dtype") is not None:  # cumsum_/cumprod_: only the tensor's own dtype
+            dtype = canonical_dtype(f"{name}_", kwargs["dtype"])
+            if dtype != self.dtype:
+                raise DTypeError(
+                    f"{name}_: dtype={dtype} differs from the tensor's own {self.dtype} (an "
+                    "in-place result keeps it, as in torch)"
+                )
         return self._update(f"{name}_", lambda t: getattr(t, name)(*args, **kwargs))
 
     method.__name__ = method.__qualname__ = f"{name}_"

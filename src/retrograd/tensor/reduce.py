@@ -518,6 +518,8 @@ class ReduceMixin:
         if not isinstance(n, numbers.Integral) or n < 0:
             raise InvalidArgumentError(f"diff: order n must be a non-negative int, got {n!r}")
         d = normalize_dim("diff", dim, self.ndim)
+        if n == 0:  # torch's: the input itself, prepend and append not joined
+            return x
         if prepend is not None or append is not None:
             parts = [p for p in (prepend, x, append) if p is not None]
             x = cat([lift(x, p, "diff") for p in parts], d)

@@ -154,16 +154,20 @@ class SelectionMixin:
             values, index = values.squeeze_dim(d), index.squeeze_dim(d)
         return ModeResult(values, index)
 
-    @scalar_dims
     def logcumsumexp(self, dim: int) -> Any:
         """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
         :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
-        d = normalize_dim("logcumsumexp", dim, self.ndim)
+        d = normalize_dim("logcumsumexp", dim, self.ndim, scalar=True)
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"logcumsumexp: expected a floating point tensor, got {self.dtype}")
-        out = self
-        if out.ndim == 0:
-            return out
+        if self.ndim == 0:  # (0 or -1: the value itself, its gradient passed on, as torch's)
+            return self
+        # -inf entries join the scan as the dtype's lowest number, with no gradient: the
+        # scan's partial sums of -inf alone would be -inf, and logaddexp's gradient there
+        # NaN, where torch's formula (exp(x_i - out_j)) gives 0; a prefix of -inf only is put
+        # back to -inf after
+        dead = self.detach().isneginf()
+        out = self.mask_fill(dead, float(np.finfo(np.dtype(self.dtype)).min))
         n, shift = out.shape[d], 1
         from .shape import cat
 
@@ -172,7 +176,7 @@ class SelectionMixin:
             combined = out.narrow(d, shift, n - shift).logaddexp(out.narrow(d, 0, n - shift))
             out = cat([head, combined], d)
             shift *= 2
-        return out
+        return out.mask_fill(dead.logical_not().cast("int64").cumsum(d).equal_elem(0), -math.inf)
 
     @scalar_dims
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
@@ -223,6 +227,10 @@ class SelectionMixin:
     def renorm(self, p: float, dim: int, maxnorm: float) -> Any:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
         (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
+        if self.ndim < 2:  # (torch's rule: one slice per entry of dim, of at least one dim)
+            raise ShapeError(
+                f"renorm: input needs at least 2 dimensions, got {shape_text(self.shape)}"
+            )
         d = normalize_dim("renorm", dim, self.ndim)
         if not p > 0:  # NaN too
             raise InvalidArgumentError(f"renorm: non-positive-norm not supported, got p={p!r}")
@@ -270,6 +278,8 @@ class SelectionMixin:
         index = index.expand(
             tuple(index.shape[d] if i == d else n for i, n in enumerate(broadcast))
         )
+        # torch counts negative indices from the end here (not with dim=None, nor in gather)
+        index = index.mask_where(index.lower_elem(0), index + self.shape[d])
         return source.gather(d, index)
 
     def scatter_reduce(
@@ -749,7 +759,9 @@ class SelectionMixin:
         return wrap(self, self._backend.full(shape, value, self.dtype, self._device))
 
     def _host(self, array: np.ndarray, dtype: str) -> Any:
-        return wrap(self, self._backend.from_data(np.ascontiguousarray(array), dtype, self._device))
+        # (ascontiguousarray makes a 0-d array 1-d: its shape is put back)
+        array = np.ascontiguousarray(array).reshape(np.shape(array))
+        return wrap(self, self._backend.from_data(array, dtype, self._device))
 
     def multinomial(self, num_samples: int, replacement: bool = False, *,
                     generator: Any = None) -> Any:  # fmt: skip
@@ -903,20 +915,22 @@ def _quantile(
     values = source.sort(d).values.movedim(d, -1)  # [..., n], NaN last
     n = values.shape[-1]
     nans = values.isnan()
+    qs = qs.cast(values.dtype)
+    # A row's NaN is its result, read (as torch reads it, so that the gradient reaches that
+    # NaN too) at a rank past the numbers: the last place of a row holding one, for quantile,
+    # and place 0 of a row of NaN only, for nanquantile
     if ignore_nan:
         last = nans.logical_not().cast(values.dtype).sum(-1, True) - 1.0
+        ranks = (last * qs).clamp_min(0.0)  # [..., len(q)]
     else:
-        last = wrap(values, values._backend.full(values.shape[:-1] + (1,), n - 1.0,
-                                                 values.dtype, values._device))  # fmt: skip
-    qs = qs.cast(values.dtype)
-    ranks = last * qs  # [..., len(q)]
+        ranks = (qs * (n - 1.0)).expand(values.shape[:-1] + qs.shape)
+        ranks = ranks.mask_fill(nans.any(-1, True).expand(ranks.shape), n - 1.0)
     if interpolation == "lower":
         ranks = ranks.floor()
     elif interpolation == "higher":
         ranks = ranks.ceil()
     elif interpolation == "nearest":
         ranks = ranks.round()
-    valid = last.greater_equal(0.0)
     below = ranks.floor().clamp_min(0.0).cast("int64")
     above = ranks.ceil().clamp_min(0.0).cast("int64")
     low, high = values.gather(-1, below), values.gather(-1, above)
@@ -924,10 +938,7 @@ def _quantile(
         weights = (ranks - ranks.floor()).mask_fill(ranks.ne(ranks.floor()), 0.5)
     else:
         weights = ranks - ranks.floor()
-    out = low.lerp(high, weights)
-    invalid = valid.logical_not() if ignore_nan else nans.any(-1, True)
-    out = out.mask_fill(invalid.expand(out.shape), float("nan"))
-    out = out.movedim(-1, 0)  # q first, as torch
+    out = low.lerp(high, weights).movedim(-1, 0)  # q first, as torch
     if keepdim:
         kept = (
             (1,) * x.ndim

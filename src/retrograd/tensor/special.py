@@ -222,9 +222,18 @@ class SpecialMixin:
         if self.dtype not in FLOAT_DTYPES:
             return self
         largest = _FLOAT_MAX.get(self.dtype) or float(np.finfo(self.dtype).max)
-        out = self.mask_fill(self.isnan(), float(nan))
-        out = out.mask_fill(self.isposinf(), largest if posinf is None else float(posinf))
-        return out.mask_fill(self.isneginf(), -largest if neginf is None else float(neginf))
+
+        def fill(value: float) -> float:
+            # in the tensor's precision first, as torch's kernel casts it: 1e300 is inf in
+            # float32 (not an overflow error from the fill)
+            if self.dtype not in _FLOAT_MAX:  # (the half types: the backend's own rounding)
+                with np.errstate(over="ignore"):
+                    return float(np.asarray(value, np.float64).astype(self.dtype))
+            return float(value)
+
+        out = self.mask_fill(self.isnan(), fill(nan))
+        out = out.mask_fill(self.isposinf(), largest if posinf is None else fill(posinf))
+        return out.mask_fill(self.isneginf(), -largest if neginf is None else fill(neginf))
 
     def isposinf(self) -> Any:
         return self.isinf().logical_and(self.greater_elem(0))
@@ -322,10 +331,9 @@ class SpecialMixin:
         return _nan_ignoring(self, other, "fmin", "lower_equal")
 
     def ldexp(self, other: Any) -> Any:
-        """``self * 2**other``, as torch computes it (``2**other`` in float)."""
-        power = operand(self, other, "ldexp").__rpow__(2.0)
-        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
-        return x * power
+        """``self * 2**other``, as torch computes it (``2**other`` in float; the product
+        promotes, so a 0-d float64 ``other`` makes an int or bool ``self``'s result float64)."""
+        return self * operand(self, other, "ldexp").__rpow__(2.0)
 
     def nextafter(self, other: Any) -> Any:
         """The next float after ``self`` towards ``other`` (float tensors; not
