@@ -1097,7 +1097,7 @@ for _name in (
     "lower_equal_elem",
 ):
     untracked(_name, params=("s",))
-for _name in ("is_nan", "is_inf", "logical_not", "bitwise_not", "signbit"):
+for _name in ("is_nan", "is_inf", "logical_not", "bitwise_not", "signbit", "frexp_exponent"):
     untracked(_name)
 
 

@@ -155,6 +155,10 @@ class NumpyMathKernels:
     bitwise_not = staticmethod(np.invert)
     signbit = staticmethod(np.signbit)
 
+    @staticmethod
+    def frexp_exponent(x):
+        return np.frexp(x)[1].astype(np.int64)
+
     def bitwise_left_shift(self, x, y):
         out = np.left_shift(x, np.clip(y, 0, 63))
         return np.where((y >= 64) | (y < 0), 0, out)

@@ -189,6 +189,11 @@ class MathProtocol:
         """Whether the sign bit is set (bool; true for ``-0.0``)."""
         raise NotImplementedError
 
+    def frexp_exponent(self, x: Any) -> Any:
+        """The int64 ``e`` of each float element, ``x = m * 2**e`` with ``0.5 <= |m| < 1``
+        (0 for zeros, infinities and NaN), as C's ``frexp``."""
+        raise NotImplementedError
+
     def cholesky(self, x: Any) -> Any:
         """The lower Cholesky factor ``L`` (``L @ L^T = x``) of each symmetric positive-definite
         matrix of ``x``; another raises ``rg.InvalidArgumentError``."""

@@ -30,6 +30,10 @@ class TorchMathKernels:
     bitwise_right_shift = staticmethod(torch.bitwise_right_shift)
     signbit = staticmethod(torch.signbit)
 
+    @staticmethod
+    def frexp_exponent(x):
+        return torch.frexp(x).exponent.to(torch.int64)
+
     i0e = staticmethod(torch.special.i0e)
     i1e = staticmethod(torch.special.i1e)
     erfcx = staticmethod(torch.special.erfcx)

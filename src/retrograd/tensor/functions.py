@@ -219,6 +219,7 @@ _METHODS.update(
             "fmax",
             "fmin",
             "frac",
+            "frexp",
             "gcd",
             "heaviside",
             "histc",

@@ -22,6 +22,7 @@ arithmetic, not after).
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,9 @@ from ._dispatch import (
 from .compositions import check_integer_divisor
 from .functions import allclose, float_power, isclose, where
 
-__all__ = ["GAMMAINC", "GAMMAINCC", "SpecialMixin", "float_operands", "operand"]
+__all__ = ["GAMMAINC", "GAMMAINCC", "FrexpResult", "SpecialMixin", "float_operands", "operand"]
+
+FrexpResult = namedtuple("frexp", ["mantissa", "exponent"])
 
 LGAMMA, DIGAMMA, POLYGAMMA, I0, ERFC = (
     TensorOp(name, floats=True) for name in ("lgamma", "digamma", "polygamma", "i0", "erfc")
@@ -334,6 +337,21 @@ class SpecialMixin:
         """``self * 2**other``, as torch computes it (``2**other`` in float; the product
         promotes, so a 0-d float64 ``other`` makes an int or bool ``self``'s result float64)."""
         return self * operand(self, other, "ldexp").__rpow__(2.0)
+
+    def frexp(self) -> Any:
+        """``(mantissa, exponent)`` with ``self = mantissa * 2**exponent`` and ``0.5 <=
+        |mantissa| < 1`` (zeros, infinities and NaN: themselves and exponent 0), as torch's
+        ``frexp``; the exponent is int64 (torch's is int32), the mantissa's gradient ``grad /
+        2**exponent``, as torch's, except where ``2**exponent`` overflows the dtype (``|x|``
+        in the dtype's top binade): torch's is 0 there, this one the true ``grad * 2**-e``."""
+        if self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"frexp: expected a floating point tensor, got {self.dtype}")
+        exponent = self._apply("frexp_exponent", (self,))
+        # times 2**-e in two exact steps: a float32 subnormal's 2**149 would overflow in one
+        shift = -exponent
+        half = shift // 2
+        mantissa = self * 2.0 ** half.cast(self.dtype) * 2.0 ** (shift - half).cast(self.dtype)
+        return FrexpResult(mantissa, exponent)
 
     def nextafter(self, other: Any) -> Any:
         """The next float after ``self`` towards ``other`` (float tensors; not
