@@ -15,6 +15,7 @@ dimensions form one event.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
@@ -80,6 +81,24 @@ def _transforms(op: str, tseq: Any, empty: bool = True) -> list[Any]:
     if not parts and not empty:
         raise InvalidArgumentError(f"{op}: needs at least one transform")
     return parts
+
+
+def _takes_tensors(method: Any) -> Any:
+    """A composite transform's ``_call``, ``_inverse`` or ``log_abs_det_jacobian``, refusing
+    what is not a tensor by the transform's name (its own code reads ``x.shape`` and sums the
+    parts' results; it is not guarded, so that the parts' exceptions, maybe the user's,
+    pass unchanged)."""
+
+    @functools.wraps(method)
+    def checked(self: Any, *values: Any) -> Any:
+        for value in values:
+            if not hasattr(value, "shape"):
+                raise DTypeError(
+                    f"{type(self).__name__}: expected a tensor, got {type(value).__name__}"
+                )
+        return method(self, *values)
+
+    return checked
 
 
 def sum_rightmost(value: Any, dims: int) -> Any:
@@ -223,11 +242,13 @@ class ComposeTransform(Transform):
     def event_dim(self) -> int:
         return max([p.event_dim for p in self.parts] + [0])
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         for part in self.parts:
             x = part(x)
         return x
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         for part in reversed(self.parts):
             y = part.inv(y)
@@ -243,6 +264,7 @@ class ComposeTransform(Transform):
             shape = part.inverse_shape(shape)
         return shape_arg(shape, "ComposeTransform.inverse_shape")
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         if not self.parts:
             return x * 0
@@ -599,14 +621,17 @@ class IndependentTransform(Transform):
     def sign(self) -> Any:  # type: ignore[override]
         return self.base_transform.sign
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         _at_least("IndependentTransform", x.shape, self.domain.event_dim)
         return self.base_transform(x)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         _at_least("IndependentTransform", y.shape, self.codomain.event_dim)
         return self.base_transform.inv(y)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         result = self.base_transform.log_abs_det_jacobian(x, y)
         return sum_rightmost(result, self.reinterpreted_batch_ndims)
@@ -775,18 +800,21 @@ class CatTransform(Transform):
             yield transform, x.narrow(self.dim, start, length)
             start += length
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         from ..tensor import cat
 
         self._check(x)
         return cat([t(piece) for t, piece in self._pieces(x)], self.dim)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         from ..tensor import cat
 
         self._check(y)
         return cat([t.inv(piece) for t, piece in self._pieces(y)], self.dim)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         from ..tensor import cat
 
@@ -843,18 +871,21 @@ class StackTransform(Transform):
             )
         return [z.select(self.dim, i) for i in range(z.shape[self.dim])]
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         from ..tensor import stack
 
         pieces = self._slices(x)
         return stack([t(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         from ..tensor import stack
 
         pieces = self._slices(y)
         return stack([t.inv(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         from ..tensor import stack
 
