@@ -75,9 +75,13 @@ def pending():
 
 
 @pytest.mark.parametrize("path", _NAMESPACES)
-def test_the_functions_of_every_namespace_refuse_bad_arguments_with_the_hierarchy(pending, path):
+def test_the_functions_of_every_namespace_refuse_bad_arguments_with_the_hierarchy(
+    pending, path, tmp_path, monkeypatch
+):
     """Twelve drawn calls per function: the first argument a tensor of the pool, None, a
-    str, an int or a list; up to three more of anything in the pool."""
+    str, an int or a list; up to three more of anything in the pool (a file a function
+    would write goes to ``tmp_path``)."""
+    monkeypatch.chdir(tmp_path)
     pool = _arguments()
     names = list(pool)
     rng = random.Random(1300 + _NAMESPACES.index(path))
