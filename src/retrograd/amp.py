@@ -35,7 +35,7 @@ import math
 import warnings
 from typing import Any
 
-from .errors import AutodiffError, InvalidArgumentError
+from .errors import AutodiffError, InvalidArgumentError, guard
 
 __all__ = ["GradScaler", "autocast"]
 
@@ -223,10 +223,27 @@ class GradScaler:
             raise InvalidArgumentError(
                 "GradScaler.load_state_dict: the state dict is empty (saved from a disabled scaler)"
             )
-        scale = state_dict["scale"]
-        self._scale = float(scale.item() if hasattr(scale, "item") else scale)
-        self._growth_factor = float(state_dict["growth_factor"])
-        self._backoff_factor = float(state_dict["backoff_factor"])
-        self._growth_interval = int(state_dict["growth_interval"])
-        tracker = state_dict["_growth_tracker"]
-        self._growth_tracker = int(tracker.item() if hasattr(tracker, "item") else tracker)
+        scale, tracker = state_dict["scale"], state_dict["_growth_tracker"]
+        # every value read before any is set: a state that fails half-way changes nothing
+        values = (
+            float(scale.item() if hasattr(scale, "item") else scale),
+            float(state_dict["growth_factor"]),
+            float(state_dict["backoff_factor"]),
+            int(state_dict["growth_interval"]),
+            int(tracker.item() if hasattr(tracker, "item") else tracker),
+        )
+        (self._scale, self._growth_factor, self._backoff_factor, self._growth_interval,
+         self._growth_tracker) = values  # fmt: skip
+
+
+# A str given for the scale, an int for a state dict: the hierarchy's errors naming the method
+# (errors.guard), not float()'s or a subscript's. ``step`` runs the optimizer's step (and the
+# user's closure), whose exceptions pass unchanged.
+for _method in ("__init__", "scale", "unscale_", "update", "state_dict", "load_state_dict"):
+    _op = "GradScaler" if _method == "__init__" else f"GradScaler.{_method}"
+    setattr(
+        GradScaler,
+        _method,
+        guard(_op, vars(GradScaler)[_method], GradScaler, f"GradScaler.{_method}"),
+    )
+del _method, _op

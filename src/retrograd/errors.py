@@ -87,6 +87,41 @@ def check_callable(op: str, value: Any, what: str = "func") -> None:
         raise DTypeError(f"{op}: {what} must be callable, got {_describe(value)}")
 
 
+def check_sized(op: str, value: Any, what: str) -> int:
+    """``len(value)``, or a ``DTypeError`` naming ``op`` where ``value`` has no length (an int
+    given for a dataset), not Python's "object of type 'int' has no len()" from inside. Only
+    the type is asked: a user's own ``__len__`` runs unguarded, its exceptions unchanged."""
+    if not hasattr(type(value), "__len__"):
+        raise DTypeError(f"{op}: {what} must have a length, got {_describe(value)}")
+    return len(value)
+
+
+def check_iterable(op: str, value: Any, what: str) -> None:
+    """Refuse a ``value`` that cannot be iterated where ``op`` iterates it (an int given for
+    a sampler or a list of datasets): a ``DTypeError`` naming ``op`` at the call, not
+    Python's "object is not iterable" at the first use."""
+    kind = type(value)
+    if not (hasattr(kind, "__iter__") or hasattr(kind, "__getitem__")):
+        raise DTypeError(f"{op}: {what} must be iterable, got {_describe(value)}")
+
+
+def check_flag(op: str, value: Any, what: str) -> None:
+    """Refuse a ``value`` that is not a bool where ``op`` takes a flag (torch's samplers say
+    "should be a boolean value"): an ``InvalidArgumentError`` naming ``op``."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{op}: {what} should be a boolean value, got {value!r}")
+
+
+def check_count(op: str, value: Any, what: str) -> int:
+    """``value`` as an int where it is a positive integer (a NumPy one too, not a bool), else
+    an ``InvalidArgumentError`` naming ``op`` (torch's "should be a positive integer value")."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < 1:
+        raise InvalidArgumentError(
+            f"{op}: {what} should be a positive integer value, got {value!r}"
+        )
+    return int(value)
+
+
 def shape_text(shape: Sequence[int]) -> str:
     """``[2, 3]``: a shape as error messages write it."""
     return "[" + ", ".join(str(n) for n in shape) + "]"

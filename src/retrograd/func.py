@@ -34,8 +34,10 @@ from .errors import (
     InvalidArgumentError,
     ShapeError,
     check_callable,
+    check_iterable,
     shape_text,
 )
+from .nn.modules.module import Module
 from .nn.utils.stateless import functional_call
 from .tensor import Tensor, stack, zeros, zeros_like
 
@@ -444,9 +446,13 @@ def stack_module_state(models: Any) -> tuple[dict[str, Tensor], dict[str, Tensor
     >>> params["weight"].shape, params["weight"].requires_grad, buffers
     ((4, 3, 2), True, {})
     """
+    check_iterable("stack_module_state", models, "models")
     models = list(models)
     if not models:
         raise InvalidArgumentError("stack_module_state: Expected at least one model, got 0.")
+    wrong = next((m for m in models if not isinstance(m, Module)), None)
+    if wrong is not None:
+        raise DTypeError(f"stack_module_state: expected modules, got {type(wrong).__name__}")
     if len({bool(m.training) for m in models}) != 1:
         raise InvalidArgumentError(
             "stack_module_state: Expected all models to have the same training/eval mode."

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .errors import InvalidArgumentError, RetrogradError
+from .errors import InvalidArgumentError, RetrogradError, check_callable, check_iterable
 
 __all__ = ["Future", "FutureError", "collect_all", "wait_all"]
 
@@ -75,6 +75,7 @@ class Future(Generic[T]):
 
     def then(self, callback: Callable[[Future[T]], S]) -> Future[S]:
         """A future of ``callback(self)``, run when this one completes."""
+        check_callable("Future.then", callback, "callback")
         chained: Future[S] = Future()
 
         def run(fut: Future[T]) -> None:
@@ -95,6 +96,8 @@ class Future(Generic[T]):
 
     def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
         """Run ``callback(self)`` on completion (now, when complete already)."""
+        # checked here: stored, it would fail later inside set_result, in another caller
+        check_callable("Future.add_done_callback", callback, "callback")
         with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
@@ -116,6 +119,7 @@ class Future(Generic[T]):
 
 
 def _futures(op: str, futures: Sequence[Future]) -> list[Future]:
+    check_iterable(op, futures, "futures")
     futures = list(futures)
     for fut in futures:
         if not isinstance(fut, Future):

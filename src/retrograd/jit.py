@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError
 from .futures import Future
 
 __all__ = [
@@ -97,6 +97,10 @@ def fork(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
 
 def wait(future: Future) -> Any:
     """The value of a :func:`fork`'s future."""
+    if not isinstance(future, Future):
+        raise DTypeError(
+            f"jit.wait: expected the Future fork returned, got {type(future).__name__}"
+        )
     return future.wait()
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from .backend.protocol import METADATA, PROTOCOL_OPS
 from .context import current_backend
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError, check_callable, check_iterable
 
 __all__ = [
     "EventList",
@@ -320,6 +320,11 @@ class profile:  # noqa: N801  (torch's name)
         enabled: bool = True,
         **_: Any,
     ):
+        if activities is not None:
+            check_iterable("profile", activities, "activities")
+        for name, function in (("schedule", schedule), ("on_trace_ready", on_trace_ready)):
+            if function is not None:  # here, not as "not callable" at the first step
+                check_callable("profile", function, name)
         self.activities = set(activities or [ProfilerActivity.CPU])
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready
@@ -404,6 +409,11 @@ class profile:  # noqa: N801  (torch's name)
 
     def export_chrome_trace(self, path: str | os.PathLike) -> None:
         """The events as Chrome's trace format (``chrome://tracing``, Perfetto)."""
+        if not isinstance(path, str | os.PathLike):
+            raise DTypeError(
+                f"export_chrome_trace: expected a path (str or os.PathLike), got "
+                f"{type(path).__name__}"
+            )
         trace = {
             "traceEvents": [
                 {

@@ -189,6 +189,8 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
     arrays[_STRUCTURE] = np.array(json.dumps(structure))
     if not isinstance(f, str | os.PathLike) and not callable(getattr(f, "write", None)):
         raise DTypeError(f"save: f must be a path or a binary file object, got {type(f).__name__}")
+    if isinstance(f, io.TextIOBase):  # zipfile would fail inside, writing bytes to it
+        raise DTypeError("save: the file object was opened in text mode; open it with 'wb'")
     if isinstance(f, str | os.PathLike):
         # Whole or not at all: a full disk or a crash midway leaves the previous file as it
         # was (and np.savez given a path would append ".npz" to it).

@@ -33,6 +33,17 @@ __all__ = ["ENGINES", "DistributedContext"]
 ENGINES = ("local", "mpi", "torch")
 
 
+def _devices(devices: Any) -> tuple[Device, ...]:
+    """``devices`` as ``Device`` values; a str (one device named, not a list of them) or an
+    int is refused naming the context, not iterated or called."""
+    if isinstance(devices, str) or not isinstance(devices, Iterable):
+        raise DTypeError(
+            f"DistributedContext: devices must be a list of devices (['cpu:0', 'cpu:1']), got "
+            f"{devices!r}"
+        )
+    return tuple(Device(d) for d in devices)
+
+
 class DistributedContext:
     """The devices that train together, their transport and their sync server.
 
@@ -69,7 +80,7 @@ class DistributedContext:
         elif engine == "local":
             from .transport.local import LocalTransport
 
-            devices = tuple(Device(d) for d in devices)
+            devices = _devices(devices)
             if not devices:
                 raise DistributedError("DistributedContext: needs at least one device")
             if len(set(devices)) != len(devices):

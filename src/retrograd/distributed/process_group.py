@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import DistributedError, InvalidArgumentError
+from ..errors import DistributedError, DTypeError, IndexOutOfRangeError, InvalidArgumentError
 from .config import DistributedConfig, ReduceOperation
 from .context import DistributedContext
 
@@ -92,15 +92,33 @@ def is_initialized() -> bool:
     return "context" in _default
 
 
-def default_context() -> DistributedContext:
-    """The context :func:`init_process_group` started; :class:`DistributedError` before."""
+def default_context(op: str = "default_context") -> DistributedContext:
+    """The context :func:`init_process_group` started; :class:`DistributedError` before,
+    naming ``op``, the function that needed it."""
     context = _default.get("context")
     if context is None:
         raise DistributedError(
-            "Default process group has not been initialized, please make sure to call "
+            f"{op}: Default process group has not been initialized, please make sure to call "
             "init_process_group."
         )
     return context
+
+
+def _job_size(world_size: Any, rank: Any) -> None:
+    """Refuse a ``world_size`` or ``rank`` no job has (a job of 0 processes, rank 5 of 2, a
+    str), before any rendezvous would wait for peers that never come."""
+    for name, value in (("world_size", world_size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DTypeError(f"init_process_group: {name} must be an int, got {value!r}")
+    if world_size == 0 or world_size < -1:
+        raise InvalidArgumentError(
+            f"init_process_group: world_size must be a positive number of processes (or -1 "
+            f"for the launcher's), got {world_size}"
+        )
+    if rank < -1 or (world_size > 0 and rank >= world_size):
+        raise InvalidArgumentError(
+            f"init_process_group: rank {rank} is not a rank of a job of {world_size} processes"
+        )
 
 
 def _seconds(timeout: Any) -> float | None:
@@ -156,6 +174,7 @@ def init_process_group(
             "init_process_group: a store is not supported; use init_method 'env://' or "
             "'tcp://host:port'"
         )
+    _job_size(world_size, rank)
     name = (backend or "").split(",")[0].split(":")[-1].lower() or None
     if name not in (None, "gloo", "nccl", "mpi"):
         raise InvalidArgumentError(
@@ -210,15 +229,15 @@ def destroy_process_group(group: Any = None) -> None:
 
 
 def get_rank(group: Any = None) -> int:
-    return default_context().rank
+    return default_context("get_rank").rank
 
 
 def get_world_size(group: Any = None) -> int:
-    return default_context().world_size
+    return default_context("get_world_size").world_size
 
 
 def get_backend(group: Any = None) -> str:
-    default_context()
+    default_context("get_backend")
     return _default["backend"]
 
 
@@ -227,7 +246,7 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -
     from ..tensor import zeros
     from .collective import all_reduce
 
-    context = default_context()
+    context = default_context("barrier")
     token = zeros((1,), device=context.local_devices[0])
     all_reduce(token, ReduceOperation.SUM, context.devices).resolve()
     return Work() if async_op else None
@@ -282,7 +301,7 @@ def all_reduce(
     if devices is not None:
         return collective.all_reduce(tensor, op, devices)
     op = _reduce_operation(ReduceOp.SUM if op is None else op, "all_reduce")
-    devices = default_context().devices
+    devices = default_context("all_reduce").devices
     total = collective.all_reduce(_tensor(tensor, "all_reduce").detach(), op, devices).resolve()
     return _in_place(tensor, total, "all_reduce", async_op)
 
@@ -295,7 +314,11 @@ def reduce(
     from . import collective
 
     op = _reduce_operation(op, "reduce")
-    context = default_context()
+    context = default_context("reduce")
+    if isinstance(dst, bool) or not isinstance(dst, int) or not 0 <= dst < context.world_size:
+        raise IndexOutOfRangeError(
+            f"reduce: dst {dst!r} is not a rank of the {context.world_size} in the group"
+        )
     total = collective.all_reduce(_tensor(tensor, "reduce").detach(), op, context.devices)
     total = total.resolve()
     if context.rank == dst:
@@ -312,7 +335,7 @@ def broadcast(
 
     if devices is not None:
         return collective.broadcast(tensor, src, devices)
-    devices = default_context().devices
+    devices = default_context("broadcast").devices
     source = collective.broadcast(_tensor(tensor, "broadcast").detach(), src, devices).resolve()
     return _in_place(tensor, source, "broadcast", async_op)
 
@@ -333,7 +356,7 @@ def all_gather(
             )
         return collective.all_gather(tensor, devices, dim)
     outputs, mine = tensor, _tensor(devices, "all_gather")
-    members = default_context().devices
+    members = default_context("all_gather").devices
     if len(outputs) != len(members):
         raise InvalidArgumentError(
             f"all_gather: tensor_list has {len(outputs)} tensors for {len(members)} ranks"

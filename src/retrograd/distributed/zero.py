@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..errors import DistributedError, InvalidArgumentError
+from ..errors import DistributedError, DTypeError, InvalidArgumentError
 from .calls import Call
 from .registry import active_context
 
@@ -110,6 +110,11 @@ class ZeroRedundancyOptimizer:
     def __init__(self, params: Any, optimizer_class: type, **defaults: Any):
         #: the wrapped optimizer over every parameter: groups, validation, state-dict layout;
         #: never stepped
+        if not isinstance(optimizer_class, type):  # a str or an instance given for the class
+            raise DTypeError(
+                f"ZeroRedundancyOptimizer: optimizer_class must be an optimizer class "
+                f"(rg.optim.Adam), got {type(optimizer_class).__name__}"
+            )
         self.full = optimizer_class(params, **defaults)
         self.optimizer_class = optimizer_class
         self.defaults = self.full.defaults

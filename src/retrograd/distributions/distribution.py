@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
+from ..tensor.shape import shape_arg
 
 __all__ = ["Distribution"]
 
@@ -37,8 +38,10 @@ class Distribution:
 
     def __init__(self, batch_shape: tuple[int, ...] = (), event_shape: tuple[int, ...] = (),
                  validate_args: Any = None) -> None:  # fmt: skip
-        self.batch_shape = tuple(batch_shape)
-        self.event_shape = tuple(event_shape)
+        # a str or an int list checked here: the base runs outside its subclasses' guards when
+        # a user's distribution calls it
+        self.batch_shape = shape_arg(batch_shape, f"{type(self).__name__}: batch_shape")
+        self.event_shape = shape_arg(event_shape, f"{type(self).__name__}: event_shape")
         if validate_args is not None:
             self._validate_args = bool(validate_args)
         if self._validate_args:
@@ -71,7 +74,7 @@ class Distribution:
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
         """The same distribution over a larger ``batch_shape`` (parameters broadcast, not
         copied), as torch's ``expand``."""
-        batch_shape = tuple(batch_shape)
+        batch_shape = shape_arg(batch_shape, f"{type(self).__name__}.expand")
         own = len(self.batch_shape)
         args = {
             name: value.expand(batch_shape + tuple(value.shape[own:]))

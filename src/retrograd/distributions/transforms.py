@@ -15,10 +15,14 @@ dimensions form one event.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import numbers
 from typing import Any
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_iterable, guard
+from ..tensor.shape import shape_arg
 from . import constraints
 
 __all__ = [
@@ -54,6 +58,47 @@ def _same(a: Any, b: Any) -> bool:
         except ShapeError:  # shapes that do not broadcast are not equal
             return False
     return a == b
+
+
+def _number_or_tensor(op: str, what: str, value: Any) -> Any:
+    """``value`` where it is a number or a tensor (a parameter of a transform), else a
+    ``DTypeError`` at construction, not at the first property or call that reads it."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or hasattr(value, "shape")):
+        raise DTypeError(f"{op}: {what} must be a number or a tensor, got {value!r}")
+    return value
+
+
+def _transforms(op: str, tseq: Any, empty: bool = True) -> list[Any]:
+    """``tseq`` as a list of transforms (non-empty unless ``empty``), each checked here: a
+    tensor or an int among them would fail later in a property, far from the mistake."""
+    check_iterable(op, tseq, "the transforms")
+    parts = list(tseq)
+    wrong = next((p for p in parts if not isinstance(p, Transform)), None)
+    if wrong is not None:
+        raise InvalidArgumentError(
+            f"{op}: every element of the transforms must be a Transform, got {type(wrong).__name__}"
+        )
+    if not parts and not empty:
+        raise InvalidArgumentError(f"{op}: needs at least one transform")
+    return parts
+
+
+def _takes_tensors(method: Any) -> Any:
+    """A composite transform's ``_call``, ``_inverse`` or ``log_abs_det_jacobian``, refusing
+    what is not a tensor by the transform's name (its own code reads ``x.shape`` and sums the
+    parts' results; it is not guarded, so that the parts' exceptions, maybe the user's,
+    pass unchanged)."""
+
+    @functools.wraps(method)
+    def checked(self: Any, *values: Any) -> Any:
+        for value in values:
+            if not hasattr(value, "shape"):
+                raise DTypeError(
+                    f"{type(self).__name__}: expected a tensor, got {type(value).__name__}"
+                )
+        return method(self, *values)
+
+    return checked
 
 
 def sum_rightmost(value: Any, dims: int) -> Any:
@@ -113,10 +158,10 @@ class Transform:
         raise NotImplementedError(f"{type(self).__name__}: log_abs_det_jacobian is not implemented")
 
     def forward_shape(self, shape: Any) -> tuple[int, ...]:
-        return tuple(shape)
+        return shape_arg(shape, f"{type(self).__name__}.forward_shape")
 
     def inverse_shape(self, shape: Any) -> tuple[int, ...]:
-        return tuple(shape)
+        return shape_arg(shape, f"{type(self).__name__}.inverse_shape")
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -172,7 +217,7 @@ class ComposeTransform(Transform):
 
     def __init__(self, parts: list[Transform], cache_size: int = 0) -> None:
         super().__init__(cache_size)
-        self.parts = list(parts)
+        self.parts = _transforms("ComposeTransform", parts)
 
     @property
     def domain(self) -> Any:  # type: ignore[override]
@@ -197,11 +242,13 @@ class ComposeTransform(Transform):
     def event_dim(self) -> int:
         return max([p.event_dim for p in self.parts] + [0])
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         for part in self.parts:
             x = part(x)
         return x
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         for part in reversed(self.parts):
             y = part.inv(y)
@@ -210,13 +257,14 @@ class ComposeTransform(Transform):
     def forward_shape(self, shape: Any) -> tuple[int, ...]:
         for part in self.parts:
             shape = part.forward_shape(shape)
-        return tuple(shape)
+        return shape_arg(shape, "ComposeTransform.forward_shape")
 
     def inverse_shape(self, shape: Any) -> tuple[int, ...]:
         for part in reversed(self.parts):
             shape = part.inverse_shape(shape)
-        return tuple(shape)
+        return shape_arg(shape, "ComposeTransform.inverse_shape")
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         if not self.parts:
             return x * 0
@@ -342,7 +390,7 @@ class PowerTransform(Transform):
 
     def __init__(self, exponent: Any, cache_size: int = 0) -> None:
         super().__init__(cache_size)
-        self.exponent = exponent
+        self.exponent = _number_or_tensor("PowerTransform", "exponent", exponent)
 
     @property
     def sign(self) -> Any:  # type: ignore[override]
@@ -382,7 +430,8 @@ class AffineTransform(Transform):
 
     def __init__(self, loc: Any, scale: Any, event_dim: int = 0, cache_size: int = 0) -> None:
         super().__init__(cache_size)
-        self.loc, self.scale = loc, scale
+        self.loc = _number_or_tensor("AffineTransform", "loc", loc)
+        self.scale = _number_or_tensor("AffineTransform", "scale", scale)
         self._event_dim = int(event_dim)
 
     @property
@@ -553,7 +602,7 @@ class IndependentTransform(Transform):
     def __init__(self, base_transform: Transform, reinterpreted_batch_ndims: int,
                  cache_size: int = 0) -> None:  # fmt: skip
         super().__init__(cache_size)
-        self.base_transform = base_transform
+        (self.base_transform,) = _transforms("IndependentTransform", [base_transform])
         self.reinterpreted_batch_ndims = int(reinterpreted_batch_ndims)
 
     @property
@@ -572,14 +621,17 @@ class IndependentTransform(Transform):
     def sign(self) -> Any:  # type: ignore[override]
         return self.base_transform.sign
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         _at_least("IndependentTransform", x.shape, self.domain.event_dim)
         return self.base_transform(x)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         _at_least("IndependentTransform", y.shape, self.codomain.event_dim)
         return self.base_transform.inv(y)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         result = self.base_transform.log_abs_det_jacobian(x, y)
         return sum_rightmost(result, self.reinterpreted_batch_ndims)
@@ -701,9 +753,7 @@ class CatTransform(Transform):
     along ``dim``, the results concatenated."""
 
     def __init__(self, tseq: Any, dim: int = 0, lengths: Any = None, cache_size: int = 0):
-        tseq = list(tseq)
-        if not all(isinstance(t, Transform) for t in tseq):
-            raise InvalidArgumentError("CatTransform: every element of tseq must be a Transform")
+        tseq = _transforms("CatTransform", tseq, empty=False)
         super().__init__(cache_size)
         self.transforms = tseq
         self.lengths = [1] * len(tseq) if lengths is None else list(lengths)
@@ -750,18 +800,21 @@ class CatTransform(Transform):
             yield transform, x.narrow(self.dim, start, length)
             start += length
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         from ..tensor import cat
 
         self._check(x)
         return cat([t(piece) for t, piece in self._pieces(x)], self.dim)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         from ..tensor import cat
 
         self._check(y)
         return cat([t.inv(piece) for t, piece in self._pieces(y)], self.dim)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         from ..tensor import cat
 
@@ -788,9 +841,7 @@ class StackTransform(Transform):
     """``tseq[i]`` applied to the ``i``-th slice along ``dim``, the results stacked."""
 
     def __init__(self, tseq: Any, dim: int = 0, cache_size: int = 0) -> None:
-        tseq = list(tseq)
-        if not all(isinstance(t, Transform) for t in tseq):
-            raise InvalidArgumentError("StackTransform: every element of tseq must be a Transform")
+        tseq = _transforms("StackTransform", tseq, empty=False)
         super().__init__(cache_size)
         self.transforms = tseq
         self.dim = int(dim)
@@ -820,18 +871,21 @@ class StackTransform(Transform):
             )
         return [z.select(self.dim, i) for i in range(z.shape[self.dim])]
 
+    @_takes_tensors
     def _call(self, x: Any) -> Any:
         from ..tensor import stack
 
         pieces = self._slices(x)
         return stack([t(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
 
+    @_takes_tensors
     def _inverse(self, y: Any) -> Any:
         from ..tensor import stack
 
         pieces = self._slices(y)
         return stack([t.inv(p) for t, p in zip(self.transforms, pieces, strict=True)], self.dim)
 
+    @_takes_tensors
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         from ..tensor import stack
 
@@ -854,6 +908,13 @@ class CumulativeDistributionTransform(Transform):
     codomain = constraints.unit_interval
 
     def __init__(self, distribution: Any, cache_size: int = 0) -> None:
+        from .distribution import Distribution
+
+        if not isinstance(distribution, Distribution):
+            raise DTypeError(
+                f"CumulativeDistributionTransform: expected a Distribution, got "
+                f"{type(distribution).__name__}"
+            )
         super().__init__(cache_size)
         self.distribution = distribution
 
@@ -967,3 +1028,37 @@ class CorrCholeskyTransform(Transform):
             raise ShapeError(f"CorrCholeskyTransform: expected square matrices, got {tuple(shape)}")
         side = shape[-1]
         return tuple(shape[:-2]) + (side * (side - 1) // 2,)
+
+
+#: transforms that run others (which may be the user's): their methods' exceptions pass
+#: unchanged (their constructors check the transforms they are given, and are guarded)
+_COMPOSITES = ("ComposeTransform", "IndependentTransform", "CatTransform", "StackTransform",
+               "CumulativeDistributionTransform")  # fmt: skip
+_GUARDED = ("__init__", "_call", "_inverse", "log_abs_det_jacobian", "forward_shape",
+            "inverse_shape")  # fmt: skip
+
+
+def _guard_transforms() -> None:
+    """A str or a None given to a built-in transform (``t(None)``, ``t.inv("a")``,
+    ``t.forward_shape(3)``) gets the hierarchy's error naming the transform (errors.guard),
+    as the distributions' methods do. ``_call`` and ``_inverse`` are guarded, not ``__call__``,
+    so that a user's subclass defining its own keeps its exceptions."""
+    for name in __all__:
+        cls = globals().get(name)
+        if not isinstance(cls, type) or cls is Transform:
+            continue
+        for method in _GUARDED:
+            if method != "__init__" and name in _COMPOSITES:
+                continue
+            function = inspect.getattr_static(cls, method, None)
+            if getattr(function, "__retrograd_guarded__", False):
+                function = function.__wrapped__  # a base's: guarded again under this name
+            if type(function).__name__ != "function":
+                continue
+            op = {"__init__": name, "_call": name, "_inverse": f"{name}.inv"}.get(
+                method, f"{name}.{method}"
+            )
+            setattr(cls, method, guard(op, function, cls, f"{cls.__qualname__}.{method}"))
+
+
+_guard_transforms()

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..tensor import rand, tensor
+from ..errors import InvalidArgumentError
+from ..tensor import rand, randn, tensor
 from ..tensor.functions import where
 from . import constraints
 from .distribution import Distribution
@@ -52,8 +53,16 @@ def _log_modified_bessel_fn(x: Any, order: int = 0) -> Any:
 
 def _rejection_sample(loc: np.ndarray, kappa: np.ndarray, proposal_r: np.ndarray,
                       like: Any) -> np.ndarray:  # fmt: skip
+    # A concentration so large (about 1e16 and more) that ``proposal_r`` rounds to 1 (or
+    # overflows to NaN) makes every proposal's ``c`` 0, never accepted (torch's sampler hangs
+    # there): those entries take the normal the von Mises tends to, of standard deviation
+    # 1 / sqrt(kappa) (below 1e-8: their draws are ``loc`` to float32's precision).
+    degenerate = ~(proposal_r > 1.0)  # NaN too: kappa ** 2 overflowed (kappa above 1e154)
     x = np.zeros(loc.shape)
-    done = np.zeros(loc.shape, dtype=bool)
+    if degenerate.any():
+        noise = randn(loc.shape, dtype="float64", device=like.device).numpy()
+        x = np.where(degenerate, noise / np.sqrt(np.where(degenerate, kappa, 1.0)), x)
+    done = degenerate.copy()
     while not done.all():
         u1, u2, u3 = rand((3,) + loc.shape, dtype="float64", device=like.device).numpy()
         z = np.cos(math.pi * u1)
@@ -94,9 +103,18 @@ class VonMises(Distribution):
         shape = self._extended_shape(sample_shape)
         loc = np.broadcast_to(np.asarray(self.loc.detach().numpy(), np.float64), shape)
         kappa = np.broadcast_to(np.asarray(self.concentration.detach().numpy(), np.float64), shape)
-        tau = 1 + np.sqrt(1 + 4 * kappa**2)
-        rho = (tau - np.sqrt(2 * tau)) / (2 * kappa)
-        proposal_r = np.where(kappa < 1e-5, 1 / kappa + kappa, (1 + rho**2) / (2 * rho))
+        if not (np.isfinite(kappa) & (kappa > 0)).all():
+            # even with validate_args=False: the rejection sampler below would never accept
+            bad = kappa[~(np.isfinite(kappa) & (kappa > 0))].ravel()[:4].tolist()
+            raise InvalidArgumentError(
+                f"VonMises.sample: concentration must be positive and finite, got {bad}"
+            )
+        # a huge kappa overflows (see _rejection_sample); a tiny one divides by a zero rho in
+        # the branch np.where does not take
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            tau = 1 + np.sqrt(1 + 4 * kappa**2)
+            rho = (tau - np.sqrt(2 * tau)) / (2 * kappa)
+            proposal_r = np.where(kappa < 1e-5, 1 / kappa + kappa, (1 + rho**2) / (2 * rho))
         draws = _rejection_sample(loc, kappa, proposal_r, self.loc)
         return tensor(draws, dtype=self.loc.dtype, device=self.loc.device)
 

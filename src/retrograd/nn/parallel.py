@@ -21,7 +21,13 @@ from typing import Any
 
 from .. import distributed as dist
 from ..autodiff import no_grad
-from ..errors import DistributedError, InvalidArgumentError
+from ..errors import (
+    DistributedError,
+    DTypeError,
+    InvalidArgumentError,
+    check_callable,
+    check_iterable,
+)
 from ..tensor import zeros_like
 from ..tensor.inplace import assign
 from .modules.module import Module
@@ -106,6 +112,10 @@ class DataParallel(Module):
     def __init__(self, module: Module, device_ids: Any = None, output_device: Any = None,
                  dim: int = 0):  # fmt: skip
         super().__init__()
+        if not isinstance(module, Module):  # here, not as "not callable" at the first batch
+            raise DTypeError(f"DataParallel: expected a Module, got {type(module).__name__}")
+        if device_ids is not None:
+            check_iterable("DataParallel", device_ids, "device_ids")
         if device_ids is not None and len(list(device_ids)) > 1:
             raise InvalidArgumentError(
                 "DataParallel: splitting a batch over several devices in one process is not "
@@ -121,6 +131,9 @@ class DataParallel(Module):
 def data_parallel(module: Module, inputs: Any, device_ids: Any = None, output_device: Any = None,
                   dim: int = 0, module_kwargs: Any = None) -> Any:  # fmt: skip
     """``module(*inputs)`` on one device (see :class:`DataParallel`)."""
+    check_callable("data_parallel", module, "module")
+    if device_ids is not None:
+        check_iterable("data_parallel", device_ids, "device_ids")
     if device_ids is not None and len(list(device_ids)) > 1:
         raise InvalidArgumentError(
             "data_parallel: splitting a batch over several devices in one process is not "

@@ -77,13 +77,17 @@ __all__ = [
 
 
 _UNGUARDED = ("LambdaLR", "MultiplicativeLR", "Optimizer", "LRScheduler")
+#: schedules whose rates come from other schedules (which may run the user's functions)
+_RUNS_OTHERS = ("ChainedScheduler", "SequentialLR")
+#: the schedules' methods that take an epoch (a str given for it: the hierarchy's error)
+_SCHEDULE_METHODS = ("lr_at", "chained_lr", "at")
 
 
 def _guard_constructors() -> None:
     """Each optimizer's and schedule's constructor answers arguments no check foresaw (a
     float for ``betas``, a str for ``lr``) with an error of the hierarchy naming the class
-    (errors.guard). Schedules that call the user's functions at construction are left out:
-    those functions' exceptions pass unchanged."""
+    (errors.guard), and so do the schedules' closed forms (``lr_at(epoch)``). Schedules that
+    call the user's functions are left out: those functions' exceptions pass unchanged."""
     for name in __all__:
         cls = globals().get(name)
         # the bases run inside their subclasses' guards, which name the class the user made
@@ -94,6 +98,15 @@ def _guard_constructors() -> None:
             function = function.__wrapped__
         if type(function).__name__ == "function":
             cls.__init__ = guard(name, function, cls, f"{cls.__qualname__}.__init__")
+        if name in _RUNS_OTHERS:
+            continue
+        for method in _SCHEDULE_METHODS:  # a schedule's closed forms, asked at any epoch
+            function = inspect.getattr_static(cls, method, None)
+            if getattr(function, "__retrograd_guarded__", False):
+                function = function.__wrapped__  # a base's: guarded again under this name
+            if type(function).__name__ == "function":
+                op = f"{name}.{method}"
+                setattr(cls, method, guard(op, function, cls, f"{cls.__qualname__}.{method}"))
 
 
 _guard_constructors()
@@ -101,3 +114,8 @@ _guard_constructors()
 swa_utils.SWALR.__init__ = guard(
     "SWALR", swa_utils.SWALR.__init__, swa_utils.SWALR, "SWALR.__init__"
 )
+for _method in _SCHEDULE_METHODS:
+    _function = vars(swa_utils.SWALR).get(_method)
+    if type(_function).__name__ == "function":
+        _op = f"SWALR.{_method}"
+        setattr(swa_utils.SWALR, _method, guard(_op, _function, swa_utils.SWALR, _op))

@@ -39,7 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_iterable,
+    shape_text,
+)
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
@@ -160,6 +167,11 @@ class Optimizer:
     """
 
     def __init__(self, params: Any, defaults: dict[str, Any]):
+        if not isinstance(defaults, Mapping):  # a subclass's (or a user's own) constructor
+            raise DTypeError(
+                f"{type(self).__name__}: defaults must be a dict of hyper-parameters, got "
+                f"{type(defaults).__name__}"
+            )
         lr = defaults.get("lr")
         if not (isinstance(lr, int | float) and lr >= 0.0):
             raise InvalidArgumentError(
@@ -207,6 +219,7 @@ class Optimizer:
                 f"{type(group).__name__}"
             )
         params = group["params"]
+        check_iterable(type(self).__name__, params, "a group's params")
         params = [params] if isinstance(params, Tensor) else list(params)
         unique: list[Tensor] = []
         seen: set[int] = set()

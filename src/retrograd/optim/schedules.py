@@ -34,11 +34,31 @@ _EPOCH_DEPRECATED = (
 )
 
 
+def _check_optimizer(op: str, optimizer: Any) -> None:
+    """Refuse what has no ``param_groups`` to schedule (a tensor, a module given for the
+    optimizer), as torch's "is not an Optimizer", not as an AttributeError from inside."""
+    if not isinstance(getattr(optimizer, "param_groups", None), list):
+        raise DTypeError(
+            f"{op}: {type(optimizer).__name__} is not an optimizer (a schedule sets the "
+            "learning rates of its param_groups)"
+        )
+
+
+def _factor(op: str, fn: Any, epoch: int) -> Any:
+    """``fn(epoch)``, the user's factor, refused by name where it is not a number (a str
+    returned would fail as "can't multiply sequence" inside the schedule)."""
+    factor = fn(epoch)
+    if isinstance(factor, str | bytes) or not hasattr(type(factor), "__float__"):
+        raise DTypeError(f"{op}: lr_lambda({epoch}) returned {factor!r}, expected a number")
+    return factor
+
+
 class LRScheduler:
     """Base class. Call :meth:`step` once per epoch (or per step, as you count ``T``), after
     ``optimizer.step``, as in PyTorch; ``last_epoch`` counts the calls."""
 
     def __init__(self, optimizer: Any, last_epoch: int = -1):
+        _check_optimizer(type(self).__name__, optimizer)
         self.optimizer = optimizer
         for index, group in enumerate(optimizer.param_groups):
             if last_epoch == -1:
@@ -206,6 +226,7 @@ class LambdaLR(LRScheduler):
     """``lr = base_lr * lr_lambda(epoch)`` (one function, or one per group)."""
 
     def __init__(self, optimizer: Any, lr_lambda: Any, last_epoch: int = -1):
+        _check_optimizer(type(self).__name__, optimizer)
         groups = len(optimizer.param_groups)
         lambdas = lr_lambda if isinstance(lr_lambda, list | tuple) else [lr_lambda] * groups
         if len(lambdas) != groups:
@@ -219,16 +240,16 @@ class LambdaLR(LRScheduler):
 
     def _apply(self, epoch: int) -> None:
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
-            group["lr"] = base * fn(epoch)
+            group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
-        return base * self.lr_lambdas[0](epoch)
+        return base * _factor(type(self).__name__, self.lr_lambdas[0], epoch)
 
     chainable = False
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
-        return self.base_lrs[index] * self.lr_lambdas[index](epoch)
+        return self.base_lrs[index] * _factor(type(self).__name__, self.lr_lambdas[index], epoch)
 
 
 class MultiplicativeLR(LambdaLR):
@@ -238,12 +259,14 @@ class MultiplicativeLR(LambdaLR):
         if epoch == 0:
             return
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
-            group["lr"] = group["lr"] * fn(epoch)
+            group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
     chainable = True
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
-        return current * self.lr_lambdas[index](epoch) if epoch > 0 else current
+        if epoch == 0:
+            return current
+        return current * _factor(type(self).__name__, self.lr_lambdas[index], epoch)
 
 
 class MultiStepLR(LRScheduler):

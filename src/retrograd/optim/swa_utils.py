@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import no_grad
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ..nn.modules.module import Module
 from ..nn.modules.norm import _BatchNorm
 from ..tensor import Tensor, tensor
@@ -164,16 +164,29 @@ class AveragedModel(Module):
         return self.module(*args, **kwargs)
 
     def _pairs(self, model: Module) -> list[tuple[Tensor, Tensor]]:
+        if not isinstance(model, Module):
+            raise DTypeError(
+                f"AveragedModel.update_parameters: expected an nn.Module, got "
+                f"{type(model).__name__}"
+            )
         if self.use_buffers:
             mine = itertools.chain(self.module.parameters(), self.module.buffers())
             theirs = itertools.chain(model.parameters(), model.buffers())
         else:
             mine, theirs = self.module.parameters(), model.parameters()
         # torch zips without strict here: a model with more tensors updates the first ones
-        return [
+        pairs = [
             (averaged, current.detach().to(averaged.device))
             for averaged, current in zip(mine, theirs)
         ]
+        for averaged, current in pairs:  # before any write: a model of another shape changes
+            if averaged.shape != current.shape:  # nothing (not the first tensors only)
+                raise ShapeError(
+                    f"AveragedModel.update_parameters: the averaged model has a tensor of shape "
+                    f"{shape_text(averaged.shape)} where the model given has "
+                    f"{shape_text(current.shape)}"
+                )
+        return pairs
 
     def update_parameters(self, model: Module) -> None:
         """Average ``model``'s current values into the copy's (copy them, the first time)."""

@@ -23,11 +23,11 @@ and leave every tensor and graph as they were.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import Backend
 from ..context import current_backend
 from ..device import Device
 from ..errors import (
@@ -76,10 +76,17 @@ _new = object.__new__
 
 
 def _wraps_a_primitive(args: tuple, kwargs: dict) -> bool:
-    """``Tensor(primitive, backend[, device])``, the internal form (a backend is no int)."""
-    return "backend" in kwargs or (
-        len(args) >= 2 and not isinstance(args[1], numbers.Number | str | bytes | list | tuple)
-    )
+    """``Tensor(primitive, backend[, device])``, the internal form: a backend second (any
+    other second argument is torch's legacy form, ``rg.Tensor(2, 3)``, which checks it; a
+    tensor or a str taken for the backend made a tensor every later op failed on)."""
+    if "backend" in kwargs:
+        if not isinstance(kwargs["backend"], Backend):
+            raise DTypeError(
+                f"Tensor: backend must be a backend (rg.NumpyBackend(), rg.Autodiff(...)), got "
+                f"{type(kwargs['backend']).__name__}"
+            )
+        return True
+    return len(args) >= 2 and isinstance(args[1], Backend)
 
 
 class Tensor(

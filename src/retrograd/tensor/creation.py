@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import default_float_dtype
+from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
@@ -59,7 +59,13 @@ __all__ = [
 
 
 def _target(backend: Any, device: Any) -> tuple[Any, Device]:
-    backend = backend if backend is not None else current_backend()
+    if backend is None:
+        backend = current_backend()
+    elif not isinstance(backend, Backend):  # a str or a tensor given for it: named here
+        raise DTypeError(
+            "expected a backend (rg.NumpyBackend(), rg.Autodiff(...)), got "
+            f"{type(backend).__name__}"
+        )
     default = getattr(backend, "default_device", CPU0)
     if device is None:
         return backend, default

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, full
 from ...tensor.inplace import assign
 from .module import Module
@@ -116,6 +116,11 @@ class SyncBatchNorm(_BatchNorm):
     def convert_sync_batchnorm(cls, module: Module, process_group: Any = None) -> Module:
         """``module`` with every ``BatchNorm*d`` replaced by a ``SyncBatchNorm`` sharing its
         parameters and buffers (a batch-norm ``module`` itself: a new layer), as torch's."""
+        if not isinstance(module, Module):
+            raise DTypeError(
+                f"SyncBatchNorm.convert_sync_batchnorm: expected a Module, got "
+                f"{type(module).__name__}"
+            )
         converted = module
         if isinstance(module, _BatchNorm):
             converted = cls(

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError, KeyMismatchError
+from ...errors import DTypeError, IndexOutOfRangeError, KeyMismatchError, check_iterable
 from ...tensor import Tensor
 from ..parameter import Parameter
 from .module import Module
@@ -20,6 +20,40 @@ def _checked(owner: str, index: Any, module: Any) -> Module:
     if not isinstance(module, Module):
         raise DTypeError(f"{owner}: item {index!r} is not a Module: {type(module).__name__}")
     return module
+
+
+def _pairs(owner: str, given: Any) -> list[tuple[Any, Any]]:
+    """The ``(key, value)`` pairs of ``given`` (a mapping, a ``ModuleDict`` or
+    ``ParameterDict``, or an iterable of pairs), all read before any is added, as torch's
+    ``update`` reads them; a wrong item is a ``DTypeError`` naming its position."""
+    check_iterable(f"{owner}.update", given, "the argument (a mapping or key/value pairs)")
+    if isinstance(given, Mapping | ModuleDict | ParameterDict):
+        return list(given.items())
+    pairs = []
+    for j, pair in enumerate(given):
+        if isinstance(pair, str | bytes) or not isinstance(pair, Iterable) or len(pair) != 2:
+            raise DTypeError(
+                f"{owner}.update: sequence element #{j} should be a (key, value) pair, got {pair!r}"
+            )
+        pairs.append(tuple(pair))
+    return pairs
+
+
+def _all_or_none(table: dict[str, Any], add: Any, items: Iterable[Any]) -> None:
+    """``add(item)`` for each of ``items``; a failure puts ``table`` (the owner's
+    ``_modules`` or ``_parameters``) back as it was: a bad item adds nothing."""
+    before = dict(table)
+    try:
+        for item in items:
+            add(item)
+    except BaseException:
+        table.clear()
+        table.update(before)
+        raise
+
+
+def _missing(owner: str, key: Any, keys: Iterable[str]) -> KeyMismatchError:
+    return KeyMismatchError(f"{owner}: no entry named {key!r}; it has {list(keys)}")
 
 
 class _Indexed(Module):
@@ -75,11 +109,19 @@ class _Indexed(Module):
         return self
 
     def insert(self, index: int, module: Module) -> None:
+        if isinstance(index, bool) or not hasattr(type(index), "__index__"):
+            raise DTypeError(f"{type(self).__name__}.insert: index must be an int, got {index!r}")
         modules = list(self._modules.values())
         modules.insert(index, _checked(type(self).__name__, index, module))
         self._modules.clear()
         for position, item in enumerate(modules):
             self._modules[str(position)] = item
+
+    def pop(self, index: int | slice) -> Any:
+        """Remove the module at ``index`` and return it (torch's ``pop``)."""
+        module = self[index]
+        del self[index]
+        return module
 
 
 class Sequential(_Indexed):
@@ -167,6 +209,7 @@ class ModuleDict(Module):
         self.register_module(key, _checked("ModuleDict", key, module))
 
     def __delitem__(self, key: str) -> None:
+        self[key]  # a missing key: the hierarchy's KeyError naming the keys there are
         del self._modules[key]
 
     def __len__(self) -> int:
@@ -188,15 +231,16 @@ class ModuleDict(Module):
         return self._modules.items()
 
     def pop(self, key: str) -> Module:
-        return self._modules.pop(key)
+        module = self[key]
+        del self._modules[key]
+        return module
 
     def clear(self) -> None:
         self._modules.clear()
 
     def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
-        pairs = modules.items() if isinstance(modules, Mapping) else modules
-        for key, module in pairs:
-            self[key] = module
+        pairs = _pairs("ModuleDict", modules)
+        _all_or_none(self._modules, lambda pair: self.__setitem__(*pair), pairs)
 
 
 def _as_parameter(value: Any) -> Any:
@@ -242,8 +286,8 @@ class ParameterList(Module):
         return self
 
     def extend(self, values: Iterable[Any]) -> ParameterList:
-        for value in values:
-            self.append(value)
+        check_iterable("ParameterList.extend", values, "values")
+        _all_or_none(self._parameters, self.append, values)
         return self
 
 
@@ -257,12 +301,16 @@ class ParameterDict(Module):
             self.update(parameters)
 
     def __getitem__(self, key: str) -> Any:
-        return self._parameters[key]
+        try:
+            return self._parameters[key]
+        except (KeyError, TypeError):  # a missing name, or an unhashable key
+            raise _missing("ParameterDict", key, self._parameters) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.register_parameter(key, _as_parameter(value))
 
     def __delitem__(self, key: str) -> None:
+        self[key]  # a missing key: the hierarchy's KeyError naming the keys there are
         del self._parameters[key]
 
     def __len__(self) -> int:
@@ -284,6 +332,5 @@ class ParameterDict(Module):
         return self._parameters.items()
 
     def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
-        pairs = parameters.items() if isinstance(parameters, Mapping) else parameters
-        for key, value in pairs:
-            self[key] = value
+        pairs = _pairs("ParameterDict", parameters)
+        _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)

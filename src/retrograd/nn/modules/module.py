@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend.protocol import Backend
 from ...device import Device
 from ...errors import (
     DTypeError,
@@ -533,6 +534,10 @@ class Module:
         """
         if not isinstance(prefix, str):
             raise DTypeError(f"state_dict: prefix must be a str, got {_describe(prefix)}")
+        if destination is not None and not isinstance(destination, collections.abc.MutableMapping):
+            raise DTypeError(
+                f"state_dict: destination must be a dict to fill, got {_describe(destination)}"
+            )
         out = {} if destination is None else destination
         for name, value in self._state_items():
             out[prefix + name] = value if keep_vars else StateValue(value.numpy(), value)
@@ -658,6 +663,11 @@ class Module:
         Data-parallel training makes one replica per device this way; a replica on a backend
         without autodiff (``rg.NumpyBackend()``) evaluates without recording any graph.
         """
+        if backend is not None and not isinstance(backend, Backend):
+            raise DTypeError(
+                f"replicate: backend must be a backend (rg.NumpyBackend(), rg.Autodiff(...)), "
+                f"got {_describe(backend)}"
+            )
         memo: dict[int, Any] = {}
         for value in self.parameters():
             fresh = tensor(

@@ -454,5 +454,9 @@ class Transformer(Module):
     ) -> Tensor:
         """The causal mask of ``sz`` positions: ``-inf`` above the diagonal (a position may
         not attend to later ones), 0 elsewhere; the default float dtype unless ``dtype``."""
+        if isinstance(sz, bool) or not hasattr(type(sz), "__index__") or sz < 0:
+            raise InvalidArgumentError(
+                f"generate_square_subsequent_mask: sz must be a non-negative int, got {sz!r}"
+            )
         values = np.triu(np.full((sz, sz), -math.inf), 1)
         return tensor(values, dtype=dtype or default_float_dtype(), backend=backend, device=device)

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError, KeyMismatchError
+from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError
 from ...tensor import Tensor
+from ..modules.module import Module
 
 __all__ = ["functional_call"]
 
@@ -108,6 +109,8 @@ def functional_call(
     """``module(*args, **kwargs)`` with the tensors of ``parameter_and_buffer_dicts`` (dotted
     names, as ``named_parameters``/``named_buffers`` give) in place of its own; ``strict``
     requires exactly the module's names, ``tie_weights`` gives tied names one value."""
+    if not isinstance(module, Module):  # (the call runs the user's module: unguarded)
+        raise DTypeError(f"functional_call: expected a Module, got {type(module).__name__}")
     given = _merged(parameter_and_buffer_dicts)
     for name, value in given.items():
         if value is not None and not isinstance(value, Tensor):

@@ -21,6 +21,8 @@ from ...errors import (
     InvalidArgumentError,
     KeyMismatchError,
     ShapeError,
+    check_callable,
+    check_iterable,
     shape_text,
 )
 from ...tensor import Tensor, as_tensor, stack, tensor
@@ -172,6 +174,29 @@ class DataLoader:
         if collate_fn is not None and not callable(collate_fn):
             raise DTypeError(
                 f"DataLoader: collate_fn must be callable, got {type(collate_fn).__name__}"
+            )
+        if worker_init_fn is not None:
+            check_callable("DataLoader", worker_init_fn, "worker_init_fn")
+        for name, value in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+            if value is not None:
+                check_iterable("DataLoader", value, name)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+            raise InvalidArgumentError(
+                f"DataLoader: timeout option should be non-negative, got {timeout!r}"
+            )
+        if num_workers == 0 and prefetch_factor is not None:
+            raise InvalidArgumentError(
+                "DataLoader: prefetch_factor option could only be specified in multiprocessing; "
+                "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
+                "to None"
+            )
+        if prefetch_factor is not None and (
+            isinstance(prefetch_factor, bool)
+            or not isinstance(prefetch_factor, int)
+            or prefetch_factor < 1
+        ):
+            raise InvalidArgumentError(
+                f"DataLoader: prefetch_factor should be a positive integer, got {prefetch_factor!r}"
             )
         self.dataset = dataset
         self.num_workers = num_workers

@@ -10,7 +10,14 @@ import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
+from ...errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_iterable,
+    check_sized,
+)
 from ...tensor import randperm
 from ...tensor.internal import checked_generator
 
@@ -85,7 +92,9 @@ class StackDataset(Dataset):
         if not args and not kwargs:
             raise InvalidArgumentError("StackDataset: at least one dataset should be passed")
         named = dict(enumerate(args)) if args else kwargs
-        lengths = {key: len(d) for key, d in named.items()}  # type: ignore[arg-type]
+        lengths = {
+            key: check_sized("StackDataset", d, f"dataset {key!r}") for key, d in named.items()
+        }
         if len(set(lengths.values())) != 1:
             raise ShapeError(f"StackDataset: size mismatch between datasets {lengths}")
         self._length = next(iter(lengths.values()))
@@ -134,21 +143,25 @@ class ConcatDataset(Dataset):
     """The datasets one after the other."""
 
     def __init__(self, datasets: Sequence[Dataset]) -> None:
+        check_iterable("ConcatDataset", datasets, "datasets")
         self.datasets = list(datasets)
         if not self.datasets:
             raise InvalidArgumentError("ConcatDataset: datasets should not be an empty iterable")
         self.cumulative_sizes = []
         total = 0
-        for d in self.datasets:
+        for i, d in enumerate(self.datasets):
             if isinstance(d, IterableDataset):
                 raise InvalidArgumentError("ConcatDataset does not support IterableDataset")
-            total += len(d)
+            total += check_sized("ConcatDataset", d, f"datasets[{i}]")
             self.cumulative_sizes.append(total)
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
 
     def __getitem__(self, index: int) -> Any:
+        if isinstance(index, bool) or not hasattr(type(index), "__index__"):
+            raise DTypeError(f"ConcatDataset: an index must be an int, got {index!r}")
+        index = index.__index__()
         if not -len(self) <= index < len(self):
             raise IndexOutOfRangeError(
                 f"ConcatDataset: index {index} is out of range for {len(self)} samples"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ...errors import DTypeError, InvalidArgumentError, check_count, check_sized
 from .sampler import Sampler
 
 __all__ = ["DistributedSampler"]
@@ -37,10 +37,15 @@ class DistributedSampler(Sampler):
                 )
             num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
             rank = dist.get_rank() if rank is None else rank
+        num_replicas = check_count("DistributedSampler", num_replicas, "num_replicas")
+        if isinstance(rank, bool) or not hasattr(type(rank), "__index__"):
+            raise DTypeError(f"DistributedSampler: rank must be an int, got {rank!r}")
         if rank >= num_replicas or rank < 0:
             raise InvalidArgumentError(
-                f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
+                f"DistributedSampler: invalid rank {rank}, rank should be in the interval "
+                f"[0, {num_replicas - 1}]"
             )
+        check_sized("DistributedSampler", dataset, "dataset")
         self.dataset = dataset
         self.num_replicas = num_replicas
         self.rank = rank
@@ -75,4 +80,6 @@ class DistributedSampler(Sampler):
         return self.num_samples
 
     def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not hasattr(type(epoch), "__index__"):
+            raise DTypeError(f"DistributedSampler.set_epoch: epoch must be an int, got {epoch!r}")
         self.epoch = epoch

@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import (
+    InvalidArgumentError,
+    ShapeError,
+    check_count,
+    check_flag,
+    check_iterable,
+    check_sized,
+)
 from ...tensor import multinomial, randint, randperm, tensor
 from ...tensor.internal import checked_generator, no_generator
 
@@ -36,6 +43,7 @@ class SequentialSampler(Sampler):
     """``0, 1, ..., len(data_source) - 1``."""
 
     def __init__(self, data_source: Any) -> None:
+        check_sized("SequentialSampler", data_source, "data_source")
         self.data_source = data_source
 
     def __iter__(self) -> Iterator[int]:
@@ -51,18 +59,12 @@ class RandomSampler(Sampler):
     def __init__(self, data_source: Any, replacement: bool = False,
                  num_samples: int | None = None, generator: Any = None) -> None:  # fmt: skip
         self.generator = checked_generator("RandomSampler", generator)
+        check_sized("RandomSampler", data_source, "data_source")
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
-        if not isinstance(replacement, bool):
-            raise InvalidArgumentError(
-                f"RandomSampler: replacement should be a boolean, got {replacement!r}"
-            )
-        if self.num_samples <= 0:
-            raise InvalidArgumentError(
-                f"RandomSampler: num_samples should be a positive integer value, got "
-                f"{self.num_samples}"
-            )
+        check_flag("RandomSampler", replacement, "replacement")
+        check_count("RandomSampler", self.num_samples, "num_samples")
 
     @property
     def num_samples(self) -> int:
@@ -86,6 +88,7 @@ class SubsetRandomSampler(Sampler):
 
     def __init__(self, indices: Sequence[int], generator: Any = None) -> None:
         self.generator = checked_generator("SubsetRandomSampler", generator)
+        check_sized("SubsetRandomSampler", indices, "indices")
         self.indices = indices
 
     def __iter__(self) -> Iterator[int]:
@@ -102,8 +105,15 @@ class WeightedRandomSampler(Sampler):
     def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
                  generator: Any = None) -> None:  # fmt: skip
         no_generator("WeightedRandomSampler", generator)
+        check_iterable("WeightedRandomSampler", weights, "weights")
         self.weights = tensor(list(weights), dtype="float64")
-        self.num_samples = num_samples
+        if self.weights.ndim != 1:  # multinomial would draw one row of indices per row
+            raise ShapeError(
+                f"WeightedRandomSampler: weights should be a 1d sequence, got shape "
+                f"{list(self.weights.shape)}"
+            )
+        self.num_samples = check_count("WeightedRandomSampler", num_samples, "num_samples")
+        check_flag("WeightedRandomSampler", replacement, "replacement")
         self.replacement = replacement
 
     def __iter__(self) -> Iterator[int]:
@@ -123,6 +133,8 @@ class BatchSampler(Sampler):
                 f"BatchSampler: batch_size should be a positive integer value, but got "
                 f"batch_size={batch_size!r}"
             )
+        check_flag("BatchSampler", drop_last, "drop_last")
+        check_iterable("BatchSampler", sampler, "sampler")
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last
