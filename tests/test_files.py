@@ -190,3 +190,31 @@ def test_two_writers_of_one_file_never_share_a_temporary_or_damage_it(tmp_path):
         writer.stdout.close()
         writer.stderr.close()
     complete_version(path)
+
+
+def test_a_symbolic_link_is_written_through_as_open_would(tmp_path):
+    # the link stays a link and its target gets the new contents (torch.save writes through)
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "model.bin"
+    target.write_bytes(b"old")
+    link = tmp_path / "latest.bin"
+    link.symlink_to(Path("runs") / "model.bin")
+    with atomic_write(link) as file:
+        file.write(b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    assert leftovers(tmp_path) == [] and leftovers(tmp_path / "runs") == []
+    dangling = tmp_path / "next.bin"
+    dangling.symlink_to(Path("runs") / "next-model.bin")
+    with atomic_write(dangling) as file:
+        file.write(b"first")
+    assert dangling.is_symlink() and (tmp_path / "runs" / "next-model.bin").read_bytes() == b"first"
+
+
+def test_rg_save_through_a_symbolic_link_loads_back(tmp_path):
+    target = tmp_path / "model.pt"
+    rg.save({"w": rg.tensor([1.0, 2.0])}, target)
+    link = tmp_path / "latest.pt"
+    link.symlink_to(target.name)
+    rg.save({"w": rg.tensor([3.0])}, link)
+    assert link.is_symlink()
+    assert rg.load(target)["w"].tolist() == [3.0]

@@ -171,8 +171,12 @@ def atomic_write(
     path: str | os.PathLike, mode: str = "wb", encoding: str | None = None
 ) -> Iterator[IO]:
     """Write ``path`` whole or not at all: a file object to write, which replaces ``path``
-    when the block ends (``mode`` ``"wb"`` or ``"w"``; text is UTF-8 unless ``encoding``)."""
+    when the block ends (``mode`` ``"wb"`` or ``"w"``; text is UTF-8 unless ``encoding``).
+    A symbolic link is written through, as ``open`` (and ``torch.save``) would: its target is
+    replaced and the link stays (a ``latest.pt`` pointing at a run's checkpoint)."""
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     files = FileSet(path.parent)
     with files, files.open(path.name, mode, encoding) as file:
         yield file
