@@ -50,14 +50,22 @@ def test_training_loop_memory_stays_flat(strategy):
                 losses[min(step, 1)] = loss
                 if step == 199:
                     gc.collect()
-                    early = tracemalloc.get_traced_memory()[0]
+                    early = tracemalloc.take_snapshot()
             gc.collect()
-            late = tracemalloc.get_traced_memory()[0]
+            late = tracemalloc.take_snapshot()
         finally:
             tracemalloc.stop()
     assert losses[-1] < losses[0]
-    # 1,800 more steps may not leave more than a few KiB behind (no per-step leak).
-    assert late - early < 16 * 1024, f"memory grew by {late - early} bytes over 1800 steps"
+    # 1,800 more steps may not leave more than a few KiB behind (no per-step leak). Counted
+    # where Python allocated it: retrograd's code, or this loop (what NumPy and torch allocate
+    # for a call is counted at the line that called them); a thread another test of this
+    # worker left running is not this loop's leak (seen once: 18 KB on the torch pass).
+    ours = [tracemalloc.Filter(True, "*retrograd*"), tracemalloc.Filter(True, __file__)]
+    growth = sum(
+        stat.size_diff
+        for stat in late.filter_traces(ours).compare_to(early.filter_traces(ours), "filename")
+    )
+    assert growth < 16 * 1024, f"memory grew by {growth} bytes over 1800 steps"
 
 
 def test_unreferenced_graph_is_freed_without_backward():
