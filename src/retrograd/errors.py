@@ -329,6 +329,31 @@ def guard(
     return guarded
 
 
+def guard_methods(
+    classes: Iterable[tuple[str, type]],
+    methods: Sequence[str],
+    op_name: Callable[[str, str], str],
+    constructor_only: Iterable[str] = (),
+) -> None:
+    """Replace each of ``methods`` that each ``(name, class)`` of ``classes`` has as a plain
+    function (its own or a base's) by its :func:`guard`, under the op name ``op_name(name,
+    method)``; the classes named in ``constructor_only`` (wrappers of objects that may be the
+    user's, whose exceptions pass unchanged) get their ``__init__`` guarded alone. A base's
+    guarded method is guarded again under the subclass's name."""
+    constructor_only = frozenset(constructor_only)
+    for name, cls in classes:
+        for method in methods:
+            if method != "__init__" and name in constructor_only:
+                continue
+            function = inspect.getattr_static(cls, method, None)
+            if getattr(function, "__retrograd_guarded__", False):
+                function = function.__wrapped__
+            if type(function).__name__ != "function":
+                continue
+            qualname = f"{cls.__qualname__}.{method}"
+            setattr(cls, method, guard(op_name(name, method), function, cls, qualname))
+
+
 def guard_namespace(
     namespace: dict[str, Any], names: Iterable[str], first_names: Mapping[str, str] | None = None
 ) -> None:

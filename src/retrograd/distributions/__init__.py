@@ -205,26 +205,22 @@ _UNGUARDED_METHODS = ("TransformedDistribution", "MixtureSameFamily", "Independe
 
 
 def _guard_distributions() -> None:
-    import inspect
+    from ..errors import guard_methods
 
-    from ..errors import guard
-
-    for name in __all__:
-        cls = globals().get(name)
-        if not isinstance(cls, type) or not issubclass(cls, Distribution):
-            continue
-        if cls in (Distribution, ExponentialFamily):
-            continue  # bases: they run inside their subclasses' guards
-        for method in _GUARDED_METHODS:
-            if method != "__init__" and name in _UNGUARDED_METHODS:
-                continue
-            function = inspect.getattr_static(cls, method, None)
-            if getattr(function, "__retrograd_guarded__", False):
-                function = function.__wrapped__  # a base's: guarded again under this name
-            if type(function).__name__ != "function":
-                continue
-            op = name if method == "__init__" else f"{name}.{method}"
-            setattr(cls, method, guard(op, function, cls, f"{cls.__qualname__}.{method}"))
+    classes = [(name, globals().get(name)) for name in __all__]
+    guard_methods(
+        [
+            (name, cls)
+            for name, cls in classes
+            if isinstance(cls, type)
+            and issubclass(cls, Distribution)
+            # bases: they run inside their subclasses' guards
+            and cls not in (Distribution, ExponentialFamily)
+        ],
+        _GUARDED_METHODS,
+        lambda name, method: name if method == "__init__" else f"{name}.{method}",
+        _UNGUARDED_METHODS,
+    )
 
 
 _guard_distributions()

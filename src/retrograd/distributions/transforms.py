@@ -16,12 +16,17 @@ dimensions form one event.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import numbers
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_iterable, guard
+from ..errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_iterable,
+    guard_methods,
+)
 from ..tensor.shape import shape_arg
 from . import constraints
 
@@ -1043,22 +1048,15 @@ def _guard_transforms() -> None:
     ``t.forward_shape(3)``) gets the hierarchy's error naming the transform (errors.guard),
     as the distributions' methods do. ``_call`` and ``_inverse`` are guarded, not ``__call__``,
     so that a user's subclass defining its own keeps its exceptions."""
-    for name in __all__:
-        cls = globals().get(name)
-        if not isinstance(cls, type) or cls is Transform:
-            continue
-        for method in _GUARDED:
-            if method != "__init__" and name in _COMPOSITES:
-                continue
-            function = inspect.getattr_static(cls, method, None)
-            if getattr(function, "__retrograd_guarded__", False):
-                function = function.__wrapped__  # a base's: guarded again under this name
-            if type(function).__name__ != "function":
-                continue
-            op = {"__init__": name, "_call": name, "_inverse": f"{name}.inv"}.get(
-                method, f"{name}.{method}"
-            )
-            setattr(cls, method, guard(op, function, cls, f"{cls.__qualname__}.{method}"))
+    classes = [(name, globals().get(name)) for name in __all__]
+    guard_methods(
+        [(name, cls) for name, cls in classes if isinstance(cls, type) and cls is not Transform],
+        _GUARDED,
+        lambda name, method: {"__init__": name, "_call": name, "_inverse": f"{name}.inv"}.get(
+            method, f"{name}.{method}"
+        ),
+        _COMPOSITES,
+    )
 
 
 _guard_transforms()
