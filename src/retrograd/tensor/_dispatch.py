@@ -143,9 +143,14 @@ def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
     ``int64 [n]`` with ``float64 []`` is float64."""
     a_zero, b_zero = len(a_shape) == 0, len(b_shape) == 0
     if a_zero != b_zero:
-        dims, zero = (b, a) if a_zero else (a, b)
-        return dims if _category(zero) <= _category(dims) else zero
+        return _beside(b, a) if a_zero else _beside(a, b)
     return result_dtype(a, b)
+
+
+def _beside(dims: str, zero: str) -> str:
+    """The dtype of a tensor with dimensions (``dims``) taken with a 0-d one (``zero``):
+    the 0-d one counts only where its category is higher."""
+    return dims if _category(zero) <= _category(dims) else zero
 
 
 #: torch's dtype for two tensors, 0-d ones by category (for the tensor methods that check a
@@ -163,7 +168,7 @@ def promoted_dtype_of(*tensors: Any) -> str:
     if not dims:
         return zero
     dim = functools.reduce(result_dtype, dims)
-    return dim if zero is None or _category(zero) <= _category(dim) else zero
+    return dim if zero is None else _beside(dim, zero)
 
 
 def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:

@@ -31,6 +31,14 @@ def _dims(op: str, ndim: int, dims: Sequence[int]) -> list[int]:
     return sorted({normalize_dim(op, d, ndim) for d in dims})
 
 
+def _each_dim(x: Any, op: str, dims: Sequence[int], method: str) -> Any:
+    """``x`` reduced by ``method`` (a one-dim reduction that keeps it) over each of ``dims``
+    in turn."""
+    for d in _dims(op, x.ndim, dims):
+        x = getattr(x, method)(d)
+    return x
+
+
 def _floats(op: str, x: Any) -> Any:
     if not x.is_float():
         raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
@@ -84,24 +92,15 @@ class BurnNamesMixin:
 
     def prod_dims(self, dims: Sequence[int]) -> Any:
         """Burn's ``prod_dims``: the product over ``dims``, each kept with size 1."""
-        out = self
-        for d in _dims("prod_dims", self.ndim, dims):
-            out = out.prod_dim(d)
-        return out
+        return _each_dim(self, "prod_dims", dims, "prod_dim")
 
     def max_dims(self, dims: Sequence[int]) -> Any:
         """Burn's ``max_dims``: ``max_dim`` over each of ``dims`` in turn."""
-        out = self
-        for d in _dims("max_dims", self.ndim, dims):
-            out = out.max_dim(d)
-        return out
+        return _each_dim(self, "max_dims", dims, "max_dim")
 
     def min_dims(self, dims: Sequence[int]) -> Any:
         """Burn's ``min_dims``: ``min_dim`` over each of ``dims`` in turn."""
-        out = self
-        for d in _dims("min_dims", self.ndim, dims):
-            out = out.min_dim(d)
-        return out
+        return _each_dim(self, "min_dims", dims, "min_dim")
 
     def max_abs(self) -> Any:
         """Burn's ``max_abs``: the largest absolute value (NaN when one is NaN)."""
@@ -138,8 +137,7 @@ class BurnNamesMixin:
 
     def median_with_indices(self, dim: int) -> tuple[Any, Any]:
         """Burn's ``median_with_indices``: torch's ``median(dim)`` with ``dim`` kept."""
-        values, indices = self.median(normalize_dim("median_with_indices", dim, self.ndim), True)
-        return values, indices
+        return tuple(self.median(normalize_dim("median_with_indices", dim, self.ndim), True))
 
     # -- sorting -------------------------------------------------------------------------------
     def sort_descending(self, dim: int) -> Any:
