@@ -123,3 +123,29 @@ def test_torch_s_step_without_gradients_under_capture_says_what_to_write():
     with pytest.raises(rg.errors.AutodiffError, match=r"SGD.step: pass the gradients"):
         rg.capture(step, rg.tensor([1.0, 1.0]), state=[optimizer])
     weight.sum().backward()  # the graph and the parameter are usable after the refusal
+
+
+FORWARD_WARNS = """
+import numpy as np
+import retrograd as rg
+for inner in (rg.NumpyBackend(), rg.Autodiff(rg.NumpyBackend())):
+    x = rg.tensor([0.0, 1.0, 1000.0], backend=inner)
+    x.log(), x / 0.0, x.exp(), (-x).sqrt(), rg.tensor([0.0], backend=inner).reciprocal()
+np.log(np.zeros(1))  # the user's own NumPy call
+"""
+
+
+@pytest.mark.numpy_only("NumPy's floating-point warnings")
+def test_forward_ops_meet_poles_without_numpys_warnings():
+    """Forward's ``log(0)``, ``1 / 0``, ``exp(1000)``, ``sqrt(-1)`` give torch's values without
+    a warning, as torch's do; the user's own NumPy call still warns. In a fresh process: the
+    filter is installed when retrograd is imported, and pytest restores the filters it found
+    around each test and the collection."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FORWARD_WARNS], capture_output=True, text=True, check=True
+    )
+    lines = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert len(lines) == 1 and "<string>:7: RuntimeWarning: divide by zero" in lines[0], done.stderr

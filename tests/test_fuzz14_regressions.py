@@ -431,3 +431,15 @@ def test_solve_triangular_reads_b_as_matrices_even_of_a_shape_less_its_last_dim(
         return [out, *_grad(lib, out, [a, b])]
 
     check(Trial(f"solve_triangular left={left}", fn))
+
+
+@pytest.mark.parametrize("pair", [(3, 2), (3.5, 2), (True, False), (3, 2.5), (-7, 2)])
+@pytest.mark.parametrize(
+    "name",
+    ["add", "sub", "mul", "multiply", "div", "true_divide", "floor_divide", "remainder"],
+)
+def test_arithmetic_of_two_numbers(name, pair):
+    # torch.mul(3, 2) is tensor(6) (a 0-d tensor of the numbers' type); retrograd refused
+    # every two-number form. torch refuses remainder's, sub's of two bools and
+    # floor_divide's of bools: so does retrograd.
+    check(Trial(f"{name}{pair}", lambda lib: [getattr(lib, name)(*pair)]))

@@ -1061,11 +1061,7 @@ binary(
     memory_bound=False,
     broadcast=False,
 )
-reduction(
-    "softmax",
-    lambda B, g, out, dim: B.mul(out, B.sub(g, B.sum_dim(B.mul(g, out), (dim,)))),
-    ("dim",),
-)
+reduction("softmax", lambda B, g, out, dim: B.softmax_backward(g, out, dim), ("dim",))
 reduction("log_softmax", lambda B, g, out, dim: B.log_softmax_backward(g, out, dim), ("dim",))
 
 # -- never differentiable ------------------------------------------------------------------------

@@ -31,7 +31,15 @@ import numpy as np
 
 from .compiled import EXP_LOW, expf_within
 
-__all__ = ["causal_limits", "exp_scores", "softmax_forward", "softmax_grad"]
+__all__ = [
+    "causal_limits",
+    "exp_not_above_zero",
+    "exp_scores",
+    "row_max",
+    "row_sum",
+    "softmax_forward",
+    "softmax_grad",
+]
 
 F = np.float32
 
@@ -52,7 +60,7 @@ def _larger(value, peak):
 
 
 @numba.njit(inline="always", error_model="numpy", cache=True)
-def _row_max(row, limit):
+def row_max(row, limit):
     """The maximum of ``row[:limit]`` (``limit >= 1``), NaN if any is, over four interleaved
     running maxima (one chain of comparisons would wait on each in turn)."""
     a = b = c = d = row[0]
@@ -66,7 +74,7 @@ def _row_max(row, limit):
 
 
 @numba.njit(error_model="numpy", cache=True, fastmath={"reassoc"})
-def _row_sum(row, limit):
+def row_sum(row, limit):
     """The sum of ``row[:limit]``, in vector lanes (reassociated: LLVM vectorizes a sum only
     so; the same order on every call of the same length)."""
     total = F(0.0)
@@ -76,7 +84,7 @@ def _row_sum(row, limit):
 
 
 @numba.njit(inline="always", error_model="numpy", cache=True)
-def _exp_not_above_zero(x):
+def exp_not_above_zero(x):
     """``exp(x)`` for a float32 ``x <= 0`` (a scaled score less its row's maximum or
     log-sum-exp) or NaN (kept): 0 below ``EXP_LOW``, as ``expf``."""
     below = x < EXP_LOW
@@ -95,10 +103,10 @@ def softmax_forward(scores, first, causal, scale, lse):
             limit = causal_limits(first, r, keys, causal)
             for j in range(limit):
                 row[j] *= scale
-            peak = _row_max(row, limit)
+            peak = row_max(row, limit)
             for j in range(limit):
-                row[j] = _exp_not_above_zero(row[j] - peak)
-            total = _row_sum(row, limit)
+                row[j] = exp_not_above_zero(row[j] - peak)
+            total = row_sum(row, limit)
             inverse = F(1.0) / total
             for j in range(limit):
                 row[j] *= inverse
@@ -118,7 +126,7 @@ def exp_scores(scores, lse, first, causal, scale):
             limit = causal_limits(first, r, keys, causal)
             shift = lse[n, r]
             for j in range(limit):
-                row[j] = _exp_not_above_zero(row[j] * scale - shift)
+                row[j] = exp_not_above_zero(row[j] * scale - shift)
             for j in range(limit, keys):
                 row[j] = 0.0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,19 @@ from .numpy_optim import NumpyOptimizerKernels
 from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
 from .protocol import Backend, default_float_dtype, singular_matrix
+
+# NumPy warns where a float operation meets a pole or overflows (``log(0)``, ``1 / 0``,
+# ``exp(1000)``); torch gives the same infinities and NaN silently, and so does retrograd on
+# either backend: a ported ``torch.log(probs)`` over zeros is not a fault in the program. The
+# filter covers NumPy's floating-point messages raised from retrograd's own frames only (a
+# user's NumPy calls warn as before, and ``np.seterr(all="raise")`` still raises); ignoring by
+# filter costs nothing per op, where an ``errstate`` around each would (about 1 us).
+warnings.filterwarnings(
+    "ignore",
+    message=r"(divide by zero|invalid value|overflow|underflow) encountered in",
+    category=RuntimeWarning,
+    module=r"retrograd(\.|$)",
+)
 
 __all__ = ["NumpyBackend"]
 
@@ -154,6 +168,18 @@ def _compiled_relu_arrays(arrays: list[np.ndarray]):
 
     dense = compiled_relu.dense_flat(arrays)
     return None if dense is None else (compiled_relu, *dense)
+
+
+def _compiled_float32_arrays(x: np.ndarray):
+    """For the compiled sigmoid and SiLU (:mod:`.compiled_sigmoid`): the flat views of ``x``
+    and of a result laid out as it is, and the result (:func:`.compiled_relu.dense_flat`),
+    when ``x`` is a float32 array of at least :data:`COMPILED_RELU_MIN_SIZE` elements lying
+    densely in memory; else ``None``."""
+    if x.dtype != np.float32 or x.size < COMPILED_RELU_MIN_SIZE:
+        return None
+    from .compiled_relu import dense_flat
+
+    return dense_flat([x])
 
 
 def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
@@ -426,6 +452,13 @@ class NumpyBackend(
         return special.erf(x)
 
     def sigmoid(self, x):
+        dense = _compiled_float32_arrays(x)
+        if dense is not None:  # one pass (compiled_sigmoid)
+            from .compiled_sigmoid import sigmoid_flat
+
+            (flat, target), out = dense
+            sigmoid_flat(flat, target)
+            return out
         tail = np.exp(-np.abs(x))
         return np.where(x >= 0, 1.0 / (1.0 + tail), tail / (1.0 + tail)).astype(x.dtype, copy=False)
 
@@ -475,6 +508,13 @@ class NumpyBackend(
         return special.gelu(x)
 
     def silu(self, x):
+        dense = _compiled_float32_arrays(x)
+        if dense is not None:  # one pass (compiled_sigmoid)
+            from .compiled_sigmoid import silu_flat
+
+            (flat, target), out = dense
+            silu_flat(flat, target)
+            return out
         return x * self.sigmoid(x)
 
     def clamp(self, x, lo, hi):
@@ -728,12 +768,55 @@ class NumpyBackend(
         s_inv = np.divide(1.0, s, out=np.zeros_like(s), where=kept)
         return np.matmul(np.swapaxes(vh, -1, -2) * s_inv[..., None, :], np.swapaxes(u, -1, -2))
 
+    # The last dimension of large float32 arrays runs compiled, a row at a time in cache
+    # (:mod:`.compiled_softmax`); the rest in NumPy passes over arrays made here.
     def softmax(self, x, dim):
         if x.size == 0:  # nothing to normalise (np.max of an empty axis raises)
             return x.copy()
-        shifted = x - np.max(x, axis=dim, keepdims=True)
-        exps = np.exp(shifted)
-        return exps / np.sum(exps, axis=dim, keepdims=True)
+        if _compiled_softmax(dim, x):
+            from .compiled_softmax import softmax_rows
+
+            out = np.empty(x.shape, x.dtype)
+            softmax_rows(x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1]))
+            return out
+        out = np.subtract(x, np.max(x, axis=dim, keepdims=True))
+        np.exp(out, out=out)
+        out /= np.sum(out, axis=dim, keepdims=True)
+        return out
+
+    def softmax_backward(self, grad, out, dim):
+        if grad.dtype != out.dtype or grad.shape != out.shape:
+            return super().softmax_backward(grad, out, dim)
+        if _compiled_softmax(dim, grad, out):
+            from .compiled_softmax import softmax_backward_rows
+
+            width = out.shape[-1]
+            result = np.empty(out.shape, out.dtype)
+            softmax_backward_rows(
+                grad.reshape(-1, width), out.reshape(-1, width), result.reshape(-1, width)
+            )
+            return result
+        result = np.multiply(grad, out)
+        np.subtract(grad, np.sum(result, axis=dim, keepdims=True), out=result)
+        result *= out
+        return result
+
+
+#: Softmaxes (and their gradients) of this many elements or more run compiled
+#: (:mod:`.compiled_softmax`); smaller ones stay NumPy's, so that a small model never loads Numba.
+COMPILED_SOFTMAX_MIN_SIZE = 1 << 16
+
+
+def _compiled_softmax(dim: int, *arrays: np.ndarray) -> bool:
+    """Whether a softmax (or its gradient) over ``dim`` of ``arrays`` runs compiled: the last
+    dimension, non-empty, of C-contiguous float32 arrays of at least
+    :data:`COMPILED_SOFTMAX_MIN_SIZE` elements."""
+    first = arrays[0]
+    return (
+        first.size >= COMPILED_SOFTMAX_MIN_SIZE
+        and dim in (-1, first.ndim - 1)
+        and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+    )
 
 
 #: Elements from which a sum over leading dimensions is a vector-matrix product.

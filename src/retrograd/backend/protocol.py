@@ -133,6 +133,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
             "accumulate",
             "slice_accumulate",
             *RecurrentProtocol.OPTIONAL_RECURRENT,
+            "softmax_backward",
             "log_softmax_backward",
             "gather_backward",
             "arithmetic_warnings_ignored",
@@ -474,6 +475,12 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
 
     def softmax(self, x: Any, dim: int) -> Any:
         raise NotImplementedError
+
+    def softmax_backward(self, grad: Any, out: Any, dim: int) -> Any:
+        """``out * (grad - sum(grad * out, dim))``: the gradient of ``sum(grad * softmax(x,
+        dim))`` in ``x``, from ``out = softmax(x, dim)``. This default composes primitives; on
+        the autodiff backend it is recorded, so it differentiates again."""
+        return self.mul(out, self.sub(grad, self.sum_dim(self.mul(grad, out), (dim,))))
 
     def linear(self, x: Any, weight: Any, bias: Any) -> Any:
         """``x @ weight^T + bias`` for ``x`` ``[N, in]``, ``weight`` ``[out, in]``, ``bias``

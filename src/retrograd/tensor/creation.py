@@ -19,6 +19,7 @@ from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from . import functions
 from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
 from .core import Tensor
 from .dtypes import canonical_dtype
@@ -612,3 +613,6 @@ def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:
     if any(n < 0 for n in shape):
         raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")
     return shape
+
+
+functions._number_tensor = tensor  # rg.mul(3, 2): see functions._number_input

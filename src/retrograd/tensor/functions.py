@@ -291,12 +291,27 @@ _NUMBER_INPUTS = frozenset(
 )
 
 
+#: the arithmetic functions torch also takes two numbers for (``torch.mul(3, 2)`` is
+#: ``tensor(6)``): both become 0-d tensors of the default backend
+_TWO_NUMBERS = frozenset(
+    ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide"]
+)
+
+
+#: ``rg.tensor``, for :func:`_number_input`'s two numbers: set by :mod:`.creation`, which this
+#: module cannot import (creation imports the modules that import this one)
+_number_tensor: Callable[[Any], Any] | None = None
+
+
 def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002
     """A number ``input`` as a 0-d tensor beside the tensor ``other`` (which types it as
     torch's wrapped number would: a 0-d tensor is as weak in promotion, for retrograd's
-    dtypes). Two numbers are refused (torch's arithmetic takes them; a known gap)."""
+    dtypes); beside another number, for :data:`_TWO_NUMBERS`, a 0-d tensor of the default
+    backend (the other number then promotes as a number beside a tensor, as torch's does)."""
     other = args[0] if args else kwargs.get("other")
     if not isinstance(other, TensorBase):
+        if name in _TWO_NUMBERS and isinstance(other, SCALARS) and _number_tensor is not None:
+            return _number_tensor(input)
         return lift_input(name, input)  # raises
     if isinstance(input, bool | np.bool_):
         dtype = "bool"
