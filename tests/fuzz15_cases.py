@@ -652,3 +652,189 @@ def _recurrent(rng):
         f"{kind}({fin}, {hid}, {kw}) {shape} h0={given} packed={packed} lengths={lengths}",
         shape, lambda nn: getattr(nn, kind)(fin, hid, **kw), call, rng, rtol=1e-8,
     )  # fmt: skip
+
+
+# ---- half precision among the other dtypes ------------------------------------------------
+
+HALF = ("float16", "bfloat16")
+PARTNERS = ("float16", "bfloat16", "float32", "float64", "int64", "bool", "float", "int",
+            "0d_float64", "0d_int64", "0d_float16", "0d_bfloat16", "0d_bool")  # fmt: skip
+HALF_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "where",
+               "lt", "eq", "cat", "stack", "clamp", "lerp", "fmod", "remainder", "hypot",
+               "add_", "mul_", "copy_", "addcmul", "floor_divide", "xlogy")  # fmt: skip
+HALF_UNARY = ("exp", "log", "sqrt", "tanh", "sigmoid", "softmax", "log_softmax", "relu", "gelu",
+              "sum", "mean", "prod", "sum_dtype", "mean_dtype", "cumsum", "cumsum_dtype",
+              "var", "norm", "amax", "argmax", "sort", "topk", "to_float", "to_half",
+              "to_bfloat16", "to_double", "to_long", "layer_norm", "linear", "mse", "ce",
+              "abs", "neg", "round", "floor", "reciprocal", "rsqrt", "square", "logsumexp",
+              "softmax_dtype", "matmul", "masked_fill", "index_select", "getitem", "setitem",
+              "std_mean", "sign", "isnan", "nan_to_num", "erf", "silu")  # fmt: skip
+
+
+def _is_float(lib, t):
+    return t.dtype in (lib.float16, lib.bfloat16, lib.float32, lib.float64)
+
+
+def _half_out(lib, t):
+    """A result as (its dtype's name, its values in float64 or as they are)."""
+    if not isinstance(t, lib.Tensor):
+        return [t]
+    name = str(t.dtype).rsplit(".", 1)[-1]
+    return [name, t.double() if _is_float(lib, t) and t.dtype != lib.float64 else t]
+
+
+def _half_operand(rng, kind, shape, positive=False):
+    """(kind, array or scalar): a tensor of dtype kind, a 0-d one, or a Python scalar."""
+    if kind in ("float", "int"):
+        v = float(rng.uniform(0.5, 2.0)) if kind == "float" else int(rng.integers(1, 4))
+        return kind, v if positive or rng.random() < 0.5 else -v
+    dtype = kind.removeprefix("0d_")
+    if kind.startswith("0d_"):
+        shape = ()
+    if dtype == "bool":
+        return dtype, rng.random(shape) < 0.5
+    if dtype == "int64":
+        lo = 1 if positive else -3
+        return dtype, rng.integers(lo, 4, size=shape)
+    a = rng.uniform(0.25 if positive else -2.0, 2.0, size=shape)
+    return dtype, np.round(a * 8) / 8 + (0.0625 if positive else 0)  # exact in every dtype
+
+
+@gen("half")
+def _half(rng):
+    binary = rng.random() < 0.5
+    op = str(_pick(rng, *(HALF_BINARY if binary else HALF_UNARY)))
+    shape = _shape(rng, 1, 3, 1, 4)
+    dt = str(_pick(rng, *HALF))
+    positive = op in ("pow", "log", "sqrt", "rsqrt", "fmod", "remainder", "xlogy", "reciprocal")
+    first = _half_operand(rng, dt, shape, positive)
+    tail = shape[int(rng.integers(len(shape) + 1)) :]
+    other = _half_operand(rng, str(_pick(rng, *PARTNERS)), tail, positive)
+    w2 = rng.uniform(-1, 1, size=(2, shape[-1]))
+    tgt = rng.integers(0, shape[-1], size=shape[:-1])
+
+    def make(lib, spec, grad=True):
+        kind, value = spec
+        if kind in ("float", "int"):
+            return value
+        t = lib.tensor(value, dtype=getattr(lib, kind))
+        if grad and kind not in ("int64", "bool"):
+            t.requires_grad_(True)
+        return t
+
+    def body(lib):
+        # (floor_divide without gradients: torch has no derivative for it)
+        x = make(lib, first, op != "floor_divide")
+        y = make(lib, other, op != "floor_divide")
+        leaves = [t for t in (x, y) if isinstance(t, lib.Tensor) and t.requires_grad]
+        f = lib.nn.functional
+        if binary:
+            yt = y if isinstance(y, lib.Tensor) else lib.tensor(y)
+            out = {
+                "add": lambda: x + y,
+                "sub": lambda: x - y if not isinstance(y, bool) else x,
+                "mul": lambda: x * y,
+                "div": lambda: x / y,
+                # (not a bool exponent: torch's backward subtracts 1 from it and refuses)
+                "pow": lambda: x ** (yt.long() if yt.dtype == lib.bool else y),
+                "maximum": lambda: lib.maximum(x, yt),
+                "minimum": lambda: lib.minimum(x, yt),
+                "atan2": lambda: lib.atan2(x, yt),
+                "where": lambda: lib.where(x > 0, x, y),
+                "lt": lambda: x < y,
+                "eq": lambda: x == y,
+                "cat": lambda: lib.cat([x.reshape(-1), yt.reshape(-1)]),
+                "stack": lambda: lib.stack([x, yt.expand_as(x)]),
+                "clamp": lambda: x.clamp(min=y),
+                "lerp": lambda: lib.lerp(x, yt.expand_as(x), 0.25),
+                "fmod": lambda: lib.fmod(x, y),
+                "remainder": lambda: lib.remainder(x, y),
+                "hypot": lambda: lib.hypot(x, yt),
+                "add_": lambda: (x * 1).add_(y),
+                "mul_": lambda: (x * 1).mul_(y),
+                "copy_": lambda: (x * 1).copy_(yt),
+                "addcmul": lambda: lib.addcmul(x, x, yt, value=0.5),
+                "floor_divide": lambda: lib.floor_divide(x, y),
+                "xlogy": lambda: lib.xlogy(x, y),
+            }[op]()
+            return [out], leaves
+        n = shape[-1]
+        out = {
+            "exp": lambda: x.exp(),
+            "log": lambda: x.log(),
+            "sqrt": lambda: x.sqrt(),
+            "tanh": lambda: x.tanh(),
+            "sigmoid": lambda: x.sigmoid(),
+            "softmax": lambda: x.softmax(-1),
+            "log_softmax": lambda: x.log_softmax(-1),
+            "relu": lambda: f.relu(x),
+            "gelu": lambda: f.gelu(x),
+            "sum": lambda: x.sum(),
+            "mean": lambda: x.mean(-1),
+            "prod": lambda: x.prod(-1),
+            "sum_dtype": lambda: x.sum(-1, dtype=lib.float32),
+            "mean_dtype": lambda: x.mean(dtype=lib.float64),
+            "cumsum": lambda: x.cumsum(-1),
+            "cumsum_dtype": lambda: x.cumsum(0, dtype=lib.float32),
+            "var": lambda: x.var(-1) if n > 1 else x.var(),
+            "norm": lambda: x.norm(),
+            "amax": lambda: x.amax(-1),
+            "argmax": lambda: x.argmax(-1),
+            "sort": lambda: x.sort(-1).values,
+            "topk": lambda: x.topk(1, -1).values,
+            "to_float": lambda: x.float(),
+            "to_half": lambda: x.half(),
+            "to_bfloat16": lambda: x.bfloat16(),
+            "to_double": lambda: x.to(lib.float64),
+            "to_long": lambda: x.long(),
+            "layer_norm": lambda: f.layer_norm(x, (n,)),
+            "linear": lambda: f.linear(x, lib.tensor(w2, dtype=x.dtype)),
+            "mse": lambda: f.mse_loss(x, x.detach().flip(-1)),
+            "ce": lambda: f.cross_entropy(x.reshape(-1, n), lib.tensor(tgt.reshape(-1))),
+            "abs": lambda: x.abs(),
+            "neg": lambda: -x,
+            "round": lambda: x.round(),
+            "floor": lambda: x.floor(),
+            "reciprocal": lambda: x.reciprocal(),
+            "rsqrt": lambda: x.rsqrt(),
+            "square": lambda: x.square(),
+            "logsumexp": lambda: x.logsumexp(-1),
+            "softmax_dtype": lambda: x.softmax(-1, dtype=lib.float32),
+            "matmul": lambda: x @ x.transpose(-1, -2) if x.ndim > 1 else x @ x,
+            "masked_fill": lambda: x.masked_fill(x > 0.5, -1.0),
+            "index_select": lambda: x.index_select(-1, lib.tensor([n - 1, 0])),
+            "getitem": lambda: x[..., ::2],
+            "setitem": lambda: _half_setitem(x),
+            "std_mean": lambda: lib.std_mean(x, -1) if n > 1 else lib.std_mean(x),
+            "sign": lambda: x.sign(),
+            "isnan": lambda: (x / (x - x)).isnan(),
+            "nan_to_num": lambda: (x / (x - x)).nan_to_num(),
+            "erf": lambda: x.erf(),
+            "silu": lambda: f.silu(x),
+        }[op]()
+        return [out], leaves
+
+    def fn(lib):
+        outs, leaves = body(lib)
+        outs = _leaves(outs)
+        tensors = [o for o in outs if isinstance(o, lib.Tensor)]
+        diff = [o for o in tensors if _is_float(lib, o) and o.requires_grad]
+        grads = []
+        if diff and leaves:
+            total = sum(
+                (o.double() * lib.tensor(np.linspace(0.5, 1.5, o.numel()).reshape(tuple(o.shape))))
+                .sum() for o in diff
+            )  # fmt: skip
+            grads = list(lib.autograd.grad(total, leaves, allow_unused=True))
+            grads = [lib.zeros_like(x) if g is None else g for g, x in zip(grads, leaves)]
+        return [v for o in outs + grads for v in _half_out(lib, o)]
+
+    # (weights away from 0: torch's gradient of xlogy in x is xlogy(grad, y), 0 for a zero
+    # cotangent where y is 0; retrograd's is grad * log(y), NaN there)
+    return Trial(f"{op} {dt}{list(shape)} with {other[0]} {np.shape(other[1])}", fn, rtol=2e-2)
+
+
+def _half_setitem(x):
+    out = x * 1
+    out[..., 0] = 0.5
+    return out
