@@ -92,3 +92,24 @@ def test_vmap_refuses_an_in_dim_that_is_not_an_int():
     check(Trial("float in_dim", fn))
     with pytest.raises(rg.InvalidArgumentError, match="in_dim"):
         fn(rg)
+
+
+# ---- xlogy: the gradient in x is xlogy(grad, y) ---------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_xlogy_gradient_in_x_is_zero_for_a_zero_cotangent_where_y_is_zero(dtype):
+    # retrograd's xlogy was x * log(y) composed: its gradient in x was grad * log(y), NaN for
+    # a zero cotangent where y is 0 (0 * -inf); torch's is xlogy(grad, y), 0 there (and inf,
+    # not 0, where x is 0 and y is inf)
+    x = np.array([1.5, -2.0, 0.0, 0.0, 2.0, 0.0])
+    y = np.array([0.0, 0.0, np.inf, 0.5, 3.0, 0.0])
+    w = np.array([0.0, 0.0, 1.0, 0.0, 1.0, 2.0])
+
+    def fn(lib):
+        dt = getattr(lib, dtype)
+        a, b = lib.tensor(x, dtype=dt, requires_grad=True), lib.tensor(y, dtype=dt)
+        out = lib.xlogy(a, b)
+        return [out, *lib.autograd.grad((out * lib.tensor(w, dtype=dt)).sum(), [a])]
+
+    check(Trial(f"xlogy {dtype}", fn))
