@@ -5,9 +5,10 @@ only on a fixed list of forms. Each generator takes a ``numpy`` generator and re
 :class:`fuzz_cases.Mismatch` on the first difference in raising or not, dtype, shape or value.
 
 - ``vmap``: ``func.vmap`` over random bodies of elementwise, reduction, indexing, shape,
-  softmax, cumulative, matmul and in-place ops, with random ``in_dims`` (negative, ``None``,
-  nested in tuples), ``out_dims`` (negative, per output), ``chunk_size``, nested vmaps and
-  out-of-range dims that must raise; float64 gradients through the vmap;
+  softmax, cumulative, matmul, gather/scatter, convolution and in-place ops, with random
+  ``in_dims`` (negative, ``None``, per argument), ``out_dims`` (negative, per output),
+  ``chunk_size``, nested vmaps and out-of-range dims that must raise; float64 gradients
+  through the vmap;
 - ``transforms``: ``func.grad``/``grad_and_value``/``jacrev``/``jacfwd``/``hessian``/
   ``jvp``/``vjp`` on random bodies with ``argnums`` (ints and tuples), ``has_aux``, and
   compositions (``jacfwd(jacrev)``, ``vmap(grad)``, ``grad(grad)``, ``jacrev(vmap)``);
@@ -25,8 +26,13 @@ only on a fixed list of forms. Each generator takes a ``numpy`` generator and re
   ``Softmax2d``, ``LocalResponseNorm``, ``ChannelShuffle``, parametrized activations,
   ``weight_norm``), outputs and float64 gradients of input and parameters;
 - ``recurrent``: ``RNN``/``GRU``/``LSTM`` over ``num_layers``, ``bidirectional``,
-  ``proj_size``, ``batch_first``, ``bias``, given or default initial states, unbatched
-  inputs and packed sequences (sorted or not), and the cells.
+  ``batch_first``, ``bias``, given or default initial states, unbatched inputs and packed
+  sequences (sorted or not), and the cells (no ``proj_size``: retrograd refuses it, a
+  documented limitation);
+- ``half``: float16 and bfloat16 tensors through elementwise, reduction, cast, normalization
+  and loss ops beside tensors of every other dtype, 0-d tensors and Python scalars: result
+  dtypes, values (to half precision) and the dtypes and values of the gradients (the torch
+  inner backend only: NumPy refuses half precision, see ``tests/test_fuzz15.py``).
 
 Known differences are left out of the draws and named where they are.
 """
@@ -110,7 +116,27 @@ VMAP_BODIES = [
     ("outer", 2, 1, lambda lib, a, b: lib.outer(a.flatten(), b.flatten())),
     ("linear", 2, 1, lambda lib, a, b: _linear(lib, a, b)),
     ("constant", 1, 0, lambda lib, a: lib.ones_like(a) * a.sum()),
+    ("layer_norm", 1, 1, lambda lib, a: lib.nn.functional.layer_norm(a, a.shape[-1:])),
+    ("gather", 1, 1, lambda lib, a: a.gather(-1, lib.zeros(a.shape, dtype=lib.int64))),
+    ("index_select", 1, 1, lambda lib, a: a.index_select(0, lib.tensor([0, 0]))),
+    ("masked_fill", 1, 0, lambda lib, a: a.masked_fill(a > 0.3, -1.0)),
+    ("topk", 1, 1, lambda lib, a: a.topk(1, -1).values),
+    ("diagonal", 1, 2, lambda lib, a: a.diagonal(0, 0, 1) * 2),
+    ("triu", 1, 2, lambda lib, a: a.triu(1) - a.tril()),
+    ("einsum", 2, 1, lambda lib, a, b: lib.einsum("...i,...i->...", a, b)),
+    ("split", 1, 1, lambda lib, a: a.split(1, -1)[0] * a.unbind(-1)[-1].unsqueeze(-1)),
+    ("conv1d", 2, 1, lambda lib, a, b: _conv1d(lib, a, b)),
+    ("scatter_add", 2, 1, lambda lib, a, b: a.scatter_add(-1, lib.zeros_like(b).long(), b)),
+    ("amin_argmin", 1, 1, lambda lib, a: (a.amin(-1, keepdim=True), a.argmin(-1))),
+    ("std", 1, 1, lambda lib, a: a.std(-1, correction=0)),
+    ("prod_dim", 1, 1, lambda lib, a: a.prod(0)),
+    ("normalize", 1, 1, lambda lib, a: lib.nn.functional.normalize(a, dim=-1)),
 ]  # fmt: skip
+
+
+def _conv1d(lib, a, b):
+    w = b.reshape(1, 1, -1)[..., :1]
+    return lib.nn.functional.conv1d(a.reshape(1, 1, -1), w, padding=1)
 
 
 def _linear(lib, a, b):
@@ -176,7 +202,11 @@ def _vmap(rng):
         # stacking an output that no mapped input reaches along an out_dims other than 0:
         # those only where every input is mapped
         out_dims = 0
-    if out_dims == "tuple" and chunk is not None and name not in ("two_outs", "argmax"):
+    if (
+        out_dims == "tuple"
+        and chunk is not None
+        and name not in ("two_outs", "argmax", "amin_argmin")
+    ):
         # torch takes out_dims=(0,) for a lone tensor output, but not under chunk_size (an
         # AssertionError from its chunked path)
         chunk = None
@@ -189,7 +219,8 @@ def _vmap(rng):
         first = tuple(inner_dims) if as_tuple or arity > 1 else inner_dims[0]
         od = out_dims
         if od == "tuple":
-            od = (0, 0 if None in inner_dims else -1) if name in ("two_outs", "argmax") else (0,)
+            two = name in ("two_outs", "argmax", "amin_argmin")
+            od = (0, 0 if None in inner_dims else -1) if two else (0,)
         f = lib.func.vmap(f, in_dims=first, out_dims=od, chunk_size=chunk)
         if nested:
             f = lib.func.vmap(f, in_dims=tuple(outer_dims), out_dims=outer_out)

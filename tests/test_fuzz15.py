@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 DRAWS = {
     "vmap": 150,
-    "transforms": 40,
+    "transforms": 30,
     "einsum": 150,
     "sequences": 100,
     "layers": 60,
