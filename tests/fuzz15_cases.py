@@ -699,7 +699,9 @@ HALF_UNARY = ("exp", "log", "sqrt", "tanh", "sigmoid", "softmax", "log_softmax",
               "to_bfloat16", "to_double", "to_long", "layer_norm", "linear", "mse", "ce",
               "abs", "neg", "round", "floor", "reciprocal", "rsqrt", "square", "logsumexp",
               "softmax_dtype", "matmul", "masked_fill", "index_select", "getitem", "setitem",
-              "std_mean", "sign", "isnan", "nan_to_num", "erf", "silu")  # fmt: skip
+              "std_mean", "sign", "isnan", "nan_to_num", "erf", "silu", "conv1d", "avg_pool",
+              "max_pool", "interpolate", "pad", "embedding", "batch_norm", "group_norm",
+              "cumprod", "clamp_scalars", "dropout_eval", "sdpa")  # fmt: skip
 
 
 def _is_float(lib, t):
@@ -842,6 +844,24 @@ def _half(rng):
             "nan_to_num": lambda: (x / (x - x)).nan_to_num(),
             "erf": lambda: x.erf(),
             "silu": lambda: f.silu(x),
+            "conv1d": lambda: f.conv1d(
+                x.reshape(1, 1, -1), lib.tensor(w2[:1, None], dtype=x.dtype)
+            ),
+            "avg_pool": lambda: f.avg_pool1d(x.reshape(1, 1, -1), 2, ceil_mode=True),
+            "max_pool": lambda: f.max_pool1d(x.reshape(1, 1, -1), 2, ceil_mode=True),
+            "interpolate": lambda: f.interpolate(
+                x.reshape(1, 1, -1), scale_factor=2, mode="linear"
+            ),
+            "pad": lambda: f.pad(x, (1, 2), mode="constant", value=0.5),
+            "embedding": lambda: f.embedding(lib.tensor(tgt), x.reshape(-1, n)),
+            "batch_norm": lambda: f.batch_norm(x.reshape(-1, n), None, None, training=True),
+            "group_norm": lambda: f.group_norm(x.reshape(1, -1), 1),
+            "cumprod": lambda: x.cumprod(-1),
+            "clamp_scalars": lambda: x.clamp(-0.5, 1.0),
+            "dropout_eval": lambda: f.dropout(x, 0.5, training=False),
+            "sdpa": lambda: f.scaled_dot_product_attention(
+                x.reshape(1, -1, n), x.reshape(1, -1, n), x.reshape(1, -1, n)
+            ),
         }[op]()
         return [out], leaves
 
