@@ -358,9 +358,21 @@ def _einsum(rng):
     equation = ",".join("".join(t) for t in terms) + ("->" + "".join(out) if explicit else "")
     sublist = rng.random() < 0.25 and not use_ell
     arrays = [rng.uniform(-1, 1, size=s) for s in shapes]
+    # mostly float64; some int64 or float32 operands, alone or mixed (torch refuses a mix)
+    dtypes = [str(_pick(rng, "float64", "float64", "float64", "float32", "int64")) for _ in shapes]
+    if rng.random() < 0.7 or any(0 in sh for sh in shapes):
+        # (not mixed with an empty operand: torch's kernels skip their dtype check then, as
+        # fuzz11_cases' einsum notes)
+        dtypes = [dtypes[0]] * len(shapes)
 
     def body(lib):
-        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        xs = [
+            lib.tensor(a if dt != "int64" else np.round(a * 3), dtype=getattr(lib, dt))
+            for a, dt in zip(arrays, dtypes)
+        ]
+        for x in xs:
+            if x.dtype == lib.float64:
+                x.requires_grad_(True)
         if sublist:
             args = []
             for x, t in zip(xs, terms):
@@ -370,7 +382,12 @@ def _einsum(rng):
             return [lib.einsum(*args)], xs
         return [lib.einsum(equation, *xs)], xs
 
-    return _trial(f"einsum {equation!r} {shapes} sublist={sublist}", body, _weight_fn(rng))
+    return _trial(
+        f"einsum {equation!r} {shapes} {dtypes} sublist={sublist}",
+        body,
+        _weight_fn(rng),
+        rtol=1e-5 if "float32" in dtypes else 1e-9,
+    )
 
 
 # ---- sequences ---------------------------------------------------------------------------
