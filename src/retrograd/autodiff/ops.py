@@ -478,6 +478,23 @@ def _xlog1py_x_vjp(B, g, y, x):
     return B.mask_fill(grad, B.logical_and(B.equal_elem(x, 0.0), B.lower_equal_elem(y, -1.0)), 0.0)
 
 
+def _xlogy_x_vjp(B, g, y, x):
+    """torch's: ``xlogy(g, y)`` (0 for a zero ``g``, even where ``log(y)`` is infinite), 0
+    where ``x`` is 0 and ``y <= 0``."""
+    grad = B.xlogy(g, y)
+    return B.mask_fill(grad, B.logical_and(B.equal_elem(x, 0.0), B.lower_equal_elem(y, 0.0)), 0.0)
+
+
+def _xlogy_y_vjp(B, g, x, y):
+    """``g x / y``, 0 where ``x`` is 0 and ``y`` is not a positive finite number or NaN (where
+    torch's is NaN: 0 / 0, 0 / inf times an infinite ``g``)."""
+    regular = B.logical_or(
+        B.logical_and(B.greater_elem(y, 0.0), B.logical_not(B.is_inf(y))), B.is_nan(y)
+    )
+    singular = B.logical_and(B.equal_elem(x, 0.0), B.logical_not(regular))
+    return B.mask_fill(B.div(B.mul(g, x), y), singular, 0.0)
+
+
 def _gamma_density(B, a, x):
     """``exp((a - 1) log x - x - lgamma(a))``, torch's gradient of ``gammainc`` in ``x``."""
     return B.exp(B.sub(B.sub(B.mul(B.sub_scalar(a, 1.0), B.log(x)), x), B.lgamma(a)))
@@ -627,6 +644,7 @@ binary(
     _xlog1py_x_vjp,
     lambda B, g, x, y: B.div(B.mul(g, x), B.add_scalar(y, 1.0)),
 )
+binary("xlogy", _xlogy_x_vjp, _xlogy_y_vjp)
 binary(
     "zeta",
     _refuse("zeta", "input (the exponent x)"),

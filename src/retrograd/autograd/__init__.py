@@ -22,7 +22,7 @@ from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
 from ..autodiff.ops import Op
-from ..errors import AutodiffError, ShapeError
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from . import functional, profiler
 from .anomaly_mode import (
@@ -348,13 +348,43 @@ def vmap(
             return type(tree)(select(value, dim, i) for value in tree)
         return tree.select(dim, i) if isinstance(tree, Tensor) else tree
 
-    def stacked(results: list[Any], dim: int) -> Any:
+    def stacked(results: list[Any], dim: Any) -> Any:
+        """The results stacked leaf by leaf, ``dim`` an int for a whole subtree or a tree of
+        dims with the results' structure (torch's pytree prefix)."""
         first = results[0]
         if isinstance(first, dict):
-            return {key: stacked([r[key] for r in results], dim) for key in first}
+            if isinstance(dim, dict) and set(dim) != set(first):
+                mismatch(dim, first)
+            pick = (lambda key: dim[key]) if isinstance(dim, dict) else (lambda key: dim)
+            return {key: stacked([r[key] for r in results], pick(key)) for key in first}
         if isinstance(first, tuple | list):
-            return type(first)(stacked([r[k] for r in results], dim) for k in range(len(first)))
+            if isinstance(dim, tuple | list) and (
+                type(dim) is not type(first) or len(dim) != len(first)
+            ):
+                mismatch(dim, first)
+            pick = (lambda k: dim[k]) if isinstance(dim, tuple | list) else (lambda k: dim)
+            return type(first)(stacked([r[k] for r in results], pick(k)) for k in range(len(first)))
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            mismatch(dim, first)
         return stack(results, dim=dim)
+
+    def mismatch(dim: Any, output: Any) -> None:
+        raise InvalidArgumentError(
+            f"vmap: out_dims={out_dims!r} is not compatible with the structure of the outputs "
+            f"(out_dims {dim!r} against a {type(output).__name__})"
+        )
+
+    def checked(dim: Any, leaf: Tensor) -> Any:
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise InvalidArgumentError(
+                f"vmap: in_dims={in_dims!r}: each in_dim must be an int or None, got {dim!r}"
+            )
+        if not -max(leaf.ndim, 1) <= dim < max(leaf.ndim, 1) or leaf.ndim == 0:
+            raise ShapeError(
+                f"vmap: in_dims={in_dims!r}: got in_dim={dim} for an input of shape "
+                f"{tuple(leaf.shape)}; expected {-leaf.ndim} <= in_dim < {leaf.ndim}"
+            )
+        return leaf.shape[dim]
 
     def mapped(*args: Any) -> Any:
         dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)
@@ -363,7 +393,7 @@ def vmap(
                 f"vmap: in_dims is compatible with {len(dims)} arguments, got {len(args)}"
             )
         sizes = {
-            leaf.shape[d]
+            checked(d, leaf)
             for a, d in zip(args, dims)
             if d is not None
             for leaf in leaves(a)
@@ -379,9 +409,8 @@ def vmap(
         for i in range(size):
             picked = [a if d is None else select(a, d, i) for a, d in zip(args, dims)]
             results.append(func(*picked))
-        if isinstance(results[0], tuple):
-            outs = out_dims if isinstance(out_dims, tuple | list) else (out_dims,) * len(results[0])
-            return tuple(stacked([r[k] for r in results], outs[k]) for k in range(len(results[0])))
+        if isinstance(results[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
+            return stacked(results, out_dims[0])  # torch's one exception for a lone tensor
         return stacked(results, out_dims)
 
     return mapped

@@ -127,6 +127,9 @@ class NumpyMathKernels:
     def xlog1py(self, x, y):
         return _like(scipy.special.xlog1py(x, y), x)
 
+    def xlogy(self, x, y):
+        return _like(scipy.special.xlogy(x, y), x)
+
     def zeta(self, x, q):
         return _like(scipy.special.zeta(x, q), x)
 

@@ -131,6 +131,10 @@ class MathProtocol:
         """``x * log1p(y)``, 0 where ``x`` is 0 (unless ``y`` is NaN); broadcasting."""
         raise NotImplementedError
 
+    def xlogy(self, x: Any, y: Any) -> Any:
+        """``x * log(y)``, 0 where ``x`` is 0 (unless ``y`` is NaN); broadcasting."""
+        raise NotImplementedError
+
     def zeta(self, x: Any, q: Any) -> Any:
         """The Hurwitz zeta function ``sum_k (k + q)^-x``; broadcasting."""
         raise NotImplementedError

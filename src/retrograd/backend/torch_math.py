@@ -42,6 +42,7 @@ class TorchMathKernels:
     ndtri = staticmethod(torch.special.ndtri)
     entr = staticmethod(torch.special.entr)
     xlog1py = staticmethod(torch.special.xlog1py)
+    xlogy = staticmethod(torch.special.xlogy)
     zeta = staticmethod(torch.special.zeta)
     gammainc = staticmethod(torch.special.gammainc)
     gammaincc = staticmethod(torch.special.gammaincc)

@@ -56,6 +56,7 @@ FMOD = TensorOp("fmod", promote=COMMON)
 #: torch's ``igamma``/``igammac`` (``torch.special.gammainc``/``gammaincc``): operands in hand
 GAMMAINC = TensorOp("igamma", kernel="gammainc")
 GAMMAINCC = TensorOp("igammac", kernel="gammaincc")
+XLOGY = TensorOp("xlogy")
 _INTEGERS = ("int64", "bool")
 #: torch's ``deg2rad``/``rad2deg`` factors (``M_PI / 180`` and ``180 / M_PI`` as doubles)
 _DEG2RAD = math.pi / 180.0
@@ -171,13 +172,10 @@ class SpecialMixin:
 
     def xlogy(self, other: Any) -> Any:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
-        The gradient in ``self`` is ``log(other)``, 0 where ``self`` is 0 and ``other`` is not
-        positive (torch's); in ``other`` it is ``self / other``, but 0 where ``self`` is 0 and
-        ``other`` is 0 or infinite (torch: NaN there)."""
-        x, y = _floats("xlogy", self, other)
-        regular = y.greater_elem(0.0).logical_and(~y.isinf()).logical_or(y.isnan())
-        singular = x.equal_elem(0.0).logical_and(~regular)
-        return (x * y.mask_fill(singular, 1.0).log()).mask_fill(singular, 0.0)
+        The gradient in ``self`` is ``xlogy(grad, other)`` (0 for a zero ``grad``), 0 where
+        ``self`` is 0 and ``other`` is not positive (torch's); in ``other`` it is ``self /
+        other``, but 0 where ``self`` is 0 and ``other`` is 0 or infinite (torch: NaN there)."""
+        return self._apply(XLOGY, _floats("xlogy", self, other))
 
     def logaddexp(self, other: Any) -> Any:
         """``log(exp(self) + exp(other))`` without overflow: ``max + log1p(exp(-|a - b|))``,
