@@ -171,10 +171,10 @@ def _compiled_relu_arrays(arrays: list[np.ndarray]):
 
 
 def _compiled_float32_arrays(x: np.ndarray):
-    """For the compiled sigmoid and SiLU (:mod:`.compiled_sigmoid`): the flat views of ``x``
-    and of a result laid out as it is, and the result (:func:`.compiled_relu.dense_flat`),
-    when ``x`` is a float32 array of at least :data:`COMPILED_RELU_MIN_SIZE` elements lying
-    densely in memory; else ``None``."""
+    """For the compiled sigmoid, SiLU and tanh (:mod:`.compiled_activations`): the flat views
+    of ``x`` and of a result laid out as it is, and the result
+    (:func:`.compiled_relu.dense_flat`), when ``x`` is a float32 array of at least
+    :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in memory; else ``None``."""
     if x.dtype != np.float32 or x.size < COMPILED_RELU_MIN_SIZE:
         return None
     from .compiled_relu import dense_flat
@@ -435,7 +435,17 @@ class NumpyBackend(
     tan = staticmethod(np.tan)
     sinh = staticmethod(np.sinh)
     cosh = staticmethod(np.cosh)
-    tanh = staticmethod(np.tanh)
+
+    def tanh(self, x):
+        dense = _compiled_float32_arrays(x)
+        if dense is not None:  # one pass (compiled_activations)
+            from .compiled_activations import tanh_flat
+
+            (flat, target), out = dense
+            tanh_flat(flat, target)
+            return out
+        return np.tanh(x)
+
     asin = staticmethod(np.arcsin)
     acos = staticmethod(np.arccos)
     atan = staticmethod(np.arctan)
@@ -453,8 +463,8 @@ class NumpyBackend(
 
     def sigmoid(self, x):
         dense = _compiled_float32_arrays(x)
-        if dense is not None:  # one pass (compiled_sigmoid)
-            from .compiled_sigmoid import sigmoid_flat
+        if dense is not None:  # one pass (compiled_activations)
+            from .compiled_activations import sigmoid_flat
 
             (flat, target), out = dense
             sigmoid_flat(flat, target)
@@ -509,8 +519,8 @@ class NumpyBackend(
 
     def silu(self, x):
         dense = _compiled_float32_arrays(x)
-        if dense is not None:  # one pass (compiled_sigmoid)
-            from .compiled_sigmoid import silu_flat
+        if dense is not None:  # one pass (compiled_activations)
+            from .compiled_activations import silu_flat
 
             (flat, target), out = dense
             silu_flat(flat, target)

@@ -1,7 +1,7 @@
-"""The float32 sigmoid and SiLU of the NumPy backend as compiled loops
-(``backend/compiled_sigmoid.py``): taken for large float32 arrays in any dense layout, as close
-to float64 as torch's float32 kernels, torch's values at the edges (NaN, infinities, the
-underflow below -87.3), and the same bits when recomputed."""
+"""The float32 sigmoid, SiLU and tanh of the NumPy backend as compiled loops
+(``backend/compiled_activations.py``): taken for large float32 arrays in any dense layout, as
+close to float64 as torch's float32 kernels, torch's values at the edges (NaN, infinities,
+``-0.0``, the sigmoid's underflow below -87.3), and the same bits when recomputed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
-from retrograd.backend import compiled_sigmoid
+from retrograd.backend import compiled_activations
 
 #: [batch, channels, height, width], large enough for the loops
 SHAPE = (16, 64, 8, 8)
@@ -27,12 +27,12 @@ def _input(seed=0, layout="contiguous"):
 
 
 def _apply(name, t):
-    return t.sigmoid() if name == "sigmoid" else rg.nn.functional.silu(t)
+    return rg.nn.functional.silu(t) if name == "silu" else getattr(t, name)()
 
 
 def _torch(name, x, dtype):
     t = torch.tensor(x, dtype=dtype, requires_grad=True)
-    out = torch.sigmoid(t) if name == "sigmoid" else torch.nn.functional.silu(t)
+    out = torch.nn.functional.silu(t) if name == "silu" else getattr(torch, name)(t)
     (grad,) = torch.autograd.grad((out * out).sum(), t)
     return out.detach().numpy(), grad.numpy()
 
@@ -53,13 +53,13 @@ def _close_as_torch(ours, theirs, exact):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels-last"])
-@pytest.mark.parametrize("name", ["sigmoid", "silu"])
+@pytest.mark.parametrize("name", ["sigmoid", "silu", "tanh"])
 def test_values_and_gradients_as_torchs(monkeypatch, name, layout):
     calls = []
     if not inner_backend().name.startswith("torch"):
-        kernel = getattr(compiled_sigmoid, f"{name}_flat")
+        kernel = getattr(compiled_activations, f"{name}_flat")
         monkeypatch.setattr(
-            compiled_sigmoid, f"{name}_flat", lambda *a: calls.append(1) or kernel(*a)
+            compiled_activations, f"{name}_flat", lambda *a: calls.append(1) or kernel(*a)
         )
     x = _input(layout=layout)
     backend = rg.Autodiff(inner_backend())
@@ -71,17 +71,20 @@ def test_values_and_gradients_as_torchs(monkeypatch, name, layout):
     with np.errstate(invalid="ignore"):
         _close_as_torch(out.numpy(), torch_out, exact_out)
         _close_as_torch(grad, torch_grad, exact_grad)
-    assert out.numpy()[0, 0, 0, 3] == torch_out[0, 0, 0, 3]  # -100: zero below the normal range
+    assert out.numpy()[0, 0, 0, 3] == torch_out[0, 0, 0, 3]  # -100: sigmoid's 0, tanh's -1
+    assert np.signbit(out.numpy()[0, 0, 0, 6]) == np.signbit(torch_out[0, 0, 0, 6])  # -0.0
     if not inner_backend().name.startswith("torch"):
         assert calls, "the compiled loop was not taken"
 
 
 @pytest.mark.numpy_only("the NumPy backend's compiled loops")
-@pytest.mark.parametrize("name", ["sigmoid", "silu"])
+@pytest.mark.parametrize("name", ["sigmoid", "silu", "tanh"])
 def test_small_and_float64_arrays_stay_numpy(monkeypatch, name):
     calls = []
-    kernel = getattr(compiled_sigmoid, f"{name}_flat")
-    monkeypatch.setattr(compiled_sigmoid, f"{name}_flat", lambda *a: calls.append(1) or kernel(*a))
+    kernel = getattr(compiled_activations, f"{name}_flat")
+    monkeypatch.setattr(
+        compiled_activations, f"{name}_flat", lambda *a: calls.append(1) or kernel(*a)
+    )
     backend = rg.NumpyBackend()
     for x in (_input()[:1, :2].copy(), _input().astype(np.float64)):
         out = getattr(backend, name)(x)
@@ -90,7 +93,7 @@ def test_small_and_float64_arrays_stay_numpy(monkeypatch, name):
     assert calls == []
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "silu"])
+@pytest.mark.parametrize("name", ["sigmoid", "silu", "tanh"])
 def test_recomputed_gives_forwards_bits(name):
     x = _input(1)  # 65,536 elements: the compiled loops
     w = (np.random.default_rng(2).standard_normal((8, 8)) / 3).astype(np.float32)
