@@ -14,8 +14,6 @@ budget + 10% of NoCheckpointing's peak, and nothing may stay held once a step is
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 
@@ -70,7 +68,6 @@ def _run(loop, strategy) -> tuple[Recorder, rg.CheckpointStrategy]:
         rg.seed(0)
         rec = Recorder()
         loop(rec, np.random.default_rng(0))
-    gc.collect()
     return rec, strategy
 
 
@@ -163,7 +160,7 @@ def batchnorm_train_and_eval(rec: Recorder, rng) -> None:
         nn.Linear(8, 3),
     )
     opt = rg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
-    for step in range(4):
+    for _ in range(4):
         model.train()
         x = rg.tensor(rng.standard_normal((6, 2, 8, 8)).astype(np.float32))
         y = rg.tensor(rng.integers(0, 3, 6))
@@ -203,7 +200,6 @@ def inplace_ops(rec: Recorder, rng) -> None:
         for p, g in zip(params, gs):
             p.data.add_(rg.Tensor.from_inner(g, backend=p.backend), alpha=-0.1)
         rec.step(loss=loss, grads=gs, params=params)
-
 
 
 def tied_frozen_detached(rec: Recorder, rng) -> None:
@@ -273,8 +269,9 @@ def two_losses_two_backwards(rec: Recorder, rng) -> None:
 def gradient_penalty(rec: Recorder, rng) -> None:
     """WGAN-GP's critic step: ``autograd.grad(create_graph=True)`` of the critic's output on
     interpolated samples, its norm penalised, and one backward through both."""
-    critic = nn.Sequential(nn.Linear(6, 32), nn.LeakyReLU(0.2), nn.Linear(32, 32), nn.Tanh(),
-                           nn.Linear(32, 1))
+    critic = nn.Sequential(
+        nn.Linear(6, 32), nn.LeakyReLU(0.2), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1)
+    )
     opt = rg.optim.Adam(critic.parameters(), lr=1e-3, betas=(0.5, 0.9))
     for _ in range(4):
         real = rg.tensor(rng.standard_normal((12, 6)).astype(np.float32))
@@ -286,19 +283,26 @@ def gradient_penalty(rec: Recorder, rng) -> None:
         loss = critic(fake).mean() - critic(real).mean() + 10.0 * penalty
         grads = rec.grads(loss.backward())
         opt.step(grads)
-        rec.step(loss=loss, penalty=penalty, grads=_param_grads(grads, critic),
-                 state=_state(critic))
+        rec.step(
+            loss=loss, penalty=penalty, grads=_param_grads(grads, critic), state=_state(critic)
+        )
 
 
 def accumulation_with_ragged_batches(rec: Recorder, rng) -> None:
     """Gradient accumulation over micro-batches of varying size (the last of the epoch
     short), each loss scaled by its share, the summed gradients clipped and stepped."""
-    model = nn.Sequential(nn.Linear(5, 20), nn.ReLU(), nn.Dropout(0.1), nn.Linear(20, 20),
-                          nn.LayerNorm(20), nn.Linear(20, 1))
+    model = nn.Sequential(
+        nn.Linear(5, 20),
+        nn.ReLU(),
+        nn.Dropout(0.1),
+        nn.Linear(20, 20),
+        nn.LayerNorm(20),
+        nn.Linear(20, 1),
+    )
     opt = rg.optim.SGD(model.parameters(), lr=0.05, weight_decay=1e-4)
     data = rng.standard_normal((45, 5)).astype(np.float32)
     target = data.sum(1, keepdims=True) ** 2
-    for epoch in range(2):
+    for _epoch in range(2):
         order = rng.permutation(45)
         for start in range(0, 45, 16):  # 16, 16, 13
             batch = order[start : start + 16]
@@ -312,7 +316,6 @@ def accumulation_with_ragged_batches(rec: Recorder, rng) -> None:
             nn.utils.clip_grad_norm_(total, model.parameters(), 0.5)
             opt.step(total)
             rec.step(grads=_param_grads(total, model), state=_state(model))
-
 
 
 def lstm_over_ragged_sequences(rec: Recorder, rng) -> None:
@@ -350,8 +353,9 @@ def attention_with_masks(rec: Recorder, rng) -> None:
             self.mha = nn.MultiheadAttention(16, 2, dropout=0.2, batch_first=True)
             self.qkv = nn.Linear(16, 48)
             self.ln1, self.ln2 = nn.LayerNorm(16), nn.LayerNorm(16)
-            self.ff = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"),
-                                    nn.Linear(32, 16), nn.Dropout(0.1))
+            self.ff = nn.Sequential(
+                nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 16), nn.Dropout(0.1)
+            )
 
         def forward(self, x, padding):
             h = self.ln1(x)
@@ -418,8 +422,9 @@ def custom_functions_and_hooks(rec: Recorder, rng) -> None:
     seen = []
     model[0].register_forward_pre_hook(lambda m, args: (args[0] * 0.5,))
     model[1].register_forward_hook(
-        lambda m, args, out: seen.append(out.detach().abs().mean().item())
-        or out + 0.01 * rg.randn(*out.shape)
+        lambda m, args, out: (
+            seen.append(out.detach().abs().mean().item()) or out + 0.01 * rg.randn(*out.shape)
+        )
     )
     model[2].register_full_backward_hook(lambda m, gin, gout: (gin[0] * 0.5,))
     params = [*model.parameters(), scale]
@@ -434,6 +439,49 @@ def custom_functions_and_hooks(rec: Recorder, rng) -> None:
         rec.step(loss=loss, seen=seen[-1], grads=[p.grad(grads) for p in params], params=params)
 
 
+def functional_blocks_with_checkpoint(rec: Recorder, rng) -> None:
+    """A functional residual model on plain leaves (``F.embedding``, ``F.layer_norm``,
+    ``F.linear``, blocks wrapped in ``utils.checkpoint.checkpoint`` as torch users write it),
+    a graph built for logging and dropped without backward every step, and an evaluation with
+    gradients on a batch of another shape every other step (two graphs in alternation)."""
+    from retrograd.utils.checkpoint import checkpoint
+
+    def leaf(*shape, scale=0.2):
+        return rg.tensor((rng.standard_normal(shape) * scale).astype(np.float32)).requires_grad_()
+
+    emb = leaf(30, 24)
+    blocks = [(leaf(24, 48), leaf(48), leaf(24, 48)) for _ in range(3)]
+    params = [emb, *[p for block in blocks for p in block]]
+
+    def block(h, w1, b1, w2):
+        z = F.layer_norm(h, (24,))
+        return h + F.linear(F.silu(F.linear(z, w1.T, b1)), w2)
+
+    def model(idx, training=True):
+        h = F.dropout(F.embedding(idx, emb), 0.1, training=training)
+        for w1, b1, w2 in blocks:
+            h = checkpoint(block, h, w1, b1, w2, use_reentrant=False)
+        return h @ emb.T
+
+    for step in range(4):
+        idx = rg.tensor(rng.integers(0, 30, (6, 5)))
+        logits = model(idx)
+        loss = F.cross_entropy(logits.reshape(-1, 30), idx.reshape(-1))
+        logged = (logits.softmax(-1).max_dim(-1).mean() * 1.0).item()  # a graph never walked
+        grads = rec.grads(loss.backward())
+        new = [(p - 0.2 * p.grad(grads)).detach().requires_grad_() for p in params]
+        emb, blocks = new[0], [tuple(new[1 + 3 * k : 4 + 3 * k]) for k in range(3)]
+        rec.step(loss=loss, logged=logged, grads=[p.grad(grads) for p in params], params=new)
+        params = new
+        if step % 2:
+            val_idx = rg.tensor(rng.integers(0, 30, (3, 7)))
+            val = F.cross_entropy(
+                model(val_idx, training=False).reshape(-1, 30), val_idx.reshape(-1)
+            )
+            vgrads = rec.grads(val.backward())
+            rec.step(val=val, vgrad=emb.grad(vgrads))
+
+
 LOOPS = [
     mlp_with_dropout,
     batchnorm_train_and_eval,
@@ -445,6 +493,7 @@ LOOPS = [
     lstm_over_ragged_sequences,
     attention_with_masks,
     custom_functions_and_hooks,
+    functional_blocks_with_checkpoint,
 ]
 
 
@@ -460,8 +509,9 @@ def _penalty_step_peaks(strategy, steps=4) -> list[tuple[int, int | None]]:
     with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
         rg.seed(0)
         rng = np.random.default_rng(0)
-        critic = nn.Sequential(nn.Linear(6, 32), nn.LeakyReLU(0.2), nn.Linear(32, 32), nn.Tanh(),
-                               nn.Linear(32, 1))
+        critic = nn.Sequential(
+            nn.Linear(6, 32), nn.LeakyReLU(0.2), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1)
+        )
         for _ in range(steps):
             real = rg.tensor(rng.standard_normal((12, 6)).astype(np.float32))
             fake = rg.tensor(rng.standard_normal((12, 6)).astype(np.float32))
