@@ -542,3 +542,51 @@ def test_a_planned_backward_counts_the_earlier_graph_it_reads():
         assert peak <= 1.1 * predicted, peaks
     # the planned steps hold no more than the eager first step (the budget's reach here)
     assert max(peak for peak, _ in peaks[1:]) <= peaks[0][0], peaks
+
+
+@pytest.mark.numpy_only("tracemalloc sees NumPy's allocations, not torch's CPU allocator")
+@pytest.mark.parametrize("which", ["balanced", "budget"])
+def test_a_loop_with_dropout_batchnorm_and_masks_stays_flat(which):
+    """Memory is flat over a loop under a strategy that recomputes: dropout masks, BatchNorm
+    buffers, masks drawn per step and the budget's plans leave nothing behind step to step."""
+    import gc
+    import tracemalloc
+
+    strategy = rg.BalancedCheckpointing() if which == "balanced" else rg.BudgetCheckpointing(6000)
+    rng = np.random.default_rng(0)
+    with rg.use_backend(rg.Autodiff(inner_backend(), strategy)):
+        model = nn.Sequential(
+            nn.Linear(8, 32),
+            nn.BatchNorm1d(32),
+            nn.ReLU(inplace=True),
+            nn.Dropout(0.2),
+            nn.Linear(32, 2),
+        )
+        opt = rg.optim.Adam(model.parameters(), lr=1e-3)
+
+        def step():
+            x = rg.tensor(rng.standard_normal((16, 8)).astype(np.float32))
+            keep = rg.tensor(rng.random((16, 1)) < 0.8)
+            loss = (model(x).square() * keep.float()).mean()
+            opt.step(loss.backward())
+
+        for _ in range(60):  # the first steps fill caches (plans, compiled kernels)
+            step()
+        tracemalloc.start()
+        try:
+            gc.collect()
+            early = tracemalloc.take_snapshot()
+            for _ in range(120):
+                step()
+            gc.collect()
+            late = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+    ours = [tracemalloc.Filter(True, "*retrograd*"), tracemalloc.Filter(True, __file__)]
+    growth = sum(
+        stat.size_diff
+        for stat in late.filter_traces(ours).compare_to(early.filter_traces(ours), "filename")
+    )
+    assert growth < 16 * 1024, f"memory grew by {growth} bytes over 120 steps"
+    if which == "budget":
+        assert strategy.planned_steps >= 120 and strategy.held_bytes == 0
