@@ -540,8 +540,9 @@ def test_a_planned_backward_counts_the_earlier_graph_it_reads():
     assert strategy.planned_steps >= 2
     for peak, predicted in peaks[1:]:
         assert peak <= 1.1 * predicted, peaks
-    # the planned steps hold no more than the eager first step (the budget's reach here)
-    assert max(peak for peak, _ in peaks[1:]) <= peaks[0][0], peaks
+    # the planned steps hold what the eager first step held (the budget's reach here), to
+    # the tenth a replay's drops may differ by (they follow measured times)
+    assert max(peak for peak, _ in peaks[1:]) <= 1.1 * peaks[0][0], peaks
 
 
 @pytest.mark.numpy_only("tracemalloc sees NumPy's allocations, not torch's CPU allocator")
