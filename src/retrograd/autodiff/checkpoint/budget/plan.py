@@ -89,7 +89,8 @@ class Trace:
     #: position of the value whose buffer it shares (a view of a parent), or its own
     owners: list[int]
     #: ``(bytes, first step, last step)`` held whatever the plan: the untracked values held
-    #: (read by rules, or backed up), which the engine counts
+    #: (read by rules, or backed up) and the values of an earlier graph its backward reads
+    #: (a gradient penalty's), which the engine counts
     fixed: list[tuple[int, int, int]] = field(default_factory=list)
     #: the same for the gradients in flight: real memory, but not activations (neither the
     #: engine's count nor the budget covers them)

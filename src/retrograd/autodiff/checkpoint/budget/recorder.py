@@ -77,6 +77,11 @@ class RecordedStep(NamedTuple):
         fixed: list[tuple[int, int, int]] = []
         gradients: list[tuple[int, int, int]] = []
         constant_reads: dict[int, int] = {}
+        # values of an earlier trace that this backward reads (the graph of a gradient taken
+        # with create_graph, which a gradient penalty differentiates again): held, or
+        # recomputed, beside this step's own values until their last read
+        earlier = _earlier_values(steps, positions)
+        earlier_reads: dict[int, int] = {}
         for step, node in enumerate(steps):
             position = positions.get(node.id)
             if position is not None and position in grad_start:
@@ -94,6 +99,8 @@ class RecordedStep(NamedTuple):
                     reads[position].append(step)
                 elif key in constants:
                     constant_reads[key] = step
+                elif key in earlier:
+                    earlier_reads[key] = step
         horizon = len(steps)
         # A value that cannot be recomputed but backs up one that can is held through forward,
         # read or not (backward lets it go when it starts, unless a recomputation needs it).
@@ -107,6 +114,7 @@ class RecordedStep(NamedTuple):
             for key, (nbytes, backup) in constants.items()
             if backup or key in constant_reads
         )
+        fixed.extend((earlier[key], 0, step) for key, step in earlier_reads.items())
         trace = Trace(
             sizes=[value.nbytes for value in values],
             costs=[
@@ -126,6 +134,17 @@ class RecordedStep(NamedTuple):
 
 
 _new_value = tuple.__new__
+
+
+def _earlier_values(steps: list, positions: dict[int, int]) -> dict[int, int]:
+    """Node id -> bytes of the outputs held for ``steps`` that the recorded step did not
+    make (nodes of a graph recorded before it, which its backward walks again)."""
+    earlier = {}
+    for node in steps:
+        slot = getattr(node.saved, "slot", None)
+        if slot is not None and node.id not in positions:
+            earlier[node.id] = slot.nbytes
+    return earlier
 
 
 def _gone() -> None:
