@@ -170,10 +170,19 @@ class Module:
         names.update(self._parameters, self._buffers, self._modules)
         return sorted(names)
 
-    @staticmethod
-    def _check_name(op: str, name: Any) -> None:
+    def _check_name(self, op: str, name: Any) -> None:
+        """``name`` a non-empty str without '.', and no attribute of the module but a
+        parameter, buffer or sub-module (torch's KeyError "attribute already exists":
+        registering ``forward`` or ``training`` hid the method, or removed the flag every
+        layer reads)."""
         if not isinstance(name, str) or not name or "." in name:
             raise InvalidArgumentError(f"{op}: invalid name {name!r} (a non-empty str without '.')")
+        registered = (self._parameters, self._buffers, self._modules)
+        if all(name not in registry for registry in registered) and hasattr(self, name):
+            raise KeyMismatchError(
+                f"{op}: attribute {name!r} already exists in {type(self).__name__}; choose "
+                "another name"
+            )
 
     def register_parameter(self, name: str, value: Any) -> Parameter | None:
         """Own ``value`` as the parameter ``name``; returns it.
