@@ -453,16 +453,17 @@ class Optimizer:
         self.state = new_state
 
     def state_keys(self, parameter: Tensor, group: dict[str, Any]) -> set[str]:
-        """The entries a step keeps in ``parameter``'s state under ``group``'s settings (None
-        ones aside): those one :meth:`update` makes for a one-element stand-in of the
-        parameter (same rank, dtype and backend), so that the algorithm alone says."""
+        """The buffers a step keeps in ``parameter``'s state under ``group``'s settings (None
+        ones and the step count aside: torch's SGD keeps no count): those one :meth:`update`
+        makes for a one-element stand-in of the parameter (same rank, dtype and backend), so
+        that the algorithm alone says."""
         if type(self).update is Optimizer.update:  # no per-parameter update (L-BFGS)
             return set()
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         probe = value.new_zeros((1,) * value.ndim)
         with probe.backend.arithmetic_warnings_ignored():
             _, state = self.update(probe, probe, {"step": 1}, group)
-        return {key for key, entry in state.items() if entry is not None}
+        return {key for key, entry in state.items() if entry is not None and key != "step"}
 
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the state buffer ``key`` of a parameter of ``shape``: the
