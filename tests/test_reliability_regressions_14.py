@@ -7,7 +7,8 @@ shifted every later cumulative average; an optimizer state missing a buffer, res
 zeros beside the saved ones; a ``binary_cross_entropy`` target outside [0, 1] given a loss), a
 module broken by a name (``register_parameter("training", ...)`` removed the flag every layer
 reads), or a failure found too late or named wrong (``rg.save`` to a folder named a temporary
-file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write).
+file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write; a
+backward hook's gradient of the wrong shape was reported as an internal Function's).
 Each now gives torch's result or an error of API.md section 7 naming the op and the value at
 fault, and leaves every object usable. Expected values come from torch.
 """
@@ -219,3 +220,56 @@ def test_bench_out_a_folder_is_refused_before_any_script_runs(tmp_path, capsys):
         f"retrograd bench: --out {tmp_path} is a folder, not a file — name a file in it"
     ]
     assert not marker.exists()
+
+
+# -- a backward hook's or a Function's gradient of the wrong kind ----------------------------
+@pytest.mark.parametrize(
+    ("result", "error", "fragment"),
+    [
+        (
+            lambda grad: (grad[:1],),
+            rg.ShapeError,
+            r"gradient of shape \[1, 8\] for one of shape \[5, 8\]",
+        ),
+        (lambda grad: 3, rg.DTypeError, "returned int; expected None, a tensor"),
+        (lambda grad: (grad, grad), rg.DTypeError, "returned tuple"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["register_full_backward_hook", "register_full_backward_pre_hook"])
+def test_a_backward_hooks_bad_gradient_names_the_module_and_the_hook(result, error, fragment, kind):
+    """The message named the identity Function the hook runs in ("function
+    _InputGradientsBackward returned an invalid gradient at index 0 - expected shape [5, 8]")
+    and not the shape given. torch refuses each too."""
+    for lib in (torch, rg):
+        model = lib.nn.Sequential(lib.nn.Linear(4, 8), lib.nn.Linear(8, 3))
+        hooked = model[1] if kind == "register_full_backward_hook" else model[0]
+
+        def hook(module, *grads):
+            return result(grads[0][0])
+
+        handle = getattr(hooked, kind)(hook)
+        x = np.ones((5, 4), np.float32)
+        if lib is torch:
+            with pytest.raises((RuntimeError, TypeError)):
+                model(torch.tensor(x)).sum().backward()
+            continue
+        with pytest.raises(error, match=rf"^Linear: a {kind} hook .*{fragment}"):
+            model(rg.tensor(x)).sum().backward()
+        handle.remove()
+        grads = model(rg.tensor(x)).sum().backward()  # the model goes on without it
+        assert model[0].weight.grad(grads).shape == (8, 4)
+
+
+def test_a_functions_gradient_of_the_wrong_shape_says_the_shape_it_got():
+    class Double(rg.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad[:1]
+
+    x = rg.ones((3, 2)).require_grad()
+    with pytest.raises(rg.ShapeError, match=r"got shape \[1, 2\], expected shape \[3, 2\]"):
+        Double.apply(x).sum().backward()

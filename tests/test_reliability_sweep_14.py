@@ -41,6 +41,7 @@ import torch
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+from backends import inner_backend
 from retrograd.utils import data as D  # noqa: N812  (torch's idiom)
 
 # -- state after an error --------------------------------------------------------------------
@@ -205,6 +206,61 @@ def test_a_graph_survives_an_error_built_after_it(clean_run):
     for _ in range(3):
         _step(model, optimizer)
     _assert_same_state(_state(model, optimizer), clean_run)
+
+
+@pytest.mark.parametrize("strategy", ["none", "balanced", "budget"])
+def test_a_backward_that_failed_with_retain_graph_gives_the_clean_gradients_again(strategy):
+    """A hook and then a Function's backward fail once under ``retain_graph=True``: the same
+    graph's next backward gives the gradients of a clean one, bit for bit, under each
+    checkpointing strategy (the recomputed and the freed values included)."""
+    strategies = {
+        "none": rg.NoCheckpointing(),
+        "balanced": rg.BalancedCheckpointing(),
+        "budget": rg.BudgetCheckpointing(1024),
+    }
+    backend = rg.Autodiff(inner_backend(), checkpointing=strategies[strategy])
+    failures = []
+
+    class Flaky(rg.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            if len(failures) == 1:
+                failures.append("function")
+                raise ValueError("once")
+            return grad * 2
+
+    def hook(module, grad_input, grad_output):
+        if not failures:
+            failures.append("hook")
+            raise RuntimeError("once")
+
+    def graph(hooked):
+        rg.manual_seed(0)
+        layers = [rg.nn.Linear(4, 8, backend=backend), rg.nn.Linear(8, 3, backend=backend)]
+        handle = layers[1].register_full_backward_hook(hook) if hooked else None
+        hidden = F.gelu(layers[0](rg.tensor(_X, backend=backend)))
+        return layers, Flaky.apply(layers[1](hidden)).tanh().sum(), handle
+
+    clean_layers, clean_loss, _ = graph(hooked=False)
+    clean = clean_loss.backward()
+    layers, loss, handle = graph(hooked=True)
+    with pytest.raises(RuntimeError, match="once"):
+        loss.backward(retain_graph=True)
+    handle.remove()
+    with pytest.raises(ValueError, match="once"):
+        loss.backward(retain_graph=True)
+    grads = loss.backward()
+    assert failures == ["hook", "function"]
+    for ours, reference in zip(layers, clean_layers):
+        for name in ("weight", "bias"):
+            np.testing.assert_array_equal(
+                getattr(ours, name).grad(grads).numpy(),
+                getattr(reference, name).grad(clean).numpy(),
+            )
 
 
 @pytest.mark.parametrize("how", ["deepcopy", "pickle", "state_dict"])
