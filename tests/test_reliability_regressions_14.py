@@ -8,7 +8,8 @@ zeros beside the saved ones; a ``binary_cross_entropy`` target outside [0, 1] gi
 module broken by a name (``register_parameter("training", ...)`` removed the flag every layer
 reads), or a failure found too late or named wrong (``rg.save`` to a folder named a temporary
 file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write; a
-backward hook's gradient of the wrong shape was reported as an internal Function's).
+backward hook's gradient of the wrong shape was reported as an internal Function's; torch's
+tensor learning rate refused as negative).
 Each now gives torch's result or an error of API.md section 7 naming the op and the value at
 fault, and leaves every object usable. Expected values come from torch.
 """
@@ -273,3 +274,21 @@ def test_a_functions_gradient_of_the_wrong_shape_says_the_shape_it_got():
     x = rg.ones((3, 2)).require_grad()
     with pytest.raises(rg.ShapeError, match=r"got shape \[1, 2\], expected shape \[3, 2\]"):
         Double.apply(x).sum().backward()
+
+
+# -- an optimizer's learning rate given as a tensor ------------------------------------------
+def test_a_learning_rate_tensor_steps_as_torchs_and_a_string_is_a_type_error():
+    """torch takes ``lr=torch.tensor(0.1)``; it was refused with "lr must be non-negative,
+    got tensor(0.1)", and a string was told the same (torch: a TypeError)."""
+    reference = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    theirs = torch.optim.Adam([reference], lr=torch.tensor(0.1))
+    (reference * reference).sum().backward()
+    theirs.step()
+    p = rg.nn.Parameter(rg.tensor([1.0, -2.0]))
+    ours = rg.optim.Adam([p], lr=rg.tensor(0.1))
+    ours.step((p * p).sum().backward())
+    np.testing.assert_allclose(p.numpy(), reference.detach().numpy(), rtol=1e-6)
+    with pytest.raises(TypeError):
+        torch.optim.Adam([reference], lr="fast")
+    with pytest.raises(rg.DTypeError, match=r"^Adam: lr must be a number, got 'fast'"):
+        rg.optim.Adam([p], lr="fast")

@@ -173,12 +173,17 @@ class Optimizer:
                 f"{type(self).__name__}: defaults must be a dict of hyper-parameters, got "
                 f"{type(defaults).__name__}"
             )
+        defaults = dict(defaults)
         lr = defaults.get("lr")
-        if not (isinstance(lr, int | float) and lr >= 0.0):
+        if isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
+            lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
+        if not isinstance(lr, int | float) or isinstance(lr, bool):
+            raise DTypeError(f"{type(self).__name__}: lr must be a number, got {lr!r}")
+        if not lr >= 0.0:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: lr must be non-negative, got {lr!r}"
             )
-        self.defaults = dict(defaults)
+        self.defaults = defaults
         #: the module given, if one was (the old form ``Optimizer(module, ...)``)
         self.module = params if hasattr(params, "named_parameters") else None
         #: torch's groups: dicts of ``"params"`` (a list of tensors) and hyper-parameters
