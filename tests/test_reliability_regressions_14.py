@@ -9,7 +9,7 @@ module broken by a name (``register_parameter("training", ...)`` removed the fla
 reads), or a failure found too late or named wrong (``rg.save`` to a folder named a temporary
 file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write; a
 backward hook's gradient of the wrong shape was reported as an internal Function's; torch's
-tensor learning rate refused as negative).
+tensor learning rate refused as negative; a plateau schedule's error named ``item``).
 Each now gives torch's result or an error of API.md section 7 naming the op and the value at
 fault, and leaves every object usable. Expected values come from torch.
 """
@@ -292,3 +292,19 @@ def test_a_learning_rate_tensor_steps_as_torchs_and_a_string_is_a_type_error():
         torch.optim.Adam([reference], lr="fast")
     with pytest.raises(rg.DTypeError, match=r"^Adam: lr must be a number, got 'fast'"):
         rg.optim.Adam([p], lr="fast")
+
+
+def test_a_plateau_schedule_given_several_metrics_names_itself_and_counts_nothing():
+    """``item``'s error ("item: expected a one-element tensor") named the tensor method."""
+    with pytest.raises(ValueError, match="one element"):
+        torch.optim.lr_scheduler.ReduceLROnPlateau(
+            torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+        ).step(torch.tensor([1.0, 2.0]))
+    schedule = rg.optim.lr_scheduler.ReduceLROnPlateau(
+        rg.optim.SGD([rg.nn.Parameter(rg.ones(1))], lr=0.1)
+    )
+    with pytest.raises(rg.ShapeError, match=r"^ReduceLROnPlateau\.step: .*shape \[2\]"):
+        schedule.step(rg.tensor([1.0, 2.0]))
+    assert schedule.last_epoch == 0 and schedule.num_bad_epochs == 0
+    schedule.step(rg.tensor([1.0]))
+    assert schedule.last_epoch == 1 and schedule.best == 1.0
