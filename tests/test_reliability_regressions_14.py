@@ -9,7 +9,8 @@ module broken by a name (``register_parameter("training", ...)`` removed the fla
 reads), or a failure found too late or named wrong (``rg.save`` to a folder named a temporary
 file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write; a
 backward hook's gradient of the wrong shape was reported as an internal Function's; torch's
-tensor learning rate refused as negative; a plateau schedule's error named ``item``).
+tensor learning rate refused as negative; a plateau schedule's error named ``item``; NumPy's advice to load an unknown file with
+``allow_pickle`` passed on).
 Each now gives torch's result or an error of API.md section 7 naming the op and the value at
 fault, and leaves every object usable. Expected values come from torch.
 """
@@ -308,3 +309,19 @@ def test_a_plateau_schedule_given_several_metrics_names_itself_and_counts_nothin
     assert schedule.last_epoch == 0 and schedule.num_bad_epochs == 0
     schedule.step(rg.tensor([1.0]))
     assert schedule.last_epoch == 1 and schedule.best == 1.0
+
+
+@pytest.mark.parametrize("content", [b"hello, not arrays", b"\x80\x04K\x01."])
+def test_loading_a_state_from_a_file_of_other_bytes_never_advises_allow_pickle(tmp_path, content):
+    """NumPy's message ("... you can load it unsafely using the `allow_pickle=` keyword")
+    was passed on: advice to run what an unknown file holds."""
+    path = tmp_path / "weights.npz"
+    path.write_bytes(content)
+    layer = rg.nn.Linear(2, 1)
+    before = layer.weight.numpy().copy()
+    with pytest.raises(rg.InvalidArgumentError) as caught:
+        layer.load_state_dict(str(path))
+    message = str(caught.value)
+    assert message.startswith(f"load_state_dict: {path} is not a readable .npz archive")
+    assert "allow_pickle" not in message and "pickled objects" in message
+    np.testing.assert_array_equal(layer.weight.numpy(), before)

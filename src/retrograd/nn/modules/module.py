@@ -791,8 +791,11 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        # NumPy reads bytes it does not know as a pickle and advises allow_pickle, which
+        # would run whatever the file holds: said as what it is instead
+        reason = "pickled objects, or not an array file" if "allow_pickle" in str(error) else error
         raise InvalidArgumentError(
-            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({error})"
+            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({reason})"
         ) from None
 
 
