@@ -129,8 +129,9 @@ def _watch_output(module: Any, hooks: dict[str, Any], output: Any, state: dict) 
 
 def _replacement(ctx: Any, kind: str, result: Any, grad: Any) -> Any:
     """The gradient a backward hook's ``result`` gives in place of ``grad``: a tensor of
-    ``grad``'s shape (or None), or an error naming the module and the hook (the identity Function the
-    hook runs in named neither: "function _InputGradientsBackward returned ...")."""
+    ``grad``'s shape (or None), or an error naming the module and the hook (the identity
+    Function the hook runs in named neither: "function _InputGradientsBackward returned
+    ...")."""
     new = result[0] if isinstance(result, tuple | list) and len(result) == 1 else result
     where = f"{type(ctx.module).__name__}: a {kind} hook"
     if new is None:  # (None,): no gradient, as torch's
