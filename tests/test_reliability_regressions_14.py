@@ -10,8 +10,9 @@ reads), or a failure found too late or named wrong (``rg.save`` to a folder name
 file; ``retrograd bench --out FOLDER`` ran every benchmark before finding it could not write; a
 backward hook's gradient of the wrong shape was reported as an internal Function's; torch's
 tensor learning rate refused as negative; a plateau schedule's error named ``item``; NumPy's
-advice to load an unknown file with ``allow_pickle`` passed on). Each now gives torch's result or an error of API.md section 7 naming the op and the value at
-fault, and leaves every object usable. Expected values come from torch.
+advice to load an unknown file with ``allow_pickle`` passed on). Each now gives torch's
+result or an error of API.md section 7 naming the op and the value at fault, and leaves every
+object usable. Expected values come from torch.
 """
 
 from __future__ import annotations
