@@ -23,6 +23,7 @@ are replaced as a set: when one of them cannot be written, none is replaced.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import threading
@@ -84,6 +85,8 @@ class FileSet:
 
     def _temporary(self, name: str) -> tuple[int, Path]:
         final = self.folder / name
+        if final.is_dir():  # refused before a byte is written, not by the rename at the end
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(final))
         try:
             descriptor, temporary = tempfile.mkstemp(
                 prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
@@ -138,7 +141,10 @@ class FileSet:
                     with open(temporary, "rb") as file:
                         os.fsync(file.fileno())
             for temporary, final, _ in self._staged:
-                os.replace(temporary, final)
+                try:
+                    os.replace(temporary, final)
+                except OSError as error:  # named by the file, not the temporary's name
+                    raise OSError(error.errno, error.strerror or str(error), str(final)) from error
         except BaseException:
             self.discard()
             raise

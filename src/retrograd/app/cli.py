@@ -475,12 +475,15 @@ def _graph(options: argparse.Namespace) -> int:
 def _bench(options: argparse.Namespace) -> int:
     from ..files import atomic_write
     from .bench import as_markdown, find_benchmarks, list_scripts, run_benchmarks
+    from .runfolder import output_file
 
     directory = find_benchmarks(options.dir)
     if options.list:
         for script in list_scripts(directory):
             print(script.name)
         return 0
+    if options.out:
+        output_file(options.out)
     results = run_benchmarks(directory, options.names, timeout=options.timeout)
     if options.out:
         with atomic_write(options.out, "w") as file:

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..files import FileSet
 from ._usage import CommandError
 
-__all__ = ["RUN_FILES", "RunFolder", "output_folder"]
+__all__ = ["RUN_FILES", "RunFolder", "output_file", "output_folder"]
 
 #: the files a training run (any model) writes in its folder
 RUN_FILES = ("metrics.json", "model.npz", "curves.png", "checkpoint.npz", "sample.txt")
@@ -60,6 +60,17 @@ def output_folder(path: str | os.PathLike, flag: str = "--out") -> tuple[Path, b
             "can write in"
         ) from None
     return folder, made
+
+
+def output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """``path`` as a file that can be written (its folder made when missing), checked before
+    any work: a folder given, or one that cannot be written in, was found only when the work
+    was done and its result was to be saved. Raises a one-line :class:`CommandError`."""
+    target = Path(path)
+    if target.is_dir():
+        raise CommandError(f"{flag} {target} is a folder, not a file — name a file in it")
+    output_folder(target.parent, flag)
+    return target
 
 
 class RunFolder:

@@ -191,12 +191,14 @@ class _Call:
                 f"function {self.cls.__name__}Backward returned a {type(grad).__name__} as "
                 f"gradient {self.positions[i]}; expected a tensor or None"
             )
-        if grad.shape != shape:
+        grad_shape = grad.shape
+        if grad_shape != shape:
             grad = _summed_to(grad, shape)
         if grad is None:
             raise ShapeError(
                 f"function {self.cls.__name__}Backward returned an invalid gradient at index "
-                f"{self.positions[i]} - expected shape {list(shape)}"
+                f"{self.positions[i]} - got shape {list(grad_shape)}, expected shape "
+                f"{list(shape)}"
             )
         prim = grad._prim
         if tracked:

@@ -43,6 +43,7 @@ from ..errors import (
     AutodiffError,
     DTypeError,
     InvalidArgumentError,
+    KeyMismatchError,
     ShapeError,
     check_iterable,
     shape_text,
@@ -172,12 +173,17 @@ class Optimizer:
                 f"{type(self).__name__}: defaults must be a dict of hyper-parameters, got "
                 f"{type(defaults).__name__}"
             )
+        defaults = dict(defaults)
         lr = defaults.get("lr")
-        if not (isinstance(lr, int | float) and lr >= 0.0):
+        if isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
+            lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
+        if not isinstance(lr, int | float) or isinstance(lr, bool):
+            raise DTypeError(f"{type(self).__name__}: lr must be a number, got {lr!r}")
+        if not lr >= 0.0:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: lr must be non-negative, got {lr!r}"
             )
-        self.defaults = dict(defaults)
+        self.defaults = defaults
         #: the module given, if one was (the old form ``Optimizer(module, ...)``)
         self.module = params if hasattr(params, "named_parameters") else None
         #: torch's groups: dicts of ``"params"`` (a list of tensors) and hyper-parameters
@@ -421,6 +427,9 @@ class Optimizer:
         for saved, own in zip(groups, self.param_groups):
             for number, p in zip(saved["params"], own["params"]):
                 by_number[_parameter_number(where, number)] = p
+        group_of = {
+            id(p): group for own, group in zip(self.param_groups, merged) for p in own["params"]
+        }
         new_state: dict[Tensor, State] = defaultdict(dict)
         for number, entry in saved_state.items():
             p = by_number.get(_parameter_number(where, number))
@@ -434,6 +443,12 @@ class Optimizer:
                     f"{where}: the state of parameter {number} is a {type(entry).__name__}, "
                     "not a dict"
                 )
+            missing = sorted(self.state_keys(p, group_of[id(p)]) - set(entry)) if entry else []
+            if missing:  # the step would start them afresh beside the saved ones: refused
+                raise KeyMismatchError(
+                    f"{where}: the state of parameter {number} lacks {missing} (it has "
+                    f"{sorted(entry)}); a damaged or another algorithm's state"
+                )
             new_state[p] = {
                 key: _state_value(where, number, key, v, p, self.state_shape(key, p.shape))
                 for key, v in entry.items()
@@ -441,6 +456,19 @@ class Optimizer:
         for own, group in zip(self.param_groups, merged):
             own.update({k: v for k, v in group.items() if k != "params"})
         self.state = new_state
+
+    def state_keys(self, parameter: Tensor, group: dict[str, Any]) -> set[str]:
+        """The buffers a step keeps in ``parameter``'s state under ``group``'s settings (None
+        ones and the step count aside: torch's SGD keeps no count): those one :meth:`update`
+        makes for a one-element stand-in of the parameter (same rank, dtype and backend), so
+        that the algorithm alone says."""
+        if type(self).update is Optimizer.update:  # no per-parameter update (L-BFGS)
+            return set()
+        value = parameter.inner() if parameter.backend.is_autodiff else parameter
+        probe = value.new_zeros((1,) * value.ndim)
+        with probe.backend.arithmetic_warnings_ignored():
+            _, state = self.update(probe, probe, {"step": 1}, group)
+        return {key for key, entry in state.items() if entry is not None and key != "step"}
 
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the state buffer ``key`` of a parameter of ``shape``: the

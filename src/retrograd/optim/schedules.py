@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError, check_callable
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_callable
+from ..tensor import Tensor
 
 __all__ = [
     "ConstantLR",
@@ -383,6 +384,12 @@ class ReduceLROnPlateau:
         return current > bound
 
     def step(self, metrics: Any) -> None:
+        # a tensor of several values was refused by ``item``, naming it rather than this step
+        if isinstance(metrics, Tensor) and metrics.numel() != 1:
+            raise ShapeError(
+                f"ReduceLROnPlateau.step: metrics must be one number, got a tensor of shape "
+                f"{list(metrics.shape)}"
+            )
         value = metrics.item() if hasattr(metrics, "item") else metrics
         if isinstance(value, bool) or not isinstance(value, Real):
             raise DTypeError(

@@ -296,14 +296,16 @@ def binary_cross_entropy(
     # torch's finite first derivatives, (x - y) / max(x (1 - x), eps) in x and the unclamped
     # logs in y, added as (x - x) * slope.
     constant, target = untracked(x), untracked(y)
-    # torch refuses probabilities outside [0, 1] (NaN too), where the logs would give NaN
-    check_values(
-        constant.greater_equal_elem(0.0).logical_and(constant.lower_equal_elem(1.0)),
-        lambda: InvalidArgumentError(
-            f"{fn}: all elements of input should be between 0 and 1; input "
-            f"{shape_text(x.shape)} {x.dtype}"
-        ),
-    )
+    # torch refuses probabilities outside [0, 1] (NaN too), where the logs would give NaN,
+    # and targets outside [0, 1] (a class index given for a probability gave a loss)
+    for name, values, given in (("input", constant, x), ("target", target, y)):
+        check_values(
+            values.greater_equal_elem(0.0).logical_and(values.lower_equal_elem(1.0)),
+            lambda name=name, given=given: InvalidArgumentError(
+                f"{fn}: all elements of {name} should be between 0 and 1; {name} "
+                f"{shape_text(given.shape)} {given.dtype}"
+            ),
+        )
     raw_log_x = constant.log()
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
     log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)

@@ -73,8 +73,9 @@ class SyncBatchNorm(_BatchNorm):
         devices = self._sync_devices(x) if self.training else ()
         if len(devices) < 2:
             return super().forward(x)
-        factor = self._count_batch()
-        return self._synchronized(x, devices, factor)
+        out = self._synchronized(x, devices, self._update_factor())
+        self._count_batch()
+        return out
 
     @staticmethod
     def _sync_devices(x: Tensor) -> tuple:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...autograd import Function
-from ...errors import AutodiffError, check_callable
+from ...errors import AutodiffError, DTypeError, ShapeError, check_callable
+from ...tensor import Tensor
 
 __all__ = ["RemovableHandle", "call_with_hooks", "register_hook"]
 
@@ -126,8 +127,26 @@ def _watch_output(module: Any, hooks: dict[str, Any], output: Any, state: dict) 
     return _OutputGradients.apply(output, module, hooks, state)
 
 
-def _first(result: Any) -> Any:
-    return result[0] if isinstance(result, tuple | list) else result
+def _replacement(ctx: Any, kind: str, result: Any, grad: Any) -> Any:
+    """The gradient a backward hook's ``result`` gives in place of ``grad``: a tensor of
+    ``grad``'s shape (or None), or an error naming the module and the hook (the identity
+    Function the hook runs in named neither: "function _InputGradientsBackward returned
+    ...")."""
+    new = result[0] if isinstance(result, tuple | list) and len(result) == 1 else result
+    where = f"{type(ctx.module).__name__}: a {kind} hook"
+    if new is None:  # (None,): no gradient, as torch's
+        return None
+    if not isinstance(new, Tensor):
+        raise DTypeError(
+            f"{where} returned {type(result).__name__}; expected None, a tensor, or a tuple "
+            "of one tensor (the gradient that replaces the one it was given)"
+        )
+    if grad is not None and tuple(new.shape) != tuple(grad.shape):
+        raise ShapeError(
+            f"{where} returned a gradient of shape {list(new.shape)} for one of shape "
+            f"{list(grad.shape)}"
+        )
+    return new
 
 
 class _Watch(Function):
@@ -149,7 +168,7 @@ class _OutputGradients(_Watch):
         for hook, _ in list(ctx.hooks["backward_pre"].values()):
             result = hook(ctx.module, (grad,))
             if result is not None:
-                grad = _first(result)
+                grad = _replacement(ctx, "register_full_backward_pre_hook", result, grad)
         ctx.state["grad_output"] = (grad,)
         if not ctx.state["input_tracked"]:  # no input gradient will come: torch's (None,)
             for hook, _ in list(ctx.hooks["backward"].values()):
@@ -166,5 +185,5 @@ class _InputGradients(_Watch):
         for hook, _ in list(ctx.hooks["backward"].values()):
             result = hook(ctx.module, (grad,), ctx.state["grad_output"])
             if result is not None:
-                grad = _first(result)
+                grad = _replacement(ctx, "register_full_backward_hook", result, grad)
         return grad, None, None, None

@@ -170,10 +170,19 @@ class Module:
         names.update(self._parameters, self._buffers, self._modules)
         return sorted(names)
 
-    @staticmethod
-    def _check_name(op: str, name: Any) -> None:
+    def _check_name(self, op: str, name: Any) -> None:
+        """``name`` a non-empty str without '.', and no attribute of the module but a
+        parameter, buffer or sub-module (torch's KeyError "attribute already exists":
+        registering ``forward`` or ``training`` hid the method, or removed the flag every
+        layer reads)."""
         if not isinstance(name, str) or not name or "." in name:
             raise InvalidArgumentError(f"{op}: invalid name {name!r} (a non-empty str without '.')")
+        registered = (self._parameters, self._buffers, self._modules)
+        if all(name not in registry for registry in registered) and hasattr(self, name):
+            raise KeyMismatchError(
+                f"{op}: attribute {name!r} already exists in {type(self).__name__}; choose "
+                "another name"
+            )
 
     def register_parameter(self, name: str, value: Any) -> Parameter | None:
         """Own ``value`` as the parameter ``name``; returns it.
@@ -782,8 +791,11 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        # NumPy reads bytes it does not know as a pickle and advises allow_pickle, which
+        # would run whatever the file holds: said as what it is instead
+        reason = "pickled objects, or not an array file" if "allow_pickle" in str(error) else error
         raise InvalidArgumentError(
-            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({error})"
+            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({reason})"
         ) from None
 
 

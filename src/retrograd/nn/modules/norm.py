@@ -132,16 +132,25 @@ class _BatchNorm(Module):
     def reset_running_stats(self) -> None:
         _reset_running_stats(self)
 
-    def _count_batch(self) -> float:
-        """Count a training batch (``num_batches_tracked``); the running statistics' update
-        factor: ``momentum``, or ``1 / batches`` for a cumulative average (``momentum=None``)."""
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+    def _counts_batch(self) -> bool:
+        return self.training and self.track_running_stats and self.num_batches_tracked is not None
+
+    def _update_factor(self) -> float:
+        """The running statistics' update factor of this training batch: ``momentum``, or
+        ``1 / batches`` (counting this one) for a cumulative average (``momentum=None``)."""
+        if self.momentum is not None:
+            return self.momentum
+        if not self._counts_batch():
+            return 0.0
+        return 1.0 / float(self.num_batches_tracked.item() + 1)
+
+    def _count_batch(self) -> None:
+        """Count a training batch (``num_batches_tracked``) once it is normalized: a batch
+        refused (one value per channel) no longer counted, which changed every later
+        cumulative average (torch counts it)."""
+        if self._counts_batch():
             counter = self.num_batches_tracked
             assign(counter, counter + 1, type(self).__name__)
-            if self.momentum is None:  # a cumulative moving average
-                factor = 1.0 / float(counter.item())
-        return factor
 
     def reset_parameters(self) -> None:
         """The running statistics reset, weight ones and bias zeros again, in place."""
@@ -155,11 +164,11 @@ class _BatchNorm(Module):
                 f"{name}: expected a {' or '.join(f'{r}-d' for r in self.ranks)} input, got "
                 f"shape {list(x.shape)}"
             )
-        factor = self._count_batch()
+        factor = self._update_factor()
         # As PyTorch: batch statistics in training, and in eval when no running ones are kept.
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
-        return F.batch_norm(
+        out = F.batch_norm(
             x,
             self.running_mean if track else None,
             self.running_var if track else None,
@@ -169,6 +178,8 @@ class _BatchNorm(Module):
             factor,
             self.eps,
         )
+        self._count_batch()
+        return out
 
     def extra_repr(self) -> str:
         return (

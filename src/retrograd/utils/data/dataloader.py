@@ -261,31 +261,43 @@ class DataLoader:
         self.collate_fn = collate_fn
 
     def __iter__(self) -> Iterator[Any]:
+        """The batches, one per ``next()``. As torch's iterator, an error reading or collating
+        one batch (a dataset's ``__getitem__``, the ``collate_fn``) is raised from that call
+        alone: the next call goes on with the following batch (a generator would end the
+        epoch there, silently short for a loop that skips a bad batch)."""
         if self._iterable:
-            yield from self._iterate_stream()
-            return
+            return _Batches(self._stream_draw(iter(self.dataset)), self.collate_fn)
         if self.batch_sampler is not None:
-            for indices in self.batch_sampler:
-                getitems = getattr(self.dataset, "__getitems__", None)
-                samples = getitems(indices) if getitems else [self.dataset[i] for i in indices]
-                yield self.collate_fn(samples)
-            return
-        for index in self.sampler:
-            yield self.collate_fn(self.dataset[index])
+            batches = iter(self.batch_sampler)
+            getitems = getattr(self.dataset, "__getitems__", None)
 
-    def _iterate_stream(self) -> Iterator[Any]:
+            def draw() -> Any:
+                indices = next(batches)
+                return getitems(indices) if getitems else [self.dataset[i] for i in indices]
+
+            return _Batches(draw, self.collate_fn)
+        indices = iter(self.sampler)
+        return _Batches(lambda: self.dataset[next(indices)], self.collate_fn)
+
+    def _stream_draw(self, samples: Iterator[Any]) -> Callable[[], Any]:
+        """What one batch of an iterable dataset collates: a sample (``batch_size=None``), or
+        the next ``batch_size`` samples (the last fewer, unless ``drop_last``)."""
         if self.batch_size is None:
-            for sample in self.dataset:
-                yield self.collate_fn(sample)
-            return
-        batch: list[Any] = []
-        for sample in self.dataset:
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield self.collate_fn(batch)
-                batch = []
-        if batch and not self.drop_last:
-            yield self.collate_fn(batch)
+            return lambda: next(samples)
+        size, drop_last, ended = self.batch_size, self.drop_last, []
+
+        def draw() -> list[Any]:
+            batch: list[Any] = []
+            while not ended and len(batch) < size:
+                try:
+                    batch.append(next(samples))
+                except StopIteration:
+                    ended.append(True)
+            if not batch or (ended and drop_last and len(batch) < size):
+                raise StopIteration
+            return batch
+
+        return draw
 
     def __len__(self) -> int:
         if self._iterable:
@@ -296,3 +308,17 @@ class DataLoader:
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         return len(self.sampler)
+
+
+class _Batches:
+    """A :class:`DataLoader`'s iterator: ``collate(draw())`` per ``next()``, where ``draw``
+    raises ``StopIteration`` at the end; an error of one batch leaves the rest to come."""
+
+    def __init__(self, draw: Callable[[], Any], collate: Callable[[Any], Any]):
+        self._draw, self._collate = draw, collate
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> Any:
+        return self._collate(self._draw())
