@@ -170,16 +170,21 @@ def _compiled_relu_arrays(arrays: list[np.ndarray]):
     return None if dense is None else (compiled_relu, *dense)
 
 
-def _compiled_float32_arrays(x: np.ndarray):
-    """For the compiled sigmoid, SiLU and tanh (:mod:`.compiled_activations`): the flat views
-    of ``x`` and of a result laid out as it is, and the result
-    (:func:`.compiled_relu.dense_flat`), when ``x`` is a float32 array of at least
-    :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in memory; else ``None``."""
+def _compiled_activation(name: str, x: np.ndarray) -> np.ndarray | None:
+    """``name`` (``sigmoid``, ``silu``, ``tanh``) of ``x`` by its compiled loop
+    (:mod:`.compiled_activations`), in ``x``'s memory order, when ``x`` is a float32 array of
+    at least :data:`COMPILED_RELU_MIN_SIZE` elements lying densely in memory; else ``None``."""
     if x.dtype != np.float32 or x.size < COMPILED_RELU_MIN_SIZE:
         return None
+    from . import compiled_activations
     from .compiled_relu import dense_flat
 
-    return dense_flat([x])
+    dense = dense_flat([x])
+    if dense is None:
+        return None
+    (flat, target), out = dense
+    getattr(compiled_activations, f"{name}_flat")(flat, target)
+    return out
 
 
 def _select_bits(x: np.ndarray, mask: np.ndarray, values: Any) -> np.ndarray | None:
@@ -437,12 +442,8 @@ class NumpyBackend(
     cosh = staticmethod(np.cosh)
 
     def tanh(self, x):
-        dense = _compiled_float32_arrays(x)
-        if dense is not None:  # one pass (compiled_activations)
-            from .compiled_activations import tanh_flat
-
-            (flat, target), out = dense
-            tanh_flat(flat, target)
+        out = _compiled_activation("tanh", x)
+        if out is not None:  # one pass (compiled_activations)
             return out
         return np.tanh(x)
 
@@ -462,12 +463,8 @@ class NumpyBackend(
         return special.erf(x)
 
     def sigmoid(self, x):
-        dense = _compiled_float32_arrays(x)
-        if dense is not None:  # one pass (compiled_activations)
-            from .compiled_activations import sigmoid_flat
-
-            (flat, target), out = dense
-            sigmoid_flat(flat, target)
+        out = _compiled_activation("sigmoid", x)
+        if out is not None:  # one pass (compiled_activations)
             return out
         tail = np.exp(-np.abs(x))
         return np.where(x >= 0, 1.0 / (1.0 + tail), tail / (1.0 + tail)).astype(x.dtype, copy=False)
@@ -518,12 +515,8 @@ class NumpyBackend(
         return special.gelu(x)
 
     def silu(self, x):
-        dense = _compiled_float32_arrays(x)
-        if dense is not None:  # one pass (compiled_activations)
-            from .compiled_activations import silu_flat
-
-            (flat, target), out = dense
-            silu_flat(flat, target)
+        out = _compiled_activation("silu", x)
+        if out is not None:  # one pass (compiled_activations)
             return out
         return x * self.sigmoid(x)
 
