@@ -356,15 +356,13 @@ WLM_STEP = [
     ("p.data.add_(p.grad, alpha=-lr)", "p.data.add_(p.grad(grads), alpha=-lr)"),
 ]
 
-WORDS = "the cat sat on a mat and the dog ate my hat while a bird sang".split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ate", "my", "hat", "while", "bird"]
 
 
 def _write_corpus(path):
     rng = np.random.default_rng(35)
     for name, lines in (("train.txt", 14), ("valid.txt", 4), ("test.txt", 4)):
-        text = "\n".join(
-            " ".join(rng.choice(WORDS, rng.integers(3, 8))) for _ in range(lines)
-        )
+        text = "\n".join(" ".join(rng.choice(WORDS, rng.integers(3, 8))) for _ in range(lines))
         (path / name).write_text(text + "\n", encoding="utf8")
 
 
@@ -373,8 +371,14 @@ def _run(lib, source, name, args, initialize, monkeypatch):
     module and name)."""
     module = types.ModuleType(name)
     module.__dict__.update(
-        torch=lib, nn=lib.nn, optim=lib.optim, F=lib.nn.functional, math=math, np=np,
-        args=args, initialize=initialize,
+        torch=lib,
+        nn=lib.nn,
+        optim=lib.optim,
+        F=lib.nn.functional,
+        math=math,
+        np=np,
+        args=args,
+        initialize=initialize,
     )
     monkeypatch.setitem(sys.modules, name, module)
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)
@@ -406,9 +410,20 @@ def test_word_language_model_matches_torch(tmp_path, monkeypatch, capsys, model,
         monkeypatch.setattr(lib, "_wlm_dtype", lib.get_default_dtype(), raising=False)
         lib.set_default_dtype(lib.float64)
         args = SimpleNamespace(
-            data=str(tmp_path), model=model, emsize=8, nhid=8 if tied else 12, nlayers=2,
-            nhead=2, lr=20.0 if model != "Transformer" else 2.0, clip=0.25, epochs=3,
-            batch_size=3, bptt=5, dropout=0.0, tied=tied, log_interval=2,
+            data=str(tmp_path),
+            model=model,
+            emsize=8,
+            nhid=8 if tied else 12,
+            nlayers=2,
+            nhead=2,
+            lr=20.0 if model != "Transformer" else 2.0,
+            clip=0.25,
+            epochs=3,
+            batch_size=3,
+            bptt=5,
+            dropout=0.0,
+            tied=tied,
+            log_interval=2,
             save=str(tmp_path / f"model_{lib.__name__}.pt"),
         )
         names = _run(lib, source, f"wlm_port_{lib.__name__}", args, initialize, monkeypatch)
