@@ -55,3 +55,30 @@ def test_max_and_min_take_other_as_a_keyword(op):
     _agree(lambda lib, x, i: getattr(x, op)(other=x.flip(0)))
     with pytest.raises(rg.errors.InvalidArgumentError, match=f"{op}: give dim or other"):
         getattr(rg.tensor(X), op)(1, other=rg.tensor(X))
+
+
+def test_a_saved_state_dict_loads_back_as_tensors(tmp_path):
+    """BYOL's README saves ``torch.save(resnet.state_dict(), path)``; torch's ``load`` gives
+    tensors back (``.numpy()``, ``.float()``, ``.shape`` as a tensor's): so does ``rg.load``,
+    with each value's dtype."""
+    for lib in (torch, rg):
+        lib.manual_seed(0)
+        model = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.BatchNorm1d(3))
+        path = tmp_path / f"{lib.__name__}.pt"
+        lib.save(model.state_dict(), path)
+        loaded = lib.load(path)
+        assert all(isinstance(v, lib.Tensor) for v in loaded.values()), loaded
+        assert [str(v.dtype).split(".")[-1] for v in loaded.values()] == [
+            "float32",
+            "float32",
+            "float32",
+            "float32",
+            "float32",
+            "float32",
+            "int64",
+        ]
+        expected = {k: np.array(v) for k, v in model.state_dict().items()}
+        assert {k: v.numpy().tolist() for k, v in loaded.items()} == {
+            k: v.tolist() for k, v in expected.items()
+        }
+        model.load_state_dict(loaded)
