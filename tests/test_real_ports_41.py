@@ -21,6 +21,11 @@
 gradient lines, and the default augmentation (torchvision's ``T.ColorJitter``... in an
 ``nn.Sequential``; torchvision is not a dependency here) is left out: the test gives
 ``augment_fn`` and ``augment_fn2`` (a flip and a scaled copy), as the README allows.
+
+The defect found: ``torch.load`` of a file written by ``torch.save(resnet.state_dict(), path)``
+gave NumPy arrays here (a state dict's values are NumPy copies with torch's idioms, saved as
+plain arrays); torch gives tensors. ``rg.save`` now stores a state value as the tensor it
+stands for, so it loads back as one (``tests/test_realports6_fixes.py``).
 """
 
 from __future__ import annotations
@@ -330,7 +335,11 @@ def test_byol_matches_torch(tmp_path, monkeypatch, hidden_layer):
             lib.set_default_dtype(lib.float64)
             draws = np.random.default_rng(48)
             monkeypatch.setattr(
-                lib, "randn", lambda *size, _lib=lib, **_: _lib.tensor(draws.standard_normal(size))
+                lib,
+                "randn",
+                lambda *size, _lib=lib, _draws=draws, **_: _lib.tensor(
+                    _draws.standard_normal(size)
+                ),
             )
             torch.manual_seed(0)
             losses = []
