@@ -28,6 +28,11 @@
 changed: the gradient lines (MAE's ``NativeScaler`` call, which runs ``loss.backward()`` and
 ``optimizer.step()`` every ``accum_iter`` iterations, is written out as those lines; the port
 sums the accumulated gradients, ``grads = g if grads is None else grads + g``).
+
+The defect found: ``torch.gather(x, dim=1, index=...)`` was refused (``gather`` named its
+argument ``indices``, Burn's name; torch's keyword is ``index``; both are taken now). A sweep of
+torch's keyword names beside it found two more: ``torch.split(x, split_size_or_sections=...)``
+and ``torch.max(x, other=y)`` / ``x.min(other=y)`` (``tests/test_realports6_fixes.py``).
 """
 
 from __future__ import annotations
