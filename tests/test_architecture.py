@@ -66,7 +66,8 @@ LAYERS = {
     # torch.func's transforms, over torch.autograd.functional's pieces, and functional_call
     # (nn.utils.stateless's, re-exported)
     "func": 7,
-    "jit": 6,  # torch.jit's names with eager meaning (futures for fork)
+    # torch.jit's names with eager meaning (futures for fork; ScriptModule is an nn.Module)
+    "jit": 7,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -7,7 +7,9 @@ as Python, as torch itself does outside a scripted call: the decorators return w
 given, ``is_scripting()`` and ``is_tracing()`` are ``False``, ``script(m)`` and ``trace(f, x)``
 return ``m`` and ``f`` unchanged (a step is made fast by :func:`retrograd.capture` instead),
 ``annotate(type, value)`` is ``value``, and ``fork``/``wait`` run the call at once and hand
-back its completed future. Saving or loading a TorchScript archive is refused by name.
+back its completed future. A model written as a ``torch.jit.ScriptModule`` subclass with
+``@torch.jit.script_method`` methods (RWKV's, older torchvision's) is an ``nn.Module`` whose
+methods run as written. Saving or loading a TorchScript archive is refused by name.
 
 >>> import retrograd as rg
 >>> class Net(rg.nn.Module):
@@ -27,9 +29,11 @@ from typing import Any, Final
 
 from .errors import DTypeError, InvalidArgumentError
 from .futures import Future
+from .nn.modules.module import Module
 
 __all__ = [
     "Final",
+    "ScriptModule",
     "annotate",
     "export",
     "fork",
@@ -40,6 +44,7 @@ __all__ = [
     "load",
     "save",
     "script",
+    "script_method",
     "trace",
     "unused",
     "wait",
@@ -57,6 +62,13 @@ ignore = _marker
 unused = _marker
 export = _marker
 interface = _marker
+script_method = _marker
+
+
+class ScriptModule(Module):
+    """torch's ``torch.jit.ScriptModule``: here an ``nn.Module`` like any other (its
+    ``@script_method`` methods and ``forward`` run as Python), so that a model subclassing it
+    builds, trains and saves as it does in torch outside TorchScript."""
 
 
 def is_scripting() -> bool:

@@ -75,6 +75,18 @@ class _Writer:
         self.seen[id(key_object)] = name
         return name
 
+    def tensor(self, key_object: Any, t: Tensor) -> dict[str, Any]:
+        """The entry of tensor ``t``, its values stored once per ``key_object``."""
+        dtype = str(t.dtype)
+        values = t.numpy()
+        if dtype == "bfloat16":  # NumPy has no bfloat16: the values, widened exactly
+            values = values.astype(np.float32)
+        return {
+            "tensor": self.array(key_object, values),
+            "dtype": dtype,
+            "requires_grad": bool(t.is_require_grad()),
+        }
+
     def encode(self, obj: Any, where: str) -> Any:
         if type(obj) in DTYPE_CLASSES:
             return {"dtype_name": str(obj)}
@@ -83,15 +95,12 @@ class _Writer:
                 return {"float": repr(obj)}
             return obj
         if isinstance(obj, Tensor):
-            dtype = str(obj.dtype)
-            values = obj.numpy()
-            if dtype == "bfloat16":  # NumPy has no bfloat16: the values, widened exactly
-                values = values.astype(np.float32)
-            return {
-                "tensor": self.array(obj, values),
-                "dtype": dtype,
-                "requires_grad": bool(obj.is_require_grad()),
-            }
+            return self.tensor(obj, obj)
+        saved_as_tensor = getattr(obj, "_saved_as_tensor", None)
+        if isinstance(obj, np.ndarray) and callable(saved_as_tensor):
+            # a module's state value (nn's StateValue): saved as the tensor it stands for, as
+            # torch saves a state dict's tensors (it loads back as one)
+            return self.tensor(obj, saved_as_tensor())
         if isinstance(obj, np.ndarray):
             if obj.dtype.kind not in "biufc":
                 raise DTypeError(f"save: cannot store an array of dtype {obj.dtype} at {where}")

@@ -134,7 +134,6 @@ _METHODS = {
         "sinh",
         "softmax",
         "sort",
-        "split",
         "sqrt",
         "square",
         "squeeze",
@@ -341,6 +340,12 @@ def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
     """``torch.max``: the largest element; ``(values, indices)`` along a dim; or the
     elementwise maximum of two tensors."""
     return lift_input("max", input).max(*args, **kwargs)
+
+
+def split(tensor: Any, split_size_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
+    """``torch.split``: ``tensor.split(split_size_or_sections, dim)``, under torch's keyword
+    names (the function's ``split_size_or_sections``; the method's is ``split_size``)."""
+    return lift_input("split", tensor).split(split_size_or_sections, dim)
 
 
 def cummax(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
@@ -813,6 +818,7 @@ __all__ = sorted(
         "min",
         "numel",
         "polygamma",
+        "split",
         "pow",
         "std_mean",
         "sum",

@@ -290,9 +290,19 @@ class IndexingMixin:
             raise ShapeError(f"{op}: an index into a 0-d tensor has one entry, got {count}")
         return self.reshape((1,))
 
-    def gather(self, dim: int, indices: Any, *, sparse_grad: bool = False) -> Any:
-        """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (PyTorch's ``gather``;
-        ``sparse_grad`` is accepted and changes nothing: gradients here are dense)."""
+    def gather(
+        self, dim: int, index: Any = None, *, sparse_grad: bool = False, indices: Any = None
+    ) -> Any:
+        """``out[i][j] = self[i][index[i][j]]`` along ``dim`` (PyTorch's ``gather``, whose
+        keyword is ``index``; Burn's name ``indices`` is taken too; ``sparse_grad`` is accepted
+        and changes nothing: gradients here are dense)."""
+        if (index is None) == (indices is None):
+            raise InvalidArgumentError(
+                "gather: give the index once, as the second argument or index= (or Burn's "
+                f"indices=); got index={'None' if index is None else 'a value'} and "
+                f"indices={'None' if indices is None else 'a value'}"
+            )
+        indices = index if indices is None else indices
         if self.ndim == 0:  # torch's: dim 0 or -1, a 0-d or 1-d index into the one value
             normalize_dim("gather", dim, 0, scalar=True)
             index = indices if isinstance(indices, TensorBase) else np.asarray(indices)

@@ -140,10 +140,11 @@ class ReduceMixin:
         return out if keepdim else out.squeeze_dim(dim)
 
     @scalar_dims
-    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
+    def max(self, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
         """torch's ``max``: the largest element (0-d; ties share the gradient evenly); with
         ``dim``, ``(values, indices)`` along it (the gradient goes to the index); with a
-        tensor, the elementwise ``maximum``."""
+        tensor (or ``other=``, torch's keyword), the elementwise ``maximum``."""
+        dim = _dim_or_other("max", dim, other)
         if dim is None:
             return self._apply("max", (self._nonempty("max"),))
         if not isinstance(dim, numbers.Integral):
@@ -154,8 +155,9 @@ class ReduceMixin:
         return MaxResult(values, indices)
 
     @scalar_dims
-    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+    def min(self, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
         """torch's ``min``, as :meth:`max`."""
+        dim = _dim_or_other("min", dim, other)
         if dim is None:
             return self._apply("min", (self._nonempty("min"),))
         if not isinstance(dim, numbers.Integral):
@@ -567,6 +569,16 @@ def topk(
 
 
 # -- compositions ---------------------------------------------------------------------------------
+def _dim_or_other(op: str, dim: Any, other: Any) -> Any:
+    """``max``/``min``'s second argument: ``dim`` (an int or a tensor given positionally) or
+    torch's ``other=`` keyword (a tensor), not both."""
+    if other is None:
+        return dim
+    if dim is not None:
+        raise InvalidArgumentError(f"{op}: give dim or other, not both (got dim={dim!r})")
+    return other
+
+
 def _dims(op: str, dim: Any, ndim: int) -> tuple[int, ...]:
     """``dim`` (``None``, an int or several; ``()`` for all) as sorted normalized dims."""
     if dim is None:

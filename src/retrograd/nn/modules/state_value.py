@@ -68,6 +68,11 @@ class StateValue(np.ndarray):
     def numpy(self, *, force: bool = False) -> np.ndarray:
         return self.view(np.ndarray)
 
+    def _saved_as_tensor(self) -> Tensor:
+        """What ``rg.save`` stores for this value: a tensor of its values and dtype, so that a
+        saved state dict loads back as tensors, as torch's does."""
+        return tensor(np.array(self, copy=True), dtype=str(self.dtype))
+
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
