@@ -159,3 +159,26 @@ def test_a_string_learning_rate_is_named_at_replay_and_eagerly():
             np.testing.assert_array_equal(p.numpy(), b)
     opt.param_groups[0]["lr"] = 0.01
     captured(x1, y1)  # usable again
+
+
+def test_a_parameter_replaced_in_a_called_module_outside_state_is_followed():
+    """``state=[opt]`` over a list of parameters: a module's weight assigned anew between
+    replays is, eagerly, a constant the optimizer does not hold. The replay read the old
+    object (another loss, another model); it now captures again, or refuses."""
+    results = []
+    for recapture in (True, False):
+        model, opt, step = _model_and_step()
+        twin, _, eager = _model_and_step()
+        captured = rg.capture(step, *_batch(0), state=[opt], recapture=recapture)
+        eager(*_batch(0))
+        for m in (model, twin):
+            m[2].weight = nn.Parameter(rg.full((2, 8), 0.05))
+        if not recapture:
+            with pytest.raises(rg.CaptureError, match=r"parameter of a Linear.*replaced"):
+                captured(*_batch(1))
+            continue
+        for seed in (1, 2):
+            results.append((captured(*_batch(seed)).item(), eager(*_batch(seed)).item()))
+        for p, q in zip(model.parameters(), twin.parameters()):
+            np.testing.assert_array_equal(p.numpy(), q.numpy())
+    assert all(a == b for a, b in results)

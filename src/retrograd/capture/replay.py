@@ -119,7 +119,7 @@ class CapturedStep:
                     f"non-tensor input {index} was {spec[1]!r} at capture, got {given!r} (a "
                     "constant of the captured step)"
                 )
-        return self._state.mode_change()
+        return self._state.mode_change() or self._state.parameter_change()
 
     def _program_for(self, inputs: tuple) -> CapturedStep | None:
         """The kept program that replays ``inputs``; ``None`` to capture one; raises where

@@ -56,6 +56,7 @@ class State:
         #: the modules the step called and their ``training`` flags then (see :meth:`calls`)
         self.called_modules: list[Any] = []
         self.called_modes: list[Any] = []
+        self.called_parameters: list[list[Any]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -84,6 +85,23 @@ class State:
         (their modes are checked at each replay too)."""
         self.called_modules = [module for module, _ in called]
         self.called_modes = [training for _, training in called]
+        #: each called module's own parameters then: a replay reads the objects it recorded
+        self.called_parameters = [_own_parameters(module) for module in self.called_modules]
+
+    def parameter_change(self) -> str | None:
+        """Where a module the step calls holds another parameter object than at capture (one
+        replaced by assignment, ``model.fc.weight = nn.Parameter(...)``, in a module not in
+        ``state``): a replay would read the old one, the eager step reads the new one."""
+        for module, kept in zip(self.called_modules, self.called_parameters):
+            now = _own_parameters(module)
+            if not _same(kept, now):
+                names = list(getattr(module, "_parameters", {}))
+                return (
+                    f"a parameter of a {type(module).__name__} the step calls was replaced "
+                    f"since capture (its parameters {names}); list the module in state, or "
+                    "capture the step again"
+                )
+        return None
 
     def _tree_mode_change(self) -> str | None:
         modes = self._modes()
@@ -191,6 +209,12 @@ def _plain(module: Any) -> bool:
     cls = type(module)
     base = next((k for k in cls.__mro__ if "_named_members" in vars(k)), None)
     return base is not None and all(getattr(cls, n) is getattr(base, n) for n in _WALKS)
+
+
+def _own_parameters(module: Any) -> list[Any]:
+    """The parameter objects a module holds itself (not its sub-modules'), in order."""
+    params = getattr(module, "_parameters", None)
+    return list(params.values()) if type(params) is dict else []
 
 
 def _dict_read(mapping: dict) -> tuple:
