@@ -56,7 +56,7 @@ class State:
         #: the modules the step called and their ``training`` flags then (see :meth:`calls`)
         self.called_modules: list[Any] = []
         self.called_modes: list[Any] = []
-        self.called_parameters: list[list[Any]] = []
+        self.unlisted: list[tuple[Any, list[Any]]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -85,21 +85,25 @@ class State:
         (their modes are checked at each replay too)."""
         self.called_modules = [module for module, _ in called]
         self.called_modes = [training for _, training in called]
-        #: each called module's own parameters then: a replay reads the objects it recorded
-        self.called_parameters = [_own_parameters(module) for module in self.called_modules]
+        # the called modules outside the listed trees (whose parameters :meth:`entries`
+        # reads by name) and their own parameters then: a replay reads the objects recorded
+        listed = {id(sub) for module in self.modules for _, sub in module.named_modules()}
+        self.unlisted = [
+            (module, _own_parameters(module))
+            for module in self.called_modules
+            if id(module) not in listed
+        ]
 
     def parameter_change(self) -> str | None:
-        """Where a module the step calls holds another parameter object than at capture (one
-        replaced by assignment, ``model.fc.weight = nn.Parameter(...)``, in a module not in
-        ``state``): a replay would read the old one, the eager step reads the new one."""
-        for module, kept in zip(self.called_modules, self.called_parameters):
-            now = _own_parameters(module)
-            if not _same(kept, now):
+        """Where a module the step calls, not listed in ``state``, holds another parameter
+        object than at capture (``model.fc.weight = nn.Parameter(...)`` with ``state=[opt]``
+        over a list of parameters): a replay would read the old one, an eager step the new."""
+        for module, kept in self.unlisted:
+            if not _same(kept, _own_parameters(module)):
                 names = list(getattr(module, "_parameters", {}))
                 return (
-                    f"a parameter of a {type(module).__name__} the step calls was replaced "
-                    f"since capture (its parameters {names}); list the module in state, or "
-                    "capture the step again"
+                    f"a parameter of a {type(module).__name__} the step calls (of {names}, in "
+                    "no module listed in state) was replaced since capture"
                 )
         return None
 
