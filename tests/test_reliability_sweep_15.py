@@ -14,12 +14,12 @@ surface, state after errors, the command line, numerical edges) did not go.
   parameter between replays, and capture under each checkpointing strategy: a replay equals the
   eager step bit for bit, or the call is refused with ``rg.CaptureError`` and changes nothing.
 * Autograd edges against torch: backward twice, ``grad`` of a non-scalar, ``allow_unused``,
-  ``create_graph`` three deep, in-place ops on a leaf, on a saved tensor and on a view,
-  ``requires_grad`` toggled. torch refuses a backward through a saved tensor modified in
-  place (its version counter); retrograd's in-place ops rebind the tensor to a new value and
-  leave the saved one as it was, so backward gives the gradient of what was computed: the
-  tests compare it with torch's gradient of the same computation without the modification,
-  never a silent wrong gradient.
+  ``create_graph`` three deep, module backward hooks that change gradients, in-place ops on a
+  leaf, on a saved tensor and on a view, ``requires_grad`` toggled. torch refuses a backward
+  through a saved tensor modified in place (its version counter); retrograd's in-place ops
+  rebind the tensor to a new value and leave the saved one as it was, so backward gives the
+  gradient of what was computed: the tests compare it with torch's gradient of the same
+  computation without the modification, never a silent wrong gradient.
 * Extreme shapes: zero-size dimensions through the reductions and ``nn.functional`` (values
   and gradients as torch's, or both refuse), rank 10 tensors, indices near int64's limit,
   allocations of terabytes (``rg.OutOfMemoryError``, not a crash).
@@ -528,6 +528,33 @@ def test_in_place_on_a_non_leaf_that_is_then_used_follows_torch():
         modify(tb, ta)
         tb.sum().backward()
         np.testing.assert_array_equal(a.grad(b.sum().backward()).numpy(), ta.grad.numpy())
+
+
+@pytest.mark.parametrize("kind", ["full", "pre"])
+def test_backward_hooks_that_change_gradients_match_torch(kind):
+    w = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+    x = np.array([[1.0, 2.0]], np.float32)
+    results = []
+    for lib in (nn, torch.nn):
+        m = lib.Linear(2, 2, bias=False)
+        with (rg if lib is nn else torch).no_grad():
+            m.weight.copy_((rg if lib is nn else torch).tensor(w))
+        if kind == "full":
+            m.register_full_backward_hook(
+                lambda mod, gi, go: tuple(None if g is None else g * 10 for g in gi)
+            )
+        else:
+            m.register_full_backward_pre_hook(lambda mod, go: tuple(g * 3 for g in go))
+        if lib is nn:
+            xi = rg.tensor(x).require_grad()
+            g = m(xi).pow(2).sum().backward()
+            results.append((xi.grad(g).numpy(), m.weight.grad(g).numpy()))
+        else:
+            xi = torch.tensor(x, requires_grad=True)
+            m(xi).pow(2).sum().backward()
+            results.append((xi.grad.numpy(), m.weight.grad.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
 def test_requires_grad_toggled_on_a_non_leaf_and_a_leaf():
