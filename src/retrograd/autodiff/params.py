@@ -50,6 +50,8 @@ class ParamId:
         """``value`` as a ParamId, interned for ints and strs."""
         if isinstance(value, ParamId):
             return value
+        if not isinstance(value, int | str):  # a list or a dict is no key of the intern table
+            return cls(value)  # refuses it, naming the value
         key = (type(value), value)
         interned = _INTERNED.get(key)
         if interned is None:

@@ -39,7 +39,14 @@ from ..context import current_backend
 from ..tensor import Tensor
 from .program import CudaGraphSegment, compile_program
 from .recording import CaptureError, Patches, Recorder, WatchedGradients
-from .replay import MAX_PROGRAMS, CapturedStep, inner_value, raw_spec
+from .replay import (
+    MAX_PROGRAMS,
+    CapturedStep,
+    backend_labels,
+    inner_value,
+    raw_spec,
+    refuse_tracked,
+)
 from .state import State
 
 __all__ = ["MAX_PROGRAMS", "CaptureError", "CapturedStep", "capture"]
@@ -170,9 +177,10 @@ def _step_backend(tensors: list[Tensor], entries: list) -> Any:
         )
     for _, name, tensor in entries:
         if tensor.backend != backend:
+            on_parameter, on_step = backend_labels(tensor.backend, backend)
             raise CaptureError(
-                f"capture: parameter {name!r} is on {tensor.backend.name}, the step on "
-                f"{backend.name}; a step runs on one backend"
+                f"capture: parameter {name!r} is on {on_parameter}, the step on {on_step}; a "
+                "step runs on one backend"
             )
         if tensor.is_distributed():
             raise CaptureError(
@@ -187,11 +195,7 @@ def _record_inputs(example_inputs: tuple, recorder: Recorder) -> tuple[list, lis
     input_specs, input_slots = [], []
     for index, x in enumerate(example_inputs):
         if isinstance(x, Tensor):
-            if x.backend.is_autodiff and x.backend.is_tracked(x.primitive):
-                raise CaptureError(
-                    f"capture: input {index} (shape {list(x.shape)}) is tracked by autodiff; "
-                    "inputs of a captured step are data, not leaves that require grad"
-                )
+            refuse_tracked(x, index, "capture")
             input_specs.append(("t", x.shape, x.dtype, x.backend, raw_spec(inner_value(x))))
             input_slots.append(recorder.new_slot(inner_value(x)))
         elif isinstance(x, (bool, int, float, str, type(None))):

@@ -90,6 +90,8 @@ class CapturedStep:
                 _, shape, dtype, backend, raw = spec
                 if isinstance(given, Tensor) and given._backend is backend:
                     value = given._prim
+                    if backend.is_autodiff and backend.is_tracked(value):
+                        refuse_tracked(given, index, "captured step")
                     if (
                         raw_spec(backend.inner_value(value) if backend.is_autodiff else value)
                         == raw
@@ -101,10 +103,11 @@ class CapturedStep:
                         f"{dtype} at capture, got {type(given).__name__}"
                     )
                 if given.shape != shape or given.dtype != dtype or given.backend != backend:
+                    on_given, on_captured = backend_labels(given.backend, backend)
                     return (
                         f"input {index} has shape {list(given.shape)} {given.dtype} on "
-                        f"{given.backend.name}, but the step was captured with shape "
-                        f"{list(shape)} {dtype} on {backend.name}"
+                        f"{on_given}, but the step was captured with shape "
+                        f"{list(shape)} {dtype} on {on_captured}"
                     )
             elif isinstance(given, Tensor):
                 raise CaptureError(
@@ -116,7 +119,7 @@ class CapturedStep:
                     f"non-tensor input {index} was {spec[1]!r} at capture, got {given!r} (a "
                     "constant of the captured step)"
                 )
-        return self._state.mode_change()
+        return self._state.mode_change() or self._state.parameter_change()
 
     def _program_for(self, inputs: tuple) -> CapturedStep | None:
         """The kept program that replays ``inputs``; ``None`` to capture one; raises where
@@ -225,6 +228,25 @@ class CapturedStep:
             None if slot is None else inner_value(entry[2])
             for slot, entry in zip(item.outs, entries)
         ]
+
+
+def refuse_tracked(tensor: Tensor, index: int, op: str) -> None:
+    """Refuse input ``index`` of a step where autodiff tracks it (a leaf that requires grad,
+    or an output of a graph): the step's inputs are data, at capture and at every replay."""
+    backend = tensor.backend
+    if backend.is_autodiff and backend.is_tracked(tensor.primitive):
+        raise CaptureError(
+            f"{op}: input {index} (shape {list(tensor.shape)}) is tracked by autodiff; "
+            "inputs of a captured step are data, not leaves that require grad"
+        )
+
+
+def backend_labels(given: Any, expected: Any) -> tuple[str, str]:
+    """How a message names two backends: by name, or in full where the names are alike
+    (two autodiff backends over NumPy with different checkpointing)."""
+    if given.name != expected.name:
+        return given.name, expected.name
+    return repr(given), repr(expected)
 
 
 def raw_spec(value: Any) -> tuple:

@@ -56,6 +56,7 @@ class State:
         #: the modules the step called and their ``training`` flags then (see :meth:`calls`)
         self.called_modules: list[Any] = []
         self.called_modes: list[Any] = []
+        self.unlisted: list[tuple[Any, list[Any]]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -84,6 +85,27 @@ class State:
         (their modes are checked at each replay too)."""
         self.called_modules = [module for module, _ in called]
         self.called_modes = [training for _, training in called]
+        # the called modules outside the listed trees (whose parameters :meth:`entries`
+        # reads by name) and their own parameters then: a replay reads the objects recorded
+        listed = {id(sub) for module in self.modules for _, sub in module.named_modules()}
+        self.unlisted = [
+            (module, _own_parameters(module))
+            for module in self.called_modules
+            if id(module) not in listed
+        ]
+
+    def parameter_change(self) -> str | None:
+        """Where a module the step calls, not listed in ``state``, holds another parameter
+        object than at capture (``model.fc.weight = nn.Parameter(...)`` with ``state=[opt]``
+        over a list of parameters): a replay would read the old one, an eager step the new."""
+        for module, kept in self.unlisted:
+            if not _same(kept, _own_parameters(module)):
+                names = list(getattr(module, "_parameters", {}))
+                return (
+                    f"a parameter of a {type(module).__name__} the step calls (of {names}, in "
+                    "no module listed in state) was replaced since capture"
+                )
+        return None
 
     def _tree_mode_change(self) -> str | None:
         modes = self._modes()
@@ -191,6 +213,12 @@ def _plain(module: Any) -> bool:
     cls = type(module)
     base = next((k for k in cls.__mro__ if "_named_members" in vars(k)), None)
     return base is not None and all(getattr(cls, n) is getattr(base, n) for n in _WALKS)
+
+
+def _own_parameters(module: Any) -> list[Any]:
+    """The parameter objects a module holds itself (not its sub-modules'), in order."""
+    params = getattr(module, "_parameters", None)
+    return list(params.values()) if type(params) is dict else []
 
 
 def _dict_read(mapping: dict) -> tuple:

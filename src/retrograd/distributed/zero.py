@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..errors import DistributedError, DTypeError, InvalidArgumentError
+from ..errors import AutodiffError, DistributedError, DTypeError, InvalidArgumentError
 from .calls import Call
 from .registry import active_context
 
@@ -169,9 +169,15 @@ class ZeroRedundancyOptimizer:
     def lr(self, value: float) -> None:
         self.full.lr = value
 
-    def step(self, grads: Any) -> None:
+    def step(self, grads: Any = None) -> None:
         """Update the parameters this rank owns from ``grads``, then all-gather every rank's
         new values (collective: every rank calls it)."""
+        if grads is None:  # torch's step(), refused as every retrograd optimizer refuses it
+            raise AutodiffError(
+                "ZeroRedundancyOptimizer.step: pass the gradients backward() returned, "
+                "opt.step(loss.backward()) (gradients are a value here, not kept on the "
+                "parameters)"
+            )
         for group, local in zip(self.param_groups, self.local.param_groups):
             local.update(_hyper(group))
         self.local.step(grads)

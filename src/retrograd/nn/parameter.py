@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError
+from ..errors import DTypeError, check_flag
 from ..tensor import FLOAT_DTYPES, Tensor, tensor
 
 __all__ = ["Buffer", "Parameter"]
@@ -40,6 +40,7 @@ class Parameter(Tensor):
     _result = Tensor  # what operations on a parameter return (see TensorBase._result)
 
     def __init__(self, data: Any = None, requires_grad: bool = True):
+        check_flag("Parameter", requires_grad, "requires_grad")
         if data is None:
             data = tensor([])
         elif not isinstance(data, Tensor):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..errors import DTypeError
 from ..tensor import Tensor, zeros, zeros_like
 from ..tensor.internal import apply
 
@@ -37,6 +38,9 @@ class Buffer(NamedTuple):
     start: str = "zeros"
 
 
+_NUMBERS = frozenset({float, int, bool})
+
+
 @dataclass(frozen=True)
 class FusedUpdate:
     """A fused update kernel: its backend method, its hyper-parameters' names in argument
@@ -55,7 +59,16 @@ class FusedUpdate:
     buffers: Callable[[Mapping[str, Any]], tuple[Buffer, ...]]
 
     def hyper_values(self, settings: Mapping[str, Any], state: State) -> tuple:
-        return tuple(state["step"] if name == "step" else settings[name] for name in self.hyper)
+        values = tuple(state["step"] if name == "step" else settings[name] for name in self.hyper)
+        for name, value in zip(self.hyper, values):
+            if type(value) not in _NUMBERS and not hasattr(value, "__float__"):
+                # a group's entry set to a str or None between steps (a schedule's typo): named
+                # here, before the kernel's arithmetic fails on it, in an eager step or a replay
+                raise DTypeError(
+                    f"{self.kernel}: hyper-parameter {name!r} of the parameter group must be a "
+                    f"number, got {value!r}"
+                )
+        return values
 
     def ready(self, settings: Mapping[str, Any], state: State) -> bool:
         """Whether ``state`` holds every buffer the kernel cannot start by itself."""

@@ -36,6 +36,7 @@ from ..errors import (
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
+    check_flag,
     guard,
     shape_text,
 )
@@ -559,13 +560,16 @@ class Tensor(
         >>> rg.tensor([1.0]).require_grad().is_require_grad()
         True
         """
-        backend = self._autodiff("require_grad")
-        if self.dtype not in FLOAT_DTYPES:
-            raise DTypeError(
-                f"require_grad: only float tensors can require grad, this one is {self.dtype}"
-            )
+        backend = self._float_autodiff("require_grad")
         self._prim = backend.require_grad(self._prim)
         return self
+
+    def _float_autodiff(self, op: str) -> Any:
+        """The autodiff backend, for ``op`` that makes this tensor require grad: a float one."""
+        backend = self._autodiff(op)
+        if self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"{op}: only float tensors can require grad, this one is {self.dtype}")
+        return backend
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """torch's: set :attr:`requires_grad` in place and return ``self``."""
@@ -595,7 +599,8 @@ class Tensor(
 
     @requires_grad.setter
     def requires_grad(self, requires_grad: bool) -> None:
-        if bool(requires_grad) == self.requires_grad:
+        check_flag("requires_grad", requires_grad, "requires_grad")
+        if requires_grad == self.requires_grad:
             return
         if requires_grad:
             self.require_grad()
@@ -766,7 +771,7 @@ class Tensor(
 
     def set_distributed(self, param_id: Any) -> Tensor:
         """Mark this parameter's gradient for all-reduce during backward (returns ``self``)."""
-        backend = self._autodiff("set_distributed")
+        backend = self._float_autodiff("set_distributed")
         self._prim = backend.set_distributed(self._prim, param_id)
         return self
 
