@@ -182,6 +182,24 @@ class ModuleList(_Indexed):
         combined = ModuleList(list(self._modules.values()))
         return combined.extend(other)
 
+    def __repr__(self) -> str:
+        """torch's: a run of modules that print alike is printed once, as ``(i-j): n x``."""
+        runs: list[list] = []  # [first index, last index, repr]
+        for i, module in enumerate(self._modules.values()):
+            text = repr(module)
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, text])
+        if not runs:
+            return f"{type(self).__name__}()"
+        lines = [
+            (f"({first}): " if first == last else f"({first}-{last}): {last - first + 1} x ")
+            + text.replace("\n", "\n  ")
+            for first, last, text in runs
+        ]
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
 
 class ModuleDict(Module):
     """A dict of sub-modules, registered under their keys (in insertion order).

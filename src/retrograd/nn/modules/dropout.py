@@ -41,7 +41,7 @@ class Dropout(Module):
         return self._fn(x, self.p, self.training)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Dropout1d(Dropout):

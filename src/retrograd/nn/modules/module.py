@@ -756,12 +756,19 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        lines = [
-            f"  ({name}): " + repr(child).replace("\n", "\n  ")
+        # torch's layout: a one-line extra_repr of a leaf inline, else one item per line (the
+        # extra_repr's lines first, then the children's)
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [
+            f"({name}): " + repr(child).replace("\n", "\n  ")
             for name, child in self._modules.items()
         ]
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+        head = f"{type(self).__name__}("
+        if len(extra_lines) == 1 and not child_lines:
+            return head + extra_lines[0] + ")"
+        lines = extra_lines + child_lines
+        return head + ("\n  " + "\n  ".join(lines) + "\n)" if lines else ")")
 
 
 _MISSING = object()
