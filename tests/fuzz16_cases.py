@@ -24,7 +24,10 @@ shape or value.
   all/any and the cumulative ops with ``dtype=``, ``keepdim`` and tuples of dims over int64,
   bool, float32 and float64 inputs, large and small;
 - ``ordering``: sort/argsort (stable)/topk/kthvalue/max/min/argmax/argmin/cummax/cummin/
-  median/unique over ties, NaN and infinities, large and small.
+  median/unique/msort/maximum/fmax over ties, NaN and infinities, large and small;
+- ``index_reduce``: ``index_reduce`` (prod/mean/amax/amin, ``include_self``),
+  ``scatter_reduce``, ``index_add`` with ``alpha`` and ``scatter_add`` with repeated indices
+  and ties, on large and small tensors, with out-of-range indices that must raise.
 
 Known differences are left out of the draws and named where they are.
 """
@@ -552,11 +555,11 @@ def _ordering(rng):
     nd = len(shape)
     dim = int(rng.integers(-nd, nd))
     k = int(rng.integers(0, shape[dim] + 1)) if op != "topk_small" else min(1, shape[dim])
-    tie_safe = op in ("sort", "sort_desc", "argsort_stable", "argsort_stable_desc", "msort",
+    tie_safe = op in ("sort", "sort_desc", "argsort_stable", "argsort_stable_desc",
                       "unique", "unique_dim", "maximum_nan", "fmax", "max", "min", "argmax",
                       "argmin", "cummax", "cummin")  # fmt: skip
-    # (topk/kthvalue/median: the element among ties whose gradient it is is torch's kernel's
-    # choice; their values only)
+    # (topk/kthvalue/median/msort: the element among ties whose gradient it is is torch's
+    # kernel's choice (msort's sort is not stable past a few thousand rows); values only)
     other = rng.permutation(arr.reshape(-1)).reshape(shape)
 
     def body(lib):
@@ -591,3 +594,55 @@ def _ordering(rng):
 
     return _trial(f"{op} {dtype}{list(shape)} dim={dim} k={k} nan={nan}", body,
                   _weight_fn(rng), rtol=1e-6)  # fmt: skip
+
+
+# ---- index_reduce and scatter_reduce over large and small tensors --------------------------
+
+
+@gen("index_reduce")
+def _index_reduce(rng):
+    c = lambda *v: _pick(rng, *v)  # noqa: E731
+    form = c("index_reduce", "scatter_reduce", "index_add", "scatter_add")
+    reduce = c("prod", "mean", "amax", "amin") if form == "index_reduce" else c(
+        "sum", "prod", "mean", "amax", "amin")  # fmt: skip
+    include_self = bool(rng.random() < 0.5)
+    big = rng.random() < 0.3
+    shape = (int(c(64, 256)), int(c(256, 1024))) if big else _shape(rng, 1, 3, 1, 5)
+    dtype = c("float64", "float64", "float32")
+    nd = len(shape)
+    dim = int(rng.integers(-nd, nd))
+    n_src = int(rng.integers(1, 6))
+    src_shape = list(shape)
+    src_shape[dim] = n_src
+    index = rng.integers(0, shape[dim], size=n_src)  # duplicates likely
+    if rng.random() < 0.05:
+        index[0] = shape[dim]  # out of range: both refuse
+    pool = [-1.0, 0.0, 0.5, 2.0, -2.0, 1.5] if not big else None
+    xa = rng.choice(pool, size=shape) if pool else rng.standard_normal(shape)
+    sa = rng.choice(pool, size=src_shape) if pool else rng.standard_normal(src_shape)
+    scatter_index = rng.integers(0, shape[dim], size=src_shape)
+    alpha = float(c(1.0, 0.5, -2.0))
+
+    def body(lib):
+        x = lib.tensor(xa, dtype=getattr(lib, dtype), requires_grad=True)
+        src = lib.tensor(sa, dtype=getattr(lib, dtype), requires_grad=True)
+        if form == "index_reduce":
+            out = x.index_reduce(dim, lib.tensor(index), src, reduce, include_self=include_self)
+        elif form == "index_add":
+            out = x.index_add(dim, lib.tensor(index), src, alpha=alpha)
+        elif form == "scatter_add":
+            out = x.scatter_add(dim, lib.tensor(scatter_index), src)
+        else:
+            out = x.scatter_reduce(dim, lib.tensor(scatter_index), src, reduce,
+                                   include_self=include_self)  # fmt: skip
+        return [out], [x, src]
+
+    # (amax/amin/prod among ties: torch splits the gradient evenly between equal values, as
+    # retrograd; the values pool has ties on purpose)
+    return _trial(
+        f"{form} {reduce} include_self={include_self} {dtype}{list(shape)} dim={dim} "
+        f"index={index.tolist() if form.startswith('index') else 'drawn'} alpha={alpha}",
+        body,
+        _weight_fn(rng),
+        rtol=1e-9 if dtype == "float64" else 1e-4,
+    )

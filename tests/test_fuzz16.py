@@ -2,7 +2,8 @@
 activation and softmax families on float32 tensors of 65,536 elements or more (the NumPy
 backend's compiled loops) in three layouts with special values, losses over large
 vocabularies, normalization layers and their running statistics over several steps,
-reductions with ``dtype=`` and ``keepdim``, and ordering ops over ties, NaN and infinities.
+reductions with ``dtype=`` and ``keepdim``, ordering ops over ties, NaN and infinities, and
+``index_reduce``/``scatter_reduce`` with ``include_self``.
 Every draw must agree with torch on raising or not, dtype, shape and values (gradients
 included).
 
@@ -29,6 +30,7 @@ DRAWS = {
     "norm_stats": 50,
     "reductions": 150,
     "ordering": 150,
+    "index_reduce": 60,
 }
 
 

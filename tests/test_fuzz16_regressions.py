@@ -105,3 +105,40 @@ def test_gelu_float32_gradient_at_huge_inputs():
     t = torch.tensor(a, requires_grad=True)
     (want,) = torch.autograd.grad(torch.nn.functional.gelu(t).sum(), t)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    # index_reduce (and index_reduce_, rg.index_reduce) did not exist: an AttributeError
+    xa = np.array([[1.0, -2.0, 0.5], [2.0, 2.0, -1.0], [0.5, 3.0, 1.5], [-1.0, 0.0, 2.0]])
+    sa = np.array([[2.0, 2.0, 0.5], [-1.5, 1.0, 3.0], [2.0, -2.0, 1.0]])
+    index = [2, 0, 2]  # a repeated index
+    w = np.linspace(-1, 1, 12).reshape(4, 3)
+    x, src = rg.tensor(xa, requires_grad=True), rg.tensor(sa, requires_grad=True)
+    out = x.index_reduce(0, rg.tensor(index), src, reduce, include_self=include_self)
+    grads = (out * rg.tensor(w)).sum().backward()
+    tx, ts = torch.tensor(xa, requires_grad=True), torch.tensor(sa, requires_grad=True)
+    want = tx.index_reduce(0, torch.tensor(index), ts, reduce, include_self=include_self)
+    w_gx, w_gs = torch.autograd.grad((want * torch.tensor(w)).sum(), (tx, ts))
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad(grads).numpy(), w_gx.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(src.grad(grads).numpy(), w_gs.numpy(), rtol=1e-12)
+    y = rg.tensor(xa)
+    y.index_reduce_(0, rg.tensor(index), rg.tensor(sa), reduce, include_self=include_self)
+    np.testing.assert_allclose(y.numpy(), want.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        rg.index_reduce(rg.tensor(xa), 0, rg.tensor(index), rg.tensor(sa), reduce).numpy(),
+        torch.index_reduce(torch.tensor(xa), 0, torch.tensor(index), torch.tensor(sa), reduce),
+        rtol=1e-12,
+    )
+
+
+def test_index_reduce_refusals():
+    x = rg.zeros(3, 2)
+    with pytest.raises(rg.InvalidArgumentError, match="index_reduce"):
+        x.index_reduce(0, rg.tensor([0]), rg.ones(1, 2), "sum")  # torch's refusal too
+    with pytest.raises(rg.ShapeError, match="index_reduce"):
+        x.index_reduce(0, rg.tensor([0, 1]), rg.ones(1, 2), "amax")
+    with pytest.raises(rg.RetrogradError, match="index_reduce"):
+        x.index_reduce(0, rg.tensor([3]), rg.ones(1, 2), "amax")
