@@ -418,7 +418,8 @@ class ReduceMixin:
 
     @scalar_dims(position=1)
     def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
-        return self._apply("topk", (self,), (int(k), self._topk_dim(k, dim)))
+        d = self._topk_dim(k, dim)
+        return self._apply("topk", (self,), (int(k), d))
 
     def _topk_dim(self, k: int, dim: int) -> int:
         """``dim`` normalized, once ``topk``'s dtype and ``k`` are checked."""
