@@ -147,11 +147,15 @@ def _minus_logit(x, square):
 def gelu_slope(x):
     """The GELU's derivative at the float32 ``x``: ``cdf + x v'(x) * e * cdf**2``, ``e =
     exp(-v(x))``, ``cdf = 1 / (1 + e)`` (the derivative of :func:`gelu_float32`'s formula).
-    Where ``e`` overflows, ``e * cdf**2`` is ``inf * 0``: its limit, 0, is taken."""
+    Where ``e`` overflows, ``e * cdf**2`` is ``inf * 0``: its limit, 0, is taken. Where that
+    density is 0, so is the second term, even where ``x v'(x)`` overflows (``|x|`` above
+    1.8e19, where ``x * x`` is infinite): ``cdf``, or NaN at an infinite ``x`` (torch's)."""
     square = x * x
     tail = expf(_minus_logit(x, square))
     cdf = F(1.0) / (tail + F(1.0))
     density = tail * cdf * cdf if tail < F(np.inf) else F(0.0)  # sigma'(v) = e / (1 + e)**2
+    if density == F(0.0):
+        return cdf + x * F(0.0)
     return _fma(_horner(_SLOPE, square) * x, -density, cdf)
 
 

@@ -43,6 +43,7 @@ _METHODS = [
     "index_add",
     "index_copy",
     "index_fill",
+    "index_reduce",
     "masked_scatter",
 ]
 for _name in _METHODS:

@@ -619,7 +619,10 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
     inverse indices and counts when asked."""
     array = input.numpy()
     if dim is None:
-        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True)
+        # (each NaN its own value, as torch's: NumPy's default merges them)
+        values, inverse, counts = np.unique(
+            array, return_inverse=True, return_counts=True, equal_nan=False
+        )
         inverse = inverse.reshape(array.shape)
     else:  # the distinct slices along dim, sorted lexicographically (as torch's and NumPy's)
         d = normalize_dim("unique", dim, input.ndim)

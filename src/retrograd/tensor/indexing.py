@@ -124,6 +124,35 @@ class IndexingMixin:
             source = source * alpha
         return self.select_assign(dim, _one_dim(index), source, "add")
 
+    def index_reduce(
+        self, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True
+    ) -> Any:
+        """A copy with the slices of ``source`` reduced (``"prod"``, ``"mean"``, ``"amax"``,
+        ``"amin"``) into it at ``index`` along ``dim`` (torch's ``index_reduce``; repeated
+        indices reduce together; ``include_self=False`` leaves out the values they land on):
+        :meth:`scatter_reduce` with ``index`` spread over ``source``'s shape."""
+        if reduce not in ("prod", "mean", "amax", "amin"):
+            raise InvalidArgumentError(
+                f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
+            )
+        _same_dtype("index_reduce", self, source)
+        source = lift(self, source, "index_reduce")
+        x = self.reshape((1,)) if self.ndim == 0 else self  # (a 0-d tensor: its one value)
+        d = normalize_dim("index_reduce", dim, x.ndim)
+        indices = _index_tensor("index_reduce", x, _one_dim(index), d, one_dim=True)
+        region = x.shape[:d] + (indices.shape[0],) + x.shape[d + 1 :]
+        if self.ndim == 0 and source.ndim == 0:
+            source = source.reshape((1,))
+        if tuple(source.shape) != region:
+            raise ShapeError(
+                f"index_reduce: source of shape {shape_text(source.shape)} does not match "
+                f"{shape_text(region)} (the input's shape {shape_text(self.shape)} with "
+                f"{indices.shape[0]} indices along dimension {dim})"
+            )
+        spread = indices.reshape(tuple(-1 if k == d else 1 for k in range(x.ndim)))
+        out = x.scatter_reduce(d, spread.expand(region), source, reduce, include_self=include_self)
+        return out.reshape(self.shape)
+
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
         """A copy with ``source`` written at ``index`` along ``dim``."""
         _same_dtype("index_copy", self, source)

@@ -348,6 +348,14 @@ class InplaceMixin:
     def index_add_(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
         return self._update("index_add_", lambda t: t.index_add(dim, index, source, alpha=alpha))
 
+    def index_reduce_(
+        self, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True
+    ) -> Any:
+        return self._update(
+            "index_reduce_",
+            lambda t: t.index_reduce(dim, index, source, reduce, include_self=include_self),
+        )
+
     def index_copy_(self, dim: int, index: Any, source: Any) -> Any:
         return self._update("index_copy_", lambda t: t.index_copy(dim, index, source))
 

@@ -12,7 +12,7 @@ from typing import Any
 from ..backend.protocol import FLOAT_DTYPES
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase as Tensor
-from ._dispatch import normalize_dim
+from ._dispatch import normalize_dim, result_dtype
 
 __all__ = ["matrix_norm", "norm", "tensor_norm", "vector_norm"]
 
@@ -35,15 +35,21 @@ def _singular_values(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
 def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: expected a tensor, got {type(x).__name__}")
-    if dtype is not None:
-        if str(dtype).replace("torch.", "") not in FLOAT_DTYPES:
-            raise DTypeError(f"{op}: dtype must be a floating point dtype, got {dtype}")
-        x = x.cast(str(dtype).replace("torch.", ""))
-    if x.dtype not in FLOAT_DTYPES:
+    if x.dtype not in FLOAT_DTYPES:  # (before dtype=, which does not make an int input valid)
         raise DTypeError(
             f"{op}: expected a floating point tensor as input, got {x.dtype} of shape "
             f"{shape_text(x.shape)}"
         )
+    if dtype is not None:
+        name = str(dtype).replace("torch.", "").replace("retrograd.", "")
+        if name not in FLOAT_DTYPES:
+            raise DTypeError(f"{op}: dtype must be a floating point dtype, got {dtype}")
+        if result_dtype(x.dtype, name) != name:  # torch: a cast that does not narrow
+            raise DTypeError(
+                f"{op}: the dtype of the input ({x.dtype}) should be convertible without "
+                f"narrowing to the specified dtype ({name})"
+            )
+        x = x.cast(name)
     return x
 
 

@@ -104,10 +104,14 @@ class ReduceMixin:
         return x._over_dims("mean", dim, keepdim)
 
     @scalar_dims
-    def nansum(self, dim: Any = None, keepdim: bool = False) -> Any:
-        if not self.is_float():  # nothing to skip; ints and bools sum as int64 (torch)
-            return self.sum(dim, keepdim)
-        return self.mask_fill(self.is_nan(), 0.0).sum(dim, keepdim)
+    def nansum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+        """:meth:`sum` counting NaN as zero (``dtype`` casts first, as torch's)."""
+        x = self if dtype is None else self.cast(dtype)
+        if dim is None and keepdim:  # torch: every dim kept, of size 1
+            dim = ()
+        if not x.is_float():  # nothing to skip; ints and bools sum as int64 (torch)
+            return x.sum(dim, keepdim)
+        return x.mask_fill(x.is_nan(), 0.0).sum(dim, keepdim)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
@@ -414,6 +418,11 @@ class ReduceMixin:
 
     @scalar_dims(position=1)
     def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
+        d = self._topk_dim(k, dim)
+        return self._apply("topk", (self,), (int(k), d))
+
+    def _topk_dim(self, k: int, dim: int) -> int:
+        """``dim`` normalized, once ``topk``'s dtype and ``k`` are checked."""
         if self.dtype == "bool":
             raise DTypeError("topk: bool tensors are not supported (as in torch)")
         d = normalize_dim("topk", dim, self.ndim)
@@ -421,7 +430,7 @@ class ReduceMixin:
             raise ShapeError(
                 f"topk: k={k} is out of range for dimension {dim} of size {self.shape[d]}"
             )
-        return self._apply("topk", (self,), (int(k), d))
+        return d
 
     # -- contraction --------------------------------------------------------------------------
     def matmul(self, other: Any) -> Any:
@@ -564,8 +573,11 @@ def topk(
     always sorted, largest (or smallest) first."""
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
-    values, indices = (-x).topk_with_indices(k, dim)
-    return TopkResult(-values, indices)
+    # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the
+    # largest value either way, and negating would put it first (and -x overflows int64's min).
+    d = x._topk_dim(k, dim)
+    values, indices = x.sort_with_indices(d, False)
+    return TopkResult(values.narrow(d, 0, k), indices.narrow(d, 0, k))
 
 
 # -- compositions ---------------------------------------------------------------------------------

@@ -184,12 +184,10 @@ class SelectionMixin:
         x = self if dtype is None else self.cast(dtype)
         if x.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
-        kept = x.isnan().logical_not()
-        count = (
-            kept.cast(x.dtype).sum(dim, keepdim) if dim is not None else kept.cast(x.dtype).sum()
-        )
-        total = x.nansum(dim, keepdim) if dim is not None else x.nansum()
-        return total / count
+        if dim is None:  # every dim (kept, of size 1, with keepdim: torch's)
+            dim = ()
+        count = x.isnan().logical_not().cast(x.dtype).sum(dim, keepdim)
+        return x.nansum(dim, keepdim) / count
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> Any:
         """``(min, max)`` over ``dim`` (all elements when ``None``)."""
