@@ -492,7 +492,12 @@ def test_module_casts_and_devices_take_torch_s_forms():
     assert model.weight.dtype == rg.float64
     model.to(rg.zeros(1))
     assert model.weight.dtype == rg.float32
-    assert model.cpu() is model and model.share_memory() is model
+    assert model.cpu() is model
+    # tensors are not shared between processes: a Hogwild loop would train copies, silently
+    with pytest.raises(rg.errors.InvalidArgumentError, match="shared between processes"):
+        model.share_memory()
+    with pytest.raises(rg.errors.InvalidArgumentError, match="share_memory_"):
+        model.weight.share_memory_()
     with pytest.raises(rg.DTypeError, match="computes on the CPU"):
         model.cuda()
 

@@ -1,7 +1,8 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
 complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, and :mod:`retrograd.fft`),
 sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
-(:mod:`retrograd.nested`). ``spmm`` is here too, with the one meaning it keeps on dense
+(:mod:`retrograd.nested`), and memory shared between processes (``share_memory``).
+``spmm`` is here too, with the one meaning it keeps on dense
 tensors: ``mm``.
 
 Tensors here are dense and real: float32/float64 (bfloat16/float16 on torch), int64, bool.
@@ -25,6 +26,7 @@ __all__ = [
     "dense_mm",
     "no_complex",
     "no_nested",
+    "no_shared_memory",
     "no_sparse",
     "polar",
     "sparse_coo_tensor",
@@ -52,6 +54,15 @@ def no_nested(op: str) -> NoReturn:
     raise InvalidArgumentError(
         f"{op}: retrograd has no nested (jagged) tensors; pad the sequences to one length and "
         "pass a mask"
+    )
+
+
+def no_shared_memory(op: str) -> NoReturn:
+    raise InvalidArgumentError(
+        f"{op}: retrograd's tensors cannot be shared between processes: a process given a "
+        "model trains its own copy, which the others never see (Hogwild would train nothing); "
+        "train data-parallel with rg.nn.parallel.DistributedDataParallel (threads or "
+        "processes), or share a model between threads, which needs no call"
     )
 
 

@@ -23,7 +23,7 @@ and leave every tensor and graph as they were.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ..errors import (
     guard,
     shape_text,
 )
+from ..unsupported import no_shared_memory
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
@@ -410,9 +411,10 @@ class Tensor(
         """The tensor itself: host memory is the backend's business."""
         return self
 
-    def share_memory_(self) -> Tensor:
-        """The tensor itself (primitives are never written, so sharing needs nothing)."""
-        return self
+    def share_memory_(self) -> NoReturn:
+        """Refused: tensors are not shared between processes (a process given this one
+        computes on its own copy; :func:`~retrograd.unsupported.no_shared_memory`)."""
+        no_shared_memory("share_memory_")
 
     # -- new tensors like this one (torch's ``new_*``) ------------------------------------------
     def _new_like(self, op: str, size: Any, dtype: Any, device: Any, fill: Any) -> Tensor:

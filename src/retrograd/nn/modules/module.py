@@ -30,7 +30,7 @@ import math
 import os
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
+from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter
 from .hooks import RemovableHandle, call_with_hooks, register_hook
 from .state_value import StateValue
@@ -481,9 +482,10 @@ class Module:
 
         return self.to(legacy_type_dtype(dst_type))
 
-    def share_memory(self) -> Module:
-        """Self: values are never written in place, so nothing needs sharing."""
-        return self
+    def share_memory(self) -> NoReturn:
+        """Refused: tensors are not shared between processes (:func:`.no_shared_memory`), and
+        a Hogwild loop over a copy in each process would silently train nothing."""
+        no_shared_memory("Module.share_memory")
 
     def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
         """Parameters and buffers moved to ``device`` with unspecified values (here their
