@@ -13,6 +13,7 @@ from ..backend.protocol import FLOAT_DTYPES
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase as Tensor
 from ._dispatch import normalize_dim, result_dtype
+from .dtypes import canonical_dtype
 
 __all__ = ["matrix_norm", "norm", "tensor_norm", "vector_norm"]
 
@@ -41,7 +42,7 @@ def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
             f"{shape_text(x.shape)}"
         )
     if dtype is not None:
-        name = str(dtype).replace("torch.", "").replace("retrograd.", "")
+        name = canonical_dtype(op, dtype)
         if name not in FLOAT_DTYPES:
             raise DTypeError(f"{op}: dtype must be a floating point dtype, got {dtype}")
         if result_dtype(x.dtype, name) != name:  # torch: a cast that does not narrow
