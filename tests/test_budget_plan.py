@@ -468,11 +468,11 @@ def test_two_graphs_in_alternation_are_planned_once_each():
 
 def test_a_loop_whose_graph_changes_every_step_stops_planning():
     # a shape drawn per batch (a sequence length, say): a graph planned when the next step
-    # starts another is followed by no step until it comes back. Once MAX_PLANS plans have
-    # been dropped for newer ones, a graph is planned only when the next step starts as it
-    # did, or when it comes back soon after (within MAX_PLANS graphs); before, every step
-    # planned the one before it (39 plans here)
-    from retrograd.autodiff.checkpoint.budget.planner import MAX_PLANS
+    # starts another is followed by no step until it comes back. Once MAX_UNFOLLOWED plans
+    # wait unfollowed, a graph is planned only when it comes back soon after (within
+    # SEEN_GRAPHS graphs); before, every step planned the one before it (39 plans here,
+    # then 16 once MAX_PLANS had been dropped)
+    from retrograd.autodiff.checkpoint.budget.planner import MAX_UNFOLLOWED
 
     full, _, _ = _masked_step(rg.Autodiff(rg.NumpyBackend()))
     strategy = rg.BudgetCheckpointing(full // 2)
@@ -482,14 +482,40 @@ def test_a_loop_whose_graph_changes_every_step_stops_planning():
         _, _, grads = _masked_step(backend, batch)
         _, _, expected = _masked_step(plain, batch)
         assert all(np.array_equal(a, b) for a, b in zip(expected, grads))
-    assert strategy.plans == 2 * MAX_PLANS
-    # the last MAX_PLANS plans made (batches 9-16) are kept and followed the second time
-    assert strategy.planned_steps == MAX_PLANS
-    # the same graph twice in a row is planned at once, and followed
+    # batches 1 and 2 planned by the steps after them; their second steps follow those
+    # plans, which lets batches 3 and 4 be planned in the second pass, and nothing after
+    assert strategy.plans == 2 * MAX_UNFOLLOWED
+    assert strategy.planned_steps == MAX_UNFOLLOWED
+    # a graph that comes again is planned when it does, and its third step follows the plan
     for _ in range(3):
-        _masked_step(backend, 4)
-    assert strategy.plans == 2 * MAX_PLANS + 1
-    assert strategy.planned_steps == MAX_PLANS + 2
+        _masked_step(backend, 7)
+    assert strategy.plans == 2 * MAX_UNFOLLOWED + 1
+    assert strategy.planned_steps == MAX_UNFOLLOWED + 1
+
+
+def test_an_episode_loop_plans_only_the_lengths_that_recur():
+    # a policy gradient's episodes: every graph starts alike and is as long as its episode.
+    # Each episode planned the one before it (the first value matched): 10 plans in 12
+    # episodes here, one followed, each plan about a second on a real policy
+    w = np.random.default_rng(0).standard_normal((6, 6)).astype(np.float32)
+
+    def episode(backend, length):
+        with rg.use_backend(backend):
+            weight = rg.tensor(w).require_grad()
+            state, total = rg.ones(1, 6), rg.zeros(())
+            for _ in range(length):
+                state = (state @ weight).tanh()
+                total = total + state.sum()
+            return weight.grad(total.backward()).numpy()
+
+    strategy = rg.BudgetCheckpointing(1)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
+    plain = rg.Autodiff(rg.NumpyBackend())
+    for length in [5, 9, 7, 12, 6, 10, 8, 11, 12, 12, 13, 14]:
+        assert np.array_equal(episode(backend, length), episode(plain, length))
+    # episodes 5 and 9 planned by the episodes after them, 12 when it came again (by the
+    # 10th, which followed it), and 13 by the 12th, once the 10th had followed a plan
+    assert strategy.plans == 4 and strategy.planned_steps == 1
 
 
 def test_a_graph_dropped_without_backward_starts_a_new_trace():

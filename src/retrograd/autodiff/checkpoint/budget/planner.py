@@ -86,6 +86,11 @@ MAX_PLANS = 8
 #: graphs of eager steps remembered, unplanned, for a plan when they come again: a graph
 #: that comes back later than that would have had its plan dropped before it came
 SEEN_GRAPHS = MAX_PLANS
+#: plans made in a row that no step has followed since: past them, a graph is planned only
+#: when it comes again. Two lets a loop of two graphs in alternation plan both at once; an
+#: episode loop whose graph starts alike each time and is as long as its episode (a policy
+#: gradient's) would otherwise plan every episode and follow none
+MAX_UNFOLLOWED = 2
 #: re-plans of one graph after its followed steps missed the prediction
 MAX_REPLANS = 3
 
@@ -119,6 +124,8 @@ class Planner:
         self.planned_steps = 0
         #: plans dropped from the kept ones, the least recently followed, for a new one
         self.dropped = 0
+        #: plans made since a step last followed one (see :data:`MAX_UNFOLLOWED`)
+        self.unfollowed = 0
         #: the prices of the plan the step being recorded followed last, by position: what
         #: its values recorded while following (not timed) cost, should it be planned from
         self._prices: list | None = None
@@ -145,6 +152,7 @@ class Planner:
                 signatures = [value.signature for value in values]
                 if self._recurs(signatures, signature):
                     self._adopt(self._make_plan(signatures, trace, values=values))
+                    self.unfollowed += 1
             self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
@@ -163,17 +171,29 @@ class Planner:
 
     def _recurs(self, signatures: list, starting: tuple) -> bool:
         """Whether the graph of ``signatures``, recorded by the step before, is worth a plan:
-        the step now starting begins as it did (``starting``, its first value's signature);
-        or plans have not been wasted yet (fewer than :data:`MAX_PLANS` dropped unfollowed
-        from the kept ones: a loop of a few graphs in alternation never drops one); or that
-        graph was seen before (among the last :data:`SEEN_GRAPHS`). A loop whose graph
-        changes every step (a sequence length drawn per batch) would otherwise pay for a plan
-        at every step and follow almost none."""
-        if signatures[0] == starting or self.dropped < MAX_PLANS:
-            return True
+        that graph was seen before (among the last :data:`SEEN_GRAPHS`); or fewer than
+        :data:`MAX_UNFOLLOWED` plans wait unfollowed and either the step now starting begins
+        as it did (``starting``, its first value's signature) or plans have not been wasted
+        yet (fewer than :data:`MAX_PLANS` dropped unfollowed from the kept ones: a loop of a
+        few graphs in alternation never drops one). A loop whose graph changes every step (a
+        sequence length drawn per batch, an episode's length) would otherwise pay for a plan
+        at every step and follow almost none.
+
+        >>> planner = Planner(1 << 20)
+        >>> episode = lambda length: [("obs",)] + [("step",)] * length
+        >>> [planner._recurs(episode(n), ("obs",)) for n in (30, 31)]  # nothing waits
+        [True, True]
+        >>> planner.unfollowed = MAX_UNFOLLOWED  # two plans made, none followed
+        >>> [planner._recurs(episode(n), ("obs",)) for n in (32, 33, 32)]  # 32 came again
+        [False, False, True]
+        """
         graph = hash(tuple(signatures))
         seen = self._seen
         if graph in seen:
+            return True
+        if self.unfollowed < MAX_UNFOLLOWED and (
+            signatures[0] == starting or self.dropped < MAX_PLANS
+        ):
             return True
         seen[graph] = None
         if len(seen) > SEEN_GRAPHS:
@@ -225,6 +245,7 @@ class Planner:
                 self._pending = recorded.observe(steps, fastest, self._prices)
             return None
         self.planned_steps += 1
+        self.unfollowed = 0
         # The most recently followed first, unless a re-plan of its graph replaced it while
         # it ran (a backward inside the step, as a Jacobian's rows with create_graph, ended).
         position = next((i for i, kept in enumerate(self.kept) if kept is plan), None)
