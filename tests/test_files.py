@@ -125,9 +125,14 @@ def test_a_full_disk_leaves_the_previous_model_intact(tmp_path):
     assert leftovers(tmp_path) == []
 
 
-WRITER = """
-import sys, numpy as np
-from retrograd.files import atomic_write
+# The writer loads retrograd/files.py alone (it imports only the standard library): the
+# package's import (NumPy, SciPy, torch) would cost each of the writers below seconds of CPU.
+WRITER = f"""
+import importlib.util, sys, numpy as np
+spec = importlib.util.spec_from_file_location("files", {str(Path(rg.files.__file__))!r})
+files = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(files)
+atomic_write = files.atomic_write
 path = sys.argv[1]
 for version in range(1, 1_000_000):
     with atomic_write(path) as file:
