@@ -1,10 +1,14 @@
-"""The ``retrograd`` command as a careless user meets it, each case in a fresh process: nothing
-saved is ever lost (full disks, kills, two runs into one folder, a fresh run into a folder
-holding another), and every bad file or flag gets one line ``retrograd COMMAND: what — what to
-do`` (exit 2 for a wrong command line, 1 for a failure), never a traceback."""
+"""The ``retrograd`` command as a careless user meets it: nothing saved is ever lost (full disks,
+kills, two runs into one folder, a fresh run into a folder holding another), and every bad file
+or flag gets one line ``retrograd COMMAND: what — what to do`` (exit 2 for a wrong command line,
+1 for a failure), never a traceback. Runs that train or write run in a fresh process, as a
+user's would (:func:`retrograd`); refusals that stop before any work run the same ``main()`` in
+this one (:func:`refused_here`), which spares each the seconds of a fresh interpreter's
+imports."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -58,6 +62,21 @@ def retrograd(*args: str, limit: int | None = None, env: dict | None = None, cwd
         preexec_fn=file_size_limit if limit else None,
         timeout=300,
     )
+
+
+def refused_here(*args: str) -> subprocess.CompletedProcess:
+    """``retrograd ARGS`` run by the command's ``main()`` in this process, for a command line
+    refused before any work: its exit status and what it printed, as :func:`retrograd` gives
+    them (argparse's refusals exit through ``SystemExit``)."""
+    from retrograd.app.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
 
 
 def one_line(completed, command: str, code: int) -> str:
@@ -236,12 +255,12 @@ def test_a_text_in_another_encoding_is_refused_or_read_as_told(tmp_path):
     text = tmp_path / "latin.txt"
     text.write_bytes(("café naïve " * 60).encode("latin-1"))
     out = str(tmp_path / "run")
-    line = one_line(retrograd("train", *GPT, "--text", str(text), "--out", out), "train", 1)
+    line = one_line(refused_here("train", *GPT, "--text", str(text), "--out", out), "train", 1)
     assert "latin.txt is not utf-8 text (byte 0xe9 at offset 3" in line and "--encoding" in line
     completed = retrograd("train", *GPT, "--text", str(text), "--encoding", "latin-1", "--out", out)
     assert completed.returncode == 0, completed.stderr
     assert "é" in read_checkpoint(Path(out) / "checkpoint.npz").meta["vocab"]
-    line = one_line(retrograd("train", *GPT, "--encoding", "klingon"), "train", 2)
+    line = one_line(refused_here("train", *GPT, "--encoding", "klingon"), "train", 2)
     assert "no such encoding: klingon" in line
 
 
@@ -268,10 +287,10 @@ def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(gpt_run, text_file, tmp
 
 def test_a_device_the_machine_lacks_is_a_failure_one_that_cannot_exist_a_usage_error(text_file):
     torch = pytest.importorskip("torch")
-    line = one_line(retrograd("train", *GPT, "--backend", "torch", "--device", "meta"), "train", 2)
-    assert "--device meta" in line
+    completed = refused_here("train", *GPT, "--backend", "torch", "--device", "meta")
+    assert "--device meta" in one_line(completed, "train", 2)
     if not torch.cuda.is_available():
-        completed = retrograd("train", *GPT, "--backend", "torch", "--device", "cuda")
+        completed = refused_here("train", *GPT, "--backend", "torch", "--device", "cuda")
         assert "is not available" in one_line(completed, "train", 1)
 
 
@@ -286,7 +305,7 @@ def test_a_device_the_machine_lacks_is_a_failure_one_that_cannot_exist_a_usage_e
     ],
 )
 def test_flags_that_mean_nothing_to_the_model_are_refused(model, flags):
-    line = one_line(retrograd("train", *model, *flags), "train", 2)
+    line = one_line(refused_here("train", *model, *flags), "train", 2)
     assert flags[0] in line and "drop" in line
 
 
@@ -303,7 +322,7 @@ def test_flags_that_mean_nothing_to_the_model_are_refused(model, flags):
     ],
 )
 def test_non_finite_values_are_refused(arguments):
-    line = one_line(retrograd(*arguments), arguments[0], 2)
+    line = one_line(refused_here(*arguments), arguments[0], 2)
     assert "argument --" in line
 
 
@@ -385,7 +404,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(gpt_run, tmp_path, kin
     if kind != "optimizer moment":  # sampling reads the model only
         commands.append(["sample", "--out", str(out), "--tokens", "5"])
     for command in commands:
-        line = one_line(retrograd(*command), command[0], 1)
+        line = one_line(refused_here(*command), command[0], 1)
         assert f"{out / 'checkpoint.npz'} is damaged" in line and phrase in line, line
     assert not marker.exists()  # never unpickled
 
@@ -393,12 +412,12 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(gpt_run, tmp_path, kin
 def test_an_out_that_is_a_file_or_cannot_be_made_is_refused_before_any_work(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("mine")
-    completed = retrograd("train", *MLP, "--out", str(afile))
+    completed = refused_here("train", *MLP, "--out", str(afile))
     assert "is a file, not a folder" in one_line(completed, "train", 1)
     assert completed.stdout == "" and afile.read_text() == "mine"
-    completed = retrograd("train", *MLP, "--out", str(afile / "below"))
+    completed = refused_here("train", *MLP, "--out", str(afile / "below"))
     assert "cannot create --out" in one_line(completed, "train", 1)
-    completed = retrograd("graph", "--out", str(afile))
+    completed = refused_here("graph", "--out", str(afile))
     assert "is a file, not a folder" in one_line(completed, "graph", 1)
 
 
