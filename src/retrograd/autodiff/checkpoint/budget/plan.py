@@ -20,7 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .profile_kernel import NEVER, TraceArrays, profile_kernel, trace_arrays
 
 __all__ = [
     "PLAN_EFFORT",
@@ -100,6 +104,14 @@ class Trace:
     #: seconds its op took in the step traced (``costs`` may price it at the fastest time seen
     #: for its op instead): what a replay of that step prices it at, to evict as it did
     measured: list[float] = field(default_factory=list)
+    _arrays: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def arrays(self) -> TraceArrays:
+        """The trace as :func:`profile`'s kernel reads it, made at the first call (a trace is
+        not changed once recorded)."""
+        if self._arrays is None:
+            self._arrays = trace_arrays(self)
+        return self._arrays
 
 
 class Profile(NamedTuple):
@@ -108,7 +120,8 @@ class Profile(NamedTuple):
     peak: int
     #: the backward step of the peak
     at: int
-    #: per value: the first and last step it is needed (``math.inf`` and -1: never)
+    #: per value: the first and last step it is needed (:data:`~.profile_kernel.NEVER`, past
+    #: every step, and -1: never)
     first: list
     last: list[int]
     #: bytes held above the budget, summed over the steps
@@ -123,63 +136,26 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     ``views``: real memory, where a view and the value it views count once and the gradients
     in flight count too; ``views=False``: the engine's own count (``Gradients.peak_bytes``,
     what the budget bounds), which counts each view apart and no gradient. Step 0 stands for
-    the end of forward too: every kept value is held from its making until its last read.
+    the end of forward too: every kept value is held from its making until its last read; an
+    evicted one is recomputed at its first need (its first read, or the recomputation of an
+    evicted child, which reads its parents then) and held until its last. The loops run
+    compiled (:mod:`.profile_kernel`).
     """
-    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
-    n = len(sizes)
-    first: list = [math.inf] * n
-    last = [-1] * n
-    # children come after their parents: one reverse pass settles every need
-    for v in range(n - 1, -1, -1):
-        own = reads[v]
-        if own:
-            if own[0] < first[v]:
-                first[v] = own[0]
-            if own[-1] > last[v]:
-                last[v] = own[-1]
-        if evicted[v] and last[v] >= 0:
-            when = first[v]  # recomputed at its first need, reading its parents then
-            for p in parents[v]:
-                if when < first[p]:
-                    first[p] = when
-                if when > last[p]:
-                    last[p] = when
-    horizon = trace.horizon
-    seconds = 0.0
-    costs = trace.costs
-    # a buffer is held from the first start to the last end of the values holding it
-    starts: dict[int, int] = {}
-    ends: dict[int, int] = {}
-    owners = trace.owners if views else range(n)
-    for v in range(n):
-        if last[v] < 0:
-            continue
-        if evicted[v]:
-            seconds += costs[v]
-        start = first[v] if evicted[v] else 0
-        owner = owners[v]
-        if owner in starts:
-            if start < starts[owner]:
-                starts[owner] = start
-            if last[v] > ends[owner]:
-                ends[owner] = last[v]
-        else:
-            starts[owner], ends[owner] = start, last[v]
-    delta = [0] * (horizon + 2)
-    for owner, start in starts.items():
-        delta[start] += sizes[owner]
-        delta[ends[owner] + 1] -= sizes[owner]
-    for nbytes, start, end in trace.fixed + trace.gradients if views else trace.fixed:
-        delta[start] += nbytes
-        delta[end + 1] -= nbytes
-    peak, at, held, excess = -1, 0, 0, 0
-    for step in range(horizon + 1):
-        held += delta[step]
-        if held > peak:
-            peak, at = held, step
-        if held > budget:
-            excess += held - budget
-    return Profile(peak, at, first, last, excess, seconds)
+    arrays = trace.arrays()
+    peak, at, first, last, excess, seconds = profile_kernel(
+        arrays.sizes,
+        arrays.costs,
+        arrays.parent_start,
+        arrays.parent_index,
+        arrays.read_first,
+        arrays.read_last,
+        arrays.owners if views else arrays.values,
+        np.array(evicted, dtype=np.bool_),
+        arrays.fixed_and_gradients if views else arrays.fixed,
+        trace.horizon,
+        min(budget, NEVER),
+    )
+    return Profile(int(peak), int(at), first.tolist(), last.tolist(), int(excess), float(seconds))
 
 
 #: the targets tried, as fractions of the budget, until a plan fits (the greedy is not

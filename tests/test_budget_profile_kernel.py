@@ -1,0 +1,121 @@
+"""The compiled model of a step's memory (``budget/profile_kernel.py``) against the Python
+loops it replaced (kept here as the reference, as they were written): the same peak, step,
+needs, excess and seconds, bit for bit, on random traces with views, fixed spans and
+gradients, for every budget and both counts."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from retrograd.autodiff.checkpoint.budget.plan import Profile, Trace, profile
+from retrograd.autodiff.checkpoint.budget.profile_kernel import NEVER
+
+
+def reference_profile(trace, evicted, budget=0, views=True):
+    """plan.profile as it was written in Python before it was compiled (commit c5f2fe0)."""
+    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
+    n = len(sizes)
+    first: list = [math.inf] * n
+    last = [-1] * n
+    # children come after their parents: one reverse pass settles every need
+    for v in range(n - 1, -1, -1):
+        own = reads[v]
+        if own:
+            if own[0] < first[v]:
+                first[v] = own[0]
+            if own[-1] > last[v]:
+                last[v] = own[-1]
+        if evicted[v] and last[v] >= 0:
+            when = first[v]  # recomputed at its first need, reading its parents then
+            for p in parents[v]:
+                if when < first[p]:
+                    first[p] = when
+                if when > last[p]:
+                    last[p] = when
+    horizon = trace.horizon
+    seconds = 0.0
+    costs = trace.costs
+    # a buffer is held from the first start to the last end of the values holding it
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    owners = trace.owners if views else range(n)
+    for v in range(n):
+        if last[v] < 0:
+            continue
+        if evicted[v]:
+            seconds += costs[v]
+        start = first[v] if evicted[v] else 0
+        owner = owners[v]
+        if owner in starts:
+            if start < starts[owner]:
+                starts[owner] = start
+            if last[v] > ends[owner]:
+                ends[owner] = last[v]
+        else:
+            starts[owner], ends[owner] = start, last[v]
+    delta = [0] * (horizon + 2)
+    for owner, start in starts.items():
+        delta[start] += sizes[owner]
+        delta[ends[owner] + 1] -= sizes[owner]
+    for nbytes, start, end in trace.fixed + trace.gradients if views else trace.fixed:
+        delta[start] += nbytes
+        delta[end + 1] -= nbytes
+    peak, at, held, excess = -1, 0, 0, 0
+    for step in range(horizon + 1):
+        held += delta[step]
+        if held > peak:
+            peak, at = held, step
+        if held > budget:
+            excess += held - budget
+    return Profile(peak, at, first, last, excess, seconds)
+
+
+def random_trace(rng: random.Random, n: int) -> Trace:
+    horizon = rng.randint(1, 2 * n)
+    parents = [tuple(rng.sample(range(v), rng.randint(0, min(v, 3)))) for v in range(n)]
+    reads = [
+        sorted(rng.sample(range(horizon + 1), rng.randint(0, min(3, horizon + 1))))
+        for _ in range(n)
+    ]
+    owners: list[int] = []
+    for v in range(n):  # a view's owner is the buffer its parent views (or the parent's own)
+        viewed = parents[v] and rng.random() < 0.3
+        owners.append(owners[rng.choice(parents[v])] if viewed else v)
+
+    def spans(count: int) -> list:
+        rows = []
+        for _ in range(count):
+            a, b = sorted(rng.randint(0, horizon) for _ in range(2))
+            rows.append((rng.randint(1, 1 << 20), a, b))
+        return rows
+
+    return Trace(
+        sizes=[rng.choice([0, rng.randint(1, 1 << 24)]) for _ in range(n)],
+        costs=[rng.random() * 1e-3 for _ in range(n)],
+        parents=parents,
+        recomputable=[rng.random() < 0.8 for _ in range(n)],
+        reads=reads,
+        owners=owners,
+        fixed=spans(rng.randint(0, 3)),
+        gradients=spans(rng.randint(0, 3)),
+        horizon=horizon,
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_profile_is_the_python_loops(seed):
+    rng = random.Random(seed)
+    trace = random_trace(rng, rng.randint(1, 60))
+    n = len(trace.sizes)
+    for _ in range(5):
+        evicted = [rng.random() < 0.5 for _ in range(n)]
+        for budget in (0, rng.randint(1, 1 << 26), 1 << 70):
+            for views in (True, False):
+                mine = profile(trace, evicted, budget, views)
+                theirs = reference_profile(trace, evicted, budget, views)
+                never = [NEVER if f == math.inf else f for f in theirs.first]
+                assert mine == theirs._replace(first=never), (seed, budget, views)
+                assert type(mine.seconds) is float and type(mine.peak) is int
