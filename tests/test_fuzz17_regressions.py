@@ -56,3 +56,27 @@ def test_grad_over_a_keyword_argument_of_an_outer_grad():
 
     got, want = _both(fn)
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("allow_unused", [True, False])
+def test_autograd_grad_through_a_consumed_graph_says_so(allow_unused):
+    # API.md section 3: a second backward through a consumed part raises an AutodiffError
+    # that says so. autograd.grad (a backward toward its inputs) found no way to the input
+    # through the consumed node, whose parents were dropped: None with allow_unused (a silent
+    # wrong result: the gradient is 6), else "appears to not have been used in the graph"
+    x = rg.tensor([1.0, 2.0], dtype=rg.float64, requires_grad=True)
+    y = x * 3.0
+    (first,) = rg.autograd.grad(y.sum(), [x])
+    np.testing.assert_array_equal(first.numpy(), [3.0, 3.0])
+    with pytest.raises(rg.AutodiffError, match="consumed by an earlier backward"):
+        rg.autograd.grad((y * 2.0).sum(), [x], allow_unused=allow_unused)
+
+
+def test_autograd_grad_through_a_retained_graph_and_an_unused_input():
+    x = rg.tensor([1.0, 2.0], dtype=rg.float64, requires_grad=True)
+    z = rg.tensor([1.0], dtype=rg.float64, requires_grad=True)
+    y = x * 3.0
+    rg.autograd.grad(y.sum(), [x], retain_graph=True)
+    gx, gz = rg.autograd.grad((y * 2.0).sum(), [x, z], allow_unused=True)
+    np.testing.assert_array_equal(gx.numpy(), [6.0, 6.0])
+    assert gz is None
