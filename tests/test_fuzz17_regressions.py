@@ -80,3 +80,30 @@ def test_autograd_grad_through_a_retained_graph_and_an_unused_input():
     gx, gz = rg.autograd.grad((y * 2.0).sum(), [x, z], allow_unused=True)
     np.testing.assert_array_equal(gx.numpy(), [6.0, 6.0])
     assert gz is None
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x, s: x.copy_(s),
+        lambda x, s: x.view(-1).copy_(s.reshape(-1)),
+        lambda x, s: x.t().copy_(s.t()),
+        lambda x, s: x.__setitem__(Ellipsis, s),
+        lambda x, s: x.unsqueeze(0).copy_(s[None]),
+    ],
+    ids=["copy_", "view.copy_", "t.copy_", "setitem ...", "unsqueeze.copy_"],
+)
+def test_copy_over_a_whole_tensor_of_the_graph_keeps_it_there(write):
+    # torch keeps the overwritten tensor in the graph (its old value gets a zero gradient);
+    # retrograd replaced it by the source, so autograd.grad found the leaf behind the old
+    # value unused and raised, where torch returns zeros
+    def fn(lib):
+        a = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64, requires_grad=True)
+        b = lib.tensor([[5.0, 6.0], [7.0, 8.0]], dtype=lib.float64, requires_grad=True)
+        x = a * 2.0
+        write(x, b * 3.0)
+        ga, gb = lib.autograd.grad((x * x).sum(), [a, b])
+        return lib.cat([ga.reshape(-1), gb.reshape(-1)])
+
+    got, want = _both(fn)
+    np.testing.assert_array_equal(got, want)
