@@ -107,3 +107,41 @@ def test_copy_over_a_whole_tensor_of_the_graph_keeps_it_there(write):
 
     got, want = _both(fn)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, x: lib.quantile(x, 0.5, dim=1),
+        lambda lib, x: x.quantile(lib.tensor([0.2, 0.9], dtype=x.dtype), dim=-2),
+        lambda lib, x: lib.nanquantile(x, 0.3, dim=0, keepdim=True),
+        lambda lib, x: x.quantile(0.5),
+    ],
+    ids=["dim=1", "tensor q dim=-2", "nanquantile dim=0", "no dim"],
+)
+def test_quantile_of_an_empty_tensor_refuses(call):
+    # torch: "quantile() input tensor must be non-empty", whatever the dim; over a reduced
+    # dimension of size 1 retrograd returned an empty result (and without a dim raised a
+    # gather's IndexOutOfRangeError)
+    with pytest.raises(RuntimeError, match="must be non-empty"):
+        call(torch, torch.zeros(1, 1, 0, dtype=torch.float64))
+    with pytest.raises(
+        rg.ShapeError, match=r"quantile: input tensor must be non-empty.*\[1, 1, 0\]"
+    ):
+        call(rg, rg.zeros(1, 1, 0, dtype=rg.float64))
+
+
+@pytest.mark.parametrize(
+    "name", ["add", "sub", "mul", "div", "true_divide", "remainder", "subtract", "multiply"]
+)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_number_first_keeps_its_value_beside_a_float_tensor(name, dtype):
+    # rg.add(0.3, t) lifted 0.3 to a float32 0-d tensor: beside a float64 tensor the result was
+    # float64 but computed from 0.3's float32 rounding (0.30000001192092896)
+    def fn(lib):
+        t = lib.tensor([1.0, -2.0, 7.0], dtype=getattr(lib, dtype))
+        return getattr(lib, name)(0.3, t)
+
+    got, want = _both(fn)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
