@@ -857,7 +857,8 @@ def _func(rng):
     vector = rng.random() < 0.4  # a tensor output (jacobians, jvp, vjp)
     transform = str(
         _pick(rng, "grad", "grad01", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd",
-              "jacrev01", "hessian", "jacfwd_jacrev", "vmap_grad", "grad_grad_sum")
+              "jacrev01", "hessian", "jacfwd_jacrev", "vmap_grad", "grad_grad_sum",
+              "hessian01", "jvp_grad1", "vjp_grad1")
     )  # fmt: skip
     tx = _array(rng, x.shape)
     ty = _array(rng, y.shape)
@@ -894,6 +895,13 @@ def _func(rng):
             return [F.hessian(s)(a, b)]
         if transform == "jacfwd_jacrev":
             return [F.jacfwd(F.jacrev(s, argnums=1), argnums=0)(a, b)]
+        if transform == "hessian01":
+            return [h for row in F.hessian(s, argnums=(0, 1))(a, b) for h in row]
+        if transform == "jvp_grad1":  # (the tangent of a gradient in b along a and b)
+            return list(F.jvp(F.grad(s, argnums=1), (a, b), (lib.tensor(tx), lib.tensor(ty))))
+        if transform == "vjp_grad1":
+            out, pull = F.vjp(F.grad(s, argnums=1), a, b)
+            return [out, *pull(lib.ones_like(out) * -0.5)]
         if transform == "vmap_grad":
             if a.ndim < 2 or b.ndim < 2:
                 return [F.vmap(F.grad(lambda p, q: s(p, q)), in_dims=(0, None))(a.unsqueeze(0), b)]
