@@ -53,11 +53,7 @@ class Tape:
         while stack:
             node = stack.pop()
             if node.consumed:
-                raise AutodiffError(
-                    f"backward: the graph through {node.describe()} was consumed by an earlier "
-                    "backward(), which frees what it walks; call that earlier backward with "
-                    "retain_graph=True to backpropagate through the same graph again"
-                )
+                raise _consumed(node)
             walked.append(node)
             for parent in node.parents:
                 if parent is not None:
@@ -91,13 +87,15 @@ class Tape:
             if any(p is not None and (p.id in stop or p.id in needed) for p in node.parents):
                 needed.add(node.id)
         steps = [node for node in reached.values() if node.id in needed]
+        if not stop <= reached.keys():
+            # an input not reached: through a consumed node (its parents dropped) it may lie
+            # on the way there, and that is the walk's error, not an unused input's None
+            consumed = next((n for n in reached.values() if n.consumed), None)
+            if consumed is not None:
+                raise _consumed(consumed)
         for node in steps:
             if node.consumed:
-                raise AutodiffError(
-                    f"backward: the graph through {node.describe()} was consumed by an earlier "
-                    "backward(), which frees what it walks; call that earlier backward with "
-                    "retain_graph=True to backpropagate through the same graph again"
-                )
+                raise _consumed(node)
         steps.sort(key=_depth, reverse=True)
         children: dict[int, int] = {}
         for node in steps:
@@ -245,6 +243,14 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
         register(parent, grad)
+
+
+def _consumed(node: Node) -> AutodiffError:
+    return AutodiffError(
+        f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
+        "which frees what it walks; call that earlier backward with retain_graph=True to "
+        "backpropagate through the same graph again"
+    )
 
 
 def _leaves_first(item: tuple[int, Node | None]) -> bool:

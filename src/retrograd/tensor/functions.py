@@ -316,6 +316,11 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
         dtype = "bool"
     elif isinstance(input, numbers.Integral):
         dtype = "int64"
+    elif other.is_float():
+        # the tensor's own float dtype: torch's wrapped number keeps its double value until
+        # the op casts it to the result's dtype (rg.add(0.3, float64) is 1.3, not 0.3's
+        # float32 rounding plus 1)
+        dtype = other.dtype
     else:
         dtype = default_float_dtype()
     return from_host(type(other), input, dtype, other._backend, other._device)

@@ -160,8 +160,9 @@ class InplaceMixin:
     _prim: Any
 
     # -- the primitive ------------------------------------------------------------------------
-    def _update(self, op: str, compute: Any) -> Any:
+    def _update(self, op: str, compute: Any, fresh: bool = False) -> Any:
         """Replace this tensor's value with ``compute(self)``, in place; returns ``self``.
+        ``fresh``: the new value does not depend on the old one (``copy_``).
 
         Through ``.data``/``detach()`` nothing is recorded; otherwise an update of a leaf that
         requires grad (or of a view of one) is refused while gradients are recorded, as in
@@ -190,7 +191,7 @@ class InplaceMixin:
                 value = value.clone()
         # (a value that does not depend on the old one, zero_ or fill_, keeps a tracked
         # tensor in the graph: views._overwritten, where every write ends)
-        write(op, self, value, outside)
+        write(op, self, value, outside, fresh)
         return self
 
     # -- arithmetic ---------------------------------------------------------------------------
@@ -337,7 +338,7 @@ class InplaceMixin:
     def copy_(self, src: Any, non_blocking: bool = False) -> Any:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
-        return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")))
+        return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))

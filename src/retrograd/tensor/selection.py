@@ -894,6 +894,8 @@ def _quantile(
         )
     if x.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
+    if x.numel() == 0:  # (a reduced dimension of size 1 of an empty tensor passed: torch's)
+        raise ShapeError(f"{op}: input tensor must be non-empty, got shape {shape_text(x.shape)}")
     if isinstance(q, TensorBase):
         qs = lift(x, q, op)
     else:  # numbers in the input's dtype, as torch takes them

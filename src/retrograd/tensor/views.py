@@ -165,26 +165,30 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def write(op: str, t: Any, value: Any, outside: bool) -> None:
+def write(op: str, t: Any, value: Any, outside: bool, fresh: bool = False) -> None:
     """Make ``t`` hold ``value`` (its shape and dtype), through its bases up to the root,
     then recompute every live view of what changed. ``outside``: a write through
-    ``.data``/``detach()``, recorded nowhere."""
+    ``.data``/``detach()``, recorded nowhere. ``fresh``: ``value`` does not depend on ``t``'s
+    old value (``copy_``)."""
     view = getattr(t, "_view", None)
     if view is None:
-        _set_root(op, t, value, outside)
+        _set_root(op, t, value, outside, fresh)
         refresh(t)
         return
     base = view[BASE]
-    outside = outside or view[KIND] in _DETACHED
+    kind = view[KIND]
+    outside = outside or kind in _DETACHED
     if outside:
         with no_grad():
-            new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
+            new_base = _scatter_back(op, base, kind, view[PARAMS], value)
     else:
-        new_base = _scatter_back(op, base, view[KIND], view[PARAMS], value)
-    write(op, base, new_base, outside)
+        new_base = _scatter_back(op, base, kind, view[PARAMS], value)
+    # (a view of the whole base: its new value does not depend on the old one either)
+    whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
+    write(op, base, new_base, outside, fresh and whole)
 
 
-def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
+def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
     backend = t._backend
     prim = value._prim
     if backend.is_autodiff:
@@ -200,7 +204,11 @@ def _set_root(op: str, t: Any, value: Any, outside: bool) -> None:
             )
         elif outside and backend.is_tracked(old):
             prim = _through_data(t, old, value)
-        elif is_grad_enabled() and backend.is_tracked(old) and not backend.is_tracked(prim):
+        elif (
+            is_grad_enabled()
+            and backend.is_tracked(old)
+            and (fresh or not backend.is_tracked(prim))
+        ):
             prim = _overwritten(t, old, prim)
     t._prim = prim
     sink = getattr(t, "_grad_sink", None)
@@ -236,10 +244,10 @@ def _through_data(t: Any, old: Any, value: Any) -> Any:
 
 def _overwritten(t: Any, old: Any, prim: Any) -> Any:
     """The primitive a tensor computed in the graph holds after an in-place write of values
-    that do not depend on it (``fill_``, ``zero_``, ``t[...] = 2.0``): torch keeps such a
-    tensor in the graph (it still requires grad; backward sends its old value a zero
-    gradient), so it stays there, as ``mask_where`` of the old value with every element
-    taken from the new one."""
+    that do not depend on it (``fill_``, ``zero_``, ``t[...] = 2.0``, ``copy_``): torch keeps
+    such a tensor in the graph (it still requires grad; backward sends its old value a zero
+    gradient: ``autograd.grad`` finds it used), so it stays there, as ``mask_where`` of the
+    old value with every element taken from the new one."""
     backend = t._backend
     everywhere = backend.ones(tuple(t.shape), "bool", t._device)
     return backend.mask_where(old, everywhere, prim)
