@@ -8,7 +8,8 @@ layer with zero features; ``rg.save`` over a private file left it readable by ev
 handed the optimizer a gradient of that dtype; ``retrograd train --out ''`` wrote its files
 into the current folder), a refusal of a valid input (``LBFGS.load_state_dict`` of its own
 state, or torch's), or a bare library traceback (``retrograd train --seed -1``: NumPy's
-``ValueError`` reported as an unexpected error). Expected values come from torch.
+``ValueError`` reported as an unexpected error; ``rg.load`` of a file opened in text mode:
+``UnicodeDecodeError``). Expected values come from torch.
 """
 
 from __future__ import annotations
@@ -148,6 +149,18 @@ def test_saving_over_a_private_file_keeps_it_private(tmp_path):
     rg.save({"w": rg.zeros(2)}, path)  # torch.save opens the file: its mode stays
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     np.testing.assert_array_equal(rg.load(path)["w"].numpy(), [0.0, 0.0])
+
+
+def test_loading_a_file_opened_in_text_mode_says_so(tmp_path):
+    """The text-mode check ran after ``read()``, which decoded the archive's bytes first: a
+    bare ``UnicodeDecodeError``."""
+    path = tmp_path / "model.pt"
+    rg.save({"w": rg.ones(2)}, path)
+    refused = pytest.raises(rg.DTypeError, match=r"load: .* text mode; open it with 'rb'")
+    with open(path, encoding="utf-8") as handle, refused:
+        rg.load(handle)
+    with open(path, "rb") as handle:
+        np.testing.assert_array_equal(rg.load(handle)["w"].numpy(), [1.0, 1.0])
 
 
 # -- an autograd.Function's gradient takes its input's dtype --------------------------------------
