@@ -9,7 +9,8 @@ handed the optimizer a gradient of that dtype; ``retrograd train --out ''`` wrot
 into the current folder), a refusal of a valid input (``LBFGS.load_state_dict`` of its own
 state, or torch's), or a bare library traceback (``retrograd train --seed -1``: NumPy's
 ``ValueError`` reported as an unexpected error; ``rg.load`` of a file opened in text mode:
-``UnicodeDecodeError``). Expected values come from torch.
+``UnicodeDecodeError``), or torch's input refused (``index_fill`` of a negative index, which
+torch's counts from the end). Expected values come from torch.
 """
 
 from __future__ import annotations
@@ -191,6 +192,24 @@ def test_a_functions_gradient_of_another_dtype_is_cast_to_the_inputs(cast):
         return
     assert ours.grad(grads).dtype == "float32"
     np.testing.assert_array_equal(ours.grad(grads).numpy(), theirs.grad.numpy())
+
+
+# -- index_fill counts negative indices from the end, as torch's --------------------------------
+@pytest.mark.parametrize("index", [[-1], [0, -4], [3, -2], [-4, -4]])
+def test_index_fill_takes_negative_indices_as_torch(index):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    expected = torch.tensor(x).index_fill(1, torch.tensor(index), -1.0).numpy()
+    ours = rg.tensor(x).require_grad()
+    filled = ours.index_fill(1, rg.tensor(index), -1.0)
+    np.testing.assert_array_equal(filled.numpy(), expected)
+    theirs = torch.tensor(x, requires_grad=True)
+    theirs.index_fill(1, torch.tensor(index), -1.0).sum().backward()
+    np.testing.assert_array_equal(ours.grad(filled.sum().backward()).numpy(), theirs.grad.numpy())
+
+
+def test_index_fill_names_an_index_below_minus_the_size():
+    with pytest.raises(rg.IndexOutOfRangeError, match=r"index_fill: index -5 is out of range"):
+        rg.ones(3, 4).index_fill(1, rg.tensor([-5]), 0.0)
 
 
 # -- the command line -----------------------------------------------------------------------------
