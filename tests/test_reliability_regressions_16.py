@@ -1,13 +1,14 @@
 """Defects found by round 16 of the reliability sweep (``tests/test_reliability_sweep_16.py``):
 saved state that did not come back, a file's permissions lost on save, a custom Function's
-gradient of the wrong dtype, and command lines that ran where they should have been refused.
+gradient of the wrong dtype, a batch of numbers collated to the first one's dtype, and command
+lines that ran where they should have been refused.
 
 Each was a silent wrong result (a lazy layer's state loaded before its first call built the
 layer with zero features; ``rg.save`` over a private file left it readable by everyone; an
 ``autograd.Function`` whose backward returned a float64 or int64 gradient for a float32 input
-handed the optimizer a gradient of that dtype; ``retrograd train --out ''`` wrote its files
-into the current folder), a refusal of a valid input (``LBFGS.load_state_dict`` of its own
-state, or torch's), or a bare library traceback (``retrograd train --seed -1``: NumPy's
+handed the optimizer a gradient of that dtype; ``default_collate([1, 2.5])`` gave ``[1, 2]``;
+``retrograd train --out ''`` wrote its files into the current folder), a refusal of a valid
+input (``LBFGS.load_state_dict`` of its own state, or torch's), or a bare library traceback (``retrograd train --seed -1``: NumPy's
 ``ValueError`` reported as an unexpected error; ``rg.load`` of a file opened in text mode:
 ``UnicodeDecodeError``), or torch's input refused (``index_fill`` of a negative index, which
 torch's counts from the end). Expected values come from torch.
@@ -210,6 +211,22 @@ def test_index_fill_takes_negative_indices_as_torch(index):
 def test_index_fill_names_an_index_below_minus_the_size():
     with pytest.raises(rg.IndexOutOfRangeError, match=r"index_fill: index -5 is out of range"):
         rg.ones(3, 4).index_fill(1, rg.tensor([-5]), 0.0)
+
+
+# -- default_collate reads the dtype of every number, as torch's -----------------------------------
+@pytest.mark.parametrize(
+    "batch", [[1, 2.5], [True, 2], [True, 0.5], [1, True], [2.5, 1], [True, False], [3, 4]]
+)
+def test_default_collate_of_numbers_keeps_every_value_as_torch(batch):
+    """An int first made the batch int64 (``[1, 2.5]`` became ``[1, 2]``) and a bool first
+    made it bool (``[True, 2]`` became ``[True, True]``): silently wrong targets."""
+    from torch.utils.data import default_collate as theirs
+
+    from retrograd.utils.data import default_collate
+
+    ours, expected = default_collate(batch), theirs(batch)
+    assert ours.dtype == str(expected.dtype).removeprefix("torch.")
+    assert ours.tolist() == expected.tolist()
 
 
 # -- the command line -----------------------------------------------------------------------------
