@@ -8,10 +8,10 @@ layer with zero features; ``rg.save`` over a private file left it readable by ev
 ``autograd.Function`` whose backward returned a float64 or int64 gradient for a float32 input
 handed the optimizer a gradient of that dtype; ``default_collate([1, 2.5])`` gave ``[1, 2]``;
 ``retrograd train --out ''`` wrote its files into the current folder), a refusal of a valid
-input (``LBFGS.load_state_dict`` of its own state, or torch's), or a bare library traceback (``retrograd train --seed -1``: NumPy's
-``ValueError`` reported as an unexpected error; ``rg.load`` of a file opened in text mode:
-``UnicodeDecodeError``), or torch's input refused (``index_fill`` of a negative index, which
-torch's counts from the end). Expected values come from torch.
+input (``LBFGS.load_state_dict`` of its own state, or torch's; ``index_fill`` of a negative
+index, which torch's counts from the end), or a bare library traceback (``retrograd train
+--seed -1``: NumPy's ``ValueError`` reported as an unexpected error; ``rg.load`` of a file
+opened in text mode: ``UnicodeDecodeError``). Expected values come from torch.
 """
 
 from __future__ import annotations
