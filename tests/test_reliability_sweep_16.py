@@ -19,7 +19,8 @@
 
 Found (``tests/test_reliability_regressions_16.py``): lazy layers' unbuilt state, L-BFGS's
 state, ``rg.save`` and a file's permissions, ``rg.load`` of a text-mode file, a Function's
-gradient dtype, ``--seed -1`` and empty paths on the command line.
+gradient dtype, ``index_fill``'s negative indices, ``default_collate`` of mixed numbers,
+``--seed -1`` and empty paths on the command line.
 """
 
 from __future__ import annotations
