@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
@@ -94,7 +95,7 @@ class FileSet:
         except OSError as error:  # named by the file to write, not the temporary's name
             raise OSError(error.errno, error.strerror or str(error), str(final)) from error
         if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide the file from the user's group
-            os.fchmod(descriptor, 0o666 & ~_process_umask())
+            os.fchmod(descriptor, _mode_for(final))
         return descriptor, Path(temporary)
 
     @contextlib.contextmanager
@@ -186,6 +187,16 @@ def atomic_write(
     files = FileSet(path.parent)
     with files, files.open(path.name, mode, encoding) as file:
         yield file
+
+
+def _mode_for(final: Path) -> int:
+    """The permissions the file written to ``final`` gets: those of the file it replaces (a
+    checkpoint kept private with ``chmod 600`` stays private, as ``open`` and ``torch.save``
+    keep it), else a new file's (``0666`` less the umask)."""
+    try:
+        return stat.S_IMODE(os.stat(final).st_mode)
+    except OSError:
+        return 0o666 & ~_process_umask()
 
 
 def _unlink(path: Path) -> None:

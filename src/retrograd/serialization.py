@@ -303,8 +303,8 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         raise DTypeError(f"load: f must be a path or a binary file object, got {type(f).__name__}")
     name = repr(os.fspath(f)) if isinstance(f, str | bytes | os.PathLike) else "the file object"
     if hasattr(f, "read"):
-        data = f.read()
-        if not isinstance(data, bytes):
+        data = b"" if isinstance(f, io.TextIOBase) else f.read()  # text: decoding would fail
+        if isinstance(f, io.TextIOBase) or not isinstance(data, bytes):
             raise DTypeError(f"load: {name} was opened in text mode; open it with 'rb'")
         _check_magic(name, data[:8])
         return _load_archive(io.BytesIO(data), name, device, weights_only is not False)

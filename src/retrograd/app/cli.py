@@ -69,6 +69,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    """A ``--seed``: NumPy's generators, which every command seeds, take no negative seed."""
+    value = _number(int, text, "a non-negative integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return value
+
+
+def _path(text: str) -> str:
+    """A file or folder argument: an empty one (``--out "$UNSET"``) is refused, where it
+    would mean the current folder and the command would write its files there."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a file or folder, got {text!r}")
+    return text
+
+
 def _strategy(text: str) -> str:
     """A ``--checkpointing`` value: none, balanced or budget:SIZE (budget:64MB)."""
     from .loop import make_strategy
@@ -156,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="digits: scikit-learn's 8x8 digits (bundled); mnist: IDX files in --data-dir "
         f"(default: {defaults.dataset})",
     )
-    train.add_argument("--data-dir", help="folder with the four MNIST IDX files")
+    train.add_argument("--data-dir", type=_path, help="folder with the four MNIST IDX files")
     train.add_argument(
         "--epochs",
         type=_positive_int,
@@ -220,9 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", help="the torch backend's device: cpu (default), cuda, cuda:1 ..."
     )
     train.add_argument(
-        "--seed", type=int, help=f"initial parameters and batch order (default: {defaults.seed})"
+        "--seed", type=_seed, help=f"initial parameters and batch order (default: {defaults.seed})"
     )
-    train.add_argument("--out", help=f"output folder (default: {defaults.out})")
+    train.add_argument("--out", type=_path, help=f"output folder (default: {defaults.out})")
     train.add_argument(
         "--overwrite",
         action="store_true",
@@ -257,14 +273,16 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[debug],
         description="Load the checkpoint a GPT run wrote to --out and print generated text.",
     )
-    sample.add_argument("--out", default="retrograd-gpt", help="the training run's folder")
+    sample.add_argument(
+        "--out", type=_path, default="retrograd-gpt", help="the training run's folder"
+    )
     sample.add_argument("--prompt", help="text to continue (default: a new line)")
     sample.add_argument("--tokens", type=_positive_int, default=300, help="characters to generate")
     sample.add_argument(
         "--temperature", type=_positive_float, default=0.8, help="below 1: likelier characters"
     )
     sample.add_argument("--top-k", type=_positive_int, help="sample among the k likeliest only")
-    sample.add_argument("--seed", type=int, default=0, help="the sampler's seed")
+    sample.add_argument("--seed", type=_seed, default=0, help="the sampler's seed")
 
     graph = commands.add_parser(
         "graph",
@@ -283,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     graph.add_argument("--batch-size", type=_positive_int, default=4)
     graph.add_argument("--checkpointing", type=_strategy, default="balanced")
-    graph.add_argument("--seed", type=int, default=0)
-    graph.add_argument("--out", default="retrograd-graph", help="output folder")
+    graph.add_argument("--seed", type=_seed, default=0)
+    graph.add_argument("--out", type=_path, default="retrograd-graph", help="output folder")
 
     bench = commands.add_parser(
         "bench",
@@ -295,8 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("names", nargs="*", help="only these (e.g. overhead mlp)")
     bench.add_argument("--list", action="store_true", help="list the scripts and exit")
-    bench.add_argument("--dir", help="the benchmarks folder (default: the source checkout's)")
-    bench.add_argument("--out", help="also write the tables to this markdown file")
+    bench.add_argument(
+        "--dir", type=_path, help="the benchmarks folder (default: the source checkout's)"
+    )
+    bench.add_argument("--out", type=_path, help="also write the tables to this markdown file")
     bench.add_argument("--timeout", type=_positive_float, help="seconds per script")
     return parser
 
@@ -314,7 +334,9 @@ def _add_gpt_options(train: argparse.ArgumentParser) -> None:
         f"defaults to {gpt.lr}, --out to {gpt.out}",
     )
     group.add_argument(
-        "--text", help="a text file to learn (default: the Python standard library source)"
+        "--text",
+        type=_path,
+        help="a text file to learn (default: the Python standard library source)",
     )
     group.add_argument(
         "--encoding",

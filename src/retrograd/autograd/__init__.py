@@ -200,6 +200,8 @@ class _Call:
                 f"{self.positions[i]} - got shape {list(grad_shape)}, expected shape "
                 f"{list(shape)}"
             )
+        if grad.dtype != self.dtypes[i]:  # torch's validate_outputs: the input's dtype
+            grad = grad.cast(self.dtypes[i])
         prim = grad._prim
         if tracked:
             return prim if grad._backend is B else B.wrap(grad._backend.inner_value(prim))

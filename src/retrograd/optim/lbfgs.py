@@ -20,9 +20,16 @@ from ..errors import AutodiffError, InvalidArgumentError
 from ..tensor import Tensor, cat, zeros
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
-from .optimizers import Optimizer
+from .optimizers import Optimizer, state_count, state_tensor
 
 __all__ = ["LBFGS"]
+
+#: the state's entries (torch's names), all kept under the first parameter: counts, vectors of
+#: every parameter's elements, 0-d values, and the history as lists of either
+_COUNTS = ("func_evals", "n_iter")
+_FLAT = ("d", "prev_flat_grad")
+_FLAT_LISTS = ("old_dirs", "old_stps")
+_SCALAR_LISTS = ("ro", "al")
 
 
 class LBFGS(Optimizer):
@@ -66,6 +73,33 @@ class LBFGS(Optimizer):
                 "LBFGS doesn't support per-parameter options (parameter groups)"
             )
         super().add_param_group(group)
+
+    def load_state_value(
+        self, where: str, number: int, key: str, value: Any, parameter: Tensor
+    ) -> Any:
+        """L-BFGS's state (torch's layout): not one buffer per parameter but the whole
+        history, vectors over all parameters' elements and lists of them."""
+        flat = (sum(v.numel() for v in self._values()),)
+        if key in _COUNTS:
+            return state_count(where, number, key, value)
+        if key in _FLAT:
+            return state_tensor(where, number, key, value, parameter, flat)
+        if key == "H_diag" and isinstance(value, int | float):
+            return value  # 1 after the first iteration, as torch's
+        if key == "H_diag":
+            return state_tensor(where, number, key, value, parameter, ())
+        if key in _FLAT_LISTS + _SCALAR_LISTS:
+            if not isinstance(value, list | tuple):
+                raise InvalidArgumentError(
+                    f"{where}: state {number}/{key} must be a list, got {type(value).__name__}"
+                )
+            shape = flat if key in _FLAT_LISTS else ()
+            return [
+                None if v is None and key == "al" else state_tensor(where, number, key, v,
+                                                                    parameter, shape)
+                for v in value
+            ]  # fmt: skip
+        return super().load_state_value(where, number, key, value, parameter)
 
     # -- the flat vector of all parameters ------------------------------------------------
     def _values(self) -> list[Tensor]:

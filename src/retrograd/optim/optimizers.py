@@ -383,10 +383,7 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 if p in self.state:
-                    state[index[id(p)]] = {
-                        key: np.array(v.numpy(), copy=True) if isinstance(v, Tensor) else v
-                        for key, v in self.state[p].items()
-                    }
+                    state[index[id(p)]] = {key: _saved(v) for key, v in self.state[p].items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -450,8 +447,7 @@ class Optimizer:
                     f"{sorted(entry)}); a damaged or another algorithm's state"
                 )
             new_state[p] = {
-                key: _state_value(where, number, key, v, p, self.state_shape(key, p.shape))
-                for key, v in entry.items()
+                key: self.load_state_value(where, number, key, v, p) for key, v in entry.items()
             }
         for own, group in zip(self.param_groups, merged):
             own.update({k: v for k, v in group.items() if k != "params"})
@@ -469,6 +465,16 @@ class Optimizer:
         with probe.backend.arithmetic_warnings_ignored():
             _, state = self.update(probe, probe, {"step": 1}, group)
         return {key for key, entry in state.items() if entry is not None and key != "step"}
+
+    def load_state_value(
+        self, where: str, number: int, key: str, value: Any, parameter: Tensor
+    ) -> Any:
+        """A saved state entry ``key`` of ``parameter`` (numbered ``number``) as this
+        optimizer keeps it, checked against :meth:`state_shape` (an algorithm whose state is
+        not one buffer per parameter, L-BFGS's, says how its entries are read)."""
+        return _state_value(
+            where, number, key, value, parameter, self.state_shape(key, parameter.shape)
+        )
 
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the state buffer ``key`` of a parameter of ``shape``: the
@@ -563,16 +569,28 @@ def _state_value(
     ``shape`` (the parameter's, as a rule) in the parameter's dtype, backend and device; a
     Python scalar as it is."""
     if key == "step":
-        step = np.asarray(_array(value))
-        if step.ndim or step.dtype.kind not in "iuf" or not (np.isfinite(step) and step >= 0):
-            raise InvalidArgumentError(
-                f"{where}: the step of parameter {number} must be a count, got {value!r}"
-            )
-        return int(step)
+        return state_count(where, number, key, value)
     if np.ndim(_array(value)) == 0 and not isinstance(value, Tensor):
         # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
         # mu_product): here they are Python numbers
         return np.asarray(_array(value)).item()
+    return state_tensor(where, number, key, value, parameter, shape)
+
+
+def state_count(where: str, number: int, key: str, value: Any) -> int:
+    """A saved count of the state (the step, L-BFGS's evaluations) as an int."""
+    count = np.asarray(_array(value))
+    if count.ndim or count.dtype.kind not in "iuf" or not (np.isfinite(count) and count >= 0):
+        what = f"the step of parameter {number}" if key == "step" else f"state {number}/{key}"
+        raise InvalidArgumentError(f"{where}: {what} must be a count, got {value!r}")
+    return int(count)
+
+
+def state_tensor(
+    where: str, number: int, key: str, value: Any, parameter: Tensor, shape: tuple[int, ...]
+) -> Tensor:
+    """A saved buffer of the state as a tensor of ``shape`` in ``parameter``'s dtype, backend
+    and device."""
     array = np.asarray(_array(value))
     if array.dtype.kind not in "biuf":
         raise DTypeError(
@@ -587,6 +605,16 @@ def _state_value(
         )
     inner = parameter.inner() if parameter.backend.is_autodiff else parameter
     return tensor(np.asarray(array, dtype=inner.dtype), backend=inner.backend, device=inner.device)
+
+
+def _saved(value: Any) -> Any:
+    """A state entry as ``state_dict`` gives it: tensors as NumPy copies, lists and tuples of
+    them (L-BFGS's history) copied too, so that later steps change nothing in it."""
+    if isinstance(value, Tensor):
+        return np.array(value.numpy(), copy=True)
+    if isinstance(value, list | tuple):
+        return type(value)(_saved(v) for v in value)
+    return value
 
 
 def _array(value: Any) -> Any:

@@ -164,7 +164,7 @@ class IndexingMixin:
             d, indices, region = dim, index, ()
         else:
             d = normalize_dim("index_fill", dim, self.ndim)
-            indices = _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True)
+            indices = _from_end("index_fill", self, _one_dim(index), d)
             region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
         if isinstance(values, TensorBase):
@@ -676,6 +676,25 @@ def _index_tensor(
     if checked:
         check_indices(indices, size, message)
     return indices
+
+
+def _from_end(op: str, x: Any, index: Any, dim: int) -> Any:
+    """1-d indices into dimension ``dim`` of ``x`` where a negative one counts from the end,
+    as torch's ``index_fill`` (alone among the index ops) reads them: checked against
+    ``[-size, size)`` and wrapped."""
+    raw = _index_tensor(op, x, index, dim, one_dim=True, checked=False)
+    size = x.shape[dim]
+
+    def message(bad: int | None) -> str:
+        which = "an index" if bad is None else f"index {bad - size}"
+        return (
+            f"{op}: {which} is out of range for dimension {dim} of size {size} (input shape "
+            f"{shape_text(x.shape)}; negative indices count from the end)"
+        )
+
+    shifted = raw + size
+    check_indices(shifted, 2 * size, message)
+    return shifted % size if size else shifted
 
 
 def _check_index_extent(op: str, indices: Any, shape: tuple[int, ...], dim: int) -> None:

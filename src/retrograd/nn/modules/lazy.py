@@ -121,11 +121,13 @@ class LazyModuleMixin(Module):
         return self.forward(x, *args, **kwargs)
 
     def _lazy_load(self, state: Mapping[str, Any], prefix: str) -> None:
-        """torch's lazy load hook: a state holding this layer's weight sets its size."""
+        """torch's lazy load hook: a state holding this layer's weight sets its size. A
+        state of a layer not built yet holds the empty ``[0]`` placeholder (torch's
+        ``UninitializedParameter``, which its hook skips): the layer stays lazy."""
         name, dim = self._size_from
         value = state.get(prefix + name)
         shape = getattr(value, "shape", None)
-        if shape is not None and len(shape) > dim:
+        if shape is not None and len(shape) > dim and tuple(shape) != (0,):
             self._materialize(int(shape[dim]) * self._size_factor())
 
     def _size_factor(self) -> int:

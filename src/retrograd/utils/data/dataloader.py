@@ -35,9 +35,11 @@ __all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"
 
 def default_collate(batch: list[Any]) -> Any:
     """torch's ``default_collate``: tensors stacked along a new first dimension; NumPy arrays
-    and scalars as tensors (their dtype kept); Python floats as float64, ints as int64, bools
-    as bool; strings kept as they come (the batch's list, a field's tuple); dicts, named
-    tuples and sequences collated field by field (a tuple gives a list, as torch's)."""
+    and scalars as tensors (their dtype kept); Python floats as float64, ints and bools as
+    ``tensor(batch)`` reads them (int64, bool, or the default float dtype if a later sample
+    is a float, as torch's); strings kept as they come (the batch's list, a field's tuple);
+    dicts, named tuples and sequences collated field by field (a tuple gives a list, as
+    torch's)."""
     elem = batch[0]
     if isinstance(elem, Tensor):
         shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
@@ -56,12 +58,10 @@ def default_collate(batch: list[Any]) -> Any:
         return stack([as_tensor(b) for b in batch], 0)
     if isinstance(elem, np.generic):
         return tensor(np.asarray(batch))
-    if isinstance(elem, bool):
-        return tensor(batch, dtype="bool")
     if isinstance(elem, float):
         return tensor(batch, dtype="float64")
-    if isinstance(elem, int):
-        return tensor(batch, dtype="int64")
+    if isinstance(elem, int):  # bools too: the dtype is read from every sample, as torch's
+        return tensor(batch)  # (an int first and a float later: floats, not truncated ints)
     if isinstance(elem, str | bytes):
         return batch
     if isinstance(elem, collections.abc.Mapping):
