@@ -25,6 +25,13 @@ scientific machine learning.
   ``.data.numpy()``; both the canonical ``solenoidal`` field and ``field_type='both'`` on the
   permutation tensor. The spring's data are made by the test (the repository's ``data.py``
   differentiates its Hamiltonian with HIPS ``autograd``; the spring's derivative is written out).
+- a physics-informed network written the ``torch.func`` way, after the torch.func PINN
+  tutorials (``make_forward_fn`` stacking ``grad`` and ``vmap(dfunc, in_dims=(0, 0, None))``
+  over ``functional_call(model, params_dict, (x, t))``, ``tuple_to_dict_parameters`` into an
+  ``OrderedDict``), for the heat equation ``u_t = a u_xx``: the interior residual from
+  ``vmap(grad(f, argnums=1), ...)`` and the second derivative, boundary and initial terms by
+  ``nn.MSELoss()``, ``params = dict(model.named_parameters())`` passed to the transforms, Adam
+  stepped through ``loss.backward()`` with ``ReduceLROnPlateau(factor=0.5, patience=2)``.
 - the Fourier Neural Operator of zongyi-li/fourier_neural_operator (``fourier_2d.py`` and
   ``utilities3.py``): its ``SpectralConv2d`` holds complex weights (``torch.rand(...,
   dtype=torch.cfloat)``), multiplies ``torch.fft.rfft2`` modes by ``torch.einsum("bixy,ioxy->
@@ -36,7 +43,9 @@ scientific machine learning.
   support was judged too large for this round: a dtype through every layer, both backends'
   kernels and the conjugate (Wirtinger) gradient rules.
 
-Found and fixed: ``torch.cholesky_solve``, ``cholesky_inverse`` and ``triangular_solve`` were
+Found and fixed: ``torch.func``'s transforms cut their results from the graph when only an
+argument not differentiated required grad (the PINN's ``params``), so the residual terms sent no
+gradient to the network; ``torch.cholesky_solve``, ``cholesky_inverse`` and ``triangular_solve`` were
 missing; Adam (and AdamW, RMSprop) crashed on a 0-d parameter on the NumPy backend;
 ``torch.fft.rfft2`` was an ``AttributeError`` (now the complex refusal, as ``fft`` was) and the
 refusal of ``torch.rand(..., dtype=torch.cfloat)`` named ``random``. The lines changed: the
@@ -47,6 +56,7 @@ gradient lines only (``grads = loss.backward()``, ``optimizer.step(grads)``, the
 from __future__ import annotations
 
 import types
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -465,6 +475,135 @@ def test_hamiltonian_neural_network_matches_torch(capsys, canonical, field):
     assert theirs[0][-1] < theirs[0][0]
     if not canonical:  # the Levi-Civita tensor, built in place
         assert theirs[5].tolist() == [[0.0, 1.0], [-1.0, 0.0]]
+    assert_records_agree(records[1], theirs, rtol=1e-4, atol=1e-6)
+
+
+# -- a physics-informed network by torch.func -------------------------------------------------------
+PINN_SOURCE = """
+from torch.func import functional_call, grad, vmap
+
+
+class PINN(nn.Module):
+    def __init__(self, num_hidden=2, dim_hidden=16, act=nn.Tanh()):
+        super().__init__()
+        self.layer_in = nn.Linear(2, dim_hidden)
+        self.layer_out = nn.Linear(dim_hidden, 1)
+        num_middle = num_hidden - 1
+        self.middle_layers = nn.ModuleList(
+            [nn.Linear(dim_hidden, dim_hidden) for _ in range(num_middle)]
+        )
+        self.act = act
+
+    def forward(self, x, t):
+        x_stack = torch.stack([x, t], dim=-1)
+        out = self.act(self.layer_in(x_stack))
+        for layer in self.middle_layers:
+            out = self.act(layer(out))
+        logits = self.layer_out(out)
+        return logits.squeeze(-1)
+
+
+def make_forward_fn(model, derivative_order=1):
+    # notice that `functional_call` supports batched inputs by default
+    # thus there is not need to call vmap on it, as it's instead done
+    # in the `grad` and `jacrev` transforms below
+    def f(x, t, params):
+        # the functional optimizer works with parameters represented as a tensor
+        # we convert the parameters back into a dictionary here
+        if isinstance(params, tuple):
+            params_dict = tuple_to_dict_parameters(model, params)
+        else:
+            params_dict = params
+        return functional_call(model, params_dict, (x, t))
+
+    fns = []
+    fns.append(f)
+
+    dfunc = f
+    for _ in range(derivative_order):
+        # first compute the derivative function
+        dfunc = grad(dfunc)
+
+        # then use vmap to support batching
+        dfunc_vmap = vmap(dfunc, in_dims=(0, 0, None))
+
+        fns.append(dfunc_vmap)
+
+    return fns
+
+
+def tuple_to_dict_parameters(model, params):
+    keys = list(dict(model.named_parameters()).keys())
+    values = list(params)
+    return OrderedDict(({k: v for k, v in zip(keys, values)}))
+
+
+# the heat equation u_t = a u_xx on x in [0, 1], u(x, 0) = sin(pi x), u(0, t) = u(1, t) = 0
+a = 0.1
+model = PINN(num_hidden=2, dim_hidden=16)
+initialize(model)
+funcs = make_forward_fn(model, derivative_order=2)
+f = lambda x, t, p: funcs[0](x, t, p)
+dfdx = lambda x, t, p: funcs[1](x, t, p)
+d2fdx2 = lambda x, t, p: funcs[2](x, t, p)
+
+
+dfdt = vmap(grad(f, argnums=1), in_dims=(0, 0, None))
+
+
+def loss_fn(params, x, t, x_b, t_b, x_0):
+    interior = dfdt(x, t, params) - a * d2fdx2(x, t, params)
+    boundary = f(x_b, t_b, params)
+    initial = f(x_0, torch.zeros_like(x_0), params) - torch.sin(math.pi * x_0)
+    loss = nn.MSELoss()
+    return (loss(interior, torch.zeros_like(interior))
+            + loss(boundary, torch.zeros_like(boundary))
+            + loss(initial, torch.zeros_like(initial)))
+
+
+x = torch.rand(32)
+t = torch.rand(32)
+x_b = torch.cat([torch.zeros(8), torch.ones(8)])
+t_b = torch.rand(16)
+x_0 = torch.linspace(0, 1, 16)
+
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=2)
+for i in range(15):
+    params = dict(model.named_parameters())
+    loss = loss_fn(params, x, t, x_b, t_b, x_0)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step(loss.item())
+    record.append([loss.item(), optimizer.param_groups[0]["lr"]])
+
+params = tuple(model.parameters())
+record.append(f(x_0, 0.5 * torch.ones_like(x_0), params).detach().numpy())
+record.append(d2fdx2(x_0, 0.5 * torch.ones_like(x_0), params).detach().numpy())
+"""
+
+PINN_STEPS = [
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    )
+]
+
+
+def _with_rand(lib, seed):
+    """``lib`` with ``torch.rand`` drawn from one seeded stream in both runs."""
+    library, rng = WithDraws(lib, seed), np.random.default_rng(seed)
+    library.rand = lambda *size: lib.tensor(rng.random(size), dtype=lib.float32)
+    return library
+
+
+def test_physics_informed_network_by_torch_func_matches_torch(capsys):
+    records, _ = _runs(
+        PINN_SOURCE, PINN_STEPS, lambda lib: _with_rand(lib, 48), capsys, OrderedDict=OrderedDict
+    )
+    theirs = records[0]
+    assert theirs[14][0] < 0.5 * theirs[0][0]
     assert_records_agree(records[1], theirs, rtol=1e-4, atol=1e-6)
 
 

@@ -7,11 +7,12 @@ A transform takes a function of tensors and returns a function. Its arguments ar
 tensors (or tuples, lists and dicts of them, torch's pytrees); it differentiates with respect to
 fresh leaves holding their values, and returns results cut from the graph. When an argument
 itself requires grad (the function runs inside another transform, or under ``backward``),
-the results are recorded instead, differentiable with respect to it: so transforms nest,
-``grad(grad(f))`` being the second derivative. ``jacfwd`` and ``jvp`` compute with reverse mode
-(``jvp`` by the double-backward trick): the values are forward mode's. ``vmap`` is
-``rg.vmap``. A tensor the function closes over is a constant to the transform unless an
-argument requires grad (torch's levels would keep its graph either way).
+differentiated or not, the results are recorded instead, differentiable with respect to it: so
+transforms nest, ``grad(grad(f))`` being the second derivative, and a physics-informed loss
+built from ``vmap(grad(f), in_dims=(0, None))(x, params)`` trains ``params``. ``jacfwd`` and
+``jvp`` compute with reverse mode (``jvp`` by the double-backward trick): the values are
+forward mode's. ``vmap`` is ``rg.vmap``. A tensor the function closes over is a constant to the
+transform unless an argument requires grad (torch's levels would keep its graph either way).
 
 >>> import retrograd as rg
 >>> from retrograd.func import grad
@@ -106,10 +107,11 @@ def _tensors(fn: str, what: str, tree: Any) -> tuple[list[Tensor], Any]:
     return leaves, spec
 
 
-def _records(tensors: list[Tensor]) -> bool:
+def _records(tensors: list[Any]) -> bool:
     """Whether the transform records its results: some argument requires grad (an outer
-    transform's leaf, or a tensor of the caller's graph)."""
-    return any(t.requires_grad for t in tensors)
+    transform's leaf, or a tensor of the caller's graph), differentiated or not (the
+    parameters of ``functional_call(model, params, (x,))`` passed alongside ``x``)."""
+    return any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
 
 
 def _split_aux(fn: str, out: Any, has_aux: bool) -> tuple[Any, Any]:
@@ -155,11 +157,11 @@ class _Prepared:
     """A call of a transformed function: the arguments differentiated (``argnums``) replaced
     by fresh tensors, ``leaves`` (flat), ``spec`` rebuilding them in ``argnums``' form."""
 
-    def __init__(self, fn: str, argnums: Any, args: tuple) -> None:
+    def __init__(self, fn: str, argnums: Any, args: tuple, kwargs: dict) -> None:
         nums = _argnums(fn, argnums, len(args))
         chosen = args[nums[0]] if isinstance(argnums, int) else tuple(args[i] for i in nums)
         flat, self.spec = _tensors(fn, "the arguments to differentiate", chosen)
-        self.records = _records(flat)
+        self.records = _records(_flatten((args, kwargs))[0])
         self.leaves = [_fresh(x, self.records, fn) for x in flat]
         fresh = _unflatten(self.leaves, self.spec)
         new_args = list(args)
@@ -193,7 +195,7 @@ def grad_and_value(
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
-            call = _Prepared(fn, argnums, args)
+            call = _Prepared(fn, argnums, args, kwargs)
             out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
             if not isinstance(out, Tensor):
                 raise DTypeError(
@@ -393,7 +395,7 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
-            call = _Prepared(fn, argnums, args)
+            call = _Prepared(fn, argnums, args, kwargs)
             out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
             outputs, out_spec = _tensors(fn, "the outputs of the function", out)
             per_output = []
