@@ -11,8 +11,9 @@ differentiated or not, the results are recorded instead, differentiable with res
 transforms nest, ``grad(grad(f))`` being the second derivative, and a physics-informed loss
 built from ``vmap(grad(f), in_dims=(0, None))(x, params)`` trains ``params``. ``jacfwd`` and
 ``jvp`` compute with reverse mode (``jvp`` by the double-backward trick): the values are
-forward mode's. ``vmap`` is ``rg.vmap``. A tensor the function closes over is a constant to the
-transform unless an argument requires grad (torch's levels would keep its graph either way).
+forward mode's. ``vmap`` is ``rg.vmap``. A tensor that requires grad and that the function
+closes over (a module's parameters in ``vmap(jacrev(model))(x)``) makes ``grad``, ``jacrev``,
+``jacfwd`` and ``hessian`` record their results too, as torch's levels keep its graph.
 
 >>> import retrograd as rg
 >>> from retrograd.func import grad
@@ -153,6 +154,14 @@ def _argnums(fn: str, argnums: Any, n: int) -> tuple[int, ...]:
     return tuple(a % n for a in nums)
 
 
+def _read(x: Tensor, grads: Any) -> Tensor | None:
+    """``x``'s gradient in ``grads`` as a tensor of ``x``'s backend (``autograd.grad``'s)."""
+    g = x.grad(grads)
+    if g is not None and g.backend is not x.backend and x.backend.is_autodiff:
+        g = Tensor.from_inner(g, backend=x.backend)
+    return g
+
+
 class _Prepared:
     """A call of a transformed function: the arguments differentiated (``argnums``) replaced
     by fresh tensors, ``leaves`` (flat), ``spec`` rebuilding them in ``argnums``' form."""
@@ -171,6 +180,22 @@ class _Prepared:
             for i, value in zip(nums, fresh):
                 new_args[i] = value
         self.args = tuple(new_args)
+
+    def gradients(self, out: Tensor) -> tuple[Tensor | None, ...]:
+        """The gradients of the scalar ``out`` with respect to the leaves, recorded when
+        :attr:`records`. Otherwise one backward through the whole graph reads them, and shows
+        whether ``out`` also depends on a tensor that requires grad and that the function
+        closes over (``vmap(jacrev(model))(x)``, the module's parameters): then, as torch's
+        levels keep that graph, :attr:`records` becomes true and they are taken again,
+        recorded."""
+        if self.records or not out.requires_grad:
+            return _gradients([out], self.leaves, None, self.records)
+        everything = out.backward(retain_graph=True)
+        grads = tuple(_read(x, everything) for x in self.leaves)
+        if len(everything) == sum(g is not None for g in grads):
+            return grads
+        self.records = True
+        return _gradients([out], self.leaves, None, True)
 
     def gradient_tree(self, grads: tuple[Tensor | None, ...]) -> Any:
         return _unflatten(_finished(_filled(grads, self.leaves), self.records), self.spec)
@@ -206,7 +231,7 @@ def grad_and_value(
                     f"{fn}: expected the function to return a scalar (0-dim) tensor, got shape "
                     f"{shape_text(out.shape)}; use vjp or jacrev for other outputs"
                 )
-            grads = _gradients([out], call.leaves, None, call.records)
+            grads = call.gradients(out)
         value = _finished(out, call.records)
         gradient = call.gradient_tree(grads)
         if has_aux:
@@ -403,7 +428,7 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
                 rows: list[list[Tensor]] = [[] for _ in call.leaves]
                 flat = o.reshape(-1)
                 for k in range(o.numel()):
-                    grads = _gradients([flat[k]], call.leaves, None, call.records)
+                    grads = call.gradients(flat[k])
                     for j, g in enumerate(_filled(grads, call.leaves)):
                         rows[j].append(g)
                 jacs = [
