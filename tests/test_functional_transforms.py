@@ -325,7 +325,7 @@ def test_func_results_are_recorded_for_a_passed_argument_that_requires_grad(tran
         assert_same(g_o, g_t)
 
 
-@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "grad", "hessian"])
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "grad", "hessian", "vjp", "jvp"])
 def test_func_results_are_recorded_when_the_function_closes_over_parameters(transform):
     # vmap(jacrev(model))(x) with the module's parameters closed over, as PINN code writes
     # it: torch's levels keep their graph, so a loss of the derivative trains the model; ours
@@ -340,6 +340,12 @@ def test_func_results_are_recorded_when_the_function_closes_over_parameters(tran
             return func.vmap(func.grad(f))(xs)
         if transform == "hessian":
             return func.hessian(f)(xs[0])
+        if transform == "vjp":
+            out, vjp_fn = func.vjp(f, xs)
+            return out + vjp_fn(xs[:, 0] * 0.5 + 1.0)[0].sum(-1)
+        if transform == "jvp":
+            out, tangent = func.jvp(f, (xs,), (xs * 0.5 + 1.0,))
+            return out + tangent
         return func.vmap(getattr(func, transform)(f))(xs)
 
     module = {lib: lib.nn.Linear(2, 1).double() for lib in (rg, torch)}

@@ -12,8 +12,8 @@ transforms nest, ``grad(grad(f))`` being the second derivative, and a physics-in
 built from ``vmap(grad(f), in_dims=(0, None))(x, params)`` trains ``params``. ``jacfwd`` and
 ``jvp`` compute with reverse mode (``jvp`` by the double-backward trick): the values are
 forward mode's. ``vmap`` is ``rg.vmap``. A tensor that requires grad and that the function
-closes over (a module's parameters in ``vmap(jacrev(model))(x)``) makes ``grad``, ``jacrev``,
-``jacfwd`` and ``hessian`` record their results too, as torch's levels keep its graph.
+closes over (a module's parameters in ``vmap(jacrev(model))(x)``) makes every transform
+record its results too, as torch's levels keep its graph.
 
 >>> import retrograd as rg
 >>> from retrograd.func import grad
@@ -24,7 +24,7 @@ closes over (a module's parameters in ``vmap(jacrev(model))(x)``) makes ``grad``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .autodiff import enable_grad, no_grad
@@ -162,6 +162,25 @@ def _read(x: Tensor, grads: Any) -> Tensor | None:
     return g
 
 
+def _beyond(everything: Any, own: Sequence[Tensor | None]) -> bool:
+    """Whether the gradients of a backward through the whole graph (``everything``) reach a
+    tensor besides the leaves whose gradients are ``own``: one the function closes over."""
+    return len(everything) > sum(g is not None for g in own)
+
+
+def _closes_over(outputs: list[Tensor], leaves: list[Tensor]) -> bool:
+    """Whether ``outputs`` depend on a tensor that requires grad other than ``leaves`` (the
+    transforms that take primals: ``vjp``, ``jvp``), by one backward of their sum."""
+    tracked = [o for o in outputs if o.requires_grad]
+    if not tracked:
+        return False
+    total = tracked[0].sum()
+    for o in tracked[1:]:
+        total = total + o.sum()
+    everything = total.backward(retain_graph=True)
+    return _beyond(everything, [_read(x, everything) for x in leaves])
+
+
 class _Prepared:
     """A call of a transformed function: the arguments differentiated (``argnums``) replaced
     by fresh tensors, ``leaves`` (flat), ``spec`` rebuilding them in ``argnums``' form."""
@@ -192,7 +211,7 @@ class _Prepared:
             return _gradients([out], self.leaves, None, self.records)
         everything = out.backward(retain_graph=True)
         grads = tuple(_read(x, everything) for x in self.leaves)
-        if len(everything) == sum(g is not None for g in grads):
+        if not _beyond(everything, grads):
             return grads
         self.records = True
         return _gradients([out], self.leaves, None, True)
@@ -284,6 +303,7 @@ def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple
         leaves = [_fresh(x, records, fn) for x in flat]
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        records = records or _closes_over(outputs, leaves)
 
     def vjp_fn(
         cotangents: Any, *, retain_graph: bool = True, create_graph: bool | None = None
@@ -352,6 +372,7 @@ def jvp(
         leaves = [_fresh(x, records, fn) for x in flat]
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        records = records or _closes_over(outputs, leaves)
         # J^T u for dummy u (zeros: the backward is linear in u), whose gradient with respect
         # to u, weighted by the tangents, is J t
         dummies = [
