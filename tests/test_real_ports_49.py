@@ -62,6 +62,7 @@ def _runs(source, steps, capsys, patch=None, **names):
                 module.load_state_dict(states[next(made)])
 
         record = []
+        torch.manual_seed(0)  # torch's initial weights, whatever ran before
         text = source if lib is torch else port(source, steps)
         text = text.replace("from torch.", f"from {lib.__name__}.").replace(
             "import torch.", f"import {lib.__name__}."
