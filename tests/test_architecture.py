@@ -61,7 +61,7 @@ LAYERS = {
     # torch.backends flags, and torch's process-wide settings and dtype queries
     "backends": 5,
     "runtime_settings": 5,
-    "fft": 2,
+    "fft": 5,  # torch.fft: the complex transforms refused, the real helpers over the tensor API
     "nested": 2,
     # torch.func's transforms, over torch.autograd.functional's pieces, and functional_call
     # (nn.utils.stateless's, re-exported)

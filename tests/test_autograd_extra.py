@@ -213,3 +213,45 @@ def test_a_wgan_gp_penalty_written_with_only_inputs():
     with pytest.warns(UserWarning, match="only_inputs argument is deprecated"):
         w = rg.tensor([1.0]).require_grad()
         rg.autograd.grad((w * w).sum(), w, only_inputs=False)
+
+
+# -- is_grads_batched (found by realports8's probes of PINN code: Jacobians by torch.eye) ----------
+def _batched_case(lib):
+    x = lib.tensor([0.5, -1.0, 2.0], dtype=lib.float64, requires_grad=True)
+    y = lib.stack([x[0] * x[1], (x[2] ** 3).sin(), x.sum()])
+    return x, y
+
+
+def test_is_grads_batched_gives_torchs_jacobian_and_hessian():
+    import torch
+
+    got, expected = [], []
+    for lib, out in ((rg, got), (torch, expected)):
+        x, y = _batched_case(lib)
+        eye = lib.eye(3, dtype=lib.float64)
+        (jac,) = lib.autograd.grad(y, x, eye, create_graph=True, is_grads_batched=True)
+        # the Hessian of y[1] by a second batched grad of the Jacobian's row
+        (hess,) = lib.autograd.grad(jac[1], x, eye, retain_graph=True, is_grads_batched=True)
+        (penalty,) = lib.autograd.grad((jac**2).sum(), x)
+        out += [jac.detach().numpy(), hess.numpy(), penalty.numpy()]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_is_grads_batched_unused_inputs_and_errors_as_torch():
+    x, y = _batched_case(rg)
+    z = rg.tensor([1.0], dtype=rg.float64, requires_grad=True)
+    eye = rg.eye(3, dtype=rg.float64)
+    jac, unused = autograd.grad(y, [x, z], eye, retain_graph=True, is_grads_batched=True,
+                                allow_unused=True)  # fmt: skip
+    assert tuple(jac.shape) == (3, 3) and unused is None
+    # torch's materialize_grads: zeros of the input's own shape (not batched)
+    _, zeros = autograd.grad(y, [x, z], eye, retain_graph=True, is_grads_batched=True,
+                             materialize_grads=True)  # fmt: skip
+    assert zeros.tolist() == [0.0]
+    with pytest.raises(AutodiffError, match="allow_unused"):
+        autograd.grad(y, [x, z], eye, retain_graph=True, is_grads_batched=True)
+    with pytest.raises(ShapeError, match=r"autograd\.grad: .*\[B, \*output\.shape\].*\[3\]"):
+        autograd.grad(y, x, rg.ones(3, dtype=rg.float64), is_grads_batched=True)
+    with pytest.raises(AutodiffError, match="needs grad_outputs"):
+        autograd.grad(y, x, is_grads_batched=True)

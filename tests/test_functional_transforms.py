@@ -289,6 +289,84 @@ def test_func_grad_of_an_argument_that_requires_grad_is_recorded():
     assert_same(got, expected)
 
 
+@pytest.mark.parametrize("transform", ["grad", "grad_of_grad", "jacrev", "hessian", "keyword"])
+def test_func_results_are_recorded_for_a_passed_argument_that_requires_grad(transform):
+    # a physics-informed loss as torch.func code writes it: vmap(grad(f), in_dims=(0, None))
+    # (x, params) with params = dict(model.named_parameters()) an argument not differentiated;
+    # the results were cut from the graph, so the loss's gradient missed their part
+    # (found by realports8's PINN)
+    def derivative(lib, params, xs):
+        func = lib.func
+
+        def f(x, p):
+            return func.functional_call(module[lib], p, (x.reshape(1, 1),)).squeeze() ** 3
+
+        if transform == "grad":
+            return func.vmap(func.grad(f), in_dims=(0, None))(xs, params)
+        if transform == "grad_of_grad":
+            return func.vmap(func.grad(func.grad(f)), in_dims=(0, None))(xs, params)
+        if transform == "jacrev":
+            return func.jacrev(f)(xs[0], params)
+        if transform == "hessian":
+            return func.hessian(f)(xs[0], params)
+        return func.grad(f)(xs[0], p=params)
+
+    module = {lib: lib.nn.Linear(1, 1).double() for lib in (rg, torch)}
+    state = module[torch].state_dict()
+    module[rg].load_state_dict({k: v.detach().numpy() for k, v in state.items()})
+    xs = [0.3, -0.7, 1.2]
+    out_t = derivative(torch, dict(module[torch].named_parameters()), torch.tensor(xs).double())
+    out_o = derivative(rg, dict(module[rg].named_parameters()), rg.tensor(xs).double())
+    assert out_o.requires_grad and out_t.requires_grad
+    assert_same(out_o, out_t)
+    expected = torch.autograd.grad((out_t**2).sum(), list(module[torch].parameters()))
+    got = rg.autograd.grad((out_o**2).sum(), list(module[rg].parameters()))
+    for g_o, g_t in zip(got, expected):
+        assert_same(g_o, g_t)
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "grad", "hessian", "vjp", "jvp"])
+def test_func_results_are_recorded_when_the_function_closes_over_parameters(transform):
+    # vmap(jacrev(model))(x) with the module's parameters closed over, as PINN code writes
+    # it: torch's levels keep their graph, so a loss of the derivative trains the model; ours
+    # treated them as constants (silently no gradient; found by realports8)
+    def derivative(lib, xs):
+        func, net = lib.func, module[lib]
+
+        def f(x):
+            return net(x).squeeze(-1).tanh()
+
+        if transform == "grad":
+            return func.vmap(func.grad(f))(xs)
+        if transform == "hessian":
+            return func.hessian(f)(xs[0])
+        if transform == "vjp":
+            out, vjp_fn = func.vjp(f, xs)
+            return out + vjp_fn(xs[:, 0] * 0.5 + 1.0)[0].sum(-1)
+        if transform == "jvp":
+            out, tangent = func.jvp(f, (xs,), (xs * 0.5 + 1.0,))
+            return out + tangent
+        return func.vmap(getattr(func, transform)(f))(xs)
+
+    module = {lib: lib.nn.Linear(2, 1).double() for lib in (rg, torch)}
+    state = module[torch].state_dict()
+    module[rg].load_state_dict({k: v.detach().numpy() for k, v in state.items()})
+    xs = [[0.3, 0.2], [0.7, -0.1], [-1.0, 0.5]]
+    out_t = derivative(torch, torch.tensor(xs).double())
+    out_o = derivative(rg, rg.tensor(xs).double())
+    assert out_o.requires_grad and out_t.requires_grad
+    assert_same(out_o, out_t)
+    expected = torch.autograd.grad((out_t**2).sum(), list(module[torch].parameters()))
+    got = rg.autograd.grad((out_o**2).sum(), list(module[rg].parameters()))
+    for g_o, g_t in zip(got, expected):
+        assert_same(g_o, g_t)
+    # a tensor closed over that does not require grad leaves the results plain
+    with rg.no_grad():
+        frozen = rg.tensor([2.0, 3.0]).double()
+    plain = rg.func.grad(lambda x: (x * frozen).sum() ** 2)(rg.tensor([1.0, 1.0]).double())
+    assert not plain.requires_grad and plain.tolist() == [20.0, 30.0]
+
+
 def test_func_vjp_and_jvp_against_torch():
     ours, theirs = both((A, B), True)
     out_o, fn_o = rfunc.vjp(two_outputs, *ours)

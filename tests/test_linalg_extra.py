@@ -440,3 +440,66 @@ def test_second_order_through_eigh_and_float32_decompositions_match_torch():
         return s.sum() + r.abs().sum() + lib.linalg.eigvalsh(square).sum() + e.sum()
 
     same_gradients(mixed, [RNG.standard_normal((2, 4, 3))], "float32")
+
+
+# -- torch's solves by a factor (found by realports8's Gaussian-process port) -------------------
+def _factor(upper: bool, *batch: int) -> np.ndarray:
+    a = RNG.standard_normal(batch + (4, 4)) + 3.0 * np.eye(4)
+    return np.triu(a) if upper else np.tril(a)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("b_batch, l_batch", [((), ()), ((2,), ()), ((3, 1), (2,))])
+def test_cholesky_solve_matches_torch(upper, b_batch, l_batch):
+    # torch's gradient reaches every entry of the factor (its formula differentiates L L^T)
+    b, factor = RNG.standard_normal(b_batch + (4, 3)), _factor(upper, *l_batch)
+    same_gradients(lambda lib, x, f: lib.cholesky_solve(x, f, upper=upper), [b, factor])
+    same_gradients(lambda lib, x, f: x.cholesky_solve(f, upper), [b, factor])
+
+
+def test_cholesky_solve_reads_only_the_factors_triangle_as_torch():
+    lower = _factor(False)
+    garbage = lower + np.triu(RNG.standard_normal((4, 4)), 1)  # LAPACK's potrs never reads it
+    b = RNG.standard_normal((4, 2))
+    ours = rg.cholesky_solve(rg.tensor(b), rg.tensor(garbage))
+    theirs = torch.cholesky_solve(torch.tensor(b), torch.tensor(garbage))
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_inverse_matches_torch(upper):
+    same_gradients(lambda lib, f: lib.cholesky_inverse(f, upper=upper), [_factor(upper, 2)])
+    same_gradients(lambda lib, f: f.cholesky_inverse(upper), [_factor(upper)])
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("unitriangular", [False, True])
+def test_triangular_solve_matches_torch(upper, transpose, unitriangular):
+    a = RNG.standard_normal((2, 4, 4)) + 4.0 * np.eye(4)  # both triangles: only one is read
+    b = RNG.standard_normal((2, 4, 3))
+
+    def solve(lib, x, y):
+        return lib.triangular_solve(x, y, upper, transpose, unitriangular)
+
+    same_gradients(solve, [b, a], pick=lambda out: out.solution)
+    ours = solve(rg, rg.tensor(b), rg.tensor(a))
+    assert type(ours).__name__ == "triangular_solve" and ours._fields == (
+        "solution",
+        "cloned_coefficient",
+    )
+    np.testing.assert_array_equal(ours.cloned_coefficient.numpy(), a)
+
+
+def test_factor_solves_name_the_op_at_fault():
+    b, lower = rg.ones((4, 2), dtype="float64"), rg.tensor(_factor(False))
+    with pytest.raises(rg.ShapeError, match=r"cholesky_solve: .*\[3, 2\].*\[4, 4\]"):
+        rg.cholesky_solve(rg.ones((3, 2), dtype="float64"), lower)
+    with pytest.raises(rg.ShapeError, match="cholesky_solve: expected a batch of square"):
+        rg.cholesky_solve(b, rg.ones((4, 3), dtype="float64"))
+    with pytest.raises(rg.DTypeError, match=r"cholesky_solve: .*float32 and float64"):
+        rg.cholesky_solve(rg.ones((4, 2)), lower)
+    with pytest.raises(rg.DTypeError, match="cholesky_inverse: expected a floating point"):
+        rg.cholesky_inverse(rg.ones((2, 2), dtype="int64"))
+    with pytest.raises(rg.ShapeError, match=r"triangular_solve: .*do not broadcast"):
+        rg.triangular_solve(rg.ones((3, 4, 2), dtype="float64"), rg.tensor(_factor(True, 2)))

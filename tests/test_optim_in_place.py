@@ -301,3 +301,38 @@ def test_the_sgd_kernel_reads_strided_gradients(layout):
     for a, b in zip(got, expected):
         a, b = backend.to_numpy(a), backend.to_numpy(b)
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
+
+
+TORCH_OPTIMIZERS = {
+    "adam": ("Adam", {"lr": 0.05}),
+    "adam_decay": ("Adam", {"lr": 0.05, "weight_decay": 0.1}),
+    "adamw": ("AdamW", {"lr": 0.05, "weight_decay": 0.1}),
+    "rmsprop": ("RMSprop", {"lr": 0.05}),
+    "rmsprop_all": ("RMSprop", {"lr": 0.05, "momentum": 0.5, "centered": True}),
+    "sgd_momentum": ("SGD", {"lr": 0.05, "momentum": 0.9}),
+}
+
+
+@pytest.mark.parametrize("keep_aliases", [False, True])
+@pytest.mark.parametrize("name", sorted(TORCH_OPTIMIZERS))
+def test_a_zero_dim_parameter_steps_as_torch(name, keep_aliases):
+    # ``nn.Parameter(torch.tensor(0.0))`` (a GP's log length-scale): NumPy's arithmetic on 0-d
+    # arrays returns scalars, which the Adam and RMSprop kernels' out= refused (found by
+    # realports8's Gaussian-process port)
+    import torch
+
+    cls, kwargs = TORCH_OPTIMIZERS[name]
+    ours, theirs = nn.Parameter(rg.tensor(0.3)), torch.nn.Parameter(torch.tensor(0.3))
+    mine, reference = (
+        getattr(optim, cls)([ours], **kwargs),
+        getattr(torch.optim, cls)([theirs], **kwargs),
+    )
+    for _ in range(3):
+        alias = ours.detach() if keep_aliases else None  # the pure (not in place) path
+        mine.step(((ours * 2.0 - 1.0) ** 2).backward())
+        reference.zero_grad()
+        ((theirs * 2.0 - 1.0) ** 2).backward()
+        reference.step()
+        del alias
+        assert ours.shape == ()
+        np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-6)

@@ -7,11 +7,13 @@ A transform takes a function of tensors and returns a function. Its arguments ar
 tensors (or tuples, lists and dicts of them, torch's pytrees); it differentiates with respect to
 fresh leaves holding their values, and returns results cut from the graph. When an argument
 itself requires grad (the function runs inside another transform, or under ``backward``),
-the results are recorded instead, differentiable with respect to it: so transforms nest,
-``grad(grad(f))`` being the second derivative. ``jacfwd`` and ``jvp`` compute with reverse mode
-(``jvp`` by the double-backward trick): the values are forward mode's. ``vmap`` is
-``rg.vmap``. A tensor the function closes over is a constant to the transform unless an
-argument requires grad (torch's levels would keep its graph either way).
+differentiated or not, the results are recorded instead, differentiable with respect to it: so
+transforms nest, ``grad(grad(f))`` being the second derivative, and a physics-informed loss
+built from ``vmap(grad(f), in_dims=(0, None))(x, params)`` trains ``params``. ``jacfwd`` and
+``jvp`` compute with reverse mode (``jvp`` by the double-backward trick): the values are
+forward mode's. ``vmap`` is ``rg.vmap``. A tensor that requires grad and that the function
+closes over (a module's parameters in ``vmap(jacrev(model))(x)``) makes every transform
+record its results too, as torch's levels keep its graph.
 
 >>> import retrograd as rg
 >>> from retrograd.func import grad
@@ -22,7 +24,7 @@ argument requires grad (torch's levels would keep its graph either way).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .autodiff import enable_grad, no_grad
@@ -108,7 +110,8 @@ def _tensors(fn: str, what: str, tree: Any) -> tuple[list[Tensor], Any]:
 
 def _records(tensors: list[Any]) -> bool:
     """Whether the transform records its results: some argument requires grad (an outer
-    transform's leaf, or a tensor of the caller's graph)."""
+    transform's leaf, or a tensor of the caller's graph), differentiated or not (the
+    parameters of ``functional_call(model, params, (x,))`` passed alongside ``x``)."""
     return any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
 
 
@@ -151,6 +154,18 @@ def _argnums(fn: str, argnums: Any, n: int) -> tuple[int, ...]:
     return tuple(a % n for a in nums)
 
 
+def _closes_over(outputs: Sequence[Tensor], leaves: list[Tensor]) -> bool:
+    """Whether ``outputs`` depend on a tensor that requires grad other than the fresh
+    ``leaves``: one the function closes over (a module's parameters in
+    ``vmap(jacrev(model))(x)``), found by a walk of their graph (torch's levels keep that
+    tensor's graph, so the transform records its results)."""
+    tracked = [o for o in outputs if o.requires_grad]
+    if not tracked:
+        return False
+    backend = tracked[0]._backend
+    return backend.reaches_other_leaves([o._prim for o in tracked], [x._prim for x in leaves])
+
+
 class _Prepared:
     """A call of a transformed function: the arguments differentiated (``argnums``) replaced
     by fresh tensors, ``leaves`` (flat), ``spec`` rebuilding them in ``argnums``' form."""
@@ -171,6 +186,12 @@ class _Prepared:
             for i, value in zip(nums, fresh):
                 new_args[i] = value
         self.args = tuple(new_args)
+
+    def check(self, outputs: Sequence[Tensor]) -> None:
+        """Record the results from now on if ``outputs`` also depend on a tensor that requires
+        grad and that the function closes over (:func:`_closes_over`)."""
+        if not self.records and _closes_over(outputs, self.leaves):
+            self.records = True
 
     def gradient_tree(self, grads: tuple[Tensor | None, ...]) -> Any:
         return _unflatten(_finished(_filled(grads, self.leaves), self.records), self.spec)
@@ -206,6 +227,7 @@ def grad_and_value(
                     f"{fn}: expected the function to return a scalar (0-dim) tensor, got shape "
                     f"{shape_text(out.shape)}; use vjp or jacrev for other outputs"
                 )
+            call.check([out])
             grads = _gradients([out], call.leaves, None, call.records)
         value = _finished(out, call.records)
         gradient = call.gradient_tree(grads)
@@ -259,6 +281,7 @@ def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple
         leaves = [_fresh(x, records, fn) for x in flat]
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        records = records or _closes_over(outputs, leaves)
 
     def vjp_fn(
         cotangents: Any, *, retain_graph: bool = True, create_graph: bool | None = None
@@ -327,6 +350,7 @@ def jvp(
         leaves = [_fresh(x, records, fn) for x in flat]
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        records = records or _closes_over(outputs, leaves)
         # J^T u for dummy u (zeros: the backward is linear in u), whose gradient with respect
         # to u, weighted by the tangents, is J t
         dummies = [
@@ -398,6 +422,7 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
             call = _Prepared(fn, argnums, args, kwargs)
             out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
             outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+            call.check(outputs)
             per_output = []
             for o in outputs:
                 rows: list[list[Tensor]] = [[] for _ in call.leaves]

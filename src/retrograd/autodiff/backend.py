@@ -270,6 +270,27 @@ class Autodiff(Backend):
     def is_tracked(self, x: AutodiffPrimitive) -> bool:
         return x.node is not None
 
+    def reaches_other_leaves(
+        self, outputs: list[AutodiffPrimitive], leaves: list[AutodiffPrimitive]
+    ) -> bool:
+        """Whether the graph of ``outputs`` holds a leaf that requires grad besides ``leaves``
+        (``rg.func``'s test of a tensor the transformed function closes over): a walk of the
+        graph's nodes, no arithmetic."""
+        own = {x.node.id for x in leaves if x.node is not None}
+        seen: set[int] = set()
+        stack = [x.node for x in outputs if x.node is not None]
+        while stack:
+            node = stack.pop()
+            if node.id in seen:
+                continue
+            seen.add(node.id)
+            if node.op is None:
+                if node.id not in own:
+                    return True
+                continue
+            stack.extend(parent for parent in node.parents if parent is not None)
+        return False
+
     def detach(self, x: AutodiffPrimitive) -> AutodiffPrimitive:
         """A new leaf cut from the graph; requires grad iff ``x`` was a leaf requiring grad."""
         if self.is_require_grad(x):

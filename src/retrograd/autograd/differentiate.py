@@ -41,7 +41,8 @@ def grad(
             stacklevel=2,
         )
     if is_grads_batched:
-        raise AutodiffError("autograd.grad: is_grads_batched is not supported")
+        options = (retain_graph, create_graph, allow_unused, materialize_grads)
+        return _batched_grad(outputs, inputs, grad_outputs, *options)
     ins = _tensors("autograd.grad", "inputs", inputs)
     total = _weighted_total("autograd.grad", outputs, grad_outputs, create_graph)
     retain = create_graph if retain_graph is None else retain_graph
@@ -77,6 +78,58 @@ def grad(
                 g = zeros_like(x)
         results.append(g)
     check_nan_gradients("autograd.grad", ((f"input {i}", g) for i, g in enumerate(results)))
+    return tuple(results)
+
+
+def _batched_grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    allow_unused: bool | None,
+    materialize_grads: bool,
+) -> tuple[Tensor | None, ...]:
+    """torch's ``is_grads_batched=True``: each ``grad_outputs`` tensor has a leading batch
+    dimension, and each input's gradient is the stack of the gradients for its rows (one
+    backward per row, where torch vmaps the backward; the values are the same): a Jacobian by
+    ``grad(y, x, torch.eye(n), is_grads_batched=True)``."""
+    op = "autograd.grad"
+    outs = _tensors(op, "outputs", outputs)
+    if grad_outputs is None:
+        raise AutodiffError(f"{op}: is_grads_batched=True needs grad_outputs (one batch each)")
+    weights = _tensors(op, "gradients", grad_outputs)
+    if len(weights) != len(outs):
+        raise ShapeError(f"{op}: {len(weights)} gradients given for {len(outs)} outputs")
+    for out, weight in zip(outs, weights):
+        if weight.ndim != out.ndim + 1 or tuple(weight.shape[1:]) != tuple(out.shape):
+            raise ShapeError(
+                f"{op}: with is_grads_batched=True a gradient of shape [B, *output.shape] is "
+                f"expected; got {list(weight.shape)} for an output of shape {list(out.shape)}"
+            )
+    sizes = {w.shape[0] for w in weights}
+    if len(sizes) != 1:
+        raise ShapeError(f"{op}: the gradients' batch sizes differ: {sorted(sizes)}")
+    (size,) = sizes
+    ins = _tensors(op, "inputs", inputs)
+    rows = []
+    retain = create_graph if retain_graph is None else retain_graph
+    for i in range(size):
+        last = i == size - 1  # the graph kept for the next row, then as retain_graph says
+        row = [w[i] for w in weights]
+        keep = retain if last else True
+        unused = allow_unused or materialize_grads
+        rows.append(grad(outs, ins, row, keep, create_graph, allow_unused=unused))
+    from ..tensor import stack, zeros_like
+
+    results: list[Tensor | None] = []
+    for j, x in enumerate(ins):
+        column = [row[j] for row in rows]
+        if all(g is None for g in column):
+            # torch's materialize_grads gives an unused input zeros of its own shape here
+            results.append(zeros_like(x) if materialize_grads else None)
+            continue
+        results.append(stack([zeros_like(x) if g is None else g for g in column], 0))
     return tuple(results)
 
 

@@ -106,6 +106,10 @@ class NumpyOptimizerKernels:
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
         centered, inplace
     ):  # fmt: skip
+        if value.ndim == 0:  # a 0-d parameter: see _zero_d
+            arrays = _vectors(value, grad, square, average, buffer)
+            hyper = (lr, alpha, eps, weight_decay, momentum, centered, inplace)
+            return _zero_d(self.rmsprop_update(*arrays, *hyper))
         states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
         hyper = (lr, alpha, eps, weight_decay, momentum, centered)
         if not _compilable(value, grad, *states) or any(
@@ -134,8 +138,11 @@ class NumpyOptimizerKernels:
         decoupled,
         inplace=False,
     ):
-        shapes = value.shape == grad.shape == first.shape == second.shape
         hyper = (step, lr, beta1, beta2, eps, weight_decay, decoupled)
+        if value.ndim == 0:  # a 0-d parameter: see _zero_d
+            arrays = _vectors(value, grad, first, second)
+            return _zero_d(self.adam_update(*arrays, *hyper, inplace=inplace))
+        shapes = value.shape == grad.shape == first.shape == second.shape
         if not (shapes and _compilable(value, grad, first, second)):
             return _adam_numpy(value, grad, first, second, *hyper)
         if not inplace:
@@ -159,6 +166,18 @@ class NumpyOptimizerKernels:
             scalar(lr / (1.0 - beta1**step)),
         )
         return value, first, second
+
+
+def _vectors(*arrays):
+    """The 0-d ``arrays`` as 1-element views (a write to one writes the 0-d array)."""
+    return [a.reshape(1) if a.ndim == 0 else a for a in arrays]
+
+
+def _zero_d(results):
+    """The 1-element arrays of an update run on :func:`_vectors` as 0-d arrays again. NumPy's
+    arithmetic on 0-d arrays returns scalars, which the kernels' ``out=`` arguments refuse, so
+    a 0-d parameter (``nn.Parameter(torch.tensor(0.0))``) is updated as one of shape ``[1]``."""
+    return tuple(a.reshape(()) if a.shape == (1,) else a for a in results)
 
 
 def _rmsprop_numpy(value, grad, square, average, buffer, hyper):

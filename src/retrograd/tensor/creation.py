@@ -605,7 +605,8 @@ def _leading_shape(
     dtype = given[0] if given[0] is not None else dtype
     backend = given[1] if given[1] is not None else backend
     device = given[2] if given[2] is not None else device
-    return _creation_shape(op, shape), dtype, backend, device
+    # the dtype read here, so that a refused one (torch.cfloat) names the function called
+    return _creation_shape(op, shape), _check_dtype(op, dtype), backend, device
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
 """torch's fused products and matrix functions as tensor methods: ``addmm``, ``baddbmm``,
 ``addbmm``, ``addmv``, ``addr``, ``kron``, ``vdot``, and ``inverse``, ``pinverse``,
-``matrix_power``, ``det``, ``logdet``, ``slogdet``.
+``matrix_power``, ``det``, ``logdet``, ``slogdet``, and the solves by a factor:
+``cholesky_solve``, ``cholesky_inverse``, ``triangular_solve``.
 
 :class:`ProductsMixin` needs one primitive from the class it is mixed into: ``_apply(op,
 inputs, params=())`` (:func:`retrograd.tensor._dispatch.apply`), for the ``inverse``,
@@ -27,10 +28,12 @@ from ._dispatch import FLOAT_DTYPES, lift, wrap
 from .compositions import scaled
 from .shape import cat
 
-__all__ = ["ProductsMixin", "SlogdetResult", "lu_factorize", "lu_info"]
+__all__ = ["ProductsMixin", "SlogdetResult", "TriangularSolveResult", "lu_factorize", "lu_info"]
 
 #: torch's ``torch.return_types.slogdet``
 SlogdetResult = namedtuple("slogdet", ["sign", "logabsdet"])
+#: torch's ``torch.return_types.triangular_solve``
+TriangularSolveResult = namedtuple("triangular_solve", ["solution", "cloned_coefficient"])
 
 
 def _removed(name: str, replacement: str) -> Callable[..., Any]:
@@ -143,6 +146,50 @@ class ProductsMixin:
         lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
         return lower.transpose(-2, -1) if upper else lower
 
+    def cholesky_solve(self, input2: Any, upper: bool = False) -> Any:
+        """torch's ``cholesky_solve``: ``X`` with ``L L^T X = self`` for the Cholesky factor
+        ``input2`` (``L``, lower; with ``upper``, ``U`` and ``U^T U``), ``self`` ``[..., n, k]``,
+        batch dims broadcasting. Only ``input2``'s triangle is read (LAPACK's ``potrs``), but
+        its gradient is torch's: that of ``(L L^T)^-1 B`` in every entry of ``input2``."""
+        factor = _square("cholesky_solve", lift(self, input2, "cholesky_solve"), floats=True)
+        triangle = factor.triu() if upper else factor.tril()
+        # the triangle's values, the gradient of every entry (torch differentiates L L^T)
+        factor = factor - (factor - triangle).detach()
+        lower = factor.transpose(-2, -1) if upper else factor
+        inner = _solved("cholesky_solve", lower, self)
+        return _solved("cholesky_solve", lower.transpose(-2, -1), inner)
+
+    def cholesky_inverse(self, upper: bool = False) -> Any:
+        """torch's ``cholesky_inverse``: ``(L L^T)^-1`` of the Cholesky factor ``self``
+        (``(U^T U)^-1`` with ``upper``), as ``cholesky_solve`` of the identity."""
+        factor = _square("cholesky_inverse", self, floats=True)
+        eye = self._backend.eye(self.shape[-1], self.shape[-1], self.dtype, self._device)
+        return wrap(self, eye).cholesky_solve(factor, upper)
+
+    def triangular_solve(
+        self,
+        A: Any,  # noqa: N803 (torch's name)
+        upper: bool = True,
+        transpose: bool = False,
+        unitriangular: bool = False,
+    ) -> Any:
+        """torch's deprecated ``triangular_solve``: ``(X, A.clone())`` with ``A X = self``
+        (``A^T X = self`` when ``transpose``), reading only ``A``'s ``upper`` (else lower)
+        triangle, with ones on its diagonal when ``unitriangular``; the gradient reaches only
+        that triangle, as torch's (``rg.linalg.solve_triangular`` is the current form)."""
+        matrices = _square("triangular_solve", lift(self, A, "triangular_solve"), floats=True)
+        if unitriangular:
+            n = matrices.shape[-1]
+            eye = self._backend.eye(n, n, matrices.dtype, self._device)
+            strict = matrices.triu(1) if upper else matrices.tril(-1)
+            triangle = strict + wrap(self, eye)
+        else:
+            triangle = matrices.triu() if upper else matrices.tril()
+        if transpose:
+            triangle = triangle.transpose(-2, -1)
+        solution = _solved("triangular_solve", triangle, self)
+        return TriangularSolveResult(solution, matrices.clone())
+
     def lu(self, pivot: bool = True, get_infos: bool = False) -> Any:
         """torch's ``Tensor.lu``: ``(LU, pivots)`` (:func:`lu_factorize`, as
         ``rg.linalg.lu_factor_ex``: a singular matrix is factored, not refused), and LAPACK's
@@ -239,6 +286,31 @@ def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> An
     if beta == 0:
         return product.cast(input.dtype) if product.dtype != input.dtype else product
     return (input if beta == 1 else scaled(op, input, beta)) + product
+
+
+def _solved(op: str, matrices: Any, rhs: Any) -> Any:
+    """``X`` with ``matrices @ X = rhs`` (the ``solve`` kernel), ``rhs`` ``[..., n, k]`` of
+    ``matrices``' dtype, batch dims broadcasting."""
+    n = matrices.shape[-1]
+    if rhs.ndim < 2 or rhs.shape[-2] != n:
+        raise ShapeError(
+            f"{op}: the right-hand side of shape {shape_text(rhs.shape)} does not fit matrices "
+            f"of shape {shape_text(matrices.shape)} (expected [..., {n}, k])"
+        )
+    if rhs.dtype != matrices.dtype:
+        raise DTypeError(
+            f"{op}: expected one dtype for both operands, got {rhs.dtype} and {matrices.dtype}"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(matrices.shape[:-2], rhs.shape[:-2]))
+    except ValueError:
+        raise ShapeError(
+            f"{op}: batch dims of shapes {shape_text(rhs.shape)} and "
+            f"{shape_text(matrices.shape)} do not broadcast"
+        ) from None
+    a = matrices if matrices.shape[:-2] == batch else matrices.expand(batch + (n, n))
+    b = rhs if rhs.shape[:-2] == batch else rhs.expand(batch + rhs.shape[-2:])
+    return a._apply("solve", (a, b))
 
 
 def _square(op: str, x: Any, floats: bool = False) -> Any:

@@ -47,6 +47,14 @@ __all__ = [
 ]
 
 
+def _inplace_repr(module: Module, text: str = "") -> str:
+    """``text`` with torch's ``inplace=True`` after it where the module was made so (a module
+    printed, ``print(model)``, reads as torch's)."""
+    if not getattr(module, "inplace", False):
+        return text
+    return f"{text}, inplace=True" if text else "inplace=True"
+
+
 class ReLU(Module):
     """``max(x, 0)`` elementwise."""
 
@@ -56,6 +64,9 @@ class ReLU(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self)
 
 
 class GELU(Module):
@@ -91,6 +102,9 @@ class SiLU(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.silu(x)
 
+    def extra_repr(self) -> str:
+        return _inplace_repr(self)
+
 
 class Tanh(Module):
     """``tanh(x)`` elementwise."""
@@ -112,12 +126,14 @@ class _Elementwise(Module):
 
     _fn: Any = None
     _fields: tuple[str, ...] = ()
+    _prints_inplace = False  # torch's Hardswish and Hardsigmoid keep inplace out of the repr
 
     def forward(self, x: Tensor) -> Tensor:
         return type(self)._fn(x, *(getattr(self, f) for f in self._fields))
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
+        text = ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
+        return _inplace_repr(self, text) if self._prints_inplace else text
 
 
 class Softmax(Module):
@@ -158,6 +174,7 @@ class Softmax2d(Module):
 class LeakyReLU(_Elementwise):
     """``x`` where positive, ``negative_slope * x`` elsewhere."""
 
+    _prints_inplace = True
     _fn = staticmethod(F.leaky_relu)
     _fields = ("negative_slope",)
 
@@ -167,6 +184,7 @@ class LeakyReLU(_Elementwise):
 
 
 class ReLU6(_Elementwise):
+    _prints_inplace = True
     _fn = staticmethod(F.relu6)
 
     def __init__(self, inplace: bool = False):
@@ -175,6 +193,7 @@ class ReLU6(_Elementwise):
 
 
 class Hardtanh(_Elementwise):
+    _prints_inplace = True
     _fn = staticmethod(F.hardtanh)
     _fields = ("min_val", "max_val")
 
@@ -200,6 +219,7 @@ class Hardsigmoid(_Elementwise):
 
 
 class ELU(_Elementwise):
+    _prints_inplace = True
     _fn = staticmethod(F.elu)
     _fields = ("alpha",)
 
@@ -213,6 +233,7 @@ class CELU(ELU):
 
 
 class SELU(_Elementwise):
+    _prints_inplace = True
     _fn = staticmethod(F.selu)
 
     def __init__(self, inplace: bool = False):
@@ -248,6 +269,7 @@ class LogSigmoid(_Elementwise):
 
 
 class Threshold(_Elementwise):
+    _prints_inplace = True
     _fn = staticmethod(F.threshold)
     _fields = ("threshold", "value")
 
@@ -324,4 +346,4 @@ class RReLU(Module):
         return F.rrelu(x, self.lower, self.upper, self.training)
 
     def extra_repr(self) -> str:
-        return f"lower={self.lower}, upper={self.upper}"
+        return _inplace_repr(self, f"lower={self.lower}, upper={self.upper}")
