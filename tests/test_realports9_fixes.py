@@ -52,3 +52,50 @@ def test_layer_norm_of_a_nonempty_shape_is_unchanged():
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_jit_overload_method_marks_typed_stubs_as_torch():
+    # torchvision's _DenseLayer declares its forward's overloads with
+    # @torch.jit._overload_method; retrograd had no such name
+    class Layer(rg.nn.Module):
+        @rg.jit._overload_method
+        def forward(self, x: list) -> rg.Tensor:
+            pass
+
+        def forward(self, x):  # noqa: F811
+            return x * 2
+
+    assert Layer()(rg.ones(2)).tolist() == [2.0, 2.0]
+    assert rg.jit._overload(len) is len
+
+
+@pytest.mark.parametrize("cls", ["BatchNorm2d", "InstanceNorm1d"])
+def test_old_checkpoint_without_num_batches_tracked_loads_as_torch(cls):
+    # checkpoints from before torch 0.4 (torchvision's DenseNet weights) have no
+    # num_batches_tracked; torch's norms keep their own count when the state carries no
+    # version, retrograd refused the state as missing a key
+    kwargs = {"track_running_stats": True} if cls == "InstanceNorm1d" else {}
+    theirs = getattr(torch.nn, cls)(3, **kwargs)
+    ours = getattr(rg.nn, cls)(3, **kwargs)
+    old = {
+        k: v.numpy() * 0 + 0.5
+        for k, v in theirs.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
+    theirs.num_batches_tracked.fill_(3)
+    ours.num_batches_tracked.fill_(3)
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in old.items()})
+    ours.load_state_dict({k: rg.tensor(v) for k, v in old.items()})
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_array_equal(ours.state_dict()[name], value.numpy(), err_msg=name)
+    assert int(ours.num_batches_tracked) == 3
+
+
+def test_num_batches_tracked_is_required_of_a_versioned_state_as_torch():
+    # a state dict torch made carries version 2 in _metadata: the key is then required
+    state = torch.nn.BatchNorm1d(2).state_dict()
+    del state["num_batches_tracked"]
+    with pytest.raises(RuntimeError, match="num_batches_tracked"):
+        torch.nn.BatchNorm1d(2).load_state_dict(state)
+    with pytest.raises(rg.errors.KeyMismatchError, match="num_batches_tracked"):
+        rg.nn.BatchNorm1d(2).load_state_dict(state)
