@@ -16,13 +16,35 @@
   (``torch.isinf(...).any()``), ``get_extended_attention_mask`` with the decoder's
   ``seq_ids[None, None, :].repeat(batch_size, seq_length, 1) <= seq_ids[None, :, None]``, the
   ``d_model**-0.5`` rescale before the head, ``CrossEntropyLoss(ignore_index=-100)`` and
-  ``torch.optim.Adafactor``.
+  ``torch.optim.Adafactor``;
+- CLIP as openai/CLIP writes it (``clip/model.py``, the ViT variant), small, under the
+  fine-tuning loop of its issue #83 and open_clip's clamp of the logit scale: the fp16-safe
+  ``LayerNorm`` subclass (``super().forward(x.type(torch.float32))`` and back to the input's
+  type), ``QuickGELU`` (``x * torch.sigmoid(1.702 * x)``), ``nn.MultiheadAttention(d_model,
+  n_head)`` called with ``need_weights=False, attn_mask=`` the causal mask made by
+  ``torch.empty(...)``, ``fill_(float("-inf"))`` and ``triu_(1)`` (moved by ``.to(dtype=x.dtype,
+  device=x.device)`` every call), an ``nn.Sequential(OrderedDict(...))`` MLP, the class token by
+  ``self.class_embedding.to(x.dtype) + torch.zeros(x.shape[0], 1, x.shape[-1], ...)``, ``x @
+  self.proj``, ``logit_scale = nn.Parameter(torch.ones([]) * np.log(1 / 0.07))`` and its
+  ``.exp()``, the end-of-text features ``x[torch.arange(x.shape[0]), text.argmax(dim=-1)]``,
+  ``initialize_parameters`` (``nn.init.normal_`` of ``block.attn.in_proj_weight``), the
+  symmetric cross-entropy over ``torch.arange(len(images))``, ``model.logit_scale.clamp_(0,
+  math.log(100))`` under ``no_grad``, zero-shot ``(100.0 * image_features @ text_features.T)
+  .softmax(dim=-1)`` and ``topk``, and ``convert_weights`` (``l.weight.data =
+  l.weight.data.half()``, the attention's ``in_proj_weight``/``bias_k``/``bias_v`` by
+  ``getattr``; under the torch inner backend: NumPy has no float16 and refuses it by name).
+
+The defect found: an optimizer step on a 0-d parameter whose value NumPy holds as a scalar
+(``nn.Parameter(torch.ones([]) * np.log(1 / 0.07))``): Adam and RMSprop failed ("return arrays
+must be of ArrayType"), and SGD silently left the parameter unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
+from typing import Union
 
 import numpy as np
 import pytest
@@ -584,6 +606,269 @@ for input_ids, attention_mask, labels in batches:
 record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
 '''
 
+CLIP_SOURCE = '''
+class LayerNorm(nn.LayerNorm):
+    """Subclass torch's LayerNorm to handle fp16."""
+
+    def forward(self, x: torch.Tensor):
+        orig_type = x.dtype
+        ret = super().forward(x.type(torch.float32))
+        return ret.type(orig_type)
+
+
+class QuickGELU(nn.Module):
+    def forward(self, x: torch.Tensor):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, d_model: int, n_head: int, attn_mask: torch.Tensor = None):
+        super().__init__()
+
+        self.attn = nn.MultiheadAttention(d_model, n_head)
+        self.ln_1 = LayerNorm(d_model)
+        self.mlp = nn.Sequential(OrderedDict([
+            ("c_fc", nn.Linear(d_model, d_model * 4)),
+            ("gelu", QuickGELU()),
+            ("c_proj", nn.Linear(d_model * 4, d_model))
+        ]))
+        self.ln_2 = LayerNorm(d_model)
+        self.attn_mask = attn_mask
+
+    def attention(self, x: torch.Tensor):
+        self.attn_mask = self.attn_mask.to(dtype=x.dtype, device=x.device) if self.attn_mask is not None else None
+        return self.attn(x, x, x, need_weights=False, attn_mask=self.attn_mask)[0]
+
+    def forward(self, x: torch.Tensor):
+        x = x + self.attention(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class Transformer(nn.Module):
+    def __init__(self, width: int, layers: int, heads: int, attn_mask: torch.Tensor = None):
+        super().__init__()
+        self.width = width
+        self.layers = layers
+        self.resblocks = nn.Sequential(*[ResidualAttentionBlock(width, heads, attn_mask) for _ in range(layers)])
+
+    def forward(self, x: torch.Tensor):
+        return self.resblocks(x)
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, input_resolution: int, patch_size: int, width: int, layers: int, heads: int, output_dim: int):
+        super().__init__()
+        self.input_resolution = input_resolution
+        self.output_dim = output_dim
+        self.conv1 = nn.Conv2d(in_channels=3, out_channels=width, kernel_size=patch_size, stride=patch_size, bias=False)
+
+        scale = width ** -0.5
+        self.class_embedding = nn.Parameter(scale * torch.randn(width))
+        self.positional_embedding = nn.Parameter(scale * torch.randn((input_resolution // patch_size) ** 2 + 1, width))
+        self.ln_pre = LayerNorm(width)
+
+        self.transformer = Transformer(width, layers, heads)
+
+        self.ln_post = LayerNorm(width)
+        self.proj = nn.Parameter(scale * torch.randn(width, output_dim))
+
+    def forward(self, x: torch.Tensor):
+        x = self.conv1(x)  # shape = [*, width, grid, grid]
+        x = x.reshape(x.shape[0], x.shape[1], -1)  # shape = [*, width, grid ** 2]
+        x = x.permute(0, 2, 1)  # shape = [*, grid ** 2, width]
+        x = torch.cat([self.class_embedding.to(x.dtype) + torch.zeros(x.shape[0], 1, x.shape[-1], dtype=x.dtype, device=x.device), x], dim=1)  # shape = [*, grid ** 2 + 1, width]
+        x = x + self.positional_embedding.to(x.dtype)
+        x = self.ln_pre(x)
+
+        x = x.permute(1, 0, 2)  # NLD -> LND
+        x = self.transformer(x)
+        x = x.permute(1, 0, 2)  # LND -> NLD
+
+        x = self.ln_post(x[:, 0, :])
+
+        if self.proj is not None:
+            x = x @ self.proj
+
+        return x
+
+
+class CLIP(nn.Module):
+    def __init__(self,
+                 embed_dim: int,
+                 # vision
+                 image_resolution: int,
+                 vision_layers: Union[Tuple[int, int, int, int], int],
+                 vision_width: int,
+                 vision_patch_size: int,
+                 # text
+                 context_length: int,
+                 vocab_size: int,
+                 transformer_width: int,
+                 transformer_heads: int,
+                 transformer_layers: int
+                 ):
+        super().__init__()
+
+        self.context_length = context_length
+
+        vision_heads = vision_width // 64
+        self.visual = VisionTransformer(
+            input_resolution=image_resolution,
+            patch_size=vision_patch_size,
+            width=vision_width,
+            layers=vision_layers,
+            heads=vision_heads,
+            output_dim=embed_dim
+        )
+
+        self.transformer = Transformer(
+            width=transformer_width,
+            layers=transformer_layers,
+            heads=transformer_heads,
+            attn_mask=self.build_attention_mask()
+        )
+
+        self.vocab_size = vocab_size
+        self.token_embedding = nn.Embedding(vocab_size, transformer_width)
+        self.positional_embedding = nn.Parameter(torch.empty(self.context_length, transformer_width))
+        self.ln_final = LayerNorm(transformer_width)
+
+        self.text_projection = nn.Parameter(torch.empty(transformer_width, embed_dim))
+        self.logit_scale = nn.Parameter(torch.ones([]) * np.log(1 / 0.07))
+
+        self.initialize_parameters()
+
+    def initialize_parameters(self):
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        nn.init.normal_(self.positional_embedding, std=0.01)
+
+        proj_std = (self.transformer.width ** -0.5) * ((2 * self.transformer.layers) ** -0.5)
+        attn_std = self.transformer.width ** -0.5
+        fc_std = (2 * self.transformer.width) ** -0.5
+        for block in self.transformer.resblocks:
+            nn.init.normal_(block.attn.in_proj_weight, std=attn_std)
+            nn.init.normal_(block.attn.out_proj.weight, std=proj_std)
+            nn.init.normal_(block.mlp.c_fc.weight, std=fc_std)
+            nn.init.normal_(block.mlp.c_proj.weight, std=proj_std)
+
+        if self.text_projection is not None:
+            nn.init.normal_(self.text_projection, std=self.transformer.width ** -0.5)
+
+    def build_attention_mask(self):
+        # lazily create causal attention mask, with full attention between the vision tokens
+        # pytorch uses additive attention mask; fill with -inf
+        mask = torch.empty(self.context_length, self.context_length)
+        mask.fill_(float("-inf"))
+        mask.triu_(1)  # zero out the lower diagonal
+        return mask
+
+    @property
+    def dtype(self):
+        return self.visual.conv1.weight.dtype
+
+    def encode_image(self, image):
+        return self.visual(image.type(self.dtype))
+
+    def encode_text(self, text):
+        x = self.token_embedding(text).type(self.dtype)  # [batch_size, n_ctx, d_model]
+
+        x = x + self.positional_embedding.type(self.dtype)
+        x = x.permute(1, 0, 2)  # NLD -> LND
+        x = self.transformer(x)
+        x = x.permute(1, 0, 2)  # LND -> NLD
+        x = self.ln_final(x).type(self.dtype)
+
+        # x.shape = [batch_size, n_ctx, transformer.width]
+        # take features from the eot embedding (eot_token is the highest number in each sequence)
+        x = x[torch.arange(x.shape[0]), text.argmax(dim=-1)] @ self.text_projection
+
+        return x
+
+    def forward(self, image, text):
+        image_features = self.encode_image(image)
+        text_features = self.encode_text(text)
+
+        # normalized features
+        image_features = image_features / image_features.norm(dim=1, keepdim=True)
+        text_features = text_features / text_features.norm(dim=1, keepdim=True)
+
+        # cosine similarity as logits
+        logit_scale = self.logit_scale.exp()
+        logits_per_image = logit_scale * image_features @ text_features.t()
+        logits_per_text = logits_per_image.t()
+
+        # shape = [global_batch_size, global_batch_size]
+        return logits_per_image, logits_per_text
+
+
+def convert_weights(model: nn.Module):
+    """Convert applicable model parameters to fp16"""
+
+    def _convert_weights_to_fp16(l):
+        if isinstance(l, (nn.Conv1d, nn.Conv2d, nn.Linear)):
+            l.weight.data = l.weight.data.half()
+            if l.bias is not None:
+                l.bias.data = l.bias.data.half()
+
+        if isinstance(l, nn.MultiheadAttention):
+            for attr in [*[f"{s}_proj_weight" for s in ["in", "q", "k", "v"]], "in_proj_bias", "bias_k", "bias_v"]:
+                tensor = getattr(l, attr)
+                if tensor is not None:
+                    tensor.data = tensor.data.half()
+
+        for name in ["text_projection", "proj"]:
+            if hasattr(l, name):
+                attr = getattr(l, name)
+                if attr is not None:
+                    attr.data = attr.data.half()
+
+    model.apply(_convert_weights_to_fp16)
+
+
+model = CLIP(embed_dim=8, image_resolution=8, vision_layers=1, vision_width=64, vision_patch_size=4,
+             context_length=6, vocab_size=17, transformer_width=16, transformer_heads=2, transformer_layers=2)
+initialize(model)
+
+# the fine-tuning loop of openai/CLIP issue #83, with open_clip's clamp of the logit scale
+loss_img = nn.CrossEntropyLoss()
+loss_txt = nn.CrossEntropyLoss()
+optimizer = optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
+device = "cpu"
+for batch in train_dataloader:
+    optimizer.zero_grad()
+
+    images, texts = batch
+
+    images = images.to(device)
+    texts = texts.to(device)
+
+    logits_per_image, logits_per_text = model(images, texts)
+
+    ground_truth = torch.arange(len(images), dtype=torch.long, device=device)
+
+    total_loss = (loss_img(logits_per_image, ground_truth) + loss_txt(logits_per_text, ground_truth)) / 2
+    total_loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        model.logit_scale.clamp_(0, math.log(100))
+    record.append(total_loss.item())
+
+# zero-shot classification, as the README does it
+model.eval()
+with torch.no_grad():
+    image_features = model.encode_image(images)
+    text_features = model.encode_text(texts)
+    image_features /= image_features.norm(dim=-1, keepdim=True)
+    text_features /= text_features.norm(dim=-1, keepdim=True)
+    similarity = (100.0 * image_features @ text_features.T).softmax(dim=-1)
+    values, indices = similarity[0].topk(2)
+record.append(similarity)
+record.append(indices.tolist())
+record.append(model.logit_scale.item())
+record.append({k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()})
+'''
+
 STEP = [
     (
         "    loss.backward()\n    optimizer.step()",
@@ -607,10 +892,13 @@ def run_program(source, step, lib, state, **names):
     namespace = {
         "torch": lib,
         "nn": lib.nn,
+        "optim": lib.optim,
         "F": lib.nn.functional,
         "math": math,
         "np": np,
         "OrderedDict": OrderedDict,
+        "Union": Union,
+        "Tuple": tuple,
         "Tensor": lib.Tensor,
         "record": record,
         "initialize": initialize,
@@ -647,3 +935,57 @@ def test_hugging_face_t5_stack_matches_torch(feed_forward, is_decoder):
     # the buckets: bidirectional (exact near zero, logarithmic beyond, capped), and causal
     assert records[0][0][:3] == [3, 3, 3] and records[0][0][20] == 0
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
+
+
+CLIP_STEP = [
+    (
+        "    total_loss.backward()\n    optimizer.step()",
+        "    grads = total_loss.backward()\n    optimizer.step(grads)",
+    )
+]
+
+
+def test_openai_clip_matches_torch():
+    rng = np.random.default_rng(511)
+    images = rng.standard_normal((3, 4, 3, 8, 8)).astype(np.float32)
+    texts = rng.integers(1, 16, (3, 4, 6))
+    for batch in texts:  # the end-of-text token, the highest id, ends each caption
+        for row, end in zip(batch, rng.integers(2, 6, 4)):
+            row[end] = 16
+            row[end + 1 :] = 0
+    records, state = [], {}
+    for lib in (torch, rg):
+        data = lib.utils.data
+        loader = data.DataLoader(
+            data.TensorDataset(
+                lib.tensor(images.reshape(12, 3, 8, 8)), lib.tensor(texts.reshape(12, 6))
+            ),
+            batch_size=4,
+        )
+        record, names = run_program(CLIP_SOURCE, CLIP_STEP, lib, state, train_dataloader=loader)
+        records.append(record)
+        # clip.load's fp16 conversion: float16 is the torch inner backend's (NumPy has none,
+        # and says so)
+        model = names["model"]
+        if lib is rg and os.environ.get("RETROGRAD_INNER") != "torch":
+            with pytest.raises(rg.errors.DTypeError, match="float16"):
+                names["convert_weights"](model)
+            continue
+        names["convert_weights"](model)
+        halves = [
+            model.visual.proj,
+            model.visual.conv1.weight,
+            model.transformer.resblocks[0].attn.in_proj_weight,
+        ]
+        assert all(p.dtype == lib.float16 for p in halves)
+        assert model.visual.ln_pre.weight.dtype == lib.float32
+    # the key part of in_proj_bias has no true gradient (it shifts a query's scores by one
+    # constant), so Adam's steps on it follow the rounding noise: the query and value parts
+    # are compared on their own
+    ours, theirs = records[1][-1], records[0][-1]
+    skip = [k for k in theirs if k.endswith("attn.in_proj_bias")]
+    for name in skip:
+        n = len(theirs[name]) // 3
+        for part in (slice(0, n), slice(2 * n, 3 * n)):
+            np.testing.assert_allclose(ours[name][part], theirs[name][part], rtol=2e-4, atol=2e-5)
+    assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)

@@ -99,3 +99,48 @@ def test_num_batches_tracked_is_required_of_a_versioned_state_as_torch():
         torch.nn.BatchNorm1d(2).load_state_dict(state)
     with pytest.raises(rg.errors.KeyMismatchError, match="num_batches_tracked"):
         rg.nn.BatchNorm1d(2).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("SGD", {"lr": 0.1}),
+        ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.1}),
+        ("RMSprop", {"lr": 0.1, "centered": True, "momentum": 0.5}),
+        ("Adam", {"lr": 0.1, "weight_decay": 0.2}),
+        ("AdamW", {"lr": 0.1}),
+    ],
+)
+def test_fused_steps_on_a_zero_d_parameter_match_torch(name, kwargs):
+    # CLIP's logit_scale = nn.Parameter(torch.ones([]) * np.log(1 / 0.07)): its value is a
+    # NumPy scalar; Adam and RMSprop failed ("return arrays must be of ArrayType") and SGD
+    # left it unchanged
+    ours = rg.nn.Parameter(rg.ones(()) * 2.0)
+    theirs = torch.nn.Parameter(torch.ones(()) * 2.0)
+    our_opt = getattr(rg.optim, name)([ours], **kwargs)
+    their_opt = getattr(torch.optim, name)([theirs], **kwargs)
+    for _ in range(3):
+        our_opt.step((ours * ours * 3).sum().backward())
+        their_opt.zero_grad()
+        (theirs * theirs * 3).sum().backward()
+        their_opt.step()
+    assert ours.shape == ()
+    np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-5)
+
+
+def test_state_dict_casts_answer_tensor_idioms_as_torch():
+    # {k: v.float().numpy() for k, v in model.state_dict().items()} failed: the casts and
+    # clone returned plain NumPy arrays (no .numpy()); a cast to the value's own dtype is the
+    # value itself in torch (its writes reach the module)
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(2, 3)
+        value = layer.state_dict()["weight"]
+        assert value.float().numpy().dtype == np.float32
+        assert value.double().numpy().dtype == np.float64
+        assert value.clone().numpy().shape == (3, 2)
+        assert value.long().numel() == 6
+        value.double().fill_(5.0)
+        value.clone().fill_(5.0)
+        assert float(layer.weight.abs().max()) < 5.0
+        value.float().fill_(5.0)
+        assert float(layer.weight.min()) == 5.0

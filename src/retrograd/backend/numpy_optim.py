@@ -43,6 +43,29 @@ def _compilable(*arrays: np.ndarray) -> bool:
     return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
 
 
+def _one_element(count: int) -> Any:
+    """A kernel whose first ``count`` operands, when 0-d, run as 1-element arrays over the same
+    memory (the results made 0-d again). NumPy's operations on 0-d arrays return scalars, which
+    take no ``out=`` and no in-place write, and a 0-d tensor's value is often such a scalar
+    (``ones(()) * 2.0``): the updates failed on a 0-d parameter (CLIP's ``logit_scale``), and
+    SGD's rebound its local scalar and returned the parameter unchanged."""
+
+    def decorate(kernel: Any) -> Any:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if np.ndim(args[0]) != 0:
+                return kernel(self, *args, **kwargs)
+            arrays = [
+                np.reshape(np.asarray(a), (1,)) if np.ndim(a) == 0 else a for a in args[:count]
+            ]
+            out = kernel(self, *arrays, *args[count:], **kwargs)
+            return tuple(np.reshape(a, ()) if np.shape(a) == (1,) else a for a in out)
+
+        run.__name__, run.__doc__ = kernel.__name__, kernel.__doc__
+        return run
+
+    return decorate
+
+
 class NumpyOptimizerKernels:
     """The optimizer kernels of :class:`~retrograd.backend.NumpyBackend`."""
 
@@ -51,6 +74,7 @@ class NumpyOptimizerKernels:
         # one that owns its data is seen by others only through references to it
         return isinstance(x, np.ndarray) and x.base is None and x.flags.writeable
 
+    @_one_element(3)
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
     ):
@@ -102,6 +126,7 @@ class NumpyOptimizerKernels:
             loop(flat_value, flat_grad, scalar(lr), scalar(weight_decay))
         return value, buffer
 
+    @_one_element(5)
     def rmsprop_update(
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
         centered, inplace
@@ -119,6 +144,7 @@ class NumpyOptimizerKernels:
         _rmsprop_numpy(value, grad, square, average, buffer, hyper)
         return value, square, average, buffer
 
+    @_one_element(4)
     def adam_update(
         self,
         value,
