@@ -32,11 +32,26 @@
   math.log(100))`` under ``no_grad``, zero-shot ``(100.0 * image_features @ text_features.T)
   .softmax(dim=-1)`` and ``topk``, and ``convert_weights`` (``l.weight.data =
   l.weight.data.half()``, the attention's ``in_proj_weight``/``bias_k``/``bias_v`` by
-  ``getattr``; under the torch inner backend: NumPy has no float16 and refuses it by name).
+  ``getattr``; under the torch inner backend: NumPy has no float16 and refuses it by name);
+- the parametrizations tutorial (pytorch/tutorials ``intermediate_source/parametrizations.py``)
+  as written (its ``print`` calls recorded, its ``torch.rand`` draws and the layers' initial
+  weights from one seeded stream, its three import lines given by the harness): ``symmetric``
+  by ``X.triu() + X.triu(1).transpose(-1, -2)``, ``parametrize.register_parametrization`` on a
+  ``Linear`` and a ``Conv2d`` (``Skew``), ``layer.parametrizations.weight.original``,
+  ``torch.dist``, the ``NoisyParametrization`` computed again on each read and once under
+  ``parametrize.cached()``, ``CayleyMap`` (a registered ``torch.eye`` buffer,
+  ``torch.linalg.solve``) and ``MatrixExponential`` (``torch.matrix_exp``) chained after
+  ``Skew`` or ``Symmetric``, ``torch.linalg.eigvalsh``, ``right_inverse`` with ``layer.weight =
+  X``, ``remove_parametrizations`` with and without ``leave_parametrized``; beyond it, the
+  orthogonal, SPD and Cayley layers trained by SGD.
 
-The defect found: an optimizer step on a 0-d parameter whose value NumPy holds as a scalar
-(``nn.Parameter(torch.ones([]) * np.log(1 / 0.07))``): Adam and RMSprop failed ("return arrays
-must be of ArrayType"), and SGD silently left the parameter unchanged.
+T5 ran unchanged. The defects found (each with a focused test in
+``test_realports9_fixes.py``): an optimizer step on a 0-d parameter whose value NumPy holds as
+a scalar (CLIP's ``nn.Parameter(torch.ones([]) * np.log(1 / 0.07))``): Adam and RMSprop failed
+("return arrays must be of ArrayType"), and SGD silently left the parameter unchanged; the
+state dict's ``v.float()``, ``.double()``, ``.half()``, ``.long()``, ``.to(dtype)`` and
+``.clone()`` returned plain NumPy arrays, so ``v.float().numpy()`` failed; there was no
+top-level ``torch.matrix_exp`` (nor ``Tensor.matrix_exp``), only ``rg.linalg.matrix_exp``.
 """
 
 from __future__ import annotations
@@ -989,3 +1004,271 @@ def test_openai_clip_matches_torch():
         for part in (slice(0, n), slice(2 * n, 3 * n)):
             np.testing.assert_allclose(ours[name][part], theirs[name][part], rtol=2e-4, atol=2e-5)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)
+
+
+PARAMETRIZATIONS_SOURCE = """
+import torch
+import torch.nn as nn
+import torch.nn.utils.parametrize as parametrize
+
+def symmetric(X):
+    return X.triu() + X.triu(1).transpose(-1, -2)
+
+X = torch.rand(3, 3)
+A = symmetric(X)
+assert torch.allclose(A, A.T)  # A is symmetric
+print(A)                       # Quick visual check
+
+class LinearSymmetric(nn.Module):
+    def __init__(self, n_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(n_features, n_features))
+
+    def forward(self, x):
+        A = symmetric(self.weight)
+        return x @ A
+
+layer = LinearSymmetric(3)
+out = layer(torch.rand(8, 3))
+
+class Symmetric(nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+
+layer = nn.Linear(3, 3)
+parametrize.register_parametrization(layer, "weight", Symmetric())
+
+A = layer.weight
+assert torch.allclose(A, A.T)  # A is symmetric
+print(A)                       # Quick visual check
+
+class Skew(nn.Module):
+    def forward(self, X):
+        A = X.triu(1)
+        return A - A.transpose(-1, -2)
+
+
+cnn = nn.Conv2d(in_channels=5, out_channels=8, kernel_size=3)
+parametrize.register_parametrization(cnn, "weight", Skew())
+# Print a few kernels
+print(cnn.weight[0, 1])
+print(cnn.weight[2, 2])
+
+layer = nn.Linear(3, 3)
+print(f"Unparametrized:\\n{layer}")
+parametrize.register_parametrization(layer, "weight", Symmetric())
+print(f"\\nParametrized:\\n{layer}")
+
+parametrized_weight = layer.parametrizations.weight
+print(parametrized_weight)
+
+print(layer.parametrizations.weight.original)
+
+symmetric = Symmetric()
+weight_orig = layer.parametrizations.weight.original
+print(torch.dist(layer.weight, symmetric(weight_orig)))
+
+class NoisyParametrization(nn.Module):
+    def forward(self, X):
+        print("Computing the Parametrization")
+        return X
+
+layer = nn.Linear(4, 4)
+parametrize.register_parametrization(layer, "weight", NoisyParametrization())
+print("Here, layer.weight is recomputed every time we call it")
+foo = layer.weight + layer.weight.T
+bar = layer.weight.sum()
+with parametrize.cached():
+    print("Here, it is computed just the first time layer.weight is called")
+    foo = layer.weight + layer.weight.T
+    bar = layer.weight.sum()
+
+class CayleyMap(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("Id", torch.eye(n))
+
+    def forward(self, X):
+        # (I + X)(I - X)^{-1}
+        return torch.linalg.solve(self.Id - X, self.Id + X)
+
+layer = nn.Linear(3, 3)
+parametrize.register_parametrization(layer, "weight", Skew())
+parametrize.register_parametrization(layer, "weight", CayleyMap(3))
+X = layer.weight
+print(torch.dist(X.T @ X, torch.eye(3)))  # X is orthogonal
+
+class MatrixExponential(nn.Module):
+    def forward(self, X):
+        return torch.matrix_exp(X)
+
+layer_orthogonal = nn.Linear(3, 3)
+parametrize.register_parametrization(layer_orthogonal, "weight", Skew())
+parametrize.register_parametrization(layer_orthogonal, "weight", MatrixExponential())
+X = layer_orthogonal.weight
+print(torch.dist(X.T @ X, torch.eye(3)))         # X is orthogonal
+
+layer_spd = nn.Linear(3, 3)
+parametrize.register_parametrization(layer_spd, "weight", Symmetric())
+parametrize.register_parametrization(layer_spd, "weight", MatrixExponential())
+X = layer_spd.weight
+print(torch.dist(X, X.T))                        # X is symmetric
+print((torch.linalg.eigvalsh(X) > 0.).all())  # X is positive definite
+
+class Symmetric(nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+
+    def right_inverse(self, A):
+        return A.triu()
+
+layer = nn.Linear(3, 3)
+parametrize.register_parametrization(layer, "weight", Symmetric())
+X = torch.rand(3, 3)
+X = X + X.T   # X is now symmetric
+layer.weight = X  # Initialize layer.weight to be X
+print(torch.dist(layer.weight, X))  # layer.weight == X
+
+class Skew(nn.Module):
+    def forward(self, X):
+        A = X.triu(1)
+        return A - A.transpose(-1, -2)
+
+    def right_inverse(self, A):
+        # We assume that A is skew-symmetric
+        # We take the upper-triangular elements, as these are those used in the forward
+        return A.triu(1)
+
+layer = nn.Linear(3, 3)
+parametrize.register_parametrization(layer, "weight", Skew())
+X = torch.rand(3, 3)
+X = X - X.T                             # X is now skew-symmetric
+layer.weight = X                        # Initialize layer.weight to be X
+print(torch.dist(layer.weight, X))      # layer.weight == X
+
+layer = nn.Linear(3, 3)
+print("Before:")
+print(layer)
+print(layer.weight)
+parametrize.register_parametrization(layer, "weight", Skew())
+print("\\nParametrized:")
+print(layer)
+print(layer.weight)
+parametrize.remove_parametrizations(layer, "weight")
+print("\\nAfter. Weight has skew-symmetric values but it is unconstrained:")
+print(layer)
+print(layer.weight)
+
+layer = nn.Linear(3, 3)
+print("Before:")
+print(layer)
+print(layer.weight)
+parametrize.register_parametrization(layer, "weight", Skew())
+print("\\nParametrized:")
+print(layer)
+print(layer.weight)
+parametrize.remove_parametrizations(layer, "weight", leave_parametrized=False)
+print("\\nAfter. Same as Before:")
+print(layer)
+print(layer.weight)
+
+# beyond the tutorial: the orthogonal and SPD layers trained, the gradients through
+# torch.matrix_exp and torch.linalg.solve
+cayley = nn.Linear(3, 3)
+parametrize.register_parametrization(cayley, "weight", Skew())
+parametrize.register_parametrization(cayley, "weight", CayleyMap(3))
+params = list(layer_orthogonal.parameters()) + list(layer_spd.parameters()) + list(cayley.parameters())
+optimizer = torch.optim.SGD(params, lr=0.1)
+x = torch.rand(8, 3)
+for step in range(3):
+    optimizer.zero_grad()
+    loss = (layer_orthogonal(x) - x.flip(1)).pow(2).mean() + layer_spd(x).sum() * 0.01 + cayley(x).abs().mean()
+    loss.backward()
+    optimizer.step()
+    print(loss)
+print(layer_orthogonal.weight)
+print(layer_spd.weight)
+print(cayley.weight)
+print(list(cayley.state_dict()))
+"""
+
+#: the tutorial's import lines: both runs get torch, nn and parametrize from the harness (the
+#: draws of torch.rand and the layers' initial weights from one seeded stream)
+PARAMETRIZATIONS_IMPORTS = [
+    ("import torch\nimport torch.nn as nn\nimport torch.nn.utils.parametrize as parametrize\n", ""),
+]
+
+
+class SharedDraws:
+    """``lib`` with ``rand`` drawn from one seeded stream, and ``nn`` whose ``Linear`` and
+    ``Conv2d`` take their initial weights from it, so both runs start alike."""
+
+    def __init__(self, lib, rng):
+        self._lib, self._rng = lib, rng
+
+        def draw(*shape):
+            return lib.tensor(rng.uniform(-0.5, 0.5, shape).astype(np.float32))
+
+        def initialized(base):
+            class Layer(base):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    with lib.no_grad():
+                        self.weight.copy_(draw(*self.weight.shape))
+                        self.bias.copy_(draw(*self.bias.shape))
+
+            Layer.__name__ = Layer.__qualname__ = base.__name__
+            return Layer
+
+        self.nn = type("nn", (), {})()
+        for name in ("Module", "Parameter"):
+            setattr(self.nn, name, getattr(lib.nn, name))
+        self.nn.Linear = initialized(lib.nn.Linear)
+        self.nn.Conv2d = initialized(lib.nn.Conv2d)
+
+    def rand(self, *shape):
+        return self._lib.tensor(self._rng.uniform(0.0, 1.0, shape).astype(np.float32))
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+
+def test_parametrizations_tutorial_matches_torch():
+    records = []
+    for lib in (torch, rg):
+        shim = SharedDraws(lib, np.random.default_rng(512))
+        record = []
+
+        def show(*values, record=record, lib=lib):
+            for value in values:
+                if isinstance(value, lib.Tensor):
+                    value = value.detach().numpy().copy()
+                    record.append(bool(value) if value.dtype == bool else value)
+                else:
+                    record.append(value if isinstance(value, str | list) else repr(value))
+
+        names = {
+            "torch": shim,
+            "nn": shim.nn,
+            "parametrize": lib.nn.utils.parametrize,
+            "print": show,
+        }
+        source = port(PARAMETRIZATIONS_SOURCE, PARAMETRIZATIONS_IMPORTS)
+        if lib is rg:
+            source = port(
+                source,
+                [
+                    (
+                        "    loss.backward()\n    optimizer.step()",
+                        "    grads = loss.backward()\n    optimizer.step(grads)",
+                    )
+                ],
+            )
+        exec(compile(source, f"<{lib.__name__} parametrizations>", "exec"), names)
+        records.append(record)
+    # NoisyParametrization computed once by register_parametrization's check, three times
+    # uncached, once in parametrize.cached()
+    texts = [r for r in records[0] if isinstance(r, str)]
+    assert texts.count("Computing the Parametrization") == 5
+    assert any(text.startswith("ParametrizedLinear(") for text in texts)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)

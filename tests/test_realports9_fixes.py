@@ -144,3 +144,18 @@ def test_state_dict_casts_answer_tensor_idioms_as_torch():
         assert float(layer.weight.abs().max()) < 5.0
         value.float().fill_(5.0)
         assert float(layer.weight.min()) == 5.0
+
+
+def test_top_level_and_method_matrix_exp_match_torch():
+    # the parametrizations tutorial's MatrixExponential calls torch.matrix_exp; retrograd had
+    # only rg.linalg.matrix_exp
+    a = np.random.default_rng(3).standard_normal((2, 3, 3))
+    theirs = torch.tensor(a, requires_grad=True)
+    (torch.matrix_exp(theirs).sin().sum() + theirs.matrix_exp().sum()).backward()
+    ours = rg.tensor(a, requires_grad=True)
+    out = rg.matrix_exp(ours)
+    grads = (out.sin().sum() + ours.matrix_exp().sum()).backward()
+    np.testing.assert_allclose(out.numpy(), torch.matrix_exp(theirs).detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(ours.grad(grads).numpy(), theirs.grad.numpy(), rtol=1e-8)
+    with pytest.raises(rg.errors.ShapeError, match="matrix_exp"):
+        rg.matrix_exp(rg.ones((2, 3)))

@@ -247,6 +247,7 @@ _METHODS.update(
             "lu",
             "mode",
             "logit",
+            "matrix_exp",
             "matrix_power",
             "msort",
             "mvlgamma",
