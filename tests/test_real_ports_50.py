@@ -14,7 +14,41 @@
   the padding mask ``(1.0 - attention_mask) * torch.finfo(self.dtype).min`` with ``self.dtype``
   read from ``next(self.parameters())``, ``_init_weights`` through ``self.apply``, the tied
   ``lm_head``, the shifted ``CrossEntropyLoss`` with ``-100`` labels, AdamW, and greedy
-  generation with the key/value cache (``past_key_values[0][0].size(-2)`` positions).
+  generation with the key/value cache (``past_key_values[0][0].size(-2)`` positions);
+- Whisper as openai/whisper writes it (``whisper/model.py``), small: the ``LayerNorm``,
+  ``Linear`` and ``Conv1d`` subclasses that cast to the input's dtype (``super().forward(
+  x.float()).type(x.dtype)``, ``F.linear(x, self.weight.to(x.dtype), ...)``, and
+  ``_conv_forward`` overridden to call ``super()._conv_forward(x, weight.to(x.dtype), ...)``),
+  ``sinusoids`` (``torch.arange(length)[:, np.newaxis] * inv_timescales[np.newaxis, :]``), a
+  ``@dataclass`` of dimensions, ``MultiHeadAttention.qkv_attention`` by
+  ``scaled_dot_product_attention(q, k, v, is_causal=mask is not None and n_ctx > 1)`` and, under
+  ``disable_sdpa()`` (a ``@contextmanager`` flipping a class attribute), by hand with the
+  ``torch.empty(n_ctx, n_ctx).fill_(-np.inf).triu_(1)`` mask, ``flatten(start_dim=2)``, the
+  decoder's ``x @ torch.transpose(self.token_embedding.weight.to(x.dtype), 0, 1)``, training by
+  AdamW, and ``decoding.py``'s greedy loop with ``install_kv_cache_hooks`` (forward hooks on
+  the key/value ``Linear``s that return the concatenated cache, modules as dict keys, ``self.key
+  not in kv_cache``, ``hook.remove()``), checked against the uncached logits. The alignment
+  heads' ``all_heads.to_sparse()`` is the one line changed: retrograd has no sparse layouts
+  (API.md section 10) and refuses it by name, so the port keeps the dense mask;
+- torchvision's DenseNet (``models/densenet.py``), small, with ``memory_efficient`` on and off:
+  ``_DenseLayer.forward`` declared twice by ``@torch.jit._overload_method`` before its real
+  definition, ``@torch.jit.unused`` ``call_checkpoint_bottleneck`` running ``cp.checkpoint(
+  closure, *input, use_reentrant=False)``, ``any_requires_grad``, ``torch.jit.is_scripting()``,
+  ``_DenseBlock(nn.ModuleDict)`` with ``_version = 2`` iterated by ``self.items()``,
+  ``_Transition(nn.Sequential)`` filled by attribute assignment, ``self.features.add_module``,
+  the official init loop, and ``_load_state_dict`` renaming the old checkpoints' keys
+  (``denselayer1.norm.1.weight``) by ``re.compile`` before ``load_state_dict`` of a checkpoint
+  without ``num_batches_tracked``; SGD with momentum and weight decay.
+
+The defects found: the convolutions had no ``_conv_forward`` (torch's ``forward`` calls it, so
+Whisper's override was silently skipped and ``super()._conv_forward`` failed); no
+``torch.jit._overload_method``; and the norms refused a state without ``num_batches_tracked``,
+where torch's ``_NormBase._load_from_state_dict`` keeps the module's count for a state of no
+version (the pre-0.4 checkpoints torchvision still serves) and ``load_state_dict`` passed no
+version metadata to the per-module step. torch's own checkpoint reruns ``bn_function`` in the
+backward pass, so with ``memory_efficient`` the checkpointed ``norm1`` updates its running
+statistics twice per batch (and counts each batch twice); retrograd recomputes from its graph
+and updates them once: those statistics are left out of that comparison.
 """
 
 from __future__ import annotations
