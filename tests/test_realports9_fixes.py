@@ -159,3 +159,68 @@ def test_top_level_and_method_matrix_exp_match_torch():
     np.testing.assert_allclose(ours.grad(grads).numpy(), theirs.grad.numpy(), rtol=1e-8)
     with pytest.raises(rg.errors.ShapeError, match="matrix_exp"):
         rg.matrix_exp(rg.ones((2, 3)))
+
+
+@pytest.mark.parametrize(
+    ("layers", "bidirectional", "batch_first", "with_state"),
+    [(1, False, False, False), (2, True, True, True), (2, False, False, True)],
+)
+def test_lstm_with_projections_matches_torch(layers, bidirectional, batch_first, with_state):
+    # nn.LSTM(proj_size=...) was refused; torch projects each h by weight_hr_l{k}
+    rng = np.random.default_rng(9)
+    theirs = torch.nn.LSTM(3, 5, num_layers=layers, proj_size=2, bidirectional=bidirectional,
+                           batch_first=batch_first).double()  # fmt: skip
+    ours = rg.nn.LSTM(3, 5, num_layers=layers, proj_size=2, bidirectional=bidirectional,
+                      batch_first=batch_first, dtype=rg.float64)  # fmt: skip
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert repr(ours) == repr(theirs)
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = rng.standard_normal((4, 6, 3) if batch_first else (6, 4, 3))
+    d = 2 if bidirectional else 1
+    h0, c0 = rng.standard_normal((layers * d, 4, 2)), rng.standard_normal((layers * d, 4, 5))
+    tx = torch.tensor(x, requires_grad=True)
+    out, (h, c) = theirs(tx, (torch.tensor(h0), torch.tensor(c0)) if with_state else None)
+    (out.sin().sum() + h.sum() + c.cos().sum()).backward()
+    ox = rg.tensor(x, requires_grad=True)
+    mine, (oh, oc) = ours(ox, (rg.tensor(h0), rg.tensor(c0)) if with_state else None)
+    grads = (mine.sin().sum() + oh.sum() + oc.cos().sum()).backward()
+    for a, b in ((mine, out), (oh, h), (oc, c), (ox.grad(grads), tx.grad)):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12)
+    for name, p in theirs.named_parameters():
+        np.testing.assert_allclose(
+            getattr(ours, name).grad(grads).numpy(), p.grad.numpy(), rtol=1e-9, atol=1e-12
+        )
+
+
+def test_lstm_projection_packed_and_unbatched_match_torch():
+    rng = np.random.default_rng(10)
+    theirs = torch.nn.LSTM(3, 4, proj_size=1).double()
+    ours = rg.nn.LSTM(3, 4, proj_size=1, dtype=rg.float64)
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = rng.standard_normal((5, 3))
+    out, (h, c) = theirs(torch.tensor(x))
+    mine, (oh, oc) = ours(rg.tensor(x))
+    for a, b in ((mine, out), (oh, h), (oc, c)):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10)
+    batch = rng.standard_normal((5, 3, 3))
+    packs = [
+        lib.nn.utils.rnn.pack_padded_sequence(lib.tensor(batch), [5, 3, 2]) for lib in (torch, rg)
+    ]
+    (out, (h, c)), (mine, (oh, oc)) = theirs(packs[0]), ours(packs[1])
+    for a, b in ((mine.data, out.data), (oh, h), (oc, c)):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "message"),
+    [
+        ("LSTM", {"proj_size": 5}, "smaller than hidden_size"),
+        ("LSTM", {"proj_size": -1}, "positive integer or zero"),
+        ("GRU", {"proj_size": 2}, "only supported for LSTM"),
+    ],
+)
+def test_bad_proj_size_is_refused_as_torch(cls, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(torch.nn, cls)(3, 5, **kwargs)
+    with pytest.raises(rg.errors.InvalidArgumentError, match=message):
+        getattr(rg.nn, cls)(3, 5, **kwargs)
