@@ -626,7 +626,8 @@ def run_program(source, step, lib, state, prepare=None, **names):
     torch.manual_seed(0)
     record = []
     namespace = {
-        "__name__": "port",  # torch.jit._overload_method reads the class's module
+        # a module that exists: torch.jit._overload_method and @dataclass read the classes'
+        "__name__": __name__,
         "torch": lib,
         "nn": lib.nn,
         "F": lib.nn.functional,
@@ -1336,7 +1337,7 @@ class Weights:
 def densenet_checkpoint():
     """A DenseNet's initial state as torch makes it, in the naming (``norm.1``) and without the
     ``num_batches_tracked`` of the checkpoints torchvision published before torch 0.4."""
-    names = {"__name__": "checkpoint", "torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+    names = {"__name__": __name__, "torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     names["Tensor"] = torch.Tensor
     names.update(List=list, Tuple=tuple, OrderedDict=OrderedDict, _log_api_usage_once=print)
     exec(DENSENET_SOURCE.split("\n\ndef _load_state_dict")[0], names)

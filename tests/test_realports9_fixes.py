@@ -224,3 +224,67 @@ def test_bad_proj_size_is_refused_as_torch(cls, kwargs, message):
         getattr(torch.nn, cls)(3, 5, **kwargs)
     with pytest.raises(rg.errors.InvalidArgumentError, match=message):
         getattr(rg.nn, cls)(3, 5, **kwargs)
+
+
+def test_autograd_grad_under_no_grad_of_a_graph_built_with_grad():
+    # torch seeds the outputs whatever the grad mode; retrograd built its weighted sum of the
+    # outputs under the caller's no_grad and found nothing to differentiate
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        y = x * x
+        with lib.no_grad():
+            (g,) = lib.autograd.grad(y, x, lib.tensor([1.0, 0.5, -1.0]))
+        results.append(g.numpy())
+    np.testing.assert_allclose(results[1], results[0])
+
+
+def checkpoint_function(lib):
+    """latent diffusion's ``CheckpointFunction`` (``ldm/modules/diffusionmodules/util.py``)
+    over ``lib``."""
+
+    class CheckpointFunction(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, run_function, length, *args):
+            ctx.run_function = run_function
+            ctx.input_tensors = list(args[:length])
+            ctx.input_params = list(args[length:])
+            with lib.no_grad():
+                return ctx.run_function(*ctx.input_tensors)
+
+        @staticmethod
+        def backward(ctx, *output_grads):
+            ctx.input_tensors = [x.detach().requires_grad_(True) for x in ctx.input_tensors]
+            with lib.enable_grad():
+                output_tensors = ctx.run_function(*[x.view_as(x) for x in ctx.input_tensors])
+            input_grads = lib.autograd.grad(
+                output_tensors,
+                ctx.input_tensors + ctx.input_params,
+                output_grads,
+                allow_unused=True,
+            )
+            return (None, None) + input_grads
+
+    return CheckpointFunction
+
+
+def test_checkpoint_function_recomputing_in_backward_matches_torch():
+    # latent diffusion's CheckpointFunction: forward under no_grad, backward recomputes under
+    # enable_grad and calls autograd.grad for the inputs and the module's parameters
+    results = []
+    for lib in (torch, rg):
+        CheckpointFunction = checkpoint_function(lib)  # noqa: N806 (the authors' name)
+        layer = lib.nn.Linear(3, 2)
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor(np.arange(6.0).reshape(2, 3) / 10))
+            layer.bias.copy_(lib.tensor([0.5, -1.0]))
+        x = lib.tensor(np.linspace(-1, 1, 12).reshape(4, 3), dtype=lib.float32, requires_grad=True)
+        y = CheckpointFunction.apply(layer, 1, x, *layer.parameters())
+        loss = (y * y).sum()
+        grads = loss.backward()
+        if lib is torch:
+            results.append([x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy()])
+        else:
+            results.append([t.grad(grads).numpy() for t in (x, layer.weight, layer.bias)])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
