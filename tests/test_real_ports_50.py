@@ -650,8 +650,8 @@ def run_program(source, step, lib, state, prepare=None, **names):
 @pytest.mark.parametrize("reorder", [False, True])
 def test_hugging_face_gpt2_matches_torch(reorder):
     rng = np.random.default_rng(50)
-    tokens = rng.integers(0, 23, (3, 2, 10))
-    lengths = [[10, 7], [10, 10], [6, 9]]
+    tokens = rng.integers(0, 23, (2, 2, 10))
+    lengths = [[10, 7], [6, 9]]
     masks = np.array([[[1] * n + [0] * (10 - n) for n in pair] for pair in lengths])
     records, state = [], {}
     for lib in (torch, rg):
@@ -669,7 +669,15 @@ def test_hugging_face_gpt2_matches_torch(reorder):
         records.append(record)
     assert "transformer.h.0.attn.bias" not in records[0][1]
     assert "(c_attn): Conv1D(nf=48, nx=16)" in records[0][0]
-    assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
+    # the key part of c_attn.bias has no true gradient (it shifts a query's scores by one
+    # constant), so AdamW's steps on it follow the rounding noise: the query and value parts
+    # are compared on their own
+    ours, theirs = records[1][-1], records[0][-1]
+    skip = [k for k in theirs if k.endswith("attn.c_attn.bias")]
+    for name in skip:
+        for part in (slice(0, 16), slice(32, 48)):
+            np.testing.assert_allclose(ours[name][part], theirs[name][part], rtol=2e-4, atol=2e-5)
+    assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)
 
 
 WHISPER_SOURCE = '''
