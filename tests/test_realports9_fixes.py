@@ -288,3 +288,80 @@ def test_checkpoint_function_recomputing_in_backward_matches_torch():
             results.append([t.grad(grads).numpy() for t in (x, layer.weight, layer.bias)])
     for ours, theirs in zip(results[1], results[0]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("shape", "orthogonal_map", "use_trivialization"),
+    [
+        ((3, 3), None, True),
+        ((3, 3), "cayley", True),
+        ((3, 3), "householder", True),
+        ((3, 3), "matrix_exp", False),
+        ((3, 3), "cayley", False),
+    ],
+)
+def test_orthogonal_parametrization_trains_as_torch(shape, orthogonal_map, use_trivialization):
+    # nn.utils.parametrizations.orthogonal did not exist
+    rng = np.random.default_rng(0)
+    w0, x = rng.standard_normal(shape) * 0.5, rng.standard_normal((5, shape[1]))
+    records = []
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(shape[1], shape[0], bias=False, dtype=lib.float64)
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor(w0))
+        lib.nn.utils.parametrizations.orthogonal(
+            layer, orthogonal_map=orthogonal_map, use_trivialization=use_trivialization
+        )
+        record = [sorted(layer.state_dict()), layer.weight.detach().numpy().copy()]
+        optimizer = lib.optim.SGD(layer.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = (layer(lib.tensor(x)) - lib.tensor(x[:, :1])).pow(2).mean()
+            if lib is torch:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            else:
+                optimizer.step(loss.backward())
+            record.append(loss.item())
+        record.append(layer.weight.detach().numpy().copy())
+        records.append(record)
+    assert records[1][0] == records[0][0]
+    for ours, theirs in zip(records[1][1:], records[0][1:]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-10)
+    final = records[1][-1]
+    np.testing.assert_allclose(final.T @ final, np.eye(shape[1]), atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4)])
+def test_orthogonal_parametrization_of_a_rectangle_as_torch(shape):
+    w0 = np.random.default_rng(1).standard_normal(shape)
+    weights = []
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(shape[1], shape[0], bias=False, dtype=lib.float64)
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor(w0))
+        lib.nn.utils.parametrizations.orthogonal(layer)  # householder, the default here
+        weights.append(layer.weight.detach().numpy())
+    np.testing.assert_allclose(weights[1], weights[0], rtol=1e-10, atol=1e-12)
+    with pytest.raises(rg.errors.InvalidArgumentError, match="orthogonal_map"):
+        rg.nn.utils.parametrizations.orthogonal(rg.nn.Linear(2, 2), orthogonal_map="qr")
+    with pytest.raises(rg.errors.InvalidArgumentError, match="geqrf"):
+        rg.nn.utils.parametrizations.orthogonal(rg.nn.Linear(2, 2), "weight", "householder",
+                                                use_trivialization=False)  # fmt: skip
+
+
+def test_parameter_diagonal_and_take_as_torch():
+    # p.diagonal(), p.diag(), p.take(list) and p.uniform_(generator=) built their index (or
+    # draws) as a Parameter, whose constructor refused it
+    for lib in (torch, rg):
+        p = lib.nn.Parameter(lib.tensor(np.arange(9.0).reshape(3, 3)))
+        assert p.diagonal(dim1=-2, dim2=-1).tolist() == [0.0, 4.0, 8.0]
+        assert p.diag().tolist() == [0.0, 4.0, 8.0]
+        assert p.take(lib.tensor([0, 4])).tolist() == [0.0, 4.0]
+    assert rg.nn.Parameter(rg.ones((3, 3))).take([0, 4]).tolist() == [1.0, 1.0]
+    generator = rg.Generator()
+    generator.manual_seed(0)
+    p = rg.nn.Parameter(rg.zeros(3))
+    with rg.no_grad():
+        p.uniform_(generator=generator)
+    assert isinstance(p, rg.nn.Parameter) and float(p.abs().sum()) > 0
