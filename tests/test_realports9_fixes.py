@@ -365,3 +365,36 @@ def test_parameter_diagonal_and_take_as_torch():
     with rg.no_grad():
         p.uniform_(generator=generator)
     assert isinstance(p, rg.nn.Parameter) and float(p.abs().sum()) > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("uniform_", (-1.0, 1.0)),
+        ("normal_", (0.0, 2.0)),
+        ("trunc_normal_", (0.0, 1.0, -1.0, 1.0)),
+        ("xavier_uniform_", ()),
+        ("xavier_normal_", ()),
+        ("kaiming_uniform_", ()),
+        ("kaiming_normal_", ()),
+        ("orthogonal_", ()),
+        ("sparse_", (0.5,)),
+    ],
+)
+def test_init_draws_from_the_generator_given_as_torch(name, args):
+    # torch 2.13's nn.init functions take generator=; retrograd's refused it, or (orthogonal_,
+    # sparse_) accepted it and drew from the global stream
+    assert "generator" in __import__("inspect").signature(getattr(torch.nn.init, name)).parameters
+    draws = []
+    for _ in range(2):
+        generator = rg.Generator()
+        generator.manual_seed(7)
+        weight = rg.empty((4, 6))
+        rg.manual_seed(0)
+        getattr(rg.nn.init, name)(weight, *args, generator=generator)
+        draws.append((weight.numpy().copy(), rg.rand(1).item()))
+    np.testing.assert_array_equal(draws[1][0], draws[0][0])
+    rg.manual_seed(0)
+    assert draws[0][1] == rg.rand(1).item()  # the global stream was not drawn from
+    with pytest.raises(rg.errors.DTypeError, match="generator"):
+        getattr(rg.nn.init, name)(rg.empty((4, 6)), *args, generator=7)
