@@ -1549,7 +1549,7 @@ def _rnn_case(rng):
     size, hidden = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     layers, bi = int(rng.integers(1, 3)), bool(rng.random() < 0.5)
     bias, batch_first = bool(rng.random() < 0.7), bool(rng.random() < 0.5)
-    proj = 0  # (LSTM's proj_size is refused, a documented limitation)
+    proj = 0  # (not drawn: LSTM projections are checked in test_realports9_fixes.py)
     extra = {"nonlinearity": str(rng.choice(["tanh", "relu"]))} if kind == "RNN" else {}
     n, t = int(rng.integers(1, 3)), int(rng.integers(1, 4))
     unbatched = bool(rng.random() < 0.2)

@@ -878,7 +878,7 @@ def _module_trial(rng, kind: str):
         )
     if kind == "loss":
         return _loss_trial(rng)
-    # recurrent (proj_size is refused: see the round-12 notes)
+    # recurrent (no proj_size drawn: LSTM projections are checked in test_realports9_fixes.py)
     typ, layers, both, first = c("LSTM", "GRU", "RNN"), c(1, 2), c(True, False), c(True, False)
     bias, packed = c(True, False), bool(rng.random() < 0.4)
     args = dict(num_layers=layers, bidirectional=both, batch_first=first, bias=bias)

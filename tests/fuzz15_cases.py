@@ -27,8 +27,8 @@ only on a fixed list of forms. Each generator takes a ``numpy`` generator and re
   ``weight_norm``), outputs and float64 gradients of input and parameters;
 - ``recurrent``: ``RNN``/``GRU``/``LSTM`` over ``num_layers``, ``bidirectional``,
   ``batch_first``, ``bias``, given or default initial states, unbatched inputs and packed
-  sequences (sorted or not), and the cells (no ``proj_size``: retrograd refuses it, a
-  documented limitation);
+  sequences (sorted or not), and the cells (no ``proj_size`` drawn: LSTM projections are
+  checked in ``test_realports9_fixes.py``);
 - ``half``: float16 and bfloat16 tensors through elementwise, reduction, cast, normalization
   and loss ops beside tensors of every other dtype, 0-d tensors and Python scalars: result
   dtypes, values (to half precision) and the dtypes and values of the gradients (the torch
@@ -663,7 +663,7 @@ def _recurrent(rng):
                              call, rng, rtol=1e-8)  # fmt: skip
     layers, bidir, batch_first = c(1, 2, 3), c(True, False), c(True, False)
     kw = dict(num_layers=layers, bias=bias, batch_first=batch_first, bidirectional=bidir)
-    # (no proj_size: retrograd refuses LSTM projections, a documented limitation)
+    # (no proj_size drawn: LSTM projections are checked in test_realports9_fixes.py)
     if kind == "RNN":
         kw["nonlinearity"] = c("tanh", "relu")
     unbatched = rng.random() < 0.2

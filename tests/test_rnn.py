@@ -425,7 +425,7 @@ def test_errors_name_the_layer_and_the_shapes():
     with pytest.raises(rg.DTypeError, match="float"):
         lstm(rg.ones((5, 2, 3), dtype="int64"))
     with pytest.raises(rg.InvalidArgumentError, match="proj_size"):
-        nn.LSTM(3, 4, proj_size=2)
+        nn.LSTM(3, 4, proj_size=4)  # (projections are smaller than hidden_size, as torch's)
     with pytest.raises(rg.InvalidArgumentError, match="nonlinearity"):
         nn.RNN(3, 4, nonlinearity="sigmoid")
     with pytest.raises(rg.InvalidArgumentError, match="dropout"):

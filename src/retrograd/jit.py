@@ -60,6 +60,11 @@ def _marker(fn: Any = None, **_: Any) -> Any:
 
 ignore = _marker
 unused = _marker
+#: torch's ``@torch.jit._overload_method`` / ``@torch.jit._overload``: the typed stubs
+#: TorchScript reads (torchvision's ``_DenseLayer.forward``); the ``def`` after them is the one
+#: that runs, as in eager torch
+_overload_method = _marker
+_overload = _marker
 export = _marker
 interface = _marker
 script_method = _marker

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..autodiff import Gradients
+from ..autodiff import Gradients, enable_grad
 from ..errors import AutodiffError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..tensor.functions import sum as _sum
@@ -148,6 +148,15 @@ def _weighted_total(op: str, outputs: Any, weights: Any, create_graph: bool = Fa
         raise ShapeError(f"{op}: {len(weights)} gradients given for {len(outs)} outputs")
     if not outs:
         raise AutodiffError(f"{op}: no tensors to differentiate")
+    # the weighted sum is the seed of this backward, not a step of the caller's computation:
+    # it is recorded even under no_grad (latent diffusion's CheckpointFunction calls
+    # autograd.grad in its backward, which runs without grad, on outputs it recomputed under
+    # enable_grad), as torch's engine seeds outputs whatever the grad mode
+    with enable_grad():
+        return _weighted_sum(op, outs, weights, create_graph)
+
+
+def _weighted_sum(op: str, outs: list, weights: list, create_graph: bool) -> Tensor:
     terms = []
     for out, weight in zip(outs, weights):
         if weight is None:

@@ -43,6 +43,29 @@ def _compilable(*arrays: np.ndarray) -> bool:
     return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
 
 
+def _one_element(count: int) -> Any:
+    """A kernel whose first ``count`` operands, when 0-d, run as 1-element arrays over the same
+    memory (the results made 0-d again). NumPy's operations on 0-d arrays return scalars, which
+    take no ``out=`` and no in-place write, and a 0-d tensor's value is often such a scalar
+    (``ones(()) * 2.0``): the updates failed on a 0-d parameter (CLIP's ``logit_scale``), and
+    SGD's rebound its local scalar and returned the parameter unchanged."""
+
+    def decorate(kernel: Any) -> Any:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if np.ndim(args[0]) != 0:
+                return kernel(self, *args, **kwargs)
+            arrays = [
+                np.reshape(np.asarray(a), (1,)) if np.ndim(a) == 0 else a for a in args[:count]
+            ]
+            out = kernel(self, *arrays, *args[count:], **kwargs)
+            return tuple(np.reshape(a, ()) if np.shape(a) == (1,) else a for a in out)
+
+        run.__name__, run.__doc__ = kernel.__name__, kernel.__doc__
+        return run
+
+    return decorate
+
+
 class NumpyOptimizerKernels:
     """The optimizer kernels of :class:`~retrograd.backend.NumpyBackend`."""
 
@@ -51,6 +74,7 @@ class NumpyOptimizerKernels:
         # one that owns its data is seen by others only through references to it
         return isinstance(x, np.ndarray) and x.base is None and x.flags.writeable
 
+    @_one_element(3)
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
     ):
@@ -102,14 +126,11 @@ class NumpyOptimizerKernels:
             loop(flat_value, flat_grad, scalar(lr), scalar(weight_decay))
         return value, buffer
 
+    @_one_element(5)
     def rmsprop_update(
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
         centered, inplace
     ):  # fmt: skip
-        if value.ndim == 0:  # a 0-d parameter: see _zero_d
-            arrays = _vectors(value, grad, square, average, buffer)
-            hyper = (lr, alpha, eps, weight_decay, momentum, centered, inplace)
-            return _zero_d(self.rmsprop_update(*arrays, *hyper))
         states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
         hyper = (lr, alpha, eps, weight_decay, momentum, centered)
         if not _compilable(value, grad, *states) or any(
@@ -123,6 +144,7 @@ class NumpyOptimizerKernels:
         _rmsprop_numpy(value, grad, square, average, buffer, hyper)
         return value, square, average, buffer
 
+    @_one_element(4)
     def adam_update(
         self,
         value,
@@ -139,9 +161,6 @@ class NumpyOptimizerKernels:
         inplace=False,
     ):
         hyper = (step, lr, beta1, beta2, eps, weight_decay, decoupled)
-        if value.ndim == 0:  # a 0-d parameter: see _zero_d
-            arrays = _vectors(value, grad, first, second)
-            return _zero_d(self.adam_update(*arrays, *hyper, inplace=inplace))
         shapes = value.shape == grad.shape == first.shape == second.shape
         if not (shapes and _compilable(value, grad, first, second)):
             return _adam_numpy(value, grad, first, second, *hyper)
@@ -166,18 +185,6 @@ class NumpyOptimizerKernels:
             scalar(lr / (1.0 - beta1**step)),
         )
         return value, first, second
-
-
-def _vectors(*arrays):
-    """The 0-d ``arrays`` as 1-element views (a write to one writes the 0-d array)."""
-    return [a.reshape(1) if a.ndim == 0 else a for a in arrays]
-
-
-def _zero_d(results):
-    """The 1-element arrays of an update run on :func:`_vectors` as 0-d arrays again. NumPy's
-    arithmetic on 0-d arrays returns scalars, which the kernels' ``out=`` arguments refuse, so
-    a 0-d parameter (``nn.Parameter(torch.tensor(0.0))``) is updated as one of shape ``[1]``."""
-    return tuple(a.reshape(()) if a.shape == (1,) else a for a in results)
 
 
 def _rmsprop_numpy(value, grad, square, average, buffer, hyper):

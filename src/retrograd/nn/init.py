@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, ShapeError
 from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
+from ..tensor._dispatch import checked_generator
 from ..tensor.inplace import assign
 
 __all__ = [
@@ -60,8 +61,11 @@ __all__ = [
 ]
 
 
-def _draw(t: Tensor, distribution: str) -> np.ndarray:
-    """Host float64 draws of ``t``'s shape from the seeded generator."""
+def _draw(t: Tensor, distribution: str, generator: Any = None, op: str = "init") -> np.ndarray:
+    """Host float64 draws of ``t``'s shape from ``generator`` (an ``rg.Generator``, torch's
+    ``generator=``) or, without one, from the seeded stream."""
+    if checked_generator(op, generator) is not None:
+        return np.asarray(generator.draws(t.shape, distribution, "float64"), dtype=np.float64)
     return random(
         t.shape, distribution, dtype="float64", backend=t.backend, device=t.device
     ).numpy()
@@ -72,18 +76,18 @@ def _fill(t: Tensor, values: Any, op: str) -> Tensor:
     return assign(t, fresh, op)
 
 
-def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:
     """Values from U(a, b)."""
     if not a <= b:  # torch's check (a NaN bound too)
         raise InvalidArgumentError(f"uniform_: expects a <= b, got a={a!r}, b={b!r}")
-    return _fill(tensor, a + (b - a) * _draw(tensor, "uniform"), "uniform_")
+    return _fill(tensor, a + (b - a) * _draw(tensor, "uniform", generator, "uniform_"), "uniform_")
 
 
-def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
     """Values from N(mean, std^2)."""
     if not std >= 0.0:  # torch's check (a NaN std too)
         raise InvalidArgumentError(f"normal_: expects std >= 0, got {std!r}")
-    return _fill(tensor, mean + std * _draw(tensor, "normal"), "normal_")
+    return _fill(tensor, mean + std * _draw(tensor, "normal", generator, "normal_"), "normal_")
 
 
 def trunc_normal_(
@@ -92,17 +96,20 @@ def trunc_normal_(
     std: float = 1.0,
     a: float = -2.0,
     b: float = 2.0,
+    generator: Any = None,
 ) -> Tensor:
     """Values from N(mean, std^2) truncated to ``[a, b]`` (absolute bounds, as PyTorch's):
     draws outside are drawn again."""
     if not a < b:
         raise InvalidArgumentError(f"trunc_normal_: need a < b, got a={a}, b={b}")
-    values = mean + std * _draw(tensor, "normal")
+    values = mean + std * _draw(tensor, "normal", generator, "trunc_normal_")
     for _ in range(1000):
         outside = (values < a) | (values > b)
         if not outside.any():
             break
-        values = np.where(outside, mean + std * _draw(tensor, "normal"), values)
+        values = np.where(
+            outside, mean + std * _draw(tensor, "normal", generator, "trunc_normal_"), values
+        )
     else:
         raise InvalidArgumentError(
             f"trunc_normal_: [a, b] = [{a}, {b}] is too unlikely under N({mean}, {std}^2)"
@@ -167,18 +174,24 @@ def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     return _fans(tensor, "_calculate_fan_in_and_fan_out")
 
 
-def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
     """U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio)."""
     fan_in, fan_out = _fans(tensor, "xavier_uniform_")
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return _fill(tensor, bound * (2.0 * _draw(tensor, "uniform") - 1.0), "xavier_uniform_")
+    return _fill(
+        tensor,
+        bound * (2.0 * _draw(tensor, "uniform", generator, "xavier_uniform_") - 1.0),
+        "xavier_uniform_",
+    )
 
 
-def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
     """N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(tensor, "xavier_normal_")
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
-    return _fill(tensor, std * _draw(tensor, "normal"), "xavier_normal_")
+    return _fill(
+        tensor, std * _draw(tensor, "normal", generator, "xavier_normal_"), "xavier_normal_"
+    )
 
 
 def _kaiming_std(t: Tensor, a: float, mode: str, nonlinearity: str, op: str) -> float:
@@ -194,10 +207,15 @@ def kaiming_uniform_(
     a: float = 0.0,
     mode: str = "fan_in",
     nonlinearity: str = "leaky_relu",
+    generator: Any = None,
 ) -> Tensor:
     """U(-b, b), b = sqrt(3) * gain / sqrt(fan) (He et al.); PyTorch's defaults."""
     bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
-    return _fill(tensor, bound * (2.0 * _draw(tensor, "uniform") - 1.0), "kaiming_uniform_")
+    return _fill(
+        tensor,
+        bound * (2.0 * _draw(tensor, "uniform", generator, "kaiming_uniform_") - 1.0),
+        "kaiming_uniform_",
+    )
 
 
 def kaiming_normal_(
@@ -205,10 +223,13 @@ def kaiming_normal_(
     a: float = 0.0,
     mode: str = "fan_in",
     nonlinearity: str = "leaky_relu",
+    generator: Any = None,
 ) -> Tensor:
     """N(0, std^2), std = gain / sqrt(fan) (He et al.); PyTorch's defaults."""
     std = _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_")
-    return _fill(tensor, std * _draw(tensor, "normal"), "kaiming_normal_")
+    return _fill(
+        tensor, std * _draw(tensor, "normal", generator, "kaiming_normal_"), "kaiming_normal_"
+    )
 
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
@@ -221,7 +242,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Ten
         return tensor
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _draw(tensor, "normal").reshape(rows, cols)
+    flat = _draw(tensor, "normal", generator, "orthogonal_").reshape(rows, cols)
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)
@@ -261,9 +282,9 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Any =
         )
     rows, cols = tensor.shape
     num_zeros = math.ceil(sparsity * rows)
-    values = _draw(tensor, "normal") * std
+    values = _draw(tensor, "normal", generator, "sparse_") * std
     # a random permutation of the rows for each column: the order of uniform draws
-    order = np.argsort(_draw(tensor, "uniform"), axis=0, kind="stable")
+    order = np.argsort(_draw(tensor, "uniform", generator, "sparse_"), axis=0, kind="stable")
     for col in range(cols):
         values[order[:num_zeros, col], col] = 0.0
     return _fill(tensor, values, "sparse_")

@@ -249,6 +249,7 @@ _METHODS.update(
             "lu",
             "mode",
             "logit",
+            "matrix_exp",
             "matrix_power",
             "msort",
             "mvlgamma",
@@ -326,7 +327,7 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
         dtype = other.dtype
     else:
         dtype = default_float_dtype()
-    return from_host(type(other), input, dtype, other._backend, other._device)
+    return from_host(type(other)._result, input, dtype, other._backend, other._device)
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:

@@ -247,7 +247,7 @@ class IndexingMixin:
         index = (
             index
             if isinstance(index, TensorBase)
-            else from_host(type(self), np.asarray(index), None, self._backend, self._device)
+            else from_host(type(self)._result, np.asarray(index), None, self._backend, self._device)
         )
         if index.dtype != "int64":  # a bool mask would be read as indices 0 and 1
             raise DTypeError(f"take: expected an int64 index, got {index.dtype}")
@@ -261,7 +261,9 @@ class IndexingMixin:
         d = normalize_dim(op, dim, self.ndim)
         indices = lift(self, indices, op) if isinstance(indices, TensorBase) else indices
         if not isinstance(indices, TensorBase):
-            indices = from_host(type(self), np.asarray(indices), None, self._backend, self._device)
+            indices = from_host(
+                type(self)._result, np.asarray(indices), None, self._backend, self._device
+            )
         picked = self.select(d, indices.reshape(-1))
         return picked.reshape(self.shape[:d] + indices.shape + self.shape[d + 1 :])
 
@@ -653,7 +655,7 @@ def _index_tensor(
         host = np.asarray(indices)
         if host.size == 0:  # (an empty list: no dtype of its own, float64 to NumPy)
             host = host.astype(np.int64)
-        indices = from_host(type(x), host, None, x._backend, x._device)
+        indices = from_host(type(x)._result, host, None, x._backend, x._device)
     if indices.dtype != "int64":
         raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
     if one_dim and indices.ndim != 1:

@@ -536,7 +536,7 @@ def _random(
         dtype = t.dtype if t.is_float() else "float64"
     if checked_generator(op, generator) is not None:
         drawn = generator.draws(t.shape, distribution, dtype)
-        return untracked(from_host(type(t), drawn, dtype, backend, t._device))
+        return untracked(from_host(type(t)._result, drawn, dtype, backend, t._device))
     return wrap(t, backend.random(t.shape, distribution, dtype, t._device))
 
 

@@ -134,6 +134,11 @@ class ProductsMixin:
                 base = base.matmul(base)
         return result
 
+    def matrix_exp(self) -> Any:
+        """The exponential of each square matrix (``rg.linalg.matrix_exp``; torch's
+        ``matrix_exp``, which the parametrizations tutorial's ``MatrixExponential`` calls)."""
+        return self._apply("matrix_exp", (_square("matrix_exp", self, floats=True),))
+
     # torch's methods removed since 1.9: the same error, naming what to use
     solve = _removed("solve", "rg.linalg.solve(A, B)")
     lstsq = _removed("lstsq", "rg.linalg.pinv(A) @ B")

@@ -415,7 +415,9 @@ def _diagonal_positions(t: Any, params: tuple) -> tuple[Any, tuple[int, ...], li
         positions = [(i - offset) * cols + i for i in range(length)]
     moved = t._apply("permute", (t,), (tuple(order),)) if order != list(range(t.ndim)) else t
     merged = moved._apply("reshape", (moved,), (tuple(shape[d] for d in rest) + (rows * cols,),))
-    index = from_host(type(t), np.asarray(positions, dtype=np.int64), None, t._backend, t._device)
+    index = from_host(
+        type(t)._result, np.asarray(positions, dtype=np.int64), None, t._backend, t._device
+    )
     return merged, index, order
 
 

@@ -46,8 +46,10 @@ def layer_norm(
         "normalized_shape",
         normalized_shape,
         1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
-        1,
+        0,  # torch normalizes over a zero-size shape too: an empty result
     )
+    if not shape:
+        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
         raise ShapeError(
@@ -62,6 +64,14 @@ def layer_norm(
             )
     lead = x.shape[: x.ndim - k]
     width = math.prod(shape)
+    if width == 0:
+        # nothing to normalize (torch's result is empty too): the empty output still reads
+        # weight and bias, so their gradients are empty tensors of their shapes, as torch's
+        out = x * 0.0
+        for name, value in (("weight", weight), ("bias", bias)):
+            if value is not None:
+                out = out + _as_tensor(fn, x, value, name).cast(x.dtype) * 0.0
+        return out
     flat = x.reshape((*lead, width)) if k != 1 else x
     affine = []
     for name, value in (("weight", weight), ("bias", bias)):
@@ -533,8 +543,10 @@ def rms_norm(
         "normalized_shape",
         normalized_shape,
         1 if isinstance(normalized_shape, numbers.Integral) else len(normalized_shape),
-        1,
+        0,  # torch normalizes over a zero-size shape too: an empty result
     )
+    if not shape:
+        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.ndim < k or x.shape[x.ndim - k :] != shape:
         raise ShapeError(

@@ -39,9 +39,32 @@ def _row(x: Tensor, t: int) -> Tensor:
     return x.narrow(0, t, 1).reshape(x.shape[1:])
 
 
+def _projected_lstm_layer(
+    x: Tensor, state: tuple[Tensor, ...], weights: LayerWeights, reverse: bool
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """An LSTM layer with projections (torch's ``proj_size``), step by step in tensor ops:
+    ``h_t = W_hr (o_t * tanh(c_t))`` of the projection's size, read by ``W_hh`` at the next
+    step (the fused kernels keep ``h`` and ``c`` of one size)."""
+    w_ih, w_hh, b_ih, b_hh, w_hr = weights
+    h, c = state
+    projected = x.matmul(w_ih.transpose(0, 1))
+    if b_ih is not None:
+        projected = projected + b_ih + b_hh
+    steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+    outputs = [None] * x.shape[0]
+    for t in steps:
+        i, f, g, o = (_row(projected, t) + h.matmul(w_hh.transpose(0, 1))).chunk(4, 1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        h = (o.sigmoid() * c.tanh()).matmul(w_hr.transpose(0, 1))
+        outputs[t] = h
+    return stack(outputs, 0), (h, c)
+
+
 def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeights, reverse: bool):
     """One layer, one direction, over ``x`` ``[T, N, I]``: ``(output [T, N, H], final
     state)``, the state ``(h,)`` or, for an LSTM, ``(h, c)``."""
+    if len(weights) == 5:
+        return _projected_lstm_layer(x, state, weights, reverse)
     w_ih, w_hh, b_ih, b_hh = weights
     length = x.shape[0]
     empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
@@ -98,7 +121,9 @@ def recurrent(
     x = _float_input(name, input)
     directions = 2 if bidirectional else 1
     w_ih0, w_hh0 = weights[0][0], weights[0][1]
+    # h's size is W_hh's columns (the projection's, with one); c's is W_hh's rows / 4
     input_size, hidden_size = w_ih0.shape[1], w_hh0.shape[1]
+    cell_size = w_hh0.shape[0] // GATES[mode]
     unbatched = x.ndim == 2
     if x.ndim not in (2, 3):
         raise ShapeError(
@@ -119,7 +144,7 @@ def recurrent(
             f"{name}: expected a sequence length larger than 0, got input {shape_text(input.shape)}"
         )
     expected = (num_layers * directions, x.shape[1], hidden_size)
-    states = _initial_states(name, mode, x, hx, unbatched, expected, 1)
+    states = _initial_states(name, mode, x, hx, unbatched, expected, 1, cell_size)
     _check_same_dtype(name, x, [("weight_ih_l0", w_ih0), *(("hx", s) for s in states)])
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
@@ -144,13 +169,19 @@ def recurrent(
     return output, (hidden if mode == "LSTM" else hidden[0])
 
 
-def _initial_states(name, mode, x, hx, unbatched, expected, batch_dim) -> list[Tensor]:
+def _initial_states(
+    name, mode, x, hx, unbatched, expected, batch_dim, cell_size=None
+) -> list[Tensor]:
     """``hx`` as the list of initial states (``[h]``, or ``[h, c]`` for an LSTM) of shape
-    ``expected``, zeros for ``None``, checked; an unbatched state gets its batch dimension at
+    ``expected`` (``c``'s last dimension ``cell_size`` when given: an LSTM with projections),
+    zeros for ``None``, checked; an unbatched state gets its batch dimension at
     ``batch_dim``."""
     parts = 2 if mode == "LSTM" else 1
+    shapes = [expected]
+    if parts == 2:
+        shapes.append(expected if cell_size is None else (*expected[:-1], cell_size))
     if hx is None:
-        return [wrap(x, x.backend.zeros(expected, x.dtype, x.device))] * parts
+        return [wrap(x, x.backend.zeros(shape, x.dtype, x.device)) for shape in shapes]
     if mode == "LSTM":
         if not isinstance(hx, (tuple, list)) or len(hx) != 2:
             raise InvalidArgumentError(
@@ -164,7 +195,7 @@ def _initial_states(name, mode, x, hx, unbatched, expected, batch_dim) -> list[T
             )
         states = [hx]
     checked = []
-    for what, state in zip(("h_0", "c_0") if parts == 2 else ("hx",), states):
+    for what, state, expected in zip(("h_0", "c_0") if parts == 2 else ("hx",), states, shapes):
         state = _float_input(name, state)
         if unbatched:
             if state.ndim != len(expected) - 1:

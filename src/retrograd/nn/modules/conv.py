@@ -31,7 +31,7 @@ class _ConvNd(Module):
 
     spatial = 2
     transposed = False
-    #: the functional form, called by :meth:`forward` (the transposed one has its own)
+    #: the functional form, called by ``_conv_forward`` (the transposed one has its own)
     _convolution = staticmethod(F.conv2d)
 
     def __init__(
@@ -91,7 +91,35 @@ class _ConvNd(Module):
         _redraw_uniform(self.weight, bound)
         _redraw_uniform(self.bias, bound)
 
+    def extra_repr(self) -> str:
+        text = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self.spatial:
+            text += f", padding={self.padding}"
+        if self.dilation != (1,) * self.spatial:
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
+class _Convolution(_ConvNd):
+    """The (non-transposed) convolutions' forward: torch's ``Conv1d``/``2d``/``3d`` go
+    through ``_conv_forward``, which the transposed ones do not have."""
+
     def forward(self, x: Tensor) -> Tensor:
+        return self._conv_forward(x, self.weight, self.bias)
+
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """The convolution of ``x`` by ``weight`` and ``bias`` with this layer's settings
+        (the padding mode applied first): torch's hook for subclasses that convolve with
+        other weights than their own (Whisper's ``Conv1d`` casting them to the input's dtype,
+        weight-standardised and quantised layers), which :meth:`forward` calls as torch's
+        does."""
         padding = self.padding
         if self.padding_mode != "zeros":  # torch pads with the mode, then convolves unpadded
             if not isinstance(padding, str):
@@ -109,27 +137,10 @@ class _ConvNd(Module):
             if amounts is not None:
                 x = F.pad(x, amounts, mode=_PAD_MODES[self.padding_mode])
                 padding = 0
-        return self._convolution(
-            x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
-        )
-
-    def extra_repr(self) -> str:
-        text = (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"stride={self.stride}"
-        )
-        if self.padding != (0,) * self.spatial:
-            text += f", padding={self.padding}"
-        if self.dilation != (1,) * self.spatial:
-            text += f", dilation={self.dilation}"
-        if self.groups != 1:
-            text += f", groups={self.groups}"
-        if self.bias is None:
-            text += ", bias=False"
-        return text
+        return self._convolution(x, weight, bias, self.stride, padding, self.dilation, self.groups)
 
 
-class Conv1d(_ConvNd):
+class Conv1d(_Convolution):
     """1-d convolution over ``[N, C, L]``, weight ``[out, in/groups, k]``; PyTorch's
     signature (``_ConvNd``'s).
 
@@ -141,7 +152,7 @@ class Conv1d(_ConvNd):
     _convolution = staticmethod(F.conv1d)
 
 
-class Conv2d(_ConvNd):
+class Conv2d(_Convolution):
     """2-d convolution over ``[N, C, H, W]``, weight ``[out, in/groups, kh, kw]``; PyTorch's
     signature (``_ConvNd``'s).
 
@@ -150,7 +161,7 @@ class Conv2d(_ConvNd):
     """
 
 
-class Conv3d(_ConvNd):
+class Conv3d(_Convolution):
     """3-d convolution over ``[N, C, D, H, W]``, weight ``[out, in/groups, kd, kh, kw]``."""
 
     spatial = 3

@@ -13,7 +13,7 @@ from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module, _reset_affine
-from .norm import _reset_running_stats
+from .norm import _keep_num_batches_tracked, _reset_running_stats
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
@@ -63,6 +63,10 @@ class _InstanceNorm(Module):
 
     def reset_running_stats(self) -> None:
         _reset_running_stats(self)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args: Any) -> None:
+        _keep_num_batches_tracked(self, state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
     def reset_parameters(self) -> None:
         """The running statistics reset, weight ones and bias zeros again, in place."""

@@ -594,6 +594,9 @@ class Module:
         # torch's per-module step, for the classes that override it (torchvision's
         # FrozenBatchNorm2d drops ``num_batches_tracked``; others rename old keys): each edits
         # a copy of the state, as torch's does, before the one checked pass below loads it
+        # torch's state dicts carry each module's version (``_metadata``, keyed by prefix);
+        # a plain mapping has none, as torch reads it
+        metadata = getattr(state, "_metadata", None) or {}
         state = dict(state)
         added_missing: list[str] = []
         added_unexpected: list[str] = []
@@ -603,7 +606,7 @@ class Module:
                 module._load_from_state_dict(
                     state,
                     f"{prefix}." if prefix else "",
-                    {},
+                    dict(metadata.get(prefix, {})),
                     strict,
                     added_missing,
                     added_unexpected,

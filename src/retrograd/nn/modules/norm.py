@@ -87,6 +87,19 @@ class LayerNorm(Module):
         )
 
 
+def _keep_num_batches_tracked(
+    module: Module, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any]
+) -> None:
+    """torch's ``_NormBase._load_from_state_dict``: a state without version metadata, or of
+    a version before 2 (the checkpoints of torch before 0.4, which torchvision's DenseNet
+    weights still are), has no ``num_batches_tracked``; the module's own count is kept."""
+    version = local_metadata.get("version")
+    if (version is None or version < 2) and module.track_running_stats:
+        key = prefix + "num_batches_tracked"
+        if key not in state_dict and module.num_batches_tracked is not None:
+            state_dict[key] = module.num_batches_tracked
+
+
 class _BatchNorm(Module):
     """Batch normalization with running statistics, as PyTorch's ``_BatchNorm``."""
 
@@ -134,6 +147,10 @@ class _BatchNorm(Module):
 
     def reset_running_stats(self) -> None:
         _reset_running_stats(self)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args: Any) -> None:
+        _keep_num_batches_tracked(self, state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
     def _counts_batch(self) -> bool:
         return self.training and self.track_running_stats and self.num_batches_tracked is not None

@@ -58,8 +58,9 @@ class RNNBase(Module):
     initialisation, argument checks and ``forward``. ``mode`` is ``"RNN_TANH"``,
     ``"RNN_RELU"``, ``"LSTM"`` or ``"GRU"``.
 
-    ``proj_size`` (PyTorch's LSTM with projections) is not supported: a value other than 0
-    raises :class:`~retrograd.InvalidArgumentError`. ``flatten_parameters()`` (cuDNN's weight
+    ``proj_size`` (an LSTM's projections, torch's): each direction's ``h`` is ``W_hr (o *
+    tanh(c))`` of ``proj_size`` (``weight_hr_l{k}``), ``W_hh`` reads it, and the outputs and
+    ``h_n`` have that size (``c_n`` keeps ``hidden_size``). ``flatten_parameters()`` (cuDNN's weight
     packing in PyTorch) is accepted and does nothing.
     """
 
@@ -100,14 +101,25 @@ class RNNBase(Module):
                 UserWarning,
                 stacklevel=2,
             )
-        if proj_size:
+        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
             raise InvalidArgumentError(
-                f"{owner}: proj_size={proj_size} (an LSTM with projections) is not supported "
-                f"by retrograd; use proj_size=0"
+                f"{owner}: proj_size should be a positive integer or zero to disable "
+                f"projections, got {proj_size!r}"
+            )
+        if proj_size and mode != "LSTM":
+            raise InvalidArgumentError(
+                f"{owner}: proj_size argument is only supported for LSTM, not RNN or GRU"
+            )
+        if proj_size >= self.hidden_size:
+            raise InvalidArgumentError(
+                f"{owner}: proj_size has to be smaller than hidden_size, got proj_size="
+                f"{proj_size} and hidden_size={self.hidden_size}"
             )
         self.bias, self.batch_first = bool(bias), bool(batch_first)
         self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
-        self.proj_size = 0
+        self.proj_size = int(proj_size)
+        # the size of h (and of each direction's output): the projection's, when there is one
+        real_hidden = self.proj_size or self.hidden_size
         dtype = dtype or default_float_dtype()
         rows = GATES[mode] * self.hidden_size
         directions = 2 if bidirectional else 1
@@ -115,16 +127,18 @@ class RNNBase(Module):
         self._flat_weights_names: list[str] = []
         self._all_weights: list[list[str]] = []
         for layer in range(self.num_layers):
-            layer_input = self.input_size if layer == 0 else self.hidden_size * directions
+            layer_input = self.input_size if layer == 0 else real_hidden * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 shapes = {
                     f"weight_ih{suffix}": (rows, layer_input),
-                    f"weight_hh{suffix}": (rows, self.hidden_size),
+                    f"weight_hh{suffix}": (rows, real_hidden),
                 }
                 if self.bias:
                     shapes[f"bias_ih{suffix}"] = (rows,)
                     shapes[f"bias_hh{suffix}"] = (rows,)
+                if self.proj_size:  # torch's LSTM with projections: h = W_hr (o * tanh(c))
+                    shapes[f"weight_hr{suffix}"] = (self.proj_size, self.hidden_size)
                 for name, shape in shapes.items():
                     values = _uniform(shape, bound, backend, device, dtype)
                     setattr(self, name, Parameter(values))
@@ -148,12 +162,17 @@ class RNNBase(Module):
         return [[getattr(self, name) for name in names] for names in self._all_weights]
 
     def _layer_weights(self) -> list[tuple[Any, ...]]:
-        if self.bias:
-            return [tuple(getattr(self, name) for name in names) for names in self._all_weights]
-        return [
-            (getattr(self, names[0]), getattr(self, names[1]), None, None)
-            for names in self._all_weights
-        ]
+        """``(W_ih, W_hh, b_ih, b_hh)`` per layer and direction (biases ``None`` without
+        them), and ``W_hr`` fifth with projections."""
+        layers = []
+        for names in self._all_weights:
+            w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
+            biases = (
+                (getattr(self, names[2]), getattr(self, names[3])) if self.bias else (None, None)
+            )
+            projection = (getattr(self, names[-1]),) if self.proj_size else ()
+            layers.append((w_ih, w_hh, *biases, *projection))
+        return layers
 
     def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for an LSTM): ``output`` ``[T, N,
@@ -183,6 +202,8 @@ class RNNBase(Module):
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size:
+            text += f", proj_size={self.proj_size}"
         if self.mode == "RNN_RELU":
             text += ", nonlinearity='relu'"
         if self.num_layers != 1:

@@ -53,8 +53,10 @@ class StateValue(np.ndarray):
         return np.array(self).__reduce__()
 
     # -- torch's read-only idioms ----------------------------------------------------------------
-    def clone(self, *, memory_format: Any = None) -> np.ndarray:
-        return np.array(self, copy=True)
+    def clone(self, *, memory_format: Any = None) -> StateValue:
+        """A copy that writes nowhere (``v.cpu().clone()`` keeps a best model's weights) and
+        answers the tensor idioms, as torch's clone does."""
+        return np.array(self, copy=True).view(StateValue)
 
     def detach(self) -> StateValue:
         return self
@@ -82,7 +84,7 @@ class StateValue(np.ndarray):
     def is_floating_point(self) -> bool:
         return self.dtype.kind == "f"
 
-    def to(self, *args: Any, **kwargs: Any) -> np.ndarray:
+    def to(self, *args: Any, **kwargs: Any) -> StateValue:
         """A device changes nothing (host copies); a dtype (``rg``'s, torch's, NumPy's, a
         name) casts."""
         dtype = kwargs.get("dtype")
@@ -91,19 +93,27 @@ class StateValue(np.ndarray):
                 dtype = arg
         if dtype is None:
             return self
-        return np.asarray(self, dtype=np.dtype(canonical_dtype("to", dtype)))
+        return self._cast(np.dtype(canonical_dtype("to", dtype)))
 
-    def float(self) -> np.ndarray:
-        return self.astype(np.float32).view(np.ndarray)
+    def float(self) -> StateValue:
+        return self._cast(np.float32)
 
-    def double(self) -> np.ndarray:
-        return self.astype(np.float64).view(np.ndarray)
+    def double(self) -> StateValue:
+        return self._cast(np.float64)
 
-    def half(self) -> np.ndarray:
-        return self.astype(np.float16).view(np.ndarray)
+    def half(self) -> StateValue:
+        return self._cast(np.float16)
 
-    def long(self) -> np.ndarray:
-        return self.astype(np.int64).view(np.ndarray)
+    def long(self) -> StateValue:
+        return self._cast(np.int64)
+
+    def _cast(self, dtype: Any) -> StateValue:
+        """torch's cast: this value itself when it has ``dtype`` already (its writes reach the
+        module, as torch's same tensor's do), else a copy that writes nowhere but still answers
+        the tensor idioms (``v.float().numpy()``, ``.numel()``), as torch's new tensor does."""
+        if self.dtype == dtype:
+            return self
+        return self.astype(dtype)
 
     # -- in-place writes, which reach the module's tensor ----------------------------------------
     def copy_(self, src: Any, non_blocking: bool = False) -> StateValue:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...autodiff import no_grad
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor, randn_like
@@ -21,7 +23,7 @@ from .norm_hooks import (
 )
 from .parametrize import register_parametrization
 
-__all__ = ["spectral_norm", "weight_norm"]
+__all__ = ["orthogonal", "spectral_norm", "weight_norm"]
 
 
 class _WeightNorm(Module):
@@ -117,3 +119,170 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     return register_parametrization(
         module, name, _SpectralNorm(weight, n_power_iterations, dim, eps)
     )
+
+
+_ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
+
+
+def _householder_product(A: Tensor, tau: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+    """LAPACK's ``orgqr`` (torch's ``linalg.householder_product``) in tensor ops: the first
+    ``k`` columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of
+    ``A`` below the diagonal with a 1 on it (differentiable through ``A`` and ``tau``)."""
+    n, k = A.shape[-2], A.shape[-1]
+    eye = A.new_tensor(_eye_columns(n, k), dtype=A.dtype)
+    vectors = A.tril(diagonal=-1) + eye
+    Q = eye.expand(A.shape)  # noqa: N806 (the maths' names)
+    for i in range(k - 1, -1, -1):
+        v = vectors[..., :, i : i + 1]
+        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
+    return Q
+
+
+def _eye_columns(n: int, k: int) -> Any:
+    return np.eye(n, k)
+
+
+def _make_orthogonal(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+    """The Q factor of ``A = QR`` with ``diag(R)`` non-negative (torch's ``_make_orthogonal``,
+    which takes it from ``geqrf``: the same matrix)."""
+    from ...linalg import qr
+
+    Q, R = qr(A)  # noqa: N806
+    return Q * R.diagonal(dim1=-2, dim2=-1).sgn().unsqueeze(-2)
+
+
+def _is_orthogonal(Q: Tensor) -> bool:  # noqa: N803 (torch's name)
+    n, k = Q.shape[-2], Q.shape[-1]
+    eps = 10.0 * n * float(np.finfo(Q.numpy().dtype).eps)
+    return bool((Q.mT @ Q - Q.new_tensor(np.eye(k), dtype=Q.dtype)).abs().max() <= eps)
+
+
+class _Orthogonal(Module):
+    """torch's ``_Orthogonal``: a matrix (or batch) mapped to one with orthonormal columns
+    (rows, when wide) by the matrix exponential or the Cayley map of a skew-symmetric matrix
+    made from its lower triangle, or by Householder reflections; with ``use_trivialization``
+    the result is ``base @ Q``, ``base`` the orthogonalized weight set by ``right_inverse``."""
+
+    def __init__(self, weight: Tensor, orthogonal_map: str, *, use_trivialization: bool = True):
+        super().__init__()
+        self.shape = tuple(weight.shape)
+        self.orthogonal_map = orthogonal_map
+        if use_trivialization:
+            self.register_buffer("base", None)
+
+    def forward(self, X: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+        n, k = X.shape[-2], X.shape[-1]
+        transposed = n < k
+        if transposed:
+            X = X.mT  # noqa: N806
+            n, k = k, n
+        if self.orthogonal_map in ("matrix_exp", "cayley"):
+            X = X.tril()  # noqa: N806
+            if n != k:  # embedded into a square matrix
+                zeros = X.new_zeros((n, n - k)).expand(*X.shape[:-2], -1, -1)
+                X = _cat([X, zeros])  # noqa: N806
+            A = X - X.mT  # noqa: N806 (skew-symmetric)
+            if self.orthogonal_map == "matrix_exp":
+                Q = A.matrix_exp()  # noqa: N806
+            else:  # the Cayley retraction (I + A/2)(I - A/2)^{-1}
+                from ...linalg import solve
+
+                eye = A.new_tensor(_eye_columns(n, n), dtype=A.dtype)
+                Q = solve(eye - 0.5 * A, eye + 0.5 * A)  # noqa: N806
+            if n != k:
+                Q = Q[..., :k]  # noqa: N806
+        else:
+            A = X.tril(diagonal=-1)  # noqa: N806
+            tau = 2.0 / (1.0 + (A * A).sum(dim=-2))
+            Q = _householder_product(A, tau)  # noqa: N806
+            # the diagonal of X holds the signs (1 or -1), not differentiated
+            Q = Q * X.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)  # noqa: N806
+        if hasattr(self, "base"):
+            Q = self.base @ Q  # noqa: N806
+        if transposed:
+            Q = Q.mT  # noqa: N806
+        return Q
+
+    def right_inverse(self, Q: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+        with no_grad():
+            return self._right_inverse(Q)
+
+    def _right_inverse(self, Q: Tensor) -> Tensor:  # noqa: N803 (torch's name)
+        if tuple(Q.shape) != self.shape:
+            raise InvalidArgumentError(
+                f"orthogonal: expected a matrix or batch of matrices of shape {list(self.shape)}, "
+                f"got a tensor of shape {list(Q.shape)}"
+            )
+        Q_init = Q  # noqa: N806
+        n, k = Q.shape[-2], Q.shape[-1]
+        transpose = n < k
+        if transpose:
+            Q = Q.mT  # noqa: N806
+            n, k = k, n
+        if not hasattr(self, "base"):
+            if self.orthogonal_map in ("matrix_exp", "cayley"):
+                # torch's NotImplementedError: registration then keeps the weight as the
+                # original (parametrize's identity), an assignment is refused
+                raise NotImplementedError(
+                    "orthogonal: it is not possible to assign to the matrix exponential or the "
+                    "Cayley parametrizations when use_trivialization=False"
+                )
+            raise InvalidArgumentError(
+                "orthogonal: assigning to the Householder parametrization without "
+                "use_trivialization (torch's geqrf) is not supported by retrograd"
+            )
+        if n == k:
+            Q = _make_orthogonal(Q) if not _is_orthogonal(Q) else Q.clone()  # noqa: N806
+        else:  # completed into a full n x n orthogonal matrix
+            completion = randn_like(Q.new_zeros((*Q.shape[:-2], n, n - k)))
+            Q = _make_orthogonal(_cat([Q, completion]))  # noqa: N806
+        self.base = Q
+        # -Id: householder(zeros) is then the identity, as torch's
+        neg_id = Q_init.new_tensor(-_eye_columns(*Q_init.shape[-2:]), dtype=Q_init.dtype)
+        return neg_id.expand(Q_init.shape).clone()
+
+
+def _cat(tensors: list) -> Tensor:
+    from ...tensor import cat
+
+    return cat(tensors, -1)
+
+
+def orthogonal(
+    module: Any,
+    name: str = "weight",
+    orthogonal_map: str | None = None,
+    *,
+    use_trivialization: bool = True,
+) -> Any:
+    """torch's ``parametrizations.orthogonal``: ``module.<name>`` (a matrix or a batch of
+    them) kept with orthonormal columns (or rows, when wide) by ``orthogonal_map``
+    (``"matrix_exp"`` for square matrices and ``"householder"`` otherwise by default,
+    ``"cayley"``); its state-dict keys are torch's (``parametrizations.weight.original`` and
+    ``parametrizations.weight.0.base``).
+
+    >>> import retrograd as rg
+    >>> layer = orthogonal(rg.nn.Linear(3, 3, dtype="float64"))
+    >>> bool(rg.allclose(layer.weight @ layer.weight.T, rg.eye(3, dtype="float64")))
+    True
+    """
+    weight = getattr(module, name, None)
+    if not isinstance(weight, Tensor):
+        raise InvalidArgumentError(
+            f"orthogonal: module '{module}' has no parameter or buffer with name '{name}'"
+        )
+    if weight.ndim < 2:
+        raise InvalidArgumentError(
+            f"orthogonal: expected a matrix or batch of matrices, got a tensor of "
+            f"{weight.ndim} dimensions"
+        )
+    if orthogonal_map is None:
+        orthogonal_map = "matrix_exp" if weight.shape[-2] == weight.shape[-1] else "householder"
+    if orthogonal_map not in _ORTHOGONAL_MAPS:
+        raise InvalidArgumentError(
+            'orthogonal: orthogonal_map has to be one of "matrix_exp", "cayley", '
+            f'"householder", got {orthogonal_map!r}'
+        )
+    orth = _Orthogonal(weight, orthogonal_map, use_trivialization=use_trivialization)
+    register_parametrization(module, name, orth, unsafe=True)
+    return module

@@ -82,8 +82,11 @@ class ParametrizationList(ModuleList):
         new: Any = original
         with no_grad():
             for module in reversed(list(self)):
+                # a right_inverse that raises NotImplementedError is the identity, as in
+                # torch (orthogonal without trivialization)
                 if hasattr(module, "right_inverse"):
-                    new = module.right_inverse(new)
+                    with contextlib.suppress(NotImplementedError):
+                        new = module.right_inverse(new)
         self.is_tensor = isinstance(new, Tensor)
         self.ntensors = 1 if self.is_tensor else len(new)
         if self.is_tensor:
