@@ -8,7 +8,6 @@ imports."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -24,6 +23,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+from cli_here import run_main
 
 pytestmark = pytest.mark.numpy_only(
     "the command line picks its inner backend by --backend (tested here with torch too); the "
@@ -66,17 +66,8 @@ def retrograd(*args: str, limit: int | None = None, env: dict | None = None, cwd
 
 def refused_here(*args: str) -> subprocess.CompletedProcess:
     """``retrograd ARGS`` run by the command's ``main()`` in this process, for a command line
-    refused before any work: its exit status and what it printed, as :func:`retrograd` gives
-    them (argparse's refusals exit through ``SystemExit``)."""
-    from retrograd.app.cli import main
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            code = main(list(args))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-    return subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
+    refused before any work (:func:`cli_here.run_main`)."""
+    return run_main(*args)
 
 
 def one_line(completed, command: str, code: int) -> str:

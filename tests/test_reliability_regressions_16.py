@@ -16,17 +16,15 @@ opened in text mode: ``UnicodeDecodeError``). Expected values come from torch.
 
 from __future__ import annotations
 
-import io
 import os
 import stat
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
+from cli_here import run_main
 from retrograd import nn, optim
 
 
@@ -231,16 +229,9 @@ def test_default_collate_of_numbers_keeps_every_value_as_torch(batch):
 
 # -- the command line -----------------------------------------------------------------------------
 def _cli(*args: str) -> tuple[int, str]:
-    from retrograd.app.cli import main
-
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, err.getvalue()
+    """``retrograd ARGS`` in this process: the status and what it wrote to stderr."""
+    completed = run_main(*args)
+    return completed.returncode, completed.stderr
 
 
 @pytest.mark.parametrize(

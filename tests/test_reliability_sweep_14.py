@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
 import warnings
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +40,7 @@ import torch
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from backends import inner_backend
+from cli_here import run_main
 from retrograd.utils import data as D  # noqa: N812  (torch's idiom)
 
 # -- state after an error --------------------------------------------------------------------
@@ -336,16 +335,8 @@ TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n\n" for i in ra
 
 def _cli(*args: str) -> tuple[int, str]:
     """``retrograd ARGS`` in this process: the status and what it wrote to stderr."""
-    from retrograd.app.cli import main
-
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, err.getvalue()
+    completed = run_main(*args)
+    return completed.returncode, completed.stderr
 
 
 def _files(folder: Path) -> dict[str, str]:

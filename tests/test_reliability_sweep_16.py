@@ -26,9 +26,6 @@ gradient dtype, ``index_fill``'s negative indices, ``default_collate`` of mixed 
 from __future__ import annotations
 
 import inspect
-import io
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
@@ -38,6 +35,7 @@ import torch.nn.functional as TF  # noqa: N812
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from backends import inner_backend
+from cli_here import run_main
 from retrograd import nn, optim
 
 _X = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
@@ -243,16 +241,9 @@ def test_damaged_and_odd_files_are_named_errors(tmp_path):
 
 # == 3. the command line ========================================================================
 def _cli(*args: str) -> tuple[int, str]:
-    from retrograd.app.cli import main
-
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, err.getvalue()
+    """``retrograd ARGS`` in this process: the status and what it wrote to stderr."""
+    completed = run_main(*args)
+    return completed.returncode, completed.stderr
 
 
 _BAD_FLAGS = [
