@@ -42,10 +42,11 @@ __all__ = [
 PLAN_LIMIT = 3000
 #: how many of the cheapest values per byte each round of the plan tries
 CANDIDATES = 8
-#: values profiled at most by one plan (each trial profiles the whole trace, about half a
-#: microsecond per value): the greedy's rounds are quadratic in the values and its phase under
-#: the floor cubic, so that a chain of 300 residual layers (1200 values) took a minute to plan
-#: at a tenth of its peak; with this cap, a few seconds. The transformers of
+#: values profiled at most by one plan (each trial profiles the whole trace: a plan that spends
+#: all of it takes about 0.9 s, 2 s when the model ran in Python): the greedy's rounds are
+#: quadratic in the values and its phase under the floor cubic, so that a chain of 300
+#: residual layers (1200 values) took a minute to plan at a tenth of its peak; with this cap,
+#: about a second. The transformers of
 #: ``benchmarks/bench_budget_loops.py`` profile at most 0.2M values a plan.
 PLAN_EFFORT = 2_000_000
 
