@@ -84,6 +84,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_convs.py", ["--repeats", "1", "--only", "cnn"]),
             ("bench_budget_loops.py", ["--quick"]),
             ("bench_budget_overhead.py", ["--quick", "--steps", "6"]),
+            ("bench_budget_plan.py", ["--quick", "--rounds", "1"]),
             ("bench_zero.py", ["--steps", "2", "--trials", "1", "--warmup", "1"]),
         ]
     return [
@@ -109,6 +110,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_convs.py", ["--repeats", "5"]),
         ("bench_budget_loops.py", []),
         ("bench_budget_overhead.py", []),
+        ("bench_budget_plan.py", []),
         ("bench_zero.py", []),
     ]
 

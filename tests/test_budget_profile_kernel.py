@@ -1,5 +1,5 @@
 """The compiled model of a step's memory (``budget/profile_kernel.py``) against the Python
-loops it replaced (kept here as the reference, as they were written): the same peak, step,
+loops it replaced (``profile_loops``, kept as its specification): the same peak, step,
 needs, excess and seconds, bit for bit, on random traces with views, fixed spans and
 gradients, for every budget and both counts."""
 
@@ -11,66 +11,11 @@ import random
 import pytest
 
 from retrograd.autodiff.checkpoint.budget.plan import Profile, Trace, profile
-from retrograd.autodiff.checkpoint.budget.profile_kernel import NEVER
+from retrograd.autodiff.checkpoint.budget.profile_kernel import NEVER, profile_loops
 
 
-def reference_profile(trace, evicted, budget=0, views=True):
-    """plan.profile as it was written in Python before it was compiled (commit c5f2fe0)."""
-    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
-    n = len(sizes)
-    first: list = [math.inf] * n
-    last = [-1] * n
-    # children come after their parents: one reverse pass settles every need
-    for v in range(n - 1, -1, -1):
-        own = reads[v]
-        if own:
-            if own[0] < first[v]:
-                first[v] = own[0]
-            if own[-1] > last[v]:
-                last[v] = own[-1]
-        if evicted[v] and last[v] >= 0:
-            when = first[v]  # recomputed at its first need, reading its parents then
-            for p in parents[v]:
-                if when < first[p]:
-                    first[p] = when
-                if when > last[p]:
-                    last[p] = when
-    horizon = trace.horizon
-    seconds = 0.0
-    costs = trace.costs
-    # a buffer is held from the first start to the last end of the values holding it
-    starts: dict[int, int] = {}
-    ends: dict[int, int] = {}
-    owners = trace.owners if views else range(n)
-    for v in range(n):
-        if last[v] < 0:
-            continue
-        if evicted[v]:
-            seconds += costs[v]
-        start = first[v] if evicted[v] else 0
-        owner = owners[v]
-        if owner in starts:
-            if start < starts[owner]:
-                starts[owner] = start
-            if last[v] > ends[owner]:
-                ends[owner] = last[v]
-        else:
-            starts[owner], ends[owner] = start, last[v]
-    delta = [0] * (horizon + 2)
-    for owner, start in starts.items():
-        delta[start] += sizes[owner]
-        delta[ends[owner] + 1] -= sizes[owner]
-    for nbytes, start, end in trace.fixed + trace.gradients if views else trace.fixed:
-        delta[start] += nbytes
-        delta[end + 1] -= nbytes
-    peak, at, held, excess = -1, 0, 0, 0
-    for step in range(horizon + 1):
-        held += delta[step]
-        if held > peak:
-            peak, at = held, step
-        if held > budget:
-            excess += held - budget
-    return Profile(peak, at, first, last, excess, seconds)
+def reference_profile(trace, evicted, budget=0, views=True) -> Profile:
+    return Profile(*profile_loops(trace, evicted, budget, views))
 
 
 def random_trace(rng: random.Random, n: int) -> Trace:

@@ -8,6 +8,7 @@ summed in the same order).
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numba
@@ -112,6 +113,68 @@ def profile_kernel(
     for k in range(spans.shape[0]):
         delta[spans[k, 1]] += spans[k, 0]
         delta[spans[k, 2] + 1] -= spans[k, 0]
+    peak, at, held, excess = -1, 0, 0, 0
+    for step in range(horizon + 1):
+        held += delta[step]
+        if held > peak:
+            peak, at = held, step
+        if held > budget:
+            excess += held - budget
+    return peak, at, first, last, excess, seconds
+
+
+def profile_loops(trace: Any, evicted: Any, budget: int = 0, views: bool = True) -> tuple:
+    """:func:`profile_kernel`'s specification: the same loops over the trace's own lists, as
+    ``plan.profile`` ran them in Python before they were compiled (a step never needed has
+    first need ``math.inf`` here, :data:`NEVER` there). ``tests/test_budget_profile_kernel.py``
+    checks the kernel against it; ``benchmarks/bench_budget_plan.py`` times both."""
+    sizes, parents, reads = trace.sizes, trace.parents, trace.reads
+    n = len(sizes)
+    first: list = [math.inf] * n
+    last = [-1] * n
+    # children come after their parents: one reverse pass settles every need
+    for v in range(n - 1, -1, -1):
+        own = reads[v]
+        if own:
+            if own[0] < first[v]:
+                first[v] = own[0]
+            if own[-1] > last[v]:
+                last[v] = own[-1]
+        if evicted[v] and last[v] >= 0:
+            when = first[v]  # recomputed at its first need, reading its parents then
+            for p in parents[v]:
+                if when < first[p]:
+                    first[p] = when
+                if when > last[p]:
+                    last[p] = when
+    horizon = trace.horizon
+    seconds = 0.0
+    costs = trace.costs
+    # a buffer is held from the first start to the last end of the values holding it
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    owners = trace.owners if views else range(n)
+    for v in range(n):
+        if last[v] < 0:
+            continue
+        if evicted[v]:
+            seconds += costs[v]
+        start = first[v] if evicted[v] else 0
+        owner = owners[v]
+        if owner in starts:
+            if start < starts[owner]:
+                starts[owner] = start
+            if last[v] > ends[owner]:
+                ends[owner] = last[v]
+        else:
+            starts[owner], ends[owner] = start, last[v]
+    delta = [0] * (horizon + 2)
+    for owner, start in starts.items():
+        delta[start] += sizes[owner]
+        delta[ends[owner] + 1] -= sizes[owner]
+    for nbytes, start, end in trace.fixed + trace.gradients if views else trace.fixed:
+        delta[start] += nbytes
+        delta[end + 1] -= nbytes
     peak, at, held, excess = -1, 0, 0, 0
     for step in range(horizon + 1):
         held += delta[step]
