@@ -80,6 +80,17 @@ def test_readme_examples_run(index):
         assert accuracy > 0.9, completed.stdout
 
 
+def test_the_quickstart_example_fits_its_line(capsys):
+    """``examples/quickstart.py`` runs as it stands, on the suite's default backend (in this
+    process: nothing in it depends on a fresh interpreter), and finds its line, y = 3x + 0.5."""
+    import runpy
+
+    runpy.run_path(str(ROOT / "examples" / "quickstart.py"), run_name="__main__")
+    words = capsys.readouterr().out.split()
+    assert words[0] == "loss" and float(words[1]) < 1e-4, words
+    assert abs(float(words[3]) - 3.0) < 1e-2 and abs(float(words[5]) - 0.5) < 1e-2, words
+
+
 @BACKEND_INDEPENDENT
 @pytest.mark.parametrize(
     ("document", "index"),
