@@ -125,3 +125,83 @@ def test_distributed_none_gradient_does_not_hang():
             raise result
         np.testing.assert_allclose(result[0], expected, rtol=1e-12)
         assert result[1] is None or not np.any(np.asarray(result[1]))
+
+
+# -- nanmean, var and std at their degenerate sizes ------------------------------------------
+NAN = float("nan")
+
+
+def compare_reduction(fn, data, torch_fn=None):
+    """Forward and backward of ``fn`` (one for both libraries, or ``torch_fn`` for torch)
+    against torch, NaN and inf patterns included (float64)."""
+    x = rg.tensor(np.array(data, np.float64)).require_grad()
+    tx = torch.tensor(np.array(data, np.float64), requires_grad=True)
+    out, tout = fn(x), (torch_fn or fn)(tx)
+    weight = np.linspace(0.5, 1.5, max(int(np.prod(tout.shape)), 1)).reshape(tout.shape)
+    grads = (out * rg.tensor(weight)).sum().backward()
+    (tout * torch.tensor(weight)).sum().backward()
+    np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(tout.detach().numpy()))
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-12)
+    g = x.grad(grads).numpy()
+    np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=0)
+
+
+NANMEAN_CASES = {
+    "row all nan": ([[NAN, NAN], [1.0, NAN]], lambda t: t.nanmean(1)),
+    "row all nan keepdim": ([[NAN, NAN, NAN], [1.0, NAN, 4.0]], lambda t: t.nanmean(-1, True)),
+    "column all nan": ([[NAN, 2.0], [NAN, NAN]], lambda t: t.nanmean(0)),
+    "all": ([[NAN, NAN], [1.0, NAN]], lambda t: t.nanmean()),
+    "every element nan": ([[NAN, NAN]], lambda t: t.nanmean()),
+    "nansum of inf gradient": ([[NAN, 2.0]], lambda t: t.nansum(1) / 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(NANMEAN_CASES))
+def test_nanmean_all_nan_gradient_is_nan(case):
+    data, fn = NANMEAN_CASES[case]
+    compare_reduction(fn, data)
+
+
+VAR_CASES = {
+    "correction 1": ([[1.0, 2.0], [3.0, 5.0]], {"dim": 1}),
+    "correction 0": ([[1.0, 2.0], [3.0, 5.0]], {"dim": 1, "correction": 0}),
+    "correction = n": ([[1.0, 2.0], [3.0, 5.0]], {"dim": 1, "correction": 2}),
+    "correction > n": ([[1.0, 2.0], [3.0, 5.0]], {"dim": 1, "correction": 3}),
+    "one element": ([[1.0], [3.0]], {"dim": 1}),
+    "constant, correction = n": ([[1.0, 1.0], [3.0, 3.0]], {"dim": 1, "correction": 2}),
+    "constant": ([[1.0, 1.0], [3.0, 3.0]], {"dim": 1}),
+    "0-d": (2.0, {}),
+    "empty dim": (np.zeros((2, 0)), {"dim": 1}),
+    "all dims, correction = n": ([[1.0, 2.0], [3.0, 5.0]], {"dim": (0, 1), "correction": 4}),
+    "all dims, correction > n": ([[1.0, 2.0], [3.0, 5.0]], {"dim": (0, 1), "correction": 6}),
+}
+
+
+@pytest.mark.parametrize("op", ["var", "std"])
+@pytest.mark.parametrize("case", list(VAR_CASES))
+def test_var_std_without_degrees_of_freedom(op, case):
+    data, kwargs = VAR_CASES[case]
+    compare_reduction(lambda t: getattr(t, op)(**kwargs), data)
+
+
+ALL_DIMS = {
+    "dim None, correction = n": ({"correction": 4}, {"dim": (0, 1), "correction": 4}),
+    "dim None, correction > n": ({"correction": 5}, {"dim": (0, 1), "correction": 5}),
+    "dim ()": ({"dim": ()}, {"dim": (0, 1)}),
+    "dim (), correction 0": ({"dim": (), "correction": 0}, {"dim": (0, 1), "correction": 0}),
+}
+
+
+@pytest.mark.parametrize("op", ["var", "std"])
+@pytest.mark.parametrize("case", list(ALL_DIMS))
+def test_var_std_over_every_dim_as_torch_over_the_listed_dims(op, case):
+    """Kept out of the comparison, torch being inconsistent with itself: ``dim=()`` reduces
+    every dim in torch's forward, but its backward divides by ``1 - correction`` (the
+    gradient of a reduction over no dim: +-inf for correction 1); ``dim=None`` with no degrees
+    of freedom gives +inf everywhere (even where the formula is finite, correction > n). Both
+    are compared with torch's result over the dims listed, whose forward is the same."""
+    rg_kwargs, torch_kwargs = ALL_DIMS[case]
+    data = [[1.0, 2.0], [3.0, 5.0]]
+    compare_reduction(
+        lambda t: getattr(t, op)(**rg_kwargs), data, lambda t: getattr(t, op)(**torch_kwargs)
+    )
