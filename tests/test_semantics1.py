@@ -205,3 +205,96 @@ def test_var_std_over_every_dim_as_torch_over_the_listed_dims(op, case):
     compare_reduction(
         lambda t: getattr(t, op)(**rg_kwargs), data, lambda t: getattr(t, op)(**torch_kwargs)
     )
+
+
+# -- writes through detach() and .data ------------------------------------------------------------
+def detached_copy(x, y):
+    d = x.detach()
+    d.copy_(y)
+    return (d * d).sum()
+
+
+def detached_mul_twice(x, y):
+    d = x.detach()
+    d.mul_(y)
+    d.mul_(y)
+    return (d * d).sum() + x.sum()
+
+
+def detached_views(x, y):
+    d = x.detach().reshape(2, 2)
+    d[0].mul_(y[:2])
+    v = d[1]
+    d[1] = y[2:] * 3.0
+    return (d * d).sum() + (v * y[:2]).sum()
+
+
+def detached_of_intermediate(x, y):
+    z = x * 2.0
+    d = z.detach()
+    d.add_(y)
+    return (z * d).sum()
+
+
+def through_data(x, y):
+    x.data.copy_(y)
+    return (x * x).sum()
+
+
+def through_data_then_use(x, y):
+    data = x.data
+    data.mul_(y)
+    return (data * y).sum() + x.sum()
+
+
+DETACHED_WRITES = {
+    "copy_": detached_copy,
+    "mul_ twice": detached_mul_twice,
+    "views of the detached tensor": detached_views,
+    "detached intermediate": detached_of_intermediate,
+    ".data copy_": through_data,
+    ".data mul_": through_data_then_use,
+}
+
+
+@pytest.mark.parametrize("case", list(DETACHED_WRITES))
+def test_write_through_detach_records_as_torch(case):
+    """``d = x.detach(); d.copy_(y)`` with ``y`` requiring grad: torch records the write
+    (``d`` requires grad, ``y`` gets its gradient), ``x`` takes the values and keeps its own
+    graph. Values, both inputs' gradients (``None`` where torch's is) and ``x``'s values."""
+    body = DETACHED_WRITES[case]
+    x0 = np.array([1.0, 2.0, -3.0, 0.5])
+    y0 = np.array([4.0, -5.0, 6.0, 1.5])
+    x = rg.tensor(x0).require_grad()
+    y = rg.tensor(y0).require_grad()
+    loss = body(x, y)
+    grads = loss.backward()
+    tx = torch.tensor(x0, requires_grad=True)
+    ty = torch.tensor(y0, requires_grad=True)
+    tloss = body(tx, ty)
+    tloss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.numpy(), tx.detach().numpy(), rtol=1e-12)
+    for mine, theirs in ((x.grad(grads), tx.grad), (y.grad(grads), ty.grad)):
+        if theirs is None:
+            assert mine is None or not np.any(mine.numpy())
+        else:
+            np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-12)
+    assert x.is_leaf and x.requires_grad
+
+
+def test_write_through_detach_under_no_grad_records_nothing():
+    x = rg.tensor([1.0, 2.0]).require_grad()
+    y = rg.tensor([3.0, 4.0]).require_grad()
+    d = x.detach()
+    with rg.no_grad():
+        d.copy_(y * 2.0)
+    tx = torch.tensor([1.0, 2.0], requires_grad=True)
+    td = tx.detach()
+    with torch.no_grad():
+        td.copy_(torch.tensor([3.0, 4.0], requires_grad=True) * 2.0)
+    assert td.grad_fn is None and not td.requires_grad
+    assert d.grad_fn is None  # Burn's detach keeps a leaf's requirement; no graph recorded
+    np.testing.assert_allclose(x.numpy(), tx.detach().numpy())
+    grads = (d * y).sum().backward()
+    np.testing.assert_allclose(y.grad(grads).numpy(), [6.0, 8.0])
