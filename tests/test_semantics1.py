@@ -60,6 +60,34 @@ def test_function_none_gradient_adds_to_another_path():
     np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-12)
 
 
+def test_function_none_gradient_in_autograd_grad_and_clipping():
+    """torch.autograd.grad: the input is "not used" (an error unless allow_unused: None, or
+    zeros with materialize_grads); clip_grad_norm_ leaves it out of the norm."""
+    v = rg.tensor(V0).require_grad()
+    w = rg.tensor(W0).require_grad()
+    loss = (gated(rg).apply(v, w) ** 2).sum()
+    tv = torch.tensor(V0, requires_grad=True)
+    tw = torch.tensor(W0, requires_grad=True)
+    tloss = (gated(torch).apply(tv, tw) ** 2).sum()
+    with pytest.raises(RuntimeError, match="not have been used"):
+        torch.autograd.grad(tloss, [tv, tw], retain_graph=True)
+    with pytest.raises(rg.AutodiffError, match="not have been used"):
+        rg.autograd.grad(loss, [v, w], retain_graph=True)
+    gv, gw = rg.autograd.grad(loss, [v, w], allow_unused=True, retain_graph=True)
+    np.testing.assert_allclose(gv.numpy(), 2 * V0 * W0**2, rtol=1e-12)
+    assert gw is None
+    _, gw = rg.autograd.grad(loss, [v, w], allow_unused=True, materialize_grads=True,
+                             retain_graph=True)  # fmt: skip
+    np.testing.assert_array_equal(gw.numpy(), np.zeros(3))
+    grads = loss.backward()
+    norm = rg.nn.utils.clip_grad_norm_(grads, [v, w], 1.0)
+    tloss.backward()
+    tnorm = torch.nn.utils.clip_grad_norm_([tv, tw], 1.0)
+    np.testing.assert_allclose(float(norm), float(tnorm), rtol=1e-12)
+    np.testing.assert_allclose(v.grad(grads).numpy(), tv.grad.numpy(), rtol=1e-12)
+    assert w.grad(grads) is None and tw.grad is None
+
+
 OPTIMIZERS = {
     "sgd": ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.1}),
     "adamw": ("AdamW", {"lr": 0.05, "weight_decay": 0.1}),
