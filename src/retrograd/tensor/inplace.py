@@ -164,9 +164,10 @@ class InplaceMixin:
         """Replace this tensor's value with ``compute(self)``, in place; returns ``self``.
         ``fresh``: the new value does not depend on the old one (``copy_``).
 
-        Through ``.data``/``detach()`` nothing is recorded; otherwise an update of a leaf that
-        requires grad (or of a view of one) is refused while gradients are recorded, as in
-        torch.
+        Through ``.data``/``detach()`` the tensor detached from takes the values only (a
+        value computed in the graph is recorded on the detached tensor, as torch's);
+        otherwise an update of a leaf that requires grad (or of a view of one) is refused
+        while gradients are recorded, as in torch.
         """
         outside = outside_graph(self)
         recorded = False

@@ -13,9 +13,12 @@ for each tensor made by a view op (``view``/``reshape`` where torch views, ``tra
   so gradients flow as torch's ``CopySlices`` makes them flow;
 - after a tensor is updated, every live view of it (and their views) is recomputed from it.
 
-Writes through ``.data`` or ``detach()`` are outside the graph: computed without recording and
-given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor computed in the
-graph through the op ``data_write``, which keeps it there as torch's ``.data`` write does. A
+Writes through ``.data`` or ``detach()`` are outside the graph of the tensor written to: its
+values are given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor
+computed in the graph through the op ``data_write``, which keeps it there as torch's ``.data``
+write does. A value computed in the graph (``d.copy_(y)``, ``d.mul_(y)``, ``y`` requiring
+grad, outside ``no_grad``) is recorded, as torch records it, on the detached tensor and its
+views below it only (they require grad from then on; ``write(recorded=True)``). A
 write that cannot alias as torch's would (an expanded or overlapping-window view: one element
 in several places) is refused with an error that says so, as torch refuses it.
 
