@@ -60,6 +60,51 @@ def test_function_none_gradient_adds_to_another_path():
     np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-12)
 
 
+def split(lib):
+    """Two outputs, ``v * w`` and ``w * 2``; ``backward`` gives ``w`` a gradient only from the
+    second (``None`` when that one's gradient is ``None``)."""
+
+    class Split(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, v, w):
+            ctx.save_for_backward(w)
+            ctx.set_materialize_grads(False)
+            return v * w, w * 2.0
+
+        @staticmethod
+        def backward(ctx, ga, gb):
+            (w,) = ctx.saved_tensors
+            gv = None if ga is None else ga * w
+            gw = None if gb is None else gb * 2.0
+            return gv, gw
+
+    return Split
+
+
+@pytest.mark.parametrize("use", ["first", "second", "both"])
+def test_function_none_gradient_of_several_outputs(use):
+    results = []
+    for lib in (rg, torch):
+        if lib is rg:
+            v, w = rg.tensor(V0).require_grad(), rg.tensor(W0).require_grad()
+        else:
+            v, w = torch.tensor(V0, requires_grad=True), torch.tensor(W0, requires_grad=True)
+        a, b = split(lib).apply(v, w)
+        loss = {"first": a.sum(), "second": (b * b).sum(), "both": a.sum() + (b * b).sum()}[use]
+        if lib is rg:
+            grads = loss.backward()
+            got = [v.grad(grads), w.grad(grads)]
+            results.append([None if g is None else g.numpy() for g in got])
+        else:
+            loss.backward()
+            results.append([None if g is None else g.numpy() for g in (v.grad, w.grad)])
+    for mine, theirs in zip(*results):
+        if theirs is None:
+            assert mine is None
+        else:
+            np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+
+
 def test_function_none_gradient_in_autograd_grad_and_clipping():
     """torch.autograd.grad: the input is "not used" (an error unless allow_unused: None, or
     zeros with materialize_grads); clip_grad_norm_ leaves it out of the norm."""
