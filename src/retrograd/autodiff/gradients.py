@@ -87,6 +87,14 @@ class Gradients:
         if self.on_register:  # tested here, not in _registered: a frame per gradient saved
             self._registered(node)
 
+    def absent(self, node: Node) -> None:
+        """A contribution to ``node``'s gradient that carries nothing (a custom function's
+        ``backward`` returned ``None`` for it, as torch's leaves ``.grad`` undefined): nothing
+        is added, but the hooks count it as arrived, so a gradient that no other path
+        reaches is known final (and a data-parallel bucket does not wait for it)."""
+        if self.on_register:
+            self._registered(node)
+
     def owned_sum(self, node: Node) -> Any:
         """The gradient sum of ``node`` if this object allocated it and alone holds it (so a
         contribution may be added into it), else ``None``."""

@@ -713,6 +713,14 @@ Op(
     memory_bound=False,
     broadcast=True,
 )
+unary(
+    # NaN replaced by zero, the gradient multiplied by "not NaN" (torch's nansum and
+    # nan_to_num rules: an infinite or NaN incoming gradient gives NaN at a NaN input, where
+    # mask_fill's rule gives 0; so nanmean over an all-NaN row has torch's NaN gradient)
+    "nan_zeroed",
+    lambda B, g, x: B.mask_where(g, B.is_nan(x), B.mul_scalar(g, 0.0)),
+    forward=lambda B, x: B.mask_fill(x, B.is_nan(x), 0.0),
+)
 
 # -- reductions ----------------------------------------------------------------------------------
 reduction("sum", lambda B, g, x_shape: B.expand(g, x_shape))

@@ -193,7 +193,11 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         rule = op.vjps[0]
         for index, parent in enumerate(node.parents):
             if parent is not None:
-                register(parent, rule(backend, g, index, *node.params))
+                grad = rule(backend, g, index, *node.params)
+                if grad is None:  # no gradient for this input (a custom function's None)
+                    grads.absent(parent)
+                else:
+                    register(parent, grad)
         return
     arguments = plan.arguments
     bshapes = node.bshapes

@@ -184,8 +184,8 @@ class _Call:
 
     def _primitive(self, B: Any, grad: Any, i: int, tracked: bool) -> Any:  # noqa: N803
         shape = self.shapes[i]
-        if grad is None:
-            return B.zeros(shape, self.dtypes[i], self.device)
+        if grad is None:  # no gradient: the input's stays absent, as torch's (not zeros)
+            return None
         if not isinstance(grad, Tensor):
             raise AutodiffError(
                 f"function {self.cls.__name__}Backward returned a {type(grad).__name__} as "

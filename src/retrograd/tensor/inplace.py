@@ -39,7 +39,7 @@ from ._dispatch import (
     wrap,
 )
 from .dtypes import can_cast, canonical_dtype
-from .views import outside_graph, refresh, remember_leaf, root_of, write
+from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
 
 __all__ = ["InplaceMixin", "assign"]
 
@@ -164,12 +164,19 @@ class InplaceMixin:
         """Replace this tensor's value with ``compute(self)``, in place; returns ``self``.
         ``fresh``: the new value does not depend on the old one (``copy_``).
 
-        Through ``.data``/``detach()`` nothing is recorded; otherwise an update of a leaf that
-        requires grad (or of a view of one) is refused while gradients are recorded, as in
-        torch.
+        Through ``.data``/``detach()`` the tensor detached from takes the values only (a
+        value computed in the graph is recorded on the detached tensor, as torch's);
+        otherwise an update of a leaf that requires grad (or of a view of one) is refused
+        while gradients are recorded, as in torch.
         """
         outside = outside_graph(self)
-        if outside:
+        recorded = False
+        if outside and is_grad_enabled() and self._backend.is_autodiff:
+            # torch records a write through detach()/.data of a value computed in the graph
+            # (``d.copy_(y)``, ``d.mul_(y)``, y requiring grad): d requires grad from then on
+            value = _fit(op, self, compute(detached_values(self)))
+            recorded = self._backend.is_tracked(value._prim)
+        elif outside:
             with no_grad():
                 value = _fit(op, self, compute(self))
         else:
@@ -187,11 +194,11 @@ class InplaceMixin:
             # the new value is a leaf itself (copy_ of a leaf, fill_ of a 0-d one): held as
             # is, this tensor would become that leaf (refusing later in-place ops, taking its
             # gradient); torch's result is a non-leaf copy of it (untracked under no_grad)
-            with no_grad() if outside else nullcontext():
+            with no_grad() if outside and not recorded else nullcontext():
                 value = value.clone()
         # (a value that does not depend on the old one, zero_ or fill_, keeps a tracked
         # tensor in the graph: views._overwritten, where every write ends)
-        write(op, self, value, outside, fresh)
+        write(op, self, value, outside, fresh, recorded)
         return self
 
     # -- arithmetic ---------------------------------------------------------------------------

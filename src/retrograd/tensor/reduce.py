@@ -111,7 +111,7 @@ class ReduceMixin:
             dim = ()
         if not x.is_float():  # nothing to skip; ints and bools sum as int64 (torch)
             return x.sum(dim, keepdim)
-        return x.mask_fill(x.is_nan(), 0.0).sum(dim, keepdim)
+        return x._apply("nan_zeroed", (x,)).sum(dim, keepdim)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
@@ -688,7 +688,19 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
         )
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
-    centered = x - x.mean(dims, keepdim=True)
+    scale = count - correction
+    mean = x.mean(dims, keepdim=True)
+    # torch's var_backward is 2 / (n - correction) * grad * (x - mean), its forward divides by
+    # max(n - correction, 0). With no degrees of freedom (scale 0) the incoming gradient of
+    # ``total`` is infinite, and the mean's own path (zero in exact arithmetic) would turn
+    # the +-inf into inf - inf: it is left out there (that gradient is not finite anyway).
+    centered = x - (untracked(mean) if scale == 0 else mean)
     total = centered.square().sum(dims, keepdim=True)
-    out = total / max(count - correction, 0) if count - correction > 0 else total / 0.0
+    if scale > 0:
+        out = total / scale
+    elif scale == 0:
+        out = total / 0.0
+    else:  # torch: forward total / 0 (inf, or NaN for 0), backward by the negative n - c
+        out = total / scale
+        out = out + untracked(total / 0.0 - out)
     return _dropped(out, dims, keepdim)

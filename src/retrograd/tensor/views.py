@@ -13,9 +13,12 @@ for each tensor made by a view op (``view``/``reshape`` where torch views, ``tra
   so gradients flow as torch's ``CopySlices`` makes them flow;
 - after a tensor is updated, every live view of it (and their views) is recomputed from it.
 
-Writes through ``.data`` or ``detach()`` are outside the graph: computed without recording and
-given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor computed in the
-graph through the op ``data_write``, which keeps it there as torch's ``.data`` write does. A
+Writes through ``.data`` or ``detach()`` are outside the graph of the tensor written to: its
+values are given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor
+computed in the graph through the op ``data_write``, which keeps it there as torch's ``.data``
+write does. A value computed in the graph (``d.copy_(y)``, ``d.mul_(y)``, ``y`` requiring
+grad, outside ``no_grad``) is recorded, as torch records it, on the detached tensor and its
+views below it only (they require grad from then on; ``write(recorded=True)``). A
 write that cannot alias as torch's would (an expanded or overlapping-window view: one element
 in several places) is refused with an error that says so, as torch refuses it.
 
@@ -34,7 +37,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..errors import ShapeError, shape_text
-from ._dispatch import from_host, lift
+from ._dispatch import from_host, lift, untracked
 
 __all__ = [
     "BASE",
@@ -165,11 +168,41 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def write(op: str, t: Any, value: Any, outside: bool, fresh: bool = False) -> None:
+def detached_values(t: Any) -> Any:
+    """``t`` as a write through ``.data``/``detach()`` reads it: torch's detached tensor does
+    not require grad, so its values are untracked (Burn's ``detach()`` of a leaf is a leaf
+    that requires grad, and a view of it is computed from it), unless an earlier recorded
+    write (:func:`write` with ``recorded``) put the detached tensor into the graph: then its
+    value, with that graph."""
+    view = getattr(t, "_view", None)
+    while view is not None and view[KIND] not in _DETACHED:
+        view = getattr(view[BASE], "_view", None)
+    detached = t if view is None else _detached_of(t)
+    backend = t._backend
+    prim = detached._prim
+    if backend.is_autodiff and backend.is_tracked(prim) and not backend.is_require_grad(prim):
+        return t
+    return untracked(t)
+
+
+def _detached_of(t: Any) -> Any:
+    """The tensor on ``t``'s chain of views made by ``.data``/``detach()`` (``t`` itself or a
+    base of it)."""
+    while t._view[KIND] not in _DETACHED:
+        t = t._view[BASE]
+    return t
+
+
+def write(
+    op: str, t: Any, value: Any, outside: bool, fresh: bool = False, recorded: bool = False
+) -> None:
     """Make ``t`` hold ``value`` (its shape and dtype), through its bases up to the root,
     then recompute every live view of what changed. ``outside``: a write through
     ``.data``/``detach()``, recorded nowhere. ``fresh``: ``value`` does not depend on ``t``'s
-    old value (``copy_``)."""
+    old value (``copy_``). ``recorded``: a write through ``.data``/``detach()`` of a value
+    computed in the graph (``d.copy_(y)``, ``d.mul_(y)`` with ``y`` requiring grad): as in
+    torch, the detached tensor and its views below it take the value in the graph (they
+    require grad from then on), the tensor it was detached from takes the values only."""
     view = getattr(t, "_view", None)
     if view is None:
         _set_root(op, t, value, outside, fresh)
@@ -177,6 +210,16 @@ def write(op: str, t: Any, value: Any, outside: bool, fresh: bool = False) -> No
         return
     base = view[BASE]
     kind = view[KIND]
+    if recorded:
+        if kind in _DETACHED:  # t is the detached tensor: the graph stops here
+            write(op, base, untracked(value), True, fresh)
+            t._prim = value._prim
+            refresh(t)
+            return
+        new_base = _scatter_back(op, detached_values(base), kind, view[PARAMS], value)
+        whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
+        write(op, base, new_base, outside, fresh and whole, recorded=True)
+        return
     outside = outside or kind in _DETACHED
     if outside:
         with no_grad():

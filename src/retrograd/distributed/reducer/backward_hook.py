@@ -160,6 +160,11 @@ class BackwardSync:
         if slot is None or slot.sent:
             return
         slot.sent = True
+        if node.id not in grads.values:
+            # every contribution arrived empty (a custom function's backward returned None):
+            # zeros complete the bucket now, as an unused parameter's do at the end
+            self._submit(slot, np.zeros(slot.shape, dtype=slot.dtype))
+            return
         value = grads.values[node.id] if self.keep_local else grads.values.pop(node.id)
         if self.donating:
             self.held = (slot, to_buffer(grads.backend, value))
