@@ -1,0 +1,113 @@
+"""Regression tests of the defects the real ports 52-53 found (realports10), each against
+torch or against the distribution's own moments and quantiles."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+def _np(t):
+    return np.asarray(t.detach().numpy() if hasattr(t, "detach") else t)
+
+
+# -- torch's top-level forms of functional operations -----------------------------------------
+def test_top_level_functional_forms_agree_with_torch():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    x = rng.standard_normal((2, 3, 6, 6))
+    w = rng.standard_normal((4, 3, 3, 3))
+    cases = [
+        ("pdist", (a,), {}),
+        ("pdist", (a, 1.0), {}),
+        ("cosine_similarity", (a, b), {"dim": 1}),
+        ("pairwise_distance", (a, b), {}),
+        ("conv2d", (x, w), {"padding": 1}),
+        ("layer_norm", (a, (4,)), {}),
+        ("group_norm", (x, 3), {}),
+        ("max_pool2d", (x, 2), {}),
+        ("pixel_shuffle", (rng.standard_normal((1, 4, 2, 2)), 2), {}),
+        ("selu", (a,), {}),
+    ]
+    for name, args, kwargs in cases:
+        ours = getattr(rg, name)(
+            *[rg.tensor(v) if isinstance(v, np.ndarray) else v for v in args], **kwargs
+        )
+        theirs = getattr(torch, name)(
+            *[torch.tensor(v) if isinstance(v, np.ndarray) else v for v in args], **kwargs
+        )
+        np.testing.assert_allclose(_np(ours), _np(theirs), rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_top_level_dropout_and_embedding_take_torchs_argument_order():
+    x = rg.ones(3, 4)
+    np.testing.assert_array_equal(_np(rg.dropout(x, 0.5, False)), np.ones((3, 4)))
+    np.testing.assert_array_equal(_np(rg.dropout(x, 0.5, train=False)), np.ones((3, 4)))
+    assert float(rg.dropout(x, 1.0, True).sum()) == 0.0
+    np.testing.assert_array_equal(_np(rg.alpha_dropout(x, 0.5, False)), np.ones((3, 4)))
+    weight = np.arange(12.0).reshape(4, 3)
+    index = [[3, 0], [1, 1]]
+    ours = rg.embedding(rg.tensor(weight), rg.tensor(index))
+    theirs = torch.embedding(torch.tensor(weight), torch.tensor(index))
+    np.testing.assert_array_equal(_np(ours), _np(theirs))
+
+
+def test_trapz_is_trapezoid():
+    y = np.array([[1.0, 3.0, 2.0, 5.0], [0.5, -1.0, 2.0, 0.0]])
+    xs = np.array([0.0, 0.5, 2.0, 2.5])
+    np.testing.assert_allclose(
+        _np(rg.trapz(rg.tensor(y), rg.tensor(xs))),
+        _np(torch.trapz(torch.tensor(y), torch.tensor(xs))),
+    )
+    np.testing.assert_allclose(
+        _np(rg.trapz(rg.tensor(y), dx=0.25, dim=0)),
+        _np(torch.trapz(torch.tensor(y), dx=0.25, dim=0)),
+    )
+
+
+# -- Tensor.log_normal_ / cauchy_ / geometric_ --------------------------------------------------
+def test_log_normal_draws_have_the_distributions_quantiles():
+    rg.manual_seed(0)
+    t = rg.empty(40000, dtype=rg.float64).log_normal_(0.5, 0.75)
+    logs = np.log(_np(t))
+    assert abs(np.median(logs) - 0.5) < 0.02
+    assert abs(logs.std() - 0.75) < 0.02
+    assert (_np(t) > 0).all()
+
+
+def test_cauchy_draws_have_the_distributions_quartiles():
+    rg.manual_seed(1)
+    t = _np(rg.empty(40000, dtype=rg.float64).cauchy_(2.0, 0.5))
+    q1, median, q3 = np.quantile(t, [0.25, 0.5, 0.75])
+    assert abs(median - 2.0) < 0.03
+    assert abs(q1 - 1.5) < 0.03 and abs(q3 - 2.5) < 0.03
+
+
+def test_geometric_draws_count_trials_from_one():
+    rg.manual_seed(2)
+    t = _np(rg.empty(40000).geometric_(0.25))
+    assert t.min() >= 1.0 and (t == np.round(t)).all()
+    assert abs(t.mean() - 4.0) < 0.08  # mean 1/p
+    assert abs((t == 1).mean() - 0.25) < 0.01  # P(first trial) = p
+    counts = rg.empty(5, dtype=rg.int64).geometric_(0.5)
+    assert counts.dtype == rg.int64 and int(counts.min()) >= 1
+
+
+def test_random_fills_take_a_generator_and_refuse_bad_parameters():
+    g1, g2 = rg.Generator().manual_seed(7), rg.Generator().manual_seed(7)
+    for name, args in (("log_normal_", ()), ("cauchy_", ()), ("geometric_", (0.3,))):
+        a = getattr(rg.empty(6), name)(*args, generator=g1)
+        b = getattr(rg.empty(6), name)(*args, generator=g2)
+        np.testing.assert_array_equal(_np(a), _np(b))
+    with pytest.raises(rg.InvalidArgumentError, match="log_normal_"):
+        rg.empty(3).log_normal_(0.0, 0.0)
+    with pytest.raises(rg.InvalidArgumentError, match="cauchy_"):
+        rg.empty(3).cauchy_(0.0, -1.0)
+    for p in (0.0, 1.0, math.nan):
+        with pytest.raises(rg.InvalidArgumentError, match="geometric_"):
+            rg.empty(3).geometric_(p)
