@@ -111,3 +111,28 @@ def test_random_fills_take_a_generator_and_refuse_bad_parameters():
     for p in (0.0, 1.0, math.nan):
         with pytest.raises(rg.InvalidArgumentError, match="geometric_"):
             rg.empty(3).geometric_(p)
+
+
+# -- nn.Module: a plain attribute before Module.__init__ -----------------------------------------
+def test_a_plain_attribute_may_be_set_before_module_init_as_in_torch():
+    def make(lib):
+        class ConvLayer(lib.nn.Sequential):  # rosinality's stylegan2 ConvLayer, in short
+            def __init__(self):
+                self.padding = 1
+                super().__init__(lib.nn.Conv2d(1, 1, 3, padding=self.padding))
+
+        return ConvLayer()
+
+    ours, theirs = make(rg), make(torch)
+    assert ours.padding == theirs.padding == 1
+    assert len(ours) == len(theirs) == 1
+    assert [k for k, _ in ours.named_parameters()] == [k for k, _ in theirs.named_parameters()]
+
+    class Early(rg.nn.Module):
+        def __init__(self, value):
+            self.value = value
+            super().__init__()
+
+    for value in (rg.nn.Parameter(rg.zeros(1)), rg.nn.Linear(1, 1)):
+        with pytest.raises(AttributeError, match=r"before Module\.__init__"):
+            Early(value)
