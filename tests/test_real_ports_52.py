@@ -36,6 +36,7 @@ import random
 import types
 
 import numpy as np
+import pytest
 import torch
 
 import retrograd as rg
@@ -50,7 +51,11 @@ def _runs(source, steps, capsys, patch=None, **names):
     for lib in (torch, rg):
         record = []
         torch.manual_seed(0)
-        text = source if lib is torch else port(source, steps)
+        text = (
+            source
+            if lib is torch
+            else port(source, steps).replace("from torch.", "from retrograd.")
+        )
         shared = {
             k.removeprefix("make_"): v(lib) if k.startswith("make_") else v
             for k, v in names.items()
@@ -1206,3 +1211,527 @@ def test_stylegan2_trains_as_torch(capsys):
     assert logs[0].count("d: ") == 2
     assert theirs[1][2] > 0 and theirs[1][3] > 0  # both penalties ran in the first step
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+# -- DLRM -----------------------------------------------------------------------------------------
+DLRM_SOURCE = """
+import sys
+
+import numpy.random as ra
+from torch.autograd.profiler import record_function
+from torch.nn.parameter import Parameter
+from torch.optim.lr_scheduler import _LRScheduler
+
+
+# -- dlrm_data_pytorch.py --
+def generate_uniform_input_batch(
+    m_den,
+    ln_emb,
+    n,
+    num_indices_per_lookup,
+    num_indices_per_lookup_fixed,
+    length,
+):
+    # dense feature
+    Xt = torch.tensor(ra.rand(n, m_den).astype(np.float32))
+
+    # sparse feature (sparse indices)
+    lS_emb_offsets = []
+    lS_emb_indices = []
+    # for each embedding generate a list of n lookups,
+    # where each lookup is composed of multiple sparse indices
+    for size in ln_emb:
+        lS_batch_offsets = []
+        lS_batch_indices = []
+        offset = 0
+        for _ in range(n):
+            # num of sparse indices to be used per embedding (between
+            if num_indices_per_lookup_fixed:
+                sparse_group_size = np.int64(num_indices_per_lookup)
+            else:
+                # random between [1,num_indices_per_lookup])
+                r = ra.random(1)
+                sparse_group_size = np.int64(
+                    np.round(max([1.0], r * min(size, num_indices_per_lookup)))
+                )
+            # sparse indices to be used per embedding
+            r = ra.random(sparse_group_size)
+            sparse_group = np.unique(np.round(r * (size - 1)).astype(np.int64))
+            # reset sparse_group_size in case some index duplicates were removed
+            sparse_group_size = np.int32(sparse_group.size)
+            # store lengths and indices
+            if length:  # for caffe2 version
+                lS_batch_offsets += [sparse_group_size]
+            else:
+                lS_batch_offsets += [offset]
+            lS_batch_indices += sparse_group.tolist()
+            # update offset for next iteration
+            offset += sparse_group_size
+        lS_emb_offsets.append(torch.tensor(lS_batch_offsets))
+        lS_emb_indices.append(torch.tensor(lS_batch_indices))
+
+    return (Xt, lS_emb_offsets, lS_emb_indices)
+
+
+def generate_random_output_batch(n, num_targets, round_targets=False):
+    # target (probability of a click)
+    if round_targets:
+        P = np.round(ra.rand(n, num_targets).astype(np.float32)).astype(np.float32)
+    else:
+        P = ra.rand(n, num_targets).astype(np.float32)
+
+    return torch.tensor(P)
+
+
+# -- dlrm_s_pytorch.py --
+class LRPolicyScheduler(_LRScheduler):
+    def __init__(self, optimizer, num_warmup_steps, decay_start_step, num_decay_steps):
+        self.num_warmup_steps = num_warmup_steps
+        self.decay_start_step = decay_start_step
+        self.decay_end_step = decay_start_step + num_decay_steps
+        self.num_decay_steps = num_decay_steps
+
+        if self.decay_start_step < self.num_warmup_steps:
+            sys.exit("Learning rate warmup must finish before the decay starts")
+
+        super(LRPolicyScheduler, self).__init__(optimizer)
+
+    def get_lr(self):
+        step_count = self._step_count
+        if step_count < self.num_warmup_steps:
+            # warmup
+            scale = 1.0 - (self.num_warmup_steps - step_count) / self.num_warmup_steps
+            lr = [base_lr * scale for base_lr in self.base_lrs]
+            self.last_lr = lr
+        elif self.decay_start_step <= step_count and step_count < self.decay_end_step:
+            # decay
+            decayed_steps = step_count - self.decay_start_step
+            scale = ((self.num_decay_steps - decayed_steps) / self.num_decay_steps) ** 2
+            min_lr = 0.0000001
+            lr = [max(min_lr, base_lr * scale) for base_lr in self.base_lrs]
+            self.last_lr = lr
+        else:
+            if self.num_decay_steps > 0:
+                # decay finished
+                lr = self.last_lr
+            else:
+                # no decay
+                lr = self.base_lrs
+        return lr
+
+
+### define dlrm in PyTorch ###
+class DLRM_Net(nn.Module):
+    def create_mlp(self, ln, sigmoid_layer):
+        # build MLP layer by layer
+        layers = nn.ModuleList()
+        for i in range(0, ln.size - 1):
+            n = ln[i]
+            m = ln[i + 1]
+
+            # construct fully connected operator
+            LL = nn.Linear(int(n), int(m), bias=True)
+
+            # initialize the weights
+            # with torch.no_grad():
+            # custom Xavier input, output or two-sided fill
+            mean = 0.0  # std_dev = np.sqrt(variance)
+            std_dev = np.sqrt(2 / (m + n))  # np.sqrt(1 / m) # np.sqrt(1 / n)
+            W = np.random.normal(mean, std_dev, size=(m, n)).astype(np.float32)
+            std_dev = np.sqrt(1 / m)  # np.sqrt(2 / (m + 1))
+            bt = np.random.normal(mean, std_dev, size=m).astype(np.float32)
+            # approach 1
+            LL.weight.data = torch.tensor(W, requires_grad=True)
+            LL.bias.data = torch.tensor(bt, requires_grad=True)
+            # approach 2
+            # LL.weight.data.copy_(torch.tensor(W))
+            # LL.bias.data.copy_(torch.tensor(bt))
+            # approach 3
+            # LL.weight = Parameter(torch.tensor(W),requires_grad=True)
+            # LL.bias = Parameter(torch.tensor(bt),requires_grad=True)
+            layers.append(LL)
+
+            # construct sigmoid or relu operator
+            if i == sigmoid_layer:
+                layers.append(nn.Sigmoid())
+            else:
+                layers.append(nn.ReLU())
+
+        # approach 1: use ModuleList
+        # return layers
+        # approach 2: use Sequential container to wrap all layers
+        return torch.nn.Sequential(*layers)
+
+    def create_emb(self, m, ln, weighted_pooling=None):
+        emb_l = nn.ModuleList()
+        v_W_l = []
+        for i in range(0, ln.size):
+            n = ln[i]
+            # construct embedding operator
+            EE = nn.EmbeddingBag(n, m, mode="sum", sparse=True)
+            # initialize embeddings
+            # nn.init.uniform_(EE.weight, a=-np.sqrt(1 / n), b=np.sqrt(1 / n))
+            W = np.random.uniform(
+                low=-np.sqrt(1 / n), high=np.sqrt(1 / n), size=(n, m)
+            ).astype(np.float32)
+            # approach 1
+            EE.weight.data = torch.tensor(W, requires_grad=True)
+            # approach 2
+            # EE.weight.data.copy_(torch.tensor(W))
+            # approach 3
+            # EE.weight = Parameter(torch.tensor(W),requires_grad=True)
+            if weighted_pooling is None:
+                v_W_l.append(None)
+            else:
+                v_W_l.append(torch.ones(n, dtype=torch.float32))
+            emb_l.append(EE)
+        return emb_l, v_W_l
+
+    def __init__(
+        self,
+        m_spa=None,
+        ln_emb=None,
+        ln_bot=None,
+        ln_top=None,
+        arch_interaction_op=None,
+        arch_interaction_itself=False,
+        sigmoid_bot=-1,
+        sigmoid_top=-1,
+        sync_dense_params=True,
+        loss_threshold=0.0,
+        ndevices=-1,
+        weighted_pooling=None,
+        loss_function="bce",
+    ):
+        super(DLRM_Net, self).__init__()
+
+        if (
+            (m_spa is not None)
+            and (ln_emb is not None)
+            and (ln_bot is not None)
+            and (ln_top is not None)
+            and (arch_interaction_op is not None)
+        ):
+            # save arguments
+            self.ndevices = ndevices
+            self.output_d = 0
+            self.parallel_model_batch_size = -1
+            self.parallel_model_is_not_prepared = True
+            self.arch_interaction_op = arch_interaction_op
+            self.arch_interaction_itself = arch_interaction_itself
+            self.sync_dense_params = sync_dense_params
+            self.loss_threshold = loss_threshold
+            self.loss_function = loss_function
+            if weighted_pooling is not None and weighted_pooling != "fixed":
+                self.weighted_pooling = "learned"
+            else:
+                self.weighted_pooling = weighted_pooling
+            self.quantize_emb = False
+
+            # create operators
+            if ndevices <= 1:
+                self.emb_l, w_list = self.create_emb(m_spa, ln_emb, weighted_pooling)
+                if self.weighted_pooling == "learned":
+                    self.v_W_l = nn.ParameterList()
+                    for w in w_list:
+                        self.v_W_l.append(Parameter(w))
+                else:
+                    self.v_W_l = w_list
+            self.bot_l = self.create_mlp(ln_bot, sigmoid_bot)
+            self.top_l = self.create_mlp(ln_top, sigmoid_top)
+
+            # specify the loss function
+            if self.loss_function == "mse":
+                self.loss_fn = torch.nn.MSELoss(reduction="mean")
+            elif self.loss_function == "bce":
+                self.loss_fn = torch.nn.BCELoss(reduction="mean")
+            elif self.loss_function == "wbce":
+                self.loss_ws = torch.tensor(
+                    np.fromstring(args.loss_weights, dtype=float, sep="-")
+                )
+                self.loss_fn = torch.nn.BCELoss(reduction="none")
+            else:
+                sys.exit(
+                    "ERROR: --loss-function=" + self.loss_function + " is not supported"
+                )
+
+    def apply_mlp(self, x, layers):
+        # approach 1: use ModuleList
+        # for layer in layers:
+        #     x = layer(x)
+        # return x
+        # approach 2: use Sequential container to wrap all layers
+        return layers(x)
+
+    def apply_emb(self, lS_o, lS_i, emb_l, v_W_l):
+        # WARNING: notice that we are processing the batch at once. We implicitly
+        # assume that the data is laid out such that:
+        # 1. each embedding is indexed with a group of sparse indices,
+        #   corresponding to a single lookup
+        # 2. for each embedding the lookups are further organized into a batch
+        # 3. for a list of embedding tables there is a list of batched lookups
+
+        ly = []
+        for k, sparse_index_group_batch in enumerate(lS_i):
+            sparse_offset_group_batch = lS_o[k]
+
+            # embedding lookup
+            # We are using EmbeddingBag, which implicitly uses sum operator.
+            # The embeddings are represented as tall matrices, with sum
+            # happening vertically across 0 axis, resulting in a row vector
+            # E = emb_l[k]
+
+            if v_W_l[k] is not None:
+                per_sample_weights = v_W_l[k].gather(0, sparse_index_group_batch)
+            else:
+                per_sample_weights = None
+
+            E = emb_l[k]
+            V = E(
+                sparse_index_group_batch,
+                sparse_offset_group_batch,
+                per_sample_weights=per_sample_weights,
+            )
+
+            ly.append(V)
+
+        # print(ly)
+        return ly
+
+    def interact_features(self, x, ly):
+
+        if self.arch_interaction_op == "dot":
+            # concatenate dense and sparse features
+            (batch_size, d) = x.shape
+            T = torch.cat([x] + ly, dim=1).view((batch_size, -1, d))
+            # perform a dot product
+            Z = torch.bmm(T, torch.transpose(T, 1, 2))
+            # append dense feature with the interactions (into a row vector)
+            # approach 1: all
+            # Zflat = Z.view((batch_size, -1))
+            # approach 2: unique
+            _, ni, nj = Z.shape
+            # approach 1: tril_indices
+            # offset = 0 if self.arch_interaction_itself else -1
+            # li, lj = torch.tril_indices(ni, nj, offset=offset)
+            # approach 2: custom
+            offset = 1 if self.arch_interaction_itself else 0
+            li = torch.tensor([i for i in range(ni) for j in range(i + offset)])
+            lj = torch.tensor([j for i in range(nj) for j in range(i + offset)])
+            Zflat = Z[:, li, lj]
+            # concatenate dense features and interactions
+            R = torch.cat([x] + [Zflat], dim=1)
+        elif self.arch_interaction_op == "cat":
+            # concatenation features (into a row vector)
+            R = torch.cat([x] + ly, dim=1)
+        else:
+            sys.exit(
+                "ERROR: --arch-interaction-op="
+                + self.arch_interaction_op
+                + " is not supported"
+            )
+
+        return R
+
+    def forward(self, dense_x, lS_o, lS_i):
+        if self.ndevices <= 1:
+            # single device run
+            return self.sequential_forward(dense_x, lS_o, lS_i)
+
+    def sequential_forward(self, dense_x, lS_o, lS_i):
+        # process dense features (using bottom mlp), resulting in a row vector
+        x = self.apply_mlp(dense_x, self.bot_l)
+        # debug prints
+        # print("intermediate")
+        # print(x.detach().cpu().numpy())
+
+        # process sparse features(using embeddings), resulting in a list of row vectors
+        ly = self.apply_emb(lS_o, lS_i, self.emb_l, self.v_W_l)
+        # for y in ly:
+        #     print(y.detach().cpu().numpy())
+
+        # interact features (dense and sparse)
+        z = self.interact_features(x, ly)
+        # print(z.detach().cpu().numpy())
+
+        # obtain probability of a click (using top mlp)
+        p = self.apply_mlp(z, self.top_l)
+
+        # clamp output if needed
+        if 0.0 < self.loss_threshold and self.loss_threshold < 1.0:
+            z = torch.clamp(p, min=self.loss_threshold, max=(1.0 - self.loss_threshold))
+        else:
+            z = p
+
+        return z
+
+
+def dlrm_wrap(X, lS_o, lS_i, use_gpu, device, ndevices=1):
+    with record_function("DLRM forward"):
+        return dlrm(X.to(device), lS_o, lS_i)
+
+
+def loss_fn_wrap(Z, T, use_gpu, device):
+    with record_function("DLRM loss compute"):
+        if args.loss_function == "mse" or args.loss_function == "bce":
+            return dlrm.loss_fn(Z, T.to(device))
+        elif args.loss_function == "wbce":
+            loss_ws_ = dlrm.loss_ws[T.data.view(-1).long()].view_as(T).to(device)
+            loss_fn_ = dlrm.loss_fn(Z, T.to(device))
+            loss_sc_ = loss_ws_ * loss_fn_
+            return loss_sc_.mean()
+
+
+np.random.seed(args.numpy_rand_seed)
+device = torch.device("cpu")
+use_gpu = False
+ndevices = -1
+
+ln_bot = np.fromstring(args.arch_mlp_bot, dtype=int, sep="-")
+ln_emb = np.fromstring(args.arch_embedding_size, dtype=int, sep="-")
+m_den = ln_bot[0]
+m_spa = args.arch_sparse_feature_size
+num_fea = ln_emb.size + 1  # num sparse + num dense features
+m_den_out = ln_bot[ln_bot.size - 1]
+if args.arch_interaction_op == "dot":
+    # approach 1: all
+    # num_int = num_fea * num_fea + m_den_out
+    # approach 2: unique
+    if args.arch_interaction_itself:
+        num_int = (num_fea * (num_fea + 1)) // 2 + m_den_out
+    else:
+        num_int = (num_fea * (num_fea - 1)) // 2 + m_den_out
+elif args.arch_interaction_op == "cat":
+    num_int = num_fea * m_den_out
+arch_mlp_top_adjusted = str(num_int) + "-" + args.arch_mlp_top
+ln_top = np.fromstring(arch_mlp_top_adjusted, dtype=int, sep="-")
+
+train_ld = [
+    generate_uniform_input_batch(m_den, ln_emb, args.mini_batch_size, args.num_indices_per_lookup, args.num_indices_per_lookup_fixed, False)
+    + (generate_random_output_batch(args.mini_batch_size, 1, round_targets=args.round_targets),)
+    for _ in range(args.num_batches)
+]
+
+dlrm = DLRM_Net(
+    m_spa,
+    ln_emb,
+    ln_bot,
+    ln_top,
+    arch_interaction_op=args.arch_interaction_op,
+    arch_interaction_itself=args.arch_interaction_itself,
+    sigmoid_bot=-1,
+    sigmoid_top=ln_top.size - 2,
+    sync_dense_params=args.sync_dense_params,
+    loss_threshold=args.loss_threshold,
+    ndevices=ndevices,
+    weighted_pooling=args.weighted_pooling,
+    loss_function=args.loss_function,
+)
+
+optimizer = torch.optim.SGD(dlrm.parameters(), lr=args.learning_rate)
+lr_scheduler = LRPolicyScheduler(
+    optimizer,
+    args.lr_num_warmup_steps,
+    args.lr_decay_start_step,
+    args.lr_num_decay_steps,
+)
+
+for k in range(args.nepochs):
+    for j, inputBatch in enumerate(train_ld):
+        X, lS_o, lS_i, T = inputBatch
+
+        # forward pass
+        Z = dlrm_wrap(X, lS_o, lS_i, use_gpu, device, ndevices=ndevices)
+
+        # loss
+        E = loss_fn_wrap(Z, T, use_gpu, device)
+
+        # compute loss and accuracy
+        L = E.detach().cpu().numpy()  # numpy array
+        S = Z.detach().cpu().numpy()  # numpy array
+        T = T.detach().cpu().numpy()  # numpy array
+        mbs = T.shape[0]  # = args.mini_batch_size except maybe for last
+        A = np.sum((np.round(S, 0) == T).astype(np.uint8))
+
+        with record_function("DLRM backward"):
+            # scaled error gradient propagation
+            # (where we do not accumulate gradients across mini-batches)
+            optimizer.zero_grad()
+            # backward pass
+            E.backward()
+
+            # optimizer
+            optimizer.step()
+            lr_scheduler.step()
+
+        record.append([float(L), A / mbs, lr_scheduler.get_last_lr()[0]])
+    record.append(params_of(dlrm))
+"""
+
+DLRM_STEPS = [
+    # retrograd has no sparse gradients (nn.EmbeddingBag refuses sparse=True): the dense ones,
+    # whose values SGD steps the same
+    (
+        'EE = nn.EmbeddingBag(n, m, mode="sum", sparse=True)',
+        'EE = nn.EmbeddingBag(n, m, mode="sum", sparse=False)',
+    ),
+    (
+        "            E.backward()\n\n            # optimizer\n            optimizer.step()",
+        "            grads = E.backward()\n\n            # optimizer\n            optimizer.step(grads)",
+    ),
+]
+
+
+def _dlrm_args(**changes):
+    args = dict(
+        numpy_rand_seed=123, arch_sparse_feature_size=4, arch_embedding_size="7-5-9",
+        arch_mlp_bot="6-5-4", arch_mlp_top="6-1", arch_interaction_op="dot",
+        arch_interaction_itself=False, sync_dense_params=True, loss_threshold=0.0,
+        weighted_pooling="learned", loss_function="bce", loss_weights="1.0-1.0",
+        mini_batch_size=5, num_indices_per_lookup=3, num_indices_per_lookup_fixed=False,
+        round_targets=True, num_batches=3, nepochs=2, learning_rate=0.5,
+        lr_num_warmup_steps=2, lr_decay_start_step=3, lr_num_decay_steps=2,
+    )  # fmt: skip
+    args.update(changes)
+    return types.SimpleNamespace(**args)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {
+            "arch_interaction_itself": True,
+            "weighted_pooling": None,
+            "loss_function": "wbce",
+            "loss_weights": "0.7-1.3",
+        },
+        {
+            "arch_interaction_op": "cat",
+            "weighted_pooling": "fixed",
+            "loss_function": "mse",
+            "loss_threshold": 0.01,
+        },
+    ],
+)
+def test_dlrm_trains_as_torch(capsys, changes):
+    records, _ = _runs(
+        DLRM_SOURCE,
+        DLRM_STEPS,
+        capsys,
+        patch=lambda lib: _nothing(),
+        make_args=lambda lib: _dlrm_args(**changes),
+        params_of=params_of,
+    )
+    ours, theirs = records[1], records[0]
+    assert len(theirs) == 8
+    assert [r[2] for r in theirs[:3]] == pytest.approx([0.25, 0.5, 0.125])  # warm-up, decay
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+class _nothing:  # noqa: N801
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

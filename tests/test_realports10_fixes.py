@@ -136,3 +136,49 @@ def test_a_plain_attribute_may_be_set_before_module_init_as_in_torch():
     for value in (rg.nn.Parameter(rg.zeros(1)), rg.nn.Linear(1, 1)):
         with pytest.raises(AttributeError, match=r"before Module\.__init__"):
             Early(value)
+
+
+# -- a schedule of one's own: _LRScheduler subclasses with get_lr -------------------------------
+def _warmup_then_decay(lib):
+    from importlib import import_module
+
+    base = import_module(f"{lib.__name__}.optim.lr_scheduler")._LRScheduler
+
+    class Policy(base):  # DLRM's LRPolicyScheduler, in short: reads _step_count in get_lr
+        def __init__(self, optimizer, warmup):
+            self.warmup = warmup
+            super().__init__(optimizer)
+
+        def get_lr(self):
+            if self._step_count < self.warmup:
+                return [b * self._step_count / self.warmup for b in self.base_lrs]
+            return [b * 0.5 ** (self.last_epoch - self.warmup) for b in self.base_lrs]
+
+    return Policy
+
+
+def test_a_get_lr_subclass_of_lrscheduler_steps_as_torchs():
+    rates = {}
+    for lib in (torch, rg):
+        p = lib.nn.Parameter(lib.zeros(2))
+        q = lib.nn.Parameter(lib.zeros(1))
+        opt = lib.optim.SGD([{"params": [p]}, {"params": [q], "lr": 0.3}], lr=1.0)
+        schedule = _warmup_then_decay(lib)(opt, warmup=3)
+        seen = [schedule.get_last_lr()]
+        for _ in range(6):
+            schedule.step()
+            seen.append(schedule.get_last_lr() + [g["lr"] for g in opt.param_groups])
+        rates[lib] = seen
+    np.testing.assert_allclose(np.array(rates[rg][1:]), np.array(rates[torch][1:]), rtol=1e-12)
+    np.testing.assert_allclose(rates[rg][0], rates[torch][0], rtol=1e-12)
+    assert issubclass(rg.optim.lr_scheduler._LRScheduler, rg.optim.lr_scheduler.LRScheduler)
+
+
+def test_get_lr_giving_the_wrong_number_of_rates_is_refused_by_name():
+    class Bad(rg.optim.lr_scheduler.LRScheduler):
+        def get_lr(self):
+            return [0.1, 0.2]
+
+    opt = rg.optim.SGD([rg.nn.Parameter(rg.zeros(1))], lr=1.0)
+    with pytest.raises(rg.ShapeError, match=r"Bad\.get_lr returned 2"):
+        Bad(opt)
