@@ -25,9 +25,32 @@
   regularization (Adam at ``lr * ratio``, ``betas=(0 ** ratio, 0.99 ** ratio)``) and the EMA
   generator by ``par1[k].data.mul_(decay).add_(par2[k].data, alpha=1 - decay)``. The noise
   (``torch.randn``, ``randn_like`` and ``normal_``) is one seeded stream in both runs.
+- DLRM as facebookresearch/dlrm writes it (``dlrm_s_pytorch.py``'s ``DLRM_Net``,
+  ``LRPolicyScheduler``, ``dlrm_wrap``/``loss_fn_wrap`` and the training step;
+  ``dlrm_data_pytorch.py``'s ``generate_uniform_input_batch``/``generate_random_output_batch``),
+  small tables, in three configurations (dot interactions with learned per-sample weights and
+  BCE; with self-interactions, no weights and weighted BCE; ``cat`` interactions, fixed
+  weights, MSE and a clamped output): layer sizes by ``np.fromstring(..., dtype=int,
+  sep="-")``, ``LL.weight.data = torch.tensor(W, requires_grad=True)`` of NumPy draws,
+  ``nn.EmbeddingBag(n, m, mode="sum")`` called with offsets and ``per_sample_weights =
+  v_W_l[k].gather(0, indices)`` of an ``nn.ParameterList`` of ``Parameter(torch.ones(n))``,
+  offsets from ``torch.tensor`` of a list mixing ``int`` and ``np.int32``, the interactions
+  by ``torch.bmm(T, torch.transpose(T, 1, 2))`` indexed by ``Z[:, li, lj]`` from list
+  comprehensions, ``record_function`` blocks, ``dlrm.loss_ws[T.data.view(-1).long()]
+  .view_as(T)``, and the warm-up/decay schedule deriving from ``_LRScheduler`` with its own
+  ``get_lr`` reading ``self._step_count``.
+- DLinear and NLinear as cure-lab/LTSF-Linear writes them (``models/DLinear.py``,
+  ``models/NLinear.py``, ``Dataset_Custom.__getitem__``, ``utils/tools.py``'s
+  ``adjust_learning_rate`` and ``exp/exp_main.py``'s ``train``/``vali``), both ``individual``
+  settings: the moving average by ``x[:, 0:1, :].repeat(...)`` replicate padding and
+  ``nn.AvgPool1d``, ``series_decomp``, per-channel ``nn.Linear`` layers in an ``nn.ModuleList``
+  written into ``torch.zeros([...], dtype=...).to(device)`` by ``output[:, i, :] = ...``,
+  ``x[:, -1:, :].detach()`` normalization, a ``DataLoader`` collating NumPy windows (float64,
+  then ``.float()``), ``np.average`` of a list of 0-d tensors and ``'{0}'.format`` logs.
 
-The lines changed: the gradient lines only (``grads = loss.backward()``, ``optim.step(grads)``)
-and ``from torch import`` lines.
+The lines changed: the gradient lines (``grads = loss.backward()``, ``optim.step(grads)``),
+``from torch import`` lines, and DLRM's ``sparse=True`` (retrograd has no sparse gradients:
+the dense ones, which SGD steps to the same values).
 """
 
 from __future__ import annotations
@@ -1735,3 +1758,340 @@ class _nothing:  # noqa: N801
 
     def __exit__(self, *exc):
         return False
+
+
+# -- DLinear / NLinear ----------------------------------------------------------------------------
+LTSF_SOURCE = '''
+import time
+
+from torch.utils.data import DataLoader, Dataset
+
+
+# -- models/DLinear.py --
+class moving_avg(nn.Module):
+    """
+    Moving average block to highlight the trend of time series
+    """
+    def __init__(self, kernel_size, stride):
+        super(moving_avg, self).__init__()
+        self.kernel_size = kernel_size
+        self.avg = nn.AvgPool1d(kernel_size=kernel_size, stride=stride, padding=0)
+
+    def forward(self, x):
+        # padding on the both ends of time series
+        front = x[:, 0:1, :].repeat(1, (self.kernel_size - 1) // 2, 1)
+        end = x[:, -1:, :].repeat(1, (self.kernel_size - 1) // 2, 1)
+        x = torch.cat([front, x, end], dim=1)
+        x = self.avg(x.permute(0, 2, 1))
+        x = x.permute(0, 2, 1)
+        return x
+
+
+class series_decomp(nn.Module):
+    """
+    Series decomposition block
+    """
+    def __init__(self, kernel_size):
+        super(series_decomp, self).__init__()
+        self.moving_avg = moving_avg(kernel_size, stride=1)
+
+    def forward(self, x):
+        moving_mean = self.moving_avg(x)
+        res = x - moving_mean
+        return res, moving_mean
+
+
+class DLinear(nn.Module):
+    """
+    Decomposition-Linear
+    """
+    def __init__(self, configs):
+        super(DLinear, self).__init__()
+        self.seq_len = configs.seq_len
+        self.pred_len = configs.pred_len
+
+        # Decompsition Kernel Size
+        kernel_size = 25
+        self.decompsition = series_decomp(kernel_size)
+        self.individual = configs.individual
+        self.channels = configs.enc_in
+
+        if self.individual:
+            self.Linear_Seasonal = nn.ModuleList()
+            self.Linear_Trend = nn.ModuleList()
+
+            for i in range(self.channels):
+                self.Linear_Seasonal.append(nn.Linear(self.seq_len,self.pred_len))
+                self.Linear_Trend.append(nn.Linear(self.seq_len,self.pred_len))
+
+                # Use this two lines if you want to visualize the weights
+                # self.Linear_Seasonal[i].weight = nn.Parameter((1/self.seq_len)*torch.ones([self.pred_len,self.seq_len]))
+                # self.Linear_Trend[i].weight = nn.Parameter((1/self.seq_len)*torch.ones([self.pred_len,self.seq_len]))
+        else:
+            self.Linear_Seasonal = nn.Linear(self.seq_len,self.pred_len)
+            self.Linear_Trend = nn.Linear(self.seq_len,self.pred_len)
+
+            # Use this two lines if you want to visualize the weights
+            # self.Linear_Seasonal.weight = nn.Parameter((1/self.seq_len)*torch.ones([self.pred_len,self.seq_len]))
+            # self.Linear_Trend.weight = nn.Parameter((1/self.seq_len)*torch.ones([self.pred_len,self.seq_len]))
+
+    def forward(self, x):
+        # x: [Batch, Input length, Channel]
+        seasonal_init, trend_init = self.decompsition(x)
+        seasonal_init, trend_init = seasonal_init.permute(0,2,1), trend_init.permute(0,2,1)
+        if self.individual:
+            seasonal_output = torch.zeros([seasonal_init.size(0),seasonal_init.size(1),self.pred_len],dtype=seasonal_init.dtype).to(seasonal_init.device)
+            trend_output = torch.zeros([trend_init.size(0),trend_init.size(1),self.pred_len],dtype=trend_init.dtype).to(trend_init.device)
+            for i in range(self.channels):
+                seasonal_output[:,i,:] = self.Linear_Seasonal[i](seasonal_init[:,i,:])
+                trend_output[:,i,:] = self.Linear_Trend[i](trend_init[:,i,:])
+        else:
+            seasonal_output = self.Linear_Seasonal(seasonal_init)
+            trend_output = self.Linear_Trend(trend_init)
+
+        x = seasonal_output + trend_output
+        return x.permute(0,2,1) # to [Batch, Output length, Channel]
+
+
+# -- models/NLinear.py --
+class NLinear(nn.Module):
+    """
+    Normalization-Linear
+    """
+    def __init__(self, configs):
+        super(NLinear, self).__init__()
+        self.seq_len = configs.seq_len
+        self.pred_len = configs.pred_len
+
+        # Use this line if you want to visualize the weights
+        # self.Linear.weight = nn.Parameter((1/self.seq_len)*torch.ones([self.pred_len,self.seq_len]))
+        self.channels = configs.enc_in
+        self.individual = configs.individual
+        if self.individual:
+            self.Linear = nn.ModuleList()
+            for i in range(self.channels):
+                self.Linear.append(nn.Linear(self.seq_len,self.pred_len))
+        else:
+            self.Linear = nn.Linear(self.seq_len, self.pred_len)
+
+    def forward(self, x):
+        # x: [Batch, Input length, Channel]
+        seq_last = x[:,-1:,:].detach()
+        x = x - seq_last
+        if self.individual:
+            output = torch.zeros([x.size(0),self.pred_len,x.size(2)],dtype=x.dtype).to(x.device)
+            for i in range(self.channels):
+                output[:,:,i] = self.Linear[i](x[:,:,i])
+            x = output
+        else:
+            x = self.Linear(x.permute(0,2,1)).permute(0,2,1)
+        x = x + seq_last
+        return x # [Batch, Output length, Channel]
+
+
+# -- data_provider/data_loader.py (the windows of Dataset_Custom) --
+class Dataset_Custom(Dataset):
+    def __init__(self, data, size=None):
+        self.seq_len = size[0]
+        self.label_len = size[1]
+        self.pred_len = size[2]
+        self.data_x = data
+        self.data_y = data
+        self.data_stamp = np.arange(len(data))[:, None].astype(np.float32) / len(data)
+
+    def __getitem__(self, index):
+        s_begin = index
+        s_end = s_begin + self.seq_len
+        r_begin = s_end - self.label_len
+        r_end = r_begin + self.label_len + self.pred_len
+
+        seq_x = self.data_x[s_begin:s_end]
+        seq_y = self.data_y[r_begin:r_end]
+        seq_x_mark = self.data_stamp[s_begin:s_end]
+        seq_y_mark = self.data_stamp[r_begin:r_end]
+
+        return seq_x, seq_y, seq_x_mark, seq_y_mark
+
+    def __len__(self):
+        return len(self.data_x) - self.seq_len - self.pred_len + 1
+
+
+# -- utils/tools.py --
+def adjust_learning_rate(optimizer, epoch, args):
+    # lr = args.learning_rate * (0.2 ** (epoch // 2))
+    if args.lradj == 'type1':
+        lr_adjust = {epoch: args.learning_rate * (0.5 ** ((epoch - 1) // 1))}
+    elif args.lradj == 'type2':
+        lr_adjust = {
+            2: 5e-5, 4: 1e-5, 6: 5e-6, 8: 1e-6,
+            10: 5e-7, 15: 1e-7, 20: 5e-8
+        }
+    elif args.lradj == '3':
+        lr_adjust = {epoch: args.learning_rate if epoch < 10 else args.learning_rate*0.1}
+    if epoch in lr_adjust.keys():
+        lr = lr_adjust[epoch]
+        for param_group in optimizer.param_groups:
+            param_group['lr'] = lr
+        print('Updating learning rate to {}'.format(lr))
+
+
+# -- exp/exp_main.py (train, vali) --
+class Exp_Main:
+    def __init__(self, args):
+        self.args = args
+        self.device = torch.device('cpu')
+        model_dict = {
+            'DLinear': DLinear,
+            'NLinear': NLinear,
+        }
+        self.model = model_dict[self.args.model](self.args).float()
+
+    def vali(self, vali_data, vali_loader, criterion):
+        total_loss = []
+        self.model.eval()
+        with torch.no_grad():
+            for i, (batch_x, batch_y, batch_x_mark, batch_y_mark) in enumerate(vali_loader):
+                batch_x = batch_x.float().to(self.device)
+                batch_y = batch_y.float()
+
+                batch_x_mark = batch_x_mark.float().to(self.device)
+                batch_y_mark = batch_y_mark.float().to(self.device)
+
+                # decoder input
+                dec_inp = torch.zeros_like(batch_y[:, -self.args.pred_len:, :]).float()
+                dec_inp = torch.cat([batch_y[:, :self.args.label_len, :], dec_inp], dim=1).float().to(self.device)
+                # encoder - decoder
+                if 'Linear' in self.args.model:
+                    outputs = self.model(batch_x)
+                f_dim = -1 if self.args.features == 'MS' else 0
+                outputs = outputs[:, -self.args.pred_len:, f_dim:]
+                batch_y = batch_y[:, -self.args.pred_len:, f_dim:].to(self.device)
+
+                pred = outputs.detach().cpu()
+                true = batch_y.detach().cpu()
+
+                loss = criterion(pred, true)
+
+                total_loss.append(loss)
+        total_loss = np.average(total_loss)
+        self.model.train()
+        return total_loss
+
+    def train(self, train_data, train_loader, vali_data, vali_loader):
+        time_now = time.time()
+
+        train_steps = len(train_loader)
+
+        model_optim = optim.Adam(self.model.parameters(), lr=self.args.learning_rate)
+        criterion = nn.MSELoss()
+
+        for epoch in range(self.args.train_epochs):
+            iter_count = 0
+            train_loss = []
+
+            self.model.train()
+            epoch_time = time.time()
+            for i, (batch_x, batch_y, batch_x_mark, batch_y_mark) in enumerate(train_loader):
+                iter_count += 1
+                model_optim.zero_grad()
+                batch_x = batch_x.float().to(self.device)
+
+                batch_y = batch_y.float().to(self.device)
+                batch_x_mark = batch_x_mark.float().to(self.device)
+                batch_y_mark = batch_y_mark.float().to(self.device)
+
+                # decoder input
+                dec_inp = torch.zeros_like(batch_y[:, -self.args.pred_len:, :]).float()
+                dec_inp = torch.cat([batch_y[:, :self.args.label_len, :], dec_inp], dim=1).float().to(self.device)
+
+                # encoder - decoder
+                if 'Linear' in self.args.model:
+                    outputs = self.model(batch_x)
+                # print(outputs.shape,batch_y.shape)
+                f_dim = -1 if self.args.features == 'MS' else 0
+                outputs = outputs[:, -self.args.pred_len:, f_dim:]
+                batch_y = batch_y[:, -self.args.pred_len:, f_dim:].to(self.device)
+                loss = criterion(outputs, batch_y)
+                train_loss.append(loss.item())
+
+                loss.backward()
+                model_optim.step()
+
+            train_loss = np.average(train_loss)
+            vali_loss = self.vali(vali_data, vali_loader, criterion)
+
+            print("Epoch: {0}, Steps: {1} | Train Loss: {2:.7f} Vali Loss: {3:.7f}".format(
+                epoch + 1, train_steps, train_loss, vali_loss))
+            record.append([train_loss, float(vali_loss)])
+            record.append(params_of(self.model))
+
+            adjust_learning_rate(model_optim, epoch + 1, self.args)
+
+        return self.model
+
+
+exp = Exp_Main(args)
+initialize(exp.model)
+train_data = Dataset_Custom(series[:80], size=[args.seq_len, args.label_len, args.pred_len])
+vali_data = Dataset_Custom(series[60:], size=[args.seq_len, args.label_len, args.pred_len])
+train_loader = DataLoader(train_data, batch_size=args.batch_size, shuffle=False, num_workers=0, drop_last=True)
+vali_loader = DataLoader(vali_data, batch_size=args.batch_size, shuffle=False, num_workers=0, drop_last=False)
+exp.train(train_data, train_loader, vali_data, vali_loader)
+'''
+
+LTSF_STEPS = [
+    (
+        "                loss.backward()\n                model_optim.step()",
+        "                grads = loss.backward()\n                model_optim.step(grads)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "model, individual, features",
+    [
+        ("DLinear", True, "M"),
+        ("DLinear", False, "MS"),
+        ("NLinear", True, "M"),
+        ("NLinear", False, "M"),
+    ],
+)
+def test_ltsf_linear_models_train_as_torch(capsys, model, individual, features):
+    t = np.arange(100)[:, None]
+    series = (
+        np.sin(t / np.array([3.0, 5.0, 7.0])) + 0.01 * t
+    )  # [100, 3], float64 as pandas reads it
+
+    def args(lib):
+        return types.SimpleNamespace(
+            model=model, individual=individual, features=features, seq_len=24, label_len=6,
+            pred_len=8, enc_in=3, batch_size=8, learning_rate=0.01, train_epochs=3, lradj="type1",
+        )  # fmt: skip
+
+    states = []
+
+    def initialize(lib):
+        def load(module):
+            if lib is torch:
+                states.append(
+                    {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+                )
+            else:
+                module.load_state_dict(states[0])
+
+        return load
+
+    records, logs = _runs(
+        LTSF_SOURCE,
+        LTSF_STEPS,
+        capsys,
+        patch=lambda lib: _nothing(),
+        make_args=args,
+        make_initialize=initialize,
+        series=series,
+        params_of=params_of,
+    )
+    assert logs[0].count("Updating learning rate to") == 3
+    assert records[0][4][0] < records[0][0][0]
+    # the logs' losses to float32's rounding
+    assert_records_agree(records[1], records[0], rtol=2e-5, atol=1e-6)
