@@ -182,3 +182,18 @@ def test_get_lr_giving_the_wrong_number_of_rates_is_refused_by_name():
     opt = rg.optim.SGD([rg.nn.Parameter(rg.zeros(1))], lr=1.0)
     with pytest.raises(rg.ShapeError, match=r"Bad\.get_lr returned 2"):
         Bad(opt)
+
+
+# -- p.grad = None: refused at the line, the method kept ---------------------------------------
+def test_assigning_grad_is_refused_and_keeps_the_method():
+    p = rg.nn.Parameter(rg.ones(3))
+    with pytest.raises(rg.AutodiffError, match=r"grad_remove\(grads\)"):
+        p.grad = None  # torch's set-to-none idiom (pytorch_tabnet's _train_batch)
+    with pytest.raises(rg.AutodiffError, match="cannot be assigned"):
+        p.grad = rg.zeros(3)
+    grads = (p * p).sum().backward()
+    # the method survived: clip_grad_norm_ reads it
+    total = rg.nn.utils.clip_grad_norm_(grads, [p], 1.0)
+    np.testing.assert_allclose(float(total), math.sqrt(12.0), rtol=1e-6)
+    np.testing.assert_allclose(_np(p.grad(grads)), np.full(3, 2.0 / math.sqrt(12.0)), rtol=1e-5)
+    assert rg.Tensor.grad.__doc__.startswith("This tensor's gradient")
