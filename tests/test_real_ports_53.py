@@ -258,6 +258,7 @@ def test_graphsage_simple_trains_as_torch(capsys):
             else:
                 module.load_state_dict(states[0])
 
+        torch.manual_seed(0)  # torch's initial weights, whatever ran before
         text = SAGE_SOURCE if lib is torch else port(SAGE_SOURCE, SAGE_STEPS)
         text = text.replace("from torch.", f"from {lib.__name__}.")
         run_source(
