@@ -197,3 +197,44 @@ def test_assigning_grad_is_refused_and_keeps_the_method():
     np.testing.assert_allclose(float(total), math.sqrt(12.0), rtol=1e-6)
     np.testing.assert_allclose(_np(p.grad(grads)), np.full(3, 2.0 / math.sqrt(12.0)), rtol=1e-5)
     assert rg.Tensor.grad.__doc__.startswith("This tensor's gradient")
+
+
+# -- torch.linalg.tensorsolve / tensorinv -------------------------------------------------------
+def _value_and_grad(lib, fn, *arrays):
+    inputs = [lib.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(lib, *inputs)
+    weights = lib.tensor(np.linspace(-1.0, 1.0, int(np.prod(out.shape))).reshape(tuple(out.shape)))
+    loss = (out * weights).sum()
+    if lib is torch:
+        loss.backward()
+        return _np(out), [_np(t.grad) for t in inputs]
+    grads = loss.backward()
+    return _np(out), [_np(t.grad(grads)) for t in inputs]
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (lambda lib, a, b: lib.linalg.tensorsolve(a, b), [(6, 2, 3), (6,)]),
+        (lambda lib, a, b: lib.linalg.tensorsolve(a, b), [(2, 3, 6), (2, 3)]),
+        (lambda lib, a, b: lib.linalg.tensorsolve(a, b, dims=(0,)), [(3, 2, 3, 2), (2, 3)]),
+        (lambda lib, a: lib.linalg.tensorinv(a, ind=2), [(4, 6, 8, 3)]),
+        (lambda lib, a: lib.linalg.tensorinv(a, ind=1), [(6, 2, 3)]),
+    ],
+)
+def test_tensorsolve_and_tensorinv_agree_with_torch(fn, shapes):
+    rng = np.random.default_rng(len(shapes[0]) + shapes[0][0])
+    arrays = [rng.standard_normal(s) for s in shapes]
+    ours, theirs = _value_and_grad(rg, fn, *arrays), _value_and_grad(torch, fn, *arrays)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-9, atol=1e-10)
+    for mine, reference in zip(ours[1], theirs[1]):
+        np.testing.assert_allclose(mine, reference, rtol=1e-8, atol=1e-10)
+
+
+def test_tensorsolve_and_tensorinv_refuse_non_square_systems():
+    with pytest.raises(rg.ShapeError, match=r"tensorinv.*not square"):
+        rg.linalg.tensorinv(rg.zeros(2, 3, 4), ind=1)
+    with pytest.raises(rg.InvalidArgumentError, match="tensorinv"):
+        rg.linalg.tensorinv(rg.eye(2), ind=0)
+    with pytest.raises(rg.ShapeError, match="tensorsolve"):
+        rg.linalg.tensorsolve(rg.zeros(6, 2, 4), rg.zeros(6))
