@@ -238,3 +238,33 @@ def test_tensorsolve_and_tensorinv_refuse_non_square_systems():
         rg.linalg.tensorinv(rg.eye(2), ind=0)
     with pytest.raises(rg.ShapeError, match="tensorsolve"):
         rg.linalg.tensorsolve(rg.zeros(6, 2, 4), rg.zeros(6))
+
+
+# -- optim.SparseAdam on dense gradients --------------------------------------------------------
+def test_sparse_adam_steps_the_looked_up_rows_as_torchs_sparse_step():
+    rng = np.random.default_rng(10)
+    table = rng.standard_normal((7, 3)).astype(np.float32)
+    lookups = [[0, 2, 2, 5], [1, 2], [6, 0, 3]]
+    targets = [rng.standard_normal((len(i), 3)).astype(np.float32) for i in lookups]
+    tables = {}
+    for lib in (torch, rg):
+        embedding = lib.nn.Embedding(7, 3, sparse=lib is torch)  # sparse gradients: torch's
+        embedding.weight.data.copy_(lib.tensor(table))
+        optimizer = lib.optim.SparseAdam(list(embedding.parameters()), lr=0.1, betas=(0.8, 0.9))
+        seen = []
+        for index, target in zip(lookups, targets):
+            loss = ((embedding(lib.tensor(index)) - lib.tensor(target)) ** 2).sum()
+            if lib is torch:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            else:
+                optimizer.step(loss.backward())
+            seen.append(_np(embedding.weight).copy())
+        tables[lib] = seen
+    for mine, reference in zip(tables[rg], tables[torch]):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6)
+    # row 4 was never looked up: it has not moved
+    np.testing.assert_array_equal(tables[rg][-1][4], table[4])
+    with pytest.raises(rg.InvalidArgumentError, match="SparseAdam"):
+        rg.optim.SparseAdam([rg.nn.Parameter(rg.zeros(2))], lr=0.0)
