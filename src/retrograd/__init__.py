@@ -99,6 +99,8 @@ from .defaults import (
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
 from .linalg import lu_unpack  # torch.lu_unpack, top level in torch
+from .nn.functional import torch_forms as _torch_forms
+from .nn.functional.torch_forms import *  # noqa: F403 (torch.dropout, torch.embedding...)
 from .runtime_settings import (
     are_deterministic_algorithms_enabled,
     can_cast,
@@ -368,6 +370,11 @@ __all__ += [
     "view_as_real",
 ]
 __all__ += ["jit", "vmap", "xlogy"]
+# torch's top-level forms of functional operations (torch.conv2d, torch.pdist, torch.dropout)
+globals().update(
+    {_name: getattr(nn.functional, _name) for _name in _torch_forms.SAME_AS_FUNCTIONAL}
+)
+__all__ += [*_torch_forms.SAME_AS_FUNCTIONAL, *_torch_forms.__all__]
 # mixed precision, backend flags and process-wide settings (amp.py, backends.py,
 # runtime_settings.py)
 __all__ += [

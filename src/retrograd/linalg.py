@@ -66,6 +66,8 @@ __all__ = [
     "solve_triangular",
     "svd",
     "svdvals",
+    "tensorinv",
+    "tensorsolve",
     "vander",
     "vecdot",
     "vector_norm",
@@ -108,6 +110,54 @@ def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
             f"{matrices.shape[-2]} by {matrices.shape[-1]} matrices"
         )
     return matrices._apply("inverse", (matrices,))
+
+
+def tensorinv(A: Tensor, ind: int = 2, *, out: Any = None) -> Tensor:  # noqa: N803
+    """The tensor ``X`` of shape ``A.shape[ind:] + A.shape[:ind]`` with ``tensordot(A, X,
+    ind)`` the identity, as torch's: the inverse of ``A`` read as a square matrix of
+    ``prod(A.shape[:ind])`` rows."""
+    _no_out("linalg.tensorinv", out)
+    if not isinstance(A, Tensor):
+        raise DTypeError(f"linalg.tensorinv: expected a tensor, got {type(A).__name__}")
+    if isinstance(ind, bool) or not isinstance(ind, int) or ind <= 0:
+        raise InvalidArgumentError(
+            f"linalg.tensorinv: expected a strictly positive ind, got {ind!r}"
+        )
+    rows, columns = A.shape[:ind], A.shape[ind:]
+    if math.prod(rows) != math.prod(columns):
+        raise ShapeError(
+            f"linalg.tensorinv: A {shape_text(A.shape)} with ind={ind} is not square: "
+            f"prod{tuple(rows)} = {math.prod(rows)} rows and prod{tuple(columns)} = "
+            f"{math.prod(columns)} columns"
+        )
+    square = A.reshape(math.prod(rows), math.prod(columns))
+    return inv(square).reshape(tuple(columns) + tuple(rows))
+
+
+def tensorsolve(A: Tensor, B: Any, dims: Sequence[int] | None = None, *, out: Any = None) -> Tensor:  # noqa: N803
+    """``X`` with ``tensordot(A, X, X.ndim) == B``, as torch's: ``X`` has the shape
+    ``A.shape[B.ndim:]`` (after ``dims`` of ``A`` are moved to its end), ``A`` read as a
+    square matrix of ``B.numel()`` rows."""
+    _no_out("linalg.tensorsolve", out)
+    if not isinstance(A, Tensor):
+        raise DTypeError(f"linalg.tensorsolve: expected a tensor, got {type(A).__name__}")
+    rhs = lift(A, B, "linalg.tensorsolve")
+    system = A
+    if dims is not None:
+        moved = [normalize_dim("linalg.tensorsolve", d, A.ndim) for d in dims]
+        system = A.movedim(moved, list(range(A.ndim - len(moved), A.ndim)))
+    solution_shape = tuple(system.shape[rhs.ndim :])
+    if (
+        tuple(system.shape[: rhs.ndim]) != tuple(rhs.shape)
+        or math.prod(solution_shape) != rhs.numel()
+    ):
+        raise ShapeError(
+            f"linalg.tensorsolve: A {shape_text(system.shape)} and B {shape_text(rhs.shape)} "
+            "do not make a square system (A's leading dims must be B's, and the product of "
+            "the rest B's number of elements)"
+        )
+    square = system.reshape(rhs.numel(), math.prod(solution_shape))
+    return solve(square, rhs.reshape(-1)).reshape(solution_shape)
 
 
 def pinv(

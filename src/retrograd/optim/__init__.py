@@ -18,7 +18,7 @@ import inspect
 
 from ..errors import guard
 from . import lr_scheduler, swa_utils
-from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam
+from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam, SparseAdam
 from .classic import ASGD, Adafactor, Rprop
 from .clip import clip_grad_norm
 from .composite_schedules import ChainedScheduler, SequentialLR
@@ -69,6 +69,7 @@ __all__ = [
     "ReduceLROnPlateau",
     "Rprop",
     "SequentialLR",
+    "SparseAdam",
     "StepLR",
     "clip_grad_norm",
     "lr_scheduler",

@@ -1,4 +1,5 @@
-"""More of ``torch.optim``: ``Adadelta``, ``Adagrad``, ``Adamax``, ``NAdam``, ``RAdam``.
+"""More of ``torch.optim``: ``Adadelta``, ``Adagrad``, ``Adamax``, ``NAdam``, ``RAdam``,
+``SparseAdam``.
 
 Each update is torch's single-tensor algorithm, operation for operation (the order of the
 products and sums kept, so float64 results agree to rounding), written on tensors of the
@@ -17,7 +18,7 @@ from ..tensor import Tensor, full_like, stack, zeros_like
 from ..tensor.dtypes import default_float_dtype
 from .optimizers import Optimizer, State
 
-__all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam"]
+__all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "SparseAdam"]
 
 
 def _decayed(value: Tensor, grad: Tensor, weight_decay: float) -> Tensor:
@@ -204,6 +205,47 @@ class RAdam(Optimizer):
             adaptive = (bias_correction2**0.5) / (second.sqrt() + group["eps"])
             return value - corrected * lr * adaptive * rect, state
         return value - corrected * lr, state
+
+
+class SparseAdam(Optimizer):
+    """``torch.optim.SparseAdam`` on dense gradients (retrograd has no sparse ones: the
+    ``sparse=False`` embedding a port uses holds the same values). torch's step reads only the
+    rows of the gradient's sparse index (an embedding's looked-up rows): the rows of a dense
+    gradient holding a nonzero value stand for them (for a 1-d parameter, its elements), so a
+    looked-up row whose gradient is exactly 0 keeps its moments here where torch's would
+    decay them. Those rows take Adam's moments and ``p -= lr sqrt(1 - beta2^t) / (1 - beta1^t)
+    m / (sqrt(v) + eps)``, torch's form; the others are left as they are."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
+                 eps: float = 1e-8, maximize: bool = False):  # fmt: skip
+        if not float(lr) > 0.0:
+            raise InvalidArgumentError(f"SparseAdam: invalid learning rate: {lr!r}")
+        if not float(eps) > 0.0:
+            raise InvalidArgumentError(f"SparseAdam: invalid epsilon value: {eps!r}")
+        defaults = {"lr": lr, "betas": _check_betas("SparseAdam", betas), "eps": float(eps),
+                    "maximize": bool(maximize)}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
+        state = dict(state)
+        grad = _ascent(grad, group)
+        beta1, beta2 = group["betas"]
+        step = state["step"]
+        present = grad != 0
+        if grad.ndim > 1:  # whole rows, as the sparse index of an embedding's gradient
+            present = present.reshape(grad.shape[0], -1).any(1)
+            present = present.reshape((grad.shape[0],) + (1,) * (grad.ndim - 1))
+        first, second = state.get("exp_avg"), state.get("exp_avg_sq")
+        if first is None:
+            first, second = zeros_like(grad), zeros_like(grad)
+        first = first.where(present.logical_not(), first + (grad - first) * (1.0 - beta1))
+        second = second.where(
+            present.logical_not(), second + (grad * grad - second) * (1.0 - beta2)
+        )
+        state["exp_avg"], state["exp_avg_sq"] = first, second
+        step_size = group["lr"] * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+        moved = value - first / (second.sqrt() + group["eps"]) * step_size
+        return value.where(present.logical_not(), moved), state
 
 
 def _no_flags(name: str, flags: dict[str, Any]) -> bool:

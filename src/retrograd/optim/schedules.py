@@ -54,6 +54,12 @@ def _factor(op: str, fn: Any, epoch: int) -> Any:
     return factor
 
 
+def _steps_by_get_lr(schedule: Any) -> bool:
+    """Whether ``schedule`` is one of the user's, deriving from :class:`LRScheduler` (or
+    torch's older ``_LRScheduler``) with torch's ``get_lr`` (no schedule here defines one)."""
+    return callable(getattr(type(schedule), "get_lr", None))
+
+
 class LRScheduler:
     """Base class. Call :meth:`step` once per epoch (or per step, as you count ``T``), after
     ``optimizer.step``, as in PyTorch; ``last_epoch`` counts the calls."""
@@ -74,7 +80,7 @@ class LRScheduler:
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.base_lr = self.base_lrs[0]
         self.last_epoch = last_epoch
-        if last_epoch == -1 and self.chainable:
+        if last_epoch == -1 and self.chainable and not _steps_by_get_lr(self):
             # torch's first step is its recursive form, from each group's current rate: a
             # schedule made over an optimizer restored mid-run (resuming from a checkpoint)
             # keeps the restored rate rather than going back to ``initial_lr``
@@ -88,7 +94,26 @@ class LRScheduler:
         raise NotImplementedError
 
     def _apply(self, epoch: int) -> None:
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+        groups = self.optimizer.param_groups
+        if _steps_by_get_lr(self):
+            # torch's protocol for a schedule of one's own: ``get_lr()`` gives every group's
+            # rate at ``last_epoch``, asked once the step is counted (DLRM's reads
+            # ``self._step_count``), which :meth:`_record` then notes
+            counted = getattr(self, "_step_count", 0)
+            self._step_count = counted + 1
+            try:
+                rates = list(self.get_lr())
+            finally:
+                self._step_count = counted
+            if len(rates) != len(groups):
+                raise ShapeError(
+                    f"{type(self).__name__}.get_lr returned {len(rates)} learning rates for "
+                    f"{len(groups)} param_groups"
+                )
+            for group, rate in zip(groups, rates):
+                group["lr"] = rate
+            return
+        for group, base in zip(groups, self.base_lrs):
             group["lr"] = self.lr_at(epoch, base)
 
     def step(self, epoch: int | None = None) -> float:
@@ -145,6 +170,9 @@ class LRScheduler:
     def step_chained(self) -> None:
         """Advance one epoch, scaling each group's current learning rate as torch's recursive
         form does (the step ``ChainedScheduler`` takes)."""
+        if _steps_by_get_lr(self):  # a schedule of one's own steps by its get_lr, as torch's
+            self.step()
+            return
         self.last_epoch += 1
         for index, group in enumerate(self.optimizer.param_groups):
             group["lr"] = self.chained_lr(self.last_epoch, index, group["lr"])

@@ -91,6 +91,35 @@ def _wraps_a_primitive(args: tuple, kwargs: dict) -> bool:
     return len(args) >= 2 and isinstance(args[1], Backend)
 
 
+class _GradMethod:
+    """``Tensor.grad``: the method ``p.grad(grads)``, which an assignment does not replace.
+    torch's ``p.grad = None`` (or ``= tensor``) would otherwise hide the method behind an
+    instance attribute, and the next ``p.grad(grads)`` (``clip_grad_norm_``'s, an
+    optimizer's) fail far away as "'NoneType' object is not callable"; here it is refused at
+    the line, saying what takes its place."""
+
+    def __init__(self, method: Any):
+        self.method = method
+        self.__doc__ = method.__doc__
+        self.__name__ = method.__name__
+        self.__qualname__ = method.__qualname__
+
+    def __get__(self, tensor: Any, owner: Any = None) -> Any:
+        return self.method if tensor is None else self.method.__get__(tensor, owner)
+
+    def __set__(self, tensor: Any, value: Any) -> NoReturn:
+        raise AutodiffError(
+            f"{type(tensor).__name__}.grad cannot be assigned ({type(value).__name__} given): "
+            "retrograd keeps gradients in the Gradients value backward() returns, not on the "
+            "tensors, so there is nothing to clear before a backward (drop 'p.grad = None' "
+            "there, as zero_grad() would), and after one 'p.grad_remove(grads)' drops a "
+            "gradient and 'p.grad(grads)' reads it (in-place writes into it reach the step)"
+        )
+
+    def __delete__(self, tensor: Any) -> NoReturn:
+        self.__set__(tensor, None)
+
+
 class Tensor(
     ElementwiseMixin,
     SpecialMixin,
@@ -695,6 +724,8 @@ class Tensor(
         # value would stop an optimizer step from updating it in place (sole_reference)
         out._grad_sink = (grads, key)
         return out
+
+    grad = _GradMethod(grad)
 
     def _merged_grad(self, grads: Any, key: Any, value: Any) -> tuple[Any, Any]:
         """``(key, gradient)`` of a leaf that in-place writes (under no_grad, or through

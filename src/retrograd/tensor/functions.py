@@ -610,6 +610,10 @@ def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     return ((left + right) * spacing * 0.5).sum(dim)
 
 
+#: torch's older name of :func:`trapezoid` (``trapz(y, x)``, ``trapz(y, dx=...)``)
+trapz = trapezoid
+
+
 def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> Any:  # noqa: A002 (torch's name)
     """The index of the bucket of each value in the sorted 1-d ``boundaries``: the number of
     boundaries below it (``right=False``: ``boundaries[i-1] < v <= boundaries[i]``)."""
@@ -835,6 +839,7 @@ __all__ = sorted(
         "std_mean",
         "sum",
         "trapezoid",
+        "trapz",
         "bucketize",
         "unique",
         "var_mean",

@@ -422,6 +422,45 @@ class InplaceMixin:
             lambda t: -(1.0 - _random(t, "exponential_", generator=generator)).log() / lambd,
         )
 
+    def log_normal_(self, mean: float = 1.0, std: float = 2.0, *, generator: Any = None) -> Any:
+        """``exp`` of normal draws of ``mean`` and ``std`` (torch's: the parameters are the
+        underlying normal's)."""
+        _real("log_normal_", "mean", mean)
+        if not _real("log_normal_", "std", std) > 0.0:  # NaN too
+            raise InvalidArgumentError(f"log_normal_: expects std > 0.0, but found std={std!r}")
+        return self._update(
+            "log_normal_",
+            lambda t: (_random(t, "log_normal_", "normal", generator=generator) * std + mean).exp(),
+        )
+
+    def cauchy_(self, median: float = 0.0, sigma: float = 1.0, *, generator: Any = None) -> Any:
+        """Cauchy draws ``median + sigma * tan(pi * (u - 1/2))`` of uniform ``u``."""
+        _real("cauchy_", "median", median)
+        if not _real("cauchy_", "sigma", sigma) > 0.0:  # NaN too
+            raise InvalidArgumentError(f"cauchy_: expects sigma > 0.0, but found sigma={sigma!r}")
+        return self._update(
+            "cauchy_",
+            lambda t: (
+                ((_random(t, "cauchy_", generator=generator) - 0.5) * math.pi).tan() * sigma
+                + median
+            ),
+        )
+
+    def geometric_(self, p: float, *, generator: Any = None) -> Any:
+        """The number of Bernoulli(``p``) trials up to the first success (1, 2, ...):
+        ``ceil(log(1 - u) / log(1 - p))`` of uniform ``u``, as torch's."""
+        probability = _real("geometric_", "p", p)
+        if not 0.0 < probability < 1.0:  # NaN too; torch refuses p = 1 as well
+            raise InvalidArgumentError(f"geometric_: p must be in (0, 1), got p={p!r}")
+
+        def draw(t: Any) -> Any:
+            uniform = _random(t, "geometric_", dtype="float64", generator=generator)
+            trials = ((1.0 - uniform).log() / math.log1p(-probability)).ceil()
+            # (u == 0 would give 0 trials); counts, so an integer tensor takes them too
+            return trials.clamp(min=1.0).cast(t.dtype)
+
+        return self._update("geometric_", draw)
+
     def random_(self, *args: Any, generator: Any = None) -> Any:
         """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``);
         without arguments from ``[0, 2**24]`` for float32 and ``[0, 2**53]`` for float64."""

@@ -105,10 +105,15 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         state = self.__dict__
         if "_parameters" not in state:
-            raise AttributeError(
-                f"cannot assign {name!r} before Module.__init__() call in "
-                f"{type(self).__name__}.__init__"
-            )
+            # torch's: a plain attribute may be set before ``super().__init__()`` (rosinality's
+            # ``ConvLayer(nn.Sequential)`` sets ``self.padding`` first), a registered kind not
+            if isinstance(value, Parameter | Buffer | Module):
+                raise AttributeError(
+                    f"cannot assign {name!r} before Module.__init__() call in "
+                    f"{type(self).__name__}.__init__"
+                )
+            object.__setattr__(self, name, value)
+            return
         params, buffers, modules = state["_parameters"], state["_buffers"], state["_modules"]
         # A name re-assigned keeps its place in its registry (torch's): ``children()``,
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
