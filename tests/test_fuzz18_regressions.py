@@ -1,0 +1,29 @@
+"""Regressions found by fuzzing round 18 (``tests/fuzz18_cases.py``), each checked against
+torch 2.13 or the arithmetic it states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+torch = pytest.importorskip("torch")
+
+
+def test_max_pool_window_over_padding_alone_points_into_the_input():
+    # width 1, padding 1, dilation 2: every window's columns are -1 and 1 (kernel 3: -1, 1,
+    # 3), padding alone. The NumPy path's fast branch took the padding's position for the
+    # index (-2 for the first window), which max_unpool then refused.
+    x = np.arange(7.0).reshape(1, 1, 7, 1)
+    args = dict(kernel_size=3, stride=3, padding=1, dilation=2, ceil_mode=True)
+    want = torch.nn.functional.max_pool2d(torch.tensor(x), **args)
+    xt = rg.tensor(x, requires_grad=True)
+    y, i = rg.nn.functional.max_pool2d(xt, return_indices=True, **args)
+    np.testing.assert_array_equal(y.numpy(), want.numpy())  # -inf: padding alone
+    assert ((i.numpy() >= 0) & (i.numpy() < 7)).all(), i.numpy()
+    u = rg.nn.functional.max_unpool2d(y, i, 3, stride=3, padding=1, output_size=(7, 1))
+    assert u.shape == (1, 1, 7, 1) and int(np.isneginf(u.numpy()).sum()) == 3
+    # the gradient of every window goes into a cell of the input
+    (g,) = rg.autograd.grad(y.sum(), [xt])
+    assert g.numpy().sum() == 3.0
