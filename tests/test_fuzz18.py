@@ -21,9 +21,11 @@ pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 DRAWS = {
-    "conv": 60,
-    "pool": 80,
-    "resample": 80,
+    "conv": 150,
+    "losses": 120,
+    "norm": 50,
+    "pool": 150,
+    "resample": 150,
 }
 
 
