@@ -27,3 +27,19 @@ def test_max_pool_window_over_padding_alone_points_into_the_input():
     # the gradient of every window goes into a cell of the input
     (g,) = rg.autograd.grad(y.sum(), [xt])
     assert g.numpy().sum() == 3.0
+
+
+@pytest.mark.parametrize("return_indices", [False, True])
+def test_adaptive_max_pool_of_an_empty_batch(return_indices):
+    # with return_indices, each window was reshaped to [N, C, -1], which an empty batch
+    # cannot infer: a ShapeError where torch returns empty results
+    x = np.zeros((0, 2, 7, 3))
+    want = torch.nn.functional.adaptive_max_pool2d(torch.tensor(x), (None, 2), return_indices)
+    got = rg.nn.functional.adaptive_max_pool2d(rg.tensor(x), (None, 2), return_indices)
+    want = want if return_indices else (want,)
+    got = got if return_indices else (got,)
+    for g, w in zip(got, want):
+        assert tuple(g.shape) == tuple(w.shape) == (0, 2, 7, 2)
+        assert str(g.dtype).split(".")[-1] == str(w.dtype).split(".")[-1]
+    y = rg.nn.functional.adaptive_max_pool1d(rg.tensor(np.zeros((0, 2, 4))), 3, True)
+    assert tuple(y[0].shape) == tuple(y[1].shape) == (0, 2, 3)

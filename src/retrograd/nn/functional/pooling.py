@@ -329,7 +329,7 @@ def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tens
             window = window.narrow(2 + axis, begin, end - begin)
             starts.append(begin)
             spans.append(end - begin)
-        value, rest = window.reshape((n, c, -1)).max_dim_with_indices(2)
+        value, rest = window.reshape((n, c, math.prod(spans))).max_dim_with_indices(2)
         index = None
         for axis in reversed(range(len(spans))):  # the window's flat index, last dim first
             term = (rest % spans[axis] + starts[axis]) * strides[axis]
