@@ -43,3 +43,15 @@ def test_adaptive_max_pool_of_an_empty_batch(return_indices):
         assert str(g.dtype).split(".")[-1] == str(w.dtype).split(".")[-1]
     y = rg.nn.functional.adaptive_max_pool1d(rg.tensor(np.zeros((0, 2, 4))), 3, True)
     assert tuple(y[0].shape) == tuple(y[1].shape) == (0, 2, 3)
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 1, 1), (0, 3, 1)])
+def test_instance_norm_of_an_empty_batch_still_checks_its_spatial_size(shape):
+    # one spatial element per channel cannot be normalized when training: torch refuses it
+    # whatever the batch; an empty batch returned an empty result
+    with pytest.raises(ValueError, match="spatial element"):
+        torch.nn.functional.instance_norm(torch.zeros(shape))
+    with pytest.raises(rg.RetrogradError, match="instance_norm.*spatial element"):
+        rg.nn.functional.instance_norm(rg.zeros(shape))
+    with pytest.raises(rg.RetrogradError, match="spatial element"):
+        getattr(rg.nn, f"InstanceNorm{len(shape) - 2}d")(shape[1])(rg.zeros(shape))
