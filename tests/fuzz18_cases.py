@@ -201,6 +201,7 @@ def _pool(rng):
             dil = 1
         indices = bool(c(False, True))
         unpool = indices and rng.random() < 0.6
+        with_size = bool(c(False, True))  # max_unpool's output_size: the input's
         args = dict(stride=stride, padding=pad, dilation=dil, ceil_mode=ceil)
 
         def op(lib, x):
@@ -211,10 +212,11 @@ def _pool(rng):
             y, i = out
             if not unpool:
                 return [y, i]
-            u = getattr(nnf, f"max_unpool{dim}d")(y, i, k, stride=stride, padding=pad)
+            size = x.shape[-dim:] if with_size else None
+            u = getattr(nnf, f"max_unpool{dim}d")(y, i, k, stride, pad, output_size=size)
             return [y, i, u]
 
-        name = f"max_pool{dim}d k={k} {args} indices={indices} unpool={unpool}"
+        name = f"max_pool{dim}d k={k} {args} indices={indices} unpool={unpool}/{with_size}"
     elif kind == "avg":
         cip = bool(c(True, False))
         div = c(None, None, 1, 2, 3)
@@ -287,7 +289,22 @@ def _interpolate(rng, c):
     # (antialias=True is refused with an InvalidArgumentError: not drawn)
     if rng.random() < 0.05:  # both or neither: torch refuses
         args["size"], args["scale_factor"] = 2, 2.0
-    return f"interpolate {args}", shape, lambda lib, x: lib.nn.functional.interpolate(x, **args)
+    if rng.random() < 0.08:  # an input of another rank than the mode's (torch refuses most)
+        shape = shape[:-1] if rng.random() < 0.5 else shape + (2,)
+    module = rng.random() < 0.25
+
+    def op(lib, x):
+        if not module:
+            return lib.nn.functional.interpolate(x, **args)
+        if mode == "nearest" and dim == 2 and "size" in args and rng_alias:
+            return lib.nn.UpsamplingNearest2d(size=args["size"])(x)
+        if mode == "bilinear" and "scale_factor" in args and rng_alias:
+            return lib.nn.UpsamplingBilinear2d(scale_factor=args["scale_factor"])(x)
+        kw = {k: v for k, v in args.items() if k != "antialias"}
+        return lib.nn.Upsample(**kw)(x)
+
+    rng_alias = bool(rng.random() < 0.5)
+    return f"interpolate {args} module={module} alias={rng_alias}", shape, op
 
 
 def _grid_sample(rng, c):
