@@ -55,3 +55,19 @@ def test_instance_norm_of_an_empty_batch_still_checks_its_spatial_size(shape):
         rg.nn.functional.instance_norm(rg.zeros(shape))
     with pytest.raises(rg.RetrogradError, match="spatial element"):
         getattr(rg.nn, f"InstanceNorm{len(shape) - 2}d")(shape[1])(rg.zeros(shape))
+
+
+@pytest.mark.parametrize(
+    ("shape", "size"), [((1, 2, 3, 3), (2,)), ((1, 2, 3, 3), [2]), ((1, 2, 3, 3), (2, 2, 2))]
+)
+def test_interpolate_refuses_a_size_of_another_length_than_the_spatial_dims(shape, size):
+    # a one-entry size was repeated over every spatial dimension; torch refuses it
+    with pytest.raises(ValueError, match="spatial dimensions"):
+        torch.nn.functional.interpolate(torch.zeros(shape), size=size)
+    with pytest.raises(rg.ShapeError, match="interpolate.*size"):
+        rg.nn.functional.interpolate(rg.zeros(shape), size=size)
+    with pytest.raises(rg.ShapeError, match="interpolate.*size"):
+        rg.nn.Upsample(size=size)(rg.zeros(shape))
+    # (one entry for one spatial dimension, and an int for any number: as torch)
+    assert rg.nn.functional.interpolate(rg.zeros((1, 2, 3)), size=(2,)).shape == (1, 2, 2)
+    assert rg.nn.functional.interpolate(rg.zeros(shape), size=2).shape == (1, 2, 2, 2)

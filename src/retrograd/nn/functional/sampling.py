@@ -88,6 +88,11 @@ def interpolate(
         raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
     in_size = x.shape[2:]
     if size is not None:
+        if isinstance(size, Sequence) and len(size) != spatial:  # (torch: no broadcast)
+            raise ShapeError(
+                f"{fn}: size must be an int or one int per spatial dimension ({spatial}), "
+                f"got {size!r} for input {shape_text(x.shape)}"
+            )
         out_size = _ints(fn, "size", size, spatial, 1)
         scales = (None,) * spatial
     else:
