@@ -64,9 +64,9 @@ def test_interpolate_refuses_a_size_of_another_length_than_the_spatial_dims(shap
     # a one-entry size was repeated over every spatial dimension; torch refuses it
     with pytest.raises(ValueError, match="spatial dimensions"):
         torch.nn.functional.interpolate(torch.zeros(shape), size=size)
-    with pytest.raises(rg.ShapeError, match="interpolate.*size"):
+    with pytest.raises(rg.ShapeError, match=r"interpolate.*size"):
         rg.nn.functional.interpolate(rg.zeros(shape), size=size)
-    with pytest.raises(rg.ShapeError, match="interpolate.*size"):
+    with pytest.raises(rg.ShapeError, match=r"interpolate.*size"):
         rg.nn.Upsample(size=size)(rg.zeros(shape))
     # (one entry for one spatial dimension, and an int for any number: as torch)
     assert rg.nn.functional.interpolate(rg.zeros((1, 2, 3)), size=(2,)).shape == (1, 2, 2)
