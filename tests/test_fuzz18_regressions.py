@@ -71,3 +71,39 @@ def test_interpolate_refuses_a_size_of_another_length_than_the_spatial_dims(shap
     # (one entry for one spatial dimension, and an int for any number: as torch)
     assert rg.nn.functional.interpolate(rg.zeros((1, 2, 3)), size=(2,)).shape == (1, 2, 2)
     assert rg.nn.functional.interpolate(rg.zeros(shape), size=2).shape == (1, 2, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib: lib.nn.functional.unfold(lib.zeros((1, 1, 4, 4)), (2,)),
+        lambda lib: lib.nn.functional.unfold(lib.zeros((1, 1, 4, 4)), 2, stride=(1,)),
+        lambda lib: lib.nn.functional.unfold(lib.zeros((1, 1, 4, 4)), 2, padding=(1,)),
+        lambda lib: lib.nn.functional.unfold(lib.zeros((1, 1, 4, 4)), 2, dilation=(1,)),
+        lambda lib: lib.nn.functional.fold(lib.zeros((1, 4, 9)), (4,), 2),
+        lambda lib: lib.nn.functional.fold(lib.zeros((1, 4, 9)), 4, (2,)),
+        lambda lib: lib.nn.functional.adaptive_avg_pool2d(lib.zeros((1, 1, 4, 4)), (2,)),
+        lambda lib: lib.nn.functional.adaptive_avg_pool3d(lib.zeros((1, 1, 4, 4, 4)), (2,)),
+        lambda lib: lib.nn.AdaptiveAvgPool2d((2,))(lib.zeros((1, 1, 4, 4))),
+    ],
+)
+def test_one_entry_tuples_are_not_repeated_where_torch_refuses_them(call):
+    # unfold/fold's arguments and the adaptive average pools' output_size repeated a
+    # one-entry tuple over every dimension; torch refuses it there (the convolutions and
+    # the other pools repeat it, as torch's do)
+    with pytest.raises(RuntimeError):
+        call(torch)
+    with pytest.raises(rg.ShapeError):
+        call(rg)
+
+
+def test_one_entry_tuples_still_repeat_where_torch_repeats_them():
+    for lib in (torch, rg):
+        assert tuple(lib.nn.functional.adaptive_avg_pool1d(lib.zeros((1, 1, 4)), (2,)).shape) == (
+            1,
+            1,
+            2,
+        )
+        x = lib.zeros((1, 1, 4, 4))
+        assert tuple(lib.nn.functional.max_pool2d(x, (2,)).shape) == (1, 1, 2, 2)
+        assert tuple(lib.nn.functional.avg_pool2d(x, (2,)).shape) == (1, 1, 2, 2)

@@ -205,9 +205,7 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     output_size = tuple(output_size)
-    if len(output_size) == 1:
-        output_size *= spatial
-    if len(output_size) != spatial:
+    if len(output_size) != spatial:  # (a one-entry tuple too, as torch: no repeat)
         raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
     # None keeps the input's size, as in PyTorch.
     sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
