@@ -36,8 +36,8 @@ from fuzz_cases import Mismatch
 __all__ = ["GENERATORS", "check"]
 
 #: Left out of the draws (known differences, not defects fixed here):
-#: - retrograd refuses integer and bool inputs to the pools with a DTypeError (float input
-#:   only); torch computes max/avg/lp pools of int64;
+#: - retrograd refuses integer and bool inputs to the pools and to interpolate with a
+#:   DTypeError (float input only); torch computes max/avg/lp pools and some resizes of int64;
 #: - ``interpolate(antialias=True)``, ``grid_sample`` of 5-d inputs and its ``'bicubic'``
 #:   mode are refused with a named error;
 #: - an ``output_padding`` of ``max(stride, dilation)`` or more is accepted (as Burn);
@@ -63,9 +63,12 @@ def gen(name):
 
 
 def _per_dim(rng, dim, *values):
-    """One value or a tuple of ``dim`` of them."""
+    """One value or a tuple of ``dim`` of them (or of one: torch repeats it in some ops,
+    refuses it in others)."""
     if rng.random() < 0.5:
         return _pick(rng, *values)
+    if rng.random() < 0.1:
+        return (_pick(rng, *values),)
     return tuple(_pick(rng, *values) for _ in range(dim))
 
 
@@ -141,6 +144,11 @@ def _conv(rng):
             pad = tuple(int(c(0, 1, 2)) for _ in range(dim))
         args = dict(stride=stride, padding=pad, dilation=dilation, groups=groups, bias=bias)
         args["padding_mode"] = c("zeros", "reflect", "replicate", "circular")
+        # torch's module zips a one-entry dilation with the kernel size when it pads 'same'
+        # with a mode: one dimension padded, the wrong one (a torch bug, kept out)
+        one = isinstance(dilation, tuple) and len(dilation) == 1
+        if pad == "same" and args["padding_mode"] != "zeros" and one:
+            args["dilation"] = dilation = dilation * dim
         build = lambda nn: getattr(nn, f"Conv{dim}d")(cin, cout, k, **args)  # noqa: E731
     batched = rng.random() < 0.8
     spatial = tuple(int(c(1, 2, 3, 5)) for _ in range(dim))
@@ -213,7 +221,10 @@ def _pool(rng):
             if not unpool:
                 return [y, i]
             size = x.shape[-dim:] if with_size else None
-            u = getattr(nnf, f"max_unpool{dim}d")(y, i, k, stride, pad, output_size=size)
+            # (torch's max_unpool indexes a one-entry stride or padding by dimension: an
+            # IndexError, a torch bug; given one entry per dimension here)
+            full = [v * dim if isinstance(v, tuple) and len(v) == 1 else v for v in (stride, pad)]
+            u = getattr(nnf, f"max_unpool{dim}d")(y, i, k, *full, output_size=size)
             return [y, i, u]
 
         name = f"max_pool{dim}d k={k} {args} indices={indices} unpool={unpool}/{with_size}"
@@ -378,7 +389,7 @@ def _fold(rng, c):
         return f"unfold {args}", shape, lambda lib, x: lib.nn.functional.unfold(x, **args)
 
     def pair(v):
-        return v if isinstance(v, tuple) else (v, v)
+        return (v * 2 if len(v) == 1 else v) if isinstance(v, tuple) else (v, v)
 
     kk, dd, pp, ss = pair(k), pair(d), pair(p), pair(s)
     blocks = 1
@@ -428,6 +439,8 @@ def _resample(rng):
     xa = rng.standard_normal(shape)
     weight = _weight_fn(rng)
     dtype = _dtype(rng)
+    if kind in ("interpolate", "grid_sample") and not dtype.startswith("float"):
+        dtype = "float64"  # (integer resampling is refused: above)
 
     def body(lib):
         x = _input(lib, xa, dtype)

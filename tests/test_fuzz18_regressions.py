@@ -107,3 +107,20 @@ def test_one_entry_tuples_still_repeat_where_torch_repeats_them():
         x = lib.zeros((1, 1, 4, 4))
         assert tuple(lib.nn.functional.max_pool2d(x, (2,)).shape) == (1, 1, 2, 2)
         assert tuple(lib.nn.functional.avg_pool2d(x, (2,)).shape) == (1, 1, 2, 2)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv_same_padding_with_a_mode_and_a_one_entry_dilation(mode):
+    # Conv3d(padding='same', dilation=(1,), padding_mode=mode) zipped the one-entry dilation
+    # with the kernel size: only the last dimension was padded, the output not 'same'.
+    # (torch's module has the same fault, padding the first dimension: the reference is
+    # torch's module with dilation=1, which means the same)
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 3, 5))
+    torch.manual_seed(0)
+    want_m = torch.nn.Conv3d(2, 1, 2, padding="same", dilation=1, padding_mode=mode).double()
+    m = rg.nn.Conv3d(2, 1, 2, padding="same", dilation=(1,), padding_mode=mode)
+    m.load_state_dict({k: rg.tensor(v.detach().numpy()) for k, v in want_m.state_dict().items()})
+    got = m(rg.tensor(x))
+    want = want_m(torch.tensor(x)).detach().numpy()
+    assert got.shape == want.shape == (1, 1, 5, 3, 5)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
