@@ -221,10 +221,13 @@ def _pool(rng):
             if not unpool:
                 return [y, i]
             size = x.shape[-dim:] if with_size else None
-            # (torch's max_unpool indexes a one-entry stride or padding by dimension: an
-            # IndexError, a torch bug; given one entry per dimension here)
-            full = [v * dim if isinstance(v, tuple) and len(v) == 1 else v for v in (stride, pad)]
-            u = getattr(nnf, f"max_unpool{dim}d")(y, i, k, *full, output_size=size)
+            # (torch's max_unpool indexes a one-entry kernel, stride or padding by
+            # dimension: an IndexError or a refused output_size, a torch bug; given one
+            # entry per dimension here)
+            full = [
+                v * dim if isinstance(v, tuple) and len(v) == 1 else v for v in (k, stride, pad)
+            ]
+            u = getattr(nnf, f"max_unpool{dim}d")(y, i, *full, output_size=size)
             return [y, i, u]
 
         name = f"max_pool{dim}d k={k} {args} indices={indices} unpool={unpool}/{with_size}"

@@ -21,11 +21,11 @@ pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 DRAWS = {
-    "conv": 150,
-    "losses": 120,
+    "conv": 120,
+    "losses": 100,
     "norm": 50,
-    "pool": 150,
-    "resample": 150,
+    "pool": 120,
+    "resample": 120,
 }
 
 
