@@ -134,8 +134,10 @@ def _conv(rng):
         args = dict(stride=stride, padding=pad, dilation=dilation, groups=groups, bias=bias)
         # (an output_padding of max(stride, dilation) or more is accepted on purpose, as Burn
         # does: functional/conv.py; torch refuses it. Left out of the draws.)
-        strides = stride if isinstance(stride, tuple) else (stride,) * dim
-        dils = dilation if isinstance(dilation, tuple) else (dilation,) * dim
+        strides, dils = (
+            (v * dim if len(v) == 1 else v) if isinstance(v, tuple) else (v,) * dim
+            for v in (stride, dilation)
+        )
         args["output_padding"] = tuple(int(rng.integers(max(s, d))) for s, d in zip(strides, dils))
         build = lambda nn: getattr(nn, f"ConvTranspose{dim}d")(cin, cout, k, **args)  # noqa: E731
     else:
