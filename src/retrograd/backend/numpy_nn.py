@@ -188,6 +188,17 @@ def _first_real_cells(spatial, out_size, stride, padding, dilation, places):
     return first_real
 
 
+def _every_window_real(spatial, out_size, kernel_size, stride, padding, dilation):
+    """Whether every pooling window holds at least one cell of the input (not padding
+    alone), along every axis."""
+    for length, o, k, s, p, d in zip(spatial, out_size, kernel_size, stride, padding, dilation):
+        starts = np.arange(o) * s - p
+        first = np.where(starts < 0, starts - (starts // d) * d, starts)
+        if np.any((first >= length) | (first > starts + d * (k - 1))):
+            return False
+    return True
+
+
 #: Max pools of this many input (gradient: output) elements or more run compiled
 #: (:mod:`.compiled_pool`); smaller ones stay NumPy's, so that a small model never loads Numba.
 COMPILED_POOL_MIN_SIZE = 1 << 16
@@ -484,7 +495,11 @@ class NumpyNNKernels(NumpyConvKernels):
             dtype=np.int64,
         )
         lowest = np.min(x) if x.size else np.inf
-        if not lowest > -np.inf:  # NaN or -inf in the input: the careful, slower path
+        # NaN or -inf in the input, or a window over padding alone (dilation, ceil_mode),
+        # whose -inf maximum must point at a real cell: the careful, slower path
+        if not lowest > -np.inf or not _every_window_real(
+            spatial, out_size, kernel_size, stride, padding, dilation
+        ):
             first_real = _first_real_cells(spatial, out_size, stride, padding, dilation, places)
             return _max_pool_masked(
                 cells, window_start, displacements, first_real, bool(np.isnan(lowest))

@@ -309,16 +309,16 @@ def instance_norm(
     channels = x.shape[1]
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
+    count = math.prod(x.shape[2:])
+    if use_input_stats and count == 1:  # (as torch, whatever the batch: an empty one too)
+        raise InvalidArgumentError(
+            f"{fn}: expected more than 1 spatial element per channel when training, got "
+            f"input {shape_text(x.shape)}"
+        )
     if use_input_stats and not x.numel():  # as torch: empty in, empty out, no statistics
         return _affine_only(fn, x, weight, bias, channels)
     if use_input_stats:
         dims = tuple(range(2, x.ndim))
-        count = x.numel() // (x.shape[0] * channels)
-        if count <= 1:
-            raise InvalidArgumentError(
-                f"{fn}: expected more than 1 spatial element per channel when training, got "
-                f"input {shape_text(x.shape)}"
-            )
         mean = _mean_over(fn, x, dims)
         centered = x - mean
         variance = _mean_over(fn, centered.square(), dims)

@@ -205,9 +205,7 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     output_size = tuple(output_size)
-    if len(output_size) == 1:
-        output_size *= spatial
-    if len(output_size) != spatial:
+    if len(output_size) != spatial:  # (a one-entry tuple too, as torch: no repeat)
         raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
     # None keeps the input's size, as in PyTorch.
     sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
@@ -329,7 +327,7 @@ def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tens
             window = window.narrow(2 + axis, begin, end - begin)
             starts.append(begin)
             spans.append(end - begin)
-        value, rest = window.reshape((n, c, -1)).max_dim_with_indices(2)
+        value, rest = window.reshape((n, c, math.prod(spans))).max_dim_with_indices(2)
         index = None
         for axis in reversed(range(len(spans))):  # the window's flat index, last dim first
             term = (rest % spans[axis] + starts[axis]) * strides[axis]

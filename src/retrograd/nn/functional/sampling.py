@@ -88,6 +88,11 @@ def interpolate(
         raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
     in_size = x.shape[2:]
     if size is not None:
+        if isinstance(size, Sequence) and len(size) != spatial:  # (torch: no broadcast)
+            raise ShapeError(
+                f"{fn}: size must be an int or one int per spatial dimension ({spatial}), "
+                f"got {size!r} for input {shape_text(x.shape)}"
+            )
         out_size = _ints(fn, "size", size, spatial, 1)
         scales = (None,) * spatial
     else:
@@ -264,12 +269,19 @@ def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
     return out.reshape(lead + (c * r * r, h // r, w // r))
 
 
+def _pair(fn: str, name: str, value: Any, minimum: int) -> tuple[int, int]:
+    """An int, or exactly two (torch's ``unfold``/``fold`` repeat no one-entry tuple)."""
+    if isinstance(value, Sequence) and len(value) != 2:
+        raise ShapeError(f"{fn}: {name} must be an int or a tuple of 2 ints, got {value!r}")
+    return _ints(fn, name, value, 2, minimum)
+
+
 def _unfold_args(fn: str, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> tuple:
     return (
-        _ints(fn, "kernel_size", kernel_size, 2, 1),
-        _ints(fn, "dilation", dilation, 2, 1),
-        _ints(fn, "padding", padding, 2, 0),
-        _ints(fn, "stride", stride, 2, 1),
+        _pair(fn, "kernel_size", kernel_size, 1),
+        _pair(fn, "dilation", dilation, 1),
+        _pair(fn, "padding", padding, 0),
+        _pair(fn, "stride", stride, 1),
     )
 
 
@@ -324,7 +336,7 @@ def fold(
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _unfold_args(
         fn, kernel_size, dilation, padding, stride
     )
-    height, width = _ints(fn, "output_size", output_size, 2, 1)
+    height, width = _pair(fn, "output_size", output_size, 1)
     cols = input
     squeeze = cols.ndim == 2
     if squeeze:

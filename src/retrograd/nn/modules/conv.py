@@ -129,7 +129,13 @@ class _Convolution(_ConvNd):
                 # the odd one at the end (any other string, or 'same' with a stride, is
                 # refused by the convolution itself, as torch refuses it)
                 amounts = []
-                for d, k in reversed(list(zip(self.dilation, self.kernel_size))):
+                # (a one-entry dilation or kernel size holds for every dimension, as in the
+                # convolution itself)
+                n = self.spatial
+                dilation, kernel = (
+                    t * n if len(t) == 1 else t for t in (self.dilation, self.kernel_size)
+                )
+                for d, k in reversed(list(zip(dilation, kernel))):
                     total = d * (k - 1) if padding == "same" else 0
                     amounts += [total // 2, total - total // 2]
             else:
