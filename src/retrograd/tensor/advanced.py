@@ -193,18 +193,30 @@ def _plan(y: Any, advanced: list[tuple[int, Any]]) -> tuple[Any, Any, tuple, tup
 
 
 def _check(index: Any, size: int, dim: int, shape: tuple[int, ...]) -> None:
-    """Indices must lie in ``[-size, size)``: checked on the backend as ``index + size`` in
-    ``[0, 2 size)``, the message naming the index as given."""
-
-    def message(bad: int | None) -> str:
-        which = "an index" if bad is None else f"index {bad - size}"
-        return (
+    """Indices must lie in ``[-size, size)`` (:func:`check_from_end`)."""
+    check_from_end(
+        index,
+        size,
+        lambda which: (
             f"indexing: {which} is out of range for dimension {dim} of size {size} "
             f"(shape {shape_text(shape)})"
-        )
+        ),
+    )
+
+
+def check_from_end(index: Any, size: int, describe: Any) -> Any:
+    """Check that the int64 tensor ``index`` lies in ``[-size, size)`` (a negative index
+    counting from the end), on the backend as ``index + size`` in ``[0, 2 size)``, and return
+    that ``index + size``; a bad one raises ``IndexOutOfRangeError(describe(which))``,
+    ``which`` naming the index as given ("index -7", or "an index" where the backend reports
+    no value)."""
+
+    def message(bad: int | None) -> str:
+        return describe("an index" if bad is None else f"index {bad - size}")
 
     shifted = index + size
     shifted._backend.check_index_range(shifted._prim, 2 * size, message, None)
+    return shifted
 
 
 def _to_result(taken: Any, broadcast: tuple, layout: list, inverse: bool = False) -> Any:

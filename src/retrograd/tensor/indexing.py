@@ -684,18 +684,18 @@ def _from_end(op: str, x: Any, index: Any, dim: int) -> Any:
     """1-d indices into dimension ``dim`` of ``x`` where a negative one counts from the end,
     as torch's ``index_fill`` (alone among the index ops) reads them: checked against
     ``[-size, size)`` and wrapped."""
+    from .advanced import check_from_end
+
     raw = _index_tensor(op, x, index, dim, one_dim=True, checked=False)
     size = x.shape[dim]
-
-    def message(bad: int | None) -> str:
-        which = "an index" if bad is None else f"index {bad - size}"
-        return (
-            f"{op}: {which} is out of range for dimension {dim} of size {size} (input shape "
-            f"{shape_text(x.shape)}; negative indices count from the end)"
-        )
-
-    shifted = raw + size
-    check_indices(shifted, 2 * size, message)
+    shifted = check_from_end(
+        raw,
+        size,
+        lambda which: (
+            f"{op}: {which} is out of range for dimension {dim} of size {size} "
+            f"(input shape {shape_text(x.shape)}; negative indices count from the end)"
+        ),
+    )
     return shifted % size if size else shifted
 
 
