@@ -3,7 +3,7 @@ kills, two runs into one folder, a fresh run into a folder holding another), and
 or flag gets one line ``retrograd COMMAND: what — what to do`` (exit 2 for a wrong command line,
 1 for a failure), never a traceback. Runs that train or write run in a fresh process, as a
 user's would (:func:`retrograd`); refusals that stop before any work run the same ``main()`` in
-this one (:func:`refused_here`), which spares each the seconds of a fresh interpreter's
+this one (:func:`cli_here.run_main`), which spares each the seconds of a fresh interpreter's
 imports."""
 
 from __future__ import annotations
@@ -62,12 +62,6 @@ def retrograd(*args: str, limit: int | None = None, env: dict | None = None, cwd
         preexec_fn=file_size_limit if limit else None,
         timeout=300,
     )
-
-
-def refused_here(*args: str) -> subprocess.CompletedProcess:
-    """``retrograd ARGS`` run by the command's ``main()`` in this process, for a command line
-    refused before any work (:func:`cli_here.run_main`)."""
-    return run_main(*args)
 
 
 def one_line(completed, command: str, code: int) -> str:
@@ -246,12 +240,12 @@ def test_a_text_in_another_encoding_is_refused_or_read_as_told(tmp_path):
     text = tmp_path / "latin.txt"
     text.write_bytes(("café naïve " * 60).encode("latin-1"))
     out = str(tmp_path / "run")
-    line = one_line(refused_here("train", *GPT, "--text", str(text), "--out", out), "train", 1)
+    line = one_line(run_main("train", *GPT, "--text", str(text), "--out", out), "train", 1)
     assert "latin.txt is not utf-8 text (byte 0xe9 at offset 3" in line and "--encoding" in line
     completed = retrograd("train", *GPT, "--text", str(text), "--encoding", "latin-1", "--out", out)
     assert completed.returncode == 0, completed.stderr
     assert "é" in read_checkpoint(Path(out) / "checkpoint.npz").meta["vocab"]
-    line = one_line(refused_here("train", *GPT, "--encoding", "klingon"), "train", 2)
+    line = one_line(run_main("train", *GPT, "--encoding", "klingon"), "train", 2)
     assert "no such encoding: klingon" in line
 
 
@@ -278,10 +272,10 @@ def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(gpt_run, text_file, tmp
 
 def test_a_device_the_machine_lacks_is_a_failure_one_that_cannot_exist_a_usage_error(text_file):
     torch = pytest.importorskip("torch")
-    completed = refused_here("train", *GPT, "--backend", "torch", "--device", "meta")
+    completed = run_main("train", *GPT, "--backend", "torch", "--device", "meta")
     assert "--device meta" in one_line(completed, "train", 2)
     if not torch.cuda.is_available():
-        completed = refused_here("train", *GPT, "--backend", "torch", "--device", "cuda")
+        completed = run_main("train", *GPT, "--backend", "torch", "--device", "cuda")
         assert "is not available" in one_line(completed, "train", 1)
 
 
@@ -296,7 +290,7 @@ def test_a_device_the_machine_lacks_is_a_failure_one_that_cannot_exist_a_usage_e
     ],
 )
 def test_flags_that_mean_nothing_to_the_model_are_refused(model, flags):
-    line = one_line(refused_here("train", *model, *flags), "train", 2)
+    line = one_line(run_main("train", *model, *flags), "train", 2)
     assert flags[0] in line and "drop" in line
 
 
@@ -313,7 +307,7 @@ def test_flags_that_mean_nothing_to_the_model_are_refused(model, flags):
     ],
 )
 def test_non_finite_values_are_refused(arguments):
-    line = one_line(refused_here(*arguments), arguments[0], 2)
+    line = one_line(run_main(*arguments), arguments[0], 2)
     assert "argument --" in line
 
 
@@ -395,7 +389,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(gpt_run, tmp_path, kin
     if kind != "optimizer moment":  # sampling reads the model only
         commands.append(["sample", "--out", str(out), "--tokens", "5"])
     for command in commands:
-        line = one_line(refused_here(*command), command[0], 1)
+        line = one_line(run_main(*command), command[0], 1)
         assert f"{out / 'checkpoint.npz'} is damaged" in line and phrase in line, line
     assert not marker.exists()  # never unpickled
 
@@ -403,12 +397,12 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(gpt_run, tmp_path, kin
 def test_an_out_that_is_a_file_or_cannot_be_made_is_refused_before_any_work(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("mine")
-    completed = refused_here("train", *MLP, "--out", str(afile))
+    completed = run_main("train", *MLP, "--out", str(afile))
     assert "is a file, not a folder" in one_line(completed, "train", 1)
     assert completed.stdout == "" and afile.read_text() == "mine"
-    completed = refused_here("train", *MLP, "--out", str(afile / "below"))
+    completed = run_main("train", *MLP, "--out", str(afile / "below"))
     assert "cannot create --out" in one_line(completed, "train", 1)
-    completed = refused_here("graph", "--out", str(afile))
+    completed = run_main("graph", "--out", str(afile))
     assert "is a file, not a folder" in one_line(completed, "graph", 1)
 
 
