@@ -1,7 +1,7 @@
 """A layer norm's backward and the residual add after it, as one call in a captured step
-(:mod:`retrograd.capture.norm`, ``compiled_norm.layer_norm_backward_add_rows``): bit for bit
-the two calls, against torch's layer-norm gradient and by finite differences in float64, and
-in a captured pre-norm block equal to the eager step."""
+(:mod:`retrograd.capture.norm`, ``compiled_norm.layer_norm_backward_rows`` with an addend):
+bit for bit the two calls, against torch's layer-norm gradient and by finite differences in
+float64, and in a captured pre-norm block equal to the eager step."""
 
 from __future__ import annotations
 

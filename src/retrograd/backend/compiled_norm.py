@@ -44,7 +44,6 @@ __all__ = [
     "batch_norm_columns",
     "channel_moments",
     "channel_projections",
-    "layer_norm_backward_add_rows",
     "layer_norm_backward_rows",
     "layer_norm_rows",
 ]
@@ -90,12 +89,22 @@ ROWS_PER_FLUSH = 16
 
 
 @_jit
-def layer_norm_backward_rows(grad, x, weight, means, rstds, dx, dweight, dbias):
+def layer_norm_backward_rows(grad, x, weight, means, rstds, addend, dx, dweight, dbias):
     """The gradients of ``sum(grad * layer_norm(x))`` for the C-contiguous ``grad``, ``x``
     ``[N, D]``: ``dx`` written, ``dweight``/``dbias`` (float64 ``[D]``, zeros on entry) the
-    sums over rows of ``grad * xhat`` and ``grad``; ``weight`` empty: none."""
+    sums over rows of ``grad * xhat`` and ``grad``; ``weight`` empty: none.
+
+    With ``addend`` ``[N, D]`` (C-contiguous; empty: none), ``dx`` receives ``addend + dx``,
+    each row's sum taken while the row is in cache, the input's gradient never stored in
+    memory (a residual stream's gradient summed with the layer norm's in one pass,
+    ``capture/norm.py``). Both uses run this one compiled function and its one loop for
+    ``dx``, so the reassociated sums are the same machine code and ``addend + dx`` has the
+    bits of the two steps (two kernels with copies of the loops gave results 1 ulp apart once
+    in CI; tests/test_capture_norm.py compares them). The add's own pass costs the fused call
+    about 10% over one loop writing ``addend + dx`` (measured on [2048, 384] float32); the
+    plain call is as fast as before."""
     rows, width = x.shape
-    scaled = weight.size > 0
+    scaled, added = weight.size > 0, addend.size > 0
     factors = np.empty(2, x.dtype)  # the two row means, rounded to the arrays' dtype
     partial_weight = np.zeros(width, x.dtype)
     partial_bias = np.zeros(width, x.dtype)
@@ -118,46 +127,10 @@ def layer_norm_backward_rows(grad, x, weight, means, rstds, dx, dweight, dbias):
             xhat = (row[j] - mean) * rstd
             gw = g[j] * weight[j] if scaled else g[j]
             target[j] = rstd * (gw - offset - xhat * slope)
-        if (i + 1) % ROWS_PER_FLUSH == 0 or i + 1 == rows:
+        if added:  # the row is in cache: a pass over it, not over memory
+            base = addend[i]
             for j in range(width):
-                dweight[j] += partial_weight[j]
-                dbias[j] += partial_bias[j]
-                partial_weight[j] = 0
-                partial_bias[j] = 0
-
-
-@_jit
-def layer_norm_backward_add_rows(grad, x, weight, means, rstds, addend, out, dweight, dbias):
-    """:func:`layer_norm_backward_rows` with the input's gradient added to ``addend`` (``[N,
-    D]``, C-contiguous) as it is written: ``out = addend + dx``, ``dx`` never stored (a
-    residual stream's gradient, summed with the layer norm's in one pass). The same loops,
-    so the same bits as the two steps (the row sums' loop is the other kernel's, so LLVM
-    vectorizes it alike; tests/test_capture_norm.py compares them)."""
-    rows, width = x.shape
-    scaled = weight.size > 0
-    factors = np.empty(2, x.dtype)
-    partial_weight = np.zeros(width, x.dtype)
-    partial_bias = np.zeros(width, x.dtype)
-    zero = partial_bias[0]
-    for i in range(rows):
-        row, g, target, base = x[i], grad[i], out[i], addend[i]
-        mean, rstd = means[i], rstds[i]
-        weighted = zero
-        projected = zero
-        for j in range(width):
-            xhat = (row[j] - mean) * rstd
-            gw = g[j] * weight[j] if scaled else g[j]
-            weighted += gw
-            projected += gw * xhat
-            partial_weight[j] += g[j] * xhat
-            partial_bias[j] += g[j]
-        factors[0], factors[1] = weighted / width, projected / width
-        offset, slope = factors[0], factors[1]
-        for j in range(width):
-            xhat = (row[j] - mean) * rstd
-            gw = g[j] * weight[j] if scaled else g[j]
-            value = rstd * (gw - offset - xhat * slope)
-            target[j] = base[j] + value
+                target[j] = base[j] + target[j]
         if (i + 1) % ROWS_PER_FLUSH == 0 or i + 1 == rows:
             for j in range(width):
                 dweight[j] += partial_weight[j]

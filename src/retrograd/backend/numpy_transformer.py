@@ -173,7 +173,8 @@ def _layer_norm_backward_compiled(grad, x, weight, stats):
     dx = np.empty(rows.shape, x.dtype)
     dweight, dbias = np.zeros(width), np.zeros(width)
     weight = np.ascontiguousarray(weight)
-    layer_norm_backward_rows(grads, rows, weight, means, rstds, dx, dweight, dbias)
+    no_addend = np.empty((0, width), x.dtype)
+    layer_norm_backward_rows(grads, rows, weight, means, rstds, no_addend, dx, dweight, dbias)
     return dx.reshape(x.shape), dweight.astype(x.dtype), dbias.astype(x.dtype)
 
 

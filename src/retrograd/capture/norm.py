@@ -7,9 +7,9 @@ bias's) followed by ``add(residual, dx)``, the two paths' gradients of ``x`` sum
 the ``add`` comes right after and nothing else reads ``dx``, the program runs them as one
 :func:`layer_norm_backward_add` call: the compiled kernel writes ``residual + dx`` as it
 computes ``dx`` (``backend/compiled_norm.py``), so ``dx`` is never stored nor read back (a
-GPT's [2048, 128]: one array and two passes of it fewer). The same loops compute ``dx``, so
-the bits are the calls'; where the compiled kernel does not apply (other dtypes, layouts),
-the two calls run as recorded.
+GPT's [2048, 128]: one array and two passes of it fewer). One compiled function computes
+``dx`` for both, so the bits are the calls'; where the compiled kernel does not apply (other
+dtypes, layouts), the two calls run as recorded.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def layer_norm_backward_add(
         and getattr(grad, "shape", None) == x.shape
         and _compiled_layer_norm(x, weight, grad, stats)
     ):
-        from ..backend.compiled_norm import layer_norm_backward_add_rows
+        from ..backend.compiled_norm import layer_norm_backward_rows
 
         width = x.shape[-1]
         rows = np.ascontiguousarray(x).reshape(-1, width)
@@ -52,7 +52,7 @@ def layer_norm_backward_add(
         dweight, dbias = np.zeros(width), np.zeros(width)
         weight = np.ascontiguousarray(weight)
         flat = out.reshape(rows.shape)
-        layer_norm_backward_add_rows(grads, rows, weight, means, rstds, base, flat, dweight, dbias)
+        layer_norm_backward_rows(grads, rows, weight, means, rstds, base, flat, dweight, dbias)
         return out, dweight.astype(x.dtype), dbias.astype(x.dtype)
     dx, dweight, dbias = backward(grad, x, weight, stats, eps)
     return (add(residual, dx) if first else add(dx, residual)), dweight, dbias
