@@ -107,9 +107,16 @@ class Trace:
     measured: list[float] = field(default_factory=list)
     _arrays: Any = field(default=None, init=False, repr=False, compare=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a field replaced (a test pricing the trace's ops its own way) invalidates the arrays
+        object.__setattr__(self, name, value)
+        if name != "_arrays":
+            object.__setattr__(self, "_arrays", None)
+
     def arrays(self) -> TraceArrays:
-        """The trace as :func:`profile`'s kernel reads it, made at the first call (a trace is
-        not changed once recorded)."""
+        """The trace as :func:`profile`'s kernel reads it, made at the first call after a
+        field was set (the engine never changes a recorded trace; its lists are replaced, not
+        changed in place, by anyone who does)."""
         if self._arrays is None:
             self._arrays = trace_arrays(self)
         return self._arrays
@@ -143,7 +150,7 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     compiled (:mod:`.profile_kernel`).
     """
     arrays = trace.arrays()
-    peak, at, first, last, excess, seconds = profile_kernel(
+    peak, at, first, last, excess, seconds = profile_kernel()(
         arrays.sizes,
         arrays.costs,
         arrays.parent_start,

@@ -8,10 +8,11 @@ summed in the same order).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
 #: the first step of a value never needed: past every backward step
@@ -65,12 +66,21 @@ def trace_arrays(trace: Any) -> TraceArrays:
     )
 
 
-@numba.njit(cache=True, nogil=True)
-def profile_kernel(
+@functools.cache
+def profile_kernel() -> Callable:
+    """:func:`profile_steps` compiled by Numba, on the first plan: importing Numba costs a
+    process half a second of CPU, which one that never plans a budget should not pay."""
+    import numba
+
+    return numba.njit(cache=True, nogil=True)(profile_steps)
+
+
+def profile_steps(
     sizes, costs, parent_start, parent_index, read_first, read_last, owners, evicted, spans,
     horizon, budget
 ):  # fmt: skip
-    """``(peak, at, first, last, excess, seconds)`` as :func:`~.plan.profile` defines them."""
+    """``(peak, at, first, last, excess, seconds)`` as :func:`~.plan.profile` defines them
+    (the kernel's source: :func:`profile_kernel` compiles it)."""
     n = sizes.shape[0]
     first = np.full(n, NEVER, np.int64)
     last = np.full(n, -1, np.int64)
