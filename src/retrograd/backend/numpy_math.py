@@ -8,46 +8,50 @@ kernels); Chebyshev's third and fourth kinds, which SciPy lacks, are ``U_n -+ U_
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
-import scipy.special
 
+from .lazy import scipy_linalg, scipy_special
 from .protocol import singular_matrix
 from .protocol_math import not_positive_definite
 
 __all__ = ["NumpyMathKernels"]
 
 
+def _scipy(name):
+    """SciPy's special function ``name``, looked up at its call (SciPy is imported then)."""
+    return lambda *args: getattr(scipy_special, name)(*args)
+
+
 def _spherical_j0(x):
-    return scipy.special.spherical_jn(0, x)
+    return scipy_special.spherical_jn(0, x)
 
 
 def _airy_ai(x):
-    return scipy.special.airy(x)[0]
+    return scipy_special.airy(x)[0]
 
 
 #: torch.special's Bessel-type names and SciPy's functions
 _BESSEL = {
     "airy_ai": _airy_ai,
-    "bessel_j0": scipy.special.j0,
-    "bessel_j1": scipy.special.j1,
-    "bessel_y0": scipy.special.y0,
-    "bessel_y1": scipy.special.y1,
-    "modified_bessel_i0": scipy.special.i0,
-    "modified_bessel_i1": scipy.special.i1,
-    "modified_bessel_k0": scipy.special.k0,
-    "modified_bessel_k1": scipy.special.k1,
-    "scaled_modified_bessel_k0": scipy.special.k0e,
-    "scaled_modified_bessel_k1": scipy.special.k1e,
+    "bessel_j0": _scipy("j0"),
+    "bessel_j1": _scipy("j1"),
+    "bessel_y0": _scipy("y0"),
+    "bessel_y1": _scipy("y1"),
+    "modified_bessel_i0": _scipy("i0"),
+    "modified_bessel_i1": _scipy("i1"),
+    "modified_bessel_k0": _scipy("k0"),
+    "modified_bessel_k1": _scipy("k1"),
+    "scaled_modified_bessel_k0": _scipy("k0e"),
+    "scaled_modified_bessel_k1": _scipy("k1e"),
     "spherical_bessel_j0": _spherical_j0,
 }
 
 
 def _chebyshev_v(n, x):
-    return scipy.special.eval_chebyu(n, x) - scipy.special.eval_chebyu(n - 1, x)
+    return scipy_special.eval_chebyu(n, x) - scipy_special.eval_chebyu(n - 1, x)
 
 
 def _chebyshev_w(n, x):
-    return scipy.special.eval_chebyu(n, x) + scipy.special.eval_chebyu(n - 1, x)
+    return scipy_special.eval_chebyu(n, x) + scipy_special.eval_chebyu(n - 1, x)
 
 
 def _shifted(polynomial):
@@ -56,18 +60,18 @@ def _shifted(polynomial):
 
 #: torch.special's polynomial names and ``p(n, x)`` at integer ``n >= 0``
 _POLYNOMIALS = {
-    "chebyshev_polynomial_t": scipy.special.eval_chebyt,
-    "chebyshev_polynomial_u": scipy.special.eval_chebyu,
+    "chebyshev_polynomial_t": _scipy("eval_chebyt"),
+    "chebyshev_polynomial_u": _scipy("eval_chebyu"),
     "chebyshev_polynomial_v": _chebyshev_v,
     "chebyshev_polynomial_w": _chebyshev_w,
-    "shifted_chebyshev_polynomial_t": _shifted(scipy.special.eval_chebyt),
-    "shifted_chebyshev_polynomial_u": _shifted(scipy.special.eval_chebyu),
+    "shifted_chebyshev_polynomial_t": _shifted(_scipy("eval_chebyt")),
+    "shifted_chebyshev_polynomial_u": _shifted(_scipy("eval_chebyu")),
     "shifted_chebyshev_polynomial_v": _shifted(_chebyshev_v),
     "shifted_chebyshev_polynomial_w": _shifted(_chebyshev_w),
-    "hermite_polynomial_h": scipy.special.eval_hermite,
-    "hermite_polynomial_he": scipy.special.eval_hermitenorm,
-    "laguerre_polynomial_l": scipy.special.eval_laguerre,
-    "legendre_polynomial_p": scipy.special.eval_legendre,
+    "hermite_polynomial_h": _scipy("eval_hermite"),
+    "hermite_polynomial_he": _scipy("eval_hermitenorm"),
+    "laguerre_polynomial_l": _scipy("eval_laguerre"),
+    "legendre_polynomial_p": _scipy("eval_legendre"),
 }
 
 
@@ -81,63 +85,63 @@ class NumpyMathKernels:
 
     def lgamma(self, x):
         # SciPy's gammaln(-inf) is -inf; log|Gamma| grows without bound there (torch: +inf)
-        return _like(np.where(np.isneginf(x), np.inf, scipy.special.gammaln(x)), x)
+        return _like(np.where(np.isneginf(x), np.inf, scipy_special.gammaln(x)), x)
 
     def digamma(self, x):
-        return _like(scipy.special.psi(x), x)
+        return _like(scipy_special.psi(x), x)
 
     def polygamma(self, x, n):
         if n == 0:
             return self.digamma(x)
-        return _like(scipy.special.polygamma(n, x), x)
+        return _like(scipy_special.polygamma(n, x), x)
 
     def i0(self, x):
-        return _like(scipy.special.i0(x), x)
+        return _like(scipy_special.i0(x), x)
 
     def i1(self, x):
-        return _like(scipy.special.i1(x), x)
+        return _like(scipy_special.i1(x), x)
 
     def erfc(self, x):
-        return _like(scipy.special.erfc(x), x)
+        return _like(scipy_special.erfc(x), x)
 
     def i0e(self, x):
-        return _like(scipy.special.i0e(x), x)
+        return _like(scipy_special.i0e(x), x)
 
     def i1e(self, x):
-        return _like(scipy.special.i1e(x), x)
+        return _like(scipy_special.i1e(x), x)
 
     def erfcx(self, x):
-        return _like(scipy.special.erfcx(x), x)
+        return _like(scipy_special.erfcx(x), x)
 
     def ndtr(self, x):
-        return _like(scipy.special.ndtr(x), x)
+        return _like(scipy_special.ndtr(x), x)
 
     def log_ndtr(self, x):
-        return _like(scipy.special.log_ndtr(x), x)
+        return _like(scipy_special.log_ndtr(x), x)
 
     def ndtri(self, x):
-        return _like(scipy.special.ndtri(x), x)
+        return _like(scipy_special.ndtri(x), x)
 
     def entr(self, x):
-        return _like(scipy.special.entr(x), x)
+        return _like(scipy_special.entr(x), x)
 
     def bessel_function(self, x, kind):
         return _like(_BESSEL[kind](x), x)
 
     def xlog1py(self, x, y):
-        return _like(scipy.special.xlog1py(x, y), x)
+        return _like(scipy_special.xlog1py(x, y), x)
 
     def xlogy(self, x, y):
-        return _like(scipy.special.xlogy(x, y), x)
+        return _like(scipy_special.xlogy(x, y), x)
 
     def zeta(self, x, q):
-        return _like(scipy.special.zeta(x, q), x)
+        return _like(scipy_special.zeta(x, q), x)
 
     def gammainc(self, a, x):
-        return _like(scipy.special.gammainc(a, x), x)
+        return _like(scipy_special.gammainc(a, x), x)
 
     def gammaincc(self, a, x):
-        return _like(scipy.special.gammaincc(a, x), x)
+        return _like(scipy_special.gammaincc(a, x), x)
 
     def orthogonal_polynomial(self, x, n, kind):
         x, n = np.broadcast_arrays(x, n)
@@ -207,9 +211,9 @@ class NumpyMathKernels:
 
     def matrix_exp(self, x):
         if x.ndim == 2 or x.size == 0:
-            return _like(scipy.linalg.expm(x) if x.size else x.copy(), x)
+            return _like(scipy_linalg.expm(x) if x.size else x.copy(), x)
         flat = x.reshape((-1,) + x.shape[-2:])
-        return _like(np.stack([scipy.linalg.expm(a) for a in flat]).reshape(x.shape), x)
+        return _like(np.stack([scipy_linalg.expm(a) for a in flat]).reshape(x.shape), x)
 
 
 def _flat_cat(parts, batch):

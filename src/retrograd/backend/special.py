@@ -22,7 +22,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import scipy.special
+
+from .lazy import scipy_special
 
 __all__ = ["erf", "gelu", "gelu_backward"]
 
@@ -118,7 +119,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     """
     x = np.asarray(x)
     if x.dtype != np.float32:
-        return scipy.special.erf(x if x.dtype == np.float64 else x.astype(np.float64))
+        return scipy_special.erf(x if x.dtype == np.float64 else x.astype(np.float64))
     flat = _flat(x)
     out = np.empty_like(flat)
     for start, end, t, x2, p, q in _blocks(flat.size):
@@ -135,7 +136,7 @@ def gelu(x: np.ndarray) -> np.ndarray:
     vectorized loop.
     """
     if x.dtype != np.float32:
-        return (0.5 * x) * scipy.special.erfc(x * -_INV_SQRT_2)
+        return (0.5 * x) * scipy_special.erfc(x * -_INV_SQRT_2)
     from .compiled import gelu_float32  # Numba: imported (and compiled) on first use
 
     flat = _flat(x)
@@ -154,7 +155,7 @@ def gelu_backward(grad: np.ndarray, x: np.ndarray) -> np.ndarray:
     activation peak 4 MiB above torch's at GPT-small's shapes).
     """
     if x.dtype != np.float32:
-        cdf = 0.5 * scipy.special.erfc(x * -_INV_SQRT_2)
+        cdf = 0.5 * scipy_special.erfc(x * -_INV_SQRT_2)
         return grad * (cdf + x * (np.exp(-0.5 * np.square(x)) * _INV_SQRT_2PI))
     from .compiled import gelu_backward_float32
 

@@ -1,0 +1,34 @@
+"""What ``import retrograd`` loads: NumPy and the standard library, nothing heavier. Every
+process pays its imports (each command, data-parallel rank, launched script and test worker);
+SciPy (0.5 s of CPU), Numba (0.5 s), torch, matplotlib and scikit-learn load at the first call
+that needs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.backend_independent("reads the modules a fresh interpreter loads")
+
+HEAVY = {"scipy", "numba", "llvmlite", "torch", "matplotlib", "sklearn", "mpi4py", "pandas"}
+
+
+def loaded_by(statement: str) -> set[str]:
+    roots = "' '.join(sorted(m.partition('.')[0] for m in sys.modules))"
+    probe = f"{statement}; import sys; print({roots})"
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(completed.stdout.split())
+
+
+def test_import_retrograd_loads_none_of_the_heavy_libraries():
+    assert loaded_by("import retrograd") & HEAVY == set()
+
+
+def test_a_special_function_loads_scipy_at_its_call():
+    assert "scipy" in loaded_by(
+        "import retrograd as rg; rg.tensor([0.5], backend=rg.NumpyBackend()).lgamma()"
+    )
