@@ -118,3 +118,79 @@ def test_load_state_dict_names_missing_buffers_as_buffers():
         strict=False,
     )
     assert bn.load_state_dict(state, strict=False).missing_keys == torch_keys.missing_keys
+
+
+# ---- pools of integer tensors: exactly the ones torch computes on the CPU -----------------
+
+_INTS = np.random.default_rng(0).integers(-9, 10, (2, 3, 5, 6))
+_INTS[0, 0, :2, :2] = 9  # tied maxima: the first one's index, as torch's
+_INTS[1, 1, 0, :2] = [2**62, 2**62 - 1]  # apart by less than a float64 can tell
+
+
+def _spatial(nd):
+    return {1: _INTS[..., 0], 2: _INTS, 3: np.repeat(_INTS[:, :, None], 3, 2)}[nd]
+
+
+@pytest.mark.parametrize(
+    "name, nd, kwargs",
+    [
+        ("max_pool2d", 2, dict(kernel_size=2, stride=1, padding=1)),
+        (
+            "max_pool2d",
+            2,
+            dict(kernel_size=3, stride=2, dilation=2, ceil_mode=True, return_indices=True),
+        ),
+        ("max_pool1d", 1, dict(kernel_size=2, return_indices=True)),
+        ("max_pool3d", 3, dict(kernel_size=2, padding=1, return_indices=True)),
+        ("avg_pool2d", 2, dict(kernel_size=2, padding=1, count_include_pad=False)),
+        ("avg_pool2d", 2, dict(kernel_size=3, stride=2, ceil_mode=True)),
+        ("avg_pool2d", 2, dict(kernel_size=2, divisor_override=-3)),
+        ("avg_pool1d", 1, dict(kernel_size=3, stride=2, padding=1)),
+        ("avg_pool3d", 3, dict(kernel_size=2, stride=(1, 2, 2), padding=1)),
+    ],
+)
+def test_integer_pools_match_torch(name, nd, kwargs):
+    x = _spatial(nd)
+    if name.startswith("avg"):  # sums that fit (torch's overflow wraps)
+        x = np.where(np.abs(x) > 100, -7, x)
+    want = getattr(TF, name)(torch.tensor(x), **kwargs)
+    got = getattr(F, name)(rg.tensor(x), **kwargs)
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for w, g in zip(want, got):
+        assert g.dtype == "int64" and w.dtype == torch.int64
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("norm", [2, 1.5])
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_lp_pool_of_integers_matches_torch(norm, dtype):
+    x = _spatial(2) % 5 if dtype == "int64" else _spatial(2) > 0
+    for name, value in (("lp_pool2d", x), ("lp_pool1d", x[..., 0]), ("lp_pool3d", x[:, :, None])):
+        kernel = (1, 2, 2) if name == "lp_pool3d" else 2
+        want = getattr(TF, name)(torch.tensor(value), norm, kernel, 1)
+        got = getattr(F, name)(rg.tensor(value), norm, kernel, 1)
+        assert got.dtype == "float32" and want.dtype == torch.float32
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name, nd, dtype, call",
+    [
+        ("max_pool1d", 1, "int64", lambda f, x: f.max_pool1d(x, 2)),
+        ("max_pool2d", 2, "bool", lambda f, x: f.max_pool2d(x, 2)),
+        ("avg_pool3d", 3, "bool", lambda f, x: f.avg_pool3d(x, 2)),
+        ("avg_pool2d", 2, "bool", lambda f, x: f.avg_pool2d(x, 2)),
+        ("adaptive_max_pool2d", 2, "int64", lambda f, x: f.adaptive_max_pool2d(x, 2)),
+        ("adaptive_avg_pool1d", 1, "int64", lambda f, x: f.adaptive_avg_pool1d(x, 2)),
+        ("adaptive_avg_pool3d", 3, "int64", lambda f, x: f.adaptive_avg_pool3d(x, 2)),
+        ("interpolate", 2, "int64", lambda f, x: f.interpolate(x, scale_factor=2)),
+        ("interpolate", 2, "bool", lambda f, x: f.interpolate(x, scale_factor=2)),
+        ("interpolate", 1, "int64", lambda f, x: f.interpolate(x, size=3, mode="linear")),
+    ],
+)
+def test_integer_pools_torch_refuses_are_refused(name, nd, dtype, call):
+    x = _spatial(nd) if dtype == "int64" else _spatial(nd) > 0
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        call(TF, torch.tensor(x))
+    with pytest.raises(errors.DTypeError, match=f"{name}: .*{dtype}"):
+        call(F, rg.tensor(x))
