@@ -225,3 +225,54 @@ def test_ctc_loss_infinite_loss_has_nan_gradient_as_torch(reduction):
     targets, inputs, outputs = (rg.tensor(v) for v in lengths)
     zeroed = F.ctc_loss(zg.log_softmax(2), targets, inputs, outputs, zero_infinity=True)
     assert not np.isnan(zg.grad(zeroed.backward()).numpy()).any()
+
+
+# ---- in-place writes to unbind/split/chunk outputs: recorded (torch refuses them) ---------
+
+X0 = np.arange(12.0).reshape(3, 4) / 7 - 0.5
+W0 = np.linspace(-1.0, 2.0, 4)
+
+
+def _parts(b, kind, multi):
+    """``unbind``/``split``/``chunk`` (several views at once, what torch refuses to write
+    through) or the same views taken one at a time (``select``/``narrow``: torch writes)."""
+    if kind == "unbind":
+        return b.unbind(0) if multi else [b.select(0, i) for i in range(3)]
+    if kind == "split":
+        return b.split([1, 2], 0) if multi else [b.narrow(0, 0, 1), b.narrow(0, 1, 2)]
+    return b.chunk(3, 0) if multi else [b.narrow(0, i, 1) for i in range(3)]
+
+
+def _written_through_parts(lib, kind, read_before):
+    x = lib.tensor(X0).require_grad() if lib is rg else torch.tensor(X0, requires_grad=True)
+    w = lib.tensor(W0).require_grad() if lib is rg else torch.tensor(W0, requires_grad=True)
+    b = x * 1.5
+    parts = _parts(b, kind, multi=lib is rg)
+    # read before the writes: retrograd keeps the value read (API.md section 3); torch's
+    # program takes a copy, which its version check would otherwise refuse
+    first = parts[0] if lib is rg else parts[0].clone()
+    early = (first * parts[1].sum()).sum() if read_before else 0.0
+    parts[0].mul_(w)
+    parts[-1].add_(w * 2)
+    loss = (b**2).sum() + (parts[0] * parts[1].sum()).sum() + early
+    return x, w, loss
+
+
+@pytest.mark.parametrize("read_before", [False, True])
+@pytest.mark.parametrize("kind", ["unbind", "split", "chunk"])
+def test_writes_through_multi_output_views_match_the_single_view_program(kind, read_before):
+    with pytest.raises(RuntimeError, match="returns multiple views"):
+        _parts(torch.tensor(X0, requires_grad=True) * 1.5, kind, multi=True)[0].mul_(2.0)
+    tx, tw, tloss = _written_through_parts(torch, kind, read_before)
+    tloss.backward()
+    x, w, loss = _written_through_parts(rg, kind, read_before)
+    grads = loss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-12)
+
+
+def test_writes_through_multi_output_views_of_a_leaf_are_refused():
+    x = rg.tensor(X0).require_grad()
+    with pytest.raises(errors.AutodiffError, match="view of a leaf"):
+        x.unbind(0)[0].mul_(2.0)
