@@ -276,3 +276,47 @@ def test_writes_through_multi_output_views_of_a_leaf_are_refused():
     x = rg.tensor(X0).require_grad()
     with pytest.raises(errors.AutodiffError, match="view of a leaf"):
         x.unbind(0)[0].mul_(2.0)
+
+
+# ---- interpolate(antialias=True): torch's filter, forward and gradient --------------------
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(size=(5, 4)),
+        dict(scale_factor=0.3),
+        dict(scale_factor=(0.5, 1.7)),  # down one way, up the other
+        dict(size=(20, 3), align_corners=True),
+        dict(size=(1, 1)),
+        dict(scale_factor=0.45, recompute_scale_factor=True),
+    ],
+)
+def test_interpolate_antialias_matches_torch(mode, kwargs):
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal((2, 3, 13, 11))
+    tx = torch.tensor(x0, requires_grad=True)
+    want = TF.interpolate(tx, mode=mode, antialias=True, **kwargs)
+    seed = rng.standard_normal(want.shape)
+    (want * torch.tensor(seed)).sum().backward()
+    x = rg.tensor(x0).require_grad()
+    got = F.interpolate(x, mode=mode, antialias=True, **kwargs)
+    grads = (got * rg.tensor(seed)).sum().backward()
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-13)
+    # float32 stays float32 (torch computes its weights in float32: close, not equal)
+    got32 = F.interpolate(rg.tensor(x0.astype(np.float32)), mode=mode, antialias=True, **kwargs)
+    assert got32.dtype == "float32"
+    np.testing.assert_allclose(got32.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mode, shape", [("nearest", (1, 2, 4, 4)), ("linear", (1, 2, 4)), ("bilinear", (2, 4, 4))]
+)
+def test_interpolate_antialias_refused_where_torch_refuses(mode, shape):
+    x0 = np.ones(shape)
+    with pytest.raises((RuntimeError, ValueError)):
+        TF.interpolate(torch.tensor(x0), size=2, mode=mode, antialias=True)
+    with pytest.raises(errors.InvalidArgumentError, match="interpolate: antialias"):
+        F.interpolate(rg.tensor(x0), size=2, mode=mode, antialias=True)
