@@ -320,3 +320,29 @@ def test_interpolate_antialias_refused_where_torch_refuses(mode, shape):
         TF.interpolate(torch.tensor(x0), size=2, mode=mode, antialias=True)
     with pytest.raises(errors.InvalidArgumentError, match="interpolate: antialias"):
         F.interpolate(rg.tensor(x0), size=2, mode=mode, antialias=True)
+
+
+# ---- grid_sample: 5-d input (trilinear, nearest) and bicubic ------------------------------
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode, nd", [("bilinear", 3), ("nearest", 3), ("bicubic", 2)])
+def test_grid_sample_volumetric_and_bicubic_match_torch(mode, nd, padding_mode, align_corners):
+    rng = np.random.default_rng(2)
+    shape, points = ((2, 3, 5, 6), (2, 4, 3, 2)) if nd == 2 else ((2, 3, 4, 5, 6), (2, 3, 4, 2, 3))
+    x0 = rng.standard_normal(shape)
+    g0 = rng.uniform(-1.3, 1.3, points)  # some points outside the image
+    kwargs = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    tx, tg = torch.tensor(x0, requires_grad=True), torch.tensor(g0, requires_grad=True)
+    want = TF.grid_sample(tx, tg, **kwargs)
+    seed = rng.standard_normal(want.shape)
+    (want * torch.tensor(seed)).sum().backward()
+    x, g = rg.tensor(x0).require_grad(), rg.tensor(g0).require_grad()
+    got = F.grid_sample(x, g, **kwargs)
+    grads = (got * rg.tensor(seed)).sum().backward()
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-13)
+    grid_grad = g.grad(grads)  # nearest: torch's zeros, here absent (nothing reads the grid)
+    grid_grad = np.zeros(g0.shape) if grid_grad is None else grid_grad.numpy()
+    np.testing.assert_allclose(grid_grad, tg.grad.numpy(), rtol=1e-10, atol=1e-12)
