@@ -85,8 +85,12 @@ class _Composite(LRScheduler):
             yield
         except BaseException:
             for scheduler, state in saved:
+                for key in set(scheduler.__dict__) - set(state) - {"optimizer", "_schedulers"}:
+                    del scheduler.__dict__[key]  # (set by the failed step)
                 scheduler.__dict__.update(state)
             for group, settings in groups:
+                for key in set(group) - set(settings) - {"params"}:
+                    del group[key]
                 group.update(settings)
             raise
 
