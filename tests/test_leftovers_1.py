@@ -338,6 +338,24 @@ def test_grid_sample_volumetric_and_bicubic_match_torch(mode, nd, padding_mode, 
     grads = (got * rg.tensor(seed)).sum().backward()
     np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-13)
-    grid_grad = g.grad(grads)  # nearest: torch's zeros, here absent (nothing reads the grid)
-    grid_grad = np.zeros(g0.shape) if grid_grad is None else grid_grad.numpy()
-    np.testing.assert_allclose(grid_grad, tg.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g.grad(grads).numpy(), tg.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_nearest_non_finite_points_and_grid_gradient_match_torch(padding_mode):
+    # a NaN point read an index out of range (an error); the grid's gradient was absent
+    # where torch's is zeros. (torch's bilinear and bicubic kernels crash on such points, so
+    # only nearest is compared.)
+    x0 = np.random.default_rng(3).standard_normal((1, 2, 3, 3))
+    g0 = np.array([[[[0.1, np.nan], [np.inf, -0.4]], [[np.nan, 0.3], [-np.inf, 0.5]]]])
+    kwargs = dict(mode="nearest", padding_mode=padding_mode, align_corners=False)
+    tx, tg = torch.tensor(x0, requires_grad=True), torch.tensor(g0, requires_grad=True)
+    want = TF.grid_sample(tx, tg, **kwargs)
+    want.sum().backward()
+    x, g = rg.tensor(x0).require_grad(), rg.tensor(g0).require_grad()
+    got = F.grid_sample(x, g, **kwargs)
+    grads = got.sum().backward()
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+    assert g.grad(grads) is not None
+    np.testing.assert_array_equal(g.grad(grads).numpy(), tg.grad.numpy())

@@ -11,8 +11,9 @@ reads zero), ``nearest`` reads the one nearest (rounding half to even), ``bicubi
 as torch's) weights the 4 x 4 pixels around the unmoved point with the cubic convolution
 (A = -0.75), each pixel's position moved by ``padding_mode``. The gradient of the grid is that
 of the weights, zero where a coordinate was clipped (torch's ``clip_coordinates_set_grad``)
-and for ``nearest``. The volumetric form reads ``input`` ``[N, C, D, H, W]`` at ``grid``
-``[N, Do, Ho, Wo, 3]`` (``x``, ``y``, ``z``): ``bilinear`` is then trilinear (eight voxels).
+and for ``nearest`` (zeros there, not none, as torch's). The volumetric form reads ``input``
+``[N, C, D, H, W]`` at ``grid`` ``[N, Do, Ho, Wo, 3]`` (``x``, ``y``, ``z``): ``bilinear`` is
+then trilinear (eight voxels).
 
 At a point exactly on a pixel center (every point of an identity transform, where spatial
 transformers start) the bilinear gradient of the grid is one-sided, and the side is decided by
@@ -29,7 +30,7 @@ import math
 from collections.abc import Sequence
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, arange, linspace, stack
+from ...tensor import Tensor, arange, full, linspace, stack
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 
@@ -89,9 +90,11 @@ _PADDINGS = ("zeros", "border", "reflection")
 
 
 def _clip(coords: Tensor, limit: int) -> Tensor:
-    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends."""
+    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends
+    (a NaN coordinate goes to 0, as torch's CPU kernel takes it)."""
     inside = (coords > 0) & (coords < limit)
-    return where(inside, coords, coords.detach().clamp(0, limit))
+    clipped = coords.detach().clamp(0, limit)
+    return where(inside, coords, clipped.mask_fill(clipped.isnan(), 0.0))
 
 
 def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
@@ -138,7 +141,7 @@ def _read(flat: Tensor, points: Sequence[Tensor], sizes: Sequence[int]) -> Tenso
     for coords, size in zip(points, sizes):
         within = (coords >= 0) & (coords <= size - 1)
         inside = within if inside is None else inside & within
-        clamped = coords.clamp(0, size - 1)
+        clamped = coords.mask_fill(~within, 0.0)  # (a NaN point reads zero, not an index)
         index = clamped if index is None else index * size + clamped
     shape = points[0].shape
     count = math.prod(shape[1:])  # (not -1, nor index[0]: N may be 0)
@@ -239,7 +242,11 @@ def grid_sample(
         _source(grid[..., k], size, padding_mode, align) for k, size in enumerate(reversed(sizes))
     ]
     if mode == "nearest":
-        return _read(flat, [p.detach().round() for p in reversed(points)], sizes)
+        out = _read(flat, [p.detach().round() for p in reversed(points)], sizes)
+        # the grid's gradient is zero (rounding's), not absent, as torch's: it joins the graph
+        # through a select that never takes it
+        never = full((1,) * out.ndim, False, dtype="bool", backend=out.backend, device=out.device)
+        return where(never, grid[..., 0].unsqueeze(1).to(out.dtype), out)
     out = None
     # the corners with x varying fastest, each weight a product over x, y[, z] (torch's order)
     for corner in itertools.product((0, 1), repeat=spatial):
