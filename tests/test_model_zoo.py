@@ -736,8 +736,8 @@ def test_split_and_chunk_return_tuples_as_torch():
 
 def test_functional_keywords_torch_code_passes():
     """``F.silu(x, inplace=True)`` (EfficientNet-style code) is accepted as ``F.relu``'s
-    ``inplace`` is; ``F.interpolate(..., antialias=False)`` resizes as torch does and
-    ``antialias=True`` is refused by name rather than by a TypeError."""
+    ``inplace`` is; ``F.interpolate(..., antialias=False)`` and ``antialias=True`` resize as
+    torch does, and ``antialias=True`` where torch refuses it is refused by name."""
     values = np.random.default_rng(6).standard_normal((1, 2, 4, 4))
     np.testing.assert_allclose(
         RF.silu(rg.tensor(values), inplace=True).numpy(),
@@ -752,8 +752,13 @@ def test_functional_keywords_torch_code_passes():
         rtol=1e-12,
         atol=1e-15,
     )
-    with pytest.raises(rg.errors.InvalidArgumentError, match="antialias"):
-        RF.interpolate(rg.tensor(values), size=2, mode="bilinear", antialias=True)
+    np.testing.assert_allclose(  # torch's anti-aliasing filter (tests/test_leftovers_1.py)
+        RF.interpolate(rg.tensor(values), size=2, mode="bilinear", antialias=True).numpy(),
+        TF.interpolate(torch.from_numpy(values), size=2, mode="bilinear", antialias=True).numpy(),
+        rtol=1e-12,
+    )
+    with pytest.raises(rg.errors.InvalidArgumentError, match="antialias"):  # torch's refusal
+        RF.interpolate(rg.tensor(values), size=2, mode="nearest", antialias=True)
     # HRNet-style keyword calls: F.interpolate(input=score, size=...), F.pad(input=x, pad=...)
     np.testing.assert_allclose(
         RF.interpolate(input=rg.tensor(values), size=(5, 3), mode="nearest").numpy(),

@@ -426,6 +426,9 @@ class NumpyNNKernels(NumpyConvKernels):
             divisor_override,
             x.dtype,
         )
+        if x.dtype.kind in "iu":  # torch's integer pooling divides as C does, toward zero
+            quotient = np.abs(out) // np.abs(divisor)
+            return np.where((out < 0) != (divisor < 0), -quotient, quotient)
         return out / divisor
 
     def avg_pool_backward(

@@ -3,7 +3,10 @@ and ``ChainedScheduler`` (all at once, their factors multiplied), as torch's."""
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError
@@ -66,6 +69,49 @@ class _Composite(LRScheduler):
             f"{type(self).__name__} has no closed form to chain; step it with step()"
         )
 
+    @contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """A step that raises (a member past its end, such as ``OneCycleLR`` after
+        ``total_steps``, or a lambda that raises) leaves the composite, every member and the
+        groups' settings as they were before it, as a single scheduler's failed step does.
+        torch's leaves the members before the failing one stepped, the failing one's epoch
+        advanced and the rate they set (its composite's ``get_last_lr()`` unchanged)."""
+        saved = [(s, _own_state(s)) for s in _everyone(self)]
+        groups = [
+            (group, {key: value for key, value in group.items() if key != "params"})
+            for group in self.optimizer.param_groups
+        ]
+        try:
+            yield
+        except BaseException:
+            for scheduler, state in saved:
+                for key in set(scheduler.__dict__) - set(state) - {"optimizer", "_schedulers"}:
+                    del scheduler.__dict__[key]  # (set by the failed step)
+                scheduler.__dict__.update(state)
+            for group, settings in groups:
+                for key in set(group) - set(settings) - {"params"}:
+                    del group[key]
+                group.update(settings)
+            raise
+
+
+def _everyone(scheduler: Any) -> Iterator[Any]:
+    """A scheduler and, for a composite, every member's (recursively)."""
+    yield scheduler
+    for member in getattr(scheduler, "_schedulers", ()):
+        yield from _everyone(member)
+
+
+def _own_state(scheduler: Any) -> dict[str, Any]:
+    """A copy of a scheduler's own attributes (not its optimizer, nor its members); lists and
+    dicts copied (a step may change them in place), the objects in them kept (a schedule's
+    function stays the one it was given)."""
+    return {
+        key: copy.copy(value) if isinstance(value, list | dict) else value
+        for key, value in scheduler.__dict__.items()
+        if key not in ("optimizer", "_schedulers")
+    }
+
 
 def _undo_step(scheduler: Any) -> None:
     """Take back the step a scheduler's constructor made (each member's, for a composite)."""
@@ -113,15 +159,16 @@ class SequentialLR(_Composite):
 
     def step(self) -> float:
         """Advance one epoch: the current scheduler steps, or the next starts at its epoch 0."""
-        self.last_epoch += 1
-        index = bisect_right(self._milestones, self.last_epoch)
-        scheduler = self._schedulers[index]
-        if index > 0 and self._milestones[index - 1] == self.last_epoch:
-            scheduler.last_epoch = 0
-            scheduler._apply(0)
-        else:
-            scheduler.step()
-        return self._record()
+        with self._all_or_nothing():
+            self.last_epoch += 1
+            index = bisect_right(self._milestones, self.last_epoch)
+            scheduler = self._schedulers[index]
+            if index > 0 and self._milestones[index - 1] == self.last_epoch:
+                scheduler.last_epoch = 0
+                scheduler._apply(0)
+            else:
+                scheduler.step()
+            return self._record()
 
 
 class ChainedScheduler(_Composite):
@@ -156,11 +203,12 @@ class ChainedScheduler(_Composite):
         self._record()
 
     def step(self) -> float:
-        """Step every scheduler, in order."""
-        self.last_epoch += 1
-        for scheduler in self._schedulers:
-            if scheduler.chainable:
-                scheduler.step_chained()
-            else:
-                scheduler.step()
-        return self._record()
+        """Step every scheduler, in order (all or none: see :meth:`_all_or_nothing`)."""
+        with self._all_or_nothing():
+            self.last_epoch += 1
+            for scheduler in self._schedulers:
+                if scheduler.chainable:
+                    scheduler.step_chained()
+                else:
+                    scheduler.step()
+            return self._record()

@@ -7,10 +7,13 @@
 pixels), then moved by ``padding_mode`` (``zeros``: left where it is, reading zeros outside;
 ``border``: clipped to the image; ``reflection``: reflected at the border, then clipped),
 then read by ``mode``: ``bilinear`` weights the four pixels around it (each outside the image
-reads zero), ``nearest`` reads the one nearest (rounding half to even). The gradient of the
-grid is that of the bilinear weights, zero where a coordinate was clipped (torch's
-``clip_coordinates_set_grad``) and for ``nearest``. The 5-d (volumetric) form and ``bicubic``
-raise an error that says so.
+reads zero), ``nearest`` reads the one nearest (rounding half to even), ``bicubic`` (4-d only,
+as torch's) weights the 4 x 4 pixels around the unmoved point with the cubic convolution
+(A = -0.75), each pixel's position moved by ``padding_mode``. The gradient of the grid is that
+of the weights, zero where a coordinate was clipped (torch's ``clip_coordinates_set_grad``)
+and for ``nearest`` (zeros there, not none, as torch's). The volumetric form reads ``input``
+``[N, C, D, H, W]`` at ``grid`` ``[N, Do, Ho, Wo, 3]`` (``x``, ``y``, ``z``): ``bilinear`` is
+then trilinear (eight voxels).
 
 At a point exactly on a pixel center (every point of an identity transform, where spatial
 transformers start) the bilinear gradient of the grid is one-sided, and the side is decided by
@@ -22,11 +25,12 @@ torch's (the input's gradient and the output agree).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, arange, linspace, stack
+from ...tensor import Tensor, arange, full, linspace, stack
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 
@@ -81,14 +85,16 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
 
 
 # -- grid_sample ----------------------------------------------------------------------------------
-_MODES = ("bilinear", "nearest")
+_MODES = ("bilinear", "nearest", "bicubic")
 _PADDINGS = ("zeros", "border", "reflection")
 
 
 def _clip(coords: Tensor, limit: int) -> Tensor:
-    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends."""
+    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends
+    (a NaN coordinate goes to 0, as torch's CPU kernel takes it)."""
     inside = (coords > 0) & (coords < limit)
-    return where(inside, coords, coords.detach().clamp(0, limit))
+    clipped = coords.detach().clamp(0, limit)
+    return where(inside, coords, clipped.mask_fill(clipped.isnan(), 0.0))
 
 
 def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
@@ -103,10 +109,19 @@ def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
     return where(even, extra + low, (extra * -1.0) + (span + low))
 
 
+def _unnormalized(coords: Tensor, size: int, align: bool) -> Tensor:
+    """Grid coordinates in [-1, 1] to pixel coordinates (torch's grid_sampler_unnormalize,
+    in its order of operations)."""
+    return (coords + 1.0) / 2 * (size - 1) if align else ((coords + 1.0) * size - 1.0) / 2
+
+
 def _source(coords: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
     """Grid coordinates in [-1, 1] to pixel coordinates, moved by ``padding_mode``."""
-    # torch's grid_sampler_unnormalize, in its order of operations
-    pixels = (coords + 1.0) / 2 * (size - 1) if align else ((coords + 1.0) * size - 1.0) / 2
+    return _padded(_unnormalized(coords, size, align), size, padding_mode, align)
+
+
+def _padded(pixels: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
+    """Pixel coordinates moved by ``padding_mode`` (torch's compute_coordinates)."""
     if padding_mode == "border":
         return _clip(pixels, size - 1)
     if padding_mode == "reflection":
@@ -117,16 +132,59 @@ def _source(coords: Tensor, size: int, padding_mode: str, align: bool) -> Tensor
     return pixels
 
 
-def _read(flat: Tensor, xs: Tensor, ys: Tensor, width: int, height: int) -> Tensor:
-    """``flat`` ``[N, C, H*W]`` at the integer-valued points ``xs``, ``ys`` ``[N, Ho, Wo]``,
-    zero where a point is outside the image: ``[N, C, Ho, Wo]``."""
+def _read(flat: Tensor, points: Sequence[Tensor], sizes: Sequence[int]) -> Tensor:
+    """``flat`` ``[N, C, prod(sizes)]`` at the integer-valued points ``points`` (one
+    ``[N, *out]`` tensor per spatial dimension, outermost first), zero where a point is
+    outside the image: ``[N, C, *out]``."""
     n, c = flat.shape[:2]
-    inside = (xs >= 0) & (xs <= width - 1) & (ys >= 0) & (ys <= height - 1)
-    index = (ys.clamp(0, height - 1) * width + xs.clamp(0, width - 1)).long()
-    count = math.prod(xs.shape[1:])  # (not -1, nor index[0]: N may be 0)
-    points = index.reshape(n, 1, count).expand(n, c, count)
-    values = flat.gather(2, points).reshape(n, c, *xs.shape[1:])
+    inside = index = None
+    for coords, size in zip(points, sizes):
+        within = (coords >= 0) & (coords <= size - 1)
+        inside = within if inside is None else inside & within
+        clamped = coords.mask_fill(~within, 0.0)  # (a NaN point reads zero, not an index)
+        index = clamped if index is None else index * size + clamped
+    shape = points[0].shape
+    count = math.prod(shape[1:])  # (not -1, nor index[0]: N may be 0)
+    where_ = index.long().reshape(n, 1, count).expand(n, c, count)
+    values = flat.gather(2, where_).reshape(n, c, *shape[1:])
     return values * inside.unsqueeze(1).to(flat.dtype)
+
+
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    """torch's ``get_cubic_upsample_coefficients`` (A = -0.75) for the taps at -1, 0, 1, 2
+    around a point ``t`` past the tap at 0."""
+    a = -0.75
+
+    def near(x):  # cubic_convolution1, |x| <= 1
+        return ((x * (a + 2) - (a + 3)) * x) * x + 1
+
+    def far(x):  # cubic_convolution2, 1 < |x| < 2
+        return ((x * a - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)]
+
+
+def _bicubic(flat, x, y, width, height, padding_mode, align) -> Tensor:
+    """torch's bicubic grid sampling: the 4 x 4 pixels around the unnormalized point, each
+    position moved by ``padding_mode`` (its value zero outside the image), weighted along x,
+    then along y."""
+    x0, y0 = x.detach().floor(), y.detach().floor()
+    wx, wy = _cubic_weights(x - x0), _cubic_weights(y - y0)
+
+    def tap(coords, k, size):
+        moved = _padded(coords + float(k - 1), size, padding_mode, align)
+        return moved.trunc()  # (torch's static_cast)
+
+    out = None
+    for j in range(4):
+        ys = tap(y0, j, height)
+        row = None
+        for i in range(4):
+            term = _read(flat, (ys, tap(x0, i, width)), (height, width)) * wx[i].unsqueeze(1)
+            row = term if row is None else row + term
+        term = row * wy[j].unsqueeze(1)
+        out = term if out is None else out + term
+    return out
 
 
 def grid_sample(
@@ -137,16 +195,12 @@ def grid_sample(
     align_corners: bool | None = None,
 ) -> Tensor:
     """``input`` ``[N, C, H, W]`` read at the points of ``grid`` ``[N, Ho, Wo, 2]``:
-    ``[N, C, Ho, Wo]``, as torch's (see the module docstring)."""
+    ``[N, C, Ho, Wo]`` (or 5-d: ``[N, C, D, H, W]`` at ``[N, Do, Ho, Wo, 3]``), as torch's (see
+    the module docstring)."""
     fn = "grid_sample"
     if mode not in _MODES:
         supported = " or ".join(repr(m) for m in _MODES)
-        raise InvalidArgumentError(
-            f"{fn}: mode {mode!r} is not supported (retrograd has {supported}; torch's "
-            f"'bicubic' is not built)"
-            if mode == "bicubic"
-            else f"{fn}: mode must be {supported}, got {mode!r}"
-        )
+        raise InvalidArgumentError(f"{fn}: mode must be {supported}, got {mode!r}")
     if padding_mode not in _PADDINGS:
         raise InvalidArgumentError(
             f"{fn}: padding_mode must be one of {', '.join(_PADDINGS)}, got {padding_mode!r}"
@@ -159,36 +213,51 @@ def grid_sample(
             f"{fn}: expected input and grid to have the same dtype, but input has "
             f"{input.dtype} and grid has {grid.dtype}"
         )
-    if input.ndim == 5:
-        raise ShapeError(f"{fn}: volumetric (5-d) input is not supported; 4-d input only")
-    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2:
+    spatial = input.ndim - 2
+    if spatial not in (2, 3) or grid.ndim != input.ndim or grid.shape[-1] != spatial:
         raise ShapeError(
-            f"{fn}: expected 4-d input [N, C, H, W] and grid [N, H_out, W_out, 2], got "
+            f"{fn}: expected 4-d input [N, C, H, W] and grid [N, H_out, W_out, 2], or 5-d "
+            f"input [N, C, D, H, W] and grid [N, D_out, H_out, W_out, 3], got "
             f"{shape_text(input.shape)} and {shape_text(grid.shape)}"
         )
+    if mode == "bicubic" and spatial == 3:
+        raise InvalidArgumentError(f"{fn}: bicubic interpolation only supports 4-d input")
     if input.shape[0] != grid.shape[0]:
         raise ShapeError(
             f"{fn}: expected grid and input to have same batch size, but got input with sizes "
             f"{shape_text(input.shape)} and grid with sizes {shape_text(grid.shape)}"
         )
-    n, c, height, width = input.shape
-    if height == 0 or width == 0:
+    n, c, *sizes = input.shape
+    if 0 in sizes:
         raise ShapeError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
     align = bool(align_corners)
-    x = _source(grid[..., 0], width, padding_mode, align)
-    y = _source(grid[..., 1], height, padding_mode, align)
-    flat = input.reshape(n, c, height * width)
+    flat = input.reshape(n, c, math.prod(sizes))
+    if mode == "bicubic":
+        width, height = sizes[1], sizes[0]
+        x = _unnormalized(grid[..., 0], width, align)
+        y = _unnormalized(grid[..., 1], height, align)
+        return _bicubic(flat, x, y, width, height, padding_mode, align)
+    # the grid's last axis is (x, y[, z]): the input's dims from the last
+    points = [
+        _source(grid[..., k], size, padding_mode, align) for k, size in enumerate(reversed(sizes))
+    ]
     if mode == "nearest":
-        return _read(flat, x.detach().round(), y.detach().round(), width, height)
-    x0, y0 = x.detach().floor(), y.detach().floor()
-    x1, y1 = x0 + 1.0, y0 + 1.0
+        out = _read(flat, [p.detach().round() for p in reversed(points)], sizes)
+        # the grid's gradient is zero (rounding's), not absent, as torch's: it joins the graph
+        # through a select that never takes it
+        never = full((1,) * out.ndim, False, dtype="bool", backend=out.backend, device=out.device)
+        return where(never, grid[..., 0].unsqueeze(1).to(out.dtype), out)
     out = None
-    for xs, ys, weight in (
-        (x0, y0, (x1 - x) * (y1 - y)),
-        (x1, y0, (x - x0) * (y1 - y)),
-        (x0, y1, (x1 - x) * (y - y0)),
-        (x1, y1, (x - x0) * (y - y0)),
-    ):
-        term = _read(flat, xs, ys, width, height) * weight.unsqueeze(1)
+    # the corners with x varying fastest, each weight a product over x, y[, z] (torch's order)
+    for corner in itertools.product((0, 1), repeat=spatial):
+        offsets = corner[::-1]  # per (x, y, z)
+        weight = None
+        taps = []
+        for point, offset in zip(points, offsets):
+            low = point.detach().floor()
+            factor = (low + 1.0 - point) if offset == 0 else (point - low)
+            weight = factor if weight is None else weight * factor
+            taps.append(low + float(offset))
+        term = _read(flat, taps[::-1], sizes) * weight.unsqueeze(1)
         out = term if out is None else out + term
     return out

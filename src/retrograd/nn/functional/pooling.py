@@ -32,6 +32,16 @@ from ._common import (
 
 
 # -- pooling ---------------------------------------------------------------------------------------
+def _pool_input(fn: str, x: Any, integers: bool) -> Tensor:
+    """``x``, a float tensor, or an int64 one where torch 2.13 pools integers on the CPU
+    (``integers``: max pooling in 2-d and 3-d, and in 1-d with its indices; average pooling,
+    each window's sum divided as C divides integers, toward zero). Integer
+    tensors never require grad, so nothing is recorded; any other dtype is refused, naming it."""
+    if integers and isinstance(x, Tensor) and x.dtype == "int64":
+        return x
+    return _float_input(fn, x)
+
+
 def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
     no_stride = stride is None or (not isinstance(stride, numbers.Integral) and len(stride) == 0)
@@ -67,7 +77,7 @@ def _avg_pool(
     count_include_pad,
     divisor_override=None,
 ):
-    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    x, squeeze = _batched(fn, _pool_input(fn, x, True), spatial)
     kernel, stride, padding, _ = _pool_args(
         fn, spatial, x, kernel_size, stride, padding, 1, ceil_mode
     )
@@ -132,14 +142,29 @@ def avg_pool2d(
     )
 
 
-def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
-    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode, indices=True):
+    x, squeeze = _batched(fn, _pool_input(fn, x, spatial > 1 or indices), spatial)
     kernel, stride, padding, dilation = _pool_args(
         fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     )
     pooling = (kernel, stride, padding, dilation, bool(ceil_mode))
-    values, indices = apply(TensorOp(fn, kernel="max_pool"), (x,), pooling)
+    if x.dtype == "int64":
+        values, indices = _integer_max_pool(fn, x, pooling)
+    else:
+        values, indices = apply(TensorOp(fn, kernel="max_pool"), (x,), pooling)
     return _unbatched(values, squeeze), _unbatched(indices, squeeze)
+
+
+def _integer_max_pool(fn: str, x: Tensor, pooling: tuple) -> tuple[Tensor, Tensor]:
+    """Max pooling of int64 ``x``, exact at any magnitude: the float kernel pools each
+    value's rank among the distinct values (equal values share a rank, so torch's first
+    maximum is found; ranks are small enough to be exact floats), and the values are read
+    back from ``x`` at the maxima's indices."""
+    _, ranks = x.unique(return_inverse=True)
+    _, indices = apply(TensorOp(fn, kernel="max_pool"), (ranks.double(),), pooling)
+    n, c = x.shape[:2]
+    values = x.reshape((n, c, -1)).gather(2, indices.reshape((n, c, -1)))
+    return values.reshape(indices.shape), indices
 
 
 def max_pool1d_with_indices(
@@ -177,7 +202,9 @@ def max_pool1d(
     return_indices: bool = False,
 ) -> Any:
     """Maximum over windows; the gradient goes to each window's (first) maximum."""
-    values, indices = max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+    values, indices = _max_pool(
+        "max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )  # (torch pools int64 in 1-d only with the indices)
     return (values, indices) if return_indices else values
 
 
@@ -378,8 +405,11 @@ def adaptive_max_pool2d_with_indices(x: Tensor, output_size: Any) -> tuple[Tenso
 # -- power-average pooling and max unpooling -------------------------------------------------------
 def _lp_pool(fn, spatial, x, norm_type, kernel_size, stride, ceil_mode) -> Tensor:
     """torch's ``(sum over the window of x**p)**(1 / p)``: the average pool of ``x**p`` times
-    the window's size, its sign kept (``sign(s) relu(|s|)``) before the root."""
-    x = _float_input(fn, x)
+    the window's size, its sign kept (``sign(s) relu(|s|)``) before the root. An int64 or
+    bool input is torch's too: its power pooled as integers (each window's sum divided toward
+    zero), the root a float32 one."""
+    if not (isinstance(x, Tensor) and x.dtype in ("int64", "bool")):
+        x = _float_input(fn, x)
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
     pool = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[spatial]
     sums = pool(x.pow(norm_type), kernel, stride, 0, ceil_mode)

@@ -42,7 +42,8 @@ def interpolate(
     antialias: bool = False,
 ) -> Tensor:
     """Resize the spatial dimensions to ``size``, or by ``scale_factor``, PyTorch's rules.
-    ``antialias=True`` (torch's low-pass filter when downsampling) is refused.
+    ``antialias=True`` (bilinear and bicubic, 4-d input) is torch's (and PIL's) filter, which
+    widens with the downsampling factor.
 
     ``mode``: ``"nearest"`` (PyTorch's legacy floor rule; 1 to 3 spatial dims), ``"linear"``
     (3-d input), ``"bilinear"``, ``"bicubic"`` (4-d, A = -0.75) or ``"trilinear"`` (5-d).
@@ -55,13 +56,12 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
-    x = input
-    if antialias:
+    x = _float_input(fn, input)
+    if antialias and (mode not in ("bilinear", "bicubic") or x.ndim != 4):
         raise InvalidArgumentError(
-            f"{fn}: antialias=True is not supported (torch's anti-aliasing filter); resize "
-            "without it, or blur before downsampling"
+            f"{fn}: antialias=True is restricted to the bilinear and bicubic modes and a 4-d "
+            f"input, as in torch; got mode {mode!r} and input {shape_text(x.shape)}"
         )
-    x = _float_input(fn, x)
     spatial = x.ndim - 2
     if mode in ("nearest", "nearest-exact", "area"):
         if not 1 <= spatial <= 3:
@@ -112,6 +112,8 @@ def interpolate(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
+    if antialias:
+        return _antialiased(x, mode, out_size, bool(align_corners), scales)
     if mode == "area":  # torch's: adaptive average pooling to the output size
         return _adaptive_avg_pool(fn, spatial, x, out_size)
     if mode == "nearest-exact":
@@ -122,6 +124,49 @@ def interpolate(
         (x,),
         (out_size, kernel_mode, bool(align_corners), scales),
     )
+
+
+def _antialias_filter(mode: str, x: np.ndarray) -> np.ndarray:
+    """torch's anti-aliasing kernels (PIL's): the triangle, or the cubic with A = -0.5."""
+    x = np.abs(x)
+    if mode == "bilinear":
+        return np.maximum(1.0 - x, 0.0)
+    a = -0.5
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _antialias_matrix(mode: str, n_in: int, n_out: int, align_corners: bool, factor) -> np.ndarray:
+    """``[n_out, n_in]``: each output pixel's normalised filter weights over the input pixels
+    of its support (torch's ``_compute_indices_min_size_weights_aa``), the filter stretched by
+    the scale when downsampling."""
+    if align_corners:
+        scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        scale = 1.0 / factor if factor is not None else n_in / n_out
+    half = 1.0 if mode == "bilinear" else 2.0  # the filter's support at scale 1
+    support = half * scale if scale >= 1.0 else half
+    inverse = 1.0 / scale if scale >= 1.0 else 1.0
+    matrix = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = scale * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)  # (int: C's truncation, as torch's)
+        high = min(int(center + support + 0.5), n_in)
+        weights = _antialias_filter(mode, (np.arange(low, high) - center + 0.5) * inverse)
+        total = weights.sum()
+        matrix[i, low:high] = weights / total if total != 0.0 else weights
+    return matrix
+
+
+def _antialiased(x: Tensor, mode: str, out_size, align_corners: bool, scales) -> Tensor:
+    """``interpolate(antialias=True)`` of ``[N, C, H, W]`` ``x``: the separable filter as two
+    matrix products (``rows @ x @ columns^T``), so the gradient is theirs."""
+    rows, columns = (
+        x.new_tensor(_antialias_matrix(mode, n_in, n_out, align_corners, factor)).cast(x.dtype)
+        for n_in, n_out, factor in zip(x.shape[2:], out_size, scales)
+    )
+    return rows.matmul(x.matmul(columns.transpose(0, 1)))
 
 
 def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], scales) -> Tensor:

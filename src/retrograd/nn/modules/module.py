@@ -85,6 +85,19 @@ def _not_numbers(value: Any) -> str:
     return f"a value of type {type(value).__name__}"
 
 
+def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set[int]) -> str:
+    """The missing keys of a strict load (torch's ``Missing key(s) in state_dict``) by kind:
+    parameters (``parameters`` holds their ids), buffers, and keys a module's own loading
+    step added."""
+    kinds: dict[str, list[str]] = {"parameters": [], "buffers": [], "keys": []}
+    for name in missing:
+        value = own.get(name)
+        kind = "keys" if value is None else "parameters" if id(value) in parameters else "buffers"
+        kinds[kind].append(name)
+    listed = [f"missing {kind} {names}" for kind, names in kinds.items() if names]
+    return ", ".join(listed) or "missing no keys"
+
+
 class Module:
     """Base class of layers and models.
 
@@ -629,7 +642,9 @@ class Module:
         unexpected += [name for name in added_unexpected if name not in unexpected]
         if strict and (missing or unexpected):
             raise KeyMismatchError(
-                f"load_state_dict: missing parameters {missing}, unexpected {unexpected}"
+                "load_state_dict: "
+                f"{_missing_by_kind(missing, own, {id(p) for p in self.parameters()})}, "
+                f"unexpected {unexpected}"
             )
         fresh = {}
         for name, current in own.items():  # convert everything before changing anything
