@@ -303,31 +303,15 @@ def ctc_loss(
     empty = _mask(x, in_lengths == 0)
     infinite = infinite.logical_or(empty.logical_and(_mask(x, out_lengths > 0)))
     losses = losses.mask_fill(empty.logical_and(~infinite), 0.0)
-    if zero_infinity:
-        losses = losses.mask_fill(infinite, 0.0)
-    else:
-        losses = losses.mask_where(infinite, _nan_gradient_inf(x, infinite, in_lengths))
+    losses = (
+        losses.mask_fill(infinite, 0.0) if zero_infinity else losses.mask_fill(infinite, math.inf)
+    )
     if unbatched:
         losses = losses.squeeze_dim(0)
     if reduction == "mean":
         divisor = x.new_tensor(np.maximum(out_lengths, 1).astype(np.float64)).cast(x.dtype)
         return (losses / (divisor.squeeze_dim(0) if unbatched else divisor)).mean()
     return _reduce(losses, reduction)
-
-
-def _nan_gradient_inf(x: Tensor, infinite: Tensor, in_lengths: np.ndarray) -> Tensor:
-    """``inf`` per sequence, whose gradient is NaN in each of its log-probabilities read
-    (``t < input_length``), as torch's for an impossible alignment (its kernel's
-    ``exp(log_alpha + log_beta + nll)`` with an infinite ``nll``): ``inf * (1 + 0 * x)``,
-    the finite log-probabilities only (``0 * -inf`` would make the loss NaN; those keep
-    gradient 0)."""
-    steps = x.shape[0]
-    read = _mask(x, (np.arange(steps)[:, None] < in_lengths[None, :])[:, :, None])
-    poisoned = read.logical_and(infinite.unsqueeze_dim(0).unsqueeze_dim(2)).logical_and(
-        x.isfinite()
-    )
-    zeros = x.mask_where(poisoned.logical_not(), x.new_zeros(x.shape)) * 0.0
-    return (zeros.sum((0, 2)) + 1.0) * math.inf
 
 
 def _host_lengths(fn: str, x: Tensor, lengths: Any, name: str, batch: int) -> np.ndarray:
