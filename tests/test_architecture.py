@@ -43,6 +43,7 @@ LAYERS = {
     "linalg": 5,  # torch.linalg over the tensor API
     "special": 5,  # torch.special over the tensor API
     "sparse": 5,  # torch.sparse's names that hold on dense tensors, over the tensor API
+    "quasirandom": 5,  # torch.quasirandom: Sobol' points (SciPy) made into tensors
     "signal": 5,  # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
     "accelerator": 6,
