@@ -382,6 +382,27 @@ class InplaceMixin:
     def put_(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         return self._update("put_", lambda t: t.put(index, source, accumulate))
 
+    # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
+    def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)
+        """Each element replaced by ``callable(element)`` (a Python number in, one out, cast
+        to the tensor's dtype), as torch's ``apply_``; refused on a tensor that requires
+        grad, as torch's (the callable is not differentiable)."""
+        _check_untracked("apply_", self)
+        return self._update("apply_", lambda t: _elementwise(t, "apply_", callable, t))
+
+    def map_(self, tensor: Any, callable: Any) -> Any:  # noqa: A002 (torch's name)
+        """Each element replaced by ``callable(element, other)``, ``other`` the element of
+        ``tensor`` broadcast to this tensor's shape, as torch's ``map_``."""
+        _check_untracked("map_", self)
+        if isinstance(tensor, TensorBase):
+            _check_untracked("map_", tensor)
+        return self._update(
+            "map_",
+            lambda t: _elementwise(
+                t, "map_", callable, t, _source(t, tensor, "map_").expand(t.shape)
+            ),
+        )
+
     # -- random fills (values from the stream rg.manual_seed seeds, or from generator=) -------
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
         low, high = _real("uniform_", "from", a), _real("uniform_", "to", b)
@@ -565,6 +586,28 @@ def _source(t: Any, src: Any, op: str) -> Any:
     if src._device is not t._device:
         src = src.to(t._device)
     return src
+
+
+def _check_untracked(op: str, t: Any) -> None:
+    if t.requires_grad:
+        raise AutodiffError(
+            f"{op}: can't call {op}() on a tensor that requires grad (the callable is not "
+            f"differentiable); use t.detach().{op}(...) instead"
+        )
+
+
+def _elementwise(t: Any, op: str, f: Any, *operands: Any) -> Any:
+    """``f`` of the operands' elements (Python numbers, as torch passes them), as a
+    tensor of ``t``'s dtype, device and backend (untracked)."""
+    if not callable(f):
+        raise DTypeError(f"{op}: expected a callable, got {type(f).__name__}")
+    columns = [np.asarray(x.numpy()).ravel().tolist() for x in operands]
+    values = [f(*elements) for elements in zip(*columns)]
+    for value in values:
+        if not isinstance(value, SCALARS) or isinstance(value, complex):
+            raise DTypeError(f"{op}: the callable must return a number, got {type(value).__name__}")
+    array = np.asarray(values, dtype=np.dtype(t.dtype)).reshape(tuple(t.shape))
+    return from_host(type(t)._result, array, t.dtype, t._backend, t._device)
 
 
 def _random(
