@@ -51,71 +51,7 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
-import torch
-
-import retrograd as rg
-from real_ports import assert_records_agree, params_of, port, run_source
-
-
-def _runs(source, steps, capsys, seed, **names):
-    """The records and logs of ``source`` under torch and of its port under retrograd, each
-    run with ``torch.rand``/``randn``/``randn_like``/``randint`` drawing from one stream seeded
-    by ``seed`` (the same in both runs)."""
-    records, logs = [], []
-    for lib in (torch, rg):
-        record = []
-        torch.manual_seed(0)
-        text = (
-            source
-            if lib is torch
-            else port(source, steps).replace("from torch.", "from retrograd.")
-        )
-        with _SharedDraws(lib, seed):
-            run_source(text, lib, record=record, **names)
-        records.append(record)
-        logs.append(capsys.readouterr().out)
-    return records, logs
-
-
-class _SharedDraws:
-    """``torch.rand``, ``randn``, ``randn_like`` and ``randint`` of a library drawing from one
-    seeded stream."""
-
-    NAMES = ("rand", "randn", "randn_like", "randint")
-
-    def __init__(self, lib, seed):
-        self.lib, self.rng = lib, np.random.default_rng(seed)
-
-    def __enter__(self):
-        lib, rng = self.lib, self.rng
-
-        def shape_of(size):
-            return tuple(size[0] if len(size) == 1 and not isinstance(size[0], int) else size)
-
-        def rand(*size, dtype=None, **_):
-            return lib.tensor(rng.uniform(size=shape_of(size)), dtype=dtype or lib.float32)
-
-        def randn(*size, dtype=None, **_):
-            return lib.tensor(rng.standard_normal(shape_of(size)), dtype=dtype or lib.float32)
-
-        def randn_like(t, **_):
-            return randn(*t.shape, dtype=t.dtype)
-
-        def randint(*args, **_):
-            low, high, size = (0, *args) if len(args) == 2 else args
-            return lib.tensor(rng.integers(low, high, tuple(size)), dtype=lib.int64)
-
-        self.saved = [getattr(lib, name) for name in self.NAMES]
-        for name, f in zip(self.NAMES, (rand, randn, randn_like, randint)):
-            setattr(lib, name, f)
-        return self
-
-    def __exit__(self, *exc):
-        for name, f in zip(self.NAMES, self.saved):
-            setattr(self.lib, name, f)
-        return False
-
+from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
 # -- the mixture of experts -----------------------------------------------------------------------
 MOE_SOURCE = '''
@@ -367,26 +303,13 @@ MOE_STEPS = [
 ]
 
 
-def _initializer():
-    """``initialize(model)``: torch's run keeps its weights, the port loads them."""
-    states = []
-
-    def initialize(module):
-        if not states:
-            states.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
-        else:
-            module.load_state_dict(states[0])
-
-    return initialize
-
-
 def test_mixture_of_experts_trains_as_torch(capsys):
-    records, logs = _runs(
+    records, logs = runs_with_draws(
         MOE_SOURCE,
         MOE_STEPS,
         capsys,
         seed=54,
-        initialize=_initializer(),
+        initialize=initializer(),
         params_of=params_of,
     )
     ours, theirs = records[1], records[0]
@@ -859,12 +782,12 @@ NTM_STEPS = [
 
 
 def test_neural_turing_machine_trains_as_torch(capsys):
-    records, logs = _runs(
+    records, logs = runs_with_draws(
         NTM_SOURCE,
         NTM_STEPS,
         capsys,
         seed=55,
-        initialize=_initializer(),
+        initialize=initializer(),
         params_of=params_of,
     )
     ours, theirs = records[1], records[0]
@@ -1217,12 +1140,12 @@ KAN_STEPS = [
 
 def test_efficient_kan_trains_as_torch(capsys):
     log = io.StringIO()
-    records, logs = _runs(
+    records, logs = runs_with_draws(
         KAN_SOURCE,
         KAN_STEPS,
         capsys,
         seed=56,
-        initialize=_initializer(),
+        initialize=initializer(),
         params_of=params_of,
         log=log,
     )
