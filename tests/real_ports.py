@@ -135,11 +135,12 @@ class WithDraws:
 def runs_with_draws(source, steps, capsys, seed, **names):
     """The records and logs of ``source`` under torch and of its port under retrograd, each
     run with ``torch.rand``/``randn``/``randn_like``/``randint`` drawing from one stream seeded
-    by ``seed`` (the same in both runs)."""
+    by ``seed`` (the same in both runs), and NumPy's global stream seeded by ``seed``."""
     records, logs = [], []
     for lib in (torch, rg):
         record = []
         torch.manual_seed(0)
+        np.random.seed(seed)
         text = (
             source
             if lib is torch
@@ -192,13 +193,15 @@ class SharedDraws:
 
 
 def initializer():
-    """``initialize(model)``: torch's run keeps its weights, the port loads them."""
-    states = []
+    """``initialize(module)``: torch's run keeps the weights of each module it is given, in
+    order; the port loads them into its modules in the same order."""
+    states, loaded = [], []
 
     def initialize(module):
-        if not states:
+        if isinstance(module, torch.nn.Module):
             states.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
         else:
-            module.load_state_dict(states[0])
+            module.load_state_dict(states[len(loaded)])
+            loaded.append(module)
 
     return initialize

@@ -25,6 +25,19 @@
   ``Conv1d`` feed-forwards on ``y.transpose(-1,1)``, ``mix=True`` decoder attention, ``.float()``
   of the model, ``torch.cat([batch_y[:,:label_len,:], dec_inp], dim=1)``, ``np.average`` of
   0-d tensors in ``vali`` and ``param_group['lr'] = lr`` updates.
+- Deep Graph Infomax as PetarV-/DGI writes it (``layers/gcn.py``, ``readout.py``,
+  ``discriminator.py``, ``models/dgi.py``, ``logreg.py``, ``utils/process.py``'s
+  ``preprocess_features``/``normalize_adj`` and ``execute.py``), on a small random graph for Cora
+  (30 nodes, 20 features, 16 hidden units, 5 epochs, two logistic regressions of 10 steps):
+  ``sparse = False``, the program's own switch (retrograd has no sparse layouts, by design), so
+  ``torch.FloatTensor`` of ``np.matrix`` values with ``[np.newaxis]`` (SciPy's ``todense()``),
+  ``torch.bmm`` propagation, ``out += self.bias``, ``nn.PReLU``, ``nn.Bilinear`` scores of
+  ``c_x.expand_as(h_pl)``, corruption by ``features[:, np.random.permutation(nb_nodes), :]``,
+  ``nn.BCEWithLogitsLoss``, ``print('Loss:', loss)``, early stopping by ``if loss < best`` on
+  tensors with ``torch.save(model.state_dict(), 'best_dgi.pkl')`` and ``torch.load``, then
+  ``model.embed``'s detached embeddings classified by ``LogReg`` with ``torch.argmax`` labels,
+  accuracies ``torch.stack``-ed, ``mean()`` and ``std()``. The ``.cuda()`` calls of the
+  evaluation (which fail on a machine without CUDA, under torch too) are left out.
 
 The lines changed: the gradient lines (``grads = loss.backward()``, ``model_optim.step(grads)``),
 the ``import`` lines naming ``torch``, and ``torch.__version__>='1.5.0'`` (twice: the circular
@@ -757,3 +770,359 @@ def test_informer_trains_as_torch(capsys, attn):
         skip=zero,
     )
     np.testing.assert_allclose([ours[i] for i in valis], [theirs[i] for i in valis], rtol=5e-3)
+
+
+# -- Deep Graph Infomax ---------------------------------------------------------------------------
+DGI_SOURCE = """
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn as nn
+
+
+# -- layers/gcn.py --
+class GCN(nn.Module):
+    def __init__(self, in_ft, out_ft, act, bias=True):
+        super(GCN, self).__init__()
+        self.fc = nn.Linear(in_ft, out_ft, bias=False)
+        self.act = nn.PReLU() if act == 'prelu' else act
+
+        if bias:
+            self.bias = nn.Parameter(torch.FloatTensor(out_ft))
+            self.bias.data.fill_(0.0)
+        else:
+            self.register_parameter('bias', None)
+
+        for m in self.modules():
+            self.weights_init(m)
+
+    def weights_init(self, m):
+        if isinstance(m, nn.Linear):
+            torch.nn.init.xavier_uniform_(m.weight.data)
+            if m.bias is not None:
+                m.bias.data.fill_(0.0)
+
+    # Shape of seq: (batch, nodes, features)
+    def forward(self, seq, adj, sparse=False):
+        seq_fts = self.fc(seq)
+        if sparse:
+            out = torch.unsqueeze(torch.spmm(adj, torch.squeeze(seq_fts, 0)), 0)
+        else:
+            out = torch.bmm(adj, seq_fts)
+        if self.bias is not None:
+            out += self.bias
+
+        return self.act(out)
+
+
+# -- layers/readout.py --
+# Applies an average on seq, of shape (batch, nodes, features)
+# While taking into account the masking of msk
+class AvgReadout(nn.Module):
+    def __init__(self):
+        super(AvgReadout, self).__init__()
+
+    def forward(self, seq, msk):
+        if msk is None:
+            return torch.mean(seq, 1)
+        else:
+            msk = torch.unsqueeze(msk, -1)
+            return torch.sum(seq * msk, 1) / torch.sum(msk)
+
+
+# -- layers/discriminator.py --
+class Discriminator(nn.Module):
+    def __init__(self, n_h):
+        super(Discriminator, self).__init__()
+        self.f_k = nn.Bilinear(n_h, n_h, 1)
+
+        for m in self.modules():
+            self.weights_init(m)
+
+    def weights_init(self, m):
+        if isinstance(m, nn.Bilinear):
+            torch.nn.init.xavier_uniform_(m.weight.data)
+            if m.bias is not None:
+                m.bias.data.fill_(0.0)
+
+    def forward(self, c, h_pl, h_mi, s_bias1=None, s_bias2=None):
+        c_x = torch.unsqueeze(c, 1)
+        c_x = c_x.expand_as(h_pl)
+
+        sc_1 = torch.squeeze(self.f_k(h_pl, c_x), 2)
+        sc_2 = torch.squeeze(self.f_k(h_mi, c_x), 2)
+
+        if s_bias1 is not None:
+            sc_1 += s_bias1
+        if s_bias2 is not None:
+            sc_2 += s_bias2
+
+        logits = torch.cat((sc_1, sc_2), 1)
+
+        return logits
+
+
+# -- models/dgi.py --
+class DGI(nn.Module):
+    def __init__(self, n_in, n_h, activation):
+        super(DGI, self).__init__()
+        self.gcn = GCN(n_in, n_h, activation)
+        self.read = AvgReadout()
+
+        self.sigm = nn.Sigmoid()
+
+        self.disc = Discriminator(n_h)
+
+    def forward(self, seq1, seq2, adj, sparse, msk, samp_bias1, samp_bias2):
+        h_1 = self.gcn(seq1, adj, sparse)
+
+        c = self.read(h_1, msk)
+        c = self.sigm(c)
+
+        h_2 = self.gcn(seq2, adj, sparse)
+
+        ret = self.disc(c, h_1, h_2, samp_bias1, samp_bias2)
+
+        return ret
+
+    # Detach the return variables
+    def embed(self, seq, adj, sparse, msk):
+        h_1 = self.gcn(seq, adj, sparse)
+        c = self.read(h_1, msk)
+
+        return h_1.detach(), c.detach()
+
+
+# -- models/logreg.py --
+class LogReg(nn.Module):
+    def __init__(self, ft_in, nb_classes):
+        super(LogReg, self).__init__()
+        self.fc = nn.Linear(ft_in, nb_classes)
+
+        for m in self.modules():
+            self.weights_init(m)
+
+    def weights_init(self, m):
+        if isinstance(m, nn.Linear):
+            torch.nn.init.xavier_uniform_(m.weight.data)
+            if m.bias is not None:
+                m.bias.data.fill_(0.0)
+
+    def forward(self, seq):
+        ret = self.fc(seq)
+        return ret
+
+
+# -- utils/process.py --
+def preprocess_features(features):
+    \"\"\"Row-normalize feature matrix and convert to tuple representation\"\"\"
+    rowsum = np.array(features.sum(1))
+    r_inv = np.power(rowsum, -1).flatten()
+    r_inv[np.isinf(r_inv)] = 0.
+    r_mat_inv = sp.diags(r_inv)
+    features = r_mat_inv.dot(features)
+    return features.todense(), None  # sparse_to_tuple(features): unused here
+
+def normalize_adj(adj):
+    \"\"\"Symmetrically normalize adjacency matrix.\"\"\"
+    adj = sp.coo_matrix(adj)
+    rowsum = np.array(adj.sum(1))
+    d_inv_sqrt = np.power(rowsum, -0.5).flatten()
+    d_inv_sqrt[np.isinf(d_inv_sqrt)] = 0.
+    d_mat_inv_sqrt = sp.diags(d_inv_sqrt)
+    return adj.dot(d_mat_inv_sqrt).transpose().dot(d_mat_inv_sqrt).tocoo()
+
+
+# -- execute.py --
+dataset = 'cora'
+
+# training params
+batch_size = 1
+nb_epochs = 5
+patience = 20
+lr = 0.01
+l2_coef = 0.0
+drop_prob = 0.0
+hid_units = 16
+sparse = False
+nonlinearity = 'prelu' # special name to separate parameters
+
+adj, features, labels, idx_train, idx_val, idx_test = load_data(dataset)
+features, _ = preprocess_features(features)
+
+nb_nodes = features.shape[0]
+ft_size = features.shape[1]
+nb_classes = labels.shape[1]
+
+adj = normalize_adj(adj + sp.eye(adj.shape[0]))
+
+if sparse:
+    sp_adj = process.sparse_mx_to_torch_sparse_tensor(adj)
+else:
+    adj = (adj + sp.eye(adj.shape[0])).todense()
+
+features = torch.FloatTensor(features[np.newaxis])
+if not sparse:
+    adj = torch.FloatTensor(adj[np.newaxis])
+labels = torch.FloatTensor(labels[np.newaxis])
+idx_train = torch.LongTensor(idx_train)
+idx_val = torch.LongTensor(idx_val)
+idx_test = torch.LongTensor(idx_test)
+
+model = DGI(ft_size, hid_units, nonlinearity)
+initialize(model)
+optimiser = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=l2_coef)
+
+if torch.cuda.is_available():
+    print('Using CUDA')
+    model.cuda()
+    features = features.cuda()
+    if sparse:
+        sp_adj = sp_adj.cuda()
+    else:
+        adj = adj.cuda()
+    labels = labels.cuda()
+    idx_train = idx_train.cuda()
+    idx_val = idx_val.cuda()
+    idx_test = idx_test.cuda()
+
+b_xent = nn.BCEWithLogitsLoss()
+xent = nn.CrossEntropyLoss()
+cnt_wait = 0
+best = 1e9
+best_t = 0
+
+for epoch in range(nb_epochs):
+    model.train()
+    optimiser.zero_grad()
+
+    idx = np.random.permutation(nb_nodes)
+    shuf_fts = features[:, idx, :]
+
+    lbl_1 = torch.ones(batch_size, nb_nodes)
+    lbl_2 = torch.zeros(batch_size, nb_nodes)
+    lbl = torch.cat((lbl_1, lbl_2), 1)
+
+    if torch.cuda.is_available():
+        shuf_fts = shuf_fts.cuda()
+        lbl = lbl.cuda()
+
+    logits = model(features, shuf_fts, sp_adj if sparse else adj, sparse, None, None, None)
+
+    loss = b_xent(logits, lbl)
+
+    print('Loss:', loss)
+    record.append(loss.item())
+
+    if loss < best:
+        best = loss
+        best_t = epoch
+        cnt_wait = 0
+        torch.save(model.state_dict(), 'best_dgi.pkl')
+    else:
+        cnt_wait += 1
+
+    if cnt_wait == patience:
+        print('Early stopping!')
+        break
+
+    loss.backward()
+    optimiser.step()
+    record.append(params_of(model))
+
+print('Loading {}th epoch'.format(best_t))
+model.load_state_dict(torch.load('best_dgi.pkl'))
+
+embeds, _ = model.embed(features, sp_adj if sparse else adj, sparse, None)
+train_embs = embeds[0, idx_train]
+val_embs = embeds[0, idx_val]
+test_embs = embeds[0, idx_test]
+
+train_lbls = torch.argmax(labels[0, idx_train], dim=1)
+val_lbls = torch.argmax(labels[0, idx_val], dim=1)
+test_lbls = torch.argmax(labels[0, idx_test], dim=1)
+
+tot = torch.zeros(1)
+
+accs = []
+
+for _ in range(2):
+    log = LogReg(hid_units, nb_classes)
+    initialize(log)
+    opt = torch.optim.Adam(log.parameters(), lr=0.01, weight_decay=0.0)
+
+    pat_steps = 0
+    best_acc = torch.zeros(1)
+    for _ in range(10):
+        log.train()
+        opt.zero_grad()
+
+        logits = log(train_embs)
+        loss = xent(logits, train_lbls)
+
+        loss.backward()
+        opt.step()
+        record.append(loss.item())
+
+    logits = log(test_embs)
+    preds = torch.argmax(logits, dim=1)
+    acc = torch.sum(preds == test_lbls).float() / test_lbls.shape[0]
+    accs.append(acc * 100)
+    print(acc)
+    tot += acc
+
+print('Average accuracy:', tot / 50)
+
+accs = torch.stack(accs)
+print(accs.mean())
+print(accs.std())
+record.append(accs.numpy())
+record.append(embeds.numpy())
+"""
+
+DGI_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "    loss.backward()\n    optimiser.step()",
+        "    grads = loss.backward()\n    optimiser.step(grads)",
+    ),
+    (
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
+    ),
+]
+
+
+def _load_data(dataset):
+    """``process.load_data('cora')`` of a small random graph: SciPy sparse adjacency and
+    features, one-hot labels, index ranges."""
+    import scipy.sparse as sp
+
+    assert dataset == "cora"
+    rng = np.random.default_rng(55)
+    edges = rng.uniform(size=(30, 30)) < 0.12
+    adj = sp.csr_matrix(np.triu(edges, 1) + np.triu(edges, 1).T, dtype=np.float64)
+    features = sp.lil_matrix((rng.uniform(size=(30, 20)) < 0.3).astype(np.float32))
+    labels = np.eye(3)[rng.integers(0, 3, 30)]
+    return adj, features, labels, range(0, 12), range(12, 20), range(20, 30)
+
+
+def test_deep_graph_infomax_trains_as_torch(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    records, logs = runs_with_draws(
+        DGI_SOURCE,
+        DGI_STEPS,
+        capsys,
+        seed=57,
+        initialize=initializer(),
+        params_of=params_of,
+        load_data=_load_data,
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("Loss:") == 5
+    loading = [[line for line in log.splitlines() if line.startswith("Loading")] for log in logs]
+    assert loading[0] == loading[1] == ["Loading 2th epoch"]  # an earlier epoch's state
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
