@@ -11,6 +11,7 @@ recorded (losses, parameters after every step, samples).
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import numpy as np
@@ -135,12 +136,13 @@ class WithDraws:
 def runs_with_draws(source, steps, capsys, seed, **names):
     """The records and logs of ``source`` under torch and of its port under retrograd, each
     run with ``torch.rand``/``randn``/``randn_like``/``randint`` drawing from one stream seeded
-    by ``seed`` (the same in both runs), and NumPy's global stream seeded by ``seed``."""
+    by ``seed`` (the same in both runs), NumPy's and Python's global streams seeded by it."""
     records, logs = [], []
     for lib in (torch, rg):
         record = []
         torch.manual_seed(0)
         np.random.seed(seed)
+        random.seed(seed)
         text = (
             source
             if lib is torch
