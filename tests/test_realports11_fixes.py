@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -54,3 +56,59 @@ def test_apply_refuses_what_torch_refuses():
         rg.ones(2).apply_(lambda x: "a")
     with pytest.raises(DTypeError, match="apply_: expected a callable"):
         rg.ones(2).apply_(3)
+
+
+_LEGACY = [
+    dict(size_average=False),
+    dict(reduce=False),
+    dict(size_average=True, reduce=True),
+    dict(size_average=False, reduction="none"),  # the legacy arguments win, as torch's
+    dict(size_average=0, reduce=1),
+]
+
+
+@pytest.mark.parametrize("legacy", _LEGACY)
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("MSELoss", ()),
+        ("L1Loss", ()),
+        ("KLDivLoss", ()),
+        ("BCEWithLogitsLoss", ()),
+        ("SmoothL1Loss", ()),
+        ("CrossEntropyLoss", ()),
+        ("NLLLoss", ()),
+        ("MarginRankingLoss", ()),
+        ("MultiMarginLoss", ()),
+        ("PoissonNLLLoss", ()),
+    ],
+)
+def test_legacy_reduction_arguments_are_read_into_reduction(name, args, legacy):
+    """torch's ``_Loss`` reads ``size_average``/``reduce`` once, into ``reduction``: the
+    attribute says what the module computes, and setting it afterwards is what counts (a
+    module made with ``size_average=False`` and then given ``reduction = 'none'`` returns the
+    elementwise losses)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3))
+    y = rng.uniform(size=(4, 3))
+    inputs = {
+        "CrossEntropyLoss": (x, np.array([0, 2, 1, 1])),
+        "NLLLoss": (x, np.array([0, 2, 1, 1])),
+        "MarginRankingLoss": (x[:, 0], x[:, 1], np.sign(x[:, 2])),
+        "MultiMarginLoss": (x, np.array([0, 2, 1, 1])),
+    }.get(name, (x, y))
+    results = []
+    for lib in (torch, rg):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = getattr(lib.nn, name)(*args, **legacy)
+        tensors = [lib.tensor(a) for a in inputs]
+        reduction = module.reduction
+        first = module(*tensors)
+        module.reduction = "none"
+        second = module(*tensors)
+        results.append((reduction, first.detach().numpy(), second.detach().numpy()))
+    (theirs_r, theirs_1, theirs_2), (ours_r, ours_1, ours_2) = results
+    assert ours_r == theirs_r
+    np.testing.assert_allclose(ours_1, theirs_1, rtol=1e-12)
+    np.testing.assert_allclose(ours_2, theirs_2, rtol=1e-12)
