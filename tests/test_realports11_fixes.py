@@ -112,3 +112,64 @@ def test_legacy_reduction_arguments_are_read_into_reduction(name, args, legacy):
     assert ours_r == theirs_r
     np.testing.assert_allclose(ours_1, theirs_1, rtol=1e-12)
     np.testing.assert_allclose(ours_2, theirs_2, rtol=1e-12)
+
+
+_SCALE_FIRST = [
+    ("add", lambda t, a, b: t.add(-0.5, a)),
+    ("add_", lambda t, a, b: t.clone().add_(-0.5, a)),
+    ("sub", lambda t, a, b: t.sub(2, a)),
+    ("sub_", lambda t, a, b: t.clone().sub_(2, a)),
+    ("addcmul", lambda t, a, b: t.addcmul(0.3, a, b)),
+    ("addcmul_", lambda t, a, b: t.clone().addcmul_(0.3, a, b)),
+    ("addcdiv", lambda t, a, b: t.addcdiv(-0.7, a, b)),
+    ("addcdiv_", lambda t, a, b: t.clone().addcdiv_(-0.7, a, b)),
+    ("torch.add", lambda t, a, b: _lib(t).add(t, 3, a)),
+    ("torch.addcmul", lambda t, a, b: _lib(t).addcmul(t, 0.3, a, b)),
+    ("torch.addcdiv", lambda t, a, b: _lib(t).addcdiv(t, 0.3, a, b)),
+    ("number other", lambda t, a, b: t.add(2, 3)),
+]
+
+
+def _lib(t):
+    return torch if isinstance(t, torch.Tensor) else rg
+
+
+@pytest.mark.parametrize("name, f", _SCALE_FIRST, ids=[n for n, _ in _SCALE_FIRST])
+def test_deprecated_scale_first_overloads_are_torchs(name, f):
+    """torch 2 still takes ``add(alpha, other)``, ``sub(alpha, other)``, ``addcmul(value,
+    tensor1, tensor2)`` and ``addcdiv(value, tensor1, tensor2)`` (with a warning), as pre-1.5
+    optimizers call them (``p.data.add_(-group['lr'], d_p)``); values and gradients."""
+    rng = np.random.default_rng(4)
+    t, a, b = rng.standard_normal((3, 2, 3))
+    b = np.abs(b) + 0.5
+    results = []
+    for lib in (torch, rg):
+        xs = [lib.tensor(v, requires_grad=True) for v in (t, a, b)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = f(xs[0] * 1, xs[1] * 1, xs[2] * 1)
+        if lib is rg:  # (torch warns once a process)
+            assert any("deprecated" in str(w.message) for w in caught)
+        if lib is torch:
+            out.sum().backward()
+            grads = [x.grad for x in xs]
+        else:
+            got = out.sum().backward()
+            grads = [x.grad(got) for x in xs]
+        results.append((out.detach().numpy(), [None if g is None else g.numpy() for g in grads]))
+    (theirs, their_grads), (ours, our_grads) = results
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    for mine, reference in zip(our_grads, their_grads):
+        assert (mine is None) == (reference is None)
+        if reference is not None:
+            np.testing.assert_allclose(mine, reference, rtol=1e-12)
+
+
+def test_deprecated_overloads_refuse_what_torch_refuses():
+    a = rg.ones(2)
+    with pytest.raises(DTypeError, match=r"add: invalid arguments \(Tensor, int\)"):
+        a.add(a, 2)
+    with pytest.raises(DTypeError, match="alpha given twice"):
+        a.add(2, a, alpha=3)
+    with pytest.raises(DTypeError, match="addcmul: invalid arguments"):
+        a.addcmul(a, a, a)

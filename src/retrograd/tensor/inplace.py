@@ -202,11 +202,11 @@ class InplaceMixin:
         return self
 
     # -- arithmetic ---------------------------------------------------------------------------
-    def add_(self, other: Any, *, alpha: Any = 1) -> Any:
-        return self._update("add_", lambda t: t.add(other, alpha=alpha))
+    def add_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        return self._update("add_", lambda t: t.add(other, *args, alpha=alpha))
 
-    def sub_(self, other: Any, *, alpha: Any = 1) -> Any:
-        return self._update("sub_", lambda t: t.sub(other, alpha=alpha))
+    def sub_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha))
 
     def mul_(self, other: Any) -> Any:
         return self._update("mul_", lambda t: t.mul(other))
@@ -220,11 +220,11 @@ class InplaceMixin:
     def remainder_(self, other: Any) -> Any:
         return self._update("remainder_", lambda t: t.remainder(other))
 
-    def addcmul_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
-        return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, value=value))
+    def addcmul_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, *args, value=value))
 
-    def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
-        return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, value=value))
+    def addcdiv_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, *args, value=value))
 
     def lerp_(self, end: Any, weight: Any) -> Any:
         return self._update("lerp_", lambda t: t.lerp(end, weight))
