@@ -173,3 +173,29 @@ def test_deprecated_overloads_refuse_what_torch_refuses():
         a.add(2, a, alpha=3)
     with pytest.raises(DTypeError, match="addcmul: invalid arguments"):
         a.addcmul(a, a, a)
+
+
+def test_optim_optimizer_module_and_required():
+    """``from torch.optim.optimizer import Optimizer, required`` (the import of optimizers
+    written as torch's, RAdam's among them) failed: there was no ``optim.optimizer`` module.
+    A ``required`` default must be given by each group, as torch checks."""
+    from importlib import import_module
+
+    results = []
+    for lib in (torch, rg):
+        module = import_module(f"{lib.__name__}.optim.optimizer")
+        assert module.Optimizer is lib.optim.Optimizer
+
+        class MySGD(module.Optimizer):
+            def __init__(self, params, lr=module.required, momentum=0):
+                super().__init__(params, dict(lr=lr, momentum=momentum))
+
+        w, v = lib.nn.Parameter(lib.ones(2)), lib.nn.Parameter(lib.ones(2))
+        with pytest.raises(ValueError, match="required optimization parameter lr"):
+            MySGD([w])
+        with pytest.raises(ValueError, match="required optimization parameter lr"):
+            MySGD([{"params": [w], "lr": 0.1}, {"params": [v]}])
+        grouped = MySGD([{"params": [w], "lr": 0.1}, {"params": [v], "lr": 0.3}])
+        results.append(([g["lr"] for g in grouped.param_groups], MySGD([w], lr=0.2).defaults))
+        assert repr(module.required) == "<required parameter>"
+    assert results[0] == results[1]

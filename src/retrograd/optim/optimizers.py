@@ -61,6 +61,7 @@ __all__ = [
     "Optimizer",
     "RMSprop",
     "adam_update",
+    "required",
     "rmsprop_update",
     "sgd_update",
     "sole_reference",
@@ -159,6 +160,17 @@ def rmsprop_update(
 
 
 # -- the optimizers -------------------------------------------------------------------------------
+class _RequiredParameter:
+    """torch's ``required``: the default of a hyper-parameter every parameter group must give
+    (``def __init__(self, params, lr=required, ...)`` in optimizers written as torch's)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, the step, state dicts.
 
@@ -175,7 +187,10 @@ class Optimizer:
             )
         defaults = dict(defaults)
         lr = defaults.get("lr")
-        if isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
+        lr_required = lr is required
+        if lr_required:  # each group gives its own (add_param_group checks)
+            lr = 0.0
+        elif isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
             lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
         if not isinstance(lr, int | float) or isinstance(lr, bool):
             raise DTypeError(f"{type(self).__name__}: lr must be a number, got {lr!r}")
@@ -214,7 +229,7 @@ class Optimizer:
         for group in groups:
             self.add_param_group(group)
         #: the learning rate given at construction (schedules scale from each group's own)
-        self.initial_lr = float(lr)
+        self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
 
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
@@ -249,6 +264,12 @@ class Optimizer:
                     f"{type(self).__name__}: some parameters appear in more than one group"
                 )
         new = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
+        missing = [k for k, v in new.items() if v is required]
+        if missing:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: parameter group didn't specify a value of required "
+                f"optimization parameter {missing[0]}"
+            )
         new["params"] = unique
         self._check_group(new)
         self.param_groups.append(new)
