@@ -148,8 +148,12 @@ def runs_with_draws(source, steps, capsys, seed, **names):
             if lib is torch
             else port(source, steps).replace("from torch.", "from retrograd.")
         )
+        shared = {  # make_<name>(lib) gives each run its own <name>
+            k.removeprefix("make_"): v(lib) if k.startswith("make_") else v
+            for k, v in names.items()
+        }
         with SharedDraws(lib, seed):
-            run_source(text, lib, record=record, **names)
+            run_source(text, lib, record=record, **shared)
         records.append(record)
         logs.append(capsys.readouterr().out)
     return records, logs
