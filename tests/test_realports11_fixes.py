@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import retrograd as rg
-from retrograd.errors import AutodiffError, DTypeError
+from retrograd.errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 
 
 def _binarize(x):
@@ -199,3 +199,33 @@ def test_optim_optimizer_module_and_required():
         results.append(([g["lr"] for g in grouped.param_groups], MySGD([w], lr=0.2).defaults))
         assert repr(module.required) == "<required parameter>"
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((0, 4), {}),
+        ((1, 2, 0.25), {}),
+        ((5, 1, -2), {}),
+        ((0, 1, 0.3), {}),
+        ((0, 4), {"dtype": "int64"}),
+        ((-1.5, 2), {"dtype": "float64"}),
+    ],
+)
+def test_range_is_torchs_deprecated_inclusive_range(args, kwargs):
+    """``torch.range`` (deprecated, still in torch 2: ``end`` included, float by default) did
+    not exist."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.range(*args, **{k: getattr(torch, v) for k, v in kwargs.items()})
+        with pytest.warns(UserWarning, match="torch.range is deprecated"):
+            ours = rg.range(*args, **{k: getattr(rg, v) for k, v in kwargs.items()})
+    assert ours.dtype == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_range_refuses_what_torch_refuses():
+    with pytest.raises(ShapeError, match="range: step must not be zero"):
+        rg.range(0, 1, 0)
+    with pytest.raises(InvalidArgumentError, match="inconsistent with the sign of step"):
+        rg.range(0, 1, -1)
