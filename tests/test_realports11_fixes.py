@@ -229,3 +229,35 @@ def test_range_refuses_what_torch_refuses():
         rg.range(0, 1, 0)
     with pytest.raises(InvalidArgumentError, match="inconsistent with the sign of step"):
         rg.range(0, 1, -1)
+
+
+@pytest.mark.parametrize(
+    "shape, new",
+    [((2, 3), (3, 2)), ((2, 3), (4,)), ((2, 3), (2, 1)), ((6,), (6,)), ((2, 2), (0,))],
+)
+def test_resize_keeps_the_flat_elements_as_torchs(shape, new):
+    """``resize_``/``resize_as_`` did not exist (old code's ``x.resize_as_(y)``)."""
+    results = []
+    for lib in (torch, rg):
+        a = lib.arange(float(np.prod(shape))).reshape(shape).clone()
+        assert a.resize_(*new) is a
+        b = lib.arange(3.0)
+        b.resize_as_(lib.zeros(new))
+        results.append((tuple(a.shape), a.numpy().copy(), tuple(b.shape), b.numpy().ravel()[:3]))
+    (ts, ta, tbs, tb), (os_, oa, obs, ob) = results
+    assert (os_, obs) == (ts, tbs)
+    np.testing.assert_array_equal(oa, ta)
+    np.testing.assert_array_equal(ob[: min(3, ob.size)], tb[: min(3, tb.size)])
+
+
+def test_resize_grows_with_the_old_elements_first_and_refuses_what_it_cannot():
+    a = rg.tensor([1.0, 2.0, 3.0])
+    a.resize_(2, 3)
+    np.testing.assert_array_equal(a.numpy()[0], [1.0, 2.0, 3.0])  # torch's: the rest unset
+    with pytest.raises(AutodiffError, match="resize_: cannot resize tensors that require grad"):
+        rg.ones(2, requires_grad=True).resize_(3)
+    base = rg.zeros(2, 3)
+    with pytest.raises(InvalidArgumentError, match=r"resize_: .* is a view or has views"):
+        base[0].resize_(5)
+    with pytest.raises(ShapeError, match="resize_: negative dimension"):
+        rg.zeros(2).resize_(-1)

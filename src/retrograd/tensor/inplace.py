@@ -39,6 +39,7 @@ from ._dispatch import (
     wrap,
 )
 from .dtypes import can_cast, canonical_dtype
+from .shape import shape_arg
 from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
 
 __all__ = ["InplaceMixin", "assign"]
@@ -381,6 +382,41 @@ class InplaceMixin:
 
     def put_(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         return self._update("put_", lambda t: t.put(index, source, accumulate))
+
+    # -- resizing -----------------------------------------------------------------------------
+    def resize_(self, *sizes: Any, memory_format: Any = None) -> Any:
+        """torch's ``resize_``: this tensor made ``sizes``, in place, its elements kept in
+        their flat (row-major) order: the first ``numel`` of them when it shrinks, zeros
+        after them when it grows (torch's new memory is uninitialized). As torch's, a tensor
+        that requires grad is refused; a view, or a tensor with views, is refused too (torch
+        would keep them aliasing one storage, which retrograd's tensors do not share)."""
+        shape = shape_arg(sizes[0] if len(sizes) == 1 else sizes, "resize_")
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"resize_: negative dimension in {shape_text(shape)}")
+        if self.requires_grad:
+            raise AutodiffError("resize_: cannot resize tensors that require grad")
+        if shape == tuple(self.shape):
+            return self
+        if root_of(self) is not self or any(r() is not None for r in self._views or ()):
+            raise InvalidArgumentError(
+                f"resize_: the {shape_text(self.shape)} tensor is a view or has views; resize "
+                "a tensor of its own (x.clone().resize_(...))"
+            )
+        count = math.prod(shape)
+        with no_grad():
+            flat = untracked(self).reshape(-1)
+            if count <= flat.numel():
+                values = flat[:count]
+            else:
+                values = flat.new_zeros(count)
+                values[: flat.numel()] = flat
+        return assign(self, values.reshape(shape), "resize_", check_shape=False)
+
+    def resize_as_(self, other: Any, memory_format: Any = None) -> Any:
+        """``resize_(other.shape)``."""
+        if not isinstance(other, TensorBase):
+            raise DTypeError(f"resize_as_: expected a tensor, got {type(other).__name__}")
+        return self.resize_(tuple(other.shape))
 
     # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
     def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)
