@@ -261,3 +261,41 @@ def test_resize_grows_with_the_old_elements_first_and_refuses_what_it_cannot():
         base[0].resize_(5)
     with pytest.raises(ShapeError, match="resize_: negative dimension"):
         rg.zeros(2).resize_(-1)
+
+
+_SCALES_FIRST = [
+    ("addmm", lambda lib, m, a, v, b: m.addmm(0.5, a, a)),
+    ("addmm beta alpha", lambda lib, m, a, v, b: m.addmm(0.5, 2, a, a)),
+    ("addmm_", lambda lib, m, a, v, b: m.clone().addmm_(-0.5, 3, a, a)),
+    ("addmv", lambda lib, m, a, v, b: v.addmv(0.5, a, v)),
+    ("addr", lambda lib, m, a, v, b: m.addr(0.5, 3, v, v)),
+    ("baddbmm", lambda lib, m, a, v, b: b.baddbmm(0.5, b, b)),
+    ("addbmm", lambda lib, m, a, v, b: m.addbmm(0.5, 2, b, b)),
+]
+
+
+@pytest.mark.parametrize("name, f", _SCALES_FIRST, ids=[n for n, _ in _SCALES_FIRST])
+def test_deprecated_scales_first_products_are_torchs(name, f):
+    """torch 2 still takes ``addmm(beta, [alpha,] mat1, mat2)`` and the like (with a
+    warning); values and gradients against torch."""
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s) for s in ((2, 2), (2, 2), (2,), (1, 2, 2))]
+    results = []
+    for lib in (torch, rg):
+        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = f(lib, *[x * 1 for x in xs])
+        if lib is torch:
+            out.sum().backward()
+            grads = [x.grad for x in xs]
+        else:
+            got = out.sum().backward()
+            grads = [x.grad(got) for x in xs]
+        results.append((out.detach().numpy(), [g is None or g.numpy() for g in grads]))
+    (theirs, their_grads), (ours, our_grads) = results
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    for mine, reference in zip(our_grads, their_grads):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12)
+    with pytest.raises(DTypeError, match="beta or alpha given twice"):
+        rg.ones(2, 2).addmm(0.5, rg.ones(2, 2), rg.ones(2, 2), beta=2)
