@@ -78,6 +78,16 @@
   ``exp_avg_sq.mul_(beta2).addcmul_(1 - beta2, grad, grad)``, ``p_data_fp32.addcdiv_(
   -step_size, exp_avg, denom)``, ``p_data_fp32.add_(-group['weight_decay'] * scheduled_lr,
   p_data_fp32)``).
+- the Lookahead wrapper of michaelrzhang/lookahead (``lookahead_pytorch.py`` as it stands)
+  around SGD with momentum, ``pullback_momentum`` none and reset (pullback is left: see the
+  CHANGELOG), seven steps of
+  a small regression (the loop written for the test, as its README wraps an optimizer): an
+  ``Optimizer`` subclass that never calls ``super().__init__``, its own ``state =
+  defaultdict(dict)`` and a ``param_groups`` property, the slow weights by
+  ``p.data.mul_(la_alpha).add_(1.0 - la_alpha, cached)`` (the deprecated overload), the inner
+  SGD's ``state[p]["momentum_buffer"]`` read and replaced by ``torch.zeros_like(p.data)`` (the
+  next steps use what was written there), and the evaluation on
+  the slow weights by ``_backup_and_load_cache``/``_clear_and_load_backup``.
 
 The lines changed: the gradient lines (``grads = loss.backward()``, ``model_optim.step(grads)``),
 the ``import`` lines naming ``torch``, and ``torch.__version__>='1.5.0'`` (twice: the circular
@@ -2647,4 +2657,165 @@ def test_radam_optimizers_train_as_torch(capsys):
     ours, theirs = records[1], records[0]
     assert len(theirs) == 4 * 7 * 3
     assert theirs[3 * 6] < theirs[0]  # RAdam's loss fell
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+# -- Lookahead -------------------------------------------------------------------------------------
+LOOKAHEAD_SOURCE = '''
+from collections import defaultdict
+
+import torch
+from torch.optim.optimizer import Optimizer
+
+
+class Lookahead(Optimizer):
+    r"""PyTorch implementation of the lookahead wrapper.
+
+    Lookahead Optimizer: https://arxiv.org/abs/1907.08610
+    """
+
+    def __init__(self, optimizer, la_steps=5, la_alpha=0.8, pullback_momentum="none"):
+        """optimizer: inner optimizer
+        la_steps (int): number of lookahead steps
+        la_alpha (float): linear interpolation factor. 1.0 recovers the inner optimizer.
+        pullback_momentum (str): change to inner optimizer momentum on interpolation update
+        """
+        self.optimizer = optimizer
+        self._la_step = 0  # counter for inner optimizer
+        self.la_alpha = la_alpha
+        self._total_la_steps = la_steps
+        pullback_momentum = pullback_momentum.lower()
+        assert pullback_momentum in ["reset", "pullback", "none"]
+        self.pullback_momentum = pullback_momentum
+
+        self.state = defaultdict(dict)
+
+        # Cache the current optimizer parameters
+        for group in optimizer.param_groups:
+            for p in group['params']:
+                param_state = self.state[p]
+                param_state['cached_params'] = torch.zeros_like(p.data)
+                param_state['cached_params'].copy_(p.data)
+                if self.pullback_momentum == "pullback":
+                    param_state['cached_mom'] = torch.zeros_like(p.data)
+
+    def __getstate__(self):
+        return {
+            'state': self.state,
+            'optimizer': self.optimizer,
+            'la_alpha': self.la_alpha,
+            '_la_step': self._la_step,
+            '_total_la_steps': self._total_la_steps,
+            'pullback_momentum': self.pullback_momentum
+        }
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+    def get_la_step(self):
+        return self._la_step
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def _backup_and_load_cache(self):
+        """Useful for performing evaluation on the slow weights (which typically generalize better)
+        """
+        for group in self.optimizer.param_groups:
+            for p in group['params']:
+                param_state = self.state[p]
+                param_state['backup_params'] = torch.zeros_like(p.data)
+                param_state['backup_params'].copy_(p.data)
+                p.data.copy_(param_state['cached_params'])
+
+    def _clear_and_load_backup(self):
+        for group in self.optimizer.param_groups:
+            for p in group['params']:
+                param_state = self.state[p]
+                p.data.copy_(param_state['backup_params'])
+                del param_state['backup_params']
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def step(self, closure=None):
+        """Performs a single Lookahead optimization step.
+        Arguments:
+            closure (callable, optional): A closure that reevaluates the model
+                and returns the loss.
+        """
+        loss = self.optimizer.step(closure)
+        self._la_step += 1
+
+        if self._la_step >= self._total_la_steps:
+            self._la_step = 0
+            # Lookahead and cache the current optimizer parameters
+            for group in self.optimizer.param_groups:
+                for p in group['params']:
+                    param_state = self.state[p]
+                    p.data.mul_(self.la_alpha).add_(1.0 - self.la_alpha, param_state['cached_params'])  # crucial line
+                    param_state['cached_params'].copy_(p.data)
+                    if self.pullback_momentum == "pullback":
+                        internal_momentum = self.optimizer.state[p]["momentum_buffer"]
+                        self.optimizer.state[p]["momentum_buffer"] = internal_momentum.mul_(self.la_alpha).add_(
+                            1.0 - self.la_alpha, param_state["cached_mom"])
+                        param_state["cached_mom"] = self.optimizer.state[p]["momentum_buffer"]
+                    elif self.pullback_momentum == "reset":
+                        self.optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p.data)
+
+        return loss
+
+
+# -- the README's use, on a small regression (the loop written for the test) --
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+initialize(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+optimizer = Lookahead(optimizer, la_steps=3, la_alpha=0.5, pullback_momentum=pullback)
+for step in range(7):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    record.append(loss.item())
+    record.append(params_of(model))
+    record.append({'momentum': optimizer.optimizer.state[model[0].weight]['momentum_buffer'].numpy().copy()})
+optimizer._backup_and_load_cache()
+record.append(F.mse_loss(model(inputs), targets).item())  # on the slow weights
+optimizer._clear_and_load_backup()
+record.append(params_of(model))
+'''
+
+LOOKAHEAD_STEPS = [
+    ("\nimport torch\n", "\nimport retrograd as torch\n"),
+    ("    def step(self, closure=None):", "    def step(self, grads, closure=None):"),
+    ("        loss = self.optimizer.step(closure)", "        loss = self.optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
+]
+
+
+@pytest.mark.parametrize("pullback", ["none", "reset"])
+def test_lookahead_trains_as_torch(capsys, pullback):
+    rng = np.random.default_rng(61)
+    inputs = rng.standard_normal((32, 4)).astype(np.float32)
+    targets = np.cos(inputs.sum(1, keepdims=True)).astype(np.float32)
+    records, _ = runs_with_draws(
+        LOOKAHEAD_SOURCE,
+        LOOKAHEAD_STEPS,
+        capsys,
+        seed=61,
+        initialize=initializer(),
+        params_of=params_of,
+        pullback=pullback,
+        make_inputs=lambda lib: lib.tensor(inputs),
+        make_targets=lambda lib: lib.tensor(targets),
+    )
+    ours, theirs = records[1], records[0]
+    assert len(theirs) == 7 * 3 + 2
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)

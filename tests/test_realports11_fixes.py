@@ -299,3 +299,26 @@ def test_deprecated_scales_first_products_are_torchs(name, f):
         np.testing.assert_allclose(mine, reference, rtol=1e-12)
     with pytest.raises(DTypeError, match="beta or alpha given twice"):
         rg.ones(2, 2).addmm(0.5, rg.ones(2, 2), rg.ones(2, 2), beta=2)
+
+
+def test_a_buffer_written_into_optimizer_state_is_taken():
+    """Lookahead's ``optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p.data)`` put a
+    tensor of the parameter's (autodiff) backend where the step keeps inner-backend buffers:
+    the next step failed with an AttributeError far from the line. It is taken (its values)."""
+    results = []
+    for lib in (torch, rg):
+        w = lib.nn.Parameter(lib.tensor([1.0, -2.0, 3.0]))
+        optimizer = lib.optim.SGD([w], lr=0.1, momentum=0.9)
+        for step in range(3):
+            optimizer.zero_grad()
+            loss = (w * w).sum()
+            if lib is torch:
+                loss.backward()
+                optimizer.step()
+            else:
+                optimizer.step(loss.backward())
+            if step == 1:
+                optimizer.state[w]["momentum_buffer"] = lib.full_like(w.data, 0.5)
+        results.append((w.detach().numpy().copy(), optimizer.state[w]["momentum_buffer"].numpy()))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)

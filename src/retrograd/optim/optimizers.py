@@ -368,6 +368,7 @@ class Optimizer:
         in_place = self.updates_in_place and sole_reference(parameter, self.state)
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         state = self.state.get(parameter) or {"step": 0}
+        state = {k: _held_as(value, v) for k, v in state.items()}
         state = {**state, "step": state.get("step", 0) + 1}
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
@@ -535,6 +536,21 @@ def _sole_tensor(t: Tensor) -> bool:
             return False
         return backend.inner.owns_memory(backend.inner_value(t.primitive))
     return backend.owns_memory(t.primitive)
+
+
+def _held_as(value: Tensor, buffer: Any) -> Any:
+    """A state buffer as the update takes it: on ``value``'s (inner) backend. A tensor the
+    user wrote into ``optimizer.state[p]`` in torch's way (Lookahead's
+    ``state[p]["momentum_buffer"] = torch.zeros_like(p.data)``) is one of the parameter's own
+    backend: its values, without graph."""
+    if (
+        isinstance(buffer, Tensor)
+        and buffer.backend is not value.backend
+        and buffer.backend.is_autodiff
+        and buffer.backend.inner is value.backend
+    ):
+        return buffer.inner()
+    return buffer
 
 
 def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
