@@ -89,9 +89,12 @@
   next steps use what was written there), and the evaluation on
   the slow weights by ``_backup_and_load_cache``/``_clear_and_load_backup``.
 
-The lines changed: the gradient lines (``grads = loss.backward()``, ``model_optim.step(grads)``),
+The lines changed: the gradient lines (``grads = loss.backward()``, ``model_optim.step(grads)``;
+in the optimizers written as torch's, ``step(self, grads, closure=None)`` and ``p.grad(grads)``),
 the ``import`` lines naming ``torch``, and ``torch.__version__>='1.5.0'`` (twice: the circular
 convolutions' padding; retrograd's ``__version__`` is its own, ``0.1.0``, see the CHANGELOG).
+The programs were read from their repositories as they stand, except the training loops said
+to be written for the test.
 """
 
 from __future__ import annotations
