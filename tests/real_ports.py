@@ -11,6 +11,7 @@ recorded (losses, parameters after every step, samples).
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import numpy as np
@@ -130,3 +131,83 @@ class WithDraws:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lib, name)
+
+
+def runs_with_draws(source, steps, capsys, seed, **names):
+    """The records and logs of ``source`` under torch and of its port under retrograd, each
+    run with ``torch.rand``/``randn``/``randn_like``/``randint`` drawing from one stream seeded
+    by ``seed`` (the same in both runs), NumPy's and Python's global streams seeded by it."""
+    records, logs = [], []
+    for lib in (torch, rg):
+        record = []
+        torch.manual_seed(0)
+        np.random.seed(seed)
+        random.seed(seed)
+        text = (
+            source
+            if lib is torch
+            else port(source, steps).replace("from torch.", "from retrograd.")
+        )
+        shared = {  # make_<name>(lib) gives each run its own <name>
+            k.removeprefix("make_"): v(lib) if k.startswith("make_") else v
+            for k, v in names.items()
+        }
+        with SharedDraws(lib, seed):
+            run_source(text, lib, record=record, **shared)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    return records, logs
+
+
+class SharedDraws:
+    """``torch.rand``, ``randn``, ``randn_like`` and ``randint`` of a library drawing from one
+    seeded stream."""
+
+    NAMES = ("rand", "randn", "randn_like", "randint")
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+
+        def shape_of(size):
+            return tuple(size[0] if len(size) == 1 and not isinstance(size[0], int) else size)
+
+        def rand(*size, dtype=None, **_):
+            return lib.tensor(rng.uniform(size=shape_of(size)), dtype=dtype or lib.float32)
+
+        def randn(*size, dtype=None, **_):
+            return lib.tensor(rng.standard_normal(shape_of(size)), dtype=dtype or lib.float32)
+
+        def randn_like(t, **_):
+            return randn(*t.shape, dtype=t.dtype)
+
+        def randint(*args, **_):
+            low, high, size = (0, *args) if len(args) == 2 else args
+            return lib.tensor(rng.integers(low, high, tuple(size)), dtype=lib.int64)
+
+        self.saved = [getattr(lib, name) for name in self.NAMES]
+        for name, f in zip(self.NAMES, (rand, randn, randn_like, randint)):
+            setattr(lib, name, f)
+        return self
+
+    def __exit__(self, *exc):
+        for name, f in zip(self.NAMES, self.saved):
+            setattr(self.lib, name, f)
+        return False
+
+
+def initializer():
+    """``initialize(module)``: torch's run keeps the weights of each module it is given, in
+    order; the port loads them into its modules in the same order."""
+    states, loaded = [], []
+
+    def initialize(module):
+        if isinstance(module, torch.nn.Module):
+            states.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
+        else:
+            module.load_state_dict(states[len(loaded)])
+            loaded.append(module)
+
+    return initialize

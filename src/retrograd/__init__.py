@@ -139,6 +139,7 @@ from .tensor import (
 from .tensor import assembly as _assembly
 from .tensor import functions as _functions
 from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
+from .tensor.creation import torch_range as range  # noqa: A004 (torch's deprecated range)
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
@@ -251,6 +252,7 @@ __all__ = [
     "rand",
     "randn",
     "random",
+    "range",
     "seed",
     "set_default_backend",
     "set_grad_enabled",

@@ -17,7 +17,7 @@ Parameters are updated in place (the object stays: ``nn.Parameter``), and ``para
 import inspect
 
 from ..errors import guard
-from . import lr_scheduler, swa_utils
+from . import lr_scheduler, optimizer, swa_utils
 from .adaptive import Adadelta, Adagrad, Adamax, NAdam, RAdam, SparseAdam
 from .classic import ASGD, Adafactor, Rprop
 from .clip import clip_grad_norm
@@ -73,6 +73,7 @@ __all__ = [
     "StepLR",
     "clip_grad_norm",
     "lr_scheduler",
+    "optimizer",
     "swa_utils",
 ]
 

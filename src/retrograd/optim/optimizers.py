@@ -61,6 +61,7 @@ __all__ = [
     "Optimizer",
     "RMSprop",
     "adam_update",
+    "required",
     "rmsprop_update",
     "sgd_update",
     "sole_reference",
@@ -159,6 +160,17 @@ def rmsprop_update(
 
 
 # -- the optimizers -------------------------------------------------------------------------------
+class _RequiredParameter:
+    """torch's ``required``: the default of a hyper-parameter every parameter group must give
+    (``def __init__(self, params, lr=required, ...)`` in optimizers written as torch's)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, the step, state dicts.
 
@@ -175,7 +187,10 @@ class Optimizer:
             )
         defaults = dict(defaults)
         lr = defaults.get("lr")
-        if isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
+        lr_required = lr is required
+        if lr_required:  # each group gives its own (add_param_group checks)
+            lr = 0.0
+        elif isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
             lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
         if not isinstance(lr, int | float) or isinstance(lr, bool):
             raise DTypeError(f"{type(self).__name__}: lr must be a number, got {lr!r}")
@@ -214,7 +229,7 @@ class Optimizer:
         for group in groups:
             self.add_param_group(group)
         #: the learning rate given at construction (schedules scale from each group's own)
-        self.initial_lr = float(lr)
+        self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
 
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
@@ -249,6 +264,12 @@ class Optimizer:
                     f"{type(self).__name__}: some parameters appear in more than one group"
                 )
         new = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
+        missing = [k for k, v in new.items() if v is required]
+        if missing:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: parameter group didn't specify a value of required "
+                f"optimization parameter {missing[0]}"
+            )
         new["params"] = unique
         self._check_group(new)
         self.param_groups.append(new)
@@ -347,6 +368,7 @@ class Optimizer:
         in_place = self.updates_in_place and sole_reference(parameter, self.state)
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         state = self.state.get(parameter) or {"step": 0}
+        state = {k: _held_as(value, v) for k, v in state.items()}
         state = {**state, "step": state.get("step", 0) + 1}
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
@@ -514,6 +536,21 @@ def _sole_tensor(t: Tensor) -> bool:
             return False
         return backend.inner.owns_memory(backend.inner_value(t.primitive))
     return backend.owns_memory(t.primitive)
+
+
+def _held_as(value: Tensor, buffer: Any) -> Any:
+    """A state buffer as the update takes it: on ``value``'s (inner) backend. A tensor the
+    user wrote into ``optimizer.state[p]`` in torch's way (Lookahead's
+    ``state[p]["momentum_buffer"] = torch.zeros_like(p.data)``) is one of the parameter's own
+    backend: its values, without graph."""
+    if (
+        isinstance(buffer, Tensor)
+        and buffer.backend is not value.backend
+        and buffer.backend.is_autodiff
+        and buffer.backend.inner is value.backend
+    ):
+        return buffer.inner()
+    return buffer
 
 
 def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "scalar_tensor",
     "seed",
     "tensor",
+    "torch_range",
     "zeros",
     "zeros_like",
 ]
@@ -362,6 +364,42 @@ def arange(
             backend.arange(int(start), int(end), int(step), dtype, device), backend, device
         )
     count = max(0, math.ceil((end - start) / step))
+    host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
+    out = from_host(Tensor, host, dtype, backend, device)
+    return _requiring(out, requires_grad)
+
+
+def torch_range(
+    start: Any,
+    end: Any,
+    step: Any = 1,
+    dtype: Any = None,
+    backend: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``torch.range`` (``rg.range``): torch's deprecated range, ``end`` included, with
+    ``floor((end - start) / step) + 1`` values ``start + i * step``, in the default float
+    dtype unless ``dtype`` says otherwise (ints too); it warns, as torch's does."""
+    warnings.warn(
+        "torch.range is deprecated and will be removed in a future release because its "
+        "behavior is inconsistent with Python's range builtin. Instead, use torch.arange, "
+        "which produces values in [start, end).",
+        UserWarning,
+        stacklevel=2,
+    )
+    start, end, step = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    if step == 0:
+        raise ShapeError("range: step must not be zero")
+    if not all(math.isfinite(v) for v in (start, end, step)):
+        raise InvalidArgumentError(f"range: unsupported range {start} -> {end} (step {step})")
+    if (end - start) * step < 0:
+        raise InvalidArgumentError(
+            f"range: start {start} and end {end} are inconsistent with the sign of step {step}"
+        )
+    dtype = _check_dtype("range", dtype) or default_float_dtype()
+    backend, device = _target(backend, device)
+    count = math.floor((end - start) / step) + 1
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
     return _requiring(out, requires_grad)

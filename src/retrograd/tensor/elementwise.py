@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from ._dispatch import (
     COMMON,
     COMPARE,
     FLOAT,
+    TensorBase,
     TensorOp,
     check_scalar,
     lift,
@@ -161,6 +163,33 @@ def _given(alpha: Any) -> bool:
     return type(alpha) is not int or alpha != 1
 
 
+def _scale_first(op: str, scale: str, args: tuple, given: Any) -> tuple[Any, tuple]:
+    """torch's deprecated overloads that take the scale first, still in torch 2 (with a
+    warning) and common in pre-1.5 optimizers: ``add(alpha, other)``, ``sub(alpha, other)``,
+    ``addcmul(value, tensor1, tensor2)``, ``addcdiv(value, tensor1, tensor2)`` (``p.data.add_(
+    -lr, d_p)``, ``exp_avg_sq.addcmul_(1 - beta2, grad, grad)``). ``args`` are the positional
+    arguments: one more than the current form takes, a number first and tensors after, and no
+    ``scale`` keyword besides; returns the scale and the operands."""
+    if not isinstance(args[0], SCALAR_TYPES) or not all(
+        isinstance(a, (TensorBase, *SCALAR_TYPES)) for a in args[1:]
+    ):
+        kinds = ", ".join(type(a).__name__ for a in args)
+        raise DTypeError(
+            f"{op}: invalid arguments ({kinds}); {scale} is a keyword argument "
+            f"({op}(..., {scale}=...)), or the deprecated {op}({scale}, ...) takes a number first "
+            "and tensors after"
+        )
+    if _given(given):
+        raise DTypeError(f"{op}: {scale} given twice (first argument and keyword)")
+    warnings.warn(
+        f"This overload of {op} is deprecated: {op}(Number {scale}, ...); use "
+        f"{op}(..., {scale}=...) instead",
+        UserWarning,
+        stacklevel=3,
+    )
+    return args[0], args[1:]
+
+
 def _sum_dtype(a: Any, b: Any) -> str | None:
     """The dtype of ``a + b`` (torch's promotion), ``None`` where ``b`` is neither a tensor
     nor a number (it is lifted later, and refused there if it cannot be)."""
@@ -207,8 +236,11 @@ class ElementwiseMixin:
     _device: Any
 
     # -- arithmetic ---------------------------------------------------------------------------
-    def add(self, other: Any, *, alpha: Any = 1) -> Any:
-        """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar."""
+    def add(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        """``self + alpha * other``, broadcasting; ``other`` may be a Python scalar (and
+        torch's deprecated ``add(alpha, other)`` is taken, with its warning)."""
+        if args:
+            alpha, (other,) = _scale_first("add", "alpha", (other, *args), alpha)
         if _given(alpha):
             result = _sum_dtype(self, other)
             if result == "bool" and _is_bool(other):
@@ -218,8 +250,10 @@ class ElementwiseMixin:
             other = scaled("add", other, alpha, result)
         return self._apply(ADD, (self, other))
 
-    def sub(self, other: Any, *, alpha: Any = 1) -> Any:
-        """``self - alpha * other``."""
+    def sub(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        """``self - alpha * other`` (or torch's deprecated ``sub(alpha, other)``)."""
+        if args:
+            alpha, (other,) = _scale_first("sub", "alpha", (other, *args), alpha)
         _no_bool_subtraction(self, other)
         if _given(alpha):
             other = scaled("sub", other, alpha, _sum_dtype(self, other))
@@ -279,8 +313,13 @@ class ElementwiseMixin:
         converged to the last bits; the gradient is ``sqrt(pi)/2 * exp(erfinv(x)**2)``."""
         return erfinv(self)
 
-    def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
-        """``self + value * tensor1 * tensor2``, in the dtype of the three taken together."""
+    def addcmul(self, tensor1: Any, tensor2: Any, *args: Any, value: Any = 1) -> Any:
+        """``self + value * tensor1 * tensor2``, in the dtype of the three taken together (or
+        torch's deprecated ``addcmul(value, tensor1, tensor2)``)."""
+        if args:
+            value, (tensor1, tensor2) = _scale_first(
+                "addcmul", "value", (tensor1, tensor2, *args), value
+            )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcmul")
         if x.dtype == "bool":
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
@@ -289,8 +328,13 @@ class ElementwiseMixin:
         product = t1 * t2
         return x + (product if value == 1 else product * value)
 
-    def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
-        """``self + value * tensor1 / tensor2``, in the dtype of the three taken together."""
+    def addcdiv(self, tensor1: Any, tensor2: Any, *args: Any, value: Any = 1) -> Any:
+        """``self + value * tensor1 / tensor2``, in the dtype of the three taken together (or
+        torch's deprecated ``addcdiv(value, tensor1, tensor2)``)."""
+        if args:
+            value, (tensor1, tensor2) = _scale_first(
+                "addcdiv", "value", (tensor1, tensor2, *args), value
+            )
         tensor1 = lift(self, tensor1, "addcdiv")
         tensor2 = lift(self, tensor2, "addcdiv")
         if not tensor1.is_float() and not tensor2.is_float():

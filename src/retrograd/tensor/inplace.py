@@ -39,6 +39,7 @@ from ._dispatch import (
     wrap,
 )
 from .dtypes import can_cast, canonical_dtype
+from .shape import shape_arg
 from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
 
 __all__ = ["InplaceMixin", "assign"]
@@ -202,11 +203,11 @@ class InplaceMixin:
         return self
 
     # -- arithmetic ---------------------------------------------------------------------------
-    def add_(self, other: Any, *, alpha: Any = 1) -> Any:
-        return self._update("add_", lambda t: t.add(other, alpha=alpha))
+    def add_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        return self._update("add_", lambda t: t.add(other, *args, alpha=alpha))
 
-    def sub_(self, other: Any, *, alpha: Any = 1) -> Any:
-        return self._update("sub_", lambda t: t.sub(other, alpha=alpha))
+    def sub_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha))
 
     def mul_(self, other: Any) -> Any:
         return self._update("mul_", lambda t: t.mul(other))
@@ -220,11 +221,11 @@ class InplaceMixin:
     def remainder_(self, other: Any) -> Any:
         return self._update("remainder_", lambda t: t.remainder(other))
 
-    def addcmul_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
-        return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, value=value))
+    def addcmul_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, *args, value=value))
 
-    def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1) -> Any:
-        return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, value=value))
+    def addcdiv_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, *args, value=value))
 
     def lerp_(self, end: Any, weight: Any) -> Any:
         return self._update("lerp_", lambda t: t.lerp(end, weight))
@@ -381,6 +382,62 @@ class InplaceMixin:
 
     def put_(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         return self._update("put_", lambda t: t.put(index, source, accumulate))
+
+    # -- resizing -----------------------------------------------------------------------------
+    def resize_(self, *sizes: Any, memory_format: Any = None) -> Any:
+        """torch's ``resize_``: this tensor made ``sizes``, in place, its elements kept in
+        their flat (row-major) order: the first ``numel`` of them when it shrinks, zeros
+        after them when it grows (torch's new memory is uninitialized). As torch's, a tensor
+        that requires grad is refused; a view, or a tensor with views, is refused too (torch
+        would keep them aliasing one storage, which retrograd's tensors do not share)."""
+        shape = shape_arg(sizes[0] if len(sizes) == 1 else sizes, "resize_")
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"resize_: negative dimension in {shape_text(shape)}")
+        if self.requires_grad:
+            raise AutodiffError("resize_: cannot resize tensors that require grad")
+        if shape == tuple(self.shape):
+            return self
+        if root_of(self) is not self or any(r() is not None for r in self._views or ()):
+            raise InvalidArgumentError(
+                f"resize_: the {shape_text(self.shape)} tensor is a view or has views; resize "
+                "a tensor of its own (x.clone().resize_(...))"
+            )
+        count = math.prod(shape)
+        with no_grad():
+            flat = untracked(self).reshape(-1)
+            if count <= flat.numel():
+                values = flat[:count]
+            else:
+                values = flat.new_zeros(count)
+                values[: flat.numel()] = flat
+        return assign(self, values.reshape(shape), "resize_", check_shape=False)
+
+    def resize_as_(self, other: Any, memory_format: Any = None) -> Any:
+        """``resize_(other.shape)``."""
+        if not isinstance(other, TensorBase):
+            raise DTypeError(f"resize_as_: expected a tensor, got {type(other).__name__}")
+        return self.resize_(tuple(other.shape))
+
+    # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
+    def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)
+        """Each element replaced by ``callable(element)`` (a Python number in, one out, cast
+        to the tensor's dtype), as torch's ``apply_``; refused on a tensor that requires
+        grad, as torch's (the callable is not differentiable)."""
+        _check_untracked("apply_", self)
+        return self._update("apply_", lambda t: _elementwise(t, "apply_", callable, t))
+
+    def map_(self, tensor: Any, callable: Any) -> Any:  # noqa: A002 (torch's name)
+        """Each element replaced by ``callable(element, other)``, ``other`` the element of
+        ``tensor`` broadcast to this tensor's shape, as torch's ``map_``."""
+        _check_untracked("map_", self)
+        if isinstance(tensor, TensorBase):
+            _check_untracked("map_", tensor)
+        return self._update(
+            "map_",
+            lambda t: _elementwise(
+                t, "map_", callable, t, _source(t, tensor, "map_").expand(t.shape)
+            ),
+        )
 
     # -- random fills (values from the stream rg.manual_seed seeds, or from generator=) -------
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
@@ -565,6 +622,28 @@ def _source(t: Any, src: Any, op: str) -> Any:
     if src._device is not t._device:
         src = src.to(t._device)
     return src
+
+
+def _check_untracked(op: str, t: Any) -> None:
+    if t.requires_grad:
+        raise AutodiffError(
+            f"{op}: can't call {op}() on a tensor that requires grad (the callable is not "
+            f"differentiable); use t.detach().{op}(...) instead"
+        )
+
+
+def _elementwise(t: Any, op: str, f: Any, *operands: Any) -> Any:
+    """``f`` of the operands' elements (Python numbers, as torch passes them), as a
+    tensor of ``t``'s dtype, device and backend (untracked)."""
+    if not callable(f):
+        raise DTypeError(f"{op}: expected a callable, got {type(f).__name__}")
+    columns = [np.asarray(x.numpy()).ravel().tolist() for x in operands]
+    values = [f(*elements) for elements in zip(*columns)]
+    for value in values:
+        if not isinstance(value, SCALARS) or isinstance(value, complex):
+            raise DTypeError(f"{op}: the callable must return a number, got {type(value).__name__}")
+    array = np.asarray(values, dtype=np.dtype(t.dtype)).reshape(tuple(t.shape))
+    return from_host(type(t)._result, array, t.dtype, t._backend, t._device)
 
 
 def _random(

@@ -17,6 +17,7 @@ for integer tensors ``alpha`` and ``beta`` must be integers.
 
 from __future__ import annotations
 
+import warnings
 from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
@@ -59,26 +60,40 @@ class ProductsMixin:
     ndim: int
 
     # -- beta * self + alpha * product --------------------------------------------------------
-    def addmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    def addmm(self, mat1: Any, mat2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (mat1 @ mat2)`` (matrices; ``self`` broadcasts)."""
+        if args:  # torch's deprecated addmm(beta, [alpha,] mat1, mat2)
+            beta, alpha, mat1, mat2 = _scales_first("addmm", (mat1, mat2, *args), beta, alpha)
         return _accumulated("addmm", self, lift(self, mat1, "addmm").mm(mat2), beta, alpha)
 
-    def baddbmm(self, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    def baddbmm(self, batch1: Any, batch2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (batch1 @ batch2)``, batched ``[b, n, m] @ [b, m, p]``."""
+        if args:  # torch's deprecated baddbmm(beta, [alpha,] batch1, batch2)
+            beta, alpha, batch1, batch2 = _scales_first(
+                "baddbmm", (batch1, batch2, *args), beta, alpha
+            )
         product = lift(self, batch1, "baddbmm").bmm(batch2)
         return _accumulated("baddbmm", self, product, beta, alpha)
 
-    def addbmm(self, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    def addbmm(self, batch1: Any, batch2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``."""
+        if args:  # torch's deprecated addbmm(beta, [alpha,] batch1, batch2)
+            beta, alpha, batch1, batch2 = _scales_first(
+                "addbmm", (batch1, batch2, *args), beta, alpha
+            )
         product = lift(self, batch1, "addbmm").bmm(batch2).sum(0)
         return _accumulated("addbmm", self, product, beta, alpha)
 
-    def addmv(self, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    def addmv(self, mat: Any, vec: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (mat @ vec)``."""
+        if args:  # torch's deprecated addmv(beta, [alpha,] mat, vec)
+            beta, alpha, mat, vec = _scales_first("addmv", (mat, vec, *args), beta, alpha)
         return _accumulated("addmv", self, lift(self, mat, "addmv").mv(vec), beta, alpha)
 
-    def addr(self, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    def addr(self, vec1: Any, vec2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * outer(vec1, vec2)``."""
+        if args:  # torch's deprecated addr(beta, [alpha,] vec1, vec2)
+            beta, alpha, vec1, vec2 = _scales_first("addr", (vec1, vec2, *args), beta, alpha)
         return _accumulated("addr", self, lift(self, vec1, "addr").outer(vec2), beta, alpha)
 
     def kron(self, other: Any) -> Any:
@@ -264,6 +279,35 @@ def lu_info(lu: Any) -> Any:
     k = min(lu.shape[-2:])
     zero = (lu.diagonal(dim1=-2, dim2=-1)[..., :k] == 0).long()
     return (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
+
+
+def _scales_first(op: str, args: tuple, beta: Any, alpha: Any) -> tuple[Any, Any, Any, Any]:
+    """torch's deprecated overloads of the fused products that take the scales first, still
+    in torch 2 (with a warning): ``addmm(beta, mat1, mat2)`` and ``addmm(beta, alpha, mat1,
+    mat2)`` (and ``baddbmm``, ``addbmm``, ``addmv``, ``addr``); returns ``(beta, alpha,
+    first, second)``."""
+    numbers = (int, float, np.integer, np.floating)
+    scales, operands = (args[:1], args[1:]) if len(args) == 3 else (args[:2], args[2:])
+    if (
+        len(args) > 4
+        or not all(isinstance(x, numbers) and not isinstance(x, bool) for x in scales)
+        or any(isinstance(x, numbers) for x in operands)
+    ):
+        kinds = ", ".join(type(x).__name__ for x in args)
+        raise DTypeError(
+            f"{op}: invalid arguments ({kinds}); beta and alpha are keyword arguments "
+            f"({op}(a, b, beta=..., alpha=...)), or the deprecated {op}(beta, [alpha,] a, b) "
+            "takes them first"
+        )
+    if (type(beta) is not int or beta != 1) or (type(alpha) is not int or alpha != 1):
+        raise DTypeError(f"{op}: beta or alpha given twice (first arguments and keywords)")
+    warnings.warn(
+        f"This overload of {op} is deprecated: {op}(Number beta, [Number alpha,] ...); use "
+        f"{op}(..., beta=..., alpha=...) instead",
+        UserWarning,
+        stacklevel=3,
+    )
+    return scales[0], scales[1] if len(scales) == 2 else 1, operands[0], operands[1]
 
 
 def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> Any:  # noqa: A002

@@ -12,6 +12,7 @@ from typing import Any
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
+from ..functional.loss import _reduction
 from .module import Module
 
 __all__ = [
@@ -40,6 +41,18 @@ __all__ = [
 ]
 
 
+def _read_once(module: Module, size_average: Any, reduce: Any, reduction: str) -> None:
+    """Set ``module.reduction`` as torch's ``_Loss.__init__`` does: the deprecated
+    ``size_average``/``reduce`` are read once, into ``reduction`` (``size_average=False`` is
+    ``"sum"``, ``reduce=False`` is ``"none"``), and are not consulted again, so
+    ``module.reduction`` says what the module computes and a later ``module.reduction = ...``
+    is what counts."""
+    if size_average is not None or reduce is not None:
+        reduction = _reduction(type(module).__name__, reduction, size_average, reduce)
+    module.size_average = module.reduce = None  # read: the forward passes reduction alone
+    module.reduction = reduction
+
+
 class CrossEntropyLoss(Module):
     """``F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)``.
 
@@ -59,8 +72,8 @@ class CrossEntropyLoss(Module):
     ):
         super().__init__()
         self.register_buffer("weight", weight)
-        self.size_average, self.reduce = size_average, reduce
-        self.ignore_index, self.reduction = ignore_index, reduction
+        _read_once(self, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
@@ -94,8 +107,8 @@ class NLLLoss(Module):
     ):
         super().__init__()
         self.register_buffer("weight", weight)
-        self.size_average, self.reduce = size_average, reduce
-        self.ignore_index, self.reduction = ignore_index, reduction
+        _read_once(self, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.nll_loss(
@@ -120,20 +133,20 @@ class MSELoss(Module):
         self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
     ):
         super().__init__()
-        self.size_average, self.reduce, self.reduction = size_average, reduce, reduction
+        _read_once(self, size_average, reduce, reduction)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.mse_loss(input, target, self.size_average, self.reduce, self.reduction)
 
 
 class _Loss(Module):
-    """``reduction`` (or PyTorch's deprecated ``size_average``/``reduce``), kept as torch's
-    ``_Loss`` keeps it."""
+    """``reduction`` (or PyTorch's deprecated ``size_average``/``reduce``, read into it), kept
+    as torch's ``_Loss`` keeps it."""
 
     def __init__(self, size_average: bool | None = None, reduce: bool | None = None,
                  reduction: str = "mean"):  # fmt: skip
         super().__init__()
-        self.size_average, self.reduce, self.reduction = size_average, reduce, reduction
+        _read_once(self, size_average, reduce, reduction)
 
 
 class BCELoss(_Loss):
