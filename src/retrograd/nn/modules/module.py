@@ -743,8 +743,10 @@ class Module:
     ) -> RemovableHandle:
         """Call ``hook(module, args, output)`` after each forward (``with_kwargs``:
         ``hook(module, args, kwargs, output)``); a non-``None`` result replaces the output.
-        Returns a handle whose ``remove()`` unregisters it."""
-        return register_hook(self, "post", hook, prepend, with_kwargs)
+        ``always_call``: the hook runs also when the forward (or a hook) raises, with the
+        output so far (``None``), before the error goes on. Returns a handle whose
+        ``remove()`` unregisters it."""
+        return register_hook(self, "post", hook, prepend, with_kwargs, always_call)
 
     def register_full_backward_hook(
         self, hook: Callable[..., Any], prepend: bool = False
