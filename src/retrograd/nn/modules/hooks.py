@@ -27,7 +27,13 @@ from ...errors import (
 )
 from ...tensor import Tensor
 
-__all__ = ["RemovableHandle", "call_with_hooks", "register_hook"]
+__all__ = [
+    "RemovableHandle",
+    "call_with_hooks",
+    "register_hook",
+    "register_state_hook",
+    "state_hooks",
+]
 
 
 class RemovableHandle:
@@ -87,6 +93,34 @@ def register_hook(
     if always_call:
         hooks.setdefault("always", set()).add(key)
     return RemovableHandle(table, key)
+
+
+#: the kinds of state hooks: torch's tables ``_state_dict_pre_hooks``, ``_state_dict_hooks``,
+#: ``_load_state_dict_pre_hooks``, ``_load_state_dict_post_hooks``
+STATE_KINDS = ("state_dict_pre", "state_dict", "load_state_dict_pre", "load_state_dict_post")
+
+
+def register_state_hook(
+    module: Any, kind: str, hook: Any, op: str, public: bool = True
+) -> RemovableHandle:
+    """Add ``hook`` to ``module``'s ``kind`` state hooks (:data:`STATE_KINDS`); ``public``:
+    registered by torch's public method (a ``state_dict`` post-hook must then return None;
+    one of ``_register_state_dict_hook`` may return the dict that replaces the state)."""
+    check_callable(op, hook, "hook")
+    hooks = module.__dict__.get("_state_hooks")
+    if hooks is None:
+        hooks = {kind: {} for kind in STATE_KINDS} | {"next": 0}
+        object.__setattr__(module, "_state_hooks", hooks)
+    key = hooks["next"]
+    hooks["next"] = key + 1
+    hooks[kind][key] = (hook, public)
+    return RemovableHandle(hooks[kind], key)
+
+
+def state_hooks(module: Any, kind: str) -> list[tuple[Any, bool]]:
+    """``module``'s ``kind`` state hooks, ``(hook, public)`` in registration order."""
+    hooks = module.__dict__.get("_state_hooks")
+    return [] if hooks is None else list(hooks[kind].values())
 
 
 def call_with_hooks(module: Any, hooks: dict[str, Any], args: tuple, kwargs: dict) -> Any:
