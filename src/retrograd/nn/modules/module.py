@@ -578,8 +578,9 @@ class Module:
         keys added to ``keys``' lists, then its children's (each given the keys under its
         prefix); then, with ``hooks``, its load post-hooks called with ``keys`` (which they
         may change in place)."""
-        local = {name[len(prefix) :] for name, _ in self._own_state_items(prefix)}
-        keys.missing_keys.extend(prefix + n for n in local if prefix + n not in state)
+        own = [name for name, _ in self._own_state_items(prefix)]  # (in torch's order)
+        keys.missing_keys.extend(name for name in own if name not in state)
+        local = {name[len(prefix) :] for name in own}
         for key in state:
             first = key[len(prefix) :].split(".", 1)[0]
             if first not in self._modules and first not in local:
