@@ -17,13 +17,14 @@ or in the calls the hooks saw (their order and what they were given, as text).
   ``vector_to_parameters``;
 - ``packed``: ``pad_sequence`` (``batch_first``, ``padding_value``, ``padding_side``),
   ``pack_padded_sequence``/``pack_sequence`` (``enforce_sorted``) and ``pad_packed_sequence``
-  (``total_length``) through ``LSTM``/``GRU``/``RNN`` (layers, bidirectional, initial state):
-  outputs, final states and float64 gradients;
+  (``total_length``), ``unpad_sequence``/``unpack_sequence``, through ``LSTM``/``GRU``/
+  ``RNN`` (layers, bidirectional, initial state): outputs, final states and float64
+  gradients;
 - ``reparam``: ``weight_norm`` and ``spectral_norm`` (the hook form and the parametrization
   form, with ``dim``), ``parametrize.register_parametrization`` (``right_inverse``,
   ``unsafe``, ``cached``, ``remove_parametrizations``), pruning (``l1_unstructured``,
   ``random_unstructured`` counts, ``ln_structured``, ``global_unstructured``,
-  ``custom_from_mask``, ``remove``);
+  ``custom_from_mask``, ``remove``), and the conv/linear + batch-norm fusions;
 - ``amp``: ``GradScaler`` trajectories (scale, ``unscale_``, steps skipped on inf/NaN,
   growth and backoff, ``update(new_scale)``, ``state_dict``, misuse torch refuses),
   ``autocast`` blocks over the ops torch's CPU autocast leaves in their inputs' dtype,
@@ -378,6 +379,8 @@ def _clip(rng):
     foreach = _pick(rng, None, True, False)
     clip_value = float(_pick(rng, 0.1, 1.0, 0.0, 5.0))
     unused = bool(rng.random() < 0.2)  # a parameter without a gradient
+    given_as = str(_pick(rng, "list", "list", "generator", "tensor"))
+    norm_as_tensor = bool(rng.random() < 0.2)
 
     def fn(lib):
         dt = getattr(lib, dtype)
@@ -395,11 +398,17 @@ def _clip(rng):
             return [vec, *target, g]
         grads = _backward(lib, loss, params)
         nt = float(norm_type) if norm_type == "inf" else norm_type
+        if given_as == "generator":
+            clipped = (p for p in listed)
+        elif given_as == "tensor":
+            clipped = listed[0]
+        else:
+            clipped = listed
         if kind == "norm":
             total = lib.nn.utils.clip_grad_norm_(
                 *([] if grads is None else [grads]),
-                listed,
-                max_norm,
+                clipped,
+                lib.tensor(max_norm) if norm_as_tensor else max_norm,
                 norm_type=nt,
                 error_if_nonfinite=nonfinite,
                 foreach=foreach,
@@ -407,7 +416,7 @@ def _clip(rng):
             total = lib.tensor([float(total)], dtype=dt)  # (float32: its tolerance)
         elif kind == "value":
             lib.nn.utils.clip_grad_value_(
-                *([] if grads is None else [grads]), listed, clip_value, foreach=foreach
+                *([] if grads is None else [grads]), clipped, clip_value, foreach=foreach
             )
             total = None
         else:
@@ -422,7 +431,7 @@ def _clip(rng):
     name = (
         f"clip {kind} {dtype} shapes={shapes} bad={bad} norm_type={norm_type} "
         f"max_norm={max_norm} nonfinite={nonfinite} foreach={foreach} value={clip_value} "
-        f"unused={unused}"
+        f"unused={unused} given_as={given_as} norm_as_tensor={norm_as_tensor}"
     )
     return Trial(name, fn, 1e-9)
 
@@ -441,7 +450,7 @@ def _packed(rng):
     if enforce and rng.random() < 0.7:
         lengths = sorted(lengths, reverse=True)
     batch_first = bool(rng.random() < 0.5)
-    form = str(_pick(rng, "padded", "padded", "sequence", "pad_sequence"))
+    form = str(_pick(rng, "padded", "padded", "sequence", "pad_sequence", "unpad", "unpack"))
     tensor_lengths = bool(rng.random() < 0.3)
     total = _pick(rng, None, None, max(lengths), max(lengths) + 2, max(lengths) - 1)
     padding_value = float(_pick(rng, 0.0, -1.0, 2.5))
@@ -465,6 +474,16 @@ def _packed(rng):
             kw = {} if side == "right" else {"padding_side": side}
             return [utils.pad_sequence(ts, batch_first, padding_value, **kw)]
         x = lib.tensor(padded.transpose(1, 0, 2) if batch_first else padded, requires_grad=True)
+        if form == "unpad":
+            # (torch's unpad_sequence transposes its input in place when not batch_first, which
+            # torch refuses on a leaf and which changes the caller's tensor: a torch bug, kept
+            # out by giving it a copy)
+            parts = utils.unpad_sequence(x * 1.0, lib.tensor(lengths), batch_first)
+            return [*parts, *_grad(lib, sum((p * p).sum() for p in parts), [x])]
+        if form == "unpack":
+            ts = [lib.tensor(s, requires_grad=True) for s in seqs]
+            parts = utils.unpack_sequence(utils.pack_sequence(ts, enforce_sorted=enforce))
+            return [*parts, *_grad(lib, sum((p * p).sum() for p in parts), ts)]
         if form == "sequence":
             parts = [
                 x[b, : lengths[b]] if batch_first else x[: lengths[b], b] for b in range(batch)
@@ -541,7 +560,8 @@ def _conv_or_linear(lib, layer, seed):
 
 @gen("reparam")
 def _reparam(rng):
-    kind = str(_pick(rng, "weight_norm", "weight_norm", "spectral_norm", "parametrize", "prune"))
+    kinds = ("weight_norm", "weight_norm", "spectral_norm", "parametrize", "prune", "fuse")
+    kind = str(_pick(rng, *kinds))
     layer = str(_pick(rng, "linear", "linear", "conv", "transpose"))
     xa = rng.standard_normal((2, 4) if layer == "linear" else (2, 2, 4))
     if kind == "weight_norm":
@@ -587,6 +607,8 @@ def _reparam(rng):
             return [str(names), y, m(lib.tensor(xa))]
 
         return Trial(f"spectral_norm {form} {layer} dim={dim}", fn, 1e-6)
+    if kind == "fuse":
+        return _fuse(rng, layer, xa)
     if kind == "parametrize":
         right_inverse = bool(rng.random() < 0.6)
         unsafe = bool(rng.random() < 0.3)
@@ -696,6 +718,56 @@ def _reparam(rng):
         f"n={n_norm} dim={dim}",
         fn,
     )
+
+
+def _fuse(rng, layer, xa):
+    """``fuse_conv_bn_eval``/``fuse_linear_bn_eval`` (and the ``*_weights`` forms), against
+    the layer followed by its batch norm in eval mode."""
+    bias = bool(rng.random() < 0.7)
+    training = bool(rng.random() < 0.1)  # torch refuses to fuse in training
+    weights_form = bool(rng.random() < 0.3)
+    r = rng.standard_normal(12)
+    var = rng.random(3) + 0.25
+
+    def fn(lib):
+        nn = lib.nn
+        if layer == "linear":
+            m = nn.Linear(4, 3, bias=bias).double()
+        elif layer == "conv":
+            m = nn.Conv1d(2, 3, 2, bias=bias).double()
+        else:
+            m = nn.ConvTranspose1d(2, 3, 2, bias=bias).double()
+        shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+        m.load_state_dict(
+            {
+                k: lib.tensor(np.resize(r, int(np.prod(s))).reshape(s) * 0.7)
+                for k, s in shapes.items()
+            }
+        )
+        bn = nn.BatchNorm1d(3).double()
+        bn.load_state_dict({
+            "weight": lib.tensor(r[:3]), "bias": lib.tensor(r[3:6]),
+            "running_mean": lib.tensor(r[6:9]), "running_var": lib.tensor(var),
+            "num_batches_tracked": lib.tensor(5),
+        })  # fmt: skip
+        m.train(training)
+        bn.train(training)
+        utils = nn.utils
+        transpose = layer == "transpose"
+        if weights_form:
+            b = None if m.bias is None else m.bias
+            args = (m.weight, b, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+            if layer == "linear":
+                return list(utils.fuse_linear_bn_weights(*args))
+            return list(utils.fuse_conv_bn_weights(*args, transpose=transpose))
+        if layer == "linear":
+            fused = utils.fuse_linear_bn_eval(m, bn)
+        else:
+            fused = utils.fuse_conv_bn_eval(m, bn, transpose=transpose)
+        x = lib.tensor(xa)
+        return [fused(x), bn(m(x)), str(sorted(n for n, _ in fused.named_parameters()))]
+
+    return Trial(f"fuse {layer} bias={bias} training={training} weights={weights_form}", fn, 1e-8)
 
 
 # ---- mixed precision and functional_call ------------------------------------------------------
