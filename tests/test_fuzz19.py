@@ -23,9 +23,9 @@ pytest.importorskip("torch")
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 DRAWS = {
     "amp": 80,
-    "clip": 100,
-    "hooks": 100,
-    "packed": 60,
+    "clip": 200,
+    "hooks": 200,
+    "packed": 100,
     "reparam": 80,
 }
 

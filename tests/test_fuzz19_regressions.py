@@ -221,3 +221,25 @@ def test_functional_call_with_a_name_of_no_submodule_says_so():
         rg.func.functional_call(m, {"c.w": rg.ones(2)}, (rg.ones(2),))
     with pytest.raises(AttributeError):
         torch.func.functional_call(torch.nn.Linear(2, 2), {"c.w": torch.ones(2)}, torch.ones(2))
+
+
+def _hook_tables(lib):
+    m = lib.nn.Linear(2, 2)
+    handles = [
+        m.register_forward_pre_hook(lambda *a: None),
+        m.register_forward_hook(lambda *a: None),
+        m.register_forward_hook(lambda *a: None, prepend=True),
+        m.register_full_backward_hook(lambda *a: None),
+        m.register_full_backward_pre_hook(lambda *a: None),
+    ]
+    sizes = []
+    for h in handles:
+        tables = (m._forward_pre_hooks, m._forward_hooks, m._backward_hooks, m._backward_pre_hooks)
+        sizes.append([len(t) for t in tables])
+        h.remove()
+    return sizes
+
+
+def test_the_hook_tables_torch_code_reads():
+    # only _forward_pre_hooks existed: code testing len(module._forward_hooks) failed
+    assert _hook_tables(rg) == _hook_tables(torch)

@@ -831,12 +831,30 @@ class Module:
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
 
+    def _hook_table(self, kind: str) -> dict[int, Callable[..., Any]]:
+        hooks = self.__dict__.get("_call_hooks")
+        return {} if hooks is None else {key: hook for key, (hook, _) in hooks[kind].items()}
+
     @property
     def _forward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
         """torch's table of forward pre-hooks, read-only here: each registered hook by its
         handle's id, in call order (pruning code looks its methods up in it)."""
-        hooks = self.__dict__.get("_call_hooks")
-        return {} if hooks is None else {key: hook for key, (hook, _) in hooks["pre"].items()}
+        return self._hook_table("pre")
+
+    @property
+    def _forward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of forward hooks, read-only here (code tests ``len()`` of it)."""
+        return self._hook_table("post")
+
+    @property
+    def _backward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of full backward hooks, read-only here."""
+        return self._hook_table("backward")
+
+    @property
+    def _backward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of full backward pre-hooks, read-only here."""
+        return self._hook_table("backward_pre")
 
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
