@@ -243,3 +243,20 @@ def _hook_tables(lib):
 def test_the_hook_tables_torch_code_reads():
     # only _forward_pre_hooks existed: code testing len(module._forward_hooks) failed
     assert _hook_tables(rg) == _hook_tables(torch)
+
+
+def test_grad_scaler_refuses_to_unscale_float16_gradients():
+    # torch refuses (ValueError "Attempting to unscale FP16 gradients."); they were unscaled
+    w = torch.tensor([1.0], dtype=torch.float16, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale((w * w).sum()).backward()
+    with pytest.raises(ValueError, match="FP16"):
+        scaler.unscale_(opt)
+    backend = rg.Autodiff(rg.TorchBackend("cpu"))  # (NumPy has no float16 tensors)
+    v = rg.tensor([1.0], dtype="float16", backend=backend).require_grad()
+    ropt = rg.optim.SGD([v], lr=0.1)
+    rscaler = rg.amp.GradScaler("cpu")
+    grads = rscaler.scale((v * v).sum()).backward()
+    with pytest.raises(rg.DTypeError, match="float16"):
+        rscaler.unscale_(ropt, grads)
