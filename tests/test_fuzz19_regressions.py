@@ -260,3 +260,36 @@ def test_grad_scaler_refuses_to_unscale_float16_gradients():
     grads = rscaler.scale((v * v).sum()).backward()
     with pytest.raises(rg.DTypeError, match="float16"):
         rscaler.unscale_(ropt, grads)
+
+
+def _global_hooks(lib):
+    log = []
+    registry = lib.nn.modules.module
+    model = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.ReLU())
+    model[0].load_state_dict({"weight": lib.tensor([[1.0, -2.0], [0.5, 1.0]]),
+                              "bias": lib.tensor([0.25, -0.5])})  # fmt: skip
+    model[0].register_forward_pre_hook(lambda m, args: log.append(("own pre", type(m).__name__)))
+    handles = [
+        registry.register_module_forward_pre_hook(
+            lambda m, args: log.append(("pre", type(m).__name__))
+        ),
+        registry.register_module_forward_hook(
+            lambda m, args, kwargs, out: log.append(("post", type(m).__name__, sorted(kwargs))),
+            with_kwargs=True,
+        ),
+        registry.register_module_forward_hook(lambda m, args, out: out * 2),
+    ]
+    try:
+        first = model(lib.ones(2)).tolist()
+        handles[2].remove()
+        second = model(lib.ones(2)).tolist()
+    finally:
+        for h in handles:
+            h.remove()
+    model(lib.ones(2))  # (no global hook left)
+    return log, first, second
+
+
+def test_global_forward_hooks_as_torch():
+    # nn.modules.module.register_module_forward_pre_hook/forward_hook did not exist
+    assert _global_hooks(rg) == _global_hooks(torch)

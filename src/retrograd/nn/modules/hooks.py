@@ -28,6 +28,7 @@ from ...errors import (
 from ...tensor import Tensor
 
 __all__ = [
+    "GLOBAL_HOOKS",
     "RemovableHandle",
     "call_with_hooks",
     "register_hook",
@@ -62,24 +63,38 @@ _NAMES = {
 }
 
 
+def _tables() -> dict[str, Any]:
+    return {
+        "pre": {},
+        "post": {},
+        "backward": {},
+        "backward_pre": {},
+        "always": set(),  # the keys of the forward hooks registered with always_call
+        "next": 0,
+    }
+
+
+#: torch's global forward hooks (``nn.modules.module.register_module_forward_pre_hook`` and
+#: ``register_module_forward_hook``): every module's call runs them before its own
+GLOBAL_HOOKS = _tables()
+_NO_HOOKS = _tables()
+
+
 def register_hook(
     module: Any, kind: str, hook: Any, prepend: bool, with_kwargs: bool, always_call: bool = False
 ) -> RemovableHandle:
-    """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table; ``always_call``
-    (forward hooks): it runs also when the forward, or a hook before it, raises."""
+    """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table (``module``
+    ``None``: the global one); ``always_call`` (forward hooks): it runs also when the
+    forward, or a hook before it, raises."""
     # refused here: registered, it would fail every later call of the module
     check_callable(f"register_{_NAMES.get(kind, kind)}_hook", hook, "hook")
-    hooks = module.__dict__.get("_call_hooks")
-    if hooks is None:
-        hooks = {
-            "pre": {},
-            "post": {},
-            "backward": {},
-            "backward_pre": {},
-            "always": set(),  # the keys of the forward hooks registered with always_call
-            "next": 0,
-        }
-        object.__setattr__(module, "_call_hooks", hooks)
+    if module is None:
+        hooks = GLOBAL_HOOKS
+    else:
+        hooks = module.__dict__.get("_call_hooks")
+        if hooks is None:
+            hooks = _tables()
+            object.__setattr__(module, "_call_hooks", hooks)
     key = hooks["next"]
     hooks["next"] = key + 1
     table = hooks[kind]
@@ -123,13 +138,27 @@ def state_hooks(module: Any, kind: str) -> list[tuple[Any, bool]]:
     return [] if hooks is None else list(hooks[kind].values())
 
 
-def call_with_hooks(module: Any, hooks: dict[str, Any], args: tuple, kwargs: dict) -> Any:
+def _with_global(hooks: dict[str, Any] | None) -> dict[str, Any]:
+    """``hooks`` (a module's tables, ``None`` for none) with the global forward hooks first,
+    as torch's ``_call_impl`` runs them (their keys kept apart from the module's)."""
+    hooks = _NO_HOOKS if hooks is None else hooks
+    if not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
+        return hooks
+    merged = dict(hooks)
+    for kind in ("pre", "post"):
+        merged[kind] = {("global", k): v for k, v in GLOBAL_HOOKS[kind].items()} | hooks[kind]
+    merged["always"] = {("global", k) for k in GLOBAL_HOOKS["always"]} | hooks["always"]
+    return merged
+
+
+def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwargs: dict) -> Any:
     """``module.forward`` with its pre-hooks before (each may replace the arguments) and its
-    hooks after (each may replace the output), in registration order. When any of it raises,
-    the forward hooks registered with ``always_call`` that have not run yet are called (with
-    the output so far, ``None`` if the forward did not return), then the error goes on, as
-    torch's ``_call_impl`` does."""
-    called: set[int] = set()
+    hooks after (each may replace the output), in registration order, the global ones first.
+    When any of it raises, the forward hooks registered with ``always_call`` that have not
+    run yet are called (with the output so far, ``None`` if the forward did not return), then
+    the error goes on, as torch's ``_call_impl`` does."""
+    hooks = _with_global(hooks)
+    called: set[Any] = set()
     output = None
     try:
         for hook, with_kwargs in list(hooks["pre"].values()):

@@ -53,6 +53,7 @@ from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter
 from .hooks import (
+    GLOBAL_HOOKS,
     RemovableHandle,
     call_with_hooks,
     register_hook,
@@ -827,7 +828,7 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self.__dict__.get("_call_hooks")
-        if hooks is None:
+        if hooks is None and not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
 
@@ -913,6 +914,24 @@ class Module:
             return head + extra_lines[0] + ")"
         lines = extra_lines + child_lines
         return head + ("\n  " + "\n  ".join(lines) + "\n)" if lines else ")")
+
+
+def register_module_forward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global forward pre-hook: ``hook(module, args)`` before every module's forward
+    (before the module's own pre-hooks); a non-``None`` result replaces the arguments.
+    Returns a handle whose ``remove()`` unregisters it."""
+    return register_hook(None, "pre", hook, False, False)
+
+
+def register_module_forward_hook(
+    hook: Callable[..., Any], *, with_kwargs: bool = False, always_call: bool = False
+) -> RemovableHandle:
+    """torch's global forward hook: ``hook(module, args, output)`` (``with_kwargs``:
+    ``hook(module, args, kwargs, output)``) after every module's forward, before the module's
+    own hooks; a non-``None`` result replaces the output; ``always_call`` as
+    :meth:`Module.register_forward_hook`'s. Returns a handle whose ``remove()`` unregisters
+    it."""
+    return register_hook(None, "post", hook, False, with_kwargs, always_call)
 
 
 _MISSING = object()
