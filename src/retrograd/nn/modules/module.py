@@ -582,15 +582,18 @@ class Module:
         own = [name for name, _ in self._own_state_items(prefix)]  # (in torch's order)
         keys.missing_keys.extend(name for name in own if name not in state)
         local = {name[len(prefix) :] for name in own}
-        for key in state:
-            first = key[len(prefix) :].split(".", 1)[0]
-            if first not in self._modules and first not in local:
+        below: dict[str, dict[str, Any]] = {}  # each child's keys (one pass over the keys)
+        for key, value in state.items():
+            # torch's rule: a dotted name must start with a child's, another must be one of
+            # this module's own entries
+            first, dot, _ = key[len(prefix) :].partition(".")
+            if dot and first in self._modules:
+                below.setdefault(first, {})[key] = value
+            elif (first not in self._modules) if dot else (first not in local):
                 keys.unexpected_keys.append(key)
         for name, child in self._modules.items():
             if child is not None:
-                inner = f"{prefix}{name}."
-                below = {k: v for k, v in state.items() if k.startswith(inner)}
-                child._incompatible(below, inner, keys, hooks)
+                child._incompatible(below.get(name, {}), f"{prefix}{name}.", keys, hooks)
         if hooks:
             for hook, _ in state_hooks(self, "load_state_dict_post"):
                 if hook(self, keys) is not None:
@@ -703,7 +706,8 @@ class Module:
         added_unexpected: list[str] = []
         errors: list[str] = []
         post_hooks = False
-        for prefix, module in list(self.named_modules()):
+        # (a module reachable under several names is loaded under each, as torch's is)
+        for prefix, module in list(self.named_modules(remove_duplicate=False)):
             post_hooks = post_hooks or bool(state_hooks(module, "load_state_dict_post"))
             step = [hook for hook, _ in state_hooks(module, "load_state_dict_pre")]
             if type(module)._load_from_state_dict is not Module._load_from_state_dict:
