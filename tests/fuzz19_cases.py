@@ -152,7 +152,7 @@ def _hook_program(rng):
     return program
 
 
-def _make_hook(lib, e, k, log):
+def _make_hook(e, k, log):
     """The hook of program entry ``e`` (number ``k``): it notes what it saw in ``log`` and may
     replace what it was given."""
     f = e["factor"]
@@ -255,7 +255,7 @@ def _forward_hooks(rng):
         try:
             for k, e in enumerate(program):
                 module = modules[e["where"]]
-                handles.append((e, _register(lib, module, e, _make_hook(lib, e, k, log))))
+                handles.append((e, _register(lib, module, e, _make_hook(e, k, log))))
             for e, h in handles:
                 if e["remove"]:
                     h.remove()
@@ -421,7 +421,7 @@ def _hooks(rng):
 # ---- gradient clipping and parameter vectors ------------------------------------------------
 
 
-def _backward(lib, loss, params):
+def _backward(lib, loss):
     """torch's ``backward()`` (gradients on the parameters) or retrograd's (a value)."""
     if lib is _torch():
         loss.backward()
@@ -466,7 +466,7 @@ def _clip(rng):
             lib.nn.utils.vector_to_parameters(vec.detach() * 2.0, target)
             (g,) = lib.autograd.grad((vec * vec).sum(), [params[0]])
             return [vec, *target, g]
-        grads = _backward(lib, loss, params)
+        grads = _backward(lib, loss)
         nt = float(norm_type) if norm_type == "inf" else norm_type
         if given_as == "generator":
             clipped = (p for p in listed)
@@ -843,10 +843,6 @@ def _fuse(rng, layer, xa):
 # ---- mixed precision and functional_call ------------------------------------------------------
 
 
-def _scaler(lib, **kw):
-    return lib.amp.GradScaler("cpu", **kw)
-
-
 def _grad_scaler(rng):
     init = float(_pick(rng, 2.0**16, 8.0, 3.0, 1.0, 2.0**126, 0.75))
     growth = float(_pick(rng, 2.0, 1.5, 3.0))
@@ -867,8 +863,8 @@ def _grad_scaler(rng):
         torch = lib is _torch()
         w = lib.tensor(w0, dtype=getattr(lib, dtype), requires_grad=True)
         opt = lib.optim.SGD([w], lr=0.1)
-        sc = _scaler(
-            lib, init_scale=init, growth_factor=growth, backoff_factor=backoff,
+        sc = lib.amp.GradScaler(
+            "cpu", init_scale=init, growth_factor=growth, backoff_factor=backoff,
             growth_interval=interval,
         )  # fmt: skip
         out: list = []
@@ -903,7 +899,7 @@ def _grad_scaler(rng):
         if misuse == "state":
             state = sc.state_dict()
             out.append(str(sorted((k, float(v)) for k, v in state.items())))
-            other = _scaler(lib)
+            other = lib.amp.GradScaler("cpu")
             other.load_state_dict(state)
             out.append(other.get_scale())
         return out
