@@ -21,7 +21,9 @@ parameters::
 ``enabled=False`` makes every call a pass-through (``scale`` returns the loss, ``step`` calls
 ``optimizer.step(grads)``). Enabled, the scale starts at ``init_scale``, is multiplied by
 ``backoff_factor`` after a step with non-finite gradients (which is skipped) and by
-``growth_factor`` after ``growth_interval`` finite steps in a row, as torch's.
+``growth_factor`` after ``growth_interval`` finite steps in a row, as torch's. The scale is a
+float32 value, as torch's scale tensor: each new scale is rounded to float32 (a growth that
+would overflow float32 is not made), and gradients are unscaled by the float32 reciprocal.
 
 >>> import retrograd as rg
 >>> with rg.autocast("cpu", enabled=False):
@@ -31,11 +33,12 @@ parameters::
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
-from .errors import AutodiffError, InvalidArgumentError, guard
+import numpy as np
+
+from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
 
 __all__ = ["GradScaler", "autocast"]
 
@@ -87,6 +90,12 @@ class autocast:  # noqa: N801 (torch's name)
         return run
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 (torch's scale tensor holds one), ``inf`` past its range."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
 class GradScaler:
     """torch's ``GradScaler(device="cuda", init_scale=2.0**16, growth_factor=2.0,
     backoff_factor=0.5, growth_interval=2000, enabled=True)``; see the module docstring."""
@@ -110,12 +119,12 @@ class GradScaler:
             )
         self.device = device
         self._enabled = bool(enabled)
-        self._scale = float(init_scale)
+        self._scale = _float32(init_scale)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
         self._growth_tracker = 0
         self._unscaled: dict[int, bool] = {}  # id(optimizer) -> found inf, this iteration
-        self._stepped = False
+        self._stepped: set[int] = set()  # id(optimizer) of those stepped this iteration
 
     def is_enabled(self) -> bool:
         return self._enabled
@@ -155,55 +164,77 @@ class GradScaler:
                 "GradScaler.unscale_: pass the gradients backward() returned, "
                 "scaler.unscale_(optimizer, grads) (gradients are a value here)"
             )
+        if id(optimizer) in self._stepped:
+            raise AutodiffError("GradScaler.unscale_: unscale_() is being called after step()")
         if id(optimizer) in self._unscaled:
             raise AutodiffError(
                 "GradScaler.unscale_: unscale_() has already been called on this optimizer "
                 "since the last update()"
             )
-        inverse = 1.0 / self._scale
+        # torch's reciprocal of the float32 scale, in float64 then rounded to float32
+        inverse = _float32(1.0 / self._scale)
         found_inf = False
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 grad = parameter.grad(grads)
                 if grad is None:
                     continue
-                grad = grad * inverse
-                parameter.grad_replace(grads, grad)
+                if grad.dtype == "float16":
+                    raise DTypeError(
+                        "GradScaler.unscale_: attempting to unscale float16 gradients (keep "
+                        "the parameters in float32; float16 is for the computation)"
+                    )
+                # (the scaled gradient is checked, as torch's kernel does)
                 found_inf = found_inf or not bool(grad.isfinite().all().item())
+                parameter.grad_replace(grads, grad * inverse)
         self._unscaled[id(optimizer)] = found_inf
 
     def step(self, optimizer: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
         """``optimizer.step(grads)`` on the unscaled gradients, unless one is inf or NaN;
-        returns what the step returned (``None`` when skipped)."""
+        returns what the step returned (``None`` when skipped). Once per optimizer between
+        two :meth:`update` calls, without a closure, as torch's."""
         if not self._enabled:
             return optimizer.step(grads, *args, **kwargs)
+        if "closure" in kwargs:
+            raise AutodiffError(
+                "GradScaler.step: closure use is not supported while GradScaler is enabled"
+            )
+        if id(optimizer) in self._stepped:
+            raise AutodiffError(
+                "GradScaler.step: step() has already been called since the last update()"
+            )
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer, grads)
-        self._stepped = True
+        self._stepped.add(id(optimizer))
         if self._unscaled[id(optimizer)]:
             return None
         return optimizer.step(grads, *args, **kwargs)
 
     def update(self, new_scale: Any = None) -> None:
         """Back off the scale after a skipped step, grow it after ``growth_interval`` good
-        ones; or set it to ``new_scale``."""
+        ones; or set it to ``new_scale``. Without ``new_scale``, after at least one
+        :meth:`step` (or :meth:`unscale_`) since the last update, as torch's."""
         if not self._enabled:
             return
         if new_scale is not None:
-            self._scale = float(new_scale.item() if hasattr(new_scale, "item") else new_scale)
-        elif self._unscaled:
-            if any(self._unscaled.values()):
-                self._scale *= self._backoff_factor
+            self._scale = _float32(new_scale.item() if hasattr(new_scale, "item") else new_scale)
+        elif not self._unscaled:
+            raise AutodiffError(
+                "GradScaler.update: no inf checks were recorded prior to update(); call "
+                "scaler.step(optimizer, grads) first"
+            )
+        elif any(self._unscaled.values()):
+            self._scale = _float32(self._scale * self._backoff_factor)
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                grown = _float32(self._scale * self._growth_factor)
+                if np.isfinite(grown):  # (not past float32's range, as torch's)
+                    self._scale = grown
                 self._growth_tracker = 0
-            else:
-                self._growth_tracker += 1
-                if self._growth_tracker == self._growth_interval:
-                    grown = self._scale * self._growth_factor
-                    if math.isfinite(grown):
-                        self._scale = grown
-                    self._growth_tracker = 0
         self._unscaled.clear()
-        self._stepped = False
+        self._stepped.clear()
 
     def state_dict(self) -> dict[str, Any]:
         if not self._enabled:
@@ -226,7 +257,7 @@ class GradScaler:
         scale, tracker = state_dict["scale"], state_dict["_growth_tracker"]
         # every value read before any is set: a state that fails half-way changes nothing
         values = (
-            float(scale.item() if hasattr(scale, "item") else scale),
+            _float32(scale.item() if hasattr(scale, "item") else scale),
             float(state_dict["growth_factor"]),
             float(state_dict["backoff_factor"]),
             int(state_dict["growth_interval"]),

@@ -117,8 +117,7 @@ def _result(op: str, points: np.ndarray, out: Tensor | None, dtype: Any) -> Tens
         return result
     if tuple(out.shape) != tuple(result.shape):
         raise ShapeError(
-            f"{op}: out has shape {shape_text(out.shape)}, the points "
-            f"{shape_text(result.shape)}"
+            f"{op}: out has shape {shape_text(out.shape)}, the points {shape_text(result.shape)}"
         )
     out.copy_(result)
     return out

@@ -14,13 +14,27 @@ A module without hooks keeps none: its ``__call__`` looks for ``_call_hooks`` in
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ...autograd import Function
-from ...errors import AutodiffError, DTypeError, ShapeError, check_callable
+from ...errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_callable,
+)
 from ...tensor import Tensor
 
-__all__ = ["RemovableHandle", "call_with_hooks", "register_hook"]
+__all__ = [
+    "GLOBAL_HOOKS",
+    "RemovableHandle",
+    "call_with_hooks",
+    "register_hook",
+    "register_state_hook",
+    "state_hooks",
+]
 
 
 class RemovableHandle:
@@ -49,16 +63,38 @@ _NAMES = {
 }
 
 
+def _tables() -> dict[str, Any]:
+    return {
+        "pre": {},
+        "post": {},
+        "backward": {},
+        "backward_pre": {},
+        "always": set(),  # the keys of the forward hooks registered with always_call
+        "next": 0,
+    }
+
+
+#: torch's global forward hooks (``nn.modules.module.register_module_forward_pre_hook`` and
+#: ``register_module_forward_hook``): every module's call runs them before its own
+GLOBAL_HOOKS = _tables()
+_NO_HOOKS = _tables()
+
+
 def register_hook(
-    module: Any, kind: str, hook: Any, prepend: bool, with_kwargs: bool
+    module: Any, kind: str, hook: Any, prepend: bool, with_kwargs: bool, always_call: bool = False
 ) -> RemovableHandle:
-    """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table."""
+    """Add ``hook`` to ``module``'s ``kind`` (``"pre"`` or ``"post"``) table (``module``
+    ``None``: the global one); ``always_call`` (forward hooks): it runs also when the
+    forward, or a hook before it, raises."""
     # refused here: registered, it would fail every later call of the module
     check_callable(f"register_{_NAMES.get(kind, kind)}_hook", hook, "hook")
-    hooks = module.__dict__.get("_call_hooks")
-    if hooks is None:
-        hooks = {"pre": {}, "post": {}, "backward": {}, "backward_pre": {}, "next": 0}
-        object.__setattr__(module, "_call_hooks", hooks)
+    if module is None:
+        hooks = GLOBAL_HOOKS
+    else:
+        hooks = module.__dict__.get("_call_hooks")
+        if hooks is None:
+            hooks = _tables()
+            object.__setattr__(module, "_call_hooks", hooks)
     key = hooks["next"]
     hooks["next"] = key + 1
     table = hooks[kind]
@@ -69,32 +105,121 @@ def register_hook(
         table.update(rest)
     else:
         table[key] = (hook, with_kwargs)
+    if always_call:
+        hooks.setdefault("always", set()).add(key)
     return RemovableHandle(table, key)
 
 
-def call_with_hooks(module: Any, hooks: dict[str, Any], args: tuple, kwargs: dict) -> Any:
+#: the kinds of state hooks: torch's tables ``_state_dict_pre_hooks``, ``_state_dict_hooks``,
+#: ``_load_state_dict_pre_hooks``, ``_load_state_dict_post_hooks``
+STATE_KINDS = ("state_dict_pre", "state_dict", "load_state_dict_pre", "load_state_dict_post")
+
+
+def register_state_hook(
+    module: Any, kind: str, hook: Any, op: str, public: bool = True
+) -> RemovableHandle:
+    """Add ``hook`` to ``module``'s ``kind`` state hooks (:data:`STATE_KINDS`); ``public``:
+    registered by torch's public method (a ``state_dict`` post-hook must then return None;
+    one of ``_register_state_dict_hook`` may return the dict that replaces the state)."""
+    check_callable(op, hook, "hook")
+    hooks = module.__dict__.get("_state_hooks")
+    if hooks is None:
+        hooks = {kind: {} for kind in STATE_KINDS} | {"next": 0}
+        object.__setattr__(module, "_state_hooks", hooks)
+    key = hooks["next"]
+    hooks["next"] = key + 1
+    hooks[kind][key] = (hook, public)
+    return RemovableHandle(hooks[kind], key)
+
+
+def state_hooks(module: Any, kind: str) -> list[tuple[Any, bool]]:
+    """``module``'s ``kind`` state hooks, ``(hook, public)`` in registration order."""
+    hooks = module.__dict__.get("_state_hooks")
+    return [] if hooks is None else list(hooks[kind].values())
+
+
+def _with_global(hooks: dict[str, Any] | None) -> dict[str, Any]:
+    """``hooks`` (a module's tables, ``None`` for none) with the global forward hooks first,
+    as torch's ``_call_impl`` runs them (their keys kept apart from the module's)."""
+    hooks = _NO_HOOKS if hooks is None else hooks
+    if not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
+        return hooks
+    merged = dict(hooks)
+    for kind in ("pre", "post"):
+        merged[kind] = {("global", k): v for k, v in GLOBAL_HOOKS[kind].items()} | hooks[kind]
+    merged["always"] = {("global", k) for k in GLOBAL_HOOKS["always"]} | hooks["always"]
+    return merged
+
+
+def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwargs: dict) -> Any:
     """``module.forward`` with its pre-hooks before (each may replace the arguments) and its
-    hooks after (each may replace the output), in registration order."""
-    for hook, with_kwargs in list(hooks["pre"].values()):
-        if with_kwargs:
-            result = hook(module, args, kwargs)
+    hooks after (each may replace the output), in registration order, the global ones first.
+    When any of it raises, the forward hooks registered with ``always_call`` that have not
+    run yet are called (with the output so far, ``None`` if the forward did not return), then
+    the error goes on, as torch's ``_call_impl`` does."""
+    hooks = _with_global(hooks)
+    called: set[Any] = set()
+    output = None
+    try:
+        for hook, with_kwargs in list(hooks["pre"].values()):
+            if with_kwargs:
+                result = hook(module, args, kwargs)
+                if result is not None:
+                    args, kwargs = _args_and_kwargs(module, result)
+            else:
+                result = hook(module, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        backward = hooks["backward"] or hooks["backward_pre"]
+        if backward:
+            args, state = _watch_input(module, hooks, args)
+        output = module.forward(*args, **kwargs)
+        always = hooks.get("always", ())
+        for key, (hook, with_kwargs) in list(hooks["post"].items()):
+            if key in always:
+                called.add(key)
+            result = (
+                hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
+            )
             if result is not None:
-                args, kwargs = result
-        else:
-            result = hook(module, args)
+                output = result
+        if backward:
+            output = _watch_output(module, hooks, output, state)
+        return output
+    except Exception:
+        always = hooks.get("always", ())
+        for key, (hook, with_kwargs) in list(hooks["post"].items()):
+            if key not in always or key in called:
+                continue
+            try:
+                result = (
+                    hook(module, args, kwargs, output)
+                    if with_kwargs
+                    else hook(module, args, output)
+                )
+            except Exception as error:  # the forward's error is the one that goes on
+                warnings.warn(
+                    "a forward hook with always_call=True raised an exception that was "
+                    f"silenced as another error was raised in forward: {error}",
+                    stacklevel=3,
+                )
+                continue
             if result is not None:
-                args = result if isinstance(result, tuple) else (result,)
-    backward = hooks["backward"] or hooks["backward_pre"]
-    if backward:
-        args, state = _watch_input(module, hooks, args)
-    output = module.forward(*args, **kwargs)
-    for hook, with_kwargs in list(hooks["post"].values()):
-        result = hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
-        if result is not None:
-            output = result
-    if backward:
-        output = _watch_output(module, hooks, output, state)
-    return output
+                output = result
+        raise
+
+
+def _args_and_kwargs(module: Any, result: Any) -> tuple[tuple, dict]:
+    """A ``with_kwargs`` pre-hook's result: an ``(args, kwargs)`` pair, or an error naming
+    the module (unpacking anything else failed with a bare ``ValueError``)."""
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        raise InvalidArgumentError(
+            f"{type(module).__name__}: a forward pre-hook registered with with_kwargs=True "
+            "must return None or a tuple of (new_args, new_kwargs), got "
+            f"{type(result).__name__}" + (f" of {len(result)}" if isinstance(result, tuple) else "")
+        )
+    args, kwargs = result
+    return (args if isinstance(args, tuple) else (args,)), kwargs
 
 
 def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple, dict]:

@@ -52,7 +52,14 @@ from ...tensor.inplace import assign as _assign  # load_state_dict's parameter i
 from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter
-from .hooks import RemovableHandle, call_with_hooks, register_hook
+from .hooks import (
+    GLOBAL_HOOKS,
+    RemovableHandle,
+    call_with_hooks,
+    register_hook,
+    register_state_hook,
+    state_hooks,
+)
 from .state_value import StateValue
 from .state_value import host_array as _host_array
 
@@ -541,15 +548,73 @@ class Module:
     def _state_items(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
         """PyTorch's ``state_dict`` walk: own parameters, own persistent buffers, then each
         child's; a tied parameter (or shared module) under every name it has."""
+        yield from self._own_state_items(prefix)
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child._state_items(f"{prefix}{name}.")
+
+    def _own_state_items(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """This module's own entries of the state (torch's ``_save_to_state_dict``)."""
         for name, value in self._parameters.items():
             if value is not None:
                 yield prefix + name, value
         for name, value in self._buffers.items():
             if value is not None and name not in self._non_persistent_buffers:
                 yield prefix + name, value
+
+    def _fill_state(self, out: Any, prefix: str, keep_vars: bool) -> Any:
+        """torch's ``state_dict`` recursion: this module's pre-hooks, its own entries, its
+        children's, then its post-hooks (a child's hook that returns a new dict replaces
+        nothing above it, as in torch)."""
+        for hook, _ in state_hooks(self, "state_dict_pre"):
+            hook(self, prefix, keep_vars)
+        for name, value in self._own_state_items(prefix):
+            out[name] = value if keep_vars else StateValue(value.numpy(), value)
         for name, child in self._modules.items():
             if child is not None:
-                yield from child._state_items(f"{prefix}{name}.")
+                child._fill_state(out, f"{prefix}{name}.", keep_vars)
+        for hook, public in state_hooks(self, "state_dict"):
+            result = hook(self, out, prefix, {"version": getattr(self, "_version", 1)})
+            if result is not None:
+                if public:
+                    raise InvalidArgumentError(
+                        "state_dict: a hook registered with register_state_dict_post_hook "
+                        f"returned {type(result).__name__}; it must return None (change the "
+                        "state dict in place)"
+                    )
+                out = result
+        return out
+
+    def _incompatible(
+        self, state: Mapping[str, Any], prefix: str, keys: IncompatibleKeys, hooks: bool
+    ) -> None:
+        """torch's ``load`` recursion over the keys: this module's missing and unexpected
+        keys added to ``keys``' lists, then its children's (each given the keys under its
+        prefix); then, with ``hooks``, its load post-hooks called with ``keys`` (which they
+        may change in place)."""
+        own = [name for name, _ in self._own_state_items(prefix)]  # (in torch's order)
+        keys.missing_keys.extend(name for name in own if name not in state)
+        local = {name[len(prefix) :] for name in own}
+        below: dict[str, dict[str, Any]] = {}  # each child's keys (one pass over the keys)
+        for key, value in state.items():
+            # torch's rule: a dotted name must start with a child's, another must be one of
+            # this module's own entries
+            first, dot, _ = key[len(prefix) :].partition(".")
+            if dot and first in self._modules:
+                below.setdefault(first, {})[key] = value
+            elif (first not in self._modules) if dot else (first not in local):
+                keys.unexpected_keys.append(key)
+        for name, child in self._modules.items():
+            if child is not None:
+                child._incompatible(below.get(name, {}), f"{prefix}{name}.", keys, hooks)
+        if hooks:
+            for hook, _ in state_hooks(self, "load_state_dict_post"):
+                if hook(self, keys) is not None:
+                    raise InvalidArgumentError(
+                        "load_state_dict: a hook registered with "
+                        "register_load_state_dict_post_hook must return None (change "
+                        "missing_keys and unexpected_keys in place)"
+                    )
 
     def state_dict(
         self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
@@ -570,9 +635,43 @@ class Module:
                 f"state_dict: destination must be a dict to fill, got {_describe(destination)}"
             )
         out = {} if destination is None else destination
-        for name, value in self._state_items():
-            out[prefix + name] = value if keep_vars else StateValue(value.numpy(), value)
-        return out
+        return self._fill_state(out, prefix, keep_vars)
+
+    def register_state_dict_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Call ``hook(module, prefix, keep_vars)`` before this module's entries are added
+        to a state dict (torch's). Returns a handle whose ``remove()`` unregisters it."""
+        return register_state_hook(self, "state_dict_pre", hook, "register_state_dict_pre_hook")
+
+    def register_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Call ``hook(module, state_dict, prefix, local_metadata)`` after this module's
+        entries (its children's too) are in a state dict; it changes the dict in place and
+        returns None (torch's). Returns a handle whose ``remove()`` unregisters it."""
+        return register_state_hook(self, "state_dict", hook, "register_state_dict_post_hook")
+
+    def _register_state_dict_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """torch's private form of :meth:`register_state_dict_post_hook`: a result that is
+        not None replaces the state dict (of the call made on this module)."""
+        return register_state_hook(
+            self, "state_dict", hook, "_register_state_dict_hook", public=False
+        )
+
+    def register_load_state_dict_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Call ``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)`` before this module's entries are loaded (torch's); it
+        may edit the state dict (a copy of the one given) and the lists."""
+        return register_state_hook(
+            self, "load_state_dict_pre", hook, "register_load_state_dict_pre_hook"
+        )
+
+    def register_load_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Call ``hook(module, incompatible_keys)`` after this module and its children are
+        loaded, with the missing and unexpected keys found so far (torch's); it may change
+        those lists in place (emptied, a strict load succeeds) and returns None. With such a
+        hook, the values are written before the strict check (torch's order), so a strict
+        load whose keys still mismatch after the hooks raises with the values written."""
+        return register_state_hook(
+            self, "load_state_dict_post", hook, "register_load_state_dict_post_hook"
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` to an ``.npz`` file (``.npz`` is appended to a name
@@ -619,9 +718,16 @@ class Module:
         added_missing: list[str] = []
         added_unexpected: list[str] = []
         errors: list[str] = []
-        for prefix, module in list(self.named_modules()):
+        post_hooks = False
+        # (a module reachable under several names is loaded under each, as torch's is)
+        for prefix, module in list(self.named_modules(remove_duplicate=False)):
+            post_hooks = post_hooks or bool(state_hooks(module, "load_state_dict_post"))
+            step = [hook for hook, _ in state_hooks(module, "load_state_dict_pre")]
             if type(module)._load_from_state_dict is not Module._load_from_state_dict:
-                module._load_from_state_dict(
+                step.append(type(module)._load_from_state_dict)
+            for call in step:
+                call(
+                    module,
                     state,
                     f"{prefix}." if prefix else "",
                     dict(metadata.get(prefix, {})),
@@ -636,16 +742,26 @@ class Module:
             if hasattr(module, "_lazy_load"):
                 module._lazy_load(state, f"{prefix}." if prefix else "")
         own = dict(self._state_items())
-        missing = [name for name in own if name not in state]
-        missing += [name for name in added_missing if name not in missing]
-        unexpected = [name for name in state if name not in own]
-        unexpected += [name for name in added_unexpected if name not in unexpected]
-        if strict and (missing or unexpected):
-            raise KeyMismatchError(
-                "load_state_dict: "
-                f"{_missing_by_kind(missing, own, {id(p) for p in self.parameters()})}, "
-                f"unexpected {unexpected}"
-            )
+
+        def incompatible(hooks: bool) -> IncompatibleKeys:
+            keys = IncompatibleKeys([], [])
+            self._incompatible(state, "", keys, hooks)
+            for found, added in zip(keys, (added_missing, added_unexpected)):
+                found += [name for name in added if name not in found]
+            return keys
+
+        def check_strict(keys: IncompatibleKeys) -> None:
+            if strict and (keys.missing_keys or keys.unexpected_keys):
+                parameters = {id(p) for p in self.parameters()}
+                raise KeyMismatchError(
+                    "load_state_dict: "
+                    f"{_missing_by_kind(keys.missing_keys, own, parameters)}, "
+                    f"unexpected {keys.unexpected_keys}"
+                )
+
+        keys = incompatible(hooks=False)
+        if not post_hooks:  # (with them, the check waits for what the hooks leave)
+            check_strict(keys)
         fresh = {}
         for name, current in own.items():  # convert everything before changing anything
             if name not in state:
@@ -673,7 +789,10 @@ class Module:
             )
         for name, value in fresh.items():
             _assign(own[name], value, f"load_state_dict {name!r}")
-        return IncompatibleKeys(missing, unexpected)
+        if post_hooks:
+            keys = incompatible(hooks=True)
+            check_strict(keys)
+        return keys
 
     def _load_from_state_dict(
         self,
@@ -728,16 +847,34 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self.__dict__.get("_call_hooks")
-        if hooks is None:
+        if hooks is None and not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
+
+    def _hook_table(self, kind: str) -> dict[int, Callable[..., Any]]:
+        hooks = self.__dict__.get("_call_hooks")
+        return {} if hooks is None else {key: hook for key, (hook, _) in hooks[kind].items()}
 
     @property
     def _forward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
         """torch's table of forward pre-hooks, read-only here: each registered hook by its
         handle's id, in call order (pruning code looks its methods up in it)."""
-        hooks = self.__dict__.get("_call_hooks")
-        return {} if hooks is None else {key: hook for key, (hook, _) in hooks["pre"].items()}
+        return self._hook_table("pre")
+
+    @property
+    def _forward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of forward hooks, read-only here (code tests ``len()`` of it)."""
+        return self._hook_table("post")
+
+    @property
+    def _backward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of full backward hooks, read-only here."""
+        return self._hook_table("backward")
+
+    @property
+    def _backward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
+        """torch's table of full backward pre-hooks, read-only here."""
+        return self._hook_table("backward_pre")
 
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
@@ -758,8 +895,10 @@ class Module:
     ) -> RemovableHandle:
         """Call ``hook(module, args, output)`` after each forward (``with_kwargs``:
         ``hook(module, args, kwargs, output)``); a non-``None`` result replaces the output.
-        Returns a handle whose ``remove()`` unregisters it."""
-        return register_hook(self, "post", hook, prepend, with_kwargs)
+        ``always_call``: the hook runs also when the forward (or a hook) raises, with the
+        output so far (``None``), before the error goes on. Returns a handle whose
+        ``remove()`` unregisters it."""
+        return register_hook(self, "post", hook, prepend, with_kwargs, always_call)
 
     def register_full_backward_hook(
         self, hook: Callable[..., Any], prepend: bool = False
@@ -794,6 +933,24 @@ class Module:
             return head + extra_lines[0] + ")"
         lines = extra_lines + child_lines
         return head + ("\n  " + "\n  ".join(lines) + "\n)" if lines else ")")
+
+
+def register_module_forward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global forward pre-hook: ``hook(module, args)`` before every module's forward
+    (before the module's own pre-hooks); a non-``None`` result replaces the arguments.
+    Returns a handle whose ``remove()`` unregisters it."""
+    return register_hook(None, "pre", hook, False, False)
+
+
+def register_module_forward_hook(
+    hook: Callable[..., Any], *, with_kwargs: bool = False, always_call: bool = False
+) -> RemovableHandle:
+    """torch's global forward hook: ``hook(module, args, output)`` (``with_kwargs``:
+    ``hook(module, args, kwargs, output)``) after every module's forward, before the module's
+    own hooks; a non-``None`` result replaces the output; ``always_call`` as
+    :meth:`Module.register_forward_hook`'s. Returns a handle whose ``remove()`` unregisters
+    it."""
+    return register_hook(None, "post", hook, False, with_kwargs, always_call)
 
 
 _MISSING = object()

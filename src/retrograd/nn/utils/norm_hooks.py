@@ -16,10 +16,12 @@ from typing import Any
 from ...autodiff import no_grad
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor, randn_like
+from ...tensor.internal import normalize_dim
 from ..functional import normalize
 from ..parameter import Parameter
 
 __all__ = [
+    "check_weight_norm_dim",
     "norm_except_dim",
     "remove_spectral_norm",
     "remove_weight_norm",
@@ -39,13 +41,19 @@ def norm_except_dim(v: Tensor, pow: float = 2, dim: int = 0) -> Tensor:  # noqa:
     """
     if dim == -1:
         return v.norm(pow)
-    if dim < 0:
-        dim += v.ndim
     if v.ndim == 0:
         return v.abs()
+    dim = normalize_dim("norm_except_dim", dim, v.ndim)
     rest = [d for d in range(v.ndim) if d != dim]
     norms = v.norm(pow, dim=rest, keepdim=True) if rest else v.abs()
     return norms
+
+
+def check_weight_norm_dim(op: str, weight: Tensor, dim: int) -> None:
+    """``dim`` must be -1 (``None``: one norm) or a dimension of ``weight``: another one was
+    taken for one norm, where torch refuses it."""
+    if dim != -1 and weight.ndim:
+        normalize_dim(op, dim, weight.ndim)
 
 
 def weight_norm_value(v: Tensor, g: Tensor, dim: int) -> Tensor:
@@ -98,6 +106,7 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     dim = -1 if dim is None else dim
     _check_free(module, name, "weight_norm")
     weight = _registered(module, name, "weight_norm")
+    check_weight_norm_dim("weight_norm", weight, dim)
     del module._parameters[name]
     module.register_parameter(f"{name}_g", Parameter(norm_except_dim(weight, 2, dim).detach()))
     module.register_parameter(f"{name}_v", Parameter(weight.detach()))

@@ -15,6 +15,7 @@ from ...tensor import Tensor, randn_like
 from ..functional import normalize
 from ..modules.module import Module
 from .norm_hooks import (
+    check_weight_norm_dim,
     norm_except_dim,
     power_iteration,
     spectral_matrix,
@@ -49,6 +50,9 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     >>> sorted(weight_norm(nn.Linear(3, 2)).state_dict())
     ['bias', 'parametrizations.weight.original0', 'parametrizations.weight.original1']
     """
+    weight = getattr(module, name, None)
+    if isinstance(weight, Tensor):  # (a missing one: register_parametrization says so)
+        check_weight_norm_dim("weight_norm", weight, -1 if dim is None else dim)
     return register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
 
 

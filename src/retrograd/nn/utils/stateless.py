@@ -76,7 +76,12 @@ def _tied(module: Any, given: dict[str, Any]) -> dict[str, Any]:
 def _swap(module: Any, name: str, value: Any) -> tuple[Any, str, str, Any]:
     """Put ``value`` in the place of ``name``; what :func:`_restore` needs to undo it."""
     *path, leaf = name.split(".")
-    owner = module.get_submodule(".".join(path))
+    try:
+        owner = module.get_submodule(".".join(path))
+    except AttributeError as error:  # (torch's bare AttributeError)
+        raise KeyMismatchError(
+            f"functional_call: {name!r} names no parameter or buffer of the module ({error})"
+        ) from None
     for kind in ("_parameters", "_buffers"):
         registry = owner.__dict__[kind]
         if leaf in registry:
