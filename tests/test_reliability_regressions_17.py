@@ -11,6 +11,7 @@ import weakref
 
 import numpy as np
 import pytest
+import torch
 
 import retrograd as rg
 from backends import inner_backend
@@ -188,3 +189,36 @@ def test_a_kept_error_from_mid_backward_does_not_keep_the_graph(strategy, failur
     # the next step runs as usual
     grads = ((x @ w).tanh().sum()).backward()
     assert w.grad(grads) is not None
+
+
+# -- the budget's op timer kept a key per shape ever seen ---------------------------------------
+def test_a_budget_loop_over_ever_new_shapes_keeps_a_bounded_timer(monkeypatch):
+    """The op timer kept the fastest time of every (op, bytes, shapes) it ever saw: a loop
+    whose batch shapes change every step (a sequence length drawn per batch) grew it for as
+    long as it ran (about 3 KB a step for a small convolutional LSTM). It keeps
+    ``MAX_KEYS``, the oldest dropped first."""
+    from retrograd.autodiff.checkpoint.budget import timer
+
+    monkeypatch.setattr(timer, "MAX_KEYS", 32, raising=False)
+    strategy = rg.BudgetCheckpointing(1 << 16)
+    backend = rg.Autodiff(inner_backend(), strategy)
+    rg.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(8, 16, backend=backend), nn.GELU(), nn.Linear(16, 8, backend=backend)
+    )
+    for rows in range(1, 41):  # 40 batch sizes, 5 timed ops each
+        x = rg.tensor(_data(rows, 8), backend=backend)
+        model(x).pow(2).mean().backward()
+    assert len(strategy.timer._seconds) <= 32
+    # the step's gradients are still torch's
+    x = _data(7, 8)
+    grads = model(rg.tensor(x, backend=backend)).pow(2).mean().backward()
+    theirs = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+    with torch.no_grad():
+        for k in (0, 2):
+            theirs[k].weight.copy_(torch.tensor(model[k].weight.numpy()))
+            theirs[k].bias.copy_(torch.tensor(model[k].bias.numpy()))
+    theirs(torch.tensor(x)).pow(2).mean().backward()
+    np.testing.assert_allclose(
+        model[0].weight.grad(grads).numpy(), theirs[0].weight.grad.numpy(), rtol=1e-4, atol=1e-6
+    )
