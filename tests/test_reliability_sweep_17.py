@@ -15,14 +15,15 @@ Each loop below runs a few warm-up steps, then more with the garbage collector o
 Drawn from: training loops of the layer families (convolution and transposed convolution,
 norms with running statistics, RNN/LSTM/GRU with packed sequences, attention and the
 transformer encoder, embeddings), every optimizer family and schedules, under each
-checkpointing strategy; graphs dropped without backward; backward that raises mid-way (a
+checkpointing strategy, and over shapes drawn anew each batch; graphs dropped without backward; backward that raises mid-way (a
 custom Function, a module hook, an interrupt), a forward op that fails; ``retain_graph`` and
 ``create_graph`` loops; ``rg.func`` transforms; a captured step replayed; data parallel over
 threads; hooks registered and removed; DataLoader epochs; ``rg.save``/``rg.load``.
 
 Found (``tests/test_reliability_regressions_17.py``): the func transforms' and vmap's
 recursive closures, a captured segment in its own globals, a budget plan's attempts growing a
-tuple a step, a failed backward's traceback keeping the graph.
+tuple a step, the budget's op timer keeping every shape it saw, a failed backward's traceback
+keeping the graph.
 """
 
 from __future__ import annotations
@@ -268,6 +269,46 @@ def test_a_mixed_model_loop_allocates_nothing_that_stays(strategy):
         for s in late.filter_traces(ours).compare_to(early.filter_traces(ours), "lineno")
     )
     assert growth < 16 * 1024, f"retrograd's allocations grew by {growth} bytes over 40 steps"
+
+
+@pytest.mark.numpy_only("tracemalloc sees NumPy's allocations, not torch's CPU allocator")
+@pytest.mark.parametrize("strategy", ["none", "balanced"])
+def test_a_loop_of_ever_new_shapes_allocates_nothing_that_stays(strategy):
+    """Shapes drawn per batch (an image size, a sequence length): no table keyed by shape may
+    grow with them. (The budget's tables are bounded, not empty: its op timer is checked in
+    ``tests/test_reliability_regressions_17.py``; its plans and graphs seen are capped at
+    ``MAX_PLANS``.)"""
+    with rg.use_backend(rg.Autodiff(inner_backend(), _strategy(strategy))):
+        rg.manual_seed(0)
+        conv = nn.Sequential(
+            nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU(), nn.MaxPool2d(2)
+        )
+        encoder = nn.TransformerEncoderLayer(6, 2, 12, dropout=0.0, batch_first=True)
+        optimizer = optim.SGD([*conv.parameters(), *encoder.parameters()], lr=0.01)
+
+        def step(n):
+            image = conv(rg.tensor(_data(2, 2, n, 4)))  # (2, 3, n // 2, 2)
+            tokens = encoder(image.reshape(2, -1, 6))
+            optimizer.step(tokens.pow(2).mean().backward())
+
+        for n in range(4, 12):
+            step(n)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            early = tracemalloc.take_snapshot()
+            for n in range(12, 72):
+                step(n)
+            gc.collect()
+            late = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+    ours = [tracemalloc.Filter(True, "*retrograd*")]
+    growth = sum(
+        s.size_diff
+        for s in late.filter_traces(ours).compare_to(early.filter_traces(ours), "lineno")
+    )
+    assert growth < 16 * 1024, f"retrograd's allocations grew by {growth} bytes over 60 shapes"
 
 
 # == 2. graphs dropped, backward failing mid-way, retained and higher-order graphs =============
