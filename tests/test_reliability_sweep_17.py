@@ -15,10 +15,11 @@ Each loop below runs a few warm-up steps, then more with the garbage collector o
 Drawn from: training loops of the layer families (convolution and transposed convolution,
 norms with running statistics, RNN/LSTM/GRU with packed sequences, attention and the
 transformer encoder, embeddings), every optimizer family and schedules, under each
-checkpointing strategy, and over shapes drawn anew each batch; graphs dropped without backward; backward that raises mid-way (a
-custom Function, a module hook, an interrupt), a forward op that fails; ``retain_graph`` and
-``create_graph`` loops; ``rg.func`` transforms; a captured step replayed; data parallel over
-threads; hooks registered and removed; DataLoader epochs; ``rg.save``/``rg.load``.
+checkpointing strategy, and over shapes drawn anew each batch; graphs dropped without
+backward; backward that raises mid-way (a custom Function, a module hook, an interrupt), a
+forward op that fails; ``retain_graph`` and ``create_graph`` loops; ``rg.func`` transforms;
+a captured step replayed; data parallel over threads; hooks registered and removed;
+DataLoader epochs; ``rg.save``/``rg.load``.
 
 Found (``tests/test_reliability_regressions_17.py``): the func transforms' and vmap's
 recursive closures, a captured segment in its own globals, a budget plan's attempts growing a
