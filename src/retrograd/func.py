@@ -79,22 +79,24 @@ def _flatten(tree: Any) -> tuple[list[Any], Any]:
 
 
 def _unflatten(leaves: Any, spec: Any) -> Any:
-    it = iter(leaves)
+    return _build(iter(leaves), spec)
 
-    def build(spec: Any) -> Any:
-        if spec is None:
-            return next(it)
-        kind, keys, specs = spec
-        items = [build(s) for s in specs]
-        if kind is dict:
-            return dict(zip(keys, items))
-        if kind is list:
-            return items
-        if kind is tuple:
-            return tuple(items)
-        return kind(*items)  # a namedtuple
 
-    return build(spec)
+def _build(it: Any, spec: Any) -> Any:
+    """The tree of ``spec`` with its leaves drawn from ``it`` in order. A module function,
+    not a closure over ``it``: a closure that calls itself is a reference cycle, which held
+    the leaves (a transform's outputs and their graph) until the garbage collector ran."""
+    if spec is None:
+        return next(it)
+    kind, keys, specs = spec
+    items = [_build(it, s) for s in specs]
+    if kind is dict:
+        return dict(zip(keys, items))
+    if kind is list:
+        return items
+    if kind is tuple:
+        return tuple(items)
+    return kind(*items)  # a namedtuple
 
 
 def _tensors(fn: str, what: str, tree: Any) -> tuple[list[Tensor], Any]:

@@ -13,6 +13,8 @@ each step calls for the values its rules read, and whose ``end`` reports what it
 
 from __future__ import annotations
 
+import os
+from contextlib import suppress
 from operator import attrgetter
 from typing import Any
 
@@ -152,16 +154,26 @@ def backward(
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
     nodes = tape.nodes if create_graph else None
-    with inner.arithmetic_warnings_ignored():
-        for node in tape.run:
-            if node.op is not None:
-                _step(node, rules_backend, grads, checkpointer, nodes)
-                if not retain:
-                    _release(node)
+    node = None
+    try:
+        with inner.arithmetic_warnings_ignored():
+            for node in tape.run:
+                if node.op is not None:
+                    _step(node, rules_backend, grads, checkpointer, nodes)
+                    if not retain:
+                        _release(node)
 
-        for node in tape.skipped:  # the reads a skipped step would have made
-            for key in node.saved.keys:
-                checkpointer.retrieve(key)
+            for node in tape.skipped:  # the reads a skipped step would have made
+                for key in node.saved.keys:
+                    checkpointer.retrieve(key)
+    except BaseException as error:
+        # A rule, hook or Function raised (or an interrupt came): the caller may keep the
+        # error (a notebook keeps the last one), and its traceback keeps this frame and those
+        # below it, with the walk's nodes, their saved values and the gradients in flight.
+        # They go now, so that dropping the graph frees them as after a finished backward.
+        _clear_library_frames(error.__traceback__)
+        del tape, grads, checkpointer, nodes, node, root, seed
+        raise
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
@@ -260,6 +272,21 @@ def _consumed(node: Node) -> AutodiffError:
 def _leaves_first(item: tuple[int, Node | None]) -> bool:
     """Sort key: leaves (and untracked inputs) before recorded ops."""
     return item[1] is not None and item[1].op is not None
+
+
+def _clear_library_frames(tb: Any) -> None:
+    """Clear the locals of retrograd's finished frames in ``tb`` (a rule's saved values, the
+    step's gradients); the caller's frames, a Function's backward or a hook, keep theirs for a
+    post-mortem debugger. The running frame (``backward``'s own) cannot be cleared."""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            with suppress(RuntimeError):  # still running
+                frame.clear()
+        tb = tb.tb_next
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _release(node: Node) -> None:

@@ -336,47 +336,6 @@ def vmap(
     as a loop over the batch (the results and gradients are those of torch's batching rules;
     the speed is a loop's). torch refuses random ops inside unless ``randomness`` says how;
     here each call draws for itself, as ``randomness="different"`` does."""
-    from ..tensor import stack
-
-    def leaves(tree: Any) -> list[Any]:
-        if isinstance(tree, dict):
-            return [leaf for value in tree.values() for leaf in leaves(value)]
-        if isinstance(tree, tuple | list):
-            return [leaf for value in tree for leaf in leaves(value)]
-        return [tree]
-
-    def select(tree: Any, dim: int, i: int) -> Any:
-        if isinstance(tree, dict):
-            return {key: select(value, dim, i) for key, value in tree.items()}
-        if isinstance(tree, tuple | list):
-            return type(tree)(select(value, dim, i) for value in tree)
-        return tree.select(dim, i) if isinstance(tree, Tensor) else tree
-
-    def stacked(results: list[Any], dim: Any) -> Any:
-        """The results stacked leaf by leaf, ``dim`` an int for a whole subtree or a tree of
-        dims with the results' structure (torch's pytree prefix)."""
-        first = results[0]
-        if isinstance(first, dict):
-            if isinstance(dim, dict) and set(dim) != set(first):
-                mismatch(dim, first)
-            pick = (lambda key: dim[key]) if isinstance(dim, dict) else (lambda key: dim)
-            return {key: stacked([r[key] for r in results], pick(key)) for key in first}
-        if isinstance(first, tuple | list):
-            if isinstance(dim, tuple | list) and (
-                type(dim) is not type(first) or len(dim) != len(first)
-            ):
-                mismatch(dim, first)
-            pick = (lambda k: dim[k]) if isinstance(dim, tuple | list) else (lambda k: dim)
-            return type(first)(stacked([r[k] for r in results], pick(k)) for k in range(len(first)))
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            mismatch(dim, first)
-        return stack(results, dim=dim)
-
-    def mismatch(dim: Any, output: Any) -> None:
-        raise InvalidArgumentError(
-            f"vmap: out_dims={out_dims!r} is not compatible with the structure of the outputs "
-            f"(out_dims {dim!r} against a {type(output).__name__})"
-        )
 
     def checked(dim: Any, leaf: Tensor) -> Any:
         if not isinstance(dim, int) or isinstance(dim, bool):
@@ -400,7 +359,7 @@ def vmap(
             checked(d, leaf)
             for a, d in zip(args, dims)
             if d is not None
-            for leaf in leaves(a)
+            for leaf in _leaves(a)
             if isinstance(leaf, Tensor)
         }
         if len(sizes) != 1:
@@ -411,10 +370,66 @@ def vmap(
         (size,) = sizes
         results = []
         for i in range(size):
-            picked = [a if d is None else select(a, d, i) for a, d in zip(args, dims)]
+            picked = [a if d is None else _select(a, d, i) for a, d in zip(args, dims)]
             results.append(func(*picked))
         if isinstance(results[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
-            return stacked(results, out_dims[0])  # torch's one exception for a lone tensor
-        return stacked(results, out_dims)
+            return _stacked(results, out_dims[0], out_dims)  # torch's one exception
+        return _stacked(results, out_dims, out_dims)
 
     return mapped
+
+
+# vmap's helpers are module functions, not closures: a closure that calls itself is a
+# reference cycle, left to the garbage collector at every vmap call
+def _leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, dict):
+        return [leaf for value in tree.values() for leaf in _leaves(value)]
+    if isinstance(tree, tuple | list):
+        return [leaf for value in tree for leaf in _leaves(value)]
+    return [tree]
+
+
+def _select(tree: Any, dim: int, i: int) -> Any:
+    if isinstance(tree, dict):
+        return {key: _select(value, dim, i) for key, value in tree.items()}
+    if isinstance(tree, tuple | list):
+        return type(tree)(_select(value, dim, i) for value in tree)
+    return tree.select(dim, i) if isinstance(tree, Tensor) else tree
+
+
+def _stacked(results: list[Any], dim: Any, out_dims: Any) -> Any:
+    """The results stacked leaf by leaf, ``dim`` an int for a whole subtree or a tree of
+    dims with the results' structure (torch's pytree prefix); ``out_dims`` as vmap got it."""
+    from ..tensor import stack
+
+    first = results[0]
+    if isinstance(first, dict):
+        if isinstance(dim, dict) and set(dim) != set(first):
+            _mismatch(out_dims, dim, first)
+        return {
+            key: _stacked(
+                [r[key] for r in results], dim[key] if isinstance(dim, dict) else dim, out_dims
+            )
+            for key in first
+        }
+    if isinstance(first, tuple | list):
+        if isinstance(dim, tuple | list) and (
+            type(dim) is not type(first) or len(dim) != len(first)
+        ):
+            _mismatch(out_dims, dim, first)
+        return type(first)(
+            _stacked(
+                [r[k] for r in results], dim[k] if isinstance(dim, tuple | list) else dim, out_dims
+            )
+            for k in range(len(first))
+        )
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        _mismatch(out_dims, dim, first)
+    return stack(results, dim=dim)
+
+
+def _mismatch(out_dims: Any, dim: Any, output: Any) -> None:
+    raise InvalidArgumentError(
+        f"vmap: out_dims={out_dims!r} is not compatible with the structure of the outputs "
+        f"(out_dims {dim!r} against a {type(output).__name__})"
+    )

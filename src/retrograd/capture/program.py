@@ -61,7 +61,9 @@ class Segment:
         lines.append(f"    return ({''.join(f'v{s}, ' for s in outs)})")
         self.source = "\n".join(lines)
         exec(compile(self.source, f"<captured segment {index}>", "exec"), namespace)
-        self.function = namespace[f"segment_{index}"]
+        # taken out of its own globals: a function in its globals is a reference cycle,
+        # which held the segment's constants (arrays) until the garbage collector ran
+        self.function = namespace.pop(f"segment_{index}")
         self.run = self.function
 
 

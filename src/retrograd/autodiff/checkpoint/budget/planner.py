@@ -266,6 +266,8 @@ class Planner:
         if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
             return
         attempts = plan.attempts
+        if len(attempts) > MAX_REPLANS:  # settled: the attempt that held least stays
+            return
         attempts.append((peak_bytes, plan))
         if len(attempts) <= MAX_REPLANS:
             target = plan.target - (peak_bytes - plan.counted)

@@ -18,6 +18,11 @@ __all__ = ["OpTimer"]
 #: seconds per byte assumed for an op whose time was not measured (about a memory-bound op's)
 _DEFAULT_SECONDS_PER_BYTE = 1e-10
 
+#: op keys (op, bytes, shapes) whose fastest time is kept at most, the oldest dropped first: a
+#: loop whose shapes change every step (a sequence length or a batch size drawn per batch)
+#: would otherwise add keys for as long as it runs. A loop of fixed shapes keeps a few hundred.
+MAX_KEYS = 4096
+
 
 class OpTimer:
     """Measures recorded ops: :meth:`measure` at each, :meth:`restart` when its recording is
@@ -45,7 +50,10 @@ class OpTimer:
             return best
         if seconds <= 0 or seconds == math.inf:  # the first op after a backward: unknown
             return best if best is not None else _DEFAULT_SECONDS_PER_BYTE * (out_bytes + 1)
-        self._seconds[key] = seconds
+        table = self._seconds
+        if best is None and len(table) >= MAX_KEYS:
+            del table[next(iter(table))]
+        table[key] = seconds
         return seconds
 
     def fastest(self, key: tuple, seconds: float) -> float:
