@@ -15,6 +15,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
+from cycle_probe import collected_cycles
 from retrograd import func, nn
 
 _RNG = np.random.default_rng(17)
@@ -24,15 +25,16 @@ def _data(*shape: int) -> np.ndarray:
     return _RNG.standard_normal(shape).astype(np.float32)
 
 
-def _collected_only_by_gc(run) -> int:
-    """How many objects that ``run()`` left behind only the garbage collector could free (a
-    reference cycle); refcounting frees the rest the moment they are dropped."""
+def _collected_only_by_gc(run) -> list[str]:
+    """The objects of retrograd's that ``run()`` left behind only the garbage collector could
+    free (a reference cycle), by type; refcounting frees the rest the moment they are
+    dropped."""
     run()  # first calls build caches (compiled kernels, plans) that are not per call
     gc.collect()
     gc.disable()
     try:
         run()
-        return gc.collect()
+        return collected_cycles()
     finally:
         gc.enable()
 
@@ -75,15 +77,15 @@ def test_a_transforms_outputs_are_freed_when_dropped_without_the_collector(trans
         assert run()() is None
     finally:
         gc.enable()
-    assert _collected_only_by_gc(run) == 0
+    assert _collected_only_by_gc(run) == []
 
 
 def test_vmap_leaves_no_cycle_per_call():
     """vmap's helpers were closures that called themselves: four cycles per call."""
     batch = rg.tensor(_data(3, 4))
     mapped = func.vmap(lambda r: {"s": (r * r).sum(), "t": (r.sin(), r)})
-    assert _collected_only_by_gc(lambda: mapped(batch)) == 0
-    assert _collected_only_by_gc(lambda: func.vmap(lambda r: r.exp())(batch)) == 0
+    assert _collected_only_by_gc(lambda: mapped(batch)) == []
+    assert _collected_only_by_gc(lambda: func.vmap(lambda r: r.exp())(batch)) == []
     # the structure check still names what does not match
     with pytest.raises(rg.errors.InvalidArgumentError, match="out_dims"):
         func.vmap(lambda r: (r, r), out_dims=(0,))(batch)
@@ -108,7 +110,7 @@ def test_a_dropped_captured_step_leaves_no_cycle():
         step = rg.capture(train_step, x, state=[optimizer])
         step(x)
 
-    assert _collected_only_by_gc(run) == 0
+    assert _collected_only_by_gc(run) == []
 
 
 # -- a budget plan's re-plan attempts grew by one a step once settled --------------------------

@@ -41,6 +41,7 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from backends import inner_backend
+from cycle_probe import collected_cycles
 from retrograd import distributed as dist
 from retrograd import func, nn, optim
 from retrograd.utils.data import DataLoader, TensorDataset
@@ -77,11 +78,11 @@ def _check_loop(step, warm: int = 5, steps: int = 6) -> None:
                 alive = [name for name, ref in refs.items() if ref() is not None]
                 assert alive == [], f"alive after the step without the collector: {alive}"
             del refs
-        cycles = gc.collect()
+        cycles = collected_cycles()
         growth = len(gc.get_objects()) - before
     finally:
         gc.enable()
-    assert cycles == 0, f"{cycles} objects in reference cycles after {steps} steps"
+    assert cycles == [], f"objects in reference cycles after {steps} steps: {cycles}"
     assert growth < steps, f"{growth} more tracked objects after {steps} steps"
 
 
