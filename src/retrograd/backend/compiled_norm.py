@@ -112,6 +112,12 @@ def layer_norm_backward_rows(grad, x, weight, means, rstds, addend, dx, dweight,
     for i in range(rows):
         row, g, target = x[i], grad[i], dx[i]
         mean, rstd = means[i], rstds[i]
+        # The two row sums in a loop that stores nothing: LLVM vectorizes a reduction loop
+        # that also stores (the channel sums below, once here) only behind run-time checks
+        # that no array overlaps another, and ``weight`` or ``addend`` empty may point
+        # anywhere, even next to this call's own buffers. Where a check failed the sums ran
+        # in the scalar loop's order: the bits depended on where the allocator put an
+        # empty array (a checkpointed step's gradients differed in the last bit).
         weighted = zero  # sum of g * w
         projected = zero  # sum of g * w * xhat
         for j in range(width):
@@ -119,7 +125,8 @@ def layer_norm_backward_rows(grad, x, weight, means, rstds, addend, dx, dweight,
             gw = g[j] * weight[j] if scaled else g[j]
             weighted += gw
             projected += gw * xhat
-            partial_weight[j] += g[j] * xhat
+        for j in range(width):
+            partial_weight[j] += g[j] * ((row[j] - mean) * rstd)
             partial_bias[j] += g[j]
         factors[0], factors[1] = weighted / width, projected / width
         offset, slope = factors[0], factors[1]
