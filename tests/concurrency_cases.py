@@ -98,15 +98,22 @@ class Net(nn.Module):
         return self.head(rg.cat([h, r[:, -1]], 1))
 
 
-def seeded_net(seed: int) -> Net:
-    """A :class:`Net` whose parameters come from NumPy's generator (no retrograd RNG: the
-    threads of a test must not draw from one shared generator in an order of their own)."""
-    model = Net()
+def seeded_net(seed: int, make: Callable[[], nn.Module] = Net) -> nn.Module:
+    """A :class:`Net` (or what ``make`` builds) whose parameters come from NumPy's generator
+    (no retrograd RNG: the threads of a test must not draw from one shared generator in an
+    order of their own)."""
+    model = make()
     gen = np.random.default_rng(seed)
     with rg.no_grad():
         for p in model.parameters():
             p.copy_(rg.tensor((0.3 * gen.standard_normal(p.shape)).astype(np.float32)))
     return model
+
+
+def mlp() -> nn.Module:
+    """A small stand-in for :class:`Net` where its recurrent loop would cost too much (a
+    captured step's recording, on the torch backend): the same input and classes."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(72, 16), nn.Tanh(), nn.Linear(16, 3))
 
 
 def batches(seed: int, steps: int) -> list[tuple[rg.Tensor, rg.Tensor]]:
@@ -121,11 +128,17 @@ def batches(seed: int, steps: int) -> list[tuple[rg.Tensor, rg.Tensor]]:
     ]
 
 
-def train(seed: int, backend: rg.Backend | None = None, steps: int = 4, capture: bool = False):
+def train(
+    seed: int,
+    backend: rg.Backend | None = None,
+    steps: int = 4,
+    capture: bool = False,
+    make: Callable[[], nn.Module] = Net,
+):
     """Train :func:`seeded_net` with Adam for ``steps`` steps on ``backend`` (the default if
     ``None``); the losses, every step's gradients and the final parameters, as NumPy."""
     with rg.use_backend(backend if backend is not None else rg.default_backend()):
-        model = seeded_net(seed)
+        model = seeded_net(seed, make)
         opt = rg.optim.Adam(model.parameters(), lr=0.01)
         seen: list[list[np.ndarray]] = []
 
