@@ -164,3 +164,26 @@ def test_an_overlapping_capture_does_not_leave_modules_recorded_into_it():
         other.eval()  # a module the step never called: switching it must not recapture
         captured(rg.ones((1, 2)))
         assert captured.programs == 1
+
+
+def _fails_at_rank_one(rank):
+    if rank == 1:
+        raise ValueError("rank 1 fails")
+
+
+def test_a_failed_spawn_closes_its_error_pipes_while_the_error_is_kept():
+    # The error raised by join() keeps its frame, and so the context with every process's
+    # error queue (two pipe ends each), for as long as the caller keeps it. The queues are
+    # closed before it is raised; the processes, the caller's to inspect, are closed by it.
+    import retrograd.multiprocessing as rmp
+
+    before = open_files()
+    context = rmp.spawn(_fails_at_rank_one, nprocs=2, join=False, start_method="fork")
+    with pytest.raises(rmp.ProcessRaisedException, match="rank 1 fails") as info:
+        while not context.join(DEADLINE):
+            pass
+    assert info.value.error_index == 1
+    for process in context.processes:
+        assert process.exitcode is not None  # every process was joined
+        process.close()
+    assert open_files() == before
