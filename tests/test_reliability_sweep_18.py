@@ -17,7 +17,8 @@ did not cover.
 * Resources: ``rg.save``/``rg.load``/``load_state_dict`` successes and failures leave no file
   descriptor open (counted in ``/proc/self/fd`` with the collector off) and no temporary file;
   ``DataLoader(num_workers=2)`` (read in this process) starts no thread and no process, on a
-  break, an error or when dropped; the threads of a ``DistributedContext`` and of
+  break, an error or when dropped; ``rg.multiprocessing.spawn`` reaps every process, when one
+  fails and when none does; the threads of a ``DistributedContext`` and of
   ``retrograd train --workers 2`` end with them.
 
 Found (``tests/test_reliability_regressions_18.py``): overlapping captures on two threads
@@ -521,6 +522,38 @@ def test_a_data_loader_with_workers_leaves_no_thread_process_or_descriptor(persi
     assert other_threads() == threads
     assert multiprocessing.active_children() == []
     assert open_files() == files
+
+
+def _rank_body(rank, failing):
+    if rank == failing:
+        raise ValueError(f"rank {rank} fails")
+    if failing >= 0:
+        threading.Event().wait(30)  # stopped by the parent when the failing rank fails
+
+
+@pytest.mark.parametrize("failing", [-1, 0, 2])
+def test_spawned_processes_are_all_reaped_when_one_fails_or_none(failing):
+    import retrograd.multiprocessing as rmp
+
+    context = rmp.spawn(_rank_body, args=(failing,), nprocs=3, join=False, start_method="fork")
+    pids = context.pids()
+    if failing < 0:
+        while not context.join(DEADLINE):
+            pass
+    else:
+        with pytest.raises(rmp.ProcessRaisedException, match=f"rank {failing} fails"):
+            while not context.join(DEADLINE):
+                pass
+    assert multiprocessing.active_children() == []
+    for pid in pids:  # reaped: no zombie left under this process
+        assert not Path(f"/proc/{pid}").exists() or "Z" not in _state_of(pid)
+
+
+def _state_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:  # gone between the check and the read
+        return ""
 
 
 def test_a_distributed_context_s_threads_end_with_it():
