@@ -180,6 +180,41 @@ def test_no_grad_evaluation_on_one_thread_does_not_untrack_training_on_another()
     assert_same_run(trained, train(1, backend, steps=3), "training beside no_grad")
 
 
+def _nested_capture_run(replay: bool) -> list:
+    """Two steps of a step that itself captures another model's step (whose capture trains it
+    once, eagerly): both eagerly, or captured and replayed once."""
+    with rg.use_backend(fresh_backend()):
+        first, second = seeded_net(1, mlp), seeded_net(2, mlp)
+        opt1 = rg.optim.SGD(first.parameters(), lr=0.1)
+        opt2 = rg.optim.SGD(second.parameters(), lr=0.1)
+        x = rg.tensor(np.random.default_rng(0).standard_normal((4, 2, 6, 6)).astype(np.float32))
+
+        def inner(x):
+            loss = second(x).pow(2).mean()
+            opt2.step(loss.backward())
+            return loss
+
+        def outer(x):
+            rg.capture(inner, x, state=[opt2])
+            loss = first(x).pow(2).mean()
+            opt1.step(loss.backward())
+            return loss
+
+        step = rg.capture(outer, x, state=[opt1, opt2]) if replay else outer
+        losses = [outer(x).item() if not replay else None, step(x).item()]
+        if replay:
+            losses[0] = step.result.item()
+        return losses + [p.detach().numpy() for m in (first, second) for p in m.parameters()]
+
+
+def test_a_capture_inside_a_captured_step_is_recorded_by_both():
+    # the inner capture's own run is part of the outer step: its replay trains both models
+    eager, replayed = _nested_capture_run(False), _nested_capture_run(True)
+    assert eager[:2] == replayed[:2]
+    for p, q in zip(eager[2:], replayed[2:], strict=True):
+        np.testing.assert_array_equal(p, q)
+
+
 def _in_another_thread(query):
     out = []
     thread = threading.Thread(target=lambda: out.append(query()), daemon=True)

@@ -161,15 +161,18 @@ def _user_frame() -> str:
 
 def _recording_method(backend: Any, name: str, method: Callable) -> Callable:
     def recording(*args: Any, **kwargs: Any) -> Any:
-        recorder = _recorder_for(backend)
-        if recorder is None:
+        recorders = _recorders_for(backend)
+        if not recorders:
             return method(*args, **kwargs)
-        recorder.depth += 1
+        for recorder in recorders:
+            recorder.depth += 1
         try:
             out = method(*args, **kwargs)
         finally:
-            recorder.depth -= 1
-        recorder.record(method, name, args, kwargs, out)
+            for recorder in recorders:
+                recorder.depth -= 1
+        for recorder in recorders:
+            recorder.record(method, name, args, kwargs, out)
         return out
 
     return recording
@@ -177,7 +180,7 @@ def _recording_method(backend: Any, name: str, method: Callable) -> Callable:
 
 def _refusing_method(backend: Any, name: str, method: Callable) -> Callable:
     def refusing(*args: Any, **kwargs: Any) -> Any:
-        if _recorder_for(backend) is not None:
+        if _recorders_for(backend):
             raise CaptureError(
                 f"capture: the step {HOST_READS[name]} while being captured "
                 f"(inner backend call {name!r}, at {_user_frame()}). A captured step replays "
@@ -191,13 +194,24 @@ def _refusing_method(backend: Any, name: str, method: Callable) -> Callable:
     return refusing
 
 
-def _recorder_for(backend: Any) -> Recorder | None:
-    """The recorder a call on ``backend`` from this thread goes to: the thread's capture's,
-    when it patched ``backend`` and records now (not inside a recorded call or a step)."""
-    patches = _ACTIVE.get(threading.get_ident())
-    if patches is None or not any(backend is known for known in patches.backends):
-        return None
-    return patches.recorder if patches.recorder.active() else None
+def _captures_here() -> list[Patches]:
+    """The captures recording on this thread, innermost first (a capture made inside a
+    captured step records into the capture around it too)."""
+    found, patches = [], _ACTIVE.get(threading.get_ident())
+    while patches is not None:
+        found.append(patches)
+        patches = patches.outer
+    return found
+
+
+def _recorders_for(backend: Any) -> list[Recorder]:
+    """The recorders a call on ``backend`` from this thread goes to: those of the thread's
+    captures that patched ``backend`` and record now (not inside a recorded call or a step)."""
+    return [
+        patches.recorder
+        for patches in _captures_here()
+        if patches.recorder.active() and any(backend is known for known in patches.backends)
+    ]
 
 
 #: The capture recording on each thread (a capture inside a captured step stacks on it).
@@ -297,12 +311,12 @@ def _optimizer_classes() -> list[type]:
 
 def _module_call(call: Callable) -> Callable:
     def recording_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        patches = _ACTIVE.get(threading.get_ident())
-        if patches is not None and id(self) not in patches.seen:
-            patches.seen.add(id(self))
-            training = getattr(self, "training", None)
-            if training is not None:  # a module without one has no modes
-                patches.modules.append((self, training))
+        for patches in _captures_here():
+            if id(self) not in patches.seen:
+                patches.seen.add(id(self))
+                training = getattr(self, "training", None)
+                if training is not None:  # a module without one has no modes
+                    patches.modules.append((self, training))
         return call(self, *args, **kwargs)
 
     recording_call.__wrapped__ = call  # type: ignore[attr-defined]
@@ -313,13 +327,30 @@ def _optimizer_step(step: Callable) -> Callable:
     def recording_step(self: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
         # torch's step() without gradients, or a closure: the step's own answer (its error
         # says what to write; a closure's backward returns gradients this wrapper then sees)
-        patches = _ACTIVE.get(threading.get_ident())
-        if patches is None or not patches.recorder.active() or grads is None or callable(grads):
+        if grads is None or callable(grads):
             return step(self, grads, *args, **kwargs)
-        return patches.on_step(self, lambda watched: step(self, watched, *args, **kwargs), grads)
+
+        def run(watched: Any) -> Any:
+            return step(self, watched, *args, **kwargs)
+
+        # each capture on this thread sees the step, the innermost first
+        for patches in reversed(_captures_here()):
+            run = _through(patches, self, run)
+        return run(grads)
 
     recording_step.__wrapped__ = step  # type: ignore[attr-defined]
     return recording_step
+
+
+def _through(patches: Patches, optimizer: Any, then: Callable[[Any], Any]) -> Callable:
+    """``then``, seen by ``patches``'s capture when it records at the time of the call."""
+
+    def call(grads: Any) -> Any:
+        if patches.recorder.active():
+            return patches.on_step(optimizer, then, grads)
+        return then(grads)
+
+    return call
 
 
 class WatchedGradients(Gradients):
