@@ -5,7 +5,8 @@ did not cover.
 * Concurrency: Python threads training models of their own at once (on backends of their own,
   and on one shared default backend, under each checkpointing strategy), threads taking
   gradients of one shared model, a backward running while another thread builds a graph, a
-  ``no_grad`` evaluation beside training: no error, no hang (every join has a deadline), and
+  ``no_grad`` evaluation beside training, gradient penalties (``create_graph``) on several
+  threads, a capture inside a captured step: no error, no hang (every join has a deadline), and
   every loss, gradient and parameter equal bit for bit to the run on one thread. Which of
   ``no_grad``/``enable_grad``/``inference_mode``, the default dtype, ``manual_seed``, anomaly
   mode and deterministic algorithms hold per thread is asked of torch and checked the same.
@@ -25,7 +26,7 @@ Found (``tests/test_reliability_regressions_18.py``): overlapping captures on tw
 restored each other's recording wrappers (a backend left recording and refusing host reads,
 steps trained wrong); threads compiling one fused kernel wrote its file under one temporary
 name; ``load_state_dict`` of a damaged ``.npz`` and ``get_unsafe_globals_in_checkpoint`` left
-their file open.
+their file open; a failed ``rg.multiprocessing.spawn`` kept its error queues' pipes open.
 """
 
 from __future__ import annotations
@@ -121,6 +122,28 @@ def test_threads_differentiating_one_shared_model_get_their_own_gradients(strate
         for run in runs:
             for g, h in zip(run, expected[i], strict=True):
                 np.testing.assert_array_equal(g, h, err_msg=f"thread {i}")
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_threads_taking_gradient_penalties_of_one_model_match_one_thread(strategy):
+    # a create_graph backward and a backward through it, on one backend, by several threads
+    backend = fresh_backend(strategy)
+    with rg.use_backend(backend):
+        model = seeded_net(0, mlp)
+
+    def penalty(seed):
+        with rg.use_backend(backend):
+            gen = np.random.default_rng(seed)
+            x = rg.tensor(gen.standard_normal((4, 2, 6, 6)).astype(np.float32)).require_grad()
+            (gx,) = rg.autograd.grad(model(x).pow(2).sum(), x, create_graph=True)
+            grads = gx.pow(2).sum().backward()
+            return [p.grad(grads).numpy() for p in model.parameters()]
+
+    expected = [penalty(seed) for seed in range(3)]
+    got = run_in_threads(penalty, [(seed,) for seed in range(3)])
+    for seed in range(3):
+        for g, h in zip(got[seed], expected[seed], strict=True):
+            np.testing.assert_array_equal(g, h, err_msg=f"thread {seed}")
 
 
 def test_a_backward_runs_while_another_thread_builds_and_drops_graphs():
