@@ -105,8 +105,12 @@ class ProcessContext:
         self.sentinels.clear()
         process = self.processes[failed]
         queue = self.error_queues[failed]
-        if not queue.empty():
-            trace = queue.get()
+        trace = queue.get() if not queue.empty() else None
+        # The error raised here keeps this frame (and so this context) for as long as the
+        # caller keeps it: the error queues' pipes are closed now, not when it is dropped
+        for errors in self.error_queues:
+            errors.close()
+        if trace is not None:
             raise ProcessRaisedException(
                 f"\n\n-- Process {failed} terminated with the following error:\n{trace}",
                 failed, process.pid,

@@ -498,7 +498,11 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
             "get_unsafe_globals_in_checkpoint: f must be a path or a binary file object, "
             f"got {type(f).__name__}"
         )
-    data = f.read() if hasattr(f, "read") else open(f, "rb").read()  # noqa: SIM115
+    if hasattr(f, "read"):
+        data = f.read()
+    else:
+        with open(f, "rb") as handle:
+            data = handle.read()
     load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
     allowed |= {f"{module}.{name}" for module, name in _ALLOWED_BY_DEFAULT}

@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,9 @@ class Kernel:
 
 
 _CACHE: dict[str, Any] = {}
+#: held while a kernel missing from :data:`_CACHE` is written and compiled: threads capturing
+#: at once compile each kernel once, and never write (and rename) the same file together
+_COMPILING = threading.Lock()
 #: where compiled kernels are kept between processes (Numba's cache beside each source file)
 CACHE_DIR = os.environ.get("RETROGRAD_KERNEL_CACHE") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
@@ -317,6 +321,15 @@ def _compiled(source: str) -> Any:
     function = _CACHE.get(source)
     if function is not None:
         return function
+    with _COMPILING:
+        function = _CACHE.get(source)
+        if function is None:
+            function = _CACHE[source] = _compile(source)
+    return function
+
+
+def _compile(source: str) -> Any:
+    """:func:`_compiled`'s work, for a source not compiled yet in this process."""
     text = _stamp() + _HEADER + _DECORATOR.format(cache=True) + source + "\n"
     digest = hashlib.sha1(text.encode()).hexdigest()[:20]
     path = os.path.join(CACHE_DIR, f"fused_{digest}.py")
@@ -337,7 +350,6 @@ def _compiled(source: str) -> Any:
         namespace: dict[str, Any] = {}
         exec(compile(_HEADER + _DECORATOR.format(cache=False) + source, path, "exec"), namespace)
         function = namespace["run"]
-    _CACHE[source] = function
     return function
 
 

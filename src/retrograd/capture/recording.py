@@ -159,24 +159,28 @@ def _user_frame() -> str:
     return "<unknown>"
 
 
-def _recording_method(recorder: Recorder, name: str, method: Callable) -> Callable:
+def _recording_method(backend: Any, name: str, method: Callable) -> Callable:
     def recording(*args: Any, **kwargs: Any) -> Any:
-        if not recorder.active():
+        recorders = _recorders_for(backend)
+        if not recorders:
             return method(*args, **kwargs)
-        recorder.depth += 1
+        for recorder in recorders:
+            recorder.depth += 1
         try:
             out = method(*args, **kwargs)
         finally:
-            recorder.depth -= 1
-        recorder.record(method, name, args, kwargs, out)
+            for recorder in recorders:
+                recorder.depth -= 1
+        for recorder in recorders:
+            recorder.record(method, name, args, kwargs, out)
         return out
 
     return recording
 
 
-def _refusing_method(recorder: Recorder, name: str, method: Callable) -> Callable:
+def _refusing_method(backend: Any, name: str, method: Callable) -> Callable:
     def refusing(*args: Any, **kwargs: Any) -> Any:
-        if recorder.active():
+        if _recorders_for(backend):
             raise CaptureError(
                 f"capture: the step {HOST_READS[name]} while being captured "
                 f"(inner backend call {name!r}, at {_user_frame()}). A captured step replays "
@@ -190,11 +194,44 @@ def _refusing_method(recorder: Recorder, name: str, method: Callable) -> Callabl
     return refusing
 
 
+def _captures_here() -> list[Patches]:
+    """The captures recording on this thread, innermost first (a capture made inside a
+    captured step records into the capture around it too)."""
+    found, patches = [], _ACTIVE.get(threading.get_ident())
+    while patches is not None:
+        found.append(patches)
+        patches = patches.outer
+    return found
+
+
+def _recorders_for(backend: Any) -> list[Recorder]:
+    """The recorders a call on ``backend`` from this thread goes to: those of the thread's
+    captures that patched ``backend`` and record now (not inside a recorded call or a step)."""
+    return [
+        patches.recorder
+        for patches in _captures_here()
+        if patches.recorder.active() and any(backend is known for known in patches.backends)
+    ]
+
+
+#: The capture recording on each thread (a capture inside a captured step stacks on it).
+_ACTIVE: dict[int, Patches] = {}
+#: The wrappers in place: ``(id(owner), name) -> [owner, the attribute they replaced, users]``.
+#: Captures on several threads share them (the wrappers find each thread's recorder in
+#: :data:`_ACTIVE`), and the last capture to finish puts the attribute back: a pair of
+#: captures that saved and restored each other's wrappers left a backend recording, and
+#: refusing host reads, for ever after.
+_INSTALLED: dict[tuple[int, str], list] = {}
+_LOCK = threading.Lock()
+
+
 class Patches:
     """Recording wrappers set as instance attributes over the inner backends' methods, and over
     ``Optimizer.step`` and ``Module.__call__``; undone on exit whatever happens. Inside,
     :func:`context.capturing` is true on the recording thread (library code that would read a
     value on the host, such as ``clip_grad_norm_``'s float return, keeps it a tensor instead).
+    The wrappers are shared by the captures of every thread and record only the calls of the
+    thread whose capture patched that backend (:func:`_recorder_for`).
 
     :attr:`modules` lists every module the step called, each once, with its ``training`` flag
     at its first call: the step may call modules that ``state`` does not list (an optimizer
@@ -203,37 +240,59 @@ class Patches:
 
     def __init__(self, recorder: Recorder, backends: list, on_step: Callable):
         self.recorder, self.backends, self.on_step = recorder, backends, on_step
-        self.saved: list[tuple[Any, str, Any]] = []
+        self.saved: list[tuple[int, str]] = []
         self.flag: Any = None
         self.modules: list[tuple[Any, bool]] = []
+        self.seen: set[int] = set()  # ids of the modules in :attr:`modules`
+        self.outer: Patches | None = None
 
     def __enter__(self) -> Patches:
-        recorder = self.recorder
-        for backend in self.backends:
-            for name in PROTOCOL_OPS:
-                if name in METADATA:  # (``detach`` on an inner backend: the identity)
-                    continue
-                method = getattr(backend, name)
-                wrap = _refusing_method if name in HOST_READS else _recording_method
-                self._set(backend, name, wrap(recorder, name, method))
-        for cls in _optimizer_classes():
-            self._set(cls, "step", _optimizer_step(recorder, cls.__dict__["step"], self.on_step))
-        self._set(Module, "__call__", _module_call(Module.__dict__["__call__"], self.modules))
+        with _LOCK:
+            for backend in self.backends:
+                for name in PROTOCOL_OPS:
+                    if name in METADATA:  # (``detach`` on an inner backend: the identity)
+                        continue
+                    wrap = _refusing_method if name in HOST_READS else _recording_method
+                    self._set(
+                        backend, name, lambda method, b=backend, n=name, w=wrap: w(b, n, method)
+                    )
+            for cls in _optimizer_classes():
+                self._set(cls, "step", lambda _, c=cls: _optimizer_step(c.__dict__["step"]))
+            self._set(Module, "__call__", lambda _: _module_call(Module.__dict__["__call__"]))
+            self.outer = _ACTIVE.get(threading.get_ident())
+            _ACTIVE[threading.get_ident()] = self
         self.flag = capturing.set(True)
         return self
 
-    def _set(self, owner: Any, name: str, value: Any) -> None:
-        self.saved.append((owner, name, vars(owner).get(name, _MISSING)))
-        setattr(owner, name, value)
+    def _set(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        key = (id(owner), name)
+        installed = _INSTALLED.get(key)
+        if installed is None:
+            installed = _INSTALLED[key] = [owner, vars(owner).get(name, _MISSING), 0]
+            setattr(owner, name, make(getattr(owner, name)))
+        installed[2] += 1
+        self.saved.append(key)
 
     def __exit__(self, *exc: object) -> None:
         if self.flag is not None:
             capturing.reset(self.flag)
-        for owner, name, old in reversed(self.saved):
-            if old is _MISSING:
-                delattr(owner, name)
+        with _LOCK:
+            if self.outer is None:
+                _ACTIVE.pop(threading.get_ident(), None)
             else:
-                setattr(owner, name, old)
+                _ACTIVE[threading.get_ident()] = self.outer
+            for key in reversed(self.saved):
+                installed = _INSTALLED[key]
+                installed[2] -= 1
+                if installed[2]:
+                    continue
+                del _INSTALLED[key]
+                owner, old = installed[0], installed[1]
+                if old is _MISSING:
+                    delattr(owner, key[1])
+                else:
+                    setattr(owner, key[1], old)
+            self.saved.clear()
 
 
 _MISSING = object()
@@ -250,31 +309,48 @@ def _optimizer_classes() -> list[type]:
     return found
 
 
-def _module_call(call: Callable, modules: list[tuple[Any, bool]]) -> Callable:
-    seen: set[int] = set()
-
+def _module_call(call: Callable) -> Callable:
     def recording_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if id(self) not in seen:
-            seen.add(id(self))
-            training = getattr(self, "training", None)
-            if training is not None:  # a module without one has no modes
-                modules.append((self, training))
+        for patches in _captures_here():
+            if id(self) not in patches.seen:
+                patches.seen.add(id(self))
+                training = getattr(self, "training", None)
+                if training is not None:  # a module without one has no modes
+                    patches.modules.append((self, training))
         return call(self, *args, **kwargs)
 
     recording_call.__wrapped__ = call  # type: ignore[attr-defined]
     return recording_call
 
 
-def _optimizer_step(recorder: Recorder, step: Callable, on_step: Callable) -> Callable:
+def _optimizer_step(step: Callable) -> Callable:
     def recording_step(self: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
         # torch's step() without gradients, or a closure: the step's own answer (its error
         # says what to write; a closure's backward returns gradients this wrapper then sees)
-        if not recorder.active() or grads is None or callable(grads):
+        if grads is None or callable(grads):
             return step(self, grads, *args, **kwargs)
-        return on_step(self, lambda watched: step(self, watched, *args, **kwargs), grads)
+
+        def run(watched: Any) -> Any:
+            return step(self, watched, *args, **kwargs)
+
+        # each capture on this thread sees the step, the innermost first
+        for patches in reversed(_captures_here()):
+            run = _through(patches, self, run)
+        return run(grads)
 
     recording_step.__wrapped__ = step  # type: ignore[attr-defined]
     return recording_step
+
+
+def _through(patches: Patches, optimizer: Any, then: Callable[[Any], Any]) -> Callable:
+    """``then``, seen by ``patches``'s capture when it records at the time of the call."""
+
+    def call(grads: Any) -> Any:
+        if patches.recorder.active():
+            return patches.on_step(optimizer, then, grads)
+        return then(grads)
+
+    return call
 
 
 class WatchedGradients(Gradients):

@@ -25,6 +25,7 @@ by :meth:`Module.named_parameters`; ``state_dict`` has it under every name, as P
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import math
 import os
@@ -974,17 +975,24 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, read without pickle; a file that is not one (truncated,
     another format, pickled objects) is an ``InvalidArgumentError`` naming it."""
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("a single array, not an .npz archive")
-        with archive:
-            return {name: archive[name] for name in archive.files}
+        # The file is opened here, not by NumPy: ``np.load`` leaves its own handle open when
+        # the archive's directory is unreadable (a truncated file), for as long as the error
+        # (whose traceback holds it) is kept
+        with contextlib.ExitStack() as stack:
+            source = path if hasattr(path, "read") else stack.enter_context(open(path, "rb"))
+            archive = np.load(source, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("a single array, not an .npz archive")
+            with archive:
+                return {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         # NumPy reads bytes it does not know as a pickle and advises allow_pickle, which
-        # would run whatever the file holds: said as what it is instead
-        reason = "pickled objects, or not an array file" if "allow_pickle" in str(error) else error
+        # would run whatever the file holds: said as what it is instead (as text: a local
+        # holding the error would make a cycle with its traceback, keeping this frame)
+        text = str(error)
+        reason = "pickled objects, or not an array file" if "allow_pickle" in text else text
         raise InvalidArgumentError(
             f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({reason})"
         ) from None
