@@ -336,10 +336,21 @@ def arange(
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    out: Any = None,
 ) -> Tensor:
     """``start, start+step, ...`` below ``end`` (``arange(n)`` counts from 0): int64 when
     all three are ints, the default float dtype otherwise, as ``torch.arange``. Float ranges
-    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``."""
+    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``.
+    ``out=`` (Tacotron 2's ``torch.arange(0, max_len, out=torch.LongTensor(max_len))``) is
+    written in place, in its dtype unless ``dtype`` says otherwise, resized if its shape
+    differs (as torch resizes it), and returned."""
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise DTypeError(f"arange: out must be a tensor, got {type(out).__name__}")
+        made = arange(start, end, step, dtype=dtype or out.dtype, device=device)
+        if tuple(out.shape) != tuple(made.shape):
+            out.resize_(made.shape)
+        return out.copy_(made)
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
