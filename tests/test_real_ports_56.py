@@ -850,3 +850,269 @@ def test_shufflenet_v2_trains_as_torch(capsys):
     # Stage 4 and conv5 normalize over 8 images of 2x2 pixels: torch's own run, one input pixel
     # changed by one ulp, moves the fourth step's loss by 0.04 and conv1's weight by 0.02.
     assert_trained_alike(ours, theirs, params_atol=2e-2, rtol=2e-3)
+
+
+# -- EDSR ---------------------------------------------------------------------------------------------
+EDSR_SOURCE = """
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import torch.optim.lr_scheduler as lrs
+
+
+# -- src/model/common.py --
+def default_conv(in_channels, out_channels, kernel_size, bias=True):
+    return nn.Conv2d(
+        in_channels, out_channels, kernel_size,
+        padding=(kernel_size//2), bias=bias)
+
+class MeanShift(nn.Conv2d):
+    def __init__(
+        self, rgb_range,
+        rgb_mean=(0.4488, 0.4371, 0.4040), rgb_std=(1.0, 1.0, 1.0), sign=-1):
+
+        super(MeanShift, self).__init__(3, 3, kernel_size=1)
+        std = torch.Tensor(rgb_std)
+        self.weight.data = torch.eye(3).view(3, 3, 1, 1) / std.view(3, 1, 1, 1)
+        self.bias.data = sign * rgb_range * torch.Tensor(rgb_mean) / std
+        for p in self.parameters():
+            p.requires_grad = False
+
+class ResBlock(nn.Module):
+    def __init__(
+        self, conv, n_feats, kernel_size,
+        bias=True, bn=False, act=nn.ReLU(True), res_scale=1):
+
+        super(ResBlock, self).__init__()
+        m = []
+        for i in range(2):
+            m.append(conv(n_feats, n_feats, kernel_size, bias=bias))
+            if bn:
+                m.append(nn.BatchNorm2d(n_feats))
+            if i == 0:
+                m.append(act)
+
+        self.body = nn.Sequential(*m)
+        self.res_scale = res_scale
+
+    def forward(self, x):
+        res = self.body(x).mul(self.res_scale)
+        res += x
+
+        return res
+
+class Upsampler(nn.Sequential):
+    def __init__(self, conv, scale, n_feats, bn=False, act=False, bias=True):
+
+        m = []
+        if (scale & (scale - 1)) == 0:    # Is scale = 2^n?
+            for _ in range(int(math.log(scale, 2))):
+                m.append(conv(n_feats, 4 * n_feats, 3, bias))
+                m.append(nn.PixelShuffle(2))
+                if bn:
+                    m.append(nn.BatchNorm2d(n_feats))
+                if act == 'relu':
+                    m.append(nn.ReLU(True))
+                elif act == 'prelu':
+                    m.append(nn.PReLU(n_feats))
+
+        elif scale == 3:
+            m.append(conv(n_feats, 9 * n_feats, 3, bias))
+            m.append(nn.PixelShuffle(3))
+            if bn:
+                m.append(nn.BatchNorm2d(n_feats))
+            if act == 'relu':
+                m.append(nn.ReLU(True))
+            elif act == 'prelu':
+                m.append(nn.PReLU(n_feats))
+        else:
+            raise NotImplementedError
+
+        super(Upsampler, self).__init__(*m)
+
+
+# -- src/model/edsr.py --
+url = {
+    'r16f64x2': 'https://cv.snu.ac.kr/research/EDSR/models/edsr_baseline_x2-1bc95232.pt',
+}
+
+def make_model(args, parent=False):
+    return EDSR(args)
+
+class EDSR(nn.Module):
+    def __init__(self, args, conv=default_conv):
+        super(EDSR, self).__init__()
+
+        n_resblocks = args.n_resblocks
+        n_feats = args.n_feats
+        kernel_size = 3
+        scale = args.scale[0]
+        act = nn.ReLU(True)
+        url_name = 'r{}f{}x{}'.format(n_resblocks, n_feats, scale)
+        if url_name in url:
+            self.url = url[url_name]
+        else:
+            self.url = None
+        self.sub_mean = MeanShift(args.rgb_range)
+        self.add_mean = MeanShift(args.rgb_range, sign=1)
+
+        # define head module
+        m_head = [conv(args.n_colors, n_feats, kernel_size)]
+
+        # define body module
+        m_body = [
+            ResBlock(
+                conv, n_feats, kernel_size, act=act, res_scale=args.res_scale
+            ) for _ in range(n_resblocks)
+        ]
+        m_body.append(conv(n_feats, n_feats, kernel_size))
+
+        # define tail module
+        m_tail = [
+            Upsampler(conv, scale, n_feats, act=False),
+            conv(n_feats, args.n_colors, kernel_size)
+        ]
+
+        self.head = nn.Sequential(*m_head)
+        self.body = nn.Sequential(*m_body)
+        self.tail = nn.Sequential(*m_tail)
+
+    def forward(self, x):
+        x = self.sub_mean(x)
+        x = self.head(x)
+
+        res = self.body(x)
+        res += x
+
+        x = self.tail(res)
+        x = self.add_mean(x)
+
+        return x
+
+    def load_state_dict(self, state_dict, strict=True):
+        own_state = self.state_dict()
+        for name, param in state_dict.items():
+            if name in own_state:
+                if isinstance(param, nn.Parameter):
+                    param = param.data
+                try:
+                    own_state[name].copy_(param)
+                except Exception:
+                    if name.find('tail') == -1:
+                        raise RuntimeError('While copying the parameter named {}, '
+                                           'whose dimensions in the model are {} and '
+                                           'whose dimensions in the checkpoint are {}.'
+                                           .format(name, own_state[name].size(), param.size()))
+            elif strict:
+                if name.find('tail') == -1:
+                    raise KeyError('unexpected key "{}" in state_dict'
+                                   .format(name))
+
+
+# -- src/utility.py --
+def quantize(img, rgb_range):
+    pixel_range = 255 / rgb_range
+    return img.mul(pixel_range).clamp(0, 255).round().div(pixel_range)
+
+def calc_psnr(sr, hr, scale, rgb_range, dataset=None):
+    if hr.nelement() == 1: return 0
+
+    diff = (sr - hr) / rgb_range
+    if dataset and dataset.dataset.benchmark:
+        shave = scale
+        if diff.size(1) > 1:
+            gray_coeffs = [65.738, 129.057, 25.064]
+            convert = diff.new_tensor(gray_coeffs).view(1, 3, 1, 1) / 256
+            diff = diff.mul(convert).sum(dim=1)
+    else:
+        shave = scale + 6
+
+    valid = diff[..., shave:-shave, shave:-shave]
+    mse = valid.pow(2).mean()
+
+    return -10 * math.log10(mse)
+
+
+# -- the trainer's loop (src/trainer.py's train/test, its optimizer and loss made plainly) --
+class Args:
+    n_resblocks = 2
+    n_feats = 8
+    scale = [scale]
+    rgb_range = 255
+    n_colors = 3
+    res_scale = 0.1
+    lr = 1e-4
+    gclip = 0.5
+
+
+class Benchmark:
+    class dataset:
+        benchmark = True
+
+
+args = Args()
+model = make_model(args)
+initialize(model)
+record.append(sorted(name for name, p in model.named_parameters() if not p.requires_grad))
+optimizer = optim.Adam(filter(lambda x: x.requires_grad, model.parameters()), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
+scheduler = lrs.MultiStepLR(optimizer, milestones=[2], gamma=0.5)
+loss_fn = nn.L1Loss()
+model.train()
+for batch, (lr, hr) in enumerate(loader_train):
+    optimizer.zero_grad()
+    sr = model(lr)
+    loss = loss_fn(sr, hr)
+    loss.backward()
+    if args.gclip > 0:
+        nn.utils.clip_grad_value_(model.parameters(), args.gclip)
+    optimizer.step()
+    scheduler.step()
+    record.append(loss.item())
+model.eval()
+with torch.no_grad():
+    lr, hr = loader_train[0]
+    sr = quantize(model(lr), args.rgb_range)
+    record.append(sr.numpy().copy())
+    record.append([calc_psnr(sr, hr, args.scale[0], args.rgb_range), calc_psnr(sr, hr, args.scale[0], args.rgb_range, dataset=Benchmark)])
+record.append(params_of(model))
+model.load_state_dict(checkpoint, strict=False)
+record.append(params_of(model))
+"""
+
+EDSR_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\nimport torch.optim.lr_scheduler as lrs\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\nimport retrograd.optim.lr_scheduler as lrs\n",
+    ),
+    (
+        "    loss.backward()\n    if args.gclip > 0:\n        nn.utils.clip_grad_value_(model.parameters(), args.gclip)\n    optimizer.step()",
+        "    grads = loss.backward()\n    if args.gclip > 0:\n        nn.utils.clip_grad_value_(grads, model.parameters(), args.gclip)\n    optimizer.step(grads)",
+    ),
+]
+
+
+@pytest.mark.parametrize("scale", [2, 3])
+def test_edsr_trains_as_torch(capsys, scale):
+    rng = np.random.default_rng(59)
+    batches = [
+        (rng.uniform(0, 255, (2, 3, 8, 8)), rng.uniform(0, 255, (2, 3, 8 * scale, 8 * scale)))
+        for _ in range(3)
+    ]
+    checkpoint = {"head.0.weight": rng.standard_normal((8, 3, 3, 3)), "tail.1.weight": np.zeros((1, 1))}
+
+    def make_loader(lib):
+        return [(lib.tensor(a, dtype=lib.float32), lib.tensor(b, dtype=lib.float32)) for a, b in batches]
+
+    def make_checkpoint(lib):  # a checkpoint of another scale: its tail does not fit
+        return {k: lib.tensor(v, dtype=lib.float32) for k, v in checkpoint.items()}
+
+    records, _ = runs_with_draws(
+        EDSR_SOURCE, EDSR_STEPS, capsys, seed=59, initialize=initializer(), params_of=params_of,
+        scale=scale, make_loader_train=make_loader, make_checkpoint=make_checkpoint,
+    )
+    ours, theirs = records[1], records[0]
+    assert theirs[0] == ["add_mean.bias", "add_mean.weight", "sub_mean.bias", "sub_mean.weight"]
+    assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-4)

@@ -641,6 +641,7 @@ def _leading_shape(
     ``dtype, backend, device`` (``zeros((2, 3), "float64")``) as before varargs existed."""
     if not args:
         raise ShapeError(f"{op}: missing the shape")
+    args = tuple(size_of(a) for a in args)
     if isinstance(args[0], numbers.Integral) and not isinstance(args[0], bool):
         count = 0
         while count < len(args) and isinstance(args[count], numbers.Integral):
@@ -656,6 +657,15 @@ def _leading_shape(
     device = given[2] if given[2] is not None else device
     # the dtype read here, so that a refused one (torch.cfloat) names the function called
     return _creation_shape(op, shape), _check_dtype(op, dtype), backend, device
+
+
+def size_of(arg: Any) -> Any:
+    """``arg`` as an int where it is an integer tensor of one element, a size as torch
+    unpacks it (Tacotron 2's ``torch.LongTensor(len(batch), max_input_len)`` of a sorted
+    length, ``torch.zeros(2, n)`` of ``n = lengths.max()``); else as given."""
+    if isinstance(arg, Tensor) and arg.numel() == 1 and arg.dtype == "int64":
+        return int(arg.item())
+    return arg
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:

@@ -53,12 +53,12 @@ def legacy_new(fn: str, dtype: str, args: tuple, device: Any, alias: bool = Fals
     ``Size``) a tensor of that shape (zeros: torch leaves it uninitialized), one sequence or
     array the data in ``dtype``, one tensor that tensor (``alias``: itself, as
     ``torch.Tensor(t)`` shares ``t``'s storage; else cast to ``dtype``)."""
-    from .creation import tensor, zeros
+    from .creation import size_of, tensor, zeros
 
     if not args:
         return zeros((0,), dtype=dtype, device=device)
     if len(args) > 1:  # sizes may be integer tensors of one element, as torch unpacks them
-        args = tuple(_size_of(a) for a in args)
+        args = tuple(size_of(a) for a in args)
     if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
         if any(a < 0 for a in args):
             raise ShapeError(f"{fn}: sizes must be non-negative, got {tuple(args)}")
@@ -76,14 +76,6 @@ def legacy_new(fn: str, dtype: str, args: tuple, device: Any, alias: bool = Fals
     if isinstance(data, (numbers.Number, str, bytes)):
         raise DTypeError(f"{fn}: data must be a sequence, got {type(data).__name__} {data!r}")
     return tensor(data, dtype=dtype, device=device)
-
-
-def _size_of(arg: Any) -> Any:
-    """``arg`` as an int where it is an integer tensor of one element (Tacotron 2's
-    ``torch.LongTensor(len(batch), max_input_len)`` of a sorted length); else as given."""
-    if isinstance(arg, TensorBase) and arg.numel() == 1 and "int" in str(arg.dtype):
-        return int(arg.item())
-    return arg
 
 
 def _legacy(name: str) -> type:
