@@ -1674,3 +1674,269 @@ def test_performer_attention_trains_as_torch(capsys, options):
     ours, theirs = records[1], records[0]
     assert logs[0] == logs[1]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+# -- DDPG ---------------------------------------------------------------------------------------------
+DDPG_SOURCE = """
+import copy
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# -- utils.py --
+class ReplayBuffer(object):
+    def __init__(self, state_dim, action_dim, max_size=int(1e6)):
+        self.max_size = max_size
+        self.ptr = 0
+        self.size = 0
+
+        self.state = np.zeros((max_size, state_dim))
+        self.action = np.zeros((max_size, action_dim))
+        self.next_state = np.zeros((max_size, state_dim))
+        self.reward = np.zeros((max_size, 1))
+        self.not_done = np.zeros((max_size, 1))
+
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+    def add(self, state, action, next_state, reward, done):
+        self.state[self.ptr] = state
+        self.action[self.ptr] = action
+        self.next_state[self.ptr] = next_state
+        self.reward[self.ptr] = reward
+        self.not_done[self.ptr] = 1. - done
+
+        self.ptr = (self.ptr + 1) % self.max_size
+        self.size = min(self.size + 1, self.max_size)
+
+
+    def sample(self, batch_size):
+        ind = np.random.randint(0, self.size, size=batch_size)
+
+        return (
+            torch.FloatTensor(self.state[ind]).to(self.device),
+            torch.FloatTensor(self.action[ind]).to(self.device),
+            torch.FloatTensor(self.next_state[ind]).to(self.device),
+            torch.FloatTensor(self.reward[ind]).to(self.device),
+            torch.FloatTensor(self.not_done[ind]).to(self.device)
+        )
+
+
+# -- DDPG.py --
+# Implementation of Deep Deterministic Policy Gradients (DDPG)
+# Paper: https://arxiv.org/abs/1509.02971
+# [Not the implementation used in the TD3 paper]
+
+
+class Actor(nn.Module):
+    def __init__(self, state_dim, action_dim, max_action):
+        super(Actor, self).__init__()
+
+        self.l1 = nn.Linear(state_dim, 400)
+        self.l2 = nn.Linear(400, 300)
+        self.l3 = nn.Linear(300, action_dim)
+
+        self.max_action = max_action
+
+
+    def forward(self, state):
+        a = F.relu(self.l1(state))
+        a = F.relu(self.l2(a))
+        return self.max_action * torch.tanh(self.l3(a))
+
+
+class Critic(nn.Module):
+    def __init__(self, state_dim, action_dim):
+        super(Critic, self).__init__()
+
+        self.l1 = nn.Linear(state_dim, 400)
+        self.l2 = nn.Linear(400 + action_dim, 300)
+        self.l3 = nn.Linear(300, 1)
+
+
+    def forward(self, state, action):
+        q = F.relu(self.l1(state))
+        q = F.relu(self.l2(torch.cat([q, action], 1)))
+        return self.l3(q)
+
+
+class DDPG(object):
+    def __init__(self, state_dim, action_dim, max_action, discount=0.99, tau=0.001):
+        self.actor = Actor(state_dim, action_dim, max_action).to(device)
+        initialize(self.actor)
+        self.actor_target = copy.deepcopy(self.actor)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=1e-4)
+
+        self.critic = Critic(state_dim, action_dim).to(device)
+        initialize(self.critic)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), weight_decay=1e-2)
+
+        self.discount = discount
+        self.tau = tau
+
+
+    def select_action(self, state):
+        state = torch.FloatTensor(state.reshape(1, -1)).to(device)
+        return self.actor(state).cpu().data.numpy().flatten()
+
+
+    def train(self, replay_buffer, batch_size=64):
+        # Sample replay buffer
+        state, action, next_state, reward, not_done = replay_buffer.sample(batch_size)
+
+        # Compute the target Q value
+        target_Q = self.critic_target(next_state, self.actor_target(next_state))
+        target_Q = reward + (not_done * self.discount * target_Q).detach()
+
+        # Get current Q estimate
+        current_Q = self.critic(state, action)
+
+        # Compute critic loss
+        critic_loss = F.mse_loss(current_Q, target_Q)
+
+        # Optimize the critic
+        self.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        # Compute actor loss
+        actor_loss = -self.critic(state, self.actor(state)).mean()
+
+        # Optimize the actor
+        self.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        self.actor_optimizer.step()
+
+        # Update the frozen target models
+        for param, target_param in zip(self.critic.parameters(), self.critic_target.parameters()):
+            target_param.data.copy_(self.tau * param.data + (1 - self.tau) * target_param.data)
+
+        for param, target_param in zip(self.actor.parameters(), self.actor_target.parameters()):
+            target_param.data.copy_(self.tau * param.data + (1 - self.tau) * target_param.data)
+
+        record.append([critic_loss.item(), actor_loss.item()])
+
+
+    def save(self, filename):
+        torch.save(self.critic.state_dict(), filename + "_critic")
+        torch.save(self.critic_optimizer.state_dict(), filename + "_critic_optimizer")
+
+        torch.save(self.actor.state_dict(), filename + "_actor")
+        torch.save(self.actor_optimizer.state_dict(), filename + "_actor_optimizer")
+
+
+    def load(self, filename):
+        self.critic.load_state_dict(torch.load(filename + "_critic"))
+        self.critic_optimizer.load_state_dict(torch.load(filename + "_critic_optimizer"))
+        self.critic_target = copy.deepcopy(self.critic)
+
+        self.actor.load_state_dict(torch.load(filename + "_actor"))
+        self.actor_optimizer.load_state_dict(torch.load(filename + "_actor_optimizer"))
+        self.actor_target = copy.deepcopy(self.actor)
+
+
+# -- a point mass to push to the origin (no gym here), and main.py's loop --
+class PointMass:
+    _max_episode_steps = 8
+
+    class action_space:
+        low, high = -1.0, 1.0
+
+        @staticmethod
+        def sample():
+            return np.random.uniform(-1.0, 1.0, size=2)
+
+    def reset(self):
+        self.t = 0
+        self.x = np.random.uniform(-1, 1, size=3)
+        return self.x.copy()
+
+    def step(self, action):
+        self.t += 1
+        self.x = self.x + 0.1 * np.concatenate([action, [action.sum()]])
+        return self.x.copy(), -float((self.x ** 2).sum()), self.t >= self._max_episode_steps, {}
+
+
+env = PointMass()
+state_dim, action_dim, max_action = 3, 2, float(env.action_space.high)
+policy = DDPG(state_dim, action_dim, max_action)
+replay_buffer = ReplayBuffer(state_dim, action_dim, max_size=1000)
+state, done = env.reset(), False
+episode_reward = 0
+episode_timesteps = 0
+episode_num = 0
+for t in range(24):
+    episode_timesteps += 1
+
+    # Select action randomly or according to policy
+    if t < 8:
+        action = env.action_space.sample()
+    else:
+        action = (
+            policy.select_action(np.array(state))
+            + np.random.normal(0, max_action * 0.1, size=action_dim)
+        ).clip(-max_action, max_action)
+
+    # Perform action
+    next_state, reward, done, _ = env.step(action)
+    done_bool = float(done) if episode_timesteps < env._max_episode_steps else 0
+
+    # Store data in replay buffer
+    replay_buffer.add(state, action, next_state, reward, done_bool)
+
+    state = next_state
+    episode_reward += reward
+
+    # Train agent after collecting sufficient data
+    if t >= 8:
+        policy.train(replay_buffer, 16)
+
+    if done:
+        # +1 to account for 0 indexing. +0 on ep_timesteps since it will increment +1 even if done=True
+        print(f"Total T: {t+1} Episode Num: {episode_num+1} Episode T: {episode_timesteps} Reward: {episode_reward:.3f}")
+        # Reset environment
+        state, done = env.reset(), False
+        episode_reward = 0
+        episode_timesteps = 0
+        episode_num += 1
+
+policy.save(filename)
+loaded = DDPG(state_dim, action_dim, max_action)
+loaded.load(filename)
+record.append(params_of(policy.actor, policy.critic, policy.actor_target, policy.critic_target))
+record.append(params_of(loaded.actor_target, loaded.critic_target))
+record.append(np.array(loaded.critic_optimizer.state_dict()["state"][0]["exp_avg"]))  # (retrograd saves NumPy copies)
+"""
+
+DDPG_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "        critic_loss.backward()\n        self.critic_optimizer.step()",
+        "        grads = critic_loss.backward()\n        self.critic_optimizer.step(grads)",
+    ),
+    (
+        "        actor_loss.backward()\n        self.actor_optimizer.step()",
+        "        grads = actor_loss.backward()\n        self.actor_optimizer.step(grads)",
+    ),
+]
+
+
+def test_ddpg_trains_as_torch(capsys, tmp_path):
+    weights = initializer()
+    records, logs = runs_with_draws(
+        DDPG_SOURCE, DDPG_STEPS, capsys, seed=74, params_of=params_of,
+        make_initialize=lambda lib: weights,
+        make_filename=lambda lib: str(tmp_path / lib.__name__),
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("Episode Num") == 3
+    assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-6)
