@@ -3,9 +3,51 @@
 torchvision's image classifiers (``torchvision/models/googlenet.py``, ``squeezenet.py``,
 ``shufflenetv2.py``) trained by its classification reference (``references/classification/
 train.py``'s ``train_one_epoch``/``evaluate`` and ``utils.py``'s ``accuracy``,
-``set_weight_decay`` and ``ExponentialMovingAverage``).
+``set_weight_decay`` and ``ExponentialMovingAverage``), and EDSR:
 
-PLACEHOLDER
+- the classification reference as it stands, less its data loading, distributed and logging
+  parts: ``set_weight_decay`` (``torch.nn.modules.batchnorm._BatchNorm``,
+  ``torch.nn.modules.instancenorm._InstanceNorm``, ``LocalResponseNorm``...,
+  ``named_parameters(recurse=False)`` and ``named_children`` walked by hand, norm layers in a
+  group without weight decay), Nesterov SGD, ``CosineAnnealingLR`` after a ``LinearLR`` warm-up
+  in a ``SequentialLR``, ``CrossEntropyLoss(label_smoothing=0.1)``,
+  ``clip_grad_norm_``, ``with torch.cuda.amp.autocast(enabled=False)``, an
+  ``ExponentialMovingAverage`` (``swa_utils.AveragedModel(..., use_buffers=True)`` with its
+  ``n_averaged.fill_(0)`` reset during the warm-up) evaluated too, and ``accuracy`` by
+  ``output.topk(maxk, 1, True, True)``, ``pred.t()``, ``pred.eq(target[None])`` and
+  ``correct[:k].flatten().sum(dtype=torch.float32)`` under ``torch.inference_mode()``. Three
+  models, 16 random images of 10 classes, 2 epochs of 2 batches of 8 at ``lr=0.002``:
+- GoogLeNet with its auxiliary classifiers (``namedtuple`` outputs in training, the tensor in
+  evaluation; ``torch.jit.unused``/``torch.jit.is_scripting``, ``trunc_normal_(..., a=-2,
+  b=2)``, the ``FutureWarning`` of ``init_weights=None``, ``MaxPool2d(ceil_mode=True)``,
+  ``F.adaptive_avg_pool2d(x, (4, 4))`` up from 2x2, ``F.relu(..., inplace=True)``), every
+  width divided by 8 (the one change to the file: 13M parameters took 2 minutes) on 32x32
+  images, its loss weighing the aux classifiers by 0.3 (train.py takes one output; torchvision's
+  fine-tuning tutorial weighs them so);
+- SqueezeNet 1.0 and 1.1 (``Fire`` modules concatenating 1x1 and 3x3 expansions, ceil-mode
+  pooling, ``kaiming_uniform_`` with the final convolution ``normal_``); its logits tie at 0
+  after the final ReLU, so the accuracies (which of the tied classes ``topk`` takes is torch's
+  partial sort's, unspecified) are left out;
+- ShuffleNetV2 x0.5 (``channel_shuffle`` by ``view``/``torch.transpose``/``contiguous``,
+  ``x.chunk(2, dim=1)``, depthwise convolutions, ``x.mean([2, 3])``) on 64x64 images.
+- EDSR as sanghyun-son/EDSR-PyTorch writes it (``src/model/common.py``'s ``default_conv``,
+  ``MeanShift`` (a ``Conv2d`` subclass whose ``weight.data``/``bias.data`` are replaced and
+  frozen by ``requires_grad = False``), ``ResBlock`` (``.mul(res_scale)``, ``res +=
+  x``), ``Upsampler`` (``PixelShuffle(2)`` and ``(3)``); ``src/model/edsr.py`` with its own
+  ``load_state_dict`` copying through ``own_state[name].copy_(param)`` and skipping a tail of
+  another scale; ``src/utility.py``'s ``quantize`` and ``calc_psnr`` with the benchmark's
+  gray conversion by ``diff.new_tensor(gray_coeffs)``), x2 and x3, 2 blocks of 8 features,
+  trained as the trainer does (Adam over ``filter(lambda x: x.requires_grad, ...)``,
+  ``MultiStepLR``, ``L1Loss``, ``clip_grad_value_``).
+
+The BatchNorm models normalize over 8 images of 1x1 to 2x2 pixels in their last stages, so
+torch's own run moves its parameters when one input pixel changes by one ulp: the parameters
+are compared within that spread (measured and quoted at each test), the losses and evaluated
+outputs within float32 rounding.
+
+The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
+...)``/``clip_grad_value_(grads, ...)``, ``optimizer.step(grads)``) and the ``import`` lines
+naming ``torch``.
 """
 
 from __future__ import annotations
@@ -263,7 +305,10 @@ REFERENCE_STEPS = [
         "            loss.backward()\n            if args.clip_grad_norm is not None:\n                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)\n            optimizer.step()",
         "            grads = loss.backward()\n            if args.clip_grad_norm is not None:\n                nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip_grad_norm)\n            optimizer.step(grads)",
     ),
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
 ]
 
@@ -285,14 +330,19 @@ def train_as_torch(model_source, driver, capsys, seed, size=32):
     return records[1], records[0], logs
 
 
-def assert_trained_alike(ours, theirs, params_atol, rtol=5e-5):
+def losses_only(record):
+    """``record`` with the training steps' ``[loss, acc1, acc5]`` cut to ``[loss]``."""
+    return [r[:1] if isinstance(r, list) and len(r) == 3 else r for r in record]
+
+
+def assert_trained_alike(ours, theirs, params_atol, rtol=5e-5, atol=2e-6):
     """Losses, accuracies, rates and evaluated outputs within float32 rounding; the
     parameters and running statistics (dicts) within ``params_atol``: a weight feeding a
     BatchNorm over a batch of 8 at 1x1 to 2x2 pixels moves with the rounding of its
     statistics, and torch's own run moves as much when one input pixel changes by one ulp."""
     split = [[r for r in record if isinstance(r, dict)] for record in (ours, theirs)]
     rest = [[r for r in record if not isinstance(r, dict)] for record in (ours, theirs)]
-    assert_records_agree(*rest, rtol=rtol, atol=2e-6)
+    assert_records_agree(*rest, rtol=rtol, atol=atol)
     assert_records_agree(*split, rtol=0, atol=params_atol)
 
 
@@ -684,7 +734,7 @@ def test_squeezenet_trains_as_torch(capsys, version):
     # The classifier ends in a ReLU, so most logits tie at 0 and which of them ``topk`` takes
     # is torch's partial sort's (unspecified; retrograd takes the first): the accuracies are
     # left out, the losses kept.
-    ours, theirs = ([r[:1] if isinstance(r, list) and len(r) == 3 else r for r in x] for x in (ours, theirs))
+    ours, theirs = losses_only(ours), losses_only(theirs)
     assert_trained_alike(ours, theirs, params_atol=1e-5)
 
 
@@ -848,8 +898,11 @@ def test_shufflenet_v2_trains_as_torch(capsys):
     ours, theirs, logs = train_as_torch(SHUFFLENET_SOURCE, driver, capsys, seed=58, size=64)
     assert logs[0].count("Acc@1") == logs[1].count("Acc@1") == 4
     # Stage 4 and conv5 normalize over 8 images of 2x2 pixels: torch's own run, one input pixel
-    # changed by one ulp, moves the fourth step's loss by 0.04 and conv1's weight by 0.02.
-    assert_trained_alike(ours, theirs, params_atol=2e-2, rtol=2e-3)
+    # changed by one ulp, moves the fourth step's loss by 0.04, the evaluated logits by 3e-3
+    # and conv1's weight by 0.02 (retrograd's run: 4e-4, 7e-5, 5e-3), and flips accuracies
+    # (left out, as for SqueezeNet).
+    ours, theirs = losses_only(ours), losses_only(theirs)
+    assert_trained_alike(ours, theirs, params_atol=2e-2, rtol=2e-3, atol=3e-3)
 
 
 # -- EDSR ---------------------------------------------------------------------------------------------
@@ -1101,17 +1154,29 @@ def test_edsr_trains_as_torch(capsys, scale):
         (rng.uniform(0, 255, (2, 3, 8, 8)), rng.uniform(0, 255, (2, 3, 8 * scale, 8 * scale)))
         for _ in range(3)
     ]
-    checkpoint = {"head.0.weight": rng.standard_normal((8, 3, 3, 3)), "tail.1.weight": np.zeros((1, 1))}
+    checkpoint = {
+        "head.0.weight": rng.standard_normal((8, 3, 3, 3)),
+        "tail.1.weight": np.zeros((1, 1)),
+    }
 
     def make_loader(lib):
-        return [(lib.tensor(a, dtype=lib.float32), lib.tensor(b, dtype=lib.float32)) for a, b in batches]
+        return [
+            (lib.tensor(a, dtype=lib.float32), lib.tensor(b, dtype=lib.float32)) for a, b in batches
+        ]
 
     def make_checkpoint(lib):  # a checkpoint of another scale: its tail does not fit
         return {k: lib.tensor(v, dtype=lib.float32) for k, v in checkpoint.items()}
 
     records, _ = runs_with_draws(
-        EDSR_SOURCE, EDSR_STEPS, capsys, seed=59, initialize=initializer(), params_of=params_of,
-        scale=scale, make_loader_train=make_loader, make_checkpoint=make_checkpoint,
+        EDSR_SOURCE,
+        EDSR_STEPS,
+        capsys,
+        seed=59,
+        initialize=initializer(),
+        params_of=params_of,
+        scale=scale,
+        make_loader_train=make_loader,
+        make_checkpoint=make_checkpoint,
     )
     ours, theirs = records[1], records[0]
     assert theirs[0] == ["add_mean.bias", "add_mean.weight", "sub_mean.bias", "sub_mean.weight"]

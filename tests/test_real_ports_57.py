@@ -1,7 +1,57 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
-PLACEHOLDER
+- E(n)-equivariant graph networks as vgsatorras/egnn writes them
+  (``models/egnn_clean/egnn_clean.py`` as it stands, with its ``__main__``'s dummy graph, then
+  trained four Adam steps): ``unsorted_segment_sum``/``_mean`` by ``data.new_full`` and
+  ``scatter_add_`` of an expanded index, ``coord[row] - coord[col]``, ``add_module("gcl_%d" %
+  i, ...)`` read back through ``self._modules``, ``xavier_uniform_(gain=0.001)``, one
+  ``nn.SiLU()`` instance shared by every layer, ``torch.LongTensor`` edge lists; plain and with
+  attention, normalized coordinates and tanh; the equivariance under a rotation from
+  ``torch.linalg.qr`` and a translation checked in both.
+- Tacotron 2 as NVIDIA/tacotron2 writes it (``layers.py``'s ``LinearNorm``/``ConvNorm`` with
+  ``calculate_gain``, ``utils.py``'s ``get_mask_from_lengths`` by ``torch.arange(0, max_len,
+  out=torch.LongTensor(max_len))``, ``loss_function.py``, ``model.py``'s location-sensitive
+  ``Attention`` (``alignment.data.masked_fill_(mask, -inf)``, ``torch.bmm``), ``Prenet``,
+  ``Postnet``, the ``Encoder`` through ``pack_padded_sequence`` of NumPy lengths and a
+  bidirectional ``LSTM``, the ``Decoder``'s teacher-forced ``LSTMCell`` steps with ``Variable(
+  memory.data.new(B, n).zero_())`` states and ``attention_weights_cum +=``, ``inference`` until
+  the gate fires, ``Tacotron2.parse_batch``/``parse_output``; ``data_utils.py``'s
+  ``TextMelCollate`` (``torch.LongTensor(len(batch), max_input_len)`` of a 0-d tensor,
+  ``batch[ids_sorted_decreasing[i]]``) and train.py's loop with ``clip_grad_norm_``), small
+  hyper-parameters. Its dropout rates (``0.5`` written into ``Encoder``, ``Postnet`` and the
+  always-on ``Prenet``) are set to 0 (the masks are each library's own draws), and training runs
+  with ``mask_padding=False``: with it, ``outputs[0].data.masked_fill_`` writes into the tensor
+  the postnet's first convolution saved for its backward, and torch's weight gradient uses the
+  masked values (a torch bug, see the CHANGELOG); the masked forward is compared after training.
+- wav2vec 2.0's pieces as facebookresearch/fairseq writes them (``Fp32GroupNorm``,
+  ``Fp32LayerNorm``, ``TransposeLast``, ``SamePad``, ``GumbelVectorQuantizer`` and
+  ``wav2vec2.py``'s ``ConvFeatureExtractionModel`` in both modes and ``make_conv_pos`` with
+  ``nn.utils.weight_norm(pos_conv, name="weight", dim=2)``), joined into a small model trained
+  by Adam on the criterion's pieces (cosine logits, the diversity loss from ``prob_perplexity``,
+  the features penalty): the quantizer's codes by ``x.new_zeros(*x.shape).scatter_(-1,
+  k.view(-1, 1), 1.0)`` under ``torch.no_grad()``, ``code_perplexity``, the targets, and
+  ``set_num_updates``' temperature. The quantizer runs in eval mode (its Gumbel noise in
+  training is each library's own draw).
+- the Performer's attention as lucidrains/performer-pytorch writes it (``softmax_kernel``,
+  ``generalized_kernel``, ``gaussian_orthogonal_random_matrix`` by ``torch.linalg.qr`` of
+  ``torch.randn`` blocks, ``linear_attention``, ``causal_linear_attention_noncuda`` (the
+  ``ImportError`` fallback, with its message), ``FastAttention`` with its ``@torch.no_grad()``
+  ``redraw_projection_matrix``, ``ProjectionUpdater`` (a ``calls_since_last_redraw`` buffer
+  compared, ``zero_()``-ed and ``+= 1``-ed), ``Attention`` with ``v.masked_fill_(~global_mask,
+  0.)`` on a view), softmax, causal, generalized and no-projection, in a small block trained by
+  Adam with redraws every 2 steps; einops is not installed, so its ``repeat``/``rearrange``
+  are written as ``expand``/``view``/``transpose`` (the originals kept in comments).
+- DDPG as sfujim/TD3 writes it (``DDPG.py`` and ``utils.py``'s ``ReplayBuffer``), on a point
+  mass (no gym here) driven by ``main.py``'s loop: ``copy.deepcopy`` targets,
+  ``target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)``, the actor's
+  loss through the critic, ``select_action``'s ``.cpu().data.numpy().flatten()``, NumPy
+  exploration noise (one seeded stream in both runs), and ``save``/``load`` of the models'
+  and optimizers' state dicts. Retrograd's optimizer ``state_dict`` holds NumPy copies (by
+  design), read by ``np.array`` in the test's record line.
+
+The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
+...)``, ``optimizer.step(grads)``) and the ``import`` lines naming ``torch``.
 """
 
 from __future__ import annotations
@@ -247,8 +297,14 @@ record.append(params_of(egnn))
 """
 
 EGNN_STEPS = [
-    ("from torch import nn\nimport torch\n", "from retrograd import nn\nimport retrograd as torch\n"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "from torch import nn\nimport torch\n",
+        "from retrograd import nn\nimport retrograd as torch\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -262,7 +318,12 @@ def test_egnn_trains_as_torch(capsys, options):
         return {k: (lib.nn.ReLU() if v == "relu" else v) for k, v in options.items()}
 
     records, _ = runs_with_draws(
-        EGNN_SOURCE, EGNN_STEPS, capsys, seed=70, initialize=initializer(), params_of=params_of,
+        EGNN_SOURCE,
+        EGNN_STEPS,
+        capsys,
+        seed=70,
+        initialize=initializer(),
+        params_of=params_of,
         make_options=make_options,
     )
     ours, theirs = records[1], records[0]
@@ -935,14 +996,24 @@ def test_tacotron2_trains_as_torch(capsys):
         for n, t in [(5, 4), (7, 6), (4, 5)]
     ]
     records, logs = runs_with_draws(
-        TACOTRON_SOURCE, TACOTRON_STEPS, capsys, seed=71, initialize=initializer(),
-        params_of=params_of, examples=examples, dropout_p=0.0,
+        TACOTRON_SOURCE,
+        TACOTRON_STEPS,
+        capsys,
+        seed=71,
+        initialize=initializer(),
+        params_of=params_of,
+        examples=examples,
+        dropout_p=0.0,
     )
     ours, theirs = records[1], records[0]
     assert logs[0] == logs[1]
     # the biases of the convolutions before a BatchNorm have a true gradient of zero: Adam's
     # steps on them follow the rounding noise
-    before_norm = [f"0.{part}.convolutions.{i}.0.conv.bias" for part in ("encoder", "postnet") for i in range(3)]
+    before_norm = [
+        f"0.{part}.convolutions.{i}.0.conv.bias"
+        for part in ("encoder", "postnet")
+        for i in range(3)
+    ]
     assert_records_agree(ours[:10], theirs[:10], rtol=2e-5, atol=2e-6, skip=before_norm)
     # in evaluation those biases (up to 3 steps of lr 1e-3 apart) are no longer taken out: the
     # running means have absorbed 1 - 0.9**3 of them
@@ -1310,7 +1381,10 @@ WAV2VEC_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
     ),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -1318,8 +1392,14 @@ WAV2VEC_STEPS = [
 def test_wav2vec2_pieces_train_as_torch(capsys, mode):
     wav = np.random.default_rng(72).standard_normal((2, 400)).astype(np.float32)
     records, _ = runs_with_draws(
-        WAV2VEC_SOURCE, WAV2VEC_STEPS, capsys, seed=72, initialize=initializer(),
-        params_of=params_of, mode=mode, make_wav=lambda lib: lib.tensor(wav),
+        WAV2VEC_SOURCE,
+        WAV2VEC_STEPS,
+        capsys,
+        seed=72,
+        initialize=initializer(),
+        params_of=params_of,
+        mode=mode,
+        make_wav=lambda lib: lib.tensor(wav),
     )
     ours, theirs = records[1], records[0]
     assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-6)
@@ -1650,8 +1730,14 @@ record.append(params_of(model))
 
 PERFORMER_STEPS = [
     ("import math\nimport torch\n", "import math\nimport retrograd as torch\n"),
-    ("import torch.nn.functional as F\nfrom torch import nn\n", "import retrograd.nn.functional as F\nfrom retrograd import nn\n"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "import torch.nn.functional as F\nfrom torch import nn\n",
+        "import retrograd.nn.functional as F\nfrom retrograd import nn\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -1667,9 +1753,16 @@ def test_performer_attention_trains_as_torch(capsys, options):
     mask = np.ones((2, 10), bool)
     mask[1, 7:] = False
     records, logs = runs_with_draws(
-        PERFORMER_SOURCE, PERFORMER_STEPS, capsys, seed=73, initialize=initializer(),
-        params_of=params_of, options=options, make_x=lambda lib: lib.tensor(x),
-        make_y=lambda lib: lib.tensor(y), make_mask=lambda lib: lib.tensor(mask),
+        PERFORMER_SOURCE,
+        PERFORMER_STEPS,
+        capsys,
+        seed=73,
+        initialize=initializer(),
+        params_of=params_of,
+        options=options,
+        make_x=lambda lib: lib.tensor(x),
+        make_y=lambda lib: lib.tensor(y),
+        make_mask=lambda lib: lib.tensor(mask),
     )
     ours, theirs = records[1], records[0]
     assert logs[0] == logs[1]
@@ -1933,7 +2026,11 @@ DDPG_STEPS = [
 def test_ddpg_trains_as_torch(capsys, tmp_path):
     weights = initializer()
     records, logs = runs_with_draws(
-        DDPG_SOURCE, DDPG_STEPS, capsys, seed=74, params_of=params_of,
+        DDPG_SOURCE,
+        DDPG_STEPS,
+        capsys,
+        seed=74,
+        params_of=params_of,
         make_initialize=lambda lib: weights,
         make_filename=lambda lib: str(tmp_path / lib.__name__),
     )
