@@ -336,10 +336,21 @@ def arange(
     backend: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    out: Any = None,
 ) -> Tensor:
     """``start, start+step, ...`` below ``end`` (``arange(n)`` counts from 0): int64 when
     all three are ints, the default float dtype otherwise, as ``torch.arange``. Float ranges
-    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``."""
+    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``.
+    ``out=`` (Tacotron 2's ``torch.arange(0, max_len, out=torch.LongTensor(max_len))``) is
+    written in place, in its dtype unless ``dtype`` says otherwise, resized if its shape
+    differs (as torch resizes it), and returned."""
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise DTypeError(f"arange: out must be a tensor, got {type(out).__name__}")
+        made = arange(start, end, step, dtype=dtype or out.dtype, device=device)
+        if tuple(out.shape) != tuple(made.shape):
+            out.resize_(made.shape)
+        return out.copy_(made)
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -630,6 +641,7 @@ def _leading_shape(
     ``dtype, backend, device`` (``zeros((2, 3), "float64")``) as before varargs existed."""
     if not args:
         raise ShapeError(f"{op}: missing the shape")
+    args = tuple(size_of(a) for a in args)
     if isinstance(args[0], numbers.Integral) and not isinstance(args[0], bool):
         count = 0
         while count < len(args) and isinstance(args[count], numbers.Integral):
@@ -645,6 +657,15 @@ def _leading_shape(
     device = given[2] if given[2] is not None else device
     # the dtype read here, so that a refused one (torch.cfloat) names the function called
     return _creation_shape(op, shape), _check_dtype(op, dtype), backend, device
+
+
+def size_of(arg: Any) -> Any:
+    """``arg`` as an int where it is an integer tensor of one element, a size as torch
+    unpacks it (Tacotron 2's ``torch.LongTensor(len(batch), max_input_len)`` of a sorted
+    length, ``torch.zeros(2, n)`` of ``n = lengths.max()``); else as given."""
+    if isinstance(arg, Tensor) and arg.numel() == 1 and arg.dtype == "int64":
+        return int(arg.item())
+    return arg
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:
