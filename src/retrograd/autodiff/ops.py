@@ -1101,6 +1101,7 @@ for _name in (
     "logical_and",
     "logical_or",
     "nextafter",
+    "floor_divide",
     "gcd",
     "lcm",
     "bitwise_and",
