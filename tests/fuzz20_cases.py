@@ -194,3 +194,235 @@ def _integers(rng):
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     return Trial(f"integers {name} {specs}", fn, rtol=1e-6)
+
+
+# ---- creation functions --------------------------------------------------------------------
+
+DTYPE_CHOICES = (None, None, "float32", "float64", "int64", "bool")
+
+
+def _number(rng, kind=None):
+    kind = kind or str(_pick(rng, "int", "int", "float", "bool"))
+    if kind == "bool":
+        return bool(rng.random() < 0.5)
+    if kind == "int":
+        return int(rng.integers(-6, 7))
+    return float(_pick(rng, -2.5, -1.0, -0.25, 0.0, 0.3, 0.5, 1.0, 1.75, 3.0, 4.5))
+
+
+def _size_forms(lib, shape, form):
+    """``shape`` as a tuple, a list, varargs or a ``Size`` (arguments, keyword arguments)."""
+    if form == "tuple":
+        return (tuple(shape),), {}
+    if form == "list":
+        return (list(shape),), {}
+    if form == "varargs":
+        return tuple(shape), {}
+    if form == "size_kw":
+        return (), {"size": tuple(shape)}
+    return (lib.Size(shape),), {}
+
+
+def _dtype_kw(lib, dt):
+    return {} if dt is None else {"dtype": getattr(lib, dt)}
+
+
+def _c_arange(rng, dt):
+    n = int(_pick(rng, 1, 2, 3, 3))
+    kinds = [str(_pick(rng, "int", "int", "float")) for _ in range(n)]
+    args = [_number(rng, k) for k in kinds]
+    if n == 3 and args[2] == 0:
+        args[2] = float(_pick(rng, 0.5, -0.5, 2, -1))
+    if n == 3 and rng.random() < 0.5:  # (a step toward the end, mostly)
+        args[2] = abs(args[2]) if args[1] >= args[0] else -abs(args[2])
+    if dt == "bool":
+        dt = None  # (torch's arange has no bool kernel; retrograd refuses it by name)
+    return Trial(f"arange{tuple(args)} {dt}", lambda lib: [lib.arange(*args, **_dtype_kw(lib, dt))])
+
+
+def _c_space(rng, dt):
+    kind = str(_pick(rng, "linspace", "logspace"))
+    start, end = _number(rng), _number(rng)
+    steps = int(_pick(rng, 0, 1, 1, 2, 3, 5, 7))
+    extra = {}
+    if kind == "logspace" and rng.random() < 0.6:
+        extra["base"] = float(_pick(rng, 2.0, 10.0, 0.5, 3.0, 1.0))
+    if dt == "bool":
+        dt = "float64"
+    name = f"{kind}({start}, {end}, {steps}, {extra}) {dt}"
+    fn = lambda lib: [getattr(lib, kind)(start, end, steps, **_dtype_kw(lib, dt), **extra)]  # noqa: E731
+    return Trial(name, fn, rtol=1e-6)
+
+
+def _c_full(rng, dt):
+    value = _number(rng)
+    shape = _pick(rng, (), (2,), (2, 3), (0, 2))
+    like = bool(rng.random() < 0.5)
+    source = _pick(rng, [1, 2], [1.0, 2.0], [True, False], [[1, 0]])
+
+    def fn(lib):
+        if like:
+            return [lib.full_like(lib.tensor(source), value, **_dtype_kw(lib, dt))]
+        return [lib.full(shape, value, **_dtype_kw(lib, dt))]
+
+    return Trial(f"full like={like} {shape} {source} {value!r} {dt}", fn)
+
+
+def _c_eye(rng, dt):
+    n = int(rng.integers(0, 5))
+    m = None if rng.random() < 0.4 else int(rng.integers(0, 5))
+    args = (n,) if m is None else (n, m)
+    return Trial(f"eye{args} {dt}", lambda lib: [lib.eye(*args, **_dtype_kw(lib, dt))])
+
+
+def _c_tri_indices(rng, dt):
+    kind = str(_pick(rng, "tril_indices", "triu_indices"))
+    row, col = int(rng.integers(0, 5)), int(rng.integers(0, 5))
+    offset = int(rng.integers(-5, 6))
+    args = (row, col) if rng.random() < 0.2 else (row, col, offset)
+    if dt != "int64":
+        dt = None  # (torch: int64 or int32 only)
+    return Trial(f"{kind}{args} {dt}", lambda lib: [getattr(lib, kind)(*args, **_dtype_kw(lib, dt))])
+
+
+def _c_sizes(rng, dt):
+    kind = str(_pick(rng, "zeros", "ones", "empty", "rand", "randn"))
+    rank = int(rng.integers(0, 4))
+    shape = [int(v) for v in rng.integers(0, 4, size=rank)]
+    form = str(_pick(rng, "tuple", "list", "varargs", "Size", "size_kw"))
+    if form == "varargs" and not shape:
+        form = "tuple"
+    if kind in ("rand", "randn") and dt in ("int64", "bool"):
+        dt = None
+
+    def fn(lib):
+        args, kwargs = _size_forms(lib, shape, form)
+        out = getattr(lib, kind)(*args, **kwargs, **_dtype_kw(lib, dt))
+        if kind in ("empty", "rand", "randn"):  # (the values are not compared)
+            return [str(out.dtype).split(".")[-1], str(tuple(out.shape))]
+        return [out]
+
+    return Trial(f"{kind} {form} {shape} {dt}", fn)
+
+
+def _c_like(rng, dt):
+    kind = str(_pick(rng, "zeros_like", "ones_like", "empty_like", "rand_like", "randint_like"))
+    source = _pick(rng, [1, 2], [1.0, 2.0], [[True], [False]], 3, 2.5)
+    if kind == "rand_like" and dt in ("int64", "bool"):
+        dt = None
+    high = int(rng.integers(1, 6))
+
+    def fn(lib):
+        x = lib.tensor(source)
+        if kind == "randint_like":
+            out = lib.randint_like(x, high, **_dtype_kw(lib, dt))
+            inside = bool(((out >= 0) & (out < high)).all()) if out.dtype != lib.bool else True
+            return [str(out.dtype).split(".")[-1], str(tuple(out.shape)), str(inside)]
+        out = getattr(lib, kind)(x, **_dtype_kw(lib, dt))
+        if kind in ("empty_like", "rand_like"):
+            return [str(out.dtype).split(".")[-1], str(tuple(out.shape))]
+        return [out]
+
+    return Trial(f"{kind}({source}) {dt}", fn)
+
+
+def _c_randint(rng, dt):
+    low = int(rng.integers(-5, 5))
+    high = low + int(rng.integers(-1, 6))
+    shape = _pick(rng, (3,), (2, 2), (0,), ())
+    form = int(rng.integers(3))
+    if dt in ("float32", "float64", "bool") and rng.random() < 0.5:
+        dt = None
+
+    def fn(lib):
+        kw = _dtype_kw(lib, dt)
+        if form == 0:
+            out = lib.randint(high, shape, **kw)
+            lo = 0
+        elif form == 1:
+            out = lib.randint(low, high, shape, **kw)
+            lo = low
+        else:
+            out = lib.randint(low=low, high=high, size=shape, **kw)
+            lo = low
+        values = out.double()
+        inside = bool(((values >= lo) & (values < high)).all())
+        return [str(out.dtype).split(".")[-1], str(tuple(out.shape)), str(inside)]
+
+    return Trial(f"randint form={form} {low} {high} {shape} {dt}", fn)
+
+
+def _nested(rng, depth, kinds):
+    n = int(rng.integers(1, 4))
+    if depth == 0:
+        return [_number(rng, str(_pick(rng, *kinds))) for _ in range(n)]
+    return [_nested_same(rng, depth - 1, kinds) for _ in range(1)] * n
+
+
+def _nested_same(rng, depth, kinds):
+    return _nested(rng, depth, kinds)
+
+
+def _c_tensor(rng, dt):
+    kinds = _pick(rng, ("int",), ("bool",), ("float",), ("int", "bool"), ("int", "float"),
+                  ("bool", "float"), ("int", "bool", "float"))
+    depth = int(rng.integers(0, 3))
+    rows = [_nested(rng, max(depth - 1, 0), kinds) for _ in range(int(rng.integers(1, 3)))]
+    if depth == 0:
+        data = rows[0]
+    else:  # (rows of one shape: the first one's)
+        data = [rows[0]] * len(rows)
+    scalar = rng.random() < 0.15
+    if scalar:
+        data = _number(rng, str(_pick(rng, *kinds)))
+    fn_name = str(_pick(rng, "tensor", "tensor", "as_tensor"))
+    return Trial(
+        f"{fn_name}({data}) {dt}", lambda lib: [getattr(lib, fn_name)(data, **_dtype_kw(lib, dt))]
+    )
+
+
+def _c_sharing(rng, dt):
+    """``from_numpy``/``as_tensor``/``tensor`` of an array: the values and dtype, and (for
+    ``tensor``) that a later write to the array does not show in the tensor."""
+    kind = str(_pick(rng, "from_numpy", "as_tensor", "as_tensor_dtype", "tensor"))
+    npdt = str(_pick(rng, "float32", "float64", "int64", "bool"))
+    shape = _pick(rng, (3,), (2, 2), ())
+    seed = int(rng.integers(1 << 30))
+
+    def fn(lib):
+        a = np.random.default_rng(seed).integers(0, 3, size=shape).astype(npdt)
+        if kind == "from_numpy":
+            t = lib.from_numpy(a)
+        elif kind == "as_tensor":
+            t = lib.as_tensor(a)
+        elif kind == "as_tensor_dtype":
+            t = lib.as_tensor(a, dtype=lib.float64)
+        else:
+            t = lib.tensor(a)
+        before = t.clone()
+        a[...] = np.ones((), dtype=npdt) if npdt != "bool" else ~a
+        # (from_numpy and as_tensor copy: retrograd's tensors never share an array's memory,
+        # a deliberate difference (tensor/creation.py); the write is compared for tensor's copy)
+        return [before, t] if kind == "tensor" else [before]
+
+    return Trial(f"sharing {kind} {npdt} {shape}", fn)
+
+
+CREATION = {
+    "arange": _c_arange,
+    "space": _c_space,
+    "full": _c_full,
+    "eye": _c_eye,
+    "tri_indices": _c_tri_indices,
+    "sizes": _c_sizes,
+    "like": _c_like,
+    "randint": _c_randint,
+    "tensor": _c_tensor,
+    "sharing": _c_sharing,
+}
+
+
+@gen("creation")
+def _creation(rng):
+    kind = sorted(CREATION)[int(rng.integers(len(CREATION)))]
+    return CREATION[kind](rng, _pick(rng, *DTYPE_CHOICES))
