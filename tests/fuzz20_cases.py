@@ -157,6 +157,17 @@ INT_OPS = {
     "iremainder": (2, lambda lib, a, b: _inplace(lib, a, b, "remainder_")),
     "idiv_trunc": (2, lambda lib, a, b: _inplace(lib, a, b, "div_", rounding_mode="trunc")),
     "iand": (2, lambda lib, a, b: _inplace(lib, a, b, "bitwise_and_")),
+    "sqrt_exp": (1, lambda lib, a: (lib.sqrt(_t(lib, a)), lib.exp(_t(lib, a)))),
+    "rounding": (
+        1,
+        lambda lib, a: (lib.floor(_t(lib, a)), lib.round(_t(lib, a)), lib.trunc(_t(lib, a))),
+    ),
+    "ceil": (1, lambda lib, a: lib.ceil(_t(lib, a))),
+    "predicates": (1, lambda lib, a: (lib.isnan(_t(lib, a)), lib.isfinite(_t(lib, a)))),
+    "reciprocal": (1, lambda lib, a: lib.reciprocal(_t(lib, a))),
+    "float_div_zero": (1, lambda lib, a: _t(lib, a) / 0),
+    "sum_dtype": (1, lambda lib, a: _t(lib, a).sum(dtype=lib.int64)),
+    "cumsum_dtype": (1, lambda lib, a: _t(lib, a).cumsum(0, dtype=lib.float64)),
     "float_cast": (1, lambda lib, a: _t(lib, a).double()),
     "long_cast": (1, lambda lib, a: _t(lib, a).long()),
     "bool_cast": (1, lambda lib, a: _t(lib, a).bool()),
@@ -282,7 +293,9 @@ def _c_tri_indices(rng, dt):
     args = (row, col) if rng.random() < 0.2 else (row, col, offset)
     if dt != "int64":
         dt = None  # (torch: int64 or int32 only)
-    return Trial(f"{kind}{args} {dt}", lambda lib: [getattr(lib, kind)(*args, **_dtype_kw(lib, dt))])
+    return Trial(
+        f"{kind}{args} {dt}", lambda lib: [getattr(lib, kind)(*args, **_dtype_kw(lib, dt))]
+    )
 
 
 def _c_sizes(rng, dt):
@@ -364,8 +377,16 @@ def _nested_same(rng, depth, kinds):
 
 
 def _c_tensor(rng, dt):
-    kinds = _pick(rng, ("int",), ("bool",), ("float",), ("int", "bool"), ("int", "float"),
-                  ("bool", "float"), ("int", "bool", "float"))
+    kinds = _pick(
+        rng,
+        ("int",),
+        ("bool",),
+        ("float",),
+        ("int", "bool"),
+        ("int", "float"),
+        ("bool", "float"),
+        ("int", "bool", "float"),
+    )
     depth = int(rng.integers(0, 3))
     rows = [_nested(rng, max(depth - 1, 0), kinds) for _ in range(int(rng.integers(1, 3)))]
     if depth == 0:
@@ -426,3 +447,204 @@ CREATION = {
 def _creation(rng):
     kind = sorted(CREATION)[int(rng.integers(len(CREATION)))]
     return CREATION[kind](rng, _pick(rng, *DTYPE_CHOICES))
+
+
+# ---- captured steps against eager steps ----------------------------------------------------
+# (not against torch: a captured step must equal the eager step it recorded, bit for bit)
+
+
+def _inplace_mul(rg, h, x, p):
+    h = h * 1.0
+    h.mul_(p["v"])
+    return h
+
+
+def _inplace_add(rg, h, x, p):
+    h = h.clone()
+    h.add_(x)
+    return h
+
+
+def _inplace_slice(rg, h, x, p):
+    h = h.clone()
+    h[:, 0] = h[:, 0] * 3.0
+    return h
+
+
+#: ``(B, n) -> (B, n)`` steps of a program: elementwise, broadcasting, reductions, views and
+#: in-place updates of a non-leaf, over the input ``x`` and the parameters ``W`` (n, n),
+#: ``v`` (n,) and ``c`` (1,)
+PROGRAM_OPS = {
+    "tanh": lambda rg, h, x, p: h.tanh(),
+    "sigmoid": lambda rg, h, x, p: h.sigmoid(),
+    "gelu": lambda rg, h, x, p: rg.nn.functional.gelu(h),
+    "relu": lambda rg, h, x, p: h.relu() + h * 0.1,
+    "sin": lambda rg, h, x, p: h.sin(),
+    "gauss": lambda rg, h, x, p: (-h.square()).exp(),
+    "softplus": lambda rg, h, x, p: rg.nn.functional.softplus(h),
+    "abs": lambda rg, h, x, p: h.abs(),
+    "square": lambda rg, h, x, p: h * h,
+    "mul_v": lambda rg, h, x, p: h * p["v"],
+    "add_v": lambda rg, h, x, p: h + p["v"],
+    "scale_c": lambda rg, h, x, p: h * p["c"] - p["c"],
+    "div": lambda rg, h, x, p: h / (1.0 + p["v"].square()),
+    "mul_x": lambda rg, h, x, p: h * x,
+    "add_x": lambda rg, h, x, p: h + x,
+    "matmul": lambda rg, h, x, p: h @ p["W"],
+    "matmul_t": lambda rg, h, x, p: h @ p["W"].t(),
+    "linear": lambda rg, h, x, p: rg.nn.functional.linear(h, p["W"], p["v"]),
+    "softmax": lambda rg, h, x, p: h.softmax(-1),
+    "log_softmax": lambda rg, h, x, p: h.log_softmax(-1),
+    "center": lambda rg, h, x, p: h - h.mean(-1, keepdim=True),
+    "norm": lambda rg, h, x, p: h / (h.square().sum(-1, keepdim=True) + 1.0).sqrt(),
+    "amax": lambda rg, h, x, p: h - h.amax(-1, keepdim=True),
+    "max_dim": lambda rg, h, x, p: h * h.max(0, keepdim=True).values,
+    "logsumexp": lambda rg, h, x, p: h - h.logsumexp(-1, keepdim=True),
+    "var": lambda rg, h, x, p: h * h.var(-1, keepdim=True),
+    "cumsum": lambda rg, h, x, p: h.cumsum(-1) * 0.5,
+    "flip": lambda rg, h, x, p: h.flip(-1),
+    "roll_cat": lambda rg, h, x, p: rg.cat([h[:, 1:], h[:, :1]], -1),
+    "reshape": lambda rg, h, x, p: h.reshape(-1).reshape(h.shape),
+    "transpose": lambda rg, h, x, p: h.t().tanh().t(),
+    "stack_sum": lambda rg, h, x, p: rg.stack([h, h * 2.0], 0).sum(0),
+    "outer_mean": lambda rg, h, x, p: (h.unsqueeze(1) * h.unsqueeze(2)).mean(1),
+    "narrow": lambda rg, h, x, p: rg.cat([h.narrow(-1, 0, 1) * 2.0, h[:, 1:]], -1),
+    "sum_bcast": lambda rg, h, x, p: h + h.sum(0),
+    "where": lambda rg, h, x, p: rg.where(h > 0, h, h * 0.1),
+    "clamp": lambda rg, h, x, p: h.clamp(-0.5, 0.5),
+    "gather": lambda rg, h, x, p: h.gather(-1, (x.abs() * 10.0).long() % h.shape[-1]),
+    "index_select": lambda rg, h, x, p: h.index_select(
+        -1, rg.tensor(list(range(h.shape[-1]))[::-1])
+    ),
+    "sort": lambda rg, h, x, p: h.sort(-1).values,
+    "topk": lambda rg, h, x, p: rg.cat([h.topk(1, -1).values, h[:, 1:]], -1),
+    "layer_norm": lambda rg, h, x, p: rg.nn.functional.layer_norm(
+        h, (h.shape[-1],), p["v"], p["v"] * 0.5
+    ),
+    "masked_fill": lambda rg, h, x, p: h.masked_fill(x > 0.5, 0.25),
+    "cumprod": lambda rg, h, x, p: (h * 0.5).cumprod(-1),
+    "prod": lambda rg, h, x, p: h * (h * 0.5).prod(-1, keepdim=True),
+    "relu_prod": lambda rg, h, x, p: h + h.relu().prod(),  # (zeros: the exact rule)
+    "std": lambda rg, h, x, p: h / (h.std(-1, keepdim=True) + 1.0),
+    "detach_mix": lambda rg, h, x, p: h + h.detach() * 0.5,
+    "expand": lambda rg, h, x, p: h.sum(-1, keepdim=True).expand(h.shape) + h,
+    "pow": lambda rg, h, x, p: (h.abs() + 0.1).pow(1.5),
+    "maximum": lambda rg, h, x, p: rg.maximum(h, x),
+    "leaky": lambda rg, h, x, p: rg.nn.functional.leaky_relu(h, 0.2),
+    "dropout": lambda rg, h, x, p: rg.nn.functional.dropout(h, 0.3, training=True),
+    "inplace_mul": _inplace_mul,
+    "inplace_add": _inplace_add,
+    "inplace_slice": _inplace_slice,
+}
+
+LOSSES = {
+    "sum_x": lambda rg, h, x: (h * x).sum(),
+    "mean_square": lambda rg, h, x: h.square().mean(),
+    "mse": lambda rg, h, x: rg.nn.functional.mse_loss(h, x),
+    "cross_entropy": lambda rg, h, x: rg.nn.functional.cross_entropy(h, x.argmax(-1)),
+}
+
+STRATEGIES = ("none", "balanced", "budget")
+
+
+def _strategy(rg, name):
+    if name == "none":
+        return rg.NoCheckpointing()
+    if name == "balanced":
+        return rg.BalancedCheckpointing()
+    return rg.BudgetCheckpointing(256)  # (small: values are evicted and recomputed)
+
+
+class Program:
+    """A random differentiable step: a few of :data:`PROGRAM_OPS` on an input, a loss, its
+    backward and an optimizer step; it returns the loss, the last hidden value and each
+    parameter's gradient."""
+
+    def __init__(self, seed: int, strategy: str, fuse: bool = False):
+        rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.strategy = strategy
+        self.fuse = fuse
+        self.ops = [str(_pick(rng, *sorted(PROGRAM_OPS))) for _ in range(int(rng.integers(2, 7)))]
+        self.loss = str(_pick(rng, *sorted(LOSSES)))
+        self.optimizer = str(_pick(rng, "sgd", "momentum", "adam"))
+        self.dtype = str(_pick(rng, "float64", "float64", "float32"))
+        self.n = int(rng.integers(2, 5))
+        self.batches = [int(b) for b in _pick(rng, (3, 3, 3, 5, 5, 3), (2, 2, 4, 2, 4), (4, 4, 4))]
+        self.init = {
+            "W": rng.standard_normal((self.n, self.n)) * 0.7,
+            "v": rng.standard_normal(self.n),
+            "c": rng.standard_normal(1),
+        }
+        self.data = [rng.standard_normal((b, self.n)) for b in self.batches]
+
+    def __repr__(self) -> str:
+        return (
+            f"Program(seed={self.seed}, ops={self.ops}, loss={self.loss}, "
+            f"optimizer={self.optimizer}, dtype={self.dtype}, n={self.n}, "
+            f"batches={self.batches}, strategy={self.strategy}, fuse={self.fuse})"
+        )
+
+    def make(self, rg):
+        """Fresh parameters, their optimizer and the step function over them."""
+        params = {k: rg.nn.Parameter(rg.tensor(a, dtype=self.dtype)) for k, a in self.init.items()}
+        leaves = [params[k] for k in sorted(params)]
+        if self.optimizer == "sgd":
+            opt = rg.optim.SGD(leaves, lr=0.05)
+        elif self.optimizer == "momentum":
+            opt = rg.optim.SGD(leaves, lr=0.05, momentum=0.9, weight_decay=0.01)
+        else:
+            opt = rg.optim.Adam(leaves, lr=0.01)
+
+        def step(x):
+            h = x
+            for name in self.ops:
+                h = PROGRAM_OPS[name](rg, h, x, params)
+            loss = LOSSES[self.loss](rg, h, x) + 0.01 * sum(p.square().sum() for p in leaves)
+            grads = loss.backward()
+            out = (loss, h, *(p.grad(grads) for p in leaves))
+            opt.step(grads)
+            return out
+
+        return step, opt, leaves
+
+    def inputs(self, rg):
+        return [rg.tensor(a, dtype=self.dtype) for a in self.data]
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+def check_program(rg, inner, program: Program) -> None:
+    """Run ``program``'s step eagerly on every batch, and captured (the first batch captures,
+    the others replay; a batch of another size captures again), on twin parameters under the
+    same strategy; raise :class:`fuzz_cases.Mismatch` at the first output, gradient or
+    parameter that differs in a bit."""
+    from fuzz_cases import Mismatch
+
+    backend = rg.Autodiff(inner, checkpointing=_strategy(rg, program.strategy))
+    with rg.use_backend(backend):
+        eager_step, _, eager_params = program.make(rg)
+        data = program.inputs(rg)
+        rg.seed(program.seed)  # (dropout: the same masks in both runs)
+        eager = [[t.numpy() for t in eager_step(x)] for x in data]
+        step_fn, opt, params = program.make(rg)
+        rg.seed(program.seed)
+        captured = rg.capture(step_fn, data[0], state=[opt], fuse=program.fuse)
+        got = [[t.numpy() for t in captured.result]]
+        got += [[t.numpy() for t in captured(x)] for x in data[1:]]
+        names = ["loss", "h", *(f"grad {k}" for k in sorted(program.init))]
+        for call, (want_out, got_out) in enumerate(zip(eager, got)):
+            for name, w, g in zip(names, want_out, got_out):
+                if not _same(g, w):
+                    raise Mismatch(
+                        f"call {call} ({program.batches[call]} rows): {name}\n{g}\n!= eager\n{w}"
+                    )
+        for k, p, q in zip(sorted(program.init), params, eager_params):
+            if not _same(p.numpy(), q.numpy()):
+                raise Mismatch(f"parameter {k} after the steps\n{p.numpy()}\n!= eager\n{q.numpy()}")
+        want_programs = len(set(program.batches))
+        if captured.programs != want_programs:
+            raise Mismatch(f"{captured.programs} programs kept, not {want_programs}")
