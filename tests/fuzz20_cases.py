@@ -168,6 +168,25 @@ INT_OPS = {
     "float_div_zero": (1, lambda lib, a: _t(lib, a) / 0),
     "sum_dtype": (1, lambda lib, a: _t(lib, a).sum(dtype=lib.int64)),
     "cumsum_dtype": (1, lambda lib, a: _t(lib, a).cumsum(0, dtype=lib.float64)),
+    "matmul": (2, lambda lib, a, b: _t(lib, a).reshape(-1, 1) @ _t(lib, b).reshape(1, -1)),
+    "mm_square": (1, lambda lib, a: _t(lib, a).reshape(1, -1).T @ _t(lib, a).reshape(1, -1)),
+    "dot": (2, lambda lib, a, b: lib.dot(_t(lib, a).reshape(-1)[:1], _t(lib, b).reshape(-1)[:1])),
+    "outer": (2, lambda lib, a, b: lib.outer(_t(lib, a).reshape(-1), _t(lib, b).reshape(-1))),
+    "trace_tril": (1, lambda lib, a: (lib.tril(_t(lib, a).reshape(1, -1)), _t(lib, a).sum())),
+    "var": (1, lambda lib, a: _t(lib, a).var()),
+    "logsumexp": (1, lambda lib, a: _t(lib, a).reshape(-1).logsumexp(0)),
+    "median": (1, lambda lib, a: _t(lib, a).reshape(-1).median()),
+    "sigmoid": (1, lambda lib, a: lib.sigmoid(_t(lib, a))),
+    "roll_flip": (1, lambda lib, a: (_t(lib, a).roll(1, -1), _t(lib, a).flip(-1))),
+    "nansum": (1, lambda lib, a: lib.nansum(_t(lib, a))),
+    "argsort": (1, lambda lib, a: _t(lib, a).argsort(dim=-1, stable=True)),
+    "unique": (1, lambda lib, a: lib.unique(_t(lib, a), return_counts=True)),
+    "diff": (1, lambda lib, a: lib.diff(_t(lib, a).reshape(-1))),
+    "cummin": (1, lambda lib, a: tuple(_t(lib, a).reshape(-1).cummin(0))),
+    "topk": (1, lambda lib, a: tuple(_t(lib, a).reshape(-1).topk(1))),
+    "clamp_bool": (1, lambda lib, a: _t(lib, a).clamp(0, 1)),
+    "lerp": (2, lambda lib, a, b: lib.lerp(_t(lib, a), _t(lib, b), 0.5)),
+    "addcmul": (3, lambda lib, a, b, c: lib.addcmul(_t(lib, a), _t(lib, b), _t(lib, c), value=2)),
     "float_cast": (1, lambda lib, a: _t(lib, a).double()),
     "long_cast": (1, lambda lib, a: _t(lib, a).long()),
     "bool_cast": (1, lambda lib, a: _t(lib, a).bool()),
@@ -248,7 +267,13 @@ def _c_arange(rng, dt):
         args[2] = abs(args[2]) if args[1] >= args[0] else -abs(args[2])
     if dt == "bool":
         dt = None  # (torch's arange has no bool kernel; retrograd refuses it by name)
-    return Trial(f"arange{tuple(args)} {dt}", lambda lib: [lib.arange(*args, **_dtype_kw(lib, dt))])
+    as_tensors = bool(rng.random() < 0.2)  # (0-d tensor bounds, read as their numbers)
+
+    def fn(lib):
+        given = [lib.tensor(a) for a in args] if as_tensors else args
+        return [lib.arange(*given, **_dtype_kw(lib, dt))]
+
+    return Trial(f"arange{tuple(args)} {dt} tensors={as_tensors}", fn)
 
 
 def _c_space(rng, dt):
@@ -260,9 +285,15 @@ def _c_space(rng, dt):
         extra["base"] = float(_pick(rng, 2.0, 10.0, 0.5, 3.0, 1.0))
     if dt == "bool":
         dt = "float64"
-    name = f"{kind}({start}, {end}, {steps}, {extra}) {dt}"
-    fn = lambda lib: [getattr(lib, kind)(start, end, steps, **_dtype_kw(lib, dt), **extra)]  # noqa: E731
-    return Trial(name, fn, rtol=1e-6)
+    as_tensors = bool(rng.random() < 0.2)
+
+    def fn(lib):
+        a, b = (lib.tensor(start), lib.tensor(end)) if as_tensors else (start, end)
+        return [getattr(lib, kind)(a, b, steps, **_dtype_kw(lib, dt), **extra)]
+
+    return Trial(
+        f"{kind}({start}, {end}, {steps}, {extra}) {dt} tensors={as_tensors}", fn, rtol=1e-6
+    )
 
 
 def _c_full(rng, dt):

@@ -156,3 +156,15 @@ def test_products_backward_captures_and_replays_as_eager(reduce):
     loss = (program([w], x) * 1.5).sum()
     loss.backward()
     assert np.allclose(eager[0][1], w.grad.numpy(), rtol=1e-12, atol=0)
+
+
+def test_clamp_of_bools_between_two_bool_tensors_is_refused_as_torch():
+    # (torch's two-bound clamp has no bool kernel; retrograd computed it)
+    x = torch.tensor([True, False])
+    with pytest.raises(NotImplementedError, match="Bool"):
+        torch.clamp(x, torch.tensor(True), torch.tensor([False, True]))
+    with pytest.raises(rg.DTypeError, match=r"clamp.*bool"):
+        rg.clamp(rg.tensor([True, False]), rg.tensor(True), rg.tensor([False, True]))
+    # one bound is torch's maximum (or minimum): bools are fine there, as in retrograd
+    want = torch.clamp(x, torch.tensor([False, True])).tolist()
+    assert rg.clamp(rg.tensor([True, False]), rg.tensor([False, True])).tolist() == want
