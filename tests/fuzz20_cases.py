@@ -183,7 +183,8 @@ INT_OPS = {
     "unique": (1, lambda lib, a: lib.unique(_t(lib, a), return_counts=True)),
     "diff": (1, lambda lib, a: lib.diff(_t(lib, a).reshape(-1))),
     "cummin": (1, lambda lib, a: tuple(_t(lib, a).reshape(-1).cummin(0))),
-    "topk": (1, lambda lib, a: tuple(_t(lib, a).reshape(-1).topk(1))),
+    # (the values only: which of tied elements topk's index names is each kernel's)
+    "topk": (1, lambda lib, a: _t(lib, a).reshape(-1).topk(1).values),
     "clamp_bool": (1, lambda lib, a: _t(lib, a).clamp(0, 1)),
     "lerp": (2, lambda lib, a, b: lib.lerp(_t(lib, a), _t(lib, b), 0.5)),
     "addcmul": (3, lambda lib, a, b, c: lib.addcmul(_t(lib, a), _t(lib, b), _t(lib, c), value=2)),
