@@ -564,6 +564,25 @@ PROGRAM_OPS = {
     "maximum": lambda rg, h, x, p: rg.maximum(h, x),
     "leaky": lambda rg, h, x, p: rg.nn.functional.leaky_relu(h, 0.2),
     "dropout": lambda rg, h, x, p: rg.nn.functional.dropout(h, 0.3, training=True),
+    "conv1d": lambda rg, h, x, p: rg.nn.functional.conv1d(
+        h.unsqueeze(1), p["v"][:2].reshape(1, 1, 2), padding=1
+    )[..., : h.shape[-1]].squeeze(1),
+    "max_pool": lambda rg, h, x, p: rg.nn.functional.max_pool1d(h.unsqueeze(1), 2, 1, padding=1)[
+        ..., : h.shape[-1]
+    ].squeeze(1),
+    "embedding": lambda rg, h, x, p: (
+        h + rg.nn.functional.embedding((x.abs() * 10.0).long() % h.shape[-1], p["W"]).mean(1)
+    ),
+    "scatter_add": lambda rg, h, x, p: rg.zeros_like(h).scatter_add(
+        -1, (x.abs() * 10.0).long() % h.shape[-1], h
+    ),
+    "attention": lambda rg, h, x, p: (
+        (h.unsqueeze(-1) * h.unsqueeze(-2)).softmax(-1) @ h.unsqueeze(-1)
+    ).squeeze(-1),
+    "silu_elu": lambda rg, h, x, p: rg.nn.functional.silu(h) + rg.nn.functional.elu(h),
+    "hardtanh": lambda rg, h, x, p: rg.nn.functional.hardtanh(h * 2.0),
+    "logsigmoid": lambda rg, h, x, p: rg.nn.functional.logsigmoid(h),
+    "where_x": lambda rg, h, x, p: rg.where(x > 0, h, p["v"]),
     "inplace_mul": _inplace_mul,
     "inplace_add": _inplace_add,
     "inplace_slice": _inplace_slice,
@@ -600,6 +619,7 @@ class Program:
         self.ops = [str(_pick(rng, *sorted(PROGRAM_OPS))) for _ in range(int(rng.integers(2, 7)))]
         self.loss = str(_pick(rng, *sorted(LOSSES)))
         self.optimizer = str(_pick(rng, "sgd", "momentum", "adam"))
+        self.clip = bool(rng.random() < 0.3)
         self.dtype = str(_pick(rng, "float64", "float64", "float32"))
         self.n = int(rng.integers(2, 5))
         self.batches = [int(b) for b in _pick(rng, (3, 3, 3, 5, 5, 3), (2, 2, 4, 2, 4), (4, 4, 4))]
@@ -613,7 +633,7 @@ class Program:
     def __repr__(self) -> str:
         return (
             f"Program(seed={self.seed}, ops={self.ops}, loss={self.loss}, "
-            f"optimizer={self.optimizer}, dtype={self.dtype}, n={self.n}, "
+            f"optimizer={self.optimizer}, clip={self.clip}, dtype={self.dtype}, n={self.n}, "
             f"batches={self.batches}, strategy={self.strategy}, fuse={self.fuse})"
         )
 
@@ -634,6 +654,8 @@ class Program:
                 h = PROGRAM_OPS[name](rg, h, x, params)
             loss = LOSSES[self.loss](rg, h, x) + 0.01 * sum(p.square().sum() for p in leaves)
             grads = loss.backward()
+            if self.clip:  # (the norm stays a tensor while a step is captured)
+                rg.nn.utils.clip_grad_norm_(grads, leaves, 0.5, as_tensor=True)
             out = (loss, h, *(p.grad(grads) for p in leaves))
             opt.step(grads)
             return out
