@@ -52,7 +52,7 @@ def gen(name):
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 INT_POOL = [I64_MIN, I64_MIN + 1, I64_MAX, I64_MAX - 1, -7, -3, -2, -1, 0, 0, 1, 2, 3, 5, 7, 64]
 SMALL_POOL = [-7, -3, -2, -1, 0, 1, 2, 3, 5, 7]
-SCALARS = [0, 1, -1, 2, -3, 7, True, False, 0.5, -1.5, 2.0]
+SCALARS = [0, 1, -1, 2, -3, 7, True, False, 0.5, -1.5, 2.0, 0.0, -0.0, I64_MAX]
 
 
 def _operand(rng, kinds=("int64", "int64", "bool", "scalar", "float32")):

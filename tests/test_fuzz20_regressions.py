@@ -168,3 +168,17 @@ def test_clamp_of_bools_between_two_bool_tensors_is_refused_as_torch():
     # one bound is torch's maximum (or minimum): bools are fine there, as in retrograd
     want = torch.clamp(x, torch.tensor([False, True])).tolist()
     assert rg.clamp(rg.tensor([True, False]), rg.tensor([False, True])).tolist() == want
+
+
+def test_integer_alpha_times_a_number_wraps_as_int64():
+    # (alpha * other was a Python integer, refused past int64's range; torch multiplies in
+    # int64, wrapping)
+    cases = [(2**63 - 1, 3), (2**62, 4), (-3, -(2**62)), (2**62, 2)]
+    for other, alpha in cases:
+        x = [1, 5]
+        want = torch.add(torch.tensor(x), other, alpha=alpha).tolist()
+        assert want == [wrap64(v + other * alpha) for v in x]
+        assert rg.add(rg.tensor(x), other, alpha=alpha).tolist() == want
+        assert rg.tensor(x).add_(other, alpha=alpha).tolist() == want
+        want = torch.sub(torch.tensor(x), other, alpha=alpha).tolist()
+        assert rg.sub(rg.tensor(x), other, alpha=alpha).tolist() == want

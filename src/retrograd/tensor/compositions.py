@@ -52,6 +52,15 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
     check_alpha(op, alpha, result)
     if hasattr(other, "dtype") and other.dtype != result:
         other = other.cast(result)
+    if (
+        result == "int64"
+        and isinstance(other, int | np.integer)
+        and isinstance(alpha, int | np.integer)
+        and -(2**63) <= other < 2**63
+        and -(2**63) <= alpha < 2**63
+    ):
+        # torch multiplies in int64: the product wraps (3 * (2**63 - 1) is 2**63 - 3)
+        return (int(other) * int(alpha) + 2**63) % 2**64 - 2**63
     return other * alpha
 
 
