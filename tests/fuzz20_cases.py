@@ -608,8 +608,8 @@ def _strategy(rg, name):
 
 class Program:
     """A random differentiable step: a few of :data:`PROGRAM_OPS` on an input, a loss, its
-    backward and an optimizer step; it returns the loss, the last hidden value and each
-    parameter's gradient."""
+    backward and an optimizer step; it returns the loss, the last hidden value, integer and
+    bool values computed from it, and each parameter's gradient."""
 
     def __init__(self, seed: int, strategy: str, fuse: bool = False):
         rng = np.random.default_rng(seed)
@@ -656,7 +656,10 @@ class Program:
             grads = loss.backward()
             if self.clip:  # (the norm stays a tensor while a step is captured)
                 rg.nn.utils.clip_grad_norm_(grads, leaves, 0.5, as_tensor=True)
-            out = (loss, h, *(p.grad(grads) for p in leaves))
+            # (integer and bool results of the step: a count, a rounded value, a mask)
+            hits = (h.argmax(-1) == x.argmax(-1)).sum()
+            codes = (h * 4.0).round().long() // 3 + (x > 0).sum(-1, keepdim=True)
+            out = (loss, h, hits, codes, h > x, *(p.grad(grads) for p in leaves))
             opt.step(grads)
             return out
 
@@ -689,7 +692,7 @@ def check_program(rg, inner, program: Program) -> None:
         captured = rg.capture(step_fn, data[0], state=[opt], fuse=program.fuse)
         got = [[t.numpy() for t in captured.result]]
         got += [[t.numpy() for t in captured(x)] for x in data[1:]]
-        names = ["loss", "h", *(f"grad {k}" for k in sorted(program.init))]
+        names = ["loss", "h", "hits", "codes", "mask", *(f"grad {k}" for k in sorted(program.init))]
         for call, (want_out, got_out) in enumerate(zip(eager, got)):
             for name, w, g in zip(names, want_out, got_out):
                 if not _same(g, w):
