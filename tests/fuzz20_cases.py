@@ -26,6 +26,8 @@ Known differences are left out of the draws and named where they are.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fuzz12_cases import Trial, _pick
@@ -266,8 +268,6 @@ def _c_arange(rng, dt):
         args[2] = float(_pick(rng, 0.5, -0.5, 2, -1))
     if n == 3 and rng.random() < 0.5:  # (a step toward the end, mostly)
         args[2] = abs(args[2]) if args[1] >= args[0] else -abs(args[2])
-    if dt == "bool":
-        dt = None  # (torch's arange has no bool kernel; retrograd refuses it by name)
     as_tensors = bool(rng.random() < 0.2)  # (0-d tensor bounds, read as their numbers)
 
     def fn(lib):
@@ -284,8 +284,6 @@ def _c_space(rng, dt):
     extra = {}
     if kind == "logspace" and rng.random() < 0.6:
         extra["base"] = float(_pick(rng, 2.0, 10.0, 0.5, 3.0, 1.0))
-    if dt == "bool":
-        dt = "float64"
     as_tensors = bool(rng.random() < 0.2)
 
     def fn(lib):
@@ -299,6 +297,8 @@ def _c_space(rng, dt):
 
 def _c_full(rng, dt):
     value = _number(rng)
+    if rng.random() < 0.15:  # (values no int64 holds)
+        value = float(_pick(rng, math.nan, math.inf, -math.inf, 1e30, -1e19))
     shape = _pick(rng, (), (2,), (2, 3), (0, 2))
     like = bool(rng.random() < 0.5)
     source = _pick(rng, [1, 2], [1.0, 2.0], [True, False], [[1, 0]])

@@ -3,6 +3,8 @@ torch 2.13 or the two's-complement arithmetic it states (Python integers reduced
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,38 @@ def test_integer_alpha_times_a_number_wraps_as_int64():
         assert rg.tensor(x).add_(other, alpha=alpha).tolist() == want
         want = torch.sub(torch.tensor(x), other, alpha=alpha).tolist()
         assert rg.sub(rg.tensor(x), other, alpha=alpha).tolist() == want
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.arange(3, dtype=lib.bool),
+        lambda lib: lib.arange(0, 1, 0.5, dtype=lib.bool),
+        lambda lib: lib.linspace(0, 1, 3, dtype=lib.bool),
+        lambda lib: lib.logspace(0, 1, 2, dtype=lib.bool),
+    ],
+)
+def test_bool_ranges_are_refused_as_torch(make):
+    # (retrograd made them: arange(3) was [False, True, True])
+    with pytest.raises(NotImplementedError, match="Bool"):
+        make(torch)
+    with pytest.raises(rg.DTypeError, match="not implemented for bool"):
+        make(rg)
+    # (torch's 0- and 1-step spaces never reach its kernel: they are made, bool too)
+    for steps in (0, 1):
+        want = torch.linspace(0.5, 1, steps, dtype=torch.bool).tolist()
+        assert rg.linspace(0.5, 1, steps, dtype=rg.bool).tolist() == want
+        want = torch.logspace(0.5, 1, steps, dtype=torch.bool).tolist()
+        assert rg.logspace(0.5, 1, steps, dtype=rg.bool).tolist() == want
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e30])
+def test_full_refuses_a_float_int64_cannot_hold(value):
+    # (full(..., nan, dtype=int64) was filled with -2**63)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.full((2,), value, dtype=torch.int64)
+    with pytest.raises(rg.errors.InvalidArgumentError, match=r"full.*int64"):
+        rg.full((2,), value, dtype=rg.int64)
+    with pytest.raises(rg.errors.InvalidArgumentError, match=r"full.*int64"):
+        rg.full_like(rg.tensor([1, 2]), value)
+    assert rg.full((2,), value, dtype=rg.bool).tolist() == [True, True]

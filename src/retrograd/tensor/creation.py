@@ -246,11 +246,18 @@ def full(
             else ("int64" if isinstance(value, numbers.Integral) else default_float_dtype())
         )
     dtype = _check_dtype("full", dtype)
+    if dtype == "int64" and isinstance(value, float | np.floating) and not _in_int64(value):
+        raise InvalidArgumentError(f"full: {value!r} cannot be converted to int64 without overflow")
     backend, device = _target(backend, device)
     shape = _creation_shape("full", shape)
     return _requiring(
         Tensor(backend.full(shape, value, dtype, device), backend, device), requires_grad
     )
+
+
+def _in_int64(value: float) -> bool:
+    """Whether a float converts to int64 (torch's check: NaN and infinities do not)."""
+    return -(2.0**63) <= value < 2.0**63
 
 
 def _keyword(op: str, name: str, value: Any, torch_name: str, torch_value: Any) -> Any:
@@ -343,7 +350,7 @@ def arange(
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
-    dtype = _check_dtype("arange", dtype)
+    dtype = _no_bool_range("arange", _check_dtype("arange", dtype))
     start, end, step = values
     if step == 0:
         raise ShapeError("arange: step must not be zero")
@@ -370,6 +377,14 @@ def arange(
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
     return _requiring(out, requires_grad)
+
+
+def _no_bool_range(op: str, dtype: Any, steps: Any = None) -> Any:
+    """``dtype``, refused when it is bool: torch's ranges have no bool kernel (``linspace``
+    and ``logspace`` of 0 or 1 ``steps`` do not reach it)."""
+    if dtype == "bool" and (not isinstance(steps, numbers.Integral) or steps > 1):
+        raise DTypeError(f"{op}: not implemented for bool (as in torch); make an int64 range")
+    return dtype
 
 
 def torch_range(
@@ -416,7 +431,9 @@ def linspace(
     float dtype unless ``dtype``: torch's values to the bit (:func:`torch_linspace`)."""
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
-    dtype = _check_dtype("linspace", dtype) or default_float_dtype()
+    dtype = (
+        _no_bool_range("linspace", _check_dtype("linspace", dtype), steps) or default_float_dtype()
+    )
     start = float(start.item() if isinstance(start, Tensor) else start)
     end = float(end.item() if isinstance(end, Tensor) else end)
     if dtype == "int64":
@@ -467,7 +484,9 @@ def logspace(
     """``base ** linspace(start, end, steps)`` (``torch.logspace``), the powers taken in
     float64 (``2 ** 3`` exactly 8, where ``exp(3 log 2)`` is 7.999...); for an integer dtype
     ``start`` and ``end`` are truncated to integers first, as torch's."""
-    dtype = _check_dtype("logspace", dtype) or default_float_dtype()
+    dtype = (
+        _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
+    )
     if dtype == "int64":
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
