@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..backend.protocol_products import along, reverse_cumsum
 from ..errors import AutodiffError, InvalidArgumentError
 
 __all__ = ["OPS", "Op", "sum_to_shape", "unpack"]
@@ -233,79 +234,16 @@ def _zeros_like_rule(B, g):
     return B.zeros_like(g)
 
 
-def _along(dim, index):
-    return (slice(None),) * dim + (index,)
-
-
-def _exclusive_prod(B, x, dim):
-    """Product of the other elements along ``dim``, exact where ``x`` has zeros."""
-    shape = B.shape(x)
-    n = shape[dim]
-    if n <= 1:  # an empty dimension has no products to take
-        return B.ones_like(x)
-    one = B.ones(shape[:dim] + (1,) + shape[dim + 1 :], B.dtype(x), B.device(x))
-    head = _along(dim, slice(0, n - 1))
-    before = B.cat([one, B.slice(B.cumprod(x, dim), head)], dim)
-    after = B.flip(B.cat([one, B.slice(B.cumprod(B.flip(x, (dim,)), dim), head)], dim), (dim,))
-    return B.mul(before, after)
-
-
 def _prod_vjp(B, g, x, out, x_shape):
-    zeros = B.equal_elem(x, 0.0)
-    if not B.any(zeros):  # torch: grad * result / input (inf and NaN as its)
-        return B.mul(B.expand(g, x_shape), B.div(B.expand(out, x_shape), x))
-    flat = B.reshape(x, (math.prod(x_shape),))
-    if int(B.to_numpy(B.sum(B.cast(zeros, "int64")))) > 1 and B.any(
-        B.logical_or(B.is_inf(x), B.is_nan(x))
-    ):
-        return B.zeros_like(x)  # torch: zeros (no inf * 0)
-    # (with two zeros and the rest finite the exclusive products are zeros too, and their
-    # derivatives, taken under create_graph, are the second derivatives: nonzero at the zeros)
-    return B.mul(B.expand(g, x_shape), B.reshape(_exclusive_prod(B, flat, 0), x_shape))
+    return B.prod_backward(g, x, out, x_shape)
 
 
 def _prod_dim_vjp(B, g, x, out, dim):
-    if not B.any(B.equal_elem(x, 0.0)):  # as _prod_vjp: torch's result / input
-        return B.mul(g, B.div(out, x))
-    return B.mul(g, _exclusive_prod(B, x, dim))
-
-
-def _reverse_cumsum(B, g, dim):
-    return B.flip(B.cumsum(B.flip(g, (dim,)), dim), (dim,))
+    return B.prod_dim_backward(g, x, out, dim)
 
 
 def _cumprod_vjp(B, g, x, out, dim):
-    if math.prod(B.shape(x)) <= 1 or B.shape(x)[dim] == 1:  # torch: the gradient itself
-        return g
-    if not B.any(B.equal_elem(x, 0.0)):
-        return B.div(_reverse_cumsum(B, B.mul(g, out), dim), x)
-    # Exact with zeros: d out_i / d x_k = prod_{j<=i, j!=k} x_j for i >= k. Row k of a (n, n)
-    # matrix holds x with positions j <= k replaced by one; its cumprod along j gives
-    # prod_{k<j<=i} x_j, and the exclusive prefix product supplies prod_{j<k} x_j.
-    last = len(B.shape(x)) - 1
-    xs = B.swap_dims(x, dim, last)
-    gs = B.swap_dims(g, dim, last)
-    shape = B.shape(xs)
-    n = shape[-1]
-    positions = B.arange(0, n, 1, "int64", B.device(x))
-    strictly_after = B.greater(B.reshape(positions, (1, n)), B.reshape(positions, (n, 1)))
-    rows = B.expand(B.reshape(xs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
-    rows = B.mask_where(B.ones_like(rows), strictly_after, rows)
-    partial = B.cumprod(rows, last + 1)
-    reached = B.cast(
-        B.logical_not(B.lower(B.reshape(positions, (1, n)), B.reshape(positions, (n, 1)))),
-        B.dtype(x),
-    )
-    weighted = B.mul(B.mul(partial, reached), B.reshape(gs, shape[:-1] + (1, n)))
-    inner = B.reshape(B.sum_dim(weighted, (last + 1,)), shape)
-    before = B.cat(
-        [
-            B.ones(shape[:-1] + (1,), B.dtype(x), B.device(x)),
-            B.slice(B.cumprod(xs, last), _along(last, slice(0, n - 1))),
-        ],
-        last,
-    )
-    return B.swap_dims(B.mul(before, inner), dim, last)
+    return B.cumprod_backward(g, x, out, dim)
 
 
 def _extreme_vjp(B, g, x, out):
@@ -743,7 +681,7 @@ untracked("argmax", params=("dim",))
 untracked("argmin", params=("dim",))
 
 # -- cumulative, sorting -------------------------------------------------------------------------
-reduction("cumsum", lambda B, g, dim: _reverse_cumsum(B, g, dim), ("dim",))
+reduction("cumsum", lambda B, g, dim: reverse_cumsum(B, g, dim), ("dim",))
 reduction("cumprod", _cumprod_vjp, ("dim",))
 reduction("cummax", _cumulative_extreme_vjp, ("dim",), aux=True)
 reduction("cummin", _cumulative_extreme_vjp, ("dim",), aux=True)
@@ -787,7 +725,7 @@ Op(
     "cat",
     (),
     ("dim", "bounds"),
-    (lambda B, g, index, dim, bounds: B.slice(g, _along(dim, slice(*bounds[index]))),),
+    (lambda B, g, index, dim, bounds: B.slice(g, along(dim, slice(*bounds[index]))),),
     memory_bound=True,
     variadic=True,
     forward=lambda B, values, dim, bounds: B.cat(values, dim),
@@ -1101,6 +1039,7 @@ for _name in (
     "logical_and",
     "logical_or",
     "nextafter",
+    "floor_divide",
     "gcd",
     "lcm",
     "bitwise_and",

@@ -153,6 +153,12 @@ class NumpyMathKernels:
         return _like(out, x)
 
     fmod = staticmethod(np.fmod)
+
+    @staticmethod
+    def floor_divide(x, y):
+        with np.errstate(over="ignore", divide="ignore"):  # (-2**63 // -1 wraps, as torch's)
+            return np.floor_divide(x, y)
+
     nextafter = staticmethod(np.nextafter)
     gcd = staticmethod(np.gcd)
     lcm = staticmethod(np.lcm)
@@ -171,7 +177,8 @@ class NumpyMathKernels:
         return np.where((y >= 64) | (y < 0), 0, out)
 
     def bitwise_right_shift(self, x, y):
-        return np.right_shift(x, np.clip(y, 0, 63))
+        # (a negative amount shifts as one of 64 or more, as torch's kernel: the sign)
+        return np.right_shift(x, np.where(np.less(y, 0), 63, np.minimum(y, 63)))
 
     def cholesky(self, x):
         try:

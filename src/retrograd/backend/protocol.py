@@ -41,6 +41,7 @@ from ..errors import DTypeError, InvalidArgumentError, shape_text
 from .protocol_loss import LossProtocol
 from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
+from .protocol_products import ProductProtocol
 from .protocol_rnn import RecurrentProtocol
 
 __all__ = [
@@ -98,7 +99,7 @@ def singular_matrix(op: str, shape: Sequence[int]) -> InvalidArgumentError:
     )
 
 
-class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
+class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, ProductProtocol):
     """Abstract base of all backends; the method list, with its bases' (the neural-network,
     recurrent and loss kernels), *is* the protocol.
 
@@ -136,6 +137,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol):
             "softmax_backward",
             "log_softmax_backward",
             "gather_backward",
+            "prod_backward",
+            "prod_dim_backward",
+            "cumprod_backward",
             "arithmetic_warnings_ignored",
         }
     )

@@ -157,6 +157,12 @@ class MathProtocol:
         """C's ``fmod``: the remainder with the sign of the dividend (exact)."""
         raise NotImplementedError
 
+    def floor_divide(self, x: Any, y: Any) -> Any:
+        """``x // y`` of int64 tensors (broadcasting), rounded down, exact at every magnitude
+        and wrapping as torch's integer kernel does (``-2**63 // -1`` is ``-2**63``); a zero
+        divisor is refused above the backend."""
+        raise NotImplementedError
+
     def nextafter(self, x: Any, y: Any) -> Any:
         """The next representable value after ``x`` towards ``y``."""
         raise NotImplementedError
@@ -182,11 +188,13 @@ class MathProtocol:
         raise NotImplementedError
 
     def bitwise_left_shift(self, x: Any, y: Any) -> Any:
-        """``x << y`` of int64 tensors (0 for shifts of 64 bits or more, as torch's)."""
+        """``x << y`` of int64 tensors (0 for shifts of 64 bits or more or negative ones, as
+        torch's)."""
         raise NotImplementedError
 
     def bitwise_right_shift(self, x: Any, y: Any) -> Any:
-        """Arithmetic ``x >> y`` of int64 tensors (the sign for shifts of 64 or more)."""
+        """Arithmetic ``x >> y`` of int64 tensors (the sign for shifts of 64 or more or negative
+        ones, as torch's)."""
         raise NotImplementedError
 
     def signbit(self, x: Any) -> Any:

@@ -19,6 +19,7 @@ class TorchMathKernels:
     i1 = staticmethod(torch.special.i1)
     erfc = staticmethod(torch.erfc)
     fmod = staticmethod(torch.fmod)
+    floor_divide = staticmethod(torch.floor_divide)
     nextafter = staticmethod(torch.nextafter)
     gcd = staticmethod(torch.gcd)
     lcm = staticmethod(torch.lcm)

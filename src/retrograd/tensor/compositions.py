@@ -52,6 +52,15 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
     check_alpha(op, alpha, result)
     if hasattr(other, "dtype") and other.dtype != result:
         other = other.cast(result)
+    if (
+        result == "int64"
+        and isinstance(other, int | np.integer)
+        and isinstance(alpha, int | np.integer)
+        and -(2**63) <= other < 2**63
+        and -(2**63) <= alpha < 2**63
+    ):
+        # torch multiplies in int64: the product wraps (3 * (2**63 - 1) is 2**63 - 3)
+        return (int(other) * int(alpha) + 2**63) % 2**64 - 2**63
     return other * alpha
 
 
@@ -111,17 +120,14 @@ def integer_power(base: Any, exponent: Any) -> Any | None:
         raise InvalidArgumentError(
             f"pow: integers to negative integer powers are not allowed (exponent {exponent})"
         )
+    # (the backend's integer power: exact, and wrapping on overflow as torch's kernel does)
     if not hasattr(exponent, "dtype"):
-        base = base.cast("float64")
-        # exact below 2**53; torch's integer power wraps on overflow, as this does not
-        return (base**exponent).round().cast("int64")
+        base = base.cast("int64")
+        return base._apply("pow_scalar", (base,), (int(exponent),))
     exponent = exponent.cast("int64")
-    if not hasattr(base, "dtype"):
-        base = wrap(exponent, exponent._backend.full((), int(base), "int64", exponent._device))
-    base = base.cast("int64")
+    base = _int64(exponent, base)
     negative = exponent.lower_elem(0)
-    power = base.cast("float64") ** exponent.mask_fill(negative, 0).cast("float64")
-    power = power.round().cast("int64")
+    power = base._apply("pow", (base, exponent.mask_fill(negative, 0)))
     odd = exponent.remainder(2).equal_elem(1)
     minus_one = odd.cast("int64") * -2 + 1  # (-1) ** exponent
     small = base.equal_elem(1).cast("int64") + base.equal_elem(-1).cast("int64") * minus_one
@@ -143,15 +149,22 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
     )
     if a.dtype in ("int64", "bool") and b_integral:
         check_integer_divisor(f"div (rounding_mode={mode!r})", a, b)
-        a64 = a.cast("int64")
-        if mode == "trunc":
-            return (a64.cast("float64") / b).trunc().cast("int64")
-        multiple = (a64 - a64.remainder(b)).cast("float64")
-        return (multiple / b).round().cast("int64")
+        x, y = a.cast("int64"), _int64(a, b)
+        if mode == "trunc":  # (an exact multiple of y: its floor quotient is the truncated one)
+            x = x - x.fmod(y)
+        return x._apply("floor_divide", (x, y))
     quotient = a / b
     if mode == "trunc":
         return _zero_gradient(untracked(quotient).trunc(), a, b)
     return _floor_quotient(a, b, quotient)
+
+
+def _int64(like: Any, value: Any) -> Any:
+    """``value`` (an integer or bool tensor, or a Python integer) as an int64 tensor on
+    ``like``'s backend and device."""
+    if not hasattr(value, "dtype"):
+        return wrap(like, like._backend.full((), int(value), "int64", like._device))
+    return lift(like, value, "div").cast("int64")
 
 
 def _zero_gradient(out: Any, a: Any, b: Any) -> Any:

@@ -246,11 +246,18 @@ def full(
             else ("int64" if isinstance(value, numbers.Integral) else default_float_dtype())
         )
     dtype = _check_dtype("full", dtype)
+    if dtype == "int64" and isinstance(value, float | np.floating) and not _in_int64(value):
+        raise InvalidArgumentError(f"full: {value!r} cannot be converted to int64 without overflow")
     backend, device = _target(backend, device)
     shape = _creation_shape("full", shape)
     return _requiring(
         Tensor(backend.full(shape, value, dtype, device), backend, device), requires_grad
     )
+
+
+def _in_int64(value: float) -> bool:
+    """Whether a float converts to int64 (torch's check: NaN and infinities do not)."""
+    return -(2.0**63) <= value < 2.0**63
 
 
 def _keyword(op: str, name: str, value: Any, torch_name: str, torch_value: Any) -> Any:
@@ -354,19 +361,22 @@ def arange(
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
-    dtype = _check_dtype("arange", dtype)
-    if dtype == "int64" and all(math.isfinite(v) for v in values):
-        # torch's integer arange truncates the three to integers first (a step of 0.5 is 0)
-        values = [int(v) for v in values]
+    dtype = _no_bool_range("arange", _check_dtype("arange", dtype))
     start, end, step = values
     if step == 0:
         raise ShapeError("arange: step must not be zero")
     if not all(math.isfinite(v) for v in values):
         raise InvalidArgumentError(f"arange: unsupported range {start} -> {end} (step {step})")
-    if (end - start) * step < 0:  # torch's rule: a range the step walks away from
+    if (end - start) * step < 0:  # torch's rule (on the values given): the step walks away
         raise InvalidArgumentError(
             f"arange: start {start} and end {end} are inconsistent with the sign of step {step}"
         )
+    if dtype == "int64":
+        # torch's integer arange then truncates the three to integers (a step of 0.5 is 0)
+        values = [int(v) for v in values]
+        start, end, step = values
+        if step == 0:
+            raise ShapeError("arange: step must not be zero")
     integral = all(isinstance(v, numbers.Integral) for v in values)
     dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
@@ -378,6 +388,14 @@ def arange(
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
     return _requiring(out, requires_grad)
+
+
+def _no_bool_range(op: str, dtype: Any, steps: Any = None) -> Any:
+    """``dtype``, refused when it is bool: torch's ranges have no bool kernel (``linspace``
+    and ``logspace`` of 0 or 1 ``steps`` do not reach it)."""
+    if dtype == "bool" and (not isinstance(steps, numbers.Integral) or steps > 1):
+        raise DTypeError(f"{op}: not implemented for bool (as in torch); make an int64 range")
+    return dtype
 
 
 def torch_range(
@@ -424,13 +442,31 @@ def linspace(
     float dtype unless ``dtype``: torch's values to the bit (:func:`torch_linspace`)."""
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
-    dtype = _check_dtype("linspace", dtype) or default_float_dtype()
+    dtype = (
+        _no_bool_range("linspace", _check_dtype("linspace", dtype), steps) or default_float_dtype()
+    )
     start = float(start.item() if isinstance(start, Tensor) else start)
     end = float(end.item() if isinstance(end, Tensor) else end)
-    precision = np.float64 if dtype == "float64" else np.float32
-    host = torch_linspace(start, end, steps, precision)
+    if dtype == "int64":
+        host = _integer_linspace(int(start), int(end), steps)
+    else:
+        precision = np.float64 if dtype == "float64" else np.float32
+        host = torch_linspace(start, end, steps, precision)
     backend, device = _target(backend, device)
     return _requiring(from_host(Tensor, host, dtype, backend, device), requires_grad)
+
+
+def _integer_linspace(start: int, end: int, steps: int) -> np.ndarray:
+    """torch's CPU ``linspace`` of an integer dtype: ``start`` and ``end`` truncated to
+    integers, the step ``(end - start) / (steps - 1)`` a double, each value computed in
+    double from the nearer end (as :func:`torch_linspace`) and truncated toward zero."""
+    if steps == 1:
+        return np.array([start], dtype=np.int64)
+    step = (float(end) - float(start)) / max(steps - 1, 1)
+    index = np.arange(steps)
+    below = float(start) + step * index.astype(np.float64)
+    above = float(end) - step * (steps - 1 - index).astype(np.float64)
+    return np.trunc(np.where(index < steps // 2, below, above)).astype(np.int64)
 
 
 def torch_linspace(start: float, end: float, steps: int, precision: type) -> np.ndarray:
@@ -459,9 +495,27 @@ def logspace(
     """``base ** linspace(start, end, steps)`` (``torch.logspace``), the powers taken in
     float64 (``2 ** 3`` exactly 8, where ``exp(3 log 2)`` is 7.999...); for an integer dtype
     ``start`` and ``end`` are truncated to integers first, as torch's."""
-    dtype = _check_dtype("logspace", dtype) or default_float_dtype()
+    dtype = (
+        _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
+    )
     if dtype == "int64":
+        given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
+        if not isinstance(steps, numbers.Integral) or steps < 0:
+            raise ShapeError(f"logspace: steps must be a non-negative int, got {steps!r}")
+        # torch's integer kernel: the base rounded to float32, each exponent a double from
+        # the nearer end (no fused multiply-add), the power a double, truncated; one step is
+        # the base to the power of ``start`` as given, in double
+        step = (float(end) - float(start)) / max(steps - 1, 1)
+        index = np.arange(steps, dtype=np.float64)
+        exponent = np.where(
+            index < steps // 2, float(start) + step * index, float(end) - step * (steps - 1 - index)
+        )
+        power = np.float64(np.float32(base)) ** exponent
+        host = np.trunc(np.float64(base) ** np.full(1, given) if steps == 1 else power)
+        host = host.astype(np.int64)
+        backend, device = _target(kwargs.get("backend"), kwargs.get("device"))
+        return from_host(Tensor, host, dtype, backend, device)
     return (float(base) ** linspace(start, end, steps, dtype="float64", **kwargs)).cast(dtype)
 
 
@@ -513,10 +567,14 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
         raise ShapeError(f"randint: expects low < high, got low={low}, high={high}")
     if int(low) < -(2**63) or int(high) > 2**63:  # torch refuses them too; the draws would wrap
         raise InvalidArgumentError(f"randint: low={low} and high={high} must lie in int64's range")
+    dtype = _check_dtype("randint", dtype)
+    if dtype == "bool" and (int(low) < 0 or int(high) > 2):  # (torch's bounds check)
+        raise InvalidArgumentError(
+            f"randint: low={low} and high={high} are out of bounds for bool (0 <= low < high <= 2)"
+        )
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)
     out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)
-    dtype = _check_dtype("randint", dtype)
     return out if dtype == "int64" else out.cast(dtype)
 
 

@@ -732,6 +732,8 @@ class ElementwiseMixin:
             # min > max gives max everywhere, with no gradient (the kernel's order of
             # min(max(x, lo), hi) and the gradient's rule lo <= x <= hi, as torch's)
             return x._apply("clamp", (x,), (min, max))
+        if self.dtype == getattr(min, "dtype", None) == getattr(max, "dtype", None) == "bool":
+            _no_bool("clamp")  # (torch's two-bound kernel; one bound is maximum/minimum's)
         value = untracked(self)
         if min is not None:
             value = bounded(value, untracked_bound(min), "lower")

@@ -598,7 +598,7 @@ def _filled(t: Any, value: Any) -> Any:
     if t.dtype == "bool":
         value = bool(value)
     elif t.dtype == "int64":
-        if isinstance(value, float) and not math.isfinite(value):
+        if isinstance(value, float) and not -(2.0**63) <= value < 2.0**63:  # NaN too
             raise DTypeError(f"fill_: cannot fill an int64 tensor with {value!r}")
         value = int(value)  # torch converts, truncating toward zero (fill_(1.5) writes 1)
     else:
