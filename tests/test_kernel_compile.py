@@ -274,3 +274,29 @@ def test_an_unknown_mode_is_refused(monkeypatch):
     monkeypatch.setenv(kernel_compile.MODE_VARIABLE, "later")
     with pytest.raises(rg.errors.InvalidArgumentError, match="RETROGRAD_KERNEL_COMPILE"):
         kernel_compile.mode()
+
+
+# -- retrograd warmup ------------------------------------------------------------------------------
+def test_the_conv_warmup_calls_every_winograd_kernel(monkeypatch):
+    """``retrograd warmup``'s convolutional step compiles (here: loads or compiles in this
+    process) every Winograd kernel, both tiles and the flipped weight."""
+    from retrograd.app import warmup
+
+    monkeypatch.setenv(kernel_compile.MODE_VARIABLE, "wait")
+    called = set()
+
+    def call(self, *args):
+        called.add(self.name)
+        return self.dispatcher(*args)
+
+    monkeypatch.setattr(kernel_compile.Twinned, "__call__", call)
+    warmup.run_workload("conv")
+    assert called == set(winograd_numpy.__all__)
+
+
+def test_a_failing_warmup_says_which_and_why(monkeypatch):
+    from retrograd.app import warmup
+
+    monkeypatch.setattr(warmup, "WORKLOADS", ("nonesuch",))
+    with pytest.raises(RuntimeError, match="(?s)nonesuch warm-up failed:.*KeyError"):
+        warmup.warmup(jobs=1, echo=lambda *a: None)
