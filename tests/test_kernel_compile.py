@@ -298,5 +298,22 @@ def test_a_failing_warmup_says_which_and_why(monkeypatch):
     from retrograd.app import warmup
 
     monkeypatch.setattr(warmup, "WORKLOADS", ("nonesuch",))
-    with pytest.raises(RuntimeError, match="(?s)nonesuch warm-up failed:.*KeyError"):
+    with pytest.raises(RuntimeError, match=r"(?s)nonesuch warm-up failed:.*KeyError"):
         warmup.warmup(jobs=1, echo=lambda *a: None)
+
+
+def test_signatures_travel_to_the_compiler_intact():
+    """The argument types the kernels take (arrays of each layout, read-only ones, integers,
+    booleans) reach the background process as the same Numba types; others are refused
+    (and then compiled in the process)."""
+    import numba
+
+    x = np.zeros((4, 5, 6), np.float32)
+    frozen = np.zeros(3, np.float64)
+    frozen.setflags(write=False)
+    values = [x, x[:, ::2], np.asfortranarray(x), frozen, 3, True, np.float32(2), np.int32(1)]
+    signature = tuple(numba.typeof(v) for v in values)
+    sent = json.loads(json.dumps(kernel_compile._encode(signature)))
+    assert kernel_compile._decode(sent) == signature
+    with pytest.raises(ValueError, match="no encoding"):
+        kernel_compile._encode((numba.typeof((1, 2)),))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -85,32 +84,24 @@ def run_workload(name: str) -> None:
 def warmup(jobs: int = 2, echo=print) -> float:
     """Run every workload in a fresh process, ``jobs`` at a time; the seconds taken. A
     workload that fails raises :class:`RuntimeError` with its error output."""
+    from concurrent.futures import ThreadPoolExecutor
+
     start = time.perf_counter()
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, RETROGRAD_KERNEL_COMPILE="wait")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    pending, running = list(WORKLOADS), []
-    while pending or running:
-        while pending and len(running) < max(1, jobs):
-            name = pending.pop(0)
-            program = f"from retrograd.app.warmup import run_workload; run_workload({name!r})"
-            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
-            process = subprocess.Popen(
-                [sys.executable, "-c", program], env=env, stdout=subprocess.DEVNULL, stderr=log
-            )
-            process.log = log
-            running.append((name, time.perf_counter(), process))
-        time.sleep(0.05)
-        for entry in [e for e in running if e[2].poll() is not None]:
-            running.remove(entry)
-            name, began, process = entry
-            process.log.seek(0)
-            errors = process.log.read()
-            process.log.close()
-            if process.returncode != 0:
-                for _, _, other in running:
-                    other.kill()
-                    other.wait()
-                raise RuntimeError(f"the {name} warm-up failed:\n{errors.strip()}")
-            echo(f"{name}: kernels compiled or loaded in {time.perf_counter() - began:.1f} s")
+
+    def run(name: str) -> None:
+        began = time.perf_counter()
+        program = f"from retrograd.app.warmup import run_workload; run_workload({name!r})"
+        done = subprocess.run(
+            [sys.executable, "-c", program], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the {name} warm-up failed:\n{done.stderr.strip()}")
+        echo(f"{name}: kernels compiled or loaded in {time.perf_counter() - began:.1f} s")
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for future in [pool.submit(run, name) for name in WORKLOADS]:
+            future.result()
     return time.perf_counter() - start

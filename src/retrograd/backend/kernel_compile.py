@@ -29,10 +29,9 @@ compiles once per user, not once per process.
 from __future__ import annotations
 
 import atexit
-import base64
 import importlib
+import json
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -77,6 +76,40 @@ def _cached(dispatcher: Any, signature: tuple) -> bool:
         return True
 
 
+def _encode(signature: tuple) -> list:
+    """``signature`` (Numba types) as JSON: arrays by dtype, dimensions, layout and flags,
+    scalars by name; :class:`ValueError` for anything else (then compiled in the process)."""
+    from numba import types
+
+    encoded = []
+    for t in signature:
+        if isinstance(t, types.Array) and isinstance(t.dtype, types.Number | types.Boolean):
+            encoded.append(["array", str(t.dtype), t.ndim, t.layout, t.mutable, t.aligned])
+        elif isinstance(t, types.Number | types.Boolean) and getattr(types, str(t), None) == t:
+            encoded.append(["scalar", str(t)])
+        else:
+            raise ValueError(f"no encoding for the argument type {t}")
+    return encoded
+
+
+def _decode(encoded: list) -> tuple:
+    """:func:`_encode`'s inverse."""
+    from numba import types
+
+    signature = []
+    for entry in encoded:
+        if entry[0] == "array":
+            _, dtype, ndim, layout, mutable, aligned = entry
+            signature.append(
+                types.Array(
+                    getattr(types, dtype), ndim, layout, readonly=not mutable, aligned=aligned
+                )
+            )
+        else:
+            signature.append(getattr(types, entry[1]))
+    return tuple(signature)
+
+
 class _Compiler:
     """The background compiler: one child process, started on the first request, that
     compiles the signatures it reads (one line each: module, kernel name, Numba types) into
@@ -111,10 +144,11 @@ class _Compiler:
             if self.process is None:
                 self._start()
             number = len(self.sent)
-            line = base64.b64encode(pickle.dumps((number, *key))) + b"\n"
-            self.process.stdin.write(line)
+            module, name, signature = key
+            line = json.dumps([number, module, name, _encode(signature)]) + "\n"
+            self.process.stdin.write(line.encode())
             self.process.stdin.flush()
-        except (OSError, pickle.PicklingError, ValueError):
+        except (OSError, ValueError):
             self.broken = True
             return False
         self.sent[key] = number
@@ -176,10 +210,10 @@ def serve() -> None:
     """The background compiler's loop (the child process): compile each requested
     signature into the on-disk cache, answer on stdout."""
     for line in sys.stdin.buffer:
-        number, module, name, signature = pickle.loads(base64.b64decode(line))
+        number, module, name, encoded = json.loads(line)
         try:
             kernel = getattr(importlib.import_module(module), name)
-            getattr(kernel, "dispatcher", kernel).compile(signature)
+            getattr(kernel, "dispatcher", kernel).compile(_decode(encoded))
             answer = "ok"
         except Exception:
             answer = "failed"
