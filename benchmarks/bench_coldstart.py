@@ -20,6 +20,10 @@ Winograd kernels' NumPy twins run while a background process compiles them, and 
 waits for it after its steps so that the warm run finds the cache full). Prints a table per
 workload (cold and warm: the seconds of each step, and of the compilations or cache loads per
 module); ``--json FILE`` writes the raw records.
+
+``--ab SRC_A,SRC_B [--rounds 5] [--steps 10]``: steady-state step times of two source trees
+(each as ``PYTHONPATH``; e.g. ``git archive main src | tar -x -C /tmp/main``), one process per
+tree, workload and round, interleaved, after a first run that warms each tree's cache.
 """
 
 from __future__ import annotations
@@ -156,11 +160,15 @@ def child(workload: str, steps: int) -> dict:
         wall, cpu, twins = time.perf_counter(), time.process_time(), _twin_calls()
         step()
         times.append((time.perf_counter() - wall, time.process_time() - cpu, _twin_calls() - twins))
-    from retrograd.backend.kernel_compile import compiler
-
-    background = compiler()
+    try:
+        from retrograd.backend.kernel_compile import compiler
+    except ImportError:  # a tree from before the background compiler (--ab)
+        background, sent = None, 0
+    else:
+        background = compiler()
+        sent = len(background.sent)
     ready = None
-    if background.sent:  # fill the cache for the warm run (not timed as a step)
+    if sent:  # fill the cache for the warm run (not timed as a step)
         background.wait()
         ready = time.perf_counter() - began
         background.close()
@@ -171,14 +179,61 @@ def child(workload: str, steps: int) -> dict:
         "compiles": records,
         "background_ready": ready,
         "background_cpu": children.ru_utime + children.ru_stime,
-        "background_signatures": len(background.sent),
+        "background_signatures": sent,
     }
 
 
-def run(workload: str, steps: int, cache: str, extra_env: dict | None = None) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache, **(extra_env or {}))
+def steady(workload: str, steps: int) -> dict:
+    """Steps ``3 ..`` of ``workload`` on a warm cache (two untimed first): each one's wall
+    and CPU seconds."""
+    step = _gpt_step() if workload == "gpt" else _cnn_step(workload)
+    step()
+    step()
+    times = []
+    for _ in range(steps):
+        wall, cpu = time.perf_counter(), time.process_time()
+        step()
+        times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return {"steps": times}
+
+
+def ab(sources: list[str], workloads: list[str], rounds: int, steps: int) -> None:
+    """Steady-state steps of each source tree (``PYTHONPATH``), one process per tree and
+    workload per round, the trees interleaved; the median over all steps per tree."""
+    import statistics
+
+    samples: dict = defaultdict(list)
+    for source in sources:  # warm each tree's cache first (not timed)
+        for workload in workloads:
+            env = {"PYTHONPATH": source, "RETROGRAD_KERNEL_COMPILE": "wait"}
+            run(workload, 1, os.environ.get("NUMBA_CACHE_DIR", ""), env)
+    for _ in range(rounds):
+        for workload in workloads:
+            for source in sources:
+                env = {"PYTHONPATH": source}
+                result = run(
+                    workload, steps, os.environ.get("NUMBA_CACHE_DIR", ""), env, "--steady"
+                )
+                samples[workload, source].extend(result["steps"])
+    for workload in workloads:
+        for source in sources:
+            wall = [w * 1e3 for w, _ in samples[workload, source]]
+            cpu = [c * 1e3 for _, c in samples[workload, source]]
+            print(
+                f"{workload:9s} {source}: {len(wall)} steps, median {statistics.median(wall):.1f} "
+                f"ms wall [{min(wall):.1f}-{max(wall):.1f}], {statistics.median(cpu):.1f} ms cpu "
+                f"[{min(cpu):.1f}-{max(cpu):.1f}]"
+            )
+
+
+def run(
+    workload: str, steps: int, cache: str, extra_env: dict | None = None, kind: str = "--child"
+) -> dict:
+    env = dict(os.environ, **(extra_env or {}))
+    if cache:
+        env["NUMBA_CACHE_DIR"] = cache
     out = subprocess.run(
-        [sys.executable, __file__, "--child", workload, "--steps", str(steps)],
+        [sys.executable, __file__, kind, workload, "--steps", str(steps)],
         env=env,
         capture_output=True,
         text=True,
@@ -220,6 +275,12 @@ def report(workload: str, label: str, result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=WORKLOADS)
+    parser.add_argument("--steady", choices=WORKLOADS)
+    parser.add_argument(
+        "--ab",
+        help="comma-separated source trees (PYTHONPATH each): steady-state steps, interleaved",
+    )
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=1)
@@ -233,6 +294,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.steps)))
+        return
+    if args.steady:
+        print(json.dumps(steady(args.steady, args.steps)))
+        return
+    if args.ab:
+        ab(args.ab.split(","), args.only.split(","), args.rounds, args.steps)
         return
     results = []
     for _ in range(args.repeat):

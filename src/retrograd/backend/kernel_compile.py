@@ -121,11 +121,14 @@ class _Compiler:
         self.sent: dict[tuple, int] = {}
         self.results: dict[int, bool] = {}
         self.lock = threading.Lock()
+        self.pid = os.getpid()
 
     def state(self, kernel: Twinned, signature: tuple) -> str:
         """``ready`` (load it), ``failed`` (compile it here) or ``pending`` (run the twin);
         a first request for ``signature`` sends it."""
         key = (kernel.module, kernel.name, signature)
+        if self.pid != os.getpid():  # a forked child: its parent's compiler is not its own
+            self.__init__()
         with self.lock:
             number = self.sent.get(key)
             if number is None:
