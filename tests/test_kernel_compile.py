@@ -317,3 +317,50 @@ def test_signatures_travel_to_the_compiler_intact():
     assert kernel_compile._decode(sent) == signature
     with pytest.raises(ValueError, match="no encoding"):
         kernel_compile._encode((numba.typeof((1, 2)),))
+
+
+@pytest.mark.parametrize(
+    "strategy", [rg.BalancedCheckpointing(), rg.BudgetCheckpointing(4096)], ids=repr
+)
+def test_a_switch_between_forward_and_recomputation_keeps_the_gradients(
+    strategy, winograd, monkeypatch
+):
+    """The twins for the first forward, the kernels from the backward on (as when the
+    background compile ends mid-step, so that a checkpointing strategy recomputes a
+    convolution on the kernel the forward ran as a twin): the gradients of
+    NoCheckpointing on the kernels, bit for bit."""
+    from retrograd import nn
+    from retrograd.nn import functional as F  # noqa: N812
+
+    winograd(4)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 10, 9)).astype(np.float32)
+    y = rng.integers(0, 4, 2)
+
+    def gradients(checkpointing, phase):
+        backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=checkpointing)
+        with rg.use_backend(backend):
+            rg.seed(0)
+            model = nn.Sequential(
+                nn.Conv2d(3, 8, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(8, 8, 3, padding=1),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(8 * 10 * 9, 4),
+            )
+            loss = F.cross_entropy(model(rg.tensor(x)), rg.tensor(y))
+            phase[0] = "kernel"
+            grads = loss.backward()
+            return [
+                np.asarray(p.grad(grads).numpy()).view(np.uint32).copy() for p in model.parameters()
+            ]
+
+    calls = route(monkeypatch, lambda kernel: "kernel")
+    expected = gradients(rg.NoCheckpointing(), ["kernel"])
+    phase = ["twin"]
+    calls = route(monkeypatch, lambda kernel: phase[0])
+    switched = gradients(strategy, phase)
+    assert calls["twin"] > 0 and calls["kernel"] > 0
+    for a, b in zip(expected, switched):
+        assert np.array_equal(a, b)
