@@ -24,6 +24,8 @@ module); ``--json FILE`` writes the raw records.
 ``--ab SRC_A,SRC_B [--rounds 5] [--steps 10]``: steady-state step times of two source trees
 (each as ``PYTHONPATH``; e.g. ``git archive main src | tar -x -C /tmp/main``), one process per
 tree, workload and round, interleaved, after a first run that warms each tree's cache.
+``--wrapper [--steps 20]``: in one process, warm steps with the Winograd kernels called through
+their ``Twinned`` wrappers against steps with the bare dispatchers, alternating step by step.
 """
 
 from __future__ import annotations
@@ -197,6 +199,38 @@ def steady(workload: str, steps: int) -> dict:
     return {"steps": times}
 
 
+def wrapper_ab(workload: str, steps: int) -> None:
+    """In one process on a warm cache: steps with the Winograd kernels called through their
+    ``Twinned`` wrappers against steps with the bare dispatchers in their place, alternating
+    step by step (the only difference a warm step has from before the background compiler)."""
+    import statistics
+
+    from retrograd.backend import winograd_numpy
+
+    wrapped = {name: getattr(winograd_numpy, name) for name in winograd_numpy.__all__}
+    bare = {name: kernel.dispatcher for name, kernel in wrapped.items()}
+    step = _gpt_step() if workload == "gpt" else _cnn_step(workload)
+    step()
+    step()
+    samples: dict = defaultdict(list)
+    for _ in range(steps):
+        for label, kernels in (("Twinned", wrapped), ("bare dispatcher", bare)):
+            for name, kernel in kernels.items():
+                setattr(winograd_numpy, name, kernel)
+            wall, cpu = time.perf_counter(), time.process_time()
+            step()
+            samples[label].append((time.perf_counter() - wall, time.process_time() - cpu))
+    for name, kernel in wrapped.items():
+        setattr(winograd_numpy, name, kernel)
+    for label, values in samples.items():
+        wall = [w * 1e3 for w, _ in values]
+        cpu = [c * 1e3 for _, c in values]
+        print(
+            f"{workload:9s} {label:15s}: {len(wall)} steps, median {statistics.median(wall):.1f} "
+            f"ms wall, {statistics.median(cpu):.1f} ms cpu [{min(cpu):.1f}-{max(cpu):.1f}]"
+        )
+
+
 def ab(sources: list[str], workloads: list[str], rounds: int, steps: int) -> None:
     """Steady-state steps of each source tree (``PYTHONPATH``), one process per tree and
     workload per round, the trees interleaved; the median over all steps per tree."""
@@ -281,6 +315,9 @@ def main() -> None:
         help="comma-separated source trees (PYTHONPATH each): steady-state steps, interleaved",
     )
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--wrapper", action="store_true", help="Twinned against bare kernels, in one process"
+    )
     parser.add_argument("--only", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=1)
@@ -297,6 +334,10 @@ def main() -> None:
         return
     if args.steady:
         print(json.dumps(steady(args.steady, args.steps)))
+        return
+    if args.wrapper:
+        for workload in args.only.split(","):
+            wrapper_ab(workload, args.steps)
         return
     if args.ab:
         ab(args.ab.split(","), args.only.split(","), args.rounds, args.steps)
