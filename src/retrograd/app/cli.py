@@ -318,6 +318,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--out", type=_path, help="also write the tables to this markdown file")
     bench.add_argument("--timeout", type=_positive_float, help="seconds per script")
+
+    warm = commands.add_parser(
+        "warmup",
+        help="compile the NumPy backend's kernels ahead of time (an install or CI step)",
+        formatter_class=_DefaultsHelp,
+        parents=[debug],
+        description="Compile the NumPy backend's Numba kernels into Numba's on-disk cache, by "
+        "one training step of a small convolutional net and of a small GPT, each in a process "
+        "of its own, so that later processes load them instead of compiling them.",
+    )
+    warm.add_argument(
+        "--jobs", type=_positive_int, default=2, help="processes at a time (one per core)"
+    )
     return parser
 
 
@@ -518,7 +531,21 @@ def _bench(options: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "sample": _sample, "graph": _graph, "bench": _bench}
+def _warmup(options: argparse.Namespace) -> int:
+    from .warmup import warmup
+
+    seconds = warmup(jobs=options.jobs)
+    print(f"kernels warm in {seconds:.1f} s")
+    return 0
+
+
+COMMANDS = {
+    "train": _train,
+    "sample": _sample,
+    "graph": _graph,
+    "bench": _bench,
+    "warmup": _warmup,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

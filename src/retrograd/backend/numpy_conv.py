@@ -24,7 +24,9 @@ Float32 3x3 convolutions of stride 1 with enough output cells and channels run a
 F(2x2, 3x3) or F(4x4, 3x3) instead, forward, input gradient and (where its exact zeros are
 known: :data:`WINOGRAD_WEIGHT_GRADIENT`) weight gradient: 2.25 or 4 times fewer products,
 between compiled transforms (:mod:`.compiled_winograd`, :data:`WINOGRAD_MIN_CELLS`), in
-batch blocks whose transformed tiles stay in the caches. Float32 stride-1 convolutions on
+batch blocks whose transformed tiles stay in the caches. On a cold Numba cache their NumPy
+twins, of the same bits, run while a background process compiles them
+(:mod:`.winograd_numpy`, :mod:`.kernel_compile`). Float32 stride-1 convolutions on
 maps so small that most of im2col's products would read padding run tap by tap
 (:data:`TAPWISE_MAX_COVERED`).
 
@@ -371,7 +373,7 @@ def _winograd_blocks(xcl, padding, out_size, channels_out, tile):
     channels-last ``xcl`` padded by ``padding`` before each axis, for an output of
     ``out_size``. A block's tiles and their products (``channels_out`` per tile) take about
     :data:`WINOGRAD_BLOCK_BYTES`, so that each product reads its tiles from the cache."""
-    from .compiled_winograd import input_tiles, input_tiles4
+    from .winograd_numpy import input_tiles, input_tiles4
 
     n, c_in = xcl.shape[0], xcl.shape[-1]
     tiles_h, tiles_w = (out_size[0] + tile - 1) // tile, (out_size[1] + tile - 1) // tile
@@ -390,7 +392,8 @@ def _winograd_blocks(xcl, padding, out_size, channels_out, tile):
 def _winograd_weight(weight: np.ndarray, flipped: bool, tile: int) -> np.ndarray:
     """The transformed weight ``[(tile + 2) ** 2, A, B]`` of ``weight`` ``[A, B, 3, 3]``:
     ``G w G^T``, of the weight turned by 180 degrees with ``flipped``."""
-    from .compiled_winograd import FLIPPED, UNFLIPPED, weight_tiles, weight_tiles4
+    from .compiled_winograd import FLIPPED, UNFLIPPED
+    from .winograd_numpy import weight_tiles, weight_tiles4
 
     u = np.empty(((tile + 2) ** 2, *weight.shape[:2]), dtype=weight.dtype)
     taps = np.ascontiguousarray(weight).reshape(*weight.shape[:2], 9)
@@ -406,7 +409,7 @@ def _winograd_conv(xcl, weight, bias, padding, out_size, transposed=False):
     products ``[tiles, C] @ [C, O]`` between the transforms. ``transposed``: ``weight`` is a
     transposed convolution's ``[C, O, 3, 3]`` and the convolution the stride-1 one with its
     flip."""
-    from .compiled_winograd import output_tiles, output_tiles4
+    from .winograd_numpy import output_tiles, output_tiles4
 
     tile = _winograd_tile(xcl.shape[0], out_size)
     u = _winograd_weight(weight, transposed, tile)
@@ -424,7 +427,7 @@ def _winograd_conv(xcl, weight, bias, padding, out_size, transposed=False):
 def _winograd_weight_grad(xcl, gcl, padding):
     """:func:`_weight_grad_last` of a 3x3 stride-1 kernel as F(2x2, 3x3) or F(4x4, 3x3):
     ``dU = sum over blocks of Z^T @ V`` (``Z = A dY A^T``), then ``G^T dU G``."""
-    from .compiled_winograd import (
+    from .winograd_numpy import (
         grad_tiles,
         grad_tiles4,
         weight_grad_untile,
@@ -460,7 +463,7 @@ def _winograd_backward(xcl, gcl, weight, padding, needs_dx: bool, needs_dw: bool
     The forward's own tiling, so no output-gradient padding and no partial tiles beyond the
     forward's: an unpadded convolution's input gradient as a convolution of the output
     gradient padded by 2 has 36% more products on the small CNN's 24x24 maps."""
-    from .compiled_winograd import (
+    from .winograd_numpy import (
         fold_tiles4,
         grad_tiles4,
         input_tiles4,
