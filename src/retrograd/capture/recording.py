@@ -231,7 +231,7 @@ class Patches:
     :func:`context.capturing` is true on the recording thread (library code that would read a
     value on the host, such as ``clip_grad_norm_``'s float return, keeps it a tensor instead).
     The wrappers are shared by the captures of every thread and record only the calls of the
-    thread whose capture patched that backend (:func:`_recorder_for`).
+    thread whose capture patched that backend (:func:`_recorders_for`).
 
     :attr:`modules` lists every module the step called, each once, with its ``training`` flag
     at its first call: the step may call modules that ``state`` does not list (an optimizer
