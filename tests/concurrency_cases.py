@@ -58,9 +58,11 @@ def run_in_threads(fn: Callable[..., Any], args: Sequence[tuple]) -> list[Any]:
     results: list[Any] = [None] * len(args)
     errors: list[str] = []
     start = threading.Barrier(len(args))
+    threads_of_torch = _torch_threads()
 
     def body(index: int) -> None:
         try:
+            _set_torch_threads(threads_of_torch)
             start.wait(DEADLINE)
             results[index] = fn(*args[index])
         except BaseException:  # reported by the caller's thread
@@ -79,6 +81,27 @@ def run_in_threads(fn: Callable[..., Any], args: Sequence[tuple]) -> list[Any]:
     assert not hung, f"threads {hung} still running after {DEADLINE} s: a deadlock"
     assert not errors, errors[0]
     return results
+
+
+def _torch_threads() -> int | None:
+    """The calling thread's torch thread count (None without torch)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - a dev dependency
+        return None
+    return torch.get_num_threads()
+
+
+def _set_torch_threads(count: int | None) -> None:
+    """Give this thread the thread count the test's own thread has. OpenMP's thread count
+    is a per-thread setting: the suite's per-worker limit (``tests/conftest.py``) reaches
+    only the thread that set it, and a new thread's MKL/OpenMP kernels ran as wide as the
+    machine, splitting their sums otherwise (on the torch backend the threads' gradients
+    differed from one thread's in the last bits: torch does the same)."""
+    if count is not None:
+        import torch
+
+        torch.set_num_threads(count)
 
 
 class Net(nn.Module):
