@@ -14,7 +14,9 @@ import types
 
 import numpy as np
 import pytest
+import torch
 
+import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
 # -- Rainbow -------------------------------------------------------------------------------------------
@@ -1747,3 +1749,306 @@ def test_score_based_model_trains_and_samples_as_torch(capsys, tmp_path):
     # the samples: each step adds g**2 * score * dt with g**2 = 625 at t = 1 to values of about
     # 10; torch in float32 against torch in float64 differs by 2.7e-5 (measured)
     assert_records_agree(ours[3:], theirs[3:], rtol=1e-4, atol=1e-4)
+
+
+# -- growing neural cellular automata ------------------------------------------------------------------
+NCA_SOURCE = """
+# -- lib/CAModel.py --
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import torch.nn.functional as F
+
+class CAModel(nn.Module):
+    def __init__(self, channel_n, fire_rate, device, hidden_size=128):
+        super(CAModel, self).__init__()
+
+        self.device = device
+        self.channel_n = channel_n
+
+        self.fc0 = nn.Linear(channel_n*3, hidden_size)
+        self.fc1 = nn.Linear(hidden_size, channel_n, bias=False)
+        with torch.no_grad():
+            self.fc1.weight.zero_()
+
+        self.fire_rate = fire_rate
+        self.to(self.device)
+
+    def alive(self, x):
+        return F.max_pool2d(x[:, 3:4, :, :], kernel_size=3, stride=1, padding=1) > 0.1
+
+    def perceive(self, x, angle):
+
+        def _perceive_with(x, weight):
+            conv_weights = torch.from_numpy(weight.astype(np.float32)).to(self.device)
+            conv_weights = conv_weights.view(1,1,3,3).repeat(self.channel_n, 1, 1, 1)
+            return F.conv2d(x, conv_weights, padding=1, groups=self.channel_n)
+
+        dx = np.outer([1, 2, 1], [-1, 0, 1]) / 8.0  # Sobel filter
+        dy = dx.T
+        c = np.cos(angle*np.pi/180)
+        s = np.sin(angle*np.pi/180)
+        w1 = c*dx-s*dy
+        w2 = s*dx+c*dy
+
+        y1 = _perceive_with(x, w1)
+        y2 = _perceive_with(x, w2)
+        y = torch.cat((x,y1,y2),1)
+        return y
+
+    def update(self, x, fire_rate, angle):
+        x = x.transpose(1,3)
+        pre_life_mask = self.alive(x)
+
+        dx = self.perceive(x, angle)
+        dx = dx.transpose(1,3)
+        dx = self.fc0(dx)
+        dx = F.relu(dx)
+        dx = self.fc1(dx)
+
+        if fire_rate is None:
+            fire_rate=self.fire_rate
+        stochastic = torch.rand([dx.size(0),dx.size(1),dx.size(2),1])>fire_rate
+        stochastic = stochastic.float().to(self.device)
+        dx = dx * stochastic
+
+        x = x+dx.transpose(1,3)
+
+        post_life_mask = self.alive(x)
+        life_mask = (pre_life_mask & post_life_mask).float()
+        x = x * life_mask
+        return x.transpose(1,3)
+
+    def forward(self, x, steps=1, fire_rate=None, angle=0.0):
+        for step in range(steps):
+            x = self.update(x, fire_rate, angle)
+        return x
+
+# -- lib/utils_vis.py --
+class SamplePool:
+    def __init__(self, *, _parent=None, _parent_idx=None, **slots):
+        self._parent = _parent
+        self._parent_idx = _parent_idx
+        self._slot_names = slots.keys()
+        self._size = None
+        for k, v in slots.items():
+            if self._size is None:
+                self._size = len(v)
+            assert self._size == len(v)
+            setattr(self, k, np.asarray(v))
+
+    def sample(self, n):
+        idx = np.random.choice(self._size, n, False)
+        batch = {k: getattr(self, k)[idx] for k in self._slot_names}
+        batch = SamplePool(**batch, _parent=self, _parent_idx=idx)
+        return batch
+
+    def commit(self):
+        for k in self._slot_names:
+            getattr(self._parent, k)[self._parent_idx] = getattr(self, k)
+
+def to_alpha(x):
+    return np.clip(x[..., 3:4], 0, 0.9999)
+
+def to_rgb(x):
+    # assume rgb premultiplied by alpha
+    rgb, a = x[..., :3], to_alpha(x)
+    return np.clip(1.0-a+rgb, 0, 0.9999)
+
+def get_living_mask(x):
+    return nn.MaxPool2d(3, stride=1, padding=1)(x[:, 3:4, :, :])>0.1
+
+def make_seeds(shape, n_channels, n=1):
+    x = np.zeros([n, shape[0], shape[1], n_channels], np.float32)
+    x[:, shape[0]//2, shape[1]//2, 3:] = 1.0
+    return x
+
+def make_seed(shape, n_channels):
+    seed = np.zeros([shape[0], shape[1], n_channels], np.float32)
+    seed[shape[0]//2, shape[1]//2, 3:] = 1.0
+    return seed
+
+def make_circle_masks(n, h, w):
+    x = np.linspace(-1.0, 1.0, w)[None, None, :]
+    y = np.linspace(-1.0, 1.0, h)[None, :, None]
+    center = np.random.random([2, n, 1, 1])*1.0-0.5
+    r = np.random.random([n, 1, 1])*0.3+0.1
+    x, y = (x-center[0])/r, (y-center[1])/r
+    mask = (x*x+y*y < 1.0).astype(np.float32)
+    return mask
+
+# -- training.ipynb: the emoji a random image, matplotlib's plots no-ops, sizes smaller --
+def load_emoji(index, path="data/emoji.png"):
+    return emoji_stand_in
+
+def visualize_batch(x0, x):
+    vis0 = to_rgb(x0)
+    vis1 = to_rgb(x)
+    record.append(vis1)
+
+def plot_loss(loss_log):
+    pass
+
+def clear_output():
+    pass
+
+device = torch.device("cpu")
+
+CHANNEL_N = 16        # Number of CA state channels
+TARGET_PADDING = 4    # Number of pixels used to pad the target image border
+TARGET_SIZE = 8
+
+lr = 2e-3
+lr_gamma = 0.9999
+betas = (0.5, 0.5)
+n_epoch = 2
+
+BATCH_SIZE = 4
+POOL_SIZE = 16
+CELL_FIRE_RATE = 0.5
+
+TARGET_EMOJI = 0 #@param "🦎"
+
+EXPERIMENT_MAP = {"Growing":0, "Persistent":1, "Regenerating":2}
+EXPERIMENT_N = EXPERIMENT_MAP[EXPERIMENT_TYPE]
+
+USE_PATTERN_POOL = [0, 1, 1][EXPERIMENT_N]
+DAMAGE_N = [0, 0, 2][EXPERIMENT_N]  # Number of patterns to damage in a batch
+
+target_img = load_emoji(TARGET_EMOJI)
+
+p = TARGET_PADDING
+pad_target = np.pad(target_img, [(p, p), (p, p), (0, 0)])
+h, w = pad_target.shape[:2]
+pad_target = np.expand_dims(pad_target, axis=0)
+pad_target = torch.from_numpy(pad_target.astype(np.float32)).to(device)
+
+seed = make_seed((h, w), CHANNEL_N)
+pool = SamplePool(x=np.repeat(seed[None, ...], POOL_SIZE, 0))
+batch = pool.sample(BATCH_SIZE).x
+
+ca = CAModel(CHANNEL_N, CELL_FIRE_RATE, device, hidden_size=32).to(device)
+initialize(ca)  # (the harness, for ca.load_state_dict(torch.load(model_path)): torch's initial weights in both runs)
+
+optimizer = optim.Adam(ca.parameters(), lr=lr, betas=betas)
+scheduler = optim.lr_scheduler.ExponentialLR(optimizer, lr_gamma)
+
+loss_log = []
+
+def train(x, target, steps, optimizer, scheduler):
+    x = ca(x, steps=steps)
+    loss = F.mse_loss(x[:, :, :, :4], target)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    return x, loss
+
+def loss_f(x, target):
+    return torch.mean(torch.pow(x[..., :4]-target, 2), [-2,-3,-1])
+
+for i in range(n_epoch+1):
+    if USE_PATTERN_POOL:
+        batch = pool.sample(BATCH_SIZE)
+        x0 = torch.from_numpy(batch.x.astype(np.float32)).to(device)
+        loss_rank = loss_f(x0, pad_target).detach().cpu().numpy().argsort()[::-1]
+        x0 = batch.x[loss_rank]
+        x0[:1] = seed
+        if DAMAGE_N:
+            damage = 1.0-make_circle_masks(DAMAGE_N, h, w)[..., None]
+            x0[-DAMAGE_N:] *= damage
+    else:
+        x0 = np.repeat(seed[None, ...], BATCH_SIZE, 0)
+    x0 = torch.from_numpy(x0.astype(np.float32)).to(device)
+
+    x, loss = train(x0, pad_target, np.random.randint(6,9), optimizer, scheduler)
+
+    if USE_PATTERN_POOL:
+        batch.x[:] = x.detach().cpu().numpy()
+        batch.commit()
+
+    step_i = len(loss_log)
+    loss_log.append(loss.item())
+
+    if step_i%1 == 0:
+        clear_output()
+        print(step_i, "loss =", loss.item())
+        visualize_batch(x0.detach().cpu().numpy(), x.detach().cpu().numpy())
+        plot_loss(loss_log)
+        torch.save(ca.state_dict(), model_path)
+record.append(loss_log)
+record.append(params_of(ca))
+record.append(pool.x.copy())
+"""
+
+NCA_STEPS = [
+    (
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n",
+        "    optimizer.zero_grad()\n    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\nimport retrograd.nn.functional as F\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("experiment", ["Growing", "Regenerating"])
+def test_growing_cellular_automata_train_as_torch(capsys, tmp_path, experiment):
+    emoji = np.random.default_rng(84).uniform(size=(8, 8, 4)).astype(np.float32)
+    emoji[..., :3] *= emoji[..., 3:]  # premultiplied by alpha, as the emoji are
+    weights = initializer()
+    records, logs = runs_with_draws(
+        NCA_SOURCE,
+        NCA_STEPS,
+        capsys,
+        seed=84,
+        params_of=params_of,
+        emoji_stand_in=emoji,
+        EXPERIMENT_TYPE=experiment,
+        make_initialize=lambda lib: weights,
+        make_model_path=lambda lib: str(tmp_path / f"{lib.__name__}.pth"),
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("loss =") == logs[1].count("loss =") == 3
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+# -- defects the ports found ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
+@pytest.mark.parametrize("shapes", [((4, 3), (1, 3)), ((1, 3), (4, 3)), ((2, 1, 3), (4, 1))])
+def test_regression_losses_broadcast_the_target_with_torchs_warning(name, shapes):
+    """The cellular automata's ``F.mse_loss(x[:, :, :, :4], target)`` of a batch against one
+    target image: torch broadcasts (with a warning), retrograd raised ShapeError."""
+    rng = np.random.default_rng(85)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    for reduction in ("mean", "sum", "none"):
+        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        with pytest.warns(UserWarning, match="different to the input size"):
+            expected = getattr(torch.nn.functional, name)(ta, tb, reduction=reduction)
+        expected.sum().backward()
+        ra, rb = rg.tensor(a, requires_grad=True), rg.tensor(b, requires_grad=True)
+        with pytest.warns(UserWarning, match=f"{name}: .*different to the input size"):
+            got = getattr(rg.nn.functional, name)(ra, rb, reduction=reduction)
+        grads = got.sum().backward()
+        np.testing.assert_allclose(got.numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(ra.grad(grads).numpy(), ta.grad.numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(rb.grad(grads).numpy(), tb.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_regression_losses_refuse_shapes_that_do_not_broadcast():
+    for name in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
+        f = getattr(rg.nn.functional, name)
+        with pytest.raises(rg.ShapeError, match=rf"{name}: .*input \[2, 3\], target \[3, 2\]"):
+            f(rg.zeros(2, 3), rg.zeros(3, 2))
+    # mse_loss's weight has the input's shape (torch's rule), the target broadcast or not
+    with pytest.warns(UserWarning):
+        weighted = rg.nn.functional.mse_loss(
+            rg.ones(1, 3), rg.zeros(4, 3), weight=rg.tensor([[1.0, 2.0, 3.0]])
+        )
+    assert weighted.item() == pytest.approx(
+        torch.nn.functional.mse_loss(
+            torch.ones(1, 3), torch.zeros(4, 3), weight=torch.tensor([[1.0, 2.0, 3.0]])
+        ).item()
+    )

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
+
+import numpy as np
 
 from ...errors import (
     DTypeError,
@@ -234,27 +237,47 @@ def mse_loss(
     weight: Tensor | None = None,
 ) -> Tensor:
     """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
-    input's shape) scales each squared error and ``"mean"`` then divides by its sum.
-    Unlike PyTorch, a target of another shape is an error, not broadcast with a warning."""
+    input's shape) scales each squared error and ``"mean"`` then divides by its sum. A target
+    of another shape is broadcast with the input, with torch's warning."""
     fn = "mse_loss"
     x, target = _float_pair(fn, x, target, "target")
     reduction = _reduction(fn, reduction, size_average, reduce)
-    if x.shape != target.shape:
-        raise ShapeError(
-            f"{fn}: input and target shapes differ; input {shape_text(x.shape)}, target "
-            f"{shape_text(target.shape)}"
-        )
+    input_shape = x.shape
+    x, target = _broadcast_pair(fn, x, target)
     errors = (x - target).square()
     if weight is None:
         return _reduce(errors, reduction)
     weight = _as_tensor(fn, x, weight, "weight")
-    if weight.shape != x.shape:
+    if weight.shape != input_shape:
         raise ShapeError(
-            f"{fn}: weight and input shapes differ; input {shape_text(x.shape)}, weight "
+            f"{fn}: weight and input shapes differ; input {shape_text(input_shape)}, weight "
             f"{shape_text(weight.shape)}"
         )
     weight = weight.cast(x.dtype)
     return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
+
+
+def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's rule for the elementwise regression losses: a target of another shape is
+    broadcast with the input, with its warning (a deliberate broadcast, as a target of one
+    image against a batch, is common); shapes that do not broadcast are a ``ShapeError``."""
+    if x.shape == target.shape:
+        return x, target
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, target.shape))
+    except ValueError:
+        raise ShapeError(
+            f"{fn}: input and target shapes differ and do not broadcast; input "
+            f"{shape_text(x.shape)}, target {shape_text(target.shape)}"
+        ) from None
+    warnings.warn(
+        f"{fn}: using a target size ({shape_text(target.shape)}) that is different to the input "
+        f"size ({shape_text(x.shape)}). This will likely lead to incorrect results due to "
+        "broadcasting. Please ensure they have the same size.",
+        UserWarning,
+        stacklevel=4,  # the caller of the loss (past its error guard)
+    )
+    return x.expand(shape), target.expand(shape)
 
 
 def _same_shape(fn: str, x: Tensor, target: Tensor) -> None:
@@ -363,8 +386,7 @@ def l1_loss(
 ) -> Tensor:
     """Mean absolute error."""
     fn = "l1_loss"
-    x, y = _float_pair(fn, input, target, "target")
-    _same_shape(fn, x, y)
+    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
     return _reduce((x - y).abs(), _reduction(fn, reduction, size_average, reduce))
 
 
@@ -379,8 +401,7 @@ def smooth_l1_loss(
     """``0.5 d**2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (``d = x - y``;
     ``beta=0`` is the L1 loss)."""
     fn = "smooth_l1_loss"
-    x, y = _float_pair(fn, input, target, "target")
-    _same_shape(fn, x, y)
+    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
     reduction = _reduction(fn, reduction, size_average, reduce)
     if beta < 0:
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
@@ -405,8 +426,7 @@ def huber_loss(
 ) -> Tensor:
     """``0.5 d**2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
     fn = "huber_loss"
-    x, y = _float_pair(fn, input, target, "target")
-    _same_shape(fn, x, y)
+    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y
     d = diff.abs()
