@@ -2052,3 +2052,285 @@ def test_regression_losses_refuse_shapes_that_do_not_broadcast():
             torch.ones(1, 3), torch.zeros(4, 3), weight=torch.tensor([[1.0, 2.0, 3.0]])
         ).item()
     )
+
+
+# -- word2vec ------------------------------------------------------------------------------------------
+W2V_SOURCE = '''
+# -- word2vec/data_reader.py --
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+np.random.seed(12345)
+
+
+class DataReader:
+    NEGATIVE_TABLE_SIZE = 1e8
+
+    def __init__(self, inputFileName, min_count):
+
+        self.negatives = []
+        self.discards = []
+        self.negpos = 0
+
+        self.word2id = dict()
+        self.id2word = dict()
+        self.sentences_count = 0
+        self.token_count = 0
+        self.word_frequency = dict()
+
+        self.inputFileName = inputFileName
+        self.read_words(min_count)
+        self.initTableNegatives()
+        self.initTableDiscards()
+
+    def read_words(self, min_count):
+        word_frequency = dict()
+        for line in open(self.inputFileName, encoding="utf8"):
+            line = line.split()
+            if len(line) > 1:
+                self.sentences_count += 1
+                for word in line:
+                    if len(word) > 0:
+                        self.token_count += 1
+                        word_frequency[word] = word_frequency.get(word, 0) + 1
+
+                        if self.token_count % 1000000 == 0:
+                            print("Read " + str(int(self.token_count / 1000000)) + "M words.")
+
+        wid = 0
+        for w, c in word_frequency.items():
+            if c < min_count:
+                continue
+            self.word2id[w] = wid
+            self.id2word[wid] = w
+            self.word_frequency[wid] = c
+            wid += 1
+        print("Total embeddings: " + str(len(self.word2id)))
+
+    def initTableDiscards(self):
+        t = 0.0001
+        f = np.array(list(self.word_frequency.values())) / self.token_count
+        self.discards = np.sqrt(t / f) + (t / f)
+
+    def initTableNegatives(self):
+        pow_frequency = np.array(list(self.word_frequency.values())) ** 0.5
+        words_pow = sum(pow_frequency)
+        ratio = pow_frequency / words_pow
+        count = np.round(ratio * DataReader.NEGATIVE_TABLE_SIZE)
+        for wid, c in enumerate(count):
+            self.negatives += [wid] * int(c)
+        self.negatives = np.array(self.negatives)
+        np.random.shuffle(self.negatives)
+
+    def getNegatives(self, target, size):  # TODO check equality with target
+        response = self.negatives[self.negpos:self.negpos + size]
+        self.negpos = (self.negpos + size) % len(self.negatives)
+        if len(response) != size:
+            return np.concatenate((response, self.negatives[0:self.negpos]))
+        return response
+
+
+# -----------------------------------------------------------------------------------------------------------------
+
+class Word2vecDataset(Dataset):
+    def __init__(self, data, window_size):
+        self.data = data
+        self.window_size = window_size
+        self.input_file = open(data.inputFileName, encoding="utf8")
+
+    def __len__(self):
+        return self.data.sentences_count
+
+    def __getitem__(self, idx):
+        while True:
+            line = self.input_file.readline()
+            if not line:
+                self.input_file.seek(0, 0)
+                line = self.input_file.readline()
+
+            if len(line) > 1:
+                words = line.split()
+
+                if len(words) > 1:
+                    word_ids = [self.data.word2id[w] for w in words if
+                                w in self.data.word2id and np.random.rand() < self.data.discards[self.data.word2id[w]]]
+
+                    boundary = np.random.randint(1, self.window_size)
+                    return [(u, v, self.data.getNegatives(v, 5)) for i, u in enumerate(word_ids) for j, v in
+                            enumerate(word_ids[max(i - boundary, 0):i + boundary]) if u != v]
+
+    @staticmethod
+    def collate(batches):
+        all_u = [u for batch in batches for u, _, _ in batch if len(batch) > 0]
+        all_v = [v for batch in batches for _, v, _ in batch if len(batch) > 0]
+        all_neg_v = [neg_v for batch in batches for _, _, neg_v in batch if len(batch) > 0]
+
+        return torch.LongTensor(all_u), torch.LongTensor(all_v), torch.LongTensor(all_neg_v)
+
+
+DataReader.NEGATIVE_TABLE_SIZE = 1e3  # (the one change: a table of 1e8 words takes a minute)
+
+# -- word2vec/model.py --
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn import init
+
+"""
+    u_embedding: Embedding for center word.
+    v_embedding: Embedding for neighbor words.
+"""
+
+
+class SkipGramModel(nn.Module):
+
+    def __init__(self, emb_size, emb_dimension):
+        super(SkipGramModel, self).__init__()
+        self.emb_size = emb_size
+        self.emb_dimension = emb_dimension
+        self.u_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=True)
+        self.v_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=True)
+
+        initrange = 1.0 / self.emb_dimension
+        init.uniform_(self.u_embeddings.weight.data, -initrange, initrange)
+        init.constant_(self.v_embeddings.weight.data, 0)
+
+    def forward(self, pos_u, pos_v, neg_v):
+        emb_u = self.u_embeddings(pos_u)
+        emb_v = self.v_embeddings(pos_v)
+        emb_neg_v = self.v_embeddings(neg_v)
+
+        score = torch.sum(torch.mul(emb_u, emb_v), dim=1)
+        score = torch.clamp(score, max=10, min=-10)
+        score = -F.logsigmoid(score)
+
+        neg_score = torch.bmm(emb_neg_v, emb_u.unsqueeze(2)).squeeze()
+        neg_score = torch.clamp(neg_score, max=10, min=-10)
+        neg_score = -torch.sum(F.logsigmoid(-neg_score), dim=1)
+
+        return torch.mean(score + neg_score)
+
+    def save_embedding(self, id2word, file_name):
+        embedding = self.u_embeddings.weight.cpu().data.numpy()
+        with open(file_name, 'w') as f:
+            f.write('%d %d\\n' % (len(id2word), self.emb_dimension))
+            for wid, w in id2word.items():
+                e = ' '.join(map(lambda x: str(x), embedding[wid]))
+                f.write('%s %s\\n' % (w, e))
+
+# -- word2vec/trainer.py --
+import torch
+import torch.optim as optim
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+class Word2VecTrainer:
+    def __init__(self, input_file, output_file, emb_dimension=100, batch_size=32, window_size=5, iterations=3,
+                 initial_lr=0.001, min_count=12):
+
+        self.data = DataReader(input_file, min_count)
+        dataset = Word2vecDataset(self.data, window_size)
+        self.dataloader = DataLoader(dataset, batch_size=batch_size,
+                                     shuffle=False, num_workers=0, collate_fn=dataset.collate)
+
+        self.output_file_name = output_file
+        self.emb_size = len(self.data.word2id)
+        self.emb_dimension = emb_dimension
+        self.batch_size = batch_size
+        self.iterations = iterations
+        self.initial_lr = initial_lr
+        self.skip_gram_model = SkipGramModel(self.emb_size, self.emb_dimension)
+        initialize(self.skip_gram_model)  # (the harness: torch's initial weights in both runs)
+
+        self.use_cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda" if self.use_cuda else "cpu")
+        if self.use_cuda:
+            self.skip_gram_model.cuda()
+
+    def train(self):
+
+        for iteration in range(self.iterations):
+
+            print("\\n\\n\\nIteration: " + str(iteration + 1))
+            optimizer = optim.SparseAdam(self.skip_gram_model.parameters(), lr=self.initial_lr)
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, len(self.dataloader))
+
+            running_loss = 0.0
+            for i, sample_batched in enumerate(tqdm(self.dataloader, disable=True)):
+
+                if len(sample_batched[0]) > 1:
+                    pos_u = sample_batched[0].to(self.device)
+                    pos_v = sample_batched[1].to(self.device)
+                    neg_v = sample_batched[2].to(self.device)
+
+                    scheduler.step()
+                    optimizer.zero_grad()
+                    loss = self.skip_gram_model.forward(pos_u, pos_v, neg_v)
+                    loss.backward()
+                    optimizer.step()
+
+                    running_loss = running_loss * 0.9 + loss.item() * 0.1
+                    if i > 0 and i % 2 == 0:
+                        print(" Loss: " + str(running_loss))
+                    record.append(loss.item())
+
+            self.skip_gram_model.save_embedding(self.data.id2word, self.output_file_name)
+
+
+w2v = Word2VecTrainer(input_file=input_file, output_file=output_file, emb_dimension=8, batch_size=2, iterations=2, initial_lr=0.01, min_count=2)
+w2v.train()
+record.append(np.loadtxt(output_file, skiprows=1, usecols=range(1, 9)))  # (the embeddings saved)
+record.append(params_of(w2v.skip_gram_model))
+'''
+
+W2V_STEPS = [
+    (
+        "                    loss.backward()\n                    optimizer.step()\n",
+        "                    grads = loss.backward()\n                    optimizer.step(grads)\n",
+    ),
+    (
+        "import torch\nfrom torch.utils.data import Dataset\n",
+        "import retrograd as torch\nfrom retrograd.utils.data import Dataset\n",
+    ),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.nn import init\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.nn import init\n",
+    ),
+    (
+        "import torch\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.optim as optim\n",
+    ),
+    # retrograd has no sparse gradients (a refusal by design, see test_real_ports_52's DLRM);
+    # SparseAdam steps the dense ones as torch's steps the sparse ones
+    (
+        "        self.u_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=True)\n        self.v_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=True)\n",
+        "        self.u_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=False)\n        self.v_embeddings = nn.Embedding(emb_size, emb_dimension, sparse=False)\n",
+    ),
+]
+
+
+def test_word2vec_skip_gram_trains_as_torch(capsys, tmp_path):
+    rng = np.random.default_rng(86)
+    # word2vec's subsampling keeps a word of frequency f with probability sqrt(1e-4 / f) + 1e-4
+    # / f: 1,000 words of frequency about 1e-3 keep about 40% (a few short sentences of a small
+    # vocabulary would keep almost none); 8 long sentences, 4 batches of 2
+    words = [f"w{i}" for i in range(1000)]
+    corpus = tmp_path / "input.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words, 300)) for _ in range(8)) + "\n")
+    weights = initializer()
+    records, logs = runs_with_draws(
+        W2V_SOURCE,
+        W2V_STEPS,
+        capsys,
+        seed=86,
+        params_of=params_of,
+        input_file=str(corpus),
+        make_initialize=lambda lib: weights,
+        make_output_file=lambda lib: str(tmp_path / f"{lib.__name__}.vec"),
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("Iteration") == logs[1].count("Iteration") == 2
+    assert logs[0].count(" Loss: ") == logs[1].count(" Loss: ") == 2
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-6)
