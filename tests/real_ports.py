@@ -183,7 +183,8 @@ class SharedDraws:
         def randn_like(t, **_):
             return randn(*t.shape, dtype=t.dtype)
 
-        def randint(*args, **_):
+        def randint(*args, size=None, **_):
+            args = args if size is None else (*args, size)  # torch.randint(high, size=(n,))
             low, high, size = (0, *args) if len(args) == 2 else args
             return lib.tensor(rng.integers(low, high, tuple(size)), dtype=lib.int64)
 

@@ -2334,3 +2334,164 @@ def test_word2vec_skip_gram_trains_as_torch(capsys, tmp_path):
     assert logs[0].count("Iteration") == logs[1].count("Iteration") == 2
     assert logs[0].count(" Loss: ") == logs[1].count(" Loss: ") == 2
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+# -- the forward-forward algorithm ---------------------------------------------------------------------
+FF_SOURCE = """
+# This code is based on the implementation of Mohammad Pezeshki available at
+# https://github.com/mohammadpz/pytorch_forward_forward and licensed under the MIT License.
+# Modifications/Improvements to the original code have been made by Vivek V Patel.
+
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from torch.optim import Adam
+
+
+def get_y_neg(y):
+    y_neg = y.clone()
+    for idx, y_samp in enumerate(y):
+        allowed_indices = list(range(10))
+        allowed_indices.remove(y_samp.item())
+        y_neg[idx] = torch.tensor(allowed_indices)[
+            torch.randint(len(allowed_indices), size=(1,))
+        ].item()
+    return y_neg.to(device)
+
+
+def overlay_y_on_x(x, y, classes=10):
+    x_ = x.clone()
+    x_[:, :classes] *= 0.0
+    x_[range(x.shape[0]), y] = x.max()
+    return x_
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dims):
+
+        super().__init__()
+        self.layers = []
+        for d in range(len(dims) - 1):
+            self.layers = self.layers + [Layer(dims[d], dims[d + 1]).to(device)]
+
+    def predict(self, x):
+        goodness_per_label = []
+        for label in range(10):
+            h = overlay_y_on_x(x, label)
+            goodness = []
+            for layer in self.layers:
+                h = layer(h)
+                goodness = goodness + [h.pow(2).mean(1)]
+            goodness_per_label += [sum(goodness).unsqueeze(1)]
+        goodness_per_label = torch.cat(goodness_per_label, 1)
+        return goodness_per_label.argmax(1)
+
+    def train(self, x_pos, x_neg):
+        h_pos, h_neg = x_pos, x_neg
+        for i, layer in enumerate(self.layers):
+            print("training layer: ", i)
+            h_pos, h_neg = layer.train(h_pos, h_neg)
+
+
+class Layer(nn.Linear):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        initialize(self)  # (the harness: torch's initial weights in both runs)
+        self.relu = torch.nn.ReLU()
+        self.opt = Adam(self.parameters(), lr=args.lr)
+        self.threshold = args.threshold
+        self.num_epochs = args.epochs
+
+    def forward(self, x):
+        x_direction = x / (x.norm(2, 1, keepdim=True) + 1e-4)
+        return self.relu(torch.mm(x_direction, self.weight.T) + self.bias.unsqueeze(0))
+
+    def train(self, x_pos, x_neg):
+        for i in range(self.num_epochs):
+            g_pos = self.forward(x_pos).pow(2).mean(1)
+            g_neg = self.forward(x_neg).pow(2).mean(1)
+            loss = torch.log1p(
+                torch.exp(
+                    torch.cat([-g_pos + self.threshold, g_neg - self.threshold])
+                )
+            ).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            if i % args.log_interval == 0:
+                print("Loss: ", loss.item())
+                record.append(loss.item())
+        return self.forward(x_pos).detach(), self.forward(x_neg).detach()
+
+
+# the __main__ block: its argument parser a namespace of smaller sizes, MNIST random images
+args = argparse.Namespace(epochs=6, lr=0.03, no_cuda=True, no_xpu=True, no_mps=True, seed=1,
+                          save_model=True, train_size=64, threshold=2, test_size=32, log_interval=2)
+use_cuda = not args.no_cuda and torch.cuda.is_available()
+if use_cuda:
+    device = torch.device("cuda")
+else:
+    device = torch.device("cpu")
+
+train_kwargs = {"batch_size": args.train_size}
+test_kwargs = {"batch_size": args.test_size}
+
+train_loader = DataLoader(
+    torch.utils.data.TensorDataset(torch.tensor(images[:64]), torch.tensor(labels[:64])), **train_kwargs
+)
+test_loader = DataLoader(
+    torch.utils.data.TensorDataset(torch.tensor(images[64:]), torch.tensor(labels[64:])), **test_kwargs
+)
+net = Net([784, 24, 24])
+x, y = next(iter(train_loader))
+x, y = x.to(device), y.to(device)
+x_pos = overlay_y_on_x(x, y)
+y_neg = get_y_neg(y)
+x_neg = overlay_y_on_x(x, y_neg)
+record.append(x_neg.numpy())
+net.train(x_pos, x_neg)
+print("train error:", 1.0 - net.predict(x).eq(y).float().mean().item())
+x_te, y_te = next(iter(test_loader))
+x_te, y_te = x_te.to(device), y_te.to(device)
+if args.save_model:
+    torch.save(net.state_dict(), model_file)
+print("test error:", 1.0 - net.predict(x_te).eq(y_te).float().mean().item())
+record.append(params_of(*net.layers))
+record.append(net.predict(x_te).tolist())
+"""
+
+FF_STEPS = [
+    (
+        "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n",
+        "            self.opt.zero_grad()\n            grads = loss.backward()\n            self.opt.step(grads)\n",
+    ),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+]
+
+
+def test_forward_forward_trains_as_torch(capsys, tmp_path):
+    rng = np.random.default_rng(87)
+    images = ((rng.uniform(size=(96, 784)) - 0.1307) / 0.3081).astype(np.float32)
+    labels = rng.integers(0, 10, 96)
+    weights = initializer()
+    records, logs = runs_with_draws(
+        FF_SOURCE,
+        FF_STEPS,
+        capsys,
+        seed=87,
+        params_of=params_of,
+        images=images,
+        labels=labels,
+        make_initialize=lambda lib: weights,
+        make_model_file=lambda lib: str(tmp_path / f"{lib.__name__}.pt"),
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("Loss: ") == logs[1].count("Loss: ") == 6
+    assert [line for line in logs[0].splitlines() if "error" in line] == [
+        line for line in logs[1].splitlines() if "error" in line
+    ]
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
