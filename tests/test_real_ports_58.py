@@ -1,7 +1,81 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
-DOCSTRING
+- Rainbow as Kaixhin/Rainbow writes it (``model.py``, ``agent.py`` less its pretrained-model
+  loading, a few steps of ``main.py``'s loop; the Atari environment and the prioritised replay
+  memory stand-ins of NumPy draws): ``NoisyLinear`` (``nn.Parameter(torch.empty(...))``,
+  ``register_buffer`` of noise, ``weight_mu.data.uniform_``/``fill_``, factorised noise by
+  ``x.sign().mul_(x.abs().sqrt_())`` and ``epsilon_out.ger(epsilon_in)`` ``copy_``-ed into the
+  buffers, ``F.linear`` of ``mu + sigma * epsilon`` in training only), the dueling
+  distributional ``DQN`` (``v + a - a.mean(1, keepdim=True)``, ``log_softmax``/``softmax`` over
+  atoms), ``named_children`` noise resets, the target net's ``requires_grad = False`` and
+  ``load_state_dict(self.online_net.state_dict())``; ``learn``'s double-Q categorical
+  projection under ``torch.no_grad()``: ``log_ps[range(self.batch_size), actions]``,
+  ``b.floor().to(torch.int64)``, ``l[(u > 0) * (l == u)] -= 1`` (even terminal returns put
+  ``b`` on the support so the fix-ups run), ``torch.linspace(...).expand(...).to(actions)``,
+  ``m.view(-1).index_add_`` twice; the importance-weighted loss, ``clip_grad_norm_``, Adam,
+  priorities back from ``loss.detach().cpu().numpy()``; ``act``/``evaluate_q`` by
+  ``.argmax(1).item()``/``.max(1)[0].item()`` in eval mode, ``save`` and a reload.
+- Transformer-XL as kimiyoung/transformer-xl writes it (``pytorch/mem_transformer.py``'s
+  default relative attention, ``utils/proj_adaptive_softmax.py``, ``data_utils.py``'s
+  ``LMOrderedIterator``, ``train.py``'s ``weights_init`` by class name, ``train()`` and
+  ``evaluate()``), small: ``PositionalEmbedding`` by ``torch.ger`` into a buffer,
+  ``RelPartialLearnableMultiHeadAttn`` (``torch.einsum('ibnd,jbnd->ijbn', (q, k))`` with the
+  operands in a tuple, ``_rel_shift`` by a zero column, ``view`` to the transposed shape and
+  ``x_padded[1:].view_as(x)``, ``attn_score.mul_``, ``masked_fill`` of ``-inf`` after
+  ``.float()`` and ``.type_as``), memories cat-ed and cut under ``torch.no_grad()`` across
+  batches, ``same_length`` masks by ``triu + tril``, ``AdaptiveEmbedding`` and
+  ``ProjectedAdaptiveLogSoftmax`` with a cutoff (``nn.ParameterList`` holding ``None``,
+  ``torch.Tensor(d_proj, d_embed)`` parameters, ``mask_i.nonzero().squeeze()``,
+  ``index_select``, ``index_copy_``, ``nll[offset:...].copy_(-logprob_i)``, head and tail
+  ``log_softmax`` with ``head_logprob_i[:, -i]``), tied weights and projections, ``div_val``
+  1 and 2, pre- and post-norm, ``batch_chunk`` 2 (gradients of two chunks added), Adam with
+  the linear warm-up written into ``param_groups`` then ``CosineAnnealingLR.step(train_step)``,
+  ``clip_grad_norm_``, ``reset_length`` around the evaluation. Two lines are changed besides
+  the gradient lines: the two ``.byte()`` attention masks are ``.bool()`` (torch 2.13 itself
+  refuses a uint8 mask in ``masked_fill``), and ``mask_i.nonzero()`` asks for torch's form by
+  ``as_tuple=False`` (retrograd's ``Tensor.nonzero()`` keeps Burn's list, see the CHANGELOG).
+- the score-based generative modeling tutorial (yang-song's ``Tutorial_on_score_based_
+  generative_modeling`` notebook, its cells as written, the widths smaller): the fixed
+  ``GaussianFourierProjection`` (``nn.Parameter(torch.randn(...) * scale,
+  requires_grad=False)``), ``Dense``'s ``[..., None, None]``, the U-Net ``ScoreNet`` (``h1 +=
+  self.dense1(embed)`` in place on a convolution's output, ``GroupNorm``, strided
+  ``ConvTranspose2d`` with ``output_padding=1``, the swish as a lambda), ``marginal_prob_std``
+  of ``torch.tensor(t)`` of a tensor and ``sigma**(2 * t)``, ``functools.partial``, the
+  denoising score-matching loss, Adam in ``nn.DataParallel``, ``torch.save``/``load`` of the
+  checkpoint, and both samplers under ``torch.no_grad()``: Euler-Maruyama over
+  ``torch.linspace`` and predictor-corrector with ``torch.norm(...).mean()`` Langevin steps.
+- growing neural cellular automata as chenmingxiang110/Growing-Neural-Cellular-Automata writes
+  them (``lib/CAModel.py``, ``lib/utils_vis.py``, ``training.ipynb``'s training cell, "Growing"
+  and "Regenerating", the emoji a random image and the sizes smaller): Sobel perception by
+  ``F.conv2d(..., groups=channel_n)`` of ``torch.from_numpy(...).view(1,1,3,3).repeat(...)``,
+  ``x.transpose(1,3)``, the zero-initialised ``fc1`` under ``torch.no_grad()``, stochastic
+  updates by ``torch.rand([...]) > fire_rate``, alive masks by ``F.max_pool2d(...) > 0.1`` and
+  ``&``, the ``SamplePool`` of NumPy states sorted by ``loss_f``'s per-sample losses, damage by
+  circle masks, ``ExponentialLR``, and ``F.mse_loss`` of the batch against one target image
+  (the fix below).
+- word2vec as Andras7/word2vec-pytorch writes it (``word2vec/data_reader.py``,
+  ``model.py``, ``trainer.py``): subsampling and the negatives table by NumPy draws (its size
+  ``1e8`` set to ``1e3``), a ``Dataset`` reading lines from an open file with a
+  ``collate`` of ``torch.LongTensor`` lists, ``DataLoader(collate_fn=...)``, the skip-gram
+  model (``init.uniform_``/``constant_`` of ``weight.data``, ``torch.bmm(emb_neg_v,
+  emb_u.unsqueeze(2)).squeeze()``, ``torch.clamp(..., max=10, min=-10)``, ``F.logsigmoid``),
+  ``optim.SparseAdam`` with ``CosineAnnealingLR`` stepped before the optimizer, and
+  ``save_embedding``'s text file read back. ``sparse=True`` is changed to ``False`` in the two
+  embeddings (retrograd has no sparse gradients, by design; ``SparseAdam`` steps the dense
+  ones as torch's steps the sparse ones).
+- the forward-forward example of pytorch/examples (``mnist_forward_forward/main.py``, MNIST
+  random images, the layers narrower): ``Layer(nn.Linear)`` calling
+  ``super().__init__(in_features, out_features, bias, device, dtype)`` and owning its Adam,
+  ``Module.train`` overridden with another signature by both classes, layers in a plain list,
+  ``x_[:, :classes] *= 0.0``, ``x_[range(x.shape[0]), y] = x.max()``, ``get_y_neg``'s
+  ``torch.tensor(allowed_indices)[torch.randint(n, size=(1,))].item()``, ``self.weight.T``,
+  ``sum(goodness)`` of tensors and ``argmax`` predictions.
+
+Defect found and fixed: ``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss`` and ``huber_loss``
+raised ``ShapeError`` for a target of another shape; torch broadcasts it with a warning (the
+cellular automata's batch against one target image). They now broadcast with torch's
+``UserWarning``, and shapes that do not broadcast are still a ``ShapeError``.
 
 The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
 ...)``, ``optimizer.step(grads)``) and the ``import`` lines naming ``torch``.
