@@ -82,8 +82,19 @@
   input``, ``InvertedResidualConfig.adjust_channels`` as a ``partial`` of a static method, the
   ``isinstance(..., Sequence)`` check, and the init loop over ``self.modules()``; the
   classifier's dropout is set to 0 (its masks are each library's own).
+- pytorch/examples' vision transformer (``vision_transformer/main.py``, CIFAR10 random images,
+  its argument parser given small sizes, ``shuffle=False``): ``PatchExtractor`` by
+  ``input_data.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).contiguous().view``
+  (the backslash-continued chain as written), ``nn.Parameter(torch.randn(...).to(device))``
+  class and position tokens, ``linear_projection += pos_embed``, ``nn.MultiheadAttention``
+  fed ``[batch, tokens, dim]`` as written (read as sequence-first by both), ``nn.GELU``,
+  Adam with ``weight_decay``, ``from torch.hub import tqdm`` with ``set_postfix``, and
+  ``torch.save`` of the best state dict (the fix below).
 
-Defect found and fixed: ``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss`` and ``huber_loss``
+Defects found and fixed: ``from torch.hub import tqdm`` failed (there was no
+``retrograd.hub``): ``rg.hub`` has ``tqdm`` (tqdm's own, as torch's; a quiet stand-in without
+it), ``get_dir``/``set_dir``, and errors that say retrograd downloads nothing for ``load``,
+``list``, ``help``, ``load_state_dict_from_url`` and ``download_url_to_file``. And ``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss`` and ``huber_loss``
 raised ``ShapeError`` for a target of another shape; torch broadcasts it with a warning (the
 cellular automata's batch against one target image). They now broadcast with torch's
 ``UserWarning``, and shapes that do not broadcast are still a ``ShapeError``.
@@ -2930,3 +2941,333 @@ def test_torchvision_mobilenet_v3_trains_as_torch(capsys, dilated):
     )
     ours, theirs = records[1], records[0]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+# -- pytorch/examples' vision transformer --------------------------------------------------------------
+VIT_SOURCE = """
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from torch import optim
+import numpy as np
+from torch.hub import tqdm
+
+
+class PatchExtractor(nn.Module):
+    def __init__(self, patch_size=16):
+        super().__init__()
+        self.patch_size = patch_size
+
+    def forward(self, input_data):
+        batch_size, channels, height, width = input_data.size()
+        assert height % self.patch_size == 0 and width % self.patch_size == 0, \\
+            f"Input height ({height}) and width ({width}) must be divisible by patch size ({self.patch_size})"
+
+        num_patches_h = height // self.patch_size
+        num_patches_w = width // self.patch_size
+        num_patches = num_patches_h * num_patches_w
+
+        patches = input_data.unfold(2, self.patch_size, self.patch_size). \\
+            unfold(3, self.patch_size, self.patch_size). \\
+            permute(0, 2, 3, 1, 4, 5). \\
+            contiguous(). \\
+            view(batch_size, num_patches, -1)
+
+        # Expected shape of a patch on default settings is (4, 196, 768)
+
+        return patches
+
+
+class InputEmbedding(nn.Module):
+
+    def __init__(self, args):
+        super(InputEmbedding, self).__init__()
+        self.patch_size = args.patch_size
+        self.n_channels = args.n_channels
+        self.latent_size = args.latent_size
+        use_cuda = not args.no_cuda and torch.cuda.is_available()
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        self.batch_size = args.batch_size
+        self.input_size = self.patch_size * self.patch_size * self.n_channels
+
+        # Linear projection
+        self.LinearProjection = nn.Linear(self.input_size, self.latent_size)
+        # Class token
+        self.class_token = nn.Parameter(torch.randn(self.batch_size, 1, self.latent_size).to(self.device))
+        # Positional embedding
+        self.pos_embedding = nn.Parameter(torch.randn(self.batch_size, 1, self.latent_size).to(self.device))
+
+    def forward(self, input_data):
+        input_data = input_data.to(self.device)
+        # Patchifying the Image
+        patchify = PatchExtractor(patch_size=self.patch_size)
+        patches = patchify(input_data)
+
+        linear_projection = self.LinearProjection(patches).to(self.device)
+        b, n, _ = linear_projection.shape
+        linear_projection = torch.cat((self.class_token, linear_projection), dim=1)
+        pos_embed = self.pos_embedding[:, :n + 1, :]
+        linear_projection += pos_embed
+
+        return linear_projection
+
+
+class EncoderBlock(nn.Module):
+
+    def __init__(self, args):
+        super(EncoderBlock, self).__init__()
+
+        self.latent_size = args.latent_size
+        self.num_heads = args.num_heads
+        self.dropout = args.dropout
+        self.norm = nn.LayerNorm(self.latent_size)
+        self.attention = nn.MultiheadAttention(self.latent_size, self.num_heads, dropout=self.dropout)
+        self.enc_MLP = nn.Sequential(
+            nn.Linear(self.latent_size, self.latent_size * 4),
+            nn.GELU(),
+            nn.Dropout(self.dropout),
+            nn.Linear(self.latent_size * 4, self.latent_size),
+            nn.Dropout(self.dropout)
+        )
+
+    def forward(self, emb_patches):
+        first_norm = self.norm(emb_patches)
+        attention_out = self.attention(first_norm, first_norm, first_norm)[0]
+        first_added = attention_out + emb_patches
+        second_norm = self.norm(first_added)
+        mlp_out = self.enc_MLP(second_norm)
+        output = mlp_out + first_added
+
+        return output
+
+
+class ViT(nn.Module):
+    def __init__(self, args):
+        super(ViT, self).__init__()
+
+        self.num_encoders = args.num_encoders
+        self.latent_size = args.latent_size
+        self.num_classes = args.num_classes
+        self.dropout = args.dropout
+
+        self.embedding = InputEmbedding(args)
+        # Encoder Stack
+        self.encoders = nn.ModuleList([EncoderBlock(args) for _ in range(self.num_encoders)])
+        self.MLPHead = nn.Sequential(
+            nn.LayerNorm(self.latent_size),
+            nn.Linear(self.latent_size, self.latent_size),
+            nn.Linear(self.latent_size, self.num_classes),
+        )
+
+    def forward(self, test_input):
+        enc_output = self.embedding(test_input)
+        for enc_layer in self.encoders:
+            enc_output = enc_layer(enc_output)
+
+        class_token_embed = enc_output[:, 0]
+        return self.MLPHead(class_token_embed)
+
+
+class TrainEval:
+
+    def __init__(self, args, model, train_dataloader, val_dataloader, optimizer, criterion, device):
+        self.model = model
+        self.train_dataloader = train_dataloader
+        self.val_dataloader = val_dataloader
+        self.optimizer = optimizer
+        self.criterion = criterion
+        self.epoch = args.epochs
+        self.device = device
+        self.args = args
+
+    def train_fn(self, current_epoch):
+        self.model.train()
+        total_loss = 0.0
+        tk = tqdm(self.train_dataloader, desc="EPOCH" + "[TRAIN]" + str(current_epoch + 1) + "/" + str(self.epoch))
+
+        for t, data in enumerate(tk):
+            images, labels = data
+            images, labels = images.to(self.device), labels.to(self.device)
+            self.optimizer.zero_grad()
+            logits = self.model(images)
+            loss = self.criterion(logits, labels)
+            loss.backward()
+            self.optimizer.step()
+
+            total_loss += loss.item()
+            tk.set_postfix({"Loss": "%6f" % float(total_loss / (t + 1))})
+            if self.args.dry_run:
+                break
+
+        return total_loss / len(self.train_dataloader)
+
+    def eval_fn(self, current_epoch):
+        self.model.eval()
+        total_loss = 0.0
+        tk = tqdm(self.val_dataloader, desc="EPOCH" + "[VALID]" + str(current_epoch + 1) + "/" + str(self.epoch))
+
+        for t, data in enumerate(tk):
+            images, labels = data
+            images, labels = images.to(self.device), labels.to(self.device)
+
+            logits = self.model(images)
+            loss = self.criterion(logits, labels)
+
+            total_loss += loss.item()
+            tk.set_postfix({"Loss": "%6f" % float(total_loss / (t + 1))})
+            if self.args.dry_run:
+                break
+
+        return total_loss / len(self.val_dataloader)
+
+    def train(self):
+        best_valid_loss = np.inf
+        best_train_loss = np.inf
+        for i in range(self.epoch):
+            train_loss = self.train_fn(i)
+            val_loss = self.eval_fn(i)
+            record.append((train_loss, val_loss))
+
+            if val_loss < best_valid_loss:
+                torch.save(self.model.state_dict(), "best-weights.pt")
+                print("Saved Best Weights")
+                best_valid_loss = val_loss
+                best_train_loss = train_loss
+        print(f"Training Loss : {best_train_loss}")
+        print(f"Valid Loss : {best_valid_loss}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description='Vision Transformer in PyTorch')
+    parser.add_argument('--no-cuda', action='store_true', default=False,
+                        help='disables CUDA training')
+    parser.add_argument('--patch-size', type=int, default=16,
+                        help='patch size for images (default : 16)')
+    parser.add_argument('--latent-size', type=int, default=768,
+                        help='latent size (default : 768)')
+    parser.add_argument('--n-channels', type=int, default=3,
+                        help='number of channels in images (default : 3 for RGB)')
+    parser.add_argument('--num-heads', type=int, default=12,
+                        help='(default : 16)')
+    parser.add_argument('--num-encoders', type=int, default=12,
+                        help='number of encoders (default : 12)')
+    parser.add_argument('--dropout', type=int, default=0.1,
+                        help='dropout value (default : 0.1)')
+    parser.add_argument('--img-size', type=int, default=224,
+                        help='image size to be reshaped to (default : 224')
+    parser.add_argument('--num-classes', type=int, default=10,
+                        help='number of classes in dataset (default : 10 for CIFAR10)')
+    parser.add_argument('--epochs', type=int, default=10,
+                        help='number of epochs (default : 10)')
+    parser.add_argument('--lr', type=float, default=1e-2,
+                        help='base learning rate (default : 0.01)')
+    parser.add_argument('--weight-decay', type=int, default=3e-2,
+                        help='weight decay value (default : 0.03)')
+    parser.add_argument('--batch-size', type=int, default=4,
+                        help='batch size (default : 4)')
+    parser.add_argument('--dry-run', action='store_true', default=False,
+                        help='quickly check a single pass')
+    args = parser.parse_args(argv)
+
+    use_cuda = not args.no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+
+    # (CIFAR10 resized: random images; shuffle=True would draw each library's own order)
+    train_data = torch.utils.data.TensorDataset(torch.tensor(images[:8]), torch.tensor(labels[:8]))
+    valid_data = torch.utils.data.TensorDataset(torch.tensor(images[8:]), torch.tensor(labels[8:]))
+    train_loader = DataLoader(train_data, batch_size=args.batch_size, shuffle=False)
+    valid_loader = DataLoader(valid_data, batch_size=args.batch_size, shuffle=False)
+
+    model = ViT(args).to(device)
+    initialize(model)  # (the harness: torch's initial weights in both runs)
+
+    optimizer = optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    criterion = nn.CrossEntropyLoss()
+
+    TrainEval(args, model, train_loader, valid_loader, optimizer, criterion, device).train()
+    record.append(params_of(model))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+VIT_STEPS = [
+    (
+        "            loss.backward()\n            self.optimizer.step()\n",
+        "            grads = loss.backward()\n            self.optimizer.step(grads)\n",
+    ),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    ("from torch import optim\n", "from retrograd import optim\n"),
+]
+
+
+def test_examples_vision_transformer_trains_as_torch(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (it saves best-weights.pt where it runs)
+    rng = np.random.default_rng(89)
+    images = rng.uniform(size=(12, 3, 32, 32)).astype(np.float32)
+    labels = rng.integers(0, 10, 12)
+    argv = "--patch-size 8 --latent-size 16 --num-heads 2 --num-encoders 2 --dropout 0 --img-size 32 --epochs 2 --lr 0.001"
+    weights = initializer()
+    records, logs = runs_with_draws(
+        VIT_SOURCE,
+        VIT_STEPS,
+        capsys,
+        seed=89,
+        params_of=params_of,
+        argv=argv.split(),
+        images=images,
+        labels=labels,
+        __name__="__main__",
+        make_initialize=lambda lib: weights,
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0].count("Saved Best Weights") == logs[1].count("Saved Best Weights") >= 1
+    # the key bias (in_proj_bias[16:32]) adds the same q . b_k to every score of a row, which the
+    # softmax removes: its true gradient is 0 and Adam's steps follow the rounding noise
+    biases = [f"0.encoders.{i}.attention.in_proj_bias" for i in range(2)]
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5, skip=set(biases))
+    for name in biases:
+        for part in (slice(0, 16), slice(32, 48)):
+            np.testing.assert_allclose(
+                ours[2][name][part], theirs[2][name][part], rtol=1e-4, atol=1e-5
+            )
+
+
+def test_regression_torch_hub_names_exist():
+    """pytorch/examples' vision transformer runs ``from torch.hub import tqdm``: there was no
+    ``retrograd.hub``."""
+    import importlib
+    import sys
+
+    from retrograd.hub import tqdm
+
+    assert tqdm is torch.hub.tqdm  # the progress bar torch re-exports: tqdm's own
+    assert rg.hub.get_dir().endswith("hub")
+    saved = rg.hub.get_dir()
+    try:
+        rg.hub.set_dir("/tmp/somewhere")
+        assert rg.hub.get_dir() == "/tmp/somewhere"
+    finally:
+        rg.hub.set_dir(saved)
+    for name in ("load", "list", "help", "load_state_dict_from_url", "download_url_to_file"):
+        with pytest.raises(
+            rg.errors.InvalidArgumentError, match=f"hub.{name}: .*does not download"
+        ):
+            getattr(rg.hub, name)("pytorch/vision", "resnet18")
+    # without tqdm installed: a quiet stand-in that iterates and takes tqdm's methods
+    real = sys.modules.get("tqdm")
+    sys.modules["tqdm"] = None
+    try:
+        fallback = importlib.reload(rg.hub).tqdm
+        bar = fallback([1, 2, 3], desc="EPOCH")
+        bar.set_postfix({"Loss": "1.0"})
+        assert list(bar) == [1, 2, 3] and bar.n == 3 and bar.total == len(bar) == 3
+    finally:
+        sys.modules["tqdm"] = real
+        importlib.reload(rg.hub)
+    assert rg.hub.tqdm is torch.hub.tqdm
