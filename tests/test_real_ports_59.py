@@ -39,6 +39,18 @@ harness: ``tests/real_ports.py``):
   Adam with ``weight_decay``, ``from torch.hub import tqdm`` with ``set_postfix``, and
   ``torch.save`` of the best state dict (the fix below).
 
+- minGRU as lucidrains/minGRU-pytorch writes it (``minGRU_pytorch/minGRU.py`` and
+  ``minGRULM.py``) under ``train.py``'s loop (random tokens for enwik8, whose uint8 bytes and
+  ``.cuda()`` calls are left out; sizes smaller): the log-space parallel scan
+  (``log_coeffs.cumsum(dim = 1)``, ``(log_values - a_star).logcumsumexp(dim = 1)``),
+  ``torch.where(x >= 0, x + 0.5, x.sigmoid())``, ``-F.softplus(-x)``, the sequential step by
+  ``torch.lerp(prev_hidden, hidden, gate)``, ``F.pad(log_coeffs, (0, 0, 1, 0))`` for a
+  continued sequence, ``RMSNorm`` by ``F.normalize``, ``ModuleList`` of ``ModuleList``s
+  unpacked in the loop, ``F.cross_entropy(logits.transpose(1, 2), labels)``, gradient
+  accumulation over ``(loss / GRAD_ACCUM_EVERY).backward()`` (the gradients added),
+  ``clip_grad_norm_``, Adam, a ``Dataset`` drawing ``torch.randint(0, n, (1,))`` slice bounds
+  through ``cycle(DataLoader(...))``; the parallel scan checked against the sequential steps in
+  both.
 
 Defect found and fixed: ``from torch.hub import tqdm`` failed (there was no
 ``retrograd.hub``): ``rg.hub`` has ``tqdm`` (tqdm's own, as torch's; a quiet stand-in without
@@ -1179,3 +1191,286 @@ def test_regression_torch_hub_names_exist():
         sys.modules["tqdm"] = real
         importlib.reload(rg.hub)
     assert rg.hub.tqdm is torch.hub.tqdm
+
+
+# -- minGRU --------------------------------------------------------------------------------------------
+MINGRU_SOURCE = """
+# -- minGRU_pytorch/minGRU.py --
+# https://arxiv.org/abs/2410.01201v1
+
+import torch
+import torch.nn.functional as F
+from torch.nn import Linear, Identity, Module
+
+def exists(v):
+    return v is not None
+
+# appendix B
+# https://github.com/glassroom/heinsen_sequence
+
+def heinsen_associative_scan_log(log_coeffs, log_values):
+    a_star = log_coeffs.cumsum(dim = 1)
+    log_h0_plus_b_star = (log_values - a_star).logcumsumexp(dim = 1)
+    log_h = a_star + log_h0_plus_b_star
+    return log_h.exp()
+
+# appendix B.3
+
+def g(x):
+    return torch.where(x >= 0, x + 0.5, x.sigmoid())
+
+def log_g(x):
+    return torch.where(x >= 0, (F.relu(x) + 0.5).log(), -F.softplus(-x))
+
+# log-space version of minGRU - B.3.1
+# they enforce the hidden states to be positive
+
+class minGRU(Module):
+    def __init__(self, dim, expansion_factor = 1.):
+        super().__init__()
+
+        dim_inner = int(dim * expansion_factor)
+        self.to_hidden_and_gate = Linear(dim, dim_inner * 2, bias = False)
+        self.to_out = Linear(dim_inner, dim, bias = False) if expansion_factor != 1. else Identity()
+
+    def forward(self, x, prev_hidden = None):
+        seq_len = x.shape[1]
+        hidden, gate = self.to_hidden_and_gate(x).chunk(2, dim = -1)
+
+        if seq_len == 1:
+            # handle sequential
+
+            hidden = g(hidden)
+            gate = gate.sigmoid()
+            out = torch.lerp(prev_hidden, hidden, gate) if exists(prev_hidden) else (hidden * gate)
+        else:
+            # parallel
+
+            log_coeffs = -F.softplus(gate)
+
+            log_z = -F.softplus(-gate)
+            log_tilde_h = log_g(hidden)
+            log_values = log_z + log_tilde_h
+
+            if exists(prev_hidden):
+                log_values = torch.cat((log_g(prev_hidden), log_values), dim = 1)
+                log_coeffs = F.pad(log_coeffs, (0, 0, 1, 0))
+
+            out = heinsen_associative_scan_log(log_coeffs, log_values)
+            out = out[:, -seq_len:]
+
+        return self.to_out(out)
+
+# -- minGRU_pytorch/minGRULM.py --
+import torch
+from torch import nn
+import torch.nn.functional as F
+from torch.nn import Module, ModuleList
+
+# classes
+
+class RMSNorm(Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = dim ** 0.5
+        self.gamma = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return F.normalize(x, dim = -1) * self.scale * (self.gamma + 1)
+
+def FeedForward(dim, mult = 4):
+    dim_inner = int(dim * mult)
+    return nn.Sequential(
+        nn.Linear(dim, dim_inner),
+        nn.GELU(),
+        nn.Linear(dim_inner, dim)
+    )
+
+# main class
+
+class minGRULM(Module):
+    def __init__(
+        self,
+        *,
+        num_tokens,
+        dim,
+        depth,
+        ff_mult = 4,
+        min_gru_expansion = 1.5
+    ):
+        super().__init__()
+        self.token_emb = nn.Embedding(num_tokens, dim)
+
+        self.layers = ModuleList([])
+
+        for _ in range(depth):
+            self.layers.append(ModuleList([
+                RMSNorm(dim),
+                minGRU(dim, expansion_factor = min_gru_expansion),
+                RMSNorm(dim),
+                FeedForward(dim, mult = ff_mult)
+            ]))
+
+        self.norm = RMSNorm(dim)
+        self.to_logits = nn.Linear(dim, num_tokens, bias = False)
+
+    def forward(
+        self,
+        x,
+        return_loss = False
+    ):
+
+        if return_loss:
+            x, labels = x[:, :-1], x[:, 1:]
+
+        x = self.token_emb(x)
+
+        for norm, mingru, ff_norm, ff in self.layers:
+
+            x = mingru(norm(x)) + x
+
+            x = ff(ff_norm(x)) + x
+
+        embed = self.norm(x)
+        logits = self.to_logits(embed)
+
+        if not return_loss:
+            return logits
+
+        loss = F.cross_entropy(
+            logits.transpose(1, 2),
+            labels
+        )
+
+        return loss
+
+# -- train.py's loop (its later version), smaller: random tokens for enwik8 (whose uint8 bytes and
+# .cuda() calls are left out), gradient accumulation, clipping, validation --
+from torch.optim import Adam
+from torch.utils.data import DataLoader, Dataset
+
+NUM_BATCHES = 3
+BATCH_SIZE = 2
+GRAD_ACCUM_EVERY = 2
+LEARNING_RATE = 1e-3
+VALIDATE_EVERY = 2
+SEQ_LEN = 12
+
+def cycle(loader):
+    while True:
+        for data in loader:
+            yield data
+
+model = minGRULM(
+    num_tokens = 32,
+    dim = 16,
+    depth = 2
+)
+initialize(model)  # (the harness: torch's initial weights in both runs)
+
+data_train, data_val = torch.tensor(tokens[:200]), torch.tensor(tokens[200:])
+
+class TextSamplerDataset(Dataset):
+    def __init__(self, data, seq_len):
+        super().__init__()
+        self.data = data
+        self.seq_len = seq_len
+
+    def __len__(self):
+        return self.data.size(0) // self.seq_len
+
+    def __getitem__(self, index):
+        rand_start = torch.randint(0, self.data.size(0) - self.seq_len, (1,))
+        full_seq = self.data[rand_start : rand_start + self.seq_len + 1].long()
+        return full_seq
+
+train_dataset = TextSamplerDataset(data_train, SEQ_LEN)
+val_dataset = TextSamplerDataset(data_val, SEQ_LEN)
+train_loader = DataLoader(train_dataset, batch_size = BATCH_SIZE)
+val_loader = DataLoader(val_dataset, batch_size = BATCH_SIZE)
+
+optim = Adam(model.parameters(), lr = LEARNING_RATE)
+
+train_loader = cycle(train_loader)
+val_loader = cycle(val_loader)
+
+for i in range(NUM_BATCHES):
+    model.train()
+
+    for _ in range(GRAD_ACCUM_EVERY):
+        data = next(train_loader)
+
+        loss = model(data, return_loss = True)
+
+        (loss / GRAD_ACCUM_EVERY).backward()
+
+    print(f"training loss: {loss.item():.3f}")
+    record.append(loss.item())
+
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+
+    optim.step()
+    optim.zero_grad()
+
+    if i % VALIDATE_EVERY == 0:
+        model.eval()
+        with torch.no_grad():
+            valid_data = next(val_loader)
+
+            loss = model(valid_data, return_loss = True)
+            print(f"validation loss: {loss.item():.3f}")
+            record.append(loss.item())
+record.append(params_of(model))
+
+# the parallel scan against the sequential steps (README: one token at a time with prev_hidden)
+mingru = minGRU(16)
+initialize(mingru)
+x = torch.randn(2, 6, 16)
+parallel = mingru(x)
+h, steps = None, []
+for t in range(6):
+    h = mingru(x[:, t:t + 1], prev_hidden = h)
+    steps.append(h)
+sequential = torch.cat(steps, dim = 1)
+continued = mingru(x[:, 3:], prev_hidden = steps[2])
+record.append(parallel.detach().numpy())
+record.append(float((parallel - sequential).abs().max()))
+record.append(continued.detach().numpy())
+"""
+
+MINGRU_STEPS = [
+    (
+        "        (loss / GRAD_ACCUM_EVERY).backward()\n",
+        "        step_grads = (loss / GRAD_ACCUM_EVERY).backward()\n        grads = step_grads if _ == 0 else grads + step_grads\n",
+    ),
+    (
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n\n    optim.step()\n",
+        "    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.5)\n\n    optim.step(grads)\n",
+    ),
+    (
+        "import torch\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nfrom retrograd import nn\nimport retrograd.nn.functional as F\n",
+    ),
+]
+
+
+def test_min_gru_language_model_trains_as_torch(capsys):
+    tokens = np.random.default_rng(90).integers(0, 32, 300)
+    weights = initializer()
+    records, logs = runs_with_draws(
+        MINGRU_SOURCE,
+        MINGRU_STEPS,
+        capsys,
+        seed=90,
+        params_of=params_of,
+        tokens=tokens,
+        make_initialize=lambda lib: weights,
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0] == logs[1] and logs[0].count("training loss") == 3
+    assert theirs[-2] < 1e-5 and ours[-2] < 1e-5  # the scan is the recurrence, in both
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
