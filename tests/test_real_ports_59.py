@@ -51,6 +51,15 @@ harness: ``tests/real_ports.py``):
   ``clip_grad_norm_``, Adam, a ``Dataset`` drawing ``torch.randint(0, n, (1,))`` slice bounds
   through ``cycle(DataLoader(...))``; the parallel scan checked against the sequential steps in
   both.
+- stand-alone self-attention as leaderj1001/Stand-Alone-Self-Attention writes it
+  (``attention.py``'s ``AttentionConv`` and ``AttentionStem``, ``model.py``'s ``Bottleneck``) in a
+  small network of a stem and two bottlenecks (``model.py``'s ``Model`` takes 64 to 2,048
+  channels) trained a few SGD steps: ``F.pad(x, [p, p, p, p])`` of a list, key/value windows by
+  ``unfold(2, k, s).unfold(3, k, s)``, relative embeddings added to the two halves of
+  ``v_out.split(...)``, six-dimensional ``contiguous().view``s, ``torch.einsum('bnchwk,bnchwk ->
+  bnchw', ...)`` with a space in its equation, the stem's ``einsum('bnchwk,cw->bnchwk')``
+  mixtures and two softmaxes, ``F.avg_pool2d(out, (stride, stride))`` and ``out +=
+  self.shortcut(x)`` through an empty ``nn.Sequential()``.
 
 Defect found and fixed: ``from torch.hub import tqdm`` failed (there was no
 ``retrograd.hub``): ``rg.hub`` has ``tqdm`` (tqdm's own, as torch's; a quiet stand-in without
@@ -1473,4 +1482,210 @@ def test_min_gru_language_model_trains_as_torch(capsys):
     ours, theirs = records[1], records[0]
     assert logs[0] == logs[1] and logs[0].count("training loss") == 3
     assert theirs[-2] < 1e-5 and ours[-2] < 1e-5  # the scan is the recurrence, in both
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+# -- stand-alone self-attention ------------------------------------------------------------------------
+SASA_SOURCE = """
+# -- attention.py --
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class AttentionConv(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, groups=1, bias=False):
+        super(AttentionConv, self).__init__()
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.groups = groups
+
+        assert self.out_channels % self.groups == 0, "out_channels should be divided by groups. (example: out_channels: 40, groups: 4)"
+
+        self.rel_h = nn.Parameter(torch.randn(out_channels // 2, 1, 1, kernel_size, 1))
+        self.rel_w = nn.Parameter(torch.randn(out_channels // 2, 1, 1, 1, kernel_size))
+
+        self.key_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+        self.query_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+        self.value_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+
+    def forward(self, x):
+        batch, channels, height, width = x.size()
+
+        padded_x = F.pad(x, [self.padding, self.padding, self.padding, self.padding])
+        q_out = self.query_conv(x)
+        k_out = self.key_conv(padded_x)
+        v_out = self.value_conv(padded_x)
+
+        k_out = k_out.unfold(2, self.kernel_size, self.stride).unfold(3, self.kernel_size, self.stride)
+        v_out = v_out.unfold(2, self.kernel_size, self.stride).unfold(3, self.kernel_size, self.stride)
+
+        v_out_h, v_out_w = v_out.split(self.out_channels // 2, dim=1)
+        v_out = torch.cat((v_out_h + self.rel_h, v_out_w + self.rel_w), dim=1)
+
+        k_out = k_out.contiguous().view(batch, self.groups, self.out_channels // self.groups, height, width, -1)
+        v_out = v_out.contiguous().view(batch, self.groups, self.out_channels // self.groups, height, width, -1)
+
+        q_out = q_out.view(batch, self.groups, self.out_channels // self.groups, height, width, 1)
+
+        out = q_out * k_out
+        out = F.softmax(out, dim=-1)
+        out = torch.einsum('bnchwk,bnchwk -> bnchw', out, v_out).view(batch, -1, height, width)
+
+        return out
+
+
+class AttentionStem(nn.Module):
+    def __init__(self, img_size, in_channels, out_channels, kernel_size, stride=1, padding=0, groups=1, bias=False):
+        super(AttentionStem, self).__init__()
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.groups = groups
+
+        assert self.out_channels % self.groups == 0, "out_channels should be divided by groups. (example: out_channels: 40, groups: 4)"
+
+        self.emb_a = nn.Parameter(torch.randn(self.out_channels // self.groups, img_size))
+        self.emb_b = nn.Parameter(torch.randn(self.out_channels // self.groups, img_size))
+        self.emb_mix = nn.Parameter(torch.randn(self.out_channels // self.groups, img_size, img_size))
+
+        self.key_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+        self.query_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+        self.value_conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=bias)
+
+    def forward(self, x):
+        batch, channels, height, width = x.size()
+
+        padded_x = F.pad(x, [self.padding, self.padding, self.padding, self.padding])
+
+        q_out = self.query_conv(x)
+        k_out = self.key_conv(padded_x)
+        v_out = self.value_conv(padded_x)
+
+        k_out = k_out.unfold(2, self.kernel_size, self.stride).unfold(3, self.kernel_size, self.stride)
+        v_out = v_out.unfold(2, self.kernel_size, self.stride).unfold(3, self.kernel_size, self.stride)
+
+        k_out = k_out[:, :, :height, :width, :, :]
+        v_out = v_out[:, :, :height, :width, :, :]
+
+        k_out = k_out.contiguous().view(batch, self.groups, self.out_channels // self.groups, height, width, -1)
+        v_out = v_out.contiguous().view(batch, self.groups, self.out_channels // self.groups, height, width, -1)
+
+        emb_logit_a = torch.einsum('bnchwk,cw->bnchwk', v_out, self.emb_a)
+        emb_logit_b = torch.einsum('bnchwk,ch->bnchwk', v_out, self.emb_b)
+        emb_logit_mix = torch.einsum('bnchwk,chw->bnchwk', v_out, self.emb_mix)
+
+        embedding = (emb_logit_a + emb_logit_b) * emb_logit_mix
+        embedding = F.softmax(embedding, dim=-1)
+
+        q_out = q_out.view(batch, self.groups, self.out_channels // self.groups, height, width, 1)
+
+        out = q_out * k_out * embedding
+        out = F.softmax(out, dim=-1)
+        out = torch.einsum('bnchwk,bnchwk -> bnchw', out, v_out).view(batch, -1, height, width)
+
+        return out
+
+
+# -- model.py's Bottleneck --
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, in_channels, out_channels, stride=1, groups=1, base_width=64):
+        super(Bottleneck, self).__init__()
+        self.stride = stride
+        width = int(out_channels * (base_width / 64.)) * groups
+
+        self.conv1 = nn.Sequential(
+            nn.Conv2d(in_channels, width, kernel_size=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+        )
+        self.conv2 = nn.Sequential(
+            AttentionConv(width, width, kernel_size=7, padding=3, groups=8),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+        )
+        self.conv3 = nn.Sequential(
+            nn.Conv2d(width, self.expansion * out_channels, kernel_size=1, bias=False),
+            nn.BatchNorm2d(self.expansion * out_channels),
+        )
+
+        self.shortcut = nn.Sequential()
+        if stride != 1 or in_channels != self.expansion * out_channels:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_channels, self.expansion * out_channels, kernel_size=1, stride=stride, bias=False),
+                nn.BatchNorm2d(self.expansion * out_channels)
+            )
+
+    def forward(self, x):
+        out = self.conv1(x)
+        out = self.conv2(out)
+        out = self.conv3(out)
+        if self.stride >= 2:
+            out = F.avg_pool2d(out, (self.stride, self.stride))
+
+        out += self.shortcut(x)
+        out = F.relu(out)
+
+        return out
+
+
+# -- a small network of them (model.py's Model takes 64 to 2048 channels), a few SGD steps --
+model = nn.Sequential(
+    AttentionStem(img_size=8, in_channels=3, out_channels=16, kernel_size=4, stride=1, padding=2, groups=2),
+    nn.BatchNorm2d(16),
+    nn.ReLU(),
+    Bottleneck(16, 8, stride=1),
+    Bottleneck(32, 8, stride=2),
+    nn.AdaptiveAvgPool2d(1),
+    nn.Flatten(),
+    nn.Linear(32, 10),
+)
+initialize(model)  # (the harness: torch's initial weights in both runs)
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+for data, target in batches:
+    optimizer.zero_grad()
+    output = model(data)
+    loss = criterion(output, target)
+    loss.backward()
+    optimizer.step()
+    record.append(loss.item())
+model.eval()
+with torch.no_grad():
+    record.append(model(batches[0][0]).numpy())
+record.append(params_of(model))
+"""
+
+SASA_STEPS = [
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+]
+
+
+def test_stand_alone_self_attention_trains_as_torch(capsys):
+    rng = np.random.default_rng(91)
+    images = rng.standard_normal((2, 4, 3, 8, 8)).astype(np.float32)
+    targets = rng.integers(0, 10, (2, 4))
+    weights = initializer()
+    records, _ = runs_with_draws(
+        SASA_SOURCE,
+        SASA_STEPS,
+        capsys,
+        seed=91,
+        params_of=params_of,
+        make_initialize=lambda lib: weights,
+        make_batches=lambda lib: [(lib.tensor(x), lib.tensor(y)) for x, y in zip(images, targets)],
+    )
+    ours, theirs = records[1], records[0]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
