@@ -852,8 +852,8 @@ MOBILENETV3_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("dilated", [False, True])
-def test_torchvision_mobilenet_v3_trains_as_torch(capsys, dilated):
+def test_torchvision_mobilenet_v3_trains_as_torch(capsys):
+    dilated = True  # (the last stage dilated; the stages before it are the default blocks)
     rng = np.random.default_rng(88)
     images = rng.standard_normal((2, 4, 3, 32, 32)).astype(np.float32)
     targets = rng.integers(0, 5, (2, 4))
