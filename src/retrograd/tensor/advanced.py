@@ -41,6 +41,16 @@ def index_items(index: Any) -> tuple[Any, ...]:
     return (index,)
 
 
+def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``index`` with each 0-d int64 tensor read as its integer: torch's indexing takes one
+    as a Python int (a select, giving a view, in get and set alike), not as an index tensor
+    (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims first)."""
+    return tuple(
+        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
+        for i in index
+    )
+
+
 def _is_bool_scalar(item: Any) -> bool:
     if isinstance(item, bool | np.bool_):
         return True
@@ -295,13 +305,8 @@ def _is_bool_index(item: Any) -> bool:
 def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
-    index = index_items(index)
-    # torch reads a 0-d integer tensor in an index as that integer (a select, not an
-    # index_put_): the value is then converted to the tensor's dtype, as for ``t[1] = v``
-    index = tuple(
-        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
-        for i in index
-    )
+    # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
+    index = int_scalars(index_items(index))
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)

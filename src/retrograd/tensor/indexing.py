@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
+from ..context import capturing
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
@@ -760,6 +761,12 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
+    if not capturing.get() and any(isinstance(i, TensorBase) for i in index):
+        # (a captured step keeps such a tensor an index tensor: its value is not read on the
+        # host, which a replay could not follow; the result's values are the same)
+        from .advanced import int_scalars
+
+        index = int_scalars(index)
     if any(isinstance(i, arrays | bool | np.bool_) for i in index):
         from .advanced import get_index, split_bool_scalars
 

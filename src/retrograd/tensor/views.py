@@ -160,7 +160,9 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         return value
     if kind == "diagonal":
         return diagonal_assign(base, params, value)
-    what = "an expanded tensor" if kind == "expand" else "the windows of unfold"
+    if kind == "unfold" and (params[2] >= params[1] or value.shape[params[0]] <= 1):
+        return unfold_assign(base, params, value)
+    what = "an expanded tensor" if kind == "expand" else "overlapping windows of unfold"
     raise ShapeError(
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
@@ -467,6 +469,22 @@ def _diagonal_positions(t: Any, params: tuple) -> tuple[Any, tuple[int, ...], li
 def diagonal_of(t: Any, params: tuple) -> Any:
     merged, index, _ = _diagonal_positions(t, params)
     return merged._apply("select", (merged, index), (merged.ndim - 1,))
+
+
+def unfold_assign(t: Any, params: tuple, values: Any) -> Any:
+    """``t`` with its windows (``unfold(dim, size, step)``'s, ``step >= size`` or one window:
+    no element in two windows) replaced by ``values``."""
+    d, size, step = params
+    count = values.shape[d]
+    last = values.ndim - 1
+    order = (*range(d + 1), last, *range(d + 1, last))
+    moved = values._apply("permute", (values,), (order,)) if d + 1 != last else values
+    merged = moved._apply("reshape", (moved,), ((*t.shape[:d], count * size, *t.shape[d + 1 :]),))
+    positions = [w * step + j for w in range(count) for j in range(size)]
+    index = from_host(
+        type(t)._result, np.asarray(positions, dtype=np.int64), None, t._backend, t._device
+    )
+    return t._apply("select_assign", (t, index, merged.cast(t.dtype)), (d,))
 
 
 def diagonal_assign(t: Any, params: tuple, values: Any) -> Any:
