@@ -35,10 +35,11 @@ from fuzz12_cases import Trial, _pick
 from fuzz14_cases import _weight_fn
 from fuzz14_cases import check as _check14
 from fuzz16_cases import _trial
+from fuzz15_cases import _half_out
 from fuzz17_cases import _array, _leaf
 from fuzz_cases import Mismatch
 
-__all__ = ["GENERATORS", "check"]
+__all__ = ["GENERATORS", "HALF", "check"]
 
 GENERATORS: dict = {}
 
@@ -297,6 +298,8 @@ def _index_item(rng, size, kinds):
         return f"{lo}:{hi}:{st}", (lambda lib: slice(lo, hi, st)), 1, False
     if kind == "none":
         return "None", (lambda lib: None), 0, False
+    if kind == "full":
+        return ":", (lambda lib: slice(None)), 1, False
     if kind == "tensor":
         shape = _pick(rng, (2,), (1,), (3,), (2, 1), (1, 2), ())
         arr = rng.integers(-size, size, size=shape) if size else np.zeros(shape, np.int64)
@@ -320,12 +323,17 @@ def _index(rng):
     # (torch's index_put_ checks no index against an empty tensor: x[[0, 1]] = v passes for
     # x of shape (1, 3, 0), a torch bug; retrograd raises. Out-of-range writes into an empty
     # tensor are not drawn)
-    bad = rng.random() < 0.08 and (mode == "get" or 0 not in shape)
+    # (nor out of range where the rest of the index selects nothing: torch checks an index
+    # tensor's entries only against the elements it reads, none there; retrograd raises.
+    # Such draws keep every element: whole slices, no masks, no False)
+    bad = rng.random() < 0.08 and 0 not in shape
     kinds = ["int", "slice", "slice", "none", "tensor", "tensor", "bool_scalar"]
+    if bad:
+        kinds = ["int", "full", "none", "tensor"]
     items, dim = [], 0
     ellipsis_at = int(rng.integers(0, len(shape) + 1)) if rng.random() < 0.4 else None
     mask = None
-    if rng.random() < 0.25:  # a bool mask over the first k dims (after items before it)
+    if rng.random() < 0.25 and not bad:  # a bool mask over the first k dims (after items before it)
         k = int(rng.integers(1, len(shape) + 1))
         mask = (int(rng.integers(0, len(shape) - k + 1)), k)
     while dim < len(shape) and rng.random() < 0.8:
@@ -361,11 +369,11 @@ def _index(rng):
     def body(lib):
         from fuzz_cases import _torch
 
+        torch = _torch()
         la = _leaf(lib, a)
         lv = _leaf(lib, np.array(1.25))
         if mode == "get":
             return [la[index(lib)]], [la]
-        torch = _torch()
         # (the value's shape: the selected one's, maybe trimmed at the front or made 1)
         try:
             sel = tuple(torch.zeros(shape)[index(torch)].shape)
@@ -688,3 +696,83 @@ def _special(rng):
         return (list(out) if isinstance(out, tuple) else [out]), [leaf]
 
     return _trial(f"special {op} {a.tolist()} dim={d} keepdim={keep}", body, weight)
+
+
+# ---- in-place ops and writes across dtypes ---------------------------------------------------
+
+#: the names of the trials that draw float16/bfloat16 (refused by the NumPy backend)
+HALF: set = set()
+
+PROMOTE_DTYPES = ["int64", "bool", "float32", "float64", "float16", "bfloat16", "int64", "float64"]
+
+INPLACE_OPS = {
+    "add_": lambda lib, t, o: t.add_(o),
+    "sub_": lambda lib, t, o: t.sub_(o),
+    "mul_": lambda lib, t, o: t.mul_(o),
+    "div_": lambda lib, t, o: t.div_(o),
+    "div_floor_": lambda lib, t, o: t.div_(o, rounding_mode="floor"),
+    "iadd": lambda lib, t, o: t.__iadd__(o),
+    "imul": lambda lib, t, o: t.__imul__(o),
+    "itruediv": lambda lib, t, o: t.__itruediv__(o),
+    "ifloordiv": lambda lib, t, o: t.__ifloordiv__(o),
+    "remainder_": lambda lib, t, o: t.remainder_(o),
+    "pow_": lambda lib, t, o: t.pow_(o),
+    "clamp_min_": lambda lib, t, o: t.clamp_(min=o),
+    "copy_": lambda lib, t, o: t.copy_(o if isinstance(o, lib.Tensor) else lib.tensor(o)),
+    "fill_": lambda lib, t, o: t.fill_(o),
+    "setitem": lambda lib, t, o: t.__setitem__(0, o),
+    "setitem_mask": lambda lib, t, o: t.__setitem__(t != t.flip(-1), o),
+    "masked_fill_": lambda lib, t, o: t.masked_fill_(t != t.flip(-1), o),
+    "index_put_acc": lambda lib, t, o: t.index_put_(
+        (lib.tensor([0, -1, 0]),), o if isinstance(o, lib.Tensor) else lib.tensor(o),
+        accumulate=True),  # fmt: skip
+    "maximum": lambda lib, t, o: lib.maximum(t, o if isinstance(o, lib.Tensor) else lib.tensor(o)),
+    "where": lambda lib, t, o: lib.where(t != 0, t, o),
+    "mean": lambda lib, t, o: (t.float().mean(), t.sum(), t.cumsum(-1), t.prod(-1)),
+    "matmul": lambda lib, t, o: t @ (o.mT if isinstance(o, lib.Tensor) and o.ndim > 1 else o),
+    "lerp_": lambda lib, t, o: t.lerp_(o if isinstance(o, lib.Tensor) else lib.tensor(o), 0.5),
+    "addcmul_": lambda lib, t, o: t.addcmul_(o, o, value=2),
+}
+
+
+def _dtype_value(rng, dtype, shape):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "int64":
+        return rng.integers(-3, 4, size=shape)
+    return np.round(rng.uniform(-2.5, 2.5, size=shape) * 4) / 4  # (exact in every dtype)
+
+
+@gen("dtypes")
+def _dtypes(rng):
+    op = str(_pick(rng, *INPLACE_OPS))
+    dt = str(_pick(rng, *PROMOTE_DTYPES))
+    shape = _pick(rng, (3,), (2, 3))
+    a = _dtype_value(rng, dt, shape)
+    okind = str(_pick(rng, "tensor", "tensor", "0d", "int", "float", "bool"))
+    odt = str(_pick(rng, *PROMOTE_DTYPES))
+    if okind == "int":
+        other = int(rng.integers(-3, 4))
+    elif okind == "float":
+        other = float(_pick(rng, 0.5, -1.25, 2.0))
+    elif okind == "bool":
+        other = bool(rng.random() < 0.5)
+    else:
+        oshape = () if okind == "0d" else shape[-int(rng.integers(1, len(shape) + 1)) :]
+        other = _dtype_value(rng, odt, oshape)
+    half = dt in ("float16", "bfloat16") or (okind in ("tensor", "0d") and odt in
+                                                ("float16", "bfloat16"))  # fmt: skip
+    name = f"dtypes {op} {dt}{list(shape)} with {okind} {odt if okind in ('tensor', '0d') else other}"
+    if half:
+        HALF.add(name)
+
+    def fn(lib):
+        t = lib.tensor(a, dtype=getattr(lib, dt))
+        o = lib.tensor(other, dtype=getattr(lib, odt)) if okind in ("tensor", "0d") else other
+        out = INPLACE_OPS[op](lib, t, o)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        if op.endswith("_") or op.startswith("i") or op.startswith("set"):
+            outs = [t]
+        return [v for x in outs for v in _half_out(lib, x)]
+
+    return Trial(name, fn, rtol=1e-2 if half else 1e-6)

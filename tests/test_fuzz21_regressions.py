@@ -1,0 +1,111 @@
+"""Regressions found by fuzzing round 21 (``tests/fuzz21_cases.py``), each checked against
+torch 2.13."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+torch = pytest.importorskip("torch")
+
+
+def _both(fn):
+    """fn(lib) in torch and in retrograd, as nested lists."""
+    return fn(torch), fn(rg)
+
+
+def test_writes_through_unfold_windows_that_share_no_element_reach_the_base():
+    # (every write through unfold's windows was refused as overlapping, step >= size too)
+    def program(lib):
+        x = lib.arange(12.0, dtype=lib.float64).reshape(3, 4)
+        windows = x.unfold(1, 2, 3)  # (one element apart: none in two windows)
+        windows.mul_(10)
+        windows[0, 0, 1] = -1
+        column = x.unfold(0, 1, 2)  # (a single element per window)
+        column += 100
+        return x.tolist(), windows.tolist(), column.tolist()
+
+    want, got = _both(program)
+    assert got == want
+
+
+def test_unfold_window_writes_carry_the_gradient():
+    def grads(lib):
+        leaf = lib.tensor(np.linspace(-1, 1, 10), dtype=lib.float64, requires_grad=True)
+        x = leaf * 1.0
+        w = lib.tensor([0.5, 2.0], dtype=lib.float64, requires_grad=True)
+        x.unfold(0, 2, 4).mul_(w)  # windows [0:2] and [4:6] and [8:10]
+        loss = (x * lib.arange(10, dtype=lib.float64)).sum()
+        return [g.tolist() for g in lib.autograd.grad(loss, [leaf, w])]
+
+    want, got = _both(grads)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_writes_through_overlapping_unfold_windows_are_refused():
+    # (torch writes them one by one in its kernel's order; retrograd refuses, by name)
+    x = rg.arange(5.0)
+    with pytest.raises(rg.ShapeError, match="overlapping windows of unfold"):
+        x.unfold(0, 2, 1).add_(1)
+
+
+def test_a_zero_dim_int_tensor_in_an_index_is_read_as_an_int():
+    # (it was an index tensor: a copy, not a view, and with another index tensor apart from
+    # it the broadcast dimensions went first)
+    def program(lib):
+        x = lib.zeros(3, 2)
+        row = x[lib.tensor(1)]  # a view of x, as x[1]
+        row += 1
+        x[:, lib.tensor(0)].sub_(1)
+        y = lib.zeros(4, 3, 2)
+        shapes = [
+            tuple(y[lib.tensor(1), :, lib.tensor([0, 1])].shape),
+            tuple(y[:, lib.tensor([0, 2]), None, lib.tensor(-1)].shape),
+            tuple(y[lib.tensor([True, False, True, True]), lib.tensor(2)].shape),
+        ]
+        return x.tolist(), shapes
+
+    want, got = _both(program)
+    assert got == want
+    with pytest.raises(IndexError):  # (out of range as an int is)
+        rg.zeros(3, 2)[rg.tensor(3)]
+
+
+def test_infinite_norms_of_a_vector_with_nan_give_torch_gradient():
+    # (amax's NaN everywhere; torch's backward splits the gradient among the NaNs, whose
+    # sign, 0, then zeroes it)
+    def grads(lib):
+        out = []
+        for ord in (math.inf, -math.inf):
+            x = lib.tensor([[math.nan, 1.0, -2.0], [0.5, -3.0, 3.0]], dtype=lib.float64,
+                           requires_grad=True)  # fmt: skip
+            n = lib.linalg.vector_norm(x, ord, dim=1)
+            (g,) = lib.autograd.grad((n * lib.tensor([1.0, 2.0], dtype=lib.float64)).sum(), [x])
+            out.append(g.tolist())
+        return out
+
+    want, got = _both(grads)
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_index_put_accumulate_refuses_an_index_out_of_range():
+    # (the accumulating path wrapped a negative index by the size without checking, and
+    # checked the flat position against the element count only: [-1, 3] on a dim of size 2
+    # wrote elsewhere, -4 on size 3 wrapped to 2)
+    for shape, indices in (((4, 2, 4), ([1], [-1, 3])), ((3,), ([0, -4],)), ((2, 3), ([2],))):
+        for lib in (torch, rg):
+            x = lib.zeros(shape, dtype=lib.float64)
+            tensors = tuple(lib.tensor(i) for i in indices)
+            with pytest.raises(IndexError, match="out of"):
+                x.index_put_(tensors, lib.tensor(1.0, dtype=lib.float64), accumulate=True)
+    # in range, negatives and duplicates add up as torch's
+    want = torch.zeros(3, dtype=torch.float64)
+    want.index_put_((torch.tensor([0, -3, -1, 2]),), torch.tensor(1.0, dtype=torch.float64), True)
+    got = rg.zeros(3, dtype=rg.float64)
+    got.index_put_((rg.tensor([0, -3, -1, 2]),), rg.tensor(1.0, dtype=rg.float64), True)
+    assert got.tolist() == want.tolist()
