@@ -34,8 +34,8 @@ import numpy as np
 from fuzz12_cases import Trial, _pick
 from fuzz14_cases import _weight_fn
 from fuzz14_cases import check as _check14
-from fuzz16_cases import _trial
 from fuzz15_cases import _half_out
+from fuzz16_cases import _trial
 from fuzz17_cases import _array, _leaf
 from fuzz_cases import Mismatch
 
@@ -315,6 +315,10 @@ def _index_item(rng, size, kinds):
     raise AssertionError(kind)
 
 
+def _constant(array):
+    return lambda lib: lib.tensor(array)
+
+
 @gen("index")
 def _index(rng):
     shape = tuple(int(s) for s in rng.integers(1 if rng.random() < 0.9 else 0, 5,
@@ -340,8 +344,7 @@ def _index(rng):
         if mask is not None and dim == mask[0]:
             k = mask[1]
             m = rng.random(shape[dim : dim + k]) < 0.5
-            items.append((f"mask{list(m.shape)}", (lambda m: lambda lib: lib.tensor(m))(m), k,
-                          True))  # fmt: skip
+            items.append((f"mask{list(m.shape)}", _constant(m), k, True))
             dim += k
             mask = None
             continue
@@ -408,6 +411,11 @@ def _index(rng):
 # ---- second derivatives through nn.functional with unusual arguments -------------------------
 
 
+def _pleaf(lib, array, params):
+    """A parameter leaf in the dtype of the chain's input (``params[0]``)."""
+    return lib.tensor(array, dtype=params[0].dtype, requires_grad=True)
+
+
 def _conv_layer(rng, c, nd):
     groups = int(_pick(rng, *[g for g in (1, 2, 3) if c % g == 0]))
     out = groups * int(rng.integers(1, 3))
@@ -422,11 +430,11 @@ def _conv_layer(rng, c, nd):
 
     def fn(lib, x, params):
         conv = getattr(lib.nn.functional, f"conv{nd}d")
-        lw = _leaf(lib, w)
+        lw = _pleaf(lib, w, params)
         params.append(lw)
         lb = None
         if bias:
-            lb = _leaf(lib, b)
+            lb = _pleaf(lib, b, params)
             params.append(lb)
         return conv(x, lw, lb, stride=stride, padding=pad, dilation=dil, groups=groups)
 
@@ -446,7 +454,7 @@ def _convt_layer(rng, c, nd):
 
     def fn(lib, x, params):
         conv = getattr(lib.nn.functional, f"conv_transpose{nd}d")
-        lw = _leaf(lib, w)
+        lw = _pleaf(lib, w, params)
         params.append(lw)
         return conv(x, lw, None, stride=stride, padding=pad, output_padding=opad, groups=groups,
                     dilation=dil)  # fmt: skip
@@ -460,7 +468,6 @@ def _pool_layer(rng, c, nd):
     stride = _pick(rng, None, 1, 2)
     pad = int(rng.integers(0, k // 2 + 1))
     ceil = bool(rng.random() < 0.5)
-    F = "lib.nn.functional"
     if kind == "max":
         dil = int(_pick(rng, 1, 2))
         text = f"max_pool{nd}d(k={k},s={stride},p={pad},d={dil},ceil={ceil})"
@@ -518,7 +525,7 @@ def _sample_layer(rng, c, nd):
     text = f"grid_sample(affine,{mode},{pmode},ac={align})"
 
     def fn(lib, x, params):
-        lt = _leaf(lib, theta)
+        lt = _pleaf(lib, theta, params)
         params.append(lt)
         n = x.shape[0]
         grid = lib.nn.functional.affine_grid(lt.expand(n, 2, 3), (n, x.shape[1], 3, 4),
@@ -536,47 +543,54 @@ def _norm_layer(rng, c, nd):
     text = f"{kind}_norm(eps={eps})"
 
     def fn(lib, x, params):
-        F = lib.nn.functional
-        lg = _leaf(lib, g)
+        fn_ = lib.nn.functional
+        lg = _pleaf(lib, g, params)
         params.append(lg)
         if kind == "instance":
-            return F.instance_norm(x, weight=lg, eps=eps)
+            return fn_.instance_norm(x, weight=lg, eps=eps)
         if kind == "group":
-            return F.group_norm(x, 1, weight=lg, eps=eps)
+            return fn_.group_norm(x, 1, weight=lg, eps=eps)
         if kind == "batch":
-            return F.batch_norm(x, None, None, weight=lg, training=True, eps=eps)
+            return fn_.batch_norm(x, None, None, weight=lg, training=True, eps=eps)
         if kind == "rms":
-            return F.rms_norm(x, x.shape[-1:], eps=eps)
-        return F.layer_norm(x, x.shape[-1:], eps=eps)
+            return fn_.rms_norm(x, x.shape[-1:], eps=eps)
+        return fn_.layer_norm(x, x.shape[-1:], eps=eps)
 
     return text, fn, c
 
 
 ACTS = {
-    "elu": lambda F, x: F.elu(x, alpha=0.7),
-    "selu": lambda F, x: F.selu(x),
+    "elu": lambda f, x: f.elu(x, alpha=0.7),
+    "selu": lambda f, x: f.selu(x),
     # (alpha a power of 2: torch's float64 gradient of celu takes 1 / alpha rounded to float32,
     # 0.58364548802 for exp(-0.7 / 1.3) = 0.58364547814, a torch bug)
-    "celu": lambda F, x: F.celu(x, alpha=2.0),
-    "softplus": lambda F, x: F.softplus(x, beta=2.0, threshold=1.0),
-    "gelu_tanh": lambda F, x: F.gelu(x, approximate="tanh"),
-    "gelu": lambda F, x: F.gelu(x),
-    "mish": lambda F, x: F.mish(x),
-    "silu": lambda F, x: F.silu(x),
-    "logsigmoid": lambda F, x: F.logsigmoid(x),
-    "hardswish": lambda F, x: F.hardswish(x),
-    "tanhshrink": lambda F, x: F.tanhshrink(x),
-    "softsign": lambda F, x: F.softsign(x),
-    "log_softmax": lambda F, x: F.log_softmax(x, dim=1),
-    "softmin": lambda F, x: F.softmin(x, dim=-1),
-    "glu": lambda F, x: F.glu(x.repeat_interleave(2, 1), dim=1),
-    "normalize": lambda F, x: F.normalize(x, p=3.0, dim=1),
+    "celu": lambda f, x: f.celu(x, alpha=2.0),
+    "softplus": lambda f, x: f.softplus(x, beta=2.0, threshold=1.0),
+    "gelu_tanh": lambda f, x: f.gelu(x, approximate="tanh"),
+    "gelu": lambda f, x: f.gelu(x),
+    "mish": lambda f, x: f.mish(x),
+    "silu": lambda f, x: f.silu(x),
+    "logsigmoid": lambda f, x: f.logsigmoid(x),
+    "hardswish": lambda f, x: f.hardswish(x),
+    "tanhshrink": lambda f, x: f.tanhshrink(x),
+    "softsign": lambda f, x: f.softsign(x),
+    "log_softmax": lambda f, x: f.log_softmax(x, dim=1),
+    "softmin": lambda f, x: f.softmin(x, dim=-1),
+    "glu": lambda f, x: f.glu(x.repeat_interleave(2, 1), dim=1),
+    "normalize": lambda f, x: f.normalize(x, p=3.0, dim=1),
 }
+
+
+def _act(name):
+    return lambda lib, x, params: ACTS[name](lib.nn.functional, x)
+
+
+ACTS_LAYER = {name: _act(name) for name in ACTS}
 
 
 def _act_layer(rng, c, nd):
     name = str(_pick(rng, *ACTS))
-    return name, (lambda lib, x, params: ACTS[name](lib.nn.functional, x)), c
+    return name, ACTS_LAYER[name], c
 
 
 LAYERS = [_conv_layer, _conv_layer, _convt_layer, _pool_layer, _pool_layer, _pad_layer,
@@ -724,8 +738,10 @@ INPLACE_OPS = {
     "setitem_mask": lambda lib, t, o: t.__setitem__(t != t.flip(-1), o),
     "masked_fill_": lambda lib, t, o: t.masked_fill_(t != t.flip(-1), o),
     "index_put_acc": lambda lib, t, o: t.index_put_(
-        (lib.tensor([0, -1, 0]),), o if isinstance(o, lib.Tensor) else lib.tensor(o),
-        accumulate=True),  # fmt: skip
+        (lib.tensor([0, -1, 0]),),
+        o if isinstance(o, lib.Tensor) else lib.tensor(o),
+        accumulate=True,
+    ),
     "maximum": lambda lib, t, o: lib.maximum(t, o if isinstance(o, lib.Tensor) else lib.tensor(o)),
     "where": lambda lib, t, o: lib.where(t != 0, t, o),
     "mean": lambda lib, t, o: (t.float().mean(), t.sum(), t.cumsum(-1), t.prod(-1)),
@@ -762,7 +778,9 @@ def _dtypes(rng):
         other = _dtype_value(rng, odt, oshape)
     half = dt in ("float16", "bfloat16") or (okind in ("tensor", "0d") and odt in
                                                 ("float16", "bfloat16"))  # fmt: skip
-    name = f"dtypes {op} {dt}{list(shape)} with {okind} {odt if okind in ('tensor', '0d') else other}"
+    name = (
+        f"dtypes {op} {dt}{list(shape)} with {okind} {odt if okind in ('tensor', '0d') else other}"
+    )
     if half:
         HALF.add(name)
 
@@ -776,3 +794,41 @@ def _dtypes(rng):
         return [v for x in outs for v in _half_out(lib, x)]
 
     return Trial(name, fn, rtol=1e-2 if half else 1e-6)
+
+
+@gen("nnf_half")
+def _nnf_half(rng):
+    """A chain of ``nnf2``'s layers in float16 or bfloat16 (forward and first derivatives;
+    torch's CPU kernels compute in float32 and round)."""
+    dt = str(_pick(rng, "float16", "bfloat16", "float32"))
+    nd = int(_pick(rng, 1, 2))
+    c = int(rng.integers(1, 4))
+    spatial = tuple(int(v) for v in rng.integers(3, 6, size=nd))
+    c0 = c
+    layers = []
+    for _ in range(int(rng.integers(1, 3))):
+        make = LAYERS[int(rng.integers(len(LAYERS)))]
+        if make is _sample_layer and nd != 2:
+            make = _act_layer
+        text, fn, c = make(rng, c, nd)
+        if text == "normalize":  # (its gradient cancels to ~0 where bfloat16's rounding
+            text, fn = "silu", ACTS_LAYER["silu"]  # leaves 1% of the others: not compared)
+        layers.append((text, fn))
+    a = np.round(rng.uniform(-1.5, 1.5, size=(1, c0) + spatial) * 8) / 8
+    weight = _weight_fn(rng)
+    text = " -> ".join(t for t, _ in layers)
+    name = f"nnf_half {dt} x{list(a.shape)} {text}"
+    if dt != "float32":
+        HALF.add(name)
+
+    def fn(lib):
+        lx = lib.tensor(a, dtype=getattr(lib, dt), requires_grad=True)
+        params = [lx]
+        y = lx
+        for _text, layer in layers:
+            y = layer(lib, y, params)
+        w = lib.tensor(weight(tuple(y.shape)), dtype=y.dtype)
+        grads = lib.autograd.grad((y * w).sum(), params, allow_unused=True)
+        return [v for o in (y, *grads) for v in _half_out(lib, o)]
+
+    return Trial(name, fn, rtol=3e-2 if dt != "float32" else 1e-4)

@@ -28,7 +28,7 @@ from fuzz_cases import Mismatch
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"alias": 80, "index": 150, "nnf2": 25, "special": 150, "dtypes": 250}
+DRAWS = {"alias": 80, "index": 150, "nnf2": 25, "special": 150, "dtypes": 250, "nnf_half": 30}
 #: the alias draws also run under each checkpointing strategy
 STRATEGY_DRAWS = 15
 

@@ -81,10 +81,10 @@ def test_infinite_norms_of_a_vector_with_nan_give_torch_gradient():
     # sign, 0, then zeroes it)
     def grads(lib):
         out = []
-        for ord in (math.inf, -math.inf):
+        for order in (math.inf, -math.inf):
             x = lib.tensor([[math.nan, 1.0, -2.0], [0.5, -3.0, 3.0]], dtype=lib.float64,
                            requires_grad=True)  # fmt: skip
-            n = lib.linalg.vector_norm(x, ord, dim=1)
+            n = lib.linalg.vector_norm(x, order, dim=1)
             (g,) = lib.autograd.grad((n * lib.tensor([1.0, 2.0], dtype=lib.float64)).sum(), [x])
             out.append(g.tolist())
         return out
