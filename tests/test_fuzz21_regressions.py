@@ -109,3 +109,19 @@ def test_index_put_accumulate_refuses_an_index_out_of_range():
     got = rg.zeros(3, dtype=rg.float64)
     got.index_put_((rg.tensor([0, -3, -1, 2]),), rg.tensor(1.0, dtype=rg.float64), True)
     assert got.tolist() == want.tolist()
+
+
+def test_diagonal_scatter_writes_the_diagonal_that_diagonal_takes():
+    # (torch.diagonal_scatter and Tensor.diagonal_scatter did not exist)
+    def program(lib):
+        x = lib.tensor(np.arange(24.0).reshape(2, 3, 4), dtype=lib.float64, requires_grad=True)
+        s = lib.tensor(np.linspace(-1, 1, 6).reshape(2, 3), dtype=lib.float64, requires_grad=True)
+        y = lib.diagonal_scatter(x * 1, s * 3, 1, 1, 2)
+        z = x.diagonal_scatter(s[:1].T.float() * 5, -1, 0, -1)  # (src cast to x's dtype)
+        grads = lib.autograd.grad((y * y).sum() + (z * z).sum(), [x, s])
+        return [y.tolist(), z.tolist(), str(z.dtype)[-7:], *(g.tolist() for g in grads)]
+
+    want, got = _both(program)
+    assert got == want
+    with pytest.raises(rg.ShapeError, match="diagonal_scatter"):
+        rg.diagonal_scatter(rg.zeros(3, 4), rg.ones(2))

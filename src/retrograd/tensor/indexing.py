@@ -466,6 +466,24 @@ class IndexingMixin:
         params = (a, b, int(offset))
         return link(_diagonal(self, params), self, "diagonal", params)
 
+    def diagonal_scatter(self, src: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+        """A copy with ``src`` (cast to this dtype) written on the diagonal that
+        :meth:`diagonal` with the same arguments takes."""
+        ndim = self.ndim
+        a = normalize_dim("diagonal_scatter", dim1, ndim)
+        b = normalize_dim("diagonal_scatter", dim2, ndim)
+        if a == b:
+            raise ShapeError(f"diagonal_scatter: dimensions {dim1} and {dim2} are the same")
+        params = (a, b, int(offset))
+        src = lift(self, src, "diagonal_scatter")
+        expected = _diagonal(self, params).shape
+        if src.shape != expected:
+            raise ShapeError(
+                f"diagonal_scatter: expected src of shape {shape_text(expected)} (the diagonal), "
+                f"got {shape_text(src.shape)}"
+            )
+        return _diagonal_assign(self, params, src)
+
     def diag(self, diagonal: int = 0) -> Any:
         """torch's ``diag``: a 1-d tensor becomes the diagonal of a square matrix (zeros
         elsewhere); a matrix gives its ``diagonal``-th diagonal (a copy)."""
