@@ -89,9 +89,7 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     elif abs(ord) == math.inf:
         # torch's backward splits the gradient among the entries at the norm, or among the
         # NaNs when it is NaN (whose sign, 0, then gives them none)
-        from .reduce import _even_extremum  # (reduce imports this module)
-
-        out = _even_extremum(magnitude, "amax" if ord > 0 else "amin", dims, True, nan_ties=True)
+        out = magnitude._norm_extremum("amax" if ord > 0 else "amin", dims)
     elif ord == 0:
         # the count has no gradient (a NaN counts, as torch's); the zero term keeps the
         # result in the graph, as torch's (every entry masked: NaNs too)

@@ -181,6 +181,11 @@ class ReduceMixin:
     def amin(self, dim: Any = (), keepdim: bool = False) -> Any:
         return _even_extremum(self, "amin", dim, keepdim)
 
+    def _norm_extremum(self, op: str, dims: tuple[int, ...]) -> Any:
+        """``amax``/``amin`` over ``dims`` (kept) with the infinite norms' gradient: a NaN
+        result's ties are the NaNs (:func:`_even_extremum`'s ``nan_ties``)."""
+        return _even_extremum(self, op, dims, True, nan_ties=True)
+
     @scalar_dims
     def any(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether any element is non-zero (bool; over ``dim`` when given: over none for
