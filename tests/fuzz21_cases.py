@@ -82,9 +82,10 @@ def _view(rng, shape):
     d = int(rng.integers(n)) if n else 0
     size = shape[d] if n else 0
     kinds = ["select", "slice", "step", "none", "ellipsis_int", "reshape", "flatten"]
-    kinds += ["contiguous", "unfold", "view_as"]
-    kinds += ["T", "movedim", "diagonal", "permute", "unflatten_last"] if n >= 2 else []
-    if not n or not size:
+    kinds += ["contiguous", "unfold", "view_as", "view", "squeeze", "unsqueeze", "narrow"]
+    kinds += ["expand"] if rng.random() < 0.3 else []
+    kinds += ["T", "movedim", "diagonal", "permute", "unflatten_last", "mT"] if n >= 2 else []
+    if not n or 0 in shape:
         kinds = ["none", "contiguous"]
     kind = str(_pick(rng, *kinds))
     i = int(rng.integers(-size, size)) if size else 0
@@ -107,6 +108,20 @@ def _view(rng, shape):
         return "flatten", lambda lib, t: t.flatten()
     if kind == "contiguous":
         return "contiguous", lambda lib, t: t.contiguous()
+    if kind == "view":  # (torch refuses a view it cannot make: so must retrograd)
+        return "view(-1)", lambda lib, t: t.view(-1)
+    if kind == "squeeze":
+        return "squeeze()", lambda lib, t: t.squeeze()
+    if kind == "unsqueeze":
+        return f"unsqueeze({d - n})", lambda lib, t: t.unsqueeze(d - n)
+    if kind == "narrow":
+        start = int(rng.integers(0, size))
+        length = int(rng.integers(0, size - start + 1))
+        return f"narrow({d},{start},{length})", lambda lib, t: t.narrow(d, start, length)
+    if kind == "expand":  # (a write through it must raise, in both)
+        return "expand", lambda lib, t: t.unsqueeze(0).expand(2, *t.shape)
+    if kind == "mT":
+        return "mT", lambda lib, t: t.mT
     if kind == "view_as":
         return "view_as", lambda lib, t: t.view_as(t)
     if kind == "unfold":
@@ -227,6 +242,10 @@ def _write(rng, vshape):
     return op, fn, shape
 
 
+def _write_add(lib, v, o, w):
+    v.add_(o)
+
+
 @gen("alias")
 def _alias(rng):
     shape = tuple(int(s) for s in rng.integers(2, 5, size=int(rng.integers(1, 4))))
@@ -235,6 +254,11 @@ def _alias(rng):
     views = []  # (name, parent index or -1, fn, shape)
     for _ in range(int(rng.integers(2, 5))):
         parent = int(rng.integers(-1, len(views)))
+        if parent >= 0 and views[parent][0] == "expand":
+            # (no view of an expanded tensor: torch writes through one that takes each
+            # element once (x.expand(2, n)[1]); retrograd refuses every write below an
+            # expand, a difference left)
+            parent = -1
         pshape = shape if parent < 0 else views[parent][3]
         name, fn = _view(rng, pshape)
         views.append((name, parent, fn, _shape_of(fn, pshape)))
@@ -243,6 +267,10 @@ def _alias(rng):
         target = int(rng.integers(-1, len(views)))
         tshape = shape if target < 0 else views[target][3]
         op, wfn, oshape = _write(rng, tshape)
+        if target >= 0 and views[target][0] == "expand" and op == "setitem_slice":
+            # (a slice of an expanded tensor that takes each element once: torch writes
+            # through it, retrograd refuses; see above)
+            op, wfn, oshape = "add_", _write_add, tshape
         operand = None if oshape is None else _array(rng, oshape)
         other = int(rng.integers(-1, len(views)))
         read = int(rng.integers(-1, len(views))) if rng.random() < 0.5 else None
