@@ -423,7 +423,11 @@ def _index(rng):
         else:  # index_put_ with accumulate (duplicates add up)
             made = index(lib)
             made = made if isinstance(made, tuple) else (made,)
-            tensors = tuple(m for m in made if isinstance(m, lib.Tensor) and m.dtype == lib.int64)
+            # (int tensors and masks, from dim 0 on: a mask may then cover dims of another
+            # shape, which must raise)
+            tensors = tuple(
+                m for m in made if isinstance(m, lib.Tensor) and m.dtype in (lib.int64, lib.bool)
+            )
             if not tensors:
                 tensors = (lib.tensor([0, 0, -1]),)
             x.index_put_(tensors, v.sum(), accumulate=True)

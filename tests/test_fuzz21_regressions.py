@@ -125,3 +125,25 @@ def test_diagonal_scatter_writes_the_diagonal_that_diagonal_takes():
     assert got == want
     with pytest.raises(rg.ShapeError, match="diagonal_scatter"):
         rg.diagonal_scatter(rg.zeros(3, 4), rg.ones(2))
+
+
+def test_index_put_accumulate_checks_a_mask_against_the_dims_it_covers():
+    # (the accumulating path took a mask's true positions whatever its shape: a mask of 3
+    # over a dimension of 2 wrote row 0, a [2, 1] mask over [2, 3] wrote one element)
+    for mask in ([True, False, False], [[True], [False]]):
+        for lib in (torch, rg):
+            y = lib.zeros(2, 3, dtype=lib.float64)
+            with pytest.raises(IndexError, match="mask"):
+                y.index_put_((lib.tensor(mask),), lib.tensor(1.0, dtype=lib.float64), True)
+    want, got = _both(
+        lambda lib: (
+            lib.zeros(2, 3, dtype=lib.float64)
+            .index_put_(
+                (lib.tensor([1, 0]), lib.tensor([True, False, True])),
+                lib.tensor([1.0, 2.0], dtype=lib.float64),
+                accumulate=True,
+            )
+            .tolist()
+        )
+    )
+    assert got == want

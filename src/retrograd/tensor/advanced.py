@@ -119,12 +119,7 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
         elif isinstance(item, arrays):
             tensor = _as_index(t, item)
             if tensor.dtype == "bool":
-                covered = shape[dim : dim + tensor.ndim]
-                if tensor.shape != covered:
-                    raise IndexOutOfRangeError(
-                        f"indexing: the mask of shape {shape_text(tensor.shape)} does not match "
-                        f"the indexed shape {shape_text(covered)} at dimension {dim}"
-                    )
+                check_mask(tensor.shape, shape, dim)
                 per_dim = tensor.nonzero(as_tuple=True) if tensor.ndim else ()
                 for k, positions in enumerate(per_dim):
                     basic.append(slice(None))
@@ -139,6 +134,18 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
         else:
             raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
     return tuple(basic), advanced
+
+
+def check_mask(mask: tuple[int, ...], shape: tuple[int, ...], dim: int) -> None:
+    """A bool mask indexing from ``dim`` must have the shape of the dims it covers (torch's
+    "The shape of the mask [3] at index 0 does not match the shape of the indexed
+    tensor")."""
+    covered = shape[dim : dim + len(mask)]
+    if mask != covered:
+        raise IndexOutOfRangeError(
+            f"indexing: the mask of shape {shape_text(mask)} does not match "
+            f"the indexed shape {shape_text(covered)} at dimension {dim}"
+        )
 
 
 def _is_bool(item: Any) -> bool:

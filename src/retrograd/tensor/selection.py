@@ -508,16 +508,19 @@ class SelectionMixin:
             out = self.clone()
             out[indices] = values
             return out
-        # a bool mask indexes its true positions (k dims: k index tensors), as in torch
-        indices = tuple(
-            part
-            for i in indices
-            for part in (
-                i.nonzero(as_tuple=True)
-                if isinstance(i, TensorBase) and i.dtype == "bool"
-                else (i,)
-            )
-        )
+        # a bool mask indexes its true positions (k dims: k index tensors), as in torch,
+        # once its shape is checked against the dims it covers
+        from .advanced import check_mask
+
+        parts: list[Any] = []
+        for i in indices:
+            if isinstance(i, TensorBase) and i.dtype == "bool":
+                if i.ndim:
+                    check_mask(i.shape, self.shape, len(parts))
+                parts.extend(i.nonzero(as_tuple=True))
+            else:
+                parts.append(i)
+        indices = tuple(parts)
         if len(indices) > self.ndim:
             raise InvalidArgumentError(
                 f"index_put: too many indices ({len(indices)}) for a tensor of "
