@@ -147,3 +147,24 @@ def test_index_put_accumulate_checks_a_mask_against_the_dims_it_covers():
         )
     )
     assert got == want
+
+
+def test_a_slice_of_an_expanded_tensor_taking_each_element_once_writes_through():
+    # (every write below an expand was refused as overlapping, x.expand(2, n)[1] = v too)
+    def program(lib):
+        x0 = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        x = x0 * 1
+        e = x.expand(2, 3)
+        e[1] = lib.tensor([7.0, 8.0, 9.0], dtype=lib.float64) * x0
+        x.unsqueeze(0).expand(2, 3)[1:].add_(1)
+        y0 = lib.ones(3, 1, dtype=lib.float64, requires_grad=True)
+        y = y0 * 2
+        y.expand(3, 4)[:, 2] = lib.tensor([5.0, 6.0, 7.0], dtype=lib.float64) * y0[:, 0]
+        loss = (x * lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64)).sum() + (y**2).sum()
+        return [x.tolist(), e.tolist(), y.tolist(), *(g.tolist() for g in lib.autograd.grad(
+            loss, [x0, y0]))]  # fmt: skip
+
+    want, got = _both(program)
+    assert got == want
+    with pytest.raises(rg.ShapeError, match="expanded"):  # (two copies: refused, as torch)
+        rg.ones(3, 1).expand(3, 4)[:, 1:3].add_(1)

@@ -223,6 +223,10 @@ def write(
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
     outside = outside or kind in _DETACHED
+    through = _through_expand(base, kind, view[PARAMS], value)
+    if through is not None:  # a slice of an expanded tensor taking each element once
+        write(op, through[0], through[1], outside, False)
+        return
     if outside:
         with no_grad():
             new_base = _scatter_back(op, base, kind, view[PARAMS], value)
@@ -231,6 +235,32 @@ def write(
     # (a view of the whole base: its new value does not depend on the old one either)
     whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
     write(op, base, new_base, outside, fresh and whole)
+
+
+def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[Any, Any] | None:
+    """A write of ``value`` through a slice (``kind`` "index", ``params`` its) of ``base``, an
+    expanded tensor, that takes at most one copy of each element (at most one position along
+    every expanded dimension: ``x.expand(2, n)[1]``): the expand's own base and its new
+    value, as torch writes through such a slice; ``None`` otherwise (the expand's write-back
+    refuses it)."""
+    outer = getattr(base, "_view", None)
+    if kind != "index" or outer is None or outer[KIND] != "expand" or params[0] is None:
+        return None
+    source = outer[BASE]
+    slices, region = params[0], params[2]
+    lead = len(base.shape) - len(source.shape)
+    inner: list[slice] = []
+    for d, (piece, size) in enumerate(zip(slices, region)):
+        expanded = d < lead or (source.shape[d - lead] == 1 and base.shape[d] != 1)
+        if expanded and size > 1:
+            return None
+        if d >= lead:
+            inner.append(slice(0, size, 1) if expanded else piece)
+    values = value._apply("reshape", (value,), (region,)) if value.shape != region else value
+    kept = tuple(n for d, n in enumerate(region) if d >= lead)
+    if values.shape != kept:
+        values = values._apply("reshape", (values,), (kept,))
+    return source, source._apply("slice_assign", (source, values), (tuple(inner),))
 
 
 def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
