@@ -41,6 +41,16 @@ def index_items(index: Any) -> tuple[Any, ...]:
     return (index,)
 
 
+def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``index`` with each 0-d int64 tensor read as its integer: torch's indexing takes one
+    as a Python int (a select, giving a view, in get and set alike), not as an index tensor
+    (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims first)."""
+    return tuple(
+        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
+        for i in index
+    )
+
+
 def _is_bool_scalar(item: Any) -> bool:
     if isinstance(item, bool | np.bool_):
         return True
@@ -109,12 +119,7 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
         elif isinstance(item, arrays):
             tensor = _as_index(t, item)
             if tensor.dtype == "bool":
-                covered = shape[dim : dim + tensor.ndim]
-                if tensor.shape != covered:
-                    raise IndexOutOfRangeError(
-                        f"indexing: the mask of shape {shape_text(tensor.shape)} does not match "
-                        f"the indexed shape {shape_text(covered)} at dimension {dim}"
-                    )
+                check_mask(tensor.shape, shape, dim)
                 per_dim = tensor.nonzero(as_tuple=True) if tensor.ndim else ()
                 for k, positions in enumerate(per_dim):
                     basic.append(slice(None))
@@ -129,6 +134,18 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
         else:
             raise IndexOutOfRangeError(f"indexing: unsupported index {item!r}")
     return tuple(basic), advanced
+
+
+def check_mask(mask: tuple[int, ...], shape: tuple[int, ...], dim: int) -> None:
+    """A bool mask indexing from ``dim`` must have the shape of the dims it covers (torch's
+    "The shape of the mask [3] at index 0 does not match the shape of the indexed
+    tensor")."""
+    covered = shape[dim : dim + len(mask)]
+    if mask != covered:
+        raise IndexOutOfRangeError(
+            f"indexing: the mask of shape {shape_text(mask)} does not match "
+            f"the indexed shape {shape_text(covered)} at dimension {dim}"
+        )
 
 
 def _is_bool(item: Any) -> bool:
@@ -295,13 +312,8 @@ def _is_bool_index(item: Any) -> bool:
 def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
-    index = index_items(index)
-    # torch reads a 0-d integer tensor in an index as that integer (a select, not an
-    # index_put_): the value is then converted to the tensor's dtype, as for ``t[1] = v``
-    index = tuple(
-        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
-        for i in index
-    )
+    # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
+    index = int_scalars(index_items(index))
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)

@@ -267,6 +267,7 @@ _METHODS.update(
             "rot90",
             "scatter_reduce",
             "select_scatter",
+            "diagonal_scatter",
             "sgn",
             "signbit",
             "sinc",

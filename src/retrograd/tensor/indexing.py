@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
+from ..context import capturing
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
@@ -465,6 +466,24 @@ class IndexingMixin:
         params = (a, b, int(offset))
         return link(_diagonal(self, params), self, "diagonal", params)
 
+    def diagonal_scatter(self, src: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+        """A copy with ``src`` (cast to this dtype) written on the diagonal that
+        :meth:`diagonal` with the same arguments takes."""
+        ndim = self.ndim
+        a = normalize_dim("diagonal_scatter", dim1, ndim)
+        b = normalize_dim("diagonal_scatter", dim2, ndim)
+        if a == b:
+            raise ShapeError(f"diagonal_scatter: dimensions {dim1} and {dim2} are the same")
+        params = (a, b, int(offset))
+        src = lift(self, src, "diagonal_scatter")
+        expected = _diagonal(self, params).shape
+        if src.shape != expected:
+            raise ShapeError(
+                f"diagonal_scatter: expected src of shape {shape_text(expected)} (the diagonal), "
+                f"got {shape_text(src.shape)}"
+            )
+        return _diagonal_assign(self, params, src)
+
     def diag(self, diagonal: int = 0) -> Any:
         """torch's ``diag``: a 1-d tensor becomes the diagonal of a square matrix (zeros
         elsewhere); a matrix gives its ``diagonal``-th diagonal (a copy)."""
@@ -760,6 +779,12 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
+    if not capturing.get() and any(isinstance(i, TensorBase) for i in index):
+        # (a captured step keeps such a tensor an index tensor: its value is not read on the
+        # host, which a replay could not follow; the result's values are the same)
+        from .advanced import int_scalars
+
+        index = int_scalars(index)
     if any(isinstance(i, arrays | bool | np.bool_) for i in index):
         from .advanced import get_index, split_bool_scalars
 

@@ -86,10 +86,10 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
         out = total.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
     elif ord == 1:
         out = magnitude.sum(dims, keepdim=True)
-    elif ord == math.inf:
-        out = magnitude.amax(dims, keepdim=True)
-    elif ord == -math.inf:
-        out = magnitude.amin(dims, keepdim=True)
+    elif abs(ord) == math.inf:
+        # torch's backward splits the gradient among the entries at the norm, or among the
+        # NaNs when it is NaN (whose sign, 0, then gives them none)
+        out = magnitude._norm_extremum("amax" if ord > 0 else "amin", dims)
     elif ord == 0:
         # the count has no gradient (a NaN counts, as torch's); the zero term keeps the
         # result in the graph, as torch's (every entry masked: NaNs too)

@@ -181,6 +181,11 @@ class ReduceMixin:
     def amin(self, dim: Any = (), keepdim: bool = False) -> Any:
         return _even_extremum(self, "amin", dim, keepdim)
 
+    def _norm_extremum(self, op: str, dims: tuple[int, ...]) -> Any:
+        """``amax``/``amin`` over ``dims`` (kept) with the infinite norms' gradient: a NaN
+        result's ties are the NaNs (:func:`_even_extremum`'s ``nan_ties``)."""
+        return _even_extremum(self, op, dims, True, nan_ties=True)
+
     @scalar_dims
     def any(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether any element is non-zero (bool; over ``dim`` when given: over none for
@@ -623,10 +628,11 @@ def _arg_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
     return out if keepdim else out.squeeze_dim(d)
 
 
-def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
+def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool, nan_ties: bool = False) -> Any:
     """``amax``/``amin``: the values of successive ``max_dim``/``min_dim``; the gradient
     split evenly among the tied elements (``x - x.detach()`` is zero in value, so the value
-    is the extremum exactly and the gradient is ``tied / count``)."""
+    is the extremum exactly and the gradient is ``tied / count``). With ``nan_ties`` a NaN
+    result's ties are the NaNs (the infinite norms' rule)."""
     dims = _dims(op, dim, x.ndim)
     if any(x.shape[d] == 0 for d in dims) or (not dims and x.numel() == 0):
         x._nonempty(op)  # torch refuses only a reduction over an empty dimension
@@ -637,7 +643,7 @@ def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
         value = value.max_dim(d) if op == "amax" else value.min_dim(d)
     if tracked:
         # amax's backward counts the elements equal to the result: none when it is NaN
-        value = _shared_evenly(x, constant, value, dims, nan_ties=False)
+        value = _shared_evenly(x, constant, value, dims, nan_ties=nan_ties)
     return _dropped(value, dims, keepdim)
 
 

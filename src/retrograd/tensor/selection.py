@@ -508,16 +508,19 @@ class SelectionMixin:
             out = self.clone()
             out[indices] = values
             return out
-        # a bool mask indexes its true positions (k dims: k index tensors), as in torch
-        indices = tuple(
-            part
-            for i in indices
-            for part in (
-                i.nonzero(as_tuple=True)
-                if isinstance(i, TensorBase) and i.dtype == "bool"
-                else (i,)
-            )
-        )
+        # a bool mask indexes its true positions (k dims: k index tensors), as in torch,
+        # once its shape is checked against the dims it covers
+        from .advanced import check_mask
+
+        parts: list[Any] = []
+        for i in indices:
+            if isinstance(i, TensorBase) and i.dtype == "bool":
+                if i.ndim:
+                    check_mask(i.shape, self.shape, len(parts))
+                parts.extend(i.nonzero(as_tuple=True))
+            else:
+                parts.append(i)
+        indices = tuple(parts)
         if len(indices) > self.ndim:
             raise InvalidArgumentError(
                 f"index_put: too many indices ({len(indices)}) for a tensor of "
@@ -527,9 +530,8 @@ class SelectionMixin:
             # torch: the leading dims indexed, whole slices of the rest added at each index
             lead, rest = self.shape[: len(indices)], self.shape[len(indices) :]
             flat = None
-            for size, stride_index in zip(lead, indices):
-                index = lift(self, stride_index, "index_put").cast("int64")
-                index = index.mask_where(index.lower_elem(0), index + size)
+            for d, (size, stride_index) in enumerate(zip(lead, indices)):
+                index = self._put_index(stride_index, d)
                 flat = index if flat is None else flat * size + index
             # (index tensors that broadcast to several dims: the values broadcast to those)
             picked = flat.shape
@@ -542,15 +544,25 @@ class SelectionMixin:
             values = values.reshape((flat.shape[0],) + rest)
             return rows.index_add(0, flat, values).reshape(self.shape)
         flat = None
-        for size, stride_index in zip(self.shape, indices):
-            index = lift(self, stride_index, "index_put").cast("int64")
-            index = index.mask_where(index.lower_elem(0), index + size)
+        for d, (size, stride_index) in enumerate(zip(self.shape, indices)):
+            index = self._put_index(stride_index, d)
             flat = index if flat is None else flat * size + index
         values = lift(self, values, "index_put") if not np.isscalar(values) else values
         if np.isscalar(values):
             values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
         values = _fitted(values, flat.shape)
         return self.put(flat.reshape((-1,)), values.reshape((-1,)), accumulate=True)
+
+    def _put_index(self, index: Any, d: int) -> Any:
+        """``index_put``'s index tensor for dim ``d``, checked to lie in ``[-size, size)``
+        (torch's "index 3 is out of bounds for dimension 1 with size 2"), as non-negative
+        positions."""
+        from .advanced import _check
+
+        size = self.shape[d]
+        index = lift(self, index, "index_put").cast("int64")
+        _check(index, size, d, self.shape)
+        return index.mask_where(index.lower_elem(0), index + size)
 
     def select_scatter(self, src: Any, dim: int, index: int) -> Any:
         """A copy with ``src`` written at ``index`` along ``dim``."""

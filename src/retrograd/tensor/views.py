@@ -160,7 +160,9 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         return value
     if kind == "diagonal":
         return diagonal_assign(base, params, value)
-    what = "an expanded tensor" if kind == "expand" else "the windows of unfold"
+    if kind == "unfold" and (params[2] >= params[1] or value.shape[params[0]] <= 1):
+        return unfold_assign(base, params, value)
+    what = "an expanded tensor" if kind == "expand" else "overlapping windows of unfold"
     raise ShapeError(
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
@@ -221,6 +223,10 @@ def write(
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
     outside = outside or kind in _DETACHED
+    through = _through_expand(base, kind, view[PARAMS], value)
+    if through is not None:  # a slice of an expanded tensor taking each element once
+        write(op, through[0], through[1], outside, False)
+        return
     if outside:
         with no_grad():
             new_base = _scatter_back(op, base, kind, view[PARAMS], value)
@@ -229,6 +235,32 @@ def write(
     # (a view of the whole base: its new value does not depend on the old one either)
     whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
     write(op, base, new_base, outside, fresh and whole)
+
+
+def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[Any, Any] | None:
+    """A write of ``value`` through a slice (``kind`` "index", ``params`` its) of ``base``, an
+    expanded tensor, that takes at most one copy of each element (at most one position along
+    every expanded dimension: ``x.expand(2, n)[1]``): the expand's own base and its new
+    value, as torch writes through such a slice; ``None`` otherwise (the expand's write-back
+    refuses it)."""
+    outer = getattr(base, "_view", None)
+    if kind != "index" or outer is None or outer[KIND] != "expand" or params[0] is None:
+        return None
+    source = outer[BASE]
+    slices, region = params[0], params[2]
+    lead = len(base.shape) - len(source.shape)
+    inner: list[slice] = []
+    for d, (piece, size) in enumerate(zip(slices, region)):
+        expanded = d < lead or (source.shape[d - lead] == 1 and base.shape[d] != 1)
+        if expanded and size > 1:
+            return None
+        if d >= lead:
+            inner.append(slice(0, size, 1) if expanded else piece)
+    values = value._apply("reshape", (value,), (region,)) if value.shape != region else value
+    kept = tuple(n for d, n in enumerate(region) if d >= lead)
+    if values.shape != kept:
+        values = values._apply("reshape", (values,), (kept,))
+    return source, source._apply("slice_assign", (source, values), (tuple(inner),))
 
 
 def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
@@ -467,6 +499,22 @@ def _diagonal_positions(t: Any, params: tuple) -> tuple[Any, tuple[int, ...], li
 def diagonal_of(t: Any, params: tuple) -> Any:
     merged, index, _ = _diagonal_positions(t, params)
     return merged._apply("select", (merged, index), (merged.ndim - 1,))
+
+
+def unfold_assign(t: Any, params: tuple, values: Any) -> Any:
+    """``t`` with its windows (``unfold(dim, size, step)``'s, ``step >= size`` or one window:
+    no element in two windows) replaced by ``values``."""
+    d, size, step = params
+    count = values.shape[d]
+    last = values.ndim - 1
+    order = (*range(d + 1), last, *range(d + 1, last))
+    moved = values._apply("permute", (values,), (order,)) if d + 1 != last else values
+    merged = moved._apply("reshape", (moved,), ((*t.shape[:d], count * size, *t.shape[d + 1 :]),))
+    positions = [w * step + j for w in range(count) for j in range(size)]
+    index = from_host(
+        type(t)._result, np.asarray(positions, dtype=np.int64), None, t._backend, t._device
+    )
+    return t._apply("select_assign", (t, index, merged.cast(t.dtype)), (d,))
 
 
 def diagonal_assign(t: Any, params: tuple, values: Any) -> Any:
