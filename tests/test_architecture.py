@@ -51,6 +51,8 @@ LAYERS = {
     "utils": 6,
     # torch.multiprocessing: Python's, with spawn (imports only the errors)
     "multiprocessing": 1,
+    # torch.hub: tqdm and the hub folder; downloads refused (imports only the errors)
+    "hub": 1,
     # torch.profiler: times the inner backend's calls (the protocol, the current backend)
     "profiler": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
