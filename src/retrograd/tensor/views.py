@@ -221,7 +221,9 @@ def write(
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
     outside = outside or kind in _DETACHED
-    if outside:
+    if kind in _DETACHED:
+        new_base = value  # (_scatter_back's: the whole base, no op to run)
+    elif outside:
         with no_grad():
             new_base = _scatter_back(op, base, kind, view[PARAMS], value)
     else:
@@ -313,7 +315,9 @@ def refresh(t: Any) -> None:
         backend = child._backend
         # recorded: record again; an untracked view of a base the write put into the graph
         # joins it too (torch: a view of a tensor that requires grad requires grad)
-        if backend.is_autodiff and (
+        if view[KIND] in _DETACHED:  # (the base's value wrapped: no op, no mode to set)
+            fresh = _forward(t, view[KIND], view[PARAMS])
+        elif backend.is_autodiff and (
             backend.is_tracked(child._prim)
             or (is_grad_enabled() and view[KIND] not in _DETACHED and backend.is_tracked(t._prim))
         ):
