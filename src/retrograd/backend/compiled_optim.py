@@ -1,4 +1,5 @@
-"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba.
+"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba; the
+scaled add of ``p.data.add_(g, alpha=-lr)`` too (:data:`SCALED_LOOPS`).
 
 NumPy makes one pass over memory per operation and one array per result: SGD with momentum and
 weight decay is six passes and five arrays of the parameter's size, Adam eleven passes; on a

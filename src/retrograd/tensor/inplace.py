@@ -1,8 +1,11 @@
 """In-place updates: a tensor object made to hold new values, as PyTorch's in-place ops do.
 
-Operations never modify a primitive (a value saved for backward never changes); an in-place
-op replaces the primitive a tensor *object* holds, so every name bound to the object sees the
-new value. Under autodiff the update is a functional op recorded in the graph: ``x.mul_(2)`` is
+Operations never modify a primitive that anything else can see (a value saved for backward,
+a gradient or an array someone kept never changes); an in-place op replaces the primitive a
+tensor *object* holds, so every name bound to the object sees the new value. Where nothing but
+the tensors being written references the buffer, ``add_``, ``sub_``, ``mul_`` and ``div_``
+outside the graph write into the buffer itself, as torch's do (:func:`_in_buffer`, the same
+bits). Under autodiff the update is a functional op recorded in the graph: ``x.mul_(2)`` is
 ``x = x * 2`` with the object kept, and gradients flow as they would out of place. Views
 (:mod:`.views`) carry the update to their base and from a base to its views, as torch's
 aliasing does; torch's errors are kept where torch has them (an in-place op on a leaf that

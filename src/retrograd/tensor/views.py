@@ -1,11 +1,13 @@
 """Views: which tensors alias which, so that in-place updates behave as PyTorch's.
 
-Primitives never change (a value saved for backward is never modified); what an in-place op
-changes is the primitive a tensor *object* holds. PyTorch's aliasing is kept by remembering,
-for each tensor made by a view op (``view``/``reshape`` where torch views, ``transpose``,
-``permute``, ``t()``, basic indexing, ``narrow``/``chunk``/``split``/``unbind``, ``expand``,
-``unfold``, ``squeeze``/``unsqueeze``, ``detach()``, ``.data``), its *base* and how it was taken
-(a :class:`Link`), and for each base its live views (weak references). Then:
+Primitives never change where anything else can see them (a value saved for backward is
+never modified; :func:`.inplace._in_buffer` writes into a buffer only the tensors being written
+reference); what an in-place op changes is the primitive a tensor *object* holds. PyTorch's
+aliasing is kept by remembering, for each tensor made by a view op (``view``/``reshape``
+where torch views, ``transpose``, ``permute``, ``t()``, basic indexing,
+``narrow``/``chunk``/``split``/``unbind``, ``expand``, ``unfold``, ``squeeze``/``unsqueeze``,
+``detach()``, ``.data``), its *base* and how it was taken (a :class:`Link`), and for each base
+its live views (weak references). Then:
 
 - an in-place update of a view computes its base's new value (the view's values scattered
   back: ``slice_assign`` for a slice, the inverse permutation for a transpose, a reshape back)
