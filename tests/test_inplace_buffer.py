@@ -16,8 +16,8 @@ import torch
 import retrograd as rg
 from backends import on_torch
 
-BIG = (300, 250)  # 75,000 elements: the NumPy backend's one-pass loop
-SMALL = (4, 3)
+BIG = (300, 250)  # 75,000 elements: written in place, the NumPy backend's one-pass loop
+SMALL = (4, 3)  # below inplace.IN_BUFFER_MIN_SIZE: new arrays
 
 
 def _values(shape, seed):
@@ -43,7 +43,8 @@ def test_data_add_with_alpha_is_the_two_roundings_in_place(shape):
     grads = (p * rg.tensor(g0)).sum().backward()  # p's gradient: g0
     where = _address(p)
     p.data.add_(p.grad(grads), alpha=-0.1)
-    assert _address(p) == where  # written into p's own memory
+    if shape == BIG:
+        assert _address(p) == where  # written into p's own memory
     np.testing.assert_array_equal(p.numpy(), p0 + g0 * _f32(-0.1))
     assert p.requires_grad and p.is_leaf
     np.testing.assert_array_equal(p.grad(grads).numpy(), g0)  # the gradient untouched
@@ -64,17 +65,18 @@ def test_arithmetic_under_no_grad_matches_out_of_place(shape):
     for update in updates:
         with rg.no_grad():
             update()
-        assert _address(p) == where  # (checked after each: a new array could land there)
+        if shape == BIG:  # (checked after each: a new array could land there)
+            assert _address(p) == where
     expected = (p0 - g0 * _f32(2.0)) * _f32(0.5) / g0 + _f32(1.5)
     np.testing.assert_array_equal(p.numpy(), expected * g0[0])
 
 
 def test_a_value_saved_for_backward_keeps_its_values():
-    w0, x0 = _values(SMALL, 5), _values(SMALL, 6)
+    w0, x0 = _values(BIG, 5), _values(BIG, 6)
     w, x = rg.tensor(w0).require_grad(), rg.tensor(x0).require_grad()
     loss = (w * x).sum()  # saves w for x's gradient
     with rg.no_grad():
-        w.add_(rg.tensor(np.ones(SMALL, np.float32)), alpha=-0.5)
+        w.add_(rg.tensor(np.ones(BIG, np.float32)), alpha=-0.5)
     w.data.mul_(3.0)
     grads = loss.backward()
     np.testing.assert_array_equal(x.grad(grads).numpy(), w0)  # the old w
@@ -93,7 +95,7 @@ def test_a_kept_numpy_array_keeps_its_values():
 
 
 def test_aliases_follow_as_torchs_do():
-    p0 = _values(SMALL, 8)
+    p0 = _values(BIG, 8)
     ours = rg.tensor(p0).require_grad()
     theirs = torch.tensor(p0, requires_grad=True)
     views = (ours.detach(), ours.data, ours[1], ours.t())
@@ -145,8 +147,8 @@ def _clip_expected(gradients, max_norm):
 def test_clip_grad_norm_scales_each_gradient_once_when_two_share_one():
     # the gradients of a and b of ``a + b`` may be one array: scaled in place, the second
     # would be scaled twice
-    a, b = _leaf(seed=10), _leaf(seed=11)
-    upstream = _values(SMALL, 12)
+    a, b = _leaf(BIG, seed=10), _leaf(BIG, seed=11)
+    upstream = _values(BIG, 12)
     grads = ((a + b) * rg.tensor(upstream)).sum().backward()
     norm = rg.nn.utils.clip_grad_norm_(grads, [a, b], 0.5)
     (ea, eb) = _clip_expected([upstream, upstream], 0.5)

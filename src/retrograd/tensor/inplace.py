@@ -159,24 +159,31 @@ _IN_BUFFER = {
 }
 
 
+#: Tensors from this many elements (256 KiB of float32) on take :func:`_in_buffer`: below, a
+#: new array (from the allocator's free lists, no fresh pages) costs less than the checks that
+#: would spare it.
+IN_BUFFER_MIN_SIZE = 1 << 16
+
+
 def _in_buffer(op: str, t: Any, other: Any, alpha: Any = 1) -> bool:
     """Write ``t``'s in-place arithmetic ``op`` (``add_``/``sub_`` with ``alpha``, ``mul_``,
     ``div_``) into ``t``'s own buffer, as torch does, where no one can tell it from
     :meth:`InplaceMixin._update`'s new value; returns whether it did.
 
-    That is: a float ``t`` and an operand that is a Python number or a tensor of ``t``'s dtype
-    and device (of its backend or its inner one) broadcasting to ``t``'s shape; nothing
-    recorded (under ``no_grad``, or a write through ``.data``/``detach()`` of an operand
-    outside the graph) and nothing in the graph among the tensors written (leaves and
-    untracked values only); no capture being recorded; and nothing but those tensors
-    referencing the buffer (:func:`.ownership.sole_buffer`: not a value a graph saved, a
-    gradient or copy someone kept, a view's memory). The operand is computed as ``_update``
-    computes it (``alpha * other`` first), the last kernel writes into the buffer
-    (``Backend.write_into``: the same bits), and :func:`.views.write` then does what it does
-    after any in-place op (a leaf stays a leaf, views are refreshed, a gradient read from a
-    ``Gradients`` is written back there).
+    That is: a float ``t`` of :data:`IN_BUFFER_MIN_SIZE` elements or more, and an operand
+    that is a Python number or a tensor of ``t``'s dtype and device (of its backend or its
+    inner one) broadcasting to ``t``'s shape; nothing recorded (under ``no_grad``, or a write
+    through ``.data``/``detach()`` of an operand outside the graph) and nothing in the graph
+    among the tensors written (leaves and untracked values only); no capture being recorded;
+    and nothing but those tensors referencing the buffer (:func:`.ownership.sole_buffer`: not
+    a value a graph saved, a gradient or copy someone kept, a view's memory). The operand is
+    computed as ``_update`` computes it (``alpha * other`` first), the last kernel writes into
+    the buffer (``Backend.write_into``: the same bits), and :func:`.views.write` then does what
+    it does after any in-place op (a leaf stays a leaf, views are refreshed, a gradient read
+    from a ``Gradients`` is written back there).
     """
-    if capturing.get() or t.dtype not in FLOAT_DTYPES:
+    shape = t.shape
+    if math.prod(shape) < IN_BUFFER_MIN_SIZE or t.dtype not in FLOAT_DTYPES or capturing.get():
         return False
     backend = t._backend
     tensor_operand = type(other) is not float and type(other) is not int
@@ -235,10 +242,12 @@ def _fits_in_buffer(t: Any, other: Any) -> bool:
         return False
     if other._device is not t._device:
         return False
-    shape = t.shape
-    return other.shape == shape or (
-        _broadcasts(other.shape, shape) and np.broadcast_shapes(other.shape, shape) == shape
-    )
+    shape, small = t.shape, other.shape
+    if small == shape:
+        return True
+    if len(small) > len(shape):
+        return False
+    return all(n == 1 or n == m for n, m in zip(reversed(small), reversed(shape)))
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
