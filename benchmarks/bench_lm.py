@@ -8,9 +8,9 @@ post-norm encoder layers of 2 heads and feed-forward 200 with the layers' defaul
 the causal mask, the encoder's final LayerNorm, decoder, log-softmax); ``bptt`` 35, batch 20,
 a vocabulary of 10 000 words (Penn Treebank's size; random tokens: the step's work does not
 depend on the text). The step is ``main.py``'s: ``NLLLoss``, backward, ``clip_grad_norm_(0.25)``
-and SGD at lr 20 (PyTorch: ``p.data.add_(p.grad, alpha=-lr)``; retrograd: each parameter set to
-``p - lr * grad``), the hidden state carried over and detached between steps. Both libraries
-start from the same weights.
+and SGD at lr 20 (PyTorch: ``p.data.add_(p.grad, alpha=-lr)``; retrograd: the same line on the
+``Gradients`` value, ``p.data.add_(p.grad(grads), alpha=-lr)``), the hidden state carried over
+and detached between steps. Both libraries start from the same weights.
 
 Phases (forward, backward, update) are timed in rounds that alternate the two libraries, so
 that load from other jobs on the machine hits both alike; medians, min-max, the ratio of
@@ -141,9 +141,8 @@ class RetrogradUpdate:
 
     def step(self, grads):
         rg.nn.utils.clip_grad_norm_(grads, self.model.parameters(), CLIP, as_tensor=True)
-        with rg.no_grad():
-            for name, p in self.model.named_parameters():
-                self.model.set_parameter(name, p - LR * p.grad(grads))
+        for p in self.model.parameters():
+            p.data.add_(p.grad(grads), alpha=-LR)
 
 
 def run(kind, rounds, vocab, torch):

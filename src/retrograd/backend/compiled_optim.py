@@ -1,4 +1,5 @@
-"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba.
+"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba; the
+scaled add of ``p.data.add_(g, alpha=-lr)`` too (:data:`SCALED_LOOPS`).
 
 NumPy makes one pass over memory per operation and one array per result: SGD with momentum and
 weight decay is six passes and five arrays of the parameter's size, Adam eleven passes; on a
@@ -28,7 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["ADAM_LOOPS", "SGD_LOOPS", "sgd_any_loop"]
+__all__ = ["ADAM_LOOPS", "SCALED_LOOPS", "SGD_LOOPS", "sgd_any_loop"]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True)
 _inline = numba.njit(inline="always", error_model="numpy", cache=True)
@@ -153,3 +154,21 @@ ADAM_LOOPS = {
     (True, False): _adam_l2,
     (True, True): _adamw,
 }
+
+
+@_jit
+def _add_scaled(value, other, alpha):
+    for i in range(value.size):
+        value[i] = value[i] + other[i] * alpha
+
+
+@_jit
+def _sub_scaled(value, other, alpha):
+    for i in range(value.size):
+        value[i] = value[i] - other[i] * alpha
+
+
+#: ``Backend.write_into``'s ``add`` and ``sub`` with ``alpha``, ``(value, other, alpha)``:
+#: ``value + other * alpha`` (torch's ``p.add_(g, alpha=-lr)``), each product rounded as NumPy's
+#: ``other * alpha`` is, then added.
+SCALED_LOOPS = {"add": _add_scaled, "sub": _sub_scaled}

@@ -25,6 +25,18 @@ COMPILED_MIN_SIZE = 1 << 16
 
 _LOOPS: Any = None
 
+#: ``Backend.write_into``'s kernels: the backend's own ufuncs (``NumpyBackend.add``...).
+_INTO = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "add_scalar": np.add,
+    "sub_scalar": np.subtract,
+    "mul_scalar": np.multiply,
+    "div_scalar": np.true_divide,
+}
+
 
 def _loops() -> Any:
     global _LOOPS
@@ -73,6 +85,22 @@ class NumpyOptimizerKernels:
         # an array over another's memory keeps that one as its base (a Python reference);
         # one that owns its data is seen by others only through references to it
         return isinstance(x, np.ndarray) and x.base is None and x.flags.writeable
+
+    def write_into(self, kernel, x, y, alpha=None):
+        ufunc = _INTO.get(kernel)
+        if ufunc is None or not isinstance(x, np.ndarray):
+            return None  # (a 0-d value may be a NumPy scalar: no memory to write)
+        if alpha is not None:
+            if (
+                x.size >= COMPILED_MIN_SIZE
+                and isinstance(y, np.ndarray)
+                and y.shape == x.shape
+                and _compilable(x, y)
+            ):  # one pass, the bits of the two operations below (compiled_optim)
+                _loops().SCALED_LOOPS[kernel](x.reshape(-1), y.reshape(-1), x.dtype.type(alpha))
+                return x
+            y = np.multiply(y, alpha)  # the backend's mul_scalar
+        return ufunc(x, y, out=x)  # the ufunc's loop, as the backend's kernel: the same bits
 
     @_one_element(3)
     def sgd_update(

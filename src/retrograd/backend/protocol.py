@@ -118,6 +118,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "sgd_update",
             "rmsprop_update",
             "owns_memory",
+            "write_into",
             "attention",
             "attention_backward",
             "batch_norm",
@@ -504,6 +505,18 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         writing into a buffer; Python references to ``x`` itself they count themselves). This
         default says no: nothing is ever written in place."""
         return False
+
+    def write_into(self, kernel: str, x: Any, y: Any, alpha: float | None = None) -> Any:
+        """``kernel(x, y)`` written into ``x``'s own memory (torch's in-place ``add_``,
+        ``mul_``...), returning ``x``: ``kernel`` is ``add``, ``sub``, ``mul`` or ``div`` (``y`` a
+        primitive that broadcasts to ``x``'s shape, of its dtype) or their ``_scalar`` forms
+        (``y`` a Python number), and ``x`` then holds the bits ``kernel(x, y)`` returns; with
+        ``alpha`` (``add`` and ``sub``, a float), those of ``kernel(x, mul_scalar(y, alpha))``
+        (torch's ``add_(y, alpha=alpha)``, the product rounded first). The
+        caller makes sure nothing else sees ``x``'s memory
+        (:func:`retrograd.tensor.ownership.sole_buffer`). ``None`` where the backend writes
+        nothing in place: this default."""
+        return None
 
     def sgd_update(
         self,

@@ -15,6 +15,18 @@ import torch
 
 __all__ = ["TorchOptimizerKernels"]
 
+#: ``Backend.write_into``'s kernels: torch's in-place methods.
+_INTO = {
+    "add": "add_",
+    "sub": "sub_",
+    "mul": "mul_",
+    "div": "div_",
+    "add_scalar": "add_",
+    "sub_scalar": "sub_",
+    "mul_scalar": "mul_",
+    "div_scalar": "div_",
+}
+
 
 class TorchOptimizerKernels:
     """The optimizer kernels of :class:`~retrograd.backend.TorchBackend`."""
@@ -26,6 +38,15 @@ class TorchOptimizerKernels:
         if x.requires_grad or x._base is not None:
             return False
         return torch._C._storage_Use_Count(x.untyped_storage()._cdata) <= 2
+
+    def write_into(self, kernel, x, y, alpha=None):
+        # the in-place forms of the backend's torch.add/sub/mul/true_divide: the same loops
+        # (alpha: the product first, as the backend's mul_scalar; torch's add_ with alpha
+        # would round once)
+        method = _INTO.get(kernel)
+        if method is None:
+            return None
+        return getattr(x, method)(y if alpha is None else torch.mul(y, alpha))
 
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace

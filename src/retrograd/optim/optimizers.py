@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import operator
-import sys
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -50,6 +49,8 @@ from ..errors import (
 )
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.inplace import assign
+from ..tensor.ownership import HELD_ONCE as _HELD_ONCE
+from ..tensor.ownership import count as _count
 from .closure import evaluate_closure
 from .fused import ADAM, RMSPROP, SGD_MOMENTUM, FusedUpdate
 
@@ -511,18 +512,6 @@ class Optimizer:
             for key in sorted(k for k in group if k != "params"):
                 lines.append(f"    {key}: {group[key]}")
         return "\n".join([*lines, ")"])
-
-
-def _count(x: Any) -> int:
-    return sys.getrefcount(x)
-
-
-# The count of an object that one slot of a container holds, read as ``_count(box[0])``: the
-# baseline of every count below, which reads a slot the same way (``_count(owner.attribute)``,
-# ``_count(mapping[key])``), so it holds on any CPython, whatever a call adds to the count.
-_box = [object()]
-_HELD_ONCE = _count(_box[0])
-del _box
 
 
 def _sole_tensor(t: Tensor) -> bool:

@@ -1,8 +1,11 @@
 """In-place updates: a tensor object made to hold new values, as PyTorch's in-place ops do.
 
-Operations never modify a primitive (a value saved for backward never changes); an in-place
-op replaces the primitive a tensor *object* holds, so every name bound to the object sees the
-new value. Under autodiff the update is a functional op recorded in the graph: ``x.mul_(2)`` is
+Operations never modify a primitive that anything else can see (a value saved for backward,
+a gradient or an array someone kept never changes); an in-place op replaces the primitive a
+tensor *object* holds, so every name bound to the object sees the new value. Where nothing but
+the tensors being written references the buffer, ``add_``, ``sub_``, ``mul_`` and ``div_``
+outside the graph write into the buffer itself, as torch's do (:func:`_in_buffer`, the same
+bits). Under autodiff the update is a functional op recorded in the graph: ``x.mul_(2)`` is
 ``x = x * 2`` with the object kept, and gradients flow as they would out of place. Views
 (:mod:`.views`) carry the update to their base and from a base to its views, as torch's
 aliasing does; torch's errors are kept where torch has them (an in-place op on a leaf that
@@ -27,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
+from ..backend.protocol import FLOAT_DTYPES
+from ..context import capturing
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     SCALARS,
@@ -38,7 +43,10 @@ from ._dispatch import (
     untracked,
     wrap,
 )
+from .compositions import scaled
 from .dtypes import can_cast, canonical_dtype
+from .elementwise import _given, _sum_dtype
+from .ownership import sole_buffer
 from .shape import shape_arg
 from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
 
@@ -141,6 +149,107 @@ def _fit(op: str, t: Any, value: Any) -> Any:
     return value
 
 
+#: The arithmetic :func:`_in_buffer` writes into a tensor's own memory: the kernel with a
+#: tensor operand, and with a Python number.
+_IN_BUFFER = {
+    "add_": ("add", "add_scalar"),
+    "sub_": ("sub", "sub_scalar"),
+    "mul_": ("mul", "mul_scalar"),
+    "div_": ("div", "div_scalar"),
+}
+
+
+#: Tensors from this many elements (256 KiB of float32) on take :func:`_in_buffer`: below, a
+#: new array (from the allocator's free lists, no fresh pages) costs less than the checks that
+#: would spare it.
+IN_BUFFER_MIN_SIZE = 1 << 16
+
+
+def _in_buffer(op: str, t: Any, other: Any, alpha: Any = 1) -> bool:
+    """Write ``t``'s in-place arithmetic ``op`` (``add_``/``sub_`` with ``alpha``, ``mul_``,
+    ``div_``) into ``t``'s own buffer, as torch does, where no one can tell it from
+    :meth:`InplaceMixin._update`'s new value; returns whether it did.
+
+    That is: a float ``t`` of :data:`IN_BUFFER_MIN_SIZE` elements or more, and an operand
+    that is a Python number or a tensor of ``t``'s dtype and device (of its backend or its
+    inner one) broadcasting to ``t``'s shape; nothing recorded (under ``no_grad``, or a write
+    through ``.data``/``detach()`` of an operand outside the graph) and nothing in the graph
+    among the tensors written (leaves and untracked values only); no capture being recorded;
+    and nothing but those tensors referencing the buffer (:func:`.ownership.sole_buffer`: not
+    a value a graph saved, a gradient or copy someone kept, a view's memory). The operand is
+    computed as ``_update`` computes it (``alpha * other`` first), the last kernel writes into
+    the buffer (``Backend.write_into``: the same bits), and :func:`.views.write` then does what
+    it does after any in-place op (a leaf stays a leaf, views are refreshed, a gradient read
+    from a ``Gradients`` is written back there).
+    """
+    shape = t.shape
+    if math.prod(shape) < IN_BUFFER_MIN_SIZE or t.dtype not in FLOAT_DTYPES or capturing.get():
+        return False
+    backend = t._backend
+    tensor_operand = type(other) is not float and type(other) is not int
+    if tensor_operand and not _fits_in_buffer(t, other):
+        return False
+    outside = outside_graph(t)
+    recording = backend.is_autodiff and is_grad_enabled()
+    if recording and (not outside or (tensor_operand and _tracked(other))):
+        return False
+    group = sole_buffer(t)
+    if group is None:
+        return False
+    if backend.is_autodiff:
+        for x in group:
+            if backend.is_tracked(x._prim) and not backend.is_require_grad(x._prim):
+                return False
+    scale = None
+    if _given(alpha):
+        if tensor_operand and (type(alpha) is float or type(alpha) is int):
+            scale = float(alpha)  # (a float tensor times a number: the number as a float)
+        else:
+            other = scaled(op[:-1], other, alpha, _sum_dtype(t, other))
+    kernel, scalar_kernel = _IN_BUFFER[op]
+    if type(other) is float or type(other) is int:
+        kernel, operand = scalar_kernel, float(other)
+    elif isinstance(other, TensorBase):
+        operand = other._prim
+        if other._backend.is_autodiff:
+            operand = other._backend.inner_value(operand)
+    else:
+        return False
+    if backend.is_autodiff:
+        out = backend.inner.write_into(kernel, backend.inner_value(t._prim), operand, scale)
+        value = None if out is None else wrap(t, backend.wrap(out))
+    else:
+        out = backend.write_into(kernel, t._prim, operand, scale)
+        value = None if out is None else wrap(t, out)
+    if value is None:
+        return False
+    write(op, t, value, outside)
+    return True
+
+
+def _tracked(x: Any) -> bool:
+    backend = x._backend
+    return backend.is_autodiff and backend.is_tracked(x._prim)
+
+
+def _fits_in_buffer(t: Any, other: Any) -> bool:
+    """A tensor operand of :func:`_in_buffer`: ``t``'s dtype and device, on ``t``'s backend or
+    its inner one, broadcasting to ``t``'s shape."""
+    if not isinstance(other, TensorBase) or other.dtype != t.dtype:
+        return False
+    backend = other._backend
+    if backend is not t._backend and not (t._backend.is_autodiff and backend is t._backend.inner):
+        return False
+    if other._device is not t._device:
+        return False
+    shape, small = t.shape, other.shape
+    if small == shape:
+        return True
+    if len(small) > len(shape):
+        return False
+    return all(n == 1 or n == m for n, m in zip(reversed(small), reversed(shape)))
+
+
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     try:
         np.broadcast_shapes(a, b)
@@ -204,15 +313,23 @@ class InplaceMixin:
 
     # -- arithmetic ---------------------------------------------------------------------------
     def add_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        if not args and _in_buffer("add_", self, other, alpha):
+            return self
         return self._update("add_", lambda t: t.add(other, *args, alpha=alpha))
 
     def sub_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        if not args and _in_buffer("sub_", self, other, alpha):
+            return self
         return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha))
 
     def mul_(self, other: Any) -> Any:
+        if _in_buffer("mul_", self, other):
+            return self
         return self._update("mul_", lambda t: t.mul(other))
 
     def div_(self, other: Any, *, rounding_mode: str | None = None) -> Any:
+        if rounding_mode is None and _in_buffer("div_", self, other):
+            return self
         return self._update("div_", lambda t: t.div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent: Any) -> Any:

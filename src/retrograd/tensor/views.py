@@ -1,11 +1,13 @@
 """Views: which tensors alias which, so that in-place updates behave as PyTorch's.
 
-Primitives never change (a value saved for backward is never modified); what an in-place op
-changes is the primitive a tensor *object* holds. PyTorch's aliasing is kept by remembering,
-for each tensor made by a view op (``view``/``reshape`` where torch views, ``transpose``,
-``permute``, ``t()``, basic indexing, ``narrow``/``chunk``/``split``/``unbind``, ``expand``,
-``unfold``, ``squeeze``/``unsqueeze``, ``detach()``, ``.data``), its *base* and how it was taken
-(a :class:`Link`), and for each base its live views (weak references). Then:
+Primitives never change where anything else can see them (a value saved for backward is
+never modified; :func:`.inplace._in_buffer` writes into a buffer only the tensors being written
+reference); what an in-place op changes is the primitive a tensor *object* holds. PyTorch's
+aliasing is kept by remembering, for each tensor made by a view op (``view``/``reshape``
+where torch views, ``transpose``, ``permute``, ``t()``, basic indexing,
+``narrow``/``chunk``/``split``/``unbind``, ``expand``, ``unfold``, ``squeeze``/``unsqueeze``,
+``detach()``, ``.data``), its *base* and how it was taken (a :class:`Link`), and for each base
+its live views (weak references). Then:
 
 - an in-place update of a view computes its base's new value (the view's values scattered
   back: ``slice_assign`` for a slice, the inverse permutation for a transpose, a reshape back)
@@ -227,7 +229,9 @@ def write(
     if through is not None:  # a slice of an expanded tensor taking each element once
         write(op, through[0], through[1], outside, False)
         return
-    if outside:
+    if kind in _DETACHED:
+        new_base = value  # (_scatter_back's: the whole base, no op to run)
+    elif outside:
         with no_grad():
             new_base = _scatter_back(op, base, kind, view[PARAMS], value)
     else:
@@ -345,7 +349,9 @@ def refresh(t: Any) -> None:
         backend = child._backend
         # recorded: record again; an untracked view of a base the write put into the graph
         # joins it too (torch: a view of a tensor that requires grad requires grad)
-        if backend.is_autodiff and (
+        if view[KIND] in _DETACHED:  # (the base's value wrapped: no op, no mode to set)
+            fresh = _forward(t, view[KIND], view[PARAMS])
+        elif backend.is_autodiff and (
             backend.is_tracked(child._prim)
             or (is_grad_enabled() and view[KIND] not in _DETACHED and backend.is_tracked(t._prim))
         ):

@@ -126,11 +126,7 @@ def clip_grad_norm_(
     # and no host-side "scale < 1" test is needed. Detached: with create_graph the gradients
     # are tracked, and the factor is a constant of the clipping, as a Python float was.
     factor = (float(max_norm) / (total + eps)).clamp(max=1.0).detach()
-    cast = {}
-    for parameter, grad in present:
-        if grad.dtype not in cast:
-            cast[grad.dtype] = factor.cast(grad.dtype)
-        parameter.grad_replace(grads, grad * cast[grad.dtype])
+    _scale(grads, present, factor)
     return total if as_tensor else float(total.item())
 
 
@@ -195,8 +191,23 @@ def clip_grads_with_norm_(
             (), float(total_norm), first.dtype, backend=first.backend, device=first.device
         )
     factor = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0).detach()
+    _scale(grads, present, factor)
+
+
+def _scale(grads: Any, present: list[tuple[Tensor, Tensor]], factor: Tensor) -> None:
+    """Multiply each gradient of ``present`` in ``grads`` by ``factor`` (cast to its dtype).
+    ``mul_`` of a gradient read from ``grads`` writes the product back there, into the
+    gradient's own buffer where nothing else references it (torch's ``_foreach_mul_``; a
+    gradient someone kept keeps its values); a gradient in a graph (``create_graph``) gets
+    its product recorded, as a new value."""
+    cast: dict[str, Tensor] = {}
     for parameter, grad in present:
-        parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
+        if grad.dtype not in cast:
+            cast[grad.dtype] = factor.cast(grad.dtype)
+        if grad.requires_grad:
+            parameter.grad_replace(grads, grad * cast[grad.dtype])
+        else:
+            grad.mul_(cast[grad.dtype])
 
 
 def clip_grad_value_(
