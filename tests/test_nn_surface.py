@@ -915,8 +915,7 @@ def test_modules_take_device_and_dtype_positionally_where_torch_does(name):
 
 def test_embedding_takes_torchs_arguments_and_from_pretrained():
     """torch's ``Embedding`` signature whole: ``_weight``/``_freeze`` and ``from_pretrained``
-    hold the table given (frozen or not); ``sparse=True`` is refused by name rather than by a
-    ``TypeError`` on the argument count."""
+    hold the table given (frozen or not)."""
     import torch
 
     table = np.random.default_rng(0).standard_normal((5, 3))
@@ -930,10 +929,35 @@ def test_embedding_takes_torchs_arguments_and_from_pretrained():
         assert ours.weight.requires_grad == theirs.weight.requires_grad
         out = theirs(torch.tensor(indices))
         np.testing.assert_array_equal(ours(rg.tensor(indices)).numpy(), out.detach().numpy())
-    with pytest.raises(rg.InvalidArgumentError, match="sparse"):
-        F.embedding(rg.tensor([1]), rg.ones((3, 2)), sparse=True)
     with pytest.raises(rg.ShapeError, match="_weight"):
         nn.Embedding(5, 3, _weight=rg.ones((4, 3)))
+
+
+def test_a_sparse_embedding_gives_the_dense_form_of_torchs_sparse_gradient():
+    """``sparse=True`` (word2vec, DLRM, recommender scripts that step ``SparseAdam``): the
+    gradient is dense here, with the values of torch's sparse one, repeated rows summed."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((6, 3))
+    indices = np.array([[0, 4, 4], [2, 5, 0]])
+    offsets = np.array([0, 2, 5])
+    scale = rng.standard_normal((2, 3, 3))
+    theirs = torch.nn.Embedding(6, 3, padding_idx=5, sparse=True, _weight=torch.tensor(table))
+    (theirs(torch.tensor(indices)) * torch.tensor(scale)).sum().backward()
+    assert theirs.weight.grad.is_sparse
+    ours = nn.Embedding(6, 3, padding_idx=5, sparse=True, _weight=rg.tensor(table))
+    grads = (ours(rg.tensor(indices)) * rg.tensor(scale)).sum().backward()
+    expected = theirs.weight.grad.to_dense().numpy()
+    np.testing.assert_allclose(ours.weight.grad(grads).numpy(), expected, rtol=1e-15)
+
+    flat = indices.reshape(-1)
+    bag = torch.nn.EmbeddingBag(6, 3, mode="mean", sparse=True, _weight=torch.tensor(table))
+    (bag(torch.tensor(flat), torch.tensor(offsets)) ** 2).sum().backward()
+    ours_bag = nn.EmbeddingBag(6, 3, mode="mean", sparse=True, _weight=rg.tensor(table))
+    grads = (ours_bag(rg.tensor(flat), rg.tensor(offsets)) ** 2).sum().backward()
+    expected = bag.weight.grad.to_dense().numpy()
+    np.testing.assert_allclose(ours_bag.weight.grad(grads).numpy(), expected, rtol=1e-14)
 
 
 @pytest.mark.parametrize(

@@ -78,9 +78,9 @@ def embedding_bag(
     fn = "embedding_bag"
     if mode not in _MODES:
         raise InvalidArgumentError(f"{fn}: mode has to be one of sum, mean or max, got {mode!r}")
-    for name, flag in {"scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse}.items():
-        if flag:
-            raise InvalidArgumentError(f"{fn}: {name} is not supported (dense gradients)")
+    # (sparse=True gives the dense gradient, as embedding's does)
+    if scale_grad_by_freq:
+        raise InvalidArgumentError(f"{fn}: scale_grad_by_freq is not supported")
     if not isinstance(input, Tensor) or input.dtype != "int64":
         raise DTypeError(f"{fn}: input must be an int64 tensor")
     if per_sample_weights is not None and mode != "sum":

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
-    InvalidArgumentError,
     ShapeError,
 )
 from ...tensor import Tensor
@@ -118,6 +117,9 @@ def embedding(
 ) -> Tensor:
     """Rows of ``weight`` ``[num_embeddings, dim]`` at the int64 ``indices`` (any shape):
     ``[*indices.shape, dim]``. The row at ``padding_idx`` gets no gradient, as in PyTorch.
+    ``sparse=True`` is taken and gives the dense gradient: the values torch's sparse one holds,
+    ``grad.to_dense()`` (retrograd has no sparse tensors; scripts that ask for them, to step
+    ``SparseAdam`` or ``SGD``, train the same).
 
     >>> import retrograd as rg
     >>> embedding(rg.tensor([[0, 2]], dtype="int64"), rg.eye(3)).tolist()
@@ -126,11 +128,6 @@ def embedding(
     fn = "embedding"
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
-    if sparse:
-        raise InvalidArgumentError(
-            f"{fn}: sparse=True is not supported (retrograd has no sparse gradients; the dense "
-            "one, sparse=False, holds the same values)"
-        )
     indices = _as_tensor(fn, weight, indices, "indices")
     if indices.dtype != "int64":
         raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
