@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
+from .optimizers import is_number
 
 __all__ = [
     "ConstantLR",
@@ -191,8 +192,12 @@ class LRScheduler:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _check_state("load_state_dict", self, state_dict)
+        self.check_state_dict(state_dict)
         self.__dict__.update(state_dict)
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Raise unless :meth:`load_state_dict` can take ``state_dict`` whole."""
+        _check_state("load_state_dict", self, state_dict)
 
 
 class StepLR(LRScheduler):
@@ -451,14 +456,43 @@ class ReduceLROnPlateau:
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _check_state("load_state_dict", self, state_dict)
+        self.check_state_dict(state_dict)
         self.__dict__.update(state_dict)
+
+    check_state_dict = LRScheduler.check_state_dict
+
+
+#: the state's entries holding one value per parameter group (torch's names)
+_PER_GROUP = frozenset(
+    {"base_lrs", "_last_lr", "min_lrs", "max_lrs", "_cycle_base_lrs", "base_momentums",
+     "max_momentums"}
+)  # fmt: skip
 
 
 def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
-    """A schedule's state is a dict of its attributes (what ``state_dict`` gave)."""
+    """A schedule's state is a dict of its attributes (what ``state_dict`` gave), checked
+    before any is set: the per-group lists hold one number per parameter group of this
+    schedule's optimizer, and what is a number here stays one. A state saved over an optimizer
+    of another number of groups set only the groups its lists reached (the others' rates
+    never moved again), and ``last_epoch`` set to a str failed at the next step as a bare
+    TypeError. Entries this schedule does not have (torch's own bookkeeping) are kept as
+    torch keeps them."""
+    name = f"{type(schedule).__name__}.{op}"
     if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
         raise DTypeError(
-            f"{type(schedule).__name__}.{op}: expected the dict state_dict() returned, got "
-            f"{type(state_dict).__name__}"
+            f"{name}: expected the dict state_dict() returned, got {type(state_dict).__name__}"
         )
+    groups = len(schedule.optimizer.param_groups)
+    for key, value in state_dict.items():
+        current = schedule.__dict__.get(key)
+        if key in _PER_GROUP and isinstance(current, list):
+            if not isinstance(value, list | tuple) or len(value) != groups:
+                count = f"{len(value)} values" if isinstance(value, list | tuple) else repr(value)
+                raise ShapeError(
+                    f"{name}: {key} holds {count} for the optimizer's {groups} param_groups "
+                    "(a state saved with another number of groups)"
+                )
+            if not all(is_number(v) or (v is None and c is None) for v, c in zip(value, current)):
+                raise DTypeError(f"{name}: {key} must hold numbers, got {list(value)!r}")
+        elif is_number(current) and not is_number(value):
+            raise DTypeError(f"{name}: {key} must be a number, got {value!r}")
