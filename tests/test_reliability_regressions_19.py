@@ -152,6 +152,25 @@ def test_lbfgs_lr_set_to_a_str_is_named():
         opt.step(closure)
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "NAdam"])
+def test_a_tensor_lr_steps_as_torchs_on_either_backend(name):
+    # torch's idiom group["lr"] = torch.tensor(...): on the torch backend SGD's, Adam's,
+    # AdamW's and RMSprop's fused kernels took the 0-d rg.Tensor for a torch tensor and failed
+    # ("mul(): argument 'other' must be Tensor, not Tensor")
+    parameter = nn.Parameter(rg.tensor(_W))
+    opt = getattr(optim, name)([parameter], lr=0.1)
+    opt.param_groups[0]["lr"] = rg.tensor(0.05)
+    theirs = torch.nn.Parameter(torch.tensor(_W))
+    torch_opt = getattr(torch.optim, name)([theirs], lr=0.1)
+    torch_opt.param_groups[0]["lr"] = torch.tensor(0.05)
+    for _ in range(2):
+        opt.step((parameter * rg.tensor(_X[:1])).sum().backward())
+        torch_opt.zero_grad()
+        (theirs * torch.tensor(_X[:1])).sum().backward()
+        torch_opt.step()
+    np.testing.assert_allclose(parameter.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-7)
+
+
 # == a schedule's state of another optimizer ====================================================
 def _groups(count: int) -> optim.SGD:
     return optim.SGD([{"params": [nn.Parameter(rg.ones(2))]} for _ in range(count)], lr=0.1)
@@ -216,6 +235,50 @@ def test_a_composite_schedules_state_is_checked_whole_before_any_member_loads():
         target.load_state_dict(short)
     target.load_state_dict(saved)  # the good state still loads, and goes on as the source
     assert [target.step() for _ in range(3)] == [source.step() for _ in range(3)]
+
+
+class _Factor:
+    """A callable object as lr_lambda: torch saves its attributes."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    def __call__(self, epoch: int) -> float:
+        return self.rate**epoch
+
+
+@pytest.mark.parametrize("kind", ["LambdaLR", "MultiplicativeLR"])
+def test_torchs_lambda_schedule_state_loads_and_keeps_the_functions(kind):
+    # torch's state holds lr_lambdas (None for a function, a callable object's attributes):
+    # loaded as an attribute it replaced the schedule's functions with None, and the next
+    # step failed as "'NoneType' object is not callable"
+    def make(lib, module, factor):
+        opt = lib.SGD(
+            [{"params": [module.Parameter(module_ones(module))]} for _ in range(2)], lr=1.0
+        )
+        return opt, getattr(lib.lr_scheduler, kind)(opt, [lambda e: 0.9, factor])
+
+    def module_ones(module):
+        return rg.ones(1) if module is nn else torch.ones(1)
+
+    torch_opt, theirs = make(torch.optim, torch.nn, _Factor(0.8))
+    for _ in range(3):
+        torch_opt.step()
+        theirs.step()
+    saved = theirs.state_dict()
+    assert saved["lr_lambdas"] == [None, {"rate": 0.8}]
+    opt, ours = make(optim, nn, _Factor(0.5))
+    opt.load_state_dict({"state": {}, "param_groups": torch_opt.state_dict()["param_groups"]})
+    ours.load_state_dict(saved)
+    assert ours.lr_lambdas[1].rate == 0.8  # the object's attributes, as torch sets them
+    for _ in range(3):
+        ours.step()
+        torch_opt.step()
+        theirs.step()
+        np.testing.assert_allclose(
+            [g["lr"] for g in opt.param_groups], [g["lr"] for g in torch_opt.param_groups]
+        )
+    assert ours.state_dict()["lr_lambdas"] == [None, {"rate": 0.8}]
 
 
 # == a module's names of another kind ===========================================================

@@ -4,6 +4,7 @@ from the group's own initial learning rate (``group["initial_lr"]``, as torch's)
 from __future__ import annotations
 
 import math
+import types
 import warnings
 from collections.abc import Mapping
 from numbers import Real
@@ -279,6 +280,50 @@ class LambdaLR(LRScheduler):
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
         return base * _factor(type(self).__name__, self.lr_lambdas[0], epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's: the factors' own attributes where they are callable objects (a function
+        has none that saves), ``None`` for the others."""
+        state = super().state_dict()
+        state["lr_lambdas"] = [
+            None if isinstance(fn, types.FunctionType) else dict(getattr(fn, "__dict__", {}))
+            for fn in self.lr_lambdas
+        ]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's: the functions stay this schedule's, a callable object's attributes are
+        set from its entry. (torch's state holds ``lr_lambdas``, a list of ``None``: set as an
+        attribute it replaced the functions, and the next step failed as "'NoneType' object is
+        not callable".)"""
+        self.check_state_dict(state_dict)
+        state = dict(state_dict)
+        saved = state.pop("lr_lambdas", None) or [None] * len(self.lr_lambdas)
+        self.__dict__.update(state)
+        for fn, attributes in zip(self.lr_lambdas, saved):
+            if attributes is not None:
+                fn.__dict__.update(attributes)
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        super().check_state_dict(state_dict)
+        saved = state_dict.get("lr_lambdas")
+        if saved is None:
+            return
+        if not (
+            isinstance(saved, list | tuple)
+            and len(saved) == len(self.lr_lambdas)
+            and all(entry is None or isinstance(entry, Mapping) for entry in saved)
+        ):
+            raise ShapeError(
+                f"{type(self).__name__}.load_state_dict: lr_lambdas must be {len(self.lr_lambdas)}"
+                f" entries, each None or a dict of a callable object's attributes; got {saved!r}"
+            )
+        for fn, entry in zip(self.lr_lambdas, saved):
+            if entry is not None and not hasattr(fn, "__dict__"):
+                raise DTypeError(
+                    f"{type(self).__name__}.load_state_dict: lr_lambda {fn!r} has no "
+                    "attributes to set"
+                )
 
     chainable = False
 

@@ -206,7 +206,9 @@ class Module:
         on a ``Linear`` dropped its weight, and ``register_parameter`` over a buffer made
         BatchNorm's running mean a trained parameter)."""
         if not isinstance(name, str) or not name or "." in name:
-            raise InvalidArgumentError(f"{op}: invalid name {name!r} (a non-empty str without '.')")
+            # torch's KeyError for a str (KeyMismatchError is one), its TypeError otherwise
+            error = KeyMismatchError if isinstance(name, str) else InvalidArgumentError
+            raise error(f"{op}: invalid name {name!r} (a non-empty str without '.')")
         for other, label in _REGISTRIES.items():
             if other != kind and name in self.__dict__[other]:
                 raise KeyMismatchError(
