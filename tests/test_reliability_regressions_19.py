@@ -350,3 +350,33 @@ def test_multilabel_margin_loss_skips_nan_terms_as_torchs_kernel_and_multi_margi
     np.testing.assert_allclose(
         ours_x.grad(ours[0].backward()).numpy(), theirs_x.grad.numpy(), equal_nan=True
     )
+
+
+# == rg.save of a structure that holds itself ===================================================
+def test_a_container_holding_itself_saves_and_loads_as_torchs(tmp_path):
+    # the walk into JSON recursed until Python's limit: a bare RecursionError (torch's pickle
+    # keeps such references)
+    weights = rg.tensor([1.0, 2.0])
+    history: list = [weights, {"step": 3}]
+    history.append(history)
+    state = {"w": weights, "history": history}
+    state["self"] = state
+    rg.save(state, tmp_path / "cyclic.pt")
+    torch_state = {"w": torch.tensor([1.0, 2.0])}
+    torch_state["self"] = torch_state
+    torch.save(torch_state, tmp_path / "torch.pt")  # torch saves it too
+    loaded = rg.load(tmp_path / "cyclic.pt")  # weights_only=True: no class needed
+    assert loaded["self"] is loaded and loaded["history"][2] is loaded["history"]
+    assert loaded["history"][0] is loaded["w"] and loaded["w"].tolist() == [1.0, 2.0]
+    assert loaded["history"][1] == {"step": 3}
+
+
+def test_a_structure_nested_too_deeply_is_named_and_writes_nothing(tmp_path):
+    deep: list = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(rg.InvalidArgumentError, match="save: the saved object is nested too"):
+        rg.save(deep, tmp_path / "deep.pt")
+    assert list(tmp_path.iterdir()) == []
