@@ -380,3 +380,15 @@ def test_a_structure_nested_too_deeply_is_named_and_writes_nothing(tmp_path):
     with pytest.raises(rg.InvalidArgumentError, match="save: the saved object is nested too"):
         rg.save(deep, tmp_path / "deep.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_state_with_a_key_that_is_no_name_is_refused_by_name(strict):
+    # an int key failed inside the key matching as "'int' object is not subscriptable"
+    # (torch's as "'int' object has no attribute 'startswith'")
+    layer = nn.Linear(2, 2)
+    before = layer.weight.numpy().copy()
+    state = {0: rg.zeros((2, 2)), "weight": rg.ones((2, 2)), "bias": rg.zeros(2)}
+    with pytest.raises(rg.DTypeError, match=r"load_state_dict: the state's keys must be dotted"):
+        layer.load_state_dict(state, strict=strict)
+    np.testing.assert_array_equal(layer.weight.numpy(), before)

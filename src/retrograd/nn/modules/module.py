@@ -719,6 +719,12 @@ class Module:
         # a plain mapping has none, as torch reads it
         metadata = getattr(state, "_metadata", None) or {}
         state = dict(state)
+        keys = [key for key in state if not isinstance(key, str)]
+        if keys:  # an int key failed deep inside as "'int' object is not subscriptable"
+            raise DTypeError(
+                f"load_state_dict: the state's keys must be dotted names (str), got {keys[0]!r} "
+                f"({type(keys[0]).__name__})"
+            )
         added_missing: list[str] = []
         added_unexpected: list[str] = []
         errors: list[str] = []
