@@ -322,7 +322,8 @@ class Optimizer:
                 if not _of_kind(value, default):
                     kind = "a number" if is_number(default) else f"{len(default)} numbers"
                     raise DTypeError(
-                        f"{name}: param_groups[{index}][{key!r}] must be {kind}, got {value!r}"
+                        f"{name}: hyper-parameter {key!r} of param_groups[{index}] must be "
+                        f"{kind}, got {value!r}"
                     )
 
     # -- the learning rate of a one-group optimizer, as before -------------------------------
