@@ -398,3 +398,16 @@ def test_a_state_with_a_key_that_is_no_name_is_refused_by_name(strict):
     with pytest.raises(rg.DTypeError, match=r"load_state_dict: the state's keys must be dotted"):
         layer.load_state_dict(state, strict=strict)
     np.testing.assert_array_equal(layer.weight.numpy(), before)
+
+
+@pytest.mark.parametrize("inputs", [[], ()])
+def test_autograd_grad_with_no_inputs_is_refused_as_torch(inputs):
+    # it returned () (a typo's silent answer); torch: "`inputs` argument to `grad()` cannot
+    # be empty." The graph stays usable
+    x = rg.ones(3).require_grad()
+    y = (x * 2).sum()
+    with pytest.raises(RuntimeError, match="cannot be empty"):
+        torch.autograd.grad(torch.ones(3, requires_grad=True).sum(), inputs)
+    with pytest.raises(rg.AutodiffError, match=r"autograd\.grad: the inputs argument cannot be"):
+        rg.autograd.grad(y, inputs)
+    assert x.grad(y.backward()).tolist() == [2.0, 2.0, 2.0]
