@@ -6,8 +6,9 @@
   process and in workers), an optimizer's closure: the error is the user's own, nothing the
   failed call touched changes, and the next step gives torch's result.
 * Saved state mid-run: every optimizer's ``state_dict`` loaded into a fresh optimizer goes on
-  bit for bit as the original; state of the wrong shape, of another number of parameters or
-  groups, refused by name with nothing changed; every schedule's state loaded mid-run into a
+  bit for bit as the original, and torch's (L-BFGS's too) goes on as torch's run; state of
+  the wrong shape, of another number of parameters or groups, refused by name with nothing
+  changed; every schedule's state loaded mid-run into a
   fresh one goes on as torch's uninterrupted run, and torch's own state dicts load.
 * ``nn.Module`` misuse against torch: names of another kind, bad names and values, containers'
   indices and keys, ``apply``/``to``/``train`` arguments: refused where torch refuses, from the
@@ -257,6 +258,34 @@ def test_an_optimizers_state_of_the_wrong_shape_or_groups_is_refused_and_changes
     with pytest.raises(rg.InvalidArgumentError, match="the saved groups have"):
         target.load_state_dict(more)
     unchanged()
+
+
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS) + ["LBFGS"])
+def test_torchs_optimizer_state_taken_mid_run_loads_and_goes_on_as_torchs(name):
+    options = _OPTIMIZERS.get(name, {"lr": 0.1, "max_iter": 3})
+    ours, theirs = _pair()
+    torch_opt = getattr(torch.optim, name)(theirs.parameters(), **options)
+
+    def torch_closure():
+        torch_opt.zero_grad()
+        loss = (theirs(torch.tensor(_X)) ** 2).mean()  # (a run that does not diverge)
+        loss.backward()
+        return loss
+
+    def closure():
+        loss = (ours(rg.tensor(_X)) ** 2).mean()
+        return loss, loss.backward()
+
+    for _ in range(3):
+        torch_opt.step(torch_closure)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    opt = getattr(optim, name)(ours.parameters(), **options)
+    opt.load_state_dict(torch_opt.state_dict())
+    for _ in range(3):
+        torch_opt.step(torch_closure)
+        opt.step(closure)
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-6)
 
 
 _SCHEDULES = {
