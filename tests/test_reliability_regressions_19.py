@@ -6,6 +6,8 @@ behaviour is the defect (said at the test)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -285,6 +287,51 @@ def test_torchs_lambda_schedule_state_loads_and_keeps_the_functions(kind):
             [g["lr"] for g in opt.param_groups], [g["lr"] for g in torch_opt.param_groups]
         )
     assert ours.state_dict()["lr_lambdas"] == [None, {"rate": 0.8}]
+
+
+_ADDED_GROUP = {
+    "StepLR": lambda s, o: s.StepLR(o, 1, 0.5),
+    "ExponentialLR": lambda s, o: s.ExponentialLR(o, 0.5),
+    "MultiStepLR": lambda s, o: s.MultiStepLR(o, [1, 3]),
+    "LinearLR": lambda s, o: s.LinearLR(o, 0.5, total_iters=3),
+    "PolynomialLR": lambda s, o: s.PolynomialLR(o, 4, 2.0),
+    "CosineAnnealingLR": lambda s, o: s.CosineAnnealingLR(o, 8),
+    "ReduceLROnPlateau": lambda s, o: s.ReduceLROnPlateau(o, patience=0),
+}
+
+
+def _rates_with_a_group_added(lib, name: str) -> list:
+    module = nn if lib is optim else torch.nn
+    ones = rg.ones if lib is optim else torch.ones
+    opt = lib.SGD([module.Parameter(ones(1))], lr=0.1, momentum=0.9)
+    schedule = _ADDED_GROUP[name](lib.lr_scheduler, opt)
+    schedule.step(1.0) if name == "ReduceLROnPlateau" else schedule.step()
+    opt.add_param_group({"params": [module.Parameter(ones(1))], "lr": 0.2})  # unfreezing
+    rates = []
+    for _ in range(4):
+        schedule.step(1.0) if name == "ReduceLROnPlateau" else schedule.step()
+        rates.append([g["lr"] for g in opt.param_groups])
+    return rates
+
+
+@pytest.mark.parametrize("name", sorted(_ADDED_GROUP))
+def test_a_group_added_after_the_schedule_is_scheduled_as_torchs(name):
+    # the closed form zipped the groups with base_lrs: the new group kept its rate for ever
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "lr_scheduler.step() before optimizer.step()"
+        expected = _rates_with_a_group_added(torch.optim, name)
+    np.testing.assert_allclose(_rates_with_a_group_added(optim, name), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["LambdaLR", "MultiplicativeLR"])
+def test_a_lambda_schedule_refuses_a_group_it_has_no_function_for_as_torch(kind):
+    opt = optim.SGD([nn.Parameter(rg.ones(1))], lr=0.1)
+    schedule = getattr(optim.lr_scheduler, kind)(opt, lambda e: 0.5)
+    opt.add_param_group({"params": [nn.Parameter(rg.ones(1))], "lr": 0.2})
+    before = [g["lr"] for g in opt.param_groups]
+    with pytest.raises(rg.InvalidArgumentError, match="has 2 param_groups, the schedule 1"):
+        schedule.step()
+    assert [g["lr"] for g in opt.param_groups] == before
 
 
 # == a module's names of another kind ===========================================================

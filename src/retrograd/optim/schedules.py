@@ -115,8 +115,14 @@ class LRScheduler:
             for group, rate in zip(groups, rates):
                 group["lr"] = rate
             return
-        for group, base in zip(groups, self.base_lrs):
-            group["lr"] = self.lr_at(epoch, base)
+        for index, group in enumerate(groups):
+            if index < len(self.base_lrs):
+                group["lr"] = self.lr_at(epoch, self.base_lrs[index])
+            else:
+                # a group added to the optimizer after the schedule was made (unfreezing a
+                # backbone mid-run): torch's recursive step scales its own rate; it kept its
+                # rate for ever here (zip stopped at the schedule's groups)
+                group["lr"] = self.chained_lr(epoch, index, group["lr"])
 
     def step(self, epoch: int | None = None) -> float:
         """Advance one epoch and set every group's learning rate; returns the first's.
@@ -163,11 +169,20 @@ class LRScheduler:
         >>> schedule.chained_lr(2, 0, 3.0)
         1.5
         """
-        base = self.base_lrs[index]
+        base = self.base_of(index)
         if not self.chainable:
             return self.lr_at(epoch, base)
         before = base if epoch == 0 else self.lr_at(epoch - 1, base)
         return current if before == 0 else current * (self.lr_at(epoch, base) / before)
+
+    def base_of(self, index: int) -> float:
+        """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
+        after the schedule was made, its own ``initial_lr`` (set at first sight, as the
+        schedule's constructor sets the others')."""
+        if index < len(self.base_lrs):
+            return self.base_lrs[index]
+        group = self.optimizer.param_groups[index]
+        return group.setdefault("initial_lr", group["lr"])
 
     def step_chained(self) -> None:
         """Advance one epoch, scaling each group's current learning rate as torch's recursive
@@ -249,7 +264,7 @@ class CosineAnnealingLR(LRScheduler):
         if epoch == 0:
             return current
         if (epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
-            rise = (self.base_lrs[index] - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
+            rise = (self.base_of(index) - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
             return current + rise / 2
         ratio = (1 + math.cos(math.pi * epoch / self.T_max)) / (
             1 + math.cos(math.pi * (epoch - 1) / self.T_max)
@@ -273,7 +288,19 @@ class LambdaLR(LRScheduler):
         self.lr_lambdas = list(lambdas)
         super().__init__(optimizer, last_epoch)
 
+    def _check_groups(self) -> None:
+        """One function per group: torch's ``zip(..., strict=True)`` refusal of a group added
+        after the schedule was made (it kept its rate for ever here)."""
+        groups = len(self.optimizer.param_groups)
+        if groups != len(self.lr_lambdas):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.step: the optimizer has {groups} param_groups, the "
+                f"schedule {len(self.lr_lambdas)} lr_lambdas (a group added after the schedule "
+                "was made needs a schedule of its own, or the schedule made again)"
+            )
+
     def _apply(self, epoch: int) -> None:
+        self._check_groups()
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
             group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
@@ -337,6 +364,7 @@ class MultiplicativeLR(LambdaLR):
     def _apply(self, epoch: int) -> None:
         if epoch == 0:
             return
+        self._check_groups()
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
@@ -437,6 +465,8 @@ class ReduceLROnPlateau:
         self.optimizer = optimizer
         groups = len(optimizer.param_groups)
         self.min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
+        #: torch's: the one ``min_lr`` given, for groups added later (None: one per group given)
+        self.default_min_lr = None if isinstance(min_lr, list | tuple) else min_lr
         self.mode, self.factor, self.patience = mode, factor, patience
         self.threshold, self.threshold_mode = threshold, threshold_mode
         self.cooldown, self.eps = cooldown, eps
@@ -485,7 +515,16 @@ class ReduceLROnPlateau:
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
-            for group, low in zip(self.optimizer.param_groups, self.min_lrs):
+            groups = self.optimizer.param_groups
+            if len(groups) != len(self.min_lrs):  # a group added after the schedule was made
+                if getattr(self, "default_min_lr", None) is None:
+                    raise InvalidArgumentError(
+                        f"ReduceLROnPlateau.step: the optimizer has {len(groups)} param_groups, "
+                        f"min_lrs {len(self.min_lrs)} (a group was added after the schedule "
+                        "was made; set min_lrs to one per group)"
+                    )
+                self.min_lrs = [self.default_min_lr] * len(groups)
+            for group, low in zip(groups, self.min_lrs):
                 old = float(group["lr"])
                 new = max(old * self.factor, low)
                 if old - new > self.eps:
