@@ -323,14 +323,35 @@ def test_a_group_added_after_the_schedule_is_scheduled_as_torchs(name):
     np.testing.assert_allclose(_rates_with_a_group_added(optim, name), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["LambdaLR", "MultiplicativeLR"])
-def test_a_lambda_schedule_refuses_a_group_it_has_no_function_for_as_torch(kind):
-    opt = optim.SGD([nn.Parameter(rg.ones(1))], lr=0.1)
-    schedule = getattr(optim.lr_scheduler, kind)(opt, lambda e: 0.5)
-    opt.add_param_group({"params": [nn.Parameter(rg.ones(1))], "lr": 0.2})
-    before = [g["lr"] for g in opt.param_groups]
-    with pytest.raises(rg.InvalidArgumentError, match="has 2 param_groups, the schedule 1"):
+_NOTHING_FOR_AN_ADDED_GROUP = {
+    "LambdaLR": lambda s, o: s.LambdaLR(o, lambda e: 0.5),
+    "MultiplicativeLR": lambda s, o: s.MultiplicativeLR(o, lambda e: 0.5),
+    "CyclicLR": lambda s, o: s.CyclicLR(o, 0.01, 0.1, step_size_up=2),
+    "CosineAnnealingWarmRestarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NOTHING_FOR_AN_ADDED_GROUP))
+def test_a_schedule_with_nothing_for_an_added_group_refuses_it_as_torch(name):
+    # LambdaLR and MultiplicativeLR (one function per group), CosineAnnealingWarmRestarts
+    # kept the new group's rate for ever; CyclicLR failed with a bare IndexError. torch's
+    # refuse (zip(strict=True)'s ValueError; ours is one too)
+    def make(lib, module, ones):
+        opt = lib.SGD([module.Parameter(ones(1))], lr=0.1, momentum=0.9)
+        schedule = _NOTHING_FOR_AN_ADDED_GROUP[name](lib.lr_scheduler, opt)
         schedule.step()
+        opt.add_param_group({"params": [module.Parameter(ones(1))], "lr": 0.2})
+        return opt, schedule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, theirs = make(torch.optim, torch.nn, torch.ones)
+        with pytest.raises(ValueError):
+            theirs.step()
+    opt, ours = make(optim, nn, rg.ones)
+    before = [g["lr"] for g in opt.param_groups]
+    with pytest.raises(rg.InvalidArgumentError, match="has 2 param_groups, the schedule was"):
+        ours.step()
     assert [g["lr"] for g in opt.param_groups] == before
 
 

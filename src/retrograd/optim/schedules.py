@@ -175,6 +175,19 @@ class LRScheduler:
         before = base if epoch == 0 else self.lr_at(epoch - 1, base)
         return current if before == 0 else current * (self.lr_at(epoch, base) / before)
 
+    def check_groups(self, per_group: list[Any]) -> None:
+        """Refuse a step over more groups than ``per_group`` (this schedule's values, one per
+        group it was made for) covers: a schedule with nothing to give a group added after it
+        was made (a cyclic one's bounds), as torch's ``zip(strict=True)`` refuses it, rather
+        than an ``IndexError`` or the group's rate kept for ever."""
+        groups = len(self.optimizer.param_groups)
+        if groups != len(per_group):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.step: the optimizer has {groups} param_groups, the "
+                f"schedule was made for {len(per_group)} (a group added after the schedule "
+                "was made needs the schedule made again)"
+            )
+
     def base_of(self, index: int) -> float:
         """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
         after the schedule was made, its own ``initial_lr`` (set at first sight, as the
@@ -288,19 +301,8 @@ class LambdaLR(LRScheduler):
         self.lr_lambdas = list(lambdas)
         super().__init__(optimizer, last_epoch)
 
-    def _check_groups(self) -> None:
-        """One function per group: torch's ``zip(..., strict=True)`` refusal of a group added
-        after the schedule was made (it kept its rate for ever here)."""
-        groups = len(self.optimizer.param_groups)
-        if groups != len(self.lr_lambdas):
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.step: the optimizer has {groups} param_groups, the "
-                f"schedule {len(self.lr_lambdas)} lr_lambdas (a group added after the schedule "
-                "was made needs a schedule of its own, or the schedule made again)"
-            )
-
     def _apply(self, epoch: int) -> None:
-        self._check_groups()
+        self.check_groups(self.lr_lambdas)  # one function per group
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
             group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
@@ -364,7 +366,7 @@ class MultiplicativeLR(LambdaLR):
     def _apply(self, epoch: int) -> None:
         if epoch == 0:
             return
-        self._check_groups()
+        self.check_groups(self.lr_lambdas)  # one function per group
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
