@@ -65,6 +65,7 @@ class _Writer:
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: dict[int, str] = {}
+        self.open: set[int] = set()  # the containers being encoded (a cycle meets one again)
 
     def array(self, key_object: Any, array: np.ndarray) -> str:
         existing = self.seen.get(id(key_object))
@@ -112,6 +113,17 @@ class _Writer:
                     "requires_grad": False}  # fmt: skip
         if isinstance(obj, Device):
             return {"device": str(obj)}
+        if isinstance(obj, dict | list | tuple | set | frozenset):
+            if id(obj) in self.open:
+                raise _Cycle
+            self.open.add(id(obj))
+            try:
+                return self.container(obj, where)
+            finally:
+                self.open.discard(id(obj))
+        return self.pickled(obj, where)
+
+    def container(self, obj: Any, where: str) -> Any:
         if isinstance(obj, dict):
             items = [
                 [self.key(k, where), self.encode(v, f"{where}[{k!r}]")] for k, v in obj.items()
@@ -121,9 +133,7 @@ class _Writer:
             return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, tuple):
             return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-        if isinstance(obj, set | frozenset):
-            return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
-        return self.pickled(obj, where)
+        return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
 
     def pickled(self, obj: Any, where: str) -> dict[str, Any]:
         """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows). The
@@ -154,6 +164,10 @@ class _Writer:
             f"save: cannot store a dict key of type {type(key).__name__} at {where} "
             "(str, int, float, bool, None or tuples of them)"
         )
+
+
+class _Cycle(Exception):  # noqa: N818 (not an error: the walk's signal)
+    """A container met again inside itself: the structure is no tree, so no JSON."""
 
 
 class _TensorPickler(pickle.Pickler):
@@ -193,7 +207,19 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
     if pickle_module is not None:
         raise InvalidArgumentError("save: pickle_module is not supported (rg.save uses no pickle)")
     writer = _Writer()
-    structure = {"format": _FORMAT, "object": writer.encode(obj, "the saved object")}
+    try:
+        encoded = writer.encode(obj, "the saved object")
+    except _Cycle:
+        # a list or dict that holds itself (torch's pickle keeps such references): the whole
+        # object pickled, its tensors still the file's arrays; a bare RecursionError before
+        writer = _Writer()
+        encoded = writer.pickled(obj, "the saved object")
+    except RecursionError:
+        raise InvalidArgumentError(
+            "save: the saved object is nested too deeply to store (containers inside "
+            "containers beyond Python's recursion limit)"
+        ) from None
+    structure = {"format": _FORMAT, "object": encoded}
     arrays = dict(writer.arrays)
     arrays[_STRUCTURE] = np.array(json.dumps(structure))
     if not isinstance(f, str | os.PathLike) and not callable(getattr(f, "write", None)):

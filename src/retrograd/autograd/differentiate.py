@@ -40,10 +40,12 @@ def grad(
             "accumulate gradient for other parts of the graph, please use torch.autograd.backward.",
             stacklevel=2,
         )
+    ins = _tensors("autograd.grad", "inputs", inputs)
+    if not ins:  # torch's refusal (it returned an empty tuple here, a typo's silent answer)
+        raise AutodiffError("autograd.grad: the inputs argument cannot be empty")
     if is_grads_batched:
         options = (retain_graph, create_graph, allow_unused, materialize_grads)
         return _batched_grad(outputs, inputs, grad_outputs, *options)
-    ins = _tensors("autograd.grad", "inputs", inputs)
     total = _weighted_total("autograd.grad", outputs, grad_outputs, create_graph)
     retain = create_graph if retain_graph is None else retain_graph
     # torch differentiates with respect to any tensor of the graph, not only leaves (MAML's

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from .schedules import LRScheduler, ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
@@ -53,16 +53,34 @@ class _Composite(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("_schedulers"), list):
-            raise DTypeError(
-                f"{type(self).__name__}.load_state_dict: expected the dict state_dict() "
-                f"returned, got {type(state_dict).__name__}"
-            )
+        self.check_state_dict(state_dict)
         state = dict(state_dict)
         members = state.pop("_schedulers")
         self.__dict__.update(state)
         for scheduler, member in zip(self._schedulers, members):
             scheduler.load_state_dict(member)
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Its own entries and every member's, checked before any is set: a member refusing
+        its state (or a state of another number of members, of which the extra or missing
+        ones were passed over) leaves every schedule as it was."""
+        name = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("_schedulers"), list):
+            got = (
+                "a dict without '_schedulers' (a list of its members' states)"
+                if isinstance(state_dict, dict)
+                else type(state_dict).__name__
+            )
+            raise DTypeError(f"{name}: expected the dict state_dict() returned, got {got}")
+        members = state_dict["_schedulers"]
+        if len(members) != len(self._schedulers):
+            raise ShapeError(
+                f"{name}: the state holds {len(members)} schedulers' states, this "
+                f"{type(self).__name__} has {len(self._schedulers)}"
+            )
+        super().check_state_dict({k: v for k, v in state_dict.items() if k != "_schedulers"})
+        for scheduler, member in zip(self._schedulers, members):
+            scheduler.check_state_dict(member)
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         raise InvalidArgumentError(

@@ -60,6 +60,12 @@ class FusedUpdate:
 
     def hyper_values(self, settings: Mapping[str, Any], state: State) -> tuple:
         values = tuple(state["step"] if name == "step" else settings[name] for name in self.hyper)
+        # torch's one-element tensor lr (``group["lr"] = torch.tensor(...)``) as its number:
+        # the torch backend's kernels took it for one of their own tensors and failed
+        values = tuple(
+            value.item() if isinstance(value, Tensor) and value.numel() == 1 else value
+            for value in values
+        )
         for name, value in zip(self.hyper, values):
             if type(value) not in _NUMBERS and not hasattr(value, "__float__"):
                 # a group's entry set to a str or None between steps (a schedule's typo): named

@@ -150,6 +150,28 @@ class LBFGS(Optimizer):
                 "LBFGS.step: pass a closure that re-evaluates the model and returns "
                 "(loss, grads) with grads = loss.backward(); LBFGS evaluates it several times"
             )
+        self.check_hyper_parameters("step")
+        # A closure raising mid-step (a failing batch, a KeyboardInterrupt) left the
+        # parameters at a trial point of the step and the state half-advanced: its iteration
+        # counted, its direction not, so every later step failed ("cannot combine a tensor
+        # with NoneType", torch's too). A step that raises leaves both as they were.
+        first = self._params[0]
+        had_state = first in self.state
+        saved_state = {
+            k: list(v) if isinstance(v, list) else v for k, v in self.state[first].items()
+        }
+        saved_params = self._clone_param()
+        try:
+            return self._step(closure)
+        except BaseException:
+            self._set_param(saved_params)
+            if had_state:
+                self.state[first] = saved_state
+            else:
+                self.state.pop(first, None)
+            raise
+
+    def _step(self, closure: Callable[[], Any]) -> Tensor:
         group = self.param_groups[0]
         lr, max_iter, max_eval = float(group["lr"]), group["max_iter"], group["max_eval"]
         tolerance_grad, tolerance_change = group["tolerance_grad"], group["tolerance_change"]

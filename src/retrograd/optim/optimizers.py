@@ -309,6 +309,24 @@ class Optimizer:
             ):
                 raise DTypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
 
+    def check_hyper_parameters(self, op: str) -> None:
+        """Every group's hyper-parameters still of their defaults' kinds, asked before a step
+        updates anything: a number (or a one-element tensor, torch's tensor ``lr``) where the
+        default is a number, a tuple of as many numbers where it is one (``betas``, ``etas``).
+        A group's entry set between steps to a str, None or a short tuple (a schedule's or a
+        user's typo) failed inside the update, as a bare TypeError or ValueError in most
+        algorithms, after the groups before it had been stepped."""
+        name = f"{type(self).__name__}.{op}"
+        for index, group in enumerate(self.param_groups):
+            for key, default in self.defaults.items():
+                value = group.get(key, default)
+                if not _of_kind(value, default):
+                    kind = "a number" if is_number(default) else f"{len(default)} numbers"
+                    raise DTypeError(
+                        f"{name}: hyper-parameter {key!r} of param_groups[{index}] must be "
+                        f"{kind}, got {value!r}"
+                    )
+
     # -- the learning rate of a one-group optimizer, as before -------------------------------
     @property
     def lr(self) -> float:
@@ -347,6 +365,7 @@ class Optimizer:
                 f"{type(self).__name__}.step: expected the gradients backward() returned "
                 f"(grads = loss.backward()), got {type(grads).__name__}"
             )
+        self.check_hyper_parameters("step")
         for group in self.param_groups:
             for parameter in group["params"]:
                 given = parameter.grad(grads)
@@ -567,6 +586,28 @@ def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
         ):
             return False
     return True
+
+
+def is_number(value: Any) -> bool:
+    """A hyper-parameter's number: an int or float (not a bool), or a one-element tensor."""
+    if isinstance(value, Tensor):
+        return value.numel() == 1
+    return isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_)
+
+
+def _of_kind(value: Any, default: Any) -> bool:
+    """Whether a group's ``value`` is of its ``default``'s kind: a number where that is one, a
+    tuple of as many numbers where that is one of numbers (Adafactor's ``eps`` is
+    ``(None, 1e-3)``: None stands for the dtype's epsilon), anything where it is not."""
+    if is_number(default):
+        return is_number(value)
+    if not (isinstance(default, tuple) and any(map(is_number, default))):
+        return True
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == len(default)
+        and all(is_number(v) or (d is None and v is None) for v, d in zip(value, default))
+    )
 
 
 def _check_finite(where: str, group: Mapping[str, Any]) -> None:

@@ -4,6 +4,7 @@ from the group's own initial learning rate (``group["initial_lr"]``, as torch's)
 from __future__ import annotations
 
 import math
+import types
 import warnings
 from collections.abc import Mapping
 from numbers import Real
@@ -11,6 +12,7 @@ from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
+from .optimizers import is_number
 
 __all__ = [
     "ConstantLR",
@@ -113,8 +115,14 @@ class LRScheduler:
             for group, rate in zip(groups, rates):
                 group["lr"] = rate
             return
-        for group, base in zip(groups, self.base_lrs):
-            group["lr"] = self.lr_at(epoch, base)
+        for index, group in enumerate(groups):
+            if index < len(self.base_lrs):
+                group["lr"] = self.lr_at(epoch, self.base_lrs[index])
+            else:
+                # a group added to the optimizer after the schedule was made (unfreezing a
+                # backbone mid-run): torch's recursive step scales its own rate; it kept its
+                # rate for ever here (zip stopped at the schedule's groups)
+                group["lr"] = self.chained_lr(epoch, index, group["lr"])
 
     def step(self, epoch: int | None = None) -> float:
         """Advance one epoch and set every group's learning rate; returns the first's.
@@ -161,11 +169,33 @@ class LRScheduler:
         >>> schedule.chained_lr(2, 0, 3.0)
         1.5
         """
-        base = self.base_lrs[index]
+        base = self.base_of(index)
         if not self.chainable:
             return self.lr_at(epoch, base)
         before = base if epoch == 0 else self.lr_at(epoch - 1, base)
         return current if before == 0 else current * (self.lr_at(epoch, base) / before)
+
+    def check_groups(self, per_group: list[Any]) -> None:
+        """Refuse a step over more groups than ``per_group`` (this schedule's values, one per
+        group it was made for) covers: a schedule with nothing to give a group added after it
+        was made (a cyclic one's bounds), as torch's ``zip(strict=True)`` refuses it, rather
+        than an ``IndexError`` or the group's rate kept for ever."""
+        groups = len(self.optimizer.param_groups)
+        if groups != len(per_group):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.step: the optimizer has {groups} param_groups, the "
+                f"schedule was made for {len(per_group)} (a group added after the schedule "
+                "was made needs the schedule made again)"
+            )
+
+    def base_of(self, index: int) -> float:
+        """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
+        after the schedule was made, its own ``initial_lr`` (set at first sight, as the
+        schedule's constructor sets the others')."""
+        if index < len(self.base_lrs):
+            return self.base_lrs[index]
+        group = self.optimizer.param_groups[index]
+        return group.setdefault("initial_lr", group["lr"])
 
     def step_chained(self) -> None:
         """Advance one epoch, scaling each group's current learning rate as torch's recursive
@@ -191,8 +221,12 @@ class LRScheduler:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _check_state("load_state_dict", self, state_dict)
+        self.check_state_dict(state_dict)
         self.__dict__.update(state_dict)
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Raise unless :meth:`load_state_dict` can take ``state_dict`` whole."""
+        _check_state("load_state_dict", self, state_dict)
 
 
 class StepLR(LRScheduler):
@@ -243,7 +277,7 @@ class CosineAnnealingLR(LRScheduler):
         if epoch == 0:
             return current
         if (epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
-            rise = (self.base_lrs[index] - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
+            rise = (self.base_of(index) - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
             return current + rise / 2
         ratio = (1 + math.cos(math.pi * epoch / self.T_max)) / (
             1 + math.cos(math.pi * (epoch - 1) / self.T_max)
@@ -268,12 +302,57 @@ class LambdaLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def _apply(self, epoch: int) -> None:
+        self.check_groups(self.lr_lambdas)  # one function per group
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
             group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
         return base * _factor(type(self).__name__, self.lr_lambdas[0], epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's: the factors' own attributes where they are callable objects (a function
+        has none that saves), ``None`` for the others."""
+        state = super().state_dict()
+        state["lr_lambdas"] = [
+            None if isinstance(fn, types.FunctionType) else dict(getattr(fn, "__dict__", {}))
+            for fn in self.lr_lambdas
+        ]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's: the functions stay this schedule's, a callable object's attributes are
+        set from its entry. (torch's state holds ``lr_lambdas``, a list of ``None``: set as an
+        attribute it replaced the functions, and the next step failed as "'NoneType' object is
+        not callable".)"""
+        self.check_state_dict(state_dict)
+        state = dict(state_dict)
+        saved = state.pop("lr_lambdas", None) or [None] * len(self.lr_lambdas)
+        self.__dict__.update(state)
+        for fn, attributes in zip(self.lr_lambdas, saved):
+            if attributes is not None:
+                fn.__dict__.update(attributes)
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        super().check_state_dict(state_dict)
+        saved = state_dict.get("lr_lambdas")
+        if saved is None:
+            return
+        if not (
+            isinstance(saved, list | tuple)
+            and len(saved) == len(self.lr_lambdas)
+            and all(entry is None or isinstance(entry, Mapping) for entry in saved)
+        ):
+            raise ShapeError(
+                f"{type(self).__name__}.load_state_dict: lr_lambdas must be {len(self.lr_lambdas)}"
+                f" entries, each None or a dict of a callable object's attributes; got {saved!r}"
+            )
+        for fn, entry in zip(self.lr_lambdas, saved):
+            if entry is not None and not hasattr(fn, "__dict__"):
+                raise DTypeError(
+                    f"{type(self).__name__}.load_state_dict: lr_lambda {fn!r} has no "
+                    "attributes to set"
+                )
 
     chainable = False
 
@@ -287,6 +366,7 @@ class MultiplicativeLR(LambdaLR):
     def _apply(self, epoch: int) -> None:
         if epoch == 0:
             return
+        self.check_groups(self.lr_lambdas)  # one function per group
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
@@ -387,6 +467,8 @@ class ReduceLROnPlateau:
         self.optimizer = optimizer
         groups = len(optimizer.param_groups)
         self.min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
+        #: torch's: the one ``min_lr`` given, for groups added later (None: one per group given)
+        self.default_min_lr = None if isinstance(min_lr, list | tuple) else min_lr
         self.mode, self.factor, self.patience = mode, factor, patience
         self.threshold, self.threshold_mode = threshold, threshold_mode
         self.cooldown, self.eps = cooldown, eps
@@ -435,7 +517,16 @@ class ReduceLROnPlateau:
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
-            for group, low in zip(self.optimizer.param_groups, self.min_lrs):
+            groups = self.optimizer.param_groups
+            if len(groups) != len(self.min_lrs):  # a group added after the schedule was made
+                if getattr(self, "default_min_lr", None) is None:
+                    raise InvalidArgumentError(
+                        f"ReduceLROnPlateau.step: the optimizer has {len(groups)} param_groups, "
+                        f"min_lrs {len(self.min_lrs)} (a group was added after the schedule "
+                        "was made; set min_lrs to one per group)"
+                    )
+                self.min_lrs = [self.default_min_lr] * len(groups)
+            for group, low in zip(groups, self.min_lrs):
                 old = float(group["lr"])
                 new = max(old * self.factor, low)
                 if old - new > self.eps:
@@ -451,14 +542,43 @@ class ReduceLROnPlateau:
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _check_state("load_state_dict", self, state_dict)
+        self.check_state_dict(state_dict)
         self.__dict__.update(state_dict)
+
+    check_state_dict = LRScheduler.check_state_dict
+
+
+#: the state's entries holding one value per parameter group (torch's names)
+_PER_GROUP = frozenset(
+    {"base_lrs", "_last_lr", "min_lrs", "max_lrs", "_cycle_base_lrs", "base_momentums",
+     "max_momentums"}
+)  # fmt: skip
 
 
 def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
-    """A schedule's state is a dict of its attributes (what ``state_dict`` gave)."""
+    """A schedule's state is a dict of its attributes (what ``state_dict`` gave), checked
+    before any is set: the per-group lists hold one number per parameter group of this
+    schedule's optimizer, and what is a number here stays one. A state saved over an optimizer
+    of another number of groups set only the groups its lists reached (the others' rates
+    never moved again), and ``last_epoch`` set to a str failed at the next step as a bare
+    TypeError. Entries this schedule does not have (torch's own bookkeeping) are kept as
+    torch keeps them."""
+    name = f"{type(schedule).__name__}.{op}"
     if not isinstance(state_dict, Mapping) or not all(isinstance(k, str) for k in state_dict):
         raise DTypeError(
-            f"{type(schedule).__name__}.{op}: expected the dict state_dict() returned, got "
-            f"{type(state_dict).__name__}"
+            f"{name}: expected the dict state_dict() returned, got {type(state_dict).__name__}"
         )
+    groups = len(schedule.optimizer.param_groups)
+    for key, value in state_dict.items():
+        current = schedule.__dict__.get(key)
+        if key in _PER_GROUP and isinstance(current, list):
+            if not isinstance(value, list | tuple) or len(value) != groups:
+                count = f"{len(value)} values" if isinstance(value, list | tuple) else repr(value)
+                raise ShapeError(
+                    f"{name}: {key} holds {count} for the optimizer's {groups} param_groups "
+                    "(a state saved with another number of groups)"
+                )
+            if not all(is_number(v) or (v is None and c is None) for v, c in zip(value, current)):
+                raise DTypeError(f"{name}: {key} must hold numbers, got {list(value)!r}")
+        elif is_number(current) and not is_number(value):
+            raise DTypeError(f"{name}: {key} must be a number, got {value!r}")

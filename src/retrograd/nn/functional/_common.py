@@ -112,6 +112,8 @@ def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
 def _clamped_min(value: Tensor, eps: float) -> Tensor:
     """``max(value, eps)`` in value, with the gradient of ``value`` itself: torch clamps
     these (a norm, a variance) in place under ``no_grad``, so its backward never sees the
-    clamp. The clamp enters as a constant offset."""
+    clamp. The clamp enters as a constant offset, ``eps - value`` where the value is below
+    ``eps`` and 0 elsewhere (not ``clamp(value) - value``, which is ``inf - inf``, NaN, at an
+    infinite value: ``gaussian_nll_loss`` of an infinite variance gave NaN, torch's inf)."""
     constant = untracked(value)
-    return value + (constant.clamp_min(eps) - constant)
+    return value + (-constant + eps).clamp_min(0.0)

@@ -167,11 +167,11 @@ def multilabel_margin_loss(
     hits = index.unsqueeze_dim(-1).equal(arange).logical_and(counted.unsqueeze_dim(-1))
     is_target = hits.any(-2)
     picked = x.gather(-1, index)  # x[y_j], [..., K]
-    # relu, not clamp_min: torch's kernel takes the slope where the margin is > 0 only, so a
-    # hinge exactly at 0 sends no gradient
-    hinge = (x.unsqueeze_dim(-2) - picked.unsqueeze_dim(-1) + 1.0).relu()  # [..., K, C]
+    # torch's kernel counts a term where it is > 0 only, as multi_margin_loss's: not at 0 (no
+    # gradient), nor at NaN (neither value nor gradient; relu kept a NaN logit's NaN)
+    hinge = x.unsqueeze_dim(-2) - picked.unsqueeze_dim(-1) + 1.0  # [..., K, C]
     keep = counted.unsqueeze_dim(-1).logical_and((~is_target).unsqueeze_dim(-2))
-    hinge = hinge.mask_fill(~keep, 0.0)
+    hinge = hinge.mask_fill(hinge.greater(0.0).logical_and(keep).logical_not(), 0.0)
     per_sample = hinge.sum_dim(-1).squeeze_dim(-1).sum_dim(-1).squeeze_dim(-1) / classes
     return _reduce(per_sample, reduction)
 

@@ -198,15 +198,23 @@ class Module:
         names.update(self._parameters, self._buffers, self._modules)
         return sorted(names)
 
-    def _check_name(self, op: str, name: Any) -> None:
-        """``name`` a non-empty str without '.', and no attribute of the module but a
-        parameter, buffer or sub-module (torch's KeyError "attribute already exists":
-        registering ``forward`` or ``training`` hid the method, or removed the flag every
-        layer reads)."""
+    def _check_name(self, op: str, name: Any, kind: str) -> None:
+        """``name`` a non-empty str without '.', and no attribute of the module but one of
+        ``kind`` (``"_parameters"``, ``"_buffers"``, ``"_modules"``), which it replaces
+        (torch's KeyError "attribute already exists": registering ``forward`` or ``training``
+        hid the method, or removed the flag every layer reads; ``add_module("weight", ...)``
+        on a ``Linear`` dropped its weight, and ``register_parameter`` over a buffer made
+        BatchNorm's running mean a trained parameter)."""
         if not isinstance(name, str) or not name or "." in name:
-            raise InvalidArgumentError(f"{op}: invalid name {name!r} (a non-empty str without '.')")
-        registered = (self._parameters, self._buffers, self._modules)
-        if all(name not in registry for registry in registered) and hasattr(self, name):
+            # torch's KeyError for a str (KeyMismatchError is one), its TypeError otherwise
+            error = KeyMismatchError if isinstance(name, str) else InvalidArgumentError
+            raise error(f"{op}: invalid name {name!r} (a non-empty str without '.')")
+        for other, label in _REGISTRIES.items():
+            if other != kind and name in self.__dict__[other]:
+                raise KeyMismatchError(
+                    f"{op}: {name!r} is already a {label} of {type(self).__name__}"
+                )
+        if name not in self.__dict__[kind] and hasattr(self, name):
             raise KeyMismatchError(
                 f"{op}: attribute {name!r} already exists in {type(self).__name__}; choose "
                 "another name"
@@ -219,7 +227,7 @@ class Module:
         (an absent parameter, as a ``bias=False`` layer's ``bias``) or a float tensor, which
         becomes a new ``Parameter`` holding its values.
         """
-        self._check_name("register_parameter", name)
+        self._check_name("register_parameter", name, "_parameters")
         if value is not None and not isinstance(value, Parameter):
             if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
                 raise DTypeError(
@@ -235,12 +243,7 @@ class Module:
         """Keep ``value`` (a tensor, or ``None``) as state that is not trained: it is listed by
         :meth:`named_buffers`, saved by :meth:`state_dict` unless ``persistent=False``, cast by
         :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
-        self._check_name("register_buffer", name)
-        if name in self._parameters or name in self._modules:  # torch's KeyError too
-            kind = "parameter" if name in self._parameters else "sub-module"
-            raise KeyMismatchError(
-                f"register_buffer: {name!r} is already a {kind} of {type(self).__name__}"
-            )
+        self._check_name("register_buffer", name, "_buffers")
         if value is not None:
             if not isinstance(value, Tensor):
                 raise DTypeError(
@@ -254,7 +257,7 @@ class Module:
 
     def register_module(self, name: str, module: Module | None) -> None:
         """Own ``module`` as the sub-module ``name`` (as assigning it does)."""
-        self._check_name("register_module", name)
+        self._check_name("register_module", name, "_modules")
         if module is not None and not isinstance(module, Module):
             raise DTypeError(f"register_module: {name!r} is not a Module: {_describe(module)}")
         self._forget(name, keep="_modules")
@@ -716,6 +719,12 @@ class Module:
         # a plain mapping has none, as torch reads it
         metadata = getattr(state, "_metadata", None) or {}
         state = dict(state)
+        keys = [key for key in state if not isinstance(key, str)]
+        if keys:  # an int key failed deep inside as "'int' object is not subscriptable"
+            raise DTypeError(
+                f"load_state_dict: the state's keys must be dotted names (str), got {keys[0]!r} "
+                f"({type(keys[0]).__name__})"
+            )
         added_missing: list[str] = []
         added_unexpected: list[str] = []
         errors: list[str] = []
@@ -1071,6 +1080,10 @@ def _redraw_fan_in(module: Module) -> None:
 def _fan_in_bound(fan_in: int) -> float:
     """PyTorch's default bound for layers' weights and biases: ``1 / sqrt(fan_in)``."""
     return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
+#: a module's registries and what their entries are called
+_REGISTRIES = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "sub-module"}
 
 
 def _check_name(op: str, name: Any) -> None:
