@@ -11,6 +11,7 @@ dependency), so the check does not depend on what happens to be imported at run 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,11 @@ def _imported(module: str, path: Path) -> set[str]:
     return found
 
 
-GRAPH = {module: _imported(module, path) for module, path in MODULES.items()}
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports (parsed at the first test that needs them, not at collection:
+    every pytest worker imports this file, and parsing the package costs a second of CPU)."""
+    return {module: _imported(module, path) for module, path in MODULES.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -179,13 +184,14 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_import_reader_sees_relative_and_deferred_imports():
-    assert "retrograd.errors" in GRAPH["retrograd.nn.modules.module"]  # from ...errors import
-    assert "retrograd.nn.functional" in GRAPH["retrograd.nn.modules.norm"]  # from .. import
-    assert "retrograd.app.graphview" in GRAPH["retrograd.app.cli"]  # inside a function
+    graph = import_graph()
+    assert "retrograd.errors" in graph["retrograd.nn.modules.module"]  # from ...errors import
+    assert "retrograd.nn.functional" in graph["retrograd.nn.modules.norm"]  # from .. import
+    assert "retrograd.app.graphview" in graph["retrograd.app.cli"]  # inside a function
 
 
 def test_no_import_cycle():
-    assert _cycles(GRAPH) == []
+    assert _cycles(import_graph()) == []
 
 
 def test_every_part_has_a_layer():
@@ -197,7 +203,7 @@ def test_imports_go_down_the_layers(module):
     own = _part(module)
     upward = sorted(
         target
-        for target in GRAPH[module]
+        for target in import_graph()[module]
         if _part(target) != own and LAYERS[_part(target)] >= LAYERS[own]
     )
     assert upward == [], f"{module} ({own}, layer {LAYERS[own]}) imports {upward}"

@@ -8,6 +8,7 @@ imports."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -30,7 +31,10 @@ pytestmark = pytest.mark.numpy_only(
     "suite's RETROGRAD_INNER does not reach it, so a torch-suite run would repeat this one"
 )
 
-pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')
+# The commands run in their own processes: this one only asks whether scikit-learn is there
+# (importing it costs a second of CPU in every pytest worker, at collection).
+if importlib.util.find_spec("sklearn") is None:
+    pytest.skip('the digits data set needs scikit-learn (".[dev]")', allow_module_level=True)
 
 SOURCE = Path(rg.__file__).resolve().parents[1]
 MLP = ["--model", "mlp", "--epochs", "1", "--max-train-samples", "40", "--max-test-samples", "20"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -22,7 +23,10 @@ pytestmark = pytest.mark.numpy_only(
     "suite's RETROGRAD_INNER does not reach it, so a torch-suite run would repeat this one"
 )
 
-pytest.importorskip("sklearn", reason='the digits data set needs scikit-learn (".[dev]")')
+# The commands run in their own processes: this one only asks whether scikit-learn is there
+# (importing it costs a second of CPU in every pytest worker, at collection).
+if importlib.util.find_spec("sklearn") is None:
+    pytest.skip('the digits data set needs scikit-learn (".[dev]")', allow_module_level=True)
 
 SMALL = ["--epochs", "1", "--max-train-samples", "150", "--max-test-samples", "60", "--no-progress"]
 SOURCE = str(Path(retrograd.__file__).resolve().parents[1])
