@@ -458,23 +458,13 @@ class IndexingMixin:
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
         """The diagonal over ``dim1`` and ``dim2`` (``offset`` above the main one when
         positive), as a new last dimension: a view, as torch's."""
-        ndim = self.ndim
-        a = normalize_dim("diagonal", dim1, ndim)
-        b = normalize_dim("diagonal", dim2, ndim)
-        if a == b:
-            raise ShapeError(f"diagonal: dimensions {dim1} and {dim2} are the same")
-        params = (a, b, int(offset))
+        params = _diagonal_params("diagonal", self.ndim, offset, dim1, dim2)
         return link(_diagonal(self, params), self, "diagonal", params)
 
     def diagonal_scatter(self, src: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
         """A copy with ``src`` (cast to this dtype) written on the diagonal that
         :meth:`diagonal` with the same arguments takes."""
-        ndim = self.ndim
-        a = normalize_dim("diagonal_scatter", dim1, ndim)
-        b = normalize_dim("diagonal_scatter", dim2, ndim)
-        if a == b:
-            raise ShapeError(f"diagonal_scatter: dimensions {dim1} and {dim2} are the same")
-        params = (a, b, int(offset))
+        params = _diagonal_params("diagonal_scatter", self.ndim, offset, dim1, dim2)
         src = lift(self, src, "diagonal_scatter")
         expected = _diagonal(self, params).shape
         if src.shape != expected:
@@ -765,6 +755,15 @@ def _host_indices(indices: Any, size: int, dim: int) -> np.ndarray:
             f"indexing: index {int(bad[0])} is out of range for dimension {dim} of size {size}"
         )
     return np.where(array < 0, array + size, array)
+
+
+def _diagonal_params(op: str, ndim: int, offset: int, dim1: int, dim2: int) -> tuple[int, int, int]:
+    """``diagonal``'s view parameters: the two dims (normalized, distinct) and the offset."""
+    a = normalize_dim(op, dim1, ndim)
+    b = normalize_dim(op, dim2, ndim)
+    if a == b:
+        raise ShapeError(f"{op}: dimensions {dim1} and {dim2} are the same")
+    return (a, b, int(offset))
 
 
 def _basic_index(t: Any, index: Any) -> Any:
