@@ -289,7 +289,7 @@ class CyclicLR(LRScheduler):
         return base + (self.max_lrs[index] - base) * factor * self._scale(epoch, cycle)
 
     def _apply(self, epoch: int) -> None:
-        self.check_groups(self.max_lrs)
+        self._check_groups(self.max_lrs)
         cycle, factor = self._position(epoch)
         scale = self._scale(epoch, cycle)
         for index, group in enumerate(self.optimizer.param_groups):
@@ -354,7 +354,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             raise DTypeError(
                 f"CosineAnnealingWarmRestarts.step: epoch must be a number, got {epoch!r}"
             )
-        self.check_groups(self.base_lrs)  # (before anything moves)
+        self._check_groups(self.base_lrs)  # (before anything moves)
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:

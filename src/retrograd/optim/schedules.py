@@ -169,13 +169,13 @@ class LRScheduler:
         >>> schedule.chained_lr(2, 0, 3.0)
         1.5
         """
-        base = self.base_of(index)
+        base = self._base_of(index)
         if not self.chainable:
             return self.lr_at(epoch, base)
         before = base if epoch == 0 else self.lr_at(epoch - 1, base)
         return current if before == 0 else current * (self.lr_at(epoch, base) / before)
 
-    def check_groups(self, per_group: list[Any]) -> None:
+    def _check_groups(self, per_group: list[Any]) -> None:
         """Refuse a step over more groups than ``per_group`` (this schedule's values, one per
         group it was made for) covers: a schedule with nothing to give a group added after it
         was made (a cyclic one's bounds), as torch's ``zip(strict=True)`` refuses it, rather
@@ -188,7 +188,7 @@ class LRScheduler:
                 "was made needs the schedule made again)"
             )
 
-    def base_of(self, index: int) -> float:
+    def _base_of(self, index: int) -> float:
         """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
         after the schedule was made, its own ``initial_lr`` (set at first sight, as the
         schedule's constructor sets the others')."""
@@ -277,7 +277,7 @@ class CosineAnnealingLR(LRScheduler):
         if epoch == 0:
             return current
         if (epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
-            rise = (self.base_of(index) - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
+            rise = (self._base_of(index) - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
             return current + rise / 2
         ratio = (1 + math.cos(math.pi * epoch / self.T_max)) / (
             1 + math.cos(math.pi * (epoch - 1) / self.T_max)
@@ -302,7 +302,7 @@ class LambdaLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def _apply(self, epoch: int) -> None:
-        self.check_groups(self.lr_lambdas)  # one function per group
+        self._check_groups(self.lr_lambdas)  # one function per group
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
             group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
@@ -366,7 +366,7 @@ class MultiplicativeLR(LambdaLR):
     def _apply(self, epoch: int) -> None:
         if epoch == 0:
             return
-        self.check_groups(self.lr_lambdas)  # one function per group
+        self._check_groups(self.lr_lambdas)  # one function per group
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
