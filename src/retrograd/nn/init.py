@@ -130,7 +130,7 @@ def ones_(tensor: Tensor) -> Tensor:
     return constant_(tensor, 1.0)
 
 
-def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float | int:
     """PyTorch's recommended gain for ``nonlinearity`` (``"relu"``: sqrt(2), ``"tanh"``: 5/3,
     ``"leaky_relu"``: sqrt(2 / (1 + slope^2)), linear and convolutions: 1, ...)."""
     linear = {
@@ -144,7 +144,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         "sigmoid",
     }
     if nonlinearity in linear:
-        return 1.0
+        return 1  # torch's int
     if nonlinearity == "tanh":
         return 5.0 / 3.0
     if nonlinearity == "relu":

@@ -13,7 +13,7 @@ from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
 from ..parameter import Parameter
 from .module import Module, _reset_affine
-from .norm import _keep_num_batches_tracked, _reset_running_stats
+from .norm import _keep_num_batches_tracked, _norm_options, _reset_running_stats
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
@@ -93,10 +93,7 @@ class _InstanceNorm(Module):
         return out.squeeze(0) if unbatched else out
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
-        )
+        return _norm_options(self)
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -228,7 +228,27 @@ class Embedding(Module):
         )  # fmt: skip
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        """torch's: the sizes, then each option that is not its default."""
+        names = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+        return embedding_options(self, names)
+
+
+def embedding_options(module: Module, names: tuple[str, ...], quote: bool = False) -> str:
+    """``Embedding``'s and ``EmbeddingBag``'s ``extra_repr`` as torch writes them: the sizes,
+    then ``name=value`` for each of ``names`` not at its default (``mode`` always; ``quote``:
+    the values by ``repr``, as ``EmbeddingBag``'s)."""
+    text = f"{module.num_embeddings}, {module.embedding_dim}"
+    for name in names:
+        value = getattr(module, name)
+        if name == "norm_type":
+            skip = value == 2
+        elif name in ("scale_grad_by_freq", "sparse"):
+            skip = value is False
+        else:
+            skip = value is None
+        if not skip:
+            text += f", {name}={value!r}" if quote else f", {name}={value}"
+    return text
 
 
 class Unflatten(Module):

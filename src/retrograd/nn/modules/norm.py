@@ -87,6 +87,16 @@ class LayerNorm(Module):
         )
 
 
+def _norm_options(module: Module) -> str:
+    """The ``extra_repr`` of torch's batch and instance norms (``_NormBase``'s): ``bias`` is
+    whether the module holds one (torch 2.13's ``bias=False`` drops it; no ``affine``, none)."""
+    return (
+        f"{module.num_features}, eps={module.eps}, momentum={module.momentum}, "
+        f"affine={module.affine}, bias={module.bias is not None}, "
+        f"track_running_stats={module.track_running_stats}"
+    )
+
+
 def _keep_num_batches_tracked(
     module: Module, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any]
 ) -> None:
@@ -202,10 +212,7 @@ class _BatchNorm(Module):
         return out
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
-        )
+        return _norm_options(self)
 
 
 class BatchNorm1d(_BatchNorm):

@@ -202,10 +202,8 @@ class RNNBase(Module):
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"
-        if self.proj_size:
+        if self.proj_size:  # (torch's leaves an RNN's nonlinearity out; its cells print it)
             text += f", proj_size={self.proj_size}"
-        if self.mode == "RNN_RELU":
-            text += ", nonlinearity='relu'"
         if self.num_layers != 1:
             text += f", num_layers={self.num_layers}"
         if not self.bias:
@@ -321,7 +319,7 @@ class RNNCellBase(Module):
         if not self.bias:
             text += ", bias=False"
         if self.mode == "RNN_RELU":
-            text += ", nonlinearity='relu'"
+            text += ", nonlinearity=relu"
         return text
 
 

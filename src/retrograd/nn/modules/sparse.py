@@ -9,7 +9,7 @@ from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .linear import Embedding
+from .linear import Embedding, embedding_options
 from .module import Module
 
 __all__ = ["Embedding", "EmbeddingBag"]
@@ -77,4 +77,5 @@ class EmbeddingBag(Module):
         )
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        names = ("max_norm", "norm_type", "scale_grad_by_freq", "mode", "padding_idx")
+        return embedding_options(self, names, quote=True)
