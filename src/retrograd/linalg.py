@@ -50,6 +50,7 @@ __all__ = [
     "lu",
     "lu_factor",
     "lu_factor_ex",
+    "lu_solve",
     "lu_unpack",
     "matmul",
     "matrix_exp",
@@ -486,6 +487,46 @@ def lu(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803 
     """
     _no_out("linalg.lu", out)
     return LUResult(*lu_unpack(*_lu_factor("linalg.lu", A, pivot)))
+
+
+def lu_solve(
+    LU: Tensor,  # noqa: N803 (torch's names)
+    pivots: Tensor,
+    B: Any,  # noqa: N803
+    *,
+    left: bool = True,
+    adjoint: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``linalg.lu_solve``: ``X`` with ``A X = B`` for ``A = P L U`` given as
+    :func:`lu_factor`'s ``(LU, pivots)`` (``A^H X = B`` with ``adjoint``, ``X A = B`` when not
+    ``left``), by two triangular solves; the gradient reaches ``LU``'s two triangles and
+    ``B``, as torch's.
+
+    >>> import retrograd as rg
+    >>> a = rg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float64")
+    >>> LU, piv = rg.linalg.lu_factor(a)
+    >>> rg.linalg.lu_solve(LU, piv, rg.tensor([[5.0], [11.0]], dtype="float64")).tolist()
+    [[1.0], [2.0]]
+    """
+    _no_out("linalg.lu_solve", out)
+    factors = _square("linalg.lu_solve", LU)
+    rhs = lift(factors, B, "linalg.lu_solve")
+    n = factors.shape[-1]
+    if rhs.ndim < 2 or rhs.shape[-2 if left else -1] != n:
+        raise ShapeError(
+            f"linalg.lu_solve: B of shape {shape_text(rhs.shape)} does not fit LU of shape "
+            f"{shape_text(factors.shape)} (B needs at least 2 dimensions and {n} "
+            f"{'rows' if left else 'columns'})"
+        )
+    if not left:  # X A = B is A^H X^H = B^H
+        return lu_solve(factors, pivots, rhs.mT, adjoint=not adjoint).mT
+    P, L, U = lu_unpack(factors, pivots)  # noqa: N806 (torch's names)
+    if adjoint:  # A^H = U^H L^H P^T
+        y = solve_triangular(U.mT, rhs, upper=False)
+        return P @ solve_triangular(L.mT, y, upper=True, unitriangular=True)
+    y = solve_triangular(L, P.mT @ rhs, upper=False, unitriangular=True)
+    return solve_triangular(U, y, upper=True)
 
 
 def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
