@@ -221,7 +221,8 @@ def _dims(rng, nd):
 REDUCTIONS = (
     "sum", "prod", "mean", "nansum", "nanmean", "logsumexp", "std", "var", "std_mean",
     "var_mean", "amax", "amin", "aminmax", "count_nonzero", "cumsum", "cumprod",
-    "logcumsumexp", "norm", "all", "any",
+    "logcumsumexp", "norm", "all", "any", "quantile", "nanquantile", "median", "nanmedian",
+    "cummax", "cummin", "var_unbiased", "mean_list", "sum_dup",
 )  # fmt: skip
 
 
@@ -272,6 +273,45 @@ def _reduce_call(rng, op, shape):
     if op == "aminmax":
         d = {} if rng.random() < 0.3 else {"dim": one}
         return lambda lib, x: lib.aminmax(x, keepdim=keepdim, **d), f"aminmax({d}, {keepdim})"
+    if op in ("quantile", "nanquantile"):
+        q = _pick(rng, 0.5, 0.0, 1.0, 0.3, [0.1, 0.9], [0.25])
+        interp = str(_pick(rng, "linear", "lower", "higher", "midpoint", "nearest"))
+        d = _pick(rng, None, one)
+        return (
+            lambda lib, x: getattr(lib, op)(
+                x,
+                lib.tensor(q, dtype=x.dtype) if isinstance(q, list) else q,
+                dim=d,
+                keepdim=keepdim,
+                interpolation=interp,
+            ),
+            f"{op}({q}, dim={d}, keepdim={keepdim}, {interp})",
+        )
+    if op in ("median", "nanmedian"):
+        if rng.random() < 0.3:
+            return lambda lib, x: getattr(x, op)(), f"{op}()"
+        return (
+            lambda lib, x: tuple(getattr(x, op)(one, keepdim=keepdim)),
+            f"{op}({one}, keepdim={keepdim})",
+        )
+    if op in ("cummax", "cummin"):
+        return lambda lib, x: tuple(getattr(lib, op)(x, one)), f"{op}({one})"
+    if op == "var_unbiased":
+        unbiased = bool(rng.random() < 0.5)
+        return (
+            lambda lib, x: lib.var(x, dim, unbiased, keepdim),
+            f"var({dim}, {unbiased}, {keepdim})",
+        )
+    if op == "mean_list":
+        dl = list(dim) if isinstance(dim, tuple) else [one]
+        return (
+            lambda lib, x: (
+                lib.mean(x.double(), dl, keepdim) if x.is_floating_point() else x.sum(dl)
+            ),
+            f"mean({dl}, {keepdim})",
+        )
+    if op == "sum_dup":  # a dim named twice: refused by both
+        return lambda lib, x: x.sum((one, one - nd) if nd else (0, 0)), f"sum(({one}, {one}-nd))"
     if op == "count_nonzero":
         return lambda lib, x: lib.count_nonzero(x, dim=dim), f"count_nonzero({dim})"
     if op in ("all", "any"):
@@ -349,7 +389,8 @@ LINALG = (
     "solve", "lstsq", "cholesky", "qr", "svdvals", "svd_rec", "det", "slogdet", "inv", "pinv",
     "matrix_norm", "eigh", "eigvalsh", "matrix_power", "cond", "multi_dot", "cholesky_solve",
     "solve_triangular", "inv_ex", "cholesky_ex", "vector_norm", "tensorsolve", "matrix_exp",
-    "lu_factor_solve", "norm", "logdet",
+    "lu_factor_solve", "norm", "logdet", "vecdot", "cross", "cholesky_inverse", "tensorinv",
+    "solve_ex", "lu", "householder_product", "vander", "matrix_rank", "diagonal", "eigvals_sym",
 )  # fmt: skip
 
 
@@ -532,6 +573,86 @@ def _linalg_call(rng, op, batch, n):
             lambda lib, a, b: [lib.linalg.tensorsolve(a, b)],
             "tensorsolve",
         )
+    if op == "vecdot":
+        dim = int(_pick(rng, -1, 0)) if batch else -1
+        return (
+            [rng.standard_normal(batch + (n,)), rng.standard_normal((n,))],
+            lambda lib, a, b: [lib.linalg.vecdot(a, b, dim=dim) if dim == -1 else a.sum()],
+            f"vecdot(dim={dim})",
+        )
+    if op == "cross":
+        return (
+            # (b of a's number of dims: retrograd also broadcasts one of fewer dims, which torch
+            # refuses; op_cases.py's "cross_broadcast" keeps that. Not drawn)
+            [rng.standard_normal(batch + (3,)), rng.standard_normal((1,) * len(batch) + (3,))],
+            lambda lib, a, b: [lib.linalg.cross(a, b)],
+            "cross",
+        )
+    if op == "cholesky_inverse":
+        upper = bool(rng.random() < 0.4)
+
+        def f(lib, a):
+            c = lib.linalg.cholesky(_spd_of(lib, a), upper=upper)
+            return [lib.cholesky_inverse(c, upper=upper)]
+
+        return [_well(rng, batch, n)], f, f"cholesky_inverse(upper={upper})"
+    if op == "tensorinv":
+        a = _well(rng, (), n * 2).reshape(n, 2, n * 2)
+        return [a], lambda lib, a: [lib.linalg.tensorinv(a, ind=2)], "tensorinv(ind=2)"
+    if op == "solve_ex":
+        return (
+            [_well(rng, batch, n), rng.standard_normal(batch + (n, 2))],
+            lambda lib, a, b: [
+                lib.linalg.solve_ex(a, b).result,
+                lib.linalg.solve_ex(a, b).info.long(),
+            ],
+            "solve_ex",
+        )
+    if op == "lu":
+        m = n + int(rng.integers(-1, 2))
+        return (
+            [_well(rng, batch, max(m, 1), n)],
+            lambda lib, a: list(lib.linalg.lu(a)),
+            f"lu {max(m, 1)}x{n}",
+        )
+    if op == "householder_product":
+        m = n + int(rng.integers(0, 2))
+        k = int(rng.integers(1, n + 1))
+        return (
+            [rng.standard_normal(batch + (m, n)) * 0.5, rng.uniform(0.5, 1.5, batch + (k,))],
+            lambda lib, a, t: [lib.linalg.householder_product(a, t)],
+            f"householder_product {m}x{n} k={k}",
+        )
+    if op == "vander":
+        k = _pick(rng, None, 1, 2, 4)
+        return (
+            [rng.standard_normal(batch + (n,))],
+            lambda lib, a: [lib.linalg.vander(a, N=k)],
+            f"vander(N={k})",
+        )
+    if op == "matrix_rank":
+        m = n + int(rng.integers(0, 2))
+        arr = _well(rng, batch, m, n)
+        if n > 1 and rng.random() < 0.5:
+            arr[..., -1] = arr[..., 0] * 2.0  # rank-deficient
+        return (
+            [arr],
+            lambda lib, a: [lib.linalg.matrix_rank(a.detach())],
+            f"matrix_rank {m}x{n}",
+        )
+    if op == "diagonal":
+        off = int(rng.integers(-1, 2))
+        return (
+            [rng.standard_normal(batch + (n, n + 1))],
+            lambda lib, a: [lib.linalg.diagonal(a, offset=off)],
+            f"linalg.diagonal(offset={off})",
+        )
+    if op == "eigvals_sym":  # eigvalsh of a symmetrized input, gradient through the sum
+
+        def f(lib, a):
+            return [lib.linalg.eigvalsh(a + a.mT)]
+
+        return [rng.standard_normal(batch + (n, n))], f, "eigvalsh(a + a.mT)"
     # lu_factor_solve
     adjoint = bool(rng.random() < 0.4)
     left = bool(rng.random() < 0.6)

@@ -53,3 +53,27 @@ def test_reduce_lr_on_plateau_refuses_min_lrs_of_another_count_than_the_groups()
         opt = lib.optim.SGD([p], lr=0.1)
         with pytest.raises(ValueError, match="min_lrs"):
             lib.optim.lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1, 0.2])
+
+
+def test_linalg_householder_product_matches_torch_for_fewer_reflectors_than_columns():
+    # linalg.householder_product did not exist (nn.utils.parametrizations had a private
+    # version taking as many reflectors as columns)
+    rng = np.random.default_rng(1)
+    for shape, k in (((4, 3), 2), ((2, 3, 3), 3), ((3, 2), 1)):
+        a = rng.standard_normal(shape) * 0.5
+        tau = rng.uniform(0.5, 1.5, shape[:-2] + (k,))
+        w = rng.standard_normal(shape)
+        got, want = [], []
+        for lib, out in ((rg, got), (torch, want)):
+            ta = lib.tensor(a, dtype=lib.float64, requires_grad=True)
+            tt = lib.tensor(tau, dtype=lib.float64, requires_grad=True)
+            q = lib.linalg.householder_product(ta, tt)
+            grads = lib.autograd.grad((q * lib.tensor(w)).sum(), [ta, tt], allow_unused=True)
+            out.append(q.detach().numpy())
+            out.extend(
+                np.zeros(x.shape) if g is None else g.numpy() for g, x in zip(grads, [ta, tt])
+            )
+        for g, t in zip(got, want):
+            np.testing.assert_allclose(g, t, rtol=1e-10, atol=1e-12)
+    with pytest.raises(rg.ShapeError, match="householder_product"):
+        rg.linalg.householder_product(rg.ones(2, 3, dtype=rg.float64), rg.ones(2, dtype=rg.float64))

@@ -44,6 +44,7 @@ __all__ = [
     "diagonal",
     "eigh",
     "eigvalsh",
+    "householder_product",
     "inv",
     "inv_ex",
     "lstsq",
@@ -371,6 +372,37 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
         return QRResult(r.new_zeros((0,)), r)
     q, r = _unpacked(packed, ((m, k), (k, n)))
     return QRResult(q, r)
+
+
+def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # noqa: N803
+    """torch's ``linalg.householder_product`` (LAPACK's ``orgqr``): the first ``n`` columns
+    of ``H_1 ... H_k`` for ``A`` ``[..., m, n]`` and ``tau`` ``[..., k]`` (``m >= n >= k``),
+    ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
+    on it; written with tensor ops, differentiable through ``A`` and ``tau`` as torch's.
+
+    >>> import retrograd as rg
+    >>> a = rg.tensor([[1.0], [2.0]], dtype="float64")
+    >>> rg.linalg.householder_product(a, rg.tensor([0.4], dtype="float64")).tolist()
+    [[0.6], [-0.8]]
+    """
+    _no_out("linalg.householder_product", out)
+    matrices = _matrices("linalg.householder_product", A)
+    tau = lift(matrices, tau, "linalg.householder_product")
+    m, n = matrices.shape[-2:]
+    k = tau.shape[-1] if tau.ndim else -1
+    if not m >= n >= k >= 0 or tuple(tau.shape[:-1]) != tuple(matrices.shape[:-2]):
+        raise ShapeError(
+            f"linalg.householder_product: A of shape {shape_text(matrices.shape)} and tau of "
+            f"shape {shape_text(tau.shape)} do not fit (A [..., m, n] with m >= n, tau "
+            "[..., k] with k <= n and A's batch)"
+        )
+    eye = matrices.new_tensor(np.eye(m, n), dtype=matrices.dtype)
+    vectors = matrices.tril(diagonal=-1) + eye
+    Q = eye.expand(matrices.shape)  # noqa: N806 (the maths' names)
+    for i in range(k - 1, -1, -1):
+        v = vectors[..., :, i : i + 1]
+        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
+    return Q
 
 
 def lu_factor_ex(
