@@ -57,6 +57,7 @@ TRAIN_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o not in ("Rprop", "ASGD", "Ad
 #: ReduceLROnPlateau is stepped with the loss
 TRAIN_SCHEDULERS = SCHEDULERS
 
+NORMS = ("LayerNorm", "BatchNorm1d")
 ACTIVATIONS = ("Tanh", "ReLU", "Sigmoid", "GELU", "SiLU", "ELU", "Softplus", "LeakyReLU")
 
 
@@ -70,6 +71,11 @@ def _layers(rng, n_in, n_out):
         if k < len(widths) - 2:
             if rng.random() < 0.3:
                 out.append(("LayerNorm", widths[k + 1], bool(rng.random() < 0.5)))
+            elif rng.random() < 0.2:
+                out.append(("BatchNorm1d", widths[k + 1], bool(rng.random() < 0.5)))
+                # (no bias before it: its gradient is 0 up to rounding, which Adam's
+                # normalized step turns into steps of the learning rate's size either way)
+                out[-2] = out[-2][:3] + (False,)
             out.append(("act", str(_pick(rng, *ACTIVATIONS))))
             if rng.random() < 0.2:
                 out.append(("Dropout",))
@@ -84,6 +90,8 @@ def _build(lib, layers):
             mods.append(nn.Linear(d[1], d[2], bias=d[3]))
         elif d[0] == "LayerNorm":
             mods.append(nn.LayerNorm(d[1], elementwise_affine=d[2]))
+        elif d[0] == "BatchNorm1d":
+            mods.append(nn.BatchNorm1d(d[1], affine=d[2], momentum=0.3))
         elif d[0] == "Dropout":
             mods.append(nn.Dropout(0.0))
         else:
@@ -123,7 +131,7 @@ def _train(lib, spec):
     y = lib.tensor(spec["y"])
     out = []
     for k in range(spec["steps"]):
-        loss = lib.nn.functional.mse_loss(forward(x[k]), y[k])
+        loss = _loss(lib, spec["loss"], forward(x[k]), y[k])
         if lib is torch:
             opt.zero_grad()
             loss.backward()
@@ -149,7 +157,21 @@ def _train(lib, spec):
         out.append(float(loss))
         out.extend(p.detach() * 1 for p in params)
         out.extend(float(g["lr"]) for g in opt.param_groups)
+    model.eval()
+    out.append(forward(x[0]).detach() * 1)
+    out.extend(b * 1 for b in model.buffers())
     return out
+
+
+def _loss(lib, kind, pred, target):
+    F = lib.nn.functional  # noqa: N806
+    if kind == "cross_entropy":
+        return F.cross_entropy(pred, (target.abs() * 10).long() % pred.shape[-1])
+    if kind == "huber":
+        return F.huber_loss(pred, target, delta=0.5)
+    if kind == "smooth_l1":
+        return F.smooth_l1_loss(pred, target, beta=0.3, reduction="sum")
+    return F.mse_loss(pred, target)
 
 
 @gen("train")
@@ -168,7 +190,7 @@ def _train_gen(rng):
     if scheduler != "none":
         make = _scheduler_maker(scheduler, int(rng.integers(1 << 30)))
     steps = int(rng.integers(2, 4))
-    batch = int(rng.integers(1, 5))
+    batch = int(rng.integers(2, 5))  # (BatchNorm1d trains on 2 or more)
     clip = _pick(
         rng,
         ("none",),
@@ -176,7 +198,7 @@ def _train_gen(rng):
         ("value", float(_pick(rng, 0.01, 0.1, 1.0))),
     )
     n_params = sum(
-        (2 if d[3] else 1) if d[0] == "Linear" else (2 if d[0] == "LayerNorm" and d[2] else 0)
+        (2 if d[3] else 1) if d[0] == "Linear" else (2 if d[0] in NORMS and d[2] else 0)
         for d in layers
     )
     spec = dict(
@@ -193,10 +215,11 @@ def _train_gen(rng):
         x=rng.standard_normal((steps, batch, n_in)),
         y=rng.standard_normal((steps, batch, n_out)),
         clip=clip,
+        loss=str(_pick(rng, "mse", "cross_entropy", "huber", "smooth_l1")),
     )
     desc = (
         f"train {spec['container']} {layers} {name} {options} group {overrides} "
-        f"split={spec['split']} {scheduler} clip={clip} steps={steps}"
+        f"split={spec['split']} {scheduler} clip={clip} steps={steps} loss={spec['loss']}"
     )
     return Trial(desc, lambda lib: _train(lib, spec), rtol=1e-8)
 
