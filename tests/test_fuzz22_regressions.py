@@ -77,3 +77,14 @@ def test_linalg_householder_product_matches_torch_for_fewer_reflectors_than_colu
             np.testing.assert_allclose(g, t, rtol=1e-10, atol=1e-12)
     with pytest.raises(rg.ShapeError, match="householder_product"):
         rg.linalg.householder_product(rg.ones(2, 3, dtype=rg.float64), rg.ones(2, dtype=rg.float64))
+
+
+@pytest.mark.parametrize("op", ["median", "nanmedian"])
+@pytest.mark.parametrize("dtype", ["int64", "bool", "float64"])
+def test_the_median_of_no_elements_keeps_the_dtype(op, dtype):
+    # median()/nanmedian() of an empty int64 tensor was a float32 NaN and median() of an empty
+    # bool tensor was refused; torch casts its NaN to the dtype (int64's minimum, bool's True)
+    want = getattr(torch.zeros((3, 0), dtype=getattr(torch, dtype)), op)()
+    got = getattr(rg.zeros((3, 0), dtype=getattr(rg, dtype)), op)()
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

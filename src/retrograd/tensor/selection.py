@@ -103,7 +103,9 @@ class SelectionMixin:
         if dim is None:
             flat = self.reshape((-1,))
             if flat.shape[0] == 0:  # torch: NaN, not an error
-                return flat.sum() * math.nan
+                from .reduce import _empty_median
+
+                return _empty_median(flat)
             value = _nan_lower_middle(untracked(flat), 0)[0].reshape((1,))
             if not flat.requires_grad:
                 return value.reshape(())
