@@ -20,7 +20,7 @@ from fuzz_cases import Mismatch
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"train": 30, "reduce": 200, "linalg": 100}
+DRAWS = {"train": 15, "reduce": 200, "linalg": 70}
 
 
 def test_every_generator_is_drawn():
