@@ -44,12 +44,14 @@ __all__ = [
     "diagonal",
     "eigh",
     "eigvalsh",
+    "householder_product",
     "inv",
     "inv_ex",
     "lstsq",
     "lu",
     "lu_factor",
     "lu_factor_ex",
+    "lu_solve",
     "lu_unpack",
     "matmul",
     "matrix_exp",
@@ -372,6 +374,37 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
     return QRResult(q, r)
 
 
+def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # noqa: N803
+    """torch's ``linalg.householder_product`` (LAPACK's ``orgqr``): the first ``n`` columns
+    of ``H_1 ... H_k`` for ``A`` ``[..., m, n]`` and ``tau`` ``[..., k]`` (``m >= n >= k``),
+    ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
+    on it; written with tensor ops, differentiable through ``A`` and ``tau`` as torch's.
+
+    >>> import retrograd as rg
+    >>> a = rg.tensor([[1.0], [2.0]], dtype="float64")
+    >>> rg.linalg.householder_product(a, rg.tensor([0.4], dtype="float64")).tolist()
+    [[0.6], [-0.8]]
+    """
+    _no_out("linalg.householder_product", out)
+    matrices = _matrices("linalg.householder_product", A)
+    tau = lift(matrices, tau, "linalg.householder_product")
+    m, n = matrices.shape[-2:]
+    k = tau.shape[-1] if tau.ndim else -1
+    if not m >= n >= k >= 0 or tuple(tau.shape[:-1]) != tuple(matrices.shape[:-2]):
+        raise ShapeError(
+            f"linalg.householder_product: A of shape {shape_text(matrices.shape)} and tau of "
+            f"shape {shape_text(tau.shape)} do not fit (A [..., m, n] with m >= n, tau "
+            "[..., k] with k <= n and A's batch)"
+        )
+    eye = matrices.new_tensor(np.eye(m, n), dtype=matrices.dtype)
+    vectors = matrices.tril(diagonal=-1) + eye
+    Q = eye.expand(matrices.shape)  # noqa: N806 (the maths' names)
+    for i in range(k - 1, -1, -1):
+        v = vectors[..., :, i : i + 1]
+        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
+    return Q
+
+
 def lu_factor_ex(
     A: Tensor,  # noqa: N803 (torch's name)
     *,
@@ -486,6 +519,46 @@ def lu(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803 
     """
     _no_out("linalg.lu", out)
     return LUResult(*lu_unpack(*_lu_factor("linalg.lu", A, pivot)))
+
+
+def lu_solve(
+    LU: Tensor,  # noqa: N803 (torch's names)
+    pivots: Tensor,
+    B: Any,  # noqa: N803
+    *,
+    left: bool = True,
+    adjoint: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``linalg.lu_solve``: ``X`` with ``A X = B`` for ``A = P L U`` given as
+    :func:`lu_factor`'s ``(LU, pivots)`` (``A^H X = B`` with ``adjoint``, ``X A = B`` when not
+    ``left``), by two triangular solves; the gradient reaches ``LU``'s two triangles and
+    ``B``, as torch's.
+
+    >>> import retrograd as rg
+    >>> a = rg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float64")
+    >>> LU, piv = rg.linalg.lu_factor(a)
+    >>> rg.linalg.lu_solve(LU, piv, rg.tensor([[5.0], [11.0]], dtype="float64")).tolist()
+    [[1.0], [2.0]]
+    """
+    _no_out("linalg.lu_solve", out)
+    factors = _square("linalg.lu_solve", LU)
+    rhs = lift(factors, B, "linalg.lu_solve")
+    n = factors.shape[-1]
+    if rhs.ndim < 2 or rhs.shape[-2 if left else -1] != n:
+        raise ShapeError(
+            f"linalg.lu_solve: B of shape {shape_text(rhs.shape)} does not fit LU of shape "
+            f"{shape_text(factors.shape)} (B needs at least 2 dimensions and {n} "
+            f"{'rows' if left else 'columns'})"
+        )
+    if not left:  # X A = B is A^H X^H = B^H
+        return lu_solve(factors, pivots, rhs.mT, adjoint=not adjoint).mT
+    P, L, U = lu_unpack(factors, pivots)  # noqa: N806 (torch's names)
+    if adjoint:  # A^H = U^H L^H P^T
+        y = solve_triangular(U.mT, rhs, upper=False)
+        return P @ solve_triangular(L.mT, y, upper=True, unitriangular=True)
+    y = solve_triangular(L, P.mT @ rhs, upper=False, unitriangular=True)
+    return solve_triangular(U, y, upper=True)
 
 
 def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)

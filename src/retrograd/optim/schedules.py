@@ -467,6 +467,11 @@ class ReduceLROnPlateau:
         self.optimizer = optimizer
         groups = len(optimizer.param_groups)
         self.min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
+        if len(self.min_lrs) != groups:
+            raise InvalidArgumentError(
+                f"ReduceLROnPlateau: expected {groups} min_lrs (one per parameter group), got "
+                f"{len(self.min_lrs)}"
+            )
         #: torch's: the one ``min_lr`` given, for groups added later (None: one per group given)
         self.default_min_lr = None if isinstance(min_lr, list | tuple) else min_lr
         self.mode, self.factor, self.patience = mode, factor, patience

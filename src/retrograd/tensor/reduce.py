@@ -296,12 +296,12 @@ class ReduceMixin:
         hold one (its first position as the index); with ``dim``, ``(values, indices)``
         along it. Without ``dim`` the gradient is shared among the elements equal to the
         median, as torch's."""
-        if self.dtype == "bool":
+        if self.dtype == "bool" and self.numel():
             raise DTypeError("median: not implemented for bool tensors (as in torch)")
         if dim is None:
             flat = self.reshape((-1,))
-            if flat.shape[0] == 0:  # torch: NaN (a float tensor's), not an error
-                return flat.sum() * math.nan
+            if flat.shape[0] == 0:  # torch: NaN, not an error
+                return _empty_median(flat)
             constant = untracked(flat)
             values, _ = constant.sort_with_indices(0)
             value = values.gather(0, _median_position(constant, 0)).reshape(())
@@ -645,6 +645,14 @@ def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool, nan_ties: bool = Fa
         # amax's backward counts the elements equal to the result: none when it is NaN
         value = _shared_evenly(x, constant, value, dims, nan_ties=nan_ties)
     return _dropped(value, dims, keepdim)
+
+
+def _empty_median(flat: Any) -> Any:
+    """torch's median of no elements: NaN, as its kernel casts it to the tensor's dtype
+    (int64's minimum, bool's True)."""
+    if flat.is_float():
+        return flat.sum() * math.nan
+    return flat.new_full((), -(2**63) if flat.dtype == "int64" else True, dtype=flat.dtype)
 
 
 def _median_position(x: Any, d: int) -> Any:

@@ -103,7 +103,9 @@ class SelectionMixin:
         if dim is None:
             flat = self.reshape((-1,))
             if flat.shape[0] == 0:  # torch: NaN, not an error
-                return flat.sum() * math.nan
+                from .reduce import _empty_median
+
+                return _empty_median(flat)
             value = _nan_lower_middle(untracked(flat), 0)[0].reshape((1,))
             if not flat.requires_grad:
                 return value.reshape(())
@@ -181,9 +183,9 @@ class SelectionMixin:
     @scalar_dims
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """The mean of the values that are not NaN (float tensors)."""
+        if self.dtype not in FLOAT_DTYPES:  # (torch: whatever dtype= says)
+            raise DTypeError(f"nanmean: expected a floating point tensor, got {self.dtype}")
         x = self if dtype is None else self.cast(dtype)
-        if x.dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
         if dim is None:  # every dim (kept, of size 1, with keepdim: torch's)
             dim = ()
         count = x.isnan().logical_not().cast(x.dtype).sum(dim, keepdim)

@@ -129,17 +129,10 @@ _ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
 
 
 def _householder_product(A: Tensor, tau: Tensor) -> Tensor:  # noqa: N803 (torch's name)
-    """LAPACK's ``orgqr`` (torch's ``linalg.householder_product``) in tensor ops: the first
-    ``k`` columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of
-    ``A`` below the diagonal with a 1 on it (differentiable through ``A`` and ``tau``)."""
-    n, k = A.shape[-2], A.shape[-1]
-    eye = A.new_tensor(_eye_columns(n, k), dtype=A.dtype)
-    vectors = A.tril(diagonal=-1) + eye
-    Q = eye.expand(A.shape)  # noqa: N806 (the maths' names)
-    for i in range(k - 1, -1, -1):
-        v = vectors[..., :, i : i + 1]
-        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
-    return Q
+    """``linalg.householder_product`` (LAPACK's ``orgqr``)."""
+    from ...linalg import householder_product
+
+    return householder_product(A, tau)
 
 
 def _eye_columns(n: int, k: int) -> Any:
