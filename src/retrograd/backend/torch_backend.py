@@ -77,6 +77,7 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     if dtype is None:
         return _canonical(array, data)
     if array.dtype.kind not in "biuf":
+        check_int64_range(array)
         raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
     if dtype == "int64":
         check_int64_range(array)

@@ -173,6 +173,22 @@ class ConcatDataset(Dataset):
         return self.datasets[which][index - start]
 
 
+def sample_at(dataset: Any, index: Any, where: str) -> Any:
+    """``dataset[index]``; an int index past a sized dataset's end is named (``where``: who
+    chose it) where a list dataset's own "list index out of range" names neither."""
+    try:
+        return dataset[index]
+    except IndexError as e:
+        if isinstance(e, IndexOutOfRangeError) or not hasattr(dataset, "__len__"):
+            raise
+        n = len(dataset)
+        if isinstance(index, numbers.Integral) and not -n <= index < n:
+            raise IndexOutOfRangeError(
+                f"{where} index {index}, out of range for the dataset of {n} samples"
+            ) from e
+        raise
+
+
 class Subset(Dataset):
     """The samples of ``dataset`` at ``indices``."""
 
@@ -182,8 +198,15 @@ class Subset(Dataset):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, list):
-            return self.dataset[[self.indices[i] for i in index]]
-        return self.dataset[self.indices[index]]
+            return self.dataset[[self._index(i) for i in index]]
+        return sample_at(self.dataset, self._index(index), "Subset: its indices hold")
+
+    def _index(self, index: Any) -> Any:
+        """The dataset's index at ``index`` of this subset; past the end, named."""
+        n = len(self.indices)
+        if isinstance(index, numbers.Integral) and not -n <= index < n:
+            raise IndexOutOfRangeError(f"Subset: index {index} is out of range for {n} samples")
+        return self.indices[index]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -198,6 +221,12 @@ def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for i, frac in enumerate(lengths):
+            if not 0 <= frac <= 1:
+                raise InvalidArgumentError(
+                    f"random_split: fraction at index {i} is {frac}, not between 0 and 1 "
+                    f"(lengths {lengths})"
+                )
         counts = [math.floor(n * frac) for frac in lengths]
         for i in range(n - sum(counts)):
             counts[i % len(counts)] += 1
