@@ -31,11 +31,6 @@ def test_tensor_of_ints_past_int64_names_the_value(data):
     assert rg.tensor([-(2**63), 2**63 - 1]).tolist() == [-(2**63), 2**63 - 1]
 
 
-def test_tensor_with_a_dtype_of_ints_past_int64_names_the_value():
-    with pytest.raises(rg.InvalidArgumentError, match="-18446744073709551616 is out of int64"):
-        rg.tensor([1, -(2**64)], dtype=rg.float32)
-
-
 # == default_collate: samples of different kinds =================================================
 def test_collate_of_a_tensor_then_a_number_is_a_dtype_error():
     # A bare AttributeError ("'int' object has no attribute 'shape'") from the stack.
@@ -176,3 +171,61 @@ def test_a_namedtuple_batch_still_collates():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert RD.default_collate([[1, 2], [3, 4]])[0].tolist() == [1, 3]
+
+
+# == tensor(): float64 NumPy data inside lists, big ints as floats ==============================
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: [np.float64(1.5), np.float64(2.0)],
+        lambda m: [np.ones(2), np.zeros(2)],
+        lambda m: [1.5, np.float64(2.0)],
+        lambda m: [[1], [np.float64(2.5)]],
+        lambda m: [m.ones(1, dtype=m.float64), m.zeros(1)],
+        lambda m: [np.float32(1.5), 2.5],
+        lambda m: [1.5, 2.5],
+    ],
+)
+def test_tensor_of_a_list_holding_float64_numpy_data_is_float64(make):
+    # Python floats' default dtype (float32) was taken for the whole list: torch promotes the
+    # list's float64 NumPy scalars, arrays and tensors to float64.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "a list of numpy.ndarrays is extremely slow"
+        expected = torch.tensor(make(torch))
+    got = rg.tensor(make(rg))
+    assert str(got.dtype) == str(expected.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_tensor_of_ints_past_int64_as_floats():
+    # Refused ("cannot make a tensor from data of dtype object"); torch gives the floats.
+    for dtype in ("float32", "float64"):
+        expected = torch.tensor([2**70, -(2**65), 3], dtype=getattr(torch, dtype))
+        got = rg.tensor([2**70, -(2**65), 3], dtype=getattr(rg, dtype))
+        assert str(got.dtype) == dtype
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    with pytest.raises(rg.InvalidArgumentError, match="1180591620717411303424 is out of int64"):
+        rg.tensor([2**70], dtype=rg.int64)
+
+
+# == Tensor: format spec of a tensor of many elements, ``in`` with a string ======================
+def test_format_spec_of_a_tensor_of_many_elements_is_a_dtype_error():
+    # object.__format__'s bare TypeError ("unsupported format string passed to Tensor").
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{torch.ones(2):.2f}"
+    with pytest.raises(rg.DTypeError, match=r"__format__: format spec '.2f' needs a 0-d .*\[2\]"):
+        f"{rg.ones(2):.2f}"
+    assert f"{rg.tensor(1.25):.1f}" == f"{torch.tensor(1.25):.1f}"
+    assert f"{rg.ones(2)}" == str(rg.ones(2))
+
+
+def test_in_with_a_string_is_a_dtype_error():
+    # Iteration's == read "a" as never there (False); torch refuses.
+    with pytest.raises(RuntimeError, match="only supports Tensor or scalar"):
+        "a" in torch.tensor([1, 2])  # noqa: B015
+    with pytest.raises(rg.DTypeError, match=r"__contains__: .* got str"):
+        "a" in rg.tensor([1, 2])  # noqa: B015
+    t, tt = rg.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for element in (2, 2.5, True, 4.0):
+        assert (element in t) == (element in tt)
+    assert (rg.tensor([3.0, 4.0]) in t) == (torch.tensor([3.0, 4.0]) in tt)

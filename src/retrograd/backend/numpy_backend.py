@@ -130,6 +130,16 @@ def check_int64_range(array: np.ndarray) -> None:
         )
 
 
+def floats_of_big_ints(array: np.ndarray, dtype: str) -> np.ndarray:
+    """An object array of Python ints past int64's range asked for as floats, as float64
+    values (torch's ``tensor([2**70], dtype=float64)``); anything else as it is."""
+    if array.dtype.kind != "O" or dtype not in ("float16", "bfloat16", "float32", "float64"):
+        return array
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in array.flat):
+        return array
+    return array.astype(np.float64)
+
+
 def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
     """Map an array made from user data onto the four dtypes retrograd knows."""
     kind = array.dtype.kind
@@ -284,6 +294,7 @@ class NumpyBackend(
         else:
             array = np.array(data)
         if dtype is not None:
+            array = floats_of_big_ints(array, dtype)
             if array.dtype.kind not in "biuf":
                 check_int64_range(array)
                 raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
