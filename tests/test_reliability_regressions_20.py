@@ -229,3 +229,38 @@ def test_in_with_a_string_is_a_dtype_error():
     for element in (2, 2.5, True, 4.0):
         assert (element in t) == (element in tt)
     assert (rg.tensor([3.0, 4.0]) in t) == (torch.tensor([3.0, 4.0]) in tt)
+
+
+# == datasets and loaders: more indices named ==================================================
+def test_stack_dataset_index_past_the_end_is_named():
+    # The first dataset's bare "list index out of range".
+    with pytest.raises(IndexError):
+        TD.StackDataset([1, 2], [3, 4])[5]
+    with pytest.raises(rg.IndexOutOfRangeError, match="StackDataset: index 5 is out of range"):
+        RD.StackDataset([1, 2], [3, 4])[5]
+    assert RD.StackDataset([1, 2], [3, 4])[-1] == TD.StackDataset([1, 2], [3, 4])[-1]
+
+
+def test_len_of_a_tensor_dataset_without_tensors_is_named():
+    # A bare "tuple index out of range" from inside __len__.
+    with pytest.raises(IndexError):
+        len(TD.TensorDataset())
+    with pytest.raises(rg.IndexOutOfRangeError, match="TensorDataset: holds no tensors"):
+        len(RD.TensorDataset())
+
+
+def test_batch_sampler_yielding_single_indices_is_named():
+    # A bare "'int' object is not iterable" from the loader's draw.
+    with pytest.raises(TypeError):
+        list(TD.DataLoader([1, 2], batch_sampler=[0, 1]))
+    with pytest.raises(rg.DTypeError, match="DataLoader: batch_sampler yielded 0, not a batch"):
+        list(RD.DataLoader([1, 2], batch_sampler=[0, 1]))
+
+
+def test_sampler_of_floats_over_a_list_is_named():
+    # The list's bare "list indices must be integers or slices, not float".
+    with pytest.raises(TypeError):
+        list(TD.DataLoader([1, 2], sampler=[0.0, 1.0]))
+    with pytest.raises(rg.DTypeError, match=r"DataLoader: the sampler drew index 0.0 \(float\)"):
+        list(RD.DataLoader([1, 2], sampler=[0.0, 1.0]))
+    assert [b.tolist() for b in RD.DataLoader([1, 2], sampler=[1, 0])] == [[2], [1]]

@@ -225,6 +225,9 @@ def test_default_collate_as_torch(batch):
         {"sampler": [7]},
         {"batch_size": 2, "drop_last": True},
         {"batch_size": None},
+        {"batch_sampler": [0, 1]},
+        {"sampler": [0.0, 1.0]},
+        {"sampler": 3},
     ],
 )
 def test_dataloader_options_as_torch(options):
@@ -298,6 +301,20 @@ def test_random_split_covers_the_dataset_once():
         lambda d: d.ConcatDataset([[1, 2], [3]])[3],
         lambda d: len(d.ConcatDataset([[1, 2], [3], []])),
         lambda d: d.ConcatDataset([]),
+        lambda d: d.StackDataset([1, 2], [3, 4])[5],
+        lambda d: d.StackDataset([1, 2], [3, 4])[-2],
+        lambda d: d.StackDataset(a=[1, 2], b=[3, 4])[1],
+        lambda d: d.StackDataset([1, 2], [1]),
+        lambda d: d.StackDataset(),
+        lambda d: len(d.TensorDataset()),
+        lambda d: d.TensorDataset(np.ones(3), np.ones(4)),
+        lambda d: list(d.ChainDataset([d.StackDataset([1, 2])])),
+        lambda d: list(d.DistributedSampler(list(range(5)), num_replicas=2, rank=1, shuffle=False)),
+        lambda d: list(
+            d.DistributedSampler(range(5), num_replicas=2, rank=1, shuffle=False, drop_last=True)
+        ),
+        lambda d: d.DistributedSampler(list(range(5)), num_replicas=2, rank=2),
+        lambda d: d.DistributedSampler(list(range(5)), num_replicas=0, rank=0),
     ],
 )
 def test_subset_and_concat_as_torch(call):

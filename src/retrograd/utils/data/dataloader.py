@@ -292,6 +292,11 @@ class DataLoader:
 
             def draw() -> Any:
                 indices = next(batches)
+                if not isinstance(indices, collections.abc.Iterable):
+                    raise DTypeError(
+                        f"DataLoader: batch_sampler yielded {indices!r}, not a batch of "
+                        f"indices (a list of ints; a sampler of single indices is sampler=)"
+                    )
                 return getitems(indices) if getitems else [self._sample(i) for i in indices]
 
             return _Batches(draw, self.collate_fn)

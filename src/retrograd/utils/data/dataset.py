@@ -14,6 +14,7 @@ from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    RetrogradError,
     ShapeError,
     check_iterable,
     check_sized,
@@ -101,6 +102,10 @@ class StackDataset(Dataset):
         self.datasets: tuple[Dataset, ...] | dict[str, Dataset] = args if args else kwargs
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, numbers.Integral) and not -self._length <= index < self._length:
+            raise IndexOutOfRangeError(
+                f"StackDataset: index {index} is out of range for {self._length} samples"
+            )
         if isinstance(self.datasets, dict):
             return {key: d[index] for key, d in self.datasets.items()}
         return tuple(d[index] for d in self.datasets)
@@ -136,6 +141,11 @@ class TensorDataset(Dataset):
         return tuple(t[index] for t in self.tensors)
 
     def __len__(self) -> int:
+        if not self.tensors:  # torch's bare "tuple index out of range": an IndexError too
+            raise IndexOutOfRangeError(
+                "TensorDataset: holds no tensors, so it has no length (no first tensor to read "
+                "it from)"
+            )
         return self.tensors[0].shape[0]
 
 
@@ -175,9 +185,17 @@ class ConcatDataset(Dataset):
 
 def sample_at(dataset: Any, index: Any, where: str) -> Any:
     """``dataset[index]``; an int index past a sized dataset's end is named (``where``: who
-    chose it) where a list dataset's own "list index out of range" names neither."""
+    chose it) where a list dataset's own "list index out of range" names neither; so is an
+    index a list or tuple dataset cannot take (a float)."""
     try:
         return dataset[index]
+    except TypeError as e:
+        if isinstance(dataset, list | tuple) and not isinstance(e, RetrogradError):
+            raise DTypeError(
+                f"{where} index {index!r} ({type(index).__name__}), which a "
+                f"{type(dataset).__name__} dataset cannot take: expected an int"
+            ) from e
+        raise
     except IndexError as e:
         if isinstance(e, IndexOutOfRangeError) or not hasattr(dataset, "__len__"):
             raise
