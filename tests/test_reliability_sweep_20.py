@@ -484,3 +484,37 @@ def test_nn_utils_misuse_as_torch(call):
 )
 def test_rnn_packing_with_bad_lengths_as_torch(call):
     _same(lambda: call(rg, RR), lambda: call(torch, TR), "")
+
+
+def test_memory_stays_flat_over_epochs_with_failing_batches():
+    # Each epoch: a shuffled pass, a batch failing mid-epoch, a collate failing; what stays
+    # allocated after 20 epochs is not more than after the first ones (no saved tracebacks,
+    # no iterators kept).
+    import gc
+    import tracemalloc
+
+    ds = RD.TensorDataset(rg.randn(16, 4), rg.arange(16))
+
+    def epoch():
+        for _x, _y in RD.DataLoader(ds, batch_size=8, shuffle=True):
+            pass
+        batches = iter(RD.DataLoader([1, 2, 3], sampler=[0, 9, 2]))
+        next(batches)
+        with pytest.raises(IndexError):
+            next(batches)
+        with pytest.raises(TypeError):
+            RD.default_collate([rg.ones(1), 2])
+
+    for _ in range(3):
+        epoch()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):
+            epoch()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 16 * 1024, grown
