@@ -113,23 +113,38 @@ def check_int64_range(array: np.ndarray) -> None:
     array, ``tensor([1e30, nan], dtype="int64")``): a cast would wrap them to negative
     numbers, where torch refuses them ("cannot be converted to type int64 without overflow")."""
     kind = array.dtype.kind
-    if not array.size or kind not in "uf":
+    if not array.size or kind not in "ufO":
         return
-    if kind == "u":
+    if kind == "O":  # Python ints past uint64's range too (np.array([-2**63 - 1]))
+        ints = [v for v in array.ravel() if isinstance(v, int) and not isinstance(v, bool)]
+        bad = np.array([v for v in ints if not -(2**63) <= v < 2**63], dtype=object)
+    elif kind == "u":
         bad = array[array > np.iinfo(np.int64).max]
     else:  # 2**63 itself is out: the largest float64 below it is the last one that fits
         bad = array[~((array >= -(2.0**63)) & (array < 2.0**63))]
     if bad.size:
+        first = bad.ravel()[0]
+        first = first.item() if isinstance(first, np.generic) else first
         raise InvalidArgumentError(
-            f"tensor: {bad.ravel()[0].item()!r} is out of int64's range (retrograd's integer dtype)"
+            f"tensor: {first!r} is out of int64's range (retrograd's integer dtype)"
         )
+
+
+def floats_of_big_ints(array: np.ndarray, dtype: str) -> np.ndarray:
+    """An object array of Python ints past int64's range asked for as floats, as float64
+    values (torch's ``tensor([2**70], dtype=float64)``); anything else as it is."""
+    if array.dtype.kind != "O" or dtype not in ("float16", "bfloat16", "float32", "float64"):
+        return array
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in array.flat):
+        return array
+    return array.astype(np.float64)
 
 
 def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
     """Map an array made from user data onto the four dtypes retrograd knows."""
     kind = array.dtype.kind
-    if kind == "u":  # unsigned ints become int64 (floats stay floats)
-        check_int64_range(array)
+    if kind in "uO":  # unsigned ints become int64 (floats stay floats); ints past int64's
+        check_int64_range(array)  # range give an object array: named, not "dtype object"
     if kind == "b":
         return array
     if isinstance(data, np.ndarray | np.generic):
@@ -279,7 +294,9 @@ class NumpyBackend(
         else:
             array = np.array(data)
         if dtype is not None:
+            array = floats_of_big_ints(array, dtype)
             if array.dtype.kind not in "biuf":
+                check_int64_range(array)
                 raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
             if dtype == "int64":
                 check_int64_range(array)

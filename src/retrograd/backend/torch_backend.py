@@ -68,7 +68,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
 def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     """``data`` as a NumPy array in one of the four host dtypes, NumPy backend's rules (a half
     dtype is made from float32 and cast on the device)."""
-    from .numpy_backend import _canonical, check_int64_range
+    from .numpy_backend import _canonical, check_int64_range, floats_of_big_ints
 
     if isinstance(data, np.ndarray | np.generic):
         array = np.array(data, copy=True)
@@ -76,7 +76,9 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
         array = np.array(data)
     if dtype is None:
         return _canonical(array, data)
+    array = floats_of_big_ints(array, dtype)
     if array.dtype.kind not in "biuf":
+        check_int64_range(array)
         raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
     if dtype == "int64":
         check_int64_range(array)

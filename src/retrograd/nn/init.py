@@ -21,11 +21,12 @@ fans, bounds) are PyTorch's, so an initialization written for PyTorch ports line
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
 from ..tensor._dispatch import checked_generator
@@ -63,7 +64,14 @@ __all__ = [
 
 def _draw(t: Tensor, distribution: str, generator: Any = None, op: str = "init") -> np.ndarray:
     """Host float64 draws of ``t``'s shape from ``generator`` (an ``rg.Generator``, torch's
-    ``generator=``) or, without one, from the seeded stream."""
+    ``generator=``) or, without one, from the seeded stream. An int or bool tensor is
+    refused (torch's "normal_kernel_cpu not implemented for 'Long'"): a cast would truncate
+    the draws."""
+    if not t.is_floating_point():
+        raise DTypeError(
+            f"{op}: random values need a floating-point tensor, got {t.dtype} of shape "
+            f"{list(t.shape)}"
+        )
     if checked_generator(op, generator) is not None:
         return np.asarray(generator.draws(t.shape, distribution, "float64"), dtype=np.float64)
     return random(
@@ -150,6 +158,12 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float | int
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
+        if param is not None and (
+            isinstance(param, bool) or not isinstance(param, int | float)
+        ):  # torch's check: a bool, a string or a tensor is no slope
+            raise InvalidArgumentError(
+                f"calculate_gain: negative_slope {param!r} of leaky_relu is not a valid number"
+            )
         slope = 0.01 if param is None else float(param)
         return math.sqrt(2.0 / (1.0 + slope**2))
     if nonlinearity == "selu":
@@ -194,6 +208,15 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> 
     )
 
 
+def _no_op_if_empty(t: Tensor) -> bool:
+    """torch's shortcut: a kaiming initialization of a zero-element tensor (of any number of
+    dimensions, fans or not) warns and changes nothing."""
+    if 0 in t.shape:
+        warnings.warn("Initializing zero-element tensors is a no-op", UserWarning, stacklevel=3)
+        return True
+    return False
+
+
 def _kaiming_std(t: Tensor, a: float, mode: str, nonlinearity: str, op: str) -> float:
     if mode not in ("fan_in", "fan_out"):
         raise InvalidArgumentError(f"{op}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
@@ -210,6 +233,8 @@ def kaiming_uniform_(
     generator: Any = None,
 ) -> Tensor:
     """U(-b, b), b = sqrt(3) * gain / sqrt(fan) (He et al.); PyTorch's defaults."""
+    if _no_op_if_empty(tensor):
+        return tensor
     bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
     return _fill(
         tensor,
@@ -226,6 +251,8 @@ def kaiming_normal_(
     generator: Any = None,
 ) -> Tensor:
     """N(0, std^2), std = gain / sqrt(fan) (He et al.); PyTorch's defaults."""
+    if _no_op_if_empty(tensor):
+        return tensor
     std = _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_")
     return _fill(
         tensor, std * _draw(tensor, "normal", generator, "kaiming_normal_"), "kaiming_normal_"
@@ -264,6 +291,12 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     group) passes its input channel through unchanged."""
     if tensor.ndim not in (3, 4, 5):
         raise ShapeError("dirac_: only 3-, 4- and 5-d tensors are supported")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise InvalidArgumentError(f"dirac_: groups must be a positive int, got {groups!r}")
+    if tensor.shape[0] % groups:
+        raise ShapeError(
+            f"dirac_: dim 0 of shape {list(tensor.shape)} must be divisible by groups={groups}"
+        )
     out_per_group = tensor.shape[0] // groups
     values = np.zeros(tensor.shape)
     centre = tuple(k // 2 for k in tensor.shape[2:])

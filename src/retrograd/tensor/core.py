@@ -23,6 +23,7 @@ and leave every tensor and graph as they were.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, NoReturn
 
 import numpy as np
@@ -275,7 +276,22 @@ class Tensor(
         any other tensor only with an empty spec, as its ``str``."""
         if self.ndim == 0:
             return format(self.item(), format_spec)
+        if format_spec:  # object.__format__'s own TypeError names neither spec nor shape
+            raise DTypeError(
+                f"__format__: format spec {format_spec!r} needs a 0-d tensor, got shape "
+                f"{shape_text(self.shape)} (format its str, or .item() of one element)"
+            )
         return object.__format__(self, format_spec)
+
+    def __contains__(self, element: Any) -> bool:
+        """torch's ``element in tensor``: ``(tensor == element).any()`` for a number or a
+        tensor; anything else refused (iteration's ``==`` read a string as never there)."""
+        if not isinstance(element, Tensor | numbers.Number):
+            raise DTypeError(
+                f"__contains__: only a tensor or a number can be looked for in a tensor, got "
+                f"{type(element).__name__}"
+            )
+        return bool((self == element).any())
 
     def __repr__(self) -> str:
         """torch's layout; the options of ``rg.set_printoptions``."""

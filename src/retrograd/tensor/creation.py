@@ -127,9 +127,29 @@ def tensor(
     backend, device = _target(backend, device)
     if isinstance(data, Tensor):
         data = data.numpy()  # a copy: the user's tensor may live on another backend
-    elif dtype is None and not isinstance(data, np.ndarray | np.generic):
+    elif isinstance(data, list | tuple):
+        data = _scalars_of_tensors(data)
+    if dtype is None and not isinstance(data, np.ndarray | np.generic):
         dtype = _foreign_dtype(data) or _python_dtype(data)
     return _requiring(from_host(Tensor, data, dtype, backend, device), requires_grad)
+
+
+def _scalars_of_tensors(data: list | tuple) -> Any:
+    """Nested lists with each one-element tensor as a 0-d array of its dtype: torch reads a
+    tensor inside a list as a number (``tensor([t.sum(), x[0:1]])`` has shape ``[2]``, not
+    ``[2, 1]``); a tensor of more elements stays as it is (stacked). Lists without tensors
+    come back as they are."""
+    if set(map(type, data)) <= _NUMBERS:  # the common case, read at C speed
+        return data
+    out, changed = [], False
+    for v in data:
+        if isinstance(v, Tensor) and v.numel() == 1:
+            v, changed = v.numpy().reshape(()), True
+        elif isinstance(v, list | tuple):
+            new = _scalars_of_tensors(v)
+            v, changed = new, changed or new is not v
+        out.append(v)
+    return out if changed else data
 
 
 def _foreign_dtype(data: Any) -> str | None:
@@ -150,7 +170,25 @@ def _python_dtype(data: Any) -> str | None:
         kind = np.asarray(data).dtype.kind
     except (ValueError, TypeError):
         return None
+    if kind == "f" and _holds_float64(data):
+        return "float64"
     return "int64" if kind in "iu" else (default_float_dtype() if kind == "f" else None)
+
+
+def _holds_float64(data: Any) -> bool:
+    """Whether nested lists hold a float64 NumPy scalar, array or tensor: torch's inference
+    then promotes to float64 (``tensor([np.float64(1.5), 2.0])``, a list of float64 arrays),
+    where Python floats alone give the default dtype."""
+    if isinstance(data, Tensor):
+        return data.dtype == "float64"
+    if isinstance(data, np.ndarray | np.generic):
+        return data.dtype == np.float64
+    if isinstance(data, list | tuple):
+        return not set(map(type, data)) <= _NUMBERS and any(map(_holds_float64, data))
+    return False
+
+
+_NUMBERS = {float, int, bool}
 
 
 def zeros(

@@ -3,7 +3,8 @@
 Batches are read in this process, in the sampler's order; ``num_workers`` is accepted and
 the batches are the same as torch's worker processes would give (each batch is read and
 collated in order), only not in parallel. ``pin_memory``, ``timeout``, ``prefetch_factor``
-and ``persistent_workers`` concern those processes and are accepted and ignored; a
+and ``persistent_workers`` concern those processes and are accepted and ignored (as torch,
+``persistent_workers`` refused with ``num_workers=0``); a
 ``worker_init_fn`` is not called (there are no workers).
 """
 
@@ -27,7 +28,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, as_tensor, stack, tensor
 from ...tensor.internal import checked_generator
-from .dataset import IterableDataset
+from .dataset import IterableDataset, sample_at
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
@@ -42,6 +43,7 @@ def default_collate(batch: list[Any]) -> Any:
     torch's)."""
     elem = batch[0]
     if isinstance(elem, Tensor):
+        _check_samples_are(batch, Tensor, "Tensor")
         shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
         if len(shapes) > 1:
             raise ShapeError(
@@ -81,6 +83,7 @@ def default_collate(batch: list[Any]) -> Any:
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
         return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
+        _check_samples_are(batch, collections.abc.Sequence, "sequence")
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise ShapeError(
@@ -98,6 +101,18 @@ def default_collate(batch: list[Any]) -> Any:
         f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
         f"found {type(elem).__name__}"
     )
+
+
+def _check_samples_are(batch: list[Any], kind: type, name: str) -> None:
+    """Refuse a batch whose first sample is a ``kind`` and a later one is not (torch's
+    "expected Tensor as element 1 in argument 0, but got int")."""
+    for i, sample in enumerate(batch):
+        if not isinstance(sample, kind):
+            raise DTypeError(
+                f"default_collate: the samples of a batch differ: the first is a "
+                f"{type(batch[0]).__name__}, sample {i} is a {type(sample).__name__} (expected "
+                f"a {name})"
+            )
 
 
 def default_convert(data: Any) -> Any:
@@ -190,6 +205,10 @@ class DataLoader:
                 "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
                 "to None"
             )
+        if persistent_workers and num_workers == 0:
+            raise InvalidArgumentError(
+                "DataLoader: persistent_workers option needs num_workers > 0, got num_workers=0"
+            )
         if prefetch_factor is not None and (
             isinstance(prefetch_factor, bool)
             or not isinstance(prefetch_factor, int)
@@ -273,11 +292,19 @@ class DataLoader:
 
             def draw() -> Any:
                 indices = next(batches)
-                return getitems(indices) if getitems else [self.dataset[i] for i in indices]
+                if not isinstance(indices, collections.abc.Iterable):
+                    raise DTypeError(
+                        f"DataLoader: batch_sampler yielded {indices!r}, not a batch of "
+                        f"indices (a list of ints; a sampler of single indices is sampler=)"
+                    )
+                return getitems(indices) if getitems else [self._sample(i) for i in indices]
 
             return _Batches(draw, self.collate_fn)
         indices = iter(self.sampler)
-        return _Batches(lambda: self.dataset[next(indices)], self.collate_fn)
+        return _Batches(lambda: self._sample(next(indices)), self.collate_fn)
+
+    def _sample(self, index: Any) -> Any:
+        return sample_at(self.dataset, index, "DataLoader: the sampler drew")
 
     def _stream_draw(self, samples: Iterator[Any]) -> Callable[[], Any]:
         """What one batch of an iterable dataset collates: a sample (``batch_size=None``), or
@@ -301,6 +328,11 @@ class DataLoader:
 
     def __len__(self) -> int:
         if self._iterable:
+            if not hasattr(self.dataset, "__len__"):
+                raise DTypeError(
+                    f"DataLoader: len() of a DataLoader over an IterableDataset needs the "
+                    f"dataset's __len__, which {type(self.dataset).__name__} lacks"
+                )
             n = len(self.dataset)
             if self.batch_size is None:
                 return n

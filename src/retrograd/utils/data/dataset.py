@@ -14,6 +14,7 @@ from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    RetrogradError,
     ShapeError,
     check_iterable,
     check_sized,
@@ -101,6 +102,10 @@ class StackDataset(Dataset):
         self.datasets: tuple[Dataset, ...] | dict[str, Dataset] = args if args else kwargs
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, numbers.Integral) and not -self._length <= index < self._length:
+            raise IndexOutOfRangeError(
+                f"StackDataset: index {index} is out of range for {self._length} samples"
+            )
         if isinstance(self.datasets, dict):
             return {key: d[index] for key, d in self.datasets.items()}
         return tuple(d[index] for d in self.datasets)
@@ -136,6 +141,11 @@ class TensorDataset(Dataset):
         return tuple(t[index] for t in self.tensors)
 
     def __len__(self) -> int:
+        if not self.tensors:  # torch's bare "tuple index out of range": an IndexError too
+            raise IndexOutOfRangeError(
+                "TensorDataset: holds no tensors, so it has no length (no first tensor to read "
+                "it from)"
+            )
         return self.tensors[0].shape[0]
 
 
@@ -173,6 +183,30 @@ class ConcatDataset(Dataset):
         return self.datasets[which][index - start]
 
 
+def sample_at(dataset: Any, index: Any, where: str) -> Any:
+    """``dataset[index]``; an int index past a sized dataset's end is named (``where``: who
+    chose it) where a list dataset's own "list index out of range" names neither; so is an
+    index a list or tuple dataset cannot take (a float)."""
+    try:
+        return dataset[index]
+    except TypeError as e:
+        if isinstance(dataset, list | tuple) and not isinstance(e, RetrogradError):
+            raise DTypeError(
+                f"{where} index {index!r} ({type(index).__name__}), which a "
+                f"{type(dataset).__name__} dataset cannot take: expected an int"
+            ) from e
+        raise
+    except IndexError as e:
+        if isinstance(e, IndexOutOfRangeError) or not hasattr(dataset, "__len__"):
+            raise
+        n = len(dataset)
+        if isinstance(index, numbers.Integral) and not -n <= index < n:
+            raise IndexOutOfRangeError(
+                f"{where} index {index}, out of range for the dataset of {n} samples"
+            ) from e
+        raise
+
+
 class Subset(Dataset):
     """The samples of ``dataset`` at ``indices``."""
 
@@ -182,8 +216,15 @@ class Subset(Dataset):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, list):
-            return self.dataset[[self.indices[i] for i in index]]
-        return self.dataset[self.indices[index]]
+            return self.dataset[[self._index(i) for i in index]]
+        return sample_at(self.dataset, self._index(index), "Subset: its indices hold")
+
+    def _index(self, index: Any) -> Any:
+        """The dataset's index at ``index`` of this subset; past the end, named."""
+        n = len(self.indices)
+        if isinstance(index, numbers.Integral) and not -n <= index < n:
+            raise IndexOutOfRangeError(f"Subset: index {index} is out of range for {n} samples")
+        return self.indices[index]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -198,6 +239,12 @@ def random_split(dataset: Dataset, lengths: Sequence[Any], generator: Any = None
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for i, frac in enumerate(lengths):
+            if not 0 <= frac <= 1:
+                raise InvalidArgumentError(
+                    f"random_split: fraction at index {i} is {frac}, not between 0 and 1 "
+                    f"(lengths {lengths})"
+                )
         counts = [math.floor(n * frac) for frac in lengths]
         for i in range(n - sum(counts)):
             counts[i % len(counts)] += 1
