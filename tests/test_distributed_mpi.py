@@ -296,7 +296,6 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
     completed, reports = run_ranks(2, "census.py", tmp_path=idle)
     assert completed.returncode == 0, output(completed)
     # (on a machine busy with other jobs, they count as others: no assumption that it is idle)
-    idle_others = max(report["others"] for report in reports.values())
     for report in reports.values():
         assert report["local_ranks"] == 2 and report["cores"] == cores
         assert report["overlap_pays"] == (2 + report["others"] < cores)
@@ -314,7 +313,9 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
             spinner.wait()
     assert completed.returncode == 0, output(completed)
     for report in reports.values():
-        assert report["others"] >= cores - 1 and report["others"] > idle_others
+        # the spinners count; not "more others than the idle run saw": other jobs come and go
+        # between the runs (ci28 saw 7 others idle and 6 with the spinners, on a loaded machine)
+        assert report["others"] >= cores - 1
         assert not report["overlap_pays"] and not report["overlapping"]
         assert not report["donates"]
 
