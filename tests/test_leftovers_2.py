@@ -5,6 +5,7 @@ the old code."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -158,3 +159,62 @@ def test_var_second_derivative_stays_torchs():
         (got_g, got_h), (want_g, want_h) = results
         np.testing.assert_allclose(got_g, want_g, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(got_h, want_h, rtol=1e-12, atol=1e-14)
+
+
+# -- DataLoader(timeout=) ---------------------------------------------------------------------
+class _SlowAt:
+    """A map-style dataset of 4 one-element samples; index ``slow`` takes ``delay`` seconds."""
+
+    def __init__(self, lib, slow=1, delay=1.0):
+        self.lib, self.slow, self.delay = lib, slow, delay
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == self.slow:
+            time.sleep(self.delay)
+        return self.lib.tensor([float(i)])
+
+
+def _read_with_timeout(lib, num_workers):
+    loader = lib.utils.data.DataLoader(
+        _SlowAt(lib), batch_size=1, num_workers=num_workers, timeout=0.25
+    )
+    batches, it = [], iter(loader)
+    with pytest.raises(RuntimeError) as caught:
+        for _ in range(4):
+            batches.append(next(it).tolist())
+    return batches, str(caught.value)
+
+
+def test_dataloader_timeout_raises_as_torchs_workers_do():
+    # timeout was accepted and ignored: a batch that took longer than it came back anyway
+    want = _read_with_timeout(torch, 1)
+    got = _read_with_timeout(rg, 1)
+    assert got == want == ([[[0.0]]], "DataLoader timed out after 0.25 seconds")
+
+
+def test_dataloader_timeout_keeps_the_late_batch_for_the_next_call():
+    loader = rg.utils.data.DataLoader(
+        _SlowAt(rg, slow=0, delay=0.4), batch_size=2, num_workers=2, timeout=0.1
+    )
+    it = iter(loader)
+    with pytest.raises(rg.RetrogradError, match=r"timed out after 0\.1 seconds"):
+        next(it)
+    time.sleep(0.5)  # torch's worker puts the batch in its queue meanwhile: the next call has it
+    assert [next(it).tolist(), next(it).tolist()] == [[[0.0], [1.0]], [[2.0], [3.0]]]
+    with pytest.raises(StopIteration):
+        next(it)
+    fast = rg.utils.data.DataLoader(list(range(5)), batch_size=2, num_workers=1, timeout=5)
+    assert [b.tolist() for b in fast] == [[0, 1], [2, 3], [4]]
+
+
+def test_dataloader_timeout_without_workers_is_refused_when_iterated_as_torchs():
+    with pytest.raises(AssertionError, match="timeout == 0"):
+        iter(torch.utils.data.DataLoader(list(range(3)), timeout=1.0))
+    loader = rg.utils.data.DataLoader(list(range(3)), timeout=1.0)
+    with pytest.raises(
+        rg.InvalidArgumentError, match=r"DataLoader: timeout=1\.0 needs num_workers"
+    ):
+        iter(loader)
