@@ -725,8 +725,8 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
 def _mean_curvature(x: Any, dims: tuple[int, ...], divisor: float) -> Any:
     """``-(sum of (x - x0))**2 / divisor`` over ``dims`` (kept), ``x0`` being ``x``'s value:
     0 in value and in first derivative, its second derivative ``-2 / divisor`` for every pair
-    of elements of a slice. A non-finite element is left out (``x - x0`` would be NaN there,
-    and its NaN would reach every element's first derivative)."""
-    constant = untracked(x)
-    shift = (x - constant).mask_fill(constant.isfinite().logical_not(), 0.0)
-    return shift.sum(dims, keepdim=True).square() / -divisor
+    of elements of a slice. The sum is exactly 0, or NaN for a slice holding a non-finite
+    element: such a slice's term is cut to 0 (its NaN would reach every element's first
+    derivative), one reduced element each, so the term costs a subtraction and a sum."""
+    shift = (x - untracked(x)).sum(dims, keepdim=True)
+    return shift.mask_fill(shift.isnan(), 0.0).square() / -divisor
