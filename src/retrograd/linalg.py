@@ -29,7 +29,7 @@ import numpy as np
 from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
-from .tensor._dispatch import lift, normalize_dim
+from .tensor._dispatch import lift, normalize_dim, untracked
 from .tensor.creation import _no_out
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import lu_factorize, lu_info
@@ -192,12 +192,8 @@ def _lower_mirrored(matrices: Tensor) -> Tensor:
     """``matrices`` with each upper triangle replaced by the mirrored lower one, the gradient
     passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates its general
     formula at its input): ``mirrored + (matrices - matrices)``, the difference exactly 0."""
-    from .autodiff.grad_mode import no_grad
-
-    with no_grad():
-        mirrored = matrices.tril() + matrices.tril(-1).mT
-        fixed = matrices.detach()
-    return mirrored + (matrices - fixed)
+    fixed = untracked(matrices)
+    return (fixed.tril() + fixed.tril(-1).mT) + (matrices - fixed)
 
 
 def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
