@@ -314,7 +314,7 @@ def test_nonzero_select():
     t1 = rg.tensor([[1.0, 2.0], [3.0, 4.0]]).require_grad()
     t2 = rg.tensor([-1.0, 1.0]).require_grad()
     mask = rg.tensor([[False, True], [True, False]]).flatten(0, 1)
-    picked = t1.flatten(0, 1).select(0, mask.nonzero()[0])
+    picked = t1.flatten(0, 1).select(0, mask.nonzero(as_tuple=True)[0])
     grads = t2.unsqueeze_dim(0).matmul(picked.unsqueeze_dim(1)).backward()
     close(t1.grad(grads), [[0.0, -1.0], [1.0, 0.0]])
     close(t2.grad(grads), [2.0, 3.0])

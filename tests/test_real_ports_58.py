@@ -31,10 +31,9 @@
   ``log_softmax`` with ``head_logprob_i[:, -i]``), tied weights and projections, ``div_val``
   1 and 2, pre- and post-norm, ``batch_chunk`` 2 (gradients of two chunks added), Adam with
   the linear warm-up written into ``param_groups`` then ``CosineAnnealingLR.step(train_step)``,
-  ``clip_grad_norm_``, ``reset_length`` around the evaluation. Two lines are changed besides
+  ``clip_grad_norm_``, ``reset_length`` around the evaluation. One line is changed besides
   the gradient lines: the two ``.byte()`` attention masks are ``.bool()`` (torch 2.13 itself
-  refuses a uint8 mask in ``masked_fill``), and ``mask_i.nonzero()`` asks for torch's form by
-  ``as_tuple=False`` (retrograd's ``Tensor.nonzero()`` keeps Burn's list, see the CHANGELOG).
+  refuses a uint8 mask in ``masked_fill``).
 - the score-based generative modeling tutorial (yang-song's ``Tutorial_on_score_based_
   generative_modeling`` notebook, its cells as written, the widths smaller): the fixed
   ``GaussianFourierProjection`` (``nn.Parameter(torch.randn(...) * scale,
@@ -1408,12 +1407,6 @@ TXL_STEPS = [
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n\n\nclass ProjectedAdaptiveLogSoftmax",
     ),
     ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
-    # retrograd's Tensor.nonzero() keeps Burn's list of per-dimension indices (CHANGELOG); torch's
-    # [count, ndim] form is asked for (the one line changed that is not a gradient line)
-    (
-        "                indices_i = mask_i.nonzero().squeeze()\n",
-        "                indices_i = mask_i.nonzero(as_tuple=False).squeeze()\n",
-    ),
     (
         "                if args.fp16:\n                    optimizer.backward(loss)\n                else:\n                    loss.backward()\n",
         "                if args.fp16:\n                    optimizer.backward(loss)\n                else:\n                    grads = loss.backward() if i == 0 else grads + loss.backward()\n",

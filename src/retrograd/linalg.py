@@ -29,7 +29,7 @@ import numpy as np
 from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
-from .tensor._dispatch import lift, normalize_dim
+from .tensor._dispatch import lift, normalize_dim, untracked
 from .tensor.creation import _no_out
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import lu_factorize, lu_info
@@ -174,19 +174,26 @@ def pinv(
     singular values at most ``max(atol, rtol * largest)`` count as zero, ``rtol`` defaulting to
     ``eps * max(m, n)`` when neither tolerance is given (to 0 when only ``atol`` > 0 is).
     Tolerances are numbers (torch also takes tensors of them). The gradient is torch's, which
-    holds where the rank does not change under a small perturbation."""
+    holds where the rank does not change under a small perturbation. ``hermitian=True``
+    (square ``A``) reads only the lower triangle, mirrored, as torch's; its gradient is the
+    general one at ``A``, as torch's (for a symmetric ``A``, the gradient without it)."""
     _no_out("linalg.pinv", out)
-    matrices = _matrices("linalg.pinv", A)
+    matrices = _square("linalg.pinv", A) if hermitian else _matrices("linalg.pinv", A)
     if hermitian:
-        raise InvalidArgumentError(
-            "linalg.pinv: hermitian=True (which reads only the lower triangle) is not "
-            "supported; drop it for a symmetric input (the result is the same)"
-        )
+        matrices = _lower_mirrored(matrices)
     if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
         raise InvalidArgumentError("linalg.pinv: atol and rtol must be numbers, not tensors")
     if rtol is None:
         rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
     return matrices._apply("pinv", (matrices,), (float(atol or 0.0), float(rtol)))
+
+
+def _lower_mirrored(matrices: Tensor) -> Tensor:
+    """``matrices`` with each upper triangle replaced by the mirrored lower one, the gradient
+    passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates its general
+    formula at its input): ``mirrored + (matrices - matrices)``, the difference exactly 0."""
+    fixed = untracked(matrices)
+    return (fixed.tril() + fixed.tril(-1).mT) + (matrices - fixed)
 
 
 def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)

@@ -250,8 +250,8 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
 
 def nonzero(input: Any, *, as_tuple: bool = False) -> Any:  # noqa: A002 (torch's name)
     """torch's ``nonzero``: the indices ``[count, ndim]`` of the non-zero elements, or one
-    1-d tensor per dimension with ``as_tuple`` (``Tensor.nonzero()`` keeps Burn's list)."""
-    return input.nonzero(as_tuple=bool(as_tuple))
+    1-d tensor per dimension with ``as_tuple``."""
+    return input.nonzero(as_tuple=as_tuple)
 
 
 def inner(input: Any, other: Any) -> Any:  # noqa: A002 (torch's name)

@@ -24,7 +24,14 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..context import capturing
-from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_flag,
+    shape_text,
+)
 from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
 from .shape import stack
 from .views import diagonal_assign as _diagonal_assign
@@ -506,18 +513,16 @@ class IndexingMixin:
         """The upper triangle of the last two dimensions (``torch.triu``)."""
         return _triangle("triu", self, diagonal)
 
-    def nonzero(self, *, as_tuple: bool | None = None) -> Any:
-        """int64 indices of the non-zero (true) elements: one 1-d tensor per dimension, in a
-        list (Burn's ``nonzero``; ``as_tuple=True``: torch's tuple of them). ``as_tuple=False``
-        gives torch's default form, ``[count, ndim]`` (as ``rg.nonzero(t)`` and
-        :meth:`argwhere` do)."""
-        if as_tuple is False:
+    def nonzero(self, *, as_tuple: bool = False) -> Any:
+        """int64 indices of the non-zero (true) elements, as torch's: ``[count, ndim]`` (as
+        :meth:`argwhere`), or with ``as_tuple=True`` one 1-d tensor per dimension (Burn's
+        ``nonzero``, in a tuple)."""
+        check_flag("nonzero", as_tuple, "as_tuple")
+        if not as_tuple:
             return self.argwhere()
         if not self.ndim:  # torch: a 0-d tensor as one dimension of size 1
-            per_dim = [wrap(self, self._backend.zeros((int(bool(self)),), "int64", self._device))]
-            return tuple(per_dim) if as_tuple else []
-        per_dim = list(self._apply("nonzero", (self,)))
-        return tuple(per_dim) if as_tuple else per_dim
+            return (wrap(self, self._backend.zeros((int(bool(self)),), "int64", self._device)),)
+        return tuple(self._apply("nonzero", (self,)))
 
     def argwhere(self) -> Any:
         """int64 indices ``[count, ndim]`` of the non-zero (true) elements."""

@@ -703,18 +703,30 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
     scale = count - correction
-    mean = x.mean(dims, keepdim=True)
     # torch's var_backward is 2 / (n - correction) * grad * (x - mean), its forward divides by
-    # max(n - correction, 0). With no degrees of freedom (scale 0) the incoming gradient of
-    # ``total`` is infinite, and the mean's own path (zero in exact arithmetic) would turn
-    # the +-inf into inf - inf: it is left out there (that gradient is not finite anyway).
-    centered = x - (untracked(mean) if scale == 0 else mean)
-    total = centered.square().sum(dims, keepdim=True)
+    # max(n - correction, 0): the mean's own path (zero in exact arithmetic) is not in it,
+    # and would turn an infinity of the slice into inf - inf, NaN at every element. So the
+    # mean is a constant here, and ``_mean_curvature`` (zero in value and first derivative)
+    # gives back the mean's part of the second derivative, 2 / (n - c) (I - 1 / n).
+    mean = untracked(x.mean(dims, keepdim=True))
+    total = (x - mean).square().sum(dims, keepdim=True)
     if scale > 0:
         out = total / scale
-    elif scale == 0:
-        out = total / 0.0
+    elif scale == 0:  # no degrees of freedom: the incoming gradient is not finite anyway
+        return _dropped(total / 0.0, dims, keepdim)
     else:  # torch: forward total / 0 (inf, or NaN for 0), backward by the negative n - c
         out = total / scale
         out = out + untracked(total / 0.0 - out)
+    if x.requires_grad:
+        out = out + _mean_curvature(x, dims, count * scale)
     return _dropped(out, dims, keepdim)
+
+
+def _mean_curvature(x: Any, dims: tuple[int, ...], divisor: float) -> Any:
+    """``-(sum of (x - x0))**2 / divisor`` over ``dims`` (kept), ``x0`` being ``x``'s value:
+    0 in value and in first derivative, its second derivative ``-2 / divisor`` for every pair
+    of elements of a slice. The sum is exactly 0, or NaN for a slice holding a non-finite
+    element: such a slice's term is cut to 0 (its NaN would reach every element's first
+    derivative), one reduced element each, so the term costs a subtraction and a sum."""
+    shift = (x - untracked(x)).sum(dims, keepdim=True)
+    return shift.mask_fill(shift.isnan(), 0.0).square() / -divisor

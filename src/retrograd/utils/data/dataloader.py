@@ -2,16 +2,22 @@
 
 Batches are read in this process, in the sampler's order; ``num_workers`` is accepted and
 the batches are the same as torch's worker processes would give (each batch is read and
-collated in order), only not in parallel. ``pin_memory``, ``timeout``, ``prefetch_factor``
-and ``persistent_workers`` concern those processes and are accepted and ignored (as torch,
-``persistent_workers`` refused with ``num_workers=0``); a
-``worker_init_fn`` is not called (there are no workers).
+collated in order), only not in parallel. ``pin_memory``, ``prefetch_factor`` and
+``persistent_workers`` concern those processes and are accepted and ignored (as torch,
+``persistent_workers`` refused with ``num_workers=0``); a ``worker_init_fn`` is not called
+(there are no workers). ``timeout`` is torch's: with ``num_workers > 0`` a batch not ready
+after ``timeout`` seconds raises ``RuntimeError`` (each such batch is read in a thread of
+its own, so a dataset that hangs cannot hang the loop), and the next ``next()`` waits for
+that same batch again; with ``num_workers=0`` a positive ``timeout`` is refused when
+iterating, as torch's single-process iterator refuses it.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import contextvars
 import math
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +27,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
+    RetrogradError,
     ShapeError,
     check_callable,
     check_iterable,
@@ -284,8 +291,14 @@ class DataLoader:
         one batch (a dataset's ``__getitem__``, the ``collate_fn``) is raised from that call
         alone: the next call goes on with the following batch (a generator would end the
         epoch there, silently short for a loop that skips a bad batch)."""
+        timeout = self.timeout
+        if timeout and not self.num_workers:
+            raise InvalidArgumentError(
+                f"DataLoader: timeout={timeout!r} needs num_workers > 0 (torch's "
+                f"single-process iterator requires timeout == 0)"
+            )
         if self._iterable:
-            return _Batches(self._stream_draw(iter(self.dataset)), self.collate_fn)
+            return _Batches(self._stream_draw(iter(self.dataset)), self.collate_fn, timeout)
         if self.batch_sampler is not None:
             batches = iter(self.batch_sampler)
             getitems = getattr(self.dataset, "__getitems__", None)
@@ -299,9 +312,9 @@ class DataLoader:
                     )
                 return getitems(indices) if getitems else [self._sample(i) for i in indices]
 
-            return _Batches(draw, self.collate_fn)
+            return _Batches(draw, self.collate_fn, timeout)
         indices = iter(self.sampler)
-        return _Batches(lambda: self._sample(next(indices)), self.collate_fn)
+        return _Batches(lambda: self._sample(next(indices)), self.collate_fn, timeout)
 
     def _sample(self, index: Any) -> Any:
         return sample_at(self.dataset, index, "DataLoader: the sampler drew")
@@ -342,15 +355,57 @@ class DataLoader:
         return len(self.sampler)
 
 
+class DataLoaderTimeoutError(RetrogradError, RuntimeError):
+    """A batch not ready within the ``DataLoader``'s ``timeout`` (torch's ``RuntimeError``)."""
+
+
 class _Batches:
     """A :class:`DataLoader`'s iterator: ``collate(draw())`` per ``next()``, where ``draw``
-    raises ``StopIteration`` at the end; an error of one batch leaves the rest to come."""
+    raises ``StopIteration`` at the end; an error of one batch leaves the rest to come. With
+    a ``timeout``, each batch is read in a daemon thread (in the caller's context variables)
+    and waited for that long; one not ready stays pending for the next ``next()``."""
 
-    def __init__(self, draw: Callable[[], Any], collate: Callable[[Any], Any]):
-        self._draw, self._collate = draw, collate
+    def __init__(self, draw: Callable[[], Any], collate: Callable[[Any], Any], timeout=0):
+        self._draw, self._collate, self._timeout = draw, collate, timeout
+        self._pending: _Reading | None = None
 
     def __iter__(self) -> _Batches:
         return self
 
     def __next__(self) -> Any:
-        return self._collate(self._draw())
+        if not self._timeout:
+            return self._collate(self._draw())
+        if self._pending is None:
+            self._pending = _Reading(lambda: self._collate(self._draw()))
+        reading = self._pending
+        if not reading.done.wait(self._timeout):
+            raise DataLoaderTimeoutError(f"DataLoader timed out after {self._timeout} seconds")
+        self._pending = None
+        return reading.outcome()
+
+
+class _Reading:
+    """``read()`` run in a daemon thread of its own; ``done`` is set when it has returned or
+    raised, and :meth:`outcome` gives its value or raises its exception."""
+
+    def __init__(self, read: Callable[[], Any]) -> None:
+        self.done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+
+        def run() -> None:
+            try:
+                self._value = context.run(read)
+            except BaseException as error:  # raised again in the caller, by outcome()
+                self._error = error
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, name="DataLoader batch", daemon=True).start()
+
+    def outcome(self) -> Any:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._value
