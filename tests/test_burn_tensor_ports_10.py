@@ -1,6 +1,9 @@
-"""burn-nn's loss and activation tests (``crates/burn-nn/src/loss`` and
-``crates/burn-nn/src/activation``, tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747)
-not ported before (``test_burn_tensor_ports_3`` has cross_entropy.rs and mse.rs), through
+"""burn-nn's loss, activation and module tests (``crates/burn-nn/src/loss``,
+``crates/burn-nn/src/activation`` and ``crates/burn-nn/src/modules``: linear, embedding,
+dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
+norm/local_response, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha; tracel-ai/burn at
+2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
+cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
 ``rg.nn.functional``'s and ``rg.nn``'s torch forms (API.md section 10), under every
 checkpointing strategy on the chosen inner backend. Expected values are Burn's as its test
 source writes them (most are PyTorch references it quotes).
@@ -20,12 +23,19 @@ Burn panics) and rejects a negative beta as Burn does; ``poisson_nll_loss`` does
 ``eps`` or the sign of its targets (Burn panics), and a shape mismatch is a broadcasting error as
 in torch; ``cosine_embedding_loss`` and the other ``Reduction::Auto`` losses take torch's
 ``reduction=`` string. Burn's ``Shrink`` (a bias-shifted soft shrink) has no torch form and is
-not ported; the ``display``/config-accessor tests are Rust formatting only.
+not ported; the ``display``/config-accessor tests are Rust formatting only. For an even
+``size``, Burn's ``LocalResponseNorm`` window reaches up a channel and torch's down: the test
+asserts torch's values. Burn's ``PositionalEncoding``, ``RotaryEncoding``, ``SwiGlu`` module,
+``CrossAttention`` and the gate-activation/clip options of its GRU have no torch form; its
+``Linear`` ``[in, out]`` weight is transposed into torch's ``[out, in]``, and its gate
+controllers' weights are stacked in torch's gate order (LSTM ``i, f, g, o``; GRU ``r, z, n``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -570,3 +580,313 @@ def test_swiglu_forward():
     x = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     approx(swiglu(x, False), [[8.5732] * 3, [56.2189] * 3])
     approx(swiglu(x, True), [[11.8909] * 3, [63.9785] * 3])
+
+
+# ---- burn-nn modules (crates/burn-nn/src/modules): burn_nn_module_cases.json holds the larger
+# cases (local_response.rs, instance.rs, the BiGRU/BiLSTM PyTorch references) as Burn's test
+# source writes them ---------------------------------------------------------------------------
+
+MODULE_CASES = json.loads((Path(__file__).parent / "burn_nn_module_cases.json").read_text())
+
+
+def test_linear_forward_with_constant_initializer():
+    """linear.rs: Initializer::Constant { value: 2 } on every parameter."""
+    for bias, expected in ((False, [[4.0, 4.0, 4.0]]), (True, [[6.0, 6.0, 6.0]])):
+        layer = rg.nn.Linear(2, 3, bias=bias)
+        for p in layer.parameters():
+            rg.nn.init.constant_(p, 2.0)
+        assert (layer.bias is None) is not bias
+        np.testing.assert_array_equal(layer(rg.ones((1, 2))).numpy(), expected)
+        # test_linear_1d: a 1-d input gives the 2-d result's row
+        np.testing.assert_array_equal(layer(rg.ones(2)).numpy(), expected[0])
+
+
+def test_linear_and_embedding_initializers():
+    rg.seed(0)
+    layer = rg.nn.Linear(5, 5)
+    k = (1.0 / 5) ** 0.5  # Burn's KaimingUniform(gain 1/sqrt(3)) is torch's default bound
+    assert np.all(np.abs(layer.weight.numpy()) <= k)
+    rg.nn.init.zeros_(layer.weight)
+    np.testing.assert_array_equal(layer.weight.numpy(), np.zeros((5, 5)))
+    embedding = rg.nn.Embedding(5, 5)
+    rg.nn.init.zeros_(embedding.weight)
+    np.testing.assert_array_equal(embedding.weight.numpy(), np.zeros((5, 5)))
+    assert embedding.weight.shape == (5, 5)
+
+
+def test_dropout_train_and_eval():
+    """dropout.rs and noise.rs: active while training (Burn's autodiff device), the identity
+    in eval mode; a probability outside [0, 1] is an error."""
+    rg.seed(0)
+    ones = rg.ones((100, 100))
+    dropout = rg.nn.Dropout(0.5)
+    assert not np.array_equal(dropout.train()(ones).numpy(), ones.numpy())
+    np.testing.assert_array_equal(dropout.eval()(ones).numpy(), ones.numpy())
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        rg.nn.Dropout(-10.0)
+
+
+PIXEL_INPUT = [
+    [
+        [[0.0, 1.0], [2.0, 3.0]],
+        [[4.0, 5.0], [6.0, 7.0]],
+        [[8.0, 9.0], [10.0, 11.0]],
+        [[12.0, 13.0], [14.0, 15.0]],
+    ]
+]
+
+
+def test_pixel_shuffle():
+    x = t(PIXEL_INPUT)
+    expected = [
+        [
+            [
+                [0.0, 4.0, 1.0, 5.0],
+                [8.0, 12.0, 9.0, 13.0],
+                [2.0, 6.0, 3.0, 7.0],
+                [10.0, 14.0, 11.0, 15.0],
+            ]
+        ]
+    ]
+    approx(rg.nn.PixelShuffle(2)(x), expected)
+    approx(F.pixel_shuffle(x, 2), expected)
+    approx(rg.nn.PixelUnshuffle(2)(rg.nn.PixelShuffle(2)(x)), PIXEL_INPUT)
+    approx(rg.nn.PixelShuffle(2)(rg.nn.PixelUnshuffle(2)(x)), PIXEL_INPUT)
+    nine = rg.arange(0, 9).float().reshape((1, 9, 1, 1))
+    approx(F.pixel_unshuffle(F.pixel_shuffle(nine, 3), 3), nine.numpy())
+
+
+def test_pairwise_distance_and_cosine_similarity():
+    x1, x2 = t([[1.0, 2.0], [3.0, 4.0]]), t([[1.0, 1.0], [0.0, 0.0]])
+    approx(rg.nn.PairwiseDistance()(x1, x2), [1.0, 5.0])
+    approx(F.pairwise_distance(x1, x2, p=1.0), [1.0, 7.0])
+    y1, y2 = t([[1.0, 0.0], [1.0, 1.0]]), t([[1.0, 0.0], [0.0, 1.0]])
+    approx(rg.nn.CosineSimilarity()(y1, y2), [1.0, 0.707107])
+    approx(rg.nn.CosineSimilarity(dim=-1)(y1, y2), [1.0, 0.707107])
+    approx(F.cosine_similarity(y1, y2, dim=1), [1.0, 0.707107])
+
+
+def test_fold():
+    """fold.rs: Burn's Fold4d is torch's nn.Fold."""
+    cols = t(
+        [
+            [
+                [1.0, 2.0, 3.0, 4.0],
+                [5.0, 6.0, 7.0, 8.0],
+                [9.0, 10.0, 11.0, 12.0],
+                [13.0, 14.0, 15.0, 16.0],
+            ]
+        ]
+    )
+    approx(
+        rg.nn.Fold((3, 3), (2, 2))(cols),
+        [[[[1.0, 7.0, 6.0], [12.0, 34.0, 22.0], [11.0, 27.0, 16.0]]]],
+    )
+    x = rg.arange(1, 17).float().reshape((1, 1, 4, 4))
+    approx(
+        F.fold(F.unfold(x, (2, 2)), (4, 4), (2, 2)),
+        [
+            [
+                [
+                    [1.0, 4.0, 6.0, 4.0],
+                    [10.0, 24.0, 28.0, 16.0],
+                    [18.0, 40.0, 44.0, 24.0],
+                    [13.0, 28.0, 30.0, 16.0],
+                ]
+            ]
+        ],
+    )
+
+
+def test_instance_norm():
+    for affine in (False, True):
+        case = MODULE_CASES[f"instance_norm_forward_affine_{str(affine).lower()}"]
+        out = rg.nn.InstanceNorm1d(6, affine=affine)(t(case["input"]))
+        # Burn's default tolerance (relative 0.5%): its values are 4-5 digit roundings
+        np.testing.assert_allclose(out.numpy(), case["expected"], rtol=5e-3, atol=1e-4)
+
+
+# local_response.rs: (size, alpha, beta, k) of each case; Burn's tolerance rel 5e-3, abs 1e-4
+LRN_PARAMS = {
+    "forward_default_params": (5, 1e-4, 0.75, 1.0),
+    "forward_custom_params": (3, 0.001, 0.5, 2.0),
+    "forward_even_size": (2, 1e-4, 0.75, 1.0),
+    "forward_3d": (3, 1e-4, 0.75, 1.0),
+    "forward_5d": (3, 1e-4, 0.75, 1.0),
+    "forward_size_1": (1, 1e-4, 0.75, 1.0),
+    "forward_c_less_than_size": (5, 1e-4, 0.75, 1.0),
+    "forward_multi_batch": (5, 1e-4, 0.75, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(LRN_PARAMS))
+def test_local_response_norm(name):
+    case = MODULE_CASES[f"lrn_{name}"]
+    size, alpha, beta, k = LRN_PARAMS[name]
+    out = rg.nn.LocalResponseNorm(size, alpha=alpha, beta=beta, k=k)(t(case["input"]))
+    expected = case.get("expected", case.get("expected_full"))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=5e-3, atol=1e-4)
+
+
+def test_local_response_norm_even_size_window():
+    # Burn's window for an even size reaches up ([c, c + 1]: [0.4, 0.2, 0.5]); torch's, which
+    # nn.LocalResponseNorm follows, reaches down ([c - 1, c]), so this asserts torch's values
+    out = rg.nn.LocalResponseNorm(2, alpha=1.0, beta=1.0, k=0.0)(t([[[1.0], [2.0], [4.0]]]))
+    approx(out, [[[2.0], [0.8], [0.4]]])
+
+
+def test_local_response_norm_backward():
+    case = MODULE_CASES["lrn_backward"]
+    x = t(case["input"]).require_grad()
+    grads = rg.nn.LocalResponseNorm(5)(x).sum().backward()
+    assert x.grad(grads).shape == (1, 3, 4, 4)
+    np.testing.assert_allclose(x.grad(grads).numpy(), case["expected_grad"], rtol=5e-3, atol=1e-4)
+
+
+# ---- rnn/gru.rs, rnn/lstm/lstm_module.rs, rnn/lstm/bilstm_module.rs: Burn's gate controllers
+# hold [in, out] weights per gate; torch stacks their transposes in its gate order ------------
+
+
+def load_gates(module, gates, order, directions=("forward", "reverse")):
+    def stack(chosen, key, transpose):
+        parts = [np.asarray(g[key], dtype=np.float32) for g in chosen]
+        return np.concatenate([p.T for p in parts] if transpose else parts)
+
+    state = {}
+    for direction, suffix in zip(directions, ("", "_reverse"), strict=False):
+        chosen = [gates[f"{direction}.{name}"] for name in order]
+        state[f"weight_ih_l0{suffix}"] = stack(chosen, "input_weight", True)
+        state[f"weight_hh_l0{suffix}"] = stack(chosen, "hidden_weight", True)
+        state[f"bias_ih_l0{suffix}"] = stack(chosen, "input_bias", False)
+        state[f"bias_hh_l0{suffix}"] = stack(chosen, "hidden_bias", False)
+    module.load_state_dict(state)
+
+
+def scalar_gates(values, order):
+    return {
+        f"forward.{name}": {
+            "input_weight": [[values[name]]],
+            "input_bias": [0.0],
+            "hidden_weight": [[values[name]]],
+            "hidden_bias": [0.0],
+        }
+        for name in order
+    }
+
+
+def test_lstm_single_input_single_feature():
+    order = ("input_gate", "forget_gate", "cell_gate", "output_gate")  # torch's i, f, g, o
+    lstm = rg.nn.LSTM(1, 1, batch_first=True)
+    values = {"input_gate": 0.5, "forget_gate": 0.7, "cell_gate": 0.9, "output_gate": 1.1}
+    load_gates(lstm, scalar_gates(values, order), order, ("forward",))
+    output, (h, c) = lstm(t([[[0.1]]]))
+    approx(c[0], [[0.046]], tol=1e-3)  # Burn writes 0.046 (0.04575243)
+    approx(h[0], [[0.0242]], tol=1e-4)
+    approx(output[:, 0], h[0].numpy())
+
+
+def test_gru_single_input_and_sequence():
+    order = ("reset_gate", "update_gate", "new_gate")  # torch's r, z, n
+    gru = rg.nn.GRU(1, 1, batch_first=True)
+    load_gates(
+        gru,
+        scalar_gates({"update_gate": 0.5, "reset_gate": 0.6, "new_gate": 0.7}, order),
+        order,
+        ("forward",),
+    )
+    output, _ = gru(t([[[0.1]]]))
+    approx(output[0], [[0.034]], tol=1e-3)
+    output, h = gru(t([[[0.1], [0.2], [0.3]]]))
+    approx(output[0], [[0.0341], [0.0894], [0.1575]])
+    approx(h[0], [[0.1575]])
+
+
+def test_rnn_batched_shapes_and_backward():
+    rg.seed(0)
+    lstm = rg.nn.LSTM(16, 32, batch_first=True)
+    output, (h, c) = lstm(rg.random((8, 10, 16)))
+    assert output.shape == (8, 10, 32) and h.shape == (1, 8, 32) and c.shape == (1, 8, 32)
+    grads = output.sum().backward()
+    hidden = lstm.weight_hh_l0.grad(grads).numpy()
+    assert np.any(hidden[3 * 32 :] != 0.0)  # the output gate's rows
+    gru = rg.nn.GRU(16, 32, batch_first=True, bidirectional=True)
+    output, h = gru(rg.random((8, 10, 16)))
+    assert output.shape == (8, 10, 64) and h.shape == (2, 8, 32)
+    output, h = gru(rg.random((4, 5, 16)), rg.random((2, 4, 32)))
+    assert output.shape == (4, 5, 64) and h.shape == (2, 4, 32)
+    seq_first = rg.nn.GRU(16, 32, bidirectional=True)
+    output, h = seq_first(rg.random((5, 4, 16)))
+    assert output.shape == (5, 4, 64) and h.shape == (2, 4, 32)
+
+
+def test_bigru_against_pytorch():
+    case = MODULE_CASES["bigru"]
+    gru = rg.nn.GRU(2, 3, batch_first=True, bidirectional=True)
+    load_gates(gru, case["gates"], ("reset_gate", "update_gate", "new_gate"))
+    output, h = gru(t(case["input"]), t(case["h0"]))
+    approx(output, case["expected_output_with_init"], tol=2e-4)
+    approx(h, case["expected_hn_with_init"], tol=2e-4)
+    output, h = gru(t(case["input"]))
+    approx(output, case["expected_output_without_init"], tol=2e-4)
+    approx(h, case["expected_hn_without_init"], tol=2e-4)
+
+
+def test_bilstm_against_pytorch():
+    case = MODULE_CASES["bilstm"]
+    lstm = rg.nn.LSTM(2, 3, batch_first=True, bidirectional=True)
+    load_gates(lstm, case["gates"], ("input_gate", "forget_gate", "cell_gate", "output_gate"))
+    output, (h, c) = lstm(t(case["input"]), (t(case["h0"]), t(case["c0"])))
+    approx(output, case["expected_output_with_init_state"])
+    approx(h, case["expected_hn_with_init_state"])
+    approx(c, case["expected_cn_with_init_state"])
+    output, (h, c) = lstm(t(case["input"]))
+    approx(output, case["expected_output_without_init_state"])
+    approx(h, case["expected_hn_without_init_state"])
+    approx(c, case["expected_cn_without_init_state"])
+
+
+# ---- attention/mha.rs: Burn's MultiHeadAttention is torch's batch_first MultiheadAttention
+# (dropout inactive, as on Burn's inference device); mask_pad is key_padding_mask, mask_attn
+# the boolean attn_mask (true = masked); the cache's incremental decoding is attention of each
+# prefix's last query over the prefix ------------------------------------------------------------
+
+
+def mha(d_model, n_heads, **kw):
+    return rg.nn.MultiheadAttention(d_model, n_heads, batch_first=True, **kw).eval()
+
+
+def test_mha_bias_and_shapes():
+    with_bias, without = mha(32, 4), mha(32, 4, bias=False)
+    assert with_bias.in_proj_bias is not None and with_bias.out_proj.bias is not None
+    assert without.in_proj_bias is None and without.out_proj.bias is None
+    rg.seed(0)
+    x = rg.random((7, 13, 32))
+    context, weights = with_bias(x, x, x, average_attn_weights=False)
+    assert context.shape == (7, 13, 32) and weights.shape == (7, 4, 13, 13)
+    kv = rg.random((7, 15, 32))
+    context, weights = with_bias(x, kv, kv, average_attn_weights=False)
+    assert context.shape == (7, 13, 32) and weights.shape == (7, 4, 13, 15)
+
+
+def test_mha_mask_pad():
+    batch, seq, d_model, n_heads, padded = 3, 6, 32, 2, 2
+    rg.seed(0)
+    attention = mha(d_model, n_heads)
+    mask = rg.tensor(np.arange(seq)[None, :].repeat(batch, 0) >= seq - padded)
+    x1 = rg.random((batch, seq, d_model))
+    x2 = x1.slice_assign([(0, batch), (seq - padded, seq)], rg.random((batch, padded, d_model)))
+    out1, _ = attention(x1, x1, x1, key_padding_mask=mask)
+    out2, _ = attention(x2, x2, x2, key_padding_mask=mask)
+    approx(out1[:, : seq - padded], out2[:, : seq - padded].numpy(), tol=1e-5)
+    assert not np.allclose(out1[:, seq - padded :].numpy(), out2[:, seq - padded :].numpy())
+
+
+def test_mha_autoregressive_mask_matches_incremental_decoding():
+    batch, seq, d_model, n_heads = 3, 4, 12, 2
+    rg.seed(0)
+    attention = mha(d_model, n_heads)
+    x = rg.random((batch, seq, d_model))
+    causal = rg.tensor(np.triu(np.ones((seq, seq), dtype=bool), 1))
+    full, _ = attention(x, x, x, attn_mask=causal)
+    steps = [attention(x[:, i - 1 : i], x[:, :i], x[:, :i])[0] for i in range(1, seq + 1)]
+    approx(full, rg.cat(steps, 1).numpy(), tol=1e-5)
