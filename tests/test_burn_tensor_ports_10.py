@@ -890,3 +890,138 @@ def test_mha_autoregressive_mask_matches_incremental_decoding():
     full, _ = attention(x, x, x, attn_mask=causal)
     steps = [attention(x[:, i - 1 : i], x[:, :i], x[:, :i])[0] for i in range(1, seq + 1)]
     approx(full, rg.cat(steps, 1).numpy(), tol=1e-5)
+
+
+# ---- conv/conv{1,2,3}d.rs, conv/conv_transpose{1,2,3}d.rs: torch's modules; Burn's
+# PaddingConfig::Same is padding="same" (an even kernel pads one more at the end, as torch does;
+# Burn's Conv3d rejects it, torch's and retrograd's accept it), Burn's asymmetric
+# Explicit(top, left, bottom, right) padding is F.pad before a padding-free conv -------------------
+
+
+def constant_conv(module):
+    for p in module.parameters():
+        rg.nn.init.constant_(p, 1.0)
+    return module
+
+
+def test_conv_initializer_bounds():
+    rg.seed(0)
+    cases = [
+        (rg.nn.Conv1d(5, 1, 5), 5 * 5),
+        (rg.nn.Conv2d(5, 1, (5, 5)), 5 * 5 * 5),
+        (rg.nn.Conv3d(5, 1, (5, 5, 5)), 5 * 5 * 5 * 5),
+        (rg.nn.ConvTranspose1d(5, 1, 5), 1 * 5),
+        (rg.nn.ConvTranspose2d(5, 1, (5, 5)), 1 * 5 * 5),
+    ]
+    for conv, fan_in in cases:
+        k = (1.0 / fan_in) ** 0.5
+        assert np.all(np.abs(conv.weight.numpy()) <= k), type(conv).__name__
+        rg.nn.init.zeros_(conv.weight)
+        np.testing.assert_array_equal(conv.weight.numpy(), 0.0)
+    grouped = rg.nn.Conv2d(4, 4, (1, 1), groups=4)
+    assert grouped.weight.shape == (4, 1, 1, 1)
+
+
+def test_conv_same_padding_with_even_kernel():
+    out = constant_conv(rg.nn.Conv2d(4, 4, (2, 2), padding="same", bias=False))(
+        rg.ones((1, 4, 5, 5))
+    )
+    assert out.shape == (1, 4, 5, 5)
+    # the extra pad goes after: the last row and column see half the window
+    expected = np.full((5, 5), 16.0)
+    expected[-1, :] = expected[:, -1] = 8.0
+    expected[-1, -1] = 4.0
+    np.testing.assert_array_equal(out[0, 0].numpy(), expected)
+    out = constant_conv(rg.nn.Conv1d(4, 4, 2, padding="same", bias=False))(rg.ones((1, 4, 5)))
+    np.testing.assert_array_equal(out[0].numpy(), [[8.0, 8.0, 8.0, 8.0, 4.0]] * 4)
+    out = constant_conv(rg.nn.Conv3d(4, 4, (2, 2, 2), padding="same", bias=False))(
+        rg.ones((1, 4, 3, 3, 3))
+    )
+    assert out.shape == (1, 4, 3, 3, 3)
+    assert out[0, 0, 0, 0, 0].item() == 32.0 and out[0, 0, 2, 2, 2].item() == 4.0
+
+
+def test_conv_asymmetric_and_symmetric_explicit_padding():
+    conv = constant_conv(rg.nn.Conv2d(2, 3, (3, 3), bias=False))
+    x = rg.ones((1, 2, 4, 5))
+    assert conv(F.pad(x, (2, 4, 1, 3))).shape == (1, 3, 6, 9)  # top 1, left 2, bottom 3, right 4
+    symmetric = constant_conv(rg.nn.Conv2d(2, 3, (3, 3), padding=2, bias=False))
+    assert symmetric(x).shape == (1, 3, 6, 7)
+    np.testing.assert_array_equal(symmetric(x).numpy(), conv(F.pad(x, (2, 2, 2, 2))).numpy())
+    conv1 = constant_conv(rg.nn.Conv1d(2, 3, 3, bias=False))
+    assert conv1(F.pad(rg.ones((1, 2, 5)), (1, 2))).shape == (1, 3, 6)
+
+
+def test_conv_errors():
+    # Burn: "Both channels must be divisible by the number of groups."
+    with pytest.raises(ValueError, match="groups"):
+        rg.nn.Conv2d(1, 4, (1, 1), groups=4)
+    # Burn: "Number of channels in input tensor and input channels of convolution must be equal"
+    for conv, shape in (
+        (rg.nn.Conv1d(5, 3, 3), (1, 4, 10)),
+        (rg.nn.Conv2d(5, 3, (3, 3)), (1, 4, 10, 10)),
+        (rg.nn.Conv3d(5, 3, (3, 3, 3)), (1, 4, 10, 10, 10)),
+        (rg.nn.ConvTranspose1d(5, 3, 3), (1, 4, 10)),
+        (rg.nn.ConvTranspose2d(5, 3, (3, 3)), (1, 4, 10, 10)),
+    ):
+        with pytest.raises(rg.ShapeError, match="4"):
+            conv(rg.zeros(shape))
+
+
+# ---- interpolate/interpolate{1,2}d.rs: Burn's Interpolate modules are torch's nn.Upsample -------
+
+
+def test_interpolate_modules_output_sizes():
+    rg.seed(0)
+    x1, x2 = rg.random((2, 3, 4)), rg.random((2, 3, 4, 4))
+    assert rg.nn.Upsample(size=8)(x1).shape == (2, 3, 8)
+    assert rg.nn.Upsample(scale_factor=0.5)(x1).shape == (2, 3, 2)
+    assert rg.nn.Upsample(scale_factor=1.5)(x1).shape == (2, 3, 6)
+    assert rg.nn.Upsample(size=6, mode="linear")(x1).shape == (2, 3, 6)
+    assert rg.nn.Upsample(size=(8, 8))(x2).shape == (2, 3, 8, 8)
+    assert rg.nn.Upsample(scale_factor=(0.5, 0.5))(x2).shape == (2, 3, 2, 2)
+    assert rg.nn.Upsample(scale_factor=(2.0, 1.5))(x2).shape == (2, 3, 8, 6)
+    assert rg.nn.Upsample(size=(6, 6), mode="bilinear")(x2).shape == (2, 3, 6, 6)
+    # Burn: "Either output_size or scale_factor must be provided"
+    with pytest.raises(ValueError, match=r"size|scale_factor"):
+        F.interpolate(x2)
+
+
+# ---- transformer/encoder.rs, transformer/decoder.rs: the causal forward equals decoding one
+# position at a time (Burn's autoregressive cache; here each prefix, causally masked) ------------
+
+
+def causal_mask(n):
+    return rg.nn.Transformer.generate_square_subsequent_mask(n)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder_autoregressive(norm_first):
+    batch, seq, d_model, d_ff, n_heads, layers = 3, 4, 12, 24, 2, 3
+    rg.seed(0)
+    layer = rg.nn.TransformerEncoderLayer(
+        d_model, n_heads, d_ff, batch_first=True, norm_first=norm_first
+    )
+    encoder = rg.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    x = rg.random((batch, seq, d_model))
+    full = encoder(x, mask=causal_mask(seq))
+    steps = [encoder(x[:, :i], mask=causal_mask(i))[:, i - 1 : i] for i in range(1, seq + 1)]
+    np.testing.assert_allclose(full.numpy(), rg.cat(steps, 1).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_decoder_autoregressive(norm_first):
+    batch, seq, d_model, d_ff, n_heads, layers = 3, 4, 12, 24, 2, 3
+    rg.seed(0)
+    layer = rg.nn.TransformerDecoderLayer(
+        d_model, n_heads, d_ff, batch_first=True, norm_first=norm_first
+    )
+    decoder = rg.nn.TransformerDecoder(layer, layers).eval()
+    memory = rg.arange(0, batch * seq * d_model).float().reshape((batch, seq, d_model))
+    target = memory
+    full = decoder(target, memory, tgt_mask=causal_mask(seq))
+    steps = [
+        decoder(target[:, :i], memory, tgt_mask=causal_mask(i))[:, i - 1 : i]
+        for i in range(1, seq + 1)
+    ]
+    np.testing.assert_allclose(full.numpy(), rg.cat(steps, 1).numpy(), rtol=5e-3, atol=1e-4)
