@@ -802,21 +802,24 @@ def test_gru_single_input_and_sequence():
 
 
 def test_rnn_batched_shapes_and_backward():
+    """Burn's batched shape tests (smaller sizes) and the LSTM's test_batched_backward_pass."""
     rg.seed(0)
-    lstm = rg.nn.LSTM(16, 32, batch_first=True)
-    output, (h, c) = lstm(rg.random((8, 10, 16)))
-    assert output.shape == (8, 10, 32) and h.shape == (1, 8, 32) and c.shape == (1, 8, 32)
+    lstm = rg.nn.LSTM(8, 12, batch_first=True)
+    output, (h, c) = lstm(rg.random((4, 5, 8)))
+    assert output.shape == (4, 5, 12) and h.shape == (1, 4, 12) and c.shape == (1, 4, 12)
     grads = output.sum().backward()
     hidden = lstm.weight_hh_l0.grad(grads).numpy()
-    assert np.any(hidden[3 * 32 :] != 0.0)  # the output gate's rows
-    gru = rg.nn.GRU(16, 32, batch_first=True, bidirectional=True)
-    output, h = gru(rg.random((8, 10, 16)))
-    assert output.shape == (8, 10, 64) and h.shape == (2, 8, 32)
-    output, h = gru(rg.random((4, 5, 16)), rg.random((2, 4, 32)))
-    assert output.shape == (4, 5, 64) and h.shape == (2, 4, 32)
-    seq_first = rg.nn.GRU(16, 32, bidirectional=True)
-    output, h = seq_first(rg.random((5, 4, 16)))
-    assert output.shape == (5, 4, 64) and h.shape == (2, 4, 32)
+    assert np.any(hidden[3 * 12 :] != 0.0)  # the output gate's rows
+    output, (h, c) = lstm(rg.random((1, 2, 8)))
+    assert output.shape == (1, 2, 12) and h.shape == (1, 1, 12)
+    gru = rg.nn.GRU(8, 12, batch_first=True, bidirectional=True)
+    output, h = gru(rg.random((4, 5, 8)))
+    assert output.shape == (4, 5, 24) and h.shape == (2, 4, 12)
+    output, h = gru(rg.random((3, 5, 8)), rg.random((2, 3, 12)))
+    assert output.shape == (3, 5, 24) and h.shape == (2, 3, 12)
+    seq_first = rg.nn.GRU(8, 12, bidirectional=True)
+    output, h = seq_first(rg.random((5, 3, 8)))
+    assert output.shape == (5, 3, 24) and h.shape == (2, 3, 12)
 
 
 def test_bigru_against_pytorch():
