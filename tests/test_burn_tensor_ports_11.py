@@ -1,6 +1,6 @@
 """burn-optim's tests (``crates/burn-optim/src``, tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747): the optimizers (adam.rs, adamw.rs, rmsprop.rs,
-adagrad.rs, sgd.rs), gradient clipping (grad_clipping/base.rs), gradient accumulation
+adagrad.rs, sgd.rs, lbfgs.rs), gradient clipping (grad_clipping/base.rs), gradient accumulation
 (optim/grad_accum.rs) and the learning-rate schedulers (lr_scheduler/{cosine, exponential,
 linear, step, noam}.rs), through ``rg.optim``'s torch forms (API.md sections 8 and 10), under
 every checkpointing strategy on the chosen inner backend. burn_optim_cases.json holds the
@@ -25,7 +25,10 @@ learning rates outside ``(0, 1]`` or a gamma outside ``(0, 1]`` (Burn's config e
 ``SequentialLrScheduler`` of schedulers with different initial rates has no torch form
 (``SequentialLR`` shares one optimizer's rate) and Burn's ``i32::MAX`` step limit,
 ``ModuleLrScheduler`` groups by module path, Muon, Adan, LoRA and the record-format tests are
-Burn-only; the cautious AdamW variant has no torch form.
+Burn-only; the cautious AdamW variant has no torch form; Burn's LBFGS ``step`` returns the loss
+at the new parameters, torch's the closure's first loss, so the final loss is re-evaluated;
+Burn's ``cubic_interpolate``/``strong_wolfe`` unit tests are of private helpers; torch's Muon
+orthogonalizes in bfloat16 and retrograd has no ``Muon``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 from test_burn_tensor_ports import approx
 
@@ -419,3 +423,53 @@ def test_cosine_annealing_lr_closed_form():
     lrs = lr_sequence(cosine(1.0, 9), 10)
     expected = [0.5 * (1 + math.cos(math.pi * t / 9)) for t in range(10)]
     np.testing.assert_allclose(lrs, expected, rtol=0, atol=1e-10)
+
+
+# ---- optim/lbfgs.rs: Burn's LBFGS against PyTorch's numbers (its step returns the loss at the
+# new parameters; torch's, and retrograd's, the loss of the closure's first evaluation) ---------
+
+LBFGS_X = [[1.0], [2.0], [3.0]]
+LBFGS_Y = [[3.0], [5.0], [7.0]]
+
+
+def lbfgs_problem(line_search_fn):
+    layer = rg.nn.Linear(1, 1)
+    layer.load_state_dict({"weight": np.float32([[0.5]]), "bias": np.float32([0.1])})
+    optimizer = rg.optim.LBFGS(layer.parameters(), lr=0.001, line_search_fn=line_search_fn)
+
+    def closure():
+        loss = F.mse_loss(layer(rg.tensor(LBFGS_X)), rg.tensor(LBFGS_Y), reduction="sum")
+        return loss, loss.backward()
+
+    return layer, optimizer, closure
+
+
+@pytest.mark.parametrize(
+    ("line_search_fn", "final_loss", "weight", "bias"),
+    [
+        ("strong_wolfe", 0.0234732367, 2.0570652485, 0.8106800914),
+        (None, 48.2181930542, 0.5302446192, 0.1142520783),
+    ],
+)
+def test_lbfgs_comparison(line_search_fn, final_loss, weight, bias):
+    layer, optimizer, closure = lbfgs_problem(line_search_fn)
+    initial = optimizer.step(closure)
+    np.testing.assert_allclose(float(initial), 50.1300048828, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(closure()[0].item(), final_loss, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(layer.weight.item(), weight, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(layer.bias.item(), bias, rtol=0, atol=1e-5)
+
+
+def test_lbfgs_state_round_trip():
+    """lbfgs.rs test_lbfgs_burnpack_round_trip: the history comes back, so a further step on
+    a reloaded optimizer agrees with one on the original."""
+    layer, optimizer, closure = lbfgs_problem("strong_wolfe")
+    optimizer.step(closure)
+    saved = optimizer.state_dict()
+    twin, reloaded, twin_closure = lbfgs_problem("strong_wolfe")
+    twin.load_state_dict(layer.state_dict())
+    reloaded.load_state_dict(saved)
+    optimizer.step(closure)
+    reloaded.step(twin_closure)
+    np.testing.assert_allclose(twin_closure()[0].item(), closure()[0].item(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(twin.weight.numpy(), layer.weight.numpy(), rtol=0, atol=1e-6)
