@@ -1,7 +1,8 @@
 """burn-nn's loss, activation and module tests (``crates/burn-nn/src/loss``,
 ``crates/burn-nn/src/activation`` and ``crates/burn-nn/src/modules``: linear, embedding,
 dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
-norm/local_response, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha; tracel-ai/burn at
+norm/local_response, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv, interpolate,
+transformer; and burn-core's ``module/initializer.rs``; tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
 cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
 ``rg.nn.functional``'s and ``rg.nn``'s torch forms (API.md section 10), under every
@@ -180,6 +181,19 @@ def test_kl_div_loss_backward():
     predict = t([[-1.0, -0.5]]).require_grad()
     grads = F.kl_div(predict, t([[0.4, 0.6]]), reduction="sum").backward()
     approx(predict.grad(grads), [[-0.4, -0.6]])
+
+
+def test_kl_div_zero_and_negative_targets():
+    """Not in kldiv.rs: torch's pointwise loss is ``xlogy(target, target) - target * input``,
+    so a zero target adds 0 and a negative one (no probability) gives NaN; retrograd used to
+    read a negative target's log as 0 and return a finite, wrong loss."""
+    predict = t([-1.0, -2.0, -0.5]).require_grad()
+    out = F.kl_div(predict, t([-0.1, 0.5, 0.0]), reduction="none")
+    values = out.numpy()
+    assert np.isnan(values[0])
+    approx(values[1:], [0.5 * (math.log(0.5) + 2.0), 0.0])
+    grads = out[1:].sum().backward()
+    approx(predict.grad(grads), [0.0, -0.5, 0.0])  # d/d input = -target
 
 
 # ---- loss/cosine_embedding.rs ----------------------------------------------------------------
@@ -1028,3 +1042,64 @@ def test_transformer_decoder_autoregressive(norm_first):
         for i in range(1, seq + 1)
     ]
     np.testing.assert_allclose(full.numpy(), rg.cat(steps, 1).numpy(), rtol=5e-3, atol=1e-4)
+
+
+# ---- burn-core's module/initializer.rs: Burn's Initializer variants are torch's nn.init
+# functions (a Burn gain is torch's gain= for xavier; kaiming's comes from its nonlinearity) -----
+
+
+def param(*shape):
+    return rg.nn.Parameter(rg.zeros(shape))
+
+
+def assert_normal_init(expected_mean, expected_var, tensor):
+    """Burn's assert_normal_init: per-column mean and (unbiased) variance within 0.1."""
+    values = tensor.numpy().astype(np.float64)
+    assert np.all(np.abs(values.var(0, ddof=1) - expected_var) <= 0.1)
+    assert np.all(np.abs(values.mean(0) - expected_mean) <= 0.1)
+
+
+def test_initializer_uniform_normal_constant():
+    rg.seed(0)
+    p = rg.nn.init.uniform_(param(2, 2, 2, 2), 0.0, 1.0)
+    assert np.all((p.numpy() >= 0.0) & (p.numpy() < 1.0))
+    p = rg.nn.init.normal_(param(10000), 0.0, 1.0)
+    assert 0.9 <= p.numpy().var(ddof=1) <= 1.1 and -0.1 <= p.numpy().mean() <= 0.1
+    assert rg.nn.init.constant_(param(2, 2, 2, 2), 5.0).sum().item() == 80.0
+    assert rg.nn.init.zeros_(param(2, 2, 2, 2)).sum().item() == 0.0
+    assert rg.nn.init.ones_(param(2, 2, 2, 2)).sum().item() == 16.0
+
+
+def test_initializer_kaiming():
+    rg.seed(0)
+    fan_in, fan_out = 5, 6
+    gain = 2.0**0.5  # torch's gain for relu
+    p = rg.nn.init.kaiming_uniform_(param(fan_out, fan_in), nonlinearity="relu")
+    assert np.all(np.abs(p.numpy()) <= gain * (3.0 / fan_in) ** 0.5)
+    p = rg.nn.init.kaiming_uniform_(param(fan_out, fan_in), mode="fan_out", nonlinearity="relu")
+    assert np.all(np.abs(p.numpy()) <= gain * (3.0 / fan_out) ** 0.5)
+    p = rg.nn.init.kaiming_normal_(param(10, 1000), nonlinearity="relu")
+    assert_normal_init(0.0, gain**2 / 1000, p.transpose(0, 1))
+    with pytest.raises(rg.ShapeError):  # Burn: no fan for a [] or 1-d tensor
+        rg.nn.init.kaiming_uniform_(param(3))
+
+
+def test_initializer_xavier():
+    rg.seed(0)
+    fan_in, fan_out, gain = 5, 6, 2.0
+    p = rg.nn.init.xavier_uniform_(param(fan_out, fan_in), gain=gain)
+    assert np.all(np.abs(p.numpy()) <= gain * (6.0 / (fan_in + fan_out)) ** 0.5)
+    p = rg.nn.init.xavier_normal_(param(10, 1000), gain=gain)
+    assert_normal_init(0.0, gain**2 * 2.0 / 1010, p.transpose(0, 1))
+    with pytest.raises(rg.ShapeError):
+        rg.nn.init.xavier_uniform_(param(3))
+
+
+def test_initializer_orthogonal():
+    rg.seed(0)
+    q = rg.nn.init.orthogonal_(param(10, 10), gain=1.0)
+    np.testing.assert_allclose((q.transpose(0, 1) @ q).numpy(), np.eye(10), rtol=0.1, atol=0.1)
+    assert rg.nn.init.orthogonal_(param(25, 30)).shape == (25, 30)
+    assert rg.nn.init.orthogonal_(param(24, 6, 85)).shape == (24, 6, 85)
+    with pytest.raises(rg.ShapeError):
+        rg.nn.init.orthogonal_(param(3))
