@@ -1,8 +1,10 @@
 """burn-optim's tests (``crates/burn-optim/src``, tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747): the optimizers (adam.rs, adamw.rs, rmsprop.rs,
 adagrad.rs, sgd.rs, lbfgs.rs), gradient clipping (grad_clipping/base.rs), gradient accumulation
-(optim/grad_accum.rs) and the learning-rate schedulers (lr_scheduler/{cosine, exponential,
-linear, step, noam}.rs), through ``rg.optim``'s torch forms (API.md sections 8 and 10), under
+(optim/grad_accum.rs), the learning-rate schedulers (lr_scheduler/{cosine, exponential,
+linear, step, noam}.rs), and burn-core's data loader tests
+(``crates/burn-core/src/data/dataloader/{batch,multithread}.rs``), through ``rg.optim``'s and
+``rg.utils.data``'s torch forms (API.md sections 8 and 10), under
 every checkpointing strategy on the chosen inner backend. burn_optim_cases.json holds the
 optimizer cases' layers, inputs and expected parameters as Burn's test source writes them.
 
@@ -43,6 +45,7 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
+from retrograd.utils.data import DataLoader, Dataset, Subset
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 from test_burn_tensor_ports import approx
 
@@ -473,3 +476,66 @@ def test_lbfgs_state_round_trip():
     reloaded.step(twin_closure)
     np.testing.assert_allclose(twin_closure()[0].item(), closure()[0].item(), rtol=0, atol=1e-6)
     np.testing.assert_allclose(twin.weight.numpy(), layer.weight.numpy(), rtol=0, atol=1e-6)
+
+
+# ---- burn-core's data/dataloader/{batch,multithread}.rs: Burn's BatchDataLoader with
+# FixBatchStrategy(n) is torch's DataLoader(batch_size=n) (its TestBatcher is collate_fn=list),
+# the MultiThreadDataLoader is num_workers=k, a dataloader slice is a Subset --------------------
+
+ITEMS = [f"item {i}" for i in range(27)]
+
+
+def loader(items, batch_size=5, **kw):
+    return DataLoader(items, batch_size=batch_size, collate_fn=list, **kw)
+
+
+def flatten(batches):
+    return [item for batch in batches for item in batch]
+
+
+@pytest.mark.parametrize("workers", [0, 4])
+def test_dataloader_covers_the_dataset(workers):
+    assert set(flatten(loader(ITEMS, num_workers=workers))) == set(ITEMS)
+    assert [len(b) for b in loader(ITEMS, num_workers=workers)] == [5, 5, 5, 5, 5, 2]
+    assert [len(b) for b in loader(ITEMS[:25], num_workers=workers)] == [5] * 5
+    assert list(loader([], num_workers=workers)) == []
+    assert flatten(loader(ITEMS, num_workers=workers)) == ITEMS  # in order, as Burn's
+
+
+def test_dataloader_slice():
+    assert set(flatten(loader(Subset(ITEMS, range(5, 15))))) == set(ITEMS[5:15])
+
+
+def test_multi_thread_dataloader_epochs_and_early_drop():
+    data = loader(ITEMS, num_workers=4)
+    iterator = iter(data)
+    next(iterator)
+    del iterator  # an epoch dropped early leaves the loader usable
+    for _ in range(3):
+        assert set(flatten(data)) == set(ITEMS)
+
+
+def test_multi_thread_dataloader_shuffle():
+    items = [0] * 100 + [1] * 100
+    assert all(len(set(b)) == 1 for b in loader(items, batch_size=10, num_workers=2))
+    generator = rg.Generator().manual_seed(42)
+    shuffled = loader(items, batch_size=10, num_workers=2, shuffle=True, generator=generator)
+    batches = list(shuffled)
+    assert sorted(flatten(batches)) == items
+    assert all(len(set(b)) == 2 for b in batches)
+
+
+class FlakyDataset(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, index):
+        if index == 20:
+            raise RuntimeError("flaky item 20")
+        return index
+
+
+def test_multi_thread_dataloader_propagates_worker_error_instead_of_hanging():
+    with pytest.raises(RuntimeError, match="flaky item 20"):
+        for _ in DataLoader(FlakyDataset(), batch_size=1, num_workers=4, collate_fn=list):
+            pass
