@@ -1,7 +1,8 @@
 """burn-nn's loss, activation and module tests (``crates/burn-nn/src/loss``,
 ``crates/burn-nn/src/activation`` and ``crates/burn-nn/src/modules``: linear, embedding,
 dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
-norm/local_response, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv, interpolate,
+norm/local_response, rnn/basic, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv,
+interpolate,
 transformer; and burn-core's ``module/initializer.rs``; tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
 cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
@@ -1103,3 +1104,24 @@ def test_initializer_orthogonal():
     assert rg.nn.init.orthogonal_(param(24, 6, 85)).shape == (24, 6, 85)
     with pytest.raises(rg.ShapeError):
         rg.nn.init.orthogonal_(param(3))
+
+
+def test_rnn_single_input_single_feature():
+    """rnn/basic.rs: h = tanh(0.5 * 0.1 + 0.5 * 0) = 0.04995."""
+    rnn = rg.nn.RNN(1, 1, batch_first=True)
+    load_gates(rnn, scalar_gates({"gate": 0.5}, ("gate",)), ("gate",), ("forward",))
+    output, h = rnn(t([[[0.1]]]))
+    approx(h[0], [[0.04995]])
+    approx(output[:, 0], h[0].numpy())
+
+
+def test_birnn_against_pytorch():
+    case = MODULE_CASES["birnn"]
+    rnn = rg.nn.RNN(2, 3, batch_first=True, bidirectional=True)
+    load_gates(rnn, case["gates"], ("gate",))
+    output, h = rnn(t(case["input"]), t(case["h0"]))
+    approx(output, case["expected_output_with_init_state"])
+    approx(h, case["expected_hn_with_init_state"])
+    output, h = rnn(t(case["input"]))
+    approx(output, case["expected_output_without_init_state"])
+    approx(h, case["expected_hn_without_init_state"])
