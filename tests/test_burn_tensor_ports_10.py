@@ -2,7 +2,8 @@
 ``crates/burn-nn/src/activation`` and ``crates/burn-nn/src/modules``: linear, embedding,
 dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
 norm/local_response, rnn/basic, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv,
-interpolate, transformer; and burn-core's ``module/initializer.rs``; tracel-ai/burn at
+interpolate, transformer; burn-core's ``module/initializer.rs``; and the tensor tests the
+earlier batches left: ``tri_mask.rs``, ``tanh_activation.rs``, ``cartesian_grid.rs``; tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
 cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
 ``rg.nn.functional``'s and ``rg.nn``'s torch forms (API.md section 10), under every
@@ -1124,3 +1125,62 @@ def test_birnn_against_pytorch():
     output, h = rnn(t(case["input"]))
     approx(output, case["expected_output_without_init_state"])
     approx(h, case["expected_hn_without_init_state"])
+
+
+# ---- the tensor tests the earlier batches left (crates/burn-backend-tests/tests/tensor):
+# bool/ops/tri_mask.rs (Burn's masks are true where a value is masked out: the complement of
+# torch's triu/tril of ones), float/activation/tanh_activation.rs, int/ops/cartesian_grid.rs
+# (torch's stacked ij meshgrid of aranges) -------------------------------------------------------
+
+
+def ones_bool(shape):
+    return rg.ones(shape, dtype="bool")
+
+
+def triu_mask(shape, k):
+    return ~ones_bool(shape).triu(k)
+
+
+def tril_mask(shape, k):
+    return ~ones_bool(shape).tril(k)
+
+
+def diag_mask(shape, k):
+    band = ones_bool(shape).triu(k) & ones_bool(shape).tril(k)
+    return ~band
+
+
+T, FF = True, False
+
+
+def test_tri_masks():
+    cases = [
+        (diag_mask, (3, 3), 0, [[FF, T, T], [T, FF, T], [T, T, FF]]),
+        (diag_mask, (3, 3), 1, [[T, FF, T], [T, T, FF], [T, T, T]]),
+        (triu_mask, (3, 3), 0, [[FF, FF, FF], [T, FF, FF], [T, T, FF]]),
+        (triu_mask, (3, 3), 1, [[T, FF, FF], [T, T, FF], [T, T, T]]),
+        (tril_mask, (3, 3), 0, [[FF, T, T], [FF, FF, T], [FF, FF, FF]]),
+        (tril_mask, (3, 3), -1, [[T, T, T], [FF, T, T], [FF, FF, T]]),
+        (diag_mask, (3, 4), 0, [[FF, T, T, T], [T, FF, T, T], [T, T, FF, T]]),
+        (diag_mask, (4, 3), 0, [[FF, T, T], [T, FF, T], [T, T, FF], [T, T, T]]),
+    ]
+    for build, shape, k, expected in cases:
+        mask = build(shape, k)
+        assert mask.dtype == "bool"
+        np.testing.assert_array_equal(mask.numpy(), expected, err_msg=f"{build.__name__} {k}")
+    np.testing.assert_array_equal(rg.triu(ones_bool((3, 3)), 1).numpy(), ~np.asarray(cases[3][3]))
+
+
+def test_tanh_activation():
+    expected = [[0.761594, 0.964028], [0.995055, 0.999329]]
+    approx(F.tanh(t([[1.0, 2.0], [3.0, 4.0]])), expected)
+    approx(rg.nn.Tanh()(t([[1.0, 2.0], [3.0, 4.0]])), expected)
+
+
+def test_cartesian_grid():
+    def grid(*sizes):
+        return rg.stack(rg.meshgrid(*[rg.arange(0, n) for n in sizes], indexing="ij"), -1)
+
+    np.testing.assert_array_equal(grid(1).numpy(), [[0]])
+    assert grid(2, 2).dtype == "int64"
+    np.testing.assert_array_equal(grid(2, 2).numpy(), [[[0, 0], [0, 1]], [[1, 0], [1, 1]]])
