@@ -3,8 +3,8 @@
 dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
 norm/local_response, rnn/basic, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv,
 interpolate, transformer; burn-core's ``module/initializer.rs``; and the tensor tests the
-earlier batches left: ``tri_mask.rs``, ``tanh_activation.rs``, ``cartesian_grid.rs``; tracel-ai/burn at
-2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
+earlier batches left: ``tri_mask.rs``, ``tanh_activation.rs``, ``cartesian_grid.rs``;
+tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
 cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
 ``rg.nn.functional``'s and ``rg.nn``'s torch forms (API.md section 10), under every
 checkpointing strategy on the chosen inner backend. Expected values are Burn's as its test
