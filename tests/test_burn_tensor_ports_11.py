@@ -2,8 +2,10 @@
 2c06be351006851d42fdb6df16b976f4a82d9747): the optimizers (adam.rs, adamw.rs, rmsprop.rs,
 adagrad.rs, sgd.rs, lbfgs.rs), gradient clipping (grad_clipping/base.rs), gradient accumulation
 (optim/grad_accum.rs), the learning-rate schedulers (lr_scheduler/{cosine, exponential,
-linear, step, noam}.rs), and burn-core's data loader tests
-(``crates/burn-core/src/data/dataloader/{batch,multithread}.rs``), through ``rg.optim``'s and
+linear, step, noam}.rs), burn-core's data loader tests
+(``crates/burn-core/src/data/dataloader/{batch,multithread}.rs``) and burn-dataset's
+transforms (``crates/burn-dataset/src/transform/{composed,partial,selection,sampler}.rs``),
+through ``rg.optim``'s and
 ``rg.utils.data``'s torch forms (API.md sections 8 and 10), under
 every checkpointing strategy on the chosen inner backend. burn_optim_cases.json holds the
 optimizer cases' layers, inputs and expected parameters as Burn's test source writes them.
@@ -45,7 +47,7 @@ import pytest
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
-from retrograd.utils.data import DataLoader, Dataset, Subset
+from retrograd.utils.data import ConcatDataset, DataLoader, Dataset, RandomSampler, Subset
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 from test_burn_tensor_ports import approx
 
@@ -539,3 +541,42 @@ def test_multi_thread_dataloader_propagates_worker_error_instead_of_hanging():
     with pytest.raises(RuntimeError, match="flaky item 20"):
         for _ in DataLoader(FlakyDataset(), batch_size=1, num_workers=4, collate_fn=list):
             pass
+
+
+# ---- burn-dataset's transform/{composed,partial,selection,sampler}.rs: ComposedDataset is
+# ConcatDataset, PartialDataset and SelectionDataset are Subset, SamplerDataset is RandomSampler
+# (with replacement: num_samples draws; without: whole permutations, so each item comes back the
+# same number of times) -------------------------------------------------------------------------
+
+
+def test_composed_dataset():
+    first, second = ITEMS[:10], [f"other {i}" for i in range(5)]
+    composed = ConcatDataset([first, second])
+    assert len(composed) == 15
+    assert [composed[i] for i in range(15)] == first + second
+
+
+def test_partial_and_selection_datasets():
+    for start, end in ((0, 10), (10, 20)):
+        partial = Subset(ITEMS, range(start, end))
+        assert len(partial) == 10
+        assert {partial[i] for i in range(10)} == set(ITEMS[start:end])
+    partial = Subset(ITEMS, range(10, 20))
+    assert [partial[i] for i in (5, 0, 3, 0)] == [ITEMS[15], ITEMS[10], ITEMS[13], ITEMS[10]]
+    with pytest.raises(IndexError):  # Burn: "Index out of bounds for PartialDataset: 20 >= 20"
+        partial[10]
+    selection = Subset(ITEMS, [15, 1, 12, 12])
+    assert [selection[i] for i in range(4)] == [ITEMS[15], ITEMS[1], ITEMS[12], ITEMS[12]]
+    with pytest.raises(IndexError):  # Burn: "Index out of bounds for wrapped dataset size"
+        Subset(ITEMS, [15, 1, 12, 300])[3]
+
+
+def test_sampler_dataset():
+    rg.seed(0)
+    drawn = list(RandomSampler(range(10), replacement=True, num_samples=30))
+    assert len(drawn) == 30 and all(0 <= i < 10 for i in drawn)
+    drawn = list(RandomSampler(range(10), replacement=False, num_samples=30))
+    assert sorted(drawn) == sorted(list(range(10)) * 3)
+    assert sorted(drawn[:10]) == list(range(10))  # one permutation per bucket, as Burn's
+    items = [ITEMS[i] for i in RandomSampler(range(27))]
+    assert sorted(items) == sorted(ITEMS)
