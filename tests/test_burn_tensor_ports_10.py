@@ -2,9 +2,10 @@
 ``crates/burn-nn/src/activation`` and ``crates/burn-nn/src/modules``: linear, embedding,
 dropout, noise, pixel_shuffle, pairwise_distance, cosine_similarity, fold, norm/instance,
 norm/local_response, rnn/basic, rnn/gru, rnn/lstm, rnn/lstm/bilstm, attention/mha, conv,
-interpolate, transformer; burn-core's ``module/initializer.rs``; and the tensor tests the
-earlier batches left: ``tri_mask.rs``, ``tanh_activation.rs``, ``cartesian_grid.rs``;
-tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747) not ported before (``test_burn_tensor_ports_3`` has
+interpolate, transformer), burn-core's ``module/initializer.rs`` and
+``tests/test_derive_module.rs``, and the tensor tests the earlier batches left
+(``tri_mask.rs``, ``tanh_activation.rs``, ``cartesian_grid.rs``), tracel-ai/burn at
+2c06be351006851d42fdb6df16b976f4a82d9747, not ported before (``test_burn_tensor_ports_3`` has
 cross_entropy.rs and mse.rs, ``test_burn_tensor_ports_6`` the other norm modules), through
 ``rg.nn.functional``'s and ``rg.nn``'s torch forms (API.md section 10), under every
 checkpointing strategy on the chosen inner backend. Expected values are Burn's as its test
@@ -1184,3 +1185,62 @@ def test_cartesian_grid():
     np.testing.assert_array_equal(grid(1).numpy(), [[0]])
     assert grid(2, 2).dtype == "int64"
     np.testing.assert_array_equal(grid(2, 2).numpy(), [[[0, 0], [0, 1]], [[1, 0], [1, 1]]])
+
+
+# ---- burn-core's tests/test_derive_module.rs: Burn's derived modules are torch's nn.Module
+# (a Param field is an nn.Parameter, a tuple of modules an nn.ModuleList, a non-parameter field
+# a buffer); num_params() is the parameters' numel sum; no_grad() is requires_grad_(False);
+# load_record is load_state_dict ------------------------------------------------------------------
+
+
+class ModuleBasic(rg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight_basic = rg.nn.Parameter(rg.random((20, 20), distribution="normal"))
+
+
+class ModuleComposed(rg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = rg.nn.Parameter(rg.random((20, 20), distribution="normal"))
+        self.basic = ModuleBasic()
+        self.tuple = rg.nn.ModuleList([ModuleBasic(), ModuleBasic()])
+
+
+class ModuleWithAttributes(rg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.basic = ModuleBasic()
+        self.other = ModuleBasic()
+        self.register_buffer("constant", rg.zeros((20, 20)))  # not a parameter
+        self.name = "attributes are skipped"
+
+
+def num_params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def test_module_num_params():
+    rg.seed(0)
+    assert num_params(ModuleBasic()) == 20 * 20
+    assert num_params(ModuleComposed()) == 4 * 20 * 20
+    assert num_params(ModuleWithAttributes()) == 20 * 20 * 2
+
+
+def weight_grad(module):
+    x = rg.random((20, 20)).require_grad()
+    grads = module.weight_basic.matmul(x).backward()
+    return module.weight_basic.grad(grads)
+
+
+def test_module_require_grad():
+    rg.seed(0)
+    module = ModuleBasic()
+    assert weight_grad(module) is not None  # should_have_grad_by_default
+    module.requires_grad_(False)  # should_have_no_grad_after_no_grad
+    assert not module.weight_basic.requires_grad
+    assert weight_grad(module) is None
+    module = ModuleBasic()
+    module.load_state_dict(ModuleBasic().state_dict())  # should_have_grad_when_from_record
+    assert module.weight_basic.requires_grad
+    assert weight_grad(module) is not None
