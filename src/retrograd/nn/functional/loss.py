@@ -448,7 +448,8 @@ def kl_div(
     log_target: bool = False,
 ) -> Tensor:
     """``target * (log(target) - input)`` (``input`` holds log-probabilities; a zero target
-    contributes zero); ``reduction="batchmean"`` divides the sum by the batch size."""
+    contributes zero, a negative one NaN: torch's ``xlogy(target, target) - target * input``);
+    ``reduction="batchmean"`` divides the sum by the batch size."""
     fn = "kl_div"
     x, y = _float_pair(fn, input, target, "target")
     batchmean = reduction == "batchmean"
@@ -456,8 +457,7 @@ def kl_div(
     if log_target:
         losses = y.exp() * (y - x)
     else:
-        safe = y.mask_fill(y.less_equal(0.0), 1.0)
-        losses = (y * safe.log()).mask_fill(y.equal(0.0), 0.0) - y * x
+        losses = y.xlogy(y) - y * x  # torch's: 0 for a zero target, NaN for a negative one
     out = _reduce(losses, reduction)
     if batchmean and reduction == "sum":
         return out / (x.shape[0] if x.ndim else 1)
