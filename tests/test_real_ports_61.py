@@ -55,6 +55,7 @@ and the ``import`` lines naming ``torch``.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -148,7 +149,7 @@ def iou(preds, labels, C, EMPTY=1., ignore=None, per_image=False):
         preds, labels = (preds,), (labels,)
     ious = []
     for pred, label in zip(preds, labels):
-        iou = []    
+        iou = []
         for i in range(C):
             if i != ignore: # The ignored label is sometimes among predicted classes (ENet - CityScapes)
                 intersection = ((label == i) & (pred == i)).sum()
@@ -392,8 +393,10 @@ def train_multiclass(images, labels, steps):
 
 LOVASZ_STEPS = [
     *GRADIENT_STEPS,
-    ("import torch\nfrom torch.autograd import Variable\nimport torch.nn.functional as F\n",
-     "import retrograd as torch\nfrom retrograd.autograd import Variable\nimport retrograd.nn.functional as F\n"),
+    (
+        "import torch\nfrom torch.autograd import Variable\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nfrom retrograd.autograd import Variable\nimport retrograd.nn.functional as F\n",
+    ),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
     # retrograd's Tensor.nonzero() keeps Burn's list of per-dimension indices (an earlier
     # design decision, CHANGELOG): torch's [count, ndim] form is asked for by name
@@ -735,7 +738,11 @@ def test_arcface_margins_train_as_torch(capsys):
             names["train"](Config(**option), _arcface_data(lib, np.random.default_rng(i)))
         records.append(record)
         out = capsys.readouterr().out
-        logs.append(re.sub(r".* train epoch (.*) \S+ iters/s", r"(time) train epoch \1 (speed) iters/s", out))
+        logs.append(
+            re.sub(
+                r".* train epoch (.*) \S+ iters/s", r"(time) train epoch \1 (speed) iters/s", out
+            )
+        )
     assert logs[0].count("train epoch") == 4 * 5
     mine, theirs = logs[1].splitlines(), logs[0].splitlines()
     assert len(mine) == len(theirs)
@@ -743,7 +750,829 @@ def test_arcface_margins_train_as_torch(capsys):
         pattern = r"loss (\S+) acc"
         assert re.sub(pattern, "", a) == re.sub(pattern, "", b)
         if "loss" in b:
-            np.testing.assert_allclose(float(re.search(pattern, a)[1]), float(re.search(pattern, b)[1]), rtol=1e-5)
+            np.testing.assert_allclose(
+                float(re.search(pattern, a)[1]), float(re.search(pattern, b)[1]), rtol=1e-5
+            )
     # fc1.bias comes before a batch norm, which removes it: its true gradient is 0, and Adam's
     # steps (add_margin's) follow the rounding noise of each library
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=("fc1.bias",))
+
+
+# -- torchvision's DeepLabV3 --------------------------------------------------------------------------
+DEEPLAB_SOURCE = '''
+# -- torchvision/models/_utils.py --
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence
+
+from torch import nn
+
+
+class IntermediateLayerGetter(nn.ModuleDict):
+    """
+    Module wrapper that returns intermediate layers from a model
+
+    It has a strong assumption that the modules have been registered
+    into the model in the same order as they are used.
+    This means that one should **not** reuse the same nn.Module
+    twice in the forward if you want this to work.
+
+    Additionally, it is only able to query submodules that are directly
+    assigned to the model. So if `model` is passed, `model.feature1` can
+    be returned, but not `model.feature1.layer2`.
+    """
+
+    _version = 2
+    __annotations__ = {
+        "return_layers": Dict[str, str],
+    }
+
+    def __init__(self, model: nn.Module, return_layers: Dict[str, str]) -> None:
+        if not set(return_layers).issubset([name for name, _ in model.named_children()]):
+            raise ValueError("return_layers are not present in model")
+        orig_return_layers = return_layers
+        return_layers = {str(k): str(v) for k, v in return_layers.items()}
+        layers = OrderedDict()
+        for name, module in model.named_children():
+            layers[name] = module
+            if name in return_layers:
+                del return_layers[name]
+            if not return_layers:
+                break
+
+        super().__init__(layers)
+        self.return_layers = orig_return_layers
+
+    def forward(self, x):
+        out = OrderedDict()
+        for name, module in self.items():
+            x = module(x)
+            if name in self.return_layers:
+                out_name = self.return_layers[name]
+                out[out_name] = x
+        return out
+
+
+# -- torchvision/models/segmentation/_utils.py --
+import torch
+from torch import nn, Tensor
+from torch.nn import functional as F
+
+
+class _SimpleSegmentationModel(nn.Module):
+    __constants__ = ["aux_classifier"]
+
+    def __init__(self, backbone: nn.Module, classifier: nn.Module, aux_classifier: Optional[nn.Module] = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.classifier = classifier
+        self.aux_classifier = aux_classifier
+
+    def forward(self, x: Tensor) -> Dict[str, Tensor]:
+        input_shape = x.shape[-2:]
+        # contract: features is a dict of tensors
+        features = self.backbone(x)
+
+        result = OrderedDict()
+        x = features["out"]
+        x = self.classifier(x)
+        x = F.interpolate(x, size=input_shape, mode="bilinear", align_corners=False)
+        result["out"] = x
+
+        if self.aux_classifier is not None:
+            x = features["aux"]
+            x = self.aux_classifier(x)
+            x = F.interpolate(x, size=input_shape, mode="bilinear", align_corners=False)
+            result["aux"] = x
+
+        return result
+
+
+# -- torchvision/models/segmentation/fcn.py --
+class FCNHead(nn.Sequential):
+    def __init__(self, in_channels: int, channels: int) -> None:
+        inter_channels = in_channels // 4
+        layers = [
+            nn.Conv2d(in_channels, inter_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(inter_channels),
+            nn.ReLU(),
+            nn.Dropout(0.1),
+            nn.Conv2d(inter_channels, channels, 1),
+        ]
+
+        super().__init__(*layers)
+
+
+# -- torchvision/models/segmentation/deeplabv3.py --
+class DeepLabV3(_SimpleSegmentationModel):
+    """
+    Implements DeepLabV3 model from
+    `"Rethinking Atrous Convolution for Semantic Image Segmentation"
+    <https://arxiv.org/abs/1706.05587>`_.
+    """
+
+    pass
+
+
+class DeepLabHead(nn.Sequential):
+    def __init__(self, in_channels: int, num_classes: int, atrous_rates: Sequence[int] = (12, 24, 36)) -> None:
+        super().__init__(
+            ASPP(in_channels, atrous_rates),
+            nn.Conv2d(256, 256, 3, padding=1, bias=False),
+            nn.BatchNorm2d(256),
+            nn.ReLU(),
+            nn.Conv2d(256, num_classes, 1),
+        )
+
+
+class ASPPConv(nn.Sequential):
+    def __init__(self, in_channels: int, out_channels: int, dilation: int) -> None:
+        modules = [
+            nn.Conv2d(in_channels, out_channels, 3, padding=dilation, dilation=dilation, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+        ]
+        super().__init__(*modules)
+
+
+class ASPPPooling(nn.Sequential):
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__(
+            nn.AdaptiveAvgPool2d(1),
+            nn.Conv2d(in_channels, out_channels, 1, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-2:]
+        for mod in self:
+            x = mod(x)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+class ASPP(nn.Module):
+    def __init__(self, in_channels: int, atrous_rates: List[int], out_channels: int = 256) -> None:
+        super().__init__()
+        modules = []
+        modules.append(
+            nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU())
+        )
+
+        rates = tuple(atrous_rates)
+        for rate in rates:
+            modules.append(ASPPConv(in_channels, out_channels, rate))
+
+        modules.append(ASPPPooling(in_channels, out_channels))
+
+        self.convs = nn.ModuleList(modules)
+
+        self.project = nn.Sequential(
+            nn.Conv2d(len(self.convs) * out_channels, out_channels, 1, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+            nn.Dropout(0.5),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _res = []
+        for conv in self.convs:
+            _res.append(conv(x))
+        res = torch.cat(_res, dim=1)
+        return self.project(res)
+
+
+# -- references/segmentation/utils.py --
+class ConfusionMatrix:
+    def __init__(self, num_classes):
+        self.num_classes = num_classes
+        self.mat = None
+
+    def update(self, a, b):
+        n = self.num_classes
+        if self.mat is None:
+            self.mat = torch.zeros((n, n), dtype=torch.int64, device=a.device)
+        with torch.inference_mode():
+            k = (a >= 0) & (a < n)
+            inds = n * a[k].to(torch.int64) + b[k]
+            self.mat += torch.bincount(inds, minlength=n**2).reshape(n, n)
+
+    def reset(self):
+        self.mat.zero_()
+
+    def compute(self):
+        h = self.mat.float()
+        acc_global = torch.diag(h).sum() / h.sum()
+        acc = torch.diag(h) / h.sum(1)
+        iu = torch.diag(h) / (h.sum(1) + h.sum(0) - torch.diag(h))
+        return acc_global, acc, iu
+
+    def __str__(self):
+        acc_global, acc, iu = self.compute()
+        return ("global correct: {:.1f}\\naverage row correct: {}\\nIoU: {}\\nmean IoU: {:.1f}").format(
+            acc_global.item() * 100,
+            [f"{i:.1f}" for i in (acc * 100).tolist()],
+            [f"{i:.1f}" for i in (iu * 100).tolist()],
+            iu.mean().item() * 100,
+        )
+
+
+# -- references/segmentation/train.py (its loops, less the metric logger and distributed code) --
+def criterion(inputs, target):
+    losses = {}
+    for name, x in inputs.items():
+        losses[name] = nn.functional.cross_entropy(x, target, ignore_index=255)
+
+    if len(losses) == 1:
+        return losses["out"]
+
+    return losses["out"] + 0.5 * losses["aux"]
+
+
+def evaluate(model, data_loader, device, num_classes):
+    model.eval()
+    confmat = ConfusionMatrix(num_classes)
+    with torch.inference_mode():
+        for image, target in data_loader:
+            image, target = image.to(device), target.to(device)
+            output = model(image)
+            output = output["out"]
+
+            confmat.update(target.flatten(), output.argmax(1).flatten())
+
+    return confmat
+
+
+def train_one_epoch(model, criterion, optimizer, data_loader, lr_scheduler, device, epoch, print_freq, scaler=None):
+    model.train()
+    for image, target in data_loader:
+        image, target = image.to(device), target.to(device)
+        with torch.cuda.amp.autocast(enabled=scaler is not None):
+            output = model(image)
+            loss = criterion(output, target)
+
+        optimizer.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+        lr_scheduler.step()
+        record.append(loss.item())
+        record.append(optimizer.param_groups[0]["lr"])
+
+
+# -- a small dilated backbone for the ResNet (layer3 and layer4 dilated, as
+#    replace_stride_with_dilation=[False, True, True] makes them), the model built as
+#    deeplabv3.py's _deeplabv3_resnet builds it --
+def block(cin, cout, stride=1, dilation=1):
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, stride=stride, padding=dilation, dilation=dilation, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    )
+
+
+def main(images, targets, epochs, aux_loss=True):
+    device = torch.device("cpu")
+    backbone = nn.Sequential(OrderedDict([
+        ("conv1", nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)),
+        ("bn1", nn.BatchNorm2d(8)),
+        ("relu", nn.ReLU(inplace=True)),
+        ("layer1", block(8, 8)),
+        ("layer2", block(8, 16, stride=2)),
+        ("layer3", block(16, 16, dilation=2)),
+        ("layer4", block(16, 32, dilation=4)),
+        ("fc", nn.Linear(32, 10)),
+    ]))
+    return_layers = {"layer4": "out"}
+    if aux_loss:
+        return_layers["layer3"] = "aux"
+    backbone = IntermediateLayerGetter(backbone, return_layers=return_layers)
+    aux_classifier = FCNHead(16, 3) if aux_loss else None
+    classifier = DeepLabHead(32, 3, atrous_rates=(1, 2, 3))
+    model = DeepLabV3(backbone, classifier, aux_classifier).double()
+    for module in model.modules():  # (the harness: dropout masks are each library's own)
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    initialize(model)
+    model.to(device)
+
+    dataset = torch.utils.data.TensorDataset(images, targets)
+    data_loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=False, drop_last=True)
+    data_loader_test = torch.utils.data.DataLoader(dataset, batch_size=1)
+
+    model_without_ddp = model
+    params_to_optimize = [
+        {"params": [p for p in model_without_ddp.backbone.parameters() if p.requires_grad]},
+        {"params": [p for p in model_without_ddp.classifier.parameters() if p.requires_grad]},
+    ]
+    if aux_loss:
+        params = [p for p in model_without_ddp.aux_classifier.parameters() if p.requires_grad]
+        params_to_optimize.append({"params": params, "lr": 0.01 * 10})
+    optimizer = torch.optim.SGD(params_to_optimize, lr=0.01, momentum=0.9, weight_decay=1e-4)
+
+    iters_per_epoch = len(data_loader)
+    lr_scheduler = torch.optim.lr_scheduler.PolynomialLR(
+        optimizer, total_iters=iters_per_epoch * epochs, power=0.9
+    )
+
+    for epoch in range(epochs):
+        train_one_epoch(model, criterion, optimizer, data_loader, lr_scheduler, device, epoch, 10, None)
+        confmat = evaluate(model, data_loader_test, device=device, num_classes=3)
+        print(confmat)
+        record.append(confmat.mat.numpy().copy())
+    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+    record.append({name: b.numpy().copy() for name, b in model.named_buffers()})
+'''
+
+DEEPLAB_STEPS = [
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
+    ("from torch import nn\n", "from retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn, Tensor\nfrom torch.nn import functional as F\n",
+        "import retrograd as torch\nfrom retrograd import nn, Tensor\nfrom retrograd.nn import functional as F\n",
+    ),
+]
+
+
+def test_torchvision_deeplabv3_trains_as_torch(capsys):
+    rng = np.random.default_rng(1503)
+    images = rng.standard_normal((2, 3, 8, 8))
+    targets = rng.integers(0, 3, (2, 8, 8))
+    targets[:, :2, :3] = 255  # void pixels
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = DEEPLAB_SOURCE if lib is torch else port(DEEPLAB_SOURCE, DEEPLAB_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        names["main"](lib.tensor(images), lib.tensor(targets), 2)
+        names["main"](lib.tensor(images), lib.tensor(targets), 1, aux_loss=False)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert "mean IoU" in logs[0]
+    assert logs[1] == logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-11)
+
+
+# -- CBAM and BAM ---------------------------------------------------------------------------------------
+CBAM_SOURCE = '''
+# -- MODELS/cbam.py --
+import torch
+import math
+import torch.nn as nn
+import torch.nn.functional as F
+
+class BasicConv(nn.Module):
+    def __init__(self, in_planes, out_planes, kernel_size, stride=1, padding=0, dilation=1, groups=1, relu=True, bn=True, bias=False):
+        super(BasicConv, self).__init__()
+        self.out_channels = out_planes
+        self.conv = nn.Conv2d(in_planes, out_planes, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias)
+        self.bn = nn.BatchNorm2d(out_planes,eps=1e-5, momentum=0.01, affine=True) if bn else None
+        self.relu = nn.ReLU() if relu else None
+
+    def forward(self, x):
+        x = self.conv(x)
+        if self.bn is not None:
+            x = self.bn(x)
+        if self.relu is not None:
+            x = self.relu(x)
+        return x
+
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.view(x.size(0), -1)
+
+class ChannelGate(nn.Module):
+    def __init__(self, gate_channels, reduction_ratio=16, pool_types=['avg', 'max']):
+        super(ChannelGate, self).__init__()
+        self.gate_channels = gate_channels
+        self.mlp = nn.Sequential(
+            Flatten(),
+            nn.Linear(gate_channels, gate_channels // reduction_ratio),
+            nn.ReLU(),
+            nn.Linear(gate_channels // reduction_ratio, gate_channels)
+            )
+        self.pool_types = pool_types
+    def forward(self, x):
+        channel_att_sum = None
+        for pool_type in self.pool_types:
+            if pool_type=='avg':
+                avg_pool = F.avg_pool2d( x, (x.size(2), x.size(3)), stride=(x.size(2), x.size(3)))
+                channel_att_raw = self.mlp( avg_pool )
+            elif pool_type=='max':
+                max_pool = F.max_pool2d( x, (x.size(2), x.size(3)), stride=(x.size(2), x.size(3)))
+                channel_att_raw = self.mlp( max_pool )
+            elif pool_type=='lp':
+                lp_pool = F.lp_pool2d( x, 2, (x.size(2), x.size(3)), stride=(x.size(2), x.size(3)))
+                channel_att_raw = self.mlp( lp_pool )
+            elif pool_type=='lse':
+                # LSE pool only
+                lse_pool = logsumexp_2d(x)
+                channel_att_raw = self.mlp( lse_pool )
+
+            if channel_att_sum is None:
+                channel_att_sum = channel_att_raw
+            else:
+                channel_att_sum = channel_att_sum + channel_att_raw
+
+        scale = F.sigmoid( channel_att_sum ).unsqueeze(2).unsqueeze(3).expand_as(x)
+        return x * scale
+
+def logsumexp_2d(tensor):
+    tensor_flatten = tensor.view(tensor.size(0), tensor.size(1), -1)
+    s, _ = torch.max(tensor_flatten, dim=2, keepdim=True)
+    outputs = s + (tensor_flatten - s).exp().sum(dim=2, keepdim=True).log()
+    return outputs
+
+class ChannelPool(nn.Module):
+    def forward(self, x):
+        return torch.cat( (torch.max(x,1)[0].unsqueeze(1), torch.mean(x,1).unsqueeze(1)), dim=1 )
+
+class SpatialGate(nn.Module):
+    def __init__(self):
+        super(SpatialGate, self).__init__()
+        kernel_size = 7
+        self.compress = ChannelPool()
+        self.spatial = BasicConv(2, 1, kernel_size, stride=1, padding=(kernel_size-1) // 2, relu=False)
+    def forward(self, x):
+        x_compress = self.compress(x)
+        x_out = self.spatial(x_compress)
+        scale = F.sigmoid(x_out) # broadcasting
+        return x * scale
+
+class CBAM(nn.Module):
+    def __init__(self, gate_channels, reduction_ratio=16, pool_types=['avg', 'max'], no_spatial=False):
+        super(CBAM, self).__init__()
+        self.ChannelGate = ChannelGate(gate_channels, reduction_ratio, pool_types)
+        self.no_spatial=no_spatial
+        if not no_spatial:
+            self.SpatialGate = SpatialGate()
+    def forward(self, x):
+        x_out = self.ChannelGate(x)
+        if not self.no_spatial:
+            x_out = self.SpatialGate(x_out)
+        return x_out
+
+
+# -- MODELS/bam.py --
+class BAMChannelGate(nn.Module):  # (bam.py's ChannelGate: both files in one namespace here)
+    def __init__(self, gate_channel, reduction_ratio=16, num_layers=1):
+        super(BAMChannelGate, self).__init__()
+        self.gate_c = nn.Sequential()
+        self.gate_c.add_module( 'flatten', Flatten() )
+        gate_channels = [gate_channel]
+        gate_channels += [gate_channel // reduction_ratio] * num_layers
+        gate_channels += [gate_channel]
+        for i in range( len(gate_channels) - 2 ):
+            self.gate_c.add_module( 'gate_c_fc_%d'%i, nn.Linear(gate_channels[i], gate_channels[i+1]) )
+            self.gate_c.add_module( 'gate_c_bn_%d'%(i+1), nn.BatchNorm1d(gate_channels[i+1]) )
+            self.gate_c.add_module( 'gate_c_relu_%d'%(i+1), nn.ReLU() )
+        self.gate_c.add_module( 'gate_c_fc_final', nn.Linear(gate_channels[-2], gate_channels[-1]) )
+    def forward(self, in_tensor):
+        avg_pool = F.avg_pool2d( in_tensor, in_tensor.size(2), stride=in_tensor.size(2) )
+        return self.gate_c( avg_pool ).unsqueeze(2).unsqueeze(3).expand_as(in_tensor)
+
+class BAMSpatialGate(nn.Module):  # (bam.py's SpatialGate)
+    def __init__(self, gate_channel, reduction_ratio=16, dilation_conv_num=2, dilation_val=4):
+        super(BAMSpatialGate, self).__init__()
+        self.gate_s = nn.Sequential()
+        self.gate_s.add_module( 'gate_s_conv_reduce0', nn.Conv2d(gate_channel, gate_channel//reduction_ratio, kernel_size=1))
+        self.gate_s.add_module( 'gate_s_bn_reduce0',	nn.BatchNorm2d(gate_channel//reduction_ratio) )
+        self.gate_s.add_module( 'gate_s_relu_reduce0',nn.ReLU() )
+        for i in range( dilation_conv_num ):
+            self.gate_s.add_module( 'gate_s_conv_di_%d'%i, nn.Conv2d(gate_channel//reduction_ratio, gate_channel//reduction_ratio, kernel_size=3, \\
+						padding=dilation_val, dilation=dilation_val) )
+            self.gate_s.add_module( 'gate_s_bn_di_%d'%i, nn.BatchNorm2d(gate_channel//reduction_ratio) )
+            self.gate_s.add_module( 'gate_s_relu_di_%d'%i, nn.ReLU() )
+        self.gate_s.add_module( 'gate_s_conv_final', nn.Conv2d(gate_channel//reduction_ratio, 1, kernel_size=1) )
+    def forward(self, in_tensor):
+        return self.gate_s( in_tensor ).expand_as(in_tensor)
+
+class BAM(nn.Module):
+    def __init__(self, gate_channel):
+        super(BAM, self).__init__()
+        self.channel_att = BAMChannelGate(gate_channel)
+        self.spatial_att = BAMSpatialGate(gate_channel)
+    def forward(self,in_tensor):
+        att = 1 + F.sigmoid( self.channel_att(in_tensor) * self.spatial_att(in_tensor) )
+        return att * in_tensor
+
+
+# -- MODELS/model_resnet.py's conv3x3 and BasicBlock --
+from torch.nn import init
+
+def conv3x3(in_planes, out_planes, stride=1):
+    "3x3 convolution with padding"
+    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride,
+                     padding=1, bias=False)
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None, use_cbam=False):
+        super(BasicBlock, self).__init__()
+        self.conv1 = conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+        self.stride = stride
+
+        if use_cbam:
+            self.cbam = CBAM( planes, 16 )
+        else:
+            self.cbam = None
+
+    def forward(self, x):
+        residual = x
+
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+
+        out = self.conv2(out)
+        out = self.bn2(out)
+
+        if self.downsample is not None:
+            residual = self.downsample(x)
+
+        if not self.cbam is None:
+            out = self.cbam(out)
+
+        out += residual
+        out = self.relu(out)
+
+        return out
+
+# -- a small network of them, as model_resnet.py's ResNet is written (its ResNet takes 64 to 512
+#    channels and CIFAR's 32x32 images: here 16 and 32 channels, two stages, 8x8 images) --
+class SmallResNet(nn.Module):
+    def __init__(self, block, layers, num_classes, att_type=None):
+        self.inplanes = 16
+        super(SmallResNet, self).__init__()
+        self.conv1 = nn.Conv2d(3, 16, kernel_size=3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+
+        if att_type=='BAM':
+            self.bam1 = BAM(16*block.expansion)
+        else:
+            self.bam1 = None
+
+        self.layer1 = self._make_layer(block, 16, layers[0], att_type=att_type)
+        self.layer2 = self._make_layer(block, 32, layers[1], stride=2, att_type=att_type)
+
+        self.fc = nn.Linear(32 * block.expansion, num_classes)
+
+        init.kaiming_normal(self.fc.weight)
+        for key in self.state_dict():
+            if key.split('.')[-1]=="weight":
+                if "conv" in key:
+                    init.kaiming_normal(self.state_dict()[key], mode='fan_out')
+                if "bn" in key:
+                    if "SpatialGate" in key:
+                        self.state_dict()[key][...] = 0
+                    else:
+                        self.state_dict()[key][...] = 1
+            elif key.split(".")[-1]=='bias':
+                self.state_dict()[key][...] = 0
+
+    def _make_layer(self, block, planes, blocks, stride=1, att_type=None):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion,
+                          kernel_size=1, stride=stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
+
+        layers = []
+        layers.append(block(self.inplanes, planes, stride, downsample, use_cbam=att_type=='CBAM'))
+        self.inplanes = planes * block.expansion
+        for i in range(1, blocks):
+            layers.append(block(self.inplanes, planes, use_cbam=att_type=='CBAM'))
+
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = self.bn1(x)
+        x = self.relu(x)
+
+        x = self.layer1(x)
+        if not self.bam1 is None:
+            x = self.bam1(x)
+
+        x = self.layer2(x)
+
+        x = F.avg_pool2d(x, 4)
+        x = x.view(x.size(0), -1)
+        x = self.fc(x)
+        return x
+
+
+# -- train_imagenet.py's train(), accuracy() and AverageMeter, less the CUDA calls (its
+#    loss.data[0] is loss.item() since PyTorch 0.4, and accuracy's .view(-1) of a transposed
+#    comparison .reshape(-1), and its sum(0) keepdim=True, as pytorch/examples' imagenet has
+#    them: torch 2 refuses that view and indexes no 0-dim tensor) --
+class AverageMeter(object):
+    """Computes and stores the average and current value"""
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def accuracy(output, target, topk=(1,)):
+    """Computes the precision@k for the specified values of k"""
+    maxk = max(topk)
+    batch_size = target.size(0)
+
+    _, pred = output.topk(maxk, 1, True, True)
+    pred = pred.t()
+    correct = pred.eq(target.view(1, -1).expand_as(pred))
+
+    res = []
+    for k in topk:
+        correct_k = correct[:k].reshape(-1).float().sum(0, keepdim=True)
+        res.append(correct_k.mul_(100.0 / batch_size))
+    return res
+
+
+def train(train_loader, model, criterion, optimizer, epoch):
+    losses = AverageMeter()
+    top1 = AverageMeter()
+    top5 = AverageMeter()
+
+    # switch to train mode
+    model.train()
+
+    for i, (input, target) in enumerate(train_loader):
+        input_var = torch.autograd.Variable(input)
+        target_var = torch.autograd.Variable(target)
+
+        # compute output
+        output = model(input_var)
+        loss = criterion(output, target_var)
+
+        # measure accuracy and record loss
+        prec1, prec5 = accuracy(output.data, target, topk=(1, 5))
+        losses.update(loss.item(), input.size(0))
+        top1.update(prec1[0], input.size(0))
+        top5.update(prec5[0], input.size(0))
+
+        # compute gradient and do SGD step
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        print('Epoch: [{0}][{1}/{2}]\\t'
+              'Loss {loss.val:.4f} ({loss.avg:.4f})\\t'
+              'Prec@1 {top1.val:.3f} ({top1.avg:.3f})\\t'
+              'Prec@5 {top5.val:.3f} ({top5.avg:.3f})'.format(
+               epoch, i, len(train_loader), loss=losses, top1=top1, top5=top5))
+        record.append(loss.item())
+
+
+def main(att_type, images, targets, steps):
+    model = SmallResNet(BasicBlock, [2, 1], 10, att_type)
+    # the initialization's own values (the kaiming draws are each library's own)
+    inits.append({k: v.numpy().copy() for k, v in model.state_dict().items() if "bn" in k or k.endswith("bias")})
+    inits.append({k: (v.numel(), float(v.float().std())) for k, v in model.state_dict().items() if "conv" in k and k.endswith("weight")})
+    initialize(model)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, targets), batch_size=2)
+    for epoch in range(steps):
+        train(loader, model, criterion, optimizer, epoch)
+    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+'''
+
+CBAM_STEPS = [
+    *GRADIENT_STEPS,
+    (
+        "import torch\nimport math\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport math\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    ("from torch.nn import init\n", "from retrograd.nn import init\n"),
+]
+
+
+def test_cbam_and_bam_resnets_train_as_torch(capsys):
+    rng = np.random.default_rng(1504)
+    images = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    targets = rng.integers(0, 10, 4)
+    records, inits, logs = [], [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record, init = [], []
+        text = CBAM_SOURCE if lib is torch else port(CBAM_SOURCE, CBAM_STEPS)
+        names = run_source(text, lib, record=record, inits=init, initialize=initialize)
+        for att_type in ("CBAM", "BAM"):
+            names["main"](att_type, lib.tensor(images), lib.tensor(targets), 2)
+        records.append(record)
+        inits.append(init)
+        logs.append(capsys.readouterr().out)
+    assert logs[0].count("Epoch: ") == 8
+    number = r"-?\d+\.\d+"
+    assert re.sub(number, "x", logs[1]) == re.sub(number, "x", logs[0])
+    np.testing.assert_allclose(  # the printed losses and precisions, to their last digit
+        np.array(re.findall(number, logs[1]), float),
+        np.array(re.findall(number, logs[0]), float),
+        atol=2e-3,
+    )
+    # the initialization: the batch norms' ones (zeros in the spatial gates) and the zero biases
+    # exactly, written through the state dict; the He-normal draws' spread
+    assert_records_agree(inits[1][0::2], inits[0][0::2], rtol=0, atol=0)
+    for std_mine, std_theirs in zip(inits[1][1::2], inits[0][1::2], strict=True):
+        assert list(std_mine) == list(std_theirs)
+        for name, (numel, std) in std_theirs.items():  # the spread of the larger ones
+            mine = std_mine[name][1]
+            if numel >= 256:
+                assert abs(mine - std) < 0.3 * std, name
+            else:  # (nan: the std of a single weight, as torch's)
+                assert np.isnan(mine) == np.isnan(std), name
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+# -- defects found by the ports: writing through a state dict, and its values' std --------------------------
+def _same_module(lib, numbers):
+    layer = lib.nn.Linear(3, 2)
+    layer.load_state_dict({k: lib.tensor(v) for k, v in numbers.items()})
+    return layer
+
+
+def test_regression_state_dict_item_assignment_writes_through():
+    # CBAM's ResNet initializes by self.state_dict()[key][...] = 1: the assignment changed only
+    # the copy (torch's state-dict tensors share the module's storage)
+    numbers = {"weight": np.arange(6.0).reshape(2, 3), "bias": np.array([5.0, 6.0])}
+    layers = []
+    for lib in (torch, rg):
+        layer = _same_module(lib, numbers)
+        layer.state_dict()["bias"][...] = 0
+        layer.state_dict()["weight"][1:] = lib.tensor([7.0, 8.0, 9.0])
+        layer.state_dict()["weight"][:, 0] = 2
+        mask = lib.tensor([[True, False, True], [False, False, False]])
+        layer.state_dict()["weight"][mask] = -1.0
+        layers.append({k: np.asarray(v.detach().numpy()) for k, v in layer.named_parameters()})
+    for name, value in layers[0].items():
+        np.testing.assert_array_equal(layers[1][name], value, err_msg=name)
+
+
+def test_regression_init_of_a_state_dict_value_writes_through():
+    # init.kaiming_normal(self.state_dict()[key], mode='fan_out') raised "'StateValue' object
+    # has no attribute 'backend'"
+    layer = rg.nn.Conv2d(4, 32, 3)
+    before = layer.weight.numpy().copy()
+    out = rg.nn.init.kaiming_normal(layer.state_dict()["weight"], mode="fan_out")
+    after = layer.weight.numpy()
+    assert not np.array_equal(after, before)
+    np.testing.assert_array_equal(np.asarray(out), after)
+    # He-normal by fan out: std sqrt(2 / (32 * 9)) = 0.083 over 1,152 draws
+    assert abs(after.std() - math.sqrt(2 / (32 * 9))) < 0.01
+    conv = rg.nn.Conv2d(4, 32, 3)
+    rg.nn.init.constant_(conv.state_dict()["bias"], 0.5)
+    np.testing.assert_array_equal(conv.bias.numpy(), np.full(32, 0.5, np.float32))
+    linear = rg.nn.Linear(3, 3)
+    rg.nn.init.eye_(linear.state_dict()["weight"])
+    np.testing.assert_array_equal(linear.weight.numpy(), np.eye(3))
+
+
+def test_regression_state_dict_value_std_is_torchs():
+    # v.std() of a state-dict value was NumPy's (no Bessel correction: 0.0 for a single weight,
+    # where torch's is nan); np.std(v) keeps NumPy's
+    numbers = {"weight": np.array([[1.0, 2.0, 4.0], [3.0, 5.0, 9.0]]), "bias": np.array([5.0, 6.0])}
+    calls = [
+        lambda v: v.std(),
+        lambda v: v.var(),
+        lambda v: v.std(0),
+        lambda v: v.var(1, keepdim=True),
+        lambda v: v.std(dim=1, unbiased=False),
+        lambda v: v.var(dim=0, correction=0),
+    ]
+    mine = _same_module(rg, numbers).state_dict()["weight"]
+    theirs = _same_module(torch, numbers).state_dict()["weight"]
+    for call in calls:
+        np.testing.assert_allclose(np.asarray(call(mine)), call(theirs).numpy(), rtol=1e-6)
+    single = rg.nn.Linear(1, 1).state_dict()["weight"]
+    assert np.isnan(float(single.std())) and np.isnan(float(single.var()))
+    np.testing.assert_allclose(np.std(mine), np.std(numbers["weight"]), rtol=1e-6)
+    np.testing.assert_allclose(np.var(mine, axis=0), np.var(numbers["weight"], axis=0), rtol=1e-6)

@@ -81,6 +81,21 @@ class StateValue(np.ndarray):
     def dim(self) -> int:
         return self.ndim
 
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        """torch's ``std`` (Bessel's correction unless told otherwise: ``v.std()`` of a
+        weight, as CBAM's tests print it); NumPy's call (``np.std(v)``, which passes ``ddof``)
+        keeps NumPy's."""
+        return self._spread("std", args, kwargs)
+
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        """torch's ``var``; NumPy's call keeps NumPy's (see :meth:`std`)."""
+        return self._spread("var", args, kwargs)
+
+    def _spread(self, op: str, args: tuple, kwargs: dict) -> Any:
+        if {"axis", "ddof", "dtype", "out"} & kwargs.keys():
+            return getattr(np.ndarray, op)(self, *args, **kwargs)
+        return getattr(tensor(self.view(np.ndarray)), op)(*args, **kwargs)
+
     def is_floating_point(self) -> bool:
         return self.dtype.kind == "f"
 
