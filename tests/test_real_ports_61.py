@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 
 import numpy as np
 import torch
@@ -1576,3 +1577,306 @@ def test_regression_state_dict_value_std_is_torchs():
     assert np.isnan(float(single.std())) and np.isnan(float(single.var()))
     np.testing.assert_allclose(np.std(mine), np.std(numbers["weight"]), rtol=1e-6)
     np.testing.assert_allclose(np.var(mine, axis=0), np.var(numbers["weight"], axis=0), rtol=1e-6)
+
+
+# -- center loss ----------------------------------------------------------------------------------------
+CENTER_LOSS_SOURCE = '''
+# -- center_loss.py --
+import torch
+import torch.nn as nn
+
+class CenterLoss(nn.Module):
+    """Center loss.
+
+    Reference:
+    Wen et al. A Discriminative Feature Learning Approach for Deep Face Recognition. ECCV 2016.
+
+    Args:
+        num_classes (int): number of classes.
+        feat_dim (int): feature dimension.
+    """
+    def __init__(self, num_classes=10, feat_dim=2, use_gpu=True):
+        super(CenterLoss, self).__init__()
+        self.num_classes = num_classes
+        self.feat_dim = feat_dim
+        self.use_gpu = use_gpu
+
+        if self.use_gpu:
+            self.centers = nn.Parameter(torch.randn(self.num_classes, self.feat_dim).cuda())
+        else:
+            self.centers = nn.Parameter(torch.randn(self.num_classes, self.feat_dim))
+
+    def forward(self, x, labels):
+        """
+        Args:
+            x: feature matrix with shape (batch_size, feat_dim).
+            labels: ground truth labels with shape (batch_size).
+        """
+        batch_size = x.size(0)
+        distmat = torch.pow(x, 2).sum(dim=1, keepdim=True).expand(batch_size, self.num_classes) + \\
+                  torch.pow(self.centers, 2).sum(dim=1, keepdim=True).expand(self.num_classes, batch_size).t()
+        distmat.addmm_(1, -2, x, self.centers.t())
+
+        classes = torch.arange(self.num_classes).long()
+        if self.use_gpu: classes = classes.cuda()
+        labels = labels.unsqueeze(1).expand(batch_size, self.num_classes)
+        mask = labels.eq(classes.expand(batch_size, self.num_classes))
+
+        dist = distmat * mask.float()
+        loss = dist.clamp(min=1e-12, max=1e+12).sum() / batch_size
+
+        return loss
+
+
+# -- models.py --
+import torch.nn.functional as F
+
+class ConvNet(nn.Module):
+    """LeNet++ as described in the Center Loss paper."""
+    def __init__(self, num_classes):
+        super(ConvNet, self).__init__()
+        self.conv1_1 = nn.Conv2d(1, 32, 5, stride=1, padding=2)
+        self.prelu1_1 = nn.PReLU()
+        self.conv1_2 = nn.Conv2d(32, 32, 5, stride=1, padding=2)
+        self.prelu1_2 = nn.PReLU()
+
+        self.conv2_1 = nn.Conv2d(32, 64, 5, stride=1, padding=2)
+        self.prelu2_1 = nn.PReLU()
+        self.conv2_2 = nn.Conv2d(64, 64, 5, stride=1, padding=2)
+        self.prelu2_2 = nn.PReLU()
+
+        self.conv3_1 = nn.Conv2d(64, 128, 5, stride=1, padding=2)
+        self.prelu3_1 = nn.PReLU()
+        self.conv3_2 = nn.Conv2d(128, 128, 5, stride=1, padding=2)
+        self.prelu3_2 = nn.PReLU()
+
+        self.fc1 = nn.Linear(128*3*3, 2)
+        self.prelu_fc1 = nn.PReLU()
+        self.fc2 = nn.Linear(2, num_classes)
+
+    def forward(self, x):
+        x = self.prelu1_1(self.conv1_1(x))
+        x = self.prelu1_2(self.conv1_2(x))
+        x = F.max_pool2d(x, 2)
+
+        x = self.prelu2_1(self.conv2_1(x))
+        x = self.prelu2_2(self.conv2_2(x))
+        x = F.max_pool2d(x, 2)
+
+        x = self.prelu3_1(self.conv3_1(x))
+        x = self.prelu3_2(self.conv3_2(x))
+        x = F.max_pool2d(x, 2)
+
+        x = x.view(-1, 128*3*3)
+        x = self.prelu_fc1(self.fc1(x))
+        y = self.fc2(x)
+
+        return x, y
+
+
+# -- utils.py --
+class AverageMeter(object):
+    """Computes and stores the average and current value.
+
+       Code imported from https://github.com/pytorch/examples/blob/master/imagenet/main.py#L247-L262
+    """
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+# -- main.py (its argument parser given small sizes; the plots, the GPU and the MNIST download
+#    left out) --
+import argparse
+import time
+import datetime
+from torch.optim import lr_scheduler
+
+parser = argparse.ArgumentParser("Center Loss Example")
+# dataset
+parser.add_argument('-j', '--workers', default=4, type=int,
+                    help="number of data loading workers (default: 4)")
+# optimization
+parser.add_argument('--batch-size', type=int, default=128)
+parser.add_argument('--lr-model', type=float, default=0.001, help="learning rate for model")
+parser.add_argument('--lr-cent', type=float, default=0.5, help="learning rate for center loss")
+parser.add_argument('--weight-cent', type=float, default=1, help="weight for center loss")
+parser.add_argument('--max-epoch', type=int, default=100)
+parser.add_argument('--stepsize', type=int, default=20)
+parser.add_argument('--gamma', type=float, default=0.5, help="learning rate decay")
+# model
+parser.add_argument('--model', type=str, default='cnn')
+# misc
+parser.add_argument('--eval-freq', type=int, default=10)
+parser.add_argument('--print-freq', type=int, default=50)
+parser.add_argument('--gpu', type=str, default='0')
+parser.add_argument('--seed', type=int, default=1)
+parser.add_argument('--use-cpu', action='store_true')
+parser.add_argument('--save-dir', type=str, default='log')
+parser.add_argument('--plot', action='store_true', help="whether to plot features for every epoch")
+
+args = parser.parse_args(argv)
+
+def main():
+    torch.manual_seed(args.seed)
+    use_gpu = torch.cuda.is_available()
+    if args.use_cpu: use_gpu = False
+
+    if use_gpu:
+        print("Currently using GPU: {}".format(args.gpu))
+    else:
+        print("Currently using CPU")
+
+    print("Creating dataset: {}".format('mnist'))
+    trainloader, testloader = dataset.trainloader, dataset.testloader
+
+    print("Creating model: {}".format(args.model))
+    model = ConvNet(num_classes=dataset.num_classes)
+
+    criterion_xent = nn.CrossEntropyLoss()
+    criterion_cent = CenterLoss(num_classes=dataset.num_classes, feat_dim=2, use_gpu=use_gpu)
+    initialize(model)  # (the harness: torch's initial weights and centers in both runs)
+    initialize(criterion_cent)
+    optimizer_model = torch.optim.SGD(model.parameters(), lr=args.lr_model, weight_decay=5e-04, momentum=0.9)
+    optimizer_centloss = torch.optim.SGD(criterion_cent.parameters(), lr=args.lr_cent)
+
+    if args.stepsize > 0:
+        scheduler = lr_scheduler.StepLR(optimizer_model, step_size=args.stepsize, gamma=args.gamma)
+
+    start_time = time.time()
+
+    for epoch in range(args.max_epoch):
+        print("==> Epoch {}/{}".format(epoch+1, args.max_epoch))
+        train(model, criterion_xent, criterion_cent,
+              optimizer_model, optimizer_centloss,
+              trainloader, use_gpu, dataset.num_classes, epoch)
+
+        if args.stepsize > 0: scheduler.step()
+
+        if args.eval_freq > 0 and (epoch+1) % args.eval_freq == 0 or (epoch+1) == args.max_epoch:
+            print("==> Test")
+            acc, err = test(model, testloader, use_gpu, dataset.num_classes, epoch)
+            print("Accuracy (%): {}\\t Error rate (%): {}".format(acc, err))
+
+    elapsed = round(time.time() - start_time)
+    elapsed = str(datetime.timedelta(seconds=elapsed))
+    print("Finished. Total elapsed time (h:m:s): {}".format(elapsed))
+    record.append({name: p.detach().numpy().copy() for name, p in list(model.named_parameters()) + list(criterion_cent.named_parameters())})
+
+def train(model, criterion_xent, criterion_cent,
+          optimizer_model, optimizer_centloss,
+          trainloader, use_gpu, num_classes, epoch):
+    model.train()
+    xent_losses = AverageMeter()
+    cent_losses = AverageMeter()
+    losses = AverageMeter()
+
+    for batch_idx, (data, labels) in enumerate(trainloader):
+        if use_gpu:
+            data, labels = data.cuda(), labels.cuda()
+        features, outputs = model(data)
+        loss_xent = criterion_xent(outputs, labels)
+        loss_cent = criterion_cent(features, labels)
+        loss_cent *= args.weight_cent
+        loss = loss_xent + loss_cent
+        optimizer_model.zero_grad()
+        optimizer_centloss.zero_grad()
+        loss.backward()
+        optimizer_model.step()
+        # by doing so, weight_cent would not impact on the learning of centers
+        for param in criterion_cent.parameters():
+            param.grad.data *= (1. / args.weight_cent)
+        optimizer_centloss.step()
+
+        losses.update(loss.item(), labels.size(0))
+        xent_losses.update(loss_xent.item(), labels.size(0))
+        cent_losses.update(loss_cent.item(), labels.size(0))
+        record.append([loss.item(), loss_xent.item(), loss_cent.item()])
+
+        if (batch_idx+1) % args.print_freq == 0:
+            print("Batch {}/{}\\t Loss {:.6f} ({:.6f}) XentLoss {:.6f} ({:.6f}) CenterLoss {:.6f} ({:.6f})" \\
+                  .format(batch_idx+1, len(trainloader), losses.val, losses.avg, xent_losses.val, xent_losses.avg, cent_losses.val, cent_losses.avg))
+
+def test(model, testloader, use_gpu, num_classes, epoch):
+    model.eval()
+    correct, total = 0, 0
+
+    with torch.no_grad():
+        for data, labels in testloader:
+            if use_gpu:
+                data, labels = data.cuda(), labels.cuda()
+            features, outputs = model(data)
+            predictions = outputs.data.max(1)[1]
+            total += labels.size(0)
+            correct += (predictions == labels.data).sum()
+
+    acc = correct * 100. / total
+    err = 100. - acc
+    record.append([float(acc), float(err)])
+    return acc, err
+
+if __name__ == '__main__':
+    main()
+'''
+
+CENTER_LOSS_STEPS = [
+    (
+        "        loss.backward()\n        optimizer_model.step()\n",
+        "        grads = loss.backward()\n        optimizer_model.step(grads)\n",
+    ),
+    ("            param.grad.data *= ", "            param.grad(grads).data *= "),
+    ("        optimizer_centloss.step()\n", "        optimizer_centloss.step(grads)\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
+]
+
+
+def test_center_loss_trains_as_torch(capsys):
+    rng = np.random.default_rng(1505)
+    images = rng.uniform(size=(4, 1, 28, 28)).astype(np.float32)
+    labels = rng.integers(0, 10, 4)
+    argv = ["--batch-size", "2", "--max-epoch", "2", "--stepsize", "1", "--eval-freq", "2"]
+    argv += ["--print-freq", "1", "--weight-cent", "0.1", "--lr-model", "0.01", "--use-cpu"]
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        data = lib.utils.data.TensorDataset(lib.tensor(images), lib.tensor(labels))
+        dataset = types.SimpleNamespace(
+            num_classes=10,
+            trainloader=lib.utils.data.DataLoader(data, batch_size=2, shuffle=False),
+            testloader=lib.utils.data.DataLoader(data, batch_size=2),
+        )
+        record = []
+        text = CENTER_LOSS_SOURCE if lib is torch else port(CENTER_LOSS_SOURCE, CENTER_LOSS_STEPS)
+        text = text if lib is torch else text.replace("from torch.", "from retrograd.")
+        names = {"__name__": "__main__", "argv": argv, "dataset": dataset}
+        run_source(text, lib, record=record, initialize=initialize, **names)
+        records.append(record)
+        logs.append(re.sub(r"\(h:m:s\): \S+", "(h:m:s): (time)", capsys.readouterr().out))
+    assert logs[0].count("==> Test") == 1 and "Finished." in logs[0]
+    number = r"-?\d+\.\d+"
+    # the test accuracy prints as a tensor: torch's "tensor(25.)", retrograd's repr names its
+    # dtype ("tensor(25., dtype=float32)", a design of its printing): the numbers compared
+    mine, theirs = (re.sub(r"tensor\((\S+?)(, dtype=float32)?\)", r"\1", log) for log in logs)
+    assert re.sub(number, "x", mine) == re.sub(number, "x", theirs)
+    np.testing.assert_allclose(
+        np.array(re.findall(number, mine), float),
+        np.array(re.findall(number, theirs), float),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
