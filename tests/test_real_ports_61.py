@@ -2,9 +2,10 @@
 """Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_60.py`` (the
 harness: ``tests/real_ports.py``):
 
-- the Lovász losses of bermanmaxim/LovaszSoftmax (``pytorch/lovasz_losses.py`` whole, as it
-  stands) under the training of its demo notebooks (``demo_binary.ipynb``,
-  ``demo_multiclass.ipynb``; a small convolutional net on random images, in float64): the
+- the Lovász losses of bermanmaxim/LovaszSoftmax (``pytorch/lovasz_losses.py`` whole, its
+  version with ``classes=``) under the training of its demo notebooks (``demo_binary.ipynb``,
+  ``demo_multiclass.ipynb``; a small convolutional net on random images, in float32: its
+  ``lovasz_grad`` casts by ``.float()``, and ``torch.dot`` refuses a float64 operand with it): the
   ``lovasz_grad`` of ``gt_sorted.float().cumsum(0)`` with ``jaccard[1:p] = jaccard[1:p] -
   jaccard[0:-1]``, ``torch.sort(errors, dim=0, descending=True)`` and ``labels[perm]``,
   ``torch.dot(F.relu(errors_sorted), Variable(grad))``, ``probas[valid.nonzero().squeeze()]``
@@ -36,21 +37,40 @@ harness: ``tests/real_ports.py``):
   align_corners=False)``, ``OrderedDict`` outputs, ``ignore_index=255``. Its dropouts are set to
   ``p = 0`` (their masks are each library's own).
 - CBAM and BAM as Jongchan/attention-module writes them (``MODELS/cbam.py``, ``bam.py``,
-  ``model_resnet.py``'s CIFAR ``ResNet``, one block a stage) under a few SGD steps of
-  ``train_imagenet.py``'s loop: the channel gate over ``'avg'``, ``'max'``, ``'lp'`` and
+  ``model_resnet.py``'s ``BasicBlock`` in a small network written as its ``ResNet`` is, which
+  takes 64 to 512 channels) under a few SGD steps of ``train_imagenet.py``'s loop (its
+  ``accuracy`` and ``AverageMeter``, the log compared): the channel gate over ``'avg'``, ``'max'``, ``'lp'`` and
   ``'lse'`` pools (``F.lp_pool2d``, ``logsumexp_2d``), ``F.sigmoid(...).unsqueeze(2).unsqueeze(
   3).expand_as(x)``, ``ChannelPool``'s ``torch.max(x,1)[0]``, ``nn.Sequential.add_module``
   with ``'gate_c_fc_%d'%i`` names, and the initialization that writes through the state dict:
   ``init.kaiming_normal(self.state_dict()[key], mode='fan_out')`` and
   ``self.state_dict()[key][...] = 0`` (the fix below).
 
+- the center loss of KaiyangZhou/pytorch-center-loss (``center_loss.py``, ``models.py``'s
+  LeNet++ ``ConvNet`` with ``nn.PReLU``, ``utils.py``'s ``AverageMeter``) under its ``main.py``
+  (the argument parser given small sizes, MNIST random images, the plots left out): the
+  distance matrix by ``.expand(...).t()`` and the deprecated ``distmat.addmm_(1, -2, x,
+  self.centers.t())``, ``labels.eq(classes.expand(...))``, ``loss_cent *= args.weight_cent``,
+  two SGD optimizers over one backward with the centers' gradients rescaled in place
+  (``param.grad.data *= (1. / args.weight_cent)``, ported as ``param.grad(grads).data *=``),
+  ``StepLR``, and the test accuracy by ``outputs.data.max(1)[1]`` and ``correct += (predictions
+  == labels.data).sum()``.
+
 Defects found and fixed: ``model.state_dict()[key][...] = 0`` wrote only into the copy (a
 state-dict value's NumPy item assignment did not reach the module, where torch's state-dict
 tensors share its storage); ``nn.init`` refused a state-dict value (``'StateValue' object has no
-attribute 'backend'``): both now write through to the parameter or buffer.
+attribute 'backend'``): both now write through to the parameter or buffer. ``v.std()`` and
+``v.var()`` of a state-dict value were NumPy's (no Bessel correction: ``0.0`` for a single
+weight where torch's is ``nan``): they are torch's now, and ``np.std(v)`` keeps NumPy's.
 
-The lines changed: the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``)
-and the ``import`` lines naming ``torch``.
+Left as they are (earlier design decisions): ``Tensor.nonzero()`` returns Burn's list of
+per-dimension indices, so ``lovasz_losses.py``'s ``valid.nonzero().squeeze()`` asks for torch's
+form by ``as_tuple=False``; a tensor prints as NumPy prints its values, with its dtype
+(``tensor(25., dtype=float32)`` where torch prints ``tensor(25.)``), so the center-loss log's
+accuracy line is compared by its numbers.
+
+The lines changed: the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``,
+``param.grad(grads)``), the ``import`` lines naming ``torch``, and the one ``nonzero`` above.
 """
 
 from __future__ import annotations
