@@ -1900,3 +1900,48 @@ def test_center_loss_trains_as_torch(capsys):
         atol=1e-5,
     )
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+def _printed_layers(lib):
+    nn = lib.nn
+    return [
+        nn.MaxPool1d(2),
+        nn.MaxPool2d((2, 2)),
+        nn.MaxPool3d(kernel_size=(1, 2, 2)),
+        nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=True),
+        nn.AvgPool1d(3, count_include_pad=False),
+        nn.AvgPool1d((2,), 1, 1, True),
+        nn.MaxUnpool1d(2),
+        nn.MaxUnpool2d(2),
+        nn.MaxUnpool3d(2, 1),
+        nn.PixelShuffle(2),
+        nn.PixelUnshuffle(3),
+        nn.GroupNorm(2, 4),
+        nn.GroupNorm(2, 4, affine=False),
+        nn.Softplus(),
+        nn.Softplus(2, 5),
+        nn.Fold((4, 4), 2),
+        nn.Unfold(3, 2, 1, 2),
+        nn.ConstantPad2d(1, 3.5),
+        nn.ConstantPad1d((1, 2), 0.0),
+        nn.ZeroPad2d(1),
+        nn.Hardshrink(),
+        nn.Softshrink(0.3),
+        nn.Conv2d(2, 4, 3, stride=2, groups=2, padding_mode="reflect"),
+        nn.Conv1d(2, 4, 3, padding=1, padding_mode="circular", bias=False),
+        nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1),
+        nn.ConvTranspose1d(4, 2, 3, stride=3, output_padding=(2,)),
+        nn.RMSNorm(4),
+        nn.RMSNorm([2, 4], eps=1e-6, elementwise_affine=False),
+    ]
+
+
+def test_regression_pooling_and_other_reprs_print_as_torchs():
+    # print(model) of a CNN differed from torch's: the max pools left out dilation and
+    # ceil_mode, AvgPool1d printed nothing (torch: its one-element tuples), MaxUnpool ints
+    # (torch: tuples), PixelShuffle/PixelUnshuffle, Softplus, Fold and Unfold nothing, GroupNorm
+    # torch 2.13's bias=, ConstantPad its value, Hardshrink/Softshrink "lambd=" (torch: the value
+    # alone), the convolutions padding_mode and the transposed ones output_padding, and RMSNorm
+    # its elementwise_affine
+    for mine, theirs in zip(_printed_layers(rg), _printed_layers(torch), strict=True):
+        assert repr(mine) == repr(theirs)
