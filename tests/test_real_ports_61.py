@@ -55,15 +55,32 @@ harness: ``tests/real_ports.py``):
   (``param.grad.data *= (1. / args.weight_cent)``, ported as ``param.grad(grads).data *=``),
   ``StepLR``, and the test accuracy by ``outputs.data.max(1)[1]`` and ``correct += (predictions
   == labels.data).sum()``.
+- non-local neural networks as AlexHex7/Non-local_pytorch writes them
+  (``lib/non_local_embedded_gaussian.py``'s ``_NonLocalBlockND`` and its 1-d, 2-d and 3-d
+  blocks, ``lib/network.py``'s MNIST ``Network``) under ``demo_MNIST_train.py`` (random images,
+  two epochs, in float64): ``nn.MaxPool1d(kernel_size=(2))``, ``nn.MaxPool3d(kernel_size=(1, 2,
+  2))`` appended by ``nn.Sequential(self.g, max_pool_layer)``, ``nn.init.constant_(self.W[1].
+  weight, 0)``, ``y.view(batch_size, self.inter_channels, *x.size()[2:])``, ``return_nl_map``,
+  ``self.convs[:4](x)`` and ``self.convs[10:]`` slices of a ``Sequential``, the bare calls
+  ``torch.set_grad_enabled(True)``/``(False)`` around the loops, ``sum(total_loss) /
+  total_loss.__len__()`` of tensors, and ``print(net)`` compared with torch's (the fix below).
 
-Defects found and fixed: ``model.state_dict()[key][...] = 0`` wrote only into the copy (a
+Defects found and fixed: ``print(model)`` of a CNN differed from torch's (``tests/
+test_real_ports_60.py`` fixed the embeddings and norms): the max pools left out ``dilation`` and
+``ceil_mode``, ``AvgPool1d``, ``PixelShuffle``/``PixelUnshuffle``, ``Softplus``, ``Fold`` and
+``Unfold`` printed nothing of their arguments, the ``MaxUnpool`` layers printed ints where torch
+prints tuples, ``GroupNorm`` left out ``bias=``, ``ConstantPad*d`` its value, the convolutions
+``padding_mode`` and the transposed ones ``output_padding``, ``RMSNorm`` its
+``elementwise_affine``, and ``Hardshrink``/``Softshrink`` printed ``lambd=`` (torch: the value
+alone). ``model.state_dict()[key][...] = 0`` wrote only into the copy (a
 state-dict value's NumPy item assignment did not reach the module, where torch's state-dict
 tensors share its storage); ``nn.init`` refused a state-dict value (``'StateValue' object has no
 attribute 'backend'``): both now write through to the parameter or buffer. ``v.std()`` and
 ``v.var()`` of a state-dict value were NumPy's (no Bessel correction: ``0.0`` for a single
 weight where torch's is ``nan``): they are torch's now, and ``np.std(v)`` keeps NumPy's.
 
-Left as they are (earlier design decisions): ``Tensor.nonzero()`` returns Burn's list of
+Left as they are: lazy modules print no sizes before their first call (torch prints zeros),
+and there is no ``nn.FractionalMaxPool2d``. By earlier design decisions: ``Tensor.nonzero()`` returns Burn's list of
 per-dimension indices, so ``lovasz_losses.py``'s ``valid.nonzero().squeeze()`` asks for torch's
 form by ``as_tuple=False``; a tensor prints as NumPy prints its values, with its dtype
 (``tensor(25., dtype=float32)`` where torch prints ``tensor(25.)``), so the center-loss log's
@@ -1532,6 +1549,323 @@ def test_cbam_and_bam_resnets_train_as_torch(capsys):
             else:  # (nan: the std of a single weight, as torch's)
                 assert np.isnan(mine) == np.isnan(std), name
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+# -- non-local neural networks ----------------------------------------------------------------------------
+NON_LOCAL_SOURCE = '''
+# -- lib/non_local_embedded_gaussian.py --
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class _NonLocalBlockND(nn.Module):
+    def __init__(self, in_channels, inter_channels=None, dimension=3, sub_sample=True, bn_layer=True):
+        """
+        :param in_channels:
+        :param inter_channels:
+        :param dimension:
+        :param sub_sample:
+        :param bn_layer:
+        """
+
+        super(_NonLocalBlockND, self).__init__()
+
+        assert dimension in [1, 2, 3]
+
+        self.dimension = dimension
+        self.sub_sample = sub_sample
+
+        self.in_channels = in_channels
+        self.inter_channels = inter_channels
+
+        if self.inter_channels is None:
+            self.inter_channels = in_channels // 2
+            if self.inter_channels == 0:
+                self.inter_channels = 1
+
+        if dimension == 3:
+            conv_nd = nn.Conv3d
+            max_pool_layer = nn.MaxPool3d(kernel_size=(1, 2, 2))
+            bn = nn.BatchNorm3d
+        elif dimension == 2:
+            conv_nd = nn.Conv2d
+            max_pool_layer = nn.MaxPool2d(kernel_size=(2, 2))
+            bn = nn.BatchNorm2d
+        else:
+            conv_nd = nn.Conv1d
+            max_pool_layer = nn.MaxPool1d(kernel_size=(2))
+            bn = nn.BatchNorm1d
+
+        self.g = conv_nd(in_channels=self.in_channels, out_channels=self.inter_channels,
+                         kernel_size=1, stride=1, padding=0)
+
+        if bn_layer:
+            self.W = nn.Sequential(
+                conv_nd(in_channels=self.inter_channels, out_channels=self.in_channels,
+                        kernel_size=1, stride=1, padding=0),
+                bn(self.in_channels)
+            )
+            nn.init.constant_(self.W[1].weight, 0)
+            nn.init.constant_(self.W[1].bias, 0)
+        else:
+            self.W = conv_nd(in_channels=self.inter_channels, out_channels=self.in_channels,
+                             kernel_size=1, stride=1, padding=0)
+            nn.init.constant_(self.W.weight, 0)
+            nn.init.constant_(self.W.bias, 0)
+
+        self.theta = conv_nd(in_channels=self.in_channels, out_channels=self.inter_channels,
+                             kernel_size=1, stride=1, padding=0)
+        self.phi = conv_nd(in_channels=self.in_channels, out_channels=self.inter_channels,
+                           kernel_size=1, stride=1, padding=0)
+
+        if sub_sample:
+            self.g = nn.Sequential(self.g, max_pool_layer)
+            self.phi = nn.Sequential(self.phi, max_pool_layer)
+
+    def forward(self, x, return_nl_map=False):
+        """
+        :param x: (b, c, t, h, w)
+        :param return_nl_map: if True return z, nl_map, else only return z.
+        :return:
+        """
+
+        batch_size = x.size(0)
+
+        g_x = self.g(x).view(batch_size, self.inter_channels, -1)
+        g_x = g_x.permute(0, 2, 1)
+
+        theta_x = self.theta(x).view(batch_size, self.inter_channels, -1)
+        theta_x = theta_x.permute(0, 2, 1)
+        phi_x = self.phi(x).view(batch_size, self.inter_channels, -1)
+        f = torch.matmul(theta_x, phi_x)
+        f_div_C = F.softmax(f, dim=-1)
+
+        y = torch.matmul(f_div_C, g_x)
+        y = y.permute(0, 2, 1).contiguous()
+        y = y.view(batch_size, self.inter_channels, *x.size()[2:])
+        W_y = self.W(y)
+        z = W_y + x
+
+        if return_nl_map:
+            return z, f_div_C
+        return z
+
+
+class NONLocalBlock1D(_NonLocalBlockND):
+    def __init__(self, in_channels, inter_channels=None, sub_sample=True, bn_layer=True):
+        super(NONLocalBlock1D, self).__init__(in_channels,
+                                              inter_channels=inter_channels,
+                                              dimension=1, sub_sample=sub_sample,
+                                              bn_layer=bn_layer)
+
+
+class NONLocalBlock2D(_NonLocalBlockND):
+    def __init__(self, in_channels, inter_channels=None, sub_sample=True, bn_layer=True):
+        super(NONLocalBlock2D, self).__init__(in_channels,
+                                              inter_channels=inter_channels,
+                                              dimension=2, sub_sample=sub_sample,
+                                              bn_layer=bn_layer,)
+
+
+class NONLocalBlock3D(_NonLocalBlockND):
+    def __init__(self, in_channels, inter_channels=None, sub_sample=True, bn_layer=True):
+        super(NONLocalBlock3D, self).__init__(in_channels,
+                                              inter_channels=inter_channels,
+                                              dimension=3, sub_sample=sub_sample,
+                                              bn_layer=bn_layer,)
+
+
+# -- lib/network.py --
+class Network(nn.Module):
+    def __init__(self):
+        super(Network, self).__init__()
+
+        self.convs = nn.Sequential(
+            nn.Conv2d(in_channels=1, out_channels=32, kernel_size=3, stride=1, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+
+            NONLocalBlock2D(in_channels=32),
+            nn.Conv2d(in_channels=32, out_channels=64, kernel_size=3, stride=1, padding=1),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+
+            NONLocalBlock2D(in_channels=64),
+            nn.Conv2d(in_channels=64, out_channels=128, kernel_size=3, stride=1, padding=1),
+            nn.BatchNorm2d(128),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+
+        self.fc = nn.Sequential(
+            nn.Linear(in_features=128*3*3, out_features=256),
+            nn.ReLU(),
+            nn.Dropout(0.5),
+
+            nn.Linear(in_features=256, out_features=10)
+        )
+
+    def forward(self, x):
+        batch_size = x.size(0)
+        output = self.convs(x).view(batch_size, -1)
+        output = self.fc(output)
+        return output
+
+    def forward_with_nl_map(self, x):
+        batch_size = x.size(0)
+
+        output = self.convs[:4](x)
+        output, nl_map_1 = self.convs[4](output, return_nl_map=True)
+        output = self.convs[5:9](output)
+        output, nl_map_2 = self.convs[9](output, return_nl_map=True)
+        output = self.convs[10:](output)
+        output = output.view(batch_size, -1)
+        output = self.fc(output)
+
+        return output, [nl_map_1, nl_map_2]
+
+
+# -- demo_MNIST_train.py (MNIST random images, 10 epochs made 2, the GPU left out) --
+import time
+
+def main(train_loader, test_loader):
+    net = Network().double()  # (the harness: in float64)
+    net.fc[2].p = 0.0  # (the harness: dropout masks are each library's own)
+    initialize(net)
+    cuda = False
+    opt = torch.optim.Adam(net.parameters(), lr=0.001)
+    loss_func = torch.nn.CrossEntropyLoss()
+    print(net)
+
+    for epoch_index in range(2):
+        st = time.time()
+
+        torch.set_grad_enabled(True)
+        net.train()
+        for train_batch_index, (img_batch, label_batch) in enumerate(train_loader):
+            if cuda:
+                img_batch = img_batch.cuda()
+                label_batch = label_batch.cuda()
+
+            predict = net(img_batch)
+            loss = loss_func(predict, label_batch)
+
+            net.zero_grad()
+            loss.backward()
+            opt.step()
+            record.append(loss.item())
+
+        print('(LR:%f) Time of a epoch:%.4fs' % (opt.param_groups[0]['lr'], time.time()-st))
+
+        torch.set_grad_enabled(False)
+        net.eval()
+        total_loss = []
+        total_acc = 0
+        total_sample = 0
+
+        for test_batch_index, (img_batch, label_batch) in enumerate(test_loader):
+            if cuda:
+                img_batch = img_batch.cuda()
+                label_batch = label_batch.cuda()
+
+            predict = net(img_batch)
+            loss = loss_func(predict, label_batch)
+
+            predict = predict.argmax(1)
+            acc = (predict == label_batch).sum()
+
+            total_loss.append(loss)
+            total_acc += acc
+            total_sample += img_batch.size(0)
+
+        net.train()
+
+        mean_acc = total_acc.item() * 1.0 / total_sample
+        mean_loss = sum(total_loss) / total_loss.__len__()
+
+        print('[Test] epoch[%d/%d] acc:%.4f%% loss:%.4f\\n'
+              % (epoch_index, 10, mean_acc * 100, mean_loss.item()))
+
+    torch.set_grad_enabled(True)
+    output, nl_maps = net.forward_with_nl_map(img_batch)
+    record.append({f'nl_map_{i + 1}': m.detach().numpy().copy() for i, m in enumerate(nl_maps)})
+    record.append({name: p.detach().numpy().copy() for name, p in net.named_parameters()})
+
+
+# -- the README's other blocks: 1-d and 3-d, without sub-sampling or batch norm, a few steps --
+def blocks(x1, x3):
+    for block, x in [(NONLocalBlock1D(4, sub_sample=False), x1), (NONLocalBlock1D(4, bn_layer=False), x1),
+                     (NONLocalBlock3D(4, inter_channels=3), x3), (NONLocalBlock3D(4, sub_sample=False, bn_layer=False), x3)]:
+        print(block)
+        block.double()  # (the harness: in float64)
+        initialize(block)
+        opt = torch.optim.SGD(block.parameters(), lr=0.1)
+        for step in range(2):
+            z, nl_map = block(x, return_nl_map=True)
+            loss = (z ** 2).mean() + nl_map.max(-1)[0].mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            record.append(loss.item())
+            record.append({'nl_map': nl_map.detach().numpy().copy()})
+'''
+
+NON_LOCAL_STEPS = [
+    (
+        "            net.zero_grad()\n            loss.backward()\n            opt.step()\n",
+        "            net.zero_grad()\n            grads = loss.backward()\n            opt.step(grads)\n",
+    ),
+    (
+        "            opt.zero_grad()\n            loss.backward()\n            opt.step()\n",
+        "            opt.zero_grad()\n            grads = loss.backward()\n            opt.step(grads)\n",
+    ),
+    (
+        "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n",
+        "import retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\n",
+    ),
+]
+
+
+def test_non_local_blocks_train_as_torch(capsys):
+    rng = np.random.default_rng(1506)
+    images = rng.uniform(size=(4, 1, 28, 28))
+    labels = rng.integers(0, 10, 4)
+    x1 = rng.standard_normal((2, 4, 6))
+    x3 = rng.standard_normal((2, 4, 2, 4, 4))
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        data = lib.utils.data.TensorDataset(lib.tensor(images), lib.tensor(labels))
+        train_loader = lib.utils.data.DataLoader(data, batch_size=2, shuffle=False)
+        test_loader = lib.utils.data.DataLoader(data, batch_size=2)
+        record = []
+        text = NON_LOCAL_SOURCE if lib is torch else port(NON_LOCAL_SOURCE, NON_LOCAL_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        names["main"](train_loader, test_loader)
+        names["blocks"](lib.tensor(x1), lib.tensor(x3))
+        assert lib.is_grad_enabled()
+        records.append(record)
+        logs.append(
+            re.sub(r"Time of a epoch:\S+", "Time of a epoch:(time)", capsys.readouterr().out)
+        )
+    assert logs[0].count("[Test] epoch") == 2
+    number = r"-?\d+\.\d+"
+    assert re.sub(number, "x", logs[1]) == re.sub(number, "x", logs[0])  # print(net) as torch's
+    np.testing.assert_allclose(
+        np.array(re.findall(number, logs[1]), float),
+        np.array(re.findall(number, logs[0]), float),
+        rtol=1e-3,  # (the test loss, in eval mode, reads running means that carry the noise below)
+    )
+    # biases whose true gradient is 0, so that Adam's steps follow each library's rounding noise:
+    # the convolutions' before a batch norm (the network's and the blocks' W), g's (the softmax
+    # rows sum to 1: a constant through W into the batch norm) and phi's (a constant over the
+    # softmax's row)
+    skip = ("convs.0.bias", "convs.5.bias", "convs.10.bias")
+    skip += tuple(f"convs.{i}.{name}.0.bias" for i in (4, 9) for name in ("W", "g", "phi"))
+    assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10, skip=skip)
 
 
 # -- defects found by the ports: writing through a state dict, and its values' std --------------------------
