@@ -45,7 +45,6 @@ harness: ``tests/real_ports.py``):
   with ``'gate_c_fc_%d'%i`` names, and the initialization that writes through the state dict:
   ``init.kaiming_normal(self.state_dict()[key], mode='fan_out')`` and
   ``self.state_dict()[key][...] = 0`` (the fix below).
-
 - the center loss of KaiyangZhou/pytorch-center-loss (``center_loss.py``, ``models.py``'s
   LeNet++ ``ConvNet`` with ``nn.PReLU``, ``utils.py``'s ``AverageMeter``) under its ``main.py``
   (the argument parser given small sizes, MNIST random images, the plots left out): the
@@ -80,8 +79,8 @@ attribute 'backend'``): both now write through to the parameter or buffer. ``v.s
 weight where torch's is ``nan``): they are torch's now, and ``np.std(v)`` keeps NumPy's.
 
 Left as they are: lazy modules print no sizes before their first call (torch prints zeros),
-and there is no ``nn.FractionalMaxPool2d``. By earlier design decisions: ``Tensor.nonzero()`` returns Burn's list of
-per-dimension indices, so ``lovasz_losses.py``'s ``valid.nonzero().squeeze()`` asks for torch's
+and there is no ``nn.FractionalMaxPool2d``. By earlier design decisions: ``Tensor.nonzero()``
+returns Burn's list of per-dimension indices, so ``lovasz_losses.py``'s ``valid.nonzero().squeeze()`` asks for torch's
 form by ``as_tuple=False``; a tensor prints as NumPy prints its values, with its dtype
 (``tensor(25., dtype=float32)`` where torch prints ``tensor(25.)``), so the center-loss log's
 accuracy line is compared by its numbers.
