@@ -31,6 +31,7 @@ from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
 from ..tensor._dispatch import checked_generator
 from ..tensor.inplace import assign
+from .modules.state_value import StateValue
 
 __all__ = [
     "calculate_gain",
@@ -74,12 +75,26 @@ def _draw(t: Tensor, distribution: str, generator: Any = None, op: str = "init")
         )
     if checked_generator(op, generator) is not None:
         return np.asarray(generator.draws(t.shape, distribution, "float64"), dtype=np.float64)
-    return random(
-        t.shape, distribution, dtype="float64", backend=t.backend, device=t.device
-    ).numpy()
+    backend, device = _placement(t)
+    return random(t.shape, distribution, dtype="float64", backend=backend, device=device).numpy()
 
 
-def _fill(t: Tensor, values: Any, op: str) -> Tensor:
+def _placement(t: Tensor | StateValue) -> tuple[Any, Any]:
+    """The backend and device of ``t``, or of the tensor a state-dict value was copied from
+    (the defaults for a copy of none)."""
+    if isinstance(t, StateValue):
+        t = t._source
+        if t is None:
+            return None, None
+    return t.backend, t.device
+
+
+def _fill(t: Tensor | StateValue, values: Any, op: str) -> Tensor | StateValue:
+    """``t``'s values replaced in place; a state-dict value (``init.kaiming_normal_(
+    model.state_dict()[key])``, as CBAM's ResNet initializes) writes through to the module's
+    tensor, as torch's state-dict tensors share its storage."""
+    if isinstance(t, StateValue):
+        return t.copy_(np.asarray(values, dtype=t.dtype))
     fresh = tensor(np.asarray(values, dtype=t.dtype), backend=t.backend, device=t.device)
     return assign(t, fresh, op)
 

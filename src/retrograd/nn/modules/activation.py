@@ -255,6 +255,9 @@ class Softplus(_Elementwise):
     def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)
 
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
 
 class Softsign(_Elementwise):
     _fn = staticmethod(F.softsign)
@@ -322,6 +325,9 @@ class Hardshrink(_Elementwise):
     def __init__(self, lambd: float = 0.5):
         super().__init__()
         self.lambd = lambd
+
+    def extra_repr(self) -> str:  # torch's: the value alone
+        return f"{self.lambd}"
 
 
 class Softshrink(Hardshrink):

@@ -26,6 +26,12 @@ class Unfold(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
 
+    def extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, "
+            f"stride={self.stride}"
+        )
+
 
 class Fold(Module):
     """``F.fold(x, output_size, kernel_size, dilation, padding, stride)``."""
@@ -39,4 +45,10 @@ class Fold(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.fold(
             x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"output_size={self.output_size}, kernel_size={self.kernel_size}, "
+            f"dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
         )

@@ -33,6 +33,8 @@ __all__ = [
 class _Pad(Module):
     mode = "constant"
     dims = 2
+    #: whether the module takes a ``value`` (``ConstantPad*d``, which torch prints with it)
+    takes_value = False
 
     def __init__(self, padding: int | Sequence[int], value: float = 0.0):
         super().__init__()
@@ -47,6 +49,8 @@ class _Pad(Module):
         return F.pad(x, self.padding, self.mode)
 
     def extra_repr(self) -> str:
+        if self.takes_value:
+            return f"padding={self.padding}, value={self.value}"
         return f"{self.padding}"
 
 
@@ -61,7 +65,8 @@ def _padding(mode: str, dims: int, name: str, constant: bool) -> type:
             _Pad.__init__(self, padding)
 
     doc = f"``F.pad(x, padding, {mode!r})`` over the last {dims} dimension(s)."
-    return type(name, (_Pad,), {"mode": mode, "dims": dims, "__init__": init, "__doc__": doc})
+    namespace = {"mode": mode, "dims": dims, "takes_value": constant, "__init__": init}
+    return type(name, (_Pad,), {**namespace, "__doc__": doc})
 
 
 ZeroPad1d = _padding("constant", 1, "ZeroPad1d", False)

@@ -23,6 +23,9 @@ class PixelShuffle(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.pixel_shuffle(x, self.upscale_factor)
 
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
 
 class PixelUnshuffle(Module):
     def __init__(self, downscale_factor: int):
@@ -31,3 +34,6 @@ class PixelUnshuffle(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.pixel_unshuffle(x, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"

@@ -66,7 +66,10 @@ class MaxPool2d(Module):
         return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
 
 
 class AvgPool2d(Module):
@@ -191,6 +194,9 @@ class AvgPool1d(Module):
             x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
         )
 
+    def extra_repr(self) -> str:  # torch's, of its one-element tuples
+        return _sizes_repr(self, 1)
+
 
 class AvgPool3d(AvgPool2d):
     """3-d average pooling over ``[N, C, D, H, W]``."""
@@ -305,17 +311,30 @@ class _MaxUnpool(Module):
     def forward(self, x: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
         return type(self)._fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)
 
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+    def extra_repr(self) -> str:  # torch's, of its tuples of one size a dimension
+        return _sizes_repr(self, self._dims)
 
 
 class MaxUnpool1d(_MaxUnpool):
-    _fn = staticmethod(F.max_unpool1d)
+    _fn, _dims = staticmethod(F.max_unpool1d), 1
 
 
 class MaxUnpool2d(_MaxUnpool):
-    _fn = staticmethod(F.max_unpool2d)
+    _fn, _dims = staticmethod(F.max_unpool2d), 2
 
 
 class MaxUnpool3d(_MaxUnpool):
-    _fn = staticmethod(F.max_unpool3d)
+    _fn, _dims = staticmethod(F.max_unpool3d), 3
+
+
+def _sizes_repr(module: Module, dims: int) -> str:
+    """``kernel_size=..., stride=..., padding=...`` as torch prints the modules that store
+    each as a tuple of ``dims`` sizes (an int given repeated)."""
+
+    def sizes(value: Any) -> tuple:
+        return tuple(value) if isinstance(value, Sequence) else (value,) * dims
+
+    return (
+        f"kernel_size={sizes(module.kernel_size)}, stride={sizes(module.stride)}, "
+        f"padding={sizes(module.padding)}"
+    )

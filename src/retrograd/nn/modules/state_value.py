@@ -81,6 +81,21 @@ class StateValue(np.ndarray):
     def dim(self) -> int:
         return self.ndim
 
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        """torch's ``std`` (Bessel's correction unless told otherwise: ``v.std()`` of a
+        weight, as CBAM's tests print it); NumPy's call (``np.std(v)``, which passes ``ddof``)
+        keeps NumPy's."""
+        return self._spread("std", args, kwargs)
+
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        """torch's ``var``; NumPy's call keeps NumPy's (see :meth:`std`)."""
+        return self._spread("var", args, kwargs)
+
+    def _spread(self, op: str, args: tuple, kwargs: dict) -> Any:
+        if {"axis", "ddof", "dtype", "out"} & kwargs.keys():
+            return getattr(np.ndarray, op)(self, *args, **kwargs)
+        return getattr(tensor(self.view(np.ndarray)), op)(*args, **kwargs)
+
     def is_floating_point(self) -> bool:
         return self.dtype.kind == "f"
 
@@ -151,6 +166,15 @@ class StateValue(np.ndarray):
             raise DTypeError(f"fill_: expected a number, got {value!r}")
         return self._write("fill_", np.full(self.shape, value, dtype=self.dtype))
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """NumPy's item assignment (``state_dict()[key][...] = 0``, as CBAM's ResNet
+        initializes its batch norms), reaching the module's tensor as torch's does."""
+        value = np.asarray(_host(value))
+        if value.dtype.kind not in "biuf":
+            raise DTypeError(f"__setitem__: expected numbers, got {value.dtype} values")
+        super().__setitem__(_host_index(key), value)
+        self._sync("__setitem__")
+
     def _write(self, op: str, new: Any) -> StateValue:
         new = np.asarray(new)
         if new.shape != self.shape:
@@ -160,11 +184,15 @@ class StateValue(np.ndarray):
         if new.dtype.kind not in "biuf":
             raise DTypeError(f"{op}: expected numbers, got {new.dtype} values")
         np.copyto(self, new, casting="unsafe")
+        self._sync(op)
+        return self
+
+    def _sync(self, op: str) -> None:
+        """This value's numbers written into the parameter or buffer it was copied from."""
         source = self._source
         if source is not None:
             value = tensor(np.array(self, copy=True), backend=source.backend, device=source.device)
             assign(source, value, f"state_dict {op}")
-        return self
 
 
 def host_array(value: Any) -> np.ndarray:
@@ -175,6 +203,14 @@ def host_array(value: Any) -> np.ndarray:
     if callable(detach):
         return np.asarray(detach().cpu().numpy())
     return np.asarray(value)
+
+
+def _host_index(key: Any) -> Any:
+    """An index of :meth:`StateValue.__setitem__` with its tensors (masks, index lists) as
+    NumPy arrays."""
+    if isinstance(key, tuple):
+        return tuple(_host_index(k) for k in key)
+    return host_array(key) if isinstance(key, Tensor) or hasattr(key, "detach") else key
 
 
 def _host(value: Any) -> Any:
