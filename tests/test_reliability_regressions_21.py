@@ -24,10 +24,10 @@ HUGE = 10**8
 @pytest.mark.parametrize(
     "call",
     [
-        lambda lib: lib.ones(HUGE, 1) + lib.ones(1, HUGE),
-        lambda lib: lib.ones(HUGE, 1) * 2.0 + lib.ones(1, HUGE),
+        lambda lib: lib.ones(1, 1).expand(HUGE, 1) + lib.ones(1, 1).expand(1, HUGE),
+        lambda lib: lib.ones(1, 1).expand(HUGE, 1) * lib.ones(1, 1).expand(1, HUGE),
         lambda lib: lib.ones(1, 1).expand(HUGE, HUGE).exp(),
-        lambda lib: lib.ones(HUGE, 1) > lib.ones(1, HUGE),
+        lambda lib: lib.ones(1, 1).expand(HUGE, 1) > lib.ones(1, 1).expand(1, HUGE),
     ],
 )
 def test_an_elementwise_result_too_large_is_out_of_memory(call):
@@ -126,3 +126,24 @@ def test_adaptive_max_pool_to_zero_cells_is_empty(fn, shape, size):
     assert indices.dtype == rg.int64
     gradient = x.grad(getattr(F, fn)(x, size).sum().backward())
     np.testing.assert_array_equal(gradient.numpy(), np.zeros(shape, np.float32))
+
+
+# == sizes given as 0-d int tensors ==============================================================
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, n: lib.ones(6).view(n, -1),
+        lambda lib, n: lib.ones(6).reshape(n, 2),
+        lambda lib, n: lib.ones(1, 1).expand(n, n),
+        lambda lib, n: lib.ones(1).repeat(n),
+        lambda lib, n: lib.ones(1).new_zeros(n),
+    ],
+)
+def test_a_0d_int_tensor_is_a_size(call):
+    # Refused ("expected a shape (ints or one sequence of ints), got (tensor(3), -1)"): a
+    # ported ``x.view(n, -1)`` with ``n = lengths.max()`` failed; torch takes its __index__.
+    theirs = call(torch, torch.tensor(3))
+    ours = call(rg, rg.tensor(3))
+    assert ours.shape == tuple(theirs.shape)
+    with pytest.raises(rg.ShapeError, match="expected a shape"):
+        call(rg, rg.tensor(3.0))  # a float tensor is no size (torch: a TypeError)

@@ -342,11 +342,11 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
 
 
 def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool) -> None:
-    """torch's adaptive pools refuse an empty dimension other than the batch's (and the
-    channels' of a batched input): every window would be empty (an average of nothing, NaN,
-    where torch refuses). ``x`` is batched; ``squeeze``: the input was not."""
-    given = x.shape[1:] if squeeze else x.shape
-    if any(n == 0 for n in x.shape[1 if squeeze else 2 :]):
+    """torch's adaptive pools refuse an empty spatial dimension: every window would be empty
+    (an average of nothing, NaN, where torch refuses). ``x`` is batched; ``squeeze``: the
+    input was not (the message shows the input as given)."""
+    if any(n == 0 for n in x.shape[2:]):
+        given = x.shape[1:] if squeeze else x.shape
         raise ShapeError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
             f"{shape_text(given)}"
