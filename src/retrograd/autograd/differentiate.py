@@ -10,6 +10,7 @@ from typing import Any
 from ..autodiff import Gradients, enable_grad
 from ..errors import AutodiffError, DTypeError, ShapeError
 from ..tensor import Tensor
+from ..tensor.core import refuse_untracked_inputs
 from ..tensor.functions import sum as _sum
 from .anomaly_mode import check_nan_gradients, is_anomaly_enabled
 
@@ -58,7 +59,7 @@ def grad(
         # toward the inputs only, as torch's engine: the graph below them is neither walked
         # nor consumed (first-order MAML differentiates through it again later)
         wanted = [x for x in ins if x.requires_grad]
-        grads = total.backward(retain_graph=retain, create_graph=create_graph, inputs=wanted)
+        grads = total._backward(None, retain, create_graph, wanted)
     finally:
         for x in kept:
             x._backend.retain_grad(x._prim, False)
@@ -225,6 +226,10 @@ def backward(
                 "use 'grad_tensors' only"
             )
         grad_tensors = grad_variables
+    if inputs is not None:  # torch's refusals; the gradients given are the same
+        refuse_untracked_inputs(
+            "autograd.backward", _tensors("autograd.backward", "inputs", inputs)
+        )
     total = _weighted_total("autograd.backward", tensors, grad_tensors, create_graph)
     retain = create_graph if retain_graph is None else retain_graph
     grads = total.backward(retain_graph=retain, create_graph=create_graph)

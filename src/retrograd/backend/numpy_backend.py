@@ -13,6 +13,7 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    OutOfMemoryError,
     ShapeError,
     index_error,
 )
@@ -386,6 +387,8 @@ class NumpyBackend(
         return np.errstate(all="ignore")
 
     def error_class(self, error):
+        if isinstance(error, MemoryError):  # NumPy's allocation of a result no machine holds
+            return OutOfMemoryError
         if isinstance(error, IndexError):
             return IndexOutOfRangeError
         if isinstance(error, TypeError):

@@ -35,7 +35,14 @@ import numpy as np
 import torch
 
 from ..device import Device
-from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, index_error
+from ..errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    ShapeError,
+    index_error,
+)
 from .numpy_backend import GENERATOR, numpy_dtype
 from .protocol import Backend, singular_matrix
 from .torch_math import TorchMathKernels
@@ -372,6 +379,8 @@ class TorchBackend(
         raise index_error(messages[which](int(firsts[which].cpu())))
 
     def error_class(self, error):
+        if isinstance(error, MemoryError):
+            return OutOfMemoryError
         if isinstance(error, IndexError):
             return IndexOutOfRangeError
         if isinstance(error, TypeError):
@@ -381,6 +390,10 @@ class TorchBackend(
         if isinstance(error, RuntimeError | NotImplementedError):
             text = str(error)
             lowered = text.lower()
+            # the allocator's refusal of a result no machine holds (torch.OutOfMemoryError
+            # on a device, a RuntimeError from the CPU allocator)
+            if "allocate memory" in lowered or "out of memory" in lowered:
+                return OutOfMemoryError
             if "out of bounds" in lowered or "out of range" in lowered:
                 return IndexOutOfRangeError
             if "not implemented for" in lowered or "dtype" in lowered or "scalar type" in lowered:

@@ -78,6 +78,20 @@ __all__ = ["Tensor"]
 _new = object.__new__
 
 
+def refuse_untracked_inputs(op: str, inputs: list) -> None:
+    """torch's refusals of ``backward(inputs=...)``: an empty list (every gradient would be
+    dropped: a typo's silent answer) and a tensor that does not require grad (it has no
+    gradient to give; torch cannot retain one)."""
+    if not inputs:
+        raise AutodiffError(f"{op}: the inputs argument cannot be empty")
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise AutodiffError(
+                f"{op}: inputs[{i}] ({shape_text(t.shape)} {t.dtype}) does not require grad, "
+                "so it has no gradient; call require_grad() on it before the forward"
+            )
+
+
 def _wraps_a_primitive(args: tuple, kwargs: dict) -> bool:
     """``Tensor(primitive, backend[, device])``, the internal form: a backend second (any
     other second argument is torch's legacy form, ``rg.Tensor(2, 3)``, which checks it; a
@@ -265,9 +279,13 @@ class Tensor(
         return bool(self.item())
 
     def __index__(self) -> int:
-        if self.dtype != "int64":
+        """torch's: an int64 or bool tensor of one element is an int (``[a, b][t]``,
+        ``range(t)``); anything else is a ``TypeError`` (``DTypeError``), as torch's, so that
+        Python's fallbacks run (``bytes(t)`` iterates a tensor that is not an index)."""
+        if self.dtype not in ("int64", "bool") or self.numel() != 1:
             raise DTypeError(
-                f"__index__: only int64 tensors can be used as an index, got {self.dtype}"
+                "__index__: only an int64 or bool tensor of one element can be used as an "
+                f"index, got a {shape_text(self.shape)} {self.dtype} tensor"
             )
         return int(self.item())
 
@@ -702,6 +720,14 @@ class Tensor(
                 raise DTypeError(
                     f"backward: inputs must be a tensor or a sequence of tensors, got {inputs!r}"
                 )
+            refuse_untracked_inputs("backward", wanted)
+        return self._backward(grad, retain_graph, create_graph, wanted)
+
+    def _backward(
+        self, grad: Any, retain_graph: bool | None, create_graph: bool, wanted: list | None
+    ) -> Any:
+        """:meth:`backward` with ``inputs`` already a checked list (or ``None``): ``autograd.grad``
+        calls it with the differentiated tensors that require grad, which may be none."""
         if retain_graph is None:  # torch's default: kept when the backward is recorded
             retain_graph = create_graph
         backend = self._autodiff("backward")

@@ -588,18 +588,26 @@ def by_keyword(op: str, args: tuple[Any, ...], keyword: str, value: Any) -> tupl
 def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""
-    if len(args) == 1 and not isinstance(args[0], numbers.Integral):
+    if len(args) == 1 and not _a_size(args[0]):
         return shape_arg(args[0], op)
-    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in args):
+    if not all(_a_size(n) for n in args):
         raise ShapeError(f"{op}: expected a shape (ints or one sequence of ints), got {args!r}")
-    return tuple(int(n) for n in args)
+    return tuple(operator.index(n) for n in args)
+
+
+def _a_size(n: Any) -> bool:
+    """An int (not a bool), or a 0-d int tensor, which torch takes for a size as its
+    ``__index__`` (``x.view(n, -1)`` with ``n = lengths.max()``)."""
+    if isinstance(n, numbers.Integral):
+        return not isinstance(n, bool)
+    return getattr(n, "ndim", None) == 0 and str(getattr(n, "dtype", "")) == "int64"
 
 
 def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
     """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
     or a str does not, as in torch) as a tuple of ints."""
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        return (int(shape),)
+    if _a_size(shape):
+        return (operator.index(shape),)
     try:
         return tuple(operator.index(n) for n in shape)
     except TypeError:

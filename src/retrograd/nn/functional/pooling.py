@@ -238,8 +238,9 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
     if not all(isinstance(o, numbers.Integral) and o >= 0 for o in sizes):
         raise ShapeError(f"{fn}: output_size must be non-negative ints, got {output_size!r}")
-    if not all(sizes) or not all(x.shape[2:]):
-        # torch's results: an empty output, or each cell the mean of an empty window (NaN)
+    if any(o != 1 for o in sizes):  # (to one cell torch takes the mean: NaN of nothing)
+        _refuse_empty_window(fn, x, squeeze)
+    if not all(sizes) or not all(x.shape[2:]):  # torch's empty output, or its NaN means
         dims = tuple(range(2, x.ndim))
         out = x.mean(dims, keepdim=True).expand((*x.shape[:2], *(int(o) for o in sizes)))
         return _unbatched(out, squeeze)
@@ -315,10 +316,15 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))
-    if len(sizes) != spatial or any(o < 1 for o in sizes):
-        raise ShapeError(f"{fn}: output_size must be {spatial} positive ints, got {output_size!r}")
-    if any(n == 0 for n in x.shape[2:]):
-        raise ShapeError(f"{fn}: input {shape_text(x.shape)} has an empty spatial dimension")
+    if len(sizes) != spatial or any(o < 0 for o in sizes):
+        raise ShapeError(
+            f"{fn}: output_size must be {spatial} non-negative ints, got {output_size!r}"
+        )
+    _refuse_empty_window(fn, x, squeeze)
+    if not all(sizes):  # torch's empty output (and indices)
+        dims = tuple(range(2, x.ndim))
+        out = _unbatched(x.sum(dims, keepdim=True).expand((*x.shape[:2], *sizes)), squeeze)
+        return (out, out.long()) if return_indices else out
     if return_indices:
         values, indices = _adaptive_max_cells(x, sizes)
         return _unbatched(values, squeeze), _unbatched(indices, squeeze)
@@ -333,6 +339,18 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
             pieces.append(cells.narrow(dim, start, end - start).max(dim, keepdim=True).values)
         cells = pieces[0] if o == 1 else _cat(pieces, dim)
     return _unbatched(cells, squeeze)
+
+
+def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool) -> None:
+    """torch's adaptive pools refuse an empty spatial dimension: every window would be empty
+    (an average of nothing, NaN, where torch refuses). ``x`` is batched; ``squeeze``: the
+    input was not (the message shows the input as given)."""
+    if any(n == 0 for n in x.shape[2:]):
+        given = x.shape[1:] if squeeze else x.shape
+        raise ShapeError(
+            f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
+            f"{shape_text(given)}"
+        )
 
 
 def _adaptive_window(i: int, n: int, o: int) -> tuple[int, int]:
