@@ -49,7 +49,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .dtypes import DTYPE_OBJECTS
+from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
 from .indexing import check_values
 
@@ -169,7 +169,7 @@ class SelectionMixin:
         # NaN, where torch's formula (exp(x_i - out_j)) gives 0; a prefix of -inf only is put
         # back to -inf after
         dead = self.detach().isneginf()
-        out = self.mask_fill(dead, float(np.finfo(np.dtype(self.dtype)).min))
+        out = self.mask_fill(dead, float(finfo(self.dtype).min))
         n, shift = out.shape[d], 1
         from .shape import cat
 
