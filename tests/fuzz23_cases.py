@@ -92,12 +92,14 @@ FLOATS = ("float64", "float32")
 DTYPES = ("float64", "float32", "int64", "bool")
 
 
-def _values(rng, shape, dtype):
+def _values(rng, shape, dtype, nonzero=False):
     n = int(np.prod(shape)) if shape else 1
     if dtype == "bool":
         flat = rng.random(n) < 0.5
     elif dtype == "int64":
         flat = rng.integers(-3, 4, size=n)
+    elif nonzero:  # (away from the points where a derivative is 0/0)
+        flat = rng.choice([-1, 1], size=n) * rng.integers(1, 17, size=n) / 8.0
     else:  # (values on a grid of 1/8: exact in every float dtype)
         flat = rng.integers(-16, 17, size=n) / 8.0
     return np.asarray(flat).astype("float64" if dtype in HALF else dtype).reshape(shape)
@@ -120,19 +122,20 @@ def _sub_shape(rng, shape):
 class Chain:
     """A random program: ``steps`` of (text, fn(lib, t, xs) -> t) over leaves ``xs``."""
 
-    def __init__(self, rng, dtypes, length, shape=None, grad_only=False):
+    def __init__(self, rng, dtypes, length, shape=None, grad_only=False, exclude=()):
         self.shape = (
             shape
             if shape is not None
             else tuple(int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 4))))
         )
         self.grad_only = grad_only  # (for func transforms: float64 and differentiable ops)
+        self.exclude = exclude
         n_in = int(rng.integers(1, 4))
         self.inputs = []  # (dtype, array)
         for k in range(n_in):
             dtype = str(_pick(rng, *dtypes))
             shp = self.shape if k == 0 else _sub_shape(rng, self.shape)
-            self.inputs.append((dtype, _values(rng, shp, dtype)))
+            self.inputs.append((dtype, _values(rng, shp, dtype, grad_only)))
         self.dtypes = dtypes
         self.steps = []
         cur = self.shape
@@ -179,7 +182,7 @@ class Chain:
             return repr(v), lambda lib, xs: v
         dtype = str(_pick(rng, *self.dtypes))
         shp = () if kind == "0d" else _sub_shape(rng, shape)
-        a = _values(rng, shp, dtype)
+        a = _values(rng, shp, dtype, self.grad_only)
         return f"{dtype}{list(shp)}", lambda lib, xs: _make(lib, a, dtype, False)
 
     def _step(self, rng, shape):
@@ -189,6 +192,8 @@ class Chain:
             # (a comparison's bool result turns later ops to float32: not in float64 draws)
             kinds += ["cast"] + (["compare"] if len(self.dtypes) > 1 else [])
         kind = _pick(rng, *kinds)
+        if kind in self.exclude:
+            kind = "unary"
         d = int(rng.integers(-nd, nd)) if nd else 0
         if kind == "binary":
             op = str(_pick(rng, "add", "sub", "mul", "div", "maximum", "minimum", "atan2", "rsub"))
@@ -308,6 +313,13 @@ class Chain:
             return f"{op}({d}, keep={keep})", fn, new
         if kind == "scan" and nd:
             op = str(_pick(rng, "cumsum", "cumprod", "softmax", "log_softmax", "logcumsumexp"))
+            if op in self.exclude:
+                op = "cumsum"
+            if self.grad_only and shape[d] == 1:
+                # (torch's second derivative of logcumsumexp along a dim of size 1, where it
+                # is the identity, is NaN or rounding noise, 0 here; a softmax there is
+                # constant, whose norm's derivatives are 0/0)
+                op = "cumsum"
             return f"{op}({d})", lambda lib, t, xs: getattr(lib, op)(t, d), shape
         if kind == "shape" and nd:
             op = str(
@@ -511,3 +523,172 @@ def _distance(rng):
         return [lib.norm(x, p=pn, dim=dim, keepdim=keep)]
 
     return _dist_trial(f"norm {a.tolist()} p={pn} dim={dim} keep={keep}", [a], body, weight)
+
+
+# ---- autograd.grad's arguments ------------------------------------------------------------
+
+
+def _named(lib, grads):
+    """Gradients as results: None stays "None" (materialize_grads must give zeros)."""
+    return ["None" if g is None else g for g in grads]
+
+
+def _program(rng, exclude=()):
+    """A chain over 1-3 float64 leaves of differentiable ops."""
+    return Chain(rng, ("float64",), int(rng.integers(2, 6)), grad_only=True, exclude=exclude)
+
+
+@gen("autograd")
+def _autograd(rng):
+    mode = str(
+        _pick(
+            rng, "grad_outputs", "retain", "intermediate", "batched", "higher", "unused", "no_grad"
+        )
+    )
+    # (torch's third derivative of logcumsumexp is wrong: finite differences agree with
+    # retrograd's; not drawn there)
+    chain = _program(rng, ("logcumsumexp",) if mode == "higher" else ())
+    weight = _weight_fn(rng)
+    two = bool(rng.random() < 0.5)  # a second output: the first leaf's squares summed
+    go_kinds = [
+        str(_pick(rng, "same", "same", "none", "wrong", "0d", "float32", "ones")) for _ in range(2)
+    ]
+    as_tuple = bool(rng.random() < 0.5)
+    allow = _pick(rng, None, True, False)
+    materialize = bool(rng.random() < 0.3)
+    batch = int(rng.integers(1, 4))
+
+    def grad_output(lib, kind, y):
+        shape = tuple(y.shape)
+        if kind == "none":
+            return None
+        if kind == "wrong":
+            return lib.ones(shape + (2,), dtype=lib.float64)
+        if kind == "0d":
+            return lib.tensor(1.5, dtype=lib.float64)
+        if kind == "ones":
+            return lib.ones_like(y)
+        dtype = lib.float32 if kind == "float32" else lib.float64
+        return lib.tensor(weight(shape), dtype=dtype)
+
+    def fn(lib):
+        xs = chain.leaves(lib)
+        extra = lib.tensor(weight((2,)), dtype=lib.float64, requires_grad=True)  # unused
+        y = chain.run(lib, xs)
+        outs = [y, (xs[0] * xs[0]).sum()] if two else [y]
+        leaves = [x for x in xs if x.requires_grad]
+        if mode == "grad_outputs":
+            gos = [grad_output(lib, k, o) for k, o in zip(go_kinds, outs)]
+            ins = tuple(leaves) if as_tuple or len(leaves) > 1 else leaves[0]
+            return _named(lib, lib.autograd.grad(outs, ins, grad_outputs=gos))
+        total = sum((o * lib.tensor(weight(tuple(o.shape)), dtype=o.dtype)).sum() for o in outs)
+        if mode == "retain":
+            first = lib.autograd.grad(total, leaves, retain_graph=True)
+            second = lib.autograd.grad(total, leaves[::-1])
+            return [*first, *second]
+        if mode == "unused":
+            kw = {} if allow is None else {"allow_unused": allow}
+            if materialize:
+                kw["materialize_grads"] = True
+            return _named(lib, lib.autograd.grad(total, [extra, *leaves], **kw))
+        if mode == "no_grad":
+            return _named(lib, lib.autograd.grad(total.detach(), leaves))
+        if mode == "intermediate":
+            # a gradient with respect to the result itself and to a leaf through it
+            mid = y * 2.0
+            out = (mid.tanh() * lib.tensor(weight(tuple(y.shape)), dtype=y.dtype)).sum()
+            return list(lib.autograd.grad(out, [mid, y, leaves[0]]))
+        if mode == "batched":
+            go = lib.tensor(weight((batch, *tuple(y.shape))), dtype=y.dtype)
+            return list(lib.autograd.grad(y, leaves, grad_outputs=go, is_grads_batched=True))
+        # mixed partial derivatives up to the third order
+        first = lib.autograd.grad(total, leaves, create_graph=True)
+        s = sum((g * lib.tensor(weight(tuple(g.shape)), dtype=g.dtype)).sum() for g in first)
+        s = s + (first[0] * first[0]).sum()
+        # (None against zeros passes here: where a program is piecewise linear, retrograd's
+        # graph of the gradient ends and torch's goes on to give zeros)
+        none = [None] * len(leaves)
+        if not s.requires_grad:
+            return [*first, *none, *none]
+        second = lib.autograd.grad(s, leaves[::-1], create_graph=True, allow_unused=True)
+        used = [g for g in second if g is not None and g.requires_grad]
+        if not used:
+            return [*first, *second, *none]
+        r = sum((g * g).sum() for g in used)
+        return [*first, *second, *lib.autograd.grad(r, leaves, allow_unused=True)]
+
+    name = (
+        f"autograd {mode} two={two} go={go_kinds} tuple={as_tuple} allow={allow} "
+        f"materialize={materialize} batch={batch} {chain!r}"
+    )
+    return Trial(name, fn, rtol=1e-9)
+
+
+# ---- the func transforms over chains ------------------------------------------------------
+
+
+@gen("func")
+def _func(rng):
+    kind = str(_pick(rng, "jacrev", "jacfwd", "hessian", "vmap", "grad", "vjp", "jvp"))
+    # (torch's forward-mode derivative of clamp with a tensor bound, at a tie, takes the
+    # bound's tangent where its reverse mode gives the input the gradient: no clamps there)
+    chain = _program(rng, ("clamp",) if kind in ("jacfwd", "jvp", "hessian") else ())
+    n = len(chain.inputs)
+    argnums = _pick(rng, 0, *(((0, n - 1), n - 1) if n > 1 else ()))
+    aux = kind != "hessian" and bool(rng.random() < 0.3)  # (hessian takes no has_aux)
+    reduce_out = kind in ("grad",) or (kind == "hessian" and rng.random() < 0.7)
+    weight = _weight_fn(rng)
+    in_dims = int(_pick(rng, 0, -1))
+
+    def program(lib, *xs):
+        y = chain.run(lib, list(xs))
+        if reduce_out:
+            y = (y * lib.tensor(weight(tuple(y.shape)), dtype=y.dtype)).sum()
+        return (y, y.detach() * 2) if aux else y
+
+    def fn(lib):
+        xs = chain.leaves(lib, grad=False)
+        f = lib.func
+
+        def body(*args):
+            return program(lib, *args)
+
+        if kind == "vmap":
+            # the first leaf, and two others of its shape, stacked along a new first (or
+            # last) dim and mapped over it; the other leaves shared
+            def g(x0):
+                return body(x0, *xs[1:])
+
+            x0 = xs[0]
+            stacked = lib.stack([x0, -x0, x0 * 0.5 + 0.25], dim=0 if in_dims == 0 else x0.ndim)
+            out = f.vmap(g, in_dims=in_dims)(stacked)
+            return list(out) if aux else [out]
+        if kind in ("vjp", "jvp"):
+            if kind == "vjp":
+                out, pull, *rest = f.vjp(body, *xs, has_aux=aux)
+                y = out
+                ct = lib.tensor(weight(tuple(y.shape)), dtype=y.dtype)
+                return [out, *pull(ct), *rest]
+            tangents = tuple(lib.tensor(weight(tuple(x.shape)), dtype=x.dtype) for x in xs)
+            res = f.jvp(body, tuple(xs), tangents, has_aux=aux)
+            return list(res)
+        make = getattr(f, kind)
+        kw = {} if kind == "hessian" else {"has_aux": aux}
+        res = make(body, argnums=argnums, **kw)(*xs)
+        flat = []
+
+        def walk(r):
+            if isinstance(r, (tuple, list)):
+                for v in r:
+                    walk(v)
+            else:
+                flat.append(r)
+
+        walk(res)
+        return flat
+
+    return Trial(
+        f"func {kind} argnums={argnums} aux={aux} reduce={reduce_out} in_dims={in_dims} {chain!r}",
+        fn,
+        rtol=1e-9,
+    )

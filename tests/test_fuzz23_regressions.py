@@ -78,3 +78,17 @@ def test_cdist_and_pdist_at_infinity_give_every_tied_entry_the_whole_gradient(fn
     # (as linalg.vector_norm's is); torch's cdist and pdist kernels give each the whole of it
     for got, want in zip(_ties(rg, fn), _ties(torch, fn)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_autograd_grad_refuses_materialize_grads_with_allow_unused_false():
+    # materialize_grads=True with allow_unused=False gave zeros for the unused input; torch
+    # refuses the pair (they contradict each other)
+    for lib in (torch, rg):
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        unused = lib.tensor([3.0], dtype=lib.float64, requires_grad=True)
+        with pytest.raises(ValueError, match="allow_unused"):
+            lib.autograd.grad(
+                (x * x).sum(), [x, unused], allow_unused=False, materialize_grads=True
+            )
+    with pytest.raises(rg.InvalidArgumentError, match=r"autograd\.grad"):
+        rg.autograd.grad((x * x).sum(), [x], allow_unused=False, materialize_grads=True)
