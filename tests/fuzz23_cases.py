@@ -188,6 +188,7 @@ class Chain:
     def _step(self, rng, shape):
         nd = len(shape)
         kinds = ["binary"] * 4 + ["unary"] * 3 + ["where", "clamp", "reduce", "scan", "shape"]
+        kinds += ["select"] * 2
         if not self.grad_only:
             # (a comparison's bool result turns later ops to float32: not in float64 draws)
             kinds += ["cast"] + (["compare"] if len(self.dtypes) > 1 else [])
@@ -321,6 +322,8 @@ class Chain:
                 # constant, whose norm's derivatives are 0/0)
                 op = "cumsum"
             return f"{op}({d})", lambda lib, t, xs: getattr(lib, op)(t, d), shape
+        if kind == "select" and nd:
+            return self._select(rng, shape, d)
         if kind == "shape" and nd:
             op = str(
                 _pick(
@@ -362,6 +365,83 @@ class Chain:
                 new,
             )
         return "neg", lambda lib, t, xs: -t, shape
+
+    def _select(self, rng, shape, d):
+        """Indexing ops along ``d`` with repeated indices (shape kept, or the index's)."""
+        nd, n = len(shape), shape[d]
+        op = str(
+            _pick(
+                rng,
+                "gather",
+                "take_along_dim",
+                "scatter_reduce",
+                "index_select",
+                "masked_fill",
+                "sort",
+                "cummax",
+                "index_add",
+                "scatter_add",
+            )
+        )
+        index = rng.integers(0, n, size=shape)  # (repeats: a gradient sums over them)
+        if op in ("gather", "take_along_dim"):
+            fn = getattr
+            return (
+                f"{op}({d}, {index.tolist()})",
+                lambda lib, t, xs: fn(lib, op)(t, lib.tensor(index), d),
+                shape,
+            )
+        if op in ("scatter_reduce", "scatter_add"):
+            how = str(_pick(rng, "sum", "prod", "mean", "amax", "amin"))
+            include = bool(rng.random() < 0.5)
+            text, other = self._operand(rng, shape)
+
+            def fn(lib, t, xs):
+                src = other(lib, xs)
+                if not isinstance(src, lib.Tensor) or tuple(src.shape) != tuple(t.shape):
+                    src = t * 2 if isinstance(src, lib.Tensor) else t
+                if op == "scatter_add":
+                    return t.scatter_add(d, lib.tensor(index), src)
+                return t.scatter_reduce(d, lib.tensor(index), src, how, include_self=include)
+
+            return f"{op}({d}, {how}, self={include}, src={text})", fn, shape
+        if op in ("index_select", "index_add"):
+            picks = rng.integers(0, n, size=int(rng.integers(1, n + 2)))
+            if op == "index_select":
+                new = shape[: d % nd] + (len(picks),) + shape[d % nd + 1 :]
+                return (
+                    f"index_select({d}, {picks.tolist()})",
+                    lambda lib, t, xs: t.index_select(d, lib.tensor(picks)),
+                    new,
+                )
+            alpha = _pick(rng, 1, 2)
+
+            def fn(lib, t, xs):
+                src = (
+                    t.index_select(d, lib.tensor(picks)) * 0.5
+                    if self.grad_only
+                    else (t.index_select(d, lib.tensor(picks)))
+                )
+                return t.index_add(d, lib.tensor(picks), src, alpha=alpha)
+
+            return f"index_add({d}, {picks.tolist()}, alpha={alpha})", fn, shape
+        if op == "masked_fill":
+            value = _pick(rng, 0.5, -1, True)
+            if self.grad_only:
+                value = 0.5
+            return (
+                f"masked_fill(t>0.5, {value})",
+                lambda lib, t, xs: t.masked_fill(t > 0.5, value),
+                shape,
+            )
+        if op == "sort":
+            desc = bool(rng.random() < 0.5)
+            return (
+                f"sort({d}, desc={desc}, stable)",
+                lambda lib, t, xs: t.sort(dim=d, descending=desc, stable=True)[0],
+                shape,
+            )
+        return f"cummax({d})", lambda lib, t, xs: t.cummax(d)[0], shape
 
 
 def _chain_trial(name, chain, weight, rtol):
@@ -630,9 +710,12 @@ def _autograd(rng):
 @gen("func")
 def _func(rng):
     kind = str(_pick(rng, "jacrev", "jacfwd", "hessian", "vmap", "grad", "vjp", "jvp"))
-    # (torch's forward-mode derivative of clamp with a tensor bound, at a tie, takes the
-    # bound's tangent where its reverse mode gives the input the gradient: no clamps there)
-    chain = _program(rng, ("clamp",) if kind in ("jacfwd", "jvp", "hessian") else ())
+    # (torch's forward-mode derivatives at ties are not its reverse mode's: of clamp with a
+    # tensor bound it takes the bound's tangent where its reverse mode gives the input the
+    # gradient, of scatter_reduce's amax/amin one tied value's where the reverse mode splits
+    # the gradient among them: no clamps and no selections there)
+    forward = kind in ("jacfwd", "jvp", "hessian")
+    chain = _program(rng, ("clamp", "select") if forward else ())
     n = len(chain.inputs)
     argnums = _pick(rng, 0, *(((0, n - 1), n - 1) if n > 1 else ()))
     aux = kind != "hessian" and bool(rng.random() < 0.3)  # (hessian takes no has_aux)

@@ -22,6 +22,9 @@ NAN = math.nan
         ([-0.375, 0.0, -1.75], [NAN, NAN, NAN]),
         ([2.0, 0.0, 3.0, 0.0, 5.0], [1.0, NAN, 2.0, 3.0, 4.0]),
         ([2.0, 0.0, 3.0, 0.0, 5.0], [NAN, 1.0, 2.0, math.inf, 4.0]),
+        # (before the first zero torch's quotient: inf / inf is NaN there)
+        ([math.inf, 0.0, 2.0], [1.0, 1.0, 1.0]),
+        ([[math.inf, 0.0], [math.inf, 2.0]], [[1.0, 1.0], [1.0, 1.0]]),
     ],
 )
 def test_cumprod_backward_through_zeros_keeps_a_nan_gradient_where_torch_does(x, g):
@@ -92,3 +95,49 @@ def test_autograd_grad_refuses_materialize_grads_with_allow_unused_false():
             )
     with pytest.raises(rg.InvalidArgumentError, match=r"autograd\.grad"):
         rg.autograd.grad((x * x).sum(), [x], allow_unused=False, materialize_grads=True)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "amax", "amin"])
+def test_scatter_reduce_refuses_a_source_of_another_dtype(reduce):
+    # scatter_reduce in prod, amax and amin took an int64 source into a float64 tensor; torch
+    # refuses it, as retrograd's scatter_add and index_add do
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.zeros(2, dtype=torch.float64).scatter_reduce(
+            0, torch.tensor([0, 0]), torch.tensor([1, 2]), reduce
+        )
+    with pytest.raises(rg.DTypeError, match="scatter_reduce"):
+        rg.zeros(2, dtype=rg.float64).scatter_reduce(
+            0, rg.tensor([0, 0]), rg.tensor([1, 2]), reduce
+        )
+
+
+def test_scatter_reduce_mean_of_bools_is_refused():
+    # it returned an int64 tensor; torch has no bool mean kernel and refuses
+    index = [0, 0]
+    with pytest.raises(NotImplementedError):
+        torch.tensor([True, False]).scatter_reduce(
+            0, torch.tensor(index), torch.tensor([True, True]), "mean"
+        )
+    with pytest.raises(rg.DTypeError, match="scatter_reduce"):
+        rg.tensor([True, False]).scatter_reduce(
+            0, rg.tensor(index), rg.tensor([True, True]), "mean"
+        )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "alpha"), [("bool", 2), ("bool", 0.5), ("int64", 0.5), ("int64", -1.5)]
+)
+def test_index_add_keeps_the_dtype_of_self_whatever_alpha(dtype, alpha):
+    # index_add multiplied the source by alpha first: a bool tensor's result was int64 or
+    # float32 and an int64 one's float32 (and index_add_ refused); torch casts alpha to the
+    # tensor's dtype
+    values, source, index = [True, False, False], [True, False, True], [0, 0, 1]
+    if dtype == "int64":
+        values, source = [1, 2, 3], [4, -5, 6]
+    want = torch.tensor(values).index_add(0, torch.tensor(index), torch.tensor(source), alpha=alpha)
+    got = rg.tensor(values).index_add(0, rg.tensor(index), rg.tensor(source), alpha=alpha)
+    assert str(got.dtype).rsplit(".", 1)[-1] == dtype
+    assert got.tolist() == want.tolist()
+    x = rg.tensor(values)
+    x.index_add_(0, rg.tensor(index), rg.tensor(source), alpha=alpha)
+    assert x.tolist() == want.tolist()

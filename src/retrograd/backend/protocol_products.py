@@ -120,6 +120,13 @@ class ProductProtocol:
             last,
         )
         grad_x = self.mul(before, inner)
-        if not self.is_autodiff:  # torch's O(n) form: zero past the first zero
+        if not self.is_autodiff:
+            # torch's O(n) form: before the first zero its quotient (reverse_cumsum(grad *
+            # out) / x over the terms there: inf / inf is NaN, as its), zero past it
+            first = self.equal_elem(counts, 0)
+            terms = self.mul(gs, self.swap_dims(out, dim, last))
+            terms = self.mask_fill(terms, self.logical_not(first), 0.0)
+            quotient = self.div(reverse_cumsum(self, terms, last), xs)
+            grad_x = self.mask_where(grad_x, first, quotient)
             grad_x = self.mask_fill(grad_x, self.greater_elem(self.sub(counts, zeros), 0), 0.0)
         return self.swap_dims(grad_x, dim, last)
