@@ -8,7 +8,9 @@ NoCheckpointing's.
 
 - ``chain``: programs of 4-10 ops (elementwise with tensors of other shapes and dtypes, 0-d
   tensors and Python numbers, ``where``, ``clamp`` with tensor bounds, casts, reductions with
-  dims and ``keepdim``, scans, shape ops) over 1-3 leaves of mixed dtypes (float64, float32,
+  dims and ``keepdim``, scans, shape ops, selections with repeated indices: gather,
+  take_along_dim, scatter_reduce in every reduction, scatter_add, index_select, index_add,
+  masked_fill, stable sort, cummax) over 1-3 leaves of mixed dtypes (float64, float32,
   int64, bool, and float16/bfloat16 on the torch backend) that broadcast against each other:
   the result's dtype, shape and values and the gradients of every float leaf;
 - ``autograd``: ``autograd.grad`` on random compositions: ``grad_outputs`` of every shape
@@ -299,7 +301,7 @@ class Chain:
             return f"{op}({text})", fn, shape
         if kind == "reduce" and nd:
             op = str(_pick(rng, "sum", "mean", "amax", "amin", "prod", "logsumexp", "norm"))
-            if self.grad_only and op in ("amax", "amin"):
+            if (self.grad_only and op in ("amax", "amin")) or op in self.exclude:
                 op = "sum"
             keep = bool(rng.random() < 0.5)
             new = tuple(1 if i == d % nd else n for i, n in enumerate(shape))
@@ -335,9 +337,55 @@ class Chain:
                     "flatten",
                     "tril",
                     "movedim",
+                    "rot90",
+                    "pad",
+                    "einsum",
                 )
             )
             e = int(rng.integers(-nd, nd))
+            if op == "rot90" and nd >= 2 and d % nd != e % nd:
+                k = int(rng.integers(-2, 4))
+                new = list(shape)
+                if k % 2:
+                    new[d], new[e] = new[e], new[d]
+                return (
+                    f"rot90({k},({d},{e}))",
+                    lambda lib, t, xs: t.rot90(k, (d, e)),
+                    tuple(new),
+                )
+            if op == "pad":
+                # constant padding of the last dims, negative pads cropping
+                pads = []
+                new = list(shape)
+                for i in range(int(rng.integers(1, min(nd, 2) + 1))):
+                    lo, hi = (int(v) for v in rng.integers(-1, 3, size=2))
+                    if new[-1 - i] + lo + hi < 1:
+                        lo = hi = 0
+                    pads += [lo, hi]
+                    new[-1 - i] += lo + hi
+                value = float(_pick(rng, 0.0, 1.5))
+                return (
+                    f"pad({pads}, {value})",
+                    lambda lib, t, xs: lib.nn.functional.pad(t, pads, value=value),
+                    tuple(new),
+                )
+            if op == "einsum" and nd >= 2:
+                form = _pick(rng, "...ij->...ji", "...ij->...i", "i...->...i", "...i,...i->...")
+                if form == "...ij->...ji":
+                    new = shape[:-2] + (shape[-1], shape[-2])
+                elif form == "...ij->...i":
+                    new = shape[:-1]
+                elif form == "i...->...i":
+                    new = shape[1:] + (shape[0],)
+                else:
+                    new = shape[:-1]
+
+                def fn(lib, t, xs):
+                    if form == "...i,...i->...":
+                        return lib.einsum(form, t, t.flip(-1))
+                    return lib.einsum(form, t)
+
+                return f"einsum({form!r})", fn, new
             if op == "transpose":
                 new = list(shape)
                 new[d], new[e] = new[e], new[d]
@@ -385,12 +433,13 @@ class Chain:
         )
         index = rng.integers(0, n, size=shape)  # (repeats: a gradient sums over them)
         if op in ("gather", "take_along_dim"):
-            fn = getattr
-            return (
-                f"{op}({d}, {index.tolist()})",
-                lambda lib, t, xs: fn(lib, op)(t, lib.tensor(index), d),
-                shape,
-            )
+
+            def fn(lib, t, xs):
+                if op == "gather":
+                    return t.gather(d, lib.tensor(index))
+                return lib.take_along_dim(t, lib.tensor(index), d)
+
+            return f"{op}({d}, {index.tolist()})", fn, shape
         if op in ("scatter_reduce", "scatter_add"):
             how = str(_pick(rng, "sum", "prod", "mean", "amax", "amin"))
             include = bool(rng.random() < 0.5)
@@ -622,16 +671,20 @@ def _program(rng, exclude=()):
 def _autograd(rng):
     mode = str(
         _pick(
-            rng, "grad_outputs", "retain", "intermediate", "batched", "higher", "unused", "no_grad"
+            rng,
+            *("grad_outputs", "retain", "intermediate", "batched", "higher", "unused") * 3,
+            "no_grad",
         )
     )
     # (torch's third derivative of logcumsumexp is wrong: finite differences agree with
     # retrograd's; not drawn there)
-    chain = _program(rng, ("logcumsumexp",) if mode == "higher" else ())
+    # (nor norms: at a zero vector, which x - x makes, torch's second derivatives are NaN)
+    chain = _program(rng, ("logcumsumexp", "norm") if mode == "higher" else ())
     weight = _weight_fn(rng)
     two = bool(rng.random() < 0.5)  # a second output: the first leaf's squares summed
     go_kinds = [
-        str(_pick(rng, "same", "same", "none", "wrong", "0d", "float32", "ones")) for _ in range(2)
+        str(_pick(rng, "same", "same", "same", "none", "wrong", "0d", "float32", "ones"))
+        for _ in range(2)
     ]
     as_tuple = bool(rng.random() < 0.5)
     allow = _pick(rng, None, True, False)
@@ -660,11 +713,12 @@ def _autograd(rng):
         if mode == "grad_outputs":
             gos = [grad_output(lib, k, o) for k, o in zip(go_kinds, outs)]
             ins = tuple(leaves) if as_tuple or len(leaves) > 1 else leaves[0]
-            return _named(lib, lib.autograd.grad(outs, ins, grad_outputs=gos))
+            grads = lib.autograd.grad(outs, ins, grad_outputs=gos, allow_unused=True)
+            return _named(lib, grads)
         total = sum((o * lib.tensor(weight(tuple(o.shape)), dtype=o.dtype)).sum() for o in outs)
         if mode == "retain":
-            first = lib.autograd.grad(total, leaves, retain_graph=True)
-            second = lib.autograd.grad(total, leaves[::-1])
+            first = lib.autograd.grad(total, leaves, retain_graph=True, allow_unused=True)
+            second = lib.autograd.grad(total, leaves[::-1], allow_unused=True)
             return [*first, *second]
         if mode == "unused":
             kw = {} if allow is None else {"allow_unused": allow}
@@ -680,14 +734,20 @@ def _autograd(rng):
             return list(lib.autograd.grad(out, [mid, y, leaves[0]]))
         if mode == "batched":
             go = lib.tensor(weight((batch, *tuple(y.shape))), dtype=y.dtype)
-            return list(lib.autograd.grad(y, leaves, grad_outputs=go, is_grads_batched=True))
+            grads = lib.autograd.grad(
+                y, leaves, grad_outputs=go, is_grads_batched=True, allow_unused=True
+            )
+            return list(grads)
         # mixed partial derivatives up to the third order
-        first = lib.autograd.grad(total, leaves, create_graph=True)
-        s = sum((g * lib.tensor(weight(tuple(g.shape)), dtype=g.dtype)).sum() for g in first)
-        s = s + (first[0] * first[0]).sum()
+        first = lib.autograd.grad(total, leaves, create_graph=True, allow_unused=True)
+        firsts = [g for g in first if g is not None]
+        none = [None] * len(leaves)
+        if not firsts:
+            return [*first, *none, *none]
+        s = sum((g * lib.tensor(weight(tuple(g.shape)), dtype=g.dtype)).sum() for g in firsts)
+        s = s + (firsts[0] * firsts[0]).sum()
         # (None against zeros passes here: where a program is piecewise linear, retrograd's
         # graph of the gradient ends and torch's goes on to give zeros)
-        none = [None] * len(leaves)
         if not s.requires_grad:
             return [*first, *none, *none]
         second = lib.autograd.grad(s, leaves[::-1], create_graph=True, allow_unused=True)
