@@ -662,9 +662,10 @@ def _named(lib, grads):
     return ["None" if g is None else g for g in grads]
 
 
-def _program(rng, exclude=()):
+def _program(rng, exclude=(), shape=None):
     """A chain over 1-3 float64 leaves of differentiable ops."""
-    return Chain(rng, ("float64",), int(rng.integers(2, 6)), grad_only=True, exclude=exclude)
+    length = int(rng.integers(2, 6))
+    return Chain(rng, ("float64",), length, shape, grad_only=True, exclude=exclude)
 
 
 @gen("autograd")
@@ -775,7 +776,10 @@ def _func(rng):
     # gradient, of scatter_reduce's amax/amin one tied value's where the reverse mode splits
     # the gradient among them: no clamps and no selections there)
     forward = kind in ("jacfwd", "jvp", "hessian")
-    chain = _program(rng, ("clamp", "select") if forward else ())
+    # (small leaves: a hessian of an unreduced output has size**3 entries)
+    dims = int(rng.integers(0, 3))
+    shape = tuple(int(v) for v in rng.integers(1, 3 if kind == "hessian" else 4, size=dims))
+    chain = _program(rng, ("clamp", "select") if forward else (), shape)
     n = len(chain.inputs)
     argnums = _pick(rng, 0, *(((0, n - 1), n - 1) if n > 1 else ()))
     aux = kind != "hessian" and bool(rng.random() < 0.3)  # (hessian takes no has_aux)

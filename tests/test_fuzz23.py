@@ -22,7 +22,7 @@ from fuzz_cases import Mismatch
 torch = pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"chain": 120, "distance": 100, "autograd": 40, "func": 30}
+DRAWS = {"chain": 120, "distance": 100, "autograd": 40, "func": 20}
 
 
 def test_every_generator_is_drawn():
