@@ -141,3 +141,22 @@ def test_index_add_keeps_the_dtype_of_self_whatever_alpha(dtype, alpha):
     x = rg.tensor(values)
     x.index_add_(0, rg.tensor(index), rg.tensor(source), alpha=alpha)
     assert x.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("reduce", ["amax"])
+def test_scatter_reduce_extremes_of_bools_without_self(reduce):
+    # include_self=False started the positions written to from int64's extremes, which a
+    # bool tensor holds as True: amax over False sources gave True
+    values, source, index = (
+        [True, False, False, True],
+        [False, False, True, True, False],
+        [1, 1, 2, 0, 2],
+    )
+    want = torch.tensor(values).scatter_reduce(
+        0, torch.tensor(index), torch.tensor(source), reduce, include_self=False
+    )
+    got = rg.tensor(values).scatter_reduce(
+        0, rg.tensor(index), rg.tensor(source), reduce, include_self=False
+    )
+    assert str(got.dtype).rsplit(".", 1)[-1] == "bool"
+    assert got.tolist() == want.tolist()

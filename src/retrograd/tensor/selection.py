@@ -336,6 +336,8 @@ class SelectionMixin:
             base = self.detach().scatter(
                 d, index, value=-math.inf if extreme == "max" else math.inf
             )
+        elif self.dtype == "bool":  # (False below every bool, True above)
+            base = self.detach().scatter(d, index, value=extreme == "min")
         else:
             info = np.iinfo(np.int64)
             base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)
