@@ -160,3 +160,17 @@ def test_scatter_reduce_extremes_of_bools_without_self(reduce):
     )
     assert str(got.dtype).rsplit(".", 1)[-1] == "bool"
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("op", ["amax", "amin"])
+@pytest.mark.parametrize("g", [[math.inf, -math.inf], [NAN, 1.0]])
+def test_amax_and_amin_pass_a_non_finite_gradient_on_as_torch(op, g):
+    # the elements that are not the extremum got 0 whatever the incoming gradient; torch's
+    # grad * tied / count makes them NaN where that gradient is infinite or NaN
+    values = [[1.0, 3.0, 3.0], [2.0, 0.0, -1.0]]
+    got, want = [], []
+    for lib, out in ((rg, got), (torch, want)):
+        x = lib.tensor(values, dtype=lib.float64, requires_grad=True)
+        (grad,) = lib.autograd.grad(getattr(x, op)(1), [x], lib.tensor(g, dtype=lib.float64))
+        out.append(grad.numpy())
+    np.testing.assert_array_equal(got[0], want[0])
