@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from ..autodiff import Gradients, enable_grad
-from ..errors import AutodiffError, DTypeError, ShapeError
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from ..tensor.core import refuse_untracked_inputs
 from ..tensor.functions import sum as _sum
@@ -40,6 +40,11 @@ def grad(
             "only_inputs argument is deprecated and is ignored now (defaults to True). To "
             "accumulate gradient for other parts of the graph, please use torch.autograd.backward.",
             stacklevel=2,
+        )
+    if materialize_grads and allow_unused is False:  # (torch's refusal: the two disagree)
+        raise InvalidArgumentError(
+            "autograd.grad: expected allow_unused to be True or not passed when "
+            "materialize_grads=True, but got: allow_unused=False"
         )
     ins = _tensors("autograd.grad", "inputs", inputs)
     if not ins:  # torch's refusal (it returned an empty tuple here, a typo's silent answer)

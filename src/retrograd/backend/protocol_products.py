@@ -95,13 +95,22 @@ class ProductProtocol:
         rows = self.expand(self.reshape(xs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
         rows = self.mask_where(self.ones_like(rows), strictly_after, rows)
         partial = self.cumprod(rows, last + 1)
-        reached = self.cast(
-            self.logical_not(
-                self.lower(self.reshape(positions, (1, n)), self.reshape(positions, (n, 1)))
-            ),
-            self.dtype(x),
+        # The terms j < k are left out, not multiplied by zero; so are, as torch's O(n) form
+        # does, those a zero among x_i (i <= j, i != k) makes zero: a NaN or infinite
+        # gradient there reaches no other position. Under create_graph (recorded on the
+        # autodiff backend) torch's O(n^2) form keeps those, whose derivatives are the second
+        # derivatives.
+        zeros = self.cast(self.equal_elem(xs, 0.0), "int64")
+        counts = self.cumsum(zeros, last)
+        left_out = self.lower(self.reshape(positions, (1, n)), self.reshape(positions, (n, 1)))
+        if not self.is_autodiff:
+            others = self.sub(
+                self.reshape(counts, shape[:-1] + (1, n)), self.reshape(zeros, shape + (1,))
+            )
+            left_out = self.logical_or(left_out, self.greater_elem(others, 0))
+        weighted = self.mask_fill(
+            self.mul(partial, self.reshape(gs, shape[:-1] + (1, n))), left_out, 0.0
         )
-        weighted = self.mul(self.mul(partial, reached), self.reshape(gs, shape[:-1] + (1, n)))
         inner = self.reshape(self.sum_dim(weighted, (last + 1,)), shape)
         before = self.cat(
             [
@@ -110,4 +119,14 @@ class ProductProtocol:
             ],
             last,
         )
-        return self.swap_dims(self.mul(before, inner), dim, last)
+        grad_x = self.mul(before, inner)
+        if not self.is_autodiff:
+            # torch's O(n) form: before the first zero its quotient (reverse_cumsum(grad *
+            # out) / x over the terms there: inf / inf is NaN, as its), zero past it
+            first = self.equal_elem(counts, 0)
+            terms = self.mul(gs, self.swap_dims(out, dim, last))
+            terms = self.mask_fill(terms, self.logical_not(first), 0.0)
+            quotient = self.div(reverse_cumsum(self, terms, last), xs)
+            grad_x = self.mask_where(grad_x, first, quotient)
+            grad_x = self.mask_fill(grad_x, self.greater_elem(self.sub(counts, zeros), 0), 0.0)
+        return self.swap_dims(grad_x, dim, last)

@@ -593,7 +593,20 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
     diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
     if p == 0:  # torch's kernel: min(ceil(|d|), 1) summed, so a NaN gives NaN (norm: 1)
         return diff.abs().ceil().clamp(max=1.0).sum(-1)
-    return diff.norm(p, dim=-1)
+    return row_distance(diff, p)
+
+
+def row_distance(diff: Any, p: float) -> Any:
+    """The ``p``-norm of ``diff`` along its last dimension, as torch's ``cdist`` and ``pdist``
+    kernels differentiate it: at ``p = inf`` each of the tied largest entries takes the whole
+    gradient (``norm``'s shares it among them)."""
+    if p != float("inf"):
+        return diff.norm(p, dim=-1)
+    size = diff.abs()
+    largest = size.amax(-1).detach()
+    # a zero with the gradient of the tied entries' sizes (the finite ones: inf - inf is NaN)
+    tied = size.detach().equal(largest.unsqueeze_dim(-1)).logical_and(size.detach().isfinite())
+    return largest + (size - size.detach()).mask_fill(tied.logical_not(), 0.0).sum(-1)
 
 
 def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:

@@ -129,6 +129,12 @@ class IndexingMixin:
         _same_dtype("index_add", self, source)
         source = lift(self, source, "index_add")
         if alpha != 1:
+            # torch casts alpha to the tensor's dtype (the result keeps it: a bool tensor's
+            # alpha=2 is True, an int64 one's 0.5 is 0)
+            if self.dtype == "bool":
+                alpha = bool(alpha)
+            elif self.dtype == "int64":
+                alpha = int(alpha)
             source = source * alpha
         return self.select_assign(dim, _one_dim(index), source, "add")
 

@@ -680,8 +680,10 @@ def _shared_evenly(
         mask = mask.logical_or(constant.isnan().logical_and(value.isnan()))
     tied = mask.cast(x.dtype)
     count = tied.sum(dims, keepdim=True)
-    finite = mask.logical_and(constant.isfinite())
-    offset = (x - constant).mask_fill(finite.logical_not(), 0.0)
+    # (every element's gradient is grad * tied / count, as torch's: an infinite or NaN
+    # gradient makes the untied ones NaN too; only infinite elements are masked, where
+    # x - constant would put inf - inf into the value)
+    offset = (x - constant).mask_fill(constant.isfinite().logical_not(), 0.0)
     out = value + (offset * tied).sum(dims, keepdim=True) / count
     if not capturing.get() and bool(untracked(value).isfinite().all().item()):
         return out  # the common case, read on the host (not while a step is captured)

@@ -49,9 +49,9 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .dtypes import DTYPE_OBJECTS
+from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
-from .indexing import check_values
+from .indexing import _same_dtype, check_values
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -169,7 +169,7 @@ class SelectionMixin:
         # NaN, where torch's formula (exp(x_i - out_j)) gives 0; a prefix of -inf only is put
         # back to -inf after
         dead = self.detach().isneginf()
-        out = self.mask_fill(dead, float(np.finfo(np.dtype(self.dtype)).min))
+        out = self.mask_fill(dead, float(finfo(self.dtype).min))
         n, shift = out.shape[d], 1
         from .shape import cat
 
@@ -288,6 +288,12 @@ class SelectionMixin:
         """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"prod"``,
         ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
         among the values that tie for the result, as torch's backward does."""
+        _same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
+        if reduce == "mean" and self.dtype == "bool":
+            raise DTypeError(
+                "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
+                "(as in torch); cast it to a number dtype first"
+            )
         if reduce in ("amax", "amin"):
             return self._scatter_extreme(dim, index, src, reduce, include_self)
         if reduce == "prod":
@@ -330,6 +336,8 @@ class SelectionMixin:
             base = self.detach().scatter(
                 d, index, value=-math.inf if extreme == "max" else math.inf
             )
+        elif self.dtype == "bool":  # (False below every bool, True above)
+            base = self.detach().scatter(d, index, value=extreme == "min")
         else:
             info = np.iinfo(np.int64)
             base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor
+from ...tensor.functions import row_distance
 from ...tensor.internal import normalize_dim, shape_text
 from ._common import _clamped_min, _float_input, _float_pair
 from .loss import _reduce, _reduction
@@ -93,7 +94,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002 (torch's name)
     rows, cols = np.triu_indices(x.shape[0], 1)
     left = x.index_select(0, x.new_tensor(rows, dtype="int64"))
     right = x.index_select(0, x.new_tensor(cols, dtype="int64"))
-    return (left - right).norm(p, 1)
+    return row_distance(left - right, p)
 
 
 def _same_ndim(fn: str, **tensors: Tensor) -> None:
