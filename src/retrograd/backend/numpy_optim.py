@@ -102,6 +102,24 @@ class NumpyOptimizerKernels:
             y = np.multiply(y, alpha)  # the backend's mul_scalar
         return ufunc(x, y, out=x)  # the ufunc's loop, as the backend's kernel: the same bits
 
+    def global_norm(self, *values):
+        # one pass per value, summed in float64 (compiled_optim.sum_of_squares), once the
+        # values hold COMPILED_MIN_SIZE elements together; fewer, a float64 copy of each and
+        # BLAS's dot product (Numba not loaded for a small model). The path depends on the
+        # values alone: equal gradients give equal bits in any process.
+        arrays = [np.asarray(x) for x in values]
+        if any(x.dtype.kind != "f" for x in arrays):
+            return super().global_norm(*values)
+        compiled = sum(x.size for x in arrays) >= COMPILED_MIN_SIZE
+        total = 0.0
+        for x in arrays:
+            if compiled and _compilable(x):
+                total += _loops().sum_of_squares(x.reshape(-1))
+            else:
+                wide = x.astype(np.float64).reshape(-1)
+                total += float(np.dot(wide, wide))
+        return np.float64(math.sqrt(total))
+
     @_one_element(3)
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace

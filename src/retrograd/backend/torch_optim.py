@@ -48,6 +48,17 @@ class TorchOptimizerKernels:
             return None
         return getattr(x, method)(y if alpha is None else torch.mul(y, alpha))
 
+    def global_norm(self, *values):
+        # torch's clip_grad_norm_: each value's norm by _foreach_norm (one pass each, in its
+        # dtype), the norm of those; cast to float64 (torch keeps the values' dtype)
+        dtype, device = values[0].dtype, values[0].device
+        if not dtype.is_floating_point or any(
+            v.dtype != dtype or v.device != device for v in values
+        ):
+            return super().global_norm(*values)
+        norms = torch._foreach_norm(list(values), 2.0)
+        return torch.linalg.vector_norm(torch.stack(norms), 2.0).to(torch.float64)
+
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
     ):
