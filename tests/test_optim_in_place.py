@@ -165,6 +165,26 @@ def test_small_adam_updates_take_the_loops_once_loaded(monkeypatch, name, loaded
     assert len(calls) == (0 if loaded else 4)  # a pure and an in-place update per dtype
 
 
+@pytest.mark.skipif(on_torch(), reason="the NumPy backend's choice between its two paths")
+@pytest.mark.parametrize("loaded", [False, True])
+@pytest.mark.parametrize("name", KERNEL_CASES)
+def test_small_sgd_updates_take_the_loops_once_loaded(monkeypatch, name, loaded):
+    """SGD as Adam: below COMPILED_MIN_SIZE NumPy operations until the compiled loops are
+    loaded, the loops after (4 against 7 us at 200 elements with momentum): the formula's bits
+    either way, at the first step and a later one."""
+    from retrograd.backend import compiled_optim, numpy_optim
+
+    monkeypatch.setattr(numpy_optim, "_LOOPS", compiled_optim if loaded else None)
+    calls = []
+    numpy_path = numpy_optim._sgd_numpy
+    monkeypatch.setattr(
+        numpy_optim, "_sgd_numpy", lambda *a, **k: (calls.append(1), numpy_path(*a, **k))[1]
+    )
+    for dtype in ("float32", "float64"):
+        test_the_kernels_match_the_protocol_formula(name, dtype, (6, 5))
+    assert len(calls) == (0 if loaded else 8)  # pure and in place, two steps, per dtype
+
+
 @pytest.mark.skipif(not on_torch(), reason="torch's own SGD kernel: the torch backend's")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_sgd_on_the_torch_backend_is_torch_eagers_bits(dtype):
