@@ -594,7 +594,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
         beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
         beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
-        primitives; a kernel fuses the passes, with the same rounding on every backend.
+        primitives; a kernel fuses the passes (NumPy's with this rounding; ``TorchBackend``
+        calls torch's own fused Adam, whose bits are ``torch.optim.Adam(fused=True)``'s).
         """
         if weight_decay:
             if decoupled:

@@ -22,6 +22,7 @@ from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
+from ...tensor.inplace import foreach_mul_
 from ...tensor.internal import apply
 from . import parametrizations, parametrize, prune, rnn, stateless
 from .fusion import (
@@ -212,17 +213,17 @@ def clip_grads_with_norm_(
 def _scale(grads: Any, present: list[tuple[Tensor, Tensor]], factor: Tensor) -> None:
     """Multiply each gradient of ``present`` in ``grads`` by ``factor`` (cast to its dtype).
     ``mul_`` of a gradient read from ``grads`` writes the product back there, into the
-    gradient's own buffer where nothing else references it (torch's ``_foreach_mul_``; a
-    gradient someone kept keeps its values); a gradient in a graph (``create_graph``) gets
-    its product recorded, as a new value."""
-    cast: dict[str, Tensor] = {}
+    gradient's own buffer where nothing else references it (torch's ``_foreach_mul_``, one
+    call for the gradients of each dtype; a gradient someone kept keeps its values); a
+    gradient in a graph (``create_graph``) gets its product recorded, as a new value."""
+    by_dtype: dict[str, list[Tensor]] = {}
     for parameter, grad in present:
-        if grad.dtype not in cast:
-            cast[grad.dtype] = factor.cast(grad.dtype)
         if grad.requires_grad:
-            parameter.grad_replace(grads, grad * cast[grad.dtype])
+            parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
         else:
-            grad.mul_(cast[grad.dtype])
+            by_dtype.setdefault(grad.dtype, []).append(grad)
+    for dtype, tensors in by_dtype.items():
+        foreach_mul_(tensors, factor.cast(dtype))
 
 
 def clip_grad_value_(
