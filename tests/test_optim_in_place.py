@@ -146,7 +146,7 @@ def test_the_kernels_match_the_protocol_formula(name, dtype, shape):
         for a, b, c in zip(got, pure, expected):
             a, b, c = backend.to_numpy(a), backend.to_numpy(b), backend.to_numpy(c)
             np.testing.assert_array_equal(a, b)
-            if on_torch():  # torch's fused Adam: its own rounding of the same formula
+            if on_torch():  # torch's Adam (lerp_, addcmul_...): its rounding of the formula
                 tolerance = (1e-6 if dtype == "float32" else 1e-15) * np.abs(c).max(initial=0)
                 np.testing.assert_allclose(a, c, rtol=0, atol=tolerance)
             else:
@@ -215,10 +215,10 @@ def test_sgd_on_the_torch_backend_is_torch_eagers_bits(dtype):
     np.testing.assert_array_equal(p.numpy(), q.detach().numpy())
 
 
-@pytest.mark.skipif(not on_torch(), reason="torch's own Adam kernel: the torch backend's")
+@pytest.mark.skipif(not on_torch(), reason="torch's own Adam loop: the torch backend's")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", ["Adam", "AdamW"])
-def test_adam_on_the_torch_backend_is_torch_eagers_fused_bits(name, dtype):
+def test_adam_on_the_torch_backend_is_torch_eagers_bits(name, dtype):
     import torch
 
     rng = np.random.default_rng(3)
@@ -231,7 +231,7 @@ def test_adam_on_the_torch_backend_is_torch_eagers_fused_bits(name, dtype):
         for g in gradients:
             ours.step((p * rg.tensor(g)).sum().backward())
     q = torch.nn.Parameter(torch.from_numpy(start.copy()))
-    theirs = getattr(torch.optim, name)([q], fused=True, **options)
+    theirs = getattr(torch.optim, name)([q], **options)  # torch's default: single-tensor
     for g in gradients:
         q.grad = torch.from_numpy(g.copy())
         theirs.step()

@@ -595,7 +595,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
         beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
         primitives; a kernel fuses the passes (NumPy's with this rounding; ``TorchBackend``
-        calls torch's own fused Adam, whose bits are ``torch.optim.Adam(fused=True)``'s).
+        runs torch's own single-tensor Adam, whose bits are torch eager's).
         """
         if weight_decay:
             if decoupled:

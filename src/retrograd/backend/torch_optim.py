@@ -2,10 +2,10 @@
 
 SGD is torch's own fused kernel (``torch._fused_sgd_``: one pass over the parameter, the
 gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``), and so
-is Adam/AdamW (``torch._fused_adam_``, ``_fused_adamw_``: the bits of
-``torch.optim.Adam(fused=True)``; the same formula as the protocol's, rounded as torch's
-kernel rounds it, within a few float32 ulps of the composed order); tensors the fused Adam
-does not take keep the protocol's order of operations. RMSprop keeps the protocol's order. With
+Adam/AdamW is torch eager's default ``torch.optim.Adam`` on the CPU, its single-tensor loop
+operation for operation (``lerp_``, ``addcmul_``, ``addcdiv_``: torch's bits, the protocol's
+formula rounded as torch's fused operations round it, within a few ulps of the composed
+order). RMSprop keeps the protocol's order of operations. With
 ``inplace`` both write into the buffers given, as ``torch.optim`` does; without, into tensors
 made here.
 """
@@ -114,48 +114,22 @@ class TorchOptimizerKernels:
         decoupled,
         inplace=False,
     ):
-        if _fused_adam_fits(value, grad, first, second):
-            # torch's own fused Adam/AdamW: torch.optim.Adam(fused=True)'s bits, one pass over
-            # the value, the gradient and the moments (torch's default on CPU, the
-            # single-tensor loop, makes seven; the composed order below, thirteen)
-            if not inplace:
-                value, first, second = value.clone(), first.clone(), second.clone()
-            kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
-            count = torch.full((), float(step), dtype=torch.float32, device=value.device)
-            kernel(
-                [value],
-                [grad],
-                [first],
-                [second],
-                [],
-                [count],
-                lr=lr,
-                beta1=beta1,
-                beta2=beta2,
-                weight_decay=weight_decay,
-                eps=eps,
-                amsgrad=False,
-                maximize=False,
-            )
-            return value, first, second
-        # the default's operations in its order: in place on the buffers given with
-        # ``inplace``, else on tensors made here
+        # torch.optim.Adam's default on the CPU (its single-tensor loop), operation for
+        # operation: torch eager's bits, seven passes (the protocol's composed order is
+        # thirteen, with three new tensors); in place on the buffers given with ``inplace``,
+        # else on tensors made here
+        if not inplace:
+            value, first, second = value.clone(), first.clone(), second.clone()
         if weight_decay:
             if decoupled:
-                shrink = 1.0 - lr * weight_decay
-                value = value.mul_(shrink) if inplace else value * shrink
+                value.mul_(1.0 - lr * weight_decay)
             else:
-                grad = grad + value * weight_decay
-        moment = torch.sub(grad, first).mul_(1.0 - beta1)
-        moment = first.add_(moment) if inplace else moment.add_(first)
-        squares = torch.mul(grad, 1.0 - beta2).mul_(grad)
-        variance = second.mul_(beta2) if inplace else torch.mul(second, beta2)
-        variance.add_(squares)
-        denominator = torch.sqrt(variance, out=squares)
-        denominator.div_(math.sqrt(1.0 - beta2**step)).add_(eps)
-        update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
-        value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
-        return value, moment, variance
+                grad = grad.add(value, alpha=weight_decay)
+        first.lerp_(grad, 1.0 - beta1)
+        second.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        denominator = (second.sqrt() / math.sqrt(1.0 - beta2**step)).add_(eps)
+        value.addcdiv_(first, denominator, value=-(lr / (1.0 - beta1**step)))
+        return value, first, second
 
     def rmsprop_update(
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
@@ -189,20 +163,3 @@ class TorchOptimizerKernels:
         else:
             value.sub_(quotient.mul_(lr))
         return value, square, average, buffer
-
-
-def _fused_adam_fits(value, grad, first, second):
-    """Tensors torch's fused Adam takes: float32 or float64, one dtype, device and shape,
-    contiguous, on the CPU or a CUDA device, not empty."""
-    if value.dtype not in (torch.float32, torch.float64) or value.device.type not in (
-        "cpu",
-        "cuda",
-    ):
-        return False
-    return value.numel() != 0 and all(
-        t.dtype == value.dtype
-        and t.device == value.device
-        and t.shape == value.shape
-        and t.is_contiguous()
-        for t in (value, grad, first, second)
-    )
