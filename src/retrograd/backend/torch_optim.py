@@ -114,10 +114,15 @@ class TorchOptimizerKernels:
         decoupled,
         inplace=False,
     ):
+        # in place on the buffers given with ``inplace``, else on tensors made here
+        if not (value.dtype == grad.dtype == first.dtype == second.dtype):
+            return _composed_adam(
+                value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                decoupled, inplace,
+            )  # fmt: skip
         # torch.optim.Adam's default on the CPU (its single-tensor loop), operation for
         # operation: torch eager's bits, seven passes (the protocol's composed order is
-        # thirteen, with three new tensors); in place on the buffers given with ``inplace``,
-        # else on tensors made here
+        # thirteen, with three new tensors)
         if not inplace:
             value, first, second = value.clone(), first.clone(), second.clone()
         if weight_decay:
@@ -163,3 +168,27 @@ class TorchOptimizerKernels:
         else:
             value.sub_(quotient.mul_(lr))
         return value, square, average, buffer
+
+
+def _composed_adam(
+    value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled, inplace
+):
+    """The protocol's Adam in its order of operations, torch's type promotion between them:
+    for state buffers of another dtype than the value's (a model cast after its optimizer
+    stepped), which torch's in-place Adam operations refuse."""
+    if weight_decay:
+        if decoupled:
+            shrink = 1.0 - lr * weight_decay
+            value = value.mul_(shrink) if inplace else value * shrink
+        else:
+            grad = grad + value * weight_decay
+    moment = torch.sub(grad, first).mul_(1.0 - beta1)
+    moment = first.add_(moment) if inplace else moment.add_(first)
+    squares = torch.mul(grad, 1.0 - beta2).mul_(grad)
+    variance = second.mul_(beta2) if inplace else torch.mul(second, beta2)
+    variance.add_(squares)
+    denominator = torch.sqrt(variance, out=squares)
+    denominator.div_(math.sqrt(1.0 - beta2**step)).add_(eps)
+    update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
+    value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
+    return value, moment, variance
