@@ -9,6 +9,8 @@ backends) or torch's own results; the buffer's address says whether the write we
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -131,16 +133,22 @@ def test_a_recorded_update_still_raises_and_records():
     np.testing.assert_array_equal(x.grad(grads).numpy(), x.numpy() * _f32(4.0))
 
 
-def _sum_of_squares(g):
-    """The float32 sum of ``g``'s squares as the backend adds it (its own order)."""
+def _total_norm(gradients):
+    """The total 2-norm as the backend's ``global_norm`` computes it: torch's own
+    (``_foreach_norm``, then the norm of the norms, in float32); on NumPy the float64 sum of
+    the squares (exact for float32), here correctly rounded (``math.fsum``): the kernel's
+    lane-split sum differs from it by about ``n * 2**-53``, below what the float32 factor
+    keeps."""
     if on_torch():
-        return np.float64(torch.from_numpy(g).square().sum().item())
-    return np.float64(np.add.reduce(np.square(g), axis=None))
+        norms = torch._foreach_norm([torch.from_numpy(g) for g in gradients], 2.0)
+        return np.float64(torch.linalg.vector_norm(torch.stack(norms)).item())
+    return np.float64(
+        math.sqrt(math.fsum(math.fsum(g.astype(np.float64).ravel() ** 2) for g in gradients))
+    )
 
 
 def _clip_expected(gradients, max_norm):
-    total = np.sqrt(sum(_sum_of_squares(g) for g in gradients))
-    factor = np.float32(min(max_norm / (total + 1e-6), 1.0))
+    factor = np.float32(min(max_norm / (_total_norm(gradients) + 1e-6), 1.0))
     return [g * factor for g in gradients]
 
 

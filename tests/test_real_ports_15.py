@@ -528,7 +528,11 @@ def test_burgers_pinn_with_adam_then_strong_wolfe_lbfgs_matches_torch(monkeypatc
         lambda names: (names["PINN"]([2, 10, 10, 1]),),
         lambda names, lib, models: names["main"](models[0], x_f, t_f, x_b, t_b, u_b),
     )
-    assert_records_agree(records[1], records[0], rtol=5e-4, atol=5e-5)
+    assert_records_agree(records[1][:-1], records[0][:-1], rtol=5e-4, atol=5e-5)  # the losses
+    # the parameters after the strong-Wolfe L-BFGS stage, which amplifies the float32 rounding
+    # of the PINN's second derivatives: on the torch backend, whose Adam steps are torch's own
+    # bits since the update phase's round 2, a few end 1.6e-4 away (before, within 1.3e-4)
+    assert_records_agree(records[1][-1:], records[0][-1:], rtol=5e-4, atol=5e-4)
 
 
 # -- char-RNN name classification ------------------------------------------------------------------

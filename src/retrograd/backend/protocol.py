@@ -119,6 +119,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "rmsprop_update",
             "owns_memory",
             "write_into",
+            "global_norm",
             "attention",
             "attention_backward",
             "batch_norm",
@@ -518,6 +519,21 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         nothing in place: this default."""
         return None
 
+    def global_norm(self, *values: Any) -> Any:
+        """The 2-norm of every entry of ``values`` (one or more float primitives) taken
+        as one vector, a 0-d float64 primitive: ``clip_grad_norm_``'s total norm of the
+        gradients. This default squares and sums each value in its own dtype, casts the sums
+        to float64 and adds them in order, then takes the square root; a backend's kernel
+        may accumulate otherwise (one pass per value, without the squares' array), within
+        the rounding of the values' dtype (NumPy: each square and sum in float64; torch:
+        its own ``_foreach_norm`` and ``vector_norm``, torch's ``clip_grad_norm_``'s bits).
+        """
+        total = None
+        for x in values:
+            part = self.cast(self.sum(self.square(x)), "float64")
+            total = part if total is None else self.add(total, part)
+        return self.sqrt(total)
+
     def sgd_update(
         self,
         value: Any,
@@ -578,7 +594,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
         beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
         beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
-        primitives; a kernel fuses the passes, with the same rounding on every backend.
+        primitives; a kernel fuses the passes (NumPy's with this rounding; ``TorchBackend``
+        runs torch's own single-tensor Adam, whose bits are torch eager's).
         """
         if weight_decay:
             if decoupled:

@@ -1,8 +1,11 @@
 """Torch kernels of the optimizers' updates: SGD and Adam (:class:`TorchOptimizerKernels`).
 
 SGD is torch's own fused kernel (``torch._fused_sgd_``: one pass over the parameter, the
-gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``). Adam
-keeps the protocol's order of operations, the same rounding as every backend. With
+gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``), and so
+Adam/AdamW is torch eager's default ``torch.optim.Adam`` on the CPU, its single-tensor loop
+operation for operation (``lerp_``, ``addcmul_``, ``addcdiv_``: torch's bits, the protocol's
+formula rounded as torch's fused operations round it, within a few ulps of the composed
+order). RMSprop keeps the protocol's order of operations. With
 ``inplace`` both write into the buffers given, as ``torch.optim`` does; without, into tensors
 made here.
 """
@@ -47,6 +50,17 @@ class TorchOptimizerKernels:
         if method is None:
             return None
         return getattr(x, method)(y if alpha is None else torch.mul(y, alpha))
+
+    def global_norm(self, *values):
+        # torch's clip_grad_norm_: each value's norm by _foreach_norm (one pass each, in its
+        # dtype), the norm of those; cast to float64 (torch keeps the values' dtype)
+        dtype, device = values[0].dtype, values[0].device
+        if not dtype.is_floating_point or any(
+            v.dtype != dtype or v.device != device for v in values
+        ):
+            return super().global_norm(*values)
+        norms = torch._foreach_norm(list(values), 2.0)
+        return torch.linalg.vector_norm(torch.stack(norms), 2.0).to(torch.float64)
 
     def sgd_update(
         self, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
@@ -100,24 +114,27 @@ class TorchOptimizerKernels:
         decoupled,
         inplace=False,
     ):
-        # the default's operations in its order (the same rounding as every backend): in place
-        # on the buffers given with ``inplace``, else on tensors made here
+        # in place on the buffers given with ``inplace``, else on tensors made here
+        if not (value.dtype == grad.dtype == first.dtype == second.dtype):
+            return _composed_adam(
+                value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                decoupled, inplace,
+            )  # fmt: skip
+        # torch.optim.Adam's default on the CPU (its single-tensor loop), operation for
+        # operation: torch eager's bits, seven passes (the protocol's composed order is
+        # thirteen, with three new tensors)
+        if not inplace:
+            value, first, second = value.clone(), first.clone(), second.clone()
         if weight_decay:
             if decoupled:
-                shrink = 1.0 - lr * weight_decay
-                value = value.mul_(shrink) if inplace else value * shrink
+                value.mul_(1.0 - lr * weight_decay)
             else:
-                grad = grad + value * weight_decay
-        moment = torch.sub(grad, first).mul_(1.0 - beta1)
-        moment = first.add_(moment) if inplace else moment.add_(first)
-        squares = torch.mul(grad, 1.0 - beta2).mul_(grad)
-        variance = second.mul_(beta2) if inplace else torch.mul(second, beta2)
-        variance.add_(squares)
-        denominator = torch.sqrt(variance, out=squares)
-        denominator.div_(math.sqrt(1.0 - beta2**step)).add_(eps)
-        update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
-        value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
-        return value, moment, variance
+                grad = grad.add(value, alpha=weight_decay)
+        first.lerp_(grad, 1.0 - beta1)
+        second.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        denominator = (second.sqrt() / math.sqrt(1.0 - beta2**step)).add_(eps)
+        value.addcdiv_(first, denominator, value=-(lr / (1.0 - beta1**step)))
+        return value, first, second
 
     def rmsprop_update(
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
@@ -151,3 +168,27 @@ class TorchOptimizerKernels:
         else:
             value.sub_(quotient.mul_(lr))
         return value, square, average, buffer
+
+
+def _composed_adam(
+    value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled, inplace
+):
+    """The protocol's Adam in its order of operations, torch's type promotion between them:
+    for state buffers of another dtype than the value's (a model cast after its optimizer
+    stepped), which torch's in-place Adam operations refuse."""
+    if weight_decay:
+        if decoupled:
+            shrink = 1.0 - lr * weight_decay
+            value = value.mul_(shrink) if inplace else value * shrink
+        else:
+            grad = grad + value * weight_decay
+    moment = torch.sub(grad, first).mul_(1.0 - beta1)
+    moment = first.add_(moment) if inplace else moment.add_(first)
+    squares = torch.mul(grad, 1.0 - beta2).mul_(grad)
+    variance = second.mul_(beta2) if inplace else torch.mul(second, beta2)
+    variance.add_(squares)
+    denominator = torch.sqrt(variance, out=squares)
+    denominator.div_(math.sqrt(1.0 - beta2**step)).add_(eps)
+    update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
+    value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
+    return value, moment, variance

@@ -1,7 +1,9 @@
 """A global gradient norm's sum of squares in one call: a rewrite of a segment's calls before
 fusion.
 
-``clip_grad_norm_`` over a model's parameters reaches the NumPy backend as, per gradient,
+A global norm written out (``clip_grad_norm_``'s before its norm became one
+``Backend.global_norm`` call, as it still is with ``create_graph`` gradients, or a step's own)
+reaches the NumPy backend as, per gradient,
 ``square``, ``sum`` and a ``cast`` of that sum to float64, the casts summed by ``add`` one
 after another: four calls per parameter (208 for nanoGPT's 52), the last two on 0-d arrays,
 where NumPy's per-call cost is the whole cost. When such calls come one after another and

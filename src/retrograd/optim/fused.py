@@ -60,6 +60,8 @@ class FusedUpdate:
 
     def hyper_values(self, settings: Mapping[str, Any], state: State) -> tuple:
         values = tuple(state["step"] if name == "step" else settings[name] for name in self.hyper)
+        if all(type(value) in _NUMBERS for value in values):  # the common case: plain numbers
+            return values
         # torch's one-element tensor lr (``group["lr"] = torch.tensor(...)``) as its number:
         # the torch backend's kernels took it for one of their own tensors and failed
         values = tuple(

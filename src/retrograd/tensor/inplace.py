@@ -50,7 +50,7 @@ from .ownership import sole_buffer
 from .shape import shape_arg
 from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
 
-__all__ = ["InplaceMixin", "assign"]
+__all__ = ["InplaceMixin", "assign", "foreach_mul_"]
 
 
 def assign(
@@ -225,6 +225,30 @@ def _in_buffer(op: str, t: Any, other: Any, alpha: Any = 1) -> bool:
         return False
     write(op, t, value, outside)
     return True
+
+
+def foreach_mul_(tensors: list[Any], factor: Any) -> None:
+    """``t.mul_(factor)`` for each of ``tensors`` (torch's ``_foreach_mul_``), ``factor`` a
+    0-d tensor. A tensor of a backend that records no graph (the gradients ``Tensor.grad``
+    returns), of ``factor``'s dtype, backend and device, whose buffer nothing else references
+    (:func:`.ownership.sole_buffer`; no capture being recorded) gets the product written into
+    its buffer by the backend's ``write_into``, as ``mul_`` writes a large one, without
+    ``mul_``'s per-call checks and at any size (``clip_grad_norm_`` scales every gradient so:
+    the same bits); the others take ``mul_``. The tensor objects, and a ``Gradients`` entry
+    they were read from, keep holding the same buffer."""
+    prim, backend, device, dtype = factor._prim, factor._backend, factor._device, factor.dtype
+    direct = not backend.is_autodiff and not capturing.get()
+    for t in tensors:
+        if (
+            direct
+            and t._backend is backend
+            and t._device is device
+            and t.dtype == dtype
+            and sole_buffer(t) is not None
+            and backend.write_into("mul", t._prim, prim) is not None
+        ):
+            continue
+        t.mul_(factor)
 
 
 def _tracked(x: Any) -> bool:

@@ -22,6 +22,8 @@ from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
+from ...tensor.inplace import foreach_mul_
+from ...tensor.internal import apply
 from . import parametrizations, parametrize, prune, rnn, stateless
 from .fusion import (
     fuse_conv_bn_eval,
@@ -75,8 +77,10 @@ def clip_grad_norm_(
     a tied parameter is one parameter). As ``torch.nn.utils.clip_grad_norm_``: the scale is
     ``max_norm / (norm + eps)`` clamped to at most 1, and the gradients in ``grads`` are
     replaced by the scaled ones; ``norm_type`` may be ``float("inf")``, or 0 or negative
-    (then torch's norm of the per-gradient norms). The norm is accumulated
-    in float64 whatever the gradients' dtype; it comes back as a Python float, or with
+    (then torch's norm of the per-gradient norms). The 2-norm is one backend kernel
+    (``Backend.global_norm``: on NumPy the squares summed in float64 in one pass over each
+    gradient, on torch torch's own ``_foreach_norm``); other orders are accumulated in
+    float64 whatever the gradients' dtype. The norm comes back as a Python float, or with
     ``as_tensor`` as a 0-d float64 tensor on the gradients' backend (torch's return type),
     which needs no synchronisation with a device; left unset, ``as_tensor`` is true while
     ``rg.capture`` records a step and false elsewhere. ``error_if_nonfinite`` raises
@@ -100,9 +104,11 @@ def clip_grad_norm_(
         as_tensor = capturing.get()
     if not present:
         return zeros((), "float64") if as_tensor else 0.0
-    # One running float64 sum (or max), added in parameter order, without reading each one
-    # on the host.
-    if norm_type <= 0.0:
+    # Without reading a norm on the host: one backend kernel for the 2-norm of untracked
+    # gradients; else one running float64 sum (or max), added in parameter order.
+    if norm_type == 2.0 and not any(grad.requires_grad for _, grad in present):
+        total = _global_norm([grad for _, grad in present])
+    elif norm_type <= 0.0:
         # torch's total is the norm of the per-gradient norms: for these orders (a count of
         # non-zeros, a minimum, negative powers) not the norm of all the entries at once
         norms = [grad.cast("float64").norm(norm_type) for _, grad in present]
@@ -115,7 +121,6 @@ def clip_grad_norm_(
             magnitude = grad.square() if norm_type == 2.0 else grad.abs().powf_scalar(norm_type)
             part = magnitude.sum().cast("float64")
             total = part if total is None else total + part
-    if 0.0 < norm_type < math.inf:
         total = total.sqrt() if norm_type == 2.0 else total.powf_scalar(1.0 / norm_type)
     if error_if_nonfinite and not math.isfinite(float(total.item())):
         raise InvalidArgumentError(
@@ -128,6 +133,17 @@ def clip_grad_norm_(
     factor = (float(max_norm) / (total + eps)).clamp(max=1.0).detach()
     _scale(grads, present, factor)
     return total if as_tensor else float(total.item())
+
+
+def _global_norm(grads: list[Tensor]) -> Tensor:
+    """The 2-norm of the untracked ``grads`` together, a 0-d float64 tensor on their backend:
+    one ``Backend.global_norm`` call on their values (one pass over each gradient, no array of
+    squares)."""
+    first = grads[0]
+    if first.backend.is_autodiff:
+        total = apply("global_norm", [grad.inner() for grad in grads])
+        return Tensor.from_inner(total, first.backend)
+    return apply("global_norm", grads)
 
 
 #: The name ``rg.optim`` has always had.
@@ -197,17 +213,17 @@ def clip_grads_with_norm_(
 def _scale(grads: Any, present: list[tuple[Tensor, Tensor]], factor: Tensor) -> None:
     """Multiply each gradient of ``present`` in ``grads`` by ``factor`` (cast to its dtype).
     ``mul_`` of a gradient read from ``grads`` writes the product back there, into the
-    gradient's own buffer where nothing else references it (torch's ``_foreach_mul_``; a
-    gradient someone kept keeps its values); a gradient in a graph (``create_graph``) gets
-    its product recorded, as a new value."""
-    cast: dict[str, Tensor] = {}
+    gradient's own buffer where nothing else references it (torch's ``_foreach_mul_``, one
+    call for the gradients of each dtype; a gradient someone kept keeps its values); a
+    gradient in a graph (``create_graph``) gets its product recorded, as a new value."""
+    by_dtype: dict[str, list[Tensor]] = {}
     for parameter, grad in present:
-        if grad.dtype not in cast:
-            cast[grad.dtype] = factor.cast(grad.dtype)
         if grad.requires_grad:
-            parameter.grad_replace(grads, grad * cast[grad.dtype])
+            parameter.grad_replace(grads, grad * factor.cast(grad.dtype))
         else:
-            grad.mul_(cast[grad.dtype])
+            by_dtype.setdefault(grad.dtype, []).append(grad)
+    for dtype, tensors in by_dtype.items():
+        foreach_mul_(tensors, factor.cast(dtype))
 
 
 def clip_grad_value_(
