@@ -111,8 +111,8 @@ def test_nanogpt_train_step_captured_equals_eager_over_several_steps(dropout):
     for it, (X, Y) in enumerate(data):  # noqa: N806
         set_lr(eager_opt, get_lr(it))
         loss, norm = nanogpt_step_for(eager, eager_opt)(X, Y)
-        assert isinstance(norm, float)  # eager: the norm read on the host, as before
-        expected.append((loss.numpy(), norm))
+        assert isinstance(norm, rg.Tensor)  # eager too: torch's 0-d tensor, nothing read
+        expected.append((loss.numpy(), norm.item()))
     rg.seed(7)
     set_lr(captured_opt, get_lr(0))
     step = rg.capture(nanogpt_step_for(captured, captured_opt), *data[0], state=[captured_opt])
@@ -205,15 +205,16 @@ def test_clipping_inside_a_captured_step_returns_the_norm_as_a_tensor_equal_to_e
     expected = [step_for(eager, eager_opt, 0.5)(x) for x in data]
     step = rg.capture(step_for(captured, captured_opt, 0.5), data[0], state=[captured_opt])
     got = [step.result] + [step(x) for x in data[1:]]
-    assert all(isinstance(norm, float) for norm in expected)
+    assert all(isinstance(norm, rg.Tensor) and norm.dtype == "float64" for norm in expected)
     assert all(isinstance(norm, rg.Tensor) and norm.dtype == "float64" for norm in got)
+    expected = [norm.item() for norm in expected]
     assert [norm.item() for norm in got] == expected
     assert min(expected) > 0.5  # the clipping did clip
     assert_same_parameters(eager, captured)
-    # outside capture the return value is as before: a float, or the tensor when asked
+    # outside capture too: the tensor, or a float when asked
     grads = eager(data[0]).sum().backward()
-    assert isinstance(optim.clip_grad_norm(grads, eager, 1.0), float)
-    assert isinstance(optim.clip_grad_norm(grads, eager, 1.0, as_tensor=True), rg.Tensor)
+    assert isinstance(optim.clip_grad_norm(grads, eager, 1.0), rg.Tensor)
+    assert isinstance(optim.clip_grad_norm(grads, eager, 1.0, as_tensor=False), float)
 
 
 def test_a_nonfinite_check_inside_a_captured_step_is_a_host_read_and_refused():

@@ -124,7 +124,7 @@ def test_the_counter_sees_host_reads():
     assert len(counting.transfers) == 2
 
 
-def test_clip_grad_norm_returning_a_float_reads_the_norm_once():
+def test_clip_grad_norm_reads_nothing_unless_a_float_is_asked_for():
     counting = CountingBackend()
     backend = rg.Autodiff(counting)
     leaves = [
@@ -133,9 +133,9 @@ def test_clip_grad_norm_returning_a_float_reads_the_norm_once():
     ]
     grads = sum((leaf * leaf).sum() for leaf in leaves).backward()
     counting.transfers.clear()
-    norm = optim.clip_grad_norm(grads, leaves, max_norm=1.0)
-    assert isinstance(norm, float) and norm == pytest.approx(4.0 * np.sqrt(21.0))
+    tensor_norm = optim.clip_grad_norm(grads, leaves, max_norm=1.0)  # torch's: a 0-d tensor
+    assert isinstance(tensor_norm, rg.Tensor) and len(counting.transfers) == 0
+    norm = optim.clip_grad_norm(grads, leaves, max_norm=1.0, as_tensor=False)
+    assert isinstance(norm, float) and norm == pytest.approx(1.0, rel=1e-5)
     assert len(counting.transfers) == 1
-    tensor_norm = optim.clip_grad_norm(grads, leaves, max_norm=1.0, as_tensor=True)
-    assert len(counting.transfers) == 1
-    assert float(tensor_norm) == pytest.approx(1.0, rel=1e-5)
+    assert float(tensor_norm) == pytest.approx(4.0 * np.sqrt(21.0))

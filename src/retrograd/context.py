@@ -21,8 +21,8 @@ _thread_backend: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "retrograd_backend", default=None
 )
 #: True on the thread (and context) where ``rg.capture`` is recording a step: a value read on
-#: the host there is refused, so library code that would read one by default (the float that
-#: ``clip_grad_norm_`` returns) keeps it a tensor instead. Set and reset by the capture only.
+#: the host there is refused, so library code that would read one by default (a finiteness
+#: or bounds check) skips the read instead. Set and reset by the capture only.
 capturing: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "retrograd_capturing", default=False
 )

@@ -229,7 +229,7 @@ class Patches:
     """Recording wrappers set as instance attributes over the inner backends' methods, and over
     ``Optimizer.step`` and ``Module.__call__``; undone on exit whatever happens. Inside,
     :func:`context.capturing` is true on the recording thread (library code that would read a
-    value on the host, such as ``clip_grad_norm_``'s float return, keeps it a tensor instead).
+    value on the host by default, such as amax's finiteness check, skips the read instead).
     The wrappers are shared by the captures of every thread and record only the calls of the
     thread whose capture patched that backend (:func:`_recorders_for`).
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...context import capturing
 from ...errors import AutodiffError, InvalidArgumentError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
@@ -68,8 +67,8 @@ def clip_grad_norm_(
     foreach: bool | None = None,
     *,
     eps: float = 1e-6,
-    as_tensor: bool | None = None,
-) -> float | Tensor:
+    as_tensor: bool = True,
+) -> Tensor | float:
     """Scale the gradients of ``parameters`` in ``grads`` so their global ``norm_type`` norm
     is at most ``max_norm``; return the norm before clipping.
 
@@ -80,17 +79,17 @@ def clip_grad_norm_(
     (then torch's norm of the per-gradient norms). The 2-norm is one backend kernel
     (``Backend.global_norm``: on NumPy the squares summed in float64 in one pass over each
     gradient, on torch torch's own ``_foreach_norm``); other orders are accumulated in
-    float64 whatever the gradients' dtype. The norm comes back as a Python float, or with
-    ``as_tensor`` as a 0-d float64 tensor on the gradients' backend (torch's return type),
-    which needs no synchronisation with a device; left unset, ``as_tensor`` is true while
-    ``rg.capture`` records a step and false elsewhere. ``error_if_nonfinite`` raises
+    float64 whatever the gradients' dtype. The norm comes back as torch's does, a 0-d tensor
+    (float64) on the gradients' backend, so a step reads nothing back from a device
+    (``norm.item()`` reads it where the caller wants it); ``as_tensor=False`` returns a Python
+    float instead (one host read). ``error_if_nonfinite`` raises
     ``InvalidArgumentError`` for a NaN or infinite norm (a host read). ``foreach`` (torch's
     choice of its multi-tensor kernels, the same result) is accepted and changes nothing.
 
     >>> import retrograd as rg
     >>> w = rg.tensor([3.0, 4.0]).require_grad()
     >>> grads = (w * w).sum().backward()          # gradient [6, 8], norm 10
-    >>> clip_grad_norm_(grads, [w], max_norm=1.0)
+    >>> clip_grad_norm_(grads, [w], max_norm=1.0).item()
     10.0
     >>> [round(v, 3) for v in w.grad(grads).tolist()]
     [0.6, 0.8]
@@ -100,8 +99,6 @@ def clip_grad_norm_(
     if math.isnan(norm_type):
         raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be a number, got {norm_type}")
     present = _with_gradients(grads, parameters)
-    if as_tensor is None:
-        as_tensor = capturing.get()
     if not present:
         return zeros((), "float64") if as_tensor else 0.0
     # Without reading a norm on the host: one backend kernel for the 2-norm of untracked
