@@ -783,12 +783,15 @@ def test_arcface_margins_train_as_torch(capsys):
     assert logs[0].count("train epoch") == 4 * 5
     mine, theirs = logs[1].splitlines(), logs[0].splitlines()
     assert len(mine) == len(theirs)
-    for a, b in zip(mine, theirs):  # the losses in the log to float32's spread, the rest exactly
+    # the losses in the log to the parameters' tolerance (float32 over 20 steps: 1.4e-5 apart
+    # in a CI run under xdist, where torch's own float32 results move with its thread count),
+    # the rest exactly
+    for a, b in zip(mine, theirs):
         pattern = r"loss (\S+) acc"
         assert re.sub(pattern, "", a) == re.sub(pattern, "", b)
         if "loss" in b:
             np.testing.assert_allclose(
-                float(re.search(pattern, a)[1]), float(re.search(pattern, b)[1]), rtol=1e-5
+                float(re.search(pattern, a)[1]), float(re.search(pattern, b)[1]), rtol=1e-4
             )
     # fc1.bias comes before a batch norm, which removes it: its true gradient is 0, and Adam's
     # steps (add_margin's) follow the rounding noise of each library

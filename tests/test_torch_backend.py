@@ -594,7 +594,7 @@ def test_slice_backward(slices):
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("weight_decay, decoupled", [(0.1, True), (0.1, False), (0.0, False)])
-def test_adam_update_rounds_as_the_numpy_kernel(weight_decay, decoupled, seed):
+def test_adam_update_is_the_numpy_kernels_math(weight_decay, decoupled, seed):
     # Its own generator: the module's RNG draws what the tests before it left, which changes
     # with how pytest-xdist shares them out.
     rng = np.random.default_rng(seed)
@@ -604,11 +604,9 @@ def test_adam_update_rounds_as_the_numpy_kernel(weight_decay, decoupled, seed):
     args = [value, grad, first, second]
     np_out = NP.adam_update(*[NP.from_data(a, None, None) for a in args], *hyper)
     torch_out = TB.adam_update(*[TB.from_data(a, None, None) for a in args], *hyper)
-    new_value, *moments = (TB.to_numpy(t) for t in torch_out)
-    # The moments are the same operations in the same order: the same bits.
-    for ours, theirs in zip(np_out[1:], moments):
-        np.testing.assert_array_equal(theirs, np.asarray(ours))
-    # The value divides by sqrt(second moment), and torch's float32 sqrt is not correctly
-    # rounded on every CPU (on AMD EPYC with torch 2.13, 1 ulp off in 16% of elements, where
-    # NumPy's is exact): one ulp apart, no more.
-    np.testing.assert_array_max_ulp(new_value, np.asarray(np_out[0]), maxulp=1)
+    # The torch backend runs torch eager's Adam op for op (its bits: test_optim_in_place's
+    # test_adam_on_the_torch_backend_is_torch_eagers_bits), whose moments use lerp_ and
+    # addcmul_; the NumPy kernel writes the same formulas in one compiled pass. Float32
+    # rounding apart: a moment whose terms cancel is a few ulps of the terms apart.
+    for ours, theirs in zip(np_out, torch_out):
+        np.testing.assert_allclose(TB.to_numpy(theirs), np.asarray(ours), rtol=1e-6, atol=1e-8)
