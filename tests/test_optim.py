@@ -148,7 +148,7 @@ def test_clip_grad_norm_matches_torch(max_norm):
     for leaf, parameter in zip(leaves, parameters):
         np.testing.assert_allclose(leaf.grad(grads).numpy(), parameter.grad.numpy(), rtol=1e-12)
     clipped = np.sqrt(sum(float((leaf.grad(grads).numpy() ** 2).sum()) for leaf in leaves))
-    assert clipped == pytest.approx(min(max_norm, norm), rel=1e-5)
+    assert clipped == pytest.approx(min(max_norm, norm.item()), rel=1e-5)
 
 
 def test_clip_grad_norm_takes_a_module():

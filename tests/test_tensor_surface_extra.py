@@ -651,3 +651,21 @@ def test_hypot_function_is_torchs():
     expected.sum().backward()
     np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-15)
     np.testing.assert_allclose(x.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-15)
+
+
+def test_equality_with_an_object_that_defines_its_own_is_left_to_it_as_torchs():
+    """``norm == pytest.approx(1.0)`` and ``t == mock.ANY`` answer as with torch's tensors:
+    the other object's ``__eq__`` runs (the tensor's declined); ``None`` and strings are not
+    equal; an object with no equality of its own is still refused by name."""
+    from unittest import mock
+
+    import torch
+
+    for lib in (rg, torch):
+        norm = lib.tensor(1.0, dtype=lib.float64)
+        assert bool(norm == pytest.approx(1.0)) and not bool(norm == pytest.approx(1.5))
+        assert bool(norm != pytest.approx(1.5)) and bool(norm == mock.ANY)
+        assert (norm == None) is False and (norm == "cpu") is False  # noqa: E711
+        assert bool(lib.tensor([1.0, 2.0]) == pytest.approx([1.0, 2.0]))
+    with pytest.raises(rg.DTypeError, match="equal: cannot combine a tensor with object"):
+        rg.tensor(1.0) == object()  # noqa: B015

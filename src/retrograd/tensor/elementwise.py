@@ -224,6 +224,18 @@ def _truth(t: Any) -> Any:
     return t if t.dtype == "bool" else t.not_equal(0)
 
 
+def _defers_equality(other: Any) -> bool:
+    """Whether ``t == other`` is left to Python, as torch leaves it: ``None`` and strings get
+    the identity fallback (``if mask == None:`` is False), and an object that defines its own
+    equality answers it (``norm == pytest.approx(1.0)``, ``mock.ANY``); numbers, arrays,
+    sequences and tensors are compared elementwise."""
+    if other is None or isinstance(other, str):
+        return True
+    if isinstance(other, TensorBase | numbers.Number | np.ndarray | np.generic | list | tuple):
+        return False
+    return type(other).__eq__ is not object.__eq__
+
+
 class ElementwiseMixin:
     """Elementwise methods and operators; needs ``_apply`` (see the module docstring)."""
 
@@ -523,13 +535,12 @@ class ElementwiseMixin:
         return self.abs()
 
     def __eq__(self, other):  # type: ignore[override]
-        if other is None or isinstance(other, str):
-            # torch's answer: Python's identity fallback (``if mask == None:`` is False)
+        if _defers_equality(other):
             return NotImplemented
         return self._apply(EQUAL, (self, other))
 
     def __ne__(self, other):  # type: ignore[override]
-        if other is None or isinstance(other, str):
+        if _defers_equality(other):
             return NotImplemented
         return self._apply(NOT_EQUAL, (self, other))
 
