@@ -794,8 +794,10 @@ def test_arcface_margins_train_as_torch(capsys):
                 float(re.search(pattern, a)[1]), float(re.search(pattern, b)[1]), rtol=1e-4
             )
     # fc1.bias comes before a batch norm, which removes it: its true gradient is 0, and Adam's
-    # steps (add_margin's) follow the rounding noise of each library
-    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=("fc1.bias",))
+    # steps (add_margin's) follow the rounding noise of each library. Adam's lr=0.01 steps
+    # carry float32 noise into the weights too: 1.2e-5 apart at one of fc1's 96 in a CI run
+    # (ci31, the file alone passes at 1e-5), so atol 5e-5 against weights of 0.02-0.8.
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=5e-5, skip=("fc1.bias",))
 
 
 # -- torchvision's DeepLabV3 --------------------------------------------------------------------------
