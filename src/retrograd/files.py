@@ -12,11 +12,11 @@ never share a temporary file; the last rename wins, whole.
 A :class:`FileSet` stages several files and renames them together at the end, so a run's files
 are replaced as a set: when one of them cannot be written, none is replaced.
 
->>> import os, tempfile
+>>> import os, pathlib, tempfile
 >>> folder = tempfile.mkdtemp()
 >>> with atomic_write(os.path.join(folder, "note.txt")) as file:
 ...     _ = file.write(b"kept whole")
->>> open(os.path.join(folder, "note.txt"), "rb").read(), sorted(os.listdir(folder))
+>>> pathlib.Path(folder, "note.txt").read_bytes(), sorted(os.listdir(folder))
 (b'kept whole', ['note.txt'])
 """
 
