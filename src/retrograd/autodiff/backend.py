@@ -10,6 +10,8 @@ node saves for backward is the checkpointing strategy's to decide (its ``save``)
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
 from .grad_mode import _MODE, DISABLED_THREADS
+from .gradients import held_by_live_gradients
 from .graph import AutodiffPrimitive, Node, new_node_id
 from .ops import OPS, Op, Plan
 from .params import DistributedParam, ParamId
@@ -321,6 +324,17 @@ class Autodiff(Backend):
         """The key of ``x``'s gradient in a ``Gradients`` (``grads.replace(key, value)``),
         kept where holding ``x`` itself would keep its value alive."""
         return None if x.node is None else x.node.id
+
+    def retired_leaf(self, x: AutodiffPrimitive) -> tuple[int, Callable[[], bool]] | None:
+        """The gradient key of the leaf ``x``, which an in-place write is about to replace
+        with a fresh leaf, and a test of whether a gradient under that key can still be read:
+        a graph still holds ``x``'s node (a backward may yet produce one), or a live
+        ``Gradients`` holds one. ``None`` for an untracked ``x``."""
+        node = x.node
+        if node is None:
+            return None
+        key, alive = node.id, weakref.ref(node)
+        return key, lambda: alive() is not None or held_by_live_gradients(key)
 
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.remove(x.node.id)

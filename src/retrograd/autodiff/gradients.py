@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import numbers
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import AutodiffError, DTypeError
 from .graph import Node
 
-__all__ = ["Gradients"]
+__all__ = ["Gradients", "held_by_live_gradients"]
+
+#: Every ``Gradients`` not yet collected, for :func:`held_by_live_gradients`.
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+def held_by_live_gradients(key: int) -> bool:
+    """Whether some ``Gradients`` still alive holds a gradient under ``key``: a tensor that
+    in-place writes made a fresh leaf forgets its old leaf's key only when nothing can hand
+    it a gradient under that key any more."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    return any(key in gradients.values for gradients in live)
 
 
 class Gradients:
@@ -43,6 +58,8 @@ class Gradients:
 
     def __init__(self, backend: Any, device: Any = None, remaining: dict[int, int] | None = None):
         self.values: dict[int, Any] = {}
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self.backend = backend
         self.device = device
         self.remaining = remaining if remaining is not None else {}

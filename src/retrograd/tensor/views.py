@@ -296,18 +296,17 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         grads.replace(key, prim)
 
 
-#: How many former leaves a tensor remembers (a gradient recorded before that many in-place
-#: writes to the leaf is no longer found).
-FORMER_LEAVES = 8
-
-
 def remember_leaf(t: Any, old: Any) -> None:
     """Before a write makes the leaf ``t`` a fresh leaf (its old node keeps the values the
     graph recorded), remember the old leaf's gradient key: ``t.grad(grads)`` of a graph
-    recorded before the write still finds its gradient, as torch's ``.grad`` would."""
-    key = t._backend.grad_key(old)
-    if key is not None:
-        t._former_keys = (key, *t._former_keys[: FORMER_LEAVES - 1])
+    recorded before the write still finds its gradient, as torch's ``.grad`` would, however
+    many writes came between (a row-by-row update writes once a row). Keys no graph and no
+    ``Gradients`` can hold any more are forgotten here, so a training loop's tensors keep
+    only the few a live graph or gradient set still has."""
+    retired = t._backend.retired_leaf(old)
+    if retired is not None:
+        kept = tuple(entry for entry in t._former_keys if entry[1]())
+        t._former_keys = (retired, *kept)
 
 
 def _through_data(t: Any, old: Any, value: Any) -> Any:
