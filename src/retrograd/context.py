@@ -13,12 +13,19 @@ __all__ = [
     "current_backend",
     "default_backend",
     "set_default_backend",
+    "thread_device",
     "use_backend",
 ]
 
 _process_default: Any = None
 _thread_backend: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "retrograd_backend", default=None
+)
+#: The device new tensors get on this thread when none is given, over the backend's default:
+#: set by ``rg.distributed.init_process_group(store=ctx)`` on a thread that is one rank of an
+#: in-process job (each rank's tensors on its own device, as a process's are on its own).
+thread_device: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "retrograd_thread_device", default=None
 )
 #: True on the thread (and context) where ``rg.capture`` is recording a step: a value read on
 #: the host there is refused, so library code that would read one by default (a finiteness

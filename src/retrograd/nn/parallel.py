@@ -22,7 +22,6 @@ from typing import Any
 from .. import distributed as dist
 from ..autodiff import no_grad
 from ..errors import (
-    DistributedError,
     DTypeError,
     InvalidArgumentError,
     check_callable,
@@ -63,6 +62,13 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.process_group = process_group
         module.set_distributed()
+        self.find_unused_parameters = find_unused_parameters
+        if find_unused_parameters:
+            from ..distributed.reducer.backward_hook import expect_every_parameter
+
+            # torch registers every parameter and lets those without a gradient contribute
+            # zeros, so a parameter some replicas skip in a step still reduces
+            expect_every_parameter(module)
         if process_group is None and dist.is_initialized():  # init_process_group's, as torch
             process_group = dist.process_group.default_context()
         if process_group is not None:
@@ -73,15 +79,19 @@ class DistributedDataParallel(Module):
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
-        """torch skips the all-reduce inside the block (gradient accumulation); here the sync
-        happens during each backward, so accumulate the ``Gradients`` of several micro-steps
-        outside a context instead. Refused with this explanation."""
-        raise DistributedError(
-            "DistributedDataParallel.no_sync is not supported: gradients are all-reduced in "
-            "every backward inside a DistributedContext; sum the Gradients of the micro-steps "
-            "(g1 + g2) and step once"
-        )
-        yield  # pragma: no cover
+        """torch's ``no_sync()`` for gradient accumulation: backwards inside the block are not
+        all-reduced (their ``Gradients`` are this replica's own), and the first backward after
+        it all-reduces the sum of theirs and its own, so the ``Gradients`` it returns are what
+        torch's ``.grad`` holds then: step with those alone (adding the block's ones to them
+        would count them twice)."""
+        from ..distributed.reducer.backward_hook import unsynced
+
+        device = next((p.device for p in self.module.parameters()), None)
+        if device is None:
+            yield
+            return
+        with unsynced(device):
+            yield
 
 
 def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:

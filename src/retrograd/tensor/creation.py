@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import Backend, default_float_dtype
-from ..context import current_backend
+from ..context import current_backend, thread_device
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
@@ -69,7 +69,7 @@ def _target(backend: Any, device: Any) -> tuple[Any, Device]:
             "expected a backend (rg.NumpyBackend(), rg.Autodiff(...)), got "
             f"{type(backend).__name__}"
         )
-    default = getattr(backend, "default_device", CPU0)
+    default = thread_device.get() or getattr(backend, "default_device", CPU0)
     if device is None:
         return backend, default
     device = _device_arg(device)
