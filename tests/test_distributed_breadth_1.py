@@ -19,8 +19,9 @@ import torch
 import retrograd as rg
 import retrograd.distributed as dist
 from retrograd import nn
+from retrograd.distributed.algorithms.join import Join
 from retrograd.errors import DistributedError, InvalidArgumentError
-from retrograd.nn.parallel import DistributedDataParallel as DDP
+from retrograd.nn.parallel import DistributedDataParallel as DDP  # noqa: N817 (as scripts write it)
 from retrograd.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 JOIN_SECONDS = 30.0
@@ -83,7 +84,7 @@ def test_sampler_shards_are_torchs(size, replicas, drop_last):
                     assert list(ours) == list(theirs), (shuffle, seed, rank, epoch)
 
 
-# -- a training script: DDP + DistributedSampler equals full-batch training -------------------------
+# -- a training script: DDP + DistributedSampler equals full-batch training ------------------------
 
 FEATURES = _data(0, 16, 3)
 TARGETS = _data(1, 16, 1)
@@ -153,7 +154,7 @@ def test_ddp_script_trains_as_full_batch_training_in_torch():
     assert total == pytest.approx(losses, rel=1e-10) and total1 == total
 
 
-# -- torch's c10d collectives, on metric tensors and objects ----------------------------------------
+# -- torch's c10d collectives, on metric tensors and objects ---------------------------------------
 
 
 def test_collectives_and_object_collectives_give_torchs_results():
@@ -312,7 +313,11 @@ def test_find_unused_parameters_averages_with_zeros_and_skips_the_never_used():
 
 def _torch_branchy(state):
     model = torch.nn.ModuleDict(
-        {"trunk": torch.nn.Linear(3, 2), "head": torch.nn.Linear(2, 2), "never": torch.nn.Linear(2, 2)}
+        {
+            "trunk": torch.nn.Linear(3, 2),
+            "head": torch.nn.Linear(2, 2),
+            "never": torch.nn.Linear(2, 2),
+        }
     ).double()
     model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     return model
@@ -407,6 +412,8 @@ def test_thread_rank_misuse_is_refused_clearly():
         with pytest.raises(InvalidArgumentError, match="rank 5 is not a rank"):
             dist.init_process_group("gloo", rank=5, world_size=2, store=ctx)
     assert not dist.is_initialized()
+    with pytest.raises(InvalidArgumentError, match="SGD is not joinable"):
+        Join([rg.optim.SGD([rg.ones(1, requires_grad=True)], lr=0.1)])
 
 
 def test_a_rank_that_stops_early_fails_the_others_within_the_timeout():
@@ -421,3 +428,96 @@ def test_a_rank_that_stops_early_fails_the_others_within_the_timeout():
 
     with pytest.raises(DistributedError, match="timed out after 1 s: cpu:1 never registered"):
         run_ranks(2, script, timeout=1.0)
+
+
+# -- BatchNorm buffers: rank 0's broadcast before every forward ------------------------------------
+
+
+def test_batchnorm_buffers_are_broadcast_from_rank_0_before_every_forward():
+    """torch's ``broadcast_buffers=True``: each forward starts from rank 0's running
+    statistics, so after a step each rank holds rank 0's previous ones updated by its own
+    batch (not its own history)."""
+    xs = [[_data(50 + 2 * r + k, 4, 2) for k in range(2)] for r in range(2)]
+
+    def script(rank):
+        rg.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)).double())
+        start = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+        optimizer = rg.optim.SGD(model.parameters(), lr=0.1)
+        for k in range(2):
+            optimizer.step(model(rg.tensor(xs[rank][k])).square().mean().backward())
+        return start, {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+
+    (start, _), *_ = results = run_ranks(2, script)
+    replicas = []
+    for _ in range(2):
+        replica = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3)).double()
+        replica.load_state_dict({k: torch.tensor(v) for k, v in start.items()})
+        replicas.append(replica)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in replicas]
+    for k in range(2):
+        for name, buffer in replicas[0].named_buffers():  # DDP's broadcast before forward
+            dict(replicas[1].named_buffers())[name].copy_(buffer)
+        losses = [replicas[r](torch.tensor(xs[r][k])).square().mean() for r in range(2)]
+        (sum(losses) / 2).backward()
+        for mine, other in zip(replicas[0].parameters(), replicas[1].parameters()):
+            mine.grad = other.grad = mine.grad + other.grad  # the all-reduced average
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    for (_, after), replica in zip(results, replicas):
+        for key, value in replica.state_dict().items():
+            np.testing.assert_allclose(
+                after[key], value.numpy(), rtol=1e-10, atol=1e-12, err_msg=key
+            )
+
+
+# -- uneven inputs: join() -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("joined", ["method", "Join"])
+def test_join_with_uneven_inputs_averages_over_every_rank_as_torchs(joined):
+    """Rank 0 has three batches, rank 1 one: under ``join()`` the finished rank shadows the
+    others' all-reduces with zeros (gradients divided by the initial world size, torch's
+    default), and every rank ends with the same parameters."""
+    batches = [[_data(60 + k, 2, 3) for k in range(3)], [_data(70, 2, 3)]]
+
+    def script(rank):
+        rg.manual_seed(0)
+        model = DDP(nn.Linear(3, 2).double())
+        start = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+        optimizer = rg.optim.SGD(model.parameters(), lr=0.1)
+        with model.join() if joined == "method" else Join([model]):
+            for batch in batches[rank]:
+                optimizer.step(model(rg.tensor(batch)).square().sum().backward())
+        return start, {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+
+    (start, after0), (_, after1) = run_ranks(2, script)
+    reference = torch.nn.Linear(3, 2).double()
+    reference.load_state_dict({k: torch.tensor(v) for k, v in start.items()})
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for k in range(3):
+        optimizer.zero_grad()
+        active = [b[k] for b in batches if k < len(b)]
+        (sum(reference(torch.tensor(x)).square().sum() for x in active) / 2).backward()
+        optimizer.step()
+    for key, value in reference.state_dict().items():
+        np.testing.assert_allclose(after0[key], value.numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(after0[key], after1[key])
+
+
+def test_join_throw_on_early_termination_raises_on_every_rank():
+    def script(rank):
+        model = DDP(nn.Linear(2, 1))
+        with (
+            pytest.raises(DistributedError, match="exhausted its inputs"),
+            model.join(throw_on_early_termination=True),
+        ):
+            for _ in range(3 if rank == 0 else 1):
+                model(rg.ones((1, 2))).sum().backward()
+        with model.join(throw_on_early_termination=True):  # even inputs: no error
+            for _ in range(2):
+                model(rg.ones((1, 2))).sum().backward()
+        return True
+
+    assert run_ranks(2, script) == [True, True]
