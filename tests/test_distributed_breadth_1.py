@@ -263,6 +263,24 @@ def test_no_sync_accumulation_gives_the_full_batch_gradient():
         np.testing.assert_array_equal(ours0, ours1)
 
 
+def test_gradients_left_in_no_sync_do_not_leak_into_the_next_job():
+    x = _data(15, 2, 3)
+
+    def leave_some(rank):
+        model = DDP(nn.Linear(3, 2).double())
+        with model.no_sync():
+            model(rg.tensor(x)).sum().backward()
+
+    def synced_step(rank):
+        rg.manual_seed(0)
+        model = DDP(nn.Linear(3, 2).double())
+        return model.module.weight.grad(model(rg.tensor(x)).sum().backward()).numpy().copy()
+
+    run_ranks(2, leave_some)
+    for grad in run_ranks(2, synced_step):  # d(sum(x W^T))/dW: x's column sums, each row
+        np.testing.assert_allclose(grad, np.tile(x.sum(0), (2, 1)), rtol=1e-12)
+
+
 # -- parameters some ranks do not use --------------------------------------------------------------
 
 
@@ -371,7 +389,10 @@ def test_zero_consolidated_state_is_the_wrapped_optimizers():
         rg.manual_seed(0)
         model = DDP(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)).double())
         start = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
-        optimizer = dist.ZeroRedundancyOptimizer(model.parameters(), rg.optim.Adam, lr=0.01)
+        optimizer = dist.ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=rg.optim.Adam, parameters_as_bucket_view=True,
+            lr=0.01,
+        )  # fmt: skip
         for _ in range(2):
             optimizer.step(model(rg.tensor(xs[rank])).square().mean().backward())
         optimizer.consolidate_state_dict(to=0)

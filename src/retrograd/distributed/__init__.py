@@ -29,6 +29,7 @@ Modules import one way, each only from those above it (none imports the package 
     process_group                      torch's c10d functions over a default context;
                                        the collectives in retrograd's and torch's forms
     zero                               ZeroRedundancyOptimizer (optimizer state sharded)
+    algorithms/                        torch's Join (uneven inputs), over a model's join()
 """
 
 from ..autodiff.params import ParamId

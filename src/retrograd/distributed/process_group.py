@@ -17,6 +17,11 @@ is the identity: the script runs unchanged on one process, as torch's does. Unti
 engines), so that tensors made after ``init_process_group`` are where the context reduces.
 
 The default context averages the gradients of parameters marked distributed (``MEAN``, as DDP).
+
+Ranks may also be threads of this process: each calls ``init_process_group(rank=r,
+world_size=n, store=ctx)`` with one running local context (torch's threaded process groups, as
+its tests use them); the thread's default group is then its own, and the tensors it makes
+without a device are made on ``ctx.devices[r]``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ torch's averaging). Given the context as ``process_group``, it also makes every 
 from rank 0's parameters (and buffers), as torch's broadcast at construction; without one,
 replicas must start equal (seed every rank alike). ``state_dict`` keys carry torch's
 ``module.`` prefix. After ``dist.init_process_group`` the default group is the process group.
+With a process group it follows torch's options: buffers broadcast from rank 0 before each
+forward (``broadcast_buffers``), ``no_sync()`` accumulation, ``find_unused_parameters`` and
+``join()`` for uneven inputs (see ``docs/distributed.md``).
 ``DataParallel`` and ``data_parallel`` run the module on its own device
 (what torch does without several GPUs).
 """

@@ -71,7 +71,8 @@ def unsynced(device: Any) -> Iterator[None]:
 
 def expect_every_parameter(module: Any) -> None:
     """Register every distributed parameter of ``module`` in each backward that reaches one."""
-    _COMPLETE.add(module)
+    with _STATE_LOCK:
+        _COMPLETE.add(module)
 
 
 def _copied(buffer: Any) -> Any:
@@ -85,7 +86,10 @@ def _completed(slots: list[ParamSlot], device: Any) -> tuple[list[ParamSlot], li
     present = {slot.pid.value for slot in slots}
     extra: list[Any] = []
     agreed: list[Any] = []
-    for module in list(_COMPLETE):
+    with _STATE_LOCK:
+        modules = list(_COMPLETE)
+        accumulated = dict(_ACCUMULATED.get(device, {}))
+    for module in modules:
         nodes = [
             node
             for parameter in module.parameters()
@@ -97,11 +101,10 @@ def _completed(slots: list[ParamSlot], device: Any) -> tuple[list[ParamSlot], li
             agreed += nodes
             extra += [node for node in nodes if node.distributed.id.value not in present]
             present.update(node.distributed.id.value for node in nodes)
-    for value, (node, _) in list(_ACCUMULATED.get(device, {}).items()):
+    for value, (node, _) in accumulated.items():
         if value not in present:
             extra.append(node)
             present.add(value)
-    accumulated = _ACCUMULATED.get(device, {})
     used = {slot.pid.value for slot in slots} | set(accumulated)
     first = len(slots)
     for k, node in enumerate(extra):
@@ -421,6 +424,13 @@ class GradientSyncHook:
             return
         grads.on_register.remove(sync.on_register)
         sync.finish(grads)
+
+    @staticmethod
+    def forget(devices: Any) -> None:
+        """Drop what ``no_sync`` backwards accumulated on ``devices`` (their context closed)."""
+        with _STATE_LOCK:
+            for device in devices:
+                _ACCUMULATED.pop(device, None)
 
     @staticmethod
     def _accumulate(slots: list[ParamSlot], grads: Any) -> None:
