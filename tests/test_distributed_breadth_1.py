@@ -154,6 +154,24 @@ def test_ddp_script_trains_as_full_batch_training_in_torch():
     assert total == pytest.approx(losses, rel=1e-10) and total1 == total
 
 
+def test_cpu_named_without_an_index_in_a_rank_is_that_ranks():
+    """``device = torch.device("cpu"); model.to(device); x.to(device)``, as CPU scripts write
+    it: in rank 1 that is rank 1's device, so its gradients are averaged with rank 0's (it
+    moved them to rank 0's device, whose collectives rank 0 already makes)."""
+
+    def script(rank):
+        device = rg.device("cpu")
+        rg.manual_seed(0)
+        model = DDP(nn.Linear(2, 1).double().to(device))
+        x = rg.tensor([[1.0, 2.0]], dtype="float64").to("cpu") * (rank + 1)
+        grads = model(x.to(device=rg.device("cpu"))).sum().backward()
+        return str(device), str(model.module.weight.device), model.module.weight.grad(grads)
+
+    for rank, (device, placed, grad) in enumerate(run_ranks(2, script, timeout=2.0)):
+        assert device == placed == f"cpu:{rank}"
+        np.testing.assert_allclose(grad.numpy(), [[1.5, 3.0]], rtol=1e-12)  # (x + 2x) / 2
+
+
 # -- torch's c10d collectives, on metric tensors and objects ---------------------------------------
 
 

@@ -86,7 +86,7 @@ def _device_arg(device: Any) -> Device:
         return Device(device)
     kind, index = getattr(device, "type", None), getattr(device, "index", None)
     if isinstance(kind, str):  # a torch.device
-        return Device(kind, 0 if index is None else index)
+        return Device(kind, index)
     if isinstance(device, int):  # torch reads an int as a CUDA device index
         return Device("cuda", device)
     raise DTypeError(f"expected a device, got {device!r}")
