@@ -42,6 +42,9 @@ class Device:
 
     Devices are interned, so ``Device("cpu", 1) is Device("cpu", 1)``; several cpu devices may
     live in one process (the in-process data-parallel engine gives each its own thread).
+    A device named without an index (``Device("cpu")``, a torch device whose index is
+    ``None``) is the current default device when that is of its kind (a data-parallel rank's
+    ``cpu:RANK``), else index 0.
 
     >>> Device("cpu", 1)
     Device('cpu', 1)

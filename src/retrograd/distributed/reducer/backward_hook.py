@@ -79,10 +79,13 @@ def _copied(buffer: Any) -> Any:
     return buffer.copy() if isinstance(buffer, np.ndarray) else buffer.clone()
 
 
-def _completed(slots: list[ParamSlot], device: Any) -> tuple[list[ParamSlot], list[ParamSlot]]:
+def _completed(
+    slots: list[ParamSlot], device: Any
+) -> tuple[list[ParamSlot], list[tuple[Any, bool]]]:
     """``slots`` and the parameters a backward must register beyond its graph's: those of a
     ``find_unused_parameters`` module it reaches, and those with gradients accumulated under
-    ``no_sync``; the second list holds the module parameters whose use is to be agreed."""
+    ``no_sync``; then ``(node, used here)`` of the modules' parameters, whose use every
+    device agrees on after the sync."""
     present = {slot.pid.value for slot in slots}
     extra: list[Any] = []
     agreed: list[Any] = []
