@@ -181,9 +181,12 @@ def test_collectives_and_object_collectives_give_torchs_results():
 
     def script(rank):
         out = {}
+        world = dist.new_group(ranks=[0, 1, 2])
+        with pytest.raises(InvalidArgumentError, match="subgroups are not supported"):
+            dist.new_group(ranks=[0, 1])
         for name in ("SUM", "AVG", "MAX", "MIN", "PRODUCT"):
             t = rg.tensor(values[rank])
-            assert dist.all_reduce(t, op=getattr(dist.ReduceOp, name)) is None
+            assert dist.all_reduce(t, op=getattr(dist.ReduceOp, name), group=world) is None
             out[name] = t.numpy().copy()
         for name in ("BAND", "BOR", "BXOR"):
             t = rg.tensor(flags[rank], dtype="int64")

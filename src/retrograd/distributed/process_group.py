@@ -63,6 +63,7 @@ __all__ = [
     "init_process_group",
     "is_available",
     "is_initialized",
+    "new_group",
     "scatter",
     "scatter_object_list",
 ]
@@ -322,6 +323,20 @@ def get_world_size(group: Any = None) -> int:
 def get_backend(group: Any = None) -> str:
     default_context("get_backend")
     return _state()["backend"]
+
+
+def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None,
+              pg_options: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+    """torch's ``new_group``: the group of every rank (``ranks`` ``None`` or all of them), which
+    is the default group; subgroups are refused, saying so (the collectives run over every
+    rank)."""
+    size = default_context("new_group").world_size
+    if ranks is not None and sorted(ranks) != list(range(size)):
+        raise InvalidArgumentError(
+            f"new_group: subgroups are not supported (ranks {list(ranks)} of {size}); "
+            "collectives run over every rank"
+        )
+    return group.WORLD
 
 
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
