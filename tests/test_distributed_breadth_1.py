@@ -172,6 +172,33 @@ def test_cpu_named_without_an_index_in_a_rank_is_that_ranks():
         np.testing.assert_allclose(grad.numpy(), [[1.5, 3.0]], rtol=1e-12)  # (x + 2x) / 2
 
 
+def test_checkpoint_saved_on_rank_0_loads_on_every_rank_with_a_map_location_dict(tmp_path):
+    """The DDP tutorial's checkpoint: rank 0 saves ``model.module.state_dict()``, a barrier,
+    every rank loads it with ``map_location={"cpu:0": f"cpu:{rank}"}``."""
+    path = tmp_path / "checkpoint.pt"
+
+    def script(rank):
+        rg.manual_seed(rank)
+        model = DDP(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)))
+        if dist.get_rank() == 0:
+            saved = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+            rg.save(model.module.state_dict(), path)
+        dist.barrier()
+        with rg.no_grad():  # a replica's own values, to be overwritten by the checkpoint
+            model.module[0].weight.add_(float(rank))
+        model.module.load_state_dict(rg.load(path, map_location={"cpu:0": f"cpu:{rank}"}))
+        loaded = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
+        return (saved if rank == 0 else None), loaded, str(model.module[0].weight.device)
+
+    (saved, loaded0, device0), (_, loaded1, device1) = run_ranks(2, script)
+    assert (device0, device1) == ("cpu:0", "cpu:1")
+    for key, value in saved.items():
+        np.testing.assert_array_equal(loaded0[key], value)
+        np.testing.assert_array_equal(loaded1[key], value)
+    with pytest.raises(InvalidArgumentError, match="several target devices"):
+        rg.load(path, map_location={"cuda:0": "cuda:1", "cuda:1": "cuda:2"})
+
+
 # -- torch's c10d collectives, on metric tensors and objects ---------------------------------------
 
 
