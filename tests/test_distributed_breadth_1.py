@@ -20,6 +20,7 @@ import retrograd as rg
 import retrograd.distributed as dist
 from retrograd import nn
 from retrograd.distributed.algorithms.join import Join
+from retrograd.distributed.optim import ZeroRedundancyOptimizer
 from retrograd.errors import DistributedError, InvalidArgumentError
 from retrograd.nn.parallel import DistributedDataParallel as DDP  # noqa: N817 (as scripts write it)
 from retrograd.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -228,6 +229,11 @@ def test_collectives_and_object_collectives_give_torchs_results():
         listed = [rg.zeros(3, dtype="float64") for _ in range(3)]
         dist.all_gather(listed, rg.tensor(values[rank]))
         out["all_gather"] = [t.numpy().copy() for t in listed]
+        flat = rg.zeros(9, dtype="float64")
+        dist.all_gather_into_tensor(flat, rg.tensor(values[rank]))
+        out["all_gather_into_tensor"] = flat.numpy().copy()
+        with pytest.raises(rg.ShapeError, match=r"all_gather_into_tensor.*needs \[9\]"):
+            dist.all_gather_into_tensor(rg.zeros(8, dtype="float64"), rg.tensor(values[rank]))
         gathered = [rg.zeros(3, dtype="float64") for _ in range(3)] if rank == 0 else None
         dist.gather(rg.tensor(values[rank]), gathered, dst=0)
         out["gather"] = None if gathered is None else [t.numpy().copy() for t in gathered]
@@ -268,6 +274,7 @@ def test_collectives_and_object_collectives_give_torchs_results():
         np.testing.assert_array_equal(out["reduce"], stacked.max(0) if rank == 1 else values[rank])
         np.testing.assert_array_equal(out["broadcast"], values[2])
         np.testing.assert_array_equal(np.stack(out["all_gather"]), stacked)
+        np.testing.assert_array_equal(out["all_gather_into_tensor"], stacked.reshape(-1))
         if rank == 0:
             np.testing.assert_array_equal(np.stack(out["gather"]), stacked)
         np.testing.assert_array_equal(out["scatter"], values[rank] * 10)
@@ -437,7 +444,7 @@ def test_zero_consolidated_state_is_the_wrapped_optimizers():
         rg.manual_seed(0)
         model = DDP(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)).double())
         start = {k: v.numpy().copy() for k, v in model.module.state_dict().items()}
-        optimizer = dist.ZeroRedundancyOptimizer(
+        optimizer = ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=rg.optim.Adam, parameters_as_bucket_view=True,
             lr=0.01,
         )  # fmt: skip

@@ -30,6 +30,7 @@ Modules import one way, each only from those above it (none imports the package 
                                        the collectives in retrograd's and torch's forms
     zero                               ZeroRedundancyOptimizer (optimizer state sharded)
     algorithms/                        torch's Join (uneven inputs), over a model's join()
+    optim/                             torch's import path of ZeroRedundancyOptimizer
 """
 
 from ..autodiff.params import ParamId
@@ -41,6 +42,7 @@ from .process_group import (
     ReduceOp,
     Work,
     all_gather,
+    all_gather_into_tensor,
     all_gather_object,
     all_reduce,
     barrier,
@@ -76,6 +78,7 @@ __all__ = [
     "Work",
     "ZeroRedundancyOptimizer",
     "all_gather",
+    "all_gather_into_tensor",
     "all_gather_object",
     "all_reduce",
     "assign_owners",

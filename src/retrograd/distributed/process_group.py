@@ -49,6 +49,7 @@ from .context import DistributedContext
 __all__ = [
     "ReduceOp",
     "Work",
+    "all_gather_into_tensor",
     "all_gather_object",
     "barrier",
     "broadcast_object_list",
@@ -509,6 +510,26 @@ def all_gather(
     for index, output in enumerate(outputs):
         _in_place(output, gathered[index], "all_gather", False)
     return Work() if async_op else None
+
+
+def all_gather_into_tensor(
+    output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False
+) -> Work | None:
+    """torch's ``all_gather_into_tensor``: ``output_tensor`` (every rank's ``input_tensor``
+    concatenated along dim 0, or stacked along a new one) filled in place."""
+    gathered = _gathered(input_tensor, "all_gather_into_tensor")
+    output = _tensor(output_tensor, "all_gather_into_tensor")
+    world, *rows = gathered.shape
+    shapes = [tuple(gathered.shape)]
+    if rows:
+        shapes.append((world * rows[0], *rows[1:]))
+    if tuple(output.shape) not in shapes:
+        raise ShapeError(
+            f"all_gather_into_tensor: the output has shape {list(output.shape)}; every rank's "
+            f"input {rows} concatenated along dim 0 needs {list(shapes[-1])}"
+        )
+    value = gathered.reshape(tuple(output.shape))
+    return _in_place(output, value, "all_gather_into_tensor", async_op)
 
 
 def _listed(values: Any, size: int, what: str, name: str, items: str = "tensors") -> None:
