@@ -13,6 +13,7 @@ __all__ = [
     "current_backend",
     "default_backend",
     "set_default_backend",
+    "thread_device",
     "use_backend",
 ]
 
@@ -20,12 +21,36 @@ _process_default: Any = None
 _thread_backend: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "retrograd_backend", default=None
 )
+#: The device new tensors get on this thread when none is given, over the backend's default:
+#: set by ``rg.distributed.init_process_group(store=ctx)`` on a thread that is one rank of an
+#: in-process job (each rank's tensors on its own device, as a process's are on its own).
+thread_device: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "retrograd_thread_device", default=None
+)
+
+
+def _unindexed_index(kind: str) -> int:
+    """The index of a device named without one: the default device's, if of ``kind``
+    (a rank's "cpu" is its ``cpu:RANK``), else 0. Reads only backends already made."""
+    device = thread_device.get()
+    if device is None:
+        backend = _thread_backend.get() or _process_default
+        device = getattr(backend, "default_device", None)
+    return device.index if device is not None and device.kind == kind else 0
+
+
 #: True on the thread (and context) where ``rg.capture`` is recording a step: a value read on
 #: the host there is refused, so library code that would read one by default (a finiteness
 #: or bounds check) skips the read instead. Set and reset by the capture only.
 capturing: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "retrograd_capturing", default=False
 )
+
+
+def _install() -> None:
+    from .device import resolve_unindexed_with
+
+    resolve_unindexed_with(_unindexed_index)
 
 
 def default_backend() -> Any:
@@ -70,3 +95,6 @@ def use_backend(backend: Any) -> Iterator[Any]:
         yield backend
     finally:
         _thread_backend.reset(token)
+
+
+_install()

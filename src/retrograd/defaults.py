@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .context import current_backend
+from .context import current_backend, thread_device
 from .device import Device
 from .errors import InvalidArgumentError
 from .tensor.dtypes import DTYPE_OBJECTS
@@ -41,7 +41,7 @@ _AUTOCAST_DTYPES = {"cpu": "bfloat16", "cuda": "float16", "mps": "float16", "xpu
 
 def get_default_device() -> Device:
     """The device new tensors are made on: the current backend's."""
-    return current_backend().default_device
+    return thread_device.get() or current_backend().default_device
 
 
 def set_default_device(device: Any) -> None:

@@ -19,12 +19,32 @@ KINDS = frozenset(
 _LOCK = threading.Lock()
 
 
+def _index_zero(kind: str) -> int:
+    return 0
+
+
+#: the index a device named without one takes (``"cpu"``, ``torch.device("cuda")``); the
+#: context layer installs one that answers the current default device's index when it is of
+#: that kind (:func:`resolve_unindexed_with`), so that "cpu" in a rank's code is that rank's
+#: ``cpu:RANK``, as torch's "cuda" is the current GPU
+_unindexed = _index_zero
+
+
+def resolve_unindexed_with(resolver: Any) -> None:
+    """Make ``resolver(kind) -> int`` give the index of devices named without one."""
+    global _unindexed
+    _unindexed = resolver
+
+
 class Device:
     """A logical device: a kind (``"cpu"``, ``"cuda"``) and an index. ``rg.device`` is this
     class, as ``torch.device``: ``rg.device("cuda:1")``, ``rg.device("cpu")``.
 
     Devices are interned, so ``Device("cpu", 1) is Device("cpu", 1)``; several cpu devices may
     live in one process (the in-process data-parallel engine gives each its own thread).
+    A device named without an index (``Device("cpu")``, a torch device whose index is
+    ``None``) is the current default device when that is of its kind (a data-parallel rank's
+    ``cpu:RANK``), else index 0.
 
     >>> Device("cpu", 1)
     Device('cpu', 1)
@@ -35,9 +55,11 @@ class Device:
     kind: str
     index: int
 
-    def __new__(cls, kind: str = "cpu", index: int = 0) -> Device:
+    def __new__(cls, kind: str = "cpu", index: int | None = None) -> Device:
         if isinstance(kind, Device):
             return kind
+        if index is None:
+            index = 0 if not isinstance(kind, str) or ":" in kind else _unindexed(kind)
         key = (kind, index)
         device = _INTERNED.get(key) if type(kind) is str and type(index) is int else None
         if device is not None:  # a device made before: checked then

@@ -304,19 +304,38 @@ class _Reader:
         return tuple(self.key(k) for k in node["tuple"])
 
 
+def _one_target(mapping: dict) -> Any:
+    """The device a dict ``map_location`` sends tensors to (torch's DDP idiom
+    ``{"cuda:0": f"cuda:{rank}"}``): tensors load on one device here, whatever device they
+    were saved from, so the dict must name one target (CPU devices are one: the CPU)."""
+    targets = {Device(v) if isinstance(v, str | Device) else v for v in mapping.values()}
+    kinds = {getattr(t, "kind", getattr(t, "type", None)) for t in targets}
+    if not targets:
+        return None
+    if kinds == {"cpu"}:
+        return "cpu"
+    if len(targets) > 1:
+        raise InvalidArgumentError(
+            f"load: map_location {mapping!r} names several target devices; tensors load on "
+            "one device here (name one, e.g. map_location=f'cuda:{rank}')"
+        )
+    return targets.pop()
+
+
 def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
          weights_only: Any = None, mmap: Any = None, **pickle_load_args: Any) -> Any:  # fmt: skip
     """Read what :func:`save` wrote (``f``: a path or a binary file object). Tensors are made
     on the current backend, on ``map_location`` when it names a device (``"cpu"``,
-    ``rg.device(...)``, a torch device); other forms of ``map_location`` (a dict, a function)
-    are refused. An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
+    ``rg.device(...)``, a torch device, or a dict whose values name one device, as DDP
+    scripts' ``{"cuda:0": f"cuda:{rank}"}``); a function as ``map_location`` is refused.
+    An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
     A file of torch's own (a pickle) is refused with an error that says so."""
     device = None
     if map_location is not None:
         if callable(map_location) and not isinstance(map_location, Device):
             raise InvalidArgumentError("load: a function as map_location is not supported")
         if isinstance(map_location, dict):
-            raise InvalidArgumentError("load: a dict as map_location is not supported")
+            map_location = _one_target(map_location)
         kind = getattr(map_location, "type", None)
         device = (
             Device(kind, getattr(map_location, "index", None) or 0)

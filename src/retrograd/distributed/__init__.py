@@ -29,6 +29,8 @@ Modules import one way, each only from those above it (none imports the package 
     process_group                      torch's c10d functions over a default context;
                                        the collectives in retrograd's and torch's forms
     zero                               ZeroRedundancyOptimizer (optimizer state sharded)
+    algorithms/                        torch's Join (uneven inputs), over a model's join()
+    optim/                             torch's import path of ZeroRedundancyOptimizer
 """
 
 from ..autodiff.params import ParamId
@@ -40,10 +42,15 @@ from .process_group import (
     ReduceOp,
     Work,
     all_gather,
+    all_gather_into_tensor,
+    all_gather_object,
     all_reduce,
     barrier,
     broadcast,
+    broadcast_object_list,
     destroy_process_group,
+    gather,
+    gather_object,
     get_backend,
     get_rank,
     get_world_size,
@@ -51,8 +58,11 @@ from .process_group import (
     init_process_group,
     is_available,
     is_initialized,
+    new_group,
     reduce,
     reduce_scatter,
+    scatter,
+    scatter_object_list,
 )
 from .zero import ZeroRedundancyOptimizer, assign_owners, optimizer_state_bytes
 
@@ -68,11 +78,16 @@ __all__ = [
     "Work",
     "ZeroRedundancyOptimizer",
     "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
     "all_reduce",
     "assign_owners",
     "barrier",
     "broadcast",
+    "broadcast_object_list",
     "destroy_process_group",
+    "gather",
+    "gather_object",
     "get_backend",
     "get_rank",
     "get_world_size",
@@ -80,7 +95,10 @@ __all__ = [
     "init_process_group",
     "is_available",
     "is_initialized",
+    "new_group",
     "optimizer_state_bytes",
     "reduce",
     "reduce_scatter",
+    "scatter",
+    "scatter_object_list",
 ]

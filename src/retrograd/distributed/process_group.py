@@ -17,27 +17,46 @@ is the identity: the script runs unchanged on one process, as torch's does. Unti
 engines), so that tensors made after ``init_process_group`` are where the context reduces.
 
 The default context averages the gradients of parameters marked distributed (``MEAN``, as DDP).
+
+Ranks may also be threads of this process: each calls ``init_process_group(rank=r,
+world_size=n, store=ctx)`` with one running local context (torch's threaded process groups, as
+its tests use them); the thread's default group is then its own, and the tensors it makes
+without a device are made on ``ctx.devices[r]``.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import threading
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import DistributedError, DTypeError, IndexOutOfRangeError, InvalidArgumentError
+import numpy as np
+
+from ..errors import (
+    DistributedError,
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+)
 from .config import DistributedConfig, ReduceOperation
 from .context import DistributedContext
 
 __all__ = [
     "ReduceOp",
     "Work",
+    "all_gather_into_tensor",
+    "all_gather_object",
     "barrier",
+    "broadcast_object_list",
     "default_context",
     "destroy_process_group",
+    "gather",
+    "gather_object",
     "get_backend",
     "get_rank",
     "get_world_size",
@@ -45,13 +64,18 @@ __all__ = [
     "init_process_group",
     "is_available",
     "is_initialized",
+    "new_group",
+    "scatter",
+    "scatter_object_list",
 ]
 
 
 class ReduceOp:
-    """torch's reduce operations that retrograd's collectives perform: ``SUM`` and ``AVG``
-    (:class:`ReduceOperation` ``MEAN``). ``PRODUCT``, ``MIN``, ``MAX`` and the bitwise ones are
-    named so that a script using them fails saying so."""
+    """torch's reduce operations. ``SUM`` and ``AVG`` are :class:`ReduceOperation`'s (``MEAN``),
+    which retrograd's differentiable collectives and the gradient sync perform; ``PRODUCT``,
+    ``MIN``, ``MAX`` and the bitwise ones (integers) are for torch's in-place form of
+    ``all_reduce`` and ``reduce`` (metrics, flags), which gathers every rank's tensor and
+    reduces elementwise."""
 
     SUM = ReduceOperation.SUM
     AVG = ReduceOperation.MEAN
@@ -67,7 +91,17 @@ class ReduceOp:
 group = SimpleNamespace(WORLD=None)
 
 _lock = threading.Lock()
+#: the process's default group: ``context``, ``backend``, ``rank`` and ``device`` (this rank's)
 _default: dict[str, Any] = {}
+#: a thread's own default group, when the thread is one rank of an in-process job
+#: (``init_process_group(store=ctx)``); it takes precedence over the process's
+_thread = threading.local()
+
+
+def _state() -> dict[str, Any]:
+    """This thread's default group if it joined one, else the process's."""
+    mine = getattr(_thread, "state", None)
+    return mine if mine is not None else _default
 
 
 class Work:
@@ -89,13 +123,13 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return "context" in _default
+    return "context" in _state()
 
 
 def default_context(op: str = "default_context") -> DistributedContext:
     """The context :func:`init_process_group` started; :class:`DistributedError` before,
     naming ``op``, the function that needed it."""
-    context = _default.get("context")
+    context = _state().get("context")
     if context is None:
         raise DistributedError(
             f"{op}: Default process group has not been initialized, please make sure to call "
@@ -169,10 +203,14 @@ def init_process_group(
     """Join the job (see the module docstring); ``backend`` ``"gloo"``, ``"nccl"``,
     ``"mpi"`` or ``None`` (gloo on CPU, NCCL where the default backend keeps tensors on
     CUDA; a ``"cpu:gloo,cuda:nccl"`` string takes its first)."""
+    if isinstance(store, DistributedContext):
+        _join_as_thread(store, world_size, rank, backend)
+        return
     if store is not None:
         raise InvalidArgumentError(
             "init_process_group: a store is not supported; use init_method 'env://' or "
-            "'tcp://host:port'"
+            "'tcp://host:port', or store=ctx (a running local DistributedContext) for ranks "
+            "that are threads of this process"
         )
     _job_size(world_size, rank)
     name = (backend or "").split(",")[0].split(":")[-1].lower() or None
@@ -185,7 +223,7 @@ def init_process_group(
         settings["timeout"] = seconds
     config = DistributedConfig(**settings)
     with _lock:
-        if is_initialized():
+        if "context" in _default or is_initialized():
             raise DistributedError("trying to initialize the default process group twice!")
         if name == "mpi":
             context = DistributedContext.from_launcher(config, engine="mpi")
@@ -201,7 +239,46 @@ def init_process_group(
 
             context = DistributedContext([current_backend().default_device], config)
         _default.update(context=context.start(), backend=name or "gloo")
-        _default["device"] = _make_tensors_on(context.local_devices[0])
+        _default.update(rank=context.rank, device=context.local_devices[0])
+        _default["former_device"] = _make_tensors_on(context.local_devices[0])
+
+
+def _join_as_thread(context: DistributedContext, world_size: int, rank: int, backend: Any) -> None:
+    """Make the calling thread rank ``rank`` of the in-process job ``context`` runs (the local
+    engine, one device per thread): its default group until it calls
+    ``destroy_process_group``, and its tensors made on ``context.devices[rank]``, as torch's
+    threaded process groups do for tests (``init_process_group(rank=r, world_size=n,
+    store=store)`` from each thread)."""
+    _job_size(world_size, rank)
+    members = context.devices
+    if not context.running or len(context.local_devices) != len(members):
+        raise InvalidArgumentError(
+            "init_process_group: store must be a running DistributedContext whose devices are "
+            "all in this process (the local engine); across processes use init_method"
+        )
+    if world_size not in (-1, len(members)):
+        raise InvalidArgumentError(
+            f"init_process_group: world_size {world_size} differs from the {len(members)} "
+            "devices of the context given as store"
+        )
+    if not 0 <= rank < len(members):
+        raise InvalidArgumentError(
+            f"init_process_group: give this thread's rank (0 to {len(members) - 1}) with "
+            f"store=ctx, got {rank}"
+        )
+    if is_initialized():
+        raise DistributedError("trying to initialize the default process group twice!")
+    from ..context import thread_device
+
+    device = members[rank]
+    token = thread_device.set(device)
+    _thread.state = {
+        "context": context,
+        "backend": (backend or "gloo").split(",")[0].split(":")[-1].lower(),
+        "rank": rank,
+        "device": device,
+        "token": token,
+    }
 
 
 def _make_tensors_on(device: Any) -> Any:
@@ -220,8 +297,15 @@ def _make_tensors_on(device: Any) -> Any:
 
 def destroy_process_group(group: Any = None) -> None:
     """Leave the job: the default context is closed; ``init_process_group`` may run again."""
+    mine = getattr(_thread, "state", None)
+    if mine is not None:  # a thread rank leaves; the context is its creator's to close
+        from ..context import thread_device
+
+        _thread.state = None
+        thread_device.reset(mine["token"])
+        return
     with _lock:
-        context, device = _default.pop("context", None), _default.get("device")
+        context, device = _default.pop("context", None), _default.get("former_device")
         _default.clear()
     if context is not None:
         _make_tensors_on(device)
@@ -229,7 +313,8 @@ def destroy_process_group(group: Any = None) -> None:
 
 
 def get_rank(group: Any = None) -> int:
-    return default_context("get_rank").rank
+    default_context("get_rank")
+    return _state()["rank"]
 
 
 def get_world_size(group: Any = None) -> int:
@@ -238,7 +323,21 @@ def get_world_size(group: Any = None) -> int:
 
 def get_backend(group: Any = None) -> str:
     default_context("get_backend")
-    return _default["backend"]
+    return _state()["backend"]
+
+
+def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None,
+              pg_options: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+    """torch's ``new_group``: the group of every rank (``ranks`` ``None`` or all of them), which
+    is the default group; subgroups are refused, saying so (the collectives run over every
+    rank)."""
+    size = default_context("new_group").world_size
+    if ranks is not None and sorted(ranks) != list(range(size)):
+        raise InvalidArgumentError(
+            f"new_group: subgroups are not supported (ranks {list(ranks)} of {size}); "
+            "collectives run over every rank"
+        )
+    return group.WORLD
 
 
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
@@ -247,7 +346,7 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -
     from .collective import all_reduce
 
     context = default_context("barrier")
-    token = zeros((1,), device=context.local_devices[0])
+    token = zeros((1,), device=_state()["device"])
     all_reduce(token, ReduceOperation.SUM, context.devices).resolve()
     return Work() if async_op else None
 
@@ -258,12 +357,23 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -
 # graph, and returns None (a done :class:`Work` with ``async_op=True``).
 
 
-def _reduce_operation(op: Any, what: str) -> ReduceOperation:
-    if isinstance(op, ReduceOperation):
+#: the operations torch's c10d has beyond SUM and AVG, each as an elementwise NumPy reduction
+#: over the ranks' values (gathered first: they are for metrics and flags, not gradients)
+_GATHERED_OPS = {
+    "PRODUCT": np.multiply,
+    "MIN": np.minimum,
+    "MAX": np.maximum,
+    "BAND": np.bitwise_and,
+    "BOR": np.bitwise_or,
+    "BXOR": np.bitwise_xor,
+}
+
+
+def _reduce_operation(op: Any, what: str) -> ReduceOperation | str:
+    if isinstance(op, ReduceOperation) or (isinstance(op, str) and op in _GATHERED_OPS):
         return op
     raise InvalidArgumentError(
-        f"{what}: op {op!r} is not supported; retrograd's collectives reduce with "
-        "ReduceOp.SUM or ReduceOp.AVG"
+        f"{what}: op {op!r} is not a ReduceOp (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)"
     )
 
 
@@ -290,19 +400,66 @@ def _tensor(value: Any, what: str) -> Any:
     return value
 
 
+def _mine(value: Any, what: str) -> Any:
+    """``value``, detached, on this rank's device, where the collectives find each rank's
+    part (a CPU tensor made elsewhere in the process moves: CPU labels are logical)."""
+    tensor = _tensor(value, what).detach()
+    device = _state()["device"]
+    if tensor.device == device:
+        return tensor
+    if tensor.device.kind != device.kind:
+        raise InvalidArgumentError(
+            f"{what}: the tensor is on {tensor.device}, this rank's device is {device}"
+        )
+    return tensor.to(device)
+
+
+def _rank(value: Any, what: str, name: str) -> int:
+    size = default_context(what).world_size
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+        raise IndexOutOfRangeError(
+            f"{what}: {name} {value!r} is not a rank of the {size} in the group"
+        )
+    return value
+
+
+def _gathered(tensor: Any, what: str) -> Any:
+    """Every rank's ``tensor`` stacked along a new first dim, in rank order."""
+    from . import collective
+
+    mine = _mine(tensor, what)
+    rows = mine.reshape((1, *mine.shape))
+    return collective.all_gather(rows, default_context(what).devices, 0).resolve()
+
+
+def _reduced(tensor: Any, op: Any, what: str) -> Any:
+    """The reduction of every rank's ``tensor`` with ``op`` (on this rank's device)."""
+    from ..tensor import tensor as make_tensor
+    from . import collective
+
+    op = _reduce_operation(op, what)
+    if isinstance(op, ReduceOperation):
+        devices = default_context(what).devices
+        return collective.all_reduce(_mine(tensor, what), op, devices).resolve()
+    values = _gathered(tensor, what)
+    array = values.numpy()
+    if op.startswith("B") and array.dtype.kind not in "iub":
+        raise DTypeError(f"{what}: ReduceOp.{op} needs an integer tensor, got {values.dtype}")
+    total = _GATHERED_OPS[op].reduce(array, axis=0, dtype=array.dtype)
+    return make_tensor(np.asarray(total), dtype=values.dtype, device=values.device)
+
+
 def all_reduce(
     tensor: Any, op: Any = None, devices: Any = None, group: Any = None, async_op: bool = False
 ) -> Any:
     """retrograd's ``all_reduce(tensor, op, devices)`` (:func:`collective.all_reduce`), or
     torch's ``all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False)``: ``tensor``
-    replaced, in place, by the reduction over the default group."""
+    replaced, in place, by the reduction over the default group (any of torch's ops)."""
     from . import collective
 
     if devices is not None:
         return collective.all_reduce(tensor, op, devices)
-    op = _reduce_operation(ReduceOp.SUM if op is None else op, "all_reduce")
-    devices = default_context("all_reduce").devices
-    total = collective.all_reduce(_tensor(tensor, "all_reduce").detach(), op, devices).resolve()
+    total = _reduced(tensor, ReduceOp.SUM if op is None else op, "all_reduce")
     return _in_place(tensor, total, "all_reduce", async_op)
 
 
@@ -311,17 +468,9 @@ def reduce(
 ) -> Work | None:
     """torch's ``reduce``: rank ``dst``'s ``tensor`` becomes the reduction; the others keep
     theirs."""
-    from . import collective
-
-    op = _reduce_operation(op, "reduce")
-    context = default_context("reduce")
-    if isinstance(dst, bool) or not isinstance(dst, int) or not 0 <= dst < context.world_size:
-        raise IndexOutOfRangeError(
-            f"reduce: dst {dst!r} is not a rank of the {context.world_size} in the group"
-        )
-    total = collective.all_reduce(_tensor(tensor, "reduce").detach(), op, context.devices)
-    total = total.resolve()
-    if context.rank == dst:
+    dst = _rank(dst, "reduce", "dst")
+    total = _reduced(tensor, op, "reduce")
+    if get_rank() == dst:
         return _in_place(tensor, total, "reduce", async_op)
     return Work() if async_op else None
 
@@ -336,7 +485,7 @@ def broadcast(
     if devices is not None:
         return collective.broadcast(tensor, src, devices)
     devices = default_context("broadcast").devices
-    source = collective.broadcast(_tensor(tensor, "broadcast").detach(), src, devices).resolve()
+    source = collective.broadcast(_mine(tensor, "broadcast"), src, devices).resolve()
     return _in_place(tensor, source, "broadcast", async_op)
 
 
@@ -355,17 +504,167 @@ def all_gather(
                 "(torch's all_gather(tensor_list, tensor))"
             )
         return collective.all_gather(tensor, devices, dim)
-    outputs, mine = tensor, _tensor(devices, "all_gather")
-    members = default_context("all_gather").devices
-    if len(outputs) != len(members):
-        raise InvalidArgumentError(
-            f"all_gather: tensor_list has {len(outputs)} tensors for {len(members)} ranks"
-        )
-    rows = mine.detach().reshape((1, *mine.shape))
-    gathered = collective.all_gather(rows, members, 0).resolve()
+    outputs = tensor
+    _listed(outputs, default_context("all_gather").world_size, "all_gather", "tensor_list")
+    gathered = _gathered(devices, "all_gather")
     for index, output in enumerate(outputs):
         _in_place(output, gathered[index], "all_gather", False)
     return Work() if async_op else None
+
+
+def all_gather_into_tensor(
+    output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False
+) -> Work | None:
+    """torch's ``all_gather_into_tensor``: ``output_tensor`` (every rank's ``input_tensor``
+    concatenated along dim 0, or stacked along a new one) filled in place."""
+    gathered = _gathered(input_tensor, "all_gather_into_tensor")
+    output = _tensor(output_tensor, "all_gather_into_tensor")
+    world, *rows = gathered.shape
+    shapes = [tuple(gathered.shape)]
+    if rows:
+        shapes.append((world * rows[0], *rows[1:]))
+    if tuple(output.shape) not in shapes:
+        raise ShapeError(
+            f"all_gather_into_tensor: the output has shape {list(output.shape)}; every rank's "
+            f"input {rows} concatenated along dim 0 needs {list(shapes[-1])}"
+        )
+    value = gathered.reshape(tuple(output.shape))
+    return _in_place(output, value, "all_gather_into_tensor", async_op)
+
+
+def _listed(values: Any, size: int, what: str, name: str, items: str = "tensors") -> None:
+    if not isinstance(values, list):
+        raise InvalidArgumentError(
+            f"{what}: {name} must be a list of one per rank, got {type(values).__name__}"
+        )
+    if len(values) != size:
+        raise InvalidArgumentError(f"{what}: {name} has {len(values)} {items} for {size} ranks")
+
+
+def gather(
+    tensor: Any, gather_list: Any = None, dst: int = 0, group: Any = None, async_op: bool = False
+) -> Work | None:
+    """torch's ``gather``: rank ``dst``'s ``gather_list[i]`` becomes rank ``i``'s ``tensor``
+    (``gather_list`` only on ``dst``)."""
+    dst = _rank(dst, "gather", "dst")
+    if get_rank() == dst:
+        _listed(gather_list, get_world_size(), "gather", "gather_list")
+    elif gather_list:
+        raise InvalidArgumentError(f"gather: gather_list is given only on the dst rank ({dst})")
+    gathered = _gathered(tensor, "gather")
+    if get_rank() == dst:
+        for index, output in enumerate(gather_list):
+            _in_place(output, gathered[index], "gather", False)
+    return Work() if async_op else None
+
+
+def scatter(
+    tensor: Any, scatter_list: Any = None, src: int = 0, group: Any = None, async_op: bool = False
+) -> Work | None:
+    """torch's ``scatter``: rank ``i``'s ``tensor`` becomes rank ``src``'s
+    ``scatter_list[i]`` (``scatter_list`` only on ``src``, each of ``tensor``'s shape)."""
+    from ..tensor import stack, zeros
+    from . import collective
+
+    src = _rank(src, "scatter", "src")
+    mine = _mine(tensor, "scatter")
+    size = default_context("scatter").world_size
+    if get_rank() == src:
+        _listed(scatter_list, size, "scatter", "scatter_list")
+        parts = [_mine(part, "scatter") for part in scatter_list]
+        for index, part in enumerate(parts):
+            if tuple(part.shape) != tuple(mine.shape):
+                raise ShapeError(
+                    f"scatter: scatter_list[{index}] has shape {list(part.shape)}, the output "
+                    f"tensor {list(mine.shape)}"
+                )
+        stacked = stack([p.cast(mine.dtype) for p in parts])
+    else:
+        if scatter_list:
+            raise InvalidArgumentError(
+                f"scatter: scatter_list is given only on the src rank ({src})"
+            )
+        stacked = zeros((size, *mine.shape), dtype=mine.dtype, device=mine.device)
+    devices = default_context("scatter").devices
+    shared = collective.broadcast(stacked, src, devices).resolve()
+    return _in_place(tensor, shared[get_rank()], "scatter", async_op)
+
+
+# -- objects: pickled, the bytes padded to the longest and gathered ----------------------
+
+
+def _all_objects(obj: Any, what: str) -> list[Any]:
+    """Every rank's ``obj``, in rank order."""
+    from ..tensor import tensor as make_tensor
+
+    payload = pickle.dumps(obj)
+    device = _state()["device"]
+    lengths = _gathered(make_tensor([len(payload)], dtype="int64", device=device), what)
+    lengths = [int(n) for n in lengths.numpy().reshape(-1)]
+    # the bytes travel as int64 words (retrograd has no uint8 tensors), zero-padded
+    padded = bytearray(8 * -(-max(lengths) // 8))
+    padded[: len(payload)] = payload
+    words = np.frombuffer(bytes(padded), dtype="<i8")
+    rows = _gathered(make_tensor(words, dtype="int64", device=device), what).numpy()
+    rows = rows.astype("<i8", copy=False)
+    return [pickle.loads(rows[i].tobytes()[:n]) for i, n in enumerate(lengths)]
+
+
+def all_gather_object(object_list: Any, obj: Any, group: Any = None) -> None:
+    """torch's ``all_gather_object``: ``object_list[i]`` becomes rank ``i``'s ``obj`` (any
+    picklable object; as torch's, it unpickles what the other ranks send)."""
+    _listed(object_list, default_context("all_gather_object").world_size,
+            "all_gather_object", "object_list", "objects")  # fmt: skip
+    object_list[:] = _all_objects(obj, "all_gather_object")
+
+
+def gather_object(obj: Any, object_gather_list: Any = None, dst: int = 0,
+                  group: Any = None) -> None:  # fmt: skip
+    """torch's ``gather_object``: on rank ``dst``, ``object_gather_list[i]`` becomes rank
+    ``i``'s ``obj``."""
+    dst = _rank(dst, "gather_object", "dst")
+    if get_rank() == dst:
+        _listed(object_gather_list, get_world_size(), "gather_object", "object_gather_list",
+                "objects")  # fmt: skip
+    objects = _all_objects(obj, "gather_object")
+    if get_rank() == dst:
+        object_gather_list[:] = objects
+
+
+def broadcast_object_list(object_list: Any, src: int = 0, group: Any = None,
+                          device: Any = None) -> None:  # fmt: skip
+    """torch's ``broadcast_object_list``: every rank's ``object_list`` gets rank ``src``'s
+    objects, in place (the lists have the same length on every rank)."""
+    src = _rank(src, "broadcast_object_list", "src")
+    if not isinstance(object_list, list):
+        raise InvalidArgumentError(
+            f"broadcast_object_list: object_list must be a list, got {type(object_list).__name__}"
+        )
+    sent = list(object_list) if get_rank() == src else None
+    objects = _all_objects(sent, "broadcast_object_list")[src]
+    if len(objects) != len(object_list):
+        raise InvalidArgumentError(
+            f"broadcast_object_list: rank {get_rank()}'s object_list has {len(object_list)} "
+            f"items, rank {src}'s {len(objects)}"
+        )
+    object_list[:] = objects
+
+
+def scatter_object_list(scatter_object_output_list: Any, scatter_object_input_list: Any = None,
+                        src: int = 0, group: Any = None) -> None:  # fmt: skip
+    """torch's ``scatter_object_list``: ``scatter_object_output_list[0]`` becomes rank
+    ``src``'s ``scatter_object_input_list[rank]``."""
+    src = _rank(src, "scatter_object_list", "src")
+    output = scatter_object_output_list
+    if not isinstance(output, list) or not output:
+        raise InvalidArgumentError(
+            "scatter_object_list: scatter_object_output_list must be a non-empty list"
+        )
+    if get_rank() == src:
+        _listed(scatter_object_input_list, get_world_size(), "scatter_object_list",
+                "scatter_object_input_list", "objects")  # fmt: skip
+    sent = list(scatter_object_input_list) if get_rank() == src else None
+    output[0] = _all_objects(sent, "scatter_object_list")[src][get_rank()]
 
 
 def reduce_scatter(

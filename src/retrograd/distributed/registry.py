@@ -52,5 +52,7 @@ def unregister_context(context: Any, hook: Any) -> None:
         for device in context.local_devices:
             if _CONTEXTS.get(device) is context:
                 del _CONTEXTS[device]
+        # gradients accumulated under no_sync belong to this context's job, not the next
+        hook.forget(context.local_devices)
         if not _CONTEXTS and hook in BACKWARD_HOOKS:
             BACKWARD_HOOKS.remove(hook)

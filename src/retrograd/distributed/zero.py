@@ -107,7 +107,22 @@ class ZeroRedundancyOptimizer:
         opt.step(grads)                          # collective
     """
 
-    def __init__(self, params: Any, optimizer_class: type, **defaults: Any):
+    def __init__(
+        self,
+        params: Any,
+        optimizer_class: type,
+        process_group: Any = None,
+        parameters_as_bucket_view: bool = False,
+        overlap_with_ddp: bool = False,
+        **defaults: Any,
+    ):
+        # torch's own options: the group is the context hosting the parameters (torch's
+        # default group); bucket views are a memory layout with the same results
+        if overlap_with_ddp:
+            raise InvalidArgumentError(
+                "ZeroRedundancyOptimizer: overlap_with_ddp=True is not supported (it needs "
+                "DDP communication hooks); step after backward() instead"
+            )
         #: the wrapped optimizer over every parameter: groups, validation, state-dict layout;
         #: never stepped
         if not isinstance(optimizer_class, type):  # a str or an instance given for the class

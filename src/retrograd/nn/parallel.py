@@ -9,6 +9,9 @@ torch's averaging). Given the context as ``process_group``, it also makes every 
 from rank 0's parameters (and buffers), as torch's broadcast at construction; without one,
 replicas must start equal (seed every rank alike). ``state_dict`` keys carry torch's
 ``module.`` prefix. After ``dist.init_process_group`` the default group is the process group.
+With a process group it follows torch's options: buffers broadcast from rank 0 before each
+forward (``broadcast_buffers``), ``no_sync()`` accumulation, ``find_unused_parameters`` and
+``join()`` for uneven inputs (see ``docs/distributed.md``).
 ``DataParallel`` and ``data_parallel`` run the module on its own device
 (what torch does without several GPUs).
 """
@@ -52,6 +55,7 @@ class DistributedDataParallel(Module):
         check_reduction: bool = False,
         gradient_as_bucket_view: bool = False,
         static_graph: bool = False,
+        forward_sync_buffers: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__()
@@ -60,28 +64,157 @@ class DistributedDataParallel(Module):
                 f"DistributedDataParallel: expected a Module, got {type(module).__name__}"
             )
         self.module = module
+        if forward_sync_buffers is not None:  # torch 2.13's name for broadcast_buffers
+            broadcast_buffers = forward_sync_buffers
         self.broadcast_buffers = broadcast_buffers
         self.process_group = process_group
         module.set_distributed()
+        self.find_unused_parameters = find_unused_parameters
+        if find_unused_parameters:
+            from ..distributed.reducer.backward_hook import expect_every_parameter
+
+            # torch registers every parameter and lets those without a gradient contribute
+            # zeros, so a parameter some replicas skip in a step still reduces
+            expect_every_parameter(module)
         if process_group is None and dist.is_initialized():  # init_process_group's, as torch
             process_group = dist.process_group.default_context()
         if process_group is not None:
             _broadcast_from_first(module, process_group, broadcast_buffers)
+        # torch's state: whether the next forward broadcasts the buffers (the last one ran
+        # with gradients and outside no_sync), whether no_sync is open, the join in force
+        self._group = process_group
+        self._sync_buffers_next = True
+        self._unsynced = 0
+        self._join: dict[str, Any] | None = None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+        from ..autodiff.grad_mode import is_grad_enabled
+
+        group = self._group
+        if group is not None and group.world_size > 1:
+            will_sync_buffers = self._sync_buffers_next and self.broadcast_buffers
+            source = 0
+            if self._join is not None:
+                self._join["iterations"] += 1
+                wants_sync = is_grad_enabled() and not self._unsynced
+                source = self._join_round(1, wants_sync, will_sync_buffers)
+            if will_sync_buffers:
+                _broadcast_buffers(self.module, group, source)
+        out = self.module(*args, **kwargs)
+        self._sync_buffers_next = is_grad_enabled() and not self._unsynced
+        return out
+
+    # -- uneven inputs: torch's Join, for DDP -----------------------------------------------------
+    @contextmanager
+    def join(
+        self,
+        divide_by_initial_world_size: bool = True,
+        enable: bool = True,
+        throw_on_early_termination: bool = False,
+    ) -> Iterator[None]:
+        """torch's ``join()`` for ranks with different numbers of batches: each forward in the
+        block first agrees which ranks still train; a rank whose inputs ran out (it left the
+        block) shadows the others' steps, joining their buffer broadcasts and their gradient
+        all-reduces with zeros (the average stays over every rank: torch's default
+        ``divide_by_initial_world_size=True``), until every rank is out; then every rank takes
+        the parameters and buffers of the last to leave. With
+        ``throw_on_early_termination=True`` every rank raises ``DistributedError`` instead,
+        once one ran out."""
+        group = self._group
+        if not enable or group is None or group.world_size == 1:
+            yield
+            return
+        if not divide_by_initial_world_size:
+            raise InvalidArgumentError(
+                "DistributedDataParallel.join: divide_by_initial_world_size=False is not "
+                "supported; gradients are averaged over every rank, as with the default True"
+            )
+        if self._join is not None:
+            raise InvalidArgumentError("DistributedDataParallel.join: already inside join()")
+        self._join = {"iterations": 0, "throw": throw_on_early_termination}
+        try:
+            yield
+            self._shadow_until_every_rank_is_out()
+        finally:
+            self._join = None
+
+    def _join_round(self, active: int, wants_sync: bool, will_sync_buffers: bool) -> int:
+        """One iteration's agreement: every rank's (active, syncs gradients, syncs buffers)
+        gathered; returns the rank whose buffers are broadcast (the highest active one, as
+        torch's, since rank 0 may be out with stale ones). Counts what the joined rank must
+        shadow into ``self._join``."""
+        from ..tensor import tensor
+
+        group = self._group
+        device = group.devices[self._rank()]
+        mine = tensor([[active, int(wants_sync), int(will_sync_buffers)]], device=device)
+        rows = dist.all_gather(mine.cast("int64"), group.devices, 0).resolve().tolist()
+        actives = [rank for rank, row in enumerate(rows) if row[0]]
+        if self._join["throw"] and 0 < len(actives) < len(rows):
+            raise DistributedError(
+                "DistributedDataParallel.join: detected at least one rank that exhausted its "
+                f"inputs (rank {min(set(range(len(rows))) - set(actives))}); throwing on every "
+                "rank (throw_on_early_termination=True)"
+            )
+        self._join["round"] = (
+            actives,
+            any(row[1] for row in rows if row[0]),
+            any(row[2] for row in rows if row[0]),
+        )
+        return max(actives) if actives else 0
+
+    def _shadow_until_every_rank_is_out(self) -> None:
+        from ..autodiff.grad_mode import enable_grad
+
+        last_to_leave = True
+        while True:
+            self._join_round(0, False, False)
+            actives, wants_sync, syncs_buffers = self._join["round"]
+            if not actives:
+                break
+            last_to_leave = False
+            if syncs_buffers:
+                _broadcast_buffers(self.module, self._group, max(actives))
+            if wants_sync:
+                # the active ranks' gradient all-reduces, joined with zeros
+                parameters = [p for p in self.module.parameters() if p.requires_grad]
+                with enable_grad():
+                    sum((p * 0).sum() for p in parameters).backward()
+        # every rank takes the model of the highest-ranked of the last to leave
+        from ..tensor import tensor
+
+        group = self._group
+        rank = self._rank()
+        mine = tensor([rank if last_to_leave else -1], device=group.devices[rank])
+        source = max(dist.all_gather(mine.cast("int64"), group.devices, 0).resolve().tolist())
+        _broadcast_all(list(self.module.parameters()) + list(self.module.buffers()), group, source)
+
+    def _rank(self) -> int:
+        group = self._group
+        if dist.is_initialized() and dist.process_group.default_context() is group:
+            return dist.get_rank()
+        device = next(p.device for p in self.module.parameters())
+        return group.devices.index(device)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
-        """torch skips the all-reduce inside the block (gradient accumulation); here the sync
-        happens during each backward, so accumulate the ``Gradients`` of several micro-steps
-        outside a context instead. Refused with this explanation."""
-        raise DistributedError(
-            "DistributedDataParallel.no_sync is not supported: gradients are all-reduced in "
-            "every backward inside a DistributedContext; sum the Gradients of the micro-steps "
-            "(g1 + g2) and step once"
-        )
-        yield  # pragma: no cover
+        """torch's ``no_sync()`` for gradient accumulation: backwards inside the block are not
+        all-reduced (their ``Gradients`` are this replica's own), and the first backward after
+        it all-reduces the sum of theirs and its own, so the ``Gradients`` it returns are what
+        torch's ``.grad`` holds then: step with those alone (adding the block's ones to them
+        would count them twice)."""
+        from ..distributed.reducer.backward_hook import unsynced
+
+        device = next((p.device for p in self.module.parameters()), None)
+        if device is None:
+            yield
+            return
+        self._unsynced += 1
+        try:
+            with unsynced(device):
+                yield
+        finally:
+            self._unsynced -= 1
 
 
 def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
@@ -103,6 +236,20 @@ def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
             mine = t.detach() if t.device == first else zeros_like(t)
             total = dist.all_reduce(mine, dist.ReduceOperation.SUM, devices).resolve()
             assign(t, total, "DistributedDataParallel")
+
+
+def _broadcast_all(tensors: list, context: Any, source: int) -> None:
+    """Every rank's ``tensors`` replaced by rank ``source``'s, in place."""
+    with no_grad():
+        for t in tensors:
+            value = dist.broadcast(t.detach(), source, context.devices).resolve()
+            assign(t, value, "DistributedDataParallel")
+
+
+def _broadcast_buffers(module: Module, context: Any, source: int) -> None:
+    """torch's buffer sync before a forward: every rank's buffers (BatchNorm's running
+    statistics and its count) replaced by rank ``source``'s."""
+    _broadcast_all(list(module.buffers()), context, source)
 
 
 class DataParallel(Module):

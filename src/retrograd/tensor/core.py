@@ -887,7 +887,7 @@ def _device(value: Any) -> Device:
         return Device(value)
     kind, index = getattr(value, "type", None), getattr(value, "index", None)
     if isinstance(kind, str):  # a torch.device
-        return Device(kind, 0 if index is None else index)
+        return Device(kind, index)
     raise DTypeError(f"expected a device, got {value!r}")
 
 

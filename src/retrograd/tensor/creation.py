@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import Backend, default_float_dtype
-from ..context import current_backend
+from ..context import current_backend, thread_device
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
@@ -69,7 +69,7 @@ def _target(backend: Any, device: Any) -> tuple[Any, Device]:
             "expected a backend (rg.NumpyBackend(), rg.Autodiff(...)), got "
             f"{type(backend).__name__}"
         )
-    default = getattr(backend, "default_device", CPU0)
+    default = thread_device.get() or getattr(backend, "default_device", CPU0)
     if device is None:
         return backend, default
     device = _device_arg(device)
@@ -86,7 +86,7 @@ def _device_arg(device: Any) -> Device:
         return Device(device)
     kind, index = getattr(device, "type", None), getattr(device, "index", None)
     if isinstance(kind, str):  # a torch.device
-        return Device(kind, 0 if index is None else index)
+        return Device(kind, index)
     if isinstance(device, int):  # torch reads an int as a CUDA device index
         return Device("cuda", device)
     raise DTypeError(f"expected a device, got {device!r}")

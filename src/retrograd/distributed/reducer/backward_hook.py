@@ -5,12 +5,22 @@ order their gradients will become final, and registers them with the device's co
 ``Gradients`` registration hook submits a parameter's gradient the moment its last contribution
 arrives, a bucket at a time; ``end`` waits for this device's all-reduces (driving the transport)
 and puts the reduced gradients into the result. One backward's state is a :class:`BackwardSync`.
+
+Two of ``DistributedDataParallel``'s options reach in here, as torch's reach its ``Reducer``:
+``no_sync()`` (:func:`unsynced`) makes a device's backwards local, their gradients summed
+(:data:`_ACCUMULATED`) until the next synced backward adds them to its own before the
+all-reduce; ``find_unused_parameters=True`` (:func:`expect_every_parameter`) registers every
+parameter of the module whenever one of them is in the graph, those without a gradient
+contributing zeros, and a parameter no device used keeps no gradient, as in torch.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from time import monotonic, perf_counter
 from typing import Any
 
@@ -23,7 +33,88 @@ from ..registry import active_context
 from .buckets import bucket_plan
 from .rounds import DeviceStep, ParamSlot
 
-__all__ = ["HOOK", "BackwardSync", "GradientSyncHook", "distributed_slots", "sole_owner"]
+__all__ = [
+    "HOOK",
+    "BackwardSync",
+    "GradientSyncHook",
+    "distributed_slots",
+    "expect_every_parameter",
+    "sole_owner",
+    "unsynced",
+]
+
+_STATE_LOCK = threading.Lock()
+#: device -> how many ``no_sync`` blocks are open on it
+_UNSYNCED: dict[Any, int] = {}
+#: device -> {parameter id value: (its node, the sum of its local gradients)} of the
+#: backwards run under ``no_sync`` since the last synced one
+_ACCUMULATED: dict[Any, dict[int, tuple[Any, Any]]] = {}
+#: modules (``DistributedDataParallel(find_unused_parameters=True)``) all of whose parameters
+#: a backward registers once it reaches any of them
+_COMPLETE: weakref.WeakSet = weakref.WeakSet()
+
+
+@contextmanager
+def unsynced(device: Any) -> Iterator[None]:
+    """Backwards on ``device`` inside the block are not synced; the gradients they return are
+    local, and are added to the next synced backward's before its all-reduce."""
+    with _STATE_LOCK:
+        _UNSYNCED[device] = _UNSYNCED.get(device, 0) + 1
+    try:
+        yield
+    finally:
+        with _STATE_LOCK:
+            _UNSYNCED[device] -= 1
+            if not _UNSYNCED[device]:
+                del _UNSYNCED[device]
+
+
+def expect_every_parameter(module: Any) -> None:
+    """Register every distributed parameter of ``module`` in each backward that reaches one."""
+    with _STATE_LOCK:
+        _COMPLETE.add(module)
+
+
+def _copied(buffer: Any) -> Any:
+    return buffer.copy() if isinstance(buffer, np.ndarray) else buffer.clone()
+
+
+def _completed(
+    slots: list[ParamSlot], device: Any
+) -> tuple[list[ParamSlot], list[tuple[Any, bool]]]:
+    """``slots`` and the parameters a backward must register beyond its graph's: those of a
+    ``find_unused_parameters`` module it reaches, and those with gradients accumulated under
+    ``no_sync``; then ``(node, used here)`` of the modules' parameters, whose use every
+    device agrees on after the sync."""
+    present = {slot.pid.value for slot in slots}
+    extra: list[Any] = []
+    agreed: list[Any] = []
+    with _STATE_LOCK:
+        modules = list(_COMPLETE)
+        accumulated = dict(_ACCUMULATED.get(device, {}))
+    for module in modules:
+        nodes = [
+            node
+            for parameter in module.parameters()
+            if parameter.device == device
+            and (node := getattr(parameter._prim, "node", None)) is not None
+            and node.distributed is not None
+        ]
+        if any(node.distributed.id.value in present for node in nodes):
+            agreed += nodes
+            extra += [node for node in nodes if node.distributed.id.value not in present]
+            present.update(node.distributed.id.value for node in nodes)
+    for value, (node, _) in accumulated.items():
+        if value not in present:
+            extra.append(node)
+            present.add(value)
+    used = {slot.pid.value for slot in slots} | set(accumulated)
+    first = len(slots)
+    for k, node in enumerate(extra):
+        param = node.distributed
+        slots = [*slots, ParamSlot(first + k, param.id, node, param.shape, param.dtype)]
+    return slots, [(node, node.distributed.id.value in used) for node in agreed]
+
 
 #: how often backward polls collectives in flight (between its steps)
 _POLL_SECONDS = 0.0005
@@ -105,6 +196,8 @@ class BackwardSync:
     """
 
     __slots__ = (
+        "accumulated",
+        "agreed",
         "batches",
         "bucket_of",
         "by_node",
@@ -145,6 +238,10 @@ class BackwardSync:
         self.donating = self.server.transport.capabilities.in_place and not self.keep_local
         #: the last final gradient, ``(slot, buffer)``, until its maker's frames are gone
         self.held: tuple[ParamSlot, Any] | None = None
+        #: parameter id value -> the local gradients summed under ``no_sync`` before this step
+        self.accumulated: dict[int, Any] = {}
+        #: ``(node, used here)`` of the find_unused_parameters modules' parameters
+        self.agreed: list[tuple[Any, bool]] = []
 
     def on_register(self, node: Any, grads: Any) -> None:
         if self.polls:
@@ -179,7 +276,12 @@ class BackwardSync:
             self.step.owned.add(slot.index)
         self._submit(slot, buffer)
 
+    def _with_accumulated(self, slot: ParamSlot, buffer: Any) -> Any:
+        earlier = self.accumulated.pop(slot.pid.value, None)
+        return buffer if earlier is None else buffer + earlier
+
     def _submit(self, slot: ParamSlot, buffer: Any) -> None:
+        buffer = self._with_accumulated(slot, buffer)
         bucket = self.bucket_of[slot.index]
         batch = self.batches[bucket]
         batch.append((slot.index, buffer))
@@ -219,7 +321,7 @@ class BackwardSync:
                     array = np.zeros(slot.shape, dtype=slot.dtype)
                 else:
                     array = to_buffer(grads.backend, value)
-                late.append((slot.index, array))
+                late.append((slot.index, self._with_accumulated(slot, array)))
         if late:
             if self.donating:
                 server.poll()
@@ -245,6 +347,23 @@ class BackwardSync:
             grads.values[slot.node.id] = self._primitive(result, old, backend, slot)
         step.results.clear()  # the gradients hold them now
         context.record_step(step, started, waited)
+        if self.agreed:
+            self._drop_unused_everywhere(grads)
+
+    def _drop_unused_everywhere(self, grads: Any) -> None:
+        """A find_unused_parameters module's parameter that no device used keeps no gradient
+        (torch leaves its ``.grad`` as it was): every device's use of each, all-reduced."""
+        from ...tensor import tensor
+        from ..collective import all_reduce
+        from ..config import ReduceOperation
+
+        device = self.step.device
+        used = tensor([float(here) for _, here in self.agreed], dtype="float32", device=device)
+        devices = self.context.devices
+        users = all_reduce(used, ReduceOperation.SUM, devices).resolve().tolist()
+        for (node, _), count in zip(self.agreed, users):
+            if count == 0:
+                grads.values.pop(node.id, None)
 
     def _primitive(self, result: np.ndarray, old: Any, backend: Any, slot: ParamSlot) -> Any:
         """The reduced gradient as a primitive of the gradients' backend."""
@@ -265,17 +384,30 @@ class GradientSyncHook:
 
     def __init__(self) -> None:
         self._syncs: dict[int, BackwardSync] = {}
+        #: the distributed parameters of backwards run under ``no_sync``, until they end
+        self._local: dict[int, list[ParamSlot]] = {}
         self._lock = threading.Lock()
 
     def begin(self, tape: Any, grads: Any) -> None:
-        context = active_context(grads.device)
+        device = grads.device
+        context = active_context(device)
         if context is None:
             return
         slots = distributed_slots(tape)
+        if device in _UNSYNCED:
+            if slots:
+                with self._lock:
+                    self._local[id(grads)] = slots
+            return
+        slots, agreed = _completed(slots, device)
         if not slots:
             return
-        step = DeviceStep(grads.device, slots)
+        step = DeviceStep(device, slots)
         sync = BackwardSync(context, step, grads.backend)
+        sync.agreed = agreed
+        with _STATE_LOCK:
+            accumulated = _ACCUMULATED.pop(device, {})
+        sync.accumulated = {value: buffer for value, (_, buffer) in accumulated.items()}
         with self._lock:
             # A backward of this device that raised never reached ``end``: forget it.
             stale = [key for key, other in self._syncs.items() if other.step.device == step.device]
@@ -288,10 +420,34 @@ class GradientSyncHook:
     def end(self, grads: Any) -> None:
         with self._lock:
             sync = self._syncs.pop(id(grads), None)
+            local = self._local.pop(id(grads), None)
+        if local is not None:
+            self._accumulate(local, grads)
         if sync is None:
             return
         grads.on_register.remove(sync.on_register)
         sync.finish(grads)
+
+    @staticmethod
+    def forget(devices: Any) -> None:
+        """Drop what ``no_sync`` backwards accumulated on ``devices`` (their context closed)."""
+        with _STATE_LOCK:
+            for device in devices:
+                _ACCUMULATED.pop(device, None)
+
+    @staticmethod
+    def _accumulate(slots: list[ParamSlot], grads: Any) -> None:
+        """Add a ``no_sync`` backward's local gradients to its device's sums."""
+        with _STATE_LOCK:
+            sums = _ACCUMULATED.setdefault(grads.device, {})
+            for slot in slots:
+                value = grads.values.get(slot.node.id)
+                if value is None:
+                    continue
+                buffer = to_buffer(grads.backend, value)
+                earlier = sums.get(slot.pid.value)
+                total = _copied(buffer) if earlier is None else earlier[1] + buffer
+                sums[slot.pid.value] = (slot.node, total)
 
 
 #: the one hook every running context installs (:func:`.registry.register_context`)

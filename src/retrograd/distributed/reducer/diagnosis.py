@@ -34,7 +34,8 @@ def describe_stall(step: DeviceStep, transport: Transport, timeout: float) -> st
                 index,
                 f"{transport.member_name(index)} never registered its distributed parameters "
                 "for this step",
-                "it has not called backward, or its thread died",
+                "it has not called backward (out of batches? DistributedDataParallel.join() "
+                "lets ranks with fewer batches finish), or its thread died",
             )
             for index in missing
         )

@@ -131,9 +131,15 @@ def disagreement(registrations: Sequence[np.ndarray], names: Sequence[str]) -> s
             problems.append(f"parameter {label!r} differs in shape or dtype ({described})")
     if not problems:
         return None
+    hint = ""
+    if any("but not on" in problem for problem in problems):
+        hint = (
+            " (a parameter that only some devices use in a step: wrap the model in "
+            "DistributedDataParallel(model, find_unused_parameters=True))"
+        )
     return (
         "the devices' distributed parameters differ, so their gradients cannot be "
-        f"all-reduced: {'; '.join(problems)}"
+        f"all-reduced: {'; '.join(problems)}{hint}"
     )
 
 

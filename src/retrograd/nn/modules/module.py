@@ -467,7 +467,7 @@ class Module:
             elif type(arg).__name__ == "dtype" or isinstance(arg, type):
                 dtype = canonical_dtype("Module.to", arg)
             elif isinstance(getattr(arg, "type", None), str):  # a torch.device
-                device = Device(arg.type, arg.index or 0)
+                device = Device(arg.type, arg.index)
             elif not isinstance(arg, bool):
                 raise InvalidArgumentError(f"Module.to: expected a dtype or a device, got {arg!r}")
         if dtype is not None and dtype not in FLOAT_DTYPES:

@@ -1,10 +1,11 @@
 """``DistributedSampler``: each replica's share of the indices, as torch's.
 
-The indices (shuffled by a permutation seeded with ``seed + epoch``, the same on every
-replica) are padded by repeating from the start to a multiple of ``num_replicas`` (or cut,
-with ``drop_last``); replica ``rank`` takes every ``num_replicas``-th from ``rank``. Give
+The indices (shuffled by the permutation ``torch.randperm`` draws from a generator seeded
+with ``seed + epoch``: the same on every replica, and torch's, so shards match a torch job's)
+are padded by repeating from the start to a multiple of ``num_replicas`` (or cut, with
+``drop_last``); replica ``rank`` takes every ``num_replicas``-th from ``rank``. Give
 ``num_replicas`` and ``rank`` (``ctx.world_size``, ``ctx.rank`` of a
-``rg.distributed.DistributedContext``): there is no implicit process group here."""
+``rg.distributed.DistributedContext``), or call ``rg.distributed.init_process_group`` first."""
 
 from __future__ import annotations
 
@@ -17,7 +18,33 @@ import numpy as np
 from ...errors import DTypeError, InvalidArgumentError, check_count, check_sized
 from .sampler import Sampler
 
-__all__ = ["DistributedSampler"]
+__all__ = ["DistributedSampler", "torch_randperm"]
+
+#: torch's CPU ``randperm`` draws 32 bits per swap below this ``n``, 64 above
+_SMALL_PERMUTATION = (1 << 32) // 20
+
+
+def torch_randperm(n: int, seed: int) -> list[int]:
+    """``torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()``: torch's
+    CPU generator is the 32-bit Mersenne Twister seeded with ``seed``'s low 32 bits (NumPy's
+    ``RandomState`` is the same one), and ``randperm`` swaps position ``i`` with ``i + z %
+    (n - i)`` for each draw ``z`` (a Fisher-Yates shuffle).
+
+    >>> torch_randperm(6, 0)
+    [2, 5, 3, 0, 1, 4]
+    """
+    if n <= 1:
+        return list(range(n))
+    state = np.random.RandomState(seed & 0xFFFFFFFF)
+    draws = state.randint(0, 1 << 32, size=(n - 1) * (1 if n < _SMALL_PERMUTATION else 2),
+                          dtype=np.uint64).tolist()  # fmt: skip
+    if n >= _SMALL_PERMUTATION:  # torch's random64: the first draw the high half
+        draws = [(high << 32) | low for high, low in zip(draws[::2], draws[1::2])]
+    order = list(range(n))
+    for i, z in enumerate(draws):
+        j = i + z % (n - i)
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 class DistributedSampler(Sampler):
@@ -63,7 +90,7 @@ class DistributedSampler(Sampler):
     def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
-            indices = np.random.default_rng(self.seed + self.epoch).permutation(n).tolist()
+            indices = torch_randperm(n, self.seed + self.epoch)
         else:
             indices = list(range(n))
         if not self.drop_last:
