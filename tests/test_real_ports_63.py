@@ -674,3 +674,495 @@ def test_regression_advanced_index_results_are_contiguous():
                 (taken.shape, taken.stride(), taken.is_contiguous(), taken.view(-1).tolist())
             )
         assert results[1] == (tuple(results[0][0]), *results[0][1:]), index
+
+
+# -- FixMatch -----------------------------------------------------------------------------------------
+FIXMATCH_SOURCE = '''
+import logging
+import math
+import time
+from copy import deepcopy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+logger = logging.getLogger(__name__)
+
+
+# -- models/wideresnet.py --
+def mish(x):
+    """Mish: A Self Regularized Non-Monotonic Neural Activation Function (https://arxiv.org/abs/1908.08681)"""
+    return x * torch.tanh(F.softplus(x))
+
+
+class PSBatchNorm2d(nn.BatchNorm2d):
+    """How Does BN Increase Collapsed Neural Network Filters? (https://arxiv.org/abs/2001.11216)"""
+
+    def __init__(self, num_features, alpha=0.1, eps=1e-05, momentum=0.001, affine=True, track_running_stats=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self.alpha = alpha
+
+    def forward(self, x):
+        return super().forward(x) + self.alpha
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_planes, out_planes, stride, drop_rate=0.0, activate_before_residual=False):
+        super(BasicBlock, self).__init__()
+        self.bn1 = nn.BatchNorm2d(in_planes, momentum=0.001)
+        self.relu1 = nn.LeakyReLU(negative_slope=0.1, inplace=True)
+        self.conv1 = nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride,
+                               padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_planes, momentum=0.001)
+        self.relu2 = nn.LeakyReLU(negative_slope=0.1, inplace=True)
+        self.conv2 = nn.Conv2d(out_planes, out_planes, kernel_size=3, stride=1,
+                               padding=1, bias=False)
+        self.drop_rate = drop_rate
+        self.equalInOut = (in_planes == out_planes)
+        self.convShortcut = (not self.equalInOut) and nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride,
+                                                                padding=0, bias=False) or None
+        self.activate_before_residual = activate_before_residual
+
+    def forward(self, x):
+        if not self.equalInOut and self.activate_before_residual == True:
+            x = self.relu1(self.bn1(x))
+        else:
+            out = self.relu1(self.bn1(x))
+        out = self.relu2(self.bn2(self.conv1(out if self.equalInOut else x)))
+        if self.drop_rate > 0:
+            out = F.dropout(out, p=self.drop_rate, training=self.training)
+        out = self.conv2(out)
+        return torch.add(x if self.equalInOut else self.convShortcut(x), out)
+
+
+class NetworkBlock(nn.Module):
+    def __init__(self, nb_layers, in_planes, out_planes, block, stride, drop_rate=0.0, activate_before_residual=False):
+        super(NetworkBlock, self).__init__()
+        self.layer = self._make_layer(
+            block, in_planes, out_planes, nb_layers, stride, drop_rate, activate_before_residual)
+
+    def _make_layer(self, block, in_planes, out_planes, nb_layers, stride, drop_rate, activate_before_residual):
+        layers = []
+        for i in range(int(nb_layers)):
+            layers.append(block(i == 0 and in_planes or out_planes, out_planes,
+                                i == 0 and stride or 1, drop_rate, activate_before_residual))
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+class WideResNet(nn.Module):
+    def __init__(self, num_classes, depth=28, widen_factor=2, drop_rate=0.0):
+        super(WideResNet, self).__init__()
+        channels = [16, 16*widen_factor, 32*widen_factor, 64*widen_factor]
+        assert((depth - 4) % 6 == 0)
+        n = (depth - 4) / 6
+        block = BasicBlock
+        # 1st conv before any network block
+        self.conv1 = nn.Conv2d(3, channels[0], kernel_size=3, stride=1,
+                               padding=1, bias=False)
+        # 1st block
+        self.block1 = NetworkBlock(
+            n, channels[0], channels[1], block, 1, drop_rate, activate_before_residual=True)
+        # 2nd block
+        self.block2 = NetworkBlock(
+            n, channels[1], channels[2], block, 2, drop_rate)
+        # 3rd block
+        self.block3 = NetworkBlock(
+            n, channels[2], channels[3], block, 2, drop_rate)
+        # global average pooling and classifier
+        self.bn1 = nn.BatchNorm2d(channels[3], momentum=0.001)
+        self.relu = nn.LeakyReLU(negative_slope=0.1, inplace=True)
+        self.fc = nn.Linear(channels[3], num_classes)
+        self.channels = channels[3]
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight,
+                                        mode='fan_out',
+                                        nonlinearity='leaky_relu')
+            elif isinstance(m, nn.BatchNorm2d):
+                m.weight.data.fill_(1.0)
+                m.bias.data.zero_()
+            elif isinstance(m, nn.Linear):
+                nn.init.xavier_normal_(m.weight)
+                m.bias.data.zero_()
+
+    def forward(self, x):
+        out = self.conv1(x)
+        out = self.block1(out)
+        out = self.block2(out)
+        out = self.block3(out)
+        out = self.relu(self.bn1(out))
+        out = F.adaptive_avg_pool2d(out, 1)
+        out = out.view(-1, self.channels)
+        return self.fc(out)
+
+
+def build_wideresnet(depth, widen_factor, dropout, num_classes):
+    logger.info(f"Model: WideResNet {depth}x{widen_factor}")
+    return WideResNet(depth=depth,
+                      widen_factor=widen_factor,
+                      drop_rate=dropout,
+                      num_classes=num_classes)
+
+
+# -- models/ema.py --
+class ModelEMA(object):
+    def __init__(self, args, model, decay):
+        self.ema = deepcopy(model)
+        self.ema.to(args.device)
+        self.ema.eval()
+        self.decay = decay
+        self.ema_has_module = hasattr(self.ema, 'module')
+        # Fix EMA. https://github.com/valencebond/FixMatch_pytorch thank you!
+        self.param_keys = [k for k, _ in self.ema.named_parameters()]
+        self.buffer_keys = [k for k, _ in self.ema.named_buffers()]
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model):
+        needs_module = hasattr(model, 'module') and not self.ema_has_module
+        with torch.no_grad():
+            msd = model.state_dict()
+            esd = self.ema.state_dict()
+            for k in self.param_keys:
+                if needs_module:
+                    j = 'module.' + k
+                else:
+                    j = k
+                model_v = msd[j].detach()
+                ema_v = esd[k]
+                esd[k].copy_(ema_v * self.decay + (1. - self.decay) * model_v)
+
+            for k in self.buffer_keys:
+                if needs_module:
+                    j = 'module.' + k
+                else:
+                    j = k
+                esd[k].copy_(msd[j])
+
+
+# -- utils/misc.py --
+class AverageMeter(object):
+    """Computes and stores the average and current value
+       Imported from https://github.com/pytorch/examples/blob/master/imagenet/main.py#L247-L262
+    """
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def accuracy(output, target, topk=(1,)):
+    """Computes the precision@k for the specified values of k"""
+    maxk = max(topk)
+    batch_size = target.size(0)
+
+    _, pred = output.topk(maxk, 1, True, True)
+    pred = pred.t()
+    correct = pred.eq(target.reshape(1, -1).expand_as(pred))
+
+    res = []
+    for k in topk:
+        correct_k = correct[:k].reshape(-1).float().sum(0)
+        res.append(correct_k.mul_(100.0 / batch_size))
+    return res
+
+
+# -- train.py, less its data sets, argument parser, logging and checkpoints --
+def get_cosine_schedule_with_warmup(optimizer,
+                                    num_warmup_steps,
+                                    num_training_steps,
+                                    num_cycles=7./16.,
+                                    last_epoch=-1):
+    def _lr_lambda(current_step):
+        if current_step < num_warmup_steps:
+            return float(current_step) / float(max(1, num_warmup_steps))
+        no_progress = float(current_step - num_warmup_steps) / \\
+            float(max(1, num_training_steps - num_warmup_steps))
+        return max(0., math.cos(math.pi * num_cycles * no_progress))
+
+    return LambdaLR(optimizer, _lr_lambda, last_epoch)
+
+
+def interleave(x, size):
+    s = list(x.shape)
+    return x.reshape([-1, size] + s[1:]).transpose(0, 1).reshape([-1] + s[1:])
+
+
+def de_interleave(x, size):
+    s = list(x.shape)
+    return x.reshape([size, -1] + s[1:]).transpose(0, 1).reshape([-1] + s[1:])
+
+
+def main(args, labeled_dataset, unlabeled_dataset, test_dataset):
+    model = build_wideresnet(depth=args.model_depth,
+                             widen_factor=args.model_width,
+                             dropout=0,
+                             num_classes=args.num_classes)
+    initialize(model)
+    model.to(args.device)
+
+    train_sampler = RandomSampler if args.local_rank == -1 else DistributedSampler
+
+    labeled_trainloader = DataLoader(
+        labeled_dataset,
+        sampler=train_sampler(labeled_dataset),
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        drop_last=True)
+
+    unlabeled_trainloader = DataLoader(
+        unlabeled_dataset,
+        sampler=train_sampler(unlabeled_dataset),
+        batch_size=args.batch_size*args.mu,
+        num_workers=args.num_workers,
+        drop_last=True)
+
+    test_loader = DataLoader(
+        test_dataset,
+        sampler=SequentialSampler(test_dataset),
+        batch_size=args.batch_size,
+        num_workers=args.num_workers)
+
+    no_decay = ['bias', 'bn']
+    grouped_parameters = [
+        {'params': [p for n, p in model.named_parameters() if not any(
+            nd in n for nd in no_decay)], 'weight_decay': args.wdecay},
+        {'params': [p for n, p in model.named_parameters() if any(
+            nd in n for nd in no_decay)], 'weight_decay': 0.0}
+    ]
+    optimizer = optim.SGD(grouped_parameters, lr=args.lr,
+                          momentum=0.9, nesterov=args.nesterov)
+
+    args.epochs = math.ceil(args.total_steps / args.eval_step)
+    scheduler = get_cosine_schedule_with_warmup(
+        optimizer, args.warmup, args.total_steps)
+
+    if args.use_ema:
+        ema_model = ModelEMA(args, model, args.ema_decay)
+
+    args.start_epoch = 0
+    model.zero_grad()
+    train(args, labeled_trainloader, unlabeled_trainloader, test_loader,
+          model, optimizer, ema_model, scheduler)
+    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+    record.append({name: v.numpy().copy() for name, v in ema_model.ema.state_dict().items()})
+
+
+def train(args, labeled_trainloader, unlabeled_trainloader, test_loader,
+          model, optimizer, ema_model, scheduler):
+    end = time.time()
+
+    labeled_iter = iter(labeled_trainloader)
+    unlabeled_iter = iter(unlabeled_trainloader)
+
+    model.train()
+    for epoch in range(args.start_epoch, args.epochs):
+        batch_time = AverageMeter()
+        data_time = AverageMeter()
+        losses = AverageMeter()
+        losses_x = AverageMeter()
+        losses_u = AverageMeter()
+        mask_probs = AverageMeter()
+
+        for batch_idx in range(args.eval_step):
+            try:
+                # inputs_x, targets_x = labeled_iter.next()
+                # error occurs ↓
+                inputs_x, targets_x = next(labeled_iter)
+            except:
+                labeled_iter = iter(labeled_trainloader)
+                inputs_x, targets_x = next(labeled_iter)
+
+            try:
+                # (inputs_u_w, inputs_u_s), _ = unlabeled_iter.next()
+                # error occurs ↓
+                (inputs_u_w, inputs_u_s), _ = next(unlabeled_iter)
+            except:
+                unlabeled_iter = iter(unlabeled_trainloader)
+                (inputs_u_w, inputs_u_s), _ = next(unlabeled_iter)
+
+            data_time.update(time.time() - end)
+            batch_size = inputs_x.shape[0]
+            inputs = interleave(
+                torch.cat((inputs_x, inputs_u_w, inputs_u_s)), 2*args.mu+1).to(args.device)
+            targets_x = targets_x.to(args.device)
+            logits = model(inputs)
+            logits = de_interleave(logits, 2*args.mu+1)
+            logits_x = logits[:batch_size]
+            logits_u_w, logits_u_s = logits[batch_size:].chunk(2)
+            del logits
+
+            Lx = F.cross_entropy(logits_x, targets_x, reduction='mean')
+
+            pseudo_label = torch.softmax(logits_u_w.detach()/args.T, dim=-1)
+            max_probs, targets_u = torch.max(pseudo_label, dim=-1)
+            mask = max_probs.ge(args.threshold).float()
+
+            Lu = (F.cross_entropy(logits_u_s, targets_u,
+                                  reduction='none') * mask).mean()
+
+            loss = Lx + args.lambda_u * Lu
+
+            loss.backward()
+
+            losses.update(loss.item())
+            losses_x.update(Lx.item())
+            losses_u.update(Lu.item())
+            optimizer.step()
+            scheduler.step()
+            if args.use_ema:
+                ema_model.update(model)
+            model.zero_grad()
+
+            batch_time.update(time.time() - end)
+            end = time.time()
+            mask_probs.update(mask.mean().item())
+            record.append([loss.item(), Lx.item(), Lu.item(), mask.mean().item(), scheduler.get_last_lr()[0]])
+
+        if args.use_ema:
+            test_model = ema_model.ema
+        else:
+            test_model = model
+
+        test_loss, test_acc = test(args, test_loader, test_model, epoch)
+        record.append([test_loss, test_acc])
+        print('Epoch {} Loss: {:.4f}. Loss_x: {:.4f}. Loss_u: {:.4f}. Mask: {:.2f}. '.format(
+            epoch + 1, losses.avg, losses_x.avg, losses_u.avg, mask_probs.avg))
+
+
+def test(args, test_loader, model, epoch):
+    batch_time = AverageMeter()
+    data_time = AverageMeter()
+    losses = AverageMeter()
+    top1 = AverageMeter()
+    top5 = AverageMeter()
+    end = time.time()
+
+    with torch.no_grad():
+        for batch_idx, (inputs, targets) in enumerate(test_loader):
+            data_time.update(time.time() - end)
+            model.eval()
+
+            inputs = inputs.to(args.device)
+            targets = targets.to(args.device)
+            outputs = model(inputs)
+            loss = F.cross_entropy(outputs, targets)
+
+            prec1, prec5 = accuracy(outputs, targets, topk=(1, 5))
+            losses.update(loss.item(), inputs.shape[0])
+            top1.update(prec1.item(), inputs.shape[0])
+            top5.update(prec5.item(), inputs.shape[0])
+            batch_time.update(time.time() - end)
+            end = time.time()
+
+    logger.info("top-1 acc: {:.2f}".format(top1.avg))
+    logger.info("top-5 acc: {:.2f}".format(top5.avg))
+    return losses.avg, top1.avg
+'''
+
+FIXMATCH_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    ),
+    (
+        "            loss.backward()\n",
+        "            grads = loss.backward()\n",
+    ),
+    ("            optimizer.step()\n", "            optimizer.step(grads)\n"),
+]
+
+
+class _FixMatchArgs:
+    def __init__(self, **options):
+        self.__dict__.update(options)
+
+
+class _TwoViews:
+    """The unlabeled set's ``TransformFixMatch`` output, ``((weak, strong), label)``: the weak
+    view a flip, the strong one a flip and a cutout square (fixed, NumPy, as the data)."""
+
+    def __init__(self, lib, images):
+        self.lib, self.images = lib, images
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        weak = self.images[i][:, :, ::-1].copy()
+        strong = weak.copy()
+        strong[:, 1:4, 2:5] = 0.5
+        return (self.lib.tensor(weak), self.lib.tensor(strong)), -1
+
+
+def test_fixmatch_trains_as_torch(capsys):
+    rng = np.random.default_rng(6302)
+    labeled = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 6, 4)
+    unlabeled = rng.standard_normal((8, 3, 8, 8)).astype(np.float32)
+    test_images = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    test_labels = rng.integers(0, 6, 3)
+    records, logs = [], []
+    initialize = initializer()
+    # (WideResNet-28-2's channels, 16 to 128, made 2 to 16 in both runs)
+    source = FIXMATCH_SOURCE.replace(
+        "channels = [16, 16*widen_factor, 32*widen_factor, 64*widen_factor]",
+        "channels = [2, 2*widen_factor, 4*widen_factor, 8*widen_factor]",
+    )
+    for lib in (torch, rg):
+        record = []
+        text = source if lib is torch else port(source, FIXMATCH_STEPS)
+        text = text if lib is torch else text.replace("from torch.", "from retrograd.")
+        names = run_source(text, lib, record=record, initialize=initialize)
+        args = _FixMatchArgs(
+            model_depth=10,
+            model_width=2,
+            num_classes=6,
+            device="cpu",
+            local_rank=-1,
+            batch_size=2,
+            mu=2,
+            num_workers=0,
+            wdecay=5e-4,
+            lr=0.03,
+            nesterov=True,
+            total_steps=6,
+            eval_step=3,
+            warmup=1,
+            use_ema=True,
+            ema_decay=0.9,
+            T=1.0,
+            threshold=0.3,
+            lambda_u=1.0,
+        )
+        data = lib.utils.data
+        labeled_set = data.TensorDataset(lib.tensor(labeled), lib.tensor(labels))
+        test_set = data.TensorDataset(lib.tensor(test_images), lib.tensor(test_labels))
+        # (the RandomSampler's order is each library's own: both runs take SequentialSampler's)
+        names["RandomSampler"] = data.SequentialSampler
+        names["main"](args, labeled_set, _TwoViews(lib, unlabeled), test_set)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[0].count("Epoch") == 2
+    mine, theirs = logs[1].splitlines(), logs[0].splitlines()
+    assert [line.split(" Loss")[0] for line in mine] == [line.split(" Loss")[0] for line in theirs]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
