@@ -2,7 +2,57 @@
 """Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_61.py`` (the
 harness: ``tests/real_ports.py``):
 
-DOCSTRING
+- WaveNet as golbin/WaveNet writes it (``wavenet/networks.py``, ``wavenet/model.py``; its
+  residual blocks held in an ``nn.ModuleList`` where it keeps a plain list, which leaves them
+  out of ``parameters()``), on two short mu-law encoded waves with 16 quantization channels:
+  torchaudio's ``mu_law_encoding``/``mu_law_decoding`` (``torch.sign``, ``torch.log1p`` of a
+  0-d ``torch.tensor(mu)``, ``.to(torch.int64)``), ``one_hot_encode`` by NumPy fancy
+  assignment, the kernel-2 ``CausalConv1d`` with ``output[:, :, :-1]``, dilated convolutions
+  (dilations 1, 2, 4, twice), the gated ``Tanh``/``Sigmoid`` residual blocks with ``output +=
+  input_cut`` and skips cut by ``skip[:, :, -skip_size:]``, ``torch.stack`` of the skips summed
+  by ``torch.sum(..., dim=0)``, ``DensNet``'s softmax fed to ``CrossEntropyLoss`` (as written),
+  ``outputs.view(-1, self.in_channels)`` of a ``.transpose(1, 2).contiguous()``, Adam, the
+  sample-by-sample generation loop by ``argmax`` and ``F.one_hot``, and its
+  ``InputSizeError`` message.
+- the Perceiver of lucidrains/perceiver-pytorch (``perceiver_pytorch/perceiver_pytorch.py``),
+  small, under a classification loop on 4x4 random images with masks, with and without
+  ``weight_tie_layers`` (the ``cache_fn`` closure handing the same modules to every layer
+  past the first: tied parameters listed once): ``fourier_encode`` with ``scales[(*((None,) *
+  (len(x.shape) - 1)), Ellipsis)]``, ``torch.meshgrid(..., indexing='ij')``, ``PreNorm`` with a
+  context norm through ``kwargs.update``, ``GEGLU``, ``einsum('b i d, b j d -> b i j')``,
+  ``sim.masked_fill_(~mask, -torch.finfo(sim.dtype).max)``, ``b, *axis, _, device, dtype =
+  *data.shape, data.device, data.dtype`` and ``return_embeddings``. einops is not installed
+  here: its ``rearrange``/``repeat``/``Reduce`` are written out for the patterns used.
+- MLP-Mixer and gMLP as lucidrains writes them (``mlp_mixer_pytorch.py``,
+  ``g_mlp_pytorch.py``): the Mixer's token mixing by ``partial(nn.Conv1d, kernel_size = 1)``
+  over the patches, AdamW and ``CrossEntropyLoss(label_smoothing=0.1)``; gMLP as a causal
+  language model with the tiny attention (``attn_dim``), two heads, ``shift_tokens`` (``F.pad(t,
+  (0, 0, amount, -amount))`` cropping by a negative pad), the spatial gating unit's
+  ``nn.init.uniform_`` weights, ``triu_(1).bool()`` masks, ``einsum('b h n d, h m n -> b h m
+  d')``, and the circulant-matrix variant (``F.pad``, ``repeat`` by ``Tensor.repeat``,
+  ``weight[:, :-dim_seq].reshape(h, dim_seq, 2 * dim_seq - 1)``), with ``act = nn.Tanh()``.
+- Glow as rosinality/glow-pytorch writes it (``model.py``, ``train.py`` less its data and
+  image saving), small (4x4 images, two blocks of two flows, coupling networks of 8 filters
+  where it has 512), with the LU-decomposed 1x1 convolution and affine coupling and with the
+  plain ``InvConv2d`` and additive coupling: ``ActNorm``'s data-dependent initialization
+  under ``torch.no_grad()`` (``flatten.std(1)``, ``self.loc.data.copy_(-mean)``,
+  ``self.initialized.fill_(1)``), ``InvConv2dLU`` built from ``scipy.linalg.qr``/``lu`` and
+  ``torch.from_numpy`` buffers, ``torch.qr``, ``torch.slogdet(...double())[1].float()``,
+  ``.inverse()`` in ``reverse``, ``ZeroConv2d``'s ``F.pad(input, [1, 1, 1, 1], value=1)``,
+  the squeeze by ``view``/``permute``/``contiguous().view``, ``self.flows[::-1]`` and
+  ``self.blocks[::-1]`` of ``ModuleList``s, ``calc_loss``, the ``n_bits`` dequantization with
+  ``torch.rand_like``, sampling from ``torch.randn`` latents at temperature 0.7 and a
+  reconstruction from the model's own latents. The draws (``randn``, ``rand_like``) come from
+  one seeded stream in both runs.
+
+Defects found and fixed: ``torch.qr(A, some)``, ``torch.svd(A, some, compute_uv)`` and
+``torch.lu_solve(b, LU_data, LU_pivots)`` (deprecated in torch, still there and in real code:
+Glow's ``InvConv2d`` calls ``torch.qr``) were missing, and their ``Tensor`` methods too
+(``AttributeError``): they are ``rg.linalg``'s factorizations in torch's old forms now.
+
+Left as they are, by earlier design decisions: retrograd has no uint8 tensors, so ActNorm's
+``torch.tensor(0, dtype=torch.uint8)`` flag is ported as int64 (the one changed line besides
+the gradient lines and imports).
 """
 
 from __future__ import annotations
