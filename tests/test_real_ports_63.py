@@ -47,7 +47,23 @@ harness: ``tests/real_ports.py``):
   ported as ``p.grad_remove(grads)``), and the warmup-then-cosine schedule written into
   ``param_groups``.
 
-Defects found and fixed: an advanced-index result (``x[:, locations, :]``, ``x[..., [1, 0]]``)
+- slot attention as evelinehong/slot-attention-pytorch writes it (``model.py``'s
+  ``SlotAttention``, ``SoftPositionEmbed``, ``Encoder``, ``Decoder``,
+  ``SlotAttentionAutoEncoder``; ``train.py`` less its CLEVR loading), on 8x8 random images
+  with a decoder grown from 2x2 (it has 8x8 to 128x128) and an MLP of 8 where it has 128:
+  ``torch.normal(mu, sigma)`` of the expanded slot parameters (the fix below; ``eps`` from one
+  seeded stream in both runs, the library's own ``normal`` giving the gradients),
+  ``init.xavier_uniform_`` of a ``(1, 1, dim)`` parameter, ``einsum('bid,bjd->bij')``,
+  ``dots.softmax(dim=1) + self.eps`` renormalized, ``nn.GRUCell`` over the flattened slots,
+  ``build_grid`` by ``np.meshgrid``/``torch.from_numpy`` held as a plain attribute,
+  ``nn.LayerNorm(x.shape[1:]).to(device)(x)`` made anew in every forward, the transposed
+  convolutions with ``output_padding``, ``.split([3,1], dim=-1)`` of the decoded slots,
+  ``nn.Softmax(dim=1)(masks)``, and the warmup and decay written into ``param_groups``.
+
+Defects found and fixed: ``torch.normal(mean, std)`` of tensors gave ``mean`` and ``std`` the
+reparameterized gradient (1 and the noise); torch's draw gives both a zero gradient (its
+output still requires grad), so slot attention's ``slots_mu``/``slots_sigma``, which do not
+train under torch, trained under retrograd. An advanced-index result (``x[:, locations, :]``, ``x[..., [1, 0]]``)
 was a permuted view of the gathered values, so ``.view(...)`` raised torch's "view size is not
 compatible with input tensor's size and stride" error, and ``stride()``/``is_contiguous()``
 were not torch's: it is a new contiguous tensor, as torch's.
@@ -1757,3 +1773,394 @@ def test_swav_trains_as_torch():
     records = run_both(SWAV_SOURCE, SWAV_STEPS, call, 6304, args=args)
     assert records[0][-2].any() and records[0][9][2]  # the queue was filled and used
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+# -- Slot Attention -----------------------------------------------------------------------------------
+SLOT_ATTENTION_SOURCE = '''
+import numpy as np
+from torch import nn
+import torch
+import torch.nn.functional as F
+from torch.nn import init
+
+device = 'cpu'
+
+
+# -- model.py (evelinehong/slot-attention-pytorch) --
+class SlotAttention(nn.Module):
+    def __init__(self, num_slots, dim, iters = 3, eps = 1e-8, hidden_dim = 128):
+        super().__init__()
+        self.num_slots = num_slots
+        self.iters = iters
+        self.eps = eps
+        self.scale = dim ** -0.5
+
+        self.slots_mu = nn.Parameter(torch.randn(1, 1, dim))
+
+        self.slots_sigma = nn.Parameter(torch.randn(1, 1, dim))
+        init.xavier_uniform_(self.slots_sigma)
+
+        self.to_q = nn.Linear(dim, dim)
+        self.to_k = nn.Linear(dim, dim)
+        self.to_v = nn.Linear(dim, dim)
+
+        self.gru = nn.GRUCell(dim, dim)
+
+        hidden_dim = max(dim, hidden_dim)
+
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.fc2 = nn.Linear(hidden_dim, dim)
+
+        self.norm_input  = nn.LayerNorm(dim)
+        self.norm_slots  = nn.LayerNorm(dim)
+        self.norm_pre_ff = nn.LayerNorm(dim)
+
+    def forward(self, inputs, num_slots = None):
+        b, n, d = inputs.shape
+        n_s = num_slots if num_slots is not None else self.num_slots
+
+        mu = self.slots_mu.expand(b, n_s, -1)
+        sigma = self.slots_sigma.expand(b, n_s, -1)
+        slots = torch.normal(mu, sigma)
+
+        inputs = self.norm_input(inputs)
+        k, v = self.to_k(inputs), self.to_v(inputs)
+
+        for _ in range(self.iters):
+            slots_prev = slots
+
+            slots = self.norm_slots(slots)
+            q = self.to_q(slots)
+
+            dots = torch.einsum('bid,bjd->bij', q, k) * self.scale
+            attn = dots.softmax(dim=1) + self.eps
+            attn = attn / attn.sum(dim=-1, keepdim=True)
+
+            updates = torch.einsum('bjd,bij->bid', v, attn)
+
+            slots = self.gru(
+                updates.reshape(-1, d),
+                slots_prev.reshape(-1, d)
+            )
+
+            slots = slots.reshape(b, -1, d)
+            slots = slots + self.fc2(F.relu(self.fc1(self.norm_pre_ff(slots))))
+
+        return slots
+
+def build_grid(resolution):
+    ranges = [np.linspace(0., 1., num=res) for res in resolution]
+    grid = np.meshgrid(*ranges, sparse=False, indexing="ij")
+    grid = np.stack(grid, axis=-1)
+    grid = np.reshape(grid, [resolution[0], resolution[1], -1])
+    grid = np.expand_dims(grid, axis=0)
+    grid = grid.astype(np.float32)
+    return torch.from_numpy(np.concatenate([grid, 1.0 - grid], axis=-1)).to(device)
+
+"""Adds soft positional embedding with learnable projection."""
+class SoftPositionEmbed(nn.Module):
+    def __init__(self, hidden_size, resolution):
+        """Builds the soft position embedding layer.
+        Args:
+        hidden_size: Size of input feature dimension.
+        resolution: Tuple of integers specifying width and height of grid.
+        """
+        super().__init__()
+        self.embedding = nn.Linear(4, hidden_size, bias=True)
+        self.grid = build_grid(resolution)
+
+    def forward(self, inputs):
+        grid = self.embedding(self.grid)
+        return inputs + grid
+
+class Encoder(nn.Module):
+    def __init__(self, resolution, hid_dim):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, hid_dim, 5, padding = 2)
+        self.conv2 = nn.Conv2d(hid_dim, hid_dim, 5, padding = 2)
+        self.conv3 = nn.Conv2d(hid_dim, hid_dim, 5, padding = 2)
+        self.conv4 = nn.Conv2d(hid_dim, hid_dim, 5, padding = 2)
+        self.encoder_pos = SoftPositionEmbed(hid_dim, resolution)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = F.relu(x)
+        x = self.conv2(x)
+        x = F.relu(x)
+        x = self.conv3(x)
+        x = F.relu(x)
+        x = self.conv4(x)
+        x = F.relu(x)
+        x = x.permute(0,2,3,1)
+        x = self.encoder_pos(x)
+        x = torch.flatten(x, 1, 2)
+        return x
+
+class Decoder(nn.Module):
+    def __init__(self, hid_dim, resolution):
+        super().__init__()
+        self.conv1 = nn.ConvTranspose2d(hid_dim, hid_dim, 5, stride=(2, 2), padding=2, output_padding=1).to(device)
+        self.conv2 = nn.ConvTranspose2d(hid_dim, hid_dim, 5, stride=(2, 2), padding=2, output_padding=1).to(device)
+        self.conv5 = nn.ConvTranspose2d(hid_dim, hid_dim, 5, stride=(1, 1), padding=2).to(device)
+        self.conv6 = nn.ConvTranspose2d(hid_dim, 4, 3, stride=(1, 1), padding=1)
+        self.decoder_initial_size = (2, 2)
+        self.decoder_pos = SoftPositionEmbed(hid_dim, self.decoder_initial_size)
+        self.resolution = resolution
+
+    def forward(self, x):
+        x = self.decoder_pos(x)
+        x = x.permute(0,3,1,2)
+        x = self.conv1(x)
+        x = F.relu(x)
+        x = self.conv2(x)
+        x = F.relu(x)
+        x = self.conv5(x)
+        x = F.relu(x)
+        x = self.conv6(x)
+        x = x[:,:,:self.resolution[0], :self.resolution[1]]
+        x = x.permute(0,2,3,1)
+        return x
+
+"""Slot Attention-based auto-encoder for object discovery."""
+class SlotAttentionAutoEncoder(nn.Module):
+    def __init__(self, resolution, num_slots, num_iterations, hid_dim):
+        """Builds the Slot Attention-based auto-encoder.
+        Args:
+        resolution: Tuple of integers specifying width and height of input image.
+        num_slots: Number of slots in Slot Attention.
+        num_iterations: Number of iterations in Slot Attention.
+        """
+        super().__init__()
+        self.hid_dim = hid_dim
+        self.resolution = resolution
+        self.num_slots = num_slots
+        self.num_iterations = num_iterations
+
+        self.encoder_cnn = Encoder(self.resolution, self.hid_dim)
+        self.decoder_cnn = Decoder(self.hid_dim, self.resolution)
+
+        self.fc1 = nn.Linear(hid_dim, hid_dim)
+        self.fc2 = nn.Linear(hid_dim, hid_dim)
+
+        self.slot_attention = SlotAttention(
+            num_slots=self.num_slots,
+            dim=hid_dim,
+            iters = self.num_iterations,
+            eps = 1e-8,
+            hidden_dim = 128)
+
+    def forward(self, image):
+        # `image` has shape: [batch_size, num_channels, width, height].
+
+        # Convolutional encoder with position embedding.
+        x = self.encoder_cnn(image)  # CNN Backbone.
+        x = nn.LayerNorm(x.shape[1:]).to(device)(x)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.fc2(x)  # Feedforward network on set.
+        # `x` has shape: [batch_size, width*height, input_size].
+
+        # Slot Attention module.
+        slots = self.slot_attention(x)
+        # `slots` has shape: [batch_size, num_slots, slot_size].
+
+        # """Broadcast slot features to a 2D grid and collapse slot dimension.""".
+        slots = slots.reshape((-1, slots.shape[-1])).unsqueeze(1).unsqueeze(2)
+        slots = slots.repeat((1, 2, 2, 1))
+
+        # `slots` has shape: [batch_size*num_slots, width_init, height_init, slot_size].
+        x = self.decoder_cnn(slots)
+        # `x` has shape: [batch_size*num_slots, width, height, num_channels+1].
+
+        # Undo combination of slot and batch dimension; split alpha masks.
+        recons, masks = x.reshape(image.shape[0], -1, x.shape[1], x.shape[2], x.shape[3]).split([3,1], dim=-1)
+        # `recons` has shape: [batch_size, num_slots, width, height, num_channels].
+        # `masks` has shape: [batch_size, num_slots, width, height, 1].
+
+        # Normalize alpha masks over slots.
+        masks = nn.Softmax(dim=1)(masks)
+        recon_combined = torch.sum(recons * masks, dim=1)  # Recombine image.
+        recon_combined = recon_combined.permute(0,3,1,2)
+        # `recon_combined` has shape: [batch_size, width, height, num_channels].
+
+        return recon_combined, recons, masks, slots
+
+
+# -- train.py, less its CLEVR loading, tqdm and checkpoints --
+def main(opt, train_set):
+    resolution = (8, 8)
+    model = SlotAttentionAutoEncoder(resolution, opt.num_slots, opt.num_iterations, opt.hid_dim)
+    initialize(model)
+    model = model.to(device)
+
+    criterion = nn.MSELoss()
+
+    params = [{'params': model.parameters()}]
+
+    train_dataloader = torch.utils.data.DataLoader(train_set, batch_size=opt.batch_size,
+                            shuffle=False, num_workers=opt.num_workers)
+
+    optimizer = optim.Adam(params, lr=opt.learning_rate)
+
+    i = 0
+    for epoch in range(opt.num_epochs):
+        model.train()
+
+        total_loss = 0
+
+        for sample in train_dataloader:
+            i += 1
+
+            if i < opt.warmup_steps:
+                learning_rate = opt.learning_rate * (i / opt.warmup_steps)
+            else:
+                learning_rate = opt.learning_rate
+
+            learning_rate = learning_rate * (opt.decay_rate ** (
+                i / opt.decay_steps))
+
+            optimizer.param_groups[0]['lr'] = learning_rate
+
+            image = sample['image'].to(device)
+            recon_combined, recons, masks, slots = model(image)
+            loss = criterion(recon_combined, image)
+            total_loss += loss.item()
+
+            del recons, masks, slots
+
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            record.append(loss.item())
+
+        total_loss /= len(train_dataloader)
+
+        print ("Epoch: {}, Loss: {}".format(epoch, total_loss))
+    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+'''
+
+SLOT_ATTENTION_STEPS = [
+    (
+        "from torch import nn\nimport torch\nimport torch.nn.functional as F\nfrom torch.nn import init\n",
+        "from retrograd import nn\nimport retrograd as torch\nimport retrograd.nn.functional as F\nfrom retrograd.nn import init\n",
+    ),
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
+]
+
+
+class _SlotOptions:
+    def __init__(self, **options):
+        self.__dict__.update(options)
+
+
+class _Images:
+    """CLEVR's ``{'image': ...}`` samples, random 8x8 images here."""
+
+    def __init__(self, lib, images):
+        self.lib, self.images = lib, images
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        return {"image": self.lib.tensor(self.images[i])}
+
+
+class _SharedNormalFunction:
+    """``torch.normal(mean, std)`` of a library drawing ``eps`` from one seeded stream in both
+    runs: the library's own ``normal(mean, 0 * std)`` (``mean``, with the gradients its
+    ``normal`` gives) plus ``std * eps`` outside the graph (whose gradient torch's ``normal``
+    does not have either)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng, saved = self.lib, self.rng, self.lib.normal
+        self.saved = saved
+        lib.normal = lambda mean, std: (
+            saved(mean, std * 0.0)
+            + (std * lib.tensor(rng.standard_normal(tuple(mean.shape)), dtype=mean.dtype)).detach()
+        )
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.normal = self.saved
+        return False
+
+
+def test_slot_attention_trains_as_torch(capsys):
+    images = np.random.default_rng(6305).uniform(-1, 1, (4, 3, 8, 8)).astype(np.float32)
+    options = _SlotOptions(
+        batch_size=2,
+        num_slots=3,
+        num_iterations=3,
+        hid_dim=6,
+        learning_rate=0.0004,
+        warmup_steps=2,
+        decay_rate=0.5,
+        decay_steps=100,
+        num_workers=0,
+        num_epochs=2,
+    )
+    records, logs = [], []
+    initialize = initializer()
+    # (hidden_dim = 128, as written, made 8 in both runs)
+    source = SLOT_ATTENTION_SOURCE.replace("hidden_dim = 128)", "hidden_dim = 8)")
+    for lib in (torch, rg):
+        record = []
+        text = source if lib is torch else port(source, SLOT_ATTENTION_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        with _SharedNormalFunction(lib, 6305):
+            names["main"](options, _Images(lib, images))
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[0].count("Epoch") == 2
+    mine, theirs = logs[1].splitlines(), logs[0].splitlines()
+    for a, b in zip(mine, theirs):
+        np.testing.assert_allclose(
+            float(a.split("Loss: ")[1]), float(b.split("Loss: ")[1]), rtol=1e-4
+        )
+    # the last decoder layer's bias of the mask channel adds one value to every slot's mask
+    # logits, which the softmax over the slots removes: its true gradient is zero, and Adam's
+    # steps follow each library's rounding noise (its other entries are compared below)
+    for mine, theirs in zip(records[1][-1:], records[0][-1:]):
+        np.testing.assert_allclose(
+            mine["decoder_cnn.conv6.bias"][:3],
+            theirs["decoder_cnn.conv6.bias"][:3],
+            rtol=1e-4,
+            atol=1e-5,
+        )
+    assert_records_agree(
+        records[1], records[0], rtol=1e-4, atol=1e-5, skip=("decoder_cnn.conv6.bias",)
+    )
+
+
+def test_regression_normal_of_tensors_gives_zero_gradients():
+    """``torch.normal(mean, std)`` of tensors is a draw, not a reparameterization: torch gives
+    ``mean`` and ``std`` zero gradients (slot attention's ``torch.normal(mu, sigma)`` leaves
+    ``slots_mu`` and ``slots_sigma`` untrained). retrograd's was ``noise * std + mean``,
+    differentiable in both, so those parameters trained where torch's do not."""
+    results = []
+    for lib in (torch, rg):
+        mean = lib.tensor([0.5, -1.0, 2.0]).requires_grad_()
+        std = lib.tensor([1.0]).requires_grad_()
+        drawn = [lib.normal(mean, std), lib.normal(mean, 2.0), lib.normal(0.0, std.expand(2, 3))]
+        loss = sum((d * 3.0).sum() for d in drawn)
+        if lib is torch:
+            loss.backward()
+            gradients = [mean.grad, std.grad]
+        else:
+            grads = loss.backward()
+            gradients = [mean.grad(grads), std.grad(grads)]
+        results.append(
+            (
+                [d.requires_grad for d in drawn],
+                [tuple(d.shape) for d in drawn],
+                [g.numpy().tolist() for g in gradients],
+            )
+        )
+    assert results[1] == results[0]

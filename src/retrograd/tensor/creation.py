@@ -21,7 +21,8 @@ from ..context import current_backend
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
-from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
+from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host, untracked
+from .compositions import _zero_gradient
 from .core import Tensor
 from .dtypes import canonical_dtype
 from .indexing import check_values
@@ -652,7 +653,9 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
             shape, "normal", reference.dtype, reference.backend, reference.device,
             generator=generator,
         )  # fmt: skip
-        return noise * std + mean
+        # torch's draw is not reparameterized (``Normal.rsample`` is): mean and std get a zero
+        # gradient (slot attention's ``torch.normal(mu, sigma)`` leaves them untrained there)
+        return _zero_gradient(untracked(noise * std + mean), mean, std)
     if size is None:
         raise ShapeError("normal: give a size for scalar mean and std")
     dtype = _check_dtype("normal", dtype) or default_float_dtype()
