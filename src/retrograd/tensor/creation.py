@@ -45,6 +45,7 @@ __all__ = [
     "normal",
     "ones",
     "ones_like",
+    "poisson",
     "rand",
     "rand_like",
     "randint",
@@ -661,6 +662,32 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
     dtype = _check_dtype("normal", dtype) or default_float_dtype()
     shape = _creation_shape("normal", size)
     return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+
+
+def poisson(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002 (torch's name)
+    """Poisson counts with the rates ``input`` (``torch.poisson``), in its dtype. As torch's,
+    a draw: the rates get a zero gradient."""
+    if not isinstance(input, Tensor) or input.dtype not in FLOAT_DTYPES:
+        raise DTypeError(
+            f"poisson: expected a floating point tensor of rates, got "
+            f"{getattr(input, 'dtype', type(input).__name__)}"
+        )
+    check_values(
+        input.greater_equal_elem(0.0),
+        lambda: InvalidArgumentError(
+            f"poisson: invalid Poisson rate, expected rate to be non-negative "
+            f"(rates {shape_text(input.shape)})"
+        ),
+    )
+    from scipy import stats  # (imported at the first draw: see distributions.discrete)
+
+    uniforms = random(
+        input.shape, "uniform", "float64", input.backend, input.device, generator=generator
+    )
+    rates = np.asarray(untracked(input).numpy(), np.float64)
+    counts = stats.poisson.ppf(uniforms.numpy(), rates)
+    drawn = tensor(counts, dtype=input.dtype, backend=input.backend, device=input.device)
+    return _zero_gradient(untracked(drawn), input, input)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
