@@ -261,7 +261,9 @@ def get_index(t: Any, index: tuple[Any, ...]) -> Any:
     merged, flat, broadcast, _, layout = _plan(y, advanced)
     rest = merged.shape[1:]
     taken = merged.index_select(0, flat).reshape(broadcast + rest)
-    return _to_result(taken, broadcast, layout)
+    # torch's result is a new contiguous tensor, whatever order its dimensions come in
+    # (``x[:, idx, :].view(-1, d)`` works there): not a permuted view of ``taken``
+    return _to_result(taken, broadcast, layout).contiguous()
 
 
 def _full(item: Any) -> bool:

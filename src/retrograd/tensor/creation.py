@@ -21,7 +21,8 @@ from ..context import current_backend, thread_device
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
-from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host
+from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host, untracked
+from .compositions import _zero_gradient
 from .core import Tensor
 from .dtypes import canonical_dtype
 from .indexing import check_values
@@ -44,6 +45,7 @@ __all__ = [
     "normal",
     "ones",
     "ones_like",
+    "poisson",
     "rand",
     "rand_like",
     "randint",
@@ -652,12 +654,40 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
             shape, "normal", reference.dtype, reference.backend, reference.device,
             generator=generator,
         )  # fmt: skip
-        return noise * std + mean
+        # torch's draw is not reparameterized (``Normal.rsample`` is): mean and std get a zero
+        # gradient (slot attention's ``torch.normal(mu, sigma)`` leaves them untrained there)
+        return _zero_gradient(untracked(noise * std + mean), mean, std)
     if size is None:
         raise ShapeError("normal: give a size for scalar mean and std")
     dtype = _check_dtype("normal", dtype) or default_float_dtype()
     shape = _creation_shape("normal", size)
     return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+
+
+def poisson(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002 (torch's name)
+    """Poisson counts with the rates ``input`` (``torch.poisson``), in its dtype. As torch's,
+    a draw: the rates get a zero gradient."""
+    if not isinstance(input, Tensor) or input.dtype not in FLOAT_DTYPES:
+        raise DTypeError(
+            f"poisson: expected a floating point tensor of rates, got "
+            f"{getattr(input, 'dtype', type(input).__name__)}"
+        )
+    check_values(
+        input.greater_equal_elem(0.0),
+        lambda: InvalidArgumentError(
+            f"poisson: invalid Poisson rate, expected rate to be non-negative "
+            f"(rates {shape_text(input.shape)})"
+        ),
+    )
+    from scipy import stats  # (imported at the first draw: see distributions.discrete)
+
+    uniforms = random(
+        input.shape, "uniform", "float64", input.backend, input.device, generator=generator
+    )
+    rates = np.asarray(untracked(input).numpy(), np.float64)
+    counts = stats.poisson.ppf(uniforms.numpy(), rates)
+    drawn = tensor(counts, dtype=input.dtype, backend=input.backend, device=input.device)
+    return _zero_gradient(untracked(drawn), input, input)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:

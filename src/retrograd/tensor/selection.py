@@ -792,7 +792,14 @@ class SelectionMixin:
     def bernoulli(self, p: Any = None, *, generator: Any = None) -> Any:
         """Zeros and ones drawn with the probabilities this tensor holds (or ``p``)."""
         draws = self._filled(self.shape, 0)
-        return draws.bernoulli_(self if p is None else p, generator=generator)
+        probabilities = self if p is None else p
+        drawn = draws.bernoulli_(probabilities, generator=generator)
+        if not isinstance(probabilities, TensorBase):
+            return drawn
+        # as torch's, a draw in the probabilities' graph with a zero gradient for them
+        from .compositions import _zero_gradient  # (compositions imports this module)
+
+        return _zero_gradient(drawn, probabilities, probabilities)
 
     # -- metadata -----------------------------------------------------------------------------
     def is_signed(self) -> bool:
