@@ -1,0 +1,131 @@
+"""burn-nn's wrapper tests (tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747):
+``crates/burn-nn/src/activation/activation_wrapper.rs`` and
+``crates/burn-nn/src/modules/norm/normalization_wrapper.rs``, not ported before. Burn checks that
+its ``Activation``/``Normalization`` enums give what the wrapped module gives; their torch
+counterparts are the ``rg.nn`` modules themselves, so each case runs the ``rg.nn`` module on
+Burn's input and checks the output and the gradients (input and parameters) against the same
+torch module, under every checkpointing strategy on the chosen inner backend. Burn's inputs put
+points on the kinks (``0`` for ReLU, PReLU, LeakyReLU, ``+-0.5`` for the shrinks) and make every
+norm's variance zero (inputs of ones), which is where the subgradient and ``eps`` conventions
+show.
+
+Burn's configs map to torch's modules with Burn's defaults: ``LeakyReluConfig`` slope 0.01,
+``PReluConfig`` one parameter at 0.25, ``EluConfig``/``CeluConfig`` alpha 1, ``SoftplusConfig``
+beta 1, ``ThresholdedReluConfig`` alpha 1 (``nn.Threshold(1.0, 0.0)``),
+``HardShrinkConfig``/``SoftShrinkConfig`` lambda 0.5, ``GeluApproximate`` ``approximate="tanh"``;
+``InstanceNormConfig`` is affine (torch's ``affine=True``), ``RmsNormConfig``'s eps is 1e-5.
+Burn's ``HardSigmoid`` (alpha 0.2, not torch's 1/6) is checked against its formula; its
+``SwiGlu`` and ``Shrink`` have no torch module (``test_burn_tensor_ports_10`` has SwiGLU's
+formula), and ``test_match_feature_size`` is a config accessor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812
+from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
+
+BURN_INPUT = np.array([[-1.0, -0.5, 0.0], [1.0, 0.5, 0.0]], dtype=np.float32)
+
+
+def close(actual, expected, tol=1e-5):
+    assert actual is not None, "expected a gradient, got None"
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=tol, atol=tol)
+
+
+def output_weights(shape):
+    """Distinct weights for ``(module(x) * w).sum()``: every output's gradient differs."""
+    return np.linspace(-1.0, 2.0, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+
+
+def compare_with_torch(make, base, tol=1e-5):
+    """``make(nn)`` (``nn`` is ``rg.nn`` or ``torch.nn``) on ``base``: the outputs and the
+    gradients of ``(out * w).sum()`` for the input and each parameter, retrograd's against
+    torch's."""
+    module, reference = make(rg.nn), make(torch.nn)
+    x = rg.tensor(base).require_grad()
+    out = module(x)
+    w = output_weights(out.shape)
+    grads = (out * rg.tensor(w)).sum().backward()
+    tx = torch.tensor(base, requires_grad=True)
+    expected = reference(tx)
+    (expected * torch.tensor(w)).sum().backward()
+    close(out, expected.detach().numpy(), tol)
+    close(x.grad(grads), tx.grad.numpy(), tol)
+    params = dict(module.named_parameters())
+    reference_params = dict(reference.named_parameters())
+    assert params.keys() == reference_params.keys()
+    for name, param in params.items():
+        close(param.grad(grads), reference_params[name].grad.numpy(), tol)
+
+
+ACTIVATIONS = {
+    "identity": lambda nn: nn.Identity(),
+    "gelu": lambda nn: nn.GELU(),
+    "gelu_approximate": lambda nn: nn.GELU(approximate="tanh"),
+    "prelu": lambda nn: nn.PReLU(),
+    "relu": lambda nn: nn.ReLU(),
+    "leaky_relu": lambda nn: nn.LeakyReLU(0.01),
+    "selu": lambda nn: nn.SELU(),
+    "sigmoid": lambda nn: nn.Sigmoid(),
+    "tanh": lambda nn: nn.Tanh(),
+    "softsign": lambda nn: nn.Softsign(),
+    "elu": lambda nn: nn.ELU(1.0),
+    "softplus": lambda nn: nn.Softplus(1.0),
+    "celu": lambda nn: nn.CELU(1.0),
+    "thresholded_relu": lambda nn: nn.Threshold(1.0, 0.0),
+    "hard_shrink": lambda nn: nn.Hardshrink(0.5),
+    "soft_shrink": lambda nn: nn.Softshrink(0.5),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation_wrapper(name):
+    compare_with_torch(ACTIVATIONS[name], BURN_INPUT)
+
+
+def test_activation_wrapper_prelu_weight_gradient_at_zero():
+    # PReLU's weight collects x where x <= 0: the zeros add nothing, as in torch
+    compare_with_torch(lambda nn: nn.PReLU(3, 0.1), np.tile(BURN_INPUT, (2, 1)))
+
+
+def test_activation_wrapper_hard_sigmoid():
+    # Burn's HardSigmoidConfig::new(): clamp(0.2 x + 0.5, 0, 1), whose slope is 0.2 inside
+    # and 0 where it clamps (+-3 here)
+    base = BURN_INPUT * 3.0
+    x = rg.tensor(base).require_grad()
+    out = F.hard_sigmoid(x)
+    close(out, np.clip(0.2 * base + 0.5, 0.0, 1.0))
+    w = output_weights(out.shape)
+    inside = np.abs(0.2 * base) < 0.5
+    close(x.grad((out * rg.tensor(w)).sum().backward()), np.where(inside, w * 0.2, 0.0))
+
+
+NORMALIZATIONS = {
+    # (module, input shape): Burn's inputs are ones, channels second for batch/group/instance
+    # norm and last for layer/RMS norm
+    "batch_norm": (lambda nn: nn.BatchNorm2d(12), (2, 12, 3, 4)),
+    "group_norm": (lambda nn: nn.GroupNorm(3, 12), (2, 12, 3, 4)),
+    "instance_norm": (lambda nn: nn.InstanceNorm2d(12, affine=True), (2, 12, 3, 4)),
+    "layer_norm": (lambda nn: nn.LayerNorm(12), (2, 3, 4, 12)),
+    "rms_norm": (lambda nn: nn.RMSNorm(12, eps=1e-5), (2, 3, 4, 12)),
+    "identity_norm": (lambda nn: nn.Identity(), (2, 12, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMALIZATIONS))
+def test_normalization_wrapper_on_a_constant_input(name):
+    make, shape = NORMALIZATIONS[name]
+    # a zero variance: the input gradient is (g - mean g) / sqrt(eps), hundreds of times g
+    compare_with_torch(make, np.ones(shape, dtype=np.float32), 1e-4)
+
+
+@pytest.mark.parametrize("name", list(NORMALIZATIONS))
+def test_normalization_wrapper_on_a_varied_input(name):
+    make, shape = NORMALIZATIONS[name]
+    base = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
+    compare_with_torch(make, base, 1e-4)
