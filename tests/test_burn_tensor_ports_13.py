@@ -129,3 +129,121 @@ def test_normalization_wrapper_on_a_varied_input(name):
     make, shape = NORMALIZATIONS[name]
     base = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
     compare_with_torch(make, base, 1e-4)
+
+
+# ---- burn-nn src/modules/pool/{max,avg}_pool{1,2}d.rs and src/padding.rs -------------------------
+# Burn's PaddingConfig (Valid, Same, Explicit) maps to torch's padding argument where torch has
+# one (``"valid"``, ``"same"`` for convolutions, a symmetric int or tuple) and to ``F.pad`` before
+# the op otherwise (Burn's asymmetric Explicit(top, left, bottom, right) and an even kernel's Same,
+# which pads one more at the end): max pools pad with -inf, as Burn's do, average pools with
+# zeros that count (Burn's count_include_pad default). Burn's pools accept a padding over half
+# the kernel; torch's (API.md's) refuse it, so that case checks the error.
+
+
+class ModuleOf:
+    """A callable as a module without parameters, for ``compare_with_torch``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        return self.fn(x)
+
+    def named_parameters(self):
+        return iter(())
+
+
+POOLS = ["MaxPool1d", "AvgPool1d", "MaxPool2d", "AvgPool2d"]
+
+
+def pool_input(name, batch_shape=(1, 2)):
+    spatial = (4, 5) if name.endswith("2d") else (5,)
+    return np.arange(np.prod(batch_shape + spatial), dtype=np.float32).reshape(
+        batch_shape + spatial
+    )
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pool_default_stride_is_the_kernel(name):
+    # default_strides_match_kernel_size: [2, 2] and [1, 2] in 2-d (each dimension's own), 2 in 1-d
+    kernel_size = 2 if name.endswith("1d") else (1, 2)
+    assert getattr(rg.nn, name)(kernel_size).stride == kernel_size
+    compare_with_torch(lambda nn: getattr(nn, name)(kernel_size), pool_input(name))
+
+
+def padded_pool(nn, name, pad, kernel=3):
+    """Burn's pool with an explicit (possibly asymmetric) padding: ``F.pad`` then the pool."""
+    functional = F if nn is rg.nn else torch.nn.functional
+    value = -float("inf") if name.startswith("Max") else 0.0
+    pool = getattr(nn, name)(kernel, stride=1)
+    return lambda x: pool(functional.pad(x, pad, value=value))
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pool_asymmetric_and_symmetric_explicit_padding(name):
+    # asymmetric_padding_forward: top=1, left=2, bottom=3, right=4 on [1, 2, 4, 5] -> [1, 2, 6, 9]
+    # (1-d: left=1, right=2 on length 5 -> 6); symmetric_explicit_padding_forward: 2 all round ->
+    # [1, 2, 6, 7] (1-d: 7)
+    two_d = name.endswith("2d")
+    cases = [((2, 4, 1, 3), (1, 2, 6, 9)), ((2, 2, 2, 2), (1, 2, 6, 7))]
+    if not two_d:
+        cases = [((1, 2), (1, 2, 6)), ((2, 2), (1, 2, 7))]
+    for pad, shape in cases:
+        assert padded_pool(rg.nn, name, pad)(rg.ones(pool_input(name).shape)).shape == shape
+        compare_with_torch(
+            lambda nn, pad=pad: ModuleOf(padded_pool(nn, name, pad)), pool_input(name)
+        )
+    # Burn pads 2 inside the pool; torch's pools refuse more than half the kernel
+    with pytest.raises(rg.ShapeError, match="must be at most half the kernel"):
+        getattr(rg.nn, name)(3, stride=1, padding=2)(rg.tensor(pool_input(name)))
+
+
+@pytest.mark.parametrize("name", ["MaxPool2d", "AvgPool2d"])
+def test_pool_same_padding_with_an_even_kernel(name):
+    # same_with_even_kernel_uses_asymmetric_padding: kernel [2, 2], stride 1, Same on
+    # [1, 2, 5, 5] keeps [5, 5] by padding one at the bottom and right
+    base = np.random.default_rng(5).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    assert padded_pool(rg.nn, name, (0, 1, 0, 1), 2)(rg.tensor(base)).shape == (1, 2, 5, 5)
+    compare_with_torch(lambda nn: ModuleOf(padded_pool(nn, name, (0, 1, 0, 1), 2)), base)
+
+
+@pytest.mark.parametrize(
+    "conv, padding, spatial",
+    [
+        # padding.rs: PaddingConfig1d::Valid / Explicit(1, 2) / Same (kernel 3, stride 1,
+        # length 10: (1, 1)); PaddingConfig2d::Valid / Explicit(1, 2, 3, 4) (pairs (1, 3) and
+        # (2, 4)) / Explicit(2, 3, 2, 3) (symmetric [2, 3]); PaddingConfig3d::Valid /
+        # Explicit(1, 2, 3) / Same (odd kernel: [1, 1, 1])
+        ("Conv1d", "valid", (10,)),
+        ("Conv1d", (1, 2), (10,)),
+        ("Conv1d", "same", (10,)),
+        ("Conv2d", "valid", (6, 7)),
+        ("Conv2d", (2, 4, 1, 3), (6, 7)),
+        ("Conv2d", (2, 3), (6, 7)),
+        ("Conv3d", "valid", (4, 5, 6)),
+        ("Conv3d", (1, 2, 3), (4, 5, 6)),
+        ("Conv3d", "same", (4, 5, 6)),
+    ],
+    ids=str,
+)
+def test_padding_configs(conv, padding, spatial):
+    n = len(spatial)
+    base = np.random.default_rng(7).standard_normal((1, 2) + spatial).astype(np.float32)
+    asymmetric = isinstance(padding, tuple) and len(padding) == 2 * n
+
+    def make(nn):
+        torch.manual_seed(0)
+        layer = getattr(torch.nn, conv)(2, 3, 3, padding=0 if asymmetric else padding)
+        module = getattr(nn, conv)(2, 3, 3, padding=0 if asymmetric else padding)
+        if nn is rg.nn:
+            module.load_state_dict({k: v.detach().numpy() for k, v in layer.state_dict().items()})
+        else:
+            module = layer
+        if not asymmetric:
+            return module
+        functional = F if nn is rg.nn else torch.nn.functional
+        wrapped = ModuleOf(lambda x: module(functional.pad(x, padding)))
+        wrapped.named_parameters = module.named_parameters
+        return wrapped
+
+    compare_with_torch(make, base, 1e-4)
