@@ -1,6 +1,8 @@
-"""burn-nn's wrapper tests (tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747):
-``crates/burn-nn/src/activation/activation_wrapper.rs`` and
-``crates/burn-nn/src/modules/norm/normalization_wrapper.rs``, not ported before. Burn checks that
+"""burn-nn's tests beside its code (tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747)
+not ported before: ``crates/burn-nn/src/activation/activation_wrapper.rs``,
+``src/modules/norm/normalization_wrapper.rs``, ``src/modules/pool/{max,avg}_pool{1,2}d.rs``,
+``src/padding.rs`` and the argument checks of ``src/modules/conv/*.rs`` (their sections below
+say how Burn's configs map to torch's). Burn checks that
 its ``Activation``/``Normalization`` enums give what the wrapped module gives; their torch
 counterparts are the ``rg.nn`` modules themselves, so each case runs the ``rg.nn`` module on
 Burn's input and checks the output and the gradients (input and parameters) against the same
@@ -245,5 +247,59 @@ def test_padding_configs(conv, padding, spatial):
         wrapped = ModuleOf(lambda x: module(functional.pad(x, padding)))
         wrapped.named_parameters = module.named_parameters
         return wrapped
+
+    compare_with_torch(make, base, 1e-4)
+
+
+# ---- burn-nn src/modules/conv/conv{1,2,3}d.rs, conv_transpose1d.rs: argument checks --------------
+
+
+@pytest.mark.parametrize("module", ["Conv2d", "ConvTranspose2d"])
+def test_conv_module_channels_with_groups(module):
+    # channels_with_groups_is_invalid: 3 input channels in 2 groups
+    with pytest.raises(rg.InvalidArgumentError, match=rf"{module}: .*divisible by groups 2"):
+        getattr(rg.nn, module)(3, 4, 3, groups=2)
+    # Burn's ConvOptions check a zero group count; torch's modules say "groups must be a
+    # positive integer" (retrograd said "must be divisible by groups 0")
+    for groups in (0, -1):
+        with pytest.raises(rg.InvalidArgumentError, match=rf"{module}: groups must be a positive"):
+            getattr(rg.nn, module)(2, 4, 3, groups=groups)
+
+
+def test_conv_module_padding_strings_are_checked_when_built():
+    # torch refuses padding="same" with a stride, and an unknown padding string, in the
+    # constructor; retrograd built the module and failed only at its first forward
+    with pytest.raises(rg.InvalidArgumentError, match=r"Conv2d: padding='same' .* strided"):
+        rg.nn.Conv2d(2, 3, 3, stride=(1, 2), padding="same")
+    with pytest.raises(rg.InvalidArgumentError, match="Conv1d: invalid padding string 'full'"):
+        rg.nn.Conv1d(2, 3, 3, padding="full")
+    assert rg.nn.Conv2d(2, 3, 3, stride=2, padding="valid").padding == "valid"
+
+
+def test_conv_module_input_channels_mismatch():
+    # input_channels_mismatch (conv1d.rs, conv_transpose1d.rs, ...): the error names the op and
+    # the channel counts, and the module stays usable
+    conv = rg.nn.Conv1d(2, 3, 3)
+    with pytest.raises(rg.ShapeError, match="conv1d: input has 4 channels but weight expects 2"):
+        conv(rg.ones((1, 4, 6)))
+    transposed = rg.nn.ConvTranspose1d(2, 3, 3)
+    with pytest.raises(rg.ShapeError, match="conv_transpose1d: input has 4 channels"):
+        transposed(rg.ones((1, 4, 6)))
+    assert conv(rg.ones((1, 2, 6))).shape == (1, 3, 4)
+
+
+def test_conv3d_same_padding_with_an_even_kernel():
+    # Burn's same_with_even_kernel_is_invalid (conv3d.rs, deform_conv2d.rs): torch pads an even
+    # kernel's "same" one more at the end, and so does retrograd (API.md follows torch)
+    base = np.random.default_rng(3).standard_normal((1, 2, 3, 4, 3)).astype(np.float32)
+
+    def make(nn):
+        torch.manual_seed(1)
+        layer = torch.nn.Conv3d(2, 3, 2, padding="same")
+        if nn is torch.nn:
+            return layer
+        module = rg.nn.Conv3d(2, 3, 2, padding="same")
+        module.load_state_dict({k: v.detach().numpy() for k, v in layer.state_dict().items()})
+        return module
 
     compare_with_torch(make, base, 1e-4)
