@@ -1,6 +1,7 @@
 """burn-nn's tests beside its code (tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747)
 not ported before: ``crates/burn-nn/src/activation/activation_wrapper.rs``,
 ``src/modules/norm/normalization_wrapper.rs``, ``src/modules/pool/{max,avg}_pool{1,2}d.rs``,
+``src/modules/norm/group.rs``'s half-precision case,
 ``src/padding.rs`` and the argument checks of ``src/modules/conv/*.rs`` (their sections below
 say how Burn's configs map to torch's). Burn checks that
 its ``Activation``/``Normalization`` enums give what the wrapped module gives; their torch
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 
+import backends
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
@@ -303,3 +305,85 @@ def test_conv3d_same_padding_with_an_even_kernel():
         return module
 
     compare_with_torch(make, base, 1e-4)
+
+
+HALF_NORMS = {
+    # Burn's case is GroupNorm(4, 64) on [1, 64, 64, 64] (65,536 values per group); 1,024
+    # values per group already overflow 16 bits in the backward, and keep the test small
+    "group_norm": (lambda nn: nn.GroupNorm(4, 16, affine=False), (1, 16, 16, 16)),
+    "instance_norm": (lambda nn: nn.InstanceNorm2d(4), (1, 4, 32, 32)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(HALF_NORMS))
+def test_norm_half_precision_large_group(name, dtype):
+    # group.rs group_norm_f16_large_group_does_not_underflow_mean: a large group of 0.5s gives
+    # zeros. torch takes half-precision statistics in float32; retrograd's composite took them
+    # in 16 bits, and the backward's sum over the group overflowed to inf: the gradient was NaN
+    # everywhere. Half precision is the torch backend's (API.md section 9); NumPy's refuses it.
+    make, shape = HALF_NORMS[name]
+    if not backends.on_torch():
+        with pytest.raises(rg.DTypeError, match=dtype):
+            rg.full(shape, 0.5, dtype=dtype)
+        return
+    weights = np.linspace(-1.0, 1.0, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    # Burn's constant input under a uniform upstream gradient (whose sum is what overflowed),
+    # and a varied input under distinct weights
+    for base, upstream in (
+        (np.full(shape, 0.5, dtype=np.float32), np.full(shape, 2.0)),
+        (weights * 3.0, weights),
+    ):
+        x = rg.tensor(base).cast(dtype).require_grad()
+        out = make(rg.nn)(x)
+        assert out.dtype == dtype
+        grads = (out * rg.tensor(upstream).cast(dtype)).sum().backward()
+        grad = x.grad(grads)
+        assert grad.dtype == dtype
+        # the reference is torch's in float64 (torch's own float16 backward rounds its
+        # (g - mean g) terms in 16 bits and strays further from it than retrograd's)
+        reference = torch.tensor(base, dtype=torch.float64, requires_grad=True)
+        expected = make(torch.nn).double()(reference)
+        (expected * torch.tensor(upstream)).sum().backward()
+        tol = 3e-2 if dtype == "bfloat16" else 3e-3  # a few roundings in 8 or 11 bits
+        np.testing.assert_allclose(
+            out.float().numpy(), expected.float().detach().numpy(), rtol=tol, atol=tol
+        )
+        np.testing.assert_allclose(
+            grad.float().numpy(), reference.grad.float().numpy(), rtol=tol, atol=tol
+        )
+    assert make(rg.nn)(rg.full(shape, 0.5, dtype=dtype)).abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rms_norm_half_precision(dtype):
+    # Found beside the group-norm case: rms_norm's default eps (torch's finfo(dtype).eps) had
+    # no half-precision entry, so F.rms_norm and nn.RMSNorm refused float16/bfloat16 inputs as
+    # "invalid arguments", and its mean of squares overflowed 16 bits (300 squared is past
+    # float16's 65504): torch takes it in float32.
+    if not backends.on_torch():
+        return  # (the NumPy backend has no half-precision tensors: checked above)
+    torch_dtype = getattr(torch, dtype)
+    data = np.array([[3.0, 4.0, 1e-3, -2.0], [300.0, 300.0, -300.0, 300.0]], dtype=np.float32)
+    x = rg.tensor(data).cast(dtype).require_grad()
+    out = F.rms_norm(x, 4)
+    reference = torch.tensor(data).to(torch_dtype).requires_grad_()
+    expected = torch.nn.functional.rms_norm(reference, (4,))
+    tol = 1e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(
+        out.float().numpy(), expected.float().detach().numpy(), rtol=tol, atol=tol
+    )
+    w = rg.tensor(weights_like_half(out.shape)).cast(dtype)
+    grad = x.grad((out * w).sum().backward())
+    (expected * torch.tensor(weights_like_half(out.shape)).to(torch_dtype)).sum().backward()
+    np.testing.assert_allclose(
+        grad.float().numpy(), reference.grad.float().numpy(), rtol=tol, atol=tol
+    )
+    module = rg.nn.RMSNorm(4).to(dtype=dtype)
+    np.testing.assert_allclose(
+        module(x.detach()).float().numpy(), expected.float().detach().numpy(), rtol=tol, atol=tol
+    )
+
+
+def weights_like_half(shape):
+    return np.linspace(-1.0, 1.0, int(np.prod(shape)), dtype=np.float32).reshape(shape)
