@@ -1,11 +1,10 @@
 """burn-nn's tests beside its code (tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747)
 not ported before: ``crates/burn-nn/src/activation/activation_wrapper.rs``,
 ``src/modules/norm/normalization_wrapper.rs``, ``src/modules/pool/{max,avg}_pool{1,2}d.rs``,
-``src/modules/norm/group.rs``'s half-precision case,
-``src/padding.rs`` and the argument checks of ``src/modules/conv/*.rs`` (their sections below
-say how Burn's configs map to torch's). Burn checks that
-its ``Activation``/``Normalization`` enums give what the wrapped module gives; their torch
-counterparts are the ``rg.nn`` modules themselves, so each case runs the ``rg.nn`` module on
+``src/modules/norm/group.rs``'s half-precision case, ``src/padding.rs`` and the argument checks
+of ``src/modules/conv/*.rs`` (their sections below say how Burn's configs map to torch's).
+Burn checks that its ``Activation``/``Normalization`` enums give what the wrapped module gives;
+their torch counterparts are the ``rg.nn`` modules themselves, so each case runs the module on
 Burn's input and checks the output and the gradients (input and parameters) against the same
 torch module, under every checkpointing strategy on the chosen inner backend. Burn's inputs put
 points on the kinks (``0`` for ReLU, PReLU, LeakyReLU, ``+-0.5`` for the shrinks) and make every
@@ -362,7 +361,9 @@ def test_rms_norm_half_precision(dtype):
     # "invalid arguments", and its mean of squares overflowed 16 bits (300 squared is past
     # float16's 65504): torch takes it in float32.
     if not backends.on_torch():
-        return  # (the NumPy backend has no half-precision tensors: checked above)
+        with pytest.raises(rg.DTypeError, match=dtype):
+            rg.tensor([1.0]).cast(dtype)
+        return
     torch_dtype = getattr(torch, dtype)
     data = np.array([[3.0, 4.0, 1e-3, -2.0], [300.0, 300.0, -300.0, 300.0]], dtype=np.float32)
     x = rg.tensor(data).cast(dtype).require_grad()
