@@ -110,17 +110,21 @@ class IndexingMixin:
         if isinstance(index, numbers.Integral) and not isinstance(index, bool):
             d = normalize_dim("select", dim, self.ndim)
             return self[(slice(None),) * d + (int(index),)]
-        return self.index_select(dim, index)
+        return self._index_select("select", dim, index)
 
     def index_select(self, dim: int, index: Any) -> Any:
         """The entries of ``index`` (int64, 1-d; a 0-d index counts as one entry) along
         ``dim`` (torch's ``index_select``, Burn's ``select``)."""
+        return self._index_select("index_select", dim, index)
+
+    def _index_select(self, op: str, dim: int, index: Any) -> Any:
+        # ``op`` is the name the caller used (select or index_select): errors name it.
         if self.ndim == 0:  # torch's: dim 0 or -1 and one index into the one value
-            return self._on_scalar("index_select", dim, index).index_select(0, index).reshape(())
-        d = normalize_dim("index_select", dim, self.ndim)
+            return self._on_scalar(op, dim, index)._index_select(op, 0, index).reshape(())
+        d = normalize_dim(op, dim, self.ndim)
         if isinstance(index, TensorBase) and index.ndim == 0:
             index = index.reshape((1,))
-        indices = _index_tensor("index_select", self, index, d, one_dim=True)
+        indices = _index_tensor(op, self, index, d, one_dim=True)
         return self._apply("select", (self, indices), (d,))
 
     def index_add(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:

@@ -23,6 +23,12 @@ from ._common import (
 
 
 # -- convolution -----------------------------------------------------------------------------------
+def _check_kernel(fn: str, kernel: tuple[int, ...], shapes: str) -> None:
+    # An empty kernel would give an output of bias alone; torch refuses it.
+    if 0 in kernel:
+        raise ShapeError(f"{fn}: kernel size must be positive, got {shape_text(kernel)}; {shapes}")
+
+
 def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     x, weight = _float_pair(fn, x, weight, "weight")
     x, squeeze = _batched(fn, x, spatial)
@@ -36,6 +42,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     groups = _ints(fn, "groups", groups, 1, 1)[0]
     kernel = weight.shape[2:]
     shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
+    _check_kernel(fn, kernel, shapes)
     same_crop = None
     if isinstance(padding, str):
         if padding == "valid":
@@ -161,6 +168,7 @@ def _conv_transpose(
             f"(weight is [in_channels, out_channels/groups, *kernel], groups={groups}); {shapes}"
         )
     kernel = weight.shape[2:]
+    _check_kernel(fn, kernel, shapes)
     out_size = tuple(
         conv_transpose_output_size(*args)
         for args in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)

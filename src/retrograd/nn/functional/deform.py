@@ -43,6 +43,8 @@ def deform_conv2d(
     batch, channels, height, width = x.shape
     out_channels, group_channels, kh, kw = weight.shape
     taps = kh * kw
+    if taps == 0:
+        raise ShapeError(f"{fn}: weight {shape_text(weight.shape)} has an empty kernel")
     if (
         group_channels == 0
         or channels % group_channels
@@ -57,7 +59,12 @@ def deform_conv2d(
     ow = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"{fn}: input {shape_text(x.shape)} is smaller than the kernel")
-    if offset.shape[0] != batch or offset.shape[2:] != (oh, ow) or offset.shape[1] % (2 * taps):
+    if (
+        offset.shape[0] != batch
+        or offset.shape[2:] != (oh, ow)
+        or offset.shape[1] == 0  # no offset groups: Burn's "offset groups must be non-zero"
+        or offset.shape[1] % (2 * taps)
+    ):
         raise ShapeError(
             f"{fn}: offset must be [{batch}, 2 * offset_groups * {taps}, {oh}, {ow}], got "
             f"{shape_text(offset.shape)}"

@@ -319,17 +319,18 @@ def instance_norm(
         return _affine_only(fn, x, weight, bias, channels)
     if use_input_stats:
         dims = tuple(range(2, x.ndim))
-        mean = _mean_over(fn, x, dims)
-        centered = x - mean
+        work = _opmath(x)
+        mean = _mean_over(fn, work, dims)
+        centered = work - mean
         variance = _mean_over(fn, centered.square(), dims)
-        out = centered * (variance + float(eps)).sqrt().recip()
+        out = (centered * (variance + float(eps)).sqrt().recip()).cast(x.dtype)
         if running_mean is not None and running_var is not None:
             m = float(momentum)
             batch_mean = mean.detach().mean(0).reshape((channels,))
             batch_var = (variance.detach() * (count / (count - 1))).mean(0).reshape((channels,))
             for buffer, stat in ((running_mean, batch_mean), (running_var, batch_var)):
                 old = buffer.detach().cast(x.dtype)
-                assign(buffer, old * (1.0 - m) + stat * m, fn)
+                assign(buffer, old * (1.0 - m) + stat.cast(x.dtype) * m, fn)
     else:
         if running_mean is None or running_var is None:
             raise InvalidArgumentError(f"{fn}: use_input_stats=False needs running statistics")
@@ -507,10 +508,10 @@ def group_norm(
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
-    grouped = x.reshape((x.shape[0], int(num_groups), per_group))
+    grouped = _opmath(x).reshape((x.shape[0], int(num_groups), per_group))
     centered = grouped - grouped.mean_dim(-1)
     variance = centered.square().mean_dim(-1)
-    out = (centered * (variance + float(eps)).sqrt().recip()).reshape(x.shape)
+    out = (centered * (variance + float(eps)).sqrt().recip()).reshape(x.shape).cast(x.dtype)
     if scale is not None:
         out = out * scale
     if shift is not None:
@@ -519,7 +520,21 @@ def group_norm(
 
 
 #: ``torch.finfo(dtype).eps``: the default ``eps`` of :func:`rms_norm`
-_MACHINE_EPSILON = {"float32": 2.0**-23, "float64": 2.0**-52}
+_MACHINE_EPSILON = {
+    "float16": 2.0**-10,
+    "bfloat16": 2.0**-7,
+    "float32": 2.0**-23,
+    "float64": 2.0**-52,
+}
+
+#: the dtypes whose statistics torch accumulates in float32 (its "opmath" type)
+_HALF = ("float16", "bfloat16")
+
+
+def _opmath(x: Tensor) -> Tensor:
+    """``x`` in the dtype its statistics are taken in: float32 for a half-precision ``x`` (a
+    composite's sums over many values would overflow, or lose the mean, in 16 bits)."""
+    return x.cast("float32") if x.dtype in _HALF else x
 
 
 def rms_norm(
@@ -556,7 +571,8 @@ def rms_norm(
     if eps is None:
         eps = _MACHINE_EPSILON[x.dtype]
     dims = tuple(range(x.ndim - k, x.ndim))
-    out = x * (_mean_over(fn, x.square(), dims) + float(eps)).sqrt().recip()
+    work = _opmath(x)
+    out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).sqrt().recip()).cast(x.dtype)
     if weight is not None:
         weight = _as_tensor(fn, x, weight, "weight")
         if weight.shape != shape:

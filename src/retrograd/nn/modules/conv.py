@@ -53,7 +53,9 @@ class _ConvNd(Module):
     ):
         super().__init__()
         name = type(self).__name__
-        if groups < 1 or in_channels % groups or out_channels % groups:
+        if groups < 1:
+            raise InvalidArgumentError(f"{name}: groups must be a positive integer, got {groups}")
+        if in_channels % groups or out_channels % groups:
             raise InvalidArgumentError(
                 f"{name}: in_channels {in_channels} and out_channels {out_channels} must be "
                 f"divisible by groups {groups}"
@@ -63,8 +65,19 @@ class _ConvNd(Module):
                 f"{name}: padding_mode {padding_mode!r} is not supported (expected 'zeros', "
                 "'reflect', 'replicate' or 'circular'; transposed convolutions: 'zeros')"
             )
-        dtype = dtype or default_float_dtype()
         n = self.spatial
+        if isinstance(padding, str):
+            # torch refuses these when the module is built, not at its first forward
+            if padding not in ("valid", "same"):
+                raise InvalidArgumentError(
+                    f"{name}: invalid padding string {padding!r}, should be 'valid' or 'same'"
+                )
+            if padding == "same" and any(s != 1 for s in _tuple(stride, n)):
+                raise InvalidArgumentError(
+                    f"{name}: padding='same' is not supported for strided convolutions "
+                    f"(stride {stride})"
+                )
+        dtype = dtype or default_float_dtype()
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _tuple(kernel_size, n)
         self.stride = _tuple(stride, n)
