@@ -140,6 +140,7 @@ def _empty_ops(rng, shape):
     ord_ = float(c(1, 3, float("inf"), 0, -1))
     size = int(c(1, 2))
     minlength = int(c(0, 2))
+    matrix_ord = c("fro", "nuc", 1, -1, 2, -2, float("inf"), -float("inf"))
     return {
         "sum": lambda lib, x: x.sum(d, keepdim=keep),
         "sum_all": lambda lib, x: x.sum(),
@@ -348,6 +349,9 @@ def _empty_ops(rng, shape):
         "eq_scalar": lambda lib, x: x == 0,
         "allclose": lambda lib, x: lib.allclose(x.double(), x.double() + 1),
         "equal": lambda lib, x: lib.equal(x, x.clone()),
+        "matrix_norm": lambda lib, x: lib.linalg.matrix_norm(
+            x if n > 1 else x[:, None], ord=matrix_ord, keepdim=keep
+        ),
         "item": lambda lib, x: x.item(),
         "tolist": lambda lib, x: str(x.tolist()),
     }
@@ -381,8 +385,9 @@ FLOAT_ONLY = {
 #: ``dtype=`` of a reduction or scan over a tensor that requires grad: torch refuses, "Autograd
 #: not support dtype"; retrograd casts first, dropping the graph as ``x.long()`` does in both,
 #: a deliberate difference: ``detach()`` keeps a leaf's requirement in retrograd (Burn's), and
-#: ``x.detach().cumsum(0, dtype=int64)`` must work)
-NO_GRAD = {"unique", "cumsum_dtype"}
+#: ``x.detach().cumsum(0, dtype=int64)`` must work. A matrix norm of an empty matrix: torch
+#: returns 0 for the largest-type orders, then refuses their backward)
+NO_GRAD = {"unique", "cumsum_dtype", "matrix_norm"}
 
 
 @gen("empty")
@@ -901,10 +906,8 @@ PROMOTE_TENSOR_ONLY = {
 
 
 #: no gradients: torch has no derivative of heaviside; its derivative of ldexp with an
-#: integer exponent is 0 (``2 ** other`` in integers: 0 for a negative one), a torch bug;
-#: retrograd's nextafter has no derivative where torch's is 1 in ``self`` (found by this
-#: round, left: nothing real differentiates through it)
-PROMOTE_NO_GRAD = {"heaviside", "ldexp", "nextafter"}
+#: integer exponent is 0 (``2 ** other`` in integers: 0 for a negative one), a torch bug
+PROMOTE_NO_GRAD = {"heaviside", "ldexp"}
 #: no gradients with a bool operand: torch's backward subtracts bool tensors and refuses
 PROMOTE_NO_GRAD_BOOL = {"logaddexp", "logaddexp2", "lerp_weight", "lerp_", "lerp_end"}
 #: a float value requiring grad written into an integer tensor: torch refuses ("Autograd not

@@ -283,3 +283,32 @@ def test_the_same_ops_still_take_one_float_operand():
     # (and the refusal above, so this test fails where the refusals are missing)
     want, got = _both(lambda lib: lib.logaddexp(lib.tensor([1]), lib.tensor([2])))
     assert isinstance(want, Exception) and isinstance(got, rg.DTypeError), got
+
+
+def test_nextafter_passes_the_gradient_to_its_input():
+    # nextafter was never differentiable; torch's gradient is the incoming one for ``self``
+    # and 0 for ``other``
+    grads = []
+    for lib in (torch, rg):
+        a = lib.tensor([1.0, 2.0, -0.5], dtype=lib.float64, requires_grad=True)
+        b = lib.tensor([3.0, 0.0, -0.5], dtype=lib.float64, requires_grad=True)
+        y = lib.nextafter(a, b)
+        w = lib.tensor([2.0, -3.0, 0.5], dtype=lib.float64)
+        ga, gb = lib.autograd.grad((y * w).sum(), [a, b], allow_unused=True)
+        grads.append((ga.numpy(), np.zeros(3) if gb is None else gb.numpy()))
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("order", [1, 2, float("inf")])
+def test_largest_type_matrix_norms_of_empty_matrices_are_zero(order):
+    # matrix_norm (and linalg.norm) of an empty matrix at ord 1, 2 or inf raised "amax: cannot
+    # reduce an empty tensor"; torch's is 0, the largest of no non-negative values
+    for shape in [(0, 0), (2, 3, 0), (2, 0, 3)]:
+        want, got = _both(
+            lambda lib, s=shape: lib.linalg.matrix_norm(lib.zeros(s, dtype=lib.float64), ord=order)
+        )
+        assert tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        want, got = _both(lambda lib, s=shape: lib.linalg.norm(lib.zeros(s[-2:]), ord=order))
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -150,8 +150,12 @@ class IndexingMixin:
                 f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
         _same_dtype("index_reduce", self, source)
-        if self.dtype == "bool":
-            raise DTypeError("index_reduce: not implemented for bool tensors (as in torch)")
+        if self.dtype == "bool" and (self.ndim <= 1 or reduce == "mean"):
+            # (torch's kernel for one dimension has no bool form, nor its mean a bool division)
+            raise DTypeError(
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
+                f"{reduce!r} (as in torch)"
+            )
         source = lift(self, source, "index_reduce")
         x = self.reshape((1,)) if self.ndim == 0 else self  # (a 0-d tensor: its one value)
         d = normalize_dim("index_reduce", dim, x.ndim)

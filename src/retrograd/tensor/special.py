@@ -372,8 +372,9 @@ class SpecialMixin:
         return FrexpResult(mantissa, exponent)
 
     def nextafter(self, other: Any) -> Any:
-        """The next float after ``self`` towards ``other`` (float tensors; not
-        differentiable, as in torch)."""
+        """The next float after ``self`` towards ``other`` (float tensors); the gradient
+        passes to ``self`` where it steps (0 where it equals ``other``) and is 0 for
+        ``other``, as torch's."""
         x, y = promote(self, operand(self, other, "nextafter"), "nextafter")
         if x.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"nextafter: expected floating point tensors, got {x.dtype}")

@@ -247,7 +247,9 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
         # (torch's 3-d kernel also refuses a batched input without channels, its 1-d and
         # 2-d ones not)
         _refuse_empty_window(fn, x, squeeze, channels=spatial == 3)
-    if not all(sizes) or not all(x.shape[2:]):  # torch's empty output, or its NaN means
+    # torch's empty output, or its NaN means (and no kernel for an empty batch or no
+    # channels: the torch backend's 3-d one refuses them where torch's function takes them)
+    if not all(sizes) or not x.numel():
         dims = tuple(range(2, x.ndim))
         out = x.mean(dims, keepdim=True).expand((*x.shape[:2], *(int(o) for o in sizes)))
         return _unbatched(out, squeeze)
