@@ -55,7 +55,7 @@ from .tensor.functions import (
     sigmoid,
     sinc,
 )
-from .tensor.special import GAMMAINC, GAMMAINCC, float_operands, xlogy
+from .tensor.special import GAMMAINC, GAMMAINCC, float_kernel_operands, float_operands, xlogy
 
 __all__ = [
     "airy_ai",
@@ -160,10 +160,12 @@ def _unary(name: str, kernel: str | None = None, params: tuple = ()) -> Callable
     return function
 
 
-def _binary(name: str, op: TensorOp, params: tuple = ()) -> Callable[..., Tensor]:
+def _binary(
+    name: str, op: TensorOp, params: tuple = (), operands: Callable = float_operands
+) -> Callable[..., Tensor]:
     def function(input: Any, other: Any, *, out: Any = None) -> Tensor:  # noqa: A002
         _no_out(f"special.{name}", out)
-        x, y = float_operands(name, input, other)
+        x, y = operands(name, input, other)
         return x._apply(op, (x, y), params)
 
     function.__name__ = function.__qualname__ = name
@@ -188,8 +190,9 @@ ndtri = _unary("ndtri")
 entr = _unary("entr")
 xlog1py = _binary("xlog1py", TensorOp("xlog1py"))
 zeta = _binary("zeta", TensorOp("zeta"))
-gammainc = _binary("gammainc", GAMMAINC)
-gammaincc = _binary("gammaincc", GAMMAINCC)
+# (torch has float kernels only: two integer operands are refused)
+gammainc = _binary("gammainc", GAMMAINC, operands=float_kernel_operands)
+gammaincc = _binary("gammaincc", GAMMAINCC, operands=float_kernel_operands)
 
 airy_ai = _bessel("airy_ai")
 bessel_j0 = _bessel("bessel_j0")

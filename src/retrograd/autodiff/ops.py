@@ -497,6 +497,13 @@ binary(
     lambda B, g, x, out: B.div(B.mul(g, x), out),
     lambda B, g, y, out: B.div(B.mul(g, y), out),
 )
+# torch's: the gradient passes to ``x`` where it steps (0 where ``x`` is ``y`` already), 0 to
+# ``y``
+binary(
+    "nextafter",
+    lambda B, g, x, y: B.mask_fill(g, B.equal(x, y), 0.0),
+    _zeros_like_rule,
+)
 
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
@@ -1038,7 +1045,6 @@ for _name in (
     "lower_equal",
     "logical_and",
     "logical_or",
-    "nextafter",
     "floor_divide",
     "gcd",
     "lcm",

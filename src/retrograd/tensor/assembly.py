@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
-from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, lift
 from .creation import tensor, zeros
 from .functions import _method, lift_input
@@ -291,6 +291,7 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
         sorted_sequence = sorted_sequence.gather(-1, sorter)
     if not isinstance(values, TensorBase):
         values = _like(sorted_sequence, values)
+    _refuse_bools("searchsorted", sorted_sequence, values)
     if sorted_sequence.ndim > 1 and sorted_sequence.shape[:-1] != values.shape[:-1]:
         raise ShapeError(
             "searchsorted: the leading dimensions of sorted_sequence "
@@ -314,9 +315,24 @@ def isin(
         elements = _like(test_elements, elements)
     if not isinstance(test_elements, TensorBase):
         test_elements = _like(elements, test_elements)
+    if "bool" in (elements.dtype, test_elements.dtype):
+        raise DTypeError(
+            f"isin: not implemented for bool tensors (as in torch), got elements "
+            f"{elements.dtype} and test_elements {test_elements.dtype}"
+        )
     tests = lift(elements, test_elements, "isin").reshape((-1,))
     found = elements.unsqueeze_dim(-1).equal(tests).any(-1)  # an empty test set: all False
     return found.logical_not() if invert else found
+
+
+def _refuse_bools(op: str, boundaries: Any, values: Any) -> None:
+    """torch's binary search compares in the two tensors' common dtype, which has no bool
+    kernel (no values: nothing to search, no refusal)."""
+    if boundaries.dtype == "bool" and values.dtype == "bool" and values.numel():
+        raise DTypeError(
+            f"{op}: not implemented for bool boundaries and bool values (as in torch); cast "
+            "either to int64"
+        )
 
 
 def _like(reference: Any, value: Any) -> Any:

@@ -362,6 +362,14 @@ class ElementwiseMixin:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
         ``end`` when ``weight >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
+        if not isinstance(weight, SCALAR_TYPES):
+            weight = lift(self, weight, "lerp")
+            if weight.dtype != self.dtype and not weight.ndim and end.dtype == self.dtype:
+                # torch takes a 0-d weight of another dtype, the three promoted together (a
+                # float one makes integer ends float)
+                target = promoted_dtype_of(self, end, weight)
+                if target in FLOAT_DTYPES:
+                    return self.cast(target).lerp(end.cast(target), weight.cast(target))
         if not self.is_float() or end.dtype != self.dtype:  # torch: no promotion in lerp
             raise DTypeError(
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
@@ -369,10 +377,10 @@ class ElementwiseMixin:
             )
         diff = end - self
         if not isinstance(weight, SCALAR_TYPES):
-            weight = lift(self, weight, "lerp")
             if weight.dtype != self.dtype:
                 raise DTypeError(
-                    f"lerp: expected weight of the input's dtype {self.dtype}, got {weight.dtype}"
+                    f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
+                    f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
             near_start = self + weight * diff
             near_end = end - diff * (1.0 - weight)

@@ -122,7 +122,6 @@ _METHODS = {
         "reciprocal",
         "relu",
         "remainder",
-        "repeat_interleave",
         "reshape",
         "roll",
         "round",
@@ -353,6 +352,39 @@ def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
     """``torch.max``: the largest element; ``(values, indices)`` along a dim; or the
     elementwise maximum of two tensors."""
     return lift_input("max", input).max(*args, **kwargs)
+
+
+def repeat_interleave(
+    input: Any,  # noqa: A002 (torch's name)
+    repeats: Any = None,
+    dim: int | None = None,
+    *,
+    output_size: int | None = None,
+) -> Any:
+    """``torch.repeat_interleave``: ``input.repeat_interleave(repeats, dim)``; with ``input``
+    alone, a 1-d int64 tensor of counts, each index ``i`` repeated ``input[i]`` times (the
+    index of every element of a ``repeat_interleave`` by those counts)."""
+    name = "repeat_interleave"
+    if repeats is not None:
+        return lift_input(name, input).repeat_interleave(repeats, dim, output_size=output_size)
+    counts = lift_input(name, input)
+    if dim is not None:
+        raise InvalidArgumentError(f"{name}: dim needs repeats; got counts alone and dim={dim}")
+    if counts.dtype != "int64":
+        raise DTypeError(f"{name}: counts alone must be an int64 tensor, got {counts.dtype}")
+    if counts.ndim != 1:
+        raise ShapeError(
+            f"{name}: counts alone must be a 1-d tensor, got {shape_text(counts.shape)}"
+        )
+    host = np.asarray(counts.tolist(), dtype=np.int64)
+    if (host < 0).any():
+        raise ShapeError(f"{name}: counts must be non-negative, got {host.tolist()}")
+    indices = np.repeat(np.arange(host.size, dtype=np.int64), host)
+    if output_size is not None and output_size != indices.size:
+        raise ShapeError(
+            f"{name}: output_size {output_size} does not match the counts' total {indices.size}"
+        )
+    return from_host(type(counts)._result, indices, "int64", counts._backend, counts._device)
 
 
 def split(tensor: Any, split_size_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
@@ -635,6 +667,11 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
     """The index of the bucket of each value in the sorted 1-d ``boundaries``: the number of
     boundaries below it (``right=False``: ``boundaries[i-1] < v <= boundaries[i]``)."""
     edges = lift(input, boundaries, "bucketize")
+    if input.dtype == "bool" and edges.dtype == "bool" and input.numel():
+        raise DTypeError(
+            "bucketize: not implemented for a bool input and bool boundaries (as in torch); "
+            "cast either to int64"
+        )
     if edges.ndim != 1:
         raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
     values = input.unsqueeze_dim(-1)
@@ -851,6 +888,7 @@ __all__ = sorted(
         "min",
         "numel",
         "polygamma",
+        "repeat_interleave",
         "split",
         "pow",
         "std_mean",

@@ -154,6 +154,12 @@ class IndexingMixin:
                 f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
         _same_dtype("index_reduce", self, source)
+        if self.dtype == "bool" and (self.ndim <= 1 or reduce == "mean"):
+            # (torch's kernel for one dimension has no bool form, nor its mean a bool division)
+            raise DTypeError(
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
+                f"{reduce!r} (as in torch)"
+            )
         source = lift(self, source, "index_reduce")
         x = self.reshape((1,)) if self.ndim == 0 else self  # (a 0-d tensor: its one value)
         d = normalize_dim("index_reduce", dim, x.ndim)
@@ -185,6 +191,11 @@ class IndexingMixin:
             indices = _from_end("index_fill", self, _one_dim(index), d)
             region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
+        if isinstance(values, TensorBase) and values.ndim:
+            raise ShapeError(
+                f"index_fill: the value must be a number or a 0-d tensor (as in torch), got a "
+                f"tensor of shape {shape_text(values.shape)}"
+            )
         if isinstance(values, TensorBase):
             filler = values.cast(self.dtype).expand(region)
         else:

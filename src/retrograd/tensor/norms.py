@@ -193,7 +193,9 @@ def matrix_norm(
     if ord in ("nuc", 2, -2):
         rest = [d for d in range(A.ndim) if d not in (d0, d1)]
         values = _singular_values(A.permute(*rest, d0, d1))
-        if ord == "nuc":
+        # (no singular values: torch's largest is 0, the identity of a maximum of
+        # non-negative values, as its sum; its smallest is refused)
+        if ord == "nuc" or (ord == 2 and values.shape[-1] == 0):
             result = values.sum(-1)
         else:
             result = values.amax(-1) if ord == 2 else values.amin(-1)
@@ -203,7 +205,10 @@ def matrix_norm(
     if abs(ord) == math.inf:
         d0, d1 = d1, d0
     sums = A.abs().sum((d0,), keepdim=True)
-    result = sums.amax((d1,), keepdim=True) if ord > 0 else sums.amin((d1,), keepdim=True)
+    if ord > 0:  # (no columns, or rows: torch's largest sum is 0, as their sum)
+        result = sums.amax((d1,), keepdim=True) if sums.shape[d1] else sums.sum((d1,), True)
+    else:
+        result = sums.amin((d1,), keepdim=True)
     return _drop(result, tuple(sorted((d0, d1))), keepdim)
 
 

@@ -296,7 +296,8 @@ class ReduceMixin:
         hold one (its first position as the index); with ``dim``, ``(values, indices)``
         along it. Without ``dim`` the gradient is shared among the elements equal to the
         median, as torch's."""
-        if self.dtype == "bool" and self.numel():
+        # (torch's median of all of an empty bool tensor is True; along a dim it refuses)
+        if self.dtype == "bool" and (self.numel() or dim is not None):
             raise DTypeError("median: not implemented for bool tensors (as in torch)")
         if dim is None:
             flat = self.reshape((-1,))

@@ -98,7 +98,8 @@ class SelectionMixin:
     @scalar_dims
     def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """:meth:`median` ignoring NaN (the lower middle of the others; NaN where all are)."""
-        if self.dtype == "bool" and self.numel():
+        # (torch's nanmedian of all of an empty bool tensor is True; along a dim it refuses)
+        if self.dtype == "bool" and (self.numel() or dim is not None):
             raise DTypeError("nanmedian: not implemented for bool tensors (as in torch)")
         if dim is None:
             flat = self.reshape((-1,))

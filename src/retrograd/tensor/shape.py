@@ -16,8 +16,8 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
-from ._dispatch import lift, normalize_dim, result_dtype, scalar_dims
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, reported, shape_text
+from ._dispatch import TensorBase, lift, normalize_dim, result_dtype, scalar_dims
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
 from .views import is_contiguous, link, strides_of, view_error, view_strides
@@ -271,20 +271,40 @@ class ShapeMixin:
         reads it to size the output)."""
         x = self.reshape(-1) if dim is None else self
         d = 0 if dim is None else normalize_dim("repeat_interleave", dim, x.ndim)
+        if isinstance(repeats, TensorBase):
+            if repeats.dtype != "int64":
+                raise DTypeError(
+                    f"repeat_interleave: repeats must be an int64 tensor, got {repeats.dtype}"
+                )
+            if repeats.ndim > 1:
+                raise ShapeError(
+                    f"repeat_interleave: repeats must be a 0-d or 1-d tensor, got shape "
+                    f"{shape_text(repeats.shape)}"
+                )
+            counts = repeats.tolist()
+            # (one count, a 0-d or one-element tensor, broadcasts over the dimension, as torch)
+            repeats = counts if isinstance(counts, list) and len(counts) != 1 else repeats.item()
         if isinstance(repeats, numbers.Integral):
             if repeats < 0:
                 raise ShapeError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
             shape = x.shape
             out = x.unsqueeze_dim(d + 1).expand(shape[: d + 1] + (int(repeats),) + shape[d + 1 :])
-            return out.reshape(shape[:d] + (shape[d] * int(repeats),) + shape[d + 1 :])
-        counts = [int(n) for n in (repeats.tolist() if hasattr(repeats, "tolist") else repeats)]
-        if len(counts) != x.shape[d] or any(n < 0 for n in counts):
+            out = out.reshape(shape[:d] + (shape[d] * int(repeats),) + shape[d + 1 :])
+        else:
+            counts = [int(n) for n in repeats]
+            if len(counts) != x.shape[d] or any(n < 0 for n in counts):
+                raise ShapeError(
+                    f"repeat_interleave: repeats must have one non-negative count per element "
+                    f"of dimension {d} (size {x.shape[d]}), got {len(counts)}"
+                )
+            index = [i for i, n in enumerate(counts) for _ in range(n)]
+            out = x.index_select(d, index)
+        if output_size is not None and output_size != out.shape[d]:
             raise ShapeError(
-                f"repeat_interleave: repeats must have one non-negative count per element of "
-                f"dimension {d} (size {x.shape[d]}), got {len(counts)}"
+                f"repeat_interleave: output_size {output_size} does not match the repeated "
+                f"size {out.shape[d]} of dimension {d}"
             )
-        index = [i for i, n in enumerate(counts) for _ in range(n)]
-        return x.index_select(d, index)
+        return out
 
     def roll(self, shifts: Any, dims: Any = None) -> Any:
         """Elements shifted ``shifts`` places along ``dims`` (wrapping around); without

@@ -80,6 +80,19 @@ def _floats(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     return promote(a, operand(a, b, op), op, True)
 
 
+def float_kernel_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
+    """:func:`float_operands` for the functions torch has float kernels only for: two integer
+    or bool operands are refused (torch promotes them among themselves, then finds no
+    kernel), one float operand is enough."""
+    x, y = (a, operand(a, b, op)) if isinstance(a, TensorBase) else (operand(b, a, op), b)
+    if x.dtype in ("int64", "bool") and y.dtype in ("int64", "bool"):
+        raise DTypeError(
+            f"{op}: not implemented for {x.dtype} and {y.dtype} operands (as in torch); cast "
+            "either to a floating dtype"
+        )
+    return float_operands(op, a, b)
+
+
 def float_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     """The two operands of a binary float function taking a tensor and a tensor or a number,
     either side (torch's ``Tensor, Number`` and ``Number, Tensor`` overloads), promoted to one
@@ -164,11 +177,11 @@ class SpecialMixin:
         """The regularized lower incomplete gamma function ``P(self, other)`` (torch's
         ``igamma``, ``rg.special.gammainc``); differentiable in ``other`` only, as torch's:
         a gradient for ``self`` raises ``rg.AutodiffError``."""
-        return self._apply(GAMMAINC, float_operands("igamma", self, other))
+        return self._apply(GAMMAINC, float_kernel_operands("igamma", self, other))
 
     def igammac(self, other: Any) -> Any:
         """``1 - igamma(self, other)``, accurate where ``igamma`` is near 1."""
-        return self._apply(GAMMAINCC, float_operands("igammac", self, other))
+        return self._apply(GAMMAINCC, float_kernel_operands("igammac", self, other))
 
     def xlogy(self, other: Any) -> Any:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
@@ -334,7 +347,14 @@ class SpecialMixin:
     def ldexp(self, other: Any) -> Any:
         """``self * 2**other``, as torch computes it (``2**other`` in float; the product
         promotes, so a 0-d float64 ``other`` makes an int or bool ``self``'s result float64)."""
-        return self * operand(self, other, "ldexp").__rpow__(2.0)
+        exponent = operand(self, other, "ldexp")
+        if self.dtype in FLOAT_DTYPES and exponent.dtype == "bool":
+            # (torch's float kernel takes no bool exponent; an integer mantissa's promotes)
+            raise DTypeError(
+                f"ldexp: not implemented for a {self.dtype} input with a bool exponent (as in "
+                "torch); cast the exponent to int64"
+            )
+        return self * exponent.__rpow__(2.0)
 
     def frexp(self) -> Any:
         """``(mantissa, exponent)`` with ``self = mantissa * 2**exponent`` and ``0.5 <=
@@ -352,8 +372,9 @@ class SpecialMixin:
         return FrexpResult(mantissa, exponent)
 
     def nextafter(self, other: Any) -> Any:
-        """The next float after ``self`` towards ``other`` (float tensors; not
-        differentiable, as in torch)."""
+        """The next float after ``self`` towards ``other`` (float tensors); the gradient
+        passes to ``self`` where it steps (0 where it equals ``other``) and is 0 for
+        ``other``, as torch's."""
         x, y = promote(self, operand(self, other, "nextafter"), "nextafter")
         if x.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"nextafter: expected floating point tensors, got {x.dtype}")
@@ -442,7 +463,7 @@ class SpecialMixin:
 def _logaddexp(
     op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
 ) -> Any:
-    x, y = _floats(op, a, b)
+    x, y = float_kernel_operands(op, a, b)
     out = x.maximum(y) + softplus_of_gap((x - y).abs())
     out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
     if not (x.requires_grad or y.requires_grad):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -47,7 +49,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
                 f"{fn}: bias must have shape [{weight.shape[0]}], got {shape_text(bias.shape)}"
             )
     # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
-    flat = x.reshape((-1, x.shape[-1])) if x.ndim > 2 else x
+    # (the row count spelled out: ``-1`` cannot say it when there are no features)
+    flat = x.reshape((math.prod(lead), x.shape[-1])) if x.ndim > 2 else x
     if x.ndim >= 2 and (bias is None or bias.dtype == x.dtype):
         # one op, PyTorch's addmm: the bias lands in the product's own output, no second array
         empty = bias is None

@@ -416,14 +416,16 @@ def batch_norm(
         mean, variance = (value.reshape(column) for value in running)
         normalized = (x - mean) * (variance + float(eps)).sqrt().recip()
         return _affine_only(fn, normalized, weight, bias, channels)
-    if not x.numel():  # torch's empty batch: an empty result, the statistics left alone
-        return _affine_only(fn, x, weight, bias, channels)
-    count = x.numel() // channels
-    if count <= 1:
+    # (torch counts the values per channel from the shape: one is refused even without
+    # channels, where there are no values at all)
+    if x.shape[0] * math.prod(x.shape[2:]) == 1:
         raise InvalidArgumentError(
             f"{fn}: expected more than 1 value per channel when training, got input "
             f"{shape_text(x.shape)}"
         )
+    if not x.numel():  # torch's empty batch: an empty result, the statistics left alone
+        return _affine_only(fn, x, weight, bias, channels)
+    count = x.numel() // channels
     # One fused op: the batch's statistics, the normalization and the affine map, with a
     # joint backward (the backend's batch_norm_backward). An absent weight or bias is the
     # empty [0] tensor that tells the kernel there is none.

@@ -43,6 +43,11 @@ def _pool_input(fn: str, x: Any, integers: bool) -> Tensor:
 
 
 def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
+    if x.shape[1] == 0:  # (``x`` batched: torch refuses no channels, batched or not)
+        raise ShapeError(
+            f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
+            f"{x.shape[1]} channels; input {shape_text(x.shape)}"
+        )
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
     no_stride = stride is None or (not isinstance(stride, numbers.Integral) and len(stride) == 0)
     stride = kernel if no_stride else _ints(fn, "stride", stride, spatial, 1)
@@ -239,8 +244,12 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     if not all(isinstance(o, numbers.Integral) and o >= 0 for o in sizes):
         raise ShapeError(f"{fn}: output_size must be non-negative ints, got {output_size!r}")
     if any(o != 1 for o in sizes):  # (to one cell torch takes the mean: NaN of nothing)
-        _refuse_empty_window(fn, x, squeeze)
-    if not all(sizes) or not all(x.shape[2:]):  # torch's empty output, or its NaN means
+        # (torch's 3-d kernel also refuses a batched input without channels, its 1-d and
+        # 2-d ones not)
+        _refuse_empty_window(fn, x, squeeze, channels=spatial == 3)
+    # torch's empty output, or its NaN means (and no kernel for an empty batch or no
+    # channels: the torch backend's 3-d one refuses them where torch's function takes them)
+    if not all(sizes) or not x.numel():
         dims = tuple(range(2, x.ndim))
         out = x.mean(dims, keepdim=True).expand((*x.shape[:2], *(int(o) for o in sizes)))
         return _unbatched(out, squeeze)
@@ -320,7 +329,7 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
         raise ShapeError(
             f"{fn}: output_size must be {spatial} non-negative ints, got {output_size!r}"
         )
-    _refuse_empty_window(fn, x, squeeze)
+    _refuse_empty_window(fn, x, squeeze, channels=True)
     if not all(sizes):  # torch's empty output (and indices)
         dims = tuple(range(2, x.ndim))
         out = _unbatched(x.sum(dims, keepdim=True).expand((*x.shape[:2], *sizes)), squeeze)
@@ -341,12 +350,13 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     return _unbatched(cells, squeeze)
 
 
-def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool) -> None:
+def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool, channels: bool = False) -> None:
     """torch's adaptive pools refuse an empty spatial dimension: every window would be empty
     (an average of nothing, NaN, where torch refuses). ``x`` is batched; ``squeeze``: the
-    input was not (the message shows the input as given)."""
-    if any(n == 0 for n in x.shape[2:]):
-        given = x.shape[1:] if squeeze else x.shape
+    input was not (the message shows the input as given). With ``channels``, also a batched
+    input without channels (the first dimension of an unbatched one is its batch, to torch)."""
+    given = x.shape[1:] if squeeze else x.shape
+    if any(n == 0 for n in x.shape[2:]) or (channels and not squeeze and x.shape[1] == 0):
         raise ShapeError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
             f"{shape_text(given)}"

@@ -107,7 +107,9 @@ def interpolate(
             )
         out_size = tuple(math.floor(n * f) for n, f in zip(in_size, factors))
         scales = (None,) * spatial if recompute_scale_factor else factors
-    if any(n < 1 for n in out_size) or any(n < 1 for n in in_size):
+    # (area mode is adaptive average pooling, which decides on empty inputs itself)
+    empty_input = mode != "area" and (x.shape[1] == 0 or any(n < 1 for n in in_size))
+    if any(n < 1 for n in out_size) or empty_input:
         raise ShapeError(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
@@ -222,8 +224,15 @@ def pad(
             f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
             f"{x.ndim} dimensions of the input of shape {shape_text(x.shape)}"
         )
+    padded = len(amounts) // 2
+    if mode != "constant" and not (1 <= padded <= 3 and padded + 1 <= x.ndim <= padded + 2):
+        raise ShapeError(
+            f"{fn}: {mode} padding takes 1 to 3 (left, right) pairs and an input of [C, *] or "
+            f"[N, C, *] with one dimension per pair (as torch); got pad {amounts} for an input "
+            f"of shape {shape_text(x.shape)}"
+        )
     out, copied = x, False
-    for pair in range(len(amounts) // 2):
+    for pair in range(padded):
         dim = x.ndim - 1 - pair
         left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
         size = out.shape[dim]
@@ -266,12 +275,14 @@ def pad(
         # a negative amount on one side included: pad by the positive amounts, then crop
         grow = (max(0, left), max(0, right))
         too_wide = mode == "reflect" and max(grow) > size - 1
+        # (torch's kernels take [C, *] or [N, C, *] with any batch but some channels)
+        no_channels = x.shape[x.ndim - 1 - padded] == 0
         # (torch's one-dimensional kernels refuse an empty result, its 2-d and 3-d ones not)
         smallest = 1 if len(amounts) == 2 else 0
-        if size == 0 or too_wide or size + left + right < smallest:
+        if size == 0 or too_wide or size + left + right < smallest or no_channels:
             raise ShapeError(
                 f"{fn}: {mode} padding ({left}, {right}) needs dimension {dim} larger than the "
-                f"padding, and a non-empty result, got size {size} (input shape "
+                f"padding, some channels and a non-empty result, got size {size} (input shape "
                 f"{shape_text(x.shape)})"
             )
         indices = np.pad(np.arange(size, dtype=np.int64), grow, mode=_PAD_MODES[mode])
@@ -349,6 +360,11 @@ def unfold(
         x = x.unsqueeze_dim(0)
     if x.ndim != 4:
         raise ShapeError(f"{fn}: expected a 3-d or 4-d input, got {shape_text(input.shape)}")
+    if x.shape[1] == 0:  # (torch's: any batch, but some channels)
+        raise ShapeError(
+            f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
+            f"{shape_text(input.shape)}"
+        )
     x = pad(x, (pw, pw, ph, ph)) if ph or pw else x
     n, c, h, w = x.shape
     oh = (h - dh * (kh - 1) - 1) // sh + 1
