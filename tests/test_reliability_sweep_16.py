@@ -368,20 +368,44 @@ _PROPAGATION = {
 }
 
 
+#: Ops whose float32 value at an infinity depends on the machine in torch: its vectorized
+#: float32 gelu gives gelu(inf) = nan on AVX2/AVX-512 lanes and inf elsewhere (a one-element
+#: tensor, other CPUs; float64 gives inf). Either of torch's answers is accepted for these
+#: (the torch backend runs torch's kernel, the NumPy backend gives float64's inf).
+_FLOAT32_LANES_DIFFER = {"gelu"}
+
+
+def _value_and_grad(op, lib_dtype):
+    x = torch.tensor(_NAN, dtype=lib_dtype, requires_grad=True)
+    out = op(torch, TF, x)
+    grad = None
+    if out.is_floating_point():
+        out.sum().backward()
+        grad = x.grad.float().numpy()
+    return out.detach().float().numpy(), grad
+
+
+def _assert_matches_one_of(ours, references, rtol, atol=0.0):
+    close = [
+        np.isclose(ours, ref, rtol=rtol, atol=atol, equal_nan=True)
+        for ref in references
+        if ref is not None
+    ]
+    assert np.logical_or.reduce(close).all(), (ours, references)
+
+
 @pytest.mark.parametrize("name", sorted(_PROPAGATION))
 def test_nan_and_infinities_propagate_as_in_torch(name):
     op = _PROPAGATION[name]
-    xt = torch.tensor(_NAN, requires_grad=True)
-    out_t = op(torch, TF, xt)
+    theirs = [_value_and_grad(op, torch.float32)]
+    if name in _FLOAT32_LANES_DIFFER:
+        theirs.append(_value_and_grad(op, torch.float64))
     xr = rg.tensor(_NAN).require_grad()
     out_r = op(rg, F, xr)
-    np.testing.assert_allclose(out_r.numpy(), out_t.detach().numpy(), rtol=1e-5, equal_nan=True)
-    if out_t.is_floating_point():
-        out_t.sum().backward()
+    _assert_matches_one_of(out_r.numpy(), [value for value, _ in theirs], rtol=1e-5)
+    if theirs[0][1] is not None:
         grad = xr.grad(out_r.sum().backward())
-        np.testing.assert_allclose(
-            grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-6, equal_nan=True
-        )
+        _assert_matches_one_of(grad.numpy(), [g for _, g in theirs], rtol=1e-4, atol=1e-6)
 
 
 _BIG = 2**62
