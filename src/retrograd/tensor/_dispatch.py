@@ -58,6 +58,7 @@ __all__ = [
     "TensorBase",
     "TensorOp",
     "apply",
+    "check_same_dtype",
     "check_scalar",
     "dispatch",
     "from_host",
@@ -190,6 +191,16 @@ def scalar_value(value: Any, dtype: str) -> Any:
     if dtype == "int64":
         return int(value)
     return bool(value)
+
+
+def check_same_dtype(op: str, x: Any, source: Any) -> None:
+    """torch's refusal of a source tensor of another dtype than ``x`` (the ops that write a
+    source into ``x``, such as ``index_add`` and ``scatter_reduce``, do not promote)."""
+    if isinstance(source, TensorBase) and source.dtype != x.dtype:
+        raise DTypeError(
+            f"{op}: self ({x.dtype}) and source ({source.dtype}) must have the same dtype, "
+            "as in torch; cast one of them"
+        )
 
 
 def check_scalar(op: str, value: Any) -> Any:

@@ -42,6 +42,7 @@ from ..errors import (
 from ._dispatch import (
     FLOAT_DTYPES,
     TensorBase,
+    check_same_dtype,
     lift,
     no_generator,
     normalize_dim,
@@ -51,7 +52,7 @@ from ._dispatch import (
 )
 from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
-from .indexing import _same_dtype, check_values
+from .indexing import check_values
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -288,7 +289,7 @@ class SelectionMixin:
         """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"prod"``,
         ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
         among the values that tie for the result, as torch's backward does."""
-        _same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
+        check_same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
         if reduce == "mean" and self.dtype == "bool":
             raise DTypeError(
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
