@@ -16,6 +16,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..backend.sizes import check_allocation
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import lift, normalize_dim, result_dtype, scalar_dims
 from .layouts import check_memory_format, refuse_format_query
@@ -69,6 +70,9 @@ class ShapeMixin:
         aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
         ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
         check_memory_format("contiguous", memory_format, self.ndim)
+        # an expanded tensor may hold far fewer values than its shape says (a broadcast):
+        # torch copies it out here, so a shape no machine holds is refused here too
+        check_allocation("contiguous", self.shape, self.dtype)
         if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
             return self
         return type(self)._result(self._prim, self._backend, self._device)
@@ -253,7 +257,10 @@ class ShapeMixin:
         sizes = varargs_shape("repeat", by_keyword("repeat", sizes, "repeats", repeats))
         if len(sizes) < self.ndim:
             raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor with {self.ndim} dimensions")
-        out = self._apply("reshape", (self,), ((1,) * (len(sizes) - self.ndim) + self.shape,))
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        result = tuple(n * times for n, times in zip(shape, sizes))
+        check_allocation("repeat", result, self.dtype, f"input {shape_text(self.shape)}")
+        out = self._apply("reshape", (self,), (shape,))
         for dim, times in enumerate(sizes):
             out = out.repeat_dim(dim, times)
         return out

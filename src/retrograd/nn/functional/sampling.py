@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend.sizes import check_allocation
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -358,6 +359,13 @@ def unfold(
             f"{fn}: the kernel ({kh}, {kw}) with dilation ({dh}, {dw}) does not fit the padded "
             f"input {shape_text(x.shape)}"
         )
+    # one slice per kernel offset: a result no machine holds is refused before the loop
+    check_allocation(
+        fn,
+        (n, c * kh * kw, oh * ow),
+        x.dtype,
+        f"input {shape_text(input.shape)}, kernel_size ({kh}, {kw})",
+    )
     blocks = [
         x[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
         for i in range(kh)
@@ -402,6 +410,7 @@ def fold(
         raise ShapeError(
             f"{fn}: expected {oh * ow} blocks for output_size ({height}, {width}), got {length}"
         )
+    check_allocation(fn, (n, c, hp, wp), cols.dtype, f"input {shape_text(input.shape)}")
     blocks = cols.reshape((n, c, kh * kw, oh, ow))
     canvas = wrap(cols, cols.backend.zeros((n, c, hp, wp), cols.dtype, cols.device))
     for i in range(kh):
