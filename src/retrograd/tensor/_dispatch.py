@@ -62,6 +62,9 @@ __all__ = [
     "check_scalar",
     "dispatch",
     "from_host",
+    "int_argument",
+    "int_arguments",
+    "int_dims",
     "lift",
     "no_generator",
     "normalize_dim",
@@ -229,10 +232,40 @@ def checked_generator(op: str, generator: Any) -> Any:
     raise DTypeError(f"{op}: generator must be an rg.Generator, got {type(generator).__name__}")
 
 
+def int_argument(op: str, value: Any, name: str = "argument") -> Any:
+    """``value`` as torch's argument parser reads an int (a size, a count, a dimension, an
+    index): a 0-d int64 tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
+    ``topk(k=t)``), a 0-d tensor of another dtype is refused as torch refuses it (a
+    :class:`~retrograd.errors.DTypeError`); anything else comes back as given, for the
+    caller's own checks. The one place every int argument goes through for this."""
+    if isinstance(value, TensorBase) and value.ndim == 0:
+        if value.dtype == "int64":
+            return int(value.item())
+        raise DTypeError(
+            f"{op}: {name} must be an int (or a 0-d int64 tensor), got a 0-d {value.dtype} tensor"
+        )
+    return value
+
+
+def int_arguments(op: str, values: Any, name: str = "argument") -> Any:
+    """:func:`int_argument` of ``values``, or of each of them where it is a list or tuple."""
+    if isinstance(values, (list, tuple)):
+        return type(values)(int_argument(op, v, name) for v in values)
+    return int_argument(op, values, name)
+
+
+def int_dims(op: str, dim: Any) -> tuple[Any, ...]:
+    """``dim`` (an int, a 0-d int tensor, or several of them) as a tuple, each read by
+    :func:`int_argument`."""
+    dim = int_arguments(op, dim, "dimension")
+    return (dim,) if isinstance(dim, numbers.Integral) else tuple(int_arguments(op, tuple(dim)))
+
+
 def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0, scalar: bool = False) -> int:
     """``dim`` in ``[-(ndim+extra), ndim+extra)`` mapped to a non-negative index. ``scalar``:
     a 0-d tensor takes ``0`` and ``-1`` as torch's shape ops do (its one dimension when seen
     as ``[1]``), mapped to 0."""
+    dim = int_argument(op, dim, "dimension")
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
     size = ndim + extra
@@ -277,8 +310,16 @@ def scalar_dims(method: Any = None, *, position: int = 0) -> Any:
     if method is None:
         return functools.partial(scalar_dims, position=position)
 
+    op = method.__name__
+
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # a dim given as a 0-d int tensor (or several) is read as torch reads it
+        if len(args) > position and isinstance(args[position], TensorBase | list | tuple):
+            dim = int_arguments(op, args[position], "dimension")
+            args = (*args[:position], dim, *args[position + 1 :])
+        if "dim" in kwargs:
+            kwargs = {**kwargs, "dim": int_arguments(op, kwargs["dim"], "dimension")}
         if (args or kwargs) and self.ndim == 0:  # (no dim given: nothing to wrap)
             if "dim" in kwargs and _is_scalar_dim(kwargs["dim"]):
                 dim = kwargs["dim"]

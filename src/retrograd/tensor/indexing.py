@@ -37,6 +37,7 @@ from ._dispatch import (
     check_same_dtype,
     check_scalar,
     from_host,
+    int_argument,
     lift,
     normalize_dim,
     promote,
@@ -206,6 +207,7 @@ class IndexingMixin:
         ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more than
         the largest index (a host read, as in torch). An int64 tensor gives int64; a float
         tensor of whole class values gives that float dtype, as Burn's float ``one_hot``."""
+        num_classes = int_argument("one_hot", num_classes, "num_classes")
         if self.is_floating_point():
             values = self.detach()
             if values.numel() and not bool((values == values.round()).all().item()):
@@ -564,6 +566,7 @@ def _triangle(op: str, t: Any, diagonal: int) -> Any:
     array is made or copied to a device."""
     if t.ndim < 2:
         raise ShapeError(f"{op}: needs at least 2 dimensions, got shape {shape_text(t.shape)}")
+    diagonal = int_argument(op, diagonal, "diagonal")
     if not isinstance(diagonal, numbers.Integral) or isinstance(diagonal, bool):
         raise ShapeError(f"{op}: diagonal must be an int, got {diagonal!r}")
     rows, cols = t.shape[-2:]

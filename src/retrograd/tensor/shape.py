@@ -18,7 +18,15 @@ from typing import Any
 
 from ..backend.sizes import check_allocation
 from ..errors import IndexOutOfRangeError, ShapeError, reported, shape_text
-from ._dispatch import lift, normalize_dim, result_dtype, scalar_dims
+from ._dispatch import (
+    int_argument,
+    int_arguments,
+    int_dims,
+    lift,
+    normalize_dim,
+    result_dtype,
+    scalar_dims,
+)
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
 from .views import is_contiguous, link, strides_of, view_error, view_strides
@@ -278,6 +286,7 @@ class ShapeMixin:
         reads it to size the output)."""
         x = self.reshape(-1) if dim is None else self
         d = 0 if dim is None else normalize_dim("repeat_interleave", dim, x.ndim)
+        repeats = int_argument("repeat_interleave", repeats, "repeats")
         if isinstance(repeats, numbers.Integral):
             if repeats < 0:
                 raise ShapeError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
@@ -334,7 +343,7 @@ class ShapeMixin:
         if dim is None:
             drop = {d for d, n in enumerate(shape) if n == 1}
         else:
-            dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+            dims = int_dims("squeeze", dim)
             drop = {normalize_dim("squeeze", d, len(shape)) for d in dims}
             drop = {d for d in drop if shape[d] == 1}
         if not drop:
@@ -439,6 +448,7 @@ class ShapeMixin:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
         """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller); a
         tuple, as torch's (``x.chunk(2) + (y,)``)."""
+        chunks = int_argument("chunk", chunks, "chunks")
         if not isinstance(chunks, numbers.Integral) or chunks <= 0:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
@@ -459,6 +469,7 @@ class ShapeMixin:
         larger), or pieces between the given indices."""
         d = normalize_dim("tensor_split", dim, self.ndim)
         size = self.shape[d]
+        indices_or_sections = int_arguments("tensor_split", indices_or_sections, "sections")
         if isinstance(indices_or_sections, numbers.Integral):
             n = int(indices_or_sections)
             if n <= 0:
@@ -484,6 +495,7 @@ class ShapeMixin:
         a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
+        split_size = int_arguments("split", split_size, "split_size")
         if isinstance(split_size, numbers.Integral):
             if split_size < 0 or (split_size == 0 and size > 0):
                 raise ShapeError(
@@ -505,6 +517,7 @@ class ShapeMixin:
     def unfold(self, dim: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
         (windows of size 0 too, as torch's)."""
+        size, step = int_argument("unfold", size, "size"), int_argument("unfold", step, "step")
         if self.ndim == 0 and dim in (0, -1):
             # torch: a 0-d tensor is one element along one dimension, its window that
             # dimension (shape (size,))
@@ -595,6 +608,7 @@ def by_keyword(op: str, args: tuple[Any, ...], keyword: str, value: Any) -> tupl
 def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""
+    args = tuple(int_arguments(op, args, "size"))
     if len(args) == 1 and not _a_size(args[0]):
         return shape_arg(args[0], op)
     if not all(_a_size(n) for n in args):
@@ -613,6 +627,7 @@ def _a_size(n: Any) -> bool:
 def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
     """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
     or a str does not, as in torch) as a tuple of ints."""
+    shape = int_arguments(op, shape, "size")
     if _a_size(shape):
         return (operator.index(shape),)
     try:
@@ -622,7 +637,7 @@ def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
 
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:
-    return (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    return int_dims("dims", dims)
 
 
 def keep_zero_dims(own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from ...tensor.internal import (
     TensorOp,
     apply,
     check_indices,
+    int_arguments,
     shape_text,
 )
 from ._common import (
@@ -232,6 +233,7 @@ def max_pool2d(
 
 def _adaptive_avg_pool(fn, spatial, x, output_size):
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    output_size = int_arguments(fn, output_size, "output_size")
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     output_size = tuple(output_size)
@@ -316,6 +318,7 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     one window at a time: the gradient goes to each window's maximum, as torch's. With
     ``return_indices``, also each maximum's flat index in its ``[N, C]`` plane."""
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    output_size = int_arguments(fn, output_size, "output_size")
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))

@@ -20,6 +20,7 @@ from ...tensor import Tensor, cat, full, stack
 from ...tensor.internal import (
     TensorOp,
     apply,
+    int_arguments,
     shape_text,
     wrap,
 )
@@ -215,7 +216,7 @@ def pad(
         )
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
-    amounts = list(pad)
+    amounts = list(int_arguments(fn, tuple(pad), "pad"))
     if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
         raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")
     if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
