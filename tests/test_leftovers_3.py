@@ -226,11 +226,19 @@ def test_counting_a_lazy_modules_parameters_raises_and_the_first_call_builds_the
     assert layer.weight is weight and type(weight) is rg.nn.Parameter
     assert repr(layer) == "Linear(in_features=3, out_features=4, bias=True)"
     assert sum(p.numel() for p in layer.parameters()) == 16
+    # building and printing the lazy layer drew nothing: its weights are the eager layer's
     rg.manual_seed(0)
-    fresh = rg.nn.LazyLinear(4)
-    fresh(rg.ones((2, 3)))
-    np.testing.assert_array_equal(fresh.weight.numpy(), weight.numpy())
+    np.testing.assert_array_equal(rg.nn.Linear(3, 4).weight.numpy(), weight.numpy())
     assert printed == "LazyLinear(in_features=0, out_features=4, bias=True)"
+
+
+def test_a_lazy_module_has_torchs_attributes_before_its_first_call():
+    for build in (lambda nn: nn.LazyLinear(4), lambda nn: nn.LazyConv2d(8, 3, padding=1)):
+        ours, theirs = build(rg.nn), build(torch.nn)
+        for name in ("in_features", "out_features", "in_channels", "kernel_size", "padding"):
+            assert getattr(ours, name, None) == getattr(theirs, name, None), name
+    norm = rg.nn.LazyBatchNorm2d(eps=1e-3)
+    assert (norm.num_features, norm.eps) == (0, 1e-3)
 
 
 def test_an_unbuilt_lazy_state_loads_into_an_unbuilt_lazy_module():

@@ -83,6 +83,14 @@ class LazyModuleMixin(Module):
             empty = tensor(np.zeros((0,)), dtype=dtype, backend=kwargs.get("backend"),
                            device=device)  # fmt: skip
             self.register_parameter(name, UninitializedParameter(empty))
+        # the layer's attributes as torch's lazy module has them (``in_features == 0``,
+        # ``kernel_size``...): a size-0 layer's, built under a forked generator so that
+        # construction draws nothing from the stream
+        with fork_rng():
+            shadow = self.cls_to_become(0, *args, **kwargs)
+        for name, value in shadow.__dict__.items():
+            if name not in _REGISTRY_KEYS and name != "training":
+                self.__dict__.setdefault(name, value)
         for name in buffers:
             empty = tensor(np.zeros((0,)), dtype=dtype, device=device)
             self.register_buffer(name, UninitializedBuffer(empty.primitive, empty.backend,
@@ -92,11 +100,8 @@ class LazyModuleMixin(Module):
         return True
 
     def extra_repr(self) -> str:
-        """torch's: the built layer's, its input size 0 (a size-0 layer built for the text,
-        under a forked generator so that printing draws nothing from the stream)."""
-        args, kwargs = self._lazy_arguments
-        with fork_rng():
-            return self.cls_to_become(0, *args, **kwargs).extra_repr()
+        """torch's: the built layer's, its input size 0."""
+        return self.cls_to_become.extra_repr(self)
 
     def _input_size(self, x: Tensor) -> int:
         if not isinstance(x, Tensor) or x.ndim < 2:
