@@ -17,7 +17,7 @@
   ``t.split(rg.tensor(2))``, ``t.sum(rg.tensor(0))``...) were refused; they are read as torch
   reads them, and a 0-d float tensor is refused with a ``DTypeError`` (a ``TypeError``, as
   torch's).
-- Real-port test files seeded nothing, so their results followed what the xdist worker ran
+- Real-port test files (54 to 60) seeded nothing, so their results followed what the xdist worker ran
   before; ``tensor.selection`` imported a private helper of ``tensor.indexing``.
 """
 
@@ -361,9 +361,12 @@ def test_a_0d_float_tensor_is_refused_for_a_size_as_torch_refuses_it(call):
     "name",
     [
         "test_real_ports_54.py",
+        "test_real_ports_55.py",
         "test_real_ports_56.py",
+        "test_real_ports_57.py",
         "test_real_ports_58.py",
         "test_real_ports_59.py",
+        "test_real_ports_60.py",
         "test_burn_tensor_ports_10.py",
     ],
 )

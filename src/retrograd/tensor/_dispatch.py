@@ -314,8 +314,9 @@ def scalar_dims(method: Any = None, *, position: int = 0) -> Any:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # a dim given as a 0-d int tensor (or several) is read as torch reads it
-        if len(args) > position and isinstance(args[position], TensorBase | list | tuple):
+        # dims given as 0-d int tensors are read as torch reads them (a bare tensor there is
+        # left to the method: ``max(other)`` takes one; a dim's own parsing reads it)
+        if len(args) > position and isinstance(args[position], list | tuple):
             dim = int_arguments(op, args[position], "dimension")
             args = (*args[:position], dim, *args[position + 1 :])
         if "dim" in kwargs:
