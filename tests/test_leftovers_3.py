@@ -17,8 +17,8 @@
   ``t.split(rg.tensor(2))``, ``t.sum(rg.tensor(0))``...) were refused; they are read as torch
   reads them, and a 0-d float tensor is refused with a ``DTypeError`` (a ``TypeError``, as
   torch's).
-- Real-port test files (54 to 60) seeded nothing, so their results followed what the xdist worker ran
-  before; ``tensor.selection`` imported a private helper of ``tensor.indexing``.
+- Real-port test files (54 to 60) seeded nothing, so their results followed what the xdist
+  worker ran before; ``tensor.selection`` imported a private helper of ``tensor.indexing``.
 """
 
 from __future__ import annotations
