@@ -56,10 +56,25 @@ The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
+import torch
 
+import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test from fixed seeds (torch's initial weights, which both runs start from, and
+    the programs' draws): unseeded, they followed whatever the xdist worker ran before."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
 
 # -- EGNN ---------------------------------------------------------------------------------------------
 EGNN_SOURCE = """
@@ -1016,8 +1031,9 @@ def test_tacotron2_trains_as_torch(capsys):
     ]
     assert_records_agree(ours[:10], theirs[:10], rtol=2e-5, atol=2e-6, skip=before_norm)
     # in evaluation those biases (up to 3 steps of lr 1e-3 apart) are no longer taken out: the
-    # running means have absorbed 1 - 0.9**3 of them
-    assert_records_agree(ours[10:], theirs[10:], rtol=0, atol=2e-3)
+    # running means have absorbed 1 - 0.9**3 of them, and what is left reaches the outputs,
+    # up to the 3e-3 the biases may differ by (from seed 0's weights, 2.5e-3)
+    assert_records_agree(ours[10:], theirs[10:], rtol=0, atol=3e-3)
 
 
 # -- wav2vec 2.0 --------------------------------------------------------------------------------------

@@ -60,10 +60,12 @@ the ``import`` lines naming ``torch`` and, in ``gcn/main.py``, the sparse layout
 
 from __future__ import annotations
 
+import random
 import re
 import types
 
 import numpy as np
+import pytest
 import torch
 
 import retrograd as rg
@@ -75,6 +77,17 @@ from real_ports import (
     run_source,
     runs_with_draws,
 )
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test from fixed seeds (torch's initial weights, which both runs start from, and
+    the programs' draws): unseeded, they followed whatever the xdist worker ran before."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
 
 # -- PointNet++ ----------------------------------------------------------------------------------------
 POINTNET2_SOURCE = '''

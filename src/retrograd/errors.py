@@ -21,6 +21,7 @@ __all__ = [
     "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
+    "UninitializedError",
     "guard",
     "guard_namespace",
     "reported",
@@ -59,6 +60,11 @@ class IndexOutOfRangeError(RetrogradError, IndexError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class UninitializedError(InvalidArgumentError, RuntimeError):
+    """Use of a lazy module's parameter before its first call set its shape: the
+    ``ValueError`` torch's ops raise there, and the ``RuntimeError`` of its ``shape``."""
 
 
 class OutOfMemoryError(RetrogradError, MemoryError):

@@ -5,13 +5,22 @@ autodiff ops derive an adjoint's ``output_padding`` from them, and each backend'
 their outputs with them, so all three agree by construction. Pure Python on ints (no array
 library), which is why it sits in ``backend/``: the lowest layer that uses it, importable from
 every layer above without pulling in a kernel implementation.
+
+Also here: :func:`check_allocation`, the refusal of a result no machine could hold, made from
+the sizes before a composite op (``unfold``, ``repeat``) starts building it piece by piece.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 from collections.abc import Sequence
 
+from ..errors import OutOfMemoryError, shape_text
+
 __all__ = [
+    "check_allocation",
     "conv_output_size",
     "conv_transpose_output_padding",
     "conv_transpose_output_size",
@@ -96,3 +105,51 @@ def pool_output_size(
             out -= 1
         return out
     return span // stride + 1
+
+
+#: bytes per element of each dtype (the backend protocol's table, repeated to keep this module
+#: free of imports from the kernels' side)
+_ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
+
+
+@functools.lru_cache(maxsize=1)
+def machine_memory_bytes() -> int | None:
+    """The most one allocation could get: the machine's RAM plus its swap (Linux's
+    ``/proc/meminfo``, else ``sysconf``); ``None`` where neither says."""
+    try:
+        with open("/proc/meminfo") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        return sum(int(fields[key].split()[0]) * 1024 for key in ("MemTotal", "SwapTotal"))
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _bytes_text(count: int) -> str:
+    size, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
+            break
+        size /= 1024
+    return f"{size:.3g} {unit}"
+
+
+def check_allocation(op: str, shape: Sequence[int], dtype: str, detail: str = "") -> None:
+    """Raise :class:`~retrograd.errors.OutOfMemoryError` when a ``shape`` result of ``dtype``
+    needs more bytes than the machine has (RAM and swap): the allocator would refuse it (or
+    the kernel kill the process) only after the op spent its time building the pieces.
+    ``detail``: what else the message names (the input's shape, the arguments at fault).
+
+    >>> check_allocation("unfold", (1, 4, 9), "float32")  # 144 bytes: nothing to say
+    """
+    available = machine_memory_bytes()
+    needed = math.prod(int(n) for n in shape) * _ITEMSIZE.get(str(dtype), 8)
+    if available is not None and needed > available:
+        raise OutOfMemoryError(
+            f"{op}: out of memory: the result {shape_text(tuple(shape))} {dtype} needs "
+            f"{_bytes_text(needed)} ({needed} bytes), more than this machine's "
+            f"{_bytes_text(available)} of memory{'; ' + detail if detail else ''}"
+        )

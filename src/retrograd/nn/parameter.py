@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, check_flag
+from ..errors import DTypeError, UninitializedError, check_flag
 from ..tensor import FLOAT_DTYPES, Tensor, tensor
 
-__all__ = ["Buffer", "Parameter"]
+__all__ = ["Buffer", "Parameter", "UninitializedBuffer", "UninitializedParameter", "is_lazy"]
 
 
 class Parameter(Tensor):
@@ -88,3 +88,43 @@ class Buffer(Tensor):
 
     def __repr__(self) -> str:
         return "Buffer containing:\n" + super().__repr__()
+
+
+class _Uninitialized:
+    """What a lazy module holds before its first call (torch's ``UninitializedTensorMixin``):
+    an empty placeholder that prints as ``<UninitializedParameter>`` and refuses to be
+    counted, where an empty ``[0]`` tensor would quietly count as 0 elements."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        raise UninitializedError(
+            f"numel: attempted to use an {type(self).__name__} (a lazy module's, before its "
+            "first call set its shape): call the module on an input first, or skip it with "
+            "nn.parameter.is_lazy(p)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+    __str__ = __repr__
+
+
+class UninitializedParameter(_Uninitialized, Parameter):
+    """A lazy module's parameter before its first call; the same object becomes a
+    :class:`Parameter` holding the values when the module is built (torch's)."""
+
+    __slots__ = ()
+    cls_to_become = Parameter
+
+
+class UninitializedBuffer(_Uninitialized, Tensor):
+    """A lazy module's buffer before its first call (torch's ``UninitializedBuffer``)."""
+
+    __slots__ = ()
+    cls_to_become = Tensor
+
+
+def is_lazy(param: Any) -> bool:
+    """Whether ``param`` is a lazy module's uninitialized parameter or buffer (torch's)."""
+    return isinstance(param, _Uninitialized)

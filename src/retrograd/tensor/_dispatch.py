@@ -58,9 +58,13 @@ __all__ = [
     "TensorBase",
     "TensorOp",
     "apply",
+    "check_same_dtype",
     "check_scalar",
     "dispatch",
     "from_host",
+    "int_argument",
+    "int_arguments",
+    "int_dims",
     "lift",
     "no_generator",
     "normalize_dim",
@@ -192,6 +196,16 @@ def scalar_value(value: Any, dtype: str) -> Any:
     return bool(value)
 
 
+def check_same_dtype(op: str, x: Any, source: Any) -> None:
+    """torch's refusal of a source tensor of another dtype than ``x`` (the ops that write a
+    source into ``x``, such as ``index_add`` and ``scatter_reduce``, do not promote)."""
+    if isinstance(source, TensorBase) and source.dtype != x.dtype:
+        raise DTypeError(
+            f"{op}: self ({x.dtype}) and source ({source.dtype}) must have the same dtype, "
+            "as in torch; cast one of them"
+        )
+
+
 def check_scalar(op: str, value: Any) -> Any:
     """``value`` checked to be a scalar (NumPy scalars become Python ones)."""
     if not isinstance(value, SCALARS):
@@ -218,10 +232,40 @@ def checked_generator(op: str, generator: Any) -> Any:
     raise DTypeError(f"{op}: generator must be an rg.Generator, got {type(generator).__name__}")
 
 
+def int_argument(op: str, value: Any, name: str = "argument") -> Any:
+    """``value`` as torch's argument parser reads an int (a size, a count, a dimension, an
+    index): a 0-d int64 tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
+    ``topk(k=t)``), a 0-d tensor of another dtype is refused as torch refuses it (a
+    :class:`~retrograd.errors.DTypeError`); anything else comes back as given, for the
+    caller's own checks. The one place every int argument goes through for this."""
+    if isinstance(value, TensorBase) and value.ndim == 0:
+        if value.dtype == "int64":
+            return int(value.item())
+        raise DTypeError(
+            f"{op}: {name} must be an int (or a 0-d int64 tensor), got a 0-d {value.dtype} tensor"
+        )
+    return value
+
+
+def int_arguments(op: str, values: Any, name: str = "argument") -> Any:
+    """:func:`int_argument` of ``values``, or of each of them where it is a list or tuple."""
+    if isinstance(values, (list, tuple)):
+        return type(values)(int_argument(op, v, name) for v in values)
+    return int_argument(op, values, name)
+
+
+def int_dims(op: str, dim: Any) -> tuple[Any, ...]:
+    """``dim`` (an int, a 0-d int tensor, or several of them) as a tuple, each read by
+    :func:`int_argument`."""
+    dim = int_arguments(op, dim, "dimension")
+    return (dim,) if isinstance(dim, numbers.Integral) else tuple(int_arguments(op, tuple(dim)))
+
+
 def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0, scalar: bool = False) -> int:
     """``dim`` in ``[-(ndim+extra), ndim+extra)`` mapped to a non-negative index. ``scalar``:
     a 0-d tensor takes ``0`` and ``-1`` as torch's shape ops do (its one dimension when seen
     as ``[1]``), mapped to 0."""
+    dim = int_argument(op, dim, "dimension")
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
     size = ndim + extra
@@ -266,8 +310,17 @@ def scalar_dims(method: Any = None, *, position: int = 0) -> Any:
     if method is None:
         return functools.partial(scalar_dims, position=position)
 
+    op = method.__name__
+
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # dims given as 0-d int tensors are read as torch reads them (a bare tensor there is
+        # left to the method: ``max(other)`` takes one; a dim's own parsing reads it)
+        if len(args) > position and isinstance(args[position], list | tuple):
+            dim = int_arguments(op, args[position], "dimension")
+            args = (*args[:position], dim, *args[position + 1 :])
+        if "dim" in kwargs:
+            kwargs = {**kwargs, "dim": int_arguments(op, kwargs["dim"], "dimension")}
         if (args or kwargs) and self.ndim == 0:  # (no dim given: nothing to wrap)
             if "dim" in kwargs and _is_scalar_dim(kwargs["dim"]):
                 dim = kwargs["dim"]

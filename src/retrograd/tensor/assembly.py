@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import TensorBase, lift
+from ._dispatch import TensorBase, int_argument, int_arguments, lift
 from .creation import tensor, zeros
 from .functions import _method, lift_input
 from .shape import cat, stack
@@ -154,7 +154,7 @@ def vander(x: Any, N: int | None = None, increasing: bool = False) -> Any:  # no
     x = lift_input("vander", x)
     if x.ndim != 1:
         raise ShapeError(f"vander: x must be a 1-d tensor, got shape {shape_text(x.shape)}")
-    n = x.shape[0] if N is None else N
+    n = x.shape[0] if N is None else int_argument("vander", N, "N")
     if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
         raise InvalidArgumentError(f"vander: N must be a non-negative int, got {N!r}")
     if x.dtype == "bool":
@@ -185,6 +185,7 @@ def combinations(input: Any, r: int = 2, with_replacement: bool = False) -> Any:
 def _triangle_indices(
     op: str, row: int, col: int, offset: int, lower: bool, dtype: Any, device: Any
 ) -> Any:
+    row, col, offset = int_arguments(op, (row, col, offset), "size")
     if row < 0 or col < 0:
         raise InvalidArgumentError(f"{op}: row and col must be non-negative, got {row}, {col}")
     mask = (

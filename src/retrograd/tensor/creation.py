@@ -21,7 +21,15 @@ from ..context import current_backend, thread_device
 from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
-from ._dispatch import DTYPES, FLOAT_DTYPES, checked_generator, from_host, untracked
+from ._dispatch import (
+    DTYPES,
+    FLOAT_DTYPES,
+    checked_generator,
+    from_host,
+    int_argument,
+    int_arguments,
+    untracked,
+)
 from .compositions import _zero_gradient
 from .core import Tensor
 from .dtypes import canonical_dtype
@@ -368,6 +376,7 @@ def eye(
 ) -> Tensor:
     """The identity matrix (``n`` by ``m``)."""
     dtype = _check_dtype("eye", dtype) or default_float_dtype()
+    n, m = int_argument("eye", n, "n"), int_argument("eye", m, "m")
     if n < 0 or (m is not None and m < 0):
         raise ShapeError(f"eye: sizes must be non-negative, got {n} and {m}")
     backend, device = _target(backend, device)
@@ -480,6 +489,7 @@ def linspace(
 ) -> Tensor:  # fmt: skip
     """``steps`` evenly spaced values from ``start`` to ``end`` (both included), in the default
     float dtype unless ``dtype``: torch's values to the bit (:func:`torch_linspace`)."""
+    steps = int_argument("linspace", steps, "steps")
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dtype = (
@@ -535,6 +545,7 @@ def logspace(
     """``base ** linspace(start, end, steps)`` (``torch.logspace``), the powers taken in
     float64 (``2 ** 3`` exactly 8, where ``exp(3 log 2)`` is 7.999...); for an integer dtype
     ``start`` and ``end`` are truncated to integers first, as torch's."""
+    steps = int_argument("logspace", steps, "steps")
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
@@ -596,6 +607,8 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
                 f"low={low!r}, high={high!r}, size={size!r}"
             )
         args = (low, high, size)
+    args = tuple(int_arguments("randint", a, "size" if i == len(args) - 1 else "bound")
+                 for i, a in enumerate(args))  # fmt: skip
     ints = [a for a in args if isinstance(a, numbers.Integral) and not isinstance(a, bool)]
     if len(args) == 2 and len(ints) == 1:
         low, high, size = 0, args[0], args[1]
@@ -626,6 +639,7 @@ def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Ten
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
              generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
+    n = int_argument("randperm", n, "n")
     if not isinstance(n, numbers.Integral) or n < 0:
         raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
     draws = random((int(n),), "uniform", "float64", backend, device, generator=generator)
@@ -791,7 +805,7 @@ def size_of(arg: Any) -> Any:
     length, ``torch.zeros(2, n)`` of ``n = lengths.max()``); else as given."""
     if isinstance(arg, Tensor) and arg.numel() == 1 and arg.dtype == "int64":
         return int(arg.item())
-    return arg
+    return int_argument("size", arg, "size")
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:

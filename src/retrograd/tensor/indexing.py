@@ -32,7 +32,17 @@ from ..errors import (
     check_flag,
     shape_text,
 )
-from ._dispatch import TensorBase, check_scalar, from_host, lift, normalize_dim, promote, wrap
+from ._dispatch import (
+    TensorBase,
+    check_same_dtype,
+    check_scalar,
+    from_host,
+    int_argument,
+    lift,
+    normalize_dim,
+    promote,
+    wrap,
+)
 from .shape import stack
 from .views import diagonal_assign as _diagonal_assign
 from .views import diagonal_of as _diagonal
@@ -130,7 +140,7 @@ class IndexingMixin:
     def index_add(self, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
         """A copy with ``alpha * source`` added at ``index`` along ``dim`` (torch's
         ``index_add``; repeated indices accumulate)."""
-        _same_dtype("index_add", self, source)
+        check_same_dtype("index_add", self, source)
         source = lift(self, source, "index_add")
         if alpha != 1:
             # torch casts alpha to the tensor's dtype (the result keeps it: a bool tensor's
@@ -153,7 +163,7 @@ class IndexingMixin:
             raise InvalidArgumentError(
                 f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
-        _same_dtype("index_reduce", self, source)
+        check_same_dtype("index_reduce", self, source)
         if self.dtype == "bool" and (self.ndim <= 1 or reduce == "mean"):
             # (torch's kernel for one dimension has no bool form, nor its mean a bool division)
             raise DTypeError(
@@ -179,7 +189,7 @@ class IndexingMixin:
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
         """A copy with ``source`` written at ``index`` along ``dim``."""
-        _same_dtype("index_copy", self, source)
+        check_same_dtype("index_copy", self, source)
         return self.select_assign(dim, _one_dim(index), source, "assign")
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Any:
@@ -212,6 +222,7 @@ class IndexingMixin:
         ``Tensor::one_hot``, torch's ``F.one_hot``); ``num_classes=-1`` takes one more than
         the largest index (a host read, as in torch). An int64 tensor gives int64; a float
         tensor of whole class values gives that float dtype, as Burn's float ``one_hot``."""
+        num_classes = int_argument("one_hot", num_classes, "num_classes")
         if self.is_floating_point():
             values = self.detach()
             if values.numel() and not bool((values == values.round()).all().item()):
@@ -252,7 +263,7 @@ class IndexingMixin:
     def masked_scatter(self, mask: Any, source: Any) -> Any:
         """A copy with the elements where ``mask`` is true taken, in order, from ``source``."""
         mask = _mask_tensor("masked_scatter", self, mask)
-        _same_dtype("masked_scatter", self, source)
+        check_same_dtype("masked_scatter", self, source)
         source = lift(self, source, "masked_scatter")
         shape = tuple(np.broadcast_shapes(self.shape, mask.shape))  # torch broadcasts both
         x = self if self.shape == shape else self.expand(shape)
@@ -298,7 +309,7 @@ class IndexingMixin:
 
     def put(self, index: Any, source: Any, accumulate: bool = False) -> Any:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
-        _same_dtype("put", self, source)
+        check_same_dtype("put", self, source)
         source = lift(self, source, "put")
         index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
         index = _index_tensor("put", self.reshape(-1), index, 0, one_dim=True, checked=False)
@@ -392,7 +403,7 @@ class IndexingMixin:
         Burn's form names the update, ``scatter(dim, indices, values, "add" | "assign")``.
         ``src`` may be larger than ``index`` (its leading part is used, as torch uses it)."""
         if update is None:  # torch's form, which refuses a src of another dtype
-            _same_dtype("scatter", self, src)
+            check_same_dtype("scatter", self, src)
             if reduce not in (None, "add", "multiply"):
                 raise InvalidArgumentError(
                     f"scatter: reduce={reduce!r} is not supported (only 'add' and 'multiply')"
@@ -414,7 +425,7 @@ class IndexingMixin:
 
     def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
         """A copy with ``src`` added at ``index`` along ``dim``."""
-        _same_dtype("scatter_add", self, src)
+        check_same_dtype("scatter_add", self, src)
         return self._scatter(dim, index, src, "add")
 
     def _scatter(self, dim: int, indices: Any, values: Any, update: str) -> Any:
@@ -570,6 +581,7 @@ def _triangle(op: str, t: Any, diagonal: int) -> Any:
     array is made or copied to a device."""
     if t.ndim < 2:
         raise ShapeError(f"{op}: needs at least 2 dimensions, got shape {shape_text(t.shape)}")
+    diagonal = int_argument(op, diagonal, "diagonal")
     if not isinstance(diagonal, numbers.Integral) or isinstance(diagonal, bool):
         raise ShapeError(f"{op}: diagonal must be an int, got {diagonal!r}")
     rows, cols = t.shape[-2:]
@@ -909,12 +921,3 @@ def _one_dim(index: Any) -> Any:
     if isinstance(index, TensorBase) and index.ndim == 0:
         return index.reshape((1,))
     return index
-
-
-def _same_dtype(op: str, x: Any, source: Any) -> None:
-    """torch's refusal of a source tensor of another dtype (these ops do not promote)."""
-    if isinstance(source, TensorBase) and source.dtype != x.dtype:
-        raise DTypeError(
-            f"{op}: self ({x.dtype}) and source ({source.dtype}) must have the same dtype, "
-            "as in torch; cast one of them"
-        )

@@ -36,6 +36,9 @@ Validation
     ``no_generator(op, generator)`` (torch's ``generator=`` refused where no draw takes one),
     ``checked_generator(op, generator)`` (``None`` or an ``rg.Generator``, else an error)
     ``shape_text(shape) -> "[2, 3]"``
+    ``int_argument(op, value, name)``, ``int_arguments(op, values, name)``: an int argument
+    (a size, a count, a dimension) given as a 0-d int64 tensor read as its int, as torch
+    reads it; a 0-d float tensor refused
 
 Errors
     ``reported(op, backend, inputs)``: a ``with`` block whose backend errors are translated
@@ -64,6 +67,8 @@ from ._dispatch import (
     apply,
     check_scalar,
     checked_generator,
+    int_argument,
+    int_arguments,
     lift,
     no_generator,
     normalize_dim,
@@ -87,6 +92,8 @@ __all__ = [
     "check_scalar",
     "check_values",
     "checked_generator",
+    "int_argument",
+    "int_arguments",
     "lift",
     "no_generator",
     "normalize_dim",

@@ -12,7 +12,7 @@ from typing import Any
 from ..backend.protocol import FLOAT_DTYPES
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase as Tensor
-from ._dispatch import normalize_dim, result_dtype
+from ._dispatch import int_dims, normalize_dim, result_dtype
 from .dtypes import canonical_dtype
 
 __all__ = ["matrix_norm", "norm", "tensor_norm", "vector_norm"]
@@ -57,7 +57,7 @@ def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
 def _reduced_dims(op: str, dim: Any, ndim: int) -> tuple[int, ...]:
     if dim is None:
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+    dims = int_dims(op, dim)
     if not dims:
         return tuple(range(ndim))
     normalized = sorted({normalize_dim(op, d, max(ndim, 1)) for d in dims})
@@ -228,7 +228,7 @@ def norm(
     _no_out("linalg.norm", out)
     if not isinstance(A, Tensor):
         raise DTypeError(f"linalg.norm: expected a tensor, got {type(A).__name__}")
-    dims = None if dim is None else ((dim,) if isinstance(dim, numbers.Integral) else tuple(dim))
+    dims = None if dim is None else int_dims("linalg.norm", dim)
     if dims is not None and len(dims) not in (1, 2):
         raise ShapeError(
             f"linalg.norm: if dim is specified, it must be of length 1 or 2, got {list(dims)}"

@@ -19,7 +19,7 @@ from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
-from ._dispatch import TensorOp, lift, normalize_dim, scalar_dims, untracked
+from ._dispatch import TensorOp, int_argument, int_dims, lift, normalize_dim, scalar_dims, untracked
 from .pairs import values_and_indices
 
 __all__ = [
@@ -116,7 +116,7 @@ class ReduceMixin:
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
         ndim = self.ndim
-        dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+        dims = int_dims(op, dim)
         if not dims:  # torch: an empty tuple of dims reduces every dim
             dims = tuple(range(ndim))
         normalized = sorted({normalize_dim(op, d, ndim) for d in dims})
@@ -577,6 +577,7 @@ def topk(
     along ``dim``, as ``torch.topk``, as a :class:`~.pairs.ValuesAndIndices` (the values
     tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
     always sorted, largest (or smallest) first."""
+    k = int_argument("topk", k, "k")
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
     # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the
@@ -601,7 +602,7 @@ def _dims(op: str, dim: Any, ndim: int) -> tuple[int, ...]:
     """``dim`` (``None``, an int or several; ``()`` for all) as sorted normalized dims."""
     if dim is None:
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+    dims = int_dims(op, dim)
     if not dims:
         return tuple(range(ndim))
     normalized = sorted({normalize_dim(op, d, ndim) for d in dims})

@@ -42,6 +42,8 @@ from ..errors import (
 from ._dispatch import (
     FLOAT_DTYPES,
     TensorBase,
+    check_same_dtype,
+    int_argument,
     lift,
     no_generator,
     normalize_dim,
@@ -51,7 +53,7 @@ from ._dispatch import (
 )
 from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
-from .indexing import _same_dtype, check_values
+from .indexing import check_values
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -289,7 +291,7 @@ class SelectionMixin:
         """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"prod"``,
         ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
         among the values that tie for the result, as torch's backward does."""
-        _same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
+        check_same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
         if reduce == "mean" and self.dtype == "bool":
             raise DTypeError(
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
@@ -603,6 +605,7 @@ class SelectionMixin:
     def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
         """Matrices with the last dim of ``self`` on their ``offset`` diagonal, placed in dims
         ``dim1``, ``dim2`` of the result."""
+        offset = int_argument("diag_embed", offset, "offset")
         m = self.shape[-1] if self.ndim else 1
         n = m + abs(offset)
         row = wrap(self, self._backend.arange(0, n, 1, "int64", self._device))
@@ -1017,6 +1020,7 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
             f"multinomial: probs must be 1-d or 2-d with at least one category, got shape "
             f"{shape_text(probs.shape)}"
         )
+    num_samples = int_argument("multinomial", num_samples, "num_samples")
     if not isinstance(num_samples, numbers.Integral) or num_samples < 1:
         raise InvalidArgumentError(
             f"multinomial: num_samples must be a positive int, got {num_samples!r}"

@@ -16,8 +16,18 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..backend.sizes import check_allocation
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, reported, shape_text
-from ._dispatch import TensorBase, lift, normalize_dim, result_dtype, scalar_dims
+from ._dispatch import (
+    TensorBase,
+    int_argument,
+    int_arguments,
+    int_dims,
+    lift,
+    normalize_dim,
+    result_dtype,
+    scalar_dims,
+)
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
 from .views import is_contiguous, link, strides_of, view_error, view_strides
@@ -69,6 +79,9 @@ class ShapeMixin:
         aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
         ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
         check_memory_format("contiguous", memory_format, self.ndim)
+        # an expanded tensor may hold far fewer values than its shape says (a broadcast):
+        # torch copies it out here, so a shape no machine holds is refused here too
+        check_allocation("contiguous", self.shape, self.dtype)
         if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
             return self
         return type(self)._result(self._prim, self._backend, self._device)
@@ -253,7 +266,10 @@ class ShapeMixin:
         sizes = varargs_shape("repeat", by_keyword("repeat", sizes, "repeats", repeats))
         if len(sizes) < self.ndim:
             raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor with {self.ndim} dimensions")
-        out = self._apply("reshape", (self,), ((1,) * (len(sizes) - self.ndim) + self.shape,))
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        result = tuple(n * times for n, times in zip(shape, sizes))
+        check_allocation("repeat", result, self.dtype, f"input {shape_text(self.shape)}")
+        out = self._apply("reshape", (self,), (shape,))
         for dim, times in enumerate(sizes):
             out = out.repeat_dim(dim, times)
         return out
@@ -347,7 +363,7 @@ class ShapeMixin:
         if dim is None:
             drop = {d for d, n in enumerate(shape) if n == 1}
         else:
-            dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+            dims = int_dims("squeeze", dim)
             drop = {normalize_dim("squeeze", d, len(shape)) for d in dims}
             drop = {d for d in drop if shape[d] == 1}
         if not drop:
@@ -452,6 +468,7 @@ class ShapeMixin:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
         """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller); a
         tuple, as torch's (``x.chunk(2) + (y,)``)."""
+        chunks = int_argument("chunk", chunks, "chunks")
         if not isinstance(chunks, numbers.Integral) or chunks <= 0:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
@@ -472,6 +489,7 @@ class ShapeMixin:
         larger), or pieces between the given indices."""
         d = normalize_dim("tensor_split", dim, self.ndim)
         size = self.shape[d]
+        indices_or_sections = int_arguments("tensor_split", indices_or_sections, "sections")
         if isinstance(indices_or_sections, numbers.Integral):
             n = int(indices_or_sections)
             if n <= 0:
@@ -497,6 +515,7 @@ class ShapeMixin:
         a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
+        split_size = int_arguments("split", split_size, "split_size")
         if isinstance(split_size, numbers.Integral):
             if split_size < 0 or (split_size == 0 and size > 0):
                 raise ShapeError(
@@ -518,6 +537,7 @@ class ShapeMixin:
     def unfold(self, dim: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
         (windows of size 0 too, as torch's)."""
+        size, step = int_argument("unfold", size, "size"), int_argument("unfold", step, "step")
         if self.ndim == 0 and dim in (0, -1):
             # torch: a 0-d tensor is one element along one dimension, its window that
             # dimension (shape (size,))
@@ -608,6 +628,7 @@ def by_keyword(op: str, args: tuple[Any, ...], keyword: str, value: Any) -> tupl
 def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     """A shape given as one sequence (``(2, 3)``) or as separate ints (``2, 3``), as torch
     takes both."""
+    args = tuple(int_arguments(op, args, "size"))
     if len(args) == 1 and not _a_size(args[0]):
         return shape_arg(args[0], op)
     if not all(_a_size(n) for n in args):
@@ -626,6 +647,7 @@ def _a_size(n: Any) -> bool:
 def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
     """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
     or a str does not, as in torch) as a tuple of ints."""
+    shape = int_arguments(op, shape, "size")
     if _a_size(shape):
         return (operator.index(shape),)
     try:
@@ -635,7 +657,7 @@ def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
 
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:
-    return (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    return int_dims("dims", dims)
 
 
 def keep_zero_dims(own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:

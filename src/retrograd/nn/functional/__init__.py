@@ -218,6 +218,10 @@ from .pooling import (  # noqa: E402
     adaptive_max_pool2d_with_indices,
     adaptive_max_pool3d,
     adaptive_max_pool3d_with_indices,
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
     lp_pool1d,
     lp_pool2d,
     lp_pool3d,
@@ -244,6 +248,8 @@ __all__ += ["ctc_loss", "multilabel_soft_margin_loss", "soft_margin_loss"]
 __all__ += ["alpha_dropout", "feature_alpha_dropout", "local_response_norm"]
 __all__ += ["adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices"]
 __all__ += ["adaptive_max_pool3d", "adaptive_max_pool3d_with_indices"]
+__all__ += ["fractional_max_pool2d", "fractional_max_pool2d_with_indices"]
+__all__ += ["fractional_max_pool3d", "fractional_max_pool3d_with_indices"]
 __all__ += ["lp_pool1d", "lp_pool2d", "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d"]
 __all__ += [
     "channel_shuffle",

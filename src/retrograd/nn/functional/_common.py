@@ -14,6 +14,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.internal import (
     FLOAT_DTYPES,
+    int_arguments,
     lift,
     promote,
     shape_text,
@@ -27,6 +28,7 @@ IntOrTuple = int | Sequence[int]
 # -- argument handling -----------------------------------------------------------------------------
 def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
     """``value`` (an int, or one int per spatial dimension) as a tuple of ``count`` ints."""
+    value = int_arguments(fn, value, name)
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         values = (int(value),) * count
     else:

@@ -9,16 +9,20 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ...backend.sizes import pool_output_size
 from ...errors import (
+    DTypeError,
     InvalidArgumentError,
     ShapeError,
 )
-from ...tensor import Tensor
+from ...tensor import Tensor, rand
 from ...tensor.internal import (
     TensorOp,
     apply,
     check_indices,
+    int_arguments,
     shape_text,
 )
 from ._common import (
@@ -234,6 +238,7 @@ def max_pool2d(
 
 def _adaptive_avg_pool(fn, spatial, x, output_size):
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    output_size = int_arguments(fn, output_size, "output_size")
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     output_size = tuple(output_size)
@@ -322,6 +327,7 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     one window at a time: the gradient goes to each window's maximum, as torch's. With
     ``return_indices``, also each maximum's flat index in its ``[N, C]`` plane."""
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    output_size = int_arguments(fn, output_size, "output_size")
     if output_size is None or isinstance(output_size, numbers.Integral):
         output_size = (output_size,) * spatial
     sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))
@@ -580,3 +586,195 @@ def max_unpool3d(
 ) -> Tensor:
     """The partial inverse of :func:`max_pool3d`."""
     return _max_unpool("max_unpool3d", 3, input, indices, kernel_size, stride, padding, output_size)
+
+
+# -- fractional max pooling ------------------------------------------------------------------------
+def _fractional_starts(sample: np.ndarray, length: int, out: int, kernel: int) -> np.ndarray:
+    """Each pooling window's first cell along one axis, for every sample (``[N, C]`` of them):
+    torch's pseudo-random sequence (Graham's fractional max pooling), computed in the samples'
+    own float type and truncated to ints as torch's kernel does, so that given the same
+    samples the windows are torch's exactly. The last window always ends at the input's end.
+    Returns ``[N, C, out]`` int64."""
+    starts = np.empty(sample.shape + (out,), dtype=np.int64)
+    if out > 1:
+        kind = sample.dtype.type
+        alpha = kind(length - kernel) / kind(out - 1)
+        steps = np.arange(out - 1).astype(sample.dtype)
+        scaled = (steps + sample[..., None]) * alpha
+        starts[..., :-1] = scaled.astype(np.int64) - (sample * alpha).astype(np.int64)[..., None]
+    if out > 0:
+        starts[..., -1] = length - kernel
+    return starts
+
+
+def _fractional_samples(fn: str, x: Tensor, samples: Any, spatial: int) -> np.ndarray:
+    """The uniform samples (``[N, C, spatial]``, one per plane and axis) as a NumPy array in
+    ``x``'s dtype: ``samples`` checked as torch checks ``_random_samples``, or fresh ones
+    drawn from the global generator when it is ``None``."""
+    n, c = x.shape[:2]
+    if samples is None:
+        samples = rand((n, c, spatial), dtype=x.dtype, backend=x.backend, device=x.device)
+    if not isinstance(samples, Tensor):
+        raise DTypeError(f"{fn}: _random_samples must be a tensor, got {type(samples).__name__}")
+    if samples.dtype != x.dtype:
+        raise DTypeError(
+            f"{fn}: _random_samples must have the input's dtype {x.dtype}, got {samples.dtype}"
+        )
+    if samples.ndim != 3 or samples.shape[1:] != (c, spatial) or samples.shape[0] < n:
+        raise ShapeError(
+            f"{fn}: _random_samples must be [N, C, {spatial}] with N at least the batch size "
+            f"{n} and C = {c} channels, got {shape_text(samples.shape)} for input "
+            f"{shape_text(x.shape)}"
+        )
+    dtype = np.float32 if x.dtype == "bfloat16" else np.dtype(x.dtype)
+    return np.asarray(samples.detach().tolist(), dtype=dtype)[:n]
+
+
+def _fractional_max_pool(
+    fn: str,
+    spatial: int,
+    input: Any,  # noqa: A002 (torch's name)
+    kernel_size: Any,
+    output_size: Any,
+    output_ratio: Any,
+    random_samples: Any,
+) -> tuple[Tensor, Tensor]:
+    """Values and flat int64 indices of fractional max pooling of ``[N, C, *spatial]`` (or
+    unbatched) ``input``: windows of ``kernel_size`` starting at torch's pseudo-random
+    positions (:func:`_fractional_starts`), the maximum of each (the first in row-major order;
+    the last NaN where a window holds one, as torch's kernel). The values are gathered from the
+    input at the maxima's indices, so the gradient goes to each maximum (summed where windows
+    overlap), as torch's backward scatters it."""
+    x, squeeze = _batched(fn, _float_input(fn, input), spatial)
+    kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
+    sizes = x.shape[2:]
+    if output_size is None and output_ratio is None:
+        raise InvalidArgumentError(
+            f"{fn}: requires specifying either an output_size or an output_ratio"
+        )
+    if output_size is None:
+        ratios = _ratios(fn, output_ratio, spatial)
+        out = tuple(int(n * r) for n, r in zip(sizes, ratios))
+    else:
+        out = _ints(fn, "output_size", output_size, spatial, 0)
+    # torch's 3-d kernel wants one cell to spare (a strict bound), its 2-d one not
+    spare = 1 if spatial == 3 else 0
+    for axis, (n, o, k) in enumerate(zip(sizes, out, kernel)):
+        if o + k - 1 + spare > n:
+            bound = "<" if spare else "<="
+            raise ShapeError(
+                f"{fn}: kernel size {k} too large for output size {o} along spatial dimension "
+                f"{axis} of size {n} (needs output_size + kernel_size - 1 {bound} input size); "
+                f"input {shape_text(x.shape)}"
+            )
+    samples = _fractional_samples(fn, x, random_samples, spatial)
+    n, c = x.shape[:2]
+    # torch's 2-d kernel reads each plane's samples as (W, H), its 3-d one as (T, H, W)
+    order = (1, 0) if spatial == 2 else tuple(range(spatial))
+    strides = [math.prod(sizes[axis + 1 :]) for axis in range(spatial)]
+    flat = np.zeros((n, c) + (1,) * (2 * spatial), dtype=np.int64)
+    for axis in range(spatial):
+        starts = _fractional_starts(samples[..., order[axis]], sizes[axis], out[axis], kernel[axis])
+        cells = starts[..., None] + np.arange(kernel[axis])  # [N, C, out, kernel]
+        shape = [n, c] + [1] * (2 * spatial)
+        shape[2 + axis], shape[2 + spatial + axis] = out[axis], kernel[axis]
+        flat = flat + (cells * strides[axis]).reshape(shape)
+    cells_out, window = math.prod(out), math.prod(kernel)
+    windows = _as_tensor(fn, x, flat.reshape(n, c, cells_out * window), "indices")
+    planes = x.reshape((n, c, math.prod(sizes)))
+    seen = planes.detach().gather(2, windows).reshape((n, c, cells_out, window))
+    nan = seen.isnan()
+    last_nan = (window - 1) - nan.flip(-1).long().argmax(-1)
+    choice = seen.argmax(-1).where(~nan.any(-1), last_nan)
+    indices = windows.reshape((n, c, cells_out, window)).gather(3, choice.unsqueeze(-1))
+    indices = indices.reshape((n, c, cells_out))
+    values = planes.gather(2, indices).reshape((n, c, *out))
+    return _unbatched(values, squeeze), _unbatched(indices.reshape((n, c, *out)), squeeze)
+
+
+def _ratios(fn: str, output_ratio: Any, spatial: int) -> tuple[float, ...]:
+    """``output_ratio`` (a number, or one per spatial dimension) as ``spatial`` floats."""
+    ratios = (output_ratio,) * spatial if isinstance(output_ratio, numbers.Real) else output_ratio
+    try:
+        ratios = tuple(float(r) for r in ratios)
+    except TypeError:
+        ratios = ()
+    if len(ratios) == 1:
+        ratios *= spatial
+    if len(ratios) != spatial:
+        raise ShapeError(
+            f"{fn}: output_ratio must be a number or a tuple of {spatial} numbers, got "
+            f"{output_ratio!r}"
+        )
+    return ratios
+
+
+def fractional_max_pool2d_with_indices(
+    input: Tensor,  # noqa: A002 (torch's name)
+    kernel_size: IntOrTuple,
+    output_size: IntOrTuple | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`fractional_max_pool2d`'s values and the flat int64 index (``h * W + w``) of
+    each maximum."""
+    return _fractional_max_pool(
+        "fractional_max_pool2d", 2, input, kernel_size, output_size, output_ratio,
+        _random_samples,
+    )  # fmt: skip
+
+
+def fractional_max_pool2d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    kernel_size: IntOrTuple,
+    output_size: IntOrTuple | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> Any:
+    """2-d fractional max pooling (Graham, 2014), torch's: ``kernel_size`` windows at
+    pseudo-random steps that give ``output_size`` cells (or ``output_ratio`` of the input's
+    size). ``_random_samples`` (``[N, C, 2]``, in the input's dtype) fixes the steps; given
+    torch's samples the windows, values and indices are torch's.
+
+    >>> import retrograd as rg
+    >>> fractional_max_pool2d(rg.ones((1, 1, 5, 5)), 2, output_size=3).shape
+    (1, 1, 3, 3)
+    """
+    values, indices = fractional_max_pool2d_with_indices(
+        input, kernel_size, output_size, output_ratio, return_indices, _random_samples
+    )
+    return (values, indices) if return_indices else values
+
+
+def fractional_max_pool3d_with_indices(
+    input: Tensor,  # noqa: A002 (torch's name)
+    kernel_size: IntOrTuple,
+    output_size: IntOrTuple | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`fractional_max_pool3d`'s values and the flat int64 index
+    (``(t * H + h) * W + w``) of each maximum."""
+    return _fractional_max_pool(
+        "fractional_max_pool3d", 3, input, kernel_size, output_size, output_ratio,
+        _random_samples,
+    )  # fmt: skip
+
+
+def fractional_max_pool3d(
+    input: Tensor,  # noqa: A002 (torch's name)
+    kernel_size: IntOrTuple,
+    output_size: IntOrTuple | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> Any:
+    """3-d fractional max pooling of ``[N, C, T, H, W]`` (or ``[C, T, H, W]``), torch's;
+    ``_random_samples`` is ``[N, C, 3]``."""
+    values, indices = fractional_max_pool3d_with_indices(
+        input, kernel_size, output_size, output_ratio, return_indices, _random_samples
+    )
+    return (values, indices) if return_indices else values

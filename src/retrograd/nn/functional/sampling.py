@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend.sizes import check_allocation
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -19,6 +20,7 @@ from ...tensor import Tensor, cat, full, stack
 from ...tensor.internal import (
     TensorOp,
     apply,
+    int_arguments,
     shape_text,
     wrap,
 )
@@ -216,7 +218,7 @@ def pad(
         )
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
-    amounts = list(pad)
+    amounts = list(int_arguments(fn, tuple(pad), "pad"))
     if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
         raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")
     if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
@@ -374,6 +376,13 @@ def unfold(
             f"{fn}: the kernel ({kh}, {kw}) with dilation ({dh}, {dw}) does not fit the padded "
             f"input {shape_text(x.shape)}"
         )
+    # one slice per kernel offset: a result no machine holds is refused before the loop
+    check_allocation(
+        fn,
+        (n, c * kh * kw, oh * ow),
+        x.dtype,
+        f"input {shape_text(input.shape)}, kernel_size ({kh}, {kw})",
+    )
     blocks = [
         x[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
         for i in range(kh)
@@ -418,6 +427,7 @@ def fold(
         raise ShapeError(
             f"{fn}: expected {oh * ow} blocks for output_size ({height}, {width}), got {length}"
         )
+    check_allocation(fn, (n, c, hp, wp), cols.dtype, f"input {shape_text(input.shape)}")
     blocks = cols.reshape((n, c, kh * kw, oh, ow))
     canvas = wrap(cols, cols.backend.zeros((n, c, hp, wp), cols.dtype, cols.device))
     for i in range(kh):

@@ -259,6 +259,8 @@ from .loss import (  # noqa: E402
 )
 from .normalization import CrossMapLRN2d, LocalResponseNorm  # noqa: E402
 from .pooling import (  # noqa: E402
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
     LPPool1d,
     LPPool2d,
     LPPool3d,
@@ -279,6 +281,7 @@ __all__ += ["CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "Mar
 __all__ += ["MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss2d"]
 __all__ += ["PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]
 __all__ += ["CrossMapLRN2d", "LocalResponseNorm", "TripletMarginWithDistanceLoss"]
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]
 __all__ += ["LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 __all__ += ["CTCLoss", "UpsamplingBilinear2d", "UpsamplingNearest2d"]
 

@@ -8,9 +8,11 @@ objects the lazy module has held since construction, and becomes that layer's cl
 (``LazyLinear`` becomes ``Linear``, torch's ``cls_to_become``). Parameters are the same objects
 before and after, so an optimizer built before the first call trains them, as in torch.
 
-Before the first call the parameters hold empty ``[0]`` values (torch's
-``UninitializedParameter``); ``load_state_dict`` materializes the layer from the state's
-shapes first (torch's lazy load hook), so a torch state dict loads into a fresh lazy model.
+Before the first call the parameters are :class:`~..parameter.UninitializedParameter` objects
+holding empty ``[0]`` values (they print as torch's and refuse ``numel()``; the state dict holds
+them as they are, as torch's), and the module prints as torch's does, its input size 0;
+``load_state_dict`` materializes the layer from the state's shapes first (torch's lazy load
+hook), so a torch state dict loads into a fresh lazy model.
 
 >>> from retrograd import nn
 >>> layer = nn.LazyLinear(3)
@@ -28,8 +30,9 @@ import numpy as np
 from ...errors import ShapeError
 from ...tensor import Tensor, tensor
 from ...tensor.dtypes import default_float_dtype
+from ...tensor.generator import fork_rng
 from ...tensor.inplace import assign
-from ..parameter import Parameter
+from ..parameter import UninitializedBuffer, UninitializedParameter, is_lazy
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .linear import Linear
@@ -79,12 +82,26 @@ class LazyModuleMixin(Module):
         for name in parameters:
             empty = tensor(np.zeros((0,)), dtype=dtype, backend=kwargs.get("backend"),
                            device=device)  # fmt: skip
-            self.register_parameter(name, Parameter(empty))
+            self.register_parameter(name, UninitializedParameter(empty))
+        # the layer's attributes as torch's lazy module has them (``in_features == 0``,
+        # ``kernel_size``...): a size-0 layer's, built under a forked generator so that
+        # construction draws nothing from the stream
+        with fork_rng():
+            shadow = self.cls_to_become(0, *args, **kwargs)
+        for name, value in shadow.__dict__.items():
+            if name not in _REGISTRY_KEYS and name != "training":
+                self.__dict__.setdefault(name, value)
         for name in buffers:
-            self.register_buffer(name, tensor(np.zeros((0,)), dtype=dtype, device=device))
+            empty = tensor(np.zeros((0,)), dtype=dtype, device=device)
+            self.register_buffer(name, UninitializedBuffer(empty.primitive, empty.backend,
+                                                           empty.device))  # fmt: skip
 
     def has_uninitialized_params(self) -> bool:
         return True
+
+    def extra_repr(self) -> str:
+        """torch's: the built layer's, its input size 0."""
+        return self.cls_to_become.extra_repr(self)
 
     def _input_size(self, x: Tensor) -> int:
         if not isinstance(x, Tensor) or x.ndim < 2:
@@ -106,6 +123,7 @@ class LazyModuleMixin(Module):
             held = self._parameters.get(name)
             if value is not None and held is not None:
                 assign(held, value, f"{type(self).__name__} materialize", check_shape=False)
+                held.__class__ = held.cls_to_become  # (torch's materialize: same object)
                 value = held
             self._parameters[name] = value
         for name, value in built._buffers.items():
@@ -126,6 +144,8 @@ class LazyModuleMixin(Module):
         ``UninitializedParameter``, which its hook skips): the layer stays lazy."""
         name, dim = self._size_from
         value = state.get(prefix + name)
+        if is_lazy(value):
+            return
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) > dim and tuple(shape) != (0,):
             self._materialize(int(shape[dim]) * self._size_factor())

@@ -52,7 +52,7 @@ from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
-from ..parameter import Buffer, Parameter
+from ..parameter import Buffer, Parameter, is_lazy
 from .hooks import (
     GLOBAL_HOOKS,
     RemovableHandle,
@@ -573,7 +573,9 @@ class Module:
         for hook, _ in state_hooks(self, "state_dict_pre"):
             hook(self, prefix, keep_vars)
         for name, value in self._own_state_items(prefix):
-            out[name] = value if keep_vars else StateValue(value.numpy(), value)
+            # (a lazy module's uninitialized placeholder is the entry itself, as torch's)
+            kept = keep_vars or is_lazy(value)
+            out[name] = value if kept else StateValue(value.numpy(), value)
         for name, child in self._modules.items():
             if child is not None:
                 child._fill_state(out, f"{prefix}{name}.", keep_vars)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
@@ -21,6 +22,8 @@ __all__ = [
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
     "LPPool1d",
     "LPPool2d",
     "LPPool3d",
@@ -325,6 +328,79 @@ class MaxUnpool2d(_MaxUnpool):
 
 class MaxUnpool3d(_MaxUnpool):
     _fn, _dims = staticmethod(F.max_unpool3d), 3
+
+
+class _FractionalMaxPool(Module):
+    """Fractional max pooling (torch's ``FractionalMaxPool2d``/``3d``): ``kernel_size``
+    windows at pseudo-random steps giving ``output_size`` cells, or ``output_ratio`` (in
+    (0, 1)) of the input's. ``_random_samples``, a buffer, fixes the steps."""
+
+    _fn: Any = None
+    _dims = 2
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        output_size: Any = None,
+        output_ratio: Any = None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ):
+        super().__init__()
+        name, dims = type(self).__name__, self._dims
+        sizes = _repeated(kernel_size, dims)
+        if not all(isinstance(k, int) and k > 0 for k in sizes):
+            raise InvalidArgumentError(
+                f"{name}: kernel_size must be positive ints, got {kernel_size!r}"
+            )
+        self.kernel_size = sizes
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = None if output_size is None else _repeated(output_size, dims)
+        self.output_ratio = None if output_ratio is None else _repeated(output_ratio, dims)
+        if output_size is None and output_ratio is None:
+            raise InvalidArgumentError(
+                f"{name} requires specifying either an output size, or a pooling ratio"
+            )
+        if output_size is not None and output_ratio is not None:
+            raise InvalidArgumentError(
+                f"{name}: only one of output_size and output_ratio may be specified"
+            )
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise InvalidArgumentError(
+                f"{name}: output_ratio must be between 0 and 1 (got {output_ratio})"
+            )
+
+    def forward(self, x: Tensor) -> Any:
+        return type(self)._fn(
+            x,
+            self.kernel_size,
+            self.output_size,
+            self.output_ratio,
+            self.return_indices,
+            _random_samples=self._random_samples,
+        )
+
+
+def _repeated(value: Any, dims: int) -> tuple:
+    """torch's ``_pair``/``_triple``: a sequence as a tuple, anything else repeated."""
+    return tuple(value) if isinstance(value, Sequence) else (value,) * dims
+
+
+class FractionalMaxPool2d(_FractionalMaxPool):
+    """2-d fractional max pooling.
+
+    >>> FractionalMaxPool2d(2, output_size=3)(rg.ones((1, 1, 5, 5))).shape
+    (1, 1, 3, 3)
+    """
+
+    _fn, _dims = staticmethod(F.fractional_max_pool2d), 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPool):
+    """3-d fractional max pooling of ``[N, C, T, H, W]`` (or ``[C, T, H, W]``)."""
+
+    _fn, _dims = staticmethod(F.fractional_max_pool3d), 3
 
 
 def _sizes_repr(module: Module, dims: int) -> str:
