@@ -2,8 +2,8 @@
 ``mpiexec ... python scripts_in_turn.py ENTRY... OUT``): each entry's script in turn, in this
 one process, as if launched alone with its own output folder.
 
-An entry is ``SCRIPT`` or ``SCRIPT:ARG``: a script's path relative to ``tests/`` and at most
-one argument, given before the output folder as a launch of its own gives it. The script's
+An entry is ``SCRIPT`` or ``SCRIPT:ARG:...``: a script's path relative to ``tests/`` and its
+arguments, given before the output folder as a launch of its own gives them. The script's
 output folder is ``OUT/`` followed by :func:`folder_name` of the entry.
 
 One launch for several scripts, because a launch costs more than most of these scripts'
@@ -25,9 +25,9 @@ TESTS = Path(__file__).resolve().parent
 
 
 def folder_name(entry: str) -> str:
-    """The output folder of ``entry`` inside ``OUT``: the script's name, and its argument."""
-    script, _, arg = entry.partition(":")
-    return Path(script).stem + (f"-{arg}" if arg else "")
+    """The output folder of ``entry`` inside ``OUT``: the script's name, and its arguments."""
+    script, *args = entry.split(":")
+    return "-".join([Path(script).stem, *args])
 
 
 def launch_rank() -> str:
@@ -38,13 +38,13 @@ def launch_rank() -> str:
 
 def run_entry(entry: str, out: Path) -> None:
     """The entry script's ``main()`` with ``sys.argv`` as a launch of its own gives it."""
-    script, _, arg = entry.partition(":")
+    script, *args = entry.split(":")
     path = TESTS / script
     spec = importlib.util.spec_from_file_location(f"in_turn_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     saved = sys.argv
-    sys.argv = [str(path), *([arg] if arg else []), str(out)]
+    sys.argv = [str(path), *args, str(out)]
     try:
         module.main()
     finally:
