@@ -24,6 +24,7 @@ pytest.importorskip(
 import retrograd
 from retrograd.distributed import launch
 from retrograd.distributed.transport import shm
+from scripts_in_turn import folder_name
 from zero_cases import check_reports
 
 pytestmark = [
@@ -72,11 +73,87 @@ def output(completed) -> str:
     return f"exit {completed.returncode}\nstdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
 
 
+class InTurn:
+    """One launch of several scripts in turn (``tests/scripts_in_turn.py``): the launch, and
+    each script's reports in its own folder."""
+
+    def __init__(self, completed, out: Path):
+        self.completed, self.out = completed, out
+
+    def reports(self, entry: str) -> dict:
+        """``{rank: report}`` of ``entry``'s script, as ``run_ranks`` gives them."""
+        reports = {}
+        for path in (self.out / folder_name(entry)).glob("rank*.json"):
+            report = json.loads(path.read_text())
+            reports[report["rank"]] = report
+        return reports
+
+    def output(self, entry: str) -> str:
+        """The launch's output, and what the entry's script raised on each rank."""
+        raised = sorted((self.out / folder_name(entry)).glob("rank*.error"))
+        return output(self.completed) + "".join(
+            f"\n{path.name}:\n{path.read_text()}" for path in raised
+        )
+
+
+#: The scripts that need nothing of their own launch, by rank count, each run by one launch
+#: (``in_turn``) rather than one each: a launch costs Hydra and a process a rank importing
+#: retrograd and mpi4py again. The donation runs patch the census each for itself, and undo
+#: it; the DDP script, which starts and closes the default context itself, runs last; the
+#: string-ids training wants a different hash seed on each rank, which the others do not read.
+GRAD_CHECKS = "mpi_scripts/grad_checks.py"
+TRANSPORT = "mpi_scripts/transport_checks.py"
+COLLECTIVES = "mpi_scripts/collectives.py:checks"
+ZERO = "mpi_scripts/zero.py"
+TRAIN_MLP = "mpi_scripts/train_mlp.py"
+TORCH_STYLE_DDP = "torch_scripts/torch_process_group.py:mpi"
+DONATION = "mpi_scripts/donation.py:{spare}"
+IN_TURN = {
+    2: [GRAD_CHECKS, TRANSPORT, COLLECTIVES, ZERO, TRAIN_MLP]
+    + [DONATION.format(spare=spare) for spare in (-1, 0, 1)]
+    + [TORCH_STYLE_DDP],
+    3: [GRAD_CHECKS, TRANSPORT, COLLECTIVES, ZERO]
+    + [DONATION.format(spare=spare) for spare in (-1, 0, 1)],
+    8: [GRAD_CHECKS, DONATION.format(spare=-1)],
+}
+HASH_SEEDS = [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]
+
+
+@pytest.fixture(scope="module")
+def in_turn(tmp_path_factory):
+    """``in_turn(ranks)``: the launch of ``IN_TURN[ranks]``, made at the first test asking."""
+    launches: dict[int, InTurn] = {}
+
+    def launch_of(ranks: int) -> InTurn:
+        if ranks not in launches:
+            out = tmp_path_factory.mktemp(f"in_turn_{ranks}")
+            entries = IN_TURN[ranks]
+            completed, _ = run_ranks(
+                ranks,
+                "../scripts_in_turn.py",
+                *entries,
+                tmp_path=out,
+                rank_env=HASH_SEEDS if ranks == 2 else None,
+                timeout=LAUNCH_SECONDS + 30.0 * len(entries),
+            )
+            launches[ranks] = InTurn(completed, out)
+        return launches[ranks]
+
+    return launch_of
+
+
+def launched(ranks, entry, in_turn):
+    """(launch, {rank: report}) of ``entry``, one of ``IN_TURN[ranks]``."""
+    assert entry in IN_TURN[ranks], f"{entry} is not one of IN_TURN[{ranks}]"
+    launch = in_turn(ranks)
+    return launch, launch.reports(entry)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 8])
-def test_gradient_checks_across_processes(ranks, tmp_path):
-    completed, reports = run_ranks(ranks, "grad_checks.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == list(range(ranks)), output(completed)
+def test_gradient_checks_across_processes(ranks, in_turn):
+    launch, reports = launched(ranks, GRAD_CHECKS, in_turn)
+    assert launch.completed.returncode == 0, launch.output(GRAD_CHECKS)
+    assert sorted(reports) == list(range(ranks)), launch.output(GRAD_CHECKS)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
@@ -98,10 +175,10 @@ def test_gradient_checks_across_processes(ranks, tmp_path):
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_the_transport_all_gathers_buffers_across_processes(ranks, tmp_path):
-    completed, reports = run_ranks(ranks, "transport_checks.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == list(range(ranks)), output(completed)
+def test_the_transport_all_gathers_buffers_across_processes(ranks, in_turn):
+    launch, reports = launched(ranks, TRANSPORT, in_turn)
+    assert launch.completed.returncode == 0, launch.output(TRANSPORT)
+    assert sorted(reports) == list(range(ranks)), launch.output(TRANSPORT)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         assert report["checks"] == 4
@@ -114,16 +191,17 @@ def test_the_transport_all_gathers_buffers_across_processes(ranks, tmp_path):
     ("ranks", "spare"), [(2, -1), (2, 0), (2, 1), (3, -1), (3, 0), (3, 1), (8, -1)]
 )
 def test_large_gradients_reduced_in_place_or_through_shared_memory_are_the_mean(
-    ranks, spare, tmp_path
+    ranks, spare, in_turn
 ):
     """Gradients of 1 MiB and more, donated to the engine where nothing else holds them, or
     through shared memory where ranks outnumber cores: the result is the mean of every rank's
     own gradients at each step, including the steps one rank registers differently (redone),
     and for two parameters given one gradient array (reduced in place, either would change
     the other's)."""
-    completed, reports = run_ranks(ranks, "donation.py", spare, tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == list(range(ranks)), output(completed)
+    entry = DONATION.format(spare=spare)
+    launch, reports = launched(ranks, entry, in_turn)
+    assert launch.completed.returncode == 0, launch.output(entry)
+    assert sorted(reports) == list(range(ranks)), launch.output(entry)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         assert report["checks"] == 5 * 4 * 2
@@ -140,11 +218,11 @@ def test_large_gradients_reduced_in_place_or_through_shared_memory_are_the_mean(
             assert report["reduced_in_place"] >= 3
 
 
-def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(tmp_path):
-    seeds = [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]
-    completed, reports = run_ranks(2, "train_mlp.py", tmp_path=tmp_path, rank_env=seeds)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == [0, 1], output(completed)
+def test_data_parallel_sgd_equals_full_batch_training_with_string_ids(in_turn):
+    # the launch gives the ranks PYTHONHASHSEED 1 and 2 (HASH_SEEDS)
+    launch, reports = launched(2, TRAIN_MLP, in_turn)
+    assert launch.completed.returncode == 0, launch.output(TRAIN_MLP)
+    assert sorted(reports) == [0, 1], launch.output(TRAIN_MLP)
     for report in reports.values():
         assert report["steps_synced"] == 20
         assert report["moved"] > 0.05  # training did change the weights...
@@ -321,13 +399,13 @@ def test_overlap_follows_the_cores_other_jobs_leave_now_not_the_load_average(tmp
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_differentiable_collectives_across_processes(ranks, tmp_path):
+def test_differentiable_collectives_across_processes(ranks, in_turn):
     """tests/collective_cases.py across processes: values, gradients equal to the duals by
     hand, composition, and bad calls (mismatched shapes, all_reduce's too) failing every rank
     at once with the context still usable."""
-    completed, reports = run_ranks(ranks, "collectives.py", "checks", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == list(range(ranks)), output(completed)
+    launch, reports = launched(ranks, COLLECTIVES, in_turn)
+    assert launch.completed.returncode == 0, launch.output(COLLECTIVES)
+    assert sorted(reports) == list(range(ranks)), launch.output(COLLECTIVES)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         forward = 6 + (8 if ranks == 2 else 4) + 2 * ranks + 4
@@ -344,23 +422,22 @@ def test_a_rank_that_never_joins_a_gather_fails_the_others_within_the_timeout(tm
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_zero_trains_as_the_wrapped_optimizer_across_processes(ranks, tmp_path):
+def test_zero_trains_as_the_wrapped_optimizer_across_processes(ranks, in_turn):
     """tests/zero_cases.py across processes: AdamW and SGD with momentum under ZeRO (clipping
     active) equal to the wrapped optimizer on the full batch; the shares add up to the whole
     state; consolidated, reloaded and continued equal to uninterrupted."""
-    completed, reports = run_ranks(ranks, "zero.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == list(range(ranks)), output(completed)
+    launch, reports = launched(ranks, ZERO, in_turn)
+    assert launch.completed.returncode == 0, launch.output(ZERO)
+    assert sorted(reports) == list(range(ranks)), launch.output(ZERO)
     check_reports(reports)
 
 
-def test_a_torch_style_ddp_script_runs_under_mpiexec(tmp_path):
+def test_a_torch_style_ddp_script_runs_under_mpiexec(in_turn):
     """``init_process_group("mpi")``: the torch engine's DDP script
     (``tests/torch_scripts/torch_process_group.py``) on the mpi engine."""
-    script = Path("..") / "torch_scripts" / "torch_process_group.py"
-    completed, reports = run_ranks(2, script, "mpi", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == [0, 1], output(completed)
+    launch, reports = launched(2, TORCH_STYLE_DDP, in_turn)
+    assert launch.completed.returncode == 0, launch.output(TORCH_STYLE_DDP)
+    assert sorted(reports) == [0, 1], launch.output(TORCH_STYLE_DDP)
     for report in reports.values():
         assert report["world_size"] == 2
         assert report["max_difference"] < 1e-12, report

@@ -24,8 +24,10 @@ pytest.importorskip("torch", reason='torch is not installed: pip install -e ".[d
 import torch
 
 import retrograd as rg
+from backends import on_torch
 from retrograd import distributed as dist
 from retrograd.distributed import buffers, launch
+from scripts_in_turn import folder_name
 from zero_cases import check_reports
 
 #: under pytest-xdist, one launch at a time: the timeouts below are sized for that
@@ -61,11 +63,70 @@ def output(completed) -> str:
     return f"exit {completed.returncode}\nstdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
 
 
-def test_gradient_checks_over_gloo(tmp_path):
-    completed, reports = run_ranks("torch_grad_checks.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    reports = reports[tmp_path.name]
-    assert sorted(reports) == [0, 1], output(completed)
+class InTurn:
+    """One launch of several scripts in turn (``tests/scripts_in_turn.py``): the launch, and
+    each script's reports in its own folder."""
+
+    def __init__(self, completed, out: Path):
+        self.completed, self.out = completed, out
+
+    def reports(self, entry: str) -> dict:
+        """``{folder: {rank: report}}`` of ``entry``'s script, as ``run_ranks`` gives them."""
+        reports: dict = {}
+        for path in (self.out / folder_name(entry)).rglob("rank*.json"):
+            report = json.loads(path.read_text())
+            reports.setdefault(path.parent.name, {})[report["rank"]] = report
+        return reports
+
+    def output(self, entry: str) -> str:
+        """The launch's output, and what the entry's script raised on each rank."""
+        raised = sorted((self.out / folder_name(entry)).glob("rank*.error"))
+        return output(self.completed) + "".join(
+            f"\n{path.name}:\n{path.read_text()}" for path in raised
+        )
+
+
+def run_in_turn(entries, out: Path, ranks: int) -> InTurn:
+    """The scripts ``entries`` (paths relative to tests/) in turn, in one torchrun launch."""
+    completed, _ = run_ranks(
+        Path("..") / "scripts_in_turn.py",
+        *entries,
+        tmp_path=out,
+        ranks=ranks,
+        timeout=LAUNCH_SECONDS + 30.0 * len(entries),
+    )
+    return InTurn(completed, out)
+
+
+FAULT_TIMEOUT = 2.0
+MISMATCH = f"torch_scripts/torch_faults.py:mismatch:{FAULT_TIMEOUT}"
+
+#: The scripts that need two ranks and nothing of their own, in one launch: each launch of its
+#: own cost 7-8 s of CPU (three processes importing torch), on both of the suite's passes. The
+#: mismatched registrations (a fault that leaves every rank running and the group usable) join
+#: on the NumPy pass, the only one that runs their test; the tutorial-style script, which
+#: starts torch's default group itself, runs last.
+TWO_RANKS = {
+    "grad_checks": "torch_scripts/torch_grad_checks.py",
+    "transport": "torch_scripts/torch_transport_checks.py",
+    "collectives": "torch_scripts/torch_collectives.py",
+    "zero": "torch_scripts/torch_zero.py",
+    "train_mlp": "torch_scripts/torch_train_mlp.py",
+    **({} if on_torch() else {"mismatch": MISMATCH}),
+    "process_group": "torch_scripts/torch_process_group.py",
+}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> InTurn:
+    return run_in_turn(list(TWO_RANKS.values()), tmp_path_factory.mktemp("two_ranks"), ranks=2)
+
+
+def test_gradient_checks_over_gloo(two_ranks):
+    entry = TWO_RANKS["grad_checks"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    reports = two_ranks.reports(entry).get(folder_name(entry), {})
+    assert sorted(reports) == [0, 1], two_ranks.output(entry)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         assert report["checks"] == 74
@@ -75,42 +136,47 @@ def test_gradient_checks_over_gloo(tmp_path):
         assert report["buckets"] == {"SUM": 20, "MEAN": 11}
 
 
-def test_the_transport_all_gathers_buffers_over_gloo(tmp_path):
-    completed, reports = run_ranks("torch_transport_checks.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    reports = reports[tmp_path.name]
-    assert sorted(reports) == [0, 1], output(completed)
+def test_the_transport_all_gathers_buffers_over_gloo(two_ranks):
+    entry = TWO_RANKS["transport"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    reports = two_ranks.reports(entry).get(folder_name(entry), {})
+    assert sorted(reports) == [0, 1], two_ranks.output(entry)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         assert report["checks"] == 4
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_differentiable_collectives_over_gloo(ranks, tmp_path):
-    completed, reports = run_ranks("torch_collectives.py", tmp_path=tmp_path, ranks=ranks)
-    assert completed.returncode == 0, output(completed)
-    reports = reports[tmp_path.name]
-    assert sorted(reports) == list(range(ranks)), output(completed)
+def test_differentiable_collectives_over_gloo(ranks, request, tmp_path):
+    entry = TWO_RANKS["collectives"]
+    if ranks == 2:
+        launch = request.getfixturevalue("two_ranks")
+    else:
+        launch = run_in_turn([entry], tmp_path, ranks=ranks)
+    assert launch.completed.returncode == 0, launch.output(entry)
+    reports = launch.reports(entry).get(folder_name(entry), {})
+    assert sorted(reports) == list(range(ranks)), launch.output(entry)
     for rank, report in reports.items():
         assert report["failures"] == [], f"rank {rank}: {report['failures']}"
         forward = 6 + (8 if ranks == 2 else 4) + 2 * ranks + 4
         assert report["checks"] == forward + 5 + 10
 
 
-def test_zero_trains_as_the_wrapped_optimizer_over_gloo(tmp_path):
-    completed, reports = run_ranks("torch_zero.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    reports = reports[tmp_path.name]
-    assert sorted(reports) == [0, 1], output(completed)
+def test_zero_trains_as_the_wrapped_optimizer_over_gloo(two_ranks):
+    entry = TWO_RANKS["zero"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    reports = two_ranks.reports(entry).get(folder_name(entry), {})
+    assert sorted(reports) == [0, 1], two_ranks.output(entry)
     check_reports(reports)
 
 
-def test_two_process_training_equals_full_batch_training(tmp_path):
-    completed, reports = run_ranks("torch_train_mlp.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    assert sorted(reports) == ["buckets0", f"buckets{1 << 20}"], output(completed)
+def test_two_process_training_equals_full_batch_training(two_ranks):
+    entry = TWO_RANKS["train_mlp"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    reports = two_ranks.reports(entry)
+    assert sorted(reports) == ["buckets0", f"buckets{1 << 20}"], two_ranks.output(entry)
     for name, by_rank in reports.items():
-        assert sorted(by_rank) == [0, 1], output(completed)
+        assert sorted(by_rank) == [0, 1], two_ranks.output(entry)
         for report in by_rank.values():
             assert report["world_size"] == 2
             assert report["steps_synced"] == 20
@@ -120,8 +186,6 @@ def test_two_process_training_equals_full_batch_training(tmp_path):
             assert report["max_difference"] < 1e-12  # ...exactly as full-batch training did
             assert report["gradient_buffers_outliving_their_step"] == 0
 
-
-FAULT_TIMEOUT = 2.0
 
 #: A launch whose outcome the suite's inner backend cannot change runs on the NumPy pass only:
 #: a torch-suite run would repeat it (each launch imports torch in three processes, 7-8 s of
@@ -184,9 +248,14 @@ def test_a_rank_that_never_creates_its_context_fails_the_others_within_the_timeo
 
 
 @same_on_every_backend
-def test_mismatched_parameter_sets_fail_every_rank_at_once_and_the_next_step_works(tmp_path):
-    completed, _, reports = run_fault("mismatch", tmp_path)
-    assert completed.returncode == 0, output(completed)  # no collective ran: still usable
+def test_mismatched_parameter_sets_fail_every_rank_at_once_and_the_next_step_works(two_ranks):
+    # run_fault's checks, on the launch of TWO_RANKS (the scripts after this one ran too)
+    entry, completed = TWO_RANKS["mismatch"], two_ranks.completed
+    reports = two_ranks.reports(entry).get(folder_name(entry), {})
+    assert 0 in reports, two_ranks.output(entry)
+    assert reports[0]["elapsed"] < FAULT_TIMEOUT + SLACK, reports[0]
+    assert completed.wall < 60.0
+    assert completed.returncode == 0, two_ranks.output(entry)  # no collective ran: usable
     for rank in (0, 1):
         report = reports[rank]
         assert "parameter 'extra' is registered on rank 1 but not on rank 0" in report["error"]
@@ -360,13 +429,13 @@ def test_train_with_workers_and_the_torch_engine_runs_torchrun_and_matches_threa
     np.testing.assert_allclose(ranks["step_losses"], threads["step_losses"], rtol=1e-5)
 
 
-def test_a_torch_style_ddp_script_runs_as_written(tmp_path):
+def test_a_torch_style_ddp_script_runs_as_written(two_ranks):
     """init_process_group, DDP and DistributedSampler without a group or rank, torch's in-place
     all_reduce / all_gather / broadcast, barrier, destroy_process_group."""
-    completed, reports = run_ranks("torch_process_group.py", tmp_path=tmp_path)
-    assert completed.returncode == 0, output(completed)
-    reports = reports[tmp_path.name]
-    assert sorted(reports) == [0, 1], output(completed)
+    entry = TWO_RANKS["process_group"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    reports = two_ranks.reports(entry).get(folder_name(entry), {})
+    assert sorted(reports) == [0, 1], two_ranks.output(entry)
     for report in reports.values():
         assert report["world_size"] == 2
         assert report["max_difference"] < 1e-12, report

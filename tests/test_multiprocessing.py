@@ -23,6 +23,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.numpy_only(
+    "the spawned ranks run on the default NumPy backend whatever the suite's inner backend "
+    "(a spawned process runs no conftest, and ddp_worker names no backend), so a torch-suite "
+    "run would repeat the NumPy pass's ranks at the cost of two fresh interpreters; the "
+    "one-process reference it compares with is plain Linear and SGD, which the torch pass "
+    "checks against torch elsewhere"
+)
 def test_spawned_ddp_ranks_train_as_one_process(tmp_path):
     mp.spawn(ddp_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

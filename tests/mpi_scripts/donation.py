@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
@@ -29,7 +30,9 @@ STEPS = 5
 SWAPPED_STEP = 3
 
 
-def patch_census(spare: int) -> None:
+def patch_census(spare: int) -> Callable[[], None]:
+    """Patch the census; returns what undoes it (``tests/scripts_in_turn.py`` runs other
+    scripts after this one in the same process)."""
     measured = MpiTransport._census
 
     def census(self):
@@ -37,6 +40,7 @@ def patch_census(spare: int) -> None:
         return local_ranks, cores, others, spare, token
 
     MpiTransport._census = census
+    return lambda: setattr(MpiTransport, "_census", measured)
 
 
 def parameters(seed: int) -> dict[str, np.ndarray]:
@@ -69,7 +73,7 @@ def step_gradients(device, values, x, c, distributed: bool, swapped: bool = Fals
 
 def main() -> None:
     spare, out = int(sys.argv[1]), Path(sys.argv[2])
-    patch_census(spare)
+    restore_census = patch_census(spare)
     checks = Checks()
     report: dict = {}
     config = dist.DistributedConfig(dist.ReduceOperation.MEAN, timeout=60.0)
@@ -98,6 +102,8 @@ def main() -> None:
             report["exchanges"] = ctx.stats.exchanges
     except Exception:
         checks.failures.append(traceback.format_exc())
+    finally:
+        restore_census()
     write_report(out, report, checks)
 
 
