@@ -350,7 +350,7 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
             return _read(archive, name, device, weights_only)
     except RetrogradError:
         raise
-    except _DAMAGE as error:
+    except ARCHIVE_DAMAGE as error:
         raise InvalidArgumentError(
             f"load: {name} is damaged, truncated or not a file rg.save wrote ({_text(error)})"
         ) from None
@@ -360,8 +360,9 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
 #: zipfile's NotImplementedError and RuntimeError come from a flipped bit in a header that
 #: then claims a compression method, an encryption or a zip version; NumPy's header parser
 #: raises tokenize's and ast's errors on a damaged header, MemoryError on a shape damaged
-#: into a size no machine holds.
-_DAMAGE = (
+#: into a size no machine holds. Every reader of ``.npz`` files catches these
+#: (``Module.load_state_dict``, the command line's checkpoints).
+ARCHIVE_DAMAGE = (
     ValueError,
     OSError,
     EOFError,
@@ -426,9 +427,16 @@ def _check_magic(name: str, data: bytes) -> None:
     )
 
 
+def foreign_entries(archive: Any) -> list[str]:
+    """The entries of an opened ``.npz`` archive that are not NumPy arrays: NumPy hands such
+    an entry out as its raw bytes, where an array was expected (a zip of other files; torch's
+    own format, whose ``data.pkl`` is a pickle)."""
+    return [entry for entry in archive.zip.namelist() if not entry.endswith(".npy")]
+
+
 def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if _STRUCTURE not in archive.files:
-        if not all(entry.endswith(".npy") for entry in archive.zip.namelist()):
+        if foreign_entries(archive):
             raise InvalidArgumentError(
                 f"load: {name} is not a file rg.save wrote (a zip of other entries than "
                 "NumPy arrays: torch's own format, whose pickles are never read here); in "

@@ -29,6 +29,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import RetrogradError
@@ -563,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[options.command](options)
     except KeyboardInterrupt:
-        _print_error(f"retrograd {options.command}", "interrupted")
+        _print_error(f"retrograd {options.command}", _interrupted(options))
         return 130
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -574,6 +575,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, text = describe(error, options.command)
         _print_error(f"retrograd {options.command}", text)
         return code
+
+
+def _interrupted(options: argparse.Namespace) -> str:
+    """The line of an interrupted command: what of it is kept and how to go on. A GPT run
+    keeps the checkpoint of its last evaluation, which ``--resume`` continues."""
+    if options.command == "train" and options.model == "gpt":
+        from .checkpoints import CHECKPOINT, saved_step
+        from .gpt import GPTTrainConfig
+
+        checkpoint = Path(options.out or GPTTrainConfig().out) / CHECKPOINT
+        step = saved_step(checkpoint)
+        if step is not None:
+            return (
+                f"interrupted — {checkpoint} (step {step}) is kept: continue with retrograd "
+                f"train --model gpt --out {checkpoint.parent} --resume"
+            )
+    return "interrupted — run the command again"
 
 
 def describe(error: Exception, command: str) -> tuple[int, str]:

@@ -244,6 +244,15 @@ class GPTTask(Task):
                 )
             self.saved = read_checkpoint(self.checkpoint)
             self.config = _resumed_config(self.config, self.saved, self.given)
+            saved_step = self.saved.meta["step"]
+            if self.config.steps < saved_step:
+                # else the run would train nothing and rewrite metrics.json saying it stopped
+                # at --steps, beside a model and a checkpoint of the later step
+                raise UsageError(
+                    f"train: --steps {self.config.steps} is behind the saved run, which is at "
+                    f"step {saved_step}: --resume continues it to a later step — pass --steps "
+                    f"above {saved_step}, or drop --steps"
+                )
             self.rng = np.random.default_rng(self.config.seed)
         config = self.config
         self.corpus = load_corpus(config.text, encoding=config.encoding)

@@ -1,0 +1,230 @@
+"""Round 22 of the reliability work, on the product around the engine (the ``retrograd``
+command, ``rg.save``/``rg.load``, ``state_dict`` files): one regression per defect the sweep
+(``test_reliability_sweep_22.py``) and its probes found; each fails on the code before the fix.
+
+The command runs by its ``main()`` in this process (:func:`cli_here.run_main`); a GPT run
+trains on the suite's inner backend (``--backend``), so both passes of the suite train. What a
+file holds afterwards is compared with its bytes before, or with what torch does with the same
+file."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from backends import on_torch
+from cli_here import run_main
+from retrograd import nn
+from retrograd.files import FileSet
+
+TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n\n" for i in range(40))
+GPT = [
+    "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8",
+    "--batch-size", "2", "--eval-interval", "2", "--backend", "torch" if on_torch() else "numpy",
+]  # fmt: skip
+
+
+def one_line(completed, command: str, code: int) -> str:
+    """The error line of a failed command, checked: the exit status, one line on stderr in the
+    form ``retrograd COMMAND: what — what to do``, no traceback."""
+    assert completed.returncode == code, completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith(f"retrograd {command}: ") and " — " in lines[0], lines[0]
+    return lines[0]
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every entry of ``folder`` (hidden ones too: a leftover temporary file would show)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A finished 2-step GPT run's folder (copied by the tests that change it) and the options
+    that trained it."""
+    folder = tmp_path_factory.mktemp("gpt")
+    text = folder / "code.txt"
+    text.write_text(TEXT)
+    options = [*GPT, "--text", str(text)]
+    completed = run_main("train", *options, "--steps", "2", "--out", str(folder / "run"))
+    assert completed.returncode == 0, completed.stderr
+    return folder / "run", options
+
+
+def copy_of(folder: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / folder.name
+    copy.mkdir()
+    for name, data in files_of(folder).items():
+        (copy / name).write_bytes(data)
+    return copy
+
+
+def with_central_field(archive: bytes, offset: int, value: int) -> bytes:
+    """``archive`` with a 2-byte field of its first central-directory record set to ``value``
+    (a flipped bit in a zip header, which no CRC covers): at 8 the flags (1: encrypted), at 10
+    the compression method (99: one zipfile does not know)."""
+    data = bytearray(archive)
+    record = data.index(b"PK\x01\x02")
+    data[record + offset : record + offset + 2] = value.to_bytes(2, "little")
+    return bytes(data)
+
+
+DAMAGED_HEADERS = {"encrypted": (8, 1), "unknown compression": (10, 99)}
+
+
+# == a flipped bit in a zip header ===============================================================
+@pytest.mark.parametrize("damage", DAMAGED_HEADERS)
+def test_load_state_dict_of_a_file_with_a_damaged_zip_header_is_an_invalid_argument(
+    damage, tmp_path
+):
+    # zipfile's bare RuntimeError ("File 'weight.npy' is encrypted, password required") and
+    # NotImplementedError ("That compression method is not supported") came through; rg.load
+    # already refused such a file as damaged, and torch refuses its own damaged files.
+    rg.seed(0)
+    model = nn.Linear(3, 2)
+    buffer = io.BytesIO()
+    np.savez(buffer, **model.state_dict())
+    path = tmp_path / "model.npz"
+    path.write_bytes(with_central_field(buffer.getvalue(), *DAMAGED_HEADERS[damage]))
+    torch_file = io.BytesIO()
+    torch.save(torch.nn.Linear(3, 2).state_dict(), torch_file)
+    with pytest.raises(RuntimeError):
+        torch.load(io.BytesIO(with_central_field(torch_file.getvalue(), *DAMAGED_HEADERS[damage])))
+    before = [p.numpy().copy() for p in model.parameters()]
+    with pytest.raises(rg.InvalidArgumentError, match=r"model\.npz is not a readable \.npz"):
+        model.load_state_dict(path)
+    assert all(np.array_equal(p.numpy(), b) for p, b in zip(model.parameters(), before))
+
+
+def test_load_state_dict_of_a_damaged_file_object_names_it(tmp_path):
+    # The error's own message took os.fspath of the file object: a bare TypeError ("expected
+    # str, bytes or os.PathLike object, not BytesIO") in place of the damage.
+    buffer = io.BytesIO()
+    np.savez(buffer, **nn.Linear(3, 2).state_dict())
+    truncated = io.BytesIO(buffer.getvalue()[:100])
+    with pytest.raises(rg.InvalidArgumentError, match=r"the file object is not a readable \.npz"):
+        nn.Linear(3, 2).load_state_dict(truncated)
+
+
+def test_load_state_dict_of_a_torch_file_says_it_is_torchs_format(tmp_path):
+    # A torch.save file is a zip too: its entries came out as raw bytes and the line was a
+    # KeyMismatchError listing 't/data.pkl', 't/byteorder'... as "unexpected" keys (or, with
+    # matching names, a DTypeError quoting the entry's bytes); rg.load says what the file is.
+    path = tmp_path / "linear.pt"
+    torch.save(torch.nn.Linear(3, 2).state_dict(), path)
+    with pytest.raises(rg.InvalidArgumentError, match=r"torch's own format.*np\.savez"):
+        nn.Linear(3, 2).load_state_dict(path)
+    with pytest.raises(rg.InvalidArgumentError, match="torch's own format"):
+        rg.load(path)
+
+
+@pytest.mark.parametrize("damage", DAMAGED_HEADERS)
+@pytest.mark.parametrize("command", ["sample", "resume"])
+def test_a_checkpoint_with_a_damaged_zip_header_is_said_damaged(gpt_run, tmp_path, damage, command):
+    # The command said "unexpected NotImplementedError: That compression method is not
+    # supported — ... please report it" (or RuntimeError: "... is encrypted, password
+    # required"), as for a bug of its own, where the file is damaged.
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    checkpoint = out / "checkpoint.npz"
+    checkpoint.write_bytes(with_central_field(checkpoint.read_bytes(), *DAMAGED_HEADERS[damage]))
+    before = files_of(out)
+    if command == "sample":
+        completed = run_main("sample", "--out", str(out), "--tokens", "3")
+    else:
+        completed = run_main("train", *options, "--out", str(out), "--resume")
+    line = one_line(completed, "train" if command == "resume" else "sample", 1)
+    assert f"{checkpoint} is damaged" in line and "not a readable .npz archive" in line, line
+    assert files_of(out) == before
+
+
+# == a set of files replaced whole ===============================================================
+def test_a_file_set_whose_second_rename_fails_puts_the_first_back(tmp_path):
+    # FileSet promises "when one of them cannot be written, none is replaced", but a rename
+    # that failed (ENOSPC where the folder needs a block, EDQUOT) after the first one left the
+    # first file new and the second old: a metrics.json of one run beside another's model.
+    (tmp_path / "a.txt").write_text("old a")
+    (tmp_path / "b.txt").write_text("old b")
+    real_replace = os.replace
+    calls = []
+
+    def replace_failing_the_second(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_replace(source, target)
+
+    with (
+        mock.patch("os.replace", replace_failing_the_second),
+        pytest.raises(OSError, match="No space left") as raised,
+        FileSet(tmp_path) as files,
+    ):
+        for name in ("a.txt", "b.txt", "c.txt"):
+            with files.open(name, "w") as file:
+                file.write(f"new {name[0]}")
+    assert raised.value.filename == str(tmp_path / "b.txt")
+    assert files_of(tmp_path) == {"a.txt": b"old a", "b.txt": b"old b"}
+
+
+def test_a_run_whose_files_cannot_all_be_renamed_keeps_the_previous_ones(gpt_run, tmp_path):
+    # The line said "free disk space (the previous files are intact)" while metrics.json was
+    # already the resumed run's and model.npz the old one's.
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    before = files_of(out)
+    real_replace = os.replace
+
+    def replace_failing_at_the_model(source, target):
+        if Path(target).name == "model.npz":
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        return real_replace(source, target)
+
+    with mock.patch("os.replace", replace_failing_at_the_model):
+        completed = run_main("train", *options, "--steps", "4", "--out", str(out), "--resume")
+    line = one_line(completed, "train", 1)
+    assert "model.npz: Disk quota exceeded" in line and "previous files are intact" in line
+    after = files_of(out)
+    assert after.keys() == before.keys()  # no temporary, no kept link left behind
+    # the checkpoint of step 4 was saved before the outputs, by a commit of its own
+    assert {name for name in before if after[name] != before[name]} == {"checkpoint.npz"}
+
+
+# == --resume ====================================================================================
+def test_resume_with_steps_behind_the_saved_step_is_refused(gpt_run, tmp_path):
+    # It trained nothing and rewrote metrics.json with config steps 1 beside a summary, a
+    # model and a checkpoint of step 2, exit status 0.
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    before = files_of(out)
+    completed = run_main("train", *options, "--steps", "1", "--out", str(out), "--resume")
+    line = one_line(completed, "train", 2)
+    assert "--steps 1 is behind the saved run, which is at step 2" in line
+    assert files_of(out) == before
+
+
+def test_an_interrupted_gpt_run_names_the_checkpoint_to_resume(gpt_run, tmp_path):
+    # The line was "retrograd train: interrupted": no "what to do", though the checkpoint of
+    # the last evaluation is kept and --resume continues it.
+    from retrograd.app.gpt import GPTTask
+
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    before = files_of(out)
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    with mock.patch.object(GPTTask, "before_step", interrupted):
+        completed = run_main("train", *options, "--steps", "4", "--out", str(out), "--resume")
+    line = one_line(completed, "train", 130)
+    assert f"{out / 'checkpoint.npz'} (step 2) is kept" in line and "--resume" in line, line
+    assert files_of(out) == before
