@@ -228,3 +228,21 @@ def test_an_interrupted_gpt_run_names_the_checkpoint_to_resume(gpt_run, tmp_path
     line = one_line(completed, "train", 130)
     assert f"{out / 'checkpoint.npz'} (step 2) is kept" in line and "--resume" in line, line
     assert files_of(out) == before
+
+
+# == --out =======================================================================================
+def test_an_out_folder_made_for_a_run_that_cannot_write_in_it_is_removed(tmp_path):
+    # The run made --out, found it could not write there (a read-only mount, a quota) and
+    # stopped with its one line, leaving the empty folder behind; a run that stops later (or
+    # is interrupted) before writing removes the folder it made.
+    text = tmp_path / "code.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "run"
+
+    def read_only(*_, **__):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    with mock.patch("tempfile.mkstemp", read_only):
+        completed = run_main("train", *GPT, "--text", str(text), "--out", str(out))
+    assert "cannot write in --out" in one_line(completed, "train", 1)
+    assert not out.exists()
