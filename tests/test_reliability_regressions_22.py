@@ -211,6 +211,35 @@ def test_resume_with_steps_behind_the_saved_step_is_refused(gpt_run, tmp_path):
     assert files_of(out) == before
 
 
+def test_resume_from_another_folder_finds_the_text_by_its_place_now(tmp_path, monkeypatch):
+    # A run trained with --text code.txt (a path relative to its folder) could not be resumed
+    # from anywhere else: without --text, "no text file at code.txt"; with --text naming the
+    # same file (/abs/code.txt, even ./code.txt), "--text ... differs from the saved run's
+    # code.txt" — a dead end short of going back to that folder.
+    from retrograd.app.checkpoints import read_checkpoint
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "code.txt").write_text(TEXT)
+    monkeypatch.chdir(project)
+    first = run_main("train", *GPT, "--text", "code.txt", "--steps", "2", "--out", "run")
+    assert first.returncode == 0, first.stderr
+    out = str(project / "run")
+    monkeypatch.chdir(elsewhere)
+    line = one_line(run_main("train", *GPT, "--out", out, "--resume"), "train", 1)
+    assert "the saved run's text code.txt is not there" in line and "pass --text" in line
+    text = str(project / "code.txt")
+    resumed = run_main("train", *GPT, "--text", text, "--steps", "4", "--out", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_checkpoint(project / "run" / "checkpoint.npz").meta["step"] == 4
+    monkeypatch.chdir(project)
+    again = run_main(
+        "train", *GPT, "--text", "./code.txt", "--steps", "6", "--out", "run", "--resume"
+    )
+    assert again.returncode == 0, again.stderr
+
+
 def test_an_interrupted_gpt_run_names_the_checkpoint_to_resume(gpt_run, tmp_path):
     # The line was "retrograd train: interrupted": no "what to do", though the checkpoint of
     # the last evaluation is kept and --resume continues it.

@@ -244,6 +244,12 @@ class GPTTask(Task):
                 )
             self.saved = read_checkpoint(self.checkpoint)
             self.config = _resumed_config(self.config, self.saved, self.given)
+            text = self.config.text
+            if text is not None and not Path(text).is_file():
+                raise CommandError(
+                    f"--resume: the saved run's text {text} is not there (moved, or named "
+                    "relative to another folder) — pass --text with its place"
+                )
             saved_step = self.saved.meta["step"]
             if self.config.steps < saved_step:
                 # else the run would train nothing and rewrite metrics.json saying it stopped
@@ -462,7 +468,9 @@ def _resumed_config(
     stored = saved.meta["config"]
     values = {k: v for k, v in stored.items() if k in _FIELDS}
     for name in sorted(given - set(RESUME_MAY_CHANGE)):
-        if name in values and getattr(config, name) != values[name]:
+        if name == "text" and _same_text(config.text, values.get("text")):
+            values["text"] = config.text  # where the text is now (checked: the vocabulary)
+        elif name in values and getattr(config, name) != values[name]:
             option = "--" + name.replace("_", "-")
             raise UsageError(
                 f"train: {option} {getattr(config, name)} differs from the saved run's "
@@ -478,6 +486,21 @@ def _resumed_config(
     except TypeError as error:  # settings of the wrong kinds (a text where a count belongs)
         raise saved.damaged(f"its settings are not a GPT run's ({error})") from None
     return resumed
+
+
+def _same_text(given: str | None, saved: Any) -> bool:
+    """Whether ``--text given`` names the saved run's text: the same file by another name
+    (``./code.txt``, an absolute path, a path from another folder), or any file where the
+    saved one is no longer found (moved, or named relative to another folder), whose
+    vocabulary :meth:`GPTTask.start` then checks against the saved run's."""
+    if given is None or not isinstance(saved, str):
+        return given == saved
+    if not Path(saved).is_file():
+        return True
+    try:
+        return os.path.samefile(given, saved)
+    except OSError:  # the given one is not there: said when the text is read
+        return False
 
 
 # -- batches and evaluation ----------------------------------------------------------------------
