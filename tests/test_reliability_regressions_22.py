@@ -275,3 +275,25 @@ def test_an_out_folder_made_for_a_run_that_cannot_write_in_it_is_removed(tmp_pat
         completed = run_main("train", *GPT, "--text", str(text), "--out", str(out))
     assert "cannot write in --out" in one_line(completed, "train", 1)
     assert not out.exists()
+
+
+# == sample ======================================================================================
+def test_sample_prints_each_character_as_it_comes_and_keeps_them_when_interrupted(gpt_run):
+    # sample printed nothing until every character was made, each step copying the whole
+    # text so far: --tokens 100000 sat silent for minutes, and an interrupt lost it all.
+    run, _ = gpt_run
+    whole = run_main("sample", "--out", str(run), "--tokens", "5", "--seed", "3")
+    assert whole.returncode == 0, whole.stderr
+    real_multinomial = rg.multinomial
+    drawn = []
+
+    def interrupted_at_the_sixth(*args, **kwargs):
+        drawn.append(1)
+        if len(drawn) == 6:
+            raise KeyboardInterrupt
+        return real_multinomial(*args, **kwargs)
+
+    with mock.patch.object(rg, "multinomial", interrupted_at_the_sixth):
+        completed = run_main("sample", "--out", str(run), "--tokens", "1000000", "--seed", "3")
+    one_line(completed, "sample", 130)
+    assert completed.stdout == whole.stdout  # the five characters before the interrupt

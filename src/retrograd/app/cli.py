@@ -446,18 +446,22 @@ def _train_gpt(options: argparse.Namespace) -> int:
 
 
 def _sample(options: argparse.Namespace) -> int:
-    from .gpt import sample
+    from .gpt import sample_stream
 
-    print(
-        sample(
-            options.out,
-            prompt=options.prompt or "",
-            tokens=options.tokens,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            seed=options.seed,
-        )
+    characters = sample_stream(
+        options.out,
+        prompt=options.prompt or "",
+        tokens=options.tokens,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        seed=options.seed,
     )
+    try:
+        for text in characters:  # as they come: a long text shows while it is made
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    finally:
+        print()
     return 0
 
 
