@@ -154,6 +154,26 @@ def test_an_interrupt_during_a_save_keeps_the_previous_file(tmp_path):
     assert rg.load(path)["step"] == 1
 
 
+def test_an_interrupt_between_the_renames_of_a_run_keeps_the_previous_files(gpt_run, tmp_path):
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    before = files_of(out)
+    real_replace = os.replace
+
+    def replace_interrupted_at_the_model(source, target):
+        if Path(target).name == "model.npz":
+            raise KeyboardInterrupt
+        return real_replace(source, target)
+
+    with mock.patch("os.replace", replace_interrupted_at_the_model):
+        completed = run_main("train", *options, "--steps", "4", "--out", str(out), "--resume")
+    line = one_line(completed, "train", 130)
+    assert "(step 4) is kept" in line  # the checkpoint was committed before the outputs
+    after = files_of(out)
+    assert {name for name in before if after[name] != before[name]} == {"checkpoint.npz"}
+    assert after.keys() == before.keys()
+
+
 def test_two_threads_saving_to_one_path_leave_one_whole_file(tmp_path):
     # torch.save opens the path and writes: two writers interleave in one file. Here each
     # writes a temporary file of its own, and the last rename wins whole.

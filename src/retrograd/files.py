@@ -10,7 +10,9 @@ it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writer
 never share a temporary file; the last rename wins, whole.
 
 A :class:`FileSet` stages several files and renames them together at the end, so a run's files
-are replaced as a set: when one of them cannot be written, none is replaced.
+are replaced as a set: when one of them cannot be written, or renamed, none is replaced (each
+replaced file's old version is kept under a hidden ``.NAME.*.old`` link until the last rename,
+and put back when a rename fails).
 
 >>> import os, tempfile
 >>> folder = tempfile.mkdtemp()
