@@ -297,3 +297,49 @@ def test_sample_prints_each_character_as_it_comes_and_keeps_them_when_interrupte
         completed = run_main("sample", "--out", str(run), "--tokens", "1000000", "--seed", "3")
     one_line(completed, "sample", 130)
     assert completed.stdout == whole.stdout  # the five characters before the interrupt
+
+
+# == a zip directory that hides entries ==========================================================
+def with_entries_hidden(archive: bytes) -> bytes:
+    """``archive`` with its first central-directory record's comment length damaged to run to
+    the end of the directory: zipfile then lists that entry alone, without an error."""
+    data = bytearray(archive)
+    record, end = data.index(b"PK\x01\x02"), data.index(b"PK\x05\x06")
+    name, extra = (int.from_bytes(data[record + at : record + at + 2], "little") for at in (28, 30))
+    comment = end - (record + 46 + name + extra)
+    data[record + 32 : record + 34] = comment.to_bytes(2, "little")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_load_state_dict_of_a_file_whose_directory_hides_entries_is_refused(strict, tmp_path):
+    # strict=True blamed the file's contents ("missing parameters ['bias']"); strict=False
+    # loaded the weight alone and said the bias was missing from the state, as if the file
+    # were whole. rg.load already refused such a file as damaged.
+    rg.seed(0)
+    buffer = io.BytesIO()
+    np.savez(buffer, **nn.Linear(3, 2).state_dict())
+    path = tmp_path / "model.npz"
+    path.write_bytes(with_entries_hidden(buffer.getvalue()))
+    with np.load(path) as archive:
+        assert archive.files == ["weight"]  # what NumPy (and zipfile) see: no error
+    model = nn.Linear(3, 2)
+    before = [p.numpy().copy() for p in model.parameters()]
+    with pytest.raises(rg.InvalidArgumentError, match="lists 1 entries, its end record counts 2"):
+        model.load_state_dict(path, strict=strict)
+    assert all(np.array_equal(p.numpy(), b) for p, b in zip(model.parameters(), before))
+
+
+def test_a_checkpoint_whose_directory_hides_entries_is_said_damaged(gpt_run, tmp_path):
+    # The line blamed the first entry the damage hid ("missing parameters [...]", or "no
+    # 'meta' entry (not a retrograd GPT checkpoint)") rather than the damaged directory.
+    run, options = gpt_run
+    out = copy_of(run, tmp_path)
+    checkpoint = out / "checkpoint.npz"
+    checkpoint.write_bytes(with_entries_hidden(checkpoint.read_bytes()))
+    for command in (
+        ["sample", "--out", str(out), "--tokens", "3"],
+        ["train", *options, "--out", str(out), "--resume"],
+    ):
+        line = one_line(run_main(*command), command[0], 1)
+        assert f"{checkpoint} is damaged" in line and "zip directory is damaged" in line, line

@@ -383,23 +383,31 @@ ARCHIVE_DAMAGE = (
 
 
 def _check_entries(source: Any, archive: Any, name: str) -> None:
-    """Refuse an archive whose directory lists fewer entries than its end record counts:
-    zipfile reads a damaged entry's comment length as is, and a comment that runs to the end
-    of the directory swallows the entries after it without an error (a dict with keys
-    missing would be loaded)."""
+    """Refuse an archive whose directory hides entries (:func:`hidden_entries`)."""
+    shortfall = hidden_entries(source, archive)
+    if shortfall:
+        raise InvalidArgumentError(
+            f"load: {name} is damaged, truncated or not a file rg.save wrote ({shortfall})"
+        )
+
+
+def hidden_entries(source: Any, archive: Any) -> str | None:
+    """What is wrong when an opened archive's directory lists fewer entries than its end
+    record counts (``None`` when they agree): zipfile reads a damaged entry's comment length
+    as is, and a comment that runs to the end of the directory swallows the entries after it
+    without an error (a dict with keys missing would be loaded). ``source``: the archive's
+    seekable binary file."""
     source.seek(0, os.SEEK_END)
     if source.tell() < _END_RECORD:
-        return
+        return None
     source.seek(-_END_RECORD, os.SEEK_END)
     end = source.read(_END_RECORD)
     if end[:4] != b"PK\x05\x06":  # an archive comment of its own: nothing to compare
-        return
+        return None
     counted, listed = int.from_bytes(end[10:12], "little"), len(archive.zip.infolist())
-    if counted != listed:
-        raise InvalidArgumentError(
-            f"load: {name} is damaged, truncated or not a file rg.save wrote (its directory "
-            f"lists {listed} entries, its end record counts {counted})"
-        )
+    if counted == listed:
+        return None
+    return f"its directory lists {listed} entries, its end record counts {counted}"
 
 
 #: The size of a zip's end-of-central-directory record without an archive comment.

@@ -22,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import RetrogradError
-from ..serialization import ARCHIVE_DAMAGE, foreign_entries
+from ..serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
 from ._usage import CommandError
 
 __all__ = ["CHECKPOINT", "Checkpoint", "read_checkpoint", "saved_step", "write_checkpoint"]
@@ -113,16 +113,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         what = "it is empty" if not start else f"it starts with {start!r}, not a zip's bytes"
         raise damaged(path, f"not an .npz archive ({what}): truncated, or not written by retrograd")
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise damaged(path, "it is a single NumPy array, not an .npz archive")
-        with archive:
-            foreign = foreign_entries(archive)
-            if foreign:  # NumPy would hand each out as its raw bytes, not an array
-                raise damaged(
-                    path, f"it holds entries that are not NumPy arrays ({', '.join(foreign[:4])})"
-                )
-            arrays = {name: archive[name] for name in archive.files}
+        with open(path, "rb") as source:
+            return _checked(path, source)
     except CommandError:  # said above (a RuntimeError, which ARCHIVE_DAMAGE holds)
         raise
     except ValueError as error:
@@ -138,6 +130,23 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             path,
             f"not a readable .npz archive ({_text(error)}): truncated, or not written by retrograd",
         ) from None
+
+
+def _checked(path: Path, source: IO[bytes]) -> Checkpoint:
+    """:func:`read_checkpoint`'s reading and checks, of the open file ``source``."""
+    archive = np.load(source, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise damaged(path, "it is a single NumPy array, not an .npz archive")
+    with archive:
+        hidden = hidden_entries(source, archive)
+        if hidden:  # a damaged directory: the entries after the damage are missing
+            raise damaged(path, f"its zip directory is damaged ({hidden})")
+        foreign = foreign_entries(archive)
+        if foreign:  # NumPy would hand each out as its raw bytes, not an array
+            raise damaged(
+                path, f"it holds entries that are not NumPy arrays ({', '.join(foreign[:4])})"
+            )
+        arrays = {name: archive[name] for name in archive.files}
     if "meta" not in arrays:
         raise damaged(path, "it has no 'meta' entry (not a retrograd GPT checkpoint)")
     try:

@@ -45,7 +45,7 @@ from ...errors import (
     check_flag,
 )
 from ...files import atomic_write
-from ...serialization import ARCHIVE_DAMAGE, foreign_entries
+from ...serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
@@ -994,6 +994,9 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError("a single array, not an .npz archive")
             with archive:
+                hidden = hidden_entries(source, archive)
+                if hidden:  # a damaged directory: the entries after the damage are missing
+                    raise ValueError(f"damaged: {hidden}")
                 foreign = foreign_entries(archive)
                 if foreign:  # NumPy would hand each out as its raw bytes
                     raise ValueError(
