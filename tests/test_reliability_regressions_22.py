@@ -343,3 +343,27 @@ def test_a_checkpoint_whose_directory_hides_entries_is_said_damaged(gpt_run, tmp
     ):
         line = one_line(run_main(*command), command[0], 1)
         assert f"{checkpoint} is damaged" in line and "zip directory is damaged" in line, line
+
+
+# == sizes no machine holds ======================================================================
+#: a batch whose inputs need more than any 48-bit address space (128 TiB): refused on every
+#: machine, whatever its overcommit
+HUGE_BATCH = str(10**14)
+
+
+@pytest.mark.parametrize("command", ["graph", "train"])
+def test_a_batch_no_machine_holds_is_out_of_memory_not_a_bug_to_report(command, tmp_path):
+    # NumPy's MemoryError ("Unable to allocate 233. TiB ...") was "unexpected MemoryError ...
+    # — rerun with --debug for the traceback, and please report it", as for a bug; and graph
+    # left the --out folder it had made behind, empty.
+    out = tmp_path / "out"
+    if command == "graph":
+        arguments = ["graph", "--batch-size", HUGE_BATCH, "--out", str(out)]
+    else:
+        text = tmp_path / "code.txt"
+        text.write_text(TEXT)
+        arguments = ["train", *GPT, "--text", str(text), "--batch-size", HUGE_BATCH]
+        arguments += ["--out", str(out)]
+    line = one_line(run_main(*arguments), command, 1)
+    assert "out of memory" in line and "lower --batch-size" in line and "report" not in line
+    assert not out.exists()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import errno
 import math
 import os
@@ -489,10 +490,16 @@ def _graph(options: argparse.Namespace) -> int:
     from .runfolder import output_folder
 
     image_shape = (1, 8, 8) if options.dataset == "digits" else (1, 28, 28)
-    out, _ = output_folder(options.out)
-    step = trace_step(
-        options.model, image_shape, options.batch_size, options.checkpointing, options.seed
-    )
+    out, made = output_folder(options.out)
+    try:
+        step = trace_step(
+            options.model, image_shape, options.batch_size, options.checkpointing, options.seed
+        )
+    except BaseException:
+        if made:  # as a training run that stops before writing leaves no folder
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     with FileSet(out) as files:  # graph.dot and graph.svg replaced together, whole
         staged_dot, staged_svg = files.path("graph.dot"), files.path("graph.svg")
         staged_dot.write_text(step.to_dot(), encoding="utf-8")
@@ -598,6 +605,13 @@ def _interrupted(options: argparse.Namespace) -> str:
     return "interrupted — run the command again"
 
 
+#: what to lower when a command runs out of memory
+OUT_OF_MEMORY_HINTS = {
+    "train": "lower --batch-size, or the model's size (--block-size, --n-embd, --n-layer)",
+    "graph": "lower --batch-size",
+}
+
+
 def describe(error: Exception, command: str) -> tuple[int, str]:
     """The exit status and the line ``what — what to do`` for ``error`` in ``command``."""
     text = " ".join(str(error).split())
@@ -611,6 +625,9 @@ def describe(error: Exception, command: str) -> tuple[int, str]:
         return 1, _with_hint(text, 'pip install "retrograd[all]"')
     if isinstance(error, OSError):
         return 1, _os_error(error)
+    if isinstance(error, MemoryError):  # NumPy's too: a size typed too large, not a bug
+        hint = OUT_OF_MEMORY_HINTS.get(command, "ask for less, or free memory")
+        return 1, f"out of memory: {text} — {hint}" if text else f"out of memory — {hint}"
     if isinstance(error, RetrogradError):
         return 1, _with_hint(text, "rerun with --debug for the details")
     return 1, (
