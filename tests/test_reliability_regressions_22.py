@@ -367,3 +367,32 @@ def test_a_batch_no_machine_holds_is_out_of_memory_not_a_bug_to_report(command, 
     line = one_line(run_main(*arguments), command, 1)
     assert "out of memory" in line and "lower --batch-size" in line and "report" not in line
     assert not out.exists()
+
+
+# == warmup ======================================================================================
+@pytest.mark.parametrize(
+    ("code", "error", "phrase"),
+    [
+        (
+            1,
+            "Traceback (most recent call last):\n  File ...\nValueError: boom\n",
+            "ValueError: boom",
+        ),
+        (-9, "", "killed by SIGKILL"),
+    ],
+    ids=["error", "killed"],
+)
+def test_a_failed_warm_up_is_one_line_without_the_workers_traceback(code, error, phrase):
+    # The warm-up's process's whole traceback was squashed into the line ("unexpected
+    # RuntimeError: the conv warm-up failed: Traceback (most recent call last): File ... —
+    # please report it"); a process the system killed (out of memory) said "failed:" and
+    # nothing more.
+    import subprocess
+
+    def ended(arguments, **_):
+        return subprocess.CompletedProcess(arguments, code, "", error)
+
+    with mock.patch("retrograd.app.warmup.subprocess.run", ended):
+        completed = run_main("warmup", "--jobs", "1")
+    line = one_line(completed, "warmup", 1)
+    assert phrase in line and "Traceback" not in line and "run_workload('conv')" in line, line
