@@ -396,3 +396,38 @@ def test_a_failed_warm_up_is_one_line_without_the_workers_traceback(code, error,
         completed = run_main("warmup", "--jobs", "1")
     line = one_line(completed, "warmup", 1)
     assert phrase in line and "Traceback" not in line and "run_workload('conv')" in line, line
+
+
+# == MNIST files =================================================================================
+def idx_file(magic: int, shape: tuple[int, ...], values: bytes) -> bytes:
+    import struct
+
+    return struct.pack(f">I{len(shape)}I", magic, *shape) + values
+
+
+@pytest.mark.parametrize("damage", ["label out of range", "no pixels"])
+def test_mnist_files_holding_what_mnist_cannot_are_named_before_training(damage, tmp_path):
+    # A label of 200 reached the loss ("cross_entropy: target 200 is out of range for 10
+    # classes"), 0x0 images the model ("Linear: input has 784 features but weight expects
+    # 0"): neither line named the file at fault.
+    train_images = idx_file(2051, (4, 28, 28), bytes(4 * 784))
+    train_labels = idx_file(2049, (4,), bytes([1, 2, 200, 3]))
+    if damage == "no pixels":
+        train_images = idx_file(2051, (4, 0, 0), b"")
+        train_labels = idx_file(2049, (4,), bytes([1, 2, 3, 4]))
+    files = {
+        "train-images-idx3-ubyte": train_images,
+        "train-labels-idx1-ubyte": train_labels,
+        "t10k-images-idx3-ubyte": idx_file(2051, (2, 28, 28), bytes(2 * 784)),
+        "t10k-labels-idx1-ubyte": idx_file(2049, (2,), bytes([0, 9])),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    arguments = ["--model", "mlp", "--dataset", "mnist", "--data-dir", str(tmp_path)]
+    completed = run_main("train", *arguments, "--out", str(tmp_path / "run"))
+    line = one_line(completed, "train", 1)
+    if damage == "no pixels":
+        assert f"{tmp_path / 'train-images-idx3-ubyte'}: holds images of shape [4, 0, 0]" in line
+    else:
+        assert f"{tmp_path / 'train-labels-idx1-ubyte'}: holds the label 200" in line
+    assert not (tmp_path / "run").exists()
