@@ -1,6 +1,7 @@
 """Round 22 of the reliability work, on the product around the engine (the ``retrograd``
-command, ``rg.save``/``rg.load``, ``state_dict`` files): one regression per defect the sweep
-(``test_reliability_sweep_22.py``) and its probes found; each fails on the code before the fix.
+command, ``rg.save``/``rg.load``, ``state_dict`` files, MNIST files): the regressions of each
+defect the sweep (``test_reliability_sweep_22.py``) and its probes found, under a heading per
+defect; each fails on the code before the fix.
 
 The command runs by its ``main()`` in this process (:func:`cli_here.run_main`); a GPT run
 trains on the suite's inner backend (``--backend``), so both passes of the suite train. What a
