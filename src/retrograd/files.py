@@ -10,7 +10,9 @@ it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writer
 never share a temporary file; the last rename wins, whole.
 
 A :class:`FileSet` stages several files and renames them together at the end, so a run's files
-are replaced as a set: when one of them cannot be written, none is replaced.
+are replaced as a set: when one of them cannot be written, or renamed, none is replaced (each
+replaced file's old version is kept under a hidden ``.NAME.*.old`` link until the last rename,
+and put back when a rename fails).
 
 >>> import os, pathlib, tempfile
 >>> folder = tempfile.mkdtemp()
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 import tempfile
 import threading
@@ -135,20 +138,35 @@ class FileSet:
 
     def commit(self) -> list[Path]:
         """Rename every staged file into place, remove :attr:`remove`, sync the folder; the
-        paths now in place."""
+        paths now in place. When a rename fails (a full disk or quota where the folder needs a
+        block, an interrupt), the files already renamed are put back as they were: the set is
+        replaced whole or not at all, not only each file."""
+        replaced: list[tuple[Path, Path | None]] = []  # final, the link keeping its old file
         try:
             for temporary, _, synced in self._staged:
                 if not synced:
                     with open(temporary, "rb") as file:
                         os.fsync(file.fileno())
             for temporary, final, _ in self._staged:
+                kept = _keep_old(final)
                 try:
                     os.replace(temporary, final)
-                except OSError as error:  # named by the file, not the temporary's name
-                    raise OSError(error.errno, error.strerror or str(error), str(final)) from error
+                except BaseException as error:
+                    if kept is not None:
+                        _unlink(kept)
+                    if isinstance(error, OSError):  # named by the file, not the temporary's
+                        raise OSError(
+                            error.errno, error.strerror or str(error), str(final)
+                        ) from error
+                    raise
+                replaced.append((final, kept))
         except BaseException:
+            _put_back(replaced)
             self.discard()
             raise
+        for _, kept in replaced:
+            if kept is not None:
+                _unlink(kept)
         written = [final for _, final, _ in self._staged]
         self._staged = []
         for name in self.remove:
@@ -197,6 +215,35 @@ def _mode_for(final: Path) -> int:
         return stat.S_IMODE(os.stat(final).st_mode)
     except OSError:
         return 0o666 & ~_process_umask()
+
+
+def _keep_old(final: Path) -> Path | None:
+    """A second name (a hard link, hidden beside it) for the file ``final`` names now, so
+    that a commit that fails later can put it back; ``None`` when there is no such file, or
+    the file system makes no hard links (then a failed commit cannot restore this one)."""
+    if not os.path.lexists(final):
+        return None
+    for _ in range(100):
+        kept = final.with_name(f".{final.name}.{secrets.token_hex(4)}.old")
+        try:
+            os.link(final, kept, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except (OSError, NotImplementedError):
+            return None
+        return kept
+    return None
+
+
+def _put_back(replaced: list[tuple[Path, Path | None]]) -> None:
+    """Undo the renames of a failed commit, last first: each file as it was before (removed
+    when there was none). Best effort: the failure that stopped the commit is the error."""
+    for final, kept in reversed(replaced):
+        with contextlib.suppress(OSError):
+            if kept is None:
+                os.unlink(final)
+            else:
+                os.replace(kept, final)
 
 
 def _unlink(path: Path) -> None:

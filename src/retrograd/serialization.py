@@ -369,7 +369,7 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
             return _read(archive, name, device, weights_only)
     except RetrogradError:
         raise
-    except _DAMAGE as error:
+    except ARCHIVE_DAMAGE as error:
         raise InvalidArgumentError(
             f"load: {name} is damaged, truncated or not a file rg.save wrote ({_text(error)})"
         ) from None
@@ -379,8 +379,9 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
 #: zipfile's NotImplementedError and RuntimeError come from a flipped bit in a header that
 #: then claims a compression method, an encryption or a zip version; NumPy's header parser
 #: raises tokenize's and ast's errors on a damaged header, MemoryError on a shape damaged
-#: into a size no machine holds.
-_DAMAGE = (
+#: into a size no machine holds. Every reader of ``.npz`` files catches these
+#: (``Module.load_state_dict``, the command line's checkpoints).
+ARCHIVE_DAMAGE = (
     ValueError,
     OSError,
     EOFError,
@@ -401,23 +402,31 @@ _DAMAGE = (
 
 
 def _check_entries(source: Any, archive: Any, name: str) -> None:
-    """Refuse an archive whose directory lists fewer entries than its end record counts:
-    zipfile reads a damaged entry's comment length as is, and a comment that runs to the end
-    of the directory swallows the entries after it without an error (a dict with keys
-    missing would be loaded)."""
+    """Refuse an archive whose directory hides entries (:func:`hidden_entries`)."""
+    shortfall = hidden_entries(source, archive)
+    if shortfall:
+        raise InvalidArgumentError(
+            f"load: {name} is damaged, truncated or not a file rg.save wrote ({shortfall})"
+        )
+
+
+def hidden_entries(source: Any, archive: Any) -> str | None:
+    """What is wrong when an opened archive's directory lists fewer entries than its end
+    record counts (``None`` when they agree): zipfile reads a damaged entry's comment length
+    as is, and a comment that runs to the end of the directory swallows the entries after it
+    without an error (a dict with keys missing would be loaded). ``source``: the archive's
+    seekable binary file."""
     source.seek(0, os.SEEK_END)
     if source.tell() < _END_RECORD:
-        return
+        return None
     source.seek(-_END_RECORD, os.SEEK_END)
     end = source.read(_END_RECORD)
     if end[:4] != b"PK\x05\x06":  # an archive comment of its own: nothing to compare
-        return
+        return None
     counted, listed = int.from_bytes(end[10:12], "little"), len(archive.zip.infolist())
-    if counted != listed:
-        raise InvalidArgumentError(
-            f"load: {name} is damaged, truncated or not a file rg.save wrote (its directory "
-            f"lists {listed} entries, its end record counts {counted})"
-        )
+    if counted == listed:
+        return None
+    return f"its directory lists {listed} entries, its end record counts {counted}"
 
 
 #: The size of a zip's end-of-central-directory record without an archive comment.
@@ -445,9 +454,16 @@ def _check_magic(name: str, data: bytes) -> None:
     )
 
 
+def foreign_entries(archive: Any) -> list[str]:
+    """The entries of an opened ``.npz`` archive that are not NumPy arrays: NumPy hands such
+    an entry out as its raw bytes, where an array was expected (a zip of other files; torch's
+    own format, whose ``data.pkl`` is a pickle)."""
+    return [entry for entry in archive.zip.namelist() if not entry.endswith(".npy")]
+
+
 def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if _STRUCTURE not in archive.files:
-        if not all(entry.endswith(".npy") for entry in archive.zip.namelist()):
+        if foreign_entries(archive):
             raise InvalidArgumentError(
                 f"load: {name} is not a file rg.save wrote (a zip of other entries than "
                 "NumPy arrays: torch's own format, whose pickles are never read here); in "

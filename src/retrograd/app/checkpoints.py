@@ -15,7 +15,6 @@ names the file and what is wrong with it.
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,9 +22,10 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import RetrogradError
+from ..serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
 from ._usage import CommandError
 
-__all__ = ["CHECKPOINT", "Checkpoint", "read_checkpoint", "write_checkpoint"]
+__all__ = ["CHECKPOINT", "Checkpoint", "read_checkpoint", "saved_step", "write_checkpoint"]
 
 CHECKPOINT = "checkpoint.npz"
 #: the entries of ``meta`` and their JSON kinds
@@ -113,11 +113,10 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         what = "it is empty" if not start else f"it starts with {start!r}, not a zip's bytes"
         raise damaged(path, f"not an .npz archive ({what}): truncated, or not written by retrograd")
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise damaged(path, "it is a single NumPy array, not an .npz archive")
-        with archive:
-            arrays = {name: archive[name] for name in archive.files}
+        with open(path, "rb") as source:
+            return _checked(path, source)
+    except CommandError:  # said above (a RuntimeError, which ARCHIVE_DAMAGE holds)
+        raise
     except ValueError as error:
         if "pickle" in str(error):
             raise damaged(
@@ -126,11 +125,28 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
                 "could run code)",
             ) from None
         raise damaged(path, f"not a readable .npz archive ({error})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as error:
+    except ARCHIVE_DAMAGE as error:  # a flipped bit in a zip header, a truncated entry
         raise damaged(
             path,
             f"not a readable .npz archive ({_text(error)}): truncated, or not written by retrograd",
         ) from None
+
+
+def _checked(path: Path, source: IO[bytes]) -> Checkpoint:
+    """:func:`read_checkpoint`'s reading and checks, of the open file ``source``."""
+    archive = np.load(source, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise damaged(path, "it is a single NumPy array, not an .npz archive")
+    with archive:
+        hidden = hidden_entries(source, archive)
+        if hidden:  # a damaged directory: the entries after the damage are missing
+            raise damaged(path, f"its zip directory is damaged ({hidden})")
+        foreign = foreign_entries(archive)
+        if foreign:  # NumPy would hand each out as its raw bytes, not an array
+            raise damaged(
+                path, f"it holds entries that are not NumPy arrays ({', '.join(foreign[:4])})"
+            )
+        arrays = {name: archive[name] for name in archive.files}
     if "meta" not in arrays:
         raise damaged(path, "it has no 'meta' entry (not a retrograd GPT checkpoint)")
     try:
@@ -146,6 +162,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if not meta["vocab"]:
         raise damaged(path, "its vocabulary is empty")
     return Checkpoint(path, meta, arrays)
+
+
+def saved_step(path: str | Path) -> int | None:
+    """The step of the checkpoint at ``path``, read from its ``meta`` entry alone (quick, for
+    a line said while interrupted); ``None`` when there is none, or it does not read."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            step = json.loads(str(archive["meta"]))["step"]
+    except (*ARCHIVE_DAMAGE, json.JSONDecodeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def damaged(path: Path, what: str) -> CommandError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import errno
 import math
 import os
@@ -29,6 +30,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import RetrogradError
@@ -445,18 +447,22 @@ def _train_gpt(options: argparse.Namespace) -> int:
 
 
 def _sample(options: argparse.Namespace) -> int:
-    from .gpt import sample
+    from .gpt import sample_stream
 
-    print(
-        sample(
-            options.out,
-            prompt=options.prompt or "",
-            tokens=options.tokens,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            seed=options.seed,
-        )
+    characters = sample_stream(
+        options.out,
+        prompt=options.prompt or "",
+        tokens=options.tokens,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        seed=options.seed,
     )
+    try:
+        for text in characters:  # as they come: a long text shows while it is made
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    finally:
+        print()
     return 0
 
 
@@ -484,10 +490,16 @@ def _graph(options: argparse.Namespace) -> int:
     from .runfolder import output_folder
 
     image_shape = (1, 8, 8) if options.dataset == "digits" else (1, 28, 28)
-    out, _ = output_folder(options.out)
-    step = trace_step(
-        options.model, image_shape, options.batch_size, options.checkpointing, options.seed
-    )
+    out, made = output_folder(options.out)
+    try:
+        step = trace_step(
+            options.model, image_shape, options.batch_size, options.checkpointing, options.seed
+        )
+    except BaseException:
+        if made:  # as a training run that stops before writing leaves no folder
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     with FileSet(out) as files:  # graph.dot and graph.svg replaced together, whole
         staged_dot, staged_svg = files.path("graph.dot"), files.path("graph.svg")
         staged_dot.write_text(step.to_dot(), encoding="utf-8")
@@ -563,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[options.command](options)
     except KeyboardInterrupt:
-        _print_error(f"retrograd {options.command}", "interrupted")
+        _print_error(f"retrograd {options.command}", _interrupted(options))
         return 130
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -574,6 +586,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, text = describe(error, options.command)
         _print_error(f"retrograd {options.command}", text)
         return code
+
+
+def _interrupted(options: argparse.Namespace) -> str:
+    """The line of an interrupted command: what of it is kept and how to go on. A GPT run
+    keeps the checkpoint of its last evaluation, which ``--resume`` continues."""
+    if options.command == "train" and options.model == "gpt":
+        from .checkpoints import CHECKPOINT, saved_step
+        from .gpt import GPTTrainConfig
+
+        checkpoint = Path(options.out or GPTTrainConfig().out) / CHECKPOINT
+        step = saved_step(checkpoint)
+        if step is not None:
+            return (
+                f"interrupted — {checkpoint} (step {step}) is kept: continue with retrograd "
+                f"train --model gpt --out {checkpoint.parent} --resume"
+            )
+    return "interrupted — run the command again"
+
+
+#: what to lower when a command runs out of memory
+OUT_OF_MEMORY_HINTS = {
+    "train": "lower --batch-size, or the model's size (--block-size, --n-embd, --n-layer)",
+    "graph": "lower --batch-size",
+}
 
 
 def describe(error: Exception, command: str) -> tuple[int, str]:
@@ -589,6 +625,9 @@ def describe(error: Exception, command: str) -> tuple[int, str]:
         return 1, _with_hint(text, 'pip install "retrograd[all]"')
     if isinstance(error, OSError):
         return 1, _os_error(error)
+    if isinstance(error, MemoryError):  # NumPy's too: a size typed too large, not a bug
+        hint = OUT_OF_MEMORY_HINTS.get(command, "ask for less, or free memory")
+        return 1, f"out of memory: {text} — {hint}" if text else f"out of memory — {hint}"
     if isinstance(error, RetrogradError):
         return 1, _with_hint(text, "rerun with --debug for the details")
     return 1, (

@@ -90,6 +90,8 @@ MNIST_FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
+#: MNIST's labels are the digits 0 to 9
+MNIST_CLASSES = 10
 
 
 def load_mnist(data_dir: str | os.PathLike) -> Dataset:
@@ -125,6 +127,19 @@ def load_mnist(data_dir: str | os.PathLike) -> Dataset:
             raise InvalidArgumentError(
                 f"MNIST {split} files disagree: images {list(images.shape)} (expected "
                 f"[N, rows, cols]), labels {list(labels.shape)} (expected [N])"
+            )
+        # found here, naming the file, rather than by the model (a linear layer of 0 inputs)
+        # or the loss (a target out of range) once training runs
+        if 0 in images.shape:
+            raise InvalidArgumentError(
+                f"{found[f'{split}_images']}: holds images of shape {list(images.shape)}: no "
+                "pixels or no images (damaged, or not MNIST)"
+            )
+        if labels.size and not (labels.min() >= 0 and labels.max() < MNIST_CLASSES):
+            bad = labels[(labels < 0) | (labels >= MNIST_CLASSES)][0]
+            raise InvalidArgumentError(
+                f"{found[f'{split}_labels']}: holds the label {bad}, MNIST's are 0 to "
+                f"{MNIST_CLASSES - 1} (damaged, or not MNIST)"
             )
 
     def scaled(images: np.ndarray) -> np.ndarray:

@@ -67,7 +67,7 @@ from .outputs import Report, draw_figure, plot_losses
 from .runfolder import RunFolder
 from .text import TextCorpus, known_encoding, load_corpus
 
-__all__ = ["GPTTask", "GPTTrainConfig", "load_run", "sample", "train_gpt"]
+__all__ = ["GPTTask", "GPTTrainConfig", "load_run", "sample", "sample_stream", "train_gpt"]
 
 DEFAULT_STEPS = 500
 
@@ -244,6 +244,21 @@ class GPTTask(Task):
                 )
             self.saved = read_checkpoint(self.checkpoint)
             self.config = _resumed_config(self.config, self.saved, self.given)
+            text = self.config.text
+            if text is not None and not Path(text).is_file():
+                raise CommandError(
+                    f"--resume: the saved run's text {text} is not there (moved, or named "
+                    "relative to another folder) — pass --text with its place"
+                )
+            saved_step = self.saved.meta["step"]
+            if self.config.steps < saved_step:
+                # else the run would train nothing and rewrite metrics.json saying it stopped
+                # at --steps, beside a model and a checkpoint of the later step
+                raise UsageError(
+                    f"train: --steps {self.config.steps} is behind the saved run, which is at "
+                    f"step {saved_step}: --resume continues it to a later step — pass --steps "
+                    f"above {saved_step}, or drop --steps"
+                )
             self.rng = np.random.default_rng(self.config.seed)
         config = self.config
         self.corpus = load_corpus(config.text, encoding=config.encoding)
@@ -453,7 +468,9 @@ def _resumed_config(
     stored = saved.meta["config"]
     values = {k: v for k, v in stored.items() if k in _FIELDS}
     for name in sorted(given - set(RESUME_MAY_CHANGE)):
-        if name in values and getattr(config, name) != values[name]:
+        if name == "text" and _same_text(config.text, values.get("text")):
+            values["text"] = config.text  # where the text is now (checked: the vocabulary)
+        elif name in values and getattr(config, name) != values[name]:
             option = "--" + name.replace("_", "-")
             raise UsageError(
                 f"train: {option} {getattr(config, name)} differs from the saved run's "
@@ -469,6 +486,21 @@ def _resumed_config(
     except TypeError as error:  # settings of the wrong kinds (a text where a count belongs)
         raise saved.damaged(f"its settings are not a GPT run's ({error})") from None
     return resumed
+
+
+def _same_text(given: str | None, saved: Any) -> bool:
+    """Whether ``--text given`` names the saved run's text: the same file by another name
+    (``./code.txt``, an absolute path, a path from another folder), or any file where the
+    saved one is no longer found (moved, or named relative to another folder), whose
+    vocabulary :meth:`GPTTask.start` then checks against the saved run's."""
+    if given is None or not isinstance(saved, str):
+        return given == saved
+    if not Path(saved).is_file():
+        return True
+    try:
+        return os.path.samefile(given, saved)
+    except OSError:  # the given one is not there: said when the text is read
+        return False
 
 
 # -- batches and evaluation ----------------------------------------------------------------------
@@ -528,17 +560,36 @@ def load_run(out: str | os.PathLike) -> tuple[GPT, TextCorpus, dict[str, Any]]:
 def generate_text(
     model: GPT, corpus: TextCorpus, prompt: str, tokens: int, temperature: float, top_k: int | None
 ) -> str:
-    """``prompt`` continued by ``tokens`` sampled characters (:meth:`GPT.generate`)."""
+    """``prompt`` continued by ``tokens`` sampled characters (:func:`stream_text`)."""
+    return "".join(stream_text(model, corpus, prompt, tokens, temperature, top_k))
+
+
+def stream_text(
+    model: GPT, corpus: TextCorpus, prompt: str, tokens: int, temperature: float, top_k: int | None
+) -> Iterator[str]:
+    """``prompt``, then ``tokens`` characters, each as soon as it is sampled: the characters
+    :meth:`GPT.generate` samples from the same seed. Only the last ``block_size`` tokens are
+    kept as the context (all the model sees), so each character takes the same time and
+    memory however many are asked for; ``generate`` appends every token to one growing
+    tensor, copied whole at each step."""
     ids = (
         corpus.encode(prompt)
         if prompt
         else [corpus.vocab.find("\n") if "\n" in corpus.vocab else 0]
     )
+    if prompt:
+        yield prompt
+    block = model.config.block_size
     weight = model.wte.weight
-    idx = rg.tensor(np.array([ids], dtype=np.int64), backend=weight.backend, device=weight.device)
-    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k)
-    text = corpus.decode(out.numpy()[0])
-    return text if prompt else text[1:]
+    context = ids[-block:]
+    for _ in range(tokens):
+        idx = rg.tensor(
+            np.array([context], dtype=np.int64), backend=weight.backend, device=weight.device
+        )
+        out = model.generate(idx, 1, temperature=temperature, top_k=top_k)
+        token = int(out.numpy()[0, -1])
+        context = [*context[1 - block :], token] if block > 1 else [token]
+        yield corpus.vocab[token]
 
 
 def sample(
@@ -549,15 +600,34 @@ def sample(
     top_k: int | None = None,
     seed: int = 0,
 ) -> str:
-    """Text generated by the GPT saved in ``out`` (``retrograd sample``)."""
+    """Text generated by the GPT saved in ``out``."""
+    return "".join(sample_stream(out, prompt, tokens, temperature, top_k, seed))
+
+
+def sample_stream(
+    out: str,
+    prompt: str = "",
+    tokens: int = 300,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> Iterator[str]:
+    """:func:`sample`'s text as it is generated (``retrograd sample`` prints each character
+    when it comes: an interrupted run keeps what it printed). The arguments and the run are
+    checked, and the model loaded, before this returns."""
     if not finite_positive(temperature):
         raise UsageError(f"sample: temperature must be positive and finite, got {temperature}")
     if top_k is not None and top_k < 1:
         raise UsageError(f"sample: top-k must be at least 1, got {top_k}")
     model, corpus, _ = load_run(out)
-    rg.seed(seed)
-    with rg.use_backend(rg.NumpyBackend()), blas_limit(1):
-        return generate_text(model, corpus, prompt, tokens, temperature, top_k)
+    corpus.encode(prompt)  # unknown characters refused now, not at the first character
+
+    def characters() -> Iterator[str]:
+        rg.seed(seed)
+        with rg.use_backend(rg.NumpyBackend()), blas_limit(1):
+            yield from stream_text(model, corpus, prompt, tokens, temperature, top_k)
+
+    return characters()
 
 
 def plot_gpt_curves(metrics: dict[str, Any], path: str | os.PathLike | IO[bytes]) -> Any:

@@ -55,6 +55,9 @@ def output_folder(path: str | os.PathLike, flag: str = "--out") -> tuple[Path, b
         os.close(descriptor)
         os.unlink(probe)
     except OSError as error:
+        if made:  # as a run that never wrote leaves no folder (RunFolder.close)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise CommandError(
             f"cannot write in {flag} {folder}: {error.strerror or error} — choose a folder you "
             "can write in"

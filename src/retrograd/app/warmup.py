@@ -20,10 +20,13 @@ process, no background compiler), ``jobs`` at a time. Signatures a program meets
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ._usage import CommandError
 
 __all__ = ["WORKLOADS", "run_workload", "warmup"]
 
@@ -81,9 +84,24 @@ def run_workload(name: str) -> None:
         {"conv": _conv_step, "gpt": _gpt_step}[name]()
 
 
+def _ending(done: subprocess.CompletedProcess) -> str:
+    """How a failed workload's process ended: its error (the last line of its output), or the
+    signal that killed it (the system's out-of-memory killer sends SIGKILL)."""
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return f"killed by {name}" + (", out of memory?" if name == "SIGKILL" else "")
+    lines = done.stderr.strip().splitlines()
+    last = lines[-1].strip() if lines else "no error output"
+    return f"exit status {done.returncode}: {last}"
+
+
 def warmup(jobs: int = 2, echo=print) -> float:
     """Run every workload in a fresh process, ``jobs`` at a time; the seconds taken. A
-    workload that fails raises :class:`RuntimeError` with its error output."""
+    workload that fails raises a one-line :class:`~._usage.CommandError`: how its process
+    ended and the last line of its error output (its traceback's exception)."""
     from concurrent.futures import ThreadPoolExecutor
 
     start = time.perf_counter()
@@ -98,7 +116,10 @@ def warmup(jobs: int = 2, echo=print) -> float:
             [sys.executable, "-c", program], env=env, capture_output=True, text=True
         )
         if done.returncode != 0:
-            raise RuntimeError(f"the {name} warm-up failed:\n{done.stderr.strip()}")
+            raise CommandError(
+                f"the {name} warm-up failed ({_ending(done)}) — see its traceback with: "
+                f'{Path(sys.executable).name} -c "{program}"'
+            )
         echo(f"{name}: kernels compiled or loaded in {time.perf_counter() - began:.1f} s")
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:

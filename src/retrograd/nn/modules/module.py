@@ -29,7 +29,6 @@ import contextlib
 import copy
 import math
 import os
-import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
@@ -46,6 +45,7 @@ from ...errors import (
     check_flag,
 )
 from ...files import atomic_write
+from ...serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
@@ -984,7 +984,8 @@ def _untracked(value: Tensor) -> Tensor:
 
 def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, read without pickle; a file that is not one (truncated,
-    another format, pickled objects) is an ``InvalidArgumentError`` naming it."""
+    damaged, another format, pickled objects) is an ``InvalidArgumentError`` naming it."""
+    name = "the file object" if hasattr(path, "read") else os.fspath(path)
     try:
         # The file is opened here, not by NumPy: ``np.load`` leaves its own handle open when
         # the archive's directory is unreadable (a truncated file), for as long as the error
@@ -995,18 +996,33 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError("a single array, not an .npz archive")
             with archive:
-                return {name: archive[name] for name in archive.files}
+                hidden = hidden_entries(source, archive)
+                if hidden:  # a damaged directory: the entries after the damage are missing
+                    raise ValueError(f"damaged: {hidden}")
+                foreign = foreign_entries(archive)
+                if foreign:  # NumPy would hand each out as its raw bytes
+                    raise ValueError(
+                        "torch's own format, whose pickle is never read here; in torch, save "
+                        "the state dict's tensors as NumPy arrays (np.savez)"
+                        if _is_torch_zip(foreign)
+                        else f"entries that are not NumPy arrays: {', '.join(foreign[:4])}"
+                    )
+                return {entry: archive[entry] for entry in archive.files}
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    except ARCHIVE_DAMAGE as error:
         # NumPy reads bytes it does not know as a pickle and advises allow_pickle, which
         # would run whatever the file holds: said as what it is instead (as text: a local
         # holding the error would make a cycle with its traceback, keeping this frame)
         text = str(error)
         reason = "pickled objects, or not an array file" if "allow_pickle" in text else text
         raise InvalidArgumentError(
-            f"load_state_dict: {os.fspath(path)} is not a readable .npz archive ({reason})"
+            f"load_state_dict: {name} is not a readable .npz archive ({reason})"
         ) from None
+
+
+def _is_torch_zip(entries: list[str]) -> bool:
+    return any(entry.endswith("/data.pkl") or entry == "data.pkl" for entry in entries)
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:
