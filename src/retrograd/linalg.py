@@ -934,3 +934,50 @@ def solve_ex(
 # Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
 # the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
 _guard_namespace(globals(), __all__)
+
+
+# -- torch's deprecated Tensor forms ---------------------------------------------------------
+# ``Tensor.qr``/``svd``/``lu_solve`` (and so ``rg.qr``/``svd``/``lu_solve``), written over the
+# functions above: they are installed on ``Tensor`` here, as the tensor layer below cannot
+# import this module.
+#: torch's ``torch.return_types.qr`` and ``svd`` (of the deprecated ``torch.qr``/``torch.svd``)
+LegacyQRResult = namedtuple("qr", ["Q", "R"])
+LegacySVDResult = namedtuple("svd", ["U", "S", "V"])
+
+
+def _tensor_qr(self: Tensor, some: bool = True) -> Any:
+    """torch's deprecated ``qr``: ``(Q, R)`` of ``rg.linalg.qr(self, "reduced" if some else
+    "complete")`` (Glow's ``InvConv2d`` and other flows still call it)."""
+    return LegacyQRResult(*qr(self, "reduced" if some else "complete"))
+
+
+def _tensor_svd(self: Tensor, some: bool = True, compute_uv: bool = True) -> Any:
+    """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^T`` (``V``, not
+    ``rg.linalg.svd``'s ``Vh``), reduced when ``some``; without ``compute_uv``, ``S`` alone
+    and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as torch's."""
+    if not compute_uv:
+        values = svdvals(self)
+        m, n = self.shape[-2:]
+        batch = tuple(self.shape[:-2])
+        return LegacySVDResult(
+            self.new_zeros((*batch, m, m)).detach(),
+            values,
+            self.new_zeros((*batch, n, n)).detach(),
+        )
+    u, values, vh = svd(self, full_matrices=not some)
+    return LegacySVDResult(u, values, vh.mT)
+
+
+def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa: N803
+    """torch's deprecated ``lu_solve``: ``X`` with ``A X = self`` for ``A``'s
+    ``(LU_data, LU_pivots)`` of :meth:`~retrograd.Tensor.lu` (``rg.linalg.lu_solve(LU,
+    pivots, B)``)."""
+    return lu_solve(LU_data, LU_pivots, self)
+
+
+_tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"
+_tensor_svd.__name__ = _tensor_svd.__qualname__ = "svd"
+_tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
+Tensor.qr = _tensor_qr
+Tensor.svd = _tensor_svd
+Tensor.lu_solve = _tensor_lu_solve

@@ -31,8 +31,6 @@ from .shape import cat
 
 __all__ = [
     "ProductsMixin",
-    "QRResult",
-    "SVDResult",
     "SlogdetResult",
     "TriangularSolveResult",
     "lu_factorize",
@@ -43,9 +41,6 @@ __all__ = [
 SlogdetResult = namedtuple("slogdet", ["sign", "logabsdet"])
 #: torch's ``torch.return_types.triangular_solve``
 TriangularSolveResult = namedtuple("triangular_solve", ["solution", "cloned_coefficient"])
-#: torch's ``torch.return_types.qr`` and ``svd`` (of the deprecated ``torch.qr``/``torch.svd``)
-QRResult = namedtuple("qr", ["Q", "R"])
-SVDResult = namedtuple("svd", ["U", "S", "V"])
 
 
 def _removed(name: str, replacement: str) -> Callable[..., Any]:
@@ -236,38 +231,6 @@ class ProductsMixin:
             )
         lu, pivots = lu_factorize(self)
         return (lu, pivots, lu_info(lu)) if get_infos else (lu, pivots)
-
-    def qr(self, some: bool = True) -> Any:
-        """torch's deprecated ``qr``: ``(Q, R)`` of ``rg.linalg.qr(self, "reduced" if some else
-        "complete")`` (Glow's ``InvConv2d`` and other flows still call it)."""
-        from .. import linalg  # (linalg imports this package)
-
-        return QRResult(*linalg.qr(self, "reduced" if some else "complete"))
-
-    def svd(self, some: bool = True, compute_uv: bool = True) -> Any:
-        """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^T`` (``V``, not
-        ``rg.linalg.svd``'s ``Vh``), reduced when ``some``; without ``compute_uv``, ``S`` alone
-        and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as torch's."""
-        from .. import linalg  # (linalg imports this package)
-
-        if not compute_uv:
-            values = linalg.svdvals(self)
-            m, n = self.shape[-2:]
-            batch = tuple(self.shape[:-2])
-            return SVDResult(
-                self.new_zeros((*batch, m, m)).detach(),
-                values,
-                self.new_zeros((*batch, n, n)).detach(),
-            )
-        u, values, vh = linalg.svd(self, full_matrices=not some)
-        return SVDResult(u, values, vh.mT)
-
-    def lu_solve(self, LU_data: Any, LU_pivots: Any) -> Any:  # noqa: N803 (torch's names)
-        """torch's deprecated ``lu_solve``: ``X`` with ``A X = self`` for ``A``'s
-        ``(LU_data, LU_pivots)`` of :meth:`lu` (``rg.linalg.lu_solve(LU, pivots, B)``)."""
-        from .. import linalg  # (linalg imports this package)
-
-        return linalg.lu_solve(LU_data, LU_pivots, self)
 
     def slogdet(self) -> Any:
         """``(sign, logabsdet)`` of each square matrix; the gradient flows through
