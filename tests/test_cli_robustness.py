@@ -455,7 +455,13 @@ def test_nothing_is_unpickled_but_what_rg_load_is_told_to():
         text = path.read_text(encoding="utf-8")
         for forbidden in ("allow_pickle=True", "torch.load(", "import dill"):
             assert forbidden not in text, f"{path}: {forbidden}"
-        if path.name != "serialization.py":
+        if path.name == "process_group.py":
+            # the object collectives (all_gather_object, broadcast_object_list, ...) unpickle
+            # what the job's other ranks send, as torch's do (its docs: "only call this
+            # function with data you trust"): in that one function, nothing from a file
+            body = text[text.index("def _all_objects(") :].split("\ndef ")[0]
+            assert text.count("pickle.loads(") == body.count("pickle.loads(") == 1, path
+        elif path.name != "serialization.py":
             assert "import pickle" not in text, f"{path}: import pickle"
     text = (SOURCE / "retrograd" / "serialization.py").read_text(encoding="utf-8")
     assert "pickle.loads(" not in text and text.count(".load()") == 2

@@ -11,7 +11,6 @@ node saves for backward is the checkpointing strategy's to decide (its ``save``)
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,37 @@ __all__ = ["Autodiff", "Recipe"]
 
 _TRACKED = (True,)
 _new = object.__new__
+
+
+class RetiredLeaf:
+    """The gradient ``key`` of a leaf an in-place write replaced; called, whether a gradient
+    under it can still be read: a graph still holds the leaf's node (a backward may yet
+    produce one), or a live ``Gradients`` holds one.
+
+    A copy is this object (it names the same key); a pickled one names none (key ``None``)
+    and answers no: node ids are this process's, and an unpickled tensor has no graph here."""
+
+    __slots__ = ("key", "node")
+
+    def __init__(self, key: int | None, node: Any = None):
+        self.key = key
+        self.node = node
+
+    def __call__(self) -> bool:
+        if self.key is None:
+            return False
+        return (self.node is not None and self.node() is not None) or held_by_live_gradients(
+            self.key
+        )
+
+    def __copy__(self) -> RetiredLeaf:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> RetiredLeaf:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return RetiredLeaf, (None,)
 
 
 class Autodiff(Backend):
@@ -325,16 +355,12 @@ class Autodiff(Backend):
         kept where holding ``x`` itself would keep its value alive."""
         return None if x.node is None else x.node.id
 
-    def retired_leaf(self, x: AutodiffPrimitive) -> tuple[int, Callable[[], bool]] | None:
+    def retired_leaf(self, x: AutodiffPrimitive) -> RetiredLeaf | None:
         """The gradient key of the leaf ``x``, which an in-place write is about to replace
-        with a fresh leaf, and a test of whether a gradient under that key can still be read:
-        a graph still holds ``x``'s node (a backward may yet produce one), or a live
-        ``Gradients`` holds one. ``None`` for an untracked ``x``."""
+        with a fresh leaf, as a :class:`RetiredLeaf` that tells whether a gradient under it
+        can still be read. ``None`` for an untracked ``x``."""
         node = x.node
-        if node is None:
-            return None
-        key, alive = node.id, weakref.ref(node)
-        return key, lambda: alive() is not None or held_by_live_gradients(key)
+        return None if node is None else RetiredLeaf(node.id, weakref.ref(node))
 
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.remove(x.node.id)

@@ -594,7 +594,9 @@ def scatter(
 
 
 def _all_objects(obj: Any, what: str) -> list[Any]:
-    """Every rank's ``obj``, in rank order."""
+    """Every rank's ``obj``, in rank order: pickled, and unpickled on every rank, as torch's
+    object collectives do (so, as torch's docs say of them, for data you trust: the job's own
+    ranks; nothing read from a file goes through here)."""
     from ..tensor import tensor as make_tensor
 
     payload = pickle.dumps(obj)

@@ -162,8 +162,8 @@ class Tensor(
     #: one: until then the class defaults below answer reads, without the exception a
     #: missing slot costs.
     #: ``_former_keys``: the gradient keys of the leaves this tensor held before in-place
-    #: writes made it a fresh leaf, each with a test of whether it can still be read (newest
-    #: first; see :func:`.views.remember_leaf`).
+    #: writes made it a fresh leaf, each a ``RetiredLeaf`` (``.key``; called, whether it can
+    #: still be read), newest first (see :func:`.views.remember_leaf`).
     __slots__ = ("__dict__",)
     _view: Any = None
     _views: Any = None
@@ -778,11 +778,11 @@ class Tensor(
         reads, replaces or removes is the tensor's whole gradient."""
         found = [] if value is None else [key]
         total = value
-        for former, _ in self._former_keys:
-            part = grads.get(former)
+        for former in self._former_keys:
+            part = grads.get(former.key)
             if part is not None:
                 total = part if total is None else grads.backend.add(total, part)
-                found.append(former)
+                found.append(former.key)
         if len(found) > 1:
             for k in found[1:]:
                 grads.remove(k)
@@ -817,9 +817,9 @@ class Tensor(
         if grad._backend is not grads.backend:
             value = on_backend(grad, grads.backend, "grad_replace")._prim
         backend.grad_replace(self._prim, grads, value)
-        for former, _ in self._former_keys:  # the new gradient is the tensor's whole one
-            if former in grads:
-                grads.remove(former)
+        for former in self._former_keys:  # the new gradient is the tensor's whole one
+            if former.key in grads:
+                grads.remove(former.key)
 
     def inner(self) -> Tensor:
         """The same values on the inner backend, without graph."""

@@ -781,7 +781,7 @@ def _leading_shape(
     ``dtype, backend, device`` (``zeros((2, 3), "float64")``) as before varargs existed."""
     if not args:
         raise ShapeError(f"{op}: missing the shape")
-    args = tuple(size_of(a) for a in args)
+    args = tuple(size_of(a, op) for a in args)
     if isinstance(args[0], numbers.Integral) and not isinstance(args[0], bool):
         count = 0
         while count < len(args) and isinstance(args[count], numbers.Integral):
@@ -799,13 +799,14 @@ def _leading_shape(
     return _creation_shape(op, shape), _check_dtype(op, dtype), backend, device
 
 
-def size_of(arg: Any) -> Any:
+def size_of(arg: Any, op: str) -> Any:
     """``arg`` as an int where it is an integer tensor of one element, a size as torch
     unpacks it (Tacotron 2's ``torch.LongTensor(len(batch), max_input_len)`` of a sorted
-    length, ``torch.zeros(2, n)`` of ``n = lengths.max()``); else as given."""
+    length, ``torch.zeros(2, n)`` of ``n = lengths.max()``); else as given (a 0-d tensor of
+    another dtype refused, naming ``op``)."""
     if isinstance(arg, Tensor) and arg.numel() == 1 and arg.dtype == "int64":
         return int(arg.item())
-    return int_argument("size", arg, "size")
+    return int_argument(op, arg, "size")
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:

@@ -58,7 +58,7 @@ def legacy_new(fn: str, dtype: str, args: tuple, device: Any, alias: bool = Fals
     if not args:
         return zeros((0,), dtype=dtype, device=device)
     if len(args) > 1:  # sizes may be integer tensors of one element, as torch unpacks them
-        args = tuple(size_of(a) for a in args)
+        args = tuple(size_of(a, fn) for a in args)
     if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
         if any(a < 0 for a in args):
             raise ShapeError(f"{fn}: sizes must be non-negative, got {tuple(args)}")

@@ -305,8 +305,7 @@ def remember_leaf(t: Any, old: Any) -> None:
     only the few a live graph or gradient set still has."""
     retired = t._backend.retired_leaf(old)
     if retired is not None:
-        kept = tuple(entry for entry in t._former_keys if entry[1]())
-        t._former_keys = (retired, *kept)
+        t._former_keys = (retired, *(former for former in t._former_keys if former()))
 
 
 def _through_data(t: Any, old: Any, value: Any) -> Any:
