@@ -112,11 +112,11 @@ def test_a_fresh_run_into_a_folder_holding_a_run_stops_before_any_work(
 ):
     out = copy_of(gpt_run, tmp_path)
     before = files_of(out)
-    completed = retrograd("train", *GPT, "--steps", "2", "--text", text_file, "--out", str(out))
+    completed = run_main("train", *GPT, "--steps", "2", "--text", text_file, "--out", str(out))
     line = one_line(completed, "train", 1)
     assert "holds another run" in line and "--overwrite" in line and "--resume" in line
     assert completed.stdout == ""  # stopped before the banner: nothing trained
-    line = one_line(retrograd("train", *MLP, "--out", str(out)), "train", 1)
+    line = one_line(run_main("train", *MLP, "--out", str(out)), "train", 1)
     assert "--overwrite" in line and "--resume" not in line  # the CNN cannot resume a GPT
     assert files_of(out) == before
 
@@ -126,7 +126,7 @@ def test_overwrite_replaces_a_run_without_mixing_model_kinds(gpt_run, text_file,
     completed = retrograd("train", *MLP, "--out", str(out), "--overwrite")
     assert completed.returncode == 0, completed.stderr
     assert sorted(files_of(out)) == ["curves.png", "metrics.json", "model.npz"]
-    assert "no GPT checkpoint" in one_line(retrograd("sample", "--out", str(out)), "sample", 1)
+    assert "no GPT checkpoint" in one_line(run_main("sample", "--out", str(out)), "sample", 1)
     completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out), "--overwrite")
     assert completed.returncode == 0, completed.stderr
     assert "corpus" in json.loads((out / "metrics.json").read_text())  # the GPT's, not the MLP's
@@ -318,12 +318,12 @@ def test_non_finite_values_are_refused(arguments):
 def test_resume_refuses_settings_that_differ_from_the_saved_runs(gpt_run, text_file, tmp_path):
     out = copy_of(gpt_run, tmp_path)
     resume = ["--text", text_file, "--out", str(out), "--resume"]
-    completed = retrograd("train", *GPT, "--n-embd", "32", *resume)
+    completed = run_main("train", *GPT, "--n-embd", "32", *resume)
     line = one_line(completed, "train", 2)
     assert "--n-embd 32 differs from the saved run's 16" in line
     same = retrograd("train", *GPT, "--steps", "6", *resume)
     assert same.returncode == 0, same.stderr  # the same settings again: resumed
-    completed = retrograd("train", *GPT, "--out", str(out), "--resume", "--overwrite")
+    completed = run_main("train", *GPT, "--out", str(out), "--resume", "--overwrite")
     line = one_line(completed, "train", 2)
     assert "contradict" in line
 
@@ -417,19 +417,23 @@ def test_a_loss_that_stops_being_a_number_stops_the_run_before_it_writes(tmp_pat
     assert not out.exists()  # made for the run, and nothing written in it
 
 
-def test_debug_shows_the_traceback_before_the_line(tmp_path):
+def test_debug_shows_the_traceback_before_the_line(tmp_path, monkeypatch):
     afile = tmp_path / "afile"
     afile.write_text("")
-    for arguments, env in (
+    monkeypatch.delenv("RETROGRAD_DEBUG", raising=False)
+    for arguments, debug in (
         (["--debug", "train", "--out", str(afile)], None),
         (["train", "--debug", "--out", str(afile)], None),
-        (["train", "--out", str(afile)], {"RETROGRAD_DEBUG": "1"}),
+        (["train", "--out", str(afile)], "1"),
     ):
-        completed = retrograd(*arguments, env=env)
+        with monkeypatch.context() as environment:
+            if debug:
+                environment.setenv("RETROGRAD_DEBUG", debug)
+            completed = run_main(*arguments)
         assert completed.returncode == 1
         assert completed.stderr.startswith("Traceback"), completed.stderr
         assert completed.stderr.strip().splitlines()[-1].startswith("retrograd train: --out")
-    assert "Traceback" not in retrograd("train", "--out", str(afile)).stderr
+    assert "Traceback" not in run_main("train", "--out", str(afile)).stderr
 
 
 def test_an_unexpected_error_is_still_one_line(monkeypatch, capsys):
