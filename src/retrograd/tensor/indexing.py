@@ -232,12 +232,12 @@ class IndexingMixin:
             return values.cast("int64").one_hot(num_classes).cast(self.dtype)
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
+        if not self.numel() and num_classes <= 0:  # nothing to count classes of: torch refuses
+            raise InvalidArgumentError(
+                f"one_hot: cannot infer num_classes from an empty tensor (shape "
+                f"{shape_text(self.shape)}); pass a positive num_classes, got {num_classes}"
+            )
         if num_classes == -1:
-            if not self.numel():  # nothing to count the classes of, as torch refuses
-                raise InvalidArgumentError(
-                    f"one_hot: cannot infer num_classes from an empty tensor (shape "
-                    f"{shape_text(self.shape)}); pass num_classes"
-                )
             num_classes = int(self.max().item()) + 1
         if self.numel():
             if int(self.min().item()) < 0:
