@@ -460,7 +460,12 @@ class Optimizer:
         for saved, own in zip(groups, self.param_groups):
             group = {**own, **{k: v for k, v in saved.items() if k != "params"}}
             _check_finite(where, group)
-            self._check_group(group)
+            # a rate a schedule drove below zero (two chained schedules: CosineAnnealingLR's
+            # eta_min pulling a finished PolynomialLR's 0 down) is one this optimizer stepped
+            # with and saved: its own state loads back, as torch's does, whose load checks none
+            lr = group.get("lr")
+            signed = isinstance(lr, int | float) and not isinstance(lr, bool)
+            self._check_group({**group, "lr": abs(lr)} if signed else group)
             merged.append(group)
         by_number: dict[int, Tensor] = {}
         for saved, own in zip(groups, self.param_groups):

@@ -1,5 +1,7 @@
 """Learning-rate schedules: they set each parameter group's ``"lr"`` each time they are stepped,
-from the group's own initial learning rate (``group["initial_lr"]``, as torch's)."""
+from the group's own initial learning rate (``group["initial_lr"]``, as torch's); ``step()``
+scales the group's current rate as torch's recursive forms do, so that schedules stepped one
+after the other over one optimizer multiply."""
 
 from __future__ import annotations
 
@@ -88,7 +90,13 @@ class LRScheduler:
             # keeps the restored rate rather than going back to ``initial_lr``
             self.step_chained()
         else:
-            self.step()
+            # resuming with last_epoch: the closed form at the next epoch (torch's first step
+            # keeps a restored rate rather than scaling it once more)
+            self._closed_step = True
+            try:
+                self.step()
+            finally:
+                del self._closed_step
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         """The learning rate at ``epoch`` of a group starting at ``base_lr`` (the first
@@ -137,7 +145,15 @@ class LRScheduler:
             warnings.warn(_EPOCH_DEPRECATED, UserWarning, stacklevel=2)
             self.last_epoch = epoch
         try:
-            self._apply(self.last_epoch)
+            recursive = self.chainable and not getattr(self, "_closed_step", False)
+            if epoch is None and recursive and not _steps_by_get_lr(self):
+                # torch's step() is its recursive form, scaling each group's current rate:
+                # two schedules stepped one after the other over one optimizer (torch's
+                # documented chaining) multiply; the closed form made the last one stepped
+                # overwrite the other's factor
+                self._apply_recursive(self.last_epoch)
+            else:
+                self._apply(self.last_epoch)
         except BaseException:
             # a schedule that cannot go there leaves the epoch and the rates as they were
             self.last_epoch = before[0]
@@ -196,6 +212,10 @@ class LRScheduler:
             return self.base_lrs[index]
         group = self.optimizer.param_groups[index]
         return group.setdefault("initial_lr", group["lr"])
+
+    def _apply_recursive(self, epoch: int) -> None:
+        for index, group in enumerate(self.optimizer.param_groups):
+            group["lr"] = self.chained_lr(epoch, index, group["lr"])
 
     def step_chained(self) -> None:
         """Advance one epoch, scaling each group's current learning rate as torch's recursive
@@ -371,6 +391,10 @@ class MultiplicativeLR(LambdaLR):
             group["lr"] = group["lr"] * _factor(type(self).__name__, fn, epoch)
 
     chainable = True
+
+    def _apply_recursive(self, epoch: int) -> None:
+        self._check_groups(self.lr_lambdas)  # one function per group
+        super()._apply_recursive(epoch)
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         if epoch == 0:
