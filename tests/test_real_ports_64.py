@@ -3,7 +3,7 @@
 harness: ``tests/real_ports.py``):
 
 - the spiking network of fzenke/spytorch (``notebooks/SpyTorchTutorial1.ipynb``), smaller (10
-  inputs, 8 hidden units, 16 time steps): ``SurrGradSpike(torch.autograd.Function)`` with a
+  inputs, 8 hidden units, 10 time steps): ``SurrGradSpike(torch.autograd.Function)`` with a
   class attribute ``scale``, ``out[input > 0] = 1.0`` on ``torch.zeros_like``, the fast-sigmoid
   surrogate in ``backward``, ``spike_fn = SurrGradSpike.apply``, weights made by ``torch.empty
   (..., requires_grad=True)`` and ``torch.nn.init.normal_`` (overwritten with shared values in
@@ -96,7 +96,7 @@ nb_hidden  = 8
 nb_outputs = 2
 
 time_step = 1e-3
-nb_steps  = 16
+nb_steps  = 10
 
 batch_size = 6
 
@@ -278,7 +278,7 @@ def test_surrogate_gradient_snn_trains_as_torch(capsys):
         with lib.no_grad():
             names["w1"].copy_(lib.tensor(w1))
             names["w2"].copy_(lib.tensor(w2))
-        record.append(names["train"](names["x_data"], names["y_data"], lr=2e-2, nb_epochs=6))
+        record.append(names["train"](names["x_data"], names["y_data"], lr=2e-2, nb_epochs=4))
         record.append(
             float(names["compute_classification_accuracy"](names["x_data"], names["y_data"]))
         )
@@ -498,7 +498,7 @@ def test_adain_style_transfer_trains_as_torch(capsys):
     test_content = rng.uniform(size=(1, 3, 8, 8)).astype(np.float32)
     test_style = rng.uniform(size=(1, 3, 8, 8)).astype(np.float32)
     args = argparse.Namespace(
-        lr=1e-3, lr_decay=5e-5, max_iter=3, style_weight=10.0, content_weight=1.0
+        lr=1e-3, lr_decay=5e-5, max_iter=2, style_weight=10.0, content_weight=1.0
     )
     records, logs = [], []
     initialize = initializer()
@@ -1253,7 +1253,7 @@ def test_relation_network_trains_as_torch(capsys):
             for _ in range(n)
         ]
 
-    rel_train, norel_train, rel_test, norel_test = dataset(8), dataset(8), dataset(4), dataset(4)
+    rel_train, norel_train, rel_test, norel_test = dataset(4), dataset(4), dataset(4), dataset(4)
     # (its ``F.dropout(x)`` is dropout with p=0.5 in training and evaluation alike: p=0 here,
     # so that neither run draws)
     source = RELATION_NETWORK_SOURCE.replace("F.dropout(x)", "F.dropout(x, p=0.0)")
@@ -1388,7 +1388,7 @@ DEEP_DREAM_STEPS = [
 def test_deep_dream_as_torch(capsys):
     rng = np.random.default_rng(6405)
     image = rng.uniform(size=(12, 12, 3)).astype(np.float32)
-    args = argparse.Namespace(iterations=3, at_layer=4, lr=0.01, octave_scale=1.4, num_octaves=3)
+    args = argparse.Namespace(iterations=2, at_layer=4, lr=0.01, octave_scale=1.4, num_octaves=3)
     records, logs = [], []
     initialize = initializer()
     for lib in (torch, rg):
@@ -1431,7 +1431,7 @@ def test_deep_dream_as_torch(capsys):
         names["main"](image, args)
         records.append(record)
         logs.append(capsys.readouterr().out)
-    assert logs[1] == logs[0] and len(records[0]) == 10
+    assert logs[1] == logs[0] and len(records[0]) == 7
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
