@@ -9,7 +9,7 @@ from ..errors import InvalidArgumentError
 from ..tensor import rand
 from . import constraints
 from .distribution import Distribution
-from .utils import broadcast_all
+from .utils import binary_cross_entropy_with_logits, broadcast_all
 
 __all__ = ["Bernoulli"]
 
@@ -75,14 +75,12 @@ class Bernoulli(Distribution):
 
     def log_prob(self, value: Any) -> Any:
         """``-binary_cross_entropy_with_logits(logits, value)``."""
-        logits = self.logits
         self._validate_sample(value)
-        return -(logits.clamp(min=0) - logits * value + (-logits.abs()).exp().log1p())
+        logits, value = broadcast_all(self.logits, value)
+        return -binary_cross_entropy_with_logits(logits, value)
 
     def entropy(self) -> Any:
-        logits = self.logits
-        bce = logits.clamp(min=0) - logits * self.probs + (-logits.abs()).exp().log1p()
-        return bce
+        return binary_cross_entropy_with_logits(self.logits, self.probs)
 
 
 def _eps(t: Any) -> float:

@@ -13,7 +13,13 @@ from ..tensor import rand
 from ..tensor.functions import where
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import as_value, broadcast_all, clamp_probs, probs_to_logits
+from .utils import (
+    as_value,
+    binary_cross_entropy_with_logits,
+    broadcast_all,
+    clamp_probs,
+    probs_to_logits,
+)
 
 __all__ = ["ContinuousBernoulli"]
 
@@ -119,9 +125,8 @@ class ContinuousBernoulli(ExponentialFamily):
     def log_prob(self, value: Any) -> Any:
         value = as_value(value, self.probs)
         self._validate_sample(value)
-        logits = self.logits
-        # minus the binary cross-entropy with logits, in its overflow-free form
-        bce = logits.clamp(min=0) - logits * value + (-logits.abs()).exp().log1p()
+        logits, value = broadcast_all(self.logits, value)
+        bce = binary_cross_entropy_with_logits(logits, value)
         return -bce + self._cont_bern_log_norm()
 
     def cdf(self, value: Any) -> Any:

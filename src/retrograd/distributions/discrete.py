@@ -22,7 +22,7 @@ from . import constraints
 from .categorical import Categorical
 from .distribution import Distribution
 from .special import lgamma
-from .utils import as_value, broadcast_all, probs_to_logits, tiny
+from .utils import as_value, binary_cross_entropy_with_logits, broadcast_all, probs_to_logits, tiny
 
 __all__ = [
     "Binomial",
@@ -93,6 +93,12 @@ class Poisson(Distribution):
         return term - rate - lgamma(value + 1)
 
 
+def _clamp_by_zero(x: Any) -> Any:
+    """``clamp(x, min=0)`` whose gradient at 0 is 0.5 (torch's, so that Binomial's log density
+    has the analytic gradient ``k - n sigmoid(logit)`` at a zero logit)."""
+    return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
+
+
 class Binomial(Distribution):
     """Successes in ``total_count`` trials of probability ``probs`` (or ``sigmoid(logits)``)."""
 
@@ -148,7 +154,7 @@ class Binomial(Distribution):
         value = as_value(value, self.probs)
         self._validate_sample(value)
         n, logits = self.total_count, self.logits
-        normalize = n * logits.clamp(min=0) + n * (-logits.abs()).exp().log1p() - lgamma(n + 1)
+        normalize = n * _clamp_by_zero(logits) + n * (-logits.abs()).exp().log1p() - lgamma(n + 1)
         return value * logits - lgamma(value + 1) - lgamma(n - value + 1) - normalize
 
     def enumerate_support(self, expand: bool = True) -> Any:
@@ -227,9 +233,8 @@ class Geometric(Distribution):
         return value * (-probs).log1p() + self.probs.log()
 
     def entropy(self) -> Any:
-        logits, probs = self.logits, self.probs
-        bce = logits.clamp(min=0) - logits * probs + (-logits.abs()).exp().log1p()
-        return bce / probs
+        bce = binary_cross_entropy_with_logits(self.logits, self.probs)
+        return bce / self.probs
 
 
 class _OverCategorical:

@@ -16,17 +16,13 @@ from typing import Any, ClassVar
 
 from ..tensor import cat, full_like, randn, stack
 from ..tensor.functions import where
+from ..tensor.special import xlogy
 from . import constraints
 from .distribution import Distribution
 from .special import digamma, gammainc, lgamma, log_beta, standard_gamma
 from .utils import as_value, broadcast_all, tiny
 
 __all__ = ["Beta", "Chi2", "Dirichlet", "FisherSnedecor", "Gamma", "StudentT"]
-
-
-def _xlogy(x: Any, y: Any) -> Any:
-    """``x * log(y)``, 0 where ``x`` is 0 (torch's ``xlogy``)."""
-    return where(x.eq(0), x * 0, x * y.log())
 
 
 class Gamma(Distribution):
@@ -64,8 +60,8 @@ class Gamma(Distribution):
         value = as_value(value, self.rate)
         self._validate_sample(value)
         return (
-            _xlogy(self.concentration, self.rate)
-            + _xlogy(self.concentration - 1, value)
+            xlogy(self.concentration, self.rate)
+            + xlogy(self.concentration - 1, value)
             - self.rate * value
             - lgamma(self.concentration)
         )
@@ -132,7 +128,7 @@ class Beta(Distribution):
         value = as_value(value, self.concentration1)
         self._validate_sample(value)
         a, b = self.concentration1, self.concentration0
-        return _xlogy(a - 1, value) + _xlogy(b - 1, 1 - value) - log_beta(a, b)
+        return xlogy(a - 1, value) + xlogy(b - 1, 1 - value) - log_beta(a, b)
 
     def entropy(self) -> Any:
         a, b = self.concentration1, self.concentration0
@@ -194,7 +190,7 @@ class Dirichlet(Distribution):
         value = as_value(value, self.concentration)
         self._validate_sample(value)
         c = self.concentration
-        return _xlogy(c - 1, value).sum(-1) + lgamma(c.sum(-1)) - lgamma(c).sum(-1)
+        return xlogy(c - 1, value).sum(-1) + lgamma(c.sum(-1)) - lgamma(c).sum(-1)
 
     def entropy(self) -> Any:
         c = self.concentration

@@ -12,7 +12,14 @@ from ..errors import ShapeError, shape_text
 from ..tensor import tensor
 from ..tensor.dtypes import default_float_dtype, finfo
 
-__all__ = ["broadcast_all", "clamp_probs", "logits_to_probs", "probs_to_logits", "tiny"]
+__all__ = [
+    "binary_cross_entropy_with_logits",
+    "broadcast_all",
+    "clamp_probs",
+    "logits_to_probs",
+    "probs_to_logits",
+    "tiny",
+]
 
 
 def broadcast_all(*values: Any) -> tuple[Any, ...]:
@@ -72,3 +79,12 @@ def probs_to_logits(probs: Any, is_binary: bool = False) -> Any:
 
 def logits_to_probs(logits: Any, is_binary: bool = False) -> Any:
     return logits.sigmoid() if is_binary else logits.softmax(-1)
+
+
+def binary_cross_entropy_with_logits(logits: Any, target: Any) -> Any:
+    """Elementwise ``-target log sigmoid(logits) - (1 - target) log sigmoid(-logits)``, the
+    form of ``nn.functional.binary_cross_entropy_with_logits`` (which this layer may not
+    import): its gradient is ``sigmoid(logits) - target`` everywhere, where the overflow-free
+    ``clamp(min=0) + log1p(exp(-|x|))`` spelling takes the kinks' one-sided gradients at a zero
+    logit."""
+    return (1.0 - target) * logits - logits.log_sigmoid()
