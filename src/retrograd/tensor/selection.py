@@ -297,6 +297,9 @@ class SelectionMixin:
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
                 "(as in torch); cast it to a number dtype first"
             )
+        empty = (index.numel() if isinstance(index, TensorBase) else np.asarray(index).size) == 0
+        if empty and reduce in ("sum", "prod", "mean", "amax", "amin"):
+            return self.scatter_add(dim, index, src)  # torch's: a copy, whatever the shapes
         if reduce in ("amax", "amin"):
             return self._scatter_extreme(dim, index, src, reduce, include_self)
         if reduce == "prod":
