@@ -4,6 +4,8 @@
   another shape than the input's (``rg.zeros(3, 2).gather(1, rg.zeros(4, 0, dtype=rg.int64))``)
   raised a ``ShapeError``; torch checks neither the shape nor the dtype of an empty index:
   gather returns an empty tensor of the index's shape, scatter a copy of the input.
+- ``rg.linalg.cond`` of empty matrices raised an index error; torch returns 0 for each (untracked,
+  of the batch shape), after its check of the order (and of squareness for "fro"/"nuc").
 """
 
 from __future__ import annotations
@@ -70,3 +72,28 @@ def test_scatter_of_a_value_with_an_empty_index():
     expected = torch.arange(6.0).reshape(3, 2).scatter(1, torch.zeros(0, 3, dtype=torch.int64), 7.0)
     out = rg.arange(6.0).reshape(3, 2).scatter(1, rg.zeros(0, 3, dtype=rg.int64), 7.0)
     np.testing.assert_array_equal(out.numpy(), expected.numpy())
+
+
+# -- linalg.cond of empty matrices -----------------------------------------------------------------
+COND_ORDERS = [None, 2, -2, "fro", "nuc", 1, -1, float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3), (0, 3)])
+@pytest.mark.parametrize("p", COND_ORDERS)
+def test_cond_of_empty_matrices(shape, p):
+    try:
+        expected = torch.linalg.cond(torch.zeros(shape, dtype=torch.float64), p)
+    except RuntimeError:  # torch checks squareness first for the string orders
+        with pytest.raises(rg.ShapeError, match=r"linalg\.cond: A must be batches of square"):
+            rg.linalg.cond(rg.zeros(*shape, dtype=rg.float64), p)
+        return
+    out = rg.linalg.cond(rg.zeros(*shape, dtype=rg.float64, requires_grad=True), p)
+    assert out.shape == tuple(expected.shape)
+    assert out.dtype == rg.float64
+    assert out.requires_grad == expected.requires_grad
+    np.testing.assert_array_equal(out.numpy(), expected.numpy())
+
+
+def test_cond_of_an_empty_matrix_still_checks_the_order():
+    with pytest.raises(rg.InvalidArgumentError, match=r"linalg\.cond: order 3 is not supported"):
+        rg.linalg.cond(rg.zeros(0, 0), 3)

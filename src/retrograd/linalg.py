@@ -799,12 +799,24 @@ def matrix_rank(
     return values.greater(tolerance).cast("int64").sum(-1)
 
 
+_COND_ORDERS = (None, "fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
+
+
 def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.cond``: ``p`` ``None``/2 (largest over smallest singular value), -2
     (its inverse), or ``norm(A, p) * norm(inv(A), p)`` for ``"fro"``, ``"nuc"``, ``±1``,
     ``±inf`` (square ``A``)."""
     _no_out("linalg.cond", out)
     matrices = _matrices("linalg.cond", A)
+    if matrices.numel() == 0:  # torch's: a condition number of 0 for each empty matrix
+        if p not in _COND_ORDERS:
+            raise InvalidArgumentError(
+                f"linalg.cond: order {p!r} is not supported (expected None, 'fro', 'nuc', 1, "
+                "-1, 2, -2, inf or -inf)"
+            )
+        if isinstance(p, str):  # (torch checks squareness first for these, not for numbers)
+            _square("linalg.cond", matrices)
+        return matrices.detach().new_zeros(matrices.shape[:-2])
     if p is None or p in (2, -2):
         values = svdvals(matrices)
         largest, smallest = values[..., 0], values[..., -1]
