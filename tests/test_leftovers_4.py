@@ -6,6 +6,11 @@
   gather returns an empty tensor of the index's shape, scatter a copy of the input.
 - ``rg.linalg.cond`` of empty matrices raised an index error; torch returns 0 for each (untracked,
   of the batch shape), after its check of the order (and of squareness for "fro"/"nuc").
+- ``batch_norm``/``layer_norm``/``group_norm``/``instance_norm`` (and their modules) cast
+  parameters of another dtype (a float32 ``InstanceNorm1d`` on a float64 input); torch refuses
+  such mixes on its CPU ("mixed dtype"): a ``DTypeError`` naming the op and both dtypes now.
+  torch's exceptions are kept: float32 parameters for a half input, instance_norm's running
+  statistics, an empty batch for batch/instance norm, and rms_norm.
 """
 
 from __future__ import annotations
@@ -97,3 +102,64 @@ def test_cond_of_empty_matrices(shape, p):
 def test_cond_of_an_empty_matrix_still_checks_the_order():
     with pytest.raises(rg.InvalidArgumentError, match=r"linalg\.cond: order 3 is not supported"):
         rg.linalg.cond(rg.zeros(0, 0), 3)
+
+
+# -- normalizations refuse parameters of another dtype ---------------------------------------------
+def _norm_calls(module, weight, bias, running_mean, running_var):
+    return {
+        "batch_norm": lambda x: module.batch_norm(
+            x, running_mean, running_var, weight, bias, training=True
+        ),
+        "batch_norm (eval)": lambda x: module.batch_norm(x, running_mean, running_var, weight),
+        "layer_norm": lambda x: module.layer_norm(x, (4,), None, bias[:1].expand(4)),
+        "group_norm": lambda x: module.group_norm(x, 3, weight, bias),
+        "instance_norm": lambda x: module.instance_norm(x, weight=weight),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["batch_norm", "batch_norm (eval)", "layer_norm", "group_norm", "instance_norm"]
+)
+def test_normalization_refuses_parameters_of_another_dtype(name):
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((2, 3, 4))
+    torch_call = _norm_calls(
+        torch.nn.functional, torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3)
+    )[name]
+    with pytest.raises(RuntimeError, match="mixed dtype"):
+        torch_call(torch.tensor(values))
+    rg_call = _norm_calls(rg.nn.functional, rg.ones(3), rg.zeros(3), rg.zeros(3), rg.ones(3))[name]
+    op = name.split()[0]
+    with pytest.raises(
+        rg.DTypeError, match=rf"{op}: mixed dtypes: the input is float64 but \w+ is float32"
+    ):
+        rg_call(rg.tensor(values))
+
+
+def test_instance_norm_module_refuses_a_float64_input_with_float32_weights():
+    values = np.random.default_rng(4).standard_normal((2, 3, 5))
+    with pytest.raises(RuntimeError, match="mixed dtype"):
+        torch.nn.InstanceNorm1d(3, affine=True)(torch.tensor(values))
+    with pytest.raises(rg.DTypeError, match="instance_norm: mixed dtypes"):
+        rg.nn.InstanceNorm1d(3, affine=True)(rg.tensor(values))
+
+
+def test_normalization_mixes_torch_accepts():
+    """torch casts instance_norm's running statistics, returns an empty batch before its check,
+    and rms_norm takes a weight of any float dtype."""
+    values = np.random.default_rng(5).standard_normal((2, 3, 4))
+    F = rg.nn.functional  # noqa: N806
+    TF = torch.nn.functional  # noqa: N806
+    for use_input_stats in (True, False):
+        expected = TF.instance_norm(
+            torch.tensor(values), torch.zeros(3), torch.ones(3), use_input_stats=use_input_stats
+        )
+        out = F.instance_norm(
+            rg.tensor(values), rg.zeros(3), rg.ones(3), use_input_stats=use_input_stats
+        )
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)
+    empty = F.batch_norm(rg.zeros(0, 3, 4, dtype=rg.float64), None, None, rg.ones(3), training=True)
+    assert empty.shape == (0, 3, 4)
+    expected = TF.rms_norm(torch.tensor(values), (4,), torch.full((4,), 2.0))
+    out = F.rms_norm(rg.tensor(values), (4,), rg.full((4,), 2.0))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-6)
