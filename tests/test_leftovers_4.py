@@ -11,6 +11,9 @@
   such mixes on its CPU ("mixed dtype"): a ``DTypeError`` naming the op and both dtypes now.
   torch's exceptions are kept: float32 parameters for a half input, instance_norm's running
   statistics, an empty batch for batch/instance norm, and rms_norm.
+- ``x.bernoulli(0.3)`` (a number) of a tensor that requires grad was untracked; torch records
+  it on ``x`` and its backward raises: ours is tracked and its backward raises an
+  ``AutodiffError`` naming bernoulli.
 """
 
 from __future__ import annotations
@@ -163,3 +166,28 @@ def test_normalization_mixes_torch_accepts():
     expected = TF.rms_norm(torch.tensor(values), (4,), torch.full((4,), 2.0))
     out = F.rms_norm(rg.tensor(values), (4,), rg.full((4,), 2.0))
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-6)
+
+
+# -- bernoulli(p) of a tensor that requires grad --------------------------------------------------
+@pytest.mark.parametrize("call", ["method", "function", "keyword"])
+def test_bernoulli_of_a_number_is_tracked_and_its_backward_refuses(call):
+    forms = {
+        "method": lambda module, x: x.bernoulli(0.3),
+        "function": lambda module, x: module.bernoulli(x, 0.3),
+        "keyword": lambda module, x: module.bernoulli(x, p=0.3),
+    }
+    xt = torch.full((3,), 0.5, requires_grad=True)
+    out_t = forms[call](torch, xt)
+    with pytest.raises(RuntimeError, match="derivative for aten::bernoulli is not implemented"):
+        out_t.sum().backward()
+    rg.manual_seed(0)
+    xr = rg.full((3,), 0.5, requires_grad=True)
+    out_r = forms[call](rg, xr)
+    assert out_r.requires_grad == out_t.requires_grad
+    assert set(out_r.tolist()) <= {0.0, 1.0}
+    with pytest.raises(rg.AutodiffError, match=r"bernoulli: the derivative .* is not implemented"):
+        (out_r * 2.0).sum().backward()
+    assert xr.bernoulli().requires_grad  # (a draw of the tensor's own probabilities: zero grad)
+    with rg.no_grad():
+        assert not xr.bernoulli(0.3).requires_grad
+    assert not rg.full((3,), 0.5).bernoulli(0.3).requires_grad

@@ -802,7 +802,10 @@ class SelectionMixin:
         probabilities = self if p is None else p
         drawn = draws.bernoulli_(probabilities, generator=generator)
         if not isinstance(probabilities, TensorBase):
-            return drawn
+            if not self.requires_grad:
+                return drawn
+            # torch records the draw on this tensor, and its backward refuses
+            return self._apply("refused_derivative", (self, drawn), ("bernoulli",))
         # as torch's, a draw in the probabilities' graph with a zero gradient for them
         from .compositions import _zero_gradient  # (compositions imports this module)
 
