@@ -14,9 +14,14 @@
 - ``x.bernoulli(0.3)`` (a number) of a tensor that requires grad was untracked; torch records
   it on ``x`` and its backward raises: ours is tracked and its backward raises an
   ``AutodiffError`` naming bernoulli.
+- ``rg.save(obj, path)`` where ``path`` is a link of a loop of symbolic links replaced the link
+  with a file; torch's save fails: an ``OSError`` (``ELOOP``) now, the links left alone.
 """
 
 from __future__ import annotations
+
+import errno
+import os
 
 import numpy as np
 import pytest
@@ -191,3 +196,26 @@ def test_bernoulli_of_a_number_is_tracked_and_its_backward_refuses(call):
     with rg.no_grad():
         assert not xr.bernoulli(0.3).requires_grad
     assert not rg.full((3,), 0.5).bernoulli(0.3).requires_grad
+
+
+# -- save through a loop of symbolic links ---------------------------------------------------------
+def test_save_through_a_loop_of_links_raises_and_leaves_the_links(tmp_path):
+    first, second = tmp_path / "a.pt", tmp_path / "b.pt"
+    first.symlink_to(second.name)
+    second.symlink_to(first.name)
+    with pytest.raises(RuntimeError, match="Too many levels of symbolic links"):
+        torch.save({"x": torch.ones(2)}, first)
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as caught:
+        rg.save({"x": rg.ones(2)}, first)
+    assert caught.value.errno == errno.ELOOP
+    assert first.is_symlink() and second.is_symlink()
+    assert os.readlink(first) == second.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
+
+
+def test_save_through_a_dangling_link_writes_its_target(tmp_path):
+    link = tmp_path / "latest.pt"
+    link.symlink_to("run.pt")
+    rg.save({"x": rg.ones(2)}, link)
+    assert link.is_symlink()
+    assert rg.load(tmp_path / "run.pt")["x"].tolist() == [1.0, 1.0]
