@@ -16,6 +16,12 @@
   ``AutodiffError`` naming bernoulli.
 - ``rg.save(obj, path)`` where ``path`` is a link of a loop of symbolic links replaced the link
   with a file; torch's save fails: an ``OSError`` (``ELOOP``) now, the links left alone.
+- ``rg.load(f, map_location="meta")`` (or ``"mps"``, ``"xpu"``) returned tensors labelled
+  ``meta:0`` holding data; a device no backend here computes on is refused now (torch raises
+  for mps/xpu on a CPU machine; its meta tensors hold no data, which nothing here models).
+- ``rg.load(f, map_location=lambda storage, loc: storage)`` was refused; a function is called
+  as torch calls it, ``(storage, "cpu")``, with each tensor, and may return it moved or
+  ``None``; its own errors reach the caller as raised (not as a "damaged file").
 """
 
 from __future__ import annotations
@@ -219,3 +225,59 @@ def test_save_through_a_dangling_link_writes_its_target(tmp_path):
     rg.save({"x": rg.ones(2)}, link)
     assert link.is_symlink()
     assert rg.load(tmp_path / "run.pt")["x"].tolist() == [1.0, 1.0]
+
+
+# -- load's map_location: devices no backend computes on, and functions ----------------------------
+def _saved(tmp_path):
+    weights = rg.tensor([1.0, 2.0])
+    weights.require_grad()
+    path = tmp_path / "state.pt"
+    rg.save({"w": weights, "steps": rg.arange(3), "n": 3}, path)
+    return path
+
+
+@pytest.mark.parametrize("location", ["meta", "mps", "xpu"])
+def test_load_refuses_a_device_no_backend_computes_on(tmp_path, location):
+    # torch on a CPU-only machine: "mps" and "xpu" raise; "meta" gives data-less tensors,
+    # which nothing here has: refused rather than labelled meta while holding data
+    torch.save({"w": torch.ones(2)}, tmp_path / "torch.pt")
+    if location != "meta":
+        with pytest.raises(RuntimeError):
+            torch.load(tmp_path / "torch.pt", map_location=location)
+    path = _saved(tmp_path)
+    with pytest.raises(rg.InvalidArgumentError, match=rf"load: map_location=.*{location}"):
+        rg.load(path, map_location=location)
+    with pytest.raises(rg.InvalidArgumentError, match=rf"load: map_location=.*{location}"):
+        rg.load(path, map_location={"cpu": location})
+    assert rg.load(path, map_location="cpu")["w"].tolist() == [1.0, 2.0]
+
+
+def test_load_with_a_map_location_function(tmp_path):
+    torch.save({"w": torch.tensor([1.0, 2.0]), "n": 3}, tmp_path / "torch.pt")
+    seen = []
+
+    def record(storage, location):
+        seen.append(location)
+        return storage
+
+    expected = torch.load(tmp_path / "torch.pt", map_location=record)
+    assert seen == ["cpu"]
+    assert expected["w"].tolist() == [1.0, 2.0]
+    path = _saved(tmp_path)
+    seen.clear()
+    for function in (record, lambda storage, location: None, lambda s, loc: s.cpu()):
+        loaded = rg.load(path, map_location=function)
+        assert loaded["w"].tolist() == [1.0, 2.0] and loaded["w"].requires_grad
+        assert loaded["steps"].tolist() == [0, 1, 2] and loaded["n"] == 3
+    assert seen == ["cpu", "cpu"]
+
+
+def test_load_with_a_map_location_function_that_fails(tmp_path):
+    path = _saved(tmp_path)
+    if rg.ones(1).device.type != "cuda":  # the CPU backends: a clear error, not "damaged"
+        with pytest.raises(rg.DTypeError, match="cuda"):
+            rg.load(path, map_location=lambda storage, location: storage.cuda(0))
+    with pytest.raises(ZeroDivisionError):  # the function's own error, as it raised it
+        rg.load(path, map_location=lambda storage, location: 1 / 0)
+    with pytest.raises(rg.DTypeError, match="load: map_location returned int"):
+        rg.load(path, map_location=lambda storage, location: 3)
