@@ -22,6 +22,8 @@
 - ``rg.load(f, map_location=lambda storage, loc: storage)`` was refused; a function is called
   as torch calls it, ``(storage, "cpu")``, with each tensor, and may return it moved or
   ``None``; its own errors reach the caller as raised (not as a "damaged file").
+- ``DistributedDataParallel(cpu_module, device_ids=[rank])`` was accepted; torch refuses
+  ``device_ids``/``output_device`` for a module not on one GPU, and more than one device id.
 """
 
 from __future__ import annotations
@@ -281,3 +283,40 @@ def test_load_with_a_map_location_function_that_fails(tmp_path):
         rg.load(path, map_location=lambda storage, location: 1 / 0)
     with pytest.raises(rg.DTypeError, match="load: map_location returned int"):
         rg.load(path, map_location=lambda storage, location: 3)
+
+
+# -- DistributedDataParallel's device_ids with a CPU module ----------------------------------------
+@pytest.fixture(scope="module")
+def torch_process_group():
+    import torch.distributed as torch_dist
+
+    if torch_dist.is_initialized():  # (another test's group: DDP's checks need any one)
+        yield
+        return
+    torch_dist.init_process_group("gloo", store=torch_dist.HashStore(), rank=0, world_size=1)
+    yield
+    torch_dist.destroy_process_group()
+
+
+DEVICE_ARGUMENTS = [
+    ({"device_ids": [0]}, "device_ids and output_device"),
+    ({"output_device": 1}, "device_ids and output_device"),
+    ({"device_ids": [0, 1]}, "device_ids can only be None or contain a single element"),
+    ({"output_device": 0}, None),  # (torch tests output_device's truth)
+    ({"device_ids": []}, None),
+    ({"device_ids": None}, None),
+]
+
+
+@pytest.mark.parametrize(("arguments", "message"), DEVICE_ARGUMENTS)
+def test_ddp_device_ids_with_a_cpu_module(torch_process_group, arguments, message):
+    torch_ddp = torch.nn.parallel.DistributedDataParallel
+    rg_ddp = rg.nn.parallel.DistributedDataParallel
+    if message is None:
+        torch_ddp(torch.nn.Linear(2, 2), **arguments)
+        rg_ddp(rg.nn.Linear(2, 2), **arguments)
+        return
+    with pytest.raises(ValueError, match=message):
+        torch_ddp(torch.nn.Linear(2, 2), **arguments)
+    with pytest.raises(rg.InvalidArgumentError, match=f"DistributedDataParallel: {message}"):
+        rg_ddp(rg.nn.Linear(2, 2), **arguments)
