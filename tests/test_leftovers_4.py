@@ -24,6 +24,9 @@
   ``None``; its own errors reach the caller as raised (not as a "damaged file").
 - ``DistributedDataParallel(cpu_module, device_ids=[rank])`` was accepted; torch refuses
   ``device_ids``/``output_device`` for a module not on one GPU, and more than one device id.
+- ``torch.histogram`` (bins as a count or a tensor of edges, ``range``, ``weight``,
+  ``density``; ``(hist, bin_edges)``) did not exist; ``rg.histogram``/``x.histogram`` give
+  torch's values to the bit (edges from torch's linspace, the last bin closed).
 """
 
 from __future__ import annotations
@@ -320,3 +323,81 @@ def test_ddp_device_ids_with_a_cpu_module(torch_process_group, arguments, messag
         torch_ddp(torch.nn.Linear(2, 2), **arguments)
     with pytest.raises(rg.InvalidArgumentError, match=f"DistributedDataParallel: {message}"):
         rg_ddp(rg.nn.Linear(2, 2), **arguments)
+
+
+# -- torch.histogram -------------------------------------------------------------------------------
+def _pair(value, module):
+    return module.tensor(value) if isinstance(value, np.ndarray) else value
+
+
+HISTOGRAM_CASES = [
+    # (input, bins, keywords)
+    ("normal32", 7, {}),
+    ("normal64", 7, {}),
+    ("normal32", 5, {"range": (-1.0, 1.0)}),
+    ("normal64", 4, {"weight": "weights", "density": True}),
+    ("normal64", 6, {"density": True}),
+    ("normal32", np.array([-2.0, -0.5, 0.0, 1.0, 3.0], np.float32), {}),
+    ("halves", 8, {}),  # values on the edges
+    ("ones", 4, {}),  # one value: the range widened by 1/2
+    ("empty", 2, {}),
+]
+
+
+@pytest.mark.parametrize(("data", "bins", "keywords"), HISTOGRAM_CASES)
+def test_histogram_matches_torch(data, bins, keywords):
+    rng = np.random.default_rng(6)
+    arrays = {
+        "normal32": rng.standard_normal((4, 5)).astype(np.float32),
+        "normal64": rng.standard_normal(30),
+        "halves": np.round(rng.standard_normal(30) * 2) / 2,
+        "ones": np.ones(3, np.float32),
+        "empty": np.zeros(0, np.float32),
+    }
+    values = arrays[data]
+    keywords = {k: (rng.random(values.shape) if v == "weights" else v) for k, v in keywords.items()}
+    expected = torch.histogram(
+        torch.tensor(values),
+        _pair(bins, torch),
+        **{k: _pair(v, torch) for k, v in keywords.items()},
+    )
+    out = rg.histogram(
+        rg.tensor(values), _pair(bins, rg), **{k: _pair(v, rg) for k, v in keywords.items()}
+    )
+    assert out.hist.dtype == str(expected.hist.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(out.hist.numpy(), expected.hist.numpy())
+    np.testing.assert_array_equal(out.bin_edges.numpy(), expected.bin_edges.numpy())
+    method = rg.tensor(values).histogram(
+        _pair(bins, rg), **{k: _pair(v, rg) for k, v in keywords.items()}
+    )
+    np.testing.assert_array_equal(method.hist.numpy(), expected.hist.numpy())
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda m: m.histogram(m.tensor([1, 2]), 2), rg.DTypeError, "histogram: expected a float"),
+        (
+            lambda m: m.histogram(m.tensor([1.0, 2.0]), 0),
+            rg.InvalidArgumentError,
+            "bins must be > 0",
+        ),
+        (
+            lambda m: m.histogram(m.tensor([1.0, 2.0]), 2, range=(3.0, 1.0)),
+            rg.InvalidArgumentError,
+            "min",
+        ),
+        (
+            lambda m: m.histogram(m.tensor([1.0, float("nan")]), 2),
+            rg.InvalidArgumentError,
+            "not finite",
+        ),
+        (lambda m: m.histogram(m.tensor([1.0, 2.0]), 2, weight=m.ones(3)), rg.ShapeError, "weight"),
+        (lambda m: m.histogram(m.tensor([1.0, 2.0]), m.tensor([[1.0, 2.0]])), rg.ShapeError, "1-d"),
+    ],
+)
+def test_histogram_refuses_what_torch_refuses(call, error, message):
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        call(torch)
+    with pytest.raises(error, match=message):
+        call(rg)
