@@ -27,6 +27,10 @@
 - ``torch.histogram`` (bins as a count or a tensor of edges, ``range``, ``weight``,
   ``density``; ``(hist, bin_edges)``) did not exist; ``rg.histogram``/``x.histogram`` give
   torch's values to the bit (edges from torch's linspace, the last bin closed).
+- ``torch.geqrf``, ``torch.orgqr`` and ``torch.ormqr`` (and their Tensor methods) did not
+  exist: geqrf is LAPACK's (recorded, its backward refuses, as torch's), orgqr is
+  ``linalg.householder_product``, ormqr multiplies by the full ``Q`` (values and gradients
+  checked against torch).
 """
 
 from __future__ import annotations
@@ -401,3 +405,51 @@ def test_histogram_refuses_what_torch_refuses(call, error, message):
         call(torch)
     with pytest.raises(error, match=message):
         call(rg)
+
+
+# -- geqrf, orgqr, ormqr ---------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 4, 3), (3, 5), (3, 3)])
+def test_geqrf_and_orgqr_match_torch(shape):
+    values = np.random.default_rng(7).standard_normal(shape)
+    a_t, tau_t = torch.geqrf(torch.tensor(values))
+    xr = rg.tensor(values, requires_grad=True)
+    a_r, tau_r = rg.geqrf(xr)
+    np.testing.assert_allclose(a_r.numpy(), a_t.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tau_r.numpy(), tau_t.numpy(), rtol=1e-10, atol=1e-12)
+    assert a_r.requires_grad and tau_r.requires_grad  # torch records it; its backward refuses
+    with pytest.raises(rg.AutodiffError, match="geqrf: the derivative"):
+        a_r.sum().backward()
+    if shape[-2] >= shape[-1]:
+        expected = torch.orgqr(a_t, tau_t)
+        out = rg.tensor(a_t.numpy()).orgqr(rg.tensor(tau_t.numpy()))
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("shape", [(2, 4, 3), (3, 5)])
+def test_ormqr_values_and_gradients_match_torch(left, transpose, shape):
+    rng = np.random.default_rng(8)
+    a_t, tau_t = torch.geqrf(torch.tensor(rng.standard_normal(shape)))
+    side = shape[-2]
+    other = rng.standard_normal(shape[:-2] + ((side, 2) if left else (2, side)))
+    at, taut, ct = (t.detach().clone().requires_grad_() for t in (a_t, tau_t, torch.tensor(other)))
+    expected = torch.ormqr(at, taut, ct, left, transpose)
+    weights = rng.standard_normal(tuple(expected.shape))
+    (expected * torch.tensor(weights)).sum().backward()
+    ar, taur, cr = (rg.tensor(v, requires_grad=True) for v in (a_t.numpy(), tau_t.numpy(), other))
+    out = rg.ormqr(ar, taur, cr, left, transpose)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-10, atol=1e-12)
+    grads = (out * rg.tensor(weights)).sum().backward()
+    for mine, theirs in ((ar, at), (taur, taut), (cr, ct)):
+        np.testing.assert_allclose(
+            mine.grad(grads).numpy(), theirs.grad.numpy(), rtol=1e-9, atol=1e-11
+        )
+
+
+def test_ormqr_refuses_shapes_that_do_not_fit():
+    a, tau = rg.geqrf(rg.ones(4, 3, dtype=rg.float64))
+    with pytest.raises(RuntimeError):
+        torch.ormqr(torch.ones(4, 3), torch.ones(3), torch.ones(5, 2))
+    with pytest.raises(rg.ShapeError, match="ormqr: A of shape"):
+        rg.ormqr(a, tau, rg.ones(5, 2, dtype=rg.float64))

@@ -54,6 +54,7 @@ from ._dispatch import (
 from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
 from .indexing import check_values
+from .spacing import torch_linspace
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -854,8 +855,6 @@ class SelectionMixin:
     ) -> np.ndarray:
         """torch's edges of ``count`` equal bins: ``linspace`` over ``bounds`` (or the data's
         range, ``[0, 1]`` for no data), a range of one value widened by 1/2 each side."""
-        from .creation import linspace  # (creation imports this module)
-
         if bounds is not None:
             low, high = (float(bound) for bound in bounds)
         elif values.size:
@@ -870,8 +869,7 @@ class SelectionMixin:
             raise InvalidArgumentError(f"{fn}: the range [{low}, {high}] is not finite")
         if low == high:
             low, high = low - 0.5, high + 0.5
-        edges = linspace(low, high, count + 1, dtype=self.dtype, backend=self._backend)
-        return edges.numpy()
+        return torch_linspace(low, high, count + 1, values.dtype.type)
 
     def _filled(self, shape: tuple[int, ...], value: Any) -> Any:
         return wrap(self, self._backend.full(shape, value, self.dtype, self._device))
