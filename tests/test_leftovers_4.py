@@ -31,6 +31,10 @@
   exist: geqrf is LAPACK's (recorded, its backward refuses, as torch's), orgqr is
   ``linalg.householder_product``, ormqr multiplies by the full ``Q`` (values and gradients
   checked against torch).
+- A lazy module's ``UninitializedParameter`` answered ``.shape`` with ``(0,)``; torch raises
+  (``size()`` still answers ``[0]``), so ours raises an ``UninitializedError``; ``assign`` and
+  ``load_state_dict`` read the placeholder's ``size()``, so ``.to()`` and loading an unbuilt
+  state keep working.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import pytest
 import torch
 
 import retrograd as rg
+from retrograd.errors import UninitializedError
 
 # -- gather/scatter with an empty index ------------------------------------------------------------
 EMPTY_INDEX_SHAPES = [(4, 0), (0, 5), (0,), (0, 2, 3)]
@@ -453,3 +458,23 @@ def test_ormqr_refuses_shapes_that_do_not_fit():
         torch.ormqr(torch.ones(4, 3), torch.ones(3), torch.ones(5, 2))
     with pytest.raises(rg.ShapeError, match="ormqr: A of shape"):
         rg.ormqr(a, tau, rg.ones(5, 2, dtype=rg.float64))
+
+
+# -- a lazy module's placeholder has no shape ------------------------------------------------------
+def test_an_uninitialized_parameter_refuses_its_shape_as_torch():
+    with pytest.raises(RuntimeError, match="Can't access the shape of an uninitialized"):
+        _ = torch.nn.LazyLinear(4).weight.shape
+    assert torch.nn.LazyLinear(4).weight.size() == (0,)
+    layer = rg.nn.LazyLinear(4)
+    with pytest.raises(UninitializedError, match="shape: can't access the shape"):
+        _ = layer.weight.shape
+    with pytest.raises(UninitializedError, match="len"):
+        len(layer.weight)
+    assert layer.weight.size() == (0,)  # (torch's size() answers the placeholder's)
+    # what the library does with a lazy module still works: repr, counting, state, dtype moves
+    assert repr(layer) == "LazyLinear(in_features=0, out_features=4, bias=True)"
+    assert len(list(layer.parameters())) == 2
+    layer.load_state_dict(rg.nn.LazyLinear(4).state_dict())
+    layer.to(rg.float64)
+    assert layer(rg.ones(2, 3, dtype=rg.float64)).shape == (2, 4)
+    assert layer.weight.shape == (4, 3)
