@@ -565,7 +565,9 @@ NORMS = {
         (4, 3, 2, 2),
     ),
     "batch_norm_eval": (
-        lambda x, w, b: F.batch_norm(x, rg.tensor(RUNNING[0]), rg.tensor(RUNNING[1]), w, b),
+        lambda x, w, b: F.batch_norm(
+            x, rg.tensor(RUNNING[0], dtype=x.dtype), rg.tensor(RUNNING[1], dtype=x.dtype), w, b
+        ),
         lambda x, w, b: torch.nn.functional.batch_norm(
             x,
             torch.from_numpy(RUNNING[0]).to(x.dtype),

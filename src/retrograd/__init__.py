@@ -100,7 +100,7 @@ from .defaults import (
 )
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
-from .linalg import lu_unpack  # torch.lu_unpack, top level in torch
+from .linalg import geqrf, lu_unpack, orgqr, ormqr  # top level in torch
 from .nn.functional import torch_forms as _torch_forms
 from .nn.functional.torch_forms import *  # noqa: F403 (torch.dropout, torch.embedding...)
 from .runtime_settings import (
@@ -314,6 +314,9 @@ __all__ += [
     "linspace",
     "load",
     "lu_unpack",
+    "geqrf",
+    "orgqr",
+    "ormqr",
     "logspace",
     "long",
     "manual_seed",

@@ -198,13 +198,30 @@ def atomic_write(
     """Write ``path`` whole or not at all: a file object to write, which replaces ``path``
     when the block ends (``mode`` ``"wb"`` or ``"w"``; text is UTF-8 unless ``encoding``).
     A symbolic link is written through, as ``open`` (and ``torch.save``) would: its target is
-    replaced and the link stays (a ``latest.pt`` pointing at a run's checkpoint)."""
+    replaced and the link stays (a ``latest.pt`` pointing at a run's checkpoint). A loop of
+    links is an ``OSError`` (``ELOOP``), as ``open`` raises, and the links are left alone."""
     path = Path(path)
     if path.is_symlink():
-        path = Path(os.path.realpath(path))
+        path = _link_target(path)
     files = FileSet(path.parent)
     with files, files.open(path.name, mode, encoding) as file:
         yield file
+
+
+def _link_target(link: Path) -> Path:
+    """The file the symbolic link ``link`` leads to: its final target, which need not exist
+    (``open`` creates it); a loop of links has none."""
+    try:
+        return Path(os.path.realpath(link, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(link))
+    except OSError as error:  # (non-strict realpath would give a link of the loop)
+        raise OSError(
+            error.errno,
+            f"{error.strerror or error} (a loop of symbolic links: nothing written, the links "
+            "left as they are)",
+            str(link),
+        ) from None
 
 
 def _mode_for(final: Path) -> int:

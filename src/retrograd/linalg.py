@@ -412,6 +412,82 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
     return Q
 
 
+GeqrfResult = namedtuple("geqrf", ["a", "tau"])
+
+
+def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
+    """torch's ``geqrf`` (LAPACK's): ``(a, tau)``, the QR factorization of ``A`` ``[..., m, n]``
+    in Householder form: ``R`` on and above ``a``'s diagonal, the reflectors' vectors below
+    it, ``tau`` ``[..., min(m, n)]`` their scales (:func:`householder_product` makes ``Q``).
+    As torch's, the result is recorded on ``A`` and its backward refuses."""
+    import scipy.linalg
+
+    _no_out("geqrf", out)
+    matrices = _matrices("geqrf", A)
+    m, n = matrices.shape[-2:]
+    values = matrices.detach().numpy()
+    flat = values.reshape((-1, m, n))
+    packed = np.empty_like(flat)
+    scales = np.empty((flat.shape[0], min(m, n)), flat.dtype)
+    for i, matrix in enumerate(flat):
+        (factor,) = scipy.linalg.get_lapack_funcs(("geqrf",), (matrix,))
+        packed[i], scales[i] = factor(matrix)[:2]
+    batch = matrices.shape[:-2]
+    results = [
+        matrices.new_tensor(packed.reshape(values.shape), dtype=matrices.dtype),
+        matrices.new_tensor(scales.reshape(batch + (min(m, n),)), dtype=matrices.dtype),
+    ]
+    if matrices.requires_grad:
+        results = [
+            matrices._apply("refused_derivative", (matrices, r), ("geqrf",)) for r in results
+        ]
+    return GeqrfResult(*results)
+
+
+def orgqr(A: Tensor, tau: Any) -> Tensor:  # noqa: N803 (torch's name)
+    """torch's ``orgqr``: :func:`householder_product`."""
+    return householder_product(A, tau)
+
+
+def ormqr(
+    A: Tensor,  # noqa: N803 (torch's name)
+    tau: Any,
+    other: Any,
+    left: bool = True,
+    transpose: bool = False,
+    *,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``ormqr``: ``other`` multiplied by the full orthogonal ``Q`` of the reflectors
+    ``(A, tau)`` (:func:`geqrf`'s form): ``Q @ other`` (``left``) or ``other @ Q``, with
+    ``Q^T`` for ``transpose``. ``A`` ``[..., mn, k]``, ``mn`` the size of ``other``'s side;
+    differentiable through ``A``, ``tau`` and ``other``, as torch's."""
+    _no_out("ormqr", out)
+    matrices = _matrices("ormqr", A)
+    other = lift(matrices, other, "ormqr")
+    tau = lift(matrices, tau, "ormqr")
+    if other.ndim < 2:
+        raise ShapeError(f"ormqr: other must be [..., m, n], got {shape_text(other.shape)}")
+    mn, columns = matrices.shape[-2:]
+    side = other.shape[-2] if left else other.shape[-1]
+    if mn != side or tau.ndim < 1 or tau.shape[-1] > min(mn, columns):
+        raise ShapeError(
+            f"ormqr: A of shape {shape_text(matrices.shape)}, tau of shape "
+            f"{shape_text(tau.shape)} and other of shape {shape_text(other.shape)} do not fit "
+            f"(A [..., mn, k] with mn other's {'rows' if left else 'columns'}, tau "
+            "[..., <= min(mn, k)])"
+        )
+    if columns > mn:
+        matrices = matrices[..., :, :mn]
+    elif columns < mn:  # (the reflectors are A's first columns: the rest make identity)
+        padding = matrices.new_zeros(matrices.shape[:-1] + (mn - columns,))
+        matrices = cat([matrices, padding], -1)
+    Q = householder_product(matrices, tau)  # noqa: N806 (the maths' name)
+    if transpose:
+        Q = Q.mT  # noqa: N806
+    return Q @ other if left else other @ Q
+
+
 def lu_factor_ex(
     A: Tensor,  # noqa: N803 (torch's name)
     *,
@@ -799,12 +875,24 @@ def matrix_rank(
     return values.greater(tolerance).cast("int64").sum(-1)
 
 
+_COND_ORDERS = (None, "fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
+
+
 def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.cond``: ``p`` ``None``/2 (largest over smallest singular value), -2
     (its inverse), or ``norm(A, p) * norm(inv(A), p)`` for ``"fro"``, ``"nuc"``, ``±1``,
     ``±inf`` (square ``A``)."""
     _no_out("linalg.cond", out)
     matrices = _matrices("linalg.cond", A)
+    if matrices.numel() == 0:  # torch's: a condition number of 0 for each empty matrix
+        if p not in _COND_ORDERS:
+            raise InvalidArgumentError(
+                f"linalg.cond: order {p!r} is not supported (expected None, 'fro', 'nuc', 1, "
+                "-1, 2, -2, inf or -inf)"
+            )
+        if isinstance(p, str):  # (torch checks squareness first for these, not for numbers)
+            _square("linalg.cond", matrices)
+        return matrices.detach().new_zeros(matrices.shape[:-2])
     if p is None or p in (2, -2):
         values = svdvals(matrices)
         largest, smallest = values[..., 0], values[..., -1]
@@ -981,3 +1069,6 @@ _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
 Tensor.qr = _tensor_qr
 Tensor.svd = _tensor_svd
 Tensor.lu_solve = _tensor_lu_solve
+Tensor.geqrf = geqrf
+Tensor.orgqr = orgqr
+Tensor.ormqr = ormqr

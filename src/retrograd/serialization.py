@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .context import current_backend, thread_device
 from .device import Device
 from .errors import DTypeError, InvalidArgumentError, RetrogradError
 from .files import atomic_write
@@ -252,7 +253,10 @@ class _Reader:
                 if values.dtype.kind not in "biuf":  # a damaged header: not numbers
                     raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 dtype = node.get("dtype")
-                out = tensor(values, dtype=dtype, device=self.device)
+                if callable(self.device):  # a map_location function
+                    out = _relocated(self.device, tensor(values, dtype=dtype))
+                else:
+                    out = tensor(values, dtype=dtype, device=self.device)
                 if node.get("requires_grad"):
                     out.require_grad()
                 self.made[name] = out
@@ -322,18 +326,63 @@ def _one_target(mapping: dict) -> Any:
     return targets.pop()
 
 
+def _check_computes_on(device: Device, map_location: Any) -> None:
+    """Refuse a target device whose kind no backend here computes on (torch's ``"meta"``
+    tensors hold no data, its ``"mps"`` and ``"xpu"`` need their hardware); CUDA is checked
+    where the tensors are made, against the backend."""
+    if device.kind == "cuda":
+        return
+    backend = current_backend()
+    computes_on = (thread_device.get() or getattr(backend, "default_device", None) or device).kind
+    if device.kind != computes_on:
+        raise InvalidArgumentError(
+            f"load: map_location={map_location!r} names a {device.kind} device, which "
+            f"{backend!r} does not compute on (it computes on {computes_on}); load on "
+            "map_location='cpu'"
+        )
+
+
+class _FromMapLocation(Exception):  # noqa: N818 (a carrier, never seen outside)
+    """An error of the user's ``map_location`` function, carried past the archive reader's
+    handler of damaged files (which would report it as damage) to be raised as it is."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _relocated(map_location: Any, out: Tensor) -> Tensor:
+    """``out`` where the function ``map_location(storage, location)`` puts it (torch's
+    protocol; ``None`` keeps it where it is)."""
+    try:
+        moved = map_location(out, "cpu")
+    except Exception as error:
+        raise _FromMapLocation(error) from None
+    if moved is None:
+        return out
+    if not isinstance(moved, Tensor):
+        raise DTypeError(
+            f"load: map_location returned {type(moved).__name__}; a function map_location "
+            "must return the storage (tensor) it was given, moved, or None"
+        )
+    return moved
+
+
 def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
          weights_only: Any = None, mmap: Any = None, **pickle_load_args: Any) -> Any:  # fmt: skip
     """Read what :func:`save` wrote (``f``: a path or a binary file object). Tensors are made
     on the current backend, on ``map_location`` when it names a device (``"cpu"``,
     ``rg.device(...)``, a torch device, or a dict whose values name one device, as DDP
-    scripts' ``{"cuda:0": f"cuda:{rank}"}``); a function as ``map_location`` is refused.
+    scripts' ``{"cuda:0": f"cuda:{rank}"}``), or where a function ``map_location(storage,
+    location)`` puts them, as torch's: it is given each tensor (on the CPU, location
+    ``"cpu"``) and returns it, moved (``storage.cuda(rank)``), or ``None`` to keep it. A
+    device no backend here computes on (``"meta"``, ``"mps"``...) is refused.
     An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
     A file of torch's own (a pickle) is refused with an error that says so."""
     device = None
-    if map_location is not None:
-        if callable(map_location) and not isinstance(map_location, Device):
-            raise InvalidArgumentError("load: a function as map_location is not supported")
+    if callable(map_location) and not isinstance(map_location, Device):
+        device = map_location  # (the reader calls it with each tensor)
+    elif map_location is not None:
         if isinstance(map_location, dict):
             map_location = _one_target(map_location)
         kind = getattr(map_location, "type", None)
@@ -344,6 +393,8 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         )
         if device.kind == "cpu":
             device = None
+        else:
+            _check_computes_on(device, map_location)
     if not hasattr(f, "read") and not isinstance(f, str | bytes | os.PathLike):
         raise DTypeError(f"load: f must be a path or a binary file object, got {type(f).__name__}")
     name = repr(os.fspath(f)) if isinstance(f, str | bytes | os.PathLike) else "the file object"
@@ -367,6 +418,8 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
         with archive:
             _check_entries(source, archive, name)
             return _read(archive, name, device, weights_only)
+    except _FromMapLocation as carried:
+        raise carried.error from None
     except RetrogradError:
         raise
     except ARCHIVE_DAMAGE as error:

@@ -621,6 +621,16 @@ binary(
     _polynomial_refusal("n"),
     ("kind",),
 )
+# a value drawn outside the graph (y) that torch still records on x, with a backward that
+# refuses: bernoulli(p) for a number p ("the derivative for bernoulli is not implemented")
+binary(
+    "refused_derivative",
+    _polynomial_refusal("input"),
+    None,
+    ("kind",),
+    forward=lambda B, x, y, kind: y,
+    broadcast=False,
+)
 for _name in ("sign", "round", "floor", "ceil", "trunc"):
     unary(_name, _zeros_like_rule)
 unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0))))

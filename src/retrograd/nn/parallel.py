@@ -38,6 +38,32 @@ from .modules.module import Module
 __all__ = ["DataParallel", "DistributedDataParallel", "data_parallel"]
 
 
+def _check_device_ids(module: Module, device_ids: Any, output_device: Any) -> None:
+    """torch's checks of ``device_ids``/``output_device``: one device at most, and only for a
+    module on one GPU (a CPU module, or one over several devices, takes neither)."""
+    if device_ids is not None:
+        if not isinstance(device_ids, list | tuple):
+            raise DTypeError(
+                "DistributedDataParallel: device_ids must be a list of one device (or None), "
+                f"got {type(device_ids).__name__}"
+            )
+        if len(device_ids) > 1:
+            raise InvalidArgumentError(
+                "DistributedDataParallel: device_ids can only be None or contain a single "
+                f"element, got {list(device_ids)!r}"
+            )
+    devices = {parameter.device for parameter in module.parameters()}
+    on_one_gpu = len(devices) == 1 and next(iter(devices)).type != "cpu"
+    # (torch's test is of truth: output_device=0 alone passes, as there)
+    if (device_ids or output_device) and devices and not on_one_gpu:
+        held = sorted(str(device) for device in devices)
+        raise InvalidArgumentError(
+            "DistributedDataParallel: device_ids and output_device only work with a module on "
+            f"one GPU, got device_ids={device_ids!r}, output_device={output_device!r} and "
+            f"module parameters on {held}; leave them out for a CPU module"
+        )
+
+
 class DistributedDataParallel(Module):
     """torch's ``DistributedDataParallel(module, device_ids=None, output_device=None, dim=0,
     broadcast_buffers=True, process_group=None, ...)`` (see the module docstring)."""
@@ -63,6 +89,7 @@ class DistributedDataParallel(Module):
             raise InvalidArgumentError(
                 f"DistributedDataParallel: expected a Module, got {type(module).__name__}"
             )
+        _check_device_ids(module, device_ids, output_device)
         self.module = module
         if forward_sync_buffers is not None:  # torch 2.13's name for broadcast_buffers
             broadcast_buffers = forward_sync_buffers

@@ -24,6 +24,8 @@ from typing import Any
 
 from ..errors import DTypeError, UninitializedError, check_flag
 from ..tensor import FLOAT_DTYPES, Tensor, tensor
+from ..tensor._dispatch import normalize_dim
+from ..tensor.dtypes import Size
 
 __all__ = ["Buffer", "Parameter", "UninitializedBuffer", "UninitializedParameter", "is_lazy"]
 
@@ -102,6 +104,25 @@ class _Uninitialized:
             f"numel: attempted to use an {type(self).__name__} (a lazy module's, before its "
             "first call set its shape): call the module on an input first, or skip it with "
             "nn.parameter.is_lazy(p)"
+        )
+
+    @property
+    def shape(self) -> Any:
+        raise UninitializedError(
+            f"shape: can't access the shape of an {type(self).__name__} (a lazy module's, "
+            "before its first call set it); this usually happens in load_state_dict when "
+            "loading it into an initialized one: call the module on an input first"
+        )
+
+    def size(self, dim: int | None = None) -> Any:
+        """The placeholder's own size, ``[0]`` (torch's ``size()`` answers it too)."""
+        shape = tuple.__new__(Size, self._backend.shape(self._prim))
+        return shape if dim is None else shape[normalize_dim("size", dim, len(shape))]
+
+    def __len__(self) -> int:
+        raise UninitializedError(
+            f"len: attempted to use an {type(self).__name__} (a lazy module's, before its "
+            "first call set its shape): call the module on an input first"
         )
 
     def __repr__(self) -> str:

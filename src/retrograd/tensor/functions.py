@@ -223,6 +223,7 @@ _METHODS.update(
             "gcd",
             "heaviside",
             "histc",
+            "histogram",
             "hsplit",
             "i0",
             "igamma",

@@ -377,13 +377,17 @@ class IndexingMixin:
         if self.ndim == 0:  # torch's: dim 0 or -1, a 0-d or 1-d index into the one value
             normalize_dim("gather", dim, 0, scalar=True)
             index = indices if isinstance(indices, TensorBase) else np.asarray(indices)
-            if index.ndim > 1:
+            if index.ndim > 1 and _entry_count(index) > 0:
                 raise ShapeError(
                     f"gather: indices of shape {shape_text(tuple(index.shape))} must be 0-d "
                     "or 1-d for a 0-d input"
                 )
             return self.reshape((1,)).gather(0, index.reshape((-1,))).reshape(tuple(index.shape))
         d = normalize_dim("gather", dim, self.ndim)
+        if _entry_count(indices) == 0:  # torch's: an empty index of any shape and dtype
+            shape = tuple(indices.shape) if isinstance(indices, TensorBase) else np.shape(indices)
+            picked = self._apply("gather", (self, _no_indices(self)), (d,))
+            return picked.reshape(shape)
         indices = _index_tensor("gather", self, indices, d)
         _check_index_extent("gather", indices, self.shape, d)
         return self._apply("gather", (self, indices), (d,))
@@ -430,8 +434,11 @@ class IndexingMixin:
 
     def _scatter(self, dim: int, indices: Any, values: Any, update: str) -> Any:
         d = normalize_dim("scatter", dim, self.ndim)
-        indices = _index_tensor("scatter", self, indices, d)
         values = lift(self, values, "scatter")
+        if _entry_count(indices) == 0:  # torch's: an empty index of any shape, any src
+            indices = _no_indices(self)
+            values = values.reshape((-1,))[:0].reshape(indices.shape)
+        indices = _index_tensor("scatter", self, indices, d)
         if (
             values.shape != indices.shape
             and values.ndim == indices.ndim
@@ -744,6 +751,17 @@ def _from_end(op: str, x: Any, index: Any, dim: int) -> Any:
         ),
     )
     return shifted % size if size else shifted
+
+
+def _entry_count(indices: Any) -> int:
+    return indices.numel() if isinstance(indices, TensorBase) else np.asarray(indices).size
+
+
+def _no_indices(x: Any) -> Any:
+    """An int64 index of no entries with ``x``'s number of dimensions: what gather/scatter
+    read an empty index of any shape as (torch checks neither its shape nor its dtype)."""
+    empty = np.zeros((0,) * x.ndim, np.int64)
+    return from_host(type(x)._result, empty, None, x._backend, x._device)
 
 
 def _check_index_extent(op: str, indices: Any, shape: tuple[int, ...], dim: int) -> None:

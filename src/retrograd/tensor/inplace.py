@@ -78,9 +78,10 @@ def assign(
     if not isinstance(value, TensorBase):
         raise DTypeError(f"{op}: expected a tensor, got {type(value).__name__}")
     backend = target._backend
-    if check_shape and tuple(value.shape) != tuple(target.shape):
+    # (size(): a lazy module's placeholder answers it, where its shape refuses)
+    if check_shape and tuple(value.shape) != tuple(target.size()):
         raise ShapeError(
-            f"{op}: the tensor has shape {shape_text(target.shape)}, the new value "
+            f"{op}: the tensor has shape {shape_text(target.size())}, the new value "
             f"{shape_text(value.shape)}"
         )
     if value._backend is not backend:

@@ -54,6 +54,7 @@ from ._dispatch import (
 from .dtypes import DTYPE_OBJECTS, finfo
 from .functions import unique as _unique
 from .indexing import check_values
+from .spacing import torch_linspace
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -61,6 +62,7 @@ __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 NanmedianResult = namedtuple("nanmedian", ["values", "indices"])
 AminmaxResult = namedtuple("aminmax", ["min", "max"])
+HistogramResult = namedtuple("histogram", ["hist", "bin_edges"])
 ModeResult = namedtuple("mode", ["values", "indices"])
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
@@ -297,6 +299,9 @@ class SelectionMixin:
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
                 "(as in torch); cast it to a number dtype first"
             )
+        empty = (index.numel() if isinstance(index, TensorBase) else np.asarray(index).size) == 0
+        if empty and reduce in ("sum", "prod", "mean", "amax", "amin"):
+            return self.scatter_add(dim, index, src)  # torch's: a copy, whatever the shapes
         if reduce in ("amax", "amin"):
             return self._scatter_extreme(dim, index, src, reduce, include_self)
         if reduce == "prod":
@@ -779,6 +784,93 @@ class SelectionMixin:
         counts = np.bincount(np.minimum(position, bins - 1), minlength=bins)
         return self._host(counts.astype(np.float64), self.dtype)
 
+    def histogram(
+        self,
+        bins: Any = 100,
+        *,
+        range: Sequence[float] | None = None,  # noqa: A002 (torch's name)
+        weight: Any = None,
+        density: bool = False,
+        out: Any = None,
+    ) -> Any:
+        """torch's ``histogram``: ``(hist, bin_edges)`` of the flattened tensor over ``bins``
+        equal bins of ``range`` (the data's, widened by 1/2 each side when it is one value)
+        or over the increasing edges of a 1-d tensor ``bins``; the last bin holds its right
+        edge, values outside are not counted. ``weight`` (the input's shape) sums weights
+        instead of counting; ``density`` divides by the total and the bin widths. Not
+        differentiable, as torch's."""
+        fn = "histogram"
+        if out is not None:
+            raise InvalidArgumentError(f"{fn}: out= is not supported; use the returned tuple")
+        if self.dtype not in ("float32", "float64"):
+            raise DTypeError(f"{fn}: expected a float32 or float64 input, got {self.dtype}")
+        kind = np.float64 if self.dtype == "float64" else np.float32
+        values = self.detach().numpy().reshape(-1).astype(kind)
+        if isinstance(bins, TensorBase):
+            if bins.ndim != 1:
+                raise ShapeError(f"{fn}: bins must be a 1-d tensor of edges, got {bins.ndim}-d")
+            if bins.dtype != self.dtype:
+                raise DTypeError(
+                    f"{fn}: bins of dtype {bins.dtype} for an input of dtype {self.dtype} "
+                    "(they must match, as torch's)"
+                )
+            if bins.shape[0] < 1:
+                raise ShapeError(f"{fn}: bins must hold at least one edge")
+            edges = bins.detach().numpy().astype(kind)
+        else:
+            count = int_argument(fn, bins, "bins")
+            if not isinstance(count, numbers.Integral) or isinstance(count, bool):
+                raise DTypeError(f"{fn}: bins must be an int or a 1-d tensor, got {bins!r}")
+            if count <= 0:
+                raise InvalidArgumentError(f"{fn}: bins must be > 0, got {count}")
+            edges = self._histogram_edges(fn, values, count, range)
+        if weight is not None:
+            weight = lift(self, weight, fn)
+            if weight.shape != self.shape:
+                raise ShapeError(
+                    f"{fn}: weight of shape {shape_text(weight.shape)} must have the input's "
+                    f"shape {shape_text(self.shape)}"
+                )
+            if weight.dtype != self.dtype:
+                raise DTypeError(
+                    f"{fn}: weight of dtype {weight.dtype} for an input of dtype {self.dtype}"
+                )
+        count = len(edges) - 1
+        hist = np.zeros(max(count, 0), kind)
+        if count > 0:
+            inside = (values >= edges[0]) & (values <= edges[-1])  # (NaN: neither)
+            position = np.searchsorted(edges, values[inside], side="right") - 1
+            position = np.minimum(position, count - 1)  # the right edge: the last bin
+            if weight is None:
+                np.add.at(hist, position, kind(1.0))
+            else:
+                np.add.at(hist, position, weight.detach().numpy().reshape(-1)[inside])
+            if density:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    hist = hist / hist.sum(dtype=kind) / np.diff(edges)
+        return HistogramResult(self._host(hist, self.dtype), self._host(edges, self.dtype))
+
+    def _histogram_edges(
+        self, fn: str, values: np.ndarray, count: int, bounds: Sequence[float] | None
+    ) -> np.ndarray:
+        """torch's edges of ``count`` equal bins: ``linspace`` over ``bounds`` (or the data's
+        range, ``[0, 1]`` for no data), a range of one value widened by 1/2 each side."""
+        if bounds is not None:
+            low, high = (float(bound) for bound in bounds)
+        elif values.size:
+            low, high = float(values.min()), float(values.max())
+        else:
+            low, high = 0.0, 1.0
+        if low > high:
+            raise InvalidArgumentError(
+                f"{fn}: the range's min should not exceed its max, got min {low} max {high}"
+            )
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise InvalidArgumentError(f"{fn}: the range [{low}, {high}] is not finite")
+        if low == high:
+            low, high = low - 0.5, high + 0.5
+        return torch_linspace(low, high, count + 1, values.dtype.type)
+
     def _filled(self, shape: tuple[int, ...], value: Any) -> Any:
         return wrap(self, self._backend.full(shape, value, self.dtype, self._device))
 
@@ -799,7 +891,10 @@ class SelectionMixin:
         probabilities = self if p is None else p
         drawn = draws.bernoulli_(probabilities, generator=generator)
         if not isinstance(probabilities, TensorBase):
-            return drawn
+            if not self.requires_grad:
+                return drawn
+            # torch records the draw on this tensor, and its backward refuses
+            return self._apply("refused_derivative", (self, drawn), ("bernoulli",))
         # as torch's, a draw in the probabilities' graph with a zero gradient for them
         from .compositions import _zero_gradient  # (compositions imports this module)
 

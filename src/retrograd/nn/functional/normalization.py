@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import (
+    DTypeError,
     InvalidArgumentError,
     ShapeError,
 )
@@ -56,6 +57,7 @@ def layer_norm(
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
+    _check_parameter_dtypes(fn, x, (("weight", weight), ("bias", bias)))
     for name, value in (("weight", weight), ("bias", bias)):
         if value is not None and _as_tensor(fn, x, value, name).shape != shape:
             raise ShapeError(
@@ -317,6 +319,8 @@ def instance_norm(
         )
     if use_input_stats and not x.numel():  # as torch: empty in, empty out, no statistics
         return _affine_only(fn, x, weight, bias, channels)
+    if x.numel():  # (torch's running statistics may differ: it casts them)
+        _check_parameter_dtypes(fn, x, (("weight", weight), ("bias", bias)))
     if use_input_stats:
         dims = tuple(range(2, x.ndim))
         work = _opmath(x)
@@ -345,6 +349,22 @@ def instance_norm(
 
 
 # -- batch, group and RMS normalization (PyTorch's signatures) ------------------------------------
+def _check_parameter_dtypes(fn: str, x: Tensor, parameters: Sequence[tuple[str, Any]]) -> None:
+    """torch's rule for its normalization kernels: the parameters given (tensors) share the
+    input's dtype, or are all float32 for a float16/bfloat16 input; other mixes are refused
+    (they are not cast)."""
+    given = [(name, value) for name, value in parameters if isinstance(value, Tensor)]
+    if x.dtype in _HALF and all(value.dtype == "float32" for _, value in given):
+        return
+    for name, value in given:
+        if value.dtype != x.dtype:
+            raise DTypeError(
+                f"{fn}: mixed dtypes: the input is {x.dtype} but {name} is {value.dtype}; "
+                "the parameters must have the input's dtype (or all be float32 for a "
+                "float16/bfloat16 input)"
+            )
+
+
 def _mean_over(fn: str, x: Tensor, dims: tuple[int, ...]) -> Tensor:
     """Mean over several ``dims`` at once (kept with size 1): one reduction, one node."""
     return apply(TensorOp(fn, kernel="mean_dim", floats=True), (x,), (dims,))
@@ -402,6 +422,17 @@ def batch_norm(
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
     if (running_mean is None) != (running_var is None):
         raise InvalidArgumentError(f"{fn}: give both running_mean and running_var, or neither")
+    if x.numel():  # (torch returns an empty batch before its check)
+        _check_parameter_dtypes(
+            fn,
+            x,
+            (
+                ("weight", weight),
+                ("bias", bias),
+                ("running_mean", running_mean),
+                ("running_var", running_var),
+            ),
+        )
     channels = x.shape[1]
     running = [
         _channel_vector(fn, x, value, name, channels)
@@ -507,6 +538,7 @@ def group_norm(
             f"{fn}: expected more than 1 value per channel when training, got input "
             f"{shape_text(x.shape)} in {num_groups} groups"
         )
+    _check_parameter_dtypes(fn, x, (("weight", weight), ("bias", bias)))
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
