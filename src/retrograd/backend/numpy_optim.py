@@ -143,7 +143,9 @@ class NumpyOptimizerKernels:
         flat_value, flat_grad = value.reshape(-1), grad.reshape(-1)
         flat_buffer = buffer.reshape(-1) if momentum else flat_value
         loops = _loops()
-        if first or dampening or nesterov:
+        # (without momentum there is no buffer, and dampening means nothing, as in torch: the
+        # general loop would write the buffer, which is then ``value`` itself, last)
+        if momentum and (first or dampening or nesterov):
             loops.sgd_any_loop(
                 flat_value,
                 flat_grad,
