@@ -410,7 +410,7 @@ def batch_norm(
     is not recorded in any graph. Otherwise normalize by ``running_mean`` / ``running_var``.
 
     >>> import retrograd as rg
-    >>> mean, var = rg.zeros((2,)), rg.ones((2,))
+    >>> mean, var = rg.zeros((2,), dtype="float64"), rg.ones((2,), dtype="float64")
     >>> x = rg.tensor([[1.0, 2.0], [3.0, 6.0]], dtype="float64")
     >>> out = batch_norm(x, mean, var, training=True, eps=0.0)
     >>> out.tolist(), [round(v, 6) for v in mean.tolist()]
