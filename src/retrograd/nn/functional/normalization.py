@@ -412,14 +412,19 @@ def batch_norm(
     >>> import retrograd as rg
     >>> mean, var = rg.zeros((2,), dtype="float64"), rg.ones((2,), dtype="float64")
     >>> x = rg.tensor([[1.0, 2.0], [3.0, 6.0]], dtype="float64")
-    >>> out = batch_norm(x, mean, var, training=True, eps=0.0)
-    >>> out.tolist(), [round(v, 6) for v in mean.tolist()]
+    >>> out = batch_norm(x, mean, var, training=True)
+    >>> [[round(v, 4) for v in row] for row in out.tolist()], [round(v, 6) for v in mean.tolist()]
     ([[-1.0, -1.0], [1.0, 1.0]], [0.2, 0.4])
     """
     fn = "batch_norm"
     x = _float_input(fn, input)
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
+    # (torch's checks: a channel of equal values in a batch has variance 0)
+    if training and not eps > 0.0:
+        raise InvalidArgumentError(f"{fn}: eps must be positive during training, got {eps}")
+    if not eps >= 0.0:
+        raise InvalidArgumentError(f"{fn}: eps must be non-negative, got {eps}")
     if (running_mean is None) != (running_var is None):
         raise InvalidArgumentError(f"{fn}: give both running_mean and running_var, or neither")
     if x.numel():  # (torch returns an empty batch before its check)
