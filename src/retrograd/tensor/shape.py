@@ -79,11 +79,11 @@ class ShapeMixin:
         aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
         ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
         check_memory_format("contiguous", memory_format, self.ndim)
-        # an expanded tensor may hold far fewer values than its shape says (a broadcast):
-        # torch copies it out here, so a shape no machine holds is refused here too
-        check_allocation("contiguous", self.shape, self.dtype)
         if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
             return self
+        # an expanded tensor may hold far fewer values than its shape says (a broadcast):
+        # torch copies it out here, so a shape no machine holds is refused before the copy
+        check_allocation("contiguous", self.shape, self.dtype)
         return type(self)._result(self._prim, self._backend, self._device)
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
