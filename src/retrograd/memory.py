@@ -39,6 +39,9 @@ class StepMemory:
     after_forward_bytes: int
     #: bytes of outputs the checkpointer recomputed during the backward
     recomputed_bytes: int
+    #: what counted the bytes: ``"tracemalloc"`` (host memory) or ``"device allocator"``
+    #: (``Backend.memory_allocated``: the values live in a device's memory)
+    meter: str = "tracemalloc"
 
 
 class _HostMeter:
@@ -148,4 +151,9 @@ def measure_step_memory(loss_fn: Callable[[], Any], parameters: Sequence[Any]) -
     finally:
         meter.stop()
         runtime.BACKWARD_HOOKS.remove(probe)
-    return StepMemory(max(0, probe.peak - start), after_forward, grads.recomputed_bytes)
+    return StepMemory(
+        max(0, probe.peak - start),
+        after_forward,
+        grads.recomputed_bytes,
+        "device allocator" if on_device else "tracemalloc",
+    )

@@ -442,7 +442,7 @@ class GPTTask(Task):
             metrics,
             lines=lines,
             throughput=f"{summary['tokens_per_second']:,.0f} characters/s",
-            memory_note="one step of one worker, tracemalloc",
+            memory_note=f"one step of one worker, {memory.meter}",
             recompute_note=f"checkpointing {config.checkpointing}",
             tail=tail,
             texts={"sample.txt": text} if text else {},

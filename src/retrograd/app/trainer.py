@@ -305,7 +305,7 @@ class ImageTask(Task):
             lines=[f"  test accuracy          {summary['test_accuracy']:.2%}"],
             throughput=f"{summary['samples_per_second']:,.0f} samples/s",
             memory_note="one step of one worker, "
-            f"{shard_rows(config.batch_size, world)} samples, tracemalloc",
+            f"{shard_rows(config.batch_size, world)} samples, {memory.meter}",
             recompute_note=f"checkpointing {config.checkpointing}, all epochs and workers",
         )
 

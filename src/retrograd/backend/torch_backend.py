@@ -348,13 +348,38 @@ class TorchBackend(
             if bad.any():
                 raise index_error(message(int(indices[bad].flatten()[0])))
             return
-        # No host copy: keep device scalars, read at the next synchronisation.
+        self._defer(bad, indices, message)
+
+    def _defer(self, bad: torch.Tensor, indices: torch.Tensor, message: Any) -> None:
+        """Keep a failed-check flag and the first bad index as device tensors, read at the
+        next synchronisation. The first bad index is taken with ``index_select`` on a
+        one-element index: indexing with the 0-d ``argmax`` would read it on the host."""
         flat = bad.flatten()
-        first = indices.flatten()[torch.argmax(flat.to(torch.uint8))]
+        where = torch.argmax(flat.to(torch.uint8)).reshape(1)
+        first = indices.flatten().index_select(0, where)
         with self._pending_lock:
-            self._pending.append((flat.any().reshape(1), first.reshape(1), message))
+            self._pending.append((flat.any().reshape(1), first, message))
             if len(self._pending) > _MAX_PENDING:
                 self._compact()
+
+    def _in_range(self, op: str, indices: torch.Tensor, size: int, dim: int) -> torch.Tensor:
+        """The indices a kernel may read. On the CPU, torch's kernels raise for an index out
+        of range (an ``IndexError`` or ``RuntimeError`` the hierarchy maps). On a device
+        (``deferred_index_checks``) its kernels would stop at a device-side assert, which
+        leaves the CUDA context unusable for every later call of the process: there, an out
+        of range index is recorded as a deferred check (raised at the next synchronisation,
+        naming the op) and clamped into range, so the kernel runs and nothing is corrupted.
+        The ops above the backend check their indices first with their own messages; this
+        guard covers every caller of the protocol's index kernels."""
+        if not self.deferred_index_checks or not indices.numel():
+            return indices
+        bad = (indices < 0) | (indices >= size)
+
+        def message(value, op=op, size=size, dim=dim):
+            return f"{op}: index {value} is out of range for dimension {dim} of size {size}"
+
+        self._defer(bad, indices, message)
+        return indices.clamp(0, max(size - 1, 0))
 
     def _compact(self) -> None:
         """Fold the pending checks' device scalars into one pair of vectors (a device op, no
@@ -652,24 +677,29 @@ class TorchBackend(
 
     # -- indexing -----------------------------------------------------------------------------
     def gather(self, x, indices, dim):
-        return torch.gather(x, dim, indices)
+        return torch.gather(x, dim, self._in_range("gather", indices, x.shape[dim], dim))
 
     def scatter_add(self, x, indices, values, dim):
+        indices = self._in_range("scatter_add", indices, x.shape[dim], dim)
         return torch.scatter_add(x, dim, indices, values)
 
     def scatter_assign(self, x, indices, values, dim):
+        indices = self._in_range("scatter", indices, x.shape[dim], dim)
         return torch.scatter(x, dim, indices, values)
 
     def select(self, x, indices, dim):
+        indices = self._in_range("select", indices, x.shape[dim], dim)
         if indices.ndim == 1:
             return torch.index_select(x, dim, indices)
         out = torch.index_select(x, dim, indices.reshape(-1))  # np.take's n-d indices
         return out.reshape(x.shape[:dim] + indices.shape + x.shape[dim + 1 :])
 
     def select_add(self, x, indices, values, dim):
+        indices = self._in_range("select_add", indices, x.shape[dim], dim)
         return torch.index_add(x, dim, indices, values)
 
     def select_assign(self, x, indices, values, dim):
+        indices = self._in_range("select_assign", indices, x.shape[dim], dim)
         out = x.clone()
         out[_window(dim, indices)] = values
         return out

@@ -297,11 +297,23 @@ class TorchNNKernels:
 
     def batch_norm_backward(self, grad, x, weight, stats, eps):
         mean, rstd = stats[0], stats[1]
+        # Without a weight, a weight of ones (CUDA's kernel refuses an undefined weight: "tensor
+        # does not have a device"); its gradient is not asked for: the protocol's is zeros.
+        channels = x.shape[1]
+        weighted = bool(weight.numel())
         dx, dweight, dbias = aten.native_batch_norm_backward(
-            grad, x, _optional(weight), None, None, mean, rstd, True, eps, [True, True, True]
+            grad,
+            x,
+            weight if weighted else grad.new_ones((channels,)),
+            None,
+            None,
+            mean,
+            rstd,
+            True,
+            eps,
+            [True, weighted, True],
         )
         if dweight is None:  # no weight: the protocol's dweight is still [C]
-            channels = x.shape[1]
             dweight = grad.new_zeros((channels,))
         return dx, dweight, dbias
 

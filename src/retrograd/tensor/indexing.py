@@ -237,15 +237,17 @@ class IndexingMixin:
                 f"one_hot: cannot infer num_classes from an empty tensor (shape "
                 f"{shape_text(self.shape)}); pass a positive num_classes, got {num_classes}"
             )
-        if num_classes == -1:
-            num_classes = int(self.max().item()) + 1
-        if self.numel():
-            if int(self.min().item()) < 0:
-                raise IndexOutOfRangeError("one_hot: class values must be non-negative")
-            if int(self.max().item()) >= num_classes:
-                raise IndexOutOfRangeError(
-                    f"one_hot: class values must be smaller than num_classes={num_classes}"
-                )
+        if num_classes == -1:  # the classes' count is data: a host read, as in torch
+            num_classes = max(int(self.max().item()) + 1, 0)
+
+        def out_of_range(bad: int | None, num_classes: int = num_classes) -> str:
+            if bad is not None and bad < 0:
+                return f"one_hot: class values must be non-negative, got {bad}"
+            value = "" if bad is None else f", got {bad}"
+            return f"one_hot: class values must be smaller than num_classes={num_classes}{value}"
+
+        # on the backend's device: a deferred check there, no host read per call
+        check_indices(self, num_classes, out_of_range)
         classes = wrap(self, self._backend.arange(0, num_classes, 1, "int64", self._device))
         return self.unsqueeze_dim(-1).equal(classes).cast("int64")
 
