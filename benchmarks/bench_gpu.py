@@ -22,6 +22,7 @@ import itertools
 import math
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -341,6 +342,12 @@ def torch_graph_step(work: Workload) -> Callable[[], Any] | None:
         graph.replay()
         return loss
 
+    # The graph reads and writes the tensors it was captured with, at their addresses, but
+    # holds no reference to them: they must outlive it. (Without this, the first H200 run's
+    # replays read the weights and targets after their memory had been reused: a wrong first
+    # loss on the chain, and class indices out of range in the MLP's cross-entropy kernel, a
+    # device-side assert that lost the process's CUDA context.)
+    replay.captured_tensors = (params, inputs, optimizer)
     return replay
 
 
@@ -531,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             result = measure(work, repeats)
         except Exception as error:
             print(f"  {work.name}: FAILED: {type(error).__name__}: {error}", flush=True)
+            traceback.print_exc()
             rows.append((work.name, [f"failed: {type(error).__name__}"] + ["—"] * (len(names) - 1)))
             continue
         scale = 1e6 if work.unit == "µs/op" else 1e3

@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_session.sh            # on the GPU machine, from the repository root
 #   PIECES="bench checks" bash benchmarks/gpu_session.sh   # some pieces only
 # The test suite runs last, on the GPU (--inner torch:cuda), until DEADLINE seconds of the
-# script (default 530) have passed; its log names each test's outcome as it finishes.
+# script (default 530) have passed; its log names each test's outcome as it finishes (-vv: the
+# project's addopts say -q, which one -v only cancels). The whole suite took about 310 s there.
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 RETROGRAD_RESULTS=$OUT MPLBACKEND=Agg
@@ -22,6 +23,6 @@ want train && step 90 train_cnn python3 -m retrograd train --backend torch --dev
 want train && step 90 train_gpt python3 -m retrograd train --model gpt --backend torch --device cuda --no-progress --out /tmp/run-gpt
 want checks && step 90 gpu_checks python3 benchmarks/gpu_checks.py --device cuda
 want conformance && TAIL=6 step 60 conformance env RETROGRAD_INNER=torch:cuda python3 -m pytest -p no:warnings -q -n 8 -p no:cacheprovider .gpu/conformance
-limit=$(( ${DEADLINE:-530} - SECONDS )); [ $limit -gt 300 ] && limit=300
-want suite && TAIL=40 step "$limit" suite python3 -m pytest -p no:warnings -p no:benchmark -v -n 16 -p no:cacheprovider --timeout 60 --inner torch:cuda -rf tests
+limit=$(( ${DEADLINE:-530} - SECONDS )); [ $limit -gt 420 ] && limit=420
+want suite && TAIL=40 step "$limit" suite python3 -m pytest -p no:warnings -p no:benchmark -vv -n 16 -p no:cacheprovider --timeout 60 --inner torch:cuda -rf tests
 echo "=== failures in the suite log:"; grep -E "(FAILED|ERROR) tests" "$OUT/suite.log" 2>/dev/null | sed -E 's/^\[gw[0-9]+\] \[ *[0-9]+%\] //' | sort | uniq | head -60

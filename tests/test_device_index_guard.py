@@ -53,9 +53,7 @@ def _ops(backend):
 
 
 @pytest.mark.parametrize("name", list(_ops(rg.Autodiff(rg.TorchBackend("cpu")))))
-def test_the_kernel_never_sees_the_bad_index_and_the_error_comes_at_the_host_read(
-    backend, name
-):
+def test_the_kernel_never_sees_the_bad_index_and_the_error_comes_at_the_host_read(backend, name):
     out = _ops(backend)[name]()  # torch's CPU kernel would have raised here
     with pytest.raises(rg.IndexOutOfRangeError, match=r"7|9"):
         out.numpy()

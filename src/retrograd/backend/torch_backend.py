@@ -111,7 +111,7 @@ def _positive_slices(x: torch.Tensor, slices: tuple[slice, ...]) -> tuple[tuple,
 
 
 #: Deferred index checks held before they are folded into one pair of device vectors.
-_MAX_PENDING = 64
+_MAX_PENDING = 1024
 
 
 def _messages(message: Any) -> tuple:
@@ -359,8 +359,23 @@ class TorchBackend(
         first = indices.flatten().index_select(0, where)
         with self._pending_lock:
             self._pending.append((flat.any().reshape(1), first, message))
-            if len(self._pending) > _MAX_PENDING:
+            full = len(self._pending) > _MAX_PENDING
+        if full:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Settle the pending checks once there are ``_MAX_PENDING`` of them: one host read
+        (the first failure raised, as :meth:`synchronize` does), so a loop that never reads a
+        value back holds a bounded number of checks and raises within a bounded number of
+        steps: a training step makes a handful of checks, so one read in a hundred steps or
+        more, not one a step. Folding them on the device instead kept every message maker
+        (the fold grew each time: the cost of a check grew with the steps run). While a CUDA
+        graph is being captured a host read is not allowed: there they are folded."""
+        if self.torch_device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            with self._pending_lock:
                 self._compact()
+            return
+        self.synchronize()
 
     def _in_range(self, op: str, indices: torch.Tensor, size: int, dim: int) -> torch.Tensor:
         """The indices a kernel may read. On the CPU, torch's kernels raise for an index out
@@ -383,7 +398,7 @@ class TorchBackend(
 
     def _compact(self) -> None:
         """Fold the pending checks' device scalars into one pair of vectors (a device op, no
-        sync), so a loop that never reads a value back holds a bounded number of tensors."""
+        sync): for a CUDA graph's capture, where :meth:`_settle` may not read."""
         flags = torch.cat([flag for flag, _, _ in self._pending])
         firsts = torch.cat([first for _, first, _ in self._pending])
         messages = [m for _, _, message in self._pending for m in _messages(message)]
