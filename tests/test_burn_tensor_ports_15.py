@@ -873,3 +873,157 @@ def test_attention_f64():
     out = attention(q, q, np.array([10.0, 20.0]).reshape(1, 1, 2, 1))
     assert out.dtype == "float64"
     close(np.asarray(out).reshape(-1), [13.30, 16.70], 0.1)
+
+
+# ---- binary.rs: shared operands (Burn's in-place paths cannot fire) ------------------------------
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        ("add", [12.0, 24.0, 35.0, 48.0]),
+        ("sub", [8.0, 16.0, 25.0, 32.0]),
+        ("mul", [20.0, 80.0, 150.0, 320.0]),
+        ("div", [5.0, 5.0, 6.0, 5.0]),
+    ],
+)
+def test_binary_swapped_inplace_shared_lhs(op, expected):
+    a = rg.tensor([[10.0, 20.0], [30.0, 40.0]])
+    keep_alive = a
+    eq(OPS[op](a, rg.tensor([[2.0, 4.0], [5.0, 8.0]])).reshape((-1,)), expected)
+    eq(keep_alive, [[10.0, 20.0], [30.0, 40.0]])
+
+
+def test_binary_broadcast_lhs_non_unique_rhs_sub():
+    b = rg.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]])
+    keep_alive = b
+    eq((rg.tensor([[2.0, 4.0, 8.0]]) - b).reshape((-1,)), [1.0, 2.0, 4.0, -6.0, -12.0, -24.0])
+    eq(keep_alive, [[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]])
+
+
+def test_binary_fully_broadcast_scalar_lhs_div():
+    scalar = rg.tensor([100.0]).expand((2, 2, 3))
+    x = rg.arange(1, 13).float().reshape((2, 2, 3))
+    eq((scalar / x).reshape((-1,)), (np.float32(100.0) / np.arange(1, 13, dtype=np.float32)))
+
+
+def test_binary_broadcast_lhs_permuted_rhs_sub():
+    mean = (rg.arange(0, 8) * 10).float().reshape((2, 4, 1))
+    x = rg.arange(1, 25).float().reshape((2, 3, 4)).swap_dims(1, 2)
+    reference = [
+        (b * 4 + c) * 10 - (b * 12 + r * 4 + c + 1)
+        for b in range(2)
+        for c in range(4)
+        for r in range(3)
+    ]
+    eq((mean - x).reshape((-1,)), reference)
+
+
+# ---- tensor.rs: contiguous copies of views ------------------------------------------------------
+
+
+def test_contiguous_of_views():
+    empty = rg.arange(0, 6).float().narrow(0, 3, 0)
+    assert empty.shape == (0,) and empty.contiguous().shape == (0,)
+    assert np.asarray(empty.contiguous()).size == 0
+    prefix = rg.arange(0, 40).float().reshape((8, 5)).narrow(0, 0, 5).contiguous()
+    eq(prefix, np.arange(25.0).reshape(5, 5))
+    data = np.arange(48 * 20, dtype=np.float32).reshape(1, 48, 4, 5)
+    eq(rg.tensor(data).permute([0, 2, 3, 1]).contiguous(), data.transpose(0, 2, 3, 1))
+    data = np.arange(72, dtype=np.float32).reshape(1, 2, 4, 3, 3)
+    out = rg.tensor(data).permute([0, 2, 1, 3, 4]).contiguous()
+    assert out.shape == (1, 4, 2, 3, 3)
+    eq(out, data.transpose(0, 2, 1, 3, 4))
+    stepped = rg.arange(0, 18).float().reshape((6, 3)).slice([slice(0, 6, 2), slice(0, None)])
+    eq(stepped.contiguous(), [[0.0, 1.0, 2.0], [6.0, 7.0, 8.0], [12.0, 13.0, 14.0]])
+
+
+def test_reshape_and_transpose_shapes():
+    t = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    assert t.reshape((3, 2)).shape == (3, 2)
+    assert t.transpose().shape == (3, 2)
+    eq(t.transpose().reshape((-1,)), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0])
+
+
+# ---- burn-tch src/tensor.rs: empty broadcasts and aliased views ----------------------------------
+# (crates/burn-tch, the libtorch backend: its regressions for #5287 and #5375)
+
+
+def test_mul_broadcasts_zero_sized_dim():
+    one, empty = rg.tensor([1.0]), rg.zeros((0,))
+    assert (one * empty).shape == (0,)
+    assert (empty * one).shape == (0,)
+    assert (rg.tensor([[1.0], [2.0]]) * rg.zeros((2, 0))).shape == (2, 0)
+    assert (rg.zeros((1, 0)) * rg.zeros((2, 0))).shape == (2, 0)
+    lhs = rg.zeros((2, 0))
+    keep_alive = lhs
+    assert (lhs * rg.zeros((1, 0))).shape == (2, 0)
+    assert keep_alive.shape == (2, 0)
+
+
+def test_view_ops_do_not_write_over_their_parent():
+    parent = rg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for view in (parent.permute([1, 0]), parent.swap_dims(0, 1), parent.flip([0])):
+        out = view * 10.0 + view
+        assert out.shape == (2, 2)
+        eq(parent, [[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_bool_and_over_permuted_alias():
+    # x & x^T, the attention-mask pattern Burn's importer generates
+    mask = rg.tensor([[True, False], [True, True]])
+    expected = [[True, False], [False, True]]
+    eq(mask & mask.permute([1, 0]), expected, "bool")
+    eq(mask.logical_and(mask.permute([1, 0])), expected, "bool")
+    eq(mask, [[True, False], [True, True]])
+
+
+# ---- burn-ndarray src/ops/{adaptive_avgpool,matmul,base}.rs --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size, outputs, windows",
+    [
+        (4, 2, [(0, 2), (2, 4)]),
+        (5, 3, [(0, 2), (1, 4), (3, 5)]),
+        (4, 4, [(0, 1), (1, 2), (2, 3), (3, 4)]),
+        (2, 3, [(0, 1), (0, 2), (1, 2)]),
+        (8, 1, [(0, 8)]),
+    ],
+    ids=["basic", "asymmetric", "same_size", "bigger_output", "output_1"],
+)
+def test_adaptive_avg_pool_windows(size, outputs, windows):
+    # Burn's start_index/end_index: floor(i * n / m) .. ceil((i + 1) * n / m), as torch's; seen
+    # through the pool of 10**k values, where each window's mean names its members
+    x = (10.0 ** np.arange(size)).astype(np.float64)
+    out = F.adaptive_avg_pool1d(rg.tensor(x.reshape(1, 1, size)), outputs)
+    expected = [x[start:end].mean() for start, end in windows]
+    np.testing.assert_allclose(np.asarray(out).reshape(-1), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "lhs, rhs, out",
+    [
+        ((5, 3), (3, 7), (5, 7)),
+        ((4, 5, 3), (4, 3, 7), (4, 5, 7)),
+        ((1, 5, 3), (4, 3, 7), (4, 5, 7)),
+        ((4, 5, 3), (1, 3, 7), (4, 5, 7)),
+        ((1, 4, 5, 3), (8, 1, 3, 7), (8, 4, 5, 7)),
+    ],
+    ids=["plain", "stacked", "broadcast_left", "broadcast_right", "multi_broadcast"],
+)
+def test_matmul_output_shape(lhs, rhs, out):
+    a = np.arange(np.prod(lhs), dtype=np.float64).reshape(lhs) % 7 - 3
+    b = np.arange(np.prod(rhs), dtype=np.float64).reshape(rhs) % 5 - 2
+    result = rg.tensor(a).matmul(rg.tensor(b))
+    assert result.shape == out
+    eq(result, a @ b)
+
+
+def test_cat_of_an_unsqueezed_tensor_is_row_major():
+    t = rg.arange(1, 25).reshape((4, 6, 1))
+    out = rg.cat([t, rg.zeros((4, 6, 1), dtype="int64")], 2)
+    assert out.shape == (4, 6, 2)
+    expected = np.stack([np.arange(1, 25).reshape(4, 6), np.zeros((4, 6), np.int64)], axis=2)
+    eq(out, expected, "int64")
+    eq(out.reshape((-1,)), expected.reshape(-1))
