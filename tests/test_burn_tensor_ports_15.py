@@ -1,23 +1,30 @@
 """burn-flex's op tests beyond convolution (``crates/burn-flex/src/ops/{activation, reduce,
-binary, expand, slice, sort, float, bool, comparison, gather_scatter, unary, matmul}.rs``,
-tracel-ai/burn at 2c06be351006851d42fdb6df16b976f4a82d9747), not ported before
-(``test_burn_tensor_ports_14`` has its convolutions, pools and resampling). Burn's CPU backend
-checks its fused softmax and layer norm, its reductions on empty and unsigned tensors, its
-broadcasting of strided (transposed, flipped, narrowed, expanded) operands and its sorts against
-reference loops or values written in the test; here the same inputs go through API.md's ops and
-``rg.nn.functional``, under every checkpointing strategy on the chosen inner backend. Expected
-values are Burn's, and its reference loops are written in NumPy.
+binary, expand, slice, sort, float, bool, comparison, gather_scatter, unary, matmul, int,
+attention}.rs`` and ``src/tensor.rs``, tracel-ai/burn at
+2c06be351006851d42fdb6df16b976f4a82d9747), not ported before (``test_burn_tensor_ports_14``
+has its convolutions, pools, resampling and FFT), then burn-tch's and burn-ndarray's op tests
+(``crates/burn-tch/src/tensor.rs``, ``crates/burn-ndarray/src/ops/{adaptive_avgpool, matmul,
+base}.rs``) and two burn-nn RNN cases ``test_burn_tensor_ports_10`` left (GRU against PyTorch
+with and without an initial state, a reversed RNN). Burn's CPU backend checks its fused softmax
+and layer norm, its reductions on empty and integer tensors, its broadcasting of strided
+(transposed, flipped, narrowed, expanded) operands, its sorts and its attention against
+reference loops or values written in the test; here the same inputs go through API.md's ops
+and ``rg.nn.functional``, under every checkpointing strategy on the chosen inner backend.
+Expected values are Burn's, and its reference loops are written in NumPy.
 
-Burn's forms map to ours: ``layer_norm(x, gamma, beta, eps)`` is ``F.layer_norm(x,
-(d,), gamma, beta, eps)``; ``Slice::new(start, end, step)`` is an entry of ``t.slice``
-(Burn's negative step walks the range backwards, as ``t.slice`` does); a ``FlexTensor``
+Burn's forms map to ours: ``layer_norm(x, gamma, beta, eps)`` is ``F.layer_norm(x, (d,),
+gamma, beta, eps)``; ``Slice::new(start, end, step)`` is an entry of ``t.slice`` (Burn's
+negative step walks the range backwards, as ``t.slice`` does); a ``FlexTensor``
 ``transpose``/``flip``/``narrow``/``expand`` is the same view op; ``float_into_int`` is
 ``.int()`` (truncation toward zero); Burn's u8/u16/u32/u64/i32 int tensors are int64 here (the
 values fit) and ``IntDType::I32`` index outputs are int64; ``argmax(d)``/``argmin(d)`` pass
-``keepdim=True`` (the methods are torch's here, as ``test_burn_tensor_ports_2`` notes).
-Burn's f16/bf16 cases, its
-``int_mean_dim`` (torch refuses an integer mean without a dtype, API.md section 10), the layout
-and SIMD-path predicates and the zero-copy checks have no public counterpart.
+``keepdim=True`` (the methods are torch's here, as ``test_burn_tensor_ports_2`` notes);
+Burn's attention mask is true where a key is hidden (torch's boolean ``attn_mask`` is its
+complement), its bias is torch's float ``attn_mask``, and its causal mask is aligned to the
+bottom right, so for unequal lengths it is given as a mask (torch's ``is_causal`` is aligned to
+the top left). Burn's f16/bf16 cases, its ``int_mean_dim`` (torch refuses an integer mean
+without a dtype, API.md section 10), its softcap option (no torch form), the layout and
+SIMD-path predicates and the zero-copy checks have no public counterpart.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
+from test_burn_tensor_ports_10 import load_gates, scalar_gates
 
 
 def close(actual, expected, tol=1e-4):
@@ -1027,3 +1035,78 @@ def test_cat_of_an_unsqueezed_tensor_is_row_major():
     expected = np.stack([np.arange(1, 25).reshape(4, 6), np.zeros((4, 6), np.int64)], axis=2)
     eq(out, expected, "int64")
     eq(out.reshape((-1,)), expected.reshape(-1))
+
+
+# ---- burn-nn src/modules/rnn/{gru,basic}.rs: the cases test_burn_tensor_ports_10 left ---------
+
+
+def gate(input_weight, input_bias, hidden_weight, hidden_bias):
+    """A Burn gate controller: Linear weights are [in, out] (load_gates transposes them)."""
+    return {
+        "input_weight": input_weight,
+        "input_bias": input_bias,
+        "hidden_weight": hidden_weight,
+        "hidden_bias": hidden_bias,
+    }
+
+
+GRU_GATES = {
+    "forward.update_gate": gate(
+        [[-0.2811, 0.5090, 0.5018], [0.3391, -0.4236, 0.1081]],
+        [0.2932, -0.3519, -0.5715],
+        [[-0.3471, 0.5214, 0.0961], [0.0545, -0.4904, -0.1875], [-0.5702, 0.4457, 0.3568]],
+        [-0.0100, 0.4518, -0.4102],
+    ),
+    "forward.reset_gate": gate(
+        [[0.4414, -0.1353, -0.1265], [0.4792, 0.5304, 0.1165]],
+        [-0.2524, 0.3333, 0.1033],
+        [[-0.2695, -0.0677, -0.4557], [0.1472, -0.2345, -0.2662], [-0.2660, 0.3830, -0.1630]],
+        [0.1663, 0.2391, 0.1826],
+    ),
+    "forward.new_gate": gate(
+        [[0.4266, 0.2784, 0.4451], [0.0782, -0.0815, 0.0853]],
+        [-0.2231, -0.4428, 0.4737],
+        [[0.0900, -0.1821, 0.2430], [0.4665, 0.1551, 0.5155], [0.0631, -0.1566, 0.3337]],
+        [0.0364, -0.3941, 0.1780],
+    ),
+}
+
+
+def test_gru_against_pytorch():
+    gru = rg.nn.GRU(2, 3, batch_first=True)
+    load_gates(gru, GRU_GATES, ("reset_gate", "update_gate", "new_gate"), ("forward",))
+    x = rg.tensor(
+        [[[-0.11147, 0.12036], [-0.36963, -0.24042], [-1.19692, 0.20927], [-0.97236, -0.75505]]]
+    )
+    h0 = rg.tensor([[[0.3239, -0.10852, 0.21033]]])
+    with_h0 = [
+        [0.05665, -0.34932, 0.43267],
+        [-0.1737, -0.49246, 0.38099],
+        [-0.35401, -0.68099, 0.05061],
+        [-0.47854, -0.70427, -0.13648],
+    ]
+    without_h0 = [
+        [-0.0985, -0.31661, 0.36126],
+        [-0.24563, -0.47784, 0.34609],
+        [-0.39497, -0.67659, 0.03083],
+        [-0.50146, -0.70066, -0.14894],
+    ]
+    # Burn's Tolerance::permissive: 1e-2 relative and absolute
+    output, h = gru(x, h0)
+    np.testing.assert_allclose(np.asarray(output)[0], with_h0, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(np.asarray(h)[0, 0], with_h0[-1], rtol=1e-2, atol=1e-2)
+    output, _ = gru(x)
+    np.testing.assert_allclose(np.asarray(output)[0], without_h0, rtol=1e-2, atol=1e-2)
+
+
+def test_rnn_forward_reverse_sequence():
+    # Burn's RnnConfig::with_reverse(true) runs the sequence backwards; torch has no such
+    # flag, so the sequence is flipped in time before a forward nn.RNN
+    rnn = rg.nn.RNN(1, 1, batch_first=True)
+    load_gates(rnn, scalar_gates({"gate": 0.5}, ("gate",)), ("gate",), ("forward",))
+    x = rg.tensor([[[0.1], [0.2], [0.3]]])
+    output, h = rnn(x.flip([1]))
+    # t=2: tanh(0.15); t=1: tanh(0.1 + 0.5 * 0.1488850); t=0: tanh(0.05 + 0.5 * 0.17269433)
+    close(h[0], [[0.135508]], 1e-5)
+    assert output.shape == (1, 3, 1)
+    close(output.flip([1])[0, 0], [0.135508], 1e-5)
