@@ -203,6 +203,18 @@ class TorchNNKernels:
     # -- convolution ----------------------------------------------------------------------------
     def conv(self, x, weight, bias, stride, padding, dilation, groups):
         zeros = [0] * len(stride)
+        # torch's grouped (depthwise) CPU kernels skip the padded taps, so a non-finite weight
+        # that meets the zero padding adds nothing where 0 * inf is NaN (its ungrouped kernels
+        # and the NumPy backend give NaN): padded explicitly, every path agrees. The check
+        # reads the weight only, which is small.
+        if (
+            groups > 1
+            and any(padding)
+            and x.device.type == "cpu"
+            and not bool(torch.isfinite(weight).all())
+        ):
+            x = torch.nn.functional.pad(x, [p for p in reversed(padding) for _ in range(2)])
+            padding = zeros
         return aten.convolution(
             x, weight, _optional(bias), stride, padding, dilation, False, zeros, groups
         )
