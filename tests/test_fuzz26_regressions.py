@@ -115,3 +115,28 @@ def test_xlogy_second_derivative_at_a_zero_x_and_a_negative_y():
         results.append([g.detach().numpy() for g in (*first, *second)])
     for got, want in zip(results[1], results[0]):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, x: lib.var(x, False),
+        lambda lib, x: x.var(True),
+        lambda lib, x: x.std(False),
+        lambda lib, x: lib.var_mean(x, False),
+        lambda lib, x: lib.std_mean(x, True),
+        lambda lib, x: lib.std_mean(x[0, 0], False),
+    ],
+    ids=["var", "var-method", "std-method", "var_mean", "std_mean", "std_mean-0d"],
+)
+def test_var_and_std_take_torch_s_unbiased_overload(call):
+    # torch's var(input, unbiased) form (a bool where the dim goes) was read as a dimension:
+    # "var: dimension must be an int, got False"
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    want = call(torch, torch.tensor(x))
+    got = call(rg, rg.tensor(x))
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert [_as_lists(g)[:2] for g in got] == [_as_lists(w)[:2] for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)

@@ -716,6 +716,8 @@ def _shared_evenly(
 
 
 def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correction: Any) -> Any:
+    if isinstance(dim, bool):  # torch's ``var(input, unbiased)`` overload: every element
+        dim, unbiased = None, dim
     if correction is None:
         correction = 1 if unbiased else 0
     if not x.is_float():
