@@ -140,3 +140,29 @@ def test_var_and_std_take_torch_s_unbiased_overload(call):
     assert [_as_lists(g)[:2] for g in got] == [_as_lists(w)[:2] for w in want]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "index, dim", [([1, 1], 1), ([0, 2, 0, 2], 0), ([0, 0, 0], 0), ([3], -1)], ids=str
+)
+def test_index_fill_with_repeated_indices_counts_a_tensor_value_s_gradient_once(index, dim):
+    # the filled region was built once per index entry, so the 0-d value's gradient summed
+    # each repeated column or row again (twice torch's for [1, 1])
+    x = np.arange(12.0).reshape(3, 4)
+    results = []
+    for lib in (torch, rg):
+        base, value = lib.tensor(x), lib.tensor(2.5, dtype=lib.float64)
+        if lib is torch:
+            base.requires_grad_(True)
+            value.requires_grad_(True)
+        else:
+            base, value = base.require_grad(), value.require_grad()
+        out = base.index_fill(dim, lib.tensor(index), value)
+        loss = (out * lib.tensor(x + 1)).sum()
+        if lib is torch:
+            grads = torch.autograd.grad(loss, [base, value])
+        else:
+            gradients = loss.backward()
+            grads = [base.grad(gradients), value.grad(gradients)]
+        results.append([out.tolist(), *[g.tolist() for g in grads]])
+    assert results[1] == results[0]

@@ -202,7 +202,9 @@ class IndexingMixin:
             d, indices, region = dim, index, ()
         else:
             d = normalize_dim("index_fill", dim, self.ndim)
-            indices = _from_end("index_fill", self, _one_dim(index), d)
+            # each position once: a repeated index fills it once, and a tensor value's
+            # gradient must count it once (torch's), not once per repetition
+            indices = _from_end("index_fill", self, _one_dim(index), d).unique()
             region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
         if isinstance(values, TensorBase) and values.ndim:
