@@ -424,12 +424,11 @@ def _xlogy_x_vjp(B, g, y, x):
 
 
 def _xlogy_y_vjp(B, g, x, y):
-    """``g x / y``, 0 where ``x`` is 0 and ``y`` is not a positive finite number or NaN (where
-    torch's is NaN: 0 / 0, 0 / inf times an infinite ``g``)."""
-    regular = B.logical_or(
-        B.logical_and(B.greater_elem(y, 0.0), B.logical_not(B.is_inf(y))), B.is_nan(y)
-    )
-    singular = B.logical_and(B.equal_elem(x, 0.0), B.logical_not(regular))
+    """``g x / y``, 0 where ``x`` is 0 and ``y`` is 0 or infinite (where torch's is NaN:
+    0 / 0, 0 / inf times an infinite ``g``). Only there: elsewhere (a negative ``y``
+    included) the mask would cut the derivative in ``x``, ``g / y``, from a second
+    derivative that torch's plain ``g x / y`` keeps."""
+    singular = B.logical_and(B.equal_elem(x, 0.0), B.logical_or(B.equal_elem(y, 0.0), B.is_inf(y)))
     return B.mask_fill(B.div(B.mul(g, x), y), singular, 0.0)
 
 

@@ -588,6 +588,8 @@ def std_mean(input: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:  # noqa:
 def _mean_of(input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002 (torch's name)
     """var_mean's mean: over var's dims (all when None), keepdim honoured either way."""
     dim = args[0] if args else kwargs.get("dim")
+    if isinstance(dim, bool):  # (var's ``unbiased`` overload: every element)
+        dim = None
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     if dim is not None:
         return input.mean(dim, keepdim)

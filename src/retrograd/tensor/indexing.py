@@ -188,9 +188,13 @@ class IndexingMixin:
         return out.reshape(self.shape)
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
-        """A copy with ``source`` written at ``index`` along ``dim``."""
+        """A copy with ``source`` written at ``index`` along ``dim``. As torch's, a vector
+        takes a 0-d ``source`` at a one-element index (its one written element)."""
         check_same_dtype("index_copy", self, source)
-        return self.select_assign(dim, _one_dim(index), source, "assign")
+        index = _one_dim(index)
+        if self.ndim == 1 and source.ndim == 0 and getattr(index, "shape", None) == (1,):
+            source = source.reshape((1,))
+        return self.select_assign(dim, index, source, "assign")
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Any:
         """A copy with ``value`` written at ``index`` along ``dim``."""
@@ -198,7 +202,9 @@ class IndexingMixin:
             d, indices, region = dim, index, ()
         else:
             d = normalize_dim("index_fill", dim, self.ndim)
-            indices = _from_end("index_fill", self, _one_dim(index), d)
+            # each position once: a repeated index fills it once, and a tensor value's
+            # gradient must count it once (torch's), not once per repetition
+            indices = _from_end("index_fill", self, _one_dim(index), d).unique()
             region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
         if isinstance(values, TensorBase) and values.ndim:

@@ -79,9 +79,12 @@ class ReduceMixin:
         self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
     ) -> Any:
         """Sum of all elements, as a 0-d tensor; with ``dim`` (an int or several), torch's
-        ``sum(dim, keepdim)``. Bools and ints sum as int64; ``dtype`` casts first."""
+        ``sum(dim, keepdim)``. Bools and ints sum as int64; ``dtype`` casts first
+        (``dtype=bool`` gives torch's bool result: whether any element is nonzero)."""
         x = self if dtype is None else self.cast(dtype)
         if x.dtype == "bool":
+            if dtype is not None:
+                return x.cast("int64").sum(dim, keepdim).cast("bool")
             x = x.cast("int64")
         if dim is None:
             return x._apply("sum", (x,))
@@ -105,13 +108,12 @@ class ReduceMixin:
 
     @scalar_dims
     def nansum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
-        """:meth:`sum` counting NaN as zero (``dtype`` casts first, as torch's)."""
-        x = self if dtype is None else self.cast(dtype)
+        """:meth:`sum` counting NaN as zero; as torch's, the NaNs are zeroed before ``dtype``
+        casts (a NaN summed as int64 or bool counts as 0). Ints and bools sum as int64."""
         if dim is None and keepdim:  # torch: every dim kept, of size 1
             dim = ()
-        if not x.is_float():  # nothing to skip; ints and bools sum as int64 (torch)
-            return x.sum(dim, keepdim)
-        return x._apply("nan_zeroed", (x,)).sum(dim, keepdim)
+        x = self._apply("nan_zeroed", (self,)) if self.is_float() else self
+        return x.sum(dim, keepdim, dtype=dtype)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
         """``sum_dim``/``mean_dim`` over each of ``dim``, the dims dropped unless ``keepdim``."""
@@ -133,8 +135,11 @@ class ReduceMixin:
     def prod(self, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """Product of all elements (or along ``dim``, torch's ``prod(dim, keepdim)``); its
         gradient is torch's: ``result / input`` when no element is zero, exact products of
-        the others where one is."""
+        the others where one is. ``dtype`` casts first (``dtype=bool`` gives torch's bool
+        result: whether every element is nonzero)."""
         x = self if dtype is None else self.cast(dtype)
+        if dtype is not None and x.dtype == "bool":
+            return x.cast("int64").prod(dim, keepdim).cast("bool")
         if x.ndim == 0 and (dim is None or (isinstance(dim, int) and dim in (0, -1))):
             # torch: the product of one element is itself, its gradient the incoming one
             return (x.cast("int64") if x.dtype == "bool" else x).reshape(())
@@ -361,6 +366,8 @@ class ReduceMixin:
         as torch's)."""
         x = self if dtype is None else self.cast(dtype)
         if x.dtype == "bool":
+            if dtype is not None:
+                return _cumulative_as_bool("cumsum", x, dim)
             x = x.cast("int64")
         return x._apply("cumsum", (x,), (normalize_dim("cumsum", dim, x.ndim),))
 
@@ -370,6 +377,8 @@ class ReduceMixin:
         casts first; bools multiply as int64, as torch's."""
         x = self if dtype is None else self.cast(dtype)
         if x.dtype == "bool":
+            if dtype is not None:
+                return _cumulative_as_bool("cumprod", x, dim)
             x = x.cast("int64")
         return x._apply("cumprod", (x,), (normalize_dim("cumprod", dim, x.ndim),))
 
@@ -555,6 +564,15 @@ class ReduceMixin:
         return lift(self, other, "matmul").matmul(self)
 
 
+def _cumulative_as_bool(op: str, x: Any, dim: int) -> Any:
+    """``cumsum``/``cumprod`` with ``dtype=bool``: torch has no bool kernel for them, so only
+    the results that need none (0-d or empty: the input cast) are given."""
+    normalize_dim(op, dim, x.ndim)
+    if x.ndim and x.numel():
+        raise DTypeError(f"{op}: dtype=bool is not supported (as in torch), got {x.shape}")
+    return x.clone()
+
+
 def same_dtype(op: str, *operands: Any) -> None:
     """torch's rule for matrix products: no type promotion (the operands share one dtype,
     and it is not bool); a mixed product is an error, never a silent cast."""
@@ -698,6 +716,8 @@ def _shared_evenly(
 
 
 def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correction: Any) -> Any:
+    if isinstance(dim, bool):  # torch's ``var(input, unbiased)`` overload: every element
+        dim, unbiased = None, dim
     if correction is None:
         correction = 1 if unbiased else 0
     if not x.is_float():
