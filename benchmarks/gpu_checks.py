@@ -55,7 +55,7 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(rg.zeros(seq, d))
-        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
         self.blocks = nn.TransformerEncoder(layer, 2)
         self.head = nn.Linear(d, vocab)
         self.mask = nn.Transformer.generate_square_subsequent_mask(seq)
@@ -106,11 +106,17 @@ def sync_and_memory(name: str, build, device: str, steps: int = 12) -> None:
         torch.cuda.set_sync_debug_mode("default")
     # How many per step.
     torch.cuda.set_sync_debug_mode("warn")
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        for _ in range(3):
-            step()
-    torch.cuda.set_sync_debug_mode("default")
+    host_arrays = []  # host data copied in during a step (a mask drawn on the CPU, say)
+    from_numpy = torch.from_numpy
+    torch.from_numpy = lambda array: host_arrays.append(array.nbytes) or from_numpy(array)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                step()
+    finally:
+        torch.from_numpy = from_numpy
+        torch.cuda.set_sync_debug_mode("default")
     syncs = sum("synchroniz" in str(w.message) for w in seen) / 3
     sites = sorted({f"{w.filename.rsplit('/', 3)[-1]}:{w.lineno}" for w in seen})[:8]
     torch.cuda.synchronize()
@@ -122,6 +128,8 @@ def sync_and_memory(name: str, build, device: str, steps: int = 12) -> None:
     grow = memory[-1] - memory[2]
     print(
         f"{name}: host syncs per step {syncs:.1f}, first at {where}; sites {sites}; "
+        f"host arrays copied in per step {len(host_arrays) / 3:.1f} "
+        f"({sum(host_arrays) / 3 / 2**10:.1f} KiB); "
         f"memory after steps 3..{steps}: {memory[2]:.1f} -> {memory[-1]:.1f} MiB "
         f"({'flat' if abs(grow) < 0.5 else f'GROWS {grow:+.1f} MiB'}); loss {first_loss:.4f}"
     )

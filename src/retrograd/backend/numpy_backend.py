@@ -58,12 +58,16 @@ class _Generator:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        #: how many times the stream was reseeded or restored: a device generator that
+        #: follows this one (``TorchBackend``'s on a GPU) reseeds itself when it changes
+        self.epoch = 0
         self.reseed(int(np.random.SeedSequence().entropy) % 2**63)
 
     def reseed(self, seed: int) -> None:
         with self.lock:
             self.initial = int(seed) % 2**64
             self.rng = np.random.default_rng(self.initial)
+            self.epoch += 1
 
     def state_words(self) -> np.ndarray:
         with self.lock:
@@ -92,6 +96,7 @@ class _Generator:
         with self.lock:
             self.rng = rng
             self.initial = ints[10] | (ints[11] << 32)
+            self.epoch += 1
 
 
 GENERATOR = _Generator()

@@ -12,10 +12,14 @@ torch is imported when this module is, and this module only when ``rg.TorchBacke
 used (``retrograd/__init__`` resolves the name lazily), so ``import retrograd`` works without
 torch.
 
-Random numbers are drawn on the host by the NumPy backend's seeded generator and copied to the
-device, so ``rg.seed(n)`` gives the same values, dropout masks and initial weights on both
-backends and tests compare them equal. ``TorchBackend(device, generator="torch")`` draws on
-the device instead (no host transfer; seeded by ``rg.seed`` too, but other values).
+Random numbers: on the CPU they are drawn by the NumPy backend's seeded generator, so
+``rg.seed(n)`` gives the same values, dropout masks and initial weights on both backends and
+tests compare them equal. On a GPU they are drawn there, by a torch generator of the device
+(``generator="torch"``, the default off the CPU): a host draw would make every dropout mask on
+the CPU and copy it over, each step. The device generator follows the host one: it is seeded
+with the host stream's seed whenever that is seeded or restored (``rg.seed``,
+``rg.set_rng_state``), so runs repeat, with values of their own. Either choice can be asked
+for on any device.
 
 Dtypes: ``float32 float64 int64 bool`` and the half types ``bfloat16 float16``.
 
@@ -150,7 +154,7 @@ class TorchBackend(
     def __init__(
         self,
         device: str | torch.device = "cpu",
-        generator: str = "numpy",
+        generator: str | None = None,
         deferred_index_checks: bool | None = None,
     ):
         if isinstance(device, Device):
@@ -168,12 +172,15 @@ class TorchBackend(
             )
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
+        if generator is None:  # the host's stream on the CPU, the device's elsewhere
+            generator = "numpy" if self.torch_device.type == "cpu" else "torch"
         if generator not in ("numpy", "torch"):
             raise InvalidArgumentError(
                 f"TorchBackend: generator must be 'numpy' or 'torch', not {generator!r}"
             )
         self.generator = generator
         self._torch_generator: torch.Generator | None = None
+        self._generator_epoch = -1  # the host stream's epoch it was seeded at
         self.deferred_index_checks = (
             self.torch_device.type != "cpu"
             if deferred_index_checks is None
@@ -191,7 +198,7 @@ class TorchBackend(
         """A pickled backend (inside a module saved whole) carries no lock, pending index
         checks or generator: an unpickled one starts with fresh ones."""
         state = dict(self.__dict__)
-        state.update(_pending=[], _pending_lock=None, _torch_generator=None)
+        state.update(_pending=[], _pending_lock=None, _torch_generator=None, _generator_epoch=-1)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -266,9 +273,16 @@ class TorchBackend(
         return torch.arange(start, end, step, dtype=torch_dtype(dtype), device=self._on(device))
 
     def _device_generator(self) -> torch.Generator:
+        """The device's generator, reseeded with the host stream's seed whenever that stream
+        was seeded or restored since (its epoch moved): ``rg.seed(0)`` made on whichever
+        backend is current repeats this backend's draws too."""
         if self._torch_generator is None:
             self._torch_generator = torch.Generator(self.torch_device)
-            self._torch_generator.seed()
+        if self._generator_epoch != GENERATOR.epoch:
+            with GENERATOR.lock:
+                epoch, initial = GENERATOR.epoch, GENERATOR.initial
+            self._torch_generator.manual_seed(initial)
+            self._generator_epoch = epoch
         return self._torch_generator
 
     def random(self, shape, distribution, dtype, device):
@@ -296,9 +310,7 @@ class TorchBackend(
         return torch.from_numpy(mask).to(self._on(device))
 
     def seed(self, seed):
-        GENERATOR.reseed(seed)
-        if self.generator == "torch":
-            self._device_generator().manual_seed(seed)
+        GENERATOR.reseed(seed)  # the device generator follows at its next draw
 
     def rng_state(self):
         # The host stream's, as torch.get_rng_state is the CPU generator's alone (a
