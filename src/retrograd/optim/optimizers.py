@@ -241,6 +241,12 @@ class Optimizer:
                 f"{type(group).__name__}"
             )
         params = group["params"]
+        if isinstance(params, set | frozenset):  # torch's refusal: state_dict() numbers the
+            raise DTypeError(  # parameters by position, and a set's order changes per run
+                f"{type(self).__name__}: a group's params must be an ordered collection (a "
+                "list), not a set: the order of tensors in a set changes between runs, and "
+                "load_state_dict matches parameters by position"
+            )
         check_iterable(type(self).__name__, params, "a group's params")
         params = [params] if isinstance(params, Tensor) else list(params)
         unique: list[Tensor] = []
