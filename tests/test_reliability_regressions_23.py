@@ -223,3 +223,18 @@ def test_a_tied_weight_of_a_saved_state_dict_is_stored_once_and_loads_as_one():
     loaded = rg.load(buffer)
     assert loaded["emb.weight"] is loaded["head.weight"]
     np.testing.assert_array_equal(loaded["emb.weight"].numpy(), model.emb.weight.numpy())
+
+
+# == a batch default_collate cannot make =========================================================
+@pytest.mark.parametrize(
+    "samples",
+    [[None, None], [1j, 2j], [np.array(["a"]), np.array(["b"])]],
+    ids=["None", "complex", "strings array"],
+)
+def test_a_batch_default_collate_cannot_make_is_a_type_error_as_torchs(samples):
+    # It was an InvalidArgumentError, a ValueError: torch's is a TypeError, and a loop
+    # written for torch (except TypeError: fall back to a collate of its own) missed it.
+    with pytest.raises(TypeError, match="batch must contain tensors"):
+        torch.utils.data.default_collate(samples)
+    with pytest.raises(rg.DTypeError, match="default_collate: batch must contain tensors"):
+        rg.utils.data.default_collate(samples)

@@ -59,8 +59,8 @@ def default_collate(batch: list[Any]) -> Any:
             )
         return stack(batch, 0)
     if isinstance(elem, np.ndarray):
-        if elem.dtype.kind in "SUO":
-            raise InvalidArgumentError(
+        if elem.dtype.kind in "SUO":  # a TypeError, as torch's (DTypeError is one)
+            raise DTypeError(
                 f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
                 f"lists; found array of dtype {elem.dtype}"
             )
@@ -104,7 +104,7 @@ def default_collate(batch: list[Any]) -> Any:
             return type(elem)(transposed)
         except TypeError:
             return transposed
-    raise InvalidArgumentError(
+    raise DTypeError(  # a TypeError, as torch's
         f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
         f"found {type(elem).__name__}"
     )
