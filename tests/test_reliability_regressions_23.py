@@ -238,3 +238,39 @@ def test_a_batch_default_collate_cannot_make_is_a_type_error_as_torchs(samples):
         torch.utils.data.default_collate(samples)
     with pytest.raises(rg.DTypeError, match="default_collate: batch must contain tensors"):
         rg.utils.data.default_collate(samples)
+
+
+# == a scalar saved with shape [1] ===============================================================
+def test_a_one_element_value_loads_into_a_scalar_parameter_as_torchs_does():
+    # A ShapeError ("'scale' has shape [], the state has [1]"): torch loads a [1] value into a
+    # 0-d parameter or buffer (its checkpoints from before 0-d tensors hold scalars so), and
+    # only that way round.
+    def build(lib):
+        module = lib.nn.Module()
+        module.scale = lib.nn.Parameter(lib.tensor(1.0))
+        module.register_buffer("count", lib.tensor(0.0))
+        module.register_buffer("one", lib.ones(1))
+        return module
+
+    reference = build(torch)
+    reference.load_state_dict(
+        {"scale": torch.tensor([5.0]), "count": torch.tensor([2.0]), "one": torch.ones(1)}
+    )
+    with pytest.raises(RuntimeError, match="size mismatch for one"):
+        build(torch).load_state_dict(
+            {"scale": torch.tensor(1.0), "count": torch.tensor(1.0), "one": torch.tensor(3.0)}
+        )
+    module = build(rg)
+    scale = module.scale
+    module.load_state_dict(
+        {"scale": rg.tensor([5.0]), "count": rg.tensor([2.0]), "one": rg.ones(1)}
+    )
+    assert module.scale is scale and module.scale.shape == () and module.scale.requires_grad
+    assert (module.scale.item(), module.count.item()) == (
+        reference.scale.item(),
+        reference.count.item(),
+    )
+    with pytest.raises(rg.ShapeError, match=r"'one' has shape \[1\], the state has \[\]"):
+        build(rg).load_state_dict(
+            {"scale": rg.tensor(1.0), "count": rg.tensor(1.0), "one": rg.tensor(3.0)}
+        )

@@ -796,6 +796,10 @@ class Module:
                     f"load_state_dict: {name!r} is {current.dtype}, the state has "
                     f"{found or _not_numbers(state[name])}"
                 )
+            if tuple(array.shape) == (1,) and tuple(current.size()) == ():
+                # torch's allowance: a scalar saved with shape [1] (torch before 0.4 had no
+                # 0-d tensors, and such checkpoints still load there) loads into a 0-d one
+                array = array.reshape(())
             if tuple(array.shape) != current.size():  # (a lazy placeholder's: [0])
                 raise ShapeError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
