@@ -274,3 +274,23 @@ def test_a_one_element_value_loads_into_a_scalar_parameter_as_torchs_does():
         build(rg).load_state_dict(
             {"scale": rg.tensor(1.0), "count": rg.tensor(1.0), "one": rg.tensor(3.0)}
         )
+
+
+# == DataLoader's multiprocessing_context ========================================================
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"num_workers": 1, "multiprocessing_context": "fork-server"}, ValueError),
+        ({"num_workers": 0, "multiprocessing_context": "spawn"}, ValueError),
+        ({"num_workers": 1, "multiprocessing_context": 3}, TypeError),
+    ],
+    ids=["unknown start method", "without workers", "not a context"],
+)
+def test_dataloader_checks_its_multiprocessing_context_as_torchs_does(options, error):
+    # Anything was taken and ignored: a misspelt start method went unnoticed until the
+    # script ran under torch.
+    with pytest.raises(error, match="multiprocessing_context"):
+        torch.utils.data.DataLoader([1, 2], **options)
+    with pytest.raises(error, match="DataLoader: multiprocessing_context") as raised:
+        rg.utils.data.DataLoader([1, 2], **options)
+    assert isinstance(raised.value, rg.RetrogradError)

@@ -215,6 +215,12 @@ def test_batches_of_dicts_named_tuples_and_nested_lists_collate_as_torchs():
     assert plain(mine) == plain(reference)
 
 
+def test_dataloader_takes_a_start_method_or_context_this_machine_has():
+    for context in ["spawn", torch.multiprocessing.get_context("spawn")]:
+        loader = DataLoader([1, 2], num_workers=1, multiprocessing_context=context)
+        assert [batch.tolist() for batch in loader] == [[1], [2]]
+
+
 # == optimizers ==================================================================================
 X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 

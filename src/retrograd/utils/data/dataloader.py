@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections.abc
 import contextvars
 import math
+import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -152,6 +153,31 @@ def default_convert(data: Any) -> Any:
     return data
 
 
+def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
+    """torch's checks of ``multiprocessing_context``: only with workers, and a start method
+    this machine has (by name) or a context of one (a typo would otherwise be found on some
+    other machine, or never)."""
+    if context is None:
+        return
+    if num_workers == 0:
+        raise InvalidArgumentError(
+            "DataLoader: multiprocessing_context can only be used with multi-process loading "
+            "(num_workers > 0), but got num_workers=0"
+        )
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise InvalidArgumentError(
+                f"DataLoader: multiprocessing_context option should specify a valid start "
+                f"method in {methods!r}, but got multiprocessing_context={context!r}"
+            )
+    elif not isinstance(context, multiprocessing.context.BaseContext):
+        raise DTypeError(
+            f"DataLoader: multiprocessing_context option should be a valid context object or "
+            f"a string specifying the start method, but got {context!r}"
+        )
+
+
 def get_worker_info() -> None:
     """``None``: batches are read in the main process (see the module)."""
     return None
@@ -212,6 +238,7 @@ class DataLoader:
                 "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
                 "to None"
             )
+        _check_multiprocessing_context(multiprocessing_context, num_workers)
         if persistent_workers and num_workers == 0:
             raise InvalidArgumentError(
                 "DataLoader: persistent_workers option needs num_workers > 0, got num_workers=0"
