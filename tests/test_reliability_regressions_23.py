@@ -294,3 +294,109 @@ def test_dataloader_checks_its_multiprocessing_context_as_torchs_does(options, e
     with pytest.raises(error, match="DataLoader: multiprocessing_context") as raised:
         rg.utils.data.DataLoader([1, 2], **options)
     assert isinstance(raised.value, rg.RetrogradError)
+
+
+# == NumPy numbers as hyper-parameters ===========================================================
+X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+
+
+def same_linear() -> tuple[nn.Linear, torch.nn.Linear]:
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(3, 2)
+    model = nn.Linear(3, 2)
+    model.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()})
+    return model, reference
+
+
+def assert_steps_as_torchs(model, optimizer, reference, reference_optimizer) -> None:
+    for _ in range(3):
+        optimizer.step((model(rg.tensor(X)) ** 2).sum().backward())
+        reference_optimizer.zero_grad()
+        (reference(torch.tensor(X)) ** 2).sum().backward()
+        reference_optimizer.step()
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("SGD", {"lr": np.float32(0.05), "momentum": np.float32(0.9)}),
+        ("SGD", {"lr": np.array(0.05)}),
+        ("SGD", {"lr": "int tensor"}),
+        ("AdamW", {"lr": np.float32(0.05), "weight_decay": np.float64(0.1)}),
+        ("RMSprop", {"lr": np.float32(0.01)}),
+    ],
+    ids=["np.float32", "0-d array", "int tensor", "AdamW", "RMSprop"],
+)
+def test_numpy_numbers_as_hyper_parameters_step_as_torchs(name, options):
+    # "SGD: lr must be a number, got np.float32(0.05)" (a DTypeError) for a rate computed
+    # with NumPy, a 0-d array or an int tensor; torch takes them, and a step already took a
+    # NumPy number set into a group afterwards.
+    ours = {k: rg.tensor(1) if isinstance(v, str) else v for k, v in options.items()}
+    theirs = {k: torch.tensor(1) if isinstance(v, str) else v for k, v in options.items()}
+    model, reference = same_linear()
+    assert_steps_as_torchs(
+        model,
+        getattr(optim, name)(model.parameters(), **ours),
+        reference,
+        getattr(torch.optim, name)(reference.parameters(), **theirs),
+    )
+
+
+def test_a_group_with_a_numpy_rate_steps_as_torchs():
+    model, reference = same_linear()
+    optimizer = optim.SGD(
+        [{"params": [model.weight], "lr": np.float32(0.2)}, {"params": [model.bias]}], lr=0.05
+    )
+    reference_optimizer = torch.optim.SGD(
+        [{"params": [reference.weight], "lr": np.float32(0.2)}, {"params": [reference.bias]}],
+        lr=0.05,
+    )
+    assert_steps_as_torchs(model, optimizer, reference, reference_optimizer)
+
+
+# == an optimizer of named parameters ============================================================
+def test_an_optimizer_takes_named_parameters_as_torchs_does():
+    # torch (2.6) takes model.named_parameters() and keeps the names in each group's
+    # "param_names" (and so in its state dict); here "parameters must be tensors, got tuple".
+    model, reference = same_linear()
+    optimizer = optim.Adam(model.named_parameters(), lr=0.05)
+    reference_optimizer = torch.optim.Adam(reference.named_parameters(), lr=0.05)
+    assert optimizer.param_groups[0]["param_names"] == ["weight", "bias"]
+    assert_steps_as_torchs(model, optimizer, reference, reference_optimizer)
+    saved, expected = optimizer.state_dict(), reference_optimizer.state_dict()
+    assert [g["param_names"] for g in saved["param_groups"]] == [
+        g["param_names"] for g in expected["param_groups"]
+    ]
+    assert [g["params"] for g in saved["param_groups"]] == [
+        g["params"] for g in expected["param_groups"]
+    ]
+    resumed = optim.Adam(model.parameters(), lr=0.05)  # names load with the groups, as torch's
+    resumed.load_state_dict(saved)
+    assert resumed.param_groups[0]["param_names"] == ["weight", "bias"]
+    extra = torch.nn.Linear(1, 1)
+    reference_optimizer.add_param_group({"params": extra.named_parameters()})
+    optimizer.add_param_group({"params": nn.Linear(1, 1).named_parameters()})
+    assert optimizer.param_groups[1]["param_names"] == ["weight", "bias"]
+
+
+@pytest.mark.parametrize("case", ["mixed", "unnamed group into named", "named group into unnamed"])
+def test_names_on_some_parameters_only_are_refused_as_torch_refuses_them(case):
+    def attempt(lib):
+        model = lib.nn.Linear(2, 2)
+        if case == "mixed":
+            lib.optim.SGD([("weight", model.weight), model.bias], lr=0.1)
+        elif case == "unnamed group into named":
+            lib.optim.SGD([("weight", model.weight)], lr=0.1).add_param_group(
+                {"params": [model.bias]}
+            )
+        else:
+            lib.optim.SGD([model.weight], lr=0.1).add_param_group(
+                {"params": [("bias", model.bias)]}
+            )
+
+    with pytest.raises(ValueError, match="with/without names"):
+        attempt(torch)
+    with pytest.raises(rg.InvalidArgumentError, match="with/without names"):
+        attempt(rg)
