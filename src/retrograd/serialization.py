@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 _STRUCTURE = "__retrograd_structure__"
+#: ``nn.Parameter`` by name (``nn`` sits above this layer): saved tensors of this class load
+#: as one, rebuilt as ``Parameter(tensor, requires_grad)``
+_PARAMETER = ("retrograd.nn.parameter", "Parameter")
 _FORMAT = "retrograd-save/1"
 
 
@@ -67,6 +70,8 @@ class _Writer:
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: dict[int, str] = {}
         self.open: set[int] = set()  # the containers being encoded (a cycle meets one again)
+        #: the state values stored, by the parameter or buffer they were copied from
+        self.state_values: dict[int, list[tuple[np.ndarray, dict[str, Any]]]] = {}
 
     def array(self, key_object: Any, array: np.ndarray) -> str:
         existing = self.seen.get(id(key_object))
@@ -89,6 +94,23 @@ class _Writer:
             "requires_grad": bool(t.is_require_grad()),
         }
 
+    def state_value(self, value: np.ndarray, saved_as_tensor: Any) -> dict[str, Any]:
+        """The entry of a module's state value: one per parameter or buffer it was copied
+        from, while the copies hold the same values, so that a tied weight (``state_dict()``
+        lists it under each name, a copy each) is stored once and loads as one tensor, as
+        torch's storage sharing makes it."""
+        source = getattr(value, "_source", None)
+        if source is not None:
+            for earlier, node in self.state_values.get(id(source), []):
+                if (earlier.dtype, earlier.shape) == (value.dtype, value.shape) and (
+                    earlier.tobytes() == value.tobytes()
+                ):
+                    return node
+        node = self.tensor(value, saved_as_tensor())
+        if source is not None:
+            self.state_values.setdefault(id(source), []).append((value, node))
+        return node
+
     def encode(self, obj: Any, where: str) -> Any:
         if type(obj) in DTYPE_CLASSES:
             return {"dtype_name": str(obj)}
@@ -96,13 +118,19 @@ class _Writer:
             if isinstance(obj, float) and not np.isfinite(obj):
                 return {"float": repr(obj)}
             return obj
+        if type(obj) is complex:  # JSON has no complex numbers (torch's pickle keeps them)
+            return {"complex": [repr(obj.real), repr(obj.imag)]}
         if isinstance(obj, Tensor):
-            return self.tensor(obj, obj)
+            node = self.tensor(obj, obj)
+            saved_class = (type(obj).__module__, type(obj).__qualname__)
+            if saved_class == _PARAMETER:  # it loads as a Parameter, as torch's does
+                node["class"] = list(saved_class)
+            return node
         saved_as_tensor = getattr(obj, "_saved_as_tensor", None)
         if isinstance(obj, np.ndarray) and callable(saved_as_tensor):
             # a module's state value (nn's StateValue): saved as the tensor it stands for, as
             # torch saves a state dict's tensors (it loads back as one)
-            return self.tensor(obj, saved_as_tensor())
+            return self.state_value(obj, saved_as_tensor)
         if isinstance(obj, np.ndarray):
             if obj.dtype.kind not in "biufc":
                 raise DTypeError(f"save: cannot store an array of dtype {obj.dtype} at {where}")
@@ -110,7 +138,10 @@ class _Writer:
         if isinstance(obj, np.generic):
             return {"npscalar": self.array(obj, np.asarray(obj)), "kind": obj.dtype.str}
         if _is_torch_tensor(obj):
-            return {"tensor": self.array(obj, obj.detach().cpu().numpy()), "dtype": None,
+            host, dtype_name = obj.detach().cpu(), None
+            if str(host.dtype) == "torch.bfloat16":  # NumPy has none: widened exactly, as
+                host, dtype_name = host.float(), "bfloat16"  # retrograd's own (see tensor)
+            return {"tensor": self.array(obj, host.numpy()), "dtype": dtype_name,
                     "requires_grad": False}  # fmt: skip
         if isinstance(obj, Device):
             return {"device": str(obj)}
@@ -241,11 +272,15 @@ class _Reader:
         self.archive = archive
         self.device = device
         self.weights_only = weights_only
-        self.made: dict[str, Any] = {}
+        self.made: dict[Any, Any] = {}  # by entry name (by name and class: a subclass)
 
     def decode(self, node: Any) -> Any:
         if not isinstance(node, dict):
             return node
+        if "class" in node:
+            return self.tensor_of_class(node)
+        if "complex" in node:
+            return complex(*(float(part) for part in node["complex"]))
         if "tensor" in node:
             name = node["tensor"]
             if name not in self.made:
@@ -286,6 +321,30 @@ class _Reader:
         if "set" in node:
             return {self.decode(v) for v in node["set"]}
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
+
+    def tensor_of_class(self, node: dict[str, Any]) -> Any:
+        """The tensor of ``node`` as the class it was saved as (``Parameter(tensor,
+        requires_grad)``), once per saved object: a parameter saved under two names loads
+        as one."""
+        module, name = node["class"]
+        made_as = (node["tensor"], module, name)
+        if made_as not in self.made:
+            if self.weights_only:
+                try:
+                    kind = _allowed_global(module, name)
+                except pickle.UnpicklingError as error:
+                    raise InvalidArgumentError(
+                        f"load: the file holds a tensor of class {module}.{name}, and "
+                        f"weights_only=True (the default, as in torch) rebuilds only allowed "
+                        f"classes ({error}); if you trust the file's source, load it with "
+                        "weights_only=False, or allow its class with "
+                        "rg.serialization.add_safe_globals([...])"
+                    ) from None
+            else:
+                kind = _global(module, name)
+            plain = self.decode({key: value for key, value in node.items() if key != "class"})
+            self.made[made_as] = kind(plain, bool(node.get("requires_grad")))
+        return self.made[made_as]
 
     def unpickle(self, node: dict[str, Any]) -> Any:
         data = self.archive[node["pickle"]].tobytes()
@@ -507,6 +566,12 @@ def _check_magic(name: str, data: bytes) -> None:
     )
 
 
+def holds_saved_object(archive: Any) -> bool:
+    """Whether an opened ``.npz`` archive is a file :func:`save` wrote (its arrays are the
+    pieces of one saved object, read back whole by :func:`load`)."""
+    return _STRUCTURE in archive.files
+
+
 def foreign_entries(archive: Any) -> list[str]:
     """The entries of an opened ``.npz`` archive that are not NumPy arrays: NumPy hands such
     an entry out as its raw bytes, where an array was expected (a zip of other files; torch's
@@ -539,7 +604,7 @@ _SAFE_GLOBALS: list[Any] = []
 #: What torch's ``weights_only`` load allows without being told (its ``torch.nn.Parameter``,
 #: ``OrderedDict``, devices and dtypes): retrograd's, by name (``nn`` sits above this layer).
 _ALLOWED_BY_DEFAULT = {
-    ("retrograd.nn.parameter", "Parameter"),
+    _PARAMETER,
     ("collections", "OrderedDict"),
     ("retrograd.device", "Device"),
     ("retrograd.tensor.dtypes", "dtype"),
@@ -566,12 +631,24 @@ class _AllowedOnly(_TensorUnpickler):
     """An unpickler that rebuilds only the allowed classes (torch's ``weights_only``)."""
 
     def find_class(self, module: str, name: str) -> Any:
-        for allowed in _SAFE_GLOBALS:
-            if (allowed.__module__, allowed.__qualname__) == (module, name):
-                return allowed
-        if (module, name) in _ALLOWED_BY_DEFAULT:
-            return getattr(importlib.import_module(module), name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
+        return _allowed_global(module, name)
+
+
+def _allowed_global(module: str, name: str) -> Any:
+    """The class or function ``module.name`` if a ``weights_only`` load may rebuild it."""
+    for allowed in _SAFE_GLOBALS:
+        if (allowed.__module__, allowed.__qualname__) == (module, name):
+            return allowed
+    if (module, name) in _ALLOWED_BY_DEFAULT:
+        return _global(module, name)
+    raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
+
+
+def _global(module: str, qualname: str) -> Any:
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
 
 
 class safe_globals:  # noqa: N801 (torch's name)
@@ -623,17 +700,22 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     names: list[str] = []
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         structure = json.loads(str(archive[_STRUCTURE])) if _STRUCTURE in archive.files else {}
-        for entry in _pickled_entries(structure.get("object")):
-            for name in _globals_in(archive[entry].tobytes()):
+        for entry, tensor_class in _pickled_entries(structure.get("object")):
+            found = [tensor_class] if entry is None else _globals_in(archive[entry].tobytes())
+            for name in found:
                 if name not in allowed and name not in names:
                     names.append(name)
     return names
 
 
-def _pickled_entries(node: Any) -> list[str]:
+def _pickled_entries(node: Any) -> list[tuple[str | None, str]]:
+    """The pickled entries under ``node`` (``(entry, "")``) and the classes of its tensors
+    saved as a subclass (``(None, "module.name")``)."""
     if isinstance(node, dict):
         if "pickle" in node:
-            return [node["pickle"]]
+            return [(node["pickle"], "")]
+        if "class" in node and "tensor" in node:
+            return [(None, ".".join(node["class"]))]
         return [e for value in node.values() for e in _pickled_entries(value)]
     if isinstance(node, list):
         return [e for value in node for e in _pickled_entries(value)]

@@ -123,9 +123,32 @@ def _encoding(text: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors on one line (no usage block before them)."""
 
+    #: the command line being parsed (the top parser's): an unknown option given without a
+    #: command is named, where argparse would report only the missing command
+    argv: Sequence[str] = ()
+
     def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required: COMMAND"):
+            unknown = [
+                a for a in self.argv if a.startswith("-") and a not in self._option_string_actions
+            ]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
         _print_error(self.prog, f"{message} — see {self.prog} --help")
         sys.exit(2)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, an unknown option refused by the command it was given
+    to (``retrograd train: unrecognized arguments: --bogus — see retrograd train --help``),
+    where argparse's top parser would name itself and its own help."""
+    if isinstance(parser, _Parser):
+        parser.argv = list(sys.argv[1:] if argv is None else argv)
+    options, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[options.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return options
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -569,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted. ``--debug`` or ``RETROGRAD_DEBUG=1`` prints the traceback first.
     """
     parser = build_parser()
-    options = parser.parse_args(argv)
+    options = _parse(parser, argv)
     options.argv = list(sys.argv[1:] if argv is None else argv)
     debug = options.debug or os.environ.get("RETROGRAD_DEBUG", "") not in ("", "0")
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutodiffError, InvalidArgumentError
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
 from ..tensor import Tensor, cat, zeros
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
@@ -134,6 +134,11 @@ class LBFGS(Optimizer):
 
     def _evaluate(self, closure: Callable[[], Any]) -> tuple[Tensor, float, Tensor]:
         loss, grads = evaluate_closure(closure, "LBFGS.step")
+        if isinstance(loss, Tensor) and loss.numel() != 1:  # its line search compares numbers
+            raise ShapeError(
+                f"LBFGS.step: the closure's loss must be a one-element tensor (a number), got "
+                f"shape {shape_text(loss.shape)}; reduce it (loss.sum(), loss.mean())"
+            )
         return loss, float(loss), self._gather_flat_grad(grads)
 
     def _directional_evaluate(self, closure, x, t, d) -> tuple[float, Tensor]:

@@ -191,8 +191,10 @@ class Optimizer:
         lr_required = lr is required
         if lr_required:  # each group gives its own (add_param_group checks)
             lr = 0.0
-        elif isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point():
+        elif isinstance(lr, Tensor) and lr.numel() == 1 and str(lr.dtype) != "bool":
             lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
+        elif _numpy_number(lr):  # np.float32(3e-4), a 0-d array: torch takes them too
+            lr = defaults["lr"] = float(lr)
         if not isinstance(lr, int | float) or isinstance(lr, bool):
             raise DTypeError(f"{type(self).__name__}: lr must be a number, got {lr!r}")
         if not lr >= 0.0:
@@ -241,11 +243,19 @@ class Optimizer:
                 f"{type(group).__name__}"
             )
         params = group["params"]
+        if isinstance(params, set | frozenset):  # torch's refusal: state_dict() numbers the
+            raise DTypeError(  # parameters by position, and a set's order changes per run
+                f"{type(self).__name__}: a group's params must be an ordered collection (a "
+                "list), not a set: the order of tensors in a set changes between runs, and "
+                "load_state_dict matches parameters by position"
+            )
         check_iterable(type(self).__name__, params, "a group's params")
         params = [params] if isinstance(params, Tensor) else list(params)
+        params, names = self._named(params)
         unique: list[Tensor] = []
+        unique_names: list[Any] = []
         seen: set[int] = set()
-        for p in params:
+        for p, p_name in zip(params, names or [None] * len(params)):
             if not isinstance(p, Tensor):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
@@ -259,6 +269,7 @@ class Optimizer:
             if id(p) not in seen:  # a tied parameter given twice is one parameter
                 seen.add(id(p))
                 unique.append(p)
+                unique_names.append(p_name)
         for other in self.param_groups:
             if any(id(p) in seen for p in other["params"]):
                 raise InvalidArgumentError(
@@ -272,8 +283,37 @@ class Optimizer:
                 f"optimization parameter {missing[0]}"
             )
         new["params"] = unique
+        if names is not None:
+            new["param_names"] = unique_names
         self._check_group(new)
         self.param_groups.append(new)
+
+    def _named(self, params: list[Any]) -> tuple[list[Any], list[Any] | None]:
+        """A group's parameters and, given as torch 2.6's ``(name, parameter)`` pairs
+        (``optim.AdamW(model.named_parameters())``), their names (``None`` when given
+        bare). The groups of one optimizer are all named or none is, as torch requires."""
+        named = [isinstance(p, tuple) for p in params]
+        if any(named) and not all(named):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: all optimizer params should be with/without names "
+                "((name, parameter) pairs, as named_parameters() gives, or parameters); some "
+                "param names are missing"
+            )
+        if self.param_groups and params and any(named) != ("param_names" in self.param_groups[0]):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: all optimizer param groups should be with/without "
+                "names; cannot add a param group "
+                + ("with names to an optimizer without" if any(named) else "without names")
+            )
+        if not any(named):
+            return params, None
+        odd = next((p for p in params if len(p) != 2), None)
+        if odd is not None:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: a named parameter is a (name, parameter) pair, got "
+                f"a tuple of {len(odd)}"
+            )
+        return [p for _, p in params], [name for name, _ in params]
 
     def _check_group(self, group: dict[str, Any]) -> None:
         """A group's hyper-parameters checked as torch checks them: numbers, ``lr``,
@@ -294,6 +334,8 @@ class Optimizer:
                     continue
                 if isinstance(value, Tensor) and value.numel() == 1:
                     value = value.item()
+                if isinstance(value, np.number):  # (a step takes them: see is_number)
+                    value = value.item()
                 if not isinstance(value, int | float) or isinstance(value, bool):
                     raise DTypeError(f"{name}: {key} must be a number, got {group[key]!r}")
                 if not value >= 0.0:
@@ -305,7 +347,7 @@ class Optimizer:
             if not (
                 isinstance(betas, tuple | list)
                 and len(betas) == 2
-                and all(isinstance(b, int | float) and not isinstance(b, bool) for b in betas)
+                and all(is_number(b) and not isinstance(b, Tensor) for b in betas)
             ):
                 raise DTypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
 
@@ -591,6 +633,13 @@ def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
         ):
             return False
     return True
+
+
+def _numpy_number(value: Any) -> bool:
+    """A NumPy real number: a scalar (``np.float32(0.1)``) or a 0-d array, not a bool."""
+    return (
+        isinstance(value, np.number | np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"
+    )
 
 
 def is_number(value: Any) -> bool:

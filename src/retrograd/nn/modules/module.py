@@ -45,7 +45,13 @@ from ...errors import (
     check_flag,
 )
 from ...files import atomic_write
-from ...serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
+from ...serialization import (
+    ARCHIVE_DAMAGE,
+    foreign_entries,
+    hidden_entries,
+    holds_saved_object,
+)
+from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
@@ -696,9 +702,10 @@ class Module:
         self, state: StateSource, strict: bool = True, assign: bool = False
     ) -> IncompatibleKeys:
         """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
-        tensors) or an ``.npz`` file; returns torch's named tuple of the ``missing_keys`` and
-        ``unexpected_keys`` (both empty under ``strict``). ``assign`` is accepted for torch's
-        signature: values are always written into the existing objects.
+        tensors), an ``.npz`` file or a file ``rg.save`` wrote of one; returns torch's named
+        tuple of the ``missing_keys`` and ``unexpected_keys`` (both empty under ``strict``).
+        ``assign`` is accepted for torch's signature: values are always written into the
+        existing objects.
 
         Each value is written into the existing object (a ``Parameter`` stays the same object,
         so ties hold), cast to its dtype. ``strict`` (the default) requires exactly this
@@ -789,6 +796,10 @@ class Module:
                     f"load_state_dict: {name!r} is {current.dtype}, the state has "
                     f"{found or _not_numbers(state[name])}"
                 )
+            if tuple(array.shape) == (1,) and tuple(current.size()) == ():
+                # torch's allowance: a scalar saved with shape [1] (torch before 0.4 had no
+                # 0-d tensors, and such checkpoints still load there) loads into a 0-d one
+                array = array.reshape(())
             if tuple(array.shape) != current.size():  # (a lazy placeholder's: [0])
                 raise ShapeError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
@@ -982,10 +993,20 @@ def _untracked(value: Tensor) -> Tensor:
     return Tensor.from_inner(value.inner(), backend=backend)
 
 
-def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
+def _read_archive(path: StateSource) -> Mapping[str, Any]:
     """The arrays of an ``.npz`` file, read without pickle; a file that is not one (truncated,
-    damaged, another format, pickled objects) is an ``InvalidArgumentError`` naming it."""
+    damaged, another format, pickled objects) is an ``InvalidArgumentError`` naming it. A
+    file ``rg.save`` wrote (``rg.save(model.state_dict(), path)``) is the state dict it holds,
+    read by ``rg.load`` (its own arrays are that dict's pieces, not its keys)."""
     name = "the file object" if hasattr(path, "read") else os.fspath(path)
+    if _saved_by_save(path):
+        saved = load_saved(path)
+        if not isinstance(saved, Mapping):
+            raise InvalidArgumentError(
+                f"load_state_dict: {name} holds a {type(saved).__name__} rg.save wrote, not a "
+                "state dict (a dict of names to tensors)"
+            )
+        return saved
     try:
         # The file is opened here, not by NumPy: ``np.load`` leaves its own handle open when
         # the archive's directory is unreadable (a truncated file), for as long as the error
@@ -1019,6 +1040,27 @@ def _read_archive(path: StateSource) -> dict[str, np.ndarray]:
         raise InvalidArgumentError(
             f"load_state_dict: {name} is not a readable .npz archive ({reason})"
         ) from None
+
+
+def _saved_by_save(path: StateSource) -> bool:
+    """Whether ``path`` (a path or a seekable binary file, left where it was) is a file
+    ``rg.save`` wrote; ``False`` for anything else, which :func:`_read_archive` then reads
+    (or refuses, naming what is wrong)."""
+    try:
+        with contextlib.ExitStack() as stack:
+            if hasattr(path, "read"):
+                start = path.tell()
+                stack.callback(path.seek, start)
+                source = path
+            else:
+                source = stack.enter_context(open(path, "rb"))
+            if source.read(4) != b"PK\x03\x04":
+                return False
+            source.seek(start if hasattr(path, "read") else 0)
+            with np.load(source, allow_pickle=False) as archive:
+                return holds_saved_object(archive)
+    except ARCHIVE_DAMAGE:
+        return False
 
 
 def _is_torch_zip(entries: list[str]) -> bool:

@@ -201,7 +201,10 @@ def host_array(value: Any) -> np.ndarray:
         return np.asarray(value)
     detach = getattr(value, "detach", None)  # a PyTorch tensor, possibly on a GPU
     if callable(detach):
-        return np.asarray(detach().cpu().numpy())
+        host = detach().cpu()
+        if str(getattr(host, "dtype", "")) == "torch.bfloat16":  # NumPy has none: widened
+            host = host.float()  # (exactly), then cast as any state value is
+        return np.asarray(host.numpy())
     return np.asarray(value)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections.abc
 import contextvars
 import math
+import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -59,8 +60,8 @@ def default_collate(batch: list[Any]) -> Any:
             )
         return stack(batch, 0)
     if isinstance(elem, np.ndarray):
-        if elem.dtype.kind in "SUO":
-            raise InvalidArgumentError(
+        if elem.dtype.kind in "SUO":  # a TypeError, as torch's (DTypeError is one)
+            raise DTypeError(
                 f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
                 f"lists; found array of dtype {elem.dtype}"
             )
@@ -104,7 +105,7 @@ def default_collate(batch: list[Any]) -> Any:
             return type(elem)(transposed)
         except TypeError:
             return transposed
-    raise InvalidArgumentError(
+    raise DTypeError(  # a TypeError, as torch's
         f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
         f"found {type(elem).__name__}"
     )
@@ -150,6 +151,31 @@ def default_convert(data: Any) -> Any:
         except TypeError:
             return [default_convert(d) for d in data]
     return data
+
+
+def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
+    """torch's checks of ``multiprocessing_context``: only with workers, and a start method
+    this machine has (by name) or a context of one (a typo would otherwise be found on some
+    other machine, or never)."""
+    if context is None:
+        return
+    if num_workers == 0:
+        raise InvalidArgumentError(
+            "DataLoader: multiprocessing_context can only be used with multi-process loading "
+            "(num_workers > 0), but got num_workers=0"
+        )
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise InvalidArgumentError(
+                f"DataLoader: multiprocessing_context option should specify a valid start "
+                f"method in {methods!r}, but got multiprocessing_context={context!r}"
+            )
+    elif not isinstance(context, multiprocessing.context.BaseContext):
+        raise DTypeError(
+            f"DataLoader: multiprocessing_context option should be a valid context object or "
+            f"a string specifying the start method, but got {context!r}"
+        )
 
 
 def get_worker_info() -> None:
@@ -212,6 +238,7 @@ class DataLoader:
                 "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
                 "to None"
             )
+        _check_multiprocessing_context(multiprocessing_context, num_workers)
         if persistent_workers and num_workers == 0:
             raise InvalidArgumentError(
                 "DataLoader: persistent_workers option needs num_workers > 0, got num_workers=0"
