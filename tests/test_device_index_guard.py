@@ -80,3 +80,21 @@ def test_one_hot_checks_on_the_device_and_names_the_value(backend):
         F.one_hot(rg.tensor([4], dtype="int64", backend=rg.NumpyBackend()), 3)  # at once
     expected = torch.nn.functional.one_hot(torch.tensor([2, 0]), 3).tolist()
     assert F.one_hot(rg.tensor([2, 0], dtype="int64", backend=backend), 3).tolist() == expected
+
+
+def test_a_graph_capture_records_its_checks_and_every_replay_reports_them():
+    """``rg.capture`` on CUDA replays a step through a CUDA graph: Python runs once, at the
+    capture, so the checks it makes there must be reported after every replay, with the
+    values that replay wrote, not once with the capture's unwritten memory."""
+    from retrograd.backend.torch_backend import checks_recorded, checks_replayed
+
+    inner = rg.TorchBackend("cpu", deferred_index_checks=True)
+    indices = inner.from_data(np.array([0, 5]), None, None)
+    with checks_recorded() as checks:
+        inner.check_index_range(indices, 3, lambda bad: f"replayed step: index {bad}")
+    assert len(checks) == 1 and not inner._pending  # nothing of the capture is pending
+    for _ in range(2):  # each replay's checks are reported at the next read
+        checks_replayed(checks)
+        with pytest.raises(rg.IndexOutOfRangeError, match="replayed step: index 5"):
+            inner.synchronize()
+    inner.synchronize()

@@ -32,7 +32,9 @@ device-side assert would be, but catchable and naming the op.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -116,6 +118,31 @@ def _positive_slices(x: torch.Tensor, slices: tuple[slice, ...]) -> tuple[tuple,
 
 #: Deferred index checks held before they are folded into one pair of device vectors.
 _MAX_PENDING = 1024
+
+
+_RECORDED_CHECKS = threading.local()
+
+
+@contextlib.contextmanager
+def checks_recorded() -> Iterator[list[tuple]]:
+    """Collect the deferred index checks made in this thread while a CUDA graph is captured,
+    instead of leaving them pending: a capture runs no kernel, so their flags hold nothing
+    until a replay writes them, and every replay writes the same memory again. Hand the list
+    to :func:`checks_replayed` after each replay."""
+    entries: list[tuple] = []
+    previous = getattr(_RECORDED_CHECKS, "entries", None)
+    _RECORDED_CHECKS.entries = entries
+    try:
+        yield entries
+    finally:
+        _RECORDED_CHECKS.entries = previous
+
+
+def checks_replayed(entries: list[tuple]) -> None:
+    """Leave a replay's checks pending, as an eager step's are: copies of the graph's flags
+    (device copies, no host read), which the next replay does not overwrite."""
+    for backend, flag, first, message in entries:
+        backend._add_pending(flag.clone(), first.clone(), message)
 
 
 def _messages(message: Any) -> tuple:
@@ -369,8 +396,15 @@ class TorchBackend(
         flat = bad.flatten()
         where = torch.argmax(flat.to(torch.uint8)).reshape(1)
         first = indices.flatten().index_select(0, where)
+        recording = getattr(_RECORDED_CHECKS, "entries", None)
+        if recording is not None:  # a graph's capture: its replays make these values
+            recording.append((self, flat.any().reshape(1), first, message))
+            return
+        self._add_pending(flat.any().reshape(1), first, message)
+
+    def _add_pending(self, flag: torch.Tensor, first: torch.Tensor, message: Any) -> None:
         with self._pending_lock:
-            self._pending.append((flat.any().reshape(1), first, message))
+            self._pending.append((flag, first, message))
             full = len(self._pending) > _MAX_PENDING
         if full:
             self._settle()

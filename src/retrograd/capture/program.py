@@ -121,9 +121,12 @@ class CudaGraphSegment:
         self.graph = None
         self.static: list = []
         self.outputs: tuple = ()
+        self.checks: list = []
 
     def run(self, *args: Any) -> tuple:
         import torch  # only here: torch is an optional dependency
+
+        from ..backend.torch_backend import checks_recorded, checks_replayed
 
         if self.graph is None:
             self.static = [arg.clone() for arg in args]
@@ -134,12 +137,15 @@ class CudaGraphSegment:
                     self.segment.function(*self.static)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            # The segment's index checks: written by each replay, reported as an eager
+            # step's are (a replayed step with an index out of range raises at the next read)
+            with checks_recorded() as self.checks, torch.cuda.graph(graph):
                 self.outputs = self.segment.function(*self.static)
             self.graph = graph
         for buffer, arg in zip(self.static, args):
             buffer.copy_(arg)
         self.graph.replay()
+        checks_replayed(self.checks)
         return tuple(output.clone() for output in self.outputs)
 
 
