@@ -33,11 +33,22 @@ harness: ``tests/real_ports.py``):
   ``p.grad.data.add_(noise)`` (ported on the gradients ``backward()`` returned).
 - DeepFM as chenxijun1029/DeepFM_with_PyTorch writes it (``model/DeepFM.py``,
   ``data/dataset.py``'s ``CriteoDataset``, ``main.py``), small: ``nn.ModuleList`` of
-  ``nn.Embedding``\\ s, ``(torch.sum(emb(Xi[:, i, :]), 1).t() * Xv[:, i]).t()``, Python's
+  ``nn.Embedding`` tables, ``(torch.sum(emb(Xi[:, i, :]), 1).t() * Xv[:, i]).t()``, Python's
   ``sum`` of tensors, layers made by ``setattr``, ``nn.BatchNorm1d``, ``self.bias =
   torch.nn.Parameter(torch.randn(1))``, int32 arrays from ``torch.from_numpy`` cast by
   ``.to(device=..., dtype=...)``, a ``sampler.SubsetRandomSampler(range(n))``,
   ``F.binary_cross_entropy_with_logits``, ``'%d' % num_correct`` of a 0-d tensor.
+- the hierarchical attention network of uvipen/Hierarchical-attention-networks-pytorch
+  (``src/utils.py``'s ``matrix_mul``/``element_wise_mul``/``get_evaluation``,
+  ``src/dataset.py``, ``src/word_att_model.py``, ``src/sent_att_model.py``,
+  ``src/hierarchical_att_model.py``, ``train.py``), small: ``nn.Embedding(...).from_pretrained
+  (dict)`` called on an instance with a float64 table (frozen, so ``filter(lambda p:
+  p.requires_grad, ...)`` leaves it out), ``nn.Parameter(torch.Tensor(n, m))`` filled by
+  ``.data.normal_``, ``isinstance(bias, torch.nn.parameter.Parameter)``, bidirectional
+  ``nn.GRU`` layers whose hidden states are kept on the module between documents,
+  ``F.softmax`` without ``dim``, iterating a permuted batch, ``.squeeze()`` of the stacked
+  features, a ``DataLoader(shuffle=True, drop_last=True)`` over numpy documents, the loss
+  formatted by ``"{:.4f}".format(loss)`` of a 0-d tensor, scikit-learn's ``accuracy_score``.
 """
 
 from __future__ import annotations
@@ -1238,3 +1249,300 @@ def test_in_place_view_ops_reshape_a_view_that_still_aliases_its_base_as_torch_s
     with rg.no_grad():
         weight.unsqueeze_(0)
     assert tuple(weight.shape) == (1, 2, 3) and weight.requires_grad and weight.is_leaf
+
+
+HAN_SOURCE = """
+import csv
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+from sklearn import metrics
+
+
+def get_evaluation(y_true, y_prob, list_metrics):
+    y_pred = np.argmax(y_prob, -1)
+    output = {}
+    if 'accuracy' in list_metrics:
+        output['accuracy'] = metrics.accuracy_score(y_true, y_pred)
+    if 'loss' in list_metrics:
+        try:
+            output['loss'] = metrics.log_loss(y_true, y_prob)
+        except ValueError:
+            output['loss'] = -1
+    if 'confusion_matrix' in list_metrics:
+        output['confusion_matrix'] = str(metrics.confusion_matrix(y_true, y_pred))
+    return output
+
+
+def matrix_mul(input, weight, bias=False):
+    feature_list = []
+    for feature in input:
+        feature = torch.mm(feature, weight)
+        if isinstance(bias, torch.nn.parameter.Parameter):
+            feature = feature + bias.expand(feature.size()[0], bias.size()[1])
+        feature = torch.tanh(feature).unsqueeze(0)
+        feature_list.append(feature)
+
+    return torch.cat(feature_list, 0).squeeze()
+
+
+def element_wise_mul(input1, input2):
+
+    feature_list = []
+    for feature_1, feature_2 in zip(input1, input2):
+        feature_2 = feature_2.unsqueeze(1).expand_as(feature_1)
+        feature = feature_1 * feature_2
+        feature_list.append(feature.unsqueeze(0))
+    output = torch.cat(feature_list, 0)
+
+    return torch.sum(output, 0).unsqueeze(0)
+
+
+class MyDataset(Dataset):
+
+    def __init__(self, texts, labels, max_length_sentences=3, max_length_word=4):
+        super(MyDataset, self).__init__()
+        self.texts = texts
+        self.labels = labels
+        self.max_length_sentences = max_length_sentences
+        self.max_length_word = max_length_word
+        self.num_classes = len(set(self.labels))
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        label = self.labels[index]
+        text = self.texts[index]
+        document_encode = [
+            [word for word in sentence] for sentence in text]
+
+        for sentences in document_encode:
+            if len(sentences) < self.max_length_word:
+                extended_words = [-1 for _ in range(self.max_length_word - len(sentences))]
+                sentences.extend(extended_words)
+
+        if len(document_encode) < self.max_length_sentences:
+            extended_sentences = [[-1 for _ in range(self.max_length_word)] for _ in
+                                  range(self.max_length_sentences - len(document_encode))]
+            document_encode.extend(extended_sentences)
+
+        document_encode = [sentences[:self.max_length_word] for sentences in document_encode][
+                          :self.max_length_sentences]
+
+        document_encode = np.stack(arrays=document_encode, axis=0)
+        document_encode += 1
+
+        return document_encode.astype(np.int64), label
+
+
+class WordAttNet(nn.Module):
+    def __init__(self, word2vec_path, hidden_size=50):
+        super(WordAttNet, self).__init__()
+        dict = pd.read_csv(filepath_or_buffer=word2vec_path, header=None, sep=" ", quoting=csv.QUOTE_NONE).values[:, 1:]
+        dict_len, embed_size = dict.shape
+        dict_len += 1
+        unknown_word = np.zeros((1, embed_size))
+        dict = torch.from_numpy(np.concatenate([unknown_word, dict], axis=0).astype(np.float64))
+
+        self.word_weight = nn.Parameter(torch.Tensor(2 * hidden_size, 2 * hidden_size))
+        self.word_bias = nn.Parameter(torch.Tensor(1, 2 * hidden_size))
+        self.context_weight = nn.Parameter(torch.Tensor(2 * hidden_size, 1))
+
+        self.lookup = nn.Embedding(num_embeddings=dict_len, embedding_dim=embed_size).from_pretrained(dict)
+        self.gru = nn.GRU(embed_size, hidden_size, bidirectional=True)
+        self._create_weights(mean=0.0, std=0.05)
+
+    def _create_weights(self, mean=0.0, std=0.05):
+
+        self.word_weight.data.normal_(mean, std)
+        self.context_weight.data.normal_(mean, std)
+
+    def forward(self, input, hidden_state):
+
+        output = self.lookup(input)
+        f_output, h_output = self.gru(output.float(), hidden_state)  # feature output and hidden state output
+        output = matrix_mul(f_output, self.word_weight, self.word_bias)
+        output = matrix_mul(output, self.context_weight).permute(1,0)
+        output = F.softmax(output)
+        output = element_wise_mul(f_output,output.permute(1,0))
+
+        return output, h_output
+
+
+class SentAttNet(nn.Module):
+    def __init__(self, sent_hidden_size=50, word_hidden_size=50, num_classes=14):
+        super(SentAttNet, self).__init__()
+
+        self.sent_weight = nn.Parameter(torch.Tensor(2 * sent_hidden_size, 2 * sent_hidden_size))
+        self.sent_bias = nn.Parameter(torch.Tensor(1, 2 * sent_hidden_size))
+        self.context_weight = nn.Parameter(torch.Tensor(2 * sent_hidden_size, 1))
+
+        self.gru = nn.GRU(2 * word_hidden_size, sent_hidden_size, bidirectional=True)
+        self.fc = nn.Linear(2 * sent_hidden_size, num_classes)
+        # self.sent_softmax = nn.Softmax()
+        # self.fc_softmax = nn.Softmax()
+        self._create_weights(mean=0.0, std=0.05)
+
+    def _create_weights(self, mean=0.0, std=0.05):
+        self.sent_weight.data.normal_(mean, std)
+        self.context_weight.data.normal_(mean, std)
+
+    def forward(self, input, hidden_state):
+        f_output, h_output = self.gru(input, hidden_state)
+        output = matrix_mul(f_output, self.sent_weight, self.sent_bias)
+        output = matrix_mul(output, self.context_weight).permute(1, 0)
+        output = F.softmax(output)
+        output = element_wise_mul(f_output, output.permute(1, 0)).squeeze(0)
+        output = self.fc(output)
+
+        return output, h_output
+
+
+class HierAttNet(nn.Module):
+    def __init__(self, word_hidden_size, sent_hidden_size, batch_size, num_classes, pretrained_word2vec_path,
+                 max_sent_length, max_word_length):
+        super(HierAttNet, self).__init__()
+        self.batch_size = batch_size
+        self.word_hidden_size = word_hidden_size
+        self.sent_hidden_size = sent_hidden_size
+        self.max_sent_length = max_sent_length
+        self.max_word_length = max_word_length
+        self.word_att_net = WordAttNet(pretrained_word2vec_path, word_hidden_size)
+        self.sent_att_net = SentAttNet(sent_hidden_size, word_hidden_size, num_classes)
+        self._init_hidden_state()
+
+    def _init_hidden_state(self, last_batch_size=None):
+        if last_batch_size:
+            batch_size = last_batch_size
+        else:
+            batch_size = self.batch_size
+        self.word_hidden_state = torch.zeros(2, batch_size, self.word_hidden_size)
+        self.sent_hidden_state = torch.zeros(2, batch_size, self.sent_hidden_size)
+        if torch.cuda.is_available():
+            self.word_hidden_state = self.word_hidden_state.cuda()
+            self.sent_hidden_state = self.sent_hidden_state.cuda()
+
+    def forward(self, input):
+
+        output_list = []
+        input = input.permute(1, 0, 2)
+        for i in input:
+            output, self.word_hidden_state = self.word_att_net(i.permute(1, 0), self.word_hidden_state)
+            output_list.append(output)
+        output = torch.cat(output_list, 0)
+        output, self.sent_hidden_state = self.sent_att_net(output, self.sent_hidden_state)
+
+        return output
+
+
+def train(opt, texts, labels):
+    training_params = {"batch_size": opt.batch_size,
+                       "shuffle": True,
+                       "drop_last": True}
+    training_set = MyDataset(texts, labels, opt.max_sent_length, opt.max_word_length)
+    training_generator = DataLoader(training_set, **training_params)
+
+    model = HierAttNet(opt.word_hidden_size, opt.sent_hidden_size, opt.batch_size, training_set.num_classes,
+                       opt.word2vec_path, opt.max_sent_length, opt.max_word_length)
+    initialize(model)
+
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=opt.lr, momentum=opt.momentum)
+    model.train()
+    num_iter_per_epoch = len(training_generator)
+    for epoch in range(opt.num_epoches):
+        for iter, (feature, label) in enumerate(training_generator):
+            if torch.cuda.is_available():
+                feature = feature.cuda()
+                label = label.cuda()
+            optimizer.zero_grad()
+            model._init_hidden_state()
+            predictions = model(feature)
+            loss = criterion(predictions, label)
+            loss.backward()
+            optimizer.step()
+            training_metrics = get_evaluation(label.cpu().numpy(), predictions.cpu().detach().numpy(), list_metrics=["accuracy"])
+            print("Epoch: {}/{}, Iteration: {}/{}, Lr: {}, Loss: {:.4f}, Accuracy: {}".format(
+                epoch + 1,
+                opt.num_epoches,
+                iter + 1,
+                num_iter_per_epoch,
+                optimizer.param_groups[0]['lr'],
+                loss, training_metrics["accuracy"]))
+            record.append(loss.item())
+    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+"""
+
+HAN_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader, Dataset\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.utils.data import DataLoader, Dataset\n",
+    ),
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
+]
+
+
+class _Word2VecTable:
+    """``pd.read_csv(...)`` of a GloVe text file, as the program reads it: ``.values`` is the
+    word column then the vector."""
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def read_csv(self, filepath_or_buffer, header, sep, quoting):
+        words = np.array([[f"w{i}"] for i in range(len(self.vectors))], dtype=object)
+        return type("Frame", (), {"values": np.concatenate([words, self.vectors], 1)})()
+
+
+class _HANOptions:
+    batch_size = 2
+    max_sent_length = 3
+    max_word_length = 4
+    word_hidden_size = 4
+    sent_hidden_size = 3
+    word2vec_path = "glove.6B.50d.txt"
+    lr = 0.1
+    momentum = 0.9
+    num_epoches = 2
+
+
+def test_hierarchical_attention_network_trains_as_torch(capsys):
+    rng = np.random.default_rng(6605)
+    vectors = rng.standard_normal((7, 5))
+    # documents of sentences of word ids (-1 pads, as the dataset's encoder writes it)
+    texts = [
+        [[0, 1, 2], [3, 4, 5, 6]],
+        [[6, 5], [4, 3, 2], [1, 0, 0, 2]],
+        [[2, 2, 3, 1, 5]],
+        [[1], [2, 3], [4, 5, 6]],
+        [[0, 6, 1], [5, 2]],
+        [[3, 3, 4], [1, 2, 6], [0]],
+    ]
+    labels = [0, 1, 2, 0, 1, 2]
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = HAN_SOURCE if lib is torch else port(HAN_SOURCE, HAN_STEPS)
+        names = run_source(
+            text,
+            lib,
+            record=record,
+            initialize=initialize,
+            pd=_Word2VecTable(vectors),
+        )
+        texts_copy = [[list(sentence) for sentence in document] for document in texts]
+        with SharedPermutations(lib, 6605):
+            names["train"](_HANOptions, texts_copy, labels)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0]
+    assert logs[0].count("Epoch: ") == 6
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
