@@ -1546,3 +1546,320 @@ def test_hierarchical_attention_network_trains_as_torch(capsys):
     assert logs[1] == logs[0]
     assert logs[0].count("Epoch: ") == 6
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+
+
+CHAR_LM_SOURCE = """
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.autograd import Variable
+
+
+class Highway(nn.Module):
+    \"\"\"Highway network\"\"\"
+    def __init__(self, input_size):
+        super(Highway, self).__init__()
+        self.fc1 = nn.Linear(input_size, input_size, bias=True)
+        self.fc2 = nn.Linear(input_size, input_size, bias=True)
+
+    def forward(self, x):
+        t = F.sigmoid(self.fc1(x))
+        return torch.mul(t, F.relu(self.fc2(x))) + torch.mul(1-t, x)
+
+
+class charLM(nn.Module):
+    \"\"\"CNN + highway network + LSTM
+    # Input:
+        4D tensor with shape [batch_size, in_channel, height, width]
+    # Output:
+        2D Tensor with shape [batch_size, vocab_size]
+    # Arguments:
+        char_emb_dim: the size of each character's embedding
+        word_emb_dim: the size of each word's embedding
+        vocab_size: num of unique words
+        num_char: num of characters
+        use_gpu: True or False
+    \"\"\"
+    def __init__(self, char_emb_dim, word_emb_dim,
+                vocab_size, num_char, use_gpu):
+        super(charLM, self).__init__()
+        self.char_emb_dim = char_emb_dim
+        self.word_emb_dim = word_emb_dim
+        self.vocab_size = vocab_size
+
+        # char embedding layer
+        self.char_embed = nn.Embedding(num_char, char_emb_dim)
+
+        # convolutions of filters with different sizes
+        self.convolutions = []
+
+        # list of tuples: (the number of filter, width)
+        self.filter_num_width = [(2, 1), (3, 2), (4, 3)]
+
+        for out_channel, filter_width in self.filter_num_width:
+            self.convolutions.append(
+                nn.Conv2d(
+                    1,           # in_channel
+                    out_channel, # out_channel
+                    kernel_size=(char_emb_dim, filter_width), # (height, width)
+                    bias=True
+                    )
+            )
+
+        self.highway_input_dim = sum([x for x, y in self.filter_num_width])
+
+        self.batch_norm = nn.BatchNorm1d(self.highway_input_dim, affine=False)
+
+        # highway net
+        self.highway1 = Highway(self.highway_input_dim)
+        self.highway2 = Highway(self.highway_input_dim)
+
+        # LSTM
+        self.lstm_num_layers = 2
+
+        self.lstm = nn.LSTM(input_size=self.highway_input_dim,
+                            hidden_size=self.word_emb_dim,
+                            num_layers=self.lstm_num_layers,
+                            bias=True,
+                            dropout=0.0,
+                            batch_first=True)
+
+        # output layer
+        self.dropout = nn.Dropout(p=0.0)
+        self.linear = nn.Linear(self.word_emb_dim, self.vocab_size)
+
+
+        if use_gpu is True:
+            for x in range(len(self.convolutions)):
+                self.convolutions[x] = self.convolutions[x].cuda()
+            self.highway1 = self.highway1.cuda()
+            self.highway2 = self.highway2.cuda()
+            self.lstm = self.lstm.cuda()
+            self.dropout = self.dropout.cuda()
+            self.char_embed = self.char_embed.cuda()
+            self.linear = self.linear.cuda()
+            self.batch_norm = self.batch_norm.cuda()
+
+
+    def forward(self, x, hidden):
+        # Input: Variable of Tensor with shape [num_seq, seq_len, max_word_len+2]
+        # Return: Variable of Tensor with shape [num_words, len(word_dict)]
+        lstm_batch_size = x.size()[0]
+        lstm_seq_len = x.size()[1]
+
+        x = x.contiguous().view(-1, x.size()[2])
+        # [num_seq*seq_len, max_word_len+2]
+
+        x = self.char_embed(x)
+        # [num_seq*seq_len, max_word_len+2, char_emb_dim]
+
+        x = torch.transpose(x.view(x.size()[0], 1, x.size()[1], -1), 2, 3)
+        # [num_seq*seq_len, 1, max_word_len+2, char_emb_dim]
+
+        x = self.conv_layers(x)
+        # [num_seq*seq_len, total_num_filters]
+
+        x = self.batch_norm(x)
+        # [num_seq*seq_len, total_num_filters]
+
+        x = self.highway1(x)
+        x = self.highway2(x)
+        # [num_seq*seq_len, total_num_filters]
+
+        x = x.contiguous().view(lstm_batch_size,lstm_seq_len, -1)
+        # [num_seq, seq_len, total_num_filters]
+
+        x, hidden = self.lstm(x, hidden)
+        # [seq_len, num_seq, hidden_size]
+
+        x = self.dropout(x)
+        # [seq_len, num_seq, hidden_size]
+
+        x = x.contiguous().view(lstm_batch_size*lstm_seq_len, -1)
+        # [num_seq*seq_len, hidden_size]
+
+        x = self.linear(x)
+        # [num_seq*seq_len, vocab_size]
+        return x, hidden
+
+
+    def conv_layers(self, x):
+        chosen_list = list()
+        for conv in self.convolutions:
+            feature_map = F.tanh(conv(x))
+            # (batch_size, out_channel, 1, max_word_len-width+1)
+            chosen = torch.max(feature_map, 3)[0]
+            # (batch_size, out_channel, 1)
+            chosen = chosen.squeeze()
+            # (batch_size, out_channel)
+            chosen_list.append(chosen)
+
+        # (batch_size, total_num_filers)
+        return torch.cat(chosen_list, 1)
+
+
+def to_var(x):
+    if torch.cuda.is_available():
+        x = x.cuda()
+    return Variable(x)
+
+
+def train(net, data, opt):
+    torch.manual_seed(1024)
+
+    train_input = data.train_input
+    valid_input = data.valid_input
+    train_label = data.train_label
+    valid_label = data.valid_label
+
+    num_epoch = opt.epochs
+    num_iter_per_epoch = train_input.size()[0] // opt.lstm_batch_size
+
+    learning_rate = opt.init_lr
+    old_PPL = 100000
+    best_PPL = 100000
+
+    # Log-SoftMax
+    criterion = nn.CrossEntropyLoss()
+
+    # word_emb_dim == hidden_size / num of hidden units
+    hidden = (to_var(torch.zeros(2, opt.lstm_batch_size, opt.word_embed_dim)),
+              to_var(torch.zeros(2, opt.lstm_batch_size, opt.word_embed_dim)))
+
+    for epoch in range(num_epoch):
+
+        ################  Validation  ####################
+        net.eval()
+        loss_batch = []
+        PPL_batch = []
+        iterations = valid_input.size()[0] // opt.lstm_batch_size
+
+        valid_generator = batch_generator(valid_input, opt.lstm_batch_size)
+        vlabel_generator = batch_generator(valid_label, opt.lstm_batch_size*opt.lstm_seq_len)
+
+        for t in range(iterations):
+            batch_input = valid_generator.__next__()
+            batch_label = vlabel_generator.__next__()
+
+            hidden = [state.detach() for state in hidden]
+            valid_output, hidden = net(to_var(batch_input), hidden)
+
+            length = valid_output.size()[0]
+
+            # [num_sample-1, len(word_dict)] vs [num_sample-1]
+            valid_loss = criterion(valid_output, to_var(batch_label))
+
+            PPL = torch.exp(valid_loss.data)
+
+            loss_batch.append(float(valid_loss))
+            PPL_batch.append(float(PPL))
+
+        PPL = np.mean(PPL_batch)
+        print("[epoch {}] valid PPL={}".format(epoch, round(PPL, 3)))
+        print("valid loss={}".format(round(np.mean(loss_batch), 3)))
+        print("PPL decrease={}".format(round(float(old_PPL - PPL), 3)))
+        record.append(PPL)
+
+        # Preserve the best model
+        if best_PPL > PPL:
+            best_PPL = PPL
+
+        # Adjust the learning rate
+        if float(old_PPL - PPL) <= 1.0:
+            learning_rate /= 2
+            print("halved lr:{}".format(learning_rate))
+
+        old_PPL = PPL
+
+        ##################################################
+        #################### Training ####################
+        net.train()
+        optimizer  = optim.SGD(net.parameters(),
+                               lr = learning_rate,
+                               momentum=0.85)
+
+        # split the first dim
+        input_generator = batch_generator(train_input, opt.lstm_batch_size)
+        label_generator = batch_generator(train_label, opt.lstm_batch_size*opt.lstm_seq_len)
+
+        for t in range(num_iter_per_epoch):
+            batch_input = input_generator.__next__()
+            batch_label = label_generator.__next__()
+
+            # detach hidden state of LSTM from last batch
+            hidden = [state.detach() for state in hidden]
+
+            output, hidden = net(to_var(batch_input), hidden)
+            # [num_word, vocab_size]
+
+            loss = criterion(output, to_var(batch_label))
+
+            net.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm(net.parameters(), 5, norm_type=2)
+            optimizer.step()
+            record.append(loss.item())
+
+
+def batch_generator(x, batch_size):
+    # x: [num_words, in_channel, height, width]
+    # partitions x into batches
+    num_step = x.size()[0] // batch_size
+    for t in range(num_step):
+        yield x[t*batch_size:(t+1)*batch_size]
+"""
+
+CHAR_LM_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\nfrom torch.autograd import Variable\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\nfrom retrograd.autograd import Variable\n",
+    ),
+    (
+        "            loss.backward()\n            torch.nn.utils.clip_grad_norm(net.parameters(), 5, norm_type=2)\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            torch.nn.utils.clip_grad_norm(grads, net.parameters(), 5, norm_type=2)\n            optimizer.step(grads)\n",
+    ),
+]
+
+
+class _CharLMOptions:
+    word_embed_dim = 5
+    lstm_seq_len = 3
+    lstm_batch_size = 2
+    epochs = 2
+    init_lr = 0.5
+
+
+def test_character_aware_language_model_with_highway_layers_trains_as_torch(capsys):
+    rng = np.random.default_rng(6606)
+    max_word_len = 6  # with the start and end characters
+    words = rng.integers(0, 9, (8, 3, max_word_len))  # 8 sequences of 3 words of characters
+    labels = rng.integers(0, 7, 8 * 3)
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = CHAR_LM_SOURCE if lib is torch else port(CHAR_LM_SOURCE, CHAR_LM_STEPS)
+        names = run_source(text, lib, record=record)
+        net = names["charLM"](4, _CharLMOptions.word_embed_dim, 7, 9, False)
+        initialize(net)
+        for conv in net.convolutions:  # a plain list: not the model's, trained by no one
+            initialize(conv)
+        data = type(
+            "Data",
+            (),
+            {
+                "train_input": lib.tensor(words[:4]),
+                "train_label": lib.tensor(labels[:12]),
+                "valid_input": lib.tensor(words[4:]),
+                "valid_label": lib.tensor(labels[12:]),
+            },
+        )
+        names["train"](net, data, _CharLMOptions)
+        record.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0]
+    assert "halved lr" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
