@@ -30,19 +30,37 @@ harness: ``tests/real_ports.py``):
   parameter, ``(runner == indices.unsqueeze(1).expand(...)).float()``, the embedded inputs picked
   by a ``.byte()`` mask (``embedded_inputs[embedding_mask.data]``), ``nn.Conv1d(..., 1, 1)`` as
   the context projection, a ``DataLoader`` of dict samples, ``CrossEntropyLoss`` over the
-  softmax outputs.
+  softmax outputs. Its bidirectional branch (``torch.cat(encoder_hidden[0][-2:], dim=-1)``,
+  one tensor) fails in torch, and so it must in retrograd.
+- NetVLAD with the hard triplet loss of lyakaap/NetVLAD-pytorch (``netvlad.py``,
+  ``hard_triplet_loss.py``, the README's example) over a small convolutional base: the
+  convolution's ``weight``/``bias`` replaced by ``nn.Parameter`` values computed from the centroids,
+  ``F.normalize`` three times, ``x_flatten.expand(K, -1, -1, -1).permute(1, 0, 2, 3)`` minus
+  the expanded centroids, ``residual *= soft_assign.unsqueeze(2)`` in the graph, the
+  pairwise distances with their masked ``sqrt``, the triplet masks of ``torch.eye(n) ^ 1``
+  (``.byte()`` ported as ``.long()``) and ``labels_equal ^ 1`` of a bool tensor, both the
+  batch-all and the hardest variants.
+- the neural arithmetic logic units of kevinzakka/NALU-pytorch (``models/nac.py``,
+  ``models/nalu.py``, ``main.py``'s ``generate_data``/``train``/``test``), small: a
+  ``Parameter`` computed at construction from two uninitialised ``torch.Tensor(out, in)``
+  parameters (the repository's known quirk: ``W`` is trained, ``W_hat``/``M_hat`` are not),
+  ``register_parameter('bias', None)`` passed to ``F.linear``, ``init.kaiming_uniform_(...,
+  a=math.sqrt(5))``, ``torch.FloatTensor(dim).uniform_(*support).unsqueeze_(1)``,
+  ``torch.FloatTensor`` of a list of pairs of 0-d tensors, list-indexed rows, RMSprop, the
+  models printed with their ``extra_repr``.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
 
 
 @pytest.fixture(autouse=True)
@@ -970,3 +988,590 @@ def test_pointer_network_s_bidirectional_branch_fails_as_in_torch():
         with pytest.raises(rg.DTypeError, match=r"not a Tensor \(of shape \[2, 3, 4\]\)"):
             join(hidden)
     assert rg.cat(hidden.unbind(0), dim=-1).shape == (3, 8)
+
+
+NETVLAD_SOURCE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class NetVLAD(nn.Module):
+    \"\"\"NetVLAD layer implementation\"\"\"
+
+    def __init__(self, num_clusters=64, dim=128, alpha=100.0,
+                 normalize_input=True):
+        \"\"\"
+        Args:
+            num_clusters : int
+                The number of clusters
+            dim : int
+                Dimension of descriptors
+            alpha : float
+                Parameter of initialization. Larger value is harder assignment.
+            normalize_input : bool
+                If true, descriptor-wise L2 normalization is applied to input.
+        \"\"\"
+        super(NetVLAD, self).__init__()
+        self.num_clusters = num_clusters
+        self.dim = dim
+        self.alpha = alpha
+        self.normalize_input = normalize_input
+        self.conv = nn.Conv2d(dim, num_clusters, kernel_size=(1, 1), bias=True)
+        self.centroids = nn.Parameter(torch.rand(num_clusters, dim))
+        self._init_params()
+
+    def _init_params(self):
+        self.conv.weight = nn.Parameter(
+            (2.0 * self.alpha * self.centroids).unsqueeze(-1).unsqueeze(-1)
+        )
+        self.conv.bias = nn.Parameter(
+            - self.alpha * self.centroids.norm(dim=1)
+        )
+
+    def forward(self, x):
+        N, C = x.shape[:2]
+
+        if self.normalize_input:
+            x = F.normalize(x, p=2, dim=1)  # across descriptor dim
+
+        # soft-assignment
+        soft_assign = self.conv(x).view(N, self.num_clusters, -1)
+        soft_assign = F.softmax(soft_assign, dim=1)
+
+        x_flatten = x.view(N, C, -1)
+
+        # calculate residuals to each clusters
+        residual = x_flatten.expand(self.num_clusters, -1, -1, -1).permute(1, 0, 2, 3) - \\
+            self.centroids.expand(x_flatten.size(-1), -1, -1).permute(1, 2, 0).unsqueeze(0)
+        residual *= soft_assign.unsqueeze(2)
+        vlad = residual.sum(dim=-1)
+
+        vlad = F.normalize(vlad, p=2, dim=2)  # intra-normalization
+        vlad = vlad.view(x.size(0), -1)  # flatten
+        vlad = F.normalize(vlad, p=2, dim=1)  # L2 normalize
+
+        return vlad
+
+
+class EmbedNet(nn.Module):
+    def __init__(self, base_model, net_vlad):
+        super(EmbedNet, self).__init__()
+        self.base_model = base_model
+        self.net_vlad = net_vlad
+
+    def forward(self, x):
+        x = self.base_model(x)
+        embedded_x = self.net_vlad(x)
+        return embedded_x
+
+
+class HardTripletLoss(nn.Module):
+    \"\"\"Hard/Hardest Triplet Loss
+    (pytorch implementation of https://omoindrot.github.io/triplet-loss)
+
+    For each anchor, we get the hardest positive and hardest negative to form a triplet.
+    \"\"\"
+    def __init__(self, margin=0.1, hardest=False, squared=False):
+        \"\"\"
+        Args:
+            margin: margin for triplet loss
+            hardest: If true, loss is considered only hardest triplets.
+            squared: If true, output is the pairwise squared euclidean distance matrix.
+                If false, output is the pairwise euclidean distance matrix.
+        \"\"\"
+        super(HardTripletLoss, self).__init__()
+        self.margin = margin
+        self.hardest = hardest
+        self.squared = squared
+
+    def forward(self, embeddings, labels):
+        \"\"\"
+        Args:
+            labels: labels of the batch, of size (batch_size,)
+            embeddings: tensor of shape (batch_size, embed_dim)
+
+        Returns:
+            triplet_loss: scalar tensor containing the triplet loss
+        \"\"\"
+        pairwise_dist = _pairwise_distance(embeddings, squared=self.squared)
+
+        if self.hardest:
+            # Get the hardest positive pairs
+            mask_anchor_positive = _get_anchor_positive_triplet_mask(labels).float()
+            valid_positive_dist = pairwise_dist * mask_anchor_positive
+            hardest_positive_dist, _ = torch.max(valid_positive_dist, dim=1, keepdim=True)
+
+            # Get the hardest negative pairs
+            mask_anchor_negative = _get_anchor_negative_triplet_mask(labels).float()
+            max_anchor_negative_dist, _ = torch.max(pairwise_dist, dim=1, keepdim=True)
+            anchor_negative_dist = pairwise_dist + max_anchor_negative_dist * (
+                    1.0 - mask_anchor_negative)
+            hardest_negative_dist, _ = torch.min(anchor_negative_dist, dim=1, keepdim=True)
+
+            # Combine biggest d(a, p) and smallest d(a, n) into final triplet loss
+            triplet_loss = F.relu(hardest_positive_dist - hardest_negative_dist + 0.1)
+            triplet_loss = torch.mean(triplet_loss)
+        else:
+            anc_pos_dist = pairwise_dist.unsqueeze(dim=2)
+            anc_neg_dist = pairwise_dist.unsqueeze(dim=1)
+
+            # Compute a 3D tensor of size (batch_size, batch_size, batch_size)
+            # triplet_loss[i, j, k] will contain the triplet loss of anc=i, pos=j, neg=k
+            # Uses broadcasting where the 1st argument has shape (batch_size, batch_size, 1)
+            # and the 2nd (batch_size, 1, batch_size)
+            loss = anc_pos_dist - anc_neg_dist + self.margin
+
+            mask = _get_triplet_mask(labels).float()
+            triplet_loss = loss * mask
+
+            # Remove negative losses (i.e. the easy triplets)
+            triplet_loss = F.relu(triplet_loss)
+
+            # Count number of hard triplets (where triplet_loss > 0)
+            hard_triplets = torch.gt(triplet_loss, 1e-16).float()
+            num_hard_triplets = torch.sum(hard_triplets)
+
+            triplet_loss = torch.sum(triplet_loss) / (num_hard_triplets + 1e-16)
+
+        return triplet_loss
+
+
+def _pairwise_distance(x, squared=False, eps=1e-16):
+    # Compute the 2D matrix of distances between all the embeddings.
+
+    cor_mat = torch.matmul(x, x.t())
+    norm_mat = cor_mat.diag()
+    distances = norm_mat.unsqueeze(1) - 2 * cor_mat + norm_mat.unsqueeze(0)
+    distances = F.relu(distances)
+
+    if not squared:
+        mask = torch.eq(distances, 0.0).float()
+        distances = distances + mask * eps
+        distances = torch.sqrt(distances)
+        distances = distances * (1.0 - mask)
+
+    return distances
+
+
+def _get_anchor_positive_triplet_mask(labels):
+    # Return a 2D mask where mask[a, p] is True iff a and p are distinct and have same label.
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1
+
+    # Check if labels[i] == labels[j]
+    labels_equal = torch.unsqueeze(labels, 0) == torch.unsqueeze(labels, 1)
+
+    mask = indices_not_same * labels_equal
+
+    return mask
+
+
+def _get_anchor_negative_triplet_mask(labels):
+    # Return a 2D mask where mask[a, n] is True iff a and n have distinct labels.
+
+    # Check if labels[i] == labels[k]
+    labels_equal = torch.unsqueeze(labels, 0) == torch.unsqueeze(labels, 1)
+    mask = labels_equal ^ 1
+
+    return mask
+
+
+def _get_triplet_mask(labels):
+    \"\"\"Return a 3D mask where mask[a, p, n] is True iff the triplet (a, p, n) is valid.
+
+    A triplet (i, j, k) is valid if:
+        - i, j, k are distinct
+        - labels[i] == labels[j] and labels[i] != labels[k]
+    \"\"\"
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+    # Check that i, j and k are distinct
+    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1
+    i_not_equal_j = torch.unsqueeze(indices_not_same, 2)
+    i_not_equal_k = torch.unsqueeze(indices_not_same, 1)
+    j_not_equal_k = torch.unsqueeze(indices_not_same, 0)
+    distinct_indices = i_not_equal_j * i_not_equal_k * j_not_equal_k
+
+    # Check if labels[i] == labels[j] and labels[i] != labels[k]
+    label_equal = torch.eq(torch.unsqueeze(labels, 0), torch.unsqueeze(labels, 1))
+    i_equal_j = torch.unsqueeze(label_equal, 2)
+    i_equal_k = torch.unsqueeze(label_equal, 1)
+    valid_labels = i_equal_j * (i_equal_k ^ 1)
+
+    mask = distinct_indices * valid_labels   # Combine the two masks
+
+    return mask
+
+
+def main(hardest):
+    base_model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(inplace=True),
+    )
+    dim = list(base_model.parameters())[-1].shape[0]  # last channels (512)
+
+    # Define model for embedding
+    net_vlad = NetVLAD(num_clusters=3, dim=dim, alpha=1.0)
+    model = EmbedNet(base_model, net_vlad)
+    initialize(model)
+
+    # Define loss
+    criterion = HardTripletLoss(margin=0.1, hardest=hardest)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    # This is just toy example. Typically, the number of samples in each classes are 4.
+    labels = torch.randint(0, 3, (8, )).long()
+    x = torch.rand(8, 3, 8, 8)
+    for step in range(2):
+        output = model(x)
+
+        triplet_loss = criterion(output, labels)
+        optimizer.zero_grad()
+        triplet_loss.backward()
+        optimizer.step()
+        record.append(triplet_loss.item())
+    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+"""
+
+NETVLAD_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "        triplet_loss.backward()\n        optimizer.step()\n",
+        "        grads = triplet_loss.backward()\n        optimizer.step(grads)\n",
+    ),
+    # retrograd has no uint8: the masks are int64 (``^ 1`` and the products as torch's)
+    (
+        "    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1\n\n    # Check if labels[i] == labels[j]\n",
+        "    indices_not_same = torch.eye(labels.shape[0]).to(device).long() ^ 1\n\n    # Check if labels[i] == labels[j]\n",
+    ),
+    (
+        "    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1\n    i_not_equal_j",
+        "    indices_not_same = torch.eye(labels.shape[0]).to(device).long() ^ 1\n    i_not_equal_j",
+    ),
+]
+
+
+@pytest.mark.parametrize("hardest", [False, True])
+def test_netvlad_with_hard_triplet_loss_trains_as_torch(hardest):
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = NETVLAD_SOURCE if lib is torch else port(NETVLAD_SOURCE, NETVLAD_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        with SharedDraws(lib, 6505):
+            names["main"](hardest)
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+
+
+NALU_SOURCE = """
+import math
+import random
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn import init
+from torch.nn.parameter import Parameter
+
+
+class NeuralAccumulatorCell(nn.Module):
+    \"\"\"A Neural Accumulator (NAC) cell [1].
+
+    Attributes:
+        in_dim: size of the input sample.
+        out_dim: size of the output sample.
+
+    Sources:
+        [1]: https://arxiv.org/abs/1808.00508
+    \"\"\"
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+
+        self.W_hat = Parameter(torch.Tensor(out_dim, in_dim))
+        self.M_hat = Parameter(torch.Tensor(out_dim, in_dim))
+        self.W = Parameter(torch.tanh(self.W_hat) * torch.sigmoid(self.M_hat))
+        self.register_parameter('bias', None)
+
+        init.kaiming_uniform_(self.W_hat, a=math.sqrt(5))
+        init.kaiming_uniform_(self.M_hat, a=math.sqrt(5))
+
+    def forward(self, input):
+        return F.linear(input, self.W, self.bias)
+
+    def extra_repr(self):
+        return 'in_dim={}, out_dim={}'.format(
+            self.in_dim, self.out_dim
+        )
+
+
+class NAC(nn.Module):
+    \"\"\"A stack of NAC layers.
+
+    Attributes:
+        num_layers: the number of NAC layers.
+        in_dim: the size of the input sample.
+        hidden_dim: the size of the hidden layers.
+        out_dim: the size of the output.
+    \"\"\"
+    def __init__(self, num_layers, in_dim, hidden_dim, out_dim):
+        super().__init__()
+        self.num_layers = num_layers
+        self.in_dim = in_dim
+        self.hidden_dim = hidden_dim
+        self.out_dim = out_dim
+
+        layers = []
+        for i in range(num_layers):
+            layers.append(
+                NeuralAccumulatorCell(
+                    hidden_dim if i > 0 else in_dim,
+                    hidden_dim if i < num_layers - 1 else out_dim,
+                )
+            )
+        self.model = nn.Sequential(*layers)
+
+    def forward(self, x):
+        out = self.model(x)
+        return out
+
+
+class NeuralArithmeticLogicUnitCell(nn.Module):
+    \"\"\"A Neural Arithmetic Logic Unit (NALU) cell [1].
+
+    Attributes:
+        in_dim: size of the input sample.
+        out_dim: size of the output sample.
+
+    Sources:
+        [1]: https://arxiv.org/abs/1808.00508
+    \"\"\"
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.eps = 1e-10
+
+        self.G = Parameter(torch.Tensor(out_dim, in_dim))
+        self.nac = NeuralAccumulatorCell(in_dim, out_dim)
+        self.register_parameter('bias', None)
+
+        init.kaiming_uniform_(self.G, a=math.sqrt(5))
+
+    def forward(self, input):
+        a = self.nac(input)
+        g = torch.sigmoid(F.linear(input, self.G, self.bias))
+        add_sub = g * a
+        log_input = torch.log(torch.abs(input) + self.eps)
+        m = torch.exp(self.nac(log_input))
+        mul_div = (1 - g) * m
+        y = add_sub + mul_div
+        return y
+
+    def extra_repr(self):
+        return 'in_dim={}, out_dim={}'.format(
+            self.in_dim, self.out_dim
+        )
+
+
+class NALU(nn.Module):
+    \"\"\"A stack of NALU layers.
+
+    Attributes:
+        num_layers: the number of NALU layers.
+        in_dim: the size of the input sample.
+        hidden_dim: the size of the hidden layers.
+        out_dim: the size of the output.
+    \"\"\"
+    def __init__(self, num_layers, in_dim, hidden_dim, out_dim):
+        super().__init__()
+        self.num_layers = num_layers
+        self.in_dim = in_dim
+        self.hidden_dim = hidden_dim
+        self.out_dim = out_dim
+
+        layers = []
+        for i in range(num_layers):
+            layers.append(
+                NeuralArithmeticLogicUnitCell(
+                    hidden_dim if i > 0 else in_dim,
+                    hidden_dim if i < num_layers - 1 else out_dim,
+                )
+            )
+        self.model = nn.Sequential(*layers)
+
+    def forward(self, x):
+        out = self.model(x)
+        return out
+
+
+NORMALIZE = True
+NUM_LAYERS = 2
+HIDDEN_DIM = 2
+LEARNING_RATE = 1e-2
+NUM_ITERS = 3
+RANGE = [5, 10]
+ARITHMETIC_FUNCTIONS = {
+    'add': lambda x, y: x + y,
+    'sub': lambda x, y: x - y,
+    'mul': lambda x, y: x * y,
+    'div': lambda x, y: x / y,
+    'squared': lambda x, y: torch.pow(x, 2),
+    'root': lambda x, y: torch.sqrt(x),
+}
+
+
+def generate_data(num_train, num_test, dim, num_sum, fn, support):
+    data = torch.FloatTensor(dim).uniform_(*support).unsqueeze_(1)
+    X, y = [], []
+    for i in range(num_train + num_test):
+        idx_a = random.sample(range(dim), num_sum)
+        idx_b = random.sample([x for x in range(dim) if x not in idx_a], num_sum)
+        a, b = data[idx_a].sum(), data[idx_b].sum()
+        X.append([a, b])
+        y.append(fn(a, b))
+    X = torch.FloatTensor(X)
+    y = torch.FloatTensor(y).unsqueeze_(1)
+    indices = list(range(num_train + num_test))
+    np.random.shuffle(indices)
+    X_train, y_train = X[indices[num_test:]], y[indices[num_test:]]
+    X_test, y_test = X[indices[:num_test]], y[indices[:num_test]]
+    return X_train, y_train, X_test, y_test
+
+
+def train(model, optimizer, data, target, num_iters):
+    for i in range(num_iters):
+        out = model(data)
+        loss = F.mse_loss(out, target)
+        mea = torch.mean(torch.abs(target - out))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if i % 1 == 0:
+            print("\\t{}/{}: loss: {:.7f} - mea: {:.7f}".format(
+                i+1, num_iters, loss.item(), mea.item())
+            )
+        record.append(loss.item())
+
+
+def test(model, data, target):
+    with torch.no_grad():
+        out = model(data)
+        return torch.abs(target - out)
+
+
+def main():
+    results = {}
+    for fn_str, fn in ARITHMETIC_FUNCTIONS.items():
+        print('[*] Testing function: {}'.format(fn_str))
+        results[fn_str] = []
+
+        # dataset
+        X_train, y_train, X_test, y_test = generate_data(
+            num_train=12, num_test=4,
+            dim=20, num_sum=3, fn=fn,
+            support=RANGE,
+        )
+        models = [
+            NAC(
+                num_layers=NUM_LAYERS,
+                in_dim=2,
+                hidden_dim=HIDDEN_DIM,
+                out_dim=1,
+            ),
+            NALU(
+                num_layers=NUM_LAYERS,
+                in_dim=2,
+                hidden_dim=HIDDEN_DIM,
+                out_dim=1
+            ),
+        ]
+
+        # others
+        for net in models:
+            initialize(net)
+            print("\\tTraining {}...".format(net.__str__().split("(")[0]))
+            optimizer = torch.optim.RMSprop(net.parameters(), lr=LEARNING_RATE)
+            train(net, optimizer, X_train, y_train, NUM_ITERS)
+            mse = test(net, X_test, y_test).mean().item()
+            results[fn_str].append(mse)
+    print(models[1])
+    return results
+"""
+
+NALU_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.nn import init\nfrom torch.nn.parameter import Parameter\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.nn import init\nfrom retrograd.nn.parameter import Parameter\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+class SharedUniformFill:
+    """``Tensor.uniform_`` of a library drawing from one seeded stream for a tensor that does
+    not require grad (the data both runs start from); parameters' initializations draw as
+    before (the port loads torch's weights over them)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+        own = lib.Tensor.uniform_
+
+        def uniform_(tensor, low=0.0, high=1.0, **kwargs):
+            if tensor.requires_grad:
+                return own(tensor, low, high, **kwargs)
+            with lib.no_grad():
+                values = rng.uniform(low, high, tuple(tensor.shape))
+                return tensor.copy_(lib.tensor(values, dtype=tensor.dtype))
+
+        lib.Tensor.uniform_ = uniform_
+        return self
+
+    def __exit__(self, *exc):
+        del self.lib.Tensor.uniform_  # the class's own (inherited) method again
+        return False
+
+
+def test_neural_arithmetic_logic_units_train_as_torch(capsys):
+    records, logs, results = [], [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        random.seed(6506)
+        np.random.seed(6506)
+        text = NALU_SOURCE if lib is torch else port(NALU_SOURCE, NALU_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        with SharedUniformFill(lib, 6506):
+            results.append(names["main"]())
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    # the log prints float32 losses of thousands to seven decimals: below their precision,
+    # so its numbers are compared as numbers
+    number = re.compile(r"-?\d+\.\d+")
+    assert number.sub("#", logs[1]) == number.sub("#", logs[0])
+    np.testing.assert_allclose(
+        [float(x) for x in number.findall(logs[1])],
+        [float(x) for x in number.findall(logs[0])],
+        rtol=1e-5,
+    )
+    assert "(nac): NeuralAccumulatorCell(in_dim=2, out_dim=1)" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+    assert list(results[1]) == list(results[0])
+    for name, errors in results[0].items():
+        np.testing.assert_allclose(results[1][name], errors, rtol=1e-4, err_msg=name)
