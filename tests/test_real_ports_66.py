@@ -49,6 +49,21 @@ harness: ``tests/real_ports.py``):
   ``F.softmax`` without ``dim``, iterating a permuted batch, ``.squeeze()`` of the stacked
   features, a ``DataLoader(shuffle=True, drop_last=True)`` over numpy documents, the loss
   formatted by ``"{:.4f}".format(loss)`` of a 0-d tensor, scikit-learn's ``accuracy_score``.
+- the character-aware language model of FengZiYjun/CharLM (``model.py``'s ``Highway`` and
+  ``charLM``, ``train.py``'s loop), small and without dropout: convolutions kept in a plain
+  Python list (so neither registered nor trained), ``torch.transpose(x.view(n, 1, w, -1), 2,
+  3)``, ``torch.max(feature_map, 3)[0].squeeze()``, ``nn.BatchNorm1d(..., affine=False)``,
+  the LSTM's state detached as a list (``[state.detach() for state in hidden]``) and passed
+  back as one, ``torch.exp(valid_loss.data)``, generators' ``__next__()``, a fresh
+  ``optim.SGD`` each epoch at a halved rate, the deprecated ``clip_grad_norm(..., norm_type=2)``.
+- Bayes by Backprop as nitarshan/bayes-by-backprop writes it (``Gaussian``,
+  ``ScaleMixtureGaussian``, ``BayesianLinear``, ``BayesianNetwork.sample_elbo``, ``train``,
+  ``test_ensemble``), small: ``torch.distributions.Normal(0, 1).sample(self.rho.size())``
+  (one seeded stream in both runs), a scale mixture prior of ``Normal(0, sigma)`` with
+  ``sigma`` a one-element ``torch.FloatTensor``, ``nn.Parameter(torch.Tensor(o, i).uniform_
+  (-5, -4))``, samples written into ``torch.zeros`` by ``outputs[i] = self(...)`` and
+  ``log_priors[i] = ...`` in the graph, ``F.nll_loss(..., size_average=False)``, the ensemble's
+  ``corrects += preds.eq(...).sum(dim=1).squeeze().cpu().numpy()`` into a NumPy array.
 """
 
 from __future__ import annotations
@@ -1862,4 +1877,250 @@ def test_character_aware_language_model_with_highway_layers_trains_as_torch(caps
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
     assert "halved lr" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+
+
+BAYES_BY_BACKPROP_SOURCE = """
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+
+DEVICE = torch.device("cpu")
+BATCH_SIZE = 4
+TEST_BATCH_SIZE = 4
+CLASSES = 3
+TRAIN_EPOCHS = 2
+SAMPLES = 2
+TEST_SAMPLES = 3
+NUM_BATCHES = 2
+
+
+class Gaussian(object):
+    def __init__(self, mu, rho):
+        super().__init__()
+        self.mu = mu
+        self.rho = rho
+        self.normal = torch.distributions.Normal(0,1)
+
+    @property
+    def sigma(self):
+        return torch.log1p(torch.exp(self.rho))
+
+    def sample(self):
+        epsilon = self.normal.sample(self.rho.size()).to(DEVICE)
+        return self.mu + self.sigma * epsilon
+
+    def log_prob(self, input):
+        return (-math.log(math.sqrt(2 * math.pi))
+                - torch.log(self.sigma)
+                - ((input - self.mu) ** 2) / (2 * self.sigma ** 2)).sum()
+
+
+class ScaleMixtureGaussian(object):
+    def __init__(self, pi, sigma1, sigma2):
+        super().__init__()
+        self.pi = pi
+        self.sigma1 = sigma1
+        self.sigma2 = sigma2
+        self.gaussian1 = torch.distributions.Normal(0,sigma1)
+        self.gaussian2 = torch.distributions.Normal(0,sigma2)
+
+    def log_prob(self, input):
+        prob1 = torch.exp(self.gaussian1.log_prob(input))
+        prob2 = torch.exp(self.gaussian2.log_prob(input))
+        return (torch.log(self.pi * prob1 + (1-self.pi) * prob2)).sum()
+
+
+PI = 0.5
+SIGMA_1 = torch.FloatTensor([math.exp(-0)])
+SIGMA_2 = torch.FloatTensor([math.exp(-6)])
+
+
+class BayesianLinear(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        # Weight parameters
+        self.weight_mu = nn.Parameter(torch.Tensor(out_features, in_features).uniform_(-0.2, 0.2))
+        self.weight_rho = nn.Parameter(torch.Tensor(out_features, in_features).uniform_(-5,-4))
+        self.weight = Gaussian(self.weight_mu, self.weight_rho)
+        # Bias parameters
+        self.bias_mu = nn.Parameter(torch.Tensor(out_features).uniform_(-0.2, 0.2))
+        self.bias_rho = nn.Parameter(torch.Tensor(out_features).uniform_(-5,-4))
+        self.bias = Gaussian(self.bias_mu, self.bias_rho)
+        # Prior distributions
+        self.weight_prior = ScaleMixtureGaussian(PI, SIGMA_1, SIGMA_2)
+        self.bias_prior = ScaleMixtureGaussian(PI, SIGMA_1, SIGMA_2)
+        self.log_prior = 0
+        self.log_variational_posterior = 0
+
+    def forward(self, input, sample=False, calculate_log_probs=False):
+        if self.training or sample:
+            weight = self.weight.sample()
+            bias = self.bias.sample()
+        else:
+            weight = self.weight.mu
+            bias = self.bias.mu
+        if self.training or calculate_log_probs:
+            self.log_prior = self.weight_prior.log_prob(weight) + self.bias_prior.log_prob(bias)
+            self.log_variational_posterior = self.weight.log_prob(weight) + self.bias.log_prob(bias)
+        else:
+            self.log_prior, self.log_variational_posterior = 0, 0
+
+        return F.linear(input, weight, bias)
+
+
+class BayesianNetwork(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = BayesianLinear(6*6, 8)
+        self.l2 = BayesianLinear(8, 8)
+        self.l3 = BayesianLinear(8, 3)
+
+    def forward(self, x, sample=False):
+        x = x.view(-1, 6*6)
+        x = F.relu(self.l1(x, sample))
+        x = F.relu(self.l2(x, sample))
+        x = F.log_softmax(self.l3(x, sample), dim=1)
+        return x
+
+    def log_prior(self):
+        return self.l1.log_prior \\
+               + self.l2.log_prior \\
+               + self.l3.log_prior
+
+    def log_variational_posterior(self):
+        return self.l1.log_variational_posterior \\
+               + self.l2.log_variational_posterior \\
+               + self.l2.log_variational_posterior
+
+    def sample_elbo(self, input, target, samples=SAMPLES):
+        outputs = torch.zeros(samples, BATCH_SIZE, CLASSES).to(DEVICE)
+        log_priors = torch.zeros(samples).to(DEVICE)
+        log_variational_posteriors = torch.zeros(samples).to(DEVICE)
+        for i in range(samples):
+            outputs[i] = self(input, sample=True)
+            log_priors[i] = self.log_prior()
+            log_variational_posteriors[i] = self.log_variational_posterior()
+        log_prior = log_priors.mean()
+        log_variational_posterior = log_variational_posteriors.mean()
+        negative_log_likelihood = F.nll_loss(outputs.mean(0), target, size_average=False)
+        loss = (log_variational_posterior - log_prior)/NUM_BATCHES + negative_log_likelihood
+        return loss, log_prior, log_variational_posterior, negative_log_likelihood
+
+
+def train(net, optimizer, epoch, train_loader):
+    net.train()
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(DEVICE), target.to(DEVICE)
+        net.zero_grad()
+        loss, log_prior, log_variational_posterior, negative_log_likelihood = net.sample_elbo(data, target)
+        loss.backward()
+        optimizer.step()
+        record.append([loss.item(), log_prior.item(), log_variational_posterior.item(), negative_log_likelihood.item()])
+
+
+def test_ensemble(net, test_loader):
+    net.eval()
+    correct = 0
+    corrects = np.zeros(TEST_SAMPLES+1, dtype=int)
+    with torch.no_grad():
+        for data, target in test_loader:
+            data, target = data.to(DEVICE), target.to(DEVICE)
+            outputs = torch.zeros(TEST_SAMPLES+1, TEST_BATCH_SIZE, CLASSES).to(DEVICE)
+            for i in range(TEST_SAMPLES):
+                outputs[i] = net(data, sample=True)
+            outputs[TEST_SAMPLES] = net(data, sample=False)
+            output = outputs.mean(0)
+            preds = outputs.max(2, keepdim=True)[1]
+            pred = output.max(1, keepdim=True)[1] # index of max log-probability
+            corrects += preds.eq(target.view_as(pred)).sum(dim=1).squeeze().cpu().numpy()
+            correct += pred.eq(target.view_as(pred)).sum().item()
+    for index, num in enumerate(corrects):
+        if index < TEST_SAMPLES:
+            print('Component {} Accuracy: {}/{}'.format(index, num, len(test_loader.dataset)))
+        else:
+            print('Posterior Mean Accuracy: {}/{}'.format(num, len(test_loader.dataset)))
+    print('Ensemble Accuracy: {}/{}'.format(correct, len(test_loader.dataset)))
+    record.append(corrects.tolist())
+
+
+def main(train_loader, test_loader):
+    net = BayesianNetwork().to(DEVICE)
+    initialize(net)
+    optimizer = optim.Adam(net.parameters())
+    for epoch in range(TRAIN_EPOCHS):
+        train(net, optimizer, epoch, train_loader)
+    test_ensemble(net, test_loader)
+    record.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+"""
+
+BAYES_BY_BACKPROP_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+class SharedNormalSample:
+    """``Normal.sample(shape)`` of a library's standard normal drawing from one seeded
+    stream (Bayes by Backprop's weight noise)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+        normal = lib.distributions.Normal
+        self.saved = normal.__dict__.get("sample")
+
+        def sample(distribution, sample_shape=()):
+            shape = tuple(sample_shape) + tuple(distribution.batch_shape)
+            noise = lib.tensor(rng.standard_normal(shape), dtype=lib.float32)
+            return distribution.loc + distribution.scale * noise
+
+        normal.sample = sample
+        return self
+
+    def __exit__(self, *exc):
+        normal = self.lib.distributions.Normal
+        if self.saved is None:
+            del normal.sample
+        else:
+            normal.sample = self.saved
+        return False
+
+
+def test_bayes_by_backprop_trains_as_torch(capsys):
+    rng = np.random.default_rng(6607)
+    images = rng.uniform(size=(3, 4, 1, 6, 6)).astype(np.float32)
+    targets = rng.integers(0, 3, (3, 4))
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = (
+            BAYES_BY_BACKPROP_SOURCE
+            if lib is torch
+            else port(BAYES_BY_BACKPROP_SOURCE, BAYES_BY_BACKPROP_STEPS)
+        )
+        names = run_source(text, lib, record=record, initialize=initialize)
+        batches = [(lib.tensor(x), lib.tensor(y)) for x, y in zip(images, targets)]
+        test_loader = type("Loader", (list,), {"dataset": range(4)})(batches[2:])
+        with SharedNormalSample(lib, 6607):
+            names["main"](batches[:2], test_loader)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0]
+    assert "Ensemble Accuracy" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
