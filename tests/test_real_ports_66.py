@@ -64,6 +64,16 @@ harness: ``tests/real_ports.py``):
   (-5, -4))``, samples written into ``torch.zeros`` by ``outputs[i] = self(...)`` and
   ``log_priors[i] = ...`` in the graph, ``F.nll_loss(..., size_average=False)``, the ensemble's
   ``corrects += preds.eq(...).sum(dim=1).squeeze().cpu().numpy()`` into a NumPy array.
+- the recurrent attention model of kevinzakka/recurrent-visual-attention (``modules.py``'s
+  ``Retina``, ``GlimpseNetwork``, ``CoreNetwork``, ``ActionNetwork``, ``LocationNetwork``,
+  ``BaselineNetwork``; ``model.py``; ``trainer.py``'s ``reset`` and ``train_one_epoch``),
+  small: glimpses cut by slices whose bounds are 0-d int64 tensors (``x[i, :, start[i, 1] :
+  end[i, 1], ...]`` after ``F.pad``), ``F.avg_pool2d`` of the larger patches, the location
+  drawn by ``torch.distributions.Normal(mu, std).rsample()`` (one seeded noise stream in both
+  runs) and scored by ``Normal(mu, std).log_prob``, a hidden state made by ``torch.zeros(...,
+  requires_grad=True)`` and a location by ``torch.FloatTensor(b, 2).uniform_(-1, 1)`` with
+  ``l_t.requires_grad = True``, REINFORCE with a baseline over ``torch.stack(...).transpose(1,
+  0)``, the hybrid loss of ``nll_loss``, ``mse_loss`` and the policy term.
 """
 
 from __future__ import annotations
@@ -2123,4 +2133,421 @@ def test_bayes_by_backprop_trains_as_torch(capsys):
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
     assert "Ensemble Accuracy" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+
+
+RAM_SOURCE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributions import Normal
+
+
+class Retina:
+    \"\"\"A visual retina.
+
+    Extracts a foveated glimpse `phi` around location `l`
+    from an image `x`.
+    \"\"\"
+
+    def __init__(self, g, k, s):
+        self.g = g
+        self.k = k
+        self.s = s
+
+    def foveate(self, x, l):
+        \"\"\"Extract `k` square patches of size `g`, centered
+        at location `l`. The initial patch is a square of
+        size `g`, and each subsequent patch is a square
+        whose side is `s` times the size of the previous
+        patch.
+
+        The `k` patches are finally resized to (g, g) and
+        concatenated into a tensor of shape (B, k, g, g, C).
+        \"\"\"
+        phi = []
+        size = self.g
+
+        # extract k patches of increasing size
+        for i in range(self.k):
+            phi.append(self.extract_patch(x, l, size))
+            size = int(self.s * size)
+
+        # resize the patches to squares of size g
+        for i in range(1, len(phi)):
+            k = phi[i].shape[-1] // self.g
+            phi[i] = F.avg_pool2d(phi[i], k)
+
+        # concatenate into a single tensor and flatten
+        phi = torch.cat(phi, 1)
+        phi = phi.view(phi.shape[0], -1)
+
+        return phi
+
+    def extract_patch(self, x, l, size):
+        \"\"\"Extract a single patch for each image in `x`.
+
+        Args:
+        x: a 4D Tensor of shape (B, H, W, C). The minibatch
+            of images.
+        l: a 2D Tensor of shape (B, 2).
+        size: a scalar defining the size of the extracted patch.
+
+        Returns:
+            patch: a 4D Tensor of shape (B, size, size, C)
+        \"\"\"
+        B, C, H, W = x.shape
+
+        start = self.denormalize(H, l)
+        end = start + size
+
+        # pad with zeros
+        x = F.pad(x, (size // 2, size // 2, size // 2, size // 2))
+
+        # loop through mini-batch and extract patches
+        patch = []
+        for i in range(B):
+            patch.append(x[i, :, start[i, 1] : end[i, 1], start[i, 0] : end[i, 0]])
+        return torch.stack(patch)
+
+    def denormalize(self, T, coords):
+        \"\"\"Convert coordinates in the range [-1, 1] to
+        coordinates in the range [0, T] where `T` is
+        the size of the image.
+        \"\"\"
+        return (0.5 * ((coords + 1.0) * T)).long()
+
+    def exceeds(self, from_x, to_x, from_y, to_y, T):
+        \"\"\"Check whether the extracted patch will exceed
+        the boundaries of the image of size `T`.
+        \"\"\"
+        if (from_x < 0) or (from_y < 0) or (to_x > T) or (to_y > T):
+            return True
+        return False
+
+
+class GlimpseNetwork(nn.Module):
+    def __init__(self, h_g, h_l, g, k, s, c):
+        super().__init__()
+
+        self.retina = Retina(g, k, s)
+
+        # glimpse layer
+        D_in = k * g * g * c
+        self.fc1 = nn.Linear(D_in, h_g)
+
+        # location layer
+        D_in = 2
+        self.fc2 = nn.Linear(D_in, h_l)
+
+        self.fc3 = nn.Linear(h_g, h_g + h_l)
+        self.fc4 = nn.Linear(h_l, h_g + h_l)
+
+    def forward(self, x, l_t_prev):
+        # generate glimpse phi from image x
+        phi = self.retina.foveate(x, l_t_prev)
+
+        # flatten location vector
+        l_t_prev = l_t_prev.view(l_t_prev.size(0), -1)
+
+        # feed phi and l to respective fc layers
+        phi_out = F.relu(self.fc1(phi))
+        l_out = F.relu(self.fc2(l_t_prev))
+
+        what = self.fc3(phi_out)
+        where = self.fc4(l_out)
+
+        # feed to fc layer
+        g_t = F.relu(what + where)
+
+        return g_t
+
+
+class CoreNetwork(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+        self.i2h = nn.Linear(input_size, hidden_size)
+        self.h2h = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, g_t, h_t_prev):
+        h1 = self.i2h(g_t)
+        h2 = self.h2h(h_t_prev)
+        h_t = F.relu(h1 + h2)
+        return h_t
+
+
+class ActionNetwork(nn.Module):
+    def __init__(self, input_size, output_size):
+        super().__init__()
+
+        self.fc = nn.Linear(input_size, output_size)
+
+    def forward(self, h_t):
+        a_t = F.log_softmax(self.fc(h_t), dim=1)
+        return a_t
+
+
+class LocationNetwork(nn.Module):
+    def __init__(self, input_size, output_size, std):
+        super().__init__()
+
+        self.std = std
+
+        hid_size = input_size // 2
+        self.fc = nn.Linear(input_size, hid_size)
+        self.fc_lt = nn.Linear(hid_size, output_size)
+
+    def forward(self, h_t):
+        # compute mean
+        feat = F.relu(self.fc(h_t.detach()))
+        mu = torch.tanh(self.fc_lt(feat))
+
+        # reparametrization trick
+        l_t = torch.distributions.Normal(mu, self.std).rsample()
+        l_t = l_t.detach()
+        log_pi = Normal(mu, self.std).log_prob(l_t)
+
+        # we assume both dimensions are independent
+        # 1. pdf of the joint is the product of the pdfs
+        # 2. log of the product is the sum of the logs
+        log_pi = torch.sum(log_pi, dim=1)
+
+        # bound between [-1, 1]
+        l_t = torch.clamp(l_t, -1, 1)
+
+        return log_pi, l_t
+
+
+class BaselineNetwork(nn.Module):
+    def __init__(self, input_size, output_size):
+        super().__init__()
+
+        self.fc = nn.Linear(input_size, output_size)
+
+    def forward(self, h_t):
+        b_t = self.fc(h_t.detach())
+        return b_t
+
+
+class RecurrentAttention(nn.Module):
+    def __init__(
+        self, g, k, s, c, h_g, h_l, std, hidden_size, num_classes,
+    ):
+        super().__init__()
+
+        self.std = std
+
+        self.sensor = GlimpseNetwork(h_g, h_l, g, k, s, c)
+        self.rnn = CoreNetwork(hidden_size, hidden_size)
+        self.locator = LocationNetwork(hidden_size, 2, std)
+        self.classifier = ActionNetwork(hidden_size, num_classes)
+        self.baseliner = BaselineNetwork(hidden_size, 1)
+
+    def forward(self, x, l_t_prev, h_t_prev, last=False):
+        g_t = self.sensor(x, l_t_prev)
+        h_t = self.rnn(g_t, h_t_prev)
+
+        log_pi, l_t = self.locator(h_t)
+        b_t = self.baseliner(h_t).squeeze()
+
+        if last:
+            log_probas = self.classifier(h_t)
+            return h_t, l_t, b_t, log_probas, log_pi
+
+        return h_t, l_t, b_t, log_pi
+
+
+class Trainer:
+    def __init__(self, config, train_loader):
+        self.config = config
+        self.device = torch.device("cpu")
+        self.patch_size = config.patch_size
+        self.glimpse_scale = config.glimpse_scale
+        self.num_patches = config.num_patches
+        self.loc_hidden = config.loc_hidden
+        self.glimpse_hidden = config.glimpse_hidden
+        self.num_glimpses = config.num_glimpses
+        self.hidden_size = config.hidden_size
+        self.std = config.std
+        self.M = config.M
+        self.train_loader = train_loader
+        self.num_classes = 3
+        self.num_channels = 1
+        self.model = RecurrentAttention(
+            self.patch_size,
+            self.num_patches,
+            self.glimpse_scale,
+            self.num_channels,
+            self.loc_hidden,
+            self.glimpse_hidden,
+            self.std,
+            self.hidden_size,
+            self.num_classes,
+        )
+        initialize(self.model)
+        self.model.to(self.device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=self.config.init_lr
+        )
+
+    def reset(self):
+        h_t = torch.zeros(
+            self.batch_size,
+            self.hidden_size,
+            dtype=torch.float,
+            device=self.device,
+            requires_grad=True,
+        )
+        l_t = torch.FloatTensor(self.batch_size, 2).uniform_(-1, 1).to(self.device)
+        l_t.requires_grad = True
+
+        return h_t, l_t
+
+    def train_one_epoch(self, epoch):
+        self.model.train()
+        for i, (x, y) in enumerate(self.train_loader):
+            self.optimizer.zero_grad()
+
+            x, y = x.to(self.device), y.to(self.device)
+
+            # initialize location vector and hidden state
+            self.batch_size = x.shape[0]
+            h_t, l_t = self.reset()
+
+            # save images
+            imgs = []
+            imgs.append(x[0:9])
+
+            # extract the glimpses
+            locs = []
+            log_pi = []
+            baselines = []
+            for t in range(self.num_glimpses - 1):
+                # forward pass through model
+                h_t, l_t, b_t, p = self.model(x, l_t, h_t)
+
+                # store
+                locs.append(l_t[0:9])
+                baselines.append(b_t)
+                log_pi.append(p)
+
+            # last iteration
+            h_t, l_t, b_t, log_probas, p = self.model(x, l_t, h_t, last=True)
+            log_pi.append(p)
+            baselines.append(b_t)
+            locs.append(l_t[0:9])
+
+            # convert list to tensors and reshape
+            baselines = torch.stack(baselines).transpose(1, 0)
+            log_pi = torch.stack(log_pi).transpose(1, 0)
+
+            # calculate reward
+            predicted = torch.max(log_probas, 1)[1]
+            R = (predicted.detach() == y).float()
+            R = R.unsqueeze(1).repeat(1, self.num_glimpses)
+
+            # compute losses for differentiable modules
+            loss_action = F.nll_loss(log_probas, y)
+            loss_baseline = F.mse_loss(baselines, R)
+
+            # compute reinforce loss
+            # summed over timesteps and averaged across batch
+            adjusted_reward = R - baselines.detach()
+            loss_reinforce = torch.sum(-log_pi * adjusted_reward, dim=1)
+            loss_reinforce = torch.mean(loss_reinforce, dim=0)
+
+            # sum up into a hybrid loss
+            loss = loss_action + loss_baseline + loss_reinforce * 0.01
+
+            # compute accuracy
+            correct = (predicted == y).float()
+            acc = 100 * (correct.sum() / len(y))
+
+            # compute gradients and update SGD
+            loss.backward()
+            self.optimizer.step()
+
+            print("Epoch {} batch {}: loss {:.3f} - acc {:.3f}".format(epoch, i, loss.item(), acc.item()))
+            record.append([loss.item(), loss_reinforce.item()])
+            record.append(torch.stack(locs).numpy().copy())
+"""
+
+RAM_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.distributions import Normal\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.distributions import Normal\n",
+    ),
+    (
+        "            loss.backward()\n            self.optimizer.step()\n",
+        "            grads = loss.backward()\n            self.optimizer.step(grads)\n",
+    ),
+]
+
+
+class SharedNormalRsample:
+    """``Normal.rsample()`` of a library drawing its noise from one seeded stream."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+        normal = lib.distributions.Normal
+        self.saved = normal.__dict__.get("rsample")
+
+        def rsample(distribution, sample_shape=()):
+            shape = tuple(sample_shape) + tuple(distribution.batch_shape)
+            noise = lib.tensor(rng.standard_normal(shape), dtype=lib.float32)
+            return distribution.loc + distribution.scale * noise
+
+        normal.rsample = rsample
+        return self
+
+    def __exit__(self, *exc):
+        normal = self.lib.distributions.Normal
+        if self.saved is None:
+            del normal.rsample
+        else:
+            normal.rsample = self.saved
+        return False
+
+
+class _RAMConfig:
+    patch_size = 2
+    glimpse_scale = 2
+    num_patches = 2
+    loc_hidden = 6
+    glimpse_hidden = 6
+    num_glimpses = 3
+    hidden_size = 12  # glimpse_hidden + loc_hidden, as the defaults (128 + 128 = 256)
+    std = 0.05
+    M = 1
+    init_lr = 3e-3
+
+
+def test_recurrent_attention_model_trains_as_torch(capsys):
+    from test_real_ports_65 import SharedUniformFill
+
+    rng = np.random.default_rng(6608)
+    images = rng.uniform(size=(2, 4, 1, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 3, (2, 4))
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = RAM_SOURCE if lib is torch else port(RAM_SOURCE, RAM_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize)
+        loader = [(lib.tensor(x), lib.tensor(y)) for x, y in zip(images, labels)]
+        trainer = names["Trainer"](_RAMConfig, loader)
+        with SharedUniformFill(lib, 6608), SharedNormalRsample(lib, 6608):
+            for epoch in range(2):
+                trainer.train_one_epoch(epoch)
+        record.append({k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()})
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
