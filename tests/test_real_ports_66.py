@@ -1260,8 +1260,16 @@ def test_in_place_view_ops_reshape_a_view_that_still_aliases_its_base_as_torch_s
         grid.transpose_(0, 1).unsqueeze_(1).squeeze_()
         assert grid.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
         column = lib.ones(1, 3)
-        assert tuple(column.squeeze_(0).shape) == (3,)
+        assert tuple(column.squeeze_(dim=0).shape) == (3,)
         assert tuple(column.squeeze_().shape) == (3,)  # no dimension of size 1 left
+        assert tuple(lib.ones(1, 3, 1).squeeze_((0, 2)).shape) == (3,)
+    # a refused dimension leaves the view as it was, still aliasing its base
+    base = rg.zeros(3, 4)
+    row = base[2]
+    with pytest.raises(rg.ShapeError, match="dimension 5 is out of range"):
+        row.unsqueeze_(5)
+    base[2, 0] = 1.0
+    assert row.numpy().tolist() == [1, 0, 0, 0]
     # in the graph: the gradient reaches what the reshaped tensor was taken from
     weight = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
     first = (weight * 2.0)[0]

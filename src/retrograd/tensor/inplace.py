@@ -314,6 +314,8 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
                 f"{op[:-1]} out of place"
             )
         return assign(tensor, make(untracked(tensor)), op, check_shape=False)
+    with no_grad():
+        make(untracked(tensor))  # a bad dimension refused before anything is rewired
     former = type(tensor)._result(tensor._prim, tensor._backend, tensor._device)
     taken = tensor._view
     if taken is not None:
@@ -627,10 +629,12 @@ class InplaceMixin:
         place, still aliasing what it aliased (``x[t].unsqueeze_(0)`` stays a view of ``x``)."""
         return _view_in_place(self, "unsqueeze_", lambda t: t.unsqueeze(dim))
 
-    def squeeze_(self, *dim: Any) -> Any:
-        """torch's ``squeeze_``: this tensor without its size-1 dimensions (or ``dim``'s), in
-        place, still aliasing what it aliased."""
-        return _view_in_place(self, "squeeze_", lambda t: t.squeeze(*dim))
+    def squeeze_(self, dim: Any = None) -> Any:
+        """torch's ``squeeze_``: this tensor without its size-1 dimensions (or ``dim``'s, an
+        int or a tuple), in place, still aliasing what it aliased."""
+        return _view_in_place(
+            self, "squeeze_", lambda t: t.squeeze() if dim is None else t.squeeze(dim)
+        )
 
     def transpose_(self, dim0: int, dim1: int) -> Any:
         """torch's ``transpose_``: this tensor with ``dim0`` and ``dim1`` swapped, in place,
