@@ -384,14 +384,22 @@ class Optimizer:
         """Nothing to do: gradients are the value ``backward()`` returns. Kept so that
         PyTorch training loops port unchanged."""
 
-    def step(self, grads: Any = None) -> Any:
+    def step(self, grads: Any = None, closure: Any = None) -> Any:
         """Update every parameter that has a gradient in ``grads`` (what ``backward()``
         returned); parameters without one are left as they are, as in PyTorch.
 
-        ``step(closure)``, as in torch: the closure re-evaluates the model and returns
-        ``(loss, grads)`` (:mod:`.closure`); the step uses its gradients and returns its loss.
-        torch's ``step()`` without gradients (kept on the parameters there) is refused with an
-        error that says what to write instead."""
+        ``step(closure)`` or ``step(closure=closure)``, as in torch: the closure re-evaluates
+        the model and returns ``(loss, grads)`` (:mod:`.closure`); the step uses its gradients
+        and returns its loss (``closure=None``, torch's default that programs spell out, is no
+        closure). torch's ``step()`` without gradients (kept on the parameters there) is
+        refused with an error that says what to write instead."""
+        if closure is not None:
+            if grads is not None:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.step: got both gradients and a closure; pass the "
+                    "gradients backward() returned, or a closure that returns (loss, grads)"
+                )
+            grads = closure
         if callable(grads):
             loss, grads = evaluate_closure(grads, f"{type(self).__name__}.step")
             self.step(grads)

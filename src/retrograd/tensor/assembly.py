@@ -31,7 +31,7 @@ from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, int_argument, int_arguments, lift
 from .creation import tensor, zeros
 from .functions import _method, lift_input
-from .shape import cat, stack
+from .shape import cat, refuse_one_tensor, stack
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<name>(*args, **kwargs)``
 _METHODS = [
@@ -96,6 +96,7 @@ def atleast_3d(*tensors: Any) -> Any:
 
 def column_stack(tensors: Sequence[Any]) -> Any:
     """The tensors as columns side by side (a 1-d or 0-d one as one column)."""
+    refuse_one_tensor("column_stack", tensors)
     columns = [
         t.reshape((-1, 1)) if t.ndim <= 1 else t for t in _tensors("column_stack", (tensors,))
     ]
@@ -104,11 +105,13 @@ def column_stack(tensors: Sequence[Any]) -> Any:
 
 def row_stack(tensors: Sequence[Any]) -> Any:
     """``vstack``: the tensors as rows, one under another."""
+    refuse_one_tensor("row_stack", tensors)
     return cat(list(atleast_2d(*_tensors("row_stack", (tensors,)))), 0)
 
 
 def dstack(tensors: Sequence[Any]) -> Any:
     """The tensors stacked along the third dimension (after :func:`atleast_3d`)."""
+    refuse_one_tensor("dstack", tensors)
     parts = atleast_3d(*_tensors("dstack", (tensors,)))
     return cat(list(parts) if isinstance(parts, tuple) else [parts], 2)
 

@@ -38,7 +38,7 @@ from ._dispatch import (
 )
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
-from .shape import cat
+from .shape import cat, refuse_one_tensor
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<method>(*args, **kwargs)``.
 _METHODS = {
@@ -552,6 +552,7 @@ def broadcast_tensors(*tensors: Any) -> tuple[Any, ...]:
 
 
 def concat(tensors: Sequence[Any], dim: int = 0) -> Any:
+    refuse_one_tensor("concat", tensors)
     return cat(tensors, dim)
 
 
@@ -559,11 +560,13 @@ concatenate = concat
 
 
 def hstack(tensors: Sequence[Any]) -> Any:
+    refuse_one_tensor("hstack", tensors)
     tensors = list(tensors)
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
 def vstack(tensors: Sequence[Any]) -> Any:
+    refuse_one_tensor("vstack", tensors)
     return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
 
 

@@ -26,6 +26,7 @@ import math
 import numbers
 from contextlib import nullcontext
 from typing import Any
+from weakref import ref
 
 import numpy as np
 
@@ -48,7 +49,17 @@ from .dtypes import can_cast, canonical_dtype
 from .elementwise import _given, _sum_dtype
 from .ownership import sole_buffer
 from .shape import shape_arg
-from .views import detached_values, outside_graph, refresh, remember_leaf, root_of, write
+from .views import (
+    BASE,
+    KIND,
+    PARAMS,
+    detached_values,
+    outside_graph,
+    refresh,
+    remember_leaf,
+    root_of,
+    write,
+)
 
 __all__ = ["InplaceMixin", "assign", "foreach_mul_"]
 
@@ -281,6 +292,58 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
+    """``tensor`` made ``make(tensor)`` in place, as torch's in-place view ops change only a
+    tensor's shape and strides: what ``tensor`` was lives on as a tensor of its own that takes
+    over its link to its base and its views, and ``tensor`` becomes a view of it, so a write
+    through ``tensor`` (or a view taken before) still reaches the base and each sees the
+    other's. A leaf that requires grad is refused, as torch refuses it (under ``no_grad``
+    it is reshaped as a leaf when nothing aliases it)."""
+    leaf = tensor.requires_grad and tensor.is_leaf
+    if leaf and is_grad_enabled():
+        raise AutodiffError(
+            f"{op}: a leaf tensor that requires grad cannot be changed in place (shape "
+            f"{shape_text(tensor.shape)}); use the out-of-place op ({op[:-1]}) or no_grad()"
+        )
+    if leaf:
+        if tensor._view is not None or any(r() is not None for r in tensor._views or ()):
+            raise InvalidArgumentError(
+                f"{op}: the {shape_text(tensor.shape)} leaf is a view or has views; apply "
+                f"{op[:-1]} out of place"
+            )
+        return assign(tensor, make(untracked(tensor)), op, check_shape=False)
+    with no_grad():
+        make(untracked(tensor))  # a bad dimension refused before anything is rewired
+    former = type(tensor)._result(tensor._prim, tensor._backend, tensor._device)
+    taken = tensor._view
+    if taken is not None:
+        former._view = taken
+        base = taken[BASE]
+        base._views = [ref(former) if r() is tensor else r for r in base._views]
+    if tensor._views:
+        former._views = tensor._views
+        for r in former._views:
+            view = r()
+            if view is not None:
+                view._view = (former, view._view[KIND], view._view[PARAMS])
+        tensor._views = None
+    made = make(former)
+    tensor._prim = made._prim
+    if made._view is not None and made._view[BASE] is former:
+        tensor._view = made._view
+        former._views = [ref(tensor) if r() is made else r for r in former._views]
+    else:  # nothing to change (``squeeze_`` of no size-1 dimension): as it was
+        tensor._view = taken
+        if taken is not None:
+            base._views = [ref(tensor) if r() is former else r for r in base._views]
+        tensor._views = former._views
+        for r in tensor._views or ():
+            view = r()
+            if view is not None:
+                view._view = (tensor, view._view[KIND], view._view[PARAMS])
+    return tensor
 
 
 class InplaceMixin:
@@ -559,6 +622,30 @@ class InplaceMixin:
         if not isinstance(other, TensorBase):
             raise DTypeError(f"resize_as_: expected a tensor, got {type(other).__name__}")
         return self.resize_(tuple(other.shape))
+
+    # -- in-place view ops: the same tensor object, another shape over the same elements ---
+    def unsqueeze_(self, dim: int) -> Any:
+        """torch's ``unsqueeze_``: this tensor given a dimension of size 1 at ``dim``, in
+        place, still aliasing what it aliased (``x[t].unsqueeze_(0)`` stays a view of ``x``)."""
+        return _view_in_place(self, "unsqueeze_", lambda t: t.unsqueeze(dim))
+
+    def squeeze_(self, dim: Any = None) -> Any:
+        """torch's ``squeeze_``: this tensor without its size-1 dimensions (or ``dim``'s, an
+        int or a tuple), in place, still aliasing what it aliased."""
+        return _view_in_place(
+            self, "squeeze_", lambda t: t.squeeze() if dim is None else t.squeeze(dim)
+        )
+
+    def transpose_(self, dim0: int, dim1: int) -> Any:
+        """torch's ``transpose_``: this tensor with ``dim0`` and ``dim1`` swapped, in place,
+        still aliasing what it aliased."""
+        return _view_in_place(self, "transpose_", lambda t: t.transpose(dim0, dim1))
+
+    swapdims_ = swapaxes_ = transpose_
+
+    def t_(self) -> Any:
+        """torch's ``t_``: this (at most 2-d) tensor transposed in place."""
+        return _view_in_place(self, "t_", lambda t: t.t())
 
     # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
     def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)

@@ -554,6 +554,17 @@ class ShapeMixin:
 
 
 # -- joining -------------------------------------------------------------------------------------
+def refuse_one_tensor(op: str, tensors: Any) -> None:
+    """torch's refusal of a tensor where a sequence of tensors is due (``torch.cat(t)``):
+    iterating it would silently join its slices, as ``torch.cat(h[-2:], dim=-1)`` for
+    ``torch.cat((h[-2], h[-1]), dim=-1)`` would."""
+    if isinstance(tensors, TensorBase):
+        raise DTypeError(
+            f"{op}(): argument 'tensors' must be a tuple or list of Tensors, not a Tensor "
+            f"(of shape {shape_text(tensors.shape)})"
+        )
+
+
 def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Concatenate along ``dim``; the other dimensions must match.
 
@@ -561,6 +572,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     >>> rg.cat([rg.zeros((1, 2)), rg.ones((2, 2))], 0).shape
     (3, 2)
     """
+    refuse_one_tensor("cat", tensors)
     tensors = [t.values if isinstance(t, ValuesAndIndices) else t for t in tensors]
     if not tensors:
         raise ShapeError("cat: needs at least one tensor")
@@ -597,6 +609,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
 def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Stack equal-shaped tensors along a new dimension ``dim`` (negative counts from the
     output's end)."""
+    refuse_one_tensor("stack", tensors)
     tensors = list(tensors)
     if not tensors:
         raise ShapeError("stack: needs at least one tensor")
