@@ -76,6 +76,8 @@ LAYERS = {
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm
     "optim": 7,
+    # torch.ao's quantization stubs and FloatFunctional: nn modules computing in float
+    "ao": 7,
     "capture": 8,  # records and replays whole steps: forward, backward and optimizer
     "__init__": 9,  # the public namespace ``rg``
     "app": 10,

@@ -148,7 +148,9 @@ def _total_norm(gradients):
 
 
 def _clip_expected(gradients, max_norm):
-    factor = np.float32(min(max_norm / (_total_norm(gradients) + 1e-6), 1.0))
+    # as torch's: the total in the gradients' float32, the factor computed in float32
+    total = np.float32(_total_norm(gradients))
+    factor = min(np.float32(max_norm) / (total + np.float32(1e-6)), np.float32(1.0))
     return [g * factor for g in gradients]
 
 

@@ -67,6 +67,7 @@ import sys as _sys
 from . import (
     accelerator,
     amp,
+    ao,
     autograd,
     backends,
     cuda,
@@ -340,6 +341,7 @@ __all__ += [
 __all__ += [
     "Generator",
     "accelerator",
+    "ao",
     "channels_last",
     "channels_last_3d",
     "contiguous_format",

@@ -18,6 +18,7 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "NonFiniteError",
     "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
@@ -65,6 +66,12 @@ class AutodiffError(RetrogradError, RuntimeError):
 class UninitializedError(InvalidArgumentError, RuntimeError):
     """Use of a lazy module's parameter before its first call set its shape: the
     ``ValueError`` torch's ops raise there, and the ``RuntimeError`` of its ``shape``."""
+
+
+class NonFiniteError(InvalidArgumentError, RuntimeError):
+    """A value that had to be finite was not (``clip_grad_norm_(..., error_if_nonfinite=True)``
+    of a NaN or infinite norm): an :class:`InvalidArgumentError` of the hierarchy and the
+    ``RuntimeError`` torch raises there."""
 
 
 class OutOfMemoryError(RetrogradError, MemoryError):

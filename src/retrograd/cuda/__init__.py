@@ -18,9 +18,18 @@ from typing import Any
 from ..backend.accelerators import cuda_call, cuda_device_count
 from ..device import Device
 from ..errors import InvalidArgumentError
+from ..tensor.legacy import cuda_legacy
 from . import amp
 
 __all__ = [
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
     "amp",
     "current_device",
     "device_count",
@@ -28,6 +37,7 @@ __all__ = [
     "initial_seed",
     "ipc_collect",
     "is_available",
+    "is_bf16_supported",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
@@ -45,6 +55,14 @@ __all__ = [
 def is_available() -> bool:
     """Whether a CUDA device can be used (through ``rg.TorchBackend("cuda")``)."""
     return cuda_device_count() > 0
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the current CUDA device computes in bfloat16 (torch's answer; False without a
+    CUDA device, as torch's)."""
+    if cuda_device_count() == 0:
+        return False
+    return bool(cuda_call("is_bf16_supported", including_emulation))
 
 
 def device_count() -> int:
@@ -173,3 +191,14 @@ def memory_reserved(device: Any = None) -> int:
 def max_memory_reserved(device: Any = None) -> int:
     """The peak of :func:`memory_reserved` since the last reset (0 without a device)."""
     return _counter("max_memory_reserved", device)
+
+
+# torch's legacy CUDA tensor types (``torch.cuda.FloatTensor``...): tensors on the GPU
+FloatTensor = cuda_legacy("FloatTensor")
+DoubleTensor = cuda_legacy("DoubleTensor")
+HalfTensor = cuda_legacy("HalfTensor")
+BFloat16Tensor = cuda_legacy("BFloat16Tensor")
+LongTensor = cuda_legacy("LongTensor")
+IntTensor = cuda_legacy("IntTensor")
+ByteTensor = cuda_legacy("ByteTensor")
+BoolTensor = cuda_legacy("BoolTensor")

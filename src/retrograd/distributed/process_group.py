@@ -321,6 +321,20 @@ def get_world_size(group: Any = None) -> int:
     return default_context("get_world_size").world_size
 
 
+def get_default_backend_for_device(device: Any) -> str:
+    """torch's choice of collective backend for a device: ``"gloo"`` for the CPU, ``"nccl"``
+    for a GPU (a device string, with or without an index, or an ``rg.device``)."""
+    kind = device if isinstance(device, str) else getattr(device, "type", None)
+    kind = str(kind).split(":")[0]
+    backends = {"cpu": "gloo", "cuda": "nccl"}
+    if kind not in backends:
+        raise InvalidArgumentError(
+            f"get_default_backend_for_device: no default backend is registered for device "
+            f"{device!r} (known: 'cpu' -> 'gloo', 'cuda' -> 'nccl')"
+        )
+    return backends[kind]
+
+
 def get_backend(group: Any = None) -> str:
     default_context("get_backend")
     return _state()["backend"]

@@ -9,7 +9,7 @@
 """
 
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
-from . import attention, functional, init, modules, parallel, utils
+from . import attention, functional, init, modules, parallel, quantized, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
 from .parallel import DataParallel
 from .parameter import Buffer, Parameter
@@ -23,5 +23,6 @@ __all__ = [
     "functional",
     "init",
     "parallel",
+    "quantized",
     "utils",
 ]

@@ -47,6 +47,7 @@ from ..errors import (
     translate,
 )
 from .pairs import ValuesAndIndices
+from .strides import elementwise_strides, is_contiguous, strides_of
 
 __all__ = [
     "COMMON",
@@ -61,6 +62,7 @@ __all__ = [
     "check_same_dtype",
     "check_scalar",
     "dispatch",
+    "follow_layout",
     "from_host",
     "int_argument",
     "int_arguments",
@@ -106,6 +108,13 @@ class TensorBase:
     """
 
     __slots__ = ("__weakref__", "_backend", "_device", "_prim")
+
+    #: How this tensor was taken from a base (:mod:`.views`) and, for a tensor that is no
+    #: view, the strides torch would give it when they are not row-major (an elementwise
+    #: op's result follows its operands' layout, as torch's): both ``None`` for the common,
+    #: contiguous tensor, so an op checks two attributes to know there is nothing to follow.
+    _view: Any = None
+    _layout: Any = None
 
     #: The class of what an operation on this tensor returns: the class itself, unless a
     #: subclass names another in its body. ``nn.Parameter`` names ``Tensor``: ``2 * weight``
@@ -497,7 +506,11 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
     a ``staticmethod``)."""
     if op.__class__ is not TensorOp:  # a kernel name: the operands fit as they are
-        return _run(op, op, inputs, params)
+        result = _run(op, op, inputs, params)
+        first = inputs[0]
+        if (first._view is not None or first._layout is not None) and op in _LAYOUT_KERNELS:
+            follow_layout(result, inputs)
+        return result
     rule = op.promote
     if rule is not None:  # a binary elementwise op
         a, b = inputs
@@ -516,6 +529,13 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                         raise translate(op.name, error, backend, inputs)  # noqa: B904 (errors.translate)
                     result = _new(kind._result)  # TensorBase.__init__, inlined (a Python call less)
                     result._prim, result._backend, result._device = out, backend, a._device
+                    if (
+                        a._view is not None
+                        or a._layout is not None
+                        or b._view is not None
+                        or b._layout is not None
+                    ):
+                        follow_layout(result, (a, b))
                     return result
         elif op.scalar is not None:  # a Python number with a float tensor, either side
             other = type(b)
@@ -535,14 +555,23 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                     raise translate(op.name, error, backend, (t,))  # noqa: B904
                 result = _new(type(t)._result)
                 result._prim, result._backend, result._device = out, backend, t._device
+                if t._view is not None or t._layout is not None:
+                    follow_layout(result, (t,))
                 return result
-        return _binary(op, inputs[0], inputs[1], params)
+        result = _binary(op, a, b, params)
+        operands = [v for v in (a, b) if isinstance(v, TensorBase)]
+        if any(v._view is not None or v._layout is not None for v in operands):
+            follow_layout(result, operands)
+        return result
     if not op.floats:
         return _run(op.name, op.kernel, inputs, params)
     x = inputs[0]  # a unary op computed in float
     backend, prim = x._backend, x._prim
     if backend.dtype(prim) not in FLOAT_DTYPES:
-        return _run(op.name, op.kernel, (x.cast(default_float_dtype()), *inputs[1:]), params)
+        result = _run(op.name, op.kernel, (x.cast(default_float_dtype()), *inputs[1:]), params)
+        if (x._view is not None or x._layout is not None) and op.kernel in _LAYOUT_KERNELS:
+            follow_layout(result, (x,))
+        return result
     try:  # without params, a plain call: CPython inlines a Python kernel's frame then
         out = (
             getattr(backend, op.kernel)(prim, *params)
@@ -553,7 +582,91 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
         raise translate(op.name, error, backend, inputs)  # noqa: B904
     result = _new(type(x)._result)
     result._prim, result._backend, result._device = out, backend, x._device
+    if (x._view is not None or x._layout is not None) and op.kernel in _LAYOUT_KERNELS:
+        follow_layout(result, (x,))
     return result
+
+
+#: The elementwise kernels besides the binary ops with a promotion rule (all elementwise):
+#: their result follows a non-contiguous operand's layout (torch's ``TensorIterator``); the
+#: others (reductions, softmax, shape ops) make row-major results, as torch's do.
+_LAYOUT_KERNELS = frozenset(
+    [
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "sqrt",
+        "recip",
+        "sin",
+        "cos",
+        "tan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asin",
+        "acos",
+        "atan",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "erfc",
+        "relu",
+        "gelu",
+        "sigmoid",
+        "log_sigmoid",
+        "silu",
+        "softplus",
+        "leaky_relu",
+        "lgamma",
+        "digamma",
+        "polygamma",
+        "i0",
+        "abs",
+        "neg",
+        "sign",
+        "round",
+        "trunc",
+        "floor",
+        "ceil",
+        "square",
+        "signbit",
+        "is_nan",
+        "is_inf",
+        "logical_not",
+        "clamp",
+        "pow",
+        "pow_scalar",
+        "floor_divide",
+        "bitwise_not",
+        "bitwise_and",
+        "bitwise_or",
+        "bitwise_xor",
+        "bitwise_left_shift",
+        "bitwise_right_shift",
+        "nextafter",
+        "gcd",
+        "lcm",
+        "cast",
+        "mask_where",
+    ]
+)
+
+
+def follow_layout(result: Any, operands: Sequence[Any]) -> None:
+    """Give ``result``, the output of an elementwise op on ``operands`` (one of them not a
+    contiguous root tensor), the strides torch's would have (:func:`.strides.elementwise_strides`),
+    where they are not row-major."""
+    if not isinstance(result, TensorBase):
+        return
+    shape = tuple(result._backend.shape(result._prim))
+    tensors = [t for t in operands if isinstance(t, TensorBase)]
+    if any(len(t.shape) > len(shape) for t in tensors):
+        return  # (not an elementwise result: nothing to follow)
+    strides = elementwise_strides(shape, [(tuple(t.shape), strides_of(t)) for t in tensors])
+    if strides is not None and not is_contiguous(shape, strides):
+        result._layout = (shape, strides)
 
 
 def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:

@@ -64,13 +64,14 @@ from .dtypes import (
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
-from .layouts import check_memory_format, strided
+from .layouts import check_memory_format, preserve_format, strided
 from .printing import array2string_options
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
 from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
+from .strides import is_contiguous, non_overlapping_and_dense, strides_of
 from .views import link, unlink
 
 __all__ = ["Tensor"]
@@ -369,10 +370,12 @@ class Tensor(
     def type(self, dtype: Any = None, non_blocking: bool = False) -> Any:
         """Without ``dtype``, the type's name (``"retrograd.FloatTensor"``, as torch's
         ``"torch.FloatTensor"``); with one (a dtype, a legacy type such as
-        ``rg.LongTensor``, or its name), this tensor cast to it."""
+        ``rg.LongTensor``, or its name), this tensor cast to it (and moved to the GPU for
+        a CUDA type such as ``rg.cuda.FloatTensor``)."""
         if dtype is None:
             return legacy_type_name(self.dtype)
-        return self.cast(legacy_type_dtype(dtype))
+        cast = self.cast(legacy_type_dtype(dtype))
+        return cast.to("cuda") if getattr(dtype, "device_kind", None) == "cuda" else cast
 
     def type_as(self, other: Tensor) -> Tensor:
         """This tensor cast to ``other``'s dtype."""
@@ -529,12 +532,22 @@ class Tensor(
     # -- copies and the value outside the graph -----------------------------------------------
     def clone(self, *, memory_format: Any = None) -> Tensor:
         """A new tensor with the same values, the gradient flowing back to this one; it
-        aliases nothing (an in-place op on either leaves the other alone)."""
+        aliases nothing (an in-place op on either leaves the other alone). As torch's
+        ``preserve_format`` (the default), the copy of a permuted tensor (non-overlapping
+        and dense) keeps its strides: ``x.t().clone().stride()`` is ``x.t()``'s."""
         backend = self._backend
         if backend.is_autodiff and backend.is_require_grad(self._prim):
             # torch's clone of a leaf is not a leaf: record an identity op on the graph
-            return apply("reshape", (self,), (self.shape,))
-        return Tensor(self._prim, backend, self._device)
+            out = apply("reshape", (self,), (self.shape,))
+        else:
+            out = Tensor(self._prim, backend, self._device)
+        if (self._view is not None or self._layout is not None) and (
+            memory_format is None or memory_format is preserve_format
+        ):
+            shape, strides = self.shape, strides_of(self)
+            if non_overlapping_and_dense(shape, strides) and not is_contiguous(shape, strides):
+                out._layout = (shape, strides)
+        return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:
         """``copy.deepcopy``: a new leaf of this tensor's class (a ``Parameter`` stays one) on

@@ -55,6 +55,7 @@ _METHODS = {
         "argmax",
         "argmin",
         "argsort",
+        "as_strided",
         "bmm",
         "ceil",
         "chunk",

@@ -44,9 +44,9 @@ from ._dispatch import (
     wrap,
 )
 from .shape import stack
+from .views import as_strided_of, link
 from .views import diagonal_assign as _diagonal_assign
 from .views import diagonal_of as _diagonal
-from .views import link
 
 __all__ = ["IndexingMixin", "check_indices", "tril", "triu"]
 
@@ -515,6 +515,40 @@ class IndexingMixin:
         params = _diagonal_params("diagonal", self.ndim, offset, dim1, dim2)
         return link(_diagonal(self, params), self, "diagonal", params)
 
+    def as_strided(self, size: Sequence[int], stride: Sequence[int],
+                   storage_offset: int = 0) -> Any:  # fmt: skip
+        """torch's ``as_strided`` over this tensor's elements in row-major order (its storage
+        when it is contiguous): element ``i`` of the view is element ``storage_offset +
+        sum(i_k * stride_k)`` of ``self.reshape(-1)``. A view (writes through it reach this
+        tensor, unless two of its elements are one); the gradient adds each incoming
+        element into the position it was taken from, as torch's."""
+        size, stride = _as_strided_sizes("size", size), _as_strided_sizes("stride", stride)
+        offset = int_argument("as_strided", storage_offset, "storage_offset")
+        if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
+            raise DTypeError(f"as_strided: storage_offset must be an int, got {offset!r}")
+        if len(size) != len(stride):
+            raise ShapeError(
+                f"as_strided: size {list(size)} and stride {list(stride)} differ in length"
+            )
+        if any(n < 0 for n in size):
+            raise ShapeError(f"as_strided: sizes must be non-negative, got {list(size)}")
+        if any(s < 0 for s in stride):
+            raise ShapeError(
+                f"as_strided: negative strides are not supported (as in torch), got {list(stride)}"
+            )
+        if offset < 0:
+            raise ShapeError(f"as_strided: storage_offset must be non-negative, got {offset}")
+        available = math.prod(self.shape)
+        needed = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+        if needed > available:
+            raise ShapeError(
+                f"as_strided: size {list(size)}, stride {list(stride)} and storage_offset "
+                f"{offset} reach element {needed - 1}, out of bounds for the "
+                f"{available} elements of the input of shape {shape_text(self.shape)}"
+            )
+        params = (size, stride, int(offset))
+        return link(as_strided_of(self, params), self, "as_strided", params)
+
     def diagonal_scatter(self, src: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
         """A copy with ``src`` (cast to this dtype) written on the diagonal that
         :meth:`diagonal` with the same arguments takes."""
@@ -947,3 +981,13 @@ def _one_dim(index: Any) -> Any:
     if isinstance(index, TensorBase) and index.ndim == 0:
         return index.reshape((1,))
     return index
+
+
+def _as_strided_sizes(name: str, values: Any) -> tuple[int, ...]:
+    """``as_strided``'s ``size`` or ``stride``: a sequence of ints (0-d int tensors too)."""
+    if isinstance(values, TensorBase) or not isinstance(values, Sequence):
+        raise DTypeError(f"as_strided: {name} must be a sequence of ints, got {values!r}")
+    out = tuple(int_argument("as_strided", v, name) for v in values)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in out):
+        raise DTypeError(f"as_strided: {name} must be a sequence of ints, got {list(values)!r}")
+    return tuple(int(v) for v in out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from ..backend.accelerators import cuda_device_count
 from ..errors import DTypeError, ShapeError
 from ._dispatch import TensorBase
 from .core import Tensor
@@ -90,5 +91,39 @@ LongTensor = _legacy("LongTensor")
 IntTensor = _legacy("IntTensor")
 ByteTensor = _legacy("ByteTensor")
 BoolTensor = _legacy("BoolTensor")
+
+
+class _CudaLegacyMeta(_LegacyMeta):
+    """``isinstance(t, rg.cuda.FloatTensor)``: a retrograd tensor of that dtype on a GPU."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        device = getattr(instance, "device", None)
+        return super().__instancecheck__(instance) and getattr(device, "kind", None) == "cuda"
+
+    def __repr__(cls) -> str:
+        return f"<class 'retrograd.cuda.{cls.__name__}'>"
+
+
+class _CudaLegacyTensor(metaclass=_CudaLegacyMeta):
+    dtype_name = "float32"
+    device_kind = "cuda"
+
+    def __new__(cls, *args: Any, device: Any = None) -> Any:  # type: ignore[misc]
+        fn = f"cuda.{cls.__name__}"
+        if cuda_device_count() == 0:
+            raise DTypeError(
+                f"type retrograd.{fn} not available: no CUDA device (torch sees none, or torch "
+                f"is not installed); use rg.{cls.__name__} for a tensor on the CPU"
+            )
+        dtype = canonical_dtype(fn, cls.dtype_name)
+        return legacy_new(fn, dtype, args, "cuda" if device is None else device)
+
+
+def cuda_legacy(name: str) -> type:
+    """The CUDA form of the legacy type ``name`` (``rg.cuda.FloatTensor``)."""
+    return _CudaLegacyMeta(
+        name, (_CudaLegacyTensor,), {"dtype_name": _DTYPES[name], "__slots__": ()}
+    )
+
 
 Tensor._legacy_new = staticmethod(legacy_new)  # ``rg.Tensor(2, 3)`` (see ``Tensor.__new__``)

@@ -798,7 +798,9 @@ class SelectionMixin:
         or over the increasing edges of a 1-d tensor ``bins``; the last bin holds its right
         edge, values outside are not counted. ``weight`` (the input's shape) sums weights
         instead of counting; ``density`` divides by the total and the bin widths. Not
-        differentiable, as torch's."""
+        differentiable, as torch's: where an input requires grad the outputs do too, and
+        backward through them raises. Edges that decrease are refused (torch's counts for
+        them follow no rule)."""
         fn = "histogram"
         if out is not None:
             raise InvalidArgumentError(f"{fn}: out= is not supported; use the returned tuple")
@@ -817,6 +819,12 @@ class SelectionMixin:
             if bins.shape[0] < 1:
                 raise ShapeError(f"{fn}: bins must hold at least one edge")
             edges = bins.detach().numpy().astype(kind)
+            if np.any(edges[1:] < edges[:-1]):
+                # torch counts these by a binary search that assumes order (values land in
+                # bins they are not in); numpy's rule instead: a clear refusal
+                raise InvalidArgumentError(
+                    f"{fn}: bin edges must be non-decreasing, got {edges.tolist()}"
+                )
         else:
             count = int_argument(fn, bins, "bins")
             if not isinstance(count, numbers.Integral) or isinstance(count, bool):
@@ -848,7 +856,16 @@ class SelectionMixin:
             if density:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     hist = hist / hist.sum(dtype=kind) / np.diff(edges)
-        return HistogramResult(self._host(hist, self.dtype), self._host(edges, self.dtype))
+        hist, edges = self._host(hist, self.dtype), self._host(edges, self.dtype)
+        # torch's outputs require grad where an input does, and backward through them raises
+        for source in (self, bins, weight):
+            if isinstance(source, TensorBase) and source.requires_grad:
+                hist, edges = (
+                    source._apply("refused_derivative", (source, result), ("histogram",))
+                    for result in (hist, edges)
+                )
+                break
+        return HistogramResult(hist, edges)
 
     def _histogram_edges(
         self, fn: str, values: np.ndarray, count: int, bounds: Sequence[float] | None

@@ -79,7 +79,7 @@ class ShapeMixin:
         aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
         ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
         check_memory_format("contiguous", memory_format, self.ndim)
-        if getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self)):
+        if _row_major(self) or is_contiguous(self.shape, strides_of(self)):
             return self
         # an expanded tensor may hold far fewer values than its shape says (a broadcast):
         # torch copies it out here, so a shape no machine holds is refused before the copy
@@ -89,7 +89,7 @@ class ShapeMixin:
     def is_contiguous(self, memory_format: Any = None) -> bool:
         """torch's row-major contiguity; another memory format raises (:mod:`.layouts`)."""
         refuse_format_query("is_contiguous", memory_format, self.ndim)
-        return getattr(self, "_view", None) is None or is_contiguous(self.shape, strides_of(self))
+        return _row_major(self) or is_contiguous(self.shape, strides_of(self))
 
     def stride(self, dim: int | None = None) -> Any:
         """The strides torch would give this tensor (elements, not bytes)."""
@@ -515,7 +515,23 @@ class ShapeMixin:
         a tuple, as torch's."""
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
+        if isinstance(split_size, TensorBase):
+            # torch's Tensor.split reads a tensor as int(split_size): any one-element tensor,
+            # truncated (a 0-d float 2.0 is 2)
+            if math.prod(split_size.shape) != 1:
+                raise ShapeError(
+                    f"split: a tensor split_size must hold one element, got shape "
+                    f"{shape_text(split_size.shape)}"
+                )
+            split_size = int(split_size.item())
         split_size = int_arguments("split", split_size, "split_size")
+        if isinstance(split_size, bool) or not isinstance(
+            split_size, numbers.Integral | list | tuple
+        ):
+            raise DTypeError(
+                f"split: split_size must be an int or a sequence of ints, got "
+                f"{type(split_size).__name__} {split_size!r}"
+            )
         if isinstance(split_size, numbers.Integral):
             if split_size < 0 or (split_size == 0 and size > 0):
                 raise ShapeError(
@@ -525,6 +541,8 @@ class ShapeMixin:
             # an empty dimension is one empty piece, as in torch
             sizes = [min(split_size, size - s) for s in range(0, size, split_size or 1)] or [0]
         else:
+            if not all(isinstance(n, numbers.Integral) for n in split_size):
+                raise DTypeError(f"split: split sizes must be ints, got {list(split_size)!r}")
             sizes = [int(n) for n in split_size]
             if sum(sizes) != size or any(n < 0 for n in sizes):
                 raise ShapeError(f"split: sizes {sizes} do not add up to dimension size {size}")
@@ -707,13 +725,17 @@ def infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[
     return shape
 
 
+def _row_major(t: Any) -> bool:
+    """Whether ``t`` is known contiguous without computing strides: neither a view nor an
+    elementwise result that follows a non-contiguous operand's layout."""
+    return getattr(t, "_view", None) is None and getattr(t, "_layout", None) is None
+
+
 def _reshaped(op: str, t: Any, target: tuple[int, ...], strict: bool = False) -> Any:
     """``t`` in ``target`` shape: a view of ``t`` where torch's strides allow one (always for
-    a tensor that is not itself a view), else a copy (``strict``: torch's ``view`` error)."""
+    a contiguous tensor), else a copy (``strict``: torch's ``view`` error)."""
     out = t._apply("reshape", (t,), (target,))
-    if getattr(t, "_view", None) is not None and (
-        view_strides(t.shape, strides_of(t), target) is None
-    ):
+    if not _row_major(t) and view_strides(t.shape, strides_of(t), target) is None:
         if strict:
             raise view_error(op, t.shape, target)
         return out

@@ -309,8 +309,9 @@ class SpecialMixin:
 
     def heaviside(self, values: Any) -> Any:
         """0 where ``self < 0``, ``values`` where it is 0, 1 where it is positive (one dtype
-        for both, as torch requires). Not differentiable, as in torch: the result is a
-        constant."""
+        for both, as torch requires). Not differentiable, as in torch: the result of an
+        input that requires grad requires grad too, and backward through it raises
+        (torch's "the derivative for heaviside is not implemented")."""
         values = operand(self, values, "heaviside")
         if values.dtype != self.dtype:
             raise DTypeError(
@@ -320,7 +321,11 @@ class SpecialMixin:
         x, v = untracked(self), untracked(values)
         step = x.greater_elem(0).cast(x.dtype)
         zero = x.equal_elem(0)
-        return where(zero, v, step)
+        out = where(zero, v, step)
+        for source in (self, values):
+            if source.requires_grad:
+                return source._apply("refused_derivative", (source, out), ("heaviside",))
+        return out
 
     def sgn(self) -> Any:
         """:meth:`sign` (torch's ``sgn`` differs only for complex tensors)."""

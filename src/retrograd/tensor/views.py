@@ -40,12 +40,15 @@ import numpy as np
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..errors import ShapeError, shape_text
 from ._dispatch import from_host, lift, untracked
+from .strides import contiguous_strides, is_contiguous, strides_of, view_strides
 
 __all__ = [
     "BASE",
     "KIND",
     "PARAMS",
     "Link",
+    "as_strided_of",
+    "as_strided_positions",
     "contiguous_strides",
     "diagonal_assign",
     "diagonal_of",
@@ -90,6 +93,8 @@ def unlink(t: Any) -> None:
     view = getattr(t, "_view", None)
     if view is not None:
         t._view = None
+    if getattr(t, "_layout", None) is not None:  # new storage: row-major
+        t._layout = None
     for r in getattr(t, "_views", None) or ():
         child = r()
         if child is not None and getattr(child, "_view", None) is not None:
@@ -131,6 +136,8 @@ def _forward(base: Any, kind: str, params: tuple) -> Any:
         return base._apply("unfold", (base,), params)
     if kind == "diagonal":
         return diagonal_of(base, params)
+    if kind == "as_strided":
+        return as_strided_of(base, params)
     if kind == "data":
         backend = base._backend
         if not backend.is_autodiff:
@@ -164,7 +171,14 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         return diagonal_assign(base, params, value)
     if kind == "unfold" and (params[2] >= params[1] or value.shape[params[0]] <= 1):
         return unfold_assign(base, params, value)
-    what = "an expanded tensor" if kind == "expand" else "overlapping windows of unfold"
+    if kind == "as_strided":
+        assigned = as_strided_assign(base, params, value)
+        if assigned is not None:
+            return assigned
+    what = {
+        "expand": "an expanded tensor",
+        "as_strided": "an as_strided view whose strides overlap",
+    }.get(kind, "overlapping windows of unfold")
     raise ShapeError(
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
@@ -364,111 +378,6 @@ def refresh(t: Any) -> None:
 
 
 # -- strides -------------------------------------------------------------------------------------
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """torch's ``is_contiguous``: size-1 dimensions do not count; empty tensors are."""
-    if math.prod(shape) == 0:
-        return True
-    expected = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1:
-            if s != expected:
-                return False
-            expected *= n
-    return True
-
-
-def strides_of(t: Any) -> tuple[int, ...]:
-    """``t``'s strides as torch would have them (a root tensor is contiguous)."""
-    view = getattr(t, "_view", None)
-    if view is None:
-        return contiguous_strides(t.shape)
-    base = view[BASE]
-    strides = strides_of(base)
-    shape = base.shape
-    kind, params = view[KIND], view[PARAMS]
-    if kind == "reshape":
-        new = view_strides(shape, strides, params[0])
-        return new if new is not None else contiguous_strides(params[0])
-    if kind == "permute":
-        return tuple(strides[d] for d in params[0])
-    if kind == "index":
-        return _index_strides(shape, strides, params[3] if len(params) > 3 else None, t.shape)
-    if kind == "expand":
-        target = params[0]
-        lead = len(target) - len(shape)
-        own = [0] * lead + [
-            0 if n == 1 and m != 1 else s for n, m, s in zip(shape, target[lead:], strides)
-        ]
-        return tuple(own)
-    if kind == "unfold":
-        d, _, step = params
-        return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
-    if kind == "diagonal":
-        a, b, _ = params
-        rest = tuple(s for i, s in enumerate(strides) if i not in (a, b))
-        return (*rest, strides[a] + strides[b])
-    return strides  # data, detach
-
-
-def _index_strides(
-    shape: tuple[int, ...], strides: tuple[int, ...], items: Any, out_shape: tuple[int, ...]
-) -> tuple[int, ...]:
-    """Strides after basic indexing; ``items`` says per index item ``("int",)``,
-    ``("slice", step)`` or ``("new",)``."""
-    if items is None:
-        return contiguous_strides(out_shape)
-    out, dim = [], 0
-    for item in items:
-        if item[0] == "new":
-            out.append(strides[dim] * shape[dim] if dim < len(shape) else 1)
-            continue
-        if item[0] == "slice":
-            out.append(strides[dim] * item[1])
-        dim += 1
-    return tuple(out)
-
-
-def view_strides(
-    shape: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...]
-) -> tuple[int, ...] | None:
-    """The strides of ``target`` as a view of a tensor with ``shape`` and ``strides``, or
-    ``None`` where no view exists (torch's ``computeStride``: then ``view`` fails and
-    ``reshape`` copies)."""
-    if math.prod(shape) == 0:
-        return tuple(strides) if tuple(shape) == tuple(target) else contiguous_strides(target)
-    if not shape:
-        return contiguous_strides(target)
-    new = [0] * len(target)
-    view_d = len(target) - 1
-    chunk_base_stride = strides[-1]
-    tensor_numel = view_numel = 1
-    for tensor_d in range(len(shape) - 1, -1, -1):
-        tensor_numel *= shape[tensor_d]
-        if tensor_d == 0 or (
-            shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride
-        ):
-            while view_d >= 0 and (view_numel < tensor_numel or target[view_d] == 1):
-                new[view_d] = view_numel * chunk_base_stride
-                view_numel *= target[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if tensor_d > 0:
-                chunk_base_stride = strides[tensor_d - 1]
-                tensor_numel = view_numel = 1
-    if view_d != -1:
-        return None
-    return tuple(new)
-
-
 def view_error(op: str, shape: tuple[int, ...], target: tuple[int, ...]) -> ShapeError:
     return ShapeError(
         f"{op}: view size {shape_text(target)} is not compatible with the input's size "
@@ -532,3 +441,47 @@ def diagonal_assign(t: Any, params: tuple, values: Any) -> Any:
         return unmerged
     inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
     return unmerged._apply("permute", (unmerged,), (inverse,))
+
+
+# -- as_strided (a view over the base's elements in row-major order) -------------------------
+def as_strided_positions(
+    size: tuple[int, ...], stride: tuple[int, ...], storage_offset: int
+) -> np.ndarray:
+    """The flat (row-major) positions ``storage_offset + sum(i_k * stride_k)`` of every
+    element of an ``as_strided`` view of ``size``, in the view's own row-major order."""
+    positions = np.full((), storage_offset, dtype=np.int64)
+    for n, s in zip(size, stride):
+        positions = positions[..., None] + np.arange(n, dtype=np.int64) * s
+    return positions.reshape(size)
+
+
+def _as_strided_parts(t: Any, params: tuple) -> tuple[Any, Any]:
+    """``t`` flattened and the positions of ``params``'s view in it, as an int64 tensor."""
+    size, stride, offset = params
+    flat = t if t.ndim == 1 else t._apply("reshape", (t,), ((math.prod(t.shape),),))
+    positions = as_strided_positions(size, stride, offset).reshape(-1)
+    index = from_host(type(t)._result, positions, None, t._backend, t._device)
+    return flat, index
+
+
+def as_strided_of(t: Any, params: tuple) -> Any:
+    """The view of ``params`` (``size, stride, storage_offset``) over ``t``'s elements taken in
+    row-major order: a select of those positions, whose gradient adds each incoming element
+    into the position it came from (torch's ``as_strided_backward`` for a contiguous input)."""
+    flat, index = _as_strided_parts(t, params)
+    taken = flat._apply("select", (flat, index), (0,))
+    return taken._apply("reshape", (taken,), (params[0],))
+
+
+def as_strided_assign(t: Any, params: tuple, values: Any) -> Any | None:
+    """``t`` with the elements of its ``as_strided`` view of ``params`` replaced by
+    ``values``; ``None`` where the view holds an element twice (a write there is ambiguous,
+    as torch refuses it)."""
+    flat, index = _as_strided_parts(t, params)
+    positions = as_strided_positions(*params)
+    if np.unique(positions).size != positions.size:
+        return None
+    values = lift(t, values, "as_strided").cast(t.dtype)
+    values = values._apply("reshape", (values,), ((positions.size,),))
+    written = flat._apply("select_assign", (flat, index, values), (0,))
+    return written._apply("reshape", (written,), (t.shape,))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...errors import AutodiffError, InvalidArgumentError
+from ...errors import AutodiffError, InvalidArgumentError, NonFiniteError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
 from ...tensor.inplace import foreach_mul_
@@ -80,10 +80,12 @@ def clip_grad_norm_(
     (``Backend.global_norm``: on NumPy the squares summed in float64 in one pass over each
     gradient, on torch torch's own ``_foreach_norm``); other orders are accumulated in
     float64 whatever the gradients' dtype. The norm comes back as torch's does, a 0-d tensor
-    (float64) on the gradients' backend, so a step reads nothing back from a device
-    (``norm.item()`` reads it where the caller wants it); ``as_tensor=False`` returns a Python
-    float instead (one host read). ``error_if_nonfinite`` raises
-    ``InvalidArgumentError`` for a NaN or infinite norm (a host read). ``foreach`` (torch's
+    in the gradients' dtype (float32 for float32 gradients, float64 when any is float64; the
+    float64 sum rounded once) on the gradients' backend, so a step reads nothing back from a
+    device (``norm.item()`` reads it where the caller wants it); ``as_tensor=False`` returns a
+    Python float instead (one host read). ``error_if_nonfinite`` raises
+    :class:`~retrograd.errors.NonFiniteError` (a ``RuntimeError``, as torch's) for a NaN or
+    infinite norm (a host read), leaving the gradients as they were. ``foreach`` (torch's
     choice of its multi-tensor kernels, the same result) is accepted and changes nothing.
 
     >>> import retrograd as rg
@@ -100,7 +102,7 @@ def clip_grad_norm_(
         raise InvalidArgumentError(f"clip_grad_norm_: norm_type must be a number, got {norm_type}")
     present = _with_gradients(grads, parameters)
     if not present:
-        return zeros((), "float64") if as_tensor else 0.0
+        return zeros(()) if as_tensor else 0.0  # torch's tensor(0.0): the default dtype
     # Without reading a norm on the host: one backend kernel for the 2-norm of untracked
     # gradients; else one running float64 sum (or max), added in parameter order.
     if norm_type == 2.0 and not any(grad.requires_grad for _, grad in present):
@@ -119,8 +121,15 @@ def clip_grad_norm_(
             part = magnitude.sum().cast("float64")
             total = part if total is None else total + part
         total = total.sqrt() if norm_type == 2.0 else total.powf_scalar(1.0 / norm_type)
+    # torch's total is in the gradients' (promoted) dtype, and so is the clipping factor
+    dtypes = {grad.dtype for _, grad in present}
+    total_dtype = (
+        "float64" if "float64" in dtypes else dtypes.pop() if len(dtypes) == 1 else "float32"
+    )
+    if total.dtype != total_dtype:
+        total = total.cast(total_dtype)
     if error_if_nonfinite and not math.isfinite(float(total.item())):
-        raise InvalidArgumentError(
+        raise NonFiniteError(
             f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is "
             f"{float(total.item())}; set error_if_nonfinite=False to clip anyway"
         )
@@ -171,7 +180,7 @@ def get_total_norm(
         norms = [n.cast(norms[0].dtype) for n in norms]
     total = stack(norms).norm(norm_type)
     if error_if_nonfinite and not math.isfinite(float(total.item())):
-        raise InvalidArgumentError(
+        raise NonFiniteError(
             f"get_total_norm: the total norm of order {norm_type} for gradients from "
             f"`parameters` is non-finite ({float(total.item())}), so it cannot be clipped; set "
             "error_if_nonfinite=False to compute it anyway"

@@ -1,0 +1,194 @@
+"""Strides as torch would have them, in elements: row-major ones, torch's contiguity test, and
+the strides of an elementwise op's output, which follow its operands' layout (torch's
+``TensorIterator``: ``x.t().exp()`` has ``x.t()``'s strides, not row-major ones). Values here
+are always computed row-major; the strides are modelled only to answer ``stride()``,
+``is_contiguous()`` and whether ``view`` can be a view, as torch would (:mod:`.views`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "contiguous_strides",
+    "elementwise_strides",
+    "is_contiguous",
+    "non_overlapping_and_dense",
+    "strides_of",
+    "view_strides",
+]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """torch's ``is_contiguous``: size-1 dimensions do not count; empty tensors are."""
+    if math.prod(shape) == 0:
+        return True
+    expected = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
+def non_overlapping_and_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """torch's ``isnon_overlapping_and_dense``: some permutation of the dimensions is
+    contiguous (dimensions of size 0 or 1 do not count)."""
+    order = sorted((d for d in range(len(shape)) if shape[d] >= 2), key=lambda d: strides[d])
+    expected = 1
+    for d in order:
+        if strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def elementwise_strides(
+    shape: tuple[int, ...], operands: list[tuple[tuple[int, ...], tuple[int, ...]]]
+) -> tuple[int, ...] | None:
+    """The strides torch's ``TensorIterator`` gives the output of ``shape`` of an elementwise
+    op on ``operands`` (each ``(shape, strides)``): the operands' own strides when all have
+    the output's shape and one non-overlapping, dense layout (its fast setup); otherwise the
+    dimensions ordered by the operands' strides (``reorder_dimensions``: the first operand
+    whose strides tell two dimensions apart orders them, a broadcast dimension telling
+    nothing) and laid out densely in that order. ``None`` for a 0-d output."""
+    ndim = len(shape)
+    if ndim == 0 or not operands:
+        return None
+    first = operands[0][1]
+    if all(s == shape and st == first for s, st in operands) and non_overlapping_and_dense(
+        shape, first
+    ):
+        return tuple(first)
+    broadcast = []
+    for s, st in operands:
+        lead = ndim - len(s)
+        own = [0 if n == 1 and m != 1 else x for n, m, x in zip(s, shape[lead:], st)]
+        broadcast.append([0] * lead + own)
+
+    def should_swap(d0: int, d1: int) -> int:
+        for strides in broadcast:
+            s0, s1 = strides[d0], strides[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:  # equal strides: the smaller dimension goes first
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # perm[0] is the fastest-moving dimension
+    for i in range(1, ndim):  # torch's insertion sort, ambiguous comparisons left in place
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[d0], perm[d1])
+            if comparison > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif comparison < 0:
+                break
+    strides = [0] * ndim
+    step = 1
+    for d in perm:
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def strides_of(t: Any) -> tuple[int, ...]:
+    """``t``'s strides as torch would have them (a root tensor is contiguous)."""
+    view = getattr(t, "_view", None)
+    if view is None:
+        layout = getattr(t, "_layout", None)  # an elementwise op's (shape, strides)
+        if layout is not None and layout[0] == t.shape:
+            return layout[1]
+        return contiguous_strides(t.shape)
+    base = view[0]  # a views.Link: (base, kind, params)
+    strides = strides_of(base)
+    shape = base.shape
+    kind, params = view[1], view[2]
+    if kind == "reshape":
+        new = view_strides(shape, strides, params[0])
+        return new if new is not None else contiguous_strides(params[0])
+    if kind == "permute":
+        return tuple(strides[d] for d in params[0])
+    if kind == "index":
+        return _index_strides(shape, strides, params[3] if len(params) > 3 else None, t.shape)
+    if kind == "expand":
+        target = params[0]
+        lead = len(target) - len(shape)
+        own = [0] * lead + [
+            0 if n == 1 and m != 1 else s for n, m, s in zip(shape, target[lead:], strides)
+        ]
+        return tuple(own)
+    if kind == "unfold":
+        d, _, step = params
+        return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+    if kind == "diagonal":
+        a, b, _ = params
+        rest = tuple(s for i, s in enumerate(strides) if i not in (a, b))
+        return (*rest, strides[a] + strides[b])
+    if kind == "as_strided":
+        return params[1]
+    return strides  # data, detach
+
+
+def _index_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], items: Any, out_shape: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Strides after basic indexing; ``items`` says per index item ``("int",)``,
+    ``("slice", step)`` or ``("new",)``."""
+    if items is None:
+        return contiguous_strides(out_shape)
+    out, dim = [], 0
+    for item in items:
+        if item[0] == "new":
+            out.append(strides[dim] * shape[dim] if dim < len(shape) else 1)
+            continue
+        if item[0] == "slice":
+            out.append(strides[dim] * item[1])
+        dim += 1
+    return tuple(out)
+
+
+def view_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The strides of ``target`` as a view of a tensor with ``shape`` and ``strides``, or
+    ``None`` where no view exists (torch's ``computeStride``: then ``view`` fails and
+    ``reshape`` copies)."""
+    if math.prod(shape) == 0:
+        return tuple(strides) if tuple(shape) == tuple(target) else contiguous_strides(target)
+    if not shape:
+        return contiguous_strides(target)
+    new = [0] * len(target)
+    view_d = len(target) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (
+            shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride
+        ):
+            while view_d >= 0 and (view_numel < tensor_numel or target[view_d] == 1):
+                new[view_d] = view_numel * chunk_base_stride
+                view_numel *= target[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new)
