@@ -386,7 +386,7 @@ def eye(
 
 
 def arange(
-    start: Any,
+    start: Any = None,
     end: Any = None,
     step: Any = 1,
     dtype: Any = None,
@@ -409,7 +409,11 @@ def arange(
             out.resize_(made.shape)
         return out.copy_(made)
     if end is None:
+        if start is None:
+            raise DTypeError("arange: missing its end (arange(end) or arange(start, end, step))")
         start, end = 0, start
+    elif start is None:  # TransE's ``torch.arange(end=n)``: torch's start defaults to 0
+        start = 0
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     dtype = _no_bool_range("arange", _check_dtype("arange", dtype))
     start, end, step = values

@@ -6,7 +6,9 @@ Real training code handles the values of a state dict as tensors: it copies the 
 through them (``ema_v.copy_(decay * ema_v + (1 - decay) * model_v)``), since in torch a state
 dict's tensors share the module's storage. A :class:`StateValue` is still a NumPy array (so
 ``np.savez``, ``torch.from_numpy`` and NumPy arithmetic take it) that has those methods; its
-in-place writes reach the parameter or buffer it was copied from.
+in-place writes reach the parameter or buffer it was copied from, and its reads see that
+tensor's values of now (a value kept across optimizer steps, as MixMatch's ``WeightEMA`` keeps
+them, is not a stale snapshot).
 """
 
 from __future__ import annotations
@@ -50,12 +52,68 @@ class StateValue(np.ndarray):
         self._source = None  # derived arrays (views, results) write nowhere else
 
     def __reduce__(self) -> Any:  # pickled (copy.deepcopy, torch.save) as a plain array
+        self._refresh()
         return np.array(self).__reduce__()
+
+    # -- reads see the module's tensor as it is now ----------------------------------------------
+    def _refresh(self) -> None:
+        """This value's numbers read again from the parameter or buffer it was copied from.
+        torch's state-dict tensors share the module's storage, so code that keeps them across
+        optimizer steps (MixMatch's ``WeightEMA`` holds ``list(model.state_dict().values())``
+        and updates through them every step) reads the values of now, not those of when
+        ``state_dict()`` was called."""
+        source = self._source
+        if source is None:
+            return
+        current = np.asarray(source.numpy())
+        if current.shape == self.shape:
+            np.copyto(self.view(np.ndarray), current, casting="unsafe")
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy's arithmetic on the current values (see :meth:`_refresh`); one written in
+        place (``v += 1``, ``np.multiply(v, 2, out=v)``) reaches the module, as torch's does."""
+        outs = kwargs.get("out", ())
+        for operand in (*inputs, *outs):
+            if isinstance(operand, StateValue):
+                operand._refresh()
+        plain = [x.view(np.ndarray) if isinstance(x, StateValue) else x for x in inputs]
+        if outs:
+            kwargs["out"] = tuple(
+                o.view(np.ndarray) if isinstance(o, StateValue) else o for o in outs
+            )
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        for target in outs:
+            if isinstance(target, StateValue):
+                target._sync(ufunc.__name__)
+        if outs:
+            return outs[0] if len(outs) == 1 else outs
+        if isinstance(result, tuple):
+            return tuple(_derived(r) for r in result)
+        return _derived(result)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._refresh()
+        return super().__getitem__(key)
+
+    def tolist(self) -> Any:
+        self._refresh()
+        return super().tolist()
+
+    def item(self, *args: Any) -> Any:
+        self._refresh()
+        return super().item(*args)
+
+    @property
+    def data(self) -> StateValue:  # type: ignore[override]
+        """torch's ``.data``: the same storage (MixMatch's ``param.data.copy_(ema_param.data)``
+        writes the module's parameter), where NumPy's is a ``memoryview``."""
+        return self
 
     # -- torch's read-only idioms ----------------------------------------------------------------
     def clone(self, *, memory_format: Any = None) -> StateValue:
         """A copy that writes nowhere (``v.cpu().clone()`` keeps a best model's weights) and
         answers the tensor idioms, as torch's clone does."""
+        self._refresh()
         return np.array(self, copy=True).view(StateValue)
 
     def detach(self) -> StateValue:
@@ -68,11 +126,13 @@ class StateValue(np.ndarray):
         return self
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
+        self._refresh()
         return self.view(np.ndarray)
 
     def _saved_as_tensor(self) -> Tensor:
         """What ``rg.save`` stores for this value: a tensor of its values and dtype, so that a
         saved state dict loads back as tensors, as torch's does."""
+        self._refresh()
         return tensor(np.array(self, copy=True), dtype=str(self.dtype))
 
     def numel(self) -> int:
@@ -94,6 +154,7 @@ class StateValue(np.ndarray):
     def _spread(self, op: str, args: tuple, kwargs: dict) -> Any:
         if {"axis", "ddof", "dtype", "out"} & kwargs.keys():
             return getattr(np.ndarray, op)(self, *args, **kwargs)
+        self._refresh()
         return getattr(tensor(self.view(np.ndarray)), op)(*args, **kwargs)
 
     def is_floating_point(self) -> bool:
@@ -128,6 +189,7 @@ class StateValue(np.ndarray):
         the tensor idioms (``v.float().numpy()``, ``.numel()``), as torch's new tensor does."""
         if self.dtype == dtype:
             return self
+        self._refresh()
         return self.astype(dtype)
 
     # -- in-place writes, which reach the module's tensor ----------------------------------------
@@ -172,6 +234,7 @@ class StateValue(np.ndarray):
         value = np.asarray(_host(value))
         if value.dtype.kind not in "biuf":
             raise DTypeError(f"__setitem__: expected numbers, got {value.dtype} values")
+        self._refresh()  # the entries not written keep the module's current values
         super().__setitem__(_host_index(key), value)
         self._sync("__setitem__")
 
@@ -197,6 +260,8 @@ class StateValue(np.ndarray):
 
 def host_array(value: Any) -> np.ndarray:
     """A state-dict entry (array, retrograd tensor, PyTorch tensor) as a NumPy array."""
+    if isinstance(value, StateValue):
+        value._refresh()
     if isinstance(value, np.ndarray | Tensor):
         return np.asarray(value)
     detach = getattr(value, "detach", None)  # a PyTorch tensor, possibly on a GPU
@@ -206,6 +271,14 @@ def host_array(value: Any) -> np.ndarray:
             host = host.float()  # (exactly), then cast as any state value is
         return np.asarray(host.numpy())
     return np.asarray(value)
+
+
+def _derived(result: Any) -> Any:
+    """A NumPy result computed from state values: a :class:`StateValue` that writes nowhere
+    (it still answers the tensor idioms; a reduction is 0-d, as NumPy makes a subclass's)."""
+    if isinstance(result, np.ndarray | np.generic):
+        return np.asarray(result).view(StateValue)
+    return result
 
 
 def _host_index(key: Any) -> Any:
