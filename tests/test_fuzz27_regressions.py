@@ -181,3 +181,21 @@ def test_soft_margin_losses_refuse_a_target_that_would_grow_the_input(name):
         getattr(torch.nn.functional, name)(torch.tensor(x), torch.tensor(target))
     with pytest.raises(rg.ShapeError, match=rf"{name}: .*\[1, 3, 1\].*\[2, 3\]"):
         getattr(rg.nn.functional, name)(rg.tensor(x), rg.tensor(target))
+
+
+@pytest.mark.parametrize("dims", [(1,), (0, 1), (2, -1), (-2,)])
+def test_flatten_of_a_0d_tensor_checks_its_dimensions(dims):
+    # torch's range for a 0-d tensor is -1..0; any dimension was accepted (nn.Flatten(),
+    # start_dim=1, flattened a scalar to [1] where torch raises)
+    with pytest.raises(IndexError):
+        torch.flatten(torch.tensor(2.0), *dims)
+    with pytest.raises(rg.ShapeError, match=r"flatten: dimension .* 0-d tensor"):
+        rg.flatten(rg.tensor(2.0), *dims)
+    with pytest.raises(rg.ShapeError, match="Flatten: flatten"):
+        rg.nn.Flatten(*dims)(rg.tensor(2.0))
+
+
+def test_flatten_of_a_0d_tensor_in_range_gives_one_element():
+    for dims in [(), (0,), (-1,), (0, -1), (-1, 0)]:
+        want = torch.flatten(torch.tensor(2.0), *dims)
+        assert rg.flatten(rg.tensor(2.0), *dims).tolist() == want.tolist()
