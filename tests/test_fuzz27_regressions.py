@@ -199,3 +199,48 @@ def test_flatten_of_a_0d_tensor_in_range_gives_one_element():
     for dims in [(), (0,), (-1,), (0, -1), (-1, 0)]:
         want = torch.flatten(torch.tensor(2.0), *dims)
         assert rg.flatten(rg.tensor(2.0), *dims).tolist() == want.tolist()
+
+
+def _parameter_dict_keys(lib):
+    from collections import OrderedDict
+
+    params = lib.nn.ParameterDict({"w": lib.ones(2), "b": lib.ones(1)})
+    params.update({"z": lib.ones(1), "a": lib.ones(1)})
+    params.update([("y", lib.ones(1)), ("c", lib.ones(1))])
+    params.update(OrderedDict([("x", lib.ones(1)), ("d", lib.ones(1))]))
+    return (
+        list(params.keys()),
+        list(params.state_dict()),
+        [name for name, _ in params.named_parameters()],
+    )
+
+
+def test_parameter_dict_from_a_plain_mapping_sorts_its_keys_as_torch():
+    # torch adds a plain dict's entries sorted by key (an OrderedDict's and a sequence's in
+    # their order); they went in insertion order, so named_parameters(), the state dict and
+    # an optimizer's parameter order differed from torch's
+    assert _parameter_dict_keys(rg) == _parameter_dict_keys(torch)
+
+
+def _container_reprs(lib):
+    nn = lib.nn
+    module = nn.Module()
+    module.singles = nn.ParameterList([nn.Parameter(lib.ones(1))])
+    return [
+        repr(nn.ParameterList([nn.Parameter(lib.ones(2)), nn.Parameter(lib.zeros(3, 2))])),
+        repr(nn.ParameterDict({"w": nn.Parameter(lib.ones(2)), "b": lib.ones(())})),
+        repr(nn.ParameterDict({"w": nn.Parameter(lib.ones(2))})),
+        repr(nn.ParameterList()),
+        repr(module),
+    ]
+
+
+def test_parameter_containers_repr_their_entries_as_torch():
+    # they printed as empty (``ParameterList()``) whatever they held; torch lists each entry
+    # (its dtype named by the library: torch.float32 / retrograd.float32, and torch's
+    # ParameterDict its tensor type, torch.FloatTensor)
+    want = [
+        text.replace("torch.FloatTensor", "retrograd.float32").replace("torch.", "retrograd.")
+        for text in _container_reprs(torch)
+    ]
+    assert _container_reprs(rg) == want
