@@ -464,8 +464,8 @@ def test_bad_input_errors_name_the_op_and_shapes():
             rg.ones((4,)))  # fmt: skip
     _raises(rg.ShapeError, r"cosine_embedding_loss.*1-d target expects 2-d",
             F.cosine_embedding_loss, a.reshape((12,)), a.reshape((12,)), rg.ones((3,)))  # fmt: skip
-    _raises(rg.ShapeError, r"soft_margin_loss.*\[4\].*\[3, 4\]", F.soft_margin_loss, a,
-            rg.ones((4,)))  # fmt: skip
+    _raises(rg.ShapeError, r"soft_margin_loss.*\[5\].*\[3, 4\]", F.soft_margin_loss, a,
+            rg.ones((5,)))  # fmt: skip
     _raises(rg.InvalidArgumentError, "multi_margin_loss.*p == 1", F.multi_margin_loss, a,
             rg.tensor([0, 1, 2]), p=3)  # fmt: skip
     _raises(rg.DTypeError, "multi_margin_loss.*int64", F.multi_margin_loss, a, rg.ones((3,)))

@@ -437,6 +437,12 @@ class ShapeMixin:
             end = end_dim
         shape = self.shape
         if not shape:
+            for dim in (start, end):
+                if dim not in (-1, 0):  # (torch's range for a 0-d tensor)
+                    raise ShapeError(
+                        f"flatten: dimension {dim} is out of range for a 0-d tensor (expected "
+                        "-1 to 0)"
+                    )
             return self.reshape((1,))
         s = normalize_dim("flatten", start, len(shape))
         e = normalize_dim("flatten", end, len(shape))

@@ -93,6 +93,11 @@ def embedding_bag(
             f"{fn}: per_sample_weights {shape_text(per_sample_weights.shape)} must have the "
             f"shape of input {shape_text(input.shape)}"
         )
+    if per_sample_weights is not None and per_sample_weights.dtype != weight.dtype:
+        raise DTypeError(  # (torch's check: the weights are not promoted)
+            f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
+            f"({weight.dtype})"
+        )
     indices, mask, positions = _bags(fn, input, offsets, include_last_offset)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
@@ -109,7 +114,10 @@ def embedding_bag(
     scale = keep.to(weight.dtype)
     if per_sample_weights is not None:
         flat = per_sample_weights.reshape(-1)
-        scale = scale * flat[tensor(positions, dtype="int64", **made)]
+        if flat.shape[0]:
+            scale = scale * flat[tensor(positions, dtype="int64", **made)]
+        else:  # no entries, every bag empty: nothing to gather (its sum, 0, keeps it in the graph)
+            scale = scale * flat.sum()
     total = (rows * scale.unsqueeze(-1)).sum(1)
     if mode == "mean":
         divisor = tensor(np.maximum(counts, 1).astype(np.float64), dtype=weight.dtype, **made)

@@ -34,6 +34,19 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     fn = "linear"
     x, weight = _float_pair(fn, x, weight, "weight")
+    if weight.ndim == 1 and x.ndim and x.shape[-1] == weight.shape[0]:
+        # as torch: a weight vector gives one output per row, unsqueezed; a bias then only
+        # with a vector input, and 0-d
+        if bias is None:
+            return x.matmul(weight)
+        bias = _as_tensor(fn, x, bias, "bias")
+        if x.ndim == 1 and bias.ndim == 0:
+            return x.matmul(weight) + bias
+        raise ShapeError(
+            f"{fn}: a weight vector takes a bias only as a 0-d one with a vector input; input "
+            f"{shape_text(x.shape)}, weight {shape_text(weight.shape)}, bias "
+            f"{shape_text(bias.shape)}"
+        )
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         features = x.shape[-1] if x.ndim else "no"
         expected = weight.shape[1] if weight.ndim == 2 else "a 2-d weight [out, in]"
@@ -44,10 +57,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     lead = x.shape[:-1]
     if bias is not None:
         bias = _as_tensor(fn, x, bias, "bias")
+        out_shape = (*lead, weight.shape[0])
         if bias.shape != (weight.shape[0],):
-            raise ShapeError(
-                f"{fn}: bias must have shape [{weight.shape[0]}], got {shape_text(bias.shape)}"
-            )
+            # torch adds any bias that broadcasts to the output without growing it
+            if not _broadcasts_to(bias.shape, out_shape):
+                raise ShapeError(
+                    f"{fn}: bias {shape_text(bias.shape)} does not broadcast to the output "
+                    f"{shape_text(out_shape)}"
+                )
+            plain = x.matmul(weight.transpose())
+            return plain + bias
     # Flatten leading dimensions: one matrix product, whose weight gradient is one product too.
     # (the row count spelled out: ``-1`` cannot say it when there are no features)
     flat = x.reshape((math.prod(lead), x.shape[-1])) if x.ndim > 2 else x
@@ -63,6 +82,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.ndim > 2:
         out = out.reshape((*lead, weight.shape[0]))
     return out
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
 
 
 _LINEAR = TensorOp("linear")

@@ -78,6 +78,19 @@ def hinge_embedding_loss(
     return _reduce(margin_term + zeros.mask_where(y.not_equal_elem(-1.0), x), reduction)
 
 
+def _target_to_input_shape(fn: str, x: Tensor, target: Tensor) -> Tensor:
+    """``target`` broadcast to ``x``'s shape, as torch's kernels write into an output of the
+    input's shape: a target that would grow it is refused."""
+    if target.shape == x.shape:
+        return target
+    fits = target.ndim <= x.ndim and all(
+        t in (1, n) for t, n in zip(reversed(target.shape), reversed(x.shape), strict=False)
+    )
+    if not fits:
+        _same_shape(fn, x, target)
+    return target.expand(x.shape)
+
+
 def soft_margin_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -89,7 +102,7 @@ def soft_margin_loss(
     fn = "soft_margin_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
-    _same_shape(fn, x, y)
+    y = _target_to_input_shape(fn, x, y)
     return _reduce((-y * x).exp().log1p(), reduction)
 
 
@@ -106,7 +119,7 @@ def multilabel_soft_margin_loss(
     fn = "multilabel_soft_margin_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
-    _same_shape(fn, x, y)
+    y = _target_to_input_shape(fn, x, y)
     if x.ndim == 0:
         raise ShapeError(f"{fn}: input needs a class dimension, got a 0-d input")
     losses = -(y * x.log_sigmoid() + (1.0 - y) * (-x).log_sigmoid())

@@ -308,6 +308,8 @@ def instance_norm(
     x = _float_input(fn, input)
     if x.ndim < 3:
         raise ShapeError(f"{fn}: input must be [N, C, *spatial], got {shape_text(x.shape)}")
+    if (running_mean is None) != (running_var is None):  # (torch's check, before any other)
+        raise InvalidArgumentError(f"{fn}: give both running_mean and running_var, or neither")
     channels = x.shape[1]
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)

@@ -95,7 +95,8 @@ def interpolate(
                 f"{fn}: size must be an int or one int per spatial dimension ({spatial}), "
                 f"got {size!r} for input {shape_text(x.shape)}"
             )
-        out_size = _ints(fn, "size", size, spatial, 1)
+        # (area mode is adaptive average pooling, which takes an empty output size as torch)
+        out_size = _ints(fn, "size", size, spatial, 0 if mode == "area" else 1)
         scales = (None,) * spatial
     else:
         if isinstance(scale_factor, numbers.Real):
@@ -109,9 +110,9 @@ def interpolate(
             )
         out_size = tuple(math.floor(n * f) for n, f in zip(in_size, factors))
         scales = (None,) * spatial if recompute_scale_factor else factors
-    # (area mode is adaptive average pooling, which decides on empty inputs itself)
-    empty_input = mode != "area" and (x.shape[1] == 0 or any(n < 1 for n in in_size))
-    if any(n < 1 for n in out_size) or empty_input:
+    # (area mode is adaptive average pooling, which decides on empty inputs and outputs itself)
+    empty_input = x.shape[1] == 0 or any(n < 1 for n in in_size)
+    if mode != "area" and (any(n < 1 for n in out_size) or empty_input):
         raise ShapeError(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"

@@ -268,6 +268,21 @@ def _as_parameter(value: Any) -> Any:
     return value
 
 
+def _parameter_lines(items: Iterable[tuple[Any, Any]]) -> str:
+    """torch's ``extra_repr`` of a parameter container: one ``(key): Parameter containing:
+    [dtype of size AxB]`` line per entry (the device too when not the CPU)."""
+    lines = []
+    for key, value in items:
+        if isinstance(value, Tensor):
+            size = "x".join(str(n) for n in value.shape)
+            device = "" if value.device.type == "cpu" else f" ({value.device})"
+            kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
+            lines.append(f"  ({key}): {kind} containing: [{value.dtype!r} of size {size}{device}]")
+        else:
+            lines.append(f"  ({key}): Object of type: {type(value).__name__}")
+    return "\n".join(lines)
+
+
 class ParameterList(Module):
     """Parameters named ``"0"``, ``"1"``, ...: indexing, ``append``, ``extend``, iteration;
     a tensor given is made a ``Parameter``.
@@ -307,6 +322,9 @@ class ParameterList(Module):
         check_iterable("ParameterList.extend", values, "values")
         _all_or_none(self._parameters, self.append, values)
         return self
+
+    def extra_repr(self) -> str:
+        return _parameter_lines(enumerate(self))
 
 
 class ParameterDict(Module):
@@ -351,4 +369,12 @@ class ParameterDict(Module):
 
     def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         pairs = _pairs("ParameterDict", parameters)
+        if isinstance(parameters, Mapping) and not isinstance(parameters, OrderedDict):
+            # torch's rule: a plain mapping's entries go in sorted by key (an OrderedDict's,
+            # a ParameterDict's and a sequence's in their order), which orders
+            # named_parameters(), the state dict and an optimizer's parameters
+            pairs.sort(key=lambda pair: pair[0])
         _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)
+
+    def extra_repr(self) -> str:
+        return _parameter_lines(self.items())
