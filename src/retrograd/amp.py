@@ -123,7 +123,8 @@ class GradScaler:
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
         self._growth_tracker = 0
-        self._unscaled: dict[int, bool] = {}  # id(optimizer) -> found inf, this iteration
+        # id(optimizer) -> found inf this iteration (a device flag until read, None: no grads)
+        self._unscaled: dict[int, Any] = {}
         self._stepped: set[int] = set()  # id(optimizer) of those stepped this iteration
 
     def is_enabled(self) -> bool:
@@ -173,7 +174,9 @@ class GradScaler:
             )
         # torch's reciprocal of the float32 scale, in float64 then rounded to float32
         inverse = _float32(1.0 / self._scale)
-        found_inf = False
+        # one flag on the device for all the gradients, read once in step() (torch reads its
+        # found_inf once per device): a read per gradient stalled an accelerator each time
+        found_inf = None
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 grad = parameter.grad(grads)
@@ -185,7 +188,8 @@ class GradScaler:
                         "the parameters in float32; float16 is for the computation)"
                     )
                 # (the scaled gradient is checked, as torch's kernel does)
-                found_inf = found_inf or not bool(grad.isfinite().all().item())
+                nonfinite = grad.isfinite().all().logical_not()
+                found_inf = nonfinite if found_inf is None else found_inf.logical_or(nonfinite)
                 parameter.grad_replace(grads, grad * inverse)
         self._unscaled[id(optimizer)] = found_inf
 
@@ -206,9 +210,19 @@ class GradScaler:
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer, grads)
         self._stepped.add(id(optimizer))
-        if self._unscaled[id(optimizer)]:
+        if self._found_inf(optimizer):
             return None
         return optimizer.step(grads, *args, **kwargs)
+
+    def _found_inf(self, optimizer: Any) -> bool:
+        """Whether ``optimizer``'s unscaled gradients held an inf or NaN (``optimizer`` or its
+        id): the device flag read on the host once, then kept as a bool."""
+        key = optimizer if isinstance(optimizer, int) else id(optimizer)
+        flag = self._unscaled[key]
+        if flag is not None and not isinstance(flag, bool):
+            flag = bool(flag.item())
+        self._unscaled[key] = bool(flag)
+        return self._unscaled[key]
 
     def update(self, new_scale: Any = None) -> None:
         """Back off the scale after a skipped step, grow it after ``growth_interval`` good
@@ -223,7 +237,7 @@ class GradScaler:
                 "GradScaler.update: no inf checks were recorded prior to update(); call "
                 "scaler.step(optimizer, grads) first"
             )
-        elif any(self._unscaled.values()):
+        elif any(self._found_inf(optimizer_id) for optimizer_id in list(self._unscaled)):
             self._scale = _float32(self._scale * self._backoff_factor)
             self._growth_tracker = 0
         else:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import numbers
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -354,6 +356,38 @@ def from_host(cls: type, data: Any, dtype: str | None, backend: Any, device: Dev
     """A tensor of class ``cls`` holding a copy of host ``data`` (scalar, lists, array)."""
     with reported(f"tensor: cannot make a tensor from {type(data).__name__}", backend):
         primitive = backend.from_data(data, dtype, device)
+    return cls(primitive, backend, device)
+
+
+#: inner backend -> {(device, dtype, shape, bytes): primitive}: constants of the shapes alone
+_HOST_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_HOST_CONSTANTS_KEPT = 256  # per backend, the oldest dropped first
+_HOST_CONSTANTS_LOCK = threading.Lock()
+
+
+def host_constant(cls: type, array: np.ndarray, backend: Any, device: Device) -> Any:
+    """A tensor of class ``cls`` holding ``array``, a constant that depends on shapes alone
+    (the positions a pad, a resampling or a diagonal reads), copied onto the device once and
+    kept for the next call. A copy from the host at every call is a host round trip: on an
+    accelerator a blocking copy waits for the whole queue, each step. The primitive is shared
+    (nothing writes into an index it was given), outside any graph."""
+    inner = backend.inner if backend.is_autodiff else backend
+    try:
+        with _HOST_CONSTANTS_LOCK:
+            table = _HOST_CONSTANTS.setdefault(inner, {})
+    except TypeError:  # (a backend without weak references or a hash: made each time)
+        return from_host(cls, array, array.dtype.name, backend, device)
+    key = (device, array.dtype.str, array.shape, array.tobytes())
+    primitive = table.get(key)
+    if primitive is None:
+        with reported(f"tensor: cannot make a tensor from {type(array).__name__}", inner):
+            primitive = inner.from_data(array, array.dtype.name, device)  # (float16 kept)
+        with _HOST_CONSTANTS_LOCK:  # (the in-process engine's threads share the table)
+            if len(table) >= _HOST_CONSTANTS_KEPT:
+                del table[next(iter(table))]
+            table[key] = primitive
+    if backend.is_autodiff:
+        primitive = backend.wrap(primitive)
     return cls(primitive, backend, device)
 
 

@@ -198,14 +198,6 @@ class IndexingMixin:
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Any:
         """A copy with ``value`` written at ``index`` along ``dim``."""
-        if self.ndim == 0:  # its one value (select_assign checks dim and index)
-            d, indices, region = dim, index, ()
-        else:
-            d = normalize_dim("index_fill", dim, self.ndim)
-            # each position once: a repeated index fills it once, and a tensor value's
-            # gradient must count it once (torch's), not once per repetition
-            indices = _from_end("index_fill", self, _one_dim(index), d).unique()
-            region = self.shape[:d] + (indices.shape[0],) + self.shape[d + 1 :]
         values = lift(self, value, "index_fill") if isinstance(value, TensorBase) else value
         if isinstance(values, TensorBase) and values.ndim:
             raise ShapeError(
@@ -213,10 +205,22 @@ class IndexingMixin:
                 f"tensor of shape {shape_text(values.shape)}"
             )
         if isinstance(values, TensorBase):
-            filler = values.cast(self.dtype).expand(region)
+            filler = values.cast(self.dtype)
         else:
-            filler = wrap(self, self._backend.full(region, value, self.dtype, self._device))
-        return self.select_assign(d, indices, filler, "assign")
+            filler = wrap(self, self._backend.full((), value, self.dtype, self._device))
+        if self.ndim == 0:  # its one value (select_assign checks dim and index)
+            return self.select_assign(dim, index, filler.reshape((1,)), "assign")
+        d = normalize_dim("index_fill", dim, self.ndim)
+        indices = _from_end("index_fill", self, _one_dim(index), d)
+        # each position once: a repeated index fills it once, and a tensor value's gradient
+        # counts it once (torch's), not once per repetition. The positions are marked on the
+        # device (distinct indices would be a host read: their number is data)
+        size = self.shape[d]
+        unmarked = wrap(self, self._backend.full((size,), 0, "int64", self._device))
+        marks = wrap(self, self._backend.full(indices.shape, 1, "int64", self._device))
+        filled = unmarked.select_assign(0, indices, marks, "assign").equal_elem(1)
+        filled = filled.reshape((1,) * d + (size,) + (1,) * (self.ndim - d - 1))
+        return self.mask_where(filled, filler)
 
     def masked_select(self, mask: Any) -> Any:
         """The elements where ``mask`` (broadcast) is true, as a 1-d tensor (its length is

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
-from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
 from ._dispatch import TensorOp, int_argument, int_dims, lift, normalize_dim, scalar_dims, untracked
@@ -705,8 +704,8 @@ def _shared_evenly(
     # x - constant would put inf - inf into the value)
     offset = (x - constant).mask_fill(constant.isfinite().logical_not(), 0.0)
     out = value + (offset * tied).sum(dims, keepdim=True) / count
-    if not capturing.get() and bool(untracked(value).isfinite().all().item()):
-        return out  # the common case, read on the host (not while a step is captured)
+    # (the infinite and NaN results mended on the device whatever they are: a host read
+    # asking whether any is would stall an accelerator's queue at every call)
     copies = value.expand(x.shape).mask_where(mask, x)  # x where tied: equal to value
     extreme = copies.mask_fill(mask.logical_not(), 0.0).sum(dims, keepdim=True) / count
     if not nan_ties:  # a NaN nothing equals: torch's grad * mask / count is NaN everywhere

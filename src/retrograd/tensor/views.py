@@ -39,7 +39,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..errors import ShapeError, shape_text
-from ._dispatch import from_host, lift, untracked
+from ._dispatch import from_host, host_constant, lift, untracked
 from .strides import contiguous_strides, is_contiguous, strides_of, view_strides
 
 __all__ = [
@@ -403,8 +403,9 @@ def _diagonal_positions(t: Any, params: tuple) -> tuple[Any, tuple[int, ...], li
         positions = [(i - offset) * cols + i for i in range(length)]
     moved = t._apply("permute", (t,), (tuple(order),)) if order != list(range(t.ndim)) else t
     merged = moved._apply("reshape", (moved,), (tuple(shape[d] for d in rest) + (rows * cols,),))
-    index = from_host(
-        type(t)._result, np.asarray(positions, dtype=np.int64), None, t._backend, t._device
+    # (copied to the device once per shape: a copy each call would be a host round trip)
+    index = host_constant(
+        type(t)._result, np.asarray(positions, dtype=np.int64), t._backend, t._device
     )
     return merged, index, order
 
@@ -424,8 +425,9 @@ def unfold_assign(t: Any, params: tuple, values: Any) -> Any:
     moved = values._apply("permute", (values,), (order,)) if d + 1 != last else values
     merged = moved._apply("reshape", (moved,), ((*t.shape[:d], count * size, *t.shape[d + 1 :]),))
     positions = [w * step + j for w in range(count) for j in range(size)]
-    index = from_host(
-        type(t)._result, np.asarray(positions, dtype=np.int64), None, t._backend, t._device
+    # (copied to the device once per shape: a copy each call would be a host round trip)
+    index = host_constant(
+        type(t)._result, np.asarray(positions, dtype=np.int64), t._backend, t._device
     )
     return t._apply("select_assign", (t, index, merged.cast(t.dtype)), (d,))
 

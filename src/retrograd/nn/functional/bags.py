@@ -1,11 +1,11 @@
 """``embedding_bag``: sums, means or maxima of bags of embedding rows, as torch's.
 
 The bags (rows of a 2-d ``input``, or the runs of a 1-d ``input`` that ``offsets`` start) are
-laid out on the host as one padded ``[bags, longest]`` index matrix with a mask (indices are
-data the host holds anyway), the rows gathered by :func:`embedding`, and the reduction done
-with tensor ops over the mask: entries equal to ``padding_idx`` are left out of sums, means
-(their counts too) and maxima; an empty bag gives zeros. Gradients reach ``weight`` (never its
-``padding_idx`` row) and ``per_sample_weights``.
+one padded ``[bags, longest]`` index matrix with a mask (a 2-d ``input`` as it is, on its
+device; the runs laid out on the host, their lengths being data), the rows gathered by
+:func:`embedding`, and the reduction done with tensor ops over the mask: entries equal to
+``padding_idx`` are left out of sums, means (their counts too) and maxima; an empty bag gives
+zeros. Gradients reach ``weight`` (never its ``padding_idx`` row) and ``per_sample_weights``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, tensor, zeros_like
+from ...tensor import Tensor, arange, ones, tensor, zeros_like
 from ...tensor.functions import where
 from ...tensor.internal import shape_text
 from .linear import _renorm_rows, embedding
@@ -27,14 +27,17 @@ _MODES = ("sum", "mean", "max")
 
 def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # noqa: A002
     """The padded index matrix ``[bags, longest]``, its mask, and the flat position in
-    ``input`` of each entry (for ``per_sample_weights``)."""
-    indices = input.numpy()
+    ``input`` of each entry (for ``per_sample_weights``), as tensors on ``input``'s device.
+    A 2-d ``input`` is that matrix already (no host read: on an accelerator one would stall
+    every step); the runs of a 1-d one are laid out on the host (their lengths are data)."""
+    made = dict(backend=input.backend, device=input.device)
     if input.ndim == 2:
         if offsets is not None:
             raise InvalidArgumentError(f"{fn}: if input is 2-d, then offsets has to be None")
-        bags, length = indices.shape
-        positions = np.arange(bags * length).reshape(bags, length)
-        return indices, np.ones(indices.shape, dtype=bool), positions
+        bags, length = input.shape
+        positions = arange(bags * length, dtype="int64", **made).reshape((bags, length))
+        return input, ones(input.shape, dtype="bool", **made), positions
+    indices = input.numpy()
     if input.ndim != 1:
         raise ShapeError(f"{fn}: input has to be 1-d or 2-d, got {shape_text(input.shape)}")
     if offsets is None:
@@ -57,7 +60,12 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     steps = np.arange(longest)
     mask = steps[None, :] < lengths[:, None]
     positions = np.where(mask, starts[:, None] + steps[None, :], 0)
-    return np.where(mask, indices[positions] if n else 0, 0), mask, positions
+    padded = np.where(mask, indices[positions] if n else 0, 0)
+    return (
+        tensor(padded, dtype="int64", **made),
+        tensor(mask, **made),
+        tensor(positions, dtype="int64", **made),
+    )
 
 
 def embedding_bag(
@@ -98,28 +106,25 @@ def embedding_bag(
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
-    indices, mask, positions = _bags(fn, input, offsets, include_last_offset)
+    indices, keep, positions = _bags(fn, input, offsets, include_last_offset)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
     if padding_idx is not None:
-        mask = mask & (indices != padding_idx % weight.shape[0])
-    made = dict(backend=weight.backend, device=weight.device)
-    rows = embedding(tensor(indices, dtype="int64", **made), weight)  # [bags, longest, dim]
-    keep = tensor(mask, **made)
-    counts = mask.sum(axis=1)
+        keep = keep & (indices != padding_idx % weight.shape[0])
+    rows = embedding(indices, weight)  # [bags, longest, dim]
+    counts = keep.to("int64").sum(1)
     if mode == "max":
         below = rows.detach().amin() - 1.0  # under every row value: left-out entries lose
         top = where(keep.unsqueeze(-1), rows, below).amax(1)
-        return where(tensor(counts > 0, **made).unsqueeze(-1), top, zeros_like(top.detach()))
+        return where((counts > 0).unsqueeze(-1), top, zeros_like(top.detach()))
     scale = keep.to(weight.dtype)
     if per_sample_weights is not None:
         flat = per_sample_weights.reshape(-1)
         if flat.shape[0]:
-            scale = scale * flat[tensor(positions, dtype="int64", **made)]
+            scale = scale * flat[positions]
         else:  # no entries, every bag empty: nothing to gather (its sum, 0, keeps it in the graph)
             scale = scale * flat.sum()
     total = (rows * scale.unsqueeze(-1)).sum(1)
     if mode == "mean":
-        divisor = tensor(np.maximum(counts, 1).astype(np.float64), dtype=weight.dtype, **made)
-        return total / divisor.unsqueeze(-1)
+        return total / counts.clamp(min=1).to(weight.dtype).unsqueeze(-1)
     return total

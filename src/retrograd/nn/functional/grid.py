@@ -29,10 +29,14 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
-from ...tensor import Tensor, arange, full, linspace, stack
+from ...tensor import Tensor, full, stack
+from ...tensor._dispatch import host_constant
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
+from ...tensor.spacing import torch_linspace
 
 __all__ = ["affine_grid", "grid_sample"]
 
@@ -41,12 +45,14 @@ __all__ = ["affine_grid", "grid_sample"]
 def _base_coordinates(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
     """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (``linspace``'s, torch's
     to the bit), times ``steps - 1`` over ``steps`` without ``align_corners`` (pixel centers);
-    one step is the point 0."""
+    one step is the point 0. The points depend on ``steps`` alone: copied to the device once
+    and kept (a copy each call would be a host round trip)."""
+    precision = np.float64 if theta.dtype == "float64" else np.float32
+    host = torch_linspace(-1.0, 1.0, steps, precision) if steps > 1 else np.zeros(1, precision)
+    points = host_constant(type(theta)._result, host, theta.backend, theta.device)
+    points = points.to(theta.dtype)
     if steps <= 1:
-        return arange(1, dtype=theta.dtype, backend=theta.backend, device=theta.device) * 0.0
-    points = linspace(
-        -1.0, 1.0, steps, dtype=theta.dtype, backend=theta.backend, device=theta.device
-    )
+        return points
     return points if align_corners else points * float(steps - 1) / float(steps)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor
+from ...tensor._dispatch import host_constant
 from ...tensor.internal import check_indices, shape_text
 from ._common import _as_tensor, _float_input, _float_pair
 from .loss import _reduce, _reduction, _same_shape
@@ -29,6 +30,12 @@ __all__ = [
     "multilabel_soft_margin_loss",
     "soft_margin_loss",
 ]
+
+
+def _class_numbers(x: Tensor, classes: int) -> Tensor:
+    """``0 .. classes - 1`` (int64) on ``x``'s device, copied there once per size (a copy
+    each call would be a host round trip)."""
+    return host_constant(type(x)._result, np.arange(classes, dtype=np.int64), x.backend, x.device)
 
 
 def margin_ranking_loss(
@@ -175,7 +182,7 @@ def multilabel_margin_loss(
     # the targets that count: those before the first -1
     counted = target.not_equal_elem(-1).cast("int64").cumprod(-1).equal_elem(1)
     index = target.mask_fill(~counted, 0)
-    arange = x.new_tensor(np.arange(classes), dtype="int64")
+    arange = _class_numbers(x, classes)
     # is_target[..., i]: class i is one of the counted targets
     hits = index.unsqueeze_dim(-1).equal(arange).logical_and(counted.unsqueeze_dim(-1))
     is_target = hits.any(-2)
@@ -230,7 +237,7 @@ def multi_margin_loss(
                 f"{shape_text(weight.shape)}"
             )
         hinge = hinge * weight.cast(x.dtype).gather(0, target.reshape((-1,))).reshape(index.shape)
-    arange = x.new_tensor(np.arange(classes), dtype="int64")
+    arange = _class_numbers(x, classes)
     hinge = hinge.mask_fill(index.equal(arange), 0.0)
     return _reduce(hinge.sum_dim(-1).squeeze_dim(-1) / classes, reduction)
 

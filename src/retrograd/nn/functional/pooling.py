@@ -17,7 +17,8 @@ from ...errors import (
     InvalidArgumentError,
     ShapeError,
 )
-from ...tensor import Tensor, rand
+from ...tensor import Tensor, cat, rand, zeros
+from ...tensor._dispatch import host_constant
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -589,28 +590,33 @@ def max_unpool3d(
 
 
 # -- fractional max pooling ------------------------------------------------------------------------
-def _fractional_starts(sample: np.ndarray, length: int, out: int, kernel: int) -> np.ndarray:
+def _fractional_starts(sample: Tensor, length: int, out: int, kernel: int) -> Tensor:
     """Each pooling window's first cell along one axis, for every sample (``[N, C]`` of them):
     torch's pseudo-random sequence (Graham's fractional max pooling), computed in the samples'
     own float type and truncated to ints as torch's kernel does, so that given the same
     samples the windows are torch's exactly. The last window always ends at the input's end.
-    Returns ``[N, C, out]`` int64."""
-    starts = np.empty(sample.shape + (out,), dtype=np.int64)
-    if out > 1:
-        kind = sample.dtype.type
-        alpha = kind(length - kernel) / kind(out - 1)
-        steps = np.arange(out - 1).astype(sample.dtype)
-        scaled = (steps + sample[..., None]) * alpha
-        starts[..., :-1] = scaled.astype(np.int64) - (sample * alpha).astype(np.int64)[..., None]
-    if out > 0:
-        starts[..., -1] = length - kernel
-    return starts
+    Returns ``[N, C, out]`` int64, computed on the samples' device (reading the samples on
+    the host would stall an accelerator's queue at every call)."""
+    last = sample.new_full((*sample.shape, 1), length - kernel, dtype="int64")
+    if out <= 1:
+        return last[..., :out]
+    kind = np.dtype(sample.dtype).type
+    alpha = float(kind(length - kernel) / kind(out - 1))  # (exact in the samples' type)
+    steps = _constant(sample, np.arange(out - 1).astype(kind))
+    scaled = (steps + sample.unsqueeze(-1)) * alpha
+    first = (sample * alpha).to("int64").unsqueeze(-1)
+    return cat([scaled.to("int64") - first, last], -1)
 
 
-def _fractional_samples(fn: str, x: Tensor, samples: Any, spatial: int) -> np.ndarray:
-    """The uniform samples (``[N, C, spatial]``, one per plane and axis) as a NumPy array in
-    ``x``'s dtype: ``samples`` checked as torch checks ``_random_samples``, or fresh ones
-    drawn from the global generator when it is ``None``."""
+def _constant(x: Tensor, array: np.ndarray) -> Tensor:
+    """``array`` (of the shapes alone) on ``x``'s device, copied there once and kept."""
+    return host_constant(type(x)._result, array, x.backend, x.device)
+
+
+def _fractional_samples(fn: str, x: Tensor, samples: Any, spatial: int) -> Tensor:
+    """The uniform samples (``[N, C, spatial]``, one per plane and axis), untracked, in ``x``'s
+    dtype (float32 for bfloat16): ``samples`` checked as torch checks ``_random_samples``, or
+    fresh ones drawn from the global generator when it is ``None``."""
     n, c = x.shape[:2]
     if samples is None:
         samples = rand((n, c, spatial), dtype=x.dtype, backend=x.backend, device=x.device)
@@ -626,8 +632,8 @@ def _fractional_samples(fn: str, x: Tensor, samples: Any, spatial: int) -> np.nd
             f"{n} and C = {c} channels, got {shape_text(samples.shape)} for input "
             f"{shape_text(x.shape)}"
         )
-    dtype = np.float32 if x.dtype == "bfloat16" else np.dtype(x.dtype)
-    return np.asarray(samples.detach().tolist(), dtype=dtype)[:n]
+    samples = _as_tensor(fn, x, samples.detach(), "_random_samples")[:n]
+    return samples.to("float32") if x.dtype == "bfloat16" else samples
 
 
 def _fractional_max_pool(
@@ -672,15 +678,17 @@ def _fractional_max_pool(
     # torch's 2-d kernel reads each plane's samples as (W, H), its 3-d one as (T, H, W)
     order = (1, 0) if spatial == 2 else tuple(range(spatial))
     strides = [math.prod(sizes[axis + 1 :]) for axis in range(spatial)]
-    flat = np.zeros((n, c) + (1,) * (2 * spatial), dtype=np.int64)
+    made = dict(backend=x.backend, device=x.device)
+    flat = zeros((n, c) + (1,) * (2 * spatial), dtype="int64", **made)
     for axis in range(spatial):
-        starts = _fractional_starts(samples[..., order[axis]], sizes[axis], out[axis], kernel[axis])
-        cells = starts[..., None] + np.arange(kernel[axis])  # [N, C, out, kernel]
-        shape = [n, c] + [1] * (2 * spatial)
+        sample = samples[..., order[axis]]
+        starts = _fractional_starts(sample, sizes[axis], out[axis], kernel[axis])
+        cells = starts.unsqueeze(-1) + _constant(x, np.arange(kernel[axis], dtype=np.int64))
+        shape = [n, c] + [1] * (2 * spatial)  # cells: [N, C, out, kernel]
         shape[2 + axis], shape[2 + spatial + axis] = out[axis], kernel[axis]
         flat = flat + (cells * strides[axis]).reshape(shape)
     cells_out, window = math.prod(out), math.prod(kernel)
-    windows = _as_tensor(fn, x, flat.reshape(n, c, cells_out * window), "indices")
+    windows = flat.reshape((n, c, cells_out * window))
     planes = x.reshape((n, c, math.prod(sizes)))
     seen = planes.detach().gather(2, windows).reshape((n, c, cells_out, window))
     nan = seen.isnan()

@@ -17,6 +17,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor, cat, full, stack
+from ...tensor._dispatch import host_constant
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -178,14 +179,20 @@ def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], s
     """torch's ``nearest-exact``: output pixel ``i`` reads input ``floor((i + 0.5) * s)``
     (clamped to the last), ``s = 1 / scale_factor`` when the factor maps coordinates, else
     ``in / out``: pixel centres line up, where the legacy ``nearest`` rule drifts by half a
-    pixel. A ``select`` of host indices per dimension, so the gradient flows back to the
-    pixels read."""
+    pixel. A ``select`` of host indices per dimension (copied to the device once per shape),
+    so the gradient flows back to the pixels read."""
     out = x
     for axis, (n_in, n_out, factor) in enumerate(zip(in_size, out_size, scales)):
         scale = 1.0 / factor if factor is not None else n_in / n_out
         source = np.floor((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.int64)
-        out = out.select(2 + axis, np.minimum(source, n_in - 1))
+        out = out.select(2 + axis, _positions(out, np.minimum(source, n_in - 1)))
     return out
+
+
+def _positions(x: Tensor, indices: np.ndarray) -> Tensor:
+    """``indices`` (positions computed from shapes alone) as an int64 tensor on ``x``'s
+    device, copied there once and kept (a copy per call would be a host round trip)."""
+    return host_constant(type(x)._result, indices.astype(np.int64), x.backend, x.device)
 
 
 _PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -204,7 +211,8 @@ def pad(
     ``value``; ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
     as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
     untracked filled blocks, the other modes a ``select`` of the input's entries (built from
-    host index arrays: the pad amounts are host values already), so the gradient of each padded
+    host index arrays, the pad amounts being host values already, copied to the device once
+    per shape), so the gradient of each padded
     element flows back to the element it copies.
 
     >>> import retrograd as rg
@@ -268,7 +276,7 @@ def pad(
                     f"{shape_text(x.shape)})"
                 )
             indices = np.pad(np.arange(kept, dtype=np.int64), (left, right), mode="wrap")
-            out = out.select(dim, indices)
+            out = out.select(dim, _positions(out, indices))
             copied = True
             continue
         if (left, right) == (0, 0):
@@ -290,7 +298,7 @@ def pad(
             )
         indices = np.pad(np.arange(size, dtype=np.int64), grow, mode=_PAD_MODES[mode])
         indices = indices[max(0, -left) : len(indices) - max(0, -right)]
-        out = out.select(dim, indices)
+        out = out.select(dim, _positions(out, indices))
         copied = True
     # torch's pad always returns a new tensor: zero pads or crops alone (views of ``x``) are
     # copied, so a later in-place write into the result leaves ``x`` alone
