@@ -20,7 +20,8 @@ def retrograd_run(make_optimizer, dtype, gradients, schedule=None):
     """Apply ``gradients`` (one list per step, in named_parameters order) to a Linear(4, 3)."""
     rg.seed(0)
     model = nn.Linear(4, 3, dtype=dtype)
-    start = model.state_dict()
+    # a copy, as torch's code would clone: a state dict's values are the module's, live
+    start = {name: value.copy() for name, value in model.state_dict().items()}
     optimizer = make_optimizer(model)
     scheduler = schedule(optimizer) if schedule else None
     for step in gradients:

@@ -305,7 +305,9 @@ def test_state_values_of_one_weight_that_differ_are_each_saved():
     model.head = nn.Linear(3, 4, bias=False)
     model.head.weight = model.emb.weight
     state = model.state_dict()
-    state["head.weight"].view(np.ndarray)[0, 0] += 1.0  # this copy only, not the weight
+    changed = state["head.weight"].copy()  # a copy of the value (the value itself is live)
+    changed[0, 0] += 1.0
+    state["head.weight"] = changed
     buffer = io.BytesIO()
     rg.save(state, buffer)
     buffer.seek(0)

@@ -63,7 +63,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             if not _broadcasts_to(bias.shape, out_shape):
                 raise ShapeError(
                     f"{fn}: bias {shape_text(bias.shape)} does not broadcast to the output "
-                    f"{shape_text(out_shape)}"
+                    f"{shape_text(out_shape)} (a bias of {shape_text((weight.shape[0],))}, one "
+                    "per output feature, or a shape that broadcasts to the output)"
                 )
             plain = x.matmul(weight.transpose())
             return plain + bias
