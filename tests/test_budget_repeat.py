@@ -4,9 +4,14 @@ recomputed from its anchors for each of its reads (autodiff/checkpoint/budget/ba
 
 from __future__ import annotations
 
+import itertools
+import types
+
 import numpy as np
+import pytest
 
 import retrograd as rg
+from retrograd.autodiff.checkpoint.budget import strategy, timer
 from retrograd.autodiff.checkpoint.budget.plan import Effort, plan_evictions
 
 WIDTH, BATCH, LAYERS = 64, 16, 6
@@ -31,6 +36,23 @@ def _mlp_step(backend: rg.Autodiff, index: int):
         return grads, [w.grad(grads).numpy() for w in ws]
 
 
+@pytest.fixture
+def steady_clock(monkeypatch):
+    """Every op takes the same time to the planner, which prices recomputation by measured op
+    times: the plan is then the graph's, not a machine's. Under a loaded machine a noisy
+    first step once planned a schedule of 5 values here (1 run in 30 with two busy loops
+    beside it), not the 4 the graph allows: the planner's weakness, noted in the session's
+    issue note; this test checks what it finds from the graph."""
+    ticks = itertools.count()
+
+    def clock() -> float:
+        return next(ticks) * 1e-6
+
+    monkeypatch.setattr(timer, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(strategy, "perf_counter", clock)
+
+
+@pytest.mark.usefixtures("steady_clock")
 def test_a_budget_under_every_once_only_schedule_recomputes_chains_again():
     full = rg.Autodiff(rg.NumpyBackend())
     reference = [_mlp_step(full, i) for i in range(5)]
