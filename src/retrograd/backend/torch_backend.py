@@ -434,12 +434,11 @@ class TorchBackend(
         guard covers every caller of the protocol's index kernels."""
         if not self.deferred_index_checks or not indices.numel():
             return indices
-        bad = (indices < 0) | (indices >= size)
 
         def message(value, op=op, size=size, dim=dim):
             return f"{op}: index {value} is out of range for dimension {dim} of size {size}"
 
-        self._defer(bad, indices, message)
+        self.check_index_range(indices, size, message)  # deferred here: no host read
         return indices.clamp(0, max(size - 1, 0))
 
     def _compact(self) -> None:
