@@ -618,3 +618,64 @@ def test_shared_input_of_a_pool_and_a_product():
     np.testing.assert_allclose(
         arr(x.grad(out.sum().backward())), np.broadcast_to(expected_grad, grid.shape)
     )
+
+
+# ---- cubecl/{select, slice, scatter_nd}.rs ----------------------------------------------------
+
+
+def test_select_of_many_indices_matches_numpy():
+    rng = np.random.default_rng(100)
+    data = rand(rng, (6, 256))
+    weights = rand(rng, (6, 100))
+    (t,) = tracked(data)
+    grad = np.zeros((6, 256))
+    grad[:, :100] = weights
+    out = t.select(1, rg.arange(0, 100))
+    check_output_and_grads(out, data[:, :100], weights, [t], [grad])
+
+
+def test_slice_of_a_wide_range_matches_numpy():
+    rng = np.random.default_rng(101)
+    data = rand(rng, (6, 256))
+    weights = rand(rng, (2, 211))
+    (t,) = tracked(data)
+    grad = np.zeros((6, 256))
+    grad[3:5, 45:256] = weights
+    check_output_and_grads(t.slice([(3, 5), (45, 256)]), data[3:5, 45:256], weights, [t], [grad])
+
+
+def scatter_nd_case():
+    indices = np.array([[0, i, j, 0] for i in range(2) for j in range(4)], dtype=np.int64).reshape(
+        1, 2, 4, 1, 4
+    )
+    values = np.array([(i * 4 + j + 1) * 10.0 for i in range(2) for j in range(4)], np.float32)
+    expected = np.zeros((1, 2, 4, 2), np.float32)
+    expected[0, :, :, 0] = values.reshape(2, 4)
+    return indices, values.reshape(1, 2, 4, 1), expected
+
+
+def test_scatter_nd_assign_with_a_leading_batch_dimension_of_one():
+    indices, values, expected = scatter_nd_case()
+    data, v = tracked(np.zeros((1, 2, 4, 2), np.float32), values)
+    out = data.scatter_nd(rg.tensor(indices), v, "assign")
+    np.testing.assert_array_equal(arr(out), expected)
+    grads = (out * rg.tensor(np.arange(16, dtype=np.float32).reshape(1, 2, 4, 2))).sum().backward()
+    # Assigned positions take their gradient from the values, the others keep the data's.
+    weights = np.arange(16.0).reshape(1, 2, 4, 2)
+    data_grad = weights.copy()
+    data_grad[..., 0] = 0.0
+    np.testing.assert_array_equal(arr(data.grad(grads)), data_grad)
+    np.testing.assert_array_equal(arr(v.grad(grads)), weights[..., :1])
+
+
+def test_scatter_nd_assign_of_strided_values():
+    indices, values, expected = scatter_nd_case()
+    wide = np.zeros((1, 2, 8, 1), np.float32)
+    wide[:, :, 0::2] = values
+    (w,) = tracked(wide)
+    strided = w[:, :, 0:8:2]
+    out = rg.zeros([1, 2, 4, 2]).scatter_nd(rg.tensor(indices), strided, "assign")
+    np.testing.assert_array_equal(arr(out), expected)
+    wide_grad = np.zeros((1, 2, 8, 1))
+    wide_grad[:, :, 0::2] = 1.0
+    np.testing.assert_array_equal(arr(w.grad(out.sum().backward())), wide_grad)
