@@ -698,6 +698,8 @@ def test_hifi_gan_trains_and_infers_as_torch(capsys, tmp_path):
         dict(n_fft=16, hop_length=4, win_length=12, center=True, pad_mode="reflect", onesided=True),
         dict(n_fft=8, center=False, normalized=True, onesided=False),
         dict(n_fft=10, hop_length=3, center=True, pad_mode="constant"),
+        dict(n_fft=9, hop_length=2, win_length=5, pad_mode="replicate"),
+        dict(n_fft=6, hop_length=5, pad_mode="circular", normalized=True),
     ],
 )
 def test_stft_real_form_gives_torch_s_values_and_gradients(options):
@@ -758,4 +760,22 @@ def test_stft_refuses_complex_results_and_a_missing_return_complex():
         rg.stft(signal, 8, window=rg.ones(5), return_complex=False)
     with pytest.raises(rg.ShapeError, match="n_fft=32"):
         rg.stft(signal, 32, center=False, return_complex=False)
+    with pytest.raises(rg.InvalidArgumentError, match="pad_mode must be"):
+        rg.stft(signal, 8, pad_mode="wrap", return_complex=False)
+    with pytest.raises(rg.DTypeError, match="stft: expected a float tensor, got int64"):
+        rg.stft(rg.ones((2, 20), dtype=rg.int64), 8, return_complex=False)
     assert rg.stft(signal, 8, return_complex=False).shape == (2, 5, 11, 2)
+
+
+def test_stft_method_and_istft_refusal():
+    """torch's ``y.stft(...)`` method is the function (it was an ``AttributeError``); ``istft``
+    reads only complex spectra in torch (a real one is refused there), so retrograd refuses it
+    with a ``DTypeError`` that names it (it was an ``AttributeError``)."""
+    signal = np.random.default_rng(6903).standard_normal((2, 30)).astype(np.float32)
+    ours = rg.tensor(signal).stft(8, hop_length=3, return_complex=False)
+    theirs = torch.tensor(signal).stft(8, hop_length=3, return_complex=False)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="complex"):
+        torch.istft(theirs, 8)
+    with pytest.raises(rg.DTypeError, match="istft: retrograd has no complex tensors"):
+        rg.istft(ours, 8)

@@ -19,18 +19,37 @@ harness: ``tests/real_ports.py``):
   rollout's float64 NumPy states and normalisers promoted and cast back (``torch.cat`` of float32
   and float64, ``.to(dtype=torch.float32)``), ``actions[-1] = action`` and ``rewards[-1] =
   reward`` of a NumPy float.
+- the Reformer as lucidrains/reformer-pytorch writes it (``reformer_pytorch.py``'s helpers,
+  ``LSHAttention``, ``LSHSelfAttention``, ``FeedForward``, ``Chunk``, ``PreNorm``,
+  ``Reformer`` and ``ReformerLM``; ``reversible.py``'s ``IrreversibleBlock`` and
+  ``ReversibleSequence``; ``autopadder.py``; ``generative_tools.py``'s ``TrainingWrapper`` and
+  ``top_k``; ``examples/enwik8_simple/train.py``'s loop), small and causal with weight tying:
+  random rotations ``torch.randn(rotations_shape, ...).expand(batch_size, -1, -1, -1)`` through
+  ``torch.einsum('btf,bfhi->bhti', ...)`` and ``torch.argmax`` hashing, ``sort_key_val``
+  (``t1.sort`` and ``t2.expand_as(t1).gather``), ``undo_sort`` by a second ``sort``,
+  ``batched_index_select``, chunks looking one back by ``torch.cat([x[:, -1:, ...], x[:, :-1,
+  ...]], dim=1)``, ``masked_fill_`` of the einsum's scores with ``-torch.finfo(dtype).max`` by
+  boolean masks made by ``mq[:, :, :, None] * mkv[:, :, None, :]`` and ``~mask``, the rounds
+  merged through ``torch.logsumexp`` and ``gather``, the autopadder's ``F.pad`` of bool masks
+  with ``value=False``, ``process_inputs_chunk`` over ``chunk``/``torch.cat`` (of
+  ``torch.empty(0)`` too), ``@torch.no_grad()`` generation with ``top_k``'s ``scatter_`` into
+  ``full_like(logits, float('-inf'))``. Left out: the local-attention heads (the separate
+  ``local_attention`` package) and the rotary embeddings (``einops``); the reversible blocks'
+  custom ``autograd.Function`` (``reverse_thres`` above the length selects the irreversible
+  blocks, which the repository uses for short sequences).
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
 
 
 @pytest.fixture(autouse=True)
@@ -917,4 +936,974 @@ def test_decision_transformer_trains_and_rolls_out_as_torch(capsys):
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
     assert "Iteration 2" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+REFORMER_SOURCE = """
+import math
+import torch
+import torch.nn as nn
+from torch.nn import Identity
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+from functools import partial, reduce, wraps
+from itertools import chain
+from operator import mul
+
+#constants
+
+TOKEN_SELF_ATTN_VALUE = -5e4 # carefully set for half precision to work
+
+# helper fns
+
+def exists(val):
+    return val is not None
+
+def sort_key_val(t1, t2, dim=-1):
+    values, indices = t1.sort(dim=dim)
+    t2 = t2.expand_as(t1)
+    return values, t2.gather(dim, indices)
+
+def batched_index_select(values, indices):
+    last_dim = values.shape[-1]
+    return values.gather(1, indices[:, :, None].expand(-1, -1, last_dim))
+
+def process_inputs_chunk(fn, chunks=1, dim=0):
+    def inner_fn(*args, **kwargs):
+        keys, values, len_args = kwargs.keys(), kwargs.values(), len(args)
+        chunked_args = list(zip(*map(lambda x: x.chunk(chunks, dim=dim), list(args) + list(values))))
+        all_args = map(lambda x: (x[:len_args], dict(zip(keys, x[len_args:]))), chunked_args)
+        outputs = [fn(*c_args, **c_kwargs) for c_args, c_kwargs in all_args]
+        return tuple(map(lambda x: torch.cat(x, dim=dim), zip(*outputs)))
+    return inner_fn
+
+def chunked_sum(tensor, chunks=1):
+    *orig_size, last_dim = tensor.shape
+    tensor = tensor.reshape(-1, last_dim)
+    summed_tensors = [c.sum(dim=-1) for c in tensor.chunk(chunks, dim=0)]
+    return torch.cat(summed_tensors, dim=0).reshape(orig_size)
+
+def default(val, default_val):
+    return default_val if val is None else val
+
+def cast_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+def max_neg_value(tensor):
+    return -torch.finfo(tensor.dtype).max
+
+def cache_fn(f):
+    cache = None
+    @wraps(f)
+    def cached_fn(*args, **kwargs):
+        nonlocal cache
+        if cache is not None:
+            return cache
+        cache = f(*args, **kwargs)
+        return cache
+    return cached_fn
+
+def cache_method_decorator(cache_attr, cache_namespace, reexecute = False):
+    def inner_fn(fn):
+        @wraps(fn)
+        def wrapper(self, *args, key_namespace=None, fetch=False, set_cache=True, **kwargs):
+            namespace_str = str(default(key_namespace, ''))
+            _cache = getattr(self, cache_attr)
+            _keyname = f'{cache_namespace}:{namespace_str}'
+
+            if fetch:
+                val = _cache[_keyname]
+                if reexecute:
+                    fn(self, *args, **kwargs)
+            else:
+                val = fn(self, *args, **kwargs)
+                if set_cache:
+                    setattr(self, cache_attr, {**_cache, **{_keyname: val}})
+            return val
+        return wrapper
+    return inner_fn
+
+def expand_dim(dim, k, t):
+    t = t.unsqueeze(dim)
+    expand_shape = [-1] * len(t.shape)
+    expand_shape[dim] = k
+    return t.expand(*expand_shape)
+
+def merge_dims(ind_from, ind_to, tensor):
+    shape = list(tensor.shape)
+    arr_slice = slice(ind_from, ind_to + 1)
+    shape[arr_slice] = [reduce(mul, shape[arr_slice])]
+    return tensor.reshape(*shape)
+
+def split_at_index(dim, index, t):
+    pre_slices = (slice(None),) * dim
+    l = (*pre_slices, slice(None, index))
+    r = (*pre_slices, slice(index, None))
+    return t[l], t[r]
+
+# helper classes
+
+class Always(nn.Module):
+    def __init__(self, val):
+        super().__init__()
+        self.val = val
+
+    def forward(self, *args, **kwargs):
+        return self.val
+
+class ScaleNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.g = nn.Parameter(torch.ones(1))
+        self.eps = eps
+
+    def forward(self, x):
+        n = torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps)
+        return x / n * self.g
+
+class PreNorm(nn.Module):
+    def __init__(self, norm_class, dim, fn):
+        super().__init__()
+        self.norm = norm_class(dim)
+        self.fn = fn
+    def forward(self, x, **kwargs):
+        x = self.norm(x)
+        return self.fn(x, **kwargs)
+
+class Chunk(nn.Module):
+    def __init__(self, chunks, fn, along_dim = -1):
+        super().__init__()
+        self.dim = along_dim
+        self.chunks = chunks
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        if self.chunks == 1:
+            return self.fn(x, **kwargs)
+        chunks = x.chunk(self.chunks, dim = self.dim)
+        return torch.cat([self.fn(c, **kwargs) for c in chunks], dim = self.dim)
+
+# LSH attention as described in https://openreview.net/pdf?id=rkgNKkHtvB
+# adapted from trax, stripped to what paper said needed to work
+# namely that buckets need to be at least 64 with 8 rounds of hashing
+# https://github.com/google/trax/blob/master/trax/layers/research/efficient_attention.py#L442
+
+class LSHAttention(nn.Module):
+    def __init__( self,
+                  dropout = 0.,
+                  bucket_size = 64,
+                  n_hashes = 8,
+                  causal = False,
+                  allow_duplicate_attention = True,
+                  attend_across_buckets = True,
+                  rehash_each_round = True,
+                  drop_for_hash_rate = 0.0,
+                  random_rotations_per_head = False,
+                  return_attn = False):
+        super().__init__()
+        if dropout >= 1.0:
+            raise ValueError('Dropout rates must be lower than 1.')
+
+        self.dropout = nn.Dropout(dropout)
+        self.dropout_for_hash = nn.Dropout(drop_for_hash_rate)
+
+        assert rehash_each_round or allow_duplicate_attention, (
+            'The setting {allow_duplicate_attention=False, rehash_each_round=False}'
+            ' is not implemented.')
+
+        self.causal = causal
+        self.bucket_size = bucket_size
+
+        self.n_hashes = n_hashes
+
+        self._allow_duplicate_attention = allow_duplicate_attention
+        self._attend_across_buckets = attend_across_buckets
+        self._rehash_each_round = rehash_each_round
+        self._random_rotations_per_head = random_rotations_per_head
+
+        # will expend extra computation to return attention matrix
+        self._return_attn = return_attn
+
+        # cache buckets for reversible network, reported by authors to make Reformer work at depth
+        self._cache = {}
+
+    @cache_method_decorator('_cache', 'buckets', reexecute=True)
+    def hash_vectors(self, n_buckets, vecs):
+        batch_size = vecs.shape[0]
+        device = vecs.device
+
+        # See https://arxiv.org/pdf/1509.02897.pdf
+        # We sample a different random rotation for each round of hashing to
+        # decrease the probability of hash misses.
+        assert n_buckets % 2 == 0
+
+        rot_size = n_buckets
+
+        rotations_shape = (
+            batch_size if self._random_rotations_per_head else 1,
+            vecs.shape[-1],
+            self.n_hashes if self._rehash_each_round else 1,
+            rot_size // 2)
+
+        random_rotations = torch.randn(rotations_shape, dtype=vecs.dtype, device=device).expand(batch_size, -1, -1, -1)
+
+        dropped_vecs = self.dropout_for_hash(vecs)
+        rotated_vecs = torch.einsum('btf,bfhi->bhti', dropped_vecs, random_rotations)
+
+        if self._rehash_each_round:
+            # rotated_vectors size [batch,n_hash,seq_len,buckets]
+            rotated_vecs = torch.cat([rotated_vecs, -rotated_vecs], dim=-1)
+            buckets = torch.argmax(rotated_vecs, dim=-1)
+        else:
+            rotated_vecs = torch.cat([rotated_vecs, -rotated_vecs], dim=-1)
+            # In this configuration, we map each item to the top self.n_hashes buckets
+            rotated_vecs = torch.squeeze(rotated_vecs, 1)
+            bucket_range = torch.arange(rotated_vecs.shape[-1], device=device)
+            bucket_range = torch.reshape(bucket_range, (1, -1))
+            bucket_range = bucket_range.expand_as(rotated_vecs)
+
+            _, buckets = sort_key_val(rotated_vecs, bucket_range, dim=-1)
+            # buckets size [batch size, seq_len, buckets]
+            buckets = buckets[... , -self.n_hashes:].transpose(1, 2)
+
+        # buckets is now (self.n_hashes, seq_len). Next we add offsets so that
+        # bucket numbers from different hashing rounds don't overlap.
+        offsets = torch.arange(self.n_hashes, device=device)
+        offsets = torch.reshape(offsets * n_buckets, (1, -1, 1))
+        buckets = torch.reshape(buckets + offsets, (batch_size, -1,))
+        return buckets
+
+    def forward(self, qk, v, query_len = None, input_mask = None, input_attn_mask = None, pos_emb = None, **kwargs):
+        batch_size, seqlen, dim, device = *qk.shape, qk.device
+
+        query_len = default(query_len, seqlen)
+        is_reverse = kwargs.pop('_reverse', False)
+        depth = kwargs.pop('_depth', None)
+
+        assert seqlen % (self.bucket_size * 2) == 0, f'Sequence length ({seqlen}) needs to be divisible by target bucket size  x 2 - {self.bucket_size * 2}'
+
+        n_buckets = seqlen // self.bucket_size
+        buckets = self.hash_vectors(n_buckets, qk, key_namespace=depth, fetch=is_reverse, set_cache=self.training)
+
+        # We use the same vector as both a query and a key.
+        assert int(buckets.shape[1]) == self.n_hashes * seqlen
+
+        total_hashes = self.n_hashes
+
+        ticker = torch.arange(total_hashes * seqlen, device=device).unsqueeze(0).expand_as(buckets)
+        buckets_and_t = seqlen * buckets + (ticker % seqlen)
+        buckets_and_t = buckets_and_t.detach()
+
+        # Hash-based sort ("s" at the start of variable names means "sorted")
+        sbuckets_and_t, sticker = sort_key_val(buckets_and_t, ticker, dim=-1)
+        _, undo_sort = sticker.sort(dim=-1)
+        del ticker
+
+        sbuckets_and_t = sbuckets_and_t.detach()
+        sticker = sticker.detach()
+        undo_sort = undo_sort.detach()
+
+        st = (sticker % seqlen)
+        sqk = batched_index_select(qk, st)
+        sv = batched_index_select(v, st)
+
+        # Split off a "bin" axis so that attention only occurs within chunks.
+        chunk_size = total_hashes * n_buckets
+        bq_t = bkv_t = torch.reshape(st, (batch_size, chunk_size, -1))
+        bqk = torch.reshape(sqk, (batch_size, chunk_size, -1, dim))
+        bv = torch.reshape(sv, (batch_size, chunk_size, -1, dim))
+
+        # Hashing operates on unit-length vectors. Unnormalized query vectors are
+        # fine because they effectively provide a learnable temperature for the
+        # attention softmax, but normalizing keys is needed so that similarity for
+        # the purposes of attention correctly corresponds to hash locality.
+        bq = bqk
+        bk = F.normalize(bqk, p=2, dim=-1).type_as(bq)
+
+        # Allow each chunk to attend within itself, and also one chunk back. Chunk
+        # boundaries might occur in the middle of a sequence of items from the
+        # same bucket, so this increases the chances of attending to relevant items.
+        def look_one_back(x):
+            x_extra = torch.cat([x[:, -1:, ...], x[:, :-1, ...]], dim=1)
+            return torch.cat([x, x_extra], dim=2)
+
+        bk = look_one_back(bk)
+        bv = look_one_back(bv)
+        bkv_t = look_one_back(bkv_t)
+
+        # Dot-product attention.
+        dots = torch.einsum('bhie,bhje->bhij', bq, bk) * (dim ** -0.5)
+        masked_value = max_neg_value(dots)
+
+        # Mask for post qk attention logits of the input sequence
+        if input_attn_mask is not None:
+            input_attn_mask = F.pad(input_attn_mask, (0, seqlen - input_attn_mask.shape[-1], 0, seqlen - input_attn_mask.shape[-2]), value=True)
+            dot_attn_indices = ((bq_t * seqlen)[:, :, :, None] + bkv_t[:, :, None, :])
+            input_attn_mask = input_attn_mask.reshape(batch_size, -1)
+            dot_attn_indices = dot_attn_indices.reshape(batch_size, -1)
+            mask = input_attn_mask.gather(1, dot_attn_indices).reshape_as(dots)
+            dots.masked_fill_(~mask, masked_value)
+            del mask
+
+        # Input mask for padding in variable lengthed sequences
+        if input_mask is not None:
+            input_mask = F.pad(input_mask, (0, seqlen - input_mask.shape[1]), value=True)
+            mq = input_mask.gather(1, st).reshape((batch_size, chunk_size, -1))
+            mkv = look_one_back(mq)
+            mask = mq[:, :, :, None] * mkv[:, :, None, :]
+            dots.masked_fill_(~mask, masked_value)
+            del mask
+
+        # Causal masking
+        if self.causal:
+            mask = bq_t[:, :, :, None] < bkv_t[:, :, None, :]
+            if seqlen > query_len:
+                mask = mask & (bkv_t[:, :, None, :] < query_len)
+            dots.masked_fill_(mask, masked_value)
+            del mask
+
+        # Mask out attention to self except when no other targets are available.
+        self_mask = bq_t[:, :, :, None] == bkv_t[:, :, None, :]
+        dots.masked_fill_(self_mask, TOKEN_SELF_ATTN_VALUE)
+        del self_mask
+
+        # Mask out attention to other hash buckets.
+        if not self._attend_across_buckets:
+            bq_buckets = bkv_buckets = torch.reshape(sbuckets_and_t // seqlen, (batch_size, chunk_size, -1))
+            bkv_buckets = look_one_back(bkv_buckets)
+            bucket_mask = bq_buckets[:, :, :, None] != bkv_buckets[:, :, None, :]
+            dots.masked_fill_(bucket_mask, masked_value)
+            del bucket_mask
+
+        # Don't double-count query-key pairs across multiple rounds of hashing.
+        # There are two possible strategies here. (1) The default is to count how
+        # many times a query-key pair is repeated, and to lower its log-prob
+        # correspondingly at each repetition. (2) When hard_k is set, the code
+        # instead masks all but the first occurence of each query-key pair.
+        if not self._allow_duplicate_attention:
+            locs1 = undo_sort // bq_t.shape[-1]
+            locs2 = (locs1 + 1) % chunk_size
+            if not self._attend_across_buckets:
+                locs1 = buckets * chunk_size + locs1
+                locs2 = buckets * chunk_size + locs2
+            locs = torch.cat([
+                torch.reshape(locs1, (batch_size, total_hashes, seqlen)),
+                torch.reshape(locs2, (batch_size, total_hashes, seqlen)),
+            ], 1).permute((0, 2, 1))
+
+            slocs = batched_index_select(locs, st)
+            b_locs = torch.reshape(slocs, (batch_size, chunk_size, -1, 2 * total_hashes))
+
+            b_locs1 = b_locs[:, :, :, None, :total_hashes]
+
+            bq_locs = b_locs1.expand(b_locs.shape[:3] + (2, total_hashes))
+            bq_locs = torch.reshape(bq_locs, b_locs.shape)
+            bkv_locs = look_one_back(b_locs)
+
+            dup_counts = (bq_locs[:, :, :, None, :] == bkv_locs[:, :, None, :, :])
+            # for memory considerations, chunk summation of last dimension for counting duplicates
+            dup_counts = chunked_sum(dup_counts, chunks=(total_hashes * batch_size))
+            dup_counts = dup_counts.detach()
+            assert dup_counts.shape == dots.shape
+            dots = dots - torch.log(dup_counts + 1e-9)
+            del dup_counts
+
+        # Softmax.
+        dots_logsumexp = torch.logsumexp(dots, dim=-1, keepdim=True)
+        dots = torch.exp(dots - dots_logsumexp).type_as(dots)
+        dropped_dots = self.dropout(dots)
+
+        bo = torch.einsum('buij,buje->buie', dropped_dots, bv)
+        so = torch.reshape(bo, (batch_size, -1, dim))
+        slogits = torch.reshape(dots_logsumexp, (batch_size, -1,))
+
+        # unsort logits
+        o = batched_index_select(so, undo_sort)
+        logits = slogits.gather(1, undo_sort)
+
+        o = torch.reshape(o, (batch_size, total_hashes, seqlen, dim))
+        logits = torch.reshape(logits, (batch_size, total_hashes, seqlen, 1))
+
+        if query_len != seqlen:
+            query_slice = (slice(None), slice(None), slice(0, query_len))
+            o, logits = o[query_slice], logits[query_slice]
+
+        probs = torch.exp(logits - torch.logsumexp(logits, dim=1, keepdim=True))
+        out = torch.sum(o * probs, dim=1)
+
+        attn = torch.empty(0, device=device)
+
+        # return unsorted attention weights
+        if self._return_attn:
+            attn_unsort = ((bq_t * seqlen)[:, :, :, None] + bkv_t[:, :, None, :])
+            attn_unsort = attn_unsort.view(batch_size * total_hashes, -1).long()
+            unsorted_dots = torch.zeros(batch_size * total_hashes, seqlen * seqlen, device=device)
+            unsorted_dots.scatter_add_(1, attn_unsort, dots.view_as(attn_unsort))
+            del attn_unsort
+            unsorted_dots = unsorted_dots.reshape(batch_size, total_hashes, seqlen, seqlen)
+            attn = torch.sum(unsorted_dots[:, :, 0:query_len, :] * probs, dim=1)
+
+        # return output, attention matrix, and bucket distribution
+        return out, attn, buckets
+
+class LSHSelfAttention(nn.Module):
+    def __init__(self, dim, heads = 8, bucket_size = 64, n_hashes = 8, causal = False, dim_head = None, attn_chunks = 1, random_rotations_per_head = False, attend_across_buckets = True, allow_duplicate_attention = True, num_mem_kv = 0, one_value_head = False, use_full_attn = False, full_attn_thres = None, return_attn = False, post_attn_dropout = 0., dropout = 0., n_local_attn_heads = 0, **kwargs):
+        super().__init__()
+        assert dim_head or (dim % heads) == 0, 'dimensions must be divisible by number of heads'
+        assert n_local_attn_heads < heads, 'local attention heads must be less than number of heads'
+
+        dim_head = default(dim_head, dim // heads)
+        dim_heads = dim_head * heads
+
+        self.dim = dim
+        self.heads = heads
+        self.dim_head = dim_head
+        self.attn_chunks = default(attn_chunks, 1)
+
+        self.v_head_repeats = (heads if one_value_head else 1)
+        v_dim = dim_heads // self.v_head_repeats
+
+        self.toqk = nn.Linear(dim, dim_heads, bias = False)
+        self.tov = nn.Linear(dim, v_dim, bias = False)
+        self.to_out = nn.Linear(dim_heads, dim)
+
+        self.bucket_size = bucket_size
+        self.lsh_attn = LSHAttention(bucket_size=bucket_size, n_hashes=n_hashes, causal=causal, random_rotations_per_head=random_rotations_per_head, attend_across_buckets = attend_across_buckets,  allow_duplicate_attention = allow_duplicate_attention, return_attn = return_attn, dropout = dropout, **kwargs)
+        self.post_attn_dropout = nn.Dropout(post_attn_dropout)
+
+        self.use_full_attn = use_full_attn
+        self.full_attn_thres = default(full_attn_thres, bucket_size)
+
+        self.num_mem_kv = num_mem_kv
+        self.mem_kv = nn.Parameter(torch.randn(1, num_mem_kv, dim, requires_grad=True)) if num_mem_kv > 0 else None
+
+        self.n_local_attn_heads = n_local_attn_heads
+
+        self.callback = None
+
+    def forward(self, x, keys = None, input_mask = None, input_attn_mask = None, context_mask = None, pos_emb = None, **kwargs):
+        device, dtype = x.device, x.dtype
+        b, t, e, h, dh, m, l_h = *x.shape, self.heads, self.dim_head, self.num_mem_kv, self.n_local_attn_heads
+
+        mem_kv = default(self.mem_kv, torch.empty(b, 0, e, dtype=dtype, device=device))
+        mem = mem_kv.expand(b, m, -1)
+
+        keys = default(keys, torch.empty(b, 0, e, dtype=dtype, device=device))
+        c = keys.shape[1]
+
+        kv_len = t + m + c
+        use_full_attn = self.use_full_attn or kv_len <= self.full_attn_thres
+
+        x = torch.cat((x, mem, keys), dim=1)
+        qk = self.toqk(x)
+        v = self.tov(x)
+        v = v.repeat(1, 1, self.v_head_repeats)
+
+        def merge_heads(v):
+            return v.view(b, kv_len, h, -1).transpose(1, 2)
+
+        def split_heads(v):
+            return v.view(b, h, t, -1).transpose(1, 2).contiguous()
+
+        merge_batch_and_heads = partial(merge_dims, 0, 1)
+
+        qk, v = map(merge_heads, (qk, v))
+
+        has_local = l_h > 0
+        lsh_h = h - l_h
+
+        split_index_fn = partial(split_at_index, 1, l_h)
+        (lqk, qk), (lv, v) = map(split_index_fn, (qk, v))
+        lqk, qk, lv, v = map(merge_batch_and_heads, (lqk, qk, lv, v))
+
+        masks = {}
+        if input_mask is not None or context_mask is not None:
+            default_mask = torch.tensor([True], device=device)
+            i_mask = default(input_mask, default_mask.expand(b, t))
+            m_mask = default_mask.expand(b, m)
+            c_mask = default(context_mask, default_mask.expand(b, c))
+            mask = torch.cat((i_mask, m_mask, c_mask), dim=1)
+            mask = merge_batch_and_heads(expand_dim(1, lsh_h, mask))
+            masks['input_mask'] = mask
+
+        if input_attn_mask is not None:
+            input_attn_mask = merge_batch_and_heads(expand_dim(1, lsh_h, input_attn_mask))
+            masks['input_attn_mask'] = input_attn_mask
+
+        attn_fn = self.lsh_attn
+        partial_attn_fn = partial(attn_fn, query_len = t, pos_emb = pos_emb, **kwargs)
+        attn_fn_in_chunks = process_inputs_chunk(partial_attn_fn, chunks = self.attn_chunks)
+
+        out, attn, buckets = attn_fn_in_chunks(qk, v, **masks)
+
+        if self.callback is not None:
+            self.callback(attn.reshape(b, lsh_h, t, -1), buckets.reshape(b, lsh_h, -1))
+
+        out = split_heads(out).view(b, t, -1)
+        out = self.to_out(out)
+        return self.post_attn_dropout(out)
+
+# feed forward
+
+class FeedForward(nn.Module):
+    def __init__(self, dim, mult = 4, dropout = 0., activation = None, glu = False):
+        super().__init__()
+        activation = default(activation, nn.GELU)
+
+        self.glu = glu
+        self.w1 = nn.Linear(dim, dim * mult * (2 if glu else 1))
+        self.act = activation()
+        self.dropout = nn.Dropout(dropout)
+        self.w2 = nn.Linear(dim * mult, dim)
+
+    def forward(self, x, **kwargs):
+        if not self.glu:
+            x = self.w1(x)
+            x = self.act(x)
+        else:
+            x, v = self.w1(x).chunk(2, dim=-1)
+            x = self.act(x) * v
+
+        x = self.dropout(x)
+        x = self.w2(x)
+        return x
+
+# positional embeddings
+
+class AbsolutePositionalEmbedding(nn.Module):
+    def __init__(self, dim, max_seq_len):
+        super().__init__()
+        self.emb = nn.Embedding(max_seq_len, dim)
+
+    def forward(self, x):
+        t = torch.arange(x.shape[1], device=x.device)
+        return self.emb(t)
+
+# reversible.py
+
+class IrreversibleBlock(nn.Module):
+    def __init__(self, f, g):
+        super().__init__()
+        self.f = f
+        self.g = g
+
+    def forward(self, x, f_args, g_args):
+        x1, x2 = torch.chunk(x, 2, dim=2)
+        y1 = x1 + self.f(x2, **f_args)
+        y2 = x2 + self.g(y1, **g_args)
+        return torch.cat([y1, y2], dim=2)
+
+class ReversibleSequence(nn.Module):
+    def __init__(self, blocks, layer_dropout = 0., reverse_thres = 0, send_signal = False):
+        super().__init__()
+        self.layer_dropout = layer_dropout
+        self.reverse_thres = reverse_thres
+
+        self.irrev_blocks = nn.ModuleList([IrreversibleBlock(f=f, g=g) for f, g in blocks])
+
+    def forward(self, x, arg_route = (True, False), **kwargs):
+        reverse = x.shape[1] > self.reverse_thres
+        assert not reverse, 'the reversible path (a custom autograd.Function) is left out of this port'
+        blocks = self.irrev_blocks
+
+        if self.training and self.layer_dropout > 0:
+            to_drop = torch.empty(len(self.blocks)).uniform_(0, 1) < self.layer_dropout
+            blocks = [block for block, drop in zip(self.blocks, to_drop) if not drop]
+            blocks = self.blocks[:1] if len(blocks) == 0 else blocks
+
+        f_args, g_args = map(lambda route: kwargs if route else {}, arg_route)
+        block_kwargs = {'f_args': f_args, 'g_args': g_args}
+
+        for block in blocks:
+            x = block(x, **block_kwargs)
+        return x
+
+# reformer lm
+
+class Reformer(nn.Module):
+    def __init__(self, dim, depth, heads = 8, dim_head = None, bucket_size = 64, n_hashes = 8, ff_chunks = 100, attn_chunks = None, causal = False, weight_tie = False, lsh_dropout = 0., ff_dropout = 0., ff_activation = None, ff_mult = 4, ff_glu = False, post_attn_dropout = 0., layer_dropout = 0., lsh_attend_across_buckets = True, lsh_allow_duplicate_attention = True, random_rotations_per_head = False, use_scale_norm = False, use_rezero = False, use_full_attn = False, full_attn_thres = 0, reverse_thres = 0, num_mem_kv = 0, one_value_head = False, n_local_attn_heads = 0, pkm_layers = tuple(), pkm_num_keys = 128):
+        super().__init__()
+        self.dim = dim
+        self.depth = depth
+
+        self.bucket_size = bucket_size
+        self.num_mem_kv = num_mem_kv
+
+        self.full_attn_thres = full_attn_thres
+
+        get_attn = lambda: LSHSelfAttention(dim, heads, bucket_size, n_hashes, causal = causal, dim_head = dim_head, dropout = lsh_dropout, post_attn_dropout = post_attn_dropout, attn_chunks = attn_chunks, allow_duplicate_attention = lsh_allow_duplicate_attention, attend_across_buckets = lsh_attend_across_buckets, random_rotations_per_head = random_rotations_per_head, num_mem_kv = num_mem_kv, use_full_attn = use_full_attn, full_attn_thres = full_attn_thres, one_value_head = one_value_head, n_local_attn_heads = n_local_attn_heads)
+        get_ff = lambda: Chunk(ff_chunks, FeedForward(dim, dropout = ff_dropout, activation = ff_activation, mult = ff_mult, glu = ff_glu), along_dim = -2)
+
+        if weight_tie:
+            get_attn, get_ff = map(cache_fn, (get_attn, get_ff))
+
+        blocks = []
+
+        norm_type = ScaleNorm if use_scale_norm else nn.LayerNorm
+
+        residual_fn_wrapper = partial(PreNorm, norm_type, dim)
+
+        for ind in range(depth):
+            layer_num = ind + 1
+
+            attn = get_attn()
+            parallel_net = get_ff()
+
+            f = residual_fn_wrapper(attn)
+            g = residual_fn_wrapper(parallel_net)
+
+            blocks.append(nn.ModuleList([f, g]))
+
+        self.layers = ReversibleSequence(nn.ModuleList(blocks), layer_dropout = layer_dropout, reverse_thres = reverse_thres, send_signal = True)
+
+    def forward(self, x, **kwargs):
+        x = torch.cat([x, x], dim = -1)
+        x = self.layers(x, **kwargs)
+        return torch.stack(x.chunk(2, dim=-1)).mean(dim=0)
+
+class ReformerLM(nn.Module):
+    def __init__(self, num_tokens, dim, depth, max_seq_len, heads = 8, dim_head = 64, bucket_size = 64, n_hashes = 4, ff_chunks = 100, attn_chunks = 1, causal = False, weight_tie = False, lsh_dropout = 0., ff_dropout = 0., ff_mult = 4, ff_activation = None, ff_glu = False, post_attn_dropout = 0., layer_dropout = 0., random_rotations_per_head = False, use_scale_norm = False, use_rezero = False, use_full_attn = False, full_attn_thres = 0, reverse_thres = 0, num_mem_kv = 0, one_value_head = False, emb_dim = None, return_embeddings = False, weight_tie_embedding = False, fixed_position_emb = False, absolute_position_emb = False, axial_position_emb = False, axial_position_shape = None, n_local_attn_heads = 0, pkm_layers = tuple(), pkm_num_keys = 128):
+        super().__init__()
+        emb_dim = default(emb_dim, dim)
+        self.max_seq_len = max_seq_len
+
+        self.token_emb = nn.Embedding(num_tokens, emb_dim)
+
+        self.to_model_dim = Identity() if emb_dim == dim else nn.Linear(emb_dim, dim)
+
+        self.pos_emb = Always(0)
+        self.layer_pos_emb = Always(None)
+
+        if absolute_position_emb:
+            self.pos_emb = AbsolutePositionalEmbedding(emb_dim, max_seq_len)
+
+        self.reformer = Reformer(dim, depth, heads = heads, dim_head = dim_head, bucket_size = bucket_size, n_hashes = n_hashes, ff_chunks = ff_chunks, attn_chunks = attn_chunks, causal = causal, weight_tie = weight_tie, lsh_dropout = lsh_dropout, ff_mult = ff_mult, ff_activation = ff_activation, ff_glu = ff_glu, ff_dropout = ff_dropout, post_attn_dropout = 0., layer_dropout = layer_dropout, random_rotations_per_head = random_rotations_per_head, use_scale_norm = use_scale_norm, use_rezero = use_rezero, use_full_attn = use_full_attn, full_attn_thres = full_attn_thres, reverse_thres = reverse_thres, num_mem_kv = num_mem_kv, one_value_head = one_value_head, n_local_attn_heads = n_local_attn_heads, pkm_layers = pkm_layers, pkm_num_keys = pkm_num_keys)
+        self.norm = nn.LayerNorm(dim)
+
+        if return_embeddings:
+            self.out = Identity()
+            return
+
+        self.out = nn.Sequential(
+            nn.Linear(dim, emb_dim) if emb_dim != dim else Identity(),
+            nn.Linear(emb_dim, num_tokens)
+        )
+
+    def forward(self, x, **kwargs):
+        x = self.token_emb(x)
+        x = x + self.pos_emb(x)
+
+        layer_pos_emb = self.layer_pos_emb(x)
+        x = self.to_model_dim(x)
+        x = self.reformer(x, pos_emb = layer_pos_emb, **kwargs)
+        x = self.norm(x)
+        return self.out(x)
+
+# autopadder.py
+
+def pad_to_multiple(tensor, seqlen, multiple, dim=-1):
+    m = seqlen / multiple
+    if m.is_integer():
+        return tensor
+    remainder = math.ceil(m) * multiple - seqlen
+    pad_offset = (0,) * (-1 - dim) * 2
+    return F.pad(tensor, (*pad_offset, 0, remainder), value=0)
+
+class Autopadder(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        assert isinstance(net, (LSHSelfAttention, Reformer, ReformerLM)), 'only modules LSHSelfAttention, Reformer, ReformerLM accepted'
+        self.net = net
+
+        reformer = net.reformer if isinstance(net, ReformerLM) else net
+        self.pad_dim = -1 if isinstance(net, ReformerLM) else -2
+
+        self.bucket_size = reformer.bucket_size
+        self.num_mem_kv = reformer.num_mem_kv
+        self.full_attn_thres = reformer.full_attn_thres
+
+    def forward(self, x, **kwargs):
+        b, t, m, device = *x.shape[:2], self.num_mem_kv, x.device
+
+        keys = kwargs.get('keys')
+        input_mask = kwargs.get('input_mask')
+        input_attn_mask = kwargs.get('input_attn_mask')
+
+        k_len = 0 if keys is None else keys.shape[1]
+        seqlen = t + m + k_len
+
+        if seqlen > self.full_attn_thres:
+            if input_mask is None:
+                input_mask = torch.full((b, t), True, device=x.device, dtype=torch.bool)
+
+            x = pad_to_multiple(x, seqlen, self.bucket_size * 2, dim=self.pad_dim)
+
+            if input_mask is not None:
+                new_mask = F.pad(input_mask, (0, x.shape[1] - input_mask.shape[1]), value=False)
+                kwargs.update(input_mask=new_mask)
+
+            if input_attn_mask is not None:
+                offset = x.shape[1] - input_attn_mask.shape[1]
+                new_mask = F.pad(input_attn_mask, (0, offset, 0, offset), value=False)
+                kwargs.update(input_attn_mask=new_mask)
+
+        out = self.net(x, **kwargs)
+        return out[:, 0:t]
+
+# generative_tools.py
+
+def top_p(logits, thres = 0.9):
+    sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+    cum_probs = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+
+    sorted_indices_to_remove = cum_probs > (1 - thres)
+    sorted_indices_to_remove[:, 1:] = sorted_indices_to_remove[:, :-1].clone()
+    sorted_indices_to_remove[:, 0] = 0
+
+    sorted_logits[sorted_indices_to_remove] = float('-inf')
+    return sorted_logits.scatter(1, sorted_indices, sorted_logits)
+
+def top_k(logits, thres = 0.9):
+    k = int((1 - thres) * logits.shape[-1])
+    val, ind = torch.topk(logits, k)
+    probs = torch.full_like(logits, float('-inf'))
+    probs.scatter_(1, ind, val)
+    return probs
+
+class TrainingWrapper(nn.Module):
+    def __init__(self, net, ignore_index = -100, pad_value = 0):
+        super().__init__()
+        assert isinstance(net, ReformerLM), 'generative trainer wrapper can only accept ReformerLM class'
+        self.pad_value = pad_value
+        self.ignore_index = ignore_index
+
+        self.net = Autopadder(net)
+        self.max_seq_len = net.max_seq_len
+
+    @torch.no_grad()
+    def generate(self, start_tokens, seq_len, eos_token = None, temperature = 1., filter_logits_fn = top_k, filter_thres = 0.9, **kwargs):
+        was_training = self.net.training
+        num_dims = len(start_tokens.shape)
+
+        if num_dims == 1:
+            start_tokens = start_tokens[None, :]
+
+        b, t = start_tokens.shape
+
+        self.net.eval()
+        out = start_tokens
+        input_mask = kwargs.pop('input_mask', None)
+
+        if input_mask is None:
+            input_mask = torch.full_like(out, True, dtype=torch.bool, device=out.device)
+
+        for _ in range(seq_len):
+            x = out[:, -self.max_seq_len:]
+            input_mask = input_mask[:, -self.max_seq_len:]
+
+            logits = self.net(x, input_mask=input_mask, **kwargs)[:, -1, :]
+            filtered_logits = filter_logits_fn(logits, thres = filter_thres)
+            probs = F.softmax(filtered_logits / temperature, dim=-1)
+            sample = torch.multinomial(probs, 1)
+
+            out = torch.cat((out, sample), dim=-1)
+            input_mask = F.pad(input_mask, (0, 1), value=True)
+
+            if eos_token is not None and (sample == eos_token).all():
+                break
+
+        out = out[:, t:]
+
+        if num_dims == 1:
+            out = out.squeeze(0)
+
+        self.net.train(was_training)
+        return out
+
+    def forward(self, x, return_loss = False, **kwargs):
+        pad = partial(pad_sequence, batch_first = True, padding_value = self.pad_value)
+
+        if not return_loss:
+            if not isinstance(x, torch.Tensor):
+                x = pad(x)
+            return self.net(x, **kwargs)
+
+        if isinstance(x, torch.Tensor):
+            xi = x[:, :-1]
+            xo = x[:, 1:]
+        else:
+            xi = pad(list(map(lambda t: t[:-1], x)))
+            xo = pad(list(map(lambda t: t[1:], x)))
+
+        out = self.net(xi, **kwargs)
+
+        loss = F.cross_entropy(out.transpose(1, 2), xo, ignore_index = self.ignore_index)
+        return loss
+
+# examples/enwik8_simple/train.py
+
+def cycle(loader):
+    while True:
+        for data in loader:
+            yield data
+
+def decode_token(token):
+    return str(chr(max(32, token)))
+
+def decode_tokens(tokens):
+    return ''.join(list(map(decode_token, tokens)))
+
+def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVERY, LEARNING_RATE, VALIDATE_EVERY, GENERATE_EVERY, GENERATE_LENGTH, SEQ_LEN):
+    model = ReformerLM(
+        dim = 8,
+        depth = 2,
+        max_seq_len = 16,
+        num_tokens = 64,
+        heads = 2,
+        dim_head = 4,
+        bucket_size = 4,
+        n_hashes = 2,
+        ff_chunks = 2,
+        lsh_dropout = 0.0,
+        weight_tie = True,
+        causal = True,
+        absolute_position_emb = True,
+        reverse_thres = 64,
+        use_full_attn = False # set this to true for comparison with full attention
+    )
+
+    model = TrainingWrapper(model)
+    initialize(model)
+
+    class TextSamplerDataset(torch.utils.data.Dataset):
+        def __init__(self, data, seq_len):
+            super().__init__()
+            self.data = data
+            self.seq_len = seq_len
+
+        def __getitem__(self, index):
+            rand_start = torch.randint(0, self.data.size(0) - self.seq_len - 1, (1,))
+            full_seq = self.data[rand_start: rand_start + self.seq_len + 1].long()
+            return full_seq
+
+        def __len__(self):
+            return self.data.size(0) // self.seq_len
+
+    train_dataset = TextSamplerDataset(data_train, SEQ_LEN)
+    val_dataset   = TextSamplerDataset(data_val, SEQ_LEN)
+    train_loader  = cycle(torch.utils.data.DataLoader(train_dataset, batch_size = BATCH_SIZE))
+    val_loader    = cycle(torch.utils.data.DataLoader(val_dataset, batch_size = BATCH_SIZE))
+
+    # optimizer
+
+    optim = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+
+    # training
+
+    for i in range(NUM_BATCHES):
+        model.train()
+
+        for __ in range(GRADIENT_ACCUMULATE_EVERY):
+            loss = model(next(train_loader), return_loss = True)
+            loss.backward()
+
+        print(f'training loss: {loss.item()}')
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optim.step()
+        optim.zero_grad()
+        record.append(loss.item())
+
+        if i % VALIDATE_EVERY == 0:
+            model.eval()
+            with torch.no_grad():
+                loss = model(next(val_loader), return_loss = True)
+                print(f'validation loss: {loss.item()}')
+                record.append(loss.item())
+
+        if i % GENERATE_EVERY == 0:
+            model.eval()
+            inp = random.choice(val_dataset)[:-1]
+            prime = decode_tokens(inp)
+            print(f'%s \\n\\n %s', (prime, '*' * 100))
+
+            sample = model.generate(inp, GENERATE_LENGTH)
+            output_str = decode_tokens(sample)
+            print(output_str)
+            record.append(output_str)
+
+    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+"""
+
+REFORMER_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nfrom torch.nn import Identity\nimport torch.nn.functional as F\nfrom torch.nn.utils.rnn import pad_sequence\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.nn import Identity\nimport retrograd.nn.functional as F\nfrom retrograd.nn.utils.rnn import pad_sequence\n",
+    ),
+    (
+        "        for __ in range(GRADIENT_ACCUMULATE_EVERY):\n            loss = model(next(train_loader), return_loss = True)\n            loss.backward()\n\n        print(f'training loss: {loss.item()}')\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n        optim.step()\n",
+        "        grads = None\n        for __ in range(GRADIENT_ACCUMULATE_EVERY):\n            loss = model(next(train_loader), return_loss = True)\n            g = loss.backward()\n            grads = g if grads is None else grads + g\n\n        print(f'training loss: {loss.item()}')\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.5)\n        optim.step(grads)\n",
+    ),
+]
+
+
+class SharedMultinomial:
+    """``torch.multinomial(probs, 1)`` of a library drawing from one seeded stream (the
+    inverse of the rows' cumulative sums at uniform draws)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+
+        def multinomial(probs, num_samples, replacement=False, generator=None):
+            rows = np.asarray(probs.detach().numpy(), dtype=np.float64)
+            cumulative = np.cumsum(rows / rows.sum(-1, keepdims=True), -1)
+            draws = rng.uniform(size=(rows.shape[0], 1))
+            picks = (cumulative < draws).sum(-1, keepdims=True)
+            return lib.tensor(np.minimum(picks, rows.shape[-1] - 1), dtype=lib.int64)
+
+        self.saved = lib.multinomial
+        lib.multinomial = multinomial
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.multinomial = self.saved
+        return False
+
+
+def _rounded(log):
+    return re.sub(r"\d+\.\d+", lambda number: f"{float(number.group()):.6g}", log)
+
+
+def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys):
+    rng = np.random.default_rng(7002)
+    data_train = rng.integers(33, 64, 80).astype(np.uint8)  # printable, as enwik8's bytes
+    data_val = rng.integers(33, 64, 40).astype(np.uint8)
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        random.seed(7002)
+        text = REFORMER_SOURCE if lib is torch else port(REFORMER_SOURCE, REFORMER_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize, random=random)
+        with SharedDraws(lib, 7002), SharedMultinomial(lib, 7003):
+            names["main"](
+                lib.from_numpy(data_train.astype(np.int64)),
+                lib.from_numpy(data_val.astype(np.int64)),
+                NUM_BATCHES=2,
+                BATCH_SIZE=2,
+                GRADIENT_ACCUMULATE_EVERY=2,
+                LEARNING_RATE=1e-2,
+                VALIDATE_EVERY=1,
+                GENERATE_EVERY=2,
+                GENERATE_LENGTH=3,
+                SEQ_LEN=12,
+            )
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    # the losses print in full (``f'training loss: {loss.item()}'``): equal to 6 digits
+    assert _rounded(logs[1]) == _rounded(logs[0])
+    assert "validation loss" in logs[0]
+    assert len(records[0][2]) == 3 and records[0][2].strip()  # the sampled characters
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)

@@ -2,9 +2,8 @@
 ``column_stack``, ``dstack``, ``block_diag``, ``cartesian_prod``, ``combinations``,
 ``tensordot``, ``chain_matmul``), index grids (``tril_indices``, ``triu_indices``), searches
 (``searchsorted``, ``isin``), calculus on samples (``cumulative_trapezoid``, ``gradient``),
-signal windows (``hann_window``...), the short-time Fourier transform (``stft``, in its real
-form), and the function forms of methods that had none (``rg.broadcast_to(x, shape)`` is
-``x.broadcast_to(shape)``...).
+signal windows (``hann_window``...), and the function forms of methods that had none
+(``rg.broadcast_to(x, shape)`` is ``x.broadcast_to(shape)``...).
 
 Each is composed of differentiable tensor operations, so gradients follow (the windows and
 index grids are constants, as in torch).
@@ -457,80 +456,6 @@ def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0,
     return _window("kaiser_window", window_length, periodic, dtype, device, values)
 
 
-# -- short-time Fourier transform ----------------------------------------------------------------
-def stft(input: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None,  # noqa: A002
-         window: Any = None, center: bool = True, pad_mode: str = "reflect",
-         normalized: bool = False, onesided: bool | None = None,
-         return_complex: bool | None = None) -> Any:  # fmt: skip
-    """torch's ``stft`` in its real form (``return_complex=False``): the frames' discrete
-    Fourier transforms with the real and imaginary parts in a last dimension of 2, shape
-    ``(batch?, n_freq, n_frames, 2)`` (HiFi-GAN's and Tacotron's mel spectrograms,
-    ``torch.sqrt(spec.pow(2).sum(-1) + 1e-9)``). Composed of differentiable operations (reflect
-    padding, ``unfold``, products with constant cosine and sine matrices), so gradients reach
-    the input and the window. retrograd has no complex tensors: ``return_complex=True`` is
-    refused with a ``DTypeError``, and, as in torch, a real input needs ``return_complex``
-    given."""
-    op = "stft"
-    signal = lift_input(op, input)
-    if return_complex is None:
-        raise InvalidArgumentError(
-            f"{op}: return_complex must be given for real inputs, as torch requires; "
-            "return_complex=False gives the real and imaginary parts in a last dimension of 2"
-        )
-    if return_complex:
-        raise DTypeError(
-            f"{op}: retrograd has no complex tensors, so return_complex=True cannot hold; "
-            "return_complex=False gives the real and imaginary parts in a last dimension of 2 "
-            "(torch.view_as_real of the complex result)"
-        )
-    if signal.ndim not in (1, 2):
-        raise ShapeError(f"{op}: expected a 1-d or 2-d input, got shape {shape_text(signal.shape)}")
-    if not signal.dtype.is_floating_point:
-        raise DTypeError(f"{op}: expected a floating-point input, got {signal.dtype}")
-    n_fft = int_argument(op, n_fft, "n_fft")
-    hop_length = n_fft // 4 if hop_length is None else int_argument(op, hop_length, "hop_length")
-    win_length = n_fft if win_length is None else int_argument(op, win_length, "win_length")
-    for name, value in (("n_fft", n_fft), ("hop_length", hop_length), ("win_length", win_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InvalidArgumentError(f"{op}: {name} must be a positive int, got {value!r}")
-    if win_length > n_fft:
-        raise InvalidArgumentError(
-            f"{op}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
-        )
-    batched = signal if signal.ndim == 2 else signal.unsqueeze(0)
-    if center:
-        from ..nn.functional import pad
-
-        half = n_fft // 2
-        batched = pad(batched.unsqueeze(0), (half, half), mode=pad_mode).squeeze(0)
-    length = batched.shape[-1]
-    if n_fft > length:
-        raise ShapeError(
-            f"{op}: expected 0 < n_fft <= {length} (the padded input's length), got n_fft={n_fft}"
-        )
-    if window is None:
-        window = np.ones(win_length)
-    window = lift(signal, window, op)
-    if window.shape != (win_length,):
-        raise ShapeError(
-            f"{op}: expected a 1-d window of size win_length={win_length}, got shape "
-            f"{shape_text(window.shape)}"
-        )
-    if win_length < n_fft:  # centred in the frame, as torch pads it
-        from ..nn.functional import pad
-
-        left = (n_fft - win_length) // 2
-        window = pad(window, (left, n_fft - win_length - left))
-    frames = batched.unfold(-1, n_fft, hop_length) * window.to(signal.dtype)
-    n_freq = n_fft // 2 + 1 if onesided is None or onesided else n_fft
-    phase = 2.0 * np.pi * np.outer(np.arange(n_fft), np.arange(n_freq)) / n_fft
-    scale = n_fft**-0.5 if normalized else 1.0
-    cosine = lift(signal, np.cos(phase) * scale, op).to(signal.dtype)
-    sine = lift(signal, -np.sin(phase) * scale, op).to(signal.dtype)
-    spectrum = stack([frames @ cosine, frames @ sine], -1).transpose(-3, -2)
-    return spectrum if signal.ndim == 2 else spectrum.squeeze(0)
-
-
 __all__ = sorted(
     {
         *_METHODS,
@@ -555,7 +480,6 @@ __all__ = sorted(
         "nonzero",
         "row_stack",
         "searchsorted",
-        "stft",
         "tensordot",
         "tril_indices",
         "triu_indices",
