@@ -33,10 +33,14 @@ harness: ``tests/real_ports.py``):
   merged through ``torch.logsumexp`` and ``gather``, the autopadder's ``F.pad`` of bool masks
   with ``value=False``, ``process_inputs_chunk`` over ``chunk``/``torch.cat`` (of
   ``torch.empty(0)`` too), ``@torch.no_grad()`` generation with ``top_k``'s ``scatter_`` into
-  ``full_like(logits, float('-inf'))``. Left out: the local-attention heads (the separate
-  ``local_attention`` package) and the rotary embeddings (``einops``); the reversible blocks'
-  custom ``autograd.Function`` (``reverse_thres`` above the length selects the irreversible
-  blocks, which the repository uses for short sequences).
+  ``full_like(logits, float('-inf'))``; and the reversible blocks (``reverse_thres=0``, the
+  repository's default) as ``reversible.py`` writes them: ``Deterministic``'s
+  ``torch.get_rng_state``/``torch.random.fork_rng``/``set_rng_state``, a custom
+  ``autograd.Function`` whose ``backward`` recomputes each block with ``y1.requires_grad =
+  True`` and calls ``torch.autograd.backward(gy1, dy2)``, the parameters' gradients reaching the
+  optimizer from those inner backwards. Left out: the local-attention heads (the separate
+  ``local_attention`` package) and the rotary embeddings (``einops``); ``torch.cuda._initialized``
+  and ``get_device_states`` (CUDA plumbing retrograd lacks) are ported as absent.
 """
 
 from __future__ import annotations
@@ -946,6 +950,8 @@ import torch.nn as nn
 from torch.nn import Identity
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
+from torch.autograd import Function
+from torch.utils.checkpoint import get_device_states, set_device_states
 from functools import partial, reduce, wraps
 from itertools import chain
 from operator import mul
@@ -1481,6 +1487,106 @@ class AbsolutePositionalEmbedding(nn.Module):
 
 # reversible.py
 
+# following example for saving and setting rng here https://pytorch.org/docs/stable/_modules/torch/utils/checkpoint.html
+class Deterministic(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.cpu_state = None
+        self.cuda_in_fwd = None
+        self.gpu_devices = None
+        self.gpu_states = None
+
+    def record_rng(self, *args):
+        self.cpu_state = torch.get_rng_state()
+        if torch.cuda._initialized:
+            self.cuda_in_fwd = True
+            self.gpu_devices, self.gpu_states = get_device_states(*args)
+
+    def forward(self, *args, record_rng = False, set_rng = False, **kwargs):
+        if record_rng:
+            self.record_rng(*args)
+
+        if not set_rng:
+            return self.net(*args, **kwargs)
+
+        rng_devices = []
+        if self.cuda_in_fwd:
+            rng_devices = self.gpu_devices
+
+        with torch.random.fork_rng(devices=rng_devices, enabled=True):
+            torch.set_rng_state(self.cpu_state)
+            if self.cuda_in_fwd:
+                set_device_states(self.gpu_devices, self.gpu_states)
+            return self.net(*args, **kwargs)
+
+# heavily inspired by https://github.com/RobinBruegger/RevTorch/blob/master/revtorch/revtorch.py
+# once multi-GPU is confirmed working, refactor and send PR back to source
+class ReversibleBlock(nn.Module):
+    def __init__(self, f, g, depth=None, send_signal = False):
+        super().__init__()
+        self.f = Deterministic(f)
+        self.g = Deterministic(g)
+
+        self.depth = depth
+        self.send_signal = send_signal
+
+    def forward(self, x, f_args = {}, g_args = {}):
+        x1, x2 = torch.chunk(x, 2, dim=2)
+        y1, y2 = None, None
+
+        if self.send_signal:
+            f_args['_reverse'] = g_args['_reverse'] = False
+            f_args['_depth'] = g_args['_depth'] = self.depth
+
+        with torch.no_grad():
+            y1 = x1 + self.f(x2, record_rng=self.training, **f_args)
+            y2 = x2 + self.g(y1, record_rng=self.training, **g_args)
+
+        return torch.cat([y1, y2], dim=2)
+
+    def backward_pass(self, y, dy, f_args = {}, g_args = {}):
+        y1, y2 = torch.chunk(y, 2, dim=2)
+        del y
+
+        dy1, dy2 = torch.chunk(dy, 2, dim=2)
+        del dy
+
+        if self.send_signal:
+            f_args['_reverse'] = g_args['_reverse'] = True
+            f_args['_depth'] = g_args['_depth'] = self.depth
+
+        with torch.enable_grad():
+            y1.requires_grad = True
+            gy1 = self.g(y1, set_rng=True, **g_args)
+            torch.autograd.backward(gy1, dy2)
+
+        with torch.no_grad():
+            x2 = y2 - gy1
+            del y2, gy1
+
+            dx1 = dy1 + y1.grad
+            del dy1
+            y1.grad = None
+
+        with torch.enable_grad():
+            x2.requires_grad = True
+            fx2 = self.f(x2, set_rng=True, **f_args)
+            torch.autograd.backward(fx2, dx1, retain_graph=True)
+
+        with torch.no_grad():
+            x1 = y1 - fx2
+            del y1, fx2
+
+            dx2 = dy2 + x2.grad
+            del dy2
+            x2.grad = None
+
+            x = torch.cat([x1, x2.detach()], dim=2)
+            dx = torch.cat([dx1, dx2], dim=2)
+
+        return x, dx
+
 class IrreversibleBlock(nn.Module):
     def __init__(self, f, g):
         super().__init__()
@@ -1493,18 +1599,36 @@ class IrreversibleBlock(nn.Module):
         y2 = x2 + self.g(y1, **g_args)
         return torch.cat([y1, y2], dim=2)
 
+class _ReversibleFunction(Function):
+    @staticmethod
+    def forward(ctx, x, blocks, kwargs):
+        ctx.kwargs = kwargs
+        for block in blocks:
+            x = block(x, **kwargs)
+        ctx.y = x.detach()
+        ctx.blocks = blocks
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        y = ctx.y
+        kwargs = ctx.kwargs
+        for block in ctx.blocks[::-1]:
+            y, dy = block.backward_pass(y, dy, **kwargs)
+        return dy, None, None
+
 class ReversibleSequence(nn.Module):
     def __init__(self, blocks, layer_dropout = 0., reverse_thres = 0, send_signal = False):
         super().__init__()
         self.layer_dropout = layer_dropout
         self.reverse_thres = reverse_thres
 
+        self.blocks = nn.ModuleList([ReversibleBlock(f, g, depth, send_signal) for depth, (f, g) in enumerate(blocks)])
         self.irrev_blocks = nn.ModuleList([IrreversibleBlock(f=f, g=g) for f, g in blocks])
 
     def forward(self, x, arg_route = (True, False), **kwargs):
         reverse = x.shape[1] > self.reverse_thres
-        assert not reverse, 'the reversible path (a custom autograd.Function) is left out of this port'
-        blocks = self.irrev_blocks
+        blocks = self.blocks if reverse else self.irrev_blocks
 
         if self.training and self.layer_dropout > 0:
             to_drop = torch.empty(len(self.blocks)).uniform_(0, 1) < self.layer_dropout
@@ -1514,9 +1638,12 @@ class ReversibleSequence(nn.Module):
         f_args, g_args = map(lambda route: kwargs if route else {}, arg_route)
         block_kwargs = {'f_args': f_args, 'g_args': g_args}
 
-        for block in blocks:
-            x = block(x, **block_kwargs)
-        return x
+        if not reverse:
+            for block in blocks:
+                x = block(x, **block_kwargs)
+            return x
+
+        return _ReversibleFunction.apply(x, blocks, block_kwargs)
 
 # reformer lm
 
@@ -1753,7 +1880,7 @@ def decode_token(token):
 def decode_tokens(tokens):
     return ''.join(list(map(decode_token, tokens)))
 
-def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVERY, LEARNING_RATE, VALIDATE_EVERY, GENERATE_EVERY, GENERATE_LENGTH, SEQ_LEN):
+def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVERY, LEARNING_RATE, VALIDATE_EVERY, GENERATE_EVERY, GENERATE_LENGTH, SEQ_LEN, REVERSE_THRES=0):
     model = ReformerLM(
         dim = 8,
         depth = 2,
@@ -1768,7 +1895,7 @@ def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVER
         weight_tie = True,
         causal = True,
         absolute_position_emb = True,
-        reverse_thres = 64,
+        reverse_thres = REVERSE_THRES,
         use_full_attn = False # set this to true for comparison with full attention
     )
 
@@ -1843,6 +1970,30 @@ REFORMER_STEPS = [
         "        for __ in range(GRADIENT_ACCUMULATE_EVERY):\n            loss = model(next(train_loader), return_loss = True)\n            loss.backward()\n\n        print(f'training loss: {loss.item()}')\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n        optim.step()\n",
         "        grads = None\n        for __ in range(GRADIENT_ACCUMULATE_EVERY):\n            loss = model(next(train_loader), return_loss = True)\n            g = loss.backward()\n            grads = g if grads is None else grads + g\n\n        print(f'training loss: {loss.item()}')\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.5)\n        optim.step(grads)\n",
     ),
+    # retrograd has no torch.cuda._initialized nor checkpoint's get/set_device_states (private
+    # CUDA plumbing): the CPU's generator state is what the blocks record
+    (
+        "from torch.autograd import Function\nfrom torch.utils.checkpoint import get_device_states, set_device_states\n",
+        "from retrograd.autograd import Function\n",
+    ),
+    ("        if torch.cuda._initialized:\n", "        if False:\n"),
+    # the reversible blocks' backward: the gradients are the values autograd.backward returns
+    (
+        "            torch.autograd.backward(gy1, dy2)\n",
+        "            g_grads = torch.autograd.backward(gy1, dy2)\n",
+    ),
+    (
+        "            dx1 = dy1 + y1.grad\n            del dy1\n            y1.grad = None\n",
+        "            dx1 = dy1 + y1.grad(g_grads)\n            del dy1\n",
+    ),
+    (
+        "            torch.autograd.backward(fx2, dx1, retain_graph=True)\n",
+        "            f_grads = torch.autograd.backward(fx2, dx1, retain_graph=True)\n",
+    ),
+    (
+        "            dx2 = dy2 + x2.grad\n            del dy2\n            x2.grad = None\n",
+        "            dx2 = dy2 + x2.grad(f_grads)\n            del dy2\n",
+    ),
 ]
 
 
@@ -1876,7 +2027,8 @@ def _rounded(log):
     return re.sub(r"\d+\.\d+", lambda number: f"{float(number.group()):.6g}", log)
 
 
-def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys):
+@pytest.mark.parametrize("reverse_thres", [0, 64], ids=["reversible", "irreversible"])
+def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys, reverse_thres):
     rng = np.random.default_rng(7002)
     data_train = rng.integers(33, 64, 80).astype(np.uint8)  # printable, as enwik8's bytes
     data_val = rng.integers(33, 64, 40).astype(np.uint8)
@@ -1899,6 +2051,7 @@ def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys):
                 GENERATE_EVERY=2,
                 GENERATE_LENGTH=3,
                 SEQ_LEN=12,
+                REVERSE_THRES=reverse_thres,
             )
         records.append(record)
         logs.append(capsys.readouterr().out)
@@ -1907,3 +2060,60 @@ def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys):
     assert "validation loss" in logs[0]
     assert len(records[0][2]) == 3 and records[0][2].strip()  # the sampled characters
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+def _recomputed(lib, layer):
+    """``x + layer(x)`` as a Function whose backward recomputes it and backpropagates through
+    it with ``autograd.backward`` (a reversible block's backward, in small)."""
+
+    class Recomputed(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.x = x.detach()
+            return x + layer(x)
+
+        @staticmethod
+        def backward(ctx, dy):
+            with lib.enable_grad():
+                x = ctx.x
+                x.requires_grad = True
+                y = x + layer(x)
+                inner = lib.autograd.backward(y, dy)
+            return x.grad if lib is torch else x.grad(inner)
+
+    return Recomputed
+
+
+def test_a_backward_run_inside_a_function_s_backward_adds_to_the_outer_gradients():
+    """The Reformer's reversible blocks recompute their forward inside a custom
+    ``autograd.Function``'s ``backward`` and call ``torch.autograd.backward`` there: torch
+    accumulates the parameters' gradients into ``.grad``, where the optimizer reads them next to
+    the outer backward's. retrograd's inner ``Gradients`` were dropped, so the parameters had no
+    gradient (``None``) and the step left them alone, silently."""
+    results = []
+    reference = torch.nn.Linear(2, 2)
+    for lib in (torch, rg):
+        layer = reference if lib is torch else rg.nn.Linear(2, 2)
+        if lib is rg:
+            layer.load_state_dict(
+                {k: v.detach().numpy() for k, v in reference.state_dict().items()}
+            )
+
+        recomputed = _recomputed(lib, layer)
+        x = lib.tensor(np.array([[1.0, -2.0], [0.5, 3.0]], dtype=np.float32))
+        x = x.requires_grad_() if lib is torch else x.require_grad()
+        loss = (recomputed.apply(x) * layer.bias).sum()
+        if lib is torch:
+            loss.backward()
+            grads = [x.grad, layer.weight.grad, layer.bias.grad]
+        else:
+            gradients = loss.backward()
+            grads = [x.grad(gradients), layer.weight.grad(gradients), layer.bias.grad(gradients)]
+        results.append([g.numpy() for g in grads])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    # a backward outside any other is unchanged: its gradients are its own
+    w = rg.tensor([1.0, 2.0]).require_grad()
+    first = (w * 3).sum().backward()
+    assert w.grad((w * w).sum().backward()).tolist() == [2.0, 4.0]
+    assert w.grad(first).tolist() == [3.0, 3.0]
