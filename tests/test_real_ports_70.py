@@ -2117,3 +2117,29 @@ def test_a_backward_run_inside_a_function_s_backward_adds_to_the_outer_gradients
     first = (w * 3).sum().backward()
     assert w.grad((w * w).sum().backward()).tolist() == [2.0, 4.0]
     assert w.grad(first).tolist() == [3.0, 3.0]
+
+
+def test_reversible_reformer_with_dropout_gives_the_irreversible_gradients():
+    """The reversible blocks recompute each block in the backward under the generator state
+    ``Deterministic`` recorded (``torch.get_rng_state``, ``fork_rng``, ``set_rng_state``), so
+    with dropout they draw the forward's masks again: their gradients are the plain
+    (irreversible) network's, computed by ordinary autodiff under the same seed. Before, the
+    parameters' gradients from the blocks' inner backwards were lost (``None``)."""
+    names = run_source(
+        port(REFORMER_SOURCE, REFORMER_STEPS), rg, record=[], initialize=None, random=random
+    )
+    rg.manual_seed(0)
+    model = names["Reformer"](8, 2, heads=2, dim_head=4, bucket_size=4, n_hashes=2, ff_chunks=2,
+                              causal=True, lsh_dropout=0.3, ff_dropout=0.3)  # fmt: skip
+    signal = np.random.default_rng(7004).standard_normal((2, 16, 8)).astype(np.float32)
+    results = []
+    for reverse_thres in (0, 64):  # reversible, then irreversible
+        model.layers.reverse_thres = reverse_thres
+        with SharedDraws(rg, 7004):  # the same rotations
+            rg.manual_seed(123)  # the same dropout masks
+            x = rg.tensor(signal).require_grad()
+            grads = (model(x) ** 2).sum().backward()
+        results.append([x.grad(grads)] + [p.grad(grads) for p in model.parameters()])
+    for reversible, irreversible in zip(*results):
+        assert reversible is not None
+        np.testing.assert_allclose(reversible.numpy(), irreversible.numpy(), rtol=1e-4, atol=1e-5)
