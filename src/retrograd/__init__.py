@@ -121,6 +121,7 @@ from .runtime_settings import (
     use_deterministic_algorithms,
 )
 from .serialization import load, save
+from .signal import stft
 from .tensor import (
     as_tensor,
     empty,
@@ -170,7 +171,7 @@ from .tensor.legacy import (
     LongTensor,
 )
 from .tensor.special import xlogy
-from .unsupported import polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
+from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -371,6 +372,7 @@ __all__ += [
 ]
 # forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested
 __all__ += [
+    "istft",
     "jagged",
     "layout",
     "nested",
@@ -383,6 +385,7 @@ __all__ += [
     "view_as_real",
 ]
 __all__ += ["jit", "vmap", "xlogy"]
+__all__ += ["stft"]  # torch's stft in its real form (signal.py)
 # torch's top-level forms of functional operations (torch.conv2d, torch.pdist, torch.dropout)
 globals().update(
     {_name: getattr(nn.functional, _name) for _name in _torch_forms.SAME_AS_FUNCTIONAL}

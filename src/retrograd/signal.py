@@ -1,7 +1,9 @@
 """Burn's ``burn_tensor::signal``: the real FFT of real signals as a pair of real tensors
 (retrograd has no complex dtype, so ``torch.fft.rfft`` itself is refused, :mod:`.fft`). Each
 transform is a matmul with a cosine and a sine matrix over the tensor API, so both directions
-are differentiable and their gradients are the adjoint maps, as torch's are.
+are differentiable and their gradients are the adjoint maps, as torch's are. torch's ``stft``
+is here too, in its real form (``return_complex=False``), exported as ``rg.stft`` and
+``Tensor.stft``.
 
 >>> import retrograd as rg
 >>> re, im = rg.signal.rfft(rg.tensor([1.0, 2.0, 3.0, 4.0]), 0)
@@ -13,13 +15,15 @@ are differentiable and their gradients are the adjoint maps, as torch's are.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .errors import DTypeError, ShapeError, shape_text
-from .tensor import FLOAT_DTYPES, Tensor, cat, tensor, zeros
-from .tensor._dispatch import lift, normalize_dim
+from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
+from .tensor._dispatch import int_argument, lift, normalize_dim
 
-__all__ = ["irfft", "rfft"]
+__all__ = ["irfft", "rfft", "stft"]
 
 
 def rfft(signal: Tensor, dim: int, n: int | None = None) -> tuple[Tensor, Tensor]:
@@ -65,6 +69,104 @@ def irfft(re: Tensor, im: Tensor, dim: int, n: int | None = None) -> Tensor:
     sin = _matrix(re, -weight[:, None] * np.sin(angle) / size)
     out = re.swap_dims(d, -1).matmul(cos) + im.swap_dims(d, -1).matmul(sin)
     return out.swap_dims(d, -1)
+
+
+def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: int | None = None,  # noqa: A002
+         window: Any = None, center: bool = True, pad_mode: str = "reflect",
+         normalized: bool = False, onesided: bool | None = None,
+         return_complex: bool | None = None) -> Tensor:  # fmt: skip
+    """torch's ``stft`` in its real form (``return_complex=False``): the frames' DFTs with the
+    real and imaginary parts in a last dimension of 2, shape ``(batch?, n_freq, n_frames, 2)``
+    (HiFi-GAN's and Tacotron's mel spectrograms, ``torch.sqrt(spec.pow(2).sum(-1) + 1e-9)``).
+    The frames (``unfold``), times the window, times a cosine and a sine matrix: gradients
+    reach the signal and the window. retrograd has no complex tensors, so
+    ``return_complex=True`` is refused with a ``DTypeError``; as in torch, a real signal needs
+    ``return_complex`` given."""
+    fn = "stft"
+    if return_complex is None:
+        raise InvalidArgumentError(
+            f"{fn}: return_complex must be given for real inputs, as torch requires; "
+            "return_complex=False gives the real and imaginary parts in a last dimension of 2"
+        )
+    if return_complex:
+        raise DTypeError(
+            f"{fn}: retrograd has no complex tensors, so return_complex=True cannot hold; "
+            "return_complex=False gives the real and imaginary parts in a last dimension of 2 "
+            "(torch.view_as_real of the complex result)"
+        )
+    signal = _float(fn, input)
+    if signal.ndim not in (1, 2):
+        raise ShapeError(f"{fn}: expected a 1-d or 2-d input, got shape {shape_text(signal.shape)}")
+    n_fft = _positive(fn, "n_fft", n_fft)
+    hop_length = n_fft // 4 if hop_length is None else _positive(fn, "hop_length", hop_length)
+    win_length = n_fft if win_length is None else _positive(fn, "win_length", win_length)
+    if win_length > n_fft:
+        raise InvalidArgumentError(
+            f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
+        )
+    batched = signal if signal.ndim == 2 else signal.unsqueeze(0)
+    if center:
+        batched = _pad_ends(fn, batched, n_fft // 2, pad_mode)
+    length = batched.shape[-1]
+    if n_fft > length:
+        raise ShapeError(
+            f"{fn}: expected 0 < n_fft <= {length} (the padded input's length), got n_fft={n_fft}"
+        )
+    window = _matrix(signal, np.ones(win_length)) if window is None else lift(signal, window, fn)
+    if window.shape != (win_length,):
+        raise ShapeError(
+            f"{fn}: expected a 1-d window of size win_length={win_length}, got shape "
+            f"{shape_text(window.shape)}"
+        )
+    left = (n_fft - win_length) // 2  # a shorter window is centred in the frame, as torch's
+    window = _fit(_fit(window.to(signal.dtype).flip(0), 0, win_length + left).flip(0), 0, n_fft)
+    frames = batched.unfold(-1, n_fft, hop_length) * window
+    bins = n_fft // 2 + 1 if onesided is None or onesided else n_fft
+    angle = 2 * np.pi * (np.outer(np.arange(n_fft), np.arange(bins)) % n_fft) / n_fft
+    scale = n_fft**-0.5 if normalized else 1.0
+    re = frames.matmul(_matrix(signal, np.cos(angle) * scale))
+    im = frames.matmul(_matrix(signal, -np.sin(angle) * scale))
+    spectrum = stack([re, im], -1).transpose(-3, -2)
+    return spectrum if signal.ndim == 2 else spectrum.squeeze(0)
+
+
+def _pad_ends(fn: str, x: Tensor, size: int, mode: str) -> Tensor:
+    """``x`` extended by ``size`` samples at both ends of its last dimension, as
+    ``F.pad(x, (size, size), mode)`` extends it (torch's ``stft`` with ``center=True``)."""
+    if size == 0:
+        return x
+    length = x.shape[-1]
+    if mode == "constant":
+        return _fit(_fit(x.flip(-1), -1, length + size).flip(-1), -1, length + 2 * size)
+    if mode == "reflect":
+        if size >= length:
+            raise ShapeError(
+                f"{fn}: reflect padding of {size} needs an input longer than {size}, got length "
+                f"{length}"
+            )
+        ends = [x.narrow(-1, 1, size).flip(-1), x, x.narrow(-1, length - size - 1, size).flip(-1)]
+    elif mode == "replicate":
+        ends = [x.narrow(-1, 0, 1).expand(*x.shape[:-1], size), x]
+        ends.append(x.narrow(-1, length - 1, 1).expand(*x.shape[:-1], size))
+    elif mode == "circular":
+        if size > length:
+            raise ShapeError(f"{fn}: circular padding of {size} exceeds the length {length}")
+        ends = [x.narrow(-1, length - size, size), x, x.narrow(-1, 0, size)]
+    else:
+        raise InvalidArgumentError(
+            f"{fn}: pad_mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}"
+        )
+    return cat(ends, -1)
+
+
+def _positive(fn: str, name: str, value: Any) -> int:
+    value = int_argument(fn, value, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"{fn}: {name} must be a positive int, got {value!r}")
+    return value
+
+
+Tensor.stft = stft  # ``y.stft(n_fft, ...)``, as torch's method
 
 
 def _float(fn: str, x: Tensor) -> Tensor:

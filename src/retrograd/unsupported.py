@@ -1,5 +1,6 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
-complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, and :mod:`retrograd.fft`),
+complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, ``istft``, and
+:mod:`retrograd.fft`),
 sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
 (:mod:`retrograd.nested`), and memory shared between processes (``share_memory``).
 ``spmm`` is here too, with the one meaning it keeps on dense
@@ -24,6 +25,7 @@ from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "dense_mm",
+    "istft",
     "no_complex",
     "no_nested",
     "no_shared_memory",
@@ -74,6 +76,13 @@ def view_as_real(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
 def view_as_complex(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
     """Refused: no complex tensors."""
     no_complex("view_as_complex")
+
+
+def istft(input: Any, n_fft: int, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
+    """Refused: torch's ``istft`` reads only the complex spectrum of ``stft(...,
+    return_complex=True)`` (a real one is a ``RuntimeError`` there), and retrograd has no
+    complex tensors."""
+    no_complex("istft")
 
 
 def polar(abs: Any, angle: Any, *, out: Any = None) -> NoReturn:  # noqa: A002 (torch's name)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from typing import Any, NoReturn
 
 import numpy as np
@@ -77,6 +78,19 @@ from .views import link, unlink
 __all__ = ["Tensor"]
 
 _new = object.__new__
+
+
+class _RunningBackwards(threading.local):
+    """The backwards running on this thread, innermost last, each with the gradients of the
+    backwards called while it ran (a custom ``autograd.Function``'s ``backward`` that calls
+    ``torch.autograd.backward``, as reversible networks do to get their parameters'
+    gradients: torch accumulates those into ``.grad``, where the step reads them)."""
+
+    def __init__(self) -> None:
+        self.nested: list[list[Any]] = []
+
+
+_running_backwards = _RunningBackwards()
 
 
 def refuse_untracked_inputs(op: str, inputs: list) -> None:
@@ -735,7 +749,20 @@ class Tensor(
                     f"backward: inputs must be a tensor or a sequence of tensors, got {inputs!r}"
                 )
             refuse_untracked_inputs("backward", wanted)
-        return self._backward(grad, retain_graph, create_graph, wanted)
+        # A backward called while another runs (from a Function's backward) adds its
+        # gradients to the outer one's result too, as torch accumulates both into ``.grad``.
+        running = _running_backwards.nested
+        running.append([])
+        try:
+            result = self._backward(grad, retain_graph, create_graph, wanted)
+        finally:
+            nested = running.pop()
+        for inner in nested:
+            if inner.backend == result.backend:  # (another backend's leaves are not these)
+                result = result + inner
+        if running:
+            running[-1].append(result)
+        return result
 
     def _backward(
         self, grad: Any, retain_graph: bool | None, create_graph: bool, wanted: list | None
