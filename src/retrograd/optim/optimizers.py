@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -69,6 +70,11 @@ __all__ = [
 ]
 
 State = dict[str, Any]
+
+_DUPLICATE_PARAMETERS = (
+    "optimizer contains a parameter group with duplicate parameters; in future, this will "
+    "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information"
+)
 
 
 # -- the pure updates -----------------------------------------------------------------------------
@@ -236,7 +242,8 @@ class Optimizer:
 
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
-        the optimizer's defaults. A parameter may be in one group only."""
+        the optimizer's defaults. A parameter may be in one group only; listed twice in it,
+        it is kept twice, with torch's warning, and stepped at each place (one state)."""
         if not isinstance(group, Mapping) or "params" not in group:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: a parameter group is a dict with 'params', got "
@@ -252,10 +259,8 @@ class Optimizer:
         check_iterable(type(self).__name__, params, "a group's params")
         params = [params] if isinstance(params, Tensor) else list(params)
         params, names = self._named(params)
-        unique: list[Tensor] = []
-        unique_names: list[Any] = []
         seen: set[int] = set()
-        for p, p_name in zip(params, names or [None] * len(params)):
+        for p in params:
             if not isinstance(p, Tensor):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
@@ -266,10 +271,9 @@ class Optimizer:
                     f"{shape_text(p.shape)} result of an op on tensors requiring grad); pass "
                     "the leaf, or a detached copy made a parameter"
                 )
-            if id(p) not in seen:  # a tied parameter given twice is one parameter
-                seen.add(id(p))
-                unique.append(p)
-                unique_names.append(p_name)
+            seen.add(id(p))
+        if len(seen) != len(params):  # torch's warning: kept, and stepped at each place
+            warnings.warn(_DUPLICATE_PARAMETERS, UserWarning, stacklevel=3)
         for other in self.param_groups:
             if any(id(p) in seen for p in other["params"]):
                 raise InvalidArgumentError(
@@ -282,9 +286,9 @@ class Optimizer:
                 f"{type(self).__name__}: parameter group didn't specify a value of required "
                 f"optimization parameter {missing[0]}"
             )
-        new["params"] = unique
+        new["params"] = params
         if names is not None:
-            new["param_names"] = unique_names
+            new["param_names"] = names
         self._check_group(new)
         self.param_groups.append(new)
 
@@ -416,11 +420,14 @@ class Optimizer:
                 f"(grads = loss.backward()), got {type(grads).__name__}"
             )
         self.check_hyper_parameters("step")
+        found: dict[int, set[str]] = {}  # the state keys each parameter had before this step
         for group in self.param_groups:
             for parameter in group["params"]:
                 given = parameter.grad(grads)
                 if given is None:
                     continue
+                if self.made_in_step:
+                    self._forget_made_in_step(parameter, found)
                 grad = given
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
@@ -430,6 +437,24 @@ class Optimizer:
                 # over the same parameter (the chatbot tutorial's shared embedding), a clip or
                 # a log of the gradients after the step still find it.
                 parameter.grad_replace(grads, given)
+
+    #: The state entries torch's algorithm makes inside its loop over a group's parameters
+    #: rather than before it (SGD's momentum buffer, made from the first gradient): a
+    #: parameter listed twice finds them, at its second place in a step, as the step found
+    #: them -- absent, if they were -- as torch's loop does (it read them all first).
+    made_in_step: tuple[str, ...] = ()
+
+    def _forget_made_in_step(self, parameter: Tensor, found: dict[int, set[str]]) -> None:
+        """At a parameter's second place in one step, drop the :attr:`made_in_step` entries
+        its first place made (``found``: the keys each parameter stepped so far had)."""
+        state = self.state.get(parameter)
+        had = found.get(id(parameter))
+        if had is None:
+            found[id(parameter)] = set(state or ())
+            return
+        for key in self.made_in_step:
+            if key not in had and state is not None:
+                state.pop(key, None)
 
     def step_parameter(self, parameter: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         """One parameter's share of :meth:`step`: ``grad`` (a tensor of the inner backend)
@@ -465,11 +490,15 @@ class Optimizer:
         state as NumPy copies (so it saves with ``np.savez``/pickle anywhere)."""
         index: dict[int, int] = {}
         groups = []
+        start = 0
         for group in self.param_groups:
-            numbers = []
-            for p in group["params"]:
-                index.setdefault(id(p), len(index))
-                numbers.append(index[id(p)])
+            # torch's numbering: by place across the groups; a parameter listed twice takes
+            # its last place's number (and the next group starts after both places)
+            index.update(
+                {id(p): k for k, p in enumerate(group["params"], start) if id(p) not in index}
+            )
+            start += len(group["params"])
+            numbers = [index[id(p)] for p in group["params"]]
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": numbers})
         state = {}
         for group in self.param_groups:
@@ -837,6 +866,7 @@ class SGD(FusedOptimizer):
             )
 
     fused = SGD_MOMENTUM
+    made_in_step = ("momentum_buffer",)
 
 
 class Adam(FusedOptimizer):

@@ -424,20 +424,19 @@ class SelectionMixin:
         values = values.cast(self.dtype).reshape((flat.shape[0], *rest))
         if update in ("add", "assign"):
             return data.select_assign(0, flat, values, update).reshape(self.shape)
-        rounds = self._nd_rounds(flat)
+        # one kernel however often a position repeats (no host read of the positions, no
+        # loop over their repeats), torch's gradient for "mul" (the select_reduce op)
         if update == "mul":
-            for positions, rows in rounds:
-                taken = values.select(0, rows)
-                data = data.select_assign(0, positions, data.select(0, positions) * taken, "assign")
-            return data.reshape(self.shape)
+            return data._apply("select_reduce", (data, flat, values), (0, "prod")).reshape(
+                self.shape
+            )
         # max / min: the result computed outside the graph, then each side's gradient routed
         # to where it equals the result (both at a tie, as Burn's backward)
-        result = data.detach()
         plain = values.detach()
-        for positions, rows in rounds:
-            current, taken = result.select(0, positions), plain.select(0, rows)
-            best = current.maximum(taken) if update == "max" else current.minimum(taken)
-            result = result.select_assign(0, positions, best, "assign")
+        reduce = "amax" if update == "max" else "amin"
+        result = untracked(data)._apply(
+            "select_reduce", (untracked(data), flat, plain), (0, reduce)
+        )
         data_won = data.detach() == result
         values_won = (plain == result.select(0, flat)) & plain.isfinite()
         out = data.mask_where(~data_won, result)
@@ -474,22 +473,6 @@ class SelectionMixin:
             strides[j] = strides[j + 1] * lead[j + 1]
         flat = (rows * self._host(strides, "int64")).sum_dim(1).reshape(-1)
         return flat, indices.shape[:-1], self.shape[k:]
-
-    def _nd_rounds(self, flat: Any) -> list[tuple[Any, Any]]:
-        """``flat`` split into rounds without a repeated position: (positions, rows of the
-        values) per round (the positions read on the host, as torch reads index data)."""
-        host = np.asarray(flat.numpy(), dtype=np.int64)
-        order = np.argsort(host, kind="stable")
-        rank = np.empty(len(host), dtype=np.int64)
-        sorted_positions = host[order]
-        starts = np.r_[True, sorted_positions[1:] != sorted_positions[:-1]] if len(host) else []
-        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(host)), 0))
-        rank[order] = np.arange(len(host)) - group_start
-        rounds = []
-        for r in range(int(rank.max()) + 1 if len(host) else 0):
-            rows = np.nonzero(rank == r)[0]
-            rounds.append((self._host(host[rows], "int64"), self._host(rows, "int64")))
-        return rounds
 
     def index_put(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Any:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per

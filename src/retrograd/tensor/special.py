@@ -186,8 +186,8 @@ class SpecialMixin:
     def xlogy(self, other: Any) -> Any:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
         The gradient in ``self`` is ``xlogy(grad, other)`` (0 for a zero ``grad``), 0 where
-        ``self`` is 0 and ``other`` is not positive (torch's); in ``other`` it is ``self /
-        other``, but 0 where ``self`` is 0 and ``other`` is 0 or infinite (torch: NaN there)."""
+        ``self`` is 0 and ``other`` is not positive (torch's); in ``other`` it is torch's
+        ``self / other``, NaN where both are 0."""
         return self._apply(XLOGY, _floats("xlogy", self, other))
 
     def logaddexp(self, other: Any) -> Any:
