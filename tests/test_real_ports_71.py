@@ -10,7 +10,8 @@ torch's run of the same code:
   ``p.data.mul_(1. - lr * wd)``, ``exp_avg.clone().mul_(beta1).add(grad, alpha=1. - beta1)
   .sign_()`` and the momentum by ``exp_avg.lerp_(grad, 1. - beta2)`` (the form of its later
   versions); per-group learning rates and ``add_param_group`` for a head added after the first
-  steps.
+  steps; and its multi-tensor form (``lion_pytorch/foreach.py``: ``torch._foreach_mul_``,
+  ``_foreach_lerp_``, ``_foreach_sign_``, ``_foreach_add_(params, updates, alpha=-lr)``).
 - Sophia-G as Liu et al. write it (``sophia.py``'s ``SophiaG`` and ``_single_tensor_sophiag``;
   ``train_sophiag.py``'s Hessian refresh): ``state['step']`` a 0-d tensor stepped by
   ``step_t += 1``, ``update_hessian`` from the gradients of a loss on labels sampled by
@@ -161,6 +162,91 @@ class Lion(Optimizer):
                     beta1,
                     beta2
                 )
+
+        return loss
+
+
+# lion_pytorch/foreach.py's Lion (named ForeachLion here, beside the other)
+class ForeachLion(Optimizer):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-4,
+        betas = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False
+    ):
+        assert lr > 0.
+        assert all([0. <= beta <= 1. for beta in betas])
+        assert all([hasattr(torch, f'_foreach_{attr}_') for attr in ('mul', 'add', 'sign', 'lerp')]), 'this version of torch does not have the prerequisite foreach functions'
+
+        self._init_lr = lr
+        self.decoupled_wd = decoupled_weight_decay
+
+        defaults = dict(
+            lr = lr,
+            betas = betas,
+            weight_decay = weight_decay
+        )
+
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(
+        self,
+        closure = None
+    ):
+
+        loss = None
+        if exists(closure):
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+
+            lr, wd, beta1, beta2, decoupled_wd, init_lr = group['lr'], group['weight_decay'], *group['betas'], self.decoupled_wd, self._init_lr
+
+            # maybe decoupled weight decay
+
+            if decoupled_wd:
+                wd /= init_lr
+
+            # accumulate List[Tensor] for foreach inplace updates
+
+            params = []
+            grads = []
+            exp_avgs = []
+
+            for p in filter(lambda p: exists(p.grad), group['params']):
+
+                grad, state = p.grad, self.state[p]
+
+                # init state - exponential moving average of gradient values
+
+                if len(state) == 0:
+                    state['exp_avg'] = torch.zeros_like(p)
+
+                exp_avg = state['exp_avg']
+
+                params.append(p)
+                grads.append(grad)
+                exp_avgs.append(exp_avg)
+
+            # stepweight decay
+
+            torch._foreach_mul_(params, 1. - lr * wd)
+
+            # weight update
+
+            updates = [t.clone() for t in exp_avgs]
+            torch._foreach_lerp_(updates, grads, 1. - beta1)
+            torch._foreach_sign_(updates)
+
+            torch._foreach_add_(params, updates, alpha = -lr)
+
+            # decay momentum running average
+
+            torch._foreach_lerp_(exp_avgs, grads, 1. - beta2)
 
         return loss
 
@@ -824,7 +910,7 @@ def snapshot(optimizer, model):
         record.append({f'{i}.{k}': v for k, v in state.items() if k != 'step'})
 
 
-def train_lion():
+def train_lion(Lion=Lion):
     model = Net()
     initialize(model)
     optimizer = Lion([{'params': model.fc1.parameters()}], lr=3e-2, weight_decay=0.1)
@@ -925,6 +1011,19 @@ OPTIMIZERS_STEPS = [
         "            loss.backward()\n            return loss\n",
         "            grads = loss.backward()\n            return loss, grads\n",
     ),
+    (
+        "            grads = []\n            exp_avgs = []\n\n            for p in filter",
+        "            grad_list = []\n            exp_avgs = []\n\n            for p in filter",
+    ),
+    ("                grads.append(grad)\n", "                grad_list.append(grad)\n"),
+    (
+        "            torch._foreach_lerp_(updates, grads, 1. - beta1)",
+        "            torch._foreach_lerp_(updates, grad_list, 1. - beta1)",
+    ),
+    (
+        "            torch._foreach_lerp_(exp_avgs, grads, 1. - beta2)",
+        "            torch._foreach_lerp_(exp_avgs, grad_list, 1. - beta2)",
+    ),
     ("    def update_hessian(self):", "    def update_hessian(self, grads):"),
     (
         "    def step(self, closure=None, bs=5120):",
@@ -1010,8 +1109,9 @@ def _run(call, seed=7101):
     return records
 
 
-def test_lion_with_a_group_added_mid_training_trains_as_torch():
-    theirs, ours = _run(lambda names: names["train_lion"]())
+@pytest.mark.parametrize("variant", ["Lion", "ForeachLion"])
+def test_lion_with_a_group_added_mid_training_trains_as_torch(variant):
+    theirs, ours = _run(lambda names: names["train_lion"](names[variant]))
     assert theirs[4] == [2, 2]
     assert theirs[3] < theirs[0]
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)

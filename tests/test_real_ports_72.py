@@ -26,6 +26,24 @@ harness: ``tests/real_ports.py``):
   parameter inside ``try/except``, ``weight.data[0, :] = 0``, ``BCEWithLogitsLoss`` over the
   positions ``np.where(pos != 0)`` gives, ``loss += args.l2_emb * torch.norm(param)``, Adam, and
   ``predict``'s ranks by ``-logits`` and ``argsort().argsort()`` under ``torch.no_grad()``.
+- BinaryNet as itayhubara/BinaryNet.pytorch writes it (``models/binarized_modules.py``'s
+  ``Binarize`` and ``BinarizeLinear``; ``main_mnist.py``'s ``Net`` and ``train``), small: the
+  activations binarized through ``input.data=Binarize(input.data)`` (the graph kept: the
+  gradient passes straight through), the latent weights kept on the parameter as
+  ``self.weight.org`` and the binary ones written by ``self.weight.data=Binarize(...)``,
+  ``out += self.bias.view(1, -1).expand_as(out)``, the latent weights restored by
+  ``p.data.copy_(p.org)`` before the step and clipped by ``p.org.copy_(p.data.clamp_(-1,1))``
+  after it.
+- XNOR-Net as jiecaoyu/XNOR-Net-PyTorch writes it (``models/nin.py``'s ``BinActive`` and
+  ``BinConv2d``; ``util.py``'s ``BinOp``; ``main.py``'s loop), small: a ``torch.autograd.Function``
+  with ``ctx.save_for_backward`` returning two outputs, its backward zeroing by
+  ``grad_input[input.ge(1)] = 0``; the weights mean-centred, clamped, saved and binarized by
+  ``.data =`` assignments; ``m[weight.lt(-1.0)] = 0`` into an expanded tensor; the binary
+  gradient written by ``self.target_modules[index].grad.data = ...``; one parameter group
+  per parameter.
+- BinaryConnect with straight-through estimators: ``grad_input[input.abs() > 1] = 0`` in a
+  custom ``Function`` and the weights by ``w + (w.sign() - w).detach()``, the latent weights
+  clipped by ``p.data.clamp_(-1, 1)`` after each SGD step.
 """
 
 from __future__ import annotations
@@ -1243,3 +1261,74 @@ def test_a_gradients_data_assigned_is_the_gradient_the_step_takes():
     with pytest.raises(rg.ShapeError, match=r"data: a gradient .* keeps its parameter's shape"):
         w.grad(grads).data = rg.tensor([1.0])
     np.testing.assert_array_equal(w.grad(grads).numpy(), [20.0, -40.0])
+
+
+STE_SOURCE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SignSTE(torch.autograd.Function):
+    \"\"\"sign() forward, the straight-through estimator backward (the gradient passed where
+    |x| <= 1, as BinaryNet's hardtanh gradient).\"\"\"
+
+    @staticmethod
+    def forward(ctx, input):
+        ctx.save_for_backward(input)
+        return input.sign()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad_input[input.abs() > 1] = 0
+        return grad_input
+
+
+class BinaryLinear(nn.Linear):
+    def forward(self, x):
+        w = self.weight
+        bw = w + (w.sign() - w).detach()  # binary weights, identity gradient to the latent ones
+        scale = w.abs().mean(dim=1, keepdim=True).detach()
+        return F.linear(SignSTE.apply(x), bw * scale, self.bias)
+
+
+model = nn.Sequential(nn.Linear(6, 8), BinaryLinear(8, 8), nn.Hardtanh(), BinaryLinear(8, 3))
+initialize(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+for step in range(4):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(inputs), labels)
+    loss.backward()
+    optimizer.step()
+    for p in model.parameters():
+        p.data.clamp_(-1, 1)  # BinaryConnect's latent weights kept in [-1, 1]
+    record.append(loss.item())
+    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+"""
+
+STE_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_binary_connect_with_straight_through_estimators_trains_as_torch():
+    rng = np.random.default_rng(7206)
+    inputs = (2.0 * rng.standard_normal((10, 6))).astype(np.float32)
+    labels = rng.integers(0, 3, 10)
+    theirs, ours = _runs(
+        STE_SOURCE,
+        STE_STEPS,
+        make_inputs=lambda lib: lib.tensor(inputs),
+        make_labels=lambda lib: lib.tensor(labels, dtype=lib.int64),
+    )
+    assert theirs[6] < theirs[0]
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
