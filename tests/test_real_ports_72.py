@@ -14,7 +14,10 @@ harness: ``tests/real_ports.py``):
   ``F.softmax(period_weight, dim=1).unsqueeze(1).unsqueeze(1).repeat(1, T, N, 1)``, a circular
   ``Conv1d`` token embedding, sinusoidal position and fixed temporal embeddings
   (``nn.Parameter(w, requires_grad=False)`` as an embedding's weight), the non-stationary
-  normalisation by ``torch.var(..., unbiased=False)``; and the classification head over a
+  normalisation by ``torch.var(..., unbiased=False)``; imputation (``exp_imputation.py``'s
+  random mask by ``mask[mask <= args.mask_rate] = 0``, ``batch_x.masked_fill(mask == 0, 0)``,
+  ``torch.sum(x_enc, dim=1) / torch.sum(mask == 1, dim=1)``, ``x_enc /= stdev`` in place, the
+  loss over ``outputs[mask == 0]``), anomaly detection, and the classification head over a
   padding mask.
 - SASRec as pmixer/SASRec.pytorch writes it (``model.py``'s ``PointWiseFeedForward`` and
   ``SASRec`` with its timeline mask; ``main.py``'s training loop; ``utils.py``'s ``evaluate``):
@@ -55,7 +58,7 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +85,8 @@ def _runs(source, steps, **names):
             k.removeprefix("make_"): v(lib) if k.startswith("make_") else v
             for k, v in names.items()
         }
-        run_source(text, lib, record=record, initialize=initialize, **shared)
+        with SharedDraws(lib, 7200):
+            run_source(text, lib, record=record, initialize=initialize, **shared)
         records.append(record)
     return records
 
@@ -333,6 +337,9 @@ class Model(nn.Module):
                 self.seq_len, self.pred_len + self.seq_len)
             self.projection = nn.Linear(
                 configs.d_model, configs.c_out, bias=True)
+        if self.task_name == 'imputation' or self.task_name == 'anomaly_detection':
+            self.projection = nn.Linear(
+                configs.d_model, configs.c_out, bias=True)
         if self.task_name == 'classification':
             self.act = F.gelu
             self.dropout = nn.Dropout(configs.dropout)
@@ -351,6 +358,59 @@ class Model(nn.Module):
         enc_out = self.enc_embedding(x_enc, x_mark_enc)  # [B,T,C]
         enc_out = self.predict_linear(enc_out.permute(0, 2, 1)).permute(
             0, 2, 1)  # align temporal dimension
+        # TimesNet
+        for i in range(self.layer):
+            enc_out = self.layer_norm(self.model[i](enc_out))
+        # project back
+        dec_out = self.projection(enc_out)
+
+        # De-Normalization from Non-stationary Transformer
+        dec_out = dec_out.mul(
+            (stdev[:, 0, :].unsqueeze(1).repeat(
+                1, self.pred_len + self.seq_len, 1)))
+        dec_out = dec_out.add(
+            (means[:, 0, :].unsqueeze(1).repeat(
+                1, self.pred_len + self.seq_len, 1)))
+        return dec_out
+
+    def imputation(self, x_enc, x_mark_enc, x_dec, x_mark_dec, mask):
+        # Normalization from Non-stationary Transformer
+        means = torch.sum(x_enc, dim=1) / torch.sum(mask == 1, dim=1)
+        means = means.unsqueeze(1).detach()
+        x_enc = x_enc.sub(means)
+        x_enc = x_enc.masked_fill(mask == 0, 0)
+        stdev = torch.sqrt(torch.sum(x_enc * x_enc, dim=1) /
+                           torch.sum(mask == 1, dim=1) + 1e-5)
+        stdev = stdev.unsqueeze(1).detach()
+        x_enc /= stdev
+
+        # embedding
+        enc_out = self.enc_embedding(x_enc, x_mark_enc)  # [B,T,C]
+        # TimesNet
+        for i in range(self.layer):
+            enc_out = self.layer_norm(self.model[i](enc_out))
+        # project back
+        dec_out = self.projection(enc_out)
+
+        # De-Normalization from Non-stationary Transformer
+        dec_out = dec_out.mul(
+            (stdev[:, 0, :].unsqueeze(1).repeat(
+                1, self.pred_len + self.seq_len, 1)))
+        dec_out = dec_out.add(
+            (means[:, 0, :].unsqueeze(1).repeat(
+                1, self.pred_len + self.seq_len, 1)))
+        return dec_out
+
+    def anomaly_detection(self, x_enc):
+        # Normalization from Non-stationary Transformer
+        means = x_enc.mean(1, keepdim=True).detach()
+        x_enc = x_enc.sub(means)
+        stdev = torch.sqrt(
+            torch.var(x_enc, dim=1, keepdim=True, unbiased=False) + 1e-5)
+        x_enc = x_enc.div(stdev)
+
+        # embedding
+        enc_out = self.enc_embedding(x_enc, None)  # [B,T,C]
         # TimesNet
         for i in range(self.layer):
             enc_out = self.layer_norm(self.model[i](enc_out))
@@ -388,6 +448,13 @@ class Model(nn.Module):
         if self.task_name == 'long_term_forecast' or self.task_name == 'short_term_forecast':
             dec_out = self.forecast(x_enc, x_mark_enc, x_dec, x_mark_dec)
             return dec_out[:, -self.pred_len:, :]  # [B, L, D]
+        if self.task_name == 'imputation':
+            dec_out = self.imputation(
+                x_enc, x_mark_enc, x_dec, x_mark_dec, mask)
+            return dec_out  # [B, L, D]
+        if self.task_name == 'anomaly_detection':
+            dec_out = self.anomaly_detection(x_enc)
+            return dec_out  # [B, L, D]
         if self.task_name == 'classification':
             dec_out = self.classification(x_enc, x_mark_enc)
             return dec_out  # [B, N]
@@ -418,6 +485,65 @@ def train_forecast(args, batches):
         outputs = outputs[:, -args.pred_len:, f_dim:]
         batch_y = batch_y[:, -args.pred_len:, f_dim:]
         loss = criterion(outputs, batch_y)
+        record.append(loss.item())
+
+        loss.backward()
+        model_optim.step()
+    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+
+
+def train_imputation(args, batches):
+    model = Model(args).float()
+    initialize(model)
+    model_optim = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    criterion = nn.MSELoss()
+    model.train()
+    for i, (batch_x, batch_y, batch_x_mark, batch_y_mark) in enumerate(batches):
+        model_optim.zero_grad()
+
+        batch_x = batch_x.float()
+        batch_x_mark = batch_x_mark.float()
+
+        # random mask
+        B, T, N = batch_x.shape
+        mask = torch.rand((B, T, N))
+        mask[mask <= args.mask_rate] = 0  # masked
+        mask[mask > args.mask_rate] = 1  # remained
+        inp = batch_x.masked_fill(mask == 0, 0)
+
+        outputs = model(inp, batch_x_mark, None, None, mask)
+
+        f_dim = -1 if args.features == 'MS' else 0
+        outputs = outputs[:, :, f_dim:]
+
+        # add support for MS
+        batch_x = batch_x[:, :, f_dim:]
+        mask = mask[:, :, f_dim:]
+
+        loss = criterion(outputs[mask == 0], batch_x[mask == 0])
+        record.append(loss.item())
+
+        loss.backward()
+        model_optim.step()
+    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+
+
+def train_anomaly_detection(args, batches):
+    model = Model(args).float()
+    initialize(model)
+    model_optim = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    criterion = nn.MSELoss()
+    model.train()
+    for i, (batch_x, batch_y, batch_x_mark, batch_y_mark) in enumerate(batches):
+        model_optim.zero_grad()
+
+        batch_x = batch_x.float()
+
+        outputs = model(batch_x, None, None, None)
+
+        f_dim = -1 if args.features == 'MS' else 0
+        outputs = outputs[:, :, f_dim:]
+        loss = criterion(outputs, batch_x)
         record.append(loss.item())
 
         loss.backward()
@@ -490,6 +616,7 @@ class _TimesNetArgs:
     embed = "fixed"
     freq = "h"
     dropout = 0.0
+    mask_rate = 0.25
     features = "M"
     learning_rate = 0.01
     num_class = 3
@@ -508,9 +635,14 @@ def _calendar(rng, batch, length):
     ).astype(np.float32)
 
 
-def test_timesnet_forecasting_trains_as_torch():
+@pytest.mark.parametrize("task", ["long_term_forecast", "imputation", "anomaly_detection"])
+def test_timesnet_trains_as_torch(task):
     rng = np.random.default_rng(7201)
     args = _TimesNetArgs()
+    args.task_name = task
+    train = "train_forecast" if task == "long_term_forecast" else f"train_{task}"
+    if task != "long_term_forecast":
+        args.pred_len = 0
     t = np.arange(args.seq_len + args.pred_len)
     batches = []
     for _ in range(3):
@@ -524,12 +656,12 @@ def test_timesnet_forecasting_trains_as_torch():
         batches.append((x, y, marks[:, : args.seq_len], marks[:, args.seq_len - args.label_len :]))
     theirs, ours = _runs(
         TIMESNET_SOURCE
-        + "\ntrain_forecast(args, [tuple(torch.from_numpy(a) for a in b) for b in batches])\n",
+        + f"\n{train}(args, [tuple(torch.from_numpy(a) for a in b) for b in batches])\n",
         TIMESNET_STEPS,
         args=args,
         batches=batches,
     )
-    assert theirs[-2] < theirs[0]
+    assert len(theirs) == 4
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
