@@ -1142,10 +1142,20 @@ def test_adafactors_train_as_torch():
                 params, lr=3e-2, relative_step=False, beta1=0.9, weight_decay=0.01
             )
         )
+        train(
+            lambda params: names["Adafactor"](
+                params, scale_parameter=False, relative_step=True, warmup_init=True, lr=None
+            )
+        )
         train(lambda params: names["torch"].optim.Adafactor(params, lr=3e-2, weight_decay=0.01))
+        train(
+            lambda params: names["torch"].optim.Adafactor(
+                params, lr=3e-2, beta2_decay=-0.5, maximize=True
+            )
+        )
 
     theirs, ours = _run(call)
-    assert len(theirs) == 3 * 5
+    assert len(theirs) == 5 * 5
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
