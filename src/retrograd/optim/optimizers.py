@@ -242,7 +242,11 @@ class Optimizer:
         are, reading ``p.grad(grads)`` and writing its parameters in place: Lion, Sophia,
         Adan), not one of retrograd's algorithms. torch's base class checks none of such an
         optimizer's hyper-parameters (transformers' Adafactor's ``lr=None``, Adan's three
-        ``betas``) and loads its state back as it was saved (Sophia's step a tensor)."""
+        ``betas``) and loads its state back as it was saved (Sophia's step a tensor). A
+        subclass of one of retrograd's algorithms (its ``update``) keeps that algorithm's
+        checks and state, whatever its ``step`` adds."""
+        if type(self).update is not Optimizer.update:
+            return False
         module = getattr(type(self).step, "__module__", None) or ""
         return not module.startswith("retrograd.")
 
