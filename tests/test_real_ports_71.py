@@ -33,6 +33,14 @@ torch's run of the same code:
   ``rsqrt_``/``rsqrt`` (here by ``torch.outer`` for a matrix, as other ports write it), the
   update clipped by ``(self._rms(update) / group["clip_threshold"]).clamp_(min=1.0)``; and
   ``torch.optim.Adafactor`` itself.
+- Schedule-Free AdamW as facebookresearch/schedule_free writes it (``adamw_schedulefree.py``):
+  the optimizer's own ``train()``/``eval()`` moving the parameters between the two sequences
+  by ``p.data.lerp_(end=state['z'], weight=1-1/beta1)``, bookkeeping kept in the groups
+  (``k``, ``weight_sum``, ``lr_max``, ``train_mode``, ``scheduled_lr``), ``torch.clone(p,
+  memory_format=torch.preserve_format)``, the gradient normalised in place
+  (``grad.div_(denom)``), and its multi-tensor path (``zip(*[(p, p.grad, ...)])`` into
+  ``torch._foreach_div``, ``_foreach_sqrt_``, ``_foreach_lerp_(y, z, weight=ckp1)``,
+  ``_foreach_sub_(z, grad, alpha=lr)``).
 """
 
 from __future__ import annotations
@@ -889,6 +897,195 @@ class Adafactor(Optimizer):
         return loss
 
 
+# -- facebookresearch/schedule_free's adamw_schedulefree.py ---------------------------------------
+class AdamWScheduleFree(torch.optim.Optimizer):
+    def __init__(self,
+                 params,
+                 lr=0.0025,
+                 betas=(0.9, 0.999),
+                 eps=1e-8,
+                 weight_decay=0,
+                 warmup_steps=0,
+                 r=0.0,
+                 weight_lr_power=2.0,
+                 foreach=hasattr(torch, "_foreach_mul_")
+                 ):
+
+        defaults = dict(lr=lr,
+                        betas=betas,
+                        eps=eps,
+                        r=r,
+                        k=0,
+                        warmup_steps=warmup_steps,
+                        train_mode = True,
+                        weight_sum=0.0,
+                        lr_max=-1.0,
+                        weight_lr_power=weight_lr_power,
+                        weight_decay=weight_decay,
+                        foreach=foreach)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def eval(self):
+        for group in self.param_groups:
+            train_mode = group['train_mode']
+            beta1, _ = group['betas']
+            if train_mode:
+                for p in group['params']:
+                    state = self.state[p]
+                    if 'z' in state:
+                        # Set p.data to x
+                        p.data.lerp_(end=state['z'], weight=1-1/beta1)
+                group['train_mode'] = False
+
+    @torch.no_grad()
+    def train(self):
+        for group in self.param_groups:
+            train_mode = group['train_mode']
+            beta1, _ = group['betas']
+            if not train_mode:
+                for p in group['params']:
+                    state = self.state[p]
+                    if 'z' in state:
+                        # Set p.data to y
+                        p.data.lerp_(end=state['z'], weight=1-beta1)
+                group['train_mode'] = True
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Performs a single optimization step.
+
+        Arguments:
+            closure (callable, optional): A closure that reevaluates the model
+                and returns the loss.
+        """
+        if not self.param_groups[0]['train_mode']:
+            raise Exception("Optimizer was not in train mode when step is called. "
+                            "Please insert .train() and .eval() calls on the "
+                            "optimizer. See documentation for details.")
+
+
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            eps = group['eps']
+            beta1, beta2 = group['betas']
+            decay = group['weight_decay']
+            k = group['k']
+            r = group['r']
+            warmup_steps = group['warmup_steps']
+            weight_lr_power = group['weight_lr_power']
+
+            if k < warmup_steps:
+              sched = (k+1) / warmup_steps
+            else:
+              sched = 1.0
+
+            bias_correction2 = 1 - beta2 ** (k+1)
+            lr = group['lr']*sched
+            group['scheduled_lr'] = lr # For logging purposes
+
+            lr_max = group['lr_max'] = max(lr, group['lr_max'])
+
+            weight = ((k+1)**r) * (lr_max**weight_lr_power)
+            weight_sum = group['weight_sum'] = group['weight_sum'] + weight
+
+            try:
+                ckp1 = weight/weight_sum
+            except ZeroDivisionError:
+                ckp1 = 0
+
+            active_p = [p for p in group['params'] if p.grad is not None]
+
+            for p in active_p:
+                if 'z' not in self.state[p]:
+                    self.state[p]['z'] = torch.clone(p, memory_format=torch.preserve_format)
+                    self.state[p]['exp_avg_sq'] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+            if group['foreach'] and len(active_p) > 0:
+                y, grad, exp_avg_sq, z = zip(*[(p,
+                                                p.grad,
+                                                self.state[p]['exp_avg_sq'],
+                                                self.state[p]['z'])
+                                                for p in active_p])
+
+                # Decay the first and second moment running average coefficient
+                torch._foreach_mul_(exp_avg_sq, beta2)
+                torch._foreach_addcmul_(exp_avg_sq, grad, grad, value=1-beta2)
+                denom = torch._foreach_div(exp_avg_sq, bias_correction2)
+                torch._foreach_sqrt_(denom)
+                torch._foreach_add_(denom, eps)
+
+                # Normalize grad in-place for memory efficiency
+                torch._foreach_div_(grad, denom)
+
+                # Weight decay calculated at y
+                if decay != 0:
+                    torch._foreach_add_(grad, y, alpha=decay)
+
+                # These operations update y in-place,
+                # without computing x explicitly.
+                torch._foreach_lerp_(y, z, weight=ckp1)
+                torch._foreach_add_(y, grad, alpha=lr*(beta1*(1-ckp1)-1))
+
+                # z step
+                torch._foreach_sub_(z, grad, alpha=lr)
+            else:
+                for p in active_p:
+                    y = p.data # Notation to match theory
+                    grad = p.grad.data
+
+                    state = self.state[p]
+
+                    z = state['z']
+                    exp_avg_sq = state['exp_avg_sq']
+
+                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+                    denom = exp_avg_sq.div(bias_correction2).sqrt_().add_(eps)
+
+                    # Reuse grad buffer for memory efficiency
+                    grad_normalized = grad.div_(denom)
+
+                    # Weight decay calculated at y
+                    if decay != 0:
+                        grad_normalized.add_(y, alpha=decay)
+
+                    # These operations update y in-place,
+                    # without computing x explicitly.
+                    y.lerp_(end=z, weight=ckp1)
+                    y.add_(grad_normalized, alpha=lr*(beta1*(1-ckp1)-1))
+
+                    # z step
+                    z.sub_(grad_normalized, alpha=lr)
+
+            group['k'] = k+1
+        return loss
+
+
+def train_schedule_free(foreach):
+    model = Net()
+    initialize(model)
+    optimizer = AdamWScheduleFree(model.parameters(), lr=0.05, warmup_steps=2, weight_decay=0.01, foreach=foreach)
+    for epoch in range(2):
+        model.train()
+        optimizer.train()
+        for step in range(3):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(inputs), labels)
+            loss.backward()
+            optimizer.step()
+            record.append(loss.item())
+        model.eval()
+        optimizer.eval()
+        with torch.no_grad():
+            record.append(F.cross_entropy(model(inputs), labels).item())
+        record.append(params_of(model))
+    record.append([g['scheduled_lr'] for g in optimizer.param_groups])
+
+
 # -- the training loops (the repositories' scripts train GPTs and ImageNet models) --------------
 class Net(nn.Module):
     def __init__(self):
@@ -1024,6 +1221,14 @@ OPTIMIZERS_STEPS = [
         "            torch._foreach_lerp_(exp_avgs, grads, 1. - beta2)",
         "            torch._foreach_lerp_(exp_avgs, grad_list, 1. - beta2)",
     ),
+    (
+        '    def step(self, closure=None):\n        """Performs a single optimization step.\n\n        Arguments:',
+        '    def step(self, grads, closure=None):\n        """Performs a single optimization step.\n\n        Arguments:',
+    ),
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
     ("    def update_hessian(self):", "    def update_hessian(self, grads):"),
     (
         "    def step(self, closure=None, bs=5120):",
@@ -1130,6 +1335,13 @@ def test_sophia_g_with_hessian_refreshes_trains_as_torch(resume_at):
 def test_adan_trains_as_torch(resume_at, foreach, no_prox):
     theirs, ours = _run(lambda names: names["train_adan"](resume_at, foreach, no_prox))
     assert theirs[5] == [5]
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_schedule_free_adamw_trains_and_evaluates_as_torch(foreach):
+    theirs, ours = _run(lambda names: names["train_schedule_free"](foreach))
+    assert len(theirs) == 2 * 5 + 1
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
