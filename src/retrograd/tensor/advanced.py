@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
 from ._dispatch import SCALARS, TensorBase, from_host, lift
@@ -378,6 +379,9 @@ def _expanded_source(target: Any, mask: Any) -> tuple[Any, Any] | None:
     view = getattr(target, "_view", None)
     if view is None or view[views.KIND] != "expand":
         return None
+    backend = target._backend
+    if backend.is_autodiff and backend.is_tracked(target._prim) and is_grad_enabled():
+        return None  # in a graph: refused (torch's backward then fails), the write-back's error
     warnings.warn(
         "index_put_: writing through a mask into an expanded tensor writes each element's "
         "shared memory location (deprecated in torch, which warns too); clone() it first to "
