@@ -45,6 +45,7 @@ torch's run of the same code:
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -1442,3 +1443,32 @@ def test_foreach_ops_update_lists_of_tensors_as_torch():
         rg._foreach_add_([rg.ones(2), rg.ones(3)], [rg.ones(2)])
     with pytest.raises(rg.DTypeError, match="_foreach_mul_: self must be a list of tensors"):
         rg._foreach_mul_(rg.ones(2), 2.0)
+
+
+def test_an_optimizer_of_ones_own_with_a_setstate_deep_copies_as_torch():
+    copies = []
+    for lib in (torch, rg):
+
+        class Own(lib.optim.Optimizer):
+            def __init__(self, params, lr=0.1):
+                super().__init__(params, dict(lr=lr))
+
+            def __setstate__(self, state):  # as RAdam, Sophia-G and Adan write theirs
+                super().__setstate__(state)
+                for group in self.param_groups:
+                    group.setdefault("maximize", False)
+
+        w = lib.tensor([1.0, 2.0])
+        optimizer = Own([w.requires_grad_() if lib is torch else w.require_grad()])
+        optimizer.state[w]["exp_avg"] = lib.ones(2)
+        # was: AttributeError "'super' object has no attribute '__setstate__'"
+        twin = copy.deepcopy(optimizer)
+        twin.state[twin.param_groups[0]["params"][0]]["exp_avg"].add_(1.0)
+        copies.append(
+            (
+                twin.param_groups[0]["maximize"],
+                optimizer.state[w]["exp_avg"].tolist(),
+                len(twin.state),
+            )
+        )
+    assert copies[1] == copies[0] == (False, [1.0, 1.0], 1)

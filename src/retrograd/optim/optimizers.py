@@ -236,6 +236,12 @@ class Optimizer:
         #: the learning rate given at construction (schedules scale from each group's own)
         self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling and ``copy.deepcopy``: the attributes restored, as torch's base class
+        does; an optimizer written as torch's (RAdam, Sophia-G, Adan) calls
+        ``super().__setstate__(state)`` from its own and then sets its groups' defaults."""
+        self.__dict__.update(state)
+
     @property
     def steps_itself(self) -> bool:
         """Whether :meth:`step` is the subclass's own code (an optimizer written as torch's
