@@ -195,7 +195,9 @@ class Optimizer:
         defaults = dict(defaults)
         lr = defaults.get("lr")
         lr_required = lr is required
-        if lr_required:  # each group gives its own (add_param_group checks)
+        # required: each group gives its own (add_param_group checks); None, an algorithm of
+        # the user's own that needs none (transformers' Adafactor: its relative step)
+        if lr_required or (lr is None and self.steps_itself):
             lr = 0.0
         elif isinstance(lr, Tensor) and lr.numel() == 1 and str(lr.dtype) != "bool":
             lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
@@ -239,6 +241,26 @@ class Optimizer:
             self.add_param_group(group)
         #: the learning rate given at construction (schedules scale from each group's own)
         self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling and ``copy.deepcopy``: the attributes restored, as torch's base class
+        does; an optimizer written as torch's (RAdam, Sophia-G, Adan) calls
+        ``super().__setstate__(state)`` from its own and then sets its groups' defaults."""
+        self.__dict__.update(state)
+
+    @property
+    def steps_itself(self) -> bool:
+        """Whether :meth:`step` is the subclass's own code (an optimizer written as torch's
+        are, reading ``p.grad(grads)`` and writing its parameters in place: Lion, Sophia,
+        Adan), not one of retrograd's algorithms. torch's base class checks none of such an
+        optimizer's hyper-parameters (transformers' Adafactor's ``lr=None``, Adan's three
+        ``betas``) and loads its state back as it was saved (Sophia's step a tensor). A
+        subclass of one of retrograd's algorithms (its ``update``) keeps that algorithm's
+        checks and state, whatever its ``step`` adds."""
+        if type(self).update is not Optimizer.update:
+            return False
+        module = getattr(type(self).step, "__module__", None) or ""
+        return not module.startswith("retrograd.")
 
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
@@ -334,7 +356,7 @@ class Optimizer:
             # Adafactor's eps is a pair (a None first: the dtype's machine epsilon)
             values = group[key] if key == "eps" and isinstance(group[key], tuple) else (group[key],)
             for value in values:
-                if value is None and len(values) > 1:
+                if value is None and (len(values) > 1 or self.steps_itself):
                     continue
                 if isinstance(value, Tensor) and value.numel() == 1:
                     value = value.item()
@@ -348,12 +370,15 @@ class Optimizer:
                     )
         if "betas" in group:
             betas = group["betas"]
+            # an algorithm of the user's own may keep more (Adan's three)
+            sizes = range(1, len(betas) + 1) if self.steps_itself else (2,)
             if not (
                 isinstance(betas, tuple | list)
-                and len(betas) == 2
+                and len(betas) in sizes
                 and all(is_number(b) and not isinstance(b, Tensor) for b in betas)
             ):
-                raise DTypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
+                kind = "a tuple" if self.steps_itself else "a pair"
+                raise DTypeError(f"{name}: betas must be {kind} of numbers, got {betas!r}")
 
     def check_hyper_parameters(self, op: str) -> None:
         """Every group's hyper-parameters still of their defaults' kinds, asked before a step
@@ -598,6 +623,8 @@ class Optimizer:
         """A saved state entry ``key`` of ``parameter`` (numbered ``number``) as this
         optimizer keeps it, checked against :meth:`state_shape` (an algorithm whose state is
         not one buffer per parameter, L-BFGS's, says how its entries are read)."""
+        if self.steps_itself:
+            return _kept_as_saved(value, parameter, key)
         return _state_value(
             where, number, key, value, parameter, self.state_shape(key, parameter.shape)
         )
@@ -733,6 +760,19 @@ def _state_value(
         # mu_product): here they are Python numbers
         return np.asarray(_array(value)).item()
     return state_tensor(where, number, key, value, parameter, shape)
+
+
+def _kept_as_saved(value: Any, parameter: Tensor, key: str) -> Any:
+    """A saved state entry of an optimizer whose step is its own, as torch's load keeps it: a
+    tensor (saved as an array) a tensor again, floating buffers in the parameter's dtype (the
+    step in its own: Sophia's 0-d float step stays one), anything else as it was saved."""
+    if not (isinstance(value, Tensor | np.ndarray) or callable(getattr(value, "detach", None))):
+        return value
+    array = np.array(_array(value), copy=True)
+    inner = parameter.inner() if parameter.backend.is_autodiff else parameter
+    floating = array.dtype.kind == "f" and key != "step"
+    dtype = inner.dtype if floating else None
+    return tensor(array, dtype=dtype, backend=inner.backend, device=inner.device)
 
 
 def state_count(where: str, number: int, key: str, value: Any) -> int:
