@@ -42,10 +42,11 @@ def _torch():
 
 def _to_numpy(x) -> tuple[np.ndarray, str]:
     torch = _torch()
-    if isinstance(x, torch.Tensor):
-        return x.detach().numpy(), str(x.dtype).replace("torch.", "")
-    if isinstance(x, rg.Tensor):
-        return x.detach().numpy(), str(x.dtype)
+    if isinstance(x, torch.Tensor | rg.Tensor):
+        dtype = str(x.dtype).replace("torch.", "")
+        x = x.detach()
+        # (NumPy has no bfloat16: half precision compared in float64, which holds it exactly)
+        return (x.double() if dtype in ("float16", "bfloat16") else x).numpy(), dtype
     return np.asarray(x), type(x).__name__
 
 
@@ -114,7 +115,7 @@ def _close(got, want, what: str) -> None:
         return
     if not np.array_equal(np.isnan(g), np.isnan(w)):
         raise Mismatch(f"{what}: NaN positions differ\n{g}\n!= torch's\n{w}")
-    rtol = 2e-5 if wdt == "float32" else 1e-7
+    rtol = {"float32": 2e-5, "float16": 1e-3, "bfloat16": 8e-3}.get(wdt, 1e-7)
     try:
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True)
     except AssertionError as e:

@@ -153,3 +153,21 @@ def test_a_float_shift_assignment_into_an_int_tensor_is_refused_as_torch():
         program(torch)
     with pytest.raises(rg.RetrogradError):
         program(rg)
+
+
+LDEXP_VALUES = [1.0, -3.0, 0.0, -0.0, INF, NAN, 2.0**-1000, 1.5, 2.0**1000, 5 * 2.0**-1074]
+LDEXP_EXPONENTS = [0, -1, 1000, -1070, 2000, -2000, 64, -140, 130, 2**62, -(2**62), 2**32 + 5]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_ldexp_with_an_int_exponent_is_exact_in_the_input_s_dtype(dtype):
+    # (2**other was taken in float32 and multiplied: ldexp(1.0 float64, 1000) was inf,
+    # ldexp(0.0, 2000) NaN; torch's kernel is std::ldexp in the input's dtype, with the
+    # exponent as a C int)
+    x = np.array(LDEXP_VALUES).repeat(len(LDEXP_EXPONENTS))
+    e = np.tile(np.array(LDEXP_EXPONENTS, dtype=np.int64), len(LDEXP_VALUES))
+    want = torch.ldexp(torch.tensor(x, dtype=getattr(torch, dtype)), torch.tensor(e))
+    got = rg.ldexp(rg.tensor(x, dtype=getattr(rg, dtype)), rg.tensor(e))
+    assert str(got.dtype) == dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
