@@ -171,3 +171,50 @@ def test_ldexp_with_an_int_exponent_is_exact_in_the_input_s_dtype(dtype):
     assert str(got.dtype) == dtype
     np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
+
+
+@pytest.mark.parametrize("weights", ["fweights", "aweights", "both"])
+@pytest.mark.parametrize("correction", [0, 1, 2])
+def test_cov_weighs_the_observations_as_torch(weights, correction):
+    # (fweights and aweights were refused as unsupported)
+    rng = np.random.default_rng(correction)
+    x = rng.standard_normal((3, 5))
+    counts = np.array([1, 0, 3, 2, 1])
+    importances = np.array([0.5, 1.5, 0.25, 1.0, 2.0])
+    got, want = [], []
+    for lib, out in ((rg, got), (torch, want)):
+        tx = lib.tensor(x, dtype=lib.float64).requires_grad_(True)
+        ta = lib.tensor(importances, dtype=lib.float64).requires_grad_(True)
+        kw = {}
+        if weights in ("fweights", "both"):
+            kw["fweights"] = lib.tensor(counts)
+        if weights in ("aweights", "both"):
+            kw["aweights"] = ta
+        c = lib.cov(tx, correction=correction, **kw)
+        leaves = [tx, ta] if "aweights" in kw else [tx]
+        grads = lib.autograd.grad((c * lib.tensor(np.arange(9.0).reshape(3, 3))).sum(), leaves)
+        out += [c.detach().numpy()] + [g.numpy() for g in grads]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"fweights": [1, -1, 2]},
+        {"fweights": [1.0, 1.0, 2.0]},
+        {"fweights": [1, 2]},
+        {"aweights": [1, 1, 2]},
+        {"aweights": [0.5, -1.0, 1.0]},
+        {"aweights": [0.0, 0.0, 0.0]},
+    ],
+)
+def test_cov_refuses_the_weights_torch_refuses(kw):
+    def call(lib):
+        given = {k: lib.tensor(v) for k, v in kw.items()}
+        return lib.cov(lib.tensor([[1.0, 2.0, 4.0], [0.0, 1.0, -1.0]]), **given)
+
+    with pytest.raises(RuntimeError):
+        call(torch)
+    with pytest.raises(rg.RetrogradError, match="cov"):
+        call(rg)

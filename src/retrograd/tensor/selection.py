@@ -216,17 +216,44 @@ class SelectionMixin:
 
     def cov(self, *, correction: int = 1, fweights: Any = None, aweights: Any = None) -> Any:
         """The covariance matrix of the variables in the rows (observations in the columns);
-        a 1-d tensor or a single row is one variable (a 0-d result, as torch's)."""
-        if fweights is not None or aweights is not None:
-            raise InvalidArgumentError(
-                "cov: fweights and aweights are not supported; weight the observations first"
-            )
+        a 1-d tensor or a single row is one variable (a 0-d result, as torch's). ``fweights``
+        (int counts) and ``aweights`` (float importances) weight the observations, with
+        torch's normalization: ``sum(w) - correction * sum(w * aweights) / sum(w)``."""
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
-        centred = x - x.mean(1, True)
-        out = centred.matmul(centred.transpose(0, 1)) / max(x.shape[1] - correction, 0)
+        n = x.shape[1]
+        weights = None
+        for name, given, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
+            if given is None:
+                continue
+            w = lift(x, given, "cov")
+            if w.ndim > 1 or w.numel() != n:
+                raise ShapeError(
+                    f"cov: {name} must be 0-d or 1-d with one weight per observation ({n}), "
+                    f"got {shape_text(w.shape)}"
+                )
+            if (w.dtype == "int64") != integral or w.dtype == "bool":
+                kind = "an integral" if integral else "a floating point"
+                raise DTypeError(f"cov: {name} must have {kind} dtype, got {w.dtype}")
+            if n and bool(w.detach().min().less(0).item()):
+                raise InvalidArgumentError(f"cov: {name} cannot be negative")
+            weights = w if weights is None else weights * w
+        if weights is None:
+            centred = x - x.mean(1, True)
+            out = centred.matmul(centred.transpose(0, 1)) / max(n - correction, 0)
+            return out.reshape(()) if x.shape[0] == 1 else out
+        total = weights.sum()
+        if not bool(total.detach().ne(0).item()):
+            raise InvalidArgumentError("cov: weights sum to zero, can't be normalized")
+        centred = x - ((x * weights).sum(1) / total).unsqueeze_dim(1)
+        if aweights is not None and correction != 0:
+            norm = total - (weights * lift(x, aweights, "cov")).sum() * correction / total
+        else:
+            norm = total - correction
+        norm = norm.mask_fill(norm.lower_equal(0), 0)  # (torch's: inf or NaN, with a warning)
+        out = centred.matmul((centred * weights).transpose(0, 1)) / norm
         return out.reshape(()) if x.shape[0] == 1 else out
 
     def corrcoef(self) -> Any:
