@@ -19,7 +19,7 @@ import fuzz28_cases as cases
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"ordering": 300, "boundary": 400, "second_order": 40, "view_writes": 300}
+DRAWS = {"ordering": 300, "boundary": 400, "second_order": 30, "view_writes": 300}
 
 
 def test_every_generator_is_drawn():
