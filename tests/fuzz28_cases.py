@@ -13,7 +13,9 @@ unique and unique_consecutive with every flag, kthvalue, (nan)median, quantiles 
 interpolation, cumulative extrema, searchsorted); integer and boundary values through
 division, remainders, powers, shifts and bitwise ops, in place too; second derivatives of
 random smooth chains under every checkpointing strategy (bit-identical to NoCheckpointing's);
-chains of views written in place through views and bases.
+chains of views written in place through views and bases; gradient penalties (the gradient
+of a penalty on ``autograd.grad(..., create_graph=True)``) through random stacks of
+``nn.functional`` layers with parameters, under every strategy.
 
 Left out, as differences torch does not define: the order of ties in torch's unstable
 sort of more than 16 values (libstdc++'s introsort), ``mode`` over NaN (its sort's comparator is
@@ -575,9 +577,134 @@ def view_writes(rng):
     return desc, program, [(array, dtype, dtype == "float64")], order
 
 
+# -- gradient penalties through nn.functional layers, under every strategy -----------------------
+def _nnf(lib):
+    return lib.nn.functional
+
+
+_LAYERS = {
+    "conv1d": (
+        lambda rng, channels: (rng.standard_normal((channels, channels, 3)) * 0.3,),
+        lambda lib, x, w: _nnf(lib).conv1d(x, w, padding=1),
+    ),
+    "conv1d_stride": (
+        lambda rng, channels: (rng.standard_normal((channels, channels, 2)) * 0.3,),
+        lambda lib, x, w: _nnf(lib).conv1d(x, w, stride=2, padding=1),
+    ),
+    "conv1d_dil_groups": (
+        lambda rng, channels: (rng.standard_normal((channels, 1, 3)) * 0.3,),
+        lambda lib, x, w: _nnf(lib).conv1d(x, w, padding=2, dilation=2, groups=x.shape[1]),
+    ),
+    "convt1d": (
+        lambda rng, channels: (rng.standard_normal((channels, channels, 3)) * 0.3,),
+        lambda lib, x, w: _nnf(lib).conv_transpose1d(x, w, stride=2, padding=1, output_padding=1)[
+            ..., : x.shape[-1]
+        ],
+    ),
+    "linear": (
+        lambda rng, channels: (
+            rng.standard_normal((channels, channels)) * 0.3,
+            rng.standard_normal(channels) * 0.1,
+        ),
+        lambda lib, x, w, b: _nnf(lib).linear(x.transpose(1, 2), w, b).transpose(1, 2),
+    ),
+    "tanh": (lambda rng, channels: (), lambda lib, x: x.tanh()),
+    "softplus": (lambda rng, channels: (), lambda lib, x: _nnf(lib).softplus(x, beta=2.0)),
+    "gelu": (lambda rng, channels: (), lambda lib, x: _nnf(lib).gelu(x)),
+    "elu": (lambda rng, channels: (), lambda lib, x: _nnf(lib).elu(x)),
+    "leaky": (lambda rng, channels: (), lambda lib, x: _nnf(lib).leaky_relu(x, 0.1)),
+    "silu": (lambda rng, channels: (), lambda lib, x: _nnf(lib).silu(x)),
+    "layer_norm": (
+        lambda rng, channels: (rng.standard_normal(1) + 1, rng.standard_normal(1)),
+        lambda lib, x, w, b: _nnf(lib).layer_norm(
+            x, x.shape[-1:], w.expand(x.shape[-1]), b.expand(x.shape[-1])
+        ),
+    ),
+    "group_norm": (
+        lambda rng, channels: (rng.standard_normal(channels) + 1, rng.standard_normal(channels)),
+        lambda lib, x, w, b: _nnf(lib).group_norm(x, 1, w, b),
+    ),
+    "instance_norm": (lambda rng, channels: (), lambda lib, x: _nnf(lib).instance_norm(x)),
+    "batch_norm_train": (
+        lambda rng, channels: (rng.standard_normal(channels) + 1, rng.standard_normal(channels)),
+        lambda lib, x, w, b: _nnf(lib).batch_norm(x, None, None, w, b, training=True),
+    ),
+    "avg_pool": (
+        lambda rng, channels: (),
+        lambda lib, x: _nnf(lib).avg_pool1d(x, 2, 1, padding=1, count_include_pad=False),
+    ),
+    "max_pool": (lambda rng, channels: (), lambda lib, x: _nnf(lib).max_pool1d(x, 2, 1)),
+    "lp_pool": (
+        lambda rng, channels: (),
+        lambda lib, x: _nnf(lib).lp_pool1d(x * x + 0.1, 2, 2) if x.shape[-1] >= 2 else x,
+    ),
+    "adaptive_avg": (lambda rng, channels: (), lambda lib, x: _nnf(lib).adaptive_avg_pool1d(x, 3)),
+    "softmax": (lambda rng, channels: (), lambda lib, x: _nnf(lib).softmax(x, 1)),
+    "log_softmax": (lambda rng, channels: (), lambda lib, x: _nnf(lib).log_softmax(x, -1)),
+    "interp_linear": (
+        lambda rng, channels: (),
+        lambda lib, x: _nnf(lib).interpolate(x, scale_factor=2, mode="linear", align_corners=False),
+    ),
+    "pad_reflect": (
+        lambda rng, channels: (),
+        lambda lib, x: _nnf(lib).pad(x, (1, 1), mode="reflect") if x.shape[-1] >= 2 else x,
+    ),
+    "pad_replicate": (
+        lambda rng, channels: (),
+        lambda lib, x: _nnf(lib).pad(x, (2, 1), mode="replicate"),
+    ),
+    "dropout0": (lambda rng, channels: (), lambda lib, x: _nnf(lib).dropout(x, 0.0)),
+    "glu": (lambda rng, channels: (), lambda lib, x: _nnf(lib).glu(lib.cat([x, x * 0.5], 1), 1)),
+    "rms_norm": (
+        lambda rng, channels: (rng.standard_normal(1) + 1,),
+        lambda lib, x, w: _nnf(lib).rms_norm(x, x.shape[-1:], w.expand(x.shape[-1])),
+    ),
+    "cumsum": (lambda rng, channels: (), lambda lib, x: x.cumsum(-1)),
+}
+
+
+def gradient_penalty(rng):
+    batch, channels, width = (
+        int(rng.integers(1, 3)),
+        int(rng.integers(1, 3)),
+        int(rng.integers(2, 6)),
+    )
+    x = rng.standard_normal((batch, channels, width))
+    names = [str(n) for n in rng.choice(list(_LAYERS), size=int(rng.integers(2, 5)))]
+    params, spans = [], []
+    for n in names:
+        p = _LAYERS[n][0](rng, channels)
+        spans.append((len(params), len(p)))
+        params += list(p)
+    kind = str(rng.choice(["gp", "gp_sum", "double"]))
+
+    def program(lib, x, *ps):
+        def net(inp):
+            h = inp
+            for n, (s, k) in zip(names, spans):
+                h = _LAYERS[n][1](lib, h, *ps[s : s + k])
+            return h
+
+        out = net(x)
+        (g,) = lib.autograd.grad(out.square().sum(), x, create_graph=True)
+        if kind == "gp":
+            pen = ((g.flatten(1).norm(dim=1) - 1.0) ** 2).mean()
+        elif kind == "gp_sum":
+            pen = (g * g).sum() + out.mean()
+        else:
+            pen = (g.sin() * x).sum()
+        return pen
+
+    specs = [(x, "float64", True)] + [
+        (np.asarray(p, dtype=np.float64), "float64", True) for p in params
+    ]
+    return " > ".join(names) + f" {kind} of x{(batch, channels, width)}", program, specs, 1
+
+
 GENERATORS = {
     "ordering": ordering,
     "boundary": boundary,
     "second_order": second_order,
     "view_writes": view_writes,
+    "gradient_penalty": gradient_penalty,
 }

@@ -3,7 +3,8 @@ and selection ops over ties, NaN, infinities and empty dims; integer and boundar
 through division, remainders, powers, shifts and bitwise ops (in place too); second
 derivatives (``autograd.grad(create_graph=True)`` then again) of random smooth chains under
 every checkpointing strategy, bit-identical to NoCheckpointing's; chains of views written in
-place through views and bases. Every draw must agree with torch on raising or not, dtype,
+place through views and bases; gradient penalties through stacks of ``nn.functional``
+layers under every strategy. Every draw must agree with torch on raising or not, dtype,
 shape and values (first and second derivatives included).
 
 Seeded and derandomized: the same draws on every run. ``FUZZ_EXAMPLES`` runs more of them.
@@ -19,7 +20,13 @@ import fuzz28_cases as cases
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"ordering": 300, "boundary": 400, "second_order": 30, "view_writes": 300}
+DRAWS = {
+    "ordering": 300,
+    "boundary": 400,
+    "second_order": 30,
+    "view_writes": 300,
+    "gradient_penalty": 8,
+}
 
 
 def test_every_generator_is_drawn():
@@ -32,7 +39,7 @@ def test_round28_matches_torch(name):
     for seed in range(max(DRAWS[name], SCALE)):
         draw = cases.GENERATORS[name](np.random.default_rng([28, seed]))
         try:
-            cases.check(draw, strategies=name == "second_order")
+            cases.check(draw, strategies=name in ("second_order", "gradient_penalty"))
         except cases.Mismatch as e:
             failures.append(f"seed {seed}: {draw[0]}\n  {str(e)[:400]}")
     assert not failures, f"{len(failures)} of the draws differ:\n" + "\n".join(failures[:10])
