@@ -830,6 +830,12 @@ class InplaceMixin:
     def __ixor__(self, other: Any) -> Any:
         return self._update("__ixor__", lambda t: t ^ other)
 
+    def __ilshift__(self, other: Any) -> Any:
+        return self._update("__ilshift__", lambda t: t << other)
+
+    def __irshift__(self, other: Any) -> Any:
+        return self._update("__irshift__", lambda t: t >> other)
+
 
 def _filled(t: Any, value: Any) -> Any:
     """A tensor of ``t``'s shape, dtype and device holding ``value`` (untracked)."""
