@@ -144,7 +144,7 @@ def _foreach_copy_(self: Any, src: Any, non_blocking: bool = False) -> None:
 
 def _foreach_norm(self: Any, ord: Any = 2, dtype: Any = None) -> list[Any]:  # noqa: A002
     """The vector norm of each tensor (``torch.linalg.vector_norm(t, ord)``)."""
-    from ..linalg import vector_norm
+    from .norms import vector_norm
 
     return [vector_norm(t, ord, dtype=dtype) for t in _tensors("_foreach_norm", self)]
 
