@@ -1,0 +1,183 @@
+"""Round 24 of the reliability regressions: each test is named for the behaviour it keeps and
+failed before its fix. torch is the reference: where torch refuses, retrograd raises an error
+of API.md section 7 naming the op; where torch answers, retrograd gives its value.
+
+Found by a differential sweep of ``rg.fft``, ``rg.signal``, ``rg.func``, the LAPACK-named
+forms (``geqrf`` and the deprecated ``Tensor.qr``/``svd``/``lu_solve``), the backend
+settings, ``rg.random``'s torch names and the pixel-shuffle and ``Softmax2d`` layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import nn
+from retrograd.nn import functional as F  # noqa: N812 (torch's idiom)
+
+
+# == rg.func: duplicate argnums ===================================================================
+@pytest.mark.parametrize("argnums", [(0, 0), (0, -2)])
+def test_grad_refuses_duplicate_argnums_as_torch_does(argnums):
+    # the repeated argument got a fresh leaf of its own that the function never saw: its
+    # gradient came back as zeros, silently
+    def product(a, b):
+        return (a * b).sum()
+
+    with pytest.raises(RuntimeError, match="argnums elements must be unique"):
+        torch.func.grad(product, argnums=argnums)(torch.ones(3), torch.ones(3))
+    a, b = rg.tensor([1.0, 2.0, 3.0]), rg.tensor([4.0, 5.0, 6.0])
+    with pytest.raises(rg.InvalidArgumentError, match=r"grad.*argnums elements must be unique"):
+        rg.func.grad(product, argnums=argnums)(a, b)
+    # usable after the error: the distinct argnums still give b and a
+    da, db = rg.func.grad(product, argnums=(0, 1))(a, b)
+    assert da.tolist() == [4.0, 5.0, 6.0] and db.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_jacrev_refuses_duplicate_argnums():
+    with pytest.raises(rg.InvalidArgumentError, match=r"jacrev.*argnums elements must be unique"):
+        rg.func.jacrev(lambda a: a * 2, argnums=(0, 0))(rg.ones(3))
+
+
+def test_vmap_of_something_not_callable_names_vmap():
+    with pytest.raises(TypeError):  # torch's
+        torch.func.vmap(3)(torch.ones(2))
+    with pytest.raises(rg.DTypeError, match=r"vmap: func must be callable, got 3"):
+        rg.func.vmap(3)
+
+
+# == rg.fft's real helpers and rg.signal ===========================================================
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda fft: fft.fftshift(rg.ones(2, 3), 1.5),
+        lambda fft: fft.ifftshift(rg.ones(2, 3), dim=1.0),
+        lambda fft: fft.fftshift(rg.ones(2, 3), 0, 1),
+        lambda fft: fft.fftfreq(4, 1.0, 2),
+        lambda fft: fft.ifftshift(rg.ones(2, 3), out=rg.ones(2, 3)),
+    ],
+    ids=["shift-float-dim", "ishift-float-dim", "shift-extra", "freq-extra", "ishift-out"],
+)
+def test_fft_helpers_answer_arguments_they_cannot_take_with_the_hierarchys_error(call):
+    # they were the one public namespace left unguarded: Python's bare TypeError came out
+    with pytest.raises(rg.DTypeError, match=r"^fft\.i?r?fft(shift|freq)"):
+        call(rg.fft)
+    assert rg.fft.fftshift(rg.arange(5)).tolist() == torch.fft.fftshift(torch.arange(5)).tolist()
+
+
+def test_signal_rfft_of_a_signal_without_samples_is_refused_as_torch_refuses_it():
+    with pytest.raises(RuntimeError, match="Invalid number of data points"):
+        torch.fft.rfft(torch.zeros(2, 0), dim=1)
+    # it gave a spectrum of one zero, the transform of nothing
+    with pytest.raises(rg.ShapeError, match=r"signal\.rfft: a signal of 0 samples along dim 1"):
+        rg.signal.rfft(rg.zeros(2, 0), 1)
+    re, im = rg.signal.rfft(rg.zeros(2, 0), 1, 4)  # with n the zero-padded signal has one
+    assert re.shape == im.shape == (2, 3)
+
+
+def test_signal_functions_name_themselves_on_an_unknown_keyword():
+    with pytest.raises(rg.DTypeError, match=r"signal\.rfft: invalid arguments.*norm"):
+        rg.signal.rfft(rg.ones(4), 0, norm="ortho")
+    re, im = rg.signal.rfft(rg.ones(4), 0)
+    with pytest.raises(rg.DTypeError, match=r"signal\.irfft: invalid arguments"):
+        rg.signal.irfft(re, im, 0, 4, 5)
+
+
+# == LAPACK-named forms ===========================================================================
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (2, 0, 3)])
+def test_geqrf_of_an_empty_matrix_gives_torchs_empty_result(shape):
+    # reshape((-1, m, n)) of no values is ambiguous: NumPy's ValueError came out
+    expected = torch.geqrf(torch.zeros(shape))
+    for got in (rg.geqrf(rg.zeros(shape)), rg.zeros(shape).geqrf()):
+        assert got.a.shape == tuple(expected.a.shape)
+        assert got.tau.shape == tuple(expected.tau.shape)
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda a: a.qr(True, 1, 2), "qr"),
+        (lambda a: a.svd(full=True), "svd"),
+        (lambda a: a.lu_solve(), "lu_solve"),
+        (lambda a: a.geqrf(1), "geqrf"),
+        (lambda a: rg.ormqr(a), "ormqr"),
+    ],
+)
+def test_the_lapack_named_tensor_forms_name_themselves_on_arguments_they_cannot_take(call, op):
+    # installed on Tensor after its methods were guarded: Python's TypeError came out bare
+    a = rg.tensor([[2.0, 1.0], [1.0, 3.0]])
+    with pytest.raises(rg.DTypeError, match=rf"^{op}: invalid arguments"):
+        call(a)
+    q, r = a.qr()
+    np.testing.assert_allclose((q @ r).numpy(), a.numpy(), atol=1e-6)
+
+
+# == process-wide settings ========================================================================
+@pytest.mark.parametrize("value", ["numpy", rg.NumpyBackend, 3])
+def test_set_default_backend_refuses_what_is_not_a_backend_and_keeps_the_one_it_had(value):
+    # it kept the str, and every later op failed far away ("'str' object has no attribute ...")
+    before = rg.default_backend()
+    with pytest.raises(rg.DTypeError, match=r"set_default_backend: expected a backend"):
+        rg.set_default_backend(value)
+    assert rg.default_backend() is before
+    assert (rg.ones(2) + 1).tolist() == [2.0, 2.0]
+
+
+def test_use_backend_refuses_what_is_not_a_backend():
+    with pytest.raises(rg.DTypeError, match=r"use_backend: expected a backend"):
+        rg.use_backend("numpy").__enter__()
+    assert (rg.ones(2) * 3).tolist() == [3.0, 3.0]
+
+
+def test_rg_random_manual_seed_of_a_str_is_the_hierarchys_error():
+    with pytest.raises(ValueError):  # torch's
+        torch.random.manual_seed("a")
+    # rg.manual_seed was guarded, its rg.random twin gave int()'s bare ValueError
+    with pytest.raises(rg.InvalidArgumentError, match=r"random\.manual_seed: invalid arguments"):
+        rg.random.manual_seed("a")
+    rg.random.manual_seed(3)
+    first = rg.randn(2).tolist()
+    rg.random.manual_seed(3)
+    assert rg.randn(2).tolist() == first
+
+
+# == layers =======================================================================================
+@pytest.mark.parametrize("factor", [2.5, 2.0, True])
+def test_pixel_shuffle_refuses_a_factor_that_is_not_an_int_as_torch_does(factor):
+    x = torch.randn(1, 4, 2, 2)
+    with pytest.raises(TypeError):
+        torch.nn.functional.pixel_shuffle(x, factor)
+    with pytest.raises(TypeError):
+        torch.nn.functional.pixel_unshuffle(x, factor)
+    # int(2.5) = 2 gave a tensor shuffled by 2, silently
+    with pytest.raises(rg.DTypeError, match=r"pixel_shuffle: upscale_factor must be an int"):
+        nn.PixelShuffle(factor)(rg.tensor(x.numpy()))
+    with pytest.raises(rg.DTypeError, match=r"pixel_unshuffle: downscale_factor must be an int"):
+        F.pixel_unshuffle(rg.tensor(x.numpy()), factor)
+
+
+@pytest.mark.parametrize("factor", [0, -1])
+def test_pixel_shuffle_refuses_a_factor_below_one_by_name(factor):
+    x = rg.ones(1, 4, 2, 2)
+    with pytest.raises(RuntimeError, match="expects a positive upscale_factor"):
+        torch.nn.functional.pixel_shuffle(torch.ones(1, 4, 2, 2), factor)
+    with pytest.raises(rg.InvalidArgumentError, match=r"pixel_shuffle: expects a positive"):
+        F.pixel_shuffle(x, factor)
+    with pytest.raises(rg.InvalidArgumentError, match=r"pixel_unshuffle: expects a positive"):
+        F.pixel_unshuffle(x, factor)
+    expected = torch.nn.functional.pixel_shuffle(torch.arange(16.0).reshape(1, 4, 2, 2), 2)
+    got = F.pixel_shuffle(rg.arange(16.0).reshape(1, 4, 2, 2), 2)
+    assert got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 4, 4), (3, 4)])
+def test_softmax2d_refuses_inputs_that_are_not_3d_or_4d_as_torch_does(shape):
+    with pytest.raises(ValueError, match="expected input to be 3D or 4D"):
+        torch.nn.Softmax2d()(torch.ones(shape))
+    # dim -3 of a 5D input is no channel dim: it gave a softmax over the wrong axis
+    with pytest.raises(rg.ShapeError, match=r"Softmax2d: expected input to be 3D or 4D"):
+        nn.Softmax2d()(rg.ones(shape))
+    x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    expected = torch.nn.Softmax2d()(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(nn.Softmax2d()(rg.tensor(x)).numpy(), expected, rtol=1e-5)
