@@ -181,3 +181,89 @@ def test_softmax2d_refuses_inputs_that_are_not_3d_or_4d_as_torch_does(shape):
     x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
     expected = torch.nn.Softmax2d()(torch.tensor(x)).numpy()
     np.testing.assert_allclose(nn.Softmax2d()(rg.tensor(x)).numpy(), expected, rtol=1e-5)
+
+
+# == tensor functions that took what torch refuses ================================================
+@pytest.mark.parametrize("dim", [5, -3])
+def test_gradient_refuses_a_dim_out_of_range_as_torch_does(dim):
+    values = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.gradient(torch.tensor(values), dim=dim)
+    # ``dim % ndim`` took dim 5 of a matrix for dim 1, silently
+    with pytest.raises(rg.ShapeError, match=rf"gradient: dimension {dim} is out of range"):
+        rg.gradient(rg.tensor(values), dim=dim)
+    (expected,) = torch.gradient(torch.tensor(values), dim=-1)
+    (got,) = rg.gradient(rg.tensor(values), dim=-1)
+    assert got.tolist() == expected.tolist()
+
+
+def test_gradient_refuses_a_dim_named_twice_as_torch_does():
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        torch.gradient(torch.ones(3, 3), dim=(0, -2))
+    with pytest.raises(rg.ShapeError, match=r"gradient: dim \(0, -2\) names a dimension more"):
+        rg.gradient(rg.ones(3, 3), dim=(0, -2))
+
+
+def test_squeeze_refuses_a_dim_named_twice_as_torch_does():
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        torch.zeros(1, 3).squeeze((0, -2))
+    with pytest.raises(rg.ShapeError, match=r"squeeze: dim \(0, -2\) names a dimension more"):
+        rg.zeros(1, 3).squeeze((0, -2))
+    assert rg.zeros(1, 3, 1).squeeze((0, 2)).shape == (3,)
+
+
+def test_cartesian_prod_refuses_a_tensor_that_is_not_1d_as_torch_does():
+    with pytest.raises(RuntimeError, match="Expect a 1D vector"):
+        torch.cartesian_prod(torch.ones(2, 3))
+    # one matrix came back as itself, the product of several flattened them
+    with pytest.raises(rg.ShapeError, match=r"cartesian_prod: expects 1-d tensors, got shape"):
+        rg.cartesian_prod(rg.ones(2, 3))
+    with pytest.raises(rg.ShapeError, match=r"cartesian_prod: expects 1-d tensors"):
+        rg.cartesian_prod(rg.arange(2), rg.ones(2, 2))
+    expected = torch.cartesian_prod(torch.arange(2), torch.arange(3))
+    assert rg.cartesian_prod(rg.arange(2), rg.arange(3)).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("shapes", [[(4,), (4,)], [(2, 2, 2), (2, 2, 2)], [()]])
+def test_chain_matmul_refuses_what_is_not_a_matrix_as_torch_does(shapes):
+    with pytest.raises(RuntimeError, match="expected 2 instead"):
+        torch.chain_matmul(*(torch.ones(s) for s in shapes))
+    # matmul's vector and batch forms answered in its place
+    with pytest.raises(rg.ShapeError, match=r"chain_matmul: expects 2-d matrices"):
+        rg.chain_matmul(*(rg.ones(s) for s in shapes))
+
+
+def test_diag_embed_and_flipud_of_a_0d_tensor_are_refused_as_torch_refuses_them():
+    with pytest.raises(IndexError):
+        torch.diag_embed(torch.tensor(2.0))
+    with pytest.raises(RuntimeError, match="Input must be >= 1-d"):
+        torch.flipud(torch.tensor(2.0))
+    # a [1, 1] matrix and the scalar itself came back
+    with pytest.raises(rg.ShapeError, match=r"diag_embed: expects a tensor of at least 1"):
+        rg.diag_embed(rg.tensor(2.0))
+    with pytest.raises(rg.ShapeError, match=r"flipud: input must be >= 1-d"):
+        rg.tensor(2.0).flipud()
+    assert rg.diagflat(rg.tensor(2.0)).tolist() == torch.diagflat(torch.tensor(2.0)).tolist()
+
+
+@pytest.mark.parametrize(
+    "values, low, high",
+    [([float("nan"), 1.0], 0, 0), ([float("inf"), 1.0], 0, 0), ([1.0, 2.0], 0, float("inf"))],
+    ids=["nan", "inf", "given-inf"],
+)
+def test_histc_over_a_range_that_is_not_finite_is_refused_as_torch_refuses_it(values, low, high):
+    with pytest.raises(RuntimeError, match="is not finite"):
+        torch.histc(torch.tensor(values), 4, low, high)
+    # it counted nothing, or everything in the last bin, silently
+    with pytest.raises(rg.InvalidArgumentError, match=r"histc: range of \[.*\] is not finite"):
+        rg.histc(rg.tensor(values), 4, low, high)
+
+
+def test_histc_of_no_bins_names_the_bins():
+    with pytest.raises(RuntimeError, match="bins must be > 0"):
+        torch.histc(torch.ones(3), 0)
+    # it said "'list' argument must have no negative elements" (NumPy's, from inside)
+    with pytest.raises(rg.InvalidArgumentError, match=r"histc: bins must be a positive int"):
+        rg.histc(rg.ones(3), 0)
+    x = np.array([0.0, 1.0, 1.5, 3.0], np.float32)
+    assert rg.histc(rg.tensor(x), 3).tolist() == torch.histc(torch.tensor(x), 3).tolist()

@@ -611,7 +611,9 @@ class SelectionMixin:
         """Matrices with the last dim of ``self`` on their ``offset`` diagonal, placed in dims
         ``dim1``, ``dim2`` of the result."""
         offset = int_argument("diag_embed", offset, "offset")
-        m = self.shape[-1] if self.ndim else 1
+        if self.ndim == 0:  # torch's: no last dim to put on the diagonal
+            raise ShapeError("diag_embed: expects a tensor of at least 1 dimension, got a 0-d one")
+        m = self.shape[-1]
         n = m + abs(offset)
         row = wrap(self, self._backend.arange(0, n, 1, "int64", self._device))
         on_diagonal = (row.unsqueeze_dim(0) - row.unsqueeze_dim(1)).equal_elem(offset)
@@ -770,11 +772,15 @@ class SelectionMixin:
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
         # in the tensor's precision, as torch bins: a value on a bin's edge falls as there
+        if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
+            raise InvalidArgumentError(f"histc: bins must be a positive int, got {bins!r}")
         kind = np.float64 if self.dtype == "float64" else np.float32
         array = self.numpy().reshape(-1).astype(kind)
         low, high = kind(min), kind(max)
         if low == high and array.size:
             low, high = array.min(), array.max()
+        if not (np.isfinite(low) and np.isfinite(high)):  # (a NaN or inf in the data, or given)
+            raise InvalidArgumentError(f"histc: range of [{low}, {high}] is not finite")
         if low == high:
             low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
