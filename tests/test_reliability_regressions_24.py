@@ -267,3 +267,73 @@ def test_histc_of_no_bins_names_the_bins():
         rg.histc(rg.ones(3), 0)
     x = np.array([0.0, 1.0, 1.5, 3.0], np.float32)
     assert rg.histc(rg.tensor(x), 3).tolist() == torch.histc(torch.tensor(x), 3).tolist()
+
+
+# == nn: constructors and containers ==============================================================
+@pytest.mark.parametrize("cls", ["Embedding", "EmbeddingBag"])
+@pytest.mark.parametrize("padding_idx", [-4, 3, 5])
+def test_a_padding_idx_outside_the_table_is_refused_as_torch_refuses_it(cls, padding_idx):
+    with pytest.raises(AssertionError, match=r"(?i)padding_idx must be within num_embeddings"):
+        getattr(torch.nn, cls)(3, 2, padding_idx=padding_idx)
+    # -4 of 3 rows was kept as -1 (another row than any given); 5 gave NumPy's own message
+    with pytest.raises(rg.IndexOutOfRangeError, match=rf"{cls}: padding_idx must be within"):
+        getattr(nn, cls)(3, 2, padding_idx=padding_idx)
+    assert getattr(nn, cls)(3, 2, padding_idx=-3).padding_idx == 0  # as torch's
+
+
+@pytest.mark.parametrize("delta", [-1.0, 0.0])
+def test_huber_loss_refuses_a_delta_that_is_not_positive_as_torch_does(delta):
+    with pytest.raises(RuntimeError, match="non-positive values for delta"):
+        torch.nn.functional.huber_loss(torch.ones(2), torch.zeros(2), delta=delta)
+    # a negative delta gave a negative loss (-1.5 here)
+    with pytest.raises(rg.InvalidArgumentError, match=r"huber_loss: delta must be positive"):
+        nn.HuberLoss(delta=delta)(rg.ones(2), rg.zeros(2))
+    expected = torch.nn.functional.huber_loss(torch.ones(2), torch.zeros(2), delta=0.5)
+    assert F.huber_loss(rg.ones(2), rg.zeros(2), delta=0.5).item() == expected.item()
+
+
+@pytest.mark.parametrize("index", [3, -4])
+def test_sequential_insert_refuses_an_index_past_either_end_as_torch_does(index):
+    with pytest.raises(IndexError, match="Index out of range"):
+        torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()).insert(index, torch.nn.ReLU())
+    model = nn.Sequential(nn.ReLU(), nn.Tanh())
+    # list.insert's clamping put it at an end, silently
+    with pytest.raises(rg.IndexOutOfRangeError, match=r"Sequential\.insert: index"):
+        model.insert(index, nn.Sigmoid())
+    assert [type(m).__name__ for m in model] == ["ReLU", "Tanh"]
+    assert model.insert(-2, nn.Sigmoid()) is model  # torch's returns the Sequential
+    assert [type(m).__name__ for m in model] == ["Sigmoid", "ReLU", "Tanh"]
+
+
+def test_sequentials_add_and_repeat_as_torchs_do():
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh())
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    model.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    # a bare "unsupported operand type(s)" TypeError: the operators were missing
+    for ours, theirs in [
+        (model * 3, reference * 3),
+        (2 * model, 2 * reference),
+        (model + model, reference + reference),
+    ]:
+        assert len(ours) == len(theirs)
+        assert ours[0] is model[0]  # the same modules, as torch's: the repeats share weights
+        np.testing.assert_allclose(
+            ours(rg.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), rtol=1e-5
+        )
+    assert len(model) == 2
+    with pytest.raises(ValueError, match=r"[Nn]on-positive"):
+        reference * 0
+    with pytest.raises(rg.InvalidArgumentError, match=r"Sequential: non-positive"):
+        model * 0
+    with pytest.raises(rg.DTypeError, match=r"Sequential: \* takes an int"):
+        model * 1.5
+    with pytest.raises(ValueError):
+        reference + torch.nn.ModuleList()
+    with pytest.raises(rg.InvalidArgumentError, match=r"Sequential: \+ supports only"):
+        model + nn.ModuleList()
+    repeated = nn.Sequential(nn.ReLU())
+    repeated *= 3
+    repeated += nn.Sequential(nn.Tanh())
+    assert [type(m).__name__ for m in repeated] == ["ReLU", "ReLU", "ReLU", "Tanh"]
