@@ -337,3 +337,36 @@ def test_sequentials_add_and_repeat_as_torchs_do():
     repeated *= 3
     repeated += nn.Sequential(nn.Tanh())
     assert [type(m).__name__ for m in repeated] == ["ReLU", "ReLU", "ReLU", "Tanh"]
+
+
+# == activation checkpointing calls ===============================================================
+def test_checkpoint_of_something_not_callable_names_checkpoint():
+    from retrograd.utils.checkpoint import checkpoint
+
+    with pytest.raises(TypeError):  # torch's
+        torch.utils.checkpoint.checkpoint(3, torch.ones(2), use_reentrant=False)
+    # Python's "'int' object is not callable" came out bare
+    with pytest.raises(rg.DTypeError, match=r"checkpoint: function must be callable, got 3"):
+        checkpoint(3, rg.ones(2))
+    x = rg.tensor([1.0, 2.0], requires_grad=True)
+    out = checkpoint(lambda a: (a * a).sum(), x, use_reentrant=False)
+    assert x.grad(out.backward()).tolist() == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("segments", [0, -1, 1.5])
+def test_checkpoint_sequential_refuses_segments_that_are_not_a_positive_int(segments):
+    from retrograd.utils.checkpoint import checkpoint_sequential
+
+    # the modules ran, whatever segments said (torch's refuses 0 and 1.5 from deep inside)
+    with pytest.raises(rg.InvalidArgumentError, match=r"checkpoint_sequential: segments should"):
+        checkpoint_sequential(nn.Sequential(nn.ReLU(), nn.Tanh()), segments, rg.ones(2))
+    with pytest.raises(rg.DTypeError, match=r"checkpoint_sequential: functions must be iterable"):
+        checkpoint_sequential(3, 1, rg.ones(2))
+    expected = torch.utils.checkpoint.checkpoint_sequential(
+        torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()),
+        2,
+        -torch.ones(2),
+        use_reentrant=False,
+    )
+    got = checkpoint_sequential(nn.Sequential(nn.ReLU(), nn.Tanh()), 2, -rg.ones(2))
+    assert got.tolist() == expected.tolist()
