@@ -370,3 +370,30 @@ def test_checkpoint_sequential_refuses_segments_that_are_not_a_positive_int(segm
     )
     got = checkpoint_sequential(nn.Sequential(nn.ReLU(), nn.Tanh()), 2, -rg.ones(2))
     assert got.tolist() == expected.tolist()
+
+
+# == quantile and hstack ==========================================================================
+@pytest.mark.parametrize("q", [float("nan"), [0.5, float("nan")]])
+def test_quantile_refuses_a_nan_q_by_name_as_torch_does(q):
+    values = np.arange(5.0, dtype=np.float32)
+    torch_q = q if isinstance(q, float) else torch.tensor(q)
+    with pytest.raises(RuntimeError, match=r"q (values )?must be in the range \[0, 1\]"):
+        torch.quantile(torch.tensor(values), torch_q)
+    # a NaN passed the range check: gather's "index -9223372036854775808" came out
+    rg_q = q if isinstance(q, float) else rg.tensor(q)
+    with pytest.raises(rg.InvalidArgumentError, match=r"quantile: q values must be in \[0, 1\]"):
+        rg.quantile(rg.tensor(values), rg_q)
+    expected = torch.quantile(torch.tensor(values), torch.tensor([0.25, 1.0]))
+    assert rg.quantile(rg.tensor(values), rg.tensor([0.25, 1.0])).tolist() == expected.tolist()
+
+
+def test_hstack_joins_0d_tensors_as_torchs_does():
+    expected = torch.hstack([torch.tensor(1.0), torch.tensor(2.0), torch.tensor([3.0])])
+    # cat along dimension 1 of 0-d tensors was refused
+    got = rg.hstack([rg.tensor(1.0), rg.tensor(2.0), rg.tensor([3.0])])
+    assert got.tolist() == expected.tolist()
+    with pytest.raises(RuntimeError, match="non-empty"):
+        torch.hstack([])
+    # Python's "list index out of range", as an IndexError, came out
+    with pytest.raises(rg.ShapeError, match=r"hstack: expects a non-empty list of tensors"):
+        rg.hstack([])

@@ -1056,8 +1056,11 @@ def _quantile(
         raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
     qs = qs.reshape((-1,))
     q_values = qs.numpy()
-    if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
-        raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")
+    outside = ~((q_values >= 0) & (q_values <= 1))  # (a NaN q is neither: refused too)
+    if outside.any():
+        raise InvalidArgumentError(
+            f"{op}: q values must be in [0, 1], got {q_values[outside][:4].tolist()}"
+        )
     if not x.ndim and dim is not None:  # 0 or -1 of a 0-d tensor: its one value, as torch's
         normalize_dim(op, dim, 0, scalar=True)
         dim, keepdim = None, False
