@@ -397,3 +397,14 @@ def test_hstack_joins_0d_tensors_as_torchs_does():
     # Python's "list index out of range", as an IndexError, came out
     with pytest.raises(rg.ShapeError, match=r"hstack: expects a non-empty list of tensors"):
         rg.hstack([])
+
+
+def test_multi_dot_of_one_tensor_is_refused_as_torch_refuses_it():
+    with pytest.raises(TypeError, match="must be tuple of Tensors"):
+        torch.linalg.multi_dot(torch.ones(2, 3))
+    # list() of the tensor took its rows for the operands: the dot of two rows came back
+    with pytest.raises(rg.DTypeError, match=r"linalg\.multi_dot: tensors must be a list"):
+        rg.linalg.multi_dot(rg.arange(6.0).reshape(2, 3))
+    a, b = np.ones((2, 3), np.float32), np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    expected = torch.linalg.multi_dot([torch.tensor(a), torch.tensor(b)])
+    assert rg.linalg.multi_dot((rg.tensor(a), rg.tensor(b))).tolist() == expected.tolist()

@@ -775,6 +775,11 @@ def multi_dot(tensors: Sequence[Tensor], *, out: Any = None) -> Tensor:
     are taken left to right (torch orders them by cost; the result is the same up to
     rounding)."""
     _no_out("linalg.multi_dot", out)
+    if isinstance(tensors, Tensor):  # list() would take its rows for the matrices, silently
+        raise DTypeError(
+            "linalg.multi_dot: tensors must be a list or tuple of tensors, got a tensor of "
+            f"shape {shape_text(tensors.shape)}"
+        )
     tensors = list(tensors)
     if len(tensors) < 2:
         raise InvalidArgumentError(
