@@ -408,3 +408,31 @@ def test_multi_dot_of_one_tensor_is_refused_as_torch_refuses_it():
     a, b = np.ones((2, 3), np.float32), np.arange(6.0, dtype=np.float32).reshape(3, 2)
     expected = torch.linalg.multi_dot([torch.tensor(a), torch.tensor(b)])
     assert rg.linalg.multi_dot((rg.tensor(a), rg.tensor(b))).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_ctc_loss_of_padded_targets_with_no_labels_is_torchs(reduction):
+    # targets [N, 0] (every target empty): the loss of the blank-only path. The start of the
+    # recursion wrote column 1 of a 1-column table: NumPy's IndexError, as an error of ours
+    logits = np.random.default_rng(0).standard_normal((4, 3, 5)).astype(np.float32)
+    input_lengths = np.array([4, 4, 2])
+    expected_input = torch.tensor(logits, requires_grad=True)
+    expected = torch.nn.functional.ctc_loss(
+        expected_input.log_softmax(2),
+        torch.zeros((3, 0), dtype=torch.long),
+        torch.tensor(input_lengths),
+        torch.zeros(3, dtype=torch.long),
+        reduction=reduction,
+    )
+    expected.sum().backward()
+    x = rg.tensor(logits, requires_grad=True)
+    got = F.ctc_loss(
+        x.log_softmax(2),
+        rg.zeros((3, 0), dtype=rg.int64),
+        rg.tensor(input_lengths),
+        rg.zeros(3, dtype=rg.int64),
+        reduction=reduction,
+    )
+    gradient = x.grad(got.sum().backward())
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(gradient.numpy(), expected_input.grad.numpy(), atol=1e-6)
