@@ -436,3 +436,34 @@ def test_ctc_loss_of_padded_targets_with_no_labels_is_torchs(reduction):
     gradient = x.grad(got.sum().backward())
     np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(gradient.numpy(), expected_input.grad.numpy(), atol=1e-6)
+
+
+# == distributions at the edges of their parameters ==============================================
+@pytest.mark.parametrize("p, q", [(0.0, 0.5), (1.0, 0.5), (0.0, 0.0)])
+def test_kl_of_bernoullis_with_a_certain_outcome_is_torchs(p, q):
+    # 0 * log 0 gave NaN where p is 0 or 1 (torch's: 0.693 for p = 0, q = 0.5)
+    for p_, q_ in [(p, q), (0.5, 0.0), (0.3, 0.6)]:  # (and as before: infinite, finite)
+        expected = torch.distributions.kl_divergence(
+            torch.distributions.Bernoulli(probs=torch.tensor(p_)),
+            torch.distributions.Bernoulli(probs=torch.tensor(q_)),
+        )
+        got = rg.distributions.kl_divergence(
+            rg.distributions.Bernoulli(probs=rg.tensor(p_)),
+            rg.distributions.Bernoulli(probs=rg.tensor(q_)),
+        )
+        np.testing.assert_allclose(got.item(), expected.item(), rtol=1e-6)
+
+
+def test_categorical_log_prob_of_a_zero_probability_is_torchs():
+    # its logits were log(probs clamped to tiny), -87.3, where torch's are log(eps), -15.9
+    expected = torch.distributions.Categorical(probs=torch.tensor([0.0, 0.25, 0.75]))
+    got = rg.distributions.Categorical(probs=rg.tensor([0.0, 0.25, 0.75]))
+    np.testing.assert_allclose(got.log_prob(rg.tensor(0)).item(), -15.942385, rtol=1e-6)
+    np.testing.assert_allclose(got.logits.numpy(), expected.logits.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got.entropy().item(), expected.entropy().item(), rtol=1e-6)
+
+
+def test_poisson_log_prob_of_a_count_under_a_zero_rate_is_minus_infinity_as_torchs():
+    expected = torch.distributions.Poisson(torch.tensor(0.0)).log_prob(torch.tensor([0.0, 1.0]))
+    got = rg.distributions.Poisson(rg.tensor(0.0)).log_prob(rg.tensor([0.0, 1.0]))
+    assert got.tolist() == expected.tolist() == [0.0, -np.inf]  # it was [0, -87.3]
