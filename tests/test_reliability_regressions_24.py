@@ -467,3 +467,20 @@ def test_poisson_log_prob_of_a_count_under_a_zero_rate_is_minus_infinity_as_torc
     expected = torch.distributions.Poisson(torch.tensor(0.0)).log_prob(torch.tensor([0.0, 1.0]))
     got = rg.distributions.Poisson(rg.tensor(0.0)).log_prob(rg.tensor([0.0, 1.0]))
     assert got.tolist() == expected.tolist() == [0.0, -np.inf]  # it was [0, -87.3]
+
+
+# == schedules over no iterations =================================================================
+@pytest.mark.parametrize("name", ["LinearLR", "ConstantLR", "PolynomialLR"])
+def test_a_schedule_over_zero_iterations_keeps_torchs_learning_rates(name):
+    # LinearLR and PolynomialLR divided by total_iters=0 (ZeroDivisionError, as an error of
+    # ours); ConstantLR gave the base rate where torch's keeps the factor
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    expected_schedule = getattr(torch.optim.lr_scheduler, name)(reference, total_iters=0)
+    optimizer = rg.optim.SGD([nn.Parameter(rg.ones(1))], lr=0.1)
+    schedule = getattr(rg.optim.lr_scheduler, name)(optimizer, total_iters=0)
+    for _ in range(3):
+        np.testing.assert_allclose(schedule.get_last_lr(), expected_schedule.get_last_lr())
+        reference.step()
+        expected_schedule.step()
+        schedule.step()
+    np.testing.assert_allclose(optimizer.param_groups[0]["lr"], reference.param_groups[0]["lr"])
