@@ -562,7 +562,10 @@ concatenate = concat
 
 def hstack(tensors: Sequence[Any]) -> Any:
     refuse_one_tensor("hstack", tensors)
-    tensors = list(tensors)
+    # torch's atleast_1d first: 0-d tensors join as one row of values
+    tensors = [t.reshape((1,)) if isinstance(t, TensorBase) and t.ndim == 0 else t for t in tensors]
+    if not tensors:
+        raise ShapeError("hstack: expects a non-empty list of tensors")
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 

@@ -629,7 +629,9 @@ class SelectionMixin:
         """Matrices with the last dim of ``self`` on their ``offset`` diagonal, placed in dims
         ``dim1``, ``dim2`` of the result."""
         offset = int_argument("diag_embed", offset, "offset")
-        m = self.shape[-1] if self.ndim else 1
+        if self.ndim == 0:  # torch's: no last dim to put on the diagonal
+            raise ShapeError("diag_embed: expects a tensor of at least 1 dimension, got a 0-d one")
+        m = self.shape[-1]
         n = m + abs(offset)
         row = wrap(self, self._backend.arange(0, n, 1, "int64", self._device))
         on_diagonal = (row.unsqueeze_dim(0) - row.unsqueeze_dim(1)).equal_elem(offset)
@@ -791,11 +793,15 @@ class SelectionMixin:
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
         # in the tensor's precision, as torch bins: a value on a bin's edge falls as there
+        if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
+            raise InvalidArgumentError(f"histc: bins must be a positive int, got {bins!r}")
         kind = np.float64 if self.dtype == "float64" else np.float32
         array = self.numpy().reshape(-1).astype(kind)
         low, high = kind(min), kind(max)
         if low == high and array.size:
             low, high = array.min(), array.max()
+        if not (np.isfinite(low) and np.isfinite(high)):  # (a NaN or inf in the data, or given)
+            raise InvalidArgumentError(f"histc: range of [{low}, {high}] is not finite")
         if low == high:
             low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
@@ -1143,8 +1149,11 @@ def _quantile(
         raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
     qs = qs.reshape((-1,))
     q_values = qs.numpy()
-    if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
-        raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")
+    outside = ~((q_values >= 0) & (q_values <= 1))  # (a NaN q is neither: refused too)
+    if outside.any():
+        raise InvalidArgumentError(
+            f"{op}: q values must be in [0, 1], got {q_values[outside][:4].tolist()}"
+        )
     if not x.ndim and dim is not None:  # 0 or -1 of a 0-d tensor: its one value, as torch's
         normalize_dim(op, dim, 0, scalar=True)
         dim, keepdim = None, False
