@@ -258,6 +258,17 @@ INDEXING = {
         lib.tensor([[1, 0, 1], [0, 0, 1]], dtype=lib.uint8)
     ],
     "x[0-d int32]": lambda lib, t: lib.tensor(X)[lib.tensor(1, dtype=lib.int32)],
+    "x[NumPy uint8 array] is a mask": lambda lib, t: lib.tensor(X)[np.array([1, 0], np.uint8)],
+    "x[NumPy int32 array]": lambda lib, t: lib.tensor(X)[np.array([1, 0], np.int32)],
+    "x[uint8 mask] = v refused": lambda lib, t: lib.tensor(X).__setitem__(
+        lib.tensor([[1, 0, 1], [0, 0, 1]], dtype=lib.uint8), 5.0
+    ),
+    "index_put with a uint8 mask refused": lambda lib, t: lib.zeros(4).index_put(
+        (lib.tensor([1, 0, 0, 1], dtype=lib.uint8),), lib.tensor(1.0)
+    ),
+    "x[int32] = v": lambda lib, t: (
+        lambda x: (x.__setitem__(lib.tensor([1, 0], dtype=lib.int32), 7.0), x)[1]
+    )(lib.zeros(3)),
     "index_select uint8 refused": lambda lib, t: lib.tensor(X).index_select(
         1, lib.tensor([1], dtype=lib.uint8)
     ),
@@ -478,3 +489,24 @@ def test_both_backends_sum_and_multiply_narrow_integers_in_int64(dtype):
         for out, want in zip(outs, expected, strict=True):
             assert backend.dtype(out) == "int64"
             np.testing.assert_array_equal(backend.to_numpy(out), want.numpy())
+
+
+def test_gpt2_uint8_causal_mask_with_gradients():
+    # HuggingFace GPT-2's attention: a uint8 tril buffer sliced, mixed into float scores by
+    # arithmetic (``w * b - 1e4 * (1 - b)``) and as a mask (``where(b.bool(), ...)``)
+    scores = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+
+    def run(lib):
+        bias = lib.tril(lib.ones((4, 4), dtype=lib.uint8)).view(1, 1, 4, 4)[:, :, :4, :4]
+        w = lib.tensor(scores, requires_grad=True)
+        mixed = w * bias - 1e4 * (1 - bias)
+        masked = lib.where(bias.bool(), w, lib.tensor(-1e4))
+        loss = (mixed.softmax(-1) * masked).sum()
+        grads = loss.backward()
+        grad = w.grad if lib is torch else w.grad(grads)
+        picks = mixed.argmax(-1).int()
+        return mixed.detach().numpy(), masked.detach().numpy(), picks.numpy(), grad.numpy()
+
+    for ours, theirs in zip(run(rg), run(torch), strict=True):
+        assert ours.dtype == theirs.dtype
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

@@ -328,7 +328,14 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
     # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
-    index = int_scalars(index_items(index))
+    index = index_items(index)
+    for item in index:  # (torch reads a byte mask in a get, refuses it here: index_put_)
+        if isinstance(item, TensorBase) and item.dtype == "uint8":
+            raise DTypeError(
+                "setitem: a uint8 mask is not supported for writing (as torch's index_put_); "
+                "use a bool mask (mask.bool())"
+            )
+    index = int_scalars(index)
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)
