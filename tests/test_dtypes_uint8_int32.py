@@ -394,6 +394,8 @@ CREATION = {
     "view(0-d int32, -1)": lambda lib, t: lib.ones(2, 2).view(lib.tensor(4, dtype=lib.int32)),
     "eye int32": lambda lib, t: lib.eye(2, dtype=lib.int32),
     "linspace uint8": lambda lib, t: lib.linspace(0, 10, 5, dtype=lib.uint8),
+    "logspace int32": lambda lib, t: lib.logspace(1, 2.5, 4, base=2, dtype=lib.int32),
+    "arange uint8 past 255 wraps": lambda lib, t: lib.arange(250, 260, dtype=lib.uint8),
     "new_tensor uint8": lambda lib, t: t["f"].new_tensor([1, 2], dtype=lib.uint8),
     "as_tensor of a uint8 array": lambda lib, t: lib.as_tensor(np.array([1, 2], np.uint8)),
 }

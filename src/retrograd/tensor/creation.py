@@ -553,7 +553,7 @@ def logspace(
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
-    if dtype == "int64":
+    if dtype in INT_DTYPES:
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
         if not isinstance(steps, numbers.Integral) or steps < 0:
