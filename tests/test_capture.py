@@ -626,11 +626,16 @@ def _fake_kernel(ufunc, counter):
 
 
 def test_cuda_graph_segments_use_static_buffers_warm_up_and_clone(monkeypatch):
+    import importlib
     import sys
 
     from retrograd.capture.program import CudaGraphSegment as _CudaGraphSegment
     from retrograd.capture.program import Segment as _Segment
 
+    # the segment reads the torch backend's deferred checks: that module is imported with
+    # the real torch, before the fake stands in for it (run alone, the test imported it
+    # under the fake, which has no kernels)
+    importlib.import_module("retrograd.backend.torch_backend")
     monkeypatch.setitem(sys.modules, "torch", _fake_torch())
     launches = []
     add, mul = _fake_kernel(np.add, launches), _fake_kernel(np.multiply, launches)

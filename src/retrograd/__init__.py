@@ -141,6 +141,7 @@ from .tensor import (
     scalar_tensor,
 )
 from .tensor import assembly as _assembly
+from .tensor import foreach as _foreach
 from .tensor import functions as _functions
 from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
 from .tensor.creation import torch_range as range  # noqa: A004 (torch's deprecated range)
@@ -412,6 +413,9 @@ __all__ += [
     "set_printoptions",
     "use_deterministic_algorithms",
 ]
+
+# torch's multi-tensor ops (``torch._foreach_mul_(exp_avgs, beta1)``), private names there too
+globals().update(_foreach.functions())
 
 # The function forms of the tensor API answer arguments no check foresaw with an error of the
 # hierarchy naming the function (errors.guard); internal code keeps calling the plain ones.

@@ -69,10 +69,25 @@ def default_backend() -> Any:
     return _process_default
 
 
+def _checked_backend(op: str, backend: Any) -> Any:
+    """``backend`` where it is one (or ``None``: the default), else a ``DTypeError`` naming
+    ``op``: a str or a class kept as the backend would break every later op, far from here."""
+    from .backend.protocol import Backend
+    from .errors import DTypeError, _describe
+
+    if backend is not None and not isinstance(backend, Backend):
+        raise DTypeError(
+            f"{op}: expected a backend (rg.NumpyBackend(), rg.TorchBackend(), rg.Autodiff(...)), "
+            f"got {_describe(backend)}"
+        )
+    return backend
+
+
 def set_default_backend(backend: Any) -> None:
-    """Make ``backend`` the process-wide default for new tensors."""
+    """Make ``backend`` the process-wide default for new tensors (``None``: the default's
+    default again)."""
     global _process_default
-    _process_default = backend
+    _process_default = _checked_backend("set_default_backend", backend)
 
 
 def current_backend() -> Any:
@@ -90,7 +105,7 @@ def use_backend(backend: Any) -> Iterator[Any]:
     ...     rg.zeros((2,)).backend is B
     True
     """
-    token = _thread_backend.set(backend)
+    token = _thread_backend.set(_checked_backend("use_backend", backend))
     try:
         yield backend
     finally:

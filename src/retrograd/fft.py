@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .backend.protocol import default_float_dtype
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, guard
 from .tensor import Tensor, arange
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
@@ -142,3 +142,10 @@ def fftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's n
 def ifftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's name)
     """The inverse of :func:`fftshift` (``torch.fft.ifftshift``): a roll by ``(n + 1) // 2``."""
     return _shifted("ifftshift", input, dim, lambda n: (n + 1) // 2)
+
+
+# the public functions turn a built-in exception about their arguments (an extra argument, a
+# float for a dim) into the hierarchy's, named after the function (errors.guard)
+for _name in __all__:
+    globals()[_name] = guard(f"fft.{_name}", globals()[_name], __name__, _name)
+del _name

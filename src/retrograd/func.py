@@ -153,7 +153,12 @@ def _argnums(fn: str, argnums: Any, n: int) -> tuple[int, ...]:
                 f"{fn}: argnums {a} is out of range for a function called with {n} positional "
                 "arguments"
             )
-    return tuple(a % n for a in nums)
+    normalized = tuple(a % n for a in nums)
+    if len(set(normalized)) != len(normalized):
+        # each would get a fresh leaf of its own and the function sees the last one only:
+        # the others' gradients would come back as zeros
+        raise InvalidArgumentError(f"{fn}: argnums elements must be unique, got {normalized!r}")
+    return normalized
 
 
 def _closes_over(outputs: Sequence[Tensor], leaves: list[Tensor]) -> bool:

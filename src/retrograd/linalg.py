@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .errors import guard as _guard
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim, untracked
@@ -426,10 +427,10 @@ def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     matrices = _matrices("geqrf", A)
     m, n = matrices.shape[-2:]
     values = matrices.detach().numpy()
-    flat = values.reshape((-1, m, n))
+    flat = values.reshape((math.prod(matrices.shape[:-2]), m, n))  # -1 is ambiguous at size 0
     packed = np.empty_like(flat)
     scales = np.empty((flat.shape[0], min(m, n)), flat.dtype)
-    for i, matrix in enumerate(flat):
+    for i, matrix in enumerate(flat if flat.size else ()):  # LAPACK refuses a 0-row matrix
         (factor,) = scipy.linalg.get_lapack_funcs(("geqrf",), (matrix,))
         packed[i], scales[i] = factor(matrix)[:2]
     batch = matrices.shape[:-2]
@@ -774,6 +775,11 @@ def multi_dot(tensors: Sequence[Tensor], *, out: Any = None) -> Tensor:
     are taken left to right (torch orders them by cost; the result is the same up to
     rounding)."""
     _no_out("linalg.multi_dot", out)
+    if isinstance(tensors, Tensor):  # list() would take its rows for the matrices, silently
+        raise DTypeError(
+            "linalg.multi_dot: tensors must be a list or tuple of tensors, got a tensor of "
+            f"shape {shape_text(tensors.shape)}"
+        )
     tensors = list(tensors)
     if len(tensors) < 2:
         raise InvalidArgumentError(
@@ -1066,9 +1072,12 @@ def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa
 _tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"
 _tensor_svd.__name__ = _tensor_svd.__qualname__ = "svd"
 _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
-Tensor.qr = _tensor_qr
-Tensor.svd = _tensor_svd
-Tensor.lu_solve = _tensor_lu_solve
+# torch's LAPACK-named forms, outside ``__all__``, and the Tensor forms above are guarded as
+# ``__all__``'s are (the Tensor's were installed after its own methods were guarded)
+_guard_namespace(globals(), ["geqrf", "orgqr", "ormqr"])
+Tensor.qr = _guard("qr", _tensor_qr, Tensor, "Tensor.qr")
+Tensor.svd = _guard("svd", _tensor_svd, Tensor, "Tensor.svd")
+Tensor.lu_solve = _guard("lu_solve", _tensor_lu_solve, Tensor, "Tensor.lu_solve")
 Tensor.geqrf = geqrf
 Tensor.orgqr = orgqr
 Tensor.ormqr = ormqr

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim
 
@@ -30,9 +30,11 @@ def rfft(signal: Tensor, dim: int, n: int | None = None) -> tuple[Tensor, Tensor
     """The real and imaginary parts of the one-sided DFT along ``dim`` (``n // 2 + 1``
     frequencies), the signal cut or zero-padded to ``n`` samples first (default: its length),
     as ``torch.fft.rfft(signal, n, dim)``."""
-    fn = "rfft"
+    fn = "signal.rfft"
     x = _float(fn, signal)
     d = normalize_dim(fn, dim, x.ndim)
+    if n is None and x.shape[d] == 0:  # no samples have no spectrum (torch refuses them too)
+        raise ShapeError(f"{fn}: a signal of 0 samples along dim {d} has no spectrum; pass n")
     x = _fit(x, d, x.shape[d] if n is None else _length(fn, n))
     size = x.shape[d]
     angle = 2 * np.pi * (np.outer(np.arange(size), np.arange(size // 2 + 1)) % size) / size
@@ -47,7 +49,7 @@ def irfft(re: Tensor, im: Tensor, dim: int, n: int | None = None) -> Tensor:
     spectrum along ``dim`` is ``re + i im``, the frequencies cut or zero-padded to ``n // 2 +
     1`` first, as ``torch.fft.irfft(re + i im, n, dim)`` (the imaginary parts at frequency 0
     and, for even ``n``, at ``n / 2`` do not count)."""
-    fn = "irfft"
+    fn = "signal.irfft"
     re, im = _float(fn, re), _float(fn, lift(re, im, fn))
     if re.shape != im.shape:
         raise ShapeError(
@@ -197,3 +199,10 @@ def _matrix(like: Tensor, values: np.ndarray) -> Tensor:
     cosines and sines that are zero exactly, zero)."""
     values = np.where(np.abs(values) < 1e-12, 0.0, values)
     return tensor(values.astype(like.dtype), backend=like.backend, device=like.device)
+
+
+# the public functions turn a built-in exception about their arguments (an unknown keyword,
+# a str for a length) into the hierarchy's, named after the function (errors.guard)
+for _name in __all__:
+    globals()[_name] = guard(f"signal.{_name}", globals()[_name], __name__, _name)
+del _name

@@ -47,6 +47,7 @@ class Gradients:
         "backend",
         "device",
         "in_place",
+        "kept",
         "on_register",
         "owned",
         "peak_bytes",
@@ -79,6 +80,9 @@ class Gradients:
         #: left here after backward (a leaf's gradient, which hooks may take or replace as
         #: soon as it is final, is always summed into a new array)
         self.owned: dict[int, Any] = {}
+        #: ids of recorded nodes whose gradient is a result too (``backward(inputs=)``'s
+        #: non-leaf inputs), kept when their step reads it, as a leaf's
+        self.kept: frozenset[int] = frozenset()
 
     def register(self, node: Node, value: Any, fresh: bool = False) -> None:
         """Add ``value`` to the gradient of ``node``; ``fresh``: ``value`` is a new array that
@@ -137,7 +141,7 @@ class Gradients:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""
         if self.owned:  # from here on it is read: no longer added into
             self.owned.pop(node.id, None)
-        if node.op is None or node.retain:  # a leaf, whose gradient is the result, or retained
+        if node.op is None or node.retain or node.id in self.kept:  # a result: kept
             return self.values.get(node.id)
         return self.values.pop(node.id, None)
 

@@ -424,12 +424,10 @@ def _xlogy_x_vjp(B, g, y, x):
 
 
 def _xlogy_y_vjp(B, g, x, y):
-    """``g x / y``, 0 where ``x`` is 0 and ``y`` is 0 or infinite (where torch's is NaN:
-    0 / 0, 0 / inf times an infinite ``g``). Only there: elsewhere (a negative ``y``
-    included) the mask would cut the derivative in ``x``, ``g / y``, from a second
-    derivative that torch's plain ``g x / y`` keeps."""
-    singular = B.logical_and(B.equal_elem(x, 0.0), B.logical_or(B.equal_elem(y, 0.0), B.is_inf(y)))
-    return B.mask_fill(B.div(B.mul(g, x), y), singular, 0.0)
+    """torch's plain ``g x / y``: NaN where ``x`` and ``y`` are both 0 (0 / 0), as torch's,
+    and no mask elsewhere (a mask would cut the derivative in ``x``, ``g / y``, from a
+    second derivative that torch's keeps)."""
+    return B.div(B.mul(g, x), y)
 
 
 def _gamma_density(B, a, x):
@@ -804,6 +802,42 @@ Op(
     ("x", "indices", "values"),
     ("dim",),
     (lambda B, g: g, None, lambda B, g, indices, dim: B.select(g, indices, dim)),
+    memory_bound=False,
+)
+
+
+def _select_product_x_vjp(B, g, x, indices, values, dim, reduce):
+    """torch's ``scatter_reduce`` "prod" gradient in ``x``: ``g * r / x`` with ``x``'s zeros
+    read as 1 in both (``r``: the product with them so), exact at a zero ``x``."""
+    _product_only(reduce)
+    masked = B.mask_fill(x, B.equal_elem(x, 0.0), 1.0)
+    return B.div(B.mul(g, B.select_reduce(masked, indices, values, dim, "prod")), masked)
+
+
+def _select_product_values_vjp(B, g, x, indices, values, out, dim, reduce):
+    """torch's "prod" gradient in ``values``: ``g * out / v`` at the place each value went
+    (zeros read as 1); a value that is the only zero at its place gets the product of the
+    others, computed with it replaced by 1 (``out / v`` would be 0 there)."""
+    _product_only(reduce)
+    zero = B.equal_elem(values, 0.0)
+    counted = B.select_add(zeros_for(B, g, B.shape(x)), indices, B.cast(zero, B.dtype(g)), dim)
+    single = B.logical_and(zero, B.equal_elem(B.select(counted, indices, dim), 1.0))
+    others = B.select_reduce(x, indices, B.mask_fill(values, single, 1.0), dim, "prod")
+    alone = B.select(B.mul(g, others), indices, dim)
+    shared = B.div(B.select(B.mul(g, out), indices, dim), B.mask_fill(values, zero, 1.0))
+    return B.mask_where(shared, single, alone)
+
+
+def _product_only(reduce):
+    if reduce != "prod":  # amax/amin run on values outside the graph, their routing apart
+        raise AutodiffError(f"select_reduce: no gradient rule for reduce={reduce!r}")
+
+
+Op(
+    "select_reduce",
+    ("x", "indices", "values"),
+    ("dim", "reduce"),
+    (_select_product_x_vjp, None, _select_product_values_vjp),
     memory_bound=False,
 )
 Op(

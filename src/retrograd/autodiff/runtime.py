@@ -146,6 +146,8 @@ def backward(
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
     grads.in_place = not create_graph  # sums of plain arrays, which no rule reads yet
+    if stop is not None:
+        grads.kept = stop
     hooks = list(BACKWARD_HOOKS)
     for hook in hooks:
         hook.begin(tape, grads)
@@ -179,6 +181,9 @@ def backward(
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
+    if stop is not None:  # torch's inputs=: every other tensor's gradient is left out
+        for key in [k for k in grads.values if k not in stop]:
+            del grads.values[key]
     return grads
 
 

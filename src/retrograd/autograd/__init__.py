@@ -22,7 +22,7 @@ from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
 from ..autodiff.ops import Op
-from ..errors import AutodiffError, InvalidArgumentError, ShapeError
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
 from . import functional, profiler
 from .anomaly_mode import (
@@ -336,6 +336,7 @@ def vmap(
     as a loop over the batch (the results and gradients are those of torch's batching rules;
     the speed is a loop's). torch refuses random ops inside unless ``randomness`` says how;
     here each call draws for itself, as ``randomness="different"`` does."""
+    check_callable("vmap", func)
 
     def checked(dim: Any, leaf: Tensor) -> Any:
         if not isinstance(dim, int) or isinstance(dim, bool):

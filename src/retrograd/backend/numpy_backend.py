@@ -269,6 +269,10 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
     return values, np.maximum.accumulate(candidates, axis=dim)
 
 
+#: ``select_reduce``'s reductions: NumPy's ufuncs (``maximum``/``minimum`` propagate NaN)
+_SELECT_REDUCTIONS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+
+
 class NumpyBackend(
     NumpyMathKernels,
     NumpyNNKernels,
@@ -769,6 +773,15 @@ class NumpyBackend(
     def select_assign(self, x, indices, values, dim):
         out = np.array(x, copy=True)
         out[_window_index(dim, out.ndim, indices)] = values
+        return out
+
+    def select_reduce(self, x, indices, values, dim, reduce):
+        out = np.array(x, copy=True)
+        combine = _SELECT_REDUCTIONS[reduce]
+        if out.dtype == np.bool_ and reduce == "prod":
+            combine = np.logical_and
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN wins, as in torch's
+            combine.at(out, _window_index(dim, out.ndim, indices), values)
         return out
 
     def nonzero(self, x):

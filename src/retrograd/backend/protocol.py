@@ -471,6 +471,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def select_assign(self, x: Any, indices: Any, values: Any, dim: int) -> Any:
         raise NotImplementedError
 
+    def select_reduce(self, x: Any, indices: Any, values: Any, dim: int, reduce: str) -> Any:
+        """``x`` with the slices of ``values`` combined into it at ``indices`` (1-d) along
+        ``dim`` by ``reduce``, ``"prod"``, ``"amax"`` or ``"amin"``, repeated indices in
+        turn (torch's ``scatter_reduce`` with ``include_self=True``; a NaN wins ``amax`` and
+        ``amin``): one vectorized kernel, whatever the repeats."""
+        raise NotImplementedError
+
     def nonzero(self, x: Any) -> tuple[Any, ...]:
         """int64 indices of the non-zero (true) elements, one primitive per dimension."""
         raise NotImplementedError

@@ -768,6 +768,13 @@ class TorchBackend(
         out[_window(dim, indices)] = values
         return out
 
+    def select_reduce(self, x, indices, values, dim, reduce):
+        indices = self._in_range("select_reduce", indices, x.shape[dim], dim)
+        shape = [1] * values.ndim
+        shape[dim] = -1
+        spread = indices.reshape(shape).expand(values.shape)
+        return torch.scatter_reduce(x, dim, spread, values, reduce, include_self=True)
+
     def nonzero(self, x):
         return torch.nonzero(x, as_tuple=True)
 

@@ -9,6 +9,7 @@ from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ..tensor import multinomial, tensor
 from . import constraints
 from .distribution import Distribution
+from .utils import probs_to_logits
 
 __all__ = ["Categorical"]
 
@@ -35,7 +36,9 @@ class Categorical(Distribution):
         if probs is not None:
             self._param_name = "probs"
             self.probs = probs / probs.sum(-1, keepdim=True)
-            self.logits = self.probs.clamp(min=_tiny(self.probs)).log()
+            # torch's probs_to_logits: clamped into [eps, 1 - eps] (a zero probability's log
+            # is log(eps) = -15.9 in float32, as torch's, not log(tiny) = -87.3)
+            self.logits = probs_to_logits(self.probs)
         else:
             self._param_name = "logits"
             self.logits = logits - logits.logsumexp(-1, keepdim=True)
@@ -97,12 +100,6 @@ class Categorical(Distribution):
         minimum = _most_negative(self.logits)
         logits = self.logits.clamp(min=minimum)
         return -(logits * self.probs).sum(-1)
-
-
-def _tiny(t: Any) -> float:
-    from ..tensor.dtypes import finfo
-
-    return finfo(t.dtype).tiny
 
 
 def _most_negative(t: Any) -> float:

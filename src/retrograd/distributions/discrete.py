@@ -89,7 +89,8 @@ class Poisson(Distribution):
         value = as_value(value, self.rate)
         self._validate_sample(value)
         rate = self.rate
-        term = where(value.eq(0), value * 0, value * rate.clamp(min=tiny(rate)).log())
+        # torch's xlogy: 0 where the count is 0, -inf for a positive count of a zero rate
+        term = where(value.eq(0), value * 0, value * rate.log())
         return term - rate - lgamma(value + 1)
 
 

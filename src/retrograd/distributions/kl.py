@@ -128,8 +128,12 @@ def _kl_onehot_onehot(p: OneHotCategorical, q: OneHotCategorical) -> Any:
 
 @register_kl(Bernoulli, Bernoulli)
 def _kl_bernoulli_bernoulli(p: Bernoulli, q: Bernoulli) -> Any:
-    t1 = p.probs * (p.probs.log() - q.probs.log())
-    t2 = (1 - p.probs) * ((1 - p.probs).log() - (1 - q.probs).log())
+    # torch's: in softplus form (softplus(-z) = -log_sigmoid(z)), a zero p term zero and a
+    # term against a zero q infinite (0 * log 0 gave NaN for a p of 0 or 1)
+    t1 = p.probs * (p.logits.log_sigmoid() - q.logits.log_sigmoid())
+    t1 = t1.mask_fill(q.probs.eq(0), math.inf).mask_fill(p.probs.eq(0), 0.0)
+    t2 = (1 - p.probs) * ((-p.logits).log_sigmoid() - (-q.logits).log_sigmoid())
+    t2 = t2.mask_fill(q.probs.eq(1), math.inf).mask_fill(p.probs.eq(1), 0.0)
     return t1 + t2
 
 

@@ -31,7 +31,7 @@ from ..errors import (
     check_callable,
     check_iterable,
 )
-from ..tensor import zeros_like
+from ..tensor import cat, zeros_like
 from ..tensor.inplace import assign
 from .modules.module import Module
 
@@ -247,7 +247,7 @@ class DistributedDataParallel(Module):
 def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
     """Every replica's parameters (and buffers) replaced by those of ``context.devices[0]``:
     an all-reduce ``SUM`` to which only that device contributes its values (adding zeros is
-    exact)."""
+    exact), one per dtype (:func:`_coalesced`)."""
     devices = getattr(context, "devices", None)
     if devices is None:
         raise InvalidArgumentError(
@@ -258,19 +258,40 @@ def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
     tensors = list(module.parameters())
     if buffers:
         tensors += [b for b in module.buffers() if b.dtype in ("float32", "float64")]
-    with no_grad():
-        for t in tensors:
-            mine = t.detach() if t.device == first else zeros_like(t)
-            total = dist.all_reduce(mine, dist.ReduceOperation.SUM, devices).resolve()
-            assign(t, total, "DistributedDataParallel")
+
+    def from_first(flat: Any) -> Any:
+        mine = flat if flat.device == first else zeros_like(flat)
+        return dist.all_reduce(mine, dist.ReduceOperation.SUM, devices).resolve()
+
+    _coalesced(tensors, from_first)
 
 
 def _broadcast_all(tensors: list, context: Any, source: int) -> None:
-    """Every rank's ``tensors`` replaced by rank ``source``'s, in place."""
+    """Every rank's ``tensors`` replaced by rank ``source``'s, in place: one broadcast per
+    dtype (:func:`_coalesced`), not one per tensor."""
+    _coalesced(tensors, lambda flat: dist.broadcast(flat, source, context.devices).resolve())
+
+
+def _coalesced(tensors: list, collective: Any) -> None:
+    """``collective`` (a flat tensor in, the flat result out) run once per dtype over
+    ``tensors`` flattened and joined, as torch's DDP coalesces its broadcasts into buckets;
+    each tensor then takes its piece of the result in place. Every rank lists the same
+    tensors in the same order (the module's), so every rank makes the same calls."""
+    by_dtype: dict[str, list] = {}
+    for t in tensors:
+        by_dtype.setdefault(str(t.dtype), []).append(t)
     with no_grad():
-        for t in tensors:
-            value = dist.broadcast(t.detach(), source, context.devices).resolve()
-            assign(t, value, "DistributedDataParallel")
+        for group in by_dtype.values():
+            flat = cat([t.detach().reshape(-1) for t in group]) if len(group) > 1 else None
+            if flat is None:
+                flat = group[0].detach().reshape(-1)
+            result = collective(flat)
+            offset = 0
+            for t in group:
+                count = t.numel()
+                piece = result[offset : offset + count].reshape(t.shape).clone()
+                assign(t, piece, "DistributedDataParallel")
+                offset += count
 
 
 def _broadcast_buffers(module: Module, context: Any, source: int) -> None:

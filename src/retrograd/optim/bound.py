@@ -65,6 +65,9 @@ def _kernel_of(optimizer: Any) -> FusedUpdate | None:
         return None
     if optimizer.bypasses_kernel():  # maximize/amsgrad: more than the bare kernel
         return None
+    listed = [id(p) for group in optimizer.param_groups for p in group["params"]]
+    if len(set(listed)) != len(listed):  # a parameter stepped at each of its places
+        return None
     return optimizer.fused
 
 

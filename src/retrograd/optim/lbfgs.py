@@ -119,7 +119,9 @@ class LBFGS(Optimizer):
 
     def _add_grad(self, step_size: Any, update: Tensor) -> None:
         offset = 0
-        for p, value in zip(self._params, self._values()):
+        for p in self._params:
+            # read at each place: a parameter listed twice takes both pieces, as torch's add_
+            value = p.inner() if p.backend.is_autodiff else p
             numel = value.numel()
             piece = update[offset : offset + numel].reshape(value.shape)
             assign(p, value + piece * step_size, "LBFGS.step")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -69,6 +70,11 @@ __all__ = [
 ]
 
 State = dict[str, Any]
+
+_DUPLICATE_PARAMETERS = (
+    "optimizer contains a parameter group with duplicate parameters; in future, this will "
+    "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information"
+)
 
 
 # -- the pure updates -----------------------------------------------------------------------------
@@ -189,7 +195,9 @@ class Optimizer:
         defaults = dict(defaults)
         lr = defaults.get("lr")
         lr_required = lr is required
-        if lr_required:  # each group gives its own (add_param_group checks)
+        # required: each group gives its own (add_param_group checks); None, an algorithm of
+        # the user's own that needs none (transformers' Adafactor: its relative step)
+        if lr_required or (lr is None and self.steps_itself):
             lr = 0.0
         elif isinstance(lr, Tensor) and lr.numel() == 1 and str(lr.dtype) != "bool":
             lr = defaults["lr"] = float(lr.item())  # torch's tensor lr: its value here
@@ -234,9 +242,30 @@ class Optimizer:
         #: the learning rate given at construction (schedules scale from each group's own)
         self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling and ``copy.deepcopy``: the attributes restored, as torch's base class
+        does; an optimizer written as torch's (RAdam, Sophia-G, Adan) calls
+        ``super().__setstate__(state)`` from its own and then sets its groups' defaults."""
+        self.__dict__.update(state)
+
+    @property
+    def steps_itself(self) -> bool:
+        """Whether :meth:`step` is the subclass's own code (an optimizer written as torch's
+        are, reading ``p.grad(grads)`` and writing its parameters in place: Lion, Sophia,
+        Adan), not one of retrograd's algorithms. torch's base class checks none of such an
+        optimizer's hyper-parameters (transformers' Adafactor's ``lr=None``, Adan's three
+        ``betas``) and loads its state back as it was saved (Sophia's step a tensor). A
+        subclass of one of retrograd's algorithms (its ``update``) keeps that algorithm's
+        checks and state, whatever its ``step`` adds."""
+        if type(self).update is not Optimizer.update:
+            return False
+        module = getattr(type(self).step, "__module__", None) or ""
+        return not module.startswith("retrograd.")
+
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
-        the optimizer's defaults. A parameter may be in one group only."""
+        the optimizer's defaults. A parameter may be in one group only; listed twice in it,
+        it is kept twice, with torch's warning, and stepped at each place (one state)."""
         if not isinstance(group, Mapping) or "params" not in group:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: a parameter group is a dict with 'params', got "
@@ -252,10 +281,8 @@ class Optimizer:
         check_iterable(type(self).__name__, params, "a group's params")
         params = [params] if isinstance(params, Tensor) else list(params)
         params, names = self._named(params)
-        unique: list[Tensor] = []
-        unique_names: list[Any] = []
         seen: set[int] = set()
-        for p, p_name in zip(params, names or [None] * len(params)):
+        for p in params:
             if not isinstance(p, Tensor):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: parameters must be tensors, got {type(p).__name__}"
@@ -266,10 +293,9 @@ class Optimizer:
                     f"{shape_text(p.shape)} result of an op on tensors requiring grad); pass "
                     "the leaf, or a detached copy made a parameter"
                 )
-            if id(p) not in seen:  # a tied parameter given twice is one parameter
-                seen.add(id(p))
-                unique.append(p)
-                unique_names.append(p_name)
+            seen.add(id(p))
+        if len(seen) != len(params):  # torch's warning: kept, and stepped at each place
+            warnings.warn(_DUPLICATE_PARAMETERS, UserWarning, stacklevel=3)
         for other in self.param_groups:
             if any(id(p) in seen for p in other["params"]):
                 raise InvalidArgumentError(
@@ -282,9 +308,9 @@ class Optimizer:
                 f"{type(self).__name__}: parameter group didn't specify a value of required "
                 f"optimization parameter {missing[0]}"
             )
-        new["params"] = unique
+        new["params"] = params
         if names is not None:
-            new["param_names"] = unique_names
+            new["param_names"] = names
         self._check_group(new)
         self.param_groups.append(new)
 
@@ -330,7 +356,7 @@ class Optimizer:
             # Adafactor's eps is a pair (a None first: the dtype's machine epsilon)
             values = group[key] if key == "eps" and isinstance(group[key], tuple) else (group[key],)
             for value in values:
-                if value is None and len(values) > 1:
+                if value is None and (len(values) > 1 or self.steps_itself):
                     continue
                 if isinstance(value, Tensor) and value.numel() == 1:
                     value = value.item()
@@ -344,12 +370,15 @@ class Optimizer:
                     )
         if "betas" in group:
             betas = group["betas"]
+            # an algorithm of the user's own may keep more (Adan's three)
+            sizes = range(1, len(betas) + 1) if self.steps_itself else (2,)
             if not (
                 isinstance(betas, tuple | list)
-                and len(betas) == 2
+                and len(betas) in sizes
                 and all(is_number(b) and not isinstance(b, Tensor) for b in betas)
             ):
-                raise DTypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
+                kind = "a tuple" if self.steps_itself else "a pair"
+                raise DTypeError(f"{name}: betas must be {kind} of numbers, got {betas!r}")
 
     def check_hyper_parameters(self, op: str) -> None:
         """Every group's hyper-parameters still of their defaults' kinds, asked before a step
@@ -416,11 +445,14 @@ class Optimizer:
                 f"(grads = loss.backward()), got {type(grads).__name__}"
             )
         self.check_hyper_parameters("step")
+        found: dict[int, set[str]] = {}  # the state keys each parameter had before this step
         for group in self.param_groups:
             for parameter in group["params"]:
                 given = parameter.grad(grads)
                 if given is None:
                     continue
+                if self.made_in_step:
+                    self._forget_made_in_step(parameter, found)
                 grad = given
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
@@ -430,6 +462,24 @@ class Optimizer:
                 # over the same parameter (the chatbot tutorial's shared embedding), a clip or
                 # a log of the gradients after the step still find it.
                 parameter.grad_replace(grads, given)
+
+    #: The state entries torch's algorithm makes inside its loop over a group's parameters
+    #: rather than before it (SGD's momentum buffer, made from the first gradient): a
+    #: parameter listed twice finds them, at its second place in a step, as the step found
+    #: them -- absent, if they were -- as torch's loop does (it read them all first).
+    made_in_step: tuple[str, ...] = ()
+
+    def _forget_made_in_step(self, parameter: Tensor, found: dict[int, set[str]]) -> None:
+        """At a parameter's second place in one step, drop the :attr:`made_in_step` entries
+        its first place made (``found``: the keys each parameter stepped so far had)."""
+        state = self.state.get(parameter)
+        had = found.get(id(parameter))
+        if had is None:
+            found[id(parameter)] = set(state or ())
+            return
+        for key in self.made_in_step:
+            if key not in had and state is not None:
+                state.pop(key, None)
 
     def step_parameter(self, parameter: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         """One parameter's share of :meth:`step`: ``grad`` (a tensor of the inner backend)
@@ -465,11 +515,15 @@ class Optimizer:
         state as NumPy copies (so it saves with ``np.savez``/pickle anywhere)."""
         index: dict[int, int] = {}
         groups = []
+        start = 0
         for group in self.param_groups:
-            numbers = []
-            for p in group["params"]:
-                index.setdefault(id(p), len(index))
-                numbers.append(index[id(p)])
+            # torch's numbering: by place across the groups; a parameter listed twice takes
+            # its last place's number (and the next group starts after both places)
+            index.update(
+                {id(p): k for k, p in enumerate(group["params"], start) if id(p) not in index}
+            )
+            start += len(group["params"])
+            numbers = [index[id(p)] for p in group["params"]]
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": numbers})
         state = {}
         for group in self.param_groups:
@@ -569,6 +623,8 @@ class Optimizer:
         """A saved state entry ``key`` of ``parameter`` (numbered ``number``) as this
         optimizer keeps it, checked against :meth:`state_shape` (an algorithm whose state is
         not one buffer per parameter, L-BFGS's, says how its entries are read)."""
+        if self.steps_itself:
+            return _kept_as_saved(value, parameter, key)
         return _state_value(
             where, number, key, value, parameter, self.state_shape(key, parameter.shape)
         )
@@ -706,6 +762,19 @@ def _state_value(
     return state_tensor(where, number, key, value, parameter, shape)
 
 
+def _kept_as_saved(value: Any, parameter: Tensor, key: str) -> Any:
+    """A saved state entry of an optimizer whose step is its own, as torch's load keeps it: a
+    tensor (saved as an array) a tensor again, floating buffers in the parameter's dtype (the
+    step in its own: Sophia's 0-d float step stays one), anything else as it was saved."""
+    if not (isinstance(value, Tensor | np.ndarray) or callable(getattr(value, "detach", None))):
+        return value
+    array = np.array(_array(value), copy=True)
+    inner = parameter.inner() if parameter.backend.is_autodiff else parameter
+    floating = array.dtype.kind == "f" and key != "step"
+    dtype = inner.dtype if floating else None
+    return tensor(array, dtype=dtype, backend=inner.backend, device=inner.device)
+
+
 def state_count(where: str, number: int, key: str, value: Any) -> int:
     """A saved count of the state (the step, L-BFGS's evaluations) as an int."""
     count = np.asarray(_array(value))
@@ -837,6 +906,7 @@ class SGD(FusedOptimizer):
             )
 
     fused = SGD_MOMENTUM
+    made_in_step = ("momentum_buffer",)
 
 
 class Adam(FusedOptimizer):

@@ -439,6 +439,8 @@ class LinearLR(LRScheduler):
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
+        if self.total_iters == 0:  # torch's steps leave epoch 0's factor in place for good
+            return base * self.start_factor
         t = min(epoch, self.total_iters)
         factor = self.start_factor + (self.end_factor - self.start_factor) * t / self.total_iters
         return base * factor
@@ -458,7 +460,8 @@ class ConstantLR(LRScheduler):
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
-        return base * (self.factor if epoch < self.total_iters else 1.0)
+        # (total_iters=0: torch's steps leave epoch 0's factor in place for good)
+        return base * (self.factor if epoch < self.total_iters or not self.total_iters else 1.0)
 
 
 class PolynomialLR(LRScheduler):
@@ -471,6 +474,8 @@ class PolynomialLR(LRScheduler):
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
+        if self.total_iters == 0:  # torch's: no decay at all (its steps never change the lr)
+            return base
         return base * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
 
 

@@ -75,6 +75,7 @@ __all__ = [
     "no_generator",
     "normalize_dim",
     "on_backend",
+    "preserved_layout",
     "promote",
     "result_dtype",
     "scalar_dtype",
@@ -450,7 +451,12 @@ def untracked(t: TensorBase) -> Any:
     backend = t._backend
     if not backend.is_autodiff:
         return t
-    return type(t)._result(backend.wrap(backend.inner_value(t._prim)), backend, t._device)
+    out = type(t)._result(backend.wrap(backend.inner_value(t._prim)), backend, t._device)
+    if t._view is not None or t._layout is not None:  # what is computed from it follows t's
+        strides = preserved_layout(t)
+        if strides is not None:
+            out._layout = (out.shape, strides)
+    return out
 
 
 def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
@@ -594,8 +600,11 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     a ``staticmethod``)."""
     if op.__class__ is not TensorOp:  # a kernel name: the operands fit as they are
         result = _run(op, op, inputs, params)
-        first = inputs[0]
-        if (first._view is not None or first._layout is not None) and op in _LAYOUT_KERNELS:
+        if op in _LAYOUT_KERNELS and any(
+            t._view is not None or t._layout is not None
+            for t in inputs
+            if isinstance(t, TensorBase)
+        ):
             follow_layout(result, inputs)
         return result
     rule = op.promote
@@ -651,7 +660,14 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
             follow_layout(result, operands)
         return result
     if not op.floats:
-        return _run(op.name, op.kernel, inputs, params)
+        result = _run(op.name, op.kernel, inputs, params)
+        if op.kernel in _LAYOUT_KERNELS and any(
+            t._view is not None or t._layout is not None
+            for t in inputs
+            if isinstance(t, TensorBase)
+        ):
+            follow_layout(result, inputs)
+        return result
     x = inputs[0]  # a unary op computed in float
     backend, prim = x._backend, x._prim
     if backend.dtype(prim) not in FLOAT_DTYPES:
@@ -674,9 +690,14 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     return result
 
 
-#: The elementwise kernels besides the binary ops with a promotion rule (all elementwise):
-#: their result follows a non-contiguous operand's layout (torch's ``TensorIterator``); the
-#: others (reductions, softmax, shape ops) make row-major results, as torch's do.
+#: The one declaration of which kernels keep layout: the elementwise kernels besides the
+#: binary ops with a promotion rule (all elementwise, followed in :func:`dispatch` itself),
+#: called by kernel name or through a :class:`TensorOp`. Their result follows a non-contiguous
+#: operand's layout (torch's ``TensorIterator``); the others (reductions, softmax, shape ops)
+#: make row-major results, as torch's do. The comparisons with a number, the logical ops and
+#: ``mask_fill`` are here because the compositions that torch computes as one elementwise
+#: kernel (``sign``, ``//``, ``nan_to_num``, ``isfinite``, ``hardswish``, ``threshold``...)
+#: are made of them.
 _LAYOUT_KERNELS = frozenset(
     [
         "exp",
@@ -737,8 +758,33 @@ _LAYOUT_KERNELS = frozenset(
         "lcm",
         "cast",
         "mask_where",
+        "mask_fill",
+        "equal_elem",
+        "not_equal_elem",
+        "greater_elem",
+        "greater_equal_elem",
+        "lower_elem",
+        "lower_equal_elem",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "xlogy",
+        "xlog1py",
+        "refused_derivative",
     ]
 )
+
+
+def preserved_layout(t: Any) -> tuple[int, ...] | None:
+    """The strides of torch's ``preserve_format`` copy of ``t`` (``clone``, ``empty_like``,
+    ``zeros_like``...): ``t``'s own where they are non-overlapping and dense, else the
+    dimensions ordered by ``t``'s strides and laid out densely; ``None`` where that is
+    row-major (or ``t`` is a contiguous root)."""
+    if t._view is None and t._layout is None:
+        return None
+    shape = tuple(t.shape)
+    strides = elementwise_strides(shape, [(shape, strides_of(t))])
+    return None if strides is None or is_contiguous(shape, strides) else strides
 
 
 def follow_layout(result: Any, operands: Sequence[Any]) -> None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
+from . import views
 from ._dispatch import SCALARS, TensorBase, from_host, lift, written_scalar
 
 __all__ = ["get_index", "index_items", "index_put", "set_index", "split_bool_scalars"]
@@ -366,6 +369,9 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     mask = _whole_mask(target, index, advanced, value)
     if mask is not None:
         fill = value
+        expanded = _expanded_source(target, mask)
+        if expanded is not None:
+            target, mask = expanded
         target._update("index_put_", lambda y: _masked(y, mask, fill))
         return
     target._update("index_put_", lambda y: index_put(y, advanced, value, False))
@@ -382,6 +388,34 @@ def _whole_mask(target: Any, index: tuple, advanced: list, value: Any) -> Any:
     if mask.shape != target.shape[: mask.ndim]:
         return None
     return mask.reshape(mask.shape + (1,) * (target.ndim - mask.ndim))
+
+
+def _expanded_source(target: Any, mask: Any) -> tuple[Any, Any] | None:
+    """``(base, mask on it)`` for ``x[mask] = scalar`` into ``x``, an expanded tensor (XNOR-Net's
+    ``m = w.norm(1, 1, keepdim=True).expand(s); m[w.lt(-1.0)] = 0``): as torch writes it (with a
+    deprecation warning), each memory location shared by several elements takes the value if
+    any of them is selected, so the write is a masked fill of the expand's base by the mask
+    reduced with ``any`` over the expanded dimensions. ``None`` for any other tensor."""
+    view = getattr(target, "_view", None)
+    if view is None or view[views.KIND] != "expand":
+        return None
+    backend = target._backend
+    if backend.is_autodiff and backend.is_tracked(target._prim) and is_grad_enabled():
+        return None  # in a graph: refused (torch's backward then fails), the write-back's error
+    warnings.warn(
+        "index_put_: writing through a mask into an expanded tensor writes each element's "
+        "shared memory location (deprecated in torch, which warns too); clone() it first to "
+        "write the elements one by one",
+        UserWarning,
+        stacklevel=4,
+    )
+    source = view[views.BASE]
+    lead = target.ndim - source.ndim
+    selected = mask.expand(target.shape)
+    for d in reversed(range(target.ndim)):
+        if d < lead or (source.shape[d - lead] == 1 and target.shape[d] != 1):
+            selected = selected.any(d, keepdim=True)
+    return source, selected.reshape(source.shape)
 
 
 def _masked(y: Any, mask: Any, value: Any) -> Any:

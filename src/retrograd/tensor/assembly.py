@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import TensorBase, int_argument, int_arguments, lift
+from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim
 from .creation import tensor, zeros
 from .functions import _method, lift_input
 from .shape import cat, refuse_one_tensor, stack
@@ -144,6 +144,11 @@ def cartesian_prod(*tensors: Any) -> Any:
     from .functions import meshgrid
 
     tensors = _tensors("cartesian_prod", tensors)
+    for t in tensors:  # a matrix would come back as itself, or flattened into the product
+        if t.ndim != 1:
+            raise ShapeError(
+                f"cartesian_prod: expects 1-d tensors, got shape {shape_text(t.shape)}"
+            )
     if len(tensors) == 1:
         return tensors[0]
     grids = meshgrid(*tensors, indexing="ij")
@@ -273,6 +278,9 @@ def chain_matmul(*matrices: Any) -> Any:
     matrices = _tensors("chain_matmul", matrices)
     if not matrices:
         raise InvalidArgumentError("chain_matmul: expects at least one matrix")
+    for m in matrices:  # (matmul's vector and batch forms are no chain of matrices)
+        if m.ndim != 2:
+            raise ShapeError(f"chain_matmul: expects 2-d matrices, got shape {shape_text(m.shape)}")
     return functools.reduce(lambda x, y: x @ y, matrices)
 
 
@@ -365,6 +373,10 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
     dims = (
         list(range(input.ndim)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     )
+    # checked here: ``d % ndim`` below would take dim 5 of a matrix as dim 1, silently
+    dims = [normalize_dim("gradient", d, input.ndim) for d in dims]
+    if len(set(dims)) != len(dims):
+        raise ShapeError(f"gradient: dim {dim!r} names a dimension more than once")
     steps = list(spacing) if isinstance(spacing, list | tuple) else [spacing] * len(dims)
     if len(steps) != len(dims) or not all(isinstance(h, int | float) for h in steps):
         raise InvalidArgumentError(

@@ -52,6 +52,7 @@ from ._dispatch import (
     lift,
     normalize_dim,
     on_backend,
+    preserved_layout,
 )
 from .burn_names import BurnNamesMixin
 from .dtypes import (
@@ -72,7 +73,6 @@ from .reduce import ReduceMixin
 from .selection import SelectionMixin
 from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
-from .strides import is_contiguous, non_overlapping_and_dense, strides_of
 from .views import link, unlink
 
 __all__ = ["Tensor"]
@@ -554,12 +554,10 @@ class Tensor(
             out = apply("reshape", (self,), (self.shape,))
         else:
             out = Tensor(self._prim, backend, self._device)
-        if (self._view is not None or self._layout is not None) and (
-            memory_format is None or memory_format is preserve_format
-        ):
-            shape, strides = self.shape, strides_of(self)
-            if non_overlapping_and_dense(shape, strides) and not is_contiguous(shape, strides):
-                out._layout = (shape, strides)
+        if memory_format is None or memory_format is preserve_format:
+            strides = preserved_layout(self)
+            if strides is not None:
+                out._layout = (self.shape, strides)
         return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:

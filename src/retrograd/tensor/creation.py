@@ -30,6 +30,7 @@ from ._dispatch import (
     from_host,
     int_argument,
     int_arguments,
+    preserved_layout,
     untracked,
     written_scalar,
 )
@@ -37,6 +38,7 @@ from .compositions import _zero_gradient
 from .core import Tensor
 from .dtypes import canonical_dtype
 from .indexing import check_values
+from .layouts import preserve_format
 from .selection import multinomial
 from .shape import shape_arg
 from .spacing import torch_linspace
@@ -344,18 +346,32 @@ def _like(t: Tensor, dtype: Any, device: Any) -> tuple[Any, Any, Any]:
     )
 
 
+def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
+    """``out``, made like ``t``, with the strides torch's ``*_like`` gives it: those of a
+    ``preserve_format`` copy of ``t`` (the default: a transposed input's), row-major for
+    ``memory_format=contiguous_format``."""
+    memory_format = options.get("memory_format")
+    if memory_format is None or memory_format is preserve_format:
+        strides = preserved_layout(t)
+        if strides is not None:
+            out._layout = (out.shape, strides)
+    return out
+
+
 def zeros_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **_: Any
+    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
 ) -> Tensor:
     dtype, backend, device = _like(t, dtype, device)
-    return zeros(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+    out = zeros(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+    return _laid_out_like(out, t, options)
 
 
 def ones_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **_: Any
+    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
 ) -> Tensor:
     dtype, backend, device = _like(t, dtype, device)
-    return ones(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+    out = ones(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
+    return _laid_out_like(out, t, options)
 
 
 def empty_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
@@ -365,25 +381,24 @@ def empty_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) 
 
 def full_like(
     t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
-    requires_grad: bool = False, **_: Any,
+    requires_grad: bool = False, **options: Any,
 ) -> Tensor:  # fmt: skip
     dtype, backend, device = _like(t, dtype, device)
-    return full(t.shape, fill_value, dtype, backend, device, requires_grad)
+    out = full(t.shape, fill_value, dtype, backend, device, requires_grad)
+    return _laid_out_like(out, t, options)
 
 
 def rand_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
     dtype, backend, device = _like(t, dtype, device)
-    return _requiring(
-        random(t.shape, "uniform", dtype, backend, device), kwargs.get("requires_grad", False)
-    )
+    out = random(t.shape, "uniform", dtype, backend, device)
+    return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
 def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
     """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``)."""
     dtype, backend, device = _like(t, dtype, device)
-    return _requiring(
-        random(t.shape, "normal", dtype, backend, device), kwargs.get("requires_grad", False)
-    )
+    out = random(t.shape, "normal", dtype, backend, device)
+    return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
 def eye(
@@ -636,8 +651,9 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
 
 
 def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
-    return randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
-                   device=t.device)  # fmt: skip
+    out = randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
+                  device=t.device)  # fmt: skip
+    return _laid_out_like(out, t, kwargs)
 
 
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,

@@ -521,7 +521,10 @@ class ElementwiseMixin:
         if _is_bool(self) and _is_bool(other):
             _no_bool("pow")
         result = integer_power(other, self)
-        return self._apply(RPOW, (other, self)) if result is None else result
+        result = self._apply(RPOW, (other, self)) if result is None else result
+        if isinstance(other, SCALAR_TYPES):  # torch's pow(Scalar, Tensor): a row-major result
+            result._layout = None
+        return result
 
     def __mod__(self, other):
         return self.remainder(other)

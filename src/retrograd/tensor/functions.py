@@ -566,7 +566,10 @@ concatenate = concat
 
 def hstack(tensors: Sequence[Any]) -> Any:
     refuse_one_tensor("hstack", tensors)
-    tensors = list(tensors)
+    # torch's atleast_1d first: 0-d tensors join as one row of values
+    tensors = [t.reshape((1,)) if isinstance(t, TensorBase) and t.ndim == 0 else t for t in tensors]
+    if not tensors:
+        raise ShapeError("hstack: expects a non-empty list of tensors")
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
@@ -691,6 +694,24 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
     return after.logical_not().cast("int64").sum(-1)
 
 
+def check_unique_dim(op: str, shape: tuple[int, ...], d: int) -> bool:
+    """Whether the slices along ``d`` of an empty tensor are none (then the result is the
+    input, with no inverse and no counts); torch's refusals of the other empty shapes."""
+    if 0 not in shape:
+        return False
+    if shape[d] != 0:
+        raise ShapeError(
+            f"{op}: shape {shape_text(shape)} has a dimension of size 0 other than dim {d}, "
+            f"so there are no slices along it to compare"
+        )
+    if shape.count(0) > 1:
+        raise ShapeError(
+            f"{op}: shape {shape_text(shape)} has more than one dimension of size 0, "
+            f"so the slices along dim {d} have no shape to compare"
+        )
+    return True
+
+
 def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (torch's name)
            return_counts: bool = False, dim: int | None = None) -> Any:  # fmt: skip
     """The sorted distinct values (a host read: their number is data, as in torch), with the
@@ -704,8 +725,13 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
         inverse = inverse.reshape(array.shape)
     else:  # the distinct slices along dim, sorted lexicographically (as torch's and NumPy's)
         d = normalize_dim("unique", dim, input.ndim)
-        values, inverse, counts = np.unique(array, return_inverse=True, return_counts=True, axis=d)
-        inverse = inverse.reshape(-1)
+        if check_unique_dim("unique", input.shape, d):
+            values, inverse, counts = array, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        else:
+            values, inverse, counts = np.unique(
+                array, return_inverse=True, return_counts=True, axis=d
+            )
+            inverse = inverse.reshape(-1)
     make = type(input)._result
     backend, device = input._backend, input._device
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..context import current_backend
 from ..device import Device
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, guard
 from . import creation
 from .creation import tensor
 
@@ -182,11 +182,12 @@ class _Random:
 
     def __init__(self) -> None:
         functools.update_wrapper(self, creation.random)
-        self.manual_seed = creation.manual_seed
-        self.seed = fresh_seed
-        self.initial_seed = initial_seed
-        self.get_rng_state = get_rng_state
-        self.set_rng_state = set_rng_state
+        # guarded as rg.manual_seed and the others are (a str seed: the hierarchy's error)
+        self.manual_seed = guard("random.manual_seed", creation.manual_seed)
+        self.seed = guard("random.seed", fresh_seed)
+        self.initial_seed = guard("random.initial_seed", initial_seed)
+        self.get_rng_state = guard("random.get_rng_state", get_rng_state)
+        self.set_rng_state = guard("random.set_rng_state", set_rng_state)
         self.fork_rng = fork_rng
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

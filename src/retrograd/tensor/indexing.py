@@ -45,7 +45,8 @@ from ._dispatch import (
     written_scalar,
 )
 from .shape import stack
-from .views import as_strided_of, link
+from .strides import storage_offset_of
+from .views import as_strided_input_positions, as_strided_of, link
 from .views import diagonal_assign as _diagonal_assign
 from .views import diagonal_of as _diagonal
 
@@ -490,7 +491,9 @@ class IndexingMixin:
         >>> rg.tensor([1, 2]).masked_fill(rg.tensor([True, False]), 1.5).tolist()
         [1, 2]
         """
-        return self._fill("masked_fill", mask, value, promote_to_float=False)
+        out = self._fill("masked_fill", mask, value, promote_to_float=False)
+        out._layout = None  # torch's: a row-major clone (MemoryFormat::Contiguous), filled
+        return out
 
     def _fill(self, op: str, mask: Any, value: Any, promote_to_float: bool) -> Any:
         mask = _mask_tensor(op, self, mask)
@@ -524,14 +527,18 @@ class IndexingMixin:
         return link(_diagonal(self, params), self, "diagonal", params)
 
     def as_strided(self, size: Sequence[int], stride: Sequence[int],
-                   storage_offset: int = 0) -> Any:  # fmt: skip
-        """torch's ``as_strided`` over this tensor's elements in row-major order (its storage
-        when it is contiguous): element ``i`` of the view is element ``storage_offset +
-        sum(i_k * stride_k)`` of ``self.reshape(-1)``. A view (writes through it reach this
-        tensor, unless two of its elements are one); the gradient adds each incoming
-        element into the position it was taken from, as torch's."""
+                   storage_offset: int | None = None) -> Any:  # fmt: skip
+        """torch's ``as_strided``: element ``i`` of the view is element ``storage_offset +
+        sum(i_k * stride_k)`` of this tensor's storage (its root's elements laid out by their
+        strides; ``storage_offset`` defaults to this tensor's own), so a transposed or sliced
+        input reads what torch's reads (:func:`~.views.as_strided_input_positions`). A view
+        (writes through it reach this tensor, unless two of its elements are one); the
+        gradient adds each incoming element into the position it was taken from, as torch's."""
         size, stride = _as_strided_sizes("size", size), _as_strided_sizes("stride", stride)
-        offset = int_argument("as_strided", storage_offset, "storage_offset")
+        if storage_offset is None:
+            offset = storage_offset_of(self)
+        else:
+            offset = int_argument("as_strided", storage_offset, "storage_offset")
         if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
             raise DTypeError(f"as_strided: storage_offset must be an int, got {offset!r}")
         if len(size) != len(stride):
@@ -546,15 +553,8 @@ class IndexingMixin:
             )
         if offset < 0:
             raise ShapeError(f"as_strided: storage_offset must be non-negative, got {offset}")
-        available = math.prod(self.shape)
-        needed = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
-        if needed > available:
-            raise ShapeError(
-                f"as_strided: size {list(size)}, stride {list(stride)} and storage_offset "
-                f"{offset} reach element {needed - 1}, out of bounds for the "
-                f"{available} elements of the input of shape {shape_text(self.shape)}"
-            )
-        params = (size, stride, int(offset))
+        positions = as_strided_input_positions(self, size, stride, int(offset))
+        params = (size, stride, int(offset), positions)
         return link(as_strided_of(self, params), self, "as_strided", params)
 
     def diagonal_scatter(self, src: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:

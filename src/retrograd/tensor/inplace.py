@@ -106,6 +106,12 @@ def assign(
     device = target._device if device is None else device
     if value._device != device:
         value = value.to(device)
+    sink = getattr(target, "_grad_sink", None)
+    if sink is not None and tuple(value.shape) != tuple(target.shape):
+        raise ShapeError(
+            f"{op}: a gradient read from the Gradients keeps its parameter's shape "
+            f"{shape_text(target.shape)}, the new value has {shape_text(value.shape)}"
+        )
     primitive = value._prim
     if backend.is_autodiff:
         old = target._prim
@@ -124,6 +130,9 @@ def assign(
             )
     target._prim = primitive
     target._device = device
+    if sink is not None:  # a gradient read by Tensor.grad (``p.grad(grads).data = g``, XNOR-Net's
+        grads, key = sink  # rescaled gradient): written back there, as an in-place write is
+        grads.replace(key, primitive)
     if getattr(target, "_views", None):
         refresh(target)
     return target
@@ -822,6 +831,12 @@ class InplaceMixin:
 
     def __ixor__(self, other: Any) -> Any:
         return self._update("__ixor__", lambda t: t ^ other)
+
+    def __ilshift__(self, other: Any) -> Any:
+        return self._update("__ilshift__", lambda t: t << other)
+
+    def __irshift__(self, other: Any) -> Any:
+        return self._update("__irshift__", lambda t: t >> other)
 
 
 def _filled(t: Any, value: Any) -> Any:

@@ -53,6 +53,7 @@ from ._dispatch import (
     wrap,
 )
 from .dtypes import DTYPE_OBJECTS, finfo
+from .functions import check_unique_dim
 from .functions import unique as _unique
 from .indexing import check_values
 from .spacing import torch_linspace
@@ -93,7 +94,10 @@ class SelectionMixin:
                 f"kthvalue: k={k} is out of range for dimension {dim} of size {x.shape[d]}"
             )
         values, indices = x.sort_with_indices(d)
-        values, indices = values.narrow(d, k - 1, 1), indices.narrow(d, k - 1, 1)
+        indices = indices.narrow(d, k - 1, 1)
+        if x.device.kind == "cpu":
+            indices = _kth_ties_as_torch(x, values, indices, d, k)
+        values = x.gather(d, indices)  # (the gradient goes to that index, as torch's)
         if not keepdim or self.ndim == 0:
             shape = self.shape if self.ndim == 0 else None
             values = values.squeeze_dim(d) if shape is None else values.reshape(shape)
@@ -120,6 +124,10 @@ class SelectionMixin:
 
             return _shared_evenly(flat, untracked(flat), value, (0,)).reshape(())
         d = normalize_dim("nanmedian", dim, self.ndim)
+        if self.ndim and self.shape[d] == 0:
+            raise ShapeError(
+                f"nanmedian: dimension {dim} of shape {shape_text(self.shape)} is empty"
+            )
         values, indices = _nan_lower_middle(self, d)
         if not keepdim:
             values, indices = values.squeeze_dim(d), indices.squeeze_dim(d)
@@ -209,17 +217,44 @@ class SelectionMixin:
 
     def cov(self, *, correction: int = 1, fweights: Any = None, aweights: Any = None) -> Any:
         """The covariance matrix of the variables in the rows (observations in the columns);
-        a 1-d tensor or a single row is one variable (a 0-d result, as torch's)."""
-        if fweights is not None or aweights is not None:
-            raise InvalidArgumentError(
-                "cov: fweights and aweights are not supported; weight the observations first"
-            )
+        a 1-d tensor or a single row is one variable (a 0-d result, as torch's). ``fweights``
+        (int counts) and ``aweights`` (float importances) weight the observations, with
+        torch's normalization: ``sum(w) - correction * sum(w * aweights) / sum(w)``."""
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
-        centred = x - x.mean(1, True)
-        out = centred.matmul(centred.transpose(0, 1)) / max(x.shape[1] - correction, 0)
+        n = x.shape[1]
+        weights = None
+        for name, given, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
+            if given is None:
+                continue
+            w = lift(x, given, "cov")
+            if w.ndim > 1 or w.numel() != n:
+                raise ShapeError(
+                    f"cov: {name} must be 0-d or 1-d with one weight per observation ({n}), "
+                    f"got {shape_text(w.shape)}"
+                )
+            if (w.dtype == "int64") != integral or w.dtype == "bool":
+                kind = "an integral" if integral else "a floating point"
+                raise DTypeError(f"cov: {name} must have {kind} dtype, got {w.dtype}")
+            if n and bool(w.detach().min().less(0).item()):
+                raise InvalidArgumentError(f"cov: {name} cannot be negative")
+            weights = w if weights is None else weights * w
+        if weights is None:
+            centred = x - x.mean(1, True)
+            out = centred.matmul(centred.transpose(0, 1)) / max(n - correction, 0)
+            return out.reshape(()) if x.shape[0] == 1 else out
+        total = weights.sum()
+        if not bool(total.detach().ne(0).item()):
+            raise InvalidArgumentError("cov: weights sum to zero, can't be normalized")
+        centred = x - ((x * weights).sum(1) / total).unsqueeze_dim(1)
+        if aweights is not None and correction != 0:
+            norm = total - (weights * lift(x, aweights, "cov")).sum() * correction / total
+        else:
+            norm = total - correction
+        norm = norm.mask_fill(norm.lower_equal(0), 0)  # (torch's: inf or NaN, with a warning)
+        out = centred.matmul((centred * weights).transpose(0, 1)) / norm
         return out.reshape(()) if x.shape[0] == 1 else out
 
     def corrcoef(self) -> Any:
@@ -429,20 +464,19 @@ class SelectionMixin:
         values = values.cast(self.dtype).reshape((flat.shape[0], *rest))
         if update in ("add", "assign"):
             return data.select_assign(0, flat, values, update).reshape(self.shape)
-        rounds = self._nd_rounds(flat)
+        # one kernel however often a position repeats (no host read of the positions, no
+        # loop over their repeats), torch's gradient for "mul" (the select_reduce op)
         if update == "mul":
-            for positions, rows in rounds:
-                taken = values.select(0, rows)
-                data = data.select_assign(0, positions, data.select(0, positions) * taken, "assign")
-            return data.reshape(self.shape)
+            return data._apply("select_reduce", (data, flat, values), (0, "prod")).reshape(
+                self.shape
+            )
         # max / min: the result computed outside the graph, then each side's gradient routed
         # to where it equals the result (both at a tie, as Burn's backward)
-        result = data.detach()
         plain = values.detach()
-        for positions, rows in rounds:
-            current, taken = result.select(0, positions), plain.select(0, rows)
-            best = current.maximum(taken) if update == "max" else current.minimum(taken)
-            result = result.select_assign(0, positions, best, "assign")
+        reduce = "amax" if update == "max" else "amin"
+        result = untracked(data)._apply(
+            "select_reduce", (untracked(data), flat, plain), (0, reduce)
+        )
         data_won = data.detach() == result
         values_won = (plain == result.select(0, flat)) & plain.isfinite()
         out = data.mask_where(~data_won, result)
@@ -479,22 +513,6 @@ class SelectionMixin:
             strides[j] = strides[j + 1] * lead[j + 1]
         flat = (rows * self._host(strides, "int64")).sum_dim(1).reshape(-1)
         return flat, indices.shape[:-1], self.shape[k:]
-
-    def _nd_rounds(self, flat: Any) -> list[tuple[Any, Any]]:
-        """``flat`` split into rounds without a repeated position: (positions, rows of the
-        values) per round (the positions read on the host, as torch reads index data)."""
-        host = np.asarray(flat.numpy(), dtype=np.int64)
-        order = np.argsort(host, kind="stable")
-        rank = np.empty(len(host), dtype=np.int64)
-        sorted_positions = host[order]
-        starts = np.r_[True, sorted_positions[1:] != sorted_positions[:-1]] if len(host) else []
-        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(host)), 0))
-        rank[order] = np.arange(len(host)) - group_start
-        rounds = []
-        for r in range(int(rank.max()) + 1 if len(host) else 0):
-            rows = np.nonzero(rank == r)[0]
-            rounds.append((self._host(host[rows], "int64"), self._host(rows, "int64")))
-        return rounds
 
     def index_put(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Any:
         """A copy with ``values`` at the positions the index tensors ``indices`` name (one per
@@ -616,7 +634,9 @@ class SelectionMixin:
         """Matrices with the last dim of ``self`` on their ``offset`` diagonal, placed in dims
         ``dim1``, ``dim2`` of the result."""
         offset = int_argument("diag_embed", offset, "offset")
-        m = self.shape[-1] if self.ndim else 1
+        if self.ndim == 0:  # torch's: no last dim to put on the diagonal
+            raise ShapeError("diag_embed: expects a tensor of at least 1 dimension, got a 0-d one")
+        m = self.shape[-1]
         n = m + abs(offset)
         row = wrap(self, self._backend.arange(0, n, 1, "int64", self._device))
         on_diagonal = (row.unsqueeze_dim(0) - row.unsqueeze_dim(1)).equal_elem(offset)
@@ -736,9 +756,12 @@ class SelectionMixin:
         else:
             d = normalize_dim("unique_consecutive", dim, self.ndim)
             moved = np.moveaxis(self.numpy().reshape(self.shape), d, 0)
-            rows = moved.reshape(moved.shape[0], -1)
-            differs = (rows[1:] != rows[:-1]).any(axis=1)
-            starts = np.concatenate(([True], differs))[: rows.shape[0]]
+            if check_unique_dim("unique_consecutive", self.shape, d):
+                starts = np.zeros(0, bool)
+            else:
+                rows = moved.reshape(moved.shape[0], -1)
+                differs = (rows[1:] != rows[:-1]).any(axis=1)
+                starts = np.concatenate(([True], differs))[: rows.shape[0]]
             kept = np.moveaxis(moved[starts], 0, d)
         out = [self._host(np.ascontiguousarray(kept), self.dtype)]
         if return_inverse:
@@ -775,11 +798,15 @@ class SelectionMixin:
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
         # in the tensor's precision, as torch bins: a value on a bin's edge falls as there
+        if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
+            raise InvalidArgumentError(f"histc: bins must be a positive int, got {bins!r}")
         kind = np.float64 if self.dtype == "float64" else np.float32
         array = self.numpy().reshape(-1).astype(kind)
         low, high = kind(min), kind(max)
         if low == high and array.size:
             low, high = array.min(), array.max()
+        if not (np.isfinite(low) and np.isfinite(high)):  # (a NaN or inf in the data, or given)
+            raise InvalidArgumentError(f"histc: range of [{low}, {high}] is not finite")
         if low == high:
             low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
@@ -1004,6 +1031,78 @@ class SelectionMixin:
         return None if op is None else f"{op.name}Backward"
 
 
+def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> Any:
+    """``indices`` of the k-th values along ``d``, with those of rows where that value is
+    tied replaced by the one torch's CPU ``kthvalue`` reports: the position its quickselect
+    leaves at ``k - 1`` (a host read; a row whose k-th value is not tied is left as sorted)."""
+    n = x.shape[d]
+    sorted_rows = np.moveaxis(untracked(ordered).numpy(), d, -1).reshape(-1, n)
+
+    def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else a == b
+
+    kth = sorted_rows[:, k - 1]
+    tied = np.zeros(kth.shape, bool)
+    if k >= 2:
+        tied |= same(sorted_rows[:, k - 2], kth)
+    if k < n:
+        tied |= same(sorted_rows[:, k], kth)
+    if not tied.any():
+        return indices
+    rows = np.moveaxis(untracked(x).numpy(), d, -1).reshape(-1, n)
+    picked = np.moveaxis(indices.numpy(), d, -1).reshape(-1).copy()
+    for r in np.flatnonzero(tied):
+        picked[r] = _torch_quickselect(rows[r].tolist(), k - 1)
+    shape = tuple(1 if i == d else s for i, s in enumerate(x.shape))
+    moved = picked.reshape(shape[:d] + shape[d + 1 :] + (1,))
+    return x._host(np.ascontiguousarray(np.moveaxis(moved, -1, d)), "int64")
+
+
+def _torch_quickselect(values: list, k: int) -> int:
+    """The original index torch's ``quick_select_template`` (ATen's SortingUtils.h) leaves at
+    position ``k`` of ``values``: median-of-three pivots, Hoare partitions, NaN largest."""
+
+    def after(a: Any, b: Any) -> bool:  # torch's gt_or_nan
+        return (a != a and b == b) or a > b
+
+    order = list(range(len(values)))
+
+    def swap(i: int, j: int) -> None:
+        values[i], values[j] = values[j], values[i]
+        order[i], order[j] = order[j], order[i]
+
+    low, high = 0, len(values) - 1
+    while high > low:
+        if high == low + 1:
+            if after(values[low], values[high]):
+                swap(low, high)
+            break
+        swap(low + (high - low) // 2, low + 1)
+        if after(values[low + 1], values[high]):
+            swap(low + 1, high)
+        if after(values[low], values[high]):
+            swap(low, high)
+        if after(values[low + 1], values[low]):
+            swap(low + 1, low)
+        i, j, pivot = low + 1, high, values[low]
+        while True:
+            i += 1
+            while after(pivot, values[i]):
+                i += 1
+            j -= 1
+            while after(values[j], pivot):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(low, j)
+        if j <= k:
+            low = i
+        if j >= k:
+            high = j - 1
+    return order[k]
+
+
 def _nan_lower_middle(x: Any, d: int) -> tuple[Any, Any]:
     """The lower middle of the non-NaN values along ``d`` (kept as size 1), with its index
     (sorting puts NaN last)."""
@@ -1055,8 +1154,11 @@ def _quantile(
         raise ShapeError(f"{op}: q must be a number or a 1-d tensor, got {shape_text(qs.shape)}")
     qs = qs.reshape((-1,))
     q_values = qs.numpy()
-    if q_values.size and (q_values.min() < 0 or q_values.max() > 1):
-        raise InvalidArgumentError(f"{op}: q values must be in [0, 1]")
+    outside = ~((q_values >= 0) & (q_values <= 1))  # (a NaN q is neither: refused too)
+    if outside.any():
+        raise InvalidArgumentError(
+            f"{op}: q values must be in [0, 1], got {q_values[outside][:4].tolist()}"
+        )
     if not x.ndim and dim is not None:  # 0 or -1 of a 0-d tensor: its one value, as torch's
         normalize_dim(op, dim, 0, scalar=True)
         dim, keepdim = None, False
@@ -1082,13 +1184,17 @@ def _quantile(
     elif interpolation == "nearest":
         ranks = ranks.round()
     below = ranks.floor().clamp_min(0.0).cast("int64")
-    above = ranks.ceil().clamp_min(0.0).cast("int64")
-    low, high = values.gather(-1, below), values.gather(-1, above)
-    if interpolation == "midpoint":
-        weights = (ranks - ranks.floor()).mask_fill(ranks.ne(ranks.floor()), 0.5)
-    else:
-        weights = ranks - ranks.floor()
-    out = low.lerp(high, weights).movedim(-1, 0)  # q first, as torch
+    low = values.gather(-1, below)
+    if interpolation in ("linear", "midpoint"):
+        # Only these two interpolate, as torch's: a lerp at weight 0 of an infinity would
+        # make NaN (and of -0.0, +0.0) where the value read is the result
+        above = ranks.ceil().clamp_min(0.0).cast("int64")
+        if interpolation == "midpoint":
+            weights = ranks.mul_scalar(0.0).add_scalar(0.5)
+        else:
+            weights = ranks - ranks.floor()
+        low = low.lerp(values.gather(-1, above), weights)
+    out = low.movedim(-1, 0)  # q first, as torch
     if keepdim:
         kept = (
             (1,) * x.ndim

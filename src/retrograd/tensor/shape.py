@@ -208,6 +208,8 @@ class ShapeMixin:
         return self.flip(1)
 
     def flipud(self) -> Any:
+        if self.ndim < 1:  # flip(0) takes a 0-d tensor's dim 0; torch's flipud does not
+            raise ShapeError("flipud: input must be >= 1-d, got a 0-d tensor")
         return self.flip(0)
 
     def _flip(self, dims: Any) -> Any:
@@ -366,8 +368,10 @@ class ShapeMixin:
             drop = {d for d, n in enumerate(shape) if n == 1}
         else:
             dims = int_dims("squeeze", dim)
-            drop = {normalize_dim("squeeze", d, len(shape)) for d in dims}
-            drop = {d for d in drop if shape[d] == 1}
+            named = [normalize_dim("squeeze", d, len(shape)) for d in dims]
+            if len(set(named)) != len(named):
+                raise ShapeError(f"squeeze: dim {dim!r} names a dimension more than once")
+            drop = {d for d in named if shape[d] == 1}
         if not drop:
             return _reshaped("squeeze", self, shape)
         return _reshaped("squeeze", self, tuple(n for d, n in enumerate(shape) if d not in drop))

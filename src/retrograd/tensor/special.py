@@ -47,6 +47,9 @@ from ._dispatch import (
 from .compositions import check_integer_divisor
 from .functions import allclose, float_power, isclose, where
 
+# The largest power of two each float dtype holds: 2**step is finite
+_LDEXP_STEP = {"float16": 15, "bfloat16": 127, "float32": 127, "float64": 1023}
+
 __all__ = ["GAMMAINC", "GAMMAINCC", "FrexpResult", "SpecialMixin", "float_operands", "operand"]
 
 FrexpResult = namedtuple("frexp", ["mantissa", "exponent"])
@@ -186,8 +189,8 @@ class SpecialMixin:
     def xlogy(self, other: Any) -> Any:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN), as torch's.
         The gradient in ``self`` is ``xlogy(grad, other)`` (0 for a zero ``grad``), 0 where
-        ``self`` is 0 and ``other`` is not positive (torch's); in ``other`` it is ``self /
-        other``, but 0 where ``self`` is 0 and ``other`` is 0 or infinite (torch: NaN there)."""
+        ``self`` is 0 and ``other`` is not positive (torch's); in ``other`` it is torch's
+        ``self / other``, NaN where both are 0."""
         return self._apply(XLOGY, _floats("xlogy", self, other))
 
     def logaddexp(self, other: Any) -> Any:
@@ -350,8 +353,11 @@ class SpecialMixin:
         return _nan_ignoring(self, other, "fmin", "lower_equal")
 
     def ldexp(self, other: Any) -> Any:
-        """``self * 2**other``, as torch computes it (``2**other`` in float; the product
-        promotes, so a 0-d float64 ``other`` makes an int or bool ``self``'s result float64)."""
+        """``self * 2**other``, as torch computes it: a float ``self`` with an int64 ``other``
+        exactly, in ``self``'s dtype (torch's ``std::ldexp`` kernel); otherwise ``2**other`` in
+        float and a product that promotes, so a 0-d float64 ``other`` makes an int or bool
+        ``self``'s result float64. The gradient is ``grad * 2**other`` (torch's takes the power
+        in int64, which is 0 for a negative exponent)."""
         exponent = operand(self, other, "ldexp")
         if self.dtype in FLOAT_DTYPES and exponent.dtype == "bool":
             # (torch's float kernel takes no bool exponent; an integer mantissa's promotes)
@@ -359,6 +365,20 @@ class SpecialMixin:
                 f"ldexp: not implemented for a {self.dtype} input with a bool exponent (as in "
                 "torch); cast the exponent to int64"
             )
+        if self.dtype in FLOAT_DTYPES and exponent.dtype == "int64":
+            # torch's std::ldexp kernel: in the input's own dtype, whole (2**1000 times a
+            # float64 is finite, not float32's inf). Three powers of two, each finite, span
+            # every exponent that can change the result (0 stays 0, never 0 * inf). The
+            # kernel's exponent is a C int: int64's wrap into int32 first (2**62 is 0 there)
+            top = _LDEXP_STEP[self.dtype]
+            exponent = (exponent + 2**31).remainder(2**32) - 2**31
+            exponent = exponent.clamp(-3 * top, 3 * top)
+            out = self
+            for _ in range(2):
+                step = exponent.clamp(-top, top)
+                out = out * step.cast(self.dtype).__rpow__(2.0)
+                exponent = exponent - step
+            return out * exponent.cast(self.dtype).__rpow__(2.0)
         return self * exponent.__rpow__(2.0)
 
     def frexp(self) -> Any:

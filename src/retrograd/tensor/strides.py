@@ -15,6 +15,7 @@ __all__ = [
     "elementwise_strides",
     "is_contiguous",
     "non_overlapping_and_dense",
+    "storage_offset_of",
     "strides_of",
     "view_strides",
 ]
@@ -141,6 +142,28 @@ def strides_of(t: Any) -> tuple[int, ...]:
     if kind == "as_strided":
         return params[1]
     return strides  # data, detach
+
+
+def storage_offset_of(t: Any) -> int:
+    """``t``'s storage offset as torch would have it, in elements of its root's storage (a
+    root is laid out densely from 0 by :func:`strides_of`): a slice moves it by its starts,
+    a diagonal by its offset, ``as_strided`` sets it; other views keep their base's."""
+    view = getattr(t, "_view", None)
+    if view is None:
+        return 0
+    base, kind, params = view
+    offset = storage_offset_of(base)
+    if kind == "index" and params[0] is not None:
+        strides = strides_of(base)
+        for d, piece in enumerate(params[0]):
+            offset += piece.indices(base.shape[d])[0] * strides[d]
+    elif kind == "diagonal":
+        a, b, shift = params
+        strides = strides_of(base)
+        offset += shift * strides[b] if shift >= 0 else -shift * strides[a]
+    elif kind == "as_strided":
+        offset = params[2]
+    return offset
 
 
 def _index_strides(

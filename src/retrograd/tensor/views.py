@@ -40,13 +40,20 @@ import numpy as np
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..errors import ShapeError, shape_text
 from ._dispatch import from_host, host_constant, lift, untracked
-from .strides import contiguous_strides, is_contiguous, strides_of, view_strides
+from .strides import (
+    contiguous_strides,
+    is_contiguous,
+    storage_offset_of,
+    strides_of,
+    view_strides,
+)
 
 __all__ = [
     "BASE",
     "KIND",
     "PARAMS",
     "Link",
+    "as_strided_input_positions",
     "as_strided_of",
     "as_strided_positions",
     "contiguous_strides",
@@ -445,7 +452,7 @@ def diagonal_assign(t: Any, params: tuple, values: Any) -> Any:
     return unmerged._apply("permute", (unmerged,), (inverse,))
 
 
-# -- as_strided (a view over the base's elements in row-major order) -------------------------
+# -- as_strided (a view over the input's storage, as torch's) -----------------------------
 def as_strided_positions(
     size: tuple[int, ...], stride: tuple[int, ...], storage_offset: int
 ) -> np.ndarray:
@@ -457,19 +464,68 @@ def as_strided_positions(
     return positions.reshape(size)
 
 
+def as_strided_input_positions(
+    t: Any, size: tuple[int, ...], stride: tuple[int, ...], storage_offset: int
+) -> np.ndarray:
+    """Where each element of torch's ``t.as_strided(size, stride, storage_offset)`` is among
+    ``t``'s own elements (flat, row-major), torch's storage semantics: the view reads ``t``'s
+    storage -- its root's elements, laid out by their strides -- at ``storage_offset +
+    sum(i_k * stride_k)``, so a transposed, sliced or permuted-layout ``t`` gives torch's
+    values, not those of ``t``'s elements in row-major order. A view reaching storage that is
+    not ``t``'s (an offset before a slice's first element) and an input holding one storage
+    element twice (an expanded view) are refused: their values and gradient are another
+    tensor's."""
+    root = root_of(t)
+    storage = math.prod(root.shape)
+    wanted = as_strided_positions(size, stride, storage_offset).reshape(-1)
+    if wanted.size and int(wanted.max()) >= storage:
+        raise ShapeError(
+            f"as_strided: size {list(size)}, stride {list(stride)} and storage_offset "
+            f"{storage_offset} reach storage element {int(wanted.max())}, out of bounds for "
+            f"the storage of {storage} elements of the input of shape {shape_text(t.shape)}"
+        )
+    own_strides, own_offset = strides_of(t), storage_offset_of(t)
+    if is_contiguous(t.shape, own_strides) and math.prod(t.shape) > 0:
+        positions = wanted - own_offset  # the common case: no search
+        inside = (positions >= 0) & (positions < math.prod(t.shape))
+    else:
+        own = as_strided_positions(t.shape, own_strides, own_offset).reshape(-1)
+        order = np.argsort(own, kind="stable")
+        ordered = own[order]
+        if ordered.size > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+            raise ShapeError(
+                f"as_strided: the input of shape {shape_text(t.shape)} holds a storage element "
+                f"more than once (strides {list(own_strides)}: an expanded view); take "
+                "as_strided of a .contiguous() copy"
+            )
+        found = np.minimum(np.searchsorted(ordered, wanted), max(ordered.size - 1, 0))
+        inside = ordered[found] == wanted if ordered.size else np.zeros(wanted.shape, bool)
+        positions = order[found] if ordered.size else found
+    if not inside.all():
+        outside = sorted({int(p) for p in wanted[~inside][:4]})
+        raise ShapeError(
+            f"as_strided: size {list(size)}, stride {list(stride)} and storage_offset "
+            f"{storage_offset} reach storage elements {outside} that are not the input's (a "
+            f"view of shape {shape_text(t.shape)}, strides {list(own_strides)} and storage "
+            f"offset {own_offset} of a tensor of {storage} elements); take as_strided of "
+            "the tensor it is a view of"
+        )
+    return positions.reshape(size).astype(np.int64, copy=False)
+
+
 def _as_strided_parts(t: Any, params: tuple) -> tuple[Any, Any]:
     """``t`` flattened and the positions of ``params``'s view in it, as an int64 tensor."""
-    size, stride, offset = params
     flat = t if t.ndim == 1 else t._apply("reshape", (t,), ((math.prod(t.shape),),))
-    positions = as_strided_positions(size, stride, offset).reshape(-1)
+    positions = params[3].reshape(-1)
     index = from_host(type(t)._result, positions, None, t._backend, t._device)
     return flat, index
 
 
 def as_strided_of(t: Any, params: tuple) -> Any:
-    """The view of ``params`` (``size, stride, storage_offset``) over ``t``'s elements taken in
-    row-major order: a select of those positions, whose gradient adds each incoming element
-    into the position it came from (torch's ``as_strided_backward`` for a contiguous input)."""
+    """The view of ``params`` (``size, stride, storage_offset`` and the positions among ``t``'s
+    row-major elements that :func:`as_strided_input_positions` found): a select of those
+    positions, whose gradient adds each incoming element into the position it came from
+    (torch's ``as_strided_backward`` for an input that does not overlap itself)."""
     flat, index = _as_strided_parts(t, params)
     taken = flat._apply("select", (flat, index), (0,))
     return taken._apply("reshape", (taken,), (params[0],))
@@ -480,7 +536,7 @@ def as_strided_assign(t: Any, params: tuple, values: Any) -> Any | None:
     ``values``; ``None`` where the view holds an element twice (a write there is ambiguous,
     as torch refuses it)."""
     flat, index = _as_strided_parts(t, params)
-    positions = as_strided_positions(*params)
+    positions = params[3]
     if np.unique(positions).size != positions.size:
         return None
     values = lift(t, values, "as_strided").cast(t.dtype)

@@ -2,7 +2,8 @@
 
 The bags (rows of a 2-d ``input``, or the runs of a 1-d ``input`` that ``offsets`` start) are
 one padded ``[bags, longest]`` index matrix with a mask (a 2-d ``input`` as it is, on its
-device; the runs laid out on the host, their lengths being data), the rows gathered by
+device; the runs laid out from the offsets, read on the host since their lengths make the
+shape, and the entries gathered on the device), the rows gathered by
 :func:`embedding`, and the reduction done with tensor ops over the mask: entries equal to
 ``padding_idx`` are left out of sums, means (their counts too) and maxima; an empty bag gives
 zeros. Gradients reach ``weight`` (never its ``padding_idx`` row) and ``per_sample_weights``.
@@ -29,7 +30,8 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     """The padded index matrix ``[bags, longest]``, its mask, and the flat position in
     ``input`` of each entry (for ``per_sample_weights``), as tensors on ``input``'s device.
     A 2-d ``input`` is that matrix already (no host read: on an accelerator one would stall
-    every step); the runs of a 1-d one are laid out on the host (their lengths are data)."""
+    every step); the runs of a 1-d one are laid out from its offsets on the host (their
+    lengths are data, the shape) and its entries gathered on the device."""
     made = dict(backend=input.backend, device=input.device)
     if input.ndim == 2:
         if offsets is not None:
@@ -37,7 +39,6 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
         bags, length = input.shape
         positions = arange(bags * length, dtype="int64", **made).reshape((bags, length))
         return input, ones(input.shape, dtype="bool", **made), positions
-    indices = input.numpy()
     if input.ndim != 1:
         raise ShapeError(f"{fn}: input has to be 1-d or 2-d, got {shape_text(input.shape)}")
     if offsets is None:
@@ -45,7 +46,7 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     starts = np.asarray(offsets.numpy() if isinstance(offsets, Tensor) else offsets, np.int64)
     if starts.ndim != 1:
         raise ShapeError(f"{fn}: offsets has to be a 1-d tensor, got shape {list(starts.shape)}")
-    n = indices.shape[0]
+    n = input.shape[0]
     if include_last_offset:
         starts, ends = starts[:-1], starts[1:]
     else:
@@ -60,12 +61,12 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     steps = np.arange(longest)
     mask = steps[None, :] < lengths[:, None]
     positions = np.where(mask, starts[:, None] + steps[None, :], 0)
-    padded = np.where(mask, indices[positions] if n else 0, 0)
-    return (
-        tensor(padded, dtype="int64", **made),
-        tensor(mask, **made),
-        tensor(positions, dtype="int64", **made),
-    )
+    # the entries gathered on input's device: only the offsets (the layout) are read here
+    mask, positions = tensor(mask, **made), tensor(positions, dtype="int64", **made)
+    if not n:
+        return zeros_like(positions), mask, positions
+    padded = input[positions.reshape(-1)].reshape(positions.shape)
+    return where(mask, padded, zeros_like(padded)), mask, positions
 
 
 def embedding_bag(

@@ -433,6 +433,8 @@ def huber_loss(
 ) -> Tensor:
     """``0.5 d**2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere."""
     fn = "huber_loss"
+    if not delta > 0:  # (torch's: a negative delta gave a negative loss, NaN a NaN one)
+        raise InvalidArgumentError(f"{fn}: delta must be positive, got {delta}")
     x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y

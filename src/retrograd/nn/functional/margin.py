@@ -296,7 +296,8 @@ def ctc_loss(
     impossible = x.new_full((batch, 1), _CTC_IMPOSSIBLE)
     start = np.full((batch, width), _CTC_IMPOSSIBLE)
     start[:, 0] = 0.0
-    start[:, 1] = 0.0
+    if width > 1:  # (targets of no labels, [N, 0]: the blank-only path alone)
+        start[:, 1] = 0.0
     alpha = emit[0] + x.new_tensor(start)
     skip_mask = _mask(x, skip)
     for t in range(1, steps):

@@ -305,9 +305,19 @@ def pad(
     return out if copied else out.clone()
 
 
+def _scale_factor(fn: str, name: str, value: Any) -> int:
+    """``value`` as the positive int it must be: torch refuses a float (2.5 truncated to 2
+    would give a tensor of the wrong shape, silently), a bool, zero and negatives."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise DTypeError(f"{fn}: {name} must be an int, got {value!r}")
+    if value < 1:
+        raise InvalidArgumentError(f"{fn}: expects a positive {name}, but got {value}")
+    return int(value)
+
+
 def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
     """``[*, C r^2, H, W]`` rearranged to ``[*, C, H r, W r]`` (torch's ``pixel_shuffle``)."""
-    r = int(upscale_factor)
+    r = _scale_factor("pixel_shuffle", "upscale_factor", upscale_factor)
     if x.ndim < 3 or x.shape[-3] % (r * r):
         raise ShapeError(
             f"pixel_shuffle: expected [*, C*{r}^2, H, W] with channels divisible by {r * r}, "
@@ -323,7 +333,7 @@ def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
 
 def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
     """The inverse of :func:`pixel_shuffle`: ``[*, C, H r, W r]`` to ``[*, C r^2, H, W]``."""
-    r = int(downscale_factor)
+    r = _scale_factor("pixel_unshuffle", "downscale_factor", downscale_factor)
     if x.ndim < 3 or x.shape[-1] % r or x.shape[-2] % r:
         raise ShapeError(
             f"pixel_unshuffle: height and width of {shape_text(x.shape)} must divide by {r}"

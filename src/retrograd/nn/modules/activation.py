@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, ShapeError, shape_text
 from ...tensor import Tensor, full
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
@@ -168,6 +168,11 @@ class Softmax2d(Module):
     """Softmax over the channels of ``[N, C, H, W]`` (or ``[C, H, W]``)."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4):  # dim -3 of another rank is not the channels
+            raise ShapeError(
+                f"Softmax2d: expected input to be 3D or 4D, got {x.ndim}D of shape "
+                f"{shape_text(x.shape)}"
+            )
         return F.softmax(x, -3)
 
 

@@ -8,7 +8,13 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError, KeyMismatchError, check_iterable
+from ...errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    KeyMismatchError,
+    check_iterable,
+)
 from ...tensor import Tensor
 from ..parameter import Parameter
 from .module import Module
@@ -152,6 +158,45 @@ class Sequential(_Indexed):
         for module in self._modules.values():
             x = module(x)
         return x
+
+    def insert(self, index: int, module: Module) -> Sequential:
+        """``module`` put at ``index`` (torch's: an index past either end is refused, not
+        clamped as a list's ``insert`` clamps it)."""
+        size = len(self._modules)
+        if isinstance(index, int) and not isinstance(index, bool) and not -size <= index <= size:
+            raise IndexOutOfRangeError(
+                f"Sequential.insert: index {index} is out of range for {size} modules"
+            )
+        super().insert(index, module)
+        return self
+
+    # torch's operators: ``a + b`` chains two Sequentials, ``a * n`` repeats one n times (the
+    # same module objects, so the repeats share their parameters)
+    def __add__(self, other: Sequential) -> Sequential:
+        return Sequential(*self._modules.values()).__iadd__(other)
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        if not isinstance(other, Sequential):
+            raise InvalidArgumentError(
+                "Sequential: + supports only another Sequential, got " + type(other).__name__
+            )
+        return self.extend(list(other._modules.values()))
+
+    def __mul__(self, times: int) -> Sequential:
+        return Sequential(*self._modules.values()).__imul__(times)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, times: int) -> Sequential:
+        if isinstance(times, bool) or not isinstance(times, int):
+            raise DTypeError(
+                f"Sequential: * takes an int number of repeats, got {type(times).__name__}"
+            )
+        if times <= 0:
+            raise InvalidArgumentError(
+                f"Sequential: non-positive multiplication factor {times} for Sequential"
+            )
+        return self.extend(list(self._modules.values()) * (times - 1))
 
 
 class ModuleList(_Indexed):

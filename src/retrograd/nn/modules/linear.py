@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ShapeError, shape_text
+from ...errors import IndexOutOfRangeError, ShapeError, shape_text
 from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -140,6 +140,18 @@ class NonDynamicallyQuantizableLinear(Linear):
     a ``Linear`` in every respect: arguments, layout, initialization, state-dict keys)."""
 
 
+def padding_index(op: str, padding_idx: Any, num_embeddings: int) -> int | None:
+    """``padding_idx`` as a row of the table (a negative one counted from its end), refused
+    where it names no row: ``-5`` of 3 rows was kept as ``-2``, another row than any given."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise IndexOutOfRangeError(
+            f"{op}: padding_idx must be within num_embeddings ({num_embeddings}), got {padding_idx}"
+        )
+    return padding_idx + num_embeddings if padding_idx < 0 else padding_idx
+
+
 class Embedding(Module):
     """A lookup table ``weight`` ``[num_embeddings, embedding_dim]``, rows drawn from N(0, 1)
     (the ``padding_idx`` row zero), as PyTorch's.
@@ -167,8 +179,7 @@ class Embedding(Module):
         super().__init__()
         dtype = dtype or default_float_dtype()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        if padding_idx is not None and padding_idx < 0:
-            padding_idx += num_embeddings
+        padding_idx = padding_index("Embedding", padding_idx, num_embeddings)
         self.padding_idx = padding_idx
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse

@@ -9,7 +9,7 @@ from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .linear import Embedding, embedding_options
+from .linear import Embedding, embedding_options, padding_index
 from .module import Module
 
 __all__ = ["Embedding", "EmbeddingBag"]
@@ -42,8 +42,7 @@ class EmbeddingBag(Module):
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
         self.include_last_offset = include_last_offset
-        if padding_idx is not None and padding_idx < 0:
-            padding_idx += num_embeddings
+        padding_idx = padding_index("EmbeddingBag", padding_idx, num_embeddings)
         self.padding_idx = padding_idx
         if _weight is None:
             shape = (num_embeddings, embedding_dim)
