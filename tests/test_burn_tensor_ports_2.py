@@ -238,13 +238,13 @@ def test_max_dim_min_dim():
     eq(f.max_dim(1), [[2], [5]])
     eq(f.max_dim(-1), [[2], [5]])
     z = f.int()
-    eq(z.max_dim(0), [[3, 4, 5]], "int64")
-    eq(z.max_dim(1), [[2], [5]], "int64")
+    eq(z.max_dim(0), [[3, 4, 5]], "int32")
+    eq(z.max_dim(1), [[2], [5]], "int32")
     eq(f.min_dim(0), [[0, 1, 2]])
     eq(f.min_dim(1), [[0], [3]])
     eq(f.min_dim(-1), [[0], [3]])
-    eq(z.min_dim(0), [[0, 1, 2]], "int64")
-    eq(z.min_dim(1), [[0], [3]], "int64")
+    eq(z.min_dim(0), [[0, 1, 2]], "int32")
+    eq(z.min_dim(1), [[0], [3]], "int32")
 
 
 def test_max_min_dim_with_indices():
@@ -269,8 +269,8 @@ def test_whole_max_min():
     eq(t.max(), inf)
     eq(t.min(), -inf)
     i = rg.tensor([3.0, -2.0, 7.0, 1.0]).int()
-    eq(i.max(), 7, "int64")
-    eq(i.min(), -2, "int64")
+    eq(i.max(), 7, "int32")
+    eq(i.min(), -2, "int32")
     for values in ([nan, 1.0, 2.0], [1.0, nan, 2.0], [1.0, 2.0, nan]):
         assert np.isnan(rg.tensor(values).max().item())
         assert np.isnan(rg.tensor(values).min().item())

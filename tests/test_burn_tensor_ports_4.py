@@ -85,12 +85,12 @@ def test_int_abs_sign_cast():
     eq(rg.tensor(np.array([[smallest]])).abs(), [[smallest]])  # wraps, as Burn's and torch's
     eq(rg.tensor([[-2, -1, 2], [3, 0, -5]]).sign(), [[-1, -1, 1], [1, 0, -1]], "int64")
     eq(rg.tensor([[0, 43, 0], [2, -4, 31]]).bool(), [[N, Y, N], [Y, Y, Y]], "bool")
-    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).int(), [[1, 0, 1], [0, 0, 1]], "int64")
+    eq(rg.tensor([[Y, N, Y], [N, N, Y]]).int(), [[1, 0, 1], [0, 0, 1]], "int32")
     eq(rg.tensor([[1, 2, 3], [4, 5, 6]]).cast("float32"), [[1, 2, 3], [4, 5, 6]], "float32")
     eq(rg.tensor([1, 2, 3]).cast("int64"), [1, 2, 3], "int64")
     eq(rg.tensor([1, 2, 3, 4]).flip([0]).float(), [4, 3, 2, 1], "float32")
     eq(rg.tensor([[Y, N, Y], [N, N, Y]]).cast("float32"), [[1, 0, 1], [0, 0, 1]], "float32")
-    eq(rg.tensor([Y, N, Y, N]).flip([0]).int(), [0, 1, 0, 1], "int64")
+    eq(rg.tensor([Y, N, Y, N]).flip([0]).int(), [0, 1, 0, 1], "int32")
     eq(rg.tensor([Y, N, Y, N]).flip([0]).float(), [0, 1, 0, 1], "float32")
     eq(rg.tensor([[Y, N], [N, Y]]).flip([0]).int(), [[0, 1], [1, 0]])
 
@@ -760,7 +760,7 @@ def test_int_shape_ops():
         ],
         1,
     )
-    eq(x.unfold(1, 3, 2), expected, "int64")
+    eq(x.unfold(1, 3, 2), expected, "int32")
     eq(
         rg.zeros((8, 4, 8), dtype="int64") + rg.arange(0, 32).reshape([1, 4, 8]),
         np.broadcast_to(np.arange(32).reshape(1, 4, 8), (8, 4, 8)),

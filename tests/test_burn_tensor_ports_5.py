@@ -374,7 +374,7 @@ def test_cast():
         [[False, True, False], [True, True, True]],
         "bool",
     )
-    eq(rg.tensor([[1.0, 2.0, 3.0], [4.4, 5.5, 6.6]]).int(), [[1, 2, 3], [4, 5, 6]], "int64")
+    eq(rg.tensor([[1.0, 2.0, 3.0], [4.4, 5.5, 6.6]]).int(), [[1, 2, 3], [4, 5, 6]], "int32")
     eq(rg.tensor([[1, 2, 3], [4, 5, 6]]).float(), [[1, 2, 3], [4, 5, 6]], "float32")
     eq(rg.tensor([[True, False, True], [False, False, True]]).float(), [[1, 0, 1], [0, 0, 1]])
     data = [[1.0, 2.0, 3.0], [4.4, 5.5, 6.6]]

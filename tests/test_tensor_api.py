@@ -16,7 +16,8 @@ def test_default_dtypes():
     assert rg.tensor([[1, 2], [3, 4]]).dtype == "int64"  # ints are int64, as in torch
     assert rg.tensor([True, False]).dtype == "bool"
     assert rg.tensor(np.array([1.0, 2.0])).dtype == "float64"  # NumPy keeps its dtype
-    assert rg.tensor(np.array([1, 2], dtype=np.int32)).dtype == "int64"
+    assert rg.tensor(np.array([1, 2], dtype=np.int32)).dtype == "int32"  # kept, as torch's
+    assert rg.tensor(np.array([1, 2], dtype=np.int16)).dtype == "int64"
     assert rg.tensor([1, 2], dtype="int64").dtype == "int64"
     assert rg.arange(0, 5).dtype == "int64"
     assert rg.zeros((2,)).dtype == "float32"
@@ -58,7 +59,7 @@ def test_conversions():
     assert np.asarray(t).dtype == np.float32
     assert rg.tensor(3.0).item() == 3.0
     assert float(rg.tensor([2.0])) == 2.0
-    assert t.int().dtype == "int64" and t.int().tolist() == [[1, 2]]
+    assert t.int().dtype == "int32" and t.int().tolist() == [[1, 2]]
     assert t.bool().dtype == "bool"
     assert rg.tensor([1, 0], dtype="int64").float().dtype == "float32"
     assert t.cast("float64").dtype == "float64"

@@ -45,8 +45,12 @@ _DTYPES = {
     "float64": np.dtype(np.float64),
     "int64": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
+    "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32),
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+#: the dtypes whose sums and products are int64, as torch's (NumPy's of uint8 are uint64)
+_WIDENED = {np.dtype(np.uint8): np.int64, np.dtype(np.int32): np.int64}
 
 
 class _Generator:
@@ -147,15 +151,17 @@ def floats_of_big_ints(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
-    """Map an array made from user data onto the four dtypes retrograd knows."""
+    """Map an array made from user data onto the host dtypes retrograd knows."""
     kind = array.dtype.kind
-    if kind in "uO":  # unsigned ints become int64 (floats stay floats); ints past int64's
-        check_int64_range(array)  # range give an object array: named, not "dtype object"
+    if kind in "uO":  # unsigned ints but uint8 become int64 (floats stay floats); ints past
+        check_int64_range(array)  # int64's range give an object array: named, not "dtype object"
     if kind == "b":
         return array
     if isinstance(data, np.ndarray | np.generic):
         if kind == "f":
             return array if array.dtype in (np.float32, np.float64) else array.astype(np.float32)
+        if array.dtype in (np.uint8, np.int32):  # kept, as torch.from_numpy keeps them
+            return array
         if kind in "iu":
             return array.astype(np.int64, copy=False)
     elif kind in "fiu":
@@ -580,14 +586,14 @@ class NumpyBackend(
     # -- reductions ---------------------------------------------------------------------------
     def sum(self, x):
         # what np.sum calls, without its Python-level argument handling (the same reduction)
-        return np.add.reduce(x, axis=None)
+        return np.add.reduce(x, axis=None, dtype=_WIDENED.get(x.dtype))
 
     def sum_dim(self, x, dims):
         if _leading_column_sum(x, dims):
             rows = x.reshape(-1, int(np.prod(x.shape[len(dims) :])))
             total = np.matmul(np.ones(rows.shape[0], x.dtype), rows)
             return total.reshape((1,) * len(dims) + x.shape[len(dims) :])
-        return np.sum(x, axis=dims, keepdims=True)
+        return np.sum(x, axis=dims, keepdims=True, dtype=_WIDENED.get(x.dtype))
 
     def mean(self, x):
         if x.size == 0:  # NaN, as torch, without NumPy's "mean of empty slice" warnings
@@ -601,10 +607,10 @@ class NumpyBackend(
         return np.mean(x, axis=dims, keepdims=True)
 
     def prod(self, x):
-        return np.prod(x)
+        return np.prod(x, dtype=_WIDENED.get(x.dtype))
 
     def prod_dim(self, x, dim):
-        return np.prod(x, axis=dim, keepdims=True)
+        return np.prod(x, axis=dim, keepdims=True, dtype=_WIDENED.get(x.dtype))
 
     def max(self, x):
         return np.max(x)
@@ -628,10 +634,14 @@ class NumpyBackend(
 
     # -- cumulative, sorting ------------------------------------------------------------------
     def cumsum(self, x, dim):
-        return np.cumsum(x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else None)
+        return np.cumsum(
+            x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else _WIDENED.get(x.dtype)
+        )
 
     def cumprod(self, x, dim):
-        return np.cumprod(x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else None)
+        return np.cumprod(
+            x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else _WIDENED.get(x.dtype)
+        )
 
     def cummax(self, x, dim):
         return _cumulative_extreme(x, dim, np.maximum)

@@ -15,6 +15,8 @@ Conventions, so that implementations stay small:
   ``swap_dims``, which also accepts negative dims.
 - ``*_dim`` reductions keep the reduced dimensions with size 1, as in Burn.
 - Ops returning ``(values, indices)`` give int64 indices along the reduced/sorted dimension.
+- Sums and products (``sum``, ``sum_dim``, ``prod``, ``prod_dim``, ``cumsum``, ``cumprod``) of
+  ``bool``, ``uint8`` and ``int32`` are int64, as torch's; other dtypes keep theirs.
 - ``*_scalar`` operations take a Python scalar as second operand; ``r*_scalar`` put it first.
 - Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
 - Nothing is modified in place: every method returns a new primitive (which may share memory
@@ -47,6 +49,7 @@ from .protocol_rnn import RecurrentProtocol
 __all__ = [
     "DTYPES",
     "FLOAT_DTYPES",
+    "INT_DTYPES",
     "ITEMSIZE",
     "METADATA",
     "PROTOCOL_OPS",
@@ -57,11 +60,22 @@ __all__ = [
 ]
 
 #: Every dtype name of the protocol.
-DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
+DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16", "uint8", "int32")
 #: The floating-point dtypes: the ones gradients flow through.
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: The integer dtypes (bool apart), widest first.
+INT_DTYPES = ("int64", "int32", "uint8")
 #: Bytes per element of each dtype.
-ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
+ITEMSIZE = {
+    "float32": 4,
+    "float64": 8,
+    "int64": 8,
+    "bool": 1,
+    "bfloat16": 2,
+    "float16": 2,
+    "uint8": 1,
+    "int32": 4,
+}
 
 #: torch's default dtype: the one Python floats and floating tensors made without a dtype take.
 #: Process-wide, as torch's (``rg.set_default_dtype``); kept here, below every layer that makes

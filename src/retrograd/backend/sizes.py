@@ -109,7 +109,16 @@ def pool_output_size(
 
 #: bytes per element of each dtype (the backend protocol's table, repeated to keep this module
 #: free of imports from the kernels' side)
-_ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "bool": 1, "bfloat16": 2, "float16": 2}
+_ITEMSIZE = {
+    "float32": 4,
+    "float64": 8,
+    "int64": 8,
+    "bool": 1,
+    "bfloat16": 2,
+    "float16": 2,
+    "uint8": 1,
+    "int32": 4,
+}
 
 
 @functools.lru_cache(maxsize=1)

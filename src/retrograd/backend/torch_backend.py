@@ -21,7 +21,7 @@ with the host stream's seed whenever that is seeded or restored (``rg.seed``,
 ``rg.set_rng_state``), so runs repeat, with values of their own. Either choice can be asked
 for on any device.
 
-Dtypes: ``float32 float64 int64 bool`` and the half types ``bfloat16 float16``.
+Dtypes: ``float32 float64 int64 int32 uint8 bool`` and the half types ``bfloat16 float16``.
 
 Index checks (:meth:`TorchBackend.check_index_range`) never copy indices to the host on a
 device: on CUDA (or with ``deferred_index_checks=True``) each check leaves two device scalars
@@ -65,9 +65,13 @@ _DTYPES = {
     "bool": torch.bool,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
+    "uint8": torch.uint8,
+    "int32": torch.int32,
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 _HALF = ("bfloat16", "float16")
+#: the dtypes torch sums and multiplies in int64
+_WIDENED = (torch.bool, torch.uint8, torch.int32)
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -622,7 +626,7 @@ class TorchBackend(
 
     def sum_dim(self, x, dims):
         if not dims:  # torch sums over every dimension for dim=(); NumPy over none
-            return x.to(torch.int64) if x.dtype is torch.bool else x
+            return x.to(torch.int64) if x.dtype in _WIDENED else x
         return torch.sum(x, dim=dims, keepdim=True)
 
     def mean(self, x):

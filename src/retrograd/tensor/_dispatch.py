@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import DTYPES, FLOAT_DTYPES, default_float_dtype
+from ..backend.protocol import DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..device import CPU0, Device
 from ..errors import (
     AutodiffError,
@@ -57,6 +57,8 @@ __all__ = [
     "DTYPES",
     "FLOAT",
     "FLOAT_DTYPES",
+    "INT_DTYPES",
+    "NARROW_INTS",
     "SCALARS",
     "TensorBase",
     "TensorOp",
@@ -80,9 +82,22 @@ __all__ = [
     "scalar_value",
     "untracked",
     "wrap",
+    "wrapped_int",
+    "written_scalar",
 ]
 
-_RANK = {"bool": 0, "int64": 1, "bfloat16": 2, "float16": 2, "float32": 3, "float64": 4}
+# torch's promotion lattice restricted to retrograd's dtypes: a chain, but for the two half
+# types, which meet at float32
+_RANK = {
+    "bool": 0,
+    "uint8": 1,
+    "int32": 2,
+    "int64": 3,
+    "bfloat16": 4,
+    "float16": 4,
+    "float32": 5,
+    "float64": 6,
+}
 SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
 
 # The dtype rules of a binary TensorOp, compared by identity on the hot path.
@@ -150,7 +165,7 @@ def result_dtype(a: str, b: str) -> str:
 
 
 def _category(dtype: str) -> int:
-    return 2 if dtype in FLOAT_DTYPES else (1 if dtype == "int64" else 0)
+    return 2 if dtype in FLOAT_DTYPES else (1 if dtype in INT_DTYPES else 0)
 
 
 def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
@@ -203,9 +218,46 @@ def scalar_value(value: Any, dtype: str) -> Any:
     """``value`` as the Python scalar a kernel of ``dtype`` takes."""
     if dtype in FLOAT_DTYPES:
         return float(value)
-    if dtype == "int64":
-        return int(value)
+    if dtype in INT_DTYPES:
+        return wrapped_int(value, dtype)
     return bool(value)
+
+
+#: the narrow integer dtypes: (modulus, lowest value)
+_NARROW_INTS = {"uint8": (2**8, 0), "int32": (2**32, -(2**31))}
+#: torch's bounds of a number written into a uint8 or int32 tensor: (integers, floats)
+NARROW_INTS = {"uint8": ((-255, 255), (0, 255)), "int32": ((-(2**31), 2**31 - 1),) * 2}
+
+
+def wrapped_int(value: Any, dtype: str) -> int:
+    """Integer ``value`` as a kernel of integer ``dtype`` takes it: on a narrow dtype (uint8,
+    int32) wrapped into its range, as torch casts a scalar operand (``uint8 + 300`` adds 44,
+    ``uint8 < -1`` compares with 255)."""
+    value = int(value)
+    narrow = _NARROW_INTS.get(dtype)
+    if narrow is None:
+        return value
+    modulus, low = narrow
+    return (value - low) % modulus + low
+
+
+def written_scalar(op: str, value: Any, dtype: str) -> Any:
+    """Number ``value`` as torch writes it into a tensor of ``dtype`` (``full``, ``fill_``,
+    ``masked_fill``, ``x[i] = value``): into uint8 or int32, a negative integer wraps (``-1``
+    is 255), a float is truncated, and a value past torch's bounds is refused (``300``), where
+    arithmetic wraps it (``uint8 + 300``); other dtypes' values come back as they are."""
+    bounds = NARROW_INTS.get(dtype)
+    if bounds is None:
+        return value
+    if isinstance(value, bool | np.bool_):
+        return int(value)
+    integral = isinstance(value, numbers.Integral)
+    low, high = bounds[0 if integral else 1]
+    if not low <= value <= high:  # (NaN too)
+        raise InvalidArgumentError(
+            f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
+        )
+    return wrapped_int(value, dtype) if integral else int(value)
 
 
 def check_same_dtype(op: str, x: Any, source: Any) -> None:
@@ -246,15 +298,16 @@ def checked_generator(op: str, generator: Any) -> Any:
 
 def int_argument(op: str, value: Any, name: str = "argument") -> Any:
     """``value`` as torch's argument parser reads an int (a size, a count, a dimension, an
-    index): a 0-d int64 tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
+    index): a 0-d int64 or int32 tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
     ``topk(k=t)``), a 0-d tensor of another dtype is refused as torch refuses it (a
     :class:`~retrograd.errors.DTypeError`); anything else comes back as given, for the
     caller's own checks. The one place every int argument goes through for this."""
     if isinstance(value, TensorBase) and value.ndim == 0:
-        if value.dtype == "int64":
+        if value.dtype in ("int64", "int32"):
             return int(value.item())
         raise DTypeError(
-            f"{op}: {name} must be an int (or a 0-d int64 tensor), got a 0-d {value.dtype} tensor"
+            f"{op}: {name} must be an int (or a 0-d int64 or int32 tensor), got a 0-d "
+            f"{value.dtype} tensor"
         )
     return value
 
@@ -781,6 +834,10 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, TensorBase) and value._backend.dtype(value._prim) == "bool"
 
 
+def _is_plain_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
@@ -799,6 +856,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
             t = None
         if t is not None:
             if rule is COMPARE:
+                if t._backend.dtype(t._prim) in _NARROW_INTS and _is_plain_int(value):
+                    value = wrapped_int(value, t._backend.dtype(t._prim))
                 return _run(op.name, op.scalar, (t,), (value,))
             dtype = t._backend.dtype(t._prim)
             target = (

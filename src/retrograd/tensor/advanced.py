@@ -22,7 +22,7 @@ import numpy as np
 from ..autodiff.grad_mode import is_grad_enabled
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
-from ._dispatch import SCALARS, TensorBase, from_host, lift
+from ._dispatch import SCALARS, TensorBase, from_host, lift, written_scalar
 
 __all__ = ["get_index", "index_items", "index_put", "set_index", "split_bool_scalars"]
 
@@ -45,13 +45,23 @@ def index_items(index: Any) -> tuple[Any, ...]:
 
 
 def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``index`` with each 0-d int64 tensor read as its integer: torch's indexing takes one
-    as a Python int (a select, giving a view, in get and set alike), not as an index tensor
-    (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims first)."""
-    return tuple(
-        int(i.item()) if isinstance(i, TensorBase) and i.ndim == 0 and i.dtype == "int64" else i
-        for i in index
-    )
+    """``index`` with each 0-d int64 or int32 tensor read as its integer: torch's indexing
+    takes one as a Python int (a select, giving a view, in get and set alike), not as an index
+    tensor (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims
+    first); and each uint8 tensor or array read as the bool mask torch reads it as (its legacy
+    byte masks)."""
+    return tuple(_int_scalar(i) for i in index)
+
+
+def _int_scalar(item: Any) -> Any:
+    if isinstance(item, TensorBase):
+        if item.dtype == "uint8":
+            return item.cast("bool")
+        if item.ndim == 0 and item.dtype in ("int64", "int32"):
+            return int(item.item())
+    elif isinstance(item, np.ndarray) and item.dtype == np.uint8:
+        return item.astype(np.bool_)
+    return item
 
 
 def _is_bool_scalar(item: Any) -> bool:
@@ -168,9 +178,11 @@ def _as_index(t: Any, item: Any) -> Any:
                 f"indexing: tensors used as indices must be long, int or bool, got {array.dtype}"
             )
         tensor = from_host(type(t)._result, array, None, t._backend, t._device)
+    if tensor.dtype == "int32":
+        return tensor.cast("int64")
     if tensor.dtype not in ("int64", "bool"):
         raise IndexOutOfRangeError(
-            f"indexing: tensors used as indices must be long or bool, got {tensor.dtype}"
+            f"indexing: tensors used as indices must be long, int or bool, got {tensor.dtype}"
         )
     return tensor
 
@@ -302,6 +314,7 @@ def index_put(y: Any, advanced: list[tuple[int, Any]], value: Any, accumulate: b
 
 def _host_value(y: Any, value: Any) -> Any:
     if isinstance(value, SCALARS):
+        value = written_scalar("setitem", value, y.dtype)
         return from_host(type(y)._result, np.asarray(value), y.dtype, y._backend, y._device)
     return np.asarray(value)
 
@@ -318,7 +331,14 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
     # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
-    index = int_scalars(index_items(index))
+    index = index_items(index)
+    for item in index:  # (torch reads a byte mask in a get, refuses it here: index_put_)
+        if isinstance(item, TensorBase) and item.dtype == "uint8":
+            raise DTypeError(
+                "setitem: a uint8 mask is not supported for writing (as torch's index_put_); "
+                "use a bool mask (mask.bool())"
+            )
+    index = int_scalars(index)
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)

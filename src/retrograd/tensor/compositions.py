@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
+from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
-from ._dispatch import lift, promote, untracked, wrap
+from ._dispatch import lift, promote, promoted_dtype, scalar_dtype, untracked, wrap, wrapped_int
+
+#: the dtypes integer arithmetic takes (bools count as integers)
+_INTEGRAL = (*INT_DTYPES, "bool")
 
 __all__ = [
     "bounded",
@@ -40,11 +43,7 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
     if result is None:  # (the fused products: their own checks ran)
         if isinstance(alpha, float) and isinstance(other, int | bool):
             return other * alpha
-        if (
-            hasattr(other, "dtype")
-            and other.dtype in ("int64", "bool")
-            and isinstance(alpha, float)
-        ):
+        if hasattr(other, "dtype") and other.dtype in _INTEGRAL and isinstance(alpha, float):
             if not float(alpha).is_integer():
                 raise DTypeError(f"{op}: a float alpha ({alpha}) for an integer tensor")
             alpha = int(alpha)
@@ -61,6 +60,8 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
     ):
         # torch multiplies in int64: the product wraps (3 * (2**63 - 1) is 2**63 - 3)
         return (int(other) * int(alpha) + 2**63) % 2**64 - 2**63
+    if result in INT_DTYPES and isinstance(other, int | np.integer) and isinstance(alpha, int):
+        return wrapped_int(int(other) * alpha, result)  # (uint8, int32: wrapped as torch's)
     return other * alpha
 
 
@@ -87,8 +88,27 @@ def bounded(x: Any, bound: Any, side: str) -> Any:
 
 def _integral(x: Any) -> bool:
     if hasattr(x, "dtype"):
-        return x.dtype in ("int64", "bool")
+        return x.dtype in _INTEGRAL
     return isinstance(x, int | np.integer | bool | np.bool_)
+
+
+def _integer_result(a: Any, b: Any) -> str:
+    """The dtype of an integer op of tensor ``a`` and ``b`` (a tensor or a Python integer), by
+    torch's promotion (bools with bools: int64, the kernels having no bool version)."""
+    if hasattr(b, "dtype"):
+        dtype = promoted_dtype(a.dtype, b.dtype, tuple(a.shape), tuple(b.shape))
+    else:
+        dtype = scalar_dtype(a.dtype, b)
+    return "int64" if dtype == "bool" else dtype
+
+
+def _as_int64(like: Any, value: Any, dtype: str) -> Any:
+    """``value`` (an integer or bool tensor, or a Python integer) as the int64 tensor that holds
+    its values once cast to ``dtype`` (torch casts the operands to the result's dtype, a narrow
+    one wrapping them), on ``like``'s backend and device."""
+    if not hasattr(value, "dtype"):
+        return wrap(like, like._backend.full((), wrapped_int(value, dtype), "int64", like._device))
+    return lift(like, value, "div").cast(dtype).cast("int64")
 
 
 def check_integer_divisor(op: str, a: Any, b: Any) -> None:
@@ -110,8 +130,9 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
 
 
 def integer_power(base: Any, exponent: Any) -> Any | None:
-    """torch's power of integers: an int64 result when both are integers (bools count as
-    integers); ``None`` when either is a float. A negative Python exponent is refused, as
+    """torch's power of integers: an integer result when both are integers (bools count as
+    integers; the dtype promoted as torch's, uint8 powers wrapping); ``None`` when either is
+    a float. A negative Python exponent is refused, as
     torch refuses it; a negative entry of an exponent tensor gives torch's integer result
     (1 for a base of 1, +-1 for -1 by the exponent's parity, 0 otherwise)."""
     if not (_integral(base) and _integral(exponent)):
@@ -120,18 +141,22 @@ def integer_power(base: Any, exponent: Any) -> Any | None:
         raise InvalidArgumentError(
             f"pow: integers to negative integer powers are not allowed (exponent {exponent})"
         )
-    # (the backend's integer power: exact, and wrapping on overflow as torch's kernel does)
+    # (the backend's integer power: exact, and wrapping on overflow as torch's kernel does;
+    # computed in int64, whose wrapping agrees with the narrower dtypes' modulo their size)
     if not hasattr(exponent, "dtype"):
-        base = base.cast("int64")
-        return base._apply("pow_scalar", (base,), (int(exponent),))
-    exponent = exponent.cast("int64")
-    base = _int64(exponent, base)
+        dtype = _integer_result(base, exponent)
+        base = base.cast(dtype).cast("int64")
+        return base._apply("pow_scalar", (base,), (int(exponent),)).cast(dtype)
+    dtype = _integer_result(exponent, base) if not hasattr(base, "dtype") else None
+    dtype = dtype or _integer_result(base, exponent)
+    exponent = exponent.cast(dtype).cast("int64")
+    base = _as_int64(exponent, base, dtype)
     negative = exponent.lower_elem(0)
     power = base._apply("pow", (base, exponent.mask_fill(negative, 0)))
     odd = exponent.remainder(2).equal_elem(1)
     minus_one = odd.cast("int64") * -2 + 1  # (-1) ** exponent
     small = base.equal_elem(1).cast("int64") + base.equal_elem(-1).cast("int64") * minus_one
-    return power.mask_where(negative, small)
+    return power.mask_where(negative, small).cast(dtype)
 
 
 def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
@@ -144,27 +169,20 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
         a = lift(b, a, "div")
     if a.dtype == "bool" and (getattr(b, "dtype", None) == "bool" or isinstance(b, bool)):
         raise DTypeError(f"div (rounding_mode={mode!r}): not implemented for bool tensors")
-    b_integral = (hasattr(b, "dtype") and b.dtype in ("int64", "bool")) or (
+    b_integral = (hasattr(b, "dtype") and b.dtype in _INTEGRAL) or (
         isinstance(b, int | np.integer | np.bool_)  # a Python bool too: torch's int
     )
-    if a.dtype in ("int64", "bool") and b_integral:
+    if a.dtype in _INTEGRAL and b_integral:
         check_integer_divisor(f"div (rounding_mode={mode!r})", a, b)
-        x, y = a.cast("int64"), _int64(a, b)
+        dtype = _integer_result(a, b)
+        x, y = a.cast(dtype).cast("int64"), _as_int64(a, b, dtype)
         if mode == "trunc":  # (an exact multiple of y: its floor quotient is the truncated one)
             x = x - x.fmod(y)
-        return x._apply("floor_divide", (x, y))
+        return x._apply("floor_divide", (x, y)).cast(dtype)
     quotient = a / b
     if mode == "trunc":
         return _zero_gradient(untracked(quotient).trunc(), a, b)
     return _floor_quotient(a, b, quotient)
-
-
-def _int64(like: Any, value: Any) -> Any:
-    """``value`` (an integer or bool tensor, or a Python integer) as an int64 tensor on
-    ``like``'s backend and device."""
-    if not hasattr(value, "dtype"):
-        return wrap(like, like._backend.full((), int(value), "int64", like._device))
-    return lift(like, value, "div").cast("int64")
 
 
 def _zero_gradient(out: Any, a: Any, b: Any) -> Any:

@@ -295,12 +295,12 @@ class Tensor(
         return bool(self.item())
 
     def __index__(self) -> int:
-        """torch's: an int64 or bool tensor of one element is an int (``[a, b][t]``,
+        """torch's: an integer or bool tensor of one element is an int (``[a, b][t]``,
         ``range(t)``); anything else is a ``TypeError`` (``DTypeError``), as torch's, so that
         Python's fallbacks run (``bytes(t)`` iterates a tensor that is not an index)."""
-        if self.dtype not in ("int64", "bool") or self.numel() != 1:
+        if self.dtype in FLOAT_DTYPES or self.numel() != 1:
             raise DTypeError(
-                "__index__: only an int64 or bool tensor of one element can be used as an "
+                "__index__: only an integer or bool tensor of one element can be used as an "
                 f"index, got a {shape_text(self.shape)} {self.dtype} tensor"
             )
         return int(self.item())
@@ -362,9 +362,8 @@ class Tensor(
         return self.cast("int64")
 
     def int(self) -> Tensor:
-        """Cast to int64: torch's ``int()`` gives int32, which retrograd does not have; its one
-        integer dtype is int64 (``rg.int32`` tensors are refused with an error)."""
-        return self.cast("int64")
+        """Cast to int32 (wrapping values past its range, as torch's)."""
+        return self.cast("int32")
 
     def bool(self) -> Tensor:
         return self.cast("bool")
@@ -378,7 +377,7 @@ class Tensor(
         return self.cast("bfloat16")
 
     def byte(self) -> Tensor:
-        """torch's uint8 cast: refused, retrograd has no uint8 (use ``long()`` or ``bool()``)."""
+        """Cast to uint8 (wrapping values modulo 256, floats truncated toward zero, as torch's)."""
         return self.cast("uint8")
 
     def type(self, dtype: Any = None, non_blocking: bool = False) -> Any:

@@ -24,12 +24,15 @@ from . import functions
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
+    INT_DTYPES,
+    NARROW_INTS,
     checked_generator,
     from_host,
     int_argument,
     int_arguments,
     preserved_layout,
     untracked,
+    written_scalar,
 )
 from .compositions import _zero_gradient
 from .core import Tensor
@@ -129,7 +132,8 @@ def tensor(
 
     Python floats take the default float dtype (float32 unless :func:`rg.set_default_dtype
     <retrograd.set_default_dtype>` changed it), ints int64, bools bool (torch's rules); a NumPy
-    array or a torch tensor keeps its dtype (float64 stays float64, other ints become int64).
+    array or a torch tensor keeps its dtype (float64 stays float64, uint8 and int32 stay; other
+    ints become int64).
     ``requires_grad=True`` makes it a leaf that requires grad.
 
     >>> import retrograd as rg
@@ -144,7 +148,21 @@ def tensor(
         data = _scalars_of_tensors(data)
     if dtype is None and not isinstance(data, np.ndarray | np.generic):
         dtype = _foreign_dtype(data) or _python_dtype(data)
+    elif dtype in NARROW_INTS and isinstance(data, list | tuple | numbers.Number):
+        _check_narrow_data("tensor", data, dtype)
     return _requiring(from_host(Tensor, data, dtype, backend, device), requires_grad)
+
+
+def _check_narrow_data(op: str, data: Any, dtype: str) -> None:
+    """torch's bounds on Python numbers made into a uint8 or int32 tensor (``[-1]`` wraps to
+    255; ``[300]`` is refused): :func:`~._dispatch.written_scalar`'s, for each of them."""
+    try:
+        values = np.asarray(data)
+    except (ValueError, TypeError):  # (ragged data: the backend names it)
+        return
+    if values.dtype.kind in "iuf" and values.size:
+        written_scalar(op, values.min().item(), dtype)
+        written_scalar(op, values.max().item(), dtype)
 
 
 def _scalars_of_tensors(data: list | tuple) -> Any:
@@ -299,6 +317,7 @@ def full(
     dtype = _check_dtype("full", dtype)
     if dtype == "int64" and isinstance(value, float | np.floating) and not _in_int64(value):
         raise InvalidArgumentError(f"full: {value!r} cannot be converted to int64 without overflow")
+    value = written_scalar("full", value, dtype)
     backend, device = _target(backend, device)
     shape = _creation_shape("full", shape)
     return _requiring(
@@ -440,7 +459,7 @@ def arange(
         raise InvalidArgumentError(
             f"arange: start {start} and end {end} are inconsistent with the sign of step {step}"
         )
-    if dtype == "int64":
+    if dtype in INT_DTYPES:
         # torch's integer arange then truncates the three to integers (a step of 0.5 is 0)
         values = [int(v) for v in values]
         start, end, step = values
@@ -449,7 +468,7 @@ def arange(
     integral = all(isinstance(v, numbers.Integral) for v in values)
     dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
-    if integral and dtype == "int64":
+    if integral and dtype in INT_DTYPES:
         return Tensor(
             backend.arange(int(start), int(end), int(step), dtype, device), backend, device
         )
@@ -517,7 +536,7 @@ def linspace(
     )
     start = float(start.item() if isinstance(start, Tensor) else start)
     end = float(end.item() if isinstance(end, Tensor) else end)
-    if dtype == "int64":
+    if dtype in INT_DTYPES:
         host = _integer_linspace(int(start), int(end), steps)
     else:
         precision = np.float64 if dtype == "float64" else np.float32
@@ -549,7 +568,7 @@ def logspace(
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
-    if dtype == "int64":
+    if dtype in INT_DTYPES:
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
         if not isinstance(steps, numbers.Integral) or steps < 0:

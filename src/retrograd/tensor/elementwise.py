@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
+from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     COMMON,
@@ -38,6 +38,7 @@ from ._dispatch import (
     scalar_dtype,
     untracked,
     wrap,
+    written_scalar,
 )
 from .compositions import (
     bounded,
@@ -413,7 +414,7 @@ class ElementwiseMixin:
         quotient rounded toward zero, an int tensor), as ``div_scalar`` is Burn's name and
         torch has none; ``/`` and ``div`` keep torch's true division."""
         value = check_scalar("div_scalar", value)
-        if self.dtype == "int64" and isinstance(value, numbers.Integral):
+        if self.dtype in INT_DTYPES and isinstance(value, numbers.Integral):
             return rounded_quotient(self, int(value), "trunc")
         return self._apply(DIV, (self, value))
 
@@ -571,10 +572,10 @@ class ElementwiseMixin:
 
     def __invert__(self):
         if self.dtype != "bool":
-            return self.bitwise_not()  # int64 (floats refused there)
+            return self.bitwise_not()  # integers (floats refused there)
         return self._apply("logical_not", (self,))
 
-    # bool operands are logical, int64 ones bitwise (SpecialMixin), as torch's operators
+    # bool operands are logical, integer ones bitwise (SpecialMixin), as torch's operators
     def __and__(self, other):
         return self.logical_and(other) if self._bools(other) else self.bitwise_and(other)
 
@@ -673,7 +674,7 @@ class ElementwiseMixin:
         if self.dtype == "bool":
             return self
         out = self._apply("sign", (self,))
-        if self.dtype in ("int64",):
+        if self.dtype in INT_DTYPES:
             return out
         return out.mask_fill(self.isnan(), 0.0)
 
@@ -741,7 +742,7 @@ class ElementwiseMixin:
         if (min is None or isinstance(min, SCALAR_TYPES)) and (
             max is None or isinstance(max, SCALAR_TYPES)
         ):
-            x = self
+            x, low, high = self, min, max
             dtype = self._backend.dtype(self._prim)
             if dtype not in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
                 bounds = [b for b in (min, max) if b is not None]
@@ -751,9 +752,12 @@ class ElementwiseMixin:
                     x = x.cast(default_float_dtype())  # torch's promotion with a float scalar
                 elif dtype == "bool":
                     x = x.cast("int64")
+                else:  # (torch converts integer bounds to the tensor's dtype, as it writes them)
+                    low, high = (None if b is None else written_scalar("clamp", b, dtype)
+                                 for b in (min, max))  # fmt: skip
             # min > max gives max everywhere, with no gradient (the kernel's order of
             # min(max(x, lo), hi) and the gradient's rule lo <= x <= hi, as torch's)
-            return x._apply("clamp", (x,), (min, max))
+            return x._apply("clamp", (x,), (low, high))
         if self.dtype == getattr(min, "dtype", None) == getattr(max, "dtype", None) == "bool":
             _no_bool("clamp")  # (torch's two-bound kernel; one bound is maximum/minimum's)
         value = untracked(self)

@@ -35,6 +35,8 @@ from ._dispatch import (
     promote,
     result_dtype,
     scalar_dtype,
+    scalar_value,
+    written_scalar,
 )
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
@@ -453,6 +455,8 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
         return condition.nonzero(as_tuple=True)
     reference = next(v for v in (input, other, condition) if isinstance(v, TensorBase))
     condition = lift(reference, condition, "where")
+    if condition.dtype == "uint8":  # torch's legacy byte masks: nonzero is true
+        condition = condition.cast("bool")
     if condition.dtype != "bool":
         raise DTypeError(f"where: condition must be a bool tensor, got {condition.dtype}")
     if isinstance(input, TensorBase) and isinstance(other, TensorBase):
@@ -485,7 +489,7 @@ def _scalar_like(t: Any, value: Any) -> Any:
     if not isinstance(value, SCALARS):
         return lift(t, value, "where")
     dtype = scalar_dtype(t.dtype, value)
-    return _filled(t, value, dtype, ())
+    return _filled(t, scalar_value(written_scalar("where", value, dtype), dtype), dtype, ())
 
 
 def _filled(reference: Any, value: Any, dtype: str, shape: tuple | None = None) -> Any:

@@ -42,6 +42,7 @@ from ._dispatch import (
     normalize_dim,
     promote,
     wrap,
+    written_scalar,
 )
 from .shape import stack
 from .strides import storage_offset_of
@@ -193,6 +194,8 @@ class IndexingMixin:
         takes a 0-d ``source`` at a one-element index (its one written element)."""
         check_same_dtype("index_copy", self, source)
         index = _one_dim(index)
+        if getattr(index, "dtype", "int64") != "int64":
+            raise DTypeError(f"index_copy: indices must be int64 (as torch's), got {index.dtype}")
         if self.ndim == 1 and source.ndim == 0 and getattr(index, "shape", None) == (1,):
             source = source.reshape((1,))
         return self.select_assign(dim, index, source, "assign")
@@ -514,6 +517,7 @@ class IndexingMixin:
                 )
             else:
                 value = int(value)
+        value = written_scalar(op, value, source.dtype)
         return self._apply("mask_fill", (source, mask), (value,))
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
@@ -744,6 +748,10 @@ def _broadcast_values(op: str, values: Any, region: tuple[int, ...]) -> Any:
     return values.expand(region)
 
 
+#: the ops whose torch kernels take int64 indices alone (the others take int32 too)
+_INT64_INDICES_ONLY = frozenset({"index_fill", "index_copy", "put", "take"})
+
+
 def _index_tensor(
     op: str, x: Any, indices: Any, dim: int, one_dim: bool = False, checked: bool = True
 ) -> Any:
@@ -756,8 +764,11 @@ def _index_tensor(
         if host.size == 0:  # (an empty list: no dtype of its own, float64 to NumPy)
             host = host.astype(np.int64)
         indices = from_host(type(x)._result, host, None, x._backend, x._device)
+    if indices.dtype == "int32" and op not in _INT64_INDICES_ONLY:
+        indices = indices.cast("int64")  # (torch's kernels take int32 indices as int64)
     if indices.dtype != "int64":
-        raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
+        taken = "int64" if op in _INT64_INDICES_ONLY else "int64 or int32"
+        raise DTypeError(f"{op}: indices must be {taken} (as torch's), got {indices.dtype}")
     if one_dim and indices.ndim != 1:
         raise ShapeError(f"{op}: indices must be 1-d, got shape {shape_text(indices.shape)}")
     if not one_dim and indices.ndim != x.ndim:
@@ -880,7 +891,9 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
-    if not capturing.get() and any(isinstance(i, TensorBase) for i in index):
+    if not capturing.get() and any(
+        isinstance(i, TensorBase) or getattr(i, "dtype", None) == np.uint8 for i in index
+    ):
         # (a captured step keeps such a tensor an index tensor: its value is not read on the
         # host, which a replay could not follow; the result's values are the same)
         from .advanced import int_scalars

@@ -35,6 +35,7 @@ from ..backend.protocol import FLOAT_DTYPES
 from ..context import capturing
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
+    NARROW_INTS,
     SCALARS,
     TensorBase,
     checked_generator,
@@ -43,6 +44,7 @@ from ._dispatch import (
     on_backend,
     untracked,
     wrap,
+    written_scalar,
 )
 from .compositions import scaled
 from .dtypes import can_cast, canonical_dtype
@@ -845,6 +847,8 @@ def _filled(t: Any, value: Any) -> Any:
         if isinstance(value, float) and not -(2.0**63) <= value < 2.0**63:  # NaN too
             raise DTypeError(f"fill_: cannot fill an int64 tensor with {value!r}")
         value = int(value)  # torch converts, truncating toward zero (fill_(1.5) writes 1)
+    elif t.dtype in NARROW_INTS:
+        value = written_scalar("fill_", value, t.dtype)
     else:
         value = float(value)
     return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))

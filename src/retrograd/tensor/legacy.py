@@ -3,8 +3,8 @@
 ``rg.FloatTensor(2, 3)`` makes a float32 tensor of that shape (zeros: torch leaves it
 uninitialized), ``rg.FloatTensor([1, 2])`` one holding the data; ``isinstance(t,
 rg.FloatTensor)`` asks the dtype; ``t.type()`` names the type (``"retrograd.FloatTensor"``) and
-``t.type(rg.LongTensor)`` casts. Types of dtypes retrograd does not hold (``IntTensor``,
-``ByteTensor``) exist and refuse to make tensors, naming the dtype to use instead.
+``t.type(rg.LongTensor)`` casts. ``IntTensor`` (int32) and ``ByteTensor`` (uint8) are types of
+tensors like the others.
 """
 
 from __future__ import annotations

@@ -33,6 +33,15 @@ __all__ = [
     "topk",
 ]
 
+#: the dtypes torch's sum, prod, cumsum and cumprod compute in int64 (unless dtype= says)
+_WIDENED = ("bool", "uint8", "int32")
+
+
+def _as_uint8_when(x: Any, answer: Any) -> Any:
+    """``answer`` (bool) of ``any``/``all`` as torch gives it: uint8 for a uint8 ``x``."""
+    return answer.cast("uint8") if x.dtype == "uint8" else answer
+
+
 #: torch's ``torch.return_types``: named ``(values, indices)`` pairs.
 MaxResult = namedtuple("max", ["values", "indices"])
 MinResult = namedtuple("min", ["values", "indices"])
@@ -81,9 +90,9 @@ class ReduceMixin:
         ``sum(dim, keepdim)``. Bools and ints sum as int64; ``dtype`` casts first
         (``dtype=bool`` gives torch's bool result: whether any element is nonzero)."""
         x = self if dtype is None else self.cast(dtype)
-        if x.dtype == "bool":
-            if dtype is not None:
-                return x.cast("int64").sum(dim, keepdim).cast("bool")
+        if x.dtype in _WIDENED:
+            if dtype is not None:  # (computed in int64, then wrapped into the dtype asked for)
+                return x.cast("int64").sum(dim, keepdim).cast(x.dtype)
             x = x.cast("int64")
         if dim is None:
             return x._apply("sum", (x,))
@@ -137,11 +146,13 @@ class ReduceMixin:
         the others where one is. ``dtype`` casts first (``dtype=bool`` gives torch's bool
         result: whether every element is nonzero)."""
         x = self if dtype is None else self.cast(dtype)
-        if dtype is not None and x.dtype == "bool":
-            return x.cast("int64").prod(dim, keepdim).cast("bool")
+        if x.dtype in _WIDENED:
+            if dtype is not None:
+                return x.cast("int64").prod(dim, keepdim).cast(x.dtype)
+            x = x.cast("int64")
         if x.ndim == 0 and (dim is None or (isinstance(dim, int) and dim in (0, -1))):
             # torch: the product of one element is itself, its gradient the incoming one
-            return (x.cast("int64") if x.dtype == "bool" else x).reshape(())
+            return x.reshape(())
         if dim is None:
             return x._apply("prod", (x,))
         out = x.prod_dim(dim)
@@ -196,17 +207,17 @@ class ReduceMixin:
         ``dim=()``, as torch's, unlike ``sum``'s every dim)."""
         nonzero = self.not_equal(False if self.dtype == "bool" else 0)
         if isinstance(dim, (tuple, list)) and not dim:
-            return nonzero
-        return nonzero.cast("int64").sum(dim, keepdim).greater(0)
+            return _as_uint8_when(self, nonzero)
+        return _as_uint8_when(self, nonzero.cast("int64").sum(dim, keepdim).greater(0))
 
     @scalar_dims
     def all(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether every element is non-zero (bool; over ``dim`` when given, over none for
         ``dim=()`` as :meth:`any`)."""
         if isinstance(dim, (tuple, list)) and not dim:
-            return self.not_equal(False if self.dtype == "bool" else 0)
+            return _as_uint8_when(self, self.not_equal(False if self.dtype == "bool" else 0))
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
-        return zeros.sum(dim, keepdim).equal(0)
+        return _as_uint8_when(self, zeros.sum(dim, keepdim).equal(0))
 
     def any_dim(self, dim: int) -> Any:
         """Burn's ``any_dim``: whether any element along ``dim`` is non-zero, ``dim`` kept
@@ -364,9 +375,11 @@ class ReduceMixin:
         """Cumulative sum along ``dim``; ``dtype`` casts first (bools and ints sum as int64,
         as torch's)."""
         x = self if dtype is None else self.cast(dtype)
-        if x.dtype == "bool":
+        if x.dtype == "bool" and dtype is not None:
+            return _cumulative_as_bool("cumsum", x, dim)
+        if x.dtype in _WIDENED:
             if dtype is not None:
-                return _cumulative_as_bool("cumsum", x, dim)
+                return x.cast("int64").cumsum(dim).cast(x.dtype)
             x = x.cast("int64")
         return x._apply("cumsum", (x,), (normalize_dim("cumsum", dim, x.ndim),))
 
@@ -375,9 +388,11 @@ class ReduceMixin:
         """Cumulative product; its gradient is exact where elements are zero. ``dtype``
         casts first; bools multiply as int64, as torch's."""
         x = self if dtype is None else self.cast(dtype)
-        if x.dtype == "bool":
+        if x.dtype == "bool" and dtype is not None:
+            return _cumulative_as_bool("cumprod", x, dim)
+        if x.dtype in _WIDENED:
             if dtype is not None:
-                return _cumulative_as_bool("cumprod", x, dim)
+                return x.cast("int64").cumprod(dim).cast(x.dtype)
             x = x.cast("int64")
         return x._apply("cumprod", (x,), (normalize_dim("cumprod", dim, x.ndim),))
 

@@ -41,6 +41,7 @@ from ..errors import (
 )
 from ._dispatch import (
     FLOAT_DTYPES,
+    INT_DTYPES,
     TensorBase,
     check_same_dtype,
     int_argument,
@@ -305,6 +306,10 @@ class SelectionMixin:
         if dim is None:
             return self.reshape((-1,)).gather(0, index.reshape((-1,)))
         d = normalize_dim("take_along_dim", dim, self.ndim)
+        if index.dtype != "int64":  # (torch's, with a dim: Long alone; gather takes int32)
+            raise DTypeError(
+                f"take_along_dim: indices must be int64 with a dim (as torch's), got {index.dtype}"
+            )
         if index.ndim != self.ndim:
             raise ShapeError(
                 f"take_along_dim: input and indices must have the same number of dimensions, "
@@ -484,7 +489,7 @@ class SelectionMixin:
         """``indices`` ``[*batch, k]`` as flat positions in the first ``k`` dims (int64
         ``[prod(batch)]``), the batch dims and the data's dims past ``k``."""
         indices = lift(self, indices, op)
-        if indices.dtype != "int64":
+        if indices.dtype != "int64":  # (gather_nd, scatter_nd: Burn's names, int64 indices)
             raise DTypeError(f"{op}: indices must be int64, got {indices.dtype}")
         if indices.ndim < 1 or not 1 <= indices.shape[-1] <= self.ndim:
             raise ShapeError(
@@ -771,12 +776,12 @@ class SelectionMixin:
     def bincount(self, weights: Any = None, minlength: int = 0) -> Any:
         """How often each non-negative int occurs (summing ``weights`` instead, when given);
         not differentiable, as in torch."""
-        if self.ndim != 1 or self.dtype != "int64":
+        if self.ndim != 1 or self.dtype not in INT_DTYPES:
             raise DTypeError(
-                f"bincount: expected a 1-d int64 tensor, got {self.dtype} of shape "
+                f"bincount: expected a 1-d integer tensor, got {self.dtype} of shape "
                 f"{shape_text(self.shape)}"
             )
-        array = self.numpy()
+        array = self.numpy().astype(np.int64)
         if array.size and array.min() < 0:
             raise InvalidArgumentError("bincount: the input must hold non-negative ints")
         if weights is None:
@@ -946,7 +951,7 @@ class SelectionMixin:
 
     # -- metadata -----------------------------------------------------------------------------
     def is_signed(self) -> bool:
-        return self.dtype != "bool"
+        return self.dtype not in ("bool", "uint8")
 
     def is_complex(self) -> bool:
         """False: retrograd tensors are real."""
@@ -980,11 +985,11 @@ class SelectionMixin:
         return DTYPE_OBJECTS[self.dtype].itemsize * math.prod(self.shape)
 
     def short(self) -> Any:
-        """torch's int16 cast: refused, retrograd's one integer dtype is int64 (``long()``)."""
+        """torch's int16 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
         return self.cast("int16")
 
     def char(self) -> Any:
-        """torch's int8 cast: refused, retrograd's one integer dtype is int64 (``long()``)."""
+        """torch's int8 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
         return self.cast("int8")
 
     def new(self, *args: Any, device: Any = None) -> Any:

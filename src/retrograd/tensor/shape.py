@@ -290,6 +290,8 @@ class ShapeMixin:
         x = self.reshape(-1) if dim is None else self
         d = 0 if dim is None else normalize_dim("repeat_interleave", dim, x.ndim)
         if isinstance(repeats, TensorBase):
+            if repeats.dtype == "int32":  # (torch's takes int32 counts too)
+                repeats = repeats.cast("int64")
             if repeats.dtype != "int64":
                 raise DTypeError(
                     f"repeat_interleave: repeats must be an int64 tensor, got {repeats.dtype}"

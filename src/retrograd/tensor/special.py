@@ -33,12 +33,14 @@ from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import (
     COMMON,
     FLOAT_DTYPES,
+    INT_DTYPES,
     SCALARS,
     TensorBase,
     TensorOp,
     lift,
     promote,
     scalar_dtype,
+    scalar_value,
     untracked,
     wrap,
 )
@@ -60,7 +62,7 @@ FMOD = TensorOp("fmod", promote=COMMON)
 GAMMAINC = TensorOp("igamma", kernel="gammainc")
 GAMMAINCC = TensorOp("igammac", kernel="gammaincc")
 XLOGY = TensorOp("xlogy")
-_INTEGERS = ("int64", "bool")
+_INTEGERS = (*INT_DTYPES, "bool")
 #: torch's ``deg2rad``/``rad2deg`` factors (``M_PI / 180`` and ``180 / M_PI`` as doubles)
 _DEG2RAD = math.pi / 180.0
 _RAD2DEG = 180.0 / math.pi
@@ -72,9 +74,7 @@ def operand(t: Any, value: Any, op: str) -> Any:
     dtype ``t op value`` takes (torch's rule for a number), anything else lifted."""
     if isinstance(value, SCALARS):
         dtype = scalar_dtype(t.dtype, value)
-        if isinstance(value, bool | np.bool_) and t.dtype != "bool":
-            value = int(value)
-        return wrap(t, t._backend.full((), value, dtype, t._device))
+        return wrap(t, t._backend.full((), scalar_value(value, dtype), dtype, t._device))
     return lift(t, value, op)
 
 
@@ -88,7 +88,7 @@ def float_kernel_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     or bool operands are refused (torch promotes them among themselves, then finds no
     kernel), one float operand is enough."""
     x, y = (a, operand(a, b, op)) if isinstance(a, TensorBase) else (operand(b, a, op), b)
-    if x.dtype in ("int64", "bool") and y.dtype in ("int64", "bool"):
+    if x.dtype in _INTEGERS and y.dtype in _INTEGERS:
         raise DTypeError(
             f"{op}: not implemented for {x.dtype} and {y.dtype} operands (as in torch); cast "
             "either to a floating dtype"
@@ -266,7 +266,7 @@ class SpecialMixin:
         """Whether the sign bit is set (true for ``-0.0`` and negative NaNs)."""
         if self.dtype == "bool":
             return self.logical_and(False)
-        if self.dtype == "int64":
+        if self.dtype in INT_DTYPES:
             return self.lower_elem(0)
         return self._apply("signbit", (self,))
 
@@ -407,14 +407,14 @@ class SpecialMixin:
 
     # -- integers and bits --------------------------------------------------------------------
     def gcd(self, other: Any) -> Any:
-        """The greatest common divisor (int64 tensors)."""
-        return self._apply("gcd", _integers("gcd", self, other, ("int64",)))
+        """The greatest common divisor (integer tensors)."""
+        return self._apply("gcd", _integers("gcd", self, other, INT_DTYPES))
 
     def lcm(self, other: Any) -> Any:
-        return self._apply("lcm", _integers("lcm", self, other, ("int64",)))
+        return self._apply("lcm", _integers("lcm", self, other, INT_DTYPES))
 
     def bitwise_and(self, other: Any) -> Any:
-        """``&`` of int64 or bool tensors (a number takes the tensor's dtype)."""
+        """``&`` of integer or bool tensors (a number takes the tensor's dtype)."""
         return self._apply("bitwise_and", _integers("bitwise_and", self, other))
 
     def bitwise_or(self, other: Any) -> Any:
@@ -536,6 +536,6 @@ def _shift_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     x, y = promote(a, operand(a, b, op), op)
     # (two bools promote to bool, which torch's shift kernels refuse; a bool beside an int
     # promotes to int64)
-    if x.dtype != "int64":
-        raise DTypeError(f"{op}: expected int64 tensors, got {x.dtype}")
+    if x.dtype not in INT_DTYPES:
+        raise DTypeError(f"{op}: expected integer tensors, got {x.dtype}")
     return x, y

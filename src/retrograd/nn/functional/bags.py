@@ -90,8 +90,10 @@ def embedding_bag(
     # (sparse=True gives the dense gradient, as embedding's does)
     if scale_grad_by_freq:
         raise InvalidArgumentError(f"{fn}: scale_grad_by_freq is not supported")
+    if isinstance(input, Tensor) and input.dtype == "int32":  # (torch's takes Long or Int)
+        input = input.long()  # noqa: A001 (torch's name)
     if not isinstance(input, Tensor) or input.dtype != "int64":
-        raise DTypeError(f"{fn}: input must be an int64 tensor")
+        raise DTypeError(f"{fn}: input must be an int64 or int32 tensor")
     if per_sample_weights is not None and mode != "sum":
         raise InvalidArgumentError(
             f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "

@@ -158,8 +158,10 @@ def embedding(
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
     indices = _as_tensor(fn, weight, indices, "indices")
+    if indices.dtype == "int32":  # (torch's embedding takes Long or Int indices)
+        indices = indices.long()
     if indices.dtype != "int64":
-        raise DTypeError(f"{fn}: indices must be int64, got {indices.dtype}")
+        raise DTypeError(f"{fn}: indices must be int64 or int32 (as torch's), got {indices.dtype}")
     if weight.ndim != 2:
         raise ShapeError(
             f"{fn}: weight must be 2-d [num_embeddings, dim], got {shape_text(weight.shape)}"

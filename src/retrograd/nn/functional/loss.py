@@ -127,9 +127,12 @@ def cross_entropy(
         if label_smoothing:
             target = target * (1.0 - label_smoothing) + label_smoothing / classes
         return _reduce(per_target(log_probs * target), reduction)
+    if target.dtype == "uint8":  # (torch's class-index losses take Long or Byte targets)
+        target = target.long()
     if target.dtype != "int64":
         raise DTypeError(
-            f"{fn}: target must be int64 class indices or float probabilities, got {target.dtype}"
+            f"{fn}: target must be int64 (or uint8) class indices or float probabilities, as "
+            f"torch's, got {target.dtype}"
         )
     smoothing = None
     if label_smoothing:
@@ -220,8 +223,12 @@ def nll_loss(
     target = _as_tensor(fn, log_probs, target, "target")
     if log_probs.ndim == 0:
         raise ShapeError(f"{fn}: input needs a class dimension, got a 0-d input")
+    if target.dtype == "uint8":  # (torch's class-index losses take Long or Byte targets)
+        target = target.long()
     if target.dtype != "int64":
-        raise DTypeError(f"{fn}: target must be int64 class indices, got {target.dtype}")
+        raise DTypeError(
+            f"{fn}: target must be int64 (or uint8) class indices, as torch's, got {target.dtype}"
+        )
     class_dim = 0 if log_probs.ndim == 1 else 1
     classes = log_probs.shape[class_dim]
     weights = None if weight is None else _class_weights(fn, log_probs, weight, classes, class_dim)
