@@ -57,9 +57,9 @@ The defects found:
 - ``scatter_reduce(_)`` refused ``reduce="amax"``/``"amin"`` (PyTorch Geometric's max
   aggregation); they now reduce, and split the gradient among tied values as torch does.
 
-Not fixed, changed in the port instead: the Annotated Transformer's ``.type(torch.uint8)``
-(retrograd has no uint8 tensors by design; ``torch.long`` there), and the VQ-VAE's
-``x + self._block(x)`` behind ``nn.ReLU(True)``: in torch the ReLU rectifies ``x`` itself, so
+The Annotated Transformer's ``.type(torch.uint8)`` runs as written since retrograd has uint8
+tensors (4 December; it was ported as ``torch.long`` before). Not fixed, changed in the port
+instead: the VQ-VAE's ``x + self._block(x)`` behind ``nn.ReLU(True)``: in torch the ReLU rectifies ``x`` itself, so
 the sum adds the rectified ``x``; API.md section 8 fixes ``inplace=True`` as accepted with
 nothing modified in place, so the port writes ``torch.relu(x) + self._block(x)``.
 """
@@ -629,8 +629,6 @@ def example_simple_model(model, smoothing, records):
 '''
 
 ANNOTATED_STEP = [
-    # retrograd has no uint8 tensors (a design decision: it refuses the cast with a DTypeError)
-    ("        torch.uint8\n", "        torch.long\n"),
     (
         "            loss_node.backward()\n",
         "            grads = loss_node.backward()\n",

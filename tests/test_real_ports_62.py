@@ -50,9 +50,9 @@ Defects found and fixed: ``torch.qr(A, some)``, ``torch.svd(A, some, compute_uv)
 Glow's ``InvConv2d`` calls ``torch.qr``) were missing, and their ``Tensor`` methods too
 (``AttributeError``): they are ``rg.linalg``'s factorizations in torch's old forms now.
 
-Left as they are, by earlier design decisions: retrograd has no uint8 tensors, so ActNorm's
-``torch.tensor(0, dtype=torch.uint8)`` flag is ported as int64 (the one changed line besides
-the gradient lines and imports).
+ActNorm's ``torch.tensor(0, dtype=torch.uint8)`` flag runs as written since retrograd has uint8
+tensors (4 December; it was ported as int64 before): only the gradient lines and imports
+change.
 """
 
 from __future__ import annotations
@@ -1733,11 +1733,6 @@ GLOW_STEPS = [
         "        grads = loss.backward()\n        # warmup_lr",
     ),
     ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
-    # retrograd has no uint8 tensors (an earlier design decision, CHANGELOG): the flag is int64
-    (
-        "torch.tensor(0, dtype=torch.uint8)",
-        "torch.tensor(0, dtype=torch.long)",
-    ),
 ]
 
 

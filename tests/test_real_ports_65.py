@@ -38,7 +38,7 @@ harness: ``tests/real_ports.py``):
   ``F.normalize`` three times, ``x_flatten.expand(K, -1, -1, -1).permute(1, 0, 2, 3)`` minus
   the expanded centroids, ``residual *= soft_assign.unsqueeze(2)`` in the graph, the
   pairwise distances with their masked ``sqrt``, the triplet masks of ``torch.eye(n) ^ 1``
-  (``.byte()`` ported as ``.long()``) and ``labels_equal ^ 1`` of a bool tensor, both the
+  (``.byte()``, as written since retrograd has uint8 tensors) and ``labels_equal ^ 1`` of a bool tensor, both the
   batch-all and the hardest variants.
 - the neural arithmetic logic units of kevinzakka/NALU-pytorch (``models/nac.py``,
   ``models/nalu.py``, ``main.py``'s ``generate_data``/``train``/``test``), small: a
@@ -954,12 +954,6 @@ POINTER_STEPS = [
         "            loss.backward()\n            model_optim.step()\n",
         "            grads = loss.backward()\n            model_optim.step(grads)\n",
     ),
-    # retrograd has no uint8 (its masks are bool; torch 2.13 warns that uint8 indexing is
-    # deprecated for this mask)
-    (
-        ".expand(-1, -1, self.embedding_dim).byte()",
-        ".expand(-1, -1, self.embedding_dim).bool()",
-    ),
 ]
 
 
@@ -1263,15 +1257,6 @@ NETVLAD_STEPS = [
     (
         "        triplet_loss.backward()\n        optimizer.step()\n",
         "        grads = triplet_loss.backward()\n        optimizer.step(grads)\n",
-    ),
-    # retrograd has no uint8: the masks are int64 (``^ 1`` and the products as torch's)
-    (
-        "    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1\n\n    # Check if labels[i] == labels[j]\n",
-        "    indices_not_same = torch.eye(labels.shape[0]).to(device).long() ^ 1\n\n    # Check if labels[i] == labels[j]\n",
-    ),
-    (
-        "    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1\n    i_not_equal_j",
-        "    indices_not_same = torch.eye(labels.shape[0]).to(device).long() ^ 1\n    i_not_equal_j",
     ),
 ]
 

@@ -859,9 +859,6 @@ DECISION_TRANSFORMER_STEPS = [
         "import torch\nimport torch.nn as nn\n",
         "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
-    # retrograd has no uint8 tensors (a design decision: a DTypeError that says to use int64
-    # or bool); the mask is read only through ``mask.bool()``
-    ("dtype=torch.uint8)", "dtype=torch.long)"),
     (
         "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(self.model.parameters(), .25)\n        self.optimizer.step()\n",
         "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, self.model.parameters(), .25)\n        self.optimizer.step(grads)\n",
