@@ -617,7 +617,7 @@ def _all_objects(obj: Any, what: str) -> list[Any]:
     device = _state()["device"]
     lengths = _gathered(make_tensor([len(payload)], dtype="int64", device=device), what)
     lengths = [int(n) for n in lengths.numpy().reshape(-1)]
-    # the bytes travel as int64 words (retrograd has no uint8 tensors), zero-padded
+    # the bytes travel as int64 words, zero-padded (an eighth of the elements uint8 would take)
     padded = bytearray(8 * -(-max(lengths) // 8))
     padded[: len(payload)] = payload
     words = np.frombuffer(bytes(padded), dtype="<i8")
