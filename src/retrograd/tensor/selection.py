@@ -1268,7 +1268,7 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
         # The index is how many cumulative weights lie at or below the draw (zero-weight
         # categories are never chosen: their cumulative weight equals the one before).
         below = cdf.unsqueeze_dim(1) <= draws.unsqueeze_dim(2)  # [rows, samples, categories]
-        out = below.int().sum_dim(2).squeeze_dim(2).clamp_max(categories - 1)
+        out = below.long().sum_dim(2).squeeze_dim(2).clamp_max(categories - 1)
     else:
         uniform = wrap(p, backend.random((count, categories), "uniform", p.dtype, device))
         # u in [0, 1): clamp away from 0 and 1 so both logs stay finite.
