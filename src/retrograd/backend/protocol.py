@@ -45,6 +45,7 @@ from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
 from .protocol_products import ProductProtocol
 from .protocol_rnn import RecurrentProtocol
+from .sizes import ITEMSIZE
 
 __all__ = [
     "DTYPES",
@@ -65,17 +66,6 @@ DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16", "uint8",
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 #: The integer dtypes (bool apart), widest first.
 INT_DTYPES = ("int64", "int32", "uint8")
-#: Bytes per element of each dtype.
-ITEMSIZE = {
-    "float32": 4,
-    "float64": 8,
-    "int64": 8,
-    "bool": 1,
-    "bfloat16": 2,
-    "float16": 2,
-    "uint8": 1,
-    "int32": 4,
-}
 
 #: torch's default dtype: the one Python floats and floating tensors made without a dtype take.
 #: Process-wide, as torch's (``rg.set_default_dtype``); kept here, below every layer that makes

@@ -107,9 +107,9 @@ def pool_output_size(
     return span // stride + 1
 
 
-#: bytes per element of each dtype (the backend protocol's table, repeated to keep this module
-#: free of imports from the kernels' side)
-_ITEMSIZE = {
+#: Bytes per element of each dtype: the backend protocol's table (:mod:`.protocol` takes it
+#: from here: this module imports nothing of the backends, and the protocol imports it)
+ITEMSIZE = {
     "float32": 4,
     "float64": 8,
     "int64": 8,
@@ -155,7 +155,7 @@ def check_allocation(op: str, shape: Sequence[int], dtype: str, detail: str = ""
     >>> check_allocation("unfold", (1, 4, 9), "float32")  # 144 bytes: nothing to say
     """
     available = machine_memory_bytes()
-    needed = math.prod(int(n) for n in shape) * _ITEMSIZE.get(str(dtype), 8)
+    needed = math.prod(int(n) for n in shape) * ITEMSIZE.get(str(dtype), 8)
     if available is not None and needed > available:
         raise OutOfMemoryError(
             f"{op}: out of memory: the result {shape_text(tuple(shape))} {dtype} needs "
