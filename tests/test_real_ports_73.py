@@ -172,7 +172,10 @@ IMAGE_PIPELINE_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
     ),
-    ("            loss.backward()\n            optimizer.step()\n", "            grads = loss.backward()\n            optimizer.step(grads)\n"),
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
 ]
 
 
@@ -185,9 +188,38 @@ def test_uint8_image_pipeline_feeds_a_cnn_as_torch(tmp_path):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = IMAGE_PIPELINE_SOURCE if lib is torch else port(IMAGE_PIPELINE_SOURCE, IMAGE_PIPELINE_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            IMAGE_PIPELINE_SOURCE
+            if lib is torch
+            else port(IMAGE_PIPELINE_SOURCE, IMAGE_PIPELINE_STEPS).replace(
+                "from torch.", "from retrograd."
+            )
+        )
         names = run_source(text, lib, record=record, initialize=initialize)
         with SharedDraws(lib, 7301):
             names["train"](images, labels, test_images, str(tmp_path / f"{lib.__name__}.pt"))
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_interpolate_resizes_uint8_images_and_masks_by_nearest_as_torch(mode):
+    # segmentation scripts resize uint8 label masks (and images) with mode="nearest"
+    rng = np.random.default_rng(7302)
+    cases = [
+        ((1, 3, 5, 7), {"size": (8, 4)}),
+        ((2, 1, 3, 4), {"scale_factor": 2}),
+        ((1, 2, 5), {"scale_factor": 1.5}),
+        ((1, 1, 2, 3, 3), {"size": (3, 5, 2)}),
+    ]
+    for shape, how in cases:
+        image = rng.integers(0, 256, shape, dtype=np.uint8)
+        expected = torch.nn.functional.interpolate(torch.from_numpy(image), mode=mode, **how)
+        got = rg.nn.functional.interpolate(rg.from_numpy(image), mode=mode, **how)
+        assert got.dtype == rg.uint8
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    # torch has no uint8 kernel for the linear modes of a 3-d input, nor int64 ones at all
+    with pytest.raises(rg.errors.DTypeError, match="interpolate"):
+        rg.nn.functional.interpolate(rg.zeros(1, 1, 3, dtype=rg.uint8), size=5, mode="linear")
+    with pytest.raises(rg.errors.DTypeError, match="interpolate"):
+        rg.nn.functional.interpolate(rg.zeros(1, 1, 3, dtype=rg.int64), size=5, mode=mode)

@@ -59,7 +59,14 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
-    x = _float_input(fn, input)
+    if (
+        mode in ("nearest", "nearest-exact")
+        and isinstance(input, Tensor)
+        and input.dtype == "uint8"
+    ):
+        x = input  # torch resizes uint8 images and label masks by copying pixels
+    else:
+        x = _float_input(fn, input)
     if antialias and (mode not in ("bilinear", "bicubic") or x.ndim != 4):
         raise InvalidArgumentError(
             f"{fn}: antialias=True is restricted to the bilinear and bicubic modes and a 4-d "
