@@ -223,3 +223,17 @@ def test_interpolate_resizes_uint8_images_and_masks_by_nearest_as_torch(mode):
         rg.nn.functional.interpolate(rg.zeros(1, 1, 3, dtype=rg.uint8), size=5, mode="linear")
     with pytest.raises(rg.errors.DTypeError, match="interpolate"):
         rg.nn.functional.interpolate(rg.zeros(1, 1, 3, dtype=rg.int64), size=5, mode=mode)
+
+
+def test_a_size_joined_with_a_tuple_is_a_size_the_legacy_constructors_read_as_a_shape():
+    # pixel-cnn-pp's ``to_one_hot``: ``torch.FloatTensor(tensor.size() + (n,)).zero_()``
+    for lib in (torch, rg):
+        size = lib.zeros(2, 3).size()
+        assert isinstance(size + (4,), lib.Size)
+        assert isinstance((1,) + size, lib.Size)
+        assert isinstance(size * 2, lib.Size) and isinstance(size[1:], lib.Size)
+        assert tuple(size + (lib.tensor(4), True)) == (2, 3, 4, 1)
+        assert lib.FloatTensor(size + (4,)).zero_().shape == (2, 3, 4)
+        assert lib.FloatTensor(size[:1]).shape == (2,)
+        with pytest.raises(TypeError, match="Size"):
+            size + (2.5,)

@@ -20,6 +20,7 @@ dtype to use instead.
 from __future__ import annotations
 
 import builtins
+import operator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -265,6 +266,43 @@ class Size(tuple):
             count *= n
         return count
 
+    # torch's ``Size`` arithmetic gives ``Size``s, which the legacy constructors read as a
+    # shape: ``torch.FloatTensor(t.size() + (n,))`` is a ``[*t.shape, n]`` tensor, not the
+    # 1-d tensor of those numbers a plain tuple would give
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return _joined_size(tuple.__add__(self, other))
+
+    def __radd__(self, other: Any) -> Any:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return _joined_size(tuple.__add__(other, self))
+
+    def __mul__(self, times: Any) -> Any:
+        result = tuple.__mul__(self, times)
+        return result if result is NotImplemented else Size(result)
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, index: Any) -> Any:
+        item = tuple.__getitem__(self, index)
+        return Size(item) if isinstance(index, slice) else item
+
     # Printed as the tuple it is, ``(2, 3)`` (torch prints ``torch.Size([2, 3])``): shapes are
     # ``Size``s, and messages and printed examples read ``(2, 3)`` as they always have.
     __repr__ = tuple.__repr__
+
+
+def _joined_size(items: tuple) -> Size:
+    """``items`` (a ``Size`` joined with a tuple) as a ``Size``; each must be an int, as
+    torch's ``Size`` requires."""
+    sizes = []
+    for position, n in enumerate(items):
+        try:
+            sizes.append(operator.index(n))
+        except TypeError:
+            raise TypeError(
+                f"Size takes an iterable of ints (item {position} is {type(n).__name__})"
+            ) from None
+    return Size(sizes)
