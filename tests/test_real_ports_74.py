@@ -473,3 +473,26 @@ def test_image_gpt_quantizes_uint8_pixels_trains_and_samples_as_torch(capsys):
     assert logs[1].partition("\n")[2] == logs[0].partition("\n")[2]
     assert "re-initialized 2 dead clusters" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_list_of_numpy_uint8_or_int32_scalars_keeps_their_dtype_as_torch():
+    # ``torch.tensor([img[y, x, c] for ...])`` or a list of a dataset's np.uint8 labels
+    cases = [
+        [np.uint8(3), np.uint8(250)],
+        [[np.int32(-1)], [np.int32(2)]],
+        [np.uint8(3), True],
+        [np.uint8(3), np.int32(4)],
+        [np.array([1, 2], np.uint8), np.array([3, 4], np.uint8)],
+        [np.uint8(3), 4],  # a Python int counts as int64
+        [np.int32(3), 2**40],
+        [rg.tensor(5, dtype=rg.uint8), np.uint8(6)],
+    ]
+    for data in cases:
+        torch_data = [
+            torch.tensor(5, dtype=torch.uint8) if isinstance(v, rg.Tensor) else v for v in data
+        ]
+        expected = torch.tensor(np.array(torch_data)).numpy()
+        assert torch.tensor(torch_data).numpy().dtype == expected.dtype
+        got = rg.tensor(data).numpy()
+        assert got.dtype == expected.dtype, (data, got.dtype, expected.dtype)
+        np.testing.assert_array_equal(got, expected)

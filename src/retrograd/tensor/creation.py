@@ -196,14 +196,20 @@ def _foreign_dtype(data: Any) -> str | None:
 
 def _python_dtype(data: Any) -> str | None:
     """torch's dtype for Python data: int64 for ints, the default float dtype for floats;
-    ``None`` (the backend's reading) for bools and what NumPy cannot read."""
+    ``None`` (the backend's reading) for bools and what NumPy cannot read. Lists of NumPy
+    uint8 or int32 scalars or arrays keep that dtype (``tensor([np.uint8(3), np.uint8(4)])``
+    is uint8), as torch's inference promotes its elements' dtypes as NumPy's does, a Python
+    int counting as int64."""
     try:
-        kind = np.asarray(data).dtype.kind
+        inferred = np.asarray(data).dtype
     except (ValueError, TypeError):
         return None
+    kind = inferred.kind
     if kind == "f" and _holds_float64(data):
         return "float64"
-    return "int64" if kind in "iu" else (default_float_dtype() if kind == "f" else None)
+    if kind in "iu":
+        return inferred.name if inferred.name in NARROW_INTS else "int64"
+    return default_float_dtype() if kind == "f" else None
 
 
 def _holds_float64(data: Any) -> bool:
