@@ -496,3 +496,46 @@ def test_a_list_of_numpy_uint8_or_int32_scalars_keeps_their_dtype_as_torch():
         got = rg.tensor(data).numpy()
         assert got.dtype == expected.dtype, (data, got.dtype, expected.dtype)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_bucketize_and_searchsorted_give_int32_indices_with_out_int32_as_torch():
+    # quantizers bucket values into int32 codes: ``torch.bucketize(x, edges, out_int32=True)``
+    values = np.array([[0.1, 2.0, 7.0], [5.0, 1.0, -3.0]], dtype=np.float32)
+    edges = np.array([1.0, 2.0, 5.0], dtype=np.float32)
+    for right in (False, True):
+        for out_int32 in (False, True):
+            expected = [
+                torch.bucketize(
+                    torch.from_numpy(values),
+                    torch.from_numpy(edges),
+                    out_int32=out_int32,
+                    right=right,
+                ),
+                torch.searchsorted(
+                    torch.from_numpy(edges),
+                    torch.from_numpy(values),
+                    out_int32=out_int32,
+                    right=right,
+                ),
+                torch.bucketize(torch.tensor(2.0), torch.from_numpy(edges), out_int32=out_int32),
+            ]
+            got = [
+                rg.bucketize(rg.tensor(values), rg.tensor(edges), out_int32=out_int32, right=right),
+                rg.searchsorted(
+                    rg.tensor(edges), rg.tensor(values), out_int32=out_int32, right=right
+                ),
+                rg.bucketize(rg.tensor(2.0), rg.tensor(edges), out_int32=out_int32),
+            ]
+            for mine, theirs in zip(got, expected):
+                assert mine.numpy().dtype == theirs.numpy().dtype
+                np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_repeat_interleave_of_int32_counts_alone_gives_int32_indices_as_torch():
+    counts = np.array([2, 0, 3], dtype=np.int32)
+    expected = torch.repeat_interleave(torch.from_numpy(counts)).numpy()
+    got = rg.repeat_interleave(rg.from_numpy(counts)).numpy()
+    assert got.dtype == expected.dtype == np.int32
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(rg.errors.DTypeError, match="repeat_interleave"):  # torch refuses Byte
+        rg.repeat_interleave(rg.tensor([1, 2], dtype=rg.uint8))
