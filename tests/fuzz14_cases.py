@@ -400,8 +400,7 @@ def _sel_searchsorted(rng, weight):
     vals = rng.choice([-2.0, 0.0, 0.5, 1.0, 3.0, math.nan], size=vals_shape)
     right = _pick(rng, True, False)
     side = _pick(rng, None, "left", "right")
-    # (out_int32=True: retrograd's one int dtype is int64, as for .int(); left out)
-    out_int32 = False
+    out_int32 = _pick(rng, True, False)
     scalar = rng.random() < 0.2 and not rows
     if scalar:
         vals = np.array(0.5)
