@@ -138,3 +138,31 @@ def test_scatter_reduce_refuses_a_non_bool_include_self():
         rg.zeros(3).scatter_reduce(
             args[0], rg.tensor(args[1]), rg.tensor(args[2]), args[3], include_self="no"
         )
+
+
+@pytest.mark.parametrize(
+    "dtype, start, end",
+    [("uint8", -2, 3), ("uint8", -300, -296), ("uint8", 250, 260), ("int32", 2**31 - 2, 2**31 + 2)],
+)
+def test_integer_arange_wraps_into_a_narrow_dtype_as_torch_s(dtype, start, end):
+    """torch counts in int64 and wraps (uint8 from -2 is 254); NumPy's arange refused it."""
+    expected = torch.arange(start, end, dtype=getattr(torch, dtype))
+    got = rg.arange(start, end, dtype=getattr(rg, dtype))
+    assert got.dtype == getattr(rg, dtype)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize(
+    "dtype, low, high",
+    [("uint8", 0, 300), ("uint8", -1, 5), ("int32", 0, 2**31 + 1), ("int32", -(2**31) - 1, 0)],
+)
+def test_randint_bounds_outside_a_narrow_dtype_are_refused_as_torch_refuses_them(dtype, low, high):
+    """The draws wrapped (uint8's randint(0, 300) gave values of 300 as 44)."""
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.randint(low, high, (4,), dtype=getattr(torch, dtype))
+    with pytest.raises(rg.InvalidArgumentError, match="randint"):
+        rg.randint(low, high, (4,), dtype=getattr(rg, dtype))
+    rg.manual_seed(0)  # the widest bounds the dtype allows are taken, as torch's
+    top = 256 if dtype == "uint8" else 2**31
+    draws = rg.randint(top - 1, top, (4,), dtype=getattr(rg, dtype))
+    assert draws.tolist() == torch.full((4,), top - 1, dtype=getattr(torch, dtype)).tolist()

@@ -182,6 +182,9 @@ CASES = {
     "uint8 neg": _typed("uint8", [1, 3], lambda lib, t: -t),
     "uint8 shift": _typed("uint8", [1, 3], lambda lib, t: t << 9),
     "int32 matmul": _typed("int32", [[1, 2], [3, 4]], lambda lib, t: t @ t),
+    "uint8 arange from -2": lambda lib: lib.arange(-2, 3, dtype=lib.uint8),
+    "uint8 randint past 255": lambda lib: lib.randint(0, 300, (3,), dtype=lib.uint8),
+    "int32 randint below": lambda lib: lib.randint(-(2**31) - 1, 0, (3,), dtype=lib.int32),
     "int32 one_hot": _typed("int32", [1, 2], lambda lib, t: lib.nn.functional.one_hot(t)),
 }
 

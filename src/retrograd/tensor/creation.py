@@ -469,9 +469,10 @@ def arange(
     dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
     if integral and dtype in INT_DTYPES:
-        return Tensor(
-            backend.arange(int(start), int(end), int(step), dtype, device), backend, device
-        )
+        # counted in int64, then wrapped into a narrower dtype as torch's (uint8 from -2 is 254)
+        counted = backend.arange(int(start), int(end), int(step), "int64", device)
+        out = Tensor(counted, backend, device)
+        return out if dtype == "int64" else out.cast(dtype)
     count = max(0, math.ceil((end - start) / step))
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
@@ -609,6 +610,10 @@ def randn(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None
     return _requiring(drawn, requires_grad)
 
 
+#: the values a draw of each narrow integer dtype can take (torch's ``randint`` bounds check)
+_RANDINT_BOUNDS = {"bool": (0, 1), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+
+
 def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any = None,
             generator: Any = None, requires_grad: bool = False, low: Any = None,
             high: Any = None, size: Any = None) -> Tensor:  # fmt: skip
@@ -640,9 +645,12 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     if int(low) < -(2**63) or int(high) > 2**63:  # torch refuses them too; the draws would wrap
         raise InvalidArgumentError(f"randint: low={low} and high={high} must lie in int64's range")
     dtype = _check_dtype("randint", dtype)
-    if dtype == "bool" and (int(low) < 0 or int(high) > 2):  # (torch's bounds check)
+    smallest, largest = _RANDINT_BOUNDS.get(dtype, (-(2**63), 2**63 - 1))
+    if not smallest <= int(low) <= largest or not smallest <= int(high) - 1 <= largest:
+        # torch's bounds check: the draws would wrap (uint8's randint(0, 300) gave 44 for 300)
         raise InvalidArgumentError(
-            f"randint: low={low} and high={high} are out of bounds for bool (0 <= low < high <= 2)"
+            f"randint: low={low} and high={high} are out of bounds for {dtype} "
+            f"({smallest} <= low < high <= {largest + 1})"
         )
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)
