@@ -166,3 +166,21 @@ def test_randint_bounds_outside_a_narrow_dtype_are_refused_as_torch_refuses_them
     top = 256 if dtype == "uint8" else 2**31
     draws = rg.randint(top - 1, top, (4,), dtype=getattr(rg, dtype))
     assert draws.tolist() == torch.full((4,), top - 1, dtype=getattr(torch, dtype)).tolist()
+
+
+@pytest.mark.parametrize(
+    "dtype, low, high", [("uint8", 0, 300), ("uint8", -1, 5), ("int32", 0, 2**32)]
+)
+def test_random_bounds_outside_a_narrow_dtype_are_refused_as_torch_refuses_them(dtype, low, high):
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.zeros(3, dtype=getattr(torch, dtype)).random_(low, high)
+    with pytest.raises(rg.InvalidArgumentError, match="random_"):
+        rg.zeros(3, dtype=getattr(rg, dtype)).random_(low, high)
+
+
+def test_random_without_bounds_draws_int32_from_0_to_its_max_as_torch():
+    """torch draws [0, 2**31 - 1]; retrograd drew int64's range and wrapped (negatives)."""
+    rg.manual_seed(0)
+    draws = rg.zeros(200, dtype=rg.int32).random_().numpy()
+    assert draws.dtype == np.int32 and draws.min() >= 0
+    assert draws.max() > 2**30  # the whole range, not a narrower one

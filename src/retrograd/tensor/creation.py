@@ -36,7 +36,7 @@ from ._dispatch import (
 )
 from .compositions import _zero_gradient
 from .core import Tensor
-from .dtypes import canonical_dtype
+from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
 from .layouts import preserve_format
 from .selection import multinomial
@@ -610,10 +610,6 @@ def randn(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None
     return _requiring(drawn, requires_grad)
 
 
-#: the values a draw of each narrow integer dtype can take (torch's ``randint`` bounds check)
-_RANDINT_BOUNDS = {"bool": (0, 1), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
-
-
 def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any = None,
             generator: Any = None, requires_grad: bool = False, low: Any = None,
             high: Any = None, size: Any = None) -> Tensor:  # fmt: skip
@@ -645,7 +641,7 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     if int(low) < -(2**63) or int(high) > 2**63:  # torch refuses them too; the draws would wrap
         raise InvalidArgumentError(f"randint: low={low} and high={high} must lie in int64's range")
     dtype = _check_dtype("randint", dtype)
-    smallest, largest = _RANDINT_BOUNDS.get(dtype, (-(2**63), 2**63 - 1))
+    smallest, largest = RANDINT_BOUNDS.get(dtype, (-(2**63), 2**63 - 1))
     if not smallest <= int(low) <= largest or not smallest <= int(high) - 1 <= largest:
         # torch's bounds check: the draws would wrap (uint8's randint(0, 300) gave 44 for 300)
         raise InvalidArgumentError(

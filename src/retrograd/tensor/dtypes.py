@@ -268,3 +268,8 @@ class Size(tuple):
     # Printed as the tuple it is, ``(2, 3)`` (torch prints ``torch.Size([2, 3])``): shapes are
     # ``Size``s, and messages and printed examples read ``(2, 3)`` as they always have.
     __repr__ = tuple.__repr__
+
+
+#: the values a draw of each narrow integer dtype can take (torch's ``randint``/``random_``
+#: bounds check)
+RANDINT_BOUNDS = {"bool": (0, 1), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
