@@ -184,3 +184,20 @@ def test_random_without_bounds_draws_int32_from_0_to_its_max_as_torch():
     draws = rg.zeros(200, dtype=rg.int32).random_().numpy()
     assert draws.dtype == np.int32 and draws.min() >= 0
     assert draws.max() > 2**30  # the whole range, not a narrower one
+
+
+def test_new_full_and_new_tensor_write_numbers_into_uint8_int32_as_torch():
+    """``new_full(-1)`` of a uint8 tensor raised NumPy's bounds error (torch: 255, as
+    ``full``'s); ``new_tensor([2**40])`` of an int32 one gave 0 (torch refuses it)."""
+    for lib in (torch, rg):
+        byte = lib.tensor([1], dtype=lib.uint8)
+        assert byte.new_full((2,), -1).tolist() == [255, 255]
+        assert byte.new_full((2,), 2.7).tolist() == [2, 2]
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.tensor([1], dtype=torch.int32).new_tensor([2**40])
+    with pytest.raises(rg.InvalidArgumentError):
+        rg.tensor([1], dtype=rg.int32).new_tensor([2**40])
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.tensor([1], dtype=torch.uint8).new_full((2,), 300)
+    with pytest.raises(rg.InvalidArgumentError, match="new_full"):
+        rg.tensor([1], dtype=rg.uint8).new_full((2,), 300)
