@@ -201,3 +201,26 @@ def test_new_full_and_new_tensor_write_numbers_into_uint8_int32_as_torch():
         torch.tensor([1], dtype=torch.uint8).new_full((2,), 300)
     with pytest.raises(rg.InvalidArgumentError, match="new_full"):
         rg.tensor([1], dtype=rg.uint8).new_full((2,), 300)
+
+
+@pytest.mark.parametrize("op", ["linspace", "logspace"])
+@pytest.mark.parametrize(
+    "dtype, start, end",
+    [("uint8", -2, 3), ("uint8", -1, 255), ("uint8", 0, 300), ("uint8", -3.5, 2.5),
+     ("uint8", 0.5, -0.5), ("int32", 0, 2**33), ("int32", -5, 5)],
+)  # fmt: skip
+def test_integer_linspace_and_logspace_convert_their_ends_to_the_dtype_first(op, dtype, start, end):
+    """torch writes both ends into uint8/int32 first (-2 is 254; 300 and -3.5 are refused);
+    retrograd counted from -2 and wrapped the values, or gave values past the dtype."""
+    options = {"base": 2} if op == "logspace" else {}
+
+    def make(lib):
+        return getattr(lib, op)(start, end, 4, dtype=getattr(lib, dtype), **options)
+
+    try:
+        expected = make(torch)
+    except RuntimeError:
+        with pytest.raises(rg.InvalidArgumentError, match=op):
+            make(rg)
+        return
+    np.testing.assert_array_equal(make(rg).numpy(), expected.numpy())

@@ -535,8 +535,11 @@ def linspace(
     dtype = (
         _no_bool_range("linspace", _check_dtype("linspace", dtype), steps) or default_float_dtype()
     )
-    start = float(start.item() if isinstance(start, Tensor) else start)
-    end = float(end.item() if isinstance(end, Tensor) else end)
+    start = start.item() if isinstance(start, Tensor) else start
+    end = end.item() if isinstance(end, Tensor) else end
+    if dtype in NARROW_INTS:  # torch converts both ends first: -2 is 254 in uint8, 300 refused
+        start, end = (written_scalar("linspace", v, dtype) for v in (start, end))
+    start, end = float(start), float(end)
     if dtype in INT_DTYPES:
         host = _integer_linspace(int(start), int(end), steps)
     else:
@@ -569,6 +572,11 @@ def logspace(
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
+    if dtype in NARROW_INTS:  # both ends converted first, as linspace's (-2 is 254 in uint8)
+        start, end = (
+            written_scalar("logspace", v.item() if isinstance(v, Tensor) else v, dtype)
+            for v in (start, end)
+        )
     if dtype in INT_DTYPES:
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
