@@ -185,6 +185,12 @@ CASES = {
     "uint8 arange from -2": lambda lib: lib.arange(-2, 3, dtype=lib.uint8),
     "uint8 randint past 255": lambda lib: lib.randint(0, 300, (3,), dtype=lib.uint8),
     "int32 randint below": lambda lib: lib.randint(-(2**31) - 1, 0, (3,), dtype=lib.int32),
+    "uint8 random_ past 255": lambda lib: lib.zeros(3, dtype=lib.uint8).random_(0, 300),
+    "uint8 new_full -1": _typed("uint8", [1], lambda lib, t: t.new_full((2,), -1)),
+    "int32 new_tensor too big": _typed("int32", [1], lambda lib, t: t.new_tensor([2**40])),
+    "uint8 linspace from -2": lambda lib: lib.linspace(-2, 3, 6, dtype=lib.uint8),
+    "uint8 linspace to 300": lambda lib: lib.linspace(0, 300, 3, dtype=lib.uint8),
+    "uint8 logspace from -2": lambda lib: lib.logspace(-2, 3, 3, base=2, dtype=lib.uint8),
     "int32 one_hot": _typed("int32", [1, 2], lambda lib, t: lib.nn.functional.one_hot(t)),
 }
 
