@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
+from .runtime_settings import promote_types
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim
 
@@ -90,6 +91,8 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
             f"{fn}: return_complex must be given for real inputs, as torch requires; "
             "return_complex=False gives the real and imaginary parts in a last dimension of 2"
         )
+    if not isinstance(return_complex, bool):  # torch's argument parser takes a bool only
+        raise DTypeError(f"{fn}: return_complex must be a bool, got {return_complex!r}")
     if return_complex:
         raise DTypeError(
             f"{fn}: retrograd has no complex tensors, so return_complex=True cannot hold; "
@@ -114,7 +117,14 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         raise ShapeError(
             f"{fn}: expected 0 < n_fft <= {length} (the padded input's length), got n_fft={n_fft}"
         )
-    window = _matrix(signal, np.ones(win_length)) if window is None else lift(signal, window, fn)
+    if window is None:
+        window = _matrix(signal, np.ones(win_length))
+    elif not isinstance(window, Tensor):  # torch takes a tensor or None only
+        raise DTypeError(f"{fn}: window must be a tensor or None, got {type(window).__name__}")
+    elif window.dtype in FLOAT_DTYPES and window.dtype != signal.dtype:
+        # the result takes the promoted float dtype of the signal and the window, as torch's
+        signal = signal.to(promote_types(signal.dtype, window.dtype))
+        batched = batched.to(signal.dtype)
     if window.shape != (win_length,):
         raise ShapeError(
             f"{fn}: expected a 1-d window of size win_length={win_length}, got shape "
@@ -127,7 +137,11 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     angle = 2 * np.pi * (np.outer(np.arange(n_fft), np.arange(bins)) % n_fft) / n_fft
     scale = n_fft**-0.5 if normalized else 1.0
     re = frames.matmul(_matrix(signal, np.cos(angle) * scale))
-    im = frames.matmul(_matrix(signal, -np.sin(angle) * scale))
+    # the frequencies whose sines all vanish (0 and n_fft / 2) have a zero imaginary part
+    # exactly, as an FFT gives them, even over NaN or infinite samples (0 * inf is NaN)
+    sines = np.where(np.abs(np.sin(angle)) < 1e-12, 0.0, -np.sin(angle) * scale)
+    real_bins = tensor((sines == 0).all(0), backend=signal.backend, device=signal.device)
+    im = frames.matmul(_matrix(signal, sines)).masked_fill(real_bins, 0.0)
     spectrum = stack([re, im], -1).transpose(-3, -2)
     return spectrum if signal.ndim == 2 else spectrum.squeeze(0)
 

@@ -528,18 +528,28 @@ class Tensor(
 
     def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
                  requires_grad: bool = False) -> Tensor:  # fmt: skip
+        from ._dispatch import written_scalar
+
+        if isinstance(fill_value, TensorBase):
+            fill_value = fill_value.item()
+        # as ``full``'s: into uint8, -1 wraps to 255 and 300 is refused (torch's bounds)
+        target = self.dtype if dtype is None else canonical_dtype("new_full", dtype)
+        fill_value = written_scalar("new_full", fill_value, target)
         out = self._new_like("new_full", tuple(size), dtype, device, fill_value)
         return out.require_grad() if requires_grad else out
 
     def new_tensor(self, data: Any, dtype: Any = None, device: Any = None,
                    requires_grad: bool = False) -> Tensor:  # fmt: skip
         """A copy of ``data`` with this tensor's dtype and device unless given."""
-        if isinstance(data, TensorBase):
-            data = data.numpy()
         dtype = self.dtype if dtype is None else canonical_dtype("new_tensor", dtype)
         device = self._device if device is None else _device(device)
         backend = self._backend
-        out = Tensor(backend.from_data(np.asarray(data), dtype, device), backend, device)
+        if isinstance(data, TensorBase):  # a tensor is cast (wrapping), as torch's
+            out = Tensor(backend.from_data(data.numpy(), dtype, device), backend, device)
+        else:  # numbers go through ``tensor``'s bounds check (2**40 into int32 is refused)
+            from .creation import tensor
+
+            out = tensor(data, dtype=dtype, backend=backend, device=device)
         return out.require_grad() if requires_grad else out
 
     # -- copies and the value outside the graph -----------------------------------------------

@@ -36,7 +36,7 @@ from ._dispatch import (
 )
 from .compositions import _zero_gradient
 from .core import Tensor
-from .dtypes import canonical_dtype
+from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
 from .layouts import preserve_format
 from .selection import multinomial
@@ -475,9 +475,10 @@ def arange(
     dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
     if integral and dtype in INT_DTYPES:
-        return Tensor(
-            backend.arange(int(start), int(end), int(step), dtype, device), backend, device
-        )
+        # counted in int64, then wrapped into a narrower dtype as torch's (uint8 from -2 is 254)
+        counted = backend.arange(int(start), int(end), int(step), "int64", device)
+        out = Tensor(counted, backend, device)
+        return out if dtype == "int64" else out.cast(dtype)
     count = max(0, math.ceil((end - start) / step))
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
@@ -540,8 +541,11 @@ def linspace(
     dtype = (
         _no_bool_range("linspace", _check_dtype("linspace", dtype), steps) or default_float_dtype()
     )
-    start = float(start.item() if isinstance(start, Tensor) else start)
-    end = float(end.item() if isinstance(end, Tensor) else end)
+    start = start.item() if isinstance(start, Tensor) else start
+    end = end.item() if isinstance(end, Tensor) else end
+    if dtype in NARROW_INTS:  # torch converts both ends first: -2 is 254 in uint8, 300 refused
+        start, end = (written_scalar("linspace", v, dtype) for v in (start, end))
+    start, end = float(start), float(end)
     if dtype in INT_DTYPES:
         host = _integer_linspace(int(start), int(end), steps)
     else:
@@ -574,6 +578,11 @@ def logspace(
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
+    if dtype in NARROW_INTS:  # both ends converted first, as linspace's (-2 is 254 in uint8)
+        start, end = (
+            written_scalar("logspace", v.item() if isinstance(v, Tensor) else v, dtype)
+            for v in (start, end)
+        )
     if dtype in INT_DTYPES:
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
@@ -646,9 +655,12 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     if int(low) < -(2**63) or int(high) > 2**63:  # torch refuses them too; the draws would wrap
         raise InvalidArgumentError(f"randint: low={low} and high={high} must lie in int64's range")
     dtype = _check_dtype("randint", dtype)
-    if dtype == "bool" and (int(low) < 0 or int(high) > 2):  # (torch's bounds check)
+    smallest, largest = RANDINT_BOUNDS.get(dtype, (-(2**63), 2**63 - 1))
+    if not smallest <= int(low) <= largest or not smallest <= int(high) - 1 <= largest:
+        # torch's bounds check: the draws would wrap (uint8's randint(0, 300) gave 44 for 300)
         raise InvalidArgumentError(
-            f"randint: low={low} and high={high} are out of bounds for bool (0 <= low < high <= 2)"
+            f"randint: low={low} and high={high} are out of bounds for {dtype} "
+            f"({smallest} <= low < high <= {largest + 1})"
         )
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)

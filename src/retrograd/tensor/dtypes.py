@@ -306,3 +306,8 @@ def _joined_size(items: tuple) -> Size:
                 f"Size takes an iterable of ints (item {position} is {type(n).__name__})"
             ) from None
     return Size(sizes)
+
+
+#: the values a draw of each narrow integer dtype can take (torch's ``randint``/``random_``
+#: bounds check)
+RANDINT_BOUNDS = {"bool": (0, 1), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}

@@ -5,8 +5,8 @@ lion-pytorch's and timm's optimizers: ``torch._foreach_mul_(exp_avgs, beta1)``,
 
 Each is the tensor method of the same name applied to each tensor of the list in turn (so its
 checks, dtype rules and in-place semantics are the method's); a second operand is one scalar
-or tensor for all, or a list with one per tensor. torch's in-place forms return ``None``, the
-others a list.
+or tensor for all, or a list with one per tensor. torch's in-place forms return the list of
+the tensors written (the list given, itself), the others a new list.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from ._dispatch import TensorBase
 
 #: torch's unary ``_foreach_`` ops: the method of each name (an in-place form each, ``name_``)
@@ -35,6 +35,8 @@ def _tensors(op: str, tensors: Any, what: str = "self") -> list[Any]:
     bad = next((t for t in tensors if not isinstance(t, TensorBase)), None)
     if bad is not None:
         raise DTypeError(f"{op}: {what} must hold tensors only, got a {type(bad).__name__}")
+    if not tensors:  # torch refuses an empty list rather than doing nothing
+        raise InvalidArgumentError(f"{op}: {what} must have at least one tensor, got none")
     return list(tensors)
 
 
@@ -52,9 +54,21 @@ def _each(op: str, other: Any, count: int, what: str) -> list[Any]:
     return [other] * count
 
 
+#: torch's ``_foreach_maximum(tensors, scalar)``: ``Tensor.maximum`` takes tensors only
+_SCALAR_FORMS = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
+def _written(given: Any, tensors: list[Any]) -> list[Any]:
+    """What torch's in-place forms return: the list given itself (a tuple's tensors as a list)."""
+    return given if isinstance(given, list) else tensors
+
+
 def _call(t: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     """``t.method(*args)``; an in-place ``method`` tensors lack (torch has ``_foreach_maximum_``
     but no ``Tensor.maximum_``) as the out-of-place one copied into ``t``."""
+    scalar_form = _SCALAR_FORMS.get(method.rstrip("_"))
+    if scalar_form is not None and args and not isinstance(args[0], TensorBase):
+        method = scalar_form + ("_" if method.endswith("_") else "")
     if method.endswith("_") and not hasattr(t, method):
         return t.copy_(getattr(t, method[:-1])(*args, **kwargs))
     return getattr(t, method)(*args, **kwargs)
@@ -65,8 +79,9 @@ def _unary(name: str, in_place: bool) -> Callable[..., Any]:
     op = f"_foreach_{method}"
 
     def foreach(self: Any) -> Any:
-        results = [_call(t, method) for t in _tensors(op, self)]
-        return None if in_place else results
+        tensors = _tensors(op, self)
+        results = [_call(t, method) for t in tensors]
+        return _written(self, tensors) if in_place else results
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``[t.{method}() for t in self]``{' in place' if in_place else ''}."
@@ -78,10 +93,19 @@ def _binary(name: str, in_place: bool) -> Callable[..., Any]:
     op = f"_foreach_{method}"
 
     def foreach(self: Any, other: Any, **kwargs: Any) -> Any:
+        if name == "pow" and not in_place and not isinstance(self, list | tuple):
+            # torch's ``_foreach_pow(scalar, exponents)``: one base to each tensor's power
+            return [self**t for t in _tensors(op, other, "exponent")]
         tensors = _tensors(op, self)
+        if kwargs and not isinstance(other, list | tuple | TensorBase):
+            # torch's scalar overloads take no ``alpha``; only a tensor (list) is scaled
+            raise DTypeError(
+                f"{op}: {', '.join(kwargs)} needs a tensor or a list of tensors "
+                f"as other, got {type(other).__name__}"
+            )
         others = _each(op, other, len(tensors), "other")
         results = [_call(t, method, o, **kwargs) for t, o in zip(tensors, others)]
-        return None if in_place else results
+        return _written(self, tensors) if in_place else results
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = (
@@ -94,18 +118,24 @@ def _ternary(name: str, in_place: bool) -> Callable[..., Any]:
     method = name + "_" if in_place else name
     op = f"_foreach_{method}"
 
-    def foreach(self: Any, tensor1: Any, tensor2: Any, value: Any = 1) -> Any:
+    def foreach(self: Any, tensor1: Any, tensor2: Any, value: Any = 1, scalars: Any = None) -> Any:
         tensors = _tensors(op, self)
         firsts = _each(op, _tensors(op, tensor1, "tensor1"), len(tensors), "tensor1")
         seconds = _each(op, _tensors(op, tensor2, "tensor2"), len(tensors), "tensor2")
+        if scalars is not None:  # torch's name of the list (or tensor) form of ``value``
+            value = scalars
         if isinstance(value, TensorBase):  # torch's ``scalars: Tensor``: one value each
-            value = value.reshape(-1).tolist()
+            if value.ndim != 1:
+                raise ShapeError(
+                    f"{op}: a tensor of scalars must be 1-d, got shape {shape_text(value.shape)}"
+                )
+            value = value.tolist()
         values = _each(op, value, len(tensors), "value")
         results = [
             getattr(t, method)(a, b, value=v)
             for t, a, b, v in zip(tensors, firsts, seconds, values)
         ]
-        return None if in_place else results
+        return _written(self, tensors) if in_place else results
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``t.{method}(t1, t2, value=v)`` for each tensor."
@@ -121,25 +151,28 @@ def _lerp(in_place: bool) -> Callable[..., Any]:
         ends = _each(op, _tensors(op, tensors1, "tensors1"), len(tensors), "tensors1")
         weights = _each(op, weight, len(tensors), "weight")
         results = [getattr(t, method)(e, w) for t, e, w in zip(tensors, ends, weights)]
-        return None if in_place else results
+        return _written(self, tensors) if in_place else results
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``t.{method}(end, weight)`` for each tensor."
     return foreach
 
 
-def _foreach_zero_(self: Any) -> None:
+def _foreach_zero_(self: Any) -> list[Any]:
     """``t.zero_()`` for each tensor."""
-    for t in _tensors("_foreach_zero_", self):
+    tensors = _tensors("_foreach_zero_", self)
+    for t in tensors:
         t.zero_()
+    return _written(self, tensors)
 
 
-def _foreach_copy_(self: Any, src: Any, non_blocking: bool = False) -> None:
+def _foreach_copy_(self: Any, src: Any, non_blocking: bool = False) -> list[Any]:
     """``t.copy_(s)`` for each pair."""
     tensors = _tensors("_foreach_copy_", self)
     sources = _each("_foreach_copy_", _tensors("_foreach_copy_", src, "src"), len(tensors), "src")
     for t, s in zip(tensors, sources):
         t.copy_(s)
+    return _written(self, tensors)
 
 
 def _foreach_norm(self: Any, ord: Any = 2, dtype: Any = None) -> list[Any]:  # noqa: A002
@@ -165,4 +198,5 @@ def functions() -> dict[str, Callable[..., Any]]:
         made[f.__name__] = f
     for f in (_foreach_zero_, _foreach_copy_, _foreach_norm):
         made[f.__name__] = f
-    return made
+    # an argument no check foresaw (an unknown keyword) still gets the hierarchy's error
+    return {name: guard(name, f) for name, f in made.items()}

@@ -47,7 +47,7 @@ from ._dispatch import (
     written_scalar,
 )
 from .compositions import scaled
-from .dtypes import can_cast, canonical_dtype
+from .dtypes import RANDINT_BOUNDS, can_cast, canonical_dtype
 from .elementwise import _given, _sum_dtype
 from .ownership import sole_buffer
 from .shape import shape_arg
@@ -770,10 +770,17 @@ class InplaceMixin:
         else:
             digits = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
             low, high = 0, 2 ** digits.get(self.dtype, 63) + 1
-            if self.dtype == "bool":
-                high = 2
+            if self.dtype in RANDINT_BOUNDS:  # torch's [0, max] of a narrow integer dtype
+                high = RANDINT_BOUNDS[self.dtype][1] + 1
         if high is None or not isinstance(low, numbers.Integral) or high <= low:
             raise ShapeError(f"random_: expects from < to, got from={low} to={high}")
+        smallest, largest = RANDINT_BOUNDS.get(self.dtype, (low, high - 1))
+        if not smallest <= low <= largest or not smallest <= high - 1 <= largest:
+            # torch's bounds check: the draws would wrap (uint8's random_(0, 300) gave 44s)
+            raise InvalidArgumentError(
+                f"random_: from={low} and to={high} are out of bounds for {self.dtype} "
+                f"({smallest} <= from < to <= {largest + 1})"
+            )
 
         def draw(t: Any) -> Any:
             uniform = _random(t, "random_", dtype="float64", generator=generator)

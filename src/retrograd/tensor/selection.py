@@ -334,6 +334,10 @@ class SelectionMixin:
         ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
         among the values that tie for the result, as torch's backward does."""
         check_same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
+        if not isinstance(include_self, bool | np.bool_):  # (a str was read as true)
+            raise DTypeError(
+                f"scatter_reduce: include_self must be a bool, got {type(include_self).__name__}"
+            )
         if reduce == "mean" and self.dtype == "bool":
             raise DTypeError(
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
