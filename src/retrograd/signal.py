@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
-from .runtime_settings import promote_types
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
-from .tensor._dispatch import int_argument, lift, normalize_dim
+from .tensor._dispatch import int_argument, lift, normalize_dim, result_dtype
 
 __all__ = ["irfft", "rfft", "stft"]
 
@@ -123,7 +122,7 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         raise DTypeError(f"{fn}: window must be a tensor or None, got {type(window).__name__}")
     elif window.dtype in FLOAT_DTYPES and window.dtype != signal.dtype:
         # the result takes the promoted float dtype of the signal and the window, as torch's
-        signal = signal.to(promote_types(signal.dtype, window.dtype))
+        signal = signal.to(result_dtype(str(signal.dtype), str(window.dtype)))
         batched = batched.to(signal.dtype)
     if window.shape != (win_length,):
         raise ShapeError(

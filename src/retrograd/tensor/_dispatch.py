@@ -63,6 +63,7 @@ __all__ = [
     "TensorBase",
     "TensorOp",
     "apply",
+    "check_narrow_data",
     "check_same_dtype",
     "check_scalar",
     "dispatch",
@@ -258,6 +259,21 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
             f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
         )
     return wrapped_int(value, dtype) if integral else int(value)
+
+
+def check_narrow_data(op: str, data: Any, dtype: str) -> None:
+    """torch's bounds on Python numbers made into a uint8 or int32 tensor (``[-1]`` wraps to
+    255; ``[300]`` is refused): :func:`written_scalar`'s, for each of them (other dtypes and
+    data that is not numbers, lists or tuples pass unchecked)."""
+    if dtype not in NARROW_INTS or not isinstance(data, list | tuple | numbers.Number):
+        return
+    try:
+        values = np.asarray(data)
+    except (ValueError, TypeError):  # (ragged data: the backend names it)
+        return
+    if values.dtype.kind in "iuf" and values.size:
+        written_scalar(op, values.min().item(), dtype)
+        written_scalar(op, values.max().item(), dtype)
 
 
 def check_same_dtype(op: str, x: Any, source: Any) -> None:

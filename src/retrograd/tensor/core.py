@@ -48,6 +48,7 @@ from ._dispatch import (
     FLOAT_DTYPES,
     TensorBase,
     apply,
+    check_narrow_data,
     dispatch,
     lift,
     normalize_dim,
@@ -546,10 +547,9 @@ class Tensor(
         backend = self._backend
         if isinstance(data, TensorBase):  # a tensor is cast (wrapping), as torch's
             out = Tensor(backend.from_data(data.numpy(), dtype, device), backend, device)
-        else:  # numbers go through ``tensor``'s bounds check (2**40 into int32 is refused)
-            from .creation import tensor
-
-            out = tensor(data, dtype=dtype, backend=backend, device=device)
+        else:  # numbers are checked as ``tensor`` checks them (2**40 into int32 is refused)
+            check_narrow_data("new_tensor", data, dtype)
+            out = Tensor(backend.from_data(np.asarray(data), dtype, device), backend, device)
         return out.require_grad() if requires_grad else out
 
     # -- copies and the value outside the graph -----------------------------------------------

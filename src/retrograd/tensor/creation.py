@@ -26,6 +26,7 @@ from ._dispatch import (
     FLOAT_DTYPES,
     INT_DTYPES,
     NARROW_INTS,
+    check_narrow_data,
     checked_generator,
     from_host,
     int_argument,
@@ -148,21 +149,9 @@ def tensor(
         data = _scalars_of_tensors(data)
     if dtype is None and not isinstance(data, np.ndarray | np.generic):
         dtype = _foreign_dtype(data) or _python_dtype(data)
-    elif dtype in NARROW_INTS and isinstance(data, list | tuple | numbers.Number):
-        _check_narrow_data("tensor", data, dtype)
+    else:
+        check_narrow_data("tensor", data, dtype)
     return _requiring(from_host(Tensor, data, dtype, backend, device), requires_grad)
-
-
-def _check_narrow_data(op: str, data: Any, dtype: str) -> None:
-    """torch's bounds on Python numbers made into a uint8 or int32 tensor (``[-1]`` wraps to
-    255; ``[300]`` is refused): :func:`~._dispatch.written_scalar`'s, for each of them."""
-    try:
-        values = np.asarray(data)
-    except (ValueError, TypeError):  # (ragged data: the backend names it)
-        return
-    if values.dtype.kind in "iuf" and values.size:
-        written_scalar(op, values.min().item(), dtype)
-        written_scalar(op, values.max().item(), dtype)
 
 
 def _scalars_of_tensors(data: list | tuple) -> Any:
