@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
+from ..context import capturing
 from ..device import CPU0, Device
 from ..errors import (
     AutodiffError,
@@ -258,6 +259,16 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
             f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
         )
     return wrapped_int(value, dtype) if integral else int(value)
+
+
+def check_written_tensor(op: str, value: Any, dtype: str) -> None:
+    """torch's bounds check of a one-element tensor ``value`` written as a scalar into a
+    tensor of ``dtype`` (``masked_fill(mask, tensor(2**31))`` into int32, ``u8[mask] =
+    tensor(-2**31)``): torch reads it as a number and refuses one past ``dtype``'s bounds, where
+    a cast would wrap it. Read on the host, except while a step is captured."""
+    if dtype not in NARROW_INTS or value.dtype == dtype or capturing.get():
+        return
+    written_scalar(op, value.reshape(()).item(), dtype)
 
 
 def check_same_dtype(op: str, x: Any, source: Any) -> None:

@@ -119,12 +119,15 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
         return
     if hasattr(a, "dtype") and a.numel() == 0:  # nothing is divided (torch: an empty result)
         return
+    # (the divisor as the kernel sees it: cast to the result's dtype first, so a uint8
+    # dividend's ``% 256`` or ``// int32_tensor(-2**31)`` divides by a wrapped 0)
+    dtype = _integer_result(a, b) if hasattr(a, "dtype") else _integer_result(b, a)
     if not hasattr(b, "dtype"):
-        zero = b == 0
+        zero = wrapped_int(b, dtype) == 0
     elif capturing.get() or b.numel() == 0:
         return
     else:
-        zero = bool(b.cast("int64").equal_elem(0).any().item())
+        zero = bool(b.cast(dtype).cast("int64").equal_elem(0).any().item())
     if zero:
         raise InvalidArgumentError(f"{op}: integer division by zero")
 

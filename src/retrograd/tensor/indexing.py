@@ -36,6 +36,7 @@ from ._dispatch import (
     TensorBase,
     check_same_dtype,
     check_scalar,
+    check_written_tensor,
     from_host,
     int_argument,
     lift,
@@ -503,6 +504,7 @@ class IndexingMixin:
                     f"{op}: value must be a 0-d tensor or a Python scalar, got a tensor of "
                     f"shape {shape_text(value.shape)}"
                 )
+            check_written_tensor(op, value, self.dtype)
             return self.mask_where(mask, value.cast(self.dtype))
         value = check_scalar(op, value)
         source = self

@@ -1,0 +1,89 @@
+"""Regressions found by differential fuzzing of the uint8 and int32 dtypes against torch 2.13
+(``tests/test_fuzz29.py``): one test per defect, each expected value taken from torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+def _same(ours, theirs):
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        lambda lib, u, i: u % 256,  # 256 wraps to uint8's 0
+        lambda lib, u, i: u // 512,
+        lambda lib, u, i: u.fmod(256),
+        lambda lib, u, i: u % lib.tensor(2**40),  # a 0-d int64 divisor keeps uint8, wraps to 0
+        lambda lib, u, i: u.clone().floor_divide_(lib.tensor(-(2**31), dtype=lib.int32)),
+        lambda lib, u, i: i % 2**32,
+    ],
+)
+def test_integer_divisor_that_wraps_to_zero_is_a_division_by_zero(expression):
+    """A divisor wrapped into the result's narrow dtype (``uint8 % 256``) is 0: torch raises
+    ZeroDivisionError; retrograd divided by the unwrapped value's zero check and returned
+    zeros."""
+    torch_u = torch.tensor([7, 128, 255], dtype=torch.uint8)
+    torch_i = torch.tensor([5, -7, 2**31 - 1], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        expression(torch, torch_u, torch_i)
+    u = rg.tensor([7, 128, 255], dtype=rg.uint8)
+    i = rg.tensor([5, -7, 2**31 - 1], dtype=rg.int32)
+    with pytest.raises(rg.InvalidArgumentError, match="division by zero"):
+        expression(rg, u, i)
+    _same(u, torch_u)  # left usable and unchanged
+    _same(rg.tensor([7, 128, 255], dtype=rg.uint8) % 257, torch_u % 257)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+@pytest.mark.parametrize("value", [2.9, -0.5, float("nan"), 1e10])
+def test_float_written_through_a_mask_into_uint8_and_int32(dtype, value):
+    """``x[mask] = 2.9`` on a uint8/int32 tensor raised a ``DTypeError`` (float32 can't be
+    cast); torch truncates toward zero within the dtype's bounds, and refuses a value past
+    them."""
+
+    def run(lib):
+        x = lib.tensor([1, 2, 3], dtype=getattr(lib, dtype))
+        x[x > 1] = value
+        return x
+
+    try:
+        theirs = run(torch)
+    except RuntimeError:
+        with pytest.raises(rg.InvalidArgumentError, match="index_put_"):
+            run(rg)
+        return
+    _same(run(rg), theirs)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda lib, x, v: x.masked_fill(x > 1, v),
+        lambda lib, x, v: x.clone().masked_fill_(x > 1, v),
+        lambda lib, x, v: x.clone().__setitem__(x > 1, v),
+    ],
+)
+@pytest.mark.parametrize(
+    "dtype, value",
+    [("int32", 2**31), ("int32", -(2**31) - 1), ("uint8", -(2**31)), ("uint8", 300)],
+)
+def test_one_element_tensor_past_the_bounds_written_through_a_mask(write, dtype, value):
+    """A 0-d tensor past uint8's/int32's bounds written through a mask (``masked_fill``,
+    ``x[mask] = tensor(2**31)``): torch reads it as a number and refuses it; retrograd cast it,
+    silently wrapping it. Values within the bounds still wrap as torch's (``-1`` is 255)."""
+    torch_x = torch.tensor([1, 2, 3], dtype=getattr(torch, dtype))
+    with pytest.raises(RuntimeError, match="without overflow"):
+        write(torch, torch_x, torch.tensor(value))
+    x = rg.tensor([1, 2, 3], dtype=getattr(rg, dtype))
+    with pytest.raises(rg.InvalidArgumentError, match="without overflow"):
+        write(rg, x, rg.tensor(value))
+    _same(x, torch_x)
+    _same(x.masked_fill(x > 1, rg.tensor(-1)), torch_x.masked_fill(torch_x > 1, torch.tensor(-1)))
