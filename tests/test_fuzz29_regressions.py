@@ -87,3 +87,65 @@ def test_one_element_tensor_past_the_bounds_written_through_a_mask(write, dtype,
         write(rg, x, rg.tensor(value))
     _same(x, torch_x)
     _same(x.masked_fill(x > 1, rg.tensor(-1)), torch_x.masked_fill(torch_x > 1, torch.tensor(-1)))
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        lambda lib, u: u / lib.tensor(-1, dtype=lib.int32),  # not u / 255
+        lambda lib, u: lib.atan2(u, lib.tensor(-1)),
+        lambda lib, u: lib.xlogy(u, 300),  # not log(44)
+        lambda lib, u: lib.xlogy(300, u),
+        lambda lib, u: lib.xlogy(u, lib.tensor(2**40)),  # not log(0)
+        lambda lib, u: lib.xlogy(u, lib.tensor(-1, dtype=lib.int32)),  # NaN, not log(255)
+    ],
+)
+def test_float_ops_cast_integer_operands_straight_to_float(expression):
+    """An op computed in float (``/``, ``atan2``, ``xlogy``) of a uint8 tensor and a 0-d
+    int32/int64 tensor or a number: torch casts each operand straight to float32; retrograd
+    first cast both to their common integer dtype (uint8), wrapping the other operand."""
+    ours = expression(rg, rg.tensor([7, 128, 0], dtype=rg.uint8))
+    theirs = expression(torch, torch.tensor([7, 128, 0], dtype=torch.uint8))
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        lambda lib, s, v: lib.searchsorted(s, v, out_int32=True),
+        lambda lib, s, v: lib.searchsorted(s, v, out_int32=True, right=True),
+        lambda lib, s, v: lib.bucketize(v, s, out_int32=True),
+    ],
+)
+def test_out_int32_gives_int32_indices(expression):
+    """``searchsorted``/``bucketize`` with ``out_int32=True`` gave int64 indices; torch's are
+    int32 (retrograd has int32 tensors now)."""
+    _same(
+        expression(rg, rg.tensor([1, 5, 9]), rg.tensor([0, 5, 7, 10])),
+        expression(torch, torch.tensor([1, 5, 9]), torch.tensor([0, 5, 7, 10])),
+    )
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        lambda lib, u, v: u.index_fill(0, lib.tensor([0]), v),
+        lambda lib, u, v: u.clone().fill_diagonal_(v),
+        lambda lib, u, v: u.masked_fill(u > 1, v),
+    ],
+)
+@pytest.mark.parametrize("value", [-1, -255, 2.7, -0.5, 256.0, 300])
+def test_numbers_filled_into_uint8_follow_torch_s_bounds(fill, value):
+    """``index_fill``/``fill_diagonal_`` of ``-1`` into uint8 raised NumPy's "out of bounds"
+    (torch writes 255), and ``masked_fill(m, -0.5)`` wrote 0 where torch refuses a float past
+    uint8's bounds."""
+    torch_u = torch.tensor([[7, 128], [1, 2]], dtype=torch.uint8)
+    u = rg.tensor([[7, 128], [1, 2]], dtype=rg.uint8)
+    try:
+        theirs = fill(torch, torch_u, value)
+    except RuntimeError:
+        with pytest.raises(rg.InvalidArgumentError, match="without overflow"):
+            fill(rg, u, value)
+        return
+    _same(fill(rg, u, value), theirs)

@@ -527,10 +527,14 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     b_dtype = backend.dtype(b._prim)
     if target != b_dtype:
         target = _promoted(target, b_dtype, backend.shape(a._prim), backend.shape(b._prim))
-        a, b = a.cast(target), b.cast(target)
     if floats and target not in FLOAT_DTYPES:
+        # each operand straight to the float dtype, as torch casts them, never through a
+        # narrower common integer dtype (``u8 / int32_tensor(-1)`` divides by -1, not 255)
         target = default_float_dtype()
-        a, b = a.cast(target), b.cast(target)
+    if backend.dtype(a._prim) != target:
+        a = a.cast(target)
+    if b_dtype != target:
+        b = b.cast(target)
     return a, b
 
 

@@ -316,7 +316,8 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
     after = edges.greater(points) if right else edges.greater_equal(points)
     below = after.logical_not()
     # one index per value (a 0-d values tensor's one included: the compare made it 1-d)
-    return below.cast("int64").sum(-1).reshape(values.shape)
+    indices = below.cast("int64").sum(-1).reshape(values.shape)
+    return indices.cast("int32") if out_int32 else indices  # (torch's int32 indices)
 
 
 def isin(

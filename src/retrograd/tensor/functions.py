@@ -691,7 +691,8 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
     values = input.unsqueeze_dim(-1)
     # as searchsorted counts them: a NaN value is past every boundary
     after = edges.greater(values) if right else edges.greater_equal(values)
-    return after.logical_not().cast("int64").sum(-1)
+    # (summed in int64, then cast: torch's out_int32 gives int32 indices)
+    return after.logical_not().cast("int64").sum(-1).cast("int32" if out_int32 else "int64")
 
 
 def check_unique_dim(op: str, shape: tuple[int, ...], d: int) -> bool:
