@@ -149,3 +149,33 @@ def test_numbers_filled_into_uint8_follow_torch_s_bounds(fill, value):
             fill(rg, u, value)
         return
     _same(fill(rg, u, value), theirs)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        lambda lib: lib.tensor([3, 2], dtype=lib.uint8) ** 256,  # not a wrapped 0 (ones)
+        lambda lib: lib.tensor([3, 2], dtype=lib.uint8).pow(300),
+        lambda lib: lib.tensor([3, 2], dtype=lib.uint8).pow_(1000),
+        lambda lib: lib.tensor([3, 2], dtype=lib.int32) ** 2**31,
+    ],
+)
+def test_number_exponent_past_a_narrow_base_s_bounds_is_refused(expression):
+    """``u8 ** 256`` gave ones (the exponent wrapped to 0); torch converts the exponent to the
+    base's dtype and refuses one past its bounds. Exponents within them still agree."""
+    with pytest.raises(RuntimeError, match="without overflow"):
+        expression(torch)
+    with pytest.raises(rg.InvalidArgumentError, match="without overflow"):
+        expression(rg)
+    _same(rg.tensor([3, 2], dtype=rg.uint8) ** 255, torch.tensor([3, 2], dtype=torch.uint8) ** 255)
+
+
+def test_clamp_with_tensor_bounds_promotes_all_three_together():
+    """``bool_tensor.clamp(uint8 0-d, int32 0-d)`` was uint8 (promoted pairwise, self with each
+    bound in turn); torch's kernel promotes the three together: int32."""
+
+    def run(lib):
+        flags = lib.tensor([True, False, True])
+        return flags.clamp(lib.tensor(1, dtype=lib.uint8), lib.tensor(5, dtype=lib.int32))
+
+    _same(run(rg), run(torch))

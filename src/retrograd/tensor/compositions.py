@@ -16,7 +16,16 @@ import numpy as np
 from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
-from ._dispatch import lift, promote, promoted_dtype, scalar_dtype, untracked, wrap, wrapped_int
+from ._dispatch import (
+    lift,
+    promote,
+    promoted_dtype,
+    scalar_dtype,
+    untracked,
+    wrap,
+    wrapped_int,
+    written_scalar,
+)
 
 #: the dtypes integer arithmetic takes (bools count as integers)
 _INTEGRAL = (*INT_DTYPES, "bool")
@@ -148,6 +157,9 @@ def integer_power(base: Any, exponent: Any) -> Any | None:
     # computed in int64, whose wrapping agrees with the narrower dtypes' modulo their size)
     if not hasattr(exponent, "dtype"):
         dtype = _integer_result(base, exponent)
+        # torch converts a number exponent to a uint8/int32 base's dtype within its bounds
+        # (``u8 ** 256`` is refused, not 1 as a wrapped 0 would give)
+        written_scalar("pow", exponent, dtype)
         base = base.cast(dtype).cast("int64")
         return base._apply("pow_scalar", (base,), (int(exponent),)).cast(dtype)
     dtype = _integer_result(exponent, base) if not hasattr(base, "dtype") else None

@@ -761,6 +761,10 @@ class ElementwiseMixin:
         if self.dtype == getattr(min, "dtype", None) == getattr(max, "dtype", None) == "bool":
             _no_bool("clamp")  # (torch's two-bound kernel; one bound is maximum/minimum's)
         value = untracked(self)
+        bounds = [b for b in (min, max) if isinstance(b, TensorBase)]
+        target = promoted_dtype_of(self, *bounds)  # (all three at once, as torch's kernel:
+        if target != value.dtype:  # a bool tensor within uint8 and int32 0-d bounds is int32)
+            value = value.cast(target)
         if min is not None:
             value = bounded(value, untracked_bound(min), "lower")
         if max is not None:
