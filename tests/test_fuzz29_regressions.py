@@ -179,3 +179,13 @@ def test_clamp_with_tensor_bounds_promotes_all_three_together():
         return flags.clamp(lib.tensor(1, dtype=lib.uint8), lib.tensor(5, dtype=lib.int32))
 
     _same(run(rg), run(torch))
+
+
+@pytest.mark.parametrize("number", [300, -1, 2**40])
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_number_floor_divided_by_a_narrow_tensor_wraps(number, dtype):
+    """``300 // u8_tensor`` raised NumPy's ``OverflowError`` ("Python integer 300 out of bounds
+    for uint8"); torch wraps the number into the tensor's dtype first (44 // 7 is 6)."""
+    values = [7, 3, 127]
+    ours = number // rg.tensor(values, dtype=getattr(rg, dtype))
+    _same(ours, number // torch.tensor(values, dtype=getattr(torch, dtype)))

@@ -36,6 +36,7 @@ from ._dispatch import (
     promoted_dtype_of,
     scalar_dims,
     scalar_dtype,
+    scalar_value,
     untracked,
     wrap,
     written_scalar,
@@ -301,8 +302,9 @@ class ElementwiseMixin:
 
     def __rfloordiv__(self, other):
         if isinstance(other, SCALAR_TYPES):
-            dtype = scalar_dtype(self.dtype, other)
-            other = wrap(self, self._backend.full(self.shape, other, dtype, self._device))
+            dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
+            value = scalar_value(other, dtype)
+            other = wrap(self, self._backend.full(self.shape, value, dtype, self._device))
         return rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
 
     def rsqrt(self) -> Any:
