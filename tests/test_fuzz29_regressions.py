@@ -189,3 +189,40 @@ def test_number_floor_divided_by_a_narrow_tensor_wraps(number, dtype):
     values = [7, 3, 127]
     ours = number // rg.tensor(values, dtype=getattr(rg, dtype))
     _same(ours, number // torch.tensor(values, dtype=getattr(torch, dtype)))
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, 2.5, 300])
+def test_scatter_value_into_uint8_follows_torch_s_bounds(value):
+    """``u8.scatter(0, index, value=-1)`` raised NumPy's ``OverflowError`` (torch writes 255)
+    and ``value=-0.5`` wrote 0 (torch refuses it)."""
+
+    def run(lib):
+        return lib.tensor([1, 2, 3], dtype=lib.uint8).scatter(0, lib.tensor([0]), value)
+
+    try:
+        theirs = run(torch)
+    except RuntimeError:
+        with pytest.raises(rg.InvalidArgumentError, match="without overflow"):
+            run(rg)
+        return
+    _same(run(rg), theirs)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_ldexp_with_uint8_and_int32_exponents_uses_the_exact_kernel(dtype):
+    """``ldexp`` with an int32/uint8 exponent went through ``2.0 ** exponent`` in float32:
+    a 0-d float64 mantissa's result was float32, and ``1e-40 * 2**200`` overflowed to inf;
+    torch's kernel (as for int64 exponents) stays in the mantissa's dtype, exactly."""
+    for mantissa, exponent in (([3.0], [5]), ([1e-40, 3.0], [200, 127])):
+        ours = rg.ldexp(
+            rg.tensor(mantissa, dtype=rg.float64 if len(mantissa) == 1 else rg.float32),
+            rg.tensor(exponent, dtype=getattr(rg, dtype)),
+        )
+        theirs = torch.ldexp(
+            torch.tensor(mantissa, dtype=torch.float64 if len(mantissa) == 1 else torch.float32),
+            torch.tensor(exponent, dtype=getattr(torch, dtype)),
+        )
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    ours = rg.ldexp(rg.tensor(3.0, dtype=rg.float64), rg.tensor([5], dtype=getattr(rg, dtype)))
+    assert ours.dtype == rg.float64  # a 0-d float64 mantissa with a 1-d integer exponent

@@ -437,6 +437,8 @@ class IndexingMixin:
             raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
         if src is None or not isinstance(src, TensorBase | np.ndarray | list):
             fill = value if src is None else src
+            if not isinstance(fill, TensorBase):  # (torch's bounds: -1 is uint8's 255)
+                fill = written_scalar("scatter", fill, self.dtype)
             shape = (
                 lift(self, index, "scatter").shape
                 if isinstance(index, TensorBase)

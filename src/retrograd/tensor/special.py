@@ -374,7 +374,8 @@ class SpecialMixin:
                 f"ldexp: not implemented for a {self.dtype} input with a bool exponent (as in "
                 "torch); cast the exponent to int64"
             )
-        if self.dtype in FLOAT_DTYPES and exponent.dtype == "int64":
+        if self.dtype in FLOAT_DTYPES and exponent.dtype in INT_DTYPES:
+            exponent = exponent.cast("int64")  # (uint8 and int32 exponents too, as torch's)
             # torch's std::ldexp kernel: in the input's own dtype, whole (2**1000 times a
             # float64 is finite, not float32's inf). Three powers of two, each finite, span
             # every exponent that can change the result (0 stays 0, never 0 * inf). The
