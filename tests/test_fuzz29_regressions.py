@@ -226,3 +226,28 @@ def test_ldexp_with_uint8_and_int32_exponents_uses_the_exact_kernel(dtype):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
     ours = rg.ldexp(rg.tensor(3.0, dtype=rg.float64), rg.tensor([5], dtype=getattr(rg, dtype)))
     assert ours.dtype == rg.float64  # a 0-d float64 mantissa with a 1-d integer exponent
+
+
+@pytest.mark.parametrize(
+    "dtype, low, high",
+    [("uint8", -1, 5), ("uint8", 0, 257), ("int32", 0, 2**31 + 1), ("int32", -(2**31) - 1, 0)],
+)
+def test_randint_bounds_past_a_narrow_dtype_are_refused(dtype, low, high):
+    """``randint(0, 257, dtype=uint8)`` drew wrapped values; torch refuses bounds the dtype
+    cannot hold (and takes the widest ones it can: ``randint(0, 256, dtype=uint8)``)."""
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.randint(low, high, (2,), dtype=getattr(torch, dtype))
+    with pytest.raises(rg.InvalidArgumentError, match="out of bounds"):
+        rg.randint(low, high, (2,), dtype=getattr(rg, dtype))
+    widest = rg.randint(0, 256, (50,), dtype=rg.uint8)
+    assert widest.dtype == rg.uint8 and widest.numpy().min() >= 0
+
+
+def test_repeat_interleave_of_int32_counts_alone():
+    """``repeat_interleave(int32_counts)`` was refused ("counts alone must be an int64
+    tensor"); torch takes int32 counts and gives int32 indices."""
+    counts = [1, 0, 3]
+    _same(
+        rg.repeat_interleave(rg.tensor(counts, dtype=rg.int32)),
+        torch.repeat_interleave(torch.tensor(counts, dtype=torch.int32)),
+    )

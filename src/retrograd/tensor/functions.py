@@ -374,8 +374,10 @@ def repeat_interleave(
     counts = lift_input(name, input)
     if dim is not None:
         raise InvalidArgumentError(f"{name}: dim needs repeats; got counts alone and dim={dim}")
-    if counts.dtype != "int64":
-        raise DTypeError(f"{name}: counts alone must be an int64 tensor, got {counts.dtype}")
+    if counts.dtype not in ("int64", "int32"):  # (torch's kernel takes both)
+        raise DTypeError(
+            f"{name}: counts alone must be an int64 or int32 tensor, got {counts.dtype}"
+        )
     if counts.ndim != 1:
         raise ShapeError(
             f"{name}: counts alone must be a 1-d tensor, got {shape_text(counts.shape)}"
@@ -388,7 +390,13 @@ def repeat_interleave(
         raise ShapeError(
             f"{name}: output_size {output_size} does not match the counts' total {indices.size}"
         )
-    return from_host(type(counts)._result, indices, "int64", counts._backend, counts._device)
+    return from_host(  # (the counts' dtype, as torch's)
+        type(counts)._result,
+        indices.astype(counts.dtype),
+        counts.dtype,
+        counts._backend,
+        counts._device,
+    )
 
 
 def split(tensor: Any, split_size_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
