@@ -897,8 +897,8 @@ STEPS = [
     lambda lib, x, y: x ^ y,
     lambda lib, x, y: x.sum(-1) if x.dim() else x,
     lambda lib, x, y: x.cumsum(-1) if x.dim() else x,
-    lambda lib, x, y: x.to(_dtype(lib, "uint8")),
-    lambda lib, x, y: x.int(),
+    lambda lib, x, y: _narrowed(x, _dtype(lib, "uint8")),
+    lambda lib, x, y: _narrowed(x, _dtype(lib, "int32")),
     lambda lib, x, y: x.long(),
     lambda lib, x, y: x.bool(),
     lambda lib, x, y: -x,
@@ -925,6 +925,12 @@ STEPS = [
     lambda lib, x, y: _inplace_step(x, y),
     lambda lib, x, y: _view_step(x, y),
 ]
+
+
+def _narrowed(x, dtype):
+    """``x`` cast to a narrow integer dtype, floats left as they are: a float past the
+    dtype's range casts to an undefined value in torch (C++'s float-to-int conversion)."""
+    return x if x.is_floating_point() else x.to(dtype)
 
 
 def _inplace_step(x, y):
