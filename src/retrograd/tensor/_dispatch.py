@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
+from ..context import capturing
 from ..device import CPU0, Device
 from ..errors import (
     AutodiffError,
@@ -66,6 +67,7 @@ __all__ = [
     "check_narrow_data",
     "check_same_dtype",
     "check_scalar",
+    "check_written_tensor",
     "dispatch",
     "follow_layout",
     "from_host",
@@ -274,6 +276,16 @@ def check_narrow_data(op: str, data: Any, dtype: str) -> None:
     if values.dtype.kind in "iuf" and values.size:
         written_scalar(op, values.min().item(), dtype)
         written_scalar(op, values.max().item(), dtype)
+
+
+def check_written_tensor(op: str, value: Any, dtype: str) -> None:
+    """torch's bounds check of a one-element tensor ``value`` written as a scalar into a
+    tensor of ``dtype`` (``masked_fill(mask, tensor(2**31))`` into int32, ``u8[mask] =
+    tensor(-2**31)``): torch reads it as a number and refuses one past ``dtype``'s bounds, where
+    a cast would wrap it. Read on the host, except while a step is captured."""
+    if dtype not in NARROW_INTS or value.dtype == dtype or capturing.get():
+        return
+    written_scalar(op, value.reshape(()).item(), dtype)
 
 
 def check_same_dtype(op: str, x: Any, source: Any) -> None:
@@ -532,10 +544,14 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     b_dtype = backend.dtype(b._prim)
     if target != b_dtype:
         target = _promoted(target, b_dtype, backend.shape(a._prim), backend.shape(b._prim))
-        a, b = a.cast(target), b.cast(target)
     if floats and target not in FLOAT_DTYPES:
+        # each operand straight to the float dtype, as torch casts them, never through a
+        # narrower common integer dtype (``u8 / int32_tensor(-1)`` divides by -1, not 255)
         target = default_float_dtype()
-        a, b = a.cast(target), b.cast(target)
+    if backend.dtype(a._prim) != target:
+        a = a.cast(target)
+    if b_dtype != target:
+        b = b.cast(target)
     return a, b
 
 

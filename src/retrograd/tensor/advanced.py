@@ -22,7 +22,14 @@ import numpy as np
 from ..autodiff.grad_mode import is_grad_enabled
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
-from ._dispatch import SCALARS, TensorBase, from_host, lift, written_scalar
+from ._dispatch import (
+    SCALARS,
+    TensorBase,
+    check_written_tensor,
+    from_host,
+    lift,
+    written_scalar,
+)
 
 __all__ = ["get_index", "index_items", "index_put", "set_index", "split_bool_scalars"]
 
@@ -358,6 +365,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         picks = [i for i in index if isinstance(i, arrays | bool)]
         one_mask = len(picks) == 1 and _is_bool_index(picks[0])
         if one_mask and value.numel() == 1:  # torch: a masked_fill_, which casts the value
+            check_written_tensor("index_put_", value, t.dtype)
             value = value.cast(t.dtype)
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
         raise DTypeError(
@@ -420,12 +428,16 @@ def _expanded_source(target: Any, mask: Any) -> tuple[Any, Any] | None:
 
 def _masked(y: Any, mask: Any, value: Any) -> Any:
     if isinstance(value, TensorBase):
+        check_written_tensor("index_put_", value, y.dtype)
         values = lift(y, value, "index_put_").reshape(()).cast(y.dtype)
         return y.mask_where(mask, values.expand(y.shape))
     if y.dtype == "int64" and isinstance(value, float):  # torch converts, toward zero
         if not math.isfinite(value):
             raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
         value = int(value)
+    elif y.dtype in ("uint8", "int32") and isinstance(value, float):
+        # torch converts toward zero within the dtype's bounds (``u8[m] = 2.9`` writes 2)
+        value = written_scalar("index_put_", value, y.dtype)
     elif y.dtype == "bool" and isinstance(value, float):  # torch converts: nonzero (NaN too)
         value = bool(value)
     return y.mask_fill(mask, value)

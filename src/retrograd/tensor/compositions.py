@@ -16,7 +16,16 @@ import numpy as np
 from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError
-from ._dispatch import lift, promote, promoted_dtype, scalar_dtype, untracked, wrap, wrapped_int
+from ._dispatch import (
+    lift,
+    promote,
+    promoted_dtype,
+    scalar_dtype,
+    untracked,
+    wrap,
+    wrapped_int,
+    written_scalar,
+)
 
 #: the dtypes integer arithmetic takes (bools count as integers)
 _INTEGRAL = (*INT_DTYPES, "bool")
@@ -119,12 +128,15 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
         return
     if hasattr(a, "dtype") and a.numel() == 0:  # nothing is divided (torch: an empty result)
         return
+    # (the divisor as the kernel sees it: cast to the result's dtype first, so a uint8
+    # dividend's ``% 256`` or ``// int32_tensor(-2**31)`` divides by a wrapped 0)
+    dtype = _integer_result(a, b) if hasattr(a, "dtype") else _integer_result(b, a)
     if not hasattr(b, "dtype"):
-        zero = b == 0
+        zero = wrapped_int(b, dtype) == 0
     elif capturing.get() or b.numel() == 0:
         return
     else:
-        zero = bool(b.cast("int64").equal_elem(0).any().item())
+        zero = bool(b.cast(dtype).cast("int64").equal_elem(0).any().item())
     if zero:
         raise InvalidArgumentError(f"{op}: integer division by zero")
 
@@ -145,6 +157,9 @@ def integer_power(base: Any, exponent: Any) -> Any | None:
     # computed in int64, whose wrapping agrees with the narrower dtypes' modulo their size)
     if not hasattr(exponent, "dtype"):
         dtype = _integer_result(base, exponent)
+        # torch converts a number exponent to a uint8/int32 base's dtype within its bounds
+        # (``u8 ** 256`` is refused, not 1 as a wrapped 0 would give)
+        written_scalar("pow", exponent, dtype)
         base = base.cast(dtype).cast("int64")
         return base._apply("pow_scalar", (base,), (int(exponent),)).cast(dtype)
     dtype = _integer_result(exponent, base) if not hasattr(base, "dtype") else None

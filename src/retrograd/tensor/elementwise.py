@@ -36,6 +36,7 @@ from ._dispatch import (
     promoted_dtype_of,
     scalar_dims,
     scalar_dtype,
+    scalar_value,
     untracked,
     wrap,
     written_scalar,
@@ -301,8 +302,9 @@ class ElementwiseMixin:
 
     def __rfloordiv__(self, other):
         if isinstance(other, SCALAR_TYPES):
-            dtype = scalar_dtype(self.dtype, other)
-            other = wrap(self, self._backend.full(self.shape, other, dtype, self._device))
+            dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
+            value = scalar_value(other, dtype)
+            other = wrap(self, self._backend.full(self.shape, value, dtype, self._device))
         return rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
 
     def rsqrt(self) -> Any:
@@ -761,6 +763,10 @@ class ElementwiseMixin:
         if self.dtype == getattr(min, "dtype", None) == getattr(max, "dtype", None) == "bool":
             _no_bool("clamp")  # (torch's two-bound kernel; one bound is maximum/minimum's)
         value = untracked(self)
+        bounds = [b for b in (min, max) if isinstance(b, TensorBase)]
+        target = promoted_dtype_of(self, *bounds)  # (all three at once, as torch's kernel:
+        if target != value.dtype:  # a bool tensor within uint8 and int32 0-d bounds is int32)
+            value = value.cast(target)
         if min is not None:
             value = bounded(value, untracked_bound(min), "lower")
         if max is not None:

@@ -33,9 +33,11 @@ from ..errors import (
     shape_text,
 )
 from ._dispatch import (
+    NARROW_INTS,
     TensorBase,
     check_same_dtype,
     check_scalar,
+    check_written_tensor,
     from_host,
     int_argument,
     lift,
@@ -209,8 +211,10 @@ class IndexingMixin:
                 f"tensor of shape {shape_text(values.shape)}"
             )
         if isinstance(values, TensorBase):
+            check_written_tensor("index_fill", values, self.dtype)
             filler = values.cast(self.dtype)
         else:
+            value = written_scalar("index_fill", check_scalar("index_fill", value), self.dtype)
             filler = wrap(self, self._backend.full((), value, self.dtype, self._device))
         if self.ndim == 0:  # its one value (select_assign checks dim and index)
             return self.select_assign(dim, index, filler.reshape((1,)), "assign")
@@ -433,6 +437,8 @@ class IndexingMixin:
             raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
         if src is None or not isinstance(src, TensorBase | np.ndarray | list):
             fill = value if src is None else src
+            if not isinstance(fill, TensorBase):  # (torch's bounds: -1 is uint8's 255)
+                fill = written_scalar("scatter", fill, self.dtype)
             shape = (
                 lift(self, index, "scatter").shape
                 if isinstance(index, TensorBase)
@@ -503,6 +509,7 @@ class IndexingMixin:
                     f"{op}: value must be a 0-d tensor or a Python scalar, got a tensor of "
                     f"shape {shape_text(value.shape)}"
                 )
+            check_written_tensor(op, value, self.dtype)
             return self.mask_where(mask, value.cast(self.dtype))
         value = check_scalar(op, value)
         source = self
@@ -511,6 +518,8 @@ class IndexingMixin:
                 source = self.cast(default_float_dtype())
             elif self.dtype == "bool":
                 value = bool(value)
+            elif self.dtype in NARROW_INTS:  # (written_scalar: truncated within its bounds)
+                pass
             elif not math.isfinite(value):
                 raise InvalidArgumentError(
                     f"{op}: value {value} cannot be converted to the tensor's dtype {self.dtype}"
@@ -587,7 +596,10 @@ class IndexingMixin:
         def fill(t: Any) -> Any:
             if t.ndim == 2:
                 length = min(t.shape)
-                value = t._backend.full((length,), fill_value, t.dtype, t._device)
+                number = fill_value
+                if not isinstance(fill_value, TensorBase):  # (torch's bounds: -1 is 255)
+                    number = written_scalar("fill_diagonal_", fill_value, t.dtype)
+                value = t._backend.full((length,), number, t.dtype, t._device)
                 return _diagonal_assign(t, (0, 1, 0), type(t)._result(value, t._backend, t._device))
             raise ShapeError("fill_diagonal_: only matrices are supported")
 

@@ -78,9 +78,18 @@ def operand(t: Any, value: Any, op: str) -> Any:
     return lift(t, value, op)
 
 
+def _float_operand(t: Any, value: Any, op: str) -> Any:
+    """:func:`operand` for an op computed in float: an integer number beside an integer
+    tensor goes straight to the default float dtype, unwrapped (torch's ``xlogy(u8, 300)``
+    takes 300, not uint8's 44)."""
+    if isinstance(value, SCALARS) and scalar_dtype(t.dtype, value) not in FLOAT_DTYPES:
+        return wrap(t, t._backend.full((), float(value), default_float_dtype(), t._device))
+    return operand(t, value, op)
+
+
 def _floats(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     """``a`` and ``b`` promoted to one float dtype (ints as the default one)."""
-    return promote(a, operand(a, b, op), op, True)
+    return promote(a, _float_operand(a, b, op), op, True)
 
 
 def float_kernel_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
@@ -103,7 +112,7 @@ def float_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     if isinstance(a, TensorBase):
         return _floats(op, a, b)
     if isinstance(b, TensorBase):
-        return promote(operand(b, a, op), b, op, True)
+        return promote(_float_operand(b, a, op), b, op, True)
     raise DTypeError(
         f"{op}(): expected a tensor for 'input' or 'other', got {type(a).__name__} and "
         f"{type(b).__name__}"
@@ -365,7 +374,8 @@ class SpecialMixin:
                 f"ldexp: not implemented for a {self.dtype} input with a bool exponent (as in "
                 "torch); cast the exponent to int64"
             )
-        if self.dtype in FLOAT_DTYPES and exponent.dtype == "int64":
+        if self.dtype in FLOAT_DTYPES and exponent.dtype in INT_DTYPES:
+            exponent = exponent.cast("int64")  # (uint8 and int32 exponents too, as torch's)
             # torch's std::ldexp kernel: in the input's own dtype, whole (2**1000 times a
             # float64 is finite, not float32's inf). Three powers of two, each finite, span
             # every exponent that can change the result (0 stays 0, never 0 * inf). The
