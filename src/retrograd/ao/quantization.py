@@ -12,25 +12,21 @@ from ..nn.modules import Module
 __all__ = ["DeQuantStub", "QuantStub"]
 
 
-class QuantStub(Module):
+class _Stub(Module):
+    """A quantization stub before conversion: the identity, keeping the ``qconfig`` given."""
+
+    def __init__(self, qconfig: Any = None) -> None:
+        super().__init__()
+        if qconfig:
+            self.qconfig = qconfig
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+class QuantStub(_Stub):
     """Where a converted model would quantize its input: the identity before conversion."""
 
-    def __init__(self, qconfig: Any = None) -> None:
-        super().__init__()
-        if qconfig:
-            self.qconfig = qconfig
 
-    def forward(self, x: Any) -> Any:
-        return x
-
-
-class DeQuantStub(Module):
+class DeQuantStub(_Stub):
     """Where a converted model would dequantize: the identity before conversion."""
-
-    def __init__(self, qconfig: Any = None) -> None:
-        super().__init__()
-        if qconfig:
-            self.qconfig = qconfig
-
-    def forward(self, x: Any) -> Any:
-        return x
