@@ -85,6 +85,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_budget_loops.py", ["--quick"]),
             ("bench_budget_overhead.py", ["--quick", "--steps", "6"]),
             ("bench_budget_plan.py", ["--quick", "--rounds", "1"]),
+            ("bench_budget_noise.py", ["--seeds", "2", "--sigmas", "1"]),
             ("bench_zero.py", ["--steps", "2", "--trials", "1", "--warmup", "1"]),
         ]
     return [
@@ -111,6 +112,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_budget_loops.py", []),
         ("bench_budget_overhead.py", []),
         ("bench_budget_plan.py", []),
+        ("bench_budget_noise.py", []),
         ("bench_zero.py", []),
     ]
 

@@ -18,6 +18,7 @@ from retrograd.autodiff.checkpoint.budget.plan import (
     profile,
     recompute_floor,
 )
+from retrograd.autodiff.checkpoint.budget.planner import REPLAY_TRIALS
 
 MB = 2**20
 
@@ -215,17 +216,21 @@ def test_the_residual_mlp_plan_recomputes_the_fewest_matmuls_its_peak_allows():
 def test_steps_after_the_first_follow_the_plan_with_identical_gradients(fraction):
     # 0.3 is under this small model's floor (its gradients in flight alone are a fifth of
     # its peak): the plan cannot fit, backward drops what it can, gradients stay identical
-    plain = _residual_mlp(rg.NoCheckpointing())
+    plain = _residual_mlp(rg.NoCheckpointing(), steps=5)
     budget = int(plain[0][1].peak_bytes * fraction)
     strategy = rg.BudgetCheckpointing(budget)
-    ours = _residual_mlp(strategy)
+    ours = _residual_mlp(strategy, steps=5)
     for (expected, _), (found, _) in zip(plain, ours):
         for a, b in zip(expected, found):
             assert np.array_equal(a, b)
-    assert strategy.plans == 1  # planned after the first step, followed by the others
-    assert strategy.planned_steps == 2
     followed = strategy.planner.kept[0]
-    for _, grads in ours[1:]:
+    eager = len(ours) - strategy.planned_steps
+    assert strategy.plans == 1  # planned after the first step, followed by the others
+    if followed.mode in ("fits", "anchored"):
+        assert eager == 1
+    else:  # the floor or a replay: after one or two more eager steps of the graph (trials)
+        assert eager <= REPLAY_TRIALS, eager
+    for _, grads in ours[eager:]:
         if followed.mode != "replay":  # a plan followed holds what it predicted, no more
             assert grads.peak_bytes <= strategy.predicted_peak, followed.mode
         if fraction >= 0.5:
@@ -365,7 +370,8 @@ def test_training_with_fused_ops_follows_the_plan_bit_identically():
     for (expected, _), (found, _) in zip(plain, ours):
         for a, b in zip(expected, found):
             assert np.array_equal(a, b)
-    assert strategy.plans == 1 and strategy.planned_steps == 3
+    # under this model's floor: the plan follows one or two more eager steps (trials)
+    assert strategy.plans == 1 and len(ours) - REPLAY_TRIALS <= strategy.planned_steps
     assert all(grads.peak_bytes < peak for _, grads in ours[1:])
     assert all(grads.recomputed_bytes > 0 for _, grads in ours[1:])
 
@@ -383,7 +389,7 @@ def test_a_budget_out_of_reach_still_holds_less_than_no_checkpointing(fraction):
     for (expected, _), (found, _) in zip(plain, ours):
         for a, b in zip(expected, found):
             assert np.array_equal(a, b)
-    assert strategy.planned_steps == 3
+    assert strategy.planned_steps >= len(ours) - REPLAY_TRIALS  # after the trials
     assert all(grads.peak_bytes < 0.8 * peak for _, grads in ours[1:])
 
 
@@ -422,12 +428,15 @@ def test_planned_steps_stay_planned(fraction):
     backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
     runs = [_masked_step(backend) for _ in range(6)]
     ops, peaks = [o for _, o, _ in runs], [p for p, _, _ in runs]
-    assert len(set(ops[1:])) == 1, ops
-    assert peaks[1] <= peaks[0], peaks
-    assert len(set(peaks[1:])) == 1, peaks
+    # under the floor (0.125), the plan follows one or two more eager steps (trials)
+    eager = len(runs) - strategy.planned_steps
+    assert eager == 1 if fraction >= 0.25 else eager <= REPLAY_TRIALS, ops
+    assert len(set(ops[eager:])) == 1, ops
+    assert peaks[eager] <= min(peaks[:eager]), peaks
+    assert len(set(peaks[eager:])) == 1, peaks
     if fraction >= 0.5:  # below, this model's floor is 0.38x (see docs/checkpointing.md)
         assert peaks[1] <= strategy.max_bytes + 0.1 * full, peaks
-    assert strategy.plans == 1 and strategy.planned_steps == 5
+    assert strategy.plans == 1
     for _, _, grads in runs:
         assert all(np.array_equal(a, b) for a, b in zip(expected, grads))
 
@@ -511,10 +520,11 @@ def test_an_episode_loop_plans_only_the_lengths_that_recur():
     strategy = rg.BudgetCheckpointing(1)
     backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
     plain = rg.Autodiff(rg.NumpyBackend())
-    for length in [5, 9, 7, 12, 6, 10, 8, 11, 12, 12, 13, 14]:
+    for length in [5, 9, 7, 12, 6, 10, 8, 11, 12, 12, 12, 13, 14]:
         assert np.array_equal(episode(backend, length), episode(plain, length))
     # episodes 5 and 9 planned by the episodes after them, 12 when it came again (by the
-    # 10th, which followed it), and 13 by the 12th, once the 10th had followed a plan
+    # 10th; under the floor, its plan waits for one more eager step of it, the 10th's, and
+    # the 11th follows it), and 13 by the 13th, once the 11th had followed a plan
     assert strategy.plans == 4 and strategy.planned_steps == 1
 
 

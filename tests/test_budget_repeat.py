@@ -13,6 +13,7 @@ import pytest
 import retrograd as rg
 from retrograd.autodiff.checkpoint.budget import strategy, timer
 from retrograd.autodiff.checkpoint.budget.plan import Effort, plan_evictions
+from retrograd.autodiff.checkpoint.budget.planner import REPLAY_TRIALS
 
 WIDTH, BATCH, LAYERS = 64, 16, 6
 VALUE = WIDTH * BATCH * 4  # bytes of one activation
@@ -74,6 +75,38 @@ def test_a_budget_under_every_once_only_schedule_recomputes_chains_again():
     assert len(set(ops[1:])) == 1, ops
 
 
+@pytest.mark.parametrize("pauses", [(3, 7), (5, 9)])
+def test_a_pause_in_the_first_step_is_not_copied_by_the_steps_after_it(monkeypatch, pauses):
+    """Every op takes 1 µs but for two pauses of 0.1 ms among the first step's first ops (at
+    these clock reads). That step then held 8 or 6 values where the graph allows 4, and every
+    step after it did the same: the floor's 7 values (it held more than the floor), or a
+    replay of its 6. Under the floor, the graph now runs eagerly again while that holds
+    less (the trials of ``planner.REPLAY_TRIALS``), and its steps follow the lowest."""
+    reads = itertools.count(1)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1e-6 + (1e-4 if next(reads) in pauses else 0.0)
+        return now[0]
+
+    full = rg.Autodiff(rg.NumpyBackend())
+    reference = [_mlp_step(full, i) for i in range(REPLAY_TRIALS + 2)]
+    peak = reference[0][0].peak_bytes
+    monkeypatch.setattr(timer, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(strategy, "perf_counter", clock)
+    budget = rg.BudgetCheckpointing(peak // 4)
+    backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=budget)
+    steps = [_mlp_step(backend, i) for i in range(len(reference))]
+    assert steps[0][0].peak_bytes > 4 * VALUE  # the pauses did mislead the first step
+    for (_, got), (_, expected) in zip(steps, reference, strict=True):
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+    after = [grads for grads, _ in steps[len(steps) - budget.planned_steps :]]
+    assert len(after) >= 2
+    assert [grads.peak_bytes for grads in after] == [4 * VALUE] * len(after)
+    assert len({grads.recomputed_ops for grads in after}) == 1
+
+
 def test_a_half_budget_still_recomputes_each_value_once():
     full = rg.Autodiff(rg.NumpyBackend())
     peak = _mlp_step(full, 0)[0].peak_bytes
@@ -98,7 +131,7 @@ def _deep_trace(layers: int):
     peak = step(rg.Autodiff(rg.NumpyBackend())).peak_bytes
     strategy = rg.BudgetCheckpointing(peak // 10)
     backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
-    for _ in range(2):
+    for _ in range(REPLAY_TRIALS + 1):  # under the floor: a plan after its trials
         step(backend)
     return strategy.planner.kept[0].trace, peak
 

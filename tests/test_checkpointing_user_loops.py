@@ -19,6 +19,7 @@ import pytest
 
 import retrograd as rg
 from backends import inner_backend
+from retrograd.autodiff.checkpoint.budget.planner import REPLAY_TRIALS
 
 nn = rg.nn
 F = rg.nn.functional
@@ -113,7 +114,7 @@ def check_loop(loop) -> None:
     # by measured times (seen: the ragged LSTM's at 1.13 times NoCheckpointing's peak, its
     # planned steps at 0.76-0.92, 1 run in 5 on a loaded machine)
     for i in range(len(tiny.peaks)):
-        slack = (0.25 if i == 0 else 0.1) * peak
+        slack = (0.25 if i < REPLAY_TRIALS else 0.1) * peak  # eager steps: the trials too
         assert tiny.peaks[i] <= max(budgets["tiny"], plain.peaks[i]) + slack, (i, tiny.peaks)
 
 

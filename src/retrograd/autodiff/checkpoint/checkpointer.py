@@ -52,7 +52,8 @@ class HeldCheckpointer:
         self.values = values
         self.reads = reads
         self.peak_bytes = peak_bytes
-        #: called with the peak when the backward ends (a budget's planner listens), or None
+        #: called with the :class:`BackwardReport` when the backward ends (a budget's planner
+        #: listens), or None
         self.on_end = on_end
 
     def retrieve(self, key: int) -> Any:
@@ -71,9 +72,10 @@ class HeldCheckpointer:
             raise AssertionError(
                 f"checkpointer not drained after backward: {sorted(self.reads)} left"
             )
+        report = BackwardReport(0, 0, self.peak_bytes)
         if self.on_end is not None:
-            self.on_end(self.peak_bytes)
-        return BackwardReport(0, 0, self.peak_bytes)
+            self.on_end(report)
+        return report
 
     def is_empty(self) -> bool:
         return not self.reads

@@ -136,7 +136,7 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
 class PlannedCheckpointer(Checkpointer):
     """Backward of a step that follows a plan that fits: the plain checkpointer (each evicted
     value recomputed once, kept to its last read, nothing dropped: no bookkeeping of future
-    reads), which reports its peak to ``on_end`` when it ends."""
+    reads), which gives its report to ``on_end`` when it ends."""
 
     __slots__ = ("on_end",)
 
@@ -146,7 +146,7 @@ class PlannedCheckpointer(Checkpointer):
 
     def end(self) -> BackwardReport:
         report = super().end()
-        self.on_end(report.peak_bytes)
+        self.on_end(report)
         return report
 
 
@@ -154,8 +154,8 @@ class BudgetCheckpointer(Checkpointer):
     """A checkpointer that keeps the bytes it holds under ``budget`` by dropping what it can
     (see the module docstring). ``base``: the arguments of :class:`~.checkpointer.Checkpointer`;
     ``needs`` and ``costs``: see :class:`BudgetCheckpointerBuilder`; ``reserved``: the values
-    holding one read of each parent; ``on_end``: called with the most bytes held over the
-    step (forward and this backward) when the backward ends."""
+    holding one read of each parent; ``on_end``: called with the report (the most bytes held over
+    the step, forward and this backward; the ops recomputed) when the backward ends."""
 
     __slots__ = (
         "active",
@@ -178,7 +178,7 @@ class BudgetCheckpointer(Checkpointer):
         needs: dict[int, list[int]],
         costs: dict[int, float],
         reserved: set[int],
-        on_end: Callable[[int], None],
+        on_end: Callable[[BackwardReport], None],
     ):
         super().__init__(*base)
         states = self.states
@@ -218,7 +218,7 @@ class BudgetCheckpointer(Checkpointer):
 
     def end(self) -> BackwardReport:
         report = super().end()
-        self.on_end(report.peak_bytes)
+        self.on_end(report)
         return report
 
     # -- reads: each read is one step of ``needs`` ------------------------------------------------

@@ -22,6 +22,15 @@ once from its anchor, what backward does not read dropped at once: :data:`ANCHOR
 the lower of two, by what was measured: that floor (:data:`FLOOR`), or a replay of the eager
 step at its own prices, whose backward recomputes from √n anchors and drops for the budget
 (:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
+
+A replay repeats what one eager step did, and what an eager step holds depends on the prices
+it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
+milliseconds at one small op can make it hold a value more, and every replay would copy that.
+and the choice between the floor and a replay compares the floor with what the eager step held.
+So a graph under the floor (past the anchored schedule) whose plan holds more than
+:data:`REPLAY_SLACK` times the budget runs eagerly again, until an eager step holds no less
+than those before it (or :data:`REPLAY_TRIALS` have run), and its steps follow the lowest
+of their plans (:meth:`Planner._after_trials`).
 """
 
 from __future__ import annotations
@@ -81,6 +90,12 @@ ANCHORED = "anchored"
 #: than this factor
 REPLAY_SLACK = 1.1
 
+#: eager steps of a graph under the floor, at most, before its steps follow the lowest plan
+#: of theirs (the floor, or a replay of the step that held least); one that holds no less
+#: than those before it ends the trials sooner. A plan within :data:`REPLAY_SLACK` of the
+#: budget is followed at once
+REPLAY_TRIALS = 3
+
 #: plans kept at once (one per graph of the loop)
 MAX_PLANS = 8
 #: graphs of eager steps remembered, unplanned, for a plan when they come again: a graph
@@ -115,8 +130,13 @@ class Planner:
         self.limit = max_bytes
         #: the plan whose backward runs now, checked when it ends
         self._checking: EvictionPlan | None = None
-        #: the peak of the last step that followed no plan (the one the next plan comes from)
+        #: the peak and recomputed ops of the last step that followed no plan (the one the next
+        #: plan comes from)
         self._eager_peak: int | None = None
+        self._eager_ops = 0
+        #: graph (hash of its signatures) -> the replays of its eager steps so far, with what
+        #: each step held and recomputed (see :meth:`_replay_of`)
+        self._trials: dict[int, list[tuple[int, int, EvictionPlan]]] = {}
         #: the graphs of recent eager steps that were not planned (hashes of their
         #: signatures, oldest first): planned when seen again
         self._seen: dict[int, None] = {}
@@ -151,8 +171,11 @@ class Planner:
                 self._pending = None
                 signatures = [value.signature for value in values]
                 if self._recurs(signatures, signature):
-                    self._adopt(self._make_plan(signatures, trace, values=values))
-                    self.unfollowed += 1
+                    plans = self.plans
+                    plan = self._plan_for(signatures, trace, values)
+                    if plan is not None:
+                        self._adopt(plan)
+                    self.unfollowed += self.plans - plans  # a trial without a plan is free
             self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
@@ -199,6 +222,61 @@ class Planner:
         if len(seen) > SEEN_GRAPHS:
             del seen[next(iter(seen))]
         return False
+
+    def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan | None:
+        """The plan of the graph the last eager step recorded, or ``None`` while that graph's
+        trials go on (see the module docstring): the next step runs eagerly again."""
+        graph = hash(tuple(signatures))
+        trials = self._trials.pop(graph, None)
+        eager = (self._eager_peak, self._eager_ops)
+        if trials is None:
+            plan = self._make_plan(signatures, trace, values=values)
+            if plan.mode not in (REPLAY, FLOOR) or plan.counted <= REPLAY_SLACK * plan.target:
+                return plan
+            trials = [(*eager, plan)]
+        else:  # the trials' plan is made: this step gives one more replay to choose from
+            first = trials[0][2]
+            replay = first._replace(
+                mode=REPLAY, limit=self.max_bytes, trace=trace, counted=eager[0], values=values
+            )
+            trials.append((*eager, replay))
+        return self._after_trials(graph, trials)
+
+    def _after_trials(self, graph: int, trials: list) -> EvictionPlan | None:
+        """The plan a graph under the floor follows after ``trials`` (per eager step of it:
+        what it held, the ops it recomputed, and the plan made from it, the floor or a replay
+        of it): ``None`` while they go on, else the plan that holds least: the floor before a
+        replay that holds as much, and of replays holding alike the one with the fewest
+        recomputed ops (the earliest of equals). They go on while the latest holds less than
+        those before it, :data:`REPLAY_TRIALS` at most.
+
+        >>> planner = Planner(1 << 20)
+        >>> def plan(mode, peak):
+        ...     return EvictionPlan([("op",)], [False], 1 << 20, mode, None, 1 << 20, peak, [])
+        >>> trials = [(8, 114, plan(FLOOR, 7))]  # a pause made the first step hold more
+        >>> planner._after_trials(1, trials) is None  # the next step is eager
+        True
+        >>> trials += [(4, 116, plan(REPLAY, 4))]
+        >>> planner._after_trials(1, trials) is None  # it held less: a third
+        True
+        >>> trials += [(4, 112, plan(REPLAY, 4))]
+        >>> chosen = planner._after_trials(1, trials)
+        >>> chosen.mode, chosen.counted, trials[-1][2] is chosen
+        ('replay', 4, True)
+        >>> planner._after_trials(2, [(9, 52, plan(FLOOR, 7)), (8, 50, plan(REPLAY, 8))]).mode
+        'floor'
+        """
+        improved = len(trials) < 2 or trials[-1][2].counted < min(
+            trial[2].counted for trial in trials[:-1]
+        )
+        if improved and len(trials) < REPLAY_TRIALS:
+            self._trials[graph] = trials
+            while len(self._trials) > SEEN_GRAPHS:  # graphs that never came back
+                del self._trials[next(iter(self._trials))]
+            return None
+        return min(trials, key=lambda trial: (trial[2].counted, trial[2].mode == REPLAY, trial[1]))[
+            2
+        ]
 
     def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
         """Another kept plan that the step has matched so far, with the same evictions."""
@@ -254,14 +332,15 @@ class Planner:
         self._checking = plan
         return plan.limit, plan.mode
 
-    def backward_ended(self, peak_bytes: int) -> None:
-        """A backward ended, having held ``peak_bytes`` at most (the engine's count). A
+    def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
+        """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
+        recomputed ``recomputed_ops`` ops. A
         followed plan that fits but held more than it predicted (by a tenth) is re-planned
         from its trace with the budget lowered by the miss; after :data:`MAX_REPLANS`, the
         attempt that held least stays."""
         plan, self._checking = self._checking, None
         if plan is None:
-            self._eager_peak = peak_bytes
+            self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
             return
         if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
             return

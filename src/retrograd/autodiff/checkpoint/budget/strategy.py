@@ -383,9 +383,9 @@ class BudgetCheckpointing(CheckpointStrategy):
         :class:`_Sourced` (the engine's own nodes keep ``None`` for untracked parents)."""
         return _with_sources(tape.nodes)
 
-    def _backward_ended(self, peak_bytes: int) -> None:
+    def _backward_ended(self, report: Any) -> None:
         with self._lock:
-            self.planner.backward_ended(peak_bytes)
+            self.planner.backward_ended(report.peak_bytes, report.recomputed_ops)
             self.pool.take_peak()  # the next step's forward peak starts from what is held now
 
 
