@@ -203,8 +203,8 @@ def trace_step(
     """Record one training step (forward and loss of ``model`` on a batch of random images)
     and return its graph with the checkpointing plan of ``checkpointing``
     (``"none"``, ``"balanced"`` or ``"budget:SIZE"``); the step's backward is then run, to
-    report the bytes it actually recomputed. Under a budget the step drawn is the second of
-    a loop, which follows the plan made from the first: what it evicts is the plan's."""
+    report the bytes it actually recomputed. Under a budget the step drawn follows the plan
+    made from the loop's first steps: what it evicts is the plan's."""
     from .trainer import make_strategy
 
     strategy = make_strategy(checkpointing)
@@ -216,8 +216,13 @@ def trace_step(
         names = {p.primitive.node.id: name for name, p in network.named_parameters()}
         images = rg.tensor(rng.random((batch_size, *image_shape), dtype=np.float32))
         labels = rg.tensor(rng.integers(0, classes, batch_size), dtype="int64")
-        if isinstance(strategy, rg.BudgetCheckpointing):  # the eager step the plan comes from
-            F.cross_entropy(network(images), labels).backward()
+        if isinstance(strategy, rg.BudgetCheckpointing):
+            # the eager step the plan comes from (under the plans' floor, the planner's trials
+            # too), until a step has followed the plan
+            for _ in range(4):
+                F.cross_entropy(network(images), labels).backward()
+                if strategy.planned_steps:
+                    break
         loss = F.cross_entropy(network(images), labels)
     graph = _graph_of(step_plan(backend, loss.primitive), names)
     graph.strategy = type(strategy).__name__
