@@ -989,11 +989,13 @@ class SelectionMixin:
         return DTYPE_OBJECTS[self.dtype].itemsize * math.prod(self.shape)
 
     def short(self) -> Any:
-        """torch's int16 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
+        """Cast to int16 (wrapping values past its range, floats truncated toward zero, as
+        torch's)."""
         return self.cast("int16")
 
     def char(self) -> Any:
-        """torch's int8 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
+        """Cast to int8 (wrapping values past its range, floats truncated toward zero, as
+        torch's)."""
         return self.cast("int8")
 
     def new(self, *args: Any, device: Any = None) -> Any:
