@@ -130,6 +130,12 @@ ELEMENTWISE = {
     "c-b refused": lambda lib, t: t["c"] - t["b"],
     "c.add(s, alpha=300)": lambda lib, t: t["c"].add(t["s"], alpha=300),
     "c.add(2, alpha=100) wraps": lambda lib, t: t["c"].add(2, alpha=100),
+    # torch converts alpha to the result's dtype within its bounds (uint8's too)
+    "c.sub(c, alpha=200) refused": lambda lib, t: t["c"].sub(t["c"], alpha=200),
+    "s.add(1, alpha=-40000) refused": lambda lib, t: t["s"].add(1, alpha=-40000),
+    "u.add(1, alpha=300) refused": lambda lib, t: t["u"].add(1, alpha=300),
+    "u.sub(u, alpha=200) wraps": lambda lib, t: t["u"].sub(t["u"], alpha=200),
+    "c.add(l, alpha=300) is int64": lambda lib, t: t["c"].add(t["l"], alpha=300),
     "torch.result_type(c, u)": lambda lib, t: lib.promote_types(lib.int8, lib.uint8),
     # comparisons
     "c<200 wraps the scalar": lambda lib, t: t["c"] < 200,
