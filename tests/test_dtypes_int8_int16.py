@@ -428,6 +428,32 @@ def test_view_as_another_dtype(name):
     compare(VIEWS[name])
 
 
+def _written_through(lib):
+    """In-place writes into ``view(dtype)`` views and into their bases, seen by the other."""
+    x = lib.tensor([1.0, 2.0, 3.0, 4.0])
+    bits = x.view(lib.int32)
+    bits[0] = 0
+    bits.add_(1)  # (the float's lowest mantissa bit)
+    x.mul_(2)  # (seen in bits)
+    narrow = lib.tensor([[1, 2, 3, 4]], dtype=lib.int8)
+    wide = narrow.view(lib.int16)
+    wide[0, 1] = -1
+    narrow[0, 0] = 5
+    image = lib.zeros(2, 4, dtype=lib.uint8)
+    image.view(lib.int32)[1] = -1
+    floats = lib.zeros(4)
+    floats[1:3].view(lib.int32).fill_(1065353216)  # 1.0's bits, through a slice
+    short = lib.zeros(2, 2, dtype=lib.int16)
+    short.view(lib.int8).view(lib.uint8)[:, 0] = 255
+    transposed = lib.arange(6.0).reshape(2, 3).t()
+    transposed.view(lib.int32)[0, 1] = 0
+    return x, bits, narrow, wide, wide.stride(), image, floats, short, transposed
+
+
+def test_view_as_another_dtype_aliases_as_torch_s():
+    same(_written_through(rg), _written_through(torch))
+
+
 def test_view_as_complex_stays_refused():
     x = rg.tensor([1.0, 2.0])  # (torch gives one complex64; retrograd has no complex tensors)
     with pytest.raises(rg.DTypeError, match="complex64"):

@@ -20,7 +20,6 @@ from ..backend.sizes import ITEMSIZE, check_allocation
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import (
     TensorBase,
-    follow_layout,
     int_argument,
     int_arguments,
     int_dims,
@@ -60,9 +59,8 @@ class ShapeMixin:
         """:meth:`reshape` as a view; where torch's strides allow none (after a transpose),
         the error torch gives. ``view(dtype)`` reads the bytes as another dtype, as torch's
         (``float32`` as ``int32``, ``uint8`` as ``int8`` or ``bool``; between itemsizes, the
-        last dimension scaled under torch's conditions), with no gradient, as torch's. Unlike
-        torch's, the result holds a copy of the bytes: writing into one in place leaves the
-        other as it was."""
+        last dimension scaled under torch's conditions): a view, with no gradient, as torch's
+        (an in-place write into either is seen in the other)."""
         if dtype is not None and not shape and size is None:
             return _bitcast(self, canonical_dtype("view", dtype))
         shape = by_keyword("view", shape, "size", size)
@@ -762,7 +760,7 @@ def _reshaped(op: str, t: Any, target: tuple[int, ...], strict: bool = False) ->
 
 def _bitcast(t: Any, dtype: str) -> Any:
     """``t.view(dtype)``: torch's conditions for itemsizes that differ, then the backend's
-    reading of the bytes (the layout followed where the shape is kept)."""
+    reading of the bytes, linked to ``t`` as a view (:mod:`.views`)."""
     source, target = ITEMSIZE[t.dtype], ITEMSIZE[dtype]
     if source != target:
         what = f"to view {t.dtype} as {dtype} (different element sizes, as torch's)"
@@ -787,10 +785,8 @@ def _bitcast(t: Any, dtype: str) -> Any:
                     raise ShapeError(
                         f"view: stride({d}) must be divisible by {ratio} {what}, got {stride}"
                     )
-    out = t._apply("bitcast", (t,), (dtype,))
-    if source == target and (t._view is not None or t._layout is not None):
-        follow_layout(out, (t,))
-    return out
+    # (a view of t, as torch's: an in-place write into either is seen in the other)
+    return link(t._apply("bitcast", (t,), (dtype,)), t, "bitcast", (dtype,))
 
 
 def _names_dtype(value: Any) -> bool:
