@@ -260,6 +260,10 @@ INDEXING_BY_DTYPE = {
     ),
     "index_add {} refused": lambda lib, d: lib.zeros(4).index_add(0, _index(lib, d), lib.ones(2)),
     "index_put {} refused": lambda lib, d: lib.zeros(4).index_put((_index(lib, d),), lib.ones(2)),
+    "index_put_ {} accumulating refused": lambda lib, d: lib.zeros(4).index_put_(
+        (_index(lib, d),), lib.ones(2), accumulate=True
+    ),
+    "tril_indices {} refused": lambda lib, d: lib.tril_indices(2, 2, dtype=getattr(lib, d)),
     "take {} refused": lambda lib, d: lib.tensor(X).take(_index(lib, d)),
     "embedding {} refused": lambda lib, d: lib.nn.functional.embedding(
         _index(lib, d), _weight(lib)
@@ -292,6 +296,17 @@ INDEXING.update(
         "c[1:3]": lambda lib, t: t["c"][1:3],
         "c[bool mask]": lambda lib, t: t["c"][t["b"]],
         "s[int64]": lambda lib, t: t["s"][lib.tensor([3, 0])],
+        "index_put_ accumulating through a uint8 mask": lambda lib, t: lib.zeros(4).index_put_(
+            (t["u"] > 100,), lib.tensor(2.0), accumulate=True
+        ),
+        "index_put_ accumulating through a byte mask": lambda lib, t: lib.zeros(4).index_put_(
+            ((t["u"] > 100).byte(),), lib.tensor(2.0), accumulate=True
+        ),
+        "index_put_ accumulating float indices refused": lambda lib, t: lib.zeros(4).index_put_(
+            (t["f"].abs(),), lib.ones(4), accumulate=True
+        ),
+        "triu_indices int32": lambda lib, t: lib.triu_indices(3, 3, 1, dtype=lib.int32),
+        "frexp's exponent is int32": lambda lib, t: tuple(lib.frexp(t["f"])),
         "c.gather(int64)": lambda lib, t: t["c"].gather(0, lib.tensor([2, 2, 0])),
         "masked_fill of int8 with a bool mask": lambda lib, t: t["c"].masked_fill(t["b"], -7),
         "masked_fill(200) into int8 refused": lambda lib, t: t["c"].masked_fill(t["b"], 200),

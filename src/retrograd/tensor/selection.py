@@ -559,6 +559,8 @@ class SelectionMixin:
 
         parts: list[Any] = []
         for i in indices:
+            if isinstance(i, TensorBase) and i.dtype == "uint8":  # (torch's legacy byte mask)
+                i = i.cast("bool")
             if isinstance(i, TensorBase) and i.dtype == "bool":
                 if i.ndim:
                     check_mask(i.shape, self.shape, len(parts))
@@ -605,7 +607,13 @@ class SelectionMixin:
         from .advanced import _check
 
         size = self.shape[d]
-        index = lift(self, index, "index_put").cast("int64")
+        index = lift(self, index, "index_put")
+        if index.dtype not in ("int64", "int32"):  # (as torch's, int8/int16 and floats too)
+            raise IndexOutOfRangeError(
+                "index_put: tensors used as indices must be long, int, byte or bool tensors, "
+                f"got {index.dtype}"
+            )
+        index = index.cast("int64")
         _check(index, size, d, self.shape)
         return index.mask_where(index.lower_elem(0), index + size)
 
