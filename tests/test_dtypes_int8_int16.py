@@ -469,6 +469,20 @@ def test_view_as_another_dtype_aliases_as_torch_s():
     same(_written_through(rg), _written_through(torch))
 
 
+def test_a_write_through_view_dtype_reaches_a_leaf_outside_the_graph():
+    # torch's view(dtype) is not differentiable: an in-place write through it changes a leaf
+    # that requires grad without recording anything (a bit trick on a weight's float bits)
+    def run(lib):
+        weight = lib.ones(2, requires_grad=True)
+        weight.view(lib.int32).add_(1)  # (the next float up)
+        loss = (weight * weight).sum()
+        grads = loss.backward()
+        grad = weight.grad if lib is torch else weight.grad(grads)
+        return weight.detach(), grad, weight.view(lib.int32)
+
+    same(run(rg), run(torch))
+
+
 def test_view_as_complex_stays_refused():
     x = rg.tensor([1.0, 2.0])  # (torch gives one complex64; retrograd has no complex tensors)
     with pytest.raises(rg.DTypeError, match="complex64"):

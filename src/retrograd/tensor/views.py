@@ -72,6 +72,9 @@ __all__ = [
 
 #: View kinds written back outside the graph.
 _DETACHED = ("data", "detach")
+#: ... and with ``view(dtype)``'s (not differentiable, as torch's: a write through it reaches
+#: its base, a leaf that requires grad too, as a write through ``.data`` would)
+_OUTSIDE = (*_DETACHED, "bitcast")
 
 
 #: A view's link, ``(base, kind, params)``: how it was taken from its base. A plain tuple:
@@ -111,10 +114,11 @@ def unlink(t: Any) -> None:
 
 
 def outside_graph(t: Any) -> bool:
-    """Whether ``t`` is reached from its root through ``.data`` or ``detach()``."""
+    """Whether ``t`` is reached from its root through ``.data``, ``detach()`` or
+    ``view(dtype)``."""
     view = getattr(t, "_view", None)
     while view is not None:
-        if view[KIND] in _DETACHED:
+        if view[KIND] in _OUTSIDE:
             return True
         view = getattr(view[BASE], "_view", None)
     return False
@@ -250,7 +254,7 @@ def write(
         whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
-    outside = outside or kind in _DETACHED
+    outside = outside or kind in _OUTSIDE
     through = _through_expand(base, kind, view[PARAMS], value)
     if through is not None:  # a slice of an expanded tensor taking each element once
         write(op, through[0], through[1], outside, False)
