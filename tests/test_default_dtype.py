@@ -116,7 +116,7 @@ def test_a_torch_tensor_keeps_its_dtype_whatever_the_default(float64_default):
     assert rg.tensor(torch.ones(2, dtype=torch.float32)).dtype == "float32"
     assert rg.tensor(torch.ones(2, dtype=torch.float64)).dtype == "float64"
     assert rg.tensor(torch.tensor([1, 2], dtype=torch.int32)).dtype == "int32"
-    assert rg.tensor(torch.tensor([1, 2], dtype=torch.int16)).dtype == "int64"
+    assert rg.tensor(torch.tensor([1, 2], dtype=torch.int16)).dtype == "int16"
     assert rg.tensor(torch.tensor([True])).dtype == "bool"
     assert rg.tensor(torch.ones(2, dtype=torch.float32), dtype=rg.float64).dtype == "float64"
 

@@ -20,7 +20,7 @@ def test_mantissa_and_exponent_are_torchs(dtype):
     values = np.concatenate([values, [tiny, -3 * tiny, np.finfo(dtype).max]]).astype(dtype)
     mantissa, exponent = rg.frexp(rg.tensor(values))
     expected = torch.frexp(torch.tensor(values))
-    assert mantissa.dtype == dtype and exponent.dtype == "int64"
+    assert mantissa.dtype == dtype and exponent.dtype == "int32"  # (torch's)
     np.testing.assert_array_equal(mantissa.numpy(), expected.mantissa.numpy())
     np.testing.assert_array_equal(exponent.numpy(), expected.exponent.numpy())
     assert rg.tensor(values).frexp().exponent.tolist() == exponent.tolist()

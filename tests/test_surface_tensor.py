@@ -604,10 +604,8 @@ def test_half_types_are_refused_by_the_numpy_backend_with_what_to_use():
 
 
 def test_unsupported_dtypes_are_refused_with_what_to_use():
-    with pytest.raises(rg.DTypeError, match="no int16 tensors; use int32"):
-        rg.zeros(2, dtype=rg.int16)
-    with pytest.raises(rg.DTypeError, match="int8"):
-        rg.tensor([1]).char()
+    # (int16 and int8 are tensor dtypes, as torch's: tests/test_dtypes_int8_int16.py)
+    assert rg.zeros(2, dtype=rg.int16).dtype == "int16" and rg.tensor([1]).char().dtype == "int8"
     with pytest.raises(rg.DTypeError, match="no complex64"):
         rg.zeros(2, dtype=rg.complex64)
 

@@ -17,7 +17,7 @@ def test_default_dtypes():
     assert rg.tensor([True, False]).dtype == "bool"
     assert rg.tensor(np.array([1.0, 2.0])).dtype == "float64"  # NumPy keeps its dtype
     assert rg.tensor(np.array([1, 2], dtype=np.int32)).dtype == "int32"  # kept, as torch's
-    assert rg.tensor(np.array([1, 2], dtype=np.int16)).dtype == "int64"
+    assert rg.tensor(np.array([1, 2], dtype=np.int16)).dtype == "int16"  # kept, as torch's
     assert rg.tensor([1, 2], dtype="int64").dtype == "int64"
     assert rg.arange(0, 5).dtype == "int64"
     assert rg.zeros((2,)).dtype == "float32"

@@ -165,11 +165,13 @@ from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,
     ByteTensor,
+    CharTensor,
     DoubleTensor,
     FloatTensor,
     HalfTensor,
     IntTensor,
     LongTensor,
+    ShortTensor,
 )
 from .tensor.special import xlogy
 from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
@@ -278,11 +280,13 @@ __all__ += [
     "BFloat16Tensor",
     "BoolTensor",
     "ByteTensor",
+    "CharTensor",
     "DoubleTensor",
     "FloatTensor",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "ShortTensor",
     "Size",
     "as_tensor",
     "autograd",

@@ -692,6 +692,7 @@ reduction("min", _extreme_vjp)
 reduction("max_dim", _selected_vjp, ("dim",), aux=True)
 reduction("min_dim", _selected_vjp, ("dim",), aux=True)
 untracked("argmax", params=("dim",))
+untracked("bitcast", params=("dtype",))  # (torch's view(dtype) is not differentiable either)
 untracked("argmin", params=("dim",))
 
 # -- cumulative, sorting -------------------------------------------------------------------------

@@ -47,10 +47,14 @@ _DTYPES = {
     "bool": np.dtype(np.bool_),
     "uint8": np.dtype(np.uint8),
     "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+    "int8": np.dtype(np.int8),
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+#: the integer dtypes of NumPy arrays that tensors made from them keep (others become int64)
+_KEPT_INTS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32))
 #: the dtypes whose sums and products are int64, as torch's (NumPy's of uint8 are uint64)
-_WIDENED = {np.dtype(np.uint8): np.int64, np.dtype(np.int32): np.int64}
+_WIDENED = {np.dtype(t): np.int64 for t in (np.uint8, np.int8, np.int16, np.int32)}
 
 
 class _Generator:
@@ -160,7 +164,7 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
     if isinstance(data, np.ndarray | np.generic):
         if kind == "f":
             return array if array.dtype in (np.float32, np.float64) else array.astype(np.float32)
-        if array.dtype in (np.uint8, np.int32):  # kept, as torch.from_numpy keeps them
+        if array.dtype in _KEPT_INTS:  # kept, as torch.from_numpy keeps them
             return array
         if kind in "iu":
             return array.astype(np.int64, copy=False)
@@ -378,6 +382,9 @@ class NumpyBackend(
 
     def cast(self, x, dtype):
         return np.asarray(x).astype(numpy_dtype(dtype))
+
+    def bitcast(self, x, dtype):
+        return np.array(x, order="C").view(numpy_dtype(dtype))
 
     def to_device(self, x, device):
         return x

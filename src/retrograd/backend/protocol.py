@@ -16,7 +16,8 @@ Conventions, so that implementations stay small:
 - ``*_dim`` reductions keep the reduced dimensions with size 1, as in Burn.
 - Ops returning ``(values, indices)`` give int64 indices along the reduced/sorted dimension.
 - Sums and products (``sum``, ``sum_dim``, ``prod``, ``prod_dim``, ``cumsum``, ``cumprod``) of
-  ``bool``, ``uint8`` and ``int32`` are int64, as torch's; other dtypes keep theirs.
+  ``bool``, ``uint8``, ``int8``, ``int16`` and ``int32`` are int64, as torch's; other dtypes
+  keep theirs.
 - ``*_scalar`` operations take a Python scalar as second operand; ``r*_scalar`` put it first.
 - Tensor arguments come first, then the non-tensor parameters (dims, scalars, slices).
 - Nothing is modified in place: every method returns a new primitive (which may share memory
@@ -61,11 +62,22 @@ __all__ = [
 ]
 
 #: Every dtype name of the protocol.
-DTYPES = ("float32", "float64", "int64", "bool", "bfloat16", "float16", "uint8", "int32")
+DTYPES = (
+    "float32",
+    "float64",
+    "int64",
+    "bool",
+    "bfloat16",
+    "float16",
+    "uint8",
+    "int32",
+    "int16",
+    "int8",
+)
 #: The floating-point dtypes: the ones gradients flow through.
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
 #: The integer dtypes (bool apart), widest first.
-INT_DTYPES = ("int64", "int32", "uint8")
+INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
 #: torch's default dtype: the one Python floats and floating tensors made without a dtype take.
 #: Process-wide, as torch's (``rg.set_default_dtype``); kept here, below every layer that makes
@@ -229,6 +241,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         raise NotImplementedError
 
     def cast(self, x: Any, dtype: str) -> Any:
+        raise NotImplementedError
+
+    def bitcast(self, x: Any, dtype: str) -> Any:
+        """The bytes of ``x`` (its values laid out row-major) read as ``dtype``, in new memory
+        (torch's ``view(dtype)``): the same shape for a dtype of the same itemsize, else the
+        last dimension scaled by the ratio of the itemsizes (the caller checked that it
+        divides)."""
         raise NotImplementedError
 
     def to_device(self, x: Any, device: Any) -> Any:

@@ -118,6 +118,8 @@ ITEMSIZE = {
     "float16": 2,
     "uint8": 1,
     "int32": 4,
+    "int16": 2,
+    "int8": 1,
 }
 
 

@@ -21,7 +21,8 @@ with the host stream's seed whenever that is seeded or restored (``rg.seed``,
 ``rg.set_rng_state``), so runs repeat, with values of their own. Either choice can be asked
 for on any device.
 
-Dtypes: ``float32 float64 int64 int32 uint8 bool`` and the half types ``bfloat16 float16``.
+Dtypes: ``float32 float64 int64 int32 int16 int8 uint8 bool`` and the half types
+``bfloat16 float16``.
 
 Index checks (:meth:`TorchBackend.check_index_range`) never copy indices to the host on a
 device: on CUDA (or with ``deferred_index_checks=True``) each check leaves two device scalars
@@ -67,11 +68,13 @@ _DTYPES = {
     "float16": torch.float16,
     "uint8": torch.uint8,
     "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 _HALF = ("bfloat16", "float16")
 #: the dtypes torch sums and multiplies in int64
-_WIDENED = (torch.bool, torch.uint8, torch.int32)
+_WIDENED = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32)
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -353,6 +356,9 @@ class TorchBackend(
 
     def cast(self, x, dtype):
         return x.to(torch_dtype(dtype))
+
+    def bitcast(self, x, dtype):
+        return x.clone(memory_format=torch.contiguous_format).view(torch_dtype(dtype))
 
     def to_device(self, x, device):
         device = Device(device)

@@ -25,11 +25,13 @@ __all__ = [
     "BFloat16Tensor",
     "BoolTensor",
     "ByteTensor",
+    "CharTensor",
     "DoubleTensor",
     "FloatTensor",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "ShortTensor",
     "amp",
     "current_device",
     "device_count",
@@ -201,4 +203,6 @@ BFloat16Tensor = cuda_legacy("BFloat16Tensor")
 LongTensor = cuda_legacy("LongTensor")
 IntTensor = cuda_legacy("IntTensor")
 ByteTensor = cuda_legacy("ByteTensor")
+ShortTensor = cuda_legacy("ShortTensor")
+CharTensor = cuda_legacy("CharTensor")
 BoolTensor = cuda_legacy("BoolTensor")

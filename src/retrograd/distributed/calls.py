@@ -28,7 +28,18 @@ __all__ = ["KINDS", "Call", "check_headers", "dual", "header", "transport_collec
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to")
 #: dtypes a header can name, in code order (anything else is code -1: compared by name only
 #: where both sides know it)
-_DTYPES = ("float32", "float64", "int64", "int32", "bool", "bfloat16", "float16", "uint8")
+_DTYPES = (
+    "float32",
+    "float64",
+    "int64",
+    "int32",
+    "bool",
+    "bfloat16",
+    "float16",
+    "uint8",
+    "int16",
+    "int8",
+)
 #: shape dims a header holds exactly; the product of any beyond follows them
 _MAX_DIMS = 8
 #: kind, op, dtype, dim, src, rejected, ndim, dims..., rest

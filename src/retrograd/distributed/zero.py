@@ -40,7 +40,16 @@ from .registry import active_context
 
 __all__ = ["ZeroRedundancyOptimizer", "assign_owners", "optimizer_state_bytes"]
 
-_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4}
+_ITEMSIZE = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+}
 
 
 def assign_owners(sizes: Sequence[int], ranks: int) -> list[int]:

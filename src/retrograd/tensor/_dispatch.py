@@ -89,18 +89,21 @@ __all__ = [
     "written_scalar",
 ]
 
-# torch's promotion lattice restricted to retrograd's dtypes: a chain, but for the two half
-# types, which meet at float32
+# torch's promotion lattice restricted to retrograd's dtypes: a chain, but for two pairs of
+# one rank: uint8 and int8 meet at int16, the two half types at float32
 _RANK = {
     "bool": 0,
     "uint8": 1,
-    "int32": 2,
-    "int64": 3,
-    "bfloat16": 4,
-    "float16": 4,
-    "float32": 5,
-    "float64": 6,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "bfloat16": 5,
+    "float16": 5,
+    "float32": 6,
+    "float64": 7,
 }
+_JOIN_OF_EQUALS = {1: "int16", 5: "float32"}
 SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
 
 # The dtype rules of a binary TensorOp, compared by identity on the hot path.
@@ -160,10 +163,10 @@ TensorBase._result = TensorBase
 # -- dtype rules ---------------------------------------------------------------------------------
 def result_dtype(a: str, b: str) -> str:
     """The dtype two tensors of dtypes ``a`` and ``b`` are promoted to (PyTorch's rules:
-    ``bfloat16`` with ``float16`` gives ``float32``)."""
+    ``bfloat16`` with ``float16`` gives ``float32``, ``uint8`` with ``int8`` ``int16``)."""
     rank_a, rank_b = _RANK[a], _RANK[b]
-    if rank_a == rank_b and a != b:  # the two half types
-        return "float32"
+    if rank_a == rank_b and a != b:
+        return _JOIN_OF_EQUALS[rank_a]
     return a if rank_a >= rank_b else b
 
 
@@ -227,15 +230,26 @@ def scalar_value(value: Any, dtype: str) -> Any:
 
 
 #: the narrow integer dtypes: (modulus, lowest value)
-_NARROW_INTS = {"uint8": (2**8, 0), "int32": (2**32, -(2**31))}
-#: torch's bounds of a number written into a uint8 or int32 tensor: (integers, floats)
-NARROW_INTS = {"uint8": ((-255, 255), (0, 255)), "int32": ((-(2**31), 2**31 - 1),) * 2}
+_NARROW_INTS = {
+    "uint8": (2**8, 0),
+    "int8": (2**8, -(2**7)),
+    "int16": (2**16, -(2**15)),
+    "int32": (2**32, -(2**31)),
+}
+#: torch's bounds of a number written into a narrow integer tensor: (integers, floats); an
+#: unsigned dtype takes negative integers down to ``-max`` (wrapped: ``-1`` is uint8's 255)
+NARROW_INTS = {
+    "uint8": ((-255, 255), (0, 255)),
+    "int8": ((-128, 127),) * 2,
+    "int16": ((-(2**15), 2**15 - 1),) * 2,
+    "int32": ((-(2**31), 2**31 - 1),) * 2,
+}
 
 
 def wrapped_int(value: Any, dtype: str) -> int:
     """Integer ``value`` as a kernel of integer ``dtype`` takes it: on a narrow dtype (uint8,
-    int32) wrapped into its range, as torch casts a scalar operand (``uint8 + 300`` adds 44,
-    ``uint8 < -1`` compares with 255)."""
+    int8, int16, int32) wrapped into its range, as torch casts a scalar operand (``uint8 +
+    300`` adds 44, ``uint8 < -1`` compares with 255, ``int8 + 200`` adds -56)."""
     value = int(value)
     narrow = _NARROW_INTS.get(dtype)
     if narrow is None:
@@ -246,9 +260,10 @@ def wrapped_int(value: Any, dtype: str) -> int:
 
 def written_scalar(op: str, value: Any, dtype: str) -> Any:
     """Number ``value`` as torch writes it into a tensor of ``dtype`` (``full``, ``fill_``,
-    ``masked_fill``, ``x[i] = value``): into uint8 or int32, a negative integer wraps (``-1``
-    is 255), a float is truncated, and a value past torch's bounds is refused (``300``), where
-    arithmetic wraps it (``uint8 + 300``); other dtypes' values come back as they are."""
+    ``masked_fill``, ``x[i] = value``): into a narrow integer dtype, a float is truncated, a
+    negative integer wraps into uint8 (``-1`` is 255), and a value past torch's bounds is
+    refused (uint8's ``300``, int8's ``128``), where arithmetic wraps it (``uint8 + 300``);
+    other dtypes' values come back as they are."""
     bounds = NARROW_INTS.get(dtype)
     if bounds is None:
         return value
@@ -264,7 +279,7 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
 
 
 def check_narrow_data(op: str, data: Any, dtype: str) -> None:
-    """torch's bounds on Python numbers made into a uint8 or int32 tensor (``[-1]`` wraps to
+    """torch's bounds on Python numbers made into a narrow integer tensor (``[-1]`` wraps to
     255; ``[300]`` is refused): :func:`written_scalar`'s, for each of them (other dtypes and
     data that is not numbers, lists or tuples pass unchecked)."""
     if dtype not in NARROW_INTS or not isinstance(data, list | tuple | numbers.Number):
@@ -326,16 +341,15 @@ def checked_generator(op: str, generator: Any) -> Any:
 
 def int_argument(op: str, value: Any, name: str = "argument") -> Any:
     """``value`` as torch's argument parser reads an int (a size, a count, a dimension, an
-    index): a 0-d int64 or int32 tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
+    index): a 0-d integer tensor is its int (``x.view(n, -1)`` with ``n = lengths.max()``,
     ``topk(k=t)``), a 0-d tensor of another dtype is refused as torch refuses it (a
     :class:`~retrograd.errors.DTypeError`); anything else comes back as given, for the
     caller's own checks. The one place every int argument goes through for this."""
     if isinstance(value, TensorBase) and value.ndim == 0:
-        if value.dtype in ("int64", "int32"):
+        if value.dtype in INT_DTYPES:
             return int(value.item())
         raise DTypeError(
-            f"{op}: {name} must be an int (or a 0-d int64 or int32 tensor), got a 0-d "
-            f"{value.dtype} tensor"
+            f"{op}: {name} must be an int (or a 0-d integer tensor), got a 0-d {value.dtype} tensor"
         )
     return value
 

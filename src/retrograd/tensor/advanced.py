@@ -23,6 +23,8 @@ from ..autodiff.grad_mode import is_grad_enabled
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
 from ._dispatch import (
+    INT_DTYPES,
+    NARROW_INTS,
     SCALARS,
     TensorBase,
     check_written_tensor,
@@ -52,7 +54,7 @@ def index_items(index: Any) -> tuple[Any, ...]:
 
 
 def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``index`` with each 0-d int64 or int32 tensor read as its integer: torch's indexing
+    """``index`` with each 0-d integer tensor read as its integer: torch's indexing
     takes one as a Python int (a select, giving a view, in get and set alike), not as an index
     tensor (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims
     first); and each uint8 tensor or array read as the bool mask torch reads it as (its legacy
@@ -64,7 +66,7 @@ def _int_scalar(item: Any) -> Any:
     if isinstance(item, TensorBase):
         if item.dtype == "uint8":
             return item.cast("bool")
-        if item.ndim == 0 and item.dtype in ("int64", "int32"):
+        if item.ndim == 0 and item.dtype in INT_DTYPES:
             return int(item.item())
     elif isinstance(item, np.ndarray) and item.dtype == np.uint8:
         return item.astype(np.bool_)
@@ -184,6 +186,8 @@ def _as_index(t: Any, item: Any) -> Any:
             raise IndexOutOfRangeError(
                 f"indexing: tensors used as indices must be long, int or bool, got {array.dtype}"
             )
+        if array.dtype.kind == "i":  # (torch reads a NumPy int8 or int16 index array as int64)
+            array = array.astype(np.int64, copy=False)
         tensor = from_host(type(t)._result, array, None, t._backend, t._device)
     if tensor.dtype == "int32":
         return tensor.cast("int64")
@@ -435,7 +439,7 @@ def _masked(y: Any, mask: Any, value: Any) -> Any:
         if not math.isfinite(value):
             raise DTypeError(f"index_put_: cannot write {value!r} into an int64 tensor")
         value = int(value)
-    elif y.dtype in ("uint8", "int32") and isinstance(value, float):
+    elif y.dtype in NARROW_INTS and isinstance(value, float):
         # torch converts toward zero within the dtype's bounds (``u8[m] = 2.9`` writes 2)
         value = written_scalar("index_put_", value, y.dtype)
     elif y.dtype == "bool" and isinstance(value, float):  # torch converts: nonzero (NaN too)

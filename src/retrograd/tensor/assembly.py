@@ -30,6 +30,7 @@ from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim
 from .creation import tensor, zeros
+from .dtypes import canonical_dtype
 from .functions import _method, lift_input
 from .shape import cat, refuse_one_tensor, stack
 
@@ -194,14 +195,15 @@ def _triangle_indices(
     op: str, row: int, col: int, offset: int, lower: bool, dtype: Any, device: Any
 ) -> Any:
     row, col, offset = int_arguments(op, (row, col, offset), "size")
+    dtype = "int64" if dtype is None else canonical_dtype(op, dtype)
+    if dtype not in ("int64", "int32"):  # (torch's kernel: not implemented for the others)
+        raise DTypeError(f"{op}: not implemented for {dtype} (as torch's); use int64 or int32")
     if row < 0 or col < 0:
         raise InvalidArgumentError(f"{op}: row and col must be non-negative, got {row}, {col}")
     mask = (
         np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, dtype=bool)
     )
-    return tensor(
-        np.stack(np.nonzero(mask)).astype(np.int64), dtype=dtype or "int64", device=device
-    )
+    return tensor(np.stack(np.nonzero(mask)).astype(np.int64), dtype=dtype, device=device)
 
 
 def tril_indices(

@@ -82,6 +82,8 @@ def check_alpha(op: str, alpha: Any, result: str) -> None:
         raise DTypeError(
             f"{op}: a float alpha ({alpha}) for an integral ({result}) result, as torch refuses"
         )
+    if isinstance(alpha, int | np.integer):  # (torch converts it to a narrow integer result's
+        written_scalar(f"{op} (alpha)", alpha, result)  # dtype within its bounds: int8's 200 no)
 
 
 def bounded(x: Any, bound: Any, side: str) -> Any:

@@ -186,9 +186,9 @@ def _foreign_dtype(data: Any) -> str | None:
 def _python_dtype(data: Any) -> str | None:
     """torch's dtype for Python data: int64 for ints, the default float dtype for floats;
     ``None`` (the backend's reading) for bools and what NumPy cannot read. Lists of NumPy
-    uint8 or int32 scalars or arrays keep that dtype (``tensor([np.uint8(3), np.uint8(4)])``
-    is uint8), as torch's inference promotes its elements' dtypes as NumPy's does, a Python
-    int counting as int64."""
+    uint8, int8, int16 or int32 scalars or arrays keep that dtype (``tensor([np.uint8(3),
+    np.uint8(4)])`` is uint8; ``np.int8`` with ``np.uint8`` int16), as torch's inference
+    promotes its elements' dtypes as NumPy's does, a Python int counting as int64."""
     try:
         inferred = np.asarray(data).dtype
     except (ValueError, TypeError):

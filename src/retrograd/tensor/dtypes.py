@@ -3,12 +3,12 @@ and the legacy tensor types (``rg.FloatTensor``, ``rg.LongTensor``...).
 
 A :class:`dtype` is a ``str`` (``rg.float32 == "float32"``), so every place that took a dtype
 name keeps working and a tensor's ``dtype`` compares equal to both spellings. Backends hold
-eight dtypes (``DTYPES``): ``float32 float64 bfloat16 float16`` (the ones gradients flow
-through), ``int64 int32 uint8`` and ``bool``, promoted as torch promotes them
-(``bool < uint8 < int32 < int64 < floats``; ``uint8 + 300`` wraps, as torch's). The other
-names torch has (``int16``, ``int8``, ``complex64``...) exist so code that names them reads,
-and a tensor made with one is refused with a :class:`~retrograd.DTypeError` that says which
-dtype to use instead.
+ten dtypes (``DTYPES``): ``float32 float64 bfloat16 float16`` (the ones gradients flow
+through), ``int64 int32 int16 int8 uint8`` and ``bool``, promoted as torch promotes them
+(``bool < uint8, int8 < int16 < int32 < int64 < floats``, where uint8 with int8 meets at
+int16; ``uint8 + 300`` wraps, as torch's). The other names torch has (``complex64``...)
+exist so code that names them reads, and a tensor made with one is refused with a
+:class:`~retrograd.DTypeError` that says what to use instead.
 
 >>> import retrograd as rg
 >>> rg.float32 == "float32", rg.long, rg.float64.is_floating_point
@@ -114,8 +114,6 @@ ALIASES = {
 _PYTHON_TYPES = {builtins.float: "float64", builtins.int: "int64", builtins.bool: "bool"}
 
 _INSTEAD = {
-    "int16": "int32 (rg.int) or int64 (rg.long)",
-    "int8": "int32 (rg.int) or int64 (rg.long)",
     "complex64": "two real tensors",
     "complex128": "two real tensors",
 }
@@ -155,7 +153,7 @@ def canonical_dtype(op: str, value: Any, allow_none: bool = False) -> str | None
 def can_cast(source: str, target: str) -> bool:
     """torch's rule for writing a result of dtype ``source`` into a tensor of ``target`` (an
     in-place op): never float into an integer or bool tensor, nor integer into bool."""
-    kinds = {"bool": 0, "int64": 1, "int32": 1, "uint8": 1}
+    kinds = {"bool": 0, "int64": 1, "int32": 1, "int16": 1, "int8": 1, "uint8": 1}
     return kinds.get(str(source), 2) <= kinds.get(str(target), 2)
 
 
@@ -230,6 +228,8 @@ LEGACY_NAMES = {
     "bfloat16": "BFloat16Tensor",
     "int64": "LongTensor",
     "int32": "IntTensor",
+    "int16": "ShortTensor",
+    "int8": "CharTensor",
     "uint8": "ByteTensor",
     "bool": "BoolTensor",
 }
@@ -310,4 +310,10 @@ def _joined_size(items: tuple) -> Size:
 
 #: the values a draw of each narrow integer dtype can take (torch's ``randint``/``random_``
 #: bounds check)
-RANDINT_BOUNDS = {"bool": (0, 1), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+RANDINT_BOUNDS = {
+    "bool": (0, 1),
+    "uint8": (0, 255),
+    "int8": (-128, 127),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+}

@@ -226,6 +226,16 @@ def _truth(t: Any) -> Any:
     return t if t.dtype == "bool" else t.not_equal(0)
 
 
+def _truths(a: Any, b: Any) -> tuple[Any, Any]:
+    """:func:`_truth` of two operands, each first cast to their promoted dtype as torch's
+    logical kernels cast them (a 0-d int64 ``256`` beside a uint8 tensor is a wrapped 0:
+    false)."""
+    if a.dtype != b.dtype:
+        common = promoted_dtype(a.dtype, b.dtype, a.shape, b.shape)
+        a, b = a.cast(common), b.cast(common)
+    return _truth(a), _truth(b)
+
+
 def _defers_equality(other: Any) -> bool:
     """Whether ``t == other`` is left to Python, as torch leaves it: ``None`` and strings get
     the identity fallback (``if mask == None:`` is False), and an object that defines its own
@@ -953,8 +963,7 @@ class ElementwiseMixin:
         """True where exactly one operand is (bool tensors: ``!=``)."""
         if isinstance(other, bool):
             other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
-        other = lift(self, other, "logical_xor")
-        a, b = _truth(self), _truth(other)
+        a, b = _truths(self, lift(self, other, "logical_xor"))
         return a._apply(NOT_EQUAL, (a, b))
 
     def _logical(self, other: Any, op: str) -> Any:
@@ -962,8 +971,7 @@ class ElementwiseMixin:
         tensor's shape)."""
         if isinstance(other, bool):
             other = wrap(self, self._backend.full(self.shape, other, "bool", self._device))
-        other = lift(self, other, op)
-        a, b = _truth(self), _truth(other)
+        a, b = _truths(self, lift(self, other, op))
         return a._apply(op, (a, b))
 
 

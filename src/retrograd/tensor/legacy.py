@@ -3,8 +3,8 @@
 ``rg.FloatTensor(2, 3)`` makes a float32 tensor of that shape (zeros: torch leaves it
 uninitialized), ``rg.FloatTensor([1, 2])`` one holding the data; ``isinstance(t,
 rg.FloatTensor)`` asks the dtype; ``t.type()`` names the type (``"retrograd.FloatTensor"``) and
-``t.type(rg.LongTensor)`` casts. ``IntTensor`` (int32) and ``ByteTensor`` (uint8) are types of
-tensors like the others.
+``t.type(rg.LongTensor)`` casts. ``IntTensor`` (int32), ``ShortTensor`` (int16), ``CharTensor``
+(int8) and ``ByteTensor`` (uint8) are types of tensors like the others.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ __all__ = [
     "BFloat16Tensor",
     "BoolTensor",
     "ByteTensor",
+    "CharTensor",
     "DoubleTensor",
     "FloatTensor",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "ShortTensor",
 ]
 
 _DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
@@ -90,6 +92,8 @@ BFloat16Tensor = _legacy("BFloat16Tensor")
 LongTensor = _legacy("LongTensor")
 IntTensor = _legacy("IntTensor")
 ByteTensor = _legacy("ByteTensor")
+ShortTensor = _legacy("ShortTensor")
+CharTensor = _legacy("CharTensor")
 BoolTensor = _legacy("BoolTensor")
 
 

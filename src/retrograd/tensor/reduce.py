@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: the dtypes torch's sum, prod, cumsum and cumprod compute in int64 (unless dtype= says)
-_WIDENED = ("bool", "uint8", "int32")
+_WIDENED = ("bool", "uint8", "int8", "int16", "int32")
 
 
 def _as_uint8_when(x: Any, answer: Any) -> Any:

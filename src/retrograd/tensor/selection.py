@@ -559,6 +559,8 @@ class SelectionMixin:
 
         parts: list[Any] = []
         for i in indices:
+            if isinstance(i, TensorBase) and i.dtype == "uint8":  # (torch's legacy byte mask)
+                i = i.cast("bool")
             if isinstance(i, TensorBase) and i.dtype == "bool":
                 if i.ndim:
                     check_mask(i.shape, self.shape, len(parts))
@@ -605,7 +607,13 @@ class SelectionMixin:
         from .advanced import _check
 
         size = self.shape[d]
-        index = lift(self, index, "index_put").cast("int64")
+        index = lift(self, index, "index_put")
+        if index.dtype not in ("int64", "int32"):  # (as torch's, int8/int16 and floats too)
+            raise IndexOutOfRangeError(
+                "index_put: tensors used as indices must be long, int, byte or bool tensors, "
+                f"got {index.dtype}"
+            )
+        index = index.cast("int64")
         _check(index, size, d, self.shape)
         return index.mask_where(index.lower_elem(0), index + size)
 
@@ -989,11 +997,13 @@ class SelectionMixin:
         return DTYPE_OBJECTS[self.dtype].itemsize * math.prod(self.shape)
 
     def short(self) -> Any:
-        """torch's int16 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
+        """Cast to int16 (wrapping values past its range, floats truncated toward zero, as
+        torch's)."""
         return self.cast("int16")
 
     def char(self) -> Any:
-        """torch's int8 cast: refused, retrograd's integer dtypes are int64, int32, uint8."""
+        """Cast to int8 (wrapping values past its range, floats truncated toward zero, as
+        torch's)."""
         return self.cast("int8")
 
     def new(self, *args: Any, device: Any = None) -> Any:

@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..backend.sizes import check_allocation
+from ..backend.sizes import ITEMSIZE, check_allocation
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, reported, shape_text
 from ._dispatch import (
     TensorBase,
@@ -28,8 +28,10 @@ from ._dispatch import (
     result_dtype,
     scalar_dims,
 )
+from .dtypes import canonical_dtype
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
+from .strides import storage_offset_of
 from .views import is_contiguous, link, strides_of, view_error, view_strides
 
 __all__ = ["ShapeMixin", "cat", "flatten", "stack"]
@@ -53,15 +55,17 @@ class ShapeMixin:
         target = infer_shape("reshape", self.shape, target)
         return _reshaped("reshape", self, target, strict=False)
 
-    def view(self, *shape: Any, size: Any = None) -> Any:
+    def view(self, *shape: Any, size: Any = None, dtype: Any = None) -> Any:
         """:meth:`reshape` as a view; where torch's strides allow none (after a transpose),
-        the error torch gives. ``view(dtype)`` (a reinterpretation of the bytes) is refused."""
+        the error torch gives. ``view(dtype)`` reads the bytes as another dtype, as torch's
+        (``float32`` as ``int32``, ``uint8`` as ``int8`` or ``bool``; between itemsizes, the
+        last dimension scaled under torch's conditions): a view, with no gradient, as torch's
+        (an in-place write into either is seen in the other)."""
+        if dtype is not None and not shape and size is None:
+            return _bitcast(self, canonical_dtype("view", dtype))
         shape = by_keyword("view", shape, "size", size)
         if len(shape) == 1 and _names_dtype(shape[0]):
-            raise ShapeError(
-                "view: reinterpreting the bytes as another dtype is not supported; use "
-                ".to(dtype) to convert the values"
-            )
+            return _bitcast(self, canonical_dtype("view", shape[0]))
         target = infer_shape("view", self.shape, varargs_shape("view", shape))
         return _reshaped("view", self, target, strict=True)
 
@@ -752,6 +756,37 @@ def _reshaped(op: str, t: Any, target: tuple[int, ...], strict: bool = False) ->
             raise view_error(op, t.shape, target)
         return out
     return link(out, t, "reshape", (target,))
+
+
+def _bitcast(t: Any, dtype: str) -> Any:
+    """``t.view(dtype)``: torch's conditions for itemsizes that differ, then the backend's
+    reading of the bytes, linked to ``t`` as a view (:mod:`.views`)."""
+    source, target = ITEMSIZE[t.dtype], ITEMSIZE[dtype]
+    if source != target:
+        what = f"to view {t.dtype} as {dtype} (different element sizes, as torch's)"
+        if t.ndim == 0:
+            raise ShapeError(f"view: the tensor cannot be 0-d {what}")
+        strides = strides_of(t)
+        if strides[-1] != 1:
+            raise ShapeError(f"view: stride(-1) must be 1 {what}, got {strides[-1]}")
+        if target > source:
+            ratio = target // source
+            if t.shape[-1] % ratio:
+                raise ShapeError(
+                    f"view: size(-1) must be divisible by {ratio} {what}, got {t.shape[-1]}"
+                )
+            if storage_offset_of(t) % ratio:
+                raise ShapeError(
+                    f"view: the storage offset must be divisible by {ratio} {what}, got "
+                    f"{storage_offset_of(t)}"
+                )
+            for d, stride in enumerate(strides[:-1]):
+                if stride % ratio:
+                    raise ShapeError(
+                        f"view: stride({d}) must be divisible by {ratio} {what}, got {stride}"
+                    )
+    # (a view of t, as torch's: an in-place write into either is seen in the other)
+    return link(t._apply("bitcast", (t,), (dtype,)), t, "bitcast", (dtype,))
 
 
 def _names_dtype(value: Any) -> bool:

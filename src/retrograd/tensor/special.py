@@ -394,7 +394,7 @@ class SpecialMixin:
     def frexp(self) -> Any:
         """``(mantissa, exponent)`` with ``self = mantissa * 2**exponent`` and ``0.5 <=
         |mantissa| < 1`` (zeros, infinities and NaN: themselves and exponent 0), as torch's
-        ``frexp``; the exponent is int64 (torch's is int32), the mantissa's gradient ``grad /
+        ``frexp``; the exponent is int32, as torch's, the mantissa's gradient ``grad /
         2**exponent``, as torch's, except where ``2**exponent`` overflows the dtype (``|x|``
         in the dtype's top binade): torch's is 0 there, this one the true ``grad * 2**-e``."""
         if self.dtype not in FLOAT_DTYPES:
@@ -404,7 +404,7 @@ class SpecialMixin:
         shift = -exponent
         half = shift // 2
         mantissa = self * 2.0 ** half.cast(self.dtype) * 2.0 ** (shift - half).cast(self.dtype)
-        return FrexpResult(mantissa, exponent)
+        return FrexpResult(mantissa, exponent.cast("int32"))
 
     def nextafter(self, other: Any) -> Any:
         """The next float after ``self`` towards ``other`` (float tensors); the gradient

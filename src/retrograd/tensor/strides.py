@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..backend.sizes import ITEMSIZE
+
 __all__ = [
     "contiguous_strides",
     "elementwise_strides",
@@ -141,6 +143,12 @@ def strides_of(t: Any) -> tuple[int, ...]:
         return (*rest, strides[a] + strides[b])
     if kind == "as_strided":
         return params[1]
+    if kind == "bitcast":  # (in the view's elements: the last dim's stride is 1 if sizes differ)
+        source, target = ITEMSIZE[base.dtype], ITEMSIZE[params[0]]
+        if source == target:
+            return strides
+        rest = tuple(s * source // target for s in strides[:-1])
+        return (*rest, 1)
     return strides  # data, detach
 
 
@@ -163,6 +171,8 @@ def storage_offset_of(t: Any) -> int:
         offset += shift * strides[b] if shift >= 0 else -shift * strides[a]
     elif kind == "as_strided":
         offset = params[2]
+    elif kind == "bitcast":  # (counted in the view's elements)
+        offset = offset * ITEMSIZE[base.dtype] // ITEMSIZE[params[0]]
     return offset
 
 

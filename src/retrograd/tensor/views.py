@@ -38,6 +38,7 @@ from weakref import ref
 import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ..backend.sizes import ITEMSIZE
 from ..errors import ShapeError, shape_text
 from ._dispatch import from_host, host_constant, lift, untracked
 from .strides import (
@@ -71,6 +72,9 @@ __all__ = [
 
 #: View kinds written back outside the graph.
 _DETACHED = ("data", "detach")
+#: ... and with ``view(dtype)``'s (not differentiable, as torch's: a write through it reaches
+#: its base, a leaf that requires grad too, as a write through ``.data`` would)
+_OUTSIDE = (*_DETACHED, "bitcast")
 
 
 #: A view's link, ``(base, kind, params)``: how it was taken from its base. A plain tuple:
@@ -110,10 +114,11 @@ def unlink(t: Any) -> None:
 
 
 def outside_graph(t: Any) -> bool:
-    """Whether ``t`` is reached from its root through ``.data`` or ``detach()``."""
+    """Whether ``t`` is reached from its root through ``.data``, ``detach()`` or
+    ``view(dtype)``."""
     view = getattr(t, "_view", None)
     while view is not None:
-        if view[KIND] in _DETACHED:
+        if view[KIND] in _OUTSIDE:
             return True
         view = getattr(view[BASE], "_view", None)
     return False
@@ -145,6 +150,8 @@ def _forward(base: Any, kind: str, params: tuple) -> Any:
         return diagonal_of(base, params)
     if kind == "as_strided":
         return as_strided_of(base, params)
+    if kind == "bitcast":
+        return base._apply("bitcast", (base,), params)
     if kind == "data":
         backend = base._backend
         if not backend.is_autodiff:
@@ -174,6 +181,8 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         return base._apply("slice_assign", (base, values), (slices,))
     if kind in _DETACHED:
         return value
+    if kind == "bitcast":  # (the bytes read back as the base's dtype, in its shape)
+        return value._apply("bitcast", (value,), (base.dtype,))
     if kind == "diagonal":
         return diagonal_assign(base, params, value)
     if kind == "unfold" and (params[2] >= params[1] or value.shape[params[0]] <= 1):
@@ -245,7 +254,7 @@ def write(
         whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
-    outside = outside or kind in _DETACHED
+    outside = outside or kind in _OUTSIDE
     through = _through_expand(base, kind, view[PARAMS], value)
     if through is not None:  # a slice of an expanded tensor taking each element once
         write(op, through[0], through[1], outside, False)
@@ -475,6 +484,7 @@ def as_strided_input_positions(
     not ``t``'s (an offset before a slice's first element) and an input holding one storage
     element twice (an expanded view) are refused: their values and gradient are another
     tensor's."""
+    _no_bitcast_between_sizes(t)
     root = root_of(t)
     storage = math.prod(root.shape)
     wanted = as_strided_positions(size, stride, storage_offset).reshape(-1)
@@ -511,6 +521,21 @@ def as_strided_input_positions(
             "the tensor it is a view of"
         )
     return positions.reshape(size).astype(np.int64, copy=False)
+
+
+def _no_bitcast_between_sizes(t: Any) -> None:
+    """``as_strided`` counts storage in the root's elements: refused for a view reached
+    through ``view(dtype)`` between element sizes, whose elements are not the root's."""
+    view = getattr(t, "_view", None)
+    while view is not None:
+        base = view[BASE]
+        if view[KIND] == "bitcast" and ITEMSIZE[view[PARAMS][0]] != ITEMSIZE[base.dtype]:
+            raise ShapeError(
+                f"as_strided: the input of shape {shape_text(t.shape)} is a view(dtype) of a "
+                f"{base.dtype} tensor as {view[PARAMS][0]} (another element size); take "
+                "as_strided of a .clone() of it"
+            )
+        view = getattr(base, "_view", None)
 
 
 def _as_strided_parts(t: Any, params: tuple) -> tuple[Any, Any]:

@@ -18,12 +18,20 @@ import numpy as np
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, arange, ones, tensor, zeros_like
 from ...tensor.functions import where
-from ...tensor.internal import shape_text
+from ...tensor.internal import result_dtype, shape_text
 from .linear import _renorm_rows, embedding
 
 __all__ = ["embedding_bag"]
 
 _MODES = ("sum", "mean", "max")
+
+
+def _index_dtype(input: Tensor, offsets: Any) -> str:  # noqa: A002 (torch's name)
+    """The dtype torch's kernel reads ``input`` in: promoted with an offsets tensor's (an int8
+    input with int64 offsets is taken; with int8 offsets it is not)."""
+    if isinstance(offsets, Tensor) and input.ndim == 1:
+        return result_dtype(input.dtype, offsets.dtype)
+    return input.dtype
 
 
 def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # noqa: A002
@@ -90,10 +98,12 @@ def embedding_bag(
     # (sparse=True gives the dense gradient, as embedding's does)
     if scale_grad_by_freq:
         raise InvalidArgumentError(f"{fn}: scale_grad_by_freq is not supported")
-    if isinstance(input, Tensor) and input.dtype == "int32":  # (torch's takes Long or Int)
+    if isinstance(input, Tensor) and _index_dtype(input, offsets) in ("int64", "int32"):
         input = input.long()  # noqa: A001 (torch's name)
     if not isinstance(input, Tensor) or input.dtype != "int64":
-        raise DTypeError(f"{fn}: input must be an int64 or int32 tensor")
+        raise DTypeError(
+            f"{fn}: input (promoted with offsets, as torch's) must be an int64 or int32 tensor"
+        )
     if per_sample_weights is not None and mode != "sum":
         raise InvalidArgumentError(
             f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "
