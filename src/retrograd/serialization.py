@@ -145,7 +145,7 @@ class _Writer:
                     "requires_grad": False}  # fmt: skip
         if isinstance(obj, Device):
             return {"device": str(obj)}
-        if isinstance(obj, dict | list | tuple | set | frozenset):
+        if _is_structure(obj):
             if id(obj) in self.open:
                 raise _Cycle
             self.open.add(id(obj))
@@ -165,7 +165,8 @@ class _Writer:
             return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, tuple):
             return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-        return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
+        kind = "frozenset" if isinstance(obj, frozenset) else "set"
+        return {kind: [self.encode(v, f"{where}{{...}}") for v in obj]}
 
     def pickled(self, obj: Any, where: str) -> dict[str, Any]:
         """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows). The
@@ -226,6 +227,20 @@ class _TensorPickler(pickle.Pickler):
         self.origins[id(plain)] = obj
         self.held.append(plain)
         return (type(obj), (plain, bool(obj.is_require_grad())))
+
+
+#: The containers stored in the file's structure, loaded back as the same class. Others built
+#: on them (a ``defaultdict``, a named tuple, a user's ``dict`` subclass) are pickled, as torch
+#: stores them: as plain dicts and tuples they lost their class (``ckpt.step`` of a saved
+#: named tuple failed after loading) without a word.
+_STRUCTURES = (dict, OrderedDict, list, tuple, set, frozenset)
+
+
+def _is_structure(obj: Any) -> bool:
+    """Whether ``obj`` is one of :data:`_STRUCTURES` or a shape (retrograd's ``Size``,
+    ``torch.Size``: a tuple of ints, loaded as one)."""
+    kind = type(obj)
+    return kind in _STRUCTURES or (isinstance(obj, tuple) and kind.__name__ == "Size")
 
 
 def _is_torch_tensor(obj: Any) -> bool:
@@ -320,6 +335,8 @@ class _Reader:
             return tuple(self.decode(v) for v in node["tuple"])
         if "set" in node:
             return {self.decode(v) for v in node["set"]}
+        if "frozenset" in node:
+            return frozenset(self.decode(v) for v in node["frozenset"])
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
 
     def tensor_of_class(self, node: dict[str, Any]) -> Any:
@@ -593,7 +610,11 @@ def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if not isinstance(structure, dict) or "object" not in structure:
         raise InvalidArgumentError(f"load: {name} has no saved object in its structure entry")
     if structure.get("format") != _FORMAT:
-        raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
+        raise InvalidArgumentError(
+            f"load: {name} is in format {structure.get('format')!r}, and this retrograd reads "
+            f"{_FORMAT!r}: a file of another version of retrograd (load it there and save its "
+            "tensors again), or a damaged one"
+        )
     return _Reader(archive, device, weights_only).decode(structure["object"])
 
 

@@ -54,6 +54,7 @@ from ...serialization import (
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
+from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
@@ -806,7 +807,8 @@ class Module:
                     f"the state has {list(array.shape)}"
                 )
             fresh[name] = tensor(
-                np.asarray(array, dtype=current.dtype),
+                _cast_host(array, current.dtype),
+                dtype=current.dtype,
                 backend=current.backend,
                 device=current.device,
             )
