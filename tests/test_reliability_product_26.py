@@ -222,6 +222,23 @@ def test_data_loader_takes_numpy_worker_counts_and_names_a_sampler_without_lengt
         len(DataLoader([1.0, 2.0], sampler=iter([0, 1])))
 
 
+# -- retrograd sample ----------------------------------------------------------------------------
+def test_gpt_sampling_at_a_vanishing_temperature_takes_the_likeliest_token():
+    from retrograd.app.models import GPT, GPTConfig
+
+    rg.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4))
+    model.eval()
+    context = [1, 2]
+    for _ in range(3):  # greedy decoding, the limit of sampling as the temperature goes to 0
+        logits, _ = model(rg.tensor([context[-4:]]))
+        context.append(int(np.argmax(logits.numpy()[0, -1])))
+    # `retrograd sample --temperature 1e-300` ended in multinomial's "probability tensor
+    # contains either inf, nan or element < 0": the logits overflowed to inf
+    out = model.generate(rg.tensor([[1, 2]]), 3, temperature=1e-300)
+    assert out.tolist() == [context]
+
+
 # -- checked sound: the save paths and the command line ----------------------------------------
 def test_interrupted_rename_and_concurrent_saves_keep_a_whole_file(tmp_path, monkeypatch):
     path = tmp_path / "é ü ckpt.pt"
