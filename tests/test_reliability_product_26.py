@@ -138,6 +138,19 @@ def test_torch_bfloat16_optimizer_state_loads_as_torch_loads_it():
         np.testing.assert_array_equal(state[key].numpy(), expected[key].numpy())
 
 
+def test_bfloat16_file_loaded_on_the_numpy_backend_is_refused_by_load():
+    with on_torch_backend():
+        buffer = io.BytesIO()
+        rg.save({"w": rg.ones(2, dtype=rg.bfloat16)}, buffer)
+    buffer.seek(0)
+    refused = pytest.raises(rg.DTypeError, match="load: cannot make the file's bfloat16 tensors")
+    with rg.use_backend(rg.Autodiff(rg.NumpyBackend())), refused:
+        rg.load(buffer)  # the cast's message alone before, naming no load
+    buffer.seek(0)
+    with on_torch_backend():
+        assert rg.load(buffer)["w"].dtype == rg.bfloat16
+
+
 # -- rg.save keeps the class of what it stores ------------------------------------------------
 def test_named_tuple_and_defaultdict_keep_their_class_as_torch_keeps_it():
     weight = rg.tensor([1.0, 2.0])
@@ -163,6 +176,19 @@ def test_named_tuple_and_defaultdict_keep_their_class_as_torch_keeps_it():
     assert type(_roundtrip(collections.OrderedDict(a=1))) is collections.OrderedDict
     assert _roundtrip(rg.ones(2, 3).shape) == (2, 3)  # shapes stay plain structure
     assert _roundtrip(torch.Size([2, 3])) == (2, 3)
+
+
+def test_save_to_a_folder_name_writes_nothing_as_open_and_torch_refuse(tmp_path):
+    folder_name = str(tmp_path / "ckpts") + os.sep
+    with pytest.raises(IsADirectoryError):
+        open(folder_name, "wb")  # noqa: SIM115 (the reference: never opened)
+    with pytest.raises(RuntimeError, match="invalid file name"):
+        torch.save({"step": 1}, folder_name)
+    # a file "ckpts" was written, where the next save to "ckpts/epoch1.pt" then failed
+    for path in (folder_name, folder_name + "."):
+        with pytest.raises(IsADirectoryError, match="a folder's name"):
+            rg.save({"step": 1}, path)
+    assert os.listdir(tmp_path) == []
 
 
 def test_file_of_another_format_version_is_named(tmp_path):

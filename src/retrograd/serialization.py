@@ -303,10 +303,19 @@ class _Reader:
                 if values.dtype.kind not in "biuf":  # a damaged header: not numbers
                     raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 dtype = node.get("dtype")
+                try:
+                    made = tensor(
+                        values, dtype=dtype, device=None if callable(self.device) else self.device
+                    )
+                except DTypeError as error:  # a half-precision tensor on the NumPy backend
+                    raise DTypeError(
+                        f"load: cannot make the file's {dtype or values.dtype} tensors here: "
+                        f"{error}"
+                    ) from None
                 if callable(self.device):  # a map_location function
-                    out = _relocated(self.device, tensor(values, dtype=dtype))
+                    out = _relocated(self.device, made)
                 else:
-                    out = tensor(values, dtype=dtype, device=self.device)
+                    out = made
                 if node.get("requires_grad"):
                     out.require_grad()
                 self.made[name] = out
