@@ -298,6 +298,27 @@ def test_interrupted_rename_and_concurrent_saves_keep_a_whole_file(tmp_path, mon
     assert loaded["w"].tolist() == [float(loaded["step"])] * 64
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "uint8", "int32", "int64", "bool"])
+def test_views_scalars_and_empty_tensors_of_every_dtype_load_as_torch_loads_them(dtype):
+    base = np.arange(12).reshape(3, 4) % 3
+    pieces = {
+        "whole": lambda t: t,
+        "transposed": lambda t: t.t(),
+        "strided": lambda t: t[:, ::2],
+        "scalar": lambda t: t[1, 2],
+        "empty": lambda t: t[:0],
+        "row_view": lambda t: t[1],
+    }
+    torch_base = torch.tensor(base).to(getattr(torch, dtype))
+    expected = _torch_roundtrip({k: f(torch_base) for k, f in pieces.items()})
+    rg_base = rg.tensor(base).to(dtype)
+    loaded = _roundtrip({k: f(rg_base) for k, f in pieces.items()})
+    for key, value in expected.items():
+        assert str(loaded[key].dtype) == str(value.dtype).replace("torch.", ""), key
+        assert tuple(loaded[key].shape) == tuple(value.shape), key
+        assert loaded[key].tolist() == value.tolist(), key
+
+
 @pytest.mark.parametrize("command", ["train", "sample", "graph", "bench", "warmup"])
 def test_every_command_has_help_and_refuses_unknown_flags_in_one_line(command, capsys):
     with pytest.raises(SystemExit) as ended:
