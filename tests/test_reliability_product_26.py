@@ -221,6 +221,11 @@ def test_summary_writer_refuses_what_is_not_numbers_from_the_hierarchy(tmp_path)
             writer.add_hparams({"lr": 0.1}, {"acc": "high"}, run_name="bad")
         assert sorted(os.listdir(tmp_path / "run")) == before  # no half-written session
         writer.add_scalar("loss", rg.tensor(0.5), 1)  # the writer goes on
+        # torch's writer takes its bfloat16 tensors; "unsupported ScalarType BFloat16" here
+        half = torch.linspace(0, 1, 12, dtype=torch.bfloat16)
+        writer.add_scalar("loss", half[3], 2)
+        writer.add_histogram("w", half, 2)
+        writer.add_image("img", half.reshape(3, 2, 2), 2)
     blocker = tmp_path / "taken"
     blocker.write_text("mine")
     with pytest.raises(NotADirectoryError, match="log_dir is a file"):  # "File exists" before

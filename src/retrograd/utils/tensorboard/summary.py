@@ -37,6 +37,8 @@ def as_array(value: Any, op: str) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a tensor of either library
         value = value.detach()
         value = value.cpu() if hasattr(value, "cpu") else value
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has none: widened exactly, as
+            value = value.float()  # torch's writer does ("unsupported ScalarType" before)
         return np.asarray(value.numpy())
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":  # a str was NumPy's bare "could not convert" later
