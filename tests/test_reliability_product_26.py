@@ -178,6 +178,14 @@ def test_named_tuple_and_defaultdict_keep_their_class_as_torch_keeps_it():
     assert _roundtrip(torch.Size([2, 3])) == (2, 3)
 
 
+def test_numpy_number_keys_are_stored_as_torch_stores_them():
+    weights = {np.int64(0): 0.25, np.int64(3): 0.75, (np.int32(1), "a"): 1.0, np.float32(0.5): 2}
+    expected = _torch_roundtrip(weights, weights_only=False)
+    loaded = _roundtrip(weights)  # "cannot store a dict key of type int64" before
+    assert list(loaded.items()) == list(expected.items())
+    assert [type(k) for k in loaded] == [type(k) for k in expected]
+
+
 def test_save_to_a_folder_name_writes_nothing_as_open_and_torch_refuse(tmp_path):
     folder_name = str(tmp_path / "ckpts") + os.sep
     with pytest.raises(IsADirectoryError):

@@ -193,9 +193,13 @@ class _Writer:
             return {"key": key}
         if isinstance(key, tuple):
             return {"tuple": [self.key(k, where) for k in key]}
+        if isinstance(key, np.generic) and key.dtype.kind in "biuf":
+            # a NumPy number (``{c: w for c in np.unique(labels)}``), kept as one: stored as
+            # values of that kind are, where it was refused
+            return {"npkey": key.item(), "kind": key.dtype.str}
         raise DTypeError(
             f"save: cannot store a dict key of type {type(key).__name__} at {where} "
-            "(str, int, float, bool, None or tuples of them)"
+            "(str, int, float, bool, None, NumPy numbers or tuples of them)"
         )
 
 
@@ -390,6 +394,8 @@ class _Reader:
     def key(self, node: Any) -> Any:
         if "key" in node:
             return node["key"]
+        if "npkey" in node:
+            return np.dtype(node["kind"]).type(node["npkey"])
         return tuple(self.key(k) for k in node["tuple"])
 
 
