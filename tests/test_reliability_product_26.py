@@ -178,6 +178,41 @@ def test_named_tuple_and_defaultdict_keep_their_class_as_torch_keeps_it():
     assert _roundtrip(torch.Size([2, 3])) == (2, 3)
 
 
+class _WriteOnlyStream:
+    """A stream that can only be written (a socket's or a pipe's writer): torch.save takes it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_save_to_a_write_only_stream_and_a_failed_archive_writes_nothing(monkeypatch):
+    torch_stream = _WriteOnlyStream()
+    torch.save({"w": torch.ones(3)}, torch_stream)
+    assert torch.load(io.BytesIO(b"".join(torch_stream.chunks)))["w"].tolist() == [1.0] * 3
+    stream = _WriteOnlyStream()
+    rg.save({"w": rg.ones(3)}, stream)  # os.fspath's bare TypeError before
+    assert rg.load(io.BytesIO(b"".join(stream.chunks)))["w"].tolist() == [1.0] * 3
+    real_savez = np.savez
+
+    def disk_full_midway(file, **arrays):
+        file.write(b"PK\x03\x04 half an archive")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", disk_full_midway)
+    kept = io.BytesIO()
+    with pytest.raises(OSError, match="No space left"):
+        rg.save({"w": rg.ones(3)}, kept)
+    assert kept.getvalue() == b""  # the caller's file got half an archive before
+    monkeypatch.setattr(np, "savez", real_savez)
+
+
 def test_numpy_number_keys_are_stored_as_torch_stores_them():
     weights = {np.int64(0): 0.25, np.int64(3): 0.75, (np.int32(1), "a"): 1.0, np.float32(0.5): 2}
     expected = _torch_roundtrip(weights, weights_only=False)

@@ -283,7 +283,15 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
         with atomic_write(f) as handle:
             np.savez(handle, **arrays)
     else:
-        np.savez(f, **arrays)
+        # made whole first, then written: NumPy's writer needs a readable, seekable file (a
+        # write-only stream, which torch.save takes, was a bare TypeError from os.fspath), and
+        # a failure while archiving writes nothing into the caller's file
+        archive = io.BytesIO()
+        np.savez(archive, **arrays)
+        data, written = archive.getbuffer(), 0
+        while written < len(data):  # an unbuffered file may take part of it per call
+            count = f.write(data[written:])
+            written += len(data) - written if count is None else count
 
 
 class _Reader:
