@@ -213,6 +213,23 @@ def test_save_to_a_write_only_stream_and_a_failed_archive_writes_nothing(monkeyp
     monkeypatch.setattr(np, "savez", real_savez)
 
 
+def test_load_state_dict_reads_a_stream_that_cannot_seek():
+    source = rg.nn.Linear(3, 2)
+    stream = _WriteOnlyStream()
+    rg.save(source.state_dict(), stream)
+    data = io.BytesIO(b"".join(stream.chunks))
+
+    class ReadOnlyStream:  # a pipe's or a response body's reader: read() alone
+        def read(self, size: int = -1) -> bytes:
+            return data.read(size)
+
+    model = rg.nn.Linear(3, 2)
+    # "the file object is not a readable .npz archive ('ReadOnlyStream' object has no
+    # attribute 'seek')" before: a whole file said to be damaged
+    model.load_state_dict(ReadOnlyStream())
+    np.testing.assert_array_equal(model.weight.numpy(), source.weight.numpy())
+
+
 def test_numpy_number_keys_are_stored_as_torch_stores_them():
     weights = {np.int64(0): 0.25, np.int64(3): 0.75, (np.int32(1), "a"): 1.0, np.float32(0.5): 2}
     expected = _torch_roundtrip(weights, weights_only=False)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import io
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -1001,6 +1002,10 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
     file ``rg.save`` wrote (``rg.save(model.state_dict(), path)``) is the state dict it holds,
     read by ``rg.load`` (its own arrays are that dict's pieces, not its keys)."""
     name = "the file object" if hasattr(path, "read") else os.fspath(path)
+    if hasattr(path, "read") and not _seekable(path):
+        # a stream (a pipe, a socket, a response body), read whole as rg.load reads it: NumPy
+        # seeks in the archive, and "no attribute 'seek'" was reported as a damaged file
+        path = io.BytesIO(path.read())
     if _saved_by_save(path):
         saved = load_saved(path)
         if not isinstance(saved, Mapping):
@@ -1042,6 +1047,13 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
         raise InvalidArgumentError(
             f"load_state_dict: {name} is not a readable .npz archive ({reason})"
         ) from None
+
+
+def _seekable(file: Any) -> bool:
+    seekable = getattr(file, "seekable", None)
+    if callable(seekable):
+        return bool(seekable())
+    return callable(getattr(file, "seek", None)) and callable(getattr(file, "tell", None))
 
 
 def _saved_by_save(path: StateSource) -> bool:
