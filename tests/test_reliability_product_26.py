@@ -176,6 +176,8 @@ def test_named_tuple_and_defaultdict_keep_their_class_as_torch_keeps_it():
     assert type(_roundtrip(collections.OrderedDict(a=1))) is collections.OrderedDict
     assert _roundtrip(rg.ones(2, 3).shape) == (2, 3)  # shapes stay plain structure
     assert _roundtrip(torch.Size([2, 3])) == (2, 3)
+    values, indices = _roundtrip(rg.tensor([[1.0, 5.0], [7.0, 2.0]]).max(0))  # a result tuple
+    assert values.tolist() == [7.0, 5.0] and indices.tolist() == [1, 0]
 
 
 class _WriteOnlyStream:

@@ -241,10 +241,12 @@ _STRUCTURES = (dict, OrderedDict, list, tuple, set, frozenset)
 
 
 def _is_structure(obj: Any) -> bool:
-    """Whether ``obj`` is one of :data:`_STRUCTURES` or a shape (retrograd's ``Size``,
-    ``torch.Size``: a tuple of ints, loaded as one)."""
+    """Whether ``obj`` is one of :data:`_STRUCTURES`, or a tuple of retrograd's or torch's
+    (a ``Size``, ``max``'s and ``topk``'s named results, ``IncompatibleKeys``): loaded as a
+    plain tuple, as before (retrograd's result classes cannot be pickled by name)."""
     kind = type(obj)
-    return kind in _STRUCTURES or (isinstance(obj, tuple) and kind.__name__ == "Size")
+    library = kind.__module__.partition(".")[0]
+    return kind in _STRUCTURES or (isinstance(obj, tuple) and library in ("retrograd", "torch"))
 
 
 def _is_torch_tensor(obj: Any) -> bool:
