@@ -200,6 +200,12 @@ def atomic_write(
     A symbolic link is written through, as ``open`` (and ``torch.save``) would: its target is
     replaced and the link stays (a ``latest.pt`` pointing at a run's checkpoint). A loop of
     links is an ``OSError`` (``ELOOP``), as ``open`` raises, and the links are left alone."""
+    text = os.fspath(path)
+    if text.endswith((os.sep, os.altsep or os.sep)) or os.path.basename(text) in (".", ".."):
+        # a folder's name: ``Path`` drops the separator, and "ckpts/" became a file "ckpts"
+        raise IsADirectoryError(
+            errno.EISDIR, "a folder's name, not a file's (nothing written)", str(text)
+        )
     path = Path(path)
     if path.is_symlink():
         path = _link_target(path)

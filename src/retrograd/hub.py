@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, NoReturn
 
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "download_url_to_file",
@@ -85,6 +85,8 @@ def get_dir() -> str:
 def set_dir(d: str | os.PathLike) -> None:
     """Make ``d`` the hub directory."""
     global _hub_dir
+    if not isinstance(d, str | os.PathLike):  # os.fspath's bare TypeError otherwise
+        raise DTypeError(f"hub.set_dir: expected a path (str or os.PathLike), got {d!r}")
     _hub_dir = os.path.expanduser(os.fspath(d))
 
 

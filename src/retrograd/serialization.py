@@ -145,7 +145,7 @@ class _Writer:
                     "requires_grad": False}  # fmt: skip
         if isinstance(obj, Device):
             return {"device": str(obj)}
-        if isinstance(obj, dict | list | tuple | set | frozenset):
+        if _is_structure(obj):
             if id(obj) in self.open:
                 raise _Cycle
             self.open.add(id(obj))
@@ -165,7 +165,8 @@ class _Writer:
             return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, tuple):
             return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-        return {"set": [self.encode(v, f"{where}{{...}}") for v in obj]}
+        kind = "frozenset" if isinstance(obj, frozenset) else "set"
+        return {kind: [self.encode(v, f"{where}{{...}}") for v in obj]}
 
     def pickled(self, obj: Any, where: str) -> dict[str, Any]:
         """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows). The
@@ -192,9 +193,13 @@ class _Writer:
             return {"key": key}
         if isinstance(key, tuple):
             return {"tuple": [self.key(k, where) for k in key]}
+        if isinstance(key, np.generic) and key.dtype.kind in "biuf":
+            # a NumPy number (``{c: w for c in np.unique(labels)}``), kept as one: stored as
+            # values of that kind are, where it was refused
+            return {"npkey": key.item(), "kind": key.dtype.str}
         raise DTypeError(
             f"save: cannot store a dict key of type {type(key).__name__} at {where} "
-            "(str, int, float, bool, None or tuples of them)"
+            "(str, int, float, bool, None, NumPy numbers or tuples of them)"
         )
 
 
@@ -226,6 +231,22 @@ class _TensorPickler(pickle.Pickler):
         self.origins[id(plain)] = obj
         self.held.append(plain)
         return (type(obj), (plain, bool(obj.is_require_grad())))
+
+
+#: The containers stored in the file's structure, loaded back as the same class. Others built
+#: on them (a ``defaultdict``, a named tuple, a user's ``dict`` subclass) are pickled, as torch
+#: stores them: as plain dicts and tuples they lost their class (``ckpt.step`` of a saved
+#: named tuple failed after loading) without a word.
+_STRUCTURES = (dict, OrderedDict, list, tuple, set, frozenset)
+
+
+def _is_structure(obj: Any) -> bool:
+    """Whether ``obj`` is one of :data:`_STRUCTURES`, or a tuple of retrograd's or torch's
+    (a ``Size``, ``max``'s and ``topk``'s named results, ``IncompatibleKeys``): loaded as a
+    plain tuple, as before (retrograd's result classes cannot be pickled by name)."""
+    kind = type(obj)
+    library = kind.__module__.partition(".")[0]
+    return kind in _STRUCTURES or (isinstance(obj, tuple) and library in ("retrograd", "torch"))
 
 
 def _is_torch_tensor(obj: Any) -> bool:
@@ -264,7 +285,15 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = Non
         with atomic_write(f) as handle:
             np.savez(handle, **arrays)
     else:
-        np.savez(f, **arrays)
+        # made whole first, then written: NumPy's writer needs a readable, seekable file (a
+        # write-only stream, which torch.save takes, was a bare TypeError from os.fspath), and
+        # a failure while archiving writes nothing into the caller's file
+        archive = io.BytesIO()
+        np.savez(archive, **arrays)
+        data, written = archive.getbuffer(), 0
+        while written < len(data):  # an unbuffered file may take part of it per call
+            count = f.write(data[written:])
+            written += len(data) - written if count is None else count
 
 
 class _Reader:
@@ -288,10 +317,19 @@ class _Reader:
                 if values.dtype.kind not in "biuf":  # a damaged header: not numbers
                     raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 dtype = node.get("dtype")
+                try:
+                    made = tensor(
+                        values, dtype=dtype, device=None if callable(self.device) else self.device
+                    )
+                except DTypeError as error:  # a half-precision tensor on the NumPy backend
+                    raise DTypeError(
+                        f"load: cannot make the file's {dtype or values.dtype} tensors here: "
+                        f"{error}"
+                    ) from None
                 if callable(self.device):  # a map_location function
-                    out = _relocated(self.device, tensor(values, dtype=dtype))
+                    out = _relocated(self.device, made)
                 else:
-                    out = tensor(values, dtype=dtype, device=self.device)
+                    out = made
                 if node.get("requires_grad"):
                     out.require_grad()
                 self.made[name] = out
@@ -320,6 +358,8 @@ class _Reader:
             return tuple(self.decode(v) for v in node["tuple"])
         if "set" in node:
             return {self.decode(v) for v in node["set"]}
+        if "frozenset" in node:
+            return frozenset(self.decode(v) for v in node["frozenset"])
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
 
     def tensor_of_class(self, node: dict[str, Any]) -> Any:
@@ -364,6 +404,8 @@ class _Reader:
     def key(self, node: Any) -> Any:
         if "key" in node:
             return node["key"]
+        if "npkey" in node:
+            return np.dtype(node["kind"]).type(node["npkey"])
         return tuple(self.key(k) for k in node["tuple"])
 
 
@@ -593,7 +635,11 @@ def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if not isinstance(structure, dict) or "object" not in structure:
         raise InvalidArgumentError(f"load: {name} has no saved object in its structure entry")
     if structure.get("format") != _FORMAT:
-        raise InvalidArgumentError(f"load: unknown format {structure.get('format')!r}")
+        raise InvalidArgumentError(
+            f"load: {name} is in format {structure.get('format')!r}, and this retrograd reads "
+            f"{_FORMAT!r}: a file of another version of retrograd (load it there and save its "
+            "tensors again), or a damaged one"
+        )
     return _Reader(archive, device, weights_only).decode(structure["object"])
 
 

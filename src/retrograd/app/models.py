@@ -209,7 +209,14 @@ class GPT(nn.Module):
                 idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
             )
             logits, _ = self(context)
-            logits = logits[:, [-1], :].view(idx.size(0), -1) / temperature
+            logits = logits[:, [-1], :].view(idx.size(0), -1)
+            scaled = logits / temperature
+            if bool(rg.isfinite(logits).all()) and not bool(rg.isfinite(scaled).all()):
+                # a temperature so small that the logits overflow (softmax's NaN refused by
+                # multinomial): its limit, the likeliest token
+                idx = rg.cat((idx, logits.argmax(dim=-1, keepdim=True)), dim=1)
+                continue
+            logits = scaled
             if top_k is not None:
                 v, _ = rg.topk(logits, min(top_k, logits.size(-1)))
                 logits = logits.masked_fill(logits < v[:, [-1]], float("-inf"))

@@ -49,6 +49,7 @@ from ..errors import (
     shape_text,
 )
 from ..tensor import Tensor, tensor, zeros_like
+from ..tensor.dtypes import cast_host
 from ..tensor.inplace import assign
 from ..tensor.ownership import HELD_ONCE as _HELD_ONCE
 from ..tensor.ownership import count as _count
@@ -802,7 +803,9 @@ def state_tensor(
             f"{list(parameter.shape)}{expected}"
         )
     inner = parameter.inner() if parameter.backend.is_autodiff else parameter
-    return tensor(np.asarray(array, dtype=inner.dtype), backend=inner.backend, device=inner.device)
+    return tensor(
+        cast_host(array, inner.dtype), dtype=inner.dtype, backend=inner.backend, device=inner.device
+    )
 
 
 def _saved(value: Any) -> Any:
@@ -818,7 +821,10 @@ def _saved(value: Any) -> Any:
 def _array(value: Any) -> Any:
     detach = getattr(value, "detach", None)  # a torch tensor in a torch state dict
     if callable(detach) and not isinstance(value, Tensor):
-        return detach().cpu().numpy()
+        host = detach().cpu()
+        if str(host.dtype) == "torch.bfloat16":  # NumPy has none ("unsupported ScalarType")
+            host = host.float()  # widened exactly; cast to the parameter's dtype on loading
+        return host.numpy()
     return np.asarray(value) if isinstance(value, Tensor) else value
 
 

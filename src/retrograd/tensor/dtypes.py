@@ -36,6 +36,7 @@ __all__ = [
     "Size",
     "can_cast",
     "canonical_dtype",
+    "cast_host",
     "default_float_dtype",
     "dtype",
     "finfo",
@@ -148,6 +149,15 @@ def canonical_dtype(op: str, value: Any, allow_none: bool = False) -> str | None
             f"(its dtypes: {', '.join(DTYPES)})"
         )
     raise DTypeError(f"{op}: unknown dtype {value!r}; expected one of {', '.join(DTYPES)}")
+
+
+def cast_host(array: Any, target: str) -> np.ndarray:
+    """``array`` cast by NumPy to the dtype ``target`` (wrapping as NumPy's ``astype``), or,
+    for a dtype NumPy has not (bfloat16), its values as they are: ``tensor(..., dtype=target)``
+    rounds them then, once (``np.asarray(array, dtype="bfloat16")`` is a bare ``TypeError``)."""
+    if str(target) == "bfloat16":
+        return np.asarray(array)
+    return np.asarray(array, dtype=str(target))
 
 
 def can_cast(source: str, target: str) -> bool:

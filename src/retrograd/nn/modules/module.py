@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import io
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -54,6 +55,7 @@ from ...serialization import (
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
+from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
 from ...tensor.layouts import memory_format as _memory_format
@@ -806,7 +808,8 @@ class Module:
                     f"the state has {list(array.shape)}"
                 )
             fresh[name] = tensor(
-                np.asarray(array, dtype=current.dtype),
+                _cast_host(array, current.dtype),
+                dtype=current.dtype,
                 backend=current.backend,
                 device=current.device,
             )
@@ -999,6 +1002,10 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
     file ``rg.save`` wrote (``rg.save(model.state_dict(), path)``) is the state dict it holds,
     read by ``rg.load`` (its own arrays are that dict's pieces, not its keys)."""
     name = "the file object" if hasattr(path, "read") else os.fspath(path)
+    if hasattr(path, "read") and not _seekable(path):
+        # a stream (a pipe, a socket, a response body), read whole as rg.load reads it: NumPy
+        # seeks in the archive, and "no attribute 'seek'" was reported as a damaged file
+        path = io.BytesIO(path.read())
     if _saved_by_save(path):
         saved = load_saved(path)
         if not isinstance(saved, Mapping):
@@ -1040,6 +1047,13 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
         raise InvalidArgumentError(
             f"load_state_dict: {name} is not a readable .npz archive ({reason})"
         ) from None
+
+
+def _seekable(file: Any) -> bool:
+    seekable = getattr(file, "seekable", None)
+    if callable(seekable):
+        return bool(seekable())
+    return callable(getattr(file, "seek", None)) and callable(getattr(file, "tell", None))
 
 
 def _saved_by_save(path: StateSource) -> bool:

@@ -133,7 +133,11 @@ class StateValue(np.ndarray):
         """What ``rg.save`` stores for this value: a tensor of its values and dtype, so that a
         saved state dict loads back as tensors, as torch's does."""
         self._refresh()
-        return tensor(np.array(self, copy=True), dtype=str(self.dtype))
+        source = self._source
+        # a bfloat16 parameter's values are held widened (NumPy has no bfloat16): saved in its
+        # own dtype, as torch saves it, not as float32
+        kept = source is not None and str(source.dtype) == "bfloat16" and self.dtype == np.float32
+        return tensor(np.array(self, copy=True), dtype="bfloat16" if kept else str(self.dtype))
 
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))

@@ -209,6 +209,8 @@ class DataLoader:
         pin_memory_device: str = "",
         in_order: bool = True,
     ) -> None:
+        if isinstance(num_workers, np.integer):  # torch takes NumPy's (a config's count)
+            num_workers = int(num_workers)
         if not isinstance(num_workers, int) or num_workers < 0:
             raise InvalidArgumentError(
                 f"DataLoader: num_workers option should be a non-negative int, got "
@@ -377,9 +379,13 @@ class DataLoader:
             if self.batch_size is None:
                 return n
             return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)
-        return len(self.sampler)
+        sampler = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        try:
+            return len(sampler)
+        except TypeError as error:  # a sampler given as an iterator: len()'s bare TypeError
+            raise DTypeError(
+                f"DataLoader: len() needs a sampler with a length (a Sampler, a list): {error}"
+            ) from None
 
 
 class DataLoaderTimeoutError(RetrogradError, RuntimeError):

@@ -21,6 +21,7 @@ except ImportError as error:  # torch's writer needs the package too
         'pip install "retrograd[tensorboard]" (or pip install tensorboard)'
     ) from error
 
+import errno
 import os
 import socket
 import time
@@ -42,6 +43,10 @@ class FileWriter:
     def __init__(
         self, log_dir: str, max_queue: int = 10, flush_secs: float = 120, suffix: str = ""
     ):
+        if os.path.exists(log_dir) and not os.path.isdir(log_dir):  # makedirs: "File exists"
+            raise NotADirectoryError(
+                errno.ENOTDIR, "SummaryWriter: log_dir is a file, not a folder", str(log_dir)
+            )
         self.event_writer = EventFileWriter(str(log_dir), max_queue, flush_secs, suffix)
 
     def get_logdir(self) -> str:
@@ -254,12 +259,15 @@ class SummaryWriter:
         """One session of TensorBoard's HParams table, in the run ``<log_dir>/<run_name>``
         (by default the time), with each metric as a scalar there."""
         experiment, start, end = summaries.hparams(hparam_dict, metric_dict, hparam_domain_discrete)
+        # every metric checked before the run is made: a bad one left a session without them
+        metrics = []
+        for name, value in metric_dict.items():
+            summaries.as_array(value, f"add_hparams: metric {name!r}")
+            metrics.append(summaries.scalar(name, value))
         path = os.path.join(self._get_file_writer().get_logdir(), run_name or str(time.time()))
         with SummaryWriter(log_dir=path) as writer:
-            for part in (experiment, start, end):
+            for part in (experiment, start, end, *metrics):
                 writer._write(part, global_step, None)
-            for name, value in metric_dict.items():
-                writer.add_scalar(name, value, global_step)
 
     def add_graph(
         self, model: Any, input_to_model: Any = None, verbose: bool = False, **_: Any

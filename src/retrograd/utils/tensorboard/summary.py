@@ -37,11 +37,14 @@ def as_array(value: Any, op: str) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a tensor of either library
         value = value.detach()
         value = value.cpu() if hasattr(value, "cpu") else value
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has none: widened exactly, as
+            value = value.float()  # torch's writer does ("unsupported ScalarType" before)
         return np.asarray(value.numpy())
     array = np.asarray(value)
-    if array.dtype == object:
+    if array.dtype.kind not in "biuf":  # a str was NumPy's bare "could not convert" later
         raise DTypeError(
             f"{op}: expected a tensor, an array or numbers, got {type(value).__name__}"
+            + (f" of {array.dtype}" if array.dtype != object else "")
         )
     return array
 
@@ -190,6 +193,8 @@ def image(tag: str, value: Any, dataformats: str = "CHW") -> Summary:
     from PIL import Image as PilImage  # pillow: a dependency of matplotlib
 
     array = to_hwc(as_array(value, "add_image"), dataformats)
+    if array.size == 0:  # PIL's bare "cannot write empty image" otherwise
+        raise ShapeError(f"add_image: {tag!r} has no pixels (shape {tuple(array.shape)} as HWC)")
     if array.shape[-1] not in (3, 4):
         raise ShapeError(
             f"add_image: {tag!r} needs 1, 3 or 4 channels, got {array.shape[-1]} "
