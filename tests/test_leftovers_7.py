@@ -77,3 +77,74 @@ def test_logcumsumexp_second_order_matches_torch_along_a_longer_dim():
     (tgg,) = torch.autograd.grad((tg * tg).sum(), [tx])
     np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(gg.numpy(), tgg.numpy(), rtol=1e-10)
+
+
+# -- stft over infinite and NaN samples; an empty batch -------------------------------------------
+def _same_spectrum(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """NaN and each infinity where torch has them, the finite values close."""
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+    np.testing.assert_array_equal(
+        np.isinf(ours) * np.sign(ours), np.isinf(theirs) * np.sign(theirs)
+    )
+    finite = np.isfinite(theirs)
+    np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-10, atol=1e-12)
+
+
+# n_fft sizes whose transform by torch's FFT (oneMKL on CPU) is one pass, or passes that move
+# an infinity by exact rotations: there it gives each bin the limit of the sum (another
+# factorization, 9 or 15, makes inf - inf = NaN between its passes)
+@pytest.mark.parametrize(
+    "n_fft, center, window",
+    [(8, True, None), (6, False, None), (5, True, "hann"), (16, True, "hann"), (7, False, "ones")],
+)
+def test_stft_of_infinite_and_nan_samples_matches_torch(n_fft, center, window):
+    rng = np.random.default_rng(n_fft)
+    x = rng.normal(size=(3, 24))
+    x[0, 9] = INF  # (reflect padding puts a sample near an end twice in one frame)
+    x[1, 2], x[1, 14] = -INF, INF
+    x[2, 11] = NAN
+    if window == "hann":  # zero at its ends: inf * 0 there, a NaN sample in torch's frames
+        window_values = torch.hann_window(n_fft, dtype=torch.float64).numpy()
+    else:
+        window_values = None if window is None else np.ones(n_fft)
+    expected = torch.stft(
+        torch.tensor(x), n_fft, 2, center=center, return_complex=True,
+        window=None if window_values is None else torch.tensor(window_values),
+    )  # fmt: skip
+    ours = rg.stft(
+        rg.tensor(x), n_fft, 2, center=center, return_complex=False,
+        window=None if window_values is None else rg.tensor(window_values),
+    )  # fmt: skip
+    _same_spectrum(ours.numpy(), torch.view_as_real(expected).numpy())
+
+
+def test_stft_gradients_over_an_infinite_sample_match_torch():
+    rng = np.random.default_rng(1)
+    x, window = rng.normal(size=(2, 20)), np.hanning(8) + 0.1
+    x[0, 7], x[1, 3] = INF, -INF
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(window, requires_grad=True)
+    expected = torch.view_as_real(torch.stft(tx, 8, 2, window=tw, return_complex=True))
+    weights = rng.normal(size=tuple(expected.shape))
+    (expected * torch.tensor(weights)).nan_to_num(0.0, 0.0, 0.0).sum().backward()
+    rx, rw = rg.tensor(x).require_grad(), rg.tensor(window).require_grad()
+    out = rg.stft(rx, 8, 2, window=rw, return_complex=False)
+    grads = (out * rg.tensor(weights)).nan_to_num(0.0, 0.0, 0.0).sum().backward()
+    _same_spectrum(out.numpy(), expected.detach().numpy())
+    np.testing.assert_allclose(rx.grad(grads).numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    _same(rw.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("center, pad_mode", [(True, "reflect"), (False, "reflect"),
+                                              (True, "constant"), (True, "replicate")])  # fmt: skip
+def test_stft_refuses_an_empty_batch_as_torch(center, pad_mode):
+    with pytest.raises(RuntimeError):
+        torch.stft(torch.zeros(0, 16), 8, center=center, pad_mode=pad_mode, return_complex=True)
+    with pytest.raises(rg.ShapeError, match=r"stft.*\[0, 16\]"):
+        rg.stft(rg.zeros((0, 16)), 8, center=center, pad_mode=pad_mode, return_complex=False)
+
+
+def test_stft_replicate_padding_of_an_empty_signal_is_a_shape_error():
+    with pytest.raises(RuntimeError):
+        torch.stft(torch.zeros(2, 0), 8, pad_mode="replicate", return_complex=True)
+    with pytest.raises(rg.ShapeError, match=r"stft.*replicate"):
+        rg.stft(rg.zeros((2, 0)), 8, pad_mode="replicate", return_complex=False)
