@@ -148,3 +148,47 @@ def test_stft_replicate_padding_of_an_empty_signal_is_a_shape_error():
         torch.stft(torch.zeros(2, 0), 8, pad_mode="replicate", return_complex=True)
     with pytest.raises(rg.ShapeError, match=r"stft.*replicate"):
         rg.stft(rg.zeros((2, 0)), 8, pad_mode="replicate", return_complex=False)
+
+
+# -- einsum of bool (and uint8) operands ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("ii->i", [(3, 3)]),  # a diagonal: torch keeps bool (it was int64 here)
+        ("iij->ji", [(3, 3, 2)]),
+        ("ij,jk->ik", [(2, 1), (1, 3)]),  # a sum of one term: torch gives it, bool
+        ("bij,bjk->bik", [(2, 2, 1), (2, 1, 2)]),
+        ("i,i->", [(1,), (1,)]),
+        ("i,i->", [(0,), (0,)]),  # no term: False
+        ("ij,jk->ik", [(2, 0), (0, 3)]),
+        ("ij,jk->ik", [(0, 2), (2, 3)]),  # an empty result
+        ("ij,ij->ij", [(2, 3), (2, 3)]),
+        ("ij->j", [(2, 3)]),  # a plain sum: int64, as torch's
+    ],
+)
+def test_einsum_of_bool_operands_matches_torch_dtype_and_values(equation, shapes):
+    rng = np.random.default_rng(3)
+    arrays = [rng.random(shape) > 0.5 for shape in shapes]
+    expected = torch.einsum(equation, *[torch.tensor(a) for a in arrays])
+    ours = rg.einsum(equation, *[rg.tensor(a) for a in arrays])
+    assert str(ours.dtype) == str(expected.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+
+
+def test_einsum_of_bool_operands_summed_over_several_terms_is_refused_as_torch():
+    a, b = np.ones((2, 2), bool), np.ones((2, 3), bool)
+    with pytest.raises(NotImplementedError):  # torch's bmm has no bool kernel
+        torch.einsum("ij,jk->ik", torch.tensor(a), torch.tensor(b))
+    with pytest.raises(rg.DTypeError, match="einsum"):
+        rg.einsum("ij,jk->ik", rg.tensor(a), rg.tensor(b))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64])
+def test_einsum_diagonal_keeps_the_dtype_and_ignores_infinities_off_it(dtype):
+    values = np.arange(9).reshape(3, 3).astype(dtype)
+    if dtype == np.float64:
+        values[0, 1], values[2, 0] = INF, -INF  # off the diagonal: no inf * 0 = NaN
+    expected = torch.einsum("ii->i", torch.tensor(values))
+    ours = rg.einsum("ii->i", rg.tensor(values))
+    assert str(ours.dtype) == str(expected.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
