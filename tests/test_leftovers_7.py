@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -192,3 +194,46 @@ def test_einsum_diagonal_keeps_the_dtype_and_ignores_infinities_off_it(dtype):
     ours = rg.einsum("ii->i", rg.tensor(values))
     assert str(ours.dtype) == str(expected.dtype).removeprefix("torch.")
     np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+
+
+# -- fill_diagonal_ ------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [2**40, 300, -3.5, 1e10])
+def test_fill_diagonal_refuses_a_0d_tensor_past_the_dtype_bounds_as_torch(value):
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.zeros(3, 3, dtype=torch.uint8).fill_diagonal_(torch.tensor(value))
+    x = rg.zeros((3, 3), dtype=rg.uint8)
+    with pytest.raises(rg.InvalidArgumentError, match=r"fill_diagonal_.*overflow"):
+        x.fill_diagonal_(rg.tensor(value))
+    assert x.tolist() == [[0, 0, 0]] * 3  # untouched, usable
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True])
+def test_fill_diagonal_writes_a_0d_tensor_within_bounds_as_torch(value):
+    expected = torch.zeros(3, 3, dtype=torch.uint8).fill_diagonal_(torch.tensor(value))
+    ours = rg.zeros((3, 3), dtype=rg.uint8).fill_diagonal_(rg.tensor(value))
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+
+
+def test_fill_diagonal_refuses_a_tensor_of_several_elements_as_torch():
+    with pytest.raises(TypeError):
+        torch.zeros(2, 2).fill_diagonal_(torch.tensor([1.0, 2.0]))
+    with pytest.raises(rg.DTypeError, match=r"fill_diagonal_.*fill_value"):
+        rg.zeros((2, 2)).fill_diagonal_(rg.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    "shape, wrap", [((3, 3, 3), False), ((2, 2, 2, 2), False), ((7, 3), True), ((5, 2), True),
+                    ((4, 3), True), ((3, 5), True), ((8, 2), False)],
+)  # fmt: skip
+def test_fill_diagonal_of_nd_tensors_and_with_wrap_matches_torch(shape, wrap):
+    # torch fills (i, ..., i) of an n-d tensor of equal dims, and with wrap=True restarts a
+    # tall matrix's diagonal (here: only matrices were filled, and wrap was ignored)
+    values = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
+    tx = torch.tensor(values, requires_grad=True)
+    expected = (tx * 1.0).fill_diagonal_(-1.0, wrap=wrap)
+    (expected * expected).sum().backward()
+    x = rg.tensor(values).require_grad()
+    ours = (x * 1.0).fill_diagonal_(-1.0, wrap=wrap)
+    grads = (ours * ours).sum().backward()
+    np.testing.assert_array_equal(ours.numpy(), expected.detach().numpy())
+    np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
