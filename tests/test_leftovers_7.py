@@ -237,3 +237,19 @@ def test_fill_diagonal_of_nd_tensors_and_with_wrap_matches_torch(shape, wrap):
     grads = (ours * ours).sum().backward()
     np.testing.assert_array_equal(ours.numpy(), expected.detach().numpy())
     np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
+
+
+# -- lcm past the dtype's range -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_lcm_that_overflows_matches_torch_exactly(dtype):
+    # torch: |a / gcd * b| computed in the dtype, wrapping before the absolute value
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    a = rng.integers(info.min, info.max, size=300, dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, size=300, dtype=dtype, endpoint=True)
+    a[:6] = [0, info.min, info.max, 1, 0, info.max]
+    b[:6] = [0, 0, info.min, info.min, info.max, 2]
+    expected = torch.lcm(torch.tensor(a), torch.tensor(b))
+    ours = rg.lcm(rg.tensor(a), rg.tensor(b))
+    assert str(ours.dtype) == str(expected.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
