@@ -40,6 +40,7 @@ from ._dispatch import (
     check_written_tensor,
     from_host,
     int_argument,
+    int_parameter,
     lift,
     normalize_dim,
     promote,
@@ -675,9 +676,7 @@ def _triangle(op: str, t: Any, diagonal: int) -> Any:
     array is made or copied to a device."""
     if t.ndim < 2:
         raise ShapeError(f"{op}: needs at least 2 dimensions, got shape {shape_text(t.shape)}")
-    diagonal = int_argument(op, diagonal, "diagonal")
-    if not isinstance(diagonal, numbers.Integral) or isinstance(diagonal, bool):
-        raise ShapeError(f"{op}: diagonal must be an int, got {diagonal!r}")
+    diagonal = int_parameter(op, diagonal, "diagonal")
     rows, cols = t.shape[-2:]
     backend, device = t._backend, t._device
     row = wrap(t, backend.arange(0, rows, 1, "int64", device)).reshape((rows, 1))
@@ -913,7 +912,7 @@ def _diagonal_params(op: str, ndim: int, offset: int, dim1: int, dim2: int) -> t
     b = normalize_dim(op, dim2, ndim)
     if a == b:
         raise ShapeError(f"{op}: dimensions {dim1} and {dim2} are the same")
-    return (a, b, int(offset))
+    return (a, b, int_parameter(op, offset, "offset"))
 
 
 def _basic_index(t: Any, index: Any) -> Any:

@@ -18,7 +18,15 @@ from typing import Any
 from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
-from ._dispatch import TensorOp, int_argument, int_dims, lift, normalize_dim, scalar_dims, untracked
+from ._dispatch import (
+    TensorOp,
+    int_dims,
+    int_parameter,
+    lift,
+    normalize_dim,
+    scalar_dims,
+    untracked,
+)
 from .pairs import values_and_indices
 
 __all__ = [
@@ -609,7 +617,7 @@ def topk(
     along ``dim``, as ``torch.topk``, as a :class:`~.pairs.ValuesAndIndices` (the values
     tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
     always sorted, largest (or smallest) first."""
-    k = int_argument("topk", k, "k")
+    k = int_parameter("topk", k, "k")
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
     # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the
