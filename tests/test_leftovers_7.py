@@ -514,3 +514,18 @@ def test_interpolate_of_uint8_images_by_bicubic_without_antialias_is_refused():
     with pytest.raises(rg.DTypeError, match=r"interpolate: bicubic .* uint8"):
         rg.nn.functional.interpolate(rg.zeros((1, 1, 4, 4), dtype=rg.uint8), size=(7, 7),
                                      mode="bicubic")  # fmt: skip
+
+
+# -- nansum / nanmean of a tensor of the inner backend --------------------------------------------
+def test_nansum_and_nanmean_of_an_inner_backend_tensor_match_torch():
+    # a gradient read from Gradients lives on the inner backend, which has no op-table ops:
+    # nansum called the autodiff-only nan_zeroed there (an AttributeError, as a DTypeError)
+    values = np.array([[1.0, NAN, 2.5], [NAN, NAN, -4.0]])
+    x = rg.tensor(values).require_grad()
+    grads = (x * rg.tensor(values)).sum().backward()  # gradient: values, NaN included
+    gradient = x.grad(grads)
+    assert not gradient.backend.is_autodiff
+    expected = torch.tensor(values)
+    assert gradient.nansum().item() == expected.nansum().item()
+    np.testing.assert_array_equal(gradient.nansum(0).numpy(), expected.nansum(0).numpy())
+    np.testing.assert_array_equal(gradient.nanmean(1).numpy(), expected.nanmean(1).numpy())

@@ -128,7 +128,16 @@ class ReduceMixin:
         casts (a NaN summed as int64 or bool counts as 0). Ints and bools sum as int64."""
         if dim is None and keepdim:  # torch: every dim kept, of size 1
             dim = ()
-        x = self._apply("nan_zeroed", (self,)) if self.is_float() else self
+        x = self
+        if self.is_float():
+            # the op table's nan_zeroed where a gradient is recorded (torch's rule); a tensor
+            # that records none (one of an inner backend too: a gradient read from
+            # Gradients) is zeroed by the protocol's mask_fill, which every backend has
+            x = (
+                self._apply("nan_zeroed", (self,))
+                if self.requires_grad
+                else self.mask_fill(self.isnan(), 0.0)
+            )
         return x.sum(dim, keepdim, dtype=dtype)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
