@@ -1,6 +1,19 @@
 """Leftover defects, each checked against torch 2.13 (the reference).
 
-(The module docstring lists each defect once the file is complete.)
+- ``logcumsumexp``: torch's NaN gradient at infinite inputs, and a second order that flows
+  over a size-1 dim (the gradient was a constant there).
+- ``stft`` of frames holding an infinite or NaN sample (torch's FFT limits, not ``inf * 0``
+  NaN), the gradient unchanged; an empty batch refused as torch refuses it.
+- ``einsum`` of bool operands (torch's dtype: bool where nothing or one term is summed), and
+  diagonals taken as such (dtype kept, no NaN from an infinity off the diagonal).
+- ``fill_diagonal_`` of a 0-d tensor past the dtype's bounds refused; n-d and ``wrap``.
+- ``lcm`` whose product overflows: torch's ``|a / gcd * b|``, wrapping first.
+- Argument types torch's parser refuses (non-bool flags, non-int dims and sizes, tensors of
+  several elements for shapes) refused with a ``DTypeError``; int tensors and NumPy ints kept.
+- ``rg.load`` of a newer format version names the versions.
+- ``DataLoader`` workers emulated: ``worker_init_fn`` once per worker, ``get_worker_info``.
+- ``interpolate`` of uint8 images (bilinear, bicubic with antialias) bit-exact with torch.
+- ``nansum``/``nanmean`` of an inner backend's tensor.
 """
 
 from __future__ import annotations
