@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "ArgumentTypeError",
     "AutodiffError",
     "DTypeError",
     "DistributedError",
@@ -53,6 +54,13 @@ class KeyMismatchError(InvalidArgumentError, KeyError, RuntimeError):
 
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
+
+
+class ArgumentTypeError(DTypeError, ShapeError):
+    """A size, a shape, a dimension or another int argument of the wrong type (a float, a
+    str, a tensor of several elements given for a shape): torch's ``TypeError``, and the
+    ``ShapeError`` (a ``ValueError``) retrograd raised for it before, so that either
+    ``except`` catches it."""
 
 
 class IndexOutOfRangeError(RetrogradError, IndexError):
@@ -283,6 +291,41 @@ def _renamed(op: str, function: Callable[..., Any], kwargs: dict[str, Any]) -> d
     return kwargs
 
 
+#: The flag parameters torch's argument parser takes as a Python ``bool`` only (a ``1``, a
+#: ``"yes"``, ``None``, a NumPy or 0-d tensor bool are a ``TypeError`` there), by name
+_FLAGS = frozenset(("keepdim", "descending", "largest", "sorted", "unbiased"))
+
+
+def _flag_parameters(function: Callable[..., Any]) -> tuple[tuple[str, int | None], ...]:
+    """The flag parameters (:data:`_FLAGS`) of ``function`` (of what it wraps) and their
+    positions (``None``: keyword only), read from its code object: nothing is paid per call
+    by functions without one."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return ()
+    positional = code.co_argcount
+    names = code.co_varnames[: positional + code.co_kwonlyargcount]
+    return tuple(
+        (name, i if i < positional else None) for i, name in enumerate(names) if name in _FLAGS
+    )
+
+
+def _check_flags(
+    op: str, flags: tuple[tuple[str, int | None], ...], args: tuple, kwargs: dict
+) -> None:
+    """A ``DTypeError`` naming ``op`` and the flag given a value that is not a ``bool``
+    (``sum(0, keepdim="yes")``, where torch raises a ``TypeError``)."""
+    for name, position in flags:
+        if name in kwargs:
+            value = kwargs[name]
+        elif position is not None and position < len(args):
+            value = args[position]
+        else:
+            continue
+        if value is not True and value is not False:
+            raise ArgumentTypeError(f"{op}: {name} must be a bool, got {_describe(value)}")
+
+
 def guard(
     op: str,
     function: Callable[..., Any],
@@ -305,6 +348,8 @@ def guard(
     a ``relu(x)``) and shown in the signature.
     """
 
+    flags = _flag_parameters(function)
+
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if first_name is not None and first_name in kwargs:
@@ -313,6 +358,8 @@ def guard(
             args = (kwargs.pop(first_name),)
         if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
             kwargs = _renamed(op, function, kwargs)
+        if flags:
+            _check_flags(op, flags, args, kwargs)
         try:
             return function(*args, **kwargs)
         except RetrogradError as error:

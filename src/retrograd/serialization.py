@@ -60,7 +60,12 @@ _STRUCTURE = "__retrograd_structure__"
 #: ``nn.Parameter`` by name (``nn`` sits above this layer): saved tensors of this class load
 #: as one, rebuilt as ``Parameter(tensor, requires_grad)``
 _PARAMETER = ("retrograd.nn.parameter", "Parameter")
-_FORMAT = "retrograd-save/1"
+#: The format a file :func:`save` writes names in its structure entry: ``<name>/<version>``;
+#: a later version of the library that changes what it writes raises the version, and this
+#: one refuses a file of a higher one as written by a newer retrograd, not as damaged
+_FORMAT_NAME = "retrograd-save"
+_FORMAT_VERSION = 1
+_FORMAT = f"{_FORMAT_NAME}/{_FORMAT_VERSION}"
 
 
 class _Writer:
@@ -632,15 +637,33 @@ def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
             )
         return {entry: np.array(archive[entry]) for entry in archive.files}
     structure = json.loads(str(archive[_STRUCTURE]))
-    if not isinstance(structure, dict) or "object" not in structure:
+    if not isinstance(structure, dict):
         raise InvalidArgumentError(f"load: {name} has no saved object in its structure entry")
-    if structure.get("format") != _FORMAT:
-        raise InvalidArgumentError(
-            f"load: {name} is in format {structure.get('format')!r}, and this retrograd reads "
-            f"{_FORMAT!r}: a file of another version of retrograd (load it there and save its "
-            "tensors again), or a damaged one"
-        )
+    _check_format(structure, name)  # (first: a newer format may lay out the rest otherwise)
+    if "object" not in structure:
+        raise InvalidArgumentError(f"load: {name} has no saved object in its structure entry")
     return _Reader(archive, device, weights_only).decode(structure["object"])
+
+
+def _check_format(structure: Any, name: str) -> None:
+    """Refuse a structure entry of another format than :data:`_FORMAT`: one of a higher
+    version as written by a newer retrograd (saying both versions), anything else as an
+    unknown format."""
+    given = structure.get("format")
+    if given == _FORMAT:
+        return
+    prefix, _, version = given.partition("/") if isinstance(given, str) else ("", "", "")
+    if prefix == _FORMAT_NAME and version.isdigit() and int(version) > _FORMAT_VERSION:
+        raise InvalidArgumentError(
+            f"load: {name} was written by a newer retrograd than this one (its format "
+            f"{int(version)} > {_FORMAT_VERSION}, the newest this version reads); load it "
+            "with that version of retrograd or a later one"
+        )
+    raise InvalidArgumentError(
+        f"load: {name} has an unknown format {given!r}, and this retrograd reads "
+        f"{_FORMAT!r}: a file of another version of retrograd (load it there and save its "
+        "tensors again), or a damaged one"
+    )
 
 
 #: Classes and functions a ``weights_only`` load may rebuild from a pickled entry.

@@ -108,6 +108,10 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         raise InvalidArgumentError(
             f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
         )
+    if signal.ndim == 2 and signal.shape[0] == 0:  # torch's kernels refuse it, whatever pads
+        raise ShapeError(
+            f"{fn}: expected a batch of at least one signal, got shape {shape_text(signal.shape)}"
+        )
     batched = signal if signal.ndim == 2 else signal.unsqueeze(0)
     if center:
         batched = _pad_ends(fn, batched, n_fft // 2, pad_mode)
@@ -135,14 +139,47 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     bins = n_fft // 2 + 1 if onesided is None or onesided else n_fft
     angle = 2 * np.pi * (np.outer(np.arange(n_fft), np.arange(bins)) % n_fft) / n_fft
     scale = n_fft**-0.5 if normalized else 1.0
-    re = frames.matmul(_matrix(signal, np.cos(angle) * scale))
-    # the frequencies whose sines all vanish (0 and n_fft / 2) have a zero imaginary part
-    # exactly, as an FFT gives them, even over NaN or infinite samples (0 * inf is NaN)
-    sines = np.where(np.abs(np.sin(angle)) < 1e-12, 0.0, -np.sin(angle) * scale)
-    real_bins = tensor((sines == 0).all(0), backend=signal.backend, device=signal.device)
-    im = frames.matmul(_matrix(signal, sines)).masked_fill(real_bins, 0.0)
+    cosines, sines = np.cos(angle) * scale, -np.sin(angle) * scale
+    if bool(frames.detach().isfinite().all().item()):
+        re = frames.matmul(_matrix(signal, cosines))
+        im = frames.matmul(_matrix(signal, sines))
+    else:
+        re, im = _nonfinite_spectrum(frames, _matrix(signal, cosines), _matrix(signal, sines))
     spectrum = stack([re, im], -1).transpose(-3, -2)
     return spectrum if signal.ndim == 2 else spectrum.squeeze(0)
+
+
+def _nonfinite_spectrum(frames: Tensor, cosines: Tensor, sines: Tensor) -> tuple[Tensor, Tensor]:
+    """The frames' DFT where some samples are infinite or NaN, as an FFT gives it: a sample
+    counts only at the frequencies whose coefficient for it is not zero (an FFT's butterflies
+    move it by an exact rotation there, where the matmul would make ``inf * 0 = NaN``), so
+    one infinite sample makes the others ``±inf`` by the signs of the coefficients and
+    leaves them finite where its coefficient is zero; ``inf`` meeting ``-inf``, or a NaN,
+    gives NaN. The finite samples are transformed as usual, the gradient passing to all
+    (the transform is linear: its gradient does not read the samples)."""
+    values = frames.detach()
+    clean = values.nan_to_num(0.0, 0.0, 0.0)
+    if frames.requires_grad:  # the finite values, the gradient passing whole to frames
+        clean = frames._apply("data_write", (frames, clean))
+    dtype = frames.dtype
+    plus, minus = values.isposinf().to(dtype), values.isneginf().to(dtype)
+    nan = values.isnan().to(dtype)
+    parts = []
+    for coefficients in (cosines, sines):
+        positive, negative = coefficients.greater(0).to(dtype), coefficients.less(0).to(dtype)
+        up = plus.matmul(positive) + minus.matmul(negative)  # terms of inf * c going to +inf
+        down = plus.matmul(negative) + minus.matmul(positive)
+        rising, falling = up.greater(0), down.greater(0)
+        undefined = rising.logical_and(falling)
+        undefined = undefined.logical_or(nan.matmul(coefficients.ne(0).to(dtype)).greater(0))
+        limit = (
+            zeros(up.shape, dtype=dtype, backend=up.backend, device=up.device)
+            .masked_fill(rising, float("inf"))
+            .masked_fill(falling, float("-inf"))
+            .masked_fill(undefined, float("nan"))
+        )
+        parts.append(clean.matmul(coefficients) + limit)
+    return parts[0], parts[1]
 
 
 def _pad_ends(fn: str, x: Tensor, size: int, mode: str) -> Tensor:
@@ -161,6 +198,8 @@ def _pad_ends(fn: str, x: Tensor, size: int, mode: str) -> Tensor:
             )
         ends = [x.narrow(-1, 1, size).flip(-1), x, x.narrow(-1, length - size - 1, size).flip(-1)]
     elif mode == "replicate":
+        if length == 0:
+            raise ShapeError(f"{fn}: replicate padding needs a non-empty input, got length 0")
         ends = [x.narrow(-1, 0, 1).expand(*x.shape[:-1], size), x]
         ends.append(x.narrow(-1, length - 1, 1).expand(*x.shape[:-1], size))
     elif mode == "circular":

@@ -254,6 +254,36 @@ def _extreme_vjp(B, g, x, out):
     return B.mul(hits, B.div(g, B.sum(hits)))
 
 
+#: The lowest finite number of each float dtype: the log of a zero gradient in
+#: :func:`_logcumsumexp_vjp`, as torch's ``numeric_limits<scalar_t>::lowest()``
+_LOWEST = {
+    "float64": -1.7976931348623157e308,
+    "float32": -3.4028234663852886e38,
+    "bfloat16": -3.3895313892515355e38,
+    "float16": -65504.0,
+}
+
+
+def _logcumsumexp_vjp(B, g, x, out, dim):
+    """torch's ``logcumsumexp_backward``, term for term, so that its NaN at infinite inputs
+    (``inf - inf`` in ``x_i - out_j``) and its zeros come out alike: the positive and the
+    negative parts of ``g`` summed in log space by a reversed :meth:`logcumsumexp`. Written
+    with the protocol only, and reading ``x`` and ``out``, it is differentiable again
+    (``create_graph``), a size-1 dimension too."""
+    if math.prod(B.shape(g)) == 0:
+        return g
+    lowest = _LOWEST[B.dtype(g)]
+    log_magnitude = B.log(B.abs(g))
+
+    def part(sign_kept):
+        logs = B.mask_fill(log_magnitude, B.logical_not(sign_kept), lowest)
+        shifted = B.flip(B.sub(logs, out), (dim,))
+        summed = B.flip(B.logcumsumexp(shifted, dim), (dim,))
+        return B.exp(B.add(summed, x))
+
+    return B.sub(part(B.greater_elem(g, 0.0)), part(B.lower_elem(g, 0.0)))
+
+
 def _cumulative_extreme_vjp(B, g, x_shape, aux, dim):
     return B.scatter_add(zeros_for(B, g, x_shape), aux, g, dim)
 
@@ -698,6 +728,7 @@ untracked("argmin", params=("dim",))
 # -- cumulative, sorting -------------------------------------------------------------------------
 reduction("cumsum", lambda B, g, dim: reverse_cumsum(B, g, dim), ("dim",))
 reduction("cumprod", _cumprod_vjp, ("dim",))
+reduction("logcumsumexp", _logcumsumexp_vjp, ("dim",))
 reduction("cummax", _cumulative_extreme_vjp, ("dim",), aux=True)
 reduction("cummin", _cumulative_extreme_vjp, ("dim",), aux=True)
 reduction(

@@ -656,6 +656,12 @@ class NumpyBackend(
     def cummin(self, x, dim):
         return _cumulative_extreme(x, dim, np.minimum)
 
+    def logcumsumexp(self, x, dim):
+        # a sequential scan of logaddexp in float64, as torch's CPU kernel runs it (its
+        # accumulator type for float32 is double)
+        wide = x.astype(np.float64) if x.dtype == np.float32 else x
+        return np.logaddexp.accumulate(wide, axis=dim).astype(x.dtype, copy=False)
+
     def sort(self, x, dim, descending):
         indices = _stable_argsort(x, dim, descending)
         return np.take_along_axis(x, indices, axis=dim), indices

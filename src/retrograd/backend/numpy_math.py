@@ -161,7 +161,16 @@ class NumpyMathKernels:
 
     nextafter = staticmethod(np.nextafter)
     gcd = staticmethod(np.gcd)
-    lcm = staticmethod(np.lcm)
+
+    @staticmethod
+    def lcm(x, y):
+        # torch's kernel: |x / gcd * y| in the operands' dtype, a product past its range
+        # wrapping before the absolute value is taken (NumPy's lcm takes |x| and |y| first,
+        # so a product that wraps comes out negative where torch's is positive)
+        divisor = np.gcd(x, y)
+        product = (x // np.where(divisor == 0, 1, divisor)) * y
+        return np.where(divisor == 0, 0, np.abs(product)).astype(product.dtype, copy=False)
+
     bitwise_and = staticmethod(np.bitwise_and)
     bitwise_or = staticmethod(np.bitwise_or)
     bitwise_xor = staticmethod(np.bitwise_xor)

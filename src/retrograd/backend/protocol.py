@@ -394,6 +394,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def cummin(self, x: Any, dim: int) -> tuple[Any, Any]:
         raise NotImplementedError
 
+    def logcumsumexp(self, x: Any, dim: int) -> Any:
+        """``log(cumsum(exp(x)))`` along ``dim`` without overflow (float ``x``), accumulated
+        in float64 for float32 as torch's CPU kernel; equal infinities stay themselves."""
+        raise NotImplementedError
+
     def sort(self, x: Any, dim: int, descending: bool) -> tuple[Any, Any]:
         """Stable sort: ``(values, indices)``."""
         raise NotImplementedError

@@ -685,6 +685,9 @@ class TorchBackend(
         values, indices = torch.cummin(x, dim)
         return values, indices
 
+    def logcumsumexp(self, x, dim):
+        return torch.logcumsumexp(x, dim)
+
     def sort(self, x, dim, descending):
         values, indices = torch.sort(x, dim=dim, descending=descending, stable=True)
         return values, indices

@@ -28,6 +28,7 @@ label); the mixins and :class:`~retrograd.tensor.Tensor` build on it.
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import threading
 import weakref
@@ -40,6 +41,7 @@ from ..backend.protocol import DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_d
 from ..context import capturing
 from ..device import CPU0, Device
 from ..errors import (
+    ArgumentTypeError,
     AutodiffError,
     DTypeError,
     InvalidArgumentError,
@@ -354,6 +356,16 @@ def int_argument(op: str, value: Any, name: str = "argument") -> Any:
     return value
 
 
+def int_parameter(op: str, value: Any, name: str) -> int:
+    """``value`` as an int parameter torch's parser takes (an int, a NumPy integer, a 0-d int
+    tensor: :func:`int_argument`); a float, a str, a bool or a tensor of several elements is
+    the wrong type, a ``DTypeError`` naming ``op`` and ``name`` (torch's ``TypeError``)."""
+    value = int_argument(op, value, name)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_):
+        raise ArgumentTypeError(f"{op}: {name} must be an int, got {_described(value)}")
+    return int(value)
+
+
 def int_arguments(op: str, values: Any, name: str = "argument") -> Any:
     """:func:`int_argument` of ``values``, or of each of them where it is a list or tuple."""
     if isinstance(values, (list, tuple)):
@@ -361,9 +373,29 @@ def int_arguments(op: str, values: Any, name: str = "argument") -> Any:
     return int_argument(op, values, name)
 
 
+def _described(value: Any) -> str:
+    """An argument as a type error names it: a tensor or array by its shape and dtype."""
+    if isinstance(value, TensorBase | np.ndarray):
+        return f"a {type(value).__name__} of shape {shape_text(value.shape)} ({value.dtype})"
+    return repr(value)
+
+
+def check_int_list(op: str, value: Any, name: str) -> None:
+    """torch's refusal of a tensor or an array of several elements given whole for a list of
+    ints (``x.reshape(tensor([2, 3]))``, ``x.sum(tensor([0, 1]))``: "must be tuple of ints,
+    not Tensor"); one of a single integer element is that int, as torch reads it."""
+    if (
+        isinstance(value, TensorBase | np.ndarray)
+        and value.ndim  # (a 0-d one is an int argument: int_argument reads it)
+        and (math.prod(value.shape) != 1 or str(value.dtype) not in ("int64", "int32"))
+    ):
+        raise ArgumentTypeError(f"{op}: {name} must be a tuple of ints, got {_described(value)}")
+
+
 def int_dims(op: str, dim: Any) -> tuple[Any, ...]:
     """``dim`` (an int, a 0-d int tensor, or several of them) as a tuple, each read by
     :func:`int_argument`."""
+    check_int_list(op, dim, "dim")
     dim = int_arguments(op, dim, "dimension")
     return (dim,) if isinstance(dim, numbers.Integral) else tuple(int_arguments(op, tuple(dim)))
 
@@ -374,7 +406,8 @@ def normalize_dim(op: str, dim: Any, ndim: int, extra: int = 0, scalar: bool = F
     as ``[1]``), mapped to 0."""
     dim = int_argument(op, dim, "dimension")
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
-        raise ShapeError(f"{op}: dimension must be an int, got {dim!r}")
+        # a float, a str, a tensor of several elements: the wrong type, torch's TypeError
+        raise ArgumentTypeError(f"{op}: dimension must be an int, got {_described(dim)}")
     size = ndim + extra
     if scalar and size == 0:
         if dim not in (0, -1):

@@ -1,8 +1,8 @@
 """``einsum``: Einstein summation as permutes, reshapes and batched matmuls.
 
 Each operand is first reduced on its own: a letter repeated within it takes the diagonal
-(multiplied by an identity mask and summed, which adds only zeros, so it is exact), a letter
-no other operand and not the output has is summed. Then the operands are contracted pairwise,
+(``diagonal``: the elements themselves, in the operand's dtype), a letter no other operand
+and not the output has is summed. Then the operands are contracted pairwise,
 left to right: the letters both share and the output keeps are batch dimensions, the letters
 both share and the rest of the equation drops are contracted by one ``matmul``, the others
 stay. ``...`` stands for the broadcast dimensions, named by letters of their own.
@@ -78,16 +78,11 @@ def _diagonal(t: Any, spec: str) -> tuple[Any, str]:
             raise ShapeError(
                 f"einsum: subscript {repeated!r} has sizes {n} and {t.shape[second]} in one operand"
             )
-        eye = _eye_like(t, n)
-        shape = [1] * t.ndim
-        shape[first] = shape[second] = n
-        t = (t * eye.reshape(tuple(shape))).sum(second)
-        spec = spec[:second] + spec[second + 1 :]
-
-
-def _eye_like(t: Any, n: int) -> Any:
-    backend = t._backend
-    return type(t)._result(backend.eye(n, n, t.dtype, t._device), backend, t._device)
+        # the diagonal itself (a last dim), as torch's: no product with an identity, whose
+        # zeros would meet an infinity off the diagonal (NaN) and whose sum makes a bool or
+        # uint8 operand int64
+        t = t.diagonal(0, first, second)
+        spec = spec[:first] + spec[first + 1 : second] + spec[second + 1 :] + repeated
 
 
 def _sum_letters(t: Any, spec: str, keep: set[str]) -> tuple[Any, str]:
@@ -143,7 +138,15 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
                 f"einsum: operands contracted over {''.join(summed)!r} have different dtypes "
                 f"({a.dtype} {shape_text(a.shape)} and {b.dtype} {shape_text(b.shape)})"
             )
-        product = a.reshape((nb, nl, ns)).matmul(b.reshape((nb, ns, nr)))
+        if a.dtype == "bool" and (ns <= 1 or nb * nl * nr == 0):
+            # torch's bmm has no bool kernel, but a sum of one term or none, or an empty
+            # result, needs none: torch gives them, bool (a logical and, or False)
+            if ns == 1 and nb * nl * nr:
+                product = a.reshape((nb, nl, 1)) * b.reshape((nb, 1, nr))
+            else:
+                product = a.new_zeros((nb, nl, nr))
+        else:
+            product = a.reshape((nb, nl, ns)).matmul(b.reshape((nb, ns, nr)))
     else:  # nothing summed: torch multiplies elementwise, promoting as ``*`` does
         product = a.reshape((nb, nl, 1)) * b.reshape((nb, 1, nr))
     shape = batch_shape + tuple(size[c] for c in left) + tuple(size[c] for c in right)

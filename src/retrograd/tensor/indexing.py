@@ -40,6 +40,7 @@ from ._dispatch import (
     check_written_tensor,
     from_host,
     int_argument,
+    int_parameter,
     lift,
     normalize_dim,
     promote,
@@ -591,19 +592,44 @@ class IndexingMixin:
         return _diagonal(self, (0, 1, int(diagonal)))
 
     def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Any:
-        """Fill the main diagonal (all dims equal, or a matrix), in place."""
+        """Fill the elements ``(i, i, ..., i)`` of a matrix, or of a tensor whose dims are all
+        equal, in place, as torch's; with ``wrap=True`` a tall matrix's diagonal starts again
+        after each ``width + 1`` rows (every ``width + 1``-th element, row-major)."""
+        op = "fill_diagonal_"
+        if isinstance(fill_value, TensorBase):
+            if fill_value.ndim:  # torch's parser takes a number, a 0-d tensor as one
+                raise DTypeError(
+                    f"{op}: fill_value must be a number, got a tensor of shape "
+                    f"{shape_text(fill_value.shape)}"
+                )
+            fill_value = fill_value.item()  # (then checked against the dtype, as a number)
+        if not isinstance(fill_value, numbers.Number | np.bool_):
+            raise DTypeError(f"{op}: fill_value must be a number, got {type(fill_value).__name__}")
+        if not isinstance(wrap, bool | np.bool_):  # (torch's parser: a TypeError)
+            raise DTypeError(f"{op}: wrap must be a bool, got {type(wrap).__name__}")
+        if self.ndim < 2:
+            raise ShapeError(f"{op}: expected at least 2 dimensions, got {shape_text(self.shape)}")
+        if self.ndim > 2 and len(set(self.shape)) > 1:
+            raise ShapeError(
+                f"{op}: all dimensions of a tensor of more than 2 must be of equal length, got "
+                f"{shape_text(self.shape)}"
+            )
+        number = written_scalar(op, fill_value, self.dtype)
+        # (i, ..., i) to (i + 1, ..., i + 1) is one step of this many elements, row-major
+        step = sum(math.prod(self.shape[d + 1 :]) for d in range(self.ndim))
+        count = min(self.shape)
+        if wrap and self.ndim == 2 and self.shape[0] > self.shape[1] + 1:
+            count = -(-self.numel() // step)
 
         def fill(t: Any) -> Any:
-            if t.ndim == 2:
-                length = min(t.shape)
-                number = fill_value
-                if not isinstance(fill_value, TensorBase):  # (torch's bounds: -1 is 255)
-                    number = written_scalar("fill_diagonal_", fill_value, t.dtype)
-                value = t._backend.full((length,), number, t.dtype, t._device)
-                return _diagonal_assign(t, (0, 1, 0), type(t)._result(value, t._backend, t._device))
-            raise ShapeError("fill_diagonal_: only matrices are supported")
+            if count == 0:
+                return t
+            value = type(t)._result(t._backend.full((count,), number, t.dtype, t._device),
+                                    t._backend, t._device)  # fmt: skip
+            positions = slice(0, (count - 1) * step + 1, step)
+            return t.reshape((-1,)).slice_assign([positions], value).reshape(t.shape)
 
-        return self._update("fill_diagonal_", fill)
+        return self._update(op, fill)
 
     def tril(self, diagonal: int = 0) -> Any:
         """The lower triangle of the last two dimensions: elements above the ``diagonal``-th
@@ -650,9 +676,7 @@ def _triangle(op: str, t: Any, diagonal: int) -> Any:
     array is made or copied to a device."""
     if t.ndim < 2:
         raise ShapeError(f"{op}: needs at least 2 dimensions, got shape {shape_text(t.shape)}")
-    diagonal = int_argument(op, diagonal, "diagonal")
-    if not isinstance(diagonal, numbers.Integral) or isinstance(diagonal, bool):
-        raise ShapeError(f"{op}: diagonal must be an int, got {diagonal!r}")
+    diagonal = int_parameter(op, diagonal, "diagonal")
     rows, cols = t.shape[-2:]
     backend, device = t._backend, t._device
     row = wrap(t, backend.arange(0, rows, 1, "int64", device)).reshape((rows, 1))
@@ -888,7 +912,7 @@ def _diagonal_params(op: str, ndim: int, offset: int, dim1: int, dim2: int) -> t
     b = normalize_dim(op, dim2, ndim)
     if a == b:
         raise ShapeError(f"{op}: dimensions {dim1} and {dim2} are the same")
-    return (a, b, int(offset))
+    return (a, b, int_parameter(op, offset, "offset"))
 
 
 def _basic_index(t: Any, index: Any) -> Any:

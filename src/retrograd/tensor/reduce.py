@@ -18,7 +18,15 @@ from typing import Any
 from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
-from ._dispatch import TensorOp, int_argument, int_dims, lift, normalize_dim, scalar_dims, untracked
+from ._dispatch import (
+    TensorOp,
+    int_dims,
+    int_parameter,
+    lift,
+    normalize_dim,
+    scalar_dims,
+    untracked,
+)
 from .pairs import values_and_indices
 
 __all__ = [
@@ -120,7 +128,16 @@ class ReduceMixin:
         casts (a NaN summed as int64 or bool counts as 0). Ints and bools sum as int64."""
         if dim is None and keepdim:  # torch: every dim kept, of size 1
             dim = ()
-        x = self._apply("nan_zeroed", (self,)) if self.is_float() else self
+        x = self
+        if self.is_float():
+            # the op table's nan_zeroed where a gradient is recorded (torch's rule); a tensor
+            # that records none (one of an inner backend too: a gradient read from
+            # Gradients) is zeroed by the protocol's mask_fill, which every backend has
+            x = (
+                self._apply("nan_zeroed", (self,))
+                if self.requires_grad
+                else self.mask_fill(self.isnan(), 0.0)
+            )
         return x.sum(dim, keepdim, dtype=dtype)
 
     def _over_dims(self, op: str, dim: Any, keepdim: bool) -> Any:
@@ -609,7 +626,7 @@ def topk(
     along ``dim``, as ``torch.topk``, as a :class:`~.pairs.ValuesAndIndices` (the values
     tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
     always sorted, largest (or smallest) first."""
-    k = int_argument("topk", k, "k")
+    k = int_parameter("topk", k, "k")
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
     # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the

@@ -52,7 +52,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .dtypes import DTYPE_OBJECTS, finfo
+from .dtypes import DTYPE_OBJECTS
 from .functions import check_unique_dim
 from .functions import unique as _unique
 from .indexing import check_values
@@ -171,28 +171,14 @@ class SelectionMixin:
         return ModeResult(values, index)
 
     def logcumsumexp(self, dim: int) -> Any:
-        """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow: a scan of
-        :meth:`logaddexp` over doubling strides (``log2 n`` steps)."""
+        """``log(cumsum(exp(self)))`` along ``dim`` without overflow or underflow (the
+        backend's scan), with torch's gradient (NaN at infinite inputs, as torch's)."""
         d = normalize_dim("logcumsumexp", dim, self.ndim, scalar=True)
         if self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"logcumsumexp: expected a floating point tensor, got {self.dtype}")
         if self.ndim == 0:  # (0 or -1: the value itself, its gradient passed on, as torch's)
             return self
-        # -inf entries join the scan as the dtype's lowest number, with no gradient: the
-        # scan's partial sums of -inf alone would be -inf, and logaddexp's gradient there
-        # NaN, where torch's formula (exp(x_i - out_j)) gives 0; a prefix of -inf only is put
-        # back to -inf after
-        dead = self.detach().isneginf()
-        out = self.mask_fill(dead, float(finfo(self.dtype).min))
-        n, shift = out.shape[d], 1
-        from .shape import cat
-
-        while shift < n:
-            head = out.narrow(d, 0, shift)
-            combined = out.narrow(d, shift, n - shift).logaddexp(out.narrow(d, 0, n - shift))
-            out = cat([head, combined], d)
-            shift *= 2
-        return out.mask_fill(dead.logical_not().cast("int64").cumsum(d).equal_elem(0), -math.inf)
+        return self._apply("logcumsumexp", (self,), (d,))
 
     @scalar_dims
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:

@@ -17,12 +17,21 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..backend.sizes import ITEMSIZE, check_allocation
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, reported, shape_text
+from ..errors import (
+    ArgumentTypeError,
+    DTypeError,
+    IndexOutOfRangeError,
+    ShapeError,
+    reported,
+    shape_text,
+)
 from ._dispatch import (
     TensorBase,
+    check_int_list,
     int_argument,
     int_arguments,
     int_dims,
+    int_parameter,
     lift,
     normalize_dim,
     result_dtype,
@@ -170,6 +179,7 @@ class ShapeMixin:
         ``permute(dims=(2, 0, 1))``."""
         dims = by_keyword("permute", args, "dims", dims)
         if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
+            check_int_list("permute", dims[0], "dims")
             dims = tuple(dims[0])
         ndim = self.ndim
         normalized = tuple(normalize_dim("permute", d, ndim) for d in dims)
@@ -484,8 +494,8 @@ class ShapeMixin:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
         """Split into ``chunks`` pieces of ceil(size / chunks) (the last may be smaller); a
         tuple, as torch's (``x.chunk(2) + (y,)``)."""
-        chunks = int_argument("chunk", chunks, "chunks")
-        if not isinstance(chunks, numbers.Integral) or chunks <= 0:
+        chunks = int_parameter("chunk", chunks, "chunks")
+        if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
         d = normalize_dim("chunk", dim, self.ndim)
         size = self.shape[d]
@@ -679,28 +689,43 @@ def varargs_shape(op: str, args: tuple[Any, ...]) -> tuple[int, ...]:
     if len(args) == 1 and not _a_size(args[0]):
         return shape_arg(args[0], op)
     if not all(_a_size(n) for n in args):
-        raise ShapeError(f"{op}: expected a shape (ints or one sequence of ints), got {args!r}")
-    return tuple(operator.index(n) for n in args)
+        # a float or a str among the sizes: the wrong type, torch's TypeError
+        raise ArgumentTypeError(
+            f"{op}: expected a shape (ints or one sequence of ints), got {args!r}"
+        )
+    return tuple(_size(n) for n in args)
 
 
 def _a_size(n: Any) -> bool:
-    """An int (not a bool), or a 0-d int tensor, which torch takes for a size as its
-    ``__index__`` (``x.view(n, -1)`` with ``n = lengths.max()``)."""
+    """An int (not a bool), or an int tensor of one element, which torch takes for a size as
+    its ``__index__`` (``x.view(n, -1)`` with ``n = lengths.max()``)."""
     if isinstance(n, numbers.Integral):
         return not isinstance(n, bool)
-    return getattr(n, "ndim", None) == 0 and str(getattr(n, "dtype", "")) == "int64"
+    return getattr(n, "shape", None) is not None and _one_int(n)
+
+
+def _one_int(n: Any) -> bool:
+    return math.prod(n.shape) == 1 and str(n.dtype) in ("int64", "int32")
+
+
+def _size(n: Any) -> int:
+    return operator.index(n) if isinstance(n, numbers.Integral) else int(n.reshape(()).item())
 
 
 def shape_arg(shape: Any, op: str = "shape") -> tuple[int, ...]:
-    """A shape argument (an int or a sequence of ints: a 1-element int tensor counts, a float
-    or a str does not, as in torch) as a tuple of ints."""
+    """A shape argument (an int or a sequence of ints: an int tensor of one element counts; a
+    float, a str, or a tensor of several elements given whole do not, as in torch) as a
+    tuple of ints."""
     shape = int_arguments(op, shape, "size")
     if _a_size(shape):
-        return (operator.index(shape),)
+        return (_size(shape),)
+    check_int_list(op, shape, "shape")
     try:
-        return tuple(operator.index(n) for n in shape)
+        return tuple(_size(n) if _a_size(n) else operator.index(n) for n in shape)
     except TypeError:
-        raise ShapeError(f"{op}: expected a shape (a sequence of ints), got {shape!r}") from None
+        raise ArgumentTypeError(
+            f"{op}: expected a shape (a sequence of ints), got {shape!r}"
+        ) from None
 
 
 def _dims_arg(dims: Any) -> tuple[int, ...]:

@@ -59,12 +59,23 @@ def interpolate(
     (1, 1, 4, 4)
     """
     fn = "interpolate"
+    resampled_bytes = False
     if (
         mode in ("nearest", "nearest-exact")
         and isinstance(input, Tensor)
         and input.dtype == "uint8"
     ):
         x = input  # torch resizes uint8 images and label masks by copying pixels
+    elif isinstance(input, Tensor) and input.dtype == "uint8" and mode in ("bilinear", "bicubic"):
+        if mode == "bicubic" and not antialias:
+            # torch's CPU kernel for it converts filtered values past [0, 255] to uint8 in
+            # C++ (undefined there), so its bytes are not reproducible: refused
+            raise DTypeError(
+                f"{fn}: bicubic interpolation of uint8 images without antialias is not "
+                "supported here (torch's result converts out-of-range floats to uint8, "
+                "undefined behaviour in its kernel); cast to float first, or antialias=True"
+            )
+        x, resampled_bytes = input, True  # torch's integer filter of uint8 images (PIL's)
     else:
         x = _float_input(fn, input)
     if antialias and (mode not in ("bilinear", "bicubic") or x.ndim != 4):
@@ -125,6 +136,8 @@ def interpolate(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
+    if resampled_bytes:
+        return _uint8_resampled(x, mode, out_size, bool(align_corners), scales, antialias)
     if antialias:
         return _antialiased(x, mode, out_size, bool(align_corners), scales)
     if mode == "area":  # torch's: adaptive average pooling to the output size
@@ -170,6 +183,90 @@ def _antialias_matrix(mode: str, n_in: int, n_out: int, align_corners: bool, fac
         total = weights.sum()
         matrix[i, low:high] = weights / total if total != 0.0 else weights
     return matrix
+
+
+def _filter_value(mode: str, x: float, antialias: bool) -> float:
+    """torch's filters, in its arithmetic (doubles, its order of operations): the triangle,
+    or the cubic with A = -0.5 (antialias, PIL's) or -0.75."""
+    if mode == "bilinear":
+        x = -x if x < 0.0 else x
+        return 1.0 - x if x < 1.0 else 0.0
+    a = -0.5 if antialias else -0.75
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return 0.0
+
+
+def _int16_weights(mode: str, n_in: int, n_out: int, align_corners: bool, factor: Any,
+                   antialias: bool) -> tuple[np.ndarray, int]:  # fmt: skip
+    """``([n_out, n_in] weights, precision)``: torch's fixed-point filter of uint8 images
+    (``compute_index_ranges_int16_weights``): each output pixel's filter weights over its
+    support, normalised, times ``2 ** precision`` and rounded half away from zero, the
+    precision the largest that keeps the largest weight within an int16."""
+    if align_corners:
+        scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        scale = 1.0 / factor if factor is not None and factor > 0 else n_in / n_out
+    taps = 2 if mode == "bilinear" else 4
+    if antialias:
+        support = taps * 0.5 * scale if scale >= 1.0 else taps * 0.5
+        widest = math.ceil(support) * 2 + 1
+    else:
+        support, widest = taps * 0.5, taps
+    delta = 0.5 if align_corners and not antialias else 0.0  # (torch's, for uint8 only)
+    inverse = 1.0 / scale if scale >= 1.0 and antialias else 1.0
+    rows, largest = [], 0.0
+    for i in range(n_out):
+        center = scale * (i + 0.5 - delta)
+        low = max(int(center - support + 0.5 + delta), 0)  # (int: C's truncation, as torch's)
+        count = min(max(min(int(center + support + 0.5 + delta), n_in) - low, 0), widest)
+        weights = [
+            _filter_value(mode, (j + low - center + 0.5 - delta) * inverse, antialias)
+            for j in range(count)
+        ]
+        total = 0.0
+        for w in weights:  # (summed in order, as torch's loop)
+            total += w
+        if total != 0.0:
+            weights = [w / total for w in weights]
+            largest = max([largest, *weights])
+        rows.append((low, weights))
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    matrix = np.zeros((n_out, n_in), np.int64)
+    for i, (low, weights) in enumerate(rows):
+        for j, w in enumerate(weights):
+            v = w * (1 << precision)
+            matrix[i, low + j] = int(-0.5 + v) if v < 0 else int(0.5 + v)
+    return matrix, precision
+
+
+def _uint8_resampled(x: Tensor, mode: str, out_size, align_corners: bool, scales,
+                     antialias: bool) -> Tensor:  # fmt: skip
+    """``interpolate`` of a ``[N, C, H, W]`` uint8 image as torch's CPU kernel computes it:
+    separable, the width first, each pass in integers (the pixels times the int16 weights,
+    plus half, shifted right by the precision, clamped to [0, 255], a uint8 image again);
+    a dimension whose size does not change is not filtered. Bit-exact with torch (where its
+    generic kernel is right: for more than 4 channels and an output width of 1 it copies
+    channel 0 into all, a torch bug not reproduced)."""
+    out = x.cast("int64")
+    for axis in (1, 0):
+        n_in, n_out = out.shape[2 + axis], out_size[axis]
+        if n_in == n_out:
+            continue
+        matrix, precision = _int16_weights(
+            mode, n_in, n_out, align_corners, scales[axis], antialias
+        )
+        weights = host_constant(type(out)._result, matrix.T.copy(), out.backend, out.device)
+        moved = out.swap_dims(2 + axis, 3) if axis == 0 else out
+        filtered = (moved.matmul(weights) + (1 << (precision - 1))) >> precision
+        filtered = filtered.clamp(0, 255)
+        out = filtered.swap_dims(2 + axis, 3) if axis == 0 else filtered
+    return out.cast("uint8")
 
 
 def _antialiased(x: Tensor, mode: str, out_size, align_corners: bool, scales) -> Tensor:

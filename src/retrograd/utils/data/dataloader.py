@@ -2,10 +2,17 @@
 
 Batches are read in this process, in the sampler's order; ``num_workers`` is accepted and
 the batches are the same as torch's worker processes would give (each batch is read and
-collated in order), only not in parallel. ``pin_memory``, ``prefetch_factor`` and
-``persistent_workers`` concern those processes and are accepted and ignored (as torch,
-``persistent_workers`` refused with ``num_workers=0``); a ``worker_init_fn`` is not called
-(there are no workers). ``timeout`` is torch's: with ``num_workers > 0`` a batch not ready
+collated in order), only not in parallel. With ``num_workers = n > 0`` the ``n`` workers are
+emulated in this process, as torch's would behave: each has its own (shallow) copy of the
+dataset, ``worker_init_fn(worker_id)`` is called once for each when an epoch's iterator
+starts (once for all epochs with ``persistent_workers``), batch ``k`` of a map-style dataset
+is fetched and collated by worker ``k % n``, an ``IterableDataset`` is iterated by each
+worker in turn (a batch from each, round robin, as torch's interleaves them: a stream that
+does not shard itself by ``get_worker_info()`` is read ``n`` times, as in torch), and
+``get_worker_info()`` gives, inside the worker's code, that worker's :class:`WorkerInfo`
+(``None`` elsewhere). ``pin_memory`` and ``prefetch_factor`` concern worker processes and
+are accepted and ignored (``persistent_workers`` refused with ``num_workers=0``, as torch).
+``timeout`` is torch's: with ``num_workers > 0`` a batch not ready
 after ``timeout`` seconds raises ``RuntimeError`` (each such batch is read in a thread of
 its own, so a dataset that hangs cannot hang the loop), and the next ``next()`` waits for
 that same batch again; with ``num_workers=0`` a positive ``timeout`` is refused when
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import collections.abc
 import contextvars
+import copy
 import math
 import multiprocessing
 import threading
@@ -39,7 +47,7 @@ from ...tensor.internal import checked_generator
 from .dataset import IterableDataset, sample_at
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
+__all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
 
 def default_collate(batch: list[Any]) -> Any:
@@ -178,9 +186,70 @@ def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
         )
 
 
-def get_worker_info() -> None:
-    """``None``: batches are read in the main process (see the module)."""
-    return None
+class WorkerInfo:
+    """torch's ``WorkerInfo``: the ``id`` of the worker running, ``num_workers``, its
+    ``seed`` and its copy of the ``dataset``; read-only once made, as torch's."""
+
+    __initialized = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self.__keys = tuple(kwargs)
+        self.__initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__initialized:
+            raise AttributeError(f"Cannot assign attributes to {type(self).__name__} objects")
+        super().__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__keys)
+        return f"{type(self).__name__}({fields})"
+
+
+#: The worker whose code runs now (its dataset reads, its collate, its ``worker_init_fn``)
+_WORKER: contextvars.ContextVar[WorkerInfo | None] = contextvars.ContextVar(
+    "retrograd_dataloader_worker", default=None
+)
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """The :class:`WorkerInfo` of the emulated worker whose code runs now (a dataset's
+    ``__getitem__``/``__iter__``, a ``collate_fn``, a ``worker_init_fn`` called by a
+    ``DataLoader`` with ``num_workers > 0``); ``None`` in the main process, as torch's."""
+    return _WORKER.get()
+
+
+class _Worker:
+    """One emulated worker: its :class:`WorkerInfo` (whose dataset is its own shallow copy:
+    what ``worker_init_fn`` or the dataset sets on it stays its own, as in a process) and
+    :meth:`run`, which calls a function as that worker."""
+
+    def __init__(self, dataset: Any, worker_id: int, num_workers: int, seed: int) -> None:
+        self.info = WorkerInfo(
+            id=worker_id, num_workers=num_workers, seed=seed, dataset=_own_copy(dataset)
+        )
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        token = _WORKER.set(self.info)
+        try:
+            return function(*args)
+        finally:
+            _WORKER.reset(token)
+
+
+def _own_copy(dataset: Any) -> Any:
+    """A worker's copy of ``dataset``: a shallow copy of an object of a class of its own (the
+    attributes a worker sets stay its own, as in torch's worker processes); a tensor, an
+    array or a builtin container is shared (nothing sets attributes on them), as is an
+    object that refuses to be copied."""
+    if isinstance(dataset, Tensor | np.ndarray) or not hasattr(dataset, "__dict__"):
+        return dataset
+    try:
+        return copy.copy(dataset)
+    except Exception:  # (a class that forbids copies: its one object serves every worker)
+        return dataset
 
 
 class DataLoader:
@@ -258,6 +327,8 @@ class DataLoader:
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
+        self.persistent_workers = persistent_workers
+        self._persistent: list[_Worker] | None = None
         self.generator = checked_generator("DataLoader", generator)
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
@@ -326,27 +397,105 @@ class DataLoader:
                 f"DataLoader: timeout={timeout!r} needs num_workers > 0 (torch's "
                 f"single-process iterator requires timeout == 0)"
             )
+        workers = self._workers()
+        collate = self.collate_fn
         if self._iterable:
-            return _Batches(self._stream_draw(iter(self.dataset)), self.collate_fn, timeout)
+            if not workers:
+                draw = self._stream_draw(iter(self.dataset))
+                return _Batches(lambda: collate(draw()), timeout)
+            return _Batches(self._interleaved(workers), timeout)
         if self.batch_sampler is not None:
             batches = iter(self.batch_sampler)
-            getitems = getattr(self.dataset, "__getitems__", None)
 
-            def draw() -> Any:
+            def take() -> Any:
                 indices = next(batches)
                 if not isinstance(indices, collections.abc.Iterable):
                     raise DTypeError(
                         f"DataLoader: batch_sampler yielded {indices!r}, not a batch of "
                         f"indices (a list of ints; a sampler of single indices is sampler=)"
                     )
-                return getitems(indices) if getitems else [self._sample(i) for i in indices]
+                return indices
 
-            return _Batches(draw, self.collate_fn, timeout)
-        indices = iter(self.sampler)
-        return _Batches(lambda: self._sample(next(indices)), self.collate_fn, timeout)
+            def fetch(dataset: Any, indices: Any) -> Any:
+                getitems = getattr(dataset, "__getitems__", None)
+                samples = (
+                    getitems(indices) if getitems else [self._sample(dataset, i) for i in indices]
+                )
+                return collate(samples)
+        else:
+            single = iter(self.sampler)
 
-    def _sample(self, index: Any) -> Any:
-        return sample_at(self.dataset, index, "DataLoader: the sampler drew")
+            def take() -> Any:
+                return next(single)
+
+            def fetch(dataset: Any, index: Any) -> Any:
+                return collate(self._sample(dataset, index))
+
+        if not workers:
+            return _Batches(lambda: fetch(self.dataset, take()), timeout)
+        turn = iter(range(2**63))
+
+        def read() -> Any:
+            # the sampler is drawn in the main process, the batch fetched and collated by
+            # worker k % n, as torch's
+            index = take()
+            worker = workers[next(turn) % len(workers)]
+            return worker.run(fetch, worker.info.dataset, index)
+
+        return _Batches(read, timeout)
+
+    def _workers(self) -> list[_Worker]:
+        """This epoch's emulated workers, each made and initialized (``worker_init_fn``) as
+        torch starts its processes: afresh for each iterator, or once with
+        ``persistent_workers``; none with ``num_workers=0``."""
+        if not self.num_workers:
+            return []
+        if self._persistent is not None:
+            return self._persistent
+        base = _base_seed(self.generator)
+        workers = [
+            _Worker(self.dataset, i, self.num_workers, base + i) for i in range(self.num_workers)
+        ]
+        if self.worker_init_fn is not None:
+            for worker in workers:
+                worker.run(self.worker_init_fn, worker.info.id)
+        if self.persistent_workers:
+            self._persistent = workers
+        return workers
+
+    def _interleaved(self, workers: list[_Worker]) -> Callable[[], Any]:
+        """What an ``IterableDataset`` gives through ``workers``: each iterates its own copy
+        (its iterator made as that worker), one batch from each in turn; a worker whose
+        stream has ended is passed over, as torch's."""
+        draws: list[Callable[[], Any] | None] = [None] * len(workers)
+        active = list(range(len(workers)))
+        cursor = [0]  # the place in ``active`` of the worker whose turn it is
+        collate = self.collate_fn
+
+        def one_batch(k: int) -> Any:
+            if draws[k] is None:
+                draws[k] = self._stream_draw(iter(workers[k].info.dataset))
+            return collate(draws[k]())
+
+        def read() -> Any:
+            while active:
+                place = cursor[0] % len(active)
+                k = active[place]
+                try:
+                    batch = workers[k].run(one_batch, k)
+                except StopIteration:
+                    del active[place]  # (the next worker moves into its place)
+                    cursor[0] = place
+                    continue
+                cursor[0] = place + 1
+                return batch
+            raise StopIteration
+
+        return read
+
+    @staticmethod
+    def _sample(dataset: Any, index: Any) -> Any:
+        return sample_at(dataset, index, "DataLoader: the sampler drew")
 
     def _stream_draw(self, samples: Iterator[Any]) -> Callable[[], Any]:
         """What one batch of an iterable dataset collates: a sample (``batch_size=None``), or
@@ -388,18 +537,29 @@ class DataLoader:
             ) from None
 
 
+def _base_seed(generator: Any) -> int:
+    """The seed worker ``i`` is given ``base + i`` of: the loader's generator's seed, or the
+    default stream's (no draw: iterating leaves the random streams where they were)."""
+    if generator is not None:
+        return int(generator.initial_seed())
+    from ...tensor.generator import initial_seed
+
+    return int(initial_seed())
+
+
 class DataLoaderTimeoutError(RetrogradError, RuntimeError):
     """A batch not ready within the ``DataLoader``'s ``timeout`` (torch's ``RuntimeError``)."""
 
 
 class _Batches:
-    """A :class:`DataLoader`'s iterator: ``collate(draw())`` per ``next()``, where ``draw``
-    raises ``StopIteration`` at the end; an error of one batch leaves the rest to come. With
-    a ``timeout``, each batch is read in a daemon thread (in the caller's context variables)
-    and waited for that long; one not ready stays pending for the next ``next()``."""
+    """A :class:`DataLoader`'s iterator: ``read()`` (a collated batch) per ``next()``, where
+    ``read`` raises ``StopIteration`` at the end; an error of one batch leaves the rest to
+    come. With a ``timeout``, each batch is read in a daemon thread (in the caller's context
+    variables) and waited for that long; one not ready stays pending for the next
+    ``next()``."""
 
-    def __init__(self, draw: Callable[[], Any], collate: Callable[[Any], Any], timeout=0):
-        self._draw, self._collate, self._timeout = draw, collate, timeout
+    def __init__(self, read: Callable[[], Any], timeout: float = 0) -> None:
+        self._read, self._timeout = read, timeout
         self._pending: _Reading | None = None
 
     def __iter__(self) -> _Batches:
@@ -407,9 +567,9 @@ class _Batches:
 
     def __next__(self) -> Any:
         if not self._timeout:
-            return self._collate(self._draw())
+            return self._read()
         if self._pending is None:
-            self._pending = _Reading(lambda: self._collate(self._draw()))
+            self._pending = _Reading(self._read)
         reading = self._pending
         if not reading.done.wait(self._timeout):
             raise DataLoaderTimeoutError(f"DataLoader timed out after {self._timeout} seconds")
