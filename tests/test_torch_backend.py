@@ -387,6 +387,21 @@ def test_dtypes_and_half_precision():
     assert mixed.dtype == "float32"  # PyTorch's promotion of the two half types
 
 
+def test_a_numpy_half_array_keeps_its_dtype():
+    # it became float32, so torch's float16 tensors saved and loaded came back float32
+    import torch
+
+    array = np.array([1.0, 2.5e-5, 65504.0, -0.1], dtype=np.float16)
+    expected = torch.tensor(array)
+    for make in (rg.tensor, rg.as_tensor, rg.from_numpy):
+        with rg.use_backend(rg.Autodiff(TB)):
+            t = make(array)
+        assert t.dtype == "float16" == str(expected.dtype).removeprefix("torch.")
+        assert np.array_equal(t.numpy(), expected.numpy())
+    scalar = rg.tensor(np.float16(0.1), backend=TB)
+    assert scalar.dtype == "float16" and scalar.numpy() == np.float16(0.1)
+
+
 def test_numpy_backend_refuses_half_types_clearly():
     for dtype in ("bfloat16", "float16"):
         with pytest.raises(rg.DTypeError, match=f"{dtype}.*NumpyBackend.*TorchBackend"):

@@ -257,6 +257,8 @@ class TorchBackend(
         if isinstance(data, torch.Tensor):
             out = data.detach().to(self._on(device), copy=True)
             return out if dtype is None else out.to(torch_dtype(dtype))
+        if dtype is None and getattr(data, "dtype", None) == np.float16:
+            dtype = "float16"  # a NumPy half array keeps its dtype, as torch.tensor(array)'s
         array = _host_array(data, dtype)
         # ``array`` is a fresh copy (never the user's memory): the CPU tensor may share it.
         if not array.flags.c_contiguous:  # (np.ascontiguousarray would make 0-d arrays 1-d)
