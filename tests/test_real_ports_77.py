@@ -1865,3 +1865,32 @@ def test_rtdl_ft_transformer_tokenizes_features_and_trains_as_torch(
     # which the softmax takes away: its true gradient is zero, so Adam steps it by the noise
     skip = [] if kv_compression_ratio else [f"transformer.blocks.{i}.attention.W_k.bias" for i in range(2)]  # fmt: skip
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=skip)
+
+
+def test_a_dataloaders_iterator_has_the_loaders_len_as_torch():
+    # the domain-adaptation loops: ``data_iter = iter(loader)`` then ``for i in
+    # range(len(data_iter)): x, y = next(data_iter)`` (and ``tqdm(iter(loader))``'s total)
+    for lib in (torch, rg):
+        data = lib.utils.data
+        dataset = data.TensorDataset(lib.arange(10.0), lib.arange(10))
+        loaders = [
+            data.DataLoader(dataset, batch_size=3),
+            data.DataLoader(dataset, batch_size=3, drop_last=True),
+            data.DataLoader(dataset, batch_sampler=[[0, 1], [2], [3, 4, 5]]),
+            data.DataLoader(dataset, batch_size=None, sampler=[4, 2]),
+        ]
+        lengths = []
+        for loader in loaders:
+            data_iter = iter(loader)
+            lengths.append(len(data_iter))
+            labels = [next(data_iter)[1].tolist() for _ in range(len(data_iter))]
+            lengths.append(len(data_iter))  # the sampler's length, however far it has gone
+            assert len(labels) == len(loader)
+        assert lengths == [4, 4, 3, 3, 3, 3, 2, 2], lib.__name__
+
+    class Stream(rg.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(rg.errors.DTypeError, match="IterableDataset"):
+        len(iter(rg.utils.data.DataLoader(Stream(), batch_size=2)))

@@ -326,6 +326,7 @@ class DataLoader:
             )
         if self._iterable:
             return _Batches(self._stream_draw(iter(self.dataset)), self.collate_fn, timeout)
+        length = self.__len__
         if self.batch_sampler is not None:
             batches = iter(self.batch_sampler)
             getitems = getattr(self.dataset, "__getitems__", None)
@@ -339,9 +340,9 @@ class DataLoader:
                     )
                 return getitems(indices) if getitems else [self._sample(i) for i in indices]
 
-            return _Batches(draw, self.collate_fn, timeout)
+            return _Batches(draw, self.collate_fn, timeout, length)
         indices = iter(self.sampler)
-        return _Batches(lambda: self._sample(next(indices)), self.collate_fn, timeout)
+        return _Batches(lambda: self._sample(next(indices)), self.collate_fn, timeout, length)
 
     def _sample(self, index: Any) -> Any:
         return sample_at(self.dataset, index, "DataLoader: the sampler drew")
@@ -390,14 +391,31 @@ class _Batches:
     """A :class:`DataLoader`'s iterator: ``collate(draw())`` per ``next()``, where ``draw``
     raises ``StopIteration`` at the end; an error of one batch leaves the rest to come. With
     a ``timeout``, each batch is read in a daemon thread (in the caller's context variables)
-    and waited for that long; one not ready stays pending for the next ``next()``."""
+    and waited for that long; one not ready stays pending for the next ``next()``. Its
+    ``len`` is its loader's, as torch's iterator's is (``length``; ``None`` over an iterable
+    dataset, whose iterator torch gives no length)."""
 
-    def __init__(self, draw: Callable[[], Any], collate: Callable[[Any], Any], timeout=0):
+    def __init__(
+        self,
+        draw: Callable[[], Any],
+        collate: Callable[[Any], Any],
+        timeout=0,
+        length: Callable[[], int] | None = None,
+    ):
         self._draw, self._collate, self._timeout = draw, collate, timeout
+        self._length = length
         self._pending: _Reading | None = None
 
     def __iter__(self) -> _Batches:
         return self
+
+    def __len__(self) -> int:
+        if self._length is None:
+            raise DTypeError(
+                "len() of a DataLoader's iterator over an IterableDataset: its batches are "
+                "not counted in advance (torch's iterator has no len() there either)"
+            )
+        return self._length()
 
     def __next__(self) -> Any:
         if not self._timeout:
