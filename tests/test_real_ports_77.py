@@ -28,6 +28,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import random
 import sys
 import types
@@ -1894,3 +1896,46 @@ def test_a_dataloaders_iterator_has_the_loaders_len_as_torch():
 
     with pytest.raises(rg.errors.DTypeError, match="IterableDataset"):
         len(iter(rg.utils.data.DataLoader(Stream(), batch_size=2)))
+
+
+def test_collate_with_a_map_of_a_programs_own_types_extends_default_collate_as_torch():
+    # torch's documented way to extend default_collate (its docstring and data.html):
+    # ``collate(batch, collate_fn_map={**default_collate_fn_map, MyType: fn})`` with fn called as
+    # ``fn(batch, collate_fn_map=...)``; retrograd had no collate nor default_collate_fn_map
+    class Sentence:
+        def __init__(self, tokens):
+            self.tokens = tokens
+
+    results = []
+    for lib in (torch, rg):
+        from_collate = importlib.import_module(f"{lib.__name__}.utils.data._utils.collate")
+
+        def collate_sentence_fn(batch, *, collate_fn_map=None, lib=lib):
+            return lib.nn.utils.rnn.pad_sequence(
+                [lib.tensor(s.tokens) for s in batch], batch_first=True
+            )
+
+        collate_map = {**from_collate.default_collate_fn_map, Sentence: collate_sentence_fn}
+        batch = [
+            {"text": Sentence([3, 1]), "label": 0, "weight": np.float32(0.5), "id": "a"},
+            {"text": Sentence([4, 1, 5]), "label": 1, "weight": np.float32(2.0), "id": "b"},
+        ]
+        out = from_collate.collate(batch, collate_fn_map=collate_map)
+        loader = lib.utils.data.DataLoader(
+            batch,
+            batch_size=2,
+            collate_fn=functools.partial(from_collate.collate, collate_fn_map=collate_map),
+        )
+        assert next(iter(loader))["text"].tolist() == out["text"].tolist()
+        results.append(
+            [
+                out["text"].tolist(),
+                out["label"].tolist(),
+                str(out["weight"].dtype).rpartition(".")[2],
+                out["id"],
+                from_collate.default_collate([np.str_("x"), np.str_("y")]),
+            ]
+        )
+        with pytest.raises(TypeError):  # a type no function of the map takes
+            from_collate.collate([Sentence([1]), Sentence([2])])
+    assert results[1] == results[0]
