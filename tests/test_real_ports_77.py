@@ -1939,3 +1939,68 @@ def test_collate_with_a_map_of_a_programs_own_types_extends_default_collate_as_t
         with pytest.raises(TypeError):  # a type no function of the map takes
             from_collate.collate([Sentence([1]), Sentence([2])])
     assert results[1] == results[0]
+
+
+def test_a_loader_remade_like_another_with_a_new_sampler_as_torch():
+    # the training libraries' way to swap a loader's sampler (accelerate's prepare_data_loader,
+    # Lightning's re-instantiation): a new DataLoader built from the old one's attributes;
+    # retrograd's had no prefetch_factor, persistent_workers, multiprocessing_context
+    results = []
+    for lib in (torch, rg):
+        data = lib.utils.data
+        dataset = data.TensorDataset(lib.arange(6.0), lib.arange(6))
+        dl = data.DataLoader(dataset, batch_size=4, shuffle=False, drop_last=False)
+        remade = data.DataLoader(
+            dl.dataset,
+            batch_size=dl.batch_size,
+            sampler=[5, 1, 3],
+            num_workers=dl.num_workers,
+            collate_fn=dl.collate_fn,
+            pin_memory=dl.pin_memory,
+            drop_last=dl.drop_last,
+            timeout=dl.timeout,
+            worker_init_fn=dl.worker_init_fn,
+            multiprocessing_context=dl.multiprocessing_context,
+            generator=dl.generator,
+            prefetch_factor=dl.prefetch_factor,
+            persistent_workers=dl.persistent_workers,
+        )
+        with_workers = data.DataLoader(dataset, batch_size=2, num_workers=1)
+        results.append(
+            [[b[1].tolist() for b in remade], dl.prefetch_factor, with_workers.prefetch_factor]
+        )
+        # what the batches are made from cannot change afterwards: torch raises ValueError
+        for name, value in (("batch_size", 2), ("sampler", [0]), ("drop_last", True)):
+            with pytest.raises(ValueError, match=f"{name} attribute should not be set"):
+                setattr(dl, name, value)
+        dl.collate_fn = lambda batch: len(batch)  # this one may change, as torch's
+        assert list(dl) == [4, 2]
+    assert results[1] == results[0] == [[[5, 1, 3]], None, 2]
+
+
+def test_a_subset_reads_its_batches_through_the_datasets_getitems_as_torch():
+    # a dataset with batched reading (``__getitems__``, as Hugging Face's datasets have) seen
+    # through random_split's Subset: torch's Subset hands the batch's indices to it
+    for lib in (torch, rg):
+        data = lib.utils.data
+
+        class Rows(data.Dataset):
+            def __init__(self, lib):
+                self.lib, self.calls = lib, []
+
+            def __len__(self):
+                return 6
+
+            def __getitem__(self, i):
+                return self.lib.tensor(i)
+
+            def __getitems__(self, indices):
+                self.calls.append(list(indices))
+                return [self.lib.tensor(10 * i) for i in indices]
+
+        rows = Rows(lib)
+        subset = data.Subset(rows, [5, 3, 1])
+        batches = [b.tolist() for b in data.DataLoader(subset, batch_size=2)]
+        assert batches == [[50, 30], [10]], lib.__name__
+        assert rows.calls == [[5, 3], [1]], lib.__name__
+        assert subset[0].tolist() == 5  # one sample still through __getitem__

@@ -317,6 +317,13 @@ class DataLoader:
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
         self.generator = checked_generator("DataLoader", generator)
+        # kept as torch keeps them, for code that makes a loader like another one
+        # (DataLoader(dl.dataset, ..., prefetch_factor=dl.prefetch_factor, ...))
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = 2 if num_workers and prefetch_factor is None else prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.pin_memory_device = pin_memory_device
+        self.in_order = in_order
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle not in (None, False):
@@ -372,6 +379,26 @@ class DataLoader:
                 default_collate if batch_size is not None or batch_sampler else (default_convert)
             )
         self.collate_fn = collate_fn
+        self._initialized = True
+
+    # what the batches were made from: torch refuses to change these afterwards (a new
+    # batch_size or sampler would be silently ignored: the batch sampler is already made)
+    _FIXED_AFTER_INIT = (
+        "batch_size",
+        "batch_sampler",
+        "sampler",
+        "drop_last",
+        "dataset",
+        "persistent_workers",
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._FIXED_AFTER_INIT and getattr(self, "_initialized", False):
+            raise InvalidArgumentError(
+                f"DataLoader: {name} attribute should not be set after DataLoader is "
+                f"initialized; make a new DataLoader with {name}={value!r}"
+            )
+        super().__setattr__(name, value)
 
     def __iter__(self) -> Iterator[Any]:
         """The batches, one per ``next()``. As torch's iterator, an error reading or collating

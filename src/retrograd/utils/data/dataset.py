@@ -219,6 +219,14 @@ class Subset(Dataset):
             return self.dataset[[self._index(i) for i in index]]
         return sample_at(self.dataset, self._index(index), "Subset: its indices hold")
 
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        """A batch's samples, as torch's: through the dataset's own ``__getitems__`` (its
+        batched reading) where it has one."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if callable(getitems):
+            return getitems([self._index(i) for i in indices])
+        return [self[i] for i in indices]
+
     def _index(self, index: Any) -> Any:
         """The dataset's index at ``index`` of this subset; past the end, named."""
         n = len(self.indices)
