@@ -2004,3 +2004,33 @@ def test_a_subset_reads_its_batches_through_the_datasets_getitems_as_torch():
         assert batches == [[50, 30], [10]], lib.__name__
         assert rows.calls == [[5, 3], [1]], lib.__name__
         assert subset[0].tolist() == 5  # one sample still through __getitem__
+
+
+def test_a_concat_dataset_subclass_recomputes_its_sizes_by_cumsum_as_torch():
+    # continual-learning replay buffers grow a ConcatDataset: ``self.datasets.append(d)`` then
+    # ``self.cumulative_sizes = self.cumsum(self.datasets)`` (torch's static method)
+    results = []
+    for lib in (torch, rg):
+        data = lib.utils.data
+
+        class Replay(data.ConcatDataset):
+            def add(self, dataset):
+                self.datasets.append(dataset)
+                self.cumulative_sizes = self.cumsum(self.datasets)
+
+        replay = Replay([data.TensorDataset(lib.arange(2))])
+        replay.add(data.TensorDataset(lib.arange(10, 13)))
+        sampler = data.WeightedRandomSampler([1.0] * len(replay), len(replay))
+        with pytest.warns(FutureWarning, match="renamed to `cumulative_sizes`"):
+            misspelt = replay.cummulative_sizes
+        results.append(
+            [
+                len(replay),
+                replay.cumulative_sizes,
+                misspelt,
+                replay[3][0].tolist(),
+                data.ConcatDataset.cumsum([[1], [2, 3]]),
+                sampler.generator,  # read when remaking samplers
+            ]
+        )
+    assert results[1] == results[0] == [5, [2, 5], [2, 5], 11, [1, 3], None]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -167,6 +168,26 @@ class ConcatDataset(Dataset):
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
+
+    @staticmethod
+    def cumsum(sequence: Sequence[Any]) -> list[int]:
+        """The running totals of the datasets' lengths (torch's: subclasses that change
+        ``datasets`` recompute ``cumulative_sizes`` with it)."""
+        totals, total = [], 0
+        for dataset in sequence:
+            total += len(dataset)
+            totals.append(total)
+        return totals
+
+    @property
+    def cummulative_sizes(self) -> list[int]:
+        """torch's misspelt, deprecated name of :attr:`cumulative_sizes`."""
+        warnings.warn(
+            "`cummulative_sizes` attribute is renamed to `cumulative_sizes`",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.cumulative_sizes
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
