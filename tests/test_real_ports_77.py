@@ -2034,3 +2034,34 @@ def test_a_concat_dataset_subclass_recomputes_its_sizes_by_cumsum_as_torch():
             ]
         )
     assert results[1] == results[0] == [5, [2, 5], [2, 5], 11, [1, 3], None]
+
+
+def test_packing_by_lengths_summed_from_a_float_mask_and_packed_conversions_as_torch():
+    # ``lengths = mask.sum(1)`` of a float mask, handed on as ``lengths.cpu()``: torch reads
+    # them as int64; retrograd refused float lengths. And the packed batch's own conversions
+    # (``packed.cpu()``, ``.long()``, ``.is_pinned()``), which retrograd's lacked
+    tokens = np.array([[3, 1, 4, 0], [1, 5, 0, 0], [9, 2, 6, 5]])
+    results = []
+    for lib in (torch, rg):
+        rnn = lib.nn.utils.rnn
+        ids = lib.tensor(tokens)
+        mask = (ids != 0).float()
+        lengths = mask.sum(1)
+        packed = rnn.pack_padded_sequence(
+            ids.float().unsqueeze(-1), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        moved = packed.cpu().long()
+        padded, out_lengths = rnn.pad_packed_sequence(moved, batch_first=True)
+        results.append(
+            [
+                packed.batch_sizes.tolist(),
+                str(moved.data.dtype).rpartition(".")[2],
+                padded.squeeze(-1).tolist(),
+                out_lengths.tolist(),
+                packed.is_pinned(),
+                lib.ones(2).is_pinned(),
+            ]
+        )
+    assert results[1] == results[0]
+    with pytest.raises(rg.errors.InvalidArgumentError, match="whole numbers"):
+        rg.nn.utils.rnn.pack_padded_sequence(rg.ones(3, 2, 1), rg.tensor([2.5, 1.0]))
