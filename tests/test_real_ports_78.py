@@ -1895,3 +1895,52 @@ def test_deit_distils_a_cnn_teacher_through_the_dist_token_as_torch(
     assert logs[1] == logs[0]
     assert "Max accuracy" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+COMPILER_SOURCE = """
+from torch.jit import Final
+
+
+def is_compiling():
+    # timm/layers/config.py's guard (newer timm: torch.compiler, older: torch._dynamo)
+    try:
+        return torch.compiler.is_compiling()
+    except Exception:
+        return False
+
+
+@torch.compiler.disable
+def stats(x):
+    return x.mean().item()
+
+
+class PosEmbed(nn.Module):
+    dynamic_size: Final[bool]
+
+    def __init__(self):
+        super().__init__()
+        self.dynamic_size = True
+        self.pos = nn.Parameter(torch.linspace(0, 1, 4).view(1, 4, 1))
+
+    def forward(self, x):
+        if self.dynamic_size and not (torch.jit.is_scripting() or is_compiling()):
+            x = x + self.pos[:, : x.shape[1]]
+        return x
+
+
+@torch.compiler.disable(recursive=False)
+def run(x):
+    return PosEmbed()(x), stats(x), torch.compiler.is_dynamo_compiling()
+"""
+
+
+def test_model_code_guarded_by_torch_compiler_runs_eagerly_as_torch():
+    # timm's and Hugging Face's guards, ``torch.compiler.is_compiling()`` and
+    # ``@torch.compiler.disable``: rg had no ``compiler`` (an AttributeError, so the guard's
+    # ``except`` quietly took the other branch, and the decorator failed outright)
+    results = []
+    for lib in (torch, rg):
+        names = run_source(COMPILER_SOURCE, lib)
+        out, mean, dynamo = names["run"](lib.ones(2, 3, 1))
+        results.append([out.detach().numpy().round(6).tolist(), round(mean, 6), dynamo])
+    assert results[1] == results[0]
