@@ -72,6 +72,8 @@ LAYERS = {
     "func": 7,
     # torch.jit's names with eager meaning (futures for fork; ScriptModule is an nn.Module)
     "jit": 7,
+    # torch.compiler's queries and decorators with eager meaning (imports only the errors)
+    "compiler": 1,
     # nn.parallel.DistributedDataParallel marks parameters through the distributed API
     "nn": 6,
     # optim re-exports nn.utils.clip_grad_norm_ (PyTorch's home for it) as clip_grad_norm

@@ -492,6 +492,11 @@ class Tensor(
         """The tensor itself: host memory is the backend's business."""
         return self
 
+    def is_pinned(self) -> bool:
+        """False: no tensor is in page-locked memory here (:meth:`pin_memory` keeps it as it
+        is), as a tensor torch has not pinned (data prefetchers ask before pinning)."""
+        return False
+
     def share_memory_(self) -> NoReturn:
         """Refused: tensors are not shared between processes (a process given this one
         computes on its own copy; :func:`~retrograd.unsupported.no_shared_memory`)."""

@@ -48,11 +48,43 @@ class PackedSequence(NamedTuple):
         """``data`` converted by ``Tensor.to``; the rest as it is."""
         return self._replace(data=self.data.to(*args, **kwargs))
 
+    # torch's conversions of a packed batch: each its data's (``packed.cpu()`` after a
+    # GPU encoder, ``packed.long()`` of token ids)
     def float(self) -> PackedSequence:
         return self._replace(data=self.data.float())
 
     def double(self) -> PackedSequence:
         return self._replace(data=self.data.double())
+
+    def half(self) -> PackedSequence:
+        return self._replace(data=self.data.half())
+
+    def long(self) -> PackedSequence:
+        return self._replace(data=self.data.long())
+
+    def int(self) -> PackedSequence:
+        return self._replace(data=self.data.int())
+
+    def short(self) -> PackedSequence:
+        return self._replace(data=self.data.short())
+
+    def char(self) -> PackedSequence:
+        return self._replace(data=self.data.char())
+
+    def byte(self) -> PackedSequence:
+        return self._replace(data=self.data.byte())
+
+    def cpu(self) -> PackedSequence:
+        return self._replace(data=self.data.cpu())
+
+    def cuda(self, *args: Any, **kwargs: Any) -> PackedSequence:
+        return self._replace(data=self.data.cuda(*args, **kwargs))
+
+    def pin_memory(self) -> PackedSequence:
+        return self._replace(data=self.data.pin_memory())
+
+    def is_pinned(self) -> bool:
+        return self.data.is_pinned()
 
     @property
     def is_cuda(self) -> bool:
@@ -63,6 +95,20 @@ def _host_ints(values: Any, what: str) -> np.ndarray:
     array = np.asarray(values.numpy() if isinstance(values, Tensor) else values)
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise InvalidArgumentError(f"{what} must be a 1-d sequence of ints, got {array!r}")
+    return array.astype(np.int64)
+
+
+def _whole_floats_as_ints(lengths: Any) -> Any:
+    """Lengths counted in floats (``mask.sum(1)`` of a float mask) as the ints they are, as
+    torch's ``as_tensor(lengths, dtype=int64)`` reads them; a fractional one is refused
+    (torch would cut it short silently)."""
+    array = np.asarray(lengths.numpy() if isinstance(lengths, Tensor) else lengths)
+    if array.dtype.kind != "f":
+        return lengths
+    if not np.all(np.isfinite(array) & (array == np.round(array))):
+        raise InvalidArgumentError(
+            f"pack_padded_sequence: lengths must be whole numbers, got {array.tolist()}"
+        )
     return array.astype(np.int64)
 
 
@@ -95,7 +141,7 @@ def pack_padded_sequence(input: Tensor, lengths: Any, batch_first: bool = False,
     >>> packed.data.tolist(), packed.batch_sizes.tolist()
     ([1, 4, 2, 5, 3], [2, 2, 1])
     """
-    lengths = _host_ints(lengths, "pack_padded_sequence: lengths")
+    lengths = _host_ints(_whole_floats_as_ints(lengths), "pack_padded_sequence: lengths")
     batch_dim = 0 if batch_first else 1
     if input.ndim < 2 or lengths.shape[0] != input.shape[batch_dim]:
         raise ShapeError(

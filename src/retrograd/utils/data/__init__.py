@@ -8,6 +8,7 @@
 """
 
 from ...errors import guard_namespace as _guard_namespace
+from . import _utils as _utils  # torch's module path of collate (private, not in __all__)
 from . import dataloader, dataset, distributed, sampler
 from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from .dataset import (

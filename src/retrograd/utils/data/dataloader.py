@@ -47,41 +47,95 @@ from ...tensor.internal import checked_generator
 from .dataset import IterableDataset, sample_at
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
+__all__ = [
+    "DataLoader",
+    "WorkerInfo",
+    "collate",
+    "default_collate",
+    "default_collate_fn_map",
+    "default_convert",
+    "get_worker_info",
+]
 
 
-def default_collate(batch: list[Any]) -> Any:
-    """torch's ``default_collate``: tensors stacked along a new first dimension; NumPy arrays
-    and scalars as tensors (their dtype kept); Python floats as float64, ints and bools as
-    ``tensor(batch)`` reads them (int64, bool, or the default float dtype if a later sample
-    is a float, as torch's); strings kept as they come (the batch's list, a field's tuple);
-    dicts, named tuples and sequences collated field by field (a tuple gives a list, as
-    torch's)."""
+CollateFnMap = dict[type | tuple[type, ...], Callable[..., Any]]
+
+
+def collate_tensor_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """Tensors stacked along a new first dimension (each sample a tensor of one shape)."""
+    _check_samples_are(batch, Tensor, "Tensor")
+    shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
+    if len(shapes) > 1:
+        raise ShapeError(
+            f"default_collate: stack expects each tensor to be equal size, got "
+            f"{', '.join(shape_text(s) for s in sorted(shapes))}"
+        )
+    return stack(batch, 0)
+
+
+def collate_numpy_array_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """NumPy arrays as one tensor (their dtype kept); string and object arrays refused."""
     elem = batch[0]
-    if isinstance(elem, Tensor):
-        _check_samples_are(batch, Tensor, "Tensor")
-        shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
-        if len(shapes) > 1:
-            raise ShapeError(
-                f"default_collate: stack expects each tensor to be equal size, got "
-                f"{', '.join(shape_text(s) for s in sorted(shapes))}"
-            )
-        return stack(batch, 0)
-    if isinstance(elem, np.ndarray):
-        if elem.dtype.kind in "SUO":  # a TypeError, as torch's (DTypeError is one)
-            raise DTypeError(
-                f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
-                f"lists; found array of dtype {elem.dtype}"
-            )
-        return stack([as_tensor(b) for b in batch], 0)
-    if isinstance(elem, np.generic):
-        return tensor(np.asarray(batch))
-    if isinstance(elem, float):
-        return tensor(batch, dtype="float64")
-    if isinstance(elem, int):  # bools too: the dtype is read from every sample, as torch's
-        return tensor(batch)  # (an int first and a float later: floats, not truncated ints)
-    if isinstance(elem, str | bytes):
-        return batch
+    if elem.dtype.kind in "SUO":  # a TypeError, as torch's (DTypeError is one)
+        raise DTypeError(
+            f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
+            f"lists; found array of dtype {elem.dtype}"
+        )
+    return stack([as_tensor(b) for b in batch], 0)
+
+
+def collate_numpy_scalar_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """NumPy scalars as a tensor of their dtype."""
+    return tensor(np.asarray(batch))
+
+
+def collate_float_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """Python floats as float64, as torch's."""
+    return tensor(batch, dtype="float64")
+
+
+def collate_int_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """Python ints and bools as ``tensor(batch)`` reads them: int64, bool, or the default
+    float dtype if a later sample is a float (not truncated ints), as torch's."""
+    return tensor(batch)
+
+
+def collate_str_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """Strings (and bytes) kept: the batch's list."""
+    return batch
+
+
+# torch's registry of what default_collate does per sample type (exact type first, then the
+# first key the sample is an instance of, in this order): a program extends it, or collates
+# with a copy holding its own types, through collate(batch, collate_fn_map=...)
+default_collate_fn_map: CollateFnMap = {
+    Tensor: collate_tensor_fn,
+    np.ndarray: collate_numpy_array_fn,
+    (np.bool_, np.number, np.object_): collate_numpy_scalar_fn,  # not NumPy's strings
+    float: collate_float_fn,
+    int: collate_int_fn,
+    str: collate_str_fn,
+    bytes: collate_str_fn,
+}
+
+
+def collate(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
+    """torch's general ``collate``: the first sample's type picks a function of
+    ``collate_fn_map`` (its exact type, else the first key it is an instance of), called as
+    ``fn(batch, collate_fn_map=collate_fn_map)``; dicts, named tuples and sequences are
+    collated field by field through this same map (a tuple gives a list, as torch's); any
+    other sample is refused."""
+    elem = batch[0]
+    if collate_fn_map is not None:
+        if type(elem) in collate_fn_map:
+            return collate_fn_map[type(elem)](batch, collate_fn_map=collate_fn_map)
+        for kind in collate_fn_map:
+            if isinstance(elem, kind):
+                return collate_fn_map[kind](batch, collate_fn_map=collate_fn_map)
+
+    def fields(samples: Any) -> Any:
+        return collate(list(samples), collate_fn_map=collate_fn_map)
+
     if isinstance(elem, collections.abc.Mapping):
         for sample in batch:  # one sample without a key of the first: name both
             mapping = isinstance(sample, collections.abc.Mapping)
@@ -91,13 +145,10 @@ def default_collate(batch: list[Any]) -> Any:
                     f"default_collate: the samples of a batch differ: the first has keys "
                     f"{list(elem)}, another {other}"
                 )
-        return (
-            type(elem)({key: default_collate([d[key] for d in batch]) for key in elem})
-            if (isinstance(elem, dict))
-            else {key: default_collate([d[key] for d in batch]) for key in elem}
-        )
+        collated = {key: fields(d[key] for d in batch) for key in elem}
+        return type(elem)(collated) if isinstance(elem, dict) else collated
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
+        return type(elem)(*(fields(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         _check_samples_are(batch, collections.abc.Sequence, "sequence")
         size = len(elem)
@@ -106,7 +157,7 @@ def default_collate(batch: list[Any]) -> Any:
                 "default_collate: each element in list of batch should be of equal size"
             )
         # each field's samples as the tuple zip makes (torch's): strings stay a tuple
-        transposed = [default_collate(samples) for samples in zip(*batch)]
+        transposed = [collate(samples, collate_fn_map=collate_fn_map) for samples in zip(*batch)]
         if isinstance(elem, tuple):
             return transposed
         try:
@@ -117,6 +168,16 @@ def default_collate(batch: list[Any]) -> Any:
         f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
         f"found {type(elem).__name__}"
     )
+
+
+def default_collate(batch: list[Any]) -> Any:
+    """torch's ``default_collate``: :func:`collate` with :data:`default_collate_fn_map` —
+    tensors stacked along a new first dimension; NumPy arrays and scalars as tensors (their
+    dtype kept); Python floats as float64, ints and bools as ``tensor(batch)`` reads them
+    (int64, bool, or the default float dtype if a later sample is a float, as torch's);
+    strings kept as they come (the batch's list, a field's tuple); dicts, named tuples and
+    sequences collated field by field (a tuple gives a list, as torch's)."""
+    return collate(batch, collate_fn_map=default_collate_fn_map)
 
 
 def _check_samples_are(batch: list[Any], kind: type, name: str) -> None:
@@ -330,6 +391,12 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self._persistent: list[_Worker] | None = None
         self.generator = checked_generator("DataLoader", generator)
+        # kept as torch keeps them, for code that makes a loader like another one
+        # (DataLoader(dl.dataset, ..., prefetch_factor=dl.prefetch_factor, ...))
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = 2 if num_workers and prefetch_factor is None else prefetch_factor
+        self.pin_memory_device = pin_memory_device
+        self.in_order = in_order
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle not in (None, False):
@@ -385,6 +452,26 @@ class DataLoader:
                 default_collate if batch_size is not None or batch_sampler else (default_convert)
             )
         self.collate_fn = collate_fn
+        self._initialized = True
+
+    # what the batches were made from: torch refuses to change these afterwards (a new
+    # batch_size or sampler would be silently ignored: the batch sampler is already made)
+    _FIXED_AFTER_INIT = (
+        "batch_size",
+        "batch_sampler",
+        "sampler",
+        "drop_last",
+        "dataset",
+        "persistent_workers",
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._FIXED_AFTER_INIT and getattr(self, "_initialized", False):
+            raise InvalidArgumentError(
+                f"DataLoader: {name} attribute should not be set after DataLoader is "
+                f"initialized; make a new DataLoader with {name}={value!r}"
+            )
+        super().__setattr__(name, value)
 
     def __iter__(self) -> Iterator[Any]:
         """The batches, one per ``next()``. As torch's iterator, an error reading or collating
@@ -404,6 +491,7 @@ class DataLoader:
                 draw = self._stream_draw(iter(self.dataset))
                 return _Batches(lambda: collate(draw()), timeout)
             return _Batches(self._interleaved(workers), timeout)
+        length = self.__len__
         if self.batch_sampler is not None:
             batches = iter(self.batch_sampler)
 
@@ -432,7 +520,7 @@ class DataLoader:
                 return collate(self._sample(dataset, index))
 
         if not workers:
-            return _Batches(lambda: fetch(self.dataset, take()), timeout)
+            return _Batches(lambda: fetch(self.dataset, take()), timeout, length)
         turn = iter(range(2**63))
 
         def read() -> Any:
@@ -442,7 +530,7 @@ class DataLoader:
             worker = workers[next(turn) % len(workers)]
             return worker.run(fetch, worker.info.dataset, index)
 
-        return _Batches(read, timeout)
+        return _Batches(read, timeout, length)
 
     def _workers(self) -> list[_Worker]:
         """This epoch's emulated workers, each made and initialized (``worker_init_fn``) as
@@ -556,14 +644,29 @@ class _Batches:
     ``read`` raises ``StopIteration`` at the end; an error of one batch leaves the rest to
     come. With a ``timeout``, each batch is read in a daemon thread (in the caller's context
     variables) and waited for that long; one not ready stays pending for the next
-    ``next()``."""
+    ``next()``. Its ``len`` is its loader's, as torch's iterator's is (``length``; ``None``
+    over an iterable dataset, whose iterator torch gives no length)."""
 
-    def __init__(self, read: Callable[[], Any], timeout: float = 0) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Any],
+        timeout: float = 0,
+        length: Callable[[], int] | None = None,
+    ) -> None:
         self._read, self._timeout = read, timeout
+        self._length = length
         self._pending: _Reading | None = None
 
     def __iter__(self) -> _Batches:
         return self
+
+    def __len__(self) -> int:
+        if self._length is None:
+            raise DTypeError(
+                "len() of a DataLoader's iterator over an IterableDataset: its batches are "
+                "not counted in advance (torch's iterator has no len() there either)"
+            )
+        return self._length()
 
     def __next__(self) -> Any:
         if not self._timeout:

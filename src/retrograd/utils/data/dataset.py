@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -168,6 +169,26 @@ class ConcatDataset(Dataset):
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
 
+    @staticmethod
+    def cumsum(sequence: Sequence[Any]) -> list[int]:
+        """The running totals of the datasets' lengths (torch's: subclasses that change
+        ``datasets`` recompute ``cumulative_sizes`` with it)."""
+        totals, total = [], 0
+        for dataset in sequence:
+            total += len(dataset)
+            totals.append(total)
+        return totals
+
+    @property
+    def cummulative_sizes(self) -> list[int]:
+        """torch's misspelt, deprecated name of :attr:`cumulative_sizes`."""
+        warnings.warn(
+            "`cummulative_sizes` attribute is renamed to `cumulative_sizes`",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.cumulative_sizes
+
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise DTypeError(f"ConcatDataset: an index must be an int, got {index!r}")
@@ -218,6 +239,14 @@ class Subset(Dataset):
         if isinstance(index, list):
             return self.dataset[[self._index(i) for i in index]]
         return sample_at(self.dataset, self._index(index), "Subset: its indices hold")
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        """A batch's samples, as torch's: through the dataset's own ``__getitems__`` (its
+        batched reading) where it has one."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if callable(getitems):
+            return getitems([self._index(i) for i in indices])
+        return [self[i] for i in indices]
 
     def _index(self, index: Any) -> Any:
         """The dataset's index at ``index`` of this subset; past the end, named."""

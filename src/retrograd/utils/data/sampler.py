@@ -105,6 +105,7 @@ class WeightedRandomSampler(Sampler):
     def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
                  generator: Any = None) -> None:  # fmt: skip
         no_generator("WeightedRandomSampler", generator)
+        self.generator = None  # read by code that remakes samplers, as torch's attribute
         check_iterable("WeightedRandomSampler", weights, "weights")
         self.weights = tensor(list(weights), dtype="float64")
         if self.weights.ndim != 1:  # multinomial would draw one row of indices per row
