@@ -1,0 +1,799 @@
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
+"""Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_75.py`` (the
+harness: ``tests/real_ports.py``): geometric deep learning.
+
+- SchNet as PyTorch Geometric writes it (``torch_geometric/nn/models/schnet.py``: ``SchNet``,
+  ``RadiusInteractionGraph``, ``InteractionBlock``, ``CFConv``, ``GaussianSmearing``,
+  ``ShiftedSoftplus``), trained on energies and forces the way MD17 scripts do (``forces =
+  -torch.autograd.grad(energy, pos, grad_outputs=torch.ones_like(energy), create_graph=True)[0]``
+  inside the loss, so the step differentiates through the network's own input gradient):
+  ``nn.Embedding(100, hidden_channels, padding_idx=0)``, ``self.shift = torch.log(torch.tensor(
+  2.0)).item()`` and ``F.softplus(x) - self.shift``, ``self.coeff = -0.5 / (offset[1] - offset[0])
+  .item()**2`` over a ``linspace`` buffer, the cosine cutoff ``0.5 * (torch.cos(edge_weight * PI /
+  self.cutoff) + 1.0)``, ``(pos[row] - pos[col]).norm(dim=-1)``, ``bias.data.fill_(0)`` after
+  ``xavier_uniform_``, ``h * self.std + self.mean``, an ``atomref`` embedding filled by
+  ``weight.data.copy_(atomref)``, and the model's ``__repr__``. PyTorch Geometric is not
+  installed here: the pieces SchNet takes from it are written out as torch users write them
+  without it (``radius_graph`` by ``torch.cdist``, a same-molecule mask and ``fill_diagonal_``,
+  ``nonzero(as_tuple=True)``; ``MessagePassing.propagate`` with ``aggr='add'`` by
+  ``index_select`` of the sources and ``index_add_`` into the targets; the ``sum``/``mean``
+  readouts by ``scatter_add_`` of an expanded batch index and ``bincount``), and the molecules are
+  small random ones with a harmonic pair potential's energies and forces.
+- the CRF constituency parser of yzhangcs/parser (SuPar 1.0: ``supar/utils/fn.py``'s ``stripe``,
+  ``supar/utils/alg.py``'s ``cky``, ``supar/modules/treecrf.py``'s ``CRFConstituency``,
+  ``supar/modules/affine.py``'s ``Biaffine``, ``mlp.py``'s ``MLP``, ``CRFConstituencyModel``'s
+  forward, loss and decode, and the parser's training step), words only and small: the inside
+  algorithm writing each span width into ``s.diagonal(w).copy_(...)`` of a ``torch.full_like(
+  scores, float('-inf'))`` chart, read back through ``stripe``'s ``x.as_strided(size=, stride=,
+  storage_offset=)`` computed from ``x.stride()`` and ``x[0, 0].numel()``, the hook
+  ``s_s.register_hook(lambda x: x.masked_fill_(torch.isnan(x), 0))`` on every width's scores,
+  ``s_s.logsumexp(-1)``, ``s[0].gather(0, lens.unsqueeze(0)).sum()``, ``@torch.enable_grad()`` on
+  ``forward`` with ``scores.requires_grad_()`` and the marginals by ``autograd.grad(logZ, scores,
+  retain_graph=training)`` (also in the evaluation under ``torch.no_grad()``), the gold score by
+  ``scores[mask & target].sum()``, CKY by ``s_s.max(-1)`` with backpointers written into
+  ``p.diagonal(w).copy_(p_s + starts + 1)`` and a recursive ``backtrack`` over ``tolist()``s,
+  ``torch.einsum('bxi,oij,byj->boxy', ...)`` with a zero-initialized weight, the fencepost
+  ``torch.cat((x_f[:, :-1], x_b[:, 1:]), -1)`` of ``x.chunk(2, -1)``, span masks by
+  ``(mask.unsqueeze(1) & mask.unsqueeze(2)).triu_(1)``, ``s_label[span_mask]``, Adam with
+  ``betas=(.9, .9)`` and ``eps=1e-12``, ``ExponentialLR`` and ``clip_grad_norm_``; MBR and Viterbi
+  decoding.
+
+The defect found: ``Tensor.register_hook`` was refused (by design: gradients are values, returned
+by ``backward()``), so SuPar's tree CRF could not run. Tensor hooks now exist, as torch's: the
+hook gets the tensor's summed gradient once backward has it and what it returns (or the gradient
+it changed in place) flows on in its place; on a leaf it is the gradient ``backward()`` returns,
+and it stays with a parameter through in-place updates (an optimizer's step); a retained gradient
+is the hooked one, a non-leaf input of ``autograd.grad`` the one before the hooks; under
+``create_graph`` the hook runs recorded; a data-parallel parameter's hook runs before its
+all-reduce. The checks: ``tests/test_real_ports_75_regressions.py``.
+
+The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
+...)``, ``optimizer.step(grads)``) and the ``import`` lines naming ``torch``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
+
+SCHNET_SOURCE = """
+from math import pi as PI
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Embedding, Linear, ModuleList, Sequential
+
+
+# -- what SchNet takes from torch_geometric / torch_cluster, written out -------------------------
+def radius_graph(pos, r, batch=None, loop=False, max_num_neighbors=32):
+    if batch is None:
+        batch = pos.new_zeros(pos.size(0), dtype=torch.long)
+    dist = torch.cdist(pos, pos)
+    adj = (dist <= r) & (batch.view(-1, 1) == batch.view(1, -1))
+    if not loop:
+        adj.fill_diagonal_(False)
+    target, source = adj.nonzero(as_tuple=True)
+    # flow='source_to_target': edge_index[0] holds the neighbours, edge_index[1] the centres
+    return torch.stack([source, target], dim=0)
+
+
+class MessagePassing(torch.nn.Module):
+    def __init__(self, aggr='add'):
+        super().__init__()
+        self.aggr = aggr
+
+    def propagate(self, edge_index, x, **kwargs):
+        x_j = x.index_select(0, edge_index[0])
+        out = self.message(x_j, **kwargs)
+        return x.new_zeros(x.size(0), out.size(-1)).index_add_(0, edge_index[1], out)
+
+
+def scatter(src, index, dim=0, reduce='sum'):
+    size = int(index.max()) + 1
+    index = index.view(-1, 1).expand_as(src)
+    out = src.new_zeros(size, src.size(-1)).scatter_add_(dim, index, src)
+    if reduce == 'mean':
+        count = torch.bincount(index[:, 0], minlength=size).clamp(min=1)
+        out = out / count.view(-1, 1).to(out.dtype)
+    return out
+
+
+class SumAggregation(torch.nn.Module):
+    def forward(self, x, index, dim=0):
+        return scatter(x, index, dim=dim, reduce='sum')
+
+
+class MeanAggregation(torch.nn.Module):
+    def forward(self, x, index, dim=0):
+        return scatter(x, index, dim=dim, reduce='mean')
+
+
+def aggregation_resolver(name):
+    return {'add': SumAggregation, 'sum': SumAggregation, 'mean': MeanAggregation}[name]()
+
+
+# -- torch_geometric/nn/models/schnet.py -------------------------------------------------------------
+class SchNet(torch.nn.Module):
+    r\"\"\"The continuous-filter convolutional neural network SchNet.\"\"\"
+
+    def __init__(
+        self,
+        hidden_channels: int = 128,
+        num_filters: int = 128,
+        num_interactions: int = 6,
+        num_gaussians: int = 50,
+        cutoff: float = 10.0,
+        interaction_graph=None,
+        max_num_neighbors: int = 32,
+        readout: str = 'add',
+        dipole: bool = False,
+        mean: Optional[float] = None,
+        std: Optional[float] = None,
+        atomref: Optional[Tensor] = None,
+    ):
+        super().__init__()
+
+        self.hidden_channels = hidden_channels
+        self.num_filters = num_filters
+        self.num_interactions = num_interactions
+        self.num_gaussians = num_gaussians
+        self.cutoff = cutoff
+        self.dipole = dipole
+        self.sum_aggr = SumAggregation()
+        self.readout = aggregation_resolver('sum' if self.dipole else readout)
+        self.mean = mean
+        self.std = std
+        self.scale = None
+
+        self.embedding = Embedding(100, hidden_channels, padding_idx=0)
+
+        if interaction_graph is not None:
+            self.interaction_graph = interaction_graph
+        else:
+            self.interaction_graph = RadiusInteractionGraph(
+                cutoff, max_num_neighbors)
+
+        self.distance_expansion = GaussianSmearing(0.0, cutoff, num_gaussians)
+
+        self.interactions = ModuleList()
+        for _ in range(num_interactions):
+            block = InteractionBlock(hidden_channels, num_gaussians,
+                                     num_filters, cutoff)
+            self.interactions.append(block)
+
+        self.lin1 = Linear(hidden_channels, hidden_channels // 2)
+        self.act = ShiftedSoftplus()
+        self.lin2 = Linear(hidden_channels // 2, 1)
+
+        self.register_buffer('initial_atomref', atomref)
+        self.atomref = None
+        if atomref is not None:
+            self.atomref = Embedding(100, 1)
+            self.atomref.weight.data.copy_(atomref)
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.embedding.reset_parameters()
+        for interaction in self.interactions:
+            interaction.reset_parameters()
+        torch.nn.init.xavier_uniform_(self.lin1.weight)
+        self.lin1.bias.data.fill_(0)
+        torch.nn.init.xavier_uniform_(self.lin2.weight)
+        self.lin2.bias.data.fill_(0)
+        if self.atomref is not None:
+            self.atomref.weight.data.copy_(self.initial_atomref)
+
+    def forward(self, z: Tensor, pos: Tensor,
+                batch: Optional[Tensor] = None) -> Tensor:
+        batch = torch.zeros_like(z) if batch is None else batch
+
+        h = self.embedding(z)
+        edge_index, edge_weight = self.interaction_graph(pos, batch)
+        edge_attr = self.distance_expansion(edge_weight)
+
+        for interaction in self.interactions:
+            h = h + interaction(h, edge_index, edge_weight, edge_attr)
+
+        h = self.lin1(h)
+        h = self.act(h)
+        h = self.lin2(h)
+
+        if not self.dipole and self.mean is not None and self.std is not None:
+            h = h * self.std + self.mean
+
+        if not self.dipole and self.atomref is not None:
+            h = h + self.atomref(z)
+
+        out = self.readout(h, batch, dim=0)
+
+        if self.scale is not None:
+            out = self.scale * out
+
+        return out
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}('
+                f'hidden_channels={self.hidden_channels}, '
+                f'num_filters={self.num_filters}, '
+                f'num_interactions={self.num_interactions}, '
+                f'num_gaussians={self.num_gaussians}, '
+                f'cutoff={self.cutoff})')
+
+
+class RadiusInteractionGraph(torch.nn.Module):
+    def __init__(self, cutoff: float = 10.0, max_num_neighbors: int = 32):
+        super().__init__()
+        self.cutoff = cutoff
+        self.max_num_neighbors = max_num_neighbors
+
+    def forward(self, pos: Tensor, batch: Tensor) -> Tuple[Tensor, Tensor]:
+        edge_index = radius_graph(pos, r=self.cutoff, batch=batch,
+                                  max_num_neighbors=self.max_num_neighbors)
+        row, col = edge_index
+        edge_weight = (pos[row] - pos[col]).norm(dim=-1)
+        return edge_index, edge_weight
+
+
+class InteractionBlock(torch.nn.Module):
+    def __init__(self, hidden_channels: int, num_gaussians: int,
+                 num_filters: int, cutoff: float):
+        super().__init__()
+        self.mlp = Sequential(
+            Linear(num_gaussians, num_filters),
+            ShiftedSoftplus(),
+            Linear(num_filters, num_filters),
+        )
+        self.conv = CFConv(hidden_channels, hidden_channels, num_filters,
+                           self.mlp, cutoff)
+        self.act = ShiftedSoftplus()
+        self.lin = Linear(hidden_channels, hidden_channels)
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.xavier_uniform_(self.mlp[0].weight)
+        self.mlp[0].bias.data.fill_(0)
+        torch.nn.init.xavier_uniform_(self.mlp[2].weight)
+        self.mlp[2].bias.data.fill_(0)
+        self.conv.reset_parameters()
+        torch.nn.init.xavier_uniform_(self.lin.weight)
+        self.lin.bias.data.fill_(0)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor,
+                edge_attr: Tensor) -> Tensor:
+        x = self.conv(x, edge_index, edge_weight, edge_attr)
+        x = self.act(x)
+        x = self.lin(x)
+        return x
+
+
+class CFConv(MessagePassing):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        num_filters: int,
+        nn: Sequential,
+        cutoff: float,
+    ):
+        super().__init__(aggr='add')
+        self.lin1 = Linear(in_channels, num_filters, bias=False)
+        self.lin2 = Linear(num_filters, out_channels)
+        self.nn = nn
+        self.cutoff = cutoff
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.xavier_uniform_(self.lin1.weight)
+        torch.nn.init.xavier_uniform_(self.lin2.weight)
+        self.lin2.bias.data.fill_(0)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor,
+                edge_attr: Tensor) -> Tensor:
+        C = 0.5 * (torch.cos(edge_weight * PI / self.cutoff) + 1.0)
+        W = self.nn(edge_attr) * C.view(-1, 1)
+
+        x = self.lin1(x)
+        x = self.propagate(edge_index, x=x, W=W)
+        x = self.lin2(x)
+        return x
+
+    def message(self, x_j: Tensor, W: Tensor) -> Tensor:
+        return x_j * W
+
+
+class GaussianSmearing(torch.nn.Module):
+    def __init__(
+        self,
+        start: float = 0.0,
+        stop: float = 5.0,
+        num_gaussians: int = 50,
+    ):
+        super().__init__()
+        offset = torch.linspace(start, stop, num_gaussians)
+        self.coeff = -0.5 / (offset[1] - offset[0]).item()**2
+        self.register_buffer('offset', offset)
+
+    def forward(self, dist: Tensor) -> Tensor:
+        dist = dist.view(-1, 1) - self.offset.view(1, -1)
+        return torch.exp(self.coeff * torch.pow(dist, 2))
+
+
+class ShiftedSoftplus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shift = torch.log(torch.tensor(2.0)).item()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softplus(x) - self.shift
+
+
+# -- an MD17-style training loop on energies and forces ---------------------------------------------
+atomref = torch.zeros(100, 1)
+atomref[1], atomref[6], atomref[8] = -0.5, -38.0, -75.0
+model = SchNet(hidden_channels=8, num_filters=8, num_interactions=2, num_gaussians=6,
+               cutoff=2.5, readout=readout, mean=0.1, std=2.0, atomref=atomref if use_atomref else None)
+initialize(model)
+print(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+rho = 10.0  # the forces' weight in the loss
+
+for epoch in range(2):
+    model.train()
+    for data in loader:
+        optimizer.zero_grad()
+        pos = data.pos.requires_grad_(True)
+        energy = model(data.z, pos, data.batch)
+        forces = -torch.autograd.grad(energy, pos, grad_outputs=torch.ones_like(energy), create_graph=True)[0]
+        loss = F.mse_loss(energy.view(-1), data.energy) + rho * F.mse_loss(forces, data.force)
+        loss.backward()
+        optimizer.step()
+        record.append(loss.item())
+    record.append(params_of(model))
+
+model.eval()
+for data in loader:
+    pos = data.pos.clone().requires_grad_(True)
+    energy = model(data.z, pos, data.batch)
+    forces = -torch.autograd.grad(energy.sum(), pos)[0]
+    record.append(energy.detach().numpy().copy())
+    record.append(forces.numpy().copy())
+with torch.no_grad():
+    record.append(model(data.z[data.batch == 0], data.pos[data.batch == 0]).numpy().copy())
+"""
+
+SCHNET_STEPS = [
+    (
+        "import torch\nimport torch.nn.functional as F\nfrom torch import Tensor\n",
+        "import retrograd as torch\nimport retrograd.nn.functional as F\nfrom retrograd import Tensor\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
+    ),
+]
+
+
+def molecules(seed: int, lib, n_batches: int = 2) -> list:
+    """Batches of three small molecules (PyTorch Geometric's ``Batch``: ``z``, ``pos``, ``batch``
+    and the targets), their energies and forces from a harmonic pair potential written by hand:
+    ``E = sum over pairs (d - 1.2)^2 / 2`` within each molecule, ``F = -dE/dpos``."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(n_batches):
+        sizes = [3, 4, 3]
+        z = rng.choice([1, 6, 8], sum(sizes))
+        pos = rng.normal(scale=0.8, size=(sum(sizes), 3))
+        batch = np.repeat(np.arange(len(sizes)), sizes)
+        energy = np.zeros(len(sizes))
+        force = np.zeros_like(pos)
+        for i in range(len(z)):
+            for j in range(i + 1, len(z)):
+                if batch[i] != batch[j]:
+                    continue
+                diff = pos[i] - pos[j]
+                d = np.linalg.norm(diff)
+                energy[batch[i]] += 0.5 * (d - 1.2) ** 2
+                force[i] -= (d - 1.2) * diff / d
+                force[j] += (d - 1.2) * diff / d
+        batches.append(
+            type(
+                "Batch",
+                (),
+                {
+                    "z": lib.tensor(z, dtype=lib.long),
+                    "pos": lib.tensor(pos, dtype=lib.float32),
+                    "batch": lib.tensor(batch, dtype=lib.long),
+                    "energy": lib.tensor(energy, dtype=lib.float32),
+                    "force": lib.tensor(force, dtype=lib.float32),
+                },
+            )
+        )
+    return batches
+
+
+@pytest.mark.parametrize(
+    "readout, use_atomref", [("add", True), ("mean", False)], ids=["add-atomref", "mean"]
+)
+def test_schnet_trained_on_energies_and_forces_as_torch(capsys, readout, use_atomref):
+    records, logs = runs_with_draws(
+        SCHNET_SOURCE,
+        SCHNET_STEPS,
+        capsys,
+        seed=7601,
+        initialize=initializer(),
+        params_of=params_of,
+        make_loader=lambda lib: molecules(7602, lib),
+        readout=readout,
+        use_atomref=use_atomref,
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0] == logs[1]
+    assert logs[0].startswith("SchNet(hidden_channels=8, num_filters=8, num_interactions=2")
+    assert theirs[3] < theirs[0]
+    assert_records_agree(ours, theirs, rtol=5e-5, atol=5e-6)
+
+
+# -- SuPar's CRF constituency parser ---------------------------------------------------------------
+SUPAR_SOURCE = """
+import torch
+import torch.autograd as autograd
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+# -- supar/utils/fn.py ---------------------------------------------------------------------------
+def stripe(x, n, w, offset=(0, 0), dim=1):
+    r'''
+    Returns a diagonal stripe of the tensor.
+
+    Examples:
+        >>> x = torch.arange(25).view(5, 5)
+        >>> stripe(x, 2, 3, (1, 1))
+        tensor([[ 6,  7,  8],
+                [12, 13, 14]])
+        >>> stripe(x, 2, 3, dim=0)
+        tensor([[ 0,  5, 10],
+                [ 6, 11, 16]])
+    '''
+
+    x, seq_len = x.contiguous(), x.size(1)
+    stride, numel = list(x.stride()), x[0, 0].numel()
+    stride[0] = (seq_len + 1) * numel
+    stride[1] = (1 if dim == 1 else seq_len) * numel
+    return x.as_strided(size=(n, w, *x.shape[2:]),
+                        stride=stride,
+                        storage_offset=(offset[0]*seq_len+offset[1])*numel)
+
+
+# -- supar/utils/alg.py --------------------------------------------------------------------------
+def cky(scores, mask):
+    lens = mask[:, 0].sum(-1)
+    scores = scores.permute(1, 2, 0)
+    seq_len, seq_len, batch_size = scores.shape
+    s = scores.new_zeros(seq_len, seq_len, batch_size)
+    p = scores.new_zeros(seq_len, seq_len, batch_size).long()
+
+    for w in range(1, seq_len):
+        n = seq_len - w
+        starts = p.new_tensor(range(n)).unsqueeze(0)
+
+        if w == 1:
+            s.diagonal(w).copy_(scores.diagonal(w))
+            continue
+        # [n, w, batch_size]
+        s_s = stripe(s, n, w-1, (0, 1)) + stripe(s, n, w-1, (1, w), 0)
+        # [batch_size, n, w]
+        s_s = s_s.permute(2, 0, 1)
+        # [batch_size, n]
+        s_s, p_s = s_s.max(-1)
+        s.diagonal(w).copy_(s_s + scores.diagonal(w))
+        p.diagonal(w).copy_(p_s + starts + 1)
+
+    def backtrack(p, i, j):
+        if j == i + 1:
+            return [(i, j)]
+        split = p[i][j]
+        ltree = backtrack(p, i, split)
+        rtree = backtrack(p, split, j)
+        return [(i, j)] + ltree + rtree
+
+    p = p.permute(2, 0, 1).tolist()
+    trees = [backtrack(p[i], 0, length) for i, length in enumerate(lens.tolist())]
+
+    return trees
+
+
+# -- supar/modules/treecrf.py --------------------------------------------------------------------
+class CRFConstituency(nn.Module):
+    r'''
+    TreeCRF for calculating partition functions and marginals in O(n^3) for constituency trees.
+    '''
+
+    @torch.enable_grad()
+    def forward(self, scores, mask, target=None, mbr=False):
+        lens = mask[:, 0].sum(-1)
+        total = lens.sum()
+        batch_size, seq_len, _ = scores.shape
+        # always enable the gradient computation of scores in order for the computation of marginals
+        training = scores.requires_grad
+        logZ = self.inside(scores.requires_grad_(), mask)
+        # marginals are used for decoding, and can be computed by combining the inside pass and autograd mechanism
+        probs = scores
+        if mbr:
+            probs, = autograd.grad(logZ, scores, retain_graph=training)
+        if target is None:
+            return probs
+        loss = (logZ - scores[mask & target].sum()) / total
+
+        return loss, probs
+
+    def inside(self, scores, mask):
+        lens = mask[:, 0].sum(-1)
+        batch_size, seq_len, _ = scores.shape
+        # [seq_len, seq_len, batch_size]
+        scores, mask = scores.permute(1, 2, 0), mask.permute(1, 2, 0)
+        s = torch.full_like(scores, float('-inf'))
+
+        for w in range(1, seq_len):
+            # n denotes the number of spans to iterate,
+            # from span (0, w) to span (n, n+w) given width w
+            n = seq_len - w
+
+            if w == 1:
+                s.diagonal(w).copy_(scores.diagonal(w))
+                continue
+            # [n, w, batch_size]
+            s_s = stripe(s, n, w-1, (0, 1)) + stripe(s, n, w-1, (1, w), 0)
+            # [batch_size, n, w]
+            s_s = s_s.permute(2, 0, 1)
+            if s_s.requires_grad:
+                s_s.register_hook(lambda x: x.masked_fill_(torch.isnan(x), 0))
+            s_s = s_s.logsumexp(-1)
+            s.diagonal(w).copy_(s_s + scores.diagonal(w))
+
+        return s[0].gather(0, lens.unsqueeze(0)).sum()
+
+
+# -- supar/modules/affine.py, mlp.py -------------------------------------------------------------
+class Biaffine(nn.Module):
+    def __init__(self, n_in, n_out=1, bias_x=True, bias_y=True):
+        super().__init__()
+
+        self.n_in = n_in
+        self.n_out = n_out
+        self.bias_x = bias_x
+        self.bias_y = bias_y
+        self.weight = nn.Parameter(torch.Tensor(n_out, n_in+bias_x, n_in+bias_y))
+
+        self.reset_parameters()
+
+    def __repr__(self):
+        s = f"n_in={self.n_in}, n_out={self.n_out}"
+        if self.bias_x:
+            s += f", bias_x={self.bias_x}"
+        if self.bias_y:
+            s += f", bias_y={self.bias_y}"
+
+        return f"{self.__class__.__name__}({s})"
+
+    def reset_parameters(self):
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x, y):
+        if self.bias_x:
+            x = torch.cat((x, torch.ones_like(x[..., :1])), -1)
+        if self.bias_y:
+            y = torch.cat((y, torch.ones_like(y[..., :1])), -1)
+        # [batch_size, n_out, seq_len, seq_len]
+        s = torch.einsum('bxi,oij,byj->boxy', x, self.weight, y)
+        # remove dim 1 if n_out == 1
+        s = s.squeeze(1)
+
+        return s
+
+
+class MLP(nn.Module):
+    def __init__(self, n_in, n_out, dropout=0):
+        super().__init__()
+
+        self.n_in = n_in
+        self.n_out = n_out
+        self.linear = nn.Linear(n_in, n_out)
+        self.activation = nn.LeakyReLU(negative_slope=0.1)
+        self.dropout = nn.Dropout(dropout)
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.orthogonal_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x):
+        x = self.linear(x)
+        x = self.activation(x)
+        x = self.dropout(x)
+
+        return x
+
+
+# -- supar/models/con.py (CRFConstituencyModel), words only --------------------------------------
+class CRFConstituencyModel(nn.Module):
+    def __init__(self, n_words, n_labels, n_embed=8, n_lstm_hidden=6, n_mlp_span=5, n_mlp_label=4,
+                 pad_index=0, unk_index=1):
+        super().__init__()
+
+        self.word_embed = nn.Embedding(num_embeddings=n_words, embedding_dim=n_embed)
+        self.embed_dropout = nn.Dropout(p=0)
+        self.lstm = nn.LSTM(input_size=n_embed, hidden_size=n_lstm_hidden, num_layers=1,
+                            batch_first=True, bidirectional=True)
+        self.lstm_dropout = nn.Dropout(p=0)
+
+        self.mlp_span_l = MLP(n_in=n_lstm_hidden*2, n_out=n_mlp_span)
+        self.mlp_span_r = MLP(n_in=n_lstm_hidden*2, n_out=n_mlp_span)
+        self.mlp_label_l = MLP(n_in=n_lstm_hidden*2, n_out=n_mlp_label)
+        self.mlp_label_r = MLP(n_in=n_lstm_hidden*2, n_out=n_mlp_label)
+
+        self.span_attn = Biaffine(n_in=n_mlp_span, bias_x=True, bias_y=False)
+        self.label_attn = Biaffine(n_in=n_mlp_label, n_out=n_labels, bias_x=True, bias_y=True)
+        self.crf = CRFConstituency()
+        self.criterion = nn.CrossEntropyLoss()
+        self.pad_index = pad_index
+        self.unk_index = unk_index
+
+    def forward(self, words):
+        batch_size, seq_len = words.shape
+        # get the mask and lengths of given batch
+        mask = words.ne(self.pad_index)
+        embed = self.embed_dropout(self.word_embed(words))
+
+        x = pack_padded_sequence(embed, mask.sum(1), True, False)
+        x, _ = self.lstm(x)
+        x, _ = pad_packed_sequence(x, True, total_length=seq_len)
+        x = self.lstm_dropout(x)
+
+        x_f, x_b = x.chunk(2, -1)
+        x = torch.cat((x_f[:, :-1], x_b[:, 1:]), -1)
+        # apply MLPs to the BiLSTM output states
+        span_l = self.mlp_span_l(x)
+        span_r = self.mlp_span_r(x)
+        label_l = self.mlp_label_l(x)
+        label_r = self.mlp_label_r(x)
+
+        # [batch_size, seq_len, seq_len]
+        s_span = self.span_attn(span_l, span_r)
+        # [batch_size, seq_len, seq_len, n_labels]
+        s_label = self.label_attn(label_l, label_r).permute(0, 2, 3, 1)
+
+        return s_span, s_label
+
+    def loss(self, s_span, s_label, charts, mask, mbr=True):
+        span_mask = charts.ge(0) & mask
+        span_loss, span_probs = self.crf(s_span, mask, span_mask, mbr)
+        label_loss = self.criterion(s_label[span_mask], charts[span_mask])
+        loss = span_loss + label_loss
+
+        return loss, span_probs
+
+    def decode(self, s_span, s_label, mask):
+        span_preds = cky(s_span, mask)
+        label_preds = s_label.argmax(-1).tolist()
+        return [[(i, j, labels[i][j]) for i, j in spans] for spans, labels in zip(span_preds, label_preds)]
+
+
+# -- supar/parsers/con.py (CRFConstituencyParser._train and _evaluate) ---------------------------
+model = CRFConstituencyModel(n_words=n_words, n_labels=n_labels)
+initialize(model)
+print(model.span_attn, model.label_attn)
+optimizer = torch.optim.Adam(model.parameters(), lr=2e-2, betas=(.9, .9), eps=1e-12)
+scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, .75**(1/5000))
+
+for epoch in range(3):
+    model.train()
+    for words, charts in loader:
+        optimizer.zero_grad()
+
+        batch_size, seq_len = words.shape
+        lens = words.ne(0).sum(1) - 1
+        mask = lens.new_tensor(range(seq_len - 1)) < lens.view(-1, 1, 1)
+        mask = mask & mask.new_ones(seq_len-1, seq_len-1).triu_(1)
+        s_span, s_label = model(words)
+        loss, _ = model.loss(s_span, s_label, charts, mask, mbr)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+        scheduler.step()
+        record.append(loss.item())
+    record.append(params_of(model))
+
+model.eval()
+with torch.no_grad():
+    for words, charts in loader:
+        mask = words.ne(0)[:, 1:]
+        mask = (mask.unsqueeze(1) & mask.unsqueeze(2)).triu_(1)
+        s_span, s_label = model(words)
+        loss, s_span = model.loss(s_span, s_label, charts, mask, mbr)
+        chart_preds = model.decode(s_span, s_label, mask)
+        record.append(loss.item())
+        record.append(s_span.numpy().copy())
+        record.append(chart_preds)
+"""
+
+SUPAR_STEPS = [
+    (
+        "import torch\nimport torch.autograd as autograd\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.autograd as autograd\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "        loss.backward()\n        nn.utils.clip_grad_norm_(model.parameters(), 5.0)\n        optimizer.step()",
+        "        grads = loss.backward()\n        nn.utils.clip_grad_norm_(grads, model.parameters(), 5.0)\n        optimizer.step(grads)",
+    ),
+]
+
+
+def treebank(seed: int, lib, n_labels: int) -> list:
+    """Two batches of sentences (``<bos> w1 ... wn <eos>``, padded by 0) with random binary trees
+    as SuPar's charts: ``charts[b, i, j]`` the label of the gold span (i, j) over fenceposts, -1
+    where there is none."""
+    rng = np.random.default_rng(seed)
+
+    def spans(i, j):
+        if j == i + 1:
+            return [(i, j)]
+        split = int(rng.integers(i + 1, j))
+        return [(i, j)] + spans(i, split) + spans(split, j)
+
+    batches = []
+    for lengths in ([4, 2, 3], [3, 5, 2]):
+        seq_len = max(lengths) + 2
+        words = np.zeros((len(lengths), seq_len), np.int64)
+        charts = -np.ones((len(lengths), seq_len - 1, seq_len - 1), np.int64)
+        for b, n in enumerate(lengths):
+            words[b, : n + 2] = [2, *rng.integers(4, 10, n), 3]
+            for i, j in spans(0, n):
+                charts[b, i, j] = (words[b, i + 1] + j - i) % n_labels
+        batches.append((lib.tensor(words), lib.tensor(charts)))
+    return batches
+
+
+@pytest.mark.parametrize("mbr", [True, False], ids=["mbr", "viterbi"])
+def test_supar_crf_constituency_parser_trains_and_parses_as_torch(capsys, mbr):
+    records, logs = runs_with_draws(
+        SUPAR_SOURCE,
+        SUPAR_STEPS,
+        capsys,
+        seed=7611,
+        initialize=initializer(),
+        params_of=params_of,
+        make_loader=lambda lib: treebank(7612, lib, n_labels=3),
+        n_words=10,
+        n_labels=3,
+        mbr=mbr,
+    )
+    ours, theirs = records[1], records[0]
+    assert logs[0] == logs[1]
+    assert (
+        logs[0]
+        == "Biaffine(n_in=5, n_out=1, bias_x=True) Biaffine(n_in=4, n_out=3, bias_x=True, bias_y=True)\n"
+    )
+    assert theirs[6] < theirs[0]
+    assert_records_agree(ours, theirs, rtol=5e-5, atol=5e-6)
