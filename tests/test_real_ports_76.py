@@ -37,6 +37,20 @@ harness: ``tests/real_ports.py``): geometric deep learning.
   ``(mask.unsqueeze(1) & mask.unsqueeze(2)).triu_(1)``, ``s_label[span_mask]``, Adam with
   ``betas=(.9, .9)`` and ``eps=1e-12``, ``ExponentialLR`` and ``clip_grad_norm_``; MBR and Viterbi
   decoding.
+- DGCNN as WangYueFt/dgcnn writes it (``pytorch/model.py``'s ``knn``, ``get_graph_feature`` and
+  ``DGCNN``, ``util.py``'s ``cal_loss`` and ``IOStream``, ``main.py``'s ``train``), narrower (the
+  widths it hard-codes made 8 to 16, 12-point clouds, ``k=4``): the neighbours by
+  ``(-xx - inner - xx.transpose(2, 1)).topk(k=k, dim=-1)[1]``, ``idx_base = torch.arange(0,
+  batch_size, device=device).view(-1, 1, 1)*num_points``, ``x.view(batch_size*num_points,
+  -1)[idx, :]``, ``torch.cat((feature-x, x), dim=3).permute(0, 3, 1, 2).contiguous()``,
+  ``Conv2d`` of kernel 1 with ``BatchNorm2d`` and ``LeakyReLU(negative_slope=0.2)`` pooled by
+  ``x.max(dim=-1, keepdim=False)[0]``, ``F.adaptive_max_pool1d``/``adaptive_avg_pool1d(x, 1)
+  .view(batch_size, -1)``, the smoothed loss by ``torch.zeros_like(pred).scatter(1, gold.view(-1,
+  1), 1)``, SGD at ``lr*100`` with momentum and ``weight_decay=1e-4`` under
+  ``CosineAnnealingLR(opt, args.epochs, eta_min=args.lr)`` stepped before the optimizer (torch's
+  warning), ``label.squeeze()``, ``np.concatenate`` of the predictions, the ``'%.6f'`` log, and
+  the best state kept on ``test_acc >= best_test_acc``. scikit-learn's ``metrics`` are written
+  out by the test; dropout is 0 (the masks are each library's own draws).
 
 The defect found: ``Tensor.register_hook`` was refused (by design: gradients are values, returned
 by ``backward()``), so SuPar's tree CRF could not run. Tensor hooks now exist, as torch's: the
@@ -54,6 +68,7 @@ The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_
 from __future__ import annotations
 
 import random
+import types
 
 import numpy as np
 import pytest
@@ -797,3 +812,307 @@ def test_supar_crf_constituency_parser_trains_and_parses_as_torch(capsys, mbr):
     )
     assert theirs[6] < theirs[0]
     assert_records_agree(ours, theirs, rtol=5e-5, atol=5e-6)
+
+
+# -- DGCNN ----------------------------------------------------------------------------------------
+DGCNN_SOURCE = """
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import CosineAnnealingLR
+
+
+# -- model.py -------------------------------------------------------------------------------------
+def knn(x, k):
+    inner = -2*torch.matmul(x.transpose(2, 1), x)
+    xx = torch.sum(x**2, dim=1, keepdim=True)
+    pairwise_distance = -xx - inner - xx.transpose(2, 1)
+
+    idx = pairwise_distance.topk(k=k, dim=-1)[1]   # (batch_size, num_points, k)
+    return idx
+
+
+def get_graph_feature(x, k=20, idx=None):
+    batch_size = x.size(0)
+    num_points = x.size(2)
+    x = x.view(batch_size, -1, num_points)
+    if idx is None:
+        idx = knn(x, k=k)   # (batch_size, num_points, k)
+    device = torch.device('cpu')
+
+    idx_base = torch.arange(0, batch_size, device=device).view(-1, 1, 1)*num_points
+
+    idx = idx + idx_base
+
+    idx = idx.view(-1)
+
+    _, num_dims, _ = x.size()
+
+    x = x.transpose(2, 1).contiguous()   # (batch_size, num_points, num_dims)  -> (batch_size*num_points, num_dims) #   batch_size * num_points * k + range(0, batch_size*num_points)
+    feature = x.view(batch_size*num_points, -1)[idx, :]
+    feature = feature.view(batch_size, num_points, k, num_dims)
+    x = x.view(batch_size, num_points, 1, num_dims).repeat(1, 1, k, 1)
+
+    feature = torch.cat((feature-x, x), dim=3).permute(0, 3, 1, 2).contiguous()
+
+    return feature
+
+
+class DGCNN(nn.Module):
+    def __init__(self, args, output_channels=40):
+        super(DGCNN, self).__init__()
+        self.args = args
+        self.k = args.k
+
+        self.bn1 = nn.BatchNorm2d(8)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.bn3 = nn.BatchNorm2d(16)
+        self.bn4 = nn.BatchNorm2d(16)
+        self.bn5 = nn.BatchNorm1d(args.emb_dims)
+
+        self.conv1 = nn.Sequential(nn.Conv2d(6, 8, kernel_size=1, bias=False),
+                                   self.bn1,
+                                   nn.LeakyReLU(negative_slope=0.2))
+        self.conv2 = nn.Sequential(nn.Conv2d(8*2, 8, kernel_size=1, bias=False),
+                                   self.bn2,
+                                   nn.LeakyReLU(negative_slope=0.2))
+        self.conv3 = nn.Sequential(nn.Conv2d(8*2, 16, kernel_size=1, bias=False),
+                                   self.bn3,
+                                   nn.LeakyReLU(negative_slope=0.2))
+        self.conv4 = nn.Sequential(nn.Conv2d(16*2, 16, kernel_size=1, bias=False),
+                                   self.bn4,
+                                   nn.LeakyReLU(negative_slope=0.2))
+        self.conv5 = nn.Sequential(nn.Conv1d(48, args.emb_dims, kernel_size=1, bias=False),
+                                   self.bn5,
+                                   nn.LeakyReLU(negative_slope=0.2))
+        self.linear1 = nn.Linear(args.emb_dims*2, 16, bias=False)
+        self.bn6 = nn.BatchNorm1d(16)
+        self.dp1 = nn.Dropout(p=args.dropout)
+        self.linear2 = nn.Linear(16, 12)
+        self.bn7 = nn.BatchNorm1d(12)
+        self.dp2 = nn.Dropout(p=args.dropout)
+        self.linear3 = nn.Linear(12, output_channels)
+
+    def forward(self, x):
+        batch_size = x.size(0)
+        x = get_graph_feature(x, k=self.k)
+        x = self.conv1(x)
+        x1 = x.max(dim=-1, keepdim=False)[0]
+
+        x = get_graph_feature(x1, k=self.k)
+        x = self.conv2(x)
+        x2 = x.max(dim=-1, keepdim=False)[0]
+
+        x = get_graph_feature(x2, k=self.k)
+        x = self.conv3(x)
+        x3 = x.max(dim=-1, keepdim=False)[0]
+
+        x = get_graph_feature(x3, k=self.k)
+        x = self.conv4(x)
+        x4 = x.max(dim=-1, keepdim=False)[0]
+
+        x = torch.cat((x1, x2, x3, x4), dim=1)
+
+        x = self.conv5(x)
+        x1 = F.adaptive_max_pool1d(x, 1).view(batch_size, -1)
+        x2 = F.adaptive_avg_pool1d(x, 1).view(batch_size, -1)
+        x = torch.cat((x1, x2), 1)
+
+        x = F.leaky_relu(self.bn6(self.linear1(x)), negative_slope=0.2)
+        x = self.dp1(x)
+        x = F.leaky_relu(self.bn7(self.linear2(x)), negative_slope=0.2)
+        x = self.dp2(x)
+        x = self.linear3(x)
+        return x
+
+
+# -- util.py --------------------------------------------------------------------------------------
+def cal_loss(pred, gold, smoothing=True):
+    ''' Calculate cross entropy loss, apply label smoothing if needed. '''
+
+    gold = gold.contiguous().view(-1)
+
+    if smoothing:
+        eps = 0.2
+        n_class = pred.size(1)
+
+        one_hot = torch.zeros_like(pred).scatter(1, gold.view(-1, 1), 1)
+        one_hot = one_hot * (1 - eps) + (1 - one_hot) * eps / (n_class - 1)
+        log_prb = F.log_softmax(pred, dim=1)
+
+        loss = -(one_hot * log_prb).sum(dim=1).mean()
+    else:
+        loss = F.cross_entropy(pred, gold, reduction='mean')
+
+    return loss
+
+
+class IOStream():
+    def __init__(self, path):
+        self.lines = []
+
+    def cprint(self, text):
+        print(text)
+        self.lines.append(text)
+
+    def close(self):
+        pass
+
+
+# -- main.py's train(), its loaders lists of batches, the model's widths and epochs smaller ----------
+def train(args, io):
+    train_loader, test_loader = loaders
+    device = torch.device("cuda" if args.cuda else "cpu")
+
+    model = DGCNN(args, output_channels=4).to(device)
+    initialize(model)
+
+    if args.use_sgd:
+        print("Use SGD")
+        opt = optim.SGD(model.parameters(), lr=args.lr*100, momentum=args.momentum, weight_decay=1e-4)
+    else:
+        print("Use Adam")
+        opt = optim.Adam(model.parameters(), lr=args.lr, weight_decay=1e-4)
+
+    scheduler = CosineAnnealingLR(opt, args.epochs, eta_min=args.lr)
+
+    criterion = cal_loss
+
+    best_test_acc = 0
+    for epoch in range(args.epochs):
+        scheduler.step()
+        ####################
+        # Train
+        ####################
+        train_loss = 0.0
+        count = 0.0
+        model.train()
+        train_pred = []
+        train_true = []
+        for data, label in train_loader:
+            data, label = data.to(device), label.to(device).squeeze()
+            data = data.permute(0, 2, 1)
+            batch_size = data.size()[0]
+            opt.zero_grad()
+            logits = model(data)
+            loss = criterion(logits, label)
+            loss.backward()
+            opt.step()
+            preds = logits.max(dim=1)[1]
+            count += batch_size
+            train_loss += loss.item() * batch_size
+            train_true.append(label.cpu().numpy())
+            train_pred.append(preds.detach().cpu().numpy())
+            record.append(loss.item())
+        train_true = np.concatenate(train_true)
+        train_pred = np.concatenate(train_pred)
+        outstr = 'Train %d, loss: %.6f, train acc: %.6f, train avg acc: %.6f' % (epoch,
+                                                                                 train_loss*1.0/count,
+                                                                                 metrics.accuracy_score(
+                                                                                     train_true, train_pred),
+                                                                                 metrics.balanced_accuracy_score(
+                                                                                     train_true, train_pred))
+        io.cprint(outstr)
+        record.append(params_of(model))
+
+        ####################
+        # Test
+        ####################
+        test_loss = 0.0
+        count = 0.0
+        model.eval()
+        test_pred = []
+        test_true = []
+        for data, label in test_loader:
+            data, label = data.to(device), label.to(device).squeeze()
+            data = data.permute(0, 2, 1)
+            batch_size = data.size()[0]
+            logits = model(data)
+            loss = criterion(logits, label)
+            preds = logits.max(dim=1)[1]
+            count += batch_size
+            test_loss += loss.item() * batch_size
+            test_true.append(label.cpu().numpy())
+            test_pred.append(preds.detach().cpu().numpy())
+            record.append(logits.detach().numpy().copy())
+        test_true = np.concatenate(test_true)
+        test_pred = np.concatenate(test_pred)
+        test_acc = metrics.accuracy_score(test_true, test_pred)
+        avg_per_class_acc = metrics.balanced_accuracy_score(test_true, test_pred)
+        outstr = 'Test %d, loss: %.6f, test acc: %.6f, test avg acc: %.6f' % (epoch,
+                                                                              test_loss*1.0/count,
+                                                                              test_acc,
+                                                                              avg_per_class_acc)
+        io.cprint(outstr)
+        if test_acc >= best_test_acc:
+            best_test_acc = test_acc
+            record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+
+
+train(args, IOStream('run.log'))
+"""
+
+DGCNN_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    ),
+    (
+        "            loss.backward()\n            opt.step()",
+        "            grads = loss.backward()\n            opt.step(grads)",
+    ),
+]
+
+
+class _Metrics:
+    """scikit-learn's ``metrics.accuracy_score`` and ``balanced_accuracy_score`` (importing
+    scikit-learn takes seconds)."""
+
+    @staticmethod
+    def accuracy_score(y_true, y_pred):
+        return float(np.mean(np.asarray(y_true) == np.asarray(y_pred)))
+
+    @staticmethod
+    def balanced_accuracy_score(y_true, y_pred):
+        y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+        return float(np.mean([np.mean(y_pred[y_true == c] == c) for c in np.unique(y_true)]))
+
+
+def point_clouds(seed: int, lib) -> tuple:
+    """ModelNet40's loaders as lists of ``(data, label)`` batches: 12-point clouds of 4 classes
+    (stretched along one axis each), ``label`` of shape ``(batch, 1)`` as the dataset gives it."""
+    rng = np.random.default_rng(seed)
+
+    def batch(size):
+        label = rng.integers(0, 4, (size, 1))
+        data = rng.normal(size=(size, 12, 3))
+        for b, (c,) in enumerate(label):
+            data[b, :, c % 3] *= 1.5 + c // 3
+        return lib.tensor(data, dtype=lib.float32), lib.tensor(label)
+
+    return [batch(4), batch(4)], [batch(3)]
+
+
+def test_dgcnn_trains_and_tests_as_torch(capsys):
+    args = types.SimpleNamespace(
+        k=4, emb_dims=12, dropout=0.0, cuda=False, use_sgd=True, lr=0.001, momentum=0.9, epochs=2
+    )
+    records, logs = runs_with_draws(
+        DGCNN_SOURCE,
+        DGCNN_STEPS,
+        capsys,
+        seed=7621,
+        initialize=initializer(),
+        params_of=params_of,
+        make_loaders=lambda lib: point_clouds(7622, lib),
+        metrics=_Metrics,
+        args=args,
+    )
+    ours, theirs = records[1], records[0]
+    # the log's numbers are the records' (their sixth decimals may differ)
+    assert [line.split(",")[0] for line in logs[0].splitlines()] == [
+        line.split(",")[0] for line in logs[1].splitlines()
+    ]
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
