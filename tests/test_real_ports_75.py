@@ -19,6 +19,22 @@ harness: ``tests/real_ports.py``): structured prediction and scientific machine 
   ``nn.LSTM`` over ``pack_padded_sequence(..., enforce_sorted=False)`` and
   ``pad_packed_sequence(total_length=)``) trained by Adam on ``-crf(...)``, batch-first and
   time-first.
+- AllenNLP's ``ConditionalRandomField`` (``allennlp/modules/conditional_random_field.py`` of
+  the 2.x releases: ``allowed_transitions("BIO", labels)`` and ``is_transition_allowed``, the
+  constraints held as ``torch.nn.Parameter(constraint_mask, requires_grad=False)`` among the
+  parameters Adam is given, ``torch.nn.Parameter(torch.Tensor(num_tags))`` filled by
+  ``init.normal_``, the forward algorithm's ``logsumexp(inner, 1) * mask[i].view(batch_size, 1) +
+  alpha * (~mask[i]).view(batch_size, 1)`` (floats times bools), the gold score by
+  ``self.transitions[current_tag.view(-1), next_tag.view(-1)]``, ``index_select``, ``gather`` and
+  ``score = 0.0`` grown into a tensor, ``mask.to(torch.bool)``, ``viterbi_tags`` building the
+  augmented transitions by slice writes of ``.detach()``/``.data`` products into ``torch.full``,
+  ``prediction_mask.nonzero(as_tuple=False).squeeze()`` and ``torch.index_select``, a reused
+  ``torch.empty`` ``tag_sequence`` refilled by ``fill_`` and slice writes; ``allennlp/nn/util.py``'s
+  ``logsumexp`` (a ``max`` then the stabilised sum) and ``viterbi_decode`` with ``top_k``
+  (``torch.topk`` of ``path_scores[timestep - 1].unsqueeze(2) + transition_matrix`` viewed flat,
+  ``viterbi_path = [best_paths[i]]`` then ``int(backward_timestep.view(-1)[viterbi_path[-1]])``
+  indexed by a 0-d tensor, ``j % num_tags`` of a tensor and of ints) under a GRU tagger written
+  after ``CrfTagger``, with and without the start and end transitions, the top two paths decoded.
 - the continuous normalizing flow of rtqichen/torchdiffeq (``examples/cnf.py``) on torchdiffeq's
   own fixed-grid solvers (``_impl/rk_common.py``'s ``rk4_alt_step_func``, the 3/8 rule;
   ``solvers.py``'s ``FixedGridODESolver`` with ``_grid_constructor_from_step_size`` and
@@ -39,7 +55,7 @@ harness: ``tests/real_ports.py``): structured prediction and scientific machine 
   scikit-learn's ``make_circles`` is written out by the test (importing scikit-learn takes
   seconds).
 
-Both ran unchanged but for the gradient lines and the ``import`` lines naming ``torch``.
+All ran unchanged but for the gradient lines and the ``import`` lines naming ``torch``.
 """
 
 from __future__ import annotations
@@ -827,3 +843,483 @@ def test_torchdiffeq_cnf_on_fixed_grid_solvers_trains_as_torch(capsys, method, s
     assert logs[0] == logs[1]
     assert theirs[-1] is False and ours[-1] is False
     assert_records_agree(ours[:-1], theirs[:-1], rtol=5e-5, atol=5e-6)
+
+
+# -- AllenNLP's ConditionalRandomField ----------------------------------------------------------------
+ALLENNLP_SOURCE = """
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+
+# -- allennlp/nn/util.py ------------------------------------------------------------------------------
+def logsumexp(tensor: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+    max_score, _ = tensor.max(dim, keepdim=keepdim)
+    if keepdim:
+        stable_vec = tensor - max_score
+    else:
+        stable_vec = tensor - max_score.unsqueeze(dim)
+    return max_score + (stable_vec.exp().sum(dim, keepdim=keepdim)).log()
+
+
+def viterbi_decode(
+    tag_sequence: torch.Tensor,
+    transition_matrix: torch.Tensor,
+    tag_observations: Optional[List[int]] = None,
+    top_k: int = None,
+):
+    if top_k is None:
+        top_k = 1
+        flatten_output = True
+    elif top_k >= 1:
+        flatten_output = False
+    else:
+        raise ValueError(f"top_k must be either None or an integer >=1. Instead received {top_k}")
+
+    sequence_length, num_tags = list(tag_sequence.size())
+
+    if tag_observations:
+        if len(tag_observations) != sequence_length:
+            raise ValueError(
+                "Observations were provided, but they were not the same length "
+                "as the sequence. Found sequence of length: {} and evidence: {}".format(
+                    sequence_length, tag_observations
+                )
+            )
+    else:
+        tag_observations = [-1 for _ in range(sequence_length)]
+
+    path_scores = []
+    path_indices = []
+
+    if tag_observations[0] != -1:
+        one_hot = torch.zeros(num_tags)
+        one_hot[tag_observations[0]] = 100000.0
+        path_scores.append(one_hot.unsqueeze(0))
+    else:
+        path_scores.append(tag_sequence[0, :].unsqueeze(0))
+
+    # Evaluate the scores for all possible paths.
+    for timestep in range(1, sequence_length):
+        # Add pairwise potentials to current scores.
+        summed_potentials = path_scores[timestep - 1].unsqueeze(2) + transition_matrix
+        summed_potentials = summed_potentials.view(-1, num_tags)
+
+        # Best pairwise potential path score from the previous timestep.
+        max_k = min(summed_potentials.size()[0], top_k)
+        scores, paths = torch.topk(summed_potentials, k=max_k, dim=0)
+
+        # If we have an observation for this timestep, use it
+        # instead of the distribution over tags.
+        observation = tag_observations[timestep]
+        if observation != -1:
+            one_hot = torch.zeros(num_tags)
+            one_hot[observation] = 100000.0
+            path_scores.append(one_hot.unsqueeze(0))
+        else:
+            path_scores.append(tag_sequence[timestep, :] + scores)
+        path_indices.append(paths.squeeze())
+
+    # Construct the most likely sequence backwards.
+    path_scores_v = path_scores[-1].view(-1)
+    max_k = min(path_scores_v.size()[0], top_k)
+    viterbi_scores, best_paths = torch.topk(path_scores_v, k=max_k, dim=0)
+    viterbi_paths = []
+    for i in range(max_k):
+        viterbi_path = [best_paths[i]]
+        for backward_timestep in reversed(path_indices):
+            viterbi_path.append(int(backward_timestep.view(-1)[viterbi_path[-1]]))
+        # Reverse the backward path.
+        viterbi_path.reverse()
+
+        # Viterbi paths uses (num_tags * n_permutations) nodes; therefore, we need to modulo.
+        viterbi_path = [j % num_tags for j in viterbi_path]
+        viterbi_paths.append(viterbi_path)
+
+    if flatten_output:
+        return viterbi_paths[0], viterbi_scores[0]
+
+    return viterbi_paths, viterbi_scores
+
+
+# -- allennlp/modules/conditional_random_field.py ---------------------------------------------------
+VITERBI_DECODING = Tuple[List[int], float]  # a list of tags, and a viterbi score
+
+
+def allowed_transitions(constraint_type: str, labels: Dict[int, str]) -> List[Tuple[int, int]]:
+    num_labels = len(labels)
+    start_tag = num_labels
+    end_tag = num_labels + 1
+    labels_with_boundaries = list(labels.items()) + [(start_tag, "START"), (end_tag, "END")]
+
+    allowed = []
+    for from_label_index, from_label in labels_with_boundaries:
+        if from_label in ("START", "END"):
+            from_tag = from_label
+            from_entity = ""
+        else:
+            from_tag = from_label[0]
+            from_entity = from_label[1:]
+        for to_label_index, to_label in labels_with_boundaries:
+            if to_label in ("START", "END"):
+                to_tag = to_label
+                to_entity = ""
+            else:
+                to_tag = to_label[0]
+                to_entity = to_label[1:]
+            if is_transition_allowed(constraint_type, from_tag, from_entity, to_tag, to_entity):
+                allowed.append((from_label_index, to_label_index))
+    return allowed
+
+
+def is_transition_allowed(constraint_type: str, from_tag: str, from_entity: str, to_tag: str, to_entity: str):
+    if to_tag == "START" or from_tag == "END":
+        # Cannot transition into START or from END
+        return False
+
+    if constraint_type == "BIO":
+        if from_tag == "START":
+            return to_tag in ("O", "B")
+        if to_tag == "END":
+            return from_tag in ("O", "B", "I")
+        return any(
+            [
+                # Can always transition to O or B-x
+                to_tag in ("O", "B"),
+                # Can only transition to I-x from B-x or I-x
+                to_tag == "I" and from_tag in ("B", "I") and from_entity == to_entity,
+            ]
+        )
+    raise ValueError(f"Unknown constraint type: {constraint_type}")
+
+
+class ConditionalRandomField(torch.nn.Module):
+    def __init__(
+        self,
+        num_tags: int,
+        constraints: List[Tuple[int, int]] = None,
+        include_start_end_transitions: bool = True,
+    ) -> None:
+        super().__init__()
+        self.num_tags = num_tags
+
+        # transitions[i, j] is the logit for transitioning from state i to state j.
+        self.transitions = torch.nn.Parameter(torch.empty(num_tags, num_tags))
+
+        # _constraint_mask indicates valid transitions (based on supplied constraints).
+        # Include special start of sequence (num_tags + 1) and end of sequence tags (num_tags + 2)
+        if constraints is None:
+            # All transitions are valid.
+            constraint_mask = torch.full((num_tags + 2, num_tags + 2), 1.0)
+        else:
+            constraint_mask = torch.full((num_tags + 2, num_tags + 2), 0.0)
+            for i, j in constraints:
+                constraint_mask[i, j] = 1.0
+
+        self._constraint_mask = torch.nn.Parameter(constraint_mask, requires_grad=False)
+
+        # Also need logits for transitioning from "start" state and to "end" state.
+        self.include_start_end_transitions = include_start_end_transitions
+        if include_start_end_transitions:
+            self.start_transitions = torch.nn.Parameter(torch.Tensor(num_tags))
+            self.end_transitions = torch.nn.Parameter(torch.Tensor(num_tags))
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.xavier_normal_(self.transitions)
+        if self.include_start_end_transitions:
+            torch.nn.init.normal_(self.start_transitions)
+            torch.nn.init.normal_(self.end_transitions)
+
+    def _input_likelihood(self, logits: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
+        batch_size, sequence_length, num_tags = logits.size()
+
+        # Transpose batch size and sequence dimensions
+        mask = mask.transpose(0, 1).contiguous()
+        logits = logits.transpose(0, 1).contiguous()
+
+        # Initial alpha is the (batch_size, num_tags) tensor of likelihoods combining the
+        # transitions to the initial states and the logits for the first timestep.
+        if self.include_start_end_transitions:
+            alpha = self.start_transitions.view(1, num_tags) + logits[0]
+        else:
+            alpha = logits[0]
+
+        # For each i we compute logits for the transitions from timestep i-1 to timestep i.
+        for i in range(1, sequence_length):
+            # The emit scores are for time i ("next_tag") so we broadcast along the current_tag axis.
+            emit_scores = logits[i].view(batch_size, 1, num_tags)
+            # Transition scores are (current_tag, next_tag) so we broadcast along the instance axis.
+            transition_scores = self.transitions.view(1, num_tags, num_tags)
+            # Alpha is for the current_tag, so we broadcast along the next_tag axis.
+            broadcast_alpha = alpha.view(batch_size, num_tags, 1)
+
+            # Add all the scores together and logexp over the current_tag axis.
+            inner = broadcast_alpha + emit_scores + transition_scores
+
+            # In valid positions (mask == True) we want to take the logsumexp over the current_tag dimension
+            # of `inner`. Otherwise (mask == False) we want to retain the previous alpha.
+            alpha = logsumexp(inner, 1) * mask[i].view(batch_size, 1) + alpha * (~mask[i]).view(
+                batch_size, 1
+            )
+
+        # Every sequence needs to end with a transition to the stop_tag.
+        if self.include_start_end_transitions:
+            stops = alpha + self.end_transitions.view(1, num_tags)
+        else:
+            stops = alpha
+
+        # Finally we log_sum_exp along the num_tags dim, result is (batch_size,)
+        return logsumexp(stops)
+
+    def _joint_likelihood(self, logits: torch.Tensor, tags: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
+        batch_size, sequence_length, _ = logits.data.shape
+
+        # Transpose batch size and sequence dimensions:
+        logits = logits.transpose(0, 1).contiguous()
+        mask = mask.transpose(0, 1).contiguous()
+        tags = tags.transpose(0, 1).contiguous()
+
+        # Start with the transition scores from start_tag to the first tag in each input
+        if self.include_start_end_transitions:
+            score = self.start_transitions.index_select(0, tags[0])
+        else:
+            score = 0.0
+
+        # Add up the scores for the observed transitions and all the inputs but the last
+        for i in range(sequence_length - 1):
+            # Each is shape (batch_size,)
+            current_tag, next_tag = tags[i], tags[i + 1]
+
+            # The scores for transitioning from current_tag to next_tag
+            transition_score = self.transitions[current_tag.view(-1), next_tag.view(-1)]
+
+            # The score for using current_tag
+            emit_score = logits[i].gather(1, current_tag.view(batch_size, 1)).squeeze(1)
+
+            # Include transition score if next element is unmasked,
+            # input_score if this element is unmasked.
+            score = score + transition_score * mask[i + 1] + emit_score * mask[i]
+
+        # Transition from last state to "stop" state. To start with, we need to find the last tag
+        # for each instance.
+        last_tag_index = mask.sum(0).long() - 1
+        last_tags = tags.gather(0, last_tag_index.view(1, batch_size)).squeeze(0)
+
+        # Compute score of transitioning to `stop_tag` from each "last tag".
+        if self.include_start_end_transitions:
+            last_transition_score = self.end_transitions.index_select(0, last_tags)
+        else:
+            last_transition_score = 0.0
+
+        # Add the last input if it's not masked.
+        last_inputs = logits[-1]  # (batch_size, num_tags)
+        last_input_score = last_inputs.gather(1, last_tags.view(-1, 1))  # (batch_size, 1)
+        last_input_score = last_input_score.squeeze()  # (batch_size,)
+
+        score = score + last_transition_score + last_input_score * mask[-1]
+
+        return score
+
+    def forward(self, inputs: torch.Tensor, tags: torch.Tensor, mask: torch.BoolTensor = None) -> torch.Tensor:
+        if mask is None:
+            mask = torch.ones(*tags.size(), dtype=torch.bool, device=inputs.device)
+        else:
+            # The code below fails in weird ways if this isn't a bool tensor, so we make sure.
+            mask = mask.to(torch.bool)
+
+        log_denominator = self._input_likelihood(inputs, mask)
+        log_numerator = self._joint_likelihood(inputs, tags, mask)
+
+        return torch.sum(log_numerator - log_denominator)
+
+    def viterbi_tags(
+        self, logits: torch.Tensor, mask: torch.BoolTensor = None, top_k: int = None
+    ) -> Union[List[VITERBI_DECODING], List[List[VITERBI_DECODING]]]:
+        if mask is None:
+            mask = torch.ones(*logits.shape[:2], dtype=torch.bool, device=logits.device)
+
+        if top_k is None:
+            top_k = 1
+            flatten_output = True
+        else:
+            flatten_output = False
+
+        _, max_seq_length, num_tags = logits.size()
+
+        # Get the tensors out of the variables
+        logits, mask = logits.data, mask.data
+
+        # Augment transitions matrix with start and end transitions
+        start_tag = num_tags
+        end_tag = num_tags + 1
+        transitions = torch.full((num_tags + 2, num_tags + 2), -10000.0, device=logits.device)
+
+        # Apply transition constraints
+        constrained_transitions = self.transitions * self._constraint_mask[
+            :num_tags, :num_tags
+        ] + -10000.0 * (1 - self._constraint_mask[:num_tags, :num_tags])
+        transitions[:num_tags, :num_tags] = constrained_transitions.data
+
+        if self.include_start_end_transitions:
+            transitions[
+                start_tag, :num_tags
+            ] = self.start_transitions.detach() * self._constraint_mask[
+                start_tag, :num_tags
+            ].data + -10000.0 * (
+                1 - self._constraint_mask[start_tag, :num_tags].detach()
+            )
+            transitions[:num_tags, end_tag] = self.end_transitions.detach() * self._constraint_mask[
+                :num_tags, end_tag
+            ].data + -10000.0 * (1 - self._constraint_mask[:num_tags, end_tag].detach())
+        else:
+            transitions[start_tag, :num_tags] = -10000.0 * (
+                1 - self._constraint_mask[start_tag, :num_tags].detach()
+            )
+            transitions[:num_tags, end_tag] = -10000.0 * (
+                1 - self._constraint_mask[:num_tags, end_tag].detach()
+            )
+
+        best_paths = []
+        # Pad the max sequence length by 2 to account for start_tag + end_tag.
+        tag_sequence = torch.empty(max_seq_length + 2, num_tags + 2, device=logits.device)
+
+        for prediction, prediction_mask in zip(logits, mask):
+            mask_indices = prediction_mask.nonzero(as_tuple=False).squeeze()
+            masked_prediction = torch.index_select(prediction, 0, mask_indices)
+            sequence_length = masked_prediction.shape[0]
+
+            # Start with everything totally unlikely
+            tag_sequence.fill_(-10000.0)
+            # At timestep 0 we must have the START_TAG
+            tag_sequence[0, start_tag] = 0.0
+            # At steps 1, ..., sequence_length we just use the incoming prediction
+            tag_sequence[1 : (sequence_length + 1), :num_tags] = masked_prediction
+            # And at the last timestep we must have the END_TAG
+            tag_sequence[sequence_length + 1, end_tag] = 0.0
+
+            # We pass the tags and the transitions to `viterbi_decode`.
+            viterbi_paths, viterbi_scores = viterbi_decode(
+                tag_sequence=tag_sequence[: (sequence_length + 2)],
+                transition_matrix=transitions,
+                top_k=top_k,
+            )
+            top_k_paths = []
+            for viterbi_path, viterbi_score in zip(viterbi_paths, viterbi_scores):
+                # Get rid of START and END sentinels and append.
+                viterbi_path = viterbi_path[1:-1]
+                top_k_paths.append((viterbi_path, viterbi_score.item()))
+            best_paths.append(top_k_paths)
+
+        if flatten_output:
+            return [top_k_paths[0] for top_k_paths in best_paths]
+
+        return best_paths
+
+
+# -- a tagger over it (allennlp's CrfTagger, its text field embedder an Embedding, its encoder a GRU)
+labels = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+
+
+class CrfTagger(nn.Module):
+    def __init__(self, vocab_size, constrain_crf_decoding=True):
+        super().__init__()
+        self.embedder = nn.Embedding(vocab_size, 6, padding_idx=0)
+        self.encoder = nn.GRU(6, 5, batch_first=True, bidirectional=True)
+        self.tag_projection_layer = nn.Linear(10, len(labels))
+        constraints = allowed_transitions("BIO", labels) if constrain_crf_decoding else None
+        self.crf = ConditionalRandomField(len(labels), constraints, include_start_end_transitions=include_start_end_transitions)
+
+    def forward(self, tokens, tags=None, top_k=None):
+        mask = tokens != 0
+        encoded_text, _ = self.encoder(self.embedder(tokens))
+        logits = self.tag_projection_layer(encoded_text)
+        best_paths = self.crf.viterbi_tags(logits, mask, top_k=top_k)
+        output = {"logits": logits, "mask": mask, "best_paths": best_paths}
+        if tags is not None:
+            log_likelihood = self.crf(logits, tags, mask)
+            output["loss"] = -log_likelihood
+        return output
+
+
+model = CrfTagger(vocab_size=9)
+initialize(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+for epoch in range(3):
+    for tokens, tags in batches:
+        optimizer.zero_grad()
+        output = model(tokens, tags)
+        loss = output["loss"]
+        loss.backward()
+        optimizer.step()
+        record.append(loss.item())
+        record.append([[tag for tag in path] for path, score in output["best_paths"]])
+        record.append([score for path, score in output["best_paths"]])
+record.append(params_of(model))
+with torch.no_grad():
+    output = model(batches[0][0], top_k=2)
+    record.append([[path for path, score in paths] for paths in output["best_paths"]])
+    record.append(np.array([[score for path, score in paths] for paths in output["best_paths"]]))
+record.append(sorted(allowed_transitions("BIO", labels)))
+"""
+
+ALLENNLP_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
+    ),
+]
+
+
+def bio_batches(seed: int, lib) -> list:
+    """Two batches of padded token ids (0 pads) with BIO tags that follow the tokens: 1-2 open a
+    person, 3-4 a location, 5-6 continue the open entity, 7-8 are outside."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for lengths in ([5, 3, 4], [4, 5, 2]):
+        tokens = np.zeros((len(lengths), max(lengths)), np.int64)
+        tags = np.zeros_like(tokens)
+        for b, n in enumerate(lengths):
+            entity = 0
+            for t in range(n):
+                token = int(rng.integers(1, 9))
+                if token in (5, 6) and entity == 0:
+                    token = 7
+                tokens[b, t] = token
+                if token in (1, 2):
+                    entity, tags[b, t] = 1, 1
+                elif token in (3, 4):
+                    entity, tags[b, t] = 2, 3
+                elif token in (5, 6):
+                    tags[b, t] = 2 if entity == 1 else 4
+                else:
+                    entity, tags[b, t] = 0, 0
+        batches.append((lib.tensor(tokens), lib.tensor(tags)))
+    return batches
+
+
+@pytest.mark.parametrize(
+    "include_start_end_transitions", [True, False], ids=["start-end", "no-start-end"]
+)
+def test_allennlp_crf_tagger_trains_and_decodes_top_k_as_torch(
+    capsys, include_start_end_transitions
+):
+    records, _ = runs_with_draws(
+        ALLENNLP_SOURCE,
+        ALLENNLP_STEPS,
+        capsys,
+        seed=7521,
+        initialize=initializer(),
+        params_of=params_of,
+        make_batches=lambda lib: bio_batches(7522, lib),
+        include_start_end_transitions=include_start_end_transitions,
+    )
+    ours, theirs = records[1], records[0]
+    assert theirs[12] < theirs[0]  # the first batch, last epoch
+    assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-5)
