@@ -149,6 +149,9 @@ def test_register_hook_errors_name_the_fault_and_leave_the_tensor_usable():
         z = x * 2
         z.register_hook(lambda g: g.double())
         z.sum().backward()
+    # torch's optimizer-in-backward hook reads p.grad, which retrograd never fills: said so
+    with pytest.raises(rg.AutodiffError, match="register_post_accumulate_grad_hook: gradients"):
+        x.register_post_accumulate_grad_hook(lambda p: None)
 
 
 def test_a_hook_on_a_data_parallel_parameter_runs_before_the_all_reduce():

@@ -1062,6 +1062,16 @@ class SelectionMixin:
 
         return backend.register_hook(self._prim, on_gradient)
 
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """Refused: torch calls the hook with the parameter once its ``.grad`` holds the
+        gradient (an optimizer stepped inside backward); here gradients are values that
+        ``backward()`` returns, so there is no ``.grad`` for the hook to read."""
+        raise AutodiffError(
+            "register_post_accumulate_grad_hook: gradients are values in retrograd: backward() "
+            "returns an rg.Gradients, so no .grad is filled for the hook to read; step after "
+            "backward (optimizer.step(grads)), or change the gradient with register_hook"
+        )
+
     @property
     def retains_grad(self) -> bool:
         """Whether ``retain_grad()`` was called on this (tracked, non-leaf) tensor."""
