@@ -51,7 +51,6 @@ from fuzz_cases import _torch
 __all__ = ["GENERATORS", "check"]
 
 #: Left out of the draws (deliberate differences, API.md and the modules' docstrings):
-#: - ``Tensor.register_hook`` is refused (gradients are values: ``backward()`` returns them);
 #: - full backward hooks on a module called with several tensors or returning several are
 #:   refused with a named error; a backward hook may return a bare tensor (torch reads it as a
 #:   sequence of its rows); a hook that is not callable is refused at registration (torch's

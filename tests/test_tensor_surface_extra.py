@@ -486,8 +486,6 @@ def test_metadata_matches_torch():
 
 def test_forms_that_cannot_hold_are_clear_errors():
     x = rg.tensor([1.0]).require_grad()
-    with pytest.raises(rg.AutodiffError, match="Gradients"):
-        x.register_hook(lambda g: g)
     assert x.detach().short().dtype == "int16" and x.detach().char().dtype == "int8"
     with pytest.raises(rg.DTypeError, match="frac"):
         rg.tensor([1]).frac()

@@ -10,6 +10,7 @@ node saves for backward is the checkpointing strategy's to decide (its ``save``)
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -337,6 +338,36 @@ class Autodiff(Backend):
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
         x.node.retain = retain
 
+    def register_hook(self, x: AutodiffPrimitive, hook: Any) -> HookHandle:
+        """Call ``hook(backend, gradient)`` on ``x``'s gradient once a backward has summed it,
+        its result taking the gradient's place before it flows on to ``x``'s inputs (or, for a
+        leaf, is returned): torch's tensor hooks. ``backend`` is the one the gradient belongs
+        to (the inner backend, or this one under ``create_graph``)."""
+        node = x.node
+        if node is None:
+            raise AutodiffError(
+                "register_hook: cannot register a hook on a tensor that doesn't require gradient"
+            )
+        if node.hooks is None:
+            node.hooks = {}
+        key = next(_HOOK_KEYS)
+        node.hooks[key] = hook
+        return HookHandle(node.hooks, key)
+
+    def succeed_leaf(self, old: AutodiffPrimitive, value: AutodiffPrimitive) -> AutodiffPrimitive:
+        """The fresh leaf holding ``value`` (untracked) that takes the place of the leaf
+        ``old`` when an in-place write replaces its values (an optimizer's step): it keeps
+        what belongs to the tensor rather than to one value, the data-parallel mark and the
+        tensor hooks (shared, so a handle removes them from both)."""
+        param_id = self.param_id(old)
+        if param_id is not None:
+            new = self.set_distributed(value, param_id)
+        else:
+            new = self.require_grad(value)
+        if old.node.hooks is not None:
+            new.node.hooks = old.node.hooks
+        return new
+
     def backward(
         self, x, seed=None, retain_graph=False, create_graph=False, device=None, inputs=None
     ):
@@ -390,6 +421,29 @@ class Autodiff(Backend):
 
     def wrap(self, value: Any) -> AutodiffPrimitive:
         return AutodiffPrimitive(value, None)
+
+
+_HOOK_KEYS = itertools.count()
+
+
+class HookHandle:
+    """What ``register_hook`` returns: ``remove()`` takes the hook away (also on leaving a
+    ``with`` block), as torch's ``RemovableHandle``. It holds the hooks' dict, which a leaf's
+    successors share (:meth:`Autodiff.succeed_leaf`)."""
+
+    __slots__ = ("_hooks", "id")
+
+    def __init__(self, hooks: dict, key: int):
+        self._hooks, self.id = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self) -> HookHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
 
 
 @dataclass(frozen=True, slots=True)

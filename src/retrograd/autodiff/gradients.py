@@ -46,6 +46,7 @@ class Gradients:
         "__weakref__",
         "backend",
         "device",
+        "hooked",
         "in_place",
         "kept",
         "on_register",
@@ -83,6 +84,8 @@ class Gradients:
         #: ids of recorded nodes whose gradient is a result too (``backward(inputs=)``'s
         #: non-leaf inputs), kept when their step reads it, as a leaf's
         self.kept: frozenset[int] = frozenset()
+        #: ids of the leaves whose tensor hooks have run (once their gradient was final)
+        self.hooked: set[int] = set()
 
     def register(self, node: Node, value: Any, fresh: bool = False) -> None:
         """Add ``value`` to the gradient of ``node``; ``fresh``: ``value`` is a new array that
@@ -130,12 +133,31 @@ class Gradients:
             self._registered(node)
 
     def _registered(self, node: Node) -> None:
-        """Count the registration down and call the ``on_register`` hooks (there are some)."""
+        """Count the registration down and call the ``on_register`` hooks (there are some).
+        A leaf's tensor hooks run first, the moment its gradient is final, so that what the
+        ``on_register`` hooks take (data parallel's all-reduce) is the hooked gradient."""
         left = self.remaining.get(node.id)
         if left is not None:
             self.remaining[node.id] = left - 1
+            if left == 1 and node.op is None and node.hooks is not None:
+                self.run_hooks(node, self.values.get(node.id))
         for hook in self.on_register:
             hook(node, self)
+
+    def run_hooks(self, node: Node, value: Any) -> Any:
+        """``node``'s gradient ``value`` through its tensor hooks (``register_hook``'s), in the
+        order they were registered. A leaf's or a retained gradient is the hooked one, as
+        torch runs ``retain_grad``'s hook last; a non-leaf input of ``backward(inputs=)``
+        keeps the gradient it received, as torch's ``autograd.grad`` captures it before the
+        tensor's hooks."""
+        if value is None:
+            return None
+        self.hooked.add(node.id)
+        for hook in list(node.hooks.values()):
+            value = hook(self.backend, value)
+        if node.op is None or (node.retain and node.id not in self.kept):
+            self.values[node.id] = value
+        return value
 
     def consume(self, node: Node) -> Any:
         """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""

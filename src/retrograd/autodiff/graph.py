@@ -40,7 +40,9 @@ class Node:
     Rarely set, so they live in the class until set (a node gets a ``__dict__`` only then):
     ``retain`` (``retain_grad()`` was called), ``bshapes`` (input shapes broadcasting changed,
     for the engine to sum gradients back to), ``distributed`` (the
-    :class:`~.params.DistributedParam` of a leaf marked for gradient all-reduce).
+    :class:`~.params.DistributedParam` of a leaf marked for gradient all-reduce), ``hooks``
+    (``register_hook``'s: a dict of ``hook(backend, gradient) -> gradient`` by key, called
+    in order on the node's summed gradient before it flows on or is returned).
 
     The recording path (:meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`)
     makes nodes without calling ``__init__``, assigning the same slots: a Python ``__init__``
@@ -63,6 +65,7 @@ class Node:
     retain = False
     bshapes = None
     distributed = None
+    hooks = None
 
     def __init__(self, node_id: int, op: Any, parents: tuple, params: tuple, order: int, plan: Any):
         self.id = node_id

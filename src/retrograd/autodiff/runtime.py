@@ -164,6 +164,18 @@ def backward(
                     _step(node, rules_backend, grads, checkpointer, nodes)
                     if not retain:
                         _release(node)
+                elif node.hooks is not None and node.id not in grads.hooked:
+                    grads.run_hooks(node, grads.values.get(node.id))  # a leaf's, final now
+            if stop is not None:  # leaves among the inputs (not walked): their hooks run
+                for node_id in stop:
+                    node = tape.nodes.get(node_id)
+                    if (
+                        node is not None
+                        and node.op is None
+                        and node.hooks is not None
+                        and node_id not in grads.hooked
+                    ):
+                        grads.run_hooks(node, grads.values.get(node_id))
 
             for node in tape.skipped:  # the reads a skipped step would have made
                 for key in node.saved.keys:
@@ -203,6 +215,8 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     g = grads.consume(node)
     if g is None:
         return
+    if node.hooks is not None:
+        g = grads.run_hooks(node, g)
     if nodes is not None and op.aux:
         env = (*env[:-1], AutodiffPrimitive(env[-1], None))
     register = grads.register

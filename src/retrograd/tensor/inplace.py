@@ -122,12 +122,7 @@ def assign(
         if backend.is_require_grad(old) and not untrack:
             if check_shape:  # (a value of another shape: the old gradient does not fit)
                 remember_leaf(target, old)
-            param_id = backend.param_id(old)
-            primitive = (
-                backend.set_distributed(primitive, param_id)
-                if param_id is not None
-                else backend.require_grad(primitive)
-            )
+            primitive = backend.succeed_leaf(old, primitive)
     target._prim = primitive
     target._device = device
     if sink is not None:  # a gradient read by Tensor.grad (``p.grad(grads).data = g``, XNOR-Net's

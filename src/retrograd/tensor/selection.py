@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import enable_grad, no_grad
 from ..backend.protocol import default_float_dtype
 from ..errors import (
     AutodiffError,
@@ -37,6 +38,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     ShapeError,
+    check_callable,
     shape_text,
 )
 from ._dispatch import (
@@ -1001,13 +1003,69 @@ class SelectionMixin:
         )
 
     def register_hook(self, hook: Any) -> Any:
-        """Refused: gradients are values here, returned by ``backward()`` in an
-        ``rg.Gradients``; transform ``x.grad(grads)`` after backward (or write an
-        ``rg.autograd.Function`` whose backward does it)."""
+        """torch's tensor hook: ``hook(grad)`` is called with this tensor's gradient once a
+        backward has summed it, and what it returns (a tensor of the same shape and dtype;
+        ``None`` keeps the gradient, changed in place or not) flows on in its place to the
+        tensors this one was computed from, or, for a leaf, is the gradient ``backward()``
+        returns. Under ``create_graph`` the hook runs recorded. Returns a handle whose
+        ``remove()`` takes the hook away.
+
+        >>> import retrograd as rg
+        >>> x = rg.tensor([1.0, -2.0]).require_grad()
+        >>> y = x * 3
+        >>> handle = y.register_hook(lambda g: g.clamp(max=0.5))
+        >>> x.grad((y * y).sum().backward()).tolist()
+        [1.5, -36.0]
+        """
+        check_callable("register_hook", hook)
+        backend = self._autodiff("register_hook")
+        if not self.requires_grad:
+            raise AutodiffError(
+                "register_hook: cannot register a hook on a tensor that doesn't require gradient"
+            )
+        make, shape, dtype, device = type(self)._result, self.shape, self.dtype, self._device
+
+        def on_gradient(grad_backend: Any, grad: Any) -> Any:
+            tracked = getattr(grad_backend, "is_autodiff", False)
+            if tracked:  # create_graph: the hook's ops are recorded
+                incoming = make(grad, grad_backend, device)
+            else:
+                incoming = make(backend.wrap(grad), backend, device)
+            with enable_grad() if tracked else no_grad():
+                result = hook(incoming)
+            out = incoming if result is None else result
+            if not isinstance(out, TensorBase):
+                raise AutodiffError(
+                    f"register_hook: the hook returned a {type(out).__name__}; expected a "
+                    "tensor (the new gradient) or None"
+                )
+            if out.shape != shape:
+                raise ShapeError(
+                    f"register_hook: the hook returned a gradient of shape {list(out.shape)}, "
+                    f"expected shape {list(shape)}"
+                )
+            if out.dtype != dtype:
+                raise DTypeError(
+                    f"register_hook: the hook changed the gradient's dtype from {dtype} to "
+                    f"{out.dtype}"
+                )
+            prim, source = out._prim, out._backend
+            if tracked:
+                if source is grad_backend:
+                    return prim
+                return grad_backend.wrap(source.inner_value(prim))
+            return source.inner_value(prim) if source.is_autodiff else prim
+
+        return backend.register_hook(self._prim, on_gradient)
+
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """Refused: torch calls the hook with the parameter once its ``.grad`` holds the
+        gradient (an optimizer stepped inside backward); here gradients are values that
+        ``backward()`` returns, so there is no ``.grad`` for the hook to read."""
         raise AutodiffError(
-            "register_hook: gradients are values in retrograd: backward() returns an "
-            "rg.Gradients; change x.grad(grads) after backward (grad_replace), or wrap the "
-            "computation in an rg.autograd.Function whose backward transforms the gradient"
+            "register_post_accumulate_grad_hook: gradients are values in retrograd: backward() "
+            "returns an rg.Gradients, so no .grad is filled for the hook to read; step after "
+            "backward (optimizer.step(grads)), or change the gradient with register_hook"
         )
 
     @property

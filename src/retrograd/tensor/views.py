@@ -304,13 +304,7 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         old = t._prim
         if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
             remember_leaf(t, old)
-            prim = backend.wrap(backend.inner_value(prim))
-            param_id = backend.param_id(old)
-            prim = (
-                backend.set_distributed(prim, param_id)
-                if param_id is not None
-                else backend.require_grad(prim)
-            )
+            prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(prim)))
         elif outside and backend.is_tracked(old):
             prim = _through_data(t, old, value)
         elif (
