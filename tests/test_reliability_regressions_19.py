@@ -185,13 +185,14 @@ def _groups(count: int) -> optim.SGD:
 
 
 def test_a_schedules_state_for_another_number_of_groups_is_refused():
-    # base_lrs of one group loaded over two: the second group's rate never moved again
-    # (zip stopped at the shorter list), a silent wrong schedule
-    saved = optim.lr_scheduler.StepLR(_groups(1), 1, 0.5).state_dict()
-    opt = _groups(2)
+    # base_lrs of two groups loaded over one: a schedule of another optimizer. (Fewer values
+    # than groups load, as torch's: a schedule saved after groups were added to its optimizer,
+    # tests/test_fuzz_training_30.py)
+    saved = optim.lr_scheduler.StepLR(_groups(2), 1, 0.5).state_dict()
+    opt = _groups(1)
     schedule = optim.lr_scheduler.StepLR(opt, 1, 0.5)
     before = dict(schedule.__dict__)
-    with pytest.raises(rg.ShapeError, match=r"StepLR\.load_state_dict: base_lrs holds 1 values"):
+    with pytest.raises(rg.ShapeError, match=r"StepLR\.load_state_dict: base_lrs holds 2 values"):
         schedule.load_state_dict(saved)
     assert schedule.__dict__ == before
 

@@ -110,13 +110,16 @@ class ASGD(Optimizer):
         if ax is None:
             eta, mu, ax = _scalar(lr), 1.0, zeros_like(value)
         grad = _decayed(value, grad, group["weight_decay"])
-        value = value * (1.0 - lambd * eta)
-        value = value - grad * eta
+        # (eta and mu as torch reads them, eta.item(): Python floats of the held values)
+        value = value * (1.0 - lambd * float(eta))
+        value = value - grad * float(eta)
         if mu != 1.0:
-            ax = ax + (value - ax) * _scalar(mu)
+            ax = ax + (value - ax) * float(mu)
         else:
             ax = value
         state["ax"] = ax
+        # torch's new values are torch.as_tensor(a Python float): of the default dtype, copied
+        # into the state tensors whatever their dtype (a load casts them to the parameter's)
         state["eta"] = _scalar(lr / ((1.0 + lambd * lr * step) ** group["alpha"]))
         state["mu"] = _scalar(1.0 / max(1.0, step - group["t0"]))
         return value, state

@@ -30,10 +30,12 @@ detached alias of a parameter keeps its old values rather than following the upd
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import operator
 import warnings
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +50,7 @@ from ..errors import (
     check_iterable,
     shape_text,
 )
+from ..nn.modules.hooks import RemovableHandle
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.dtypes import cast_host
 from ..tensor.inplace import assign
@@ -211,6 +214,9 @@ class Optimizer:
                 f"{type(self).__name__}: lr must be non-negative, got {lr!r}"
             )
         self.defaults = defaults
+        # torch checks the constructor's values themselves, even where every group gives its
+        # own (Adagrad(groups, weight_decay=-0.1) with a weight_decay in each group is refused)
+        self._check_group({**{k: v for k, v in defaults.items() if v is not required}, "lr": lr})
         #: the module given, if one was (the old form ``Optimizer(module, ...)``)
         self.module = params if hasattr(params, "named_parameters") else None
         #: torch's groups: dicts of ``"params"`` (a list of tensors) and hyper-parameters
@@ -242,6 +248,13 @@ class Optimizer:
             self.add_param_group(group)
         #: the learning rate given at construction (schedules scale from each group's own)
         self.initial_lr = float(self.param_groups[0]["lr"] if lr_required else lr)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every subclass's own ``step`` runs torch's step hooks, as torch's base class makes
+        every optimizer's do (:func:`_hooked_step`)."""
+        super().__init_subclass__(**kwargs)
+        if "step" in vars(cls):
+            cls.step = _hooked_step(vars(cls)["step"])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling and ``copy.deepcopy``: the attributes restored, as torch's base class
@@ -411,8 +424,36 @@ class Optimizer:
             group["lr"] = value
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing to do: gradients are the value ``backward()`` returns. Kept so that
-        PyTorch training loops port unchanged."""
+        """Gradients are the value ``backward()`` returns, fresh at every backward: there is
+        nothing to clear. ``set_to_none=False`` keeps torch's meaning where it shows: a
+        parameter of these groups that had a gradient keeps a zero one in torch, so a later
+        step in which it gets none (unused by the loss, or frozen by ``requires_grad_(False)``)
+        still steps it with a zero gradient (momentum, weight decay and Adam's moments move
+        it); such parameters are marked here and :meth:`step` steps them so.
+        ``set_to_none=True`` (the default) drops the mark, as torch drops ``.grad``."""
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                kept = parameter.__dict__
+                if set_to_none:
+                    kept.pop(_GRAD_KEPT, None)
+                elif kept.get(_GRAD_KEPT) is not None:
+                    kept[_GRAD_KEPT] = "zero"
+
+    def register_step_pre_hook(self, hook: Any) -> RemovableHandle:
+        """torch's: ``hook(optimizer, args, kwargs)`` runs before each :meth:`step` (after the
+        global ones); a non-None result, an ``(args, kwargs)`` pair, replaces the step's
+        arguments. Returns a handle whose ``remove()`` unregisters it."""
+        return _register(self._hook_table("_optimizer_step_pre_hooks"), hook)
+
+    def register_step_post_hook(self, hook: Any) -> RemovableHandle:
+        """torch's: ``hook(optimizer, args, kwargs)`` runs after each :meth:`step` (before
+        the global ones). Returns a handle whose ``remove()`` unregisters it."""
+        return _register(self._hook_table("_optimizer_step_post_hooks"), hook)
+
+    def _hook_table(self, name: str) -> OrderedDict:
+        # (an optimizer unpickled from an older version, or whose subclass skipped __init__,
+        # has none yet)
+        return self.__dict__.setdefault(name, OrderedDict())
 
     def step(self, grads: Any = None, closure: Any = None) -> Any:
         """Update every parameter that has a gradient in ``grads`` (what ``backward()``
@@ -450,11 +491,18 @@ class Optimizer:
         for group in self.param_groups:
             for parameter in group["params"]:
                 given = parameter.grad(grads)
+                kept = parameter.__dict__
                 if given is None:
-                    continue
+                    # torch's zero gradient kept by zero_grad(set_to_none=False)
+                    if kept.get(_GRAD_KEPT) != "zero":
+                        continue
+                    value = parameter.inner() if parameter.backend.is_autodiff else parameter
+                    grad = zeros_like(value)
+                else:
+                    kept[_GRAD_KEPT] = "held"
+                    grad = given
                 if self.made_in_step:
                     self._forget_made_in_step(parameter, found)
-                grad = given
                 if grad.backend.is_autodiff:  # backward(create_graph=True): the plain values
                     grad = grad.inner()
                 self.step_parameter(parameter, grad, group)
@@ -462,7 +510,8 @@ class Optimizer:
                 # that leaf too, as torch keeps ``p.grad`` across a step: a second optimizer
                 # over the same parameter (the chatbot tutorial's shared embedding), a clip or
                 # a log of the gradients after the step still find it.
-                parameter.grad_replace(grads, given)
+                if given is not None:
+                    parameter.grad_replace(grads, given)
 
     #: The state entries torch's algorithm makes inside its loop over a group's parameters
     #: rather than before it (SGD's momentum buffer, made from the first gradient): a
@@ -563,7 +612,12 @@ class Optimizer:
             )
         merged = []
         for saved, own in zip(groups, self.param_groups):
-            group = {**own, **{k: v for k, v in saved.items() if k != "params"}}
+            # torch's load takes the saved group whole: an entry only this optimizer's group
+            # has (the initial_lr, max_lr... of a schedule made after the save was taken) is
+            # dropped; a hyper-parameter the saved group lacks (saved by an older version)
+            # keeps this optimizer's value, as torch's __setstate__ sets the defaults
+            kept = {k: v for k, v in own.items() if k in self.defaults or k == "param_names"}
+            group = {**kept, **{k: v for k, v in saved.items() if k != "params"}}
             _check_finite(where, group)
             # a rate a schedule drove below zero (two chained schedules: CosineAnnealingLR's
             # eta_min pulling a finished PolynomialLR's 0 down) is one this optimizer stepped
@@ -602,6 +656,8 @@ class Optimizer:
                 key: self.load_state_value(where, number, key, v, p) for key, v in entry.items()
             }
         for own, group in zip(self.param_groups, merged):
+            for key in [k for k in own if k != "params" and k not in group]:
+                del own[key]
             own.update({k: v for k, v in group.items() if k != "params"})
         self.state = new_state
 
@@ -643,6 +699,83 @@ class Optimizer:
             for key in sorted(k for k in group if k != "params"):
                 lines.append(f"    {key}: {group[key]}")
         return "\n".join([*lines, ")"])
+
+
+#: A parameter's ``__dict__`` entry saying what torch's ``p.grad`` would hold between steps:
+#: "held" (a gradient, after a step that had one), "zero" (zeroed by
+#: ``zero_grad(set_to_none=False)``); absent: None. Kept on the parameter, as torch's ``.grad``,
+#: so that another optimizer over it (a state-dict round trip) sees it too.
+_GRAD_KEPT = "_optimizer_grad_kept"
+
+#: torch's global step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook``)
+_GLOBAL_STEP_PRE_HOOKS: OrderedDict = OrderedDict()
+_GLOBAL_STEP_POST_HOOKS: OrderedDict = OrderedDict()
+_HOOK_IDS = itertools.count()
+
+
+def _register(table: OrderedDict, hook: Any) -> RemovableHandle:
+    if not callable(hook):
+        raise DTypeError(f"register a step hook: expected a callable, got {type(hook).__name__}")
+    key = next(_HOOK_IDS)
+    table[key] = hook
+    return RemovableHandle(table, key)
+
+
+def register_optimizer_step_pre_hook(hook: Any) -> RemovableHandle:
+    """torch's: ``hook(optimizer, args, kwargs)`` runs before every optimizer's step."""
+    return _register(_GLOBAL_STEP_PRE_HOOKS, hook)
+
+
+def register_optimizer_step_post_hook(hook: Any) -> RemovableHandle:
+    """torch's: ``hook(optimizer, args, kwargs)`` runs after every optimizer's step."""
+    return _register(_GLOBAL_STEP_POST_HOOKS, hook)
+
+
+def _hooked_step(step: Any) -> Any:
+    """``step`` with torch's step hooks around it, once per outermost call (a subclass's step
+    calling ``super().step``, or a closure's step calling ``self.step``, runs them once)."""
+    if getattr(step, "__retrograd_step_hooked__", False):
+        return step
+
+    @functools.wraps(step)
+    def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = self.__dict__
+        if state.get("_in_step_hooks") or not (
+            _GLOBAL_STEP_PRE_HOOKS
+            or _GLOBAL_STEP_POST_HOOKS
+            or state.get("_optimizer_step_pre_hooks")
+            or state.get("_optimizer_step_post_hooks")
+        ):
+            return step(self, *args, **kwargs)
+        name = f"{type(self).__name__}.step"
+        for hook in [*_GLOBAL_STEP_PRE_HOOKS.values(), *self._hook_table(
+            "_optimizer_step_pre_hooks").values()]:  # fmt: skip
+            result = hook(self, args, kwargs)
+            if result is None:
+                continue
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise InvalidArgumentError(
+                    f"{name}: a step pre-hook must return None or a tuple of (new_args, "
+                    f"new_kwargs), but got {result!r}"
+                )
+            args, kwargs = result
+        state["_in_step_hooks"] = True
+        try:
+            out = step(self, *args, **kwargs)
+        finally:
+            state["_in_step_hooks"] = False
+        for hook in [*self._hook_table("_optimizer_step_post_hooks").values(),
+                     *_GLOBAL_STEP_POST_HOOKS.values()]:  # fmt: skip
+            hook(self, args, kwargs)
+        return out
+
+    # (no __wrapped__: capture's patching of a class's step looks for its own wrappers so)
+    del hooked.__wrapped__
+    hooked.__retrograd_step_hooked__ = True
+    return hooked
+
+
+Optimizer.step = _hooked_step(Optimizer.step)
 
 
 def _sole_tensor(t: Tensor) -> bool:
@@ -758,9 +891,19 @@ def _state_value(
         return state_count(where, number, key, value)
     if np.ndim(_array(value)) == 0 and not isinstance(value, Tensor):
         # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
-        # mu_product): here they are Python numbers
-        return np.asarray(_array(value)).item()
+        # mu_product): here they are Python numbers, until a load, which casts them to a
+        # floating parameter's dtype as torch's does (and later steps compute them in it): a
+        # NumPy scalar of that dtype (see adaptive.held_scalar)
+        number = np.asarray(_array(value))
+        held = _HELD_SCALARS.get(str(parameter.dtype))
+        if held is not None and number.dtype.kind in "iuf":
+            return held(number)
+        return number.item()
     return state_tensor(where, number, key, value, parameter, shape)
+
+
+#: the NumPy scalar types that hold a loaded 0-d state entry of a parameter of each dtype
+_HELD_SCALARS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
 
 def _kept_as_saved(value: Any, parameter: Tensor, key: str) -> Any:

@@ -123,14 +123,13 @@ class LRScheduler:
             for group, rate in zip(groups, rates):
                 group["lr"] = rate
             return
-        for index, group in enumerate(groups):
-            if index < len(self.base_lrs):
-                group["lr"] = self.lr_at(epoch, self.base_lrs[index])
-            else:
-                # a group added to the optimizer after the schedule was made (unfreezing a
-                # backbone mid-run): torch's recursive step scales its own rate; it kept its
-                # rate for ever here (zip stopped at the schedule's groups)
-                group["lr"] = self.chained_lr(epoch, index, group["lr"])
+        # The closed form, from each group's initial rate: a group added to the optimizer
+        # after the schedule was made has none in base_lrs, refused as torch's closed forms
+        # (``step(epoch)``, SequentialLR's switch at a milestone) refuse it, by a strict zip
+        # of their rates with the groups. (Its recursive step() scales the group's own rate.)
+        self._check_groups(self.base_lrs)
+        for group, base in zip(groups, self.base_lrs):
+            group["lr"] = self.lr_at(epoch, base)
 
     def step(self, epoch: int | None = None) -> float:
         """Advance one epoch and set every group's learning rate; returns the first's.
@@ -203,6 +202,14 @@ class LRScheduler:
                 f"schedule was made for {len(per_group)} (a group added after the schedule "
                 "was made needs the schedule made again)"
             )
+
+    def _of_group(self, per_group: list[Any], index: int) -> Any:
+        """``per_group[index]``, refusing a group beyond those this schedule was made for as
+        :meth:`_check_groups` does (where torch's step zips ``per_group`` with the groups
+        strictly), rather than an ``IndexError``."""
+        if index >= len(per_group):
+            self._check_groups(per_group)
+        return per_group[index]
 
     def _base_of(self, index: int) -> float:
         """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
@@ -297,7 +304,10 @@ class CosineAnnealingLR(LRScheduler):
         if epoch == 0:
             return current
         if (epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
-            rise = (self._base_of(index) - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
+            # torch's restart reads base_lrs for every group (a group added after the
+            # schedule was made has none there: refused, as torch's strict zip refuses it)
+            base = self._of_group(self.base_lrs, index)
+            rise = (base - self.eta_min) * (1 - math.cos(math.pi / self.T_max))
             return current + rise / 2
         ratio = (1 + math.cos(math.pi * epoch / self.T_max)) / (
             1 + math.cos(math.pi * (epoch - 1) / self.T_max)
@@ -323,6 +333,7 @@ class LambdaLR(LRScheduler):
 
     def _apply(self, epoch: int) -> None:
         self._check_groups(self.lr_lambdas)  # one function per group
+        self._check_groups(self.base_lrs)  # and one initial rate (torch zips them strictly)
         for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
             group["lr"] = base * _factor(type(self).__name__, fn, epoch)
 
@@ -360,12 +371,14 @@ class LambdaLR(LRScheduler):
             return
         if not (
             isinstance(saved, list | tuple)
-            and len(saved) == len(self.lr_lambdas)
+            # fewer: saved before groups were added to the optimizer (see _check_state)
+            and len(saved) <= len(self.lr_lambdas)
             and all(entry is None or isinstance(entry, Mapping) for entry in saved)
         ):
             raise ShapeError(
-                f"{type(self).__name__}.load_state_dict: lr_lambdas must be {len(self.lr_lambdas)}"
-                f" entries, each None or a dict of a callable object's attributes; got {saved!r}"
+                f"{type(self).__name__}.load_state_dict: lr_lambdas must be at most "
+                f"{len(self.lr_lambdas)} entries, each None or a dict of a callable object's "
+                f"attributes; got {saved!r}"
             )
         for fn, entry in zip(self.lr_lambdas, saved):
             if entry is not None and not hasattr(fn, "__dict__"):
@@ -377,14 +390,18 @@ class LambdaLR(LRScheduler):
     chainable = False
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
-        return self.base_lrs[index] * _factor(type(self).__name__, self.lr_lambdas[index], epoch)
+        fn = self._of_group(self.lr_lambdas, index)
+        return self._of_group(self.base_lrs, index) * _factor(type(self).__name__, fn, epoch)
 
 
 class MultiplicativeLR(LambdaLR):
     """``lr = lr * lr_lambda(epoch)`` at each step after the first."""
 
     def _apply(self, epoch: int) -> None:
-        if epoch == 0:
+        # torch's get_lr leaves the rates alone in the constructor's step only (resuming
+        # with last_epoch); at any other epoch, 0 too (SequentialLR's switch to this
+        # schedule at a milestone, step(0)), it scales them by lr_lambda(epoch)
+        if getattr(self, "_closed_step", False):
             return
         self._check_groups(self.lr_lambdas)  # one function per group
         for group, fn in zip(self.optimizer.param_groups, self.lr_lambdas):
@@ -399,7 +416,8 @@ class MultiplicativeLR(LambdaLR):
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         if epoch == 0:
             return current
-        return current * _factor(type(self).__name__, self.lr_lambdas[index], epoch)
+        fn = self._of_group(self.lr_lambdas, index)
+        return current * _factor(type(self).__name__, fn, epoch)
 
 
 class MultiStepLR(LRScheduler):
@@ -606,11 +624,14 @@ def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
     for key, value in state_dict.items():
         current = schedule.__dict__.get(key)
         if key in _PER_GROUP and isinstance(current, list):
-            if not isinstance(value, list | tuple) or len(value) != groups:
+            # fewer values than groups: a schedule made before groups were added to its
+            # optimizer (a backbone unfrozen mid-run), resumed; its step treats the added
+            # groups as it did before the save (torch's load takes it too)
+            if not isinstance(value, list | tuple) or len(value) > groups:
                 count = f"{len(value)} values" if isinstance(value, list | tuple) else repr(value)
                 raise ShapeError(
                     f"{name}: {key} holds {count} for the optimizer's {groups} param_groups "
-                    "(a state saved with another number of groups)"
+                    "(a state saved with more groups)"
                 )
             if not all(is_number(v) or (v is None and c is None) for v, c in zip(value, current)):
                 raise DTypeError(f"{name}: {key} must hold numbers, got {list(value)!r}")
