@@ -421,7 +421,7 @@ def _expanded_source(target: Any, mask: Any) -> tuple[Any, Any] | None:
         UserWarning,
         stacklevel=4,
     )
-    source = view[views.BASE]
+    source = views.base_of(view)
     lead = target.ndim - source.ndim
     selected = mask.expand(target.shape)
     for d in reversed(range(target.ndim)):

@@ -177,12 +177,15 @@ class Tensor(
     #: in the instance ``__dict__``, which CPython makes only when a view op first writes
     #: one: until then the class defaults below answer reads, without the exception a
     #: missing slot costs.
+    #: ``_weak_base``: the weak reference its detached views hold it by, when it is computed
+    #: in the graph (:func:`.views.link`), made once.
     #: ``_former_keys``: the gradient keys of the leaves this tensor held before in-place
     #: writes made it a fresh leaf, each a ``RetiredLeaf`` (``.key``; called, whether it can
     #: still be read), newest first (see :func:`.views.remember_leaf`).
     __slots__ = ("__dict__",)
     _view: Any = None
     _views: Any = None
+    _weak_base: Any = None
     _former_keys: tuple = ()
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
@@ -987,7 +990,7 @@ _UNGUARDED = frozenset(
 
 
 #: what links a view and its base (:mod:`.views`): never copied or pickled
-_VIEW_ATTRIBUTES = frozenset({"_view", "_views"})
+_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base"})
 
 
 def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:

@@ -52,10 +52,11 @@ from .elementwise import _given, _sum_dtype
 from .ownership import sole_buffer
 from .shape import shape_arg
 from .views import (
-    BASE,
     KIND,
     PARAMS,
+    base_of,
     detached_values,
+    link,
     outside_graph,
     refresh,
     remember_leaf,
@@ -326,29 +327,30 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     taken = tensor._view
     if taken is not None:
         former._view = taken
-        base = taken[BASE]
-        base._views = [ref(former) if r() is tensor else r for r in base._views]
+        base = base_of(taken)
+        if base is not None:
+            base._views = [ref(former) if r() is tensor else r for r in base._views]
     if tensor._views:
-        former._views = tensor._views
-        for r in former._views:
-            view = r()
-            if view is not None:
-                view._view = (former, view._view[KIND], view._view[PARAMS])
+        views = tensor._views
         tensor._views = None
+        for r in views:
+            view = r()
+            if view is not None and view._view is not None:
+                link(view, former, view._view[KIND], view._view[PARAMS])
     made = make(former)
     tensor._prim = made._prim
-    if made._view is not None and made._view[BASE] is former:
+    if made._view is not None and base_of(made._view) is former:
         tensor._view = made._view
         former._views = [ref(tensor) if r() is made else r for r in former._views]
     else:  # nothing to change (``squeeze_`` of no size-1 dimension): as it was
         tensor._view = taken
-        if taken is not None:
+        if taken is not None and base is not None:
             base._views = [ref(tensor) if r() is former else r for r in base._views]
-        tensor._views = former._views
-        for r in tensor._views or ():
+        views, former._views = former._views or (), None
+        for r in views:
             view = r()
-            if view is not None:
-                view._view = (tensor, view._view[KIND], view._view[PARAMS])
+            if view is not None and view._view is not None:
+                link(view, tensor, view._view[KIND], view._view[PARAMS])
     return tensor
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .links import base_of
+
 __all__ = ["HELD_ONCE", "count", "sole_buffer"]
 
 
@@ -47,7 +49,9 @@ def _written_together(t: Any) -> list[Any] | None:
     while view is not None:
         if view[1] not in _WHOLE:
             return None
-        t = view[0]
+        t = base_of(view)
+        if t is None:  # a detached tensor whose base is gone
+            break
         group.append(t)
         view = getattr(t, "_view", None)
     seen = {id(x) for x in group}
@@ -59,7 +63,7 @@ def _written_together(t: Any) -> list[Any] | None:
             if child is None or id(child) in seen:
                 continue
             view = getattr(child, "_view", None)
-            if view is None or view[0] is not base:
+            if view is None or base_of(view) is not base:
                 continue
             if view[1] not in _WHOLE:
                 return None

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from ..backend.sizes import ITEMSIZE
+from .links import base_of
 
 __all__ = [
     "contiguous_strides",
@@ -116,7 +117,9 @@ def strides_of(t: Any) -> tuple[int, ...]:
         if layout is not None and layout[0] == t.shape:
             return layout[1]
         return contiguous_strides(t.shape)
-    base = view[0]  # a views.Link: (base, kind, params)
+    base = base_of(view)  # a views.Link: (base, kind, params)
+    if base is None:  # a detached tensor whose base is gone: its own root
+        return contiguous_strides(t.shape)
     strides = strides_of(base)
     shape = base.shape
     kind, params = view[1], view[2]
@@ -159,7 +162,9 @@ def storage_offset_of(t: Any) -> int:
     view = getattr(t, "_view", None)
     if view is None:
         return 0
-    base, kind, params = view
+    base, kind, params = base_of(view), view[1], view[2]
+    if base is None:  # a detached tensor whose base is gone: its own root
+        return 0
     offset = storage_offset_of(base)
     if kind == "index" and params[0] is not None:
         strides = strides_of(base)

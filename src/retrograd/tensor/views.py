@@ -41,6 +41,7 @@ from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..errors import ShapeError, shape_text
 from ._dispatch import from_host, host_constant, lift, untracked
+from .links import WeakBase, base_of
 from .strides import (
     contiguous_strides,
     is_contiguous,
@@ -57,6 +58,7 @@ __all__ = [
     "as_strided_input_positions",
     "as_strided_of",
     "as_strided_positions",
+    "base_of",
     "contiguous_strides",
     "diagonal_assign",
     "diagonal_of",
@@ -86,7 +88,7 @@ BASE, KIND, PARAMS = 0, 1, 2
 
 def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``."""
-    view._view = (base, kind, params)
+    view._view = (_held(base, kind), kind, params)
     views = getattr(base, "_views", None)
     if views is None:
         base._views = [ref(view)]
@@ -96,6 +98,48 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     if count >= 8 and count & (count - 1) == 0:  # at powers of two: drop the dead ones
         views[:] = [r for r in views if r() is not None]
     return view
+
+
+def _held(base: Any, kind: str) -> Any:
+    """How a view of ``kind`` holds ``base``: strongly, but for ``detach()`` and ``.data`` of
+    a tensor computed in the graph, weakly. Through a strong link a detached tensor kept its
+    base's whole graph alive, saved activations included, for as long as it lived
+    (``preds.append(model(x).detach())`` in a loop without ``no_grad``: each batch's
+    activations; ``(p - lr * g).detach()``: the old parameters), where torch's keeps only the
+    storage. When such a base goes, its detached views that live on share the first of them
+    as their base (:func:`_orphaned`), as torch's share the storage."""
+    if kind not in _DETACHED:
+        return base
+    backend = base._backend
+    if not (backend.is_autodiff and backend.is_tracked(base._prim)):
+        return base
+    held = base._weak_base
+    if held is None:
+        if getattr(base, "_views", None) is None:
+            base._views = []
+        held = base._weak_base = WeakBase(base, _orphaned(base._views))
+    return held
+
+
+def _orphaned(views: list) -> Any:
+    """The callback of a weakly held base whose live views are ``views``: its detached views
+    that live on become one root and its views."""
+
+    def relink(gone: Any) -> None:
+        survivors = []
+        for r in views:
+            child = r()
+            view = None if child is None else getattr(child, "_view", None)
+            if view is not None and view[BASE] is gone:
+                survivors.append((child, view[KIND], view[PARAMS]))
+        if not survivors:
+            return
+        root = survivors[0][0]
+        root._view = None
+        for child, kind, params in survivors[1:]:
+            link(child, root, kind, params)
+
+    return relink
 
 
 def unlink(t: Any) -> None:
@@ -120,14 +164,17 @@ def outside_graph(t: Any) -> bool:
     while view is not None:
         if view[KIND] in _OUTSIDE:
             return True
-        view = getattr(view[BASE], "_view", None)
+        view = getattr(base_of(view), "_view", None)
     return False
 
 
 def root_of(t: Any) -> Any:
     view = getattr(t, "_view", None)
     while view is not None:
-        t = view[BASE]
+        base = base_of(view)
+        if base is None:
+            return t
+        t = base
         view = getattr(t, "_view", None)
     return t
 
@@ -210,7 +257,7 @@ def detached_values(t: Any) -> Any:
     value, with that graph."""
     view = getattr(t, "_view", None)
     while view is not None and view[KIND] not in _DETACHED:
-        view = getattr(view[BASE], "_view", None)
+        view = getattr(base_of(view), "_view", None)
     detached = t if view is None else _detached_of(t)
     backend = t._backend
     prim = detached._prim
@@ -223,7 +270,7 @@ def _detached_of(t: Any) -> Any:
     """The tensor on ``t``'s chain of views made by ``.data``/``detach()`` (``t`` itself or a
     base of it)."""
     while t._view[KIND] not in _DETACHED:
-        t = t._view[BASE]
+        t = base_of(t._view)
     return t
 
 
@@ -238,11 +285,13 @@ def write(
     torch, the detached tensor and its views below it take the value in the graph (they
     require grad from then on), the tensor it was detached from takes the values only."""
     view = getattr(t, "_view", None)
-    if view is None:
+    base = None if view is None else base_of(view)
+    if base is None:  # a root, or a detached tensor whose base is gone: a root now
+        if view is not None:
+            t._view = None
         _set_root(op, t, value, outside, fresh)
         refresh(t)
         return
-    base = view[BASE]
     kind = view[KIND]
     if recorded:
         if kind in _DETACHED:  # t is the detached tensor: the graph stops here
@@ -280,7 +329,7 @@ def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[An
     outer = getattr(base, "_view", None)
     if kind != "index" or outer is None or outer[KIND] != "expand" or params[0] is None:
         return None
-    source = outer[BASE]
+    source = base_of(outer)
     slices, region = params[0], params[2]
     lead = len(base.shape) - len(source.shape)
     inner: list[slice] = []
@@ -365,7 +414,7 @@ def refresh(t: Any) -> None:
         if child is None:
             continue
         view = getattr(child, "_view", None)
-        if view is None or view[BASE] is not t:
+        if view is None or base_of(view) is not t:
             continue
         alive.append(r)
         backend = child._backend
@@ -522,7 +571,7 @@ def _no_bitcast_between_sizes(t: Any) -> None:
     through ``view(dtype)`` between element sizes, whose elements are not the root's."""
     view = getattr(t, "_view", None)
     while view is not None:
-        base = view[BASE]
+        base = base_of(view)
         if view[KIND] == "bitcast" and ITEMSIZE[view[PARAMS][0]] != ITEMSIZE[base.dtype]:
             raise ShapeError(
                 f"as_strided: the input of shape {shape_text(t.shape)} is a view(dtype) of a "
