@@ -21,24 +21,6 @@ from .optimizers import Optimizer, State
 __all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "SparseAdam"]
 
 
-def held_scalar(held: Any, value: float) -> float:
-    """``value`` as torch keeps it in the 0-d state tensor that holds ``held`` now (NAdam's
-    ``mu_product``, ASGD's ``eta`` and ``mu``): a tensor of torch's "scalar dtype" (float32, or
-    float64 under a float64 default dtype) as the step makes it, one of the parameter's dtype
-    once ``load_state_dict`` cast it (held here as a NumPy scalar of that dtype, see
-    ``optimizers._state_value``, and kept so); otherwise rounded to the scalar dtype."""
-    rounded = scalar_type(held)(value)
-    return rounded if isinstance(held, np.floating) else float(rounded)
-
-
-def scalar_type(held: Any) -> type:
-    """The NumPy type of the 0-d state tensor holding ``held`` in torch (see
-    :func:`held_scalar`)."""
-    if isinstance(held, np.floating):
-        return type(held)
-    return np.float64 if default_float_dtype() == "float64" else np.float32
-
-
 def _decayed(value: Tensor, grad: Tensor, weight_decay: float) -> Tensor:
     return grad + value * weight_decay if weight_decay else grad
 
@@ -164,11 +146,13 @@ class NAdam(Optimizer):
         bias_correction2 = 1.0 - beta2**step
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * decay))
         mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * decay))
-        # torch keeps this product in a 0-d state tensor, multiplied in its dtype
-        held = state.get("mu_product", 1.0)
-        scalar = scalar_type(held)
-        state_product = held_scalar(held, scalar(held) * scalar(mu))
-        mu_product = float(state_product)
+        # torch keeps this product in a 0-d state tensor of its "scalar dtype" (float64 under
+        # a float64 default dtype, else float32). torch's load_state_dict casts it to the
+        # parameter's dtype, so that a resumed float64 run leaves its uninterrupted one (by
+        # 1e-9); here it is multiplied in the scalar dtype whatever a load made of it, so a
+        # resumed run is the uninterrupted one bit for bit (tests/fuzz25_cases.py's policy)
+        scalar = np.float64 if default_float_dtype() == "float64" else np.float32
+        mu_product = float(scalar(state.get("mu_product", 1.0)) * scalar(mu))
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
@@ -178,7 +162,7 @@ class NAdam(Optimizer):
         mu_product_next = mu_product * mu_next
         value = value + grad / denom * (-lr * (1.0 - mu) / (1.0 - mu_product))
         value = value + first / denom * ((-lr * mu_next) / (1.0 - mu_product_next))
-        state.update(exp_avg=first, exp_avg_sq=second, mu_product=state_product)
+        state.update(exp_avg=first, exp_avg_sq=second, mu_product=mu_product)
         return value, state
 
 

@@ -892,8 +892,8 @@ def _state_value(
     if np.ndim(_array(value)) == 0 and not isinstance(value, Tensor):
         # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
         # mu_product): here they are Python numbers, until a load, which casts them to a
-        # floating parameter's dtype as torch's does (and later steps compute them in it): a
-        # NumPy scalar of that dtype (see adaptive.held_scalar)
+        # floating parameter's dtype as torch's does: a NumPy scalar of that dtype (NAdam
+        # computes its product in torch's scalar dtype whatever it is: see NAdam.update)
         number = np.asarray(_array(value))
         held = _HELD_SCALARS.get(str(parameter.dtype))
         if held is not None and number.dtype.kind in "iuf":
