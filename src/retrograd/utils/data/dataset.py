@@ -8,7 +8,7 @@ import bisect
 import math
 import numbers
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 from ...errors import (
@@ -173,8 +173,18 @@ class ConcatDataset(Dataset):
     def cumsum(sequence: Sequence[Any]) -> list[int]:
         """The running totals of the datasets' lengths (torch's: subclasses that change
         ``datasets`` recompute ``cumulative_sizes`` with it)."""
+        if not isinstance(sequence, Iterable):
+            raise DTypeError(
+                f"ConcatDataset.cumsum: expected a sequence of datasets, got "
+                f"{type(sequence).__name__}"
+            )
         totals, total = [], 0
         for dataset in sequence:
+            if not isinstance(dataset, Sized):
+                raise DTypeError(
+                    f"ConcatDataset.cumsum: a dataset of the sequence has no len(): "
+                    f"{type(dataset).__name__}"
+                )
             total += len(dataset)
             totals.append(total)
         return totals
