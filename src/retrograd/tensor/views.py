@@ -15,6 +15,10 @@ its live views (weak references). Then:
   so gradients flow as torch's ``CopySlices`` makes them flow;
 - after a tensor is updated, every live view of it (and their views) is recomputed from it.
 
+A view holds its base, but ``detach()`` and ``.data`` of a tensor computed in the graph hold
+it weakly (:func:`_held`): a detached tensor keeps its base's storage, as torch's does, not its
+base's graph.
+
 Writes through ``.data`` or ``detach()`` are outside the graph of the tensor written to: its
 values are given to a leaf as a new value (``p.data.add_(g, alpha=-lr)``), or to a tensor
 computed in the graph through the op ``data_write``, which keeps it there as torch's ``.data``
