@@ -25,9 +25,9 @@ step at its own prices, whose backward recomputes from √n anchors and drops fo
 
 A replay repeats what one eager step did, and what an eager step holds depends on the prices
 it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
-milliseconds at one small op can make it hold a value more, and every replay would copy that.
-and the choice between the floor and a replay compares the floor with what the eager step held.
-So a graph under the floor (past the anchored schedule) whose plan holds more than
+milliseconds at one small op can make it hold a value more, and every replay would copy that
+(the choice between the floor and a replay, too, compares the floor with what it held). So a
+graph under the floor (past the anchored schedule) whose plan holds more than
 :data:`REPLAY_SLACK` times the budget runs eagerly again, until an eager step holds no less
 than those before it (or :data:`REPLAY_TRIALS` have run), and its steps follow the lowest
 of their plans (:meth:`Planner._after_trials`).
@@ -134,9 +134,9 @@ class Planner:
         #: plan comes from)
         self._eager_peak: int | None = None
         self._eager_ops = 0
-        #: graph (hash of its signatures) -> the replays of its eager steps so far, with what
-        #: each step held and recomputed (see :meth:`_replay_of`)
-        self._trials: dict[int, list[tuple[int, int, EvictionPlan]]] = {}
+        #: graph (hash of its signatures) -> its trials so far: per eager step, the ops it
+        #: recomputed and the plan made from it (see :meth:`_plan_for`)
+        self._trials: dict[int, list[tuple[int, EvictionPlan]]] = {}
         #: the graphs of recent eager steps that were not planned (hashes of their
         #: signatures, oldest first): planned when seen again
         self._seen: dict[int, None] = {}
@@ -228,55 +228,56 @@ class Planner:
         trials go on (see the module docstring): the next step runs eagerly again."""
         graph = hash(tuple(signatures))
         trials = self._trials.pop(graph, None)
-        eager = (self._eager_peak, self._eager_ops)
         if trials is None:
             plan = self._make_plan(signatures, trace, values=values)
             if plan.mode not in (REPLAY, FLOOR) or plan.counted <= REPLAY_SLACK * plan.target:
                 return plan
-            trials = [(*eager, plan)]
         else:  # the trials' plan is made: this step gives one more replay to choose from
-            first = trials[0][2]
-            replay = first._replace(
-                mode=REPLAY, limit=self.max_bytes, trace=trace, counted=eager[0], values=values
+            plan = trials[0][1]._replace(
+                mode=REPLAY,
+                limit=self.max_bytes,
+                trace=trace,
+                counted=self._eager_peak,
+                values=values,
             )
-            trials.append((*eager, replay))
-        return self._after_trials(graph, trials)
+        return self._after_trials(graph, [*(trials or ()), (self._eager_ops, plan)])
 
     def _after_trials(self, graph: int, trials: list) -> EvictionPlan | None:
         """The plan a graph under the floor follows after ``trials`` (per eager step of it:
-        what it held, the ops it recomputed, and the plan made from it, the floor or a replay
-        of it): ``None`` while they go on, else the plan that holds least: the floor before a
-        replay that holds as much, and of replays holding alike the one with the fewest
-        recomputed ops (the earliest of equals). They go on while the latest holds less than
-        those before it, :data:`REPLAY_TRIALS` at most.
+        the ops it recomputed and the plan made from it, the floor or a replay of it, whose
+        ``counted`` is what it holds): ``None`` while they go on, else the plan that holds
+        least: the floor before a replay that holds as much, and of replays holding alike the
+        one with the fewest recomputed ops (the earliest of equals). They go on while the
+        latest holds less than those before it, :data:`REPLAY_TRIALS` at most.
 
         >>> planner = Planner(1 << 20)
         >>> def plan(mode, peak):
         ...     return EvictionPlan([("op",)], [False], 1 << 20, mode, None, 1 << 20, peak, [])
-        >>> trials = [(8, 114, plan(FLOOR, 7))]  # a pause made the first step hold more
+        >>> trials = [(114, plan(FLOOR, 7))]  # a pause made the first step hold 8, over the floor
         >>> planner._after_trials(1, trials) is None  # the next step is eager
         True
-        >>> trials += [(4, 116, plan(REPLAY, 4))]
+        >>> trials += [(116, plan(REPLAY, 4))]
         >>> planner._after_trials(1, trials) is None  # it held less: a third
         True
-        >>> trials += [(4, 112, plan(REPLAY, 4))]
+        >>> trials += [(112, plan(REPLAY, 4))]
         >>> chosen = planner._after_trials(1, trials)
-        >>> chosen.mode, chosen.counted, trials[-1][2] is chosen
+        >>> chosen.mode, chosen.counted, trials[-1][1] is chosen
         ('replay', 4, True)
-        >>> planner._after_trials(2, [(9, 52, plan(FLOOR, 7)), (8, 50, plan(REPLAY, 8))]).mode
+        >>> planner._after_trials(2, [(52, plan(FLOOR, 7)), (50, plan(REPLAY, 8))]).mode
         'floor'
         """
-        improved = len(trials) < 2 or trials[-1][2].counted < min(
-            trial[2].counted for trial in trials[:-1]
+        improved = len(trials) < 2 or trials[-1][1].counted < min(
+            plan.counted for _, plan in trials[:-1]
         )
         if improved and len(trials) < REPLAY_TRIALS:
             self._trials[graph] = trials
             while len(self._trials) > SEEN_GRAPHS:  # graphs that never came back
                 del self._trials[next(iter(self._trials))]
             return None
-        return min(trials, key=lambda trial: (trial[2].counted, trial[2].mode == REPLAY, trial[1]))[
-            2
-        ]
+        _, best = min(
+            trials, key=lambda trial: (trial[1].counted, trial[1].mode == REPLAY, trial[0])
+        )
+        return best
 
     def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
         """Another kept plan that the step has matched so far, with the same evictions."""
