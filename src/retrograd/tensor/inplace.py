@@ -52,11 +52,9 @@ from .elementwise import _given, _sum_dtype
 from .ownership import sole_buffer
 from .shape import shape_arg
 from .views import (
-    KIND,
-    PARAMS,
     base_of,
     detached_values,
-    link,
+    move_views,
     outside_graph,
     refresh,
     remember_leaf,
@@ -331,12 +329,7 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
         if base is not None:
             base._views = [ref(former) if r() is tensor else r for r in base._views]
     if tensor._views:
-        views = tensor._views
-        tensor._views = None
-        for r in views:
-            view = r()
-            if view is not None and view._view is not None:
-                link(view, former, view._view[KIND], view._view[PARAMS])
+        move_views(tensor, former)
     made = make(former)
     tensor._prim = made._prim
     if made._view is not None and base_of(made._view) is former:
@@ -346,11 +339,7 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
         tensor._view = taken
         if taken is not None and base is not None:
             base._views = [ref(tensor) if r() is former else r for r in base._views]
-        views, former._views = former._views or (), None
-        for r in views:
-            view = r()
-            if view is not None and view._view is not None:
-                link(view, tensor, view._view[KIND], view._view[PARAMS])
+        move_views(former, tensor)
     return tensor
 
 

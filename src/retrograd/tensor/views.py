@@ -68,6 +68,7 @@ __all__ = [
     "diagonal_of",
     "is_contiguous",
     "link",
+    "move_views",
     "outside_graph",
     "remember_leaf",
     "strides_of",
@@ -144,6 +145,15 @@ def _orphaned(views: list) -> Any:
             link(child, root, kind, params)
 
     return relink
+
+
+def move_views(source: Any, target: Any) -> None:
+    """Make ``target`` the base of ``source``'s live views (each taken as it was)."""
+    views, source._views = source._views or (), None
+    for r in views:
+        view = r()
+        if view is not None and view._view is not None:
+            link(view, target, view._view[KIND], view._view[PARAMS])
 
 
 def unlink(t: Any) -> None:
