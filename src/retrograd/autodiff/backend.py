@@ -23,6 +23,7 @@ from .checkpoint import CheckpointStrategy, NoCheckpointing
 from .grad_mode import _MODE, DISABLED_THREADS
 from .gradients import held_by_live_gradients
 from .graph import AutodiffPrimitive, Node, new_node_id
+from .handles import RemovableHandle
 from .ops import OPS, Op, Plan
 from .params import DistributedParam, ParamId
 
@@ -338,7 +339,7 @@ class Autodiff(Backend):
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
         x.node.retain = retain
 
-    def register_hook(self, x: AutodiffPrimitive, hook: Any) -> HookHandle:
+    def register_hook(self, x: AutodiffPrimitive, hook: Any) -> RemovableHandle:
         """Call ``hook(backend, gradient)`` on ``x``'s gradient once a backward has summed it,
         its result taking the gradient's place before it flows on to ``x``'s inputs (or, for a
         leaf, is returned): torch's tensor hooks. ``backend`` is the one the gradient belongs
@@ -352,7 +353,7 @@ class Autodiff(Backend):
             node.hooks = {}
         key = next(_HOOK_KEYS)
         node.hooks[key] = hook
-        return HookHandle(node.hooks, key)
+        return RemovableHandle(node.hooks, key)
 
     def succeed_leaf(self, old: AutodiffPrimitive, value: AutodiffPrimitive) -> AutodiffPrimitive:
         """The fresh leaf holding ``value`` (untracked) that takes the place of the leaf
@@ -424,26 +425,6 @@ class Autodiff(Backend):
 
 
 _HOOK_KEYS = itertools.count()
-
-
-class HookHandle:
-    """What ``register_hook`` returns: ``remove()`` takes the hook away (also on leaving a
-    ``with`` block), as torch's ``RemovableHandle``. It holds the hooks' dict, which a leaf's
-    successors share (:meth:`Autodiff.succeed_leaf`)."""
-
-    __slots__ = ("_hooks", "id")
-
-    def __init__(self, hooks: dict, key: int):
-        self._hooks, self.id = hooks, key
-
-    def remove(self) -> None:
-        self._hooks.pop(self.id, None)
-
-    def __enter__(self) -> HookHandle:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ...autodiff.handles import RemovableHandle
 from ...autograd import Function
 from ...errors import (
     AutodiffError,
@@ -35,23 +36,6 @@ __all__ = [
     "register_state_hook",
     "state_hooks",
 ]
-
-
-class RemovableHandle:
-    """What registering a hook returns: ``remove()`` unregisters it (also on leaving a
-    ``with`` block)."""
-
-    def __init__(self, table: dict[int, Any], key: int):
-        self._table, self.id = table, key
-
-    def remove(self) -> None:
-        self._table.pop(self.id, None)
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 #: the register method of each kind of hook, for errors
