@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections.abc
 import contextvars
 import copy
+import itertools
 import math
 import multiprocessing
 import threading
@@ -521,7 +522,7 @@ class DataLoader:
 
         if not workers:
             return _Batches(lambda: fetch(self.dataset, take()), timeout, length)
-        turn = iter(range(2**63))
+        turn = itertools.count()
 
         def read() -> Any:
             # the sampler is drawn in the main process, the batch fetched and collated by
