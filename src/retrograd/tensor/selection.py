@@ -213,11 +213,13 @@ class SelectionMixin:
         x = self.reshape((1, -1)) if self.ndim < 2 else self
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         n = x.shape[1]
-        weights = None
+        weights = importances = None
         for name, given, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
             if given is None:
                 continue
             w = lift(x, given, "cov")
+            if not integral:
+                importances = w
             if w.ndim > 1 or w.numel() != n:
                 raise ShapeError(
                     f"cov: {name} must be 0-d or 1-d with one weight per observation ({n}), "
@@ -237,8 +239,8 @@ class SelectionMixin:
         if not bool(total.detach().ne(0).item()):
             raise InvalidArgumentError("cov: weights sum to zero, can't be normalized")
         centred = x - ((x * weights).sum(1) / total).unsqueeze_dim(1)
-        if aweights is not None and correction != 0:
-            norm = total - (weights * lift(x, aweights, "cov")).sum() * correction / total
+        if importances is not None and correction != 0:
+            norm = total - (weights * importances).sum() * correction / total
         else:
             norm = total - correction
         norm = norm.mask_fill(norm.lower_equal(0), 0)  # (torch's: inf or NaN, with a warning)
