@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.handles import RemovableHandle
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -50,7 +51,6 @@ from ..errors import (
     check_iterable,
     shape_text,
 )
-from ..nn.modules.hooks import RemovableHandle
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.dtypes import cast_host
 from ..tensor.inplace import assign
