@@ -62,6 +62,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "INT_DTYPES",
     "NARROW_INTS",
+    "NARROW_RANGES",
     "SCALARS",
     "TensorBase",
     "TensorOp",
@@ -231,20 +232,20 @@ def scalar_value(value: Any, dtype: str) -> Any:
     return bool(value)
 
 
-#: the narrow integer dtypes: (modulus, lowest value)
-_NARROW_INTS = {
-    "uint8": (2**8, 0),
-    "int8": (2**8, -(2**7)),
-    "int16": (2**16, -(2**15)),
-    "int32": (2**32, -(2**31)),
+#: the narrow integer dtypes: (lowest, highest value). The tables below derive from it.
+NARROW_RANGES = {
+    "uint8": (0, 2**8 - 1),
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
 }
+#: the narrow integer dtypes: (modulus, lowest value)
+_NARROW_INTS = {dtype: (high - low + 1, low) for dtype, (low, high) in NARROW_RANGES.items()}
 #: torch's bounds of a number written into a narrow integer tensor: (integers, floats); an
 #: unsigned dtype takes negative integers down to ``-max`` (wrapped: ``-1`` is uint8's 255)
 NARROW_INTS = {
-    "uint8": ((-255, 255), (0, 255)),
-    "int8": ((-128, 127),) * 2,
-    "int16": ((-(2**15), 2**15 - 1),) * 2,
-    "int32": ((-(2**31), 2**31 - 1),) * 2,
+    dtype: ((-high if low == 0 else low, high), (low, high))
+    for dtype, (low, high) in NARROW_RANGES.items()
 }
 
 

@@ -651,12 +651,6 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
             f"randint: low={low} and high={high} are out of bounds for {dtype} "
             f"({smallest} <= low < high <= {largest + 1})"
         )
-    narrow = {"uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1)}.get(dtype)
-    if narrow is not None and not (narrow[0] <= int(low) and int(high) - 1 <= narrow[1]):
-        raise InvalidArgumentError(  # (torch's bounds check: the draws would wrap)
-            f"randint: low={low} and high={high} are out of bounds for {dtype} "
-            f"({narrow[0]} <= low < high <= {narrow[1] + 1})"
-        )
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)
     out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)

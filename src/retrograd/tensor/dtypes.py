@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype, set_default_float_dtype
 from ..errors import DTypeError
-from ._dispatch import DTYPES, FLOAT_DTYPES
+from ._dispatch import DTYPES, FLOAT_DTYPES, NARROW_RANGES
 
 __all__ = [
     "ALIASES",
@@ -320,10 +320,4 @@ def _joined_size(items: tuple) -> Size:
 
 #: the values a draw of each narrow integer dtype can take (torch's ``randint``/``random_``
 #: bounds check)
-RANDINT_BOUNDS = {
-    "bool": (0, 1),
-    "uint8": (0, 255),
-    "int8": (-128, 127),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-}
+RANDINT_BOUNDS = {"bool": (0, 1), **NARROW_RANGES}
