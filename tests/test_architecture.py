@@ -42,6 +42,10 @@ LAYERS = {
     "futures": 5,
     "defaults": 5,
     "linalg": 5,  # torch.linalg over the tensor API
+    "types": 5,  # torch.types: annotation aliases over the tensor and device types
+    # torch's module paths (torch.optim.adam...), registered by ``rg`` over itself: it imports
+    # nothing of retrograd, it is handed the namespace
+    "module_paths": 0,
     "special": 5,  # torch.special over the tensor API
     "sparse": 5,  # torch.sparse's names that hold on dense tensors, over the tensor API
     "quasirandom": 5,  # torch.quasirandom: Sobol' points (SciPy) made into tensors

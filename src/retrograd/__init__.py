@@ -434,3 +434,9 @@ _guard_namespace(
         and getattr(value, "__module__", "").startswith("retrograd.tensor")
     ],
 )
+
+# torch's module paths that scripts import from (``from torch.optim.adam import Adam``), each
+# answered where retrograd keeps the names (module_paths.py); last, once every name is here
+from . import module_paths as _module_paths  # noqa: E402
+
+_module_paths.install(_sys.modules[__name__])

@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd"]
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "xla", "meta")
 _warned = False
@@ -88,6 +88,33 @@ class autocast:  # noqa: N801 (torch's name)
 
         run.__wrapped__ = fn  # type: ignore[attr-defined]
         return run
+
+
+def custom_fwd(fwd: Any = None, *, device_type: str | None = None, cast_inputs: Any = None) -> Any:
+    """torch's decorator of a custom ``Function``'s ``forward`` (``@custom_fwd(device_type=
+    "cuda", cast_inputs=torch.float32)``): in an autocast region torch runs it with autocast off
+    and, with ``cast_inputs``, its floating inputs cast. retrograd never autocasts, so forward
+    runs as written: torch's behaviour outside an autocast region. ``torch.amp``'s form names
+    the ``device_type``; ``torch.cuda.amp``'s (:mod:`retrograd.cuda.amp`) does not."""
+    if device_type is not None and device_type not in _DEVICE_TYPES:
+        raise InvalidArgumentError(
+            f"custom_fwd: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
+        )
+    if fwd is None:
+        return lambda f: custom_fwd(f, device_type=device_type, cast_inputs=cast_inputs)
+    return fwd
+
+
+def custom_bwd(bwd: Any = None, *, device_type: str | None = None) -> Any:
+    """torch's decorator of a custom ``Function``'s ``backward``, which runs it under the
+    autocast state of its forward: here always none, so it runs as written."""
+    if device_type is not None and device_type not in _DEVICE_TYPES:
+        raise InvalidArgumentError(
+            f"custom_bwd: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
+        )
+    if bwd is None:
+        return lambda f: custom_bwd(f, device_type=device_type)
+    return bwd
 
 
 def _float32(value: float) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import amp as _amp
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd"]
 
 
 def GradScaler(  # noqa: N802 (torch's name)
@@ -27,3 +27,13 @@ def autocast(
     enabled: bool = True, dtype: Any = "float16", cache_enabled: bool = True
 ) -> _amp.autocast:
     return _amp.autocast("cuda", dtype, enabled, cache_enabled)
+
+
+def custom_fwd(fwd: Any = None, *, cast_inputs: Any = None) -> Any:
+    """``torch.cuda.amp.custom_fwd``: :func:`retrograd.amp.custom_fwd` for CUDA."""
+    return _amp.custom_fwd(fwd, device_type="cuda", cast_inputs=cast_inputs)
+
+
+def custom_bwd(bwd: Any = None) -> Any:
+    """``torch.cuda.amp.custom_bwd``: :func:`retrograd.amp.custom_bwd` for CUDA."""
+    return _amp.custom_bwd(bwd, device_type="cuda")

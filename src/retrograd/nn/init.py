@@ -386,3 +386,23 @@ def sparse(tensor: Tensor, sparsity: float, std: float = 0.01) -> Tensor:
 # Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
 # the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
 _guard_namespace(globals(), __all__)
+
+
+def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
+    """torch's private helper: the fan in or out (``mode``) that kaiming's bounds divide by."""
+    if not isinstance(mode, str) or mode.lower() not in ("fan_in", "fan_out"):
+        raise InvalidArgumentError(
+            f"_calculate_correct_fan: mode {mode!r} not supported, please use one of "
+            "fan_in, fan_out"
+        )
+    fan_in, fan_out = _fans(tensor, "_calculate_correct_fan")
+    return fan_in if mode.lower() == "fan_in" else fan_out
+
+
+# torch's private spellings of the fills, which layer code written before the public ones
+# calls (timm's ``_no_grad_trunc_normal_``): the same functions, in torch's argument order
+_no_grad_uniform_ = uniform_
+_no_grad_normal_ = normal_
+_no_grad_trunc_normal_ = trunc_normal_
+_no_grad_fill_ = constant_
+_no_grad_zero_ = zeros_

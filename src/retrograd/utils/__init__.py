@@ -1,6 +1,7 @@
-"""torch's ``torch.utils``: :mod:`.data` (datasets, samplers, ``DataLoader``) and
-:mod:`.checkpoint`."""
+"""torch's ``torch.utils``: :mod:`.data` (datasets, samplers, ``DataLoader``),
+:mod:`.checkpoint`, :mod:`.hooks` (``RemovableHandle``) and :mod:`.model_zoo`
+(``load_url``)."""
 
-from . import checkpoint, data
+from . import checkpoint, data, hooks, model_zoo
 
-__all__ = ["checkpoint", "data"]
+__all__ = ["checkpoint", "data", "hooks", "model_zoo"]

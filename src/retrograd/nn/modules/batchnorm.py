@@ -22,7 +22,7 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, full
 from ...tensor.inplace import assign
 from .module import Module
-from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, _BatchNorm
+from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, _BatchNorm, _NormBase  # noqa: F401 (torch path)
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 

@@ -191,15 +191,13 @@ class Conv3d(_Convolution):
     _convolution = staticmethod(F.conv3d)
 
 
-class ConvTranspose2d(_ConvNd):
-    """2-d transposed convolution, weight ``[in, out/groups, kh, kw]`` (PyTorch's layout).
-
-    >>> ConvTranspose2d(4, 2, 2, stride=2)(rg.ones((1, 4, 3, 3))).shape
-    (1, 2, 6, 6)
-    """
+class _ConvTransposeNd(_ConvNd):
+    """What torch's transposed convolutions share (its ``_ConvTransposeNd``): the
+    constructor with ``output_padding``, and the forward with an ``output_size``. Each
+    dimension's layer subclasses it alone, as in torch (a ``ConvTranspose1d`` is no
+    ``ConvTranspose2d``)."""
 
     transposed = True
-    _transposed_convolution = staticmethod(F.conv_transpose2d)
 
     def __init__(
         self,
@@ -275,14 +273,25 @@ class ConvTranspose2d(_ConvNd):
         return tuple(size - low for size, low in zip(sizes, smallest))
 
 
-class ConvTranspose1d(ConvTranspose2d):
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-d transposed convolution, weight ``[in, out/groups, kh, kw]`` (PyTorch's layout).
+
+    >>> ConvTranspose2d(4, 2, 2, stride=2)(rg.ones((1, 4, 3, 3))).shape
+    (1, 2, 6, 6)
+    """
+
+    spatial = 2
+    _transposed_convolution = staticmethod(F.conv_transpose2d)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
     """1-d transposed convolution, weight ``[in, out/groups, k]``."""
 
     spatial = 1
     _transposed_convolution = staticmethod(F.conv_transpose1d)
 
 
-class ConvTranspose3d(ConvTranspose2d):
+class ConvTranspose3d(_ConvTransposeNd):
     """3-d transposed convolution, weight ``[in, out/groups, kd, kh, kw]``."""
 
     spatial = 3

@@ -19,13 +19,11 @@ __all__ = [
 ]
 
 
-class Dropout(Module):
-    """Zero each element with probability ``p`` in training mode; the identity in eval mode.
-    ``inplace=True`` is accepted (nothing is modified in place).
-
-    >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
-    [[1.0, 1.0], [1.0, 1.0]]
-    """
+class _DropoutNd(Module):
+    """What torch's dropout layers share (its ``_DropoutNd``): ``p``, ``inplace`` (accepted:
+    nothing is modified in place), the functional form ``_fn`` applied in training mode, the
+    ``extra_repr``. Each layer subclasses it alone, as in torch, so that ``isinstance(m,
+    nn.Dropout)`` holds for element dropout only, not for ``Dropout2d``."""
 
     _fn = staticmethod(F.dropout)
 
@@ -44,30 +42,39 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class Dropout1d(Dropout):
+class Dropout(_DropoutNd):
+    """Zero each element with probability ``p`` in training mode; the identity in eval mode.
+    ``inplace=True`` is accepted (nothing is modified in place).
+
+    >>> Dropout(0.5).eval()(rg.ones((2, 2))).tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+
+class Dropout1d(_DropoutNd):
     """Zero whole channels of ``[N, C, L]``."""
 
     _fn = staticmethod(F.dropout1d)
 
 
-class Dropout2d(Dropout):
+class Dropout2d(_DropoutNd):
     """Zero whole channels of ``[N, C, H, W]`` (torch's ``Dropout2d``)."""
 
     _fn = staticmethod(F.dropout2d)
 
 
-class Dropout3d(Dropout):
+class Dropout3d(_DropoutNd):
     _fn = staticmethod(F.dropout3d)
 
 
-class AlphaDropout(Dropout):
+class AlphaDropout(_DropoutNd):
     """``F.alpha_dropout`` in training mode: dropped elements take SELU's saturation value
     and an affine map keeps the mean and variance."""
 
     _fn = staticmethod(F.alpha_dropout)
 
 
-class FeatureAlphaDropout(Dropout):
+class FeatureAlphaDropout(_DropoutNd):
     """``F.feature_alpha_dropout``: alpha dropout of whole channels."""
 
     _fn = staticmethod(F.feature_alpha_dropout)

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ...errors import ShapeError
-from ...tensor import Tensor, tensor
-from ...tensor.dtypes import default_float_dtype
+from ...tensor import Tensor
 from .. import functional as F  # noqa: N812 (PyTorch's idiom)
-from ..parameter import Parameter
-from .module import Module, _reset_affine
-from .norm import _keep_num_batches_tracked, _norm_options, _reset_running_stats
+from .norm import _NormBase
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
+    """torch's ``_InstanceNorm``: a :class:`~.norm._NormBase` without affine parameters or
+    running statistics by default."""
+
     #: the spatial dims of the batched input
     spatial = 2
 
@@ -33,45 +31,10 @@ class _InstanceNorm(Module):
         dtype: Any = None,
         *,
         bias: bool = True,
+        backend: Any = None,
     ):
-        super().__init__()
-        dtype = dtype or default_float_dtype()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        shape = (num_features,)
-        if affine:
-            self.weight = Parameter(tensor(np.ones(shape), dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(tensor(np.zeros(shape), dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer(
-                "running_mean", tensor(np.zeros(shape), dtype=dtype, device=device)
-            )
-            self.register_buffer("running_var", tensor(np.ones(shape), dtype=dtype, device=device))
-            self.register_buffer(
-                "num_batches_tracked", tensor(np.array(0, dtype=np.int64), device=device)
-            )
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-
-    def reset_running_stats(self) -> None:
-        _reset_running_stats(self)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args: Any) -> None:
-        _keep_num_batches_tracked(self, state_dict, prefix, local_metadata)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
-
-    def reset_parameters(self) -> None:
-        """The running statistics reset, weight ones and bias zeros again, in place."""
-        self.reset_running_stats()
-        _reset_affine(self)
+        options = (num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        super().__init__(*options, bias=bias, backend=backend)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -91,9 +54,6 @@ class _InstanceNorm(Module):
             self.momentum if self.momentum is not None else 0.0, self.eps,
         )  # fmt: skip
         return out.squeeze(0) if unbatched else out
-
-    def extra_repr(self) -> str:
-        return _norm_options(self)
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -53,7 +53,27 @@ def _read_once(module: Module, size_average: Any, reduce: Any, reduction: str) -
     module.reduction = reduction
 
 
-class CrossEntropyLoss(Module):
+class _Loss(Module):
+    """``reduction`` (or PyTorch's deprecated ``size_average``/``reduce``, read into it), kept
+    as torch's ``_Loss`` keeps it: the base of the losses, and of custom ones."""
+
+    def __init__(self, size_average: bool | None = None, reduce: bool | None = None,
+                 reduction: str = "mean"):  # fmt: skip
+        super().__init__()
+        _read_once(self, size_average, reduce, reduction)
+
+
+class _WeightedLoss(_Loss):
+    """A :class:`_Loss` with per-class ``weight`` (a buffer, ``None`` without), as torch's
+    ``_WeightedLoss``."""
+
+    def __init__(self, weight: Tensor | None = None, size_average: bool | None = None,
+                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+
+class CrossEntropyLoss(_WeightedLoss):
     """``F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)``.
 
     >>> loss = CrossEntropyLoss()(rg.zeros((2, 4)), rg.tensor([1, 3], dtype="int64"))
@@ -70,9 +90,7 @@ class CrossEntropyLoss(Module):
         reduction: str = "mean",
         label_smoothing: float = 0.0,
     ):
-        super().__init__()
-        self.register_buffer("weight", weight)
-        _read_once(self, size_average, reduce, reduction)
+        super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
@@ -89,7 +107,7 @@ class CrossEntropyLoss(Module):
         )
 
 
-class NLLLoss(Module):
+class NLLLoss(_WeightedLoss):
     """``F.nll_loss(input, target, weight, ignore_index, reduction)``: the loss of models that
     end in ``log_softmax``.
 
@@ -105,9 +123,7 @@ class NLLLoss(Module):
         reduce: bool | None = None,
         reduction: str = "mean",
     ):
-        super().__init__()
-        self.register_buffer("weight", weight)
-        _read_once(self, size_average, reduce, reduction)
+        super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
@@ -122,44 +138,23 @@ class NLLLoss(Module):
         )
 
 
-class MSELoss(Module):
+class MSELoss(_Loss):
     """``F.mse_loss(input, target, reduction=...)``.
 
     >>> MSELoss()(rg.tensor([1.0, 3.0]), rg.tensor([0.0, 0.0])).item()
     5.0
     """
 
-    def __init__(
-        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
-    ):
-        super().__init__()
-        _read_once(self, size_average, reduce, reduction)
-
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.mse_loss(input, target, self.size_average, self.reduce, self.reduction)
 
 
-class _Loss(Module):
-    """``reduction`` (or PyTorch's deprecated ``size_average``/``reduce``, read into it), kept
-    as torch's ``_Loss`` keeps it."""
-
-    def __init__(self, size_average: bool | None = None, reduce: bool | None = None,
-                 reduction: str = "mean"):  # fmt: skip
-        super().__init__()
-        _read_once(self, size_average, reduce, reduction)
-
-
-class BCELoss(_Loss):
+class BCELoss(_WeightedLoss):
     """``F.binary_cross_entropy(input, target, weight, reduction=...)``.
 
     >>> round(BCELoss()(rg.tensor([0.5]), rg.tensor([1.0])).item(), 6)
     0.693147
     """
-
-    def __init__(self, weight: Tensor | None = None, size_average: bool | None = None,
-                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
-        super().__init__(size_average, reduce, reduction)
-        self.register_buffer("weight", weight)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.binary_cross_entropy(
@@ -293,13 +288,8 @@ class MultiLabelMarginLoss(_Loss):
         )
 
 
-class MultiLabelSoftMarginLoss(_Loss):
+class MultiLabelSoftMarginLoss(_WeightedLoss):
     """``F.multilabel_soft_margin_loss(input, target, weight)``; ``weight`` is a buffer."""
-
-    def __init__(self, weight: Tensor | None = None, size_average: bool | None = None,
-                 reduce: bool | None = None, reduction: str = "mean"):  # fmt: skip
-        super().__init__(size_average, reduce, reduction)
-        self.register_buffer("weight", weight)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.multilabel_soft_margin_loss(
@@ -307,19 +297,18 @@ class MultiLabelSoftMarginLoss(_Loss):
         )
 
 
-class MultiMarginLoss(_Loss):
+class MultiMarginLoss(_WeightedLoss):
     """``F.multi_margin_loss(input, target, p, margin, weight)``; ``weight`` is a buffer."""
 
     def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None,
                  size_average: bool | None = None, reduce: bool | None = None,
                  reduction: str = "mean"):  # fmt: skip
-        super().__init__(size_average, reduce, reduction)
         if p not in (1, 2):
             raise InvalidArgumentError(
                 f"MultiMarginLoss: only p == 1 and p == 2 supported, got {p!r}"
             )
+        super().__init__(weight, size_average, reduce, reduction)
         self.p, self.margin = p, margin
-        self.register_buffer("weight", weight)
 
     def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
         return F.multi_margin_loss(

@@ -951,14 +951,27 @@ class Module:
         extra = self.extra_repr()
         extra_lines = extra.split("\n") if extra else []
         child_lines = [
-            f"({name}): " + repr(child).replace("\n", "\n  ")
-            for name, child in self._modules.items()
+            f"({name}): " + _addindent(repr(child), 2) for name, child in self._modules.items()
         ]
         head = f"{type(self).__name__}("
         if len(extra_lines) == 1 and not child_lines:
             return head + extra_lines[0] + ")"
         lines = extra_lines + child_lines
         return head + ("\n  " + "\n  ".join(lines) + "\n)" if lines else ")")
+
+
+def _addindent(text: str, spaces: int) -> str:
+    """``text`` with every line after the first indented by ``spaces``, blank lines left
+    empty: torch's helper of ``__repr__``, which custom modules' reprs call too.
+
+    >>> print(_addindent("Block(\\n(fc): Linear()\\n\\n)", 2))
+    Block(
+      (fc): Linear()
+    <BLANKLINE>
+      )
+    """
+    first, *rest = text.split("\n")
+    return "\n".join([first, *((" " * spaces + line) if line.strip() else "" for line in rest)])
 
 
 def register_module_forward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:

@@ -24,16 +24,6 @@ def _filled(shape: tuple[int, ...], value: float, dtype: str, backend: Any, devi
     return tensor(np.full(shape, value), dtype=dtype, backend=backend, device=device)
 
 
-def _reset_running_stats(module: Module) -> None:
-    """A batch or instance norm's running mean zeros, variance ones, no batch counted (with
-    ``track_running_stats``), in place."""
-    if module.track_running_stats:
-        for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
-            buffer = getattr(module, name)
-            assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
-        assign(module.num_batches_tracked, module.num_batches_tracked * 0)
-
-
 def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
@@ -87,34 +77,12 @@ class LayerNorm(Module):
         )
 
 
-def _norm_options(module: Module) -> str:
-    """The ``extra_repr`` of torch's batch and instance norms (``_NormBase``'s): ``bias`` is
-    whether the module holds one (torch 2.13's ``bias=False`` drops it; no ``affine``, none)."""
-    return (
-        f"{module.num_features}, eps={module.eps}, momentum={module.momentum}, "
-        f"affine={module.affine}, bias={module.bias is not None}, "
-        f"track_running_stats={module.track_running_stats}"
-    )
-
-
-def _keep_num_batches_tracked(
-    module: Module, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any]
-) -> None:
-    """torch's ``_NormBase._load_from_state_dict``: a state without version metadata, or of
-    a version before 2 (the checkpoints of torch before 0.4, which torchvision's DenseNet
-    weights still are), has no ``num_batches_tracked``; the module's own count is kept."""
-    version = local_metadata.get("version")
-    if (version is None or version < 2) and module.track_running_stats:
-        key = prefix + "num_batches_tracked"
-        if key not in state_dict and module.num_batches_tracked is not None:
-            state_dict[key] = module.num_batches_tracked
-
-
-class _BatchNorm(Module):
-    """Batch normalization with running statistics, as PyTorch's ``_BatchNorm``."""
-
-    #: the input ranks this layer takes
-    ranks: tuple[int, ...] = ()
+class _NormBase(Module):
+    """What torch's batch and instance norms share (its ``_NormBase``): ``num_features``
+    channels, ``weight`` ones and ``bias`` zeros (with ``affine``), running statistics as
+    buffers (with ``track_running_stats``: ``running_mean``, ``running_var``,
+    ``num_batches_tracked``), their resets, the loading of states older than that count, and
+    the ``extra_repr``. Custom norms subclass it as they do torch's."""
 
     def __init__(
         self,
@@ -156,11 +124,44 @@ class _BatchNorm(Module):
             self.register_buffer("num_batches_tracked", None)
 
     def reset_running_stats(self) -> None:
-        _reset_running_stats(self)
+        """The running mean zeros, variance ones, no batch counted (with
+        ``track_running_stats``), in place."""
+        if self.track_running_stats:
+            for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
+                buffer = getattr(self, name)
+                assign(buffer, _filled(buffer.shape, value, buffer.dtype, buffer.backend, None))
+            assign(self.num_batches_tracked, self.num_batches_tracked * 0)
+
+    def reset_parameters(self) -> None:
+        """The running statistics reset, weight ones and bias zeros again, in place."""
+        self.reset_running_stats()
+        _reset_affine(self)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args: Any) -> None:
-        _keep_num_batches_tracked(self, state_dict, prefix, local_metadata)
+        # torch's: a state without version metadata, or of a version before 2 (the
+        # checkpoints of torch before 0.4, which torchvision's DenseNet weights still are),
+        # has no ``num_batches_tracked``; the module's own count is kept
+        version = local_metadata.get("version")
+        if (version is None or version < 2) and self.track_running_stats:
+            key = prefix + "num_batches_tracked"
+            if key not in state_dict and self.num_batches_tracked is not None:
+                state_dict[key] = self.num_batches_tracked
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+    def extra_repr(self) -> str:
+        # ``bias``: whether the module holds one (torch 2.13's ``bias=False`` drops it)
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, bias={self.bias is not None}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class _BatchNorm(_NormBase):
+    """Batch normalization with running statistics, as PyTorch's ``_BatchNorm``."""
+
+    #: the input ranks this layer takes
+    ranks: tuple[int, ...] = ()
 
     def _counts_batch(self) -> bool:
         return self.training and self.track_running_stats and self.num_batches_tracked is not None
@@ -181,11 +182,6 @@ class _BatchNorm(Module):
         if self._counts_batch():
             counter = self.num_batches_tracked
             assign(counter, counter + 1, type(self).__name__)
-
-    def reset_parameters(self) -> None:
-        """The running statistics reset, weight ones and bias zeros again, in place."""
-        self.reset_running_stats()
-        _reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -210,9 +206,6 @@ class _BatchNorm(Module):
         )
         self._count_batch()
         return out
-
-    def extra_repr(self) -> str:
-        return _norm_options(self)
 
 
 class BatchNorm1d(_BatchNorm):

@@ -63,6 +63,11 @@ def _clones(module: Module, count: int) -> ModuleList:
     return ModuleList([module.replicate() for _ in range(count)])
 
 
+# torch's private names of the two helpers, which layers built after torch's transformer import
+_get_activation_fn = _activation
+_get_clones = _clones
+
+
 def _sequence_length(x: Tensor, batch_first: bool) -> int:
     return x.shape[0] if x.ndim == 2 or not batch_first else x.shape[1]
 

@@ -1,0 +1,320 @@
+"""torch's ``torch.autograd.function``: custom differentiable operations (:class:`Function`,
+its context :class:`FunctionCtx`) and ``once_differentiable``, the decorator of a ``backward``
+written with NumPy or other untracked code (``from torch.autograd.function import
+once_differentiable`` in custom CUDA ops' Python halves).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..autodiff import enable_grad, is_grad_enabled, no_grad
+from ..autodiff.ops import Op
+from ..errors import AutodiffError, ShapeError
+from ..tensor import Tensor
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """What ``forward`` hands ``backward`` in a :class:`Function`: ``save_for_backward``,
+    ``saved_tensors``, ``needs_input_grad``, ``mark_non_differentiable``,
+    ``set_materialize_grads``, and any attribute set on it."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]) -> None:
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+        self._saved: tuple[Any, ...] = ()
+        self._non_differentiable: set[int] = set()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
+        them is not seen, as torch's version check would have it refuse)."""
+        self._saved = tuple(
+            Tensor._result(t._prim, t._backend, t._device) if isinstance(t, Tensor) else t
+            for t in tensors
+        )
+
+    @property
+    def saved_tensors(self) -> tuple[Any, ...]:
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        """These outputs carry no gradient (indices, masks)."""
+        self._non_differentiable.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Whether ``backward`` gets zeros (default) or ``None`` for outputs without a gradient."""
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors: Any) -> None:
+        raise AutodiffError(
+            "Function: mark_dirty (an input modified in place by forward) is not supported; "
+            "return a new tensor from forward"
+        )
+
+
+class _Call:
+    """One ``Function.apply``: the class, its context, the tensor inputs' positions, shapes and
+    dtypes, and the outputs (handed once to the recorded op's forward)."""
+
+    def __init__(self, cls: type, ctx: FunctionCtx, positions: list[int], inputs: list[Tensor],
+                 outputs: tuple, differentiable: list[int], backend: Any) -> None:  # fmt: skip
+        self.cls, self.ctx, self.backend = cls, ctx, backend
+        self.positions = positions
+        self.shapes = [t.shape for t in inputs]
+        self.dtypes = [t.dtype for t in inputs]
+        self.outputs = outputs  # every output of forward; backward gets one gradient each
+        self.differentiable = differentiable  # the recorded ones, by output index
+        self.device = inputs[0].device
+        self._pending: list[Any] = [
+            outputs[j]._backend.inner_value(outputs[j]._prim) for j in differentiable
+        ]
+        self._cache: tuple[int, Any, tuple] | None = None
+
+    def take(self, k: int) -> Any:
+        value, self._pending[k] = self._pending[k], None
+        if value is None:
+            raise AutodiffError("Function: a custom function's output cannot be recomputed")
+        return value
+
+    def input_gradients(self, B: Any, g: Any, k: int) -> tuple:  # noqa: N803 (the rules' name)
+        """``backward``'s gradients of the tensor inputs, as ``B``'s primitives, for the
+        gradient ``g`` of output ``k`` (the others' taken as zero); one call per ``g``."""
+        # The gradients of every input come from one backward call per incoming ``g``; the
+        # cache is keyed by the object itself (a weak reference: an id alone could be reused
+        # by the next backward's gradient, with retain_graph, once this one is freed).
+        if self._cache is not None and self._cache[0] == k and self._cache[1]() is g:
+            return self._cache[2]
+        tracked = getattr(B, "is_autodiff", False)
+        if tracked:  # create_graph: backward is recorded as it runs
+            incoming = Tensor(g, B, self.device)
+        else:
+            incoming = Tensor(self.backend.wrap(g), self.backend, self.device)
+        from ..tensor import zeros_like
+
+        grads_out = []
+        for j, out in enumerate(self.outputs):
+            if j == self.differentiable[k]:
+                grads_out.append(incoming)
+            elif isinstance(out, Tensor) and self.ctx.materialize_grads:
+                zeros = zeros_like(out)
+                grads_out.append(zeros if out.is_float() else zeros.cast(incoming.dtype))
+            else:
+                grads_out.append(None)
+        mode = enable_grad() if tracked else no_grad()
+        with mode:
+            result = self.cls.backward(self.ctx, *grads_out)
+        result = result if isinstance(result, tuple) else (result,)
+        expected = len(self.ctx.needs_input_grad)
+        if len(result) != expected:
+            raise AutodiffError(
+                f"function {self.cls.__name__}Backward returned an incorrect number of "
+                f"gradients (expected {expected}, got {len(result)})"
+            )
+        grads = tuple(
+            self._primitive(B, result[p], i, tracked) for i, p in enumerate(self.positions)
+        )
+        try:
+            self._cache = (k, weakref.ref(g), grads)
+        except TypeError:  # a primitive without weak references: no caching
+            self._cache = None
+        return grads
+
+    def _primitive(self, B: Any, grad: Any, i: int, tracked: bool) -> Any:  # noqa: N803
+        shape = self.shapes[i]
+        if grad is None:  # no gradient: the input's stays absent, as torch's (not zeros)
+            return None
+        if not isinstance(grad, Tensor):
+            raise AutodiffError(
+                f"function {self.cls.__name__}Backward returned a {type(grad).__name__} as "
+                f"gradient {self.positions[i]}; expected a tensor or None"
+            )
+        grad_shape = grad.shape
+        if grad_shape != shape:
+            grad = _summed_to(grad, shape)
+        if grad is None:
+            raise ShapeError(
+                f"function {self.cls.__name__}Backward returned an invalid gradient at index "
+                f"{self.positions[i]} - got shape {list(grad_shape)}, expected shape "
+                f"{list(shape)}"
+            )
+        if grad.dtype != self.dtypes[i]:  # torch's validate_outputs: the input's dtype
+            grad = grad.cast(self.dtypes[i])
+        prim = grad._prim
+        if tracked:
+            return prim if grad._backend is B else B.wrap(grad._backend.inner_value(prim))
+        return grad._backend.inner_value(prim) if grad._backend.is_autodiff else prim
+
+
+def _summed_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor | None:
+    """A gradient of a shape ``shape`` broadcasts to, summed back to ``shape`` (torch's
+    ``validate_outputs``); ``None`` when ``shape`` does not broadcast to it."""
+    extra = grad.ndim - len(shape)
+    if extra < 0:
+        return None
+    for n, m in zip(shape, grad.shape[extra:]):
+        if n not in (m, 1):
+            return None
+    dims = list(range(extra)) + [
+        extra + i for i, n in enumerate(shape) if n == 1 != grad.shape[extra + i]
+    ]
+    return (grad.sum(dims) if dims else grad).reshape(shape)
+
+
+def _function_forward(backend: Any, values: list, call: _Call, k: int) -> Any:
+    return call.take(k)
+
+
+def _function_vjp(B: Any, g: Any, index: int, call: _Call, k: int) -> Any:  # noqa: N803
+    return call.input_gradients(B, g, k)[index]
+
+
+_FUNCTION = Op(
+    "autograd_function",
+    (),
+    ("call", "output"),
+    (_function_vjp,),
+    memory_bound=False,
+    variadic=True,
+    forward=_function_forward,
+    recomputable=False,
+)
+
+
+class Function:
+    """torch's ``autograd.Function``: a differentiable operation written as two static
+    methods, ``forward(ctx, *args)`` (run without recording, as torch's) and
+    ``backward(ctx, *grad_outputs)`` returning one gradient (or ``None``) per argument of
+    ``forward``; or torch's newer form, ``forward(*args)`` with ``setup_context(ctx, inputs,
+    output)``. ``MyFunction.apply(*args)`` runs it and records one node per output in the
+    graph; ``backward`` runs on tensors of the same backend, recorded under
+    ``backward(create_graph=True)`` (so it is differentiable again when written with tensor
+    ops). With several outputs, ``backward`` is called once per output that receives a
+    gradient, the others' gradients zero (the sum is the same: ``backward`` is linear in them).
+
+    >>> import retrograd as rg
+    >>> class Square(rg.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         ctx.save_for_backward(x)
+    ...         return x * x
+    ...     @staticmethod
+    ...     def backward(ctx, grad):
+    ...         (x,) = ctx.saved_tensors
+    ...         return 2 * x * grad
+    >>> x = rg.tensor([3.0]).require_grad()
+    >>> x.grad(Square.apply(x).sum().backward()).tolist()
+    [6.0]
+    """
+
+    @staticmethod
+    def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("Function: define forward as a static method")
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> Any:
+        return NotImplemented
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> Any:
+        raise NotImplementedError("Function: define backward as a static method")
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx = FunctionCtx(needs)
+        with no_grad():
+            if cls.setup_context is not Function.setup_context:
+                output = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, output)
+            else:
+                output = cls.forward(ctx, *args, **kwargs)
+        positions = [i for i, wanted in enumerate(needs) if wanted]
+        if not positions:
+            return output
+        outputs = output if isinstance(output, tuple) else (output,)
+        differentiable = [
+            j
+            for j, out in enumerate(outputs)
+            if isinstance(out, Tensor) and out.is_float() and id(out) not in ctx._non_differentiable
+        ]
+        if not differentiable:
+            return output
+        inputs = [args[i] for i in positions]
+        backend = inputs[0]._backend
+        call = _Call(cls, ctx, positions, inputs, outputs, differentiable, backend)
+        recorded = list(outputs)
+        prims = [t._prim for t in inputs]
+        for k, j in enumerate(differentiable):
+            prim = backend.apply(_FUNCTION, *prims, params=(call, k))
+            recorded[j] = Tensor(prim, backend, outputs[j]._device)
+        # a saved output is the recorded one, as torch's: a backward that reads it is then
+        # differentiable through it (second order)
+        by_value = {id(outputs[j]._prim): recorded[j] for j in differentiable}
+        ctx._saved = tuple(
+            by_value.get(id(t._prim), t) if isinstance(t, Tensor) else t for t in ctx._saved
+        )
+        return tuple(recorded) if isinstance(output, tuple) else recorded[0]
+
+
+class _DifferentiatedTwice(Function):
+    """The node ``once_differentiable`` puts on the gradients it returns under
+    ``create_graph``: the identity forward, a backward that refuses (torch's ``DelayedError``)."""
+
+    @staticmethod
+    def forward(ctx: Any, *values: Tensor) -> Any:
+        return values[0].clone() if len(values) == 1 else tuple(v.clone() for v in values)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise AutodiffError(
+            "trying to differentiate twice a function that was marked with @once_differentiable"
+        )
+
+
+def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's decorator of a :class:`Function`'s ``backward`` that is not differentiable
+    itself (NumPy, in-place or hand-written code): it runs without recording, and under
+    ``backward(create_graph=True)`` the gradients it returns carry a node that refuses a
+    second derivative with an ``AutodiffError``, as torch's do, where a gradient taken as a
+    constant would make a wrong (zero) second derivative.
+
+    >>> import retrograd as rg
+    >>> class Cube(rg.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         ctx.save_for_backward(x)
+    ...         return x**3
+    ...     @staticmethod
+    ...     @once_differentiable
+    ...     def backward(ctx, grad):
+    ...         (x,) = ctx.saved_tensors
+    ...         return 3 * x**2 * grad
+    >>> x = rg.tensor([2.0]).require_grad()
+    >>> x.grad(Cube.apply(x).sum().backward()).tolist()
+    [12.0]
+    """
+
+    @functools.wraps(backward)
+    def wrapper(ctx: Any, *grad_outputs: Any) -> Any:
+        with no_grad():
+            result = backward(ctx, *grad_outputs)
+        recording = is_grad_enabled() and any(
+            isinstance(g, Tensor) and g.requires_grad for g in grad_outputs
+        )
+        if not recording:
+            return result
+        results = result if isinstance(result, tuple) else (result,)
+        marked = tuple(
+            _DifferentiatedTwice.apply(r.detach().require_grad())
+            if isinstance(r, Tensor) and r.is_float()
+            else r
+            for r in results
+        )
+        return marked if isinstance(result, tuple) else marked[0]
+
+    return wrapper

@@ -1,0 +1,11 @@
+"""torch's ``torch.utils.model_zoo``: ``load_url``, the older name of
+:func:`retrograd.hub.load_state_dict_from_url` (which says that this library downloads
+nothing: load the file with ``rg.load`` instead)."""
+
+from __future__ import annotations
+
+from ..hub import load_state_dict_from_url
+
+__all__ = ["load_url"]
+
+load_url = load_state_dict_from_url
