@@ -315,8 +315,9 @@ class CosineAnnealingLR(LRScheduler):
         return ratio * (current - self.eta_min) + self.eta_min
 
 
-class LambdaLR(LRScheduler):
-    """``lr = base_lr * lr_lambda(epoch)`` (one function, or one per group)."""
+class _WithLambdas(LRScheduler):
+    """``lr_lambdas``, one function per group, and their saving: what ``LambdaLR`` and
+    ``MultiplicativeLR`` share (each its own class, as torch's)."""
 
     def __init__(self, optimizer: Any, lr_lambda: Any, last_epoch: int = -1):
         _check_optimizer(type(self).__name__, optimizer)
@@ -324,22 +325,12 @@ class LambdaLR(LRScheduler):
         lambdas = lr_lambda if isinstance(lr_lambda, list | tuple) else [lr_lambda] * groups
         if len(lambdas) != groups:
             raise InvalidArgumentError(
-                f"LambdaLR: expected {groups} lr_lambdas, but got {len(lambdas)}"
+                f"{type(self).__name__}: expected {groups} lr_lambdas, but got {len(lambdas)}"
             )
         for fn in lambdas:  # here, not as Python's "not callable" at the first step
             check_callable(type(self).__name__, fn, "lr_lambda")
         self.lr_lambdas = list(lambdas)
         super().__init__(optimizer, last_epoch)
-
-    def _apply(self, epoch: int) -> None:
-        self._check_groups(self.lr_lambdas)  # one function per group
-        self._check_groups(self.base_lrs)  # and one initial rate (torch zips them strictly)
-        for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
-            group["lr"] = base * _factor(type(self).__name__, fn, epoch)
-
-    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
-        base = self.base_lr if base_lr is None else base_lr
-        return base * _factor(type(self).__name__, self.lr_lambdas[0], epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """torch's: the factors' own attributes where they are callable objects (a function
@@ -387,6 +378,20 @@ class LambdaLR(LRScheduler):
                     "attributes to set"
                 )
 
+
+class LambdaLR(_WithLambdas):
+    """``lr = base_lr * lr_lambda(epoch)`` (one function, or one per group)."""
+
+    def _apply(self, epoch: int) -> None:
+        self._check_groups(self.lr_lambdas)  # one function per group
+        self._check_groups(self.base_lrs)  # and one initial rate (torch zips them strictly)
+        for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
+            group["lr"] = base * _factor(type(self).__name__, fn, epoch)
+
+    def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
+        base = self.base_lr if base_lr is None else base_lr
+        return base * _factor(type(self).__name__, self.lr_lambdas[0], epoch)
+
     chainable = False
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
@@ -394,7 +399,7 @@ class LambdaLR(LRScheduler):
         return self._of_group(self.base_lrs, index) * _factor(type(self).__name__, fn, epoch)
 
 
-class MultiplicativeLR(LambdaLR):
+class MultiplicativeLR(_WithLambdas):
     """``lr = lr * lr_lambda(epoch)`` at each step after the first."""
 
     def _apply(self, epoch: int) -> None:
@@ -497,10 +502,12 @@ class PolynomialLR(LRScheduler):
         return base * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
 
 
-class ReduceLROnPlateau:
+class ReduceLROnPlateau(LRScheduler):
     """Scale each group's learning rate by ``factor`` when the metric given to
     ``step(metric)`` has not improved for ``patience`` epochs (torch's rules: ``mode``,
-    ``threshold``/``threshold_mode``, ``cooldown``, ``min_lr``, ``eps``)."""
+    ``threshold``/``threshold_mode``, ``cooldown``, ``min_lr``, ``eps``). An
+    ``LRScheduler`` as torch 2.13's (``isinstance`` checks of training loops), with its own
+    constructor, step and state: it neither calls the base's constructor nor steps by epoch."""
 
     def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1,
                  patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
@@ -596,8 +603,6 @@ class ReduceLROnPlateau:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         self.__dict__.update(state_dict)
-
-    check_state_dict = LRScheduler.check_state_dict
 
 
 #: the state's entries holding one value per parameter group (torch's names)

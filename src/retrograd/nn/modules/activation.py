@@ -136,32 +136,39 @@ class _Elementwise(Module):
         return _inplace_repr(self, text) if self._prints_inplace else text
 
 
-class Softmax(Module):
-    """``F.softmax(x, dim)`` (``dim=None``: torch's implicit choice, deprecated there).
+class _OverDim(Module):
+    """The softmax family's ``dim`` (``None``: torch's implicit choice, deprecated there) and
+    repr; each member subclasses it alone, as in torch (a ``LogSoftmax`` is no ``Softmax``)."""
 
-    >>> Softmax(dim=1)(rg.zeros((1, 4))).tolist()
-    [[0.25, 0.25, 0.25, 0.25]]
-    """
+    _fn: Any = None
 
     def __init__(self, dim: int | None = None):
         super().__init__()
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.softmax(x, self.dim)
+        return type(self)._fn(x, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
 
-class LogSoftmax(Softmax):
-    def forward(self, x: Tensor) -> Tensor:
-        return F.log_softmax(x, self.dim)
+class Softmax(_OverDim):
+    """``F.softmax(x, dim)``.
+
+    >>> Softmax(dim=1)(rg.zeros((1, 4))).tolist()
+    [[0.25, 0.25, 0.25, 0.25]]
+    """
+
+    _fn = staticmethod(F.softmax)
 
 
-class Softmin(Softmax):
-    def forward(self, x: Tensor) -> Tensor:
-        return F.softmin(x, self.dim)
+class LogSoftmax(_OverDim):
+    _fn = staticmethod(F.log_softmax)
+
+
+class Softmin(_OverDim):
+    _fn = staticmethod(F.softmin)
 
 
 class Softmax2d(Module):
@@ -188,15 +195,6 @@ class LeakyReLU(_Elementwise):
         self.negative_slope, self.inplace = negative_slope, inplace
 
 
-class ReLU6(_Elementwise):
-    _prints_inplace = True
-    _fn = staticmethod(F.relu6)
-
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
-
-
 class Hardtanh(_Elementwise):
     _prints_inplace = True
     _fn = staticmethod(F.hardtanh)
@@ -207,25 +205,36 @@ class Hardtanh(_Elementwise):
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
 
-class Hardswish(_Elementwise):
+class ReLU6(Hardtanh):
+    """``Hardtanh(0, 6)``, as torch's (its subclass: ``min_val`` 0, ``max_val`` 6)."""
+
+    _fn = staticmethod(F.relu6)
+    _fields = ()
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(0.0, 6.0, inplace)
+
+
+class _InplaceOnly(_Elementwise):
+    """An activation whose only argument is ``inplace`` (accepted; see the module docstring)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class Hardswish(_InplaceOnly):
     _fn = staticmethod(F.hardswish)
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
 
-
-class Hardsigmoid(_Elementwise):
+class Hardsigmoid(_InplaceOnly):
     _fn = staticmethod(F.hardsigmoid)
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
 
+class _WithAlpha(_Elementwise):
+    """``alpha`` and ``inplace``: ELU's and CELU's arguments (each its own class, as torch's)."""
 
-class ELU(_Elementwise):
     _prints_inplace = True
-    _fn = staticmethod(F.elu)
     _fields = ("alpha",)
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
@@ -233,20 +242,21 @@ class ELU(_Elementwise):
         self.alpha, self.inplace = alpha, inplace
 
 
-class CELU(ELU):
+class ELU(_WithAlpha):
+    _fn = staticmethod(F.elu)
+
+
+class CELU(_WithAlpha):
     _fn = staticmethod(F.celu)
 
 
-class SELU(_Elementwise):
+class SELU(_InplaceOnly):
     _prints_inplace = True
     _fn = staticmethod(F.selu)
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
 
-
-class Mish(SELU):
+class Mish(_InplaceOnly):
+    _prints_inplace = True
     _fn = staticmethod(F.mish)
 
 
@@ -321,10 +331,9 @@ class PReLU(Module):
         return f"num_parameters={self.num_parameters}"
 
 
-class Hardshrink(_Elementwise):
-    """``F.hardshrink(x, lambd)``: 0 on ``[-lambd, lambd]``, ``x`` elsewhere."""
+class _Shrink(_Elementwise):
+    """``lambd``: the shrinks' argument (each its own class, as torch's)."""
 
-    _fn = staticmethod(F.hardshrink)
     _fields = ("lambd",)
 
     def __init__(self, lambd: float = 0.5):
@@ -335,7 +344,13 @@ class Hardshrink(_Elementwise):
         return f"{self.lambd}"
 
 
-class Softshrink(Hardshrink):
+class Hardshrink(_Shrink):
+    """``F.hardshrink(x, lambd)``: 0 on ``[-lambd, lambd]``, ``x`` elsewhere."""
+
+    _fn = staticmethod(F.hardshrink)
+
+
+class Softshrink(_Shrink):
     """``F.softshrink(x, lambd)``: ``x`` moved towards 0 by ``lambd``, 0 in between."""
 
     _fn = staticmethod(F.softshrink)

@@ -34,10 +34,10 @@ from ...tensor.generator import fork_rng
 from ...tensor.inplace import assign
 from ..parameter import UninitializedBuffer, UninitializedParameter, is_lazy
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
-from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
+from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, _InstanceNorm
 from .linear import Linear
 from .module import Module
-from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, _BatchNorm
 
 __all__ = [
     "LazyBatchNorm1d",
@@ -159,14 +159,14 @@ def _factory(kwargs: dict[str, Any], device: Any, dtype: Any) -> dict[str, Any]:
     return {**kwargs, "device": device, "dtype": dtype}
 
 
-class LazyLinear(LazyModuleMixin):
+class LazyLinear(LazyModuleMixin, Linear):
     """:class:`Linear` with ``in_features`` from the first input's last dimension."""
 
     cls_to_become = Linear
 
     def __init__(self, out_features: int, bias: bool = True, device: Any = None,
                  dtype: Any = None, **factory: Any):  # fmt: skip
-        super().__init__()
+        Module.__init__(self)
         self.out_features = out_features
         names = ("weight", "bias") if bias else ("weight",)
         self._lazy_init((out_features, bias), _factory(factory, device, dtype), names)
@@ -191,7 +191,7 @@ class _LazyConvNd(LazyModuleMixin):
                  dilation: Any = 1, groups: int = 1, bias: bool = True,
                  padding_mode: str = "zeros", device: Any = None, dtype: Any = None,
                  **factory: Any):  # fmt: skip
-        super().__init__()
+        Module.__init__(self)
         self.out_channels = out_channels
         arguments = (out_channels, kernel_size, stride, padding, dilation, groups, bias,
                      padding_mode)  # fmt: skip
@@ -209,11 +209,11 @@ class _LazyConvNd(LazyModuleMixin):
         return self._lazy_arguments[0][5]
 
 
-class LazyConv1d(_LazyConvNd):
+class LazyConv1d(_LazyConvNd, Conv1d):
     spatial, cls_to_become = 1, Conv1d
 
 
-class LazyConv2d(_LazyConvNd):
+class LazyConv2d(_LazyConvNd, Conv2d):
     """:class:`Conv2d` with ``in_channels`` from the first input.
 
     >>> conv = LazyConv2d(4, 3)
@@ -224,7 +224,7 @@ class LazyConv2d(_LazyConvNd):
     spatial, cls_to_become = 2, Conv2d
 
 
-class LazyConv3d(_LazyConvNd):
+class LazyConv3d(_LazyConvNd, Conv3d):
     spatial, cls_to_become = 3, Conv3d
 
 
@@ -241,7 +241,7 @@ class _LazyConvTransposeNd(_LazyConvNd):
                  output_padding: Any = 0, groups: int = 1, bias: bool = True, dilation: Any = 1,
                  padding_mode: str = "zeros", device: Any = None, dtype: Any = None,
                  **factory: Any):  # fmt: skip
-        LazyModuleMixin.__init__(self)
+        Module.__init__(self)
         self.out_channels = out_channels
         arguments = (out_channels, kernel_size, stride, padding, output_padding, groups, bias,
                      dilation, padding_mode)  # fmt: skip
@@ -251,15 +251,15 @@ class _LazyConvTransposeNd(_LazyConvNd):
             self.register_parameter("bias", None)
 
 
-class LazyConvTranspose1d(_LazyConvTransposeNd):
+class LazyConvTranspose1d(_LazyConvTransposeNd, ConvTranspose1d):
     spatial, cls_to_become = 1, ConvTranspose1d
 
 
-class LazyConvTranspose2d(_LazyConvTransposeNd):
+class LazyConvTranspose2d(_LazyConvTransposeNd, ConvTranspose2d):
     spatial, cls_to_become = 2, ConvTranspose2d
 
 
-class LazyConvTranspose3d(_LazyConvTransposeNd):
+class LazyConvTranspose3d(_LazyConvTransposeNd, ConvTranspose3d):
     spatial, cls_to_become = 3, ConvTranspose3d
 
 
@@ -272,7 +272,7 @@ class _LazyNormBase(LazyModuleMixin):
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None,
                  *, bias: bool = True, **factory: Any):  # fmt: skip
-        super().__init__()
+        Module.__init__(self)
         tracking = track_running_stats
         self.affine, self.track_running_stats = affine, tracking
         self._size_from = ("weight", 0) if affine else ("running_mean", 0)
@@ -292,15 +292,15 @@ class _LazyNormBase(LazyModuleMixin):
             self.register_parameter("bias", None)
 
 
-class LazyBatchNorm1d(_LazyNormBase):
+class LazyBatchNorm1d(_LazyNormBase, _BatchNorm):
     cls_to_become = BatchNorm1d
 
 
-class LazyBatchNorm2d(_LazyNormBase):
+class LazyBatchNorm2d(_LazyNormBase, _BatchNorm):
     cls_to_become = BatchNorm2d
 
 
-class LazyBatchNorm3d(_LazyNormBase):
+class LazyBatchNorm3d(_LazyNormBase, _BatchNorm):
     cls_to_become = BatchNorm3d
 
 
@@ -309,13 +309,13 @@ class _LazyInstanceNorm(_LazyNormBase):
     ``track_running_stats=True`` (its ``_LazyNormBase``'s), unlike ``InstanceNorm*d``."""
 
 
-class LazyInstanceNorm1d(_LazyInstanceNorm):
+class LazyInstanceNorm1d(_LazyInstanceNorm, _InstanceNorm):
     cls_to_become = InstanceNorm1d
 
 
-class LazyInstanceNorm2d(_LazyInstanceNorm):
+class LazyInstanceNorm2d(_LazyInstanceNorm, _InstanceNorm):
     cls_to_become = InstanceNorm2d
 
 
-class LazyInstanceNorm3d(_LazyInstanceNorm):
+class LazyInstanceNorm3d(_LazyInstanceNorm, _InstanceNorm):
     cls_to_become = InstanceNorm3d

@@ -31,13 +31,16 @@ class LocalResponseNorm(Module):
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
 
 
-class CrossMapLRN2d(LocalResponseNorm):
+class CrossMapLRN2d(Module):
     """torch's legacy cross-map LRN of ``[N, C, H, W]`` inputs: its values (its channel
     windows as its running sum builds them, which differ from :class:`LocalResponseNorm`'s),
-    differentiated exactly."""
+    differentiated exactly. Its own class, as torch's (no ``LocalResponseNorm``)."""
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1):
-        super().__init__(size, alpha, beta, k)
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    extra_repr = LocalResponseNorm.extra_repr
 
     def forward(self, x: Tensor) -> Tensor:
         return _cross_map_lrn2d(x, self.size, self.alpha, self.beta, self.k)

@@ -54,7 +54,9 @@ class _Pad(Module):
         return f"{self.padding}"
 
 
-def _padding(mode: str, dims: int, name: str, constant: bool) -> type:
+def _padding(mode: str, dims: int, name: str, constant: bool, base: type = _Pad) -> type:
+    """The class ``name`` over ``base``: torch's ``ZeroPad*d`` are its ``ConstantPad*d``
+    with the value 0."""
     if constant:
 
         def init(self: Any, padding: Any, value: float) -> None:
@@ -66,15 +68,15 @@ def _padding(mode: str, dims: int, name: str, constant: bool) -> type:
 
     doc = f"``F.pad(x, padding, {mode!r})`` over the last {dims} dimension(s)."
     namespace = {"mode": mode, "dims": dims, "takes_value": constant, "__init__": init}
-    return type(name, (_Pad,), {**namespace, "__doc__": doc})
+    return type(name, (base,), {**namespace, "__doc__": doc})
 
 
-ZeroPad1d = _padding("constant", 1, "ZeroPad1d", False)
-ZeroPad2d = _padding("constant", 2, "ZeroPad2d", False)
-ZeroPad3d = _padding("constant", 3, "ZeroPad3d", False)
 ConstantPad1d = _padding("constant", 1, "ConstantPad1d", True)
 ConstantPad2d = _padding("constant", 2, "ConstantPad2d", True)
 ConstantPad3d = _padding("constant", 3, "ConstantPad3d", True)
+ZeroPad1d = _padding("constant", 1, "ZeroPad1d", False, ConstantPad1d)
+ZeroPad2d = _padding("constant", 2, "ZeroPad2d", False, ConstantPad2d)
+ZeroPad3d = _padding("constant", 3, "ZeroPad3d", False, ConstantPad3d)
 ReflectionPad1d = _padding("reflect", 1, "ReflectionPad1d", False)
 ReflectionPad2d = _padding("reflect", 2, "ReflectionPad2d", False)
 ReflectionPad3d = _padding("reflect", 3, "ReflectionPad3d", False)

@@ -39,12 +39,9 @@ __all__ = [
 ]
 
 
-class MaxPool2d(Module):
-    """2-d max pooling; ``return_indices=True`` also returns the int64 argmax indices.
-
-    >>> MaxPool2d(2)(rg.ones((1, 1, 4, 4))).shape
-    (1, 1, 2, 2)
-    """
+class _MaxPoolNd(Module):
+    """What torch's max poolings share (its ``_MaxPoolNd``); each dimension's layer names
+    its functional form (``_pool``, ``_pool_with_indices``)."""
 
     def __init__(
         self,
@@ -61,8 +58,8 @@ class MaxPool2d(Module):
         self.stride = stride if stride is not None else kernel_size
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
-    _pool = staticmethod(F.max_pool2d)
-    _pool_with_indices = staticmethod(F.max_pool2d_with_indices)
+    _pool: Any = None
+    _pool_with_indices: Any = None
 
     def forward(self, x: Tensor) -> Any:
         pool = self._pool_with_indices if self.return_indices else self._pool
@@ -75,12 +72,23 @@ class MaxPool2d(Module):
         )
 
 
-class AvgPool2d(Module):
-    """2-d average pooling.
+class MaxPool2d(_MaxPoolNd):
+    """2-d max pooling; ``return_indices=True`` also returns the int64 argmax indices.
 
-    >>> AvgPool2d(2)(rg.ones((1, 1, 4, 4))).shape
+    >>> MaxPool2d(2)(rg.ones((1, 1, 4, 4))).shape
     (1, 1, 2, 2)
     """
+
+    _pool = staticmethod(F.max_pool2d)
+    _pool_with_indices = staticmethod(F.max_pool2d_with_indices)
+
+
+class _AvgPoolNd(Module):
+    """What torch's average poolings share (its ``_AvgPoolNd``): here the 2-d and 3-d
+    constructor and forward, each dimension's layer naming its functional form (``_pool``);
+    ``AvgPool1d`` takes no ``divisor_override``."""
+
+    _pool: Any = None
 
     def __init__(
         self,
@@ -98,7 +106,7 @@ class AvgPool2d(Module):
         self.divisor_override = divisor_override
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(
+        return self._pool(
             x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
             self.divisor_override,
         )  # fmt: skip
@@ -107,14 +115,21 @@ class AvgPool2d(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AdaptiveAvgPool2d(Module):
-    """Average pooling to a fixed ``output_size`` (an int, or a pair; ``None`` keeps a size).
+class AvgPool2d(_AvgPoolNd):
+    """2-d average pooling.
 
-    >>> AdaptiveAvgPool2d((1, 1))(rg.ones((2, 3, 5, 7))).shape
-    (2, 3, 1, 1)
+    >>> AvgPool2d(2)(rg.ones((1, 1, 4, 4))).shape
+    (1, 1, 2, 2)
     """
 
-    _pool = staticmethod(F.adaptive_avg_pool2d)
+    _pool = staticmethod(F.avg_pool2d)
+
+
+class _AdaptiveAvgPoolNd(Module):
+    """What torch's adaptive average poolings share (its ``_AdaptiveAvgPoolNd``); each
+    dimension's layer names its functional form (``_pool``)."""
+
+    _pool: Any = None
 
     def __init__(self, output_size: int | Sequence[int | None]):
         super().__init__()
@@ -125,6 +140,16 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
+    """Average pooling to a fixed ``output_size`` (an int, or a pair; ``None`` keeps a size).
+
+    >>> AdaptiveAvgPool2d((1, 1))(rg.ones((2, 3, 5, 7))).shape
+    (2, 3, 1, 1)
+    """
+
+    _pool = staticmethod(F.adaptive_avg_pool2d)
 
 
 class Upsample(Module):
@@ -168,26 +193,26 @@ class Upsample(Module):
         return f"size={self.size}, mode={self.mode!r}"
 
 
-class MaxPool1d(MaxPool2d):
+class MaxPool1d(_MaxPoolNd):
     """1-d max pooling over ``[N, C, L]``."""
 
     _pool = staticmethod(F.max_pool1d)
     _pool_with_indices = staticmethod(F.max_pool1d_with_indices)
 
 
-class MaxPool3d(MaxPool2d):
+class MaxPool3d(_MaxPoolNd):
     """3-d max pooling over ``[N, C, D, H, W]``."""
 
     _pool = staticmethod(F.max_pool3d)
     _pool_with_indices = staticmethod(F.max_pool3d_with_indices)
 
 
-class AvgPool1d(Module):
+class AvgPool1d(_AvgPoolNd):
     """1-d average pooling over ``[N, C, L]``."""
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
                  ceil_mode: bool = False, count_include_pad: bool = True):  # fmt: skip
-        super().__init__()
+        Module.__init__(self)  # torch's own arguments: no divisor_override
         self.kernel_size, self.padding = kernel_size, padding
         self.stride = stride if stride is not None else kernel_size  # as torch stores it
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
@@ -201,28 +226,25 @@ class AvgPool1d(Module):
         return _sizes_repr(self, 1)
 
 
-class AvgPool3d(AvgPool2d):
+class AvgPool3d(_AvgPoolNd):
     """3-d average pooling over ``[N, C, D, H, W]``."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool3d(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
-            self.divisor_override,
-        )  # fmt: skip
+    _pool = staticmethod(F.avg_pool3d)
 
 
-class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
     _pool = staticmethod(F.adaptive_avg_pool1d)
 
 
-class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
     _pool = staticmethod(F.adaptive_avg_pool3d)
 
 
-class AdaptiveMaxPool2d(Module):
-    """Maximum pooling to a fixed ``output_size`` (torch's windows)."""
+class _AdaptiveMaxPoolNd(Module):
+    """What torch's adaptive max poolings share (its ``_AdaptiveMaxPoolNd``); each
+    dimension's layer names its functional form (``_pool``)."""
 
-    _pool = staticmethod(F.adaptive_max_pool2d)
+    _pool: Any = None
 
     def __init__(self, output_size: Any, return_indices: bool = False):
         super().__init__()
@@ -235,11 +257,17 @@ class AdaptiveMaxPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    """Maximum pooling to a fixed ``output_size`` (torch's windows)."""
+
+    _pool = staticmethod(F.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
     _pool = staticmethod(F.adaptive_max_pool1d)
 
 
-class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
     _pool = staticmethod(F.adaptive_max_pool3d)
 
 
@@ -262,7 +290,7 @@ class UpsamplingBilinear2d(Upsample):
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-class _LPPool(Module):
+class _LPPoolNd(Module):
     """Power-average pooling: the ``norm_type``-norm of each window."""
 
     _fn: Any = None
@@ -283,11 +311,11 @@ class _LPPool(Module):
         )
 
 
-class LPPool1d(_LPPool):
+class LPPool1d(_LPPoolNd):
     _fn = staticmethod(F.lp_pool1d)
 
 
-class LPPool2d(_LPPool):
+class LPPool2d(_LPPoolNd):
     """``F.lp_pool2d``.
 
     >>> LPPool2d(2, 2)(rg.full((1, 1, 4, 4), 2.0)).tolist()
@@ -297,11 +325,11 @@ class LPPool2d(_LPPool):
     _fn = staticmethod(F.lp_pool2d)
 
 
-class LPPool3d(_LPPool):
+class LPPool3d(_LPPoolNd):
     _fn = staticmethod(F.lp_pool3d)
 
 
-class _MaxUnpool(Module):
+class _MaxUnpoolNd(Module):
     """The partial inverse of max pooling: ``forward(input, indices, output_size=None)``."""
 
     _fn: Any = None
@@ -318,19 +346,19 @@ class _MaxUnpool(Module):
         return _sizes_repr(self, self._dims)
 
 
-class MaxUnpool1d(_MaxUnpool):
+class MaxUnpool1d(_MaxUnpoolNd):
     _fn, _dims = staticmethod(F.max_unpool1d), 1
 
 
-class MaxUnpool2d(_MaxUnpool):
+class MaxUnpool2d(_MaxUnpoolNd):
     _fn, _dims = staticmethod(F.max_unpool2d), 2
 
 
-class MaxUnpool3d(_MaxUnpool):
+class MaxUnpool3d(_MaxUnpoolNd):
     _fn, _dims = staticmethod(F.max_unpool3d), 3
 
 
-class _FractionalMaxPool(Module):
+class _FractionalMaxPoolNd(Module):
     """Fractional max pooling (torch's ``FractionalMaxPool2d``/``3d``): ``kernel_size``
     windows at pseudo-random steps giving ``output_size`` cells, or ``output_ratio`` (in
     (0, 1)) of the input's. ``_random_samples``, a buffer, fixes the steps."""
@@ -387,7 +415,7 @@ def _repeated(value: Any, dims: int) -> tuple:
     return tuple(value) if isinstance(value, Sequence) else (value,) * dims
 
 
-class FractionalMaxPool2d(_FractionalMaxPool):
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
     """2-d fractional max pooling.
 
     >>> FractionalMaxPool2d(2, output_size=3)(rg.ones((1, 1, 5, 5))).shape
@@ -397,7 +425,7 @@ class FractionalMaxPool2d(_FractionalMaxPool):
     _fn, _dims = staticmethod(F.fractional_max_pool2d), 2
 
 
-class FractionalMaxPool3d(_FractionalMaxPool):
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
     """3-d fractional max pooling of ``[N, C, T, H, W]`` (or ``[C, T, H, W]``)."""
 
     _fn, _dims = staticmethod(F.fractional_max_pool3d), 3
