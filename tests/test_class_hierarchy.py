@@ -115,3 +115,42 @@ def test_relu6_zero_pad_and_lazy_linear_keep_working_as_their_parents():
     assert pad(rg.ones((1, 1, 1))).shape == (1, 3, 3) and repr(pad) == repr(torch.nn.ZeroPad2d(1))
     lazy = rg.nn.LazyLinear(2)
     assert lazy(rg.ones((4, 3))).shape == (4, 2) and type(lazy) is rg.nn.Linear
+
+
+ARGUMENTS = [(), (4,), (4, 4), (4, 4, 3), (2, 4, 4), (4, 2)]
+#: the layers none of those fit: their arguments, made in the library at hand
+SPECIAL = {
+    "RNNBase": lambda nn: ("LSTM", 4, 4),
+    "RNNCellBase": lambda nn: (4, 4, True, 4),
+    "TransformerEncoder": lambda nn: (nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0), 2),
+    "TransformerDecoder": lambda nn: (nn.TransformerDecoderLayer(4, 2, 8, dropout=0.0), 2),
+    "Unflatten": lambda nn: (1, (2, 2)),
+}
+MODULES = sorted(
+    name
+    for name in dir(torch.nn)
+    if inspect.isclass(getattr(torch.nn, name))
+    and issubclass(getattr(torch.nn, name), torch.nn.Module)
+    and inspect.isclass(getattr(rg.nn, name, None))
+    and name not in ("DataParallel",)  # torch's wraps anything; ours refuses a non-module
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_modules_print_and_hold_state_as_torchs(name):
+    """Each layer built from the first argument list torch's constructor takes prints as
+    torch's and holds torch's state-dict keys and shapes (``TripletMarginWithDistanceLoss``
+    held no ``PairwiseDistance`` child)."""
+    special = SPECIAL.get(name)
+    for arguments in [special] if special else ARGUMENTS:
+        try:
+            theirs = getattr(torch.nn, name)(*(special(torch.nn) if special else arguments))
+        except Exception:  # torch's constructor decides which list fits
+            continue
+        ours = getattr(rg.nn, name)(*(special(rg.nn) if special else arguments))
+        assert repr(ours) == repr(theirs)
+        if not name.startswith("Lazy"):  # torch's uninitialized parameters have no shape
+            shapes = {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+            assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == shapes
+        return
+    pytest.fail(f"torch's {name} takes none of {ARGUMENTS}: give it arguments here")

@@ -13,6 +13,7 @@ from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..functional.loss import _reduction
+from .distance import PairwiseDistance
 from .module import Module
 
 __all__ = [
@@ -343,7 +344,9 @@ class TripletMarginLoss(_Loss):
 
 
 class TripletMarginWithDistanceLoss(_Loss):
-    """``F.triplet_margin_with_distance_loss`` with any ``distance_function``."""
+    """``F.triplet_margin_with_distance_loss`` with any ``distance_function``; by default a
+    ``PairwiseDistance()`` held as a child module, as torch's (its repr and ``modules()``
+    show it)."""
 
     def __init__(self, *, distance_function: Callable[[Tensor, Tensor], Tensor] | None = None,
                  margin: float = 1.0, swap: bool = False, reduction: str = "mean"):  # fmt: skip
@@ -352,6 +355,8 @@ class TripletMarginWithDistanceLoss(_Loss):
             raise InvalidArgumentError(
                 f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin}"
             )
+        if distance_function is None:
+            distance_function = PairwiseDistance()
         self.distance_function, self.margin, self.swap = distance_function, margin, swap
 
     def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:

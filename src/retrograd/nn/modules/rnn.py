@@ -269,15 +269,21 @@ class GRU(RNNBase):
 
 
 class RNNCellBase(Module):
-    """The common part of the cells: ``weight_ih`` ``[G*H, I]``, ``weight_hh`` ``[G*H, H]``,
-    ``bias_ih``, ``bias_hh`` ``[G*H]``, from U(-1/sqrt(H), 1/sqrt(H))."""
+    """The common part of the cells, with torch's signature (a custom cell subclasses it):
+    ``weight_ih`` ``[G*H, I]``, ``weight_hh`` ``[G*H, H]``, ``bias_ih``, ``bias_hh`` ``[G*H]``,
+    from U(-1/sqrt(H), 1/sqrt(H)), ``G`` the ``num_chunks`` (gates). The cells here name
+    their ``mode`` (the recurrence their forward computes)."""
+
+    #: the recurrence of this library's cells (``GATES``'s keys); a custom cell has its own
+    #: forward
+    mode: str = ""
 
     def __init__(
         self,
-        mode: str,
         input_size: int,
         hidden_size: int,
-        bias: bool = True,
+        bias: bool,
+        num_chunks: int,
         device: Any = None,
         dtype: str | None = None,
         *,
@@ -285,12 +291,11 @@ class RNNCellBase(Module):
     ):
         super().__init__()
         owner = type(self).__name__
-        self.mode = mode
         self.input_size = _positive_int(owner, "input_size", input_size, 0)
         self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
         self.bias = bool(bias)
         dtype = dtype or default_float_dtype()
-        rows = GATES[mode] * self.hidden_size
+        rows = _positive_int(owner, "num_chunks", num_chunks) * self.hidden_size
         bound = 1.0 / math.sqrt(self.hidden_size)
         self.weight_ih = Parameter(_uniform((rows, input_size), bound, backend, device, dtype))
         self.weight_hh = Parameter(_uniform((rows, hidden_size), bound, backend, device, dtype))
@@ -341,21 +346,25 @@ class RNNCell(RNNCellBase):
         **kwargs: Any,
     ):
         mode = _nonlinearity_mode("RNNCell", nonlinearity)
-        super().__init__(mode, input_size, hidden_size, bias, device, dtype, **kwargs)
-        self.nonlinearity = nonlinearity
+        super().__init__(input_size, hidden_size, bias, GATES[mode], device, dtype, **kwargs)
+        self.mode, self.nonlinearity = mode, nonlinearity
 
 
 class LSTMCell(RNNCellBase):
     """One LSTM step: ``forward(input, (h, c))`` returns ``(h', c')``."""
 
+    mode = "LSTM"
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
                  dtype: str | None = None, **kwargs: Any):  # fmt: skip
-        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype, **kwargs)
+        super().__init__(input_size, hidden_size, bias, GATES["LSTM"], device, dtype, **kwargs)
 
 
 class GRUCell(RNNCellBase):
     """One GRU step: ``forward(input, h)`` returns ``h'``."""
 
+    mode = "GRU"
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
                  dtype: str | None = None, **kwargs: Any):  # fmt: skip
-        super().__init__("GRU", input_size, hidden_size, bias, device, dtype, **kwargs)
+        super().__init__(input_size, hidden_size, bias, GATES["GRU"], device, dtype, **kwargs)
