@@ -53,12 +53,15 @@ __all__ = [
     "compile",
     "get_default_dtype",
     "get_float32_matmul_precision",
+    "get_num_interop_threads",
     "get_num_threads",
     "get_printoptions",
     "promote_types",
     "result_type",
     "set_default_dtype",
     "set_float32_matmul_precision",
+    "set_flush_denormal",
+    "set_num_interop_threads",
     "set_num_threads",
     "set_printoptions",
     "use_deterministic_algorithms",
@@ -118,6 +121,32 @@ def get_num_threads() -> int:
         return os.cpu_count() or 1
     pools = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
     return max(pools) if pools else 1
+
+
+_INTEROP_THREADS = [os.cpu_count() or 1]
+
+
+def get_num_interop_threads() -> int:
+    """torch's inter-op pool size: the number :func:`set_num_interop_threads` set (the cores
+    by default). retrograd runs ops one after another, so it sizes nothing here."""
+    return _INTEROP_THREADS[0]
+
+
+def set_num_interop_threads(threads: int) -> None:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise InvalidArgumentError(
+            f"set_num_interop_threads: expected a positive int, got {threads!r}"
+        )
+    _INTEROP_THREADS[0] = threads
+
+
+def set_flush_denormal(mode: bool) -> bool:
+    """torch's switch of the CPU's flush-to-zero of denormal floats, which returns whether
+    the machine supports it: False here, nothing is switched (NumPy exposes no FTZ control),
+    so results keep their denormals, as torch's do with the switch off."""
+    if not isinstance(mode, bool):
+        raise InvalidArgumentError(f"set_flush_denormal: expected a bool, got {mode!r}")
+    return False
 
 
 # -- determinism and dtypes ---------------------------------------------------------------------

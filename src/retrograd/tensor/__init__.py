@@ -23,6 +23,7 @@ from .core import Tensor
 from .creation import (
     arange,
     as_tensor,
+    asarray,
     empty,
     empty_like,
     eye,
@@ -61,6 +62,7 @@ __all__ = [
     "Tensor",
     "arange",
     "as_tensor",
+    "asarray",
     "cat",
     "empty",
     "empty_like",

@@ -47,6 +47,7 @@ from .spacing import torch_linspace
 __all__ = [
     "arange",
     "as_tensor",
+    "asarray",
     "empty",
     "empty_like",
     "eye",
@@ -748,6 +749,41 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
         out = data if dtype is None else data.cast(dtype)
         return out if device is None else out.to(device)
     return tensor(data, dtype=dtype, device=device)
+
+
+def asarray(
+    obj: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    copy: bool | None = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """torch's ``asarray``: ``obj`` as a tensor, the tensor itself where its dtype and device
+    fit and no ``copy=True`` is asked; a copy otherwise, refused with ``copy=False``
+    (torch's: a copy it was told not to make). ``requires_grad`` makes the result a leaf that
+    requires grad.
+
+    >>> import retrograd as rg
+    >>> x = rg.ones(2)
+    >>> rg.asarray(x) is x, rg.asarray(x, copy=True) is x, rg.asarray([1, 2]).dtype
+    (True, False, retrograd.int64)
+    """
+    if isinstance(obj, Tensor):
+        out = as_tensor(obj, dtype=dtype, device=device)
+        if copy and out is obj:
+            out = obj.clone()
+        elif copy is False and out is not obj:
+            raise InvalidArgumentError(
+                f"asarray: copy=False, but the {obj.dtype} tensor on {obj.device} has to be "
+                f"copied to give dtype={dtype!r}, device={device!r}"
+            )
+    else:
+        out = as_tensor(obj, dtype=dtype, device=device)
+    if requires_grad:
+        out = out.detach() if out is obj else out
+        out.requires_grad_(True)
+    return out
 
 
 def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, **_: Any) -> Tensor:

@@ -17,6 +17,7 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 import string
 from collections.abc import Callable, Sequence
@@ -25,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import (
     SCALARS,
     TensorBase,
@@ -901,6 +908,98 @@ _METHODS.update(
     }
 )
 
+
+def conj(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """``input`` itself: a real tensor is its own conjugate (torch returns it)."""
+    return _real_tensor("conj", input).conj()
+
+
+def real(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """``input`` itself: its real part (torch returns it for a real tensor)."""
+    return _real_tensor("real", input).real
+
+
+def imag(input: Any) -> Any:  # noqa: A002 (torch's name)
+    return _real_tensor("imag", input).imag
+
+
+def is_conj(input: Any) -> bool:  # noqa: A002 (torch's name)
+    return _real_tensor("is_conj", input).is_conj()
+
+
+def is_neg(input: Any) -> bool:  # noqa: A002 (torch's name)
+    return _real_tensor("is_neg", input).is_neg()
+
+
+resolve_conj = resolve_neg = conj_physical = conj
+
+
+def _real_tensor(op: str, input: Any) -> Any:  # noqa: A002 (torch's name)
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"{op}(): argument 'input' must be Tensor, not {type(input).__name__}")
+    return input
+
+
+def typename(obj: Any) -> str:
+    """torch's ``typename``: a tensor's type name (``x.type()``), else the object's module and
+    qualified name (its class's for an instance; a builtin's name alone).
+
+    >>> import retrograd as rg
+    >>> rg.typename(3), rg.typename(rg.nn.Linear(1, 1))
+    ('int', 'retrograd.nn.modules.linear.Linear')
+    """
+    if isinstance(obj, TensorBase):
+        return obj.type()
+    if hasattr(obj, "__qualname__"):
+        module, name = getattr(obj, "__module__", "") or "", obj.__qualname__
+    else:
+        module, name = type(obj).__module__ or "", type(obj).__qualname__
+    return name if module in ("", "builtins") else f"{module}.{name}"
+
+
+def unravel_index(indices: Any, shape: Any) -> tuple[Any, ...]:
+    """torch's ``unravel_index``: the coordinates in a tensor of ``shape`` of each flat index
+    in ``indices`` (an integer tensor), one int64 tensor per dimension of ``shape``. As
+    torch's, an index outside ``[0, prod(shape))`` wraps (each coordinate is taken modulo its
+    size, after a floor division), so ``-1`` is the last element.
+
+    >>> import retrograd as rg
+    >>> [t.tolist() for t in rg.unravel_index(rg.tensor([5, 1]), (2, 3))]
+    [[1, 0], [2, 1]]
+    """
+    if not isinstance(indices, TensorBase):
+        raise DTypeError(
+            f"unravel_index: expected 'indices' to be a tensor, got {type(indices).__name__}"
+        )
+    if indices.dtype == "bool" or indices.is_floating_point():
+        raise DTypeError(
+            f"unravel_index: expected 'indices' to be integer dtype, but got {indices.dtype}"
+        )
+    sizes = (shape,) if isinstance(shape, numbers.Integral) else shape
+    if not isinstance(sizes, Sequence) or not builtins.all(
+        isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in sizes
+    ):
+        raise DTypeError(
+            f"unravel_index: expected 'shape' to be an int or a sequence of ints, got {shape!r}"
+        )
+    sizes = tuple(int(n) for n in sizes)
+    if builtins.any(n < 0 for n in sizes):
+        raise InvalidArgumentError(
+            f"unravel_index: 'shape' cannot have negative values, but got {sizes}"
+        )
+    strides = [math.prod(sizes[d + 1 :]) for d in range(len(sizes))]
+    if strides and strides[0] > np.iinfo(np.int64).max:
+        raise InvalidArgumentError(
+            f"unravel_index: the strides of 'shape' {sizes} pass the largest int64"
+        )
+    if 0 in sizes and indices.numel():
+        raise IndexOutOfRangeError(
+            f"unravel_index: no index is in a tensor of shape {sizes} (a dimension of size 0)"
+        )
+    flat = indices.cast("int64")
+    return tuple((flat // stride) % size for stride, size in zip(strides, sizes))
+
+
 for _name, _target in _METHODS.items():
     globals()[_name] = _method(_name, _target)
 del _name, _target
@@ -915,13 +1014,18 @@ __all__ = sorted(
         "cdist",
         "concat",
         "concatenate",
+        "conj",
+        "conj_physical",
         "cummax",
         "cummin",
         "einsum",
         "equal",
         "float_power",
         "hstack",
+        "imag",
+        "is_conj",
         "is_floating_point",
+        "is_neg",
         "is_tensor",
         "isclose",
         "max",
@@ -929,15 +1033,20 @@ __all__ = sorted(
         "min",
         "numel",
         "polygamma",
+        "real",
         "repeat_interleave",
+        "resolve_conj",
+        "resolve_neg",
         "split",
         "pow",
         "std_mean",
         "sum",
         "trapezoid",
         "trapz",
+        "typename",
         "bucketize",
         "unique",
+        "unravel_index",
         "var_mean",
         "vstack",
         "where",

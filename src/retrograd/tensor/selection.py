@@ -978,6 +978,47 @@ class SelectionMixin:
     def is_nested(self) -> bool:
         return False
 
+    # torch's flags of devices, layouts and conjugate views that this library has none of:
+    # generic code branches on them (``if x.is_mps: ...``, ``x.is_quantized``)
+    @property
+    def is_meta(self) -> bool:
+        return self._device.kind == "meta"
+
+    @property
+    def is_mps(self) -> bool:
+        return self._device.kind == "mps"
+
+    @property
+    def is_xpu(self) -> bool:
+        return self._device.kind == "xpu"
+
+    is_ipu = is_maia = is_mtia = is_vulkan = is_mkldnn = is_quantized = is_sparse_csr = property(
+        lambda self: False
+    )
+
+    def is_conj(self) -> bool:
+        """False: a real tensor has no conjugate bit (torch's lazy conjugation)."""
+        return False
+
+    def is_neg(self) -> bool:
+        """False: a real tensor has no negative bit."""
+        return False
+
+    def conj(self) -> Any:
+        """The tensor itself: a real tensor is its own conjugate (torch returns it)."""
+        return self
+
+    resolve_conj = resolve_neg = conj_physical = conj
+
+    @property
+    def real(self) -> Any:
+        """The tensor itself: its real part (torch returns it for a real tensor)."""
+        return self
+
+    @property
+    def imag(self) -> Any:
+        raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
+
     @property
     def itemsize(self) -> int:
         return DTYPE_OBJECTS[self.dtype].itemsize
