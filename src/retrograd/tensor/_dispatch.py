@@ -325,6 +325,12 @@ def check_scalar(op: str, value: Any) -> Any:
     return value
 
 
+def host_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number torch reads it as (``np.int64(3)`` is ``3``, an
+    int, so ``x % np.int64(3)`` keeps ``x``'s dtype); anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def no_generator(op: str, generator: Any) -> None:
     """torch's ``generator=`` names a stream of its own; where a draw here cannot take one
     (``multinomial``), a generator given is refused rather than ignored."""

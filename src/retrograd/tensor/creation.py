@@ -468,7 +468,8 @@ def arange(
         # counted in int64, then wrapped into a narrower dtype as torch's (uint8 from -2 is 254)
         counted = backend.arange(int(start), int(end), int(step), "int64", device)
         out = Tensor(counted, backend, device)
-        return out if dtype == "int64" else out.cast(dtype)
+        # (requires_grad=True refused for integers, as torch refuses it)
+        return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
     count = max(0, math.ceil((end - start) / step))
     host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
@@ -655,7 +656,7 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     shape = _creation_shape("randint", size)
     draws = random(shape, "uniform", "float64", backend, device, generator=generator)
     out = (draws * float(int(high) - int(low))).floor().cast("int64") + int(low)
-    return out if dtype == "int64" else out.cast(dtype)
+    return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
 
 
 def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:

@@ -29,6 +29,7 @@ from ._dispatch import (
     TensorBase,
     TensorOp,
     check_scalar,
+    host_number,
     lift,
     normalize_dim,
     promote,
@@ -265,6 +266,7 @@ class ElementwiseMixin:
         torch's deprecated ``add(alpha, other)`` is taken, with its warning)."""
         if args:
             alpha, (other,) = _scale_first("add", "alpha", (other, *args), alpha)
+        other, alpha = host_number(other), host_number(alpha)
         if _given(alpha):
             result = _sum_dtype(self, other)
             if result == "bool" and _is_bool(other):
@@ -278,6 +280,7 @@ class ElementwiseMixin:
         """``self - alpha * other`` (or torch's deprecated ``sub(alpha, other)``)."""
         if args:
             alpha, (other,) = _scale_first("sub", "alpha", (other, *args), alpha)
+        other, alpha = host_number(other), host_number(alpha)
         _no_bool_subtraction(self, other)
         if _given(alpha):
             other = scaled("sub", other, alpha, _sum_dtype(self, other))
@@ -294,6 +297,7 @@ class ElementwiseMixin:
         ``"floor"`` rounds the quotient as torch's ``div`` does (keeping an int dtype)."""
         if rounding_mode is None:
             return self._apply(DIV, (self, other))
+        other = host_number(other)
         if rounding_mode == "trunc":
             return rounded_quotient(self, other, "trunc")
         if rounding_mode == "floor":
@@ -305,12 +309,13 @@ class ElementwiseMixin:
     divide = true_divide = div
 
     def floor_divide(self, other: Any) -> Any:
-        return rounded_quotient(self, other, "floor")
+        return rounded_quotient(self, host_number(other), "floor")
 
     def __floordiv__(self, other):
-        return rounded_quotient(self, other, "floor")
+        return rounded_quotient(self, host_number(other), "floor")
 
     def __rfloordiv__(self, other):
+        other = host_number(other)
         if isinstance(other, SCALAR_TYPES):
             dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
             value = scalar_value(other, dtype)
@@ -436,6 +441,7 @@ class ElementwiseMixin:
 
     def pow(self, other: Any) -> Any:
         """``self ** other``: int64 when both are integers (torch's rule), else float."""
+        other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             if isinstance(other, bool):  # torch: x ** True is x, x ** False all true
                 return self.logical_and(True) if other else self.logical_or(True)
@@ -459,6 +465,7 @@ class ElementwiseMixin:
 
     def remainder(self, other: Any) -> Any:
         """Remainder with the sign of the divisor (Python's ``%``, PyTorch's ``remainder``)."""
+        other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             _no_bool("remainder")
         check_integer_divisor("remainder", self, other)
@@ -530,6 +537,7 @@ class ElementwiseMixin:
         return self.pow(other)
 
     def __rpow__(self, other):
+        other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             _no_bool("pow")
         result = integer_power(other, self)
@@ -542,6 +550,7 @@ class ElementwiseMixin:
         return self.remainder(other)
 
     def __rmod__(self, other):
+        other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             _no_bool("remainder")
         check_integer_divisor("remainder", other, self)
@@ -690,7 +699,7 @@ class ElementwiseMixin:
             return out
         return out.mask_fill(self.isnan(), 0.0)
 
-    def round(self, *, decimals: int = 0) -> Any:
+    def round(self, *, decimals: int | None = None) -> Any:
         """Round half to even, as PyTorch; zero gradient. ``decimals`` as torch's:
         ``round(x * 10^d) / 10^d``, or ``round(x / 10^-d) * 10^-d`` when negative.
 
@@ -700,10 +709,12 @@ class ElementwiseMixin:
         """
         if self.dtype == "bool":
             _no_bool("round")
-        if decimals and not self.is_float():
+        if decimals is not None and not self.is_float():
+            # (torch's round with decimals, 0 too, has no integer kernel; plain round has)
             raise DTypeError(
                 f"round: decimals={decimals} needs a floating point tensor (as in torch)"
             )
+        decimals = 0 if decimals is None else decimals
         if isinstance(decimals, bool) or not isinstance(decimals, int):
             raise InvalidArgumentError(f"round: decimals must be an int, got {decimals!r}")
         if decimals == 0:
@@ -735,6 +746,7 @@ class ElementwiseMixin:
         passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
         if min is None and max is None:
             raise ShapeError("clamp: at least one of min and max must not be None")
+        min, max = host_number(min), host_number(max)  # noqa: A001 (torch's names)
         if (
             min is not None
             and max is not None

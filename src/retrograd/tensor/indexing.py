@@ -218,7 +218,7 @@ class IndexingMixin:
             value = written_scalar("index_fill", check_scalar("index_fill", value), self.dtype)
             filler = wrap(self, self._backend.full((), value, self.dtype, self._device))
         if self.ndim == 0:  # its one value (select_assign checks dim and index)
-            return self.select_assign(dim, index, filler.reshape((1,)), "assign")
+            return self.select_assign(dim, _one_dim(index), filler.reshape((1,)), "assign")
         d = normalize_dim("index_fill", dim, self.ndim)
         indices = _from_end("index_fill", self, _one_dim(index), d)
         # each position once: a repeated index fills it once, and a tensor value's gradient
@@ -456,6 +456,14 @@ class IndexingMixin:
         return self._scatter(dim, index, src, "add")
 
     def _scatter(self, dim: int, indices: Any, values: Any, update: str) -> Any:
+        if self.ndim == 0:  # torch's: dim 0 or -1, into the one value seen as [1]
+            normalize_dim("scatter", dim, 0, scalar=True)
+            index = indices if isinstance(indices, TensorBase) else np.asarray(indices)
+            values = lift(self, values, "scatter")
+            flat = self.reshape((1,))._scatter(
+                0, index.reshape((-1,)), values.reshape((-1,)), update
+            )
+            return flat.reshape(())
         d = normalize_dim("scatter", dim, self.ndim)
         values = lift(self, values, "scatter")
         if _entry_count(indices) == 0:  # torch's: an empty index of any shape, any src
@@ -950,10 +958,9 @@ def _basic_index(t: Any, index: Any) -> Any:
         region = out.shape
     else:
         slices = None
-    if out.shape != out_shape:
+    if out.shape != out_shape or out is t:
+        # (``t[...]`` and ``t[:]`` too: torch's view of the whole, a new tensor, not ``t``)
         out = out._apply("reshape", (out,), (out_shape,))
-    if out is t:
-        return t
     return link(out, t, "index", (slices, out_shape, region, items))
 
 

@@ -489,7 +489,7 @@ class InplaceMixin:
     def ceil_(self) -> Any:
         return self._update("ceil_", lambda t: t.ceil())
 
-    def round_(self, *, decimals: int = 0) -> Any:
+    def round_(self, *, decimals: int | None = None) -> Any:
         return self._update("round_", lambda t: t.round(decimals=decimals))
 
     def trunc_(self) -> Any:

@@ -223,6 +223,8 @@ class ReduceMixin:
         """Whether any element is non-zero (bool; over ``dim`` when given: over none for
         ``dim=()``, as torch's, unlike ``sum``'s every dim)."""
         nonzero = self.not_equal(False if self.dtype == "bool" else 0)
+        if dim is None and keepdim:  # (every dim kept with size 1, as torch's)
+            dim = tuple(range(self.ndim))
         if isinstance(dim, (tuple, list)) and not dim:
             return _as_uint8_when(self, nonzero)
         return _as_uint8_when(self, nonzero.cast("int64").sum(dim, keepdim).greater(0))
@@ -231,6 +233,8 @@ class ReduceMixin:
     def all(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Whether every element is non-zero (bool; over ``dim`` when given, over none for
         ``dim=()`` as :meth:`any`)."""
+        if dim is None and keepdim:  # (every dim kept with size 1, as torch's)
+            dim = tuple(range(self.ndim))
         if isinstance(dim, (tuple, list)) and not dim:
             return _as_uint8_when(self, self.not_equal(False if self.dtype == "bool" else 0))
         zeros = self.equal(False if self.dtype == "bool" else 0).cast("int64")
@@ -627,6 +631,10 @@ def topk(
     tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
     always sorted, largest (or smallest) first."""
     k = int_parameter("topk", k, "k")
+    if x.ndim == 0 and isinstance(dim, numbers.Integral) and dim in (0, -1):
+        # torch sees a 0-d tensor as [1] along dim 0 or -1 (the default): the result 0-d again
+        values, indices = topk(x.reshape((1,)), k, 0, largest, sorted)
+        return TopkResult(values.reshape(()), indices.reshape(()))
     if largest:
         return TopkResult(*x.topk_with_indices(k, dim))
     # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the

@@ -333,6 +333,14 @@ class SelectionMixin:
                 "scatter_reduce: reduce='mean' of a bool tensor is not implemented "
                 "(as in torch); cast it to a number dtype first"
             )
+        if self.ndim == 0:  # torch's: dim 0 or -1, into the one value seen as [1]
+            normalize_dim("scatter_reduce", dim, 0, scalar=True)
+            index = index if isinstance(index, TensorBase) else np.asarray(index)
+            src = lift(self, src, "scatter_reduce")
+            flat = self.reshape((1,)).scatter_reduce(
+                0, index.reshape((-1,)), src.reshape((-1,)), reduce, include_self=include_self
+            )
+            return flat.reshape(())
         empty = (index.numel() if isinstance(index, TensorBase) else np.asarray(index).size) == 0
         if empty and reduce in ("sum", "prod", "mean", "amax", "amin"):
             return self.scatter_add(dim, index, src)  # torch's: a copy, whatever the shapes

@@ -132,7 +132,10 @@ class ShapeMixin:
 
     @property
     def mT(self) -> Any:  # noqa: N802 (torch's name)
-        """The last two dimensions swapped (a batch of matrices transposed)."""
+        """The last two dimensions swapped (a batch of matrices transposed); a 0-d tensor
+        itself, as torch's (deprecated there)."""
+        if self.ndim == 0:
+            return self
         if self.ndim < 2:
             raise ShapeError(f"mT: needs at least 2 dimensions, got {shape_text(self.shape)}")
         return self.swap_dims(-2, -1)
@@ -172,7 +175,13 @@ class ShapeMixin:
         order[a], order[b] = b, a
         return link(out, self, "permute", (tuple(order),))
 
-    swapaxes = swapdims = swap_dims
+    def swapdims(self, dim0: int, dim1: int) -> Any:
+        """torch's ``swapdims(dim0, dim1)`` (its keyword names)."""
+        return self.swap_dims(dim0, dim1)
+
+    def swapaxes(self, axis0: int, axis1: int) -> Any:
+        """torch's ``swapaxes(axis0, axis1)`` (its keyword names)."""
+        return self.swap_dims(axis0, axis1)
 
     def permute(self, *args: Any, dims: Any = None) -> Any:
         """Reorder the dimensions: ``permute(2, 0, 1)``, ``permute((2, 0, 1))`` or
@@ -510,9 +519,29 @@ class ShapeMixin:
         lead = (slice(None),) * d
         return tuple(self[lead + (i,)] for i in range(self.shape[d]))
 
-    def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
+    def tensor_split(
+        self,
+        indices_or_sections: Any = None,
+        dim: int = 0,
+        *,
+        sections: Any = None,
+        indices: Any = None,
+        tensor_indices_or_sections: Any = None,
+    ) -> tuple[Any, ...]:
         """torch's ``tensor_split``: ``n`` nearly equal pieces (the first ``size % n`` one
-        larger), or pieces between the given indices."""
+        larger), or pieces between the given indices; torch's keyword forms ``sections=``,
+        ``indices=`` and ``tensor_indices_or_sections=`` name the same argument."""
+        given = [
+            v
+            for v in (indices_or_sections, sections, indices, tensor_indices_or_sections)
+            if v is not None
+        ]
+        if len(given) != 1:
+            raise ArgumentTypeError(
+                "tensor_split: give exactly one of indices_or_sections, sections, indices or "
+                f"tensor_indices_or_sections, got {len(given)}"
+            )
+        indices_or_sections = given[0]
         d = normalize_dim("tensor_split", dim, self.ndim)
         size = self.shape[d]
         indices_or_sections = int_arguments("tensor_split", indices_or_sections, "sections")
@@ -578,9 +607,19 @@ class ShapeMixin:
             start += n
         return tuple(pieces)
 
-    def unfold(self, dim: int, size: int, step: int) -> Any:
+    def unfold(
+        self, dim: Any = None, size: Any = None, step: Any = None, *, dimension: Any = None
+    ) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
-        (windows of size 0 too, as torch's)."""
+        (windows of size 0 too, as torch's). ``dimension=`` is torch's keyword for ``dim``."""
+        if dimension is not None:
+            if dim is not None:
+                raise ArgumentTypeError("unfold: give dim or dimension (torch's keyword), not both")
+            dim = dimension
+        if dim is None or size is None or step is None:
+            raise ArgumentTypeError(
+                f"unfold: needs a dimension, a size and a step, got {dim!r}, {size!r}, {step!r}"
+            )
         size, step = int_argument("unfold", size, "size"), int_argument("unfold", step, "step")
         if self.ndim == 0 and dim in (0, -1):
             # torch: a 0-d tensor is one element along one dimension, its window that

@@ -37,6 +37,7 @@ from ._dispatch import (
     SCALARS,
     TensorBase,
     TensorOp,
+    host_number,
     lift,
     promote,
     scalar_dtype,
@@ -44,7 +45,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .compositions import check_integer_divisor
+from .compositions import _zero_gradient, check_integer_divisor
 from .functions import allclose, float_power, isclose, where
 
 # The largest power of two each float dtype holds: 2**step is finite
@@ -295,6 +296,7 @@ class SpecialMixin:
     def fmod(self, other: Any) -> Any:
         """C's ``fmod``: the remainder with the sign of the dividend (``remainder`` takes the
         divisor's); integer division by zero is an error."""
+        other = host_number(other)
         if self.dtype == "bool" and (
             isinstance(other, bool) or getattr(other, "dtype", None) == "bool"
         ):
@@ -317,7 +319,9 @@ class SpecialMixin:
         float. The gradient reaches ``self`` only."""
         x, y = _floats("copysign", self, other)
         magnitude = x.abs()
-        return magnitude.mask_where(y.signbit(), magnitude.neg())
+        out = magnitude.mask_where(y.signbit(), magnitude.neg())
+        # (a tracked ``other`` tracks the result too, with a zero gradient, as torch's)
+        return _zero_gradient(out, None, y) if y.requires_grad else out
 
     def heaviside(self, values: Any) -> Any:
         """0 where ``self < 0``, ``values`` where it is 0, 1 where it is positive (one dtype

@@ -211,11 +211,12 @@ def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float
     weight.detach().copy_(held * scale)
 
 
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002 (torch's name)
     """int64 ``[*, num_classes]``: 1 at each index of ``tensor`` (int64), 0 elsewhere;
     ``num_classes=-1`` takes one more than the largest index (a host read, as in torch).
     Unlike the method (Burn's, which also takes a float tensor of class values), torch's
-    function takes int64 indices only."""
-    if tensor.dtype != "int64":
-        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {tensor.dtype}")
-    return tensor.one_hot(num_classes)
+    function takes int64 indices only. (torch's documentation names the first argument
+    ``tensor``; its function takes ``input=``.)"""
+    if input.dtype != "int64":
+        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {input.dtype}")
+    return input.one_hot(num_classes)
