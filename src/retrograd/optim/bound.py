@@ -29,7 +29,14 @@ from typing import Any
 from ..tensor import Tensor
 from ..tensor.inplace import assign
 from .fused import FusedUpdate, empty_buffer
-from .optimizers import FusedOptimizer, Optimizer, sole_reference
+from .optimizers import (
+    FusedOptimizer,
+    Optimizer,
+    has_step_hooks,
+    keeps_zero_gradient,
+    mark_gradient_held,
+    sole_reference,
+)
 
 __all__ = ["BoundStep"]
 
@@ -90,6 +97,7 @@ class BoundStep:
         #: the positions in ``parameters`` of the optimizer's own (it steps no other)
         self.positions = [k for k, p in enumerate(parameters) if id(p) in where]
         self.parameters = [parameters[k] for k in self.positions]
+        self._bound_ids = {id(p) for p in self.parameters}
         self.places = [_Place(p, *where[id(p)]) for p in self.parameters]
         self.kernel = _kernel_of(optimizer)
 
@@ -104,8 +112,16 @@ class BoundStep:
     def __call__(self, grads: Sequence[Any]) -> bool:
         """Step on ``grads``, one per parameter given at construction, in that order (those
         of parameters not in the optimizer's groups are not read); ``False`` (and nothing
-        done) when a parameter moved in ``param_groups`` since capture."""
+        done) when a parameter moved in ``param_groups`` since capture, or when the eager step
+        does more than the kernels: torch's step hooks to run, or a parameter without a
+        gradient here whose kept zero gradient (``zero_grad(set_to_none=False)``) it steps."""
         groups = self.optimizer.param_groups
+        if has_step_hooks(self.optimizer) or any(
+            id(p) not in self._bound_ids and keeps_zero_gradient(p)
+            for group in groups
+            for p in group["params"]
+        ):
+            return False
         for parameter, place in zip(self.parameters, self.places):
             if place.group >= len(groups):
                 return False
@@ -118,6 +134,7 @@ class BoundStep:
             settings = settings_of.get(place.group)
             if settings is None:
                 settings = settings_of[place.group] = self.optimizer.settings(group)
+            mark_gradient_held(parameter)
             if self._fast(parameter, settings):
                 self._step_one(parameter, grads[k], settings, place)
             else:

@@ -1,0 +1,176 @@
+"""Leftover defects, each checked against torch 2.13 (the reference).
+
+- ``clip_grad_norm_`` with a NaN total norm reaches the zero gradients kept by
+  ``zero_grad(set_to_none=False)`` (torch's ``0 * nan``); a parameter that had a gradient
+  when it joined an optimizer (``add_param_group`` after a backward) is zero-stepped.
+- A captured step's replay and ``ZeroRedundancyOptimizer`` run torch's step hooks and the
+  kept-zero steps, as the plain optimizer's step does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from retrograd import distributed as dist
+
+NAN = float("nan")
+
+
+def _torch_optimizer(name, params):
+    if name == "SGD":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1)
+    return torch.optim.Adam(params, lr=0.1, weight_decay=0.1)
+
+
+def _our_optimizer(name, params):
+    if name == "SGD":
+        return rg.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1)
+    return rg.optim.Adam(params, lr=0.1, weight_decay=0.1)
+
+
+A, B = [1.0, -2.0], [0.5, 3.0]
+
+
+# -- clip_grad_norm_ and the kept zero gradients ------------------------------------------------
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_a_nan_clipping_factor_reaches_the_kept_zero_gradients(name):
+    a, b = (torch.nn.Parameter(torch.tensor(v)) for v in (A, B))
+    opt = _torch_optimizer(name, [a, b])
+    (a * b).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+    (a * NAN).sum().backward()
+    torch.nn.utils.clip_grad_norm_([a, b], 1.0)
+    opt.step()
+    expected = [a.detach().numpy(), b.detach().numpy()]
+
+    ra, rb = (rg.tensor(v).require_grad() for v in (A, B))
+    ours = _our_optimizer(name, [ra, rb])
+    ours.step((ra * rb).sum().backward())
+    ours.zero_grad(set_to_none=False)
+    grads = (ra * NAN).sum().backward()
+    rg.nn.utils.clip_grad_norm_(grads, [ra, rb], 1.0)
+    np.testing.assert_array_equal(rb.grad(grads).numpy(), [NAN, NAN])  # torch's b.grad
+    ours.step(grads)
+    for got, want in zip([ra.numpy(), rb.numpy()], expected):
+        np.testing.assert_array_equal(got, want)  # NaN where torch's is
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_a_parameter_that_joins_after_a_backward_is_zero_stepped(name):
+    a, b = (torch.nn.Parameter(torch.tensor(v)) for v in (A, B))
+    opt = _torch_optimizer(name, [a])
+    (a * b).sum().backward()
+    opt.step()
+    opt.add_param_group({"params": [b]})
+    for _ in range(3):
+        opt.zero_grad(set_to_none=False)
+        (a * a).sum().backward()
+        opt.step()
+    expected = [a.detach().numpy(), b.detach().numpy()]
+
+    ra, rb = (rg.tensor(v).require_grad() for v in (A, B))
+    ours = _our_optimizer(name, [ra])
+    grads = (ra * rb).sum().backward()
+    ours.step(grads)
+    ours.add_param_group({"params": [rb]})
+    for _ in range(3):
+        ours.zero_grad(set_to_none=False)
+        grads = (ra * ra).sum().backward()
+        ours.step(grads)
+    for got, want in zip([ra.numpy(), rb.numpy()], expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+# -- a captured step and ZeRO: step hooks and kept-zero steps ------------------------------------
+def _hook_log(register_pre, register_post, log, tag):
+    return [
+        register_pre(lambda o, args, kwargs: log.append(("pre", tag, type(o).__name__))),
+        register_post(lambda o, args, kwargs: log.append(("post", tag, type(o).__name__))),
+    ]
+
+
+def test_a_captured_step_runs_the_step_hooks_and_the_kept_zero_steps():
+    a, b = (torch.nn.Parameter(torch.tensor(v)) for v in (A, B))
+    opt = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    expected_log: list = []
+    _hook_log(opt.register_step_pre_hook, opt.register_step_post_hook, expected_log, "own")
+    (a * b).sum().backward()
+    opt.step()
+    for _ in range(3):
+        opt.zero_grad(set_to_none=False)
+        (a * a).sum().backward()
+        opt.step()
+    expected = [a.detach().numpy(), b.detach().numpy()]
+
+    ra, rb = (rg.tensor(v).require_grad() for v in (A, B))
+    ours = rg.optim.SGD([ra, rb], lr=0.1, momentum=0.9)
+    log: list = []
+    handles = _hook_log(ours.register_step_pre_hook, ours.register_step_post_hook, log, "own")
+    ours.step((ra * rb).sum().backward())
+
+    def step(x):
+        ours.zero_grad(set_to_none=False)
+        loss = (ra * ra * x).sum()
+        ours.step(loss.backward())
+        return loss
+
+    one = rg.ones(())
+    captured = rg.capture(step, one, state=[ours])
+    captured(one)
+    captured(one)
+    for handle in handles:
+        handle.remove()
+    assert log == expected_log
+    for got, want in zip([ra.numpy(), rb.numpy()], expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_zero_redundancy_optimizer_runs_the_step_hooks_and_the_kept_zero_steps():
+    a, b = (torch.nn.Parameter(torch.tensor(v)) for v in (A, B))
+    opt = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    (a * b).sum().backward()
+    opt.step()
+    for _ in range(2):
+        opt.zero_grad(set_to_none=False)
+        (a * a).sum().backward()
+        opt.step()
+    expected = [a.detach().numpy(), b.detach().numpy()]
+    # torch's ZeroRedundancyOptimizer (tried with gloo, one rank): the global hooks run for it
+    # and for the local optimizer it steps, its own hooks around both
+    expected_log = [
+        ("pre", "global", "ZeroRedundancyOptimizer"),
+        ("pre", "own", "ZeroRedundancyOptimizer"),
+        ("pre", "global", "SGD"),
+        ("post", "global", "SGD"),
+        ("post", "own", "ZeroRedundancyOptimizer"),
+        ("post", "global", "ZeroRedundancyOptimizer"),
+    ]
+
+    device = rg.Device("cpu", 0)
+    config = dist.DistributedConfig(dist.ReduceOperation.MEAN, timeout=30.0)
+    log: list = []
+    with dist.DistributedContext([device], config):
+        ra, rb = (rg.tensor(v, device=device).require_grad() for v in (A, B))
+        zero = dist.ZeroRedundancyOptimizer([ra, rb], rg.optim.SGD, lr=0.1, momentum=0.9)
+        handles = _hook_log(
+            rg.optim.optimizer.register_optimizer_step_pre_hook,
+            rg.optim.optimizer.register_optimizer_step_post_hook,
+            log,
+            "global",
+        )
+        handles += _hook_log(zero.register_step_pre_hook, zero.register_step_post_hook, log, "own")
+        try:
+            zero.step((ra * rb).sum().backward())
+        finally:
+            for handle in handles:
+                handle.remove()
+        for _ in range(2):
+            zero.zero_grad(set_to_none=False)
+            zero.step((ra * ra).sum().backward())
+    assert log == expected_log
+    for got, want in zip([ra.numpy(), rb.numpy()], expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
