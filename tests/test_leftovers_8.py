@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -174,3 +176,57 @@ def test_zero_redundancy_optimizer_runs_the_step_hooks_and_the_kept_zero_steps()
     assert log == expected_log
     for got, want in zip([ra.numpy(), rb.numpy()], expected):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+# -- a schedule's per-group lists longer than the optimizer's groups ------------------------------
+SCHEDULES = {
+    "StepLR": (lambda lib, opt: lib.optim.lr_scheduler.StepLR(opt, 2, 0.5), ()),
+    "ReduceLROnPlateau": (
+        lambda lib, opt: lib.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0),
+        (1.0,),
+    ),
+}
+
+
+def _resumed_rates(lib, name, add_again):
+    """A schedule saved after a group was added, loaded over an optimizer that has not added
+    it yet (the resumed run adds it after loading, or never): the rates of four more steps."""
+    make, metric = SCHEDULES[name]
+    if lib is torch:
+        a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+    else:
+        a, b = rg.ones(1).require_grad(), rg.ones(1).require_grad()
+    opt = lib.optim.SGD([a], lr=0.1)
+    schedule = make(lib, opt)
+    schedule.step(*metric)
+    opt.add_param_group({"params": [b], "lr": 0.05})
+    schedule.step(*metric)
+    saved = schedule.state_dict()
+    resumed_opt = lib.optim.SGD([a], lr=0.1)
+    resumed = make(lib, resumed_opt)
+    resumed.load_state_dict(saved)
+    if add_again:
+        resumed_opt.add_param_group({"params": [b], "lr": 0.05})
+    rates = []
+    for _ in range(4):
+        resumed.step(*metric)
+        rates.append([float(group["lr"]) for group in resumed_opt.param_groups])
+    return rates
+
+
+@pytest.mark.parametrize("add_again", [True, False])
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_a_schedule_saved_with_more_groups_loads_as_torchs(name, add_again):
+    with warnings.catch_warnings():  # (torch's: a schedule stepped before the optimizer)
+        warnings.simplefilter("ignore")
+        expected = _resumed_rates(torch, name, add_again)
+    np.testing.assert_allclose(_resumed_rates(rg, name, add_again), expected, rtol=1e-12)
+
+
+def test_lr_lambdas_saved_with_more_groups_load_where_torchs_do():
+    opt = rg.optim.SGD([rg.ones(1).require_grad()], lr=0.1)
+    schedule = rg.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.5**epoch)
+    saved = schedule.state_dict()
+    schedule.load_state_dict({**saved, "lr_lambdas": [None, None]})  # torch's: None skipped
+    with pytest.raises(rg.ShapeError, match="lr_lambdas"):  # torch's: an IndexError
+        schedule.load_state_dict({**saved, "lr_lambdas": [None, {"x": 1}]})
