@@ -230,3 +230,71 @@ def test_lr_lambdas_saved_with_more_groups_load_where_torchs_do():
     schedule.load_state_dict({**saved, "lr_lambdas": [None, None]})  # torch's: None skipped
     with pytest.raises(rg.ShapeError, match="lr_lambdas"):  # torch's: an IndexError
         schedule.load_state_dict({**saved, "lr_lambdas": [None, {"x": 1}]})
+
+
+# -- the optimizers' state after a step: torch's keys (SGD keeps no step count) ------------------
+STATE_CASES = {
+    "SGD": ("SGD", {}),
+    "SGD momentum": ("SGD", {"momentum": 0.9}),
+    "Adam": ("Adam", {}),
+    "AdamW": ("AdamW", {}),
+    "RMSprop": ("RMSprop", {"momentum": 0.9, "centered": True}),
+    "Adagrad": ("Adagrad", {}),
+    "Adadelta": ("Adadelta", {}),
+    "Adamax": ("Adamax", {}),
+    "NAdam": ("NAdam", {}),
+    "RAdam": ("RAdam", {}),
+    "ASGD": ("ASGD", {}),
+    "Rprop": ("Rprop", {}),
+    "LBFGS": ("LBFGS", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(STATE_CASES))
+def test_the_state_after_one_step_has_torchs_keys(case):
+    name, kwargs = STATE_CASES[case]
+    p = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    theirs = getattr(torch.optim, name)([p], lr=0.1, **kwargs)
+
+    def closure():
+        theirs.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+
+    theirs.step(closure)
+    expected = {k: sorted(v) for k, v in theirs.state_dict()["state"].items()}
+
+    q = rg.tensor([1.0, 2.0]).require_grad()
+    ours = getattr(rg.optim, name)([q], lr=0.1, **kwargs)
+
+    def our_closure():
+        loss = (q * q).sum()
+        return loss, loss.backward()
+
+    ours.step(our_closure)
+    assert {k: sorted(v) for k, v in ours.state_dict()["state"].items()} == expected
+    assert len(ours.state) == len(theirs.state)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_resumed_from_its_state_dict_steps_as_torchs(momentum):
+    # two steps, a state-dict round trip into a new optimizer, two more: torch's values (a
+    # guard: the state without its step count still resumes)
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=momentum, weight_decay=0.01)
+    q = rg.tensor([1.0, -2.0], dtype=rg.float64).require_grad()
+    ours = rg.optim.SGD([q], lr=0.1, momentum=momentum, weight_decay=0.01)
+    for k in range(4):
+        if k == 2:
+            saved = opt.state_dict()
+            opt = torch.optim.SGD([p], lr=0.1, momentum=momentum, weight_decay=0.01)
+            opt.load_state_dict(saved)
+            our_saved = ours.state_dict()
+            ours = rg.optim.SGD([q], lr=0.1)
+            ours.load_state_dict(our_saved)
+        opt.zero_grad()
+        (p.sin() * p).sum().backward()
+        opt.step()
+        ours.step((q.sin() * q).sum().backward())
+    np.testing.assert_allclose(q.numpy(), p.detach().numpy(), rtol=1e-14)

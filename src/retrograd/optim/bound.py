@@ -33,6 +33,7 @@ from .optimizers import (
     FusedOptimizer,
     Optimizer,
     has_step_hooks,
+    keep_state,
     keeps_zero_gradient,
     mark_gradient_held,
     sole_reference,
@@ -147,7 +148,10 @@ class BoundStep:
         if getattr(parameter, "_view", None) is not None:
             return False
         backend = parameter._backend
-        state = self.optimizer.state.get(parameter)  # a first step makes it the eager way
+        # a first step makes the state the eager way (SGD without momentum keeps none)
+        state = self.optimizer.state.get(parameter)
+        if state is None and not self.optimizer.counts_steps:
+            state = {}
         return (
             backend.is_autodiff
             and not getattr(parameter, "_views", None)
@@ -164,14 +168,14 @@ class BoundStep:
         in_place = sole_reference(parameter, states)
         backend = parameter._backend
         value = backend.inner_value(parameter._prim)
-        state = states[parameter]
+        state = states.get(parameter) or {}
         state = {**state, "step": state.get("step", 0) + 1}
         new, buffers = self.kernel.run_inner(
             place.inner, value, grad, state, settings, in_place, place.empty
         )
         for key, old, raw in buffers:
             state[key] = _kept(raw, old, place)
-        states[parameter] = state
+        keep_state(optimizer, parameter, state)
         if new is value or (
             type(new) is type(value) and new.dtype == value.dtype and new.shape == value.shape
         ):

@@ -548,10 +548,15 @@ class Optimizer:
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
             if in_place:
-                new, self.state[parameter] = self.update(value, grad, state, group, True)
+                new, state = self.update(value, grad, state, group, True)
             else:
-                new, self.state[parameter] = self.update(value, grad, state, group)
+                new, state = self.update(value, grad, state, group)
+        keep_state(self, parameter, state)
         assign(parameter, new, f"{type(self).__name__}.step")
+
+    #: Whether the state keeps the step count (``state["step"]``), as torch's algorithms do
+    #: but SGD: its state is the momentum buffer alone, and none without momentum.
+    counts_steps = True
 
     #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
     #: the value and state buffers it is given; :meth:`step` passes True only where
@@ -716,6 +721,18 @@ _GRAD_KEPT = "_optimizer_grad_kept"
 _GLOBAL_STEP_PRE_HOOKS: OrderedDict = OrderedDict()
 _GLOBAL_STEP_POST_HOOKS: OrderedDict = OrderedDict()
 _HOOK_IDS = itertools.count()
+
+
+def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
+    """``state`` kept as ``parameter``'s after a step: without the step count where the
+    algorithm keeps none (:attr:`Optimizer.counts_steps`), and no entry where nothing is left
+    (torch's ``optimizer.state`` of SGD without momentum is empty)."""
+    if not optimizer.counts_steps:
+        state.pop("step", None)
+    if state:
+        optimizer.state[parameter] = state
+    else:
+        optimizer.state.pop(parameter, None)
 
 
 def _has_live_gradient(parameter: Tensor) -> bool:
@@ -1103,6 +1120,7 @@ class SGD(FusedOptimizer):
 
     fused = SGD_MOMENTUM
     made_in_step = ("momentum_buffer",)
+    counts_steps = False
 
 
 class Adam(FusedOptimizer):
