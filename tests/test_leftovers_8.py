@@ -298,3 +298,34 @@ def test_sgd_resumed_from_its_state_dict_steps_as_torchs(momentum):
         opt.step()
         ours.step((q.sin() * q).sum().backward())
     np.testing.assert_allclose(q.numpy(), p.detach().numpy(), rtol=1e-14)
+
+
+# -- integer convolutions: computed in their dtype, as torch's CPU does ---------------------------
+CONVOLUTIONS = [
+    ("conv1d", (2, 4, 7), (4, 2, 3), {"stride": 2, "padding": 1, "groups": 2}),
+    ("conv2d", (1, 2, 5, 6), (4, 2, 2, 3), {"padding": 1}),
+    ("conv3d", (1, 2, 3, 4, 3), (2, 2, 2, 2, 2), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8", "uint8"])
+@pytest.mark.parametrize(("name", "shape", "kernel", "options"), CONVOLUTIONS)
+def test_integer_convolutions_compute_as_torchs_cpu(name, shape, kernel, options, dtype):
+    rng = np.random.default_rng(8)
+    low = 0 if dtype == "uint8" else -100
+    x = rng.integers(low, 100, shape).astype(dtype)  # int8 sums wrap, as torch's do
+    w = rng.integers(max(low, -5), 6, kernel).astype(dtype)
+    b = rng.integers(0, 50, kernel[0]).astype(dtype)
+    conv = getattr(torch.nn.functional, name)
+    expected = conv(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), **options)
+    ours = getattr(rg.nn.functional, name)(rg.tensor(x), rg.tensor(w), rg.tensor(b), **options)
+    assert ours.dtype == dtype
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+
+
+def test_a_bool_convolution_and_a_float_bias_of_an_integer_one_are_refused():
+    with pytest.raises(rg.DTypeError, match="conv1d: expected float or integer tensors"):
+        rg.nn.functional.conv1d(rg.ones((1, 1, 4), dtype="bool"), rg.ones((1, 1, 2), dtype="bool"))
+    x, w = rg.ones((1, 1, 4), dtype="int64"), rg.ones((1, 1, 2), dtype="int64")
+    with pytest.raises(rg.DTypeError, match="conv1d: bias must be int64"):  # torch: a RuntimeError
+        rg.nn.functional.conv1d(x, w, rg.ones(1))
