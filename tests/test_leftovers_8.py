@@ -329,3 +329,29 @@ def test_a_bool_convolution_and_a_float_bias_of_an_integer_one_are_refused():
     x, w = rg.ones((1, 1, 4), dtype="int64"), rg.ones((1, 1, 2), dtype="int64")
     with pytest.raises(rg.DTypeError, match="conv1d: bias must be int64"):  # torch: a RuntimeError
         rg.nn.functional.conv1d(x, w, rg.ones(1))
+
+
+# -- an in-place op through view(dtype) of a value computed in the graph --------------------------
+def _through_dtype_view(lib, slice_only):
+    """``w.view(float32)`` (or a slice of it) times ``y`` in place, ``y`` requiring grad:
+    whether the view and its base require grad, their values, and ``y``'s gradient."""
+    if lib is torch:
+        w, y = torch.arange(1.0, 5.0), torch.full((2 if slice_only else 4,), 3.0)
+        y.requires_grad_(True)
+        view = w.view(torch.float32)
+    else:
+        w, y = rg.arange(1.0, 5.0), rg.full((2 if slice_only else 4,), 3.0).require_grad()
+        view = w.view(rg.float32)
+    (view[1:3] if slice_only else view).mul_(y)
+    loss = (view * view).sum()
+    if lib is torch:
+        loss.backward()
+        grad = y.grad
+    else:
+        grad = y.grad(loss.backward())
+    return view.requires_grad, w.requires_grad, w.tolist(), view.tolist(), grad.tolist()
+
+
+@pytest.mark.parametrize("slice_only", [False, True])
+def test_an_in_place_op_through_a_dtype_view_is_recorded_on_the_view(slice_only):
+    assert _through_dtype_view(rg, slice_only) == _through_dtype_view(torch, slice_only)
