@@ -44,7 +44,7 @@ def test_zero_trains_as_the_wrapped_optimizer_on_the_full_batch(name, n):
     for rank, (checks, _) in enumerate(results):
         assert checks.failures == [], f"rank {rank}: {checks.failures}"
     counts = {checks.count for checks, _ in results}
-    assert len(counts) == 1 and counts.pop() > 30
+    assert len(counts) == 1 and counts.pop() > 20  # (SGD's state: its buffer, no step count)
     # every rank's share adds up to the whole state
     assert sum(o["state_bytes"] for _, o in results) == results[0][1]["total_bytes"]
     checks = Checks()

@@ -389,12 +389,6 @@ def draw_program(seed: int) -> dict:
         if _flag(rng, 0.12):
             event["freeze"] = (int(rng.integers(0, 3)), _flag(rng, 0.3))  # (index, unfreeze)
         program["events"].append(event)
-    if any(event["nonfinite"] for event in program["events"]):
-        # Not fixed: a NaN total norm scales torch's zero gradients kept by
-        # zero_grad(set_to_none=False) to NaN, which retrograd's clip does not reach (the
-        # kept zeros exist at the step only); drawn apart from that combination
-        for event in program["events"]:
-            event["set_to_none"] = True
     return program
 
 
@@ -548,7 +542,6 @@ class Side:
                 self.log.append(("retained", self.retained(out)))
             self.clip(event)
             self.step()
-        self.forget_outside_gradients()
         if event["freeze"] is not None and event["freeze"][1]:
             params[event["freeze"][0]].requires_grad_(True)
         for _ in range(event["schedule_steps"] if self.schedule is not None else 0):
@@ -626,10 +619,13 @@ class TorchSide(Side):
 
     def zero_grad(self, set_to_none):
         self.optimizer.zero_grad(set_to_none=set_to_none)
+        self.forget_outside_gradients()
 
     def forget_outside_gradients(self):
         """A parameter outside the optimizer would keep its gradient (accumulating) until it
-        joins; retrograd's optimizer knows of a parameter's gradient from its steps only."""
+        joins; retrograd's optimizer knows of a parameter's gradient from its steps and from
+        the gradients still held when it joins (here, the last step's): the gradient of this
+        step's backward only."""
         members = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         for p in self.params:
             if id(p) not in members:
@@ -714,7 +710,8 @@ class RetrogradSide(Side):
         def closure():
             self.zero_grad(event["set_to_none"])
             loss = forward()
-            return loss, loss.backward()
+            self.grads = loss.backward()  # held, as the other steps' are
+            return loss, self.grads
 
         return self.optimizer.step(closure)
 
@@ -731,9 +728,6 @@ class RetrogradSide(Side):
 
     def step(self):
         self.optimizer.step(self.grads)
-
-    def forget_outside_gradients(self):
-        pass
 
     def save(self, obj, path):
         rg.save(obj, path)

@@ -166,7 +166,7 @@ def test_step_skips_parameters_without_gradient_and_keeps_marks():
     model.set_distributed()
     before = model.state_dict()
     loss = model[0](rg.ones((1, 2))).sum()  # the second layer takes no part
-    optimizer = optim.SGD(model, lr=0.5)
+    optimizer = optim.SGD(model, lr=0.5, momentum=0.9)  # (without, SGD keeps no state)
     optimizer.step(loss.backward())
     after = model.state_dict()
     assert not np.array_equal(before["0.weight"], after["0.weight"])

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import AutodiffError, DistributedError, DTypeError, InvalidArgumentError
+from ..optim.optimizers import Optimizer, _hooked_step, mark_gradient_held
 from .calls import Call
 from .registry import active_context
 
@@ -181,7 +182,16 @@ class ZeroRedundancyOptimizer:
 
     # -- the step ---------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing to do (gradients are a value), as every retrograd optimizer."""
+        """Gradients are a value: nothing to clear. ``set_to_none=False`` keeps torch's zero
+        gradients, as every retrograd optimizer's does (:meth:`Optimizer.zero_grad`): the
+        parameters this rank owns are stepped with them where a step gives them none."""
+        self.full.zero_grad(set_to_none)
+
+    # torch's ZeroRedundancyOptimizer is an Optimizer: its step runs its own hooks and the
+    # global ones, and the local optimizer's step runs the global ones again
+    register_step_pre_hook = Optimizer.register_step_pre_hook
+    register_step_post_hook = Optimizer.register_step_post_hook
+    _hook_table = Optimizer._hook_table
 
     @property
     def lr(self) -> float:
@@ -205,6 +215,9 @@ class ZeroRedundancyOptimizer:
         for group, local in zip(self.param_groups, self.local.param_groups):
             local.update(_hyper(group))
         self.local.step(grads)
+        for p in self._parameters:  # the others' (torch's p.grad is on every rank)
+            if not self._owns(p) and p.grad(grads) is not None:
+                mark_gradient_held(p)
         self._gather_parameters()
         self._consolidated = None
 
@@ -292,6 +305,9 @@ class ZeroRedundancyOptimizer:
             f"ZeroRedundancyOptimizer({self.optimizer_class.__name__}, rank {self.rank} of "
             f"{self.world_size}, owns {owned} of {len(self._parameters)} parameters)"
         )
+
+
+ZeroRedundancyOptimizer.step = _hooked_step(ZeroRedundancyOptimizer.step)
 
 
 def _hyper(group: dict[str, Any]) -> dict[str, Any]:

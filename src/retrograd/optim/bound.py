@@ -29,7 +29,15 @@ from typing import Any
 from ..tensor import Tensor
 from ..tensor.inplace import assign
 from .fused import FusedUpdate, empty_buffer
-from .optimizers import FusedOptimizer, Optimizer, sole_reference
+from .optimizers import (
+    FusedOptimizer,
+    Optimizer,
+    has_step_hooks,
+    keep_state,
+    keeps_zero_gradient,
+    mark_gradient_held,
+    sole_reference,
+)
 
 __all__ = ["BoundStep"]
 
@@ -90,6 +98,7 @@ class BoundStep:
         #: the positions in ``parameters`` of the optimizer's own (it steps no other)
         self.positions = [k for k, p in enumerate(parameters) if id(p) in where]
         self.parameters = [parameters[k] for k in self.positions]
+        self._bound_ids = {id(p) for p in self.parameters}
         self.places = [_Place(p, *where[id(p)]) for p in self.parameters]
         self.kernel = _kernel_of(optimizer)
 
@@ -104,8 +113,16 @@ class BoundStep:
     def __call__(self, grads: Sequence[Any]) -> bool:
         """Step on ``grads``, one per parameter given at construction, in that order (those
         of parameters not in the optimizer's groups are not read); ``False`` (and nothing
-        done) when a parameter moved in ``param_groups`` since capture."""
+        done) when a parameter moved in ``param_groups`` since capture, or when the eager step
+        does more than the kernels: torch's step hooks to run, or a parameter without a
+        gradient here whose kept zero gradient (``zero_grad(set_to_none=False)``) it steps."""
         groups = self.optimizer.param_groups
+        if has_step_hooks(self.optimizer) or any(
+            id(p) not in self._bound_ids and keeps_zero_gradient(p)
+            for group in groups
+            for p in group["params"]
+        ):
+            return False
         for parameter, place in zip(self.parameters, self.places):
             if place.group >= len(groups):
                 return False
@@ -118,6 +135,7 @@ class BoundStep:
             settings = settings_of.get(place.group)
             if settings is None:
                 settings = settings_of[place.group] = self.optimizer.settings(group)
+            mark_gradient_held(parameter)
             if self._fast(parameter, settings):
                 self._step_one(parameter, grads[k], settings, place)
             else:
@@ -130,7 +148,10 @@ class BoundStep:
         if getattr(parameter, "_view", None) is not None:
             return False
         backend = parameter._backend
-        state = self.optimizer.state.get(parameter)  # a first step makes it the eager way
+        # a first step makes the state the eager way (SGD without momentum keeps none)
+        state = self.optimizer.state.get(parameter)
+        if state is None and not self.optimizer.counts_steps:
+            state = {}
         return (
             backend.is_autodiff
             and not getattr(parameter, "_views", None)
@@ -147,14 +168,14 @@ class BoundStep:
         in_place = sole_reference(parameter, states)
         backend = parameter._backend
         value = backend.inner_value(parameter._prim)
-        state = states[parameter]
+        state = states.get(parameter) or {}
         state = {**state, "step": state.get("step", 0) + 1}
         new, buffers = self.kernel.run_inner(
             place.inner, value, grad, state, settings, in_place, place.empty
         )
         for key, old, raw in buffers:
             state[key] = _kept(raw, old, place)
-        states[parameter] = state
+        keep_state(optimizer, parameter, state)
         if new is value or (
             type(new) is type(value) and new.dtype == value.dtype and new.shape == value.shape
         ):

@@ -126,7 +126,7 @@ class FusedUpdate:
         """The kernel on ``inner``'s raw values, the state :meth:`ready`: the new raw value
         and, per buffer used, ``(key, the state's tensor, the new raw buffer)``."""
         used = [b.key if b.used else None for b in self.buffers(settings)]
-        olds = [state[key] if key is not None else None for key in used]
+        olds = [state.get(key) if key is not None else None for key in used]
         raws = [empty if old is None else old._prim for old in olds]
         hyper = self.hyper_values(settings, state)
         new, *news = getattr(inner, self.kernel)(value, grad, *raws, *hyper, in_place)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.gradients import held_by_live_gradients
 from ..autodiff.handles import RemovableHandle
 from ..errors import (
     AutodiffError,
@@ -327,6 +328,11 @@ class Optimizer:
             new["param_names"] = names
         self._check_group(new)
         self.param_groups.append(new)
+        for p in params:
+            # torch's p.grad, set by a backward before the parameter joined this optimizer:
+            # zero_grad(set_to_none=False) zeroes it, and later steps step it with that zero
+            if _GRAD_KEPT not in p.__dict__ and _has_live_gradient(p):
+                p.__dict__[_GRAD_KEPT] = "held"
 
     def _named(self, params: list[Any]) -> tuple[list[Any], list[Any] | None]:
         """A group's parameters and, given as torch 2.6's ``(name, parameter)`` pairs
@@ -491,15 +497,14 @@ class Optimizer:
         for group in self.param_groups:
             for parameter in group["params"]:
                 given = parameter.grad(grads)
-                kept = parameter.__dict__
                 if given is None:
                     # torch's zero gradient kept by zero_grad(set_to_none=False)
-                    if kept.get(_GRAD_KEPT) != "zero":
+                    if not keeps_zero_gradient(parameter):
                         continue
                     value = parameter.inner() if parameter.backend.is_autodiff else parameter
                     grad = zeros_like(value)
                 else:
-                    kept[_GRAD_KEPT] = "held"
+                    mark_gradient_held(parameter)
                     grad = given
                 if self.made_in_step:
                     self._forget_made_in_step(parameter, found)
@@ -543,10 +548,15 @@ class Optimizer:
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
             if in_place:
-                new, self.state[parameter] = self.update(value, grad, state, group, True)
+                new, state = self.update(value, grad, state, group, True)
             else:
-                new, self.state[parameter] = self.update(value, grad, state, group)
+                new, state = self.update(value, grad, state, group)
+        keep_state(self, parameter, state)
         assign(parameter, new, f"{type(self).__name__}.step")
+
+    #: Whether the state keeps the step count (``state["step"]``), as torch's algorithms do
+    #: but SGD: its state is the momentum buffer alone, and none without momentum.
+    counts_steps = True
 
     #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
     #: the value and state buffers it is given; :meth:`step` passes True only where
@@ -713,6 +723,41 @@ _GLOBAL_STEP_POST_HOOKS: OrderedDict = OrderedDict()
 _HOOK_IDS = itertools.count()
 
 
+def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
+    """``state`` kept as ``parameter``'s after a step: without the step count where the
+    algorithm keeps none (:attr:`Optimizer.counts_steps`), and no entry where nothing is left
+    (torch's ``optimizer.state`` of SGD without momentum is empty)."""
+    if not optimizer.counts_steps:
+        state.pop("step", None)
+    if state:
+        optimizer.state[parameter] = state
+    else:
+        optimizer.state.pop(parameter, None)
+
+
+def _has_live_gradient(parameter: Tensor) -> bool:
+    """Whether some ``Gradients`` still alive holds a gradient of ``parameter`` (torch's
+    ``p.grad`` is not None: a backward gave it one)."""
+    if not parameter.backend.is_autodiff:
+        return False
+    key = parameter.backend.grad_key(parameter.primitive)
+    keys = [key, *(former.key for former in parameter._former_keys)]
+    return any(k is not None and held_by_live_gradients(k) for k in keys)
+
+
+def kept_zero_gradient(parameter: Tensor, grads: Any) -> Tensor | None:
+    """The zero gradient torch keeps in ``p.grad`` after ``zero_grad(set_to_none=False)``,
+    for a parameter that has none in ``grads``: put into ``grads`` and returned, so that what
+    changes the gradients before the step (``clip_grad_norm_``'s NaN factor, torch's
+    ``0 * nan``) changes it as torch's does; ``None`` for a parameter without one, or frozen
+    (``requires_grad_(False)``: no gradient of it can be put in ``grads``; its step takes
+    the zero as it is)."""
+    if not (keeps_zero_gradient(parameter) and parameter.requires_grad):
+        return None
+    parameter.grad_replace(grads, zeros_like(parameter.inner()))
+    return parameter.grad(grads)
+
+
 def _register(table: OrderedDict, hook: Any) -> RemovableHandle:
     if not callable(hook):
         raise DTypeError(f"register a step hook: expected a callable, got {type(hook).__name__}")
@@ -731,6 +776,30 @@ def register_optimizer_step_post_hook(hook: Any) -> RemovableHandle:
     return _register(_GLOBAL_STEP_POST_HOOKS, hook)
 
 
+def has_step_hooks(optimizer: Any) -> bool:
+    """Whether a step of ``optimizer`` has torch's step hooks to run (its own or global
+    ones): a step that skips :meth:`Optimizer.step` (a captured step's replay) takes it then."""
+    state = optimizer.__dict__
+    return bool(
+        _GLOBAL_STEP_PRE_HOOKS
+        or _GLOBAL_STEP_POST_HOOKS
+        or state.get("_optimizer_step_pre_hooks")
+        or state.get("_optimizer_step_post_hooks")
+    )
+
+
+def keeps_zero_gradient(parameter: Tensor) -> bool:
+    """Whether torch's ``p.grad`` of ``parameter`` is a zero kept by
+    ``zero_grad(set_to_none=False)``: a step without a gradient for it steps it with zeros."""
+    return parameter.__dict__.get(_GRAD_KEPT) == "zero"
+
+
+def mark_gradient_held(parameter: Tensor) -> None:
+    """Record that a step had a gradient for ``parameter`` (torch's ``p.grad`` now holds
+    one), as :meth:`Optimizer.step` does."""
+    parameter.__dict__[_GRAD_KEPT] = "held"
+
+
 def _hooked_step(step: Any) -> Any:
     """``step`` with torch's step hooks around it, once per outermost call (a subclass's step
     calling ``super().step``, or a closure's step calling ``self.step``, runs them once)."""
@@ -740,12 +809,7 @@ def _hooked_step(step: Any) -> Any:
     @functools.wraps(step)
     def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = self.__dict__
-        if state.get("_in_step_hooks") or not (
-            _GLOBAL_STEP_PRE_HOOKS
-            or _GLOBAL_STEP_POST_HOOKS
-            or state.get("_optimizer_step_pre_hooks")
-            or state.get("_optimizer_step_post_hooks")
-        ):
+        if state.get("_in_step_hooks") or not has_step_hooks(self):
             return step(self, *args, **kwargs)
         name = f"{type(self).__name__}.step"
         for hook in [*_GLOBAL_STEP_PRE_HOOKS.values(), *self._hook_table(
@@ -1056,6 +1120,7 @@ class SGD(FusedOptimizer):
 
     fused = SGD_MOMENTUM
     made_in_step = ("momentum_buffer",)
+    counts_steps = False
 
 
 class Adam(FusedOptimizer):

@@ -362,14 +362,15 @@ class _WithLambdas(LRScheduler):
             return
         if not (
             isinstance(saved, list | tuple)
-            # fewer: saved before groups were added to the optimizer (see _check_state)
-            and len(saved) <= len(self.lr_lambdas)
+            # fewer: saved before groups were added to the optimizer; more, None past this
+            # schedule's functions: saved after (see _check_state); torch's load takes both
+            and all(entry is None for entry in saved[len(self.lr_lambdas) :])
             and all(entry is None or isinstance(entry, Mapping) for entry in saved)
         ):
             raise ShapeError(
-                f"{type(self).__name__}.load_state_dict: lr_lambdas must be at most "
-                f"{len(self.lr_lambdas)} entries, each None or a dict of a callable object's "
-                f"attributes; got {saved!r}"
+                f"{type(self).__name__}.load_state_dict: lr_lambdas must be an entry per "
+                f"function ({len(self.lr_lambdas)}), each None or a dict of a callable object's "
+                f"attributes (None past them); got {saved!r}"
             )
         for fn, entry in zip(self.lr_lambdas, saved):
             if entry is not None and not hasattr(fn, "__dict__"):
@@ -631,12 +632,12 @@ def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
         if key in _PER_GROUP and isinstance(current, list):
             # fewer values than groups: a schedule made before groups were added to its
             # optimizer (a backbone unfrozen mid-run), resumed; its step treats the added
-            # groups as it did before the save (torch's load takes it too)
-            if not isinstance(value, list | tuple) or len(value) > groups:
-                count = f"{len(value)} values" if isinstance(value, list | tuple) else repr(value)
+            # groups as it did before the save. More: a schedule saved after groups were
+            # added, loaded before the resumed run adds them again. torch's load takes both.
+            if not isinstance(value, list | tuple):
                 raise ShapeError(
-                    f"{name}: {key} holds {count} for the optimizer's {groups} param_groups "
-                    "(a state saved with more groups)"
+                    f"{name}: {key} must hold one value per param_group (the optimizer has "
+                    f"{groups}), got {value!r}"
                 )
             if not all(is_number(v) or (v is None and c is None) for v, c in zip(value, current)):
                 raise DTypeError(f"{name}: {key} must hold numbers, got {list(value)!r}")

@@ -308,8 +308,12 @@ def write(
         return
     kind = view[KIND]
     if recorded:
-        if kind in _DETACHED:  # t is the detached tensor: the graph stops here
-            write(op, base, untracked(value), True, fresh)
+        # t is the detached tensor, or a view(dtype) (not differentiable either: torch's
+        # records the write on the view, its base takes the values only): the graph stops here
+        if kind in _OUTSIDE:
+            with no_grad():
+                new_base = _scatter_back(op, base, kind, view[PARAMS], untracked(value))
+            write(op, base, new_base, True, fresh)
             t._prim = value._prim
             refresh(t)
             return

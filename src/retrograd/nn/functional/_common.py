@@ -14,6 +14,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.internal import (
     FLOAT_DTYPES,
+    INT_DTYPES,
     int_arguments,
     lift,
     promote,
@@ -61,14 +62,18 @@ def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
         raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
 
 
-def _float_pair(fn: str, x: Any, other: Any, name: str) -> tuple[Tensor, Tensor]:
-    """``x`` and ``other`` on one backend and one float dtype."""
+def _float_pair(
+    fn: str, x: Any, other: Any, name: str, integers: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``x`` and ``other`` on one backend and one float dtype (or, with ``integers``, one
+    integer dtype too: torch's CPU convolutions compute those)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     other = _as_tensor(fn, x, other, name)
     x, other = promote(x, other, fn)
-    if x.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{fn}: expected float tensors, got {x.dtype} input and {name}")
+    if x.dtype not in FLOAT_DTYPES and not (integers and x.dtype in INT_DTYPES):
+        kinds = "float or integer" if integers else "float"
+        raise DTypeError(f"{fn}: expected {kinds} tensors, got {x.dtype} input and {name}")
     return x, other
 
 
@@ -106,8 +111,10 @@ def _channel_bias(fn: str, x: Tensor, bias: Any, channels: int) -> Tensor:
             f"{fn}: bias must have shape [{channels}] (one per output channel), got "
             f"{shape_text(bias.shape)}"
         )
-    if bias.dtype not in FLOAT_DTYPES:
+    if x.dtype in FLOAT_DTYPES and bias.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: bias must be a float tensor, got {bias.dtype}")
+    if x.dtype not in FLOAT_DTYPES and bias.dtype != x.dtype:  # an integer convolution's
+        raise DTypeError(f"{fn}: bias must be {x.dtype} as the input is, got {bias.dtype}")
     return bias.cast(x.dtype)
 
 

@@ -30,7 +30,8 @@ def _check_kernel(fn: str, kernel: tuple[int, ...], shapes: str) -> None:
 
 
 def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
-    x, weight = _float_pair(fn, x, weight, "weight")
+    # integers too: torch's CPU convolutions compute them in their dtype (wrapping)
+    x, weight = _float_pair(fn, x, weight, "weight", integers=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
         raise ShapeError(

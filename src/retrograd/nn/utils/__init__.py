@@ -265,7 +265,11 @@ def _require_gradients(fn: str, grads: Any, parameters: Any, bound: Any, bound_n
 
 def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
     """``(parameter, gradient)`` for each parameter (a module's, an iterable, one tensor)
-    that has a gradient in ``grads``, each object once, in order."""
+    that has a gradient in ``grads``, each object once, in order. A parameter whose gradient
+    torch keeps as a zero (``optimizer.zero_grad(set_to_none=False)``) and that got none in
+    ``grads`` has that zero put there, as torch's ``p.grad`` is clipped with the others."""
+    from ...optim.optimizers import kept_zero_gradient
+
     if hasattr(parameters, "parameters"):
         parameters = parameters.parameters()
     elif isinstance(parameters, Tensor):
@@ -277,6 +281,8 @@ def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
             continue
         seen.add(id(p))
         g = p.grad(grads)
+        if g is None:
+            g = kept_zero_gradient(p, grads)
         if g is not None:
             present.append((p, g))
     return present
