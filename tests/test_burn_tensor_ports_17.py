@@ -526,3 +526,130 @@ def test_pytorch_store_buffers(placeholder, saved):
     assert values(model.buffer).tolist() == values(saved).tolist()
     if saved.dtype == "float32":
         assert values(model(rg.ones(3, 3))).tolist() == [[2.0] * 3] * 3
+
+
+class DwsConv(nn.Module):
+    """enum_module's depthwise separable convolution (Burn's ``Conv::DwsConv`` variant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dconv = nn.Conv2d(2, 2, 3, groups=2)
+        self.pconv = nn.Conv2d(2, 2, 1)
+
+    def forward(self, x):
+        return self.pconv(self.dconv(x))
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["depthwise_false", "depthwise_true"])
+def test_pytorch_store_enum_module(depthwise):
+    case = f"enum_depthwise_{str(depthwise).lower()}"
+    model = Named("conv", DwsConv() if depthwise else nn.Conv2d(2, 2, 3))
+    model.load_state_dict(state_dict_of(case))
+    out = model(rg.tensor(STORE_CASES[case]["input"]))
+    close(values(out), STORE_CASES[case]["expected"], 1e-5)
+
+
+class RemappedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(6, 6, 1, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+class RemappedModel(nn.Module):
+    """key_remap_chained's Burn model: ``layer.blocks.i.{conv, bn}`` where the file, saved from
+    torch's ``Sequential`` blocks, has ``layer.i.block.{0, 1}``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        self.layer = Named("blocks", nn.Sequential(RemappedBlock(), RemappedBlock()))
+
+    def forward(self, x):
+        return self.layer(self.bn(self.conv(x)))
+
+
+def remapped(state, patterns):
+    for pattern, replacement in patterns:
+        state = {re.sub(pattern, replacement, key): value for key, value in state.items()}
+    return state
+
+
+BLOCK_REMAPS = [(r"(.+)\.block\.0\.(.+)", r"\1.conv.\2"), (r"(.+)\.block\.1\.(.+)", r"\1.bn.\2")]
+
+
+def test_pytorch_store_key_remap_chained():
+    model = RemappedModel()
+    state = remapped(
+        state_dict_of("key_remap_chained"),
+        BLOCK_REMAPS + [(r"layer\.([0-9])\.(.+)", r"layer.blocks.\1.\2")],
+    )
+    model.load_state_dict(state)
+    model.eval()
+    case = STORE_CASES["key_remap_chained"]
+    close(values(model(rg.tensor(case["input"]))), case["expected"], 1e-5)
+
+
+def test_pytorch_store_key_remap_chained_missing_pattern():
+    model = RemappedModel()
+    before = values(model.bn.running_var)
+    state = remapped(state_dict_of("key_remap_chained"), BLOCK_REMAPS)
+    with pytest.raises(rg.RetrogradError, match="layer"):
+        model.load_state_dict(state)
+    np.testing.assert_array_equal(values(model.bn.running_var), before)  # nothing half-loaded
+
+
+class ConvNormBlock(nn.Module):
+    def __init__(self, channels_in, channels_out):
+        super().__init__()
+        self.conv = nn.Conv2d(channels_in, channels_out, (3, 2))
+        self.norm = nn.BatchNorm2d(channels_out)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+class ComplexNested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_blocks = nn.Sequential(ConvNormBlock(2, 4), ConvNormBlock(4, 6))
+        self.norm1 = nn.BatchNorm2d(6)
+        self.fc1 = nn.Linear(120, 12)
+        self.fc2 = nn.Linear(12, 10)
+
+    def forward(self, x):
+        x = self.norm1(self.conv_blocks(x)).flatten(1)
+        return rg.nn.functional.log_softmax(self.fc2(rg.relu(self.fc1(x))), dim=1)
+
+
+def test_pytorch_store_complex_nested():
+    model = ComplexNested()
+    model.load_state_dict(state_dict_of("complex_nested"))
+    model.eval()
+    out = model(rg.ones(1, 2, 9, 6) - 0.5)
+    # Burn compares to 1e-8 absolute; float32 rounding in another order gives a few ulps
+    np.testing.assert_allclose(values(out), STORE_CASES["complex_nested"]["expected"], atol=1e-5)
+    # full_record_autodiff: the loaded parameters are trainable leaves
+    loss = out.sum()
+    grads = loss.backward()
+    assert model.fc1.weight.grad(grads).shape == (12, 120)
+
+
+def test_pytorch_store_partial_model_loading():
+    # the file's conv_blocks.0.* renamed conv1.*, the rest left out (allow_partial)
+    state = remapped(state_dict_of("complex_nested"), [(r"conv_blocks\.0\.(.*)", r"conv1.\1")])
+    model = Named("conv1", ConvNormBlock(2, 4))
+    partial = {key: value for key, value in state.items() if key.startswith("conv1.")}
+    model.load_state_dict(partial)
+    model.eval()
+    out = model(rg.ones(1, 2, 9, 6) - 0.5)
+    np.testing.assert_allclose(float(values(out.sum())), 4.871538, atol=2e-5)
+    # and strict loading of the whole file names the keys the model lacks
+    with pytest.raises(rg.RetrogradError, match="fc1"):
+        Named("conv1", ConvNormBlock(2, 4)).load_state_dict(state)
+    missing, unexpected = Named("conv1", ConvNormBlock(2, 4)).load_state_dict(state, strict=False)
+    assert not missing and "fc1.weight" in unexpected
