@@ -653,3 +653,86 @@ def test_pytorch_store_partial_model_loading():
         Named("conv1", ConvNormBlock(2, 4)).load_state_dict(state)
     missing, unexpected = Named("conv1", ConvNormBlock(2, 4)).load_state_dict(state, strict=False)
     assert not missing and "fc1.weight" in unexpected
+
+
+# ---- tensor_f16.rs, autodiff_f16.rs: the float suites again in half precision -------------------
+# Burn builds its float and autodiff tests a second time with FloatElem = f16. Half precision is
+# the torch backend's (API.md section 9; NumpyBackend refuses it with a DTypeError), so each case
+# runs one op of those suites on a float16 input and checks the result and the gradient against
+# torch's own float16 op, or checks the refusal on NumPy.
+
+HALF_INPUT = [[1.0, -2.0, 0.5], [3.0, 0.25, -1.5]]
+
+HALF_OPS = {
+    "exp": lambda m, t: t.exp(),
+    "matmul": lambda m, t: t @ t.T,
+    "sum_dim": lambda m, t: t.sum(1),
+    "mean_dim": lambda m, t: t.mean(0),
+    "var": lambda m, t: t.var(1),
+    "prod": lambda m, t: t.prod(1),
+    "powf": lambda m, t: t.abs().pow(2.5),
+    "sqrt": lambda m, t: t.abs().sqrt(),
+    "log1p": lambda m, t: t.abs().log1p(),
+    "erf": lambda m, t: t.erf(),
+    "tanh": lambda m, t: t.tanh(),
+    "sigmoid": lambda m, t: t.sigmoid(),
+    "cumsum": lambda m, t: t.cumsum(1),
+    "cumprod": lambda m, t: t.cumprod(1),
+    "sort": lambda m, t: t.sort(1)[0],
+    "max_dim": lambda m, t: t.max(1)[0],
+    "softmax": lambda m, t: m.nn.functional.softmax(t, 1),
+    "log_softmax": lambda m, t: m.nn.functional.log_softmax(t, 1),
+    "gelu": lambda m, t: m.nn.functional.gelu(t),
+    "layer_norm": lambda m, t: m.nn.functional.layer_norm(t, (3,)),
+    "conv1d": lambda m, t: m.nn.functional.conv1d(t[None], t[:, :2, None] * 0.5),
+    "max_pool1d": lambda m, t: m.nn.functional.max_pool1d(t[None], 2, 1),
+    "avg_pool1d": lambda m, t: m.nn.functional.avg_pool1d(t[None], 2, 1),
+    "interpolate": lambda m, t: m.nn.functional.interpolate(
+        t[None, None], size=(3, 4), mode="bilinear"
+    ),
+    "cross_entropy": lambda m, t: m.nn.functional.cross_entropy(t, m.tensor([0, 2])),
+    "mse_loss": lambda m, t: m.nn.functional.mse_loss(t, t.detach() * 0.5),
+}
+
+
+def half_precision_backend():
+    return not isinstance(rg.current_backend().inner, rg.NumpyBackend)
+
+
+@pytest.mark.parametrize("op", list(HALF_OPS))
+def test_float_ops_in_half_precision(op):
+    if not half_precision_backend():
+        with pytest.raises(rg.DTypeError, match="float16"):
+            rg.tensor(HALF_INPUT, dtype="float16")
+        return
+    make = HALF_OPS[op]
+    x = rg.tensor(HALF_INPUT, dtype="float16").require_grad()
+    out = make(rg, x)
+    assert out.dtype == "float16"
+    grad = x.grad((out * 1.0).sum().backward())
+    assert grad.dtype == "float16"
+
+    tx = torch.tensor(HALF_INPUT, dtype=torch.float16, requires_grad=True)
+    expected = make(torch, tx)
+    expected.sum().backward()
+    close(values(out).astype(np.float32), expected.detach().float().numpy(), 2e-2)
+    close(values(grad).astype(np.float32), tx.grad.float().numpy(), 2e-2)
+
+
+def test_ctc_loss_refuses_half_precision_as_torch():
+    # Burn's module/ctc.rs runs in f16 too; torch's ctc_loss kernels take float32 and float64
+    # only ("ctc_loss_cpu" not implemented for 'Half'), so retrograd refuses it clearly
+    if not half_precision_backend():
+        return  # NumPy has no float16 tensors to refuse (test_float_ops_in_half_precision)
+    logits = rg.tensor(HALF_INPUT, dtype="float16")
+    log_probs = rg.nn.functional.log_softmax(logits[:, None, :], 2)
+    with pytest.raises(rg.DTypeError, match=r"ctc_loss.*float16"):
+        rg.nn.functional.ctc_loss(log_probs, rg.tensor([[1]]), [2], [1])
+    loss = rg.nn.functional.ctc_loss(log_probs.float(), rg.tensor([[1]]), [2], [1])
+    expected = torch.nn.functional.ctc_loss(
+        torch.log_softmax(torch.tensor(HALF_INPUT, dtype=torch.float16)[:, None, :], 2).float(),
+        torch.tensor([[1]]),
+        [2],
+        [1],
+    )
+    close(values(loss), expected.numpy())
