@@ -4,7 +4,8 @@
 interpolate2d}.rs`` (the resizing modules), and ``crates/burn-backend-tests/tests/tensor/
 {extract_inplace, multi_threads}.rs``, ``tensor/float/ops/transaction.rs`` and burn-store's
 ``pytorch-tests/tests/*/mod.rs`` (modules given the state dicts that torch scripts saved),
-under every checkpointing strategy on the chosen inner backend. Expected values are Burn's as its
+and a selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
+``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner backend. Expected values are Burn's as its
 test source writes them; torch (the reference) gives the spectra Burn only checks the shapes of.
 
 Burn's forms map to torch's (API.md section 10): ``signal::stft(x, window, StftOptions { n_fft,
@@ -699,24 +700,60 @@ def half_precision_backend():
     return not isinstance(rg.current_backend().inner, rg.NumpyBackend)
 
 
+HALF_DTYPES = {"float16": 2e-2, "bfloat16": 8e-2}  # dtype: the tolerance its 8 or 11 bits allow
+
+
+@pytest.mark.parametrize("dtype", list(HALF_DTYPES))
 @pytest.mark.parametrize("op", list(HALF_OPS))
-def test_float_ops_in_half_precision(op):
+def test_float_ops_in_half_precision(op, dtype):
     if not half_precision_backend():
-        with pytest.raises(rg.DTypeError, match="float16"):
-            rg.tensor(HALF_INPUT, dtype="float16")
+        with pytest.raises(rg.DTypeError, match=dtype):
+            rg.tensor(HALF_INPUT, dtype=dtype)
         return
     make = HALF_OPS[op]
-    x = rg.tensor(HALF_INPUT, dtype="float16").require_grad()
+    x = rg.tensor(HALF_INPUT, dtype=dtype).require_grad()
     out = make(rg, x)
-    assert out.dtype == "float16"
+    assert out.dtype == dtype
     grad = x.grad((out * 1.0).sum().backward())
-    assert grad.dtype == "float16"
+    assert grad.dtype == dtype
 
-    tx = torch.tensor(HALF_INPUT, dtype=torch.float16, requires_grad=True)
+    tx = torch.tensor(HALF_INPUT, dtype=getattr(torch, dtype), requires_grad=True)
     expected = make(torch, tx)
     expected.sum().backward()
-    close(values(out).astype(np.float32), expected.detach().float().numpy(), 2e-2)
-    close(values(grad).astype(np.float32), tx.grad.float().numpy(), 2e-2)
+    tolerance = HALF_DTYPES[dtype]
+    close(values(out.float()), expected.detach().float().numpy(), tolerance)
+    close(values(grad.float()), tx.grad.float().numpy(), tolerance)
+
+
+@pytest.mark.parametrize("dtype", list(HALF_DTYPES))
+def test_rfft_round_trip_in_half_precision(dtype):
+    # autodiff/rfft.rs under autodiff_f16.rs: the transforms keep the dtype, and the round trip
+    # gives back the signal (and the signal's own values as the gradient of half its square)
+    if not half_precision_backend():
+        return  # NumPy has no half-precision tensors (test_float_ops_in_half_precision)
+    data = np.array([0.26, 0.13, 0.36, 0.24, 0.40, 0.93, 0.12, 0.18], np.float32)
+    x = rg.tensor(data, dtype=dtype).require_grad()
+    re, im = rg.signal.rfft(x, 0)
+    assert re.dtype == im.dtype == dtype
+    out = rg.signal.irfft(re, im, 0)
+    grad = x.grad((out.pow(2).sum() * 0.5).backward())
+    assert out.dtype == grad.dtype == dtype
+    rounded = values(x.float())
+    close(values(out.float()), rounded, HALF_DTYPES[dtype])
+    close(values(grad.float()), rounded, HALF_DTYPES[dtype])
+    spectrum = rg.stft(x[None], 4, 2, center=False, return_complex=False)
+    assert spectrum.dtype == dtype
+    reference = torch.view_as_real(
+        torch.stft(
+            torch.tensor(rounded)[None],
+            4,
+            2,
+            window=torch.ones(4),
+            center=False,
+            return_complex=True,
+        )
+    )
+    close(values(spectrum.float()), reference.numpy(), 4 * HALF_DTYPES[dtype])
 
 
 def test_ctc_loss_refuses_half_precision_as_torch():
