@@ -3,8 +3,8 @@
 (the short-time Fourier transform), burn-nn's ``src/modules/interpolate/{interpolate1d,
 interpolate2d}.rs`` (the resizing modules), and ``crates/burn-backend-tests/tests/tensor/
 {extract_inplace, multi_threads}.rs``, ``tensor/float/ops/transaction.rs`` and burn-store's
-``pytorch-tests/tests/*/mod.rs`` (modules given the state dicts that torch scripts saved),
-and a selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
+``{pytorch-tests, safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that
+torch scripts saved), and a selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
 ``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner backend. Expected
 values are Burn's as its test source writes them; torch (the reference) gives the spectra Burn
 only checks the shapes of, and the half-precision values.
@@ -21,7 +21,8 @@ form of ``f`` (``square_``, ``mul_``, ``logical_not_``); a ``Transaction`` readi
 reading it (``numpy()``), and threads share a tensor as torch's threads do. burn-store's
 ``PytorchStore::from_file(path)`` then ``model.load_from`` is torch's ``model.load_state_dict(
 torch.load(path))``: burn_store_cases.json holds each ``.pt`` file's state dict (read with
-``torch.load``), Burn's input and its expected output; the modules are the torch ones the export
+``torch.load``; safetensors-tests' ``multi_layer`` one read from its ``.safetensors`` file),
+Burn's input and its expected output; the modules are the torch ones the export
 scripts built, and ``with_key_remapping``/``with_top_level_key`` are the renaming and the
 unwrapping done on the dict. The half-precision variants are not ported (float16 is the torch
 backend's only, API.md section 9).
@@ -774,3 +775,25 @@ def test_ctc_loss_refuses_half_precision_as_torch():
         [1],
     )
     close(values(loss), expected.numpy())
+
+
+class MultiLayer(nn.Module):
+    """safetensors-tests' multi_layer model (its state dict read from the .safetensors file)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, kernel_size=3, padding=1)
+        self.norm1 = nn.BatchNorm2d(4)
+        self.flatten = nn.Flatten()
+        self.fc1 = nn.Linear(4 * 8 * 8, 16)
+
+    def forward(self, x):
+        return self.fc1(self.flatten(rg.relu(self.norm1(self.conv1(x)))))
+
+
+def test_safetensors_store_multi_layer():
+    model = MultiLayer()
+    model.load_state_dict(state_dict_of("safetensors_multi_layer"))
+    model.eval()
+    out = model(rg.ones(1, 3, 8, 8))
+    close(values(out), STORE_CASES["safetensors_multi_layer"]["expected"], 1e-5)
