@@ -1,13 +1,13 @@
 """Burn's tests that the earlier batches left (tracel-ai/burn at
-2c06be351006851d42fdb6df16b976f4a82d9747): ``crates/burn-backend-tests/tests/cubecl/stft.rs``
-(the short-time Fourier transform), burn-nn's ``src/modules/interpolate/{interpolate1d,
+2c06be351006851d42fdb6df16b976f4a82d9747): ``crates/burn-backend-tests/tests/cubecl/stft.rs`` (the
+short-time Fourier transform), burn-nn's ``src/modules/interpolate/{interpolate1d,
 interpolate2d}.rs`` (the resizing modules), and ``crates/burn-backend-tests/tests/tensor/
 {extract_inplace, multi_threads}.rs``, ``tensor/float/ops/transaction.rs`` and burn-store's
-``{pytorch-tests, safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that
-torch scripts saved), and a selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
-``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner backend. Expected
-values are Burn's as its test source writes them; torch (the reference) gives the spectra Burn
-only checks the shapes of, and the half-precision values.
+``{pytorch-tests, safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that torch
+scripts saved), and a selection of the float and autodiff suites again in half precision
+(``tensor_f16.rs``, ``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner
+backend. Expected values are Burn's as its test source writes them; torch (the reference) gives the
+spectra Burn only checks the shapes of, and the half-precision values.
 
 Burn's forms map to torch's (API.md section 10): ``signal::stft(x, window, StftOptions { n_fft,
 hop_length, win_length, center, onesided })`` is ``rg.stft(x, n_fft, hop_length, win_length,
