@@ -1,8 +1,9 @@
 """Burn's tests that the earlier batches left (tracel-ai/burn at
 2c06be351006851d42fdb6df16b976f4a82d9747): ``crates/burn-backend-tests/tests/cubecl/stft.rs`` (the
 short-time Fourier transform), burn-nn's ``src/modules/interpolate/{interpolate1d,
-interpolate2d}.rs`` (the resizing modules), and ``crates/burn-backend-tests/tests/tensor/
-{extract_inplace, multi_threads}.rs``, ``tensor/float/ops/transaction.rs`` and burn-store's
+interpolate2d}.rs`` (the resizing modules), and
+``crates/burn-backend-tests/tests/tensor/{extract_inplace, multi_threads}.rs``,
+``tensor/float/ops/transaction.rs``, burn-core's ``tests/test_record.rs`` and burn-store's
 ``{pytorch-tests, safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that torch
 scripts saved), and a selection of the float and autodiff suites again in half precision
 (``tensor_f16.rs``, ``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner
@@ -37,6 +38,7 @@ tensor's value and leaving an empty one) has no torch form and is not ported.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -797,3 +799,81 @@ def test_safetensors_store_multi_layer():
     model.eval()
     out = model(rg.ones(1, 3, 8, 8))
     close(values(out), STORE_CASES["safetensors_multi_layer"]["expected"], 1e-5)
+
+
+# ---- burn-core tests/test_record.rs -------------------------------------------------------------
+# Burn's ``into_record``/``save``/``ModuleRecord::load``/``load_record`` are torch's
+# ``state_dict``/``rg.save``/``rg.load``/``load_state_dict``; ``allow_partial`` is
+# ``strict=False``.
+
+
+class RecordLayer(nn.Module):
+    def __init__(self, weight, bias):
+        super().__init__()
+        self.weight = nn.Parameter(rg.tensor(weight))
+        self.bias = nn.Parameter(rg.tensor(bias))
+
+
+class RecordMlp(nn.Module):
+    def __init__(self, first, second=None):
+        super().__init__()
+        self.first = first
+        if second is not None:
+            self.second = second
+
+
+def sample_mlp():
+    return RecordMlp(
+        RecordLayer([[1.0, 2.0], [3.0, 4.0]], [5.0, 6.0]),
+        RecordLayer([[7.0, 8.0], [9.0, 10.0]], [11.0, 12.0]),
+    )
+
+
+def zero_mlp():
+    return RecordMlp(
+        RecordLayer([[0.0] * 2] * 2, [0.0] * 2), RecordLayer([[0.0] * 2] * 2, [0.0] * 2)
+    )
+
+
+def assert_matches_sample(model):
+    assert values(model.first.weight).ravel().tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert values(model.first.bias).tolist() == [5.0, 6.0]
+    assert values(model.second.weight).ravel().tolist() == [7.0, 8.0, 9.0, 10.0]
+    assert values(model.second.bias).tolist() == [11.0, 12.0]
+
+
+def test_save_and_load_module_via_file(tmp_path):
+    record = sample_mlp().state_dict()
+    assert len(record) == 4  # first.weight, first.bias, second.weight, second.bias
+    path = tmp_path / "mlp.pt"
+    rg.save(record, path)
+    loaded = zero_mlp()
+    loaded.load_state_dict(rg.load(path))
+    assert_matches_sample(loaded)
+
+
+def test_save_and_load_module_via_bytes():
+    buffer = io.BytesIO()
+    rg.save(sample_mlp().state_dict(), buffer)
+    buffer.seek(0)
+    loaded = zero_mlp()
+    loaded.load_state_dict(rg.load(buffer))
+    assert_matches_sample(loaded)
+
+
+def test_missing_parameters_require_allow_partial():
+    buffer = io.BytesIO()
+    rg.save(RecordMlp(RecordLayer([[1.0, 2.0], [3.0, 4.0]], [5.0, 6.0])).state_dict(), buffer)
+    buffer.seek(0)
+    partial = rg.load(buffer)
+    strict = zero_mlp()
+    with pytest.raises(rg.RetrogradError, match="second"):
+        strict.load_state_dict(partial)
+    assert values(strict.first.weight).ravel().tolist() == [0.0] * 4  # nothing half-loaded
+    lenient = zero_mlp()
+    missing, unexpected = lenient.load_state_dict(partial, strict=False)
+    assert sorted(missing) == ["second.bias", "second.weight"] and not unexpected
+    assert values(lenient.first.weight).ravel().tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert values(lenient.first.bias).tolist() == [5.0, 6.0]
+    assert values(lenient.second.weight).ravel().tolist() == [0.0] * 4
+    assert values(lenient.second.bias).tolist() == [0.0, 0.0]
