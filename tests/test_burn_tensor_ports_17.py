@@ -3,12 +3,13 @@
 short-time Fourier transform), burn-nn's ``src/modules/interpolate/{interpolate1d,
 interpolate2d}.rs`` (the resizing modules), and
 ``crates/burn-backend-tests/tests/tensor/{extract_inplace, multi_threads}.rs``,
-``tensor/float/ops/transaction.rs``, burn-core's ``tests/test_record.rs`` and burn-store's
-``{pytorch-tests, safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that torch
-scripts saved), and a selection of the float and autodiff suites again in half precision
-(``tensor_f16.rs``, ``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner
-backend. Expected values are Burn's as its test source writes them; torch (the reference) gives the
-spectra Burn only checks the shapes of, and the half-precision values.
+``tensor/float/ops/transaction.rs``, burn-core's ``tests/test_record.rs``, burn-optim's
+``src/lr_scheduler/sequential.rs`` and burn-store's ``{pytorch-tests,
+safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that torch scripts saved), and a
+selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
+``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner backend. Expected
+values are Burn's as its test source writes them; torch (the reference) gives the spectra Burn only
+checks the shapes of, and the half-precision values.
 
 Burn's forms map to torch's (API.md section 10): ``signal::stft(x, window, StftOptions { n_fft,
 hop_length, win_length, center, onesided })`` is ``rg.stft(x, n_fft, hop_length, win_length,
@@ -877,3 +878,68 @@ def test_missing_parameters_require_allow_partial():
     assert values(lenient.first.bias).tolist() == [5.0, 6.0]
     assert values(lenient.second.weight).ravel().tolist() == [0.0] * 4
     assert values(lenient.second.bias).tolist() == [0.0, 0.0]
+
+
+# ---- burn-optim src/lr_scheduler/sequential.rs --------------------------------------------------
+# Burn's SequentialLrScheduler of Linear(0.1 -> 0.3 over 2), Exponential(0.5, gamma 0.5) and
+# CosineAnnealing(0.8 over 2) at milestones [2, 5] is torch's SequentialLR of LinearLR(0.1, 0.3,
+# 2), ExponentialLR(0.5) and CosineAnnealingLR(2). Deliberate difference (torch's semantics):
+# torch's schedulers all scale the optimizer's one base rate (1.0 here) where Burn's each start
+# from their own, so the rates are torch's; and torch takes a zero or non-increasing milestone,
+# which Burn refuses.
+
+
+def sequential_scheduler(milestones):
+    optimizer = rg.optim.SGD([nn.Parameter(rg.zeros(1))], lr=1.0)
+    schedulers = rg.optim.lr_scheduler
+    parts = [
+        schedulers.LinearLR(optimizer, 0.1, 0.3, 2),
+        schedulers.ExponentialLR(optimizer, 0.5),
+        schedulers.CosineAnnealingLR(optimizer, 2),
+    ]
+    return schedulers.SequentialLR(optimizer, parts, milestones)
+
+
+def rates(scheduler, steps):
+    out = []
+    for _ in range(steps):
+        out.append(scheduler.get_last_lr()[0])
+        scheduler.step()
+    return out
+
+
+@pytest.mark.parametrize(
+    "milestones, expected",
+    [
+        ([2, 5], [0.1, 0.2, 1.0, 0.5, 0.25, 1.0, 0.5, 0.0]),  # Burn's [0.1, 0.2, 0.5, ... 0.0]
+        ([0, 2], [1.0, 0.5, 1.0, 0.5, 0.0, 0.5, 1.0, 0.5]),
+        ([2, 2], [0.1, 0.2, 1.0, 0.5, 0.0, 0.5, 1.0, 0.5]),
+        ([3, 2], [0.1, 0.2, 1.0, 0.5, 0.0, 0.5, 1.0, 0.5]),
+    ],
+    ids=["switches_at_milestones", "zero", "equal", "decreasing"],
+)
+def test_sequential_scheduler_switches_at_milestones(milestones, expected):
+    # expected: torch 2.13's SequentialLR on the same schedulers
+    close(rates(sequential_scheduler(milestones), 8), expected, 1e-6)
+
+
+def test_sequential_scheduler_rejects_bad_configs():
+    optimizer = rg.optim.SGD([nn.Parameter(rg.zeros(1))], lr=1.0)
+    with pytest.raises(rg.InvalidArgumentError, match="at least one scheduler"):
+        rg.optim.lr_scheduler.SequentialLR(optimizer, [], [])
+    with pytest.raises(rg.InvalidArgumentError, match="one more scheduler than milestones"):
+        sequential_scheduler([2])
+    # Burn's LinearLrSchedulerConfig of 0 iterations is refused; torch's LinearLR(total_iters=0)
+    # keeps the start factor
+    linear = rg.optim.lr_scheduler.LinearLR(optimizer, 0.1, 0.2, 0)
+    close(rates(linear, 3), [0.1, 0.1, 0.1], 1e-6)
+
+
+@pytest.mark.parametrize("steps", [1, 4, 6])
+def test_sequential_scheduler_saves_and_loads_around_transitions(steps):
+    scheduler = sequential_scheduler([2, 5])
+    rates(scheduler, steps)
+    state = scheduler.state_dict()
+    resumed = sequential_scheduler([2, 5])
+    resumed.load_state_dict(state)
+    close(rates(resumed, 4), rates(scheduler, 4), 1e-9)
