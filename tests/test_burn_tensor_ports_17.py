@@ -943,3 +943,61 @@ def test_sequential_scheduler_saves_and_loads_around_transitions(steps):
     resumed = sequential_scheduler([2, 5])
     resumed.load_state_dict(state)
     close(rates(resumed, 4), rates(scheduler, 4), 1e-9)
+
+
+# Burn's f16 suites build their modules in f16 as well (burn-nn's ``*_f16`` cases): torch's
+# ``dtype=`` on a module constructor, and its initializers on a tensor of that dtype.
+
+MODULES_WITH_DTYPE = {
+    "Linear": lambda dtype: nn.Linear(4, 3, dtype=dtype),
+    "Embedding": lambda dtype: nn.Embedding(5, 3, padding_idx=1, dtype=dtype),
+    "EmbeddingBag": lambda dtype: nn.EmbeddingBag(5, 3, dtype=dtype),
+    "LSTM": lambda dtype: nn.LSTM(4, 3, dtype=dtype),
+    "MultiheadAttention": lambda dtype: nn.MultiheadAttention(4, 2, dtype=dtype),
+    "TransformerEncoderLayer": lambda dtype: nn.TransformerEncoderLayer(
+        4, 2, 8, dropout=0.0, dtype=dtype
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", *HALF_DTYPES])
+@pytest.mark.parametrize("module", list(MODULES_WITH_DTYPE))
+def test_module_built_in_a_dtype_holds_that_dtype(module, dtype):
+    rg.seed(0)
+    if dtype in HALF_DTYPES and not half_precision_backend():
+        with pytest.raises(rg.DTypeError, match=dtype):
+            MODULES_WITH_DTYPE[module](dtype)
+        return
+    layer = MODULES_WITH_DTYPE[module](dtype)
+    for name, parameter in layer.named_parameters():
+        assert parameter.dtype == dtype, (name, parameter.dtype)
+        assert np.isfinite(values(parameter.float())).all()
+    if module == "Embedding":
+        assert not values(layer.weight.float())[1].any()  # the padding row
+
+
+INITIALIZERS = {
+    "xavier_uniform_": lambda t: rg.nn.init.xavier_uniform_(t),
+    "kaiming_normal_": lambda t: rg.nn.init.kaiming_normal_(t),
+    "trunc_normal_": lambda t: rg.nn.init.trunc_normal_(t, std=0.5),
+    "eye_": lambda t: rg.nn.init.eye_(t),
+    "constant_": lambda t: rg.nn.init.constant_(t, 0.3),
+}
+
+
+@pytest.mark.parametrize("dtype", list(HALF_DTYPES))
+@pytest.mark.parametrize("init", list(INITIALIZERS))
+def test_initializers_in_half_precision(init, dtype):
+    if not half_precision_backend():
+        return  # NumPy has no half-precision tensors (test_float_ops_in_half_precision)
+    rg.seed(0)
+    t = rg.zeros(4, 4, dtype=dtype)
+    out = INITIALIZERS[init](t)
+    assert out is t and t.dtype == dtype
+    filled = values(t.float())
+    if init == "eye_":
+        np.testing.assert_array_equal(filled, np.eye(4))
+    elif init == "constant_":
+        close(filled, np.full((4, 4), 0.3), HALF_DTYPES[dtype])
+    else:
+        assert np.isfinite(filled).all() and filled.std() > 0

@@ -95,7 +95,8 @@ def _fill(t: Tensor | StateValue, values: Any, op: str) -> Tensor | StateValue:
     tensor, as torch's state-dict tensors share its storage."""
     if isinstance(t, StateValue):
         return t.copy_(np.asarray(values, dtype=t.dtype))
-    fresh = tensor(np.asarray(values, dtype=t.dtype), backend=t.backend, device=t.device)
+    # the backend rounds to t's dtype (NumPy has no bfloat16 to do it on the host)
+    fresh = tensor(np.asarray(values), dtype=t.dtype, backend=t.backend, device=t.device)
     return assign(t, fresh, op)
 
 
