@@ -1001,3 +1001,18 @@ def test_initializers_in_half_precision(init, dtype):
         close(filled, np.full((4, 4), 0.3), HALF_DTYPES[dtype])
     else:
         assert np.isfinite(filled).all() and filled.std() > 0
+
+
+@pytest.mark.parametrize("dtype", ["float64", *HALF_DTYPES])
+def test_replicate_keeps_the_dtype(dtype):
+    # a replica per device (Burn's fork): the same values in the same dtype
+    if dtype in HALF_DTYPES and not half_precision_backend():
+        return  # NumPy has no half-precision tensors (test_module_built_in_a_dtype_...)
+    rg.seed(0)
+    layer = nn.BatchNorm1d(2, dtype=dtype)
+    replica = layer.replicate()
+    for original, copy in zip(
+        [*layer.parameters(), *layer.buffers()], [*replica.parameters(), *replica.buffers()]
+    ):
+        assert copy.dtype == original.dtype
+        np.testing.assert_array_equal(values(copy.double()), values(original.double()))
