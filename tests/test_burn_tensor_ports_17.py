@@ -1016,3 +1016,32 @@ def test_replicate_keeps_the_dtype(dtype):
     ):
         assert copy.dtype == original.dtype
         np.testing.assert_array_equal(values(copy.double()), values(original.double()))
+
+
+# float/ops/random.rs in f16: Burn accepts 1 in a half-precision draw ("the conversion can ceil
+# the value"); torch's draws stay in [0, 1) in every dtype (they are made on the dtype's grid),
+# and so must retrograd's, by every route to them.
+
+UNIFORM_ROUTES = {
+    "rand": lambda dtype, gen: rg.rand(4096, dtype=dtype, generator=gen),
+    "random": lambda dtype, gen: rg.random((4096,), "uniform", dtype=dtype, generator=gen),
+    "uniform_": lambda dtype, gen: rg.empty(4096, dtype=dtype).uniform_(generator=gen),
+    "rand_like": lambda dtype, gen: rg.rand_like(rg.empty(4096, dtype=dtype)),
+    "init.uniform_": lambda dtype, gen: rg.nn.init.uniform_(
+        rg.empty(4096, dtype=dtype), generator=gen
+    ),
+}
+
+
+@pytest.mark.parametrize("seeded", ["stream", "generator"])
+@pytest.mark.parametrize("dtype", list(HALF_DTYPES))
+@pytest.mark.parametrize("route", list(UNIFORM_ROUTES))
+def test_uniform_draws_in_half_precision_stay_below_one(route, dtype, seeded):
+    if not half_precision_backend():
+        return  # NumPy has no half-precision tensors (test_float_ops_in_half_precision)
+    rg.seed(0)
+    generator = rg.Generator().manual_seed(1) if seeded == "generator" else None
+    draws = values(UNIFORM_ROUTES[route](dtype, generator).float())
+    # 4096 draws put ~16 (bfloat16) or ~2 (float16) on 1 when rounded to nearest
+    assert draws.min() >= 0.0 and draws.max() < 1.0, draws.max()
+    assert 0.45 < draws.mean() < 0.55

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import on_uniform_grid
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
@@ -104,7 +105,8 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = No
     """Values from U(a, b)."""
     if not a <= b:  # torch's check (a NaN bound too)
         raise InvalidArgumentError(f"uniform_: expects a <= b, got a={a!r}, b={b!r}")
-    return _fill(tensor, a + (b - a) * _draw(tensor, "uniform", generator, "uniform_"), "uniform_")
+    draws = on_uniform_grid(_draw(tensor, "uniform", generator, "uniform_"), tensor.dtype)
+    return _fill(tensor, a + (b - a) * draws, "uniform_")
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
