@@ -1045,3 +1045,19 @@ def test_uniform_draws_in_half_precision_stay_below_one(route, dtype, seeded):
     # 4096 draws put ~16 (bfloat16) or ~2 (float16) on 1 when rounded to nearest
     assert draws.min() >= 0.0 and draws.max() < 1.0, draws.max()
     assert 0.45 < draws.mean() < 0.55
+
+
+@pytest.mark.parametrize("dtype", list(HALF_DTYPES))
+@pytest.mark.parametrize("low, high", [(4.0, 5.0), (-3.0, -2.0), (0.1, 0.2)], ids=str)
+def test_uniform_with_bounds_in_half_precision_stays_in_range(low, high, dtype):
+    # random.rs's rand_uniform (Distribution::Uniform(4., 5.)) in f16: a + (b - a) * u rounded
+    # to nearest reached b (1 draw in 64 at [4, 5) in bfloat16); torch's draws are the values
+    # the dtype holds in [a, b), each about equally often
+    if not half_precision_backend():
+        return  # NumPy has no half-precision tensors (test_float_ops_in_half_precision)
+    rg.seed(0)
+    draws = values(rg.empty(4096, dtype=dtype).uniform_(low, high).double())
+    reference = torch.empty(4096, dtype=getattr(torch, dtype)).uniform_(low, high).double()
+    lowest = float(torch.tensor(low, dtype=getattr(torch, dtype)).double())
+    assert draws.min() >= min(low, lowest) and draws.max() < high, (draws.min(), draws.max())
+    assert len(np.unique(draws)) > 0.5 * len(np.unique(reference.numpy()))
