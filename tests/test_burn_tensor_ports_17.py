@@ -7,9 +7,10 @@ interpolate2d}.rs`` (the resizing modules), and
 ``src/lr_scheduler/sequential.rs`` and burn-store's ``{pytorch-tests,
 safetensors-tests}/tests/*/mod.rs`` (modules given the state dicts that torch scripts saved), and a
 selection of the float and autodiff suites again in half precision (``tensor_f16.rs``,
-``autodiff_f16.rs``), under every checkpointing strategy on the chosen inner backend. Expected
-values are Burn's as its test source writes them; torch (the reference) gives the spectra Burn only
-checks the shapes of, and the half-precision values.
+``autodiff_f16.rs``: ops and their gradients, modules built in a dtype, initializers,
+``float/ops/random.rs``'s uniform draws), under every checkpointing strategy on the chosen inner
+backend. Expected values are Burn's as its test source writes them; torch (the reference) gives the
+spectra Burn only checks the shapes of, and the half-precision values.
 
 Burn's forms map to torch's (API.md section 10): ``signal::stft(x, window, StftOptions { n_fft,
 hop_length, win_length, center, onesided })`` is ``rg.stft(x, n_fft, hop_length, win_length,
