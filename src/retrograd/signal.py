@@ -250,7 +250,8 @@ def _matrix(like: Tensor, values: np.ndarray) -> Tensor:
     """A constant of ``like``'s dtype, backend and device (computed in float64 first; the
     cosines and sines that are zero exactly, zero)."""
     values = np.where(np.abs(values) < 1e-12, 0.0, values)
-    return tensor(values.astype(like.dtype), backend=like.backend, device=like.device)
+    # the backend rounds to the dtype (NumPy has no bfloat16 to do it on the host)
+    return tensor(values, dtype=like.dtype, backend=like.backend, device=like.device)
 
 
 # the public functions turn a built-in exception about their arguments (an unknown keyword,

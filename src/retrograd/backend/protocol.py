@@ -841,3 +841,19 @@ METADATA = frozenset(
 PROTOCOL_OPS = tuple(
     name for name in dir(Backend) if not name.startswith("_") and callable(getattr(Backend, name))
 )
+
+
+#: the significant bits of the half dtypes; a uniform draw made for one of them is put on its
+#: grid k / 2**bits (torch's generator draws them so), where a cast of the float32 draw could
+#: round up to 1 and leave [0, 1)
+_HALF_UNIFORM_BITS = {"float16": 11, "bfloat16": 8}
+
+
+def on_uniform_grid(draws: Any, dtype: str) -> Any:
+    """Host uniform ``draws`` (a NumPy array) on [0, 1) for a tensor of ``dtype``: as they are,
+    or, for a half dtype, rounded down to values it holds exactly (so still below 1)."""
+    bits = _HALF_UNIFORM_BITS.get(str(dtype))
+    if bits is None:
+        return draws
+    scale = float(2**bits)
+    return (draws * scale) // 1.0 / scale

@@ -51,7 +51,7 @@ from ..errors import (
     index_error,
 )
 from .numpy_backend import GENERATOR, numpy_dtype
-from .protocol import Backend, singular_matrix
+from .protocol import Backend, on_uniform_grid, singular_matrix
 from .torch_math import TorchMathKernels
 from .torch_nn import TorchNNKernels
 from .torch_optim import TorchOptimizerKernels
@@ -332,7 +332,7 @@ class TorchBackend(
         host_dtype = numpy_dtype("float32" if dtype in _HALF else dtype)
         with GENERATOR.lock:
             if distribution == "uniform":
-                values = GENERATOR.rng.random(shape, dtype=host_dtype)
+                values = on_uniform_grid(GENERATOR.rng.random(shape, dtype=host_dtype), dtype)
             else:
                 values = GENERATOR.rng.standard_normal(shape, dtype=host_dtype)
         return torch.from_numpy(values).to(self._on(device), target)

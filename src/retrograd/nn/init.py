@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import on_uniform_grid
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
@@ -95,7 +96,8 @@ def _fill(t: Tensor | StateValue, values: Any, op: str) -> Tensor | StateValue:
     tensor, as torch's state-dict tensors share its storage."""
     if isinstance(t, StateValue):
         return t.copy_(np.asarray(values, dtype=t.dtype))
-    fresh = tensor(np.asarray(values, dtype=t.dtype), backend=t.backend, device=t.device)
+    # the backend rounds to t's dtype (NumPy has no bfloat16 to do it on the host)
+    fresh = tensor(np.asarray(values), dtype=t.dtype, backend=t.backend, device=t.device)
     return assign(t, fresh, op)
 
 
@@ -103,7 +105,8 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = No
     """Values from U(a, b)."""
     if not a <= b:  # torch's check (a NaN bound too)
         raise InvalidArgumentError(f"uniform_: expects a <= b, got a={a!r}, b={b!r}")
-    return _fill(tensor, a + (b - a) * _draw(tensor, "uniform", generator, "uniform_"), "uniform_")
+    draws = on_uniform_grid(_draw(tensor, "uniform", generator, "uniform_"), tensor.dtype)
+    return _fill(tensor, a + (b - a) * draws, "uniform_")
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.protocol import on_uniform_grid
 from ..context import current_backend
 from ..device import Device
 from ..errors import InvalidArgumentError, guard
@@ -111,7 +112,7 @@ class Generator:
         np_dtype = np.float64 if dtype == "float64" else np.float32
         with self._lock:
             if distribution == "uniform":
-                return self._rng.random(tuple(shape), dtype=np_dtype)
+                return on_uniform_grid(self._rng.random(tuple(shape), dtype=np_dtype), dtype)
             return self._rng.standard_normal(tuple(shape), dtype=np_dtype)
 
     def __repr__(self) -> str:

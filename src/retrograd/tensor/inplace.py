@@ -672,9 +672,26 @@ class InplaceMixin:
             raise InvalidArgumentError(
                 f"uniform_: expects to return a [from, to) range, but found from={a!r} to={b!r}"
             )
-        return self._update(
-            "uniform_", lambda t: _random(t, "uniform_", generator=generator) * (b - a) + a
-        )
+
+        def draw(t: Any) -> Any:
+            if t.dtype not in ("float16", "bfloat16"):
+                return _random(t, "uniform_", generator=generator) * (b - a) + a
+            # rounded to nearest, a + (b - a) * u reaches b (4 + 255/256 is 5.0 in bfloat16):
+            # computed wide, then rounded down onto t's grid, the draws are the values t holds
+            # in [a, b), each about equally often, as torch's
+            wide = _random(t, "uniform_", dtype="float64", generator=generator) * (b - a) + a
+            out = wide.cast(t.dtype)
+            out = out.mask_where(
+                out.cast("float64").greater(wide),
+                out.nextafter(out.new_full(out.shape, -math.inf)),
+            )
+            # (an a that t cannot hold: its rounding down would fall below a)
+            return out.mask_where(
+                out.cast("float64").lower(wide.new_full(wide.shape, a)),
+                out.nextafter(out.new_full(out.shape, math.inf)),
+            )
+
+        return self._update("uniform_", draw)
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Any:
         _real("normal_", "mean", mean)

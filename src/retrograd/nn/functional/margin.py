@@ -269,6 +269,11 @@ def ctc_loss(
     fn = "ctc_loss"
     reduction = _reduction(fn, reduction, None, None)
     x = _float_input(fn, log_probs)
+    if x.dtype in ("float16", "bfloat16"):  # torch's ctc kernels (CPU and CUDA) have none either
+        raise DTypeError(
+            f"{fn}: log_probs of dtype {x.dtype} are not supported, as in torch (float32 or "
+            f"float64 only); cast them first (log_probs.float()), got {shape_text(x.shape)}"
+        )
     unbatched = x.ndim == 2
     if unbatched:
         x = x.unsqueeze_dim(1)

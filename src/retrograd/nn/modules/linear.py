@@ -197,7 +197,10 @@ class Embedding(Module):
         if padding_idx is not None:
             values = values.copy()
             values[padding_idx] = 0.0
-        self.weight = Parameter(tensor(values, backend=backend, device=device), not _freeze)
+        # dtype given again: a bfloat16 table reads back as float32 (NumPy has no bfloat16)
+        self.weight = Parameter(
+            tensor(values, dtype=dtype, backend=backend, device=device), not _freeze
+        )
 
     def reset_parameters(self) -> None:
         """Draw the table again from N(0, 1), the ``padding_idx`` row zero, in place."""

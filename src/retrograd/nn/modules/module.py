@@ -851,8 +851,9 @@ class Module:
             )
         memo: dict[int, Any] = {}
         for value in self.parameters():
-            fresh = tensor(
+            fresh = tensor(  # dtype given again: bfloat16 reads back as float32 (NumPy's)
                 np.array(value.numpy(), copy=True),
+                dtype=value.dtype,
                 backend=backend if backend is not None else value.backend,
                 device=device if device is not None else value.device,
             )
@@ -862,6 +863,7 @@ class Module:
         for value in self.buffers():
             memo[id(value)] = tensor(
                 np.array(value.numpy(), copy=True),
+                dtype=value.dtype,
                 backend=backend if backend is not None else value.backend,
                 device=device if device is not None else value.device,
             )

@@ -46,11 +46,13 @@ class EmbeddingBag(Module):
         self.padding_idx = padding_idx
         if _weight is None:
             shape = (num_embeddings, embedding_dim)
-            values = random(shape, "normal", dtype=dtype or default_float_dtype(), backend=backend,
+            dtype = dtype or default_float_dtype()
+            values = random(shape, "normal", dtype=dtype, backend=backend,
                             device=device).numpy().copy()  # fmt: skip
             if padding_idx is not None:
                 values[padding_idx] = 0.0
-            _weight = tensor(values, backend=backend, device=device)
+            # dtype given again: a bfloat16 table reads back as float32 (NumPy has no bfloat16)
+            _weight = tensor(values, dtype=dtype, backend=backend, device=device)
         self.weight = Parameter(_weight)
 
     reset_parameters = Embedding.reset_parameters  # N(0, 1), the padding row zero
