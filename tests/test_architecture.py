@@ -59,7 +59,10 @@ LAYERS = {
     # torch.hub: tqdm and the hub folder; downloads refused (imports only the errors)
     "hub": 1,
     # torch.profiler: times the inner backend's calls (the protocol, the current backend)
-    "profiler": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
+    "profiler": 4,
+    # torch's optimizer step hooks, shared by the optimizers (layer 7) and
+    # distributed.ZeroRedundancyOptimizer (layer 5)
+    "step_hooks": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
     # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
     # import only the errors (and fft/nested the refusals), so they sit low
     "unsupported": 1,

@@ -35,7 +35,8 @@ import numpy as np
 
 from ..device import Device
 from ..errors import AutodiffError, DistributedError, DTypeError, InvalidArgumentError
-from ..optim.optimizers import Optimizer, _hooked_step, mark_gradient_held
+from ..step_hooks import StepHooks, hooked_step
+from ..tensor.kept_gradients import mark_gradient_held
 from .calls import Call
 from .registry import active_context
 
@@ -104,7 +105,7 @@ def _itemsize(dtype: str) -> int:
     return _ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize
 
 
-class ZeroRedundancyOptimizer:
+class ZeroRedundancyOptimizer(StepHooks):
     """The wrapped ``optimizer_class`` with its state sharded across the ranks of the running
     :class:`~retrograd.distributed.DistributedContext` that hosts the parameters' device. See
     the module docstring.
@@ -187,11 +188,6 @@ class ZeroRedundancyOptimizer:
         parameters this rank owns are stepped with them where a step gives them none."""
         self.full.zero_grad(set_to_none)
 
-    # torch's ZeroRedundancyOptimizer is an Optimizer: its step runs its own hooks and the
-    # global ones, and the local optimizer's step runs the global ones again
-    register_step_pre_hook = Optimizer.register_step_pre_hook
-    register_step_post_hook = Optimizer.register_step_post_hook
-    _hook_table = Optimizer._hook_table
 
     @property
     def lr(self) -> float:
@@ -307,7 +303,9 @@ class ZeroRedundancyOptimizer:
         )
 
 
-ZeroRedundancyOptimizer.step = _hooked_step(ZeroRedundancyOptimizer.step)
+# torch's ZeroRedundancyOptimizer is an Optimizer: its step runs its own hooks and the global
+# ones (StepHooks), and the local optimizer's step runs the global ones again
+ZeroRedundancyOptimizer.step = hooked_step(ZeroRedundancyOptimizer.step)
 
 
 def _hyper(group: dict[str, Any]) -> dict[str, Any]:

@@ -26,18 +26,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..step_hooks import has_step_hooks
 from ..tensor import Tensor
 from ..tensor.inplace import assign
+from ..tensor.kept_gradients import keeps_zero_gradient, mark_gradient_held
 from .fused import FusedUpdate, empty_buffer
-from .optimizers import (
-    FusedOptimizer,
-    Optimizer,
-    has_step_hooks,
-    keep_state,
-    keeps_zero_gradient,
-    mark_gradient_held,
-    sole_reference,
-)
+from .optimizers import FusedOptimizer, Optimizer, keep_state, sole_reference
 
 __all__ = ["BoundStep"]
 

@@ -30,19 +30,15 @@ detached alias of a parameter keeps its old values rather than following the upd
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import operator
 import warnings
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..autodiff.gradients import held_by_live_gradients
-from ..autodiff.handles import RemovableHandle
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -52,9 +48,17 @@ from ..errors import (
     check_iterable,
     shape_text,
 )
+from ..step_hooks import StepHooks, hooked_step
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.dtypes import cast_host
 from ..tensor.inplace import assign
+from ..tensor.kept_gradients import (
+    forget_gradient,
+    keeps_zero_gradient,
+    mark_gradient_held,
+    mark_gradient_joined,
+    zero_kept_gradient,
+)
 from ..tensor.ownership import HELD_ONCE as _HELD_ONCE
 from ..tensor.ownership import count as _count
 from .closure import evaluate_closure
@@ -183,7 +187,7 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
-class Optimizer:
+class Optimizer(StepHooks):
     """Base class: parameter groups, per-parameter state, the step, state dicts.
 
     Subclasses give their ``defaults`` (every hyper-parameter, ``lr`` first) and
@@ -255,7 +259,7 @@ class Optimizer:
         every optimizer's do (:func:`_hooked_step`)."""
         super().__init_subclass__(**kwargs)
         if "step" in vars(cls):
-            cls.step = _hooked_step(vars(cls)["step"])
+            cls.step = hooked_step(vars(cls)["step"])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling and ``copy.deepcopy``: the attributes restored, as torch's base class
@@ -331,8 +335,7 @@ class Optimizer:
         for p in params:
             # torch's p.grad, set by a backward before the parameter joined this optimizer:
             # zero_grad(set_to_none=False) zeroes it, and later steps step it with that zero
-            if _GRAD_KEPT not in p.__dict__ and _has_live_gradient(p):
-                p.__dict__[_GRAD_KEPT] = "held"
+            mark_gradient_joined(p)
 
     def _named(self, params: list[Any]) -> tuple[list[Any], list[Any] | None]:
         """A group's parameters and, given as torch 2.6's ``(name, parameter)`` pairs
@@ -439,27 +442,7 @@ class Optimizer:
         ``set_to_none=True`` (the default) drops the mark, as torch drops ``.grad``."""
         for group in self.param_groups:
             for parameter in group["params"]:
-                kept = parameter.__dict__
-                if set_to_none:
-                    kept.pop(_GRAD_KEPT, None)
-                elif kept.get(_GRAD_KEPT) is not None:
-                    kept[_GRAD_KEPT] = "zero"
-
-    def register_step_pre_hook(self, hook: Any) -> RemovableHandle:
-        """torch's: ``hook(optimizer, args, kwargs)`` runs before each :meth:`step` (after the
-        global ones); a non-None result, an ``(args, kwargs)`` pair, replaces the step's
-        arguments. Returns a handle whose ``remove()`` unregisters it."""
-        return _register(self._hook_table("_optimizer_step_pre_hooks"), hook)
-
-    def register_step_post_hook(self, hook: Any) -> RemovableHandle:
-        """torch's: ``hook(optimizer, args, kwargs)`` runs after each :meth:`step` (before
-        the global ones). Returns a handle whose ``remove()`` unregisters it."""
-        return _register(self._hook_table("_optimizer_step_post_hooks"), hook)
-
-    def _hook_table(self, name: str) -> OrderedDict:
-        # (an optimizer unpickled from an older version, or whose subclass skipped __init__,
-        # has none yet)
-        return self.__dict__.setdefault(name, OrderedDict())
+                (forget_gradient if set_to_none else zero_kept_gradient)(parameter)
 
     def step(self, grads: Any = None, closure: Any = None) -> Any:
         """Update every parameter that has a gradient in ``grads`` (what ``backward()``
@@ -711,18 +694,6 @@ class Optimizer:
         return "\n".join([*lines, ")"])
 
 
-#: A parameter's ``__dict__`` entry saying what torch's ``p.grad`` would hold between steps:
-#: "held" (a gradient, after a step that had one), "zero" (zeroed by
-#: ``zero_grad(set_to_none=False)``); absent: None. Kept on the parameter, as torch's ``.grad``,
-#: so that another optimizer over it (a state-dict round trip) sees it too.
-_GRAD_KEPT = "_optimizer_grad_kept"
-
-#: torch's global step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook``)
-_GLOBAL_STEP_PRE_HOOKS: OrderedDict = OrderedDict()
-_GLOBAL_STEP_POST_HOOKS: OrderedDict = OrderedDict()
-_HOOK_IDS = itertools.count()
-
-
 def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
     """``state`` kept as ``parameter``'s after a step: without the step count where the
     algorithm keeps none (:attr:`Optimizer.counts_steps`), and no entry where nothing is left
@@ -735,111 +706,7 @@ def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
         optimizer.state.pop(parameter, None)
 
 
-def _has_live_gradient(parameter: Tensor) -> bool:
-    """Whether some ``Gradients`` still alive holds a gradient of ``parameter`` (torch's
-    ``p.grad`` is not None: a backward gave it one)."""
-    if not parameter.backend.is_autodiff:
-        return False
-    key = parameter.backend.grad_key(parameter.primitive)
-    keys = [key, *(former.key for former in parameter._former_keys)]
-    return any(k is not None and held_by_live_gradients(k) for k in keys)
-
-
-def kept_zero_gradient(parameter: Tensor, grads: Any) -> Tensor | None:
-    """The zero gradient torch keeps in ``p.grad`` after ``zero_grad(set_to_none=False)``,
-    for a parameter that has none in ``grads``: put into ``grads`` and returned, so that what
-    changes the gradients before the step (``clip_grad_norm_``'s NaN factor, torch's
-    ``0 * nan``) changes it as torch's does; ``None`` for a parameter without one, or frozen
-    (``requires_grad_(False)``: no gradient of it can be put in ``grads``; its step takes
-    the zero as it is)."""
-    if not (keeps_zero_gradient(parameter) and parameter.requires_grad):
-        return None
-    parameter.grad_replace(grads, zeros_like(parameter.inner()))
-    return parameter.grad(grads)
-
-
-def _register(table: OrderedDict, hook: Any) -> RemovableHandle:
-    if not callable(hook):
-        raise DTypeError(f"register a step hook: expected a callable, got {type(hook).__name__}")
-    key = next(_HOOK_IDS)
-    table[key] = hook
-    return RemovableHandle(table, key)
-
-
-def register_optimizer_step_pre_hook(hook: Any) -> RemovableHandle:
-    """torch's: ``hook(optimizer, args, kwargs)`` runs before every optimizer's step."""
-    return _register(_GLOBAL_STEP_PRE_HOOKS, hook)
-
-
-def register_optimizer_step_post_hook(hook: Any) -> RemovableHandle:
-    """torch's: ``hook(optimizer, args, kwargs)`` runs after every optimizer's step."""
-    return _register(_GLOBAL_STEP_POST_HOOKS, hook)
-
-
-def has_step_hooks(optimizer: Any) -> bool:
-    """Whether a step of ``optimizer`` has torch's step hooks to run (its own or global
-    ones): a step that skips :meth:`Optimizer.step` (a captured step's replay) takes it then."""
-    state = optimizer.__dict__
-    return bool(
-        _GLOBAL_STEP_PRE_HOOKS
-        or _GLOBAL_STEP_POST_HOOKS
-        or state.get("_optimizer_step_pre_hooks")
-        or state.get("_optimizer_step_post_hooks")
-    )
-
-
-def keeps_zero_gradient(parameter: Tensor) -> bool:
-    """Whether torch's ``p.grad`` of ``parameter`` is a zero kept by
-    ``zero_grad(set_to_none=False)``: a step without a gradient for it steps it with zeros."""
-    return parameter.__dict__.get(_GRAD_KEPT) == "zero"
-
-
-def mark_gradient_held(parameter: Tensor) -> None:
-    """Record that a step had a gradient for ``parameter`` (torch's ``p.grad`` now holds
-    one), as :meth:`Optimizer.step` does."""
-    parameter.__dict__[_GRAD_KEPT] = "held"
-
-
-def _hooked_step(step: Any) -> Any:
-    """``step`` with torch's step hooks around it, once per outermost call (a subclass's step
-    calling ``super().step``, or a closure's step calling ``self.step``, runs them once)."""
-    if getattr(step, "__retrograd_step_hooked__", False):
-        return step
-
-    @functools.wraps(step)
-    def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
-        state = self.__dict__
-        if state.get("_in_step_hooks") or not has_step_hooks(self):
-            return step(self, *args, **kwargs)
-        name = f"{type(self).__name__}.step"
-        for hook in [*_GLOBAL_STEP_PRE_HOOKS.values(), *self._hook_table(
-            "_optimizer_step_pre_hooks").values()]:  # fmt: skip
-            result = hook(self, args, kwargs)
-            if result is None:
-                continue
-            if not (isinstance(result, tuple) and len(result) == 2):
-                raise InvalidArgumentError(
-                    f"{name}: a step pre-hook must return None or a tuple of (new_args, "
-                    f"new_kwargs), but got {result!r}"
-                )
-            args, kwargs = result
-        state["_in_step_hooks"] = True
-        try:
-            out = step(self, *args, **kwargs)
-        finally:
-            state["_in_step_hooks"] = False
-        for hook in [*self._hook_table("_optimizer_step_post_hooks").values(),
-                     *_GLOBAL_STEP_POST_HOOKS.values()]:  # fmt: skip
-            hook(self, args, kwargs)
-        return out
-
-    # (no __wrapped__: capture's patching of a class's step looks for its own wrappers so)
-    del hooked.__wrapped__
-    hooked.__retrograd_step_hooked__ = True
-    return hooked
-
-
-Optimizer.step = _hooked_step(Optimizer.step)
+Optimizer.step = hooked_step(Optimizer.step)
 
 
 def _sole_tensor(t: Tensor) -> bool:

@@ -23,6 +23,7 @@ from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, full, stack, zeros
 from ...tensor.inplace import foreach_mul_
 from ...tensor.internal import apply
+from ...tensor.kept_gradients import kept_zero_gradient
 from . import parametrizations, parametrize, prune, rnn, stateless
 from .fusion import (
     fuse_conv_bn_eval,
@@ -268,8 +269,6 @@ def _with_gradients(grads: Any, parameters: Any) -> list[tuple[Tensor, Tensor]]:
     that has a gradient in ``grads``, each object once, in order. A parameter whose gradient
     torch keeps as a zero (``optimizer.zero_grad(set_to_none=False)``) and that got none in
     ``grads`` has that zero put there, as torch's ``p.grad`` is clipped with the others."""
-    from ...optim.optimizers import kept_zero_gradient
-
     if hasattr(parameters, "parameters"):
         parameters = parameters.parameters()
     elif isinstance(parameters, Tensor):
