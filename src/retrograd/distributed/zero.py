@@ -188,7 +188,6 @@ class ZeroRedundancyOptimizer(StepHooks):
         parameters this rank owns are stepped with them where a step gives them none."""
         self.full.zero_grad(set_to_none)
 
-
     @property
     def lr(self) -> float:
         """The first group's learning rate; setting it sets every group's (as the wrapped
