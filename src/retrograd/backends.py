@@ -16,7 +16,9 @@ available exactly when a CUDA device is.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 from .backend.accelerators import cuda_device_count
 
@@ -27,7 +29,18 @@ def _has_cuda() -> bool:
     return cuda_device_count() > 0
 
 
-cudnn = SimpleNamespace(
+def _submodule(name: str, **attributes: Any) -> ModuleType:
+    """A module ``retrograd.backends.<name>`` holding ``attributes``, in ``sys.modules`` so that
+    torch's import lines (``import torch.backends.cudnn as cudnn``, as most training scripts
+    write it) import it as they import torch's."""
+    module = ModuleType(f"{__name__}.{name}")
+    module.__dict__.update(attributes)
+    sys.modules[module.__name__] = module
+    return module
+
+
+cudnn = _submodule(
+    "cudnn",
     benchmark=False,
     deterministic=False,
     enabled=True,
@@ -35,7 +48,8 @@ cudnn = SimpleNamespace(
     is_available=_has_cuda,
     version=lambda: None,
 )
-cuda = SimpleNamespace(
+cuda = _submodule(
+    "cuda",
     matmul=SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True),
     is_built=_has_cuda,
     flash_sdp_enabled=lambda: True,
@@ -45,7 +59,7 @@ cuda = SimpleNamespace(
     math_sdp_enabled=lambda: True,
     enable_math_sdp=lambda enabled: None,
 )
-mps = SimpleNamespace(is_available=lambda: False, is_built=lambda: False)
-mkldnn = SimpleNamespace(enabled=True, is_available=lambda: False)
-openmp = SimpleNamespace(is_available=lambda: True)
-opt_einsum = SimpleNamespace(enabled=True, strategy="auto", is_available=lambda: False)
+mps = _submodule("mps", is_available=lambda: False, is_built=lambda: False)
+mkldnn = _submodule("mkldnn", enabled=True, is_available=lambda: False)
+openmp = _submodule("openmp", is_available=lambda: True)
+opt_einsum = _submodule("opt_einsum", enabled=True, strategy="auto", is_available=lambda: False)
