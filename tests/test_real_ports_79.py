@@ -1,8 +1,43 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-object detection beyond the classifiers.
+object detectors, their targets, losses, decoding and training loops as written, small.
 
-- CenterNet as xingyizhou/CenterNet writes it (TODO)
+- CenterNet as xingyizhou/CenterNet writes it (``utils/image.py``'s ``gaussian_radius``,
+  ``gaussian2D`` and ``draw_umich_gaussian``; ``models/utils.py``'s ``_sigmoid`` by
+  ``x.sigmoid_()`` in place on a head's output, ``_gather_feat``/``_transpose_and_gather_feat``;
+  ``models/losses.py``'s CornerNet focal loss ``_neg_loss`` and ``RegL1Loss`` with the legacy
+  ``F.l1_loss(..., size_average=False)``; ``trains/ctdet.py``'s ``CtdetLoss``,
+  ``base_trainer.py``'s ``ModleWithLoss`` and training step; ``models/decode.py``'s ``_nms`` by
+  ``max_pool2d`` and ``_topk`` with ``(topk_inds / width).int().float()``, ``ctdet_decode``): the
+  heads named by ``self.__setattr__(head, fc)``, a dataset of NumPy dicts (uint8 ``reg_mask``,
+  int64 ``ind``) collated by the ``DataLoader``; one strided convolution stands in for the ResNet.
+- YOLOv5 as ultralytics/yolov5 writes it (v7.0: ``models/common.py``'s ``Conv``/``C3``/``SPPF``/
+  ``Concat``, ``models/yolo.py``'s ``Detect`` with ``_make_grid`` and ``DetectionModel``'s stride
+  probe and ``_initialize_biases`` (``b.data[:, 4] += ...`` through a view of a bias, replaced by
+  a new ``nn.Parameter``), ``utils/autoanchor.py``'s ``check_anchor_order``, ``utils/loss.py``'s
+  ``ComputeLoss`` with ``build_targets`` (``torch.tensor(shape)[[3, 2, 3, 2]]``, ``j, k = (...).T``,
+  ``t.repeat((5, 1, 1))[j]``, ``gj.clamp_``, ``tobj[b, a, gj, gi] = iou``, ``t[range(n), tcls[i]]``)
+  and ``FocalLoss``, ``utils/metrics.py``'s CIoU ``bbox_iou``, ``utils/torch_utils.py``'s
+  ``smart_optimizer`` (normalization layers found in ``nn.__dict__``), ``de_parallel`` and
+  ``ModelEMA``, ``LoadImagesAndLabels.collate_fn``), a yaml's layers written out, trained by
+  ``train.py``'s loop: warmup by ``np.interp`` into each group's ``lr``/``momentum``, gradients
+  accumulated over batches until ``ni - last_opt_step >= accumulate``, clipping, the EMA update,
+  ``LambdaLR`` of ``one_cycle``; then the EMA model's decoded boxes in ``eval()``.
+- RetinaNet as yhenon/pytorch-retinanet writes it (``retinanet/anchors.py``, ``losses.py``'s
+  ``calc_iou`` and ``FocalLoss`` with ``targets[positive_indices, assigned_annotations[
+  positive_indices, 4].long()] = 1``, ``torch.Tensor([[0.1, 0.1, 0.2, 0.2]])`` and ``1 +
+  (~positive_indices)``, ``utils.py``'s ``BBoxTransform``/``ClipBoxes``, ``model.py``'s heads,
+  initialization, ``freeze_bn`` and inference over ``torch.Tensor([])`` concatenations,
+  ``dataloader.py``'s ``collater``, ``train.py`` under ``nn.DataParallel`` with
+  ``ReduceLROnPlateau``): a small backbone for the ResNet and FPN, torchvision's ``nms`` as Fast
+  R-CNN's ``py_cpu_nms`` (retrograd has no torchvision ops).
+
+The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
+...)``, ``optimizer.step(grads)``; YOLOv5's accumulated ``.grad`` written as a sum of the
+batches' ``Gradients`` since the last step) and the ``import`` lines. YOLOv5's ``check_version(
+torch.__version__, '1.10.0')`` is a stand-in answering True (retrograd's version is its own) and
+its stride probe runs a 32-pixel image for 256. The defect found: a state-dict value's ``dtype``
+was NumPy's, without torch's ``is_floating_point`` that ``ModelEMA.update`` reads.
 """
 
 from __future__ import annotations
@@ -24,6 +59,7 @@ def _seeded():
     np.random.seed(0)
     random.seed(0)
     rg.seed(0)
+
 
 CENTERNET_SOURCE = """
 import math
@@ -444,6 +480,7 @@ def test_centernet_trains_and_decodes_as_torch():
         names["run"](opt, images, annotations, record, initialize)
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
 
 YOLOV5_SOURCE = """
 import math
@@ -1165,7 +1202,9 @@ def test_state_dict_values_answer_torch_dtype_queries():
         assert value.dtype == np.dtype(str(reference).removeprefix("torch.")), key
         assert np.dtype(value.dtype) == value.view(np.ndarray).dtype
     weight = ours["0.weight"]
-    assert weight.dtype.kind == "f" and weight.dtype.itemsize == 4 and weight.dtype.type is np.float32
+    assert (
+        weight.dtype.kind == "f" and weight.dtype.itemsize == 4 and weight.dtype.type is np.float32
+    )
     assert {np.dtype(np.float32): 1}[weight.dtype] == 1
     assert repr(weight).endswith("dtype=float32)")
     np.testing.assert_array_equal(weight, weight.copy())
@@ -1175,3 +1214,713 @@ def test_state_dict_values_answer_torch_dtype_queries():
             value *= 0.5
     np.testing.assert_allclose(model[0].weight.numpy(), theirs["0.weight"].numpy() * 0 + weight)
     assert int(model[1].num_batches_tracked) == 0
+
+
+RETINANET_SOURCE = """
+import collections
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+from torch.utils.data import DataLoader, Dataset
+
+
+# -- retinanet/anchors.py -------------------------------------------------------------------------
+class Anchors(nn.Module):
+    def __init__(self, pyramid_levels=None, strides=None, sizes=None, ratios=None, scales=None):
+        super(Anchors, self).__init__()
+
+        if pyramid_levels is None:
+            self.pyramid_levels = [3, 4, 5, 6, 7]
+        if strides is None:
+            self.strides = [2 ** x for x in self.pyramid_levels]
+        if sizes is None:
+            self.sizes = [2 ** (x + 2) for x in self.pyramid_levels]
+        if ratios is None:
+            self.ratios = np.array([0.5, 1, 2])
+        if scales is None:
+            self.scales = np.array([2 ** 0, 2 ** (1.0 / 3.0), 2 ** (2.0 / 3.0)])
+
+    def forward(self, image):
+
+        image_shape = image.shape[2:]
+        image_shape = np.array(image_shape)
+        image_shapes = [(image_shape + 2 ** x - 1) // (2 ** x) for x in self.pyramid_levels]
+
+        # compute anchors over all pyramid levels
+        all_anchors = np.zeros((0, 4)).astype(np.float32)
+
+        for idx, p in enumerate(self.pyramid_levels):
+            anchors         = generate_anchors(base_size=self.sizes[idx], ratios=self.ratios, scales=self.scales)
+            shifted_anchors = shift(image_shapes[idx], self.strides[idx], anchors)
+            all_anchors     = np.append(all_anchors, shifted_anchors, axis=0)
+
+        all_anchors = np.expand_dims(all_anchors, axis=0)
+
+        if torch.cuda.is_available():
+            return torch.from_numpy(all_anchors.astype(np.float32)).cuda()
+        else:
+            return torch.from_numpy(all_anchors.astype(np.float32))
+
+def generate_anchors(base_size=16, ratios=None, scales=None):
+    \"\"\"
+    Generate anchor (reference) windows by enumerating aspect ratios X
+    scales w.r.t. a reference window.
+    \"\"\"
+
+    if ratios is None:
+        ratios = np.array([0.5, 1, 2])
+
+    if scales is None:
+        scales = np.array([2 ** 0, 2 ** (1.0 / 3.0), 2 ** (2.0 / 3.0)])
+
+    num_anchors = len(ratios) * len(scales)
+
+    # initialize output anchors
+    anchors = np.zeros((num_anchors, 4))
+
+    # scale base_size
+    anchors[:, 2:] = base_size * np.tile(scales, (2, len(ratios))).T
+
+    # compute areas of anchors
+    areas = anchors[:, 2] * anchors[:, 3]
+
+    # correct for ratios
+    anchors[:, 2] = np.sqrt(areas / np.repeat(ratios, len(scales)))
+    anchors[:, 3] = anchors[:, 2] * np.repeat(ratios, len(scales))
+
+    # transform from (x_ctr, y_ctr, w, h) -> (x1, y1, x2, y2)
+    anchors[:, 0::2] -= np.tile(anchors[:, 2] * 0.5, (2, 1)).T
+    anchors[:, 1::2] -= np.tile(anchors[:, 3] * 0.5, (2, 1)).T
+
+    return anchors
+
+def shift(shape, stride, anchors):
+    shift_x = (np.arange(0, shape[1]) + 0.5) * stride
+    shift_y = (np.arange(0, shape[0]) + 0.5) * stride
+
+    shift_x, shift_y = np.meshgrid(shift_x, shift_y)
+
+    shifts = np.vstack((
+        shift_x.ravel(), shift_y.ravel(),
+        shift_x.ravel(), shift_y.ravel()
+    )).transpose()
+
+    # add A anchors (1, A, 4) to
+    # cell K shifts (K, 1, 4) to get
+    # shift all the anchors
+    A = anchors.shape[0]
+    K = shifts.shape[0]
+    all_anchors = (anchors.reshape((1, A, 4)) + shifts.reshape((1, K, 4)).transpose((1, 0, 2)))
+    all_anchors = all_anchors.reshape((K * A, 4))
+
+    return all_anchors
+
+
+# -- retinanet/losses.py --------------------------------------------------------------------------
+def calc_iou(a, b):
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+
+    iw = torch.min(torch.unsqueeze(a[:, 2], dim=1), b[:, 2]) - torch.max(torch.unsqueeze(a[:, 0], 1), b[:, 0])
+    ih = torch.min(torch.unsqueeze(a[:, 3], dim=1), b[:, 3]) - torch.max(torch.unsqueeze(a[:, 1], 1), b[:, 1])
+
+    iw = torch.clamp(iw, min=0)
+    ih = torch.clamp(ih, min=0)
+
+    ua = torch.unsqueeze((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]), dim=1) + area - iw * ih
+
+    ua = torch.clamp(ua, min=1e-8)
+
+    intersection = iw * ih
+
+    IoU = intersection / ua
+
+    return IoU
+
+class FocalLoss(nn.Module):
+    #def __init__(self):
+
+    def forward(self, classifications, regressions, anchors, annotations):
+        alpha = 0.25
+        gamma = 2.0
+        batch_size = classifications.shape[0]
+        classification_losses = []
+        regression_losses = []
+
+        anchor = anchors[0, :, :]
+
+        anchor_widths  = anchor[:, 2] - anchor[:, 0]
+        anchor_heights = anchor[:, 3] - anchor[:, 1]
+        anchor_ctr_x   = anchor[:, 0] + 0.5 * anchor_widths
+        anchor_ctr_y   = anchor[:, 1] + 0.5 * anchor_heights
+
+        for j in range(batch_size):
+
+            classification = classifications[j, :, :]
+            regression = regressions[j, :, :]
+
+            bbox_annotation = annotations[j, :, :]
+            bbox_annotation = bbox_annotation[bbox_annotation[:, 4] != -1]
+
+            classification = torch.clamp(classification, 1e-4, 1.0 - 1e-4)
+
+            if bbox_annotation.shape[0] == 0:
+                if torch.cuda.is_available():
+                    alpha_factor = torch.ones(classification.shape).cuda() * alpha
+
+                    alpha_factor = 1. - alpha_factor
+                    focal_weight = classification
+                    focal_weight = alpha_factor * torch.pow(focal_weight, gamma)
+
+                    bce = -(torch.log(1.0 - classification))
+
+                    # cls_loss = focal_weight * torch.pow(bce, gamma)
+                    cls_loss = focal_weight * bce
+                    classification_losses.append(cls_loss.sum())
+                    regression_losses.append(torch.tensor(0).float().cuda())
+
+                else:
+                    alpha_factor = torch.ones(classification.shape) * alpha
+
+                    alpha_factor = 1. - alpha_factor
+                    focal_weight = classification
+                    focal_weight = alpha_factor * torch.pow(focal_weight, gamma)
+
+                    bce = -(torch.log(1.0 - classification))
+
+                    # cls_loss = focal_weight * torch.pow(bce, gamma)
+                    cls_loss = focal_weight * bce
+                    classification_losses.append(cls_loss.sum())
+                    regression_losses.append(torch.tensor(0).float())
+
+                continue
+
+            IoU = calc_iou(anchors[0, :, :], bbox_annotation[:, :4]) # num_anchors x num_annotations
+
+            IoU_max, IoU_argmax = torch.max(IoU, dim=1) # num_anchors x 1
+
+            #import pdb
+            #pdb.set_trace()
+
+            # compute the loss for classification
+            targets = torch.ones(classification.shape) * -1
+
+            if torch.cuda.is_available():
+                targets = targets.cuda()
+
+            targets[torch.lt(IoU_max, 0.4), :] = 0
+
+            positive_indices = torch.ge(IoU_max, 0.5)
+
+            num_positive_anchors = positive_indices.sum()
+
+            assigned_annotations = bbox_annotation[IoU_argmax, :]
+
+            targets[positive_indices, :] = 0
+            targets[positive_indices, assigned_annotations[positive_indices, 4].long()] = 1
+
+            if torch.cuda.is_available():
+                alpha_factor = torch.ones(targets.shape).cuda() * alpha
+            else:
+                alpha_factor = torch.ones(targets.shape) * alpha
+
+            alpha_factor = torch.where(torch.eq(targets, 1.), alpha_factor, 1. - alpha_factor)
+            focal_weight = torch.where(torch.eq(targets, 1.), 1. - classification, classification)
+            focal_weight = alpha_factor * torch.pow(focal_weight, gamma)
+
+            bce = -(targets * torch.log(classification) + (1.0 - targets) * torch.log(1.0 - classification))
+
+            # cls_loss = focal_weight * torch.pow(bce, gamma)
+            cls_loss = focal_weight * bce
+
+            if torch.cuda.is_available():
+                cls_loss = torch.where(torch.ne(targets, -1.0), cls_loss, torch.zeros(cls_loss.shape).cuda())
+            else:
+                cls_loss = torch.where(torch.ne(targets, -1.0), cls_loss, torch.zeros(cls_loss.shape))
+
+            classification_losses.append(cls_loss.sum()/torch.clamp(num_positive_anchors.float(), min=1.0))
+
+            # compute the loss for regression
+
+            if positive_indices.sum() > 0:
+                assigned_annotations = assigned_annotations[positive_indices, :]
+
+                anchor_widths_pi = anchor_widths[positive_indices]
+                anchor_heights_pi = anchor_heights[positive_indices]
+                anchor_ctr_x_pi = anchor_ctr_x[positive_indices]
+                anchor_ctr_y_pi = anchor_ctr_y[positive_indices]
+
+                gt_widths  = assigned_annotations[:, 2] - assigned_annotations[:, 0]
+                gt_heights = assigned_annotations[:, 3] - assigned_annotations[:, 1]
+                gt_ctr_x   = assigned_annotations[:, 0] + 0.5 * gt_widths
+                gt_ctr_y   = assigned_annotations[:, 1] + 0.5 * gt_heights
+
+                # clip widths to 1
+                gt_widths  = torch.clamp(gt_widths, min=1)
+                gt_heights = torch.clamp(gt_heights, min=1)
+
+                targets_dx = (gt_ctr_x - anchor_ctr_x_pi) / anchor_widths_pi
+                targets_dy = (gt_ctr_y - anchor_ctr_y_pi) / anchor_heights_pi
+                targets_dw = torch.log(gt_widths / anchor_widths_pi)
+                targets_dh = torch.log(gt_heights / anchor_heights_pi)
+
+                targets = torch.stack((targets_dx, targets_dy, targets_dw, targets_dh))
+                targets = targets.t()
+
+                if torch.cuda.is_available():
+                    targets = targets/torch.Tensor([[0.1, 0.1, 0.2, 0.2]]).cuda()
+                else:
+                    targets = targets/torch.Tensor([[0.1, 0.1, 0.2, 0.2]])
+
+                negative_indices = 1 + (~positive_indices)
+
+                regression_diff = torch.abs(targets - regression[positive_indices, :])
+
+                regression_loss = torch.where(
+                    torch.le(regression_diff, 1.0 / 9.0),
+                    0.5 * 9.0 * torch.pow(regression_diff, 2),
+                    regression_diff - 0.5 / 9.0
+                )
+                regression_losses.append(regression_loss.mean())
+            else:
+                if torch.cuda.is_available():
+                    regression_losses.append(torch.tensor(0).float().cuda())
+                else:
+                    regression_losses.append(torch.tensor(0).float())
+
+        return torch.stack(classification_losses).mean(dim=0, keepdim=True), torch.stack(regression_losses).mean(dim=0, keepdim=True)
+
+
+# -- retinanet/utils.py ---------------------------------------------------------------------------
+class BBoxTransform(nn.Module):
+
+    def __init__(self, mean=None, std=None):
+        super(BBoxTransform, self).__init__()
+        if mean is None:
+            if torch.cuda.is_available():
+                self.mean = torch.from_numpy(np.array([0, 0, 0, 0]).astype(np.float32)).cuda()
+            else:
+                self.mean = torch.from_numpy(np.array([0, 0, 0, 0]).astype(np.float32))
+
+        else:
+            self.mean = mean
+        if std is None:
+            if torch.cuda.is_available():
+                self.std = torch.from_numpy(np.array([0.1, 0.1, 0.2, 0.2]).astype(np.float32)).cuda()
+            else:
+                self.std = torch.from_numpy(np.array([0.1, 0.1, 0.2, 0.2]).astype(np.float32))
+        else:
+            self.std = std
+
+    def forward(self, boxes, deltas):
+
+        widths  = boxes[:, :, 2] - boxes[:, :, 0]
+        heights = boxes[:, :, 3] - boxes[:, :, 1]
+        ctr_x   = boxes[:, :, 0] + 0.5 * widths
+        ctr_y   = boxes[:, :, 1] + 0.5 * heights
+
+        dx = deltas[:, :, 0] * self.std[0] + self.mean[0]
+        dy = deltas[:, :, 1] * self.std[1] + self.mean[1]
+        dw = deltas[:, :, 2] * self.std[2] + self.mean[2]
+        dh = deltas[:, :, 3] * self.std[3] + self.mean[3]
+
+        pred_ctr_x = ctr_x + dx * widths
+        pred_ctr_y = ctr_y + dy * heights
+        pred_w     = torch.exp(dw) * widths
+        pred_h     = torch.exp(dh) * heights
+
+        pred_boxes_x1 = pred_ctr_x - 0.5 * pred_w
+        pred_boxes_y1 = pred_ctr_y - 0.5 * pred_h
+        pred_boxes_x2 = pred_ctr_x + 0.5 * pred_w
+        pred_boxes_y2 = pred_ctr_y + 0.5 * pred_h
+
+        pred_boxes = torch.stack([pred_boxes_x1, pred_boxes_y1, pred_boxes_x2, pred_boxes_y2], dim=2)
+
+        return pred_boxes
+
+
+class ClipBoxes(nn.Module):
+
+    def __init__(self, width=None, height=None):
+        super(ClipBoxes, self).__init__()
+
+    def forward(self, boxes, img):
+
+        batch_size, num_channels, height, width = img.shape
+
+        boxes[:, :, 0] = torch.clamp(boxes[:, :, 0], min=0)
+        boxes[:, :, 1] = torch.clamp(boxes[:, :, 1], min=0)
+
+        boxes[:, :, 2] = torch.clamp(boxes[:, :, 2], max=width)
+        boxes[:, :, 3] = torch.clamp(boxes[:, :, 3], max=height)
+
+        return boxes
+
+
+# torchvision.ops.nms, as Fast R-CNN's py_cpu_nms computes it (retrograd has no torchvision)
+def nms(boxes, scores, thresh):
+    dets = boxes.detach().numpy()
+    x1, y1, x2, y2 = dets[:, 0], dets[:, 1], dets[:, 2], dets[:, 3]
+    areas = (x2 - x1) * (y2 - y1)
+    order = scores.detach().numpy().argsort(kind='stable')[::-1]
+    keep = []
+    while order.size > 0:
+        i = order[0]
+        keep.append(i)
+        xx1 = np.maximum(x1[i], x1[order[1:]])
+        yy1 = np.maximum(y1[i], y1[order[1:]])
+        xx2 = np.minimum(x2[i], x2[order[1:]])
+        yy2 = np.minimum(y2[i], y2[order[1:]])
+        inter = np.maximum(0.0, xx2 - xx1) * np.maximum(0.0, yy2 - yy1)
+        ovr = inter / (areas[i] + areas[order[1:]] - inter)
+        order = order[np.where(ovr <= thresh)[0] + 1]
+    return torch.tensor(keep, dtype=torch.int64)
+
+
+# -- retinanet/model.py (the heads as written, narrower; a small backbone and FPN for ResNet's) ----
+class RegressionModel(nn.Module):
+    def __init__(self, num_features_in, num_anchors=9, feature_size=256):
+        super(RegressionModel, self).__init__()
+
+        self.conv1 = nn.Conv2d(num_features_in, feature_size, kernel_size=3, padding=1)
+        self.act1 = nn.ReLU()
+
+        self.conv2 = nn.Conv2d(feature_size, feature_size, kernel_size=3, padding=1)
+        self.act2 = nn.ReLU()
+
+        self.output = nn.Conv2d(feature_size, num_anchors * 4, kernel_size=3, padding=1)
+
+    def forward(self, x):
+        out = self.conv1(x)
+        out = self.act1(out)
+
+        out = self.conv2(out)
+        out = self.act2(out)
+
+        out = self.output(out)
+
+        # out is B x C x W x H, with C = 4*num_anchors
+        out = out.permute(0, 2, 3, 1)
+
+        return out.contiguous().view(out.shape[0], -1, 4)
+
+
+class ClassificationModel(nn.Module):
+    def __init__(self, num_features_in, num_anchors=9, num_classes=80, prior=0.01, feature_size=256):
+        super(ClassificationModel, self).__init__()
+
+        self.num_classes = num_classes
+        self.num_anchors = num_anchors
+
+        self.conv1 = nn.Conv2d(num_features_in, feature_size, kernel_size=3, padding=1)
+        self.act1 = nn.ReLU()
+
+        self.conv2 = nn.Conv2d(feature_size, feature_size, kernel_size=3, padding=1)
+        self.act2 = nn.ReLU()
+
+        self.output = nn.Conv2d(feature_size, num_anchors * num_classes, kernel_size=3, padding=1)
+        self.output_act = nn.Sigmoid()
+
+    def forward(self, x):
+        out = self.conv1(x)
+        out = self.act1(out)
+
+        out = self.conv2(out)
+        out = self.act2(out)
+
+        out = self.output(out)
+        out = self.output_act(out)
+
+        # out is B x C x W x H, with C = n_classes + n_anchors
+        out1 = out.permute(0, 2, 3, 1)
+
+        batch_size, width, height, channels = out1.shape
+
+        out2 = out1.view(batch_size, width, height, self.num_anchors, self.num_classes)
+
+        return out2.contiguous().view(x.shape[0], -1, self.num_classes)
+
+
+class ResNet(nn.Module):
+
+    def __init__(self, num_classes, feature_size=8):
+        super(ResNet, self).__init__()
+        self.conv1 = nn.Conv2d(3, 8, kernel_size=7, stride=8, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.layers = nn.ModuleList([nn.Conv2d(8, 8, kernel_size=3, stride=2, padding=1) for _ in range(4)])
+
+        self.regressionModel = RegressionModel(8, feature_size=feature_size)
+        self.classificationModel = ClassificationModel(8, num_classes=num_classes, feature_size=feature_size)
+
+        self.anchors = Anchors()
+
+        self.regressBoxes = BBoxTransform()
+
+        self.clipBoxes = ClipBoxes()
+
+        self.focalLoss = FocalLoss()
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                n = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                m.weight.data.normal_(0, math.sqrt(2. / n))
+            elif isinstance(m, nn.BatchNorm2d):
+                m.weight.data.fill_(1)
+                m.bias.data.zero_()
+
+        prior = 0.01
+
+        self.classificationModel.output.weight.data.fill_(0)
+        self.classificationModel.output.bias.data.fill_(-math.log((1.0 - prior) / prior))
+
+        self.regressionModel.output.weight.data.fill_(0)
+        self.regressionModel.output.bias.data.fill_(0)
+
+        self.freeze_bn()
+
+    def freeze_bn(self):
+        '''Freeze BatchNorm layers.'''
+        for layer in self.modules():
+            if isinstance(layer, nn.BatchNorm2d):
+                layer.eval()
+
+    def forward(self, inputs):
+
+        if self.training:
+            img_batch, annotations = inputs
+        else:
+            img_batch = inputs
+
+        x = self.relu(self.bn1(self.conv1(img_batch)))
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features[-1]))
+
+        regression = torch.cat([self.regressionModel(feature) for feature in features], dim=1)
+
+        classification = torch.cat([self.classificationModel(feature) for feature in features], dim=1)
+
+        anchors = self.anchors(img_batch)
+
+        if self.training:
+            return self.focalLoss(classification, regression, anchors, annotations)
+        else:
+            transformed_anchors = self.regressBoxes(anchors, regression)
+            transformed_anchors = self.clipBoxes(transformed_anchors, img_batch)
+
+            finalResult = [[], [], []]
+
+            finalScores = torch.Tensor([])
+            finalAnchorBoxesIndexes = torch.Tensor([]).long()
+            finalAnchorBoxesCoordinates = torch.Tensor([])
+
+            if torch.cuda.is_available():
+                finalScores = finalScores.cuda()
+                finalAnchorBoxesIndexes = finalAnchorBoxesIndexes.cuda()
+                finalAnchorBoxesCoordinates = finalAnchorBoxesCoordinates.cuda()
+
+            for i in range(classification.shape[2]):
+                scores = torch.squeeze(classification[:, :, i])
+                scores_over_thresh = (scores > 0.05)
+                if scores_over_thresh.sum() == 0:
+                    # no boxes to NMS, just continue
+                    continue
+
+                scores = scores[scores_over_thresh]
+                anchorBoxes = torch.squeeze(transformed_anchors)
+                anchorBoxes = anchorBoxes[scores_over_thresh]
+                anchors_nms_idx = nms(anchorBoxes, scores, 0.5)
+
+                finalResult[0].extend(scores[anchors_nms_idx])
+                finalResult[1].extend(torch.tensor([i] * anchors_nms_idx.shape[0]))
+                finalResult[2].extend(anchorBoxes[anchors_nms_idx])
+
+                finalScores = torch.cat((finalScores, scores[anchors_nms_idx]))
+                finalAnchorBoxesIndexesValue = torch.tensor([i] * anchors_nms_idx.shape[0])
+                if torch.cuda.is_available():
+                    finalAnchorBoxesIndexesValue = finalAnchorBoxesIndexesValue.cuda()
+
+                finalAnchorBoxesIndexes = torch.cat((finalAnchorBoxesIndexes, finalAnchorBoxesIndexesValue))
+                finalAnchorBoxesCoordinates = torch.cat((finalAnchorBoxesCoordinates, anchorBoxes[anchors_nms_idx]))
+
+            return [finalScores, finalAnchorBoxesIndexes, finalAnchorBoxesCoordinates]
+
+
+# -- retinanet/dataloader.py's collater, over samples given ---------------------------------------
+class GivenDataset(Dataset):
+    def __init__(self, images, annotations):
+        self.images, self.annotations = images, annotations
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, idx):
+        sample = {'img': torch.from_numpy(self.images[idx]), 'annot': torch.from_numpy(self.annotations[idx]), 'scale': 1.0}
+        return sample
+
+
+def collater(data):
+
+    imgs = [s['img'] for s in data]
+    annots = [s['annot'] for s in data]
+    scales = [s['scale'] for s in data]
+
+    widths = [int(s.shape[0]) for s in imgs]
+    heights = [int(s.shape[1]) for s in imgs]
+    batch_size = len(imgs)
+
+    max_width = np.array(widths).max()
+    max_height = np.array(heights).max()
+
+    padded_imgs = torch.zeros(batch_size, max_width, max_height, 3)
+
+    for i in range(batch_size):
+        img = imgs[i]
+        padded_imgs[i, :int(img.shape[0]), :int(img.shape[1]), :] = img
+
+    max_num_annots = max(annot.shape[0] for annot in annots)
+
+    if max_num_annots > 0:
+
+        annot_padded = torch.ones((len(annots), max_num_annots, 5)) * -1
+
+        if max_num_annots > 0:
+            for idx, annot in enumerate(annots):
+                #print(annot.shape)
+                if annot.shape[0] > 0:
+                    annot_padded[idx, :annot.shape[0], :] = annot
+    else:
+        annot_padded = torch.ones((len(annots), 1, 5)) * -1
+
+
+    padded_imgs = padded_imgs.permute(0, 3, 1, 2)
+
+    return {'img': padded_imgs, 'annot': annot_padded, 'scale': scales}
+
+
+# -- train.py -------------------------------------------------------------------------------------
+def main(images, annotations, epochs, record, initialize):
+    dataset_train = GivenDataset(images, annotations)
+    dataloader_train = DataLoader(dataset_train, num_workers=0, collate_fn=collater, batch_size=2)
+
+    retinanet = ResNet(num_classes=2)
+    initialize(retinanet)
+
+    use_gpu = True
+
+    if use_gpu:
+        if torch.cuda.is_available():
+            retinanet = retinanet.cuda()
+
+    if torch.cuda.is_available():
+        retinanet = torch.nn.DataParallel(retinanet).cuda()
+    else:
+        retinanet = torch.nn.DataParallel(retinanet)
+
+    retinanet.training = True
+
+    optimizer = optim.Adam(retinanet.parameters(), lr=1e-3)
+
+    scheduler = optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)
+
+    loss_hist = collections.deque(maxlen=500)
+
+    retinanet.train()
+    retinanet.module.freeze_bn()
+
+    print('Num training images: {}'.format(len(dataset_train)))
+
+    for epoch_num in range(epochs):
+
+        retinanet.train()
+        retinanet.module.freeze_bn()
+
+        epoch_loss = []
+
+        for iter_num, data in enumerate(dataloader_train):
+            try:
+                optimizer.zero_grad()
+
+                if torch.cuda.is_available():
+                    classification_loss, regression_loss = retinanet([data['img'].cuda().float(), data['annot']])
+                else:
+                    classification_loss, regression_loss = retinanet([data['img'].float(), data['annot']])
+
+                classification_loss = classification_loss.mean()
+                regression_loss = regression_loss.mean()
+
+                loss = classification_loss + regression_loss
+
+                if bool(loss == 0):
+                    continue
+
+                loss.backward()
+
+                torch.nn.utils.clip_grad_norm_(retinanet.parameters(), 0.1)
+
+                optimizer.step()
+
+                loss_hist.append(float(loss))
+
+                epoch_loss.append(float(loss))
+
+                print(
+                    'Epoch: {} | Iteration: {} | Classification loss: {:1.5f} | Regression loss: {:1.5f} | Running loss: {:1.5f}'.format(
+                        epoch_num, iter_num, float(classification_loss), float(regression_loss), np.mean(loss_hist)))
+
+                del classification_loss
+                del regression_loss
+            except Exception as e:
+                print(e)
+                continue
+
+        scheduler.step(np.mean(epoch_loss))
+        record.append({k: v.detach().numpy().copy() for k, v in retinanet.module.state_dict().items()})
+
+    retinanet.eval()
+    # (for the test: the classifier's prior raised, so that scores pass the 0.05 threshold)
+    retinanet.module.classificationModel.output.bias.data += 3.0
+    with torch.no_grad():
+        scores, labels, boxes = retinanet(data['img'][:1].float())
+    record.append(scores.numpy().copy())
+    record.append(labels.numpy().copy())
+    record.append(boxes.numpy().copy())
+"""
+
+RETINANET_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\nfrom torch.utils.data import DataLoader, Dataset\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\nfrom retrograd.utils.data import DataLoader, Dataset\n",
+    ),
+    (
+        "                loss.backward()\n\n                torch.nn.utils.clip_grad_norm_(retinanet.parameters(), 0.1)\n\n                optimizer.step()\n",
+        "                grads = loss.backward()\n\n                torch.nn.utils.clip_grad_norm_(grads, retinanet.parameters(), 0.1)\n\n                optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_retinanet_trains_with_anchor_focal_loss_and_decodes_as_torch(capsys):
+    rng = np.random.default_rng(7903)
+    images = rng.uniform(0, 1, (4, 64, 64, 3)).astype(np.float32)
+    # (x1, y1, x2, y2, class); the third image has none (its loss is the negatives' alone),
+    # the fourth a padded row of -1 after its box
+    annotations = [
+        np.array([[4, 6, 40, 38, 0], [30, 28, 62, 60, 1]], dtype=np.float32),
+        np.array([[10, 20, 36, 60, 1]], dtype=np.float32),
+        np.zeros((0, 5), dtype=np.float32),
+        np.array([[20, 8, 56, 30, 0], [-1, -1, -1, -1, -1]], dtype=np.float32),
+    ]
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = RETINANET_SOURCE if lib is torch else port(RETINANET_SOURCE, RETINANET_STEPS)
+        run_source(text, lib)["main"](images, annotations, 2, record, initialize)
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0] and "Iteration: 1" in logs[0]
+    assert len(records[0][-1]) > 0  # boxes kept by the NMS
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)

@@ -1,8 +1,45 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-dense prediction and self-supervised learning.
+dense prediction and self-supervised learning, as their repositories write them, small.
 
-- monodepth2 (TODO)
+- monodepth2 as nianticlabs/monodepth2 writes it (``layers.py`` whole but for its unused
+  helpers: ``disp_to_depth``, ``transformation_from_parameters``/``rot_from_axisangle``/
+  ``get_translation_matrix`` by item assignment into ``torch.zeros``, ``Conv3x3`` with
+  ``nn.ReflectionPad2d`` over NumPy-integer channel counts, ``BackprojectDepth`` with its
+  ``nn.Parameter(..., requires_grad=False)`` pixel grids, ``Project3D`` with
+  ``pix_coords[..., 0] /= self.width - 1`` in place on a permuted view, ``SSIM`` of
+  ``nn.AvgPool2d``, ``get_smooth_loss``; ``networks/depth_decoder.py`` and ``pose_decoder.py``
+  over ``OrderedDict``s of tuple keys; ``trainer.py``'s ``predict_poses``,
+  ``generate_images_pred`` (``F.grid_sample(..., padding_mode="border")``, bilinear
+  ``F.interpolate`` of each scale's disparity), ``compute_reprojection_loss`` and
+  ``compute_losses`` with the auto-masking's ``torch.min(combined, dim=1)`` after ``randn``
+  tie-breaking noise), its ``Adam`` and ``StepLR``, fed by ``mono_dataset.py``'s dict of tuple
+  keys through the ``DataLoader``; a five-stage strided encoder for the ResNet, 64x64 frames.
+- SupContrast as HobbitLong/SupContrast writes it (``losses.py``'s ``SupConLoss``: ``torch.cat(
+  torch.unbind(features, dim=1), dim=0)``, ``torch.scatter(torch.ones_like(mask), 1, ...,
+  0)``, ``torch.where(mask_pos_pairs < 1e-6, 1, mask_pos_pairs)``; ``util.py``'s
+  ``TwoCropTransform``, ``AverageMeter``, warmup and cosine learning rates; ``main_supcon.py``'s
+  ``set_loader``/``set_model``/``train``/``main``), SupCon and SimCLR, a small encoder for
+  ``resnet_big``'s ResNet, NumPy crops and flips for torchvision's transforms.
+- the Simple Baselines pose estimator of microsoft/human-pose-estimation.pytorch
+  (``lib/core/loss.py``'s ``JointsMSELoss`` with the legacy ``nn.MSELoss(size_average=True)``,
+  ``inference.py``'s ``get_max_preds``, ``evaluate.py``'s PCK ``accuracy``, ``pose_resnet.py``'s
+  deconvolution head and ``init_weights``, ``JointsDataset.generate_target``'s Gaussian
+  heatmaps and a meta dict of strings and arrays collated by the ``DataLoader``,
+  ``function.py``'s ``train`` without its ``.cuda()`` calls, ``MultiStepLR``).
+- VICReg as facebookresearch/vicreg writes it (``main_vicreg.py``'s ``VICReg``, ``Projector``,
+  ``off_diagonal(...).pow_(2)``, ``LARS``, ``adjust_learning_rate``, the ``FullGatherLayer``
+  ``autograd.Function`` returning a tuple, its training step under a disabled ``GradScaler``),
+  one process (``torch.distributed`` a stand-in of world size 1), a small backbone.
+
+monodepth2 and VICReg run in float64 (``set_default_dtype``, and float64 data): in float32,
+Adam's and LARS's steps carry the rounding of gradients that nearly cancel (a parameter of
+monodepth2's pose encoder moved 5% of an Adam step apart after two steps; in float64 both agree to
+1e-15). The lines changed: the gradient lines (``grads = loss.backward()``,
+``optimizer.step(grads)``, LARS's ``step(self, grads)`` reading ``p.grad(grads)``) and the
+``import`` lines. The loader's shuffle draws one stream of permutations in both runs. The defect
+found: ``import torch.backends.cudnn as cudnn`` failed (``retrograd.backends`` was a module
+whose ``cudnn`` was a namespace, not a submodule).
 """
 
 from __future__ import annotations
@@ -747,7 +784,7 @@ def test_monodepth2_trains_by_view_synthesis_as_torch():
             noise = 0.02 * rng.standard_normal(image.shape)
             frame[i] = image + noise
         frames.append(frame)
-    K = np.array([[0.58, 0, 0.5, 0], [0, 1.92, 0.5, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    intrinsics = np.array([[0.58, 0, 0.5, 0], [0, 1.92, 0.5, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
     records = []
     initialize = initializer()
     for lib in (torch, rg):
@@ -756,7 +793,7 @@ def test_monodepth2_trains_by_view_synthesis_as_torch():
             max_depth=100.0, use_stereo=False, pose_model_input="pairs", num_layers=18,
             pose_model_type="separate_resnet", learning_rate=1e-3, scheduler_step_size=1,
             batch_size=2, num_workers=0, num_epochs=2, v1_multiscale=False, no_ssim=False,
-            disable_automasking=False, avg_reprojection=False, disparity_smoothness=1e-3, K=K,
+            disable_automasking=False, avg_reprojection=False, disparity_smoothness=1e-3, K=intrinsics,
         )  # fmt: skip
         record = []
         text = MONODEPTH2_SOURCE if lib is torch else port(MONODEPTH2_SOURCE, MONODEPTH2_STEPS)
@@ -765,6 +802,7 @@ def test_monodepth2_trains_by_view_synthesis_as_torch():
             names["Trainer"](opt, frames, initialize).train(record)
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-10)
+
 
 SUPCON_SOURCE = """
 from __future__ import print_function
@@ -1154,7 +1192,7 @@ def test_supcon_trains_two_crops_with_the_supervised_contrastive_loss_as_torch(
         monkeypatch.setattr(
             sys.modules["retrograd.utils.data.sampler"] if lib is rg else torch,
             "randperm",
-            lambda n, generator=None, lib=lib: lib.tensor(shuffle.permutation(n)),
+            lambda n, generator=None, lib=lib, shuffle=shuffle: lib.tensor(shuffle.permutation(n)),
         )
         np.random.seed(8004)  # the crops' and flips' draws
         names = run_source(text, lib)
@@ -1188,3 +1226,640 @@ def test_backends_flags_import_as_torch_modules():
         cudnn.benchmark = saved
     assert names["retrograd"].backends.cuda is rg.backends.cuda
     assert hasattr(rg.backends.cuda.matmul, "allow_tf32")
+
+
+POSE_SOURCE = """
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset
+
+BN_MOMENTUM = 0.1
+
+
+# -- lib/core/loss.py -----------------------------------------------------------------------------
+class JointsMSELoss(nn.Module):
+    def __init__(self, use_target_weight):
+        super(JointsMSELoss, self).__init__()
+        self.criterion = nn.MSELoss(size_average=True)
+        self.use_target_weight = use_target_weight
+
+    def forward(self, output, target, target_weight):
+        batch_size = output.size(0)
+        num_joints = output.size(1)
+        heatmaps_pred = output.reshape((batch_size, num_joints, -1)).split(1, 1)
+        heatmaps_gt = target.reshape((batch_size, num_joints, -1)).split(1, 1)
+        loss = 0
+
+        for idx in range(num_joints):
+            heatmap_pred = heatmaps_pred[idx].squeeze()
+            heatmap_gt = heatmaps_gt[idx].squeeze()
+            if self.use_target_weight:
+                loss += 0.5 * self.criterion(
+                    heatmap_pred.mul(target_weight[:, idx]),
+                    heatmap_gt.mul(target_weight[:, idx])
+                )
+            else:
+                loss += 0.5 * self.criterion(heatmap_pred, heatmap_gt)
+
+        return loss / num_joints
+
+
+# -- lib/core/inference.py ------------------------------------------------------------------------
+def get_max_preds(batch_heatmaps):
+    '''
+    get predictions from score maps
+    heatmaps: numpy.ndarray([batch_size, num_joints, height, width])
+    '''
+    assert isinstance(batch_heatmaps, np.ndarray), \\
+        'batch_heatmaps should be numpy.ndarray'
+    assert batch_heatmaps.ndim == 4, 'batch_images should be 4-ndim'
+
+    batch_size = batch_heatmaps.shape[0]
+    num_joints = batch_heatmaps.shape[1]
+    width = batch_heatmaps.shape[3]
+    heatmaps_reshaped = batch_heatmaps.reshape((batch_size, num_joints, -1))
+    idx = np.argmax(heatmaps_reshaped, 2)
+    maxvals = np.amax(heatmaps_reshaped, 2)
+
+    maxvals = maxvals.reshape((batch_size, num_joints, 1))
+    idx = idx.reshape((batch_size, num_joints, 1))
+
+    preds = np.tile(idx, (1, 1, 2)).astype(np.float32)
+
+    preds[:, :, 0] = (preds[:, :, 0]) % width
+    preds[:, :, 1] = np.floor((preds[:, :, 1]) / width)
+
+    pred_mask = np.tile(np.greater(maxvals, 0.0), (1, 1, 2))
+    pred_mask = pred_mask.astype(np.float32)
+
+    preds *= pred_mask
+    return preds, maxvals
+
+
+# -- lib/core/evaluate.py -------------------------------------------------------------------------
+def calc_dists(preds, target, normalize):
+    preds = preds.astype(np.float32)
+    target = target.astype(np.float32)
+    dists = np.zeros((preds.shape[1], preds.shape[0]))
+    for n in range(preds.shape[0]):
+        for c in range(preds.shape[1]):
+            if target[n, c, 0] > 1 and target[n, c, 1] > 1:
+                normed_preds = preds[n, c, :] / normalize[n]
+                normed_targets = target[n, c, :] / normalize[n]
+                dists[c, n] = np.linalg.norm(normed_preds - normed_targets)
+            else:
+                dists[c, n] = -1
+    return dists
+
+
+def dist_acc(dists, thr=0.5):
+    ''' Return percentage below threshold while ignoring values with a -1 '''
+    dist_cal = np.not_equal(dists, -1)
+    num_dist_cal = dist_cal.sum()
+    if num_dist_cal > 0:
+        return np.less(dists[dist_cal], thr).sum() * 1.0 / num_dist_cal
+    else:
+        return -1
+
+
+def accuracy(output, target, hm_type='gaussian', thr=0.5):
+    '''
+    Calculate accuracy according to PCK,
+    but uses ground truth heatmap rather than x,y locations
+    First value to be returned is average accuracy across 'idxs',
+    followed by individual accuracies
+    '''
+    idx = list(range(output.shape[1]))
+    norm = 1.0
+    if hm_type == 'gaussian':
+        pred, _ = get_max_preds(output)
+        target, _ = get_max_preds(target)
+        h = output.shape[2]
+        w = output.shape[3]
+        norm = np.ones((pred.shape[0], 2)) * np.array([h, w]) / 10
+    dists = calc_dists(pred, target, norm)
+
+    acc = np.zeros((len(idx) + 1))
+    avg_acc = 0
+    cnt = 0
+
+    for i in range(len(idx)):
+        acc[i + 1] = dist_acc(dists[idx[i]])
+        if acc[i + 1] >= 0:
+            avg_acc = avg_acc + acc[i + 1]
+            cnt += 1
+
+    avg_acc = avg_acc / cnt if cnt != 0 else 0
+    if cnt != 0:
+        acc[0] = avg_acc
+    return acc, avg_acc, cnt, pred
+
+
+# -- lib/models/pose_resnet.py (the deconvolution head over a small backbone for the ResNet) -------
+class PoseResNet(nn.Module):
+
+    def __init__(self, num_joints, num_deconv_filters=(8, 8), num_deconv_kernels=(4, 4), final_conv_kernel=1):
+        self.inplanes = 8
+        self.deconv_with_bias = False
+
+        super(PoseResNet, self).__init__()
+        self.conv1 = nn.Conv2d(3, 8, kernel_size=3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8, momentum=BN_MOMENTUM)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = nn.Conv2d(8, 8, kernel_size=3, stride=2, padding=1)
+
+        # used for deconv layers
+        self.deconv_layers = self._make_deconv_layer(
+            len(num_deconv_filters),
+            num_deconv_filters,
+            num_deconv_kernels,
+        )
+
+        self.final_layer = nn.Conv2d(
+            in_channels=num_deconv_filters[-1],
+            out_channels=num_joints,
+            kernel_size=final_conv_kernel,
+            stride=1,
+            padding=1 if final_conv_kernel == 3 else 0
+        )
+
+    def _get_deconv_cfg(self, deconv_kernel, index):
+        if deconv_kernel == 4:
+            padding = 1
+            output_padding = 0
+        elif deconv_kernel == 3:
+            padding = 1
+            output_padding = 1
+        elif deconv_kernel == 2:
+            padding = 0
+            output_padding = 0
+
+        return deconv_kernel, padding, output_padding
+
+    def _make_deconv_layer(self, num_layers, num_filters, num_kernels):
+        assert num_layers == len(num_filters), \\
+            'ERROR: num_deconv_layers is different len(num_deconv_filters)'
+        assert num_layers == len(num_kernels), \\
+            'ERROR: num_deconv_layers is different len(num_deconv_filters)'
+
+        layers = []
+        for i in range(num_layers):
+            kernel, padding, output_padding = \\
+                self._get_deconv_cfg(num_kernels[i], i)
+
+            planes = num_filters[i]
+            layers.append(
+                nn.ConvTranspose2d(
+                    in_channels=self.inplanes,
+                    out_channels=planes,
+                    kernel_size=kernel,
+                    stride=2,
+                    padding=padding,
+                    output_padding=output_padding,
+                    bias=self.deconv_with_bias))
+            layers.append(nn.BatchNorm2d(planes, momentum=BN_MOMENTUM))
+            layers.append(nn.ReLU(inplace=True))
+            self.inplanes = planes
+
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = self.bn1(x)
+        x = self.relu(x)
+        x = self.maxpool(x)
+        x = self.layer1(x)
+
+        x = self.deconv_layers(x)
+        x = self.final_layer(x)
+
+        return x
+
+    def init_weights(self, pretrained=''):
+        for name, m in self.deconv_layers.named_modules():
+            if isinstance(m, nn.ConvTranspose2d):
+                nn.init.normal_(m.weight, std=0.001)
+                if self.deconv_with_bias:
+                    nn.init.constant_(m.bias, 0)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+        for m in self.final_layer.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.normal_(m.weight, std=0.001)
+                nn.init.constant_(m.bias, 0)
+
+
+# -- lib/dataset/JointsDataset.py's __getitem__ and generate_target, its images and joints given ---
+class JointsDataset(Dataset):
+    def __init__(self, images, joints, joints_vis, image_size, heatmap_size, sigma=1):
+        self.images, self.joints, self.joints_vis = images, joints, joints_vis
+        self.num_joints = joints.shape[1]
+        self.image_size = np.array(image_size)
+        self.heatmap_size = np.array(heatmap_size)
+        self.sigma = sigma
+        self.target_type = 'gaussian'
+        self.use_different_joints_weight = False
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, idx):
+        input = torch.from_numpy(self.images[idx])
+        joints = self.joints[idx]
+        joints_vis = self.joints_vis[idx]
+
+        target, target_weight = self.generate_target(joints, joints_vis)
+
+        target = torch.from_numpy(target)
+        target_weight = torch.from_numpy(target_weight)
+
+        meta = {
+            'image': 'image_%d.jpg' % idx,
+            'joints': joints,
+            'joints_vis': joints_vis,
+            'score': 1,
+        }
+
+        return input, target, target_weight, meta
+
+    def generate_target(self, joints, joints_vis):
+        '''
+        :param joints:  [num_joints, 3]
+        :param joints_vis: [num_joints, 3]
+        :return: target, target_weight(1: visible, 0: invisible)
+        '''
+        target_weight = np.ones((self.num_joints, 1), dtype=np.float32)
+        target_weight[:, 0] = joints_vis[:, 0]
+
+        assert self.target_type == 'gaussian', \\
+            'Only support gaussian map now!'
+
+        if self.target_type == 'gaussian':
+            target = np.zeros((self.num_joints,
+                               self.heatmap_size[1],
+                               self.heatmap_size[0]),
+                              dtype=np.float32)
+
+            tmp_size = self.sigma * 3
+
+            for joint_id in range(self.num_joints):
+                feat_stride = self.image_size / self.heatmap_size
+                mu_x = int(joints[joint_id][0] / feat_stride[0] + 0.5)
+                mu_y = int(joints[joint_id][1] / feat_stride[1] + 0.5)
+                # Check that any part of the gaussian is in-bounds
+                ul = [int(mu_x - tmp_size), int(mu_y - tmp_size)]
+                br = [int(mu_x + tmp_size + 1), int(mu_y + tmp_size + 1)]
+                if ul[0] >= self.heatmap_size[0] or ul[1] >= self.heatmap_size[1] \\
+                        or br[0] < 0 or br[1] < 0:
+                    # If not, just return the image as is
+                    target_weight[joint_id] = 0
+                    continue
+
+                # # Generate gaussian
+                size = 2 * tmp_size + 1
+                x = np.arange(0, size, 1, np.float32)
+                y = x[:, np.newaxis]
+                x0 = y0 = size // 2
+                # The gaussian is not normalized, we want the center value to equal 1
+                g = np.exp(- ((x - x0) ** 2 + (y - y0) ** 2) / (2 * self.sigma ** 2))
+
+                # Usable gaussian range
+                g_x = max(0, -ul[0]), min(br[0], self.heatmap_size[0]) - ul[0]
+                g_y = max(0, -ul[1]), min(br[1], self.heatmap_size[1]) - ul[1]
+                # Image range
+                img_x = max(0, ul[0]), min(br[0], self.heatmap_size[0])
+                img_y = max(0, ul[1]), min(br[1], self.heatmap_size[1])
+
+                v = target_weight[joint_id]
+                if v > 0.5:
+                    target[joint_id][img_y[0]:img_y[1], img_x[0]:img_x[1]] = \\
+                        g[g_y[0]:g_y[1], g_x[0]:g_x[1]]
+
+        if self.use_different_joints_weight:
+            target_weight = np.multiply(target_weight, self.joints_weight)
+
+        return target, target_weight
+
+
+# -- lib/core/function.py's train (its .cuda() calls left out: the runs are on the CPU) ------------
+def train(train_loader, model, criterion, optimizer, record):
+    model.train()
+    for i, (input, target, target_weight, meta) in enumerate(train_loader):
+        # compute output
+        output = model(input)
+
+        loss = criterion(output, target, target_weight)
+
+        # compute gradient and do update step
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        # measure accuracy and record loss
+        _, avg_acc, cnt, pred = accuracy(output.detach().cpu().numpy(),
+                                         target.detach().cpu().numpy())
+        record.append(loss.item())
+        record.append(np.array([avg_acc, cnt]))
+        record.append(pred * 4)
+        record.append(meta['image'])
+        record.append(meta['joints'].numpy() * meta['joints_vis'].numpy())
+
+
+def main(images, joints, joints_vis, record, initialize):
+    model = PoseResNet(num_joints=joints.shape[1])
+    model.init_weights()
+    initialize(model)
+    criterion = JointsMSELoss(use_target_weight=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    lr_scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [1], 0.1)
+    train_dataset = JointsDataset(images, joints, joints_vis, [32, 32], [16, 16])
+    train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=2, shuffle=False)
+    for epoch in range(2):
+        lr_scheduler.step()
+        train(train_loader, model, criterion, optimizer, record)
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+"""
+
+POSE_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import Dataset\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.utils.data import Dataset\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_simple_baselines_pose_trains_on_joint_heatmaps_as_torch():
+    rng = np.random.default_rng(8005)
+    images = rng.standard_normal((4, 3, 32, 32)).astype(np.float32)
+    joints = np.concatenate([rng.uniform(2, 30, (4, 3, 2)), np.zeros((4, 3, 1))], axis=2).astype(
+        np.float32
+    )
+    joints[1, 2, :2] = (-20, 5)  # out of the image: its weight is zeroed
+    joints_vis = np.ones((4, 3, 3), dtype=np.float32)
+    joints_vis[2, 0] = 0  # not visible
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = POSE_SOURCE if lib is torch else port(POSE_SOURCE, POSE_STEPS)
+        run_source(text, lib)["main"](images, joints, joints_vis, record, initialize)
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+VICREG_SOURCE = """
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn, optim
+
+
+# -- main_vicreg.py -------------------------------------------------------------------------------
+def adjust_learning_rate(args, optimizer, loader, step):
+    max_steps = args.epochs * len(loader)
+    warmup_steps = 10 * len(loader)
+    base_lr = args.base_lr * args.batch_size / 256
+    if step < warmup_steps:
+        lr = base_lr * step / warmup_steps
+    else:
+        step -= warmup_steps
+        max_steps -= warmup_steps
+        q = 0.5 * (1 + math.cos(math.pi * step / max_steps))
+        end_lr = base_lr * 0.001
+        lr = base_lr * q + end_lr * (1 - q)
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    return lr
+
+
+class VICReg(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.args = args
+        self.num_features = int(args.mlp.split("-")[-1])
+        self.backbone, self.embedding = resnet.__dict__[args.arch](
+            zero_init_residual=True
+        )
+        self.projector = Projector(args, self.embedding)
+
+    def forward(self, x, y):
+        x = self.projector(self.backbone(x))
+        y = self.projector(self.backbone(y))
+
+        repr_loss = F.mse_loss(x, y)
+
+        x = torch.cat(FullGatherLayer.apply(x), dim=0)
+        y = torch.cat(FullGatherLayer.apply(y), dim=0)
+        x = x - x.mean(dim=0)
+        y = y - y.mean(dim=0)
+
+        std_x = torch.sqrt(x.var(dim=0) + 0.0001)
+        std_y = torch.sqrt(y.var(dim=0) + 0.0001)
+        std_loss = torch.mean(F.relu(1 - std_x)) / 2 + torch.mean(F.relu(1 - std_y)) / 2
+
+        cov_x = (x.T @ x) / (self.args.batch_size - 1)
+        cov_y = (y.T @ y) / (self.args.batch_size - 1)
+        cov_loss = off_diagonal(cov_x).pow_(2).sum().div(
+            self.num_features
+        ) + off_diagonal(cov_y).pow_(2).sum().div(self.num_features)
+
+        loss = (
+            self.args.sim_coeff * repr_loss
+            + self.args.std_coeff * std_loss
+            + self.args.cov_coeff * cov_loss
+        )
+        return loss
+
+
+def Projector(args, embedding):
+    mlp_spec = f"{embedding}-{args.mlp}"
+    layers = []
+    f = list(map(int, mlp_spec.split("-")))
+    for i in range(len(f) - 2):
+        layers.append(nn.Linear(f[i], f[i + 1]))
+        layers.append(nn.BatchNorm1d(f[i + 1]))
+        layers.append(nn.ReLU(True))
+    layers.append(nn.Linear(f[-2], f[-1], bias=False))
+    return nn.Sequential(*layers)
+
+
+def exclude_bias_and_norm(p):
+    return p.ndim == 1
+
+
+def off_diagonal(x):
+    n, m = x.shape
+    assert n == m
+    return x.flatten()[:-1].view(n - 1, n + 1)[:, 1:].flatten()
+
+
+class LARS(optim.Optimizer):
+    def __init__(
+        self,
+        params,
+        lr,
+        weight_decay=0,
+        momentum=0.9,
+        eta=0.001,
+        weight_decay_filter=None,
+        lars_adaptation_filter=None,
+    ):
+        defaults = dict(
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            eta=eta,
+            weight_decay_filter=weight_decay_filter,
+            lars_adaptation_filter=lars_adaptation_filter,
+        )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                dp = p.grad
+
+                if dp is None:
+                    continue
+
+                if g["weight_decay_filter"] is None or not g["weight_decay_filter"](p):
+                    dp = dp.add(p, alpha=g["weight_decay"])
+
+                if g["lars_adaptation_filter"] is None or not g["lars_adaptation_filter"](p):
+                    param_norm = torch.norm(p)
+                    update_norm = torch.norm(dp)
+                    one = torch.ones_like(param_norm)
+                    q = torch.where(
+                        param_norm > 0.0,
+                        torch.where(
+                            update_norm > 0, (g["eta"] * param_norm / update_norm), one
+                        ),
+                        one,
+                    )
+                    dp = dp.mul(q)
+
+                param_state = self.state[p]
+                if "mu" not in param_state:
+                    param_state["mu"] = torch.zeros_like(p)
+                mu = param_state["mu"]
+                mu.mul_(g["momentum"]).add_(dp)
+
+                p.add_(mu, alpha=-g["lr"])
+
+
+class FullGatherLayer(torch.autograd.Function):
+    \"\"\"
+    Gather tensors from all process and support backward propagation
+    for the gradients across processes.
+    \"\"\"
+
+    @staticmethod
+    def forward(ctx, x):
+        output = [torch.zeros_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(output, x)
+        return tuple(output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        all_gradients = torch.stack(grads)
+        dist.all_reduce(all_gradients)
+        return all_gradients[dist.get_rank()]
+
+
+# -- resnet.py, a small stand-in: (backbone, embedding) as resnet50() returns them -----------------
+def small(zero_init_residual=False):
+    backbone = nn.Sequential(
+        nn.Conv2d(3, 8, kernel_size=3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d((1, 1)),
+        nn.Flatten(),
+    )
+    if zero_init_residual:
+        nn.init.constant_(backbone[1].weight, 1)
+    return backbone, 8
+
+
+resnet = types.SimpleNamespace(small=small)
+
+
+def main_worker(args, loader, record, initialize):
+    model = VICReg(args)
+    initialize(model)
+    optimizer = LARS(
+        model.parameters(),
+        lr=0,
+        weight_decay=args.wd,
+        weight_decay_filter=exclude_bias_and_norm,
+        lars_adaptation_filter=exclude_bias_and_norm,
+    )
+    start_epoch = 0
+    scaler = torch.cuda.amp.GradScaler(enabled=False)
+    for epoch in range(start_epoch, args.epochs):
+        for step, ((x, y), _) in enumerate(loader, start=epoch * len(loader)):
+            lr = adjust_learning_rate(args, optimizer, loader, step)
+
+            optimizer.zero_grad()
+            with torch.autocast("cpu", enabled=False):
+                loss = model.forward(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            record.append(loss.item())
+            record.append(lr)
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        record.append({i: s["mu"].numpy().copy() for i, s in enumerate(optimizer.state.values())})
+"""
+
+VICREG_STEPS = [
+    (
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn, optim\n",
+        "import retrograd as torch\nimport retrograd.nn.functional as F\nfrom retrograd import nn, optim\n",
+    ),
+    ("    def step(self):\n", "    def step(self, grads):\n"),
+    ("                dp = p.grad\n", "                dp = p.grad(grads)\n"),
+    (
+        "            scaler.scale(loss).backward()\n            scaler.step(optimizer)\n",
+        "            grads = scaler.scale(loss).backward()\n            scaler.step(optimizer, grads)\n",
+    ),
+]
+
+DIST_STANDIN = types.SimpleNamespace(
+    get_world_size=lambda: 1,
+    get_rank=lambda: 0,
+    all_gather=lambda output, x: output[0].copy_(x),
+    all_reduce=lambda t: t,
+)
+
+
+def test_vicreg_trains_with_lars_through_the_gather_function_as_torch():
+    rng = np.random.default_rng(8006)
+    # (two views, label) batches of 8 images, as the loader of the two-crop transform gives them
+    loader = [
+        ((rng.standard_normal((8, 3, 8, 8)), rng.standard_normal((8, 3, 8, 8))), None)
+        for _ in range(3)
+    ]
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        args = types.SimpleNamespace(
+            mlp="16-16-12", arch="small", batch_size=8, base_lr=25.6, epochs=3, wd=1e-6,
+            sim_coeff=25.0, std_coeff=25.0, cov_coeff=1.0,
+        )  # fmt: skip
+        batches = [((lib.tensor(x), lib.tensor(y)), label) for (x, y), label in loader]
+        record = []
+        text = VICREG_SOURCE if lib is torch else port(VICREG_SOURCE, VICREG_STEPS)
+        names = run_source(text, lib, dist=DIST_STANDIN, types=types)
+        with default_dtype(lib, lib.float64):
+            names["main_worker"](args, batches, record, initialize)
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-10)

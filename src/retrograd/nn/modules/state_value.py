@@ -25,6 +25,9 @@ from ...tensor.inplace import assign
 
 __all__ = ["StateDType", "StateValue"]
 
+#: NumPy's dtype class -> the :class:`StateDType` subclass carrying its class attributes
+_STATE_DTYPE_CLASSES: dict[type, type] = {}
+
 
 class StateDType:
     """A state value's ``dtype``: NumPy's (it compares, hashes, prints and converts as NumPy's
@@ -35,11 +38,10 @@ class StateDType:
     attributes (``type(x.dtype)._is_numeric``, as ``np.testing`` reads it)."""
 
     __slots__ = ("dtype",)
-    _classes: dict[type, type] = {}
 
     def __new__(cls, numpy_dtype: np.dtype) -> StateDType:
         kind = type(numpy_dtype)
-        proxy_class = StateDType._classes.get(kind)
+        proxy_class = _STATE_DTYPE_CLASSES.get(kind)
         if proxy_class is None:
             carried = {
                 name: getattr(kind, name)
@@ -47,7 +49,7 @@ class StateDType:
                 if hasattr(kind, name)
             }
             proxy_class = type(f"State{kind.__name__}", (StateDType,), {"__slots__": (), **carried})
-            StateDType._classes[kind] = proxy_class
+            _STATE_DTYPE_CLASSES[kind] = proxy_class
         proxy = object.__new__(proxy_class)
         object.__setattr__(proxy, "dtype", numpy_dtype)
         return proxy
