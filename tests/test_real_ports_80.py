@@ -31,6 +31,15 @@ dense prediction and self-supervised learning, as their repositories write them,
   ``off_diagonal(...).pow_(2)``, ``LARS``, ``adjust_learning_rate``, the ``FullGatherLayer``
   ``autograd.Function`` returning a tuple, its training step under a disabled ``GradScaler``),
   one process (``torch.distributed`` a stand-in of world size 1), a small backbone.
+- PSPNet as hszhao/semseg writes it (``model/pspnet.py``'s ``PPM`` of ``nn.AdaptiveAvgPool2d``
+  bins 1, 2, 3 and 6 on a 3x3 map, ``F.interpolate(..., mode='bilinear', align_corners=True)``,
+  the auxiliary head made ``if self.training``, ``x.max(1)[1]``; ``util/util.py``'s
+  ``AverageMeter`` of arrays, ``poly_learning_rate`` and ``intersectionAndUnion``;
+  ``tool/train.py``'s parameter groups of ``dict(params=module.parameters(), lr=...)``
+  generators, ``CrossEntropyLoss(ignore_index=255)``, the target bilinearly resized for a zoom
+  factor of 4): a small dilated backbone for the ResNet, dropout 0 (its masks are each
+  library's own), and the NumPy ``intersectionAndUnion`` for its GPU twin, whose
+  ``torch.histc`` of int64 labels torch refuses on the CPU (retrograd refuses it too).
 
 monodepth2 and VICReg run in float64 (``set_default_dtype``, and float64 data): in float32,
 Adam's and LARS's steps carry the rounding of gradients that nearly cancel (a parameter of
@@ -1863,3 +1872,251 @@ def test_vicreg_trains_with_lars_through_the_gather_function_as_torch():
             names["main_worker"](args, batches, record, initialize)
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-10)
+
+
+PSPNET_SOURCE = """
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+# -- util/util.py ---------------------------------------------------------------------------------
+class AverageMeter(object):
+    \"\"\"Computes and stores the average and current value\"\"\"
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def poly_learning_rate(base_lr, curr_iter, max_iter, power=0.9):
+    \"\"\"poly learning rate policy\"\"\"
+    lr = base_lr * (1 - float(curr_iter) / max_iter) ** power
+    return lr
+
+
+def intersectionAndUnion(output, target, K, ignore_index=255):
+    # 'K' classes, output and target sizes are N or N * L or N * H * W, each value in range 0 to K - 1.
+    assert (output.ndim in [1, 2, 3])
+    assert output.shape == target.shape
+    output = output.reshape(output.size).copy()
+    target = target.reshape(target.size)
+    output[np.where(target == ignore_index)[0]] = ignore_index
+    intersection = output[np.where(output == target)[0]]
+    area_intersection, _ = np.histogram(intersection, bins=np.arange(K+1))
+    area_output, _ = np.histogram(output, bins=np.arange(K+1))
+    area_target, _ = np.histogram(target, bins=np.arange(K+1))
+    area_union = area_output + area_target - area_intersection
+    return area_intersection, area_union, area_target
+
+
+# -- model/pspnet.py (a small dilated backbone for the ResNet's layer0..layer4) ---------------------
+class PPM(nn.Module):
+    def __init__(self, in_dim, reduction_dim, bins):
+        super(PPM, self).__init__()
+        self.features = []
+        for bin in bins:
+            self.features.append(nn.Sequential(
+                nn.AdaptiveAvgPool2d(bin),
+                nn.Conv2d(in_dim, reduction_dim, kernel_size=1, bias=False),
+                nn.BatchNorm2d(reduction_dim),
+                nn.ReLU(inplace=True)
+            ))
+        self.features = nn.ModuleList(self.features)
+
+    def forward(self, x):
+        x_size = x.size()
+        out = [x]
+        for f in self.features:
+            out.append(F.interpolate(f(x), x_size[2:], mode='bilinear', align_corners=True))
+        return torch.cat(out, 1)
+
+
+def stage(in_dim, out_dim, stride=1, dilation=1):
+    return nn.Sequential(
+        nn.Conv2d(in_dim, out_dim, kernel_size=3, stride=stride, padding=dilation, dilation=dilation, bias=False),
+        nn.BatchNorm2d(out_dim),
+        nn.ReLU(inplace=True),
+    )
+
+
+class PSPNet(nn.Module):
+    def __init__(self, layers=50, bins=(1, 2, 3, 6), dropout=0.1, classes=2, zoom_factor=8, use_ppm=True, criterion=nn.CrossEntropyLoss(ignore_index=255), pretrained=True):
+        super(PSPNet, self).__init__()
+        assert layers in [50, 101, 152]
+        assert 16 % len(bins) == 0
+        assert classes > 1
+        assert zoom_factor in [1, 2, 4, 8]
+        self.zoom_factor = zoom_factor
+        self.use_ppm = use_ppm
+        self.criterion = criterion
+
+        self.layer0 = nn.Sequential(stage(3, 4, stride=2), nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
+        self.layer1, self.layer2 = stage(4, 4), stage(4, 8, stride=2)
+        self.layer3, self.layer4 = stage(8, 8, dilation=2), stage(8, 16, dilation=4)
+
+        fea_dim = 16
+        if use_ppm:
+            self.ppm = PPM(fea_dim, int(fea_dim/len(bins)), bins)
+            fea_dim *= 2
+        self.cls = nn.Sequential(
+            nn.Conv2d(fea_dim, 8, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(inplace=True),
+            nn.Dropout2d(p=dropout),
+            nn.Conv2d(8, classes, kernel_size=1)
+        )
+        if self.training:
+            self.aux = nn.Sequential(
+                nn.Conv2d(8, 8, kernel_size=3, padding=1, bias=False),
+                nn.BatchNorm2d(8),
+                nn.ReLU(inplace=True),
+                nn.Dropout2d(p=dropout),
+                nn.Conv2d(8, classes, kernel_size=1)
+            )
+
+    def forward(self, x, y=None):
+        x_size = x.size()
+        assert (x_size[2]-1) % 8 == 0 and (x_size[3]-1) % 8 == 0
+        h = int((x_size[2] - 1) / 8 * self.zoom_factor + 1)
+        w = int((x_size[3] - 1) / 8 * self.zoom_factor + 1)
+
+        x = self.layer0(x)
+        x = self.layer1(x)
+        x = self.layer2(x)
+        x_tmp = self.layer3(x)
+        x = self.layer4(x_tmp)
+        if self.use_ppm:
+            x = self.ppm(x)
+        x = self.cls(x)
+        if self.zoom_factor != 1:
+            x = F.interpolate(x, size=(h, w), mode='bilinear', align_corners=True)
+
+        if self.training:
+            aux = self.aux(x_tmp)
+            if self.zoom_factor != 1:
+                aux = F.interpolate(aux, size=(h, w), mode='bilinear', align_corners=True)
+            main_loss = self.criterion(x, y)
+            aux_loss = self.criterion(aux, y)
+            return x.max(1)[1], main_loss, aux_loss
+        else:
+            return x
+
+
+# -- tool/train.py's main_worker and train (one process; intersectionAndUnion for its GPU twin) -----
+def main_worker(args, train_loader, record, initialize):
+    criterion = nn.CrossEntropyLoss(ignore_index=args.ignore_label)
+    model = PSPNet(layers=args.layers, classes=args.classes, zoom_factor=args.zoom_factor, criterion=criterion, dropout=args.dropout)
+    modules_ori = [model.layer0, model.layer1, model.layer2, model.layer3, model.layer4]
+    modules_new = [model.ppm, model.cls, model.aux]
+    initialize(model)
+    params_list = []
+    for module in modules_ori:
+        params_list.append(dict(params=module.parameters(), lr=args.base_lr))
+    for module in modules_new:
+        params_list.append(dict(params=module.parameters(), lr=args.base_lr * 10))
+    args.index_split = 5
+    optimizer = torch.optim.SGD(params_list, lr=args.base_lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    for epoch in range(args.start_epoch, args.epochs):
+        epoch_log = epoch + 1
+        loss_train, mIoU_train, mAcc_train, allAcc_train = train(train_loader, model, optimizer, epoch, args)
+        record.append([loss_train, mIoU_train, mAcc_train, allAcc_train])
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        record.append(np.array([g['lr'] for g in optimizer.param_groups]))
+
+
+def train(train_loader, model, optimizer, epoch, args):
+    main_loss_meter = AverageMeter()
+    aux_loss_meter = AverageMeter()
+    loss_meter = AverageMeter()
+    intersection_meter = AverageMeter()
+    union_meter = AverageMeter()
+    target_meter = AverageMeter()
+
+    model.train()
+    max_iter = args.epochs * len(train_loader)
+    for i, (input, target) in enumerate(train_loader):
+        if args.zoom_factor != 8:
+            h = int((target.size()[1] - 1) / 8 * args.zoom_factor + 1)
+            w = int((target.size()[2] - 1) / 8 * args.zoom_factor + 1)
+            # 'nearest' mode doesn't support align_corners mode and 'bilinear' mode is fine for downsampling
+            target = F.interpolate(target.unsqueeze(1).float(), size=(h, w), mode='bilinear', align_corners=True).squeeze(1).long()
+        output, main_loss, aux_loss = model(input, target)
+        if not args.multiprocessing_distributed:
+            main_loss, aux_loss = torch.mean(main_loss), torch.mean(aux_loss)
+        loss = main_loss + args.aux_weight * aux_loss
+
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        n = input.size(0)
+        intersection, union, target = intersectionAndUnion(output.cpu().numpy(), target.cpu().numpy(), args.classes, args.ignore_label)
+        intersection_meter.update(intersection), union_meter.update(union), target_meter.update(target)
+
+        accuracy = sum(intersection_meter.val) / (sum(target_meter.val) + 1e-10)
+        main_loss_meter.update(main_loss.item(), n)
+        aux_loss_meter.update(aux_loss.item(), n)
+        loss_meter.update(loss.item(), n)
+
+        current_iter = epoch * len(train_loader) + i + 1
+        current_lr = poly_learning_rate(args.base_lr, current_iter, max_iter, power=args.power)
+        for index in range(0, args.index_split):
+            optimizer.param_groups[index]['lr'] = current_lr
+        for index in range(args.index_split, len(optimizer.param_groups)):
+            optimizer.param_groups[index]['lr'] = current_lr * 10
+
+    iou_class = intersection_meter.sum / (union_meter.sum + 1e-10)
+    accuracy_class = intersection_meter.sum / (target_meter.sum + 1e-10)
+    mIoU = np.mean(iou_class)
+    mAcc = np.mean(accuracy_class)
+    allAcc = sum(intersection_meter.sum) / (sum(target_meter.sum) + 1e-10)
+    return main_loss_meter.avg, mIoU, mAcc, allAcc
+"""
+
+PSPNET_STEPS = [
+    (
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nfrom retrograd import nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("zoom_factor", [8, 4])
+def test_pspnet_trains_with_pyramid_pooling_and_aux_loss_as_torch(zoom_factor):
+    rng = np.random.default_rng(8007)
+    batches = []
+    for _ in range(2):
+        image = rng.standard_normal((2, 3, 17, 17)).astype(np.float32)
+        label = rng.integers(0, 3, (2, 17, 17))
+        label[label == 2] = 255  # ignored pixels
+        batches.append((image, label))
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        args = types.SimpleNamespace(
+            layers=50, classes=2, zoom_factor=zoom_factor, ignore_label=255, base_lr=0.01,
+            momentum=0.9, weight_decay=1e-4, start_epoch=0, epochs=2, aux_weight=0.4,
+            power=0.9, multiprocessing_distributed=False, dropout=0.0,
+        )  # fmt: skip
+        loader = [(lib.tensor(x), lib.tensor(y)) for x, y in batches]
+        record = []
+        text = PSPNET_SOURCE if lib is torch else port(PSPNET_SOURCE, PSPNET_STEPS)
+        run_source(text, lib)["main_worker"](args, loader, record, initialize)
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
