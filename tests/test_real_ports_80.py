@@ -40,11 +40,22 @@ dense prediction and self-supervised learning, as their repositories write them,
   factor of 4): a small dilated backbone for the ResNet, dropout 0 (its masks are each
   library's own), and the NumPy ``intersectionAndUnion`` for its GPU twin, whose
   ``torch.histc`` of int64 labels torch refuses on the CPU (retrograd refuses it too).
+- MoCo v3 as facebookresearch/moco-v3 writes it (``moco/builder.py``'s ``MoCo`` and
+  ``MoCo_ResNet``: ``del self.base_encoder.fc, self.momentum_encoder.fc`` and new projector
+  MLPs ending in ``nn.BatchNorm1d(dim2, affine=False)``, the momentum encoder's parameters set
+  ``requires_grad = False`` yet handed to SGD (which leaves them, and their weight decay,
+  alone), ``param_m.data = param_m.data * m + param_b.data * (1. - m)`` under ``no_grad``,
+  ``concat_all_gather``, ``torch.einsum('nc,mc->nm', [q, k])``; ``main_moco.py``'s ``train``
+  under ``torch.cuda.amp.autocast(True)`` (off without CUDA, in both) and a ``GradScaler``,
+  cosine learning rate and momentum schedules), one process: ``torch.distributed``'s
+  ``get_rank``/``get_world_size``/``all_gather`` and ``Tensor.cuda`` patched to a world of one
+  on the CPU for the run, so that the builder's lines run as written.
 
-monodepth2 and VICReg run in float64 (``set_default_dtype``, and float64 data): in float32,
-Adam's and LARS's steps carry the rounding of gradients that nearly cancel (a parameter of
-monodepth2's pose encoder moved 5% of an Adam step apart after two steps; in float64 both agree to
-1e-15). The lines changed: the gradient lines (``grads = loss.backward()``,
+monodepth2, VICReg and MoCo v3 run in float64 (``set_default_dtype``, and float64 data): in
+float32, Adam's, LARS's and SGD's steps at their large learning rates carry the rounding of
+gradients that nearly cancel (a parameter of monodepth2's pose encoder moved 5% of an Adam step
+apart after two steps, MoCo v3's sixth loss 4e-5 apart; in float64 they agree to 1e-10 or
+better). The lines changed: the gradient lines (``grads = loss.backward()``,
 ``optimizer.step(grads)``, LARS's ``step(self, grads)`` reading ``p.grad(grads)``) and the
 ``import`` lines. The loader's shuffle draws one stream of permutations in both runs. The defect
 found: ``import torch.backends.cudnn as cudnn`` failed (``retrograd.backends`` was a module
@@ -2120,3 +2131,271 @@ def test_pspnet_trains_with_pyramid_pooling_and_aux_loss_as_torch(zoom_factor):
         run_source(text, lib)["main_worker"](args, loader, record, initialize)
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+MOCOV3_SOURCE = """
+import math
+from functools import partial
+
+import torch
+import torch.nn as nn
+
+
+# -- moco/builder.py ------------------------------------------------------------------------------
+class MoCo(nn.Module):
+    \"\"\"
+    Build a MoCo model with a base encoder, a momentum encoder, and two MLPs
+    https://arxiv.org/abs/1911.05722
+    \"\"\"
+    def __init__(self, base_encoder, dim=256, mlp_dim=4096, T=1.0):
+        \"\"\"
+        dim: feature dimension (default: 256)
+        mlp_dim: hidden dimension in MLPs (default: 4096)
+        T: softmax temperature (default: 1.0)
+        \"\"\"
+        super(MoCo, self).__init__()
+
+        self.T = T
+
+        # build encoders
+        self.base_encoder = base_encoder(num_classes=mlp_dim)
+        self.momentum_encoder = base_encoder(num_classes=mlp_dim)
+
+        self._build_projector_and_predictor_mlps(dim, mlp_dim)
+
+        for param_b, param_m in zip(self.base_encoder.parameters(), self.momentum_encoder.parameters()):
+            param_m.data.copy_(param_b.data)  # initialize
+            param_m.requires_grad = False  # not update by gradient
+
+    def _build_mlp(self, num_layers, input_dim, mlp_dim, output_dim, last_bn=True):
+        mlp = []
+        for l in range(num_layers):
+            dim1 = input_dim if l == 0 else mlp_dim
+            dim2 = output_dim if l == num_layers - 1 else mlp_dim
+
+            mlp.append(nn.Linear(dim1, dim2, bias=False))
+
+            if l < num_layers - 1:
+                mlp.append(nn.BatchNorm1d(dim2))
+                mlp.append(nn.ReLU(inplace=True))
+            elif last_bn:
+                # follow SimCLR's design: https://github.com/google-research/simclr/blob/master/model_util.py#L157
+                # for simplicity, we further removed gamma in BN
+                mlp.append(nn.BatchNorm1d(dim2, affine=False))
+
+        return nn.Sequential(*mlp)
+
+    def _build_projector_and_predictor_mlps(self, dim, mlp_dim):
+        pass
+
+    @torch.no_grad()
+    def _update_momentum_encoder(self, m):
+        \"\"\"Momentum update of the momentum encoder\"\"\"
+        for param_b, param_m in zip(self.base_encoder.parameters(), self.momentum_encoder.parameters()):
+            param_m.data = param_m.data * m + param_b.data * (1. - m)
+
+    def contrastive_loss(self, q, k):
+        # normalize
+        q = nn.functional.normalize(q, dim=1)
+        k = nn.functional.normalize(k, dim=1)
+        # gather all targets
+        k = concat_all_gather(k)
+        # Einstein sum is more intuitive
+        logits = torch.einsum('nc,mc->nm', [q, k]) / self.T
+        N = logits.shape[0]  # batch size per GPU
+        labels = (torch.arange(N, dtype=torch.long) + N * torch.distributed.get_rank()).cuda()
+        return nn.CrossEntropyLoss()(logits, labels) * (2 * self.T)
+
+    def forward(self, x1, x2, m):
+        \"\"\"
+        Input:
+            x1: first views of images
+            x2: second views of images
+            m: moco momentum
+        Output:
+            loss
+        \"\"\"
+
+        # compute features
+        q1 = self.predictor(self.base_encoder(x1))
+        q2 = self.predictor(self.base_encoder(x2))
+
+        with torch.no_grad():  # no gradient
+            self._update_momentum_encoder(m)  # update the momentum encoder
+
+            # compute momentum features as targets
+            k1 = self.momentum_encoder(x1)
+            k2 = self.momentum_encoder(x2)
+
+        return self.contrastive_loss(q1, k2) + self.contrastive_loss(q2, k1)
+
+
+class MoCo_ResNet(MoCo):
+    def _build_projector_and_predictor_mlps(self, dim, mlp_dim):
+        hidden_dim = self.base_encoder.fc.weight.shape[1]
+        del self.base_encoder.fc, self.momentum_encoder.fc # remove original fc layer
+
+        # projectors
+        self.base_encoder.fc = self._build_mlp(2, hidden_dim, mlp_dim, dim)
+        self.momentum_encoder.fc = self._build_mlp(2, hidden_dim, mlp_dim, dim)
+
+        # predictor
+        self.predictor = self._build_mlp(2, dim, mlp_dim, dim, False)
+
+
+# utils
+@torch.no_grad()
+def concat_all_gather(tensor):
+    \"\"\"
+    Performs all_gather operation on the provided tensors.
+    *** Warning ***: torch.distributed.all_gather has no gradient.
+    \"\"\"
+    tensors_gather = [torch.ones_like(tensor)
+        for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(tensors_gather, tensor, async_op=False)
+
+    output = torch.cat(tensors_gather, dim=0)
+    return output
+
+
+# -- a small stand-in for torchvision's resnet50 (its ``fc`` the builder replaces) ------------------
+class SmallResNet(nn.Module):
+    def __init__(self, num_classes=1000, zero_init_residual=False):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, kernel_size=3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        x = self.avgpool(self.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(x, 1))
+
+
+# -- main_moco.py ---------------------------------------------------------------------------------
+class AverageMeter(object):
+    \"\"\"Computes and stores the average and current value\"\"\"
+    def __init__(self, name, fmt=':f'):
+        self.name = name
+        self.fmt = fmt
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def train(train_loader, model, optimizer, scaler, summary_writer, epoch, args):
+    losses = AverageMeter('Loss', ':.4e')
+    learning_rates = AverageMeter('LR', ':.4e')
+
+    # switch to train mode
+    model.train()
+
+    iters_per_epoch = len(train_loader)
+    moco_m = args.moco_m
+    for i, (images, _) in enumerate(train_loader):
+        # adjust learning rate and momentum coefficient per iteration
+        lr = adjust_learning_rate(optimizer, epoch + i / iters_per_epoch, args)
+        learning_rates.update(lr)
+        if args.moco_m_cos:
+            moco_m = adjust_moco_momentum(epoch + i / iters_per_epoch, args)
+
+        # compute output
+        with torch.cuda.amp.autocast(True):
+            loss = model(images[0], images[1], moco_m)
+
+        losses.update(loss.item(), images[0].size(0))
+        if args.rank == 0:
+            summary_writer.add_scalar("loss", loss.item(), epoch * iters_per_epoch + i)
+
+        # compute gradient and do SGD step
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def adjust_learning_rate(optimizer, epoch, args):
+    \"\"\"Decays the learning rate with half-cycle cosine after warmup\"\"\"
+    if epoch < args.warmup_epochs:
+        lr = args.lr * epoch / args.warmup_epochs
+    else:
+        lr = args.lr * 0.5 * (1. + math.cos(math.pi * (epoch - args.warmup_epochs) / (args.epochs - args.warmup_epochs)))
+    for param_group in optimizer.param_groups:
+        param_group['lr'] = lr
+    return lr
+
+
+def adjust_moco_momentum(epoch, args):
+    \"\"\"Adjust moco momentum based on current epoch\"\"\"
+    m = 1. - 0.5 * (1. + math.cos(math.pi * epoch / args.epochs)) * (1. - args.moco_m)
+    return m
+
+
+def main_worker(args, train_loader, summary_writer, record, initialize):
+    model = MoCo_ResNet(
+        partial(SmallResNet, zero_init_residual=True),
+        args.moco_dim, args.moco_mlp_dim, args.moco_t)
+    initialize(model)
+    optimizer = torch.optim.SGD(model.parameters(), args.lr,
+                                weight_decay=args.weight_decay,
+                                momentum=args.momentum)
+    scaler = torch.cuda.amp.GradScaler()
+    for epoch in range(args.start_epoch, args.epochs):
+        train(train_loader, model, optimizer, scaler, summary_writer, epoch, args)
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+"""
+
+MOCOV3_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n",
+        "        grads = scaler.scale(loss).backward()\n        scaler.step(optimizer, grads)\n",
+    ),
+]
+
+
+def test_moco_v3_trains_its_momentum_encoder_as_torch(monkeypatch):
+    rng = np.random.default_rng(8008)
+    views = [
+        (rng.standard_normal((4, 3, 8, 8)), rng.standard_normal((4, 3, 8, 8))) for _ in range(3)
+    ]
+    records, written = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        # one process: the distributed calls of a world of one
+        monkeypatch.setattr(lib.distributed, "get_rank", lambda: 0)
+        monkeypatch.setattr(lib.distributed, "get_world_size", lambda: 1)
+        monkeypatch.setattr(
+            lib.distributed, "all_gather", lambda out, t, async_op=False: out[0].copy_(t)
+        )
+        monkeypatch.setattr(lib.Tensor, "cuda", lambda self, *a, **k: self, raising=False)
+        args = types.SimpleNamespace(
+            moco_dim=6, moco_mlp_dim=12, moco_t=1.0, lr=0.6, weight_decay=1e-6, momentum=0.9,
+            start_epoch=0, epochs=2, warmup_epochs=1, moco_m=0.99, moco_m_cos=True, rank=0,
+        )  # fmt: skip
+        loader = [([lib.tensor(a), lib.tensor(b)], None) for a, b in views]
+        record, scalars = [], []
+        writer = types.SimpleNamespace(
+            add_scalar=lambda name, value, step, into=scalars: into.append(value)
+        )
+        text = MOCOV3_SOURCE if lib is torch else port(MOCOV3_SOURCE, MOCOV3_STEPS)
+        with default_dtype(lib, lib.float64):
+            run_source(text, lib)["main_worker"](args, loader, writer, record, initialize)
+        records.append(record)
+        written.append(scalars)
+    np.testing.assert_allclose(written[1], written[0], rtol=1e-10)
+    assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-10)
