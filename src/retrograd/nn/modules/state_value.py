@@ -23,7 +23,69 @@ from ...tensor.core import _is_dtype
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.inplace import assign
 
-__all__ = ["StateValue"]
+__all__ = ["StateDType", "StateValue"]
+
+#: NumPy's dtype class -> the :class:`StateDType` subclass carrying its class attributes
+_STATE_DTYPE_CLASSES: dict[type, type] = {}
+
+
+class StateDType:
+    """A state value's ``dtype``: NumPy's (it compares, hashes, prints and converts as NumPy's
+    does, ``np.dtype(d)`` is NumPy's own) that also has torch's ``is_floating_point``,
+    ``is_complex`` and ``is_signed``, which training code reads from state-dict values
+    (YOLOv5's ``ModelEMA``: ``if v.dtype.is_floating_point: v *= d``). NumPy's dtypes cannot
+    be subclassed; each NumPy dtype class gets a subclass of this one carrying its class
+    attributes (``type(x.dtype)._is_numeric``, as ``np.testing`` reads it)."""
+
+    __slots__ = ("dtype",)
+
+    def __new__(cls, numpy_dtype: np.dtype) -> StateDType:
+        kind = type(numpy_dtype)
+        proxy_class = _STATE_DTYPE_CLASSES.get(kind)
+        if proxy_class is None:
+            carried = {
+                name: getattr(kind, name)
+                for name in ("_is_numeric", "_legacy", "_abstract", "_parametric", "type")
+                if hasattr(kind, name)
+            }
+            proxy_class = type(f"State{kind.__name__}", (StateDType,), {"__slots__": (), **carried})
+            _STATE_DTYPE_CLASSES[kind] = proxy_class
+        proxy = object.__new__(proxy_class)
+        object.__setattr__(proxy, "dtype", numpy_dtype)
+        return proxy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dtype, name)
+
+    def __eq__(self, other: Any) -> bool:
+        return self.dtype == (other.dtype if isinstance(other, StateDType) else other)
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.dtype)
+
+    def __repr__(self) -> str:
+        return repr(self.dtype)
+
+    def __str__(self) -> str:
+        return str(self.dtype)
+
+    def __reduce__(self) -> Any:  # pickled as NumPy's dtype
+        return (np.dtype, (self.dtype.str,))
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.dtype.kind == "f"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.dtype.kind == "c"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.dtype.kind not in "bu"
 
 
 class StateValue(np.ndarray):
@@ -50,6 +112,20 @@ class StateValue(np.ndarray):
 
     def __array_finalize__(self, obj: Any) -> None:
         self._source = None  # derived arrays (views, results) write nowhere else
+
+    @property
+    def dtype(self) -> StateDType:  # type: ignore[override]
+        """NumPy's dtype with torch's ``is_floating_point``/``is_complex``/``is_signed``
+        (:class:`StateDType`)."""
+        return StateDType(np.ndarray.dtype.__get__(self))
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        np.ndarray.dtype.__set__(self, value)
+
+    def __repr__(self) -> str:
+        # NumPy prints a dtype whose class is not its own in full (``dtype=dtype('float32')``)
+        return repr(self.view(_PrintedStateValue))
 
     def __reduce__(self) -> Any:  # pickled (copy.deepcopy, torch.save) as a plain array
         self._refresh()
@@ -260,6 +336,13 @@ class StateValue(np.ndarray):
         if source is not None:
             value = tensor(np.array(self, copy=True), backend=source.backend, device=source.device)
             assign(source, value, f"state_dict {op}")
+
+
+class _PrintedStateValue(np.ndarray):
+    """A state value as NumPy prints it (``StateValue([1., 2.], dtype=float32)``)."""
+
+
+_PrintedStateValue.__name__ = _PrintedStateValue.__qualname__ = "StateValue"
 
 
 def host_array(value: Any) -> np.ndarray:
