@@ -1,0 +1,1243 @@
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
+"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+
+- neural spline flows as bayesiains/nflows writes them (``nflows/transforms/splines/
+  rational_quadratic.py`` whole, ``utils/torchutils.py``'s ``searchsorted``, ``sum_except_batch``,
+  ``split_leading_dim``, ``merge_leading_dims``, ``repeat_rows``; ``transforms/coupling.py``'s
+  ``CouplingTransform`` and ``PiecewiseRationalQuadraticCouplingTransform``;
+  ``transforms/permutations.py``'s ``ReversePermutation``; ``transforms/base.py``'s
+  ``CompositeTransform``; ``distributions/normal.py``'s ``StandardNormal``; ``nn/nets/resnet.py``'s
+  ``ResidualNet``; ``flows/base.py``'s ``Flow``), a conditional flow on two moons as the README
+  trains it: the mask's ``masked_select`` feature buffers, ``inputs[:, self.identity_features,
+  ...]`` and ``torch.empty_like`` filled by index assignment, the spline's in-place writes
+  (``unnormalized_widths /= np.sqrt(...)`` on views of the net's output,
+  ``unnormalized_derivatives[..., 0] = constant``, ``bin_locations[..., -1] += eps`` inside
+  ``searchsorted``, ``outputs[outside_interval_mask] = inputs[outside_interval_mask]`` and the
+  tuple assignment of both masked results), ``gather(-1, bin_idx)[..., 0]``,
+  ``F.softplus(beta=)``, ``F.glu`` of the context, ``BatchNorm1d(eps=1e-3)``, the float64
+  ``_log_z`` buffer subtracted from float32 log-densities, ``torch.Size(shape) + x.shape[1:]``,
+  and sampling through the inverse spline (the quadratic's root). The draws (``randn``) come from
+  one seeded stream in both runs.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
+
+NSF_SOURCE = '''
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn import init
+from torch import optim
+
+
+# utils/torchutils.py
+def sum_except_batch(x, num_batch_dims=1):
+    """Sums all elements of `x` except for the first `num_batch_dims` dimensions."""
+    reduce_dims = list(range(num_batch_dims, x.ndimension()))
+    return torch.sum(x, dim=reduce_dims)
+
+
+def split_leading_dim(x, shape):
+    """Reshapes the leading dim of `x` to have the given shape."""
+    new_shape = torch.Size(shape) + x.shape[1:]
+    return torch.reshape(x, new_shape)
+
+
+def merge_leading_dims(x, num_dims):
+    """Reshapes the tensor `x` such that the first `num_dims` dimensions are merged to one."""
+    if num_dims > x.dim():
+        raise ValueError(
+            "Number of leading dims can't be greater than total number of dims."
+        )
+    new_shape = torch.Size([-1]) + x.shape[num_dims:]
+    return torch.reshape(x, new_shape)
+
+
+def repeat_rows(x, num_reps):
+    """Each row of tensor `x` is repeated `num_reps` times along leading dimension."""
+    shape = x.shape
+    x = x.unsqueeze(1)
+    x = x.expand(shape[0], num_reps, *shape[1:])
+    return merge_leading_dims(x, num_dims=2)
+
+
+def searchsorted(bin_locations, inputs, eps=1e-6):
+    bin_locations[..., -1] += eps
+    return torch.sum(inputs[..., None] >= bin_locations, dim=-1) - 1
+
+
+class InputOutsideDomain(Exception):
+    pass
+
+
+# transforms/splines/rational_quadratic.py
+DEFAULT_MIN_BIN_WIDTH = 1e-3
+DEFAULT_MIN_BIN_HEIGHT = 1e-3
+DEFAULT_MIN_DERIVATIVE = 1e-3
+
+
+def unconstrained_rational_quadratic_spline(
+    inputs,
+    unnormalized_widths,
+    unnormalized_heights,
+    unnormalized_derivatives,
+    inverse=False,
+    tails="linear",
+    tail_bound=1.0,
+    min_bin_width=DEFAULT_MIN_BIN_WIDTH,
+    min_bin_height=DEFAULT_MIN_BIN_HEIGHT,
+    min_derivative=DEFAULT_MIN_DERIVATIVE,
+    enable_identity_init=False,
+):
+    inside_interval_mask = (inputs >= -tail_bound) & (inputs <= tail_bound)
+    outside_interval_mask = ~inside_interval_mask
+
+    outputs = torch.zeros_like(inputs)
+    logabsdet = torch.zeros_like(inputs)
+
+    if tails == "linear":
+        unnormalized_derivatives = F.pad(unnormalized_derivatives, pad=(1, 1))
+        constant = np.log(np.exp(1 - min_derivative) - 1)
+        unnormalized_derivatives[..., 0] = constant
+        unnormalized_derivatives[..., -1] = constant
+
+        outputs[outside_interval_mask] = inputs[outside_interval_mask]
+        logabsdet[outside_interval_mask] = 0
+    else:
+        raise RuntimeError("{} tails are not implemented.".format(tails))
+
+    if torch.any(inside_interval_mask):
+        (
+            outputs[inside_interval_mask],
+            logabsdet[inside_interval_mask],
+        ) = rational_quadratic_spline(
+            inputs=inputs[inside_interval_mask],
+            unnormalized_widths=unnormalized_widths[inside_interval_mask, :],
+            unnormalized_heights=unnormalized_heights[inside_interval_mask, :],
+            unnormalized_derivatives=unnormalized_derivatives[inside_interval_mask, :],
+            inverse=inverse,
+            left=-tail_bound,
+            right=tail_bound,
+            bottom=-tail_bound,
+            top=tail_bound,
+            min_bin_width=min_bin_width,
+            min_bin_height=min_bin_height,
+            min_derivative=min_derivative,
+            enable_identity_init=enable_identity_init,
+        )
+
+    return outputs, logabsdet
+
+
+def rational_quadratic_spline(
+    inputs,
+    unnormalized_widths,
+    unnormalized_heights,
+    unnormalized_derivatives,
+    inverse=False,
+    left=0.0,
+    right=1.0,
+    bottom=0.0,
+    top=1.0,
+    min_bin_width=DEFAULT_MIN_BIN_WIDTH,
+    min_bin_height=DEFAULT_MIN_BIN_HEIGHT,
+    min_derivative=DEFAULT_MIN_DERIVATIVE,
+    enable_identity_init=False,
+):
+    if torch.min(inputs) < left or torch.max(inputs) > right:
+        raise InputOutsideDomain()
+
+    num_bins = unnormalized_widths.shape[-1]
+
+    if min_bin_width * num_bins > 1.0:
+        raise ValueError("Minimal bin width too large for the number of bins")
+    if min_bin_height * num_bins > 1.0:
+        raise ValueError("Minimal bin height too large for the number of bins")
+
+    widths = F.softmax(unnormalized_widths, dim=-1)
+    widths = min_bin_width + (1 - min_bin_width * num_bins) * widths
+    cumwidths = torch.cumsum(widths, dim=-1)
+    cumwidths = F.pad(cumwidths, pad=(1, 0), mode="constant", value=0.0)
+    cumwidths = (right - left) * cumwidths + left
+    cumwidths[..., 0] = left
+    cumwidths[..., -1] = right
+    widths = cumwidths[..., 1:] - cumwidths[..., :-1]
+
+    if enable_identity_init: #flow is the identity if initialized with parameters equal to zero
+        beta = np.log(2) / (1 - min_derivative)
+    else: #backward compatibility
+        beta = 1
+    derivatives = min_derivative + F.softplus(unnormalized_derivatives, beta=beta)
+
+    heights = F.softmax(unnormalized_heights, dim=-1)
+    heights = min_bin_height + (1 - min_bin_height * num_bins) * heights
+    cumheights = torch.cumsum(heights, dim=-1)
+    cumheights = F.pad(cumheights, pad=(1, 0), mode="constant", value=0.0)
+    cumheights = (top - bottom) * cumheights + bottom
+    cumheights[..., 0] = bottom
+    cumheights[..., -1] = top
+    heights = cumheights[..., 1:] - cumheights[..., :-1]
+
+    if inverse:
+        bin_idx = searchsorted(cumheights, inputs)[..., None]
+    else:
+        bin_idx = searchsorted(cumwidths, inputs)[..., None]
+
+    input_cumwidths = cumwidths.gather(-1, bin_idx)[..., 0]
+    input_bin_widths = widths.gather(-1, bin_idx)[..., 0]
+
+    input_cumheights = cumheights.gather(-1, bin_idx)[..., 0]
+    delta = heights / widths
+    input_delta = delta.gather(-1, bin_idx)[..., 0]
+
+    input_derivatives = derivatives.gather(-1, bin_idx)[..., 0]
+    input_derivatives_plus_one = derivatives[..., 1:].gather(-1, bin_idx)[..., 0]
+
+    input_heights = heights.gather(-1, bin_idx)[..., 0]
+
+    if inverse:
+        a = (inputs - input_cumheights) * (
+            input_derivatives + input_derivatives_plus_one - 2 * input_delta
+        ) + input_heights * (input_delta - input_derivatives)
+        b = input_heights * input_derivatives - (inputs - input_cumheights) * (
+            input_derivatives + input_derivatives_plus_one - 2 * input_delta
+        )
+        c = -input_delta * (inputs - input_cumheights)
+
+        discriminant = b.pow(2) - 4 * a * c
+        assert (discriminant >= 0).all()
+
+        root = (2 * c) / (-b - torch.sqrt(discriminant))
+        # root = (- b + torch.sqrt(discriminant)) / (2 * a)
+        outputs = root * input_bin_widths + input_cumwidths
+
+        theta_one_minus_theta = root * (1 - root)
+        denominator = input_delta + (
+            (input_derivatives + input_derivatives_plus_one - 2 * input_delta)
+            * theta_one_minus_theta
+        )
+        derivative_numerator = input_delta.pow(2) * (
+            input_derivatives_plus_one * root.pow(2)
+            + 2 * input_delta * theta_one_minus_theta
+            + input_derivatives * (1 - root).pow(2)
+        )
+        logabsdet = torch.log(derivative_numerator) - 2 * torch.log(denominator)
+
+        return outputs, -logabsdet
+    else:
+        theta = (inputs - input_cumwidths) / input_bin_widths
+        theta_one_minus_theta = theta * (1 - theta)
+
+        numerator = input_heights * (
+            input_delta * theta.pow(2) + input_derivatives * theta_one_minus_theta
+        )
+        denominator = input_delta + (
+            (input_derivatives + input_derivatives_plus_one - 2 * input_delta)
+            * theta_one_minus_theta
+        )
+        outputs = input_cumheights + numerator / denominator
+
+        derivative_numerator = input_delta.pow(2) * (
+            input_derivatives_plus_one * theta.pow(2)
+            + 2 * input_delta * theta_one_minus_theta
+            + input_derivatives * (1 - theta).pow(2)
+        )
+        logabsdet = torch.log(derivative_numerator) - 2 * torch.log(denominator)
+
+        return outputs, logabsdet
+
+
+# nn/nets/resnet.py
+class ResidualBlock(nn.Module):
+    """A general-purpose residual block. Works only with 1-dim inputs."""
+
+    def __init__(
+        self,
+        features,
+        context_features,
+        activation=F.relu,
+        dropout_probability=0.0,
+        use_batch_norm=False,
+        zero_initialization=True,
+    ):
+        super().__init__()
+        self.activation = activation
+
+        self.use_batch_norm = use_batch_norm
+        if use_batch_norm:
+            self.batch_norm_layers = nn.ModuleList(
+                [nn.BatchNorm1d(features, eps=1e-3) for _ in range(2)]
+            )
+        if context_features is not None:
+            self.context_layer = nn.Linear(context_features, features)
+        self.linear_layers = nn.ModuleList(
+            [nn.Linear(features, features) for _ in range(2)]
+        )
+        self.dropout = nn.Dropout(p=dropout_probability)
+        if zero_initialization:
+            init.uniform_(self.linear_layers[-1].weight, -1e-3, 1e-3)
+            init.uniform_(self.linear_layers[-1].bias, -1e-3, 1e-3)
+
+    def forward(self, inputs, context=None):
+        temps = inputs
+        if self.use_batch_norm:
+            temps = self.batch_norm_layers[0](temps)
+        temps = self.activation(temps)
+        temps = self.linear_layers[0](temps)
+        if self.use_batch_norm:
+            temps = self.batch_norm_layers[1](temps)
+        temps = self.activation(temps)
+        temps = self.dropout(temps)
+        temps = self.linear_layers[1](temps)
+        if context is not None:
+            temps = F.glu(torch.cat((temps, self.context_layer(context)), dim=1), dim=1)
+        return inputs + temps
+
+
+class ResidualNet(nn.Module):
+    """A general-purpose residual network. Works only with 1-dim inputs."""
+
+    def __init__(
+        self,
+        in_features,
+        out_features,
+        hidden_features,
+        context_features=None,
+        num_blocks=2,
+        activation=F.relu,
+        dropout_probability=0.0,
+        use_batch_norm=False,
+    ):
+        super().__init__()
+        self.hidden_features = hidden_features
+        self.context_features = context_features
+        if context_features is not None:
+            self.initial_layer = nn.Linear(
+                in_features + context_features, hidden_features
+            )
+        else:
+            self.initial_layer = nn.Linear(in_features, hidden_features)
+        self.blocks = nn.ModuleList(
+            [
+                ResidualBlock(
+                    features=hidden_features,
+                    context_features=context_features,
+                    activation=activation,
+                    dropout_probability=dropout_probability,
+                    use_batch_norm=use_batch_norm,
+                )
+                for _ in range(num_blocks)
+            ]
+        )
+        self.final_layer = nn.Linear(hidden_features, out_features)
+
+    def forward(self, inputs, context=None):
+        if context is None:
+            temps = self.initial_layer(inputs)
+        else:
+            temps = self.initial_layer(torch.cat((inputs, context), dim=1))
+        for block in self.blocks:
+            temps = block(temps, context=context)
+        outputs = self.final_layer(temps)
+        return outputs
+
+
+# transforms/base.py
+class Transform(nn.Module):
+    def forward(self, inputs, context=None):
+        raise NotImplementedError()
+
+    def inverse(self, inputs, context=None):
+        raise NotImplementedError()
+
+
+class CompositeTransform(Transform):
+    def __init__(self, transforms):
+        super().__init__()
+        self._transforms = nn.ModuleList(transforms)
+
+    @staticmethod
+    def _cascade(inputs, funcs, context):
+        batch_size = inputs.shape[0]
+        outputs = inputs
+        total_logabsdet = inputs.new_zeros(batch_size)
+        for func in funcs:
+            outputs, logabsdet = func(outputs, context)
+            total_logabsdet += logabsdet
+        return outputs, total_logabsdet
+
+    def forward(self, inputs, context=None):
+        funcs = self._transforms
+        return self._cascade(inputs, funcs, context)
+
+    def inverse(self, inputs, context=None):
+        funcs = (transform.inverse for transform in self._transforms[::-1])
+        return self._cascade(inputs, funcs, context)
+
+
+# transforms/permutations.py
+class Permutation(Transform):
+    def __init__(self, permutation, dim=1):
+        super().__init__()
+        self._dim = dim
+        self.register_buffer("_permutation", permutation)
+
+    @property
+    def _inverse_permutation(self):
+        return torch.argsort(self._permutation)
+
+    @staticmethod
+    def _permute(inputs, permutation, dim):
+        if dim >= inputs.ndimension():
+            raise ValueError("No dimension {} in inputs.".format(dim))
+        if inputs.shape[dim] != len(permutation):
+            raise ValueError(
+                "Dimension {} in inputs must be of size {}.".format(
+                    dim, len(permutation)
+                )
+            )
+        batch_size = inputs.shape[0]
+        outputs = torch.index_select(inputs, dim, permutation)
+        logabsdet = inputs.new_zeros(batch_size)
+        return outputs, logabsdet
+
+    def forward(self, inputs, context=None):
+        return self._permute(inputs, self._permutation, self._dim)
+
+    def inverse(self, inputs, context=None):
+        return self._permute(inputs, self._inverse_permutation, self._dim)
+
+
+class ReversePermutation(Permutation):
+    def __init__(self, features, dim=1):
+        super().__init__(torch.arange(features - 1, -1, -1), dim)
+
+
+# transforms/coupling.py
+class CouplingTransform(Transform):
+    """A base class for coupling layers. Supports 2D inputs (NxD), as well as 4D inputs for
+    images (NxCxHxW). For images the splitting is done on the channel dimension, using the
+    provided 1D mask."""
+
+    def __init__(self, mask, transform_net_create_fn, unconditional_transform=None):
+        mask = torch.as_tensor(mask)
+        if mask.dim() != 1:
+            raise ValueError("Mask must be a 1-dim tensor.")
+        if mask.numel() <= 0:
+            raise ValueError("Mask can't be empty.")
+
+        super().__init__()
+        self.features = len(mask)
+        features_vector = torch.arange(self.features)
+
+        self.register_buffer(
+            "identity_features", features_vector.masked_select(mask <= 0)
+        )
+        self.register_buffer(
+            "transform_features", features_vector.masked_select(mask > 0)
+        )
+
+        assert self.num_identity_features + self.num_transform_features == self.features
+
+        self.transform_net = transform_net_create_fn(
+            self.num_identity_features,
+            self.num_transform_features * self._transform_dim_multiplier(),
+        )
+
+        if unconditional_transform is None:
+            self.unconditional_transform = None
+        else:
+            self.unconditional_transform = unconditional_transform(
+                features=self.num_identity_features
+            )
+
+    @property
+    def num_identity_features(self):
+        return len(self.identity_features)
+
+    @property
+    def num_transform_features(self):
+        return len(self.transform_features)
+
+    def forward(self, inputs, context=None):
+        if inputs.dim() not in [2, 4]:
+            raise ValueError("Inputs must be a 2D or a 4D tensor.")
+
+        if inputs.shape[1] != self.features:
+            raise ValueError(
+                "Expected features = {}, got {}.".format(self.features, inputs.shape[1])
+            )
+
+        identity_split = inputs[:, self.identity_features, ...]
+        transform_split = inputs[:, self.transform_features, ...]
+
+        transform_params = self.transform_net(identity_split, context)
+        transform_split, logabsdet = self._coupling_transform_forward(
+            inputs=transform_split, transform_params=transform_params
+        )
+
+        if self.unconditional_transform is not None:
+            identity_split, logabsdet_identity = self.unconditional_transform(
+                identity_split, context
+            )
+            logabsdet += logabsdet_identity
+
+        outputs = torch.empty_like(inputs)
+        outputs[:, self.identity_features, ...] = identity_split
+        outputs[:, self.transform_features, ...] = transform_split
+
+        return outputs, logabsdet
+
+    def inverse(self, inputs, context=None):
+        if inputs.dim() not in [2, 4]:
+            raise ValueError("Inputs must be a 2D or a 4D tensor.")
+
+        if inputs.shape[1] != self.features:
+            raise ValueError(
+                "Expected features = {}, got {}.".format(self.features, inputs.shape[1])
+            )
+
+        identity_split = inputs[:, self.identity_features, ...]
+        transform_split = inputs[:, self.transform_features, ...]
+
+        logabsdet = 0.0
+        if self.unconditional_transform is not None:
+            identity_split, logabsdet = self.unconditional_transform.inverse(
+                identity_split, context
+            )
+
+        transform_params = self.transform_net(identity_split, context)
+        transform_split, logabsdet_split = self._coupling_transform_inverse(
+            inputs=transform_split, transform_params=transform_params
+        )
+        logabsdet += logabsdet_split
+
+        outputs = torch.empty_like(inputs)
+        outputs[:, self.identity_features] = identity_split
+        outputs[:, self.transform_features] = transform_split
+
+        return outputs, logabsdet
+
+    def _transform_dim_multiplier(self):
+        raise NotImplementedError()
+
+    def _coupling_transform_forward(self, inputs, transform_params):
+        raise NotImplementedError()
+
+    def _coupling_transform_inverse(self, inputs, transform_params):
+        raise NotImplementedError()
+
+
+class PiecewiseCouplingTransform(CouplingTransform):
+    def _coupling_transform_forward(self, inputs, transform_params):
+        return self._coupling_transform(inputs, transform_params, inverse=False)
+
+    def _coupling_transform_inverse(self, inputs, transform_params):
+        return self._coupling_transform(inputs, transform_params, inverse=True)
+
+    def _coupling_transform(self, inputs, transform_params, inverse=False):
+        if inputs.dim() == 4:
+            b, c, h, w = inputs.shape
+            # For images, reshape transform_params from Bx(C*?)xHxW to BxCxHxWx?
+            transform_params = transform_params.reshape(b, c, -1, h, w).permute(
+                0, 1, 3, 4, 2
+            )
+        elif inputs.dim() == 2:
+            b, d = inputs.shape
+            # For 2D data, reshape transform_params from Bx(D*?) to BxDx?
+            transform_params = transform_params.reshape(b, d, -1)
+
+        outputs, logabsdet = self._piecewise_cdf(inputs, transform_params, inverse)
+
+        return outputs, sum_except_batch(logabsdet)
+
+    def _piecewise_cdf(self, inputs, transform_params, inverse=False):
+        raise NotImplementedError()
+
+
+class PiecewiseRationalQuadraticCouplingTransform(PiecewiseCouplingTransform):
+    def __init__(
+        self,
+        mask,
+        transform_net_create_fn,
+        num_bins=10,
+        tails=None,
+        tail_bound=1.0,
+        apply_unconditional_transform=False,
+        img_shape=None,
+        min_bin_width=DEFAULT_MIN_BIN_WIDTH,
+        min_bin_height=DEFAULT_MIN_BIN_HEIGHT,
+        min_derivative=DEFAULT_MIN_DERIVATIVE,
+    ):
+
+        self.num_bins = num_bins
+        self.min_bin_width = min_bin_width
+        self.min_bin_height = min_bin_height
+        self.min_derivative = min_derivative
+        self.tails = tails
+        self.tail_bound = tail_bound
+
+        unconditional_transform = None
+
+        super().__init__(
+            mask,
+            transform_net_create_fn,
+            unconditional_transform=unconditional_transform,
+        )
+
+    def _transform_dim_multiplier(self):
+        if self.tails == "linear":
+            return self.num_bins * 3 - 1
+        else:
+            return self.num_bins * 3 + 1
+
+    def _piecewise_cdf(self, inputs, transform_params, inverse=False):
+        unnormalized_widths = transform_params[..., : self.num_bins]
+        unnormalized_heights = transform_params[..., self.num_bins : 2 * self.num_bins]
+        unnormalized_derivatives = transform_params[..., 2 * self.num_bins :]
+
+        if hasattr(self.transform_net, "hidden_features"):
+            unnormalized_widths /= np.sqrt(self.transform_net.hidden_features)
+            unnormalized_heights /= np.sqrt(self.transform_net.hidden_features)
+        elif hasattr(self.transform_net, "hidden_channels"):
+            unnormalized_widths /= np.sqrt(self.transform_net.hidden_channels)
+            unnormalized_heights /= np.sqrt(self.transform_net.hidden_channels)
+
+        if self.tails is None:
+            spline_fn = rational_quadratic_spline
+            spline_kwargs = {}
+        else:
+            spline_fn = unconstrained_rational_quadratic_spline
+            spline_kwargs = {"tails": self.tails, "tail_bound": self.tail_bound}
+
+        return spline_fn(
+            inputs=inputs,
+            unnormalized_widths=unnormalized_widths,
+            unnormalized_heights=unnormalized_heights,
+            unnormalized_derivatives=unnormalized_derivatives,
+            inverse=inverse,
+            min_bin_width=self.min_bin_width,
+            min_bin_height=self.min_bin_height,
+            min_derivative=self.min_derivative,
+            **spline_kwargs
+        )
+
+
+# distributions/normal.py
+class StandardNormal(nn.Module):
+    """A multivariate Normal with zero mean and unit covariance."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self._shape = torch.Size(shape)
+
+        self.register_buffer("_log_z",
+                             torch.tensor(0.5 * np.prod(shape) * np.log(2 * np.pi),
+                                          dtype=torch.float64),
+                             persistent=False)
+
+    def log_prob(self, inputs, context=None):
+        if inputs.shape[1:] != self._shape:
+            raise ValueError(
+                "Expected input of shape {}, got {}".format(
+                    self._shape, inputs.shape[1:]
+                )
+            )
+        neg_energy = -0.5 * \\
+            sum_except_batch(inputs ** 2, num_batch_dims=1)
+        return neg_energy - self._log_z
+
+    def sample(self, num_samples, context=None):
+        if context is None:
+            return torch.randn(num_samples, *self._shape, device=self._log_z.device)
+        else:
+            # The value of the context is ignored, only its size and device are taken into account.
+            context_size = context.shape[0]
+            samples = torch.randn(context_size * num_samples, *self._shape,
+                                  device=context.device)
+            return split_leading_dim(samples, [context_size, num_samples])
+
+
+# flows/base.py
+class Flow(nn.Module):
+    """Base class for all flow objects."""
+
+    def __init__(self, transform, distribution, embedding_net=None):
+        super().__init__()
+        self._transform = transform
+        self._distribution = distribution
+        if embedding_net is not None:
+            self._embedding_net = embedding_net
+        else:
+            self._embedding_net = torch.nn.Identity()
+
+    def log_prob(self, inputs, context=None):
+        inputs = torch.as_tensor(inputs)
+        if context is not None:
+            context = torch.as_tensor(context)
+        embedded_context = self._embedding_net(context)
+        noise, logabsdet = self._transform(inputs, context=embedded_context)
+        log_prob = self._distribution.log_prob(noise, context=embedded_context)
+        return log_prob + logabsdet
+
+    def sample(self, num_samples, context=None):
+        embedded_context = self._embedding_net(context)
+        noise = self._distribution.sample(num_samples, context=embedded_context)
+
+        if embedded_context is not None:
+            # Merge the context dimension with sample dimension in order to apply the transform.
+            noise = merge_leading_dims(noise, num_dims=2)
+            embedded_context = repeat_rows(
+                embedded_context, num_reps=num_samples
+            )
+
+        samples, _ = self._transform.inverse(noise, context=embedded_context)
+
+        if embedded_context is not None:
+            # Split the context dimension from sample dimension.
+            samples = split_leading_dim(samples, shape=[-1, num_samples])
+
+        return samples
+
+
+# the README's conditional flow on two moons, with the spline couplings of examples/
+num_layers = 2
+base_dist = StandardNormal(shape=[2])
+
+transforms = []
+for i in range(num_layers):
+    transforms.append(ReversePermutation(features=2))
+    transforms.append(PiecewiseRationalQuadraticCouplingTransform(
+        mask=torch.tensor([1, 0]),
+        transform_net_create_fn=lambda in_features, out_features: ResidualNet(
+            in_features, out_features, hidden_features=8, context_features=1,
+            num_blocks=1, use_batch_norm=True),
+        num_bins=4, tails="linear", tail_bound=2.0))
+transform = CompositeTransform(transforms)
+
+flow = Flow(transform, base_dist)
+initialize(flow)
+optimizer = optim.Adam(flow.parameters(), lr=3e-3)
+
+for x, y in batches:
+    x = torch.tensor(x, dtype=torch.float32)
+    y = torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
+    optimizer.zero_grad()
+    loss = -flow.log_prob(inputs=x, context=y).mean()
+    loss.backward()
+    optimizer.step()
+    record.append(loss.item())
+    record.append(params_of(flow))
+
+flow.eval()
+with torch.no_grad():
+    record.append(flow.log_prob(torch.tensor(batches[0][0], dtype=torch.float32),
+                                torch.zeros(len(batches[0][0]), 1)).numpy())
+    samples = flow.sample(3, context=torch.tensor([[0.0], [1.0]]))
+    record.append(samples.numpy())
+'''
+
+NSF_STEPS = [
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
+    (
+        "from torch.nn import functional as F\nfrom torch.nn import init\nfrom torch import optim\n",
+        "from retrograd.nn import functional as F\nfrom retrograd.nn import init\nfrom retrograd import optim\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
+]
+
+
+def _moons(rng, n):
+    """sklearn's ``make_moons(n, noise=.1)`` in NumPy (the data, not its draws, matters)."""
+    labels = rng.integers(0, 2, n)
+    angle = rng.uniform(0, np.pi, n)
+    x = np.where(labels == 0, np.cos(angle), 1 - np.cos(angle))
+    y = np.where(labels == 0, np.sin(angle), 0.5 - np.sin(angle))
+    points = np.stack([x, y], 1) + 0.1 * rng.standard_normal((n, 2))
+    return points * 1.3, labels  # (scaled so that some points fall past the tail bound)
+
+
+def test_neural_spline_flow_trains_and_samples_as_torch():
+    rng = np.random.default_rng(8101)
+    batches = [_moons(rng, 16) for _ in range(3)]
+    assert any((np.abs(x) > 2).any() for x, _ in batches)  # the linear tails are used
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = NSF_SOURCE if lib is torch else port(NSF_SOURCE, NSF_STEPS)
+        with SharedDraws(lib, 8101):
+            run_source(
+                text,
+                lib,
+                record=record,
+                initialize=initialize,
+                batches=batches,
+                params_of=params_of,
+            )
+        records.append(record)
+    # the bias of each block's first linear layer feeds a batch norm, which cancels it: its
+    # true gradient is zero, so Adam's steps follow the rounding noise (both libraries')
+    cancelled = [
+        f"0._transform._transforms.{i}.transform_net.blocks.0.linear_layers.0.bias" for i in (1, 3)
+    ]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=cancelled)
+
+
+KDIFF_SOURCE = '''
+import math
+import warnings
+from copy import deepcopy
+from functools import partial
+
+import torch
+from torch import nn, optim
+from torch.nn import functional as F
+
+
+def trange(n, disable=None):  # (tqdm's, without the bar)
+    return range(n)
+
+
+# k_diffusion/utils.py
+def append_dims(x, target_dims):
+    """Appends dimensions to the end of a tensor until it has target_dims dimensions."""
+    dims_to_append = target_dims - x.ndim
+    if dims_to_append < 0:
+        raise ValueError(f'input has {x.ndim} dims but target_dims is {target_dims}, which is less')
+    return x[(...,) + (None,) * dims_to_append]
+
+
+def append_zero(x):
+    return torch.cat([x, x.new_zeros([1])])
+
+
+@torch.no_grad()
+def ema_update(model, averaged_model, decay):
+    """Incorporates updated model parameters into an exponential moving averaged
+    version of a model. It should be called after each optimizer step."""
+    model_params = dict(model.named_parameters())
+    averaged_params = dict(averaged_model.named_parameters())
+    assert model_params.keys() == averaged_params.keys()
+
+    for name, param in model_params.items():
+        averaged_params[name].mul_(decay).add_(param, alpha=1 - decay)
+
+    model_buffers = dict(model.named_buffers())
+    averaged_buffers = dict(averaged_model.named_buffers())
+    assert model_buffers.keys() == averaged_buffers.keys()
+
+    for name, buf in model_buffers.items():
+        averaged_buffers[name].copy_(buf)
+
+
+class EMAWarmup:
+    """Implements an EMA warmup using an inverse decay schedule.
+    If inv_gamma=1 and power=1, implements a simple average. inv_gamma=1, power=2/3 are
+    good values for models you plan to train for a million or more steps (reaches decay
+    factor 0.999 at 31.6K steps, 0.9999 at 1M steps), inv_gamma=1, power=3/4 for models
+    you plan to train for less (reaches decay factor 0.999 at 10K steps, 0.9999 at
+    215.4k steps)."""
+
+    def __init__(self, inv_gamma=1., power=1., min_value=0., max_value=1., start_at=0,
+                 last_epoch=0):
+        self.inv_gamma = inv_gamma
+        self.power = power
+        self.min_value = min_value
+        self.max_value = max_value
+        self.start_at = start_at
+        self.last_epoch = last_epoch
+
+    def state_dict(self):
+        """Returns the state of the class as a :class:`dict`."""
+        return dict(self.__dict__.items())
+
+    def load_state_dict(self, state_dict):
+        """Loads the class's state."""
+        self.__dict__.update(state_dict)
+
+    def get_value(self):
+        """Gets the current EMA decay rate."""
+        epoch = max(0, self.last_epoch - self.start_at)
+        value = 1 - (1 + epoch / self.inv_gamma) ** -self.power
+        return 0. if epoch < 0 else min(self.max_value, max(self.min_value, value))
+
+    def step(self):
+        """Updates the step count."""
+        self.last_epoch += 1
+
+
+class InverseLR(optim.lr_scheduler._LRScheduler):
+    """Implements an inverse decay learning rate schedule with an optional exponential
+    warmup. When last_epoch=-1, sets initial lr as lr.
+    inv_gamma is the number of steps/epochs required for the learning rate to decay to
+    (1 / 2)**power of its original value."""
+
+    def __init__(self, optimizer, inv_gamma=1., power=1., warmup=0., min_lr=0.,
+                 last_epoch=-1):
+        self.inv_gamma = inv_gamma
+        self.power = power
+        if not 0. <= warmup < 1:
+            raise ValueError('Invalid value for warmup')
+        self.warmup = warmup
+        self.min_lr = min_lr
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if not self._get_lr_called_within_step:
+            warnings.warn("To get the last learning rate computed by the scheduler, "
+                          "please use `get_last_lr()`.")
+
+        return self._get_closed_form_lr()
+
+    def _get_closed_form_lr(self):
+        warmup = 1 - self.warmup ** (self.last_epoch + 1)
+        lr_mult = (1 + self.last_epoch / self.inv_gamma) ** -self.power
+        return [warmup * max(self.min_lr, base_lr * lr_mult)
+                for base_lr in self.base_lrs]
+
+
+def rand_log_normal(shape, loc=0., scale=1., device='cpu', dtype=torch.float32):
+    """Draws samples from an lognormal distribution."""
+    return (torch.randn(shape, device=device, dtype=dtype) * scale + loc).exp()
+
+
+# k_diffusion/layers.py
+class Denoiser(nn.Module):
+    """A Karras et al. preconditioner for denoising diffusion models."""
+
+    def __init__(self, inner_model, sigma_data=1., weighting='karras'):
+        super().__init__()
+        self.inner_model = inner_model
+        self.sigma_data = sigma_data
+        if callable(weighting):
+            self.weighting = weighting
+        if weighting == 'karras':
+            self.weighting = torch.ones_like
+        elif weighting == 'soft-min-snr':
+            self.weighting = self._weighting_soft_min_snr
+        elif weighting == 'snr':
+            self.weighting = self._weighting_snr
+        else:
+            raise ValueError(f'Unknown weighting type {weighting}')
+
+    def _weighting_soft_min_snr(self, sigma):
+        return (sigma * self.sigma_data) ** 2 / (sigma ** 2 + self.sigma_data ** 2) ** 2
+
+    def _weighting_snr(self, sigma):
+        return self.sigma_data ** 2 / (sigma ** 2 + self.sigma_data ** 2)
+
+    def get_scalings(self, sigma):
+        c_skip = self.sigma_data ** 2 / (sigma ** 2 + self.sigma_data ** 2)
+        c_out = sigma * self.sigma_data / (sigma ** 2 + self.sigma_data ** 2) ** 0.5
+        c_in = 1 / (sigma ** 2 + self.sigma_data ** 2) ** 0.5
+        return c_skip, c_out, c_in
+
+    def loss(self, input, noise, sigma, **kwargs):
+        c_skip, c_out, c_in = [append_dims(x, input.ndim) for x in self.get_scalings(sigma)]
+        c_weight = self.weighting(sigma)
+        noised_input = input + noise * append_dims(sigma, input.ndim)
+        model_output = self.inner_model(noised_input * c_in, sigma, **kwargs)
+        target = (input - c_skip * noised_input) / c_out
+        return (model_output - target).pow(2).flatten(1).mean(1) * c_weight
+
+    def forward(self, input, sigma, **kwargs):
+        c_skip, c_out, c_in = [append_dims(x, input.ndim) for x in self.get_scalings(sigma)]
+        return self.inner_model(input * c_in, sigma, **kwargs) * c_out + input * c_skip
+
+
+class FourierFeatures(nn.Module):
+    def __init__(self, in_features, out_features, std=1.):
+        super().__init__()
+        assert out_features % 2 == 0
+        self.register_buffer('weight', torch.randn([out_features // 2, in_features]) * std)
+
+    def forward(self, input):
+        f = 2 * math.pi * input @ self.weight.T
+        return torch.cat([f.cos(), f.sin()], dim=-1)
+
+
+# k_diffusion/sampling.py
+def get_sigmas_karras(n, sigma_min, sigma_max, rho=7., device='cpu'):
+    """Constructs the noise schedule of Karras et al. (2022)."""
+    ramp = torch.linspace(0, 1, n, device=device)
+    min_inv_rho = sigma_min ** (1 / rho)
+    max_inv_rho = sigma_max ** (1 / rho)
+    sigmas = (max_inv_rho + ramp * (min_inv_rho - max_inv_rho)) ** rho
+    return append_zero(sigmas).to(device)
+
+
+def get_sigmas_exponential(n, sigma_min, sigma_max, device='cpu'):
+    """Constructs an exponential noise schedule."""
+    sigmas = torch.linspace(math.log(sigma_max), math.log(sigma_min), n, device=device).exp()
+    return append_zero(sigmas)
+
+
+def to_d(x, sigma, denoised):
+    """Converts a denoiser output to a Karras ODE derivative."""
+    return (x - denoised) / append_dims(sigma, x.ndim)
+
+
+def get_ancestral_step(sigma_from, sigma_to, eta=1.):
+    """Calculates the noise level (sigma_down) to step down to and the amount
+    of noise to add (sigma_up) when doing an ancestral sampling step."""
+    if not eta:
+        return sigma_to, 0.
+    sigma_up = min(sigma_to, eta * (sigma_to ** 2 * (sigma_from ** 2 - sigma_to ** 2) / sigma_from ** 2) ** 0.5)
+    sigma_down = (sigma_to ** 2 - sigma_up ** 2) ** 0.5
+    return sigma_down, sigma_up
+
+
+def default_noise_sampler(x):
+    return lambda sigma, sigma_next: torch.randn_like(x)
+
+
+@torch.no_grad()
+def sample_euler(model, x, sigmas, extra_args=None, callback=None, disable=None, s_churn=0., s_tmin=0., s_tmax=float('inf'), s_noise=1.):
+    """Implements Algorithm 2 (Euler steps) from Karras et al. (2022)."""
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    for i in trange(len(sigmas) - 1, disable=disable):
+        gamma = min(s_churn / (len(sigmas) - 1), 2 ** 0.5 - 1) if s_tmin <= sigmas[i] <= s_tmax else 0.
+        eps = torch.randn_like(x) * s_noise
+        sigma_hat = sigmas[i] * (gamma + 1)
+        if gamma > 0:
+            x = x + eps * (sigma_hat ** 2 - sigmas[i] ** 2) ** 0.5
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        d = to_d(x, sigma_hat, denoised)
+        if callback is not None:
+            callback({'x': x, 'i': i, 'sigma': sigmas[i], 'sigma_hat': sigma_hat, 'denoised': denoised})
+        dt = sigmas[i + 1] - sigma_hat
+        # Euler method
+        x = x + d * dt
+    return x
+
+
+@torch.no_grad()
+def sample_euler_ancestral(model, x, sigmas, extra_args=None, callback=None, disable=None, eta=1., s_noise=1., noise_sampler=None):
+    """Ancestral sampling with Euler method steps."""
+    extra_args = {} if extra_args is None else extra_args
+    noise_sampler = default_noise_sampler(x) if noise_sampler is None else noise_sampler
+    s_in = x.new_ones([x.shape[0]])
+    for i in trange(len(sigmas) - 1, disable=disable):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        sigma_down, sigma_up = get_ancestral_step(sigmas[i], sigmas[i + 1], eta=eta)
+        if callback is not None:
+            callback({'x': x, 'i': i, 'sigma': sigmas[i], 'sigma_hat': sigmas[i], 'denoised': denoised})
+        d = to_d(x, sigmas[i], denoised)
+        # Euler method
+        dt = sigma_down - sigmas[i]
+        x = x + d * dt
+        if sigmas[i + 1] > 0:
+            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * s_noise * sigma_up
+    return x
+
+
+@torch.no_grad()
+def sample_heun(model, x, sigmas, extra_args=None, callback=None, disable=None, s_churn=0., s_tmin=0., s_tmax=float('inf'), s_noise=1.):
+    """Implements Algorithm 2 (Heun steps) from Karras et al. (2022)."""
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    for i in trange(len(sigmas) - 1, disable=disable):
+        gamma = min(s_churn / (len(sigmas) - 1), 2 ** 0.5 - 1) if s_tmin <= sigmas[i] <= s_tmax else 0.
+        eps = torch.randn_like(x) * s_noise
+        sigma_hat = sigmas[i] * (gamma + 1)
+        if gamma > 0:
+            x = x + eps * (sigma_hat ** 2 - sigmas[i] ** 2) ** 0.5
+        denoised = model(x, sigma_hat * s_in, **extra_args)
+        d = to_d(x, sigma_hat, denoised)
+        if callback is not None:
+            callback({'x': x, 'i': i, 'sigma': sigmas[i], 'sigma_hat': sigma_hat, 'denoised': denoised})
+        dt = sigmas[i + 1] - sigma_hat
+        if sigmas[i + 1] == 0:
+            # Euler method
+            x = x + d * dt
+        else:
+            # Heun's method
+            x_2 = x + d * dt
+            denoised_2 = model(x_2, sigmas[i + 1] * s_in, **extra_args)
+            d_2 = to_d(x_2, sigmas[i + 1], denoised_2)
+            d_prime = (d + d_2) / 2
+            x = x + d_prime * dt
+    return x
+
+
+@torch.no_grad()
+def sample_dpmpp_2m(model, x, sigmas, extra_args=None, callback=None, disable=None):
+    """DPM-Solver++(2M)."""
+    extra_args = {} if extra_args is None else extra_args
+    s_in = x.new_ones([x.shape[0]])
+    sigma_fn = lambda t: t.neg().exp()
+    t_fn = lambda sigma: sigma.log().neg()
+    old_denoised = None
+
+    for i in trange(len(sigmas) - 1, disable=disable):
+        denoised = model(x, sigmas[i] * s_in, **extra_args)
+        if callback is not None:
+            callback({'x': x, 'i': i, 'sigma': sigmas[i], 'sigma_hat': sigmas[i], 'denoised': denoised})
+        t, t_next = t_fn(sigmas[i]), t_fn(sigmas[i + 1])
+        h = t_next - t
+        if old_denoised is None or sigmas[i + 1] == 0:
+            x = (sigma_fn(t_next) / sigma_fn(t)) * x - (-h).expm1() * denoised
+        else:
+            h_last = t - t_fn(sigmas[i - 1])
+            r = h_last / h
+            denoised_d = (1 + 1 / (2 * r)) * denoised - (1 / (2 * r)) * old_denoised
+            x = (sigma_fn(t_next) / sigma_fn(t)) * x - (-h).expm1() * denoised_d
+        old_denoised = denoised
+    return x
+
+
+# a small inner model in the repository's manner: the noise level's Fourier features mapped
+# and added to a conv trunk (c_noise = sigma.log() / 4, as its image_v1 model takes it)
+class TinyInnerModel(nn.Module):
+    def __init__(self, c_in=1, width=8, mapping_out=8):
+        super().__init__()
+        self.timestep_embed = FourierFeatures(1, mapping_out)
+        self.mapping = nn.Sequential(nn.Linear(mapping_out, width), nn.GELU(), nn.Linear(width, width))
+        self.proj_in = nn.Conv2d(c_in, width, 3, padding=1)
+        self.norm = nn.GroupNorm(4, width)
+        self.proj_out = nn.Conv2d(width, c_in, 3, padding=1)
+
+    def forward(self, input, sigma):
+        c_noise = sigma.log() / 4
+        mapping_out = self.mapping(self.timestep_embed(c_noise[..., None]))
+        x = self.proj_in(input)
+        x = F.silu(self.norm(x) + mapping_out[..., None, None])
+        return self.proj_out(x)
+
+
+# train.py, its loop less the accelerator, wandb and evaluation
+inner_model = TinyInnerModel()
+initialize(inner_model)
+model = Denoiser(inner_model, sigma_data=0.5, weighting=weighting)
+model_ema = deepcopy(model)
+opt = optim.AdamW(inner_model.parameters(), lr=2e-3, betas=(0.95, 0.999), eps=1e-6, weight_decay=1e-3)
+sched = InverseLR(opt, inv_gamma=20.0, power=1.0, warmup=0.9)
+ema_sched = EMAWarmup(power=0.75, max_value=0.9999)
+sample_density = partial(rand_log_normal, loc=-1.2, scale=1.2)
+
+for batch in batches:
+    reals = torch.tensor(batch)
+    noise = torch.randn_like(reals)
+    sigma = sample_density([reals.shape[0]])
+    losses = model.loss(reals, noise, sigma)
+    loss = losses.mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sched.step()
+    ema_decay = ema_sched.get_value()
+    ema_update(model, model_ema, ema_decay)
+    ema_sched.step()
+    record.append([loss.item(), sched.get_last_lr()[0], ema_decay])
+    record.append(params_of(model, model_ema))
+
+sigma_min, sigma_max = 1e-2, 8.0
+x = torch.randn([2, 1, 4, 4]) * sigma_max
+for sigmas in (get_sigmas_karras(4, sigma_min, sigma_max, rho=7.), get_sigmas_exponential(4, sigma_min, sigma_max)):
+    record.append(sigmas.numpy())
+    record.append(sample_euler(model_ema, x, sigmas).numpy())
+    record.append(sample_euler(model_ema, x, sigmas, s_churn=1.0, s_tmin=0.05, s_tmax=5.0).numpy())
+    record.append(sample_heun(model_ema, x, sigmas).numpy())
+    record.append(sample_euler_ancestral(model_ema, x, sigmas).numpy())
+    record.append(sample_dpmpp_2m(model_ema, x, sigmas).numpy())
+'''
+
+KDIFF_STEPS = [
+    ("import torch\nfrom torch import nn, optim\nfrom torch.nn import functional as F\n",
+     "import retrograd as torch\nfrom retrograd import nn, optim\nfrom retrograd.nn import functional as F\n"),
+    ("    loss.backward()\n    opt.step()", "    grads = loss.backward()\n    opt.step(grads)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("weighting", ["karras", "soft-min-snr"])
+def test_k_diffusion_trains_and_samples_as_torch(weighting):
+    rng = np.random.default_rng(8102)
+    batches = [rng.uniform(-1, 1, (3, 1, 4, 4)).astype(np.float32) for _ in range(3)]
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = KDIFF_SOURCE if lib is torch else port(KDIFF_SOURCE, KDIFF_STEPS)
+        with SharedDraws(lib, 8102):
+            run_source(
+                text,
+                lib,
+                record=record,
+                initialize=initialize,
+                batches=batches,
+                params_of=params_of,
+                weighting=weighting,
+            )
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+def test_regression_own_schedule_reads_get_lr_called_within_step():
+    """A schedule of one's own written as torch's are (k-diffusion's ``InverseLR``, most
+    warm-up schedules) reads ``self._get_lr_called_within_step`` in ``get_lr`` to warn when
+    it is called from outside a step; retrograd's schedules lacked the flag
+    (``AttributeError`` at construction). It is torch's now: True only while ``step`` asks
+    ``get_lr``."""
+
+    def run(lib):
+        class Halving(lib.optim.lr_scheduler._LRScheduler):
+            def get_lr(self):
+                if not self._get_lr_called_within_step:
+                    warnings.warn("use get_last_lr()", stacklevel=2)
+                return [base_lr * 0.5**self.last_epoch for base_lr in self.base_lrs]
+
+        opt = lib.optim.SGD(lib.nn.Linear(2, 1).parameters(), lr=1.0)
+        with warnings.catch_warnings(record=True) as inside:
+            warnings.simplefilter("always")
+            schedule = Halving(opt)
+            schedule.step()
+            schedule.step()
+        with warnings.catch_warnings(record=True) as outside:
+            warnings.simplefilter("always")
+            outside_rates = schedule.get_lr()
+        # (torch's other warning, of a schedule stepped before its optimizer, left out)
+        return (
+            [str(w.message) for w in inside if "get_last_lr" in str(w.message)],
+            [str(w.message) for w in outside if "get_last_lr" in str(w.message)],
+            outside_rates,
+            schedule.get_last_lr(),
+            schedule._get_lr_called_within_step,
+        )
+
+    assert run(rg) == run(torch)
+    assert run(torch)[1] == ["use get_last_lr()"]
