@@ -1241,3 +1241,344 @@ def test_regression_own_schedule_reads_get_lr_called_within_step():
 
     assert run(rg) == run(torch)
     assert run(torch)[1] == ["use get_last_lr()"]
+
+
+VQVAE2_SOURCE = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch import optim
+
+
+class dist_fn:  # distributed.py, one process
+    @staticmethod
+    def all_reduce(tensor, op=None, async_op=False):
+        return tensor
+
+    @staticmethod
+    def all_gather(data):
+        return [data]
+
+    @staticmethod
+    def is_primary():
+        return True
+
+
+# vqvae.py
+class Quantize(nn.Module):
+    def __init__(self, dim, n_embed, decay=0.99, eps=1e-5):
+        super().__init__()
+
+        self.dim = dim
+        self.n_embed = n_embed
+        self.decay = decay
+        self.eps = eps
+
+        embed = torch.randn(dim, n_embed)
+        self.register_buffer("embed", embed)
+        self.register_buffer("cluster_size", torch.zeros(n_embed))
+        self.register_buffer("embed_avg", embed.clone())
+
+    def forward(self, input):
+        flatten = input.reshape(-1, self.dim)
+        dist = (
+            flatten.pow(2).sum(1, keepdim=True)
+            - 2 * flatten @ self.embed
+            + self.embed.pow(2).sum(0, keepdim=True)
+        )
+        _, embed_ind = (-dist).max(1)
+        embed_onehot = F.one_hot(embed_ind, self.n_embed).type(flatten.dtype)
+        embed_ind = embed_ind.view(*input.shape[:-1])
+        quantize = self.embed_code(embed_ind)
+
+        if self.training:
+            embed_onehot_sum = embed_onehot.sum(0)
+            embed_sum = flatten.transpose(0, 1) @ embed_onehot
+
+            dist_fn.all_reduce(embed_onehot_sum)
+            dist_fn.all_reduce(embed_sum)
+
+            self.cluster_size.data.mul_(self.decay).add_(
+                embed_onehot_sum, alpha=1 - self.decay
+            )
+            self.embed_avg.data.mul_(self.decay).add_(embed_sum, alpha=1 - self.decay)
+            n = self.cluster_size.sum()
+            cluster_size = (
+                (self.cluster_size + self.eps) / (n + self.n_embed * self.eps) * n
+            )
+            embed_normalized = self.embed_avg / cluster_size.unsqueeze(0)
+            self.embed.data.copy_(embed_normalized)
+
+        diff = (quantize.detach() - input).pow(2).mean()
+        quantize = input + (quantize - input).detach()
+
+        return quantize, diff, embed_ind
+
+    def embed_code(self, embed_id):
+        return F.embedding(embed_id, self.embed.transpose(0, 1))
+
+
+class ResBlock(nn.Module):
+    def __init__(self, in_channel, channel):
+        super().__init__()
+
+        self.conv = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(in_channel, channel, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channel, in_channel, 1),
+        )
+
+    def forward(self, input):
+        out = self.conv(input)
+        out += input
+
+        return out
+
+
+class Encoder(nn.Module):
+    def __init__(self, in_channel, channel, n_res_block, n_res_channel, stride):
+        super().__init__()
+
+        if stride == 4:
+            blocks = [
+                nn.Conv2d(in_channel, channel // 2, 4, stride=2, padding=1),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(channel // 2, channel, 4, stride=2, padding=1),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(channel, channel, 3, padding=1),
+            ]
+
+        elif stride == 2:
+            blocks = [
+                nn.Conv2d(in_channel, channel // 2, 4, stride=2, padding=1),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(channel // 2, channel, 3, padding=1),
+            ]
+
+        for i in range(n_res_block):
+            blocks.append(ResBlock(channel, n_res_channel))
+
+        blocks.append(nn.ReLU(inplace=True))
+
+        self.blocks = nn.Sequential(*blocks)
+
+    def forward(self, input):
+        return self.blocks(input)
+
+
+class Decoder(nn.Module):
+    def __init__(
+        self, in_channel, out_channel, channel, n_res_block, n_res_channel, stride
+    ):
+        super().__init__()
+
+        blocks = [nn.Conv2d(in_channel, channel, 3, padding=1)]
+
+        for i in range(n_res_block):
+            blocks.append(ResBlock(channel, n_res_channel))
+
+        blocks.append(nn.ReLU(inplace=True))
+
+        if stride == 4:
+            blocks.extend(
+                [
+                    nn.ConvTranspose2d(channel, channel // 2, 4, stride=2, padding=1),
+                    nn.ReLU(inplace=True),
+                    nn.ConvTranspose2d(
+                        channel // 2, out_channel, 4, stride=2, padding=1
+                    ),
+                ]
+            )
+
+        elif stride == 2:
+            blocks.append(
+                nn.ConvTranspose2d(channel, out_channel, 4, stride=2, padding=1)
+            )
+
+        self.blocks = nn.Sequential(*blocks)
+
+    def forward(self, input):
+        return self.blocks(input)
+
+
+class VQVAE(nn.Module):
+    def __init__(
+        self,
+        in_channel=3,
+        channel=128,
+        n_res_block=2,
+        n_res_channel=32,
+        embed_dim=64,
+        n_embed=512,
+        decay=0.99,
+    ):
+        super().__init__()
+
+        self.enc_b = Encoder(in_channel, channel, n_res_block, n_res_channel, stride=4)
+        self.enc_t = Encoder(channel, channel, n_res_block, n_res_channel, stride=2)
+        self.quantize_conv_t = nn.Conv2d(channel, embed_dim, 1)
+        self.quantize_t = Quantize(embed_dim, n_embed)
+        self.dec_t = Decoder(
+            embed_dim, embed_dim, channel, n_res_block, n_res_channel, stride=2
+        )
+        self.quantize_conv_b = nn.Conv2d(embed_dim + channel, embed_dim, 1)
+        self.quantize_b = Quantize(embed_dim, n_embed)
+        self.upsample_t = nn.ConvTranspose2d(
+            embed_dim, embed_dim, 4, stride=2, padding=1
+        )
+        self.dec = Decoder(
+            embed_dim + embed_dim,
+            in_channel,
+            channel,
+            n_res_block,
+            n_res_channel,
+            stride=4,
+        )
+
+    def forward(self, input):
+        quant_t, quant_b, diff, _, _ = self.encode(input)
+        dec = self.decode(quant_t, quant_b)
+
+        return dec, diff
+
+    def encode(self, input):
+        enc_b = self.enc_b(input)
+        enc_t = self.enc_t(enc_b)
+
+        quant_t = self.quantize_conv_t(enc_t).permute(0, 2, 3, 1)
+        quant_t, diff_t, id_t = self.quantize_t(quant_t)
+        quant_t = quant_t.permute(0, 3, 1, 2)
+        diff_t = diff_t.unsqueeze(0)
+
+        dec_t = self.dec_t(quant_t)
+        enc_b = torch.cat([dec_t, enc_b], 1)
+
+        quant_b = self.quantize_conv_b(enc_b).permute(0, 2, 3, 1)
+        quant_b, diff_b, id_b = self.quantize_b(quant_b)
+        quant_b = quant_b.permute(0, 3, 1, 2)
+        diff_b = diff_b.unsqueeze(0)
+
+        return quant_t, quant_b, diff_t + diff_b, id_t, id_b
+
+    def decode(self, quant_t, quant_b):
+        upsample_t = self.upsample_t(quant_t)
+        quant = torch.cat([upsample_t, quant_b], 1)
+        dec = self.dec(quant)
+
+        return dec
+
+    def decode_code(self, code_t, code_b):
+        quant_t = self.quantize_t.embed_code(code_t)
+        quant_t = quant_t.permute(0, 3, 1, 2)
+        quant_b = self.quantize_b.embed_code(code_b)
+        quant_b = quant_b.permute(0, 3, 1, 2)
+
+        dec = self.decode(quant_t, quant_b)
+
+        return dec
+
+
+# train_vqvae.py, less tqdm and the image saving
+def train(epoch, loader, model, optimizer, scheduler, device):
+    criterion = nn.MSELoss()
+
+    latent_loss_weight = 0.25
+    sample_size = 25
+
+    mse_sum = 0
+    mse_n = 0
+
+    for i, (img, label) in enumerate(loader):
+        model.zero_grad()
+
+        img = img.to(device)
+
+        out, latent_loss = model(img)
+        recon_loss = criterion(out, img)
+        latent_loss = latent_loss.mean()
+        loss = recon_loss + latent_loss_weight * latent_loss
+        loss.backward()
+
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.step()
+
+        part_mse_sum = recon_loss.item() * img.shape[0]
+        part_mse_n = img.shape[0]
+        comm = {"mse_sum": part_mse_sum, "mse_n": part_mse_n}
+        comm = dist_fn.all_gather(comm)
+
+        for part in comm:
+            mse_sum += part["mse_sum"]
+            mse_n += part["mse_n"]
+
+        if dist_fn.is_primary():
+            lr = optimizer.param_groups[0]["lr"]
+
+            print(
+                (
+                    f"epoch: {epoch + 1}; mse: {recon_loss.item():.5f}; "
+                    f"latent: {latent_loss.item():.3f}; avg mse: {mse_sum / mse_n:.5f}; "
+                    f"lr: {lr:.5f}"
+                )
+            )
+            record.append([recon_loss.item(), latent_loss.item()])
+            record.append(params_of(model))
+            record.append({k: v.numpy().copy() for k, v in model.state_dict().items() if "embed" in k or "cluster" in k})
+
+            if i % 100 == 0:
+                model.eval()
+
+                sample = img[:sample_size]
+
+                with torch.no_grad():
+                    out, _ = model(sample)
+
+                record.append(torch.cat([sample, out], 0).numpy())
+
+                model.train()
+
+
+device = "cpu"
+model = VQVAE(in_channel=1, channel=8, n_res_block=1, n_res_channel=4, embed_dim=4, n_embed=6).to(device)
+initialize(model)
+optimizer = optim.Adam(model.parameters(), lr=3e-3)
+loader = [(torch.tensor(img), torch.tensor(label)) for img, label in batches]
+for epoch in range(2):
+    train(epoch, loader, model, optimizer, None, device)
+
+# extract_code.py and sample.py's decode of the codes
+model.eval()
+with torch.no_grad():
+    _, _, _, id_t, id_b = model.encode(loader[0][0])
+    record.append([id_t.tolist(), id_b.tolist()])
+    record.append(model.decode_code(id_t, id_b).numpy())
+'''
+
+VQVAE2_STEPS = [
+    ("import torch\nfrom torch import nn\nfrom torch.nn import functional as F\nfrom torch import optim\n",
+     "import retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\nfrom retrograd import optim\n"),
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]  # fmt: skip
+
+
+def test_vq_vae_2_trains_as_torch(capsys):
+    rng = np.random.default_rng(8103)
+    batches = [
+        (rng.uniform(-1, 1, (3, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 3))
+        for _ in range(2)
+    ]
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = VQVAE2_SOURCE if lib is torch else port(VQVAE2_SOURCE, VQVAE2_STEPS)
+        run_source(
+            text, lib, record=record, initialize=initialize, batches=batches, params_of=params_of
+        )
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[0].count("epoch:") == 4
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)

@@ -578,9 +578,10 @@ class ShapeMixin:
             start += n
         return tuple(pieces)
 
-    def unfold(self, dim: int, size: int, step: int) -> Any:
-        """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
-        (windows of size 0 too, as torch's)."""
+    def unfold(self, dimension: int, size: int, step: int) -> Any:
+        """Sliding windows of ``size`` every ``step`` along ``dimension``, as a new last
+        dimension (windows of size 0 too, as torch's, whose keyword is ``dimension``)."""
+        dim = dimension
         size, step = int_argument("unfold", size, "size"), int_argument("unfold", step, "step")
         if self.ndim == 0 and dim in (0, -1):
             # torch: a 0-d tensor is one element along one dimension, its window that
