@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import random
+import re
 import types
 
 import numpy as np
@@ -1565,6 +1566,345 @@ def test_patchtst_trains_as_torch(capsys, decomposition, individual, subtract_la
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[0].count("Epoch:") == 2
+    assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-9)
+
+
+M5_SOURCE = r"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+
+
+class Resample(nn.Module):  # torchaudio.transforms.Resample's stand-in: every k-th sample
+    def __init__(self, orig_freq, new_freq):
+        super().__init__()
+        self.orig_freq, self.new_freq = orig_freq, new_freq
+
+    def forward(self, waveform):
+        return waveform[..., :: self.orig_freq // self.new_freq]
+
+
+class tqdm:  # (the progress bar, silent)
+    def __init__(self, total):
+        self.n = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        self.n += n
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(device)
+
+waveform, sample_rate, label, speaker_id, utterance_number = train_set[0]
+labels = sorted(list(set(datapoint[2] for datapoint in train_set)))
+print(labels)
+
+new_sample_rate = 8000
+transform = Resample(orig_freq=sample_rate, new_freq=new_sample_rate)
+transformed = transform(waveform)
+
+
+def label_to_index(word):
+    # Return the position of the word in labels
+    return torch.tensor(labels.index(word))
+
+
+def index_to_label(index):
+    # Return the word corresponding to the index in labels
+    # This is the inverse of label_to_index
+    return labels[index]
+
+
+word_start = "yes"
+index = label_to_index(word_start)
+word_recovered = index_to_label(index)
+
+print(word_start, "-->", index, "-->", word_recovered)
+
+
+def pad_sequence(batch):
+    # Make all tensor in a batch the same length by padding with zeros
+    batch = [item.t() for item in batch]
+    batch = torch.nn.utils.rnn.pad_sequence(batch, batch_first=True, padding_value=0.)
+    return batch.permute(0, 2, 1)
+
+
+def collate_fn(batch):
+
+    # A data tuple has the form:
+    # waveform, sample_rate, label, speaker_id, utterance_number
+
+    tensors, targets = [], []
+
+    # Gather in lists, and encode labels as indices
+    for waveform, _, label, *_ in batch:
+        tensors += [waveform]
+        targets += [label_to_index(label)]
+
+    # Group the list of tensors into a batched tensor
+    tensors = pad_sequence(tensors)
+    targets = torch.stack(targets)
+
+    return tensors, targets
+
+
+batch_size = 4
+
+if device == "cuda":
+    num_workers = 1
+    pin_memory = True
+else:
+    num_workers = 0
+    pin_memory = False
+
+train_loader = torch.utils.data.DataLoader(
+    train_set,
+    batch_size=batch_size,
+    shuffle=True,
+    collate_fn=collate_fn,
+    num_workers=num_workers,
+    pin_memory=pin_memory,
+)
+test_loader = torch.utils.data.DataLoader(
+    test_set,
+    batch_size=batch_size,
+    shuffle=False,
+    drop_last=False,
+    collate_fn=collate_fn,
+    num_workers=num_workers,
+    pin_memory=pin_memory,
+)
+
+
+class M5(nn.Module):
+    def __init__(self, n_input=1, n_output=35, stride=16, n_channel=32):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_input, n_channel, kernel_size=80, stride=stride)
+        self.bn1 = nn.BatchNorm1d(n_channel)
+        self.pool1 = nn.MaxPool1d(4)
+        self.conv2 = nn.Conv1d(n_channel, n_channel, kernel_size=3)
+        self.bn2 = nn.BatchNorm1d(n_channel)
+        self.pool2 = nn.MaxPool1d(4)
+        self.conv3 = nn.Conv1d(n_channel, 2 * n_channel, kernel_size=3)
+        self.bn3 = nn.BatchNorm1d(2 * n_channel)
+        self.pool3 = nn.MaxPool1d(4)
+        self.conv4 = nn.Conv1d(2 * n_channel, 2 * n_channel, kernel_size=3)
+        self.bn4 = nn.BatchNorm1d(2 * n_channel)
+        self.pool4 = nn.MaxPool1d(4)
+        self.fc1 = nn.Linear(2 * n_channel, n_output)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = F.relu(self.bn1(x))
+        x = self.pool1(x)
+        x = self.conv2(x)
+        x = F.relu(self.bn2(x))
+        x = self.pool2(x)
+        x = self.conv3(x)
+        x = F.relu(self.bn3(x))
+        x = self.pool3(x)
+        x = self.conv4(x)
+        x = F.relu(self.bn4(x))
+        x = self.pool4(x)
+        x = F.avg_pool1d(x, x.shape[-1])
+        x = x.permute(0, 2, 1)
+        x = self.fc1(x)
+        return F.log_softmax(x, dim=2)
+
+
+model = M5(n_input=transformed.shape[0], n_output=len(labels), n_channel=4)
+model.to(device)
+initialize(model)
+print(model)
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+n = count_parameters(model)
+print("Number of parameters: %s" % n)
+
+optimizer = optim.Adam(model.parameters(), lr=0.01, weight_decay=0.0001)
+scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)  # (step_size=20 as written)
+
+
+def train(model, epoch, log_interval):
+    model.train()
+    for batch_idx, (data, target) in enumerate(train_loader):
+
+        data = data.to(device)
+        target = target.to(device)
+
+        # apply transform and model on whole batch directly on device
+        data = transform(data)
+        output = model(data)
+
+        # negative log-likelihood for a tensor of size (batch x 1 x n_output)
+        loss = F.nll_loss(output.squeeze(), target)
+
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        # print training stats
+        if batch_idx % log_interval == 0:
+            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)} ({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
+
+        # update progress bar
+        pbar.update(pbar_update)
+        # record loss
+        losses.append(loss.item())
+    record.append(params_of(model))
+    record.append({k: v.numpy().copy() for k, v in model.state_dict().items() if "running" in k})
+
+
+def number_of_correct(pred, target):
+    # count number of correct predictions
+    return pred.squeeze().eq(target).sum().item()
+
+
+def get_likely_index(tensor):
+    # find most likely label index for each element in the batch
+    return tensor.argmax(dim=-1)
+
+
+def test(model, epoch):
+    model.eval()
+    correct = 0
+    for data, target in test_loader:
+
+        data = data.to(device)
+        target = target.to(device)
+
+        # apply transform and model on whole batch directly on device
+        data = transform(data)
+        output = model(data)
+        record.append(output.detach().numpy())
+
+        pred = get_likely_index(output)
+        correct += number_of_correct(pred, target)
+
+        # update progress bar
+        pbar.update(pbar_update)
+
+    print(f"\nTest Epoch: {epoch}\tAccuracy: {correct}/{len(test_loader.dataset)} ({100. * correct / len(test_loader.dataset):.0f}%)\n")
+
+
+log_interval = 1
+n_epoch = 2
+
+pbar_update = 1 / (len(train_loader) + len(test_loader))
+losses = []
+
+# The transform needs to live on the same device as the model and the data.
+transform = transform.to(device)
+with tqdm(total=n_epoch) as pbar:
+    for epoch in range(1, n_epoch + 1):
+        train(model, epoch, log_interval)
+        test(model, epoch)
+        scheduler.step()
+record.append(losses)
+
+
+def predict(tensor):
+    # Use the model to predict the label of the waveform
+    tensor = tensor.to(device)
+    tensor = transform(tensor)
+    tensor = model(tensor.unsqueeze(0))
+    tensor = get_likely_index(tensor)
+    tensor = index_to_label(tensor.squeeze())
+    return tensor
+
+
+waveform, sample_rate, utterance, *_ = train_set[-1]
+print(f"Expected: {utterance}. Predicted: {predict(waveform)}.")
+
+for i, (waveform, sample_rate, utterance, *_) in enumerate(test_set):
+    output = predict(waveform)
+    if output != utterance:
+        print(f"Data point #{i}. Expected: {utterance}. Predicted: {output}.")
+        break
+else:
+    print("All examples in this dataset were correctly classified!")
+    print("In this case, let's try the data point with the maximum output:")
+"""
+
+M5_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_speech_command_m5_trains_as_torch(monkeypatch, capsys):
+    """The speech command tutorial (pytorch/tutorials ``intermediate_source/
+    speech_command_classification_with_torchaudio_tutorial.py``), SPEECHCOMMANDS replaced by
+    a few synthetic clips of uneven lengths (tones per word) and torchaudio's ``Resample``
+    by taking every other sample: ``M5`` with ``Conv1d(kernel_size=80, stride=16)``,
+    ``BatchNorm1d``/``MaxPool1d`` and ``F.avg_pool1d(x, x.shape[-1])``, ``F.log_softmax(x,
+    dim=2)`` and ``F.nll_loss(output.squeeze(), target)``, ``collate_fn`` padding by
+    ``nn.utils.rnn.pad_sequence`` of transposed clips and ``torch.stack`` of 0-d label
+    tensors, a shuffling ``DataLoader``, Adam with weight decay under ``StepLR``, the
+    ``print(model)`` repr, and ``predict``'s ``labels[index]`` by a 0-d tensor."""
+    rng = np.random.default_rng(8203)
+    words = ["no", "yes", "up"]
+
+    def clip(word):
+        length = int(rng.integers(14000, 16001))
+        t = np.arange(length) / 16000.0
+        tone = np.sin(2 * np.pi * (200 + 150 * words.index(word)) * t)
+        return (0.5 * tone + 0.1 * rng.standard_normal(length))[None]
+
+    train_clips = [(clip(w), w) for w in words * 3][:8]
+    test_clips = [(clip(w), w) for w in words]
+
+    def dataset(lib, clips):
+        return [(lib.tensor(x), 16000, w, "speaker", 0) for x, w in clips]
+
+    records, logs = [], []
+    initialize = initializer()
+    # in float64 (both runs, the clips too): the convolutions' biases feed batch norms, which
+    # cancel them, and in float32 Adam's steps on them follow the rounding noise
+    source = port(
+        M5_SOURCE, [("model.to(device)\ninitialize", "model.to(device).double()\ninitialize")]
+    )
+    for lib in (torch, rg):
+        record = []
+        text = source if lib is torch else port(source, M5_STEPS)
+        rng_perm = np.random.default_rng(8203)
+
+        def randperm(n, generator=None, lib=lib, rng_perm=rng_perm, **_):
+            return lib.tensor(rng_perm.permutation(n), dtype=lib.int64)
+
+        with monkeypatch.context() as patches:
+            patches.setattr(lib, "randperm", randperm)
+            if lib is rg:
+                patches.setattr(rg_sampler, "randperm", randperm)
+            run_source(
+                text, lib, record=record, initialize=initialize, params_of=params_of,
+                train_set=dataset(lib, train_clips), test_set=dataset(lib, test_clips),
+            )  # fmt: skip
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[0].count("Train Epoch") == 4
+    # by retrograd's documented designs (CHANGELOG): the CPU device prints as ``cpu:0`` and a
+    # tensor prints with its dtype; the rest of the log (the model's repr too) is torch's, the
+    # losses to float32's rounding (the records compare them)
+    ours = logs[1].replace("cpu:0\n", "cpu\n").replace("tensor(2, dtype=int64)", "tensor(2)")
+    assert re.sub(r"Loss: \S+", "Loss:", ours) == re.sub(r"Loss: \S+", "Loss:", logs[0])
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-9)
 
 
