@@ -18,6 +18,29 @@
   ``_log_z`` buffer subtracted from float32 log-densities, ``torch.Size(shape) + x.shape[1:]``,
   and sampling through the inverse spline (the quadratic's root). The draws (``randn``) come from
   one seeded stream in both runs.
+- k-diffusion as crowsonkb/k-diffusion writes it (``utils.py``'s ``append_dims`` by
+  ``x[(...,) + (None,) * dims_to_append]``, ``append_zero``, ``ema_update`` under
+  ``@torch.no_grad()``, ``EMAWarmup``, ``InverseLR`` deriving from ``_LRScheduler`` and reading
+  ``self._get_lr_called_within_step``, ``rand_log_normal``; ``layers.py``'s Karras ``Denoiser``
+  with its weightings and ``FourierFeatures``; ``sampling.py``'s ``get_sigmas_karras``,
+  ``get_sigmas_exponential``, ``sample_euler`` with and without churn (``s_tmin <= sigmas[i] <=
+  s_tmax``), ``sample_heun``, ``sample_euler_ancestral`` (``min`` of 0-d tensors) and
+  ``sample_dpmpp_2m`` through ``sigma.log()`` of the final zero), with a small inner model in
+  the repository's manner, trained by AdamW under ``InverseLR`` with an EMA copy.
+  ``InverseLR`` passes ``verbose`` to ``_LRScheduler.__init__`` in the repository, which torch
+  2.13 no longer takes (a ``TypeError`` in torch): the port leaves it out.
+- VQ-VAE-2 as rosinality/vq-vae-2-pytorch writes it (``vqvae.py`` whole, ``train_vqvae.py``'s
+  ``train``, ``extract_code.py``'s codes and their decoding), small: the EMA codebook in
+  buffers (``self.cluster_size.data.mul_(self.decay).add_(..., alpha=1 - self.decay)``,
+  ``self.embed.data.copy_``), ``(-dist).max(1)``, ``F.one_hot(...).type(flatten.dtype)``,
+  ``F.embedding`` of the transposed codebook, the straight-through ``input + (quantize -
+  input).detach()``, ``out += input`` after ``nn.ReLU(inplace=True)``, two levels joined by
+  ``ConvTranspose2d`` upsampling and ``torch.cat``.
+- DiffWave (lmnt-com/diffwave) and MelGAN (descriptinc/melgan-neurips): see their tests.
+
+Defect found and fixed: a schedule of one's own reading torch's
+``self._get_lr_called_within_step`` in ``get_lr`` (k-diffusion's ``InverseLR``, most warm-up
+schedules) failed with an ``AttributeError``; retrograd's ``LRScheduler`` has torch's flag now.
 """
 
 from __future__ import annotations

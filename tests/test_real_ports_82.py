@@ -14,6 +14,20 @@
   ``VecPyTorch``'s place, discrete and feed-forward, continuous and recurrent. The draws
   (``Categorical.sample``, ``Normal.sample``, the samplers' ``randperm``) come from one seeded
   stream in both runs.
+- PatchTST as yuqinie98/PatchTST writes it (``PatchTST_supervised/layers/RevIN.py``,
+  ``PatchTST_layers.py``, ``PatchTST_backbone.py``, ``models/PatchTST.py`` and the ``TST``
+  branch of ``exp_main.py``'s training with ``OneCycleLR``), small: ``RevIN`` with
+  ``torch.var(..., unbiased=False)`` over ``tuple(range(1, x.ndim-1))`` and ``subtract_last``,
+  ``nn.ReplicationPad1d((0, stride))``, ``z.unfold(dimension=-1, size=..., step=...)``,
+  ``nn.Parameter(W_pos, requires_grad=learn_pe)`` of ``nn.init.uniform_`` or of
+  ``Coord2dPosEncoding``'s search (``abs(cpe.mean()) <= eps``, ``f'{cpe.mean():+6.3f}'``),
+  residual attention scores carried between layers, ``nn.Parameter(torch.tensor(head_dim **
+  -0.5), requires_grad=lsa)``, batch norm between ``Transpose(1,2)`` modules, the channel-
+  independent ``Flatten_Head``s and the moving-average ``series_decomp``.
+- the speech command classifier of pytorch/tutorials (M5): see its test.
+
+Defect found and fixed: ``Tensor.unfold``'s first parameter was named ``dim`` where torch
+names it ``dimension``, so PatchTST's ``z.unfold(dimension=-1, ...)`` failed.
 """
 
 from __future__ import annotations
