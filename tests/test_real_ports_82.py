@@ -24,10 +24,15 @@
   residual attention scores carried between layers, ``nn.Parameter(torch.tensor(head_dim **
   -0.5), requires_grad=lsa)``, batch norm between ``Transpose(1,2)`` modules, the channel-
   independent ``Flatten_Head``s and the moving-average ``series_decomp``.
-- the speech command classifier of pytorch/tutorials (M5): see its test.
+- the speech command classifier of pytorch/tutorials (M5) and DreamerV3's actor-critic
+  (NM512/dreamerv3-torch): see their tests.
 
-Defect found and fixed: ``Tensor.unfold``'s first parameter was named ``dim`` where torch
-names it ``dimension``, so PatchTST's ``z.unfold(dimension=-1, ...)`` failed.
+Defects found and fixed: ``Tensor.unfold``'s first parameter was named ``dim`` where torch
+names it ``dimension``, so PatchTST's ``z.unfold(dimension=-1, ...)`` failed; torch's
+per-family modules of ``torch.distributions`` (``one_hot_categorical``, ``uniform``,
+``independent``...) were missing, so dreamerv3-torch's ``torchd.one_hot_categorical
+.OneHotCategorical`` failed; a parameter frozen and thawed between the forward and the backward
+(dreamerv3-torch's ``RequiresGrad``) lost its gradient.
 """
 
 from __future__ import annotations
@@ -42,7 +47,14 @@ import torch
 
 import retrograd as rg
 import retrograd.utils.data.sampler as rg_sampler
-from real_ports import assert_records_agree, initializer, params_of, port, run_source
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -1922,6 +1934,485 @@ def test_speech_command_m5_trains_as_torch(monkeypatch, capsys):
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-9)
 
 
+DREAMER_SOURCE = '''
+import copy
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch import distributions as torchd
+
+
+def to_np(x):
+    return x.detach().cpu().numpy()
+
+
+# tools.py
+class RequiresGrad:
+    def __init__(self, model):
+        self._model = model
+
+    def __enter__(self):
+        self._model.requires_grad_(requires_grad=True)
+
+    def __exit__(self, *args):
+        self._model.requires_grad_(requires_grad=False)
+
+
+def symlog(x):
+    return torch.sign(x) * torch.log(torch.abs(x) + 1.0)
+
+
+def symexp(x):
+    return torch.sign(x) * (torch.exp(torch.abs(x)) - 1.0)
+
+
+class OneHotDist(torchd.one_hot_categorical.OneHotCategorical):
+    def __init__(self, logits=None, probs=None, unimix_ratio=0.0):
+        if logits is not None and unimix_ratio > 0.0:
+            probs = F.softmax(logits, dim=-1)
+            probs = probs * (1.0 - unimix_ratio) + unimix_ratio / probs.shape[-1]
+            logits = torch.log(probs)
+            super().__init__(logits=logits, probs=None)
+        else:
+            super().__init__(logits=logits, probs=probs)
+
+    def mode(self):
+        _mode = F.one_hot(
+            torch.argmax(super().logits, axis=-1), super().logits.shape[-1]
+        )
+        return _mode.detach() + super().logits - super().logits.detach()
+
+    def sample(self, sample_shape=(), seed=None):
+        if seed is not None:
+            raise ValueError("need to check")
+        sample = super().sample(sample_shape)
+        probs = super().probs
+        while len(probs.shape) < len(sample.shape):
+            probs = probs[None]
+        sample += probs - probs.detach()
+        return sample
+
+
+class DiscDist:
+    def __init__(
+        self,
+        logits,
+        low=-20.0,
+        high=20.0,
+        transfwd=symlog,
+        transbwd=symexp,
+        device="cuda",
+    ):
+        self.logits = logits
+        self.probs = torch.softmax(logits, -1)
+        self.buckets = torch.linspace(low, high, steps=255, device=device)
+        self.width = (self.buckets[-1] - self.buckets[0]) / 255
+        self.transfwd = transfwd
+        self.transbwd = transbwd
+
+    def mean(self):
+        _mean = self.probs * self.buckets
+        return self.transbwd(torch.sum(_mean, dim=-1, keepdim=True))
+
+    def mode(self):
+        _mode = self.probs * self.buckets
+        return self.transbwd(torch.sum(_mode, dim=-1, keepdim=True))
+
+    # Inside OneHotCategorical, log_prob is calculated using only max element in targets
+    def log_prob(self, x):
+        x = self.transfwd(x)
+        # x(time, batch, 1)
+        below = torch.sum((self.buckets <= x[..., None]).to(torch.int32), dim=-1) - 1
+        above = len(self.buckets) - torch.sum(
+            (self.buckets > x[..., None]).to(torch.int32), dim=-1
+        )
+        # this is implemented using clip at the original repo as the gradients are not backpropagated for the out of limits.
+        below = torch.clip(below, 0, len(self.buckets) - 1)
+        above = torch.clip(above, 0, len(self.buckets) - 1)
+        equal = below == above
+
+        dist_to_below = torch.where(equal, 1, torch.abs(self.buckets[below] - x))
+        dist_to_above = torch.where(equal, 1, torch.abs(self.buckets[above] - x))
+        total = dist_to_below + dist_to_above
+        weight_below = dist_to_above / total
+        weight_above = dist_to_below / total
+        target = (
+            F.one_hot(below, num_classes=len(self.buckets)) * weight_below[..., None]
+            + F.one_hot(above, num_classes=len(self.buckets)) * weight_above[..., None]
+        )
+        log_pred = self.logits - torch.logsumexp(self.logits, -1, keepdim=True)
+        target = target.squeeze(-2)
+
+        return (target * log_pred).sum(-1)
+
+
+def static_scan_for_lambda_return(fn, inputs, start):
+    last = start
+    indices = range(inputs[0].shape[0])
+    indices = reversed(indices)
+    flag = True
+    for index in indices:
+        # (inputs, pcont) -> (inputs[index], pcont[index])
+        inp = lambda x: (_input[x] for _input in inputs)
+        last = fn(last, *inp(index))
+        if flag:
+            outputs = last
+            flag = False
+        else:
+            outputs = torch.cat([outputs, last], dim=-1)
+    outputs = torch.reshape(outputs, [outputs.shape[0], outputs.shape[1], 1])
+    outputs = torch.flip(outputs, [1])
+    outputs = torch.unbind(outputs, dim=0)
+    return outputs
+
+
+def lambda_return(reward, value, pcont, bootstrap, lambda_, axis):
+    # Setting lambda=1 gives a discounted Monte Carlo return.
+    # Setting lambda=0 gives a fixed 1-step return.
+    # assert reward.shape.ndims == value.shape.ndims, (reward.shape, value.shape)
+    assert len(reward.shape) == len(value.shape), (reward.shape, value.shape)
+    if isinstance(pcont, (int, float)):
+        pcont = pcont * torch.ones_like(reward)
+    dims = list(range(len(reward.shape)))
+    dims = [axis] + dims[1:axis] + [0] + dims[axis + 1 :]
+    if axis != 0:
+        reward = reward.permute(dims)
+        value = value.permute(dims)
+        pcont = pcont.permute(dims)
+    if bootstrap is None:
+        bootstrap = torch.zeros_like(value[-1])
+    next_values = torch.cat([value[1:], bootstrap[None]], 0)
+    inputs = reward + pcont * next_values * (1 - lambda_)
+    # returns = static_scan(
+    #    lambda agg, cur0, cur1: cur0 + cur1 * lambda_ * agg,
+    #    (inputs, pcont), bootstrap, reverse=True)
+    # reimplement to optimize performance
+    returns = static_scan_for_lambda_return(
+        lambda agg, cur0, cur1: cur0 + cur1 * lambda_ * agg, (inputs, pcont), bootstrap
+    )
+    if axis != 0:
+        returns = returns.permute(dims)
+    return returns
+
+
+class Optimizer:
+    def __init__(
+        self,
+        name,
+        parameters,
+        lr,
+        eps=1e-4,
+        clip=None,
+        wd=None,
+        wd_pattern=r".*",
+        opt="adam",
+        use_amp=False,
+    ):
+        assert 0 <= wd < 1
+        assert not clip or 1 <= clip
+        self._name = name
+        self._parameters = parameters
+        self._clip = clip
+        self._wd = wd
+        self._wd_pattern = wd_pattern
+        self._opt = {
+            "adam": lambda: torch.optim.Adam(parameters, lr=lr, eps=eps),
+            "adamax": lambda: torch.optim.Adamax(parameters, lr=lr, eps=eps),
+            "sgd": lambda: torch.optim.SGD(parameters, lr=lr),
+            "momentum": lambda: torch.optim.SGD(parameters, lr=lr, momentum=0.9),
+        }[opt]()
+        self._scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+
+    def __call__(self, loss, params, retain_graph=True):
+        assert len(loss.shape) == 0, loss.shape
+        metrics = {}
+        metrics[f"{self._name}_loss"] = loss.detach().cpu().numpy()
+        self._opt.zero_grad()
+        self._scaler.scale(loss).backward(retain_graph=retain_graph)
+        self._scaler.unscale_(self._opt)
+        # loss.backward(retain_graph=retain_graph)
+        norm = torch.nn.utils.clip_grad_norm_(params, self._clip)
+        if self._wd:
+            self._apply_weight_decay(params)
+        self._scaler.step(self._opt)
+        self._scaler.update()
+        # self._opt.step()
+        self._opt.zero_grad()
+        metrics[f"{self._name}_grad_norm"] = to_np(norm)
+        return metrics
+
+    def _apply_weight_decay(self, varibs):
+        nontrivial = self._wd_pattern != r".*"
+        if nontrivial:
+            raise NotImplementedError
+        for var in varibs:
+            var.data = (1 - self._wd) * var.data
+
+
+# models.py's RewardEMA and ImagBehavior's targets, losses and slow critic, the world model's
+# imagined features given (and the heads nn.Sequential MLPs where networks.MLP stands)
+class RewardEMA:
+    """running mean and std"""
+
+    def __init__(self, device, alpha=1e-2):
+        self.device = device
+        self.alpha = alpha
+        self.range = torch.tensor([0.05, 0.95]).to(device)
+
+    def __call__(self, x, ema_vals):
+        flat_x = torch.flatten(x.detach())
+        x_quantile = torch.quantile(input=flat_x, q=self.range)
+        # this should be in-place operation
+        ema_vals[:] = self.alpha * x_quantile + (1 - self.alpha) * ema_vals
+        scale = torch.clip(ema_vals[1] - ema_vals[0], min=1.0)
+        offset = ema_vals[0]
+        return offset.detach(), scale.detach()
+
+
+class Actor(nn.Module):
+    def __init__(self, feat_size, num_actions, unimix_ratio):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(feat_size, 16), nn.LayerNorm(16, eps=1e-03), nn.SiLU(), nn.Linear(16, num_actions))
+        self._unimix_ratio = unimix_ratio
+
+    def forward(self, features):
+        return OneHotDist(self.net(features), unimix_ratio=self._unimix_ratio)
+
+
+class Value(nn.Module):
+    def __init__(self, feat_size):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(feat_size, 16), nn.LayerNorm(16, eps=1e-03), nn.SiLU(), nn.Linear(16, 255))
+
+    def forward(self, features):
+        return DiscDist(logits=self.net(features), device="cpu")
+
+
+class ImagBehavior(nn.Module):
+    def __init__(self, config, feat_size, num_actions):
+        super().__init__()
+        self._config = config
+        self.actor = Actor(feat_size, num_actions, config.unimix_ratio)
+        self.value = Value(feat_size)
+        initialize(self.actor)
+        initialize(self.value)
+        if config.critic["slow_target"]:
+            self._slow_value = copy.deepcopy(self.value)
+            self._updates = 0
+        kw = dict(wd=config.weight_decay, opt=config.opt, use_amp=False)
+        self._actor_opt = Optimizer("actor", self.actor.parameters(), config.actor["lr"], config.actor["eps"], config.actor["grad_clip"], **kw)
+        self._value_opt = Optimizer("value", self.value.parameters(), config.critic["lr"], config.critic["eps"], config.critic["grad_clip"], **kw)
+        if self._config.reward_EMA:
+            # register ema_vals to nn.Module for enabling torch.save and torch.load
+            self.register_buffer("ema_vals", torch.zeros((2,)).to(self._config.device))
+            self.reward_ema = RewardEMA(device=self._config.device)
+
+    def _train(self, imag_feat, imag_action, reward):
+        self._update_slow_target()
+        metrics = {}
+
+        with RequiresGrad(self.actor):
+            target, weights, base = self._compute_target(imag_feat, reward)
+            actor_loss, mets = self._compute_actor_loss(imag_feat, imag_action, target, weights, base)
+            actor_ent = self.actor(imag_feat).entropy()
+            actor_loss -= self._config.actor["entropy"] * actor_ent[:-1, ..., None]
+            actor_loss = torch.mean(actor_loss)
+            metrics.update(mets)
+            value_input = imag_feat
+
+        with RequiresGrad(self.value):
+            value = self.value(value_input[:-1].detach())
+            target = torch.stack(target, dim=1)
+            # (time, batch, 1), (time, batch, 1) -> (time, batch)
+            value_loss = -value.log_prob(target.detach())
+            slow_target = self._slow_value(value_input[:-1].detach())
+            if self._config.critic["slow_target"]:
+                value_loss -= value.log_prob(slow_target.mode().detach())
+            # (time, batch, 1), (time, batch, 1) -> (1,)
+            value_loss = torch.mean(weights[:-1] * value_loss[:, :, None])
+
+        metrics["actor_entropy"] = to_np(torch.mean(actor_ent))
+        with RequiresGrad(self):
+            metrics.update(self._actor_opt(actor_loss, self.actor.parameters()))
+            metrics.update(self._value_opt(value_loss, self.value.parameters()))
+        return metrics
+
+    def _compute_target(self, imag_feat, reward):
+        discount = self._config.discount * torch.ones_like(reward)
+        value = self.value(imag_feat).mode()
+        target = lambda_return(
+            reward[1:],
+            value[:-1],
+            discount[1:],
+            bootstrap=value[-1],
+            lambda_=self._config.discount_lambda,
+            axis=0,
+        )
+        weights = torch.cumprod(
+            torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0
+        ).detach()
+        return target, weights, value[:-1]
+
+    def _compute_actor_loss(self, imag_feat, imag_action, target, weights, base):
+        metrics = {}
+        inp = imag_feat.detach()
+        policy = self.actor(inp)
+        # Q-val for actor is not transformed using symlog
+        target = torch.stack(target, dim=1)
+        if self._config.reward_EMA:
+            offset, scale = self.reward_ema(target, self.ema_vals)
+            normed_target = (target - offset) / scale
+            normed_base = (base - offset) / scale
+            adv = normed_target - normed_base
+            metrics["EMA_005"] = to_np(self.ema_vals[0])
+            metrics["EMA_095"] = to_np(self.ema_vals[1])
+
+        if self._config.imag_gradient == "dynamics":
+            actor_target = adv
+        elif self._config.imag_gradient == "reinforce":
+            actor_target = (
+                policy.log_prob(imag_action)[:-1][:, :, None]
+                * (target - self.value(imag_feat[:-1]).mode()).detach()
+            )
+        actor_loss = -weights[:-1] * actor_target
+        return actor_loss, metrics
+
+    def _update_slow_target(self):
+        if self._config.critic["slow_target"]:
+            if self._updates % self._config.critic["slow_target_update"] == 0:
+                mix = self._config.critic["slow_target_fraction"]
+                for s, d in zip(self.value.parameters(), self._slow_value.parameters()):
+                    d.data = mix * s.data + (1 - mix) * d.data
+            self._updates += 1
+
+
+behavior = ImagBehavior(config, feat_size=6, num_actions=3)
+behavior.requires_grad_(requires_grad=False)
+for imag_feat, imag_action, reward in batches:
+    metrics = behavior._train(torch.tensor(imag_feat), torch.tensor(imag_action), torch.tensor(reward))
+    record.append({k: np.array(v, copy=True) for k, v in sorted(metrics.items())})  # (to_np of ema_vals[0] is a view in torch, which the next step's ema_vals[:] = ... rewrites)
+    record.append(params_of(behavior.actor, behavior.value, behavior._slow_value))
+    record.append(behavior.ema_vals.numpy().copy())
+with torch.no_grad():
+    policy = behavior.actor(torch.tensor(batches[0][0]))
+    record.append({"mode": policy.mode().numpy(), "sample": policy.sample().numpy(),
+                   "value": behavior.value(torch.tensor(batches[0][0])).mean().numpy()})
+'''
+
+DREAMER_STEPS = [
+    (
+        "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\nfrom torch import distributions as torchd\n",
+        "import retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\nfrom retrograd import distributions as torchd\n",
+    ),
+    (
+        "        self._scaler.scale(loss).backward(retain_graph=retain_graph)\n        self._scaler.unscale_(self._opt)\n        # loss.backward(retain_graph=retain_graph)\n        norm = torch.nn.utils.clip_grad_norm_(params, self._clip)\n        if self._wd:\n            self._apply_weight_decay(params)\n        self._scaler.step(self._opt)\n",
+        "        grads = self._scaler.scale(loss).backward(retain_graph=retain_graph)\n        self._scaler.unscale_(self._opt, grads)\n        # loss.backward(retain_graph=retain_graph)\n        norm = torch.nn.utils.clip_grad_norm_(grads, params, self._clip)\n        if self._wd:\n            self._apply_weight_decay(params)\n        self._scaler.step(self._opt, grads)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("imag_gradient", ["dynamics", "reinforce"])
+def test_dreamerv3_behavior_trains_as_torch(imag_gradient):
+    """DreamerV3's actor-critic as NM512/dreamerv3-torch writes it (``tools.py``'s
+    ``RequiresGrad``, ``symlog``/``symexp``, ``OneHotDist`` subclassing
+    ``torchd.one_hot_categorical.OneHotCategorical`` with its uniform mix, ``super().logits``
+    and the straight-through ``mode``/``sample``, the two-hot ``DiscDist`` critic (``torch.where
+    (equal, 1, ...)`` of int32 bucket counts, ``F.one_hot(...) * weight``), ``lambda_return``
+    by ``static_scan_for_lambda_return``'s ``torch.cat``/``flip``/``unbind``, the
+    ``Optimizer`` wrapper with a disabled ``GradScaler`` and ``var.data = (1 - wd) *
+    var.data`` weight decay; ``models.py``'s ``RewardEMA`` (``torch.quantile(input=, q=)``,
+    ``ema_vals[:] = ...`` into a buffer) and ``ImagBehavior``'s targets, actor loss (the
+    ``dynamics`` and ``reinforce`` gradients), entropy bonus and slow critic by ``d.data = mix *
+    s.data + (1 - mix) * d.data``), on given imagined features where the world model would
+    imagine them, the heads small ``nn.Sequential`` MLPs where ``networks.MLP`` stands."""
+    rng = np.random.default_rng(8106)
+    batches = [
+        (
+            rng.standard_normal((5, 3, 6)).astype(np.float32),
+            np.eye(3, dtype=np.float32)[rng.integers(0, 3, (5, 3))],
+            rng.uniform(-1, 2, (5, 3, 1)).astype(np.float32),
+        )
+        for _ in range(2)
+    ]
+    config = types.SimpleNamespace(
+        device="cpu", unimix_ratio=0.01, weight_decay=0.1, opt="adam", discount=0.997,
+        discount_lambda=0.95, reward_EMA=True, imag_gradient=imag_gradient,
+        actor={"lr": 3e-3, "eps": 1e-5, "grad_clip": 100.0, "entropy": 3e-4},
+        critic={"lr": 3e-3, "eps": 1e-5, "grad_clip": 100.0, "slow_target": True,
+                "slow_target_update": 1, "slow_target_fraction": 0.02},
+    )  # fmt: skip
+    records = []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = DREAMER_SOURCE if lib is torch else port(DREAMER_SOURCE, DREAMER_STEPS)
+        with SharedDraws(lib, 8106), SharedOneHotSample(lib, 8106):
+            run_source(
+                text, lib, record=record, initialize=initialize, params_of=params_of,
+                config=config, batches=batches,
+            )  # fmt: skip
+        records.append(record)
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+class SharedOneHotSample:
+    """``OneHotCategorical.sample`` of a library drawing from one seeded stream (inverse
+    CDF), the same draws for both libraries."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+        family = lib.distributions.OneHotCategorical
+
+        def sample(distribution, sample_shape=()):
+            p = distribution.probs.detach().numpy().astype(np.float64)
+            u = rng.random(p.shape[:-1] + (1,))
+            index = (np.cumsum(p, -1) < u).sum(-1).clip(0, p.shape[-1] - 1)
+            return lib.tensor(np.eye(p.shape[-1], dtype=np.float32)[index])
+
+        self.saved = family.sample
+        family.sample = sample
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.distributions.OneHotCategorical.sample = self.saved
+        return False
+
+
+def test_regression_torchs_distribution_family_modules():
+    """torch's per-family modules (``torch.distributions.one_hot_categorical``, ``uniform``,
+    ``independent``, ``beta``... 30 of them) were missing: ``from
+    torch.distributions.uniform import Uniform`` failed (``ModuleNotFoundError``) and
+    dreamerv3-torch's ``torchd.one_hot_categorical.OneHotCategorical`` (an
+    ``AttributeError``). Each is a module of ``rg.distributions`` now, holding the classes
+    torch's holds."""
+    import importlib
+    import pkgutil
+
+    import torch.distributions
+
+    families = [m.name for m in pkgutil.iter_modules(torch.distributions.__path__)]
+    for name in families:
+        if name == "constraint_registry":  # (biject_to/transform_to: not in retrograd)
+            continue
+        theirs = importlib.import_module(f"torch.distributions.{name}")
+        ours = importlib.import_module(f"retrograd.distributions.{name}")
+        for member in getattr(theirs, "__all__", []):
+            family = getattr(theirs, member)
+            if isinstance(family, type) and issubclass(family, torch.distributions.Distribution):
+                assert getattr(ours, member).__name__ == member, (name, member)
+    from retrograd.distributions.one_hot_categorical import OneHotCategorical
+    from retrograd.distributions.uniform import Uniform
+
+    assert OneHotCategorical is rg.distributions.OneHotCategorical
+    assert rg.distributions.independent.Independent is rg.distributions.Independent
+    d = Uniform(rg.tensor([0.0]), rg.tensor([2.0]))
+    assert abs(d.log_prob(rg.tensor([1.0])).item() - np.log(0.5)) < 1e-6
+
+
 def test_regression_tensor_unfold_takes_torchs_keyword_dimension():
     """``Tensor.unfold``'s first parameter is ``dimension`` in torch, and PatchTST names it
     (``z.unfold(dimension=-1, size=self.patch_len, step=self.stride)``); retrograd's was
@@ -1935,3 +2426,40 @@ def test_regression_tensor_unfold_takes_torchs_keyword_dimension():
         torch.tensor(values).unfold(dim=-1, size=4, step=2)
     with pytest.raises(TypeError):
         rg.tensor(values).unfold(dim=-1, size=4, step=2)
+
+
+def test_regression_gradient_recorded_before_a_freeze_and_thaw():
+    """dreamerv3-torch's ``RequiresGrad`` thaws a module around its forward and freezes it
+    after, then thaws it again around the backward: torch's ``.grad`` belongs to the one
+    tensor, so the gradient arrives. Retrograd's freeze made the parameter an untracked value
+    and the thaw a fresh leaf, whose ``p.grad(grads)`` was None (the actor's update was
+    lost). The thawed leaf now finds the gradient its frozen predecessor got; a parameter
+    still frozen at the read gets none, as torch accumulates none into a frozen tensor."""
+    x = np.array([[1.0, -2.0]], dtype=np.float32)
+    torch_linear = torch.nn.Linear(2, 1)
+    state = {k: v.detach().numpy() for k, v in torch_linear.state_dict().items()}
+    gradients = []
+    for lib in (torch, rg):
+        linear = lib.nn.Linear(2, 1)
+        if lib is rg:
+            linear.load_state_dict(state)
+        else:
+            linear = torch_linear
+        linear.requires_grad_(False)
+        linear.requires_grad_(True)
+        loss = (linear(lib.tensor(x)) ** 2).sum()
+        linear.requires_grad_(False)
+        linear.bias.requires_grad = True  # (the tensor's own toggle, and the module's)
+        linear.requires_grad_(True)
+        if lib is torch:
+            loss.backward()
+            gradients.append([linear.weight.grad.numpy(), linear.bias.grad.numpy()])
+        else:
+            grads = loss.backward()
+            gradients.append([linear.weight.grad(grads).numpy(), linear.bias.grad(grads).numpy()])
+    for ours, theirs in zip(gradients[1], gradients[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    frozen = rg.nn.Linear(2, 1)
+    loss = frozen(rg.tensor(x)).sum()
+    frozen.requires_grad_(False)
+    assert frozen.weight.grad(loss.backward()) is None

@@ -224,3 +224,59 @@ def _guard_distributions() -> None:
 
 
 _guard_distributions()
+
+
+#: torch's modules of one family each, named as torch names them, and the classes each holds
+#: (retrograd groups the families differently: ``continuous``, ``discrete``, ``gamma``...)
+_TORCH_FAMILY_MODULES = {
+    "beta": ("Beta",),
+    "binomial": ("Binomial",),
+    "cauchy": ("Cauchy",),
+    "chi2": ("Chi2",),
+    "dirichlet": ("Dirichlet",),
+    "exponential": ("Exponential",),
+    "fishersnedecor": ("FisherSnedecor",),
+    "generalized_pareto": ("GeneralizedPareto",),
+    "geometric": ("Geometric",),
+    "gumbel": ("Gumbel",),
+    "half_cauchy": ("HalfCauchy",),
+    "half_normal": ("HalfNormal",),
+    "independent": ("Independent",),
+    "inverse_gamma": ("InverseGamma",),
+    "kumaraswamy": ("Kumaraswamy",),
+    "laplace": ("Laplace",),
+    "log_normal": ("LogNormal",),
+    "logistic_normal": ("LogisticNormal",),
+    "mixture_same_family": ("MixtureSameFamily",),
+    "multinomial": ("Multinomial",),
+    "negative_binomial": ("NegativeBinomial",),
+    "one_hot_categorical": ("OneHotCategorical", "OneHotCategoricalStraightThrough"),
+    "pareto": ("Pareto",),
+    "poisson": ("Poisson",),
+    "relaxed_bernoulli": ("LogitRelaxedBernoulli", "RelaxedBernoulli"),
+    "relaxed_categorical": ("ExpRelaxedCategorical", "RelaxedOneHotCategorical"),
+    "studentT": ("StudentT",),
+    "transformed_distribution": ("TransformedDistribution",),
+    "uniform": ("Uniform",),
+    "weibull": ("Weibull",),
+}
+
+
+def _add_torch_family_modules() -> None:
+    """Make torch's per-family module paths importable here, holding the same classes: real
+    code reaches the families through them (``from torch.distributions.uniform import
+    Uniform``, dreamerv3-torch's ``torchd.one_hot_categorical.OneHotCategorical`` subclassed),
+    which failed with an ``AttributeError``/``ModuleNotFoundError``."""
+    import sys
+    import types
+
+    for name, members in _TORCH_FAMILY_MODULES.items():
+        module = types.ModuleType(f"{__name__}.{name}", f"torch.distributions.{name}'s classes")
+        for member in members:
+            setattr(module, member, globals()[member])
+        module.__all__ = list(members)
+        sys.modules[module.__name__] = module
+        globals()[name] = module
+
+
+_add_torch_family_modules()
