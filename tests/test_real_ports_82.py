@@ -37,6 +37,7 @@ per-family modules of ``torch.distributions`` (``one_hot_categorical``, ``unifor
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 import types
@@ -2462,4 +2463,8 @@ def test_regression_gradient_recorded_before_a_freeze_and_thaw():
     frozen = rg.nn.Linear(2, 1)
     loss = frozen(rg.tensor(x)).sum()
     frozen.requires_grad_(False)
-    assert frozen.weight.grad(loss.backward()) is None
+    copied = copy.deepcopy(frozen)  # (a leaf of its own: its source's gradient is not its)
+    grads = loss.backward()
+    assert frozen.weight.grad(grads) is None
+    copied.requires_grad_(True)
+    assert copied.weight.grad(grads) is None

@@ -998,8 +998,10 @@ _UNGUARDED = frozenset(
 )
 
 
-#: what links a view and its base (:mod:`.views`): never copied or pickled
-_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base"})
+#: what links a view and its base (:mod:`.views`), and the gradient keys of this tensor's
+#: former leaves (an in-place write's, a freeze's): never copied or pickled (a copy is a leaf
+#: of its own, whose gradients are not its source's)
+_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf"})
 
 
 def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:
