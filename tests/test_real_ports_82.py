@@ -2468,3 +2468,25 @@ def test_regression_gradient_recorded_before_a_freeze_and_thaw():
     assert frozen.weight.grad(grads) is None
     copied.requires_grad_(True)
     assert copied.weight.grad(grads) is None
+
+
+def test_regression_a_copy_does_not_take_its_sources_gradient():
+    """A leaf written in place (an optimizer's step, a ``no_grad`` update) keeps the keys of
+    its former leaves, so that a graph recorded before the write still finds its gradient;
+    ``copy.deepcopy`` (a target network, an EMA model) copied those keys, and the copy then
+    read its source's gradient of such a graph (torch's copy has no ``.grad`` of it)."""
+    ours = rg.tensor([1.0, 2.0]).require_grad()
+    theirs = torch.tensor([1.0, 2.0], requires_grad=True)
+    results = []
+    for lib, w in ((rg, ours), (torch, theirs)):
+        loss = (w * 3.0).sum()  # (saving nothing of w, which torch would then refuse)
+        with lib.no_grad():
+            w.add_(1.0)
+        copied = copy.deepcopy(w)
+        if lib is torch:
+            loss.backward()
+            results.append((w.grad.tolist(), copied.grad))
+        else:
+            grads = loss.backward()
+            results.append((w.grad(grads).tolist(), copied.grad(grads)))
+    assert results[0] == results[1] == ([3.0, 3.0], None)
