@@ -224,3 +224,4 @@ def _guard_distributions() -> None:
 
 
 _guard_distributions()
+

@@ -68,6 +68,10 @@ class LRScheduler:
     """Base class. Call :meth:`step` once per epoch (or per step, as you count ``T``), after
     ``optimizer.step``, as in PyTorch; ``last_epoch`` counts the calls."""
 
+    #: True while :meth:`step` asks ``get_lr`` (torch's flag, which schedules of one's own
+    #: read to warn when ``get_lr`` is called from outside a step)
+    _get_lr_called_within_step: bool = False
+
     def __init__(self, optimizer: Any, last_epoch: int = -1):
         _check_optimizer(type(self).__name__, optimizer)
         self.optimizer = optimizer
@@ -111,10 +115,12 @@ class LRScheduler:
             # ``self._step_count``), which :meth:`_record` then notes
             counted = getattr(self, "_step_count", 0)
             self._step_count = counted + 1
+            self._get_lr_called_within_step = True
             try:
                 rates = list(self.get_lr())
             finally:
                 self._step_count = counted
+                self._get_lr_called_within_step = False
             if len(rates) != len(groups):
                 raise ShapeError(
                     f"{type(self).__name__}.get_lr returned {len(rates)} learning rates for "

@@ -712,13 +712,22 @@ class Tensor(
             return
         if requires_grad:
             self.require_grad()
+            frozen = self.__dict__.pop("_frozen_leaf", None)
+            if frozen is not None and frozen():
+                # frozen and thawed again (dreamerv3-torch's ``RequiresGrad`` around the
+                # forward, then around the backward): torch's ``.grad`` is the one tensor's, so
+                # a graph recorded before the freeze still finds this tensor's gradient
+                self._former_keys = (frozen, *(former for former in self._former_keys if former()))
             return
         if not self.is_require_grad():
             raise AutodiffError(
                 f"requires_grad: only a leaf can stop requiring grad; this {list(self.shape)} "
                 "tensor is computed from others (use t.detach() for a value outside the graph)"
             )
+        frozen = self._backend.retired_leaf(self._prim)
         assign(self, self, "requires_grad_", untrack=True)
+        if frozen is not None:
+            self._frozen_leaf = frozen
 
     def detach(self) -> Tensor:
         """A new leaf cut from the graph, requiring grad iff this one was such a leaf (Burn's
@@ -989,8 +998,10 @@ _UNGUARDED = frozenset(
 )
 
 
-#: what links a view and its base (:mod:`.views`): never copied or pickled
-_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base"})
+#: what links a view and its base (:mod:`.views`), and the gradient keys of this tensor's
+#: former leaves (an in-place write's, a freeze's): never copied or pickled (a copy is a leaf
+#: of its own, whose gradients are not its source's)
+_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf"})
 
 
 def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:

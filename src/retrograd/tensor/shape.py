@@ -607,19 +607,10 @@ class ShapeMixin:
             start += n
         return tuple(pieces)
 
-    def unfold(
-        self, dim: Any = None, size: Any = None, step: Any = None, *, dimension: Any = None
-    ) -> Any:
-        """Sliding windows of ``size`` every ``step`` along ``dim``, as a new last dimension
-        (windows of size 0 too, as torch's). ``dimension=`` is torch's keyword for ``dim``."""
-        if dimension is not None:
-            if dim is not None:
-                raise ArgumentTypeError("unfold: give dim or dimension (torch's keyword), not both")
-            dim = dimension
-        if dim is None or size is None or step is None:
-            raise ArgumentTypeError(
-                f"unfold: needs a dimension, a size and a step, got {dim!r}, {size!r}, {step!r}"
-            )
+    def unfold(self, dimension: int, size: int, step: int) -> Any:
+        """Sliding windows of ``size`` every ``step`` along ``dimension``, as a new last
+        dimension (windows of size 0 too, as torch's, whose keyword is ``dimension``)."""
+        dim = dimension
         size, step = int_argument("unfold", size, "size"), int_argument("unfold", step, "step")
         if self.ndim == 0 and dim in (0, -1):
             # torch: a 0-d tensor is one element along one dimension, its window that

@@ -1116,10 +1116,9 @@ def _set_requires_grad(parameter: Parameter, requires_grad: bool) -> None:
     backend = parameter.backend
     if not backend.is_autodiff or parameter.is_require_grad() == requires_grad:
         return
-    if requires_grad:
-        parameter.require_grad()
-    else:
-        assign(parameter, parameter, "requires_grad_", untrack=True)
+    # the tensor's own toggle, which keeps the gradient of a graph recorded before a freeze
+    # findable once the parameter is thawed
+    parameter.requires_grad = requires_grad
 
 
 def _uniform(shape: tuple[int, ...], bound: float, backend: Any, device: Any, dtype: str) -> Tensor:
