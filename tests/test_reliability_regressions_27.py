@@ -110,3 +110,15 @@ def test_a_gradient_penalty_adds_to_the_create_graph_gradients_as_torch_accumula
     optimizer = rg.optim.SGD([weight], lr=0.1)
     optimizer.step(total)
     np.testing.assert_allclose(weight.numpy(), W - 0.1 * w.grad.detach().numpy(), rtol=1e-5)
+
+
+def test_unflatten_and_fold_name_the_input_shape_they_cannot_take():
+    with pytest.raises(rg.ShapeError, match=r"Unflatten: .*\(dimension 1 of \[1, 2, 4\]\)"):
+        rg.nn.Unflatten(1, (2, 2))(rg.ones(1, 2, 4))
+    with pytest.raises(
+        rg.ShapeError, match=r"Fold: .*got 10 \(dimension -1 of input \[2, 12, 10\]\)"
+    ):
+        rg.nn.Fold((4, 4), 2)(rg.ones(2, 12, 10))
+    with pytest.raises(RuntimeError):  # torch refuses both too
+        torch.nn.Fold((4, 4), 2)(torch.ones(2, 12, 10))
+    assert rg.nn.Unflatten(1, (2, 2))(rg.ones(1, 4, 3)).shape == (1, 2, 2, 3)

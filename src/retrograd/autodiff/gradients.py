@@ -200,7 +200,9 @@ class Gradients:
         gets the sum, a tensor with a gradient in only one keeps that one (a missing gradient
         counts as zero, as when torch accumulates into ``.grad`` and a parameter took no part
         in one of the backward passes). Neither operand changes. Both must hold gradients on
-        the same backend (an ``AutodiffError`` otherwise).
+        the same backend (an ``AutodiffError`` otherwise), or one on an autodiff backend (a
+        ``backward(create_graph=True)``'s) and the other on its inner one (a plain
+        backward's, as a gradient penalty's): the sum is then on the autodiff backend.
 
         >>> import retrograd as rg
         >>> w = rg.tensor([1.0, 2.0]).require_grad()
