@@ -122,3 +122,26 @@ def test_unflatten_and_fold_name_the_input_shape_they_cannot_take():
     with pytest.raises(RuntimeError):  # torch refuses both too
         torch.nn.Fold((4, 4), 2)(torch.ones(2, 12, 10))
     assert rg.nn.Unflatten(1, (2, 2))(rg.ones(1, 4, 3)).shape == (1, 2, 2, 3)
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (2, 0), (0, 0)])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_spectral_norm_of_an_empty_weight_computes_as_torchs(shape, mode):
+    torch.manual_seed(0)
+    reference = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(*shape))
+    layer = rg.nn.utils.parametrizations.spectral_norm(rg.nn.Linear(*shape))
+    layer.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()})
+    getattr(reference, mode)()
+    getattr(layer, mode)()
+    x = np.ones((3, shape[0]), np.float32)
+    expected = reference(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(layer(rg.tensor(x)).numpy(), expected, rtol=1e-6)
+
+
+def test_the_older_spectral_norm_of_a_weight_without_columns_computes_as_torchs():
+    torch.manual_seed(0)
+    reference = torch.nn.utils.spectral_norm(torch.nn.Linear(0, 2))
+    layer = rg.nn.utils.spectral_norm(rg.nn.Linear(0, 2))
+    layer.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()})
+    expected = reference(torch.ones(3, 0)).detach().numpy()
+    np.testing.assert_allclose(layer(rg.ones(3, 0)).numpy(), expected, rtol=1e-6)
