@@ -200,7 +200,9 @@ class Gradients:
         gets the sum, a tensor with a gradient in only one keeps that one (a missing gradient
         counts as zero, as when torch accumulates into ``.grad`` and a parameter took no part
         in one of the backward passes). Neither operand changes. Both must hold gradients on
-        the same backend (an ``AutodiffError`` otherwise).
+        the same backend (an ``AutodiffError`` otherwise), or one on an autodiff backend (a
+        ``backward(create_graph=True)``'s) and the other on its inner one (a plain
+        backward's, as a gradient penalty's): the sum is then on the autodiff backend.
 
         >>> import retrograd as rg
         >>> w = rg.tensor([1.0, 2.0]).require_grad()
@@ -216,6 +218,10 @@ class Gradients:
             raise DTypeError(
                 f"Gradients +: adds another Gradients (or 0), got {type(other).__name__}"
             )
+        if other.backend != self.backend and _lifts_into(other.backend, self.backend):
+            other = other._lifted(self.backend)
+        elif other.backend != self.backend and _lifts_into(self.backend, other.backend):
+            return self._lifted(other.backend) + other
         if other.backend != self.backend:
             raise AutodiffError(
                 f"Gradients +: the operands hold gradients on different backends "
@@ -231,6 +237,17 @@ class Gradients:
         return result
 
     __radd__ = __add__
+
+    def _lifted(self, backend: Any) -> Gradients:
+        """These gradients on ``backend``: plain values of its inner backend wrapped
+        untracked (a ``backward(create_graph=True)`` holds recorded ones, a plain backward
+        not, and a gradient penalty adds the two)."""
+        if backend == self.backend:
+            return self
+        result = Gradients(backend, self.device)
+        result.values = {node_id: backend.wrap(v) for node_id, v in self.values.items()}
+        result.recomputed_bytes = self.recomputed_bytes
+        return result
 
     def __mul__(self, scale: object) -> Gradients:
         """Every gradient multiplied by the number ``scale`` (e.g. ``1 / accumulation_steps``);
@@ -249,3 +266,8 @@ class Gradients:
         if divisor == 0:
             raise AutodiffError("Gradients /: division by zero")
         return self * (1.0 / float(divisor))
+
+
+def _lifts_into(inner: Any, autodiff: Any) -> bool:
+    """Whether ``inner``'s values wrap untracked into ``autodiff``'s: it decorates ``inner``."""
+    return bool(getattr(autodiff, "is_autodiff", False)) and autodiff.inner == inner

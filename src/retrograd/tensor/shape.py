@@ -443,7 +443,10 @@ class ShapeMixin:
         """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
         shape = self.shape
         d = normalize_dim("unflatten", dim, len(shape))
-        sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes, "unflatten"))
+        try:
+            sizes = infer_shape("unflatten", (shape[d],), shape_arg(sizes, "unflatten"))
+        except ShapeError as error:  # (it names dimension d's size only)
+            raise ShapeError(f"{error} (dimension {d} of {shape_text(shape)})") from None
         return _reshaped("unflatten", self, shape[:d] + sizes + shape[d + 1 :])
 
     def flatten(

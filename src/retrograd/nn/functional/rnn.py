@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, stack
-from ...tensor.internal import TensorOp, apply, shape_text, wrap
+from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
 from ._common import _float_input
 from .normalization import dropout as _dropout
 
@@ -68,13 +68,18 @@ def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeight
     w_ih, w_hh, b_ih, b_hh = weights
     length = x.shape[0]
     empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
-    inputs = (
-        x,
-        *state,
-        w_ih,
-        w_hh,
-        empty if b_ih is None else b_ih,
-        empty if b_hh is None else b_hh,
+    # the fused kernel takes primitives as given: an input on another backend than the
+    # weights is refused here by name, not by the kernel's library
+    inputs = tuple(
+        lift(w_ih, t, _LAYERS[mode].name)
+        for t in (
+            x,
+            *state,
+            w_ih,
+            w_hh,
+            empty if b_ih is None else b_ih,
+            empty if b_hh is None else b_hh,
+        )
     )
     last = 0 if reverse else length - 1
     if mode == "LSTM":

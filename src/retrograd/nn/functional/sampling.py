@@ -549,6 +549,7 @@ def fold(
     if oh * ow != length:
         raise ShapeError(
             f"{fn}: expected {oh * ow} blocks for output_size ({height}, {width}), got {length}"
+            f" (dimension -1 of input {shape_text(input.shape)})"
         )
     check_allocation(fn, (n, c, hp, wp), cols.dtype, f"input {shape_text(input.shape)}")
     blocks = cols.reshape((n, c, kh * kw, oh, ow))

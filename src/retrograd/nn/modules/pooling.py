@@ -302,7 +302,11 @@ class _LPPoolNd(Module):
         self.stride, self.ceil_mode = stride, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return type(self)._fn(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+        # torch's modules pass float(norm_type): an int or bool input's powers are then
+        # floats, where the functional form with an int p pools them as integers
+        return type(self)._fn(
+            x, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -147,7 +147,7 @@ def spectral_matrix(weight: Tensor, dim: int) -> Tensor:
     if dim != 0:
         order = [dim, *[d for d in range(weight.ndim) if d != dim]]
         weight = weight.permute(*order)
-    return weight.reshape(weight.shape[0], -1)
+    return weight.flatten(1)  # (reshape's -1 cannot be inferred for an empty weight)
 
 
 def power_iteration(matrix: Tensor, u: Tensor, v: Tensor, steps: int, eps: float,
@@ -201,8 +201,9 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     weight = _registered(module, name, "spectral_norm")
     matrix = spectral_matrix(weight.detach(), dim)
     with no_grad():
-        u = normalize(randn_like(matrix[:, 0]), dim=0, eps=eps)
-        v = normalize(randn_like(matrix[0]), dim=0, eps=eps)
+        # (a column's and a row's shapes, which an empty matrix has too)
+        u = normalize(randn_like(matrix.sum(1)), dim=0, eps=eps)
+        v = normalize(randn_like(matrix.sum(0)), dim=0, eps=eps)
     del module._parameters[name]
     module.register_parameter(f"{name}_orig", weight)
     object.__setattr__(module, name, weight.detach())

@@ -79,8 +79,9 @@ class _SpectralNorm(Module):
             self.n_power_iterations = n_power_iterations
             matrix = spectral_matrix(weight.detach(), self.dim)
             with no_grad():
-                u = normalize(randn_like(matrix[:, 0]), dim=0, eps=self.eps)
-                v = normalize(randn_like(matrix[0]), dim=0, eps=self.eps)
+                # (a column's and a row's shapes, which an empty matrix has too)
+                u = normalize(randn_like(matrix.sum(1)), dim=0, eps=self.eps)
+                v = normalize(randn_like(matrix.sum(0)), dim=0, eps=self.eps)
             self.register_buffer("_u", u)
             self.register_buffer("_v", v)
             self._power(matrix, 15)
