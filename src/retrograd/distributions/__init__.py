@@ -224,4 +224,3 @@ def _guard_distributions() -> None:
 
 
 _guard_distributions()
-
