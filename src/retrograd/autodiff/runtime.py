@@ -186,7 +186,12 @@ def backward(
         # below it, with the walk's nodes, their saved values and the gradients in flight.
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
-        del tape, grads, checkpointer, nodes, node, root, seed
+        # the strategy hears of it (a budget's planner plans from no half step); a strategy of
+        # one's own may return a checkpointer without ``abandon``
+        abandon = getattr(checkpointer, "abandon", None)
+        if abandon is not None:
+            abandon()
+        del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()

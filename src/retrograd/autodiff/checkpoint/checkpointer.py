@@ -77,6 +77,12 @@ class HeldCheckpointer:
             self.on_end(report)
         return report
 
+    def abandon(self) -> None:
+        """The backward stopped before its end (a rule, hook or Function raised): its
+        listener hears ``None``, no report (see :meth:`Checkpointer.abandon`)."""
+        if self.on_end is not None:
+            self.on_end(None)
+
     def is_empty(self) -> bool:
         return not self.reads
 
@@ -140,6 +146,11 @@ class Checkpointer:
         return not self.states
 
     # -- reads ------------------------------------------------------------------------------------
+    def abandon(self) -> None:
+        """The backward stopped before its end (a rule, hook or Function raised). Nothing to
+        report: a strategy that learns from each backward (a memory budget's planner) would
+        learn from half a step, so the budget's checkpointers tell their listener ``None``."""
+
     def retrieve(self, key: int) -> Any:
         """The value saved under ``key`` for a backward step; forgotten after its last read."""
         state = self.states[key]

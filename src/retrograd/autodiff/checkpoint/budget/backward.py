@@ -149,6 +149,9 @@ class PlannedCheckpointer(Checkpointer):
         self.on_end(report)
         return report
 
+    def abandon(self) -> None:
+        self.on_end(None)
+
 
 class BudgetCheckpointer(Checkpointer):
     """A checkpointer that keeps the bytes it holds under ``budget`` by dropping what it can
@@ -220,6 +223,9 @@ class BudgetCheckpointer(Checkpointer):
         report = super().end()
         self.on_end(report)
         return report
+
+    def abandon(self) -> None:
+        self.on_end(None)
 
     # -- reads: each read is one step of ``needs`` ------------------------------------------------
     def _read(self, key: int) -> Any:

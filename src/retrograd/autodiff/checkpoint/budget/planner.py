@@ -333,6 +333,14 @@ class Planner:
         self._checking = plan
         return plan.limit, plan.mode
 
+    def backward_failed(self) -> None:
+        """A backward stopped before its end (a rule, hook or Function raised): its step is
+        no step to plan from (its trace waits for a peak that will not come) nor a check of
+        the plan it followed. The next step runs as if this one had not been; a loop that
+        skips a failed batch then plans as it would have."""
+        self._pending = None
+        self._checking = None
+
     def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
         """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
         recomputed ``recomputed_ops`` ops. A

@@ -384,8 +384,13 @@ class BudgetCheckpointing(CheckpointStrategy):
         return _with_sources(tape.nodes)
 
     def _backward_ended(self, report: Any) -> None:
+        """A backward's report, or ``None``: it stopped before its end (see
+        :meth:`.Planner.backward_failed`)."""
         with self._lock:
-            self.planner.backward_ended(report.peak_bytes, report.recomputed_ops)
+            if report is None:
+                self.planner.backward_failed()
+            else:
+                self.planner.backward_ended(report.peak_bytes, report.recomputed_ops)
             self.pool.take_peak()  # the next step's forward peak starts from what is held now
 
 
