@@ -136,11 +136,18 @@ MODULES = sorted(
 )
 
 
+#: public attributes of torch's layers that are flags of its fused fast paths (nested tensors,
+#: the native transformer kernel), which retrograd has none of
+FAST_PATH_FLAGS = {"use_nested_tensor", "activation_relu_or_gelu"}
+SIMPLE = (int, float, bool, str, tuple, type(None))
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_modules_print_and_hold_state_as_torchs(name):
     """Each layer built from the first argument list torch's constructor takes prints as
-    torch's and holds torch's state-dict keys and shapes (``TripletMarginWithDistanceLoss``
-    held no ``PairwiseDistance`` child)."""
+    torch's, holds torch's state-dict keys and shapes (``TripletMarginWithDistanceLoss`` held
+    no ``PairwiseDistance`` child) and torch's public attributes of plain values
+    (``AvgPool1d(4).kernel_size`` is torch's ``(4,)``, it was ``4``)."""
     special = SPECIAL.get(name)
     for arguments in [special] if special else ARGUMENTS:
         try:
@@ -149,6 +156,13 @@ def test_modules_print_and_hold_state_as_torchs(name):
             continue
         ours = getattr(rg.nn, name)(*(special(rg.nn) if special else arguments))
         assert repr(ours) == repr(theirs)
+        attributes = {
+            key: value
+            for key, value in vars(theirs).items()
+            if not key.startswith("_") and key != "training" and isinstance(value, SIMPLE)
+        }
+        for key in attributes.keys() - FAST_PATH_FLAGS:
+            assert getattr(ours, key) == attributes[key], key
         if not name.startswith("Lazy"):  # torch's uninitialized parameters have no shape
             shapes = {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
             assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == shapes

@@ -11,6 +11,7 @@ from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
+from .utils import _ntuple, _single
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -213,17 +214,15 @@ class AvgPool1d(_AvgPoolNd):
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
                  ceil_mode: bool = False, count_include_pad: bool = True):  # fmt: skip
         Module.__init__(self)  # torch's own arguments: no divisor_override
-        self.kernel_size, self.padding = kernel_size, padding
-        self.stride = stride if stride is not None else kernel_size  # as torch stores it
+        # one-element tuples, as torch stores them (code reads ``pool.kernel_size[0]``)
+        self.kernel_size, self.padding = _single(kernel_size), _single(padding)
+        self.stride = _single(stride if stride is not None else kernel_size)
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool1d(
             x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
         )
-
-    def extra_repr(self) -> str:  # torch's, of its one-element tuples
-        return _sizes_repr(self, 1)
 
 
 class AvgPool3d(_AvgPoolNd):
@@ -340,14 +339,16 @@ class _MaxUnpoolNd(Module):
 
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
         super().__init__()
-        self.kernel_size, self.padding = kernel_size, padding
-        self.stride = stride if stride is not None else kernel_size
+        # tuples of one size a dimension, as torch stores them
+        sizes = _ntuple(self._dims)
+        self.kernel_size, self.padding = sizes(kernel_size), sizes(padding)
+        self.stride = sizes(stride if stride is not None else kernel_size)
 
     def forward(self, x: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
         return type(self)._fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)
 
-    def extra_repr(self) -> str:  # torch's, of its tuples of one size a dimension
-        return _sizes_repr(self, self._dims)
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class MaxUnpool1d(_MaxUnpoolNd):
@@ -433,16 +434,3 @@ class FractionalMaxPool3d(_FractionalMaxPoolNd):
     """3-d fractional max pooling of ``[N, C, T, H, W]`` (or ``[C, T, H, W]``)."""
 
     _fn, _dims = staticmethod(F.fractional_max_pool3d), 3
-
-
-def _sizes_repr(module: Module, dims: int) -> str:
-    """``kernel_size=..., stride=..., padding=...`` as torch prints the modules that store
-    each as a tuple of ``dims`` sizes (an int given repeated)."""
-
-    def sizes(value: Any) -> tuple:
-        return tuple(value) if isinstance(value, Sequence) else (value,) * dims
-
-    return (
-        f"kernel_size={sizes(module.kernel_size)}, stride={sizes(module.stride)}, "
-        f"padding={sizes(module.padding)}"
-    )
