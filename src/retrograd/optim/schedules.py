@@ -281,6 +281,11 @@ class StepLR(LRScheduler):
         base = self.base_lr if base_lr is None else base_lr
         return base * self.gamma ** (epoch // self.step_size)
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        # torch's recursive form to the bit: ``current * gamma`` at each multiple of
+        # step_size (the ratio of the closed forms differs by an ulp from gamma)
+        return current if epoch == 0 or epoch % self.step_size else current * self.gamma
+
 
 class CosineAnnealingLR(LRScheduler):
     """``lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2`` (SGDR without
@@ -455,6 +460,9 @@ class ExponentialLR(LRScheduler):
         base = self.base_lr if base_lr is None else base_lr
         return base * self.gamma**epoch
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        return current if epoch == 0 else current * self.gamma  # torch's, to the bit
+
 
 class LinearLR(LRScheduler):
     """A factor going linearly from ``start_factor`` to ``end_factor`` over ``total_iters``
@@ -474,6 +482,16 @@ class LinearLR(LRScheduler):
         t = min(epoch, self.total_iters)
         factor = self.start_factor + (self.end_factor - self.start_factor) * t / self.total_iters
         return base * factor
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: ``start_factor`` at epoch 0, then each step's
+        ratio of consecutive factors, nothing past ``total_iters``."""
+        if epoch == 0:
+            return current * self.start_factor
+        if epoch > self.total_iters:
+            return current
+        rise = self.end_factor - self.start_factor
+        return current * (1.0 + rise / (self.total_iters * self.start_factor + (epoch - 1) * rise))
 
 
 class ConstantLR(LRScheduler):
@@ -507,6 +525,13 @@ class PolynomialLR(LRScheduler):
         if self.total_iters == 0:  # torch's: no decay at all (its steps never change the lr)
             return base
         return base * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: each step's ratio of consecutive factors."""
+        if epoch == 0 or epoch > self.total_iters:
+            return current
+        total = self.total_iters
+        return current * ((1.0 - epoch / total) / (1.0 - (epoch - 1) / total)) ** self.power
 
 
 class ReduceLROnPlateau(LRScheduler):
