@@ -1,0 +1,246 @@
+"""torch 2.13 names that training code uses, against torch: ``nn.AdaptiveLogSoftmaxWithLoss``
+(state dict, outputs and float64 gradients of ``forward``, ``log_prob``, ``predict``) and
+``torch.utils._pytree`` (leaves, structure and round trips of nested containers)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict, deque, namedtuple
+
+import numpy as np
+import pytest
+import torch
+import torch.utils._pytree as torch_pytree
+
+import retrograd as rg
+import retrograd.utils._pytree as rg_pytree
+from retrograd.errors import (
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    RetrogradError,
+    ShapeError,
+)
+
+
+def _np(t):
+    return np.asarray(t.tolist() if isinstance(t, rg.Tensor) else t.detach().numpy())
+
+
+# -- nn.AdaptiveLogSoftmaxWithLoss ------------------------------------------------------------
+def _asm_pair(in_features=8, n_classes=10, cutoffs=(3, 6), div_value=2.0, head_bias=True):
+    torch.manual_seed(0)
+    theirs = torch.nn.AdaptiveLogSoftmaxWithLoss(
+        in_features, n_classes, list(cutoffs), div_value=div_value, head_bias=head_bias
+    ).double()
+    ours = rg.nn.AdaptiveLogSoftmaxWithLoss(
+        in_features, n_classes, cutoffs, div_value=div_value, head_bias=head_bias
+    ).double()
+    result = ours.load_state_dict({k: rg.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    assert not result.missing_keys and not result.unexpected_keys
+    return ours, theirs
+
+
+def test_adaptive_log_softmax_holds_torchs_parameters_and_state_dict_keys():
+    for head_bias, div_value in ((False, 4.0), (True, 2.0)):
+        theirs = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 20, [4, 10, 15], div_value, head_bias)
+        ours = rg.nn.AdaptiveLogSoftmaxWithLoss(16, 20, [4, 10, 15], div_value, head_bias)
+        shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+        assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+        assert list(shapes) == list(theirs.state_dict())
+        for name in ("cutoffs", "shortlist_size", "n_clusters", "head_size", "in_features"):
+            assert getattr(ours, name) == getattr(theirs, name)
+        assert str(ours) == str(theirs)
+    assert rg.nn.modules.adaptive.AdaptiveLogSoftmaxWithLoss is rg.nn.AdaptiveLogSoftmaxWithLoss
+
+
+@pytest.mark.parametrize("target", [[0, 4, 9, 2, 7, 6], [1, 0, 2, 2, 0, 1], [9, 8, 7, 6, 9, 6]])
+def test_adaptive_log_softmax_forward_and_gradients_as_torchs(target):
+    ours, theirs = _asm_pair()
+    x = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
+    expected = theirs(x, torch.tensor(target))
+    expected.loss.backward()
+    x_ours = rg.tensor(x.detach().numpy()).require_grad()
+    got = ours(x_ours, rg.tensor(target))
+    assert type(got).__name__ == "_ASMoutput" and got._fields == ("output", "loss")
+    assert got.output.shape == (6,) and got.output.dtype == rg.float64 and got.loss.shape == ()
+    np.testing.assert_allclose(_np(got.output), _np(expected.output), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(float(got.loss), expected.loss.item(), rtol=1e-12)
+    grads = got.loss.backward()
+    np.testing.assert_allclose(_np(x_ours.grad(grads)), _np(x.grad), rtol=1e-10, atol=1e-12)
+    for (name, p), (their_name, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert name == their_name
+        g = p.grad(grads)
+        expected_grad = np.zeros(q.shape) if q.grad is None else _np(q.grad)
+        np.testing.assert_allclose(
+            np.zeros(q.shape) if g is None else _np(g), expected_grad, rtol=1e-10, atol=1e-12
+        )
+
+
+def test_adaptive_log_softmax_unbatched_log_prob_and_predict_as_torchs():
+    ours, theirs = _asm_pair()
+    x = torch.randn(7, 8, dtype=torch.float64)
+    x_ours = rg.tensor(x.numpy())
+    single = ours(x_ours[2], rg.tensor(7))
+    expected = theirs(x[2], torch.tensor(7))
+    assert single.output.shape == () and single.loss.shape == ()
+    np.testing.assert_allclose(float(single.output), expected.output.item(), rtol=1e-12)
+    log_prob = ours.log_prob(x_ours)
+    assert log_prob.shape == (7, 10)
+    np.testing.assert_allclose(_np(log_prob), _np(theirs.log_prob(x)), rtol=1e-12, atol=1e-12)
+    assert ours.predict(x_ours).tolist() == theirs.predict(x).tolist()
+    # rows whose head prefers a cluster: predict's two other paths (some rows, all rows)
+    for cluster_bias, all_in_clusters in ((0.0, False), (50.0, True)):
+        with torch.no_grad():
+            theirs.head.weight[3:] = theirs.head.weight[:1] * 4
+            theirs.head.bias[3:] = cluster_bias
+        ours.load_state_dict({k: rg.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+        expected_predictions = theirs.predict(x).tolist()
+        assert (min(expected_predictions) >= 3) == all_in_clusters
+        assert max(expected_predictions) >= 3
+        assert ours.predict(x_ours).tolist() == expected_predictions
+
+
+@pytest.mark.parametrize(
+    ("cutoffs", "n_classes"),
+    [([], 10), ([5, 3], 10), ([0, 4], 10), ([4, 10], 10), ([3, 3], 10), ([2.5], 10)],
+)
+def test_adaptive_log_softmax_refuses_torchs_bad_cutoffs(cutoffs, n_classes):
+    with pytest.raises(ValueError, match="cutoffs"):
+        torch.nn.AdaptiveLogSoftmaxWithLoss(4, n_classes, cutoffs)
+    with pytest.raises(InvalidArgumentError, match="cutoffs"):
+        rg.nn.AdaptiveLogSoftmaxWithLoss(4, n_classes, cutoffs)
+
+
+def test_adaptive_log_softmax_refuses_bad_inputs_as_torch_does():
+    ours, theirs = _asm_pair()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    cases = [
+        (x, torch.tensor([0, 1]), ShapeError, "batch dimension"),
+        (x[0], torch.tensor([0]), ShapeError, "2D input"),
+        (x, torch.tensor(1), ShapeError, "1D input"),
+        (x, torch.tensor([[0, 1, 2]]), ShapeError, "multi-target"),
+        (x, torch.tensor([0, 10, 1]), IndexOutOfRangeError, r"\[0, 9\]"),
+        (x, torch.tensor([0, -1, 1]), IndexOutOfRangeError, r"\[0, 9\]"),
+    ]
+    for inputs, target, error, message in cases:
+        with pytest.raises((RuntimeError, IndexError)):
+            theirs(inputs, target)
+        with pytest.raises(error, match=message):
+            ours(rg.tensor(inputs.numpy()), rg.tensor(target.numpy()))
+    with pytest.raises(DTypeError, match="integer"):
+        ours(rg.tensor(x.numpy()), rg.tensor([0.0, 1.0, 2.0]))
+    # the module stays usable after a refusal
+    assert ours(rg.tensor(x.numpy()), rg.tensor([0, 5, 9])).output.shape == (3,)
+
+
+# -- torch.utils._pytree ----------------------------------------------------------------------
+Point = namedtuple("Point", "x y")
+
+TREES = [
+    (1, [None, {"b": 2, "a": 3}], Point(4, OrderedDict(z=5, y=6))),
+    None,
+    5,
+    (),
+    [],
+    {},
+    [[], [[]]],
+    {"x": (None, None), "w": [1]},
+    defaultdict(list, {"k": [1, 2]}),
+    deque([1, (2, 3)], maxlen=4),
+    Point(None, [Point(1, 2)]),
+    OrderedDict(b=[1, {"c": None}], a=()),
+]
+
+
+@pytest.mark.parametrize("tree", TREES, ids=range(len(TREES)))
+def test_pytree_flattens_and_rebuilds_as_torchs(tree):
+    their_leaves, their_spec = torch_pytree.tree_flatten(tree)
+    leaves, spec = rg_pytree.tree_flatten(tree)
+    assert leaves == their_leaves
+    assert rg_pytree.tree_leaves(tree) == torch_pytree.tree_leaves(tree)
+    assert list(rg_pytree.tree_iter(tree)) == their_leaves
+    assert repr(spec) == repr(their_spec)
+    assert (spec.num_nodes, spec.num_leaves, spec.num_children) == (
+        their_spec.num_nodes,
+        their_spec.num_leaves,
+        their_spec.num_children,
+    )
+    assert spec.is_leaf() == their_spec.is_leaf() and spec.context == their_spec.context
+    assert spec.type is their_spec.type
+    assert rg_pytree.treespec_pprint(spec) == torch_pytree.treespec_pprint(their_spec)
+    assert rg_pytree.tree_structure(tree) == spec and hash(rg_pytree.tree_structure(tree)) == hash(
+        spec
+    )
+    rebuilt = rg_pytree.tree_unflatten(leaves, spec)
+    assert rebuilt == tree and type(rebuilt) is type(tree)
+    assert rg_pytree.tree_unflatten(spec, leaves) == tree  # torch accepts either order
+    numbered = list(range(len(leaves)))
+    assert rg_pytree.tree_unflatten(numbered, spec) == torch_pytree.tree_unflatten(
+        numbered, their_spec
+    )
+    assert rg_pytree.tree_map(repr, tree) == torch_pytree.tree_map(repr, tree)
+    ours_paths = [(rg_pytree.keystr(k), v) for k, v in rg_pytree.tree_leaves_with_path(tree)]
+    their_paths = [(torch_pytree.keystr(k), v) for k, v in torch_pytree.tree_leaves_with_path(tree)]
+    assert ours_paths == their_paths
+
+
+def test_pytree_maps_over_several_trees_tensors_and_is_leaf_as_torchs():
+    assert rg_pytree.tree_map(lambda x, y: [x] + y, [5, 6], [[7, 9], [1, 2]]) == [
+        [5, 7, 9],
+        [6, 1, 2],
+    ]
+    tree = {"w": rg.ones(2), "b": (rg.zeros(1), None), "n": 3}
+    doubled = rg_pytree.tree_map_only(rg.Tensor, lambda t: t * 2, tree)
+    assert doubled["w"].tolist() == [2.0, 2.0] and doubled["n"] == 3 and doubled["b"][1] is None
+    assert rg_pytree.tree_all_only(rg.Tensor, lambda t: t.shape[0] <= 2, tree)
+    assert not rg_pytree.tree_any(lambda x: x == 4, [1, (2, 3)])
+    their_spec = torch_pytree.tree_structure([(1, 2), [3]], is_leaf=lambda x: isinstance(x, tuple))
+    spec = rg_pytree.tree_structure([(1, 2), [3]], is_leaf=lambda x: isinstance(x, tuple))
+    assert repr(spec) == repr(their_spec)
+    # a dict's keys match across dict kinds, in the spec's order, as torch's flatten_up_to
+    spec = rg_pytree.tree_structure({"a": 1, "b": 2})
+    assert spec.flatten_up_to(OrderedDict(b=20, a=10)) == [10, 20]
+    assert rg_pytree.tree_structure({"a": 1}) != rg_pytree.tree_structure(OrderedDict(a=1))
+
+
+def test_pytree_register_pytree_node_as_torchs():
+    class Pair:
+        def __init__(self, first, second):
+            self.first, self.second = first, second
+
+    def flatten(p):
+        return [p.first, p.second], "pair"
+
+    def unflatten(values, context):
+        return Pair(*values)
+
+    rg_pytree.register_pytree_node(Pair, flatten, unflatten)
+    torch_pytree.register_pytree_node(Pair, flatten, unflatten)
+    tree = [Pair(1, (2, None)), 3]
+    assert rg_pytree.tree_leaves(tree) == torch_pytree.tree_leaves(tree) == [1, 2, None, 3]
+    assert repr(rg_pytree.tree_structure(tree)) == repr(torch_pytree.tree_structure(tree))
+    rebuilt = rg_pytree.tree_map(lambda x: x, tree)
+    assert isinstance(rebuilt[0], Pair) and rebuilt[0].second == (2, None)
+    with pytest.raises(InvalidArgumentError, match="already registered"):
+        rg_pytree.register_pytree_node(Pair, flatten, unflatten)
+
+
+def test_pytree_mismatches_raise_torchs_errors():
+    spec = rg_pytree.tree_structure((1, [2, 3]))
+    their_spec = torch_pytree.tree_structure((1, [2, 3]))
+    cases = [
+        (lambda s: s.unflatten([1]), "has length 1"),
+        (lambda s: s.flatten_up_to((1, [2])), "arity mismatch"),
+        (lambda s: s.flatten_up_to([1, [2, 3]]), "type mismatch"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call(their_spec)
+        with pytest.raises(InvalidArgumentError, match=message):
+            call(spec)
+    with pytest.raises(InvalidArgumentError, match="keys mismatch"):
+        rg_pytree.tree_map(lambda a, b: a, {"a": 1}, {"b": 1})
+    with pytest.raises(ValueError, match="keys mismatch"):
+        torch_pytree.tree_map(lambda a, b: a, {"a": 1}, {"b": 1})
+    with pytest.raises(RetrogradError, match="PyTreeSpec"):
+        rg_pytree.tree_unflatten([1], [1])
