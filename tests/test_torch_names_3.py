@@ -1,9 +1,11 @@
 """torch 2.13 names that training code uses, against torch: ``nn.AdaptiveLogSoftmaxWithLoss``
-(state dict, outputs and float64 gradients of ``forward``, ``log_prob``, ``predict``) and
-``torch.utils._pytree`` (leaves, structure and round trips of nested containers)."""
+(state dict, outputs and float64 gradients of ``forward``, ``log_prob``, ``predict``),
+``torch.utils._pytree`` (leaves, structure and round trips of nested containers) and
+``torch.autograd.graph``'s saved tensor hooks (gradients and call counts)."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, defaultdict, deque, namedtuple
 
 import numpy as np
@@ -13,7 +15,9 @@ import torch.utils._pytree as torch_pytree
 
 import retrograd as rg
 import retrograd.utils._pytree as rg_pytree
+from backends import inner_backend
 from retrograd.errors import (
+    AutodiffError,
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
@@ -244,3 +248,179 @@ def test_pytree_mismatches_raise_torchs_errors():
         torch_pytree.tree_map(lambda a, b: a, {"a": 1}, {"b": 1})
     with pytest.raises(RetrogradError, match="PyTreeSpec"):
         rg_pytree.tree_unflatten([1], [1])
+
+
+# -- torch.autograd.graph: saved tensor hooks -------------------------------------------------
+def _backend(strategy=None):
+    return rg.Autodiff(inner_backend(), checkpointing=strategy or rg.NoCheckpointing())
+
+
+def _counting_hooks(factor):
+    calls = []
+
+    def pack(t):
+        calls.append("pack")
+        return t * factor
+
+    def unpack(t):
+        calls.append("unpack")
+        return t
+
+    return pack, unpack, calls
+
+
+def _mlp(lib, x, w1, w2):
+    h = lib.nn.functional.relu(x @ w1.T)
+    return ((lib.tanh(h @ w2.T) - 1.0) ** 2).mean()
+
+
+def test_saved_tensors_hooks_reach_what_backward_reads_as_torchs():
+    # a pack that scales what is saved, an unpack that does not undo it: every gradient read
+    # from a saved value changes, as torch's does; the calls are counted as torch counts them
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    w1 = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    w2 = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    pack, unpack, their_calls = _counting_hooks(1.5)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        loss = _mlp(torch, x, w1, w2)
+    loss.backward()
+    backend = _backend()
+    ours = [rg.tensor(t.detach().numpy(), backend=backend) for t in (x, w1, w2)]
+    ours[1].require_grad(), ours[2].require_grad()
+    pack, unpack, calls = _counting_hooks(1.5)
+    with rg.autograd.graph.saved_tensors_hooks(pack, unpack):
+        our_loss = _mlp(rg, *ours)
+    assert calls == their_calls[: their_calls.count("pack")]  # packed while recording
+    grads = our_loss.backward()
+    assert calls == their_calls
+    np.testing.assert_allclose(float(our_loss), loss.item(), rtol=1e-12)
+    for mine, theirs in zip(ours[1:], (w1, w2)):
+        np.testing.assert_allclose(_np(mine.grad(grads)), _np(theirs.grad), rtol=1e-10)
+
+
+def test_saved_tensors_hooks_under_balanced_checkpointing():
+    # values the strategy recomputes are not saved, so not packed; what is packed is unpacked;
+    # hooks that keep the content (torch's contract for unpack_hook) keep the gradients
+    torch.manual_seed(1)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    w1 = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    w2 = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    _mlp(torch, x, w1, w2).backward()
+    backend = _backend(rg.BalancedCheckpointing())
+    ours = [rg.tensor(t.detach().numpy(), backend=backend) for t in (x, w1, w2)]
+    ours[1].require_grad(), ours[2].require_grad()
+    calls = []
+    with rg.autograd.graph.saved_tensors_hooks(
+        lambda t: calls.append("pack") or t * 4, lambda t: calls.append("unpack") or t / 4
+    ):
+        our_loss = _mlp(rg, *ours)
+    grads = our_loss.backward()
+    # a packed value is unpacked at each read, a recomputation's included
+    assert 0 < calls.count("pack") <= calls.count("unpack")
+    for mine, theirs in zip(ours[1:], (w1, w2)):
+        np.testing.assert_allclose(_np(mine.grad(grads)), _np(theirs.grad), rtol=1e-10)
+
+
+def test_saved_tensors_hooks_pack_and_unpack_that_undo_each_other_as_torchs_docs():
+    a, b = torch.ones(5, requires_grad=True), torch.ones(5, requires_grad=True)
+    their_calls = []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: their_calls.append(t.tolist()) or t * 4, lambda t: t / 4
+    ):
+        y = a * (b * 2)
+    y.sum().backward()
+    backend = _backend()
+    ra = rg.ones(5, backend=backend).require_grad()
+    rb = rg.ones(5, backend=backend).require_grad()
+    calls = []
+    with rg.autograd.graph.saved_tensors_hooks(
+        lambda t: calls.append(t.tolist()) or t * 4, lambda t: t / 4
+    ):
+        ry = ra * (rb * 2)
+    # mul saves both operands (torch packs them in the other order)
+    assert sorted(calls) == sorted(their_calls) == [[1.0] * 5, [2.0] * 5]
+    grads = ry.sum().backward()
+    assert ra.grad(grads).tolist() == a.grad.tolist() and rb.grad(grads).tolist() == b.grad.tolist()
+
+
+def test_saved_tensors_hooks_innermost_pair_thread_second_backward_and_higher_order():
+    backend = _backend()
+    outer_pack, outer_unpack, outer_calls = _counting_hooks(1.0)
+    inner_pack, inner_unpack, inner_calls = _counting_hooks(1.0)
+    a = rg.tensor([0.5, 1.5], dtype=rg.float64, backend=backend).require_grad()
+    with rg.autograd.graph.saved_tensors_hooks(outer_pack, outer_unpack):
+        with rg.autograd.graph.saved_tensors_hooks(inner_pack, inner_unpack):
+            y = (a.sin() * a).sum()
+        z = a.exp().sum()
+    w = a.cos().sum()  # after both: nothing packed
+    with rg.autograd.graph.saved_tensors_hooks(inner_pack, inner_unpack):
+        worker = threading.Thread(target=lambda: (a * a).sum().backward())
+        worker.start()
+        worker.join()  # the pair is this thread's: the worker's graph packs nothing
+    assert inner_calls == ["pack"] * 3 and outer_calls == ["pack"]
+    y.backward(retain_graph=True)
+    y.backward()
+    assert inner_calls == ["pack"] * 3 + ["unpack"] * 6  # each backward unpacks, as torch's
+    z.backward(), w.backward()
+    assert outer_calls == ["pack", "unpack"]
+    # create_graph through unpacked values: second derivatives as torch's
+    t = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda v: v * 2, lambda v: v / 2):
+        ty = (t.sin() * t).sum()
+    (tg,) = torch.autograd.grad(ty, t, create_graph=True)
+    (tgg,) = torch.autograd.grad(tg.sum(), t)
+    with rg.autograd.graph.saved_tensors_hooks(lambda v: v * 2, lambda v: v / 2):
+        y = (a.sin() * a).sum()
+    (g,) = rg.autograd.grad(y, a, create_graph=True)
+    (gg,) = rg.autograd.grad(g.sum(), a)
+    np.testing.assert_allclose(_np(gg), _np(tgg), rtol=1e-12)
+
+
+def test_save_on_cpu_and_disable_saved_tensors_hooks_as_torchs():
+    backend = _backend()
+    a = rg.tensor([1.0, -2.0, 3.0], dtype=rg.float64, backend=backend).require_grad()
+    t = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    with rg.autograd.graph.save_on_cpu(pin_memory=False):
+        y = (a * a.tanh()).sum()
+    with torch.autograd.graph.save_on_cpu(pin_memory=False):
+        ty = (t * t.tanh()).sum()
+    ty.backward()
+    np.testing.assert_allclose(_np(a.grad(y.backward())), _np(t.grad), rtol=1e-12)
+    with rg.autograd.graph.disable_saved_tensors_hooks("hooks are off here"):
+        with (
+            pytest.raises(AutodiffError, match="hooks are off here"),
+            rg.autograd.graph.save_on_cpu(),
+        ):
+            pass
+        assert (a * a).sum().backward() is not None  # recording is unaffected
+    with (
+        rg.autograd.graph.saved_tensors_hooks(lambda v: v, lambda v: v),
+        pytest.raises(AutodiffError, match="off"),
+        rg.autograd.graph.disable_saved_tensors_hooks("off"),
+    ):
+        pass
+
+
+def test_saved_tensors_hooks_refusals_leave_the_engine_usable():
+    backend = _backend()
+    a = rg.tensor([1.0, 2.0], backend=backend).require_grad()
+    with rg.autograd.graph.saved_tensors_hooks(lambda v: v, lambda v: v.tolist()):
+        y = (a * a).sum()
+    with pytest.raises(DTypeError, match="unpack_hook expected to be a Tensor"):
+        y.backward()
+    with rg.autograd.graph.saved_tensors_hooks(lambda v: v, lambda v: v.reshape(2, 1)):
+        y = (a * a).sum()
+    with pytest.raises(ShapeError, match="unpack_hook returned a tensor of shape"):
+        y.backward()
+    with pytest.raises(DTypeError, match="pack_hook"):
+        rg.autograd.graph.saved_tensors_hooks(3, lambda v: v)
+    budget = _backend(rg.BudgetCheckpointing("1MB"))
+    b = rg.tensor([1.0, 2.0], backend=budget).require_grad()
+    with (
+        rg.autograd.graph.saved_tensors_hooks(lambda v: v, lambda v: v),
+        pytest.raises(AutodiffError, match="BudgetCheckpointing"),
+    ):
+        (b * b).sum()
+    assert a.grad((a * a).sum().backward()).tolist() == [2.0, 4.0]
+    assert b.grad((b * b).sum().backward()).tolist() == [2.0, 4.0]
