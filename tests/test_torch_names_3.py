@@ -424,3 +424,93 @@ def test_saved_tensors_hooks_refusals_leave_the_engine_usable():
         (b * b).sum()
     assert a.grad((a * a).sum().backward()).tolist() == [2.0, 4.0]
     assert b.grad((b * b).sum().backward()).tolist() == [2.0, 4.0]
+
+
+# -- nn.UninitializedParameter / UninitializedBuffer, weighted regression losses, pools ------
+def test_uninitialized_parameter_and_buffer_at_nn_as_torchs():
+    assert rg.nn.UninitializedParameter is rg.nn.parameter.UninitializedParameter
+    assert rg.nn.UninitializedBuffer is rg.nn.parameter.UninitializedBuffer
+    for ours, theirs in (
+        (rg.nn.LazyLinear(3).weight, torch.nn.LazyLinear(3).weight),
+        (rg.nn.LazyBatchNorm1d().running_mean, torch.nn.LazyBatchNorm1d().running_mean),
+    ):
+        assert type(ours).__name__ == type(theirs).__name__ and repr(ours) == repr(theirs)
+    # a custom lazy module's materialize: the same object becomes a Parameter (a Tensor)
+    theirs = torch.nn.UninitializedParameter()
+    theirs.materialize((2, 3), dtype=torch.float64)
+    ours = rg.nn.UninitializedParameter()
+    ours.materialize((2, 3), dtype=rg.float64)
+    assert type(ours) is rg.nn.Parameter and type(theirs) is torch.nn.Parameter
+    assert ours.shape == tuple(theirs.shape) and ours.dtype == rg.float64
+    assert ours.requires_grad and ours.grad((ours * 3).sum().backward()).tolist() == [[3.0] * 3] * 2
+    buffer = rg.nn.UninitializedBuffer()
+    buffer.materialize(4)
+    their_buffer = torch.nn.UninitializedBuffer()
+    their_buffer.materialize(4)
+    assert type(buffer) is rg.Tensor and type(their_buffer) is torch.Tensor
+    assert buffer.shape == (4,) and not buffer.requires_grad
+    with pytest.raises(ShapeError, match="negative"):
+        rg.nn.UninitializedParameter().materialize((2, -1))
+
+
+@pytest.mark.parametrize("loss", ["l1_loss", "mse_loss", "huber_loss"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weight_dtype", ["float32", "float64", "int64", "bool"])
+def test_weighted_regression_losses_as_torchs(loss, reduction, weight_dtype):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(2, 3)), rng.normal(size=(2, 3)) * 2
+    w = rng.integers(0, 3, size=(2, 3))
+    w[0, 0] = 1
+    tx = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+    tw = torch.tensor(w).to(getattr(torch, weight_dtype))
+    expected = getattr(torch.nn.functional, loss)(
+        tx, torch.tensor(y).float(), reduction=reduction, weight=tw
+    )
+    rx = rg.tensor(x, dtype=rg.float32).require_grad()
+    got = getattr(rg.nn.functional, loss)(
+        rx,
+        rg.tensor(y, dtype=rg.float32),
+        reduction=reduction,
+        weight=rg.tensor(w).to(weight_dtype),
+    )
+    assert got.dtype == str(expected.dtype).removeprefix("torch.") and got.shape == tuple(
+        expected.shape
+    )
+    np.testing.assert_allclose(_np(got), _np(expected), rtol=1e-6, atol=1e-6)
+    expected.sum().backward()
+    np.testing.assert_allclose(
+        _np(rx.grad(got.sum().backward())), _np(tx.grad), rtol=1e-6, atol=1e-6
+    )
+
+
+def test_weighted_l1_loss_float64_gradients_and_refusals():
+    rng = np.random.default_rng(4)
+    x, y, w = rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), rng.uniform(size=(3, 2))
+    tx = torch.tensor(x, requires_grad=True)
+    tw = torch.tensor(w, requires_grad=True)
+    torch.nn.functional.l1_loss(tx, torch.tensor(y), weight=tw).backward()
+    rx, rw = rg.tensor(x).require_grad(), rg.tensor(w).require_grad()
+    grads = rg.nn.functional.l1_loss(rx, rg.tensor(y), weight=rw).backward()
+    np.testing.assert_allclose(_np(rx.grad(grads)), _np(tx.grad), rtol=1e-12)
+    np.testing.assert_allclose(_np(rw.grad(grads)), _np(tw.grad), rtol=1e-12)
+    for loss in ("l1_loss", "mse_loss", "huber_loss"):
+        with pytest.raises(ValueError, match="Weights and input must have the same size"):
+            getattr(torch.nn.functional, loss)(tx, torch.tensor(y), weight=torch.ones(2))
+        with pytest.raises(ShapeError, match=f"{loss}: Weights and input must have the same size"):
+            getattr(rg.nn.functional, loss)(rx, rg.tensor(y), weight=rg.ones(2))
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_pools_with_indices_take_torchs_return_indices_keyword(dims):
+    x = torch.randn((1, 2) + (4,) * dims, generator=torch.Generator().manual_seed(dims))
+    rx = rg.tensor(x.numpy())
+    pairs = [
+        (f"max_pool{dims}d_with_indices", (2,), {"return_indices": False}),
+        (f"adaptive_max_pool{dims}d_with_indices", (2,), {"return_indices": False}),
+        (f"max_pool{dims}d_with_indices", (2, 1, 0, 1, False, True), {}),
+    ]
+    for name, args, kwargs in pairs:
+        values, indices = getattr(torch.nn.functional, name)(x, *args, **kwargs)
+        ours = getattr(rg.nn.functional, name)(rx, *args, **kwargs)
+        assert isinstance(ours, tuple) and len(ours) == 2
+        assert ours[0].tolist() == values.tolist() and ours[1].tolist() == indices.tolist()
