@@ -426,6 +426,39 @@ def test_saved_tensors_hooks_refusals_leave_the_engine_usable():
     assert b.grad((b * b).sum().backward()).tolist() == [2.0, 4.0]
 
 
+def _multi_hook_scenario(register, make):
+    calls, first = [], []
+    a, b = make([1.0, 2.0]), make([3.0, 4.0])
+    c, d = a * b, a * 2
+    register(
+        (a, b, c, d), lambda grads: calls.append([g if g is None else g.tolist() for g in grads])
+    )
+    register((d, c), lambda grad: first.append(grad.tolist()), mode="any")
+    c.sum().backward(retain_graph=True)  # d is not reached: None in its place
+    c.sum().backward(inputs=(a,), retain_graph=True)  # b is not an input: None
+    (c.sum() + d.sum() * 3).backward()
+    return calls, first
+
+
+def test_register_multi_grad_hook_as_torchs():
+    theirs = _multi_hook_scenario(
+        torch.autograd.graph.register_multi_grad_hook, lambda v: torch.tensor(v, requires_grad=True)
+    )
+    ours = _multi_hook_scenario(
+        rg.autograd.graph.register_multi_grad_hook, lambda v: rg.tensor(v).require_grad()
+    )
+    assert ours == theirs
+    assert len(ours[0]) == 3 and ours[0][0][3] is None and ours[0][1][1] is None
+    a = rg.tensor([1.0]).require_grad()
+    calls = []
+    handle = rg.autograd.graph.register_multi_grad_hook((a,), calls.append)
+    handle.remove()
+    (a * a).sum().backward()
+    assert calls == []
+    with pytest.raises(InvalidArgumentError, match="mode"):
+        rg.autograd.graph.register_multi_grad_hook((a,), print, mode="some")
+
+
 # -- nn.UninitializedParameter / UninitializedBuffer, weighted regression losses, pools ------
 def test_uninitialized_parameter_and_buffer_at_nn_as_torchs():
     assert rg.nn.UninitializedParameter is rg.nn.parameter.UninitializedParameter

@@ -1,5 +1,6 @@
 """torch's ``torch.autograd.graph``: hooks on the tensors saved for backward
-(``saved_tensors_hooks``, ``save_on_cpu``, ``disable_saved_tensors_hooks``).
+(``saved_tensors_hooks``, ``save_on_cpu``, ``disable_saved_tensors_hooks``) and
+``register_multi_grad_hook``.
 
 Inside ``with saved_tensors_hooks(pack_hook, unpack_hook):`` every value an op's backward
 rules will read is given to ``pack_hook`` as it is recorded, and what that returns is held
@@ -28,17 +29,26 @@ its input): the gradients agree, the count of calls may not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..autodiff import saved_hooks
 from ..autodiff.graph import AutodiffPrimitive
+from ..autodiff.handles import RemovableHandle
+from ..autodiff.runtime import running_tape
 from ..device import Device
-from ..errors import AutodiffError, DTypeError, ShapeError, check_callable
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
 
-__all__ = ["disable_saved_tensors_hooks", "save_on_cpu", "saved_tensors_hooks"]
+__all__ = [
+    "disable_saved_tensors_hooks",
+    "register_multi_grad_hook",
+    "save_on_cpu",
+    "saved_tensors_hooks",
+]
 
 
 def _device_of(backend: Any, value: Any) -> Device:
@@ -130,3 +140,78 @@ def disable_saved_tensors_hooks(error_message: str) -> Iterator[None]:
         yield
     finally:
         saved_hooks.set_disabled(previous)
+
+
+class _MultiHandle(RemovableHandle):
+    """The handle of :func:`register_multi_grad_hook`: ``remove()`` removes the hook from
+    every tensor."""
+
+    def __init__(self, handles: tuple[RemovableHandle, ...]) -> None:
+        super().__init__({})
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _current_backward(op: str) -> Any:
+    tape = running_tape()
+    if tape is None:
+        raise AutodiffError(f"{op}: expected this hook to be called inside a backward call")
+    return tape
+
+
+def register_multi_grad_hook(
+    tensors: Iterable[Tensor], fn: Callable[[Any], None], *, mode: str = "all"
+) -> RemovableHandle:
+    """torch's multi-tensor gradient hook. ``mode="all"``: in each backward that reaches
+    any of ``tensors``, ``fn(grads)`` once the gradients of all those it reaches are
+    computed, ``grads`` a list with ``None`` for the others. ``mode="any"``: ``fn(grad)``
+    with the first gradient computed among ``tensors`` (those that require grad), once per
+    backward. ``fn``'s result is ignored; the gradients flow on unchanged."""
+    op = "register_multi_grad_hook"
+    if mode not in ("all", "any"):
+        raise InvalidArgumentError(f"{op}: Expects mode to be one of ('all', 'any') but got {mode}")
+    check_callable(op, fn, "fn")
+    tensors = tuple(tensors)
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"{op}: expected tensors, got {type(t).__name__}")
+    lock = threading.Lock()
+    # per backward (its walked graph, held weakly: a backward's state goes with it)
+    progress: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    if mode == "any":
+
+        def first_gradient(grad: Tensor) -> None:
+            tape = _current_backward(op)
+            with lock:
+                if tape in progress:
+                    return
+                progress[tape] = True
+            fn(grad)
+
+        return _MultiHandle(
+            tuple(t.register_hook(first_gradient) for t in tensors if t.requires_grad)
+        )
+    nodes = [getattr(t._prim, "node", None) for t in tensors]
+
+    def gradient_of(index: int) -> Callable[[Tensor], None]:
+        def collect(grad: Tensor) -> None:
+            tape = _current_backward(op)
+            with lock:
+                entry = progress.get(tape)
+                if entry is None:  # the first: how many of the tensors this backward reaches
+                    expected = sum(n is not None and tape.runs_hooks_of(n) for n in nodes)
+                    entry = progress[tape] = [0, expected, [None] * len(nodes)]
+                entry[2][index] = grad
+                entry[0] += 1
+                complete = entry[0] == entry[1]
+                if complete:
+                    del progress[tape]
+            if complete:
+                fn(entry[2])
+
+        return collect
+
+    return _MultiHandle(tuple(t.register_hook(gradient_of(i)) for i, t in enumerate(tensors)))
