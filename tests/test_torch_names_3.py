@@ -300,8 +300,8 @@ def test_saved_tensors_hooks_reach_what_backward_reads_as_torchs():
 
 
 def test_saved_tensors_hooks_under_balanced_checkpointing():
-    # values the strategy recomputes are not saved, so not packed; what is packed is unpacked;
-    # hooks that keep the content (torch's contract for unpack_hook) keep the gradients
+    # values the strategy recomputes are not saved, so not packed; what is packed is unpacked
+    # once; hooks that keep the content (torch's contract for unpack_hook) keep the gradients
     torch.manual_seed(1)
     x = torch.randn(4, 3, dtype=torch.float64)
     w1 = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
@@ -316,10 +316,29 @@ def test_saved_tensors_hooks_under_balanced_checkpointing():
     ):
         our_loss = _mlp(rg, *ours)
     grads = our_loss.backward()
-    # a packed value is unpacked at each read, a recomputation's included
-    assert 0 < calls.count("pack") <= calls.count("unpack")
+    assert 0 < calls.count("pack") == calls.count("unpack")
     for mine, theirs in zip(ours[1:], (w1, w2)):
         np.testing.assert_allclose(_np(mine.grad(grads)), _np(theirs.grad), rtol=1e-10)
+
+
+def test_saved_tensors_hooks_count_only_the_values_saved_under_them_as_torchs():
+    def run(lib, hooks, a):
+        calls = []
+        first = a.sin()  # saves a, without hooks
+        with hooks(lambda t: calls.append("pack") or t, lambda t: calls.append("unpack") or t):
+            second = a.exp()  # saves its output
+            third = a.cos()  # saves a again, packed
+        (first + second + third * third).sum().backward()
+        return calls
+
+    theirs = run(
+        torch,
+        torch.autograd.graph.saved_tensors_hooks,
+        torch.tensor([1.0, 2.0], requires_grad=True),
+    )
+    a = rg.tensor([1.0, 2.0], backend=_backend()).require_grad()
+    ours = run(rg, rg.autograd.graph.saved_tensors_hooks, a)
+    assert ours == theirs == ["pack", "pack", "unpack", "unpack"]
 
 
 def test_saved_tensors_hooks_pack_and_unpack_that_undo_each_other_as_torchs_docs():

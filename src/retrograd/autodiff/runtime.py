@@ -22,10 +22,10 @@ from typing import Any
 from ..errors import AutodiffError
 from .checkpoint import Checkpointer
 from .checkpoint.builder import NOTHING_SAVED
-from .checkpoint.state import EVER_PACKED, unpack_all
 from .gradients import Gradients
 from .graph import AutodiffPrimitive, Node
 from .ops import sum_to_shape
+from .saved_hooks import EVER_PACKED, unpack_step
 
 __all__ = ["BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
 
@@ -235,7 +235,7 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     if keys:  # read even when no gradient arrived, so the checkpointer drains
         saved = list(map(checkpointer.retrieve, keys))  # no comprehension frame per step
         if EVER_PACKED[0]:  # some values are held as saved_tensors_hooks packed them
-            saved = unpack_all(saved)
+            keys, saved = unpack_step(keys, saved)
         if nodes is not None:  # create_graph: rules run on tracked values
             saved = [AutodiffPrimitive(v, nodes.get(k)) for k, v in zip(keys, saved)]
         out = saved.pop() if plan.save_out else None

@@ -1,9 +1,11 @@
 """Hooks on the values saved for backward (torch's ``saved_tensors_hooks``), at the engine's
 level: while a pair ``(pack, unpack)`` is pushed in a thread, every value a node's backward
 rules read, as recorded (the main actions of its :class:`~.checkpoint.builder.Saved`
-record), is held as ``pack(backend, value)``; backward reads it back through
-``unpack(packed)``, once per read, as torch calls its unpack hook once per saved tensor a
-backward function unpacks.
+record), is held as ``pack(backend, value)`` under a key of its own (as an untracked input's
+value is), so that each node's step reads it once and unpacks it once: torch calls its
+unpack hook once per saved tensor a backward function unpacks, and a value that another node
+saved without hooks is read as it is. The packed value remembers the node that made it, for
+``create_graph``'s rules (:func:`unpack_step`).
 
 Only the innermost pair applies (torch's rule); pairs are per thread (torch's are thread
 local). What a strategy keeps only to recompute from (backups) is held unpacked, and a
@@ -20,22 +22,41 @@ from typing import Any
 
 from ..errors import AutodiffError
 from .checkpoint.builder import Saved
-from .checkpoint.state import EVER_PACKED, RECOMPUTE, Packed
+from .checkpoint.state import RECOMPUTE
+from .ids import new_node_id
 
 __all__ = [
+    "EVER_PACKED",
     "HOOKED_THREADS",
+    "Packed",
     "active_pair",
     "disabled_message",
     "pack_saved",
     "pop",
     "push",
     "set_disabled",
+    "unpack_step",
 ]
 
 _LOCAL = threading.local()
 
 #: how many threads have a pair pushed: the recording path tests this alone when none has
 HOOKED_THREADS = [0]
+#: whether a value was ever packed: backward steps look for packed values only after that
+EVER_PACKED = [False]
+
+
+class Packed:
+    """A saved value held as its pack hook's result: ``key``, the id of the node whose
+    output it is (or the fresh key of an untracked input), and the unpack that gives the
+    value back."""
+
+    __slots__ = ("key", "packed", "unpack")
+
+    def __init__(self, key: int, packed: Any, unpack: Callable[[Any], Any]):
+        self.key = key
+        self.packed = packed
+        self.unpack = unpack
 
 
 def _stack() -> list:
@@ -94,7 +115,22 @@ def pack_saved(backend: Any, saved: Any, pair: tuple) -> None:
     pack, unpack = pair
     EVER_PACKED[0] = True
     actions = saved.actions
+    keys = list(saved.keys)
     for index, (key, value, is_backup) in enumerate(actions):
-        if is_backup or value is RECOMPUTE or type(value) is Packed:
+        if is_backup or value is RECOMPUTE:
             continue
-        actions[index] = (key, Packed(pack(backend, value), unpack), False)
+        own_key = new_node_id()
+        actions[index] = (own_key, Packed(key, pack(backend, value), unpack), False)
+        keys[keys.index(key)] = own_key  # the rule's first read of ``key`` still unkeyed
+    saved.keys = tuple(keys)
+
+
+def unpack_step(keys: tuple, values: list) -> tuple[tuple, list]:
+    """The keys and values a step reads, each packed value unpacked and keyed by the node
+    it came from again (``create_graph`` finds its node by that key)."""
+    keys, values = list(keys), list(values)
+    for index, value in enumerate(values):
+        if type(value) is Packed:
+            keys[index] = value.key
+            values[index] = value.unpack(value.packed)
+    return tuple(keys), values

@@ -5,7 +5,8 @@
 Inside ``with saved_tensors_hooks(pack_hook, unpack_hook):`` every value an op's backward
 rules will read is given to ``pack_hook`` as it is recorded, and what that returns is held
 instead of the value; backward gives it to ``unpack_hook``, which returns the tensor the
-rule reads, once per read (the engine's part: :mod:`retrograd.autodiff.saved_hooks`).
+rule reads, once per op that saved it, as torch's (the engine's part:
+:mod:`retrograd.autodiff.saved_hooks`).
 
 The tensor ``pack_hook`` gets holds the saved values outside the graph (torch gives the saved
 tensor itself, ``requires_grad`` included); the one ``unpack_hook`` returns must have the

@@ -16,7 +16,7 @@ import os
 from typing import Any, NamedTuple
 
 from .retro_forward import rerun, topological_order
-from .state import EVER_PACKED, RECOMPUTE, State, nbytes_of, unpack_all
+from .state import RECOMPUTE, State, nbytes_of
 
 __all__ = ["BackwardReport", "Checkpointer", "HeldCheckpointer", "checkpointer_checks_enabled"]
 
@@ -174,8 +174,6 @@ class Checkpointer:
             node = tree[node_id]
             self._before_rerun(node_id, node)
             values = [self._read(parent.id) for parent in node.parents]
-            if EVER_PACKED[0]:  # a parent held as saved_tensors_hooks packed it
-                values = unpack_all(values)
             output = self._rerun(node_id, node, values)
             size = sizes[node_id] = nbytes_of(output)
             self.recomputed_bytes += size

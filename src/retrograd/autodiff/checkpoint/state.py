@@ -7,21 +7,17 @@ named here too: they describe the same thing, a value's state when backward star
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 __all__ = [
-    "EVER_PACKED",
     "EVICTED",
     "FREED",
     "LEAF",
     "RECOMPUTE",
     "RECOMPUTED",
     "SAVED",
-    "Packed",
     "State",
     "nbytes_of",
-    "unpack_all",
 ]
 
 
@@ -71,26 +67,3 @@ class State:
 def nbytes_of(value: Any) -> int:
     """Bytes of an inner primitive (NumPy arrays and torch tensors both have ``nbytes``)."""
     return getattr(value, "nbytes", 0)
-
-
-# -- values held packed by saved_tensors_hooks (autodiff/saved_hooks.py) ------------------------
-#: whether a value was ever packed: backward steps and recomputations unpack only after that
-EVER_PACKED = [False]
-
-
-class Packed:
-    """A saved value held as its pack hook's result, and the unpack that gives it back."""
-
-    __slots__ = ("packed", "unpack")
-
-    def __init__(self, packed: Any, unpack: Callable[[Any], Any]):
-        self.packed = packed
-        self.unpack = unpack
-
-    def value(self) -> Any:
-        return self.unpack(self.packed)
-
-
-def unpack_all(values: list) -> list:
-    """``values`` read for a step, the packed ones unpacked."""
-    return [value.value() if type(value) is Packed else value for value in values]
