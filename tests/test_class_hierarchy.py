@@ -120,6 +120,7 @@ def test_relu6_zero_pad_and_lazy_linear_keep_working_as_their_parents():
 ARGUMENTS = [(), (4,), (4, 4), (4, 4, 3), (2, 4, 4), (4, 2)]
 #: the layers none of those fit: their arguments, made in the library at hand
 SPECIAL = {
+    "AdaptiveLogSoftmaxWithLoss": lambda nn: (8, 10, [4, 7]),
     "RNNBase": lambda nn: ("LSTM", 4, 4),
     "RNNCellBase": lambda nn: (4, 4, True, 4),
     "TransformerEncoder": lambda nn: (nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0), 2),

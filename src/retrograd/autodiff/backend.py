@@ -26,6 +26,7 @@ from .graph import AutodiffPrimitive, Node, new_node_id
 from .handles import RemovableHandle
 from .ops import OPS, Op, Plan
 from .params import DistributedParam, ParamId
+from .saved_hooks import HOOKED_THREADS, active_pair, pack_saved
 
 __all__ = ["Autodiff", "Recipe"]
 
@@ -169,6 +170,10 @@ class Autodiff(Backend):
         node.plan = recipe.plan
         node.consumed = False
         node.saved = self._save(node, recipe, inputs, out)
+        if HOOKED_THREADS[0]:  # saved_tensors_hooks in some thread: is it this one?
+            pair = active_pair()
+            if pair is not None:
+                pack_saved(self, node.saved, pair)
         broadcast = recipe.broadcast
         if broadcast is not None:
             bshapes = broadcast(self.inner, recipe.op, inputs, parents, out)

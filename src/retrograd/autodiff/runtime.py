@@ -14,6 +14,7 @@ each step calls for the values its rules read, and whose ``end`` reports what it
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import suppress
 from operator import attrgetter
 from typing import Any
@@ -24,8 +25,9 @@ from .checkpoint.builder import NOTHING_SAVED
 from .gradients import Gradients
 from .graph import AutodiffPrimitive, Node
 from .ops import sum_to_shape
+from .saved_hooks import EVER_PACKED, unpack_step
 
-__all__ = ["BACKWARD_HOOKS", "Tape", "backward"]
+__all__ = ["BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
 
 #: Objects with ``begin(tape, grads)`` and ``end(grads)``, called around every backward, in
 #: every thread (a hook decides from ``grads.device`` and the tape whether it applies).
@@ -42,9 +44,10 @@ class Tape:
     (a stable sort by depth, so nodes of one depth keep the order the walk found them in).
     """
 
-    __slots__ = ("children", "nodes", "run", "skipped", "steps")
+    __slots__ = ("__weakref__", "children", "nodes", "run", "skipped", "steps", "stop")
 
     def __init__(self, root: Node, stop: frozenset[int] | None = None):
+        self.stop = stop
         if stop is not None:
             self._toward(root, stop)
             return
@@ -117,6 +120,25 @@ class Tape:
         self.skipped = skipped
         self.steps = steps + skipped
 
+    def runs_hooks_of(self, node: Node) -> bool:
+        """Whether this backward reaches ``node`` to run its tensor hooks (torch's
+        ``_will_engine_execute_node``): a node it walks, or a leaf among ``inputs=``."""
+        if node.id not in self.nodes:
+            return False
+        if self.stop is None:
+            return True
+        return (node.op is None and node.id in self.stop) or any(n is node for n in self.run)
+
+
+_RUNNING = threading.local()
+
+
+def running_tape() -> Tape | None:
+    """The graph the innermost backward running in this thread walks, or ``None`` (torch's
+    current graph task)."""
+    tapes = getattr(_RUNNING, "tapes", None)
+    return tapes[-1] if tapes else None
+
 
 def backward(
     backend: Any,
@@ -157,6 +179,10 @@ def backward(
 
     nodes = tape.nodes if create_graph else None
     node = None
+    running = getattr(_RUNNING, "tapes", None)
+    if running is None:
+        running = _RUNNING.tapes = []
+    running.append(tape)
     try:
         with inner.arithmetic_warnings_ignored():
             for node in tape.run:
@@ -193,6 +219,8 @@ def backward(
             abandon()
         del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
+    finally:
+        running.pop()
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
@@ -211,6 +239,8 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
     keys = node.saved.keys
     if keys:  # read even when no gradient arrived, so the checkpointer drains
         saved = list(map(checkpointer.retrieve, keys))  # no comprehension frame per step
+        if EVER_PACKED[0]:  # some values are held as saved_tensors_hooks packed them
+            keys, saved = unpack_step(keys, saved)
         if nodes is not None:  # create_graph: rules run on tracked values
             saved = [AutodiffPrimitive(v, nodes.get(k)) for k, v in zip(keys, saved)]
         out = saved.pop() if plan.save_out else None

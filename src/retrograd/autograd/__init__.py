@@ -22,7 +22,7 @@ from typing import Any
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
 from ..errors import InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
-from . import function, functional, profiler
+from . import function, functional, graph, profiler
 from .anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -46,6 +46,7 @@ __all__ = [
     "grad",
     "gradcheck",
     "gradgradcheck",
+    "graph",
     "inference_mode",
     "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled",

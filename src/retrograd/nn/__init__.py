@@ -12,13 +12,15 @@
 from . import attention, functional, init, modules, parallel, quantized, utils
 from .modules import *  # noqa: F403  (every module class, as modules.__all__ lists them)
 from .parallel import DataParallel
-from .parameter import Buffer, Parameter
+from .parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter
 
 __all__ = [
     *modules.__all__,
     "DataParallel",
     "Buffer",
     "Parameter",
+    "UninitializedBuffer",
+    "UninitializedParameter",
     "attention",
     "functional",
     "init",

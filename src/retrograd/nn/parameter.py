@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DTypeError, UninitializedError, check_flag
-from ..tensor import FLOAT_DTYPES, Tensor, tensor
+from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from ..tensor._dispatch import normalize_dim
 from ..tensor.dtypes import Size
+from ..tensor.inplace import assign
 
 __all__ = ["Buffer", "Parameter", "UninitializedBuffer", "UninitializedParameter", "is_lazy"]
 
@@ -129,6 +130,17 @@ class _Uninitialized:
         return f"<{type(self).__name__}>"
 
     __str__ = __repr__
+
+    def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+        """Give the placeholder ``shape`` (its values zeros, where torch's are left
+        uninitialized) and make it, the same object, the class it becomes (``Parameter`` or
+        ``Tensor``): torch's ``UninitializedTensorMixin.materialize``, which a custom lazy
+        module calls from its ``initialize_parameters``."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        value = zeros(shape, dtype=dtype or self.dtype, device=device or self.device)
+        op = f"{type(self).__name__}.materialize"
+        assign(self, value, op, check_shape=False, keep_dtype=False, device=device)
+        self.__class__ = self.cls_to_become
 
 
 class UninitializedParameter(_Uninitialized, Parameter):

@@ -254,14 +254,25 @@ def mse_loss(
     errors = (x - target).square()
     if weight is None:
         return _reduce(errors, reduction)
-    weight = _as_tensor(fn, x, weight, "weight")
+    weight = _sample_weights(fn, x, weight, input_shape)
+    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
+
+
+def _sample_weights(fn: str, reference: Tensor, weight: Any, input_shape: tuple) -> Tensor:
+    """The ``weight`` of torch 2.13's regression losses: one per input element (torch's
+    "Weights and input must have the same size"). A tensor keeps its dtype, which the
+    weighted losses are promoted with (a float64 weight gives a float64 loss, as torch's);
+    an array or a list, which torch does not take, is read in the input's dtype."""
+    given = weight
+    weight = _as_tensor(fn, reference, weight, "weight")
+    if not isinstance(given, Tensor):
+        weight = weight.cast(reference.dtype)
     if weight.shape != input_shape:
         raise ShapeError(
-            f"{fn}: weight and input shapes differ; input {shape_text(input_shape)}, weight "
-            f"{shape_text(weight.shape)}"
+            f"{fn}: Weights and input must have the same size; input "
+            f"{shape_text(input_shape)}, weight {shape_text(weight.shape)}"
         )
-    weight = weight.cast(x.dtype)
-    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
+    return weight
 
 
 def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
@@ -390,11 +401,20 @@ def l1_loss(
     size_average: bool | None = None,
     reduce: bool | None = None,
     reduction: str = "mean",
+    weight: Tensor | None = None,
 ) -> Tensor:
-    """Mean absolute error."""
+    """Mean absolute error, PyTorch's arguments: ``weight`` (the input's shape) scales each
+    absolute error and ``"mean"`` then divides by its sum (torch 2.13's)."""
     fn = "l1_loss"
-    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
-    return _reduce((x - y).abs(), _reduction(fn, reduction, size_average, reduce))
+    x, y = _float_pair(fn, input, target, "target")
+    reduction = _reduction(fn, reduction, size_average, reduce)
+    input_shape = x.shape
+    x, y = _broadcast_pair(fn, x, y)
+    errors = (x - y).abs()
+    if weight is None:
+        return _reduce(errors, reduction)
+    weight = _sample_weights(fn, x, weight, input_shape)
+    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
 
 
 def smooth_l1_loss(
@@ -435,7 +455,9 @@ def huber_loss(
     fn = "huber_loss"
     if not delta > 0:  # (torch's: a negative delta gave a negative loss, NaN a NaN one)
         raise InvalidArgumentError(f"{fn}: delta must be positive, got {delta}")
-    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
+    x, y = _float_pair(fn, input, target, "target")
+    input_shape = x.shape
+    x, y = _broadcast_pair(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y
     d = diff.abs()
@@ -445,7 +467,9 @@ def huber_loss(
     quadratic = d.lower(delta).logical_or(d.isnan())
     near = diff.mask_fill(quadratic.logical_not(), 0.0)
     losses = ((d - 0.5 * delta) * delta).mask_where(quadratic, near.square() * 0.5)
-    return _reduce(_weighted(fn, losses, weight), reduction)
+    if weight is None:
+        return _reduce(losses, reduction)
+    return _reduce(losses * _sample_weights(fn, x, weight, input_shape), reduction)
 
 
 def kl_div(

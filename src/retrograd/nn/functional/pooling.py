@@ -184,6 +184,7 @@ def max_pool1d_with_indices(
     padding: IntOrTuple = 0,
     dilation: IntOrTuple = 1,
     ceil_mode: bool = False,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
 ) -> tuple[Tensor, Tensor]:
     """``(values, indices)`` of 1-d max pooling; int64 indices into the input's last dim."""
     return _max_pool("max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode)
@@ -196,6 +197,7 @@ def max_pool2d_with_indices(
     padding: IntOrTuple = 0,
     dilation: IntOrTuple = 1,
     ceil_mode: bool = False,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
 ) -> tuple[Tensor, Tensor]:
     """``(values, indices)`` of 2-d max pooling; the int64 indices are flat over ``H*W``, as
     PyTorch's."""
@@ -301,6 +303,7 @@ def max_pool3d_with_indices(
     padding: IntOrTuple = 0,
     dilation: IntOrTuple = 1,
     ceil_mode: bool = False,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
 ) -> tuple[Tensor, Tensor]:
     return _max_pool("max_pool3d", 3, x, kernel_size, stride, padding, dilation, ceil_mode)
 
@@ -421,18 +424,30 @@ def adaptive_max_pool3d(x: Tensor, output_size: Any, return_indices: bool = Fals
     return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, return_indices)
 
 
-def adaptive_max_pool3d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+def adaptive_max_pool3d_with_indices(
+    x: Tensor,
+    output_size: Any,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
+) -> tuple[Tensor, Tensor]:
     """:func:`adaptive_max_pool3d` and the flat int64 index (``(d * H + h) * W + w``) of each
     maximum."""
     return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, True)
 
 
-def adaptive_max_pool1d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+def adaptive_max_pool1d_with_indices(
+    x: Tensor,
+    output_size: Any,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
+) -> tuple[Tensor, Tensor]:
     """:func:`adaptive_max_pool1d` and the int64 index of each maximum."""
     return _adaptive_max_pool("adaptive_max_pool1d", 1, x, output_size, True)
 
 
-def adaptive_max_pool2d_with_indices(x: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:
+def adaptive_max_pool2d_with_indices(
+    x: Tensor,
+    output_size: Any,
+    return_indices: bool = False,  # torch's, unused: the indices are always returned
+) -> tuple[Tensor, Tensor]:
     """:func:`adaptive_max_pool2d` and the flat int64 index (``h * W + w``) of each maximum."""
     return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, True)
 

@@ -14,6 +14,7 @@ from ...errors import guard
 # -- torch's surface beyond API.md section 8 (section 10) --------------------------------------
 # torch's module paths (nn.modules.batchnorm.BatchNorm2d ...), importable as attributes
 from . import (  # noqa: F401
+    adaptive,
     batchnorm,
     channelshuffle,
     distance,
@@ -223,6 +224,7 @@ __all__ += ["EmbeddingBag", "SyncBatchNorm"]
 
 # -- distances, margin losses, LRN, unpooling, lazy layers (torch's nn surface) -----------------
 from .activation import Hardshrink, RReLU, Softshrink  # noqa: E402
+from .adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: E402
 from .channelshuffle import ChannelShuffle  # noqa: E402
 from .distance import CosineSimilarity, PairwiseDistance  # noqa: E402
 from .dropout import AlphaDropout, FeatureAlphaDropout  # noqa: E402
@@ -284,6 +286,7 @@ __all__ += ["CrossMapLRN2d", "LocalResponseNorm", "TripletMarginWithDistanceLoss
 __all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]
 __all__ += ["LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 __all__ += ["CTCLoss", "UpsamplingBilinear2d", "UpsamplingNearest2d"]
+__all__ += ["AdaptiveLogSoftmaxWithLoss"]
 
 
 def _guard_modules() -> None:
