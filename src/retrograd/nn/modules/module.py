@@ -382,6 +382,24 @@ class Module:
         module, leaf = self._owner(name, "_buffers")
         return module._buffers[leaf]
 
+    def _get_name(self) -> str:
+        """The class's name, as torch's ``__repr__`` and custom reprs print it."""
+        return type(self).__name__
+
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """torch's: put ``module`` at the dotted ``target`` (its parent must exist; with
+        ``strict``, a sub-module must already be there)."""
+        _check_name("set_submodule", target)
+        if not target:
+            raise InvalidArgumentError("set_submodule: cannot set the module itself ('')")
+        if not isinstance(module, Module):
+            raise DTypeError(f"set_submodule: {_describe(module)} is not a Module")
+        parent_name, _, leaf = target.rpartition(".")
+        parent = self.get_submodule(parent_name)
+        if strict and not isinstance(parent._modules.get(leaf), Module):
+            raise AttributeError(f"{type(parent).__name__} has no sub-module {leaf!r}")
+        setattr(parent, leaf, module)
+
     def get_submodule(self, target: str) -> Module:
         _check_name("get_submodule", target)
         module = self
@@ -566,7 +584,7 @@ class Module:
                 yield from child._state_items(f"{prefix}{name}.")
 
     def _own_state_items(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
-        """This module's own entries of the state (torch's ``_save_to_state_dict``)."""
+        """This module's own tensors of the state (what :meth:`_save_to_state_dict` saves)."""
         for name, value in self._parameters.items():
             if value is not None:
                 yield prefix + name, value
@@ -574,16 +592,42 @@ class Module:
             if value is not None and name not in self._non_persistent_buffers:
                 yield prefix + name, value
 
-    def _fill_state(self, out: Any, prefix: str, keep_vars: bool) -> Any:
-        """torch's ``state_dict`` recursion: this module's pre-hooks, its own entries, its
-        children's, then its post-hooks (a child's hook that returns a new dict replaces
-        nothing above it, as in torch)."""
-        for hook, _ in state_hooks(self, "state_dict_pre"):
-            hook(self, prefix, keep_vars)
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        """torch's per-module saving step, for subclasses to override (calling ``super()``
+        and adding entries of their own): this module's parameters and persistent buffers,
+        then its ``_extra_state`` where the class defines :meth:`get_extra_state`."""
         for name, value in self._own_state_items(prefix):
             # (a lazy module's uninitialized placeholder is the entry itself, as torch's)
             kept = keep_vars or is_lazy(value)
-            out[name] = value if kept else StateValue(value.numpy(), value)
+            destination[name] = value if kept else StateValue(value.numpy(), value)
+        if type(self).get_extra_state is not Module.get_extra_state:
+            destination[prefix + _EXTRA_STATE] = self.get_extra_state()
+
+    def get_extra_state(self) -> Any:
+        """torch's: what a module keeps beyond parameters and buffers (a vocabulary, a
+        counter), saved under ``<prefix>_extra_state`` by ``state_dict`` where a subclass
+        defines it, and given back to :meth:`set_extra_state` on load."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.get_extra_state: define it (and set_extra_state) to save "
+            "state beyond parameters and buffers"
+        )
+
+    def set_extra_state(self, state: Any) -> None:
+        """torch's: take back what :meth:`get_extra_state` gave (on ``load_state_dict``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.set_extra_state: define it to load what get_extra_state saved"
+        )
+
+    def _takes_extra_state(self) -> bool:
+        return type(self).set_extra_state is not Module.set_extra_state
+
+    def _fill_state(self, out: Any, prefix: str, keep_vars: bool) -> Any:
+        """torch's ``state_dict`` recursion: this module's pre-hooks, its own entries
+        (:meth:`_save_to_state_dict`), its children's, then its post-hooks (a child's hook that
+        returns a new dict replaces nothing above it, as in torch)."""
+        for hook, _ in state_hooks(self, "state_dict_pre"):
+            hook(self, prefix, keep_vars)
+        self._save_to_state_dict(out, prefix, keep_vars)
         for name, child in self._modules.items():
             if child is not None:
                 child._fill_state(out, f"{prefix}{name}.", keep_vars)
@@ -607,6 +651,8 @@ class Module:
         prefix); then, with ``hooks``, its load post-hooks called with ``keys`` (which they
         may change in place)."""
         own = [name for name, _ in self._own_state_items(prefix)]  # (in torch's order)
+        if self._takes_extra_state():
+            own.append(prefix + _EXTRA_STATE)
         keys.missing_keys.extend(name for name in own if name not in state)
         local = {name[len(prefix) :] for name in own}
         below: dict[str, dict[str, Any]] = {}  # each child's keys (one pass over the keys)
@@ -815,6 +861,10 @@ class Module:
             )
         for name, value in fresh.items():
             _assign(own[name], value, f"load_state_dict {name!r}")
+        for prefix, module in self.named_modules():  # after the tensors, as torch's order
+            key = f"{prefix}.{_EXTRA_STATE}" if prefix else _EXTRA_STATE
+            if module._takes_extra_state() and key in state:
+                module.set_extra_state(state[key])
         if post_hooks:
             keys = incompatible(hooks=True)
             check_strict(keys)
@@ -995,6 +1045,8 @@ def register_module_forward_hook(
 
 
 _MISSING = object()
+#: the state-dict entry of a module's :meth:`Module.get_extra_state` (torch's name)
+_EXTRA_STATE = "_extra_state"
 
 
 def _describe(value: Any) -> str:
